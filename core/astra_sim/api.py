@@ -1,0 +1,77 @@
+"""The interfaces backends implement. Plugins register factories for them.
+
+The kernel calls these objects directly on the hot path (never through hooks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+
+@dataclass
+class RunContext:
+    """What a backend factory gets: the run's inputs and its event engine."""
+
+    engine: object
+    system_config: object
+    network_config_path: str | None = None
+    memory_config: dict = field(default_factory=dict)
+    memory_config_path: str | None = None
+    total_npus: int = 0
+    options: dict = field(default_factory=dict)
+    warn: Callable[[str], None] = print
+
+
+class NetworkBackend(Protocol):
+    """A network model. ``npus_per_dim`` fixes the number of simulated NPUs."""
+
+    npus_per_dim: list
+
+    def send(self, src: int, dst: int, size_bytes: int, fn, arg) -> None:
+        """Deliver a message: schedule ``fn(arg)`` on the engine at its arrival time."""
+
+    def describe(self) -> dict:
+        """Settings for the report (topology, bandwidths, latencies, units in keys)."""
+
+
+class MemoryBackend(Protocol):
+    """Remote (expanded) memory for MEM_LOAD / MEM_STORE nodes."""
+
+    def issue(self, rank: int, is_store: bool, size_bytes: int, fn, arg) -> None:
+        """Schedule ``fn(arg)`` when the access completes; raise AstraError if unsupported."""
+
+
+class ComputeModel(Protocol):
+    """Times COMP nodes that run on the GPU."""
+
+    def compute_time_ns(self, node, rank: int):
+        """Duration in ns (int), or None for a node that takes no time at all."""
+
+
+class WorkloadFormat(Protocol):
+    """A trace format: one file (or more) per rank."""
+
+    def matches(self, prefix: str) -> bool:
+        """Whether this format reads the workload named ``prefix``."""
+
+    def load_rank(self, prefix: str, rank: int):
+        """Return ``(path, nodes)`` for ``rank``: its file and its list of Chakra nodes."""
+
+
+@dataclass(frozen=True)
+class CollectiveAlgorithmSpec:
+    """A collective algorithm the system config can name.
+
+    ``topology``: which logical topology the algorithm walks: ``"ring"`` (one
+    ring per network dimension), ``"one"`` (one ring over every NPU) or
+    ``"tree"`` (two binary trees per dimension). ``factory(com_type, rank,
+    topology, data_size, direction, window)`` returns an algorithm object with
+    ``bind``, ``run_init``, ``run_general``, ``run_received``, ``data_size`` and
+    ``final_data_size`` (see :mod:`astra_sim.system.collectives`).
+    ``takes_window``: the name may carry a numeric suffix (``direct4``).
+    """
+
+    topology: str
+    factory: Callable
+    takes_window: bool = False

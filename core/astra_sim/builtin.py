@@ -1,0 +1,88 @@
+"""The kernel's own plugin: Chakra traces, replay/roofline compute, native collectives."""
+
+from __future__ import annotations
+
+import os
+
+from astra_sim import hookimpl
+from astra_sim.api import CollectiveAlgorithmSpec
+from astra_sim.compute import ReplayModel, RooflineModel
+from astra_sim.errors import WorkloadError
+from astra_sim.system.collectives import Direct, DoubleBinaryTree, HalvingDoubling, Ring
+
+
+class ChakraFormat:
+    """Chakra ET protobuf traces: rank r reads ``<prefix>.<r>.et``."""
+
+    def matches(self, prefix):
+        return os.path.exists(f"{prefix}.0.et")
+
+    def load_rank(self, prefix, rank):
+        from astra_sim.chakra import ChakraError, read_et
+
+        path = f"{prefix}.{rank}.et"
+        if not os.path.exists(path):
+            raise WorkloadError(f"workload file {path} does not exist (rank {rank} of the network)")
+        try:
+            trace = read_et(path, keep_raw=False)
+        except ChakraError as exc:
+            raise WorkloadError(str(exc)) from None
+        return path, trace.nodes
+
+
+def _ring(com_type, rank, topo, size, direction, window):
+    return Ring(com_type, rank, topo, size, direction)
+
+
+def _direct(com_type, rank, topo, size, direction, window):
+    return Direct(com_type, rank, topo, size, direction, window)
+
+
+def _halving_doubling(com_type, rank, topo, size, direction, window):
+    return HalvingDoubling(com_type, rank, topo, size)
+
+
+def _double_binary_tree(com_type, rank, tree, size, direction, window):
+    return DoubleBinaryTree(rank, tree, size)
+
+
+@hookimpl
+def astra_register_workload_formats(registry):
+    registry.workload_format("chakra", ChakraFormat(), "Chakra ET protobuf, <prefix>.<rank>.et")
+
+
+@hookimpl
+def astra_register_compute_models(registry):
+    registry.compute_model("replay", ReplayModel, "duration_micros from the trace")
+    registry.compute_model("roofline", RooflineModel, "num_ops / min(bw x intensity, peak)")
+
+
+@hookimpl
+def astra_register_collective_algorithms(registry):
+    add = registry.collective_algorithm
+    add("ring", CollectiveAlgorithmSpec("ring", _ring), "ring per dimension")
+    add("oneRing", CollectiveAlgorithmSpec("one", _ring), "one ring over all NPUs")
+    add("direct", CollectiveAlgorithmSpec("ring", _direct, takes_window=True), "direct, window = suffix or n-1")
+    add("oneDirect", CollectiveAlgorithmSpec("one", _direct, takes_window=True), "direct over all NPUs")
+    add("halvingDoubling", CollectiveAlgorithmSpec("ring", _halving_doubling), "recursive halving/doubling")
+    add("oneHalvingDoubling", CollectiveAlgorithmSpec("one", _halving_doubling), "halving/doubling over all NPUs")
+    add("doubleBinaryTree", CollectiveAlgorithmSpec("tree", _double_binary_tree), "double binary tree all-reduce")
+
+
+class NoRemoteMemory:
+    """Used when no remote-memory plugin is installed: MEM nodes are an error."""
+
+    def __init__(self, context):
+        pass
+
+    def issue(self, rank, is_store, size_bytes, fn, arg):
+        from astra_sim.errors import ConfigError
+
+        raise ConfigError(
+            "MEM_LOAD/MEM_STORE nodes need a remote-memory backend (install the memory_analytical plugin)"
+        )
+
+
+@hookimpl
+def astra_register_memory_backends(registry):
+    registry.memory_backend("none", NoRemoteMemory, "no remote memory: MEM nodes are an error")

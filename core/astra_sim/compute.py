@@ -1,0 +1,54 @@
+"""The kernel's compute-time models: trace replay and the reference roofline."""
+
+from __future__ import annotations
+
+from astra_sim.errors import ConfigError, WorkloadError
+
+
+class ReplayModel:
+    """Every COMP node takes ``duration_micros`` x 1000 ns (1 ns when zero)."""
+
+    name = "replay"
+
+    def __init__(self, context=None):
+        pass
+
+    def compute_time_ns(self, node, rank):
+        return node.duration_micros * 1000 if node.duration_micros else 1
+
+
+class RooflineModel:
+    """``t = num_ops / min(local_mem_bw x num_ops / tensor_size, peak_perf)``, truncated to ns.
+
+    Units as in the reference: ``local-mem-bw`` GB/s (x 1e9) and ``peak-perf``
+    TFLOP/s (x 1e12). A node with ``tensor_size`` 0 takes no time at all.
+    """
+
+    name = "roofline"
+
+    def __init__(self, context):
+        cfg = context.system_config
+        self.bandwidth = cfg.local_mem_bw_bytes_per_s
+        self.peak = cfg.peak_perf_flops
+        if self.bandwidth <= 0 or self.peak <= 0:
+            raise ConfigError(
+                f"{cfg.path}: the roofline model needs 'local-mem-bw' (GB/s) and 'peak-perf' (TFLOP/s) > 0"
+            )
+
+    def compute_time_ns(self, node, rank):
+        num_ops = node.attrs.get("num_ops")
+        tensor_size = node.attrs.get("tensor_size")
+        for key, value in (("num_ops", num_ops), ("tensor_size", tensor_size)):
+            if value is None or isinstance(value, bool) or not isinstance(value, int):
+                raise WorkloadError(
+                    f"{node.path}: node {node.id} ({node.name!r}): the roofline model needs integer "
+                    f"attribute {key!r} on every GPU COMP node"
+                    + ("" if value is None else f", got {value!r}")
+                )
+        if tensor_size == 0:
+            return None
+        intensity = float(num_ops) / float(tensor_size)
+        perf = min(self.bandwidth * intensity, self.peak)
+        if perf <= 0:
+            raise WorkloadError(f"{node.path}: node {node.id} ({node.name!r}): num_ops is 0, nothing to time")
+        return int(float(num_ops) / perf * 1e9)

@@ -1,0 +1,186 @@
+"""Parsing of the system JSON, remote-memory JSON and communicator-group JSON.
+
+Keys and units are those of the reference simulator (so existing configs work
+unchanged); each parsed value is stored under a name that says its unit.
+Unknown keys are ignored like the reference does, but listed in
+``SystemConfig.ignored_keys`` so the report can show them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+
+from astra_sim.errors import ConfigError
+
+COLLECTIVE_KEYS = {
+    "all_reduce": "all-reduce-implementation",
+    "all_gather": "all-gather-implementation",
+    "reduce_scatter": "reduce-scatter-implementation",
+    "all_to_all": "all-to-all-implementation",
+}
+
+#: Keys the reference parses (plus ones it documents but ignores).
+KNOWN_SYSTEM_KEYS = {
+    "scheduling-policy", "collective-optimization", "local-reduction-delay",
+    "active-chunks-per-dimension", "L", "o", "g", "G", "endpoint-delay",
+    "model-shared-bus", "preferred-dataset-splits", "peak-perf", "local-mem-bw",
+    "roofline-enabled", "trace-enabled", "replay-only", "track-local-mem",
+    "local-mem-trace-filename", "per-node-custom-implementation",
+    *COLLECTIVE_KEYS.values(), *(k + "-custom" for k in COLLECTIVE_KEYS.values()),
+}
+#: Keys found in shipped configs that the reference silently ignores.
+IGNORED_BY_REFERENCE = {
+    "boost-mode", "intra-dimension-scheduling", "inter-dimension-scheduling",
+    "direct-collective-window",
+}
+
+
+def load_json(path, what):
+    """Read a JSON file, turning every failure into a ConfigError naming it."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"{what} file {path!r} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{what} file {path!r} is a directory") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{what} file {path}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+
+
+def _number(path, data, key, default, *, integer=False, minimum=None):
+    if key not in data:
+        return default
+    value = data[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{path}: key {key!r} must be a number, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{path}: key {key!r} must be finite, got {value!r}")
+    if integer:
+        value = int(value)  # the reference stores these in ints (truncation)
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"{path}: key {key!r} must be >= {minimum}, got {value!r}")
+    return value
+
+
+def _flag(path, data, key):
+    if key not in data:
+        return False
+    value = data[key]
+    if isinstance(value, (bool, int, float)):
+        return value != 0
+    raise ConfigError(f"{path}: key {key!r} must be 0 or 1, got {value!r}")
+
+
+@dataclass
+class SystemConfig:
+    """The system layer's settings, units in the names."""
+
+    path: str = "<defaults>"
+    scheduling_policy: str = "LIFO"
+    collective_optimization: str = "baseline"
+    endpoint_delay_ns: int = 10
+    active_chunks_per_dimension: int = 1
+    preferred_dataset_splits: int = 0
+    local_mem_bw_bytes_per_s: float = 0.0
+    peak_perf_flops: float = 0.0
+    roofline_enabled: bool = False
+    replay_only: bool = False
+    implementations: dict = field(default_factory=dict)
+    custom_implementations: dict = field(default_factory=dict)
+    per_node_custom_implementation: str | None = None
+    ignored_keys: list = field(default_factory=list)
+    raw: dict = field(default_factory=dict)
+
+    @property
+    def base_dir(self):
+        return os.path.dirname(os.path.abspath(self.path)) if self.path != "<defaults>" else os.getcwd()
+
+
+def parse_system_config(path, injection_scale=1.0, data=None):
+    """Parse a reference-style system JSON (``data`` skips reading ``path``)."""
+    if data is None:
+        data = load_json(path, "system configuration")
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the system configuration must be a JSON object")
+    cfg = SystemConfig(path=str(path), raw=data)
+    if "scheduling-policy" in data:
+        policy = data["scheduling-policy"]
+        if policy not in ("LIFO", "FIFO", "EXPLICIT"):
+            raise ConfigError(f"{path}: 'scheduling-policy' must be LIFO, FIFO or EXPLICIT, got {policy!r}")
+        cfg.scheduling_policy = policy
+    if "collective-optimization" in data:
+        opt = data["collective-optimization"]
+        if opt not in ("baseline", "localBWAware"):
+            raise ConfigError(f"{path}: 'collective-optimization' must be baseline or localBWAware, got {opt!r}")
+        cfg.collective_optimization = opt
+    cfg.active_chunks_per_dimension = _number(path, data, "active-chunks-per-dimension", 1, integer=True, minimum=1)
+    endpoint = _number(path, data, "endpoint-delay", 10, integer=True, minimum=0)
+    # The reference stores int(int(endpoint-delay) * injection-scale).
+    cfg.endpoint_delay_ns = int(endpoint * injection_scale)
+    if cfg.endpoint_delay_ns < 0:
+        raise ConfigError(f"{path}: endpoint-delay x --injection-scale must be >= 0")
+    cfg.preferred_dataset_splits = _number(path, data, "preferred-dataset-splits", 0, integer=True, minimum=0)
+    cfg.local_mem_bw_bytes_per_s = float(_number(path, data, "local-mem-bw", 0, minimum=0)) * 1e9
+    cfg.peak_perf_flops = float(_number(path, data, "peak-perf", 0, minimum=0)) * 1e12
+    cfg.roofline_enabled = _flag(path, data, "roofline-enabled")
+    cfg.replay_only = _flag(path, data, "replay-only")
+    if _flag(path, data, "model-shared-bus"):
+        raise ConfigError(
+            f"{path}: 'model-shared-bus: 1' (the LogGP shared-bus model) is not supported; set it to 0"
+        )
+    for com_type, key in COLLECTIVE_KEYS.items():
+        if key in data:
+            value = data[key]
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value) or not value:
+                raise ConfigError(f"{path}: {key!r} must be a non-empty list of algorithm names, got {value!r}")
+            cfg.implementations[com_type] = list(value)
+        custom_key = key + "-custom"
+        if custom_key in data:
+            value = data[custom_key]
+            if not isinstance(value, list) or len(value) != 1 or not isinstance(value[0], str):
+                raise ConfigError(f"{path}: {custom_key!r} must be a list with exactly one path, got {value!r}")
+            cfg.custom_implementations[com_type] = value[0]
+    if "per-node-custom-implementation" in data:
+        cfg.per_node_custom_implementation = str(data["per-node-custom-implementation"])
+    cfg.ignored_keys = sorted(k for k in data if k not in KNOWN_SYSTEM_KEYS)
+    return cfg
+
+
+def parse_comm_groups(path):
+    """``{"<id>": [npu, ...]}`` -> {int id: [npus]}; None when disabled.
+
+    Like the reference, any path containing ``empty`` disables groups.
+    """
+    if path is None or "empty" in str(path):
+        return None
+    data = load_json(path, "communicator-group configuration")
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: must be a JSON object mapping group ids to lists of NPU ids")
+    groups = {}
+    for key, members in data.items():
+        try:
+            group_id = int(key)
+        except ValueError:
+            raise ConfigError(f"{path}: group id {key!r} is not an integer") from None
+        if group_id <= 0:
+            raise ConfigError(f"{path}: group id {key!r} must be > 0 (0 is the default all-NPU group)")
+        if not isinstance(members, list) or not members or not all(isinstance(m, int) and not isinstance(m, bool) for m in members):
+            raise ConfigError(f"{path}: group {key!r} must be a non-empty list of NPU ids, got {members!r}")
+        if len(set(members)) != len(members):
+            raise ConfigError(f"{path}: group {key!r} lists an NPU twice: {members!r}")
+        groups[group_id] = list(members)
+    return groups
+
+
+def parse_memory_config(path):
+    """The remote-memory JSON as a dict (backends interpret its keys)."""
+    if path is None:
+        return {"memory-type": "NO_MEMORY_EXPANSION"}
+    data = load_json(path, "remote-memory configuration")
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the remote-memory configuration must be a JSON object")
+    return data

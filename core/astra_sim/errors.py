@@ -1,0 +1,34 @@
+"""User-facing errors.
+
+Every error a user can cause is an :class:`AstraError`: the CLI prints its
+message (which names the file, node or key and what was expected) and exits
+non-zero, without a traceback.
+"""
+
+
+class AstraError(Exception):
+    """Base class of every error caused by the user's input or setup."""
+
+    exit_code = 2
+
+
+class ConfigError(AstraError):
+    """A configuration file or flag is missing, malformed or inconsistent."""
+
+
+class WorkloadError(AstraError):
+    """A workload trace cannot be simulated (bad node, bad graph, ...)."""
+
+
+class PluginError(AstraError):
+    """A plugin cannot be loaded, or two plugins register the same name."""
+
+
+class SimulationError(AstraError):
+    """The simulation reached a state that has no valid continuation."""
+
+    exit_code = 3
+
+
+class DeadlockError(SimulationError):
+    """No event is left but some ranks have not finished their workload."""

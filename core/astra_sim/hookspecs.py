@@ -1,0 +1,87 @@
+"""Every hook the kernel calls, grouped by lifecycle phase.
+
+Hooks register backends and mark lifecycle points; they are never called per
+simulation event. After registration the kernel calls backend objects directly.
+The docstrings here are the reference documentation (see docs/plugins/hooks.md).
+"""
+
+import pluggy
+
+from astra_sim import PROJECT_NAME
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+
+
+# ---------------------------------------------------------------- bootstrap
+
+
+@hookspec
+def astra_add_run_options(parser):
+    """Add command-line options to ``astra run``.
+
+    ``parser`` is the :class:`argparse.ArgumentParser` of the ``run`` command.
+    Options a plugin adds reach its backends through ``RunContext.options``
+    (a dict of every parsed option, keyed by ``dest``). Called once per CLI
+    invocation, after plugin selection and before the full parse.
+    """
+
+
+# ---------------------------------------------------------------- registration
+
+
+@hookspec
+def astra_register_workload_formats(registry):
+    """Register workload (trace) formats: ``registry.workload_format(name, factory)``.
+
+    ``factory()`` returns an object with ``matches(prefix) -> bool`` and
+    ``load_rank(prefix, rank) -> list[EtNode]`` (see :mod:`astra_sim.api`).
+    """
+
+
+@hookspec
+def astra_register_collective_algorithms(registry):
+    """Register collective algorithms: ``registry.collective_algorithm(name, factory)``.
+
+    ``name`` is what the system config's ``*-implementation`` lists say
+    (``ring``, ``direct``, ...). See :class:`astra_sim.api.CollectiveAlgorithmSpec`.
+    """
+
+
+@hookspec
+def astra_register_compute_models(registry):
+    """Register compute-time models: ``registry.compute_model(name, factory)``.
+
+    ``factory(context)`` returns an object with
+    ``compute_time_ns(node, rank) -> int`` (see :mod:`astra_sim.api`).
+    """
+
+
+@hookspec
+def astra_register_network_backends(registry):
+    """Register network backends: ``registry.network_backend(name, factory)``.
+
+    ``factory(context)`` returns a :class:`astra_sim.api.NetworkBackend`; it
+    reads its own configuration from ``context.network_config_path``.
+    """
+
+
+@hookspec
+def astra_register_memory_backends(registry):
+    """Register remote-memory backends: ``registry.memory_backend(name, factory)``.
+
+    ``factory(context)`` returns a :class:`astra_sim.api.MemoryBackend`; it
+    reads its configuration from ``context.memory_config``.
+    """
+
+
+# ---------------------------------------------------------------- run lifecycle
+
+
+@hookspec
+def astra_run_start(run):
+    """Called once before the first event, with the fully built :class:`Simulation`."""
+
+
+@hookspec
+def astra_run_finish(run, report):
+    """Called once after the last event with the :class:`astra_sim.report.Report`."""

@@ -1,0 +1,236 @@
+"""Plugin discovery, selection and the backend registry.
+
+Plugins are found through the ``astra_sim.plugins`` entry-point group. A new
+plugin manager is built per run (no global state). Backends are chosen by name
+for each role; two plugins registering the same name for a role is an error.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from dataclasses import dataclass, field
+
+import pluggy
+
+from astra_sim import PROJECT_NAME, hookspecs
+from astra_sim.errors import PluginError
+
+#: Entry-point group every plugin distribution declares.
+GROUP = "astra_sim.plugins"
+
+#: Name of the kernel's own plugin (replay/roofline compute, Chakra format,
+#: native collectives); it is always loaded.
+BUILTIN = "builtin"
+
+ROLES = (
+    "workload_format",
+    "collective_algorithm",
+    "compute_model",
+    "network_backend",
+    "memory_backend",
+)
+
+_REGISTRATION_HOOKS = {
+    "workload_format": "astra_register_workload_formats",
+    "collective_algorithm": "astra_register_collective_algorithms",
+    "compute_model": "astra_register_compute_models",
+    "network_backend": "astra_register_network_backends",
+    "memory_backend": "astra_register_memory_backends",
+}
+
+
+@dataclass
+class Registration:
+    role: str
+    name: str
+    factory: object
+    plugin: str
+    description: str = ""
+
+
+@dataclass
+class Registry:
+    """Backends by role and name, filled by the registration hooks."""
+
+    entries: dict = field(default_factory=lambda: {role: {} for role in ROLES})
+    current_plugin: str = "?"
+
+    def _add(self, role, name, factory, description):
+        if not isinstance(name, str) or not name:
+            raise PluginError(f"plugin {self.current_plugin!r} registered a {role} with an empty name")
+        table = self.entries[role]
+        if name in table:
+            other = table[name].plugin
+            raise PluginError(
+                f"{role.replace('_', ' ')} {name!r} is registered by two plugins: "
+                f"{other!r} and {self.current_plugin!r}; block one with -p no:NAME"
+            )
+        table[name] = Registration(role, name, factory, self.current_plugin, description)
+
+    def workload_format(self, name, factory, description=""):
+        self._add("workload_format", name, factory, description)
+
+    def collective_algorithm(self, name, factory, description=""):
+        self._add("collective_algorithm", name, factory, description)
+
+    def compute_model(self, name, factory, description=""):
+        self._add("compute_model", name, factory, description)
+
+    def network_backend(self, name, factory, description=""):
+        self._add("network_backend", name, factory, description)
+
+    def memory_backend(self, name, factory, description=""):
+        self._add("memory_backend", name, factory, description)
+
+    def get(self, role, name):
+        """The registration for ``name``, or a PluginError listing what exists."""
+        table = self.entries[role]
+        if name not in table:
+            known = ", ".join(sorted(table)) or "none (is the plugin installed and selected?)"
+            raise PluginError(f"no {role.replace('_', ' ')} named {name!r}; available: {known}")
+        return table[name]
+
+    def names(self, role):
+        return sorted(self.entries[role])
+
+
+def _entry_points():
+    return list(importlib.metadata.entry_points(group=GROUP))
+
+
+def available_plugins():
+    """Installed plugin entry points, without importing them: name -> EntryPoint."""
+    found = {}
+    for ep in _entry_points():
+        if ep.name in found:
+            dist_a = _dist_name(found[ep.name])
+            dist_b = _dist_name(ep)
+            raise PluginError(
+                f"plugin name {ep.name!r} is declared by two distributions: {dist_a} and {dist_b}"
+            )
+        found[ep.name] = ep
+    return found
+
+
+def _dist_name(ep):
+    dist = getattr(ep, "dist", None)
+    return dist.name if dist is not None else "?"
+
+
+def _dist_version(ep):
+    dist = getattr(ep, "dist", None)
+    return dist.version if dist is not None else "?"
+
+
+def parse_plugin_args(values):
+    """Split ``-p`` values into (selected names or None for all, blocked names)."""
+    selected, blocked = [], []
+    for value in values or ():
+        for item in str(value).split(","):
+            item = item.strip()
+            if not item:
+                continue
+            if item.startswith("no:"):
+                blocked.append(item[3:])
+            else:
+                selected.append(item)
+    return (selected or None), blocked
+
+
+def make_plugin_manager(select=None, block=(), extra_plugins=()):
+    """Build a plugin manager with the kernel's builtin plugin and the chosen ones.
+
+    ``select``: names to load (None = every installed plugin); ``block``: names
+    never imported; ``extra_plugins``: objects or modules to register directly
+    (used by tests and the Python API).
+    """
+    from astra_sim import builtin
+
+    pm = pluggy.PluginManager(PROJECT_NAME)
+    pm.add_hookspecs(hookspecs)
+    pm.register(builtin, name=BUILTIN)
+    available = available_plugins()
+    block = list(block)
+    for name in block:
+        if name == BUILTIN:
+            raise PluginError("the kernel's builtin plugin cannot be blocked")
+        pm.set_blocked(name)
+    names = list(available) if select is None else list(select)
+    for name in names:
+        if name == BUILTIN or name in block:
+            continue
+        ep = available.get(name)
+        if ep is None:
+            known = ", ".join(sorted(available)) or "none installed"
+            raise PluginError(f"unknown plugin {name!r}; installed plugins: {known}")
+        try:
+            module = ep.load()
+        except Exception as exc:  # a broken plugin must not look like a kernel crash
+            raise PluginError(
+                f"plugin {name!r} (distribution {_dist_name(ep)}, entry point {ep.value}) "
+                f"failed to import: {exc}; use -p no:{name} to skip it"
+            ) from exc
+        pm.register(module, name=name)
+    for impl_plugin in list(extra_plugins):
+        pm.register(impl_plugin)
+    pm.check_pending()
+    return pm
+
+
+def build_registry(pm):
+    """Call every registration hook, one plugin at a time so entries are attributed."""
+    registry = Registry()
+    for role, hook_name in _REGISTRATION_HOOKS.items():
+        caller = getattr(pm.hook, hook_name)
+        # pluggy calls implementations last-registered-first; call them in
+        # registration order instead so the builtin plugin always comes first.
+        for impl in reversed(caller.get_hookimpls()):
+            registry.current_plugin = pm.get_name(impl.plugin) or repr(impl.plugin)
+            impl.function(registry=registry)
+    registry.current_plugin = "?"
+    return registry
+
+
+def describe_plugins(pm=None):
+    """Rows for ``astra plugins``: one per installed (or blocked) plugin and builtin."""
+    rows = []
+    available = available_plugins()
+    if pm is None:
+        pm = make_plugin_manager()
+    registry = build_registry(pm)
+    provided = {}
+    for role in ROLES:
+        for reg in registry.entries[role].values():
+            provided.setdefault(reg.plugin, []).append(f"{role}:{reg.name}")
+    from astra_sim import __version__
+
+    rows.append(
+        {
+            "name": BUILTIN,
+            "distribution": "astra-sim",
+            "version": __version__,
+            "hooks": sorted(h.name for h in pm.get_hookcallers(pm.get_plugin(BUILTIN)) or ()),
+            "provides": sorted(provided.get(BUILTIN, [])),
+            "status": "loaded",
+        }
+    )
+    for name, ep in sorted(available.items()):
+        plugin = pm.get_plugin(name)
+        if pm.is_blocked(name):
+            status = "blocked"
+        elif plugin is None:
+            status = "not selected"
+        else:
+            status = "loaded"
+        hooks = sorted(h.name for h in (pm.get_hookcallers(plugin) or ())) if plugin is not None else []
+        rows.append(
+            {
+                "name": name,
+                "distribution": _dist_name(ep),
+                "version": _dist_version(ep),
+                "hooks": hooks,
+                "provides": sorted(provided.get(name, [])),
+                "status": status,
+            }
+        )
+    return rows

@@ -1,0 +1,70 @@
+"""The result of a run: per-rank times (ns) plus the settings that produced them."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class RankReport:
+    """One rank. ``exposed_comm_ns`` = finish - GPU compute, like the reference."""
+
+    rank: int
+    finish_ns: int
+    compute_ns: int
+    exposed_comm_ns: int
+    cpu_ns: int
+    comm_ns: int
+    nodes: int
+
+
+@dataclass
+class Report:
+    ranks: list
+    settings: dict = field(default_factory=dict)
+    stats: dict = field(default_factory=dict)
+    warnings: list = field(default_factory=list)
+    finish_order: list = field(default_factory=list)
+
+    @property
+    def max_finish_ns(self):
+        return max((r.finish_ns for r in self.ranks), default=0)
+
+    @property
+    def min_finish_ns(self):
+        return min((r.finish_ns for r in self.ranks), default=0)
+
+    @property
+    def max_exposed_comm_ns(self):
+        return max((r.exposed_comm_ns for r in self.ranks), default=0)
+
+    def to_dict(self):
+        return {
+            "ranks": [asdict(r) for r in self.ranks],
+            "summary": {
+                "npus": len(self.ranks),
+                "max_finish_ns": self.max_finish_ns,
+                "min_finish_ns": self.min_finish_ns,
+                "max_exposed_comm_ns": self.max_exposed_comm_ns,
+            },
+            "settings": self.settings,
+            "stats": self.stats,
+            "warnings": list(self.warnings),
+        }
+
+    def write_json(self, path):
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump(self.to_dict(), handle, indent=1)
+            handle.write("\n")
+
+    def astra_sim_log_lines(self):
+        """The reference's per-rank lines, in the order ranks finished."""
+        by_rank = {r.rank: r for r in self.ranks}
+        lines = []
+        for rank in self.finish_order:
+            r = by_rank[rank]
+            lines.append(
+                f"sys[{r.rank}] finished, {r.finish_ns} cycles, exposed communication {r.exposed_comm_ns} cycles."
+            )
+        return lines

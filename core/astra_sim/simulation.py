@@ -1,0 +1,278 @@
+"""Builds a run from its inputs, runs it, and reports (the Python API behind ``astra run``)."""
+
+from __future__ import annotations
+
+import os
+import time
+import tracemalloc
+
+from astra_sim import __version__
+from astra_sim.api import RunContext
+from astra_sim.chakra import ChakraError
+from astra_sim.config import COLLECTIVE_KEYS, parse_comm_groups, parse_memory_config, parse_system_config
+from astra_sim.engine import EventEngine
+from astra_sim.errors import ConfigError, DeadlockError, PluginError, WorkloadError
+from astra_sim.plugins import build_registry, make_plugin_manager
+from astra_sim.report import RankReport, Report
+from astra_sim.system.frontend import SendRecvMatcher
+from astra_sim.system.sys import Sys
+from astra_sim.workload.graph import build_graph
+from astra_sim.workload.workload import RankWorkload
+
+
+class Simulation:
+    """One simulation run. Also the context every rank's system layer shares."""
+
+    def __init__(
+        self,
+        workload,
+        system,
+        network,
+        memory=None,
+        comm_groups=None,
+        *,
+        network_backend="analytical",
+        memory_backend=None,
+        compute_model=None,
+        workload_format=None,
+        num_queues_per_dim=1,
+        injection_scale=1.0,
+        rendezvous=False,
+        plugins=None,
+        block=(),
+        extra_plugins=(),
+        options=None,
+        plugin_manager=None,
+    ):
+        self.warnings = []
+        self.workload_prefix = str(workload)
+        self.system_config_path = str(system)
+        self.network_config_path = str(network)
+        self.memory_config_path = None if memory is None else str(memory)
+        self.comm_group_path = None if comm_groups is None else str(comm_groups)
+        if not isinstance(num_queues_per_dim, int) or num_queues_per_dim < 1:
+            raise ConfigError(f"--num-queues-per-dim must be a positive integer, got {num_queues_per_dim!r}")
+        if injection_scale < 0:
+            raise ConfigError(f"--injection-scale must be >= 0, got {injection_scale!r}")
+        self.rendezvous = bool(rendezvous)
+        self.injection_scale = injection_scale
+        self.pm = plugin_manager or make_plugin_manager(plugins, block, extra_plugins)
+        self.registry = build_registry(self.pm)
+        self.engine = EventEngine()
+        self.system_config = parse_system_config(self.system_config_path, injection_scale)
+        for key in self.system_config.ignored_keys:
+            self.warn(f"{self.system_config_path}: key {key!r} is ignored (the reference ignores it too)")
+        self.comm_groups = parse_comm_groups(self.comm_group_path)
+        self.options = dict(options or {})
+        context = RunContext(
+            engine=self.engine,
+            system_config=self.system_config,
+            network_config_path=self.network_config_path,
+            memory_config_path=self.memory_config_path,
+            options=self.options,
+            warn=self.warn,
+        )
+        self.network_backend_name = network_backend
+        self.network = self.registry.get("network_backend", network_backend).factory(context)
+        self.npus_per_dim = list(self.network.npus_per_dim)
+        total = 1
+        for count in self.npus_per_dim:
+            total *= count
+        self.total_npus = total
+        context.total_npus = total
+        if self.comm_groups:
+            for group_id, npus in self.comm_groups.items():
+                bad = [n for n in npus if not 0 <= n < total]
+                if bad:
+                    raise ConfigError(
+                        f"{self.comm_group_path}: group {group_id} names NPUs {bad} but the network has {total} NPUs"
+                    )
+        context.memory_config = parse_memory_config(self.memory_config_path)
+        if memory_backend is None:
+            memory_backend = "analytical" if "analytical" in self.registry.names("memory_backend") else "none"
+        self.memory_backend_name = memory_backend
+        self.memory = self.registry.get("memory_backend", memory_backend).factory(context)
+        if compute_model is None:
+            compute_model = "roofline" if self.system_config.roofline_enabled else "replay"
+        self.compute_model_name = compute_model
+        self.compute_model = self.registry.get("compute_model", compute_model).factory(context)
+        self.queues_per_dim = [num_queues_per_dim] * len(self.npus_per_dim)
+        self.matcher = SendRecvMatcher(self.engine, self.network)
+        self._impls = {}
+        self.workload_format_name = workload_format or self._detect_format()
+        self.workload_format = self.registry.get("workload_format", self.workload_format_name).factory
+        self.systems = []
+        self.workloads = []
+        self.finish_order = []
+        self.node_counts = {}
+
+    # ------------------------------------------------------------ shared context
+    def warn(self, message):
+        if message not in self.warnings:
+            self.warnings.append(message)
+
+    def _detect_format(self):
+        for name in self.registry.names("workload_format"):
+            if self.registry.get("workload_format", name).factory.matches(self.workload_prefix):
+                return name
+        raise WorkloadError(
+            f"workload {self.workload_prefix!r}: no trace found (for Chakra, expected files "
+            f"{self.workload_prefix}.0.et ... {self.workload_prefix}.<N-1>.et)"
+        )
+
+    def algorithm_spec(self, name):
+        """The registered algorithm for an implementation name, and its window (-1 = none)."""
+        entries = self.registry.entries["collective_algorithm"]
+        if name in entries:
+            return entries[name].factory, -1
+        for base, reg in entries.items():
+            suffix = name[len(base):]
+            if reg.factory.takes_window and name.startswith(base) and suffix.isdigit():
+                return reg.factory, int(suffix)
+        known = ", ".join(sorted(entries))
+        raise ConfigError(f"{self.system_config_path}: unknown collective algorithm {name!r}; known: {known}")
+
+    def native_impls(self, com_type):
+        impls = self._impls.get(com_type)
+        if impls is not None:
+            return impls
+        cfg = self.system_config
+        key = COLLECTIVE_KEYS[com_type]
+        if com_type in cfg.custom_implementations or cfg.per_node_custom_implementation:
+            raise ConfigError(
+                f"{cfg.path}: custom collective implementations ('{key}-custom', "
+                "'per-node-custom-implementation') are not supported by the kernel; install a "
+                "collectives plugin that provides them"
+            )
+        names = cfg.implementations.get(com_type)
+        if not names:
+            raise ConfigError(f"{cfg.path}: the workload has a {com_type.replace('_', '-')} but {key!r} is not set")
+        if len(names) > len(self.npus_per_dim):
+            raise ConfigError(
+                f"{cfg.path}: {key!r} lists {len(names)} algorithms but the network has "
+                f"{len(self.npus_per_dim)} dimension(s); give at most one per dimension"
+            )
+        impls = []
+        for name in names:
+            spec, window = self.algorithm_spec(name)
+            impls.append((spec, window))
+        self._impls[com_type] = impls
+        return impls
+
+    def record_node(self, rank, node, start_ns, end_ns):
+        self.node_counts[node.type] = self.node_counts.get(node.type, 0) + 1
+
+    def rank_finished(self, workload):
+        self.finish_order.append(workload.rank)
+
+    # ------------------------------------------------------------ run
+    def build(self):
+        load = self.workload_format.load_rank
+        for rank in range(self.total_npus):
+            path, nodes = load(self.workload_prefix, rank)
+            graph = build_graph(path, nodes)
+            sys = Sys(self, rank)
+            self.systems.append(sys)
+            self.workloads.append(RankWorkload(self, rank, path, graph, sys))
+
+    def run(self, measure_memory=False):
+        started = time.perf_counter()
+        if measure_memory:
+            tracemalloc.start()
+        try:
+            if not self.workloads:
+                self.build()
+            built = time.perf_counter()
+            self.pm.hook.astra_run_start(run=self)
+            for workload in self.workloads:
+                workload.start()
+            self.engine.run()
+        except ChakraError as exc:
+            raise WorkloadError(str(exc)) from None
+        finally:
+            peak = tracemalloc.get_traced_memory()[1] if measure_memory else None
+            if measure_memory:
+                tracemalloc.stop()
+        finished = time.perf_counter()
+        self._check_all_finished()
+        report = self._report(built - started, finished - built, peak)
+        self.pm.hook.astra_run_finish(run=self, report=report)
+        return report
+
+    def _check_all_finished(self):
+        stuck = [w for w in self.workloads if w.finish_ns is None]
+        if not stuck:
+            return
+        lines = [
+            f"deadlock: no event is left at {self.engine.now} ns but {len(stuck)} of "
+            f"{len(self.workloads)} ranks have not finished:"
+        ]
+        for workload in stuck[:8]:
+            lines.append(f"  rank {workload.rank} ({workload.path}): {workload.stuck_description()}")
+        if len(stuck) > 8:
+            lines.append(f"  ... and {len(stuck) - 8} more ranks")
+        unmatched = self.matcher.unmatched()
+        if unmatched:
+            lines.append(f"  {len(unmatched)} unmatched message(s), e.g.:")
+            for tag, src, dst, size, what in unmatched[:5]:
+                lines.append(f"    {src} -> {dst}, {size} bytes, tag {tag}: {what}")
+        raise DeadlockError("\n".join(lines))
+
+    def _report(self, build_s, run_s, peak_bytes):
+        ranks = []
+        for w in self.workloads:
+            ranks.append(
+                RankReport(
+                    rank=w.rank,
+                    finish_ns=w.finish_ns,
+                    compute_ns=w.compute_ns,
+                    exposed_comm_ns=w.finish_ns - w.compute_ns,
+                    cpu_ns=w.cpu_ns,
+                    comm_ns=w.comm_ns,
+                    nodes=len(w.nodes),
+                )
+            )
+        settings = {
+            "astra_sim_version": __version__,
+            "workload": self.workload_prefix,
+            "workload_format": self.workload_format_name,
+            "system_configuration": self.system_config_path,
+            "network_configuration": self.network_config_path,
+            "remote_memory_configuration": self.memory_config_path,
+            "comm_group_configuration": self.comm_group_path,
+            "network_backend": self.network_backend_name,
+            "memory_backend": self.memory_backend_name,
+            "compute_model": self.compute_model_name,
+            "num_queues_per_dim": self.queues_per_dim[0],
+            "injection_scale": self.injection_scale,
+            "rendezvous_protocol": self.rendezvous,
+            "npus_per_dim": self.npus_per_dim,
+            "network": getattr(self.network, "describe", lambda: {})(),
+            "plugins": sorted(name for name, _ in self.pm.list_name_plugin()),
+        }
+        stats = {
+            "events": self.engine.events_run,
+            "messages": self.matcher.messages,
+            "message_bytes": self.matcher.bytes,
+            "build_s": round(build_s, 6),
+            "run_s": round(run_s, 6),
+            "events_per_s": round(self.engine.events_run / run_s) if run_s > 0 else None,
+        }
+        if peak_bytes is not None:
+            stats["peak_python_memory_bytes"] = peak_bytes
+        return Report(ranks, settings, stats, list(self.warnings), list(self.finish_order))
+
+
+def simulate(workload, system, network, memory=None, comm_groups=None, **kwargs):
+    """Run one simulation and return its :class:`~astra_sim.report.Report`.
+
+    ``workload`` is the trace prefix (rank r reads ``<prefix>.<r>.et``),
+    ``system``/``network``/``memory``/``comm_groups`` are config file paths as
+    for the reference simulator; keyword arguments are those of
+    :class:`Simulation` (``network_backend``, ``num_queues_per_dim``, ...).
+    """
+    measure = kwargs.pop("measure_memory", False)
+    return Simulation(workload, system, network, memory, comm_groups, **kwargs).run(measure_memory=measure)
+
+
+__all__ = ["Simulation", "simulate", "PluginError", "os"]

@@ -1,0 +1,1 @@
+"""The system layer: collective decomposition, chunking, scheduling and algorithms."""

@@ -1,0 +1,441 @@
+"""One rank's system layer (the reference's ``Sys``).
+
+It turns a collective into chunks (streams) and each chunk into phases, one
+per logical dimension; keeps per-dimension queues where at most
+``ceil(active-chunks-per-dimension / queues)`` streams run at once; models
+the endpoint (memory-bus) delay and the reduction cost of every packet bundle;
+and batches its own events per tick exactly like the reference, which
+schedules a single engine event per distinct tick and rank.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+from astra_sim.errors import ConfigError, SimulationError
+from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER
+from astra_sim.system.frontend import (
+    COLLECTIVE_TAG_BASE,
+    NATIVE_TAG_BASE,
+    RENDEZVOUS_BYTES,
+    RENDEZVOUS_TAG_BASE,
+)
+from astra_sim.system.topology import ANTICLOCKWISE, CLOCKWISE, DIM_LOCAL, GeneralComplexTopology, RingTopology
+
+#: Delay of a memory-bus hop on a communicator-group ("local") ring, in ns.
+LOCAL_RING_DELAY_NS = 10
+
+
+class DataSet:
+    """All chunks of one collective; tells the workload when the last one ends."""
+
+    __slots__ = ("total_streams", "finished_streams", "notifier", "creation_ns", "active")
+
+    def __init__(self, total_streams, creation_ns):
+        self.total_streams = total_streams
+        self.finished_streams = 0
+        self.notifier = None
+        self.creation_ns = creation_ns
+        self.active = True
+
+    def stream_finished(self, now_ns):
+        self.finished_streams += 1
+        if self.finished_streams == self.total_streams and self.notifier is not None:
+            notifier, self.notifier = self.notifier, None
+            notifier(now_ns - self.creation_ns)
+
+
+class Stream:
+    """One chunk of a collective moving through its phases."""
+
+    __slots__ = (
+        "sys", "stream_id", "tag", "priority", "phases", "dataset", "current_queue_id",
+        "initialized", "algorithm",
+    )
+
+    def __init__(self, sys, stream_id, phases, priority, dataset):
+        self.sys = sys
+        self.stream_id = stream_id
+        self.tag = stream_id % (RENDEZVOUS_TAG_BASE - COLLECTIVE_TAG_BASE) + COLLECTIVE_TAG_BASE
+        self.priority = priority
+        self.phases = phases
+        self.dataset = dataset
+        self.current_queue_id = -1
+        self.initialized = False
+        self.algorithm = None
+        for _queue, algorithm in phases:
+            algorithm.bind(self)
+
+    def init(self):
+        self.initialized = True
+        self.algorithm.run_init()
+
+    def general(self, _arg=None):
+        self.algorithm.run_general()
+
+    def consume(self, _arg=None):
+        self.algorithm.run_received()
+
+
+class QueueLevel:
+    """The queues of one dimension and the reference's three allocators."""
+
+    __slots__ = ("queues", "allocator", "first_allocator", "last_allocator")
+
+    def __init__(self, start, count):
+        self.queues = list(range(start, start + count))
+        self.allocator = 0
+        self.first_allocator = 0
+        self.last_allocator = count // 2
+
+    def next_queue(self):
+        queues = self.queues
+        n = len(queues)
+        direction = ANTICLOCKWISE if (n > 1 and self.allocator >= n // 2) else CLOCKWISE
+        queue = queues[self.allocator]
+        self.allocator += 1
+        if self.allocator >= n:
+            self.allocator = 0
+        return queue, direction
+
+    def next_queue_first(self):
+        queue = self.queues[self.first_allocator]
+        self.first_allocator += 1
+        if self.first_allocator >= len(self.queues) // 2:
+            self.first_allocator = 0
+        return queue, CLOCKWISE
+
+    def next_queue_last(self):
+        queue = self.queues[self.last_allocator]
+        self.last_allocator += 1
+        if self.last_allocator >= len(self.queues):
+            self.last_allocator = len(self.queues) // 2
+        return queue, ANTICLOCKWISE
+
+
+class CommunicatorGroup:
+    """A sub-communicator as one rank sees it (plans are cached per collective)."""
+
+    __slots__ = ("group_id", "npus", "position", "num_streams", "plans")
+
+    def __init__(self, group_id, npus, rank):
+        self.group_id = group_id
+        self.npus = list(npus)
+        ordered = sorted(npus)
+        self.position = ordered.index(rank) if rank in ordered else -1
+        self.num_streams = group_id * 1_000_000
+        self.plans = {}
+
+
+class Sys:
+    """The system layer of one rank."""
+
+    def __init__(self, shared, rank):
+        self.shared = shared
+        self.rank = rank
+        self.engine = shared.engine
+        self.endpoint_delay_ns = shared.system_config.endpoint_delay_ns
+        self.local_mem_bw = shared.system_config.local_mem_bw_bytes_per_s
+        self._pending = {}
+        self.num_streams = 0
+        self.priority_counter = 0
+        self._topologies = {}
+        queues_per_dim = shared.queues_per_dim
+        self.levels = []
+        start = 0
+        for count in queues_per_dim:
+            self.levels.append(QueueLevel(start, count))
+            start += count
+        self.active_streams = [[] for _ in range(start)]
+        self.running_streams = [0] * start
+        self.queue_threshold = math.ceil(shared.system_config.active_chunks_per_dimension / queues_per_dim[0])
+        self.collective_ns = 0
+
+    # ------------------------------------------------------------ events
+    def register_event(self, fn, arg, delay_ns):
+        """Run ``fn(arg)`` after ``delay_ns``, batched per tick like the reference."""
+        engine = self.engine
+        tick = engine.now + delay_ns
+        batch = self._pending.get(tick)
+        if batch is None:
+            self._pending[tick] = [fn, arg]
+            engine.schedule(delay_ns, self._call_events, tick)
+        else:
+            batch.append(fn)
+            batch.append(arg)
+
+    def _call_events(self, tick):
+        batch = self._pending[tick]
+        i = 0
+        while i < len(batch):
+            batch[i](batch[i + 1])
+            i += 2
+        del self._pending[tick]
+
+    # ------------------------------------------------------------ packets
+    def reduction_delay_ns(self, size):
+        """Write + two reads of ``size`` bytes at local-mem-bw, truncated separately."""
+        bw = self.local_mem_bw
+        if bw <= 0:
+            raise ConfigError(
+                f"{self.shared.system_config.path}: 'local-mem-bw' must be > 0 (GB/s): "
+                "collectives that reduce data need it"
+            )
+        return 3 * int(size / bw * 1e9)
+
+    def packet_bundle(self, stream, size, processed, fast):
+        """Endpoint delay, then (if ``processed``) the reduction, then a General event."""
+        delay = LOCAL_RING_DELAY_NS if fast else self.endpoint_delay_ns
+        if processed:
+            self.register_event(self._bundle_reduce, (stream, size), delay)
+        else:
+            self.register_event(stream.general, None, delay)
+
+    def _bundle_reduce(self, arg):
+        stream, size = arg
+        self.register_event(stream.general, None, self.reduction_delay_ns(size))
+
+    # ------------------------------------------------------------ messages
+    def collective_send(self, dst, size, stream):
+        self.front_end_send(dst, size, stream.tag, _noop, None)
+
+    def collective_recv(self, src, size, stream):
+        self.front_end_recv(src, size, stream.tag, stream.consume, None)
+
+    def native_send(self, dst, size, tag, fn, arg):
+        tag = tag % (COLLECTIVE_TAG_BASE - NATIVE_TAG_BASE) + NATIVE_TAG_BASE
+        self.front_end_send(dst, size, tag, fn, arg)
+
+    def native_recv(self, src, size, tag, fn, arg):
+        tag = tag % (COLLECTIVE_TAG_BASE - NATIVE_TAG_BASE) + NATIVE_TAG_BASE
+        self.front_end_recv(src, size, tag, fn, arg)
+
+    def front_end_send(self, dst, size, tag, fn, arg):
+        matcher = self.shared.matcher
+        if self.shared.rendezvous:
+            # Wait for the receiver's 8 KiB handshake, then send for real.
+            def handshake_done(_arg, rank=self.rank):
+                matcher.send(rank, dst, size, tag, fn, arg)
+
+            matcher.recv(dst, self.rank, RENDEZVOUS_BYTES, tag + RENDEZVOUS_TAG_BASE, handshake_done, None)
+        else:
+            matcher.send(self.rank, dst, size, tag, fn, arg)
+
+    def front_end_recv(self, src, size, tag, fn, arg):
+        matcher = self.shared.matcher
+        if self.shared.rendezvous:
+            # Send the 8 KiB handshake; post the real receive once it has arrived.
+            def handshake_done(_arg, rank=self.rank):
+                matcher.recv(src, rank, size, tag, fn, arg)
+
+            matcher.send(self.rank, src, RENDEZVOUS_BYTES, tag + RENDEZVOUS_TAG_BASE, handshake_done, None)
+        else:
+            matcher.recv(src, self.rank, size, tag, fn, arg)
+
+    # ------------------------------------------------------------ collectives
+    def logical_topology(self, com_type):
+        topo = self._topologies.get(com_type)
+        if topo is None:
+            impls = self.shared.native_impls(com_type)
+            kinds = [spec.topology for spec, _window in impls]
+            topo = GeneralComplexTopology(self.rank, self.shared.npus_per_dim, kinds)
+            self._topologies[com_type] = topo
+        return topo
+
+    def _group_plan(self, group, com_type):
+        plan = group.plans.get(com_type)
+        if plan is not None:
+            return plan
+        impls = self.shared.native_impls(com_type)
+        if len(group.npus) == self.shared.total_npus:
+            plan = (self.logical_topology(com_type), impls, None)
+        else:
+            if self.rank not in group.npus:
+                raise SimulationError(
+                    f"rank {self.rank} issues a collective on communicator group {group.group_id} "
+                    f"but is not one of its NPUs {group.npus}"
+                )
+            if len(impls) > 1:
+                impls = [(self.shared.algorithm_spec("ring"), -1)]
+            if impls[0][0].topology == "tree":
+                raise ConfigError(
+                    f"{self.shared.system_config.path}: doubleBinaryTree cannot run on communicator "
+                    f"group {group.group_id} (a subset of the NPUs); use ring or direct"
+                )
+            plan = (RingTopology(self.rank, group.npus, DIM_LOCAL), impls, [True])
+        group.plans[com_type] = plan
+        return plan
+
+    def get_priority(self, explicit_priority):
+        policy = self.shared.system_config.scheduling_policy
+        if policy == "LIFO":
+            self.priority_counter += 1
+            return self.priority_counter - 1
+        if policy == "FIFO":
+            self.priority_counter -= 1
+            return self.priority_counter + 1
+        return explicit_priority
+
+    def generate_collective(self, com_type, size, involved_dims, group, explicit_priority, notifier):
+        """Create the streams of one collective; ``notifier(elapsed_ns)`` runs when it ends."""
+        if group is None:
+            topology = self.logical_topology(com_type)
+            impls = self.shared.native_impls(com_type)
+        else:
+            topology, impls, group_dims = self._group_plan(group, com_type)
+            # A group spanning every NPU ignores the node's involved_dim.
+            involved_dims = group_dims
+        splits = self.shared.system_config.preferred_dataset_splits
+        if splits <= 0:
+            raise ConfigError(
+                f"{self.shared.system_config.path}: 'preferred-dataset-splits' must be set to a "
+                "positive number of chunks per collective"
+            )
+        chunk_size = size // splits
+        if com_type != ALL_GATHER and self.shared.total_npus > chunk_size:
+            chunk_size = self.shared.total_npus
+            size = splits * chunk_size
+        if chunk_size == 0:
+            raise SimulationError(
+                f"an all-gather of {size} bytes cannot be split into {splits} chunks "
+                "('preferred-dataset-splits'); each chunk would be empty"
+            )
+        dataset = DataSet(math.ceil(size / chunk_size), self.engine.now)
+        dataset.notifier = notifier
+        priority = self.get_priority(explicit_priority)
+        ndims = topology.num_dimensions()
+
+        def active(dim):
+            if topology.nodes_in_dimension(dim) == 1:
+                return False
+            if involved_dims is None or dim >= len(involved_dims):
+                return True
+            return bool(involved_dims[dim])
+
+        count = 0
+        levels = self.levels
+        local_bw_aware = self.shared.system_config.collective_optimization == "localBWAware"
+        while size > 0:
+            count += 1
+            dim_mapper = list(range(ndims))
+            if com_type == ALL_GATHER:
+                dim_mapper.reverse()
+            size = 0 if chunk_size > size else size - chunk_size
+            remain = chunk_size
+            phases = deque()
+            if com_type != ALL_REDUCE or not local_bw_aware:
+                for dim in range(ndims):
+                    d = dim_mapper[dim]
+                    if not active(d):
+                        continue
+                    queue, direction = levels[d].next_queue()
+                    algorithm = self._make_algorithm(com_type, topology.basic_topology(d, com_type), remain, direction, impls[d])
+                    phases.append((queue, algorithm))
+                    remain = algorithm.final_data_size
+            else:
+                last_active_dim = 0
+                for dim in range(ndims):
+                    if active(dim_mapper[dim]):
+                        last_active_dim = dim
+                for dim in range(last_active_dim):
+                    d = dim_mapper[dim]
+                    if not active(d):
+                        continue
+                    queue, direction = levels[d].next_queue_first()
+                    algorithm = self._make_algorithm(REDUCE_SCATTER, topology.basic_topology(d, REDUCE_SCATTER), remain, direction, impls[d])
+                    phases.append((queue, algorithm))
+                    remain = algorithm.final_data_size
+                dim = last_active_dim
+                while dim > 0 and not active(dim_mapper[dim]):
+                    dim -= 1
+                d = dim_mapper[dim]
+                if active(d):
+                    queue, direction = levels[d].next_queue_first()
+                    algorithm = self._make_algorithm(ALL_REDUCE, topology.basic_topology(d, ALL_REDUCE), remain, direction, impls[d])
+                    phases.append((queue, algorithm))
+                    remain = algorithm.final_data_size
+                dim -= 1
+                while dim >= 0:
+                    d = dim_mapper[dim]
+                    if active(d):
+                        queue, direction = levels[d].next_queue_last()
+                        algorithm = self._make_algorithm(ALL_GATHER, topology.basic_topology(d, ALL_GATHER), remain, direction, impls[d])
+                        phases.append((queue, algorithm))
+                        remain = algorithm.final_data_size
+                    dim -= 1
+            if not phases:
+                dataset.active = False
+                break
+            if group is None:
+                stream_id = self.num_streams
+                self.num_streams += 1
+            else:
+                stream_id = group.num_streams
+                group.num_streams += 1
+            stream = Stream(self, stream_id, phases, priority, dataset)
+            self.proceed_to_next_phase(stream)
+        if dataset.active:
+            dataset.total_streams = count
+        else:
+            # Nothing to communicate (every dimension has one NPU or is not
+            # involved): the reference hangs here; we finish at once.
+            dataset.notifier = None
+            self.register_event(lambda _arg: notifier(0), None, 0)
+        return dataset
+
+    def _make_algorithm(self, com_type, topo, size, direction, impl):
+        spec, window = impl
+        return spec.factory(com_type, self.rank, topo, size, direction, window)
+
+    # ------------------------------------------------------------ scheduling
+    def _insert_stream(self, queue, stream):
+        i = 0
+        n = len(queue)
+        priority = stream.priority
+        while i < n:
+            other = queue[i]
+            if other.initialized or other.priority >= priority:
+                i += 1
+                continue
+            break
+        queue.insert(i, stream)
+
+    def _start_waiting(self, vnet):
+        queue = self.active_streams[vnet]
+        running = self.running_streams[vnet]
+        threshold = self.queue_threshold
+        while running < len(queue) and running < threshold:
+            queue[running].init()
+            running += 1
+            self.running_streams[vnet] = running
+
+    def proceed_to_next_phase(self, stream):
+        """A phase ended (or the stream is new): move the stream to its next queue."""
+        previous = stream.current_queue_id
+        if not stream.phases:
+            stream.dataset.stream_finished(self.engine.now)
+        if previous >= 0:
+            self.active_streams[previous].remove(stream)
+        if not stream.phases:
+            if previous >= 0:
+                self.running_streams[previous] -= 1
+                self._start_waiting(previous)
+            return
+        queue_id, algorithm = stream.phases.popleft()
+        queue_id = abs(queue_id)
+        stream.current_queue_id = queue_id
+        stream.algorithm = algorithm
+        stream.initialized = False
+        self._insert_stream(self.active_streams[queue_id], stream)
+        if previous >= 0:
+            self.running_streams[previous] -= 1
+            self._start_waiting(previous)
+        self._start_waiting(queue_id)
+
+
+def _noop(_arg):
+    return None
+
+
+__all__ = ["Sys", "DataSet", "Stream", "CommunicatorGroup", "ALL_REDUCE", "ALL_GATHER", "REDUCE_SCATTER", "ALL_TO_ALL"]

@@ -1,0 +1,192 @@
+"""Logical topologies the native collective algorithms walk.
+
+NPU ids map to coordinates with dimension 0 varying fastest. A dimension's
+ring is the NPUs that differ only in that coordinate; its index in the ring is
+that coordinate. ``one*`` algorithms use one ring over every NPU; sub-group
+communicators use a "local" ring over the group's members.
+"""
+
+from __future__ import annotations
+
+CLOCKWISE = 0
+ANTICLOCKWISE = 1
+
+#: Ring dimension kinds: native dims vs. communicator-group ("local") rings.
+DIM_NATIVE = 0
+DIM_LOCAL = 1
+
+
+class RingTopology:
+    """A ring of NPUs: either ``base + k*offset`` (native) or an explicit member list."""
+
+    __slots__ = ("nodes_in_ring", "index_in_ring", "dimension", "_members", "_index_of")
+
+    def __init__(self, rank, members, dimension=DIM_NATIVE):
+        self.nodes_in_ring = len(members)
+        self.dimension = dimension
+        self._members = members
+        self._index_of = {npu: i for i, npu in enumerate(members)}
+        if rank not in self._index_of:
+            raise ValueError(f"rank {rank} is not a member of ring {list(members)}")
+        self.index_in_ring = self._index_of[rank]
+
+    @classmethod
+    def homogeneous(cls, rank, nodes_in_ring, offset):
+        """The ring of ``rank`` along one dimension (stride ``offset``)."""
+        index = (rank % (offset * nodes_in_ring)) // offset
+        base = rank - index * offset
+        return cls(rank, [base + k * offset for k in range(nodes_in_ring)])
+
+    def get_receiver(self, node, direction):
+        i = self._index_of[node]
+        n = self.nodes_in_ring
+        i = i + 1 if direction == CLOCKWISE else i - 1
+        return self._members[i % n]
+
+    def get_sender(self, node, direction):
+        i = self._index_of[node]
+        n = self.nodes_in_ring
+        i = i - 1 if direction == CLOCKWISE else i + 1
+        return self._members[i % n]
+
+    def num_nodes(self):
+        return self.nodes_in_ring
+
+    def num_dimensions(self):
+        return 1
+
+    def nodes_in_dimension(self, dim):
+        return self.nodes_in_ring
+
+    def basic_topology(self, dim, com_type):
+        return self
+
+
+class BinaryTree:
+    """An in-order-numbered binary tree with a root that has a single subtree.
+
+    ``root_max``: the subtree hangs left so the root takes the largest id;
+    otherwise it hangs right and the root takes the smallest id.
+    """
+
+    __slots__ = ("total_nodes", "parent", "left", "right")
+
+    def __init__(self, total_nodes, start, stride, root_max):
+        self.total_nodes = total_nodes
+        depth = 1
+        tmp = total_nodes
+        while tmp > 1:
+            depth += 1
+            tmp //= 2
+        # Nodes are (parent, left, right) index triples in creation order.
+        parent, left, right = [-1], [-1], [-1]
+
+        def build(depth_left, parent_index):
+            me = len(parent)
+            parent.append(parent_index)
+            left.append(-1)
+            right.append(-1)
+            if depth_left > 1:
+                left[me] = build(depth_left - 1, me)
+                right[me] = build(depth_left - 1, me)
+            return me
+
+        sub = build(depth - 1, 0)
+        if root_max:
+            left[0] = sub
+        else:
+            right[0] = sub
+        # In-order numbering gives every tree node an NPU id.
+        ids = [0] * len(parent)
+        counter = [start]
+
+        def number(node):
+            if left[node] >= 0:
+                number(left[node])
+            ids[node] = counter[0]
+            counter[0] += stride
+            if right[node] >= 0:
+                number(right[node])
+
+        number(0)
+        self.parent, self.left, self.right = {}, {}, {}
+        for node in range(len(parent)):
+            npu = ids[node]
+            self.parent[npu] = ids[parent[node]] if parent[node] >= 0 else -1
+            self.left[npu] = ids[left[node]] if left[node] >= 0 else -1
+            self.right[npu] = ids[right[node]] if right[node] >= 0 else -1
+
+    def node_type(self, npu):
+        if self.parent[npu] < 0:
+            return "root"
+        if self.left[npu] < 0 and self.right[npu] < 0:
+            return "leaf"
+        return "intermediate"
+
+    def num_nodes(self):
+        return self.total_nodes
+
+
+class DoubleBinaryTreeTopology:
+    """Two binary trees (root-max, root-min) handed out alternately per phase."""
+
+    __slots__ = ("trees", "counter", "total_nodes")
+
+    def __init__(self, total_nodes, start, stride):
+        self.total_nodes = total_nodes
+        self.trees = (
+            BinaryTree(total_nodes, start, stride, root_max=True),
+            BinaryTree(total_nodes, start, stride, root_max=False),
+        )
+        self.counter = 0
+
+    def next_tree(self):
+        tree = self.trees[self.counter % 2]
+        self.counter += 1
+        return tree
+
+    def num_nodes(self):
+        return self.total_nodes
+
+
+class GeneralComplexTopology:
+    """One logical dimension per entry of a collective's implementation list."""
+
+    __slots__ = ("dims",)
+
+    def __init__(self, rank, npus_per_dim, impl_kinds):
+        """``impl_kinds``: per logical dim, one of 'ring', 'one', 'tree'."""
+        self.dims = []
+        offset = 1
+        last_dim = len(impl_kinds) - 1
+        for dim, kind in enumerate(impl_kinds):
+            size = npus_per_dim[dim]
+            if kind == "ring":
+                self.dims.append(RingTopology.homogeneous(rank, size, offset))
+            elif kind == "one":
+                total = 1
+                for d in npus_per_dim:
+                    total *= d
+                self.dims.append(RingTopology.homogeneous(rank, total, 1))
+                return
+            elif kind == "tree":
+                if dim == last_dim:
+                    start = rank % offset
+                else:
+                    start = (rank - rank % (offset * size)) + rank % offset
+                self.dims.append(DoubleBinaryTreeTopology(size, start, offset))
+            else:  # pragma: no cover - guarded by the implementation parser
+                raise ValueError(f"unknown topology kind {kind!r}")
+            offset *= size
+
+    def num_dimensions(self):
+        return len(self.dims)
+
+    def nodes_in_dimension(self, dim):
+        return self.dims[dim].num_nodes()
+
+    def basic_topology(self, dim, com_type):
+        topo = self.dims[dim]
+        if isinstance(topo, DoubleBinaryTreeTopology):
+            return topo.next_tree()
+        return topo

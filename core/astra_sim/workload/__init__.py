@@ -1,0 +1,1 @@
+"""The workload layer: one Chakra dependency graph per rank, issued node by node."""

@@ -1,0 +1,289 @@
+"""One rank's workload: issues Chakra nodes as their dependencies finish.
+
+Reference semantics: the dependency-free nodes are examined in ascending id
+order after every completion; per rank there is one CPU slot, one GPU-compute
+slot and one GPU-communication slot (receives occupy none), so two collectives
+never overlap on one rank, while compute and communication can.
+"""
+
+from __future__ import annotations
+
+import json
+
+from astra_sim.chakra import ChakraError, types as T
+from astra_sim.errors import AstraError, WorkloadError
+from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER
+from astra_sim.system.sys import CommunicatorGroup
+
+_COLLECTIVES = {
+    T.ALL_REDUCE: ALL_REDUCE,
+    T.ALL_GATHER: ALL_GATHER,
+    T.REDUCE_SCATTER: REDUCE_SCATTER,
+    T.ALL_TO_ALL: ALL_TO_ALL,
+}
+_CPU, _COMP, _COMM, _NONE = range(4)
+
+
+class RankWorkload:
+    """The trace of one rank and the state of its execution."""
+
+    def __init__(self, run, rank, path, graph, sys):
+        self.run = run
+        self.rank = rank
+        self.path = path
+        self.sys = sys
+        self.nodes, self.children, self.parents_left, roots = graph
+        self.dep_free = set(roots)
+        self.ongoing = set()
+        self.slot_busy = [0, 0, 0, 0]
+        self.compute_ns = 0  # GPU compute time (replay or model)
+        self.cpu_ns = 0
+        self.comm_ns = 0  # sum of collective durations
+        self.finish_ns = None
+        self.node_start_ns = {}
+        self.comm_groups = {}
+        groups = run.comm_groups
+        if groups:
+            for group_id, npus in groups.items():
+                self.comm_groups[group_id] = CommunicatorGroup(group_id, npus, rank)
+        self.issued = 0
+
+    # ------------------------------------------------------------ helpers
+    def _slot(self, node):
+        if node.attrs.get("is_cpu_op"):
+            return _CPU
+        if node.type == T.COMP_NODE:
+            return _COMP
+        if node.type == T.COMM_RECV_NODE:
+            return _NONE
+        return _COMM
+
+    def _error(self, node, message):
+        return WorkloadError(f"{self.path}: node {node.id} ({node.name!r}): {message}")
+
+    def _int_attr(self, node, key, default=None):
+        value = node.attrs.get(key)
+        if value is None:
+            if default is None:
+                raise self._error(node, f"attribute {key!r} is required for a {T.node_type_name(node.type)}")
+            return default
+        if isinstance(value, bool):
+            return int(value)
+        if not isinstance(value, int):
+            raise self._error(node, f"attribute {key!r} must be an integer, got {value!r}")
+        return value
+
+    # ------------------------------------------------------------ issue loop
+    def start(self):
+        self._issue_ready()
+        self._check_finished()
+
+    def _issue_ready(self):
+        self._issue_dep_free_nodes()
+        # The reference stops here even when a node that finished at issue time
+        # (INVALID, METADATA, zero-size roofline) freed new nodes while nothing
+        # else is running; that is a silent hang. Keep issuing instead.
+        while not self.ongoing and self.dep_free:
+            self._issue_dep_free_nodes()
+
+    def _issue_dep_free_nodes(self):
+        busy = self.slot_busy
+        nodes = self.nodes
+        for node_id in sorted(self.dep_free):
+            node = nodes[node_id]
+            slot = self._slot(node)
+            if slot == _NONE or busy[slot] == 0:
+                self._issue(node, slot)
+
+    def _issue(self, node, slot):
+        self.dep_free.discard(node.id)
+        self.ongoing.add(node.id)
+        if slot != _NONE:
+            self.slot_busy[slot] += 1
+        self.node_start_ns[node.id] = self.run.engine.now
+        self.issued += 1
+        try:
+            self._dispatch(node, slot)
+        except ChakraError as exc:
+            raise WorkloadError(str(exc)) from None
+
+    def _dispatch(self, node, slot):
+        run = self.run
+        node_type = node.type
+        if run.system_config.replay_only:
+            return self._replay(node, slot)
+        if node_type in (T.MEM_LOAD_NODE, T.MEM_STORE_NODE):
+            return self._remote_memory(node)
+        if node_type == T.COMP_NODE:
+            if slot == _CPU:
+                return self._replay(node, slot)
+            duration = run.compute_model.compute_time_ns(node, self.rank)
+            if duration is None:  # the model says the node takes no time at all
+                return self._finish_now(node)
+            self.compute_ns += duration
+            self.sys.register_event(self._node_done, node.id, duration)
+            return None
+        if node_type in (T.COMM_COLL_NODE, T.COMM_SEND_NODE, T.COMM_RECV_NODE):
+            if slot == _CPU:
+                raise self._error(node, "communication nodes cannot be CPU ops (is_cpu_op is set)")
+            if node_type == T.COMM_COLL_NODE:
+                return self._collective(node)
+            if node_type == T.COMM_SEND_NODE:
+                return self._send(node)
+            return self._recv(node)
+        if node_type == T.INVALID_NODE:
+            return self._finish_now(node)
+        if node_type == T.METADATA_NODE:
+            self._metadata(node)
+            return self._finish_now(node)
+        raise self._error(node, f"unknown node type {node_type}")
+
+    def _replay(self, node, slot):
+        duration = node.duration_micros * 1000 if node.duration_micros else 1
+        if slot == _CPU:
+            self.cpu_ns += duration
+        else:
+            self.compute_ns += duration
+        self.sys.register_event(self._node_done, node.id, duration)
+
+    def _remote_memory(self, node):
+        size = self._int_attr(node, "tensor_size")
+        try:
+            self.run.memory.issue(self.rank, node.type == T.MEM_STORE_NODE, size, self._node_done, node.id)
+        except AstraError as exc:
+            raise self._error(node, str(exc)) from None
+
+    def _collective(self, node):
+        attrs = node.attrs
+        if "involved_dim" in attrs:
+            involved = attrs["involved_dim"]
+            if not isinstance(involved, list):
+                raise self._error(node, f"attribute 'involved_dim' must be a bool list, got {involved!r}")
+        else:
+            involved = [True, True, True, True]
+        group = self._comm_group(node)
+        comm_type = self._int_attr(node, "comm_type")
+        size = self._int_attr(node, "comm_size")
+        priority = self._int_attr(node, "comm_priority", 0)
+        if comm_type in _COLLECTIVES:
+            if size <= 0:
+                raise self._error(node, f"comm_size must be > 0 bytes for a collective, got {size}")
+            def done(elapsed_ns, node_id=node.id):
+                self.comm_ns += elapsed_ns
+                self._node_done(node_id)
+
+            self.sys.generate_collective(_COLLECTIVES[comm_type], size, involved, group, priority, done)
+        elif comm_type == T.BROADCAST:
+            # Not simulated by the reference either: replay the recorded time.
+            duration = node.duration_micros * 1000 if node.duration_micros else 1
+
+            def done_broadcast(_arg, node_id=node.id, duration=duration):
+                self.comm_ns += duration
+                self._node_done(node_id)
+
+            self.sys.register_event(done_broadcast, None, duration)
+        else:
+            name = T.comm_type_name(comm_type)
+            raise self._error(
+                node,
+                f"collective type {name} is not supported (supported: ALL_REDUCE, ALL_GATHER, "
+                "REDUCE_SCATTER, ALL_TO_ALL, BROADCAST)",
+            )
+
+    def _comm_group(self, node):
+        pg_name = node.attrs.get("pg_name", "")
+        if pg_name in ("", "0", None):
+            return None
+        try:
+            group_id = int(pg_name)
+        except (TypeError, ValueError):
+            raise self._error(node, f"pg_name {pg_name!r} is not an integer communicator-group id") from None
+        group = self.comm_groups.get(group_id)
+        if group is None:
+            known = ", ".join(str(g) for g in sorted(self.comm_groups)) or "none (no --comm-group-configuration)"
+            raise self._error(node, f"communicator group {group_id} is not defined; defined groups: {known}")
+        return group
+
+    def _send(self, node):
+        src = self._int_attr(node, "comm_src", self.rank)
+        if src != self.rank:
+            raise self._error(node, f"a send must be issued by its sender: comm_src is {src}, this is rank {self.rank}")
+        dst = self._int_attr(node, "comm_dst")
+        self._check_peer(node, "comm_dst", dst)
+        size = self._int_attr(node, "comm_size")
+        tag = self._int_attr(node, "comm_tag")
+        self.sys.native_send(dst, size, tag, self._node_done, node.id)
+
+    def _recv(self, node):
+        src = self._int_attr(node, "comm_src")
+        self._check_peer(node, "comm_src", src)
+        dst = self._int_attr(node, "comm_dst", self.rank)
+        if dst != self.rank:
+            raise self._error(node, f"a receive must be issued by its receiver: comm_dst is {dst}, this is rank {self.rank}")
+        size = self._int_attr(node, "comm_size")
+        tag = self._int_attr(node, "comm_tag")
+        self.sys.native_recv(src, size, tag, self._node_done, node.id)
+
+    def _check_peer(self, node, key, peer):
+        if not 0 <= peer < self.run.total_npus:
+            raise self._error(node, f"{key} is {peer}, but the network has NPUs 0..{self.run.total_npus - 1}")
+
+    def _metadata(self, node):
+        """PyTorch process groups: ``inputs.values`` holds ``[[{"pg_name", "ranks"}, ...]]``-ish JSON."""
+        info = node.inputs_values
+        if not info:
+            return
+        try:
+            items = json.loads(info[2:-2])
+            for item in items:
+                pg = int(item["pg_name"])
+                ranks = list(item["ranks"]) or list(range(self.run.total_npus))
+                self.comm_groups[pg] = CommunicatorGroup(pg + 1, ranks, self.rank)
+        except (ValueError, KeyError, TypeError) as exc:
+            self.run.warn(f"{self.path}: node {node.id} ({node.name!r}): process-group metadata not understood ({exc}); ignored")
+
+    # ------------------------------------------------------------ completion
+    def _finish_now(self, node):
+        """A node that takes no time; like the reference it frees its children
+        without re-examining the ready set."""
+        self._release(node)
+        self._finish_node(node.id)
+
+    def _release(self, node):
+        slot = self._slot(node)
+        if slot != _NONE:
+            self.slot_busy[slot] -= 1
+
+    def _finish_node(self, node_id):
+        self.ongoing.discard(node_id)
+        self.run.record_node(self.rank, self.nodes[node_id], self.node_start_ns.pop(node_id), self.run.engine.now)
+        parents_left = self.parents_left
+        for child in self.children[node_id]:
+            parents_left[child] -= 1
+            if parents_left[child] == 0:
+                self.dep_free.add(child)
+
+    def _node_done(self, node_id):
+        if self.finish_ns is not None:
+            return
+        self._release(self.nodes[node_id])
+        self._finish_node(node_id)
+        self._issue_ready()
+        self._check_finished()
+
+    def _check_finished(self):
+        if self.finish_ns is None and not self.dep_free and not self.ongoing and not any(self.slot_busy):
+            self.finish_ns = self.run.engine.now
+            self.run.rank_finished(self)
+
+    def stuck_description(self):
+        """What keeps this rank from finishing (for deadlock reports)."""
+        parts = []
+        for node_id in sorted(self.ongoing)[:5]:
+            node = self.nodes[node_id]
+            parts.append(f"running node {node_id} ({node.name!r}, {T.node_type_name(node.type)})")
+        waiting = sorted(self.dep_free)[:5]
+        for node_id in waiting:
+            node = self.nodes[node_id]
+            parts.append(f"ready node {node_id} ({node.name!r}) waiting for a busy slot")
+        return "; ".join(parts) or "nothing running"

@@ -1,0 +1,133 @@
+"""The congestion-unaware model: a closed-form delay per message, no state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import yaml
+
+from astra_sim.errors import ConfigError
+
+TOPOLOGIES = ("Ring", "FullyConnected", "Switch")
+_RING, _FULLY_CONNECTED, _SWITCH = range(3)
+
+
+@dataclass(frozen=True)
+class NetworkConfig:
+    """A multi-dimensional network; one entry per dimension, dimension 0 first."""
+
+    path: str
+    topology: tuple
+    npus_count: tuple
+    bandwidth_gbps: tuple
+    latency_ns: tuple
+
+    @property
+    def total_npus(self):
+        total = 1
+        for n in self.npus_count:
+            total *= n
+        return total
+
+
+def parse_network_config(path):
+    """Read the reference's network YAML, with errors naming the file and key."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = yaml.safe_load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"network configuration file {path!r} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"network configuration file {path!r} is a directory") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping with keys topology, npus_count, bandwidth, latency")
+    lists = {}
+    for key in ("topology", "npus_count", "bandwidth", "latency"):
+        if key not in data:
+            raise ConfigError(f"{path}: key {key!r} is missing (expected a list with one entry per dimension)")
+        value = data[key]
+        if not isinstance(value, list) or not value:
+            raise ConfigError(f"{path}: key {key!r} must be a non-empty list, got {value!r}")
+        lists[key] = value
+    dims = len(lists["topology"])
+    for key, value in lists.items():
+        if len(value) != dims:
+            raise ConfigError(
+                f"{path}: key {key!r} has {len(value)} entries but 'topology' has {dims}; give one per dimension"
+            )
+    for i, name in enumerate(lists["topology"]):
+        if name not in TOPOLOGIES:
+            raise ConfigError(
+                f"{path}: topology[{i}] is {name!r}; the analytical backend knows {', '.join(TOPOLOGIES)}"
+            )
+    for i, count in enumerate(lists["npus_count"]):
+        if isinstance(count, bool) or not isinstance(count, int) or count < 2:
+            raise ConfigError(f"{path}: npus_count[{i}] must be an integer > 1, got {count!r}")
+    for key, minimum_ok in (("bandwidth", lambda v: v > 0), ("latency", lambda v: v >= 0)):
+        for i, value in enumerate(lists[key]):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not minimum_ok(value):
+                rule = "> 0 (GB/s)" if key == "bandwidth" else ">= 0 (ns)"
+                raise ConfigError(f"{path}: {key}[{i}] must be a number {rule}, got {value!r}")
+    return NetworkConfig(
+        path=str(path),
+        topology=tuple(lists["topology"]),
+        npus_count=tuple(lists["npus_count"]),
+        bandwidth_gbps=tuple(float(v) for v in lists["bandwidth"]),
+        latency_ns=tuple(float(v) for v in lists["latency"]),
+    )
+
+
+class AnalyticalNetwork:
+    """Delay = hops x latency + bytes / bandwidth in the first differing dimension."""
+
+    def __init__(self, config, engine):
+        self.config = config
+        self.engine = engine
+        self.npus_per_dim = list(config.npus_count)
+        self._dims = []
+        stride = 1
+        for name, count, bw, lat in zip(config.topology, config.npus_count, config.bandwidth_gbps, config.latency_ns):
+            kind = TOPOLOGIES.index(name)
+            bytes_per_ns = bw * (1 << 30) / 1_000_000_000
+            self._dims.append((stride, count, kind, lat, bytes_per_ns))
+            stride *= count
+        self._cache = {}
+
+    @classmethod
+    def from_context(cls, context):
+        return cls(parse_network_config(context.network_config_path), context.engine)
+
+    def delay_ns(self, src, dst, size):
+        """Closed-form delivery time of ``size`` bytes from ``src`` to ``dst``."""
+        for stride, count, kind, latency, bytes_per_ns in self._dims:
+            a = (src // stride) % count
+            b = (dst // stride) % count
+            if a != b:
+                if kind == _RING:
+                    diff = abs(a - b)
+                    hops = min(diff, count - diff)
+                elif kind == _FULLY_CONNECTED:
+                    hops = 1
+                else:
+                    hops = 2
+                return int(hops * latency + size / bytes_per_ns)
+        raise ConfigError(f"NPU {src} sends a message to itself; the analytical network needs two distinct NPUs")
+
+    def send(self, src, dst, size, fn, arg):
+        key = (src, dst, size)
+        delay = self._cache.get(key)
+        if delay is None:
+            delay = self._cache[key] = self.delay_ns(src, dst, size)
+        self.engine.schedule(delay, fn, arg)
+
+    def describe(self):
+        c = self.config
+        return {
+            "backend": "analytical",
+            "topology": list(c.topology),
+            "npus_count": list(c.npus_count),
+            "bandwidth_gbps": list(c.bandwidth_gbps),
+            "latency_ns": list(c.latency_ns),
+        }
