@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 import tracemalloc
 
@@ -11,7 +10,7 @@ from astra_sim.api import RunContext
 from astra_sim.chakra import ChakraError
 from astra_sim.config import COLLECTIVE_KEYS, parse_comm_groups, parse_memory_config, parse_system_config
 from astra_sim.engine import EventEngine
-from astra_sim.errors import ConfigError, DeadlockError, PluginError, WorkloadError
+from astra_sim.errors import ConfigError, DeadlockError, WorkloadError
 from astra_sim.plugins import build_registry, make_plugin_manager
 from astra_sim.report import RankReport, Report
 from astra_sim.system.frontend import SendRecvMatcher
@@ -275,4 +274,4 @@ def simulate(workload, system, network, memory=None, comm_groups=None, **kwargs)
     return Simulation(workload, system, network, memory, comm_groups, **kwargs).run(measure_memory=measure)
 
 
-__all__ = ["Simulation", "simulate", "PluginError", "os"]
+__all__ = ["Simulation", "simulate"]

@@ -1,0 +1,306 @@
+"""In-memory objects of a Chakra ET file: :class:`EtNode`, :class:`EtFile`, and the typed attribute getters."""
+
+from __future__ import annotations
+
+from .errors import ChakraError, where
+from .types import node_type_name
+
+__all__ = [
+    "MISSING", "EtNode", "EtFile",
+    "get_int", "get_bool", "get_bool_list", "get_float", "get_str", "get_str_list", "attr_kind",
+]
+
+
+class _Missing:
+    __slots__ = ()
+
+    def __repr__(self):
+        return "MISSING"
+
+    def __bool__(self):
+        return False
+
+
+#: Sentinel default of the typed getters: "no default, raise if the attribute is absent".
+MISSING = _Missing()
+
+
+class EtNode:
+    """One Chakra ``Node``: a light object with ``__slots__`` (created by the million).
+
+    Fields (all plain Python values; mutate them freely, :func:`write_et` notices changes):
+
+    * ``id`` (int), ``name`` (str), ``type`` (int, a NodeType value from :mod:`astra_sim.chakra.types`);
+    * ``ctrl_deps``, ``data_deps`` (lists of int, in file order; ids are not checked against the file);
+    * ``duration_micros`` (int);
+    * ``inputs_values`` (str): ``inputs.values`` of the IOInfo (the METADATA node's process groups), ``''`` if
+      absent;
+    * ``attrs`` (dict name -> value, in file order): int for every integer oneof member (int32/int64/uint*/
+      sint*/fixed*/sfixed*), bool for ``bool_val``, float for ``float_val``/``double_val``, str for
+      ``string_val``, bytes for ``bytes_val``, a list for every ``*_list`` member; None for an attribute whose
+      oneof is unset. When a name occurs more than once the **first** one is kept (what ASTRA-sim's FeederV3
+      does); the others survive a round trip only while the node is unchanged.
+    * ``path``: the file it was read from (None when built in memory), used in error messages.
+
+    Private: ``_kinds`` (tuple of ``(name, oneof member)`` pairs parallel to ``attrs``, interned) and ``_raw``
+    (the node's original serialized bytes, used to write it back byte for byte; None when not kept).
+    """
+
+    __slots__ = (
+        "id", "name", "type", "ctrl_deps", "data_deps", "duration_micros", "inputs_values", "attrs", "path",
+        "_kinds", "_raw",
+    )
+
+    def __init__(self, id, name="", type=0, ctrl_deps=None, data_deps=None, duration_micros=0,
+                 inputs_values="", attrs=None, path=None, _kinds=None, _raw=None):
+        self.id = id
+        self.name = name
+        self.type = type
+        self.ctrl_deps = [] if ctrl_deps is None else ctrl_deps
+        self.data_deps = [] if data_deps is None else data_deps
+        self.duration_micros = duration_micros
+        self.inputs_values = inputs_values
+        self.attrs = {} if attrs is None else attrs
+        self.path = path
+        self._kinds = _kinds
+        self._raw = _raw
+
+    # -- presentation -------------------------------------------------------------------------------------
+    @property
+    def type_name(self) -> str:
+        return node_type_name(self.type)
+
+    @property
+    def where(self) -> str:
+        """``"<file>: node <id> ('<name>')"``, the prefix of error messages about this node."""
+        return where(self.path, self.id, self.name)
+
+    def __repr__(self):
+        parts = [f"id={self.id}", f"name={self.name!r}", f"type={self.type_name}"]
+        if self.data_deps:
+            parts.append(f"data_deps={self.data_deps!r}")
+        if self.ctrl_deps:
+            parts.append(f"ctrl_deps={self.ctrl_deps!r}")
+        if self.duration_micros:
+            parts.append(f"duration_micros={self.duration_micros}")
+        if self.inputs_values:
+            parts.append(f"inputs_values={self.inputs_values!r}")
+        if self.attrs:
+            parts.append(f"attrs={self.attrs!r}")
+        return f"EtNode({', '.join(parts)})"
+
+    def _key(self):
+        return (self.id, self.name, self.type, list(self.ctrl_deps), list(self.data_deps),
+                self.duration_micros, self.inputs_values, list(self.attrs.items()))
+
+    def __eq__(self, other):
+        if not isinstance(other, EtNode):
+            return NotImplemented
+        return self._key() == other._key()
+
+    __hash__ = None
+
+    # -- attributes -----------------------------------------------------------------------------------------
+    def attr_kind(self, key):
+        """The AttributeProto oneof member (e.g. ``'int64_val'``) of attribute ``key``, or None if unknown."""
+        return attr_kind(self, key)
+
+    def set_attr(self, key, value, kind=None):
+        """Set attribute ``key``. ``kind`` (an AttributeProto oneof member such as ``'int32_val'``) chooses
+        the wire type; by default an existing attribute keeps its kind when the value still fits, and a new
+        one gets the conventional kind (see :func:`astra_sim.chakra.make_node`)."""
+        from .attrs import choose_kind
+
+        old = dict(self._kinds) if self._kinds else {}
+        if kind is None:
+            kind = choose_kind(key, value, old.get(key), self.where)
+        else:
+            choose_kind(key, value, kind, self.where, strict=True)
+        self.attrs[key] = value
+        old[key] = kind
+        self._kinds = tuple((k, old.get(k)) for k in self.attrs)
+
+    def get_int(self, key, default=MISSING):
+        return get_int(self, key, default)
+
+    def get_bool(self, key, default=MISSING):
+        return get_bool(self, key, default)
+
+    def get_bool_list(self, key, default=MISSING):
+        return get_bool_list(self, key, default)
+
+    def get_float(self, key, default=MISSING):
+        return get_float(self, key, default)
+
+    def get_str(self, key, default=MISSING):
+        return get_str(self, key, default)
+
+    def get_str_list(self, key, default=MISSING):
+        return get_str_list(self, key, default)
+
+    def to_proto(self):
+        """This node as an ``et_def_pb2.Node`` message (including fields EtNode does not model, such as
+        ``start_time_micros`` or ``outputs``, when the node was read with its raw bytes)."""
+        from .writer import node_to_proto
+
+        return node_to_proto(self)
+
+
+class EtFile:
+    """A whole ``.et`` file as read by :func:`read_et`.
+
+    * ``path`` (str): the file name given to :func:`read_et`;
+    * ``metadata``: the ``GlobalMetadata`` protobuf message (``.version`` str, ``.attr`` repeated
+      AttributeProto), or **None for an empty file** (0 bytes: no GlobalMetadata at all);
+    * ``nodes``: list of :class:`EtNode` in file order (duplicates, dangling and cyclic deps are kept as
+      they are: graph checks belong to the workload layer);
+    * ``gzipped`` (bool): the file was gzip-compressed on disk.
+    """
+
+    __slots__ = ("path", "metadata", "nodes", "gzipped")
+
+    def __init__(self, path, metadata, nodes, gzipped=False):
+        self.path = path
+        self.metadata = metadata
+        self.nodes = nodes
+        self.gzipped = gzipped
+
+    @property
+    def version(self) -> str:
+        """``metadata.version`` ('' when unset or when the file is empty)."""
+        return self.metadata.version if self.metadata is not None else ""
+
+    @property
+    def metadata_attrs(self) -> dict:
+        """The GlobalMetadata attributes as a dict name -> Python value (same rules as ``EtNode.attrs``)."""
+        from .attrs import attrs_from_proto
+
+        if self.metadata is None:
+            return {}
+        return attrs_from_proto(self.metadata.attr)[0]
+
+    def __len__(self):
+        return len(self.nodes)
+
+    def __iter__(self):
+        return iter(self.nodes)
+
+    def __repr__(self):
+        return (f"EtFile(path={self.path!r}, version={self.version!r}, nodes={len(self.nodes)}"
+                f"{', gzipped' if self.gzipped else ''})")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Typed getters (semantics of ASTRA-sim FeederV3's get_attr<T>(name[, default]))
+# ---------------------------------------------------------------------------------------------------------
+
+def attr_kind(node, key):
+    """The oneof member name of ``node``'s attribute ``key`` (None if absent or unknown)."""
+    kinds = node._kinds
+    if kinds:
+        for name, kind in kinds:
+            if name == key:
+                return kind
+    return None
+
+
+def _describe(node, key, value):
+    kind = attr_kind(node, key)
+    if value is None:
+        return "has no value (its oneof is unset)"
+    if kind is not None:
+        return f"is {kind} {value!r}"
+    return f"is {type(value).__name__} {value!r}"
+
+
+def _lookup(node, key, default, expected):
+    value = node.attrs.get(key, MISSING)
+    if value is MISSING:
+        if default is MISSING:
+            raise ChakraError(f"{node.where}: attribute {key!r} missing (expected {expected})",
+                              path=node.path, node_id=node.id, node_name=node.name)
+        return MISSING
+    return value
+
+
+def _bad(node, key, value, expected):
+    return ChakraError(f"{node.where}: attribute {key!r} {_describe(node, key, value)}, expected {expected}",
+                       path=node.path, node_id=node.id, node_name=node.name)
+
+
+def get_int(node, key, default=MISSING):
+    """Integer attribute ``key``: accepts every integer oneof member and ``bool_val`` (as 0/1), like FeederV3.
+
+    Returns ``default`` when the attribute is absent; raises :class:`ChakraError` (naming file, node and key)
+    when it is absent and no default is given, or when it holds a float, string, bytes or list.
+    """
+    expected = "an integer"
+    value = _lookup(node, key, default, expected)
+    if value is MISSING:
+        return default
+    if value.__class__ is int:
+        return value
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return int(value)
+    raise _bad(node, key, value, expected)
+
+
+def get_bool(node, key, default=MISSING):
+    """Boolean attribute ``key``: ``bool_val``, or any integer member (non-zero is True)."""
+    expected = "a bool (or an integer)"
+    value = _lookup(node, key, default, expected)
+    if value is MISSING:
+        return default
+    if isinstance(value, int):  # bool is an int
+        return bool(value)
+    raise _bad(node, key, value, expected)
+
+
+def get_bool_list(node, key, default=MISSING):
+    """``bool_list`` attribute ``key`` (e.g. ``involved_dim``) as a list of bool. Any other kind is an error,
+    as in ASTRA-sim."""
+    expected = "a bool_list"
+    value = _lookup(node, key, default, expected)
+    if value is MISSING:
+        return default
+    kind = attr_kind(node, key)
+    if isinstance(value, list) and (kind == "bool_list" or (kind is None and all(isinstance(v, bool) for v in value))):
+        return list(value)
+    raise _bad(node, key, value, expected)
+
+
+def get_float(node, key, default=MISSING):
+    """Numeric attribute ``key`` as float: ``double_val``/``float_val`` or any integer member."""
+    expected = "a number"
+    value = _lookup(node, key, default, expected)
+    if value is MISSING:
+        return default
+    if isinstance(value, (int, float)):
+        return float(value)
+    raise _bad(node, key, value, expected)
+
+
+def get_str(node, key, default=MISSING):
+    """``string_val`` attribute ``key`` (e.g. ``pg_name``); any other kind is an error, as in FeederV3."""
+    expected = "a string (string_val)"
+    value = _lookup(node, key, default, expected)
+    if value is MISSING:
+        return default
+    if isinstance(value, str):
+        return value
+    raise _bad(node, key, value, expected)
+
+
+def get_str_list(node, key, default=MISSING):
+    """``string_list`` attribute ``key`` as a list of str."""
+    expected = "a string_list"
+    value = _lookup(node, key, default, expected)
+    if value is MISSING:
+        return default
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        kind = attr_kind(node, key)
+        if kind in (None, "string_list"):
+            return list(value)
+    raise _bad(node, key, value, expected)

@@ -1,0 +1,190 @@
+"""Reading Chakra ET files (schema v0.0.4 wire format).
+
+An ``.et`` file is a plain stream of ``varint(length) + message`` frames: first a ``GlobalMetadata``, then one
+``Node`` per frame, up to end of file. There is no magic number, header or trailer.
+"""
+
+from __future__ import annotations
+
+import gc
+import gzip
+import os
+import zlib
+
+from google.protobuf.message import DecodeError
+
+from . import et_def_pb2 as pb
+from .attrs import attrs_from_proto
+from .errors import ChakraError
+from .node import EtFile, EtNode
+from .types import ATTR_LIST_KINDS
+
+__all__ = ["read_et", "parse_et", "parse_node", "GZIP_MAGIC"]
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+_LIST_KINDS = frozenset(ATTR_LIST_KINDS)
+_MAX_VARINT_BYTES = 10
+
+
+def read_et(path, *, keep_raw: bool = True) -> EtFile:
+    """Read the Chakra ET file ``path`` and return an :class:`EtFile` (``.path``, ``.metadata``, ``.nodes``).
+
+    * Framing: varint length-prefixed messages; the first is the GlobalMetadata, every later one a Node.
+    * **gzip-compressed files are read transparently**: a file starting with the gzip magic ``1f 8b`` is
+      decompressed first (as Chakra's Python tools and its v1 C++ feeder do; ASTRA-sim's FeederV3 cannot read
+      them). ``EtFile.gzipped`` tells which it was; byte offsets in errors then refer to the decompressed stream.
+    * An empty (0-byte) file gives ``metadata=None`` and no nodes; a file with only the GlobalMetadata gives no
+      nodes. Rejecting these (as ASTRA-sim does) is up to the caller.
+    * A 0-byte frame inside the file is an all-default Node (id 0, type INVALID_NODE), as the C++ feeders read
+      it (Chakra's Python tools stop reading there instead).
+    * Nodes are returned in file order, as they are: duplicate ids, deps on absent ids and cycles are not
+      checked here.
+    * Truncated files, bad length prefixes and frames that are not valid protobuf raise :class:`ChakraError`
+      naming the file and the byte offset, never a raw protobuf error.
+
+    ``keep_raw`` (default True) keeps each node's serialized bytes so that :func:`write_et` reproduces the file
+    byte for byte, including fields EtNode does not model (start_time_micros, outputs, IOInfo shapes/types,
+    attribute doc strings, repeated attribute names, unknown fields). With ``keep_raw=False`` memory use is about
+    halved and nodes are re-encoded from their fields when written.
+    """
+    name = os.fspath(path)
+    try:
+        with open(name, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise ChakraError(f"{name}: cannot read Chakra ET file: {exc.strerror or exc}", path=name) from None
+    return parse_et(data, name, keep_raw=keep_raw)
+
+
+def _gunzip(data: bytes, path) -> bytes:
+    try:
+        return gzip.decompress(data)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise ChakraError(f"{path}: gzip-compressed Chakra ET file is corrupt or truncated: {exc}",
+                          path=path) from None
+
+
+def _frames(data: bytes, path):
+    """Yield (offset_of_length_prefix, start, end) for every frame of ``data``."""
+    size = len(data)
+    pos = 0
+    index = 0
+    while pos < size:
+        start_of_prefix = pos
+        b = data[pos]
+        pos += 1
+        if b < 0x80:
+            length = b
+        else:
+            length = b & 0x7F
+            shift = 7
+            while True:
+                if pos >= size:
+                    what = "GlobalMetadata" if index == 0 else f"message #{index}"
+                    raise ChakraError(
+                        f"{path}: truncated file: the length prefix of {what} at byte offset {start_of_prefix} "
+                        f"is cut off by the end of the file ({size} bytes)", path=path, offset=start_of_prefix)
+                b = data[pos]
+                pos += 1
+                length |= (b & 0x7F) << shift
+                shift += 7
+                if b < 0x80:
+                    break
+                if pos - start_of_prefix >= _MAX_VARINT_BYTES:
+                    raise ChakraError(
+                        f"{path}: byte offset {start_of_prefix}: invalid length prefix (varint longer than "
+                        f"{_MAX_VARINT_BYTES} bytes); not a Chakra ET file, or corrupt", path=path,
+                        offset=start_of_prefix)
+        end = pos + length
+        if end > size:
+            what = "GlobalMetadata" if index == 0 else f"message #{index}"
+            hint = " (or not a Chakra ET file)" if index == 0 else ""
+            raise ChakraError(
+                f"{path}: truncated file{hint}: {what} at byte offset {start_of_prefix} declares {length} bytes but "
+                f"only {size - pos} remain (file is {size} bytes)", path=path, offset=start_of_prefix)
+        yield start_of_prefix, pos, end
+        pos = end
+        index += 1
+
+
+def parse_et(data: bytes, path="<bytes>", *, keep_raw: bool = True) -> EtFile:
+    """Parse the bytes of a Chakra ET file (see :func:`read_et`); ``path`` is only used in messages."""
+    if not isinstance(data, bytes):
+        data = bytes(data)
+    gzipped = False
+    if data[:2] == GZIP_MAGIC:
+        data = _gunzip(data, path)
+        gzipped = True
+
+    # Millions of small containers are created below; the cyclic GC would re-scan them over and over (making
+    # reading quadratic-ish). None of them can form cycles, so pause it while parsing.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _parse_frames(data, path, keep_raw, gzipped)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _parse_frames(data, path, keep_raw, gzipped):
+    frames = _frames(data, path)
+    nodes = []
+    first = next(frames, None)
+    if first is None:
+        return EtFile(path, None, nodes, gzipped)
+    off, s, e = first
+    metadata = pb.GlobalMetadata()
+    try:
+        metadata.ParseFromString(data[s:e])
+    except DecodeError as exc:
+        raise ChakraError(f"{path}: byte offset {off}: the first message is not a valid GlobalMetadata ({exc}); "
+                          f"not a Chakra ET file, or corrupt", path=path, offset=off) from None
+
+    from_string = pb.Node.FromString
+    list_kinds = _LIST_KINDS
+    kind_cache = {}
+    new_node = EtNode
+    append = nodes.append
+    index = 0
+    for off, s, e in frames:
+        index += 1
+        raw = data[s:e]
+        try:
+            m = from_string(raw)
+        except DecodeError as exc:
+            raise ChakraError(f"{path}: byte offset {off}: message #{index} is not a valid Node ({exc}); "
+                              f"the file is corrupt", path=path, offset=off) from None
+        attrs = {}
+        kinds = []
+        for a in m.attr:
+            aname = a.name
+            if aname in attrs:  # repeated name: the first one wins (FeederV3)
+                continue
+            kind = a.WhichOneof("value")
+            if kind is None:
+                value = None
+            else:
+                value = getattr(a, kind)
+                if kind in list_kinds:
+                    value = list(value.values)
+            attrs[aname] = value
+            kinds.append((aname, kind))
+        kinds = tuple(kinds)
+        kinds = kind_cache.setdefault(kinds, kinds)
+        append(new_node(m.id, m.name, m.type, list(m.ctrl_deps), list(m.data_deps), m.duration_micros,
+                        m.inputs.values, attrs, path, kinds, raw if keep_raw else None))
+    return EtFile(path, metadata, nodes, gzipped)
+
+
+def parse_node(raw: bytes, path=None, *, keep_raw: bool = True) -> EtNode:
+    """One serialized Node (without its length prefix) -> :class:`EtNode`."""
+    try:
+        m = pb.Node.FromString(raw)
+    except DecodeError as exc:
+        raise ChakraError(f"{path if path is not None else '<memory>'}: not a valid Node ({exc})",
+                          path=path) from None
+    attrs, kinds = attrs_from_proto(m.attr)
+    return EtNode(m.id, m.name, m.type, list(m.ctrl_deps), list(m.data_deps), m.duration_micros,
+                  m.inputs.values, attrs, path, kinds, raw if keep_raw else None)

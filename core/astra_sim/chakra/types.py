@@ -1,0 +1,113 @@
+"""Chakra ET enum values as plain ints (schema v0.0.4), with names for messages.
+
+``NodeType`` is the ``Node.type`` field; ``CollectiveCommType`` is never a field type, it travels as the integer
+value of the ``comm_type`` attribute.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "INVALID_NODE", "METADATA_NODE", "MEM_LOAD_NODE", "MEM_STORE_NODE", "COMP_NODE",
+    "COMM_SEND_NODE", "COMM_RECV_NODE", "COMM_COLL_NODE",
+    "ALL_REDUCE", "REDUCE", "ALL_GATHER", "GATHER", "SCATTER", "BROADCAST", "ALL_TO_ALL",
+    "REDUCE_SCATTER", "REDUCE_SCATTER_BLOCK", "BARRIER",
+    "NODE_TYPE_NAMES", "NODE_TYPE_VALUES", "COMM_TYPE_NAMES", "COMM_TYPE_VALUES",
+    "node_type_name", "comm_type_name",
+    "ATTR_SCALAR_KINDS", "ATTR_LIST_KINDS", "ATTR_KINDS", "INT_KINDS", "CONVENTIONAL_ATTR_KINDS",
+    "DEFAULT_VERSION",
+]
+
+# --- NodeType -------------------------------------------------------------------------------------------
+INVALID_NODE = 0
+METADATA_NODE = 1
+MEM_LOAD_NODE = 2
+MEM_STORE_NODE = 3
+COMP_NODE = 4
+COMM_SEND_NODE = 5
+COMM_RECV_NODE = 6
+COMM_COLL_NODE = 7
+
+NODE_TYPE_NAMES = {
+    INVALID_NODE: "INVALID_NODE",
+    METADATA_NODE: "METADATA_NODE",
+    MEM_LOAD_NODE: "MEM_LOAD_NODE",
+    MEM_STORE_NODE: "MEM_STORE_NODE",
+    COMP_NODE: "COMP_NODE",
+    COMM_SEND_NODE: "COMM_SEND_NODE",
+    COMM_RECV_NODE: "COMM_RECV_NODE",
+    COMM_COLL_NODE: "COMM_COLL_NODE",
+}
+NODE_TYPE_VALUES = {name: value for value, name in NODE_TYPE_NAMES.items()}
+
+# --- CollectiveCommType (value of the `comm_type` attribute) ---------------------------------------------
+ALL_REDUCE = 0
+REDUCE = 1
+ALL_GATHER = 2
+GATHER = 3
+SCATTER = 4
+BROADCAST = 5
+ALL_TO_ALL = 6
+REDUCE_SCATTER = 7
+REDUCE_SCATTER_BLOCK = 8
+BARRIER = 9
+
+COMM_TYPE_NAMES = {
+    ALL_REDUCE: "ALL_REDUCE",
+    REDUCE: "REDUCE",
+    ALL_GATHER: "ALL_GATHER",
+    GATHER: "GATHER",
+    SCATTER: "SCATTER",
+    BROADCAST: "BROADCAST",
+    ALL_TO_ALL: "ALL_TO_ALL",
+    REDUCE_SCATTER: "REDUCE_SCATTER",
+    REDUCE_SCATTER_BLOCK: "REDUCE_SCATTER_BLOCK",
+    BARRIER: "BARRIER",
+}
+COMM_TYPE_VALUES = {name: value for value, name in COMM_TYPE_NAMES.items()}
+
+
+def node_type_name(value: int) -> str:
+    """``4 -> 'COMP_NODE'``; unknown values give ``'UNKNOWN_NODE_TYPE(<n>)'``."""
+    name = NODE_TYPE_NAMES.get(value)
+    return name if name is not None else f"UNKNOWN_NODE_TYPE({value})"
+
+
+def comm_type_name(value: int) -> str:
+    """``0 -> 'ALL_REDUCE'``; unknown values give ``'UNKNOWN_COMM_TYPE(<n>)'``."""
+    name = COMM_TYPE_NAMES.get(value)
+    return name if name is not None else f"UNKNOWN_COMM_TYPE({value})"
+
+
+# --- AttributeProto oneof members ---------------------------------------------------------------------------
+ATTR_SCALAR_KINDS = (
+    "double_val", "float_val", "int32_val", "int64_val", "uint32_val", "uint64_val", "sint32_val",
+    "sint64_val", "fixed32_val", "fixed64_val", "sfixed32_val", "sfixed64_val", "bool_val", "string_val",
+    "bytes_val",
+)
+ATTR_LIST_KINDS = tuple(k[:-4] + "_list" for k in ATTR_SCALAR_KINDS)
+# in field-number order (double_val=3, double_list=4, ...)
+ATTR_KINDS = tuple(k for pair in zip(ATTR_SCALAR_KINDS, ATTR_LIST_KINDS) for k in pair)
+INT_KINDS = frozenset(
+    ("int32_val", "int64_val", "uint32_val", "uint64_val", "sint32_val", "sint64_val", "fixed32_val",
+     "fixed64_val", "sfixed32_val", "sfixed64_val")
+)
+
+# Which oneof member Chakra's own writers (generator, text converter, ASTRA-sim scripts) use for the attribute
+# names the simulator reads (format dossier section 5.2). The builder uses these unless told otherwise.
+CONVENTIONAL_ATTR_KINDS = {
+    "is_cpu_op": "bool_val",
+    "comm_type": "int64_val",
+    "comm_size": "int64_val",
+    "num_ops": "int64_val",
+    "tensor_size": "uint64_val",
+    "comm_src": "int32_val",
+    "comm_dst": "int32_val",
+    "comm_tag": "int32_val",
+    "comm_priority": "int32_val",
+    "pg_name": "string_val",
+    "involved_dim": "bool_list",
+}
+
+# GlobalMetadata.version used when a trace is written without explicit metadata (what ASTRA-sim's own
+# generator scripts write).
+DEFAULT_VERSION = "0.0.4"

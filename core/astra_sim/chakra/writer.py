@@ -1,0 +1,227 @@
+"""Writing Chakra ET files, and builders for nodes and metadata."""
+
+from __future__ import annotations
+
+import gzip
+import os
+
+from . import et_def_pb2 as pb
+from .attrs import attrs_from_proto, choose_kind, fill_attr
+from .errors import ChakraError, where as _where
+from .node import EtNode
+from .types import DEFAULT_VERSION, NODE_TYPE_VALUES
+
+__all__ = ["write_et", "encode_et", "node_to_proto", "make_node", "make_metadata", "encode_varint"]
+
+
+def encode_varint(n: int) -> bytes:
+    """Base-128 varint, least-significant group first (the frame-length encoding)."""
+    if n < 0x80:
+        return bytes((n,))
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _node_where(node):
+    try:
+        return node.where
+    except Exception:  # pragma: no cover - only with absurd field values
+        return _where(getattr(node, "path", None), getattr(node, "id", None))
+
+
+def _fill_attrs(attr_field, attrs: dict, kinds: dict, docs: dict, where, strict=False):
+    """Add ``attrs`` to the repeated AttributeProto ``attr_field``. ``kinds``: preferred oneof member per name
+    (``strict``: it was asked for explicitly and the value must fit it)."""
+    for name, value in attrs.items():
+        if not isinstance(name, str):
+            raise ChakraError(f"{where}: attribute name {name!r} is not a string")
+        kind = choose_kind(name, value, kinds.get(name), where, strict=strict and name in kinds)
+        fill_attr(attr_field.add(), name, kind, value, docs.get(name), where)
+
+
+def node_to_proto(node: EtNode, *, reencode: bool = False) -> pb.Node:
+    """The ``pb.Node`` message for ``node``.
+
+    Fields EtNode does not model (start_time_micros, outputs, IOInfo shapes/types, attribute doc strings) are
+    taken from the node's raw bytes when it has them. Unchanged attributes keep their exact encoding
+    (including repeated names) unless ``reencode`` is set; changed ones are rebuilt, each keeping its previous
+    oneof member when the new value still fits it.
+    """
+    where = _node_where(node)
+    raw = node._raw
+    m = pb.Node.FromString(raw) if raw is not None else pb.Node()
+    try:
+        m.id = node.id
+        m.name = node.name
+        m.type = node.type
+        del m.ctrl_deps[:]
+        m.ctrl_deps.extend(node.ctrl_deps)
+        del m.data_deps[:]
+        m.data_deps.extend(node.data_deps)
+        m.duration_micros = node.duration_micros
+        if node.inputs_values or m.HasField("inputs"):
+            m.inputs.values = node.inputs_values
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ChakraError(f"{where}: cannot encode node: {exc}") from None
+
+    kinds = dict(node._kinds) if node._kinds else {}
+    if raw is not None:
+        old_attrs, old_kinds = attrs_from_proto(m.attr)
+        if (not reencode and list(old_attrs.items()) == list(node.attrs.items())
+                and (node._kinds is None or tuple(node._kinds) == old_kinds)):
+            return m
+        docs = {}
+        for a in m.attr:
+            if a.doc_string and a.name not in docs:
+                docs[a.name] = a.doc_string
+        del m.attr[:]
+    else:
+        docs = {}
+    _fill_attrs(m.attr, node.attrs, kinds, docs, where)
+    return m
+
+
+def _node_unchanged(node: EtNode, raw: bytes) -> bool:
+    m = pb.Node.FromString(raw)
+    if (m.id != node.id or m.name != node.name or m.type != node.type
+            or m.duration_micros != node.duration_micros or m.inputs.values != node.inputs_values
+            or list(m.ctrl_deps) != list(node.ctrl_deps) or list(m.data_deps) != list(node.data_deps)):
+        return False
+    attrs, kinds = attrs_from_proto(m.attr)
+    return (list(attrs.items()) == list(node.attrs.items())
+            and (node._kinds is None or tuple(node._kinds) == kinds))
+
+
+def _encode_node(node, reencode: bool) -> bytes:
+    if isinstance(node, EtNode):
+        raw = node._raw
+        if raw is not None and not reencode and _node_unchanged(node, raw):
+            return raw
+        return node_to_proto(node, reencode=reencode).SerializeToString()
+    if isinstance(node, pb.Node):
+        return node.SerializeToString()
+    raise ChakraError(f"cannot write {type(node).__name__} {node!r} as a Chakra node "
+                      f"(expected EtNode or et_def_pb2.Node)")
+
+
+def encode_et(metadata, nodes, *, reencode: bool = False) -> bytes:
+    """The bytes of a Chakra ET file (see :func:`write_et`)."""
+    nodes = list(nodes)
+    if metadata is None:
+        if not nodes:
+            return b""
+        metadata = pb.GlobalMetadata(version=DEFAULT_VERSION)
+    if not isinstance(metadata, pb.GlobalMetadata):
+        raise ChakraError(f"metadata must be an et_def_pb2.GlobalMetadata (see make_metadata) or None, "
+                          f"not {type(metadata).__name__}")
+    chunks = []
+    gm = metadata.SerializeToString()
+    chunks.append(encode_varint(len(gm)))
+    chunks.append(gm)
+    for node in nodes:
+        body = _encode_node(node, reencode)
+        chunks.append(encode_varint(len(body)))
+        chunks.append(body)
+    return b"".join(chunks)
+
+
+def write_et(path, metadata, nodes, *, reencode: bool = False, compress=None) -> int:
+    """Write a Chakra ET file: ``varint(len) + GlobalMetadata``, then ``varint(len) + Node`` per node.
+
+    * ``metadata``: a ``GlobalMetadata`` message (``EtFile.metadata``, or :func:`make_metadata`). None writes an
+      empty file when there are no nodes (what :func:`read_et` returns for one), otherwise
+      ``GlobalMetadata(version="0.0.4")``.
+    * ``nodes``: :class:`EtNode` (read or built with :func:`make_node`) or ``et_def_pb2.Node`` messages.
+      Writing back what :func:`read_et` returned reproduces the file byte for byte: unchanged nodes are
+      written from their raw bytes. Changed nodes are re-encoded following protobuf's canonical rules (fields in
+      number order, proto3 defaults omitted, set oneof members always written, packed deps), which is exactly
+      what Chakra's writers produce. ``reencode=True`` re-encodes every node from its fields (for testing).
+    * ``compress``: gzip the output (as Chakra's C++ writer does for ``.gz`` names); default: when ``path``
+      ends with ``.gz``. Gzip output uses mtime 0, so it is reproducible. Note that ASTRA-sim's FeederV3 cannot
+      read gzip files.
+
+    Note: a Node with every field at its default serializes to 0 bytes; Chakra's Python tools take such a frame
+    for end-of-file (the C++ feeders and :func:`read_et` do not).
+
+    Returns the number of bytes written.
+    """
+    name = os.fspath(path)
+    data = encode_et(metadata, nodes, reencode=reencode)
+    if compress is None:
+        compress = name.endswith(".gz")
+    if compress:
+        data = gzip.compress(data, mtime=0)
+    try:
+        with open(name, "wb") as f:
+            f.write(data)
+    except OSError as exc:
+        raise ChakraError(f"{name}: cannot write Chakra ET file: {exc.strerror or exc}", path=name) from None
+    return len(data)
+
+
+def _node_type_value(type_):
+    if isinstance(type_, str):
+        try:
+            return NODE_TYPE_VALUES[type_]
+        except KeyError:
+            raise ChakraError(f"unknown node type {type_!r} (expected one of {', '.join(NODE_TYPE_VALUES)})") \
+                from None
+    return type_
+
+
+def make_node(id, name="", type=0, *, data_deps=(), ctrl_deps=(), duration_micros=0, attrs=None,
+              attr_types=None, attr_docs=None, inputs_values=None, start_time_micros=0) -> EtNode:
+    """Build an :class:`EtNode` the way Chakra's own generator would encode it.
+
+    ``type`` is a NodeType value or name (``'COMP_NODE'``). ``attrs`` maps names to Python values, written in
+    dict order. The oneof member of each value is, in this order:
+
+    1. ``attr_types[name]`` when given (e.g. ``{'comm_size': 'uint64_val'}``, any AttributeProto member name);
+    2. Chakra's convention for the names ASTRA-sim reads: ``comm_type``/``comm_size``/``num_ops`` int64_val,
+       ``tensor_size`` uint64_val, ``comm_src``/``comm_dst``/``comm_tag``/``comm_priority`` int32_val,
+       ``is_cpu_op`` bool_val, ``pg_name`` string_val, ``involved_dim`` bool_list (when the value fits);
+    3. by Python type: bool -> bool_val, int -> int64_val (uint64_val above 2**63-1), float -> double_val,
+       str -> string_val, bytes -> bytes_val; lists of bool/int/float/str/bytes -> bool_list/int64_list/
+       double_list/string_list/bytes_list.
+
+    ``attr_docs`` sets AttributeProto.doc_string; ``inputs_values`` sets ``inputs.values`` (the METADATA node's
+    process groups); ``start_time_micros`` is written but never read by any simulator.
+    Raises :class:`ChakraError` for values that do not fit.
+    """
+    from .reader import parse_node
+
+    type_value = _node_type_value(type)
+    where = _where(None, id, name)
+    m = pb.Node()
+    try:
+        m.id = id
+        m.name = name
+        m.type = type_value
+        m.ctrl_deps.extend(ctrl_deps)
+        m.data_deps.extend(data_deps)
+        m.start_time_micros = start_time_micros
+        m.duration_micros = duration_micros
+        if inputs_values:
+            m.inputs.values = inputs_values
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ChakraError(f"{where}: cannot build node: {exc}") from None
+    _fill_attrs(m.attr, dict(attrs or {}), dict(attr_types or {}), dict(attr_docs or {}), where, strict=True)
+    return parse_node(m.SerializeToString(), None)
+
+
+def make_metadata(version: str = DEFAULT_VERSION, attrs=None, attr_types=None, attr_docs=None) -> pb.GlobalMetadata:
+    """A ``GlobalMetadata`` message. ``version`` is "0.0.4" by default (ASTRA-sim's generator scripts; Chakra's
+    1.0.0 generator writes "1.0.0", its converters leave it empty and put a ``schema`` string attribute instead).
+    ``attrs``/``attr_types``/``attr_docs`` as in :func:`make_node`."""
+    gm = pb.GlobalMetadata()
+    where = "GlobalMetadata"
+    try:
+        gm.version = version
+    except (TypeError, ValueError) as exc:
+        raise ChakraError(f"{where}: bad version {version!r}: {exc}") from None
+    _fill_attrs(gm.attr, dict(attrs or {}), dict(attr_types or {}), dict(attr_docs or {}), where, strict=True)
+    return gm

@@ -1,0 +1,256 @@
+"""The ``astra`` command: ``astra run`` (reference-compatible flags) and ``astra plugins``.
+
+Parsing is two-phase, as in pytest: ``-p/--plugin`` values are read first,
+the plugin manager is built from them, plugins add ``run`` options through
+``astra_add_run_options``, then the full command line is parsed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from astra_sim import __version__
+from astra_sim.errors import AstraError
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+#: Reference flags that are accepted for script compatibility but have no effect
+#: (they have none in the reference's analytical binaries either).
+_IGNORED_REFERENCE_FLAGS = ("--logging-configuration", "--logging-folder", "--comm-scale", "--compute-scale")
+
+
+def _bool(text):
+    value = str(text).strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _non_negative_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def _plugin_option(parser):
+    parser.add_argument(
+        "-p",
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="load only the named plugin (repeatable); -p no:NAME blocks one. "
+        "Default: every installed plugin, or $ASTRA_PLUGINS (comma-separated)",
+    )
+
+
+def _add_run_arguments(run):
+    ref = run.add_argument_group("reference simulator flags (ASTRA-sim 2.x compatible)")
+    ref.add_argument("--workload-configuration", required=True, metavar="PREFIX",
+                     help="trace prefix: rank r reads PREFIX.r.et")
+    ref.add_argument("--system-configuration", required=True, metavar="SYS.json")
+    ref.add_argument("--network-configuration", required=True, metavar="NET.yml")
+    ref.add_argument("--remote-memory-configuration", metavar="MEM.json")
+    ref.add_argument("--comm-group-configuration", metavar="GROUPS.json",
+                     help="JSON {\"id\": [npus]}; a value containing 'empty' disables groups")
+    ref.add_argument("--num-queues-per-dim", type=_positive_int, default=1, metavar="N")
+    ref.add_argument("--injection-scale", type=_non_negative_float, default=1.0, metavar="X",
+                     help="multiplies endpoint-delay")
+    ref.add_argument("--rendezvous-protocol", type=_bool, nargs="?", const=True, default=False,
+                     metavar="BOOL", help="8 KiB handshake before every send")
+    for flag in _IGNORED_REFERENCE_FLAGS:
+        ref.add_argument(flag, help=argparse.SUPPRESS)
+    ours = run.add_argument_group("astra-sim-py options")
+    ours.add_argument("--network-backend", default="analytical", metavar="NAME",
+                      help="network backend by name (default: analytical); see `astra plugins`")
+    ours.add_argument("--memory-backend", default=None, metavar="NAME",
+                      help="remote-memory backend (default: analytical if installed, else none)")
+    ours.add_argument("--compute-model", default=None, metavar="NAME",
+                      help="compute model (default: roofline if roofline-enabled, else replay)")
+    ours.add_argument("--workload-format", default=None, metavar="NAME",
+                      help="trace format (default: detected from the files)")
+    ours.add_argument("--report-json", metavar="PATH", help="write the report (per-rank times, settings) as JSON")
+    ours.add_argument("--astra-sim-log", action="store_true",
+                      help="also print the reference's 'sys[i] finished, T cycles, ...' lines")
+    ours.add_argument("--max-table-ranks", type=_positive_int, default=16, metavar="N",
+                      help="ranks listed in the terminal table (default 16)")
+    ours.add_argument("-q", "--quiet", action="store_true", help="no summary table")
+
+
+def build_parser(pm=None):
+    parser = argparse.ArgumentParser(
+        prog="astra",
+        description="astra-sim-py: simulate distributed ML workloads (Chakra traces) on modelled systems.",
+    )
+    parser.add_argument("--version", action="version", version=f"astra-sim-py {__version__}")
+    _plugin_option(parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    run = sub.add_parser("run", help="run a simulation", description="Run a simulation.")
+    _plugin_option(run)
+    _add_run_arguments(run)
+    if pm is not None:
+        pm.hook.astra_add_run_options(parser=run)
+    plugins = sub.add_parser("plugins", help="list installed plugins and what they provide")
+    _plugin_option(plugins)
+    plugins.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
+
+
+def _plugin_selection(argv):
+    """First phase: find every -p/--plugin value anywhere on the command line."""
+    values = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in ("-p", "--plugin") and i + 1 < len(argv):
+            values.append(argv[i + 1])
+            i += 2
+            continue
+        if arg.startswith("--plugin="):
+            values.append(arg.split("=", 1)[1])
+        elif arg.startswith("-p") and len(arg) > 2:
+            values.append(arg[2:])
+        i += 1
+    if not values and os.environ.get("ASTRA_PLUGINS") is not None:
+        env = os.environ["ASTRA_PLUGINS"]
+        values = [v for v in env.split(",") if v.strip()] or [""]
+        if values == [""]:
+            return [], []
+    from astra_sim.plugins import parse_plugin_args
+
+    selected, blocked = parse_plugin_args(values)
+    return selected, blocked
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(argv)
+    except AstraError as exc:
+        print(f"astra: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("astra: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv):
+    from astra_sim.plugins import make_plugin_manager
+
+    selected, blocked = _plugin_selection(argv)
+    pm = make_plugin_manager(selected, blocked)
+    parser = build_parser(pm)
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    if args.command == "plugins":
+        return _cmd_plugins(pm, args)
+    return _cmd_run(pm, args)
+
+
+def _cmd_plugins(pm, args):
+    from astra_sim.plugins import describe_plugins
+
+    rows = describe_plugins(pm)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="astra-sim-py plugins")
+    for column in ("name", "distribution", "version", "provides", "status"):
+        table.add_column(column)
+    for row in rows:
+        by_role = {}
+        for item in row["provides"]:
+            role, _, name = item.partition(":")
+            by_role.setdefault(role, []).append(name)
+        provides = "\n".join(f"{role}: {', '.join(names)}" for role, names in by_role.items())
+        table.add_row(row["name"], row["distribution"], row["version"], provides, row["status"])
+    Console().print(table)
+    return 0
+
+
+def _cmd_run(pm, args):
+    from astra_sim.simulation import Simulation
+
+    options = vars(args).copy()
+    simulation = Simulation(
+        args.workload_configuration,
+        args.system_configuration,
+        args.network_configuration,
+        args.remote_memory_configuration,
+        args.comm_group_configuration,
+        network_backend=args.network_backend,
+        memory_backend=args.memory_backend,
+        compute_model=args.compute_model,
+        workload_format=args.workload_format,
+        num_queues_per_dim=args.num_queues_per_dim,
+        injection_scale=args.injection_scale,
+        rendezvous=args.rendezvous_protocol,
+        plugin_manager=pm,
+        options=options,
+    )
+    report = simulation.run()
+    if args.report_json:
+        try:
+            report.write_json(args.report_json)
+        except OSError as exc:
+            raise AstraError(f"cannot write --report-json {args.report_json}: {exc}") from None
+    if args.astra_sim_log:
+        for line in report.astra_sim_log_lines():
+            print(line)
+    if not args.quiet:
+        _print_summary(report, args.max_table_ranks)
+    return 0
+
+
+def _print_summary(report, max_ranks):
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    for warning in report.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+    table = Table(title=f"astra-sim-py: {len(report.ranks)} NPUs, times in ns")
+    for column in ("rank", "finish_ns", "compute_ns", "exposed_comm_ns", "comm_ns", "cpu_ns"):
+        table.add_column(column, justify="right")
+    for r in report.ranks[:max_ranks]:
+        table.add_row(str(r.rank), f"{r.finish_ns:,}", f"{r.compute_ns:,}", f"{r.exposed_comm_ns:,}",
+                      f"{r.comm_ns:,}", f"{r.cpu_ns:,}")
+    if len(report.ranks) > max_ranks:
+        table.add_row(f"... {len(report.ranks) - max_ranks} more", "", "", "", "", "")
+    console.print(table)
+    stats = report.stats
+    console.print(
+        f"max finish {report.max_finish_ns:,} ns, min finish {report.min_finish_ns:,} ns, "
+        f"max exposed communication {report.max_exposed_comm_ns:,} ns | "
+        f"{stats.get('events', 0):,} events in {stats.get('run_s', 0):.3f} s",
+        highlight=False,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
