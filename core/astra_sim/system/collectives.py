@@ -16,6 +16,10 @@ from collections import deque
 from astra_sim.errors import ConfigError
 from astra_sim.system.topology import ANTICLOCKWISE, CLOCKWISE, DIM_LOCAL
 
+#: Memory-bus delay on a communicator-group ("local") ring, in ns (the
+#: reference's "Fast" transmission), instead of endpoint-delay.
+LOCAL_RING_DELAY_NS = 10
+
 ALL_REDUCE = "all_reduce"
 ALL_GATHER = "all_gather"
 REDUCE_SCATTER = "reduce_scatter"
@@ -23,24 +27,63 @@ ALL_TO_ALL = "all_to_all"
 
 
 class Algorithm:
-    """Shared fields: the stream it serves and the sizes the system layer reads."""
+    """Shared fields: the stream it serves and the sizes the system layer reads.
 
-    __slots__ = ("stream", "sys", "com_type", "data_size", "final_data_size")
+    ``bind`` caches the rank's message and event functions and the bound
+    methods used as callbacks: they are used for every packet.
+    """
+
+    __slots__ = (
+        "stream", "sys", "com_type", "data_size", "final_data_size",
+        "_send", "_recv", "_register", "_tag", "_bus_delay", "_general", "_received", "_reduce",
+    )
 
     def bind(self, stream):
+        sys = stream.sys
         self.stream = stream
-        self.sys = stream.sys
+        self.sys = sys
+        self._send = sys.msg_send
+        self._recv = sys.msg_recv
+        self._register = sys.register_event
+        self._tag = stream.tag
+        self._bus_delay = sys.endpoint_delay_ns
+        self._general = self.run_general
+        self._received = self.run_received
+        self._reduce = self._reduce_then_general
+
+    def bundle(self, size, processed):
+        """A packet bundle: endpoint delay, the reduction if ``processed``, then General."""
+        if processed:
+            self._register(self._reduce, size, self._bus_delay)
+        else:
+            self._register(self._general, None, self._bus_delay)
+
+    def _reduce_then_general(self, size):
+        self._register(self._general, None, self.sys.reduction_delay_ns(size))
+
+    def finish(self):
+        """This phase is over: the stream moves on.
+
+        The cached bound methods refer back to this object; dropping them lets
+        reference counting free it (the cyclic collector is paused during runs).
+        """
+        self._general = self._received = self._reduce = None
+        self.sys.proceed_to_next_phase(self.stream)
 
 
 class Ring(Algorithm):
-    """Ring algorithm: every step sends one message to the ring neighbour."""
+    """Ring algorithm: every step sends one message to the ring neighbour.
+
+    The reference's per-packet counters ``max_count`` and
+    ``remained_packets_per_*`` never change what happens (each inserted packet
+    is released at once, each send takes one step off ``stream_count``), so
+    they are not kept.
+    """
 
     __slots__ = (
         "rank", "topo", "direction", "nodes_in_ring", "curr_receiver", "curr_sender",
-        "parallel_reduce", "stream_count", "max_count", "remained_per_message",
-        "remained_per_max_count", "msg_size", "zero_latency_packets",
-        "non_zero_latency_packets", "toggle", "free_packets", "total_sent",
-        "total_received", "packets", "processed", "fast",
+        "parallel_reduce", "stream_count", "msg_size", "zero_latency_packets",
+        "non_zero_latency_packets", "toggle", "free_packets", "total_received", "packets", "fast",
     )
 
     def __init__(self, com_type, rank, topo, data_size, direction):
@@ -54,7 +97,6 @@ class Ring(Algorithm):
         self.curr_receiver = topo.get_receiver(rank, direction)
         self.curr_sender = topo.get_sender(rank, direction)
         self.parallel_reduce = 1
-        self.total_sent = 0
         self.total_received = 0
         self.free_packets = 0
         self.zero_latency_packets = 0
@@ -67,9 +109,6 @@ class Ring(Algorithm):
             self.stream_count = ((n - 1) * n) // 2
         else:
             self.stream_count = n - 1
-        self.max_count = 0 if com_type in (ALL_TO_ALL, ALL_GATHER) else n - 1
-        self.remained_per_message = 1
-        self.remained_per_max_count = 1
         if com_type == ALL_REDUCE:
             self.final_data_size = data_size
             self.msg_size = data_size // n
@@ -83,19 +122,26 @@ class Ring(Algorithm):
             self.final_data_size = data_size
             self.msg_size = data_size // n
         self.packets = deque()
-        self.processed = False
+
+    def bind(self, stream):
+        super().bind(stream)
+        if self.fast:
+            self._bus_delay = LOCAL_RING_DELAY_NS
 
     # -- events ---------------------------------------------------------
     def run_init(self):
         for _ in range(self.parallel_reduce):
             self.insert_packet()
 
-    def run_general(self):
+    def run_general(self, _arg=None):
         self.free_packets += 1
-        self.ready()
-        self.iteratable()
+        if self.packets and self.stream_count and self.free_packets:
+            self.send_next()
+        if self.stream_count == 0 and self.free_packets == self.parallel_reduce:
+            self.packets.clear()
+            self.finish()
 
-    def run_received(self):
+    def run_received(self, _arg=None):
         self.total_received += 1
         self.insert_packet()
 
@@ -104,63 +150,40 @@ class Ring(Algorithm):
         return (self.nodes_in_ring - 1) * self.parallel_reduce
 
     def insert_packet(self):
-        if self.zero_latency_packets == 0 and self.non_zero_latency_packets == 0:
-            self.zero_latency_packets = self.parallel_reduce
+        """Queue the next packet and release it to the memory bus.
+
+        The first ``parallel_reduce`` packets of every round are
+        "zero-latency" (no reduction); the rest reduce on reduce-scatter and
+        on the first round of all-reduce.
+        """
+        zero = self.zero_latency_packets
+        if zero == 0 and self.non_zero_latency_packets == 0:
+            zero = self.zero_latency_packets = self.parallel_reduce
             self.non_zero_latency_packets = self.non_zero_latency_packets_count()
             self.toggle = not self.toggle
-        if self.zero_latency_packets > 0:
-            self.packets.append((self.curr_sender, self.curr_receiver, self.msg_size))
-            self.processed = False
-            self.process_max_count()
-            self.zero_latency_packets -= 1
-            return
-        if self.non_zero_latency_packets > 0:
-            self.packets.append((self.curr_sender, self.curr_receiver, self.msg_size))
-            com_type = self.com_type
-            self.processed = com_type == REDUCE_SCATTER or (com_type == ALL_REDUCE and self.toggle)
-            self.process_max_count()
+        if zero > 0:
+            self.zero_latency_packets = zero - 1
+            processed = False
+        elif self.non_zero_latency_packets > 0:
             self.non_zero_latency_packets -= 1
-            return
-        raise AssertionError("ring algorithm asked to inject a packet it does not have")
+            com_type = self.com_type
+            processed = com_type == REDUCE_SCATTER or (com_type == ALL_REDUCE and self.toggle)
+        else:
+            raise AssertionError("collective algorithm asked to inject a packet it does not have")
+        self.packets.append((self.curr_sender, self.curr_receiver, self.msg_size))
+        self.release(processed)
 
-    def release_packets(self):
-        self.sys.packet_bundle(self.stream, self.msg_size, self.processed, self.fast)
+    def release(self, processed):
+        self.bundle(self.msg_size, processed)
 
-    def process_max_count(self):
-        if self.remained_per_max_count > 0:
-            self.remained_per_max_count -= 1
-        if self.remained_per_max_count == 0:
-            self.max_count -= 1
-            self.release_packets()
-            self.remained_per_max_count = 1
-
-    def process_stream_count(self):
-        if self.remained_per_message > 0:
-            self.remained_per_message -= 1
-        if self.remained_per_message == 0 and self.stream_count > 0:
-            self.stream_count -= 1
-            if self.stream_count > 0:
-                self.remained_per_message = 1
-
-    def ready(self):
-        if not self.packets or self.stream_count == 0 or self.free_packets == 0:
-            return False
-        src, dst, _size = self.packets[0]
-        stream = self.stream
-        self.sys.collective_send(dst, self.msg_size, stream)
-        self.sys.collective_recv(src, self.msg_size, stream)
-        self.process_stream_count()
-        self.packets.popleft()
+    def send_next(self):
+        """Send the oldest packet to its receiver and post the matching receive."""
+        src, dst, size = self.packets.popleft()
+        rank = self.rank
+        self._send(rank, dst, size, self._tag, None, None)
+        self._recv(src, rank, size, self._tag, self._received, None)
+        self.stream_count -= 1
         self.free_packets -= 1
-        self.total_sent += 1
-        return True
-
-    def iteratable(self):
-        if self.stream_count == 0 and self.free_packets == self.parallel_reduce:
-            self.packets.clear()
-            self.sys.proceed_to_next_phase(self.stream)
-            return False
-        return True
 
 
 class Direct(Ring):
@@ -176,34 +199,32 @@ class Direct(Ring):
         if com_type == ALL_TO_ALL:
             self.stream_count = n - 1
 
-    def run_general(self):
+    def run_general(self, _arg=None):
         self.free_packets += 1
         if self.com_type == ALL_REDUCE and self.stream_count <= self.middle_point:
+            # All-reduce: the second half starts once every first-half message arrived.
             if self.total_received < self.middle_point:
                 return
             for _ in range(self.parallel_reduce):
-                self.ready()
-            self.iteratable()
-        else:
-            self.ready()
-            self.iteratable()
+                if self.packets and self.stream_count and self.free_packets:
+                    self.send_next()
+        elif self.packets and self.stream_count and self.free_packets:
+            self.send_next()
+        if self.stream_count == 0 and self.free_packets == self.parallel_reduce:
+            self.packets.clear()
+            self.finish()
 
-    def process_max_count(self):
-        if self.remained_per_max_count > 0:
-            self.remained_per_max_count -= 1
-        if self.remained_per_max_count == 0:
-            self.max_count -= 1
-            self.release_packets()
-            self.remained_per_max_count = 1
-            topo, rank, direction = self.topo, self.rank, self.direction
-            receiver = topo.get_receiver(self.curr_receiver, direction)
-            if receiver == rank:
-                receiver = topo.get_receiver(receiver, direction)
-            self.curr_receiver = receiver
-            sender = topo.get_sender(self.curr_sender, direction)
-            if sender == rank:
-                sender = topo.get_sender(sender, direction)
-            self.curr_sender = sender
+    def release(self, processed):
+        self.bundle(self.msg_size, processed)
+        topo, rank, direction = self.topo, self.rank, self.direction
+        receiver = topo.get_receiver(self.curr_receiver, direction)
+        if receiver == rank:
+            receiver = topo.get_receiver(receiver, direction)
+        self.curr_receiver = receiver
+        sender = topo.get_sender(self.curr_sender, direction)
+        if sender == rank:
+            sender = topo.get_sender(sender, direction)
+        self.curr_sender = sender
 
     def non_zero_latency_packets_count(self):
         if self.topo.dimension != DIM_LOCAL:
@@ -217,8 +238,7 @@ class HalvingDoubling(Ring):
     __slots__ = ("rank_offset", "offset_multiplier")
 
     def __init__(self, com_type, rank, topo, data_size):
-        # Fields shared with Ring are set here; Ring.__init__ is not reused
-        # because the sizes and counts differ.
+        # Ring.__init__ is not reused: the sizes and counts differ.
         self.com_type = com_type
         self.rank = rank
         self.topo = topo
@@ -226,7 +246,6 @@ class HalvingDoubling(Ring):
         n = topo.nodes_in_ring
         self.nodes_in_ring = n
         self.parallel_reduce = 1
-        self.total_sent = 0
         self.total_received = 0
         self.free_packets = 0
         self.zero_latency_packets = 0
@@ -235,9 +254,6 @@ class HalvingDoubling(Ring):
         self.fast = topo.dimension == DIM_LOCAL
         log2n = math.log2(n)
         self.stream_count = int(2 * log2n) if com_type == ALL_REDUCE else int(log2n)
-        self.max_count = 0 if com_type == ALL_GATHER else int(log2n)
-        self.remained_per_message = 1
-        self.remained_per_max_count = 1
         if com_type == ALL_REDUCE:
             self.final_data_size = data_size
             self.msg_size = data_size // 2
@@ -261,7 +277,6 @@ class HalvingDoubling(Ring):
             self.curr_receiver = topo.get_receiver(self.curr_receiver, self.direction)
         self.curr_sender = self.curr_receiver
         self.packets = deque()
-        self.processed = False
 
     def specify_direction(self):
         if self.rank_offset == 0:
@@ -273,38 +288,21 @@ class HalvingDoubling(Ring):
     def non_zero_latency_packets_count(self):
         return int(math.log2(self.nodes_in_ring) - 1 * self.parallel_reduce)
 
-    def process_max_count(self):
-        if self.remained_per_max_count > 0:
-            self.remained_per_max_count -= 1
-        if self.remained_per_max_count == 0:
-            self.max_count -= 1
-            self.release_packets()
-            self.remained_per_max_count = 1
+    def release(self, processed):
+        """Release, then move to the next partner (distance and size halve or double)."""
+        self.bundle(self.msg_size, processed)
+        self.rank_offset = int(self.rank_offset * self.offset_multiplier)
+        self.msg_size = int(self.msg_size / self.offset_multiplier)
+        if self.rank_offset == self.nodes_in_ring and self.com_type == ALL_REDUCE:
+            self.offset_multiplier = 0.5
             self.rank_offset = int(self.rank_offset * self.offset_multiplier)
             self.msg_size = int(self.msg_size / self.offset_multiplier)
-            if self.rank_offset == self.nodes_in_ring and self.com_type == ALL_REDUCE:
-                self.offset_multiplier = 0.5
-                self.rank_offset = int(self.rank_offset * self.offset_multiplier)
-                self.msg_size = int(self.msg_size / self.offset_multiplier)
-            receiver = self.rank
-            direction = self.specify_direction()
-            for _ in range(self.rank_offset):
-                receiver = self.topo.get_receiver(receiver, direction)
-            self.curr_receiver = receiver
-            self.curr_sender = receiver
-
-    def ready(self):
-        if not self.packets or self.stream_count == 0 or self.free_packets == 0:
-            return False
-        src, dst, size = self.packets[0]
-        stream = self.stream
-        self.sys.collective_send(dst, size, stream)
-        self.sys.collective_recv(src, size, stream)
-        self.process_stream_count()
-        self.packets.popleft()
-        self.free_packets -= 1
-        self.total_sent += 1
-        return True
+        receiver = self.rank
+        direction = self.specify_direction()
+        for _ in range(self.rank_offset):
+            receiver = self.topo.get_receiver(receiver, direction)
+        self.curr_receiver = receiver
+        self.curr_sender = receiver
 
 
 # Double-binary-tree states.
@@ -332,60 +330,65 @@ class DoubleBinaryTree(Algorithm):
     def run_init(self):
         self._run(_EV_INIT)
 
-    def run_general(self):
+    def run_general(self, _arg=None):
         self._run(_EV_GENERAL)
 
-    def run_received(self):
+    def run_received(self, _arg=None):
         self._run(_EV_RECEIVED)
 
+    def _to(self, peer):
+        self._send(self.rank, peer, self.data_size, self._tag, None, None)
+
+    def _from(self, peer):
+        self._recv(peer, self.rank, self.data_size, self._tag, self._received, None)
+
     def _run(self, event):
-        sys, stream, size = self.sys, self.stream, self.data_size
         state, kind = self.state, self.node_type
         if kind == "leaf":
             if state == _BEGIN:
-                sys.packet_bundle(stream, size, False, False)
+                self.bundle(self.data_size, False)
                 self.state = _TO_PARENT
             elif state == _TO_PARENT:
-                sys.collective_send(self.parent, size, stream)
-                sys.collective_recv(self.parent, size, stream)
+                self._to(self.parent)
+                self._from(self.parent)
                 self.state = _FROM_PARENT
             elif state == _FROM_PARENT:
-                sys.packet_bundle(stream, size, False, False)
+                self.bundle(self.data_size, False)
                 self.state = _END
             elif state == _END:
-                sys.proceed_to_next_phase(stream)
+                self.finish()
         elif kind == "intermediate":
             if state == _BEGIN:
                 self.state = _TWO_CHILDREN
-                sys.collective_recv(self.left_child, size, stream)
-                sys.collective_recv(self.right_child, size, stream)
+                self._from(self.left_child)
+                self._from(self.right_child)
             elif state == _TWO_CHILDREN and event == _EV_RECEIVED:
-                sys.packet_bundle(stream, size, True, False)
+                self.bundle(self.data_size, True)
                 self.state = _ONE_CHILD
             elif state == _ONE_CHILD and event == _EV_RECEIVED:
-                sys.packet_bundle(stream, size, True, False)
+                self.bundle(self.data_size, True)
                 self.state = _TO_PARENT
             elif self.reductions < 1 and event == _EV_GENERAL:
                 self.reductions += 1
             elif state == _TO_PARENT:
                 self.state = _FROM_PARENT
-                sys.collective_send(self.parent, size, stream)
-                sys.collective_recv(self.parent, size, stream)
+                self._to(self.parent)
+                self._from(self.parent)
             elif state == _FROM_PARENT and event == _EV_RECEIVED:
-                sys.packet_bundle(stream, size, True, False)
+                self.bundle(self.data_size, True)
                 self.state = _TO_CHILDREN
             elif state == _TO_CHILDREN:
-                sys.collective_send(self.left_child, size, stream)
-                sys.collective_send(self.right_child, size, stream)
-                sys.proceed_to_next_phase(stream)
+                self._to(self.left_child)
+                self._to(self.right_child)
+                self.finish()
         else:  # root
             only_child = self.left_child if self.left_child >= 0 else self.right_child
             if state == _BEGIN:
                 self.state = _ONE_CHILD
-                sys.collective_recv(only_child, size, stream)
+                self._from(only_child)
             elif state == _ONE_CHILD:
-                sys.packet_bundle(stream, size, True, False)
+                self.bundle(self.data_size, True)
                 self.state = _TO_CHILDREN
             elif state == _TO_CHILDREN:
-                sys.collective_send(only_child, size, stream)
-                sys.proceed_to_next_phase(stream)
+                self._to(only_child)
+                self.finish()

@@ -1,13 +1,16 @@
 """Send/receive matching between ranks (the reference's analytical frontend).
 
-A message is identified by ``(tag, src, dst, size)`` plus a sequence number
-counted separately for sends and receives, so the k-th send of a key meets the
-k-th receive. When a message arrives, the send handler runs first, then the
-receive handler if one is posted; a receive posted after arrival runs at once
-(through a zero-delay event).
+A message is identified by ``(tag, src, dst, size)``; the k-th send of a key
+meets the k-th receive of that key (the reference numbers them; matching two
+FIFO queues is the same thing). When a message arrives, the send handler runs
+first, then the receive handler if one is posted; a receive posted after the
+arrival runs at once (through a zero-delay event).
 """
 
 from __future__ import annotations
+
+from collections import deque
+from heapq import heappush
 
 from astra_sim.errors import SimulationError
 
@@ -18,85 +21,136 @@ RENDEZVOUS_TAG_BASE = 1_000_000_000
 RENDEZVOUS_BYTES = 8192
 
 
-class _Entry:
-    __slots__ = ("send_fn", "send_arg", "recv_fn", "recv_arg", "arrived", "has_send", "has_recv")
+class Message:
+    """One send and (once matched) its receive."""
 
-    def __init__(self):
-        self.has_send = False
-        self.has_recv = False
+    __slots__ = ("key", "send_fn", "send_arg", "recv_fn", "recv_arg", "arrived", "posted")
+
+    def __init__(self, key, posted, send_fn, send_arg, recv_fn, recv_arg):
+        self.key = key
+        self.posted = posted  # a send was posted for it
+        self.send_fn = send_fn
+        self.send_arg = send_arg
+        self.recv_fn = recv_fn
+        self.recv_arg = recv_arg
         self.arrived = False
 
 
 class SendRecvMatcher:
-    """Matches sends and receives and delivers them through a network backend."""
+    """Matches sends and receives and delivers messages through the network backend."""
 
-    __slots__ = ("engine", "network", "_entries", "_send_seq", "_recv_seq", "messages", "bytes")
+    __slots__ = ("engine", "network", "_delay", "_delays", "_waiting", "messages", "bytes", "_arrived_fn")
 
     def __init__(self, engine, network):
         self.engine = engine
         self.network = network
-        self._entries = {}
-        self._send_seq = {}
-        self._recv_seq = {}
+        # Stateless networks give a closed-form delay; the matcher then
+        # schedules the arrival itself (one call less per message).
+        self._delay = getattr(network, "delay_ns", None)
+        self._delays = {}  # (src, dst, size) -> ns, memoised closed-form delays
+        self._arrived_fn = self._arrived
+        # key -> the unmatched Message, or a deque of them (see send()).
+        self._waiting = {}
         self.messages = 0
         self.bytes = 0
 
     def send(self, src, dst, size, tag, fn, arg):
-        """Post a send; ``fn(arg)`` runs when the message has arrived at ``dst``."""
+        """Post a send; ``fn(arg)`` (if fn is not None) runs when the message has arrived at ``dst``."""
         if size <= 0:
-            raise SimulationError(f"rank {src} sends a message of {size} bytes to rank {dst} (tag {tag}); sizes must be > 0")
+            raise SimulationError(
+                f"rank {src} sends a message of {size} bytes to rank {dst} (tag {tag}); sizes must be > 0"
+            )
         key = (tag, src, dst, size)
-        seq = self._send_seq.get(key, 0)
-        self._send_seq[key] = seq + 1
-        full_key = (tag, src, dst, size, seq)
-        entry = self._entries.get(full_key)
-        if entry is None:
-            entry = self._entries[full_key] = _Entry()
-        entry.has_send = True
-        entry.send_fn = fn
-        entry.send_arg = arg
+        waiting = self._waiting
+        head = waiting.get(key)
+        # ``waiting[key]`` is one unmatched Message or, rarely, a deque of them;
+        # all of one kind (sends without receive, or receives without send).
+        if head is None:
+            message = waiting[key] = Message(key, True, fn, arg, None, None)
+        elif head.__class__ is Message:
+            if head.posted:
+                message = Message(key, True, fn, arg, None, None)
+                waiting[key] = deque((head, message))
+            else:
+                del waiting[key]
+                message = head
+                message.posted = True
+                message.send_fn = fn
+                message.send_arg = arg
+        elif head[0].posted:
+            message = Message(key, True, fn, arg, None, None)
+            head.append(message)
+        else:
+            message = head.popleft()
+            if not head:
+                del waiting[key]
+            message.posted = True
+            message.send_fn = fn
+            message.send_arg = arg
         self.messages += 1
         self.bytes += size
-        self.network.send(src, dst, size, self._arrived, full_key)
+        if self._delay is None:
+            self.network.send(src, dst, size, self._arrived_fn, message)
+            return
+        path = (src, dst, size)
+        delay = self._delays.get(path)
+        if delay is None:
+            delay = self._delays[path] = self._delay(src, dst, size)
+        # EventEngine.schedule, inlined: this runs once per message.
+        engine = self.engine
+        time_ns = engine.now + delay
+        bucket = engine.buckets.get(time_ns)
+        if bucket is None:
+            engine.buckets[time_ns] = [self._arrived_fn, message]
+            heappush(engine.times, time_ns)
+        else:
+            bucket.append(self._arrived_fn)
+            bucket.append(message)
 
     def recv(self, src, dst, size, tag, fn, arg):
         """Post a receive at ``dst``; ``fn(arg)`` runs when the matching message arrives."""
         key = (tag, src, dst, size)
-        seq = self._recv_seq.get(key, 0)
-        self._recv_seq[key] = seq + 1
-        full_key = (tag, src, dst, size, seq)
-        entry = self._entries.get(full_key)
-        if entry is None:
-            entry = self._entries[full_key] = _Entry()
-            entry.has_recv = True
-            entry.recv_fn = fn
-            entry.recv_arg = arg
-        elif entry.arrived:
-            del self._entries[full_key]
+        waiting = self._waiting
+        head = waiting.get(key)
+        if head is None:
+            waiting[key] = Message(key, False, None, None, fn, arg)
+            return
+        if head.__class__ is Message:
+            if not head.posted:
+                waiting[key] = deque((head, Message(key, False, None, None, fn, arg)))
+                return
+            del waiting[key]
+            message = head
+        elif not head[0].posted:
+            head.append(Message(key, False, None, None, fn, arg))
+            return
+        else:
+            message = head.popleft()
+            if not head:
+                del waiting[key]
+        if message.arrived:
             self.engine.schedule(0, fn, arg)
         else:
-            entry.has_recv = True
-            entry.recv_fn = fn
-            entry.recv_arg = arg
+            message.recv_fn = fn
+            message.recv_arg = arg
 
-    def _arrived(self, full_key):
-        entry = self._entries[full_key]
-        if entry.has_recv:
-            del self._entries[full_key]
-            entry.send_fn(entry.send_arg)
-            entry.recv_fn(entry.recv_arg)
+    def _arrived(self, message):
+        if message.send_fn is not None:
+            message.send_fn(message.send_arg)
+        if message.recv_fn is not None:
+            message.recv_fn(message.recv_arg)
         else:
-            entry.send_fn(entry.send_arg)
-            entry.arrived = True
+            message.arrived = True
 
     def unmatched(self):
         """Messages still waiting: list of (tag, src, dst, size, what is missing)."""
         out = []
-        for (tag, src, dst, size, _seq), entry in self._entries.items():
-            if entry.has_recv and not entry.has_send:
-                out.append((tag, src, dst, size, "receive posted, no send"))
-            elif entry.has_send and not entry.arrived:
-                out.append((tag, src, dst, size, "in flight"))
-            elif entry.arrived and not entry.has_recv:
-                out.append((tag, src, dst, size, "arrived, never received"))
+        for (tag, src, dst, size), head in self._waiting.items():
+            for message in ([head] if head.__class__ is Message else head):
+                if not message.posted:
+                    out.append((tag, src, dst, size, "receive posted, no send"))
+                elif message.arrived:
+                    out.append((tag, src, dst, size, "arrived, never received"))
+                else:
+                    out.append((tag, src, dst, size, "in flight, no receive posted"))
         return out

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from heapq import heappush
 
 from astra_sim.errors import ConfigError, SimulationError
 from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER
@@ -22,9 +23,6 @@ from astra_sim.system.frontend import (
     RENDEZVOUS_TAG_BASE,
 )
 from astra_sim.system.topology import ANTICLOCKWISE, CLOCKWISE, DIM_LOCAL, GeneralComplexTopology, RingTopology
-
-#: Delay of a memory-bus hop on a communicator-group ("local") ring, in ns.
-LOCAL_RING_DELAY_NS = 10
 
 
 class DataSet:
@@ -71,11 +69,6 @@ class Stream:
         self.initialized = True
         self.algorithm.run_init()
 
-    def general(self, _arg=None):
-        self.algorithm.run_general()
-
-    def consume(self, _arg=None):
-        self.algorithm.run_received()
 
 
 class QueueLevel:
@@ -131,6 +124,12 @@ class CommunicatorGroup:
 class Sys:
     """The system layer of one rank."""
 
+    __slots__ = (
+        "shared", "rank", "engine", "endpoint_delay_ns", "local_mem_bw", "_pending", "_engine_buckets",
+        "_engine_times", "_call_events_fn", "num_streams", "priority_counter", "_topologies", "levels",
+        "active_streams", "running_streams", "queue_threshold", "msg_send", "msg_recv",
+    )
+
     def __init__(self, shared, rank):
         self.shared = shared
         self.rank = rank
@@ -138,6 +137,9 @@ class Sys:
         self.endpoint_delay_ns = shared.system_config.endpoint_delay_ns
         self.local_mem_bw = shared.system_config.local_mem_bw_bytes_per_s
         self._pending = {}
+        self._engine_buckets = self.engine.buckets
+        self._engine_times = self.engine.times
+        self._call_events_fn = self._call_events
         self.num_streams = 0
         self.priority_counter = 0
         self._topologies = {}
@@ -150,17 +152,32 @@ class Sys:
         self.active_streams = [[] for _ in range(start)]
         self.running_streams = [0] * start
         self.queue_threshold = math.ceil(shared.system_config.active_chunks_per_dimension / queues_per_dim[0])
-        self.collective_ns = 0
+        if shared.rendezvous:
+            self.msg_send = self._rendezvous_send
+            self.msg_recv = self._rendezvous_recv
+        else:
+            self.msg_send = shared.matcher.send
+            self.msg_recv = shared.matcher.recv
 
     # ------------------------------------------------------------ events
     def register_event(self, fn, arg, delay_ns):
-        """Run ``fn(arg)`` after ``delay_ns``, batched per tick like the reference."""
-        engine = self.engine
-        tick = engine.now + delay_ns
+        """Run ``fn(arg)`` after ``delay_ns``, batched per tick like the reference.
+
+        The first event of a tick puts one engine event (``_call_events``) in
+        the engine's bucket for that time; this is ``EventEngine.schedule``
+        inlined, since it runs once per packet.
+        """
+        tick = self.engine.now + delay_ns
         batch = self._pending.get(tick)
         if batch is None:
             self._pending[tick] = [fn, arg]
-            engine.schedule(delay_ns, self._call_events, tick)
+            bucket = self._engine_buckets.get(tick)
+            if bucket is None:
+                self._engine_buckets[tick] = [self._call_events_fn, tick]
+                heappush(self._engine_times, tick)
+            else:
+                bucket.append(self._call_events_fn)
+                bucket.append(tick)
         else:
             batch.append(fn)
             batch.append(arg)
@@ -184,25 +201,6 @@ class Sys:
             )
         return 3 * int(size / bw * 1e9)
 
-    def packet_bundle(self, stream, size, processed, fast):
-        """Endpoint delay, then (if ``processed``) the reduction, then a General event."""
-        delay = LOCAL_RING_DELAY_NS if fast else self.endpoint_delay_ns
-        if processed:
-            self.register_event(self._bundle_reduce, (stream, size), delay)
-        else:
-            self.register_event(stream.general, None, delay)
-
-    def _bundle_reduce(self, arg):
-        stream, size = arg
-        self.register_event(stream.general, None, self.reduction_delay_ns(size))
-
-    # ------------------------------------------------------------ messages
-    def collective_send(self, dst, size, stream):
-        self.front_end_send(dst, size, stream.tag, _noop, None)
-
-    def collective_recv(self, src, size, stream):
-        self.front_end_recv(src, size, stream.tag, stream.consume, None)
-
     def native_send(self, dst, size, tag, fn, arg):
         tag = tag % (COLLECTIVE_TAG_BASE - NATIVE_TAG_BASE) + NATIVE_TAG_BASE
         self.front_end_send(dst, size, tag, fn, arg)
@@ -212,26 +210,28 @@ class Sys:
         self.front_end_recv(src, size, tag, fn, arg)
 
     def front_end_send(self, dst, size, tag, fn, arg):
-        matcher = self.shared.matcher
-        if self.shared.rendezvous:
-            # Wait for the receiver's 8 KiB handshake, then send for real.
-            def handshake_done(_arg, rank=self.rank):
-                matcher.send(rank, dst, size, tag, fn, arg)
-
-            matcher.recv(dst, self.rank, RENDEZVOUS_BYTES, tag + RENDEZVOUS_TAG_BASE, handshake_done, None)
-        else:
-            matcher.send(self.rank, dst, size, tag, fn, arg)
+        self.msg_send(self.rank, dst, size, tag, fn, arg)
 
     def front_end_recv(self, src, size, tag, fn, arg):
-        matcher = self.shared.matcher
-        if self.shared.rendezvous:
-            # Send the 8 KiB handshake; post the real receive once it has arrived.
-            def handshake_done(_arg, rank=self.rank):
-                matcher.recv(src, rank, size, tag, fn, arg)
+        self.msg_recv(src, self.rank, size, tag, fn, arg)
 
-            matcher.send(self.rank, src, RENDEZVOUS_BYTES, tag + RENDEZVOUS_TAG_BASE, handshake_done, None)
-        else:
-            matcher.recv(src, self.rank, size, tag, fn, arg)
+    def _rendezvous_send(self, src, dst, size, tag, fn, arg):
+        """Wait for the receiver's 8 KiB handshake, then send for real."""
+        matcher = self.shared.matcher
+
+        def handshake_done(_arg):
+            matcher.send(src, dst, size, tag, fn, arg)
+
+        matcher.recv(dst, src, RENDEZVOUS_BYTES, tag + RENDEZVOUS_TAG_BASE, handshake_done, None)
+
+    def _rendezvous_recv(self, src, dst, size, tag, fn, arg):
+        """Send the 8 KiB handshake; post the real receive once it has arrived."""
+        matcher = self.shared.matcher
+
+        def handshake_done(_arg):
+            matcher.recv(src, dst, size, tag, fn, arg)
+
+        matcher.send(dst, src, RENDEZVOUS_BYTES, tag + RENDEZVOUS_TAG_BASE, handshake_done, None)
 
     # ------------------------------------------------------------ collectives
     def logical_topology(self, com_type):
@@ -418,6 +418,7 @@ class Sys:
         if previous >= 0:
             self.active_streams[previous].remove(stream)
         if not stream.phases:
+            stream.algorithm = None  # breaks the stream <-> algorithm cycle
             if previous >= 0:
                 self.running_streams[previous] -= 1
                 self._start_waiting(previous)
@@ -432,10 +433,6 @@ class Sys:
             self.running_streams[previous] -= 1
             self._start_waiting(previous)
         self._start_waiting(queue_id)
-
-
-def _noop(_arg):
-    return None
 
 
 __all__ = ["Sys", "DataSet", "Stream", "CommunicatorGroup", "ALL_REDUCE", "ALL_GATHER", "REDUCE_SCATTER", "ALL_TO_ALL"]

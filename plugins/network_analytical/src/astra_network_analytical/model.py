@@ -93,14 +93,16 @@ class AnalyticalNetwork:
             bytes_per_ns = bw * (1 << 30) / 1_000_000_000
             self._dims.append((stride, count, kind, lat, bytes_per_ns))
             stride *= count
-        self._cache = {}
 
     @classmethod
     def from_context(cls, context):
         return cls(parse_network_config(context.network_config_path), context.engine)
 
     def delay_ns(self, src, dst, size):
-        """Closed-form delivery time of ``size`` bytes from ``src`` to ``dst``."""
+        """Closed-form delivery time of ``size`` bytes from ``src`` to ``dst``.
+
+        Stateless, so the kernel may memoise it and schedule arrivals itself.
+        """
         for stride, count, kind, latency, bytes_per_ns in self._dims:
             a = (src // stride) % count
             b = (dst // stride) % count
@@ -116,11 +118,7 @@ class AnalyticalNetwork:
         raise ConfigError(f"NPU {src} sends a message to itself; the analytical network needs two distinct NPUs")
 
     def send(self, src, dst, size, fn, arg):
-        key = (src, dst, size)
-        delay = self._cache.get(key)
-        if delay is None:
-            delay = self._cache[key] = self.delay_ns(src, dst, size)
-        self.engine.schedule(delay, fn, arg)
+        self.engine.schedule(self.delay_ns(src, dst, size), fn, arg)
 
     def describe(self):
         c = self.config

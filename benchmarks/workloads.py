@@ -1,0 +1,95 @@
+"""Generates the benchmark workloads (Chakra traces and configs) into a folder.
+
+Nothing generated is checked in; every benchmark calls this first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from astra_sim.chakra import make_metadata, make_node, types as T, write_et
+
+SYSTEM = {
+    "scheduling-policy": "LIFO",
+    "endpoint-delay": 10,
+    "active-chunks-per-dimension": 1,
+    "preferred-dataset-splits": 4,
+    "collective-optimization": "localBWAware",
+    "local-mem-bw": 1600,
+    "all-reduce-implementation": ["ring", "ring", "ring"],
+    "all-gather-implementation": ["ring", "ring", "ring"],
+    "reduce-scatter-implementation": ["ring", "ring", "ring"],
+    "all-to-all-implementation": ["ring", "ring", "ring"],
+}
+
+
+def _network(path, npus):
+    with open(path, "w") as handle:
+        handle.write(
+            "topology: [ Ring, FullyConnected, Switch ]\n"
+            f"npus_count: [ {npus[0]}, {npus[1]}, {npus[2]} ]\n"
+            "bandwidth: [ 200.0, 100.0, 50.0 ]  # GB/s\n"
+            "latency: [ 500.0, 500.0, 1000.0 ]  # ns\n"
+        )
+
+
+def _common(folder, npus):
+    os.makedirs(folder, exist_ok=True)
+    system = os.path.join(folder, "system.json")
+    with open(system, "w") as handle:
+        json.dump(SYSTEM, handle, indent=1)
+    network = os.path.join(folder, "network.yml")
+    _network(network, npus)
+    memory = os.path.join(folder, "memory.json")
+    with open(memory, "w") as handle:
+        json.dump({"memory-type": "NO_MEMORY_EXPANSION"}, handle)
+    return system, network, memory
+
+
+def _write_all(prefix, ranks, nodes):
+    """Every rank runs the same graph (the usual data-parallel case)."""
+    from astra_sim.chakra import encode_et
+
+    data = encode_et(make_metadata(), nodes)
+    for rank in range(ranks):
+        with open(f"{prefix}.{rank}.et", "wb") as handle:
+            handle.write(data)
+
+
+def all_reduce(folder, npus=(8, 8, 64), size=1 << 30):
+    """One all-reduce of ``size`` bytes on every rank."""
+    system, network, memory = _common(folder, npus)
+    prefix = os.path.join(folder, "allreduce")
+    node = make_node(0, "all_reduce", T.COMM_COLL_NODE,
+                     attrs={"is_cpu_op": False, "comm_type": T.ALL_REDUCE, "comm_size": size})
+    ranks = npus[0] * npus[1] * npus[2]
+    _write_all(prefix, ranks, [node])
+    return prefix, system, network, memory
+
+
+def data_parallel_training(folder, npus=(8, 8, 16), layers=20, compute_us=50, grad_bytes=16 << 20):
+    """A training step: forward layers, then backward layers each followed by its gradient all-reduce."""
+    system, network, memory = _common(folder, npus)
+    prefix = os.path.join(folder, "dp_training")
+    nodes = []
+    next_id = 0
+    previous = None
+    for layer in range(layers):
+        deps = [] if previous is None else [previous]
+        nodes.append(make_node(next_id, f"fwd_{layer}", T.COMP_NODE, data_deps=deps,
+                               duration_micros=compute_us, attrs={"is_cpu_op": False}))
+        previous = next_id
+        next_id += 1
+    for layer in reversed(range(layers)):
+        nodes.append(make_node(next_id, f"bwd_{layer}", T.COMP_NODE, data_deps=[previous],
+                               duration_micros=compute_us, attrs={"is_cpu_op": False}))
+        backward = next_id
+        next_id += 1
+        nodes.append(make_node(next_id, f"allreduce_{layer}", T.COMM_COLL_NODE, data_deps=[backward],
+                               attrs={"is_cpu_op": False, "comm_type": T.ALL_REDUCE, "comm_size": grad_bytes}))
+        next_id += 1
+        previous = backward
+    ranks = npus[0] * npus[1] * npus[2]
+    _write_all(prefix, ranks, nodes)
+    return prefix, system, network, memory
