@@ -21,6 +21,11 @@ class RunContext:
     total_npus: int = 0
     options: dict = field(default_factory=dict)
     warn: Callable[[str], None] = print
+    #: ``schedule_for_rank(rank, delay_ns, fn, arg)``: run ``fn(arg)`` through
+    #: that rank's system layer, whose events are batched per tick like the
+    #: reference's ``Sys::register_event`` (use it where the reference books
+    #: an event on the rank, e.g. remote-memory completions).
+    schedule_for_rank: Callable = None
 
 
 class NetworkBackend(Protocol):
@@ -30,6 +35,10 @@ class NetworkBackend(Protocol):
 
     def send(self, src: int, dst: int, size_bytes: int, fn, arg) -> None:
         """Deliver a message: schedule ``fn(arg)`` on the engine at its arrival time."""
+
+    # Optional: a stateless backend may also define
+    # ``delay_ns(src, dst, size_bytes) -> int``; the kernel then memoises the
+    # delay per (src, dst, size) and schedules arrivals itself, skipping send().
 
     def describe(self) -> dict:
         """Settings for the report (topology, bandwidths, latencies, units in keys)."""

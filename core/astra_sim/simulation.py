@@ -71,6 +71,7 @@ class Simulation:
             memory_config_path=self.memory_config_path,
             options=self.options,
             warn=self.warn,
+            schedule_for_rank=self._schedule_for_rank,
         )
         self.network_backend_name = network_backend
         self.network = self.registry.get("network_backend", network_backend).factory(context)
@@ -158,6 +159,9 @@ class Simulation:
             impls.append((spec, window))
         self._impls[com_type] = impls
         return impls
+
+    def _schedule_for_rank(self, rank, delay_ns, fn, arg):
+        self.systems[rank].register_event(fn, arg, delay_ns)
 
     def record_node(self, rank, node, start_ns, end_ns):
         self.node_counts[node.type] = self.node_counts.get(node.type, 0) + 1
