@@ -1,0 +1,38 @@
+# astra-sim-py: set up, demo, test. Everything lives in .venv (created on demand).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PLUGINS := plugins/network_analytical plugins/memory_analytical
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test benchmark proto clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS))
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q hatchling pytest
+	$(BIN)/python -m pip install -q -e . $(addprefix -e ,$(PLUGINS))
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/astra run \
+		--workload-configuration examples/data_parallel/trace/dp \
+		--system-configuration examples/data_parallel/system.json \
+		--network-configuration examples/data_parallel/network.yml \
+		--remote-memory-configuration examples/data_parallel/memory.json \
+		--report-json demo.report.json
+
+test: install
+	$(BIN)/python -m pytest
+
+benchmark: install
+	$(BIN)/python benchmarks/bench_engine.py
+	$(BIN)/python benchmarks/bench_scale.py all
+
+proto:
+	scripts/gen_chakra_proto.sh
+
+clean:
+	rm -rf $(VENV) .pytest_cache demo.report.json
