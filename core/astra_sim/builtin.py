@@ -43,6 +43,13 @@ def _halving_doubling(com_type, rank, topo, size, direction, window):
 
 
 def _double_binary_tree(com_type, rank, tree, size, direction, window):
+    if rank not in tree.parent:
+        from astra_sim.errors import ConfigError
+
+        raise ConfigError(
+            f"doubleBinaryTree needs a power-of-two number of NPUs in each dimension it runs on; "
+            f"a dimension of {tree.total_nodes} NPUs leaves rank {rank} out of the tree"
+        )
     return DoubleBinaryTree(rank, tree, size)
 
 

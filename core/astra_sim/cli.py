@@ -109,7 +109,12 @@ def build_parser(pm=None):
     _plugin_option(run)
     _add_run_arguments(run)
     if pm is not None:
-        pm.hook.astra_add_run_options(parser=run)
+        try:
+            pm.hook.astra_add_run_options(parser=run)
+        except argparse.ArgumentError as exc:
+            from astra_sim.errors import PluginError
+
+            raise PluginError(f"a plugin's astra_add_run_options failed: {exc}") from None
     plugins = sub.add_parser("plugins", help="list installed plugins and what they provide")
     _plugin_option(plugins)
     plugins.add_argument("--json", action="store_true", help="machine-readable output")

@@ -170,10 +170,18 @@ def make_plugin_manager(select=None, block=(), extra_plugins=()):
                 f"plugin {name!r} (distribution {_dist_name(ep)}, entry point {ep.value}) "
                 f"failed to import: {exc}; use -p no:{name} to skip it"
             ) from exc
-        pm.register(module, name=name)
-    for impl_plugin in list(extra_plugins):
-        pm.register(impl_plugin)
-    pm.check_pending()
+        try:
+            pm.register(module, name=name)
+        except pluggy.PluginValidationError as exc:
+            raise PluginError(
+                f"plugin {name!r} (distribution {_dist_name(ep)}) is invalid: {exc}; use -p no:{name} to skip it"
+            ) from None
+    try:
+        for impl_plugin in list(extra_plugins):
+            pm.register(impl_plugin)
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        raise PluginError(f"plugin {exc.plugin!r} is invalid: {exc}") from None
     return pm
 
 
@@ -182,9 +190,9 @@ def build_registry(pm):
     registry = Registry()
     for role, hook_name in _REGISTRATION_HOOKS.items():
         caller = getattr(pm.hook, hook_name)
-        # pluggy calls implementations last-registered-first; call them in
-        # registration order instead so the builtin plugin always comes first.
-        for impl in reversed(caller.get_hookimpls()):
+        # get_hookimpls() is in registration order (the builtin plugin first);
+        # calling each one ourselves attributes every registration to its plugin.
+        for impl in caller.get_hookimpls():
             registry.current_plugin = pm.get_name(impl.plugin) or repr(impl.plugin)
             impl.function(registry=registry)
     registry.current_plugin = "?"

@@ -244,6 +244,11 @@ class HalvingDoubling(Ring):
         self.topo = topo
         self.data_size = data_size
         n = topo.nodes_in_ring
+        if n & (n - 1):
+            raise ConfigError(
+                f"halvingDoubling needs a power-of-two number of NPUs in each dimension it runs on, got {n} "
+                "(its partner pattern cannot pair the others; the reference hangs)"
+            )
         self.nodes_in_ring = n
         self.parallel_reduce = 1
         self.total_received = 0
