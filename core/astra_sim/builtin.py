@@ -46,9 +46,12 @@ def _double_binary_tree(com_type, rank, tree, size, direction, window):
     if rank not in tree.parent:
         from astra_sim.errors import ConfigError
 
+        members = sorted(tree.parent)
         raise ConfigError(
-            f"doubleBinaryTree needs a power-of-two number of NPUs in each dimension it runs on; "
-            f"a dimension of {tree.total_nodes} NPUs leaves rank {rank} out of the tree"
+            f"doubleBinaryTree cannot place rank {rank}: its tree for a dimension of {tree.total_nodes} NPUs "
+            f"holds NPUs {members[:8]}{' ...' if len(members) > 8 else ''}. The dimension needs a power-of-two "
+            "number of NPUs, and a doubleBinaryTree implementation list shorter than the network's "
+            "dimensions only covers the first NPUs (the reference crashes on both)"
         )
     return DoubleBinaryTree(rank, tree, size)
 

@@ -257,7 +257,7 @@ class Sys:
                     f"but is not one of its NPUs {group.npus}"
                 )
             if len(impls) > 1:
-                impls = [(self.shared.algorithm_spec("ring"), -1)]
+                impls = [self.shared.algorithm_spec("ring")]
             if impls[0][0].topology == "tree":
                 raise ConfigError(
                     f"{self.shared.system_config.path}: doubleBinaryTree cannot run on communicator "

@@ -69,10 +69,12 @@ class BinaryTree:
     otherwise it hangs right and the root takes the smallest id.
     """
 
-    __slots__ = ("total_nodes", "parent", "left", "right")
+    __slots__ = ("total_nodes", "start", "stride", "parent", "left", "right")
 
     def __init__(self, total_nodes, start, stride, root_max):
         self.total_nodes = total_nodes
+        self.start = start
+        self.stride = stride
         depth = 1
         tmp = total_nodes
         while tmp > 1:

@@ -1,0 +1,211 @@
+"""Differential testing against a locally built reference ASTRA-sim (not part of the test suite).
+
+Generates random cases (topologies, algorithms per dimension, collective types and sizes, chunking,
+queues, injection scale, rendezvous, communicator groups, compute/communication mixes, send/recv),
+runs each through astra-sim-py and through the reference binary, and compares every rank's finish
+time and exposed communication. The reference is never part of this repository: point
+``--reference`` at a script that runs it and prints its ``sys[i] finished, ...`` lines.
+
+    python tools/difftest.py --reference /path/to/run_reference.sh --cases 200 --seed 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+
+from astra_sim.chakra import make_metadata, make_node, types as T, write_et
+from astra_sim.errors import AstraError
+from astra_sim.simulation import simulate
+
+LINE = re.compile(r"sys\[(\d+)\] finished, (\d+) cycles, exposed communication (-?\d+) cycles")
+COLLECTIVES = {"all_reduce": T.ALL_REDUCE, "all_gather": T.ALL_GATHER,
+               "reduce_scatter": T.REDUCE_SCATTER, "all_to_all": T.ALL_TO_ALL}
+
+
+def random_case(rng, folder):
+    """Write one random case into ``folder``; return (prefix, system, network, memory, groups, flags)."""
+    dims = rng.choice([1, 1, 2, 2, 3])
+    topology = [rng.choice(["Ring", "FullyConnected", "Switch"]) for _ in range(dims)]
+    npus = [rng.choice([2, 4, 4, 8]) for _ in range(dims)]
+    while _prod(npus) > 64:
+        npus[rng.randrange(dims)] = 2
+    total = _prod(npus)
+    bandwidth = [rng.choice([25.0, 50.0, 100.0, 200.0]) for _ in range(dims)]
+    latency = [rng.choice([0.0, 100.0, 500.0, 936.25, 1000.0]) for _ in range(dims)]
+    network = os.path.join(folder, "network.yml")
+    with open(network, "w") as handle:
+        handle.write(f"topology: [ {', '.join(topology)} ]\nnpus_count: {npus}\n"
+                     f"bandwidth: {bandwidth}\nlatency: {latency}\n")
+    algos = ["ring", "direct", "halvingDoubling", "doubleBinaryTree", "oneRing", "oneDirect",
+             "oneHalvingDoubling", "direct2"]
+    impl = {}
+    for key in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all"):
+        ndims = rng.randint(1, dims)
+        first = rng.choice(algos)
+        if first.startswith("one"):
+            impl[key] = [first]
+        else:
+            impl[key] = [rng.choice([a for a in algos if not a.startswith("one")]) for _ in range(ndims)]
+        if key == "all-to-all":
+            impl[key] = [a.replace("halvingDoubling", "ring") for a in impl[key]]
+    system = {
+        "scheduling-policy": rng.choice(["LIFO", "FIFO"]),
+        "endpoint-delay": rng.choice([1, 10, 10, 50]),
+        "active-chunks-per-dimension": rng.choice([1, 1, 2, 4]),
+        "preferred-dataset-splits": rng.choice([1, 2, 4, 4, 8]),
+        "collective-optimization": rng.choice(["baseline", "localBWAware"]),
+        "local-mem-bw": rng.choice([50, 1600, 3350]),
+        **{f"{k}-implementation": v for k, v in impl.items()},
+    }
+    system_path = os.path.join(folder, "system.json")
+    with open(system_path, "w") as handle:
+        json.dump(system, handle)
+    memory = os.path.join(folder, "memory.json")
+    with open(memory, "w") as handle:
+        json.dump({"memory-type": "NO_MEMORY_EXPANSION"}, handle)
+    groups_path = None
+    groups = {}
+    if total >= 4 and rng.random() < 0.25:
+        half = total // 2
+        members = list(range(total))
+        rng.shuffle(members)
+        groups = {"1": sorted(members[:half]), "2": sorted(members[half:])}
+        groups_path = os.path.join(folder, "groups.json")
+        with open(groups_path, "w") as handle:
+            json.dump(groups, handle)
+    # Workload: the same random program on every rank (ids, deps, sizes).
+    shape = rng.choice(["single", "chain", "overlap", "mixed", "p2p"])
+    prefix = os.path.join(folder, "t")
+    seed = rng.randrange(1 << 30)
+    for rank in range(total):
+        # Same seed on every rank: the same program, with rank-specific peers and groups.
+        nodes = _workload(random.Random(seed), shape, rank, total, groups)
+        write_et(f"{prefix}.{rank}.et", make_metadata(), nodes)
+    flags = {"num_queues_per_dim": rng.choice([1, 1, 2]), "injection_scale": rng.choice([1.0, 1.0, 2.0]),
+             "rendezvous": rng.random() < 0.15}
+    return prefix, system_path, network, memory, groups_path, flags, {"npus": npus, "topology": topology,
+                                                                      "system": system, "shape": shape}
+
+
+def _workload(rng, shape, rank, total, groups):
+    nodes = []
+
+    def coll(node_id, deps, kind=None, size=None, pg=None):
+        kind = kind or rng.choice(list(COLLECTIVES))
+        size = size or rng.choice([1024, 65536, 1 << 20, 1000003, 16 << 20])
+        attrs = {"is_cpu_op": False, "comm_type": COLLECTIVES[kind], "comm_size": size}
+        if pg is not None:
+            attrs["pg_name"] = pg
+        return make_node(node_id, f"{kind}_{node_id}", T.COMM_COLL_NODE, data_deps=deps, attrs=attrs)
+
+    def comp(node_id, deps, us):
+        return make_node(node_id, f"comp_{node_id}", T.COMP_NODE, data_deps=deps, duration_micros=us,
+                         attrs={"is_cpu_op": False})
+
+    if shape == "single":
+        nodes.append(coll(0, []))
+    elif shape == "chain":
+        for i in range(3):
+            nodes.append(coll(i, [i - 1] if i else []))
+    elif shape == "overlap":
+        nodes.append(comp(0, [], rng.choice([0, 5, 50])))
+        nodes.append(coll(1, []))
+        nodes.append(comp(2, [0], 20))
+        nodes.append(coll(3, [1, 2]))
+    elif shape == "mixed":
+        pg = None
+        if groups:
+            pg = "1" if rank in groups["1"] else "2"
+        nodes.append(coll(0, [], pg=pg))
+        nodes.append(comp(1, [], 10))
+        nodes.append(coll(2, [1]))
+        nodes.append(coll(3, [0], pg=pg))
+    else:  # p2p ring shift plus a collective
+        size = rng.choice([4096, 1 << 20])
+        nodes.append(make_node(0, "send", T.COMM_SEND_NODE, attrs={
+            "is_cpu_op": False, "comm_src": rank, "comm_dst": (rank + 1) % total, "comm_size": size, "comm_tag": 7}))
+        nodes.append(make_node(1, "recv", T.COMM_RECV_NODE, attrs={
+            "is_cpu_op": False, "comm_src": (rank - 1) % total, "comm_dst": rank, "comm_size": size, "comm_tag": 7}))
+        nodes.append(coll(2, [0, 1]))
+    return nodes
+
+
+def _prod(values):
+    out = 1
+    for v in values:
+        out *= v
+    return out
+
+
+def run_ours(prefix, system, network, memory, groups, flags):
+    try:
+        report = simulate(prefix, system, network, memory, groups, **flags)
+    except AstraError as exc:
+        return ("error", type(exc).__name__, str(exc).splitlines()[0])
+    return {r.rank: (r.finish_ns, r.exposed_comm_ns) for r in report.ranks}
+
+
+def run_reference(script, prefix, system, network, memory, groups, flags, timeout):
+    args = [script, "unaware", f"--workload-configuration={prefix}", f"--system-configuration={system}",
+            f"--network-configuration={network}", f"--remote-memory-configuration={memory}",
+            f"--num-queues-per-dim={flags['num_queues_per_dim']}",
+            f"--injection-scale={flags['injection_scale']}",
+            f"--rendezvous-protocol={'true' if flags['rendezvous'] else 'false'}"]
+    if groups:
+        args.append(f"--comm-group-configuration={groups}")
+    env = dict(os.environ, REF_TIMEOUT=str(timeout))
+    proc = subprocess.run(args, capture_output=True, text=True, env=env)
+    out = {}
+    for line in proc.stdout.splitlines():
+        match = LINE.search(line)
+        if match:
+            out[int(match.group(1))] = (int(match.group(2)), int(match.group(3)))
+    if proc.returncode != 0 or "TIMEOUT" in proc.stdout:
+        return ("ref-failed", proc.returncode, proc.stdout[-200:] + proc.stderr[-200:], out)
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reference", required=True, help="script: run_reference.sh unaware <flags>")
+    parser.add_argument("--cases", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--timeout", type=int, default=60)
+    parser.add_argument("--keep", help="folder to keep mismatching cases in")
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    same = differ = skipped = 0
+    for index in range(args.cases):
+        folder = tempfile.mkdtemp(prefix=f"difftest{index}_")
+        prefix, system, network, memory, groups, flags, info = random_case(rng, folder)
+        ours = run_ours(prefix, system, network, memory, groups, flags)
+        ref = run_reference(args.reference, prefix, system, network, memory, groups, flags, args.timeout)
+        if isinstance(ref, tuple):
+            # The reference did not produce a full result: we must have produced one or a clear error.
+            skipped += 1
+            print(f"case {index}: reference failed ({ref[1]}); ours: {ours if isinstance(ours, tuple) else 'result'} "
+                  f"| {info['topology']} {info['npus']} {info['shape']} flags={flags} dir={folder}")
+            continue
+        if ours == ref:
+            same += 1
+        else:
+            differ += 1
+            print(f"case {index}: MISMATCH {info} flags={flags} dir={folder}")
+            if isinstance(ours, dict):
+                diffs = [(r, ours.get(r), ref.get(r)) for r in sorted(set(ours) | set(ref)) if ours.get(r) != ref.get(r)]
+                print("   rank, ours, reference:", diffs[:6])
+            else:
+                print("   ours:", ours)
+    print(f"{same} same, {differ} different, {skipped} where the reference gave no result")
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
