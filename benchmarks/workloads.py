@@ -9,19 +9,9 @@ import json
 import os
 
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
+from astra_sim.testing import system_config
 
-SYSTEM = {
-    "scheduling-policy": "LIFO",
-    "endpoint-delay": 10,
-    "active-chunks-per-dimension": 1,
-    "preferred-dataset-splits": 4,
-    "collective-optimization": "localBWAware",
-    "local-mem-bw": 1600,
-    "all-reduce-implementation": ["ring", "ring", "ring"],
-    "all-gather-implementation": ["ring", "ring", "ring"],
-    "reduce-scatter-implementation": ["ring", "ring", "ring"],
-    "all-to-all-implementation": ["ring", "ring", "ring"],
-}
+SYSTEM = system_config(dims=3)  # ring on every dimension, 4 chunks, localBWAware
 
 
 def _network(path, npus):

@@ -26,27 +26,14 @@ import venv
 from pathlib import Path
 
 import pytest
+from astra_sim.testing import system_config
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "plugins" / "astra-network-constant"
 CLI = ROOT / "core" / "astra_sim" / "cli.py"
 
 # The system configuration (same values as shared/parity/configs/sys_ring_1d.json).
-SYSTEM = {
-    "scheduling-policy": "LIFO",
-    "endpoint-delay": 10,
-    "active-chunks-per-dimension": 1,
-    "preferred-dataset-splits": 4,
-    "collective-optimization": "localBWAware",
-    "local-mem-bw": 1600,
-    "boost-mode": 0,
-    "roofline-enabled": 0,
-    "peak-perf": 900,
-    "all-reduce-implementation": ["ring"],
-    "all-gather-implementation": ["ring"],
-    "reduce-scatter-implementation": ["ring"],
-    "all-to-all-implementation": ["ring"],
-}
+SYSTEM = system_config()
 
 SIZE = 1 << 20  # bytes all-reduced by every rank
 

@@ -6,10 +6,51 @@ suite however pytest is invoked (no ``pytest_plugins`` in conftest files).
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
+
+
+def system_config(dims=1, algorithm="ring", **overrides):
+    """The reference's usual system configuration (shared/parity/configs/sys_ring_1d.json)
+    with ``algorithm`` on ``dims`` dimensions for every collective.
+
+    Keyword overrides use underscores for dashes: ``local_mem_bw=50``.
+    """
+    config = {
+        "scheduling-policy": "LIFO",
+        "endpoint-delay": 10,
+        "active-chunks-per-dimension": 1,
+        "preferred-dataset-splits": 4,
+        "collective-optimization": "localBWAware",
+        "local-mem-bw": 1600,
+        "roofline-enabled": 0,
+        "peak-perf": 900,
+    }
+    for key in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all"):
+        config[f"{key}-implementation"] = [algorithm] * dims
+    for key, value in overrides.items():
+        config[key.replace("_", "-")] = value
+    return config
+
+
+def write_system_config(path, dims=1, algorithm="ring", **overrides):
+    """Write :func:`system_config` as JSON to ``path``; returns the path as a string."""
+    Path(path).write_text(json.dumps(system_config(dims, algorithm, **overrides), indent=1))
+    return str(path)
+
+
+def write_network_config(path, topology=("Ring",), npus=(8,), bandwidth_gbps=(50.0,), latency_ns=(500.0,)):
+    """Write an analytical-network YAML to ``path``; returns the path as a string."""
+    Path(path).write_text(
+        f"topology: [ {', '.join(topology)} ]\n"
+        f"npus_count: [ {', '.join(str(n) for n in npus)} ]\n"
+        f"bandwidth: [ {', '.join(str(float(b)) for b in bandwidth_gbps)} ]\n"
+        f"latency: [ {', '.join(str(float(x)) for x in latency_ns)} ]\n"
+    )
+    return str(path)
 
 
 def find_shared_dir():

@@ -156,22 +156,7 @@ def _parse_frames(data, path, keep_raw, gzipped):
         except DecodeError as exc:
             raise ChakraError(f"{path}: byte offset {off}: message #{index} is not a valid Node ({exc}); "
                               f"the file is corrupt", path=path, offset=off) from None
-        attrs = {}
-        kinds = []
-        for a in m.attr:
-            aname = a.name
-            if aname in attrs:  # repeated name: the first one wins (FeederV3)
-                continue
-            kind = a.WhichOneof("value")
-            if kind is None:
-                value = None
-            else:
-                value = getattr(a, kind)
-                if kind in list_kinds:
-                    value = list(value.values)
-            attrs[aname] = value
-            kinds.append((aname, kind))
-        kinds = tuple(kinds)
+        attrs, kinds = attrs_from_proto(m.attr)
         kinds = kind_cache.setdefault(kinds, kinds)
         append(new_node(m.id, m.name, m.type, list(m.ctrl_deps), list(m.data_deps), m.duration_micros,
                         m.inputs.values, attrs, path, kinds, raw if keep_raw else None))

@@ -12,25 +12,12 @@ from astra_sim.plugins import build_registry, make_plugin_manager
 from astra_sim.simulation import simulate
 
 from astra_memory_analytical import AnalyticalRemoteMemory, MemoryConfig, parse_memory_config
+from astra_sim.testing import system_config
 
 MIB = 1 << 20
 PLUGINS = ["network_analytical", "memory_analytical"]
 
-SYSTEM = {
-    "scheduling-policy": "LIFO",
-    "endpoint-delay": 10,
-    "active-chunks-per-dimension": 1,
-    "preferred-dataset-splits": 4,
-    "collective-optimization": "localBWAware",
-    "local-mem-bw": 1600,
-    "boost-mode": 0,
-    "roofline-enabled": 0,
-    "peak-perf": 900,
-    "all-reduce-implementation": ["ring"],
-    "all-gather-implementation": ["ring"],
-    "reduce-scatter-implementation": ["ring"],
-    "all-to-all-implementation": ["ring"],
-}
+SYSTEM = system_config()  # one ring, the reference's usual settings
 
 
 def mem(node_id, kind, size, deps=()):

@@ -19,22 +19,11 @@ from astra_sim.simulation import simulate
 
 import astra_network_constant.plugin as plugin
 from astra_network_constant import ConstantNetwork
+from astra_sim.testing import system_config
 
 NETWORK_YAML = "npus: 4\nlatency_ns: 1000\nbandwidth_bytes_per_ns: 100\n"
 
-SYSTEM = {  # one ring, 4 chunks, endpoint delay 10 ns, local memory 1600 GB/s
-    "scheduling-policy": "LIFO",
-    "endpoint-delay": 10,
-    "active-chunks-per-dimension": 1,
-    "preferred-dataset-splits": 4,
-    "collective-optimization": "localBWAware",
-    "local-mem-bw": 1600,
-    "roofline-enabled": 0,
-    "all-reduce-implementation": ["ring"],
-    "all-gather-implementation": ["ring"],
-    "reduce-scatter-implementation": ["ring"],
-    "all-to-all-implementation": ["ring"],
-}
+SYSTEM = system_config()  # one ring, 4 chunks, endpoint delay 10 ns, local memory 1600 GB/s
 
 
 def write_all_reduce(prefix, ranks, size):
