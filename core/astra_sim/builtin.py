@@ -27,6 +27,8 @@ class ChakraFormat:
             trace = read_et(path, keep_raw=False)
         except ChakraError as exc:
             raise WorkloadError(str(exc)) from None
+        if trace.metadata is None and not trace.nodes:
+            raise WorkloadError(f"{path}: the file is empty (no GlobalMetadata, no nodes)")
         return path, trace.nodes
 
 

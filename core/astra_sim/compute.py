@@ -47,8 +47,10 @@ class RooflineModel:
                 )
         if tensor_size == 0:
             return None
+        if num_ops == 0:
+            # 0 / 0 in the reference (undefined); converted PyTorch traces often
+            # carry num_ops 0: no operations take no time.
+            return 0
         intensity = float(num_ops) / float(tensor_size)
         perf = min(self.bandwidth * intensity, self.peak)
-        if perf <= 0:
-            raise WorkloadError(f"{node.path}: node {node.id} ({node.name!r}): num_ops is 0, nothing to time")
         return int(float(num_ops) / perf * 1e9)

@@ -27,6 +27,8 @@ class EventEngine:
 
     def schedule(self, delay_ns, fn, arg=None):
         """Run ``fn(arg)`` ``delay_ns`` (an int >= 0) after now."""
+        if delay_ns < 0:
+            raise ValueError(f"cannot schedule {delay_ns} ns in the past")
         time_ns = self.now + delay_ns
         bucket = self.buckets.get(time_ns)
         if bucket is None:

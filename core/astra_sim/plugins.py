@@ -181,7 +181,8 @@ def make_plugin_manager(select=None, block=(), extra_plugins=()):
             pm.register(impl_plugin)
         pm.check_pending()
     except pluggy.PluginValidationError as exc:
-        raise PluginError(f"plugin {exc.plugin!r} is invalid: {exc}") from None
+        name = getattr(exc.plugin, "__name__", None) or type(exc.plugin).__name__
+        raise PluginError(f"plugin {name} is invalid: {exc}") from None
     return pm
 
 

@@ -95,7 +95,13 @@ class SendRecvMatcher:
         path = (src, dst, size)
         delay = self._delays.get(path)
         if delay is None:
-            delay = self._delays[path] = self._delay(src, dst, size)
+            delay = self._delay(src, dst, size)
+            if delay.__class__ is not int or delay < 0:
+                raise SimulationError(
+                    f"network backend returned {delay!r} ns for {size} bytes {src} -> {dst}; "
+                    "delays must be integer nanoseconds >= 0"
+                )
+            self._delays[path] = delay
         # EventEngine.schedule, inlined: this runs once per message.
         engine = self.engine
         time_ns = engine.now + delay

@@ -386,7 +386,13 @@ class Sys:
 
     def _make_algorithm(self, com_type, topo, size, direction, impl):
         spec, window = impl
-        return spec.factory(com_type, self.rank, topo, size, direction, window)
+        try:
+            return spec.factory(com_type, self.rank, topo, size, direction, window)
+        except ConfigError as exc:
+            path = self.shared.system_config.path
+            if str(exc).startswith(path):
+                raise
+            raise ConfigError(f"{path}: {exc}") from None
 
     # ------------------------------------------------------------ scheduling
     def _insert_stream(self, queue, stream):

@@ -106,6 +106,12 @@ class RankWorkload:
             self._dispatch(node, slot)
         except ChakraError as exc:
             raise WorkloadError(str(exc)) from None
+        except AstraError as exc:
+            # Name the trace and node, keeping the error's kind (and exit code).
+            message = str(exc)
+            if not message.startswith(self.path):
+                message = f"{self.path}: node {node.id} ({node.name!r}): {message}"
+            raise type(exc)(message) from None
 
     def _dispatch(self, node, slot):
         run = self.run
@@ -210,7 +216,7 @@ class RankWorkload:
             raise self._error(node, f"a send must be issued by its sender: comm_src is {src}, this is rank {self.rank}")
         dst = self._int_attr(node, "comm_dst")
         self._check_peer(node, "comm_dst", dst)
-        size = self._int_attr(node, "comm_size")
+        size = self._message_size(node)
         tag = self._int_attr(node, "comm_tag")
         self.sys.native_send(dst, size, tag, self._node_done, node.id)
 
@@ -220,26 +226,40 @@ class RankWorkload:
         dst = self._int_attr(node, "comm_dst", self.rank)
         if dst != self.rank:
             raise self._error(node, f"a receive must be issued by its receiver: comm_dst is {dst}, this is rank {self.rank}")
-        size = self._int_attr(node, "comm_size")
+        size = self._message_size(node)
         tag = self._int_attr(node, "comm_tag")
         self.sys.native_recv(src, size, tag, self._node_done, node.id)
+
+    def _message_size(self, node):
+        size = self._int_attr(node, "comm_size")
+        if size <= 0:
+            raise self._error(node, f"comm_size must be > 0 bytes for a send or receive, got {size}")
+        return size
 
     def _check_peer(self, node, key, peer):
         if not 0 <= peer < self.run.total_npus:
             raise self._error(node, f"{key} is {peer}, but the network has NPUs 0..{self.run.total_npus - 1}")
+        if peer == self.rank:
+            raise self._error(node, f"{key} is this rank ({peer}); a rank cannot send to or receive from itself")
 
     def _metadata(self, node):
         """PyTorch process groups: ``inputs.values`` holds ``[[{"pg_name", "ranks"}, ...]]``-ish JSON."""
         info = node.inputs_values
         if not info:
             return
+        total = self.run.total_npus
         try:
             items = json.loads(info[2:-2])
             for item in items:
                 pg = int(item["pg_name"])
-                ranks = list(item["ranks"]) or list(range(self.run.total_npus))
+                ranks = [int(r) for r in item["ranks"]] or list(range(total))
+                bad = [r for r in ranks if not 0 <= r < total]
+                if bad or len(set(ranks)) != len(ranks):
+                    what = f"NPUs {bad} outside 0..{total - 1}" if bad else "an NPU twice"
+                    raise self._error(node, f"process group {pg} lists {what}: {item['ranks']}")
                 self.comm_groups[pg] = CommunicatorGroup(pg + 1, ranks, self.rank)
         except (ValueError, KeyError, TypeError) as exc:
+            # The reference prints the parse error and goes on; so do we, with a warning.
             self.run.warn(f"{self.path}: node {node.id} ({node.name!r}): process-group metadata not understood ({exc}); ignored")
 
     # ------------------------------------------------------------ completion

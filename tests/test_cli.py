@@ -1,0 +1,375 @@
+"""The ``astra`` command line (core/astra_sim/cli.py): flags, report JSON, log lines, plugin selection."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from astra_sim import __version__
+from astra_sim.chakra import make_metadata, make_node, types as T, write_et
+from astra_sim.cli import main
+
+GIB = 1 << 30
+MIB = 1 << 20
+ASTRA = Path(sys.executable).parent / "astra"
+BW, LAT = 100.0, 200.0
+
+SYSTEM = {
+    "scheduling-policy": "LIFO",
+    "endpoint-delay": 10,
+    "active-chunks-per-dimension": 1,
+    "preferred-dataset-splits": 4,
+    "collective-optimization": "localBWAware",
+    "local-mem-bw": 1600,
+    "all-reduce-implementation": ["ring"],
+    "all-gather-implementation": ["ring"],
+    "reduce-scatter-implementation": ["ring"],
+    "all-to-all-implementation": ["ring"],
+}
+
+
+def t_msg(m):
+    return int(LAT + m / (BW * GIB / 1e9))
+
+
+def r_red(m):
+    return 3 * int(m / 1.6e12 * 1e9)
+
+
+def ar_ns(e=10, handshake=0):
+    """Ring-4 all-reduce of 1 MiB, p = 4."""
+    m = MIB // 16
+    return 4 * (6 * (t_msg(m) + handshake) + 7 * e + 3 * r_red(m))
+
+
+def rs_chunk_ns():
+    m = MIB // 16
+    return 3 * t_msg(m) + 4 * 10 + 3 * r_red(m)
+
+
+@pytest.fixture(autouse=True)
+def _no_plugin_env(monkeypatch):
+    monkeypatch.delenv("ASTRA_PLUGINS", raising=False)
+
+
+@pytest.fixture
+def files(tmp_path):
+    system = tmp_path / "sys.json"
+    system.write_text(json.dumps(SYSTEM))
+    net = tmp_path / "net.yml"
+    net.write_text(f"topology: [ Ring ]\nnpus_count: [ 4 ]\nbandwidth: [ {BW} ]\nlatency: [ {LAT} ]\n")
+
+    def trace(name, nodes_for_rank):
+        prefix = tmp_path / name
+        for rank in range(4):
+            write_et(f"{prefix}.{rank}.et", make_metadata(), nodes_for_rank(rank))
+        return str(prefix)
+
+    ar = trace("ar", lambda r: [make_node(1, "ar", T.COMM_COLL_NODE,
+                                          attrs={"comm_type": T.ALL_REDUCE, "comm_size": MIB})])
+    rs = trace("rs", lambda r: [make_node(1, "rs", T.COMM_COLL_NODE,
+                                          attrs={"comm_type": T.REDUCE_SCATTER, "comm_size": MIB})])
+    return {"dir": tmp_path, "system": str(system), "net": str(net), "ar": ar, "rs": rs, "trace": trace}
+
+
+def run_cli(capsys, *args):
+    capsys.readouterr()
+    rc = main(list(args))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def base_args(files, workload=None, eq=True):
+    workload = workload or files["ar"]
+    if eq:
+        return ["run", f"--workload-configuration={workload}", f"--system-configuration={files['system']}",
+                f"--network-configuration={files['net']}"]
+    return ["run", "--workload-configuration", workload, "--system-configuration", files["system"],
+            "--network-configuration", files["net"]]
+
+
+def report_of(capsys, files, *args, workload=None, eq=True, name="report.json"):
+    path = files["dir"] / name
+    rc, out, err = run_cli(capsys, *base_args(files, workload, eq), "-q", "--report-json", str(path), *args)
+    assert rc == 0, err
+    return json.loads(path.read_text())
+
+
+# ---------------------------------------------------------------- flag forms
+
+
+def test_equals_and_space_forms_give_the_same_run(capsys, files):
+    a = report_of(capsys, files, eq=True, name="a.json")
+    b = report_of(capsys, files, eq=False, name="b.json")
+    assert a["ranks"] == b["ranks"]
+    assert [r["finish_ns"] for r in a["ranks"]] == [ar_ns()] * 4
+
+
+@pytest.mark.parametrize("form", [["--injection-scale=2"], ["--injection-scale", "2"]], ids=["eq", "space"])
+def test_injection_scale_forms(capsys, files, form):
+    report = report_of(capsys, files, *form)
+    assert report["settings"]["injection_scale"] == 2.0
+    assert [r["finish_ns"] for r in report["ranks"]] == [ar_ns(e=20)] * 4
+
+
+@pytest.mark.parametrize("form", [["--num-queues-per-dim=2"], ["--num-queues-per-dim", "2"]], ids=["eq", "space"])
+def test_num_queues_forms(capsys, files, form):
+    report = report_of(capsys, files, *form, workload=files["rs"])
+    assert report["settings"]["num_queues_per_dim"] == 2
+    assert [r["finish_ns"] for r in report["ranks"]] == [2 * rs_chunk_ns()] * 4
+
+
+@pytest.mark.parametrize("form,expected", [
+    ([], False),
+    (["--rendezvous-protocol"], True),
+    (["--rendezvous-protocol=true"], True),
+    (["--rendezvous-protocol", "true"], True),
+    (["--rendezvous-protocol=false"], False),
+    (["--rendezvous-protocol", "false"], False),
+    (["--rendezvous-protocol=1"], True),
+], ids=["absent", "bare", "eq-true", "space-true", "eq-false", "space-false", "eq-1"])
+def test_rendezvous_forms(capsys, files, form, expected):
+    report = report_of(capsys, files, *form)
+    assert report["settings"]["rendezvous_protocol"] is expected
+    handshake = t_msg(8192) if expected else 0
+    assert [r["finish_ns"] for r in report["ranks"]] == [ar_ns(handshake=handshake)] * 4
+
+
+def test_bad_flag_values_are_usage_errors(capsys, files):
+    for bad in (["--num-queues-per-dim", "0"], ["--injection-scale=-1"], ["--rendezvous-protocol=maybe"],
+                ["--num-queues-per-dim=two"]):
+        with pytest.raises(SystemExit) as info:
+            main(base_args(files) + ["-q", *bad])
+        assert info.value.code == 2
+        assert "error" in capsys.readouterr().err
+
+
+def test_required_flags(capsys, files):
+    with pytest.raises(SystemExit) as info:
+        main(["run", "--workload-configuration", files["ar"]])
+    assert info.value.code == 2
+    assert "--system-configuration" in capsys.readouterr().err
+
+
+def test_reference_ignored_flags_are_accepted(capsys, files):
+    rc, out, err = run_cli(
+        capsys, *base_args(files), "-q", "--logging-folder", str(files["dir"] / "logs"), "--comm-scale", "2",
+        "--compute-scale=3", "--logging-configuration", "empty", "--astra-sim-log",
+    )
+    assert rc == 0, err
+    assert f"sys[0] finished, {ar_ns()} cycles" in out
+    assert not (files["dir"] / "logs").exists()
+
+
+def test_remote_memory_and_comm_group_flags(capsys, files):
+    mem = files["dir"] / "mem.json"
+    mem.write_text(json.dumps({"memory-type": "NO_MEMORY_EXPANSION"}))
+    groups = files["dir"] / "groups.json"
+    groups.write_text(json.dumps({"1": [0, 1]}))
+    report = report_of(capsys, files, f"--remote-memory-configuration={mem}",
+                       "--comm-group-configuration", str(groups))
+    assert report["settings"]["remote_memory_configuration"] == str(mem)
+    assert report["settings"]["comm_group_configuration"] == str(groups)
+
+
+# ---------------------------------------------------------------- outputs
+
+
+def test_report_json_contents(capsys, files):
+    report = report_of(capsys, files)
+    assert [r["rank"] for r in report["ranks"]] == [0, 1, 2, 3]
+    for r in report["ranks"]:
+        assert set(r) >= {"rank", "finish_ns", "compute_ns", "exposed_comm_ns", "cpu_ns", "comm_ns", "nodes"}
+        assert r["finish_ns"] == ar_ns()
+        assert r["compute_ns"] == 0
+        assert r["exposed_comm_ns"] == ar_ns()
+        assert r["comm_ns"] == ar_ns()
+        assert r["nodes"] == 1
+    assert report["summary"] == {"npus": 4, "max_finish_ns": ar_ns(), "min_finish_ns": ar_ns(),
+                                 "max_exposed_comm_ns": ar_ns()}
+    settings = report["settings"]
+    assert settings["workload"] == files["ar"]
+    assert settings["system_configuration"] == files["system"]
+    assert settings["network_configuration"] == files["net"]
+    assert settings["network_backend"] == "analytical"
+    assert settings["memory_backend"] == "analytical"
+    assert settings["compute_model"] == "replay"
+    assert settings["workload_format"] == "chakra"
+    assert settings["num_queues_per_dim"] == 1
+    assert settings["injection_scale"] == 1.0
+    assert settings["rendezvous_protocol"] is False
+    assert settings["npus_per_dim"] == [4]
+    assert settings["astra_sim_version"] == __version__
+    assert settings["network"]["topology"] == ["Ring"]
+    assert settings["network"]["bandwidth_gbps"] == [BW]
+    assert {"builtin", "network_analytical", "memory_analytical"} <= set(settings["plugins"])
+    assert report["stats"]["messages"] > 0
+
+
+def test_report_json_unwritable_path(capsys, files):
+    rc, out, err = run_cli(capsys, *base_args(files), "-q", "--report-json",
+                           str(files["dir"] / "no" / "such" / "dir" / "r.json"))
+    assert rc == 2
+    assert "cannot write --report-json" in err and "Traceback" not in err
+
+
+def test_astra_sim_log_lines_exact_and_in_finish_order(capsys, files):
+    # Rank r computes (4 - r) us, then all-reduces: no wait, ranks finish in reverse order.
+    prefix = files["trace"]("log", lambda r: [
+        make_node(1, "c", T.COMP_NODE, duration_micros=4 - r, attrs={"is_cpu_op": r == 3}),
+        make_node(2, "s", T.COMM_SEND_NODE, data_deps=[1],
+                  attrs={"comm_dst": (r + 1) % 4, "comm_size": 1024, "comm_tag": 0}),
+    ])
+    rc, out, err = run_cli(capsys, *base_args(files, prefix), "-q", "--astra-sim-log")
+    assert rc == 0, err
+    lines = [line for line in out.splitlines() if line.startswith("sys[")]
+    t = t_msg(1024)
+    assert lines == [
+        f"sys[3] finished, {1000 + t} cycles, exposed communication {1000 + t} cycles.",  # CPU op: not subtracted
+        f"sys[2] finished, {2000 + t} cycles, exposed communication {t} cycles.",
+        f"sys[1] finished, {3000 + t} cycles, exposed communication {t} cycles.",
+        f"sys[0] finished, {4000 + t} cycles, exposed communication {t} cycles.",
+    ]
+
+
+def test_quiet_prints_nothing_but_the_log(capsys, files):
+    rc, out, err = run_cli(capsys, *base_args(files), "-q")
+    assert rc == 0
+    assert out == "" and err == ""
+    rc, out, err = run_cli(capsys, *base_args(files))
+    assert rc == 0
+    assert "finish_ns" in out and f"{ar_ns():,}" in out
+
+
+def test_no_command_prints_help(capsys):
+    rc, out, err = run_cli(capsys)
+    assert rc == 2
+    assert "run" in out and "plugins" in out
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert __version__ in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- plugins
+
+
+def _plugins_json(capsys, *args):
+    rc, out, err = run_cli(capsys, "plugins", "--json", *args)
+    assert rc == 0, err
+    return {row["name"]: row for row in json.loads(out)}
+
+
+def test_plugins_json_lists_installed_plugins(capsys):
+    rows = _plugins_json(capsys)
+    assert {"builtin", "network_analytical", "memory_analytical"} <= set(rows)
+    assert "network_backend:analytical" in rows["network_analytical"]["provides"]
+    assert "memory_backend:analytical" in rows["memory_analytical"]["provides"]
+    builtin = rows["builtin"]["provides"]
+    for item in ("workload_format:chakra", "compute_model:replay", "compute_model:roofline",
+                 "collective_algorithm:ring", "collective_algorithm:direct", "collective_algorithm:halvingDoubling",
+                 "collective_algorithm:doubleBinaryTree", "memory_backend:none"):
+        assert item in builtin
+    for name in ("builtin", "network_analytical", "memory_analytical"):
+        assert rows[name]["status"] == "loaded"
+    assert rows["network_analytical"]["distribution"] == "astra-network-analytical"
+
+
+def test_plugins_table_output(capsys):
+    rc, out, err = run_cli(capsys, "plugins")
+    assert rc == 0
+    # rich wraps long cells to the terminal width; the names appear, possibly split.
+    assert "builtin" in out and "network_analyt" in out and "memory_analyti" in out
+
+
+@pytest.mark.parametrize("where", ["before", "after", "attached"])
+def test_select_only_network_plugin(capsys, files, where):
+    path = files["dir"] / "r.json"
+    args = base_args(files) + ["-q", "--report-json", str(path)]
+    if where == "before":
+        argv = ["-p", "network_analytical", *args]
+    elif where == "after":
+        argv = [*args, "-p", "network_analytical"]
+    else:
+        argv = [*args, "-pnetwork_analytical"]
+    rc, out, err = run_cli(capsys, *argv)
+    assert rc == 0, err
+    settings = json.loads(path.read_text())["settings"]
+    assert settings["memory_backend"] == "none"
+    assert "memory_analytical" not in settings["plugins"]
+    assert "network_analytical" in settings["plugins"]
+    rows = _plugins_json(capsys, "-p", "network_analytical")
+    assert rows["network_analytical"]["status"] == "loaded"
+    assert rows["memory_analytical"]["status"] == "not selected"
+    assert rows["memory_analytical"]["provides"] == []
+
+
+def test_block_network_plugin_makes_run_fail_clearly(capsys, files):
+    rc, out, err = run_cli(capsys, *base_args(files), "-q", "-p", "no:network_analytical")
+    assert rc == 2
+    assert "Traceback" not in err
+    assert "network backend" in err and "'analytical'" in err
+    rows = _plugins_json(capsys, "-p", "no:network_analytical")
+    assert rows["network_analytical"]["status"] == "blocked"
+    assert rows["memory_analytical"]["status"] == "loaded"
+
+
+def test_plugin_option_comma_list(capsys, files):
+    rc, out, err = run_cli(capsys, *base_args(files), "-q", "--plugin=network_analytical,no:memory_analytical")
+    assert rc == 0, err
+
+
+def test_unknown_plugin_name(capsys, files):
+    rc, out, err = run_cli(capsys, *base_args(files), "-q", "-p", "nonexistent_plugin")
+    assert rc == 2
+    assert "unknown plugin 'nonexistent_plugin'" in err
+    assert "network_analytical" in err  # lists what is installed
+
+
+def test_builtin_cannot_be_blocked(capsys, files):
+    rc, out, err = run_cli(capsys, *base_args(files), "-q", "-p", "no:builtin")
+    assert rc == 2
+    assert "builtin" in err
+
+
+def test_astra_plugins_env_var(capsys, files, monkeypatch):
+    monkeypatch.setenv("ASTRA_PLUGINS", "network_analytical")
+    path = files["dir"] / "env.json"
+    rc, out, err = run_cli(capsys, *base_args(files), "-q", "--report-json", str(path))
+    assert rc == 0, err
+    assert json.loads(path.read_text())["settings"]["memory_backend"] == "none"
+
+
+def test_unknown_network_backend_name(capsys, files):
+    rc, out, err = run_cli(capsys, *base_args(files), "-q", "--network-backend", "garnet")
+    assert rc == 2
+    assert "no network backend named 'garnet'" in err and "analytical" in err
+
+
+# ---------------------------------------------------------------- the installed script
+
+
+def test_subprocess_run_and_plugins(files):
+    proc = subprocess.run(
+        [str(ASTRA), *base_args(files, eq=False), "-q", "--astra-sim-log"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("sys[")]
+    assert len(lines) == 4
+    assert all(f"finished, {ar_ns()} cycles, exposed communication {ar_ns()} cycles." in line for line in lines)
+    proc = subprocess.run([str(ASTRA), "plugins", "--json"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0
+    names = {row["name"] for row in json.loads(proc.stdout)}
+    assert {"builtin", "network_analytical", "memory_analytical"} <= names
+    proc = subprocess.run([str(ASTRA), *base_args(files), "-q", "-p", "no:network_analytical"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and "astra: error:" in proc.stderr

@@ -1,0 +1,157 @@
+"""The discrete-event engine (core/astra_sim/engine.py).
+
+Reference semantics (shared/reference/astra-sim-semantics.md §2): integer ns,
+events at equal times run FIFO in insertion order, and an event scheduled for
+the current time while that time's batch runs is appended to the same batch.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from astra_sim.engine import EventEngine
+
+
+def test_equal_times_run_in_insertion_order():
+    engine = EventEngine()
+    seen = []
+    for label in "abcde":
+        engine.schedule(10, seen.append, label)
+    engine.schedule_at(10, seen.append, "f")
+    engine.schedule(5, seen.append, "early")
+    engine.run()
+    assert seen == ["early", "a", "b", "c", "d", "e", "f"]
+    assert engine.now == 10
+
+
+def test_schedule_and_schedule_at_share_one_fifo_per_time():
+    engine = EventEngine()
+    seen = []
+    engine.schedule_at(7, seen.append, 1)
+    engine.schedule(7, seen.append, 2)
+    engine.schedule_at(7, seen.append, 3)
+    engine.run()
+    assert seen == [1, 2, 3]
+
+
+def test_event_for_now_runs_in_the_same_batch_after_the_others():
+    engine = EventEngine()
+    seen = []
+
+    def first(_):
+        seen.append(("first", engine.now))
+        engine.schedule(0, second, None)  # for "now": appended to the running batch
+        engine.schedule(1, later, None)
+
+    def second(_):
+        seen.append(("second", engine.now))
+
+    def later(_):
+        seen.append(("later", engine.now))
+
+    engine.schedule(3, first)
+    engine.schedule(3, seen.append, ("sibling", 3))
+    count = engine.run()
+    # The zero-delay event runs after the sibling already queued at t=3, still at t=3.
+    assert seen == [("first", 3), ("sibling", 3), ("second", 3), ("later", 4)]
+    assert count == 4
+    assert engine.events_run == 4
+
+
+def test_zero_delay_event_does_not_create_a_new_time():
+    engine = EventEngine()
+    times = []
+
+    def chain(n):
+        times.append(engine.now)
+        if n:
+            engine.schedule(0, chain, n - 1)
+
+    engine.schedule(2, chain, 3)
+    engine.run()
+    assert times == [2, 2, 2, 2]
+    assert engine.pending() == 0
+
+
+def test_times_are_integers_and_accumulate_exactly():
+    engine = EventEngine()
+    stamps = []
+
+    def tick(n):
+        stamps.append(engine.now)
+        if n:
+            engine.schedule(1_000_000_007, tick, n - 1)
+
+    engine.schedule(0, tick, 3)
+    engine.run()
+    assert stamps == [0, 1_000_000_007, 2_000_000_014, 3_000_000_021]
+    assert all(type(t) is int for t in stamps)
+    assert type(engine.now) is int
+
+
+def test_run_until_stops_before_later_events_and_resumes():
+    engine = EventEngine()
+    seen = []
+    for t in (5, 10, 15, 20):
+        engine.schedule_at(t, seen.append, t)
+    assert engine.run(until_ns=10) == 2
+    assert seen == [5, 10]
+    assert engine.now == 10
+    assert engine.pending() == 2
+    # Nothing between 10 and 12: no event runs, time does not move.
+    assert engine.run(until_ns=12) == 0
+    assert engine.now == 10
+    assert engine.run() == 2
+    assert seen == [5, 10, 15, 20]
+    assert engine.now == 20
+    assert engine.pending() == 0
+    assert engine.events_run == 4
+
+
+def test_run_until_includes_events_scheduled_for_now_during_the_batch():
+    engine = EventEngine()
+    seen = []
+
+    def at_ten(_):
+        seen.append("ten")
+        engine.schedule(0, seen.append, "ten-again")
+        engine.schedule(1, seen.append, "eleven")
+
+    engine.schedule_at(10, at_ten)
+    engine.run(until_ns=10)
+    assert seen == ["ten", "ten-again"]
+    engine.run()
+    assert seen == ["ten", "ten-again", "eleven"]
+
+
+def test_schedule_is_relative_to_now():
+    engine = EventEngine()
+    seen = []
+
+    def at(_):
+        engine.schedule(5, lambda _a: seen.append(engine.now))
+
+    engine.schedule_at(100, at)
+    engine.run()
+    assert seen == [105]
+
+
+def test_schedule_at_in_the_past_raises():
+    engine = EventEngine()
+    engine.schedule_at(50, lambda _a: None)
+    engine.run()
+    assert engine.now == 50
+    with pytest.raises(ValueError, match="before now"):
+        engine.schedule_at(49, lambda _a: None)
+    # Scheduling at exactly now is allowed and runs.
+    seen = []
+    engine.schedule_at(50, seen.append, "now")
+    engine.run()
+    assert seen == ["now"]
+
+
+def test_empty_run_returns_zero():
+    engine = EventEngine()
+    assert engine.run() == 0
+    assert engine.now == 0
+    assert engine.pending() == 0

@@ -1,0 +1,314 @@
+"""Workload layer (core/astra_sim/workload/): issue order, hardware slots, graph checks (§3)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from astra_sim.chakra import make_metadata, make_node, types as T, write_et
+from astra_sim.errors import WorkloadError
+from astra_sim.simulation import Simulation
+from astra_sim.workload.graph import build_graph
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+SYSTEM = {
+    "scheduling-policy": "LIFO",
+    "endpoint-delay": 10,
+    "active-chunks-per-dimension": 1,
+    "preferred-dataset-splits": 4,
+    "collective-optimization": "localBWAware",
+    "local-mem-bw": 1600,
+    "all-reduce-implementation": ["ring"],
+    "all-gather-implementation": ["ring"],
+    "reduce-scatter-implementation": ["ring"],
+    "all-to-all-implementation": ["ring"],
+}
+BW, LAT = 100.0, 200.0
+
+
+def t_msg(m, hops=1):
+    return int(hops * LAT + m / (BW * GIB / 1e9))
+
+
+def r_red(m):
+    return 3 * int(m / 1.6e12 * 1e9)
+
+
+def ring_ar_ns(size, n, splits=4, e=10):
+    chunk = size // splits
+    m = chunk // n
+    return splits * (2 * (n - 1) * t_msg(m) + (2 * n - 1) * e + (n - 1) * r_red(m))
+
+
+@pytest.fixture
+def env(tmp_path):
+    class Env:
+        def __init__(self):
+            self.dir = tmp_path
+            self.system = tmp_path / "sys.json"
+            self.system.write_text(json.dumps(SYSTEM))
+
+        def network(self, npus):
+            path = self.dir / f"ring{npus}.yml"
+            path.write_text(f"topology: [ Ring ]\nnpus_count: [ {npus} ]\nbandwidth: [ {BW} ]\nlatency: [ {LAT} ]\n")
+            return str(path)
+
+        def trace(self, name, nodes_for_rank, npus):
+            prefix = self.dir / name
+            for rank in range(npus):
+                write_et(f"{prefix}.{rank}.et", make_metadata(), nodes_for_rank(rank))
+            return str(prefix)
+
+        def run(self, name, nodes_for_rank, npus=2, **kwargs):
+            """Simulate and also return per-node (start, end) times keyed by (rank, node id)."""
+            sim = Simulation(self.trace(name, nodes_for_rank, npus), str(self.system), self.network(npus), **kwargs)
+            times = {}
+
+            def record(rank, node, start_ns, end_ns):
+                times[(rank, node.id)] = (start_ns, end_ns)
+
+            sim.record_node = record
+            return sim.run(), times
+
+    return Env()
+
+
+def comp(node_id, micros, deps=(), cpu=False, name=None):
+    return make_node(node_id, name or f"comp{node_id}", T.COMP_NODE, data_deps=list(deps),
+                     duration_micros=micros, attrs={"is_cpu_op": cpu})
+
+
+def allreduce(node_id, size, deps=()):
+    return make_node(node_id, f"ar{node_id}", T.COMM_COLL_NODE, data_deps=list(deps),
+                     attrs={"is_cpu_op": False, "comm_type": T.ALL_REDUCE, "comm_size": size})
+
+
+def send(node_id, dst, size, tag, deps=()):
+    return make_node(node_id, f"send{node_id}", T.COMM_SEND_NODE, data_deps=list(deps),
+                     attrs={"comm_dst": dst, "comm_size": size, "comm_tag": tag})
+
+
+def recv(node_id, src, size, tag, deps=()):
+    return make_node(node_id, f"recv{node_id}", T.COMM_RECV_NODE, data_deps=list(deps),
+                     attrs={"comm_src": src, "comm_size": size, "comm_tag": tag})
+
+
+# ---------------------------------------------------------------- issue order and slots
+
+
+def test_ready_nodes_issue_in_ascending_id_order_not_file_order(env):
+    # File order 9, 5, 3: all GPU compute, one slot: 3 runs first, then 5, then 9.
+    report, times = env.run("order", lambda r: [comp(9, 1), comp(5, 2), comp(3, 4)])
+    assert times[(0, 3)] == (0, 4000)
+    assert times[(0, 5)] == (4000, 6000)
+    assert times[(0, 9)] == (6000, 7000)
+    assert report.ranks[0].finish_ns == 7000
+
+
+def test_lower_id_collective_goes_first(env):
+    small, big = 4096, MIB
+    report, times = env.run("colls", lambda r: [allreduce(9, small), allreduce(4, big)])
+    big_ns, small_ns = ring_ar_ns(big, 2), ring_ar_ns(small, 2)
+    assert times[(0, 4)] == (0, big_ns)
+    assert times[(0, 9)] == (big_ns, big_ns + small_ns)
+
+
+def test_send_waits_for_running_collective_but_recv_does_not(env):
+    ar = ring_ar_ns(MIB, 2)
+    t = t_msg(1024)
+
+    def nodes(rank):
+        if rank == 0:
+            return [allreduce(1, MIB), send(2, 1, 1024, 5)]
+        return [allreduce(1, MIB), recv(2, 0, 1024, 5)]
+
+    report, times = env.run("slot", nodes)
+    assert times[(0, 2)] == (ar, ar + t)  # the send needed the comm slot
+    assert times[(1, 2)] == (0, ar + t)  # the recv was posted at t=0 beside the all-reduce
+    assert [r.finish_ns for r in report.ranks] == [ar + t, ar + t]
+
+
+def test_recvs_take_no_slot_many_at_once(env):
+    t = t_msg(2048)
+
+    def nodes(rank):
+        if rank == 0:
+            return [send(i, 1, 2048, i) for i in range(1, 4)]
+        return [recv(i, 0, 2048, i) for i in range(1, 4)]
+
+    report, times = env.run("recvs", nodes)
+    for i in range(1, 4):
+        assert times[(1, i)][0] == 0  # all three receives posted at once
+        assert times[(0, i)] == ((i - 1) * t, i * t)  # sends one at a time
+        assert times[(1, i)][1] == i * t
+
+
+def test_cpu_op_runs_beside_gpu_compute(env):
+    report, times = env.run("cpu", lambda r: [comp(1, 5, cpu=True), comp(2, 3)])
+    assert times[(0, 1)] == (0, 5000)
+    assert times[(0, 2)] == (0, 3000)
+    r0 = report.ranks[0]
+    assert r0.finish_ns == 5000
+    assert r0.compute_ns == 3000
+    assert r0.cpu_ns == 5000
+    # Exposed communication = finish - GPU compute: CPU time is NOT subtracted (issue #302).
+    assert r0.exposed_comm_ns == 2000
+
+
+def test_two_cpu_ops_share_one_slot(env):
+    report, times = env.run("cpu2", lambda r: [comp(1, 5, cpu=True), comp(2, 3, cpu=True)])
+    assert times[(0, 2)] == (5000, 8000)
+    assert report.ranks[0].cpu_ns == 8000
+    assert report.ranks[0].compute_ns == 0
+    assert report.ranks[0].exposed_comm_ns == 8000
+
+
+def test_cpu_gpu_and_comm_slots_all_overlap(env):
+    ar = ring_ar_ns(MIB, 2)
+    report, times = env.run("three", lambda r: [allreduce(1, MIB), comp(2, 3), comp(3, 4, cpu=True)])
+    assert times[(0, 1)][0] == times[(0, 2)][0] == times[(0, 3)][0] == 0
+    r0 = report.ranks[0]
+    assert r0.finish_ns == max(ar, 4000)
+    assert r0.exposed_comm_ns == max(ar, 4000) - 3000
+    assert r0.comm_ns == ar
+
+
+def test_exposed_communication_definition(env):
+    ar = ring_ar_ns(MIB, 2)
+    report, _ = env.run("exp", lambda r: [comp(1, 2), allreduce(2, MIB, deps=[1]), comp(3, 1, deps=[2])])
+    r0 = report.ranks[0]
+    assert r0.finish_ns == 3000 + ar
+    assert r0.compute_ns == 3000
+    assert r0.exposed_comm_ns == r0.finish_ns - r0.compute_ns == ar
+
+
+def test_ctrl_and_data_deps_are_equivalent(env):
+    def nodes(rank):
+        return [
+            comp(1, 2),
+            make_node(2, "c2", T.COMP_NODE, ctrl_deps=[1], duration_micros=3, attrs={"is_cpu_op": True}),
+        ]
+
+    report, times = env.run("ctrl", nodes)
+    assert times[(0, 2)] == (2000, 5000)  # CPU slot was free, but it waited for its ctrl parent
+
+
+def test_ranks_finish_independently(env):
+    report, _ = env.run("indep", lambda r: [comp(1, 1 + r)], npus=4)
+    assert [r.finish_ns for r in report.ranks] == [1000, 2000, 3000, 4000]
+    assert report.finish_order == [0, 1, 2, 3]
+
+
+# ---------------------------------------------------------------- INVALID / METADATA nodes
+
+
+def test_invalid_node_then_dependents_does_not_hang(env):
+    def nodes(rank):
+        return [
+            make_node(0, "invalid", T.INVALID_NODE),
+            make_node(1, "invalid2", T.INVALID_NODE, data_deps=[0]),
+            comp(2, 3, deps=[1]),
+        ]
+
+    report, times = env.run("inv", nodes)
+    assert [r.finish_ns for r in report.ranks] == [3000, 3000]
+    assert times[(0, 0)] == (0, 0)
+    assert times[(0, 2)] == (0, 3000)
+
+
+def test_metadata_node_then_dependents_does_not_hang(env):
+    def nodes(rank):
+        return [
+            make_node(0, "meta", T.METADATA_NODE),
+            allreduce(1, MIB, deps=[0]),
+            make_node(2, "meta2", T.METADATA_NODE, data_deps=[1]),
+            comp(3, 2, deps=[2]),
+        ]
+
+    report, _ = env.run("meta", nodes)
+    assert [r.finish_ns for r in report.ranks] == [ring_ar_ns(MIB, 2) + 2000] * 2
+
+
+def test_only_zero_time_nodes_finish_at_zero(env):
+    def nodes(rank):
+        return [make_node(i, "inv", T.INVALID_NODE, data_deps=[i - 1] if i else []) for i in range(5)]
+
+    report, _ = env.run("zeros", nodes)
+    assert [r.finish_ns for r in report.ranks] == [0, 0]
+
+
+# ---------------------------------------------------------------- build_graph
+
+
+def test_build_graph_basic_structure():
+    nodes = [comp(2, 1, deps=[1]), comp(1, 1), make_node(3, "c3", T.COMP_NODE, data_deps=[1], ctrl_deps=[2])]
+    by_id, children, parents_left, roots = build_graph("x.et", nodes)
+    assert sorted(by_id) == [1, 2, 3]
+    assert roots == [1]
+    assert sorted(children[1]) == [2, 3]
+    assert children[2] == [3]
+    assert parents_left == {1: 0, 2: 1, 3: 2}
+
+
+def test_build_graph_same_parent_in_data_and_ctrl_counts_once():
+    nodes = [comp(1, 1), make_node(2, "c2", T.COMP_NODE, data_deps=[1], ctrl_deps=[1])]
+    _, children, parents_left, _ = build_graph("x.et", nodes)
+    assert parents_left[2] == 1
+    assert children[1] == [2]
+
+
+def test_build_graph_missing_dependency():
+    nodes = [comp(1, 1), comp(2, 1, deps=[99])]
+    with pytest.raises(WorkloadError, match=r"my\.et: node 2 \('comp2'\) depends on node 99"):
+        build_graph("my.et", nodes)
+
+
+def test_build_graph_missing_ctrl_dependency():
+    nodes = [comp(1, 1), make_node(2, "c2", T.COMP_NODE, ctrl_deps=[42])]
+    with pytest.raises(WorkloadError, match=r"node 2 .*depends on node 42"):
+        build_graph("my.et", nodes)
+
+
+def test_build_graph_cycle_names_the_stuck_nodes():
+    nodes = [comp(1, 1), comp(2, 1, deps=[4]), comp(3, 1, deps=[2]), comp(4, 1, deps=[3]), comp(5, 1, deps=[4])]
+    with pytest.raises(WorkloadError, match=r"cyc\.et: the dependency graph has a cycle") as info:
+        build_graph("cyc.et", nodes)
+    message = str(info.value)
+    for node_id in (2, 3, 4, 5):
+        assert f"{node_id} ('comp{node_id}')" in message
+    assert "1 ('comp1')" not in message
+
+
+def test_build_graph_self_dependency_is_a_cycle():
+    with pytest.raises(WorkloadError, match="cycle"):
+        build_graph("self.et", [comp(1, 1, deps=[1])])
+
+
+def test_build_graph_duplicate_id_later_wins_and_deps_merge():
+    first = comp(1, 5, deps=[0])
+    second = comp(1, 7, deps=[2])
+    nodes = [comp(0, 1), first, comp(2, 1), second]
+    by_id, children, parents_left, roots = build_graph("dup.et", nodes)
+    assert by_id[1] is second
+    assert by_id[1].duration_micros == 7
+    assert parents_left[1] == 2
+    assert 1 in children[0] and 1 in children[2]
+    assert sorted(roots) == [0, 2]
+
+
+def test_duplicate_id_simulates_later_content_with_merged_deps(env):
+    def nodes(rank):
+        return [comp(0, 1), comp(1, 5, deps=[0]), comp(2, 2), comp(1, 7, deps=[2])]
+
+    report, times = env.run("dup", nodes)
+    # 0 (1us) then 2 (2us) then the merged node 1 (7us, the later content).
+    assert times[(0, 1)] == (3000, 10000)
+    assert report.ranks[0].finish_ns == 10000
+
+
+def test_empty_node_list():
+    by_id, children, parents_left, roots = build_graph("e.et", [])
+    assert by_id == {} and roots == []
