@@ -56,7 +56,7 @@ def random_case(rng, folder):
         if key == "all-to-all":
             impl[key] = [a.replace("halvingDoubling", "ring") for a in impl[key]]
     system = {
-        "scheduling-policy": rng.choice(["LIFO", "FIFO"]),
+        "scheduling-policy": rng.choice(["LIFO", "FIFO", "EXPLICIT"]),
         "endpoint-delay": rng.choice([1, 10, 10, 50]),
         "active-chunks-per-dimension": rng.choice([1, 1, 2, 4]),
         "preferred-dataset-splits": rng.choice([1, 2, 4, 4, 8]),
@@ -64,12 +64,23 @@ def random_case(rng, folder):
         "local-mem-bw": rng.choice([50, 1600, 3350]),
         **{f"{k}-implementation": v for k, v in impl.items()},
     }
+    if rng.random() < 0.2:
+        system.update({"roofline-enabled": 1, "peak-perf": rng.choice([100, 900])})
+    if rng.random() < 0.05:
+        system["replay-only"] = 1
     system_path = os.path.join(folder, "system.json")
     with open(system_path, "w") as handle:
         json.dump(system, handle)
     memory = os.path.join(folder, "memory.json")
+    memory_type = rng.choice(["NO_MEMORY_EXPANSION", "PER_NPU_MEMORY_EXPANSION", "PER_NODE_MEMORY_EXPANSION",
+                              "MEMORY_POOL"])
+    memory_config = {"memory-type": memory_type, "remote-mem-latency": rng.choice([0, 1000]),
+                     "remote-mem-bw": rng.choice([10, 100])}
+    if memory_type == "PER_NODE_MEMORY_EXPANSION":
+        per_node = npus[0]
+        memory_config.update({"num-nodes": total // per_node, "num-npus-per-node": per_node})
     with open(memory, "w") as handle:
-        json.dump({"memory-type": "NO_MEMORY_EXPANSION"}, handle)
+        json.dump(memory_config, handle)
     groups_path = None
     groups = {}
     if total >= 4 and rng.random() < 0.25:
@@ -81,7 +92,9 @@ def random_case(rng, folder):
         with open(groups_path, "w") as handle:
             json.dump(groups, handle)
     # Workload: the same random program on every rank (ids, deps, sizes).
-    shape = rng.choice(["single", "chain", "overlap", "mixed", "p2p"])
+    shape = rng.choice(["single", "chain", "overlap", "mixed", "p2p", "concurrent", "memory", "dims"])
+    if memory_type == "NO_MEMORY_EXPANSION" and shape == "memory":
+        shape = "single"
     prefix = os.path.join(folder, "t")
     seed = rng.randrange(1 << 30)
     for rank in range(total):
@@ -97,17 +110,22 @@ def random_case(rng, folder):
 def _workload(rng, shape, rank, total, groups):
     nodes = []
 
-    def coll(node_id, deps, kind=None, size=None, pg=None):
+    def coll(node_id, deps, kind=None, size=None, pg=None, involved=None):
         kind = kind or rng.choice(list(COLLECTIVES))
         size = size or rng.choice([1024, 65536, 1 << 20, 1000003, 16 << 20])
-        attrs = {"is_cpu_op": False, "comm_type": COLLECTIVES[kind], "comm_size": size}
+        attrs = {"is_cpu_op": False, "comm_type": COLLECTIVES[kind], "comm_size": size,
+                 "comm_priority": rng.randrange(4)}
         if pg is not None:
             attrs["pg_name"] = pg
+        if involved is not None:
+            attrs["involved_dim"] = involved
         return make_node(node_id, f"{kind}_{node_id}", T.COMM_COLL_NODE, data_deps=deps, attrs=attrs)
 
-    def comp(node_id, deps, us):
+    def comp(node_id, deps, us, cpu=False):
+        attrs = {"is_cpu_op": cpu, "num_ops": rng.choice([0, 10**6, 10**9]),
+                 "tensor_size": rng.choice([0, 4096, 10**6])}
         return make_node(node_id, f"comp_{node_id}", T.COMP_NODE, data_deps=deps, duration_micros=us,
-                         attrs={"is_cpu_op": False})
+                         attrs=attrs)
 
     if shape == "single":
         nodes.append(coll(0, []))
@@ -127,6 +145,23 @@ def _workload(rng, shape, rank, total, groups):
         nodes.append(comp(1, [], 10))
         nodes.append(coll(2, [1]))
         nodes.append(coll(3, [0], pg=pg))
+    elif shape == "concurrent":
+        # Independent collectives: they serialize on the comm slot and share queues.
+        for i in range(4):
+            nodes.append(coll(i, []))
+        nodes.append(comp(4, [], 30, cpu=True))
+        nodes.append(comp(5, [4], 30))
+    elif shape == "memory":
+        size = rng.choice([4096, 1 << 20])
+        nodes.append(make_node(0, "load", T.MEM_LOAD_NODE, attrs={"is_cpu_op": False, "tensor_size": size}))
+        nodes.append(comp(1, [0], 15))
+        nodes.append(make_node(2, "store", T.MEM_STORE_NODE, data_deps=[1],
+                               attrs={"is_cpu_op": False, "tensor_size": size}))
+        nodes.append(coll(3, [0]))
+    elif shape == "dims":
+        for i in range(3):
+            involved = [rng.random() < 0.6 for _ in range(rng.choice([1, 2, 3, 4]))]
+            nodes.append(coll(i, [i - 1] if i else [], involved=involved))
     else:  # p2p ring shift plus a collective
         size = rng.choice([4096, 1 << 20])
         nodes.append(make_node(0, "send", T.COMM_SEND_NODE, attrs={
@@ -149,10 +184,11 @@ def run_ours(prefix, system, network, memory, groups, flags):
         report = simulate(prefix, system, network, memory, groups, **flags)
     except AstraError as exc:
         return ("error", type(exc).__name__, str(exc).splitlines()[0])
-    return {r.rank: (r.finish_ns, r.exposed_comm_ns) for r in report.ranks}
+    # Exposed communication compared as the reference prints it (unsigned 64-bit).
+    return {r.rank: (r.finish_ns, r.exposed_comm_ns % (1 << 64)) for r in report.ranks}
 
 
-def run_reference(script, prefix, system, network, memory, groups, flags, timeout):
+def run_reference(script, prefix, system, network, memory, groups, flags, timeout, expected_ranks):
     args = [script, "unaware", f"--workload-configuration={prefix}", f"--system-configuration={system}",
             f"--network-configuration={network}", f"--remote-memory-configuration={memory}",
             f"--num-queues-per-dim={flags['num_queues_per_dim']}",
@@ -169,6 +205,10 @@ def run_reference(script, prefix, system, network, memory, groups, flags, timeou
             out[int(match.group(1))] = (int(match.group(2)), int(match.group(3)))
     if proc.returncode != 0 or "TIMEOUT" in proc.stdout:
         return ("ref-failed", proc.returncode, proc.stdout[-200:] + proc.stderr[-200:], out)
+    if len(out) != expected_ranks:
+        # Exit 0 without a result for every rank: the reference hung (it drops
+        # its event queue and exits when nothing is left).
+        return ("ref-failed", "no result for some ranks", "", out)
     return out
 
 
@@ -186,9 +226,17 @@ def main():
         folder = tempfile.mkdtemp(prefix=f"difftest{index}_")
         prefix, system, network, memory, groups, flags, info = random_case(rng, folder)
         ours = run_ours(prefix, system, network, memory, groups, flags)
-        ref = run_reference(args.reference, prefix, system, network, memory, groups, flags, args.timeout)
+        ref = run_reference(args.reference, prefix, system, network, memory, groups, flags, args.timeout,
+                            _prod(info["npus"]))
         if isinstance(ref, tuple):
-            # The reference did not produce a full result: we must have produced one or a clear error.
+            # The reference did not produce a full result: we must have produced one or a clear error,
+            # and agree on every rank it did report.
+            partial = ref[3] if len(ref) > 3 else {}
+            if partial and isinstance(ours, dict) and any(ours.get(r) != v for r, v in partial.items()):
+                differ += 1
+                print(f"case {index}: MISMATCH on the ranks the reference reported before failing "
+                      f"{info} flags={flags} dir={folder}")
+                continue
             skipped += 1
             print(f"case {index}: reference failed ({ref[1]}); ours: {ours if isinstance(ours, tuple) else 'result'} "
                   f"| {info['topology']} {info['npus']} {info['shape']} flags={flags} dir={folder}")

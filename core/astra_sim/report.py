@@ -59,12 +59,18 @@ class Report:
             handle.write("\n")
 
     def astra_sim_log_lines(self):
-        """The reference's per-rank lines, in the order ranks finished."""
+        """The reference's per-rank lines, in the order ranks finished.
+
+        The reference prints exposed communication as an unsigned 64-bit
+        number, so a negative value (possible with ``replay-only``, where
+        overlapping communication counts as compute) wraps around; these lines
+        do the same so scripts that parse them see identical text. The report
+        itself keeps the signed value.
+        """
         by_rank = {r.rank: r for r in self.ranks}
         lines = []
         for rank in self.finish_order:
             r = by_rank[rank]
-            lines.append(
-                f"sys[{r.rank}] finished, {r.finish_ns} cycles, exposed communication {r.exposed_comm_ns} cycles."
-            )
+            exposed = r.exposed_comm_ns % (1 << 64)
+            lines.append(f"sys[{r.rank}] finished, {r.finish_ns} cycles, exposed communication {exposed} cycles.")
         return lines
