@@ -12,24 +12,14 @@ import pytest
 from astra_sim import __version__
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.cli import main
+from astra_sim.testing import system_config, reduction_ns
 
 GIB = 1 << 30
 MIB = 1 << 20
 ASTRA = Path(sys.executable).parent / "astra"
 BW, LAT = 100.0, 200.0
 
-SYSTEM = {
-    "scheduling-policy": "LIFO",
-    "endpoint-delay": 10,
-    "active-chunks-per-dimension": 1,
-    "preferred-dataset-splits": 4,
-    "collective-optimization": "localBWAware",
-    "local-mem-bw": 1600,
-    "all-reduce-implementation": ["ring"],
-    "all-gather-implementation": ["ring"],
-    "reduce-scatter-implementation": ["ring"],
-    "all-to-all-implementation": ["ring"],
-}
+SYSTEM = system_config()
 
 
 def t_msg(m):
@@ -37,7 +27,7 @@ def t_msg(m):
 
 
 def r_red(m):
-    return 3 * int(m / 1.6e12 * 1e9)
+    return reduction_ns(m)
 
 
 def ar_ns(e=10, handshake=0):

@@ -19,25 +19,13 @@ import pytest
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.cli import main
 from astra_sim.simulation import simulate
+from astra_sim.testing import system_config
 
 GIB = 1 << 30
 MIB = 1 << 20
 ASTRA = Path(sys.executable).parent / "astra"
 
-SYSTEM = {
-    "scheduling-policy": "LIFO",
-    "endpoint-delay": 10,
-    "active-chunks-per-dimension": 1,
-    "preferred-dataset-splits": 4,
-    "collective-optimization": "localBWAware",
-    "local-mem-bw": 1600,
-    "peak-perf": 900,
-    "roofline-enabled": 0,
-    "all-reduce-implementation": ["ring"],
-    "all-gather-implementation": ["ring"],
-    "reduce-scatter-implementation": ["ring"],
-    "all-to-all-implementation": ["ring"],
-}
+SYSTEM = system_config()
 
 
 def t_msg(m, bw=50.0, lat=500.0, hops=1):

@@ -18,25 +18,15 @@ from astra_sim.cli import main
 from astra_sim.errors import PluginError
 from astra_sim.plugins import GROUP, Registry, build_registry, make_plugin_manager, parse_plugin_args
 from astra_sim.simulation import simulate
+from astra_sim.testing import system_config, reduction_ns
 
 MIB = 1 << 20
 
-SYSTEM = {
-    "scheduling-policy": "LIFO",
-    "endpoint-delay": 10,
-    "active-chunks-per-dimension": 1,
-    "preferred-dataset-splits": 4,
-    "collective-optimization": "localBWAware",
-    "local-mem-bw": 1600,
-    "all-reduce-implementation": ["ring"],
-    "all-gather-implementation": ["ring"],
-    "reduce-scatter-implementation": ["ring"],
-    "all-to-all-implementation": ["ring"],
-}
+SYSTEM = system_config()
 
 
 def r_red(m):
-    return 3 * int(m / 1.6e12 * 1e9)
+    return reduction_ns(m)
 
 
 def const_ar_ns(delay, npus=4):

@@ -19,24 +19,12 @@ import pytest
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.errors import ConfigError, SimulationError, WorkloadError
 from astra_sim.simulation import Simulation, simulate
+from astra_sim.testing import system_config
 
 GIB = 1 << 30
 MIB = 1 << 20
 
-SYSTEM = {
-    "scheduling-policy": "LIFO",
-    "endpoint-delay": 10,
-    "active-chunks-per-dimension": 1,
-    "preferred-dataset-splits": 4,
-    "collective-optimization": "localBWAware",
-    "local-mem-bw": 1600,
-    "roofline-enabled": 0,
-    "peak-perf": 900,
-    "all-reduce-implementation": ["ring"],
-    "all-gather-implementation": ["ring"],
-    "reduce-scatter-implementation": ["ring"],
-    "all-to-all-implementation": ["ring"],
-}
+SYSTEM = system_config()
 
 
 # ---------------------------------------------------------------- helpers

@@ -10,22 +10,12 @@ from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.errors import WorkloadError
 from astra_sim.simulation import Simulation
 from astra_sim.workload.graph import build_graph
+from astra_sim.testing import system_config, reduction_ns
 
 GIB = 1 << 30
 MIB = 1 << 20
 
-SYSTEM = {
-    "scheduling-policy": "LIFO",
-    "endpoint-delay": 10,
-    "active-chunks-per-dimension": 1,
-    "preferred-dataset-splits": 4,
-    "collective-optimization": "localBWAware",
-    "local-mem-bw": 1600,
-    "all-reduce-implementation": ["ring"],
-    "all-gather-implementation": ["ring"],
-    "reduce-scatter-implementation": ["ring"],
-    "all-to-all-implementation": ["ring"],
-}
+SYSTEM = system_config()
 BW, LAT = 100.0, 200.0
 
 
@@ -34,7 +24,7 @@ def t_msg(m, hops=1):
 
 
 def r_red(m):
-    return 3 * int(m / 1.6e12 * 1e9)
+    return reduction_ns(m)
 
 
 def ring_ar_ns(size, n, splits=4, e=10):

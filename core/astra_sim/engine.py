@@ -14,15 +14,13 @@ from heapq import heappop, heappush
 class EventEngine:
     """Single global event queue; ``now`` is the current time in ns."""
 
-    __slots__ = ("now", "buckets", "times", "events_run")
+    __slots__ = ("now", "_buckets", "_times", "events_run")
 
     def __init__(self):
         self.now = 0
-        #: time -> flat list [fn, arg, fn, arg, ...]; ``times`` is a heap of
-        #: the keys. Public so that a caller on the hot path (the system
-        #: layer's per-tick batching) can push without a function call.
-        self.buckets = {}
-        self.times = []
+        # time -> flat list [fn, arg, fn, arg, ...]; _times is a heap of the keys.
+        self._buckets = {}
+        self._times = []
         self.events_run = 0
 
     def schedule(self, delay_ns, fn, arg=None):
@@ -30,10 +28,10 @@ class EventEngine:
         if delay_ns < 0:
             raise ValueError(f"cannot schedule {delay_ns} ns in the past")
         time_ns = self.now + delay_ns
-        bucket = self.buckets.get(time_ns)
+        bucket = self._buckets.get(time_ns)
         if bucket is None:
-            self.buckets[time_ns] = [fn, arg]
-            heappush(self.times, time_ns)
+            self._buckets[time_ns] = [fn, arg]
+            heappush(self._times, time_ns)
         else:
             bucket.append(fn)
             bucket.append(arg)
@@ -42,22 +40,22 @@ class EventEngine:
         """Run ``fn(arg)`` at absolute time ``time_ns`` (>= now)."""
         if time_ns < self.now:
             raise ValueError(f"cannot schedule at {time_ns} ns, before now ({self.now} ns)")
-        bucket = self.buckets.get(time_ns)
+        bucket = self._buckets.get(time_ns)
         if bucket is None:
-            self.buckets[time_ns] = [fn, arg]
-            heappush(self.times, time_ns)
+            self._buckets[time_ns] = [fn, arg]
+            heappush(self._times, time_ns)
         else:
             bucket.append(fn)
             bucket.append(arg)
 
     def pending(self):
         """Number of distinct future times with events (cheap emptiness test)."""
-        return len(self.times)
+        return len(self._times)
 
     def run(self, until_ns=None):
         """Run events until none are left (or the next is after ``until_ns``)."""
-        times = self.times
-        buckets = self.buckets
+        times = self._times
+        buckets = self._buckets
         count = 0
         while times:
             time_ns = times[0]

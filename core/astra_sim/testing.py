@@ -36,6 +36,11 @@ def system_config(dims=1, algorithm="ring", **overrides):
     return config
 
 
+def reduction_ns(size_bytes, local_mem_bw_gbps=1600):
+    """The reference's reduction cost of one packet: write + two reads, truncated separately."""
+    return 3 * int(size_bytes / (local_mem_bw_gbps * 1e9) * 1e9)
+
+
 def write_system_config(path, dims=1, algorithm="ring", **overrides):
     """Write :func:`system_config` as JSON to ``path``; returns the path as a string."""
     Path(path).write_text(json.dumps(system_config(dims, algorithm, **overrides), indent=1))

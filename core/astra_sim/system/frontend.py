@@ -10,7 +10,6 @@ arrival runs at once (through a zero-delay event).
 from __future__ import annotations
 
 from collections import deque
-from heapq import heappush
 
 from astra_sim.errors import SimulationError
 
@@ -102,16 +101,7 @@ class SendRecvMatcher:
                     "delays must be integer nanoseconds >= 0"
                 )
             self._delays[path] = delay
-        # EventEngine.schedule, inlined: this runs once per message.
-        engine = self.engine
-        time_ns = engine.now + delay
-        bucket = engine.buckets.get(time_ns)
-        if bucket is None:
-            engine.buckets[time_ns] = [self._arrived_fn, message]
-            heappush(engine.times, time_ns)
-        else:
-            bucket.append(self._arrived_fn)
-            bucket.append(message)
+        self.engine.schedule(delay, self._arrived_fn, message)
 
     def recv(self, src, dst, size, tag, fn, arg):
         """Post a receive at ``dst``; ``fn(arg)`` runs when the matching message arrives."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from heapq import heappush
 
 from astra_sim.errors import ConfigError, SimulationError
 from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER
@@ -125,8 +124,8 @@ class Sys:
     """The system layer of one rank."""
 
     __slots__ = (
-        "shared", "rank", "engine", "endpoint_delay_ns", "local_mem_bw", "_pending", "_engine_buckets",
-        "_engine_times", "_call_events_fn", "num_streams", "priority_counter", "_topologies", "levels",
+        "shared", "rank", "engine", "endpoint_delay_ns", "local_mem_bw", "_pending", "_schedule",
+        "_call_events_fn", "num_streams", "priority_counter", "_topologies", "levels",
         "active_streams", "running_streams", "queue_threshold", "msg_send", "msg_recv",
     )
 
@@ -137,8 +136,7 @@ class Sys:
         self.endpoint_delay_ns = shared.system_config.endpoint_delay_ns
         self.local_mem_bw = shared.system_config.local_mem_bw_bytes_per_s
         self._pending = {}
-        self._engine_buckets = self.engine.buckets
-        self._engine_times = self.engine.times
+        self._schedule = self.engine.schedule
         self._call_events_fn = self._call_events
         self.num_streams = 0
         self.priority_counter = 0
@@ -163,21 +161,14 @@ class Sys:
     def register_event(self, fn, arg, delay_ns):
         """Run ``fn(arg)`` after ``delay_ns``, batched per tick like the reference.
 
-        The first event of a tick puts one engine event (``_call_events``) in
-        the engine's bucket for that time; this is ``EventEngine.schedule``
-        inlined, since it runs once per packet.
+        The first event of a tick schedules one engine event (``_call_events``)
+        that runs the whole batch.
         """
         tick = self.engine.now + delay_ns
         batch = self._pending.get(tick)
         if batch is None:
             self._pending[tick] = [fn, arg]
-            bucket = self._engine_buckets.get(tick)
-            if bucket is None:
-                self._engine_buckets[tick] = [self._call_events_fn, tick]
-                heappush(self._engine_times, tick)
-            else:
-                bucket.append(self._call_events_fn)
-                bucket.append(tick)
+            self._schedule(delay_ns, self._call_events_fn, tick)
         else:
             batch.append(fn)
             batch.append(arg)
