@@ -43,6 +43,9 @@ class NetworkBackend(Protocol):
     def describe(self) -> dict:
         """Settings for the report (topology, bandwidths, latencies, units in keys)."""
 
+    # Optional: ``stats() -> dict`` after the run (per-link bytes, busy time,
+    # ...), reported as ``network_stats``.
+
 
 class MemoryBackend(Protocol):
     """Remote (expanded) memory for MEM_LOAD / MEM_STORE nodes."""

@@ -118,6 +118,13 @@ def build_parser(pm=None):
     plugins = sub.add_parser("plugins", help="list installed plugins and what they provide")
     _plugin_option(plugins)
     plugins.add_argument("--json", action="store_true", help="machine-readable output")
+    if pm is not None:
+        try:
+            pm.hook.astra_register_commands(subparsers=sub)
+        except argparse.ArgumentError as exc:
+            from astra_sim.errors import PluginError
+
+            raise PluginError(f"a plugin's astra_register_commands failed: {exc}") from None
     return parser
 
 
@@ -171,7 +178,9 @@ def _main(argv):
         return 2
     if args.command == "plugins":
         return _cmd_plugins(pm, args)
-    return _cmd_run(pm, args)
+    if args.command == "run":
+        return _cmd_run(pm, args)
+    return args.run_command(args)
 
 
 def _cmd_plugins(pm, args):

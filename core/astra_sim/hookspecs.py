@@ -26,6 +26,17 @@ def astra_add_run_options(parser):
     """
 
 
+@hookspec
+def astra_register_commands(subparsers):
+    """Add ``astra`` sub-commands (e.g. ``astra infragraph``).
+
+    ``subparsers`` is the :class:`argparse` sub-parser collection of the
+    ``astra`` command: ``parser = subparsers.add_parser("name", help=...)``.
+    Set ``parser.set_defaults(run_command=fn)``; ``fn(args)`` returns the exit
+    code (raise :class:`astra_sim.errors.AstraError` for user errors).
+    """
+
+
 # ---------------------------------------------------------------- registration
 
 
@@ -61,7 +72,9 @@ def astra_register_network_backends(registry):
     """Register network backends: ``registry.network_backend(name, factory)``.
 
     ``factory(context)`` returns a :class:`astra_sim.api.NetworkBackend`; it
-    reads its own configuration from ``context.network_config_path``.
+    reads its own configuration from ``context.network_config_path``. A
+    backend may offer ``stats()``: its dict goes into the report as
+    ``network_stats`` (e.g. per-link bytes and busy time).
     """
 
 

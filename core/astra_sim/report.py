@@ -26,6 +26,7 @@ class Report:
     stats: dict = field(default_factory=dict)
     warnings: list = field(default_factory=list)
     finish_order: list = field(default_factory=list)
+    network_stats: dict = field(default_factory=dict)
 
     @property
     def max_finish_ns(self):
@@ -50,6 +51,7 @@ class Report:
             },
             "settings": self.settings,
             "stats": self.stats,
+            "network_stats": self.network_stats,
             "warnings": list(self.warnings),
         }
 

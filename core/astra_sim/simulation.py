@@ -273,7 +273,9 @@ class Simulation:
         }
         if peak_bytes is not None:
             stats["peak_python_memory_bytes"] = peak_bytes
-        return Report(ranks, settings, stats, list(self.warnings), list(self.finish_order))
+        network_stats = getattr(self.network, "stats", None)
+        return Report(ranks, settings, stats, list(self.warnings), list(self.finish_order),
+                      network_stats() if network_stats is not None else {})
 
 
 def simulate(workload, system, network, memory=None, comm_groups=None, **kwargs):
