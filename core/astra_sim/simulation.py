@@ -9,6 +9,7 @@ import tracemalloc
 from astra_sim import __version__
 from astra_sim.api import RunContext
 from astra_sim.chakra import ChakraError
+from astra_sim.chakra.types import node_type_name
 from astra_sim.config import COLLECTIVE_KEYS, parse_comm_groups, parse_memory_config, parse_system_config
 from astra_sim.engine import EventEngine
 from astra_sim.errors import ConfigError, DeadlockError, WorkloadError
@@ -164,6 +165,7 @@ class Simulation:
         self.systems[rank].register_event(fn, arg, delay_ns)
 
     def record_node(self, rank, node, start_ns, end_ns):
+        """Every finished node passes here (one place for future timeline export)."""
         self.node_counts[node.type] = self.node_counts.get(node.type, 0) + 1
 
     def rank_finished(self, workload):
@@ -270,6 +272,7 @@ class Simulation:
             "build_s": round(build_s, 6),
             "run_s": round(run_s, 6),
             "events_per_s": round(self.engine.events_run / run_s) if run_s > 0 else None,
+            "nodes_by_type": {node_type_name(t): n for t, n in sorted(self.node_counts.items())},
         }
         if peak_bytes is not None:
             stats["peak_python_memory_bytes"] = peak_bytes
