@@ -30,6 +30,9 @@ KNOWN_SYSTEM_KEYS = {
     "roofline-enabled", "trace-enabled", "replay-only", "track-local-mem",
     "local-mem-trace-filename", "per-node-custom-implementation",
     *COLLECTIVE_KEYS.values(), *(k + "-custom" for k in COLLECTIVE_KEYS.values()),
+    # Not the reference's: the logical dimensions collectives use on a graph
+    # network (InfraGraph), read by the graph-based network backends.
+    "logical-dims",
 }
 #: Keys found in shipped configs that the reference silently ignores.
 IGNORED_BY_REFERENCE = {
