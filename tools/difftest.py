@@ -7,6 +7,10 @@ time and exposed communication. The reference is never part of this repository: 
 ``--reference`` at a script that runs it and prints its ``sys[i] finished, ...`` lines.
 
     python tools/difftest.py --reference /path/to/run_reference.sh --cases 200 --seed 1
+
+``--backend congestion`` compares the ``congestion`` backend with the reference's congestion-aware
+binaries: mode ``aware`` (official, 1-D only) for 1-dimensional networks, ``aware_md`` (the
+multi-dimensional branch) otherwise and for a 1-D 2-NPU Ring, on which the official binary aborts.
 """
 
 from __future__ import annotations
@@ -179,17 +183,27 @@ def _prod(values):
     return out
 
 
-def run_ours(prefix, system, network, memory, groups, flags):
+def reference_mode(backend, info):
+    """The run_reference.sh mode that models ``backend`` on the case's network."""
+    if backend == "analytical":
+        return "unaware"
+    if len(info["npus"]) == 1 and not (info["topology"][0] == "Ring" and info["npus"][0] == 2):
+        return "aware"
+    # Multi-dimensional, or a 2-NPU Ring (the official aware binary aborts on it, quirk 13).
+    return "aware_md"
+
+
+def run_ours(prefix, system, network, memory, groups, flags, backend="analytical"):
     try:
-        report = simulate(prefix, system, network, memory, groups, **flags)
+        report = simulate(prefix, system, network, memory, groups, network_backend=backend, **flags)
     except AstraError as exc:
         return ("error", type(exc).__name__, str(exc).splitlines()[0])
     # Exposed communication compared as the reference prints it (unsigned 64-bit).
     return {r.rank: (r.finish_ns, r.exposed_comm_ns % (1 << 64)) for r in report.ranks}
 
 
-def run_reference(script, prefix, system, network, memory, groups, flags, timeout, expected_ranks):
-    args = [script, "unaware", f"--workload-configuration={prefix}", f"--system-configuration={system}",
+def run_reference(script, prefix, system, network, memory, groups, flags, timeout, expected_ranks, mode="unaware"):
+    args = [script, mode, f"--workload-configuration={prefix}", f"--system-configuration={system}",
             f"--network-configuration={network}", f"--remote-memory-configuration={memory}",
             f"--num-queues-per-dim={flags['num_queues_per_dim']}",
             f"--injection-scale={flags['injection_scale']}",
@@ -219,15 +233,20 @@ def main():
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--timeout", type=int, default=60)
     parser.add_argument("--keep", help="folder to keep mismatching cases in")
+    parser.add_argument("--backend", choices=["analytical", "congestion"], default="analytical",
+                        help="network backend to compare: analytical (reference mode unaware) or congestion "
+                             "(reference mode aware for 1-D networks, aware_md otherwise)")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     same = differ = skipped = 0
     for index in range(args.cases):
         folder = tempfile.mkdtemp(prefix=f"difftest{index}_")
         prefix, system, network, memory, groups, flags, info = random_case(rng, folder)
-        ours = run_ours(prefix, system, network, memory, groups, flags)
+        ours = run_ours(prefix, system, network, memory, groups, flags, args.backend)
+        mode = reference_mode(args.backend, info)
+        info["reference_mode"] = mode
         ref = run_reference(args.reference, prefix, system, network, memory, groups, flags, args.timeout,
-                            _prod(info["npus"]))
+                            _prod(info["npus"]), mode)
         if isinstance(ref, tuple):
             # The reference did not produce a full result: we must have produced one or a clear error,
             # and agree on every rank it did report.

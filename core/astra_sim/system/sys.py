@@ -300,9 +300,11 @@ class Sys:
         def active(dim):
             if topology.nodes_in_dimension(dim) == 1:
                 return False
-            if involved_dims is None or dim >= len(involved_dims):
+            if involved_dims is None:
                 return True
-            return bool(involved_dims[dim])
+            # Dimensions past the end of involved_dim are not involved (the
+            # reference reads past its vector there, which in practice gives False).
+            return dim < len(involved_dims) and bool(involved_dims[dim])
 
         count = 0
         levels = self.levels

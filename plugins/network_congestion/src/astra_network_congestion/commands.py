@@ -1,0 +1,8 @@
+"""``astra`` sub-commands of this plugin: ``astra infragraph`` (see :mod:`.infragraph`)."""
+
+
+def register(subparsers):
+    """Add this plugin's sub-commands to the ``astra`` command."""
+    from astra_network_congestion.infragraph import register_command
+
+    register_command(subparsers)

@@ -1,0 +1,296 @@
+"""The ``congestion`` backend: the reference's congestion-aware analytical network model.
+
+Every link is directed, has a bandwidth ``B`` (bytes/ns) and a latency ``L`` (ns), and serves one
+message at a time in FIFO order. A message travels as one chunk along its route, store-and-forward:
+
+* when the chunk reaches a link that is busy it joins the link's FIFO queue; otherwise the link
+  starts it at once: the link stays busy ``trunc(m / B)`` ns and the chunk reaches the link's far
+  end ``trunc(L + m / B)`` ns from now (two events, arrival first, as in the reference);
+* when a link frees it starts the head of its queue;
+* at the destination the delivery callback runs inside the arrival event (as the reference's
+  ``Chunk::invoke_callback``), so same-time event order matches the reference.
+
+Without contention a message takes ``sum over hops of trunc(L + m / B)``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from astra_sim.errors import ConfigError, SimulationError
+
+from astra_network_congestion.graph import SWITCH
+
+
+class CongestionNetwork:
+    """Link-queue network over a :class:`~astra_network_congestion.graph.NetworkGraph`.
+
+    ``CongestionNetwork(graph, engine, route_fn, npus_per_dim=None, description=None)``:
+
+    * ``graph``: nodes, directed links (``bandwidth_bytes_per_ns``, ``latency_ns``) and
+      ``rank_node`` (rank r runs on node ``graph.rank_node[r]``);
+    * ``engine``: the event engine (``now``, ``schedule(delay_ns, fn, arg)``);
+    * ``route_fn(src_rank, dst_rank)``: the link indices (into ``graph.links``) a message takes,
+      in order; called at most once per (src, dst) pair, checked to be a connected path from the
+      source's node to the destination's node (see :mod:`astra_network_congestion.builders`:
+      ``from_analytical`` for the analytical YAML, ``shortest_path_router`` for any graph);
+    * ``npus_per_dim``: the logical dimensions collectives use (default ``graph.npus_per_dim``);
+    * ``description``: extra settings for the report (merged into :meth:`describe`).
+
+    A switch's ``graph.switch_latency_ns`` is added to the latency of every link *into* that
+    switch (the chunk reaches the switch that much later; the link's busy time is unchanged).
+
+    :meth:`from_context` builds it from the analytical network YAML or an InfraGraph file (the
+    ``congestion`` backend).
+    """
+
+    def __init__(self, graph, engine, route_fn, npus_per_dim=None, description=None):
+        if not graph.rank_node:
+            raise ConfigError(f"{graph.source}: the network graph places no rank on an NPU")
+        self.graph = graph
+        self.engine = engine
+        self.route_fn = route_fn
+        self.npus_per_dim = list(npus_per_dim if npus_per_dim is not None else graph.npus_per_dim)
+        total = 1
+        for count in self.npus_per_dim:
+            total *= count
+        if total != len(graph.rank_node):
+            raise ConfigError(
+                f"{graph.source}: npus_per_dim {self.npus_per_dim} makes {total} ranks but the graph "
+                f"places {len(graph.rank_node)}"
+            )
+        self.description = dict(description or {})
+        links = graph.links
+        switch_latency = graph.switch_latency_ns
+        self._bandwidth = [link.bandwidth_bytes_per_ns for link in links]
+        self._latency = [link.latency_ns + switch_latency.get(link.dst, 0.0) for link in links]
+        for link in links:
+            if not link.bandwidth_bytes_per_ns > 0:
+                raise ConfigError(
+                    f"{graph.source}: link {link.src} -> {link.dst} has bandwidth {link.bandwidth_bytes_per_ns}"
+                )
+        self._routes = {}  # (src, dst) -> tuple of link indices
+        # (src, dst, size) -> [messages sent, link, trunc(L + m/B), trunc(m/B), link, ...]
+        self._hops = {}
+        self._max_queue = [0] * len(links)
+        self._build_engine()
+
+    @classmethod
+    def from_context(cls, context):
+        """The ``congestion`` backend: the analytical YAML (Ring / FullyConnected / Switch
+        dimensions, :func:`~astra_network_congestion.builders.from_analytical`, dimension-ordered
+        routes), or an InfraGraph file
+        (:func:`astra_network_congestion.infragraph.load_network_graph`, routed by
+        :func:`~astra_network_congestion.builders.shortest_path_router`)."""
+        from astra_network_analytical import parse_network_config
+
+        from astra_network_congestion.builders import from_analytical, shortest_path_router
+
+        path = context.network_config_path
+        if path is None:
+            raise ConfigError("the congestion network backend needs a network configuration file")
+        try:
+            from astra_network_congestion.infragraph import is_infragraph_config, load_network_graph
+        except ImportError:  # pragma: no cover - the InfraGraph support is optional here
+            is_infragraph_config = None
+        if is_infragraph_config is not None and is_infragraph_config(path):
+            graph = load_network_graph(path, context)
+            description = {"routing": "shortest path (fewest hops, lowest link index first), no transit through NPUs"}
+            return cls(graph, context.engine, shortest_path_router(graph), None, description)
+        config = parse_network_config(path)
+        graph, route_fn = from_analytical(config)
+        description = {
+            "topology": list(config.topology),
+            "npus_count": list(config.npus_count),
+            "bandwidth_gbps": list(config.bandwidth_gbps),
+            "latency_ns": list(config.latency_ns),
+            "routing": "dimension-ordered (dim 0 first); Ring: shorter direction, clockwise on ties",
+        }
+        return cls(graph, context.engine, route_fn, list(config.npus_count), description)
+
+    # ------------------------------------------------------------------ routes
+    def route(self, src, dst):
+        """The link indices from rank ``src`` to rank ``dst`` (cached, checked)."""
+        key = (src, dst)
+        route = self._routes.get(key)
+        if route is not None:
+            return route
+        graph = self.graph
+        total = len(graph.rank_node)
+        for rank in (src, dst):
+            if not 0 <= rank < total:
+                raise SimulationError(f"message {src} -> {dst}: rank {rank} is not in the network (0..{total - 1})")
+        if src == dst:
+            raise SimulationError(
+                f"NPU {src} sends a message to itself; the congestion network needs two distinct NPUs"
+            )
+        route = tuple(self.route_fn(src, dst))
+        links = graph.links
+        node = graph.rank_node[src]
+        if not route:
+            raise ConfigError(f"{graph.source}: the route from rank {src} to rank {dst} is empty")
+        for index in route:
+            if not (isinstance(index, int) and 0 <= index < len(links)) or links[index].src != node:
+                raise ConfigError(
+                    f"{graph.source}: the route from rank {src} to rank {dst} ({list(route)}) is not a "
+                    f"path of links from {graph.rank_node[src]!r}"
+                )
+            node = links[index].dst
+        if node != graph.rank_node[dst]:
+            raise ConfigError(
+                f"{graph.source}: the route from rank {src} to rank {dst} ends at {node!r}, "
+                f"not at {graph.rank_node[dst]!r}"
+            )
+        self._routes[key] = route
+        return route
+
+    def _make_hops(self, src, dst, size):
+        hops = [0]
+        bandwidth = self._bandwidth
+        latency = self._latency
+        for link in self.route(src, dst):
+            b = bandwidth[link]
+            # The reference: (uint64)(L + m/B) and (uint64)(m/B), in double precision.
+            hops.append(link)
+            hops.append(int(latency[link] + size / b))
+            hops.append(int(size / b))
+        self._hops[(src, dst, size)] = hops
+        return hops
+
+    # ------------------------------------------------------------------ hot path
+    def _build_engine(self):
+        """The event handlers as closures over flat per-link lists (the hot path).
+
+        A chunk in flight is ``[hops, pos, fn, arg]``: ``hops`` as cached by ``_make_hops`` and
+        ``pos`` the index of its current link in it.
+        """
+        n_links = len(self.graph.links)
+        busy = [False] * n_links
+        queues = [None] * n_links
+        max_queue = self._max_queue
+        schedule = self.engine.schedule
+        cache = self._hops
+        make_hops = self._make_hops
+
+        def arrive(chunk):
+            hops = chunk[0]
+            pos = chunk[1] + 3
+            if pos == len(hops):
+                chunk[2](chunk[3])
+                return
+            chunk[1] = pos
+            link = hops[pos]
+            if busy[link]:
+                queue = queues[link]
+                if queue is None:
+                    queue = queues[link] = deque()
+                queue.append(chunk)
+                if len(queue) > max_queue[link]:
+                    max_queue[link] = len(queue)
+            else:
+                busy[link] = True
+                schedule(hops[pos + 1], arrive, chunk)
+                schedule(hops[pos + 2], free, link)
+
+        def free(link):
+            queue = queues[link]
+            if queue:
+                chunk = queue.popleft()
+                hops = chunk[0]
+                pos = chunk[1]
+                schedule(hops[pos + 1], arrive, chunk)
+                schedule(hops[pos + 2], free, link)
+            else:
+                busy[link] = False
+
+        def send(src, dst, size, fn, arg):
+            hops = cache.get((src, dst, size))
+            if hops is None:
+                hops = make_hops(src, dst, size)
+            hops[0] += 1
+            chunk = [hops, 1, fn, arg]
+            link = hops[1]
+            if busy[link]:
+                queue = queues[link]
+                if queue is None:
+                    queue = queues[link] = deque()
+                queue.append(chunk)
+                if len(queue) > max_queue[link]:
+                    max_queue[link] = len(queue)
+            else:
+                busy[link] = True
+                schedule(hops[2], arrive, chunk)
+                schedule(hops[3], free, link)
+
+        self._busy = busy
+        self._queues = queues
+        self.send = send
+
+    def send(self, src, dst, size, fn, arg):  # replaced per instance by _build_engine
+        """Route ``size`` bytes from rank ``src`` to rank ``dst``; ``fn(arg)`` runs on arrival."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ report
+    def describe(self):
+        out = {"backend": "congestion"}
+        out.update(self.description)
+        graph = self.graph.describe()
+        out["devices"] = graph["npus"] + graph["switches"]
+        out["switches"] = graph["switches"]
+        out["links"] = graph["links"]
+        return out
+
+    def link_totals(self):
+        """Per link index: (bytes, busy ns, messages), counted from every message sent."""
+        n_links = len(self.graph.links)
+        sent_bytes = [0] * n_links
+        busy_ns = [0] * n_links
+        messages = [0] * n_links
+        for (_src, _dst, size), hops in self._hops.items():
+            count = hops[0]
+            if not count:
+                continue
+            for pos in range(1, len(hops), 3):
+                link = hops[pos]
+                sent_bytes[link] += count * size
+                busy_ns[link] += count * hops[pos + 2]
+                messages[link] += count
+        return sent_bytes, busy_ns, messages
+
+    def stats(self, top=5):
+        """Per-link traffic (links that carried any) and the busiest links.
+
+        ``busy_ns`` is the sum of the serialization times ``trunc(m/B)`` on the link,
+        ``utilization`` that over the simulated time, ``max_queue`` the longest FIFO seen.
+        """
+        graph = self.graph
+        now = self.engine.now
+        sent_bytes, busy_ns, messages = self.link_totals()
+        rows = []
+        for link in graph.links:
+            i = link.index
+            if not messages[i]:
+                continue
+            rows.append({
+                "src": link.src,
+                "dst": link.dst,
+                "bytes": sent_bytes[i],
+                "busy_ns": busy_ns[i],
+                "messages": messages[i],
+                "max_queue": self._max_queue[i],
+                "utilization": round(busy_ns[i] / now, 6) if now > 0 else 0.0,
+            })
+        ranked = sorted(rows, key=lambda row: (-row["busy_ns"], -row["bytes"]))
+        switches = sum(1 for kind in graph.nodes.values() if kind == SWITCH)
+        return {
+            "model": "congestion",
+            "links_total": len(graph.links),
+            "links_used": len(rows),
+            "switches": switches,
+            "bytes_on_links": sum(sent_bytes),
+            "links": rows,
+            "bottleneck": [
+                {key: row[key] for key in ("src", "dst", "busy_ns", "utilization", "bytes", "max_queue")}
+                for row in ranked[:top]
+            ],
+        }

@@ -1,0 +1,857 @@
+"""The ``flow`` backend: a flow-level (fluid) network model for arbitrary graphs.
+
+Every message is a *flow* on a routed path of directed links of a
+:class:`~astra_network_congestion.graph.NetworkGraph`. The model:
+
+Routing
+    The candidate paths from the source rank's node to the destination rank's node are the
+    fewest-hop paths (at most ``max_paths`` of them, found depth first along each node's
+    ``out_links``, links to switches before links to NPUs: a deterministic order), and of those
+    the ones that pass through the fewest other NPUs. NPUs may forward when nothing else does (the
+    analytical YAML's ``Ring``: NPU k reaches k+2 through k+1), but a path through switches wins
+    a tie. With ``path_selection="widest"`` (the default) only the candidates with the largest
+    bottleneck bandwidth are kept, so traffic between two GPUs of one host takes the NVSwitch
+    rather than an equally short detour through the NICs and a leaf switch; ``"all"`` keeps every
+    candidate. A ``route_fn(src_rank, dst_rank) -> link indices`` given to the constructor
+    replaces all this (one fixed path per pair, no ECMP). Paths are computed once per rank pair.
+
+ECMP
+    ``ecmp="hash"`` (default): each message takes one of the equal-cost paths, chosen by a stable
+    64-bit mix (splitmix64, not Python's salted ``hash``) of ``(src, dst, k)`` where ``k`` counts
+    the messages sent so far from ``src`` to ``dst``: runs are deterministic and successive
+    messages of a pair spread over the paths. ``ecmp="split"``: the message is split evenly over
+    every path (packet spraying): one sub-flow per path, ``size / n`` bytes each; the message
+    arrives when its last sub-flow does.
+
+Bandwidth sharing
+    The rates of the flows in progress are max-min fair (progressive filling: repeatedly find the
+    link with the smallest fair share ``unallocated capacity / unfrozen flows`` and freeze its
+    unfrozen flows at that share). Rates are recomputed only when the set of flows changes: all
+    starts and ends at one nanosecond are handled by one recomputation, run from an event
+    scheduled for the current time when the first change is seen. A recomputation refills only
+    the flows whose rate can change (see :meth:`FlowNetwork._recompute`): those at least as fast
+    as the slowest flow that ended (or the smallest equal share a new flow can get), connected to
+    the change through such flows; every slower flow provably keeps its rate. The result is the
+    max-min allocation of all flows (the tests check it against a from-scratch computation).
+
+Time and rounding
+    Times are integer ns; remaining bytes are floats. When its rate changes at time ``t`` a flow
+    records ``t`` and its remaining bytes ``r = r_prev - rate_prev * (t - t_prev)`` (clamped at
+    0); a flow whose rate is unchanged by a recomputation keeps its record, so its end time does
+    not move. With rate ``x`` (bytes/ns) and path latency ``L`` the flow's transfer ends at
+    ``t + trunc(r / x)``: it frees its share of the links then (the event that ends it); its last
+    byte reaches the destination at ``t + trunc(L + r / x)``, and the message's callback
+    ``fn(arg)`` is scheduled for that time. So latency comes *after* the transfer (the link
+    carries the flow from the moment it is sent; propagation only delays delivery), and on a
+    single uncontended link a message takes exactly ``trunc(L + size / B)`` ns, like the
+    analytical backend's ``int(latency + size / bandwidth)``.
+
+Latency
+    ``L`` is the sum of the path's link latencies plus ``graph.switch_latency_ns`` of every switch
+    the path crosses, added once per message (not per hop of serialisation): flows are
+    cut-through/pipelined, so a message through k switches does not pay k serialisations. With
+    ``segment_bytes`` set, the first segment is stored and forwarded at every hop, which adds the
+    pipeline fill ``s * (sum of 1/B_i over the path - 1/min B_i)`` with ``s = min(segment_bytes,
+    size)`` and the links' nominal bandwidths ``B_i`` (for equal bandwidths: ``(hops - 1) * s /
+    B``); it is part of ``L``.
+
+Statistics (:meth:`FlowNetwork.stats`)
+    per link that carried traffic: ``bytes``, ``busy_ns`` (time with at least one flow on it),
+    ``saturated_ns`` (time the flows on it used all of its bandwidth: it was a bottleneck of the
+    max-min allocation), ``max_concurrent_flows``; ``bottleneck`` lists the links with the
+    longest ``saturated_ns`` (ties: ``busy_ns``, then bytes).
+
+Options
+    ``FlowNetwork(graph, engine, ecmp=, segment_bytes=, path_selection=, max_paths=, route_fn=)``;
+    through :meth:`FlowNetwork.from_context` the run options ``flow_ecmp``,
+    ``flow_segment_bytes``, ``flow_path_selection`` and ``flow_max_paths`` (when a plugin adds
+    such command-line flags).
+"""
+
+from __future__ import annotations
+
+from heapq import heapify, heappop, heappush
+
+from astra_sim.errors import ConfigError, SimulationError
+
+from astra_network_congestion.graph import NPU
+
+_MASK64 = (1 << 64) - 1
+#: A link is saturated when less than this fraction of its bandwidth is left unallocated.
+_SATURATION_SLACK = 1e-9
+_INF = float("inf")
+_THETA_SLACK = 1.0 - 1e-9
+ECMP_MODES = ("hash", "split")
+PATH_SELECTIONS = ("widest", "all")
+
+
+def _mix64(x):
+    """splitmix64's finaliser: a stable, well-spread 64-bit hash of an integer."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def ecmp_index(src, dst, k, n):
+    """Which of ``n`` equal-cost paths the ``k``-th message from ``src`` to ``dst`` takes."""
+    return _mix64(_mix64(_mix64(src) ^ dst) ^ k) % n
+
+
+class _Route:
+    """One candidate path: link indices, the links that constrain its rate (``fill``: one per
+    run of links in series, see :meth:`FlowNetwork._series_runs`), latency (links + switches),
+    1/bandwidth sums."""
+
+    __slots__ = ("links", "fill", "latency", "inv_sum", "inv_max")
+
+    def __init__(self, links, fill, latency, inv_sum, inv_max):
+        self.links = links
+        self.fill = fill
+        self.latency = latency
+        self.inv_sum = inv_sum
+        self.inv_max = inv_max
+
+
+class _Message:
+    __slots__ = ("fn", "arg", "pending", "arrival")
+
+    def __init__(self, fn, arg, pending):
+        self.fn = fn
+        self.arg = arg
+        self.pending = pending
+        self.arrival = 0
+
+
+class _Single:
+    """The callback of a message that travels as one flow."""
+
+    __slots__ = ("fn", "arg")
+
+    def __init__(self, fn, arg):
+        self.fn = fn
+        self.arg = arg
+
+
+class _Flow:
+    __slots__ = ("fid", "links", "path", "size", "left", "rate", "t_base", "end_ns", "ver", "latency", "message",
+                 "mark")
+
+    def __init__(self, fid, links, path, size, latency, message, now):
+        self.fid = fid
+        self.links = links  # the links that constrain its rate (Route.fill)
+        self.path = path  # every link it crosses
+        self.size = size
+        self.left = float(size)  # bytes left at t_base
+        self.rate = 0.0  # bytes/ns; 0 until the first recomputation
+        self.t_base = now
+        self.end_ns = -1
+        self.ver = 0
+        self.latency = latency
+        self.message = message
+        self.mark = 0
+
+
+class FlowNetwork:
+    """Flow-level network over a :class:`~astra_network_congestion.graph.NetworkGraph`.
+
+    ``FlowNetwork(graph, engine, *, ecmp="hash", segment_bytes=None, path_selection="widest",
+    max_paths=64, route_fn=None, npus_per_dim=None, description=None)``; see the module
+    docstring for the model. :meth:`from_context` builds the graph from the run's network file
+    (the analytical YAML, else an InfraGraph file).
+    """
+
+    def __init__(
+        self,
+        graph,
+        engine,
+        *,
+        ecmp="hash",
+        segment_bytes=None,
+        path_selection="widest",
+        max_paths=64,
+        route_fn=None,
+        npus_per_dim=None,
+        description=None,
+    ):
+        if not graph.rank_node:
+            raise ConfigError(f"{graph.source}: the network graph places no rank on an NPU")
+        if ecmp not in ECMP_MODES:
+            raise ConfigError(f"flow network: ecmp must be one of {', '.join(ECMP_MODES)}, got {ecmp!r}")
+        if path_selection not in PATH_SELECTIONS:
+            raise ConfigError(
+                f"flow network: path_selection must be one of {', '.join(PATH_SELECTIONS)}, got {path_selection!r}"
+            )
+        if segment_bytes is not None:
+            if isinstance(segment_bytes, bool) or not isinstance(segment_bytes, (int, float)) or segment_bytes <= 0:
+                raise ConfigError(f"flow network: segment_bytes must be a number > 0, got {segment_bytes!r}")
+        if isinstance(max_paths, bool) or not isinstance(max_paths, int) or max_paths < 1:
+            raise ConfigError(f"flow network: max_paths must be an integer >= 1, got {max_paths!r}")
+        self.graph = graph
+        self.engine = engine
+        self.ecmp = ecmp
+        self.segment_bytes = segment_bytes
+        self.path_selection = path_selection
+        self.max_paths = max_paths
+        self.route_fn = route_fn
+        self.description = dict(description or {})
+        self.npus_per_dim = list(npus_per_dim if npus_per_dim is not None else graph.npus_per_dim)
+        total = 1
+        for count in self.npus_per_dim:
+            total *= count
+        if total != len(graph.rank_node):
+            raise ConfigError(
+                f"{graph.source}: npus_per_dim {self.npus_per_dim} makes {total} ranks but the graph "
+                f"places {len(graph.rank_node)}"
+            )
+        links = graph.links
+        for link in links:
+            if not link.bandwidth_bytes_per_ns > 0:
+                raise ConfigError(
+                    f"{graph.source}: link {link.src} -> {link.dst} has bandwidth {link.bandwidth_bytes_per_ns}"
+                )
+        n = len(links)
+        self._bw = [link.bandwidth_bytes_per_ns for link in links]
+        self._groups = [{} for _ in range(n)]  # link -> {rate: {fid: flow}} (rated flows, start order)
+        self._nflows = [0] * n  # link -> flows on it (rated or not)
+        self._cap = [0.0] * n  # scratch for progressive filling
+        self._cnt = [0] * n
+        self._lmark = [0] * n
+        self._hl = [None] * n
+        # statistics
+        self._bytes = [0] * n
+        self._busy_ns = [0] * n
+        self._busy_since = [0] * n
+        self._sat_ns = [0] * n
+        self._sat_since = [-1] * n  # -1: not saturated
+        self._max_flows = [0] * n
+        # routing
+        self._routes = {}  # (src rank, dst rank) -> [_Route]
+        self._rep = self._series_runs()  # link -> the link that stands for its run
+        self._dist = {}  # dst node -> {node: hops to dst}, a bounded cache
+        self._reverse = None
+        self._out = None
+        self._pair_count = {}  # (src, dst) -> messages sent
+        # flows
+        self._next_fid = 0
+        self._active = {}  # fid -> flow
+        self._heap = []  # (end_ns, fid, ver); stale entries are skipped
+        self._new = []  # flows started since the last recomputation
+        self._dirty = []  # links of the flows that ended since the last recomputation
+        self._theta = _INF  # the smallest rate of those flows
+        self._recompute_pending = False
+        self._wakeups = set()  # times with a pending _wake event
+        self._epoch = 0
+        self.flows_started = 0
+        self.messages = 0
+        self.recomputations = 0
+        self.flows_rated = 0  # flow rate assignments over all recomputations
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_context(cls, context):
+        """The ``flow`` backend: the analytical YAML (Ring / FullyConnected / Switch dimensions,
+        built by :func:`astra_network_congestion.builders.from_analytical`) when the network file
+        has ``topology:`` and ``npus_count:`` keys, else an InfraGraph file
+        (:func:`astra_network_congestion.infragraph.load_network_graph`).
+
+        Options (``context.options``, e.g. from command-line flags): ``flow_ecmp``,
+        ``flow_segment_bytes``, ``flow_path_selection``, ``flow_max_paths``."""
+        path = context.network_config_path
+        if path is None:
+            raise ConfigError("the flow network backend needs a network configuration file")
+        description = {}
+        if _is_analytical_yaml(path):
+            from astra_network_analytical import parse_network_config
+
+            from astra_network_congestion.builders import from_analytical
+
+            config = parse_network_config(path)
+            built = from_analytical(config)
+            graph = built[0] if isinstance(built, tuple) else built
+            description = {
+                "topology": list(config.topology),
+                "npus_count": list(config.npus_count),
+                "bandwidth_gbps": list(config.bandwidth_gbps),
+                "latency_ns": list(config.latency_ns),
+            }
+        else:
+            from astra_network_congestion.infragraph import load_network_graph
+
+            graph = load_network_graph(path, context)
+        return cls(graph, context.engine, description=description, **_options(context.options or {}))
+
+    # ------------------------------------------------------------------ routing
+    def routes(self, src, dst):
+        """The candidate paths (:class:`_Route`) from rank ``src`` to rank ``dst`` (cached)."""
+        key = (src, dst)
+        routes = self._routes.get(key)
+        if routes is None:
+            routes = self._routes[key] = self._make_routes(src, dst)
+        return routes
+
+    def paths(self, src, dst):
+        """The candidate paths from rank ``src`` to rank ``dst`` as lists of link indices."""
+        return [list(route.links) for route in self.routes(src, dst)]
+
+    def _make_routes(self, src, dst):
+        graph = self.graph
+        total = len(graph.rank_node)
+        for rank in (src, dst):
+            if not 0 <= rank < total:
+                raise SimulationError(f"message {src} -> {dst}: rank {rank} is not in the network (0..{total - 1})")
+        if src == dst:
+            raise SimulationError(f"NPU {src} sends a message to itself; the flow network needs two distinct NPUs")
+        a, b = graph.rank_node[src], graph.rank_node[dst]
+        if self.route_fn is not None:
+            path = [tuple(self.route_fn(src, dst))]
+            self._check_path(src, dst, path[0])
+        else:
+            path = self._shortest(a, b)
+        links = graph.links
+        bw = self._bw
+        if self.path_selection == "widest" and len(path) > 1:
+            widest = [min(bw[i] for i in p) for p in path]
+            best = max(widest)
+            path = [p for p, w in zip(path, widest) if w == best]
+        switch_latency = graph.switch_latency_ns
+        routes = []
+        for p in path:
+            latency = 0.0
+            for i in p:
+                latency += links[i].latency_ns
+            for i in p[:-1]:  # the nodes the path crosses
+                latency += switch_latency.get(links[i].dst, 0.0)
+            inv = [1.0 / bw[i] for i in p]
+            fill = []
+            for i in p:
+                r = self._rep[i]
+                if r not in fill:
+                    fill.append(r)
+            routes.append(_Route(p, tuple(fill), latency, sum(inv), max(inv)))
+        return routes
+
+    def _series_runs(self):
+        """For every link, the representative of its *run*: the links joined end to end through
+        switches that have exactly two neighbours and one link each way to each (a NIC between a
+        GPU's PCIe and a leaf, a switch port between a cable and the ASIC). A fewest-hop path
+        never turns back, so every flow on one link of a run is on all of them: only the run's
+        slowest link (the first of equal ones) can limit their rates, the others are left out of
+        the max-min computation. Fixed routes (``route_fn``) are not compressed."""
+        graph = self.graph
+        links = graph.links
+        rep = list(range(len(links)))
+        if self.route_fn is not None:
+            return rep
+        into = {}
+        for link in links:
+            into.setdefault(link.dst, []).append(link)
+
+        def relay(node):
+            if graph.nodes[node] == NPU:
+                return False
+            out = graph.out_links[node]
+            inn = into.get(node, ())
+            if len(out) != 2 or len(inn) != 2:
+                return False
+            ends = {out[0].dst, out[1].dst}
+            return len(ends) == 2 and ends == {inn[0].src, inn[1].src}
+
+        relays = {node for node in graph.nodes if relay(node)}
+        bw = self._bw
+        for head in links:
+            if head.src in relays:
+                continue  # not the start of a run
+            run = [head]
+            link = head
+            while link.dst in relays:
+                out = graph.out_links[link.dst]
+                link = out[0] if out[0].dst != link.src else out[1]
+                run.append(link)
+            if len(run) > 1:
+                best = min(run, key=lambda item: bw[item.index])
+                for item in run:
+                    rep[item.index] = best.index
+        return rep
+
+    def _check_path(self, src, dst, path):
+        graph = self.graph
+        links = graph.links
+        node = graph.rank_node[src]
+        if not path:
+            raise ConfigError(f"{graph.source}: the route from rank {src} to rank {dst} is empty")
+        for index in path:
+            if not (isinstance(index, int) and 0 <= index < len(links)) or links[index].src != node:
+                raise ConfigError(
+                    f"{graph.source}: the route from rank {src} to rank {dst} ({list(path)}) is not a "
+                    f"path of links from {graph.rank_node[src]!r}"
+                )
+            node = links[index].dst
+        if node != graph.rank_node[dst]:
+            raise ConfigError(
+                f"{graph.source}: the route from rank {src} to rank {dst} ends at {node!r}, "
+                f"not at {graph.rank_node[dst]!r}"
+            )
+
+    def _distances(self, dst):
+        """Hops from every node to ``dst`` (BFS on reversed links; a bounded cache)."""
+        dist = self._dist.get(dst)
+        if dist is not None:
+            return dist
+        graph = self.graph
+        if self._reverse is None:
+            reverse = {}
+            for link in graph.links:
+                reverse.setdefault(link.dst, []).append(link)
+            self._reverse = reverse
+        reverse = self._reverse
+        dist = {dst: 0}
+        frontier = [dst]
+        d = 0
+        while frontier:
+            d += 1
+            nxt = []
+            for node in frontier:
+                for link in reverse.get(node, ()):
+                    u = link.src
+                    if u not in dist:
+                        dist[u] = d
+                        nxt.append(u)
+            frontier = nxt
+        if len(self._dist) >= 256:
+            self._dist.pop(next(iter(self._dist)))
+        self._dist[dst] = dist
+        return dist
+
+    def _shortest(self, src, dst):
+        """Fewest-hop paths from node ``src`` to node ``dst``; of those, the ones that cross the
+        fewest other NPUs (switches are tried first, so these are found first)."""
+        graph = self.graph
+        dist = self._distances(dst)
+        if src not in dist:
+            raise ConfigError(f"{graph.source}: no path from {src!r} to {dst!r}")
+        nodes = graph.nodes
+        out = self._out
+        if out is None:
+            # Each node's links, those to switches (and the destination) before those to NPUs.
+            out = self._out = {
+                name: sorted(links, key=lambda link: nodes[link.dst] == NPU)
+                for name, links in graph.out_links.items()
+            }
+        limit = self.max_paths
+        paths = []
+        prefix = []
+
+        def walk(node, d, npus):
+            if node == dst:
+                paths.append((npus, tuple(prefix)))
+                return
+            for link in out[node]:
+                nxt = link.dst
+                if dist.get(nxt) == d - 1:
+                    prefix.append(link.index)
+                    walk(nxt, d - 1, npus + (nxt != dst and nodes[nxt] == NPU))
+                    prefix.pop()
+                    if len(paths) >= limit:
+                        return
+
+        walk(src, dist[src], 0)
+        fewest = min(npus for npus, _ in paths)
+        return [path for npus, path in paths if npus == fewest]
+
+    # ------------------------------------------------------------------ hot path
+    def send(self, src, dst, size, fn, arg):
+        """Start a message of ``size`` bytes; ``fn(arg)`` runs on the engine when it has arrived."""
+        routes = self._routes.get((src, dst))
+        if routes is None:
+            routes = self.routes(src, dst)
+        self.messages += 1
+        now = self.engine.now
+        segment = self.segment_bytes
+        if len(routes) == 1 or self.ecmp == "hash":
+            if len(routes) == 1:
+                route = routes[0]
+            else:
+                key = (src, dst)
+                k = self._pair_count.get(key, 0)
+                self._pair_count[key] = k + 1
+                route = routes[ecmp_index(src, dst, k, len(routes))]
+            self._start(route, size, _Single(fn, arg), now, segment)
+        else:  # split evenly over every path
+            n = len(routes)
+            message = _Message(fn, arg, n)
+            for route in routes:
+                self._start(route, size / n, message, now, segment)
+        if not self._recompute_pending:
+            self._recompute_pending = True
+            self.engine.schedule(0, self._recompute)
+
+    def _start(self, route, size, message, now, segment):
+        latency = route.latency
+        if segment is not None:
+            s = segment if segment < size else size
+            latency += s * (route.inv_sum - route.inv_max)
+        fid = self._next_fid
+        self._next_fid = fid + 1
+        path = route.links
+        flow = _Flow(fid, route.fill, path, size, latency, message, now)
+        self._active[fid] = flow
+        self._new.append(flow)
+        self.flows_started += 1
+        nflows = self._nflows
+        nbytes = self._bytes
+        max_flows = self._max_flows
+        for link in path:
+            c = nflows[link] + 1
+            nflows[link] = c
+            if c == 1:
+                self._busy_since[link] = now
+            if c > max_flows[link]:
+                max_flows[link] = c
+            nbytes[link] += size
+
+    def _recompute(self, _arg=None):
+        """New max-min fair rates after flows started or ended (progressive filling).
+
+        Only part of the network is refilled. Let ``theta`` be the smallest of the old rates of
+        the flows that ended and, for each flow that started, ``min over its links of
+        capacity / flows on the link`` (a lower bound of its new rate: no link of the flow can
+        fill up below that level). Progressive filling runs identically below level ``theta``
+        with or without the change (a link that filled below it would have frozen an ended flow
+        below its old rate, or a new flow below its bound), so every flow with a rate below
+        ``theta`` keeps it. The others (``H``) are refilled, as a max-min problem on the
+        capacities the slower flows leave, but only the ones connected to the change through
+        links and flows of ``H`` (the rest of ``H`` has the same sub-problem as before). Rates
+        within 1e-9 (relative) below ``theta`` count as ``theta``: equal rates on paper may
+        differ in their last bits. Per link, flows are kept grouped by rate so the slower ones
+        are skipped in bulk.
+        """
+        self._recompute_pending = False
+        new = self._new
+        dirty = self._dirty
+        if not new and not dirty:
+            return
+        self._new = []
+        self._dirty = []
+        self.recomputations += 1
+        now = self.engine.now
+        bw = self._bw
+        nflows = self._nflows
+        groups = self._groups
+        theta = self._theta
+        self._theta = _INF
+        for flow in new:
+            for link in flow.links:
+                share = bw[link] / nflows[link]
+                if share < theta:
+                    theta = share
+        # Rates equal on paper may differ in the last bits: refill those just below theta too.
+        theta *= _THETA_SLACK
+        selected = self._select(theta, dirty, new)
+        if selected is None:  # rounding left no room for the faster flows somewhere: refill all
+            selected = self._select(-1.0, dirty, new)
+        visited, hflows, touched, heap = selected
+        frozen = visited + 1
+        hl = self._hl
+        cap = self._cap
+        cnt = self._cnt
+        heapify(heap)
+        events = self._heap
+        while heap:
+            share, link = heappop(heap)
+            c = cnt[link]
+            if not c:
+                continue
+            cur = cap[link] / c
+            if cur > share:
+                heappush(heap, (cur, link))
+                continue
+            if cur <= 0.0:  # only through rounding: keep every flow moving
+                cur = share if share > 0.0 else self._bw[link] * 1e-12
+            for flow in hl[link]:
+                if flow.mark != visited:
+                    continue
+                flow.mark = frozen
+                for other in flow.links:
+                    cap[other] -= cur
+                    cnt[other] -= 1
+                old = flow.rate
+                if old == cur:
+                    continue  # same rate: same end time
+                links = flow.links
+                fid = flow.fid
+                if old:
+                    left = flow.left - old * (now - flow.t_base)
+                    flow.left = left if left > 0.0 else 0.0
+                    flow.t_base = now
+                    for other in links:
+                        by_rate = groups[other]
+                        group = by_rate[old]
+                        del group[fid]
+                        if not group:
+                            del by_rate[old]
+                for other in links:
+                    by_rate = groups[other]
+                    group = by_rate.get(cur)
+                    if group is None:
+                        by_rate[cur] = {fid: flow}
+                    else:
+                        group[fid] = flow
+                flow.rate = cur
+                end = now + int(flow.left / cur)
+                flow.end_ns = end
+                flow.ver += 1
+                heappush(events, (end, fid, flow.ver))
+        self.flows_rated += len(hflows)
+        # Saturated (bottleneck) links: all of their bandwidth is allocated.
+        sat_since = self._sat_since
+        sat_ns = self._sat_ns
+        for link in touched:
+            hl[link] = None
+            saturated = nflows[link] > 0 and cap[link] <= bw[link] * _SATURATION_SLACK
+            since = sat_since[link]
+            if saturated:
+                if since < 0:
+                    sat_since[link] = now
+            elif since >= 0:
+                sat_ns[link] += now - since
+                sat_since[link] = -1
+        if len(events) > 4 * len(self._active) + 1024:
+            self._compact()
+        self._arm()
+
+    def _select(self, theta, dirty, new):
+        """The flows to refill (rate >= theta, connected to the change), the links they and the
+        change touch, and the progressive-filling heap of those links; None when the capacity the
+        slower flows leave on such a link is not positive (only possible through rounding)."""
+        self._epoch += 2
+        visited = self._epoch
+        bw = self._bw
+        groups = self._groups
+        # H: the flows to refill; ``touched``: the links explored, and hl[link]: its flows in H.
+        lmark = self._lmark
+        hl = self._hl
+        hflows = []
+        touched = []
+        for link in dirty:
+            if lmark[link] != visited:
+                lmark[link] = visited
+                hl[link] = []
+                touched.append(link)
+        for flow in new:
+            flow.mark = visited
+            hflows.append(flow)
+            for link in flow.links:
+                if lmark[link] != visited:
+                    lmark[link] = visited
+                    hl[link] = [flow]
+                    touched.append(link)
+                else:
+                    hl[link].append(flow)
+        i = 0
+        while i < len(touched):
+            link = touched[i]
+            i += 1
+            for rate, group in groups[link].items():
+                if rate < theta:
+                    continue
+                for flow in group.values():
+                    if flow.mark == visited:
+                        continue
+                    flow.mark = visited
+                    hflows.append(flow)
+                    for other in flow.links:
+                        if lmark[other] != visited:
+                            lmark[other] = visited
+                            hl[other] = [flow]
+                            touched.append(other)
+                        else:
+                            hl[other].append(flow)
+        # The capacity the flows below theta leave on those links.
+        cap = self._cap
+        cnt = self._cnt
+        heap = []
+        for link in touched:
+            left = bw[link]
+            for rate, group in groups[link].items():
+                if rate < theta:
+                    left -= rate * len(group)
+            cap[link] = left
+            c = len(hl[link])
+            cnt[link] = c
+            if c:
+                if left <= 0.0:
+                    for link in touched:
+                        hl[link] = None
+                    return None
+                heap.append((left / c, link))
+        return visited, hflows, touched, heap
+
+    def _compact(self):
+        events = [(f.end_ns, fid, f.ver) for fid, f in self._active.items() if f.rate]
+        heapify(events)
+        self._heap = events
+
+    def _arm(self):
+        """Make sure an event wakes us at the earliest end of a transfer."""
+        events = self._heap
+        active = self._active
+        while events:
+            end, fid, ver = events[0]
+            flow = active.get(fid)
+            if flow is None or flow.ver != ver:
+                heappop(events)
+                continue
+            if end not in self._wakeups:
+                self._wakeups.add(end)
+                self.engine.schedule_at(end, self._wake, end)
+            return
+
+    def _wake(self, when):
+        self._wakeups.discard(when)
+        now = self.engine.now
+        events = self._heap
+        active = self._active
+        groups = self._groups
+        nflows = self._nflows
+        busy_ns = self._busy_ns
+        busy_since = self._busy_since
+        schedule = self.engine.schedule
+        dirty = self._dirty
+        theta = self._theta
+        done = False
+        while events and events[0][0] <= now:
+            end, fid, ver = heappop(events)
+            flow = active.get(fid)
+            if flow is None or flow.ver != ver:
+                continue
+            done = True
+            del active[fid]
+            rate = flow.rate
+            if rate < theta:
+                theta = rate
+            for link in flow.links:
+                by_rate = groups[link]
+                group = by_rate[rate]
+                del group[fid]
+                if not group:
+                    del by_rate[rate]
+                dirty.append(link)
+            for link in flow.path:
+                c = nflows[link] - 1
+                nflows[link] = c
+                if not c:
+                    busy_ns[link] += now - busy_since[link]
+            message = flow.message
+            arrival = flow.t_base + int(flow.latency + flow.left / rate)
+            if message.__class__ is _Single:
+                schedule(arrival - now if arrival > now else 0, message.fn, message.arg)
+                continue
+            if arrival > message.arrival:
+                message.arrival = arrival
+            message.pending -= 1
+            if not message.pending:
+                delay = message.arrival - now
+                schedule(delay if delay > 0 else 0, message.fn, message.arg)
+        self._theta = theta
+        if done:
+            if not self._recompute_pending:
+                self._recompute_pending = True
+                schedule(0, self._recompute)
+        else:
+            self._arm()
+
+    # ------------------------------------------------------------------ report
+    def flow_rates(self):
+        """The flows in progress as ``(link indices, rate in bytes/ns)``, oldest first (a rate of 0
+        means not yet rated: the recomputation of this nanosecond has not run)."""
+        return [(flow.path, flow.rate) for flow in self._active.values()]
+
+    def describe(self):
+        out = {
+            "backend": "flow",
+            "graph": self.graph.describe(),
+            "routing": "fixed routes (route_fn)" if self.route_fn is not None else
+            f"fewest hops, path selection {self.path_selection!r}, at most {self.max_paths} paths",
+            "ecmp": self.ecmp,
+            "sharing": "max-min fair (progressive filling), recomputed when flows start or end",
+            "latency": "sum of link and switch latencies, after the transfer; times truncated to ns",
+            "segment_bytes": self.segment_bytes,
+        }
+        out.update(self.description)
+        return out
+
+    def stats(self, top=10):
+        """Per-link traffic and the bottleneck links (see the module docstring)."""
+        now = self.engine.now
+        graph = self.graph
+        rows = []
+        for link in graph.links:
+            i = link.index
+            if not self._bytes[i]:
+                continue
+            busy = self._busy_ns[i] + (now - self._busy_since[i] if self._nflows[i] else 0)
+            r = self._rep[i]  # a link left out of the max-min computation is as full as its run's
+            if r == i or self._bw[i] <= self._bw[r] * (1.0 + _SATURATION_SLACK):
+                sat = self._sat_ns[r] + (now - self._sat_since[r] if self._sat_since[r] >= 0 else 0)
+            else:
+                sat = 0
+            nbytes = self._bytes[i]
+            rows.append({
+                "link": i,
+                "name": link.name,
+                "src": link.src,
+                "dst": link.dst,
+                "bandwidth_bytes_per_ns": link.bandwidth_bytes_per_ns,
+                "bytes": int(nbytes) if float(nbytes).is_integer() else nbytes,
+                "busy_ns": busy,
+                "saturated_ns": sat,
+                "max_concurrent_flows": self._max_flows[i],
+                "utilization": round(nbytes / (link.bandwidth_bytes_per_ns * busy), 6) if busy else None,
+            })
+        ranked = sorted(rows, key=lambda r: (-r["saturated_ns"], -r["busy_ns"], -r["bytes"], r["link"]))
+        return {
+            "backend": "flow",
+            "messages": self.messages,
+            "flows": self.flows_started,
+            "recomputations": self.recomputations,
+            "flow_rate_assignments": self.flows_rated,
+            "links": rows,
+            "bottleneck": [
+                {k: r[k] for k in ("link", "name", "src", "dst", "bytes", "busy_ns", "saturated_ns",
+                                   "max_concurrent_flows")}
+                for r in ranked[:top]
+            ],
+        }
+
+
+def _is_analytical_yaml(path):
+    """Whether the network file is the analytical YAML (top-level ``topology:`` and ``npus_count:``)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read(1 << 16)
+    except FileNotFoundError:
+        raise ConfigError(f"network configuration file {path!r} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"network configuration file {path!r} is a directory") from None
+    except UnicodeDecodeError:
+        return False
+    keys = set()
+    for line in text.splitlines():
+        if line[:1].isalpha():
+            keys.add(line.split(":", 1)[0].strip())
+    return "topology" in keys and "npus_count" in keys
+
+
+def _options(options):
+    """FlowNetwork keyword arguments from run options (``flow_ecmp``, ``flow_segment_bytes``, ...)."""
+    out = {}
+    for key, name in (("flow_ecmp", "ecmp"), ("flow_segment_bytes", "segment_bytes"),
+                      ("flow_path_selection", "path_selection"), ("flow_max_paths", "max_paths")):
+        value = options.get(key)
+        if value is not None:
+            out[name] = value
+    return out
+
+
+__all__ = ["FlowNetwork", "ecmp_index"]

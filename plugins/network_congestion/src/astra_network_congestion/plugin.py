@@ -1,0 +1,49 @@
+"""Registers the ``congestion`` and ``flow`` network backends (imported only when used)."""
+
+from astra_sim import hookimpl
+
+
+def _congestion(context):
+    from astra_network_congestion.congestion import CongestionNetwork
+
+    return CongestionNetwork.from_context(context)
+
+
+def _flow(context):
+    from astra_network_congestion.flow import FlowNetwork
+
+    return FlowNetwork.from_context(context)
+
+
+@hookimpl
+def astra_register_network_backends(registry):
+    registry.network_backend(
+        "congestion",
+        _congestion,
+        "the reference's congestion-aware model: directed links, FIFO queues, store-and-forward per hop",
+    )
+    registry.network_backend(
+        "flow",
+        _flow,
+        "flow-level model on arbitrary graphs / InfraGraph: max-min fair sharing, ECMP, per-hop latency",
+    )
+
+
+@hookimpl
+def astra_register_commands(subparsers):
+    from astra_network_congestion.commands import register
+
+    register(subparsers)
+
+
+@hookimpl
+def astra_add_run_options(parser):
+    group = parser.add_argument_group("flow network backend (plugin network_congestion)")
+    group.add_argument("--flow-ecmp", choices=("hash", "split"), default=None,
+                       help="equal-cost paths: one per message by a fixed hash (default), or split evenly")
+    group.add_argument("--flow-segment-bytes", type=int, default=None, metavar="BYTES",
+                       help="store-and-forward the first BYTES of a message at every hop (default: cut-through)")
+    group.add_argument("--flow-path-selection", choices=("widest", "all"), default=None,
+                       help="among fewest-hop paths keep the widest (default) or all")
+    group.add_argument("--flow-max-paths", type=int, default=None, metavar="N",
+                       help="at most N equal-cost paths per pair (default 64)")
