@@ -71,13 +71,38 @@ class WorkloadFormat(Protocol):
         """Return ``(path, nodes)`` for ``rank``: its file and its list of Chakra nodes."""
 
 
+class CustomCollectiveFormat(Protocol):
+    """A file format for custom collective algorithms (MSCCL-IR XML, Chakra-ET prefixes, ...).
+
+    Registered as ``CollectiveAlgorithmSpec(topology="custom", factory=<format>)``. When the system
+    config names a custom implementation (``all-reduce-implementation-custom: [path]`` or
+    ``per-node-custom-implementation``), the kernel asks every custom format ``matches(path)`` and
+    loads the path with the first that says yes.
+    """
+
+    def matches(self, path: str) -> bool:
+        """Whether this format reads ``path`` (a file, or a prefix of per-rank files)."""
+
+    def load(self, path: str, context) -> "CustomCollective":
+        """Read and check the algorithm once per run; ``context`` is the RunContext."""
+
+
+class CustomCollective(Protocol):
+    def make_algorithm(self, com_type: str, rank: int, position: int, group_npus, data_size: int):
+        """The one-phase algorithm object for ``rank`` (its ``position`` in the communicator;
+        ``group_npus``: the group's NPUs in the order given, or None for all NPUs). The object has
+        the same interface as a native algorithm (``bind``, ``run_init``, ``run_general``,
+        ``run_received``, ``data_size``, ``final_data_size``) and calls ``finish()`` when done."""
+
+
 @dataclass(frozen=True)
 class CollectiveAlgorithmSpec:
     """A collective algorithm the system config can name.
 
     ``topology``: which logical topology the algorithm walks: ``"ring"`` (one
-    ring per network dimension), ``"one"`` (one ring over every NPU) or
-    ``"tree"`` (two binary trees per dimension). ``factory(com_type, rank,
+    ring per network dimension), ``"one"`` (one ring over every NPU),
+    ``"tree"`` (two binary trees per dimension), or ``"custom"`` for a custom
+    collective format (then ``factory`` is a :class:`CustomCollectiveFormat`). ``factory(com_type, rank,
     topology, data_size, direction, window)`` returns an algorithm object with
     ``bind``, ``run_init``, ``run_general``, ``run_received``, ``data_size`` and
     ``final_data_size`` (see :mod:`astra_sim.system.collectives`).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import time
 import tracemalloc
 
@@ -101,6 +102,9 @@ class Simulation:
         self.queues_per_dim = [num_queues_per_dim] * len(self.npus_per_dim)
         self.matcher = SendRecvMatcher(self.engine, self.network)
         self._impls = {}
+        self._custom_loaded = {}
+        self._per_node = None
+        self.context = context
         self.workload_format_name = workload_format or self._detect_format()
         self.workload_format = self.registry.get("workload_format", self.workload_format_name).factory
         self.systems = []
@@ -125,6 +129,9 @@ class Simulation:
     def algorithm_spec(self, name):
         """The registered algorithm for an implementation name, and its window (-1 = none)."""
         entries = self.registry.entries["collective_algorithm"]
+        if name in entries and entries[name].factory.topology == "custom":
+            raise ConfigError(f"{self.system_config_path}: {name!r} is a custom collective format; "
+                              "name its file in '*-implementation-custom' instead")
         if name in entries:
             return entries[name].factory, -1
         for base, reg in entries.items():
@@ -134,18 +141,73 @@ class Simulation:
         known = ", ".join(sorted(entries))
         raise ConfigError(f"{self.system_config_path}: unknown collective algorithm {name!r}; known: {known}")
 
+    def custom_impl(self, com_type, node_id):
+        """The custom collective for this node (per-node map first, then per collective type),
+        or None for the native algorithms."""
+        path = self._per_node_custom().get(node_id)
+        if path is None:
+            path = self.system_config.custom_implementations.get(com_type)
+            if path is None:
+                return None
+            path = self._custom_path(path, f"'{COLLECTIVE_KEYS[com_type]}-custom'")
+        loaded = self._custom_loaded.get(path)
+        if loaded is None:
+            loaded = self._custom_loaded[path] = self._custom_format(path).load(path, self.context)
+        return loaded
+
+    def _custom_path(self, path, key):
+        """Relative paths are relative to the system config (then, like the reference, the
+        working directory)."""
+        if os.path.isabs(path):
+            return path
+        beside = os.path.join(self.system_config.base_dir, path)
+        if self._exists_as_file_or_prefix(beside) or not self._exists_as_file_or_prefix(path):
+            return beside
+        return os.path.abspath(path)
+
+    @staticmethod
+    def _exists_as_file_or_prefix(path):
+        return os.path.exists(path) or os.path.exists(f"{path}.0.et")
+
+    def _custom_format(self, path):
+        for reg in self.registry.entries["collective_algorithm"].values():
+            spec = reg.factory
+            if spec.topology == "custom" and spec.factory.matches(path):
+                return spec.factory
+        known = [n for n, r in self.registry.entries["collective_algorithm"].items() if r.factory.topology == "custom"]
+        raise ConfigError(
+            f"{self.system_config.path}: no installed plugin reads the custom collective {path!r} "
+            f"(custom formats installed: {', '.join(known) or 'none; install plugins/collectives_msccl'})"
+        )
+
+    def _per_node_custom(self):
+        if self._per_node is None:
+            self._per_node = {}
+            yaml_path = self.system_config.per_node_custom_implementation
+            if yaml_path:
+                import yaml
+
+                yaml_path = self._custom_path(yaml_path, "'per-node-custom-implementation'")
+                try:
+                    with open(yaml_path, encoding="utf-8") as handle:
+                        data = yaml.safe_load(handle)
+                except (OSError, yaml.YAMLError) as exc:
+                    raise ConfigError(f"{self.system_config.path}: per-node-custom-implementation {yaml_path}: {exc}") from None
+                if not isinstance(data, dict):
+                    raise ConfigError(f"{yaml_path}: must map workload node ids to custom collective paths")
+                base = os.path.dirname(yaml_path)
+                for node_id, path in data.items():
+                    if not isinstance(node_id, int) or not isinstance(path, str):
+                        raise ConfigError(f"{yaml_path}: entries must be <node id>: <path>, got {node_id!r}: {path!r}")
+                    self._per_node[node_id] = path if os.path.isabs(path) else os.path.join(base, path)
+        return self._per_node
+
     def native_impls(self, com_type):
         impls = self._impls.get(com_type)
         if impls is not None:
             return impls
         cfg = self.system_config
         key = COLLECTIVE_KEYS[com_type]
-        if com_type in cfg.custom_implementations or cfg.per_node_custom_implementation:
-            raise ConfigError(
-                f"{cfg.path}: custom collective implementations ('{key}-custom', "
-                "'per-node-custom-implementation') are not supported by the kernel; install a "
-                "collectives plugin that provides them"
-            )
         names = cfg.implementations.get(com_type)
         if not names:
             raise ConfigError(f"{cfg.path}: the workload has a {com_type.replace('_', '-')} but {key!r} is not set")

@@ -268,8 +268,11 @@ class Sys:
             return self.priority_counter + 1
         return explicit_priority
 
-    def generate_collective(self, com_type, size, involved_dims, group, explicit_priority, notifier):
+    def generate_collective(self, com_type, size, involved_dims, group, explicit_priority, notifier, node_id=-1):
         """Create the streams of one collective; ``notifier(elapsed_ns)`` runs when it ends."""
+        custom = self.shared.custom_impl(com_type, node_id)
+        if custom is not None:
+            return self._generate_custom(custom, com_type, size, group, explicit_priority, notifier)
         if group is None:
             topology = self.logical_topology(com_type)
             impls = self.shared.native_impls(com_type)
@@ -375,6 +378,29 @@ class Sys:
             # involved): the reference hangs here; we finish at once.
             dataset.notifier = None
             self.register_event(lambda _arg: notifier(0), None, 0)
+        return dataset
+
+    def _generate_custom(self, custom, com_type, size, group, explicit_priority, notifier):
+        """A custom collective is one stream with one phase (queue 0) covering the whole size.
+
+        (The reference creates its dataset expecting one stream per chunk but makes only one, so
+        it waits forever unless preferred-dataset-splits is 1, and it needs that key even though
+        nothing is chunked; here the dataset expects one stream and the key is not needed.)
+        """
+        dataset = DataSet(1, self.engine.now)
+        dataset.notifier = notifier
+        priority = self.get_priority(explicit_priority)
+        position = self.rank if group is None else group.position
+        npus = None if group is None else group.npus
+        algorithm = custom.make_algorithm(com_type, self.rank, position, npus, size)
+        if group is None:
+            stream_id = self.num_streams
+            self.num_streams += 1
+        else:
+            stream_id = group.num_streams
+            group.num_streams += 1
+        stream = Stream(self, stream_id, deque(((0, algorithm),)), priority, dataset)
+        self.proceed_to_next_phase(stream)
         return dataset
 
     def _make_algorithm(self, com_type, topo, size, direction, impl):

@@ -178,7 +178,7 @@ class RankWorkload:
                 self.comm_ns += elapsed_ns
                 self._node_done(node_id)
 
-            self.sys.generate_collective(_COLLECTIVES[comm_type], size, involved, group, priority, done)
+            self.sys.generate_collective(_COLLECTIVES[comm_type], size, involved, group, priority, done, node.id)
         elif comm_type == T.BROADCAST:
             # Not simulated by the reference either: replay the recorded time.
             duration = node.duration_micros * 1000 if node.duration_micros else 1
