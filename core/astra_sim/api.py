@@ -19,6 +19,7 @@ class RunContext:
     memory_config: dict = field(default_factory=dict)
     memory_config_path: str | None = None
     total_npus: int = 0
+    npus_per_dim: list = field(default_factory=list)
     options: dict = field(default_factory=dict)
     warn: Callable[[str], None] = print
     #: ``schedule_for_rank(rank, delay_ns, fn, arg)``: run ``fn(arg)`` through
@@ -62,10 +63,13 @@ class ComputeModel(Protocol):
 
 
 class WorkloadFormat(Protocol):
-    """A trace format: one file (or more) per rank."""
+    """A trace format: one file (or more) per rank. Registered as an object (not a factory)."""
 
     def matches(self, prefix: str) -> bool:
         """Whether this format reads the workload named ``prefix``."""
+
+    # Optional: ``prepare(context)`` is called once before the first ``load_rank`` with the
+    # RunContext (the network's ``npus_per_dim`` and ``total_npus``, the run ``options``).
 
     def load_rank(self, prefix: str, rank: int):
         """Return ``(path, nodes)`` for ``rank``: its file and its list of Chakra nodes."""

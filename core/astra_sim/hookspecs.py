@@ -42,10 +42,12 @@ def astra_register_commands(subparsers):
 
 @hookspec
 def astra_register_workload_formats(registry):
-    """Register workload (trace) formats: ``registry.workload_format(name, factory)``.
+    """Register workload (trace) formats: ``registry.workload_format(name, fmt)``.
 
-    ``factory()`` returns an object with ``matches(prefix) -> bool`` and
-    ``load_rank(prefix, rank) -> list[EtNode]`` (see :mod:`astra_sim.api`).
+    ``fmt`` is an object (used as is) with ``matches(prefix) -> bool``,
+    ``load_rank(prefix, rank) -> (path, list[EtNode])`` and optionally
+    ``prepare(context)``, called once with the RunContext before loading
+    (see :class:`astra_sim.api.WorkloadFormat`).
     """
 
 

@@ -83,6 +83,7 @@ class Simulation:
             total *= count
         self.total_npus = total
         context.total_npus = total
+        context.npus_per_dim = list(self.npus_per_dim)
         if self.comm_groups:
             for group_id, npus in self.comm_groups.items():
                 bad = [n for n in npus if not 0 <= n < total]
@@ -107,6 +108,9 @@ class Simulation:
         self.context = context
         self.workload_format_name = workload_format or self._detect_format()
         self.workload_format = self.registry.get("workload_format", self.workload_format_name).factory
+        prepare = getattr(self.workload_format, "prepare", None)
+        if prepare is not None:
+            prepare(context)
         self.systems = []
         self.workloads = []
         self.finish_order = []

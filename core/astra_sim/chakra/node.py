@@ -34,7 +34,8 @@ class EtNode:
     * ``ctrl_deps``, ``data_deps`` (lists of int, in file order; ids are not checked against the file);
     * ``duration_micros`` (int);
     * ``inputs_values`` (str): ``inputs.values`` of the IOInfo (the METADATA node's process groups), ``''`` if
-      absent;
+      absent; ``inputs_shapes`` and ``inputs_types`` (str): its ``shapes`` and ``types`` as written by the
+      PyTorch converter (e.g. ``'[[4096, 8192], [8192, 4096]]'``), ``''`` if absent;
     * ``attrs`` (dict name -> value, in file order): int for every integer oneof member (int32/int64/uint*/
       sint*/fixed*/sfixed*), bool for ``bool_val``, float for ``float_val``/``double_val``, str for
       ``string_val``, bytes for ``bytes_val``, a list for every ``*_list`` member; None for an attribute whose
@@ -48,11 +49,13 @@ class EtNode:
 
     __slots__ = (
         "id", "name", "type", "ctrl_deps", "data_deps", "duration_micros", "inputs_values", "attrs", "path",
+        "inputs_shapes", "inputs_types",
         "_kinds", "_raw",
     )
 
     def __init__(self, id, name="", type=0, ctrl_deps=None, data_deps=None, duration_micros=0,
-                 inputs_values="", attrs=None, path=None, _kinds=None, _raw=None):
+                 inputs_values="", attrs=None, path=None, _kinds=None, _raw=None,
+                 inputs_shapes="", inputs_types=""):
         self.id = id
         self.name = name
         self.type = type
@@ -60,6 +63,8 @@ class EtNode:
         self.data_deps = [] if data_deps is None else data_deps
         self.duration_micros = duration_micros
         self.inputs_values = inputs_values
+        self.inputs_shapes = inputs_shapes
+        self.inputs_types = inputs_types
         self.attrs = {} if attrs is None else attrs
         self.path = path
         self._kinds = _kinds
@@ -85,13 +90,18 @@ class EtNode:
             parts.append(f"duration_micros={self.duration_micros}")
         if self.inputs_values:
             parts.append(f"inputs_values={self.inputs_values!r}")
+        if self.inputs_shapes:
+            parts.append(f"inputs_shapes={self.inputs_shapes!r}")
+        if self.inputs_types:
+            parts.append(f"inputs_types={self.inputs_types!r}")
         if self.attrs:
             parts.append(f"attrs={self.attrs!r}")
         return f"EtNode({', '.join(parts)})"
 
     def _key(self):
         return (self.id, self.name, self.type, list(self.ctrl_deps), list(self.data_deps),
-                self.duration_micros, self.inputs_values, list(self.attrs.items()))
+                self.duration_micros, self.inputs_values, self.inputs_shapes, self.inputs_types,
+                list(self.attrs.items()))
 
     def __eq__(self, other):
         if not isinstance(other, EtNode):

@@ -158,8 +158,9 @@ def _parse_frames(data, path, keep_raw, gzipped):
                               f"the file is corrupt", path=path, offset=off) from None
         attrs, kinds = attrs_from_proto(m.attr)
         kinds = kind_cache.setdefault(kinds, kinds)
+        inputs = m.inputs
         append(new_node(m.id, m.name, m.type, list(m.ctrl_deps), list(m.data_deps), m.duration_micros,
-                        m.inputs.values, attrs, path, kinds, raw if keep_raw else None))
+                        inputs.values, attrs, path, kinds, raw if keep_raw else None, inputs.shapes, inputs.types))
     return EtFile(path, metadata, nodes, gzipped)
 
 
@@ -172,4 +173,4 @@ def parse_node(raw: bytes, path=None, *, keep_raw: bool = True) -> EtNode:
                           path=path) from None
     attrs, kinds = attrs_from_proto(m.attr)
     return EtNode(m.id, m.name, m.type, list(m.ctrl_deps), list(m.data_deps), m.duration_micros,
-                  m.inputs.values, attrs, path, kinds, raw if keep_raw else None)
+                  m.inputs.values, attrs, path, kinds, raw if keep_raw else None, m.inputs.shapes, m.inputs.types)

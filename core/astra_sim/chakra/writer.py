@@ -46,7 +46,7 @@ def _fill_attrs(attr_field, attrs: dict, kinds: dict, docs: dict, where, strict=
 def node_to_proto(node: EtNode, *, reencode: bool = False) -> pb.Node:
     """The ``pb.Node`` message for ``node``.
 
-    Fields EtNode does not model (start_time_micros, outputs, IOInfo shapes/types, attribute doc strings) are
+    Fields EtNode does not model (start_time_micros, outputs, attribute doc strings) are
     taken from the node's raw bytes when it has them. Unchanged attributes keep their exact encoding
     (including repeated names) unless ``reencode`` is set; changed ones are rebuilt, each keeping its previous
     oneof member when the new value still fits it.
@@ -63,8 +63,10 @@ def node_to_proto(node: EtNode, *, reencode: bool = False) -> pb.Node:
         del m.data_deps[:]
         m.data_deps.extend(node.data_deps)
         m.duration_micros = node.duration_micros
-        if node.inputs_values or m.HasField("inputs"):
+        if node.inputs_values or node.inputs_shapes or node.inputs_types or m.HasField("inputs"):
             m.inputs.values = node.inputs_values
+            m.inputs.shapes = node.inputs_shapes
+            m.inputs.types = node.inputs_types
     except (TypeError, ValueError, OverflowError) as exc:
         raise ChakraError(f"{where}: cannot encode node: {exc}") from None
 
@@ -89,6 +91,7 @@ def _node_unchanged(node: EtNode, raw: bytes) -> bool:
     m = pb.Node.FromString(raw)
     if (m.id != node.id or m.name != node.name or m.type != node.type
             or m.duration_micros != node.duration_micros or m.inputs.values != node.inputs_values
+            or m.inputs.shapes != node.inputs_shapes or m.inputs.types != node.inputs_types
             or list(m.ctrl_deps) != list(node.ctrl_deps) or list(m.data_deps) != list(node.data_deps)):
         return False
     attrs, kinds = attrs_from_proto(m.attr)
@@ -174,7 +177,8 @@ def _node_type_value(type_):
 
 
 def make_node(id, name="", type=0, *, data_deps=(), ctrl_deps=(), duration_micros=0, attrs=None,
-              attr_types=None, attr_docs=None, inputs_values=None, start_time_micros=0) -> EtNode:
+              attr_types=None, attr_docs=None, inputs_values=None, start_time_micros=0,
+              inputs_shapes=None, inputs_types=None) -> EtNode:
     """Build an :class:`EtNode` the way Chakra's own generator would encode it.
 
     ``type`` is a NodeType value or name (``'COMP_NODE'``). ``attrs`` maps names to Python values, written in
@@ -189,7 +193,9 @@ def make_node(id, name="", type=0, *, data_deps=(), ctrl_deps=(), duration_micro
        double_list/string_list/bytes_list.
 
     ``attr_docs`` sets AttributeProto.doc_string; ``inputs_values`` sets ``inputs.values`` (the METADATA node's
-    process groups); ``start_time_micros`` is written but never read by any simulator.
+    process groups); ``inputs_shapes`` / ``inputs_types`` set ``inputs.shapes`` / ``inputs.types`` (as the PyTorch
+    converter writes them, e.g. ``"[[4096, 8192], [8192, 4096]]"``); ``start_time_micros`` is written but never
+    read by any simulator.
     Raises :class:`ChakraError` for values that do not fit.
     """
     from .reader import parse_node
@@ -207,6 +213,10 @@ def make_node(id, name="", type=0, *, data_deps=(), ctrl_deps=(), duration_micro
         m.duration_micros = duration_micros
         if inputs_values:
             m.inputs.values = inputs_values
+        if inputs_shapes:
+            m.inputs.shapes = inputs_shapes
+        if inputs_types:
+            m.inputs.types = inputs_types
     except (TypeError, ValueError, OverflowError) as exc:
         raise ChakraError(f"{where}: cannot build node: {exc}") from None
     _fill_attrs(m.attr, dict(attrs or {}), dict(attr_types or {}), dict(attr_docs or {}), where, strict=True)

@@ -1,0 +1,152 @@
+"""Analytical GEMM time: tiles, waves, split-K, a size-dependent efficiency, and HBM traffic.
+
+A GEMM ``C[b, M, N] = A[b, M, K] @ B[b, K, N]`` is modelled the way a tuned library (cuBLAS, hipBLASLt)
+runs it. For every candidate kernel configuration (CTA tile ``tm x tn`` with ``occ`` CTAs resident per SM,
+split-K factor ``s``):
+
+* ``ctas  = b * ceil(M / tm) * ceil(N / tn) * s`` thread blocks run in
+  ``waves = ceil(ctas / (SMs * occ))`` waves (**wave quantisation**: a GEMM one tile larger than a full
+  wave pays a whole extra wave; **tile quantisation**: partial edge tiles cost as much as full ones);
+* one wave keeps every SM busy for ``occ * 2 * tm * tn * (Ks + k0) / (eta * e_tile * peak_per_SM)`` where
+  ``Ks = ceil(K / s)`` rounded up to the K step (64), ``k0`` is the fixed per-tile cost (prologue, epilogue,
+  pipeline fill) in units of K, ``eta`` the achievable fraction of the dense tensor peak and
+  ``e_tile = (1 + c / 128 + c / 256) / (1 + c / tm + c / tn)`` the relative efficiency of smaller tiles
+  (lower data reuse per loaded byte; ``c`` is fitted). Together these make the efficiency **size dependent**:
+  small K, small M/N and ragged shapes all run below the big-GEMM rate;
+* HBM traffic is ``b * (M*K + K*N) * in_bytes + b * M*N * out_bytes`` (operands read once, as when the
+  L2 cache catches the re-reads), plus ``2 * s * b * M*N * 4`` bytes of fp32 partial sums when ``s > 1``,
+  at ``hbm_efficiency`` x the peak HBM bandwidth;
+* compute and memory time overlap: ``t = (t_c^p + t_m^p)^(1/p)`` (``p`` fitted; ``p -> inf`` is a max);
+* the library is assumed to pick the fastest configuration; a fixed ``launch_us`` is added once. Every
+  configuration's time grows with M, N, K and b and the set of configurations does not depend on the
+  shape, so the chosen (minimum) time is monotonic in every dimension.
+
+The parameters (``GemmParams``) are fitted per GPU family on measured GEMM times
+(``fit/fit_gemm.py``). :func:`gemm_time_s` is the scalar version the compute model calls;
+:func:`gemm_time_s_np` is the same formula over numpy arrays (used by the fit and the error tables).
+Both must stay identical (``tests/test_gpu_gemm.py`` checks it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+#: Candidate CTA tiles ``(tm, tn, CTAs resident per SM)``: the shapes cuBLAS/CUTLASS tensor-core kernels
+#: use on Ampere and Hopper (smaller tiles allow more resident CTAs).
+DEFAULT_TILES = ((128, 256, 1), (256, 128, 1), (128, 128, 1), (128, 64, 2), (64, 128, 2), (64, 64, 4))
+#: Split-K factors the model may choose.
+DEFAULT_SPLITS = (1, 2, 4, 8, 16)
+#: K is processed in steps of this many elements (the CTA's K tile).
+K_STEP = 64
+#: The reference tile whose efficiency is ``eta``.
+REF_TILE = (128, 256)
+
+
+@dataclass(frozen=True)
+class GemmParams:
+    """Fitted GEMM efficiency parameters of one GPU family (see the module docstring)."""
+
+    compute_efficiency: float  #: eta: achieved / peak dense tensor FLOP/s of the reference tile's main loop
+    tile_penalty: float  #: c (elements): efficiency loss of small tiles, e = (1 + c/128 + c/256)/(1 + c/tm + c/tn)
+    k_overhead: float  #: k0 (elements of K): fixed per-tile cost (prologue, epilogue, pipeline fill)
+    hbm_efficiency: float  #: achievable / peak HBM bandwidth
+    launch_us: float  #: fixed per-kernel time (launch, ramp-up, tail), microseconds
+    overlap_exponent: float  #: p: t = (t_c^p + t_m^p)^(1/p)
+
+    @classmethod
+    def from_dict(cls, data, where="GEMM parameters"):
+        names = [f.name for f in fields(cls)]
+        missing = [n for n in names if n not in data]
+        if missing:
+            raise ValueError(f"{where}: missing {', '.join(missing)}")
+        return cls(**{n: float(data[n]) for n in names})
+
+    def to_dict(self):
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _tile_efficiency(c, tm, tn):
+    rm, rn = REF_TILE
+    return (1.0 + c / rm + c / rn) / (1.0 + c / tm + c / tn)
+
+
+def gemm_time_s(m, n, k, batch, *, peak_flops, sm_count, hbm_bytes_per_s, in_bytes, out_bytes, params,
+                tiles=DEFAULT_TILES, splits=DEFAULT_SPLITS, detail=False):
+    """Seconds for ``batch`` GEMMs of ``(m x k) @ (k x n)``.
+
+    ``peak_flops``: dense peak FLOP/s for the operand dtype; ``hbm_bytes_per_s``: peak HBM bandwidth;
+    ``in_bytes``/``out_bytes``: element sizes. With ``detail=True`` returns ``(seconds, info)`` where
+    ``info`` names the chosen tile, split, waves and the compute / memory times.
+    """
+    if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
+        t = params.launch_us * 1e-6
+        return (t, {"empty": True}) if detail else t
+    eta = params.compute_efficiency
+    c = params.tile_penalty
+    k0 = params.k_overhead
+    p = params.overlap_exponent
+    bw = params.hbm_efficiency * hbm_bytes_per_s
+    peak_sm = peak_flops / sm_count
+    base_bytes = batch * ((m * k + k * n) * in_bytes + m * n * out_bytes)
+    best = None
+    for tm, tn, occ in tiles:
+        unit = occ * 2.0 * tm * tn / (eta * _tile_efficiency(c, tm, tn) * peak_sm)
+        tiles_mn = batch * (-(-m // tm)) * (-(-n // tn))
+        slots = sm_count * occ
+        for s in splits:
+            ks = -(-k // s)
+            ks = -(-ks // K_STEP) * K_STEP
+            waves = -(-(tiles_mn * s) // slots)
+            t_c = waves * unit * (ks + k0)
+            nbytes = base_bytes + (8.0 * s * batch * m * n if s > 1 else 0.0)
+            t_m = nbytes / bw
+            t = (t_c ** p + t_m ** p) ** (1.0 / p)
+            if best is None or t < best[0]:
+                best = (t, tm, tn, occ, s, waves, t_c, t_m)
+    total = best[0] + params.launch_us * 1e-6
+    if not detail:
+        return total
+    t, tm, tn, occ, s, waves, t_c, t_m = best
+    return total, {"tile": (tm, tn), "ctas_per_sm": occ, "split_k": s, "waves": waves,
+                   "compute_s": t_c, "memory_s": t_m}
+
+
+def gemm_time_s_np(m, n, k, batch, *, peak_flops, sm_count, hbm_bytes_per_s, in_bytes, out_bytes, params,
+                   tiles=DEFAULT_TILES, splits=DEFAULT_SPLITS):
+    """:func:`gemm_time_s` over numpy arrays ``m, n, k, batch`` (same shape); returns seconds."""
+    import numpy as np
+
+    m = np.asarray(m, dtype=np.float64)
+    n = np.asarray(n, dtype=np.float64)
+    k = np.asarray(k, dtype=np.float64)
+    batch = np.asarray(batch, dtype=np.float64)
+    eta = params.compute_efficiency
+    c = params.tile_penalty
+    k0 = params.k_overhead
+    p = params.overlap_exponent
+    bw = params.hbm_efficiency * hbm_bytes_per_s
+    peak_sm = peak_flops / sm_count
+    base_bytes = batch * ((m * k + k * n) * in_bytes + m * n * out_bytes)
+    best = np.full(m.shape, np.inf)
+    for tm, tn, occ in tiles:
+        unit = occ * 2.0 * tm * tn / (eta * _tile_efficiency(c, tm, tn) * peak_sm)
+        tiles_mn = batch * np.ceil(m / tm) * np.ceil(n / tn)
+        slots = sm_count * occ
+        for s in splits:
+            ks = np.ceil(np.ceil(k / s) / K_STEP) * K_STEP
+            waves = np.ceil(tiles_mn * s / slots)
+            t_c = waves * unit * (ks + k0)
+            nbytes = base_bytes + (8.0 * s * batch * m * n if s > 1 else 0.0)
+            t_m = nbytes / bw
+            t = (t_c ** p + t_m ** p) ** (1.0 / p)
+            best = np.minimum(best, t)
+    return best + params.launch_us * 1e-6
+
+
+def gemm_flops(m, n, k, batch=1):
+    return 2.0 * m * n * k * batch
+
+
+__all__ = ["GemmParams", "gemm_time_s", "gemm_time_s_np", "gemm_flops", "DEFAULT_TILES", "DEFAULT_SPLITS",
+           "K_STEP"]
+

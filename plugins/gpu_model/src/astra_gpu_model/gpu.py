@@ -1,0 +1,341 @@
+"""GPU descriptions: the shipped presets and user YAML files (schema in the README).
+
+``load_gpu(name_or_path)`` returns a :class:`GpuSpec`. A preset is named by its file stem
+(``H100-SXM5-80GB``) or a short alias (``h100``); anything else is read as a YAML file. Every problem is a
+:class:`astra_sim.errors.ConfigError` naming the file and the key.
+
+Units are in the key names: ``*_tflops`` 10^12 FLOP/s (dense, no sparsity), ``*_gbps`` GB/s = 10^9 bytes/s
+(gigaBYTES, as ASTRA-sim's bandwidth settings), ``*_gb`` 10^9 bytes, ``*_mb`` 2^20 bytes (cache sizes as
+vendors quote them), ``*_mhz``, ``*_us`` microseconds.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+import math
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from astra_sim.errors import ConfigError
+
+from astra_gpu_model.gemm import DEFAULT_TILES, GemmParams
+
+#: Data types the model knows, their element size in bytes.
+DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+#: Keys allowed under ``tensor_tflops``.
+TFLOPS_KEYS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+#: When a GPU has no throughput for a dtype, the model uses the first of these that it has.
+DTYPE_FALLBACK = {
+    "fp8": ("fp16", "bf16"), "int8": ("fp16", "bf16"), "bf16": ("fp16",), "fp16": ("bf16",),
+    "tf32": ("fp32",), "fp64": ("fp32",), "fp32": (),
+}
+EFFICIENCY_KEYS = ("compute_efficiency", "tile_penalty", "k_overhead", "hbm_efficiency", "launch_us",
+                   "overlap_exponent", "attention_efficiency")
+
+_TOP_KEYS = {
+    "name": "str", "base": "str", "vendor": "str", "architecture": "str", "sm_count": "int",
+    "boost_clock_mhz": "num", "tensor_tflops": "map", "hbm_bandwidth_gbps": "num", "hbm_capacity_gb": "num",
+    "l2_cache_mb": "num", "last_level_cache_mb": "num", "scaleup": "map", "copy_engines": "int",
+    "calibration": "str", "efficiency": "map", "gemm_tiles": "list", "sources": "map", "notes": "str",
+}
+_REQUIRED = ("name", "sm_count", "tensor_tflops", "hbm_bandwidth_gbps", "calibration")
+_SCALEUP_KEYS = {"technology": "str", "ports": "int", "bandwidth_per_port_gbps": "num"}
+
+PRESET_ALIASES = {
+    "a100": "A100-SXM4-80GB", "a100-80gb": "A100-SXM4-80GB", "a100-sxm4": "A100-SXM4-80GB",
+    "h100": "H100-SXM5-80GB", "h100-sxm": "H100-SXM5-80GB", "h100-sxm5": "H100-SXM5-80GB",
+    "h200": "H200-SXM", "b200": "B200", "mi300x": "MI300X",
+}
+DEFAULT_GPU = "H100-SXM5-80GB"
+
+
+@dataclass
+class GpuSpec:
+    """One GPU, as the compute model uses it. ``raw`` keeps the loaded mapping (with ``sources``)."""
+
+    name: str
+    sm_count: int
+    tensor_tflops: dict
+    hbm_bandwidth_gbps: float
+    calibration: str
+    gemm: GemmParams
+    attention_efficiency: float
+    gemm_tiles: tuple = DEFAULT_TILES
+    vendor: str = ""
+    architecture: str = ""
+    boost_clock_mhz: float | None = None
+    hbm_capacity_gb: float | None = None
+    l2_cache_mb: float | None = None
+    last_level_cache_mb: float | None = None
+    scaleup: dict = field(default_factory=dict)
+    copy_engines: int | None = None
+    path: str | None = None
+    raw: dict = field(default_factory=dict)
+
+    @property
+    def hbm_bytes_per_s(self) -> float:
+        return self.hbm_bandwidth_gbps * 1e9
+
+    @property
+    def scaleup_bandwidth_gbps(self):
+        """Total scale-up bandwidth per direction, GB/s (None when not described)."""
+        ports = self.scaleup.get("ports")
+        bw = self.scaleup.get("bandwidth_per_port_gbps")
+        return None if ports is None or bw is None else ports * bw
+
+    def rate_dtype(self, dtype: str) -> str:
+        """The dtype whose throughput is used for ``dtype`` (itself, or its fallback when absent)."""
+        if self.tensor_tflops.get(dtype):
+            return dtype
+        for other in DTYPE_FALLBACK.get(dtype, ()):
+            if self.tensor_tflops.get(other):
+                return other
+        return "fp32" if self.tensor_tflops.get("fp32") else next(iter(self.tensor_tflops))
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense peak FLOP/s for ``dtype`` (using the fallback dtype when this GPU has none for it)."""
+        return self.tensor_tflops[self.rate_dtype(dtype)] * 1e12
+
+    @staticmethod
+    def dtype_bytes(dtype: str) -> int:
+        return DTYPE_BYTES.get(dtype, 2)
+
+    def describe(self) -> dict:
+        return {
+            "gpu": self.name, "sm_count": self.sm_count, "tensor_tflops": dict(self.tensor_tflops),
+            "hbm_bandwidth_gbps": self.hbm_bandwidth_gbps, "calibration": self.calibration,
+            "gemm": self.gemm.to_dict(), "attention_efficiency": self.attention_efficiency,
+        }
+
+
+# ------------------------------------------------------------------------------------------- loading
+def preset_dir():
+    return resources.files("astra_gpu_model") / "presets"
+
+
+def preset_names():
+    """The shipped presets (file stems), sorted."""
+    return sorted(p.name[:-5] for p in preset_dir().iterdir() if p.name.endswith(".yaml"))
+
+
+def fitted_parameters():
+    """The checked-in fit (``data/gemm_fit.json``): ``{"families": {family: {"params": ...}}, ...}``."""
+    text = (resources.files("astra_gpu_model") / "data" / "gemm_fit.json").read_text()
+    return json.loads(text)
+
+
+def _resolve_preset(name):
+    names = preset_names()
+    lowered = {n.lower(): n for n in names}
+    key = str(name).strip().lower()
+    if key in lowered:
+        return lowered[key]
+    if key in PRESET_ALIASES:
+        return PRESET_ALIASES[key]
+    return None
+
+
+def load_gpu(name_or_path=None, *, fit=None) -> GpuSpec:
+    """A preset name (or alias), or the path of a GPU YAML file; None gives the default preset.
+
+    ``fit`` replaces the checked-in fitted parameters (``{family: {"params": {...}}}``; used by the fit).
+    """
+    if name_or_path is None or name_or_path == "":
+        name_or_path = DEFAULT_GPU
+    if isinstance(name_or_path, GpuSpec):
+        return name_or_path
+    preset = _resolve_preset(name_or_path)
+    if preset is not None:
+        path = preset_dir() / f"{preset}.yaml"
+        return _build(_read_yaml(path, f"preset {preset}"), f"preset {preset} ({path})", fit=fit)
+    path = Path(str(name_or_path))
+    if not path.exists():
+        if path.suffix.lower() in (".yaml", ".yml", ".json") or "/" in str(name_or_path):
+            raise ConfigError(f"--gpu {name_or_path}: no such file")
+        close = difflib.get_close_matches(str(name_or_path), preset_names() + sorted(PRESET_ALIASES), n=3,
+                                          cutoff=0.4)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise ConfigError(
+            f"--gpu {name_or_path!r}: neither a preset{hint} nor an existing YAML file; presets: "
+            f"{', '.join(preset_names())}"
+        )
+    return load_gpu_file(path, fit=fit)
+
+
+def load_gpu_file(path, *, fit=None) -> GpuSpec:
+    path = Path(path)
+    return _build(_read_yaml(path, str(path)), str(path), path=str(path), fit=fit)
+
+
+def _read_yaml(path, where):
+    import yaml
+
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read GPU description: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        raise ConfigError(f"{where}: not valid YAML{at}: {getattr(exc, 'problem', None) or exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: a GPU description must be a YAML mapping (key: value), "
+                          f"got {type(data).__name__}")
+    return data
+
+
+def _merge(base, over):
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _unknown(where, key, allowed, prefix=""):
+    close = difflib.get_close_matches(str(key), list(allowed), n=1, cutoff=0.5)
+    hint = f" (did you mean '{prefix}{close[0]}'?)" if close else ""
+    return ConfigError(f"{where}: unknown key '{prefix}{key}'{hint}; allowed: {', '.join(sorted(allowed))}")
+
+
+def _number(where, key, value, *, positive=True, integer=False, allow_none=False, upper=None):
+    if value is None and allow_none:
+        return None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ok and integer and not (isinstance(value, int) or float(value).is_integer()):
+        ok = False
+    if ok and not math.isfinite(float(value)):
+        ok = False
+    if ok and positive and value <= 0:
+        ok = False
+    if ok and upper is not None and value > upper:
+        ok = False
+    if not ok:
+        what = "a positive integer" if integer else "a positive number"
+        if upper is not None:
+            what += f" <= {upper}"
+        if allow_none:
+            what += " (or null)"
+        raise ConfigError(f"{where}: key {key!r} must be {what}, got {value!r}")
+    return int(value) if integer else float(value)
+
+
+def _build(data, where, path=None, fit=None) -> GpuSpec:
+    if "base" in data:
+        base_name = data["base"]
+        if not isinstance(base_name, str) or _resolve_preset(base_name) is None:
+            raise ConfigError(f"{where}: key 'base' must name a preset ({', '.join(preset_names())}), "
+                              f"got {base_name!r}")
+        base_path = preset_dir() / f"{_resolve_preset(base_name)}.yaml"
+        base = _read_yaml(base_path, f"preset {base_name}")
+        base.pop("sources", None)
+        over = {k: v for k, v in data.items() if k != "base"}
+        if "name" not in over:
+            raise ConfigError(f"{where}: key 'name' is required (also with 'base')")
+        data = _merge(base, over)
+    for key in data:
+        if key not in _TOP_KEYS:
+            raise _unknown(where, key, _TOP_KEYS)
+    for key in _REQUIRED:
+        if key not in data:
+            raise ConfigError(f"{where}: missing required key {key!r}")
+    for key, kind in _TOP_KEYS.items():
+        if key not in data or data[key] is None:
+            continue
+        value = data[key]
+        if kind == "str" and not isinstance(value, str):
+            raise ConfigError(f"{where}: key {key!r} must be a string, got {value!r}")
+        if kind == "map" and not isinstance(value, dict):
+            raise ConfigError(f"{where}: key {key!r} must be a mapping, got {value!r}")
+        if kind == "list" and not isinstance(value, list):
+            raise ConfigError(f"{where}: key {key!r} must be a list, got {value!r}")
+
+    sm_count = _number(where, "sm_count", data["sm_count"], integer=True)
+    tflops = {}
+    for key, value in data["tensor_tflops"].items():
+        if key not in TFLOPS_KEYS:
+            raise _unknown(where, key, TFLOPS_KEYS, "tensor_tflops.")
+        number = _number(where, f"tensor_tflops.{key}", value, allow_none=True)
+        if number is not None:
+            tflops[key] = number
+    if not any(tflops.get(k) for k in ("bf16", "fp16")):
+        raise ConfigError(f"{where}: key 'tensor_tflops' needs at least 'bf16' or 'fp16' (dense TFLOP/s)")
+    if "fp32" not in tflops:
+        raise ConfigError(f"{where}: missing required key 'tensor_tflops.fp32' (dense fp32 TFLOP/s)")
+    hbm = _number(where, "hbm_bandwidth_gbps", data["hbm_bandwidth_gbps"])
+
+    scaleup = {}
+    for key, value in (data.get("scaleup") or {}).items():
+        if key not in _SCALEUP_KEYS:
+            raise _unknown(where, key, _SCALEUP_KEYS, "scaleup.")
+        if _SCALEUP_KEYS[key] == "str":
+            if not isinstance(value, str):
+                raise ConfigError(f"{where}: key 'scaleup.{key}' must be a string, got {value!r}")
+            scaleup[key] = value
+        else:
+            scaleup[key] = _number(where, f"scaleup.{key}", value, integer=_SCALEUP_KEYS[key] == "int",
+                                   allow_none=True)
+
+    fit = fitted_parameters()["families"] if fit is None else fit
+    calibration = data["calibration"]
+    if calibration not in fit:
+        raise ConfigError(f"{where}: key 'calibration' must be one of the fitted GPU families "
+                          f"({', '.join(sorted(fit))}), got {calibration!r}")
+    params = dict(fit[calibration]["params"])
+    attention = fit[calibration].get("attention_efficiency", 0.5)
+    for key, value in (data.get("efficiency") or {}).items():
+        if key not in EFFICIENCY_KEYS:
+            raise _unknown(where, key, EFFICIENCY_KEYS, "efficiency.")
+        upper = 1.0 if key in ("compute_efficiency", "hbm_efficiency", "attention_efficiency") else None
+        positive = key not in ("tile_penalty", "k_overhead", "launch_us")
+        number = _number(where, f"efficiency.{key}", value, positive=positive, upper=upper)
+        if not positive and number < 0:
+            raise ConfigError(f"{where}: key 'efficiency.{key}' must be >= 0, got {value!r}")
+        if key == "overlap_exponent" and number < 1:
+            raise ConfigError(f"{where}: key 'efficiency.overlap_exponent' must be >= 1, got {value!r}")
+        if key == "attention_efficiency":
+            attention = number
+        else:
+            params[key] = number
+
+    tiles = DEFAULT_TILES
+    if data.get("gemm_tiles") is not None:
+        tiles = []
+        for i, tile in enumerate(data["gemm_tiles"]):
+            ok = isinstance(tile, list) and len(tile) in (2, 3) and all(
+                isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in tile)
+            if not ok:
+                raise ConfigError(f"{where}: key 'gemm_tiles[{i}]' must be [tile_m, tile_n] or "
+                                  f"[tile_m, tile_n, ctas_per_sm] of positive integers, got {tile!r}")
+            tiles.append((tile[0], tile[1], tile[2] if len(tile) == 3 else 1))
+        if not tiles:
+            raise ConfigError(f"{where}: key 'gemm_tiles' must not be empty")
+        tiles = tuple(tiles)
+
+    sources = data.get("sources") or {}
+    for key, value in sources.items():
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: key 'sources.{key}' must be a string (where the value comes from)")
+
+    def opt(key, integer=False):
+        return _number(where, key, data.get(key), integer=integer, allow_none=True)
+
+    return GpuSpec(
+        name=data["name"], sm_count=sm_count, tensor_tflops=tflops, hbm_bandwidth_gbps=hbm,
+        calibration=calibration, gemm=GemmParams.from_dict(params, where), attention_efficiency=attention,
+        gemm_tiles=tiles, vendor=data.get("vendor") or "", architecture=data.get("architecture") or "",
+        boost_clock_mhz=opt("boost_clock_mhz"), hbm_capacity_gb=opt("hbm_capacity_gb"),
+        l2_cache_mb=opt("l2_cache_mb"), last_level_cache_mb=opt("last_level_cache_mb"), scaleup=scaleup,
+        copy_engines=opt("copy_engines", integer=True), path=path, raw=data,
+    )
+
+
+__all__ = ["GpuSpec", "load_gpu", "load_gpu_file", "preset_names", "fitted_parameters", "DTYPE_BYTES",
+           "DEFAULT_GPU", "PRESET_ALIASES"]

@@ -1,0 +1,208 @@
+"""The ``gpu`` compute model: times GPU COMP nodes on a described GPU from what the trace says.
+
+For each GPU COMP node (the kernel replays CPU ops itself), in this order:
+
+1. **the op and its shapes**: an ATen op name (``aten::mm``, ``aten::_scaled_dot_product_flash_attention``,
+   ``aten::add``, ...) with ``inputs.shapes``/``inputs.types`` on the node itself, or, for a GPU kernel node
+   from the PyTorch converter (named after the CUDA kernel), on the CPU op that launched it (its
+   ``ctrl_deps`` parent). GEMMs use :mod:`astra_gpu_model.gemm`; attention is FLOPs at
+   ``attention_efficiency`` x peak with wave quantisation over ``B*H*ceil(S_q/128)`` CTAs, or HBM-bound;
+   everything else is memory-bound: bytes moved at ``hbm_efficiency`` x the HBM bandwidth. Every kernel
+   costs at least ``launch_us``. When one CPU op launched several kernels, each gets an equal share of
+   the op's time plus its own launch cost;
+2. **``num_ops`` / ``tensor_size``** (FLOPs, bytes): ``launch + max(num_ops / (compute_efficiency x peak),
+   tensor_size / (hbm_efficiency x HBM))``, the peak of ``--gpu-default-dtype`` (achievable rates, not
+   the peaks the kernel's ``roofline`` model uses);
+3. **``duration_micros``** replayed as measured (0 -> 1 ns, as the kernel's ``replay``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+from astra_sim.chakra import types as T
+from astra_sim.errors import WorkloadError
+
+from astra_gpu_model.gemm import gemm_time_s
+from astra_gpu_model.gpu import DTYPE_BYTES, load_gpu
+from astra_gpu_model.ops import ATTENTION_OPS, CONV_OPS, OpError, canonical_name, classify, node_io
+
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+
+
+class GpuComputeModel:
+    """Registered as compute model ``gpu``. Options (``context.options``): ``gpu`` (preset or YAML),
+    ``gpu_tf32`` (fp32 GEMMs on TF32 tensor cores), ``gpu_default_dtype`` (dtype when a trace names none)."""
+
+    name = "gpu"
+
+    def __init__(self, context=None, gpu=None, *, tf32=None, default_dtype=None):
+        options = dict(getattr(context, "options", None) or {})
+        self.gpu = load_gpu(gpu if gpu is not None else options.get("gpu"))
+        self.tf32 = bool(options.get("gpu_tf32")) if tf32 is None else bool(tf32)
+        default_dtype = default_dtype or options.get("gpu_default_dtype") or "bf16"
+        if default_dtype not in DTYPES:
+            from astra_sim.errors import ConfigError
+
+            raise ConfigError(f"--gpu-default-dtype must be one of {', '.join(DTYPES)}, got {default_dtype!r}")
+        self.default_dtype = default_dtype
+        self._warn = getattr(context, "warn", None) or (lambda message: None)
+        self._cache = {}
+        self._nodes_of = None  # rank -> {id: EtNode}, bound at run start (astra_run_start)
+        self._gpu_children = {}  # rank -> {cpu op id: number of GPU COMP nodes it launched}
+        self.counts = Counter()  # how nodes were timed
+        self._unknown = Counter()
+
+    # ------------------------------------------------------------------ binding to a run
+    def bind_nodes(self, nodes_of_rank):
+        """``nodes_of_rank(rank) -> {id: EtNode}``: lets a GPU kernel node find the CPU op that launched it."""
+        self._nodes_of = nodes_of_rank
+        self._gpu_children = {}
+
+    def describe(self):
+        d = self.gpu.describe()
+        d.update({"tf32": self.tf32, "default_dtype": self.default_dtype})
+        return d
+
+    def stats(self):
+        return dict(self.counts)
+
+    # ------------------------------------------------------------------ the compute model interface
+    def compute_time_ns(self, node, rank):
+        name = node.name
+        if name.startswith("aten::"):
+            shapes, types, values = node_io(node)
+            seconds = self._op_seconds(name, shapes, types, values, False)
+            if seconds is not None:
+                self.counts["op_shapes"] += 1
+                return None if seconds == 0.0 else self._ns(seconds)
+        parent = self._launcher(node, rank)
+        if parent is not None:
+            shapes, types, values = node_io(parent)
+            seconds = self._op_seconds(parent.name, shapes, types, values, True)
+            if seconds is not None:
+                share = self._gpu_children_of(rank).get(parent.id, 1)
+                launch = self.gpu.gemm.launch_us * 1e-6
+                if share > 1:
+                    seconds = (seconds - launch) / share + launch
+                self.counts["launcher_op_shapes"] += 1
+                return self._ns(seconds)
+        seconds = self._roofline_seconds(node)
+        if seconds is not None:
+            self.counts["num_ops_tensor_size"] += 1
+            return self._ns(seconds)
+        self.counts["replay_duration"] += 1
+        return node.duration_micros * 1000 if node.duration_micros else 1
+
+    # ------------------------------------------------------------------ helpers
+    @staticmethod
+    def _ns(seconds):
+        return max(1, int(math.ceil(seconds * 1e9)))
+
+    def _launcher(self, node, rank):
+        if self._nodes_of is None or not node.ctrl_deps:
+            return None
+        try:
+            nodes = self._nodes_of(rank)
+        except (IndexError, KeyError, AttributeError):
+            return None
+        for pid in node.ctrl_deps:
+            parent = nodes.get(pid)
+            if parent is not None and parent.name.startswith("aten::"):
+                return parent
+        return None
+
+    def _gpu_children_of(self, rank):
+        counts = self._gpu_children.get(rank)
+        if counts is None:
+            counts = {}
+            for n in self._nodes_of(rank).values():
+                if n.type == T.COMP_NODE and not n.attrs.get("is_cpu_op") and n.ctrl_deps:
+                    pid = n.ctrl_deps[0]
+                    counts[pid] = counts.get(pid, 0) + 1
+            self._gpu_children[rank] = counts
+        return counts
+
+    def _op_seconds(self, name, shapes, types, values, launched_kernel):
+        """Seconds for ATen op ``name`` with these IOInfo strings, or None when they cannot be used
+        (0.0: the op does no GPU work)."""
+        op_name = canonical_name(name)
+        if op_name is None:
+            return None
+        needs_values = op_name in ATTENTION_OPS or op_name in CONV_OPS or op_name.startswith("_to")
+        key = (name, shapes, types, values if needs_values else None, launched_kernel)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached if cached >= 0 else None
+        try:
+            op = classify(name, shapes, types, values, self.default_dtype, launched_kernel)
+        except OpError as exc:
+            if shapes:
+                self._warn(f"gpu model: cannot use the shapes of {name} ({exc}); such nodes fall back to "
+                           "num_ops/tensor_size or duration_micros")
+            self._cache[key] = -1.0
+            return None
+        seconds = self.op_seconds(op)
+        self._cache[key] = seconds
+        return seconds
+
+    def _rate_dtype(self, dtype):
+        if dtype == "fp32" and self.tf32:
+            dtype = "tf32"
+        if dtype not in self.gpu.tensor_tflops:
+            used = self.gpu.rate_dtype(dtype)
+            self._warn(f"gpu model: {self.gpu.name} has no {dtype} throughput (tensor_tflops.{dtype}); "
+                       f"{used} rates are used for {dtype} ops")
+            return used
+        return dtype
+
+    def op_seconds(self, op):
+        """Seconds for an :class:`astra_gpu_model.ops.Op` on this GPU."""
+        gpu = self.gpu
+        params = gpu.gemm
+        launch = params.launch_us * 1e-6
+        bw = params.hbm_efficiency * gpu.hbm_bytes_per_s
+        if op.kind == "none":
+            return 0.0
+        if op.kind == "memory":
+            return launch + op.nbytes / bw
+        dtype = op.dtype if op.dtype in DTYPE_BYTES else self.default_dtype
+        rate = self._rate_dtype(dtype)
+        peak = gpu.peak_flops(rate)
+        if op.kind == "gemm":
+            in_bytes = DTYPE_BYTES.get(dtype, 2)
+            return gemm_time_s(op.m, op.n, op.k, op.batch, peak_flops=peak, sm_count=gpu.sm_count,
+                               hbm_bytes_per_s=gpu.hbm_bytes_per_s, in_bytes=in_bytes, out_bytes=op.out_bytes,
+                               params=params, tiles=gpu.gemm_tiles)
+        if op.kind == "attention":
+            waves = -(-op.ctas // gpu.sm_count) if op.ctas else 1
+            utilisation = op.ctas / (waves * gpu.sm_count) if op.ctas else 1.0
+            t_c = op.flops / (gpu.attention_efficiency * peak * utilisation)
+            t_m = op.nbytes / bw
+            return launch + max(t_c, t_m)
+        raise ValueError(f"unknown op kind {op.kind!r}")
+
+    def _roofline_seconds(self, node):
+        attrs = node.attrs
+        num_ops = attrs.get("num_ops")
+        tensor_size = attrs.get("tensor_size")
+        if num_ops is None and tensor_size is None:
+            return None
+        for key, value in (("num_ops", num_ops), ("tensor_size", tensor_size)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise WorkloadError(f"{node.path}: node {node.id} ({node.name!r}): attribute {key!r} must be a "
+                                    f"non-negative integer, got {value!r}")
+        num_ops = num_ops or 0
+        tensor_size = tensor_size or 0
+        if num_ops == 0 and tensor_size == 0:
+            return None
+        gpu = self.gpu
+        params = gpu.gemm
+        peak = gpu.peak_flops(self._rate_dtype(self.default_dtype))
+        t_c = num_ops / (params.compute_efficiency * peak)
+        t_m = tensor_size / (params.hbm_efficiency * gpu.hbm_bytes_per_s)
+        return params.launch_us * 1e-6 + max(t_c, t_m)
+
+
+__all__ = ["GpuComputeModel"]

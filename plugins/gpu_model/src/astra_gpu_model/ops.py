@@ -1,0 +1,444 @@
+"""What a Chakra node says about its operator: op name, input shapes, dtypes and scalar arguments.
+
+The PyTorch converter writes an ATen op name (``aten::mm``) and the IOInfo strings ``inputs.shapes``
+(``"[[4096, 8192], [8192, 4096]]"``), ``inputs.types`` (``"['Tensor(c10::BFloat16)', ...]"``) and
+``inputs.values`` (``str()`` of the argument list: tensors as ``[id, storage, offset, numel, itemsize,
+device]``, scalars as themselves). :func:`classify` turns these into an :class:`Op`: a GEMM (``m, n, k,
+batch``), an attention call, a memory-bound op (bytes moved), or "no GPU work" (views and allocations).
+
+Where the shapes come from (first found wins), see :func:`node_io`.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from dataclasses import dataclass
+
+#: ``inputs.types`` element type -> (model dtype, bytes per element).
+_TYPE_MAP = {
+    "c10::BFloat16": ("bf16", 2), "c10::Half": ("fp16", 2), "float": ("fp32", 4), "double": ("fp64", 8),
+    "c10::Float8_e4m3fn": ("fp8", 1), "c10::Float8_e5m2": ("fp8", 1), "c10::Float8_e4m3fnuz": ("fp8", 1),
+    "c10::Float8_e5m2fnuz": ("fp8", 1), "c10::Float8_e8m0fnu": ("fp8", 1),
+    "long int": ("int64", 8), "long": ("int64", 8), "int": ("int32", 4), "short int": ("int16", 2),
+    "short": ("int16", 2), "signed char": ("int8", 1), "unsigned char": ("uint8", 1), "bool": ("bool", 1),
+    "c10::complex<float>": ("complex64", 8), "c10::complex<double>": ("complex128", 16),
+    "c10::complex<c10::Half>": ("complex32", 4),
+}
+_DTYPE_SIZE = {"bf16": 2, "fp16": 2, "fp32": 4, "tf32": 4, "fp64": 8, "fp8": 1, "int8": 1}
+#: PyTorch ScalarType codes (``dtype`` arguments in ``inputs.values``) -> model dtype and size.
+_SCALAR_TYPE = {0: ("uint8", 1), 1: ("int8", 1), 2: ("int16", 2), 3: ("int32", 4), 4: ("int64", 8),
+                5: ("fp16", 2), 6: ("fp32", 4), 7: ("fp64", 8), 11: ("bool", 1), 15: ("bf16", 2),
+                23: ("fp8", 1), 24: ("fp8", 1), 25: ("fp8", 1), 26: ("fp8", 1)}
+
+GEMM_OPS = {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "_scaled_mm", "mv", "addmv", "addbmm",
+            "_addmm_activation"}
+CONV_OPS = {"convolution", "_convolution", "cudnn_convolution", "conv2d", "conv1d", "conv3d"}
+#: attention op -> (index of is_causal in the arguments, layout: BHSD or BSHD, backward?)
+ATTENTION_OPS = {
+    "_scaled_dot_product_flash_attention": (4, "BHSD", False),
+    "_scaled_dot_product_flash_attention_backward": (11, "BHSD", True),
+    "_scaled_dot_product_efficient_attention": (6, "BHSD", False),
+    "_scaled_dot_product_efficient_attention_backward": (None, "BHSD", True),
+    "_scaled_dot_product_cudnn_attention": (6, "BHSD", False),
+    "_scaled_dot_product_cudnn_attention_backward": (None, "BHSD", True),
+    "scaled_dot_product_attention": (5, "BHSD", False),
+    "_flash_attention_forward": (8, "BSHD", False),
+    "_flash_attention_backward": (None, "BSHD", True),
+    "_efficient_attention_forward": (None, "BSHD", False),
+    "_efficient_attention_backward": (None, "BSHD", True),
+}
+#: Ops that launch no GPU kernel (views, metadata, allocation).
+NO_WORK_OPS = {
+    "view", "reshape", "_reshape_alias", "_unsafe_view", "t", "transpose", "permute", "expand", "expand_as",
+    "slice", "select", "narrow", "as_strided", "unsqueeze", "squeeze", "detach", "detach_", "alias", "split",
+    "split_with_sizes", "chunk", "unbind", "empty", "empty_like", "empty_strided", "new_empty",
+    "new_empty_strided", "resize_", "set_", "lift_fresh", "is_same_size", "size", "stride", "numel", "dim",
+    "result_type", "view_as", "flatten", "unflatten", "movedim", "diagonal", "real", "imag", "record_stream",
+    "_local_scalar_dense", "item", "to", "type_as", "contiguous", "numpy_T", "_nested_tensor_from_mask",
+    "lift", "unfold", "view_as_real", "view_as_complex", "_reshape_copy_alias",
+}
+#: Reductions: the output is small next to the input.
+REDUCTION_OPS = {"sum", "mean", "amax", "amin", "max", "min", "norm", "linalg_vector_norm", "var", "std",
+                 "argmax", "argmin", "all", "any", "prod", "logsumexp", "var_mean", "std_mean", "nansum",
+                 "count_nonzero", "_foreach_norm"}
+#: Ops that only write their first argument.
+FILL_OPS = {"fill_", "zero_", "zeros_like", "ones_like", "full_like", "normal_", "uniform_", "bernoulli_",
+            "random_"}
+
+
+@dataclass(frozen=True)
+class Op:
+    """What the model needs to time one operator."""
+
+    kind: str  # "gemm" | "attention" | "memory" | "none"
+    name: str
+    dtype: str = "bf16"
+    m: int = 0
+    n: int = 0
+    k: int = 0
+    batch: int = 1
+    out_bytes: int = 2
+    flops: float = 0.0  # attention FLOPs
+    nbytes: float = 0.0  # attention / memory-bound bytes moved
+    ctas: int = 0  # attention: number of thread blocks (for wave quantisation)
+
+
+class OpError(ValueError):
+    """The node's shapes or types cannot be used (the caller falls back to num_ops/tensor_size/replay)."""
+
+
+def canonical_name(name):
+    """``'aten::addmm.default'`` -> ``'addmm'``; None for names that are not ATen ops."""
+    if not name:
+        return None
+    if name.startswith("aten::"):
+        name = name[6:]
+    else:
+        return None
+    return name.split(".", 1)[0]
+
+
+def parse_list(text, what):
+    if text is None:
+        return None
+    if isinstance(text, (list, tuple)):
+        return list(text)
+    if not isinstance(text, str):
+        raise OpError(f"{what} is {type(text).__name__}, expected a string such as '[[2, 3], [3, 4]]'")
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        raise OpError(f"{what} {text[:80]!r} is not a Python literal list") from None
+    if not isinstance(value, (list, tuple)):
+        raise OpError(f"{what} {text[:80]!r} is not a list")
+    return list(value)
+
+
+def parse_values(text):
+    """``inputs.values`` as a list, tolerating PyTorch's ``'<None>'`` and unparsable text (-> [])."""
+    if not text:
+        return []
+    try:
+        value = ast.literal_eval(text) if isinstance(text, str) else text
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else []
+
+
+def _is_shape(x):
+    return isinstance(x, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in x)
+
+
+def element_type(type_str, default_dtype):
+    """``'Tensor(c10::BFloat16)'`` -> ('bf16', 2); unknown -> the default dtype."""
+    inner = type_str
+    if "(" in type_str and type_str.endswith(")"):
+        inner = type_str[type_str.index("(") + 1:-1]
+    if inner in _TYPE_MAP:
+        return _TYPE_MAP[inner]
+    return default_dtype, _DTYPE_SIZE.get(default_dtype, 2)
+
+
+def _split_generic(type_str):
+    """``'GenericList[Tensor(float),Tensor(float)]'`` -> ['Tensor(float)', 'Tensor(float)']."""
+    inner = type_str[type_str.index("[") + 1:-1] if "[" in type_str else ""
+    out, depth, cur = [], 0, ""
+    for ch in inner:
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+            continue
+        depth += ch in "([<"
+        depth -= ch in ")]>"
+        cur += ch
+    if cur.strip():
+        out.append(cur.strip())
+    return out
+
+
+def tensor_args(shapes, types, default_dtype):
+    """Per argument: ``(shape, dtype, itemsize)`` for a tensor, a list of those for a tensor list, or None."""
+    args = []
+    for i, shape in enumerate(shapes):
+        t = types[i] if types is not None and i < len(types) else None
+        if isinstance(t, str) and t.startswith("Tensor"):
+            if _is_shape(shape):
+                args.append((tuple(shape),) + element_type(t, default_dtype))
+            else:
+                args.append(None)
+        elif isinstance(t, str) and t.startswith("GenericList[") and "Tensor" in t:
+            elems = _split_generic(t)
+            items = []
+            if isinstance(shape, (list, tuple)):
+                for j, s in enumerate(shape):
+                    if _is_shape(s):
+                        et = elems[j] if j < len(elems) else (elems[-1] if elems else "")
+                        items.append((tuple(s),) + element_type(et, default_dtype))
+            args.append(items)
+        elif t is None and _is_shape(shape) and len(shape) > 0:
+            args.append((tuple(shape), default_dtype, _DTYPE_SIZE.get(default_dtype, 2)))
+        else:
+            args.append(None)
+    return args
+
+
+def _numel(shape):
+    return math.prod(shape) if shape else 1
+
+
+def _broadcast(shapes):
+    ndim = max((len(s) for s in shapes), default=0)
+    out = [1] * ndim
+    for s in shapes:
+        for i, v in enumerate(s):
+            j = ndim - len(s) + i
+            out[j] = v if out[j] == 1 else (out[j] if v == 1 else max(out[j], v))
+    return tuple(out)
+
+
+def _tensors(args):
+    """Flattened ``(shape, dtype, size)`` of every tensor argument, in order."""
+    out = []
+    for a in args:
+        if a is None:
+            continue
+        if isinstance(a, list):
+            out.extend(a)
+        else:
+            out.append(a)
+    return out
+
+
+def _gemm_from_operands(name, a, b, gemm_dtype, out_size):
+    (sa, da, _), (sb, _, _) = a, b
+    if len(sa) == 0 or len(sb) == 0:
+        raise OpError(f"{name}: scalar operand")
+    if len(sb) == 1:  # matrix-vector
+        sb = (sb[0], 1)
+    if len(sa) == 1:
+        sa = (1, sa[0])
+    m, k = sa[-2], sa[-1]
+    k2, n = sb[-2], sb[-1]
+    if k != k2 and k2 != 1 and k != 1:
+        raise OpError(f"{name}: inner dimensions differ ({sa} @ {sb})")
+    batch_shape = _broadcast([sa[:-2], sb[:-2]])
+    batch = _numel(batch_shape)
+    return Op("gemm", name, gemm_dtype, m=m, n=n, k=k, batch=batch, out_bytes=out_size)
+
+
+def _gemm(name, args, values, default_dtype):
+    ts = [a for a in args]
+    tensors = [a for a in ts if a is not None and not isinstance(a, list)]
+    if name in ("mm", "bmm", "matmul", "mv", "_scaled_mm"):
+        if len(tensors) < 2:
+            raise OpError(f"{name}: needs two tensor operands, found {len(tensors)}")
+        a, b = tensors[0], tensors[1]
+    elif name in ("addmm", "baddbmm", "addmv", "addbmm", "_addmm_activation"):
+        # (bias/self, mat1, mat2, ...): the operands are the 2nd and 3rd arguments
+        if len(ts) < 3 or ts[1] is None or ts[2] is None or isinstance(ts[1], list) or isinstance(ts[2], list):
+            raise OpError(f"{name}: expected (self, mat1, mat2) tensor arguments")
+        a, b = ts[1], ts[2]
+    elif name == "linear":
+        if len(tensors) < 2:
+            raise OpError("linear: needs input and weight tensors")
+        x, w = tensors[0], tensors[1]
+        sx, sw = x[0], w[0]
+        if len(sw) != 2 or len(sx) == 0:
+            raise OpError(f"linear: weight must be 2-D [out, in], got {sw}")
+        m = _numel(sx[:-1])
+        return Op("gemm", name, x[1], m=m, n=sw[0], k=sx[-1], batch=1, out_bytes=x[2])
+    else:
+        raise OpError(f"{name}: not a GEMM")
+    dtype = a[1]
+    out_size = a[2]
+    if name == "_scaled_mm":
+        out_size = 2  # bf16 output is the common case
+        dtype = "fp8" if a[1] == "fp8" else a[1]
+    return _gemm_from_operands(name, a, b, dtype, out_size)
+
+
+def _conv(name, args, values):
+    tensors = [a for a in args if a is not None and not isinstance(a, list)]
+    if len(tensors) < 2:
+        raise OpError(f"{name}: needs input and weight tensors")
+    x, w = tensors[0], tensors[1]
+    sx, sw = x[0], w[0]
+    nd = len(sx) - 2
+    if nd < 1 or len(sw) != len(sx):
+        raise OpError(f"{name}: input {sx} and weight {sw} are not N-d conv shapes")
+
+    def vec(i, default):
+        v = values[i] if i < len(values) else None
+        if isinstance(v, int) and not isinstance(v, bool):
+            return [v] * nd
+        if isinstance(v, (list, tuple)) and len(v) == nd and all(isinstance(e, int) for e in v):
+            return list(v)
+        return [default] * nd
+
+    stride, padding, dilation = vec(3, 1), vec(4, 0), vec(5, 1)
+    groups = values[8] if len(values) > 8 and isinstance(values[8], int) and values[8] > 0 else 1
+    out_sp = []
+    for i in range(nd):
+        size = (sx[2 + i] + 2 * padding[i] - dilation[i] * (sw[2 + i] - 1) - 1) // stride[i] + 1
+        out_sp.append(max(size, 1))
+    m = sx[0] * _numel(out_sp)
+    n = sw[0] // groups if groups > 1 else sw[0]
+    k = sw[1] * _numel(sw[2:])
+    return Op("gemm", name, x[1], m=m, n=n, k=k, batch=groups, out_bytes=x[2])
+
+
+def _attention(name, args, values, default_dtype):
+    causal_idx, layout, backward = ATTENTION_OPS[name]
+    tensors = [a for a in args if a is not None and not isinstance(a, list)]
+    if backward:  # (grad_out, query, key, value, out, ...)
+        if len(tensors) < 4:
+            raise OpError(f"{name}: expected grad_out, query, key, value tensors")
+        q, kk, v = tensors[1], tensors[2], tensors[3]
+    else:
+        if len(tensors) < 3:
+            raise OpError(f"{name}: expected query, key, value tensors")
+        q, kk, v = tensors[0], tensors[1], tensors[2]
+    sq, sk, sv = q[0], kk[0], v[0]
+    if len(sq) != 4 or len(sk) != 4 or len(sv) != 4:
+        raise OpError(f"{name}: query/key/value must be 4-D, got {sq}, {sk}, {sv}")
+    if layout == "BHSD":
+        b, h, s_q, d = sq
+        s_k, d_v = sk[2], sv[3]
+    else:
+        b, s_q, h, d = sq
+        s_k, d_v = sk[1], sv[3]
+    causal = False
+    if causal_idx is not None and causal_idx < len(values) and isinstance(values[causal_idx], bool):
+        causal = values[causal_idx]
+    pairs = s_q * s_k
+    if causal:
+        # only the lower triangle (aligned to the end of the keys when s_q < s_k)
+        pairs = s_q * s_k - s_q * (s_q - 1) / 2 if s_q <= s_k else s_k * (s_k + 1) / 2
+    flops = 2.0 * b * h * pairs * (d + d_v)
+    size = q[2]
+    io = (_numel(sq) + _numel(sk) + _numel(sv) + b * h * s_q * d_v) * size
+    if backward:
+        flops *= 2.5  # FlashAttention-2 backward: 5 matmuls vs 2 (recompute of S included)
+        io = io * 2 + _numel(sq) * size  # + grad_out, dq, dk, dv
+    ctas = b * h * max(1, -(-s_q // 128))
+    return Op("attention", name, q[1], flops=flops, nbytes=float(io), ctas=ctas, out_bytes=size)
+
+
+def _memory(name, args, values, default_dtype):
+    tensors = _tensors(args)
+    if not tensors:
+        raise OpError(f"{name}: no tensor arguments")
+    first = tensors[0]
+    read = sum(_numel(s) * size for s, _, size in tensors)
+    first_arg = next(a for a in args if a is not None and a != [])
+    first_bytes = sum(_numel(s) * size for s, _, size in (first_arg if isinstance(first_arg, list) else [first_arg]))
+    if name in FILL_OPS:
+        nbytes = first_bytes
+    elif name == "copy_":
+        nbytes = read  # read src + write self (self's old content is not read)
+    elif name in REDUCTION_OPS:
+        nbytes = read
+    elif name.endswith("_"):
+        nbytes = read + first_bytes  # in place (also _foreach_*_ / _fused_*_): write the first argument back
+    elif name == "cat" or name == "stack":
+        nbytes = 2 * read
+    elif isinstance(first_arg, list):
+        nbytes = read + first_bytes  # _foreach_* (out of place): one output per element of the first list
+    elif name == "embedding":
+        if len(tensors) < 2:
+            raise OpError("embedding: expected weight and indices")
+        (sw, _, zw), (si, _, zi) = tensors[0], tensors[1]
+        row = _numel(sw[1:]) * zw
+        nbytes = _numel(si) * zi + 2 * _numel(si) * row
+    elif name == "embedding_dense_backward":
+        (sg, _, zg) = tensors[0]
+        nbytes = 2 * _numel(sg) * zg
+    else:
+        out_shape = _broadcast([s for s, _, _ in tensors])
+        out_size = first[2]
+        if name in ("_to_copy", "to_copy", "_autocast_to_reduced_precision", "_autocast_to_full_precision"):
+            for v in values[1:3]:
+                if isinstance(v, int) and not isinstance(v, bool) and v in _SCALAR_TYPE:
+                    out_size = _SCALAR_TYPE[v][1]
+                    break
+        nbytes = read + _numel(out_shape) * out_size
+    return Op("memory", name, first[1], nbytes=float(nbytes), out_bytes=first[2])
+
+
+def classify(name, shapes_text, types_text, values_text, default_dtype="bf16", launched_kernel=False):
+    """The :class:`Op` for an ATen op ``name`` with these IOInfo strings (raises :class:`OpError`).
+
+    View/allocation ops are ``Op("none")`` unless ``launched_kernel`` (the trace shows a GPU kernel under
+    the op, e.g. ``aten::to`` whose inner copy was not recorded): then they are timed as memory-bound.
+    """
+    op = canonical_name(name)
+    if op is None:
+        raise OpError(f"{name!r} is not an ATen op")
+    if op in NO_WORK_OPS and not launched_kernel:
+        return Op("none", op)
+    shapes = parse_list(shapes_text, "inputs.shapes")
+    if shapes is None:
+        raise OpError(f"{name}: no input shapes")
+    types = parse_list(types_text, "inputs.types") if types_text else None
+    if types is not None and any(not isinstance(t, str) for t in types):
+        raise OpError(f"{name}: inputs.types must be a list of strings")
+    args = tensor_args(shapes, types, default_dtype)
+    values = parse_values(values_text) if op in ATTENTION_OPS or op in CONV_OPS or op.startswith("_to") else []
+    if op in GEMM_OPS:
+        return _gemm(op, args, values, default_dtype)
+    if op in CONV_OPS:
+        return _conv(op, args, values)
+    if op in ATTENTION_OPS:
+        return _attention(op, args, values, default_dtype)
+    return _memory(op, args, values, default_dtype)
+
+
+# ------------------------------------------------------------------------------ where shapes come from
+#: Attribute names accepted for the IOInfo strings while the kernel does not expose them on EtNode.
+SHAPE_ATTRS = ("inputs_shapes", "input_shapes", "inputs.shapes")
+TYPE_ATTRS = ("inputs_types", "input_types", "inputs.types")
+VALUE_ATTRS = ("inputs_values", "input_values", "inputs.values")
+
+
+def node_io(node):
+    """``(shapes, types, values)`` strings of ``node`` ('' when absent), looked up in this order:
+
+    1. EtNode fields ``inputs_shapes`` / ``inputs_types`` (not in the kernel yet: see README, "kernel
+       changes"), and ``inputs_values`` (exposed by the kernel);
+    2. node attributes ``inputs_shapes``/``input_shapes``/``inputs.shapes`` (and ``*types``/``*values``),
+       string_val in the same ``str()`` format (what a trace writer can put there today);
+    3. the node's serialized IOInfo, when it was read with ``read_et(..., keep_raw=True)`` (the kernel's
+       Chakra loader reads with ``keep_raw=False``, so not during ``astra run``).
+    """
+    shapes = getattr(node, "inputs_shapes", "") or ""
+    types = getattr(node, "inputs_types", "") or ""
+    values = getattr(node, "inputs_values", "") or ""
+    attrs = node.attrs
+    if not shapes:
+        for key in SHAPE_ATTRS:
+            if attrs.get(key):
+                shapes = attrs[key]
+                break
+    if not types:
+        for key in TYPE_ATTRS:
+            if attrs.get(key):
+                types = attrs[key]
+                break
+    if not values:
+        for key in VALUE_ATTRS:
+            if attrs.get(key):
+                values = attrs[key]
+                break
+    if not shapes and getattr(node, "_raw", None) is not None:
+        msg = node.to_proto()
+        shapes = msg.inputs.shapes
+        types = types or msg.inputs.types
+        values = values or msg.inputs.values
+    return shapes, types, values
+
+
+__all__ = ["Op", "OpError", "classify", "canonical_name", "node_io", "GEMM_OPS", "ATTENTION_OPS", "NO_WORK_OPS"]

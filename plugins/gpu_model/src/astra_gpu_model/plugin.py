@@ -1,0 +1,45 @@
+"""Registers the ``gpu`` compute model and its ``astra run`` options."""
+
+from astra_sim import hookimpl
+
+from astra_gpu_model.gpu import DEFAULT_GPU, preset_names
+from astra_gpu_model.model import DTYPES, GpuComputeModel
+
+
+@hookimpl
+def astra_register_compute_models(registry):
+    registry.compute_model(
+        "gpu",
+        GpuComputeModel,
+        "GPU COMP nodes from op + shapes (GEMM tiles/waves, attention, HBM-bound ops) on a described GPU "
+        "(--gpu); else num_ops/tensor_size at achievable rates; else duration_micros",
+    )
+
+
+@hookimpl
+def astra_add_run_options(parser):
+    group = parser.add_argument_group("gpu compute model (--compute-model gpu)")
+    group.add_argument(
+        "--gpu", default=DEFAULT_GPU, metavar="NAME_OR_YAML",
+        help=f"GPU preset ({', '.join(preset_names())}) or a GPU YAML file (default: {DEFAULT_GPU})",
+    )
+    group.add_argument("--gpu-tf32", action="store_true",
+                       help="fp32 GEMMs run on TF32 tensor cores (torch allow_tf32); default: fp32 CUDA cores")
+    group.add_argument("--gpu-default-dtype", default="bf16", choices=DTYPES,
+                       help="dtype for ops whose trace names none, and for num_ops (default: bf16)")
+
+
+@hookimpl
+def astra_run_start(run):
+    model = getattr(run, "compute_model", None)
+    if isinstance(model, GpuComputeModel):
+        workloads = run.workloads
+        model.bind_nodes(lambda rank: workloads[rank].nodes)
+
+
+@hookimpl
+def astra_run_finish(run, report):
+    model = getattr(run, "compute_model", None)
+    if isinstance(model, GpuComputeModel):
+        report.settings["gpu_model"] = model.describe()
+        report.stats["gpu_model_nodes"] = model.stats()

@@ -1,0 +1,232 @@
+"""``astra workload ...``: convert-text, micro, scale, compare."""
+
+from __future__ import annotations
+
+import argparse
+
+from astra_sim.errors import ConfigError
+
+from .common import parse_size
+
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _non_negative_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def _int(text):
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def _scale(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return int(value) if value.is_integer() else value
+
+
+def _dims(text):
+    try:
+        dims = [int(x) for x in text.replace("x", ",").split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected NPUs per dimension such as 4,2, got {text!r}") from None
+    if not dims or any(d < 1 for d in dims):
+        raise argparse.ArgumentTypeError(f"expected NPUs per dimension such as 4,2, got {text!r}")
+    return dims
+
+
+def add_commands(subparsers):
+    workload = subparsers.add_parser(
+        "workload", help="make workload traces: convert ASTRA-sim 1.0 text workloads, microbenchmarks, scaling",
+        description="Make Chakra workload traces (<prefix>.<rank>.et).")
+    workload.set_defaults(run_command=lambda args: _usage(workload))
+    sub = workload.add_subparsers(dest="workload_command", metavar="SUBCOMMAND")
+
+    p = sub.add_parser(
+        "convert-text", help="convert an ASTRA-sim 1.0 text workload (FILE.txt) to Chakra traces",
+        description="Convert an ASTRA-sim 1.0 text workload into PREFIX.<rank>.et, one file per NPU. Every "
+        "parallelism type is accepted, including those Chakra's converter rejects (HYBRID_TRANSFORMER, "
+        "HYBRID_TRANSFORMER_FWD_IN_BCKWD, HYBRID_CUSTOMIZED, DISTRIBUTED_INFERENCE).")
+    p.add_argument("file", metavar="FILE.txt")
+    p.add_argument("--npus", type=_positive_int, required=True, metavar="N", help="number of NPUs (rank files)")
+    p.add_argument("-o", "--output", required=True, metavar="PREFIX", help="write PREFIX.<rank>.et")
+    p.add_argument("--num-passes", type=_positive_int, default=1, metavar="P", help="training iterations (default 1)")
+    p.add_argument("--style", choices=("astra-sim", "chakra"), default="astra-sim",
+                   help="astra-sim (default): involved_dim per collective, empty collectives left out, ids from 0 "
+                   "in every file; chakra: the exact bytes of Chakra's Text converter")
+    p.add_argument("--dims", type=_dims, metavar="N0,N1,...",
+                   help="NPUs per network dimension (default: N in one dimension); places the model-parallel group "
+                   "of the HYBRID_TRANSFORMER types")
+    p.add_argument("--compute-scale", type=_scale, default=1, metavar="X", help="multiply compute times (default 1)")
+    p.add_argument("--comm-scale", type=_scale, default=1, metavar="X", help="multiply comm sizes (default 1)")
+    p.add_argument("--keep-empty-comms", action="store_true",
+                   help="astra-sim style: keep collectives that move nothing (NONE, 0 bytes, no involved dimension) "
+                   "as Chakra does (NONE becomes ALL_REDUCE)")
+    p.add_argument("--first-id", type=_non_negative_int, default=0, metavar="K", help="first node id (default 0)")
+    p.add_argument("--schema", default=None, metavar="S",
+                   help="GlobalMetadata 'schema' attribute (default 1.0.2-chakra.1.0.0, Chakra 1.0.0's)")
+    p.set_defaults(run_command=_cmd_convert_text)
+
+    p = sub.add_parser(
+        "micro", help="write a microbenchmark trace (one collective, p2p pattern, compute, memory, or a graph spec)",
+        description="Write a microbenchmark trace PREFIX.<rank>.et, byte for byte as ASTRA-sim's generator "
+        "scripts (--style astra-sim, default) or mlcommons chakra_generator (--style chakra) write it.")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--collective", choices=("all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+                                               "broadcast", "barrier"))
+    what.add_argument("--p2p", choices=("shift", "pairs", "send", "recv"),
+                      help="shift: r sends to r+K and receives from r-K; pairs: 2k<->2k+1; send/recv: chakra's "
+                      "lone node without peer (--style chakra)")
+    what.add_argument("--compute", type=_non_negative_int, metavar="US", help="COMP node(s) of US microseconds")
+    what.add_argument("--mem-load", metavar="SIZE", help="one remote-memory load of SIZE")
+    what.add_argument("--mem-store", metavar="SIZE", help="one remote-memory store of SIZE")
+    what.add_argument("--metadata-all-types", action="store_true",
+                      help="chakra_generator's METADATA node with every attribute type")
+    what.add_argument("--graph", metavar="SPEC", help="a small graph described in JSON/YAML (see README)")
+    what.add_argument("--chakra-suite", action="store_true",
+                      help="everything chakra_generator writes (14 microbenchmarks) into the folder -o")
+    p.add_argument("--npus", type=_positive_int, required=True, metavar="N")
+    p.add_argument("-o", "--output", required=True, metavar="PREFIX")
+    p.add_argument("--size", metavar="SIZE", help="bytes: 1024, 64KiB, 1MiB, 1GB (KB/MB/GB are powers of 1024)")
+    p.add_argument("--style", choices=("astra-sim", "chakra"), default="astra-sim")
+    p.add_argument("--name", metavar="NAME", help="node name (default: the style's)")
+    p.add_argument("--shift", type=_int, default=1, metavar="K", help="--p2p shift distance (default 1)")
+    p.add_argument("--tag", type=_int, default=0, metavar="T", help="comm_tag of p2p nodes (default 0)")
+    p.add_argument("--count", type=_positive_int, default=1, metavar="K", help="--compute: nodes per rank")
+    p.add_argument("--dependent", action="store_true", help="--compute: chain the nodes")
+    p.add_argument("--ids", choices=("per-file", "global"),
+                   help="per-file: every rank file numbers from --first-id (astra-sim default); global: one counter "
+                   "across the files (chakra default, and ASTRA-sim's shipped examples)")
+    p.add_argument("--first-id", type=_non_negative_int, default=0, metavar="K")
+    p.add_argument("--et-version", metavar="V", help="GlobalMetadata version (default 0.0.4 / 1.0.0 by style)")
+    p.add_argument("--runtime", type=_non_negative_int, default=5, metavar="US", help="--chakra-suite: compute time")
+    p.add_argument("--tensor-size", type=_non_negative_int, default=1024, metavar="B",
+                   help="--chakra-suite: memory/send/recv size")
+    p.add_argument("--comm-size", type=_non_negative_int, default=65536, metavar="B",
+                   help="--chakra-suite: collective size")
+    p.set_defaults(run_command=_cmd_micro)
+
+    p = sub.add_parser(
+        "scale", help="replicate a data-parallel trace to another number of NPUs",
+        description="Copy a trace whose ranks are all the same graph to M NPUs (ids keep the input's per-rank "
+        "offset; names containing '<N>npus' get the new count).")
+    p.add_argument("prefix", metavar="PREFIX")
+    p.add_argument("--to-npus", type=_positive_int, required=True, metavar="M")
+    p.add_argument("-o", "--output", required=True, metavar="OUT")
+    p.add_argument("--from-npus", type=_positive_int, metavar="N",
+                   help="ranks to read (default: every PREFIX.<r>.et from 0)")
+    p.add_argument("--keep-names", action="store_true", help="do not rewrite '<N>npus' in node names")
+    p.set_defaults(run_command=_cmd_scale)
+
+    p = sub.add_parser(
+        "compare", help="compare two traces node by node, ignoring id numbering",
+        description="Compare PREFIX_A.<r>.et with PREFIX_B.<r>.et for every rank: node types, names, durations, "
+        "attributes and dependency structure (ids may differ). Exit 0 when equal, 1 otherwise.")
+    p.add_argument("a", metavar="PREFIX_A")
+    p.add_argument("b", metavar="PREFIX_B")
+    p.add_argument("--ignore-names", action="store_true")
+    p.add_argument("--ignore-attr", action="append", default=[], metavar="NAME",
+                   help="leave this attribute out (repeatable), e.g. involved_dim")
+    p.set_defaults(run_command=_cmd_compare)
+
+
+def _usage(parser):
+    parser.print_help()
+    return 2
+
+
+def _cmd_convert_text(args):
+    from .text import CHAKRA_SCHEMA, convert_text
+
+    summary = convert_text(
+        args.file, args.output, args.npus, num_passes=args.num_passes, style=args.style, npus_per_dim=args.dims,
+        compute_scale=args.compute_scale, comm_scale=args.comm_scale, keep_empty_comms=args.keep_empty_comms,
+        first_id=args.first_id, schema=args.schema or CHAKRA_SCHEMA)
+    extra = f", {summary['left_out']} empty collective(s) left out" if summary["left_out"] else ""
+    print(f"{summary['parallelism']}: {summary['layers']} layers x {summary['passes']} pass(es) -> "
+          f"{summary['nodes_per_rank']} nodes per rank{extra}; wrote {args.output}.0.et .. "
+          f"{args.output}.{args.npus - 1}.et")
+    return 0
+
+
+def _cmd_micro(args):
+    from . import micro
+
+    size = None if args.size is None else parse_size(args.size)
+    common = dict(style=args.style, ids=args.ids, first_id=args.first_id, version=args.et_version)
+    if args.chakra_suite:
+        paths = micro.chakra_suite(args.output, args.npus, runtime=args.runtime, tensor_size=args.tensor_size,
+                                   comm_size=args.comm_size, first_id=args.first_id,
+                                   version=args.et_version or "1.0.0")
+        print(f"wrote {len(paths)} files into {args.output}")
+        return 0
+    if args.collective:
+        trace = micro.collective_trace(args.collective, size, args.npus, name=args.name, **common)
+    elif args.p2p:
+        names = {"send": args.name, "recv": args.name} if args.name else None
+        trace = micro.p2p_trace(args.p2p, size, args.npus, shift=args.shift, tag=args.tag, names=names, **common)
+    elif args.compute is not None:
+        trace = micro.compute_trace(args.compute, args.npus, count=args.count, dependent=args.dependent,
+                                    name=args.name, **common)
+    elif args.mem_load or args.mem_store:
+        kind = "load" if args.mem_load else "store"
+        trace = micro.memory_trace(kind, parse_size(args.mem_load or args.mem_store, f"--mem-{kind}"), args.npus,
+                                   name=args.name, **common)
+    elif args.metadata_all_types:
+        if args.style != "chakra":
+            raise ConfigError("--metadata-all-types is chakra_generator's; add --style chakra")
+        trace = micro.metadata_all_types_trace(args.npus, ids=args.ids or "global", first_id=args.first_id,
+                                               version=args.et_version or "1.0.0")
+    else:
+        spec, source = micro.load_graph_spec(args.graph)
+        trace = micro.graph_trace(spec, args.npus, source=source, **common)
+    micro.write_trace(trace, args.output)
+    print(f"wrote {args.output}.0.et .. {args.output}.{args.npus - 1}.et "
+          f"({sum(len(r) for r in trace.ranks) // args.npus} node(s) per rank)")
+    return 0
+
+
+def _cmd_scale(args):
+    from .scale import scale_trace
+
+    summary = scale_trace(args.prefix, args.to_npus, args.output, from_npus=args.from_npus,
+                          keep_names=args.keep_names)
+    ids = {0: "the same ids in every file", None: "rank 0's ids in every file (the input's had no regular offset)"}
+    how = ids.get(summary["id_step"], f"ids offset by {summary['id_step']} per rank")
+    print(f"{summary['from_npus']} -> {summary['to_npus']} NPUs, {summary['nodes_per_rank']} nodes per rank, "
+          f"{how}{', names updated' if summary['renamed'] else ''}; wrote {args.output}.0.et .. "
+          f"{args.output}.{args.to_npus - 1}.et")
+    return 0
+
+
+def _cmd_compare(args):
+    from .compare import compare_traces
+
+    differences = compare_traces(args.a, args.b, names=not args.ignore_names, drop_attrs=tuple(args.ignore_attr))
+    if not differences:
+        print("same graphs on every rank")
+        return 0
+    for line in differences:
+        print(line)
+    return 1
