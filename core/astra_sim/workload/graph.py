@@ -44,11 +44,16 @@ def build_graph(path, nodes):
         parents_left[node_id] = len(deps)
         if not deps:
             roots.append(node_id)
-    _check_acyclic(path, by_id, children, parents_left, roots)
+    check_acyclic(path, children, parents_left, roots, lambda n: by_id[n].name)
     return by_id, children, parents_left, roots
 
 
-def _check_acyclic(path, by_id, children, parents_left, roots):
+def check_acyclic(path, children, parents_left, roots, name_of, what="the dependency graph"):
+    """Raise a WorkloadError naming the nodes that can never run when ``what`` has a cycle.
+
+    ``children``: id -> child ids; ``parents_left``: id -> number of parents; ``roots``: ids with
+    none; ``name_of(id)``: the node's name for the message.
+    """
     left = dict(parents_left)
     stack = list(roots)
     seen = 0
@@ -59,10 +64,8 @@ def _check_acyclic(path, by_id, children, parents_left, roots):
             left[child] -= 1
             if left[child] == 0:
                 stack.append(child)
-    if seen != len(by_id):
+    if seen != len(left):
         stuck = sorted(node_id for node_id, count in left.items() if count > 0)
-        shown = ", ".join(f"{n} ({by_id[n].name!r})" for n in stuck[:10])
+        shown = ", ".join(f"{n} ({name_of(n)!r})" for n in stuck[:10])
         more = f" and {len(stuck) - 10} more" if len(stuck) > 10 else ""
-        raise WorkloadError(
-            f"{path}: the dependency graph has a cycle; these nodes can never run: {shown}{more}"
-        )
+        raise WorkloadError(f"{path}: {what} has a cycle; these nodes can never run: {shown}{more}")

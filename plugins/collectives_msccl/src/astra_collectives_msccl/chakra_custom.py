@@ -37,6 +37,7 @@ import os
 from astra_sim.chakra import ChakraError, get_int, read_et
 from astra_sim.chakra import types as T
 from astra_sim.errors import ConfigError, WorkloadError
+from astra_sim.workload.graph import check_acyclic
 from astra_sim.system.collectives import Algorithm
 
 __all__ = ["ChakraCustomFormat", "ChakraCustomCollective", "ChakraCustomAlgorithm", "CustomGraph", "StdUnorderedSet"]
@@ -323,27 +324,10 @@ class CustomGraph:
         self._check_acyclic()
 
     def _check_acyclic(self):
-        left = dict(self.parents)
-        stack = list(self.free)
-        if not stack:
+        if not self.free:
             raise WorkloadError(f"{self.path}: every node of the custom collective waits for another (a cycle)")
-        seen = 0
-        children = self.children
-        while stack:
-            node_id = stack.pop()
-            seen += 1
-            for child in children[node_id]:
-                left[child] -= 1
-                if left[child] == 0:
-                    stack.append(child)
-        if seen != len(left):
-            stuck = sorted(n for n, count in left.items() if count > 0)
-            shown = ", ".join(f"{n} ({self.names[n]!r})" for n in stuck[:10])
-            more = f" and {len(stuck) - 10} more" if len(stuck) > 10 else ""
-            raise WorkloadError(
-                f"{self.path}: the custom collective's dependency graph has a cycle; these nodes can "
-                f"never run: {shown}{more}"
-            )
+        check_acyclic(self.path, self.children, self.parents, list(self.free), lambda n: self.names.get(n, ""),
+                      "the custom collective's dependency graph")
 
 
 # --------------------------------------------------------------------------- the format

@@ -43,3 +43,15 @@ def astra_run_finish(run, report):
     if isinstance(model, GpuComputeModel):
         report.settings["gpu_model"] = model.describe()
         report.stats["gpu_model_nodes"] = model.stats()
+
+
+@hookimpl
+def astra_register_collective_algorithms(registry):
+    from astra_sim.api import CollectiveAlgorithmSpec
+
+    from astra_gpu_model.nccl import nccl_factory
+
+    registry.collective_algorithm(
+        "nccl", CollectiveAlgorithmSpec("one", nccl_factory),
+        "NCCL tuning model (ring/tree/NVLS x LL/LL128/Simple, fastest predicted), one wait per chunk; GPU from --gpu",
+    )

@@ -125,22 +125,7 @@ class CongestionNetwork:
                 f"NPU {src} sends a message to itself; the congestion network needs two distinct NPUs"
             )
         route = tuple(self.route_fn(src, dst))
-        links = graph.links
-        node = graph.rank_node[src]
-        if not route:
-            raise ConfigError(f"{graph.source}: the route from rank {src} to rank {dst} is empty")
-        for index in route:
-            if not (isinstance(index, int) and 0 <= index < len(links)) or links[index].src != node:
-                raise ConfigError(
-                    f"{graph.source}: the route from rank {src} to rank {dst} ({list(route)}) is not a "
-                    f"path of links from {graph.rank_node[src]!r}"
-                )
-            node = links[index].dst
-        if node != graph.rank_node[dst]:
-            raise ConfigError(
-                f"{graph.source}: the route from rank {src} to rank {dst} ends at {node!r}, "
-                f"not at {graph.rank_node[dst]!r}"
-            )
+        graph.check_route(src, dst, route)
         self._routes[key] = route
         return route
 

@@ -375,23 +375,7 @@ class FlowNetwork:
         return rep
 
     def _check_path(self, src, dst, path):
-        graph = self.graph
-        links = graph.links
-        node = graph.rank_node[src]
-        if not path:
-            raise ConfigError(f"{graph.source}: the route from rank {src} to rank {dst} is empty")
-        for index in path:
-            if not (isinstance(index, int) and 0 <= index < len(links)) or links[index].src != node:
-                raise ConfigError(
-                    f"{graph.source}: the route from rank {src} to rank {dst} ({list(path)}) is not a "
-                    f"path of links from {graph.rank_node[src]!r}"
-                )
-            node = links[index].dst
-        if node != graph.rank_node[dst]:
-            raise ConfigError(
-                f"{graph.source}: the route from rank {src} to rank {dst} ends at {node!r}, "
-                f"not at {graph.rank_node[dst]!r}"
-            )
+        self.graph.check_route(src, dst, path)
 
     def _distances(self, dst):
         """Hops from every node to ``dst`` (BFS on reversed links; a bounded cache)."""

@@ -139,6 +139,26 @@ class NetworkGraph:
             self._reverse_cache = cached
         return cached[1]
 
+    def check_route(self, src, dst, route):
+        """Raise a ConfigError unless ``route`` (link indices) leads from rank ``src``'s node to rank
+        ``dst``'s node, link after link."""
+        links = self.links
+        node = self.rank_node[src]
+        if not route:
+            raise ConfigError(f"{self.source}: the route from rank {src} to rank {dst} is empty")
+        for index in route:
+            if not (isinstance(index, int) and 0 <= index < len(links)) or links[index].src != node:
+                raise ConfigError(
+                    f"{self.source}: the route from rank {src} to rank {dst} ({list(route)}) is not a "
+                    f"path of links from {self.rank_node[src]!r}"
+                )
+            node = links[index].dst
+        if node != self.rank_node[dst]:
+            raise ConfigError(
+                f"{self.source}: the route from rank {src} to rank {dst} ends at {node!r}, "
+                f"not at {self.rank_node[dst]!r}"
+            )
+
     def describe(self):
         kinds = {}
         for kind in self.nodes.values():

@@ -150,6 +150,19 @@ def add_commands(subparsers):
                    help="leave this attribute out (repeatable), e.g. involved_dim")
     p.set_defaults(run_command=_cmd_compare)
 
+    p = sub.add_parser(
+        "convert-pytorch", help="convert a PyTorch host execution trace (+ Kineto trace) to Chakra traces",
+        description="Convert a PyTorch host ET (and its Kineto device trace) into PREFIX.<rank>.et as Chakra's "
+        "PyTorch converter does: GPU kernels become COMP/collective/send/recv nodes with measured durations. "
+        "With --ranks N, a HOST path containing {rank} is read per rank; otherwise it is copied to every rank.")
+    p.add_argument("host", metavar="HOST.json")
+    p.add_argument("--kineto", metavar="KINETO.json", help="the matching Kineto device trace")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--rank", type=_non_negative_int, metavar="R", help="write only PREFIX.R.et")
+    which.add_argument("--ranks", type=_positive_int, metavar="N", help="write PREFIX.0.et .. PREFIX.N-1.et")
+    p.add_argument("-o", "--output", required=True, metavar="PREFIX")
+    p.set_defaults(run_command=_cmd_convert_pytorch)
+
 
 def _usage(parser):
     parser.print_help()
@@ -230,3 +243,13 @@ def _cmd_compare(args):
     for line in differences:
         print(line)
     return 1
+
+
+def _cmd_convert_pytorch(args):
+    from .pytorch import convert_pytorch
+
+    s = convert_pytorch(args.host, args.output, kineto=args.kineto, rank=args.rank, ranks=args.ranks)
+    print(f"{s['nodes']} nodes per rank ({s['cpu']} CPU ops, {s['gpu_comp']} GPU kernels, {s['coll']} collectives, "
+          f"{s['p2p']} send/recv, {s['metadata']} metadata); wrote {', '.join(s['paths'][:2])}"
+          f"{' ..' if len(s['paths']) > 2 else ''}")
+    return 0

@@ -1,0 +1,239 @@
+"""NCCL's own cost model as a collective implementation named ``nccl``.
+
+The model follows ``src/graph/tuning.cc`` (NCCL 2.x; dossier §4.1): for every
+(algorithm, protocol) pair it predicts ``time = latency + nBytes / algBw`` and
+NCCL picks the fastest. Algorithms: RING, TREE, NVLS; protocols LL, LL128,
+SIMPLE. Only the single-node (scale-up domain) case is modelled: ``nNodes = 1``.
+
+The collective does not move packets: it waits the predicted time and finishes.
+
+Constants that are not NCCL's (see the README section "NCCL cost model"):
+
+* ``LAUNCH_OVERHEAD_US``: one global constant fitted on the Vidur measurements
+  (their kernel time includes the wait for the last rank to enter the
+  collective, which NCCL's model does not predict).
+* ``bus_efficiency``: the ratio of NCCL's per-link NVLink constant (topo.h:
+  SM80 20.0 GB/s, SM90 20.6 GB/s) to the datasheet per-link bandwidth (25 GB/s),
+  applied to the gpu_model preset's scale-up bandwidth.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, Algorithm
+
+LL, LL128, SIMPLE = "LL", "LL128", "Simple"
+PROTOCOLS = (LL, LL128, SIMPLE)
+RING, TREE, NVLS = "ring", "tree", "nvls"
+ALGORITHMS = (RING, TREE, NVLS)
+
+#: baseLatencies[algo][proto], µs.
+BASE_LAT = {TREE: (6.8, 14.0, 8.4), RING: (6.6, 14.0, 8.4), NVLS: (0.0, 0.0, 0.0)}
+#: hwLatencies[NVLINK][algo][proto] and [PCI], µs (None: the pair is not available).
+HW_LAT = {
+    "nvlink": {TREE: (0.6, 1.25, 4.0), RING: (0.6, 1.9, 3.4), NVLS: (None, None, 25.0)},
+    "pci": {TREE: (1.0, 1.9, 4.0), RING: (1.0, 2.5, 5.7), NVLS: (None, None, 0.0)},
+}
+#: Per-architecture caps for nNodes == 1 (GB/s).
+ARCH = {
+    "volta": dict(ll_max=39.0, ring_ll128=20.0, tree_ll128=20.0, tree=26.5, nvls_eff=0.0, link=20.0),
+    "ampere": dict(ll_max=87.7, ring_ll128=20.0, tree_ll128=20.0, tree=24.0, nvls_eff=0.0, link=20.0),
+    "hopper": dict(ll_max=141.0, ring_ll128=36.7, tree_ll128=36.7, tree=38.7, nvls_eff=0.85, link=20.6),
+    "blackwell": dict(ll_max=282.0, ring_ll128=40.0, tree_ll128=55.6, tree=70.0, nvls_eff=0.74, link=40.1),
+}
+#: treeCorrectionFactor[proto][log2(nBytes/64)], 64 B to 512 MB.
+TREE_CORRECTION = (
+    (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0),
+    (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0),
+    (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9),
+)
+#: Global constant fitted once on all Vidur all-reduce files (µs): see the README.
+LAUNCH_OVERHEAD_US = 20.0
+#: Global bandwidth factor fitted on all Vidur all-reduce files (1.0 = NCCL's link constants as is).
+BW_EFFICIENCY = 0.85
+#: NCCL's PCIe x16 bandwidth (PCI_BW 12 GB/s is Gen3 x16; Gen4 doubles it, Gen5 again).
+PCI_GEN4_BW = 24.0
+PCI_GEN5_BW = 48.0
+#: NVLink bridge of the PCIe cards (A100 PCIe, H100 NVL): 600 GB/s both directions -> 300 per direction.
+BRIDGE_NVLINK_GBPS = 300.0
+
+
+@dataclass
+class NcclConfig:
+    """What the model needs about the machine. ``topology``: ``"nvswitch"`` (every GPU on the
+    switch, DGX/HGX) or ``"pairwise"`` (NVLink pairs joined by PCIe: ranks 2k, 2k+1 share a link)."""
+
+    arch: str = "hopper"
+    nvlink_gbps: float = 450.0  # per direction, per GPU (gpu_model preset: ports x per-port)
+    channels: int = 16
+    topology: str = "nvswitch"
+    nvls: bool = True
+    pci_gbps: float = PCI_GEN4_BW
+    pair_nvlink_gbps: float = BRIDGE_NVLINK_GBPS
+    launch_overhead_us: float = LAUNCH_OVERHEAD_US
+    efficiency: float = BW_EFFICIENCY
+
+    @property
+    def bus_efficiency(self):
+        """NCCL's per-link NVLink constant over the 25 GB/s datasheet link, times the fitted factor."""
+        return ARCH[self.arch]["link"] / 25.0 * self.efficiency
+
+
+def config_for_gpu(name=None, **overrides):
+    """An :class:`NcclConfig` from a gpu_model preset name or YAML (default H100)."""
+    from astra_gpu_model.gpu import load_gpu
+
+    gpu = load_gpu(name)
+    text = f"{gpu.name} {gpu.raw.get('architecture', '')}".lower()
+    arch = next((a for a in ("blackwell", "hopper", "ampere", "volta") if a in text), None)
+    if arch is None:
+        arch = "hopper" if any(k in text for k in ("h100", "h200")) else "ampere"
+    bw = gpu.scaleup_bandwidth_gbps or 450.0
+    kw = dict(arch=arch, nvlink_gbps=bw, channels=16 if arch in ("hopper", "blackwell") else 12,
+              pci_gbps=PCI_GEN5_BW if arch in ("hopper", "blackwell") else PCI_GEN4_BW)
+    kw.update(overrides)
+    return NcclConfig(**kw)
+
+
+def _nsteps(coll, n):
+    if coll == ALL_REDUCE:
+        return 2 * (n - 1)
+    if coll in (ALL_GATHER, REDUCE_SCATTER):
+        return n - 1
+    return n
+
+
+def predict(coll, n_bytes, n, cfg: NcclConfig):
+    """All (algo, proto) candidates: a list of ``(time_us, algo, proto)``, fastest first.
+
+    ``n_bytes`` is NCCL's nBytes: the per-rank buffer (all-gather: the output size).
+    """
+    if n <= 1:
+        return [(0.0, RING, SIMPLE)]
+    caps = ARCH[cfg.arch]
+    nch = cfg.channels
+    pairwise = cfg.topology == "pairwise" and n > 2
+    nvlink = cfg.pair_nvlink_gbps if cfg.topology == "pairwise" else cfg.nvlink_gbps
+    bw_intra = cfg.pci_gbps * cfg.efficiency if pairwise else nvlink * cfg.bus_efficiency
+    hw = HW_LAT["pci" if pairwise else "nvlink"]
+    nsteps = _nsteps(coll, n)
+    out = []
+    for algo in ALGORITHMS:
+        if algo == TREE and coll != ALL_REDUCE:
+            continue
+        if algo == NVLS and (not cfg.nvls or caps["nvls_eff"] == 0 or cfg.topology != "nvswitch"
+                             or coll not in (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER)):
+            continue
+        for p, proto in enumerate(PROTOCOLS):
+            intra = hw[algo][p]
+            if intra is None:
+                continue
+            if algo == NVLS and proto != SIMPLE:
+                continue
+            bus = bw_intra
+            if algo == RING and proto == LL:
+                bus = min(caps["ll_max"], 0.5 * bus)
+            elif algo == RING and proto == LL128:
+                bus = min(0.92 * bus, nch * caps["ring_ll128"])
+            elif algo == TREE:
+                if proto == SIMPLE:
+                    bus = min(0.92 * bus, nch * caps["tree"])
+                elif proto == LL:
+                    bus = min(bus / 3.8, caps["ll_max"])
+                else:
+                    bus = min(bus * 7 / 9, nch * caps["tree_ll128"])
+                bus *= 0.85
+            elif algo == NVLS:
+                bus = bw_intra * caps["nvls_eff"] * (nch - 1) / nch
+                bus *= 2 if coll == ALL_REDUCE else (n - 1) / n
+                bus = min(bus, bw_intra * 2)
+            alg_bw = bus * n / nsteps if algo in (RING, NVLS) else bus * 0.5
+            if algo == RING:
+                lat = BASE_LAT[RING][p] + nsteps * intra
+            elif algo == TREE:
+                lat = BASE_LAT[TREE][p] + 2 * (n - 1) * intra
+            else:
+                lat = intra
+            if algo == TREE:
+                log_size = int(math.log2(n_bytes >> 6)) if n_bytes >= 64 else -1
+                if 0 <= log_size < 24:
+                    alg_bw *= TREE_CORRECTION[p][log_size]
+            t = lat + n_bytes / (1000.0 * alg_bw)
+            out.append((t, algo, proto))
+    out.sort()
+    return out
+
+
+def collective_time_us(coll, n_bytes, n, cfg: NcclConfig):
+    """Predicted time (µs) of the algo/proto NCCL picks, plus the launch overhead; and the pick."""
+    t, algo, proto = predict(coll, n_bytes, n, cfg)[0]
+    return t + (cfg.launch_overhead_us if n > 1 else 0.0), algo, proto
+
+
+class NcclCollective(Algorithm):
+    """Waits the NCCL model's time for its chunk, then finishes: no packets."""
+
+    __slots__ = ("rank", "topo", "nodes_in_ring", "config", "choice", "time_ns")
+
+    def __init__(self, com_type, rank, topo, data_size, config=None):
+        self.com_type = com_type
+        self.rank = rank
+        self.topo = topo
+        n = max(1, int(getattr(topo, "nodes_in_ring", 1)))
+        self.nodes_in_ring = n
+        self.data_size = data_size
+        if com_type == ALL_GATHER:
+            self.final_data_size = data_size * n
+        elif com_type == REDUCE_SCATTER:
+            self.final_data_size = data_size // n
+        else:
+            self.final_data_size = data_size
+        self.config = config
+        self.choice = None
+        self.time_ns = None
+
+    def bind(self, stream):
+        super().bind(stream)
+        if self.config is None:
+            self.config = _config_from_stream(stream)
+
+    def run_init(self):
+        n = self.nodes_in_ring
+        # NCCL's nBytes: the per-rank buffer (all-gather counts the gathered output).
+        n_bytes = self.final_data_size if self.com_type == ALL_GATHER else self.data_size
+        t_us, algo, proto = collective_time_us(self.com_type, int(n_bytes), n, self.config)
+        self.choice = (algo, proto)
+        self.time_ns = max(0, int(round(t_us * 1000.0)))
+        self._register(self._done, None, self.time_ns)
+
+    def _done(self, _arg=None):
+        self.finish()
+
+    def run_general(self, _arg=None):
+        pass
+
+    def run_received(self, _arg=None):
+        pass
+
+
+_CONFIG_CACHE = {}
+
+
+def _config_from_stream(stream):
+    """The run's ``--gpu`` option (simulation options), else the default GPU (H100)."""
+    options = getattr(getattr(getattr(stream, "sys", None), "shared", None), "options", None) or {}
+    name = options.get("gpu") if isinstance(options, dict) else None
+    key = str(name)
+    if key not in _CONFIG_CACHE:
+        _CONFIG_CACHE[key] = config_for_gpu(name)
+    return _CONFIG_CACHE[key]
+
+
+def nccl_factory(com_type, rank, topo, data_size, direction, window):
+    return NcclCollective(com_type, rank, topo, data_size)
+
+
+__all__ = ["NcclConfig", "NcclCollective", "config_for_gpu", "predict", "collective_time_us", "nccl_factory",
+           "ALL_REDUCE", "ALL_GATHER", "REDUCE_SCATTER", "ALL_TO_ALL"]
