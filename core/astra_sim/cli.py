@@ -13,6 +13,7 @@ import os
 import sys
 
 from astra_sim import __version__
+from astra_sim.cliutil import non_negative_float, positive_int
 from astra_sim.errors import AstraError
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -30,26 +31,6 @@ def _bool(text):
     if value in _FALSE:
         return False
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-
-
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _non_negative_float(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return value
 
 
 def _plugin_option(parser):
@@ -73,8 +54,8 @@ def _add_run_arguments(run):
     ref.add_argument("--remote-memory-configuration", metavar="MEM.json")
     ref.add_argument("--comm-group-configuration", metavar="GROUPS.json",
                      help="JSON {\"id\": [npus]}; a value containing 'empty' disables groups")
-    ref.add_argument("--num-queues-per-dim", type=_positive_int, default=1, metavar="N")
-    ref.add_argument("--injection-scale", type=_non_negative_float, default=1.0, metavar="X",
+    ref.add_argument("--num-queues-per-dim", type=positive_int, default=1, metavar="N")
+    ref.add_argument("--injection-scale", type=non_negative_float, default=1.0, metavar="X",
                      help="multiplies endpoint-delay")
     ref.add_argument("--rendezvous-protocol", type=_bool, nargs="?", const=True, default=False,
                      metavar="BOOL", help="8 KiB handshake before every send")
@@ -92,7 +73,7 @@ def _add_run_arguments(run):
     ours.add_argument("--report-json", metavar="PATH", help="write the report (per-rank times, settings) as JSON")
     ours.add_argument("--astra-sim-log", action="store_true",
                       help="also print the reference's 'sys[i] finished, T cycles, ...' lines")
-    ours.add_argument("--max-table-ranks", type=_positive_int, default=16, metavar="N",
+    ours.add_argument("--max-table-ranks", type=positive_int, default=16, metavar="N",
                       help="ranks listed in the terminal table (default 16)")
     ours.add_argument("-q", "--quiet", action="store_true", help="no summary table")
 

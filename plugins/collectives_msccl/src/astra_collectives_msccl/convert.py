@@ -54,6 +54,7 @@ import sys
 from astra_sim.chakra import ChakraError, make_metadata, make_node, write_et
 from astra_sim.chakra import types as T
 from astra_sim.errors import ConfigError
+from astra_sim.cliutil import number
 
 __all__ = ["convert_msccl", "write_chakra", "register_command", "run_to_chakra", "SCHEMA"]
 
@@ -227,36 +228,6 @@ def write_chakra(prefix, algo, nodes_by_gpu, input_text=None):
 # --------------------------------------------------------------------------- command line
 
 
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of bytes, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
-    return value
-
-
-def _non_negative_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected whole microseconds, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def _positive_float(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected GB/s, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
-    return value
-
-
 def register_command(subparsers):
     """Add ``astra msccl`` with its ``to-chakra`` sub-command."""
     msccl = subparsers.add_parser(
@@ -284,13 +255,13 @@ def register_command(subparsers):
     )
     conv.add_argument("xml", metavar="ALGO.xml", help="MSCCL-IR XML file")
     conv.add_argument("-o", "--output", required=True, metavar="PREFIX", help="write PREFIX.<gpu>.et")
-    conv.add_argument("--size", required=True, type=_positive_int, metavar="BYTES",
+    conv.add_argument("--size", required=True, type=number(int, 0, exclusive=True, what='a whole number of bytes'), metavar="BYTES",
                       help="collective size in bytes (the workload node's comm_size)")
-    conv.add_argument("--local-mem-bw", type=_positive_float, metavar="GB/s",
+    conv.add_argument("--local-mem-bw", type=number(float, 0, exclusive=True, what='GB/s'), metavar="GB/s",
                       help="derive COMP durations: reduce 3 x bytes/bw, copy 2 x bytes/bw (truncated to us)")
-    conv.add_argument("--reduce-us", type=_non_negative_int, metavar="US",
+    conv.add_argument("--reduce-us", type=number(int, 0, what='whole microseconds'), metavar="US",
                       help="duration of every reduction COMP node, microseconds (overrides --local-mem-bw)")
-    conv.add_argument("--copy-us", type=_non_negative_int, metavar="US",
+    conv.add_argument("--copy-us", type=number(int, 0, what='whole microseconds'), metavar="US",
                       help="duration of every copy COMP node, microseconds (overrides --local-mem-bw)")
     conv.add_argument("-q", "--quiet", action="store_true", help="print nothing")
     conv.set_defaults(run_command=run_to_chakra)

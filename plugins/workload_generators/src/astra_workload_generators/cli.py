@@ -7,26 +7,7 @@ import argparse
 from astra_sim.errors import ConfigError
 
 from .common import parse_size
-
-
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _non_negative_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
+from astra_sim.cliutil import non_negative_int, positive_int
 
 
 def _int(text):
@@ -69,9 +50,9 @@ def add_commands(subparsers):
         "parallelism type is accepted, including those Chakra's converter rejects (HYBRID_TRANSFORMER, "
         "HYBRID_TRANSFORMER_FWD_IN_BCKWD, HYBRID_CUSTOMIZED, DISTRIBUTED_INFERENCE).")
     p.add_argument("file", metavar="FILE.txt")
-    p.add_argument("--npus", type=_positive_int, required=True, metavar="N", help="number of NPUs (rank files)")
+    p.add_argument("--npus", type=positive_int, required=True, metavar="N", help="number of NPUs (rank files)")
     p.add_argument("-o", "--output", required=True, metavar="PREFIX", help="write PREFIX.<rank>.et")
-    p.add_argument("--num-passes", type=_positive_int, default=1, metavar="P", help="training iterations (default 1)")
+    p.add_argument("--num-passes", type=positive_int, default=1, metavar="P", help="training iterations (default 1)")
     p.add_argument("--style", choices=("astra-sim", "chakra"), default="astra-sim",
                    help="astra-sim (default): involved_dim per collective, empty collectives left out, ids from 0 "
                    "in every file; chakra: the exact bytes of Chakra's Text converter")
@@ -83,7 +64,7 @@ def add_commands(subparsers):
     p.add_argument("--keep-empty-comms", action="store_true",
                    help="astra-sim style: keep collectives that move nothing (NONE, 0 bytes, no involved dimension) "
                    "as Chakra does (NONE becomes ALL_REDUCE)")
-    p.add_argument("--first-id", type=_non_negative_int, default=0, metavar="K", help="first node id (default 0)")
+    p.add_argument("--first-id", type=non_negative_int, default=0, metavar="K", help="first node id (default 0)")
     p.add_argument("--schema", default=None, metavar="S",
                    help="GlobalMetadata 'schema' attribute (default 1.0.2-chakra.1.0.0, Chakra 1.0.0's)")
     p.set_defaults(run_command=_cmd_convert_text)
@@ -98,7 +79,7 @@ def add_commands(subparsers):
     what.add_argument("--p2p", choices=("shift", "pairs", "send", "recv"),
                       help="shift: r sends to r+K and receives from r-K; pairs: 2k<->2k+1; send/recv: chakra's "
                       "lone node without peer (--style chakra)")
-    what.add_argument("--compute", type=_non_negative_int, metavar="US", help="COMP node(s) of US microseconds")
+    what.add_argument("--compute", type=non_negative_int, metavar="US", help="COMP node(s) of US microseconds")
     what.add_argument("--mem-load", metavar="SIZE", help="one remote-memory load of SIZE")
     what.add_argument("--mem-store", metavar="SIZE", help="one remote-memory store of SIZE")
     what.add_argument("--metadata-all-types", action="store_true",
@@ -106,24 +87,24 @@ def add_commands(subparsers):
     what.add_argument("--graph", metavar="SPEC", help="a small graph described in JSON/YAML (see README)")
     what.add_argument("--chakra-suite", action="store_true",
                       help="everything chakra_generator writes (14 microbenchmarks) into the folder -o")
-    p.add_argument("--npus", type=_positive_int, required=True, metavar="N")
+    p.add_argument("--npus", type=positive_int, required=True, metavar="N")
     p.add_argument("-o", "--output", required=True, metavar="PREFIX")
     p.add_argument("--size", metavar="SIZE", help="bytes: 1024, 64KiB, 1MiB, 1GB (KB/MB/GB are powers of 1024)")
     p.add_argument("--style", choices=("astra-sim", "chakra"), default="astra-sim")
     p.add_argument("--name", metavar="NAME", help="node name (default: the style's)")
     p.add_argument("--shift", type=_int, default=1, metavar="K", help="--p2p shift distance (default 1)")
     p.add_argument("--tag", type=_int, default=0, metavar="T", help="comm_tag of p2p nodes (default 0)")
-    p.add_argument("--count", type=_positive_int, default=1, metavar="K", help="--compute: nodes per rank")
+    p.add_argument("--count", type=positive_int, default=1, metavar="K", help="--compute: nodes per rank")
     p.add_argument("--dependent", action="store_true", help="--compute: chain the nodes")
     p.add_argument("--ids", choices=("per-file", "global"),
                    help="per-file: every rank file numbers from --first-id (astra-sim default); global: one counter "
                    "across the files (chakra default, and ASTRA-sim's shipped examples)")
-    p.add_argument("--first-id", type=_non_negative_int, default=0, metavar="K")
+    p.add_argument("--first-id", type=non_negative_int, default=0, metavar="K")
     p.add_argument("--et-version", metavar="V", help="GlobalMetadata version (default 0.0.4 / 1.0.0 by style)")
-    p.add_argument("--runtime", type=_non_negative_int, default=5, metavar="US", help="--chakra-suite: compute time")
-    p.add_argument("--tensor-size", type=_non_negative_int, default=1024, metavar="B",
+    p.add_argument("--runtime", type=non_negative_int, default=5, metavar="US", help="--chakra-suite: compute time")
+    p.add_argument("--tensor-size", type=non_negative_int, default=1024, metavar="B",
                    help="--chakra-suite: memory/send/recv size")
-    p.add_argument("--comm-size", type=_non_negative_int, default=65536, metavar="B",
+    p.add_argument("--comm-size", type=non_negative_int, default=65536, metavar="B",
                    help="--chakra-suite: collective size")
     p.set_defaults(run_command=_cmd_micro)
 
@@ -132,9 +113,9 @@ def add_commands(subparsers):
         description="Copy a trace whose ranks are all the same graph to M NPUs (ids keep the input's per-rank "
         "offset; names containing '<N>npus' get the new count).")
     p.add_argument("prefix", metavar="PREFIX")
-    p.add_argument("--to-npus", type=_positive_int, required=True, metavar="M")
+    p.add_argument("--to-npus", type=positive_int, required=True, metavar="M")
     p.add_argument("-o", "--output", required=True, metavar="OUT")
-    p.add_argument("--from-npus", type=_positive_int, metavar="N",
+    p.add_argument("--from-npus", type=positive_int, metavar="N",
                    help="ranks to read (default: every PREFIX.<r>.et from 0)")
     p.add_argument("--keep-names", action="store_true", help="do not rewrite '<N>npus' in node names")
     p.set_defaults(run_command=_cmd_scale)
@@ -158,8 +139,8 @@ def add_commands(subparsers):
     p.add_argument("host", metavar="HOST.json")
     p.add_argument("--kineto", metavar="KINETO.json", help="the matching Kineto device trace")
     which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--rank", type=_non_negative_int, metavar="R", help="write only PREFIX.R.et")
-    which.add_argument("--ranks", type=_positive_int, metavar="N", help="write PREFIX.0.et .. PREFIX.N-1.et")
+    which.add_argument("--rank", type=non_negative_int, metavar="R", help="write only PREFIX.R.et")
+    which.add_argument("--ranks", type=positive_int, metavar="N", help="write PREFIX.0.et .. PREFIX.N-1.et")
     p.add_argument("-o", "--output", required=True, metavar="PREFIX")
     p.set_defaults(run_command=_cmd_convert_pytorch)
 
