@@ -55,3 +55,22 @@ def astra_register_collective_algorithms(registry):
         "nccl", CollectiveAlgorithmSpec("one", nccl_factory),
         "NCCL tuning model (ring/tree/NVLS x LL/LL128/Simple, fastest predicted), one wait per chunk; GPU from --gpu",
     )
+
+    from astra_gpu_model.loadstore import direct_factory, nvls_factory, oneshot_factory, twoshot_factory
+
+    registry.collective_algorithm(
+        "ls_oneshot", CollectiveAlgorithmSpec("one", oneshot_factory),
+        "load-store one-shot all-reduce (every GPU loads all peers' buffers over NVLink), cache-line model; --gpu",
+    )
+    registry.collective_algorithm(
+        "ls_twoshot", CollectiveAlgorithmSpec("one", twoshot_factory),
+        "load-store two-shot all-reduce (reduce-scatter then all-gather by loads), cache-line model; --gpu",
+    )
+    registry.collective_algorithm(
+        "nvls", CollectiveAlgorithmSpec("one", nvls_factory),
+        "NVLS/multimem all-reduce (NVSwitch reduces: ld_reduce + multicast store), cache-line model; --gpu",
+    )
+    registry.collective_algorithm(
+        "ls_direct", CollectiveAlgorithmSpec("one", direct_factory),
+        "load-store all-gather / reduce-scatter by direct stores to peers, cache-line model; --gpu",
+    )
