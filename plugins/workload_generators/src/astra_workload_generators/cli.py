@@ -144,6 +144,9 @@ def add_commands(subparsers):
     p.add_argument("-o", "--output", required=True, metavar="PREFIX")
     p.set_defaults(run_command=_cmd_convert_pytorch)
 
+    from .llm import add_llm_command
+    add_llm_command(sub)
+
 
 def _usage(parser):
     parser.print_help()

@@ -1,0 +1,458 @@
+"""``astra workload llm``: Chakra traces for training dense transformers (Megatron-style 3-D parallelism).
+
+Rank layout: ``rank = t + TP * (d + DP * p)`` (tensor-parallel index fastest, then data-parallel, then pipeline
+stage). Communicator groups (``PREFIX.groups.json``): TP groups first (ids 1..), then DP groups, then PP groups;
+groups of size 1 are not written and get no collectives.
+
+FLOPs (what the COMP nodes' ``num_ops`` add up to over all ranks, without recomputation)::
+
+    6 * P * tokens + 12 * L * s^2 * h * sequences
+
+with ``P = L * (h*(h + 2*kv*d) + h*h + m*h*f) + V*h`` (matmul weights: QKV, output projection, FFN with m = 3
+for gated (SwiGLU) FFNs and 2 otherwise, plus the LM head; no biases, norms or embedding lookup) and the
+attention term ``4*b*s^2*h`` forward + ``8*b*s^2*h`` backward per layer (QK^T and AV, no causal-mask saving).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, asdict
+
+from astra_sim.chakra import types as T
+from astra_sim.chakra.writer import encode_varint, make_metadata, make_node
+from astra_sim.errors import ConfigError
+
+from .common import ensure_parent
+
+__all__ = ["PRESETS", "ModelDims", "LlmConfig", "model_dims", "parameter_count", "training_flops",
+           "generate_llm", "rank_of", "coords_of"]
+
+# Published dimensions. gpt3-13b uses hidden 5120 (Megatron; the GPT-3 paper's 5140 is not divisible by its
+# 40 heads). Llama's ffn_hidden is the SwiGLU inner size.
+PRESETS = {
+    "gpt3-175b": dict(layers=96, hidden=12288, heads=96, kv_heads=96, ffn_hidden=49152, vocab=50257, seq_len=2048,
+                      gated=False),
+    "gpt3-13b": dict(layers=40, hidden=5120, heads=40, kv_heads=40, ffn_hidden=20480, vocab=50257, seq_len=2048,
+                     gated=False),
+    "llama2-7b": dict(layers=32, hidden=4096, heads=32, kv_heads=32, ffn_hidden=11008, vocab=32000, seq_len=4096,
+                      gated=True),
+    "llama2-70b": dict(layers=80, hidden=8192, heads=64, kv_heads=8, ffn_hidden=28672, vocab=32000, seq_len=4096,
+                       gated=True),
+    "llama3-8b": dict(layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, vocab=128256, seq_len=8192,
+                      gated=True),
+    "llama3-70b": dict(layers=80, hidden=8192, heads=64, kv_heads=8, ffn_hidden=28672, vocab=128256, seq_len=8192,
+                       gated=True),
+}
+
+DTYPES = {"bf16": (2, "c10::BFloat16"), "fp16": (2, "c10::Half"), "fp32": (4, "float")}
+MM = "aten::mm"
+ATTN = "aten::_scaled_dot_product_flash_attention"
+ATTN_BWD = "aten::_scaled_dot_product_flash_attention_backward"
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn_hidden: int
+    vocab: int
+    seq_len: int
+    gated: bool = False
+
+    @property
+    def head_dim(self):
+        return self.hidden // self.heads
+
+
+@dataclass(frozen=True)
+class LlmConfig:
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    micro_batches: int = 1
+    micro_batch_size: int = 1
+    sequence_parallel: bool = False
+    zero: int = 0
+    recompute: bool = False
+    dtype: str = "bf16"
+    tflops: float = 312.0
+
+    @property
+    def npus(self):
+        return self.tp * self.pp * self.dp
+
+
+def model_dims(preset=None, **overrides) -> ModelDims:
+    """A preset's dimensions, with any non-None ``overrides`` (layers, hidden, heads, ...) applied."""
+    base = {}
+    if preset is not None:
+        if preset not in PRESETS:
+            raise ConfigError(f"unknown preset {preset!r} (known: {', '.join(PRESETS)})")
+        base = dict(PRESETS[preset])
+    base.update({k: v for k, v in overrides.items() if v is not None})
+    if "kv_heads" not in base and "heads" in base:
+        base["kv_heads"] = base["heads"]
+    if "ffn_hidden" not in base and "hidden" in base:
+        base["ffn_hidden"] = 4 * base["hidden"]
+    missing = [k for k in ("layers", "hidden", "heads", "vocab", "seq_len") if k not in base]
+    if missing:
+        raise ConfigError(f"give --preset or the model dimensions; missing: {', '.join('--' + m.replace('_', '-') for m in missing)}")
+    dims = ModelDims(**base)
+    for k, v in asdict(dims).items():
+        if k != "gated" and (not isinstance(v, int) or v < 1):
+            raise ConfigError(f"{k} must be a positive integer, got {v!r}")
+    if dims.hidden % dims.heads:
+        raise ConfigError(f"hidden {dims.hidden} is not divisible by heads {dims.heads}")
+    if dims.heads % dims.kv_heads:
+        raise ConfigError(f"heads {dims.heads} is not divisible by kv heads {dims.kv_heads}")
+    return dims
+
+
+def padded_vocab(dims: ModelDims, tp: int) -> int:
+    """The vocabulary padded up to a multiple of TP (so the LM head splits evenly)."""
+    return -(-dims.vocab // tp) * tp
+
+
+def layer_parameters(dims: ModelDims) -> int:
+    h, d = dims.hidden, dims.head_dim
+    return h * (h + 2 * dims.kv_heads * d) + h * h + (3 if dims.gated else 2) * h * dims.ffn_hidden
+
+
+def parameter_count(dims: ModelDims, tp: int = 1) -> int:
+    """Matmul parameters P of the 6*P*tokens rule: all layers plus the LM head (vocab padded to TP)."""
+    return dims.layers * layer_parameters(dims) + padded_vocab(dims, tp) * dims.hidden
+
+
+def training_flops(dims: ModelDims, sequences: int, tp: int = 1) -> int:
+    """6 * P * tokens + 12 * L * s^2 * h * sequences."""
+    s = dims.seq_len
+    return 6 * parameter_count(dims, tp) * sequences * s + 12 * dims.layers * s * s * dims.hidden * sequences
+
+
+def rank_of(cfg: LlmConfig, t, d, p):
+    return t + cfg.tp * (d + cfg.dp * p)
+
+
+def coords_of(cfg: LlmConfig, rank):
+    return rank % cfg.tp, (rank // cfg.tp) % cfg.dp, rank // (cfg.tp * cfg.dp)
+
+
+def comm_groups(cfg: LlmConfig):
+    """{'tp': {(d, p): id}, 'dp': {(t, p): id}, 'pp': {(t, d): id}} and the JSON mapping {id: ranks}."""
+    ids = {"tp": {}, "dp": {}, "pp": {}}
+    groups = {}
+    next_id = 1
+    if cfg.tp > 1:
+        for p in range(cfg.pp):
+            for d in range(cfg.dp):
+                ids["tp"][(d, p)] = next_id
+                groups[str(next_id)] = [rank_of(cfg, t, d, p) for t in range(cfg.tp)]
+                next_id += 1
+    if cfg.dp > 1:
+        for p in range(cfg.pp):
+            for t in range(cfg.tp):
+                ids["dp"][(t, p)] = next_id
+                groups[str(next_id)] = [rank_of(cfg, t, d, p) for d in range(cfg.dp)]
+                next_id += 1
+    if cfg.pp > 1:
+        for d in range(cfg.dp):
+            for t in range(cfg.tp):
+                ids["pp"][(t, d)] = next_id
+                groups[str(next_id)] = [rank_of(cfg, t, d, p) for p in range(cfg.pp)]
+                next_id += 1
+    return ids, groups
+
+
+def _check(dims: ModelDims, cfg: LlmConfig):
+    for name in ("tp", "pp", "dp", "micro_batches", "micro_batch_size"):
+        v = getattr(cfg, name)
+        if not isinstance(v, int) or v < 1:
+            raise ConfigError(f"{name.replace('_', '-')} must be a positive integer, got {v!r}")
+    if dims.layers % cfg.pp:
+        raise ConfigError(f"layers {dims.layers} are not divisible by --pp {cfg.pp}")
+    if dims.kv_heads % cfg.tp:
+        raise ConfigError(f"kv heads {dims.kv_heads} (and heads {dims.heads}) must be divisible by --tp {cfg.tp}")
+    if dims.ffn_hidden % cfg.tp:
+        raise ConfigError(f"ffn hidden {dims.ffn_hidden} is not divisible by --tp {cfg.tp}")
+    if cfg.zero not in (0, 1, 2):
+        raise ConfigError(f"--zero must be 0, 1 or 2, got {cfg.zero!r}")
+    if cfg.dtype not in DTYPES:
+        raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)}, got {cfg.dtype!r}")
+    if not cfg.tflops > 0:
+        raise ConfigError(f"--tflops must be > 0, got {cfg.tflops!r}")
+
+
+class _StageBuilder:
+    """The node graph of one pipeline stage, identical for every rank of the stage except for rank-specific
+    attributes (``pg_name``, ``comm_src``/``comm_dst``), which are appended per rank as trailing attributes."""
+
+    def __init__(self, dims: ModelDims, cfg: LlmConfig, stage: int):
+        self.dims, self.cfg, self.p = dims, cfg, stage
+        self.nbytes, tname = DTYPES[cfg.dtype]
+        self.ttype = f"Tensor({tname})"
+        self.items = []  # (static bytes, dynamic key or None)
+        self.prev = None  # last node of the compute chain
+        self.tokens = cfg.micro_batch_size * dims.seq_len
+        self.act_bytes = cfg.micro_batch_size * dims.seq_len * dims.hidden * self.nbytes
+
+    # -- node emission ------------------------------------------------------------------------------------
+    def _add(self, name, type_, attrs, deps=(), dyn=None, duration=0, shapes=None, types=None, chain=True):
+        nid = len(self.items)
+        deps = list(deps)
+        if chain and self.prev is not None:
+            deps.insert(0, self.prev)
+        node = make_node(nid, name, type_, data_deps=deps, duration_micros=duration, attrs=attrs,
+                         inputs_shapes=shapes, inputs_types=types)
+        self.items.append((node._raw, dyn))
+        if chain:
+            self.prev = nid
+        return nid
+
+    def comp(self, op, label, shapes, flops, elems, deps=()):
+        nshapes = shapes.count("[") - 1
+        types = "[" + ", ".join([repr(self.ttype)] * nshapes) + "]"
+        dur = max(1, round(flops / (self.cfg.tflops * 1e12) * 1e6))
+        return self._add(op, T.COMP_NODE, {"is_cpu_op": False, "num_ops": flops,
+                                           "tensor_size": elems * self.nbytes, "label": label},
+                         deps, duration=dur, shapes=shapes, types=types)
+
+    def mm(self, label, m, k, n, deps=()):
+        return self.comp(MM, label, f"[[{m}, {k}], [{k}, {n}]]", 2 * m * k * n, m * k + k * n + m * n, deps)
+
+    def coll(self, label, comm_type, size, group, deps=(), chain=True):
+        return self._add(label, T.COMM_COLL_NODE, {"is_cpu_op": False, "comm_type": comm_type, "comm_size": size},
+                         deps, dyn=(group,), chain=chain)
+
+    def send(self, label, direction, tag, deps):
+        return self._add(label, T.COMM_SEND_NODE, {"is_cpu_op": False, "comm_size": self.act_bytes, "comm_tag": tag},
+                         deps, dyn=("send", direction), chain=False)
+
+    def recv(self, label, direction, tag):
+        return self._add(label, T.COMM_RECV_NODE, {"is_cpu_op": False, "comm_size": self.act_bytes, "comm_tag": tag},
+                         (), dyn=("recv", direction), chain=False)
+
+    # -- the model ------------------------------------------------------------------------------------------
+    def _tp(self, kind, label, deps=()):
+        """A TP collective: kind 'ar' (all-reduce), 'ag' (all-gather) or 'rs' (reduce-scatter)."""
+        if self.cfg.tp == 1:
+            return None
+        comm = {"ar": T.ALL_REDUCE, "ag": T.ALL_GATHER, "rs": T.REDUCE_SCATTER}[kind]
+        return self.coll(f"tp_{kind}.{label}", comm, self.act_bytes, "tp", deps)
+
+    def layer_forward(self, layer, mb, deps=(), tag="fwd"):
+        dims, cfg, tp = self.dims, self.cfg, self.cfg.tp
+        h, d, b, s, n = dims.hidden, dims.head_dim, cfg.micro_batch_size, dims.seq_len, self.tokens
+        sp = cfg.sequence_parallel
+        lab = f"{tag}.l{layer}.mb{mb}"
+        qkv = (h + 2 * dims.kv_heads * d) // tp
+        f1 = (2 if dims.gated else 1) * dims.ffn_hidden // tp
+        deps = list(deps)
+        if sp and self._tp("ag", lab + ".attn_in", deps) is not None:
+            deps = []
+        self.mm(lab + ".qkv", n, h, qkv, deps)
+        hq, hkv = dims.heads // tp, dims.kv_heads // tp
+        self.comp(ATTN, lab + ".attn", f"[[{b}, {hq}, {s}, {d}], [{b}, {hkv}, {s}, {d}], [{b}, {hkv}, {s}, {d}]]",
+                  4 * b * s * s * d * hq, b * s * d * (2 * hq + 2 * hkv))
+        self.mm(lab + ".proj", n, h // tp, h)
+        self._tp("rs" if sp else "ar", lab + ".attn_out")
+        if sp:
+            self._tp("ag", lab + ".mlp_in")
+        self.mm(lab + ".fc1", n, h, f1)
+        self.mm(lab + ".fc2", n, dims.ffn_hidden // tp, h)
+        self._tp("rs" if sp else "ar", lab + ".mlp_out")
+
+    def layer_backward(self, layer, mb, deps=()):
+        dims, cfg, tp = self.dims, self.cfg, self.cfg.tp
+        h, d, b, s, n = dims.hidden, dims.head_dim, cfg.micro_batch_size, dims.seq_len, self.tokens
+        sp = cfg.sequence_parallel
+        lab = f"bwd.l{layer}.mb{mb}"
+        qkv = (h + 2 * dims.kv_heads * d) // tp
+        f1 = (2 if dims.gated else 1) * dims.ffn_hidden // tp
+        ff = dims.ffn_hidden // tp
+        deps = list(deps)
+        if sp and self._tp("ag", lab + ".mlp_out", deps) is not None:
+            deps = []
+        self.mm(lab + ".fc2.dgrad", n, h, ff, deps)
+        self.mm(lab + ".fc2.wgrad", ff, n, h)
+        self.mm(lab + ".fc1.dgrad", n, f1, h)
+        self.mm(lab + ".fc1.wgrad", h, n, f1)
+        self._tp("rs" if sp else "ar", lab + ".mlp_in")
+        if sp:
+            self._tp("ag", lab + ".attn_out")
+        self.mm(lab + ".proj.dgrad", n, h, h // tp)
+        self.mm(lab + ".proj.wgrad", h // tp, n, h)
+        hq, hkv = dims.heads // tp, dims.kv_heads // tp
+        self.comp(ATTN_BWD, lab + ".attn",
+                  f"[[{b}, {hq}, {s}, {d}], [{b}, {hq}, {s}, {d}], [{b}, {hkv}, {s}, {d}], [{b}, {hkv}, {s}, {d}]]",
+                  8 * b * s * s * d * hq, b * s * d * (4 * hq + 4 * hkv))
+        self.mm(lab + ".qkv.dgrad", n, qkv, h)
+        self.mm(lab + ".qkv.wgrad", h, n, qkv)
+        return self._tp("rs" if sp else "ar", lab + ".attn_in")
+
+    def grad_sync(self, label, params):
+        """Gradient synchronisation of ``params`` (this rank's shard) over the DP group, off the compute chain."""
+        cfg = self.cfg
+        if cfg.dp == 1 or params == 0:
+            return
+        size = params * self.nbytes
+        if cfg.zero:
+            rs = self.coll(f"dp_rs.{label}", T.REDUCE_SCATTER, size, "dp", [self.prev], chain=False)
+            self.coll(f"dp_ag.{label}", T.ALL_GATHER, size, "dp", [rs], chain=False)
+        else:
+            self.coll(f"dp_ar.{label}", T.ALL_REDUCE, size, "dp", [self.prev], chain=False)
+
+    def build(self):
+        dims, cfg, p = self.dims, self.cfg, self.p
+        per_stage = dims.layers // cfg.pp
+        layers = range(p * per_stage, (p + 1) * per_stage)
+        first, last = p == 0, p == cfg.pp - 1
+        vocab = padded_vocab(dims, cfg.tp) // cfg.tp
+        lp = layer_parameters(dims) // cfg.tp
+        n, h = self.tokens, dims.hidden
+        M = cfg.micro_batches
+        warmup = min(cfg.pp - p - 1, M)
+        order = [("F", i) for i in range(warmup)]
+        for i in range(M - warmup):
+            order += [("F", warmup + i), ("B", i)]
+        order += [("B", i) for i in range(M - warmup, M)]
+        for kind, mb in order:
+            if kind == "F":
+                deps = [] if first else [self.recv(f"recv_act.mb{mb}", -1, 2 * mb)]
+                for i, layer in enumerate(layers):
+                    self.layer_forward(layer, mb, deps if i == 0 else ())
+                if last:
+                    self.mm(f"fwd.head.mb{mb}", n, h, vocab)
+                if not last:
+                    self.send(f"send_act.mb{mb}", +1, 2 * mb, [self.prev])
+            else:
+                deps = [] if last else [self.recv(f"recv_grad.mb{mb}", +1, 2 * mb + 1)]
+                if last:
+                    self.mm(f"bwd.head.mb{mb}.dgrad", n, vocab, h, deps)
+                    self.mm(f"bwd.head.mb{mb}.wgrad", h, n, vocab)
+                    deps = []
+                    if mb == M - 1:
+                        self.grad_sync("head", vocab * h)
+                for layer in reversed(layers):
+                    if cfg.recompute:
+                        self.layer_forward(layer, mb, deps, tag="recompute")
+                        deps = []
+                    self.layer_backward(layer, mb, deps)
+                    deps = []
+                    if mb == M - 1:
+                        self.grad_sync(f"l{layer}", lp)
+                if not first:
+                    self.send(f"send_grad.mb{mb}", -1, 2 * mb + 1, [self.prev])
+                elif mb == M - 1:
+                    self.grad_sync("embedding", vocab * h)
+        return self.items
+
+
+def _dyn_bytes(key, rank, cfg, gids):
+    t, d, p = coords_of(cfg, rank)
+    if key[0] == "tp":
+        attrs = {"pg_name": str(gids["tp"][(d, p)])}
+    elif key[0] == "dp":
+        attrs = {"pg_name": str(gids["dp"][(t, p)])}
+    else:
+        peer = rank_of(cfg, t, d, p + key[1])
+        src, dst = (rank, peer) if key[0] == "send" else (peer, rank)
+        attrs = {"comm_src": src, "comm_dst": dst}
+    return make_node(0, attrs=attrs)._raw
+
+
+def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True):
+    """Write ``PREFIX.<rank>.et`` for every rank and ``PREFIX.groups.json``; returns a summary dict.
+
+    Ranks of one pipeline stage share their graph: it is encoded once per stage and each rank only appends its
+    own ``pg_name`` / ``comm_src`` / ``comm_dst`` attributes."""
+    _check(dims, cfg)
+    gids, groups = comm_groups(cfg)
+    prefix = str(prefix)
+    if write:
+        ensure_parent(prefix)
+        with open(f"{prefix}.groups.json", "w") as fh:
+            json.dump(groups, fh)
+    meta = make_metadata(attrs={"generator": "astra workload llm"}).SerializeToString()
+    head = encode_varint(len(meta)) + meta
+    nodes_per_stage = []
+    for p in range(cfg.pp):
+        items = _StageBuilder(dims, cfg, p).build()
+        nodes_per_stage.append(len(items))
+        keys = sorted({dyn for _, dyn in items if dyn is not None})
+        for t in range(cfg.tp):
+            for d in range(cfg.dp):
+                rank = rank_of(cfg, t, d, p)
+                suffix = {k: _dyn_bytes(k, rank, cfg, gids) for k in keys}
+                chunks = [head]
+                for raw, dyn in items:
+                    body = raw + suffix[dyn] if dyn is not None else raw
+                    chunks.append(encode_varint(len(body)))
+                    chunks.append(body)
+                if write:
+                    with open(f"{prefix}.{rank}.et", "wb") as fh:
+                        fh.write(b"".join(chunks))
+    return {"npus": cfg.npus, "nodes_per_stage": nodes_per_stage, "groups": len(groups),
+            "parameters": parameter_count(dims, cfg.tp),
+            "flops": training_flops(dims, cfg.dp * cfg.micro_batches * cfg.micro_batch_size, cfg.tp)}
+
+
+# ------------------------------------------------------------------------------------------------ command line
+def add_llm_command(sub):
+    import argparse
+
+    from astra_sim.cliutil import positive_int
+
+    def _tflops(text):
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+        return value
+
+    p = sub.add_parser(
+        "llm", help="training traces for a dense transformer (TP, PP 1F1B, DP/ZeRO, recomputation)",
+        description="Write PREFIX.<rank>.et for one training step of a dense transformer and PREFIX.groups.json "
+        "(TP, DP, PP communicator groups; rank = tp + TP*(dp + DP*pp)). Run them with "
+        "astra run --comm-group-configuration PREFIX.groups.json.")
+    p.add_argument("--preset", choices=sorted(PRESETS), help="published model dimensions")
+    for flag, what in (("layers", "transformer layers"), ("hidden", "hidden size h"), ("heads", "attention heads"),
+                       ("kv-heads", "key/value heads (GQA; default: heads)"),
+                       ("ffn-hidden", "FFN inner size (default 4h)"), ("vocab", "vocabulary size"),
+                       ("seq-len", "sequence length s")):
+        p.add_argument(f"--{flag}", type=positive_int, metavar="N", help=f"{what} (overrides the preset)")
+    p.add_argument("--gated", action=argparse.BooleanOptionalAction, default=None,
+                   help="gated (SwiGLU, 3 matrices) FFN (default: the preset's; off without preset)")
+    p.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel size")
+    p.add_argument("--pp", type=positive_int, default=1, help="pipeline-parallel stages (1F1B)")
+    p.add_argument("--dp", type=positive_int, default=1, help="data-parallel size")
+    p.add_argument("--micro-batches", type=positive_int, default=1, metavar="M",
+                   help="micro-batches per step (gradient accumulation steps)")
+    p.add_argument("--micro-batch-size", type=positive_int, default=1, metavar="B", help="sequences per micro-batch")
+    p.add_argument("--sequence-parallel", action="store_true",
+                   help="TP with all-gather/reduce-scatter instead of all-reduce")
+    p.add_argument("--zero", type=int, choices=(0, 1, 2), default=0,
+                   help="ZeRO stage: 1/2 reduce-scatter gradients and all-gather parameters over DP")
+    p.add_argument("--recompute", action="store_true", help="full activation recomputation before each backward")
+    p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="activation/gradient type (default bf16)")
+    p.add_argument("--tflops", type=_tflops, default=312.0,
+                   help="peak TFLOP/s for duration_micros (default 312, A100 BF16 dense)")
+    p.add_argument("-o", "--output", required=True, metavar="PREFIX")
+    p.set_defaults(run_command=_cmd_llm)
+
+
+def _cmd_llm(args):
+    dims = model_dims(args.preset, layers=args.layers, hidden=args.hidden, heads=args.heads,
+                      kv_heads=args.kv_heads, ffn_hidden=args.ffn_hidden, vocab=args.vocab, seq_len=args.seq_len,
+                      gated=args.gated)
+    cfg = LlmConfig(tp=args.tp, pp=args.pp, dp=args.dp, micro_batches=args.micro_batches,
+                    micro_batch_size=args.micro_batch_size, sequence_parallel=args.sequence_parallel,
+                    zero=args.zero, recompute=args.recompute, dtype=args.dtype, tflops=args.tflops)
+    s = generate_llm(dims, cfg, args.output)
+    print(f"{s['npus']} ranks, {s['parameters'] / 1e9:.2f}B matmul parameters, {s['flops'] / 1e15:.2f} PFLOP per "
+          f"step, nodes per rank by stage {s['nodes_per_stage']}; wrote {args.output}.0.et .. "
+          f"{args.output}.{s['npus'] - 1}.et and {args.output}.groups.json ({s['groups']} groups)")
+    return 0
