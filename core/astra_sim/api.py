@@ -27,6 +27,9 @@ class RunContext:
     #: reference's ``Sys::register_event`` (use it where the reference books
     #: an event on the rank, e.g. remote-memory completions).
     schedule_for_rank: Callable = None
+    #: ``comm_in_flight(rank) -> int``: communication operations (collectives, sends) the rank is
+    #: running now (its GPU-communication slot); lets a compute model charge contention.
+    comm_in_flight: Callable = None
 
 
 class NetworkBackend(Protocol):

@@ -49,8 +49,10 @@ def _add_run_arguments(run):
     ref = run.add_argument_group("reference simulator flags (ASTRA-sim 2.x compatible)")
     ref.add_argument("--workload-configuration", required=True, metavar="PREFIX",
                      help="trace prefix: rank r reads PREFIX.r.et")
-    ref.add_argument("--system-configuration", required=True, metavar="SYS.json")
-    ref.add_argument("--network-configuration", required=True, metavar="NET.yml")
+    ref.add_argument("--system-configuration", metavar="SYS.json",
+                     help="required unless a plugin option (e.g. --platform) provides it")
+    ref.add_argument("--network-configuration", metavar="NET.yml",
+                     help="required unless a plugin option (e.g. --platform) provides it")
     ref.add_argument("--remote-memory-configuration", metavar="MEM.json")
     ref.add_argument("--comm-group-configuration", metavar="GROUPS.json",
                      help="JSON {\"id\": [npus]}; a value containing 'empty' disables groups")
@@ -192,6 +194,18 @@ def _cmd_run(pm, args):
     from astra_sim.simulation import Simulation
 
     options = vars(args).copy()
+    if args.system_configuration is None or args.network_configuration is None:
+        provided = pm.hook.astra_provide_configuration(options=options) or {}
+        for key in ("system_configuration", "network_configuration", "remote_memory_configuration",
+                    "comm_group_configuration"):
+            if getattr(args, key) is None and provided.get(key) is not None:
+                setattr(args, key, provided[key])
+        options.update(provided.get("options") or {})
+        options.update({k: getattr(args, k) for k in ("system_configuration", "network_configuration")})
+        for key in ("system_configuration", "network_configuration"):
+            if getattr(args, key) is None:
+                flag = "--" + key.replace("_", "-")
+                raise AstraError(f"{flag} is required (or a plugin option that provides it, such as --platform)")
     simulation = Simulation(
         args.workload_configuration,
         args.system_configuration,

@@ -37,6 +37,19 @@ def astra_register_commands(subparsers):
     """
 
 
+@hookspec(firstresult=True)
+def astra_provide_configuration(options):
+    """Supply configuration files the command line did not name (e.g. from ``--platform``).
+
+    ``options`` is the dict of parsed ``astra run`` options. Return ``None`` (nothing to add) or a
+    dict with any of ``system_configuration``, ``network_configuration``,
+    ``remote_memory_configuration``, ``comm_group_configuration`` (file paths) and ``options``
+    (extra run options to merge, e.g. ``{"gpu": "H100-SXM5-80GB"}``). Only called when
+    ``--system-configuration`` or ``--network-configuration`` is missing; the first plugin that
+    returns a dict wins.
+    """
+
+
 # ---------------------------------------------------------------- registration
 
 

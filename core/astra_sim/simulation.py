@@ -74,6 +74,7 @@ class Simulation:
             options=self.options,
             warn=self.warn,
             schedule_for_rank=self._schedule_for_rank,
+            comm_in_flight=self._comm_in_flight,
         )
         self.network_backend_name = network_backend
         self.network = self.registry.get("network_backend", network_backend).factory(context)
@@ -226,6 +227,9 @@ class Simulation:
             impls.append((spec, window))
         self._impls[com_type] = impls
         return impls
+
+    def _comm_in_flight(self, rank):
+        return self.workloads[rank].comm_in_flight()
 
     def _schedule_for_rank(self, rank, delay_ns, fn, arg):
         self.systems[rank].register_event(fn, arg, delay_ns)

@@ -298,6 +298,10 @@ class RankWorkload:
             self.finish_ns = self.run.engine.now
             self.run.rank_finished(self)
 
+    def comm_in_flight(self):
+        """Communication operations running now (the GPU-communication slot)."""
+        return self.slot_busy[_COMM]
+
     def stuck_description(self):
         """What keeps this rank from finishing (for deadlock reports)."""
         parts = []
