@@ -53,6 +53,10 @@ class GpuComputeModel:
         self._gpu_children = {}  # rank -> {cpu op id: number of GPU COMP nodes it launched}
         self.counts = Counter()  # how nodes were timed
         self._unknown = Counter()
+        # --gpu-contention: comm kernels take SMs and HBM share from overlapping compute (contention.py)
+        from astra_gpu_model.contention import Contention
+
+        self.contention = Contention.from_options(self.gpu, context, options)
 
     # ------------------------------------------------------------------ binding to a run
     def bind_nodes(self, nodes_of_rank):
@@ -63,6 +67,8 @@ class GpuComputeModel:
     def describe(self):
         d = self.gpu.describe()
         d.update({"tf32": self.tf32, "default_dtype": self.default_dtype})
+        if self.contention is not None:
+            d["contention"] = self.contention.describe()
         return d
 
     def stats(self):
@@ -70,6 +76,11 @@ class GpuComputeModel:
 
     # ------------------------------------------------------------------ the compute model interface
     def compute_time_ns(self, node, rank):
+        if self.contention is not None:
+            return self.contention.time_node(self, node, rank)
+        return self._compute_time_ns(node, rank)
+
+    def _compute_time_ns(self, node, rank):
         name = node.name
         if name.startswith("aten::"):
             shapes, types, values = node_io(node)

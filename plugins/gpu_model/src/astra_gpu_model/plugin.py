@@ -27,6 +27,14 @@ def astra_add_run_options(parser):
                        help="fp32 GEMMs run on TF32 tensor cores (torch allow_tf32); default: fp32 CUDA cores")
     group.add_argument("--gpu-default-dtype", default="bf16", choices=DTYPES,
                        help="dtype for ops whose trace names none, and for num_ops (default: bf16)")
+    group.add_argument("--gpu-contention", action="store_true",
+                       help="a COMP node issued while the rank's communication runs gets the SMs and HBM "
+                            "bandwidth the collective leaves (default: off, overlap is free)")
+    group.add_argument("--gpu-comm-sms", type=int, default=None, metavar="N",
+                       help="SMs communication kernels occupy under --gpu-contention (default: 32)")
+    group.add_argument("--gpu-comm-hbm-share", type=float, default=None, metavar="F",
+                       help="HBM bandwidth share communication takes under --gpu-contention "
+                            "(default: 2 x scale-up / HBM bandwidth, at most 0.5)")
 
 
 @hookimpl
@@ -35,6 +43,14 @@ def astra_run_start(run):
     if isinstance(model, GpuComputeModel):
         workloads = run.workloads
         model.bind_nodes(lambda rank: workloads[rank].nodes)
+        if model.contention is not None:  # observe communication intervals for the utilisation report
+            recorded, contention = run.record_node, model.contention
+
+            def record_node(rank, node, start_ns, end_ns):
+                contention.record_node(rank, node, start_ns, end_ns)
+                return recorded(rank, node, start_ns, end_ns)
+
+            run.record_node = record_node
 
 
 @hookimpl
@@ -43,6 +59,9 @@ def astra_run_finish(run, report):
     if isinstance(model, GpuComputeModel):
         report.settings["gpu_model"] = model.describe()
         report.stats["gpu_model_nodes"] = model.stats()
+        if model.contention is not None:
+            report.stats["gpu_utilization"] = model.contention.summary(
+                {r.rank: r.finish_ns for r in report.ranks})
 
 
 @hookimpl
@@ -74,3 +93,70 @@ def astra_register_collective_algorithms(registry):
         "ls_direct", CollectiveAlgorithmSpec("one", direct_factory),
         "load-store all-gather / reduce-scatter by direct stores to peers, cache-line model; --gpu",
     )
+
+
+# ------------------------------------------------------------------------------ platforms (--platform)
+@hookimpl(specname="astra_add_run_options")
+def platform_run_options(parser):
+    from astra_gpu_model.platforms import COLLECTIVES, platform_names
+
+    group = parser.add_argument_group("platforms (GPU + system + network bundles)")
+    group.add_argument("--platform", default=None, metavar="NAME",
+                       help=f"generate system and network configurations for a platform ({', '.join(platform_names())})"
+                            "; --system-configuration / --network-configuration given explicitly win")
+    group.add_argument("--nodes", type=int, default=1, metavar="N",
+                       help="nodes (scale-up domains) of --platform, joined by a fat tree (default 1)")
+    group.add_argument("--platform-collective", default="ring", choices=COLLECTIVES,
+                       help="collective of the generated system config: ring on every dimension, or nccl on the "
+                            "scale-up dimension and ring between nodes (default ring)")
+
+
+@hookimpl
+def astra_provide_configuration(options):
+    name = options.get("platform")
+    if name is None:
+        return None
+    from astra_gpu_model.platforms import generate
+
+    provided = generate(name, options.get("nodes", 1), options.get("platform_collective") or "ring")
+    if options.get("gpu") not in (None, DEFAULT_GPU):  # an explicit --gpu wins over the platform's GPU
+        provided["options"]["gpu"] = options["gpu"]
+    return provided
+
+
+@hookimpl
+def astra_register_commands(subparsers):
+    parser = subparsers.add_parser("platforms", help="list the --platform bundles (GPU, NVLink, NICs) and sources",
+                                   description="List the platforms `astra run --platform NAME` knows.")
+    parser.add_argument("--json", action="store_true", help="machine-readable output, with every source")
+    parser.add_argument("--nodes", type=int, default=1, metavar="N", help="show totals for N nodes (default 1)")
+    parser.set_defaults(run_command=_cmd_platforms)
+
+
+def _cmd_platforms(args):
+    import json
+
+    from astra_sim.errors import ConfigError
+
+    from astra_gpu_model.platforms import describe_all
+
+    if args.nodes < 1:
+        raise ConfigError(f"--nodes must be an integer >= 1, got {args.nodes}")
+    rows = describe_all(args.nodes)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"astra run --platform (nodes={args.nodes}; sources: astra platforms --json)")
+    table.add_column("platform", no_wrap=True, min_width=11)
+    for column in ("GPU", "GPUs/node", "total", "scale-up GB/s/dir", "NIC Gb/s/GPU",
+                   "HBM GB/s", "bf16 TFLOP/s"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(r["name"], r["gpu"], str(r["gpus_per_node"]), str(r["total_gpus"]),
+                      f"{r['scaleup_gb_per_s_per_direction']:g}", f"{r['nic_gbit_per_s_per_gpu']:g}",
+                      f"{r['hbm_bandwidth_gbps']:g}", f"{r['bf16_tflops']:g}")
+    Console().print(table)
+    return 0

@@ -1,0 +1,219 @@
+"""SM and HBM contention between communication and compute kernels on one GPU (``--gpu-contention``).
+
+NCCL-style collectives run as kernels: each channel is one CTA that occupies one SM for the whole
+collective, and the collective streams its data through HBM. A compute kernel that overlaps a
+collective therefore runs on the remaining SMs and shares HBM bandwidth; overlap is not free.
+
+The model, kept simple and explicit:
+
+* **when**: the decision is made when a COMP node is *issued*. If the rank's GPU-communication slot is
+  busy then (``context.comm_in_flight(rank) > 0``: a collective, send or receive is running), the node
+  is timed on the contended GPU for its whole duration; otherwise on the whole GPU. A kernel issued
+  just before a collective starts is *not* slowed, and one issued during a collective stays slowed
+  even if the collective ends first (no re-timing mid-kernel);
+* **SMs**: communication takes ``comm_sms`` SMs (``--gpu-comm-sms``, default
+  :data:`DEFAULT_COMM_SMS` = 32, NCCL's usual channel count for NVLink collectives on H100; capped at
+  ``sm_count - 1``). The compute kernel is timed with ``sm_count - comm_sms`` SMs, each at the same
+  per-SM peak, so GEMM wave quantisation and attention waves are over the remaining SMs;
+* **HBM**: communication takes a fixed share of the HBM bandwidth (``--gpu-comm-hbm-share``). By default
+  the collective is assumed to stream at the GPU's scale-up (NVLink) rate per direction and to read what
+  it sends and write what it receives, so ``2 x scale-up GB/s / HBM GB/s`` (H100: 2 x 450 / 3350 = 0.27),
+  capped at 0.5; :data:`FALLBACK_HBM_SHARE` when the preset has no scale-up bandwidth. Reduction reads,
+  message sizes and the collective's actual rate are ignored. The compute kernel sees
+  ``(1 - share) x HBM``;
+* the collective itself is **not** slowed by the compute kernel (its time comes from the network model).
+
+Utilisation: the model records per-rank intervals — compute kernels (when issued, with the SMs they
+ran on and an estimate of their HBM use: bytes moved / (duration x HBM bandwidth)), and communication
+nodes (from the run's finished-node records) — and summarises them for the report
+(``report.stats["gpu_utilization"]``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from astra_sim.chakra import types as T
+
+from astra_gpu_model.gpu import DTYPE_BYTES
+from astra_gpu_model.ops import OpError, classify, node_io
+
+DEFAULT_COMM_SMS = 32
+FALLBACK_HBM_SHARE = 0.1
+MAX_DEFAULT_HBM_SHARE = 0.5
+TIMELINE_CAP = 256
+COMM_TYPES = (T.COMM_COLL_NODE, T.COMM_SEND_NODE, T.COMM_RECV_NODE)
+
+
+def _flag(value):
+    if isinstance(value, str):
+        return value.strip().lower() not in ("", "0", "false", "no", "off")
+    return bool(value)
+
+
+def default_hbm_share(gpu):
+    link = gpu.scaleup_bandwidth_gbps
+    if not link or not gpu.hbm_bandwidth_gbps:
+        return FALLBACK_HBM_SHARE
+    return min(MAX_DEFAULT_HBM_SHARE, 2.0 * link / gpu.hbm_bandwidth_gbps)
+
+
+def contended_gpu(gpu, comm_sms, hbm_share):
+    """``gpu`` as a compute kernel sees it while communication runs: fewer SMs (same per-SM peak,
+    so the whole-GPU peaks scale down) and ``(1 - hbm_share)`` of the HBM bandwidth."""
+    sms = gpu.sm_count - comm_sms
+    scale = sms / gpu.sm_count
+    return dataclasses.replace(
+        gpu, sm_count=sms, tensor_tflops={k: v * scale for k, v in gpu.tensor_tflops.items()},
+        hbm_bandwidth_gbps=gpu.hbm_bandwidth_gbps * (1.0 - hbm_share),
+    )
+
+
+class Contention:
+    """Contention settings and per-rank utilisation records for one :class:`GpuComputeModel`."""
+
+    def __init__(self, gpu, context=None, comm_sms=None, hbm_share=None):
+        from astra_sim.errors import ConfigError
+
+        comm_sms = DEFAULT_COMM_SMS if comm_sms is None else comm_sms
+        try:
+            comm_sms = int(comm_sms)
+        except (TypeError, ValueError):
+            raise ConfigError(f"--gpu-comm-sms must be an integer, got {comm_sms!r}") from None
+        if comm_sms < 0:
+            raise ConfigError(f"--gpu-comm-sms must be >= 0, got {comm_sms}")
+        self.comm_sms = min(comm_sms, gpu.sm_count - 1)
+        if hbm_share is None:
+            hbm_share = default_hbm_share(gpu)
+        try:
+            hbm_share = float(hbm_share)
+        except (TypeError, ValueError):
+            raise ConfigError(f"--gpu-comm-hbm-share must be a number, got {hbm_share!r}") from None
+        if not 0.0 <= hbm_share < 1.0:
+            raise ConfigError(f"--gpu-comm-hbm-share must be in [0, 1), got {hbm_share}")
+        self.hbm_share = hbm_share
+        self.gpu = gpu
+        self.slowed_gpu = contended_gpu(gpu, self.comm_sms, hbm_share)
+        self.slowed_cache = {}
+        self._engine = getattr(context, "engine", None)
+        self._in_flight = getattr(context, "comm_in_flight", None)
+        self.compute = {}  # rank -> [(start, end, compute_sms, comm_sms, compute_hbm_fraction)]
+        self.comm = {}  # rank -> [(start, end)]
+        self.contended_nodes = 0
+
+    @classmethod
+    def from_options(cls, gpu, context, options):
+        if not _flag(options.get("gpu_contention", False)):
+            return None
+        return cls(gpu, context, options.get("gpu_comm_sms"), options.get("gpu_comm_hbm_share"))
+
+    def describe(self):
+        return {"comm_sms": self.comm_sms, "comm_hbm_share": round(self.hbm_share, 4),
+                "compute_sms_during_comm": self.slowed_gpu.sm_count}
+
+    # ------------------------------------------------------------------ timing
+    def busy(self, rank):
+        return self._in_flight is not None and self._in_flight(rank) > 0
+
+    def time_node(self, model, node, rank):
+        """Time ``node`` with ``model`` on the whole or the contended GPU; record the interval."""
+        busy = self.busy(rank)
+        if busy:
+            saved = model.gpu, model._cache
+            model.gpu, model._cache = self.slowed_gpu, self.slowed_cache
+            try:
+                duration = model._compute_time_ns(node, rank)
+            finally:
+                model.gpu, model._cache = saved
+            self.contended_nodes += 1
+        else:
+            duration = model._compute_time_ns(node, rank)
+        if duration and self._engine is not None:
+            start = self._engine.now
+            used = self.slowed_gpu if busy else self.gpu
+            nbytes = self._bytes(model, node, rank)
+            hbm = 0.0
+            if nbytes:
+                hbm = min(1.0 - (self.hbm_share if busy else 0.0),
+                          nbytes / (duration * 1e-9 * self.gpu.hbm_bytes_per_s))
+            self.compute.setdefault(rank, []).append(
+                (start, start + duration, used.sm_count, self.comm_sms if busy else 0, hbm))
+        return duration
+
+    def _bytes(self, model, node, rank):
+        """Estimated HBM bytes the kernel moves (0 when unknown, e.g. replayed nodes)."""
+        source = node if node.name.startswith("aten::") else model._launcher(node, rank)
+        if source is not None:
+            shapes, types, values = node_io(source)
+            try:
+                op = classify(source.name, shapes, types, values, model.default_dtype, source is not node)
+            except (OpError, ValueError, TypeError, KeyError):  # an estimate only
+                op = None
+            if op is not None:
+                if op.kind == "gemm":
+                    in_bytes = DTYPE_BYTES.get(op.dtype, 2)
+                    return op.batch * ((op.m * op.k + op.k * op.n) * in_bytes + op.m * op.n * op.out_bytes)
+                return op.nbytes
+        size = node.attrs.get("tensor_size")
+        return size if isinstance(size, int) and not isinstance(size, bool) else 0
+
+    def record_node(self, rank, node, start_ns, end_ns):
+        if node.type in COMM_TYPES and not node.attrs.get("is_cpu_op") and end_ns > start_ns:
+            self.comm.setdefault(rank, []).append((start_ns, end_ns))
+
+    # ------------------------------------------------------------------ report
+    def summary(self, finish_ns_of_rank):
+        """``{rank: {sm_busy_fraction, hbm_busy_fraction, contended_compute_ns, timeline, ...}}``.
+
+        Timeline rows ``[start_ns, end_ns, compute_sms, comm_sms, hbm_share]`` (hbm_share: comm's share
+        plus the compute kernel's estimated share), consecutive segments where something runs, capped at
+        :data:`TIMELINE_CAP` rows per rank. Fractions are over ``[0, rank finish]``."""
+        out = {}
+        sms = self.gpu.sm_count
+        for rank, finish in finish_ns_of_rank.items():
+            compute = self.compute.get(rank, [])
+            comm = self.comm.get(rank, [])
+            events = {}
+            for start, end, c_sms, _k, c_hbm in compute:
+                for t, sign in ((start, 1), (end, -1)):
+                    e = events.setdefault(t, [0, 0.0, 0])
+                    e[0] += sign * c_sms
+                    e[1] += sign * c_hbm
+            for start, end in comm:
+                events.setdefault(start, [0, 0.0, 0])[2] += 1
+                events.setdefault(end, [0, 0.0, 0])[2] -= 1
+            points = sorted(events)
+            rows = []
+            sm_time = hbm_time = 0.0
+            c_sms = n_comm = 0
+            c_hbm = 0.0
+            for a, b in zip(points, points[1:]):
+                d = events[a]
+                c_sms += d[0]
+                c_hbm += d[1]
+                n_comm += d[2]
+                comm_on = n_comm > 0
+                k_sms = self.comm_sms if comm_on else 0
+                if not c_sms and not k_sms:
+                    continue
+                hbm = min(1.0, max(0.0, c_hbm) + (self.hbm_share if comm_on else 0.0))
+                sm_time += min(sms, c_sms + k_sms) * (b - a)
+                hbm_time += hbm * (b - a)
+                row = [a, b, min(c_sms, sms), k_sms, round(hbm, 4)]
+                if rows and rows[-1][1] == a and rows[-1][2:] == row[2:]:
+                    rows[-1][1] = b
+                else:
+                    rows.append(row)
+            span = finish or (points[-1] if points else 0)
+            out[rank] = {
+                "sm_busy_fraction": round(sm_time / (sms * span), 4) if span else 0.0,
+                "hbm_busy_fraction": round(hbm_time / span, 4) if span else 0.0,
+                "contended_compute_ns": sum(iv[1] - iv[0] for iv in compute if iv[3]),
+                "compute_ns": sum(iv[1] - iv[0] for iv in compute),
+                "timeline": rows[:TIMELINE_CAP],
+                "timeline_truncated": len(rows) > TIMELINE_CAP,
+            }
+        return out
+
+
+__all__ = ["Contention", "contended_gpu", "default_hbm_share", "DEFAULT_COMM_SMS"]

@@ -1,0 +1,217 @@
+"""Platform bundles for ``astra run --platform NAME [--nodes N]``: GPU + system + network.
+
+A platform is ``nodes`` scale-up domains of ``gpus_per_node`` GPUs. The generated analytical network is
+
+* dimension 1, ``Switch``: the scale-up domain (NVSwitch; for MI300X an equivalent switch, see below) with
+  the GPU's per-direction scale-up bandwidth (from the gpu_model preset's ``scaleup``);
+* dimension 2, ``Switch``: the scale-out fabric, a non-blocking (full-bisection) fat tree between the
+  nodes, rail-optimised: GPU ``i`` of every node talks through its own NIC, so the dimension has ``nodes``
+  members and the per-GPU NIC bandwidth. Only written when ``nodes > 1`` (the analytical backend needs
+  at least two NPUs per dimension).
+
+Bandwidths in the YAML are GB/s with GB = 2**30 bytes (the analytical backend's unit), converted from the
+vendors' decimal figures: ``gib_per_s = bytes_per_s / 2**30``.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from astra_sim.errors import ConfigError
+
+from astra_gpu_model.gpu import load_gpu
+
+GIB = 1 << 30
+
+#: Latency per hop (ns) in the analytical Switch model (a Switch transfer is 2 hops).
+NVLINK_HOP_LATENCY_NS = 250.0
+NVLINK_LATENCY_SOURCE = (
+    "ASSUMPTION: ~0.5 us GPU-to-GPU through one NVSwitch / Infinity Fabric hop pair (250 ns per hop); "
+    "vendors do not publish a per-hop latency"
+)
+FABRIC_HOP_LATENCY_NS = 1000.0
+FABRIC_LATENCY_SOURCE = (
+    "ASSUMPTION: ~2 us one-way NIC-to-NIC through the fat tree (1000 ns per analytical hop: NIC, "
+    "PCIe and switch traversals); InfiniBand NDR switch port-to-port latency alone is ~0.2-0.5 us"
+)
+
+
+@dataclass(frozen=True)
+class Platform:
+    name: str
+    description: str
+    gpu: str                     # gpu_model preset name
+    gpus_per_node: int
+    nic_gbit_per_gpu: float      # per-GPU NIC line rate, Gb/s (decimal), per direction
+    nic: str
+    sources: dict
+    scaleup_note: str = ""
+
+    def scaleup_gb_per_s(self) -> float:
+        """Per-GPU scale-up bandwidth per direction, decimal GB/s (from the GPU preset)."""
+        bw = load_gpu(self.gpu).scaleup_bandwidth_gbps
+        if bw is None:  # pragma: no cover - every preset used here describes its scale-up links
+            raise ConfigError(f"GPU preset {self.gpu} has no scaleup bandwidth")
+        return float(bw)
+
+    def numbers(self, nodes: int = 1) -> dict:
+        gpu = load_gpu(self.gpu)
+        scaleup = self.scaleup_gb_per_s()
+        nic_bytes = self.nic_gbit_per_gpu * 1e9 / 8
+        return {
+            "name": self.name,
+            "description": self.description,
+            "gpu": gpu.name,
+            "gpus_per_node": self.gpus_per_node,
+            "nodes": nodes,
+            "total_gpus": self.gpus_per_node * nodes,
+            "scaleup_technology": gpu.scaleup.get("technology"),
+            "scaleup_gb_per_s_per_direction": scaleup,
+            "scaleup_gib_per_s_per_direction": round(scaleup * 1e9 / GIB, 6),
+            "nic": self.nic,
+            "nic_gbit_per_s_per_gpu": self.nic_gbit_per_gpu,
+            "nic_gib_per_s_per_gpu": round(nic_bytes / GIB, 6),
+            "nics_per_node": self.gpus_per_node,
+            "scaleup_hop_latency_ns": NVLINK_HOP_LATENCY_NS,
+            "fabric_hop_latency_ns": FABRIC_HOP_LATENCY_NS,
+            "hbm_bandwidth_gbps": gpu.hbm_bandwidth_gbps,
+            "bf16_tflops": gpu.tensor_tflops.get("bf16"),
+            "sources": {
+                "gpu": f"astra_gpu_model preset {gpu.name} (its own `sources:`)",
+                "scaleup": gpu.raw.get("sources", {}).get("scaleup", ""),
+                **self.sources,
+                "scaleup_latency": NVLINK_LATENCY_SOURCE,
+                "fabric_latency": FABRIC_LATENCY_SOURCE,
+                "fabric_topology": "ASSUMPTION: non-blocking rail-optimised fat tree between nodes, modelled as one "
+                                   "analytical Switch dimension per rail (no oversubscription, no congestion)",
+            },
+            **({"scaleup_note": self.scaleup_note} if self.scaleup_note else {}),
+        }
+
+
+PLATFORMS = {
+    p.name: p
+    for p in (
+        Platform(
+            "dgx-a100", "NVIDIA DGX A100: 8 x A100-SXM4-80GB, NVSwitch (NVLink 3), 8 x 200 Gb/s HDR InfiniBand",
+            "A100-SXM4-80GB", 8, 200.0, "ConnectX-6 HDR InfiniBand 200 Gb/s",
+            {"gpus_per_node": "NVIDIA DGX A100 datasheet: 8x NVIDIA A100 80GB Tensor Core GPUs, 6x NVSwitches",
+             "nic": "NVIDIA DGX A100 datasheet: 8x single-port NVIDIA ConnectX-6 VPI 200Gb/s HDR InfiniBand "
+                    "(compute fabric), one per GPU"},
+        ),
+        Platform(
+            "hgx-h100", "NVIDIA HGX/DGX H100: 8 x H100-SXM5-80GB, NVSwitch (NVLink 4), 8 x 400 Gb/s NDR",
+            "H100-SXM5-80GB", 8, 400.0, "ConnectX-7 NDR InfiniBand 400 Gb/s",
+            {"gpus_per_node": "NVIDIA DGX H100 datasheet / HGX H100 8-GPU: 8x H100 SXM5, 4x third-generation NVSwitch",
+             "nic": "NVIDIA DGX H100 datasheet: 8x single-port NVIDIA ConnectX-7 VPI, up to 400Gb/s "
+                    "InfiniBand/Ethernet (compute fabric), one per GPU"},
+        ),
+        Platform(
+            "hgx-h200", "NVIDIA HGX/DGX H200: 8 x H200-SXM, NVSwitch (NVLink 4), 8 x 400 Gb/s NDR",
+            "H200-SXM", 8, 400.0, "ConnectX-7 NDR InfiniBand 400 Gb/s",
+            {"gpus_per_node": "NVIDIA DGX H200 datasheet / HGX H200 8-GPU: 8x H200 SXM, 4x NVSwitch",
+             "nic": "NVIDIA DGX H200 datasheet: 8x single-port NVIDIA ConnectX-7 VPI, up to 400Gb/s "
+                    "InfiniBand/Ethernet, one per GPU"},
+        ),
+        Platform(
+            "gb200-nvl72", "NVIDIA GB200 NVL72: one 72-GPU NVLink 5 domain per rack (node = rack), "
+            "1 x 400 Gb/s per GPU", "B200", 72, 400.0, "ConnectX-7 400 Gb/s (4 per compute tray)",
+            {"gpus_per_node": "NVIDIA GB200 NVL72 datasheet: 36 Grace CPUs + 72 Blackwell GPUs in one NVLink "
+                              "domain (130 TB/s aggregate NVLink = 72 x 1.8 TB/s)",
+             "nic": "NVIDIA GB200 NVL72 compute tray (reference design): 4x ConnectX-7 400Gb/s for 4 Blackwell "
+                    "GPUs, i.e. one 400 Gb/s NIC per GPU",
+             "gpu_proxy": "ASSUMPTION: the GB200 superchip's Blackwell GPU is modelled with the HGX B200 preset "
+                          "(GB200 runs at a higher power limit; its published dense FP16/BF16 rate is ~10% higher)"},
+        ),
+        Platform(
+            "mi300x", "AMD Instinct MI300X platform: 8 x MI300X, Infinity Fabric mesh, 8 x 400 Gb/s",
+            "MI300X", 8, 400.0, "400 Gb/s InfiniBand/Ethernet (one per GPU)",
+            {"gpus_per_node": "AMD Instinct MI300X Platform datasheet: 8x MI300X OAM on a UBB 2.0 baseboard",
+             "nic": "Typical deployment, not an AMD part: Microsoft Azure ND MI300X v5 (8x 400 Gb/s NVIDIA "
+                    "Quantum-2 ConnectX-7 InfiniBand per VM, one per GPU); Dell PowerEdge XE9680 MI300X offers "
+                    "the same 8x 400G"},
+            scaleup_note="MI300X has no switch: 7 point-to-point Infinity Fabric links per GPU (full mesh). "
+                         "It is modelled as an equivalent Switch with the aggregate 7 x 64 GB/s per direction, "
+                         "which is what collectives spread over all 7 links (RCCL's multiple rings) approach; "
+                         "a single ring on one link would get 64 GB/s",
+        ),
+    )
+}
+
+COLLECTIVES = ("ring", "nccl")
+
+
+def platform_names():
+    return list(PLATFORMS)
+
+
+def get_platform(name) -> Platform:
+    key = str(name).strip().lower()
+    if key not in PLATFORMS:
+        raise ConfigError(f"unknown --platform {name!r}; known platforms: {', '.join(PLATFORMS)} "
+                          "(see `astra platforms`)")
+    return PLATFORMS[key]
+
+
+def network_yaml(platform: Platform, nodes: int) -> str:
+    """The analytical-network YAML for ``nodes`` nodes of ``platform`` (bandwidth in GiB/s)."""
+    numbers = platform.numbers(nodes)
+    topology = ["Switch"]
+    npus = [platform.gpus_per_node]
+    bandwidth = [numbers["scaleup_gib_per_s_per_direction"]]
+    latency = [NVLINK_HOP_LATENCY_NS]
+    if nodes > 1:
+        topology.append("Switch")
+        npus.append(nodes)
+        bandwidth.append(numbers["nic_gib_per_s_per_gpu"])
+        latency.append(FABRIC_HOP_LATENCY_NS)
+    return (
+        f"# astra run --platform {platform.name} --nodes {nodes}: {platform.description}\n"
+        "# bandwidth: GB/s with GB = 2**30 bytes, per direction per GPU; latency: ns per hop\n"
+        f"topology: [ {', '.join(topology)} ]\n"
+        f"npus_count: [ {', '.join(str(n) for n in npus)} ]\n"
+        f"bandwidth: [ {', '.join(repr(float(b)) for b in bandwidth)} ]\n"
+        f"latency: [ {', '.join(repr(float(x)) for x in latency)} ]\n"
+    )
+
+
+def system_json(platform: Platform, nodes: int, collective: str = "ring") -> dict:
+    """ASTRA-sim system configuration: the kernel's usual values (astra_sim.testing.system_config) with
+    ``ring`` on every dimension, or ``nccl`` on the scale-up dimension and ``ring`` on the fabric.
+    ``local-mem-bw`` (reduction cost) and ``peak-perf`` come from the GPU preset."""
+    from astra_sim.testing import system_config
+
+    if collective not in COLLECTIVES:
+        raise ConfigError(f"--platform-collective must be one of {', '.join(COLLECTIVES)}, got {collective!r}")
+    gpu = load_gpu(platform.gpu)
+    dims = 2 if nodes > 1 else 1
+    config = system_config(dims, "ring", local_mem_bw=int(gpu.hbm_bandwidth_gbps),
+                           peak_perf=int(gpu.tensor_tflops.get("bf16") or 0) or 900)
+    if collective == "nccl":
+        for key in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all"):
+            config[f"{key}-implementation"][0] = "nccl"
+    return config
+
+
+def generate(name, nodes=1, collective="ring", directory=None) -> dict:
+    """Write the platform's system JSON and network YAML; returns the astra_provide_configuration dict."""
+    platform = get_platform(name)
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise ConfigError(f"--nodes must be an integer >= 1, got {nodes!r}")
+    out = Path(directory or tempfile.mkdtemp(prefix=f"astra-platform-{platform.name}-"))
+    system_path = out / "system.json"
+    network_path = out / "network.yml"
+    system_path.write_text(json.dumps(system_json(platform, nodes, collective), indent=1))
+    network_path.write_text(network_yaml(platform, nodes))
+    return {
+        "system_configuration": str(system_path),
+        "network_configuration": str(network_path),
+        "options": {"gpu": load_gpu(platform.gpu).name},
+    }
+
+
+def describe_all(nodes=1) -> list:
+    return [p.numbers(nodes) for p in PLATFORMS.values()]

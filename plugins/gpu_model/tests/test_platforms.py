@@ -1,0 +1,133 @@
+"""`astra run --platform NAME [--nodes N]` and `astra platforms [--json]`."""
+
+import json
+
+import pytest
+import yaml
+
+from astra_sim.chakra import make_metadata, make_node, write_et
+from astra_sim.chakra import types as T
+from astra_sim.cli import main
+from astra_sim.testing import write_network_config
+
+from astra_gpu_model.platforms import PLATFORMS, generate, get_platform
+
+NAMES = ["dgx-a100", "hgx-h100", "hgx-h200", "gb200-nvl72", "mi300x"]
+GIB = 1 << 30
+
+
+def _trace(tmp_path, ranks, size=4 << 20):
+    nodes = [make_node(1, "ar", T.COMM_COLL_NODE,
+                       attrs={"is_cpu_op": False, "comm_type": T.ALL_REDUCE, "comm_size": size})]
+    for rank in range(ranks):
+        write_et(str(tmp_path / f"t.{rank}.et"), make_metadata(), nodes)
+    return str(tmp_path / "t")
+
+
+def _run(tmp_path, *extra, ranks, name="r"):
+    report = tmp_path / f"{name}.json"
+    rc = main(["run", "--workload-configuration", _trace(tmp_path, ranks), "-q", "--report-json", str(report),
+               *extra])
+    return rc, (json.loads(report.read_text()) if rc == 0 else None)
+
+
+def test_all_five_platforms_known():
+    assert sorted(PLATFORMS) == sorted(NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_every_platform_simulates_an_all_reduce(tmp_path, name, nodes):
+    ranks = PLATFORMS[name].gpus_per_node * nodes
+    rc, report = _run(tmp_path, "--platform", name, "--nodes", str(nodes), ranks=ranks)
+    assert rc == 0
+    text = json.dumps(report)
+    assert "max_finish_ns" in text or report
+    finishes = [v for v in _finish_times(report)]
+    assert len(finishes) == ranks and min(finishes) > 0
+
+
+def _finish_times(report):
+    for key in ("ranks", "per_rank"):
+        if key in report:
+            return [r.get("finish_ns", r.get("finish")) for r in report[key]]
+    if "finish_ns" in report:
+        return report["finish_ns"]
+    raise AssertionError(f"no per-rank finish times in report keys {sorted(report)}")
+
+
+def test_generated_network_units_and_shape(tmp_path):
+    out = generate("hgx-h100", 4, directory=tmp_path)
+    net = yaml.safe_load(open(out["network_configuration"]))
+    assert net["topology"] == ["Switch", "Switch"]
+    assert net["npus_count"] == [8, 4]
+    assert net["bandwidth"][0] == pytest.approx(450e9 / GIB)       # NVLink 4: 18 x 25 GB/s per direction
+    assert net["bandwidth"][1] == pytest.approx(400e9 / 8 / GIB)   # 400 Gb/s NDR per GPU
+    sys_cfg = json.load(open(out["system_configuration"]))
+    assert sys_cfg["all-reduce-implementation"] == ["ring", "ring"]
+    assert out["options"]["gpu"] == "H100-SXM5-80GB"
+    nvl = yaml.safe_load(open(generate("gb200-nvl72", 1, directory=tmp_path)["network_configuration"]))
+    assert nvl["npus_count"] == [72] and nvl["bandwidth"][0] == pytest.approx(900e9 / GIB)
+    a100 = yaml.safe_load(open(generate("dgx-a100", 2, directory=tmp_path)["network_configuration"]))
+    assert a100["bandwidth"] == [pytest.approx(300e9 / GIB), pytest.approx(25e9 / GIB)]
+
+
+def test_more_nodes_and_slower_nics_take_longer(tmp_path):
+    _, h100 = _run(tmp_path, "--platform", "hgx-h100", "--nodes", "2", ranks=16, name="h")
+    _, a100 = _run(tmp_path, "--platform", "dgx-a100", "--nodes", "2", ranks=16, name="a")
+    assert max(_finish_times(a100)) > max(_finish_times(h100))
+
+
+def test_nccl_on_scaleup_dimension(tmp_path):
+    rc, report = _run(tmp_path, "--platform", "hgx-h100", "--nodes", "2", "--platform-collective", "nccl",
+                      ranks=16)
+    assert rc == 0
+    sys_cfg = json.load(open(generate("hgx-h100", 2, "nccl", directory=tmp_path)["system_configuration"]))
+    assert sys_cfg["all-reduce-implementation"] == ["nccl", "ring"]
+
+
+def test_platforms_json_lists_all_with_numbers_and_sources(capsys):
+    assert main(["platforms", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in rows] == NAMES
+    for r in rows:
+        for key in ("gpu", "gpus_per_node", "scaleup_gb_per_s_per_direction", "nic_gbit_per_s_per_gpu",
+                    "scaleup_gib_per_s_per_direction", "nic_gib_per_s_per_gpu"):
+            assert r[key]
+        for key in ("gpu", "scaleup", "gpus_per_node", "nic", "scaleup_latency", "fabric_latency"):
+            assert r["sources"][key]
+    assert main(["platforms"]) == 0
+    assert "gb200-nvl72" in capsys.readouterr().out
+
+
+def test_unknown_platform_is_a_clear_error(tmp_path, capsys):
+    rc = main(["run", "--platform", "dgx-z9000", "--workload-configuration", _trace(tmp_path, 8), "-q"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "unknown --platform 'dgx-z9000'" in err and "hgx-h100" in err and "Traceback" not in err
+    with pytest.raises(Exception, match="known platforms"):
+        get_platform("nope")
+
+
+def test_bad_nodes_is_a_clear_error(tmp_path, capsys):
+    rc = main(["run", "--platform", "hgx-h100", "--nodes", "0", "--workload-configuration", _trace(tmp_path, 8),
+               "-q"])
+    assert rc == 2 and "--nodes" in capsys.readouterr().err
+
+
+def test_user_network_configuration_wins(tmp_path):
+    # A slow 1-dimension 8-NPU network given explicitly: the platform supplies only the system config.
+    net = write_network_config(tmp_path / "slow.yml", ("Switch",), (8,), (1.0,), (500.0,))
+    _, fast = _run(tmp_path, "--platform", "hgx-h100", ranks=8, name="fast")
+    _, slow = _run(tmp_path, "--platform", "hgx-h100", "--network-configuration", net, ranks=8, name="slow")
+    assert max(_finish_times(slow)) > 50 * max(_finish_times(fast))
+    assert slow["settings"]["network_configuration"] == net if "network_configuration" in slow.get(
+        "settings", {}) else True
+
+
+def test_explicit_gpu_wins_over_platform_gpu(tmp_path):
+    from astra_gpu_model.plugin import astra_provide_configuration
+
+    out = astra_provide_configuration({"platform": "hgx-h100", "nodes": 1, "gpu": "B200"})
+    assert out["options"]["gpu"] == "B200"
+    assert astra_provide_configuration({"platform": None}) is None
