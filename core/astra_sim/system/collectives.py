@@ -71,6 +71,54 @@ class Algorithm:
         self.sys.proceed_to_next_phase(self.stream)
 
 
+class TimedCollective(Algorithm):
+    """A collective phase whose time comes from a model instead of packets (e.g. NCCL's cost model).
+
+    Subclasses implement :meth:`duration_ns`; the phase waits that long (through the rank's
+    per-tick batching) and finishes. ``nodes_in_ring`` is the number of ranks in the phase and
+    :attr:`options` the run's options (after ``bind``).
+    """
+
+    __slots__ = ("rank", "topo", "nodes_in_ring", "time_ns")
+
+    def __init__(self, com_type, rank, topo, data_size):
+        self.com_type = com_type
+        self.rank = rank
+        self.topo = topo
+        n = max(1, int(getattr(topo, "nodes_in_ring", 1)))
+        self.nodes_in_ring = n
+        self.data_size = data_size
+        if com_type == ALL_GATHER:
+            self.final_data_size = data_size * n
+        elif com_type == REDUCE_SCATTER:
+            self.final_data_size = data_size // n
+        else:
+            self.final_data_size = data_size
+        self.time_ns = None
+
+    @property
+    def options(self):
+        """The run's options (``astra run`` flags by ``dest``, or ``simulate(options=...)``)."""
+        options = getattr(self.sys.shared, "options", None)
+        return options if isinstance(options, dict) else {}
+
+    def duration_ns(self):
+        raise NotImplementedError
+
+    def run_init(self):
+        self.time_ns = max(0, int(round(self.duration_ns())))
+        self._register(self._timed_out, None, self.time_ns)
+
+    def _timed_out(self, _arg=None):
+        self.finish()
+
+    def run_general(self, _arg=None):
+        pass
+
+    def run_received(self, _arg=None):
+        pass
+
+
 class Ring(Algorithm):
     """Ring algorithm: every step sends one message to the ring neighbour.
 

@@ -34,7 +34,7 @@ import heapq
 from collections import deque
 from dataclasses import dataclass
 
-from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, Algorithm
+from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, TimedCollective
 
 FS_PER_NS = 1_000_000
 
@@ -268,60 +268,36 @@ def collective_time_ns(algo, com_type, data_size, n, cfg=None, phase=phase_batch
     return collective_time_fs(algo, com_type, data_size, n, cfg or LoadStoreConfig(), phase) / FS_PER_NS
 
 
-class LoadStoreCollective(Algorithm):
+class LoadStoreCollective(TimedCollective):
     """Waits the load-store model's time for its chunk, then finishes: no packets."""
 
-    __slots__ = ("algo", "rank", "topo", "nodes_in_ring", "config", "time_ns")
+    __slots__ = ("algo", "config")
 
     def __init__(self, algo, com_type, rank, topo, data_size, config=None):
+        super().__init__(com_type, rank, topo, data_size)
         self.algo = algo
-        self.com_type = com_type
-        self.rank = rank
-        self.topo = topo
-        n = max(1, int(getattr(topo, "nodes_in_ring", 1)))
-        self.nodes_in_ring = n
-        self.data_size = data_size
-        if com_type == ALL_GATHER:
-            self.final_data_size = data_size * n
-        elif com_type == REDUCE_SCATTER:
-            self.final_data_size = data_size // n
-        else:
-            self.final_data_size = data_size
         self.config = config
-        self.time_ns = None
 
     def bind(self, stream):
         super().bind(stream)
         if self.config is None:
-            self.config = _config_from_stream(stream)
+            self.config = _config_for_options(self.options)
 
-    def run_init(self):
+    def duration_ns(self):
         key = (self.algo, self.com_type, int(self.data_size), self.nodes_in_ring, self.config)
         t = _TIME_CACHE.get(key)
         if t is None:
             t = _TIME_CACHE[key] = collective_time_ns(self.algo, self.com_type, int(self.data_size),
                                                       self.nodes_in_ring, self.config)
-        self.time_ns = max(0, int(round(t)))
-        self._register(self._done, None, self.time_ns)
-
-    def _done(self, _arg=None):
-        self.finish()
-
-    def run_general(self, _arg=None):
-        pass
-
-    def run_received(self, _arg=None):
-        pass
+        return t
 
 
 _CONFIG_CACHE = {}
 _TIME_CACHE = {}
 
 
-def _config_from_stream(stream):
+def _config_for_options(options):
     """The run's ``--gpu`` option, else the default GPU (H100); ``ls_*`` options override fields."""
-    options = getattr(getattr(getattr(stream, "sys", None), "shared", None), "options", None) or {}
-    options = options if isinstance(options, dict) else {}
     name = options.get("gpu")
     over = {k[3:]: options[k] for k in ("ls_line_bytes", "ls_sms", "ls_outstanding", "ls_hop_ns")
             if options.get(k) is not None}

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, Algorithm
+from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, TimedCollective
 
 LL, LL128, SIMPLE = "LL", "LL128", "Simple"
 PROTOCOLS = (LL, LL128, SIMPLE)
@@ -172,59 +172,35 @@ def collective_time_us(coll, n_bytes, n, cfg: NcclConfig):
     return t + (cfg.launch_overhead_us if n > 1 else 0.0), algo, proto
 
 
-class NcclCollective(Algorithm):
+class NcclCollective(TimedCollective):
     """Waits the NCCL model's time for its chunk, then finishes: no packets."""
 
-    __slots__ = ("rank", "topo", "nodes_in_ring", "config", "choice", "time_ns")
+    __slots__ = ("config", "choice")
 
     def __init__(self, com_type, rank, topo, data_size, config=None):
-        self.com_type = com_type
-        self.rank = rank
-        self.topo = topo
-        n = max(1, int(getattr(topo, "nodes_in_ring", 1)))
-        self.nodes_in_ring = n
-        self.data_size = data_size
-        if com_type == ALL_GATHER:
-            self.final_data_size = data_size * n
-        elif com_type == REDUCE_SCATTER:
-            self.final_data_size = data_size // n
-        else:
-            self.final_data_size = data_size
+        super().__init__(com_type, rank, topo, data_size)
         self.config = config
         self.choice = None
-        self.time_ns = None
 
     def bind(self, stream):
         super().bind(stream)
         if self.config is None:
-            self.config = _config_from_stream(stream)
+            self.config = _config_for_options(self.options)
 
-    def run_init(self):
-        n = self.nodes_in_ring
+    def duration_ns(self):
         # NCCL's nBytes: the per-rank buffer (all-gather counts the gathered output).
         n_bytes = self.final_data_size if self.com_type == ALL_GATHER else self.data_size
-        t_us, algo, proto = collective_time_us(self.com_type, int(n_bytes), n, self.config)
+        t_us, algo, proto = collective_time_us(self.com_type, int(n_bytes), self.nodes_in_ring, self.config)
         self.choice = (algo, proto)
-        self.time_ns = max(0, int(round(t_us * 1000.0)))
-        self._register(self._done, None, self.time_ns)
-
-    def _done(self, _arg=None):
-        self.finish()
-
-    def run_general(self, _arg=None):
-        pass
-
-    def run_received(self, _arg=None):
-        pass
+        return t_us * 1000.0
 
 
 _CONFIG_CACHE = {}
 
 
-def _config_from_stream(stream):
-    """The run's ``--gpu`` option (simulation options), else the default GPU (H100)."""
-    options = getattr(getattr(getattr(stream, "sys", None), "shared", None), "options", None) or {}
-    name = options.get("gpu") if isinstance(options, dict) else None
+def _config_for_options(options):
+    """The run's ``--gpu`` option, else the default GPU (H100)."""
+    name = options.get("gpu")
     key = str(name)
     if key not in _CONFIG_CACHE:
         _CONFIG_CACHE[key] = config_for_gpu(name)
