@@ -30,6 +30,11 @@ class RunContext:
     #: ``comm_in_flight(rank) -> int``: communication operations (collectives, sends) the rank is
     #: running now (its GPU-communication slot); lets a compute model charge contention.
     comm_in_flight: Callable = None
+    #: ``rank_nodes(rank) -> {node id: EtNode}``: a rank's trace (once the run is built).
+    rank_nodes: Callable = None
+    #: ``add_node_observer(fn)``: ``fn(rank, node, start_ns, end_ns)`` runs when any node finishes
+    #: (for timelines and utilisation reports; keep it cheap, it runs once per node).
+    add_node_observer: Callable = None
 
 
 class NetworkBackend(Protocol):

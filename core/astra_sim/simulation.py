@@ -47,6 +47,7 @@ class Simulation:
         plugin_manager=None,
     ):
         self.warnings = []
+        self._node_observers = []
         self.workload_prefix = str(workload)
         self.system_config_path = str(system)
         self.network_config_path = str(network)
@@ -75,6 +76,8 @@ class Simulation:
             warn=self.warn,
             schedule_for_rank=self._schedule_for_rank,
             comm_in_flight=self._comm_in_flight,
+            rank_nodes=self._rank_nodes,
+            add_node_observer=self._node_observers.append,
         )
         self.network_backend_name = network_backend
         self.network = self.registry.get("network_backend", network_backend).factory(context)
@@ -228,6 +231,9 @@ class Simulation:
         self._impls[com_type] = impls
         return impls
 
+    def _rank_nodes(self, rank):
+        return self.workloads[rank].nodes
+
     def _comm_in_flight(self, rank):
         return self.workloads[rank].comm_in_flight()
 
@@ -235,8 +241,10 @@ class Simulation:
         self.systems[rank].register_event(fn, arg, delay_ns)
 
     def record_node(self, rank, node, start_ns, end_ns):
-        """Every finished node passes here (one place for future timeline export)."""
+        """Every finished node passes here: counted, and shown to the node observers."""
         self.node_counts[node.type] = self.node_counts.get(node.type, 0) + 1
+        for observer in self._node_observers:
+            observer(rank, node, start_ns, end_ns)
 
     def rank_finished(self, workload):
         self.finish_order.append(workload.rank)

@@ -49,7 +49,8 @@ class GpuComputeModel:
         self.default_dtype = default_dtype
         self._warn = getattr(context, "warn", None) or (lambda message: None)
         self._cache = {}
-        self._nodes_of = None  # rank -> {id: EtNode}, bound at run start (astra_run_start)
+        # rank -> {id: EtNode}: lets a GPU kernel node find the CPU op that launched it.
+        self._nodes_of = getattr(context, "rank_nodes", None)
         self._gpu_children = {}  # rank -> {cpu op id: number of GPU COMP nodes it launched}
         self.counts = Counter()  # how nodes were timed
         self._unknown = Counter()
@@ -57,6 +58,9 @@ class GpuComputeModel:
         from astra_gpu_model.contention import Contention
 
         self.contention = Contention.from_options(self.gpu, context, options)
+        observe = getattr(context, "add_node_observer", None)
+        if self.contention is not None and observe is not None:
+            observe(self.contention.record_node)  # communication intervals for the utilisation report
 
     # ------------------------------------------------------------------ binding to a run
     def bind_nodes(self, nodes_of_rank):

@@ -38,22 +38,6 @@ def astra_add_run_options(parser):
 
 
 @hookimpl
-def astra_run_start(run):
-    model = getattr(run, "compute_model", None)
-    if isinstance(model, GpuComputeModel):
-        workloads = run.workloads
-        model.bind_nodes(lambda rank: workloads[rank].nodes)
-        if model.contention is not None:  # observe communication intervals for the utilisation report
-            recorded, contention = run.record_node, model.contention
-
-            def record_node(rank, node, start_ns, end_ns):
-                contention.record_node(rank, node, start_ns, end_ns)
-                return recorded(rank, node, start_ns, end_ns)
-
-            run.record_node = record_node
-
-
-@hookimpl
 def astra_run_finish(run, report):
     model = getattr(run, "compute_model", None)
     if isinstance(model, GpuComputeModel):
