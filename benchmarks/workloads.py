@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 
-from astra_sim.chakra import make_metadata, make_node, types as T, write_et
+from astra_sim.chakra import make_metadata, make_node, types as T
 from astra_sim.testing import system_config
 
 SYSTEM = system_config(dims=3)  # ring on every dimension, 4 chunks, localBWAware

@@ -143,7 +143,6 @@ def _parse_frames(data, path, keep_raw, gzipped):
                           f"not a Chakra ET file, or corrupt", path=path, offset=off) from None
 
     from_string = pb.Node.FromString
-    list_kinds = _LIST_KINDS
     kind_cache = {}
     new_node = EtNode
     append = nodes.append

@@ -214,7 +214,7 @@ def _tensors(args):
 
 
 def _gemm_from_operands(name, a, b, gemm_dtype, out_size):
-    (sa, da, _), (sb, _, _) = a, b
+    (sa, _, _), (sb, _, _) = a, b
     if len(sa) == 0 or len(sb) == 0:
         raise OpError(f"{name}: scalar operand")
     if len(sb) == 1:  # matrix-vector
