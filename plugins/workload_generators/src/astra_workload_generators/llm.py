@@ -11,6 +11,19 @@ FLOPs (what the COMP nodes' ``num_ops`` add up to over all ranks, without recomp
 with ``P = L * (h*(h + 2*kv*d) + h*h + m*h*f) + V*h`` (matmul weights: QKV, output projection, FFN with m = 3
 for gated (SwiGLU) FFNs and 2 otherwise, plus the LM head; no biases, norms or embedding lookup) and the
 attention term ``4*b*s^2*h`` forward + ``8*b*s^2*h`` backward per layer (QK^T and AV, no causal-mask saving).
+
+Mixture of experts (``experts`` > 0): every layer's FFN is ``top_k`` of ``experts`` routed experts (inner size
+``moe_ffn``) plus ``shared_experts`` always-on experts; P above becomes the *activated* parameters (attention +
+(top_k + shared) experts per layer + LM head; the router's h*E weights are not counted). Expert parallelism
+``ep`` is carved out of DP (Megatron): ``d = e + EP*q`` with EP index ``e = d % EP``; EP groups are the EP
+consecutive DP indices ``q*EP .. q*EP+EP-1`` (same t, p), expert-data-parallel groups the DP indices with the same
+``e``. Per MoE layer and micro-batch an all-to-all dispatch before and a combine after the expert GEMMs (again in
+backward), each ``tokens_per_microbatch * top_k * h * bytes`` per rank (EP = 1: none).
+
+Inference (``mode`` prefill / decode): forward only, no DP synchronisation. Prefill: s = prompt_len,
+``2*P*tokens + 4*L*s^2*h*sequences``. Decode: one token per sequence against a KV cache of
+``c = prompt_len + decode_len`` positions: ``2*P + 4*L*c*h`` FLOPs per sequence, attention reads
+``2*L*kv*d*c*bytes`` of KV cache per sequence (``kv_cache_bytes`` attribute; included in ``tensor_size``).
 """
 
 from __future__ import annotations
@@ -24,7 +37,8 @@ from astra_sim.errors import ConfigError
 
 from .common import ensure_parent
 
-__all__ = ["PRESETS", "ModelDims", "LlmConfig", "model_dims", "parameter_count", "training_flops",
+__all__ = ["PRESETS", "ModelDims", "LlmConfig", "model_dims", "parameter_count", "activated_parameter_count",
+           "training_flops", "inference_flops",
            "generate_llm", "rank_of", "coords_of"]
 
 # Published dimensions. gpt3-13b uses hidden 5120 (Megatron; the GPT-3 paper's 5140 is not divisible by its
@@ -42,7 +56,15 @@ PRESETS = {
                       gated=True),
     "llama3-70b": dict(layers=80, hidden=8192, heads=64, kv_heads=8, ffn_hidden=28672, vocab=128256, seq_len=8192,
                        gated=True),
+    # Mixture of experts: 8 experts, top-2, every layer MoE (Mixtral 8x7B).
+    "mixtral-8x7b": dict(layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, vocab=32000, seq_len=4096,
+                         gated=True, experts=8, top_k=2, moe_ffn=14336),
+    # DeepSeekMoE 16B-style: 64 fine-grained routed experts (top-6) + 2 shared, expert inner size 1408. Every
+    # layer is MoE here (the real model's first layer is dense with ffn 10944).
+    "deepseek-moe-16b": dict(layers=28, hidden=2048, heads=16, kv_heads=16, ffn_hidden=10944, vocab=102400,
+                             seq_len=4096, gated=True, experts=64, top_k=6, moe_ffn=1408, shared_experts=2),
 }
+MODES = ("train", "prefill", "decode")
 
 DTYPES = {"bf16": (2, "c10::BFloat16"), "fp16": (2, "c10::Half"), "fp32": (4, "float")}
 MM = "aten::mm"
@@ -60,10 +82,22 @@ class ModelDims:
     vocab: int
     seq_len: int
     gated: bool = False
+    experts: int = 0          # routed experts E (0: dense FFN)
+    top_k: int = 1            # experts per token
+    moe_ffn: int = 0          # expert inner size (0: ffn_hidden)
+    shared_experts: int = 0   # always-active experts of size moe_ffn
 
     @property
     def head_dim(self):
         return self.hidden // self.heads
+
+    @property
+    def moe(self):
+        return self.experts > 0
+
+    @property
+    def expert_ffn(self):
+        return self.moe_ffn or self.ffn_hidden
 
 
 @dataclass(frozen=True)
@@ -78,10 +112,18 @@ class LlmConfig:
     recompute: bool = False
     dtype: str = "bf16"
     tflops: float = 312.0
+    ep: int = 1                     # expert parallelism, carved out of dp
+    mode: str = "train"             # train | prefill | decode
+    prompt_len: int | None = None   # inference; default: the model's seq_len
+    decode_len: int = 1             # decode: generated tokens so far, this one included
 
     @property
     def npus(self):
         return self.tp * self.pp * self.dp
+
+    @property
+    def inference(self):
+        return self.mode != "train"
 
 
 def model_dims(preset=None, **overrides) -> ModelDims:
@@ -101,8 +143,13 @@ def model_dims(preset=None, **overrides) -> ModelDims:
         raise ConfigError(f"give --preset or the model dimensions; missing: {', '.join('--' + m.replace('_', '-') for m in missing)}")
     dims = ModelDims(**base)
     for k, v in asdict(dims).items():
-        if k != "gated" and (not isinstance(v, int) or v < 1):
+        if k in ("experts", "moe_ffn", "shared_experts"):
+            if not isinstance(v, int) or v < 0:
+                raise ConfigError(f"{k} must be a non-negative integer, got {v!r}")
+        elif k != "gated" and (not isinstance(v, int) or v < 1):
             raise ConfigError(f"{k} must be a positive integer, got {v!r}")
+    if dims.moe and dims.top_k > dims.experts:
+        raise ConfigError(f"top-k {dims.top_k} exceeds the {dims.experts} experts")
     if dims.hidden % dims.heads:
         raise ConfigError(f"hidden {dims.hidden} is not divisible by heads {dims.heads}")
     if dims.heads % dims.kv_heads:
@@ -115,20 +162,67 @@ def padded_vocab(dims: ModelDims, tp: int) -> int:
     return -(-dims.vocab // tp) * tp
 
 
-def layer_parameters(dims: ModelDims) -> int:
+def _ffn_mats(dims: ModelDims) -> int:
+    return 3 if dims.gated else 2
+
+
+def dense_layer_parameters(dims: ModelDims) -> int:
+    """Per layer: attention plus the dense FFN (dense model) or the shared experts (MoE) -- synced over full DP."""
     h, d = dims.hidden, dims.head_dim
-    return h * (h + 2 * dims.kv_heads * d) + h * h + (3 if dims.gated else 2) * h * dims.ffn_hidden
+    attn = h * (h + 2 * dims.kv_heads * d) + h * h
+    if dims.moe:
+        return attn + dims.shared_experts * _ffn_mats(dims) * h * dims.expert_ffn
+    return attn + _ffn_mats(dims) * h * dims.ffn_hidden
+
+
+def expert_layer_parameters(dims: ModelDims) -> int:
+    """Per layer: all routed experts' weights (0 for a dense model)."""
+    return dims.experts * _ffn_mats(dims) * dims.hidden * dims.expert_ffn if dims.moe else 0
+
+
+def layer_parameters(dims: ModelDims) -> int:
+    return dense_layer_parameters(dims) + expert_layer_parameters(dims)
+
+
+def activated_layer_parameters(dims: ModelDims) -> int:
+    if not dims.moe:
+        return layer_parameters(dims)
+    return dense_layer_parameters(dims) + dims.top_k * _ffn_mats(dims) * dims.hidden * dims.expert_ffn
 
 
 def parameter_count(dims: ModelDims, tp: int = 1) -> int:
-    """Matmul parameters P of the 6*P*tokens rule: all layers plus the LM head (vocab padded to TP)."""
+    """Matmul parameters: all layers (all experts) plus the LM head (vocab padded to TP)."""
     return dims.layers * layer_parameters(dims) + padded_vocab(dims, tp) * dims.hidden
 
 
+def activated_parameter_count(dims: ModelDims, tp: int = 1) -> int:
+    """Matmul parameters a token passes through (P of the 6*P*tokens rule; = parameter_count for dense models)."""
+    return dims.layers * activated_layer_parameters(dims) + padded_vocab(dims, tp) * dims.hidden
+
+
 def training_flops(dims: ModelDims, sequences: int, tp: int = 1) -> int:
-    """6 * P * tokens + 12 * L * s^2 * h * sequences."""
+    """6 * P_activated * tokens + 12 * L * s^2 * h * sequences."""
     s = dims.seq_len
-    return 6 * parameter_count(dims, tp) * sequences * s + 12 * dims.layers * s * s * dims.hidden * sequences
+    return (6 * activated_parameter_count(dims, tp) * sequences * s
+            + 12 * dims.layers * s * s * dims.hidden * sequences)
+
+
+def inference_flops(dims: ModelDims, cfg: "LlmConfig") -> int:
+    """Forward FLOPs of one prefill / decode step over all ranks."""
+    seqs = cfg.dp * cfg.micro_batches * cfg.micro_batch_size
+    q, c = _lengths(dims, cfg)
+    return (2 * activated_parameter_count(dims, cfg.tp) * seqs * q
+            + 4 * dims.layers * q * c * dims.hidden * seqs)
+
+
+def _lengths(dims: ModelDims, cfg: "LlmConfig"):
+    """(query positions per sequence, attended context positions) for the mode."""
+    if cfg.mode == "train":
+        return dims.seq_len, dims.seq_len
+    prompt = cfg.prompt_len or dims.seq_len
+    if cfg.mode == "prefill":
+        return prompt, prompt
+    return 1, prompt + cfg.decode_len
 
 
 def rank_of(cfg: LlmConfig, t, d, p):
@@ -140,8 +234,10 @@ def coords_of(cfg: LlmConfig, rank):
 
 
 def comm_groups(cfg: LlmConfig):
-    """{'tp': {(d, p): id}, 'dp': {(t, p): id}, 'pp': {(t, d): id}} and the JSON mapping {id: ranks}."""
-    ids = {"tp": {}, "dp": {}, "pp": {}}
+    """{'tp': {(d, p): id}, 'dp': {(t, p): id}, 'pp': {(t, d): id}, 'ep': {(t, p, q): id},
+    'edp': {(t, p, e): id}} and the JSON mapping {id: ranks}. EP groups (DP indices q*EP .. q*EP+EP-1) and
+    expert-data-parallel groups (DP indices = e mod EP) follow the PP groups, only when EP > 1."""
+    ids = {"tp": {}, "dp": {}, "pp": {}, "ep": {}, "edp": {}}
     groups = {}
     next_id = 1
     if cfg.tp > 1:
@@ -162,11 +258,26 @@ def comm_groups(cfg: LlmConfig):
                 ids["pp"][(t, d)] = next_id
                 groups[str(next_id)] = [rank_of(cfg, t, d, p) for p in range(cfg.pp)]
                 next_id += 1
+    ep = cfg.ep
+    if ep > 1:
+        for p in range(cfg.pp):
+            for q in range(cfg.dp // ep):
+                for t in range(cfg.tp):
+                    ids["ep"][(t, p, q)] = next_id
+                    groups[str(next_id)] = [rank_of(cfg, t, q * ep + e, p) for e in range(ep)]
+                    next_id += 1
+        if cfg.dp // ep > 1:
+            for p in range(cfg.pp):
+                for e in range(ep):
+                    for t in range(cfg.tp):
+                        ids["edp"][(t, p, e)] = next_id
+                        groups[str(next_id)] = [rank_of(cfg, t, q * ep + e, p) for q in range(cfg.dp // ep)]
+                        next_id += 1
     return ids, groups
 
 
 def _check(dims: ModelDims, cfg: LlmConfig):
-    for name in ("tp", "pp", "dp", "micro_batches", "micro_batch_size"):
+    for name in ("tp", "pp", "dp", "micro_batches", "micro_batch_size", "ep"):
         v = getattr(cfg, name)
         if not isinstance(v, int) or v < 1:
             raise ConfigError(f"{name.replace('_', '-')} must be a positive integer, got {v!r}")
@@ -182,6 +293,20 @@ def _check(dims: ModelDims, cfg: LlmConfig):
         raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)}, got {cfg.dtype!r}")
     if not cfg.tflops > 0:
         raise ConfigError(f"--tflops must be > 0, got {cfg.tflops!r}")
+    if cfg.mode not in MODES:
+        raise ConfigError(f"--mode must be one of {', '.join(MODES)}, got {cfg.mode!r}")
+    if cfg.prompt_len is not None and (not isinstance(cfg.prompt_len, int) or cfg.prompt_len < 1):
+        raise ConfigError(f"--prompt-len must be a positive integer, got {cfg.prompt_len!r}")
+    if not isinstance(cfg.decode_len, int) or cfg.decode_len < 1:
+        raise ConfigError(f"--decode-len must be a positive integer, got {cfg.decode_len!r}")
+    if cfg.ep > 1 and not dims.moe:
+        raise ConfigError("--ep needs a mixture-of-experts model (--experts)")
+    if cfg.dp % cfg.ep:
+        raise ConfigError(f"--dp {cfg.dp} is not divisible by --ep {cfg.ep} (EP is carved out of DP)")
+    if dims.moe and dims.experts % cfg.ep:
+        raise ConfigError(f"experts {dims.experts} are not divisible by --ep {cfg.ep}")
+    if dims.moe and dims.expert_ffn % cfg.tp:
+        raise ConfigError(f"expert ffn {dims.expert_ffn} is not divisible by --tp {cfg.tp}")
 
 
 class _StageBuilder:
@@ -194,8 +319,10 @@ class _StageBuilder:
         self.ttype = f"Tensor({tname})"
         self.items = []  # (static bytes, dynamic key or None)
         self.prev = None  # last node of the compute chain
-        self.tokens = cfg.micro_batch_size * dims.seq_len
-        self.act_bytes = cfg.micro_batch_size * dims.seq_len * dims.hidden * self.nbytes
+        self.seq, self.ctx = _lengths(dims, cfg)
+        self.tokens = cfg.micro_batch_size * self.seq
+        self.act_bytes = self.tokens * dims.hidden * self.nbytes
+        self.a2a_bytes = self.tokens * dims.top_k * dims.hidden * self.nbytes
 
     # -- node emission ------------------------------------------------------------------------------------
     def _add(self, name, type_, attrs, deps=(), dyn=None, duration=0, shapes=None, types=None, chain=True):
@@ -210,13 +337,13 @@ class _StageBuilder:
             self.prev = nid
         return nid
 
-    def comp(self, op, label, shapes, flops, elems, deps=()):
+    def comp(self, op, label, shapes, flops, elems, deps=(), extra=None):
         nshapes = shapes.count("[") - 1
         types = "[" + ", ".join([repr(self.ttype)] * nshapes) + "]"
         dur = max(1, round(flops / (self.cfg.tflops * 1e12) * 1e6))
-        return self._add(op, T.COMP_NODE, {"is_cpu_op": False, "num_ops": flops,
-                                           "tensor_size": elems * self.nbytes, "label": label},
-                         deps, duration=dur, shapes=shapes, types=types)
+        attrs = {"is_cpu_op": False, "num_ops": flops, "tensor_size": elems * self.nbytes, "label": label}
+        attrs.update(extra or {})
+        return self._add(op, T.COMP_NODE, attrs, deps, duration=dur, shapes=shapes, types=types)
 
     def mm(self, label, m, k, n, deps=()):
         return self.comp(MM, label, f"[[{m}, {k}], [{k}, {n}]]", 2 * m * k * n, m * k + k * n + m * n, deps)
@@ -243,7 +370,8 @@ class _StageBuilder:
 
     def layer_forward(self, layer, mb, deps=(), tag="fwd"):
         dims, cfg, tp = self.dims, self.cfg, self.cfg.tp
-        h, d, b, s, n = dims.hidden, dims.head_dim, cfg.micro_batch_size, dims.seq_len, self.tokens
+        h, d, b, n = dims.hidden, dims.head_dim, cfg.micro_batch_size, self.tokens
+        q, c = self.seq, self.ctx
         sp = cfg.sequence_parallel
         lab = f"{tag}.l{layer}.mb{mb}"
         qkv = (h + 2 * dims.kv_heads * d) // tp
@@ -253,15 +381,58 @@ class _StageBuilder:
             deps = []
         self.mm(lab + ".qkv", n, h, qkv, deps)
         hq, hkv = dims.heads // tp, dims.kv_heads // tp
-        self.comp(ATTN, lab + ".attn", f"[[{b}, {hq}, {s}, {d}], [{b}, {hkv}, {s}, {d}], [{b}, {hkv}, {s}, {d}]]",
-                  4 * b * s * s * d * hq, b * s * d * (2 * hq + 2 * hkv))
+        kv_bytes = {"kv_cache_bytes": 2 * b * c * d * hkv * self.nbytes} if cfg.mode == "decode" else None
+        self.comp(ATTN, lab + ".attn", f"[[{b}, {hq}, {q}, {d}], [{b}, {hkv}, {c}, {d}], [{b}, {hkv}, {c}, {d}]]",
+                  4 * b * q * c * d * hq, b * d * (2 * q * hq + 2 * c * hkv), extra=kv_bytes)
         self.mm(lab + ".proj", n, h // tp, h)
         self._tp("rs" if sp else "ar", lab + ".attn_out")
         if sp:
             self._tp("ag", lab + ".mlp_in")
-        self.mm(lab + ".fc1", n, h, f1)
-        self.mm(lab + ".fc2", n, dims.ffn_hidden // tp, h)
+        if dims.moe:
+            self.moe_forward(lab)
+        else:
+            self.mm(lab + ".fc1", n, h, f1)
+            self.mm(lab + ".fc2", n, dims.ffn_hidden // tp, h)
         self._tp("rs" if sp else "ar", lab + ".mlp_out")
+
+    def _a2a(self, label, deps=()):
+        if self.cfg.ep > 1:
+            return self.coll(f"ep_a2a.{label}", T.ALL_TO_ALL, self.a2a_bytes, "ep", deps)
+        return None
+
+    def moe_forward(self, lab):
+        """Shared experts on every token; all-to-all dispatch; the routed experts as one grouped GEMM over the
+        tokens*top_k token copies this rank receives (balanced routing); all-to-all combine."""
+        dims, tp, n, h = self.dims, self.cfg.tp, self.tokens, self.dims.hidden
+        mf = dims.expert_ffn // tp
+        gm = 2 if dims.gated else 1
+        if dims.shared_experts:
+            self.mm(lab + ".shared.fc1", n, h, gm * dims.shared_experts * mf)
+            self.mm(lab + ".shared.fc2", n, dims.shared_experts * mf, h)
+        self._a2a(lab + ".dispatch")
+        nk = n * dims.top_k
+        self.mm(lab + ".experts.fc1", nk, h, gm * mf)
+        self.mm(lab + ".experts.fc2", nk, mf, h)
+        self._a2a(lab + ".combine")
+
+    def moe_backward(self, lab, deps=()):
+        dims, tp, n, h = self.dims, self.cfg.tp, self.tokens, self.dims.hidden
+        mf = dims.expert_ffn // tp
+        f1 = (2 if dims.gated else 1) * mf
+        nk = n * dims.top_k
+        if self._a2a(lab + ".combine", deps) is not None:
+            deps = ()
+        self.mm(lab + ".experts.fc2.dgrad", nk, h, mf, deps)
+        self.mm(lab + ".experts.fc2.wgrad", mf, nk, h)
+        self.mm(lab + ".experts.fc1.dgrad", nk, f1, h)
+        self.mm(lab + ".experts.fc1.wgrad", h, nk, f1)
+        self._a2a(lab + ".dispatch")
+        if dims.shared_experts:
+            sf, sf1 = dims.shared_experts * mf, dims.shared_experts * f1
+            self.mm(lab + ".shared.fc2.dgrad", n, h, sf)
+            self.mm(lab + ".shared.fc2.wgrad", sf, n, h)
+            self.mm(lab + ".shared.fc1.dgrad", n, sf1, h)
+            self.mm(lab + ".shared.fc1.wgrad", h, n, sf1)
 
     def layer_backward(self, layer, mb, deps=()):
         dims, cfg, tp = self.dims, self.cfg, self.cfg.tp
@@ -274,10 +445,13 @@ class _StageBuilder:
         deps = list(deps)
         if sp and self._tp("ag", lab + ".mlp_out", deps) is not None:
             deps = []
-        self.mm(lab + ".fc2.dgrad", n, h, ff, deps)
-        self.mm(lab + ".fc2.wgrad", ff, n, h)
-        self.mm(lab + ".fc1.dgrad", n, f1, h)
-        self.mm(lab + ".fc1.wgrad", h, n, f1)
+        if dims.moe:
+            self.moe_backward(lab, deps)
+        else:
+            self.mm(lab + ".fc2.dgrad", n, h, ff, deps)
+            self.mm(lab + ".fc2.wgrad", ff, n, h)
+            self.mm(lab + ".fc1.dgrad", n, f1, h)
+            self.mm(lab + ".fc1.wgrad", h, n, f1)
         self._tp("rs" if sp else "ar", lab + ".mlp_in")
         if sp:
             self._tp("ag", lab + ".attn_out")
@@ -291,17 +465,19 @@ class _StageBuilder:
         self.mm(lab + ".qkv.wgrad", h, n, qkv)
         return self._tp("rs" if sp else "ar", lab + ".attn_in")
 
-    def grad_sync(self, label, params):
-        """Gradient synchronisation of ``params`` (this rank's shard) over the DP group, off the compute chain."""
+    def grad_sync(self, label, params, group="dp"):
+        """Gradient synchronisation of ``params`` (this rank's shard) over the DP group (or, for expert weights,
+        the expert-data-parallel group of DP/EP ranks), off the compute chain."""
         cfg = self.cfg
-        if cfg.dp == 1 or params == 0:
+        size_of_group = cfg.dp if group == "dp" else cfg.dp // cfg.ep
+        if cfg.inference or size_of_group == 1 or params == 0:
             return
         size = params * self.nbytes
         if cfg.zero:
-            rs = self.coll(f"dp_rs.{label}", T.REDUCE_SCATTER, size, "dp", [self.prev], chain=False)
-            self.coll(f"dp_ag.{label}", T.ALL_GATHER, size, "dp", [rs], chain=False)
+            rs = self.coll(f"{group}_rs.{label}", T.REDUCE_SCATTER, size, group, [self.prev], chain=False)
+            self.coll(f"{group}_ag.{label}", T.ALL_GATHER, size, group, [rs], chain=False)
         else:
-            self.coll(f"dp_ar.{label}", T.ALL_REDUCE, size, "dp", [self.prev], chain=False)
+            self.coll(f"{group}_ar.{label}", T.ALL_REDUCE, size, group, [self.prev], chain=False)
 
     def build(self):
         dims, cfg, p = self.dims, self.cfg, self.p
@@ -309,14 +485,21 @@ class _StageBuilder:
         layers = range(p * per_stage, (p + 1) * per_stage)
         first, last = p == 0, p == cfg.pp - 1
         vocab = padded_vocab(dims, cfg.tp) // cfg.tp
-        lp = layer_parameters(dims) // cfg.tp
+        if cfg.ep == 1:
+            lp, elp = layer_parameters(dims) // cfg.tp, 0
+        else:  # dense part over DP, this rank's E/EP experts over the expert-DP group
+            lp = dense_layer_parameters(dims) // cfg.tp
+            elp = expert_layer_parameters(dims) // cfg.ep // cfg.tp
         n, h = self.tokens, dims.hidden
         M = cfg.micro_batches
-        warmup = min(cfg.pp - p - 1, M)
-        order = [("F", i) for i in range(warmup)]
-        for i in range(M - warmup):
-            order += [("F", warmup + i), ("B", i)]
-        order += [("B", i) for i in range(M - warmup, M)]
+        if cfg.inference:
+            order = [("F", i) for i in range(M)]
+        else:
+            warmup = min(cfg.pp - p - 1, M)
+            order = [("F", i) for i in range(warmup)]
+            for i in range(M - warmup):
+                order += [("F", warmup + i), ("B", i)]
+            order += [("B", i) for i in range(M - warmup, M)]
         for kind, mb in order:
             if kind == "F":
                 deps = [] if first else [self.recv(f"recv_act.mb{mb}", -1, 2 * mb)]
@@ -342,6 +525,7 @@ class _StageBuilder:
                     deps = []
                     if mb == M - 1:
                         self.grad_sync(f"l{layer}", lp)
+                        self.grad_sync(f"l{layer}.experts", elp, "edp")
                 if not first:
                     self.send(f"send_grad.mb{mb}", -1, 2 * mb + 1, [self.prev])
                 elif mb == M - 1:
@@ -355,6 +539,10 @@ def _dyn_bytes(key, rank, cfg, gids):
         attrs = {"pg_name": str(gids["tp"][(d, p)])}
     elif key[0] == "dp":
         attrs = {"pg_name": str(gids["dp"][(t, p)])}
+    elif key[0] == "ep":
+        attrs = {"pg_name": str(gids["ep"][(t, p, d // cfg.ep)])}
+    elif key[0] == "edp":
+        attrs = {"pg_name": str(gids["edp"][(t, p, d % cfg.ep)])}
     else:
         peer = rank_of(cfg, t, d, p + key[1])
         src, dst = (rank, peer) if key[0] == "send" else (peer, rank)
@@ -393,9 +581,11 @@ def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True):
                 if write:
                     with open(f"{prefix}.{rank}.et", "wb") as fh:
                         fh.write(b"".join(chunks))
+    flops = (inference_flops(dims, cfg) if cfg.inference
+             else training_flops(dims, cfg.dp * cfg.micro_batches * cfg.micro_batch_size, cfg.tp))
     return {"npus": cfg.npus, "nodes_per_stage": nodes_per_stage, "groups": len(groups),
             "parameters": parameter_count(dims, cfg.tp),
-            "flops": training_flops(dims, cfg.dp * cfg.micro_batches * cfg.micro_batch_size, cfg.tp)}
+            "activated_parameters": activated_parameter_count(dims, cfg.tp), "flops": flops}
 
 
 # ------------------------------------------------------------------------------------------------ command line
@@ -413,8 +603,17 @@ def add_llm_command(sub):
             raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
         return value
 
+    def _nonneg(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+        return value
+
     p = sub.add_parser(
-        "llm", help="training traces for a dense transformer (TP, PP 1F1B, DP/ZeRO, recomputation)",
+        "llm", help="training/inference traces for a transformer (TP, PP 1F1B, DP/ZeRO, MoE/EP, recomputation)",
         description="Write PREFIX.<rank>.et for one training step of a dense transformer and PREFIX.groups.json "
         "(TP, DP, PP communicator groups; rank = tp + TP*(dp + DP*pp)). Run them with "
         "astra run --comm-group-configuration PREFIX.groups.json.")
@@ -424,11 +623,26 @@ def add_llm_command(sub):
                        ("ffn-hidden", "FFN inner size (default 4h)"), ("vocab", "vocabulary size"),
                        ("seq-len", "sequence length s")):
         p.add_argument(f"--{flag}", type=positive_int, metavar="N", help=f"{what} (overrides the preset)")
+    for flag, what in (("experts", "routed experts E (mixture of experts; default: the preset's, else dense)"),
+                       ("top-k", "experts per token K"), ("moe-ffn", "expert FFN inner size (default: ffn hidden)"),
+                       ("shared-experts", "always-active shared experts S of size moe-ffn")):
+        p.add_argument(f"--{flag}", type=positive_int if flag == "top-k" else _nonneg, metavar="N",
+                       help=f"{what} (overrides the preset)")
     p.add_argument("--gated", action=argparse.BooleanOptionalAction, default=None,
                    help="gated (SwiGLU, 3 matrices) FFN (default: the preset's; off without preset)")
     p.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel size")
     p.add_argument("--pp", type=positive_int, default=1, help="pipeline-parallel stages (1F1B)")
     p.add_argument("--dp", type=positive_int, default=1, help="data-parallel size")
+    p.add_argument("--ep", type=positive_int, default=1,
+                   help="expert-parallel size, carved out of DP (DP must be divisible by it)")
+    p.add_argument("--mode", choices=MODES, default="train",
+                   help="train (default), or one inference step: prefill (forward over the prompt) or decode "
+                   "(one token per sequence against a KV cache of prompt-len + decode-len)")
+    p.add_argument("--batch-size", type=positive_int, metavar="N",
+                   help="inference: sequences per DP replica (split into --micro-batches; default M x B)")
+    p.add_argument("--prompt-len", type=positive_int, metavar="N", help="inference: prompt length (default seq-len)")
+    p.add_argument("--decode-len", type=positive_int, default=1, metavar="N",
+                   help="decode: tokens generated so far including this step's (default 1)")
     p.add_argument("--micro-batches", type=positive_int, default=1, metavar="M",
                    help="micro-batches per step (gradient accumulation steps)")
     p.add_argument("--micro-batch-size", type=positive_int, default=1, metavar="B", help="sequences per micro-batch")
@@ -447,12 +661,22 @@ def add_llm_command(sub):
 def _cmd_llm(args):
     dims = model_dims(args.preset, layers=args.layers, hidden=args.hidden, heads=args.heads,
                       kv_heads=args.kv_heads, ffn_hidden=args.ffn_hidden, vocab=args.vocab, seq_len=args.seq_len,
-                      gated=args.gated)
+                      gated=args.gated, experts=args.experts, top_k=args.top_k, moe_ffn=args.moe_ffn,
+                      shared_experts=args.shared_experts)
+    mbs = args.micro_batch_size
+    if args.batch_size is not None:
+        if args.mode == "train":
+            raise ConfigError("--batch-size is for --mode prefill/decode (training uses --micro-batch-size)")
+        if args.batch_size % args.micro_batches:
+            raise ConfigError(f"--batch-size {args.batch_size} is not divisible by --micro-batches "
+                              f"{args.micro_batches}")
+        mbs = args.batch_size // args.micro_batches
     cfg = LlmConfig(tp=args.tp, pp=args.pp, dp=args.dp, micro_batches=args.micro_batches,
-                    micro_batch_size=args.micro_batch_size, sequence_parallel=args.sequence_parallel,
-                    zero=args.zero, recompute=args.recompute, dtype=args.dtype, tflops=args.tflops)
+                    micro_batch_size=mbs, sequence_parallel=args.sequence_parallel,
+                    zero=args.zero, recompute=args.recompute, dtype=args.dtype, tflops=args.tflops, ep=args.ep,
+                    mode=args.mode, prompt_len=args.prompt_len, decode_len=args.decode_len)
     s = generate_llm(dims, cfg, args.output)
-    print(f"{s['npus']} ranks, {s['parameters'] / 1e9:.2f}B matmul parameters, {s['flops'] / 1e15:.2f} PFLOP per "
-          f"step, nodes per rank by stage {s['nodes_per_stage']}; wrote {args.output}.0.et .. "
+    print(f"{s['npus']} ranks, {s['parameters'] / 1e9:.2f}B matmul parameters "
+          f"({s['activated_parameters'] / 1e9:.2f}B activated), {s['flops'] / 1e15:.4f} PFLOP per step, nodes per rank by stage {s['nodes_per_stage']}; wrote {args.output}.0.et .. "
           f"{args.output}.{s['npus'] - 1}.et and {args.output}.groups.json ({s['groups']} groups)")
     return 0

@@ -1,0 +1,191 @@
+"""``astra workload llm``: mixture of experts with expert parallelism, and inference (prefill / decode). Expected
+values are derived here from the published dimensions, independently of the generator's arithmetic."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+import pytest
+
+from astra_sim.chakra import read_et, types as T
+from astra_sim.cli import main
+from astra_sim.errors import ConfigError
+from astra_sim.simulation import simulate
+from astra_sim.testing import write_network_config, write_system_config
+
+from astra_workload_generators.llm import LlmConfig, generate_llm, model_dims
+
+PLUGINS = ["network_analytical", "workload_generators"]
+BF16 = 2
+
+# Mixtral 8x7B written out again: L, h, heads, kv, expert ffn, E, top-k, vocab, seq (SwiGLU: 3 matrices)
+MIXTRAL = dict(L=32, h=4096, heads=32, kv=8, f=14336, E=8, k=2, vocab=32000, s=4096)
+# A small MoE with shared experts for the fast tests
+SMALL_MOE = dict(layers=4, hidden=256, heads=8, kv_heads=4, ffn_hidden=512, vocab=1000, seq_len=128, gated=True,
+                 experts=8, top_k=2, moe_ffn=128, shared_experts=1)
+SMALL_DENSE = dict(layers=4, hidden=256, heads=8, kv_heads=4, ffn_hidden=512, vocab=1000, seq_len=128, gated=True)
+
+
+def _attn_params(h, heads, kv):
+    d = h // heads
+    return h * h + 2 * h * kv * d + h * h  # Wq, Wk, Wv, Wo
+
+
+def _activated(L, h, heads, kv, f, k, vocab, shared=0, gated=True):
+    """Parameters one token passes through: attention + (top-k + shared) experts of m*h*f each + LM head."""
+    m = 3 if gated else 2
+    return L * (_attn_params(h, heads, kv) + (k + shared) * m * h * f) + vocab * h
+
+
+def _read_all(prefix, npus):
+    return [read_et(f"{prefix}.{r}.et").nodes for r in range(npus)]
+
+
+def _comp_ops(ranks):
+    return sum(n.attrs["num_ops"] for nodes in ranks for n in nodes if n.type == T.COMP_NODE)
+
+
+def _sim(tmp_path, prefix, npus):
+    sys_cfg = write_system_config(tmp_path / "sys.json", dims=1)
+    net = write_network_config(tmp_path / "net.yml", npus=(npus,))
+    report = simulate(prefix, sys_cfg, net, None, f"{prefix}.groups.json", plugins=PLUGINS)
+    assert len(report.ranks) == npus and report.max_finish_ns > 0
+    return report
+
+
+def test_mixtral_preset_and_training_flops(tmp_path):
+    x = MIXTRAL
+    dims = model_dims("mixtral-8x7b")
+    assert (dims.layers, dims.hidden, dims.heads, dims.kv_heads, dims.ffn_hidden, dims.experts, dims.top_k,
+            dims.vocab, dims.seq_len, dims.gated) == (32, 4096, 32, 8, 14336, 8, 2, 32000, 4096, True)
+    cfg = LlmConfig(tp=2, pp=2, dp=2, ep=2, micro_batches=2, micro_batch_size=1)
+    generate_llm(dims, cfg, tmp_path / "t")
+    P = _activated(x["L"], x["h"], x["heads"], x["kv"], x["f"], x["k"], x["vocab"])
+    assert abs(P - 12.9e9) / 12.9e9 < 0.02  # Mixtral's published ~12.9B active (incl. 0.13B embedding)
+    seqs = cfg.dp * cfg.micro_batches * cfg.micro_batch_size
+    s = x["s"]
+    expected = 6 * P * seqs * s + 12 * x["L"] * s * s * x["h"] * seqs
+    total = _comp_ops(_read_all(tmp_path / "t", cfg.npus))
+    assert abs(total - expected) / expected < 0.01
+
+
+def test_small_moe_with_shared_experts_flops(tmp_path):
+    cfg = LlmConfig(tp=2, pp=1, dp=4, ep=4, micro_batches=3, micro_batch_size=2, sequence_parallel=True)
+    generate_llm(model_dims(**SMALL_MOE), cfg, tmp_path / "t")
+    P = _activated(4, 256, 8, 4, 128, 2, 1000, shared=1)
+    seqs = 4 * 3 * 2
+    expected = 6 * P * seqs * 128 + 12 * 4 * 128 ** 2 * 256 * seqs
+    assert abs(_comp_ops(_read_all(tmp_path / "t", cfg.npus)) - expected) / expected < 0.01
+
+
+@pytest.mark.parametrize("ep", [1, 2, 4])
+def test_all_to_all_volume_and_ep_groups(tmp_path, ep):
+    tp, pp, dp, M, b = 2, 2, 4, 2, 2
+    cfg = LlmConfig(tp=tp, pp=pp, dp=dp, ep=ep, micro_batches=M, micro_batch_size=b)
+    generate_llm(model_dims(**SMALL_MOE), cfg, tmp_path / "t")
+    groups = json.loads((tmp_path / "t.groups.json").read_text())
+    h, s, k, L, E, f = 256, 128, 2, 4, 8, 128
+    # per rank per step: 4 all-to-alls (dispatch + combine, forward and backward) per local MoE layer and
+    # micro-batch, each tokens_per_microbatch * top_k * hidden * bytes
+    expected_a2a = 4 * (L // pp) * M * (b * s) * k * h * BF16 if ep > 1 else 0
+    dense_layer = _attn_params(h, 8, 4) + 1 * 3 * h * f  # attention + shared expert
+    expert_layer = E * 3 * h * f
+    for rank, nodes in enumerate(_read_all(tmp_path / "t", cfg.npus)):
+        t, d, p = rank % tp, (rank // tp) % dp, rank // (tp * dp)
+        a2a = [n for n in nodes if n.type == T.COMM_COLL_NODE and n.attrs["comm_type"] == T.ALL_TO_ALL]
+        assert sum(n.attrs["comm_size"] for n in a2a) == expected_a2a
+        ep_block = [t + tp * (d // ep * ep + e) + tp * dp * p for e in range(ep)]
+        for n in a2a:
+            assert groups[n.attrs["pg_name"]] == ep_block
+        # gradient sync: dense weights over the full DP group, this rank's E/EP experts over the DP/EP ranks
+        # holding the same experts (with EP = 1 both over DP)
+        vol = defaultdict(int)
+        for n in nodes:
+            if n.type == T.COMM_COLL_NODE and n.attrs["comm_type"] == T.ALL_REDUCE and not n.name.startswith("tp"):
+                vol[tuple(groups[n.attrs["pg_name"]])] += n.attrs["comm_size"]
+        dp_group = tuple(t + tp * dd + tp * dp * p for dd in range(dp))
+        edp_group = tuple(t + tp * (q * ep + d % ep) + tp * dp * p for q in range(dp // ep))
+        stage = (L // pp) * dense_layer + 1000 * h  # plus embedding (first) or LM head (last)
+        experts = (L // pp) * expert_layer // ep
+        if ep == 1:
+            assert vol == {dp_group: (stage + experts) // tp * BF16}
+        elif dp // ep == 1:
+            assert vol == {dp_group: stage // tp * BF16}
+        else:
+            assert vol == {dp_group: stage // tp * BF16, edp_group: experts // tp * BF16}
+
+
+def test_ep_group_layout(tmp_path):
+    generate_llm(model_dims(**SMALL_MOE), LlmConfig(tp=1, pp=1, dp=4, ep=2), tmp_path / "t")
+    groups = json.loads((tmp_path / "t.groups.json").read_text())
+    assert groups == {"1": [0, 1, 2, 3],             # DP
+                      "2": [0, 1], "3": [2, 3],      # EP (consecutive DP indices)
+                      "4": [0, 2], "5": [1, 3]}      # expert-DP (same experts)
+
+
+def test_moe_simulates(tmp_path):
+    prefix = tmp_path / "out" / "g"
+    assert main(["workload", "llm", "--layers", "4", "--hidden", "256", "--heads", "8", "--kv-heads", "4",
+                 "--vocab", "1000", "--seq-len", "128", "--gated", "--experts", "8", "--top-k", "2",
+                 "--moe-ffn", "128", "--shared-experts", "1", "--tp", "2", "--pp", "2", "--dp", "2", "--ep", "2",
+                 "--micro-batches", "3", "--zero", "1", "--recompute", "-o", str(prefix)]) == 0
+    _sim(tmp_path, prefix, 8)
+
+
+def test_prefill_flops_and_simulation(tmp_path):
+    tp, pp, dp, ep, B, prompt = 2, 2, 2, 2, 4, 96
+    prefix = tmp_path / "p"
+    assert main(["workload", "llm", "--layers", "4", "--hidden", "256", "--heads", "8", "--kv-heads", "4",
+                 "--vocab", "1000", "--seq-len", "128", "--gated", "--experts", "8", "--top-k", "2",
+                 "--moe-ffn", "128", "--shared-experts", "1", "--tp", str(tp), "--pp", str(pp), "--dp", str(dp),
+                 "--ep", str(ep), "--mode", "prefill", "--batch-size", str(B), "--micro-batches", "2",
+                 "--prompt-len", str(prompt), "-o", str(prefix)]) == 0
+    ranks = _read_all(prefix, 8)
+    seqs = dp * B
+    P = _activated(4, 256, 8, 4, 128, 2, 1000, shared=1)
+    expected = 2 * P * seqs * prompt + 4 * 4 * prompt ** 2 * 256 * seqs  # forward only
+    assert abs(_comp_ops(ranks) - expected) / expected < 0.01
+    for nodes in ranks:
+        assert not any(".bwd" in n.attrs.get("label", "") or n.name.startswith("bwd") for n in nodes)
+        assert not any(n.type == T.COMP_NODE and n.name.endswith("_backward") for n in nodes)
+        assert not any(n.type == T.COMM_COLL_NODE and n.attrs["comm_type"] == T.ALL_REDUCE
+                       and not n.name.startswith("tp") for n in nodes)  # no gradient sync
+        a2a = sum(n.attrs["comm_size"] for n in nodes
+                  if n.type == T.COMM_COLL_NODE and n.attrs["comm_type"] == T.ALL_TO_ALL)
+        assert a2a == 2 * (4 // pp) * 2 * (B // 2 * prompt) * 2 * 256 * BF16  # dispatch + combine, forward only
+    _sim(tmp_path, prefix, 8)
+
+
+def test_decode_flops_kv_cache_and_simulation(tmp_path):
+    L, h, heads, kv, f, vocab = 32, 4096, 32, 8, 14336, 128256  # llama3-8b
+    tp, pp, B, prompt, gen = 2, 2, 8, 1000, 24
+    c = prompt + gen
+    cfg = LlmConfig(tp=tp, pp=pp, dp=1, micro_batches=2, micro_batch_size=B // 2, mode="decode",
+                    prompt_len=prompt, decode_len=gen)
+    generate_llm(model_dims("llama3-8b"), cfg, tmp_path / "d")
+    ranks = _read_all(tmp_path / "d", cfg.npus)
+    P = _attn_params(h, heads, kv) * L + L * 3 * h * f + vocab * h
+    per_seq = _comp_ops(ranks) / B
+    assert abs(per_seq - (2 * P + 4 * L * c * h)) / (2 * P) < 0.01
+    assert abs(per_seq - 2 * P) / (2 * P) < 0.05  # ~2 x params per generated token
+    d = h // heads
+    kv_read = sum(n.attrs["kv_cache_bytes"] for nodes in ranks for n in nodes if "kv_cache_bytes" in n.attrs)
+    assert kv_read == B * 2 * L * kv * d * c * BF16
+    attn = [n for nodes in ranks for n in nodes if n.name == "aten::_scaled_dot_product_flash_attention"]
+    assert all(n.attrs["tensor_size"] >= n.attrs["kv_cache_bytes"] for n in attn)
+    # memory-bound: arithmetic intensity is tiny
+    assert sum(n.attrs["num_ops"] for n in attn) / kv_read == heads // kv  # FLOP/byte = GQA group size
+    _sim(tmp_path, tmp_path / "d", cfg.npus)
+
+
+def test_errors(tmp_path):
+    with pytest.raises(ConfigError, match="divisible by --ep"):
+        generate_llm(model_dims(**SMALL_MOE), LlmConfig(dp=2, ep=4), tmp_path / "t")
+    with pytest.raises(ConfigError, match="mixture-of-experts"):
+        generate_llm(model_dims(**SMALL_DENSE), LlmConfig(dp=2, ep=2), tmp_path / "t")
+    with pytest.raises(ConfigError, match="experts 8 are not divisible"):
+        generate_llm(model_dims(**SMALL_MOE), LlmConfig(dp=16, ep=16), tmp_path / "t")
+    with pytest.raises(ConfigError, match="--mode"):
+        generate_llm(model_dims(**SMALL_MOE), LlmConfig(mode="serve"), tmp_path / "t")
+    assert main(["workload", "llm", "--preset", "llama2-7b", "--batch-size", "4", "-o", str(tmp_path / "x")]) == 2
