@@ -20,6 +20,13 @@ consecutive DP indices ``q*EP .. q*EP+EP-1`` (same t, p), expert-data-parallel g
 ``e``. Per MoE layer and micro-batch an all-to-all dispatch before and a combine after the expert GEMMs (again in
 backward), each ``tokens_per_microbatch * top_k * h * bytes`` per rank (EP = 1: none).
 
+ZeRO-3 (``zero=3``): per unit (layer, embedding, LM head) one parameter all-gather before its first forward
+and one before its first backward per step (reused by all micro-batches), one gradient reduce-scatter after its
+last backward. Context parallelism (``cp``): ``rank = t + TP*(c + CP*(d + DP*p))``; s/CP tokens per rank,
+attention against all s keys via a ring of CP-1 K/V send/recv steps forward and CP-1 dK/dV steps backward, each
+``2*b*(s/CP)*(kv/TP)*d*bytes``; dense gradients over DP x CP. Interleaved 1F1B (``virtual_stages``): Megatron's
+interleaved schedule, virtual stage v = chunk*PP + p; per rank ``2*V*M - M*[p==0] - M*[p==PP-1]`` sends.
+
 Inference (``mode`` prefill / decode): forward only, no DP synchronisation. Prefill: s = prompt_len,
 ``2*P*tokens + 4*L*s^2*h*sequences``. Decode: one token per sequence against a KV cache of
 ``c = prompt_len + decode_len`` positions: ``2*P + 4*L*c*h`` FLOPs per sequence, attention reads
@@ -68,6 +75,7 @@ MODES = ("train", "prefill", "decode")
 
 DTYPES = {"bf16": (2, "c10::BFloat16"), "fp16": (2, "c10::Half"), "fp32": (4, "float")}
 MM = "aten::mm"
+CP_TAG_BASE = 1 << 24  # comm_tag of context-parallel ring messages: CP_TAG_BASE + ((phase*L + layer)*M + mb)*CP + j
 ATTN = "aten::_scaled_dot_product_flash_attention"
 ATTN_BWD = "aten::_scaled_dot_product_flash_attention_backward"
 
@@ -116,10 +124,12 @@ class LlmConfig:
     mode: str = "train"             # train | prefill | decode
     prompt_len: int | None = None   # inference; default: the model's seq_len
     decode_len: int = 1             # decode: generated tokens so far, this one included
+    cp: int = 1                     # context parallelism (sequence split over CP ranks; training only)
+    virtual_stages: int = 1         # interleaved 1F1B: model chunks per pipeline rank (training only)
 
     @property
     def npus(self):
-        return self.tp * self.pp * self.dp
+        return self.tp * self.pp * self.dp * self.cp
 
     @property
     def inference(self):
@@ -225,39 +235,54 @@ def _lengths(dims: ModelDims, cfg: "LlmConfig"):
     return 1, prompt + cfg.decode_len
 
 
-def rank_of(cfg: LlmConfig, t, d, p):
-    return t + cfg.tp * (d + cfg.dp * p)
+def rank_of(cfg: LlmConfig, t, d, p, c=0):
+    """``t + TP*(c + CP*(d + DP*p))`` (CP = 1: ``t + TP*(d + DP*p)``)."""
+    return t + cfg.tp * (c + cfg.cp * (d + cfg.dp * p))
 
 
 def coords_of(cfg: LlmConfig, rank):
-    return rank % cfg.tp, (rank // cfg.tp) % cfg.dp, rank // (cfg.tp * cfg.dp)
+    """(t, d, p) of a rank (see :func:`cp_coords_of` for the CP index)."""
+    t, _, d, p = cp_coords_of(cfg, rank)
+    return t, d, p
+
+
+def cp_coords_of(cfg: LlmConfig, rank):
+    """(t, c, d, p) of a rank."""
+    t, rest = rank % cfg.tp, rank // cfg.tp
+    return t, rest % cfg.cp, (rest // cfg.cp) % cfg.dp, rest // (cfg.cp * cfg.dp)
 
 
 def comm_groups(cfg: LlmConfig):
     """{'tp': {(d, p): id}, 'dp': {(t, p): id}, 'pp': {(t, d): id}, 'ep': {(t, p, q): id},
     'edp': {(t, p, e): id}} and the JSON mapping {id: ranks}. EP groups (DP indices q*EP .. q*EP+EP-1) and
     expert-data-parallel groups (DP indices = e mod EP) follow the PP groups, only when EP > 1."""
-    ids = {"tp": {}, "dp": {}, "pp": {}, "ep": {}, "edp": {}}
+    ids = {"tp": {}, "dp": {}, "pp": {}, "ep": {}, "edp": {}, "cp": {}, "dpcp": {}}
     groups = {}
     next_id = 1
+    cps = range(cfg.cp)
+    # keys carry the CP index c only when CP > 1 (CP = 1: the historical keys and ids)
+    k = (lambda *key, c: key + (c,)) if cfg.cp > 1 else (lambda *key, c: key)
     if cfg.tp > 1:
         for p in range(cfg.pp):
             for d in range(cfg.dp):
-                ids["tp"][(d, p)] = next_id
-                groups[str(next_id)] = [rank_of(cfg, t, d, p) for t in range(cfg.tp)]
-                next_id += 1
+                for c in cps:
+                    ids["tp"][k(d, p, c=c)] = next_id
+                    groups[str(next_id)] = [rank_of(cfg, t, d, p, c) for t in range(cfg.tp)]
+                    next_id += 1
     if cfg.dp > 1:
         for p in range(cfg.pp):
-            for t in range(cfg.tp):
-                ids["dp"][(t, p)] = next_id
-                groups[str(next_id)] = [rank_of(cfg, t, d, p) for d in range(cfg.dp)]
-                next_id += 1
+            for c in cps:
+                for t in range(cfg.tp):
+                    ids["dp"][k(t, p, c=c)] = next_id
+                    groups[str(next_id)] = [rank_of(cfg, t, d, p, c) for d in range(cfg.dp)]
+                    next_id += 1
     if cfg.pp > 1:
         for d in range(cfg.dp):
-            for t in range(cfg.tp):
-                ids["pp"][(t, d)] = next_id
-                groups[str(next_id)] = [rank_of(cfg, t, d, p) for p in range(cfg.pp)]
-                next_id += 1
+            for c in cps:
+                for t in range(cfg.tp):
+                    ids["pp"][k(t, d, c=c)] = next_id
+                    groups[str(next_id)] = [rank_of(cfg, t, d, p, c) for p in range(cfg.pp)]
+                    next_id += 1
     ep = cfg.ep
     if ep > 1:
         for p in range(cfg.pp):
@@ -273,22 +298,53 @@ def comm_groups(cfg: LlmConfig):
                         ids["edp"][(t, p, e)] = next_id
                         groups[str(next_id)] = [rank_of(cfg, t, q * ep + e, p) for q in range(cfg.dp // ep)]
                         next_id += 1
+    if cfg.cp > 1:
+        for p in range(cfg.pp):
+            for d in range(cfg.dp):
+                for t in range(cfg.tp):
+                    ids["cp"][(t, d, p)] = next_id
+                    groups[str(next_id)] = [rank_of(cfg, t, d, p, c) for c in cps]
+                    next_id += 1
+        if cfg.dp > 1:
+            for p in range(cfg.pp):
+                for t in range(cfg.tp):
+                    ids["dpcp"][(t, p)] = next_id
+                    groups[str(next_id)] = [rank_of(cfg, t, d, p, c) for d in range(cfg.dp) for c in cps]
+                    next_id += 1
     return ids, groups
 
 
 def _check(dims: ModelDims, cfg: LlmConfig):
-    for name in ("tp", "pp", "dp", "micro_batches", "micro_batch_size", "ep"):
+    for name in ("tp", "pp", "dp", "micro_batches", "micro_batch_size", "ep", "cp", "virtual_stages"):
         v = getattr(cfg, name)
         if not isinstance(v, int) or v < 1:
             raise ConfigError(f"{name.replace('_', '-')} must be a positive integer, got {v!r}")
     if dims.layers % cfg.pp:
         raise ConfigError(f"layers {dims.layers} are not divisible by --pp {cfg.pp}")
+    V = cfg.virtual_stages
+    if V > 1:
+        if cfg.inference:
+            raise ConfigError("--virtual-stages is for --mode train")
+        if cfg.pp < 2:
+            raise ConfigError("--virtual-stages needs --pp >= 2")
+        if dims.layers % (cfg.pp * V):
+            raise ConfigError(f"layers {dims.layers} are not divisible by --pp x --virtual-stages {cfg.pp * V}")
+        if cfg.micro_batches % cfg.pp:
+            raise ConfigError(f"--micro-batches {cfg.micro_batches} must be a multiple of --pp {cfg.pp} "
+                              "with --virtual-stages")
+    if cfg.cp > 1:
+        if cfg.inference:
+            raise ConfigError("--cp is for --mode train")
+        if dims.seq_len % cfg.cp:
+            raise ConfigError(f"seq len {dims.seq_len} is not divisible by --cp {cfg.cp}")
+        if cfg.ep > 1:
+            raise ConfigError("--cp together with --ep is not supported")
     if dims.kv_heads % cfg.tp:
         raise ConfigError(f"kv heads {dims.kv_heads} (and heads {dims.heads}) must be divisible by --tp {cfg.tp}")
     if dims.ffn_hidden % cfg.tp:
         raise ConfigError(f"ffn hidden {dims.ffn_hidden} is not divisible by --tp {cfg.tp}")
-    if cfg.zero not in (0, 1, 2):
-        raise ConfigError(f"--zero must be 0, 1 or 2, got {cfg.zero!r}")
+    if cfg.zero not in (0, 1, 2, 3):
+        raise ConfigError(f"--zero must be 0, 1, 2 or 3, got {cfg.zero!r}")
     if cfg.dtype not in DTYPES:
         raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)}, got {cfg.dtype!r}")
     if not cfg.tflops > 0:
@@ -320,6 +376,9 @@ class _StageBuilder:
         self.items = []  # (static bytes, dynamic key or None)
         self.prev = None  # last node of the compute chain
         self.seq, self.ctx = _lengths(dims, cfg)
+        self.seq //= cfg.cp  # context parallelism: this rank's query chunk (keys/values: the whole sequence)
+        # dense-gradient group: DP, or DP x CP with context parallelism
+        self.dgroup = "dp" if cfg.cp == 1 else ("cp" if cfg.dp == 1 else "dpcp")
         self.tokens = cfg.micro_batch_size * self.seq
         self.act_bytes = self.tokens * dims.hidden * self.nbytes
         self.a2a_bytes = self.tokens * dims.top_k * dims.hidden * self.nbytes
@@ -352,13 +411,30 @@ class _StageBuilder:
         return self._add(label, T.COMM_COLL_NODE, {"is_cpu_op": False, "comm_type": comm_type, "comm_size": size},
                          deps, dyn=(group,), chain=chain)
 
-    def send(self, label, direction, tag, deps):
-        return self._add(label, T.COMM_SEND_NODE, {"is_cpu_op": False, "comm_size": self.act_bytes, "comm_tag": tag},
-                         deps, dyn=("send", direction), chain=False)
+    def send(self, label, direction, tag, deps, size=None, kind="send"):
+        size = self.act_bytes if size is None else size
+        return self._add(label, T.COMM_SEND_NODE, {"is_cpu_op": False, "comm_size": size, "comm_tag": tag},
+                         deps, dyn=(kind, direction), chain=False)
 
-    def recv(self, label, direction, tag):
-        return self._add(label, T.COMM_RECV_NODE, {"is_cpu_op": False, "comm_size": self.act_bytes, "comm_tag": tag},
-                         (), dyn=("recv", direction), chain=False)
+    def recv(self, label, direction, tag, size=None, kind="recv"):
+        size = self.act_bytes if size is None else size
+        return self._add(label, T.COMM_RECV_NODE, {"is_cpu_op": False, "comm_size": size, "comm_tag": tag},
+                         (), dyn=(kind, direction), chain=False)
+
+    def _cp_ring(self, label, layer, mb, phase, start):
+        """Ring exchange over the CP group: CP-1 steps, each sending the chunk held (own K,V chunk first, then the
+        one received in the previous step) to CP index c+1 and receiving from c-1. Returns the receive ids."""
+        cfg, dims = self.cfg, self.dims
+        if cfg.cp == 1:
+            return []
+        size = 2 * cfg.micro_batch_size * self.seq * (dims.kv_heads // cfg.tp) * dims.head_dim * self.nbytes
+        recvs, prev = [], start
+        for j in range(1, cfg.cp):
+            tag = CP_TAG_BASE + (((phase * dims.layers + layer) * cfg.micro_batches + mb) * cfg.cp + j)
+            self.send(f"cp_send.{label}.{j}", +1, tag, [prev], size, "cpsend")
+            prev = self.recv(f"cp_recv.{label}.{j}", -1, tag, size, "cprecv")
+            recvs.append(prev)
+        return recvs
 
     # -- the model ------------------------------------------------------------------------------------------
     def _tp(self, kind, label, deps=()):
@@ -379,11 +455,12 @@ class _StageBuilder:
         deps = list(deps)
         if sp and self._tp("ag", lab + ".attn_in", deps) is not None:
             deps = []
-        self.mm(lab + ".qkv", n, h, qkv, deps)
+        qkv_node = self.mm(lab + ".qkv", n, h, qkv, deps)
+        ring = self._cp_ring(lab + ".kv", layer, mb, 1 if tag == "recompute" else 0, qkv_node)
         hq, hkv = dims.heads // tp, dims.kv_heads // tp
         kv_bytes = {"kv_cache_bytes": 2 * b * c * d * hkv * self.nbytes} if cfg.mode == "decode" else None
         self.comp(ATTN, lab + ".attn", f"[[{b}, {hq}, {q}, {d}], [{b}, {hkv}, {c}, {d}], [{b}, {hkv}, {c}, {d}]]",
-                  4 * b * q * c * d * hq, b * d * (2 * q * hq + 2 * c * hkv), extra=kv_bytes)
+                  4 * b * q * c * d * hq, b * d * (2 * q * hq + 2 * c * hkv), ring, extra=kv_bytes)
         self.mm(lab + ".proj", n, h // tp, h)
         self._tp("rs" if sp else "ar", lab + ".attn_out")
         if sp:
@@ -437,6 +514,7 @@ class _StageBuilder:
     def layer_backward(self, layer, mb, deps=()):
         dims, cfg, tp = self.dims, self.cfg, self.cfg.tp
         h, d, b, s, n = dims.hidden, dims.head_dim, cfg.micro_batch_size, dims.seq_len, self.tokens
+        q = self.seq  # this rank's queries (s / CP); keys/values: all s
         sp = cfg.sequence_parallel
         lab = f"bwd.l{layer}.mb{mb}"
         qkv = (h + 2 * dims.kv_heads * d) // tp
@@ -458,10 +536,11 @@ class _StageBuilder:
         self.mm(lab + ".proj.dgrad", n, h, h // tp)
         self.mm(lab + ".proj.wgrad", h // tp, n, h)
         hq, hkv = dims.heads // tp, dims.kv_heads // tp
-        self.comp(ATTN_BWD, lab + ".attn",
-                  f"[[{b}, {hq}, {s}, {d}], [{b}, {hq}, {s}, {d}], [{b}, {hkv}, {s}, {d}], [{b}, {hkv}, {s}, {d}]]",
-                  8 * b * s * s * d * hq, b * s * d * (4 * hq + 4 * hkv))
-        self.mm(lab + ".qkv.dgrad", n, qkv, h)
+        attn = self.comp(ATTN_BWD, lab + ".attn",
+                         f"[[{b}, {hq}, {q}, {d}], [{b}, {hq}, {q}, {d}], [{b}, {hkv}, {s}, {d}], [{b}, {hkv}, {s}, {d}]]",
+                         8 * b * q * s * d * hq, b * q * d * 4 * hq + b * s * d * 4 * hkv)
+        ring = self._cp_ring(lab + ".dkv", layer, mb, 2, attn)  # dK, dV back to their owners
+        self.mm(lab + ".qkv.dgrad", n, qkv, h, ring)
         self.mm(lab + ".qkv.wgrad", h, n, qkv)
         return self._tp("rs" if sp else "ar", lab + ".attn_in")
 
@@ -469,21 +548,70 @@ class _StageBuilder:
         """Gradient synchronisation of ``params`` (this rank's shard) over the DP group (or, for expert weights,
         the expert-data-parallel group of DP/EP ranks), off the compute chain."""
         cfg = self.cfg
-        size_of_group = cfg.dp if group == "dp" else cfg.dp // cfg.ep
-        if cfg.inference or size_of_group == 1 or params == 0:
+        group = self.dgroup if group == "dp" else group
+        if cfg.inference or self._group_size(group) == 1 or params == 0:
             return
         size = params * self.nbytes
-        if cfg.zero:
+        if cfg.zero == 3:  # parameters stay sharded: gradients are only reduce-scattered
+            self.coll(f"{group}_rs.{label}", T.REDUCE_SCATTER, size, group, [self.prev], chain=False)
+        elif cfg.zero:
             rs = self.coll(f"{group}_rs.{label}", T.REDUCE_SCATTER, size, group, [self.prev], chain=False)
             self.coll(f"{group}_ag.{label}", T.ALL_GATHER, size, group, [rs], chain=False)
         else:
             self.coll(f"{group}_ar.{label}", T.ALL_REDUCE, size, group, [self.prev], chain=False)
 
+    def _group_size(self, group):
+        cfg = self.cfg
+        return {"dp": cfg.dp, "cp": cfg.cp, "dpcp": cfg.dp * cfg.cp, "edp": cfg.dp // cfg.ep}[group]
+
+    def _gather(self, label, dense, expert):
+        """ZeRO-3: all-gather a unit's parameter shards (dense over DP(xCP), experts over expert-DP), off the
+        chain, issued at the current point of the compute chain; returns the ids (compute waits on them)."""
+        cfg, out = self.cfg, []
+        if cfg.zero != 3 or cfg.inference:
+            return out
+        for group, params in ((self.dgroup, dense), ("edp", expert)):
+            if params and self._group_size(group) > 1:
+                deps = [] if self.prev is None else [self.prev]
+                out.append(self.coll(f"{group}_ag.{label}", T.ALL_GATHER, params * self.nbytes, group, deps,
+                                     chain=False))
+        return out
+
+    def _z3(self, units, name, store, params, phase):
+        """Gather ``name`` (if not yet) and prefetch the next unit of ``units``; the ids ``name``'s compute needs."""
+        i = units.index(name)
+        for u in units[i:i + 2]:
+            if u not in store:
+                store[u] = self._gather(f"{u}.{phase}", *params[u])
+        return store[name]
+
+    def schedule(self):
+        """[(kind 'F'/'B', model chunk, micro-batch)] of this pipeline rank, in execution order."""
+        cfg, p, P, M, V = self.cfg, self.p, self.cfg.pp, self.cfg.micro_batches, self.cfg.virtual_stages
+        if cfg.inference:
+            return [("F", 0, i) for i in range(M)]
+        if V == 1:
+            warmup = min(P - p - 1, M)
+            order = [("F", 0, i) for i in range(warmup)]
+            for i in range(M - warmup):
+                order += [("F", 0, warmup + i), ("B", 0, i)]
+            return order + [("B", 0, i) for i in range(M - warmup, M)]
+        # Megatron's interleaved schedule: virtual micro-batch k runs chunk (k mod PV) // P (backward: reversed)
+        total = M * V
+        warmup = min((P - p - 1) * 2 + (V - 1) * P, total)
+
+        def item(kind, k):
+            c = (k % (P * V)) // P
+            return (kind, c if kind == "F" else V - 1 - c, (k // (P * V)) * P + k % P)
+        order = [item("F", k) for k in range(warmup)]
+        for i in range(total - warmup):
+            order += [item("F", warmup + i), item("B", i)]
+        return order + [item("B", k) for k in range(total - warmup, total)]
+
     def build(self):
-        dims, cfg, p = self.dims, self.cfg, self.p
-        per_stage = dims.layers // cfg.pp
-        layers = range(p * per_stage, (p + 1) * per_stage)
-        first, last = p == 0, p == cfg.pp - 1
+        dims, cfg, p, P = self.dims, self.cfg, self.p, self.cfg.pp
+        V = cfg.virtual_stages
+        per_chunk = dims.layers // (P * V)
         vocab = padded_vocab(dims, cfg.tp) // cfg.tp
         if cfg.ep == 1:
             lp, elp = layer_parameters(dims) // cfg.tp, 0
@@ -492,32 +620,48 @@ class _StageBuilder:
             elp = expert_layer_parameters(dims) // cfg.ep // cfg.tp
         n, h = self.tokens, dims.hidden
         M = cfg.micro_batches
-        if cfg.inference:
-            order = [("F", i) for i in range(M)]
-        else:
-            warmup = min(cfg.pp - p - 1, M)
-            order = [("F", i) for i in range(warmup)]
-            for i in range(M - warmup):
-                order += [("F", warmup + i), ("B", i)]
-            order += [("B", i) for i in range(M - warmup, M)]
-        for kind, mb in order:
+        params = {"embedding": (vocab * h, 0), "head": (vocab * h, 0)}
+        params.update({f"l{i}": (lp, elp) for i in range(dims.layers)})
+        z3 = {}  # (chunk, phase) -> {unit: gather ids}; ZeRO-3 gathers once per step per phase (reused by mbs)
+        for kind, ch, mb in self.schedule():
+            v = ch * P + p  # virtual stage
+            first, last = v == 0, v == P * V - 1
+            layers = range(v * per_chunk, (v + 1) * per_chunk)
+            cs = f".c{ch}" if V > 1 else ""
             if kind == "F":
-                deps = [] if first else [self.recv(f"recv_act.mb{mb}", -1, 2 * mb)]
+                units = (["embedding"] if first else []) + [f"l{i}" for i in layers] + (["head"] if last else [])
+                store = z3.setdefault((ch, "F"), {})
+                sc = ch if p > 0 else ch - 1  # the sender's chunk
+                deps = [] if first else [self.recv(f"recv_act{cs}.mb{mb}", -1, 2 * (sc * M + mb))]
                 for i, layer in enumerate(layers):
-                    self.layer_forward(layer, mb, deps if i == 0 else ())
+                    extra = []
+                    if cfg.zero == 3 and mb == 0:
+                        if first and i == 0:
+                            extra += self._z3(units, "embedding", store, params, "fwd")
+                        extra += self._z3(units, f"l{layer}", store, params, "fwd")
+                    self.layer_forward(layer, mb, (deps if i == 0 else []) + extra)
                 if last:
-                    self.mm(f"fwd.head.mb{mb}", n, h, vocab)
+                    extra = self._z3(units, "head", store, params, "fwd") if cfg.zero == 3 and mb == 0 else []
+                    self.mm(f"fwd.head.mb{mb}", n, h, vocab, extra)
                 if not last:
-                    self.send(f"send_act.mb{mb}", +1, 2 * mb, [self.prev])
+                    self.send(f"send_act{cs}.mb{mb}", +1, 2 * (ch * M + mb), [self.prev])
             else:
-                deps = [] if last else [self.recv(f"recv_grad.mb{mb}", +1, 2 * mb + 1)]
+                units = (["head"] if last else []) + [f"l{i}" for i in reversed(layers)] + \
+                        (["embedding"] if first else [])
+                store = z3.setdefault((ch, "B"), {})
+                gather = cfg.zero == 3 and mb == 0
+                sc = ch if p < P - 1 else ch + 1
+                deps = [] if last else [self.recv(f"recv_grad{cs}.mb{mb}", +1, 2 * (sc * M + mb) + 1)]
                 if last:
-                    self.mm(f"bwd.head.mb{mb}.dgrad", n, vocab, h, deps)
+                    extra = self._z3(units, "head", store, params, "bwd") if gather else []
+                    self.mm(f"bwd.head.mb{mb}.dgrad", n, vocab, h, deps + extra)
                     self.mm(f"bwd.head.mb{mb}.wgrad", h, n, vocab)
                     deps = []
                     if mb == M - 1:
                         self.grad_sync("head", vocab * h)
                 for layer in reversed(layers):
+                    if gather:
+                        deps = deps + self._z3(units, f"l{layer}", store, params, "bwd")
                     if cfg.recompute:
                         self.layer_forward(layer, mb, deps, tag="recompute")
                         deps = []
@@ -527,24 +671,36 @@ class _StageBuilder:
                         self.grad_sync(f"l{layer}", lp)
                         self.grad_sync(f"l{layer}.experts", elp, "edp")
                 if not first:
-                    self.send(f"send_grad.mb{mb}", -1, 2 * mb + 1, [self.prev])
-                elif mb == M - 1:
-                    self.grad_sync("embedding", vocab * h)
+                    self.send(f"send_grad{cs}.mb{mb}", -1, 2 * (ch * M + mb) + 1, [self.prev])
+                else:
+                    if gather:  # FSDP gathers every unit before its backward (the embedding's needs no weights)
+                        self._z3(units, "embedding", store, params, "bwd")
+                    if mb == M - 1:
+                        self.grad_sync("embedding", vocab * h)
         return self.items
 
 
 def _dyn_bytes(key, rank, cfg, gids):
-    t, d, p = coords_of(cfg, rank)
+    t, c, d, p = cp_coords_of(cfg, rank)
+    cx = (c,) if cfg.cp > 1 else ()
     if key[0] == "tp":
-        attrs = {"pg_name": str(gids["tp"][(d, p)])}
+        attrs = {"pg_name": str(gids["tp"][(d, p) + cx])}
     elif key[0] == "dp":
-        attrs = {"pg_name": str(gids["dp"][(t, p)])}
+        attrs = {"pg_name": str(gids["dp"][(t, p) + cx])}
+    elif key[0] == "dpcp":
+        attrs = {"pg_name": str(gids["dpcp"][(t, p)])}
+    elif key[0] == "cp":
+        attrs = {"pg_name": str(gids["cp"][(t, d, p)])}
     elif key[0] == "ep":
         attrs = {"pg_name": str(gids["ep"][(t, p, d // cfg.ep)])}
     elif key[0] == "edp":
         attrs = {"pg_name": str(gids["edp"][(t, p, d % cfg.ep)])}
-    else:
-        peer = rank_of(cfg, t, d, p + key[1])
+    elif key[0] in ("cpsend", "cprecv"):  # ring neighbour in the CP group
+        peer = rank_of(cfg, t, d, p, (c + key[1]) % cfg.cp)
+        src, dst = (rank, peer) if key[0] == "cpsend" else (peer, rank)
+        attrs = {"comm_src": src, "comm_dst": dst}
+    else:  # pipeline neighbour (interleaved: the last rank's next is rank 0)
+        peer = rank_of(cfg, t, d, (p + key[1]) % cfg.pp, c)
         src, dst = (rank, peer) if key[0] == "send" else (peer, rank)
         attrs = {"comm_src": src, "comm_dst": dst}
     return make_node(0, attrs=attrs)._raw
@@ -569,18 +725,17 @@ def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True):
         items = _StageBuilder(dims, cfg, p).build()
         nodes_per_stage.append(len(items))
         keys = sorted({dyn for _, dyn in items if dyn is not None})
-        for t in range(cfg.tp):
-            for d in range(cfg.dp):
-                rank = rank_of(cfg, t, d, p)
-                suffix = {k: _dyn_bytes(k, rank, cfg, gids) for k in keys}
-                chunks = [head]
-                for raw, dyn in items:
-                    body = raw + suffix[dyn] if dyn is not None else raw
-                    chunks.append(encode_varint(len(body)))
-                    chunks.append(body)
-                if write:
-                    with open(f"{prefix}.{rank}.et", "wb") as fh:
-                        fh.write(b"".join(chunks))
+        for t, d, c in ((t, d, c) for t in range(cfg.tp) for d in range(cfg.dp) for c in range(cfg.cp)):
+            rank = rank_of(cfg, t, d, p, c)
+            suffix = {k: _dyn_bytes(k, rank, cfg, gids) for k in keys}
+            chunks = [head]
+            for raw, dyn in items:
+                body = raw + suffix[dyn] if dyn is not None else raw
+                chunks.append(encode_varint(len(body)))
+                chunks.append(body)
+            if write:
+                with open(f"{prefix}.{rank}.et", "wb") as fh:
+                    fh.write(b"".join(chunks))
     flops = (inference_flops(dims, cfg) if cfg.inference
              else training_flops(dims, cfg.dp * cfg.micro_batches * cfg.micro_batch_size, cfg.tp))
     return {"npus": cfg.npus, "nodes_per_stage": nodes_per_stage, "groups": len(groups),
@@ -613,7 +768,8 @@ def add_llm_command(sub):
         return value
 
     p = sub.add_parser(
-        "llm", help="training/inference traces for a transformer (TP, PP 1F1B, DP/ZeRO, MoE/EP, recomputation)",
+        "llm", help="training/inference traces for a transformer (TP, PP 1F1B/interleaved, DP/ZeRO-1..3, CP, "
+        "MoE/EP, recomputation)",
         description="Write PREFIX.<rank>.et for one training step of a dense transformer and PREFIX.groups.json "
         "(TP, DP, PP communicator groups; rank = tp + TP*(dp + DP*pp)). Run them with "
         "astra run --comm-group-configuration PREFIX.groups.json.")
@@ -648,8 +804,14 @@ def add_llm_command(sub):
     p.add_argument("--micro-batch-size", type=positive_int, default=1, metavar="B", help="sequences per micro-batch")
     p.add_argument("--sequence-parallel", action="store_true",
                    help="TP with all-gather/reduce-scatter instead of all-reduce")
-    p.add_argument("--zero", type=int, choices=(0, 1, 2), default=0,
-                   help="ZeRO stage: 1/2 reduce-scatter gradients and all-gather parameters over DP")
+    p.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=0,
+                   help="ZeRO stage: 1/2 reduce-scatter gradients and all-gather parameters over DP; 3 (FSDP): "
+                   "parameters sharded, all-gathered per layer before forward and before backward, gradients "
+                   "reduce-scattered")
+    p.add_argument("--cp", type=positive_int, default=1,
+                   help="context-parallel size (sequence split; ring K/V exchange; rank = t + TP*(c + CP*(d + DP*p)))")
+    p.add_argument("--virtual-stages", type=positive_int, default=1, metavar="V",
+                   help="interleaved 1F1B: model chunks per pipeline rank (micro-batches a multiple of --pp)")
     p.add_argument("--recompute", action="store_true", help="full activation recomputation before each backward")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="activation/gradient type (default bf16)")
     p.add_argument("--tflops", type=_tflops, default=312.0,
@@ -674,7 +836,8 @@ def _cmd_llm(args):
     cfg = LlmConfig(tp=args.tp, pp=args.pp, dp=args.dp, micro_batches=args.micro_batches,
                     micro_batch_size=mbs, sequence_parallel=args.sequence_parallel,
                     zero=args.zero, recompute=args.recompute, dtype=args.dtype, tflops=args.tflops, ep=args.ep,
-                    mode=args.mode, prompt_len=args.prompt_len, decode_len=args.decode_len)
+                    mode=args.mode, prompt_len=args.prompt_len, decode_len=args.decode_len, cp=args.cp,
+                    virtual_stages=args.virtual_stages)
     s = generate_llm(dims, cfg, args.output)
     print(f"{s['npus']} ranks, {s['parameters'] / 1e9:.2f}B matmul parameters "
           f"({s['activated_parameters'] / 1e9:.2f}B activated), {s['flops'] / 1e15:.4f} PFLOP per step, nodes per rank by stage {s['nodes_per_stage']}; wrote {args.output}.0.et .. "

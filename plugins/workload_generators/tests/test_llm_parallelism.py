@@ -1,0 +1,265 @@
+"""``astra workload llm``: ZeRO-3/FSDP, context parallelism and interleaved 1F1B. Volumes, counts and schedules are
+derived here independently of the generator, and every feature is simulated end to end (a deadlock raises)."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+import pytest
+
+from astra_sim.chakra import read_et, types as T
+from astra_sim.cli import main
+from astra_sim.errors import ConfigError
+from astra_sim.simulation import simulate
+from astra_sim.testing import write_network_config, write_system_config
+
+from astra_workload_generators.llm import LlmConfig, generate_llm, model_dims
+
+PLUGINS = ["network_analytical", "workload_generators"]
+# L, h, heads, kv, ffn, vocab, seq; gated
+L, H, HEADS, KV, FFN, VOCAB, S = 8, 256, 8, 4, 512, 1000, 128
+SMALL = dict(layers=L, hidden=H, heads=HEADS, kv_heads=KV, ffn_hidden=FFN, vocab=VOCAB, seq_len=S, gated=True)
+BYTES = 2  # bf16
+
+
+def _layer_params():
+    d = H // HEADS
+    return 2 * H * H + 2 * H * KV * d + 3 * H * FFN  # Wq, Wo, Wk+Wv, gated FFN
+
+
+def _flops(sequences):
+    P = L * _layer_params() + VOCAB * H
+    return 6 * P * sequences * S + 12 * L * S * S * H * sequences
+
+
+def _gen(tmp_path, name="t", **cfg):
+    cfg = LlmConfig(**cfg)
+    generate_llm(model_dims(**SMALL), cfg, tmp_path / name)
+    groups = json.loads((tmp_path / f"{name}.groups.json").read_text())
+    return cfg, groups, [read_et(f"{tmp_path / name}.{r}.et").nodes for r in range(cfg.npus)]
+
+
+def _vol(nodes, groups, rank):
+    out = defaultdict(int)
+    for n in nodes:
+        if n.type == T.COMM_COLL_NODE:
+            assert rank in groups[n.attrs["pg_name"]]
+            out[(n.name.split("_")[0], n.attrs["comm_type"])] += n.attrs["comm_size"]
+    return out
+
+
+def _simulate(tmp_path, name, npus):
+    sys_cfg = write_system_config(tmp_path / "sys.json", dims=1)
+    net = write_network_config(tmp_path / "net.yml", npus=(npus,))
+    report = simulate(tmp_path / name, sys_cfg, net, None, str(tmp_path / f"{name}.groups.json"), plugins=PLUGINS)
+    assert len(report.ranks) == npus and report.max_finish_ns > 0
+    return report
+
+
+# ------------------------------------------------------------------------------------------------ ZeRO-3 / FSDP
+def test_zero3_volume_and_reuse(tmp_path):
+    tp, pp, dp, M = 2, 2, 4, 3
+    cfg, groups, ranks = _gen(tmp_path, tp=tp, pp=pp, dp=dp, micro_batches=M, zero=3)
+    per_stage = L // pp
+    for rank, nodes in enumerate(ranks):
+        stage = rank // (tp * dp)
+        stage_params = per_stage * _layer_params() + VOCAB * H  # + embedding (first) or LM head (last)
+        shard = stage_params // tp * BYTES
+        vol = _vol(nodes, groups, rank)
+        # gathered once before forward and once before backward per step (reused by all M micro-batches),
+        # gradients reduce-scattered once; no all-reduce, no post-step parameter all-gather
+        assert vol[("dp", T.ALL_GATHER)] == 2 * shard
+        assert vol[("dp", T.REDUCE_SCATTER)] == shard
+        assert ("dp", T.ALL_REDUCE) not in vol
+        ags = [n for n in nodes if n.type == T.COMM_COLL_NODE and n.attrs["comm_type"] == T.ALL_GATHER
+               and n.name.startswith("dp")]
+        assert len(ags) == 2 * (per_stage + 1)  # per unit (layer, embedding/head): forward + backward
+        # every layer's first forward (mb 0) and first backward compute wait on that layer's gather
+        by_id = {n.id: n for n in nodes}
+        for layer in range(stage * per_stage, (stage + 1) * per_stage):
+            for label in (f"fwd.l{layer}.mb0.qkv", f"bwd.l{layer}.mb0.fc2.dgrad"):
+                node = next(n for n in nodes if n.attrs.get("label") == label)
+                gathers = [by_id[i].name for i in node.data_deps if by_id[i].type == T.COMM_COLL_NODE]
+                assert f"dp_ag.l{layer}.{label[:3]}" in gathers
+        for n in nodes:
+            if n.type == T.COMM_COLL_NODE and n.name.startswith("dp"):
+                assert sorted(groups[n.attrs["pg_name"]]) == [rank % tp + tp * d + tp * dp * stage for d in range(dp)]
+
+
+def test_zero3_flops_unchanged_and_simulates(tmp_path):
+    _, _, base = _gen(tmp_path, "a", tp=2, pp=2, dp=2, micro_batches=2)
+    _, _, z3 = _gen(tmp_path, "z", tp=2, pp=2, dp=2, micro_batches=2, zero=3, recompute=True,
+                    sequence_parallel=True)
+    ops = lambda ranks, tag: sum(n.attrs["num_ops"] for r in ranks for n in r
+                                 if n.type == T.COMP_NODE and not n.attrs["label"].startswith(tag))
+    assert ops(base, "-") == ops(z3, "recompute") == _flops(2 * 2)
+    _simulate(tmp_path, "z", 8)
+
+
+# ------------------------------------------------------------------------------------------------ context parallel
+def test_cp_groups_layout(tmp_path):
+    tp, cp, dp = 2, 2, 2
+    cfg, groups, _ = _gen(tmp_path, tp=tp, cp=cp, dp=dp, micro_batches=1)
+    assert cfg.npus == 8
+    members = sorted(groups.values())
+    rank = lambda t, c, d: t + tp * (c + cp * d)  # rank = t + TP*(c + CP*(d + DP*p))
+    for d in range(dp):
+        for c in range(cp):
+            assert [rank(t, c, d) for t in range(tp)] in members                 # TP
+    for t in range(tp):
+        for c in range(cp):
+            assert [rank(t, c, d) for d in range(dp)] in members                 # DP
+        for d in range(dp):
+            assert [rank(t, c, d) for c in range(cp)] in members                 # CP
+        assert sorted(rank(t, c, d) for c in range(cp) for d in range(dp)) in [sorted(m) for m in members]  # DPxCP
+    assert len(groups) == 4 + 4 + 4 + 2
+
+
+@pytest.mark.parametrize("recompute", [False, True])
+def test_cp_ring_volume_and_grads(tmp_path, recompute):
+    tp, pp, dp, cp, M, b = 2, 2, 2, 4, 2, 2
+    cfg, groups, ranks = _gen(tmp_path, tp=tp, pp=pp, dp=dp, cp=cp, micro_batches=M, micro_batch_size=b,
+                              recompute=recompute)
+    d = H // HEADS
+    kv_chunk = 2 * b * (S // cp) * (KV // tp) * d * BYTES  # this rank's K and V chunk (its kv/TP heads)
+    per_stage = L // pp
+    sends, recvs = [], []
+    for rank, nodes in enumerate(ranks):
+        t, c = rank % tp, (rank // tp) % cp
+        dd, p = (rank // (tp * cp)) % dp, rank // (tp * cp * dp)
+        ring = [n for n in nodes if n.type == T.COMM_SEND_NODE and n.name.startswith("cp_")]
+        rring = [n for n in nodes if n.type == T.COMM_RECV_NODE and n.name.startswith("cp_")]
+        # per layer per micro-batch: CP-1 ring steps forward (K,V), again in recomputation, CP-1 backward (dK,dV)
+        assert len(ring) == len(rring) == (3 if recompute else 2) * per_stage * M * (cp - 1)
+        assert {n.attrs["comm_size"] for n in ring + rring} == {kv_chunk}
+        nxt = t + tp * ((c + 1) % cp + cp * (dd + dp * p))
+        for n in ring:
+            assert n.attrs["comm_src"] == rank and n.attrs["comm_dst"] == nxt
+        for n in nodes:
+            if n.type in (T.COMM_SEND_NODE, T.COMM_RECV_NODE):
+                (sends if n.type == T.COMM_SEND_NODE else recvs).append(
+                    (n.attrs["comm_src"], n.attrs["comm_dst"], n.attrs["comm_tag"], n.attrs["comm_size"]))
+        vol = _vol(nodes, groups, rank)
+        # TP collectives and PP activations carry the local sequence chunk s/CP
+        tp_sizes = {n.attrs["comm_size"] for n in nodes if n.type == T.COMM_COLL_NODE and n.name.startswith("tp")}
+        assert tp_sizes == {b * (S // cp) * H * BYTES}
+        # gradients all-reduced over DP x CP (the stage's params / TP)
+        assert vol[("dpcp", T.ALL_REDUCE)] == (per_stage * _layer_params() + VOCAB * H) // tp * BYTES
+        for n in nodes:
+            if n.name.startswith("dpcp"):
+                assert len(groups[n.attrs["pg_name"]]) == dp * cp
+    assert sorted(sends) == sorted(recvs) and len(set(sends)) == len(sends)
+
+
+@pytest.mark.parametrize("cp,tp,pp,dp", [(2, 2, 2, 1), (4, 1, 1, 2)])
+def test_cp_flops_equal_and_simulates(tmp_path, cp, tp, pp, dp):
+    _, _, base = _gen(tmp_path, "a", tp=tp, pp=pp, dp=dp, micro_batches=2)
+    _, _, ctx = _gen(tmp_path, "c", tp=tp, pp=pp, dp=dp, cp=cp, micro_batches=2, zero=1)
+    ops = lambda ranks: sum(n.attrs["num_ops"] for r in ranks for n in r if n.type == T.COMP_NODE)
+    assert abs(ops(ctx) - ops(base)) / ops(base) < 0.01
+    assert abs(ops(ctx) - _flops(dp * 2)) / _flops(dp * 2) < 0.01
+    _simulate(tmp_path, "c", tp * pp * dp * cp)
+
+
+# ------------------------------------------------------------------------------------------------ interleaved 1F1B
+def _order(nodes, per_chunk, pp):
+    """[(F/B, chunk, mb)] from the QKV (forward) / QKV dgrad (backward) labels of each chunk's first layer."""
+    seq = []
+    for n in nodes:
+        label = n.attrs.get("label", "")
+        if n.type == T.COMP_NODE and label.endswith(".qkv") or label.endswith(".qkv.dgrad"):
+            kind, layer, mb = label.split(".")[:3]
+            if kind == "recompute":
+                continue
+            layer, mb = int(layer[1:]), int(mb[2:])
+            chunk = (layer // per_chunk) // pp
+            item = ("F" if kind == "fwd" else "B", chunk, mb)
+            if not seq or seq[-1] != item:
+                seq.append(item)
+    return seq
+
+
+def test_interleaved_schedule(tmp_path):
+    """P=2, V=2, M=4 written out by hand from Megatron's interleaved schedule: rank p warms up with
+    (P-p-1)*2 + (V-1)*P forwards; forwards cycle chunk 0 for P micro-batches, then chunk 1, ...; backwards the
+    same starting from the last chunk."""
+    _, _, ranks = _gen(tmp_path, pp=2, virtual_stages=2, micro_batches=4)
+    F = lambda c, m: ("F", c, m)
+    B = lambda c, m: ("B", c, m)
+    expect0 = [F(0, 0), F(0, 1), F(1, 0), F(1, 1),
+               F(0, 2), B(1, 0), F(0, 3), B(1, 1), F(1, 2), B(0, 0), F(1, 3), B(0, 1),
+               B(1, 2), B(1, 3), B(0, 2), B(0, 3)]
+    expect1 = [F(0, 0), F(0, 1),
+               F(1, 0), B(1, 0), F(1, 1), B(1, 1), F(0, 2), B(0, 0), F(0, 3), B(0, 1), F(1, 2), B(1, 2),
+               F(1, 3), B(1, 3),
+               B(0, 2), B(0, 3)]
+    per_chunk = L // 4
+    assert _order(ranks[0], per_chunk, 2) == expect0
+    assert _order(ranks[1], per_chunk, 2) == expect1
+    # rank p holds the layers of virtual stages p, p+P: layers {0,1,4,5} on rank 0, {2,3,6,7} on rank 1
+    for p, nodes in enumerate(ranks):
+        layers = {int(n.attrs["label"].split(".")[1][1:]) for n in nodes
+                  if n.type == T.COMP_NODE and ".l" in n.attrs["label"]}
+        assert layers == {l for l in range(L) if (l // per_chunk) % 2 == p}
+
+
+@pytest.mark.parametrize("tp,dp,cp,zero", [(1, 1, 1, 0), (2, 1, 2, 3)])
+def test_interleaved_p2p_count_flops_and_simulates(tmp_path, tp, dp, cp, zero):
+    pp, V, M, b = 4, 2, 4, 1
+    _, _, base = _gen(tmp_path, "a", tp=tp, pp=pp, dp=dp, cp=cp, micro_batches=M, zero=zero)
+    cfg, groups, ranks = _gen(tmp_path, "i", tp=tp, pp=pp, dp=dp, cp=cp, micro_batches=M, zero=zero,
+                              virtual_stages=V)
+    act = b * (S // cp) * H * BYTES
+    stride = tp * cp * dp
+    sends, recvs = [], []
+    for rank, nodes in enumerate(ranks):
+        p = rank // stride
+        s = [n for n in nodes if n.type == T.COMM_SEND_NODE and not n.name.startswith("cp_")]
+        r = [n for n in nodes if n.type == T.COMM_RECV_NODE and not n.name.startswith("cp_")]
+        # each of the V chunks sends M activations forward and M gradients back, except at the model's ends
+        # (virtual stage 0 on rank 0 has no predecessor, virtual stage P*V-1 on rank P-1 no successor)
+        assert len(s) == len(r) == 2 * V * M - M * (p == 0) - M * (p == pp - 1)
+        assert {n.attrs["comm_size"] for n in s} == {act}
+        for n in s:  # neighbours in the ring of pipeline ranks (rank P-1 forwards into rank 0's next chunk)
+            peer = n.attrs["comm_dst"]
+            assert (peer // stride - p) % pp in (1, pp - 1) and peer % stride == rank % stride
+        for n in s + r:
+            (sends if n in s else recvs).append(
+                (n.attrs["comm_src"], n.attrs["comm_dst"], n.attrs["comm_tag"], n.attrs["comm_size"]))
+    assert sorted(sends) == sorted(recvs) and len(set(sends)) == len(sends)
+    ops = lambda rs: sum(n.attrs["num_ops"] for r in rs for n in r if n.type == T.COMP_NODE)
+    assert ops(ranks) == ops(base)
+    assert abs(ops(ranks) - _flops(dp * M * b)) / _flops(dp * M * b) < 0.01
+    _simulate(tmp_path, "i", cfg.npus)
+
+
+def test_cli_and_errors(tmp_path):
+    prefix = tmp_path / "g"
+    args = ["workload", "llm", "--layers", "8", "--hidden", "256", "--heads", "8", "--kv-heads", "4",
+            "--ffn-hidden", "512", "--vocab", "1000", "--seq-len", "128", "--gated", "--pp", "2", "--cp", "2",
+            "--virtual-stages", "2", "--micro-batches", "2", "--zero", "3", "-o", str(prefix)]
+    assert main(args) == 0
+    assert len(list(tmp_path.glob("g.*.et"))) == 4
+    dims = model_dims(**SMALL)
+    for cfg, match in [(LlmConfig(pp=2, virtual_stages=2, micro_batches=3), "multiple of --pp"),
+                       (LlmConfig(pp=2, virtual_stages=3, micro_batches=2), "not divisible by --pp x"),
+                       (LlmConfig(virtual_stages=2), "--pp >= 2"),
+                       (LlmConfig(cp=3), "not divisible by --cp"),
+                       (LlmConfig(cp=2, mode="prefill"), "--mode train"),
+                       (LlmConfig(zero=4), "--zero")]:
+        with pytest.raises(ConfigError, match=match):
+            generate_llm(dims, cfg, tmp_path / "x", write=False)
+
+
+def test_interleaving_shrinks_the_bubble(tmp_path):
+    """Megatron's point of interleaving: with P=4, M=4 the bubble (P-1)/V forward+backward slots shrinks."""
+    dims = model_dims(layers=8, hidden=1024, heads=8, vocab=1000, seq_len=512)
+    sys_cfg = write_system_config(tmp_path / "sys.json", dims=1)
+    net = write_network_config(tmp_path / "net.yml", npus=(4,))
+    finish = {}
+    for V in (1, 2):
+        generate_llm(dims, LlmConfig(pp=4, micro_batches=4, virtual_stages=V), tmp_path / f"v{V}")
+        finish[V] = simulate(tmp_path / f"v{V}", sys_cfg, net, None, str(tmp_path / f"v{V}.groups.json"),
+                             plugins=PLUGINS).max_finish_ns
+    assert finish[2] < finish[1]
