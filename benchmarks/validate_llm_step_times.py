@@ -83,11 +83,15 @@ def astra_exe(name: str) -> str:
     return cand if os.path.exists(cand) else name
 
 
+#: Extra ``astra workload llm`` flags for every configuration (``--attention unfused`` sets it).
+EXTRA_LLM_FLAGS: list = []
+
+
 def gen_cmd(c: Config, m: int, prefix: str) -> list[str]:
     return [astra_exe("astra"), "workload", "llm", "--layers", str(c.layers), "--hidden", str(c.hidden),
             "--heads", str(c.heads), "--vocab", str(VOCAB), "--seq-len", str(SEQ), "--tp", str(c.tp),
             "--pp", str(c.pp), "--dp", str(c.dp), "--micro-batches", str(m), "--micro-batch-size",
-            str(c.micro_batch_size), "--recompute", "--dtype", "fp16", "-o", prefix]
+            str(c.micro_batch_size), "--recompute", "--dtype", "fp16", *EXTRA_LLM_FLAGS, "-o", prefix]
 
 
 def run_cmd(c: Config, prefix: str, report: str) -> list[str]:
@@ -151,7 +155,12 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", help="config names to run (default: all)")
     ap.add_argument("--keep", help="generate into this directory instead of a temp dir")
     ap.add_argument("--json", help="write the results as JSON here")
+    ap.add_argument("--attention", choices=("flash", "unfused"), default="flash",
+                    help="attention as generated: one FlashAttention node (default) or the unfused "
+                         "bmm + softmax kernels the 2021 measurements used")
     a = ap.parse_args(argv)
+    if a.attention == "unfused":
+        EXTRA_LLM_FLAGS[:] = ["--attention", "unfused"]
     configs = [c for c in CONFIGS if not a.only or c.name in a.only]
     workdir = a.keep or tempfile.mkdtemp(prefix="astra-validate-llm-")
     rows = []

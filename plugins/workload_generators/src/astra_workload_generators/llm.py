@@ -27,6 +27,12 @@ attention against all s keys via a ring of CP-1 K/V send/recv steps forward and 
 ``2*b*(s/CP)*(kv/TP)*d*bytes``; dense gradients over DP x CP. Interleaved 1F1B (``virtual_stages``): Megatron's
 interleaved schedule, virtual stage v = chunk*PP + p; per rank ``2*V*M - M*[p==0] - M*[p==PP-1]`` sends.
 
+Element-wise nodes (``elementwise``, training only, default on): LayerNorm, bias+GeLU / SiLU*mul, dropout and
+residual adds per layer, embedding lookup and cross entropy per micro-batch, one ``_fused_adam_`` per step over
+the rank's parameters (ADAM_BYTES_PER_PARAM); ``num_ops = 0`` so the FLOP totals above are unchanged; the ``gpu``
+compute model times them from ``inputs_shapes`` as memory-bound. ``attention="unfused"``: QK^T / AV ``aten::bmm``
+plus softmax and dropout over the b*heads*s^2 scores instead of the flash-attention nodes (same FLOPs).
+
 Inference (``mode`` prefill / decode): forward only, no DP synchronisation. Prefill: s = prompt_len,
 ``2*P*tokens + 4*L*s^2*h*sequences``. Decode: one token per sequence against a KV cache of
 ``c = prompt_len + decode_len`` positions: ``2*P + 4*L*c*h`` FLOPs per sequence, attention reads
@@ -75,6 +81,14 @@ MODES = ("train", "prefill", "decode")
 
 DTYPES = {"bf16": (2, "c10::BFloat16"), "fp16": (2, "c10::Half"), "fp32": (4, "float")}
 MM = "aten::mm"
+BMM = "aten::bmm"
+ATTENTIONS = ("flash", "unfused")
+#: Bytes per parameter the optimizer node moves (as the gpu model counts an in-place ``_fused_adam_``): it reads
+#: fp32 master weights, fp32 gradients and the two fp32 Adam moments (16 B) and writes the weights back (4 B).
+#: A real kernel also writes the two moments (+8 B) and the fp16/bf16 model copy (+2 B), which is not counted.
+ADAM_BYTES_PER_PARAM = 20
+#: Bandwidth used only for the nodes' ``duration_micros`` (replay); the gpu model times them from their shapes.
+EW_REPLAY_BYTES_PER_S = 1.5e12
 CP_TAG_BASE = 1 << 24  # comm_tag of context-parallel ring messages: CP_TAG_BASE + ((phase*L + layer)*M + mb)*CP + j
 ATTN = "aten::_scaled_dot_product_flash_attention"
 ATTN_BWD = "aten::_scaled_dot_product_flash_attention_backward"
@@ -126,6 +140,8 @@ class LlmConfig:
     decode_len: int = 1             # decode: generated tokens so far, this one included
     cp: int = 1                     # context parallelism (sequence split over CP ranks; training only)
     virtual_stages: int = 1         # interleaved 1F1B: model chunks per pipeline rank (training only)
+    elementwise: bool = True        # training: emit norms, activations, dropout, residual adds, CE, optimizer
+    attention: str = "flash"        # flash (one fused node) | unfused (bmm + softmax + dropout + bmm; training)
 
     @property
     def npus(self):
@@ -134,6 +150,11 @@ class LlmConfig:
     @property
     def inference(self):
         return self.mode != "train"
+
+    @property
+    def ew(self):
+        """Element-wise / memory-bound nodes are emitted (training only)."""
+        return self.elementwise and not self.inference
 
 
 def model_dims(preset=None, **overrides) -> ModelDims:
@@ -339,6 +360,10 @@ def _check(dims: ModelDims, cfg: LlmConfig):
             raise ConfigError(f"seq len {dims.seq_len} is not divisible by --cp {cfg.cp}")
         if cfg.ep > 1:
             raise ConfigError("--cp together with --ep is not supported")
+    if cfg.attention not in ATTENTIONS:
+        raise ConfigError(f"--attention must be one of {', '.join(ATTENTIONS)}, got {cfg.attention!r}")
+    if cfg.attention == "unfused" and cfg.inference:
+        raise ConfigError("--attention unfused is for --mode train")
     if dims.kv_heads % cfg.tp:
         raise ConfigError(f"kv heads {dims.kv_heads} (and heads {dims.heads}) must be divisible by --tp {cfg.tp}")
     if dims.ffn_hidden % cfg.tp:
@@ -382,6 +407,11 @@ class _StageBuilder:
         self.tokens = cfg.micro_batch_size * self.seq
         self.act_bytes = self.tokens * dims.hidden * self.nbytes
         self.a2a_bytes = self.tokens * dims.top_k * dims.hidden * self.nbytes
+        # rows of the element-wise ops on the residual stream (LayerNorm, dropout, residual add): this rank's
+        # tokens, split over TP with sequence parallelism (replicated on every TP rank otherwise)
+        self.ln_rows = self.tokens // cfg.tp if cfg.sequence_parallel else self.tokens
+        self.syncs = []      # gradient reductions the optimizer waits for
+        self.deferred = []   # ZeRO-1/2 parameter all-gathers, issued after the optimizer
 
     # -- node emission ------------------------------------------------------------------------------------
     def _add(self, name, type_, attrs, deps=(), dyn=None, duration=0, shapes=None, types=None, chain=True):
@@ -406,6 +436,133 @@ class _StageBuilder:
 
     def mm(self, label, m, k, n, deps=()):
         return self.comp(MM, label, f"[[{m}, {k}], [{k}, {n}]]", 2 * m * k * n, m * k + k * n + m * n, deps)
+
+    def ew(self, op, label, args, deps=()):
+        """An element-wise / memory-bound ATen node. ``args``: per argument ``(shape, type)`` or a list of those
+        (a tensor list). ``num_ops = 0`` (FLOP totals stay the matmul/attention FLOPs); ``tensor_size`` = the
+        bytes moved as the gpu model counts them (it re-derives them from ``inputs_shapes``/``inputs_types``)."""
+        shapes, types, tensors = [], [], []
+        for a in args:
+            if isinstance(a, list):
+                shapes.append([list(sh) for sh, _ in a])
+                types.append("GenericList[" + ",".join(t for _, t in a) + "]")
+                tensors.extend(a)
+            else:
+                shapes.append(list(a[0]))
+                types.append(a[1])
+                tensors.append(a)
+        size = {"Tensor(float)": 4, "Tensor(long int)": 8, "Tensor(bool)": 1}
+
+        def nb(t):
+            sh, ty = t
+            n = 1
+            for v in sh:
+                n *= v
+            return n * size.get(ty, self.nbytes)
+        read = sum(nb(t) for t in tensors)
+        first = args[0] if isinstance(args[0], list) else [args[0]]
+        name = op.split("::")[-1]
+        if name.endswith("_"):
+            nbytes = read + sum(nb(t) for t in first)
+        elif name == "embedding":
+            nbytes = nb(args[1]) + 2 * nb((args[1][0], args[0][1])) * args[0][0][1]
+        elif name == "embedding_dense_backward":
+            nbytes = 2 * nb(args[0])
+        else:
+            ndim = max(len(sh) for sh, _ in tensors)
+            out = [1] * ndim
+            for sh, _ in tensors:
+                for i, v in enumerate(sh):
+                    j = ndim - len(sh) + i
+                    out[j] = v if out[j] == 1 else (out[j] if v == 1 else max(out[j], v))
+            nbytes = read + nb((out, first[0][1]))
+        dur = max(1, round(nbytes / EW_REPLAY_BYTES_PER_S * 1e6))
+        attrs = {"is_cpu_op": False, "num_ops": 0, "tensor_size": nbytes, "label": label}
+        return self._add(op, T.COMP_NODE, attrs, deps, duration=dur, shapes=repr(shapes), types=repr(types))
+
+    def _t(self, *shape):
+        return (tuple(shape), self.ttype)
+
+    def layer_norm(self, label, deps=()):
+        h, r = self.dims.hidden, self.ln_rows
+        return self.ew("aten::native_layer_norm", label + ".ln", [self._t(r, h), self._t(h), self._t(h)], deps)
+
+    def layer_norm_bwd(self, label, deps=()):
+        h, r, f = self.dims.hidden, self.ln_rows, "Tensor(float)"
+        return self.ew("aten::native_layer_norm_backward", label + ".ln",
+                       [self._t(r, h), self._t(r, h), ((r, 1), f), ((r, 1), f), self._t(h), self._t(h)], deps)
+
+    def dropout_add(self, label, deps=()):
+        """Bias (GPT) + dropout + residual add on the residual stream (Megatron's fused bias-dropout-add, as two
+        nodes: ``native_dropout`` of the branch output, then the in-place residual ``add_``)."""
+        h, r = self.dims.hidden, self.ln_rows
+        self.ew("aten::native_dropout", label + ".dropout", [self._t(r, h)], deps)
+        bias = [] if self.dims.gated else [self._t(h)]
+        return self.ew("aten::add_", label + ".residual", [self._t(r, h), self._t(r, h)] + bias)
+
+    def dropout_bwd(self, label, deps=()):
+        h, r = self.dims.hidden, self.ln_rows
+        return self.ew("aten::native_dropout_backward", label + ".dropout",
+                       [self._t(r, h), ((r, h), "Tensor(bool)")], deps)
+
+    def residual_grad(self, label, deps=()):
+        h, r = self.dims.hidden, self.ln_rows
+        return self.ew("aten::add_", label + ".residual", [self._t(r, h), self._t(r, h)], deps)
+
+    def act_fwd(self, label, rows, cols):
+        """FFN activation on this rank's ``rows x cols`` (cols: the FFN inner size shard): bias + GeLU (fused,
+        GPT) or SiLU(gate) * up (gated)."""
+        if not self.cfg.ew:
+            return
+        if self.dims.gated:
+            self.ew("aten::silu", label + ".silu", [self._t(rows, cols)])
+            self.ew("aten::mul", label + ".mul", [self._t(rows, cols), self._t(rows, cols)])
+        else:
+            self.ew("aten::gelu", label + ".gelu", [self._t(rows, cols), self._t(cols)])
+
+    def act_bwd(self, label, rows, cols):
+        if not self.cfg.ew:
+            return
+        if self.dims.gated:
+            self.ew("aten::mul", label + ".mul.dup", [self._t(rows, cols), self._t(rows, cols)])
+            self.ew("aten::mul", label + ".mul.dgate", [self._t(rows, cols), self._t(rows, cols)])
+            self.ew("aten::silu_backward", label + ".silu", [self._t(rows, cols), self._t(rows, cols)])
+        else:
+            self.ew("aten::gelu_backward", label + ".gelu", [self._t(rows, cols), self._t(rows, cols)])
+
+    def attn_unfused_fwd(self, lab, b, hq, q, c, d, deps=()):
+        """Megatron-LM (2021) attention without FlashAttention: QK^T bmm, fused scale-mask-softmax and dropout on
+        the b*heads*q*c scores, AV bmm (GQA: K/V heads repeated to hq)."""
+        bh = b * hq
+        sc = (b, hq, q, c)
+        self.comp(BMM, lab + ".attn.qk", f"[[{bh}, {q}, {d}], [{bh}, {d}, {c}]]", 2 * bh * q * c * d,
+                  bh * (q * d + d * c + q * c), deps)
+        self.ew("aten::_softmax", lab + ".attn.softmax", [self._t(*sc)])
+        self.ew("aten::native_dropout", lab + ".attn.dropout", [self._t(*sc)])
+        return self.comp(BMM, lab + ".attn.av", f"[[{bh}, {q}, {c}], [{bh}, {c}, {d}]]", 2 * bh * q * c * d,
+                         bh * (q * c + c * d + q * d))
+
+    def attn_unfused_bwd(self, lab, b, hq, q, c, d):
+        bh = b * hq
+        sc = (b, hq, q, c)
+        e = bh * (q * c + c * d + q * d)
+        f = 2 * bh * q * c * d
+        self.comp(BMM, lab + ".attn.dp", f"[[{bh}, {q}, {d}], [{bh}, {d}, {c}]]", f, e)
+        self.comp(BMM, lab + ".attn.dv", f"[[{bh}, {c}, {q}], [{bh}, {q}, {d}]]", f, e)
+        self.ew("aten::native_dropout_backward", lab + ".attn.dropout", [self._t(*sc), (sc, "Tensor(bool)")])
+        self.ew("aten::_softmax_backward_data", lab + ".attn.softmax", [self._t(*sc), self._t(*sc)])
+        self.comp(BMM, lab + ".attn.dq", f"[[{bh}, {q}, {c}], [{bh}, {c}, {d}]]", f, e)
+        return self.comp(BMM, lab + ".attn.dk", f"[[{bh}, {c}, {q}], [{bh}, {q}, {d}]]", f, e)
+
+    def optimizer(self, params):
+        """Adam over this rank's ``params`` (fp32 master weights, grads, two moments): one ``_fused_adam_``
+        node after every gradient reduction of the step; ZeRO-1/2 parameter all-gathers follow it."""
+        f = "Tensor(float)"
+        one = [((params,), f)]
+        node = self.ew("aten::_fused_adam_", "optimizer.adam", [one, one, one, one], self.syncs)
+        for label, size, group in self.deferred:
+            self.coll(label, T.ALL_GATHER, size, group, [node], chain=False)
+        return node
 
     def coll(self, label, comm_type, size, group, deps=(), chain=True):
         return self._add(label, T.COMM_COLL_NODE, {"is_cpu_op": False, "comm_type": comm_type, "comm_size": size},
@@ -453,24 +610,37 @@ class _StageBuilder:
         qkv = (h + 2 * dims.kv_heads * d) // tp
         f1 = (2 if dims.gated else 1) * dims.ffn_hidden // tp
         deps = list(deps)
+        ew = cfg.ew
+        if ew:  # deps stay on the first GEMM too (ZeRO-3 gathers; already ordered by the chain)
+            self.layer_norm(lab + ".ln1", deps)
         if sp and self._tp("ag", lab + ".attn_in", deps) is not None:
             deps = []
         qkv_node = self.mm(lab + ".qkv", n, h, qkv, deps)
         ring = self._cp_ring(lab + ".kv", layer, mb, 1 if tag == "recompute" else 0, qkv_node)
         hq, hkv = dims.heads // tp, dims.kv_heads // tp
-        kv_bytes = {"kv_cache_bytes": 2 * b * c * d * hkv * self.nbytes} if cfg.mode == "decode" else None
-        self.comp(ATTN, lab + ".attn", f"[[{b}, {hq}, {q}, {d}], [{b}, {hkv}, {c}, {d}], [{b}, {hkv}, {c}, {d}]]",
-                  4 * b * q * c * d * hq, b * d * (2 * q * hq + 2 * c * hkv), ring, extra=kv_bytes)
+        if cfg.attention == "unfused":
+            self.attn_unfused_fwd(lab, b, hq, q, c, d, ring)
+        else:
+            kv_bytes = {"kv_cache_bytes": 2 * b * c * d * hkv * self.nbytes} if cfg.mode == "decode" else None
+            self.comp(ATTN, lab + ".attn",
+                      f"[[{b}, {hq}, {q}, {d}], [{b}, {hkv}, {c}, {d}], [{b}, {hkv}, {c}, {d}]]",
+                      4 * b * q * c * d * hq, b * d * (2 * q * hq + 2 * c * hkv), ring, extra=kv_bytes)
         self.mm(lab + ".proj", n, h // tp, h)
         self._tp("rs" if sp else "ar", lab + ".attn_out")
+        if ew:
+            self.dropout_add(lab + ".attn_out")
+            self.layer_norm(lab + ".ln2")
         if sp:
             self._tp("ag", lab + ".mlp_in")
         if dims.moe:
             self.moe_forward(lab)
         else:
             self.mm(lab + ".fc1", n, h, f1)
+            self.act_fwd(lab + ".fc1", n, dims.ffn_hidden // tp)
             self.mm(lab + ".fc2", n, dims.ffn_hidden // tp, h)
         self._tp("rs" if sp else "ar", lab + ".mlp_out")
+        if ew:
+            self.dropout_add(lab + ".mlp_out")
 
     def _a2a(self, label, deps=()):
         if self.cfg.ep > 1:
@@ -485,10 +655,12 @@ class _StageBuilder:
         gm = 2 if dims.gated else 1
         if dims.shared_experts:
             self.mm(lab + ".shared.fc1", n, h, gm * dims.shared_experts * mf)
+            self.act_fwd(lab + ".shared.fc1", n, dims.shared_experts * mf)
             self.mm(lab + ".shared.fc2", n, dims.shared_experts * mf, h)
         self._a2a(lab + ".dispatch")
         nk = n * dims.top_k
         self.mm(lab + ".experts.fc1", nk, h, gm * mf)
+        self.act_fwd(lab + ".experts.fc1", nk, mf)
         self.mm(lab + ".experts.fc2", nk, mf, h)
         self._a2a(lab + ".combine")
 
@@ -501,6 +673,7 @@ class _StageBuilder:
             deps = ()
         self.mm(lab + ".experts.fc2.dgrad", nk, h, mf, deps)
         self.mm(lab + ".experts.fc2.wgrad", mf, nk, h)
+        self.act_bwd(lab + ".experts.fc1", nk, mf)
         self.mm(lab + ".experts.fc1.dgrad", nk, f1, h)
         self.mm(lab + ".experts.fc1.wgrad", h, nk, f1)
         self._a2a(lab + ".dispatch")
@@ -508,6 +681,7 @@ class _StageBuilder:
             sf, sf1 = dims.shared_experts * mf, dims.shared_experts * f1
             self.mm(lab + ".shared.fc2.dgrad", n, h, sf)
             self.mm(lab + ".shared.fc2.wgrad", sf, n, h)
+            self.act_bwd(lab + ".shared.fc1", n, sf)
             self.mm(lab + ".shared.fc1.dgrad", n, sf1, h)
             self.mm(lab + ".shared.fc1.wgrad", h, n, sf1)
 
@@ -521,6 +695,9 @@ class _StageBuilder:
         f1 = (2 if dims.gated else 1) * dims.ffn_hidden // tp
         ff = dims.ffn_hidden // tp
         deps = list(deps)
+        ew = cfg.ew
+        if ew:  # the residual stream's gradient through the MLP branch's dropout (before any SP gather)
+            self.dropout_bwd(lab + ".mlp_out", deps)
         if sp and self._tp("ag", lab + ".mlp_out", deps) is not None:
             deps = []
         if dims.moe:
@@ -528,21 +705,34 @@ class _StageBuilder:
         else:
             self.mm(lab + ".fc2.dgrad", n, h, ff, deps)
             self.mm(lab + ".fc2.wgrad", ff, n, h)
+            self.act_bwd(lab + ".fc1", n, ff)
             self.mm(lab + ".fc1.dgrad", n, f1, h)
             self.mm(lab + ".fc1.wgrad", h, n, f1)
         self._tp("rs" if sp else "ar", lab + ".mlp_in")
+        if ew:
+            self.layer_norm_bwd(lab + ".ln2")
+            self.residual_grad(lab + ".ln2")
+            self.dropout_bwd(lab + ".attn_out")
         if sp:
             self._tp("ag", lab + ".attn_out")
         self.mm(lab + ".proj.dgrad", n, h, h // tp)
         self.mm(lab + ".proj.wgrad", h // tp, n, h)
         hq, hkv = dims.heads // tp, dims.kv_heads // tp
-        attn = self.comp(ATTN_BWD, lab + ".attn",
-                         f"[[{b}, {hq}, {q}, {d}], [{b}, {hq}, {q}, {d}], [{b}, {hkv}, {s}, {d}], [{b}, {hkv}, {s}, {d}]]",
-                         8 * b * q * s * d * hq, b * q * d * 4 * hq + b * s * d * 4 * hkv)
+        if cfg.attention == "unfused":
+            attn = self.attn_unfused_bwd(lab, b, hq, q, s, d)
+        else:
+            attn = self.comp(ATTN_BWD, lab + ".attn",
+                             f"[[{b}, {hq}, {q}, {d}], [{b}, {hq}, {q}, {d}], "
+                             f"[{b}, {hkv}, {s}, {d}], [{b}, {hkv}, {s}, {d}]]",
+                             8 * b * q * s * d * hq, b * q * d * 4 * hq + b * s * d * 4 * hkv)
         ring = self._cp_ring(lab + ".dkv", layer, mb, 2, attn)  # dK, dV back to their owners
         self.mm(lab + ".qkv.dgrad", n, qkv, h, ring)
         self.mm(lab + ".qkv.wgrad", h, n, qkv)
-        return self._tp("rs" if sp else "ar", lab + ".attn_in")
+        out = self._tp("rs" if sp else "ar", lab + ".attn_in")
+        if ew:
+            self.layer_norm_bwd(lab + ".ln1")
+            out = self.residual_grad(lab + ".ln1")
+        return out
 
     def grad_sync(self, label, params, group="dp"):
         """Gradient synchronisation of ``params`` (this rank's shard) over the DP group (or, for expert weights,
@@ -553,12 +743,18 @@ class _StageBuilder:
             return
         size = params * self.nbytes
         if cfg.zero == 3:  # parameters stay sharded: gradients are only reduce-scattered
-            self.coll(f"{group}_rs.{label}", T.REDUCE_SCATTER, size, group, [self.prev], chain=False)
+            self.syncs.append(self.coll(f"{group}_rs.{label}", T.REDUCE_SCATTER, size, group, [self.prev],
+                                        chain=False))
         elif cfg.zero:
             rs = self.coll(f"{group}_rs.{label}", T.REDUCE_SCATTER, size, group, [self.prev], chain=False)
-            self.coll(f"{group}_ag.{label}", T.ALL_GATHER, size, group, [rs], chain=False)
+            self.syncs.append(rs)
+            if cfg.ew:  # the updated shards are gathered after the optimizer step
+                self.deferred.append((f"{group}_ag.{label}", size, group))
+            else:
+                self.coll(f"{group}_ag.{label}", T.ALL_GATHER, size, group, [rs], chain=False)
         else:
-            self.coll(f"{group}_ar.{label}", T.ALL_REDUCE, size, group, [self.prev], chain=False)
+            self.syncs.append(self.coll(f"{group}_ar.{label}", T.ALL_REDUCE, size, group, [self.prev],
+                                        chain=False))
 
     def _group_size(self, group):
         cfg = self.cfg
@@ -639,10 +835,16 @@ class _StageBuilder:
                         if first and i == 0:
                             extra += self._z3(units, "embedding", store, params, "fwd")
                         extra += self._z3(units, f"l{layer}", store, params, "fwd")
+                    if i == 0 and first and cfg.ew:  # the embedding lookup
+                        idx = ((cfg.micro_batch_size, self.seq), "Tensor(long int)")
+                        self.ew("aten::embedding", f"fwd.embedding.mb{mb}", [self._t(vocab, h), idx], deps + extra)
+                        deps = []  # (the layer's first GEMM still names its ZeRO-3 gathers)
                     self.layer_forward(layer, mb, (deps if i == 0 else []) + extra)
                 if last:
                     extra = self._z3(units, "head", store, params, "fwd") if cfg.zero == 3 and mb == 0 else []
                     self.mm(f"fwd.head.mb{mb}", n, h, vocab, extra)
+                    if cfg.ew:  # vocab-parallel cross entropy over this rank's logits
+                        self.ew("aten::_log_softmax", f"fwd.head.mb{mb}.cross_entropy", [self._t(n, vocab)])
                 if not last:
                     self.send(f"send_act{cs}.mb{mb}", +1, 2 * (ch * M + mb), [self.prev])
             else:
@@ -654,6 +856,10 @@ class _StageBuilder:
                 deps = [] if last else [self.recv(f"recv_grad{cs}.mb{mb}", +1, 2 * (sc * M + mb) + 1)]
                 if last:
                     extra = self._z3(units, "head", store, params, "bwd") if gather else []
+                    if cfg.ew:
+                        self.ew("aten::_log_softmax_backward_data", f"bwd.head.mb{mb}.cross_entropy",
+                                [self._t(n, vocab), self._t(n, vocab)], deps + extra)
+                        deps, extra = [], []
                     self.mm(f"bwd.head.mb{mb}.dgrad", n, vocab, h, deps + extra)
                     self.mm(f"bwd.head.mb{mb}.wgrad", h, n, vocab)
                     deps = []
@@ -673,11 +879,38 @@ class _StageBuilder:
                 if not first:
                     self.send(f"send_grad{cs}.mb{mb}", -1, 2 * (ch * M + mb) + 1, [self.prev])
                 else:
+                    if cfg.ew:
+                        idx = ((cfg.micro_batch_size, self.seq), "Tensor(long int)")
+                        self.ew("aten::embedding_dense_backward", f"bwd.embedding.mb{mb}", [self._t(n, h), idx])
                     if gather:  # FSDP gathers every unit before its backward (the embedding's needs no weights)
                         self._z3(units, "embedding", store, params, "bwd")
                     if mb == M - 1:
                         self.grad_sync("embedding", vocab * h)
+        if cfg.ew:
+            self.optimizer(self.optimizer_params())
         return self.items
+
+    def optimizer_params(self):
+        """Parameters this rank updates: its stage's units (layers; embedding on the first, LM head on the last
+        virtual stage), TP-sharded, and under ZeRO >= 1 also sharded over the (expert-)DP group."""
+        dims, cfg, p, P, V = self.dims, self.cfg, self.p, self.cfg.pp, self.cfg.virtual_stages
+        vocab = padded_vocab(dims, cfg.tp) // cfg.tp
+        if cfg.ep == 1:
+            lp, elp = layer_parameters(dims) // cfg.tp, 0
+        else:
+            lp = dense_layer_parameters(dims) // cfg.tp
+            elp = expert_layer_parameters(dims) // cfg.ep // cfg.tp
+        per_chunk = dims.layers // (P * V)
+        dense = expert = 0
+        for ch in range(V):
+            v = ch * P + p
+            dense += per_chunk * lp + vocab * dims.hidden * ((v == 0) + (v == P * V - 1))
+            expert += per_chunk * elp
+        if cfg.zero:
+            dense = -(-dense // self._group_size(self.dgroup))
+            if expert:
+                expert = -(-expert // self._group_size("edp"))
+        return max(1, dense + expert)
 
 
 def _dyn_bytes(key, rank, cfg, gids):
@@ -813,6 +1046,13 @@ def add_llm_command(sub):
     p.add_argument("--virtual-stages", type=positive_int, default=1, metavar="V",
                    help="interleaved 1F1B: model chunks per pipeline rank (micro-batches a multiple of --pp)")
     p.add_argument("--recompute", action="store_true", help="full activation recomputation before each backward")
+    p.add_argument("--elementwise", action=argparse.BooleanOptionalAction, default=True,
+                   help="training: emit the memory-bound ops (LayerNorm, GeLU/SwiGLU, dropout, residual adds, "
+                   "embedding, cross entropy, Adam) as ATen nodes the gpu compute model times from their shapes "
+                   "(default on; --no-elementwise: GEMMs, attention and communication only)")
+    p.add_argument("--attention", choices=ATTENTIONS, default="flash",
+                   help="flash: one FlashAttention node per layer (default); unfused: QK^T and AV aten::bmm with "
+                   "softmax and dropout over the b x heads x s^2 scores (Megatron-LM before FlashAttention)")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="activation/gradient type (default bf16)")
     p.add_argument("--tflops", type=_tflops, default=312.0,
                    help="peak TFLOP/s for duration_micros (default 312, A100 BF16 dense)")
@@ -837,7 +1077,7 @@ def _cmd_llm(args):
                     micro_batch_size=mbs, sequence_parallel=args.sequence_parallel,
                     zero=args.zero, recompute=args.recompute, dtype=args.dtype, tflops=args.tflops, ep=args.ep,
                     mode=args.mode, prompt_len=args.prompt_len, decode_len=args.decode_len, cp=args.cp,
-                    virtual_stages=args.virtual_stages)
+                    virtual_stages=args.virtual_stages, elementwise=args.elementwise, attention=args.attention)
     s = generate_llm(dims, cfg, args.output)
     print(f"{s['npus']} ranks, {s['parameters'] / 1e9:.2f}B matmul parameters "
           f"({s['activated_parameters'] / 1e9:.2f}B activated), {s['flops'] / 1e15:.4f} PFLOP per step, nodes per rank by stage {s['nodes_per_stage']}; wrote {args.output}.0.et .. "

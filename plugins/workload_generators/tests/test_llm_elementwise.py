@@ -1,0 +1,176 @@
+"""``astra workload llm`` element-wise / memory-bound nodes (``--elementwise``) and ``--attention unfused``."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from astra_sim.chakra import read_et, types as T
+from astra_sim.cli import main
+from astra_sim.simulation import simulate
+from astra_sim.testing import write_network_config, write_system_config
+
+from astra_workload_generators.llm import (ADAM_BYTES_PER_PARAM, LlmConfig, generate_llm, layer_parameters,
+                                           model_dims, padded_vocab, training_flops)
+
+GPT = dict(layers=4, hidden=256, heads=8, vocab=1000, seq_len=128, gated=False)       # ffn 4h, biases
+LLAMA = dict(layers=4, hidden=256, heads=8, kv_heads=4, ffn_hidden=512, vocab=1000, seq_len=128, gated=True)
+
+
+def _nodes(prefix, rank=0):
+    return read_et(f"{prefix}.{rank}.et").nodes
+
+
+def _by_label(nodes, label):
+    return next(n for n in nodes if n.attrs.get("label") == label)
+
+
+def _comp_ops(prefix, npus):
+    return sum(n.attrs["num_ops"] for r in range(npus) for n in _nodes(prefix, r) if n.type == T.COMP_NODE)
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_layer_nodes_and_shard_shapes(tmp_path, sp):
+    dims = model_dims(**GPT)
+    cfg = LlmConfig(tp=2, dp=1, micro_batches=1, micro_batch_size=2, sequence_parallel=sp, dtype="fp16")
+    generate_llm(dims, cfg, tmp_path / "t")
+    nodes = _nodes(tmp_path / "t")
+    n, h, ff = 2 * 128, 256, 1024 // 2
+    rows = n // 2 if sp else n  # residual-stream ops are split over TP only with sequence parallelism
+    ln = _by_label(nodes, "fwd.l0.mb0.ln1.ln")
+    assert ln.name == "aten::native_layer_norm"
+    assert ln.inputs_shapes == f"[[{rows}, {h}], [{h}], [{h}]]"
+    assert ln.inputs_types == "['Tensor(c10::Half)', 'Tensor(c10::Half)', 'Tensor(c10::Half)']"
+    assert ln.attrs["num_ops"] == 0 and ln.attrs["tensor_size"] == (2 * rows * h + 2 * h) * 2
+    assert _by_label(nodes, "bwd.l0.mb0.ln1.ln").name == "aten::native_layer_norm_backward"
+    gelu = _by_label(nodes, "fwd.l0.mb0.fc1.gelu")
+    assert gelu.name == "aten::gelu" and gelu.inputs_shapes == f"[[{n}, {ff}], [{ff}]]"  # fused bias + GeLU
+    assert _by_label(nodes, "bwd.l0.mb0.fc1.gelu").inputs_shapes == f"[[{n}, {ff}], [{n}, {ff}]]"
+    drop = _by_label(nodes, "fwd.l0.mb0.mlp_out.dropout")
+    assert drop.name == "aten::native_dropout" and drop.inputs_shapes == f"[[{rows}, {h}]]"
+    add = _by_label(nodes, "fwd.l0.mb0.mlp_out.residual")
+    assert add.name == "aten::add_" and add.inputs_shapes == f"[[{rows}, {h}], [{rows}, {h}], [{h}]]"
+    counts = Counter(x.name for x in nodes if x.type == T.COMP_NODE)
+    L = dims.layers
+    assert counts["aten::native_layer_norm"] == 2 * L and counts["aten::native_layer_norm_backward"] == 2 * L
+    assert counts["aten::native_dropout"] == 2 * L and counts["aten::native_dropout_backward"] == 2 * L
+    assert counts["aten::add_"] == 4 * L  # 2 residual adds forward, 2 residual-gradient adds backward
+    assert counts["aten::gelu"] == counts["aten::gelu_backward"] == L
+    assert counts["aten::_log_softmax"] == counts["aten::_log_softmax_backward_data"] == 1
+    ce = next(x for x in nodes if x.name == "aten::_log_softmax")
+    assert ce.inputs_shapes == f"[[{n}, {padded_vocab(dims, 2) // 2}]]"
+    assert counts["aten::embedding"] == counts["aten::embedding_dense_backward"] == 1
+    assert counts["aten::_fused_adam_"] == 1
+    # chain order: LN1 before the QKV GEMM, GeLU between FC1 and FC2, optimizer last
+    ids = {x.attrs.get("label"): x.id for x in nodes}
+    assert ids["fwd.l0.mb0.ln1.ln"] < ids["fwd.l0.mb0.qkv"]
+    assert ids["fwd.l0.mb0.fc1"] < ids["fwd.l0.mb0.fc1.gelu"] < ids["fwd.l0.mb0.fc2"]
+    assert ids["bwd.l0.mb0.fc2.dgrad"] < ids["bwd.l0.mb0.fc1.gelu"] < ids["bwd.l0.mb0.fc1.dgrad"]
+    assert nodes[-1].name == "aten::_fused_adam_"
+
+
+def test_gated_cp_shapes_and_no_elementwise(tmp_path):
+    dims = model_dims(**LLAMA)
+    generate_llm(dims, LlmConfig(tp=2, cp=2, micro_batches=1), tmp_path / "t")
+    nodes = _nodes(tmp_path / "t")
+    n, ff = 128 // 2, 512 // 2  # CP: s/CP tokens per rank
+    assert _by_label(nodes, "fwd.l0.mb0.fc1.silu").inputs_shapes == f"[[{n}, {ff}]]"
+    assert _by_label(nodes, "fwd.l0.mb0.fc1.mul").inputs_shapes == f"[[{n}, {ff}], [{n}, {ff}]]"
+    assert _by_label(nodes, "bwd.l0.mb0.fc1.silu").name == "aten::silu_backward"
+    assert _by_label(nodes, "fwd.l0.mb0.ln1.ln").inputs_shapes == f"[[{n}, 256], [256], [256]]"
+    assert _by_label(nodes, "fwd.l0.mb0.attn_out.residual").inputs_shapes == f"[[{n}, 256], [{n}, 256]]"  # no bias
+    generate_llm(dims, LlmConfig(tp=2, cp=2, micro_batches=1, elementwise=False), tmp_path / "o")
+    names = {x.name for x in _nodes(tmp_path / "o") if x.type == T.COMP_NODE}
+    assert names == {"aten::mm", "aten::_scaled_dot_product_flash_attention",
+                     "aten::_scaled_dot_product_flash_attention_backward"}
+    # inference: no element-wise nodes by default
+    generate_llm(dims, LlmConfig(tp=2, mode="prefill"), tmp_path / "p")
+    assert "aten::native_layer_norm" not in {x.name for x in _nodes(tmp_path / "p")}
+
+
+def test_unfused_attention(tmp_path):
+    dims = model_dims(**GPT)
+    b, hq, s, d = 2, 8 // 2, 128, 32
+    cfg = LlmConfig(tp=2, micro_batches=1, micro_batch_size=b, attention="unfused")
+    generate_llm(dims, cfg, tmp_path / "t")
+    nodes = _nodes(tmp_path / "t")
+    assert not any("flash" in x.name for x in nodes)
+    qk = _by_label(nodes, "fwd.l0.mb0.attn.qk")
+    assert qk.name == "aten::bmm" and qk.inputs_shapes == f"[[{b * hq}, {s}, {d}], [{b * hq}, {d}, {s}]]"
+    sm = _by_label(nodes, "fwd.l0.mb0.attn.softmax")
+    assert sm.name == "aten::_softmax" and sm.inputs_shapes == f"[[{b}, {hq}, {s}, {s}]]"
+    smb = _by_label(nodes, "bwd.l0.mb0.attn.softmax")
+    assert smb.name == "aten::_softmax_backward_data"
+    assert smb.inputs_shapes == f"[[{b}, {hq}, {s}, {s}], [{b}, {hq}, {s}, {s}]]"
+    assert sum(x.name == "aten::bmm" for x in nodes) == dims.layers * 6  # 2 forward, 4 backward
+    # same FLOPs as the flash-attention node
+    generate_llm(dims, LlmConfig(tp=2, micro_batches=1, micro_batch_size=b), tmp_path / "f")
+    assert _comp_ops(tmp_path / "t", 2) == _comp_ops(tmp_path / "f", 2) == training_flops(dims, b, 2)
+    with pytest.raises(Exception):
+        generate_llm(dims, LlmConfig(mode="decode", attention="unfused"), tmp_path / "x", write=False)
+
+
+@pytest.mark.parametrize("tp,pp,dp,zero", [(1, 1, 1, 0), (2, 2, 2, 0), (2, 2, 2, 1), (2, 1, 4, 2), (1, 2, 2, 3)])
+def test_optimizer_bytes_per_rank(tmp_path, tp, pp, dp, zero):
+    dims = model_dims(**GPT)
+    cfg = LlmConfig(tp=tp, pp=pp, dp=dp, zero=zero, micro_batches=2)
+    generate_llm(dims, cfg, tmp_path / "t")
+    vh = padded_vocab(dims, tp) * dims.hidden
+    for stage in range(pp):
+        rank = stage * tp * dp
+        adam = [x for x in _nodes(tmp_path / "t", rank) if x.name == "aten::_fused_adam_"]
+        assert len(adam) == 1
+        # params / TP / PP (+ embedding on the first stage, LM head on the last), / DP under ZeRO
+        params = (dims.layers // pp * layer_parameters(dims) + vh * ((stage == 0) + (stage == pp - 1))) // tp
+        if zero:
+            params = -(-params // dp)
+        assert adam[0].inputs_shapes == repr([[[params]]] * 4)
+        assert adam[0].attrs["tensor_size"] == params * ADAM_BYTES_PER_PARAM == params * (4 * 4 + 4)
+        assert adam[0].attrs["num_ops"] == 0
+
+
+@pytest.mark.parametrize("kw", [dict(tp=2, pp=2, dp=2, micro_batches=4, recompute=True),
+                                dict(tp=2, dp=2, micro_batches=2, sequence_parallel=True, zero=1),
+                                dict(tp=2, pp=2, micro_batches=4, virtual_stages=2, cp=2)])
+def test_flops_unchanged(tmp_path, kw):
+    dims = model_dims(**LLAMA)
+    generate_llm(dims, LlmConfig(**kw), tmp_path / "on")
+    generate_llm(dims, LlmConfig(elementwise=False, **kw), tmp_path / "off")
+    npus = LlmConfig(**kw).npus
+    on, off = _comp_ops(tmp_path / "on", npus), _comp_ops(tmp_path / "off", npus)
+    assert abs(on - off) / off < 0.01
+
+
+def test_gpu_model_consistent_bytes(tmp_path):
+    ops = pytest.importorskip("astra_gpu_model.ops")
+    generate_llm(model_dims(**GPT), LlmConfig(tp=2, pp=2, dp=2, micro_batches=2, zero=1, recompute=True,
+                                              attention="unfused", sequence_parallel=True), tmp_path / "t")
+    seen = set()
+    for x in _nodes(tmp_path / "t"):
+        if x.type != T.COMP_NODE:
+            continue
+        op = ops.classify(x.name, *ops.node_io(x))
+        if x.name in ("aten::mm", "aten::bmm"):
+            assert op.kind == "gemm"
+        else:
+            assert op.kind == "memory", x.name
+            assert op.nbytes == x.attrs["tensor_size"], x.name
+            seen.add(x.name)
+    assert "aten::_fused_adam_" in seen and "aten::_softmax_backward_data" in seen
+
+
+def test_gpu_simulation_slower_with_elementwise(tmp_path):
+    pytest.importorskip("astra_gpu_model")
+    sys_cfg = write_system_config(tmp_path / "sys.json", dims=1)
+    net = write_network_config(tmp_path / "net.yml", npus=(4,))
+    times = {}
+    for flag in ("--elementwise", "--no-elementwise"):
+        prefix = tmp_path / flag.strip("-") / "g"
+        assert main(["workload", "llm", "--layers", "2", "--hidden", "512", "--heads", "8", "--vocab", "2000",
+                     "--seq-len", "512", "--tp", "2", "--dp", "2", "--micro-batches", "2", "--micro-batch-size",
+                     "2", flag, "-o", str(prefix)]) == 0
+        report = simulate(prefix, sys_cfg, net, None, f"{prefix}.groups.json",
+                          plugins=["network_analytical", "workload_generators", "gpu_model"], compute_model="gpu")
+        times[flag] = report.max_finish_ns
+    assert times["--elementwise"] > times["--no-elementwise"] * 1.05
