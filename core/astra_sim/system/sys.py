@@ -363,13 +363,7 @@ class Sys:
             if not phases:
                 dataset.active = False
                 break
-            if group is None:
-                stream_id = self.num_streams
-                self.num_streams += 1
-            else:
-                stream_id = group.num_streams
-                group.num_streams += 1
-            stream = Stream(self, stream_id, phases, priority, dataset)
+            stream = Stream(self, self._next_stream_id(group), phases, priority, dataset)
             self.proceed_to_next_phase(stream)
         if dataset.active:
             dataset.total_streams = count
@@ -393,15 +387,17 @@ class Sys:
         position = self.rank if group is None else group.position
         npus = None if group is None else group.npus
         algorithm = custom.make_algorithm(com_type, self.rank, position, npus, size)
-        if group is None:
-            stream_id = self.num_streams
-            self.num_streams += 1
-        else:
-            stream_id = group.num_streams
-            group.num_streams += 1
-        stream = Stream(self, stream_id, deque(((0, algorithm),)), priority, dataset)
+        stream = Stream(self, self._next_stream_id(group), deque(((0, algorithm),)), priority, dataset)
         self.proceed_to_next_phase(stream)
         return dataset
+
+    def _next_stream_id(self, group):
+        """Stream ids (message tags) count per rank, or per communicator group for its collectives."""
+        if group is None:
+            self.num_streams += 1
+            return self.num_streams - 1
+        group.num_streams += 1
+        return group.num_streams - 1
 
     def _make_algorithm(self, com_type, topo, size, direction, impl):
         spec, window = impl

@@ -50,15 +50,7 @@ class CongestionNetwork:
         self.graph = graph
         self.engine = engine
         self.route_fn = route_fn
-        self.npus_per_dim = list(npus_per_dim if npus_per_dim is not None else graph.npus_per_dim)
-        total = 1
-        for count in self.npus_per_dim:
-            total *= count
-        if total != len(graph.rank_node):
-            raise ConfigError(
-                f"{graph.source}: npus_per_dim {self.npus_per_dim} makes {total} ranks but the graph "
-                f"places {len(graph.rank_node)}"
-            )
+        self.npus_per_dim = graph.logical_dims(npus_per_dim)
         self.description = dict(description or {})
         links = graph.links
         switch_latency = graph.switch_latency_ns
@@ -193,19 +185,8 @@ class CongestionNetwork:
             if hops is None:
                 hops = make_hops(src, dst, size)
             hops[0] += 1
-            chunk = [hops, 1, fn, arg]
-            link = hops[1]
-            if busy[link]:
-                queue = queues[link]
-                if queue is None:
-                    queue = queues[link] = deque()
-                queue.append(chunk)
-                if len(queue) > max_queue[link]:
-                    max_queue[link] = len(queue)
-            else:
-                busy[link] = True
-                schedule(hops[2], arrive, chunk)
-                schedule(hops[3], free, link)
+            # A chunk "arriving" at position -2 enters its first link (position 1) like any hop.
+            arrive([hops, -2, fn, arg])
 
         self._busy = busy
         self._queues = queues

@@ -195,15 +195,7 @@ class FlowNetwork:
         self.max_paths = max_paths
         self.route_fn = route_fn
         self.description = dict(description or {})
-        self.npus_per_dim = list(npus_per_dim if npus_per_dim is not None else graph.npus_per_dim)
-        total = 1
-        for count in self.npus_per_dim:
-            total *= count
-        if total != len(graph.rank_node):
-            raise ConfigError(
-                f"{graph.source}: npus_per_dim {self.npus_per_dim} makes {total} ranks but the graph "
-                f"places {len(graph.rank_node)}"
-            )
+        self.npus_per_dim = graph.logical_dims(npus_per_dim)
         links = graph.links
         for link in links:
             if not link.bandwidth_bytes_per_ns > 0:

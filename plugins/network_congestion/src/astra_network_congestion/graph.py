@@ -139,6 +139,18 @@ class NetworkGraph:
             self._reverse_cache = cached
         return cached[1]
 
+    def logical_dims(self, npus_per_dim=None):
+        """``npus_per_dim`` (default: the graph's own), checked to multiply to the number of ranks."""
+        dims = list(npus_per_dim if npus_per_dim is not None else self.npus_per_dim)
+        total = 1
+        for count in dims:
+            total *= count
+        if total != len(self.rank_node):
+            raise ConfigError(
+                f"{self.source}: npus_per_dim {dims} makes {total} ranks but the graph places {len(self.rank_node)}"
+            )
+        return dims
+
     def check_route(self, src, dst, route):
         """Raise a ConfigError unless ``route`` (link indices) leads from rank ``src``'s node to rank
         ``dst``'s node, link after link."""
