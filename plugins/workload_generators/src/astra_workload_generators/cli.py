@@ -7,14 +7,9 @@ import argparse
 from astra_sim.errors import ConfigError
 
 from .common import parse_size
-from astra_sim.cliutil import non_negative_int, positive_int
+from astra_sim.cliutil import non_negative_int, number, positive_int
 
-
-def _int(text):
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+integer = number(int, what="an integer")
 
 
 def _scale(text):
@@ -92,8 +87,8 @@ def add_commands(subparsers):
     p.add_argument("--size", metavar="SIZE", help="bytes: 1024, 64KiB, 1MiB, 1GB (KB/MB/GB are powers of 1024)")
     p.add_argument("--style", choices=("astra-sim", "chakra"), default="astra-sim")
     p.add_argument("--name", metavar="NAME", help="node name (default: the style's)")
-    p.add_argument("--shift", type=_int, default=1, metavar="K", help="--p2p shift distance (default 1)")
-    p.add_argument("--tag", type=_int, default=0, metavar="T", help="comm_tag of p2p nodes (default 0)")
+    p.add_argument("--shift", type=integer, default=1, metavar="K", help="--p2p shift distance (default 1)")
+    p.add_argument("--tag", type=integer, default=0, metavar="T", help="comm_tag of p2p nodes (default 0)")
     p.add_argument("--count", type=positive_int, default=1, metavar="K", help="--compute: nodes per rank")
     p.add_argument("--dependent", action="store_true", help="--compute: chain the nodes")
     p.add_argument("--ids", choices=("per-file", "global"),

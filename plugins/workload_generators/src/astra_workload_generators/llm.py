@@ -980,25 +980,7 @@ def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True):
 def add_llm_command(sub):
     import argparse
 
-    from astra_sim.cliutil import positive_int
-
-    def _tflops(text):
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
-        return value
-
-    def _nonneg(text):
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < 0:
-            raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-        return value
+    from astra_sim.cliutil import non_negative_int, positive_float, positive_int
 
     p = sub.add_parser(
         "llm", help="training/inference traces for a transformer (TP, PP 1F1B/interleaved, DP/ZeRO-1..3, CP, "
@@ -1015,7 +997,7 @@ def add_llm_command(sub):
     for flag, what in (("experts", "routed experts E (mixture of experts; default: the preset's, else dense)"),
                        ("top-k", "experts per token K"), ("moe-ffn", "expert FFN inner size (default: ffn hidden)"),
                        ("shared-experts", "always-active shared experts S of size moe-ffn")):
-        p.add_argument(f"--{flag}", type=positive_int if flag == "top-k" else _nonneg, metavar="N",
+        p.add_argument(f"--{flag}", type=positive_int if flag == "top-k" else non_negative_int, metavar="N",
                        help=f"{what} (overrides the preset)")
     p.add_argument("--gated", action=argparse.BooleanOptionalAction, default=None,
                    help="gated (SwiGLU, 3 matrices) FFN (default: the preset's; off without preset)")
@@ -1054,7 +1036,7 @@ def add_llm_command(sub):
                    help="flash: one FlashAttention node per layer (default); unfused: QK^T and AV aten::bmm with "
                    "softmax and dropout over the b x heads x s^2 scores (Megatron-LM before FlashAttention)")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="activation/gradient type (default bf16)")
-    p.add_argument("--tflops", type=_tflops, default=312.0,
+    p.add_argument("--tflops", type=positive_float, default=312.0,
                    help="peak TFLOP/s for duration_micros (default 312, A100 BF16 dense)")
     p.add_argument("-o", "--output", required=True, metavar="PREFIX")
     p.set_defaults(run_command=_cmd_llm)
