@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-import csv
+import importlib.util
+import json
 import statistics
+import subprocess
+import sys
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +16,7 @@ from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.simulation import simulate
 from astra_sim.testing import find_shared_dir, write_network_config, write_system_config
 
+from astra_gpu_model.calibration import VIDUR_ALL_REDUCE, load_vidur_all_reduce
 from astra_gpu_model.nccl import NVLS, RING, TREE, LL, LL128, SIMPLE, collective_time_us, config_for_gpu, predict
 
 SHARED = find_shared_dir()
@@ -19,45 +24,90 @@ CAL = SHARED / "calibration" if SHARED else None
 needs_data = pytest.mark.skipif(CAL is None or not (CAL / "vidur_measured_all_reduce_a100_dgx.csv").exists(),
                                 reason="shared calibration data not available")
 
-GPU = {"a100": "A100-SXM4-80GB", "h100": "H100-SXM5-80GB"}
+FIT_SCRIPT = Path(__file__).resolve().parents[1] / "fit" / "fit_nccl.py"
+FIT_JSON = Path(__file__).resolve().parents[1] / "src" / "astra_gpu_model" / "data" / "nccl_fit.json"
 
 
-def _errors(name):
-    """Per GPU count: |model - time_ms_median| / time_ms_median, single-node rows, 2 KB..64 MB."""
-    gpu, topo = name.split("_", 1)
-    cfg = config_for_gpu(GPU[gpu], topology="pairwise" if topo.startswith("pairwise") else "nvswitch")
+def _errors(name, max_bytes=64 << 20, min_bytes=0):
+    """Per GPU count: |model - time_ms_median| / time_ms_median on single-node rows."""
+    preset, topology = VIDUR_ALL_REDUCE[name]
+    cfg = config_for_gpu(preset, topology=topology)
     out = defaultdict(list)
-    with open(CAL / f"vidur_measured_all_reduce_{name}.csv") as fh:
-        for row in csv.DictReader(line for line in fh if not line.startswith("#")):
-            size = int(row["size_bytes"])
-            if row["num_nodes"] != "1" or size > 64 << 20:
-                continue
-            n = int(row["num_workers"])
-            measured = float(row["time_ms_median"]) * 1000.0
+    for n, size, measured in load_vidur_all_reduce(CAL / f"vidur_measured_all_reduce_{name}.csv", max_bytes):
+        if size > min_bytes:
             model = collective_time_us("all_reduce", size, n, cfg)[0]
             out[n].append(abs(model - measured) / measured)
     return out
 
 
-#: Median absolute error reached per file (all GPU counts pooled) and the bound each file is held to.
-#: Only a100_pairwise_nvlink meets 15 %; the others are held to what the model honestly reaches.
-BOUNDS = {"a100_pairwise_nvlink": 0.15, "a100_dgx": 0.16, "h100_dgx": 0.19, "h100_pairwise_nvlink": 0.23}
-
-
 @needs_data
-@pytest.mark.parametrize("name", sorted(BOUNDS))
-def test_all_reduce_time_vs_vidur(name):
+@pytest.mark.parametrize("name", sorted(VIDUR_ALL_REDUCE))
+def test_all_reduce_time_vs_vidur_within_15_percent(name):
+    """The issue's bar is 15 % per file; the fit reaches <= 7.2 % pooled and <= 9.4 % for every GPU count."""
     per_n = _errors(name)
     assert sorted(per_n) == ([2, 4] if "pairwise" in name else [2, 4, 8])
     pooled = [e for errs in per_n.values() for e in errs]
-    assert statistics.median(pooled) <= BOUNDS[name]
+    assert statistics.median(pooled) <= 0.08
     for n, errs in per_n.items():
-        assert statistics.median(errs) <= 0.23, (name, n)
+        assert statistics.median(errs) <= 0.10, (name, n)
 
 
 @needs_data
-def test_a100_pairwise_within_15_percent():
-    assert statistics.median(e for errs in _errors("a100_pairwise_nvlink").values() for e in errs) <= 0.15
+def test_sizes_above_the_fitted_range():
+    """a100_pairwise goes to 512 MB; the fit stops at 64 MB."""
+    per_n = _errors("a100_pairwise_nvlink", max_bytes=None, min_bytes=64 << 20)
+    assert sum(map(len, per_n.values())) > 2000
+    for errs in per_n.values():
+        assert statistics.median(errs) <= 0.05
+
+
+@needs_data
+def test_checked_in_fit_is_what_the_script_writes(tmp_path):
+    out = tmp_path / "fit.json"
+    subprocess.run([sys.executable, str(FIT_SCRIPT), "--calibration-dir", str(CAL), "--out", str(out)],
+                   check=True, capture_output=True)
+    assert json.loads(out.read_text())["architectures"] == json.loads(FIT_JSON.read_text())["architectures"]
+
+
+@needs_data
+def test_held_out_checks_of_the_fit():
+    """Fitting on half the sizes scores the other half as well; so does leaving the 8-GPU rows out."""
+    spec = importlib.util.spec_from_file_location("fit_nccl", FIT_SCRIPT)
+    fit_nccl = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit_nccl)
+    rows = fit_nccl.points(CAL)
+    sizes = sorted({r["size"] for r in rows})
+    half = set(sizes[::2])
+    cal = fit_nccl.fit([r for r in rows if r["size"] in half])
+    for name in VIDUR_ALL_REDUCE:
+        held = [r for r in rows if r["size"] not in half and r["file"] == name]
+        assert statistics.median(abs(e) for e in fit_nccl.errors(cal, held)) <= 0.10, name
+    no8 = fit_nccl.fit([r for r in rows if not (r["file"].endswith("_dgx") and r["n"] == 8)])
+    for name in ("a100_dgx", "h100_dgx"):
+        held = [r for r in rows if r["file"] == name and r["n"] == 8]
+        assert statistics.median(abs(e) for e in fit_nccl.errors(no8, held)) <= 0.16, name
+
+
+def test_uncalibrated_is_nccls_own_model_and_calibration_only_retimes():
+    raw = config_for_gpu("H100-SXM5-80GB", calibrated=False)
+    cal = config_for_gpu("H100-SXM5-80GB")
+    for k in range(10, 29):
+        t, algo, proto, lat, bw = predict("all_reduce", 1 << k, 8, raw)[0]
+        assert collective_time_us("all_reduce", 1 << k, 8, raw) == (t, algo, proto)
+        assert collective_time_us("all_reduce", 1 << k, 8, cal)[1:] == (algo, proto)  # same choice
+    # ring Simple on 8 H100 at 64 MiB: nBytes / (busBw 18 links x 20.6 GB/s x n/nsteps)
+    t, algo, proto, lat, bw = next(c for c in predict("all_reduce", 64 << 20, 8, raw) if c[1:3] == (RING, SIMPLE))
+    assert bw == pytest.approx((64 << 20) / (1000 * 450 * 20.6 / 25 * 8 / 14))
+    assert lat == pytest.approx(8.4 + 14 * 3.4)
+
+
+def test_calibration_fallback_for_unfitted_pairs():
+    from astra_gpu_model.nccl import NcclCalibration
+
+    cal = NcclCalibration(1.0, 1.0, {"nvswitch/ring/LL": 0.5, "nvswitch/ring/Simple": 0.7, "pcie/ring/Simple": 1.0})
+    assert cal.efficiency_for("nvswitch", "ring", "LL") == 0.5
+    assert cal.efficiency_for("nvswitch", "tree", "LL") == pytest.approx(0.6)  # mean of the link's factors
+    assert cal.efficiency_for("bridge", "ring", "LL") == pytest.approx(2.2 / 3)  # no bridge factor: all
 
 
 @pytest.mark.parametrize("gpu", ["A100-SXM4-80GB", "H100-SXM5-80GB"])
@@ -92,8 +142,11 @@ def test_nvls_only_on_hopper_nvswitch_and_tree_never_wins_in_one_node():
 def test_other_collectives_and_monotonic():
     cfg = config_for_gpu("H100-SXM5-80GB")
     for coll in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
-        times = [collective_time_us(coll, 1 << k, 8, cfg)[0] for k in range(10, 28)]
-        assert all(b >= a for a, b in zip(times, times[1:]))
+        picks = [collective_time_us(coll, 1 << k, 8, cfg) for k in range(10, 28)]
+        for (t0, *pick0), (t1, *pick1) in zip(picks, picks[1:]):
+            # the calibration re-times NCCL's choice: at a switch of algo/proto the doubled size may be a
+            # little faster (as measured: H100 8 GPUs, 1 MiB ring/LL 42.5 us, 2 MiB NVLS 39.3 us)
+            assert t1 >= (t0 if pick0 == pick1 else 0.9 * t0), (coll, t0, pick0, t1, pick1)
     assert collective_time_us("all_reduce", 1 << 20, 1, cfg)[0] == 0.0
 
 

@@ -49,6 +49,28 @@ def load_llmcompass_gemm(path):
     return d
 
 
+#: Vidur's measured NCCL all-reduce sweeps: file stem -> (preset, NcclConfig topology).
+VIDUR_ALL_REDUCE = {
+    "a100_dgx": ("A100-SXM4-80GB", "nvswitch"),
+    "a100_pairwise_nvlink": ("A100-SXM4-80GB", "pairwise"),
+    "h100_dgx": ("H100-SXM5-80GB", "nvswitch"),
+    "h100_pairwise_nvlink": ("H100-SXM5-80GB", "pairwise"),
+}
+
+
+def load_vidur_all_reduce(path, max_bytes=None, single_node=True):
+    """``[(n_gpus, size_bytes, time_us)]`` from a ``vidur_measured_all_reduce_*.csv`` (median column)."""
+    out = []
+    for row in _rows(path):
+        if single_node and row["num_nodes"] != "1":
+            continue
+        size = int(row["size_bytes"])
+        if max_bytes is not None and size > max_bytes:
+            continue
+        out.append((int(row["num_workers"]), size, float(row["time_ms_median"]) * 1000.0))
+    return out
+
+
 def predict_gemm_s(gpu, m, n, k, dtype="fp16", batch=None, params=None):
     """Model times (seconds, numpy array) of GEMMs ``(m x k) @ (k x n)`` on ``gpu`` (a :class:`GpuSpec`)."""
     import numpy as np
@@ -98,5 +120,5 @@ def find_calibration_dir(start=None):
     return None
 
 
-__all__ = ["load_vidur_gemm", "load_llmcompass_gemm", "predict_gemm_s", "error_stats", "find_calibration_dir",
+__all__ = ["load_vidur_gemm", "load_vidur_all_reduce", "VIDUR_ALL_REDUCE", "load_llmcompass_gemm", "predict_gemm_s", "error_stats", "find_calibration_dir",
            "VIDUR_GEMM", "LLMCOMPASS_GEMM", "DEVICE_PRESETS"]

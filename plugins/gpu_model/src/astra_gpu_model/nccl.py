@@ -1,20 +1,22 @@
 """NCCL's own cost model as a collective implementation named ``nccl``.
 
-The model follows ``src/graph/tuning.cc`` (NCCL 2.x; dossier §4.1): for every
-(algorithm, protocol) pair it predicts ``time = latency + nBytes / algBw`` and
-NCCL picks the fastest. Algorithms: RING, TREE, NVLS; protocols LL, LL128,
-SIMPLE. Only the single-node (scale-up domain) case is modelled: ``nNodes = 1``.
+Two steps, kept apart on purpose:
+
+1. **Choice** (what NCCL would run): NCCL's tuning model, ``src/graph/tuning.cc`` (NCCL 2.x; dossier §4.1),
+   with NCCL's own constants and nothing fitted. For every (algorithm, protocol) pair it predicts
+   ``lat + nBytes / algBw`` and picks the fastest. Algorithms RING, TREE, NVLS; protocols LL, LL128,
+   SIMPLE. Single node only (``nNodes = 1``).
+2. **Time** (how long the chosen pair really takes): NCCL's latency and ``nBytes / algBw`` terms of that
+   pair, corrected by a calibration fitted on measured all-reduce times (``data/nccl_fit.json``, written
+   by ``fit/fit_nccl.py``)::
+
+       time_us = overhead_us[arch] + latency_scale[arch] * lat + (nBytes / algBw) / efficiency[arch][link/algo/proto]
+
+   ``link`` is the path the ring runs over: ``nvswitch`` (DGX/HGX), ``bridge`` (two GPUs on an NVLink
+   bridge) or ``pcie`` (more than two GPUs of a pairwise machine, bounded by PCIe). NCCL's model is a
+   ranking heuristic: its absolute times are 15-25 % off measured kernel times (README, "NCCL cost model").
 
 The collective does not move packets: it waits the predicted time and finishes.
-
-Constants that are not NCCL's (see the README section "NCCL cost model"):
-
-* ``LAUNCH_OVERHEAD_US``: one global constant fitted on the Vidur measurements
-  (their kernel time includes the wait for the last rank to enter the
-  collective, which NCCL's model does not predict).
-* ``bus_efficiency``: the ratio of NCCL's per-link NVLink constant (topo.h:
-  SM80 20.0 GB/s, SM90 20.6 GB/s) to the datasheet per-link bandwidth (25 GB/s),
-  applied to the gpu_model preset's scale-up bandwidth.
 """
 
 from __future__ import annotations
@@ -49,10 +51,6 @@ TREE_CORRECTION = (
     (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0),
     (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9),
 )
-#: Global constant fitted once on all Vidur all-reduce files (µs): see the README.
-LAUNCH_OVERHEAD_US = 20.0
-#: Global bandwidth factor fitted on all Vidur all-reduce files (1.0 = NCCL's link constants as is).
-BW_EFFICIENCY = 0.85
 #: NCCL's PCIe x16 bandwidth (PCI_BW 12 GB/s is Gen3 x16; Gen4 doubles it, Gen5 again).
 PCI_GEN4_BW = 24.0
 PCI_GEN5_BW = 48.0
@@ -60,10 +58,57 @@ PCI_GEN5_BW = 48.0
 BRIDGE_NVLINK_GBPS = 300.0
 
 
+#: Architectures without their own calibration borrow the nearest one (documented in the README).
+CALIBRATION_ARCH = {"volta": "ampere", "ampere": "ampere", "hopper": "hopper", "blackwell": "hopper"}
+LINKS = ("nvswitch", "bridge", "pcie")
+
+
+@dataclass(frozen=True)
+class NcclCalibration:
+    """Measured-time correction of one architecture (see :func:`collective_time_us`)."""
+
+    overhead_us: float
+    latency_scale: float
+    efficiency: dict  # "link/algo/proto" -> factor on NCCL's algBw
+
+    def efficiency_for(self, link, algo, proto):
+        """The fitted factor, else the mean of this link's fitted factors, else of all of them."""
+        key = f"{link}/{algo}/{proto}"
+        if key in self.efficiency:
+            return self.efficiency[key]
+        same_link = [v for k, v in self.efficiency.items() if k.startswith(link + "/")]
+        pool = same_link or list(self.efficiency.values())
+        return sum(pool) / len(pool)
+
+
+_CALIBRATION = None
+
+
+def load_calibration(path=None):
+    """``{arch: NcclCalibration}`` from ``data/nccl_fit.json`` (or ``path``)."""
+    import json
+    from pathlib import Path
+
+    global _CALIBRATION
+    if path is None and _CALIBRATION is not None:
+        return _CALIBRATION
+    source = Path(path) if path else Path(__file__).with_name("data") / "nccl_fit.json"
+    with open(source) as fh:
+        raw = json.load(fh)
+    out = {arch: NcclCalibration(float(v["overhead_us"]), float(v["latency_scale"]),
+                                 {k: float(e) for k, e in v["efficiency"].items()})
+           for arch, v in raw["architectures"].items()}
+    if path is None:
+        _CALIBRATION = out
+    return out
+
+
 @dataclass
 class NcclConfig:
     """What the model needs about the machine. ``topology``: ``"nvswitch"`` (every GPU on the
-    switch, DGX/HGX) or ``"pairwise"`` (NVLink pairs joined by PCIe: ranks 2k, 2k+1 share a link)."""
+    switch, DGX/HGX) or ``"pairwise"`` (NVLink pairs joined by PCIe: ranks 2k, 2k+1 share a link).
+    ``calibration``: ``None`` for the fitted one of ``arch``, or an :class:`NcclCalibration`;
+    ``calibrated=False`` gives NCCL's own uncorrected times."""
 
     arch: str = "hopper"
     nvlink_gbps: float = 450.0  # per direction, per GPU (gpu_model preset: ports x per-port)
@@ -72,13 +117,19 @@ class NcclConfig:
     nvls: bool = True
     pci_gbps: float = PCI_GEN4_BW
     pair_nvlink_gbps: float = BRIDGE_NVLINK_GBPS
-    launch_overhead_us: float = LAUNCH_OVERHEAD_US
-    efficiency: float = BW_EFFICIENCY
+    calibrated: bool = True
+    calibration: NcclCalibration | None = None
 
-    @property
-    def bus_efficiency(self):
-        """NCCL's per-link NVLink constant over the 25 GB/s datasheet link, times the fitted factor."""
-        return ARCH[self.arch]["link"] / 25.0 * self.efficiency
+    def link(self, n):
+        """The path a ring of ``n`` ranks is bounded by."""
+        if self.topology == "nvswitch":
+            return "nvswitch"
+        return "bridge" if n <= 2 else "pcie"
+
+    def correction(self):
+        if not self.calibrated:
+            return None
+        return self.calibration or load_calibration()[CALIBRATION_ARCH[self.arch]]
 
 
 def config_for_gpu(name=None, **overrides):
@@ -106,24 +157,27 @@ def _nsteps(coll, n):
 
 
 def predict(coll, n_bytes, n, cfg: NcclConfig):
-    """All (algo, proto) candidates: a list of ``(time_us, algo, proto)``, fastest first.
-
-    ``n_bytes`` is NCCL's nBytes: the per-rank buffer (all-gather: the output size).
-    """
+    """NCCL's own model: all (algo, proto) candidates as ``(time_us, algo, proto, lat_us, bw_us)``,
+    fastest first (``time_us = lat_us + bw_us``). ``n_bytes`` is NCCL's nBytes: the per-rank buffer
+    (all-gather: the output size)."""
     if n <= 1:
-        return [(0.0, RING, SIMPLE)]
+        return [(0.0, RING, SIMPLE, 0.0, 0.0)]
     caps = ARCH[cfg.arch]
     nch = cfg.channels
-    pairwise = cfg.topology == "pairwise" and n > 2
-    nvlink = cfg.pair_nvlink_gbps if cfg.topology == "pairwise" else cfg.nvlink_gbps
-    bw_intra = cfg.pci_gbps * cfg.efficiency if pairwise else nvlink * cfg.bus_efficiency
-    hw = HW_LAT["pci" if pairwise else "nvlink"]
+    link = cfg.link(n)
+    # bwIntra: NCCL's per-link constant over the 25 GB/s datasheet link, or NCCL's PCI_BW per generation.
+    if link == "pcie":
+        bw_intra = cfg.pci_gbps
+    else:
+        nvlink = cfg.pair_nvlink_gbps if link == "bridge" else cfg.nvlink_gbps
+        bw_intra = nvlink * caps["link"] / 25.0
+    hw = HW_LAT["pci" if link == "pcie" else "nvlink"]
     nsteps = _nsteps(coll, n)
     out = []
     for algo in ALGORITHMS:
         if algo == TREE and coll != ALL_REDUCE:
             continue
-        if algo == NVLS and (not cfg.nvls or caps["nvls_eff"] == 0 or cfg.topology != "nvswitch"
+        if algo == NVLS and (not cfg.nvls or caps["nvls_eff"] == 0 or link != "nvswitch"
                              or coll not in (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER)):
             continue
         for p, proto in enumerate(PROTOCOLS):
@@ -160,16 +214,22 @@ def predict(coll, n_bytes, n, cfg: NcclConfig):
                 log_size = int(math.log2(n_bytes >> 6)) if n_bytes >= 64 else -1
                 if 0 <= log_size < 24:
                     alg_bw *= TREE_CORRECTION[p][log_size]
-            t = lat + n_bytes / (1000.0 * alg_bw)
-            out.append((t, algo, proto))
+            bw_us = n_bytes / (1000.0 * alg_bw)
+            out.append((lat + bw_us, algo, proto, lat, bw_us))
     out.sort()
     return out
 
 
 def collective_time_us(coll, n_bytes, n, cfg: NcclConfig):
-    """Predicted time (µs) of the algo/proto NCCL picks, plus the launch overhead; and the pick."""
-    t, algo, proto = predict(coll, n_bytes, n, cfg)[0]
-    return t + (cfg.launch_overhead_us if n > 1 else 0.0), algo, proto
+    """``(time_us, algo, proto)``: the pair NCCL picks, timed with the measured-time calibration."""
+    _, algo, proto, lat, bw_us = predict(coll, n_bytes, n, cfg)[0]
+    if n <= 1:
+        return 0.0, algo, proto
+    cal = cfg.correction()
+    if cal is None:
+        return lat + bw_us, algo, proto
+    eff = cal.efficiency_for(cfg.link(n), algo, proto)
+    return cal.overhead_us + cal.latency_scale * lat + bw_us / eff, algo, proto
 
 
 class NcclCollective(TimedCollective):
@@ -211,5 +271,5 @@ def nccl_factory(com_type, rank, topo, data_size, direction, window):
     return NcclCollective(com_type, rank, topo, data_size)
 
 
-__all__ = ["NcclConfig", "NcclCollective", "config_for_gpu", "predict", "collective_time_us", "nccl_factory",
+__all__ = ["NcclConfig", "NcclCalibration", "NcclCollective", "config_for_gpu", "load_calibration", "predict", "collective_time_us", "nccl_factory",
            "ALL_REDUCE", "ALL_GATHER", "REDUCE_SCATTER", "ALL_TO_ALL"]

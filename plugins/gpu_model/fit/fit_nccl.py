@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""Fit the ``nccl`` collective's measured-time calibration on Vidur's all-reduce sweeps.
+
+Regenerate the checked-in fit (from the repository root):
+
+    .venv/bin/python plugins/gpu_model/fit/fit_nccl.py \\
+        --out plugins/gpu_model/src/astra_gpu_model/data/nccl_fit.json
+
+(the data is ``shared/calibration/vidur_measured_all_reduce_*.csv``, found beside the repository or via
+$ASTRA_SHARED_DIR). It prints the error tables that README.md shows.
+
+Method. Every single-node row from 2 KB to 64 MB is one point. NCCL's own model (no calibration) picks
+the (algo, proto) pair and gives its two terms, ``lat`` and ``nBytes/algBw``. Per architecture the model
+
+    time = overhead_us + latency_scale * lat + (nBytes/algBw) * inv_efficiency[link/algo/proto]
+
+is linear in its parameters; they minimise the sum of ``|predicted - measured| / measured`` (iteratively
+reweighted least squares, numpy only). A negative overhead is not physical: it is then fixed at 0 and the
+rest refitted. The script also reports two checks the fit does not see: fitting on a random half of the
+sizes and scoring the other half, and (DGX files) fitting without the 8-GPU rows and scoring them; and the
+a100_pairwise rows above 64 MB (up to 512 MB), which are never fitted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve()
+sys.path.insert(0, str(HERE.parents[1] / "src"))  # run from a checkout without installing
+
+from astra_gpu_model.calibration import VIDUR_ALL_REDUCE, find_calibration_dir, load_vidur_all_reduce  # noqa: E402
+from astra_gpu_model.nccl import CALIBRATION_ARCH, NcclCalibration, collective_time_us, config_for_gpu, predict  # noqa: E402
+
+FIT_MAX_BYTES = 64 << 20
+
+
+def points(cal_dir, max_bytes=FIT_MAX_BYTES, min_bytes=0):
+    """Rows as dicts: file, arch, n, size, measured, lat, bw, key (link/algo/proto)."""
+    out = []
+    for stem, (preset, topology) in VIDUR_ALL_REDUCE.items():
+        raw = config_for_gpu(preset, topology=topology, calibrated=False)
+        for n, size, measured in load_vidur_all_reduce(cal_dir / f"vidur_measured_all_reduce_{stem}.csv",
+                                                       max_bytes=max_bytes):
+            if size <= min_bytes:
+                continue
+            _, algo, proto, lat, bw = predict("all_reduce", size, n, raw)[0]
+            out.append(dict(file=stem, preset=preset, topology=topology, arch=CALIBRATION_ARCH[raw.arch], n=n,
+                            size=size, measured=measured, lat=lat, bw=bw, key=f"{raw.link(n)}/{algo}/{proto}"))
+    return out
+
+
+def _irls(A, y, iters=80):
+    """Minimise sum |A x - y| / y."""
+    w = 1.0 / y
+    x = None
+    for _ in range(iters):
+        x, *_ = np.linalg.lstsq(A * w[:, None], y * w, rcond=None)
+        rel = np.abs(A @ x - y) / y
+        w = 1.0 / (y * np.maximum(rel, 1e-4))
+    return x
+
+
+def fit_arch(rows):
+    keys = sorted({r["key"] for r in rows})
+    y = np.array([r["measured"] for r in rows])
+    A = np.zeros((len(rows), 2 + len(keys)))
+    for i, r in enumerate(rows):
+        A[i, 0] = 1.0
+        A[i, 1] = r["lat"]
+        A[i, 2 + keys.index(r["key"])] = r["bw"]
+    x = _irls(A, y)
+    if x[0] < 0:
+        x = np.concatenate([[0.0], _irls(A[:, 1:], y)])
+    return NcclCalibration(float(x[0]), float(x[1]), {k: float(1.0 / v) for k, v in zip(keys, x[2:])})
+
+
+def fit(rows):
+    return {arch: fit_arch([r for r in rows if r["arch"] == arch]) for arch in sorted({r["arch"] for r in rows})}
+
+
+def errors(calibration, rows):
+    """Relative errors of the full model (choice + calibrated time) on ``rows``."""
+    out = []
+    configs = {}
+    for r in rows:
+        key = (r["preset"], r["topology"], r["arch"])
+        if key not in configs:
+            configs[key] = config_for_gpu(r["preset"], topology=r["topology"], calibration=calibration[r["arch"]])
+        cfg = configs[key]
+        t = collective_time_us("all_reduce", r["size"], r["n"], cfg)[0]
+        out.append((t - r["measured"]) / r["measured"])
+    return out
+
+
+def table(calibration, rows, title):
+    lines = [f"### {title}", "", "| file | n | rows | median abs err | median signed | < 1 MB | ≥ 1 MB |",
+             "|---|---|---|---|---|---|---|"]
+    for stem in VIDUR_ALL_REDUCE:
+        sel = [r for r in rows if r["file"] == stem]
+        if not sel:
+            continue
+        for n in sorted({r["n"] for r in sel}) + ["all"]:
+            part = sel if n == "all" else [r for r in sel if r["n"] == n]
+            err = errors(calibration, part)
+            small = [abs(e) for e, r in zip(err, part) if r["size"] < 1 << 20]
+            large = [abs(e) for e, r in zip(err, part) if r["size"] >= 1 << 20]
+            med = lambda v: f"{100 * statistics.median(v):.1f}%" if v else "-"  # noqa: E731
+            name = f"**{stem}**" if n == "all" else stem
+            lines.append(f"| {name} | {n} | {len(part)} | {med([abs(e) for e in err])} | "
+                         f"{100 * statistics.median(err):+.1f}% | {med(small)} | {med(large)} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
+    ap.add_argument("--calibration-dir", type=Path, default=None)
+    ap.add_argument("--out", type=Path, default=None, help="write the fit here (JSON)")
+    args = ap.parse_args(argv)
+    cal_dir = args.calibration_dir or find_calibration_dir(HERE)
+    if cal_dir is None:
+        sys.exit("fit_nccl.py: shared/calibration not found (set ASTRA_SHARED_DIR or pass --calibration-dir)")
+    rows = points(cal_dir)
+    calibration = fit(rows)
+    print(table(calibration, rows, "Fitted model on the fitting rows (single node, 2 KB - 64 MB)"))
+
+    rng = random.Random(1)
+    sizes = sorted({r["size"] for r in rows})
+    half = set(rng.sample(sizes, len(sizes) // 2))
+    cal_half = fit([r for r in rows if r["size"] in half])
+    print(table(cal_half, [r for r in rows if r["size"] not in half], "Fitted on a random half of the sizes, "
+                "scored on the other half"))
+    held = lambda r: r["file"].endswith("_dgx") and r["n"] == 8  # noqa: E731
+    cal_no8 = fit([r for r in rows if not held(r)])
+    print(table(cal_no8, [r for r in rows if held(r)], "Fitted without the 8-GPU DGX rows, scored on them"))
+    big = points(cal_dir, max_bytes=None, min_bytes=FIT_MAX_BYTES)
+    print(table(calibration, big, "Rows above 64 MB (never fitted)"))
+
+    if args.out:
+        payload = {
+            "generated_by": ".venv/bin/python plugins/gpu_model/fit/fit_nccl.py --out "
+                            "plugins/gpu_model/src/astra_gpu_model/data/nccl_fit.json (from the repository root)",
+            "fitting_data": [f"vidur_measured_all_reduce_{s}.csv" for s in VIDUR_ALL_REDUCE],
+            "rows": "num_nodes == 1, 2 KB <= size_bytes <= 64 MB, time_ms_median",
+            "objective": "sum |predicted - measured| / measured",
+            "architectures": {
+                arch: {"overhead_us": round(c.overhead_us, 4), "latency_scale": round(c.latency_scale, 5),
+                       "efficiency": {k: round(v, 5) for k, v in c.efficiency.items()}}
+                for arch, c in calibration.items()
+            },
+        }
+        args.out.write_text(json.dumps(payload, indent=2) + "\n")
+        print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
