@@ -119,8 +119,12 @@ class CollectiveAlgorithmSpec:
     ``bind``, ``run_init``, ``run_general``, ``run_received``, ``data_size`` and
     ``final_data_size`` (see :mod:`astra_sim.system.collectives`).
     ``takes_window``: the name may carry a numeric suffix (``direct4``).
+    ``whole_group``: on a communicator group that is a subset of the NPUs, a system config listing
+    several implementations normally falls back to ``ring`` (the reference's rule); an algorithm that
+    prices the whole group itself (e.g. ``nccl``) sets this and is kept when it is the first listed.
     """
 
     topology: str
     factory: Callable
     takes_window: bool = False
+    whole_group: bool = False

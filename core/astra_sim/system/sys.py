@@ -248,7 +248,9 @@ class Sys:
                     f"but is not one of its NPUs {group.npus}"
                 )
             if len(impls) > 1:
-                impls = [self.shared.algorithm_spec("ring")]
+                # the reference's rule (ring), unless the first algorithm prices the whole group itself
+                whole = getattr(impls[0][0], "whole_group", False)
+                impls = [impls[0] if whole else self.shared.algorithm_spec("ring")]
             if impls[0][0].topology == "tree":
                 raise ConfigError(
                     f"{self.shared.system_config.path}: doubleBinaryTree cannot run on communicator "

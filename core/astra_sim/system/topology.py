@@ -37,6 +37,11 @@ class RingTopology:
         base = rank - index * offset
         return cls(rank, [base + k * offset for k in range(nodes_in_ring)])
 
+    @property
+    def members(self):
+        """The ring's NPUs in ring order (do not modify)."""
+        return self._members
+
     def get_receiver(self, node, direction):
         i = self._index_of[node]
         n = self.nodes_in_ring

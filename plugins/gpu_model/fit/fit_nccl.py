@@ -118,6 +118,37 @@ def table(calibration, rows, title):
     return "\n".join(lines) + "\n"
 
 
+def multinode_rows(cal_dir):
+    """a100_dgx rows with num_nodes > 1: {(gpus, gpus_per_node): [(size, measured_us)]}."""
+    out = {}
+    for row in load_vidur_all_reduce(cal_dir / "vidur_measured_all_reduce_a100_dgx.csv", single_node=False,
+                                     with_layout=True):
+        n, ppn, nodes, size, measured = row
+        if nodes > 1:
+            out.setdefault((n, ppn), []).append((size, measured))
+    return out
+
+
+def multinode_errors(rows, n, ppn, node_nic_gbps):
+    """Relative errors of the model on ``rows`` of one layout, NICs giving ``node_nic_gbps`` per node."""
+    cfg = config_for_gpu("A100-SXM4-80GB", nic_gbps=node_nic_gbps / ppn)
+    return [(collective_time_us("all_reduce", size, n, cfg, n // ppn)[0] - m) / m for size, m in rows]
+
+
+def multinode_table(cal_dir):
+    """Vidur's fabric is undocumented: per layout, the node NIC bandwidth that fits best (one number for
+    ~1000 rows), and the error left; the fitted bandwidths themselves show what the fabric did."""
+    lines = ["### Multi-node rows (a100_dgx, 2 nodes): node NIC bandwidth fitted per layout", "",
+             "| GPUs | GPUs/node | rows | fitted node NIC GB/s | median abs err | median signed |", "|---|---|---|---|---|---|"]
+    for (n, ppn), rows in sorted(multinode_rows(cal_dir).items()):
+        best = min((statistics.median(abs(e) for e in multinode_errors(rows, n, ppn, bw)), bw)
+                   for bw in (0.25 * k for k in range(8, 161)))
+        err = multinode_errors(rows, n, ppn, best[1])
+        lines.append(f"| {n} | {ppn} | {len(rows)} | {best[1]:g} | {100 * best[0]:.1f}% | "
+                     f"{100 * statistics.median(err):+.1f}% |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
     ap.add_argument("--calibration-dir", type=Path, default=None)
@@ -141,6 +172,7 @@ def main(argv=None):
     print(table(cal_no8, [r for r in rows if held(r)], "Fitted without the 8-GPU DGX rows, scored on them"))
     big = points(cal_dir, max_bytes=None, min_bytes=FIT_MAX_BYTES)
     print(table(calibration, big, "Rows above 64 MB (never fitted)"))
+    print(multinode_table(cal_dir))
 
     if args.out:
         payload = {

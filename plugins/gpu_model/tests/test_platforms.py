@@ -78,12 +78,19 @@ def test_more_nodes_and_slower_nics_take_longer(tmp_path):
     assert max(_finish_times(a100)) > max(_finish_times(h100))
 
 
-def test_nccl_on_scaleup_dimension(tmp_path):
+def test_nccl_on_every_dimension(tmp_path):
     rc, report = _run(tmp_path, "--platform", "hgx-h100", "--nodes", "2", "--platform-collective", "nccl",
-                      ranks=16)
+                      ranks=16, name="fast")
     assert rc == 0
-    sys_cfg = json.load(open(generate("hgx-h100", 2, "nccl", directory=tmp_path)["system_configuration"]))
-    assert sys_cfg["all-reduce-implementation"] == ["nccl", "ring"]
+    provided = generate("hgx-h100", 2, "nccl", directory=tmp_path)
+    sys_cfg = json.load(open(provided["system_configuration"]))
+    assert sys_cfg["all-reduce-implementation"] == ["nccl", "nccl"]
+    assert provided["options"]["nccl_nic_gbps"] == 50.0  # 400 Gb/s per GPU
+    # the fabric phase is priced on the NICs: a slower NIC (given explicitly, it wins) takes longer
+    rc, slow = _run(tmp_path, "--platform", "hgx-h100", "--nodes", "2", "--platform-collective", "nccl",
+                    "--nccl-nic-gbps", "5", ranks=16, name="slow")
+    assert rc == 0
+    assert max(_finish_times(slow)) > 2 * max(_finish_times(report))
 
 
 def test_platforms_json_lists_all_with_numbers_and_sources(capsys):

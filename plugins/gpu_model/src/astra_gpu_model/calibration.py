@@ -58,8 +58,9 @@ VIDUR_ALL_REDUCE = {
 }
 
 
-def load_vidur_all_reduce(path, max_bytes=None, single_node=True):
-    """``[(n_gpus, size_bytes, time_us)]`` from a ``vidur_measured_all_reduce_*.csv`` (median column)."""
+def load_vidur_all_reduce(path, max_bytes=None, single_node=True, with_layout=False):
+    """``[(n_gpus, size_bytes, time_us)]`` from a ``vidur_measured_all_reduce_*.csv`` (median column);
+    ``with_layout``: ``(n_gpus, gpus_per_node, nodes, size_bytes, time_us)``."""
     out = []
     for row in _rows(path):
         if single_node and row["num_nodes"] != "1":
@@ -67,7 +68,11 @@ def load_vidur_all_reduce(path, max_bytes=None, single_node=True):
         size = int(row["size_bytes"])
         if max_bytes is not None and size > max_bytes:
             continue
-        out.append((int(row["num_workers"]), size, float(row["time_ms_median"]) * 1000.0))
+        n, measured = int(row["num_workers"]), float(row["time_ms_median"]) * 1000.0
+        if with_layout:
+            out.append((n, int(row["devices_per_node"]), int(row["num_nodes"]), size, measured))
+        else:
+            out.append((n, size, measured))
     return out
 
 

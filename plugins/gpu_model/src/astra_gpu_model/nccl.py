@@ -37,14 +37,23 @@ BASE_LAT = {TREE: (6.8, 14.0, 8.4), RING: (6.6, 14.0, 8.4), NVLS: (0.0, 0.0, 0.0
 HW_LAT = {
     "nvlink": {TREE: (0.6, 1.25, 4.0), RING: (0.6, 1.9, 3.4), NVLS: (None, None, 25.0)},
     "pci": {TREE: (1.0, 1.9, 4.0), RING: (1.0, 2.5, 5.7), NVLS: (None, None, 0.0)},
+    "net": {TREE: (5.0, 8.5, 14.0), RING: (2.7, 4.0, 14.0), NVLS: (None, None, 18.0)},
 }
-#: Per-architecture caps for nNodes == 1 (GB/s).
+#: Per-architecture caps (GB/s), each for nNodes = 1 / 2 / > 2, and the per-link NVLink constant.
 ARCH = {
-    "volta": dict(ll_max=39.0, ring_ll128=20.0, tree_ll128=20.0, tree=26.5, nvls_eff=0.0, link=20.0),
-    "ampere": dict(ll_max=87.7, ring_ll128=20.0, tree_ll128=20.0, tree=24.0, nvls_eff=0.0, link=20.0),
-    "hopper": dict(ll_max=141.0, ring_ll128=36.7, tree_ll128=36.7, tree=38.7, nvls_eff=0.85, link=20.6),
-    "blackwell": dict(ll_max=282.0, ring_ll128=40.0, tree_ll128=55.6, tree=70.0, nvls_eff=0.74, link=40.1),
+    "volta": dict(ll_max=(39.0, 39.0, 20.4), ring_ll128=(20.0,) * 3, tree_ll128=(20.0,) * 3,
+                  tree=(26.5, 18.5, 10.0), nvls_eff=0.0, link=20.0),
+    "ampere": dict(ll_max=(87.7, 22.5, 19.0), ring_ll128=(20.0,) * 3, tree_ll128=(20.0,) * 3,
+                   tree=(24.0, 23.6, 17.8), nvls_eff=0.0, link=20.0),
+    "hopper": dict(ll_max=(141.0, 45.0, 35.0), ring_ll128=(36.7,) * 3, tree_ll128=(36.7, 36.7, 29.0),
+                   tree=(38.7, 41.4, 36.0), nvls_eff=0.85, link=20.6),
+    "blackwell": dict(ll_max=(282.0, 90.0, 70.0), ring_ll128=(40.0,) * 3, tree_ll128=(55.6, 31.67, 20.0),
+                      tree=(70.0, 42.8, 24.0), nvls_eff=0.74, link=40.1),
 }
+#: llMaxBws across nodes is indexed by the CPU, not the GPU: row 0 Intel, row 1 AMD (dossier §4.1).
+LL_MAX_MULTINODE = {"intel": (39.0, 20.4), "amd": (22.5, 19.0)}
+#: NCCL's netOverhead (µs) per CPU vendor, ×3 for Simple.
+NET_OVERHEAD_US = {"intel": 1.0, "amd": 2.0}
 #: treeCorrectionFactor[proto][log2(nBytes/64)], 64 B to 512 MB.
 TREE_CORRECTION = (
     (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0),
@@ -60,7 +69,7 @@ BRIDGE_NVLINK_GBPS = 300.0
 
 #: Architectures without their own calibration borrow the nearest one (documented in the README).
 CALIBRATION_ARCH = {"volta": "ampere", "ampere": "ampere", "hopper": "hopper", "blackwell": "hopper"}
-LINKS = ("nvswitch", "bridge", "pcie")
+LINKS = ("nvswitch", "bridge", "pcie", "net")
 
 
 @dataclass(frozen=True)
@@ -72,11 +81,14 @@ class NcclCalibration:
     efficiency: dict  # "link/algo/proto" -> factor on NCCL's algBw
 
     def efficiency_for(self, link, algo, proto):
-        """The fitted factor, else the mean of this link's fitted factors, else of all of them."""
+        """The fitted factor, else the mean of this link's fitted factors, else of all of them
+        (the network, never measured, keeps NCCL's constants: 1.0)."""
         key = f"{link}/{algo}/{proto}"
         if key in self.efficiency:
             return self.efficiency[key]
         same_link = [v for k, v in self.efficiency.items() if k.startswith(link + "/")]
+        if not same_link and link == "net":
+            return 1.0
         pool = same_link or list(self.efficiency.values())
         return sum(pool) / len(pool)
 
@@ -119,9 +131,15 @@ class NcclConfig:
     pair_nvlink_gbps: float = BRIDGE_NVLINK_GBPS
     calibrated: bool = True
     calibration: NcclCalibration | None = None
+    #: Across nodes: NIC bandwidth per GPU (GB/s per direction; one NIC per GPU, rail-optimised) and the
+    #: CPU vendor (NCCL's netOverhead and multi-node llMaxBw depend on it).
+    nic_gbps: float = 50.0
+    cpu: str = "intel"
 
-    def link(self, n):
-        """The path a ring of ``n`` ranks is bounded by."""
+    def link(self, n, nodes=1):
+        """The path a ring of ``n`` ranks on ``nodes`` nodes is bounded by."""
+        if nodes > 1:
+            return "net"
         if self.topology == "nvswitch":
             return "nvswitch"
         return "bridge" if n <= 2 else "pcie"
@@ -156,15 +174,19 @@ def _nsteps(coll, n):
     return n
 
 
-def predict(coll, n_bytes, n, cfg: NcclConfig):
+def predict(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
     """NCCL's own model: all (algo, proto) candidates as ``(time_us, algo, proto, lat_us, bw_us)``,
     fastest first (``time_us = lat_us + bw_us``). ``n_bytes`` is NCCL's nBytes: the per-rank buffer
-    (all-gather: the output size)."""
+    (all-gather: the output size). ``nodes``: the ``n`` ranks sit on that many nodes, ``n / nodes`` each."""
     if n <= 1:
         return [(0.0, RING, SIMPLE, 0.0, 0.0)]
+    if nodes < 1 or nodes > n:
+        raise ValueError(f"nccl: {n} ranks cannot sit on {nodes} nodes")
     caps = ARCH[cfg.arch]
+    col = 0 if nodes == 1 else (1 if nodes == 2 else 2)
+    ppn = -(-n // nodes)  # ranks per node (the fullest node when they are uneven)
     nch = cfg.channels
-    link = cfg.link(n)
+    link = cfg.link(n if nodes == 1 else ppn)
     # bwIntra: NCCL's per-link constant over the 25 GB/s datasheet link, or NCCL's PCI_BW per generation.
     if link == "pcie":
         bw_intra = cfg.pci_gbps
@@ -172,12 +194,22 @@ def predict(coll, n_bytes, n, cfg: NcclConfig):
         nvlink = cfg.pair_nvlink_gbps if link == "bridge" else cfg.nvlink_gbps
         bw_intra = nvlink * caps["link"] / 25.0
     hw = HW_LAT["pci" if link == "pcie" else "nvlink"]
+    if nodes > 1:
+        # The ring/tree crosses its node's NICs: one per GPU, rail-optimised.
+        bw_inter = cfg.nic_gbps * ppn
+        bw_bus = bw_inter if ppn == 1 else min(bw_intra, bw_inter)
+        ll_max = LL_MAX_MULTINODE[cfg.cpu][col - 1]
+        net_overhead = NET_OVERHEAD_US[cfg.cpu]
+    else:
+        bw_bus = bw_intra
+        ll_max = caps["ll_max"][0]
     nsteps = _nsteps(coll, n)
+    n_inter = 0 if nodes == 1 else (2 * (nodes - 1) if coll == ALL_REDUCE else nodes - 1)
     out = []
     for algo in ALGORITHMS:
         if algo == TREE and coll != ALL_REDUCE:
             continue
-        if algo == NVLS and (not cfg.nvls or caps["nvls_eff"] == 0 or link != "nvswitch"
+        if algo == NVLS and (not cfg.nvls or caps["nvls_eff"] == 0 or link != "nvswitch" or nodes > 1
                              or coll not in (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER)):
             continue
         for p, proto in enumerate(PROTOCOLS):
@@ -186,18 +218,18 @@ def predict(coll, n_bytes, n, cfg: NcclConfig):
                 continue
             if algo == NVLS and proto != SIMPLE:
                 continue
-            bus = bw_intra
+            bus = bw_bus
             if algo == RING and proto == LL:
-                bus = min(caps["ll_max"], 0.5 * bus)
+                bus = min(ll_max, 0.5 * bus)
             elif algo == RING and proto == LL128:
-                bus = min(0.92 * bus, nch * caps["ring_ll128"])
+                bus = min(0.92 * bus, nch * caps["ring_ll128"][col])
             elif algo == TREE:
                 if proto == SIMPLE:
-                    bus = min(0.92 * bus, nch * caps["tree"])
+                    bus = min(0.92 * bus, nch * caps["tree"][col])
                 elif proto == LL:
-                    bus = min(bus / 3.8, caps["ll_max"])
+                    bus = min(bus / 3.8, ll_max)
                 else:
-                    bus = min(bus * 7 / 9, nch * caps["tree_ll128"])
+                    bus = min(bus * (7 / 9 if nodes == 1 else 120 / 128), nch * caps["tree_ll128"][col])
                 bus *= 0.85
             elif algo == NVLS:
                 bus = bw_intra * caps["nvls_eff"] * (nch - 1) / nch
@@ -206,8 +238,16 @@ def predict(coll, n_bytes, n, cfg: NcclConfig):
             alg_bw = bus * n / nsteps if algo in (RING, NVLS) else bus * 0.5
             if algo == RING:
                 lat = BASE_LAT[RING][p] + nsteps * intra
+                if nodes > 1:
+                    inter = HW_LAT["net"][TREE if ppn == 1 else RING][p] * (2 if proto == SIMPLE else 1)
+                    overhead = net_overhead * (3 if proto == SIMPLE else 1)
+                    lat = BASE_LAT[RING][p] + (nsteps - n_inter) * max(intra, overhead) + n_inter * inter
+                    if proto == SIMPLE and coll == ALL_REDUCE and n_bytes / (nch * n) >= 64:
+                        lat *= 1.9 if cfg.arch == "volta" else 1.4
             elif algo == TREE:
-                lat = BASE_LAT[TREE][p] + 2 * (n - 1) * intra
+                lat = BASE_LAT[TREE][p] + 2 * (ppn - 1) * intra
+                if nodes > 1:
+                    lat += 2 * math.log2(nodes) * HW_LAT["net"][TREE][p] * (2 if proto == SIMPLE else 1)
             else:
                 lat = intra
             if algo == TREE:
@@ -220,15 +260,15 @@ def predict(coll, n_bytes, n, cfg: NcclConfig):
     return out
 
 
-def collective_time_us(coll, n_bytes, n, cfg: NcclConfig):
+def collective_time_us(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
     """``(time_us, algo, proto)``: the pair NCCL picks, timed with the measured-time calibration."""
-    _, algo, proto, lat, bw_us = predict(coll, n_bytes, n, cfg)[0]
+    _, algo, proto, lat, bw_us = predict(coll, n_bytes, n, cfg, nodes)[0]
     if n <= 1:
         return 0.0, algo, proto
     cal = cfg.correction()
     if cal is None:
         return lat + bw_us, algo, proto
-    eff = cal.efficiency_for(cfg.link(n), algo, proto)
+    eff = cal.efficiency_for(cfg.link(n, nodes), algo, proto)
     return cal.overhead_us + cal.latency_scale * lat + bw_us / eff, algo, proto
 
 
@@ -250,20 +290,52 @@ class NcclCollective(TimedCollective):
     def duration_ns(self):
         # NCCL's nBytes: the per-rank buffer (all-gather counts the gathered output).
         n_bytes = self.final_data_size if self.com_type == ALL_GATHER else self.data_size
-        t_us, algo, proto = collective_time_us(self.com_type, int(n_bytes), self.nodes_in_ring, self.config)
+        n = self.nodes_in_ring
+        nodes = self._nodes_spanned()
+        t_us, algo, proto = collective_time_us(self.com_type, int(n_bytes), n, self.config, nodes)
         self.choice = (algo, proto)
         return t_us * 1000.0
+
+    def _nodes_spanned(self):
+        """Nodes the collective's ranks sit on: a node is one scale-up domain, the network's first
+        dimension (``npus_per_dim[0]`` consecutive NPUs)."""
+        shared = self.sys.shared
+        domain = max(1, int(shared.npus_per_dim[0]))
+        n = self.nodes_in_ring
+        if n == shared.total_npus:
+            return max(1, n // domain)
+        members = getattr(self.topo, "members", None)
+        if members is None:
+            return 1
+        cached = _NODES_CACHE.get(id(members))
+        if cached is None or cached[0] is not members or cached[1] != domain:
+            cached = (members, domain, len({npu // domain for npu in members}))
+            _NODES_CACHE[id(members)] = cached
+        return cached[2]
+
+
+#: id(member list) -> (the list, domain size, nodes it spans); group member lists are shared by ranks.
+_NODES_CACHE = {}
 
 
 _CONFIG_CACHE = {}
 
 
 def _config_for_options(options):
-    """The run's ``--gpu`` option, else the default GPU (H100)."""
+    """The run's ``--gpu`` (default H100) and ``--nccl-nic-gbps`` options."""
     name = options.get("gpu")
-    key = str(name)
+    nic = options.get("nccl_nic_gbps")
+    key = (str(name), nic)
     if key not in _CONFIG_CACHE:
-        _CONFIG_CACHE[key] = config_for_gpu(name)
+        overrides = {}
+        if nic is not None:
+            nic = float(nic)
+            if not nic > 0:
+                from astra_sim.errors import ConfigError
+
+                raise ConfigError(f"--nccl-nic-gbps must be > 0 (GB/s per GPU per direction), got {nic}")
+            overrides["nic_gbps"] = nic
+        _CONFIG_CACHE[key] = config_for_gpu(name, **overrides)
     return _CONFIG_CACHE[key]
 
 

@@ -180,7 +180,8 @@ def network_yaml(platform: Platform, nodes: int) -> str:
 
 def system_json(platform: Platform, nodes: int, collective: str = "ring") -> dict:
     """ASTRA-sim system configuration: the kernel's usual values (astra_sim.testing.system_config) with
-    ``ring`` on every dimension, or ``nccl`` on the scale-up dimension and ``ring`` on the fabric.
+    ``ring`` or ``nccl`` on every dimension (``nccl`` prices the fabric dimension with NCCL's multi-node
+    model on the platform's NICs, see :func:`generate`).
     ``local-mem-bw`` (reduction cost) and ``peak-perf`` come from the GPU preset."""
     from astra_sim.testing import system_config
 
@@ -192,7 +193,8 @@ def system_json(platform: Platform, nodes: int, collective: str = "ring") -> dic
                            peak_perf=int(gpu.tensor_tflops.get("bf16") or 0) or 900)
     if collective == "nccl":
         for key in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all"):
-            config[f"{key}-implementation"][0] = "nccl"
+            config[f"{key}-implementation"] = ["nccl"] * dims
+        config["preferred-dataset-splits"] = 1  # NCCL chunks internally; every split would pay its latency
     return config
 
 
@@ -209,7 +211,9 @@ def generate(name, nodes=1, collective="ring", directory=None) -> dict:
     return {
         "system_configuration": str(system_path),
         "network_configuration": str(network_path),
-        "options": {"gpu": load_gpu(platform.gpu).name},
+        "options": {"gpu": load_gpu(platform.gpu).name,
+                    # GB/s per direction (1e9 B), what the nccl collective prices the fabric dimension with
+                    "nccl_nic_gbps": platform.nic_gbit_per_gpu / 8.0},
     }
 
 

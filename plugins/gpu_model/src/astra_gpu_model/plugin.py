@@ -55,7 +55,7 @@ def astra_register_collective_algorithms(registry):
     from astra_gpu_model.nccl import nccl_factory
 
     registry.collective_algorithm(
-        "nccl", CollectiveAlgorithmSpec("one", nccl_factory),
+        "nccl", CollectiveAlgorithmSpec("one", nccl_factory, whole_group=True),
         "NCCL tuning model (ring/tree/NVLS x LL/LL128/Simple, fastest predicted), one wait per chunk; GPU from --gpu",
     )
 
@@ -91,8 +91,11 @@ def platform_run_options(parser):
     group.add_argument("--nodes", type=int, default=1, metavar="N",
                        help="nodes (scale-up domains) of --platform, joined by a fat tree (default 1)")
     group.add_argument("--platform-collective", default="ring", choices=COLLECTIVES,
-                       help="collective of the generated system config: ring on every dimension, or nccl on the "
-                            "scale-up dimension and ring between nodes (default ring)")
+                       help="collective of the generated system config on every dimension: the kernel's ring, or "
+                            "nccl (NCCL's model in the node, NCCL across nodes on the NICs) (default ring)")
+    group.add_argument("--nccl-nic-gbps", type=float, default=None, metavar="GB_S",
+                       help="NIC bandwidth per GPU (GB/s per direction) that the nccl collective uses on "
+                            "dimensions >= 1 (across nodes); --platform sets it; default 50 (400 Gb/s)")
 
 
 @hookimpl
@@ -105,6 +108,8 @@ def astra_provide_configuration(options):
     provided = generate(name, options.get("nodes", 1), options.get("platform_collective") or "ring")
     if options.get("gpu") not in (None, DEFAULT_GPU):  # an explicit --gpu wins over the platform's GPU
         provided["options"]["gpu"] = options["gpu"]
+    if options.get("nccl_nic_gbps") is not None:  # so does an explicit --nccl-nic-gbps
+        provided["options"]["nccl_nic_gbps"] = options["nccl_nic_gbps"]
     return provided
 
 
