@@ -32,10 +32,11 @@ def _attn_params(h, heads, kv):
     return h * h + 2 * h * kv * d + h * h  # Wq, Wk, Wv, Wo
 
 
-def _activated(L, h, heads, kv, f, k, vocab, shared=0, gated=True):
-    """Parameters one token passes through: attention + (top-k + shared) experts of m*h*f each + LM head."""
+def _activated(L, h, heads, kv, f, k, vocab, shared=0, gated=True, E=8):
+    """Parameters one token passes through: attention + router (h x E) + (top-k + shared) experts of m*h*f
+    each + LM head."""
     m = 3 if gated else 2
-    return L * (_attn_params(h, heads, kv) + (k + shared) * m * h * f) + vocab * h
+    return L * (_attn_params(h, heads, kv) + h * E + (k + shared) * m * h * f) + vocab * h
 
 
 def _read_all(prefix, npus):
@@ -108,12 +109,13 @@ def test_all_to_all_volume_and_ep_groups(tmp_path, ep):
         edp_group = tuple(t + tp * (q * ep + d % ep) + tp * dp * p for q in range(dp // ep))
         stage = (L // pp) * dense_layer + 1000 * h  # plus embedding (first) or LM head (last)
         experts = (L // pp) * expert_layer // ep
+        router = (L // pp) * h * E  # replicated on every TP rank, synced over DP
         if ep == 1:
-            assert vol == {dp_group: (stage + experts) // tp * BF16}
+            assert vol == {dp_group: ((stage + experts) // tp + router) * BF16}
         elif dp // ep == 1:
-            assert vol == {dp_group: stage // tp * BF16}
+            assert vol == {dp_group: (stage // tp + router) * BF16}
         else:
-            assert vol == {dp_group: stage // tp * BF16, edp_group: experts // tp * BF16}
+            assert vol == {dp_group: (stage // tp + router) * BF16, edp_group: experts // tp * BF16}
 
 
 def test_ep_group_layout(tmp_path):
@@ -189,3 +191,99 @@ def test_errors(tmp_path):
     with pytest.raises(ConfigError, match="--mode"):
         generate_llm(model_dims(**SMALL_MOE), LlmConfig(mode="serve"), tmp_path / "t")
     assert main(["workload", "llm", "--preset", "llama2-7b", "--batch-size", "4", "-o", str(tmp_path / "x")]) == 2
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_router_gemms_on_this_ranks_tokens(tmp_path, sp):
+    """Router (gate) per MoE layer and micro-batch: forward [rows, h] x [h, E], backward dgrad and wgrad; rows =
+    the micro-batch's tokens, split over TP with sequence parallelism."""
+    tp, b, s, h, E, L = 2, 2, 128, 256, 8, 4
+    cfg = LlmConfig(tp=tp, pp=1, dp=2, ep=2, micro_batches=1, micro_batch_size=b, sequence_parallel=sp)
+    generate_llm(model_dims(**SMALL_MOE), cfg, tmp_path / "t")
+    rows = b * s // tp if sp else b * s
+    for nodes in _read_all(tmp_path / "t", cfg.npus):
+        fwd = [n for n in nodes if n.attrs.get("label", "").endswith(".router")]
+        assert len(fwd) == L and {n.inputs_shapes for n in fwd} == {f"[[{rows}, {h}], [{h}, {E}]]"}
+        assert all(n.attrs["num_ops"] == 2 * rows * h * E for n in fwd)
+        for suffix in (".router.dgrad", ".router.wgrad"):
+            assert sum(n.attrs.get("label", "").endswith(suffix) for n in nodes) == L
+        assert sum(n.name == "aten::_softmax" for n in nodes) == L
+
+
+def test_router_timed_by_the_gpu_model(tmp_path):
+    prefix = tmp_path / "g"
+    generate_llm(model_dims(**SMALL_MOE), LlmConfig(tp=1, pp=1, dp=2, ep=2), prefix)
+    sys_cfg = write_system_config(tmp_path / "sys.json", dims=1)
+    net = write_network_config(tmp_path / "net.yml", npus=(2,))
+    report = simulate(str(prefix), sys_cfg, net, None, f"{prefix}.groups.json", compute_model="gpu",
+                      plugins=PLUGINS + ["gpu_model"])
+    assert report.max_finish_ns > 0
+
+
+def _kv_writes(ranks):
+    return [n for nodes in ranks for n in nodes if n.attrs.get("label", "").endswith(".kv_write")]
+
+
+@pytest.mark.parametrize("mode", ["prefill", "decode"])
+def test_kv_cache_writes(tmp_path, mode):
+    """Each layer copies this step's K and V (q positions) into the cache: read + write 2*b*q*kv*d*bytes."""
+    L, h, heads, kv = 4, 256, 8, 4
+    d = h // heads
+    tp, pp, M, b, prompt = 2, 2, 2, 3, 64
+    cfg = LlmConfig(tp=tp, pp=pp, micro_batches=M, micro_batch_size=b, mode=mode, prompt_len=prompt)
+    generate_llm(model_dims(**SMALL_DENSE), cfg, tmp_path / "k")
+    writes = _kv_writes(_read_all(tmp_path / "k", cfg.npus))
+    q = prompt if mode == "prefill" else 1
+    assert len(writes) == L * M * tp  # every layer, micro-batch and TP rank
+    assert {n.name for n in writes} == {"aten::copy_"}
+    assert sum(n.attrs["tensor_size"] for n in writes) == 2 * (2 * L * M * b * q * kv * d * BF16)
+
+
+def test_multi_step_decode(tmp_path):
+    """Three decode steps in one trace: the context grows by one per step, FLOPs and KV reads are the sum of the
+    steps', the last stage sends each sampled token (int64 per sequence) back to the first, and it simulates."""
+    L, h, heads, kv, vocab = 4, 256, 8, 4, 1000
+    d = h // heads
+    tp, pp, M, b, prompt, gen, steps = 2, 2, 2, 2, 100, 5, 3
+    cfg = LlmConfig(tp=tp, pp=pp, micro_batches=M, micro_batch_size=b, mode="decode", prompt_len=prompt,
+                    decode_len=gen, decode_steps=steps)
+    generate_llm(model_dims(**SMALL_DENSE), cfg, tmp_path / "m")
+    ranks = _read_all(tmp_path / "m", cfg.npus)
+    P = L * (_attn_params(h, heads, kv) + 3 * h * 512) + vocab * h
+    B = M * b
+    expected = sum(B * (2 * P + 4 * L * (prompt + gen + i) * h) for i in range(steps))
+    assert abs(_comp_ops(ranks) - expected) / expected < 0.01
+    kv_read = sum(n.attrs["kv_cache_bytes"] for nodes in ranks for n in nodes if "kv_cache_bytes" in n.attrs)
+    assert kv_read == sum(B * 2 * L * kv * d * (prompt + gen + i) * BF16 for i in range(steps))
+    assert len(_kv_writes(ranks)) == steps * L * M * tp
+    for rank, nodes in enumerate(ranks):
+        stage = rank // tp
+        token = [n for n in nodes if "token" in n.name]
+        assert len(token) == (steps - 1) * M if stage in (0, pp - 1) else not token
+        for n in token:
+            assert n.attrs["comm_size"] == b * 8
+            assert n.type == (T.COMM_SEND_NODE if stage == pp - 1 else T.COMM_RECV_NODE)
+    assert _sim(tmp_path, tmp_path / "m", cfg.npus).max_finish_ns > 0
+
+
+@pytest.mark.parametrize("micro_batches", [1, 2])
+def test_decode_steps_wait_for_the_sampled_token(tmp_path, micro_batches):
+    """One micro-batch: step i+1 cannot start before step i's token is back, so 3 steps take 3x one step plus two
+    token messages. Two micro-batches pipeline across steps (micro-batch 0's next step runs while 1 finishes)."""
+    def run(steps, name):
+        cfg = LlmConfig(tp=1, pp=2, micro_batches=micro_batches, micro_batch_size=2, mode="decode", prompt_len=64,
+                        decode_steps=steps)
+        generate_llm(model_dims(**SMALL_DENSE), cfg, tmp_path / name)
+        return _sim(tmp_path, tmp_path / name, cfg.npus).max_finish_ns
+    single, multi = run(1, "one"), run(3, "three")
+    if micro_batches == 1:
+        assert 3 * single < multi < 3 * single + 2 * 20_000  # + two small token messages
+    else:
+        assert 2 * single < multi < 3 * single
+
+
+def test_decode_steps_errors(tmp_path):
+    with pytest.raises(ConfigError, match="--decode-steps is for --mode decode"):
+        generate_llm(model_dims(**SMALL_DENSE), LlmConfig(mode="prefill", decode_steps=2), tmp_path / "t")
+    with pytest.raises(ConfigError, match="--decode-steps must be a positive integer"):
+        generate_llm(model_dims(**SMALL_DENSE), LlmConfig(mode="decode", decode_steps=0), tmp_path / "t")

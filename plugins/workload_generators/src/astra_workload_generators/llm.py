@@ -138,6 +138,7 @@ class LlmConfig:
     mode: str = "train"             # train | prefill | decode
     prompt_len: int | None = None   # inference; default: the model's seq_len
     decode_len: int = 1             # decode: generated tokens so far, this one included
+    decode_steps: int = 1           # decode: consecutive steps in one trace (the KV cache grows by one each)
     cp: int = 1                     # context parallelism (sequence split over CP ranks; training only)
     virtual_stages: int = 1         # interleaved 1F1B: model chunks per pipeline rank (training only)
     elementwise: bool = True        # training: emit norms, activations, dropout, residual adds, CE, optimizer
@@ -211,14 +212,29 @@ def expert_layer_parameters(dims: ModelDims) -> int:
     return dims.experts * _ffn_mats(dims) * dims.hidden * dims.expert_ffn if dims.moe else 0
 
 
+def router_parameters(dims: ModelDims) -> int:
+    """Per layer: the MoE router (gate) ``h x E``, replicated on every TP rank (0 for a dense model)."""
+    return dims.hidden * dims.experts if dims.moe else 0
+
+
 def layer_parameters(dims: ModelDims) -> int:
-    return dense_layer_parameters(dims) + expert_layer_parameters(dims)
+    return dense_layer_parameters(dims) + expert_layer_parameters(dims) + router_parameters(dims)
 
 
 def activated_layer_parameters(dims: ModelDims) -> int:
     if not dims.moe:
         return layer_parameters(dims)
-    return dense_layer_parameters(dims) + dims.top_k * _ffn_mats(dims) * dims.hidden * dims.expert_ffn
+    return (dense_layer_parameters(dims) + dims.top_k * _ffn_mats(dims) * dims.hidden * dims.expert_ffn
+            + router_parameters(dims))
+
+
+def layer_shards(dims: ModelDims, cfg: "LlmConfig"):
+    """(dense, expert) parameters of one layer on one rank: the dense part is TP-sharded (plus the replicated
+    router) and synced over DP; with EP > 1 this rank's E/EP experts (TP-sharded) are synced over expert-DP."""
+    router = router_parameters(dims)
+    if cfg.ep == 1:
+        return (dense_layer_parameters(dims) + expert_layer_parameters(dims)) // cfg.tp + router, 0
+    return dense_layer_parameters(dims) // cfg.tp + router, expert_layer_parameters(dims) // cfg.ep // cfg.tp
 
 
 def parameter_count(dims: ModelDims, tp: int = 1) -> int:
@@ -239,11 +255,12 @@ def training_flops(dims: ModelDims, sequences: int, tp: int = 1) -> int:
 
 
 def inference_flops(dims: ModelDims, cfg: "LlmConfig") -> int:
-    """Forward FLOPs of one prefill / decode step over all ranks."""
+    """Forward FLOPs of the prefill step or the decode steps over all ranks."""
     seqs = cfg.dp * cfg.micro_batches * cfg.micro_batch_size
     q, c = _lengths(dims, cfg)
-    return (2 * activated_parameter_count(dims, cfg.tp) * seqs * q
-            + 4 * dims.layers * q * c * dims.hidden * seqs)
+    steps = cfg.decode_steps if cfg.mode == "decode" else 1
+    return sum(2 * activated_parameter_count(dims, cfg.tp) * seqs * q
+               + 4 * dims.layers * q * (c + i) * dims.hidden * seqs for i in range(steps))
 
 
 def _lengths(dims: ModelDims, cfg: "LlmConfig"):
@@ -380,6 +397,10 @@ def _check(dims: ModelDims, cfg: LlmConfig):
         raise ConfigError(f"--prompt-len must be a positive integer, got {cfg.prompt_len!r}")
     if not isinstance(cfg.decode_len, int) or cfg.decode_len < 1:
         raise ConfigError(f"--decode-len must be a positive integer, got {cfg.decode_len!r}")
+    if not isinstance(cfg.decode_steps, int) or cfg.decode_steps < 1:
+        raise ConfigError(f"--decode-steps must be a positive integer, got {cfg.decode_steps!r}")
+    if cfg.decode_steps > 1 and cfg.mode != "decode":
+        raise ConfigError("--decode-steps is for --mode decode")
     if cfg.ep > 1 and not dims.moe:
         raise ConfigError("--ep needs a mixture-of-experts model (--experts)")
     if cfg.dp % cfg.ep:
@@ -410,6 +431,7 @@ class _StageBuilder:
         # rows of the element-wise ops on the residual stream (LayerNorm, dropout, residual add): this rank's
         # tokens, split over TP with sequence parallelism (replicated on every TP rank otherwise)
         self.ln_rows = self.tokens // cfg.tp if cfg.sequence_parallel else self.tokens
+        self.fwd_tag = "fwd"  # label prefix of forward nodes ("fwd.s<i>" for decode step i of several)
         self.syncs = []      # gradient reductions the optimizer waits for
         self.deferred = []   # ZeRO-1/2 parameter all-gathers, issued after the optimizer
 
@@ -462,7 +484,9 @@ class _StageBuilder:
         read = sum(nb(t) for t in tensors)
         first = args[0] if isinstance(args[0], list) else [args[0]]
         name = op.split("::")[-1]
-        if name.endswith("_"):
+        if name == "copy_":  # read src, write dst (dst's old content is not read)
+            nbytes = read
+        elif name.endswith("_"):
             nbytes = read + sum(nb(t) for t in first)
         elif name == "embedding":
             nbytes = nb(args[1]) + 2 * nb((args[1][0], args[0][1])) * args[0][0][1]
@@ -601,11 +625,12 @@ class _StageBuilder:
         comm = {"ar": T.ALL_REDUCE, "ag": T.ALL_GATHER, "rs": T.REDUCE_SCATTER}[kind]
         return self.coll(f"tp_{kind}.{label}", comm, self.act_bytes, "tp", deps)
 
-    def layer_forward(self, layer, mb, deps=(), tag="fwd"):
+    def layer_forward(self, layer, mb, deps=(), tag=None):
         dims, cfg, tp = self.dims, self.cfg, self.cfg.tp
         h, d, b, n = dims.hidden, dims.head_dim, cfg.micro_batch_size, self.tokens
         q, c = self.seq, self.ctx
         sp = cfg.sequence_parallel
+        tag = tag or self.fwd_tag
         lab = f"{tag}.l{layer}.mb{mb}"
         qkv = (h + 2 * dims.kv_heads * d) // tp
         f1 = (2 if dims.gated else 1) * dims.ffn_hidden // tp
@@ -616,8 +641,11 @@ class _StageBuilder:
         if sp and self._tp("ag", lab + ".attn_in", deps) is not None:
             deps = []
         qkv_node = self.mm(lab + ".qkv", n, h, qkv, deps)
-        ring = self._cp_ring(lab + ".kv", layer, mb, 1 if tag == "recompute" else 0, qkv_node)
         hq, hkv = dims.heads // tp, dims.kv_heads // tp
+        if cfg.inference:  # this step's keys and values go into the KV cache (K and V as one copy)
+            kv_new = self._t(2, b, hkv, q, d)
+            qkv_node = self.ew("aten::copy_", lab + ".kv_write", [kv_new, kv_new])
+        ring = self._cp_ring(lab + ".kv", layer, mb, 1 if tag == "recompute" else 0, qkv_node)
         if cfg.attention == "unfused":
             self.attn_unfused_fwd(lab, b, hq, q, c, d, ring)
         else:
@@ -648,11 +676,16 @@ class _StageBuilder:
         return None
 
     def moe_forward(self, lab):
-        """Shared experts on every token; all-to-all dispatch; the routed experts as one grouped GEMM over the
-        tokens*top_k token copies this rank receives (balanced routing); all-to-all combine."""
+        """The router (gate GEMM + softmax over the experts) on this rank's tokens (split over TP with sequence
+        parallelism, replicated without); shared experts on every token; all-to-all dispatch; the routed experts
+        as one grouped GEMM over the tokens*top_k token copies this rank receives (balanced routing);
+        all-to-all combine."""
         dims, tp, n, h = self.dims, self.cfg.tp, self.tokens, self.dims.hidden
         mf = dims.expert_ffn // tp
         gm = 2 if dims.gated else 1
+        self.mm(lab + ".router", self.ln_rows, h, dims.experts)
+        if self.cfg.ew:
+            self.ew("aten::_softmax", lab + ".router.softmax", [self._t(self.ln_rows, dims.experts)])
         if dims.shared_experts:
             self.mm(lab + ".shared.fc1", n, h, gm * dims.shared_experts * mf)
             self.act_fwd(lab + ".shared.fc1", n, dims.shared_experts * mf)
@@ -684,6 +717,12 @@ class _StageBuilder:
             self.act_bwd(lab + ".shared.fc1", n, sf)
             self.mm(lab + ".shared.fc1.dgrad", n, sf1, h)
             self.mm(lab + ".shared.fc1.wgrad", h, n, sf1)
+        rows, E = self.ln_rows, dims.experts
+        if self.cfg.ew:
+            self.ew("aten::_softmax_backward_data", lab + ".router.softmax",
+                    [self._t(rows, E), self._t(rows, E)])
+        self.mm(lab + ".router.dgrad", rows, E, h)
+        self.mm(lab + ".router.wgrad", h, rows, E)
 
     def layer_backward(self, layer, mb, deps=()):
         dims, cfg, tp = self.dims, self.cfg, self.cfg.tp
@@ -804,22 +843,35 @@ class _StageBuilder:
             order += [item("F", warmup + i), item("B", i)]
         return order + [item("B", k) for k in range(total - warmup, total)]
 
+    def _steps(self):
+        """``(step, (kind, chunk, micro-batch))`` in execution order: the schedule once, or once per decode step
+        (each attends to one more cached position and labels its forward nodes ``fwd.s<step>``)."""
+        steps = self.cfg.decode_steps if self.cfg.mode == "decode" else 1
+        ctx = self.ctx
+        for step in range(steps):
+            self.ctx = ctx + step
+            if steps > 1:
+                self.fwd_tag = f"fwd.s{step}"
+            for item in self.schedule():
+                yield step, item
+        self.ctx = ctx
+
     def build(self):
         dims, cfg, p, P = self.dims, self.cfg, self.p, self.cfg.pp
         V = cfg.virtual_stages
         per_chunk = dims.layers // (P * V)
         vocab = padded_vocab(dims, cfg.tp) // cfg.tp
-        if cfg.ep == 1:
-            lp, elp = layer_parameters(dims) // cfg.tp, 0
-        else:  # dense part over DP, this rank's E/EP experts over the expert-DP group
-            lp = dense_layer_parameters(dims) // cfg.tp
-            elp = expert_layer_parameters(dims) // cfg.ep // cfg.tp
+        lp, elp = layer_shards(dims, cfg)
         n, h = self.tokens, dims.hidden
         M = cfg.micro_batches
         params = {"embedding": (vocab * h, 0), "head": (vocab * h, 0)}
         params.update({f"l{i}": (lp, elp) for i in range(dims.layers)})
         z3 = {}  # (chunk, phase) -> {unit: gather ids}; ZeRO-3 gathers once per step per phase (reused by mbs)
-        for kind, ch, mb in self.schedule():
+        steps = cfg.decode_steps if cfg.mode == "decode" else 1
+        token_tags = 2 * M * V * steps  # decode: next-token messages (last stage -> first) use tags from here
+        token_bytes = cfg.micro_batch_size * 8  # one int64 token id per sequence
+        for step, (kind, ch, mb) in self._steps():
+            base = 2 * M * V * step  # p2p tags of this decode step
             v = ch * P + p  # virtual stage
             first, last = v == 0, v == P * V - 1
             layers = range(v * per_chunk, (v + 1) * per_chunk)
@@ -828,7 +880,9 @@ class _StageBuilder:
                 units = (["embedding"] if first else []) + [f"l{i}" for i in layers] + (["head"] if last else [])
                 store = z3.setdefault((ch, "F"), {})
                 sc = ch if p > 0 else ch - 1  # the sender's chunk
-                deps = [] if first else [self.recv(f"recv_act{cs}.mb{mb}", -1, 2 * (sc * M + mb))]
+                deps = [] if first else [self.recv(f"recv_act{cs}.mb{mb}", -1, base + 2 * (sc * M + mb))]
+                if first and step > 0 and P > 1:  # the token the last stage sampled in the previous step
+                    deps = [self.recv(f"recv_token.s{step}.mb{mb}", -1, token_tags + step * M + mb, token_bytes)]
                 for i, layer in enumerate(layers):
                     extra = []
                     if cfg.zero == 3 and mb == 0:
@@ -842,11 +896,14 @@ class _StageBuilder:
                     self.layer_forward(layer, mb, (deps if i == 0 else []) + extra)
                 if last:
                     extra = self._z3(units, "head", store, params, "fwd") if cfg.zero == 3 and mb == 0 else []
-                    self.mm(f"fwd.head.mb{mb}", n, h, vocab, extra)
+                    self.mm(f"{self.fwd_tag}.head.mb{mb}", n, h, vocab, extra)
                     if cfg.ew:  # vocab-parallel cross entropy over this rank's logits
                         self.ew("aten::_log_softmax", f"fwd.head.mb{mb}.cross_entropy", [self._t(n, vocab)])
+                if last and step + 1 < steps and P > 1:
+                    self.send(f"send_token.s{step + 1}.mb{mb}", +1, token_tags + (step + 1) * M + mb, [self.prev],
+                              token_bytes)
                 if not last:
-                    self.send(f"send_act{cs}.mb{mb}", +1, 2 * (ch * M + mb), [self.prev])
+                    self.send(f"send_act{cs}.mb{mb}", +1, base + 2 * (ch * M + mb), [self.prev])
             else:
                 units = (["head"] if last else []) + [f"l{i}" for i in reversed(layers)] + \
                         (["embedding"] if first else [])
@@ -895,11 +952,7 @@ class _StageBuilder:
         virtual stage), TP-sharded, and under ZeRO >= 1 also sharded over the (expert-)DP group."""
         dims, cfg, p, P, V = self.dims, self.cfg, self.p, self.cfg.pp, self.cfg.virtual_stages
         vocab = padded_vocab(dims, cfg.tp) // cfg.tp
-        if cfg.ep == 1:
-            lp, elp = layer_parameters(dims) // cfg.tp, 0
-        else:
-            lp = dense_layer_parameters(dims) // cfg.tp
-            elp = expert_layer_parameters(dims) // cfg.ep // cfg.tp
+        lp, elp = layer_shards(dims, cfg)
         per_chunk = dims.layers // (P * V)
         dense = expert = 0
         for ch in range(V):
@@ -1014,6 +1067,9 @@ def add_llm_command(sub):
     p.add_argument("--prompt-len", type=positive_int, metavar="N", help="inference: prompt length (default seq-len)")
     p.add_argument("--decode-len", type=positive_int, default=1, metavar="N",
                    help="decode: tokens generated so far including this step's (default 1)")
+    p.add_argument("--decode-steps", type=positive_int, default=1, metavar="N",
+                   help="decode: N consecutive steps in one trace, the KV cache growing by one position per step; "
+                        "with PP the last stage sends each sampled token back to the first (default 1)")
     p.add_argument("--micro-batches", type=positive_int, default=1, metavar="M",
                    help="micro-batches per step (gradient accumulation steps)")
     p.add_argument("--micro-batch-size", type=positive_int, default=1, metavar="B", help="sequences per micro-batch")
@@ -1058,7 +1114,8 @@ def _cmd_llm(args):
     cfg = LlmConfig(tp=args.tp, pp=args.pp, dp=args.dp, micro_batches=args.micro_batches,
                     micro_batch_size=mbs, sequence_parallel=args.sequence_parallel,
                     zero=args.zero, recompute=args.recompute, dtype=args.dtype, tflops=args.tflops, ep=args.ep,
-                    mode=args.mode, prompt_len=args.prompt_len, decode_len=args.decode_len, cp=args.cp,
+                    mode=args.mode, prompt_len=args.prompt_len, decode_len=args.decode_len,
+                    decode_steps=args.decode_steps, cp=args.cp,
                     virtual_stages=args.virtual_stages, elementwise=args.elementwise, attention=args.attention)
     s = generate_llm(dims, cfg, args.output)
     print(f"{s['npus']} ranks, {s['parameters'] / 1e9:.2f}B matmul parameters "
