@@ -287,3 +287,30 @@ def test_decode_steps_errors(tmp_path):
         generate_llm(model_dims(**SMALL_DENSE), LlmConfig(mode="prefill", decode_steps=2), tmp_path / "t")
     with pytest.raises(ConfigError, match="--decode-steps must be a positive integer"):
         generate_llm(model_dims(**SMALL_DENSE), LlmConfig(mode="decode", decode_steps=0), tmp_path / "t")
+
+
+def test_context_and_expert_parallelism_together(tmp_path):
+    """CP 2 with EP 2 (DP 2): each CP rank routes its own s/CP tokens inside an EP group of one CP index; the
+    experts of EP rank e are synced over every (DP/EP block, CP index); dense weights over DP x CP."""
+    tp, cp, dp, ep, M, b, s, h, k, L, E, f = 1, 2, 2, 2, 2, 2, 128, 256, 2, 4, 8, 128
+    cfg = LlmConfig(tp=tp, cp=cp, dp=dp, ep=ep, micro_batches=M, micro_batch_size=b)
+    generate_llm(model_dims(**SMALL_MOE), cfg, tmp_path / "t")
+    groups = json.loads((tmp_path / "t.groups.json").read_text())
+    ranks = _read_all(tmp_path / "t", cfg.npus)
+    rank = lambda d, c: c + cp * d  # noqa: E731  (t = 0, p = 0)
+    for d in range(dp):
+        for c in range(cp):
+            nodes = ranks[rank(d, c)]
+            a2a = [n for n in nodes if n.type == T.COMM_COLL_NODE and n.attrs["comm_type"] == T.ALL_TO_ALL]
+            assert sum(n.attrs["comm_size"] for n in a2a) == 4 * L * M * (b * s // cp) * k * h * BF16
+            assert {tuple(groups[n.attrs["pg_name"]]) for n in a2a} == {(rank(0, c), rank(1, c))}
+            experts = [n for n in nodes if n.name.startswith("edp")]
+            assert {tuple(groups[n.attrs["pg_name"]]) for n in experts} == {(rank(d, 0), rank(d, 1))}
+            assert sum(n.attrs["comm_size"] for n in experts) == L * E * 3 * h * f // ep * BF16
+            dense = [n for n in nodes if n.name.startswith("dpcp")]
+            assert {len(groups[n.attrs["pg_name"]]) for n in dense} == {dp * cp}
+    P = _activated(L, h, 8, 4, f, k, 1000, shared=1)
+    seqs = dp * M * b
+    expected = 6 * P * seqs * s + 12 * L * s * s * h * seqs
+    assert abs(_comp_ops(ranks) - expected) / expected < 0.01
+    _sim(tmp_path, tmp_path / "t", cfg.npus)

@@ -323,18 +323,22 @@ def comm_groups(cfg: LlmConfig):
                     next_id += 1
     ep = cfg.ep
     if ep > 1:
+        # EP groups inside one CP index (each CP rank routes its own sequence chunk); the expert-DP group of EP
+        # rank e holds the same experts across the DP/EP blocks and every CP index
         for p in range(cfg.pp):
             for q in range(cfg.dp // ep):
-                for t in range(cfg.tp):
-                    ids["ep"][(t, p, q)] = next_id
-                    groups[str(next_id)] = [rank_of(cfg, t, q * ep + e, p) for e in range(ep)]
-                    next_id += 1
-        if cfg.dp // ep > 1:
+                for c in cps:
+                    for t in range(cfg.tp):
+                        ids["ep"][k(t, p, q, c=c)] = next_id
+                        groups[str(next_id)] = [rank_of(cfg, t, q * ep + e, p, c) for e in range(ep)]
+                        next_id += 1
+        if cfg.dp // ep * cfg.cp > 1:
             for p in range(cfg.pp):
                 for e in range(ep):
                     for t in range(cfg.tp):
                         ids["edp"][(t, p, e)] = next_id
-                        groups[str(next_id)] = [rank_of(cfg, t, q * ep + e, p) for q in range(cfg.dp // ep)]
+                        groups[str(next_id)] = [rank_of(cfg, t, q * ep + e, p, c)
+                                                for q in range(cfg.dp // ep) for c in cps]
                         next_id += 1
     if cfg.cp > 1:
         for p in range(cfg.pp):
@@ -375,8 +379,6 @@ def _check(dims: ModelDims, cfg: LlmConfig):
             raise ConfigError("--cp is for --mode train")
         if dims.seq_len % cfg.cp:
             raise ConfigError(f"seq len {dims.seq_len} is not divisible by --cp {cfg.cp}")
-        if cfg.ep > 1:
-            raise ConfigError("--cp together with --ep is not supported")
     if cfg.attention not in ATTENTIONS:
         raise ConfigError(f"--attention must be one of {', '.join(ATTENTIONS)}, got {cfg.attention!r}")
     if cfg.attention == "unfused" and cfg.inference:
@@ -797,7 +799,7 @@ class _StageBuilder:
 
     def _group_size(self, group):
         cfg = self.cfg
-        return {"dp": cfg.dp, "cp": cfg.cp, "dpcp": cfg.dp * cfg.cp, "edp": cfg.dp // cfg.ep}[group]
+        return {"dp": cfg.dp, "cp": cfg.cp, "dpcp": cfg.dp * cfg.cp, "edp": cfg.dp // cfg.ep * cfg.cp}[group]
 
     def _gather(self, label, dense, expert):
         """ZeRO-3: all-gather a unit's parameter shards (dense over DP(xCP), experts over expert-DP), off the
@@ -978,7 +980,7 @@ def _dyn_bytes(key, rank, cfg, gids):
     elif key[0] == "cp":
         attrs = {"pg_name": str(gids["cp"][(t, d, p)])}
     elif key[0] == "ep":
-        attrs = {"pg_name": str(gids["ep"][(t, p, d // cfg.ep)])}
+        attrs = {"pg_name": str(gids["ep"][(t, p, d // cfg.ep) + cx])}
     elif key[0] == "edp":
         attrs = {"pg_name": str(gids["edp"][(t, p, d % cfg.ep)])}
     elif key[0] in ("cpsend", "cprecv"):  # ring neighbour in the CP group
