@@ -309,6 +309,8 @@ class NcclCollective(TimedCollective):
             return 1
         cached = _NODES_CACHE.get(id(members))
         if cached is None or cached[0] is not members or cached[1] != domain:
+            if len(_NODES_CACHE) >= _NODES_CACHE_MAX:  # bounded across runs (sweeps in one process)
+                _NODES_CACHE.clear()
             cached = (members, domain, len({npu // domain for npu in members}))
             _NODES_CACHE[id(members)] = cached
         return cached[2]
@@ -316,6 +318,7 @@ class NcclCollective(TimedCollective):
 
 #: id(member list) -> (the list, domain size, nodes it spans); group member lists are shared by ranks.
 _NODES_CACHE = {}
+_NODES_CACHE_MAX = 4096
 
 
 _CONFIG_CACHE = {}
