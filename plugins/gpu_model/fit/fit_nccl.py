@@ -36,7 +36,9 @@ HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parents[1] / "src"))  # run from a checkout without installing
 
 from astra_gpu_model.calibration import VIDUR_ALL_REDUCE, find_calibration_dir, load_vidur_all_reduce  # noqa: E402
-from astra_gpu_model.nccl import CALIBRATION_ARCH, NcclCalibration, collective_time_us, config_for_gpu, predict  # noqa: E402
+from astra_gpu_model.nccl import (  # noqa: E402
+    CALIBRATION_ARCH, NcclCalibration, collective_time_us, config_for_gpu, predict,
+)
 
 FIT_MAX_BYTES = 64 << 20
 
@@ -139,7 +141,8 @@ def multinode_table(cal_dir):
     """Vidur's fabric is undocumented: per layout, the node NIC bandwidth that fits best (one number for
     ~1000 rows), and the error left; the fitted bandwidths themselves show what the fabric did."""
     lines = ["### Multi-node rows (a100_dgx, 2 nodes): node NIC bandwidth fitted per layout", "",
-             "| GPUs | GPUs/node | rows | fitted node NIC GB/s | median abs err | median signed |", "|---|---|---|---|---|---|"]
+             "| GPUs | GPUs/node | rows | fitted node NIC GB/s | median abs err | median signed |",
+             "|---|---|---|---|---|---|"]
     for (n, ppn), rows in sorted(multinode_rows(cal_dir).items()):
         best = min((statistics.median(abs(e) for e in multinode_errors(rows, n, ppn, bw)), bw)
                    for bw in (0.25 * k for k in range(8, 161)))

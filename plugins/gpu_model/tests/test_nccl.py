@@ -28,6 +28,14 @@ FIT_SCRIPT = Path(__file__).resolve().parents[1] / "fit" / "fit_nccl.py"
 FIT_JSON = Path(__file__).resolve().parents[1] / "src" / "astra_gpu_model" / "data" / "nccl_fit.json"
 
 
+def _fit_module():
+    """``fit/fit_nccl.py`` imported as a module (it is a script, not part of the package)."""
+    spec = importlib.util.spec_from_file_location("fit_nccl", FIT_SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _errors(name, max_bytes=64 << 20, min_bytes=0):
     """Per GPU count: |model - time_ms_median| / time_ms_median on single-node rows."""
     preset, topology = VIDUR_ALL_REDUCE[name]
@@ -72,9 +80,7 @@ def test_checked_in_fit_is_what_the_script_writes(tmp_path):
 @needs_data
 def test_held_out_checks_of_the_fit():
     """Fitting on half the sizes scores the other half as well; so does leaving the 8-GPU rows out."""
-    spec = importlib.util.spec_from_file_location("fit_nccl", FIT_SCRIPT)
-    fit_nccl = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fit_nccl)
+    fit_nccl = _fit_module()
     rows = fit_nccl.points(CAL)
     sizes = sorted({r["size"] for r in rows})
     half = set(sizes[::2])
@@ -198,9 +204,7 @@ MULTINODE_NIC = {(2, 1): (6.0, 0.03), (4, 2): (6.25, 0.08), (8, 4): (21.5, 0.05)
 
 @needs_data
 def test_multi_node_rows_with_their_fitted_nic_bandwidth():
-    spec = importlib.util.spec_from_file_location("fit_nccl", FIT_SCRIPT)
-    fit_nccl = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fit_nccl)
+    fit_nccl = _fit_module()
     rows = fit_nccl.multinode_rows(CAL)
     assert sorted(rows) == [(2, 1), (4, 2), (8, 4), (16, 8)]
     for (n, ppn), (nic, bound) in MULTINODE_NIC.items():

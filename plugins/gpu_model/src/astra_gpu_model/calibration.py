@@ -125,5 +125,6 @@ def find_calibration_dir(start=None):
     return None
 
 
-__all__ = ["load_vidur_gemm", "load_vidur_all_reduce", "VIDUR_ALL_REDUCE", "load_llmcompass_gemm", "predict_gemm_s", "error_stats", "find_calibration_dir",
+__all__ = ["load_vidur_gemm", "load_vidur_all_reduce", "VIDUR_ALL_REDUCE", "load_llmcompass_gemm", "predict_gemm_s",
+           "error_stats", "find_calibration_dir",
            "VIDUR_GEMM", "LLMCOMPASS_GEMM", "DEVICE_PRESETS"]

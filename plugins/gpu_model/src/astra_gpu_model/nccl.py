@@ -5,7 +5,7 @@ Two steps, kept apart on purpose:
 1. **Choice** (what NCCL would run): NCCL's tuning model, ``src/graph/tuning.cc`` (NCCL 2.x; dossier §4.1),
    with NCCL's own constants and nothing fitted. For every (algorithm, protocol) pair it predicts
    ``lat + nBytes / algBw`` and picks the fastest. Algorithms RING, TREE, NVLS; protocols LL, LL128,
-   SIMPLE. Single node only (``nNodes = 1``).
+   SIMPLE. One node or several (a node = the network's first dimension; NCCL's multi-node terms).
 2. **Time** (how long the chosen pair really takes): NCCL's latency and ``nBytes / algBw`` terms of that
    pair, corrected by a calibration fitted on measured all-reduce times (``data/nccl_fit.json``, written
    by ``fit/fit_nccl.py``)::
@@ -13,7 +13,8 @@ Two steps, kept apart on purpose:
        time_us = overhead_us[arch] + latency_scale[arch] * lat + (nBytes / algBw) / efficiency[arch][link/algo/proto]
 
    ``link`` is the path the ring runs over: ``nvswitch`` (DGX/HGX), ``bridge`` (two GPUs on an NVLink
-   bridge) or ``pcie`` (more than two GPUs of a pairwise machine, bounded by PCIe). NCCL's model is a
+   bridge), ``pcie`` (more than two GPUs of a pairwise machine, bounded by PCIe) or ``net`` (across nodes;
+   not measured, efficiency 1.0). NCCL's model is a
    ranking heuristic: its absolute times are 15-25 % off measured kernel times (README, "NCCL cost model").
 
 The collective does not move packets: it waits the predicted time and finishes.
@@ -69,7 +70,6 @@ BRIDGE_NVLINK_GBPS = 300.0
 
 #: Architectures without their own calibration borrow the nearest one (documented in the README).
 CALIBRATION_ARCH = {"volta": "ampere", "ampere": "ampere", "hopper": "hopper", "blackwell": "hopper"}
-LINKS = ("nvswitch", "bridge", "pcie", "net")
 
 
 @dataclass(frozen=True)
@@ -346,5 +346,6 @@ def nccl_factory(com_type, rank, topo, data_size, direction, window):
     return NcclCollective(com_type, rank, topo, data_size)
 
 
-__all__ = ["NcclConfig", "NcclCalibration", "NcclCollective", "config_for_gpu", "load_calibration", "predict", "collective_time_us", "nccl_factory",
+__all__ = ["NcclConfig", "NcclCalibration", "NcclCollective", "config_for_gpu", "load_calibration", "predict",
+           "collective_time_us", "nccl_factory",
            "ALL_REDUCE", "ALL_GATHER", "REDUCE_SCATTER", "ALL_TO_ALL"]

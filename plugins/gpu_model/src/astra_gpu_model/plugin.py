@@ -94,8 +94,9 @@ def platform_run_options(parser):
                        help="collective of the generated system config on every dimension: the kernel's ring, or "
                             "nccl (NCCL's model in the node, NCCL across nodes on the NICs) (default ring)")
     group.add_argument("--nccl-nic-gbps", type=float, default=None, metavar="GB_S",
-                       help="NIC bandwidth per GPU (GB/s per direction) that the nccl collective uses on "
-                            "dimensions >= 1 (across nodes); --platform sets it; default 50 (400 Gb/s)")
+                       help="NIC bandwidth per GPU (GB/s per direction) that the nccl collective uses when its "
+                            "ranks span several nodes (scale-up domains = the network's first dimension); "
+                            "--platform sets it; default 50 (400 Gb/s)")
 
 
 @hookimpl

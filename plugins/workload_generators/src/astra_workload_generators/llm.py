@@ -153,6 +153,11 @@ class LlmConfig:
         return self.mode != "train"
 
     @property
+    def steps(self):
+        """Steps in one trace: the decode steps, else 1."""
+        return self.decode_steps if self.mode == "decode" else 1
+
+    @property
     def ew(self):
         """Element-wise / memory-bound nodes are emitted (training only)."""
         return self.elementwise and not self.inference
@@ -258,9 +263,8 @@ def inference_flops(dims: ModelDims, cfg: "LlmConfig") -> int:
     """Forward FLOPs of the prefill step or the decode steps over all ranks."""
     seqs = cfg.dp * cfg.micro_batches * cfg.micro_batch_size
     q, c = _lengths(dims, cfg)
-    steps = cfg.decode_steps if cfg.mode == "decode" else 1
     return sum(2 * activated_parameter_count(dims, cfg.tp) * seqs * q
-               + 4 * dims.layers * q * (c + i) * dims.hidden * seqs for i in range(steps))
+               + 4 * dims.layers * q * (c + i) * dims.hidden * seqs for i in range(cfg.steps))
 
 
 def _lengths(dims: ModelDims, cfg: "LlmConfig"):
@@ -293,10 +297,17 @@ def cp_coords_of(cfg: LlmConfig, rank):
 def comm_groups(cfg: LlmConfig):
     """{'tp': {(d, p): id}, 'dp': {(t, p): id}, 'pp': {(t, d): id}, 'ep': {(t, p, q): id},
     'edp': {(t, p, e): id}} and the JSON mapping {id: ranks}. EP groups (DP indices q*EP .. q*EP+EP-1) and
-    expert-data-parallel groups (DP indices = e mod EP) follow the PP groups, only when EP > 1."""
+    expert-data-parallel groups (DP indices = e mod EP) follow the PP groups, only when EP > 1. With CP > 1 the
+    tp/dp/pp/ep keys end with the CP index c, and 'cp' {(t, d, p)} and 'dpcp' {(t, p)} groups follow."""
     ids = {"tp": {}, "dp": {}, "pp": {}, "ep": {}, "edp": {}, "cp": {}, "dpcp": {}}
     groups = {}
-    next_id = 1
+
+    def add(kind, key, members):
+        """The next group id (ids count from 1 in order of creation)."""
+        gid = len(groups) + 1
+        ids[kind][key] = gid
+        groups[str(gid)] = members
+
     cps = range(cfg.cp)
     # keys carry the CP index c only when CP > 1 (CP = 1: the historical keys and ids)
     k = (lambda *key, c: key + (c,)) if cfg.cp > 1 else (lambda *key, c: key)
@@ -304,23 +315,17 @@ def comm_groups(cfg: LlmConfig):
         for p in range(cfg.pp):
             for d in range(cfg.dp):
                 for c in cps:
-                    ids["tp"][k(d, p, c=c)] = next_id
-                    groups[str(next_id)] = [rank_of(cfg, t, d, p, c) for t in range(cfg.tp)]
-                    next_id += 1
+                    add("tp", k(d, p, c=c), [rank_of(cfg, t, d, p, c) for t in range(cfg.tp)])
     if cfg.dp > 1:
         for p in range(cfg.pp):
             for c in cps:
                 for t in range(cfg.tp):
-                    ids["dp"][k(t, p, c=c)] = next_id
-                    groups[str(next_id)] = [rank_of(cfg, t, d, p, c) for d in range(cfg.dp)]
-                    next_id += 1
+                    add("dp", k(t, p, c=c), [rank_of(cfg, t, d, p, c) for d in range(cfg.dp)])
     if cfg.pp > 1:
         for d in range(cfg.dp):
             for c in cps:
                 for t in range(cfg.tp):
-                    ids["pp"][k(t, d, c=c)] = next_id
-                    groups[str(next_id)] = [rank_of(cfg, t, d, p, c) for p in range(cfg.pp)]
-                    next_id += 1
+                    add("pp", k(t, d, c=c), [rank_of(cfg, t, d, p, c) for p in range(cfg.pp)])
     ep = cfg.ep
     if ep > 1:
         # EP groups inside one CP index (each CP rank routes its own sequence chunk); the expert-DP group of EP
@@ -329,30 +334,22 @@ def comm_groups(cfg: LlmConfig):
             for q in range(cfg.dp // ep):
                 for c in cps:
                     for t in range(cfg.tp):
-                        ids["ep"][k(t, p, q, c=c)] = next_id
-                        groups[str(next_id)] = [rank_of(cfg, t, q * ep + e, p, c) for e in range(ep)]
-                        next_id += 1
+                        add("ep", k(t, p, q, c=c), [rank_of(cfg, t, q * ep + e, p, c) for e in range(ep)])
         if cfg.dp // ep * cfg.cp > 1:
             for p in range(cfg.pp):
                 for e in range(ep):
                     for t in range(cfg.tp):
-                        ids["edp"][(t, p, e)] = next_id
-                        groups[str(next_id)] = [rank_of(cfg, t, q * ep + e, p, c)
-                                                for q in range(cfg.dp // ep) for c in cps]
-                        next_id += 1
+                        add("edp", (t, p, e), [rank_of(cfg, t, q * ep + e, p, c)
+                                               for q in range(cfg.dp // ep) for c in cps])
     if cfg.cp > 1:
         for p in range(cfg.pp):
             for d in range(cfg.dp):
                 for t in range(cfg.tp):
-                    ids["cp"][(t, d, p)] = next_id
-                    groups[str(next_id)] = [rank_of(cfg, t, d, p, c) for c in cps]
-                    next_id += 1
+                    add("cp", (t, d, p), [rank_of(cfg, t, d, p, c) for c in cps])
         if cfg.dp > 1:
             for p in range(cfg.pp):
                 for t in range(cfg.tp):
-                    ids["dpcp"][(t, p)] = next_id
-                    groups[str(next_id)] = [rank_of(cfg, t, d, p, c) for d in range(cfg.dp) for c in cps]
-                    next_id += 1
+                    add("dpcp", (t, p), [rank_of(cfg, t, d, p, c) for d in range(cfg.dp) for c in cps])
     return ids, groups
 
 
@@ -848,7 +845,7 @@ class _StageBuilder:
     def _steps(self):
         """``(step, (kind, chunk, micro-batch))`` in execution order: the schedule once, or once per decode step
         (each attends to one more cached position and labels its forward nodes ``fwd.s<step>``)."""
-        steps = self.cfg.decode_steps if self.cfg.mode == "decode" else 1
+        steps = self.cfg.steps
         ctx = self.ctx
         for step in range(steps):
             self.ctx = ctx + step
@@ -869,7 +866,7 @@ class _StageBuilder:
         params = {"embedding": (vocab * h, 0), "head": (vocab * h, 0)}
         params.update({f"l{i}": (lp, elp) for i in range(dims.layers)})
         z3 = {}  # (chunk, phase) -> {unit: gather ids}; ZeRO-3 gathers once per step per phase (reused by mbs)
-        steps = cfg.decode_steps if cfg.mode == "decode" else 1
+        steps = cfg.steps
         token_tags = 2 * M * V * steps  # decode: next-token messages (last stage -> first) use tags from here
         token_bytes = cfg.micro_batch_size * 8  # one int64 token id per sequence
         for step, (kind, ch, mb) in self._steps():
