@@ -1118,6 +1118,8 @@ def _cmd_llm(args):
                     virtual_stages=args.virtual_stages, elementwise=args.elementwise, attention=args.attention)
     s = generate_llm(dims, cfg, args.output)
     print(f"{s['npus']} ranks, {s['parameters'] / 1e9:.2f}B matmul parameters "
-          f"({s['activated_parameters'] / 1e9:.2f}B activated), {s['flops'] / 1e15:.4f} PFLOP per step, nodes per rank by stage {s['nodes_per_stage']}; wrote {args.output}.0.et .. "
+          f"({s['activated_parameters'] / 1e9:.2f}B activated), {s['flops'] / 1e15:.4f} PFLOP "
+          f"{'per step' if cfg.steps == 1 else f'over {cfg.steps} steps'}, nodes per rank by stage "
+          f"{s['nodes_per_stage']}; wrote {args.output}.0.et .. "
           f"{args.output}.{s['npus'] - 1}.et and {args.output}.groups.json ({s['groups']} groups)")
     return 0
