@@ -174,3 +174,77 @@ def test_gpu_simulation_slower_with_elementwise(tmp_path):
                           plugins=["network_analytical", "workload_generators", "gpu_model"], compute_model="gpu")
         times[flag] = report.max_finish_ns
     assert times["--elementwise"] > times["--no-elementwise"] * 1.05
+
+
+def test_no_dropout_drops_only_the_dropout_kernels(tmp_path):
+    kw = dict(tp=2, pp=2, dp=1, micro_batches=2, sequence_parallel=True, attention="unfused")
+    dims = model_dims(**GPT)
+    generate_llm(dims, LlmConfig(**kw), tmp_path / "on")
+    generate_llm(dims, LlmConfig(dropout=False, **kw), tmp_path / "off")
+    for r in range(4):
+        on = Counter(x.name for x in _nodes(tmp_path / "on", r))
+        off = Counter(x.name for x in _nodes(tmp_path / "off", r))
+        assert on["aten::native_dropout"] > 0 and on["aten::native_dropout_backward"] > 0
+        assert off["aten::native_dropout"] == off["aten::native_dropout_backward"] == 0
+        del on["aten::native_dropout"], on["aten::native_dropout_backward"]
+        assert on == off  # everything else is unchanged
+    # the residual add still follows the branch output it adds (bias included)
+    nodes = _nodes(tmp_path / "off")
+    add = _by_label(nodes, "fwd.l0.mb0.mlp_out.residual")
+    rs = next(x for x in nodes if x.name == "tp_rs.fwd.l0.mb0.mlp_out")
+    assert add.data_deps == [rs.id]
+    assert add.inputs_shapes == "[[64, 256], [64, 256], [256]]"  # s/TP rows (sequence parallel)
+    assert _comp_ops(tmp_path / "on", 4) == _comp_ops(tmp_path / "off", 4)
+
+
+def test_fp8_gemms(tmp_path):
+    """--gemm-dtype fp8: the linear layers become _scaled_mm with E4M3/E5M2 operands; FLOPs unchanged; the
+    router and LM head stay bf16; the gpu model times them at the fp8 peak."""
+    dims = model_dims(**dict(GPT, experts=4, top_k=2))
+    kw = dict(tp=2, dp=2, ep=2, micro_batches=2, sequence_parallel=True)
+    generate_llm(dims, LlmConfig(**kw), tmp_path / "bf16")
+    generate_llm(dims, LlmConfig(gemm_dtype="fp8", **kw), tmp_path / "fp8")
+    assert _comp_ops(tmp_path / "bf16", 4) == _comp_ops(tmp_path / "fp8", 4)
+    nodes = _nodes(tmp_path / "fp8")
+    e4, e5 = "Tensor(c10::Float8_e4m3fn)", "Tensor(c10::Float8_e5m2)"
+    twin = {x.attrs.get("label"): x for x in _nodes(tmp_path / "bf16")}
+    kinds = Counter()
+    for x in nodes:
+        lab = x.attrs.get("label", "")
+        if x.type != T.COMP_NODE or twin[lab].name != "aten::mm":
+            continue
+        if ".router" in lab or ".head" in lab:
+            assert x.name == "aten::mm" and x.inputs_types == twin[lab].inputs_types, lab
+            kinds["bf16"] += 1
+            continue
+        assert x.name == "aten::_scaled_mm", lab
+        (m, k), (k2, nn) = eval(twin[lab].inputs_shapes)
+        assert k == k2 and x.inputs_shapes == f"[[{m}, {k}], [{k}, {nn}], [], []]"
+        a = e5 if lab.endswith(".dgrad") else e4
+        b = e5 if lab.endswith(".wgrad") else e4
+        assert x.inputs_types == repr([a, b, "Tensor(float)", "Tensor(float)"]), lab
+        assert x.attrs["num_ops"] == 2 * m * k * nn
+        assert x.attrs["tensor_size"] == m * k + k * nn + 2 * m * nn  # 1-byte operands, bf16 output
+        kinds["fp8"] += 1
+    assert kinds["fp8"] > 0 and kinds["bf16"] > 0
+    ops = pytest.importorskip("astra_gpu_model.ops")
+    qkv = _by_label(nodes, "fwd.l0.mb0.qkv")
+    op = ops.classify(qkv.name, *ops.node_io(qkv))
+    assert op.kind == "gemm" and op.dtype == "fp8"
+
+
+def test_fp8_gemms_faster_on_h100(tmp_path):
+    pytest.importorskip("astra_gpu_model")
+    sys_cfg = write_system_config(tmp_path / "sys.json", dims=1)
+    net = write_network_config(tmp_path / "net.yml", npus=(2,))
+    times = {}
+    for g in ("same", "fp8"):
+        prefix = tmp_path / g / "g"
+        assert main(["workload", "llm", "--layers", "2", "--hidden", "2048", "--heads", "16", "--vocab", "2000",
+                     "--seq-len", "2048", "--tp", "2", "--micro-batch-size", "2", "--no-elementwise",
+                     "--gemm-dtype", g, "-o", str(prefix)]) == 0
+        report = simulate(prefix, sys_cfg, net, None, f"{prefix}.groups.json",
+                          plugins=["network_analytical", "workload_generators", "gpu_model"], compute_model="gpu",
+                          options={"gpu": "H100-SXM5-80GB"})
+        times[g] = report.ranks[0].compute_ns
+    assert times["fp8"] < times["same"] * 0.8

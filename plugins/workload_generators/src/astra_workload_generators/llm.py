@@ -81,6 +81,11 @@ MODES = ("train", "prefill", "decode")
 
 DTYPES = {"bf16": (2, "c10::BFloat16"), "fp16": (2, "c10::Half"), "fp32": (4, "float")}
 MM = "aten::mm"
+SCALED_MM = "aten::_scaled_mm"  # FP8 GEMM (Transformer Engine style): fp8 operands, per-tensor scales, bf16 output
+#: --gemm-dtype choices: the linear layers' operand type; "fp8" = Transformer Engine's hybrid recipe (E4M3 for
+#: weights/activations, E5M2 for gradients)
+GEMM_DTYPES = ("same", "fp8")
+FP8_FWD, FP8_GRAD = "Tensor(c10::Float8_e4m3fn)", "Tensor(c10::Float8_e5m2)"
 BMM = "aten::bmm"
 ATTENTIONS = ("flash", "unfused")
 #: Bytes per parameter the optimizer node moves (as the gpu model counts an in-place ``_fused_adam_``): it reads
@@ -143,6 +148,8 @@ class LlmConfig:
     virtual_stages: int = 1         # interleaved 1F1B: model chunks per pipeline rank (training only)
     elementwise: bool = True        # training: emit norms, activations, dropout, residual adds, CE, optimizer
     attention: str = "flash"        # flash (one fused node) | unfused (bmm + softmax + dropout + bmm; training)
+    dropout: bool = True            # training: emit dropout kernels (off: Megatron with hidden/attention dropout 0)
+    gemm_dtype: str = "same"        # linear-layer GEMM operands: "same" as dtype, or "fp8" (Transformer Engine)
 
     @property
     def npus(self):
@@ -388,6 +395,8 @@ def _check(dims: ModelDims, cfg: LlmConfig):
         raise ConfigError(f"--zero must be 0, 1, 2 or 3, got {cfg.zero!r}")
     if cfg.dtype not in DTYPES:
         raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)}, got {cfg.dtype!r}")
+    if cfg.gemm_dtype not in GEMM_DTYPES:
+        raise ConfigError(f"--gemm-dtype must be one of {', '.join(GEMM_DTYPES)}, got {cfg.gemm_dtype!r}")
     if not cfg.tflops > 0:
         raise ConfigError(f"--tflops must be > 0, got {cfg.tflops!r}")
     if cfg.mode not in MODES:
@@ -447,16 +456,28 @@ class _StageBuilder:
             self.prev = nid
         return nid
 
-    def comp(self, op, label, shapes, flops, elems, deps=(), extra=None):
-        nshapes = shapes.count("[") - 1
-        types = "[" + ", ".join([repr(self.ttype)] * nshapes) + "]"
+    def comp(self, op, label, shapes, flops, elems, deps=(), extra=None, types=None, nbytes=None):
+        """A compute node; ``elems`` counts ``--dtype`` elements (``tensor_size = elems * bytes`` unless
+        ``nbytes`` gives it); ``types``: the inputs' types (default: every input ``--dtype``)."""
+        if types is None:
+            types = [self.ttype] * (shapes.count("[") - 1)
+        types = "[" + ", ".join(repr(t) for t in types) + "]"
         dur = max(1, round(flops / (self.cfg.tflops * 1e12) * 1e6))
-        attrs = {"is_cpu_op": False, "num_ops": flops, "tensor_size": elems * self.nbytes, "label": label}
+        attrs = {"is_cpu_op": False, "num_ops": flops, "tensor_size": elems * self.nbytes if nbytes is None else nbytes,
+                 "label": label}
         attrs.update(extra or {})
         return self._add(op, T.COMP_NODE, attrs, deps, duration=dur, shapes=shapes, types=types)
 
-    def mm(self, label, m, k, n, deps=()):
-        return self.comp(MM, label, f"[[{m}, {k}], [{k}, {n}]]", 2 * m * k * n, m * k + k * n + m * n, deps)
+    def mm(self, label, m, k, n, deps=(), linear=True):
+        """``[m,k] x [k,n]``. ``linear``: a transformer linear layer (QKV, projection, FFN, experts), which
+        ``--gemm-dtype fp8`` runs as an FP8 ``_scaled_mm`` (E4M3 operands, E5M2 for the gradient operand of
+        ``*.dgrad``/``*.wgrad``, two fp32 scales, bf16 output); the router and LM head stay in ``--dtype``."""
+        if not (linear and self.cfg.gemm_dtype == "fp8"):
+            return self.comp(MM, label, f"[[{m}, {k}], [{k}, {n}]]", 2 * m * k * n, m * k + k * n + m * n, deps)
+        a = FP8_GRAD if label.endswith(".dgrad") else FP8_FWD
+        b = FP8_GRAD if label.endswith(".wgrad") else FP8_FWD
+        return self.comp(SCALED_MM, label, f"[[{m}, {k}], [{k}, {n}], [], []]", 2 * m * k * n, 0, deps,
+                         types=[a, b, "Tensor(float)", "Tensor(float)"], nbytes=m * k + k * n + 2 * m * n)
 
     def ew(self, op, label, args, deps=()):
         """An element-wise / memory-bound ATen node. ``args``: per argument ``(shape, type)`` or a list of those
@@ -519,12 +540,18 @@ class _StageBuilder:
         """Bias (GPT) + dropout + residual add on the residual stream (Megatron's fused bias-dropout-add, as two
         nodes: ``native_dropout`` of the branch output, then the in-place residual ``add_``)."""
         h, r = self.dims.hidden, self.ln_rows
-        self.ew("aten::native_dropout", label + ".dropout", [self._t(r, h)], deps)
+        if self.cfg.dropout:
+            self.ew("aten::native_dropout", label + ".dropout", [self._t(r, h)], deps)
+            deps = ()
         bias = [] if self.dims.gated else [self._t(h)]
-        return self.ew("aten::add_", label + ".residual", [self._t(r, h), self._t(r, h)] + bias)
+        return self.ew("aten::add_", label + ".residual", [self._t(r, h), self._t(r, h)] + bias, deps)
 
     def dropout_bwd(self, label, deps=()):
+        """The dropout's backward on the residual stream's gradient (nothing without dropout: the gradient
+        passes through unchanged)."""
         h, r = self.dims.hidden, self.ln_rows
+        if not self.cfg.dropout:
+            return None
         return self.ew("aten::native_dropout_backward", label + ".dropout",
                        [self._t(r, h), ((r, h), "Tensor(bool)")], deps)
 
@@ -561,7 +588,8 @@ class _StageBuilder:
         self.comp(BMM, lab + ".attn.qk", f"[[{bh}, {q}, {d}], [{bh}, {d}, {c}]]", 2 * bh * q * c * d,
                   bh * (q * d + d * c + q * c), deps)
         self.ew("aten::_softmax", lab + ".attn.softmax", [self._t(*sc)])
-        self.ew("aten::native_dropout", lab + ".attn.dropout", [self._t(*sc)])
+        if self.cfg.dropout:
+            self.ew("aten::native_dropout", lab + ".attn.dropout", [self._t(*sc)])
         return self.comp(BMM, lab + ".attn.av", f"[[{bh}, {q}, {c}], [{bh}, {c}, {d}]]", 2 * bh * q * c * d,
                          bh * (q * c + c * d + q * d))
 
@@ -572,7 +600,8 @@ class _StageBuilder:
         f = 2 * bh * q * c * d
         self.comp(BMM, lab + ".attn.dp", f"[[{bh}, {q}, {d}], [{bh}, {d}, {c}]]", f, e)
         self.comp(BMM, lab + ".attn.dv", f"[[{bh}, {c}, {q}], [{bh}, {q}, {d}]]", f, e)
-        self.ew("aten::native_dropout_backward", lab + ".attn.dropout", [self._t(*sc), (sc, "Tensor(bool)")])
+        if self.cfg.dropout:
+            self.ew("aten::native_dropout_backward", lab + ".attn.dropout", [self._t(*sc), (sc, "Tensor(bool)")])
         self.ew("aten::_softmax_backward_data", lab + ".attn.softmax", [self._t(*sc), self._t(*sc)])
         self.comp(BMM, lab + ".attn.dq", f"[[{bh}, {q}, {c}], [{bh}, {c}, {d}]]", f, e)
         return self.comp(BMM, lab + ".attn.dk", f"[[{bh}, {c}, {q}], [{bh}, {q}, {d}]]", f, e)
@@ -682,7 +711,7 @@ class _StageBuilder:
         dims, tp, n, h = self.dims, self.cfg.tp, self.tokens, self.dims.hidden
         mf = dims.expert_ffn // tp
         gm = 2 if dims.gated else 1
-        self.mm(lab + ".router", self.ln_rows, h, dims.experts)
+        self.mm(lab + ".router", self.ln_rows, h, dims.experts, linear=False)
         if self.cfg.ew:
             self.ew("aten::_softmax", lab + ".router.softmax", [self._t(self.ln_rows, dims.experts)])
         if dims.shared_experts:
@@ -720,8 +749,8 @@ class _StageBuilder:
         if self.cfg.ew:
             self.ew("aten::_softmax_backward_data", lab + ".router.softmax",
                     [self._t(rows, E), self._t(rows, E)])
-        self.mm(lab + ".router.dgrad", rows, E, h)
-        self.mm(lab + ".router.wgrad", h, rows, E)
+        self.mm(lab + ".router.dgrad", rows, E, h, linear=False)
+        self.mm(lab + ".router.wgrad", h, rows, E, linear=False)
 
     def layer_backward(self, layer, mb, deps=()):
         dims, cfg, tp = self.dims, self.cfg, self.cfg.tp
@@ -895,7 +924,7 @@ class _StageBuilder:
                     self.layer_forward(layer, mb, (deps if i == 0 else []) + extra)
                 if last:
                     extra = self._z3(units, "head", store, params, "fwd") if cfg.zero == 3 and mb == 0 else []
-                    self.mm(f"{self.fwd_tag}.head.mb{mb}", n, h, vocab, extra)
+                    self.mm(f"{self.fwd_tag}.head.mb{mb}", n, h, vocab, extra, linear=False)
                     if cfg.ew:  # vocab-parallel cross entropy over this rank's logits
                         self.ew("aten::_log_softmax", f"fwd.head.mb{mb}.cross_entropy", [self._t(n, vocab)])
                 if last and step + 1 < steps and P > 1:
@@ -916,8 +945,8 @@ class _StageBuilder:
                         self.ew("aten::_log_softmax_backward_data", f"bwd.head.mb{mb}.cross_entropy",
                                 [self._t(n, vocab), self._t(n, vocab)], deps + extra)
                         deps, extra = [], []
-                    self.mm(f"bwd.head.mb{mb}.dgrad", n, vocab, h, deps + extra)
-                    self.mm(f"bwd.head.mb{mb}.wgrad", h, n, vocab)
+                    self.mm(f"bwd.head.mb{mb}.dgrad", n, vocab, h, deps + extra, linear=False)
+                    self.mm(f"bwd.head.mb{mb}.wgrad", h, n, vocab, linear=False)
                     deps = []
                     if mb == M - 1:
                         self.grad_sync("head", vocab * h)
@@ -1090,7 +1119,14 @@ def add_llm_command(sub):
     p.add_argument("--attention", choices=ATTENTIONS, default="flash",
                    help="flash: one FlashAttention node per layer (default); unfused: QK^T and AV aten::bmm with "
                    "softmax and dropout over the b x heads x s^2 scores (Megatron-LM before FlashAttention)")
+    p.add_argument("--dropout", action=argparse.BooleanOptionalAction, default=True,
+                   help="training with --elementwise: emit the dropout kernels (default on; --no-dropout for "
+                   "models trained with hidden and attention dropout 0, e.g. MLPerf GPT-3)")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="activation/gradient type (default bf16)")
+    p.add_argument("--gemm-dtype", choices=GEMM_DTYPES, default="same",
+                   help="operand type of the linear layers' GEMMs: same as --dtype (default), or fp8 "
+                   "(Transformer Engine: aten::_scaled_mm with E4M3 weights/activations and E5M2 gradients, bf16 "
+                   "output; the router, LM head and attention stay in --dtype)")
     p.add_argument("--tflops", type=positive_float, default=312.0,
                    help="peak TFLOP/s for duration_micros (default 312, A100 BF16 dense)")
     p.add_argument("-o", "--output", required=True, metavar="PREFIX")
@@ -1115,7 +1151,8 @@ def _cmd_llm(args):
                     zero=args.zero, recompute=args.recompute, dtype=args.dtype, tflops=args.tflops, ep=args.ep,
                     mode=args.mode, prompt_len=args.prompt_len, decode_len=args.decode_len,
                     decode_steps=args.decode_steps, cp=args.cp,
-                    virtual_stages=args.virtual_stages, elementwise=args.elementwise, attention=args.attention)
+                    virtual_stages=args.virtual_stages, elementwise=args.elementwise, attention=args.attention,
+                    dropout=args.dropout, gemm_dtype=args.gemm_dtype)
     s = generate_llm(dims, cfg, args.output)
     print(f"{s['npus']} ranks, {s['parameters'] / 1e9:.2f}B matmul parameters "
           f"({s['activated_parameters'] / 1e9:.2f}B activated), {s['flops'] / 1e15:.4f} PFLOP "
