@@ -263,3 +263,13 @@ def test_interleaving_shrinks_the_bubble(tmp_path):
         finish[V] = simulate(tmp_path / f"v{V}", sys_cfg, net, None, str(tmp_path / f"v{V}.groups.json"),
                              plugins=PLUGINS).max_finish_ns
     assert finish[2] < finish[1]
+
+
+def test_sequence_parallel_p2p_sends_the_tp_shard(tmp_path):
+    """With sequence parallelism the stage-boundary activation is split over TP: each TP rank sends b*s*h/TP."""
+    tp, pp, M, b = 2, 2, 2, 2
+    _, _, ranks = _gen(tmp_path, "sp", tp=tp, pp=pp, micro_batches=M, micro_batch_size=b, sequence_parallel=True)
+    _, _, full = _gen(tmp_path, "nosp", tp=tp, pp=pp, micro_batches=M, micro_batch_size=b)
+    for nodes, shard in ((ranks, tp), (full, 1)):
+        sizes = {n.attrs["comm_size"] for r in nodes for n in r if n.type in (T.COMM_SEND_NODE, T.COMM_RECV_NODE)}
+        assert sizes == {b * S * H * BYTES // shard}

@@ -435,6 +435,9 @@ class _StageBuilder:
         self.dgroup = "dp" if cfg.cp == 1 else ("cp" if cfg.dp == 1 else "dpcp")
         self.tokens = cfg.micro_batch_size * self.seq
         self.act_bytes = self.tokens * dims.hidden * self.nbytes
+        # pipeline p2p: with sequence parallelism the stage boundary's activation is already split over TP (each
+        # TP rank sends its s/TP rows, as Megatron does); without it every TP rank sends the whole b*s*h
+        self.p2p_bytes = self.act_bytes // cfg.tp if cfg.sequence_parallel else self.act_bytes
         self.a2a_bytes = self.tokens * dims.top_k * dims.hidden * self.nbytes
         # rows of the element-wise ops on the residual stream (LayerNorm, dropout, residual add): this rank's
         # tokens, split over TP with sequence parallelism (replicated on every TP rank otherwise)
@@ -621,12 +624,12 @@ class _StageBuilder:
                          deps, dyn=(group,), chain=chain)
 
     def send(self, label, direction, tag, deps, size=None, kind="send"):
-        size = self.act_bytes if size is None else size
+        size = self.p2p_bytes if size is None else size
         return self._add(label, T.COMM_SEND_NODE, {"is_cpu_op": False, "comm_size": size, "comm_tag": tag},
                          deps, dyn=(kind, direction), chain=False)
 
     def recv(self, label, direction, tag, size=None, kind="recv"):
-        size = self.act_bytes if size is None else size
+        size = self.p2p_bytes if size is None else size
         return self._add(label, T.COMM_RECV_NODE, {"is_cpu_op": False, "comm_size": size, "comm_tag": tag},
                          (), dyn=(kind, direction), chain=False)
 
