@@ -273,3 +273,47 @@ def test_sequence_parallel_p2p_sends_the_tp_shard(tmp_path):
     for nodes, shard in ((ranks, tp), (full, 1)):
         sizes = {n.attrs["comm_size"] for r in nodes for n in r if n.type in (T.COMM_SEND_NODE, T.COMM_RECV_NODE)}
         assert sizes == {b * S * H * BYTES // shard}
+
+
+@pytest.mark.parametrize("V", [1, 2])
+def test_overlap_param_gather(tmp_path, V):
+    """--overlap-param-gather: the same ZeRO-1 all-gathers (names, sizes, groups), issued at the step's start in
+    forward order (each after the previous), no longer after the optimizer; each unit's first forward waits for
+    its own gather; the step gets shorter."""
+    kw = dict(tp=2, pp=2, dp=2, micro_batches=4, zero=1, virtual_stages=V)
+    _, _, base = _gen(tmp_path, "base", **kw)
+    _, _, ranks = _gen(tmp_path, "ovl", overlap_param_gather=True, **kw)
+    for rank in range(8):
+        ags = lambda nodes: sorted((n.name, n.attrs["comm_size"], n.attrs["pg_name"]) for n in nodes
+                                   if n.name.startswith("dp_ag."))
+        assert ags(ranks[rank]) == ags(base[rank]) and ags(base[rank])
+        nodes = ranks[rank]
+        by_id = {n.id: n for n in nodes}
+        adam = next(n for n in nodes if n.name == "aten::_fused_adam_")
+        gathers = [n for n in nodes if n.name.startswith("dp_ag.")]
+        assert all(adam.id not in g.data_deps for g in gathers)
+        assert gathers[0].data_deps == [] and all(g.data_deps == [p.id] for p, g in zip(gathers, gathers[1:]))
+        # forward order: embedding first on stage 0, then the layers in order, head last on the last stage
+        units = [g.name[len("dp_ag."):] for g in gathers]
+        layer_ids = [int(u[1:]) for u in units if u.startswith("l")]
+        assert layer_ids == sorted(layer_ids)
+        assert (units[0] == "embedding") == (rank < 4) and (units[-1] == "head") == (rank >= 4)
+        for g in gathers:  # the unit's first forward node (mb 0) waits for it
+            unit = g.name[len("dp_ag."):]
+            waiting = [n for n in nodes if g.id in n.data_deps and n.type == T.COMP_NODE]
+            assert waiting, unit
+            lab = waiting[0].attrs["label"]
+            assert ".mb0" in lab and lab.startswith("fwd."), lab
+            if unit.startswith("l"):
+                assert f".{unit}." in lab
+    sys_cfg = write_system_config(tmp_path / "sys.json", dims=1)
+    net = write_network_config(tmp_path / "net.yml", npus=(8,))
+    t = {name: simulate(tmp_path / name, sys_cfg, net, None, tmp_path / f"{name}.groups.json",
+                        plugins=PLUGINS).max_finish_ns for name in ("base", "ovl")}
+    assert t["ovl"] < t["base"]
+
+
+def test_overlap_param_gather_needs_zero_1_or_2(tmp_path):
+    for kw in (dict(zero=0), dict(zero=3), dict(zero=1, mode="prefill")):
+        with pytest.raises(ConfigError, match="overlap-param-gather"):
+            generate_llm(model_dims(**SMALL), LlmConfig(dp=2, overlap_param_gather=True, **kw), tmp_path / "x")

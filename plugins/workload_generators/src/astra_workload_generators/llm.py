@@ -150,6 +150,7 @@ class LlmConfig:
     attention: str = "flash"        # flash (one fused node) | unfused (bmm + softmax + dropout + bmm; training)
     dropout: bool = True            # training: emit dropout kernels (off: Megatron with hidden/attention dropout 0)
     gemm_dtype: str = "same"        # linear-layer GEMM operands: "same" as dtype, or "fp8" (Transformer Engine)
+    overlap_param_gather: bool = False  # ZeRO-1/2: gather updated parameters at the step's start, overlapping it
 
     @property
     def npus(self):
@@ -395,6 +396,9 @@ def _check(dims: ModelDims, cfg: LlmConfig):
         raise ConfigError(f"--zero must be 0, 1, 2 or 3, got {cfg.zero!r}")
     if cfg.dtype not in DTYPES:
         raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)}, got {cfg.dtype!r}")
+    if cfg.overlap_param_gather and (cfg.zero not in (1, 2) or cfg.inference):
+        raise ConfigError("--overlap-param-gather is for training with --zero 1 or 2 (ZeRO-3 gathers every unit "
+                          "anyway)")
     if cfg.gemm_dtype not in GEMM_DTYPES:
         raise ConfigError(f"--gemm-dtype must be one of {', '.join(GEMM_DTYPES)}, got {cfg.gemm_dtype!r}")
     if not cfg.tflops > 0:
@@ -818,7 +822,9 @@ class _StageBuilder:
         elif cfg.zero:
             rs = self.coll(f"{group}_rs.{label}", T.REDUCE_SCATTER, size, group, [self.prev], chain=False)
             self.syncs.append(rs)
-            if cfg.ew:  # the updated shards are gathered after the optimizer step
+            if cfg.overlap_param_gather:
+                pass  # gathered at the start of the (next) step, see param_gathers()
+            elif cfg.ew:  # the updated shards are gathered after the optimizer step
                 self.deferred.append((f"{group}_ag.{label}", size, group))
             else:
                 self.coll(f"{group}_ag.{label}", T.ALL_GATHER, size, group, [rs], chain=False)
@@ -850,6 +856,32 @@ class _StageBuilder:
             if u not in store:
                 store[u] = self._gather(f"{u}.{phase}", *params[u])
         return store[name]
+
+    def param_gathers(self, params):
+        """``--overlap-param-gather`` (Megatron's ``--overlap-param-gather``, NeMo's ``overlap_param_sync``): the
+        ZeRO-1/2 all-gathers of the parameters the previous step's optimizer updated, issued at the start of the
+        step in forward order, one unit after the other (each waits for the previous, as bucketed prefetching
+        does); a unit's first forward waits for its own. In steady state this is the same as gathering after
+        the optimizer and overlapping with the next step's forward. Returns {unit: [gather ids]}."""
+        cfg, P, V, p = self.cfg, self.cfg.pp, self.cfg.virtual_stages, self.p
+        if not self.cfg.overlap_param_gather:
+            return {}
+        per_chunk = self.dims.layers // (P * V)
+        out, prev = {}, []
+        order = [(v, u) for v in range(p, P * V, P) for u in
+                 (["embedding"] if v == 0 else []) + [f"l{i}" for i in range(v * per_chunk, (v + 1) * per_chunk)]
+                 + (["head"] if v == P * V - 1 else [])]
+        for _, unit in order:
+            dense, expert = params[unit]
+            ids = []
+            for group, n in ((self.dgroup, dense), ("edp", expert)):
+                if n and self._group_size(group) > 1:
+                    label = unit if group == self.dgroup else f"{unit}.experts"
+                    prev = [self.coll(f"{group}_ag.{label}", T.ALL_GATHER, n * self.nbytes, group, prev,
+                                      chain=False)]
+                    ids += prev
+            out[unit] = ids
+        return out
 
     def schedule(self):
         """[(kind 'F'/'B', model chunk, micro-batch)] of this pipeline rank, in execution order."""
@@ -901,6 +933,7 @@ class _StageBuilder:
         steps = cfg.steps
         token_tags = 2 * M * V * steps  # decode: next-token messages (last stage -> first) use tags from here
         token_bytes = cfg.micro_batch_size * 8  # one int64 token id per sequence
+        pg = self.param_gathers(params)
         for step, (kind, ch, mb) in self._steps():
             base = 2 * M * V * step  # p2p tags of this decode step
             v = ch * P + p  # virtual stage
@@ -916,17 +949,23 @@ class _StageBuilder:
                     deps = [self.recv(f"recv_token.s{step}.mb{mb}", -1, token_tags + step * M + mb, token_bytes)]
                 for i, layer in enumerate(layers):
                     extra = []
+                    emb = pg["embedding"] if pg and mb == 0 and first and i == 0 else []
+                    if pg and mb == 0:
+                        extra += pg[f"l{layer}"]
                     if cfg.zero == 3 and mb == 0:
                         if first and i == 0:
                             extra += self._z3(units, "embedding", store, params, "fwd")
                         extra += self._z3(units, f"l{layer}", store, params, "fwd")
                     if i == 0 and first and cfg.ew:  # the embedding lookup
                         idx = ((cfg.micro_batch_size, self.seq), "Tensor(long int)")
-                        self.ew("aten::embedding", f"fwd.embedding.mb{mb}", [self._t(vocab, h), idx], deps + extra)
-                        deps = []  # (the layer's first GEMM still names its ZeRO-3 gathers)
-                    self.layer_forward(layer, mb, (deps if i == 0 else []) + extra)
+                        self.ew("aten::embedding", f"fwd.embedding.mb{mb}", [self._t(vocab, h), idx],
+                                deps + emb + (extra if cfg.zero == 3 else []))
+                        deps = emb = []  # (the layer's first GEMM still names its ZeRO-3 gathers)
+                    self.layer_forward(layer, mb, (deps if i == 0 else []) + emb + extra)
                 if last:
                     extra = self._z3(units, "head", store, params, "fwd") if cfg.zero == 3 and mb == 0 else []
+                    if pg and mb == 0:
+                        extra += pg["head"]
                     self.mm(f"{self.fwd_tag}.head.mb{mb}", n, h, vocab, extra, linear=False)
                     if cfg.ew:  # vocab-parallel cross entropy over this rank's logits
                         self.ew("aten::_log_softmax", f"fwd.head.mb{mb}.cross_entropy", [self._t(n, vocab)])
@@ -1110,6 +1149,9 @@ def add_llm_command(sub):
                    help="ZeRO stage: 1/2 reduce-scatter gradients and all-gather parameters over DP; 3 (FSDP): "
                    "parameters sharded, all-gathered per layer before forward and before backward, gradients "
                    "reduce-scattered")
+    p.add_argument("--overlap-param-gather", action="store_true",
+                   help="ZeRO-1/2: all-gather the updated parameters at the start of the step (each layer's first "
+                   "forward waits for its own) instead of after the optimizer (Megatron --overlap-param-gather)")
     p.add_argument("--cp", type=positive_int, default=1,
                    help="context-parallel size (sequence split; ring K/V exchange; rank = t + TP*(c + CP*(d + DP*p)))")
     p.add_argument("--virtual-stages", type=positive_int, default=1, metavar="V",
@@ -1155,7 +1197,8 @@ def _cmd_llm(args):
                     mode=args.mode, prompt_len=args.prompt_len, decode_len=args.decode_len,
                     decode_steps=args.decode_steps, cp=args.cp,
                     virtual_stages=args.virtual_stages, elementwise=args.elementwise, attention=args.attention,
-                    dropout=args.dropout, gemm_dtype=args.gemm_dtype)
+                    dropout=args.dropout, gemm_dtype=args.gemm_dtype,
+                    overlap_param_gather=args.overlap_param_gather)
     s = generate_llm(dims, cfg, args.output)
     print(f"{s['npus']} ranks, {s['parameters'] / 1e9:.2f}B matmul parameters "
           f"({s['activated_parameters'] / 1e9:.2f}B activated), {s['flops'] / 1e15:.4f} PFLOP "
