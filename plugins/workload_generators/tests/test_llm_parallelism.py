@@ -317,3 +317,53 @@ def test_overlap_param_gather_needs_zero_1_or_2(tmp_path):
     for kw in (dict(zero=0), dict(zero=3), dict(zero=1, mode="prefill")):
         with pytest.raises(ConfigError, match="overlap-param-gather"):
             generate_llm(model_dims(**SMALL), LlmConfig(dp=2, overlap_param_gather=True, **kw), tmp_path / "x")
+
+
+@pytest.mark.parametrize("tp,recompute,cp", [(2, False, 1), (4, True, 1), (2, False, 2)])
+def test_tp_comm_overlap(tmp_path, tp, recompute, cp):
+    """--tp-comm-overlap: every sequence-parallel all-gather / reduce-scatter becomes a ring of TP-1 send/recv
+    steps of one shard (b*s*h/TP) between TP neighbours, the GEMM runs in TP row chunks (same FLOPs), the RS ring
+    accumulates with one add per step; it simulates without deadlock and faster than the blocking collectives."""
+    M, b = 2, 2
+    kw = dict(tp=tp, pp=2, dp=1, cp=cp, micro_batches=M, micro_batch_size=b, sequence_parallel=True,
+              recompute=recompute)
+    cfg, _, base = _gen(tmp_path, "base", **kw)
+    _, _, ranks = _gen(tmp_path, "ovl", tp_comm_overlap=True, **kw)
+    shard = b * (S // cp) * H * BYTES // tp
+    layers_per_stage = L // 2
+    passes = 3 if recompute else 2  # forward, (recomputed forward), backward
+    for rank, nodes in enumerate(ranks):
+        assert not any(n.name.startswith(("tp_ag.", "tp_rs.")) for n in nodes)
+        assert any(n.name.startswith(("tp_ag.", "tp_rs.")) for n in base[rank])
+        flops = lambda ns: sum(n.attrs.get("num_ops", 0) for n in ns if n.type == T.COMP_NODE)
+        assert flops(nodes) == flops(base[rank])
+        sends = [n for n in nodes if n.name.startswith("tp_send.")]
+        recvs = [n for n in nodes if n.name.startswith("tp_recv.")]
+        # 4 rings (2 AG + 2 RS) per layer, pass and micro-batch, TP-1 steps each
+        assert len(sends) == len(recvs) == 4 * (tp - 1) * layers_per_stage * passes * M
+        t = rank % tp
+        for n in sends:
+            assert n.attrs["comm_size"] == shard and n.attrs["comm_src"] == rank
+            assert n.attrs["comm_dst"] == rank - t + (t + 1) % tp
+        for n in recvs:
+            assert n.attrs["comm_dst"] == rank and n.attrs["comm_src"] == rank - t + (t - 1) % tp
+        adds = [n for n in nodes if ".rs_add" in n.attrs.get("label", "")]
+        assert len(adds) == 2 * (tp - 1) * layers_per_stage * passes * M
+        qkv = [n for n in nodes if n.attrs.get("label", "").startswith("fwd.l") and ".qkv.c" in n.attrs["label"]]
+        assert len(qkv) == tp * layers_per_stage * M
+    # each send is matched by exactly one receive (same src, dst, tag, size)
+    key = lambda n: (n.attrs["comm_src"], n.attrs["comm_dst"], n.attrs["comm_tag"], n.attrs["comm_size"])
+    sends = sorted(key(n) for r in ranks for n in r if n.name.startswith("tp_send."))
+    recvs = sorted(key(n) for r in ranks for n in r if n.name.startswith("tp_recv."))
+    assert sends == recvs and len(set(sends)) == len(sends)
+    sys_cfg = write_system_config(tmp_path / "sys.json", dims=1)
+    net = write_network_config(tmp_path / "net.yml", npus=(cfg.npus,))
+    t = {name: simulate(tmp_path / name, sys_cfg, net, None, tmp_path / f"{name}.groups.json",
+                        plugins=PLUGINS).max_finish_ns for name in ("base", "ovl")}
+    assert t["ovl"] < t["base"]
+
+
+def test_tp_comm_overlap_needs_sequence_parallel(tmp_path):
+    for kw in (dict(tp=2), dict(tp=1, sequence_parallel=True)):
+        with pytest.raises(ConfigError, match="tp-comm-overlap"):
+            generate_llm(model_dims(**SMALL), LlmConfig(tp_comm_overlap=True, **kw), tmp_path / "x")

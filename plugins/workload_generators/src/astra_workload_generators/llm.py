@@ -94,6 +94,7 @@ ATTENTIONS = ("flash", "unfused")
 ADAM_BYTES_PER_PARAM = 20
 #: Bandwidth used only for the nodes' ``duration_micros`` (replay); the gpu model times them from their shapes.
 EW_REPLAY_BYTES_PER_S = 1.5e12
+TP_TAG_BASE = 1 << 28  # comm_tag of --tp-comm-overlap ring messages: TP_TAG_BASE + a per-stage counter
 CP_TAG_BASE = 1 << 24  # comm_tag of context-parallel ring messages: CP_TAG_BASE + ((phase*L + layer)*M + mb)*CP + j
 ATTN = "aten::_scaled_dot_product_flash_attention"
 ATTN_BWD = "aten::_scaled_dot_product_flash_attention_backward"
@@ -151,6 +152,7 @@ class LlmConfig:
     dropout: bool = True            # training: emit dropout kernels (off: Megatron with hidden/attention dropout 0)
     gemm_dtype: str = "same"        # linear-layer GEMM operands: "same" as dtype, or "fp8" (Transformer Engine)
     overlap_param_gather: bool = False  # ZeRO-1/2: gather updated parameters at the step's start, overlapping it
+    tp_comm_overlap: bool = False   # SP: TP all-gathers / reduce-scatters as rings pipelined with GEMM chunks
 
     @property
     def npus(self):
@@ -399,6 +401,9 @@ def _check(dims: ModelDims, cfg: LlmConfig):
     if cfg.overlap_param_gather and (cfg.zero not in (1, 2) or cfg.inference):
         raise ConfigError("--overlap-param-gather is for training with --zero 1 or 2 (ZeRO-3 gathers every unit "
                           "anyway)")
+    if cfg.tp_comm_overlap and not (cfg.sequence_parallel and cfg.tp > 1):
+        raise ConfigError("--tp-comm-overlap needs --sequence-parallel and --tp > 1 (it overlaps the sequence-"
+                          "parallel all-gathers and reduce-scatters with their GEMMs)")
     if cfg.gemm_dtype not in GEMM_DTYPES:
         raise ConfigError(f"--gemm-dtype must be one of {', '.join(GEMM_DTYPES)}, got {cfg.gemm_dtype!r}")
     if not cfg.tflops > 0:
@@ -448,6 +453,7 @@ class _StageBuilder:
         self.ln_rows = self.tokens // cfg.tp if cfg.sequence_parallel else self.tokens
         self.fwd_tag = "fwd"  # label prefix of forward nodes ("fwd.s<i>" for decode step i of several)
         self.syncs = []      # gradient reductions the optimizer waits for
+        self.tp_tags = 0     # --tp-comm-overlap ring messages so far (their tags; identical on every TP rank)
         self.deferred = []   # ZeRO-1/2 parameter all-gathers, issued after the optimizer
 
     # -- node emission ------------------------------------------------------------------------------------
@@ -652,6 +658,50 @@ class _StageBuilder:
             recvs.append(prev)
         return recvs
 
+    def _tp_ring_step(self, label, j, deps):
+        """One step of a TP ring (``--tp-comm-overlap``): send one shard (``b*s*h/TP`` bytes) to TP index t+1
+        after ``deps``, receive one from t-1. Returns the receive's id."""
+        tag = TP_TAG_BASE + self.tp_tags
+        self.tp_tags += 1
+        size = self.act_bytes // self.cfg.tp
+        self.send(f"tp_send.{label}.{j}", +1, tag, deps, size, "tpsend")
+        return self.recv(f"tp_recv.{label}.{j}", -1, tag, size, "tprecv")
+
+    def ag_mm(self, ag_label, mm_label, m, k, n, deps=()):
+        """Sequence-parallel all-gather of the ``[m, k]`` input, then ``[m,k] x [k,n]``. With
+        ``--tp-comm-overlap`` (Transformer Engine's userbuffers): the GEMM runs in TP row chunks; chunk 0 on the
+        local shard while a ring passes the other shards along, chunk j as soon as shard j arrived."""
+        if not self.cfg.tp_comm_overlap:
+            if self._tp("ag", ag_label, deps) is not None:
+                deps = []
+            return self.mm(mm_label, m, k, n, deps)
+        tp = self.cfg.tp
+        start = list(deps) + ([] if self.prev is None else [self.prev])
+        node = self.mm(f"{mm_label}.c0", m // tp, k, n, deps)
+        recv = None
+        for j in range(1, tp):
+            recv = self._tp_ring_step(f"ag.{ag_label}", j, start if j == 1 else [recv])
+            node = self.mm(f"{mm_label}.c{j}", m // tp, k, n, [recv])
+        return node
+
+    def mm_rs(self, mm_label, rs_label, m, k, n, deps=()):
+        """``[m,k] x [k,n]``, then the sequence-parallel reduce-scatter of its output. With
+        ``--tp-comm-overlap``: the GEMM runs in TP row chunks, and a ring accumulates the partial sums (send the
+        partial of the previous chunk, receive one, add it to this chunk's: ``aten::add_`` of one shard)
+        while the next chunk computes."""
+        if not self.cfg.tp_comm_overlap:
+            node = self.mm(mm_label, m, k, n, deps)
+            self._tp("rs", rs_label)
+            return node
+        tp = self.cfg.tp
+        rows = m // tp
+        node = self.mm(f"{mm_label}.c0", rows, k, n, deps)
+        for j in range(1, tp):
+            recv = self._tp_ring_step(f"rs.{rs_label}", j, [node])
+            self.mm(f"{mm_label}.c{j}", rows, k, n)
+            node = self.ew("aten::add_", f"{rs_label}.rs_add{j}", [self._t(rows, n), self._t(rows, n)], [recv])
+        return node
+
     # -- the model ------------------------------------------------------------------------------------------
     def _tp(self, kind, label, deps=()):
         """A TP collective: kind 'ar' (all-reduce), 'ag' (all-gather) or 'rs' (reduce-scatter)."""
@@ -673,9 +723,10 @@ class _StageBuilder:
         ew = cfg.ew
         if ew:  # deps stay on the first GEMM too (ZeRO-3 gathers; already ordered by the chain)
             self.layer_norm(lab + ".ln1", deps)
-        if sp and self._tp("ag", lab + ".attn_in", deps) is not None:
-            deps = []
-        qkv_node = self.mm(lab + ".qkv", n, h, qkv, deps)
+        if sp:
+            qkv_node = self.ag_mm(lab + ".attn_in", lab + ".qkv", n, h, qkv, deps)
+        else:
+            qkv_node = self.mm(lab + ".qkv", n, h, qkv, deps)
         hq, hkv = dims.heads // tp, dims.kv_heads // tp
         if cfg.inference:  # this step's keys and values go into the KV cache (K and V as one copy)
             kv_new = self._t(2, b, hkv, q, d)
@@ -688,20 +739,28 @@ class _StageBuilder:
             self.comp(ATTN, lab + ".attn",
                       f"[[{b}, {hq}, {q}, {d}], [{b}, {hkv}, {c}, {d}], [{b}, {hkv}, {c}, {d}]]",
                       4 * b * q * c * d * hq, b * d * (2 * q * hq + 2 * c * hkv), ring, extra=kv_bytes)
-        self.mm(lab + ".proj", n, h // tp, h)
-        self._tp("rs" if sp else "ar", lab + ".attn_out")
+        if sp:
+            self.mm_rs(lab + ".proj", lab + ".attn_out", n, h // tp, h)
+        else:
+            self.mm(lab + ".proj", n, h // tp, h)
+            self._tp("ar", lab + ".attn_out")
         if ew:
             self.dropout_add(lab + ".attn_out")
             self.layer_norm(lab + ".ln2")
-        if sp:
-            self._tp("ag", lab + ".mlp_in")
         if dims.moe:
+            if sp:
+                self._tp("ag", lab + ".mlp_in")
             self.moe_forward(lab)
+            self._tp("rs" if sp else "ar", lab + ".mlp_out")
+        elif sp:
+            self.ag_mm(lab + ".mlp_in", lab + ".fc1", n, h, f1)
+            self.act_fwd(lab + ".fc1", n, dims.ffn_hidden // tp)
+            self.mm_rs(lab + ".fc2", lab + ".mlp_out", n, dims.ffn_hidden // tp, h)
         else:
             self.mm(lab + ".fc1", n, h, f1)
             self.act_fwd(lab + ".fc1", n, dims.ffn_hidden // tp)
             self.mm(lab + ".fc2", n, dims.ffn_hidden // tp, h)
-        self._tp("rs" if sp else "ar", lab + ".mlp_out")
+            self._tp("ar", lab + ".mlp_out")
         if ew:
             self.dropout_add(lab + ".mlp_out")
 
@@ -772,24 +831,35 @@ class _StageBuilder:
         ew = cfg.ew
         if ew:  # the residual stream's gradient through the MLP branch's dropout (before any SP gather)
             self.dropout_bwd(lab + ".mlp_out", deps)
-        if sp and self._tp("ag", lab + ".mlp_out", deps) is not None:
-            deps = []
-        if dims.moe:
-            self.moe_backward(lab, deps)
-        else:
-            self.mm(lab + ".fc2.dgrad", n, h, ff, deps)
+        overlap = cfg.tp_comm_overlap  # (the ring helpers: dgrad GEMMs in chunks, wgrad after)
+        if overlap and not dims.moe:
+            self.ag_mm(lab + ".mlp_out", lab + ".fc2.dgrad", n, h, ff, deps)
             self.mm(lab + ".fc2.wgrad", ff, n, h)
             self.act_bwd(lab + ".fc1", n, ff)
-            self.mm(lab + ".fc1.dgrad", n, f1, h)
+            self.mm_rs(lab + ".fc1.dgrad", lab + ".mlp_in", n, f1, h)
             self.mm(lab + ".fc1.wgrad", h, n, f1)
-        self._tp("rs" if sp else "ar", lab + ".mlp_in")
+        else:
+            if sp and self._tp("ag", lab + ".mlp_out", deps) is not None:
+                deps = []
+            if dims.moe:
+                self.moe_backward(lab, deps)
+            else:
+                self.mm(lab + ".fc2.dgrad", n, h, ff, deps)
+                self.mm(lab + ".fc2.wgrad", ff, n, h)
+                self.act_bwd(lab + ".fc1", n, ff)
+                self.mm(lab + ".fc1.dgrad", n, f1, h)
+                self.mm(lab + ".fc1.wgrad", h, n, f1)
+            self._tp("rs" if sp else "ar", lab + ".mlp_in")
         if ew:
             self.layer_norm_bwd(lab + ".ln2")
             self.residual_grad(lab + ".ln2")
             self.dropout_bwd(lab + ".attn_out")
-        if sp:
-            self._tp("ag", lab + ".attn_out")
-        self.mm(lab + ".proj.dgrad", n, h, h // tp)
+        if overlap:
+            self.ag_mm(lab + ".attn_out", lab + ".proj.dgrad", n, h, h // tp)
+        else:
+            if sp:
+                self._tp("ag", lab + ".attn_out")
+            self.mm(lab + ".proj.dgrad", n, h, h // tp)
         self.mm(lab + ".proj.wgrad", h // tp, n, h)
         hq, hkv = dims.heads // tp, dims.kv_heads // tp
         if cfg.attention == "unfused":
@@ -800,9 +870,13 @@ class _StageBuilder:
                              f"[{b}, {hkv}, {s}, {d}], [{b}, {hkv}, {s}, {d}]]",
                              8 * b * q * s * d * hq, b * q * d * 4 * hq + b * s * d * 4 * hkv)
         ring = self._cp_ring(lab + ".dkv", layer, mb, 2, attn)  # dK, dV back to their owners
-        self.mm(lab + ".qkv.dgrad", n, qkv, h, ring)
-        self.mm(lab + ".qkv.wgrad", h, n, qkv)
-        out = self._tp("rs" if sp else "ar", lab + ".attn_in")
+        if overlap:
+            out = self.mm_rs(lab + ".qkv.dgrad", lab + ".attn_in", n, qkv, h, ring)
+            self.mm(lab + ".qkv.wgrad", h, n, qkv)
+        else:
+            self.mm(lab + ".qkv.dgrad", n, qkv, h, ring)
+            self.mm(lab + ".qkv.wgrad", h, n, qkv)
+            out = self._tp("rs" if sp else "ar", lab + ".attn_in")
         if ew:
             self.layer_norm_bwd(lab + ".ln1")
             out = self.residual_grad(lab + ".ln1")
@@ -1051,6 +1125,10 @@ def _dyn_bytes(key, rank, cfg, gids):
         attrs = {"pg_name": str(gids["ep"][(t, p, d // cfg.ep) + cx])}
     elif key[0] == "edp":
         attrs = {"pg_name": str(gids["edp"][(t, p, d % cfg.ep)])}
+    elif key[0] in ("tpsend", "tprecv"):  # ring neighbour in the TP group (--tp-comm-overlap)
+        peer = rank_of(cfg, (t + key[1]) % cfg.tp, d, p, c)
+        src, dst = (rank, peer) if key[0] == "tpsend" else (peer, rank)
+        attrs = {"comm_src": src, "comm_dst": dst}
     elif key[0] in ("cpsend", "cprecv"):  # ring neighbour in the CP group
         peer = rank_of(cfg, t, d, p, (c + key[1]) % cfg.cp)
         src, dst = (rank, peer) if key[0] == "cpsend" else (peer, rank)
@@ -1152,6 +1230,9 @@ def add_llm_command(sub):
     p.add_argument("--overlap-param-gather", action="store_true",
                    help="ZeRO-1/2: all-gather the updated parameters at the start of the step (each layer's first "
                    "forward waits for its own) instead of after the optimizer (Megatron --overlap-param-gather)")
+    p.add_argument("--tp-comm-overlap", action="store_true",
+                   help="with --sequence-parallel: each TP all-gather / reduce-scatter runs as a ring of TP-1 "
+                   "send/recv steps pipelined with TP row chunks of its GEMM (Transformer Engine userbuffers)")
     p.add_argument("--cp", type=positive_int, default=1,
                    help="context-parallel size (sequence split; ring K/V exchange; rank = t + TP*(c + CP*(d + DP*p)))")
     p.add_argument("--virtual-stages", type=positive_int, default=1, metavar="V",
@@ -1198,7 +1279,7 @@ def _cmd_llm(args):
                     decode_steps=args.decode_steps, cp=args.cp,
                     virtual_stages=args.virtual_stages, elementwise=args.elementwise, attention=args.attention,
                     dropout=args.dropout, gemm_dtype=args.gemm_dtype,
-                    overlap_param_gather=args.overlap_param_gather)
+                    overlap_param_gather=args.overlap_param_gather, tp_comm_overlap=args.tp_comm_overlap)
     s = generate_llm(dims, cfg, args.output)
     print(f"{s['npus']} ranks, {s['parameters'] / 1e9:.2f}B matmul parameters "
           f"({s['activated_parameters'] / 1e9:.2f}B activated), {s['flops'] / 1e15:.4f} PFLOP "
