@@ -178,7 +178,8 @@ def _node_type_value(type_):
 
 def make_node(id, name="", type=0, *, data_deps=(), ctrl_deps=(), duration_micros=0, attrs=None,
               attr_types=None, attr_docs=None, inputs_values=None, start_time_micros=0,
-              inputs_shapes=None, inputs_types=None) -> EtNode:
+              inputs_shapes=None, inputs_types=None, outputs_values=None, outputs_shapes=None,
+              outputs_types=None) -> EtNode:
     """Build an :class:`EtNode` the way Chakra's own generator would encode it.
 
     ``type`` is a NodeType value or name (``'COMP_NODE'``). ``attrs`` maps names to Python values, written in
@@ -194,8 +195,10 @@ def make_node(id, name="", type=0, *, data_deps=(), ctrl_deps=(), duration_micro
 
     ``attr_docs`` sets AttributeProto.doc_string; ``inputs_values`` sets ``inputs.values`` (the METADATA node's
     process groups); ``inputs_shapes`` / ``inputs_types`` set ``inputs.shapes`` / ``inputs.types`` (as the PyTorch
-    converter writes them, e.g. ``"[[4096, 8192], [8192, 4096]]"``); ``start_time_micros`` is written but never
-    read by any simulator.
+    converter writes them, e.g. ``"[[4096, 8192], [8192, 4096]]"``); ``outputs_values`` / ``outputs_shapes`` /
+    ``outputs_types`` set the ``outputs`` IOInfo (field 9) the same way (EtNode does not model it; it travels in the
+    node's raw bytes, see :meth:`EtNode.to_proto`); ``start_time_micros`` is written but never read by any
+    simulator.
     Raises :class:`ChakraError` for values that do not fit.
     """
     from .reader import parse_node
@@ -217,6 +220,12 @@ def make_node(id, name="", type=0, *, data_deps=(), ctrl_deps=(), duration_micro
             m.inputs.shapes = inputs_shapes
         if inputs_types:
             m.inputs.types = inputs_types
+        if outputs_values:
+            m.outputs.values = outputs_values
+        if outputs_shapes:
+            m.outputs.shapes = outputs_shapes
+        if outputs_types:
+            m.outputs.types = outputs_types
     except (TypeError, ValueError, OverflowError) as exc:
         raise ChakraError(f"{where}: cannot build node: {exc}") from None
     _fill_attrs(m.attr, dict(attrs or {}), dict(attr_types or {}), dict(attr_docs or {}), where, strict=True)

@@ -6,10 +6,11 @@ import json
 
 import pytest
 
-from astra_sim.chakra import read_et, types as T
+from astra_sim.chakra import make_node, read_et, types as T
 from astra_sim.cli import main
 from astra_sim.errors import ConfigError
 from astra_sim.simulation import simulate
+from astra_sim.testing import write_network_config
 
 from astra_workload_generators.compare import compare_nodes
 from astra_workload_generators.pytorch import convert_pytorch, convert_pytorch_trace
@@ -93,6 +94,8 @@ def test_sample_matches_chakra_converter(shared_dir, tmp_path):
                  "-o", str(out)]) == 0
     ours = read_et(f"{out}.0.et")
     theirs = read_et(str(shared_dir / "samples" / f"{SAMPLE}.et"))
+    # byte for byte the same file, outputs IOInfo included
+    assert open(f"{out}.0.et", "rb").read() == open(shared_dir / "samples" / f"{SAMPLE}.et", "rb").read()
     # same GlobalMetadata, same nodes/types/names/durations/inputs.values/attrs/data+ctrl deps, ids included
     assert ours.metadata.SerializeToString() == theirs.metadata.SerializeToString()
     assert compare_nodes(ours.nodes, theirs.nodes) is None
@@ -204,3 +207,244 @@ def test_malformed_input_errors(pair, tmp_path, capsys):
     assert main(["workload", "convert-pytorch", str(tmp_path / "b4.json"), "--rank", "0",
                  "-o", str(tmp_path / "x")]) == 2
     assert "b4.json" in capsys.readouterr().err
+
+
+def test_outputs_are_written(pair, tmp_path):
+    host, kin = pair
+    convert_pytorch(host, tmp_path / "o", kineto=kin, rank=0)
+    nodes = {n.id: n for n in read_et(f"{tmp_path / 'o'}.0.et").nodes}
+    cpu = nodes[4].to_proto()  # aten::mm: outputs [tensor 12]
+    assert cpu.HasField("outputs")
+    assert cpu.outputs.values == "[[12, 12, 0, 16384, 4, 'cuda:0']]"
+    assert (cpu.outputs.shapes, cpu.outputs.types) == ("[[64, 256]]", "['Tensor(float)']")
+    assert nodes[7].to_proto().outputs.values == "[]"  # record_param_comms: no outputs, written as Chakra does
+    gemm = nodes[22].to_proto()  # GPU kernel of node 4: the launcher's output shapes/types, no values
+    assert (gemm.outputs.values, gemm.outputs.shapes, gemm.outputs.types) == \
+        ("", "[[64, 256]]", "['Tensor(float)']")
+
+
+def test_make_node_outputs_optional():
+    plain = make_node(3, "n", T.COMP_NODE, inputs_shapes="[[1]]")
+    assert make_node(3, "n", T.COMP_NODE, inputs_shapes="[[1]]", outputs_values=None)._raw == plain._raw
+    assert not plain.to_proto().HasField("outputs")
+    full = make_node(3, "n", T.COMP_NODE, outputs_values="[1]", outputs_shapes="[[]]", outputs_types="['Int']")
+    out = full.to_proto().outputs
+    assert (out.values, out.shapes, out.types) == ("[1]", "[[]]", "['Int']")
+
+
+# ---------------------------------------------------------------- point-to-point send/recv
+#
+# A two-stage pipeline: the sender computes (a 40 µs CPU op and a GPU gemm) then sends tensor 12 (64x256 fp32,
+# 64 KiB) with nccl:send; the receiver receives it with nccl:recv, then computes. record_param_comms carries the
+# peer in the group's numbering, in the old 8-argument layout or the newer 10-argument one.
+
+MSG = 64 * 256 * 4
+WORLD_PG = [{"pg_name": "0", "pg_desc": "default_pg", "backend_id": 5000, "ranks": [], "group_size": 2}]
+
+
+def _param_comms(id, parent, rf, coll, peer, tensor, layout, pg=None, world=2, start=0, stride=1):
+    """A record_param_comms host op in the old layout [tensors, seq, pg_id, rank, name, in_split, out_split,
+    world_size] or the newer one [tensors, (seq, is_p2p), (pg_name, pg_desc), rank, name, in_split, out_split,
+    global_rank_start, global_rank_stride, world_size]."""
+    tl = ([tensor[0]], [tensor[1]], "GenericList[Tensor(float)]")
+    if layout == "old":
+        args = [tl, (3, [], "Int"), (5000 if pg is None else pg, [], "Int"), (peer, [], "Int"),
+                (coll, [], "String"), ([], [], "GenericList[]"), ([], [], "GenericList[]"), (world, [], "Int")]
+    else:
+        args = [tl, ([3, True], [[], []], "Tuple[Int,Bool]"),
+                (list(pg or ("0", "default_pg")), [[], []], "Tuple[String,String]"), (peer, [], "Int"),
+                (coll, [], "String"), ([], [], "GenericList[]"), ([], [], "GenericList[]"), (start, [], "Int"),
+                (stride, [], "Int"), (world, [], "Int")]
+    return _op(id, "record_param_comms", parent, rf, ins=args, outs=[tl])
+
+
+def _p2p_rank(kind, me, peer, layout, *, pgs=WORLD_PG, pg=None, world=2, start=0, stride=1, kargs=None,
+              header=None, title=True):
+    """(host trace, Kineto trace) of one pipeline rank. kind: 'send' or 'recv'. layout: 'old' (record_param_comms
+    above nccl:send|recv, which launches the kernel), 'new' (record_param_comms under it; for a receiver it
+    launches the kernel itself), or 'kineto' (no record_param_comms: the peer is in the kernel's args)."""
+    t = _tensor(12, (64, 256))
+    op = f"nccl:{kind} {me}{'->' if kind == 'send' else '<-'}{peer}" if title else f"nccl:{kind}"
+    nodes = [_op(1, "[pytorch|profiler|execution_trace|process]", 1, 0),
+             _op(2, "[pytorch|profiler|execution_trace|thread]", 1, 1),
+             _op(3, "## process_group:init ##", 2, 2, ins=[(json.dumps(pgs), [], "String")])]
+    cpu = {}  # rf -> (name, inclusive µs)
+    if kind == "send":
+        nodes.append(_op(4, "aten::mm", 2, 3, ins=[_tensor(10, (64, 128)), _tensor(11, (128, 256))], outs=[t]))
+        cpu[3] = ("aten::mm", 40)
+        first, compute = 5, [("sm80_xmma_gemm_f32", 3, 30.0)]
+    else:
+        first, compute = 4, []
+    rpc = lambda id, parent, rf: _param_comms(id, parent, rf, kind, peer, t, layout, pg, world, start, stride)
+    # host ids `first`, `first + 1` have rf_id `first - 1`, `first`; `launcher` is the kernel's launching rf_id
+    if layout == "old":
+        nodes += [rpc(first, 2, first - 1), _op(first + 1, op, first, first, ins=[t])]
+        launcher = first
+    elif layout == "new":
+        nodes += [_op(first, op, 2, first - 1, ins=[t]), rpc(first + 1, first, first)]
+        launcher = first - 1 if kind == "send" else first
+    else:
+        nodes += [_op(first, op, 2, first - 1, ins=[t]), _op(first + 1, "aten::empty", first, first)]
+        launcher = first - 1
+    cpu[first - 1], cpu[first] = (nodes[-2]["name"], 5), (nodes[-1]["name"], 2)
+    if kind == "recv":
+        nodes.append(_op(first + 2, "aten::mm", 2, first + 1, ins=[t, _tensor(14, (256, 64))],
+                         outs=[_tensor(15, (64, 64))]))
+        cpu[first + 1] = ("aten::mm", 8)
+        compute = [("sm80_xmma_gemm_f32", first + 1, 12.0)]
+    host = {"schema": "1.0.2-chakra.0.0.4", "pid": 100 + me, "time": "2026-11-21 00:00:00", "start_ts": 1,
+            "finish_ts": 2, "nodes": nodes}
+    if header is not None:
+        host["rank"] = header
+    ev = [{"ph": "X", "cat": "cpu_op", "name": name, "ts": rf, "dur": dur,
+           "args": {"External id": 100 + rf, "Record function id": rf}} for rf, (name, dur) in sorted(cpu.items())]
+    args = {"External id": 100 + launcher, "stream": 9}
+    args.update(kargs or {})
+    ev.append({"ph": "X", "cat": "kernel", "name": "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)",
+               "ts": 0, "dur": 7.0, "args": args})
+    for name, rf, dur in compute:
+        ev.append({"ph": "X", "cat": "kernel", "name": name, "ts": 0, "dur": dur,
+                   "args": {"External id": 100 + rf, "stream": 7}})
+    return host, {"traceEvents": ev}
+
+
+def _write_ranks(tmp_path, traces):
+    for r, (host, kin) in enumerate(traces):
+        (tmp_path / f"h.{r}.json").write_text(json.dumps(host))
+        (tmp_path / f"k.{r}.json").write_text(json.dumps(kin))
+    return str(tmp_path / "h.{rank}.json"), str(tmp_path / "k.{rank}.json")
+
+
+def _p2p_nodes(prefix, rank):
+    return [n for n in read_et(f"{prefix}.{rank}.et").nodes if n.type in (T.COMM_SEND_NODE, T.COMM_RECV_NODE)]
+
+
+def _idle_rank(pgs):
+    nodes = [_op(1, "[pytorch|profiler|execution_trace|process]", 1, 0),
+             _op(2, "[pytorch|profiler|execution_trace|thread]", 1, 1),
+             _op(3, "## process_group:init ##", 2, 2, ins=[(json.dumps(pgs), [], "String")]),
+             _op(4, "aten::relu", 2, 3)]
+    return {"schema": "1.0.2-chakra.0.0.4", "nodes": nodes}, {"traceEvents": []}
+
+
+KINETO_PEERS = {"send": {"Dst Rank": 1, "Process Group Name": "0"}, "recv": {"Src Rank": 0, "Process Group Name": "0"}}
+
+
+@pytest.mark.parametrize("layouts", [("old", "old"), ("new", "new"), ("old", "new"), ("kineto", "kineto")])
+def test_p2p_pipeline_converts_and_simulates(tmp_path, configs, layouts):
+    traces = [_p2p_rank("send", 0, 1, layouts[0], kargs=KINETO_PEERS["send"] if layouts[0] == "kineto" else None,
+                        title=layouts[0] != "kineto"),
+              _p2p_rank("recv", 1, 0, layouts[1], kargs=KINETO_PEERS["recv"] if layouts[1] == "kineto" else None,
+                        title=layouts[1] != "kineto")]
+    host, kin = _write_ranks(tmp_path, traces)
+    s = convert_pytorch(host, tmp_path / "p" / "w", kineto=kin, ranks=2)
+    assert s["files"] == 2 and s["p2p"] == 1
+    (send,), (recv,) = _p2p_nodes(tmp_path / "p" / "w", 0), _p2p_nodes(tmp_path / "p" / "w", 1)
+    assert send.type == T.COMM_SEND_NODE and recv.type == T.COMM_RECV_NODE
+    assert (send.attrs["comm_dst"], send.attrs["comm_tag"], send.attrs["comm_size"]) == (1, 0, MSG)
+    assert (recv.attrs["comm_src"], recv.attrs["comm_tag"], recv.attrs["comm_size"]) == (0, 0, MSG)
+    assert "comm_src" not in send.attrs and "comm_dst" not in recv.attrs  # the simulator defaults them to self
+    assert dict(send._kinds)["comm_dst"] == "int32_val" and dict(recv._kinds)["comm_tag"] == "int32_val"
+    assert send.attrs["pg_name"] == recv.attrs["pg_name"] == "0"
+    report = simulate(tmp_path / "p" / "w", configs["sys1"], configs["net2"], plugins=PLUGINS)  # no deadlock
+    r0, r1 = report.ranks
+    assert report.warnings == [] and r0.cpu_ns >= 43_000
+    # the receiver waits for the sender's compute before the send (aten::mm 40 µs + nccl:send's own 3 µs on the
+    # CPU) and for the 64 KiB transfer (500 ns + 64 KiB at 50 GiB/s); its own ops alone take 13+12 µs
+    transfer = 500 + MSG / (50 * 2 ** 30) * 1e9
+    assert r1.finish_ns >= 43_000 + transfer > 25_000
+
+
+def test_p2p_sub_group_via_process_group_init(tmp_path, configs):
+    # a 4-rank job; ranks 2 and 3 form process group "1" (group ranks 0, 1). Old layout: the record_param_comms
+    # process-group argument is the backend id, different on each process, found in the init metadata.
+    pgs = lambda bid: [{"pg_name": "0", "backend_id": 10, "ranks": [], "group_size": 4},
+                       {"pg_name": "1", "backend_id": bid, "ranks": [2, 3], "group_size": 2}]
+    traces = [_idle_rank(pgs(7)), _idle_rank(pgs(8)),
+              _p2p_rank("send", 0, 1, "old", pgs=pgs(1002), pg=1002),
+              _p2p_rank("recv", 1, 0, "old", pgs=pgs(1003), pg=1003)]
+    host, kin = _write_ranks(tmp_path, traces)
+    convert_pytorch(host, tmp_path / "g", kineto=kin, ranks=4)
+    (send,), (recv,) = _p2p_nodes(tmp_path / "g", 2), _p2p_nodes(tmp_path / "g", 3)
+    assert (send.attrs["comm_dst"], send.attrs["comm_tag"], send.attrs["pg_name"]) == (3, 1, "1")
+    assert (recv.attrs["comm_src"], recv.attrs["comm_tag"], recv.attrs["pg_name"]) == (2, 1, "1")
+    net4 = write_network_config(tmp_path / "net4.yml", npus=(4,))
+    report = simulate(tmp_path / "g", configs["sys1"], net4, plugins=PLUGINS)
+    assert report.ranks[3].finish_ns > 40_000 + MSG / 50 > report.ranks[0].finish_ns
+
+
+def test_p2p_sub_group_via_global_rank_stride_and_kineto_ranks(tmp_path):
+    # newer layout, group "5" not in the metadata: global_rank_start 2 + local 1 * stride 1 = 3
+    h, k = _p2p_rank("send", 0, 1, "new", pg=("5", "pp"), world=2, start=2, stride=1)
+    (tmp_path / "h.json").write_text(json.dumps(h))
+    (tmp_path / "k.json").write_text(json.dumps(k))
+    gm, nodes, _ = convert_pytorch_trace(tmp_path / "h.json", tmp_path / "k.json", rank=2, world_size=4)
+    (send,) = [n for n in nodes if n.type == T.COMM_SEND_NODE]
+    assert (send.attrs["comm_dst"], send.attrs["comm_tag"], send.attrs["pg_name"]) == (3, 5, "5")
+    # Kineto's "Rank" + "Process Group Ranks" (the group-local peer and the group's global ranks)
+    h, k = _p2p_rank("recv", 1, 0, "kineto", title=False,
+                     kargs={"Collective name": "recv", "Rank": 0, "Process Group Ranks": "[4, 6]",
+                            "Process Group Name": "pp_stage"})
+    (tmp_path / "h2.json").write_text(json.dumps(h))
+    (tmp_path / "k2.json").write_text(json.dumps(k))
+    gm, nodes, _ = convert_pytorch_trace(tmp_path / "h2.json", tmp_path / "k2.json", rank=6)
+    (recv,) = [n for n in nodes if n.type == T.COMM_RECV_NODE]
+    assert recv.attrs["comm_src"] == 4 and recv.attrs["pg_name"] == "pp_stage"
+    assert 0 < recv.attrs["comm_tag"] < 2 ** 28  # a CRC of the group name, the same on both ranks
+    # no record_param_comms, no Kineto peer: the launcher's profiling title "nccl:send 0->1" (world group "0")
+    _, nodes, _ = _convert_one(tmp_path, _p2p_rank("send", 0, 1, "kineto", kargs={"Process Group Name": "0"}),
+                               name="t1")
+    (send,) = [n for n in nodes if n.type == T.COMM_SEND_NODE]
+    assert (send.attrs["comm_dst"], send.attrs["comm_tag"]) == (1, 0)
+    # Kineto's global "Dst Rank" wins; the tag still comes from the record_param_comms group (found by backend id)
+    pgs = [{"pg_name": "0", "ranks": []}, {"pg_name": "3", "backend_id": 42, "ranks": [0, 5]}]
+    _, nodes, _ = _convert_one(tmp_path, _p2p_rank("send", 0, 1, "old", pgs=pgs, pg=42, kargs={"Dst Rank": 5}),
+                               name="t2")
+    (send,) = [n for n in nodes if n.type == T.COMM_SEND_NODE]
+    assert (send.attrs["comm_dst"], send.attrs["comm_tag"], send.attrs["pg_name"]) == (5, 3, "3")
+
+
+def _convert_one(tmp_path, trace, rank=0, name="e", **kw):
+    h, k = trace
+    (tmp_path / f"{name}.json").write_text(json.dumps(h))
+    (tmp_path / f"{name}k.json").write_text(json.dumps(k))
+    return convert_pytorch_trace(tmp_path / f"{name}.json", tmp_path / f"{name}k.json", rank=rank, **kw)
+
+
+def test_p2p_errors(tmp_path):
+    # no peer anywhere: no record_param_comms, no Kineto peer args, a launcher without "a->b" in its name
+    with pytest.raises(ConfigError, match=r"e1k.json: traceEvents\[\d+\] .*: send node \d+ .*launched by host "
+                                          r"node id 5 .*cannot find the destination rank: expected Kineto args "
+                                          r"'Dst Rank'"):
+        _convert_one(tmp_path, _p2p_rank("send", 0, 1, "kineto", title=False), name="e1")
+    # the peer is outside its group (group "1" has 2 ranks, the trace says local peer 5)
+    pgs = [{"pg_name": "1", "backend_id": 77, "ranks": [2, 3], "group_size": 2}]
+    with pytest.raises(ConfigError, match=r"peer 5 \(from record_param_comms host node id 5\) is outside process "
+                                          r"group '1', whose 2 ranks are \[2, 3\]"):
+        _convert_one(tmp_path, _p2p_rank("send", 0, 5, "old", pgs=pgs, pg=77), rank=2, name="e2")
+    # a group that is not the world group and that nothing describes
+    with pytest.raises(ConfigError, match=r"is a rank of process group id 99, which is not the world group"):
+        _convert_one(tmp_path, _p2p_rank("send", 0, 1, "old", pg=99), rank=2, world_size=4, name="e3")
+    # the peer is this rank
+    with pytest.raises(ConfigError, match=r"the destination rank 1 .* is this rank itself; this trace is rank 1"):
+        _convert_one(tmp_path, _p2p_rank("send", 0, 1, "new"), rank=1, name="e4")
+    # the header's rank disagrees with the rank being converted
+    with pytest.raises(ConfigError, match=r"e5.json: the host trace header says rank 1, but it is being converted "
+                                          r"as rank 0"):
+        _convert_one(tmp_path, _p2p_rank("send", 0, 1, "new", header=1), name="e5")
+    h, k = _p2p_rank("send", 0, 1, "new")
+    k["distributedInfo"] = {"backend": "nccl", "rank": 3, "world_size": 4}
+    with pytest.raises(ConfigError, match=r"e6k.json: Kineto's distributedInfo says rank 3, but it is being "
+                                          r"converted as rank 0"):
+        _convert_one(tmp_path, (h, k), name="e6")
+    # agreeing header: fine, and the header alone gives the rank
+    _convert_one(tmp_path, _p2p_rank("send", 0, 1, "new", header=0), name="e7")
+    _convert_one(tmp_path, _p2p_rank("send", 0, 1, "new", header=0), rank=None, name="e8")
+    with pytest.raises(ConfigError, match=r"the rank of this trace is needed"):
+        _convert_one(tmp_path, _p2p_rank("send", 0, 1, "new"), rank=None, name="e9")
+    # a p2p trace copied to every rank
+    with pytest.raises(ConfigError, match=r"cannot be copied to 2 ranks"):
+        convert_pytorch(tmp_path / "e7.json", tmp_path / "x", kineto=tmp_path / "e7k.json", ranks=2)
+    # the CLI reports it with exit status 2
+    assert main(["workload", "convert-pytorch", str(tmp_path / "e5.json"), "--rank", "0",
+                 "-o", str(tmp_path / "y")]) == 2

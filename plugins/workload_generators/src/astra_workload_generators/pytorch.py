@@ -8,7 +8,10 @@ Follows mlcommons Chakra 1.0.0's ``chakra_converter PyTorch`` (and, for the Kine
 - GPU kernels (from Kineto, or ``cat`` nodes already linked into the host trace by chakra_trace_link) become nodes
   with fresh ids after the host ids: NCCL kernels COMM_COLL (``comm_type``, ``comm_size``, ``pg_name``) or
   COMM_SEND/RECV, others COMP with the kernel's measured duration; named ``<launching op> | <kernel>``, with the
-  launching op's input shapes/types;
+  launching op's input and output shapes/types;
+- COMM_SEND/RECV nodes also get the peer's global rank (``comm_dst`` / ``comm_src``, int32) and ``comm_tag``
+  (int32), which Chakra's converter does not write (see ``_p2p_peer`` for where the peer comes from);
+- every host op keeps its ``outputs`` IOInfo (``str()`` of values/shapes/types, as Chakra writes it);
 - attributes rf_id, fw_parent, seq_id, scope, tid, fw_tid (int64), op_schema (string), is_cpu_op (bool),
   stream (int64);
 - ``ctrl_deps`` = [parent] when the parent came earlier in the host file; ``data_deps``: a DFS over each thread
@@ -20,6 +23,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import zlib
 
 from astra_sim.chakra import make_node, types as T
 from astra_sim.chakra.writer import make_metadata
@@ -35,6 +40,13 @@ _ATTRS = ("rf_id", "fw_parent", "seq_id", "scope", "tid", "fw_tid")
 _GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 _COLL_WORDS = (("allreduce", T.ALL_REDUCE), ("alltoall", T.ALL_TO_ALL), ("allgather", T.ALL_GATHER),
                ("reducescatter", T.REDUCE_SCATTER), ("broadcast", T.BROADCAST))
+_PARAM_COMMS = "record_param_comms"
+# node type -> (record_param_comms collective name, Kineto key of the peer's global rank, Chakra attribute, word)
+_P2P = {T.COMM_SEND_NODE: ("send", "Dst Rank", "comm_dst", "destination"),
+        T.COMM_RECV_NODE: ("recv", "Src Rank", "comm_src", "source")}
+# ProcessGroupNCCL's profiling title of a p2p op: "nccl:send <my group rank>-><peer>" / "nccl:recv <me><-<peer>"
+_TITLE_RE = re.compile(r"nccl:(send|recv)\s+(\d+)\s*(->|<-)\s*(\d+)")
+_TAG_SPACE = 1 << 28  # comm_tag stays an int32 below the simulator's collective tag base (500,000,000)
 
 
 def _load_json(path, what):
@@ -86,8 +98,9 @@ def load_host_trace(path):
     return data, data["nodes"]
 
 
-def load_kineto_trace(path):
-    """Read a Kineto trace; returns (GPU events, cpu_op events by External id)."""
+def load_kineto_trace(path, *, with_info=False):
+    """Read a Kineto trace; returns (GPU events, cpu_op events by External id), plus its ``distributedInfo`` dict
+    ({} if none) when ``with_info``."""
     data = _load_json(path, "Kineto trace")
     events = data.get("traceEvents") if isinstance(data, dict) else None
     if not isinstance(events, list):
@@ -116,6 +129,9 @@ def load_kineto_trace(path):
         if ext is None:
             raise ConfigError(f"{path}: {where}: GPU event has no args 'External id' to find its launching op")
         gpu.append((i, ev))
+    if with_info:
+        info = data.get("distributedInfo")
+        return gpu, cpu_ops, info if isinstance(info, dict) else {}
     return gpu, cpu_ops
 
 
@@ -145,9 +161,9 @@ def _tensor_ids(values, types, prefix="Tensor"):
     for v, t in zip(values, types):
         if isinstance(t, str) and t.startswith(prefix) and isinstance(v, list) and v:
             out.append(v[0])
-        elif isinstance(t, str) and t.startswith("GenericList[Tensor"):
+        elif isinstance(t, str) and t.startswith("GenericList[Tensor") and isinstance(v, list):
             out.extend(x[0] for x in v if isinstance(x, list) and x)
-    return out
+    return [i for i in out if isinstance(i, (int, str))]  # tensor ids; anything else is not a tensor record
 
 
 def _comm_kind(kernel, launcher_names, path, where):
@@ -172,13 +188,300 @@ def _comm_kind(kernel, launcher_names, path, where):
                       "AllGather, ReduceScatter, AllToAll, Broadcast or SendRecv in its name)")
 
 
+def _as_rank(value):
+    """``value`` as an integer rank (a JSON int, or a decimal string as Kineto writes some of them), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
+        return int(value)
+    return None
+
+
+def _rank_list(value):
+    """Kineto's "Process Group Ranks" ("[2, 3]", or a list) as (leading ints, complete?); PyTorch truncates long
+    lists to 30 entries followed by "...". None when absent or empty."""
+    if isinstance(value, list):
+        items = value
+    elif isinstance(value, str):
+        items = value.strip().strip('"').strip("[]").split(",")
+    else:
+        return None
+    out = []
+    for item in items:
+        r = _as_rank(item)
+        if r is None:
+            return (out, False) if out else None  # "..." (truncated) or junk: keep what came before
+        out.append(r)
+    return (out, True) if out else None
+
+
+def _process_groups(hnodes):
+    """The process groups declared by ``## process_group:init ##`` host ops: dicts with at least pg_name and ranks.
+
+    PyTorch's ``_World.pg_config_info`` (torch/distributed/distributed_c10d.py) records, per group, ``pg_name``,
+    ``ranks`` (the group's *global* ranks in group-rank order, ``[]`` when the group spans every rank),
+    ``group_size`` and, in older releases, ``backend_id`` (what the old record_param_comms layout passes as its
+    process-group argument; the sample trace shows the same number in both places) or ``pg_id``; newer ones
+    ``pg_desc``. The value is a JSON string inside ``inputs.values``."""
+    groups = []
+    for n in hnodes:
+        if "process_group:init" not in n["name"]:
+            continue
+        for value in n.get("inputs", {}).get("values", []):
+            items = value
+            if isinstance(value, str):
+                try:
+                    items = json.loads(value)
+                except ValueError:
+                    continue
+            if not isinstance(items, list):
+                continue
+            for item in items:
+                if isinstance(item, dict) and "pg_name" in item and isinstance(item.get("ranks", []), list):
+                    groups.append(item)
+    return groups
+
+
+def _param_comms(node):
+    """What a ``record_param_comms`` host op says about its collective, or None if it cannot be read.
+
+    The host op's ``inputs.values`` are the ``paramList`` of PyTorch's RECORD_PARAM_COMMS(_DATA) macros
+    (torch/csrc/distributed/c10d/ParamCommsUtils.hpp), which changed over releases:
+
+    - old (ProcessGroupNCCL::send/recv at pytorch/pytorch@0007e752, and the sample trace's all_gather ops):
+      ``[tensors, seq, pg_id, rank, coll_name, in_split, out_split, world_size]``, pg_id being
+      ``this->getID()`` of the backend (an integer, different on every process);
+    - newer (the macro's paramList in later ParamCommsUtils.hpp, and ProcessGroupNCCL::send/recv passing
+      ``std::make_tuple(pg_uid_, pg_desc_)``; read from copies of those sources, not pinned to a commit):
+      ``[tensors, seq, (pg_name, pg_desc), rank, coll_name, in_split, out_split, global_rank_start,
+      global_rank_stride, world_size]`` (``seq`` may itself be a ``(seq, is_p2p)`` tuple, and the newest add
+      ``is_async_op`` at the end); inNelems/outNelems/dtype go to the debug info only, not to the inputs;
+    - RECORD_PARAM_COMMS (no data, e.g. "wait", "barrier") has no leading tensor list;
+    - even older releases (e.g. pytorch/pytorch@cf1380df) record no record_param_comms for send/recv at all, and
+      name the op plain ``nccl:send``/``nccl:recv``: only Kineto can give the peer then.
+
+    So the collective name is found as the first string preceded by an integer (the rank) at index >= 2, and the
+    other fields are read relative to it. For p2p, ``rank`` is the *peer* in the group's own numbering:
+    ProcessGroupNCCL::send / ProcessGroupNCCL::recv (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp) pass
+    ``dstRank`` / ``srcRank``, which distributed_c10d.send/recv/isend/irecv have already turned into a group rank
+    (``get_group_rank``), and the profiler's saveNcclMeta (torch/csrc/profiler/util.cpp) maps it to the global
+    "Dst Rank" / "Src Rank" with ``groupRanks[rank]``. Newer execution traces also copy the collective properties
+    into attributes (collective_name, pg_name, pg_desc, pg_size, global_rank_start, global_rank_stride), used
+    here when the inputs lack them.
+    """
+    vals = node.get("inputs", {}).get("values", [])
+    info = {"coll": None, "peer": None, "pg_name": None, "pg_desc": None, "pg_id": None, "size": None,
+            "start": None, "stride": None}
+    for i in range(2, len(vals)):
+        if isinstance(vals[i], str) and isinstance(vals[i - 1], int) and not isinstance(vals[i - 1], bool):
+            info["coll"] = vals[i].lower()
+            info["peer"] = vals[i - 1]
+            pg = vals[i - 2]
+            if isinstance(pg, list) and pg and all(isinstance(x, str) for x in pg):
+                info["pg_name"] = pg[0]
+                info["pg_desc"] = pg[1] if len(pg) > 1 else None
+            elif isinstance(pg, int) and not isinstance(pg, bool):
+                info["pg_id"] = pg
+            ints = [x for x in vals[i + 1:] if isinstance(x, int) and not isinstance(x, bool)]
+            if len(ints) >= 3:
+                info["start"], info["stride"], info["size"] = ints[0], ints[1], ints[2]
+            elif len(ints) == 1:
+                info["size"] = ints[0]
+            break
+    a = _attr_map(node)
+    for key, attr in (("coll", "collective_name"), ("pg_name", "pg_name"), ("pg_desc", "pg_desc")):
+        if info[key] is None and isinstance(a.get(attr), str):
+            info[key] = a[attr].strip('"').lower() if key == "coll" else a[attr].strip('"')
+    for key, attr in (("size", "pg_size"), ("start", "global_rank_start"), ("stride", "global_rank_stride")):
+        if info[key] is None and _as_rank(a.get(attr)) is not None:
+            info[key] = _as_rank(a[attr])
+    return info if info["coll"] is not None else None
+
+
+def _find_param_comms(launcher, by_id, children, is_gpu, coll):
+    """The record_param_comms host op(s) of a p2p kernel: the launcher itself, else the ones under it whose
+    collective is ``coll``, else the nearest one above it (PyTorch nests ``nccl:send a->b`` and
+    record_param_comms either way round, depending on the release and on which op launched the kernel)."""
+    if launcher["name"] == _PARAM_COMMS:
+        return [launcher]
+    found = []
+    stack = list(children.get(launcher["id"], []))
+    while stack:
+        c = stack.pop()
+        if is_gpu[c["id"]]:
+            continue
+        if c["name"] == _PARAM_COMMS:
+            info = _param_comms(c)
+            if info is not None and info["coll"] == coll:
+                found.append(c)
+        stack.extend(children.get(c["id"], []))
+    if found:
+        return sorted(found, key=lambda c: c["id"])
+    p, hops = launcher["ctrl_deps"], 0
+    while p in by_id and p != by_id[p]["ctrl_deps"] and hops < 8:
+        a = by_id[p]
+        if a["name"] in (_THREAD_ROOT, _PROCESS_ROOT):
+            break
+        if a["name"] == _PARAM_COMMS:
+            return [a]
+        p, hops = a["ctrl_deps"], hops + 1
+    return []
+
+
+def _group_tag(name):
+    """comm_tag for a p2p op on process group ``name`` (see _p2p_peer): the group's number when PyTorch named it
+    with a number (its default naming), else a CRC-32 of the name; 0 for an unnamed world group."""
+    if name is None or name == "":
+        return 0
+    if re.fullmatch(r"\d+", name):
+        return int(name) % _TAG_SPACE
+    return zlib.crc32(name.encode("utf-8")) % _TAG_SPACE
+
+
+def _p2p_peer(ctx, kind, gid, name, hid, pg, kargs, src, where):
+    """(peer's global rank, comm_tag, group name or None) of a COMM_SEND/COMM_RECV kernel node.
+
+    The peer, in this order:
+
+    1. Kineto's "Dst Rank" (send) / "Src Rank" (recv) on the kernel or its cpu_op: already global;
+    2. a group-local peer: Kineto's "Rank" (when its "Collective name" is send/recv), else the rank argument of
+       the kernel's record_param_comms host op (:func:`_param_comms`), else the launching op's profiling title
+       ``nccl:send <me>-><peer>`` / ``nccl:recv <me><-<peer>``;
+       mapped to a global rank with Kineto's "Process Group Ranks", else the group's ranks in the
+       ``## process_group:init ##`` metadata (found by pg_name, or by backend_id/pg_id for the old layout),
+       else global_rank_start + local * global_rank_stride (stride > 0), else as is when the group is the
+       world group (pg_name "0", pg_desc "default_pg", or a group as large as the known world);
+    anything else is a ConfigError naming the file, the node and what was expected.
+
+    comm_tag: the simulator matches a send to a receive by (tag, src, dst, size), first-in first-out per key,
+    and NCCL runs the p2p ops between two ranks of one communicator in issue order. So the tag is a number
+    derived from the process group's name (identical on both ranks): the k-th send A->B on a group meets the k-th
+    receive at B from A on that group, and groups do not steal each other's messages.
+    """
+    coll, global_key, _attr, role = _P2P[kind]
+    launcher = ctx["by_id"][hid]
+    node_desc = (f"{src}: {where}: {'send' if kind == T.COMM_SEND_NODE else 'receive'} node {gid} ({name!r}, "
+                 f"launched by host node id {hid} of {ctx['host_path']})")
+    if ctx["shared"]:
+        raise ConfigError(f"{node_desc}: a trace with point-to-point send/recv cannot be copied to "
+                          f"{ctx['world']} ranks (each rank has its own peers); give one trace per rank with "
+                          "'{rank}' in the file names, or convert one rank with --rank R")
+    own = ctx["rank"]
+    if own is None:
+        raise ConfigError(f"{node_desc}: the rank of this trace is needed to check its peers; convert with "
+                          "--rank R (or --ranks N and per-rank '{rank}' files)")
+    group_name = pg if pg not in (None, "") else None
+    peer = _as_rank(kargs.get(global_key))
+    how = f"Kineto args {global_key!r}"
+    # the record_param_comms op: the group-local peer, and the process group (also needed for the tag when Kineto
+    # gives the global peer, so that both ranks derive the tag from the same group)
+    info = None
+    found = _find_param_comms(launcher, ctx["by_id"], ctx["children"], ctx["is_gpu"], coll)
+    if len(found) > 1 and peer is None:
+        raise ConfigError(f"{node_desc}: {len(found)} record_param_comms host ops {[f['id'] for f in found]} "
+                          f"under it say {coll!r}; cannot tell which one is this kernel's peer")
+    if len(found) == 1:
+        info = _param_comms(found[0])
+        if info is None or info["coll"] != coll:
+            said = info["coll"] if info else "nothing readable"
+            raise ConfigError(f"{node_desc}: its record_param_comms host node id {found[0]['id']} says "
+                              f"{said!r}, expected collective name {coll!r} with the {role} rank before it")
+        if group_name is None and info["pg_name"]:
+            group_name = info["pg_name"]
+        if group_name is None and info["pg_id"] is not None:
+            group = next((g for g in ctx["groups"] if info["pg_id"] in (g.get("backend_id"), g.get("pg_id"))), None)
+            group_name = str(group["pg_name"]) if group is not None else None
+    if peer is None:
+        local = None
+        kcoll = kargs.get("Collective name")
+        if isinstance(kcoll, str) and kcoll.strip('"').lower() == coll and _as_rank(kargs.get("Rank")) is not None:
+            local, how = _as_rank(kargs["Rank"]), "Kineto args 'Rank'"
+        elif info is not None:
+            local, how = info["peer"], f"record_param_comms host node id {found[0]['id']}"
+        p, hops = hid, 0
+        while local is None and p in ctx["by_id"] and hops < 8:
+            m = _TITLE_RE.search(ctx["by_id"][p]["name"])
+            if m and m.group(1) == coll:
+                local, how = int(m.group(4)), f"the name of host node id {p}"
+            q = ctx["by_id"][p]["ctrl_deps"]
+            p, hops = (q if q != p else None), hops + 1
+        if local is None:
+            raise ConfigError(
+                f"{node_desc}: cannot find the {role} rank: expected Kineto args {global_key!r} (or 'Rank' with "
+                f"'Collective name' {coll!r}) on the kernel or its cpu_op, a record_param_comms host op (the "
+                f"launcher, under it or above it) with collective name {coll!r} and the peer before it, or a "
+                f"launching op named 'nccl:{coll} <rank>{'->' if coll == 'send' else '<-'}<peer>'")
+        peer, group_name = _map_local(ctx, local, info, kargs, group_name, node_desc, how)
+    if peer < 0 or peer == own or (ctx["world"] is not None and peer >= ctx["world"]):
+        limit = f" (ranks 0..{ctx['world'] - 1})" if ctx["world"] is not None else ""
+        reason = "is this rank itself" if peer == own else f"is not a rank of the job{limit}"
+        raise ConfigError(f"{node_desc}: the {role} rank {peer} (from {how}) {reason}; this trace is rank {own}")
+    return peer, _group_tag(group_name), group_name
+
+
+def _map_local(ctx, local, info, kargs, group_name, node_desc, how):
+    """(global rank, group name) of the group-local rank ``local`` (see _p2p_peer)."""
+    if local < 0:
+        raise ConfigError(f"{node_desc}: peer {local} (from {how}) is not a rank")
+    listed = _rank_list(kargs.get("Process Group Ranks"))
+    if listed is not None:
+        ranks, complete = listed
+        if 0 <= local < len(ranks):
+            return ranks[local], group_name
+        if complete:
+            raise ConfigError(f"{node_desc}: peer {local} (from {how}) is outside its process group, whose "
+                              f"{len(ranks)} ranks are {ranks} (Kineto args 'Process Group Ranks')")
+    group = None
+    if group_name is not None:
+        group = next((g for g in ctx["groups"] if str(g["pg_name"]) == group_name), None)
+    if group is None and info is not None and info["pg_id"] is not None:
+        group = next((g for g in ctx["groups"] if info["pg_id"] in (g.get("backend_id"), g.get("pg_id"))), None)
+    if group is not None:
+        name = str(group["pg_name"])
+        members = group.get("ranks") or []
+        if not members:  # the group spans every rank: group ranks are global ranks
+            return local, name
+        if not 0 <= local < len(members):
+            raise ConfigError(f"{node_desc}: peer {local} (from {how}) is outside process group {name!r}, whose "
+                              f"{len(members)} ranks are {members} (from '## process_group:init ##')")
+        if _as_rank(members[local]) is None:
+            raise ConfigError(f"{node_desc}: process group {name!r} in '## process_group:init ##' lists "
+                              f"{members[local]!r} as a rank")
+        return _as_rank(members[local]), name
+    if info is not None and info["stride"] is not None and info["stride"] > 0 and info["start"] is not None \
+            and info["start"] >= 0:
+        if info["size"] is not None and not 0 <= local < info["size"]:
+            raise ConfigError(f"{node_desc}: peer {local} (from {how}) is outside its process group of "
+                              f"{info['size']} ranks")
+        return info["start"] + local * info["stride"], group_name
+    desc = info["pg_desc"] if info is not None else None
+    size = info["size"] if info is not None else None
+    if group_name == "0" or desc == "default_pg" or (size is not None and size == ctx["world"]):
+        return local, group_name
+    known = ", ".join(repr(str(g["pg_name"])) for g in ctx["groups"]) or "none"
+    group = (repr(group_name) if group_name is not None else
+             f"id {info['pg_id']}" if info is not None and info["pg_id"] is not None else "(unnamed)")
+    raise ConfigError(f"{node_desc}: peer {local} (from {how}) is a rank of process group {group}, which is not "
+                      f"the world group and whose global ranks are unknown: expected Kineto args 'Process Group "
+                      f"Ranks', the group in a '## process_group:init ##' node (groups there: {known}), or "
+                      "global_rank_start/global_rank_stride in its record_param_comms")
+
+
 def _dur(value):
     return max(0, int(round(value or 0)))
 
 
-def convert_pytorch_trace(host_path, kineto_path=None):
-    """Convert one rank's host trace (+ Kineto) into (GlobalMetadata, nodes sorted by id, summary)."""
+def convert_pytorch_trace(host_path, kineto_path=None, *, rank=None, world_size=None, shared=False):
+    """Convert one rank's host trace (+ Kineto) into (GlobalMetadata, nodes sorted by id, summary).
+
+    ``rank``: the global rank this trace is (needed for send/recv; otherwise taken from a ``rank`` field of the
+    host trace header or Kineto's ``distributedInfo``, which must agree with it when given). ``world_size``: the
+    number of ranks, when known (bounds the p2p peers). ``shared``: the trace is copied to several ranks, so
+    send/recv nodes are an error and the header rank is not checked."""
     header, hnodes = load_host_trace(host_path)
+    rank = _own_rank(header, host_path, rank, "rank", "the host trace header", shared)
     by_id = {n["id"]: n for n in hnodes}
     children = {}
     for n in hnodes:
@@ -192,10 +495,13 @@ def convert_pytorch_trace(host_path, kineto_path=None):
         if is_gpu[n["id"]]:
             where = f"node id {n['id']} ({n['name']!r})"
             gpu.append((n["id"], n["name"], n["ctrl_deps"], _dur(n.get("exclusive_dur", n.get("inclusive_dur"))),
-                        n.get("stream", 0), n.get("pg_name", ""), host_path, where))
+                        n.get("stream", 0), n.get("pg_name", ""), host_path, where, {}))
     cpu_dur = {}
     if kineto_path is not None:
-        events, cpu_ops = load_kineto_trace(kineto_path)
+        events, cpu_ops, dist = load_kineto_trace(kineto_path, with_info=True)
+        rank = _own_rank(dist, kineto_path, rank, "rank", "Kineto's distributedInfo", shared)
+        if world_size is None and _as_rank(dist.get("world_size")) is not None:
+            world_size = _as_rank(dist["world_size"])
         by_rf = {}
         for n in hnodes:
             rf = _attr_map(n).get("rf_id")
@@ -214,8 +520,11 @@ def convert_pytorch_trace(host_path, kineto_path=None):
             if hid is None:
                 raise ConfigError(f"{kineto_path}: {where}: no cpu_op with External id {args['External id']!r} "
                                   f"matching a host op of {host_path} (by 'Record function id' = rf_id)")
-            pg = args.get("Process Group Name", op.get("args", {}).get("Process Group Name", ""))
-            gpu.append((next_id, ev["name"], hid, _dur(ev["dur"]), args.get("stream", 0), pg, kineto_path, where))
+            kargs = dict(op.get("args", {}))
+            kargs.update(args)  # the kernel's own args first, then its cpu_op's (NCCL metadata may be on either)
+            pg = kargs.get("Process Group Name", "")
+            gpu.append((next_id, ev["name"], hid, _dur(ev["dur"]), args.get("stream", 0), pg, kineto_path, where,
+                        kargs))
             next_id += 1
         # exclusive CPU durations: inclusive minus the matched host children's inclusive durations
         inclusive = dict(cpu_dur)
@@ -292,8 +601,10 @@ def convert_pytorch_trace(host_path, kineto_path=None):
         counts["metadata" if ntype == T.METADATA_NODE else "cpu"] += 1
         dur = 0 if n["name"].startswith("Optimizer.step") else _dur(n.get("exclusive_dur", cpu_dur.get(n["id"], 0)))
         nodes.append(_node(n["id"], n["name"], ntype, data_deps.get(n["id"], []), ctrl.get(n["id"], []), dur,
-                           attrs, ins, host_path))
-    for gid, kname, hid, dur, stream, pg, src, where in gpu:
+                           attrs, ins, host_path, outs=n.get("outputs", {})))
+    ctx = {"by_id": by_id, "children": children, "is_gpu": is_gpu, "groups": _process_groups(hnodes),
+           "rank": rank, "world": world_size, "shared": shared, "host_path": host_path}
+    for gid, kname, hid, dur, stream, pg, src, where, kargs in gpu:
         launcher = by_id[hid]
         names = [launcher["name"].lower()]
         p = launcher["ctrl_deps"]
@@ -303,18 +614,26 @@ def convert_pytorch_trace(host_path, kineto_path=None):
         ntype, ctype = _comm_kind(kname, names, src, where)
         ins = launcher.get("inputs", {})
         attrs = {"is_cpu_op": False, "stream": _as_int(stream, src, {"id": gid, "name": kname}, "stream")}
+        name = f"{launcher['name']} | {kname}"
         if ntype in (T.COMM_COLL_NODE, T.COMM_SEND_NODE, T.COMM_RECV_NODE):
             if ntype == T.COMM_COLL_NODE:
                 attrs["comm_type"] = ctype
             attrs["comm_size"] = _tensor_bytes(ins.get("values", []), ins.get("types", []))
-            if pg not in (None, ""):
-                attrs["pg_name"] = str(pg)
+            pg = None if pg in (None, "") else str(pg)
+            p2p = None
+            if ntype != T.COMM_COLL_NODE:
+                p2p = _p2p_peer(ctx, ntype, gid, name, hid, pg, kargs, src, where)
+                pg = pg or p2p[2]  # the group found for the peer, when Kineto did not name it
+            if pg is not None:
+                attrs["pg_name"] = pg
+            if p2p is not None:
+                attrs[_P2P[ntype][2]] = p2p[0]  # comm_dst for a send, comm_src for a receive
+                attrs["comm_tag"] = p2p[1]
             counts["coll" if ntype == T.COMM_COLL_NODE else "p2p"] += 1
         else:
             counts["gpu_comp"] += 1
-        name = f"{launcher['name']} | {kname}"
         nodes.append(_node(gid, name, ntype, data_deps.get(gid, [hid]), [hid], dur, attrs, ins, src,
-                           values=False))
+                           values=False, outs=launcher.get("outputs", {})))
     nodes.sort(key=lambda x: x.id)
     meta = {}
     for key in ("schema", "pid", "time", "start_ts", "finish_ts"):
@@ -331,6 +650,18 @@ def convert_pytorch_trace(host_path, kineto_path=None):
     return gm, nodes, counts
 
 
+def _own_rank(record, path, rank, key, what, shared):
+    """``rank`` checked against ``record[key]`` (a header's rank): they must agree; None stays None unless the record
+    says. A trace copied to several ranks (``shared``) is not checked."""
+    said = _as_rank(record.get(key)) if isinstance(record, dict) else None
+    if said is None or shared:
+        return rank
+    if rank is not None and said != rank:
+        raise ConfigError(f"{path}: {what} says rank {said}, but it is being converted as rank {rank} "
+                          "(check --rank / the '{rank}' file index)")
+    return said
+
+
 def _as_int(value, path, node, key):
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"{path}: node id {node['id']} ({node['name']!r}): attribute {key!r} must be an integer, "
@@ -338,16 +669,18 @@ def _as_int(value, path, node, key):
     return value
 
 
-def _node(nid, name, ntype, data_deps, ctrl_deps, dur, attrs, ins, path, values=True):
+def _node(nid, name, ntype, data_deps, ctrl_deps, dur, attrs, ins, path, values=True, outs=None):
+    """A Chakra node with the host op's inputs and outputs IOInfo as ``str()`` of its lists (as Chakra's converter
+    writes them); ``values=False`` (GPU kernels) leaves out ``values``, keeping shapes and types."""
     from astra_sim.chakra import ChakraError
 
-    vals = ins.get("values", [])
-    shapes = ins.get("shapes", [])
-    types = ins.get("types", [])
+    outs = outs or {}
     try:
         return make_node(nid, name, ntype, data_deps=data_deps, ctrl_deps=ctrl_deps, duration_micros=dur,
-                         attrs=attrs, inputs_values=str(vals) if values else None, inputs_shapes=str(shapes),
-                         inputs_types=str(types))
+                         attrs=attrs, inputs_values=str(ins.get("values", [])) if values else None,
+                         inputs_shapes=str(ins.get("shapes", [])), inputs_types=str(ins.get("types", [])),
+                         outputs_values=str(outs.get("values", [])) if values else None,
+                         outputs_shapes=str(outs.get("shapes", [])), outputs_types=str(outs.get("types", [])))
     except ChakraError as exc:
         raise ConfigError(f"{path}: node id {nid} ({name!r}): {exc}") from None
 
@@ -359,16 +692,21 @@ def _per_rank(path, rank):
 def convert_pytorch(host, output, *, kineto=None, rank=None, ranks=None):
     """Write ``<output>.<r>.et``. ``rank``: convert this one rank's trace into ``<output>.<rank>.et``. ``ranks``:
     write ranks 0..N-1; when ``host`` (and ``kineto``) contain ``{rank}`` each rank reads its own files, otherwise
-    the one trace is copied to every rank (a data-parallel assumption). Returns a summary dict."""
+    the one trace is copied to every rank (a data-parallel assumption, refused for traces with send/recv, whose
+    peers are rank-specific). The rank (R or the ``{rank}`` index) is checked against the trace's own, if it says
+    one, and used to check the send/recv peers. Returns a summary dict."""
     if (rank is None) == (ranks is None):
         raise ConfigError("give exactly one of --rank R or --ranks N")
     wanted = [rank] if rank is not None else list(range(ranks))
+    per_rank = "{rank}" in os.fspath(host) or (kineto is not None and "{rank}" in os.fspath(kineto))
+    # a trace copied to several ranks has no rank of its own (send/recv are then an error)
+    shared = rank is None and not per_rank and ranks > 1
     cache = {}
     metas, lists, summary = [], [], None
     for r in wanted:
-        key = (_per_rank(host, r), _per_rank(kineto, r))
+        key = (_per_rank(host, r), _per_rank(kineto, r), None if shared else r)
         if key not in cache:
-            cache[key] = convert_pytorch_trace(*key)
+            cache[key] = convert_pytorch_trace(key[0], key[1], rank=key[2], world_size=ranks, shared=shared)
         gm, nodes, counts = cache[key]
         metas.append(gm)
         lists.append(nodes)
