@@ -1,0 +1,146 @@
+"""Compare simulated step times with MLPerf Training v3.1 GPT-3 175B measurements (issue 6).
+
+Measured numbers: NVIDIA's closed-division submissions to MLPerf Training v3.1 (github.com/mlcommons/
+training_results_v3.1, ``NVIDIA/results/eos_n64_ngc23.09_nemo/gpt3/result_{0,1,2}.txt`` and ``eos_n96_...``).
+Their MLLOG lines log ``train_step_timing`` (seconds per optimizer step) for every step; the medians over the
+three runs' 288 / 200 steps are used. The configuration is the submission's own
+(``NVIDIA/benchmarks/gpt3/implementations/pytorch``: ``config_DGXH100_*x4x8_mbs1.sh``, ``config_common.sh``,
+``config_fp8.sh``, ``conf/custom.yaml``) and the log's ``global_batch_size`` / ``gradient_accumulation_steps``:
+GPT-3 175B (96 layers, h 12288, 96 heads, s 2048), DGX H100 nodes (8 x H100-SXM5-80GB, NVLink 4,
+8 x 400 Gb/s NDR per node), TP 4, PP 8, interleaved with 12 virtual stages, sequence parallelism, micro-batch 1,
+128 micro-batches per step, distributed optimizer (ZeRO-1) with overlapped gradient reduce-scatter and parameter
+all-gather, Transformer Engine FP8 (hybrid) GEMMs, TP communication overlap (userbuffers), hidden and attention
+dropout 0, no activation recomputation, bf16 otherwise.
+
+Simulated as ``astra workload llm ... --gemm-dtype fp8 --no-dropout --tp-comm-overlap --overlap-param-gather``
+on ``astra run --platform hgx-h100 --compute-model gpu``. Nothing is fitted to these numbers.
+
+Reduction (the full 512-rank x 128-micro-batch trace is ~90 M nodes, beyond this machine's memory): the step is
+split into the per-pipeline part, which does not depend on DP, and the DP part (gradient reduce-scatter at the
+end of the step, parameter all-gather at its start), which does not depend on the number of micro-batches:
+
+    T(DP, M=128) = T(DP=1, M=128) + [T(DP, M=16) - T(DP=1, M=16)]
+
+with T(DP=1, M=128) extrapolated linearly from M=16 and M=32 (the interleaved 1F1B steady state adds one slot per
+micro-batch): T(1, 128) = T(1, 32) + 96 * (T(1, 32) - T(1, 16)) / 16.
+
+Usage:  python benchmarks/validate_mlperf_gpt3.py [--only NAME ...] [--json OUT.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+GPUS_PER_NODE = 8
+LLM_FLAGS = ["--preset", "gpt3-175b", "--tp", "4", "--pp", "8", "--virtual-stages", "12", "--micro-batch-size", "1",
+             "--sequence-parallel", "--zero", "1", "--overlap-param-gather", "--tp-comm-overlap",
+             "--gemm-dtype", "fp8", "--no-dropout", "--dtype", "bf16"]
+MICRO_BATCHES = 128  # gradient_accumulation_steps in both logs
+SHORT_M = 16         # micro-batches of the DP runs (a multiple of PP, as the interleaved schedule needs)
+
+
+@dataclass
+class Row:
+    name: str
+    source: str
+    gpus: int
+    global_batch: int
+    measured_step_s: float  # median train_step_timing over the submission's three runs
+
+    @property
+    def dp(self) -> int:
+        return self.gpus // 32
+
+
+ROWS = [
+    Row("mlperf-v3.1-gpt3-512", "NVIDIA eos_n64_ngc23.09_nemo", 512, 2048, 11.05),
+    # needs about 24 GB of memory for its DP=24, M=16 run (768 ranks x 21.5k nodes): not run by default
+    Row("mlperf-v3.1-gpt3-768", "NVIDIA eos_n96_ngc23.09_nemo", 768, 3072, 11.075),
+]
+DEFAULT_ROWS = ("mlperf-v3.1-gpt3-512",)
+
+
+def _exe(name: str) -> str:
+    cand = os.path.join(os.path.dirname(sys.executable), name)
+    return cand if os.path.exists(cand) else name
+
+
+def simulate(dp: int, micro_batches: int, workdir: str) -> dict:
+    prefix = os.path.join(workdir, f"dp{dp}.m{micro_batches}", "w")
+    os.makedirs(os.path.dirname(prefix), exist_ok=True)
+    report = prefix + ".report.json"
+    subprocess.run([_exe("astra"), "workload", "llm", *LLM_FLAGS, "--dp", str(dp), "--micro-batches",
+                    str(micro_batches), "-o", prefix], check=True, stdout=subprocess.DEVNULL)
+    t0 = time.time()
+    nodes = max(1, dp * 32 // GPUS_PER_NODE)
+    subprocess.run([_exe("astra"), "run", "--platform", "hgx-h100", "--nodes", str(nodes), "--compute-model", "gpu",
+                    "--gpu", "H100-SXM5-80GB", "--workload-configuration", prefix,
+                    "--comm-group-configuration", prefix + ".groups.json", "--report-json", report, "-q"],
+                   check=True, stdout=subprocess.DEVNULL)
+    with open(report) as f:
+        r = json.load(f)
+    shutil.rmtree(os.path.dirname(prefix), ignore_errors=True)
+    ranks = r["ranks"]
+    return {"dp": dp, "micro_batches": micro_batches, "step_s": r["summary"]["max_finish_ns"] * 1e-9,
+            "max_compute_s": max(x["compute_ns"] for x in ranks) * 1e-9,
+            "max_exposed_comm_s": r["summary"]["max_exposed_comm_ns"] * 1e-9, "wall_s": time.time() - t0}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="*", help=f"row names (default: {', '.join(DEFAULT_ROWS)}; known: "
+                    f"{', '.join(r.name for r in ROWS)})")
+    ap.add_argument("--json", help="write the results here")
+    a = ap.parse_args(argv)
+    rows = [r for r in ROWS if r.name in (a.only or DEFAULT_ROWS)]
+    workdir = tempfile.mkdtemp(prefix="astra-mlperf-")
+    out = []
+    try:
+        base_short = simulate(1, SHORT_M, workdir)
+        base_long = simulate(1, 2 * SHORT_M, workdir)
+        slope = (base_long["step_s"] - base_short["step_s"]) / SHORT_M
+        base_full = {"step_s": base_long["step_s"] + slope * (MICRO_BATCHES - 2 * SHORT_M),
+                     "max_compute_s": base_long["max_compute_s"] + (MICRO_BATCHES - 2 * SHORT_M) / SHORT_M
+                     * (base_long["max_compute_s"] - base_short["max_compute_s"]),
+                     "max_exposed_comm_s": float("nan")}
+        print(f"# DP=1: M={SHORT_M} {base_short['step_s']:.3f} s, M={2 * SHORT_M} {base_long['step_s']:.3f} s, "
+              f"M={MICRO_BATCHES} extrapolated {base_full['step_s']:.3f} s", file=sys.stderr, flush=True)
+        for row in rows:
+            assert row.global_batch == row.dp * MICRO_BATCHES, row
+            dp_short = simulate(row.dp, SHORT_M, workdir)
+            dp_cost = dp_short["step_s"] - base_short["step_s"]
+            step = base_full["step_s"] + dp_cost
+            out.append({"name": row.name, "source": row.source, "gpus": row.gpus, "dp": row.dp,
+                        "global_batch": row.global_batch, "measured_step_s": row.measured_step_s,
+                        "sim_step_s": step, "dp_cost_s": dp_cost,
+                        "err_pct": 100.0 * (step - row.measured_step_s) / row.measured_step_s,
+                        "runs": [base_short, base_long, dp_short]})
+            print(f"# {row.name}: done", file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print("| row | source | GPUs | TPxPPxDP (VP) | GBS | M | measured s/step | simulated s/step | DP part (s) "
+          "| error % |")
+    print("|" + "---|" * 10)
+    for r in out:
+        print(f"| {r['name']} | {r['source']} | {r['gpus']} | 4x8x{r['dp']} (12) | {r['global_batch']} "
+              f"| {MICRO_BATCHES} | {r['measured_step_s']:.3f} | {r['sim_step_s']:.3f} | {r['dp_cost_s']:.3f} "
+              f"| {r['err_pct']:+.1f} |")
+    if out:
+        print(f"\nDP=1 pipeline: M={MICRO_BATCHES} step {base_full['step_s']:.3f} s (compute "
+              f"{base_full['max_compute_s']:.3f} s), extrapolated from M={SHORT_M} and M={2 * SHORT_M}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
