@@ -668,11 +668,12 @@ class _StageBuilder:
         return self.recv(f"tp_recv.{label}.{j}", -1, tag, size, "tprecv")
 
     def ag_mm(self, ag_label, mm_label, m, k, n, deps=()):
-        """Sequence-parallel all-gather of the ``[m, k]`` input, then ``[m,k] x [k,n]``. With
+        """Sequence-parallel all-gather of the ``[m, k]`` input (none without sequence parallelism), then
+        ``[m,k] x [k,n]``. With
         ``--tp-comm-overlap`` (Transformer Engine's userbuffers): the GEMM runs in TP row chunks; chunk 0 on the
         local shard while a ring passes the other shards along, chunk j as soon as shard j arrived."""
         if not self.cfg.tp_comm_overlap:
-            if self._tp("ag", ag_label, deps) is not None:
+            if self.cfg.sequence_parallel and self._tp("ag", ag_label, deps) is not None:
                 deps = []
             return self.mm(mm_label, m, k, n, deps)
         tp = self.cfg.tp
@@ -685,13 +686,14 @@ class _StageBuilder:
         return node
 
     def mm_rs(self, mm_label, rs_label, m, k, n, deps=()):
-        """``[m,k] x [k,n]``, then the sequence-parallel reduce-scatter of its output. With
+        """``[m,k] x [k,n]``, then the TP reduction of its output (reduce-scatter with sequence parallelism,
+        all-reduce without). With
         ``--tp-comm-overlap``: the GEMM runs in TP row chunks, and a ring accumulates the partial sums (send the
         partial of the previous chunk, receive one, add it to this chunk's: ``aten::add_`` of one shard)
         while the next chunk computes."""
         if not self.cfg.tp_comm_overlap:
             node = self.mm(mm_label, m, k, n, deps)
-            self._tp("rs", rs_label)
+            self._tp("rs" if self.cfg.sequence_parallel else "ar", rs_label)
             return node
         tp = self.cfg.tp
         rows = m // tp
@@ -723,10 +725,7 @@ class _StageBuilder:
         ew = cfg.ew
         if ew:  # deps stay on the first GEMM too (ZeRO-3 gathers; already ordered by the chain)
             self.layer_norm(lab + ".ln1", deps)
-        if sp:
-            qkv_node = self.ag_mm(lab + ".attn_in", lab + ".qkv", n, h, qkv, deps)
-        else:
-            qkv_node = self.mm(lab + ".qkv", n, h, qkv, deps)
+        qkv_node = self.ag_mm(lab + ".attn_in", lab + ".qkv", n, h, qkv, deps)
         hq, hkv = dims.heads // tp, dims.kv_heads // tp
         if cfg.inference:  # this step's keys and values go into the KV cache (K and V as one copy)
             kv_new = self._t(2, b, hkv, q, d)
@@ -739,11 +738,7 @@ class _StageBuilder:
             self.comp(ATTN, lab + ".attn",
                       f"[[{b}, {hq}, {q}, {d}], [{b}, {hkv}, {c}, {d}], [{b}, {hkv}, {c}, {d}]]",
                       4 * b * q * c * d * hq, b * d * (2 * q * hq + 2 * c * hkv), ring, extra=kv_bytes)
-        if sp:
-            self.mm_rs(lab + ".proj", lab + ".attn_out", n, h // tp, h)
-        else:
-            self.mm(lab + ".proj", n, h // tp, h)
-            self._tp("ar", lab + ".attn_out")
+        self.mm_rs(lab + ".proj", lab + ".attn_out", n, h // tp, h)
         if ew:
             self.dropout_add(lab + ".attn_out")
             self.layer_norm(lab + ".ln2")
@@ -752,15 +747,10 @@ class _StageBuilder:
                 self._tp("ag", lab + ".mlp_in")
             self.moe_forward(lab)
             self._tp("rs" if sp else "ar", lab + ".mlp_out")
-        elif sp:
+        else:
             self.ag_mm(lab + ".mlp_in", lab + ".fc1", n, h, f1)
             self.act_fwd(lab + ".fc1", n, dims.ffn_hidden // tp)
             self.mm_rs(lab + ".fc2", lab + ".mlp_out", n, dims.ffn_hidden // tp, h)
-        else:
-            self.mm(lab + ".fc1", n, h, f1)
-            self.act_fwd(lab + ".fc1", n, dims.ffn_hidden // tp)
-            self.mm(lab + ".fc2", n, dims.ffn_hidden // tp, h)
-            self._tp("ar", lab + ".mlp_out")
         if ew:
             self.dropout_add(lab + ".mlp_out")
 
@@ -854,12 +844,7 @@ class _StageBuilder:
             self.layer_norm_bwd(lab + ".ln2")
             self.residual_grad(lab + ".ln2")
             self.dropout_bwd(lab + ".attn_out")
-        if overlap:
-            self.ag_mm(lab + ".attn_out", lab + ".proj.dgrad", n, h, h // tp)
-        else:
-            if sp:
-                self._tp("ag", lab + ".attn_out")
-            self.mm(lab + ".proj.dgrad", n, h, h // tp)
+        self.ag_mm(lab + ".attn_out", lab + ".proj.dgrad", n, h, h // tp)
         self.mm(lab + ".proj.wgrad", h // tp, n, h)
         hq, hkv = dims.heads // tp, dims.kv_heads // tp
         if cfg.attention == "unfused":
@@ -896,8 +881,8 @@ class _StageBuilder:
         elif cfg.zero:
             rs = self.coll(f"{group}_rs.{label}", T.REDUCE_SCATTER, size, group, [self.prev], chain=False)
             self.syncs.append(rs)
-            if cfg.overlap_param_gather:
-                pass  # gathered at the start of the (next) step, see param_gathers()
+            if cfg.overlap_param_gather:  # gathered at the start of the (next) step, see param_gathers()
+                pass
             elif cfg.ew:  # the updated shards are gathered after the optimizer step
                 self.deferred.append((f"{group}_ag.{label}", size, group))
             else:
