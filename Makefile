@@ -30,6 +30,7 @@ test: install
 benchmark: install
 	$(BIN)/python benchmarks/bench_engine.py
 	$(BIN)/python benchmarks/bench_scale.py all
+	$(BIN)/python benchmarks/bench_ready_queue.py
 
 proto:
 	scripts/gen_chakra_proto.sh

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 
-from astra_sim.chakra import make_metadata, make_node, types as T
+from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.testing import system_config
 
 SYSTEM = system_config(dims=3)  # ring on every dimension, 4 chunks, localBWAware
@@ -82,4 +82,23 @@ def data_parallel_training(folder, npus=(8, 8, 16), layers=20, compute_us=50, gr
         previous = backward
     ranks = npus[0] * npus[1] * npus[2]
     _write_all(prefix, ranks, nodes)
+    return prefix, system, network, memory
+
+
+def ready_queue(folder, npus=(8, 4, 2), messages=2000, message_bytes=64 << 10):
+    """Every rank has ``messages`` sends to its ring neighbour and as many receives
+    from the other one, all dependency-free at time 0: thousands of ready nodes
+    queue behind each rank's one communication slot (what pipelined TP-overlap
+    rings look like)."""
+    system, network, memory = _common(folder, npus)
+    prefix = os.path.join(folder, "ready_queue")
+    ranks = npus[0] * npus[1] * npus[2]
+    for rank in range(ranks):
+        nodes = []
+        for i in range(messages):
+            nodes.append(make_node(i, f"send_{i}", T.COMM_SEND_NODE,
+                                   attrs={"comm_dst": (rank + 1) % ranks, "comm_size": message_bytes, "comm_tag": i}))
+            nodes.append(make_node(messages + i, f"recv_{i}", T.COMM_RECV_NODE,
+                                   attrs={"comm_src": (rank - 1) % ranks, "comm_size": message_bytes, "comm_tag": i}))
+        write_et(f"{prefix}.{rank}.et", make_metadata(), nodes)
     return prefix, system, network, memory

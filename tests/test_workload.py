@@ -192,6 +192,43 @@ def test_ranks_finish_independently(env):
     assert report.finish_order == [0, 1, 2, 3]
 
 
+def test_many_ready_sends_queue_behind_the_comm_slot_in_id_order(env):
+    # 300 ready sends (file order reversed) share rank 0's one comm slot: they
+    # run back to back in ascending id order, whatever the order of the file.
+    n, size = 300, 4096
+    t = t_msg(size)
+
+    def nodes(rank):
+        if rank == 0:
+            return [send(i, 1, size, i) for i in reversed(range(n))]
+        return [recv(i, 0, size, i) for i in range(n)]
+
+    report, times = env.run("queue", nodes)
+    assert [times[(0, i)] for i in range(n)] == [(i * t, (i + 1) * t) for i in range(n)]
+    assert report.ranks[1].finish_ns == n * t
+
+
+def test_slot_freed_at_issue_serves_the_next_ready_node_in_the_same_pass(env):
+    # INVALID node 1 takes the comm slot and finishes at issue time, so the
+    # all-reduce 2 behind it starts at 0 too, in the same pass.
+    report, times = env.run("free_at_issue", lambda r: [make_node(1, "inv", T.INVALID_NODE), allreduce(2, MIB)])
+    assert times[(0, 1)] == (0, 0)
+    assert times[(0, 2)] == (0, ring_ar_ns(MIB, 2))
+
+
+def test_nodes_freed_during_a_pass_wait_for_the_next_pass(env):
+    # The reference examines a copy of the ready set: compute 9, freed when the
+    # INVALID node 5 finishes at issue time, is not looked at in that pass, and
+    # with the CPU op 1 still running the next pass comes only when 1 finishes.
+    def nodes(rank):
+        return [comp(1, 10, cpu=True), make_node(5, "inv", T.INVALID_NODE), comp(9, 2, deps=[5])]
+
+    report, times = env.run("snapshot", nodes)
+    assert times[(0, 5)] == (0, 0)
+    assert times[(0, 9)] == (10_000, 12_000)
+    assert report.ranks[0].finish_ns == 12_000
+
+
 # ---------------------------------------------------------------- INVALID / METADATA nodes
 
 

@@ -4,11 +4,17 @@ Reference semantics: the dependency-free nodes are examined in ascending id
 order after every completion; per rank there is one CPU slot, one GPU-compute
 slot and one GPU-communication slot (receives occupy none), so two collectives
 never overlap on one rank, while compute and communication can.
+
+The dependency-free nodes are kept in one id-ordered heap per slot, so a pass
+looks only at the heads of the free slots instead of sorting every waiting
+node after every completion (traces with thousands of ready sends queued
+behind one busy communication slot made that quadratic).
 """
 
 from __future__ import annotations
 
 import json
+from heapq import heappop, heappush
 
 from astra_sim.chakra import ChakraError, types as T
 from astra_sim.errors import AstraError, WorkloadError
@@ -33,14 +39,18 @@ class RankWorkload:
         self.path = path
         self.sys = sys
         self.nodes, self.children, self.parents_left, roots = graph
-        self.dep_free = set(roots)
-        self.ongoing = set()
+        # Dependency-free nodes: ``fresh`` (freed since the last pass began, not
+        # yet examined, as the reference examines a copy of its set) and one
+        # id heap per slot; ``ready_count`` counts both.
+        self.fresh = list(roots)
+        self.ready = ([], [], [], [])
+        self.ready_count = len(self.fresh)
         self.slot_busy = [0, 0, 0, 0]
         self.compute_ns = 0  # GPU compute time (replay or model)
         self.cpu_ns = 0
         self.comm_ns = 0  # sum of collective durations
         self.finish_ns = None
-        self.node_start_ns = {}
+        self.node_start_ns = {}  # the running nodes: id -> start time
         self.comm_groups = {}
         groups = run.comm_groups
         if groups:
@@ -83,21 +93,51 @@ class RankWorkload:
         # The reference stops here even when a node that finished at issue time
         # (INVALID, METADATA, zero-size roofline) freed new nodes while nothing
         # else is running; that is a silent hang. Keep issuing instead.
-        while not self.ongoing and self.dep_free:
+        while not self.node_start_ns and self.ready_count:
             self._issue_dep_free_nodes()
 
     def _issue_dep_free_nodes(self):
-        busy = self.slot_busy
+        """One pass in ascending id order over the nodes dependency-free when it
+        began, issuing each whose slot is free (receives always)."""
+        ready = self.ready
         nodes = self.nodes
-        for node_id in sorted(self.dep_free):
-            node = nodes[node_id]
-            slot = self._slot(node)
-            if slot == _NONE or busy[slot] == 0:
-                self._issue(node, slot)
+        fresh = self.fresh
+        if fresh:
+            self.fresh = []
+            slot_of = self._slot
+            for node_id in fresh:
+                heappush(ready[slot_of(nodes[node_id])], node_id)
+        busy = self.slot_busy
+        passed = -1  # the last id issued in this pass
+        set_aside = None
+        while True:
+            best = best_slot = None
+            for slot in (_CPU, _COMP, _COMM, _NONE):
+                heap = ready[slot]
+                if not heap or (slot != _NONE and busy[slot]):
+                    continue
+                if heap[0] < passed:
+                    # The slot was busy when the pass went by these ids and has
+                    # freed since: they wait for the next pass.
+                    if set_aside is None:
+                        set_aside = []
+                    while heap and heap[0] < passed:
+                        set_aside.append(heappop(heap))
+                    if not heap:
+                        continue
+                if best is None or heap[0] < best:
+                    best = heap[0]
+                    best_slot = slot
+            if best is None:
+                break
+            heappop(ready[best_slot])
+            self.ready_count -= 1
+            passed = best
+            self._issue(nodes[best], best_slot)
+        if set_aside:
+            self.fresh.extend(set_aside)
 
     def _issue(self, node, slot):
-        self.dep_free.discard(node.id)
-        self.ongoing.add(node.id)
         if slot != _NONE:
             self.slot_busy[slot] += 1
         self.node_start_ns[node.id] = self.run.engine.now
@@ -277,13 +317,13 @@ class RankWorkload:
             self.slot_busy[slot] -= 1
 
     def _finish_node(self, node_id):
-        self.ongoing.discard(node_id)
         self.run.record_node(self.rank, self.nodes[node_id], self.node_start_ns.pop(node_id), self.run.engine.now)
         parents_left = self.parents_left
         for child in self.children[node_id]:
             parents_left[child] -= 1
             if parents_left[child] == 0:
-                self.dep_free.add(child)
+                self.fresh.append(child)
+                self.ready_count += 1
 
     def _node_done(self, node_id):
         if self.finish_ns is not None:
@@ -294,7 +334,7 @@ class RankWorkload:
         self._check_finished()
 
     def _check_finished(self):
-        if self.finish_ns is None and not self.dep_free and not self.ongoing and not any(self.slot_busy):
+        if self.finish_ns is None and not self.ready_count and not self.node_start_ns and not any(self.slot_busy):
             self.finish_ns = self.run.engine.now
             self.run.rank_finished(self)
 
@@ -305,10 +345,10 @@ class RankWorkload:
     def stuck_description(self):
         """What keeps this rank from finishing (for deadlock reports)."""
         parts = []
-        for node_id in sorted(self.ongoing)[:5]:
+        for node_id in sorted(self.node_start_ns)[:5]:
             node = self.nodes[node_id]
             parts.append(f"running node {node_id} ({node.name!r}, {T.node_type_name(node.type)})")
-        waiting = sorted(self.dep_free)[:5]
+        waiting = sorted(self.fresh + [i for heap in self.ready for i in heap])[:5]
         for node_id in waiting:
             node = self.nodes[node_id]
             parts.append(f"ready node {node_id} ({node.name!r}) waiting for a busy slot")
