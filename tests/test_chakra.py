@@ -708,3 +708,18 @@ def _timed(fn):
     t0 = time.perf_counter()
     fn()
     return time.perf_counter() - t0
+
+
+def test_read_shares_repeated_strings_across_nodes():
+    # Millions of nodes repeat the same names, shapes, types and attribute keys: the
+    # reader keeps one object per distinct string of a file (memory), values unchanged.
+    nodes = [make_node(i, "aten::mm", COMP_NODE, inputs_shapes="[[8, 16], [16, 4]]",
+                       inputs_types="['Tensor(c10::BFloat16)', 'Tensor(c10::BFloat16)']",
+                       attrs={"is_cpu_op": False, "num_ops": 1024 + i, "pg_name": "7"}) for i in range(3)]
+    a, b, c = parse_et(encode_et(make_metadata(), nodes), keep_raw=False).nodes
+    assert a.name == "aten::mm" and a.name is b.name is c.name
+    assert a.inputs_shapes is b.inputs_shapes and a.inputs_types is c.inputs_types
+    assert [k for k in a.attrs] == ["is_cpu_op", "num_ops", "pg_name"]
+    assert all(ka is kb for ka, kb in zip(a.attrs, b.attrs))
+    assert a.attrs["pg_name"] is b.attrs["pg_name"] == "7"
+    assert [n.attrs["num_ops"] for n in (a, b, c)] == [1024, 1025, 1026]

@@ -26,14 +26,19 @@ _INT_RANGES = {
 _FLOAT32_MAX = 3.4028234663852886e38
 
 
-def attrs_from_proto(attr_list):
+def attrs_from_proto(attr_list, strings=None):
     """Repeated AttributeProto -> (dict name -> Python value, tuple of (name, kind)).
 
-    First occurrence of a name wins (FeederV3 semantics)."""
+    First occurrence of a name wins (FeederV3 semantics). ``strings``: a dict
+    shared across the nodes of a file; attribute names and string values are
+    looked up there so that equal strings are one object (traces repeat them
+    on every node, and a million copies cost tens of megabytes)."""
     attrs = {}
     kinds = []
     for a in attr_list:
         name = a.name
+        if strings is not None:
+            name = strings.setdefault(name, name)
         if name in attrs:
             continue
         kind = a.WhichOneof("value")
@@ -43,6 +48,8 @@ def attrs_from_proto(attr_list):
             value = getattr(a, kind)
             if kind in _LIST_KINDS:
                 value = list(value.values)
+            elif strings is not None and kind == "string_val":
+                value = strings.setdefault(value, value)
         attrs[name] = value
         kinds.append((name, kind))
     return attrs, tuple(kinds)

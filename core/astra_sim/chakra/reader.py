@@ -144,6 +144,8 @@ def _parse_frames(data, path, keep_raw, gzipped):
 
     from_string = pb.Node.FromString
     kind_cache = {}
+    strings = {}  # one object per distinct name / shape / type string of the file
+    intern = strings.setdefault
     new_node = EtNode
     append = nodes.append
     index = 0
@@ -155,11 +157,13 @@ def _parse_frames(data, path, keep_raw, gzipped):
         except DecodeError as exc:
             raise ChakraError(f"{path}: byte offset {off}: message #{index} is not a valid Node ({exc}); "
                               f"the file is corrupt", path=path, offset=off) from None
-        attrs, kinds = attrs_from_proto(m.attr)
+        attrs, kinds = attrs_from_proto(m.attr, strings)
         kinds = kind_cache.setdefault(kinds, kinds)
         inputs = m.inputs
-        append(new_node(m.id, m.name, m.type, list(m.ctrl_deps), list(m.data_deps), m.duration_micros,
-                        inputs.values, attrs, path, kinds, raw if keep_raw else None, inputs.shapes, inputs.types))
+        name, values, shapes, types = m.name, inputs.values, inputs.shapes, inputs.types
+        append(new_node(m.id, intern(name, name), m.type, list(m.ctrl_deps), list(m.data_deps), m.duration_micros,
+                        intern(values, values), attrs, path, kinds, raw if keep_raw else None,
+                        intern(shapes, shapes), intern(types, types)))
     return EtFile(path, metadata, nodes, gzipped)
 
 
