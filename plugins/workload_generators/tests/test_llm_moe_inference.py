@@ -118,6 +118,55 @@ def test_all_to_all_volume_and_ep_groups(tmp_path, ep):
             assert vol == {dp_group: (stage // tp + router) * BF16, edp_group: experts // tp * BF16}
 
 
+# capacity factor: (C, pad) -> expert token copies per rank (b*s = 2*128 tokens, top-2 of 8 experts: 64 per
+# expert when balanced); capacity = ceil(64 * C)
+@pytest.mark.parametrize("factor, pad, copies", [
+    (None, False, 512),      # dropless
+    (1.25, False, 512),      # capacity 80 > 64: balanced routing drops nothing, no padding
+    (1.25, True, 8 * 80),    # padded to capacity 80 per expert
+    (0.5, False, 8 * 32),    # capacity 32 < 64: half the copies dropped
+    (0.5, True, 8 * 32),
+    (1.01, True, 8 * 65),    # ceil(64.64)
+])
+def test_capacity_factor_sets_all_to_all_bytes_and_expert_rows(tmp_path, factor, pad, copies):
+    tp, dp, ep, M, b = 2, 4, 4, 2, 2
+    cfg = LlmConfig(tp=tp, dp=dp, ep=ep, micro_batches=M, micro_batch_size=b,
+                    moe_capacity_factor=factor, moe_pad_to_capacity=pad)
+    generate_llm(model_dims(**SMALL_MOE), cfg, tmp_path / "t")
+    h, f, L = 256, 128, 4
+    for nodes in _read_all(tmp_path / "t", cfg.npus)[:3]:
+        a2a = [n for n in nodes if n.type == T.COMM_COLL_NODE and n.attrs["comm_type"] == T.ALL_TO_ALL]
+        assert len(a2a) == 4 * L * M
+        assert {n.attrs["comm_size"] for n in a2a} == {copies * h * BF16}
+        # routed experts (fc1 with SwiGLU: 2 x f/TP columns; fc2) forward and backward: 3 GEMMs each of 2*rows*...
+        expert_ops = sum(n.attrs["num_ops"] for n in nodes if n.type == T.COMP_NODE
+                         and ".experts." in n.attrs["label"])
+        per_copy = 3 * (2 * h * 2 * f // tp + 2 * f // tp * h)  # fwd + dgrad + wgrad of fc1 (2f/TP) and fc2
+        assert expert_ops == L * M * copies * per_copy
+
+
+def test_capacity_factor_options_are_checked():
+    moe, dense = model_dims(**SMALL_MOE), model_dims(**SMALL_DENSE)
+    with pytest.raises(ConfigError, match="--moe-capacity-factor needs a mixture-of-experts"):
+        generate_llm(dense, LlmConfig(moe_capacity_factor=1.0), "unused", write=False)
+    with pytest.raises(ConfigError, match="--moe-pad-to-capacity needs --moe-capacity-factor"):
+        generate_llm(moe, LlmConfig(moe_pad_to_capacity=True), "unused", write=False)
+    with pytest.raises(ConfigError, match="must be a number > 0"):
+        generate_llm(moe, LlmConfig(moe_capacity_factor=0), "unused", write=False)
+
+
+def test_capacity_factor_from_the_cli_simulates(tmp_path):
+    prefix = tmp_path / "out" / "g"
+    assert main(["workload", "llm", "--layers", "2", "--hidden", "256", "--heads", "8", "--kv-heads", "4",
+                 "--vocab", "1000", "--seq-len", "128", "--gated", "--experts", "8", "--top-k", "2",
+                 "--moe-ffn", "128", "--dp", "4", "--ep", "4", "--moe-capacity-factor", "1.5",
+                 "--moe-pad-to-capacity", "-o", str(prefix)]) == 0
+    a2a = [n for n in read_et(f"{prefix}.0.et").nodes if n.type == T.COMM_COLL_NODE
+           and n.attrs["comm_type"] == T.ALL_TO_ALL]
+    assert {n.attrs["comm_size"] for n in a2a} == {8 * 48 * 256 * BF16}  # capacity ceil(128*2/8*1.5) = 48
+    _sim(tmp_path, prefix, 4)
+
+
 def test_ep_group_layout(tmp_path):
     generate_llm(model_dims(**SMALL_MOE), LlmConfig(tp=1, pp=1, dp=4, ep=2), tmp_path / "t")
     groups = json.loads((tmp_path / "t.groups.json").read_text())

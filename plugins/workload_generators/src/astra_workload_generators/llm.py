@@ -18,7 +18,12 @@ Mixture of experts (``experts`` > 0): every layer's FFN is ``top_k`` of ``expert
 ``ep`` is carved out of DP (Megatron): ``d = e + EP*q`` with EP index ``e = d % EP``; EP groups are the EP
 consecutive DP indices ``q*EP .. q*EP+EP-1`` (same t, p), expert-data-parallel groups the DP indices with the same
 ``e``. Per MoE layer and micro-batch an all-to-all dispatch before and a combine after the expert GEMMs (again in
-backward), each ``tokens_per_microbatch * top_k * h * bytes`` per rank (EP = 1: none).
+backward), each ``tokens_per_microbatch * top_k * h * bytes`` per rank (EP = 1: none). Routing is balanced
+(every expert gets ``tokens * top_k / experts`` of a rank's token copies). ``moe_capacity_factor`` C (GShard /
+Megatron ``--moe-expert-capacity-factor``): each expert takes at most ``ceil(tokens * top_k / experts * C)`` of a
+rank's token copies (C < 1 drops the rest); with ``moe_pad_to_capacity`` every expert gets exactly that many
+(padding), so the all-to-all bytes and the expert GEMM rows (and FLOPs) are ``experts * capacity`` instead of
+``tokens * top_k`` (see :func:`routed_rows`).
 
 ZeRO-3 (``zero=3``): per unit (layer, embedding, LM head) one parameter all-gather before its first forward
 and one before its first backward per step (reused by all micro-batches), one gradient reduce-scatter after its
@@ -42,6 +47,7 @@ Inference (``mode`` prefill / decode): forward only, no DP synchronisation. Pref
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, asdict
 
 from astra_sim.chakra import types as T
@@ -153,6 +159,8 @@ class LlmConfig:
     gemm_dtype: str = "same"        # linear-layer GEMM operands: "same" as dtype, or "fp8" (Transformer Engine)
     overlap_param_gather: bool = False  # ZeRO-1/2: gather updated parameters at the step's start, overlapping it
     tp_comm_overlap: bool = False   # SP: TP all-gathers / reduce-scatters as rings pipelined with GEMM chunks
+    moe_capacity_factor: float | None = None  # MoE: expert capacity = ceil(tokens*top_k/E * C); None: dropless
+    moe_pad_to_capacity: bool = False  # MoE: pad every expert's input to its capacity
 
     @property
     def npus(self):
@@ -285,6 +293,27 @@ def _lengths(dims: ModelDims, cfg: "LlmConfig"):
     if cfg.mode == "prefill":
         return prompt, prompt
     return 1, prompt + cfg.decode_len
+
+
+def expert_capacity(dims: ModelDims, cfg: "LlmConfig", tokens: int):
+    """Token copies one expert takes from a rank holding ``tokens`` tokens: ``ceil(tokens * top_k / E * C)``
+    (Megatron's ``get_capacity``), or None without a capacity factor (dropless)."""
+    if cfg.moe_capacity_factor is None:
+        return None
+    return math.ceil(tokens * dims.top_k / dims.experts * cfg.moe_capacity_factor)
+
+
+def routed_rows(dims: ModelDims, cfg: "LlmConfig", tokens: int) -> int:
+    """Token copies a rank sends to the experts (and, routing being balanced and symmetric, the rows its local
+    experts compute): ``tokens * top_k`` dropless; ``min(tokens * top_k, E * capacity)`` with a capacity factor
+    (balanced routing overflows only when C < 1); ``E * capacity`` with padding."""
+    copies = tokens * dims.top_k
+    capacity = expert_capacity(dims, cfg, tokens)
+    if capacity is None:
+        return copies
+    if cfg.moe_pad_to_capacity:
+        return dims.experts * capacity
+    return min(copies, dims.experts * capacity)
 
 
 def rank_of(cfg: LlmConfig, t, d, p, c=0):
@@ -426,6 +455,14 @@ def _check(dims: ModelDims, cfg: LlmConfig):
         raise ConfigError(f"experts {dims.experts} are not divisible by --ep {cfg.ep}")
     if dims.moe and dims.expert_ffn % cfg.tp:
         raise ConfigError(f"expert ffn {dims.expert_ffn} is not divisible by --tp {cfg.tp}")
+    c = cfg.moe_capacity_factor
+    if c is not None:
+        if not dims.moe:
+            raise ConfigError("--moe-capacity-factor needs a mixture-of-experts model (--experts)")
+        if isinstance(c, bool) or not isinstance(c, (int, float)) or not c > 0:
+            raise ConfigError(f"--moe-capacity-factor must be a number > 0, got {c!r}")
+    if cfg.moe_pad_to_capacity and c is None:
+        raise ConfigError("--moe-pad-to-capacity needs --moe-capacity-factor")
 
 
 class _StageBuilder:
@@ -447,7 +484,9 @@ class _StageBuilder:
         # pipeline p2p: with sequence parallelism the stage boundary's activation is already split over TP (each
         # TP rank sends its s/TP rows, as Megatron does); without it every TP rank sends the whole b*s*h
         self.p2p_bytes = self.act_bytes // cfg.tp if cfg.sequence_parallel else self.act_bytes
-        self.a2a_bytes = self.tokens * dims.top_k * dims.hidden * self.nbytes
+        # MoE: token copies this rank dispatches, and (balanced routing) rows its experts compute
+        self.routed = routed_rows(dims, cfg, self.tokens) if dims.moe else 0
+        self.a2a_bytes = self.routed * dims.hidden * self.nbytes
         # rows of the element-wise ops on the residual stream (LayerNorm, dropout, residual add): this rank's
         # tokens, split over TP with sequence parallelism (replicated on every TP rank otherwise)
         self.ln_rows = self.tokens // cfg.tp if cfg.sequence_parallel else self.tokens
@@ -762,8 +801,8 @@ class _StageBuilder:
     def moe_forward(self, lab):
         """The router (gate GEMM + softmax over the experts) on this rank's tokens (split over TP with sequence
         parallelism, replicated without); shared experts on every token; all-to-all dispatch; the routed experts
-        as one grouped GEMM over the tokens*top_k token copies this rank receives (balanced routing);
-        all-to-all combine."""
+        as one grouped GEMM over the token copies this rank receives (balanced routing: tokens*top_k, or
+        :func:`routed_rows` with a capacity factor); all-to-all combine."""
         dims, tp, n, h = self.dims, self.cfg.tp, self.tokens, self.dims.hidden
         mf = dims.expert_ffn // tp
         gm = 2 if dims.gated else 1
@@ -775,7 +814,7 @@ class _StageBuilder:
             self.act_fwd(lab + ".shared.fc1", n, dims.shared_experts * mf)
             self.mm(lab + ".shared.fc2", n, dims.shared_experts * mf, h)
         self._a2a(lab + ".dispatch")
-        nk = n * dims.top_k
+        nk = self.routed
         self.mm(lab + ".experts.fc1", nk, h, gm * mf)
         self.act_fwd(lab + ".experts.fc1", nk, mf)
         self.mm(lab + ".experts.fc2", nk, mf, h)
@@ -785,7 +824,7 @@ class _StageBuilder:
         dims, tp, n, h = self.dims, self.cfg.tp, self.tokens, self.dims.hidden
         mf = dims.expert_ffn // tp
         f1 = (2 if dims.gated else 1) * mf
-        nk = n * dims.top_k
+        nk = self.routed
         if self._a2a(lab + ".combine", deps) is not None:
             deps = ()
         self.mm(lab + ".experts.fc2.dgrad", nk, h, mf, deps)
@@ -1192,6 +1231,13 @@ def add_llm_command(sub):
     p.add_argument("--dp", type=positive_int, default=1, help="data-parallel size")
     p.add_argument("--ep", type=positive_int, default=1,
                    help="expert-parallel size, carved out of DP (DP must be divisible by it)")
+    p.add_argument("--moe-capacity-factor", type=positive_float, metavar="C",
+                   help="MoE expert capacity factor (Megatron --moe-expert-capacity-factor): each expert takes at "
+                   "most ceil(tokens x top-k / experts x C) of a rank's token copies, the rest are dropped "
+                   "(default: dropless)")
+    p.add_argument("--moe-pad-to-capacity", action="store_true",
+                   help="with --moe-capacity-factor: pad every expert's input to its capacity (all-to-all bytes "
+                   "and expert GEMM rows become experts x capacity)")
     p.add_argument("--mode", choices=MODES, default="train",
                    help="train (default), or one inference step: prefill (forward over the prompt) or decode "
                    "(one token per sequence against a KV cache of prompt-len + decode-len)")
@@ -1264,7 +1310,8 @@ def _cmd_llm(args):
                     decode_steps=args.decode_steps, cp=args.cp,
                     virtual_stages=args.virtual_stages, elementwise=args.elementwise, attention=args.attention,
                     dropout=args.dropout, gemm_dtype=args.gemm_dtype,
-                    overlap_param_gather=args.overlap_param_gather, tp_comm_overlap=args.tp_comm_overlap)
+                    overlap_param_gather=args.overlap_param_gather, tp_comm_overlap=args.tp_comm_overlap,
+                    moe_capacity_factor=args.moe_capacity_factor, moe_pad_to_capacity=args.moe_pad_to_capacity)
     s = generate_llm(dims, cfg, args.output)
     print(f"{s['npus']} ranks, {s['parameters'] / 1e9:.2f}B matmul parameters "
           f"({s['activated_parameters'] / 1e9:.2f}B activated), {s['flops'] / 1e15:.4f} PFLOP "
