@@ -359,3 +359,28 @@ def test_zero_byte_collective_runs_like_the_reference(tmp_path):
                 simulate(str(prefix), str(system), network)
         else:
             assert simulate(str(prefix), str(system), network).max_finish_ns == expected
+
+
+# ---------------------------------------------------------------- identical traces are parsed once
+
+
+def test_identical_trace_files_share_one_parse_and_give_the_same_times(env):
+    # Ranks 0, 1 and 3 have byte-identical files; rank 2's differs (a longer compute).
+    def nodes(rank):
+        return [comp(0, 7 if rank == 2 else 3), allreduce(1, MIB, deps=[0]), comp(2, 2, deps=[1])]
+
+    prefix = env.trace("shared", nodes, 4)
+    sim = Simulation(prefix, str(env.system), env.network(4))
+    report = sim.run()
+    w = sim.workloads
+    assert sim.traces_parsed == 2 and report.stats["traces_parsed"] == 2
+    assert w[0].nodes is w[1].nodes is w[3].nodes and w[2].nodes is not w[0].nodes
+    assert w[0].parents_left is not w[1].parents_left  # the only per-rank part of the graph
+    assert [x.path for x in w] == [f"{prefix}.{r}.et" for r in range(4)]
+    # the same answer as with every rank parsed on its own
+    sim_unshared = Simulation(prefix, str(env.system), env.network(4))
+    sim_unshared.workload_format = type("NoDigest", (), {"load_rank": staticmethod(sim.workload_format.load_rank)})()
+    unshared = sim_unshared.run()
+    assert sim_unshared.traces_parsed == 4
+    assert [(r.finish_ns, r.compute_ns) for r in report.ranks] == [(r.finish_ns, r.compute_ns) for r in unshared.ranks]
+    assert report.ranks[2].finish_ns > report.ranks[0].finish_ns

@@ -82,6 +82,10 @@ class WorkloadFormat(Protocol):
     def load_rank(self, prefix: str, rank: int):
         """Return ``(path, nodes)`` for ``rank``: its file and its list of Chakra nodes."""
 
+    # Optional: ``rank_digest(prefix, rank) -> (path, digest)``, a cheap fingerprint of the rank's
+    # trace (e.g. a hash of its file). Ranks with equal digests share one parsed trace and its
+    # dependency graph, which the run only reads (data-parallel traces are often identical).
+
 
 class CustomCollectiveFormat(Protocol):
     """A file format for custom collective algorithms (MSCCL-IR XML, Chakra-ET prefixes, ...).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 from astra_sim import hookimpl
@@ -16,6 +17,15 @@ class ChakraFormat:
 
     def matches(self, prefix):
         return os.path.exists(f"{prefix}.0.et")
+
+    def rank_digest(self, prefix, rank):
+        """``(path, hash of the file's bytes)``: ranks whose files are byte-identical share one parse."""
+        path = f"{prefix}.{rank}.et"
+        try:
+            with open(path, "rb") as f:
+                return path, hashlib.blake2b(f.read(), digest_size=16).digest()
+        except OSError:
+            return None  # load_rank reports it
 
     def load_rank(self, prefix, rank):
         from astra_sim.chakra import ChakraError, read_et
