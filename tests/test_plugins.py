@@ -17,7 +17,7 @@ from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.cli import main
 from astra_sim.errors import PluginError
 from astra_sim.plugins import GROUP, Registry, build_registry, make_plugin_manager, parse_plugin_args
-from astra_sim.simulation import simulate
+from astra_sim.simulation import Simulation, simulate
 from astra_sim.testing import system_config, reduction_ns
 
 MIB = 1 << 20
@@ -343,3 +343,34 @@ def test_two_distributions_declaring_one_plugin_name(monkeypatch):
     monkeypatch.setattr(plugins_mod, "_entry_points", lambda: real + [dup])
     with pytest.raises(PluginError, match="'network_analytical' is declared by two distributions"):
         make_plugin_manager()
+
+
+class SynchronousNetwork(ConstNetwork):
+    """Delivers every message inside ``send`` itself (zero time, no event): the send's completion, and
+    the next issue pass it starts, run while the workload layer is still issuing."""
+
+    def send(self, src, dst, size, fn, arg):
+        self.sends += 1
+        fn(arg)
+
+
+def test_network_that_delivers_inside_send_issues_every_node_once(files):
+    prefix = files["dir"] / "sync"
+    for rank in range(2):
+        if rank == 0:
+            nodes = [make_node(i, f"send{i}", T.COMM_SEND_NODE, attrs={"comm_dst": 1, "comm_size": 64, "comm_tag": i})
+                     for i in (1, 2, 3)]
+            nodes.append(make_node(4, "comp", T.COMP_NODE, duration_micros=5, data_deps=[2]))
+        else:
+            nodes = [make_node(i, f"recv{i}", T.COMM_RECV_NODE, attrs={"comm_src": 0, "comm_size": 64, "comm_tag": i})
+                     for i in (1, 2, 3)]
+        write_et(f"{prefix}.{rank}.et", make_metadata(), nodes)
+    plugin = NetworkPlugin("sync_plugin", "sync", 0, npus=2, cls=SynchronousNetwork)
+    sim = Simulation(str(prefix), files["system"], "unused.yml", extra_plugins=[plugin], network_backend="sync")
+    seen = []
+    sim.record_node = lambda rank, node, start, end: seen.append((rank, node.id, start, end))
+    report = sim.run()
+    assert plugin.built[0].sends == 3
+    assert sorted(seen) == [(0, 1, 0, 0), (0, 2, 0, 0), (0, 3, 0, 0), (0, 4, 0, 5000),
+                            (1, 1, 0, 0), (1, 2, 0, 0), (1, 3, 0, 0)]
+    assert [r.finish_ns for r in report.ranks] == [5000, 0]
