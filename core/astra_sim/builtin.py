@@ -13,28 +13,40 @@ from astra_sim.system.collectives import Direct, DoubleBinaryTree, HalvingDoubli
 
 
 class ChakraFormat:
-    """Chakra ET protobuf traces: rank r reads ``<prefix>.<r>.et``."""
+    """Chakra ET protobuf traces: rank r reads ``<prefix>.<r>.et``.
+
+    One instance serves one simulation (the registry is built per run)."""
+
+    def __init__(self):
+        self._last_read = None  # (path, bytes) read by rank_digest, parsed by the load_rank that follows
 
     def matches(self, prefix):
         return os.path.exists(f"{prefix}.0.et")
 
     def rank_digest(self, prefix, rank):
-        """``(path, hash of the file's bytes)``: ranks whose files are byte-identical share one parse."""
+        """``(path, hash of the file's bytes)``: ranks whose files are byte-identical share one parse.
+        The bytes are kept for ``load_rank`` of the same file, so each file is read once."""
         path = f"{prefix}.{rank}.et"
         try:
             with open(path, "rb") as f:
-                return path, hashlib.blake2b(f.read(), digest_size=16).digest()
+                data = f.read()
         except OSError:
             return None  # load_rank reports it
+        self._last_read = (path, data)
+        return path, hashlib.sha256(data).digest()
 
     def load_rank(self, prefix, rank):
-        from astra_sim.chakra import ChakraError, read_et
+        from astra_sim.chakra import ChakraError, parse_et, read_et
 
         path = f"{prefix}.{rank}.et"
-        if not os.path.exists(path):
-            raise WorkloadError(f"workload file {path} does not exist (rank {rank} of the network)")
+        last, self._last_read = self._last_read, None
         try:
-            trace = read_et(path, keep_raw=False)
+            if last is not None and last[0] == path:
+                trace = parse_et(last[1], path, keep_raw=False)
+            elif not os.path.exists(path):
+                raise WorkloadError(f"workload file {path} does not exist (rank {rank} of the network)")
+            else:
+                trace = read_et(path, keep_raw=False)
         except ChakraError as exc:
             raise WorkloadError(str(exc)) from None
         if trace.metadata is None and not trace.nodes:
