@@ -71,6 +71,23 @@ def find_shared_dir():
     return None
 
 
+def golden_trace(shared, case, name):
+    """Prefix of a trace from astra-sim's examples in ``shared/samples/chakra/astra-sim-golden/<case>/<name>``,
+    or None when ``shared`` is None or the trace is absent."""
+    if shared is None:
+        return None
+    prefix = shared / "samples" / "chakra" / "astra-sim-golden" / case / name
+    return prefix if os.path.exists(f"{prefix}.0.et") else None
+
+
+def reference_script():
+    """The wrapper script that runs a locally built reference simulator, for live comparisons:
+    ``$ASTRA_REFERENCE`` (default /work/refbuild/run_reference.sh; an empty value turns them off), or
+    None when it is not an executable file."""
+    path = os.environ.get("ASTRA_REFERENCE", "/work/refbuild/run_reference.sh")
+    return path if path and os.access(path, os.X_OK) else None
+
+
 def repo_root():
     here = Path(__file__).resolve()
     for parent in here.parents:

@@ -15,7 +15,7 @@ import pytest
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.errors import ConfigError, SimulationError, WorkloadError
 from astra_sim.simulation import simulate
-from astra_sim.testing import find_shared_dir
+from astra_sim.testing import find_shared_dir, golden_trace, reference_script
 
 from astra_collectives_msccl.chakra_custom import (
     ChakraCustomFormat,
@@ -24,16 +24,10 @@ from astra_collectives_msccl.chakra_custom import (
 )
 
 SHARED = find_shared_dir()
-GOLDEN = None
-if SHARED is not None:
-    GOLDEN = SHARED / "samples" / "chakra" / "astra-sim-golden" / "custom_ring_allreduce_8npus_1MB" / "custom_allreduce"
-    if not os.path.exists(f"{GOLDEN}.0.et"):
-        GOLDEN = None
+GOLDEN = golden_trace(SHARED, "custom_ring_allreduce_8npus_1MB", "custom_allreduce")
 MEMORY = None if SHARED is None else SHARED / "parity" / "configs" / "mem_NO_MEMORY_EXPANSION.json"
 
-# $ASTRA_REFERENCE="" turns the live comparisons off.
-_REF = os.environ.get("ASTRA_REFERENCE", "/work/refbuild/run_reference.sh")
-REFERENCE = _REF if _REF and os.access(_REF, os.X_OK) and MEMORY is not None else None
+REFERENCE = reference_script() if MEMORY is not None else None
 needs_reference = pytest.mark.skipif(REFERENCE is None, reason="no reference simulator ($ASTRA_REFERENCE)")
 needs_golden = pytest.mark.skipif(GOLDEN is None, reason="shared/samples/chakra/astra-sim-golden not found")
 
