@@ -172,8 +172,8 @@ def main(argv=None) -> int:
     finally:
         if not a.keep:
             shutil.rmtree(workdir, ignore_errors=True)
-    hdr = (f"| config | source | TPxPPxDP | GPUs | B | b | M | meas. TFLOP/s/GPU | sim. TFLOP/s/GPU "
-           f"| meas. s/iter | sim. s/iter | error % | note |")
+    hdr = ("| config | source | TPxPPxDP | GPUs | B | b | M | meas. TFLOP/s/GPU | sim. TFLOP/s/GPU "
+           "| meas. s/iter | sim. s/iter | error % | note |")
     print(hdr)
     print("|" + "---|" * 13)
     for r in rows:

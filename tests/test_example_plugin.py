@@ -21,7 +21,6 @@ import os
 import shutil
 import site
 import subprocess
-import sys
 import venv
 from pathlib import Path
 

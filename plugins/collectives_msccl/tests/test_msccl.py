@@ -18,7 +18,7 @@ from astra_sim.simulation import simulate
 from astra_sim.testing import find_shared_dir, system_config, write_network_config
 
 from astra_collectives_msccl.msccl import MscclFormat
-from astra_collectives_msccl.msccl_ir import OPCODES, is_msccl_xml, parse_msccl
+from astra_collectives_msccl.msccl_ir import OPCODES, parse_msccl
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 BW_B_PER_NS = 50 * (1 << 30) / 1e9  # the analytical backend's GB/s are GiB/s

@@ -288,7 +288,6 @@ def test_overlap_param_gather(tmp_path, V):
                                    if n.name.startswith("dp_ag."))
         assert ags(ranks[rank]) == ags(base[rank]) and ags(base[rank])
         nodes = ranks[rank]
-        by_id = {n.id: n for n in nodes}
         adam = next(n for n in nodes if n.name == "aten::_fused_adam_")
         gathers = [n for n in nodes if n.name.startswith("dp_ag.")]
         assert all(adam.id not in g.data_deps for g in gathers)

@@ -961,8 +961,9 @@ class _StageBuilder:
         step in forward order, one unit after the other (each waits for the previous, as bucketed prefetching
         does); a unit's first forward waits for its own. In steady state this is the same as gathering after
         the optimizer and overlapping with the next step's forward. Returns {unit: [gather ids]}."""
-        cfg, P, V, p = self.cfg, self.cfg.pp, self.cfg.virtual_stages, self.p
-        if not self.cfg.overlap_param_gather:
+        cfg, p = self.cfg, self.p
+        P, V = cfg.pp, cfg.virtual_stages
+        if not cfg.overlap_param_gather:
             return {}
         per_chunk = self.dims.layers // (P * V)
         out, prev = {}, []
