@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from astra_sim.errors import ConfigError, SimulationError
+from astra_sim.errors import ConfigError
 
 from astra_network_congestion.graph import SWITCH
 
@@ -108,14 +108,7 @@ class CongestionNetwork:
         if route is not None:
             return route
         graph = self.graph
-        total = len(graph.rank_node)
-        for rank in (src, dst):
-            if not 0 <= rank < total:
-                raise SimulationError(f"message {src} -> {dst}: rank {rank} is not in the network (0..{total - 1})")
-        if src == dst:
-            raise SimulationError(
-                f"NPU {src} sends a message to itself; the congestion network needs two distinct NPUs"
-            )
+        graph.check_message_ranks(src, dst, "congestion")
         route = tuple(self.route_fn(src, dst))
         graph.check_route(src, dst, route)
         self._routes[key] = route

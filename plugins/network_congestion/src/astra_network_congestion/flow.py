@@ -72,7 +72,7 @@ from __future__ import annotations
 
 from heapq import heapify, heappop, heappush
 
-from astra_sim.errors import ConfigError, SimulationError
+from astra_sim.errors import ConfigError
 
 from astra_network_congestion.graph import NPU
 
@@ -288,12 +288,7 @@ class FlowNetwork:
 
     def _make_routes(self, src, dst):
         graph = self.graph
-        total = len(graph.rank_node)
-        for rank in (src, dst):
-            if not 0 <= rank < total:
-                raise SimulationError(f"message {src} -> {dst}: rank {rank} is not in the network (0..{total - 1})")
-        if src == dst:
-            raise SimulationError(f"NPU {src} sends a message to itself; the flow network needs two distinct NPUs")
+        graph.check_message_ranks(src, dst, "flow")
         a, b = graph.rank_node[src], graph.rank_node[dst]
         if self.route_fn is not None:
             path = [tuple(self.route_fn(src, dst))]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from astra_sim.errors import ConfigError
+from astra_sim.errors import ConfigError, SimulationError
 
 NPU = "npu"
 SWITCH = "switch"
@@ -150,6 +150,16 @@ class NetworkGraph:
                 f"{self.source}: npus_per_dim {dims} makes {total} ranks but the graph places {len(self.rank_node)}"
             )
         return dims
+
+    def check_message_ranks(self, src, dst, backend):
+        """Raise a SimulationError unless ranks ``src`` and ``dst`` are two distinct ranks of the
+        graph (``backend`` names the network in the message)."""
+        total = len(self.rank_node)
+        for rank in (src, dst):
+            if not 0 <= rank < total:
+                raise SimulationError(f"message {src} -> {dst}: rank {rank} is not in the network (0..{total - 1})")
+        if src == dst:
+            raise SimulationError(f"NPU {src} sends a message to itself; the {backend} network needs two distinct NPUs")
 
     def check_route(self, src, dst, route):
         """Raise a ConfigError unless ``route`` (link indices) leads from rank ``src``'s node to rank
