@@ -284,10 +284,19 @@ def test_unknown_device(shared_dir, tmp_path):
 def test_edge_with_an_undefined_link(shared_dir, tmp_path):
     infra = _complete(_handwritten(shared_dir))
     infra["edges"][1]["link"] = "eth800"
-    _expect_error(tmp_path, infra, "edges[1] uses link 'eth800'", "eth400")
+    _expect_error(tmp_path, infra, "edges[1] uses link 'eth800', which the infrastructure does not define", "eth400")
     infra = _complete(_handwritten(shared_dir))
     infra["devices"][0]["edges"][0]["link"] = "nvlink"
-    _expect_error(tmp_path, infra, "device 'host'", "edges[0] uses link 'nvlink'")
+    _expect_error(tmp_path, infra, "device 'host'", "edges[0] uses link 'nvlink', which the device does not define")
+
+
+def test_edge_with_an_unsupported_scheme(shared_dir, tmp_path):
+    infra = _complete(_handwritten(shared_dir))
+    infra["edges"][1]["scheme"] = "ring"
+    _expect_error(tmp_path, infra, "edges[1]: scheme 'ring' is not supported (use one2one or many2many)")
+    infra = _complete(_handwritten(shared_dir))
+    infra["devices"][0]["edges"][0]["scheme"] = "ring"
+    _expect_error(tmp_path, infra, "device 'host'", "edges[0]: scheme 'ring' is not supported")
 
 
 def test_missing_link_disconnects_ranks(shared_dir, tmp_path):

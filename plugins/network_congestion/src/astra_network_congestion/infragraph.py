@@ -395,6 +395,17 @@ def _slice_indices(expr, count, where):
 _SEGMENT = re.compile(r"^([A-Za-z0-9_-]+)(?:\[([^\]]*)\])?$")
 
 
+def _check_edge_link(where, edge, links, owner):
+    """An edge must use a link its ``owner`` (a device or the infrastructure) defines, with a supported scheme."""
+    if edge.link not in links:
+        raise ConfigError(
+            f"{where} uses link {edge.link!r}, which {owner} does not define "
+            f"(its links: {', '.join(sorted(links)) or 'none'})"
+        )
+    if edge.scheme not in (None, "one2one", "many2many"):
+        raise ConfigError(f"{where}: scheme {edge.scheme!r} is not supported (use one2one or many2many)")
+
+
 def _check_component_path(devices, device_name, text, where):
     """``xpu[0:4]`` or ``cx5[0:2].port[0]``: every segment a component, every index in range."""
     current = device_name
@@ -436,13 +447,7 @@ def _validate_infrastructure(infra, path):
         links = {link.name for link in device.links}
         for index, edge in enumerate(device.edges):
             ewhere = f"{where}: edges[{index}]"
-            if edge.link not in links:
-                raise ConfigError(
-                    f"{ewhere} uses link {edge.link!r}, which the device does not define "
-                    f"(its links: {', '.join(sorted(links)) or 'none'})"
-                )
-            if edge.scheme not in (None, "one2one", "many2many"):
-                raise ConfigError(f"{ewhere}: scheme {edge.scheme!r} is not supported (use one2one or many2many)")
+            _check_edge_link(ewhere, edge, links, "the device")
             for end in (edge.ep1, edge.ep2):
                 if end is None or not end.component:
                     raise ConfigError(f"{ewhere}: both ends need a 'component'")
@@ -465,13 +470,7 @@ def _validate_infrastructure(infra, path):
     links = {link.name for link in infra.links}
     for index, edge in enumerate(infra.edges):
         where = f"{path}: edges[{index}]"
-        if edge.link not in links:
-            raise ConfigError(
-                f"{where} uses link {edge.link!r}, which the infrastructure does not define "
-                f"(its links: {', '.join(sorted(links)) or 'none'})"
-            )
-        if edge.scheme not in (None, "one2one", "many2many"):
-            raise ConfigError(f"{where}: scheme {edge.scheme!r} is not supported (use one2one or many2many)")
+        _check_edge_link(where, edge, links, "the infrastructure")
         for end in (edge.ep1, edge.ep2):
             if end is None or not end.instance or not end.component:
                 raise ConfigError(f"{where}: both ends need 'instance' and 'component'")
