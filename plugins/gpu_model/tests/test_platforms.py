@@ -138,3 +138,39 @@ def test_explicit_gpu_wins_over_platform_gpu(tmp_path):
     out = astra_provide_configuration({"platform": "hgx-h100", "nodes": 1, "gpu": "B200"})
     assert out["options"]["gpu"] == "B200"
     assert astra_provide_configuration({"platform": None}) is None
+
+
+def test_cross_node_messages_between_different_local_gpus_pay_the_nic(tmp_path):
+    """A data-parallel group with TP 4 ({0, 4, 8, 12} on two 8-GPU nodes): its ring's 4 -> 8 and 12 -> 0
+    messages change both the local GPU and the node. The platform's network routes them through the NIC
+    (``cross_dimension_route: dimension_order``); the reference's rule would charge NVLink alone."""
+    single = yaml.safe_load(open(generate("hgx-h100", 1, directory=tmp_path)["network_configuration"]))
+    assert "cross_dimension_route" not in single  # one dimension: nothing to route across
+    out = generate("hgx-h100", 2, directory=tmp_path)
+    net = yaml.safe_load(open(out["network_configuration"]))
+    assert net["cross_dimension_route"] == "dimension_order"
+    reference = dict(net, cross_dimension_route="lowest_dimension")
+    reference_path = tmp_path / "reference.yml"
+    reference_path.write_text(yaml.safe_dump(reference))
+
+    size = 64 << 20
+    group = [0, 4, 8, 12]
+    nodes = [make_node(1, "rs", T.COMM_COLL_NODE, attrs={"is_cpu_op": False, "comm_type": T.REDUCE_SCATTER,
+                                                       "comm_size": size, "pg_name": "1"})]
+    for rank in range(16):
+        write_et(str(tmp_path / f"dp.{rank}.et"), make_metadata(), nodes if rank in group else [])
+    groups = tmp_path / "groups.json"
+    groups.write_text(json.dumps({"1": group}))
+
+    def finish(*extra):
+        report = tmp_path / "r.json"
+        assert main(["run", "--platform", "hgx-h100", "--nodes", "2", "--workload-configuration",
+                     str(tmp_path / "dp"), "--comm-group-configuration", str(groups), "-q", "--report-json",
+                     str(report), *extra]) == 0
+        return max(_finish_times(json.loads(report.read_text())))
+
+    nic, nvlink = finish(), finish("--network-configuration", str(reference_path))
+    nic_bytes_per_ns = 400e9 / 8 / 1e9
+    # every rank's 3 ring messages of size/4 wait, one after another, on a ring where half the links are NICs
+    assert nic > 3 * nvlink
+    assert nic > (size / 4) / nic_bytes_per_ns

@@ -7,7 +7,10 @@ A platform is ``nodes`` scale-up domains of ``gpus_per_node`` GPUs. The generate
 * dimension 2, ``Switch``: the scale-out fabric, a non-blocking (full-bisection) fat tree between the
   nodes, rail-optimised: GPU ``i`` of every node talks through its own NIC, so the dimension has ``nodes``
   members and the per-GPU NIC bandwidth. Only written when ``nodes > 1`` (the analytical backend needs
-  at least two NPUs per dimension).
+  at least two NPUs per dimension). Messages between GPUs with different local indices on different
+  nodes (a data-parallel ring when TP < 8, for instance) cross both dimensions; the YAML sets
+  ``cross_dimension_route: dimension_order`` so they pay the NIC's bandwidth and both latencies, not
+  the reference's NVLink-only charge for the lowest differing dimension.
 
 Bandwidths in the YAML are GB/s with GB = 2**30 bytes (the analytical backend's unit), converted from the
 vendors' decimal figures: ``gib_per_s = bytes_per_s / 2**30``.
@@ -86,7 +89,9 @@ class Platform:
                 "scaleup_latency": NVLINK_LATENCY_SOURCE,
                 "fabric_latency": FABRIC_LATENCY_SOURCE,
                 "fabric_topology": "ASSUMPTION: non-blocking rail-optimised fat tree between nodes, modelled as one "
-                                   "analytical Switch dimension per rail (no oversubscription, no congestion)",
+                                   "analytical Switch dimension per rail (no oversubscription, no congestion); "
+                                   "a message between different local GPUs of different nodes crosses both "
+                                   "dimensions (cross_dimension_route: dimension_order)",
             },
             **({"scaleup_note": self.scaleup_note} if self.scaleup_note else {}),
         }
@@ -163,7 +168,11 @@ def network_yaml(platform: Platform, nodes: int) -> str:
     npus = [platform.gpus_per_node]
     bandwidth = [numbers["scaleup_gib_per_s_per_direction"]]
     latency = [NVLINK_HOP_LATENCY_NS]
+    route = ""
     if nodes > 1:
+        route = ("# messages crossing both dimensions go through NVSwitch and the NIC (not the reference's\n"
+                 "# charge in the lowest differing dimension only)\n"
+                 "cross_dimension_route: dimension_order\n")
         topology.append("Switch")
         npus.append(nodes)
         bandwidth.append(numbers["nic_gib_per_s_per_gpu"])
@@ -175,6 +184,7 @@ def network_yaml(platform: Platform, nodes: int) -> str:
         f"npus_count: [ {', '.join(str(n) for n in npus)} ]\n"
         f"bandwidth: [ {', '.join(repr(float(b)) for b in bandwidth)} ]\n"
         f"latency: [ {', '.join(repr(float(x)) for x in latency)} ]\n"
+        f"{route}"
     )
 
 

@@ -1,4 +1,13 @@
-"""The congestion-unaware model: a closed-form delay per message, no state."""
+"""The congestion-unaware model: a closed-form delay per message, no state.
+
+A message between NPUs whose coordinates differ in several dimensions is charged, as in the
+reference, in the lowest differing dimension only (``cross_dimension_route: lowest_dimension``,
+the default). That makes, for example, a data-parallel ring whose neighbours sit on different
+nodes *and* different local GPU indices run at scale-up (NVLink) speed. With
+``cross_dimension_route: dimension_order`` such a message is routed through every differing
+dimension, dimension 0 first, as the congestion backend routes it: the latencies of all hops add
+up and the bytes stream through once at the slowest crossed dimension's bandwidth.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +18,8 @@ import yaml
 from astra_sim.errors import ConfigError
 
 TOPOLOGIES = ("Ring", "FullyConnected", "Switch")
+#: ``cross_dimension_route`` values: the reference's rule, and routing through every differing dimension.
+CROSS_DIMENSION_ROUTES = ("lowest_dimension", "dimension_order")
 _RING, _FULLY_CONNECTED, _SWITCH = range(3)
 
 
@@ -21,6 +32,7 @@ class NetworkConfig:
     npus_count: tuple
     bandwidth_gbps: tuple
     latency_ns: tuple
+    cross_dimension_route: str = "lowest_dimension"
 
     @property
     def total_npus(self):
@@ -70,17 +82,23 @@ def parse_network_config(path):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not minimum_ok(value):
                 rule = "> 0 (GB/s)" if key == "bandwidth" else ">= 0 (ns)"
                 raise ConfigError(f"{path}: {key}[{i}] must be a number {rule}, got {value!r}")
+    route = data.get("cross_dimension_route", CROSS_DIMENSION_ROUTES[0])
+    if route not in CROSS_DIMENSION_ROUTES:
+        raise ConfigError(f"{path}: cross_dimension_route must be one of {', '.join(CROSS_DIMENSION_ROUTES)}, "
+                          f"got {route!r}")
     return NetworkConfig(
         path=str(path),
         topology=tuple(lists["topology"]),
         npus_count=tuple(lists["npus_count"]),
         bandwidth_gbps=tuple(float(v) for v in lists["bandwidth"]),
         latency_ns=tuple(float(v) for v in lists["latency"]),
+        cross_dimension_route=route,
     )
 
 
 class AnalyticalNetwork:
-    """Delay = hops x latency + bytes / bandwidth in the first differing dimension."""
+    """Delay = hops x latency + bytes / bandwidth in the first differing dimension (the reference), or
+    summed hop latencies + bytes / the slowest bandwidth over all differing dimensions (``dimension_order``)."""
 
     def __init__(self, config, engine):
         self.config = config
@@ -93,6 +111,7 @@ class AnalyticalNetwork:
             bytes_per_ns = bw * (1 << 30) / 1_000_000_000
             self._dims.append((stride, count, kind, lat, bytes_per_ns))
             stride *= count
+        self._dimension_order = config.cross_dimension_route == "dimension_order"
 
     @classmethod
     def from_context(cls, context):
@@ -103,6 +122,8 @@ class AnalyticalNetwork:
 
         Stateless, so the kernel may memoise it and schedule arrivals itself.
         """
+        latency_ns = 0.0
+        slowest = None  # bytes/ns of the slowest dimension crossed
         for stride, count, kind, latency, bytes_per_ns in self._dims:
             a = (src // stride) % count
             b = (dst // stride) % count
@@ -114,8 +135,14 @@ class AnalyticalNetwork:
                     hops = 1
                 else:
                     hops = 2
-                return int(hops * latency + size / bytes_per_ns)
-        raise ConfigError(f"NPU {src} sends a message to itself; the analytical network needs two distinct NPUs")
+                if not self._dimension_order:
+                    return int(hops * latency + size / bytes_per_ns)
+                latency_ns += hops * latency
+                if slowest is None or bytes_per_ns < slowest:
+                    slowest = bytes_per_ns
+        if slowest is None:
+            raise ConfigError(f"NPU {src} sends a message to itself; the analytical network needs two distinct NPUs")
+        return int(latency_ns + size / slowest)
 
     def send(self, src, dst, size, fn, arg):
         self.engine.schedule(self.delay_ns(src, dst, size), fn, arg)
@@ -128,4 +155,6 @@ class AnalyticalNetwork:
             "npus_count": list(c.npus_count),
             "bandwidth_gbps": list(c.bandwidth_gbps),
             "latency_ns": list(c.latency_ns),
+            **({"cross_dimension_route": c.cross_dimension_route}
+               if c.cross_dimension_route != CROSS_DIMENSION_ROUTES[0] else {}),
         }
