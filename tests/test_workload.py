@@ -7,7 +7,7 @@ import json
 import pytest
 
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
-from astra_sim.errors import WorkloadError
+from astra_sim.errors import ConfigError, WorkloadError
 from astra_sim.simulation import Simulation, simulate
 from astra_sim.workload.graph import build_graph
 from astra_sim.testing import system_config, reduction_ns
@@ -384,3 +384,72 @@ def test_identical_trace_files_share_one_parse_and_give_the_same_times(env):
     assert sim_unshared.traces_parsed == 4
     assert [(r.finish_ns, r.compute_ns) for r in report.ranks] == [(r.finish_ns, r.compute_ns) for r in unshared.ranks]
     assert report.ranks[2].finish_ns > report.ranks[0].finish_ns
+
+
+# ---------------------------------------------------------------- comm-streams: per-communicator
+
+
+def _grouped_allreduce(node_id, size, pg_name):
+    return make_node(node_id, f"ar{node_id}", T.COMM_COLL_NODE,
+                     attrs={"is_cpu_op": False, "comm_type": T.ALL_REDUCE, "comm_size": size, "pg_name": pg_name})
+
+
+def _streams_run(env, name, nodes_for_rank, streams, npus=2, groups=None):
+    env.system.write_text(json.dumps(dict(SYSTEM, **({"comm-streams": streams} if streams else {}))))
+    path = env.dir / f"{name}.groups.json"
+    path.write_text(json.dumps(groups or {"1": list(range(npus)), "2": list(range(npus))}))
+    return env.run(name, nodes_for_rank, npus=npus, comm_groups=str(path))
+
+
+def test_collectives_of_different_communicators_overlap_with_per_communicator_streams(env):
+    # Groups 1 and 2 have the same two NPUs; "" is the default all-NPU group.
+    alone = {}
+    for pg in ("1", "2", ""):
+        _, t = _streams_run(env, f"alone{pg or 0}", lambda r, pg=pg: [_grouped_allreduce(1, MIB, pg)], None)
+        alone[pg] = t[(0, 1)][1]
+    def three(rank):
+        return [_grouped_allreduce(1, MIB, "1"), _grouped_allreduce(2, MIB, "2"), _grouped_allreduce(3, MIB, "")]
+
+    _, single = _streams_run(env, "single", three, "single")
+    assert single[(0, 1)] == (0, alone["1"])
+    assert single[(0, 2)] == (alone["1"], alone["1"] + alone["2"])
+    assert single[(0, 3)][1] == alone["1"] + alone["2"] + alone[""]
+    _, streams = _streams_run(env, "streams", three, "per-communicator")
+    assert streams[(0, 1)] == (0, alone["1"])
+    assert streams[(0, 2)] == (0, alone["2"])
+    assert streams[(0, 3)] == (0, alone[""])
+
+
+def test_collectives_of_one_communicator_still_run_one_at_a_time(env):
+    _, alone = _streams_run(env, "one", lambda r: [_grouped_allreduce(1, MIB, "1")], "per-communicator")
+    t = alone[(0, 1)][1]
+    report, times = _streams_run(env, "two", lambda r: [_grouped_allreduce(1, MIB, "1"),
+                                                        _grouped_allreduce(2, MIB, "1")], "per-communicator")
+    assert times[(0, 1)] == (0, t)
+    assert times[(0, 2)] == (t, 2 * t)
+    assert report.ranks[0].finish_ns == 2 * t
+
+
+def test_sends_overlap_per_destination_with_per_communicator_streams(env):
+    # Rank 0 sends twice to rank 1 and once to rank 2: the two sends to rank 1 share a stream.
+    t = t_msg(4096)
+
+    def nodes(rank):
+        if rank == 0:
+            return [send(1, 1, 4096, 1), send(2, 1, 4096, 2), send(3, 2, 4096, 3)]
+        if rank == 1:
+            return [recv(1, 0, 4096, 1), recv(2, 0, 4096, 2)]
+        return [recv(3, 0, 4096, 3)]
+
+    _, single = _streams_run(env, "p2p1", nodes, None, npus=3, groups={"1": [0, 1, 2]})
+    assert [single[(0, i)] for i in (1, 2, 3)] == [(0, t), (t, 2 * t), (2 * t, 3 * t)]
+    _, streams = _streams_run(env, "p2p2", nodes, "per-communicator", npus=3, groups={"1": [0, 1, 2]})
+    assert [streams[(0, i)] for i in (1, 2, 3)] == [(0, t), (t, 2 * t), (0, t)]
+
+
+def test_bad_comm_streams_value_names_the_file_and_choices(env):
+    with pytest.raises(ConfigError) as err:
+        _streams_run(env, "bad", lambda r: [_grouped_allreduce(1, MIB, "1")], "many")
+    message = str(err.value)
+    assert "sys.json" in message and "'comm-streams'" in message
+    assert "single or per-communicator" in message and "'many'" in message

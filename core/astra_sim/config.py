@@ -33,7 +33,12 @@ KNOWN_SYSTEM_KEYS = {
     # Not the reference's: the logical dimensions collectives use on a graph
     # network (InfraGraph), read by the graph-based network backends.
     "logical-dims",
+    # Not the reference's: how many communication operations a rank runs at once.
+    "comm-streams",
 }
+#: ``comm-streams`` values: the reference's one in-flight communication operation per NPU, or one per
+#: communicator (collectives of different groups, and sends to different peers, overlap).
+COMM_STREAMS = ("single", "per-communicator")
 #: Keys found in shipped configs that the reference silently ignores.
 IGNORED_BY_REFERENCE = {
     "boost-mode", "intra-dimension-scheduling", "inter-dimension-scheduling",
@@ -92,6 +97,7 @@ class SystemConfig:
     peak_perf_flops: float = 0.0
     roofline_enabled: bool = False
     replay_only: bool = False
+    comm_streams: str = "single"
     implementations: dict = field(default_factory=dict)
     custom_implementations: dict = field(default_factory=dict)
     per_node_custom_implementation: str | None = None
@@ -131,6 +137,11 @@ def parse_system_config(path, injection_scale=1.0, data=None):
     cfg.peak_perf_flops = float(_number(path, data, "peak-perf", 0, minimum=0)) * 1e12
     cfg.roofline_enabled = _flag(path, data, "roofline-enabled")
     cfg.replay_only = _flag(path, data, "replay-only")
+    if "comm-streams" in data:
+        streams = data["comm-streams"]
+        if streams not in COMM_STREAMS:
+            raise ConfigError(f"{path}: 'comm-streams' must be {' or '.join(COMM_STREAMS)}, got {streams!r}")
+        cfg.comm_streams = streams
     if _flag(path, data, "model-shared-bus"):
         raise ConfigError(
             f"{path}: 'model-shared-bus: 1' (the LogGP shared-bus model) is not supported; set it to 0"

@@ -6,6 +6,10 @@ per logical dimension; keeps per-dimension queues where at most
 the endpoint (memory-bus) delay and the reduction cost of every packet bundle;
 and batches its own events per tick exactly like the reference, which
 schedules a single engine event per distinct tick and rank.
+
+With ``comm-streams: per-communicator`` (not the reference's) each communicator
+group's collectives get queues of their own, so collectives of different groups,
+which the workload layer then lets overlap, do not wait for each other's chunks.
 """
 
 from __future__ import annotations
@@ -126,7 +130,7 @@ class Sys:
     __slots__ = (
         "shared", "rank", "engine", "endpoint_delay_ns", "local_mem_bw", "_pending", "_schedule",
         "_call_events_fn", "num_streams", "priority_counter", "_topologies", "levels",
-        "active_streams", "running_streams", "queue_threshold", "msg_send", "msg_recv",
+        "active_streams", "running_streams", "queue_threshold", "msg_send", "msg_recv", "group_levels",
     )
 
     def __init__(self, shared, rank):
@@ -150,6 +154,8 @@ class Sys:
         self.active_streams = [[] for _ in range(start)]
         self.running_streams = [0] * start
         self.queue_threshold = math.ceil(shared.system_config.active_chunks_per_dimension / queues_per_dim[0])
+        # comm-streams per-communicator: group id -> its own QueueLevel per dimension
+        self.group_levels = {} if shared.system_config.comm_streams == "per-communicator" else None
         if shared.rendezvous:
             self.msg_send = self._rendezvous_send
             self.msg_recv = self._rendezvous_recv
@@ -312,7 +318,7 @@ class Sys:
             return dim < len(involved_dims) and bool(involved_dims[dim])
 
         count = 0
-        levels = self.levels
+        levels = self.levels if group is None or self.group_levels is None else self._group_queues(group, ndims)
         local_bw_aware = self.shared.system_config.collective_optimization == "localBWAware"
         while size > 0:
             count += 1
@@ -375,6 +381,21 @@ class Sys:
             dataset.notifier = None
             self.register_event(lambda _arg: notifier(0), None, 0)
         return dataset
+
+    def _group_queues(self, group, ndims):
+        """The queues of ``group``'s own collectives (``comm-streams: per-communicator``), made on first use
+        with as many queues per dimension as the native dimensions have."""
+        levels = self.group_levels.get(group.group_id)
+        if levels is None:
+            levels = []
+            queues_per_dim = self.shared.queues_per_dim
+            for d in range(ndims):
+                count = queues_per_dim[min(d, len(queues_per_dim) - 1)]
+                levels.append(QueueLevel(len(self.active_streams), count))
+                self.active_streams.extend([] for _ in range(count))
+                self.running_streams.extend([0] * count)
+            self.group_levels[group.group_id] = levels
+        return levels
 
     def _generate_custom(self, custom, com_type, size, group, explicit_priority, notifier):
         """A custom collective is one stream with one phase (queue 0) covering the whole size.

@@ -3,7 +3,11 @@
 Reference semantics: the dependency-free nodes are examined in ascending id
 order after every completion; per rank there is one CPU slot, one GPU-compute
 slot and one GPU-communication slot (receives occupy none), so two collectives
-never overlap on one rank, while compute and communication can.
+never overlap on one rank, while compute and communication can. With the system
+key ``comm-streams: per-communicator`` (not the reference's) every communicator
+group gets its own communication slot, and sends one per (group, destination),
+as NCCL gives each communicator its own CUDA stream: collectives of different
+groups overlap, those of one group still run one at a time.
 
 The dependency-free nodes are kept in one id-ordered heap per slot, so a pass
 looks only at the heads of the free slots instead of sorting every waiting
@@ -43,9 +47,12 @@ class RankWorkload:
         # yet examined, as the reference examines a copy of its set) and one
         # id heap per slot; ``ready_count`` counts both.
         self.fresh = list(roots)
-        self.ready = ([], [], [], [])
+        self.ready = [[], [], [], []]
         self.ready_count = len(self.fresh)
         self.slot_busy = [0, 0, 0, 0]
+        # comm-streams per-communicator: (pg_name, send destination or None) -> an extra
+        # communication slot, appended to ``ready`` and ``slot_busy`` when first needed.
+        self.comm_slots = {} if run.system_config.comm_streams == "per-communicator" else None
         self.compute_ns = 0  # GPU compute time (replay or model)
         self.cpu_ns = 0
         self.comm_ns = 0  # sum of collective durations
@@ -66,7 +73,24 @@ class RankWorkload:
             return _COMP
         if node.type == T.COMM_RECV_NODE:
             return _NONE
+        if self.comm_slots is not None and node.type in (T.COMM_COLL_NODE, T.COMM_SEND_NODE):
+            return self._comm_slot(node)
         return _COMM
+
+    def _comm_slot(self, node):
+        """The slot of a collective (per communicator) or a send (per communicator and destination)."""
+        pg_name = node.attrs.get("pg_name", "")
+        if pg_name in (None, "0"):
+            pg_name = ""
+        key = (pg_name, node.attrs.get("comm_dst") if node.type == T.COMM_SEND_NODE else None)
+        if key == ("", None):
+            return _COMM
+        slot = self.comm_slots.get(key)
+        if slot is None:
+            slot = self.comm_slots[key] = len(self.ready)
+            self.ready.append([])
+            self.slot_busy.append(0)
+        return slot
 
     def _error(self, node, message):
         return WorkloadError(f"{self.path}: node {node.id} ({node.name!r}): {message}")
@@ -112,7 +136,7 @@ class RankWorkload:
         set_aside = None
         while True:
             best = best_slot = None
-            for slot in (_CPU, _COMP, _COMM, _NONE):
+            for slot in range(len(ready)):
                 heap = ready[slot]
                 if not heap or (slot != _NONE and busy[slot]):
                     continue
@@ -339,8 +363,9 @@ class RankWorkload:
             self.run.rank_finished(self)
 
     def comm_in_flight(self):
-        """Communication operations running now (the GPU-communication slot)."""
-        return self.slot_busy[_COMM]
+        """Communication operations running now (the GPU-communication slots)."""
+        busy = self.slot_busy
+        return busy[_COMM] if len(busy) == 4 else busy[_COMM] + sum(busy[4:])
 
     def stuck_description(self):
         """What keeps this rank from finishing (for deadlock reports)."""
