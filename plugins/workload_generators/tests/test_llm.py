@@ -87,13 +87,16 @@ def test_recompute_adds_forward_flops(tmp_path):
 
 
 def _by_group(nodes, groups, rank):
-    """comm bytes per kind of group ('tp', 'dp') and collective type, checking the rank is in the group."""
+    """Buffer bytes per kind of group ('tp', 'dp') and collective type, checking the rank is in the group: the
+    comm_size of all-reduces and reduce-scatters (their input), the gathered output of all-gathers, whose comm_size
+    is each rank's contribution (the reference's and Chakra's meaning), so group size x comm_size."""
     out = defaultdict(int)
     for n in nodes:
         if n.type == T.COMM_COLL_NODE:
             members = groups[n.attrs["pg_name"]]
             assert rank in members
-            out[(n.name.split("_")[0], n.attrs["comm_type"])] += n.attrs["comm_size"]
+            gathered = len(members) if n.attrs["comm_type"] == T.ALL_GATHER else 1
+            out[(n.name.split("_")[0], n.attrs["comm_type"])] += n.attrs["comm_size"] * gathered
     return out
 
 
@@ -116,8 +119,10 @@ def test_tp_volume(tmp_path, sp):
             # sequence parallel: each all-reduce becomes reduce-scatter + all-gather of the same tensor
             assert vol[("tp", T.ALL_GATHER)] == vol[("tp", T.REDUCE_SCATTER)] == 4 * layers_per_stage * M * act
             assert ("tp", T.ALL_REDUCE) not in vol
-        sizes = {n.attrs["comm_size"] for n in nodes if n.type == T.COMM_COLL_NODE and n.name.startswith("tp")}
-        assert sizes == {act}
+        sizes = {(n.attrs["comm_type"], n.attrs["comm_size"]) for n in nodes
+                 if n.type == T.COMM_COLL_NODE and n.name.startswith("tp")}
+        # an all-gather's comm_size is this rank's shard of the activation, b*s*h/TP
+        assert sizes == ({(T.REDUCE_SCATTER, act), (T.ALL_GATHER, act // tp)} if sp else {(T.ALL_REDUCE, act)})
 
 
 def test_pp_sends_and_receives(tmp_path):
@@ -184,6 +189,12 @@ def test_dp_and_zero_volume(tmp_path, zero):
         if zero:
             assert vol[("dp", T.REDUCE_SCATTER)] == vol[("dp", T.ALL_GATHER)] == expected
             assert ("dp", T.ALL_REDUCE) not in vol
+            # each bucket's all-gather contributes this rank's 1/DP of what its reduce-scatter reduced
+            sizes = {(n.name.split(".", 1)[1], n.attrs["comm_type"]): n.attrs["comm_size"] for n in nodes
+                     if n.type == T.COMM_COLL_NODE and n.name.startswith("dp")}
+            buckets = {label for label, _ in sizes}
+            assert buckets and all(sizes[(b, T.ALL_GATHER)] == -(-sizes[(b, T.REDUCE_SCATTER)] // dp)
+                                   for b in buckets)
         else:
             assert vol[("dp", T.ALL_REDUCE)] == expected
         for n in nodes:

@@ -44,8 +44,11 @@ def _vol(nodes, groups, rank):
     out = defaultdict(int)
     for n in nodes:
         if n.type == T.COMM_COLL_NODE:
-            assert rank in groups[n.attrs["pg_name"]]
-            out[(n.name.split("_")[0], n.attrs["comm_type"])] += n.attrs["comm_size"]
+            members = groups[n.attrs["pg_name"]]
+            assert rank in members
+            # an all-gather's comm_size is each rank's contribution: count the gathered output
+            gathered = len(members) if n.attrs["comm_type"] == T.ALL_GATHER else 1
+            out[(n.name.split("_")[0], n.attrs["comm_type"])] += n.attrs["comm_size"] * gathered
     return out
 
 

@@ -665,7 +665,7 @@ class _StageBuilder:
         one = [((params,), f)]
         node = self.ew("aten::_fused_adam_", "optimizer.adam", [one, one, one, one], self.syncs)
         for label, size, group in self.deferred:
-            self.coll(label, T.ALL_GATHER, size, group, [node], chain=False)
+            self.coll(label, T.ALL_GATHER, self._gather_bytes(size, group), group, [node], chain=False)
         return node
 
     def coll(self, label, comm_type, size, group, deps=(), chain=True):
@@ -749,7 +749,8 @@ class _StageBuilder:
         if self.cfg.tp == 1:
             return None
         comm = {"ar": T.ALL_REDUCE, "ag": T.ALL_GATHER, "rs": T.REDUCE_SCATTER}[kind]
-        return self.coll(f"tp_{kind}.{label}", comm, self.act_bytes, "tp", deps)
+        size = self._gather_bytes(self.act_bytes, "tp") if kind == "ag" else self.act_bytes
+        return self.coll(f"tp_{kind}.{label}", comm, size, "tp", deps)
 
     def layer_forward(self, layer, mb, deps=(), tag=None):
         dims, cfg, tp = self.dims, self.cfg, self.cfg.tp
@@ -925,14 +926,22 @@ class _StageBuilder:
             elif cfg.ew:  # the updated shards are gathered after the optimizer step
                 self.deferred.append((f"{group}_ag.{label}", size, group))
             else:
-                self.coll(f"{group}_ag.{label}", T.ALL_GATHER, size, group, [rs], chain=False)
+                self.coll(f"{group}_ag.{label}", T.ALL_GATHER, self._gather_bytes(size, group), group, [rs],
+                          chain=False)
         else:
             self.syncs.append(self.coll(f"{group}_ar.{label}", T.ALL_REDUCE, size, group, [self.prev],
                                         chain=False))
 
     def _group_size(self, group):
         cfg = self.cfg
-        return {"dp": cfg.dp, "cp": cfg.cp, "dpcp": cfg.dp * cfg.cp, "edp": cfg.dp // cfg.ep * cfg.cp}[group]
+        return {"tp": cfg.tp, "dp": cfg.dp, "cp": cfg.cp, "dpcp": cfg.dp * cfg.cp,
+                "edp": cfg.dp // cfg.ep * cfg.cp}[group]
+
+    def _gather_bytes(self, total_bytes, group):
+        """An all-gather's ``comm_size``: what each rank contributes, i.e. the gathered ``total_bytes`` over the
+        group's ranks, rounded up (Chakra's and the reference's meaning: the output is group size x comm_size)."""
+        n = self._group_size(group)
+        return -(-total_bytes // n)
 
     def _gather(self, label, dense, expert):
         """ZeRO-3: all-gather a unit's parameter shards (dense over DP(xCP), experts over expert-DP), off the
@@ -943,7 +952,8 @@ class _StageBuilder:
         for group, params in ((self.dgroup, dense), ("edp", expert)):
             if params and self._group_size(group) > 1:
                 deps = [] if self.prev is None else [self.prev]
-                out.append(self.coll(f"{group}_ag.{label}", T.ALL_GATHER, params * self.nbytes, group, deps,
+                out.append(self.coll(f"{group}_ag.{label}", T.ALL_GATHER,
+                                     self._gather_bytes(params * self.nbytes, group), group, deps,
                                      chain=False))
         return out
 
@@ -976,8 +986,8 @@ class _StageBuilder:
             for group, n in ((self.dgroup, dense), ("edp", expert)):
                 if n and self._group_size(group) > 1:
                     label = unit if group == self.dgroup else f"{unit}.experts"
-                    prev = [self.coll(f"{group}_ag.{label}", T.ALL_GATHER, n * self.nbytes, group, prev,
-                                      chain=False)]
+                    size = self._gather_bytes(n * self.nbytes, group)
+                    prev = [self.coll(f"{group}_ag.{label}", T.ALL_GATHER, size, group, prev, chain=False)]
                     ids += prev
             out[unit] = ids
         return out
