@@ -65,6 +65,7 @@ def test_generated_network_units_and_shape(tmp_path):
     assert net["bandwidth"][1] == pytest.approx(400e9 / 8 / GIB)   # 400 Gb/s NDR per GPU
     sys_cfg = json.load(open(out["system_configuration"]))
     assert sys_cfg["all-reduce-implementation"] == ["ring", "ring"]
+    assert sys_cfg["comm-streams"] == "per-communicator"  # NCCL: a CUDA stream per communicator
     assert out["options"]["gpu"] == "H100-SXM5-80GB"
     nvl = yaml.safe_load(open(generate("gb200-nvl72", 1, directory=tmp_path)["network_configuration"]))
     assert nvl["npus_count"] == [72] and nvl["bandwidth"][0] == pytest.approx(900e9 / GIB)

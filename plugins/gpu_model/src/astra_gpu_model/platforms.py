@@ -201,6 +201,9 @@ def system_json(platform: Platform, nodes: int, collective: str = "ring") -> dic
     dims = 2 if nodes > 1 else 1
     config = system_config(dims, "ring", local_mem_bw=int(gpu.hbm_bandwidth_gbps),
                            peak_perf=int(gpu.tensor_tflops.get("bf16") or 0) or 900)
+    # NCCL runs each communicator on its own CUDA stream: a data-parallel collective overlaps tensor- and
+    # pipeline-parallel traffic instead of holding it up (the reference allows one at a time)
+    config["comm-streams"] = "per-communicator"
     if collective == "nccl":
         for key in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all"):
             config[f"{key}-implementation"] = ["nccl"] * dims
