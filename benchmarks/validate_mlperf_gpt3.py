@@ -22,8 +22,8 @@ end of the step, parameter all-gather at its start), which does not depend on th
     T(DP, M=128) = T(DP=1, M=128) + [T(DP, M=16) - T(DP=1, M=16)]
 
 T(DP=1, M=128) is simulated in full (32 ranks, 5.5 M nodes, about 2 min and 5 GB). It is linear in M, as the
-interleaved 1F1B steady state adds one slot per micro-batch: M = 16, 32, 64, 128 gave 1.1025, 2.1279, 4.1787 and
-8.2803 s, each within 0.01 ms of the line through the first two.
+interleaved 1F1B steady state adds one slot per micro-batch: M = 16, 32, 64, 128 gave 1.1236, 2.1490, 4.1999 and
+8.3015 s, each within 0.01 ms of the line through the first two. Results and their history: docs/validation-llm.md.
 
 Usage:  python benchmarks/validate_mlperf_gpt3.py [--only NAME ...] [--json OUT.json]
 """
@@ -63,7 +63,7 @@ class Row:
 
 ROWS = [
     Row("mlperf-v3.1-gpt3-512", "NVIDIA eos_n64_ngc23.09_nemo", 512, 2048, 11.05),
-    # its DP=24, M=16 run (768 ranks x 21.5k nodes) peaks at 15.9 GB: not run by default
+    # its DP=24, M=16 run (768 ranks x 21.5k nodes) takes 9 minutes and peaks at 15.9 GB: not run by default
     Row("mlperf-v3.1-gpt3-768", "NVIDIA eos_n96_ngc23.09_nemo", 768, 3072, 11.075),
 ]
 DEFAULT_ROWS = ("mlperf-v3.1-gpt3-512",)
