@@ -116,9 +116,18 @@ def test_tp_volume(tmp_path, sp):
             assert vol[("tp", T.ALL_REDUCE)] == 4 * layers_per_stage * M * act
             assert ("tp", T.ALL_GATHER) not in vol
         else:
-            # sequence parallel: each all-reduce becomes reduce-scatter + all-gather of the same tensor
-            assert vol[("tp", T.ALL_GATHER)] == vol[("tp", T.REDUCE_SCATTER)] == 4 * layers_per_stage * M * act
+            # sequence parallel: each all-reduce becomes reduce-scatter + all-gather of the same tensor; Megatron
+            # (and Transformer Engine) also all-gather the QKV and FC1 inputs again in backward for the weight
+            # gradients (only the local shard is saved): 2 more all-gathers per layer and micro-batch
+            assert vol[("tp", T.REDUCE_SCATTER)] == 4 * layers_per_stage * M * act
+            assert vol[("tp", T.ALL_GATHER)] == (4 + 2) * layers_per_stage * M * act
             assert ("tp", T.ALL_REDUCE) not in vol
+            by_id = {n.id: n for n in nodes}
+            wgrads = [n for n in nodes if str(n.attrs.get("label", "")).endswith((".qkv.wgrad", ".fc1.wgrad"))]
+            assert len(wgrads) == 2 * layers_per_stage * M
+            for w in wgrads:
+                regather = [by_id[i].name for i in w.data_deps if by_id[i].name.endswith(".regather")]
+                assert len(regather) == 1 and regather[0].startswith("tp_ag.")
         sizes = {(n.attrs["comm_type"], n.attrs["comm_size"]) for n in nodes
                  if n.type == T.COMM_COLL_NODE and n.name.startswith("tp")}
         # an all-gather's comm_size is this rank's shard of the activation, b*s*h/TP

@@ -866,8 +866,9 @@ class _StageBuilder:
             self.ag_mm(lab + ".mlp_out", lab + ".fc2.dgrad", n, h, ff, deps)
             self.mm(lab + ".fc2.wgrad", ff, n, h)
             self.act_bwd(lab + ".fc1", n, ff)
+            gathered = self._regather(lab + ".mlp_in")
             self.mm_rs(lab + ".fc1.dgrad", lab + ".mlp_in", n, f1, h)
-            self.mm(lab + ".fc1.wgrad", h, n, f1)
+            self.mm(lab + ".fc1.wgrad", h, n, f1, gathered)
         else:
             if sp and self._tp("ag", lab + ".mlp_out", deps) is not None:
                 deps = []
@@ -877,8 +878,9 @@ class _StageBuilder:
                 self.mm(lab + ".fc2.dgrad", n, h, ff, deps)
                 self.mm(lab + ".fc2.wgrad", ff, n, h)
                 self.act_bwd(lab + ".fc1", n, ff)
+                gathered = self._regather(lab + ".mlp_in")
                 self.mm(lab + ".fc1.dgrad", n, f1, h)
-                self.mm(lab + ".fc1.wgrad", h, n, f1)
+                self.mm(lab + ".fc1.wgrad", h, n, f1, gathered)
             self._tp("rs" if sp else "ar", lab + ".mlp_in")
         if ew:
             self.layer_norm_bwd(lab + ".ln2")
@@ -895,17 +897,29 @@ class _StageBuilder:
                              f"[{b}, {hkv}, {s}, {d}], [{b}, {hkv}, {s}, {d}]]",
                              8 * b * q * s * d * hq, b * q * d * 4 * hq + b * s * d * 4 * hkv)
         ring = self._cp_ring(lab + ".dkv", layer, mb, 2, attn)  # dK, dV back to their owners
+        gathered = self._regather(lab + ".attn_in", ring)
         if overlap:
             out = self.mm_rs(lab + ".qkv.dgrad", lab + ".attn_in", n, qkv, h, ring)
-            self.mm(lab + ".qkv.wgrad", h, n, qkv)
+            self.mm(lab + ".qkv.wgrad", h, n, qkv, gathered)
         else:
             self.mm(lab + ".qkv.dgrad", n, qkv, h, ring)
-            self.mm(lab + ".qkv.wgrad", h, n, qkv)
+            self.mm(lab + ".qkv.wgrad", h, n, qkv, gathered)
             out = self._tp("rs" if sp else "ar", lab + ".attn_in")
         if ew:
             self.layer_norm_bwd(lab + ".ln1")
             out = self.residual_grad(lab + ".ln1")
         return out
+
+    def _regather(self, label, deps=()):
+        """Sequence parallelism: Megatron-LM (and Transformer Engine) keep only this rank's shard of a
+        column-parallel layer's input (QKV, FC1) and all-gather it again in backward for the weight gradient,
+        launched just before the input-gradient GEMM so that it overlaps it. Off the compute chain; returns
+        ``[gather id]`` for the wgrad GEMM to wait on (``[]`` without sequence parallelism)."""
+        if not self.cfg.sequence_parallel or self.cfg.tp == 1:
+            return []
+        deps = list(deps) + ([] if self.prev is None else [self.prev])
+        size = self._gather_bytes(self.act_bytes, "tp")
+        return [self.coll(f"tp_ag.{label}.regather", T.ALL_GATHER, size, "tp", deps, chain=False)]
 
     def grad_sync(self, label, params, group="dp"):
         """Gradient synchronisation of ``params`` (this rank's shard) over the DP group (or, for expert weights,
