@@ -139,3 +139,23 @@ def test_cli_options(tmp_path):
     assert data["settings"]["gpu_model"]["contention"]["comm_sms"] == 24
     util = data["stats"]["gpu_utilization"]["0"]
     assert util["timeline"][0][2:4] == [108, 24]
+
+
+def test_a_collective_on_its_own_communicator_stream_still_contends(tmp_path):
+    """comm-streams per-communicator: a group's collective runs in a slot of its own; the GEMM beside it is
+    still slowed (the rank's communication count includes every stream)."""
+    prefix = tmp_path / "streams" / "t"
+    prefix.parent.mkdir()
+    grouped = make_node(0, "ar", T.COMM_COLL_NODE, attrs={"is_cpu_op": False, "comm_type": T.ALL_REDUCE,
+                                                          "comm_size": 1 << 30, "pg_name": "1"})
+    for rank in range(2):
+        write_et(f"{prefix}.{rank}.et", make_metadata(), [grouped, mm(1)])
+    system = write_system_config(tmp_path / "system.json", comm_streams="per-communicator")
+    network = write_network_config(tmp_path / "network.yml", npus=(2,))
+    groups = tmp_path / "groups.json"
+    groups.write_text(json.dumps({"1": [0, 1]}))
+    report = simulate(str(prefix), system, network, None, str(groups), plugins=PLUGINS, compute_model="gpu",
+                      options={"gpu_contention": True})
+    assert report.ranks[0].comm_ns > report.ranks[0].compute_ns
+    assert report.ranks[0].compute_ns > 1.2 * mm_alone_ns()
+    assert report.stats["gpu_utilization"][0]["contended_compute_ns"] > 0
