@@ -153,3 +153,18 @@ def test_a_custom_format_name_is_not_a_native_algorithm(tmp_path):
     prefix, system, network = _setup(tmp_path, {"all-reduce-implementation": ["toy"]})
     with pytest.raises(ConfigError, match="custom collective format"):
         simulate(prefix, system, network, **ONLY_TOY)
+
+
+def test_custom_collectives_of_different_communicators_overlap_with_per_communicator_streams(tmp_path):
+    # two custom all-reduces on groups 1 and 2 (both all 8 NPUs), independent of each other
+    nodes = [make_node(i, f"ar{i}", T.COMM_COLL_NODE, attrs={"is_cpu_op": False, "comm_type": T.ALL_REDUCE,
+                                                          "comm_size": MIB, "pg_name": str(i)}) for i in (1, 2)]
+    groups = tmp_path / "groups.json"
+    groups.write_text(json.dumps({"1": list(range(8)), "2": list(range(8))}))
+    finish = {}
+    for streams in ("single", "per-communicator"):
+        (tmp_path / streams).mkdir()
+        prefix, system, network = _setup(tmp_path / streams, {"all-reduce-implementation-custom": ["../algo.toy"],
+                                                              "comm-streams": streams}, nodes)
+        finish[streams] = simulate(prefix, system, network, None, str(groups), **ONLY_TOY).max_finish_ns
+    assert finish == {"single": 2 * _one_message_ns(), "per-communicator": _one_message_ns()}

@@ -383,22 +383,20 @@ class Sys:
         return dataset
 
     def _group_queues(self, group, ndims):
-        """The queues of ``group``'s own collectives (``comm-streams: per-communicator``), made on first use
-        with as many queues per dimension as the native dimensions have."""
-        levels = self.group_levels.get(group.group_id)
-        if levels is None:
-            levels = []
-            queues_per_dim = self.shared.queues_per_dim
-            for d in range(ndims):
-                count = queues_per_dim[min(d, len(queues_per_dim) - 1)]
-                levels.append(QueueLevel(len(self.active_streams), count))
-                self.active_streams.extend([] for _ in range(count))
-                self.running_streams.extend([0] * count)
-            self.group_levels[group.group_id] = levels
+        """The queues of ``group``'s own collectives (``comm-streams: per-communicator``): a QueueLevel per
+        dimension, made on first use with as many queues as the native dimension has."""
+        levels = self.group_levels.setdefault(group.group_id, [])
+        queues_per_dim = self.shared.queues_per_dim
+        while len(levels) < ndims:
+            count = queues_per_dim[min(len(levels), len(queues_per_dim) - 1)]
+            levels.append(QueueLevel(len(self.active_streams), count))
+            self.active_streams.extend([] for _ in range(count))
+            self.running_streams.extend([0] * count)
         return levels
 
     def _generate_custom(self, custom, com_type, size, group, explicit_priority, notifier):
-        """A custom collective is one stream with one phase (queue 0) covering the whole size.
+        """A custom collective is one stream with one phase (queue 0, or the group's first queue with
+        ``comm-streams: per-communicator``) covering the whole size.
 
         (The reference creates its dataset expecting one stream per chunk but makes only one, so
         it waits forever unless preferred-dataset-splits is 1, and it needs that key even though
@@ -410,7 +408,8 @@ class Sys:
         position = self.rank if group is None else group.position
         npus = None if group is None else group.npus
         algorithm = custom.make_algorithm(com_type, self.rank, position, npus, size)
-        stream = Stream(self, self._next_stream_id(group), deque(((0, algorithm),)), priority, dataset)
+        queue = 0 if group is None or self.group_levels is None else self._group_queues(group, 1)[0].queues[0]
+        stream = Stream(self, self._next_stream_id(group), deque(((queue, algorithm),)), priority, dataset)
         self.proceed_to_next_phase(stream)
         return dataset
 
