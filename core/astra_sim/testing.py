@@ -58,6 +58,21 @@ def write_network_config(path, topology=("Ring",), npus=(8,), bandwidth_gbps=(50
     return str(path)
 
 
+def write_case(directory, nodes, npus=2, name="trace", **system_overrides):
+    """The same ``nodes`` as every rank's trace ``directory/name/t.<rank>.et``, the usual system
+    configuration (:func:`system_config` with ``system_overrides``) and an ``npus``-NPU Ring network in
+    ``directory``; returns ``(trace prefix, system path, network path)``."""
+    from astra_sim.chakra import make_metadata, write_et
+
+    prefix = Path(directory) / name / "t"
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    for rank in range(npus):
+        write_et(f"{prefix}.{rank}.et", make_metadata(), nodes)
+    system = write_system_config(Path(directory) / "system.json", **system_overrides)
+    network = write_network_config(Path(directory) / "network.yml", npus=(npus,))
+    return str(prefix), system, network
+
+
 def find_shared_dir():
     """The reference material folder: $ASTRA_SHARED_DIR, else ``../shared`` beside the repo."""
     env = os.environ.get("ASTRA_SHARED_DIR")
@@ -78,6 +93,25 @@ def golden_trace(shared, case, name):
         return None
     prefix = shared / "samples" / "chakra" / "astra-sim-golden" / case / name
     return prefix if os.path.exists(f"{prefix}.0.et") else None
+
+
+def handwritten_infragraph(shared):
+    """The handwritten InfraGraph sample (``shared/samples/infragraph/handwritten-2host-4xpu-tor.yaml``: 2 hosts x
+    4 XPUs and a ToR) as a dict, with every link at 100 GB/s (decimal) and 100 ns and the ToR cables at 1000 ns,
+    or None when the sample is absent."""
+    import yaml
+
+    source = shared / "samples" / "infragraph" / "handwritten-2host-4xpu-tor.yaml" if shared is not None else None
+    if source is None or not source.exists():
+        return None
+    infra = yaml.safe_load(source.read_text())
+    for device in infra["devices"]:
+        for link in device["links"]:
+            link["physical"] = {"bandwidth": {"choice": "gigabytes_per_second", "gigabytes_per_second": 100},
+                                "latency": {"choice": "ns", "ns": 100}}
+    for link in infra["links"]:
+        link["physical"]["latency"] = {"choice": "ns", "ns": 1000}
+    return infra
 
 
 def reference_script():

@@ -7,11 +7,11 @@ import math
 
 import pytest
 
-from astra_sim.chakra import make_metadata, make_node, types as T, write_et
+from astra_sim.chakra import make_node, types as T
 from astra_sim.cli import main as astra_main
 from astra_sim.errors import ConfigError
 from astra_sim.simulation import simulate
-from astra_sim.testing import write_network_config, write_system_config
+from astra_sim.testing import write_case
 
 from astra_gpu_model.contention import Contention, contended_gpu, default_hbm_share
 from astra_gpu_model.gpu import load_gpu
@@ -31,16 +31,6 @@ def mm(node_id, deps=()):
 def all_reduce(node_id, size=1 << 30):
     return make_node(node_id, "ar", T.COMM_COLL_NODE,
                      attrs={"is_cpu_op": False, "comm_type": T.ALL_REDUCE, "comm_size": size})
-
-
-def write_case(tmp_path, nodes, npus=2, name="t"):
-    prefix = tmp_path / name / "t"
-    prefix.parent.mkdir(exist_ok=True)
-    for rank in range(npus):
-        write_et(f"{prefix}.{rank}.et", make_metadata(), nodes)
-    system = write_system_config(tmp_path / "system.json")
-    network = write_network_config(tmp_path / "network.yml", npus=(npus,))
-    return str(prefix), system, network
 
 
 def run(tmp_path, nodes, name, npus=2, **options):
@@ -144,14 +134,9 @@ def test_cli_options(tmp_path):
 def test_a_collective_on_its_own_communicator_stream_still_contends(tmp_path):
     """comm-streams per-communicator: a group's collective runs in a slot of its own; the GEMM beside it is
     still slowed (the rank's communication count includes every stream)."""
-    prefix = tmp_path / "streams" / "t"
-    prefix.parent.mkdir()
     grouped = make_node(0, "ar", T.COMM_COLL_NODE, attrs={"is_cpu_op": False, "comm_type": T.ALL_REDUCE,
                                                           "comm_size": 1 << 30, "pg_name": "1"})
-    for rank in range(2):
-        write_et(f"{prefix}.{rank}.et", make_metadata(), [grouped, mm(1)])
-    system = write_system_config(tmp_path / "system.json", comm_streams="per-communicator")
-    network = write_network_config(tmp_path / "network.yml", npus=(2,))
+    prefix, system, network = write_case(tmp_path, [grouped, mm(1)], comm_streams="per-communicator")
     groups = tmp_path / "groups.json"
     groups.write_text(json.dumps({"1": [0, 1]}))
     report = simulate(str(prefix), system, network, None, str(groups), plugins=PLUGINS, compute_model="gpu",

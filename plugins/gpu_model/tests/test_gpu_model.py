@@ -7,11 +7,11 @@ import math
 
 import pytest
 
-from astra_sim.chakra import make_metadata, make_node, types as T, write_et
+from astra_sim.chakra import make_node, types as T
 from astra_sim.cli import main as astra_main
 from astra_sim.errors import ConfigError, WorkloadError
 from astra_sim.simulation import simulate
-from astra_sim.testing import write_network_config, write_system_config
+from astra_sim.testing import write_case
 
 from astra_gpu_model.model import GpuComputeModel
 from astra_gpu_model.ops import classify
@@ -24,16 +24,6 @@ def mm(node_id, m, k, n, deps=(), micros=7, types=BF16_PAIR):
     """An aten::mm GPU COMP node; shapes/types in attributes (the kernel does not expose IOInfo shapes yet)."""
     return make_node(node_id, "aten::mm", T.COMP_NODE, data_deps=list(deps), duration_micros=micros,
                      attrs={"is_cpu_op": False, "inputs_shapes": f"[[{m}, {k}], [{k}, {n}]]", "inputs_types": types})
-
-
-def write_case(tmp_path, nodes, npus=2):
-    prefix = tmp_path / "trace" / "t"
-    prefix.parent.mkdir(exist_ok=True)
-    for rank in range(npus):
-        write_et(f"{prefix}.{rank}.et", make_metadata(), nodes)
-    system = write_system_config(tmp_path / "system.json")
-    network = write_network_config(tmp_path / "network.yml", npus=(npus,))
-    return str(prefix), system, network
 
 
 def mm_ns(gpu, m, k, n):

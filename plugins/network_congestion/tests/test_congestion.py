@@ -17,7 +17,7 @@ from astra_sim.engine import EventEngine
 from astra_sim.errors import ConfigError, SimulationError
 from astra_sim.plugins import build_registry, make_plugin_manager
 from astra_sim.simulation import simulate
-from astra_sim.testing import write_network_config, write_system_config
+from astra_sim.testing import handwritten_infragraph, write_network_config, write_system_config
 
 from astra_network_analytical import parse_network_config
 from astra_network_congestion.builders import from_analytical, shortest_path_router
@@ -304,20 +304,12 @@ def test_parity_rows_multi_dim_and_switch(parity_dir):
 
 
 def _complete_handwritten_infragraph(shared_dir, tmp_path):
-    """The handwritten InfraGraph sample (2 hosts x 4 XPUs, a ToR) with every link at 100 GB/s
-    (decimal) and 100 ns, the ToR cables at 1000 ns."""
+    """The handwritten InfraGraph sample with bandwidth and latency on every link, written to a file."""
     import yaml
 
-    source = shared_dir / "samples" / "infragraph" / "handwritten-2host-4xpu-tor.yaml"
-    if not source.exists():
+    infra = handwritten_infragraph(shared_dir)
+    if infra is None:
         pytest.skip("InfraGraph samples not found")
-    infra = yaml.safe_load(source.read_text())
-    for device in infra["devices"]:
-        for link in device["links"]:
-            link["physical"] = {"bandwidth": {"choice": "gigabytes_per_second", "gigabytes_per_second": 100},
-                                "latency": {"choice": "ns", "ns": 100}}
-    for link in infra["links"]:
-        link["physical"]["latency"] = {"choice": "ns", "ns": 1000}
     path = tmp_path / "infra.yaml"
     path.write_text(yaml.safe_dump(infra, sort_keys=False))
     return str(path)

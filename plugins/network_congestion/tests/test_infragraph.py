@@ -13,7 +13,7 @@ import yaml
 
 from astra_sim.cli import main
 from astra_sim.errors import ConfigError
-from astra_sim.testing import repo_root
+from astra_sim.testing import handwritten_infragraph, repo_root
 
 from astra_network_congestion.graph import NPU, SWITCH
 from astra_network_congestion.infragraph import (
@@ -56,18 +56,10 @@ def _context(raw=None, warnings=None):
     return SimpleNamespace(system_config=SimpleNamespace(path="sys.json", raw=raw or {}), warn=warn)
 
 
-def _handwritten(shared_dir):
-    return yaml.safe_load((shared_dir / "samples" / "infragraph" / "handwritten-2host-4xpu-tor.yaml").read_text())
-
-
-def _complete(infra):
-    """The handwritten sample with bandwidth and latency on every link."""
-    for device in infra["devices"]:
-        for link in device["links"]:
-            link["physical"] = {"bandwidth": {"choice": "gigabytes_per_second", "gigabytes_per_second": 100},
-                                "latency": {"choice": "ns", "ns": 100}}
-    for link in infra["links"]:
-        link["physical"]["latency"] = {"choice": "ns", "ns": 1000}
+def _complete_handwritten(shared_dir):
+    """The handwritten sample with bandwidth and latency on every link (astra_sim.testing)."""
+    infra = handwritten_infragraph(shared_dir)
+    assert infra is not None, "the handwritten InfraGraph sample is missing"
     return infra
 
 
@@ -165,7 +157,7 @@ def test_handwritten_sample_with_its_annotations(shared_dir, tmp_path):
 
 
 def test_bare_infrastructure_ranks_in_natural_order(shared_dir, tmp_path):
-    infra = _complete(_handwritten(shared_dir))
+    infra = _complete_handwritten(shared_dir)
     infra["instances"] = [{"name": "host", "device": "host", "count": 1}]  # one host, no ToR
     infra["edges"] = []
     path = _write(tmp_path / "one-host.yaml", infra)
@@ -195,7 +187,7 @@ def test_natural_order_sorts_numbers_numerically(tmp_path):
 
 def test_sibling_rank_annotation_sets_the_order(shared_dir, tmp_path):
     """Ranks from a sibling <stem>.rank-annotation.yaml, in the annotation's (reversed) order."""
-    path = _write(tmp_path / "hw.yaml", _complete(_handwritten(shared_dir)))
+    path = _write(tmp_path / "hw.yaml", _complete_handwritten(shared_dir))
     nodes = [f"host.{h}.xpu.{x}" for h in range(2) for x in range(4)][::-1]
     annotation = {"nodes": [{"name": n, "attributes": [{"attribute": "rank", "value": r}]}
                             for r, n in enumerate(nodes)]}
@@ -204,7 +196,7 @@ def test_sibling_rank_annotation_sets_the_order(shared_dir, tmp_path):
 
 
 def test_typed_sdk_rank_assignment(shared_dir, tmp_path):
-    _write(tmp_path / "hw.yaml", _complete(_handwritten(shared_dir)))
+    _write(tmp_path / "hw.yaml", _complete_handwritten(shared_dir))
     _write(tmp_path / "typed.yaml", {
         "rank_assignment": [{"rank_identifier": r, "npu_identifier": f"host.{r % 2}.xpu.{r // 2}"} for r in range(8)],
         "link_specifications": [{"link_name": "eth400", "link_bandwidth_gbps": 200, "link_latency_ms": 0.002}],
@@ -217,7 +209,7 @@ def test_typed_sdk_rank_assignment(shared_dir, tmp_path):
 
 
 def test_logical_dims_from_wrapper_system_config_or_default(shared_dir, tmp_path):
-    infra = _write(tmp_path / "hw.yaml", _complete(_handwritten(shared_dir)))
+    infra = _write(tmp_path / "hw.yaml", _complete_handwritten(shared_dir))
     assert load_network_graph(infra).npus_per_dim == [8]
     assert load_network_graph(infra, _context({"logical-dims": [4, 2]})).npus_per_dim == [4, 2]
     assert load_network_graph(infra, _context({"logical-dims": "4x2"})).npus_per_dim == [4, 2]
@@ -234,7 +226,7 @@ def test_logical_dims_from_wrapper_system_config_or_default(shared_dir, tmp_path
     ("eight", r"must be integers"),
 ])
 def test_logical_dims_must_match_the_ranks(shared_dir, tmp_path, dims, message):
-    _write(tmp_path / "hw.yaml", _complete(_handwritten(shared_dir)))
+    _write(tmp_path / "hw.yaml", _complete_handwritten(shared_dir))
     wrapper = _write(tmp_path / "w.yaml", {"infrastructure": "hw.yaml", "logical_dims": dims})
     with pytest.raises(ConfigError, match=message) as info:
         load_network_graph(wrapper)
@@ -276,56 +268,56 @@ def _expect_error(tmp_path, infra, *fragments, annotation=None, wrapper=None):
 
 
 def test_unknown_device(shared_dir, tmp_path):
-    infra = _complete(_handwritten(shared_dir))
+    infra = _complete_handwritten(shared_dir)
     infra["instances"][1]["device"] = "tor9000"
     _expect_error(tmp_path, infra, "instance 'tor' uses unknown device 'tor9000'", "host, tor")
 
 
 def test_edge_with_an_undefined_link(shared_dir, tmp_path):
-    infra = _complete(_handwritten(shared_dir))
+    infra = _complete_handwritten(shared_dir)
     infra["edges"][1]["link"] = "eth800"
     _expect_error(tmp_path, infra, "edges[1] uses link 'eth800', which the infrastructure does not define", "eth400")
-    infra = _complete(_handwritten(shared_dir))
+    infra = _complete_handwritten(shared_dir)
     infra["devices"][0]["edges"][0]["link"] = "nvlink"
     _expect_error(tmp_path, infra, "device 'host'", "edges[0] uses link 'nvlink', which the device does not define")
 
 
 def test_edge_with_an_unsupported_scheme(shared_dir, tmp_path):
-    infra = _complete(_handwritten(shared_dir))
+    infra = _complete_handwritten(shared_dir)
     infra["edges"][1]["scheme"] = "ring"
     _expect_error(tmp_path, infra, "edges[1]: scheme 'ring' is not supported (use one2one or many2many)")
-    infra = _complete(_handwritten(shared_dir))
+    infra = _complete_handwritten(shared_dir)
     infra["devices"][0]["edges"][0]["scheme"] = "ring"
     _expect_error(tmp_path, infra, "device 'host'", "edges[0]: scheme 'ring' is not supported")
 
 
 def test_missing_link_disconnects_ranks(shared_dir, tmp_path):
-    infra = _complete(_handwritten(shared_dir))
+    infra = _complete_handwritten(shared_dir)
     del infra["edges"][1]  # host 1 is no longer cabled to the ToR
     _expect_error(tmp_path, infra, "rank 4 (host.1.xpu.0) is not connected to rank 0")
 
 
 def test_unknown_component_or_index(shared_dir, tmp_path):
-    infra = _complete(_handwritten(shared_dir))
+    infra = _complete_handwritten(shared_dir)
     infra["edges"][0]["ep2"]["component"] = "prt[0:4]"
     _expect_error(tmp_path, infra, "device 'tor' has no component 'prt'")
-    infra = _complete(_handwritten(shared_dir))
+    infra = _complete_handwritten(shared_dir)
     infra["edges"][1]["ep2"]["component"] = "port[4:12]"
     _expect_error(tmp_path, infra, "port[4:12]", "reaches past the 8")
-    infra = _complete(_handwritten(shared_dir))
+    infra = _complete_handwritten(shared_dir)
     infra["edges"][1]["ep1"]["instance"] = "host[2]"
     _expect_error(tmp_path, infra, "instance 'host[2]'", "out of range")
 
 
 def test_missing_bandwidth(shared_dir, tmp_path):
-    infra = _complete(_handwritten(shared_dir))
+    infra = _complete_handwritten(shared_dir)
     del infra["devices"][0]["links"][0]["physical"]["bandwidth"]
     message = _expect_error(tmp_path, infra, "link 'scaleup' of device 'host' has no bandwidth", "host.0.xpu.0")
     assert "latency" not in message.split("has no bandwidth")[1].split(";")[0]
 
 
 def test_missing_latency_unless_defaulted(shared_dir, tmp_path):
-    infra = _complete(_handwritten(shared_dir))
+    infra = _complete_handwritten(shared_dir)
     del infra["links"][0]["physical"]["latency"]
     _expect_error(tmp_path, infra, "link 'eth400' (infrastructure level) has no latency", "default_link_latency_ns")
     path = _write(tmp_path / "w.yaml", {"infrastructure": "bad.yaml", "default_link_latency_ns": "1 us"})
@@ -333,13 +325,13 @@ def test_missing_latency_unless_defaulted(shared_dir, tmp_path):
 
 
 def test_no_ranks(shared_dir, tmp_path):
-    infra = _complete(_handwritten(shared_dir))
+    infra = _complete_handwritten(shared_dir)
     infra["devices"][0]["components"][1]["choice"] = "memory"
     _expect_error(tmp_path, infra, "no ranks", "xpu", "node types present")
 
 
 def test_bad_rank_annotations(shared_dir, tmp_path):
-    infra = _complete(_handwritten(shared_dir))
+    infra = _complete_handwritten(shared_dir)
     twice = {"nodes": [{"name": "host[0]xpu[0]", "attributes": [{"attribute": "rank", "value": "0"}]},
                        {"name": "host[0]xpu[1]", "attributes": [{"attribute": "rank", "value": "0"}]}]}
     _expect_error(tmp_path, infra, "rank 0 is given to both", annotation=twice)
@@ -350,7 +342,7 @@ def test_bad_rank_annotations(shared_dir, tmp_path):
 
 
 def test_bad_wrappers(shared_dir, tmp_path):
-    infra = _complete(_handwritten(shared_dir))
+    infra = _complete_handwritten(shared_dir)
     _expect_error(tmp_path, infra, "unknown key(s) 'logical_dim'", wrapper={"logical_dim": [8]})
     _expect_error(tmp_path, infra, "links.nope: the infrastructure defines no link named 'nope'",
                   wrapper={"links": {"nope": {"bandwidth": "1 GB/s"}}})
@@ -364,13 +356,13 @@ def test_bad_wrappers(shared_dir, tmp_path):
 
 
 def test_invalid_schema_and_ring_scheme(shared_dir, tmp_path):
-    infra = _complete(_handwritten(shared_dir))
+    infra = _complete_handwritten(shared_dir)
     infra["devices"][0]["components"][0]["choice"] = "gpu"
     _expect_error(tmp_path, infra, "not a valid InfraGraph infrastructure", "choice")
-    infra = _complete(_handwritten(shared_dir))
+    infra = _complete_handwritten(shared_dir)
     infra["devices"][0]["edges"][0]["scheme"] = "ring"
     _expect_error(tmp_path, infra, "scheme 'ring' is not supported")
-    infra = _complete(_handwritten(shared_dir))
+    infra = _complete_handwritten(shared_dir)
     infra["instnces"] = infra.pop("instances")
     _expect_error(tmp_path, infra, "unknown key(s) 'instnces'")
 
