@@ -396,6 +396,7 @@ def test_to_analytical_dgx_sample(shared_dir, tmp_path, capsys):
                                  switch_latency_ns={"nvsw": 100})
     data, text = _analytical(capsys, tmp_path, wrapper)
     assert data["topology"] == ["Switch"] and data["npus_count"] == [8]
+    assert "cross_dimension_route" not in data  # one dimension: nothing to route across
     assert data["bandwidth"] == [pytest.approx(450e9 / GIB, abs=1e-5)]  # 4 NVSwitches x 112.5 GB/s
     assert data["latency"] == [pytest.approx((150 + 100 + 150) / 2)]
     assert "detected from the graph" in text
@@ -418,6 +419,8 @@ def test_to_analytical_examples(capsys, tmp_path):
     data, _ = _analytical(capsys, tmp_path, EXAMPLES / "torus_4x4x4" / "infrastructure.yaml")
     assert data["topology"] == ["Ring"] * 3 and data["npus_count"] == [4, 4, 4]
     assert data["bandwidth"] == [pytest.approx(50e9 / GIB, abs=1e-5)] * 3 and data["latency"] == [500.0] * 3
+    # several dimensions: messages crossing them are routed through each, as on the graph
+    assert data["cross_dimension_route"] == "dimension_order"
     data, _ = _analytical(capsys, tmp_path, EXAMPLES / "clos_dgx_h100_rail" / "infrastructure.yaml")
     assert data["topology"] == ["Switch", "Switch"] and data["npus_count"] == [8, 16]
     data, text = _analytical(capsys, tmp_path, EXAMPLES / "clos_dgx_h100" / "infrastructure.yaml")

@@ -1190,6 +1190,9 @@ def format_analytical(result, source, dims_source):
         f"bandwidth: [ {', '.join(fmt(b) for b in result['bandwidth'])} ]  # GB/s (2^30 bytes) per link and direction",
         f"latency: [ {', '.join(fmt(x) for x in result['latency'])} ]  # ns per link traversal",
     ]
+    if len(result["npus_count"]) > 1:
+        # on the graph a message between NPUs that differ in several dimensions crosses all of them
+        lines.append("cross_dimension_route: dimension_order  # charge every crossed dimension, as the graph routes")
     return "\n".join(lines) + "\n"
 
 
