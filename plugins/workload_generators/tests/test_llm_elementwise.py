@@ -160,19 +160,25 @@ def test_gpu_model_consistent_bytes(tmp_path):
     assert "aten::_fused_adam_" in seen and "aten::_softmax_backward_data" in seen
 
 
-def test_gpu_simulation_slower_with_elementwise(tmp_path):
+def _gpu_report(tmp_path, name, npus, llm_args, **options):
+    """Generate ``astra workload llm *llm_args`` into ``tmp_path/name`` and simulate it with the gpu compute model
+    on an ``npus``-NPU ring."""
     pytest.importorskip("astra_gpu_model")
     sys_cfg = write_system_config(tmp_path / "sys.json", dims=1)
-    net = write_network_config(tmp_path / "net.yml", npus=(4,))
+    net = write_network_config(tmp_path / "net.yml", npus=(npus,))
+    prefix = tmp_path / name / "g"
+    assert main(["workload", "llm", *llm_args, "-o", str(prefix)]) == 0
+    return simulate(prefix, sys_cfg, net, None, f"{prefix}.groups.json",
+                    plugins=["network_analytical", "workload_generators", "gpu_model"], compute_model="gpu",
+                    options=options)
+
+
+def test_gpu_simulation_slower_with_elementwise(tmp_path):
     times = {}
     for flag in ("--elementwise", "--no-elementwise"):
-        prefix = tmp_path / flag.strip("-") / "g"
-        assert main(["workload", "llm", "--layers", "2", "--hidden", "512", "--heads", "8", "--vocab", "2000",
-                     "--seq-len", "512", "--tp", "2", "--dp", "2", "--micro-batches", "2", "--micro-batch-size",
-                     "2", flag, "-o", str(prefix)]) == 0
-        report = simulate(prefix, sys_cfg, net, None, f"{prefix}.groups.json",
-                          plugins=["network_analytical", "workload_generators", "gpu_model"], compute_model="gpu")
-        times[flag] = report.max_finish_ns
+        args = ["--layers", "2", "--hidden", "512", "--heads", "8", "--vocab", "2000", "--seq-len", "512",
+                "--tp", "2", "--dp", "2", "--micro-batches", "2", "--micro-batch-size", "2", flag]
+        times[flag] = _gpu_report(tmp_path, flag.strip("-"), 4, args).max_finish_ns
     assert times["--elementwise"] > times["--no-elementwise"] * 1.05
 
 
@@ -234,17 +240,9 @@ def test_fp8_gemms(tmp_path):
 
 
 def test_fp8_gemms_faster_on_h100(tmp_path):
-    pytest.importorskip("astra_gpu_model")
-    sys_cfg = write_system_config(tmp_path / "sys.json", dims=1)
-    net = write_network_config(tmp_path / "net.yml", npus=(2,))
     times = {}
     for g in ("same", "fp8"):
-        prefix = tmp_path / g / "g"
-        assert main(["workload", "llm", "--layers", "2", "--hidden", "2048", "--heads", "16", "--vocab", "2000",
-                     "--seq-len", "2048", "--tp", "2", "--micro-batch-size", "2", "--no-elementwise",
-                     "--gemm-dtype", g, "-o", str(prefix)]) == 0
-        report = simulate(prefix, sys_cfg, net, None, f"{prefix}.groups.json",
-                          plugins=["network_analytical", "workload_generators", "gpu_model"], compute_model="gpu",
-                          options={"gpu": "H100-SXM5-80GB"})
-        times[g] = report.ranks[0].compute_ns
+        args = ["--layers", "2", "--hidden", "2048", "--heads", "16", "--vocab", "2000", "--seq-len", "2048",
+                "--tp", "2", "--micro-batch-size", "2", "--no-elementwise", "--gemm-dtype", g]
+        times[g] = _gpu_report(tmp_path, g, 2, args, gpu="H100-SXM5-80GB").ranks[0].compute_ns
     assert times["fp8"] < times["same"] * 0.8
