@@ -318,7 +318,7 @@ class Sys:
             return dim < len(involved_dims) and bool(involved_dims[dim])
 
         count = 0
-        levels = self.levels if group is None or self.group_levels is None else self._group_queues(group, ndims)
+        levels = self._queue_levels(group, ndims)
         local_bw_aware = self.shared.system_config.collective_optimization == "localBWAware"
         while size > 0:
             count += 1
@@ -382,9 +382,12 @@ class Sys:
             self.register_event(lambda _arg: notifier(0), None, 0)
         return dataset
 
-    def _group_queues(self, group, ndims):
-        """The queues of ``group``'s own collectives (``comm-streams: per-communicator``): a QueueLevel per
-        dimension, made on first use with as many queues as the native dimension has."""
+    def _queue_levels(self, group, ndims):
+        """The QueueLevel per dimension a collective of ``group`` uses: the rank's own, or with
+        ``comm-streams: per-communicator`` the group's own, made on first use with as many queues as the
+        native dimension has."""
+        if group is None or self.group_levels is None:
+            return self.levels
         levels = self.group_levels.setdefault(group.group_id, [])
         queues_per_dim = self.shared.queues_per_dim
         while len(levels) < ndims:
@@ -408,7 +411,7 @@ class Sys:
         position = self.rank if group is None else group.position
         npus = None if group is None else group.npus
         algorithm = custom.make_algorithm(com_type, self.rank, position, npus, size)
-        queue = 0 if group is None or self.group_levels is None else self._group_queues(group, 1)[0].queues[0]
+        queue = self._queue_levels(group, 1)[0].queues[0]
         stream = Stream(self, self._next_stream_id(group), deque(((queue, algorithm),)), priority, dataset)
         self.proceed_to_next_phase(stream)
         return dataset

@@ -32,6 +32,8 @@ _COLLECTIVES = {
     T.ALL_TO_ALL: ALL_TO_ALL,
 }
 _CPU, _COMP, _COMM, _NONE = range(4)
+#: ``pg_name`` values that mean the default all-NPU group (the reference's rule)
+_DEFAULT_PG_NAMES = ("", "0", None)
 
 
 class RankWorkload:
@@ -80,7 +82,7 @@ class RankWorkload:
     def _comm_slot(self, node):
         """The slot of a collective (per communicator) or a send (per communicator and destination)."""
         pg_name = node.attrs.get("pg_name", "")
-        if pg_name in (None, "0"):
+        if pg_name in _DEFAULT_PG_NAMES:
             pg_name = ""
         key = (pg_name, node.attrs.get("comm_dst") if node.type == T.COMM_SEND_NODE else None)
         if key == ("", None):
@@ -264,7 +266,7 @@ class RankWorkload:
 
     def _comm_group(self, node):
         pg_name = node.attrs.get("pg_name", "")
-        if pg_name in ("", "0", None):
+        if pg_name in _DEFAULT_PG_NAMES:
             return None
         try:
             group_id = int(pg_name)
@@ -365,7 +367,7 @@ class RankWorkload:
     def comm_in_flight(self):
         """Communication operations running now (the GPU-communication slots)."""
         busy = self.slot_busy
-        return busy[_COMM] if len(busy) == 4 else busy[_COMM] + sum(busy[4:])
+        return busy[_COMM] + sum(busy[4:])  # slots 4.. exist with comm-streams per-communicator
 
     def stuck_description(self):
         """What keeps this rank from finishing (for deadlock reports)."""
