@@ -665,10 +665,14 @@ class _StageBuilder:
         one = [((params,), f)]
         node = self.ew("aten::_fused_adam_", "optimizer.adam", [one, one, one, one], self.syncs)
         for label, size, group in self.deferred:
-            self.coll(label, T.ALL_GATHER, self._gather_bytes(size, group), group, [node], chain=False)
+            self.coll(label, T.ALL_GATHER, size, group, [node], chain=False)
         return node
 
     def coll(self, label, comm_type, size, group, deps=(), chain=True):
+        """A collective over ``group`` on a buffer of ``size`` bytes: the input of an all-reduce, reduce-scatter
+        or all-to-all, the gathered output of an all-gather, whose ``comm_size`` becomes each rank's share."""
+        if comm_type == T.ALL_GATHER:
+            size = self._gather_bytes(size, group)
         return self._add(label, T.COMM_COLL_NODE, {"is_cpu_op": False, "comm_type": comm_type, "comm_size": size},
                          deps, dyn=(group,), chain=chain)
 
@@ -749,8 +753,7 @@ class _StageBuilder:
         if self.cfg.tp == 1:
             return None
         comm = {"ar": T.ALL_REDUCE, "ag": T.ALL_GATHER, "rs": T.REDUCE_SCATTER}[kind]
-        size = self._gather_bytes(self.act_bytes, "tp") if kind == "ag" else self.act_bytes
-        return self.coll(f"tp_{kind}.{label}", comm, size, "tp", deps)
+        return self.coll(f"tp_{kind}.{label}", comm, self.act_bytes, "tp", deps)
 
     def layer_forward(self, layer, mb, deps=(), tag=None):
         dims, cfg, tp = self.dims, self.cfg, self.cfg.tp
@@ -918,8 +921,7 @@ class _StageBuilder:
         if not self.cfg.sequence_parallel or self.cfg.tp == 1:
             return []
         deps = list(deps) + ([] if self.prev is None else [self.prev])
-        size = self._gather_bytes(self.act_bytes, "tp")
-        return [self.coll(f"tp_ag.{label}.regather", T.ALL_GATHER, size, "tp", deps, chain=False)]
+        return [self.coll(f"tp_ag.{label}.regather", T.ALL_GATHER, self.act_bytes, "tp", deps, chain=False)]
 
     def grad_sync(self, label, params, group="dp"):
         """Gradient synchronisation of ``params`` (this rank's shard) over the DP group (or, for expert weights,
@@ -940,8 +942,7 @@ class _StageBuilder:
             elif cfg.ew:  # the updated shards are gathered after the optimizer step
                 self.deferred.append((f"{group}_ag.{label}", size, group))
             else:
-                self.coll(f"{group}_ag.{label}", T.ALL_GATHER, self._gather_bytes(size, group), group, [rs],
-                          chain=False)
+                self.coll(f"{group}_ag.{label}", T.ALL_GATHER, size, group, [rs], chain=False)
         else:
             self.syncs.append(self.coll(f"{group}_ar.{label}", T.ALL_REDUCE, size, group, [self.prev],
                                         chain=False))
@@ -966,8 +967,7 @@ class _StageBuilder:
         for group, params in ((self.dgroup, dense), ("edp", expert)):
             if params and self._group_size(group) > 1:
                 deps = [] if self.prev is None else [self.prev]
-                out.append(self.coll(f"{group}_ag.{label}", T.ALL_GATHER,
-                                     self._gather_bytes(params * self.nbytes, group), group, deps,
+                out.append(self.coll(f"{group}_ag.{label}", T.ALL_GATHER, params * self.nbytes, group, deps,
                                      chain=False))
         return out
 
@@ -1000,8 +1000,8 @@ class _StageBuilder:
             for group, n in ((self.dgroup, dense), ("edp", expert)):
                 if n and self._group_size(group) > 1:
                     label = unit if group == self.dgroup else f"{unit}.experts"
-                    size = self._gather_bytes(n * self.nbytes, group)
-                    prev = [self.coll(f"{group}_ag.{label}", T.ALL_GATHER, size, group, prev, chain=False)]
+                    prev = [self.coll(f"{group}_ag.{label}", T.ALL_GATHER, n * self.nbytes, group, prev,
+                                      chain=False)]
                     ids += prev
             out[unit] = ids
         return out
