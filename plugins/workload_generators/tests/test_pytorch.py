@@ -115,7 +115,8 @@ def test_sample_simulates(shared_dir, tmp_path, configs):
 def test_synthetic_host_and_kineto(pair):
     host, kin = pair
     gm, nodes, counts = convert_pytorch_trace(host, kin)
-    assert counts == {"cpu": 8, "gpu_comp": 3, "coll": 1, "p2p": 0, "metadata": 1, "nodes": 13}
+    assert counts == {"cpu": 8, "gpu_comp": 3, "coll": 1, "p2p": 0, "metadata": 1, "nodes": 13, "host_comms": 0,
+                      "dropped_comms": 0}
     by_name = {}
     for n in nodes:
         by_name.setdefault(n.name, []).append(n)
@@ -448,3 +449,55 @@ def test_p2p_errors(tmp_path):
     # the CLI reports it with exit status 2
     assert main(["workload", "convert-pytorch", str(tmp_path / "e5.json"), "--rank", "0",
                  "-o", str(tmp_path / "y")]) == 2
+
+
+@pytest.mark.parametrize("layout", ["old", "new"])
+def test_p2p_from_host_record_param_comms(tmp_path, configs, layout):
+    # the same pipeline without Kineto traces: --comms-from-host takes the send/recv from record_param_comms
+    traces = [_p2p_rank("send", 0, 1, layout), _p2p_rank("recv", 1, 0, layout)]
+    host, _ = _write_ranks(tmp_path, traces)
+    dropped = convert_pytorch(host, tmp_path / "d" / "w", ranks=2)
+    assert (dropped["p2p"], dropped["dropped_comms"], dropped["host_comms"]) == (0, 1, 0)
+    s = convert_pytorch(host, tmp_path / "p" / "w", ranks=2, comms_from_host=True)
+    assert (s["p2p"], s["host_comms"], s["dropped_comms"], s["gpu_comp"]) == (1, 1, 0, 0)
+    (send,), (recv,) = _p2p_nodes(tmp_path / "p" / "w", 0), _p2p_nodes(tmp_path / "p" / "w", 1)
+    assert (send.attrs["comm_dst"], send.attrs["comm_tag"], send.attrs["comm_size"]) == (1, 0, MSG)
+    assert (recv.attrs["comm_src"], recv.attrs["comm_tag"], recv.attrs["comm_size"]) == (0, 0, MSG)
+    assert send.attrs["pg_name"] == recv.attrs["pg_name"] == "0"
+    report = simulate(tmp_path / "p" / "w", configs["sys1"], configs["net2"], plugins=PLUGINS)
+    assert report.warnings == []
+    assert report.ranks[1].finish_ns >= 500 + MSG / (50 * 2 ** 30) * 1e9
+
+
+def test_comms_from_host_refuses_traces_with_kernels(pair, tmp_path):
+    host, kin = pair
+    with pytest.raises(ConfigError, match=r"host.json: --comms-from-host is for host traces without GPU kernels, "
+                                          r"but a Kineto trace was given"):
+        convert_pytorch(host, tmp_path / "x", kineto=kin, rank=0, comms_from_host=True)
+
+
+def test_kineto_errors_cut_long_kernel_names(pair, tmp_path, capsys):
+    host, kin = pair
+    k = json.loads(kin.read_text())
+    kernel = next(e for e in k["traceEvents"] if e["cat"] == "kernel")
+    kernel["name"] = "void cutlass::Kernel<" + "x" * 5000 + ">"
+    kernel["args"]["External id"] = 999  # launched by no known op
+    kin.write_text(json.dumps(k))
+    assert main(["workload", "convert-pytorch", str(host), "--kineto", str(kin), "--rank", "0",
+                 "-o", str(tmp_path / "z")]) == 2
+    err = capsys.readouterr().err
+    assert "no cpu_op with External id 999" in err and "void cutlass::Kernel<xxx" in err and len(err) < 800
+
+
+def test_gzip_traces(pair, tmp_path):
+    import gzip
+
+    host, kin = pair
+    (tmp_path / "h.json.gz").write_bytes(gzip.compress(host.read_bytes()))
+    (tmp_path / "k.json.gz").write_bytes(gzip.compress(kin.read_bytes()))
+    plain = convert_pytorch_trace(host, kin)[1]
+    packed = convert_pytorch_trace(tmp_path / "h.json.gz", tmp_path / "k.json.gz")[1]
+    assert [n._raw for n in packed] == [n._raw for n in plain]
+    (tmp_path / "bad.json.gz").write_bytes(b"\x1f\x8b" + b"not gzip at all")
+    with pytest.raises(ConfigError, match=r"bad.json.gz: the PyTorch host execution trace is not a valid gzip file"):
+        convert_pytorch_trace(tmp_path / "bad.json.gz")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from astra_sim.errors import ConfigError
 
@@ -137,6 +138,9 @@ def add_commands(subparsers):
     which.add_argument("--rank", type=non_negative_int, metavar="R", help="write only PREFIX.R.et")
     which.add_argument("--ranks", type=positive_int, metavar="N", help="write PREFIX.0.et .. PREFIX.N-1.et")
     p.add_argument("-o", "--output", required=True, metavar="PREFIX")
+    p.add_argument("--comms-from-host", action="store_true",
+                   help="for a host trace without GPU kernels (no --kineto): turn its record_param_comms ops into "
+                   "collective and send/recv nodes (Chakra's converter drops them); GPU compute is then not timed")
     p.set_defaults(run_command=_cmd_convert_pytorch)
 
     from .llm import add_llm_command
@@ -227,8 +231,16 @@ def _cmd_compare(args):
 def _cmd_convert_pytorch(args):
     from .pytorch import convert_pytorch
 
-    s = convert_pytorch(args.host, args.output, kineto=args.kineto, rank=args.rank, ranks=args.ranks)
+    s = convert_pytorch(args.host, args.output, kineto=args.kineto, rank=args.rank, ranks=args.ranks,
+                        comms_from_host=args.comms_from_host)
     print(f"{s['nodes']} nodes per rank ({s['cpu']} CPU ops, {s['gpu_comp']} GPU kernels, {s['coll']} collectives, "
           f"{s['p2p']} send/recv, {s['metadata']} metadata); wrote {', '.join(s['paths'][:2])}"
           f"{' ..' if len(s['paths']) > 2 else ''}")
+    if s["host_comms"]:
+        print(f"note: {s['host_comms']} collectives and send/recv come from record_param_comms host ops "
+              "(--comms-from-host); GPU compute is not timed without kernels")
+    if s["dropped_comms"]:
+        print(f"warning: the trace has no GPU kernels and no --kineto trace was given, so its {s['dropped_comms']} "
+              "record_param_comms collectives and send/recv are left out, as Chakra's converter does; give the "
+              "Kineto trace, or --comms-from-host to simulate them", file=sys.stderr)
     return 0

@@ -21,6 +21,7 @@ Follows mlcommons Chakra 1.0.0's ``chakra_converter PyTorch`` (and, for the Kine
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -50,13 +51,44 @@ _TAG_SPACE = 1 << 28  # comm_tag stays an int32 below the simulator's collective
 
 
 def _load_json(path, what):
+    """A JSON file, gzip-compressed or not (PyTorch and Kineto traces are often saved as ``.json.gz``)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
+        with open(path, "rb") as f:
+            raw = f.read()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise ConfigError(f"{path}: the {what} is not a valid gzip file: {exc}") from None
+    try:
+        return json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: the {what} is not valid JSON: {exc}") from None
+
+
+# Host ET schema 1.0.1 (PyTorch 2.0/2.1) keeps a node's parent in "parent", its inputs and outputs as flat lists
+# beside "input_shapes"/"input_types" ("output_..."), and its attributes as top-level fields; 1.0.2 and later use
+# "ctrl_deps", {values, shapes, types} objects and an "attrs" list. Old nodes are rewritten to the new layout.
+_OLD_ATTR_TYPES = {"rf_id": "uint64", "fw_parent": "uint64", "seq_id": "int64", "scope": "uint64", "tid": "uint64",
+                   "fw_tid": "uint64", "op_schema": "string"}
+
+
+def _is_old_layout(n):
+    return "ctrl_deps" not in n and "parent" in n and isinstance(n.get("inputs", []), list)
+
+
+def _upgrade_old_node(n):
+    """A schema-1.0.1 host node in the 1.0.2+ layout (see _OLD_ATTR_TYPES)."""
+    new = {k: v for k, v in n.items() if k not in _OLD_ATTR_TYPES and k not in (
+        "parent", "inputs", "input_shapes", "input_types", "outputs", "output_shapes", "output_types")}
+    new["ctrl_deps"] = n["parent"]
+    for key in ("input", "output"):
+        new[key + "s"] = {"values": n.get(key + "s", []), "shapes": n.get(key + "_shapes", []),
+                          "types": n.get(key + "_types", [])}
+    new["attrs"] = [{"name": k, "type": t, "value": n[k]} for k, t in _OLD_ATTR_TYPES.items() if k in n]
+    return new
 
 
 def _int_field(path, rec, where, key, default=None):
@@ -78,6 +110,8 @@ def load_host_trace(path):
         where = f"nodes[{i}]"
         if not isinstance(n, dict):
             raise ConfigError(f"{path}: {where}: expected an object, got {type(n).__name__}")
+        if _is_old_layout(n):
+            n = data["nodes"][i] = _upgrade_old_node(n)
         nid = _int_field(path, n, where, "id")
         where = f"nodes[{i}] (id {nid})"
         if nid in seen:
@@ -112,7 +146,7 @@ def load_kineto_trace(path, *, with_info=False):
         cat = ev.get("cat")
         if cat not in _GPU_CATS and cat != "cpu_op":
             continue
-        where = f"traceEvents[{i}] ({ev.get('name')!r})"
+        where = f"traceEvents[{i}] ({_short(ev.get('name'))!r})"
         args = ev.get("args", {})
         if not isinstance(args, dict):
             raise ConfigError(f"{path}: {where}: 'args' must be an object")
@@ -133,6 +167,11 @@ def load_kineto_trace(path, *, with_info=False):
         info = data.get("distributedInfo")
         return gpu, cpu_ops, info if isinstance(info, dict) else {}
     return gpu, cpu_ops
+
+
+def _short(name, limit=100):
+    """A kernel name cut for an error message (templated CUDA kernel names run to thousands of characters)."""
+    return name if not isinstance(name, str) or len(name) <= limit else name[:limit - 3] + "..."
 
 
 def _attr_map(node):
@@ -330,6 +369,65 @@ def _find_param_comms(launcher, by_id, children, is_gpu, coll):
     return []
 
 
+# record_param_comms "dtype" attribute -> bytes per element (c10 ScalarType names)
+_DTYPE_BYTES = {"float": 4, "double": 8, "half": 2, "bfloat16": 2, "long": 8, "int": 4, "short": 2, "char": 1,
+                "byte": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}
+
+
+def _param_comms_bytes(node):
+    """in_msg_nelems x the dtype's size of a record_param_comms op (newer traces' attributes); 0 if unknown."""
+    a = _attr_map(node)
+    nelems = _as_rank(a.get("in_msg_nelems"))
+    size = _DTYPE_BYTES.get(str(a.get("dtype", "")).strip('"').lower())
+    return nelems * size if nelems is not None and nelems >= 0 and size else 0
+
+
+def _host_comm_kind(node):
+    """(node type, comm_type) of a record_param_comms host op, or None when it is not a collective or send/recv
+    the simulator models (wait, barrier, gather, scatter, reduce, ...)."""
+    info = _param_comms(node)
+    if info is None:
+        return None
+    flat = info["coll"].replace("_", "")
+    if flat in ("send", "recv"):
+        return (T.COMM_SEND_NODE if flat == "send" else T.COMM_RECV_NODE), None
+    for word, ctype in _COLL_WORDS:
+        if word in flat:
+            return T.COMM_COLL_NODE, ctype
+    return None
+
+
+def _host_comm_ops(hnodes, by_id, host_path, next_id):
+    """For a host trace without GPU kernels (no Kineto trace, not linked by chakra_trace_link): one communication
+    op per record_param_comms host op that names a collective or send/recv, in the form of the GPU op list of
+    convert_pytorch_trace, as if a kernel launched by that op (ids from ``next_id`` on). Chakra's converter
+    drops them (it only reads kernels), so a DDP trace would simulate no communication at all. A
+    record_param_comms nested under another one (a coalesced or wrapped collective) is the same transfer and
+    is skipped."""
+    ops = []
+    groups = _process_groups(hnodes)
+    for n in hnodes:
+        if n["name"] != _PARAM_COMMS:
+            continue
+        kind = _host_comm_kind(n)
+        if kind is None:
+            continue
+        p, hops, nested = n["ctrl_deps"], 0, False
+        while p in by_id and p != by_id[p]["ctrl_deps"] and hops < 8 and not nested:
+            nested = by_id[p]["name"] == _PARAM_COMMS and _host_comm_kind(by_id[p]) is not None
+            p, hops = by_id[p]["ctrl_deps"], hops + 1
+        if nested:
+            continue
+        info = _param_comms(n)
+        pg = info["pg_name"]
+        if pg is None and info["pg_id"] is not None:  # the old layout names the group by its backend id
+            group = next((g for g in groups if info["pg_id"] in (g.get("backend_id"), g.get("pg_id"))), None)
+            pg = str(group["pg_name"]) if group is not None else None
+        where = f"record_param_comms host node id {n['id']} ({info['coll']!r})"
+        ops.append((next_id + len(ops), info["coll"], n["id"], 0, 0, pg or "", host_path, where, {}, kind))
+    return ops
+
+
 def _group_tag(name):
     """comm_tag for a p2p op on process group ``name`` (see _p2p_peer): the group's number when PyTorch named it
     with a number (its default naming), else a CRC-32 of the name; 0 for an unnamed world group."""
@@ -473,13 +571,16 @@ def _dur(value):
     return max(0, int(round(value or 0)))
 
 
-def convert_pytorch_trace(host_path, kineto_path=None, *, rank=None, world_size=None, shared=False):
+def convert_pytorch_trace(host_path, kineto_path=None, *, rank=None, world_size=None, shared=False,
+                          comms_from_host=False):
     """Convert one rank's host trace (+ Kineto) into (GlobalMetadata, nodes sorted by id, summary).
 
     ``rank``: the global rank this trace is (needed for send/recv; otherwise taken from a ``rank`` field of the
     host trace header or Kineto's ``distributedInfo``, which must agree with it when given). ``world_size``: the
     number of ranks, when known (bounds the p2p peers). ``shared``: the trace is copied to several ranks, so
-    send/recv nodes are an error and the header rank is not checked."""
+    send/recv nodes are an error and the header rank is not checked. ``comms_from_host``: for a host trace without
+    GPU kernels, turn its record_param_comms ops into collective and send/recv nodes (see _host_comm_ops);
+    otherwise they are left out as Chakra's converter does, and counted in the summary's ``dropped_comms``."""
     header, hnodes = load_host_trace(host_path)
     rank = _own_rank(header, host_path, rank, "rank", "the host trace header", shared)
     by_id = {n["id"]: n for n in hnodes}
@@ -495,13 +596,20 @@ def convert_pytorch_trace(host_path, kineto_path=None, *, rank=None, world_size=
         if is_gpu[n["id"]]:
             where = f"node id {n['id']} ({n['name']!r})"
             gpu.append((n["id"], n["name"], n["ctrl_deps"], _dur(n.get("exclusive_dur", n.get("inclusive_dur"))),
-                        n.get("stream", 0), n.get("pg_name", ""), host_path, where, {}))
+                        n.get("stream", 0), n.get("pg_name", ""), host_path, where, {}, None))
     cpu_dur = {}
     if kineto_path is not None:
         events, cpu_ops, dist = load_kineto_trace(kineto_path, with_info=True)
         rank = _own_rank(dist, kineto_path, rank, "rank", "Kineto's distributedInfo", shared)
         if world_size is None and _as_rank(dist.get("world_size")) is not None:
             world_size = _as_rank(dist["world_size"])
+        if events and cpu_ops and not any("Record function id" in op.get("args", {}) for op in cpu_ops.values()):
+            raise ConfigError(
+                f"{kineto_path}: its cpu_op events carry no 'Record function id', which is what links a Kineto op "
+                f"to the rf_id of a host op in {host_path} ('External id' is unrelated to rf_id); the profiler "
+                "writes it since pytorch/pytorch#122948 (April 2024, after PyTorch 2.2), so this trace cannot be "
+                "linked. Convert the host trace without --kineto (its collectives then come from its "
+                "record_param_comms ops), or record both traces again with a newer PyTorch")
         by_rf = {}
         for n in hnodes:
             rf = _attr_map(n).get("rf_id")
@@ -513,7 +621,7 @@ def convert_pytorch_trace(host_path, kineto_path=None, *, rank=None, world_size=
                 cpu_dur[hid] = op["dur"]
         next_id = max(by_id, default=0) + 1
         for i, ev in events:
-            where = f"traceEvents[{i}] ({ev['name']!r})"
+            where = f"traceEvents[{i}] ({_short(ev['name'])!r})"
             args = ev.get("args", {})
             op = cpu_ops.get(args["External id"])
             hid = by_rf.get(op.get("args", {}).get("Record function id")) if op else None
@@ -524,13 +632,26 @@ def convert_pytorch_trace(host_path, kineto_path=None, *, rank=None, world_size=
             kargs.update(args)  # the kernel's own args first, then its cpu_op's (NCCL metadata may be on either)
             pg = kargs.get("Process Group Name", "")
             gpu.append((next_id, ev["name"], hid, _dur(ev["dur"]), args.get("stream", 0), pg, kineto_path, where,
-                        kargs))
+                        kargs, None))
             next_id += 1
         # exclusive CPU durations: inclusive minus the matched host children's inclusive durations
         inclusive = dict(cpu_dur)
         for hid, inc in inclusive.items():
             kids = sum(inclusive.get(c["id"], 0) for c in children.get(hid, []))
             cpu_dur[hid] = max(0.0, inc - kids)
+    host_comms = dropped_comms = 0
+    if kineto_path is None and not gpu:
+        found = _host_comm_ops(hnodes, by_id, host_path, max(by_id, default=0) + 1)
+        if comms_from_host:
+            gpu.extend(found)
+            host_comms = len(found)
+        else:
+            dropped_comms = len(found)
+    elif comms_from_host:
+        raise ConfigError(f"{host_path}: --comms-from-host is for host traces without GPU kernels, but "
+                          + ("a Kineto trace was given" if kineto_path is not None else
+                             f"this one has {len(gpu)} (linked by chakra_trace_link)")
+                          + ": the kernels already give the collectives")
     gpu_children = {}
     for g in gpu:
         if g[2] not in by_id:
@@ -604,14 +725,14 @@ def convert_pytorch_trace(host_path, kineto_path=None, *, rank=None, world_size=
                            attrs, ins, host_path, outs=n.get("outputs", {})))
     ctx = {"by_id": by_id, "children": children, "is_gpu": is_gpu, "groups": _process_groups(hnodes),
            "rank": rank, "world": world_size, "shared": shared, "host_path": host_path}
-    for gid, kname, hid, dur, stream, pg, src, where, kargs in gpu:
+    for gid, kname, hid, dur, stream, pg, src, where, kargs, kind in gpu:
         launcher = by_id[hid]
         names = [launcher["name"].lower()]
         p = launcher["ctrl_deps"]
         while p in by_id and p != by_id[p]["ctrl_deps"] and len(names) < 8:
             names.append(by_id[p]["name"].lower())
             p = by_id[p]["ctrl_deps"]
-        ntype, ctype = _comm_kind(kname, names, src, where)
+        ntype, ctype = kind if kind is not None else _comm_kind(kname, names, src, where)
         ins = launcher.get("inputs", {})
         attrs = {"is_cpu_op": False, "stream": _as_int(stream, src, {"id": gid, "name": kname}, "stream")}
         name = f"{launcher['name']} | {kname}"
@@ -619,6 +740,8 @@ def convert_pytorch_trace(host_path, kineto_path=None, *, rank=None, world_size=
             if ntype == T.COMM_COLL_NODE:
                 attrs["comm_type"] = ctype
             attrs["comm_size"] = _tensor_bytes(ins.get("values", []), ins.get("types", []))
+            if kind is not None and attrs["comm_size"] == 0:
+                attrs["comm_size"] = _param_comms_bytes(launcher)
             pg = None if pg in (None, "") else str(pg)
             p2p = None
             if ntype != T.COMM_COLL_NODE:
@@ -647,6 +770,8 @@ def convert_pytorch_trace(host_path, kineto_path=None, *, rank=None, world_size=
     except Exception as exc:  # a header value of the wrong type
         raise ConfigError(f"{host_path}: trace header {meta!r}: {exc}") from None
     counts["nodes"] = len(nodes)
+    counts["host_comms"] = host_comms
+    counts["dropped_comms"] = dropped_comms
     return gm, nodes, counts
 
 
@@ -689,7 +814,7 @@ def _per_rank(path, rank):
     return os.fspath(path).replace("{rank}", str(rank)) if path is not None else None
 
 
-def convert_pytorch(host, output, *, kineto=None, rank=None, ranks=None):
+def convert_pytorch(host, output, *, kineto=None, rank=None, ranks=None, comms_from_host=False):
     """Write ``<output>.<r>.et``. ``rank``: convert this one rank's trace into ``<output>.<rank>.et``. ``ranks``:
     write ranks 0..N-1; when ``host`` (and ``kineto``) contain ``{rank}`` each rank reads its own files, otherwise
     the one trace is copied to every rank (a data-parallel assumption, refused for traces with send/recv, whose
@@ -706,7 +831,8 @@ def convert_pytorch(host, output, *, kineto=None, rank=None, ranks=None):
     for r in wanted:
         key = (_per_rank(host, r), _per_rank(kineto, r), None if shared else r)
         if key not in cache:
-            cache[key] = convert_pytorch_trace(key[0], key[1], rank=key[2], world_size=ranks, shared=shared)
+            cache[key] = convert_pytorch_trace(key[0], key[1], rank=key[2], world_size=ranks, shared=shared,
+                                               comms_from_host=comms_from_host)
         gm, nodes, counts = cache[key]
         metas.append(gm)
         lists.append(nodes)
