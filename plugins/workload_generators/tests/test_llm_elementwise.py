@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
@@ -217,8 +218,8 @@ def test_fp8_gemms(tmp_path):
     kinds = Counter()
     for x in nodes:
         lab = x.attrs.get("label", "")
-        if x.type != T.COMP_NODE or twin[lab].name != "aten::mm":
-            continue
+        if x.type != T.COMP_NODE or lab not in twin or twin[lab].name != "aten::mm":
+            continue  # (Transformer Engine's casts and amax updates: test_fp8_transformer_engine_kernels)
         if ".router" in lab or ".head" in lab:
             assert x.name == "aten::mm" and x.inputs_types == twin[lab].inputs_types, lab
             kinds["bf16"] += 1
@@ -246,3 +247,46 @@ def test_fp8_gemms_faster_on_h100(tmp_path):
                 "--tp", "2", "--micro-batch-size", "2", "--no-elementwise", "--gemm-dtype", g]
         times[g] = _gpu_report(tmp_path, g, 2, args, gpu="H100-SXM5-80GB").ranks[0].compute_ns
     assert times["fp8"] < times["same"] * 0.8
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_fp8_transformer_engine_kernels(tmp_path, overlap):
+    """--gemm-dtype fp8 with element-wise nodes: TE's cast+transpose before the projection (forward) and before
+    every dgrad except FC1's (its cast is fused into the GeLU backward), FP8 transposes of the LayerNorm / GeLU
+    outputs for the wgrads, and at the end of every chunk's forward and backward an amax all-reduce over the
+    stage's TP x DP ranks plus one amax/scale update."""
+    dims = model_dims(**GPT)
+    L, M, tp, dp = dims.layers, 2, 2, 2
+    kw = dict(tp=tp, dp=dp, micro_batches=M, sequence_parallel=True, tp_comm_overlap=overlap)
+    generate_llm(dims, LlmConfig(**kw), tmp_path / "bf16")
+    summary = generate_llm(dims, LlmConfig(gemm_dtype="fp8", **kw), tmp_path / "fp8")
+    generate_llm(dims, LlmConfig(gemm_dtype="fp8", elementwise=False, **kw), tmp_path / "bare")
+    te = lambda prefix: Counter(n.name for n in _nodes(prefix) if n.name.startswith("transformer_engine::"))
+    assert te(tmp_path / "bf16") == Counter() and te(tmp_path / "bare") == Counter()
+    assert te(tmp_path / "fp8") == {"transformer_engine::cast_transpose": 4 * L * M,
+                                    "transformer_engine::fp8_transpose": 3 * L * M,
+                                    "transformer_engine::amax_and_scale_update": 2 * M}
+    assert _comp_ops(tmp_path / "bf16", 4) == _comp_ops(tmp_path / "fp8", 4)  # no FLOPs added
+    nodes = _nodes(tmp_path / "fp8")
+    n, h, ff = 128, 256, 1024  # rows (s x b, gathered), hidden, FFN
+    cast = _by_label(nodes, "fwd.l0.mb0.proj.fp8_cast")  # the attention output, bf16 in, two FP8 copies out
+    assert (cast.inputs_shapes, cast.attrs["tensor_size"]) == (f"[[{n}, {h // tp}]]", n * h // tp * (2 + 1 + 1))
+    assert _by_label(nodes, "bwd.l0.mb0.qkv.dgrad.fp8_cast").attrs["tensor_size"] == n * 3 * h // tp * 4
+    assert _by_label(nodes, "bwd.l0.mb0.fc2.wgrad.fp8_transpose").attrs["tensor_size"] == 2 * n * ff // tp
+    wgrad = _by_label(nodes, "bwd.l0.mb0.fc1.wgrad")
+    assert _by_label(nodes, "bwd.l0.mb0.fc1.wgrad.fp8_transpose").id in wgrad.data_deps  # the chain: transpose first
+    amax = [x for x in nodes if x.name.startswith("amax.")]
+    assert [x.name for x in amax] == ["amax.fwd.mb0", "amax.bwd.mb0", "amax.fwd.mb1", "amax.bwd.mb1"]  # 1F1B
+    fwd, bwd = amax[0], amax[1]
+    assert (fwd.attrs["comm_type"], fwd.attrs["comm_size"], bwd.attrs["comm_size"]) == \
+        (T.ALL_REDUCE, 4 * 4 * L * 3, 4 * 4 * L * 2)  # fp32 amaxes of 3 (fwd) / 2 (bwd) tensors per linear layer
+    groups = json.loads((tmp_path / "fp8.groups.json").read_text())
+    assert summary["groups"] == len(groups) and groups[fwd.attrs["pg_name"]] == [0, 1, 2, 3]  # the whole stage
+    update = _by_label(nodes, "fwd.mb0.amax_update")
+    assert update.data_deps == [fwd.id] and update.attrs["tensor_size"] == 2 * 4 * 1024 * 4 * L * 3
+    # the gpu model times a cast as memory traffic at the achievable HBM bandwidth, plus a launch
+    gm = pytest.importorskip("astra_gpu_model")
+    model = gm.GpuComputeModel(gpu="H100-SXM5-80GB")
+    gpu = model.gpu
+    expect = gpu.gemm.launch_us * 1e-6 + cast.attrs["tensor_size"] / (gpu.gemm.hbm_efficiency * gpu.hbm_bytes_per_s)
+    assert abs(model.compute_time_ns(cast, 0) - expect * 1e9) <= 1

@@ -92,6 +92,15 @@ SCALED_MM = "aten::_scaled_mm"  # FP8 GEMM (Transformer Engine style): fp8 opera
 #: weights/activations, E5M2 for gradients)
 GEMM_DTYPES = ("same", "fp8")
 FP8_FWD, FP8_GRAD = "Tensor(c10::Float8_e4m3fn)", "Tensor(c10::Float8_e5m2)"
+#: Transformer Engine's FP8 bookkeeping kernels (``--gemm-dtype fp8`` with element-wise nodes): not ATen ops, so
+#: the gpu model times them from ``tensor_size`` (memory-bound)
+TE_CAST_TRANSPOSE = "transformer_engine::cast_transpose"
+TE_FP8_TRANSPOSE = "transformer_engine::fp8_transpose"
+TE_AMAX_UPDATE = "transformer_engine::amax_and_scale_update"
+#: TE's DelayedScaling amax history length (its default, and MLPerf v3.1 GPT-3's FP8_AMAX_HISTORY)
+FP8_AMAX_HISTORY = 1024
+#: FP8 tensors with an amax per linear layer: input, weight, output in forward; grad output, grad input in backward
+FP8_AMAX_FWD, FP8_AMAX_BWD = 3, 2
 BMM = "aten::bmm"
 ATTENTIONS = ("flash", "unfused")
 #: Bytes per parameter the optimizer node moves (as the gpu model counts an in-place ``_fused_adam_``): it reads
@@ -337,8 +346,9 @@ def comm_groups(cfg: LlmConfig):
     """{'tp': {(d, p): id}, 'dp': {(t, p): id}, 'pp': {(t, d): id}, 'ep': {(t, p, q): id},
     'edp': {(t, p, e): id}} and the JSON mapping {id: ranks}. EP groups (DP indices q*EP .. q*EP+EP-1) and
     expert-data-parallel groups (DP indices = e mod EP) follow the PP groups, only when EP > 1. With CP > 1 the
-    tp/dp/pp/ep keys end with the CP index c, and 'cp' {(t, d, p)} and 'dpcp' {(t, p)} groups follow."""
-    ids = {"tp": {}, "dp": {}, "pp": {}, "ep": {}, "edp": {}, "cp": {}, "dpcp": {}}
+    tp/dp/pp/ep keys end with the CP index c, and 'cp' {(t, d, p)} and 'dpcp' {(t, p)} groups follow. FP8
+    training adds 'amax' {(p,)}: every rank of pipeline stage p (see _amax_reduction)."""
+    ids = {"tp": {}, "dp": {}, "pp": {}, "ep": {}, "edp": {}, "cp": {}, "dpcp": {}, "amax": {}}
     groups = {}
 
     def add(kind, key, members):
@@ -389,7 +399,16 @@ def comm_groups(cfg: LlmConfig):
             for p in range(cfg.pp):
                 for t in range(cfg.tp):
                     add("dpcp", (t, p), [rank_of(cfg, t, d, p, c) for d in range(cfg.dp) for c in cps])
+    if _amax_reduction(cfg):
+        for p in range(cfg.pp):
+            add("amax", (p,), [rank_of(cfg, t, d, p, c) for d in range(cfg.dp) for c in cps for t in range(cfg.tp)])
     return ids, groups
+
+
+def _amax_reduction(cfg):
+    """FP8 training reduces the amaxes over the ranks of a pipeline stage (Megatron-core's amax reduction group:
+    TP x DP x CP) after every forward and backward of a model chunk."""
+    return cfg.gemm_dtype == "fp8" and not cfg.inference and cfg.tp * cfg.dp * cfg.cp > 1
 
 
 def _check(dims: ModelDims, cfg: LlmConfig):
@@ -578,6 +597,47 @@ class _StageBuilder:
 
     def _t(self, *shape):
         return (tuple(shape), self.ttype)
+
+    @property
+    def te_fp8(self):
+        """Transformer Engine's FP8 casts and transposes are emitted: FP8 linear layers, element-wise nodes on."""
+        return self.cfg.gemm_dtype == "fp8" and self.cfg.ew
+
+    def fp8_cast(self, label, rows, cols, deps=()):
+        """TE's fused cast + transpose of a ``rows x cols`` GEMM operand to FP8 before an FP8 linear layer:
+        read once in ``--dtype``, written as FP8 and as its FP8 transpose (Hopper's FP8 GEMMs take only the
+        TN layout, so the weight-gradient GEMM needs the transposed copy). Memory-bound."""
+        if not self.te_fp8:
+            return None
+        return self._te(TE_CAST_TRANSPOSE, label + ".fp8_cast", rows, cols, self.ttype,
+                        rows * cols * (self.nbytes + 2), deps)
+
+    def fp8_transpose(self, label, rows, cols, deps=()):
+        """TE's transpose of an FP8 operand that was cast without one (a LayerNorm or GeLU output, cast inside
+        that kernel), for the weight-gradient GEMM: read and write ``rows x cols`` bytes."""
+        if not self.te_fp8:
+            return None
+        return self._te(TE_FP8_TRANSPOSE, label + ".fp8_transpose", rows, cols, FP8_FWD, 2 * rows * cols, deps)
+
+    def _te(self, op, label, rows, cols, ttype, nbytes, deps):
+        dur = max(1, round(nbytes / EW_REPLAY_BYTES_PER_S * 1e6))
+        attrs = {"is_cpu_op": False, "num_ops": 0, "tensor_size": nbytes, "label": label}
+        return self._add(op, T.COMP_NODE, attrs, deps, duration=dur, shapes=f"[[{rows}, {cols}]]",
+                         types=f"[{ttype!r}]")
+
+    def fp8_amax(self, label, layers, backward):
+        """The end of an FP8 region (one model chunk's forward or backward): TE all-reduces (max) the amaxes of
+        its FP8 tensors over the amax group, on the compute stream, then updates the amax histories and scales
+        (one kernel over ``FP8_AMAX_HISTORY`` x tensors fp32 values)."""
+        if self.cfg.gemm_dtype != "fp8" or self.cfg.inference:
+            return
+        linears = 4 * layers  # QKV, projection, FC1, FC2 (MoE experts: counted as one FC1/FC2 pair)
+        tensors = linears * (FP8_AMAX_BWD if backward else FP8_AMAX_FWD)
+        if _amax_reduction(self.cfg):
+            self.coll(f"amax.{label}", T.ALL_REDUCE, 4 * tensors, "amax")
+        if self.cfg.ew:
+            self._te(TE_AMAX_UPDATE, f"{label}.amax_update", FP8_AMAX_HISTORY, tensors, "Tensor(float)",
+                     2 * 4 * FP8_AMAX_HISTORY * tensors, ())
 
     def layer_norm(self, label, deps=()):
         h, r = self.dims.hidden, self.ln_rows
@@ -781,6 +841,7 @@ class _StageBuilder:
             self.comp(ATTN, lab + ".attn",
                       f"[[{b}, {hq}, {q}, {d}], [{b}, {hkv}, {c}, {d}], [{b}, {hkv}, {c}, {d}]]",
                       4 * b * q * c * d * hq, b * d * (2 * q * hq + 2 * c * hkv), ring, extra=kv_bytes)
+        self.fp8_cast(lab + ".proj", n, h // tp)  # (QKV, FC1, FC2 inputs: cast inside LayerNorm / GeLU)
         self.mm_rs(lab + ".proj", lab + ".attn_out", n, h // tp, h)
         if ew:
             self.dropout_add(lab + ".attn_out")
@@ -866,11 +927,15 @@ class _StageBuilder:
             self.dropout_bwd(lab + ".mlp_out", deps)
         overlap = cfg.tp_comm_overlap  # (the ring helpers: dgrad GEMMs in chunks, wgrad after)
         if overlap and not dims.moe:
+            if self.fp8_cast(lab + ".fc2.dgrad", n, h, deps) is not None:  # FP8: the output gradient
+                deps = []
             self.ag_mm(lab + ".mlp_out", lab + ".fc2.dgrad", n, h, ff, deps)
+            self.fp8_transpose(lab + ".fc2.wgrad", n, ff)  # the GeLU output, cast in forward
             self.mm(lab + ".fc2.wgrad", ff, n, h)
-            self.act_bwd(lab + ".fc1", n, ff)
+            self.act_bwd(lab + ".fc1", n, ff)  # (FP8: the cast of its output is fused into it)
             gathered = self._regather(lab + ".mlp_in")
             self.mm_rs(lab + ".fc1.dgrad", lab + ".mlp_in", n, f1, h)
+            self.fp8_transpose(lab + ".fc1.wgrad", n, h, gathered)  # the LayerNorm output
             self.mm(lab + ".fc1.wgrad", h, n, f1, gathered)
         else:
             if sp and self._tp("ag", lab + ".mlp_out", deps) is not None:
@@ -878,19 +943,24 @@ class _StageBuilder:
             if dims.moe:
                 self.moe_backward(lab, deps)
             else:
+                if self.fp8_cast(lab + ".fc2.dgrad", n, h, deps) is not None:
+                    deps = []
                 self.mm(lab + ".fc2.dgrad", n, h, ff, deps)
+                self.fp8_transpose(lab + ".fc2.wgrad", n, ff)
                 self.mm(lab + ".fc2.wgrad", ff, n, h)
                 self.act_bwd(lab + ".fc1", n, ff)
                 gathered = self._regather(lab + ".mlp_in")
                 self.mm(lab + ".fc1.dgrad", n, f1, h)
+                self.fp8_transpose(lab + ".fc1.wgrad", n, h, gathered)
                 self.mm(lab + ".fc1.wgrad", h, n, f1, gathered)
             self._tp("rs" if sp else "ar", lab + ".mlp_in")
         if ew:
             self.layer_norm_bwd(lab + ".ln2")
             self.residual_grad(lab + ".ln2")
             self.dropout_bwd(lab + ".attn_out")
+        self.fp8_cast(lab + ".proj.dgrad", n, h)
         self.ag_mm(lab + ".attn_out", lab + ".proj.dgrad", n, h, h // tp)
-        self.mm(lab + ".proj.wgrad", h // tp, n, h)
+        self.mm(lab + ".proj.wgrad", h // tp, n, h)  # (its input's transpose was written by the forward cast)
         hq, hkv = dims.heads // tp, dims.kv_heads // tp
         if cfg.attention == "unfused":
             attn = self.attn_unfused_bwd(lab, b, hq, q, s, d)
@@ -901,11 +971,15 @@ class _StageBuilder:
                              8 * b * q * s * d * hq, b * q * d * 4 * hq + b * s * d * 4 * hkv)
         ring = self._cp_ring(lab + ".dkv", layer, mb, 2, attn)  # dK, dV back to their owners
         gathered = self._regather(lab + ".attn_in", ring)
+        if self.fp8_cast(lab + ".qkv.dgrad", n, qkv, ring) is not None:
+            ring = []
         if overlap:
             out = self.mm_rs(lab + ".qkv.dgrad", lab + ".attn_in", n, qkv, h, ring)
+            self.fp8_transpose(lab + ".qkv.wgrad", n, h, gathered)
             self.mm(lab + ".qkv.wgrad", h, n, qkv, gathered)
         else:
             self.mm(lab + ".qkv.dgrad", n, qkv, h, ring)
+            self.fp8_transpose(lab + ".qkv.wgrad", n, h, gathered)
             self.mm(lab + ".qkv.wgrad", h, n, qkv, gathered)
             out = self._tp("rs" if sp else "ar", lab + ".attn_in")
         if ew:
@@ -950,7 +1024,7 @@ class _StageBuilder:
     def _group_size(self, group):
         cfg = self.cfg
         return {"tp": cfg.tp, "dp": cfg.dp, "cp": cfg.cp, "dpcp": cfg.dp * cfg.cp,
-                "edp": cfg.dp // cfg.ep * cfg.cp}[group]
+                "edp": cfg.dp // cfg.ep * cfg.cp, "amax": cfg.tp * cfg.dp * cfg.cp}[group]
 
     def _gather_bytes(self, total_bytes, group):
         """An all-gather's ``comm_size``: what each rank contributes, i.e. the gathered ``total_bytes`` over the
@@ -1085,6 +1159,7 @@ class _StageBuilder:
                                 deps + emb + (extra if cfg.zero == 3 else []))
                         deps = emb = []  # (the layer's first GEMM still names its ZeRO-3 gathers)
                     self.layer_forward(layer, mb, (deps if i == 0 else []) + emb + extra)
+                self.fp8_amax(f"{self.fwd_tag}{cs}.mb{mb}", len(layers), backward=False)
                 if last:
                     extra = self._z3(units, "head", store, params, "fwd") if cfg.zero == 3 and mb == 0 else []
                     if pg and mb == 0:
@@ -1126,6 +1201,7 @@ class _StageBuilder:
                     if mb == M - 1:
                         self.grad_sync(f"l{layer}", lp)
                         self.grad_sync(f"l{layer}.experts", elp, "edp")
+                self.fp8_amax(f"bwd{cs}.mb{mb}", len(layers), backward=True)
                 if not first:
                     self.send(f"send_grad{cs}.mb{mb}", -1, 2 * (ch * M + mb) + 1, [self.prev])
                 else:
@@ -1174,6 +1250,8 @@ def _dyn_bytes(key, rank, cfg, gids):
         attrs = {"pg_name": str(gids["ep"][(t, p, d // cfg.ep) + cx])}
     elif key[0] == "edp":
         attrs = {"pg_name": str(gids["edp"][(t, p, d % cfg.ep)])}
+    elif key[0] == "amax":
+        attrs = {"pg_name": str(gids["amax"][(p,)])}
     elif key[0] in ("tpsend", "tprecv"):  # ring neighbour in the TP group (--tp-comm-overlap)
         peer = rank_of(cfg, (t + key[1]) % cfg.tp, d, p, c)
         src, dst = (rank, peer) if key[0] == "tpsend" else (peer, rank)
