@@ -16,10 +16,12 @@ Simulated as ``astra workload llm ... --gemm-dtype fp8 --no-dropout --tp-comm-ov
 on ``astra run --platform hgx-h100 --compute-model gpu``. Nothing is fitted to these numbers.
 
 Reduction (the full 512-rank x 128-micro-batch trace is ~90 M nodes, beyond this machine's memory): the step is
-split into the per-pipeline part, which does not depend on DP, and the DP part (gradient reduce-scatter at the
-end of the step, parameter all-gather at its start), which does not depend on the number of micro-batches:
+split into the per-pipeline part, which does not depend on DP, and the DP part. The DP part has a piece that
+does not depend on the number of micro-batches (gradient reduce-scatter at the end of the step, parameter
+all-gather at its start) and one that grows with it (the FP8 amax all-reduce after every chunk's forward and
+backward spans TP x DP ranks: 4 at DP 1, 64 at DP 16). With D(M) = T(DP, M) - T(DP=1, M) measured at M = 8 and 16:
 
-    T(DP, M=128) = T(DP=1, M=128) + [T(DP, M=16) - T(DP=1, M=16)]
+    T(DP, M=128) = T(DP=1, M=128) + D(16) + (128 - 16) * [D(16) - D(8)] / 8
 
 T(DP=1, M=128) is simulated in full (32 ranks, 5.5 M nodes, about 2 min and 5 GB). It is linear in M, as the
 interleaved 1F1B steady state adds one slot per micro-batch: M = 16, 32, 64, 128 gave 1.1236, 2.1490, 4.1999 and
@@ -45,7 +47,7 @@ LLM_FLAGS = ["--preset", "gpt3-175b", "--tp", "4", "--pp", "8", "--virtual-stage
              "--sequence-parallel", "--zero", "1", "--overlap-param-gather", "--tp-comm-overlap",
              "--gemm-dtype", "fp8", "--no-dropout", "--dtype", "bf16"]
 MICRO_BATCHES = 128  # gradient_accumulation_steps in both logs
-SHORT_M = 16         # micro-batches of the DP runs (a multiple of PP, as the interleaved schedule needs)
+SHORT_MS = (8, 16)   # micro-batches of the DP runs (multiples of PP, as the interleaved schedule needs)
 
 
 @dataclass
@@ -105,20 +107,25 @@ def main(argv=None) -> int:
     workdir = tempfile.mkdtemp(prefix="astra-mlperf-")
     out = []
     try:
-        base_short = simulate(1, SHORT_M, workdir)
+        base = {m: simulate(1, m, workdir) for m in SHORT_MS}
         base_full = simulate(1, MICRO_BATCHES, workdir)
-        print(f"# DP=1: M={SHORT_M} {base_short['step_s']:.3f} s, M={MICRO_BATCHES} {base_full['step_s']:.3f} s",
-              file=sys.stderr, flush=True)
+        steps = {**{m: r["step_s"] for m, r in base.items()}, MICRO_BATCHES: base_full["step_s"]}
+        print("# DP=1: " + ", ".join(f"M={m} {t:.4f} s" for m, t in steps.items()), file=sys.stderr, flush=True)
         for row in rows:
             assert row.global_batch == row.dp * MICRO_BATCHES, row
-            dp_short = simulate(row.dp, SHORT_M, workdir)
-            dp_cost = dp_short["step_s"] - base_short["step_s"]
+            short = {m: simulate(row.dp, m, workdir) for m in SHORT_MS}
+            diff = {m: short[m]["step_s"] - base[m]["step_s"] for m in SHORT_MS}
+            (m1, m2) = SHORT_MS
+            per_mb = (diff[m2] - diff[m1]) / (m2 - m1)  # FP8 amax all-reduces over TP x DP ranks
+            fixed = diff[m2] - m2 * per_mb  # gradient reduce-scatters, parameter all-gathers
+            dp_cost = fixed + MICRO_BATCHES * per_mb
             step = base_full["step_s"] + dp_cost
             out.append({"name": row.name, "source": row.source, "gpus": row.gpus, "dp": row.dp,
                         "global_batch": row.global_batch, "measured_step_s": row.measured_step_s,
-                        "sim_step_s": step, "dp_cost_s": dp_cost,
+                        "sim_step_s": step, "dp_cost_s": dp_cost, "dp_fixed_s": fixed,
+                        "dp_per_micro_batch_s": per_mb,
                         "err_pct": 100.0 * (step - row.measured_step_s) / row.measured_step_s,
-                        "runs": [base_short, base_full, dp_short]})
+                        "runs": [*base.values(), base_full, *short.values()]})
             print(f"# {row.name}: done", file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
