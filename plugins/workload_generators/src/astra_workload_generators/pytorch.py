@@ -283,6 +283,12 @@ def _process_groups(hnodes):
     return groups
 
 
+def _group_by_id(groups, pg_id):
+    """The ``## process_group:init ##`` group whose backend_id (or pg_id) is ``pg_id``: the old record_param_comms
+    layout names its group by that number (different on every process). None if none is."""
+    return next((g for g in groups if pg_id in (g.get("backend_id"), g.get("pg_id"))), None)
+
+
 def _param_comms(node):
     """What a ``record_param_comms`` host op says about its collective, or None if it cannot be read.
 
@@ -382,10 +388,10 @@ def _param_comms_bytes(node):
     return nelems * size if nelems is not None and nelems >= 0 and size else 0
 
 
-def _host_comm_kind(node):
-    """(node type, comm_type) of a record_param_comms host op, or None when it is not a collective or send/recv
-    the simulator models (wait, barrier, gather, scatter, reduce, ...)."""
-    info = _param_comms(node)
+def _host_comm_kind(info):
+    """(node type, comm_type) of a record_param_comms host op (``info``: what :func:`_param_comms` read from it),
+    or None when it is not a collective or send/recv the simulator models (wait, barrier, gather, scatter,
+    reduce, ...)."""
     if info is None:
         return None
     flat = info["coll"].replace("_", "")
@@ -397,31 +403,29 @@ def _host_comm_kind(node):
     return None
 
 
-def _host_comm_ops(hnodes, by_id, host_path, next_id):
+def _host_comm_ops(hnodes, by_id, groups, host_path, next_id):
     """For a host trace without GPU kernels (no Kineto trace, not linked by chakra_trace_link): one communication
     op per record_param_comms host op that names a collective or send/recv, in the form of the GPU op list of
     convert_pytorch_trace, as if a kernel launched by that op (ids from ``next_id`` on). Chakra's converter
     drops them (it only reads kernels), so a DDP trace would simulate no communication at all. A
     record_param_comms nested under another one (a coalesced or wrapped collective) is the same transfer and
-    is skipped."""
+    is skipped. ``groups``: the trace's :func:`_process_groups`."""
+    infos = {n["id"]: _param_comms(n) for n in hnodes if n["name"] == _PARAM_COMMS}
     ops = []
-    groups = _process_groups(hnodes)
     for n in hnodes:
-        if n["name"] != _PARAM_COMMS:
-            continue
-        kind = _host_comm_kind(n)
+        info = infos.get(n["id"])
+        kind = _host_comm_kind(info)
         if kind is None:
             continue
         p, hops, nested = n["ctrl_deps"], 0, False
         while p in by_id and p != by_id[p]["ctrl_deps"] and hops < 8 and not nested:
-            nested = by_id[p]["name"] == _PARAM_COMMS and _host_comm_kind(by_id[p]) is not None
+            nested = _host_comm_kind(infos.get(p)) is not None
             p, hops = by_id[p]["ctrl_deps"], hops + 1
         if nested:
             continue
-        info = _param_comms(n)
         pg = info["pg_name"]
         if pg is None and info["pg_id"] is not None:  # the old layout names the group by its backend id
-            group = next((g for g in groups if info["pg_id"] in (g.get("backend_id"), g.get("pg_id"))), None)
+            group = _group_by_id(groups, info["pg_id"])
             pg = str(group["pg_name"]) if group is not None else None
         where = f"record_param_comms host node id {n['id']} ({info['coll']!r})"
         ops.append((next_id + len(ops), info["coll"], n["id"], 0, 0, pg or "", host_path, where, {}, kind))
@@ -489,7 +493,7 @@ def _p2p_peer(ctx, kind, gid, name, hid, pg, kargs, src, where):
         if group_name is None and info["pg_name"]:
             group_name = info["pg_name"]
         if group_name is None and info["pg_id"] is not None:
-            group = next((g for g in ctx["groups"] if info["pg_id"] in (g.get("backend_id"), g.get("pg_id"))), None)
+            group = _group_by_id(ctx["groups"], info["pg_id"])
             group_name = str(group["pg_name"]) if group is not None else None
     if peer is None:
         local = None
@@ -535,7 +539,7 @@ def _map_local(ctx, local, info, kargs, group_name, node_desc, how):
     if group_name is not None:
         group = next((g for g in ctx["groups"] if str(g["pg_name"]) == group_name), None)
     if group is None and info is not None and info["pg_id"] is not None:
-        group = next((g for g in ctx["groups"] if info["pg_id"] in (g.get("backend_id"), g.get("pg_id"))), None)
+        group = _group_by_id(ctx["groups"], info["pg_id"])
     if group is not None:
         name = str(group["pg_name"])
         members = group.get("ranks") or []
@@ -639,9 +643,10 @@ def convert_pytorch_trace(host_path, kineto_path=None, *, rank=None, world_size=
         for hid, inc in inclusive.items():
             kids = sum(inclusive.get(c["id"], 0) for c in children.get(hid, []))
             cpu_dur[hid] = max(0.0, inc - kids)
+    groups = _process_groups(hnodes)
     host_comms = dropped_comms = 0
     if kineto_path is None and not gpu:
-        found = _host_comm_ops(hnodes, by_id, host_path, max(by_id, default=0) + 1)
+        found = _host_comm_ops(hnodes, by_id, groups, host_path, max(by_id, default=0) + 1)
         if comms_from_host:
             gpu.extend(found)
             host_comms = len(found)
@@ -723,7 +728,7 @@ def convert_pytorch_trace(host_path, kineto_path=None, *, rank=None, world_size=
         dur = 0 if n["name"].startswith("Optimizer.step") else _dur(n.get("exclusive_dur", cpu_dur.get(n["id"], 0)))
         nodes.append(_node(n["id"], n["name"], ntype, data_deps.get(n["id"], []), ctrl.get(n["id"], []), dur,
                            attrs, ins, host_path, outs=n.get("outputs", {})))
-    ctx = {"by_id": by_id, "children": children, "is_gpu": is_gpu, "groups": _process_groups(hnodes),
+    ctx = {"by_id": by_id, "children": children, "is_gpu": is_gpu, "groups": groups,
            "rank": rank, "world": world_size, "shared": shared, "host_path": host_path}
     for gid, kname, hid, dur, stream, pg, src, where, kargs, kind in gpu:
         launcher = by_id[hid]
