@@ -591,9 +591,13 @@ class _StageBuilder:
                     j = ndim - len(sh) + i
                     out[j] = v if out[j] == 1 else (out[j] if v == 1 else max(out[j], v))
             nbytes = read + nb((out, first[0][1]))
+        return self._memory_node(op, label, nbytes, repr(shapes), repr(types), deps)
+
+    def _memory_node(self, op, label, nbytes, shapes, types, deps):
+        """A memory-bound COMP node moving ``nbytes`` (``tensor_size``; replayed at ``EW_REPLAY_BYTES_PER_S``)."""
         dur = max(1, round(nbytes / EW_REPLAY_BYTES_PER_S * 1e6))
         attrs = {"is_cpu_op": False, "num_ops": 0, "tensor_size": nbytes, "label": label}
-        return self._add(op, T.COMP_NODE, attrs, deps, duration=dur, shapes=repr(shapes), types=repr(types))
+        return self._add(op, T.COMP_NODE, attrs, deps, duration=dur, shapes=shapes, types=types)
 
     def _t(self, *shape):
         return (tuple(shape), self.ttype)
@@ -620,10 +624,7 @@ class _StageBuilder:
         return self._te(TE_FP8_TRANSPOSE, label + ".fp8_transpose", rows, cols, FP8_FWD, 2 * rows * cols, deps)
 
     def _te(self, op, label, rows, cols, ttype, nbytes, deps):
-        dur = max(1, round(nbytes / EW_REPLAY_BYTES_PER_S * 1e6))
-        attrs = {"is_cpu_op": False, "num_ops": 0, "tensor_size": nbytes, "label": label}
-        return self._add(op, T.COMP_NODE, attrs, deps, duration=dur, shapes=f"[[{rows}, {cols}]]",
-                         types=f"[{ttype!r}]")
+        return self._memory_node(op, label, nbytes, f"[[{rows}, {cols}]]", f"[{ttype!r}]", deps)
 
     def fp8_amax(self, label, layers, backward):
         """The end of an FP8 region (one model chunk's forward or backward): TE all-reduces (max) the amaxes of
