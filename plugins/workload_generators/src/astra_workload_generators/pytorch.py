@@ -612,8 +612,8 @@ def convert_pytorch_trace(host_path, kineto_path=None, *, rank=None, world_size=
                 f"{kineto_path}: its cpu_op events carry no 'Record function id', which is what links a Kineto op "
                 f"to the rf_id of a host op in {host_path} ('External id' is unrelated to rf_id); the profiler "
                 "writes it since pytorch/pytorch#122948 (April 2024, after PyTorch 2.2), so this trace cannot be "
-                "linked. Convert the host trace without --kineto (its collectives then come from its "
-                "record_param_comms ops), or record both traces again with a newer PyTorch")
+                "linked. Convert the host trace without --kineto (with --comms-from-host, its collectives then come "
+                "from its record_param_comms ops), or record both traces again with a newer PyTorch")
         by_rf = {}
         for n in hnodes:
             rf = _attr_map(n).get("rf_id")
