@@ -10,7 +10,9 @@ FLOPs (what the COMP nodes' ``num_ops`` add up to over all ranks, without recomp
 
 with ``P = L * (h*(h + 2*kv*d) + h*h + m*h*f) + V*h`` (matmul weights: QKV, output projection, FFN with m = 3
 for gated (SwiGLU) FFNs and 2 otherwise, plus the LM head; no biases, norms or embedding lookup) and the
-attention term ``4*b*s^2*h`` forward + ``8*b*s^2*h`` backward per layer (QK^T and AV, no causal-mask saving).
+attention term ``4*b*s^2*h`` forward + ``8*b*s^2*h`` backward per layer (QK^T and AV; model FLOPs without the
+causal-mask saving, as Megatron-LM counts them). The flash-attention nodes carry ``is_causal`` (``causal``, default
+on) in ``inputs.values``, so the gpu compute model times only the lower triangle that FlashAttention computes.
 
 Mixture of experts (``experts`` > 0): every layer's FFN is ``top_k`` of ``experts`` routed experts (inner size
 ``moe_ffn``) plus ``shared_experts`` always-on experts; P above becomes the *activated* parameters (attention +
@@ -29,7 +31,8 @@ ZeRO-3 (``zero=3``): per unit (layer, embedding, LM head) one parameter all-gath
 and one before its first backward per step (reused by all micro-batches), one gradient reduce-scatter after its
 last backward. Context parallelism (``cp``): ``rank = t + TP*(c + CP*(d + DP*p))``; s/CP tokens per rank,
 attention against all s keys via a ring of CP-1 K/V send/recv steps forward and CP-1 dK/dV steps backward, each
-``2*b*(s/CP)*(kv/TP)*d*bytes``; dense gradients over DP x CP. Interleaved 1F1B (``virtual_stages``): Megatron's
+``2*b*(s/CP)*(kv/TP)*d*bytes``, and one flash-attention call per ring step (causal: Megatron's load-balanced
+chunks, see ``_StageBuilder._attn_steps``); dense gradients over DP x CP. Interleaved 1F1B (``virtual_stages``): Megatron's
 interleaved schedule, virtual stage v = chunk*PP + p; per rank ``2*V*M - M*[p==0] - M*[p==PP-1]`` sends.
 
 Element-wise nodes (``elementwise``, training only, default on): LayerNorm, bias+GeLU / SiLU*mul, dropout and
@@ -164,6 +167,7 @@ class LlmConfig:
     virtual_stages: int = 1         # interleaved 1F1B: model chunks per pipeline rank (training only)
     elementwise: bool = True        # training: emit norms, activations, dropout, residual adds, CE, optimizer
     attention: str = "flash"        # flash (one fused node) | unfused (bmm + softmax + dropout + bmm; training)
+    causal: bool = True             # flash: causal mask (decoder LMs), timed as the lower triangle only
     dropout: bool = True            # training: emit dropout kernels (off: Megatron with hidden/attention dropout 0)
     gemm_dtype: str = "same"        # linear-layer GEMM operands: "same" as dtype, or "fp8" (Transformer Engine)
     overlap_param_gather: bool = False  # ZeRO-1/2: gather updated parameters at the step's start, overlapping it
@@ -434,6 +438,10 @@ def _check(dims: ModelDims, cfg: LlmConfig):
             raise ConfigError("--cp is for --mode train")
         if dims.seq_len % cfg.cp:
             raise ConfigError(f"seq len {dims.seq_len} is not divisible by --cp {cfg.cp}")
+        if cfg.causal and cfg.attention == "flash" and dims.seq_len % (2 * cfg.cp):
+            raise ConfigError(f"seq len {dims.seq_len} is not divisible by 2 x --cp {cfg.cp}: causal context "
+                              "parallelism splits the sequence into 2 x CP load-balanced chunks (Megatron-LM's "
+                              "requirement); use --no-causal for a bidirectional model")
     if cfg.attention not in ATTENTIONS:
         raise ConfigError(f"--attention must be one of {', '.join(ATTENTIONS)}, got {cfg.attention!r}")
     if cfg.attention == "unfused" and cfg.inference:
@@ -515,21 +523,23 @@ class _StageBuilder:
         self.deferred = []   # ZeRO-1/2 parameter all-gathers, issued after the optimizer
 
     # -- node emission ------------------------------------------------------------------------------------
-    def _add(self, name, type_, attrs, deps=(), dyn=None, duration=0, shapes=None, types=None, chain=True):
+    def _add(self, name, type_, attrs, deps=(), dyn=None, duration=0, shapes=None, types=None, chain=True,
+             values=None):
         nid = len(self.items)
         deps = list(deps)
         if chain and self.prev is not None:
             deps.insert(0, self.prev)
         node = make_node(nid, name, type_, data_deps=deps, duration_micros=duration, attrs=attrs,
-                         inputs_shapes=shapes, inputs_types=types)
+                         inputs_shapes=shapes, inputs_types=types, inputs_values=values)
         self.items.append((node._raw, dyn))
         if chain:
             self.prev = nid
         return nid
 
-    def comp(self, op, label, shapes, flops, elems, deps=(), extra=None, types=None, nbytes=None):
+    def comp(self, op, label, shapes, flops, elems, deps=(), extra=None, types=None, nbytes=None, values=None):
         """A compute node; ``elems`` counts ``--dtype`` elements (``tensor_size = elems * bytes`` unless
-        ``nbytes`` gives it); ``types``: the inputs' types (default: every input ``--dtype``)."""
+        ``nbytes`` gives it); ``types``: the inputs' types (default: every input ``--dtype``); ``values``: the
+        ``inputs.values`` text (the op's non-tensor arguments, e.g. attention's ``is_causal``)."""
         if types is None:
             types = [self.ttype] * (shapes.count("[") - 1)
         types = "[" + ", ".join(repr(t) for t in types) + "]"
@@ -537,7 +547,7 @@ class _StageBuilder:
         attrs = {"is_cpu_op": False, "num_ops": flops, "tensor_size": elems * self.nbytes if nbytes is None else nbytes,
                  "label": label}
         attrs.update(extra or {})
-        return self._add(op, T.COMP_NODE, attrs, deps, duration=dur, shapes=shapes, types=types)
+        return self._add(op, T.COMP_NODE, attrs, deps, duration=dur, shapes=shapes, types=types, values=values)
 
     def mm(self, label, m, k, n, deps=(), linear=True):
         """``[m,k] x [k,n]``. ``linear``: a transformer linear layer (QKV, projection, FFN, experts), which
@@ -719,6 +729,50 @@ class _StageBuilder:
         self.comp(BMM, lab + ".attn.dq", f"[[{bh}, {q}, {c}], [{bh}, {c}, {d}]]", f, e)
         return self.comp(BMM, lab + ".attn.dk", f"[[{bh}, {c}, {q}], [{bh}, {q}, {d}]]", f, e)
 
+    def _attn_steps(self, q):
+        """FlashAttention calls per layer: ``[(keys timed, keys of the model FLOPs, is_causal), ...]``.
+
+        Without context parallelism one call of the ``q`` queries against all ``self.ctx`` keys, causal in
+        training and prefill (decode: one query against the whole cache). With ``--cp``: one call per ring step,
+        as Transformer Engine runs it (step j on the K/V chunk received at step j, overlapping the next
+        transfer). Causal CP uses Megatron's load-balanced layout (rank c holds sequence chunks c and
+        2CP-1-c of 2CP): step 0 is the rank's own chunks, causal; every other step does half a block, which TE
+        computes as all queries against the first half of an earlier rank's keys or the second half of the
+        queries against all of a later rank's keys -- the same work; both are timed here as all ``q`` queries
+        against ``q/2`` keys, so that every rank of a stage gets the same trace. ``num_ops`` counts the model's
+        FLOPs (the full ``q x keys`` block, no causal saving, as Megatron-LM's FLOP formula does); the gpu model
+        times the executed work from the shapes and ``is_causal``."""
+        cfg = self.cfg
+        causal = cfg.causal and cfg.mode != "decode"
+        if cfg.cp == 1:
+            return [(self.ctx, self.ctx, causal)]
+        return [(q, q, causal)] + [(q // 2 if causal else q, q, False)] * (cfg.cp - 1)
+
+    def flash_fwd(self, lab, b, hq, hkv, q, d, recvs, extra=None):
+        """Forward FlashAttention (see :meth:`_attn_steps`); ``recvs``: the CP ring's K/V receives."""
+        node = None
+        for j, (k, kf, causal) in enumerate(self._attn_steps(q)):
+            label = lab + ".attn" + (f".cp{j}" if self.cfg.cp > 1 else "")
+            # _scaled_dot_product_flash_attention(query, key, value, dropout_p, is_causal, return_debug_mask)
+            node = self.comp(ATTN, label, f"[[{b}, {hq}, {q}, {d}], [{b}, {hkv}, {k}, {d}], [{b}, {hkv}, {k}, {d}]]",
+                             4 * b * q * kf * d * hq, b * d * (2 * q * hq + 2 * k * hkv), recvs[j - 1:j],
+                             extra=extra, values=f"[[], [], [], 0.0, {causal}, False]")
+        return node
+
+    def flash_bwd(self, lab, b, hq, hkv, q, d):
+        """Backward FlashAttention, one call per forward call. Returns the node after which the CP ring can send
+        dK/dV back (step 1's, the first remote chunk; without CP the only node)."""
+        nodes = []
+        for j, (k, kf, causal) in enumerate(self._attn_steps(q)):
+            label = lab + ".attn" + (f".cp{j}" if self.cfg.cp > 1 else "")
+            # _scaled_dot_product_flash_attention_backward(grad_out, query, key, value, out, logsumexp,
+            #     cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset)
+            nodes.append(self.comp(ATTN_BWD, label, f"[[{b}, {hq}, {q}, {d}], [{b}, {hq}, {q}, {d}], "
+                                   f"[{b}, {hkv}, {k}, {d}], [{b}, {hkv}, {k}, {d}]]",
+                                   8 * b * q * kf * d * hq, b * q * d * 4 * hq + b * k * d * 4 * hkv,
+                                   values=f"[[], [], [], [], [], [], None, None, 0, 0, 0.0, {causal}, None, None]"))
+        return nodes[min(1, len(nodes) - 1)]
+
     def optimizer(self, params):
         """Adam over this rank's ``params`` (fp32 master weights, grads, two moments): one ``_fused_adam_``
         node after every gradient reduction of the step; ZeRO-1/2 parameter all-gathers follow it."""
@@ -839,9 +893,7 @@ class _StageBuilder:
             self.attn_unfused_fwd(lab, b, hq, q, c, d, ring)
         else:
             kv_bytes = {"kv_cache_bytes": 2 * b * c * d * hkv * self.nbytes} if cfg.mode == "decode" else None
-            self.comp(ATTN, lab + ".attn",
-                      f"[[{b}, {hq}, {q}, {d}], [{b}, {hkv}, {c}, {d}], [{b}, {hkv}, {c}, {d}]]",
-                      4 * b * q * c * d * hq, b * d * (2 * q * hq + 2 * c * hkv), ring, extra=kv_bytes)
+            self.flash_fwd(lab, b, hq, hkv, q, d, ring, kv_bytes)
         self.fp8_cast(lab + ".proj", n, h // tp)  # (QKV, FC1, FC2 inputs: cast inside LayerNorm / GeLU)
         self.mm_rs(lab + ".proj", lab + ".attn_out", n, h // tp, h)
         if ew:
@@ -965,11 +1017,8 @@ class _StageBuilder:
         hq, hkv = dims.heads // tp, dims.kv_heads // tp
         if cfg.attention == "unfused":
             attn = self.attn_unfused_bwd(lab, b, hq, q, s, d)
-        else:
-            attn = self.comp(ATTN_BWD, lab + ".attn",
-                             f"[[{b}, {hq}, {q}, {d}], [{b}, {hq}, {q}, {d}], "
-                             f"[{b}, {hkv}, {s}, {d}], [{b}, {hkv}, {s}, {d}]]",
-                             8 * b * q * s * d * hq, b * q * d * 4 * hq + b * s * d * 4 * hkv)
+        else:  # (CP: the dK/dV ring starts when the first remote chunk's gradients are done)
+            attn = self.flash_bwd(lab, b, hq, hkv, q, d)
         ring = self._cp_ring(lab + ".dkv", layer, mb, 2, attn)  # dK, dV back to their owners
         gathered = self._regather(lab + ".attn_in", ring)
         if self.fp8_cast(lab + ".qkv.dgrad", n, qkv, ring) is not None:
@@ -1380,6 +1429,10 @@ def add_llm_command(sub):
     p.add_argument("--attention", choices=ATTENTIONS, default="flash",
                    help="flash: one FlashAttention node per layer (default); unfused: QK^T and AV aten::bmm with "
                    "softmax and dropout over the b x heads x s^2 scores (Megatron-LM before FlashAttention)")
+    p.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True,
+                   help="flash attention: causal mask, timed by the gpu model as the lower triangle only, and "
+                   "with --cp Megatron's load-balanced chunks (default on, decoder LMs; --no-causal: every "
+                   "query attends to every key). num_ops counts the full block either way")
     p.add_argument("--dropout", action=argparse.BooleanOptionalAction, default=True,
                    help="training with --elementwise: emit the dropout kernels (default on; --no-dropout for "
                    "models trained with hidden and attention dropout 0, e.g. MLPerf GPT-3)")
@@ -1413,7 +1466,7 @@ def _cmd_llm(args):
                     mode=args.mode, prompt_len=args.prompt_len, decode_len=args.decode_len,
                     decode_steps=args.decode_steps, cp=args.cp,
                     virtual_stages=args.virtual_stages, elementwise=args.elementwise, attention=args.attention,
-                    dropout=args.dropout, gemm_dtype=args.gemm_dtype,
+                    causal=args.causal, dropout=args.dropout, gemm_dtype=args.gemm_dtype,
                     overlap_param_gather=args.overlap_param_gather, tp_comm_overlap=args.tp_comm_overlap,
                     moe_capacity_factor=args.moe_capacity_factor, moe_pad_to_capacity=args.moe_pad_to_capacity)
     s = generate_llm(dims, cfg, args.output)
