@@ -369,6 +369,24 @@ def test_tp_comm_overlap(tmp_path, tp, recompute, cp):
     assert t["ovl"] < t["base"]
 
 
+def test_tp_comm_overlap_fp8_gathers_move_fp8(tmp_path):
+    """With FP8 GEMMs, Transformer Engine's userbuffers all-gather the FP8-cast GEMM inputs (1 byte per element):
+    the forward QKV/FC1 and backward projection/FC2 dgrad rings, and backward's re-gathers for the weight
+    gradients. The reduce-scatter rings carry the GEMMs' --dtype partial sums."""
+    tp, b = 2, 2
+    kw = dict(tp=tp, pp=1, dp=1, micro_batches=1, micro_batch_size=b, sequence_parallel=True, tp_comm_overlap=True)
+    elems = b * S * H // tp  # one shard of the b*s*h activation
+    for gemm_dtype, ag_bytes in (("same", BYTES), ("fp8", 1)):
+        _, _, ranks = _gen(tmp_path, gemm_dtype, gemm_dtype=gemm_dtype, **kw)
+        for nodes in ranks:
+            ag = [n.attrs["comm_size"] for n in nodes if n.name.startswith("tp_send.ag.")]
+            rs = [n.attrs["comm_size"] for n in nodes if n.name.startswith("tp_send.rs.")]
+            regather = [n.attrs["comm_size"] for n in nodes if n.name.endswith(".regather")]
+            assert len(ag) == len(rs) == 4 * L * (tp - 1) and len(regather) == 2 * L
+            assert set(ag) == set(regather) == {elems * ag_bytes}  # (an all-gather's comm_size: one shard)
+            assert set(rs) == {elems * BYTES}
+
+
 def test_tp_comm_overlap_needs_sequence_parallel(tmp_path):
     for kw in (dict(tp=2), dict(tp=1, sequence_parallel=True)):
         with pytest.raises(ConfigError, match="tp-comm-overlap"):

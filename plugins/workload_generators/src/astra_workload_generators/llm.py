@@ -508,6 +508,11 @@ class _StageBuilder:
         self.dgroup = "dp" if cfg.cp == 1 else ("cp" if cfg.dp == 1 else "dpcp")
         self.tokens = cfg.micro_batch_size * self.seq
         self.act_bytes = self.tokens * dims.hidden * self.nbytes
+        # --tp-comm-overlap with FP8 GEMMs: Transformer Engine's userbuffers all-gather the FP8 GEMM inputs (its
+        # default FP8 buffers: qkv/fc1 fprop, proj/fc2 dgrad rings, qkv/fc1 bulk re-gathers), 1 byte per element;
+        # the reduce-scatters stay in --dtype
+        fp8_ag = cfg.gemm_dtype == "fp8" and cfg.tp_comm_overlap
+        self.ag_bytes = self.tokens * dims.hidden * (1 if fp8_ag else self.nbytes)
         # pipeline p2p: with sequence parallelism the stage boundary's activation is already split over TP (each
         # TP rank sends its s/TP rows, as Megatron does); without it every TP rank sends the whole b*s*h
         self.p2p_bytes = self.act_bytes // cfg.tp if cfg.sequence_parallel else self.act_bytes
@@ -816,12 +821,12 @@ class _StageBuilder:
             recvs.append(prev)
         return recvs
 
-    def _tp_ring_step(self, label, j, deps):
-        """One step of a TP ring (``--tp-comm-overlap``): send one shard (``b*s*h/TP`` bytes) to TP index t+1
-        after ``deps``, receive one from t-1. Returns the receive's id."""
+    def _tp_ring_step(self, label, j, deps, gathered_bytes):
+        """One step of a TP ring (``--tp-comm-overlap``): send one shard (``gathered_bytes/TP``: ``b*s*h``
+        elements) to TP index t+1 after ``deps``, receive one from t-1. Returns the receive's id."""
         tag = TP_TAG_BASE + self.tp_tags
         self.tp_tags += 1
-        size = self.act_bytes // self.cfg.tp
+        size = gathered_bytes // self.cfg.tp
         self.send(f"tp_send.{label}.{j}", +1, tag, deps, size, "tpsend")
         return self.recv(f"tp_recv.{label}.{j}", -1, tag, size, "tprecv")
 
@@ -839,7 +844,7 @@ class _StageBuilder:
         node = self.mm(f"{mm_label}.c0", m // tp, k, n, deps)
         recv = None
         for j in range(1, tp):
-            recv = self._tp_ring_step(f"ag.{ag_label}", j, start if j == 1 else [recv])
+            recv = self._tp_ring_step(f"ag.{ag_label}", j, start if j == 1 else [recv], self.ag_bytes)
             node = self.mm(f"{mm_label}.c{j}", m // tp, k, n, [recv])
         return node
 
@@ -857,7 +862,7 @@ class _StageBuilder:
         rows = m // tp
         node = self.mm(f"{mm_label}.c0", rows, k, n, deps)
         for j in range(1, tp):
-            recv = self._tp_ring_step(f"rs.{rs_label}", j, [node])
+            recv = self._tp_ring_step(f"rs.{rs_label}", j, [node], self.act_bytes)
             self.mm(f"{mm_label}.c{j}", rows, k, n)
             node = self.ew("aten::add_", f"{rs_label}.rs_add{j}", [self._t(rows, n), self._t(rows, n)], [recv])
         return node
@@ -1045,7 +1050,7 @@ class _StageBuilder:
         if not self.cfg.sequence_parallel or self.cfg.tp == 1:
             return []
         deps = list(deps) + ([] if self.prev is None else [self.prev])
-        return [self.coll(f"tp_ag.{label}.regather", T.ALL_GATHER, self.act_bytes, "tp", deps, chain=False)]
+        return [self.coll(f"tp_ag.{label}.regather", T.ALL_GATHER, self.ag_bytes, "tp", deps, chain=False)]
 
     def grad_sync(self, label, params, group="dp"):
         """Gradient synchronisation of ``params`` (this rank's shard) over the DP group (or, for expert weights,
