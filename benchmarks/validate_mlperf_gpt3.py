@@ -27,7 +27,7 @@ T(DP=1, M=128) is simulated in full (32 ranks, 5.5 M nodes, about 2 min and 5 GB
 interleaved 1F1B steady state adds one slot per micro-batch: M = 16, 32, 64, 128 gave 1.1236, 2.1490, 4.1999 and
 8.3015 s, each within 0.01 ms of the line through the first two. Results and their history: docs/validation-llm.md.
 
-Usage:  python benchmarks/validate_mlperf_gpt3.py [--only NAME ...] [--json OUT.json]
+Usage:  python benchmarks/validate_mlperf_gpt3.py [--only NAME ...] [--json OUT.json] [--platform-collective nccl]
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def _exe(name: str) -> str:
     return cand if os.path.exists(cand) else name
 
 
-def simulate(dp: int, micro_batches: int, workdir: str) -> dict:
+def simulate(dp: int, micro_batches: int, workdir: str, collective: str = "ring") -> dict:
     prefix = os.path.join(workdir, f"dp{dp}.m{micro_batches}", "w")
     os.makedirs(os.path.dirname(prefix), exist_ok=True)
     report = prefix + ".report.json"
@@ -85,8 +85,9 @@ def simulate(dp: int, micro_batches: int, workdir: str) -> dict:
     t0 = time.time()
     nodes = max(1, dp * 32 // GPUS_PER_NODE)
     subprocess.run([_exe("astra"), "run", "--platform", "hgx-h100", "--nodes", str(nodes), "--compute-model", "gpu",
-                    "--gpu", "H100-SXM5-80GB", "--workload-configuration", prefix,
-                    "--comm-group-configuration", prefix + ".groups.json", "--report-json", report, "-q"],
+                    "--gpu", "H100-SXM5-80GB", "--platform-collective", collective,
+                    "--workload-configuration", prefix, "--comm-group-configuration", prefix + ".groups.json",
+                    "--report-json", report, "-q"],
                    check=True, stdout=subprocess.DEVNULL)
     with open(report) as f:
         r = json.load(f)
@@ -102,25 +103,29 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", help=f"row names (default: {', '.join(DEFAULT_ROWS)}; known: "
                     f"{', '.join(r.name for r in ROWS)})")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--platform-collective", choices=("ring", "nccl"), default="ring",
+                    help="collective timing: ring (the reference's algorithms, default) or nccl (NCCL's own "
+                    "algorithm/protocol choice and calibrated times; tiny all-reduces take tens of µs)")
     a = ap.parse_args(argv)
+    coll = a.platform_collective
     rows = [r for r in ROWS if r.name in (a.only or DEFAULT_ROWS)]
     workdir = tempfile.mkdtemp(prefix="astra-mlperf-")
     out = []
     try:
-        base = {m: simulate(1, m, workdir) for m in SHORT_MS}
-        base_full = simulate(1, MICRO_BATCHES, workdir)
+        base = {m: simulate(1, m, workdir, coll) for m in SHORT_MS}
+        base_full = simulate(1, MICRO_BATCHES, workdir, coll)
         steps = {**{m: r["step_s"] for m, r in base.items()}, MICRO_BATCHES: base_full["step_s"]}
         print("# DP=1: " + ", ".join(f"M={m} {t:.4f} s" for m, t in steps.items()), file=sys.stderr, flush=True)
         for row in rows:
             assert row.global_batch == row.dp * MICRO_BATCHES, row
-            short = {m: simulate(row.dp, m, workdir) for m in SHORT_MS}
+            short = {m: simulate(row.dp, m, workdir, coll) for m in SHORT_MS}
             diff = {m: short[m]["step_s"] - base[m]["step_s"] for m in SHORT_MS}
             (m1, m2) = SHORT_MS
             per_mb = (diff[m2] - diff[m1]) / (m2 - m1)  # FP8 amax all-reduces over TP x DP ranks
             fixed = diff[m2] - m2 * per_mb  # gradient reduce-scatters, parameter all-gathers
             dp_cost = fixed + MICRO_BATCHES * per_mb
             step = base_full["step_s"] + dp_cost
-            out.append({"name": row.name, "source": row.source, "gpus": row.gpus, "dp": row.dp,
+            out.append({"name": row.name, "source": row.source, "gpus": row.gpus, "dp": row.dp, "collective": coll,
                         "global_batch": row.global_batch, "measured_step_s": row.measured_step_s,
                         "sim_step_s": step, "dp_cost_s": dp_cost, "dp_fixed_s": fixed,
                         "dp_per_micro_batch_s": per_mb,
