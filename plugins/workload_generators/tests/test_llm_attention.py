@@ -114,3 +114,33 @@ def test_cli_no_causal(tmp_path, capsys):
     assert main(args) == 0
     (node,) = _attn(read_et(f"{tmp_path / 'n'}.0.et").nodes, FWD, "fwd.l0.mb0")
     assert _flops(node) == 2 * HEADS * S * S * 2 * D
+
+
+def test_cp_prefill(tmp_path):
+    """Context-parallel prefill (long prompts): each CP rank runs its s/CP tokens of the prompt, the K/V ring and
+    its load-balanced share of the causal mask, and writes its own chunk of the KV cache."""
+    from astra_sim.simulation import simulate
+    from astra_sim.testing import write_network_config, write_system_config
+    from astra_workload_generators.llm import inference_flops
+
+    cp, tp, pp, prompt, b = 2, 2, 2, 96, 2
+    cfg = LlmConfig(mode="prefill", prompt_len=prompt, cp=cp, tp=tp, pp=pp, micro_batches=2, micro_batch_size=b)
+    ranks = _gen(tmp_path, "p", **{k: getattr(cfg, k) for k in ("mode", "prompt_len", "cp", "tp", "pp",
+                                                                 "micro_batches", "micro_batch_size")})
+    assert sum(n.attrs["num_ops"] for r in ranks for n in r if n.type == T.COMP_NODE) == \
+        inference_flops(model_dims(**DIMS), cfg)
+    q, m = prompt // cp, prompt // (2 * cp)
+    for rank, nodes in enumerate(ranks):
+        c = (rank // tp) % cp
+        mine = list(range(c * m, (c + 1) * m)) + list(range((2 * cp - 1 - c) * m, (2 * cp - c) * m))
+        layer = L // pp * (rank // (tp * cp))  # the stage's first layer
+        steps = _attn(nodes, FWD, f"fwd.l{layer}.mb0")
+        assert sum(_flops(n) for n in steps) == 2 * b * (HEADS // tp) * _pairs(mine) * 2 * D
+        (kv,) = [n for n in nodes if n.attrs.get("label") == f"fwd.l{layer}.mb0.kv_write"]
+        assert f"[2, {b}, {KV // tp}, {q}, {D}]" in kv.inputs_shapes
+        assert len([n for n in nodes if n.name.startswith("cp_send.")]) == (L // pp) * 2 * (cp - 1)
+    sys_cfg = write_system_config(tmp_path / "sys.json", dims=1)
+    net = write_network_config(tmp_path / "net.yml", npus=(cfg.npus,))
+    report = simulate(tmp_path / "p", sys_cfg, net, None, str(tmp_path / "p.groups.json"),
+                      plugins=["network_analytical", "workload_generators"])
+    assert len(report.ranks) == cfg.npus and report.max_finish_ns > 0

@@ -249,7 +249,8 @@ def test_cli_and_errors(tmp_path):
                        (LlmConfig(pp=2, virtual_stages=3, micro_batches=2), "not divisible by --pp x"),
                        (LlmConfig(virtual_stages=2), "--pp >= 2"),
                        (LlmConfig(cp=3), "not divisible by --cp"),
-                       (LlmConfig(cp=2, mode="prefill"), "--mode train"),
+                       (LlmConfig(cp=2, mode="decode"), "--mode train or prefill"),
+                       (LlmConfig(cp=8, mode="prefill", prompt_len=100), "prompt len 100 is not divisible by --cp"),
                        (LlmConfig(zero=4), "--zero")]:
         with pytest.raises(ConfigError, match=match):
             generate_llm(dims, cfg, tmp_path / "x", write=False)

@@ -31,9 +31,9 @@ ZeRO-3 (``zero=3``): per unit (layer, embedding, LM head) one parameter all-gath
 and one before its first backward per step (reused by all micro-batches), one gradient reduce-scatter after its
 last backward. Context parallelism (``cp``): ``rank = t + TP*(c + CP*(d + DP*p))``; s/CP tokens per rank,
 attention against all s keys via a ring of CP-1 K/V send/recv steps forward and CP-1 dK/dV steps backward, each
-``2*b*(s/CP)*(kv/TP)*d*bytes``, and one flash-attention call per ring step (causal: Megatron's load-balanced
-chunks, see ``_StageBuilder._attn_steps``); dense gradients over DP x CP. Interleaved 1F1B (``virtual_stages``): Megatron's
-interleaved schedule, virtual stage v = chunk*PP + p; per rank ``2*V*M - M*[p==0] - M*[p==PP-1]`` sends.
+``2*b*(s/CP)*(kv/TP)*d*bytes`` (prefill: the forward ring only), and one flash-attention call per ring step
+(causal: Megatron's load-balanced chunks, see ``_StageBuilder._attn_steps``); dense gradients over DP x CP.
+Interleaved 1F1B (``virtual_stages``): Megatron's interleaved schedule, virtual stage v = chunk*PP + p; per rank ``2*V*M - M*[p==0] - M*[p==PP-1]`` sends.
 
 Element-wise nodes (``elementwise``, training only, default on): LayerNorm, bias+GeLU / SiLU*mul, dropout and
 residual adds per layer, embedding lookup and cross entropy per micro-batch, one ``_fused_adam_`` per step over
@@ -163,7 +163,7 @@ class LlmConfig:
     prompt_len: int | None = None   # inference; default: the model's seq_len
     decode_len: int = 1             # decode: generated tokens so far, this one included
     decode_steps: int = 1           # decode: consecutive steps in one trace (the KV cache grows by one each)
-    cp: int = 1                     # context parallelism (sequence split over CP ranks; training only)
+    cp: int = 1                     # context parallelism (sequence split over CP ranks; training, prefill)
     virtual_stages: int = 1         # interleaved 1F1B: model chunks per pipeline rank (training only)
     elementwise: bool = True        # training: emit norms, activations, dropout, residual adds, CE, optimizer
     attention: str = "flash"        # flash (one fused node) | unfused (bmm + softmax + dropout + bmm; training)
@@ -434,12 +434,13 @@ def _check(dims: ModelDims, cfg: LlmConfig):
             raise ConfigError(f"--micro-batches {cfg.micro_batches} must be a multiple of --pp {cfg.pp} "
                               "with --virtual-stages")
     if cfg.cp > 1:
-        if cfg.inference:
-            raise ConfigError("--cp is for --mode train")
-        if dims.seq_len % cfg.cp:
-            raise ConfigError(f"seq len {dims.seq_len} is not divisible by --cp {cfg.cp}")
-        if cfg.causal and cfg.attention == "flash" and dims.seq_len % (2 * cfg.cp):
-            raise ConfigError(f"seq len {dims.seq_len} is not divisible by 2 x --cp {cfg.cp}: causal context "
+        if cfg.mode == "decode":
+            raise ConfigError("--cp is for --mode train or prefill")
+        seq, what = (dims.seq_len, "seq len") if cfg.mode == "train" else (_lengths(dims, cfg)[0], "prompt len")
+        if seq % cfg.cp:
+            raise ConfigError(f"{what} {seq} is not divisible by --cp {cfg.cp}")
+        if cfg.causal and cfg.attention == "flash" and seq % (2 * cfg.cp):
+            raise ConfigError(f"{what} {seq} is not divisible by 2 x --cp {cfg.cp}: causal context "
                               "parallelism splits the sequence into 2 x CP load-balanced chunks (Megatron-LM's "
                               "requirement); use --no-causal for a bidirectional model")
     if cfg.attention not in ATTENTIONS:
@@ -1423,7 +1424,8 @@ def add_llm_command(sub):
                    help="with --sequence-parallel: each TP all-gather / reduce-scatter runs as a ring of TP-1 "
                    "send/recv steps pipelined with TP row chunks of its GEMM (Transformer Engine userbuffers)")
     p.add_argument("--cp", type=positive_int, default=1,
-                   help="context-parallel size (sequence split; ring K/V exchange; rank = t + TP*(c + CP*(d + DP*p)))")
+                   help="context-parallel size, training and prefill (sequence split; ring K/V exchange; "
+                   "rank = t + TP*(c + CP*(d + DP*p)))")
     p.add_argument("--virtual-stages", type=positive_int, default=1, metavar="V",
                    help="interleaved 1F1B: model chunks per pipeline rank (micro-batches a multiple of --pp)")
     p.add_argument("--recompute", action="store_true", help="full activation recomputation before each backward")
