@@ -290,3 +290,32 @@ def test_fp8_transformer_engine_kernels(tmp_path, overlap):
     gpu = model.gpu
     expect = gpu.gemm.launch_us * 1e-6 + cast.attrs["tensor_size"] / (gpu.gemm.hbm_efficiency * gpu.hbm_bytes_per_s)
     assert abs(model.compute_time_ns(cast, 0) - expect * 1e9) <= 1
+
+
+def test_fp8_moe_expert_casts(tmp_path):
+    """FP8 MoE: the routed and shared experts are plain TE linears (no LayerNorm or activation to fuse a cast
+    into), so each expert GEMM's FP8 operand is cast + transposed first: the dispatched tokens and the
+    activation output forward, the output gradients of FC2 and FC1 backward. Every cast has exactly the shape of
+    its GEMM's first operand and comes right before it on the compute chain; the router stays in --dtype."""
+    dims = model_dims(**dict(LLAMA, experts=4, top_k=2, moe_ffn=256, shared_experts=1))
+    M, tp = 2, 2
+    generate_llm(dims, LlmConfig(tp=tp, ep=2, dp=2, micro_batches=M, sequence_parallel=True, gemm_dtype="fp8"),
+                 tmp_path / "moe")
+    nodes = _nodes(tmp_path / "moe")
+    by_id = {x.id: x for x in nodes}
+    casts = [x for x in nodes if x.name == "transformer_engine::cast_transpose"]
+    per_layer = Counter(x.attrs["label"].split(".", 3)[3] for x in casts if ".l0.mb0." in x.attrs["label"])
+    assert per_layer == {f"{part}.fp8_cast": 1 for part in (
+        "proj", "experts.fc1", "experts.fc2", "shared.fc1", "shared.fc2",  # forward
+        "proj.dgrad", "qkv.dgrad", "experts.fc2.dgrad", "experts.fc1.dgrad", "shared.fc2.dgrad",
+        "shared.fc1.dgrad")}
+    assert len(casts) == len(per_layer) * dims.layers * M
+    for cast in casts:
+        gemm = _by_label(nodes, cast.attrs["label"][:-len(".fp8_cast")])
+        assert gemm.name == "aten::_scaled_mm"
+        assert json.loads(cast.inputs_shapes)[0] == json.loads(gemm.inputs_shapes)[0]
+        # right before it on the chain, or before the sequence-parallel all-gather of its operand
+        before = [d for d in gemm.data_deps if by_id[d].type != T.COMM_COLL_NODE] + \
+            [e for d in gemm.data_deps if by_id[d].type == T.COMM_COLL_NODE for e in by_id[d].data_deps]
+        assert cast.id in before, cast.attrs["label"]
+    assert _by_label(nodes, "fwd.l0.mb0.router").name == "aten::mm"

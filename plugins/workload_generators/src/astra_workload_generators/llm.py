@@ -934,13 +934,18 @@ class _StageBuilder:
         if self.cfg.ew:
             self.ew("aten::_softmax", lab + ".router.softmax", [self._t(self.ln_rows, dims.experts)])
         if dims.shared_experts:
-            self.mm(lab + ".shared.fc1", n, h, gm * dims.shared_experts * mf)
-            self.act_fwd(lab + ".shared.fc1", n, dims.shared_experts * mf)
-            self.mm(lab + ".shared.fc2", n, dims.shared_experts * mf, h)
+            sf = dims.shared_experts * mf
+            self.fp8_cast(lab + ".shared.fc1", n, h)  # (FP8: the expert MLPs are plain TE linears, no fused casts)
+            self.mm(lab + ".shared.fc1", n, h, gm * sf)
+            self.act_fwd(lab + ".shared.fc1", n, sf)
+            self.fp8_cast(lab + ".shared.fc2", n, sf)
+            self.mm(lab + ".shared.fc2", n, sf, h)
         self._a2a(lab + ".dispatch")
         nk = self.routed
+        self.fp8_cast(lab + ".experts.fc1", nk, h)
         self.mm(lab + ".experts.fc1", nk, h, gm * mf)
         self.act_fwd(lab + ".experts.fc1", nk, mf)
+        self.fp8_cast(lab + ".experts.fc2", nk, mf)
         self.mm(lab + ".experts.fc2", nk, mf, h)
         self._a2a(lab + ".combine")
 
@@ -951,17 +956,22 @@ class _StageBuilder:
         nk = self.routed
         if self._a2a(lab + ".combine", deps) is not None:
             deps = ()
+        if self.fp8_cast(lab + ".experts.fc2.dgrad", nk, h, deps) is not None:  # FP8: the output gradients
+            deps = ()
         self.mm(lab + ".experts.fc2.dgrad", nk, h, mf, deps)
         self.mm(lab + ".experts.fc2.wgrad", mf, nk, h)
         self.act_bwd(lab + ".experts.fc1", nk, mf)
+        self.fp8_cast(lab + ".experts.fc1.dgrad", nk, f1)
         self.mm(lab + ".experts.fc1.dgrad", nk, f1, h)
         self.mm(lab + ".experts.fc1.wgrad", h, nk, f1)
         self._a2a(lab + ".dispatch")
         if dims.shared_experts:
             sf, sf1 = dims.shared_experts * mf, dims.shared_experts * f1
+            self.fp8_cast(lab + ".shared.fc2.dgrad", n, h)
             self.mm(lab + ".shared.fc2.dgrad", n, h, sf)
             self.mm(lab + ".shared.fc2.wgrad", sf, n, h)
             self.act_bwd(lab + ".shared.fc1", n, sf)
+            self.fp8_cast(lab + ".shared.fc1.dgrad", n, sf1)
             self.mm(lab + ".shared.fc1.dgrad", n, sf1, h)
             self.mm(lab + ".shared.fc1.wgrad", h, n, sf1)
         rows, E = self.ln_rows, dims.experts
