@@ -17,7 +17,7 @@ over every row (each measurement counts once; repeated shapes weigh more), with 
 Nelder-Mead simplex (numpy only) over transformed parameters (logit for fractions, log for positive
 values), restarted from the best point until it stops improving. The hardware numbers (SMs, dense fp16 peak,
 HBM bandwidth) come from the presets A100-SXM4-80GB and H100-SXM5-80GB. The hold-out file is never used in
-the fit; its errors are only reported.
+the fit; its errors are only reported. Then ``fit_gemm_fp8.py``'s step fits the h100 family's FP8 efficiency scale.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from astra_gpu_model.calibration import (  # noqa: E402
 )
 from astra_gpu_model.gemm import GemmParams, gemm_time_s_np  # noqa: E402
 from astra_gpu_model.gpu import load_gpu  # noqa: E402
+from fit_gemm_fp8 import fit_fp8_scale  # noqa: E402
 
 NAMES = ("compute_efficiency", "tile_penalty", "k_overhead", "hbm_efficiency", "launch_us", "overlap_exponent")
 START = np.array([0.8, 64.0, 128.0, 0.85, 4.0, 3.0])
@@ -218,6 +219,8 @@ def main(argv=None):
         "families": families,
         "holdout": holdout,
     }
+    print()
+    fit_fp8_scale(families)  # the FP8 stage rests on the h100 parameters just fitted
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
     print(f"\nwrote {args.out} in {time.time() - started:.1f} s")
     for device, fam in families.items():

@@ -14,6 +14,11 @@ from pathlib import Path
 
 VIDUR_GEMM = "vidur_measured_gemm_a100_h100.csv"
 LLMCOMPASS_GEMM = "llmcompass_measured_gemm_a100_fp16_sweep.csv"
+#: Shipped with the plugin (``astra_gpu_model/data``), not in ``shared/calibration``: DeepGEMM's published FP8
+#: GEMM table (H800 SXM5), the FP8 data behind ``fp8_gemm_scale`` (``fit/fit_gemm_fp8.py``).
+DEEPGEMM_FP8_GEMM = "deepgemm_measured_fp8_gemm_h800.csv"
+#: Rows of that table from which ``fp8_gemm_scale`` is fitted: the compute-bound ones (a training GEMM's rows).
+FP8_FIT_MIN_M = 4096
 
 #: The preset each data set's device column was measured on (the files do not record the exact SKU;
 #: the H100 rows reach 740 TFLOP/s fp16, above the H100 PCIe's 756 TFLOP/s dense peak x 0.98, so SXM5).
@@ -36,6 +41,21 @@ def load_vidur_gemm(path):
         d["time_s"].append(float(row["time_ms_median"]) * 1e-3)
         d["label"].append(f"{row['model']} tp{row['tp']} {row['op']}")
     return out
+
+
+def load_deepgemm_fp8(path=None):
+    """``{"m", "n", "k", "time_s"}`` lists from DeepGEMM's FP8 table (default: the copy shipped with the plugin);
+    ``time_s = 2*m*n*k / (tflops * 1e12)``."""
+    if path is None:
+        from importlib import resources
+
+        path = resources.files("astra_gpu_model") / "data" / DEEPGEMM_FP8_GEMM
+    d = {"m": [], "n": [], "k": [], "time_s": []}
+    for row in _rows(path):
+        m, n, k = int(row["m"]), int(row["n"]), int(row["k"])
+        for key, value in (("m", m), ("n", n), ("k", k), ("time_s", 2.0 * m * n * k / (float(row["tflops"]) * 1e12))):
+            d[key].append(value)
+    return d
 
 
 def load_llmcompass_gemm(path):
@@ -76,18 +96,19 @@ def load_vidur_all_reduce(path, max_bytes=None, single_node=True, with_layout=Fa
     return out
 
 
-def predict_gemm_s(gpu, m, n, k, dtype="fp16", batch=None, params=None):
-    """Model times (seconds, numpy array) of GEMMs ``(m x k) @ (k x n)`` on ``gpu`` (a :class:`GpuSpec`)."""
+def predict_gemm_s(gpu, m, n, k, dtype="fp16", batch=None, params=None, out_dtype=None):
+    """Model times (seconds, numpy array) of GEMMs ``(m x k) @ (k x n)`` on ``gpu`` (a :class:`GpuSpec`), as the
+    compute model times them (``params`` overrides the GPU's; output in ``out_dtype``, default ``dtype``)."""
     import numpy as np
 
     from astra_gpu_model.gemm import gemm_time_s_np
 
     m = np.asarray(m, dtype=np.float64)
-    size = gpu.dtype_bytes(dtype)
     return gemm_time_s_np(
         m, n, k, np.ones_like(m) if batch is None else batch,
         peak_flops=gpu.peak_flops(dtype), sm_count=gpu.sm_count, hbm_bytes_per_s=gpu.hbm_bytes_per_s,
-        in_bytes=size, out_bytes=size, params=params or gpu.gemm, tiles=gpu.gemm_tiles,
+        in_bytes=gpu.dtype_bytes(dtype), out_bytes=gpu.dtype_bytes(out_dtype or dtype),
+        params=params or gpu.gemm_params(gpu.rate_dtype(dtype)), tiles=gpu.gemm_tiles,
     )
 
 
@@ -125,6 +146,6 @@ def find_calibration_dir(start=None):
     return None
 
 
-__all__ = ["load_vidur_gemm", "load_vidur_all_reduce", "VIDUR_ALL_REDUCE", "load_llmcompass_gemm", "predict_gemm_s",
-           "error_stats", "find_calibration_dir",
-           "VIDUR_GEMM", "LLMCOMPASS_GEMM", "DEVICE_PRESETS"]
+__all__ = ["load_vidur_gemm", "load_vidur_all_reduce", "VIDUR_ALL_REDUCE", "load_llmcompass_gemm", "load_deepgemm_fp8",
+           "predict_gemm_s", "error_stats", "find_calibration_dir",
+           "VIDUR_GEMM", "LLMCOMPASS_GEMM", "DEEPGEMM_FP8_GEMM", "FP8_FIT_MIN_M", "DEVICE_PRESETS"]

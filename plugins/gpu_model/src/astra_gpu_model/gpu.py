@@ -15,7 +15,7 @@ import copy
 import difflib
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
@@ -33,7 +33,7 @@ DTYPE_FALLBACK = {
     "tf32": ("fp32",), "fp64": ("fp32",), "fp32": (),
 }
 EFFICIENCY_KEYS = ("compute_efficiency", "tile_penalty", "k_overhead", "hbm_efficiency", "launch_us",
-                   "overlap_exponent", "attention_efficiency")
+                   "overlap_exponent", "attention_efficiency", "fp8_gemm_scale")
 
 _TOP_KEYS = {
     "name": "str", "base": "str", "vendor": "str", "architecture": "str", "sm_count": "int",
@@ -64,6 +64,10 @@ class GpuSpec:
     gemm: GemmParams
     attention_efficiency: float
     gemm_tiles: tuple = DEFAULT_TILES
+    #: FP8 GEMMs run at ``fp8_gemm_scale x compute_efficiency`` of the FP8 peak (the fit is on fp16/bf16 GEMMs;
+    #: FP8 kernels reach a smaller fraction of their doubled peak). Fitted per family where FP8 measurements
+    #: exist (``fit/fit_gemm_fp8.py``), else 1.0.
+    fp8_gemm_scale: float = 1.0
     vendor: str = ""
     architecture: str = ""
     boost_clock_mhz: float | None = None
@@ -95,6 +99,12 @@ class GpuSpec:
                 return other
         return "fp32" if self.tensor_tflops.get("fp32") else next(iter(self.tensor_tflops))
 
+    def gemm_params(self, rate_dtype: str) -> GemmParams:
+        """The GEMM parameters for GEMMs timed at ``rate_dtype``'s peak (FP8: scaled compute efficiency)."""
+        if rate_dtype != "fp8" or self.fp8_gemm_scale == 1.0:
+            return self.gemm
+        return replace(self.gemm, compute_efficiency=min(1.0, self.gemm.compute_efficiency * self.fp8_gemm_scale))
+
     def peak_flops(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype`` (using the fallback dtype when this GPU has none for it)."""
         return self.tensor_tflops[self.rate_dtype(dtype)] * 1e12
@@ -108,6 +118,7 @@ class GpuSpec:
             "gpu": self.name, "sm_count": self.sm_count, "tensor_tflops": dict(self.tensor_tflops),
             "hbm_bandwidth_gbps": self.hbm_bandwidth_gbps, "calibration": self.calibration,
             "gemm": self.gemm.to_dict(), "attention_efficiency": self.attention_efficiency,
+            "fp8_gemm_scale": self.fp8_gemm_scale,
         }
 
 
@@ -290,6 +301,7 @@ def _build(data, where, path=None, fit=None) -> GpuSpec:
                           f"({', '.join(sorted(fit))}), got {calibration!r}")
     params = dict(fit[calibration]["params"])
     attention = fit[calibration].get("attention_efficiency", 0.5)
+    fp8_scale = fit[calibration].get("fp8_gemm_scale", 1.0)
     for key, value in (data.get("efficiency") or {}).items():
         if key not in EFFICIENCY_KEYS:
             raise _unknown(where, key, EFFICIENCY_KEYS, "efficiency.")
@@ -302,6 +314,8 @@ def _build(data, where, path=None, fit=None) -> GpuSpec:
             raise ConfigError(f"{where}: key 'efficiency.overlap_exponent' must be >= 1, got {value!r}")
         if key == "attention_efficiency":
             attention = number
+        elif key == "fp8_gemm_scale":
+            fp8_scale = number
         else:
             params[key] = number
 
@@ -330,7 +344,7 @@ def _build(data, where, path=None, fit=None) -> GpuSpec:
     return GpuSpec(
         name=data["name"], sm_count=sm_count, tensor_tflops=tflops, hbm_bandwidth_gbps=hbm,
         calibration=calibration, gemm=GemmParams.from_dict(params, where), attention_efficiency=attention,
-        gemm_tiles=tiles, vendor=data.get("vendor") or "", architecture=data.get("architecture") or "",
+        fp8_gemm_scale=fp8_scale, gemm_tiles=tiles, vendor=data.get("vendor") or "", architecture=data.get("architecture") or "",
         boost_clock_mhz=opt("boost_clock_mhz"), hbm_capacity_gb=opt("hbm_capacity_gb"),
         l2_cache_mb=opt("l2_cache_mb"), last_level_cache_mb=opt("last_level_cache_mb"), scaleup=scaleup,
         copy_engines=opt("copy_engines", integer=True), path=path, raw=data,

@@ -189,7 +189,7 @@ class GpuComputeModel:
             in_bytes = DTYPE_BYTES.get(dtype, 2)
             return gemm_time_s(op.m, op.n, op.k, op.batch, peak_flops=peak, sm_count=gpu.sm_count,
                                hbm_bytes_per_s=gpu.hbm_bytes_per_s, in_bytes=in_bytes, out_bytes=op.out_bytes,
-                               params=params, tiles=gpu.gemm_tiles)
+                               params=gpu.gemm_params(rate), tiles=gpu.gemm_tiles)
         if op.kind == "attention":
             waves = -(-op.ctas // gpu.sm_count) if op.ctas else 1
             utilisation = op.ctas / (waves * gpu.sm_count) if op.ctas else 1.0
