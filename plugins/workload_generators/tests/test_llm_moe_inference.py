@@ -363,3 +363,58 @@ def test_context_and_expert_parallelism_together(tmp_path):
     expected = 6 * P * seqs * s + 12 * L * s * s * h * seqs
     assert abs(_comp_ops(ranks) - expected) / expected < 0.01
     _sim(tmp_path, tmp_path / "t", cfg.npus)
+
+
+def test_mixed_step_continuous_batching(tmp_path):
+    """--mode mixed: each micro-batch is b decode tokens plus a chunk of a new prompt (chunked prefill). The GEMMs
+    run on b + chunk rows; the decode tokens attend to their caches, the chunk causally to the prompt's cached
+    tokens and itself; both write their K/V; FLOPs and the executed attention pairs are counted here."""
+    ops = pytest.importorskip("astra_gpu_model.ops")
+    L, h, heads, kv, f, vocab = 4, 256, 8, 4, 512, 1000
+    d = h // heads
+    tp, pp, dp, M, b, prompt, gen, chunk, done = 2, 2, 2, 2, 3, 64, 5, 40, 24
+    c = prompt + gen
+    cfg = LlmConfig(tp=tp, pp=pp, dp=dp, micro_batches=M, micro_batch_size=b, mode="mixed", prompt_len=prompt,
+                    decode_len=gen, prefill_chunk=chunk, prefill_done=done)
+    summary = generate_llm(model_dims(**SMALL_DENSE), cfg, tmp_path / "m")
+    ranks = _read_all(tmp_path / "m", cfg.npus)
+    P = L * (_attn_params(h, heads, kv) + 3 * h * f) + vocab * h
+    expected = dp * M * (2 * P * (b + chunk) + 4 * L * h * (b * c + chunk * (done + chunk)))
+    assert _comp_ops(ranks) == summary["flops"]
+    assert abs(summary["flops"] - expected) / expected < 1e-9
+    hq, hkv = heads // tp, kv // tp
+    for rank, nodes in enumerate(ranks):
+        stage = rank // (tp * dp)
+        layer = stage * L // pp
+        by = {n.attrs.get("label"): n for n in nodes}
+        lab = f"fwd.l{layer}.mb0"
+        assert json.loads(by[f"{lab}.qkv"].inputs_shapes)[0] == [b + chunk, h]
+        dec, pre = by[f"{lab}.attn"], by[f"{lab}.prefill.attn"]
+        assert json.loads(dec.inputs_shapes) == [[b, hq, 1, d], [b, hkv, c, d], [b, hkv, c, d]]
+        assert json.loads(pre.inputs_shapes) == [[1, hq, chunk, d], [1, hkv, done + chunk, d], [1, hkv, done + chunk, d]]
+        pairs = sum(done + i + 1 for i in range(chunk))  # query at prompt position done + i sees done + i + 1 keys
+        assert ops.classify(pre.name, *ops.node_io(pre)).flops == 2 * hq * pairs * 2 * d
+        assert ops.classify(dec.name, *ops.node_io(dec)).flops == 2 * b * hq * c * 2 * d
+        writes = {n.attrs["label"]: n.attrs["tensor_size"] for n in nodes if n.name == "aten::copy_"
+                  and n.attrs["label"].startswith(lab)}
+        assert writes == {f"{lab}.kv_write": 2 * 2 * b * hkv * d * BF16,
+                          f"{lab}.prefill.kv_write": 2 * 2 * chunk * hkv * d * BF16}
+        if stage == pp - 1:
+            assert json.loads(by["fwd.head.mb0"].inputs_shapes)[0] == [b + chunk, h]
+        else:  # the stage boundary carries all b + chunk tokens' activations
+            (send,) = [n for n in nodes if n.name == "send_act.mb0"]
+            assert send.attrs["comm_size"] == (b + chunk) * h * BF16
+    _sim(tmp_path, tmp_path / "m", cfg.npus)
+
+
+def test_mixed_step_errors(tmp_path):
+    dims = model_dims(**SMALL_DENSE)
+    for cfg, match in [(LlmConfig(mode="mixed"), "--prefill-chunk >= 1"),
+                       (LlmConfig(mode="decode", prefill_chunk=8), "are for --mode mixed"),
+                       (LlmConfig(mode="mixed", prefill_chunk=8, prefill_done=-1), "--prefill-done must be"),
+                       (LlmConfig(mode="mixed", prefill_chunk=8, cp=2), "--cp is for --mode train or prefill")]:
+        with pytest.raises(ConfigError, match=match):
+            generate_llm(dims, cfg, tmp_path / "x", write=False)
+    assert main(["workload", "llm", "--preset", "llama3-8b", "--layers", "2", "--mode", "mixed", "--batch-size",
+                 "4", "--prefill-chunk", "256", "--prefill-done", "256", "--prompt-len", "1024",
+                 "-o", str(tmp_path / "cli")]) == 0

@@ -45,6 +45,11 @@ Inference (``mode`` prefill / decode): forward only, no DP synchronisation. Pref
 ``2*P*tokens + 4*L*s^2*h*sequences``. Decode: one token per sequence against a KV cache of
 ``c = prompt_len + decode_len`` positions: ``2*P + 4*L*c*h`` FLOPs per sequence, attention reads
 ``2*L*kv*d*c*bytes`` of KV cache per sequence (``kv_cache_bytes`` attribute; included in ``tensor_size``).
+Mixed (continuous batching with chunked prefill, as vLLM and Sarathi-Serve run it): every micro-batch is the b
+decode sequences' next tokens plus one chunk of ``prefill_chunk`` prompt tokens of a request whose first
+``prefill_done`` tokens are already cached; the GEMMs run on all ``b + chunk`` rows, the decode tokens attend
+to their caches and the chunk (causally) to ``prefill_done + chunk`` keys: ``2*P*(b + chunk) + 4*L*h*(b*c +
+chunk*(prefill_done + chunk))`` FLOPs per micro-batch.
 """
 
 from __future__ import annotations
@@ -86,7 +91,7 @@ PRESETS = {
     "deepseek-moe-16b": dict(layers=28, hidden=2048, heads=16, kv_heads=16, ffn_hidden=10944, vocab=102400,
                              seq_len=4096, gated=True, experts=64, top_k=6, moe_ffn=1408, shared_experts=2),
 }
-MODES = ("train", "prefill", "decode")
+MODES = ("train", "prefill", "decode", "mixed")
 
 DTYPES = {"bf16": (2, "c10::BFloat16"), "fp16": (2, "c10::Half"), "fp32": (4, "float")}
 MM = "aten::mm"
@@ -163,6 +168,8 @@ class LlmConfig:
     prompt_len: int | None = None   # inference; default: the model's seq_len
     decode_len: int = 1             # decode: generated tokens so far, this one included
     decode_steps: int = 1           # decode: consecutive steps in one trace (the KV cache grows by one each)
+    prefill_chunk: int = 0          # mixed: prompt tokens prefilled per micro-batch beside its decode tokens
+    prefill_done: int = 0           # mixed: tokens of that prompt already in the KV cache (earlier chunks)
     cp: int = 1                     # context parallelism (sequence split over CP ranks; training, prefill)
     virtual_stages: int = 1         # interleaved 1F1B: model chunks per pipeline rank (training only)
     elementwise: bool = True        # training: emit norms, activations, dropout, residual adds, CE, optimizer
@@ -291,11 +298,15 @@ def training_flops(dims: ModelDims, sequences: int, tp: int = 1) -> int:
 
 
 def inference_flops(dims: ModelDims, cfg: "LlmConfig") -> int:
-    """Forward FLOPs of the prefill step or the decode steps over all ranks."""
+    """Forward FLOPs of the prefill step, the decode steps or the mixed step over all ranks."""
     seqs = cfg.dp * cfg.micro_batches * cfg.micro_batch_size
     q, c = _lengths(dims, cfg)
-    return sum(2 * activated_parameter_count(dims, cfg.tp) * seqs * q
-               + 4 * dims.layers * q * (c + i) * dims.hidden * seqs for i in range(cfg.steps))
+    P = activated_parameter_count(dims, cfg.tp)
+    flops = sum(2 * P * seqs * q + 4 * dims.layers * q * (c + i) * dims.hidden * seqs for i in range(cfg.steps))
+    if cfg.mode == "mixed":  # one prefill chunk per micro-batch and DP replica
+        chunk, keys = cfg.prefill_chunk, cfg.prefill_done + cfg.prefill_chunk
+        flops += cfg.dp * cfg.micro_batches * (2 * P * chunk + 4 * dims.layers * chunk * keys * dims.hidden)
+    return flops
 
 
 def _lengths(dims: ModelDims, cfg: "LlmConfig"):
@@ -305,7 +316,7 @@ def _lengths(dims: ModelDims, cfg: "LlmConfig"):
     prompt = cfg.prompt_len or dims.seq_len
     if cfg.mode == "prefill":
         return prompt, prompt
-    return 1, prompt + cfg.decode_len
+    return 1, prompt + cfg.decode_len  # decode, and the decode tokens of a mixed step
 
 
 def expert_capacity(dims: ModelDims, cfg: "LlmConfig", tokens: int):
@@ -434,7 +445,7 @@ def _check(dims: ModelDims, cfg: LlmConfig):
             raise ConfigError(f"--micro-batches {cfg.micro_batches} must be a multiple of --pp {cfg.pp} "
                               "with --virtual-stages")
     if cfg.cp > 1:
-        if cfg.mode == "decode":
+        if cfg.mode in ("decode", "mixed"):
             raise ConfigError("--cp is for --mode train or prefill")
         seq, what = (dims.seq_len, "seq len") if cfg.mode == "train" else (_lengths(dims, cfg)[0], "prompt len")
         if seq % cfg.cp:
@@ -475,6 +486,14 @@ def _check(dims: ModelDims, cfg: LlmConfig):
         raise ConfigError(f"--decode-steps must be a positive integer, got {cfg.decode_steps!r}")
     if cfg.decode_steps > 1 and cfg.mode != "decode":
         raise ConfigError("--decode-steps is for --mode decode")
+    for key in ("prefill_chunk", "prefill_done"):
+        value = getattr(cfg, key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"--{key.replace('_', '-')} must be a non-negative integer, got {value!r}")
+    if cfg.mode == "mixed" and cfg.prefill_chunk < 1:
+        raise ConfigError("--mode mixed needs --prefill-chunk >= 1 (the prompt tokens prefilled beside the decodes)")
+    if cfg.mode != "mixed" and (cfg.prefill_chunk or cfg.prefill_done):
+        raise ConfigError("--prefill-chunk / --prefill-done are for --mode mixed")
     if cfg.ep > 1 and not dims.moe:
         raise ConfigError("--ep needs a mixture-of-experts model (--experts)")
     if cfg.dp % cfg.ep:
@@ -507,7 +526,7 @@ class _StageBuilder:
         self.seq //= cfg.cp  # context parallelism: this rank's query chunk (keys/values: the whole sequence)
         # dense-gradient group: DP, or DP x CP with context parallelism
         self.dgroup = "dp" if cfg.cp == 1 else ("cp" if cfg.dp == 1 else "dpcp")
-        self.tokens = cfg.micro_batch_size * self.seq
+        self.tokens = cfg.micro_batch_size * self.seq + cfg.prefill_chunk  # (mixed: + the prefill chunk)
         self.act_bytes = self.tokens * dims.hidden * self.nbytes
         # --tp-comm-overlap with FP8 GEMMs: Transformer Engine's userbuffers all-gather the FP8 GEMM inputs (its
         # default FP8 buffers: qkv/fc1 fprop, proj/fc2 dgrad rings, qkv/fc1 bulk re-gathers), 1 byte per element;
@@ -749,15 +768,16 @@ class _StageBuilder:
         FLOPs (the full ``q x keys`` block, no causal saving, as Megatron-LM's FLOP formula does); the gpu model
         times the executed work from the shapes and ``is_causal``."""
         cfg = self.cfg
-        causal = cfg.causal and cfg.mode != "decode"
+        causal = cfg.causal and cfg.mode not in ("decode", "mixed")
         if cfg.cp == 1:
             return [(self.ctx, self.ctx, causal)]
         return [(q, q, causal)] + [(q // 2 if causal else q, q, False)] * (cfg.cp - 1)
 
-    def flash_fwd(self, lab, b, hq, hkv, q, d, recvs, extra=None):
-        """Forward FlashAttention (see :meth:`_attn_steps`); ``recvs``: the CP ring's K/V receives."""
+    def flash_fwd(self, lab, b, hq, hkv, q, d, recvs, extra=None, steps=None):
+        """Forward FlashAttention (see :meth:`_attn_steps`, or the given ``steps``); ``recvs``: the CP ring's K/V
+        receives."""
         node = None
-        for j, (k, kf, causal) in enumerate(self._attn_steps(q)):
+        for j, (k, kf, causal) in enumerate(steps or self._attn_steps(q)):
             label = lab + ".attn" + (f".cp{j}" if self.cfg.cp > 1 else "")
             # _scaled_dot_product_flash_attention(query, key, value, dropout_p, is_causal, return_debug_mask)
             node = self.comp(ATTN, label, f"[[{b}, {hq}, {q}, {d}], [{b}, {hkv}, {k}, {d}], [{b}, {hkv}, {k}, {d}]]",
@@ -894,12 +914,21 @@ class _StageBuilder:
         if cfg.inference:  # this step's keys and values go into the KV cache (K and V as one copy)
             kv_new = self._t(2, b, hkv, q, d)
             qkv_node = self.ew("aten::copy_", lab + ".kv_write", [kv_new, kv_new])
+            if cfg.mode == "mixed":
+                kv_chunk = self._t(2, 1, hkv, cfg.prefill_chunk, d)
+                qkv_node = self.ew("aten::copy_", lab + ".prefill.kv_write", [kv_chunk, kv_chunk])
         ring = self._cp_ring(lab + ".kv", layer, mb, 1 if tag == "recompute" else 0, qkv_node)
         if cfg.attention == "unfused":
             self.attn_unfused_fwd(lab, b, hq, q, c, d, ring)
         else:
-            kv_bytes = {"kv_cache_bytes": 2 * b * c * d * hkv * self.nbytes} if cfg.mode == "decode" else None
+            decode = cfg.mode in ("decode", "mixed")
+            kv_bytes = {"kv_cache_bytes": 2 * b * c * d * hkv * self.nbytes} if decode else None
             self.flash_fwd(lab, b, hq, hkv, q, d, ring, kv_bytes)
+            if cfg.mode == "mixed":  # the prefill chunk: causal over the cached prompt tokens and itself
+                chunk, keys = cfg.prefill_chunk, cfg.prefill_done + cfg.prefill_chunk
+                self.flash_fwd(lab + ".prefill", 1, hq, hkv, chunk, d, [],
+                               {"kv_cache_bytes": 2 * keys * d * hkv * self.nbytes},
+                               steps=[(keys, keys, cfg.causal)])
         self.fp8_cast(lab + ".proj", n, h // tp)  # (QKV, FC1, FC2 inputs: cast inside LayerNorm / GeLU)
         self.mm_rs(lab + ".proj", lab + ".attn_out", n, h // tp, h)
         if ew:
@@ -1408,8 +1437,9 @@ def add_llm_command(sub):
                    help="with --moe-capacity-factor: pad every expert's input to its capacity (all-to-all bytes "
                    "and expert GEMM rows become experts x capacity)")
     p.add_argument("--mode", choices=MODES, default="train",
-                   help="train (default), or one inference step: prefill (forward over the prompt) or decode "
-                   "(one token per sequence against a KV cache of prompt-len + decode-len)")
+                   help="train (default), or one inference step: prefill (forward over the prompt), decode "
+                   "(one token per sequence against a KV cache of prompt-len + decode-len) or mixed (continuous "
+                   "batching: the decode tokens plus a --prefill-chunk of a new prompt per micro-batch)")
     p.add_argument("--batch-size", type=positive_int, metavar="N",
                    help="inference: sequences per DP replica (split into --micro-batches; default M x B)")
     p.add_argument("--prompt-len", type=positive_int, metavar="N", help="inference: prompt length (default seq-len)")
@@ -1418,6 +1448,10 @@ def add_llm_command(sub):
     p.add_argument("--decode-steps", type=positive_int, default=1, metavar="N",
                    help="decode: N consecutive steps in one trace, the KV cache growing by one position per step; "
                         "with PP the last stage sends each sampled token back to the first (default 1)")
+    p.add_argument("--prefill-chunk", type=positive_int, metavar="N",
+                   help="mixed: prompt tokens prefilled per micro-batch beside its decode tokens (chunked prefill)")
+    p.add_argument("--prefill-done", type=int, default=0, metavar="N",
+                   help="mixed: tokens of that prompt already in the KV cache from earlier chunks (default 0)")
     p.add_argument("--micro-batches", type=positive_int, default=1, metavar="M",
                    help="micro-batches per step (gradient accumulation steps)")
     p.add_argument("--micro-batch-size", type=positive_int, default=1, metavar="B", help="sequences per micro-batch")
@@ -1472,7 +1506,7 @@ def _cmd_llm(args):
     mbs = args.micro_batch_size
     if args.batch_size is not None:
         if args.mode == "train":
-            raise ConfigError("--batch-size is for --mode prefill/decode (training uses --micro-batch-size)")
+            raise ConfigError("--batch-size is for --mode prefill/decode/mixed (training uses --micro-batch-size)")
         if args.batch_size % args.micro_batches:
             raise ConfigError(f"--batch-size {args.batch_size} is not divisible by --micro-batches "
                               f"{args.micro_batches}")
@@ -1481,7 +1515,8 @@ def _cmd_llm(args):
                     micro_batch_size=mbs, sequence_parallel=args.sequence_parallel,
                     zero=args.zero, recompute=args.recompute, dtype=args.dtype, tflops=args.tflops, ep=args.ep,
                     mode=args.mode, prompt_len=args.prompt_len, decode_len=args.decode_len,
-                    decode_steps=args.decode_steps, cp=args.cp,
+                    decode_steps=args.decode_steps, prefill_chunk=args.prefill_chunk or 0,
+                    prefill_done=args.prefill_done, cp=args.cp,
                     virtual_stages=args.virtual_stages, elementwise=args.elementwise, attention=args.attention,
                     causal=args.causal, dropout=args.dropout, gemm_dtype=args.gemm_dtype,
                     overlap_param_gather=args.overlap_param_gather, tp_comm_overlap=args.tp_comm_overlap,
