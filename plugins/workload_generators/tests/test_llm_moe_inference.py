@@ -167,6 +167,36 @@ def test_capacity_factor_from_the_cli_simulates(tmp_path):
     _sim(tmp_path, prefix, 4)
 
 
+def test_moe_imbalance_times_every_rank_as_the_busiest(tmp_path):
+    """--moe-imbalance F (dropless): the busiest EP rank computes and receives ceil(b*s*K*F) token copies and the
+    combine all-to-all makes everyone wait for it, so every rank is timed as that rank; the step is slower, the
+    model FLOPs (summary) stay the balanced ones."""
+    tp, dp, ep, M, b, s, K, h = 1, 4, 4, 2, 2, 128, 2, 256
+    steps = {}
+    for factor in (1.0, 1.37):
+        cfg = LlmConfig(tp=tp, dp=dp, ep=ep, micro_batches=M, micro_batch_size=b, moe_imbalance=factor)
+        summary = generate_llm(model_dims(**SMALL_MOE), cfg, tmp_path / f"i{factor}")
+        copies = {1.0: b * s * K, 1.37: 702}[factor]  # 512 balanced; ceil(512 * 1.37 = 701.44)
+        for nodes in _read_all(tmp_path / f"i{factor}", cfg.npus):
+            a2a = {n.attrs["comm_size"] for n in nodes
+                   if n.type == T.COMM_COLL_NODE and n.attrs["comm_type"] == T.ALL_TO_ALL}
+            assert a2a == {copies * h * BF16}
+            rows = {json.loads(n.inputs_shapes)[0][0] for n in nodes if n.attrs.get("label", "").endswith(
+                ".experts.fc1") and n.attrs["label"].startswith("fwd")}
+            assert rows == {copies}
+        steps[factor] = (_sim(tmp_path, tmp_path / f"i{factor}", cfg.npus).max_finish_ns, summary["flops"])
+    assert steps[1.37][0] > steps[1.0][0] and steps[1.37][1] == steps[1.0][1]
+
+
+def test_moe_imbalance_options_are_checked():
+    moe, dense = model_dims(**SMALL_MOE), model_dims(**SMALL_DENSE)
+    for dims, cfg, match in [(moe, LlmConfig(moe_imbalance=0.9), "must be a number >= 1"),
+                             (dense, LlmConfig(moe_imbalance=1.2), "needs a mixture-of-experts"),
+                             (moe, LlmConfig(moe_imbalance=1.2, moe_capacity_factor=1.0), "dropless")]:
+        with pytest.raises(ConfigError, match=match):
+            generate_llm(dims, cfg, "unused", write=False)
+
+
 def test_ep_group_layout(tmp_path):
     generate_llm(model_dims(**SMALL_MOE), LlmConfig(tp=1, pp=1, dp=4, ep=2), tmp_path / "t")
     groups = json.loads((tmp_path / "t.groups.json").read_text())

@@ -25,7 +25,9 @@ backward), each ``tokens_per_microbatch * top_k * h * bytes`` per rank (EP = 1: 
 Megatron ``--moe-expert-capacity-factor``): each expert takes at most ``ceil(tokens * top_k / experts * C)`` of a
 rank's token copies (C < 1 drops the rest); with ``moe_pad_to_capacity`` every expert gets exactly that many
 (padding), so the all-to-all bytes and the expert GEMM rows (and FLOPs) are ``experts * capacity`` instead of
-``tokens * top_k`` (see :func:`routed_rows`).
+``tokens * top_k`` (see :func:`routed_rows`). ``moe_imbalance`` F (dropless only): the busiest EP rank receives F
+times the balanced load, and since every rank waits for it in the combine all-to-all, every rank is timed as that
+rank: expert rows and all-to-all bytes ``ceil(tokens * top_k * F)``.
 
 ZeRO-3 (``zero=3``): per unit (layer, embedding, LM head) one parameter all-gather before its first forward
 and one before its first backward per step (reused by all micro-batches), one gradient reduce-scatter after its
@@ -181,6 +183,7 @@ class LlmConfig:
     tp_comm_overlap: bool = False   # SP: TP all-gathers / reduce-scatters as rings pipelined with GEMM chunks
     moe_capacity_factor: float | None = None  # MoE: expert capacity = ceil(tokens*top_k/E * C); None: dropless
     moe_pad_to_capacity: bool = False  # MoE: pad every expert's input to its capacity
+    moe_imbalance: float = 1.0      # MoE dropless: busiest EP rank's token copies / the balanced share (>= 1)
 
     @property
     def npus(self):
@@ -330,11 +333,12 @@ def expert_capacity(dims: ModelDims, cfg: "LlmConfig", tokens: int):
 def routed_rows(dims: ModelDims, cfg: "LlmConfig", tokens: int) -> int:
     """Token copies a rank sends to the experts (and, routing being balanced and symmetric, the rows its local
     experts compute): ``tokens * top_k`` dropless; ``min(tokens * top_k, E * capacity)`` with a capacity factor
-    (balanced routing overflows only when C < 1); ``E * capacity`` with padding."""
+    (balanced routing overflows only when C < 1); ``E * capacity`` with padding; dropless with
+    ``moe_imbalance`` F: ``ceil(tokens * top_k * F)``, the busiest EP rank's load."""
     copies = tokens * dims.top_k
     capacity = expert_capacity(dims, cfg, tokens)
-    if capacity is None:
-        return copies
+    if capacity is None:  # dropless; with --moe-imbalance the busiest rank's load (every rank waits for it)
+        return copies if cfg.moe_imbalance == 1 else math.ceil(copies * cfg.moe_imbalance)
     if cfg.moe_pad_to_capacity:
         return dims.experts * capacity
     return min(copies, dims.experts * capacity)
@@ -510,6 +514,14 @@ def _check(dims: ModelDims, cfg: LlmConfig):
             raise ConfigError(f"--moe-capacity-factor must be a number > 0, got {c!r}")
     if cfg.moe_pad_to_capacity and c is None:
         raise ConfigError("--moe-pad-to-capacity needs --moe-capacity-factor")
+    f = cfg.moe_imbalance
+    if isinstance(f, bool) or not isinstance(f, (int, float)) or not f >= 1:
+        raise ConfigError(f"--moe-imbalance must be a number >= 1 (busiest EP rank's load / the mean), got {f!r}")
+    if f != 1 and not dims.moe:
+        raise ConfigError("--moe-imbalance needs a mixture-of-experts model (--experts)")
+    if f != 1 and c is not None:
+        raise ConfigError("--moe-imbalance is for dropless routing; with --moe-capacity-factor every expert's load "
+                          "is capped at its capacity (use --moe-pad-to-capacity for the capped worst case)")
 
 
 class _StageBuilder:
@@ -1436,6 +1448,9 @@ def add_llm_command(sub):
     p.add_argument("--moe-pad-to-capacity", action="store_true",
                    help="with --moe-capacity-factor: pad every expert's input to its capacity (all-to-all bytes "
                    "and expert GEMM rows become experts x capacity)")
+    p.add_argument("--moe-imbalance", type=float, default=1.0, metavar="F",
+                   help="dropless MoE: the busiest EP rank gets F x the balanced token copies; every rank is timed "
+                   "as that straggler (expert rows and all-to-all bytes x F; default 1, balanced)")
     p.add_argument("--mode", choices=MODES, default="train",
                    help="train (default), or one inference step: prefill (forward over the prompt), decode "
                    "(one token per sequence against a KV cache of prompt-len + decode-len) or mixed (continuous "
@@ -1520,7 +1535,8 @@ def _cmd_llm(args):
                     virtual_stages=args.virtual_stages, elementwise=args.elementwise, attention=args.attention,
                     causal=args.causal, dropout=args.dropout, gemm_dtype=args.gemm_dtype,
                     overlap_param_gather=args.overlap_param_gather, tp_comm_overlap=args.tp_comm_overlap,
-                    moe_capacity_factor=args.moe_capacity_factor, moe_pad_to_capacity=args.moe_pad_to_capacity)
+                    moe_capacity_factor=args.moe_capacity_factor, moe_pad_to_capacity=args.moe_pad_to_capacity,
+                    moe_imbalance=args.moe_imbalance)
     s = generate_llm(dims, cfg, args.output)
     print(f"{s['npus']} ranks, {s['parameters'] / 1e9:.2f}B matmul parameters "
           f"({s['activated_parameters'] / 1e9:.2f}B activated), {s['flops'] / 1e15:.4f} PFLOP "
