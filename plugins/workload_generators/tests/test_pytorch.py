@@ -13,7 +13,7 @@ from astra_sim.simulation import simulate
 from astra_sim.testing import write_network_config
 
 from astra_workload_generators.compare import compare_nodes
-from astra_workload_generators.pytorch import convert_pytorch, convert_pytorch_trace
+from astra_workload_generators.pytorch import _comm_kind, convert_pytorch, convert_pytorch_trace
 
 PLUGINS = ["network_analytical", "workload_generators"]
 SAMPLE = "chakra/pytorch/host_trace_1.0.2-chakra.0.0.4"
@@ -501,3 +501,24 @@ def test_gzip_traces(pair, tmp_path):
     (tmp_path / "bad.json.gz").write_bytes(b"\x1f\x8b" + b"not gzip at all")
     with pytest.raises(ConfigError, match=r"bad.json.gz: the PyTorch host execution trace is not a valid gzip file"):
         convert_pytorch_trace(tmp_path / "bad.json.gz")
+
+
+@pytest.mark.parametrize("names, expected", [
+    (["nccl:send 0->1", "record_param_comms"], "send"),
+    (["record_param_comms", "nccl:recv 1<-0"], "recv"),
+    (["nccl:coalesced", "record_param_comms"], "not supported"),
+    (["nccl:send 0->1", "torch.distributed.batch_isend_irecv"], "not supported"),  # both words: one batched kernel
+    (["nccl:send 0->1", "nccl:recv 0<-1"], "not supported"),
+    (["aten::mm"], "names send, recv or all_to_all"),
+])
+def test_sendrecv_kernel_kinds(names, expected):
+    """A SendRecv kernel is a send or a receive by its launching ops' names; a batched one (several p2p ops in one
+    kernel) is refused rather than converted as a lone send, which would drop its receives."""
+    kernel = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
+    if expected in ("send", "recv"):
+        kind = _comm_kind(kernel, names, "k.json", "kernel 7")
+        assert kind == ((T.COMM_SEND_NODE if expected == "send" else T.COMM_RECV_NODE), None)
+    else:
+        with pytest.raises(ConfigError, match=expected) as err:
+            _comm_kind(kernel, names, "k.json", "kernel 7")
+        assert "k.json: kernel 7" in str(err.value)

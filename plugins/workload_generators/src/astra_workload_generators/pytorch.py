@@ -214,12 +214,16 @@ def _comm_kind(kernel, launcher_names, path, where):
     if "sendrecv" in flat:
         if any("all_to_all" in n or "alltoall" in n for n in launcher_names):
             return T.COMM_COLL_NODE, T.ALL_TO_ALL
-        if any("send" in n for n in launcher_names):
-            return T.COMM_SEND_NODE, None
-        if any("recv" in n for n in launcher_names):
-            return T.COMM_RECV_NODE, None
-        raise ConfigError(f"{path}: {where}: NCCL kernel {kernel!r} is a SendRecv but none of its launching ops "
-                          f"{launcher_names} names send, recv or all_to_all")
+        send = any("send" in n for n in launcher_names)
+        recv = any("recv" in n for n in launcher_names)
+        batched = any("coalesc" in n or "batch" in n for n in launcher_names)
+        if send != recv and not batched:
+            return (T.COMM_SEND_NODE if send else T.COMM_RECV_NODE), None
+        why = ("several sends and receives in one kernel (batch_isend_irecv / coalesced p2p) are not supported yet; "
+               "convert a trace whose p2p ops run one per kernel" if batched or send
+               else "none of them names send, recv or all_to_all")
+        raise ConfigError(f"{path}: {where}: NCCL kernel {_short(kernel)!r} is a SendRecv launched by "
+                          f"{launcher_names}: {why}")
     for word, ctype in _COLL_WORDS:
         if word in flat:
             return T.COMM_COLL_NODE, ctype
