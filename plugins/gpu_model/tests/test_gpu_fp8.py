@@ -62,7 +62,7 @@ def test_compute_model_scales_fp8_gemms_only(tmp_path):
     assert gpu.gemm_params("bf16") is gpu.gemm
     big = "[[8192, 8192], [8192, 8192], [], []]"
     fp8 = ops.classify("aten::_scaled_mm", big, FP8, "")
-    bf16 = ops.classify("aten::mm", "[[8192, 8192], [8192, 8192]]", "['Tensor(c10::BFloat16)', 'Tensor(c10::BFloat16)']", "")
+    bf16 = ops.classify("aten::mm", "[[8192, 8192], [8192, 8192]]", str(["Tensor(c10::BFloat16)"] * 2), "")
     model = GpuComputeModel(gpu="H100-SXM5-80GB")
     t_fp8, t_bf16 = model.op_seconds(fp8), model.op_seconds(bf16)
     # compute-bound: FP8 peak is 2x bf16, at `scale` of the efficiency -> about 2 * scale times faster

@@ -344,7 +344,8 @@ def _build(data, where, path=None, fit=None) -> GpuSpec:
     return GpuSpec(
         name=data["name"], sm_count=sm_count, tensor_tflops=tflops, hbm_bandwidth_gbps=hbm,
         calibration=calibration, gemm=GemmParams.from_dict(params, where), attention_efficiency=attention,
-        fp8_gemm_scale=fp8_scale, gemm_tiles=tiles, vendor=data.get("vendor") or "", architecture=data.get("architecture") or "",
+        fp8_gemm_scale=fp8_scale, gemm_tiles=tiles, vendor=data.get("vendor") or "",
+        architecture=data.get("architecture") or "",
         boost_clock_mhz=opt("boost_clock_mhz"), hbm_capacity_gb=opt("hbm_capacity_gb"),
         l2_cache_mb=opt("l2_cache_mb"), last_level_cache_mb=opt("last_level_cache_mb"), scaleup=scaleup,
         copy_engines=opt("copy_engines", integer=True), path=path, raw=data,

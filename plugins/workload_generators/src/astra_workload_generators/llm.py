@@ -35,7 +35,8 @@ last backward. Context parallelism (``cp``): ``rank = t + TP*(c + CP*(d + DP*p))
 attention against all s keys via a ring of CP-1 K/V send/recv steps forward and CP-1 dK/dV steps backward, each
 ``2*b*(s/CP)*(kv/TP)*d*bytes`` (prefill: the forward ring only), and one flash-attention call per ring step
 (causal: Megatron's load-balanced chunks, see ``_StageBuilder._attn_steps``); dense gradients over DP x CP.
-Interleaved 1F1B (``virtual_stages``): Megatron's interleaved schedule, virtual stage v = chunk*PP + p; per rank ``2*V*M - M*[p==0] - M*[p==PP-1]`` sends.
+Interleaved 1F1B (``virtual_stages``): Megatron's interleaved schedule, virtual stage v = chunk*PP + p; per rank
+``2*V*M - M*[p==0] - M*[p==PP-1]`` sends.
 
 Element-wise nodes (``elementwise``, training only, default on): LayerNorm, bias+GeLU / SiLU*mul, dropout and
 residual adds per layer, embedding lookup and cross entropy per micro-batch, one ``_fused_adam_`` per step over
