@@ -53,8 +53,10 @@ def load_deepgemm_fp8(path=None):
     d = {"m": [], "n": [], "k": [], "time_s": []}
     for row in _rows(path):
         m, n, k = int(row["m"]), int(row["n"]), int(row["k"])
-        for key, value in (("m", m), ("n", n), ("k", k), ("time_s", 2.0 * m * n * k / (float(row["tflops"]) * 1e12))):
-            d[key].append(value)
+        d["m"].append(m)
+        d["n"].append(n)
+        d["k"].append(k)
+        d["time_s"].append(2.0 * m * n * k / (float(row["tflops"]) * 1e12))
     return d
 
 
