@@ -368,15 +368,23 @@ def _find_param_comms(launcher, by_id, children, is_gpu, coll):
         stack.extend(children.get(c["id"], []))
     if found:
         return sorted(found, key=lambda c: c["id"])
-    p, hops = launcher["ctrl_deps"], 0
-    while p in by_id and p != by_id[p]["ctrl_deps"] and hops < 8:
-        a = by_id[p]
+    for a in _ancestors(by_id, launcher["id"]):
         if a["name"] in (_THREAD_ROOT, _PROCESS_ROOT):
             break
         if a["name"] == _PARAM_COMMS:
             return [a]
-        p, hops = a["ctrl_deps"], hops + 1
     return []
+
+
+def _ancestors(by_id, node_id, limit=8):
+    """The host ops above ``node_id``, its parent first: at most ``limit``, stopping before a root (a node that
+    is its own parent) or a parent missing from the trace."""
+    p = by_id[node_id]["ctrl_deps"]
+    for _ in range(limit):
+        if p not in by_id or p == by_id[p]["ctrl_deps"]:
+            return
+        yield by_id[p]
+        p = by_id[p]["ctrl_deps"]
 
 
 # record_param_comms "dtype" attribute -> bytes per element (c10 ScalarType names)
@@ -421,11 +429,7 @@ def _host_comm_ops(hnodes, by_id, groups, host_path, next_id):
         kind = _host_comm_kind(info)
         if kind is None:
             continue
-        p, hops, nested = n["ctrl_deps"], 0, False
-        while p in by_id and p != by_id[p]["ctrl_deps"] and hops < 8 and not nested:
-            nested = _host_comm_kind(infos.get(p)) is not None
-            p, hops = by_id[p]["ctrl_deps"], hops + 1
-        if nested:
+        if any(_host_comm_kind(infos.get(a["id"])) is not None for a in _ancestors(by_id, n["id"])):
             continue
         pg = info["pg_name"]
         if pg is None and info["pg_id"] is not None:  # the old layout names the group by its backend id
@@ -736,11 +740,7 @@ def convert_pytorch_trace(host_path, kineto_path=None, *, rank=None, world_size=
            "rank": rank, "world": world_size, "shared": shared, "host_path": host_path}
     for gid, kname, hid, dur, stream, pg, src, where, kargs, kind in gpu:
         launcher = by_id[hid]
-        names = [launcher["name"].lower()]
-        p = launcher["ctrl_deps"]
-        while p in by_id and p != by_id[p]["ctrl_deps"] and len(names) < 8:
-            names.append(by_id[p]["name"].lower())
-            p = by_id[p]["ctrl_deps"]
+        names = [launcher["name"].lower()] + [a["name"].lower() for a in _ancestors(by_id, hid, limit=7)]
         ntype, ctype = kind if kind is not None else _comm_kind(kname, names, src, where)
         ins = launcher.get("inputs", {})
         attrs = {"is_cpu_op": False, "stream": _as_int(stream, src, {"id": gid, "name": kname}, "stream")}
