@@ -21,6 +21,7 @@ import argparse
 import json
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -38,8 +39,8 @@ DEFAULT_FIT = HERE.parents[1] / "src" / "astra_gpu_model" / "data" / "gemm_fit.j
 
 
 def _predict(gpu, d, scale):
-    gpu.fp8_gemm_scale = scale
-    return predict_gemm_s(gpu, d["m"], d["n"], d["k"], dtype="fp8", out_dtype="bf16")
+    """Model times of the table's GEMMs on ``gpu`` with ``fp8_gemm_scale = scale`` (E4M3 in, bf16 out)."""
+    return predict_gemm_s(replace(gpu, fp8_gemm_scale=scale), d["m"], d["n"], d["k"], dtype="fp8", out_dtype="bf16")
 
 
 def fit_fp8_scale(families, data=None, verbose=True):
