@@ -23,9 +23,11 @@ backward spans TP x DP ranks: 4 at DP 1, 64 at DP 16). With D(M) = T(DP, M) - T(
 
     T(DP, M=128) = T(DP=1, M=128) + D(16) + (128 - 16) * [D(16) - D(8)] / 8
 
-T(DP=1, M=128) is simulated in full (32 ranks, 5.5 M nodes, about 2 min and 5 GB). It is linear in M, as the
-interleaved 1F1B steady state adds one slot per micro-batch: M = 16, 32, 64, 128 gave 1.1236, 2.1490, 4.1999 and
-8.3015 s, each within 0.01 ms of the line through the first two. Results and their history: docs/validation-llm.md.
+T(DP=1, M=128) is simulated in full (32 ranks, about 3 min and 5 GB). It is linear in M, as the interleaved 1F1B
+steady state adds one slot per micro-batch: before the FP8 bookkeeping was in the trace, M = 16, 32, 64, 128 gave
+1.1236, 2.1490, 4.1999 and 8.3015 s, each within 0.01 ms of the line through the first two; now M = 8, 16, 128 give
+0.6851, 1.2669 and 9.4125 s (nccl), M = 128 within 0.3 ms of the line through the other two. Results and their
+history: docs/validation-llm.md.
 
 Usage:  python benchmarks/validate_mlperf_gpt3.py [--only NAME ...] [--json OUT.json] [--platform-collective nccl]
 """

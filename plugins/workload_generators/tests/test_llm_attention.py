@@ -9,8 +9,10 @@ import pytest
 from astra_sim.chakra import read_et, types as T
 from astra_sim.cli import main
 from astra_sim.errors import ConfigError
+from astra_sim.simulation import simulate
+from astra_sim.testing import write_network_config, write_system_config
 
-from astra_workload_generators.llm import LlmConfig, generate_llm, model_dims
+from astra_workload_generators.llm import LlmConfig, generate_llm, inference_flops, model_dims
 
 ops = pytest.importorskip("astra_gpu_model.ops")
 
@@ -119,14 +121,10 @@ def test_cli_no_causal(tmp_path, capsys):
 def test_cp_prefill(tmp_path):
     """Context-parallel prefill (long prompts): each CP rank runs its s/CP tokens of the prompt, the K/V ring and
     its load-balanced share of the causal mask, and writes its own chunk of the KV cache."""
-    from astra_sim.simulation import simulate
-    from astra_sim.testing import write_network_config, write_system_config
-    from astra_workload_generators.llm import inference_flops
-
     cp, tp, pp, prompt, b = 2, 2, 2, 96, 2
-    cfg = LlmConfig(mode="prefill", prompt_len=prompt, cp=cp, tp=tp, pp=pp, micro_batches=2, micro_batch_size=b)
-    ranks = _gen(tmp_path, "p", **{k: getattr(cfg, k) for k in ("mode", "prompt_len", "cp", "tp", "pp",
-                                                                 "micro_batches", "micro_batch_size")})
+    kw = dict(mode="prefill", prompt_len=prompt, cp=cp, tp=tp, pp=pp, micro_batches=2, micro_batch_size=b)
+    cfg = LlmConfig(**kw)
+    ranks = _gen(tmp_path, "p", **kw)
     assert sum(n.attrs["num_ops"] for r in ranks for n in r if n.type == T.COMP_NODE) == \
         inference_flops(model_dims(**DIMS), cfg)
     q, m = prompt // cp, prompt // (2 * cp)
