@@ -374,3 +374,42 @@ def test_network_that_delivers_inside_send_issues_every_node_once(files):
     assert sorted(seen) == [(0, 1, 0, 0), (0, 2, 0, 0), (0, 3, 0, 0), (0, 4, 0, 5000),
                             (1, 1, 0, 0), (1, 2, 0, 0), (1, 3, 0, 0)]
     assert [r.finish_ns for r in report.ranks] == [5000, 0]
+
+
+def test_compute_model_sees_the_communication_in_flight(files, tmp_path):
+    """``context.comm_nodes_in_flight(rank)``: the running collectives and sends as nodes (a posted
+    receive is not one); ``comm_in_flight(rank)`` counts them."""
+    seen = []
+
+    class Plugin:
+        __name__ = "sees_comm"
+
+        @hookimpl
+        def astra_register_compute_models(self, registry):
+            class Watching:
+                def __init__(self, context):
+                    self.context = context
+
+                def compute_time_ns(self, node, rank):
+                    nodes = self.context.comm_nodes_in_flight(rank)
+                    seen.append((rank, node.name, sorted(n.name for n in nodes),
+                                 self.context.comm_in_flight(rank)))
+                    return 10
+
+            registry.compute_model("watching", Watching)
+
+    prefix = tmp_path / "w"
+    for rank in range(4):
+        peer = rank ^ 1
+        write_et(f"{prefix}.{rank}.et", make_metadata(), [
+            make_node(1, "ar", T.COMM_COLL_NODE, attrs={"comm_type": T.ALL_REDUCE, "comm_size": MIB}),
+            make_node(2, "recv", T.COMM_RECV_NODE, attrs={"comm_src": peer, "comm_size": 64, "comm_tag": 7}),
+            make_node(3, "during", T.COMP_NODE, duration_micros=1),
+            make_node(4, "send", T.COMM_SEND_NODE, data_deps=[3],
+                      attrs={"comm_dst": peer, "comm_size": 64, "comm_tag": 7}),
+            make_node(5, "after", T.COMP_NODE, data_deps=[1, 2, 4], duration_micros=1),
+        ])
+    simulate(str(prefix), files["system"], files["net"], extra_plugins=[Plugin()], compute_model="watching")
+    for rank in range(4):
+        mine = [s[1:] for s in seen if s[0] == rank]
+        assert mine == [("during", ["ar"], 1), ("after", [], 0)]  # (the receive was posted during both)

@@ -30,6 +30,9 @@ class RunContext:
     #: ``comm_in_flight(rank) -> int``: communication operations (collectives, sends) the rank is
     #: running now (its GPU-communication slot); lets a compute model charge contention.
     comm_in_flight: Callable = None
+    #: ``comm_nodes_in_flight(rank) -> [EtNode]``: those operations as trace nodes (e.g. to read how many SMs
+    #: each one's kernel occupies, the ``comm_sms`` attribute).
+    comm_nodes_in_flight: Callable = None
     #: ``rank_nodes(rank) -> {node id: EtNode}``: a rank's trace (once the run is built).
     rank_nodes: Callable = None
     #: ``add_node_observer(fn)``: ``fn(rank, node, start_ns, end_ns)`` runs when any node finishes

@@ -76,6 +76,7 @@ class Simulation:
             warn=self.warn,
             schedule_for_rank=self._schedule_for_rank,
             comm_in_flight=self._comm_in_flight,
+            comm_nodes_in_flight=self._comm_nodes_in_flight,
             rank_nodes=self._rank_nodes,
             add_node_observer=self._node_observers.append,
         )
@@ -237,6 +238,9 @@ class Simulation:
 
     def _comm_in_flight(self, rank):
         return self.workloads[rank].comm_in_flight()
+
+    def _comm_nodes_in_flight(self, rank):
+        return self.workloads[rank].comm_nodes_in_flight()
 
     def _schedule_for_rank(self, rank, delay_ns, fn, arg):
         self.systems[rank].register_event(fn, arg, delay_ns)

@@ -60,6 +60,7 @@ class RankWorkload:
         self.comm_ns = 0  # sum of collective durations
         self.finish_ns = None
         self.node_start_ns = {}  # the running nodes: id -> start time
+        self.comm_running = None  # ids of the running collectives and sends (a set once the first one runs)
         self.comm_groups = {}
         groups = run.comm_groups
         if groups:
@@ -166,6 +167,11 @@ class RankWorkload:
     def _issue(self, node, slot):
         if slot != _NONE:
             self.slot_busy[slot] += 1
+            if slot > _COMP:  # a communication slot (_COMM, or a per-communicator one)
+                running = self.comm_running
+                if running is None:
+                    running = self.comm_running = set()
+                running.add(node.id)
         self.node_start_ns[node.id] = self.run.engine.now
         self.issued += 1
         try:
@@ -341,6 +347,8 @@ class RankWorkload:
         slot = self._slot(node)
         if slot != _NONE:
             self.slot_busy[slot] -= 1
+            if slot > _COMP:
+                self.comm_running.discard(node.id)
 
     def _finish_node(self, node_id):
         self.run.record_node(self.rank, self.nodes[node_id], self.node_start_ns.pop(node_id), self.run.engine.now)
@@ -368,6 +376,11 @@ class RankWorkload:
         """Communication operations running now (the GPU-communication slots)."""
         busy = self.slot_busy
         return busy[_COMM] + sum(busy[4:])  # slots 4.. exist with comm-streams per-communicator
+
+    def comm_nodes_in_flight(self):
+        """The running collectives and sends (those :meth:`comm_in_flight` counts), as trace nodes."""
+        running = self.comm_running
+        return [self.nodes[i] for i in running] if running else []
 
     def stuck_description(self):
         """What keeps this rank from finishing (for deadlock reports)."""

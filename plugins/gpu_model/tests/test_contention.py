@@ -144,3 +144,48 @@ def test_a_collective_on_its_own_communicator_stream_still_contends(tmp_path):
     assert report.ranks[0].comm_ns > report.ranks[0].compute_ns
     assert report.ranks[0].compute_ns > 1.2 * mm_alone_ns()
     assert report.stats["gpu_utilization"][0]["contended_compute_ns"] > 0
+
+
+def contended_mm_ns(comm_sms):
+    h100 = load_gpu("H100")
+    model = GpuComputeModel(None, "H100")
+    model.gpu = contended_gpu(h100, comm_sms, default_hbm_share(h100))
+    return max(1, math.ceil(model.op_seconds(classify("aten::mm", SHAPES, BF16_PAIR, "")) * 1e9))
+
+
+def test_a_collective_takes_the_sms_its_node_names(tmp_path):
+    """``comm_sms`` on the node (e.g. NCCL_MAX_CTAS of its communicator) overrides --gpu-comm-sms; 0 is a
+    copy-engine transfer, which still takes its HBM share."""
+    for sms in (8, 0):
+        ar = all_reduce(0)
+        ar.attrs["comm_sms"] = sms
+        report = run(tmp_path, [ar, mm(1)], f"sms{sms}", gpu_contention=True)
+        assert report.ranks[0].compute_ns == contended_mm_ns(sms)
+        timeline = report.stats["gpu_utilization"][0]["timeline"]
+        assert timeline[0][2:4] == [132 - sms, sms]
+    assert mm_alone_ns() < contended_mm_ns(0) < contended_mm_ns(8) < contended_mm_ns(32)
+
+
+def test_concurrent_collectives_add_their_sms(tmp_path):
+    """Two communicators' collectives on their own streams: the GEMM issued beside both loses both's SMs."""
+    nodes = []
+    for node_id, (group, sms) in enumerate((("1", 8), ("2", 16))):
+        nodes.append(make_node(node_id, f"ar{group}", T.COMM_COLL_NODE, attrs={
+            "is_cpu_op": False, "comm_type": T.ALL_REDUCE, "comm_size": 1 << 30, "pg_name": group,
+            "comm_sms": sms}))
+    nodes.append(mm(2))
+    prefix, system, network = write_case(tmp_path, nodes, comm_streams="per-communicator")
+    groups = tmp_path / "groups.json"
+    groups.write_text(json.dumps({"1": [0, 1], "2": [0, 1]}))
+    report = simulate(str(prefix), system, network, None, str(groups), plugins=PLUGINS, compute_model="gpu",
+                      options={"gpu_contention": True})
+    assert report.ranks[0].compute_ns == contended_mm_ns(24)
+    assert report.stats["gpu_utilization"][0]["timeline"][0][2:4] == [108, 24]
+
+
+@pytest.mark.parametrize("bad", [-1, "8", 2.5, True])
+def test_a_bad_comm_sms_attribute_names_the_node(tmp_path, bad):
+    ar = all_reduce(0)
+    ar.attrs["comm_sms"] = bad
+    with pytest.raises(Exception, match=r"node 0 \('ar'\).*'comm_sms' must be an integer >= 0"):
+        run(tmp_path, [ar, mm(1)], "bad", gpu_contention=True)

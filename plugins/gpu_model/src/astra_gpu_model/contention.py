@@ -6,26 +6,30 @@ collective therefore runs on the remaining SMs and shares HBM bandwidth; overlap
 
 The model, kept simple and explicit:
 
-* **when**: the decision is made when a COMP node is *issued*. If the rank's GPU-communication slot is
-  busy then (``context.comm_in_flight(rank) > 0``: a collective, send or receive is running), the node
+* **when**: the decision is made when a COMP node is *issued*. If a collective or send of the rank is
+  running then (``context.comm_nodes_in_flight(rank)``; a posted receive does not count), the node
   is timed on the contended GPU for its whole duration; otherwise on the whole GPU. A kernel issued
   just before a collective starts is *not* slowed, and one issued during a collective stays slowed
   even if the collective ends first (no re-timing mid-kernel);
-* **SMs**: communication takes ``comm_sms`` SMs (``--gpu-comm-sms``, default
-  :data:`DEFAULT_COMM_SMS` = 32, NCCL's usual channel count for NVLink collectives on H100; capped at
-  ``sm_count - 1``). The compute kernel is timed with ``sm_count - comm_sms`` SMs, each at the same
-  per-SM peak, so GEMM wave quantisation and attention waves are over the remaining SMs;
+* **SMs**: every running collective or send occupies SMs for its whole duration: the number in its
+  ``comm_sms`` node attribute when it has one (NCCL's CTAs of that communicator, e.g. ``NCCL_MAX_CTAS``;
+  0 for a copy-engine transfer, as Transformer Engine's ``ring_exchange`` userbuffers use), otherwise
+  ``--gpu-comm-sms`` (default :data:`DEFAULT_COMM_SMS` = 32, NCCL's usual channel count for NVLink
+  collectives on H100). Concurrent operations (one per communicator stream) add up; the sum is capped at
+  ``sm_count - 1``. The compute kernel is timed with the remaining SMs, each at the same per-SM peak, so
+  GEMM wave quantisation and attention waves are over the remaining SMs;
 * **HBM**: communication takes a fixed share of the HBM bandwidth (``--gpu-comm-hbm-share``). By default
   the collective is assumed to stream at the GPU's scale-up (NVLink) rate per direction and to read what
   it sends and write what it receives, so ``2 x scale-up GB/s / HBM GB/s`` (H100: 2 x 450 / 3350 = 0.27),
   capped at 0.5; :data:`FALLBACK_HBM_SHARE` when the preset has no scale-up bandwidth. Reduction reads,
   message sizes and the collective's actual rate are ignored. The compute kernel sees
-  ``(1 - share) x HBM``;
+  ``(1 - share) x HBM`` whenever any communication runs, whatever its SMs (a copy-engine transfer
+  streams through HBM too);
 * the collective itself is **not** slowed by the compute kernel (its time comes from the network model).
 
 Utilisation: the model records per-rank intervals — compute kernels (when issued, with the SMs they
-ran on and an estimate of their HBM use: bytes moved / (duration x HBM bandwidth)), and communication
-nodes (from the run's finished-node records) — and summarises them for the report
+ran on and an estimate of their HBM use: bytes moved / (duration x HBM bandwidth)), and collectives and
+sends with their SMs (from the run's finished-node records) — and summarises them for the report
 (``report.stats["gpu_utilization"]``).
 """
 
@@ -42,7 +46,7 @@ DEFAULT_COMM_SMS = 32
 FALLBACK_HBM_SHARE = 0.1
 MAX_DEFAULT_HBM_SHARE = 0.5
 TIMELINE_CAP = 256
-COMM_TYPES = (T.COMM_COLL_NODE, T.COMM_SEND_NODE, T.COMM_RECV_NODE)
+COMM_TYPES = (T.COMM_COLL_NODE, T.COMM_SEND_NODE)
 
 
 def _flag(value):
@@ -94,11 +98,12 @@ class Contention:
         self.hbm_share = hbm_share
         self.gpu = gpu
         self.slowed_gpu = contended_gpu(gpu, self.comm_sms, hbm_share)
-        self.slowed_cache = {}
+        self._slowed = {}  # SMs taken by communication -> (the contended GPU, its duration cache)
         self._engine = getattr(context, "engine", None)
         self._in_flight = getattr(context, "comm_in_flight", None)
+        self._nodes_in_flight = getattr(context, "comm_nodes_in_flight", None)
         self.compute = {}  # rank -> [(start, end, compute_sms, comm_sms, compute_hbm_fraction)]
-        self.comm = {}  # rank -> [(start, end)]
+        self.comm = {}  # rank -> [(start, end, comm_sms)]
         self.contended_nodes = 0
 
     @classmethod
@@ -112,15 +117,43 @@ class Contention:
                 "compute_sms_during_comm": self.slowed_gpu.sm_count}
 
     # ------------------------------------------------------------------ timing
-    def busy(self, rank):
-        return self._in_flight is not None and self._in_flight(rank) > 0
+    def node_sms(self, node, rank=None):
+        """SMs the communication ``node`` occupies: its ``comm_sms`` attribute, else ``--gpu-comm-sms``."""
+        sms = node.attrs.get("comm_sms")
+        if sms is None:
+            return self.comm_sms
+        if isinstance(sms, bool) or not isinstance(sms, int) or sms < 0:
+            from astra_sim.errors import WorkloadError
+
+            where = "" if rank is None else f" of rank {rank}"
+            raise WorkloadError(f"communication node {node.id} ({node.name!r}){where}: attribute 'comm_sms' must be "
+                                f"an integer >= 0 (SMs its kernel occupies; 0 for a copy-engine transfer), got {sms!r}")
+        return sms
+
+    def busy_sms(self, rank):
+        """SMs the rank's running communication occupies now (capped at ``sm_count - 1``), or None if none
+        runs."""
+        if self._nodes_in_flight is not None:
+            nodes = self._nodes_in_flight(rank)
+            if not nodes:
+                return None
+            return min(self.gpu.sm_count - 1, sum(self.node_sms(n, rank) for n in nodes))
+        if self._in_flight is not None and self._in_flight(rank) > 0:  # an older kernel: counts only
+            return self.comm_sms
+        return None
+
+    def _contended(self, sms):
+        entry = self._slowed.get(sms)
+        if entry is None:
+            entry = self._slowed[sms] = (contended_gpu(self.gpu, sms, self.hbm_share), {})
+        return entry
 
     def time_node(self, model, node, rank):
         """Time ``node`` with ``model`` on the whole or the contended GPU; record the interval."""
-        busy = self.busy(rank)
-        if busy:
+        sms = self.busy_sms(rank)
+        if sms is not None:
             saved = model.gpu, model._cache
-            model.gpu, model._cache = self.slowed_gpu, self.slowed_cache
+            model.gpu, model._cache = self._contended(sms)
             try:
                 duration = model._compute_time_ns(node, rank)
             finally:
@@ -130,14 +163,14 @@ class Contention:
             duration = model._compute_time_ns(node, rank)
         if duration and self._engine is not None:
             start = self._engine.now
-            used = self.slowed_gpu if busy else self.gpu
+            busy = sms is not None
             nbytes = self._bytes(model, node, rank)
             hbm = 0.0
             if nbytes:
                 hbm = min(1.0 - (self.hbm_share if busy else 0.0),
                           nbytes / (duration * 1e-9 * self.gpu.hbm_bytes_per_s))
             self.compute.setdefault(rank, []).append(
-                (start, start + duration, used.sm_count, self.comm_sms if busy else 0, hbm))
+                (start, start + duration, self.gpu.sm_count - (sms or 0), sms or 0, hbm))
         return duration
 
     def _bytes(self, model, node, rank):
@@ -158,15 +191,18 @@ class Contention:
         return size if isinstance(size, int) and not isinstance(size, bool) else 0
 
     def record_node(self, rank, node, start_ns, end_ns):
+        # collectives and sends, as in the timing (a receive is posted long before its data comes; the
+        # send's interval covers the transfer)
         if node.type in COMM_TYPES and not node.attrs.get("is_cpu_op") and end_ns > start_ns:
-            self.comm.setdefault(rank, []).append((start_ns, end_ns))
+            self.comm.setdefault(rank, []).append((start_ns, end_ns, self.node_sms(node, rank)))
 
     # ------------------------------------------------------------------ report
     def summary(self, finish_ns_of_rank):
         """``{rank: {sm_busy_fraction, hbm_busy_fraction, contended_compute_ns, timeline, ...}}``.
 
-        Timeline rows ``[start_ns, end_ns, compute_sms, comm_sms, hbm_share]`` (hbm_share: comm's share
-        plus the compute kernel's estimated share), consecutive segments where something runs, capped at
+        Timeline rows ``[start_ns, end_ns, compute_sms, comm_sms, hbm_share]`` (comm_sms: the running
+        collectives' and sends' SMs; hbm_share: comm's share when any communication runs plus
+        the compute kernel's estimated share), consecutive segments where something runs, capped at
         :data:`TIMELINE_CAP` rows per rank. Fractions are over ``[0, rank finish]``."""
         out = {}
         sms = self.gpu.sm_count
@@ -176,24 +212,27 @@ class Contention:
             events = {}
             for start, end, c_sms, _k, c_hbm in compute:
                 for t, sign in ((start, 1), (end, -1)):
-                    e = events.setdefault(t, [0, 0.0, 0])
+                    e = events.setdefault(t, [0, 0.0, 0, 0])
                     e[0] += sign * c_sms
                     e[1] += sign * c_hbm
-            for start, end in comm:
-                events.setdefault(start, [0, 0.0, 0])[2] += 1
-                events.setdefault(end, [0, 0.0, 0])[2] -= 1
+            for start, end, k in comm:
+                for t, sign in ((start, 1), (end, -1)):
+                    e = events.setdefault(t, [0, 0.0, 0, 0])
+                    e[2] += sign
+                    e[3] += sign * k
             points = sorted(events)
             rows = []
             sm_time = hbm_time = 0.0
-            c_sms = n_comm = 0
+            c_sms = n_comm = comm_sms = 0
             c_hbm = 0.0
             for a, b in zip(points, points[1:]):
                 d = events[a]
                 c_sms += d[0]
                 c_hbm += d[1]
                 n_comm += d[2]
+                comm_sms += d[3]
                 comm_on = n_comm > 0
-                k_sms = self.comm_sms if comm_on else 0
+                k_sms = min(sms - 1, comm_sms) if comm_on else 0
                 if not c_sms and not k_sms:
                     continue
                 hbm = min(1.0, max(0.0, c_hbm) + (self.hbm_share if comm_on else 0.0))
