@@ -122,6 +122,27 @@ ADAM_BYTES_PER_PARAM = 20
 EW_REPLAY_BYTES_PER_S = 1.5e12
 TP_TAG_BASE = 1 << 28  # comm_tag of --tp-comm-overlap ring messages: TP_TAG_BASE + a per-stage counter
 CP_TAG_BASE = 1 << 24  # comm_tag of context-parallel ring messages: CP_TAG_BASE + ((phase*L + layer)*M + mb)*CP + j
+#: ``--comm-sms`` keys for NCCL communicators: TP collectives (without --tp-comm-overlap, and the backward
+#: re-gathers when no userbuffers name is given), DP gradient/parameter collectives (dense and expert), pipeline
+#: messages, expert all-to-alls, context-parallel ring messages and FP8 amax all-reduces
+COMM_SMS_GROUPS = ("tp", "dp", "pp", "ep", "cp", "amax")
+#: Transformer Engine's userbuffers overlaps (``--tp-comm-overlap``), keyed by what the generator emits: (ring or
+#: re-gather, the activation it carries) -> TE's name for it. TE overlaps the backward reduce-scatter of the QKV / FC1
+#: input gradient ("bulk") with the weight-gradient GEMM and names it after that GEMM; the generator pipelines it
+#: with the dgrad GEMM chunks.
+TE_OVERLAPS = {
+    ("ag", "attn_in"): "qkv_fprop", ("ag", "mlp_in"): "fc1_fprop",
+    ("ag", "mlp_out"): "fc2_dgrad", ("ag", "attn_out"): "proj_dgrad",
+    ("rs", "attn_out"): "proj_fprop", ("rs", "mlp_out"): "fc2_fprop",
+    ("rs", "attn_in"): "qkv_wgrad", ("rs", "mlp_in"): "fc1_wgrad",
+    ("regather", "attn_in"): "qkv_dgrad", ("regather", "mlp_in"): "fc1_dgrad",
+}
+TE_OVERLAP_METHODS = ("ring_exchange", "pipeline", "bulk")
+#: TE's ``initialize_ub`` defaults: ``num_sm`` 16; ``ring_exchange`` uses the copy engines (``use_ce``) unless told not to
+TE_DEFAULT_NUM_SM = 16
+#: keys a TE ``tp_overlap`` YAML entry may have (``initialize_ub``'s ``add_ub`` arguments)
+TE_OVERLAP_KEYS = ("method", "num_sm", "cga_size", "set_sm_margin", "num_splits", "aggregate", "atomic_gemm",
+                   "use_ce", "fp8_buf", "is_reduce_scatter")
 ATTN = "aten::_scaled_dot_product_flash_attention"
 ATTN_BWD = "aten::_scaled_dot_product_flash_attention_backward"
 
@@ -185,6 +206,7 @@ class LlmConfig:
     moe_capacity_factor: float | None = None  # MoE: expert capacity = ceil(tokens*top_k/E * C); None: dropless
     moe_pad_to_capacity: bool = False  # MoE: pad every expert's input to its capacity
     moe_imbalance: float = 1.0      # MoE dropless: busiest EP rank's token copies / the balanced share (>= 1)
+    comm_sms: tuple = ()            # ((key, SMs), ...): comm_sms attribute per kind of communication (see --comm-sms)
 
     @property
     def npus(self):
@@ -523,6 +545,79 @@ def _check(dims: ModelDims, cfg: LlmConfig):
     if f != 1 and c is not None:
         raise ConfigError("--moe-imbalance is for dropless routing; with --moe-capacity-factor every expert's load "
                           "is capped at its capacity (use --moe-pad-to-capacity for the capped worst case)")
+    known = COMM_SMS_GROUPS + tuple(TE_OVERLAPS.values())
+    for key, sms in cfg.comm_sms:
+        if key not in known:
+            raise ConfigError(f"--comm-sms: unknown key {key!r} (known: {', '.join(known)})")
+        if isinstance(sms, bool) or not isinstance(sms, int) or sms < 0:
+            raise ConfigError(f"--comm-sms: {key} must be a non-negative integer (SMs), got {sms!r}")
+        if key not in COMM_SMS_GROUPS and not cfg.tp_comm_overlap:
+            raise ConfigError(f"--comm-sms: {key} is a Transformer Engine userbuffers overlap, emitted only with "
+                              "--tp-comm-overlap")
+
+
+def parse_comm_sms(spec):
+    """``--comm-sms "dp=8,pp=2,qkv_fprop=0"`` -> ``{"dp": 8, "pp": 2, "qkv_fprop": 0}`` (checked by the config)."""
+    out = {}
+    for item in (spec or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key, eq, value = item.partition("=")
+        try:
+            out[key.strip()] = int(value)
+        except ValueError:
+            raise ConfigError(f"--comm-sms: expected KEY=SMS (an integer), got {item!r}") from None
+        if not eq:
+            raise ConfigError(f"--comm-sms: expected KEY=SMS, got {item!r}")
+    return out
+
+
+def load_tp_overlap_sms(path):
+    """SMs of each userbuffers overlap in a Transformer Engine ``tp_overlap`` YAML (the ``ub_cfgs`` NeMo and
+    Megatron pass to ``initialize_ub``: per layer name ``method``, ``num_sm``, ``use_ce``, ...). A
+    ``ring_exchange`` takes 0 SMs (copy engines) unless ``use_ce`` is false; ``pipeline`` and ``bulk`` take
+    ``num_sm`` (TE's default 16). Returns ``{te name: SMs}``."""
+    import yaml
+
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except OSError as exc:
+        raise ConfigError(f"--tp-overlap-config: cannot read {path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--tp-overlap-config: {path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of Transformer Engine layer names (qkv_fprop, ...) to their "
+                          f"overlap settings, got {type(data).__name__}")
+    names = sorted(set(TE_OVERLAPS.values()))
+    out = {}
+    for name, entry in data.items():
+        if name not in names:
+            raise ConfigError(f"{path}: unknown layer {name!r} (Transformer Engine's userbuffers names: "
+                              f"{', '.join(names)})")
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{path}: {name}: expected a mapping (method, num_sm, ...), got {entry!r}")
+        for key in entry:
+            if key not in TE_OVERLAP_KEYS:
+                raise ConfigError(f"{path}: {name}: unknown key {key!r} (known: {', '.join(TE_OVERLAP_KEYS)})")
+        method = entry.get("method")
+        if method not in TE_OVERLAP_METHODS:
+            raise ConfigError(f"{path}: {name}.method must be one of {', '.join(TE_OVERLAP_METHODS)}, got "
+                              f"{method!r}")
+        sms = entry.get("num_sm", TE_DEFAULT_NUM_SM)
+        if isinstance(sms, bool) or not isinstance(sms, int) or sms < 0:
+            raise ConfigError(f"{path}: {name}.num_sm must be a non-negative integer, got {sms!r}")
+        use_ce = entry.get("use_ce", True)
+        if not isinstance(use_ce, (bool, int)):
+            raise ConfigError(f"{path}: {name}.use_ce must be true or false, got {use_ce!r}")
+        out[name] = 0 if method == "ring_exchange" and use_ce else sms
+    return out
+
+
+def _te_overlap(label):
+    """Transformer Engine's userbuffers name of a TP ring or re-gather labelled ``"<ag|rs|regather>.<...>.<site>"``."""
+    return TE_OVERLAPS.get((label.split(".", 1)[0], label.rsplit(".", 1)[-1]))
 
 
 class _StageBuilder:
@@ -558,6 +653,7 @@ class _StageBuilder:
         self.fwd_tag = "fwd"  # label prefix of forward nodes ("fwd.s<i>" for decode step i of several)
         self.syncs = []      # gradient reductions the optimizer waits for
         self.tp_tags = 0     # --tp-comm-overlap ring messages so far (their tags; identical on every TP rank)
+        self.comm_sms = dict(cfg.comm_sms)  # --comm-sms: key -> SMs (the comm_sms attribute)
         self.deferred = []   # ZeRO-1/2 parameter all-gathers, issued after the optimizer
 
     # -- node emission ------------------------------------------------------------------------------------
@@ -822,23 +918,35 @@ class _StageBuilder:
             self.coll(label, T.ALL_GATHER, size, group, [node], chain=False)
         return node
 
-    def coll(self, label, comm_type, size, group, deps=(), chain=True):
+    def coll(self, label, comm_type, size, group, deps=(), chain=True, overlap=None):
         """A collective over ``group`` on a buffer of ``size`` bytes: the input of an all-reduce, reduce-scatter
-        or all-to-all, the gathered output of an all-gather, whose ``comm_size`` becomes each rank's share."""
+        or all-to-all, the gathered output of an all-gather, whose ``comm_size`` becomes each rank's share.
+        ``overlap``: its Transformer Engine userbuffers name, if it is one (for ``--comm-sms``)."""
         if comm_type == T.ALL_GATHER:
             size = self._gather_bytes(size, group)
-        return self._add(label, T.COMM_COLL_NODE, {"is_cpu_op": False, "comm_type": comm_type, "comm_size": size},
-                         deps, dyn=(group,), chain=chain)
+        attrs = {"is_cpu_op": False, "comm_type": comm_type, "comm_size": size}
+        self._sms(attrs, overlap, "dp" if group in ("dpcp", "edp") else group)
+        return self._add(label, T.COMM_COLL_NODE, attrs, deps, dyn=(group,), chain=chain)
 
-    def send(self, label, direction, tag, deps, size=None, kind="send"):
+    def send(self, label, direction, tag, deps, size=None, kind="send", sms_key="pp"):
         size = self.p2p_bytes if size is None else size
-        return self._add(label, T.COMM_SEND_NODE, {"is_cpu_op": False, "comm_size": size, "comm_tag": tag},
-                         deps, dyn=(kind, direction), chain=False)
+        attrs = {"is_cpu_op": False, "comm_size": size, "comm_tag": tag}
+        self._sms(attrs, sms_key)
+        return self._add(label, T.COMM_SEND_NODE, attrs, deps, dyn=(kind, direction), chain=False)
 
-    def recv(self, label, direction, tag, size=None, kind="recv"):
+    def recv(self, label, direction, tag, size=None, kind="recv", sms_key="pp"):
         size = self.p2p_bytes if size is None else size
-        return self._add(label, T.COMM_RECV_NODE, {"is_cpu_op": False, "comm_size": size, "comm_tag": tag},
-                         (), dyn=(kind, direction), chain=False)
+        attrs = {"is_cpu_op": False, "comm_size": size, "comm_tag": tag}
+        self._sms(attrs, sms_key)
+        return self._add(label, T.COMM_RECV_NODE, attrs, (), dyn=(kind, direction), chain=False)
+
+    def _sms(self, attrs, *keys):
+        """``--comm-sms``: the first of ``keys`` that has a value sets the node's ``comm_sms`` attribute (the SMs
+        its kernel occupies, for the gpu model's contention)."""
+        for key in keys:
+            if key is not None and key in self.comm_sms:
+                attrs["comm_sms"] = self.comm_sms[key]
+                return
 
     def _cp_ring(self, label, layer, mb, phase, start):
         """Ring exchange over the CP group: CP-1 steps, each sending the chunk held (own K,V chunk first, then the
@@ -850,8 +958,8 @@ class _StageBuilder:
         recvs, prev = [], start
         for j in range(1, cfg.cp):
             tag = CP_TAG_BASE + (((phase * dims.layers + layer) * cfg.micro_batches + mb) * cfg.cp + j)
-            self.send(f"cp_send.{label}.{j}", +1, tag, [prev], size, "cpsend")
-            prev = self.recv(f"cp_recv.{label}.{j}", -1, tag, size, "cprecv")
+            self.send(f"cp_send.{label}.{j}", +1, tag, [prev], size, "cpsend", "cp")
+            prev = self.recv(f"cp_recv.{label}.{j}", -1, tag, size, "cprecv", "cp")
             recvs.append(prev)
         return recvs
 
@@ -861,8 +969,9 @@ class _StageBuilder:
         tag = TP_TAG_BASE + self.tp_tags
         self.tp_tags += 1
         size = gathered_bytes // self.cfg.tp
-        self.send(f"tp_send.{label}.{j}", +1, tag, deps, size, "tpsend")
-        return self.recv(f"tp_recv.{label}.{j}", -1, tag, size, "tprecv")
+        overlap = _te_overlap(label)
+        self.send(f"tp_send.{label}.{j}", +1, tag, deps, size, "tpsend", overlap)
+        return self.recv(f"tp_recv.{label}.{j}", -1, tag, size, "tprecv", overlap)
 
     def ag_mm(self, ag_label, mm_label, m, k, n, deps=()):
         """Sequence-parallel all-gather of the ``[m, k]`` input (none without sequence parallelism), then
@@ -1103,7 +1212,9 @@ class _StageBuilder:
         if not self.cfg.sequence_parallel or self.cfg.tp == 1:
             return []
         deps = list(deps) + ([] if self.prev is None else [self.prev])
-        return [self.coll(f"tp_ag.{label}.regather", T.ALL_GATHER, self.ag_bytes, "tp", deps, chain=False)]
+        overlap = _te_overlap(f"regather.{label}") if self.cfg.tp_comm_overlap else None
+        return [self.coll(f"tp_ag.{label}.regather", T.ALL_GATHER, self.ag_bytes, "tp", deps, chain=False,
+                          overlap=overlap)]
 
     def grad_sync(self, label, params, group="dp"):
         """Gradient synchronisation of ``params`` (this rank's shard) over the DP group (or, for expert weights,
@@ -1483,6 +1594,16 @@ def add_llm_command(sub):
     p.add_argument("--tp-comm-overlap", action="store_true",
                    help="with --sequence-parallel: each TP all-gather / reduce-scatter runs as a ring of TP-1 "
                    "send/recv steps pipelined with TP row chunks of its GEMM (Transformer Engine userbuffers)")
+    p.add_argument("--comm-sms", metavar="KEY=N[,KEY=N...]",
+                   help="SMs each kind of communication kernel occupies, written as the nodes' comm_sms attribute "
+                   "for the gpu model's --gpu-contention (nodes without it take --gpu-comm-sms). Keys: "
+                   f"{', '.join(COMM_SMS_GROUPS)} (NCCL communicators, e.g. Megatron's *_MAX_CTAS) and, with "
+                   "--tp-comm-overlap, Transformer Engine's userbuffers names (qkv_fprop, proj_fprop, fc1_fprop, "
+                   "fc2_fprop, qkv_dgrad, fc1_dgrad, qkv_wgrad, fc1_wgrad, proj_dgrad, fc2_dgrad); 0 = copy engine")
+    p.add_argument("--tp-overlap-config", metavar="YAML",
+                   help="with --tp-comm-overlap: Transformer Engine's tp_overlap / ub_cfgs YAML (per layer name: "
+                   "method, num_sm, use_ce, ...); gives each userbuffers overlap's SMs (ring_exchange: 0, copy "
+                   "engine, unless use_ce is false; pipeline and bulk: num_sm, default 16). --comm-sms overrides")
     p.add_argument("--cp", type=positive_int, default=1,
                    help="context-parallel size, training and prefill (sequence split; ring K/V exchange; "
                    "rank = t + TP*(c + CP*(d + DP*p)))")
@@ -1527,6 +1648,12 @@ def _cmd_llm(args):
             raise ConfigError(f"--batch-size {args.batch_size} is not divisible by --micro-batches "
                               f"{args.micro_batches}")
         mbs = args.batch_size // args.micro_batches
+    comm_sms = {}
+    if args.tp_overlap_config:
+        if not args.tp_comm_overlap:
+            raise ConfigError("--tp-overlap-config needs --tp-comm-overlap (it sets the userbuffers overlaps' SMs)")
+        comm_sms.update(load_tp_overlap_sms(args.tp_overlap_config))
+    comm_sms.update(parse_comm_sms(args.comm_sms))
     cfg = LlmConfig(tp=args.tp, pp=args.pp, dp=args.dp, micro_batches=args.micro_batches,
                     micro_batch_size=mbs, sequence_parallel=args.sequence_parallel,
                     zero=args.zero, recompute=args.recompute, dtype=args.dtype, tflops=args.tflops, ep=args.ep,
@@ -1537,7 +1664,7 @@ def _cmd_llm(args):
                     causal=args.causal, dropout=args.dropout, gemm_dtype=args.gemm_dtype,
                     overlap_param_gather=args.overlap_param_gather, tp_comm_overlap=args.tp_comm_overlap,
                     moe_capacity_factor=args.moe_capacity_factor, moe_pad_to_capacity=args.moe_pad_to_capacity,
-                    moe_imbalance=args.moe_imbalance)
+                    moe_imbalance=args.moe_imbalance, comm_sms=tuple(sorted(comm_sms.items())))
     s = generate_llm(dims, cfg, args.output)
     print(f"{s['npus']} ranks, {s['parameters'] / 1e9:.2f}B matmul parameters "
           f"({s['activated_parameters'] / 1e9:.2f}B activated), {s['flops'] / 1e15:.4f} PFLOP "
