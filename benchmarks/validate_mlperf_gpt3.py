@@ -29,7 +29,16 @@ steady state adds one slot per micro-batch: before the FP8 bookkeeping was in th
 0.6851, 1.2669 and 9.4125 s (nccl), M = 128 within 0.3 ms of the line through the other two. Results and their
 history: docs/validation-llm.md.
 
+``--gpu-contention`` also charges the SMs and HBM bandwidth the communication kernels take from the compute
+kernels beside them (the gpu model's ``--gpu-contention``), with the submission's own SM budgets written into the
+trace (``astra workload llm --comm-sms`` / ``--tp-overlap-config``): ``config_common.sh`` caps the NCCL
+communicators' CTAs (``MEGATRON_CORE_DP_MAX_CTAS=8``, ``TP_MAX_CTAS=8``, ``P2P_MAX_CTAS=2``, ``AMAX_MAX_CTAS=1``),
+and ``conf/tp_overlap/h100tp4pp8mbs1.yaml`` sets Transformer Engine's userbuffers overlaps (the all-gather rings
+``ring_exchange`` on the copy engines; the forward reduce-scatters ``pipeline`` with 24 SMs for the projection and
+4 for FC2; the backward ``bulk`` overlaps 2 to 8 SMs). ``TP_OVERLAP_CONFIG`` below restates those numbers.
+
 Usage:  python benchmarks/validate_mlperf_gpt3.py [--only NAME ...] [--json OUT.json] [--platform-collective nccl]
+                                                  [--gpu-contention]
 """
 
 from __future__ import annotations
@@ -48,6 +57,17 @@ GPUS_PER_NODE = 8
 LLM_FLAGS = ["--preset", "gpt3-175b", "--tp", "4", "--pp", "8", "--virtual-stages", "12", "--micro-batch-size", "1",
              "--sequence-parallel", "--zero", "1", "--overlap-param-gather", "--tp-comm-overlap",
              "--gemm-dtype", "fp8", "--no-dropout", "--dtype", "bf16"]
+#: --gpu-contention: the NCCL communicators' CTA caps of the submission (config_common.sh, MEGATRON_CORE_*_MAX_CTAS)
+SUBMISSION_COMM_SMS = "tp=8,dp=8,pp=2,amax=1"
+#: --gpu-contention: the submission's Transformer Engine userbuffers settings (conf/tp_overlap/h100tp4pp8mbs1.yaml),
+#: in TE's own YAML layout (layer name -> method, num_sm); written out for --tp-overlap-config
+TP_OVERLAP_CONFIG = {
+    "qkv_dgrad": {"method": "bulk", "num_sm": 4}, "qkv_wgrad": {"method": "bulk", "num_sm": 8},
+    "fc1_dgrad": {"method": "bulk", "num_sm": 2}, "fc1_wgrad": {"method": "bulk", "num_sm": 4},
+    "qkv_fprop": {"method": "ring_exchange"}, "proj_dgrad": {"method": "ring_exchange"},
+    "fc1_fprop": {"method": "ring_exchange"}, "fc2_dgrad": {"method": "ring_exchange"},
+    "proj_fprop": {"method": "pipeline", "num_sm": 24}, "fc2_fprop": {"method": "pipeline", "num_sm": 4},
+}
 MICRO_BATCHES = 128  # gradient_accumulation_steps in both logs
 SHORT_MS = (8, 16)   # micro-batches of the DP runs (multiples of PP, as the interleaved schedule needs)
 
@@ -79,18 +99,28 @@ def _exe(name: str) -> str:
     return cand if os.path.exists(cand) else name
 
 
-def simulate(dp: int, micro_batches: int, workdir: str, collective: str = "ring") -> dict:
+def contention_flags(workdir: str) -> tuple[list, list]:
+    """(generator flags, run flags) that charge SM/HBM contention with the submission's SM budgets."""
+    path = os.path.join(workdir, "tp_overlap.yaml")
+    with open(path, "w") as f:
+        json.dump(TP_OVERLAP_CONFIG, f, indent=1)  # JSON is YAML
+    return (["--comm-sms", SUBMISSION_COMM_SMS, "--tp-overlap-config", path], ["--gpu-contention"])
+
+
+def simulate(dp: int, micro_batches: int, workdir: str, collective: str = "ring", contention=None) -> dict:
+    """One run; ``contention``: :func:`contention_flags`' (generator flags, run flags), or None."""
+    gen_flags, run_flags = contention or ([], [])
     prefix = os.path.join(workdir, f"dp{dp}.m{micro_batches}", "w")
     os.makedirs(os.path.dirname(prefix), exist_ok=True)
     report = prefix + ".report.json"
-    subprocess.run([_exe("astra"), "workload", "llm", *LLM_FLAGS, "--dp", str(dp), "--micro-batches",
+    subprocess.run([_exe("astra"), "workload", "llm", *LLM_FLAGS, *gen_flags, "--dp", str(dp), "--micro-batches",
                     str(micro_batches), "-o", prefix], check=True, stdout=subprocess.DEVNULL)
     t0 = time.time()
     nodes = max(1, dp * 32 // GPUS_PER_NODE)
     subprocess.run([_exe("astra"), "run", "--platform", "hgx-h100", "--nodes", str(nodes), "--compute-model", "gpu",
                     "--gpu", "H100-SXM5-80GB", "--platform-collective", collective,
                     "--workload-configuration", prefix, "--comm-group-configuration", prefix + ".groups.json",
-                    "--report-json", report, "-q"],
+                    "--report-json", report, "-q", *run_flags],
                    check=True, stdout=subprocess.DEVNULL)
     with open(report) as f:
         r = json.load(f)
@@ -109,19 +139,23 @@ def main(argv=None) -> int:
     ap.add_argument("--platform-collective", choices=("ring", "nccl"), default="ring",
                     help="collective timing: ring (the reference's algorithms, default) or nccl (NCCL's own "
                     "algorithm/protocol choice and calibrated times; tiny all-reduces take tens of µs)")
+    ap.add_argument("--gpu-contention", action="store_true",
+                    help="charge the SMs and HBM bandwidth communication takes from compute, with the submission's "
+                    "SM budgets (NCCL CTA caps, Transformer Engine userbuffers settings)")
     a = ap.parse_args(argv)
     coll = a.platform_collective
     rows = [r for r in ROWS if r.name in (a.only or DEFAULT_ROWS)]
     workdir = tempfile.mkdtemp(prefix="astra-mlperf-")
     out = []
     try:
-        base = {m: simulate(1, m, workdir, coll) for m in SHORT_MS}
-        base_full = simulate(1, MICRO_BATCHES, workdir, coll)
+        cont = contention_flags(workdir) if a.gpu_contention else None
+        base = {m: simulate(1, m, workdir, coll, cont) for m in SHORT_MS}
+        base_full = simulate(1, MICRO_BATCHES, workdir, coll, cont)
         steps = {**{m: r["step_s"] for m, r in base.items()}, MICRO_BATCHES: base_full["step_s"]}
         print("# DP=1: " + ", ".join(f"M={m} {t:.4f} s" for m, t in steps.items()), file=sys.stderr, flush=True)
         for row in rows:
             assert row.global_batch == row.dp * MICRO_BATCHES, row
-            short = {m: simulate(row.dp, m, workdir, coll) for m in SHORT_MS}
+            short = {m: simulate(row.dp, m, workdir, coll, cont) for m in SHORT_MS}
             diff = {m: short[m]["step_s"] - base[m]["step_s"] for m in SHORT_MS}
             (m1, m2) = SHORT_MS
             per_mb = (diff[m2] - diff[m1]) / (m2 - m1)  # FP8 amax all-reduces over TP x DP ranks
@@ -129,6 +163,7 @@ def main(argv=None) -> int:
             dp_cost = fixed + MICRO_BATCHES * per_mb
             step = base_full["step_s"] + dp_cost
             out.append({"name": row.name, "source": row.source, "gpus": row.gpus, "dp": row.dp, "collective": coll,
+                        "gpu_contention": a.gpu_contention,
                         "global_batch": row.global_batch, "measured_step_s": row.measured_step_s,
                         "sim_step_s": step, "dp_cost_s": dp_cost, "dp_fixed_s": fixed,
                         "dp_per_micro_batch_s": per_mb,
