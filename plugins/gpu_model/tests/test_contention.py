@@ -161,8 +161,9 @@ def test_a_collective_takes_the_sms_its_node_names(tmp_path):
         ar.attrs["comm_sms"] = sms
         report = run(tmp_path, [ar, mm(1)], f"sms{sms}", gpu_contention=True)
         assert report.ranks[0].compute_ns == contended_mm_ns(sms)
-        timeline = report.stats["gpu_utilization"][0]["timeline"]
-        assert timeline[0][2:4] == [132 - sms, sms]
+        util = report.stats["gpu_utilization"][0]
+        assert util["timeline"][0][2:4] == [132 - sms, sms]
+        assert util["contended_compute_ns"] == util["compute_ns"] == report.ranks[0].compute_ns  # 0 SMs too
     assert mm_alone_ns() < contended_mm_ns(0) < contended_mm_ns(8) < contended_mm_ns(32)
 
 
