@@ -126,6 +126,7 @@ class Contention:
         self.gpu = gpu
         self.slowed_gpu = contended_gpu(gpu, self.comm_sms, hbm_share)
         self._slowed = {}  # SMs taken by communication -> (the contended GPU, its duration cache)
+        self._bytes_cache = {}  # (op name, shapes, types, values, launched) -> HBM bytes (-1: unknown)
         self._engine = getattr(context, "engine", None)
         self._in_flight = getattr(context, "comm_in_flight", None)
         self._nodes_in_flight = getattr(context, "comm_nodes_in_flight", None)
@@ -207,17 +208,29 @@ class Contention:
         source = node if node.name.startswith("aten::") else model._launcher(node, rank)
         if source is not None:
             shapes, types, values = node_io(source)
-            try:
-                op = classify(source.name, shapes, types, values, model.default_dtype, source is not node)
-            except (OpError, ValueError, TypeError, KeyError):  # an estimate only
-                op = None
-            if op is not None:
-                if op.kind == "gemm":
-                    in_bytes = DTYPE_BYTES.get(op.dtype, 2)
-                    return op.batch * ((op.m * op.k + op.k * op.n) * in_bytes + op.m * op.n * op.out_bytes)
-                return op.nbytes
+            key = (source.name, shapes, types, values, source is not node)
+            nbytes = self._bytes_cache.get(key)
+            if nbytes is None:
+                nbytes = self._bytes_cache[key] = self._op_bytes(model, key)
+            if nbytes >= 0:
+                return nbytes
         size = node.attrs.get("tensor_size")
         return size if isinstance(size, int) and not isinstance(size, bool) else 0
+
+    @staticmethod
+    def _op_bytes(model, key):
+        """HBM bytes of the ATen op ``key`` = (name, shapes, types, values, launched kernel); -1 if unknown."""
+        name, shapes, types, values, launched = key
+        try:
+            op = classify(name, shapes, types, values, model.default_dtype, launched)
+        except (OpError, ValueError, TypeError, KeyError):  # an estimate only
+            return -1
+        if op is None:
+            return -1
+        if op.kind == "gemm":
+            in_bytes = DTYPE_BYTES.get(op.dtype, 2)
+            return op.batch * ((op.m * op.k + op.k * op.n) * in_bytes + op.m * op.n * op.out_bytes)
+        return op.nbytes
 
     def record_node(self, rank, node, start_ns, end_ns):
         # collectives and sends, as in the timing (a receive is posted long before its data comes; the
