@@ -984,11 +984,15 @@ class _StageBuilder:
             return self.mm(mm_label, m, k, n, deps)
         tp = self.cfg.tp
         start = list(deps) + ([] if self.prev is None else [self.prev])
+        # each transfer is emitted before the GEMM chunk launched with it (lower id: issued first when both become
+        # ready at once), so that the gpu model's --gpu-contention sees it running beside that chunk
+        recv = self._tp_ring_step(f"ag.{ag_label}", 1, start, self.ag_bytes)
         node = self.mm(f"{mm_label}.c0", m // tp, k, n, deps)
-        recv = None
         for j in range(1, tp):
-            recv = self._tp_ring_step(f"ag.{ag_label}", j, start if j == 1 else [recv], self.ag_bytes)
-            node = self.mm(f"{mm_label}.c{j}", m // tp, k, n, [recv])
+            arrived = recv
+            if j + 1 < tp:
+                recv = self._tp_ring_step(f"ag.{ag_label}", j + 1, [arrived], self.ag_bytes)
+            node = self.mm(f"{mm_label}.c{j}", m // tp, k, n, [arrived])
         return node
 
     def mm_rs(self, mm_label, rs_label, m, k, n, deps=()):
