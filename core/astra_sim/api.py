@@ -33,6 +33,9 @@ class RunContext:
     #: ``comm_nodes_in_flight(rank) -> [EtNode]``: those operations as trace nodes (e.g. to read how many SMs
     #: each one's kernel occupies, the ``comm_sms`` attribute).
     comm_nodes_in_flight: Callable = None
+    #: ``{group id: [NPU, ...]}`` from ``--comm-group-configuration`` (``pg_name`` of a collective is the id);
+    #: groups a trace declares in its own METADATA nodes are not in it.
+    comm_groups: dict = field(default_factory=dict)
     #: ``rank_nodes(rank) -> {node id: EtNode}``: a rank's trace (once the run is built).
     rank_nodes: Callable = None
     #: ``add_node_observer(fn)``: ``fn(rank, node, start_ns, end_ns)`` runs when any node finishes

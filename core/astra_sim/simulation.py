@@ -77,6 +77,7 @@ class Simulation:
             schedule_for_rank=self._schedule_for_rank,
             comm_in_flight=self._comm_in_flight,
             comm_nodes_in_flight=self._comm_nodes_in_flight,
+            comm_groups=dict(self.comm_groups or {}),
             rank_nodes=self._rank_nodes,
             add_node_observer=self._node_observers.append,
         )

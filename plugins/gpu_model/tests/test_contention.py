@@ -190,3 +190,88 @@ def test_a_bad_comm_sms_attribute_names_the_node(tmp_path, bad):
     ar.attrs["comm_sms"] = bad
     with pytest.raises(Exception, match=r"node 0 \('ar'\).*'comm_sms' must be an integer >= 0"):
         run(tmp_path, [ar, mm(1)], "bad", gpu_contention=True)
+
+
+def _context(nodes_in_flight, **options):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(engine=None, options=options, npus_per_dim=[8, 2], total_npus=16,
+                           comm_groups={1: list(range(8)), 2: [0, 8]},
+                           comm_nodes_in_flight=lambda rank: nodes_in_flight, comm_in_flight=None)
+
+
+def _send(dst, sms=None):
+    attrs = {"is_cpu_op": False, "comm_dst": dst, "comm_size": 1 << 20, "comm_tag": 1}
+    if sms is not None:
+        attrs["comm_sms"] = sms
+    return make_node(9, "send", T.COMM_SEND_NODE, attrs=attrs)
+
+
+def _coll(pg):
+    attrs = {"is_cpu_op": False, "comm_type": T.ALL_REDUCE, "comm_size": 1 << 20, "comm_sms": 8}
+    if pg is not None:
+        attrs["pg_name"] = pg
+    return make_node(8, "ar", T.COMM_COLL_NODE, attrs=attrs)
+
+
+def test_hbm_share_per_transfer_follows_the_link_it_uses():
+    """With a NIC rate known (a --platform sets nccl_nic_gbps), a transfer takes 2 x its link's rate of HBM:
+    NVLink inside the rank's node (npus_per_dim[0] NPUs), the NIC when it leaves it."""
+    gpu = load_gpu("H100")
+    nvlink, nic = 2 * 450 / 3350, 2 * 50 / 3350
+    cases = [
+        ([_send(3)], 32, nvlink),             # same node (0..7)
+        ([_send(9)], 32, nic),                # another node
+        ([_coll(None)], 8, nic),              # the world group spans both nodes
+        ([_coll("1")], 8, nvlink),            # group 1: NPUs 0..7
+        ([_coll("2")], 8, nic),               # group 2: NPUs 0 and 8
+        ([_coll("7")], 8, nvlink),            # not in the group file (declared in the trace): taken as one node
+        ([_send(9, sms=0), _coll("2")], 8, 2 * nic),      # shares add up
+        ([_send(3), _send(4), _coll("1")], 72, 0.5),      # capped
+    ]
+    for nodes, sms, share in cases:
+        c = Contention(gpu, _context(nodes, nccl_nic_gbps=50.0))
+        assert c.per_transfer
+        got_sms, got_share = c.busy(0)
+        assert got_sms == sms and got_share == pytest.approx(share, abs=1e-4), [n.name for n in nodes]
+    assert Contention(gpu, _context([], nccl_nic_gbps=50.0)).busy(0) is None
+    # an explicit --gpu-comm-hbm-share, or no NIC rate: one fixed share whatever the transfers
+    fixed = Contention(gpu, _context([_send(9)], nccl_nic_gbps=50.0), hbm_share=0.2)
+    assert not fixed.per_transfer and fixed.busy(0) == (32, 0.2)
+    default = Contention(gpu, _context([_send(9)]))
+    assert not default.per_transfer and default.busy(0) == (32, pytest.approx(nvlink))
+    d = Contention(gpu, _context([], nccl_nic_gbps=50.0)).describe()
+    assert d["comm_hbm_share"] == "per transfer" and d["hbm_share_nic"] == pytest.approx(nic, abs=1e-4)
+
+
+def test_platform_runs_charge_a_cross_node_transfer_less_hbm(tmp_path):
+    """End to end on the hgx-h100 platform (2 nodes): a memory-bound kernel issued beside a cross-node send
+    loses less HBM bandwidth than one beside a send inside the node."""
+    from astra_sim.chakra import write_et, make_metadata
+
+    add = "[[8192, 8192], [8192, 8192]]"
+    times = {}
+    for name, peer in (("intra", 1), ("inter", 8)):
+        prefix = tmp_path / name / "t"
+        prefix.parent.mkdir()
+        for rank in range(16):
+            nodes = []
+            if rank == 0:
+                nodes = [make_node(0, "send", T.COMM_SEND_NODE, attrs={
+                    "is_cpu_op": False, "comm_dst": peer, "comm_size": 1 << 30, "comm_tag": 5, "comm_sms": 0}),
+                    make_node(1, "aten::add", T.COMP_NODE, attrs={
+                        "is_cpu_op": False, "inputs_shapes": add, "inputs_types": BF16_PAIR})]
+            elif rank == peer:
+                nodes = [make_node(0, "recv", T.COMM_RECV_NODE, attrs={
+                    "is_cpu_op": False, "comm_src": 0, "comm_size": 1 << 30, "comm_tag": 5})]
+            write_et(f"{prefix}.{rank}.et", make_metadata(), nodes)
+        report_path = tmp_path / name / "r.json"
+        assert astra_main(["run", "-p", "network_analytical", "-p", "gpu_model", "--platform", "hgx-h100",
+                           "--nodes", "2", "--workload-configuration", str(prefix), "--compute-model", "gpu",
+                           "-q", "--gpu-contention", "--report-json", str(report_path)]) == 0
+        data = json.loads(report_path.read_text())
+        times[name] = data["ranks"][0]["compute_ns"]
+        assert data["settings"]["gpu_model"]["contention"]["comm_hbm_share"] == "per transfer"
+    alone = run(tmp_path, [make_node(0, "aten::add", T.COMP_NODE, attrs={
+        "is_cpu_op": False, "inputs_shapes": add, "inputs_types": BF16_PAIR})], "alone").ranks[0].compute_ns
+    assert alone < times["inter"] < times["intra"]

@@ -18,18 +18,21 @@ The model, kept simple and explicit:
   collectives on H100). Concurrent operations (one per communicator stream) add up; the sum is capped at
   ``sm_count - 1``. The compute kernel is timed with the remaining SMs, each at the same per-SM peak, so
   GEMM wave quantisation and attention waves are over the remaining SMs;
-* **HBM**: communication takes a fixed share of the HBM bandwidth (``--gpu-comm-hbm-share``). By default
-  the collective is assumed to stream at the GPU's scale-up (NVLink) rate per direction and to read what
-  it sends and write what it receives, so ``2 x scale-up GB/s / HBM GB/s`` (H100: 2 x 450 / 3350 = 0.27),
-  capped at 0.5; :data:`FALLBACK_HBM_SHARE` when the preset has no scale-up bandwidth. Reduction reads,
-  message sizes and the collective's actual rate are ignored. The compute kernel sees
-  ``(1 - share) x HBM`` whenever any communication runs, whatever its SMs (a copy-engine transfer
-  streams through HBM too);
+* **HBM**: each running collective or send takes ``2 x link GB/s / HBM GB/s`` of the HBM bandwidth (it
+  streams at its link's rate, reading what it sends and writing what it receives): the NIC's rate
+  (``nccl_nic_gbps``, set by a ``--platform``) when the transfer leaves the rank's node (``npus_per_dim[0]``
+  consecutive NPUs: a send to another node, a collective whose group spans several), the scale-up
+  (NVLink) rate otherwise; concurrent shares add up, capped at :data:`MAX_DEFAULT_HBM_SHARE`.
+  ``--gpu-comm-hbm-share`` fixes one share instead, as does a run without a NIC rate (default
+  ``2 x scale-up GB/s / HBM GB/s``, H100: 2 x 450 / 3350 = 0.27; :data:`FALLBACK_HBM_SHARE` when the
+  preset has no scale-up bandwidth). Reduction reads, message sizes and the transfer's actual rate are
+  ignored. The compute kernel sees ``(1 - share) x HBM`` whenever any communication runs, whatever its
+  SMs (a copy-engine transfer streams through HBM too);
 * the collective itself is **not** slowed by the compute kernel (its time comes from the network model).
 
 Utilisation: the model records per-rank intervals — compute kernels (when issued, with the SMs they
 ran on and an estimate of their HBM use: bytes moved / (duration x HBM bandwidth)), and collectives and
-sends with their SMs (from the run's finished-node records) — and summarises them for the report
+sends with their SMs and HBM shares (from the run's finished-node records) — and summarises them for the report
 (``report.stats["gpu_utilization"]``).
 """
 
@@ -114,6 +117,15 @@ class Contention:
         if comm_sms < 0:
             raise ConfigError(f"--gpu-comm-sms must be >= 0, got {comm_sms}")
         self.comm_sms = min(comm_sms, gpu.sm_count - 1)
+        options = getattr(context, "options", None) or {}
+        nic = options.get("nccl_nic_gbps")
+        #: per-transfer HBM shares (NVLink or NIC rate) unless --gpu-comm-hbm-share fixes one, or the NIC rate
+        #: or the scale-up rate is unknown
+        self.per_transfer = (hbm_share is None and nic is not None and bool(gpu.scaleup_bandwidth_gbps)
+                             and bool(gpu.hbm_bandwidth_gbps))
+        self.nic_gbps = float(nic) if nic is not None else None
+        self._context = context
+        self._group_nodes = {}  # pg_name -> nodes (scale-up domains) its NPUs span, or None if unknown
         if hbm_share is None:
             hbm_share = default_hbm_share(gpu)
         try:
@@ -141,8 +153,14 @@ class Contention:
         return cls(gpu, context, options.get("gpu_comm_sms"), options.get("gpu_comm_hbm_share"))
 
     def describe(self):
-        return {"comm_sms": self.comm_sms, "comm_hbm_share": round(self.hbm_share, 4),
-                "compute_sms_during_comm": self.slowed_gpu.sm_count}
+        d = {"comm_sms": self.comm_sms, "comm_hbm_share": round(self.hbm_share, 4),
+             "compute_sms_during_comm": self.slowed_gpu.sm_count}
+        if self.per_transfer:
+            d["comm_hbm_share"] = "per transfer"
+            d["hbm_share_scaleup"] = round(min(MAX_DEFAULT_HBM_SHARE, 2.0 * self.gpu.scaleup_bandwidth_gbps
+                                               / self.gpu.hbm_bandwidth_gbps), 4)
+            d["hbm_share_nic"] = round(min(MAX_DEFAULT_HBM_SHARE, 2.0 * self.nic_gbps / self.gpu.hbm_bandwidth_gbps), 4)
+        return d
 
     # ------------------------------------------------------------------ timing
     def node_sms(self, node, rank=None):
@@ -158,30 +176,65 @@ class Contention:
                                 f"an integer >= 0 (SMs its kernel occupies; 0 for a copy-engine transfer), got {sms!r}")
         return sms
 
-    def busy_sms(self, rank):
-        """SMs the rank's running communication occupies now (capped at ``sm_count - 1``), or None if none
-        runs."""
+    def node_hbm_share(self, node, rank):
+        """HBM share the transfer ``node`` takes while it runs: fixed (``--gpu-comm-hbm-share`` or its default),
+        or per transfer, ``2 x link rate / HBM bandwidth`` (it reads what it sends and writes what it
+        receives), the link being the NIC when the transfer leaves the rank's node (a send to another node, a
+        collective whose group spans several) and the scale-up link (NVLink) otherwise."""
+        if not self.per_transfer:
+            return self.hbm_share
+        link = self.nic_gbps if self._crosses_nodes(node, rank) else self.gpu.scaleup_bandwidth_gbps
+        return min(MAX_DEFAULT_HBM_SHARE, 2.0 * link / self.gpu.hbm_bandwidth_gbps)
+
+    def _crosses_nodes(self, node, rank):
+        context = self._context
+        domain = max(1, int((getattr(context, "npus_per_dim", None) or [1])[0]))
+        if node.type == T.COMM_SEND_NODE:
+            peer = node.attrs.get("comm_dst")
+            return isinstance(peer, int) and peer // domain != rank // domain
+        pg = node.attrs.get("pg_name", "")
+        spans = self._group_nodes.get(pg, -1)
+        if spans == -1:
+            if pg in ("", "0", None):
+                members = range(getattr(context, "total_npus", 0) or domain)
+            else:
+                try:
+                    members = (getattr(context, "comm_groups", None) or {}).get(int(pg))
+                except (TypeError, ValueError):
+                    members = None
+            spans = self._group_nodes[pg] = None if not members else len({m // domain for m in members})
+        return bool(spans and spans > 1)  # a group defined only inside the trace: taken as one node
+
+    def busy(self, rank):
+        """(SMs, HBM share) the rank's running communication takes now, or None if none runs. SMs add up over
+        the running collectives and sends (capped at ``sm_count - 1``), and so do per-transfer HBM shares
+        (capped at :data:`MAX_DEFAULT_HBM_SHARE`)."""
         if self._nodes_in_flight is not None:
             nodes = self._nodes_in_flight(rank)
             if not nodes:
                 return None
-            return min(self.gpu.sm_count - 1, sum(self.node_sms(n, rank) for n in nodes))
+            sms = min(self.gpu.sm_count - 1, sum(self.node_sms(n, rank) for n in nodes))
+            if not self.per_transfer:
+                return sms, self.hbm_share
+            share = sum(self.node_hbm_share(n, rank) for n in nodes)
+            return sms, round(min(MAX_DEFAULT_HBM_SHARE, share), 4)
         if self._in_flight is not None and self._in_flight(rank) > 0:  # an older kernel: counts only
-            return self.comm_sms
+            return self.comm_sms, self.hbm_share
         return None
 
-    def _contended(self, sms):
-        entry = self._slowed.get(sms)
+    def _contended(self, state):
+        entry = self._slowed.get(state)
         if entry is None:
-            entry = self._slowed[sms] = (contended_gpu(self.gpu, sms, self.hbm_share), {})
+            entry = self._slowed[state] = (contended_gpu(self.gpu, *state), {})
         return entry
 
     def time_node(self, model, node, rank):
         """Time ``node`` with ``model`` on the whole or the contended GPU; record the interval."""
-        sms = self.busy_sms(rank)
-        if sms is not None:
+        state = self.busy(rank)
+        sms, share = state if state is not None else (None, 0.0)
+        if state is not None:
             saved = model.gpu, model._cache
-            model.gpu, model._cache = self._contended(sms)
+            model.gpu, model._cache = self._contended(state)
             try:
                 duration = model._compute_time_ns(node, rank)
             finally:
@@ -191,12 +244,10 @@ class Contention:
             duration = model._compute_time_ns(node, rank)
         if duration and self._engine is not None:
             start = self._engine.now
-            busy = sms is not None
             nbytes = self._bytes(model, node, rank)
             hbm = 0.0
             if nbytes:
-                hbm = min(1.0 - (self.hbm_share if busy else 0.0),
-                          nbytes / (duration * 1e-9 * self.gpu.hbm_bytes_per_s))
+                hbm = min(1.0 - share, nbytes / (duration * 1e-9 * self.gpu.hbm_bytes_per_s))
             intervals = self.compute.get(rank)
             if intervals is None:
                 intervals = self.compute[rank] = _Intervals()
@@ -239,7 +290,7 @@ class Contention:
             intervals = self.comm.get(rank)
             if intervals is None:
                 intervals = self.comm[rank] = _Intervals()
-            intervals.add(start_ns, end_ns, 0, self.node_sms(node, rank))
+            intervals.add(start_ns, end_ns, 0, self.node_sms(node, rank), self.node_hbm_share(node, rank))
 
     # ------------------------------------------------------------------ report
     def summary(self, finish_ns_of_rank):
@@ -257,30 +308,34 @@ class Contention:
             events = {}
             for start, end, c_sms, _k, c_hbm in compute.rows():
                 for t, sign in ((start, 1), (end, -1)):
-                    e = events.setdefault(t, [0, 0.0, 0, 0])
+                    e = events.setdefault(t, [0, 0.0, 0, 0, 0.0])
                     e[0] += sign * c_sms
                     e[1] += sign * c_hbm
-            for start, end, _c, k, _h in comm.rows():
+            for start, end, _c, k, k_hbm in comm.rows():
                 for t, sign in ((start, 1), (end, -1)):
-                    e = events.setdefault(t, [0, 0.0, 0, 0])
+                    e = events.setdefault(t, [0, 0.0, 0, 0, 0.0])
                     e[2] += sign
                     e[3] += sign * k
+                    e[4] += sign * k_hbm
             points = sorted(events)
             rows = []
             sm_time = hbm_time = 0.0
             c_sms = n_comm = comm_sms = 0
-            c_hbm = 0.0
+            c_hbm = k_hbm = 0.0
             for a, b in zip(points, points[1:]):
                 d = events[a]
                 c_sms += d[0]
                 c_hbm += d[1]
                 n_comm += d[2]
                 comm_sms += d[3]
+                k_hbm += d[4]
                 comm_on = n_comm > 0
                 k_sms = min(sms - 1, comm_sms) if comm_on else 0
                 if not c_sms and not k_sms:
                     continue
-                hbm = min(1.0, max(0.0, c_hbm) + (self.hbm_share if comm_on else 0.0))
+                comm_hbm = (min(MAX_DEFAULT_HBM_SHARE, max(0.0, k_hbm)) if self.per_transfer else self.hbm_share) \
+                    if comm_on else 0.0
+                hbm = min(1.0, max(0.0, c_hbm) + comm_hbm)
                 sm_time += min(sms, c_sms + k_sms) * (b - a)
                 hbm_time += hbm * (b - a)
                 row = [a, b, min(c_sms, sms), k_sms, round(hbm, 4)]

@@ -31,10 +31,12 @@ def astra_add_run_options(parser):
                        help="a COMP node issued while the rank's communication runs gets the SMs and HBM "
                             "bandwidth the collective leaves (default: off, overlap is free)")
     group.add_argument("--gpu-comm-sms", type=int, default=None, metavar="N",
-                       help="SMs communication kernels occupy under --gpu-contention (default: 32)")
+                       help="SMs a collective or send without a comm_sms attribute occupies under "
+                            "--gpu-contention (default: 32); concurrent ones add up")
     group.add_argument("--gpu-comm-hbm-share", type=float, default=None, metavar="F",
-                       help="HBM bandwidth share communication takes under --gpu-contention "
-                            "(default: 2 x scale-up / HBM bandwidth, at most 0.5)")
+                       help="one HBM bandwidth share for whatever communication runs under --gpu-contention "
+                            "(default: per transfer, 2 x its link's rate (NVLink, or the NIC across nodes) / HBM "
+                            "bandwidth, added up to at most 0.5; without a NIC rate 2 x scale-up / HBM)")
 
 
 @hookimpl
