@@ -565,11 +565,11 @@ def parse_comm_sms(spec):
             continue
         key, eq, value = item.partition("=")
         try:
+            if not eq:
+                raise ValueError
             out[key.strip()] = int(value)
         except ValueError:
             raise ConfigError(f"--comm-sms: expected KEY=SMS (an integer), got {item!r}") from None
-        if not eq:
-            raise ConfigError(f"--comm-sms: expected KEY=SMS, got {item!r}")
     return out
 
 
