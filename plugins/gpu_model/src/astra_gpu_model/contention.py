@@ -59,11 +59,17 @@ def _flag(value):
     return bool(value)
 
 
+def link_hbm_share(gpu, link_gbps):
+    """HBM share of a transfer streaming at ``link_gbps`` (it reads what it sends and writes what it receives):
+    ``2 x link / HBM``, at most :data:`MAX_DEFAULT_HBM_SHARE`."""
+    return min(MAX_DEFAULT_HBM_SHARE, 2.0 * link_gbps / gpu.hbm_bandwidth_gbps)
+
+
 def default_hbm_share(gpu):
     link = gpu.scaleup_bandwidth_gbps
     if not link or not gpu.hbm_bandwidth_gbps:
         return FALLBACK_HBM_SHARE
-    return min(MAX_DEFAULT_HBM_SHARE, 2.0 * link / gpu.hbm_bandwidth_gbps)
+    return link_hbm_share(gpu, link)
 
 
 def contended_gpu(gpu, comm_sms, hbm_share):
@@ -126,6 +132,7 @@ class Contention:
         self.nic_gbps = float(nic) if nic is not None else None
         self._context = context
         self._group_nodes = {}  # pg_name -> nodes (scale-up domains) its NPUs span, or None if unknown
+        self._domain = None  # NPUs per node (scale-up domain), read from the context on first use
         if hbm_share is None:
             hbm_share = default_hbm_share(gpu)
         try:
@@ -136,11 +143,9 @@ class Contention:
             raise ConfigError(f"--gpu-comm-hbm-share must be in [0, 1), got {hbm_share}")
         self.hbm_share = hbm_share
         self.gpu = gpu
-        self.slowed_gpu = contended_gpu(gpu, self.comm_sms, hbm_share)
         self._slowed = {}  # SMs taken by communication -> (the contended GPU, its duration cache)
         self._bytes_cache = {}  # (op name, shapes, types, values, launched) -> HBM bytes (-1: unknown)
         self._engine = getattr(context, "engine", None)
-        self._in_flight = getattr(context, "comm_in_flight", None)
         self._nodes_in_flight = getattr(context, "comm_nodes_in_flight", None)
         self.compute = {}  # rank -> _Intervals of its compute kernels (comm_sms -1: not contended)
         self.comm = {}  # rank -> _Intervals of its collectives and sends (their comm_sms)
@@ -154,12 +159,11 @@ class Contention:
 
     def describe(self):
         d = {"comm_sms": self.comm_sms, "comm_hbm_share": round(self.hbm_share, 4),
-             "compute_sms_during_comm": self.slowed_gpu.sm_count}
+             "compute_sms_during_comm": self.gpu.sm_count - self.comm_sms}
         if self.per_transfer:
             d["comm_hbm_share"] = "per transfer"
-            d["hbm_share_scaleup"] = round(min(MAX_DEFAULT_HBM_SHARE, 2.0 * self.gpu.scaleup_bandwidth_gbps
-                                               / self.gpu.hbm_bandwidth_gbps), 4)
-            d["hbm_share_nic"] = round(min(MAX_DEFAULT_HBM_SHARE, 2.0 * self.nic_gbps / self.gpu.hbm_bandwidth_gbps), 4)
+            d["hbm_share_scaleup"] = round(link_hbm_share(self.gpu, self.gpu.scaleup_bandwidth_gbps), 4)
+            d["hbm_share_nic"] = round(link_hbm_share(self.gpu, self.nic_gbps), 4)
         return d
 
     # ------------------------------------------------------------------ timing
@@ -183,12 +187,14 @@ class Contention:
         collective whose group spans several) and the scale-up link (NVLink) otherwise."""
         if not self.per_transfer:
             return self.hbm_share
-        link = self.nic_gbps if self._crosses_nodes(node, rank) else self.gpu.scaleup_bandwidth_gbps
-        return min(MAX_DEFAULT_HBM_SHARE, 2.0 * link / self.gpu.hbm_bandwidth_gbps)
+        return link_hbm_share(self.gpu, self.nic_gbps if self._crosses_nodes(node, rank)
+                              else self.gpu.scaleup_bandwidth_gbps)
 
     def _crosses_nodes(self, node, rank):
         context = self._context
-        domain = max(1, int((getattr(context, "npus_per_dim", None) or [1])[0]))
+        domain = self._domain
+        if domain is None:  # the network's first dimension (known once the run is built)
+            domain = self._domain = max(1, int((getattr(context, "npus_per_dim", None) or [1])[0]))
         if node.type == T.COMM_SEND_NODE:
             peer = node.attrs.get("comm_dst")
             return isinstance(peer, int) and peer // domain != rank // domain
@@ -209,18 +215,14 @@ class Contention:
         """(SMs, HBM share) the rank's running communication takes now, or None if none runs. SMs add up over
         the running collectives and sends (capped at ``sm_count - 1``), and so do per-transfer HBM shares
         (capped at :data:`MAX_DEFAULT_HBM_SHARE`)."""
-        if self._nodes_in_flight is not None:
-            nodes = self._nodes_in_flight(rank)
-            if not nodes:
-                return None
-            sms = min(self.gpu.sm_count - 1, sum(self.node_sms(n, rank) for n in nodes))
-            if not self.per_transfer:
-                return sms, self.hbm_share
-            share = sum(self.node_hbm_share(n, rank) for n in nodes)
-            return sms, round(min(MAX_DEFAULT_HBM_SHARE, share), 4)
-        if self._in_flight is not None and self._in_flight(rank) > 0:  # an older kernel: counts only
-            return self.comm_sms, self.hbm_share
-        return None
+        nodes = self._nodes_in_flight(rank) if self._nodes_in_flight is not None else None
+        if not nodes:
+            return None
+        sms = min(self.gpu.sm_count - 1, sum(self.node_sms(n, rank) for n in nodes))
+        if not self.per_transfer:
+            return sms, self.hbm_share
+        share = sum(self.node_hbm_share(n, rank) for n in nodes)
+        return sms, round(min(MAX_DEFAULT_HBM_SHARE, share), 4)
 
     def _contended(self, state):
         entry = self._slowed.get(state)
@@ -355,4 +357,4 @@ class Contention:
         return out
 
 
-__all__ = ["Contention", "contended_gpu", "default_hbm_share", "DEFAULT_COMM_SMS"]
+__all__ = ["Contention", "contended_gpu", "default_hbm_share", "link_hbm_share", "DEFAULT_COMM_SMS"]
