@@ -374,8 +374,8 @@ class RankWorkload:
 
     def comm_in_flight(self):
         """Communication operations running now (the GPU-communication slots)."""
-        busy = self.slot_busy
-        return busy[_COMM] + sum(busy[4:])  # slots 4.. exist with comm-streams per-communicator
+        running = self.comm_running
+        return len(running) if running else 0
 
     def comm_nodes_in_flight(self):
         """The running collectives and sends (those :meth:`comm_in_flight` counts), as trace nodes."""
