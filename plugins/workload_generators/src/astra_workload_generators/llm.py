@@ -137,6 +137,7 @@ TE_OVERLAPS = {
     ("rs", "attn_in"): "qkv_wgrad", ("rs", "mlp_in"): "fc1_wgrad",
     ("regather", "attn_in"): "qkv_dgrad", ("regather", "mlp_in"): "fc1_dgrad",
 }
+TE_OVERLAP_NAMES = tuple(sorted(set(TE_OVERLAPS.values())))
 TE_OVERLAP_METHODS = ("ring_exchange", "pipeline", "bulk")
 #: TE's ``initialize_ub`` defaults: ``num_sm`` 16; ``ring_exchange`` uses the copy engines (``use_ce``) unless told not to
 TE_DEFAULT_NUM_SM = 16
@@ -545,7 +546,7 @@ def _check(dims: ModelDims, cfg: LlmConfig):
     if f != 1 and c is not None:
         raise ConfigError("--moe-imbalance is for dropless routing; with --moe-capacity-factor every expert's load "
                           "is capped at its capacity (use --moe-pad-to-capacity for the capped worst case)")
-    known = COMM_SMS_GROUPS + tuple(TE_OVERLAPS.values())
+    known = COMM_SMS_GROUPS + TE_OVERLAP_NAMES
     for key, sms in cfg.comm_sms:
         if key not in known:
             raise ConfigError(f"--comm-sms: unknown key {key!r} (known: {', '.join(known)})")
@@ -590,12 +591,11 @@ def load_tp_overlap_sms(path):
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of Transformer Engine layer names (qkv_fprop, ...) to their "
                           f"overlap settings, got {type(data).__name__}")
-    names = sorted(set(TE_OVERLAPS.values()))
     out = {}
     for name, entry in data.items():
-        if name not in names:
+        if name not in TE_OVERLAP_NAMES:
             raise ConfigError(f"{path}: unknown layer {name!r} (Transformer Engine's userbuffers names: "
-                              f"{', '.join(names)})")
+                              f"{', '.join(TE_OVERLAP_NAMES)})")
         if not isinstance(entry, dict):
             raise ConfigError(f"{path}: {name}: expected a mapping (method, num_sm, ...), got {entry!r}")
         for key in entry:
