@@ -13,7 +13,7 @@ from astra_sim.simulation import simulate
 from astra_sim.testing import write_network_config
 
 from astra_workload_generators.compare import compare_nodes
-from astra_workload_generators.pytorch import _comm_kind, convert_pytorch, convert_pytorch_trace
+from astra_workload_generators.pytorch import BATCHED_P2P, _comm_kind, convert_pytorch, convert_pytorch_trace
 
 PLUGINS = ["network_analytical", "workload_generators"]
 SAMPLE = "chakra/pytorch/host_trace_1.0.2-chakra.0.0.4"
@@ -506,19 +506,142 @@ def test_gzip_traces(pair, tmp_path):
 @pytest.mark.parametrize("names, expected", [
     (["nccl:send 0->1", "record_param_comms"], "send"),
     (["record_param_comms", "nccl:recv 1<-0"], "recv"),
-    (["nccl:coalesced", "record_param_comms"], "not supported"),
-    (["nccl:send 0->1", "torch.distributed.batch_isend_irecv"], "not supported"),  # both words: one batched kernel
-    (["nccl:send 0->1", "nccl:recv 0<-1"], "not supported"),
-    (["aten::mm"], "names send, recv or all_to_all"),
+    (["nccl:coalesced", "record_param_comms"], "batched"),
+    (["nccl:send 0->1", "torch.distributed.batch_isend_irecv"], "batched"),  # a batch op above: one batched kernel
+    (["nccl:send 0->1", "nccl:recv 0<-1"], "both a send and a receive"),
+    (["aten::mm"], "names send, recv, all_to_all, coalesced or batch_isend_irecv"),
+    (["nccl:send 0->1", "aten::batch_norm"], "send"),
 ])
 def test_sendrecv_kernel_kinds(names, expected):
-    """A SendRecv kernel is a send or a receive by its launching ops' names; a batched one (several p2p ops in one
-    kernel) is refused rather than converted as a lone send, which would drop its receives."""
+    """A SendRecv kernel is a send or a receive by its launching ops' names, or a batch of them (several p2p ops in
+    one kernel, expanded by _batched_p2p_nodes) under a coalesced or batch op, never a lone send that would drop
+    its receives."""
     kernel = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
-    if expected in ("send", "recv"):
+    if expected in ("send", "recv", "batched"):
         kind = _comm_kind(kernel, names, "k.json", "kernel 7")
-        assert kind == ((T.COMM_SEND_NODE if expected == "send" else T.COMM_RECV_NODE), None)
+        assert kind == ((None, BATCHED_P2P) if expected == "batched" else
+                        ((T.COMM_SEND_NODE if expected == "send" else T.COMM_RECV_NODE), None))
     else:
         with pytest.raises(ConfigError, match=expected) as err:
             _comm_kind(kernel, names, "k.json", "kernel 7")
         assert "k.json: kernel 7" in str(err.value)
+
+
+# ---------------------------------------------------------------- batched p2p (batch_isend_irecv)
+#
+# torch.distributed.batch_isend_irecv records one record_param_comms per isend/irecv and then launches one SendRecv
+# kernel for all of them under "nccl:coalesced". Two ranks, each: an ordinary send or receive (its own kernel), then
+# a batch that sends 64 KiB to the other rank and receives 32 KiB from it (the exchange that deadlocks in NCCL
+# unless grouped), then a batch with one 16 MiB send (rank 0) or receive (rank 1), then a GEMM.
+
+SMALL, LONE = 64 * 128 * 4, 16 * 2 ** 20
+
+
+def _batched_rank(me, *, single=True, members=True, hung_on_last=False):
+    """hung_on_last: the first batch's kernel hangs on its last record_param_comms (under the batch_isend_irecv
+    scope), as a linker that skips nccl:coalesced leaves it, instead of on nccl:coalesced."""
+    peer = 1 - me
+    big, small, last = _tensor(12, (64, 256)), _tensor(13, (64, 128)), _tensor(17, (4096, 1024))
+    rpc = lambda id, parent, rf, coll, t: _param_comms(id, parent, rf, coll, peer, t, "new")
+    nodes = [_op(1, "[pytorch|profiler|execution_trace|process]", 1, 0),
+             _op(2, "[pytorch|profiler|execution_trace|thread]", 1, 1),
+             _op(3, "## process_group:init ##", 2, 2, ins=[(json.dumps(WORLD_PG), [], "String")])]
+    launchers = []  # rf_ids that launch a SendRecv kernel
+    if single:  # an ordinary p2p op first: nccl:send|recv launches its own kernel, its record_param_comms under it
+        kind = "send" if me == 0 else "recv"
+        nodes += [_op(4, f"nccl:{kind} {me}{'->' if kind == 'send' else '<-'}{peer}", 2, 3, ins=[_tensor(16, (8,))]),
+                  rpc(5, 4, 4, kind, _tensor(16, (8,)))]
+        launchers.append(3)
+    # the first batch: its send and receive in the order this rank issued them, then nccl:coalesced
+    first = [("send", big), ("recv", small)] if me == 0 else [("recv", big), ("send", small)]
+    nodes += [_op(6, "batch_isend_irecv", 2, 5)]
+    if members:
+        nodes += [rpc(7 + k, 6, 6 + k, coll, t) for k, (coll, t) in enumerate(first)]
+    nodes += [_op(9, "nccl:coalesced", 6, 8)]
+    launchers.append(7 if hung_on_last else 8)
+    # the second batch, on its own
+    nodes += [rpc(10, 2, 9, "send" if me == 0 else "recv", last), _op(11, "nccl:coalesced", 2, 10)]
+    launchers.append(10)
+    nodes += [_op(12, "aten::mm", 2, 11, ins=[last, _tensor(14, (256, 64))], outs=[_tensor(15, (64, 64))])]
+    host = {"schema": "1.0.2-chakra.0.0.4", "pid": 100 + me, "nodes": nodes}
+    ev = [{"ph": "X", "cat": "cpu_op", "name": n["name"], "ts": rf, "dur": 2,
+           "args": {"External id": 100 + rf, "Record function id": rf}}
+          for n in nodes[1:] for rf in [n["attrs"][0]["value"]]]
+    for rf in launchers:
+        ev.append({"ph": "X", "cat": "kernel", "name": "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)",
+                   "ts": 0, "dur": 9.0, "args": {"External id": 100 + rf, "stream": 9, "Process Group Name": "0"}})
+    ev.append({"ph": "X", "cat": "kernel", "name": "sm80_xmma_gemm_f32", "ts": 0, "dur": 12.0,
+               "args": {"External id": 111, "stream": 7}})
+    return host, {"traceEvents": ev}
+
+
+def test_batched_p2p_becomes_one_node_per_transfer_and_simulates(tmp_path, configs):
+    host, kin = _write_ranks(tmp_path, [_batched_rank(0), _batched_rank(1)])
+    s = convert_pytorch(host, tmp_path / "b" / "w", kineto=kin, ranks=2)
+    assert s["p2p"] == 4  # per rank: the single op, the batch's two, the lone batch's one
+    for me in (0, 1):
+        peer = 1 - me
+        every = read_et(f"{tmp_path / 'b' / 'w'}.{me}.et").nodes
+        p2p = _p2p_nodes(tmp_path / "b" / "w", me)
+        single, b_first, b_second, lone = sorted(p2p, key=lambda n: (n.ctrl_deps, n.id))
+        assert single.name.startswith("nccl:") and single.ctrl_deps == [4]
+        # the batch: both transfers, in issue order, launched together by nccl:coalesced (host node 9)
+        assert b_first.name.endswith(("send 1/2" if me == 0 else "recv 1/2"))
+        assert b_second.name.endswith(("recv 2/2" if me == 0 else "send 2/2"))
+        assert b_first.data_deps == b_second.data_deps == b_first.ctrl_deps == b_second.ctrl_deps == [9]
+        # the first keeps the kernel's id, the second takes a fresh one after every other node's
+        assert b_first.id < lone.id < b_second.id == max(n.id for n in every)
+        assert len({n.id for n in every}) == len(every)
+        sends = [n for n in (b_first, b_second) if n.type == T.COMM_SEND_NODE]
+        recvs = [n for n in (b_first, b_second) if n.type == T.COMM_RECV_NODE]
+        assert len(sends) == len(recvs) == 1
+        assert (sends[0].attrs["comm_dst"], sends[0].attrs["comm_size"]) == (peer, MSG if me == 0 else SMALL)
+        assert (recvs[0].attrs["comm_src"], recvs[0].attrs["comm_size"]) == (peer, SMALL if me == 0 else MSG)
+        assert {n.attrs["comm_tag"] for n in p2p} == {0} and {n.attrs["pg_name"] for n in p2p} == {"0"}
+        assert lone.type == (T.COMM_SEND_NODE if me == 0 else T.COMM_RECV_NODE) and lone.ctrl_deps == [11]
+        assert lone.attrs["comm_size"] == LONE and lone.name.endswith("1/1")
+    # every send meets its receive (sizes and tags agree across the ranks), so the run ends without a deadlock
+    report = simulate(tmp_path / "b" / "w", configs["sys1"], configs["net2"], plugins=PLUGINS)
+    assert report.warnings == []
+    # the lone batch's receive is issued after 12 µs of CPU ops (the metadata node is not timed) and then takes
+    # 16 MiB at 50 GiB/s (312.5 µs): far more than rank 1's 14 µs of CPU ops, so a lost or mis-sized receive shows
+    transfer = 500 + LONE / (50 * 2 ** 30) * 1e9
+    assert report.ranks[1].finish_ns >= 12_000 + transfer > 10 * report.ranks[1].cpu_ns
+    # the host traces alone: --comms-from-host takes each record_param_comms as its own transfer, the same four
+    s = convert_pytorch(host, tmp_path / "h" / "w", ranks=2, comms_from_host=True)
+    assert (s["p2p"], s["host_comms"]) == (4, 4)
+    assert [n.attrs["comm_size"] for n in _p2p_nodes(tmp_path / "h" / "w", 0)] == [32, MSG, SMALL, LONE]
+    assert simulate(tmp_path / "h" / "w", configs["sys1"], configs["net2"], plugins=PLUGINS).warnings == []
+
+
+@pytest.mark.parametrize("scope", ["batch_isend_irecv", "aten::detach"])
+def test_batched_p2p_kernel_hung_on_the_last_member(tmp_path, scope):
+    # as chakra_trace_link leaves it: the kernel on the batch's last record_param_comms, found as batched by the
+    # batch_isend_irecv scope above it, or else by the nccl:coalesced op that follows it
+    h, k = _batched_rank(1, hung_on_last=True)
+    h["nodes"][5]["name"] = scope
+    _, nodes, counts = _convert_one(tmp_path, (h, k), rank=1, name="hl")
+    batch = [n for n in nodes if n.type in (T.COMM_SEND_NODE, T.COMM_RECV_NODE) and n.ctrl_deps == [8]]
+    assert [(n.type, n.attrs["comm_size"]) for n in batch] == [(T.COMM_RECV_NODE, MSG), (T.COMM_SEND_NODE, SMALL)]
+    assert counts["p2p"] == 4
+    if scope.startswith("batch"):
+        return
+    # without nccl:coalesced after it the kernel is not known as a batch, and its launching ops name no send or
+    # recv: an error, not a guess
+    h["nodes"][8]["name"] = "aten::detach"
+    with pytest.raises(ConfigError, match=r"is a SendRecv launched by \['record_param_comms', 'aten::detach'.*none of "
+                                          r"them names send, recv"):
+        _convert_one(tmp_path, (h, k), rank=1, name="hl2")
+
+
+def test_batched_p2p_without_members_is_an_error(tmp_path):
+    with pytest.raises(ConfigError, match=r"nbk.json: traceEvents\[\d+\] .*: batched SendRecv kernel node \d+ "
+                                          r"\(nccl:coalesced \| ncclDevKernel_SendRecv.*launched by host node id 9 "
+                                          r".*: no send/recv record_param_comms host op comes before "
+                                          r"'nccl:coalesced' \(host node id 9\) on its thread since the previous "
+                                          r"NCCL kernel"):
+        _convert_one(tmp_path, _batched_rank(0, members=False), name="nb")
+    # without the ordinary send before it, the search runs back to the thread root: still none
+    with pytest.raises(ConfigError, match=r"no send/recv record_param_comms"):
+        _convert_one(tmp_path, _batched_rank(0, single=False, members=False), name="nb2")
+    _convert_one(tmp_path, _batched_rank(0, single=False), name="ok")

@@ -205,8 +205,20 @@ def _tensor_ids(values, types, prefix="Tensor"):
     return [i for i in out if isinstance(i, (int, str))]  # tensor ids; anything else is not a tensor record
 
 
+# _comm_kind's comm_type for a SendRecv kernel that runs a whole batch_isend_irecv (see _batch_members)
+BATCHED_P2P = "batched p2p"
+
+
+def _is_batch_op(name):
+    """Whether a host op (name) groups p2p ops into one kernel: ProcessGroupNCCL's "nccl:coalesced" or a
+    batch_isend_irecv scope."""
+    low = name.lower()
+    return "coalesc" in low or "batch_isend_irecv" in low
+
+
 def _comm_kind(kernel, launcher_names, path, where):
-    """(node type, comm_type or None) of a GPU kernel; (COMP, None) for non-NCCL kernels."""
+    """(node type, comm_type or None) of a GPU kernel; (COMP, None) for non-NCCL kernels, (None, BATCHED_P2P)
+    for a SendRecv kernel under a coalesced or batch_isend_irecv op (several sends and receives in one kernel)."""
     low = kernel.lower()
     if "nccl" not in low:
         return T.COMP_NODE, None
@@ -214,14 +226,15 @@ def _comm_kind(kernel, launcher_names, path, where):
     if "sendrecv" in flat:
         if any("all_to_all" in n or "alltoall" in n for n in launcher_names):
             return T.COMM_COLL_NODE, T.ALL_TO_ALL
+        if any(_is_batch_op(n) for n in launcher_names):
+            return None, BATCHED_P2P
         send = any("send" in n for n in launcher_names)
         recv = any("recv" in n for n in launcher_names)
-        batched = any("coalesc" in n or "batch" in n for n in launcher_names)
-        if send != recv and not batched:
+        if send != recv:
             return (T.COMM_SEND_NODE if send else T.COMM_RECV_NODE), None
-        why = ("several sends and receives in one kernel (batch_isend_irecv / coalesced p2p) are not supported yet; "
-               "convert a trace whose p2p ops run one per kernel" if batched or send
-               else "none of them names send, recv or all_to_all")
+        why = ("both a send and a receive, and none a coalesced or batch_isend_irecv op, so it is neither one p2p "
+               "op nor a batch" if send
+               else "none of them names send, recv, all_to_all, coalesced or batch_isend_irecv")
         raise ConfigError(f"{path}: {where}: NCCL kernel {_short(kernel)!r} is a SendRecv launched by "
                           f"{launcher_names}: {why}")
     for word, ctype in _COLL_WORDS:
@@ -531,6 +544,98 @@ def _p2p_peer(ctx, kind, gid, name, hid, pg, kargs, src, where):
     return peer, _group_tag(group_name), group_name
 
 
+def _batch_members(ctx, hid, node_desc):
+    """The send/recv ``record_param_comms`` host ops that one batched SendRecv kernel, launched under host op
+    ``hid``, runs together (in issue order).
+
+    ``torch.distributed.batch_isend_irecv`` opens an NCCL group (``ProcessGroupNCCL::startCoalescing``), records
+    one record_param_comms per isend/irecv as ``ProcessGroupNCCL::send/recv`` queue it, and launches a single
+    SendRecv kernel for all of them at ``ncclGroupEnd`` in ``endCoalescing``, under the profiling title
+    ``nccl:coalesced`` (pytorch/pytorch#160680, #194693). Nothing in the host trace marks where a batch starts
+    (facebookresearch/param#134). So the batch is the send/recv record_param_comms ops on the launching thread
+    before the launching op (and that op itself, when it is one: a kernel hung on the batch's last op, see
+    :func:`_batch_after`), back to the previous op that launched an NCCL kernel (or is under one) or the
+    previous coalesced or batch op that the launcher is not under. A record_param_comms nested under another one
+    is the same transfer."""
+    by_id, order = ctx["by_id"], ctx["order"]
+    chain = [by_id[hid]] + list(_ancestors(by_id, hid, limit=7))
+    anchor = next((a for a in chain if _is_batch_op(a["name"])), None) or _batch_after(ctx, hid)
+    containers = {a["id"] for a in _ancestors(by_id, hid, limit=64)}  # the ops the launcher is under
+    i = _positions(ctx)[hid]
+    thread = ctx["thread_of"][hid]
+    members = []
+    info = _param_comms(by_id[hid]) if by_id[hid]["name"] == _PARAM_COMMS else None
+    if info is not None and info["coll"] in ("send", "recv"):  # the kernel hangs on the batch's last op
+        members.append((by_id[hid], info))
+    for nid in reversed(order[:i]):
+        if ctx["thread_of"][nid] != thread:
+            break
+        if nid in containers:
+            continue
+        op = by_id[nid]
+        above = [a for a in _ancestors(by_id, nid, limit=64) if a["id"] not in containers]
+        if _is_batch_op(op["name"]) or any(x["id"] in ctx["nccl_launchers"] for x in [op] + above):
+            break  # the previous batch, or an op that launched its own NCCL kernel
+        if op["name"] != _PARAM_COMMS or any(a["name"] == _PARAM_COMMS for a in above):
+            continue
+        info = _param_comms(op)
+        if info is not None and info["coll"] in ("send", "recv"):
+            members.append((op, info))
+    if not members:
+        raise ConfigError(f"{node_desc}: no send/recv record_param_comms host op comes before "
+                          f"{anchor['name']!r} (host node id {anchor['id']}) on its thread since the previous NCCL "
+                          "kernel or batch, so which transfers the kernel runs is unknown")
+    return members[::-1]
+
+
+def _positions(ctx):
+    """Host op id -> its index in the DFS order of the thread roots (computed once per trace)."""
+    if "pos" not in ctx:
+        ctx["pos"] = {nid: i for i, nid in enumerate(ctx["order"])}
+    return ctx["pos"]
+
+
+def _batch_after(ctx, hid):
+    """The coalesced / batch_isend_irecv op that directly follows host op ``hid`` (and its sub-ops) on its thread,
+    or None. A kernel hung on a send/recv record_param_comms followed by one ran that batch: chakra_trace_link
+    skips "nccl:coalesced" when it looks for an NCCL kernel's launching op and takes the op before it."""
+    order, by_id = ctx["order"], ctx["by_id"]
+    for nid in order[_positions(ctx)[hid] + 1:]:
+        if ctx["thread_of"][nid] != ctx["thread_of"][hid]:
+            return None
+        if any(a["id"] == hid for a in _ancestors(by_id, nid, limit=64)):
+            continue  # under the op itself
+        return by_id[nid] if _is_batch_op(by_id[nid]["name"]) else None
+    return None
+
+
+def _batched_p2p_nodes(ctx, gid, kname, hid, dur, stream, pg, src, where, kargs, spare_id):
+    """One COMM_SEND/COMM_RECV node per transfer of a batched SendRecv kernel (:func:`_batch_members`), all
+    launched with the kernel, so they run concurrently as NCCL runs a group: the first keeps the kernel's node id,
+    the others take ids from ``spare_id`` on. Each has its own size, peer and tag from its record_param_comms op;
+    the kernel's Kineto args describe the whole batch, so only its process group's name and ranks are used."""
+    launcher = ctx["by_id"][hid]
+    desc = (f"{src}: {where}: batched SendRecv kernel node {gid} ({launcher['name']} | {_short(kname)}, launched "
+            f"by host node id {hid} of {ctx['host_path']})")
+    members = _batch_members(ctx, hid, desc)
+    group_args = {k: v for k, v in kargs.items() if k in ("Process Group Name", "Process Group Ranks")}
+    out = []
+    for k, (op, info) in enumerate(members):
+        ntype = T.COMM_SEND_NODE if info["coll"] == "send" else T.COMM_RECV_NODE
+        nid = gid if k == 0 else spare_id + k - 1
+        name = f"{launcher['name']} | {kname} | {info['coll']} {k + 1}/{len(members)}"
+        ins = op.get("inputs", {})
+        peer, tag, group = _p2p_peer(ctx, ntype, nid, name, op["id"], pg or None, group_args, src, where)
+        attrs = {"is_cpu_op": False, "stream": _as_int(stream, src, {"id": gid, "name": kname}, "stream"),
+                 "comm_size": _tensor_bytes(ins.get("values", []), ins.get("types", [])) or _param_comms_bytes(op),
+                 _P2P[ntype][2]: peer, "comm_tag": tag}
+        if pg or group:
+            attrs["pg_name"] = str(pg or group)
+        out.append(_node(nid, name, ntype, [hid], [hid], dur, attrs, ins, src, values=False,
+                         outs=op.get("outputs", {})))
+    return out
+
+
 def _map_local(ctx, local, info, kargs, group_name, node_desc, how):
     """(global rank, group name) of the group-local rank ``local`` (see _p2p_peer)."""
     if local < 0:
@@ -737,11 +842,23 @@ def convert_pytorch_trace(host_path, kineto_path=None, *, rank=None, world_size=
         nodes.append(_node(n["id"], n["name"], ntype, data_deps.get(n["id"], []), ctrl.get(n["id"], []), dur,
                            attrs, ins, host_path, outs=n.get("outputs", {})))
     ctx = {"by_id": by_id, "children": children, "is_gpu": is_gpu, "groups": groups,
-           "rank": rank, "world": world_size, "shared": shared, "host_path": host_path}
+           "rank": rank, "world": world_size, "shared": shared, "host_path": host_path, "order": order,
+           "thread_of": thread_of, "nccl_launchers": {g[2] for g in gpu if "nccl" in g[1].lower()}}
+    spare_id = max([n["id"] for n in hnodes] + [g[0] for g in gpu], default=0) + 1  # for batched p2p's extra nodes
     for gid, kname, hid, dur, stream, pg, src, where, kargs, kind in gpu:
         launcher = by_id[hid]
         names = [launcher["name"].lower()] + [a["name"].lower() for a in _ancestors(by_id, hid, limit=7)]
-        ntype, ctype = kind if kind is not None else _comm_kind(kname, names, src, where)
+        if kind is None and launcher["name"] == _PARAM_COMMS and _batch_after(ctx, hid) is not None \
+                and "sendrecv" in kname.lower().replace("_", ""):
+            ntype, ctype = None, BATCHED_P2P  # hung on the batch's last op, before nccl:coalesced
+        else:
+            ntype, ctype = kind if kind is not None else _comm_kind(kname, names, src, where)
+        if ctype == BATCHED_P2P:
+            batch = _batched_p2p_nodes(ctx, gid, kname, hid, dur, stream, pg, src, where, kargs, spare_id)
+            spare_id += len(batch) - 1
+            nodes.extend(batch)
+            counts["p2p"] += len(batch)
+            continue
         ins = launcher.get("inputs", {})
         attrs = {"is_cpu_op": False, "stream": _as_int(stream, src, {"id": gid, "name": kname}, "stream")}
         name = f"{launcher['name']} | {kname}"
