@@ -449,3 +449,72 @@ def test_mixed_step_errors(tmp_path):
     assert main(["workload", "llm", "--preset", "llama3-8b", "--layers", "2", "--mode", "mixed", "--batch-size",
                  "4", "--prefill-chunk", "256", "--prefill-done", "256", "--prompt-len", "1024",
                  "-o", str(tmp_path / "cli")]) == 0
+
+
+# ---------------------------------------------------------------- dense first layers (DeepSeekMoE)
+
+def test_deepseek_moe_16b_preset_matches_the_published_sizes():
+    # DeepSeekMoE 16B written out again (its config: 28 layers, h 2048, 16 heads, first_k_dense_replace 1 with a
+    # dense SwiGLU FFN of 10944, then 64 routed experts (top-6) + 2 shared of 1408, vocab 102400, untied head)
+    dims = model_dims("deepseek-moe-16b")
+    assert (dims.layers, dims.moe_dense_layers, dims.ffn_hidden, dims.experts, dims.top_k, dims.moe_ffn,
+            dims.shared_experts) == (28, 1, 10944, 64, 6, 1408, 2)
+    h, V = 2048, 102400
+    attn, expert = _attn_params(h, 16, 16), 3 * h * 1408
+    dense_layer = attn + 3 * h * 10944
+    total = dense_layer + 27 * (attn + h * 64 + 66 * expert) + 2 * V * h  # embedding + LM head
+    active = dense_layer + 27 * (attn + h * 64 + 8 * expert) + 2 * V * h
+    from astra_workload_generators.llm import activated_parameter_count, parameter_count
+
+    assert parameter_count(dims) + V * h == total and activated_parameter_count(dims) + V * h == active
+    # the paper's 16.4B parameters, 2.8B activated
+    assert abs(total - 16.4e9) / 16.4e9 < 0.01 and abs(active - 2.8e9) / 2.8e9 < 0.02
+
+
+def test_dense_first_layers_flops_all_to_alls_and_gradient_sync(tmp_path):
+    tp, pp, dp, ep, M, b = 2, 2, 4, 4, 2, 1
+    moe = dict(SMALL_MOE, moe_dense_layers=1)
+    cfg = LlmConfig(tp=tp, pp=pp, dp=dp, ep=ep, micro_batches=M, micro_batch_size=b)
+    generate_llm(model_dims(**moe), cfg, tmp_path / "t")
+    ranks = _read_all(tmp_path / "t", cfg.npus)
+    h, s, k, E, f, F, V = 256, 128, 2, 8, 128, 512, 1000
+    attn = _attn_params(h, 8, 4)
+    # FLOPs: layer 0 dense (FFN of 512), layers 1-3 MoE
+    P = attn + 3 * h * F + 3 * (attn + h * E + (k + 1) * 3 * h * f) + V * h
+    seqs = dp * M * b
+    expected = 6 * P * seqs * s + 12 * 4 * s * s * h * seqs
+    assert abs(_comp_ops(ranks) - expected) / expected < 0.01
+    groups = json.loads((tmp_path / "t.groups.json").read_text())
+    for rank, nodes in enumerate(ranks):
+        p = rank // (tp * dp)
+        moe_layers = 1 if p == 0 else 2  # stage 0 holds layers 0 (dense) and 1
+        a2a = [n for n in nodes if n.type == T.COMM_COLL_NODE and n.attrs["comm_type"] == T.ALL_TO_ALL]
+        assert sum(n.attrs["comm_size"] for n in a2a) == 4 * moe_layers * M * (b * s) * k * h * BF16
+        assert not any(".l0." in n.name for n in a2a)
+        assert not any("experts" in n.attrs.get("label", "") for n in nodes if ".l0." in n.attrs.get("label", ""))
+        assert any(".l1.mb0.experts" in n.attrs.get("label", "") for n in nodes) == (p == 0)
+        ar = {n.name: n for n in nodes if n.type == T.COMM_COLL_NODE and n.attrs["comm_type"] == T.ALL_REDUCE
+              and not n.name.startswith("tp")}
+        if p == 0:  # the dense layer's gradients: attention + FFN, TP-sharded, over the full DP group
+            (l0,) = [n for name, n in ar.items() if name.endswith(".l0")]
+            assert l0.attrs["comm_size"] == (attn + 3 * h * F) // tp * BF16 and len(groups[l0.attrs["pg_name"]]) == dp
+            assert not any(name.endswith(".l0.experts") for name in ar)
+        (l1,) = [n for name, n in ar.items() if name.endswith(f".l{2 * p + 1}")]
+        assert l1.attrs["comm_size"] == ((attn + 3 * h * f) // tp + h * E) * BF16  # attention + shared + router
+    _sim(tmp_path, tmp_path / "t", cfg.npus)
+
+
+def test_dense_first_layers_from_the_cli_and_errors(tmp_path):
+    prefix = tmp_path / "out" / "g"
+    args = ["workload", "llm", "--layers", "2", "--hidden", "256", "--heads", "8", "--vocab", "1000", "--seq-len",
+            "128", "--gated", "--experts", "8", "--top-k", "2", "--moe-ffn", "128", "--dp", "2", "--ep", "2"]
+    assert main(args + ["--moe-dense-layers", "1", "-o", str(prefix)]) == 0
+    labels = [n.attrs.get("label", n.name) for n in read_et(f"{prefix}.0.et").nodes]
+    assert "fwd.l0.mb0.fc1" in labels and "fwd.l1.mb0.fc1" not in labels
+    assert "fwd.l1.mb0.experts.fc1" in labels and not any(".l0.mb0.experts" in n for n in labels)
+    _sim(tmp_path, prefix, 2)
+    assert main(args + ["--moe-dense-layers", "2", "-o", str(prefix)]) == 2  # no MoE layer left
+    with pytest.raises(ConfigError, match="--moe-dense-layers 2 leaves no MoE layer of the 2 layers"):
+        model_dims(**dict(SMALL_MOE, layers=2, moe_dense_layers=2))
+    with pytest.raises(ConfigError, match="--moe-dense-layers needs a mixture-of-experts model"):
+        model_dims(**dict(SMALL_DENSE, moe_dense_layers=1))

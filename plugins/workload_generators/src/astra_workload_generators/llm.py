@@ -15,8 +15,9 @@ causal-mask saving, as Megatron-LM counts them). The flash-attention nodes carry
 on) in ``inputs.values``, so the gpu compute model times only the lower triangle that FlashAttention computes.
 
 Mixture of experts (``experts`` > 0): every layer's FFN is ``top_k`` of ``experts`` routed experts (inner size
-``moe_ffn``) plus ``shared_experts`` always-on experts; P above becomes the *activated* parameters (attention +
-(top_k + shared) experts per layer + LM head; the router's h*E weights are not counted). Expert parallelism
+``moe_ffn``) plus ``shared_experts`` always-on experts, except the first ``moe_dense_layers``, which keep a dense
+FFN of ``ffn_hidden`` (DeepSeekMoE); P above becomes the *activated* parameters (attention + (top_k + shared)
+experts per MoE layer + dense FFNs + LM head; the router's h*E weights are counted). Expert parallelism
 ``ep`` is carved out of DP (Megatron): ``d = e + EP*q`` with EP index ``e = d % EP``; EP groups are the EP
 consecutive DP indices ``q*EP .. q*EP+EP-1`` (same t, p), expert-data-parallel groups the DP indices with the same
 ``e``. Per MoE layer and micro-batch an all-to-all dispatch before and a combine after the expert GEMMs (again in
@@ -89,10 +90,11 @@ PRESETS = {
     # Mixture of experts: 8 experts, top-2, every layer MoE (Mixtral 8x7B).
     "mixtral-8x7b": dict(layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, vocab=32000, seq_len=4096,
                          gated=True, experts=8, top_k=2, moe_ffn=14336),
-    # DeepSeekMoE 16B-style: 64 fine-grained routed experts (top-6) + 2 shared, expert inner size 1408. Every
-    # layer is MoE here (the real model's first layer is dense with ffn 10944).
+    # DeepSeekMoE 16B: 64 fine-grained routed experts (top-6) + 2 shared, expert inner size 1408; the first layer
+    # keeps a dense FFN of 10944 (its config's first_k_dense_replace = 1).
     "deepseek-moe-16b": dict(layers=28, hidden=2048, heads=16, kv_heads=16, ffn_hidden=10944, vocab=102400,
-                             seq_len=4096, gated=True, experts=64, top_k=6, moe_ffn=1408, shared_experts=2),
+                             seq_len=4096, gated=True, experts=64, top_k=6, moe_ffn=1408, shared_experts=2,
+                             moe_dense_layers=1),
 }
 MODES = ("train", "prefill", "decode", "mixed")
 
@@ -162,6 +164,7 @@ class ModelDims:
     top_k: int = 1            # experts per token
     moe_ffn: int = 0          # expert inner size (0: ffn_hidden)
     shared_experts: int = 0   # always-active experts of size moe_ffn
+    moe_dense_layers: int = 0  # MoE: the first K layers keep a dense FFN of ffn_hidden (DeepSeek first_k_dense_replace)
 
     @property
     def head_dim(self):
@@ -174,6 +177,14 @@ class ModelDims:
     @property
     def expert_ffn(self):
         return self.moe_ffn or self.ffn_hidden
+
+    def is_moe_layer(self, layer):
+        """Whether layer ``layer`` (0-based) has routed experts (the first ``moe_dense_layers`` stay dense)."""
+        return self.moe and layer >= self.moe_dense_layers
+
+    @property
+    def moe_layers(self):
+        return self.layers - self.moe_dense_layers if self.moe else 0
 
 
 @dataclass(frozen=True)
@@ -245,13 +256,18 @@ def model_dims(preset=None, **overrides) -> ModelDims:
         raise ConfigError(f"give --preset or the model dimensions; missing: {', '.join('--' + m.replace('_', '-') for m in missing)}")
     dims = ModelDims(**base)
     for k, v in asdict(dims).items():
-        if k in ("experts", "moe_ffn", "shared_experts"):
+        if k in ("experts", "moe_ffn", "shared_experts", "moe_dense_layers"):
             if not isinstance(v, int) or v < 0:
                 raise ConfigError(f"{k} must be a non-negative integer, got {v!r}")
         elif k != "gated" and (not isinstance(v, int) or v < 1):
             raise ConfigError(f"{k} must be a positive integer, got {v!r}")
     if dims.moe and dims.top_k > dims.experts:
         raise ConfigError(f"top-k {dims.top_k} exceeds the {dims.experts} experts")
+    if dims.moe_dense_layers and not dims.moe:
+        raise ConfigError("--moe-dense-layers needs a mixture-of-experts model (--experts)")
+    if dims.moe_dense_layers >= dims.layers:
+        raise ConfigError(f"--moe-dense-layers {dims.moe_dense_layers} leaves no MoE layer of the {dims.layers} "
+                          "layers (use a dense model instead)")
     if dims.hidden % dims.heads:
         raise ConfigError(f"hidden {dims.hidden} is not divisible by heads {dims.heads}")
     if dims.heads % dims.kv_heads:
@@ -268,53 +284,64 @@ def _ffn_mats(dims: ModelDims) -> int:
     return 3 if dims.gated else 2
 
 
-def dense_layer_parameters(dims: ModelDims) -> int:
-    """Per layer: attention plus the dense FFN (dense model) or the shared experts (MoE) -- synced over full DP."""
+# Per-layer parameter counts take ``moe``: whether the layer has routed experts (``dims.is_moe_layer(i)``; a
+# dense model's layers and an MoE model's first ``moe_dense_layers`` have a dense FFN of ffn_hidden instead).
+
+def dense_layer_parameters(dims: ModelDims, moe: bool = True) -> int:
+    """Per layer: attention plus the dense FFN (dense layer) or the shared experts (MoE layer) -- synced over
+    full DP."""
     h, d = dims.hidden, dims.head_dim
     attn = h * (h + 2 * dims.kv_heads * d) + h * h
-    if dims.moe:
+    if dims.moe and moe:
         return attn + dims.shared_experts * _ffn_mats(dims) * h * dims.expert_ffn
     return attn + _ffn_mats(dims) * h * dims.ffn_hidden
 
 
-def expert_layer_parameters(dims: ModelDims) -> int:
-    """Per layer: all routed experts' weights (0 for a dense model)."""
-    return dims.experts * _ffn_mats(dims) * dims.hidden * dims.expert_ffn if dims.moe else 0
+def expert_layer_parameters(dims: ModelDims, moe: bool = True) -> int:
+    """Per layer: all routed experts' weights (0 for a dense layer)."""
+    return dims.experts * _ffn_mats(dims) * dims.hidden * dims.expert_ffn if dims.moe and moe else 0
 
 
-def router_parameters(dims: ModelDims) -> int:
-    """Per layer: the MoE router (gate) ``h x E``, replicated on every TP rank (0 for a dense model)."""
-    return dims.hidden * dims.experts if dims.moe else 0
+def router_parameters(dims: ModelDims, moe: bool = True) -> int:
+    """Per layer: the MoE router (gate) ``h x E``, replicated on every TP rank (0 for a dense layer)."""
+    return dims.hidden * dims.experts if dims.moe and moe else 0
 
 
-def layer_parameters(dims: ModelDims) -> int:
-    return dense_layer_parameters(dims) + expert_layer_parameters(dims) + router_parameters(dims)
+def layer_parameters(dims: ModelDims, moe: bool = True) -> int:
+    return dense_layer_parameters(dims, moe) + expert_layer_parameters(dims, moe) + router_parameters(dims, moe)
 
 
-def activated_layer_parameters(dims: ModelDims) -> int:
-    if not dims.moe:
-        return layer_parameters(dims)
+def activated_layer_parameters(dims: ModelDims, moe: bool = True) -> int:
+    if not (dims.moe and moe):
+        return layer_parameters(dims, False)
     return (dense_layer_parameters(dims) + dims.top_k * _ffn_mats(dims) * dims.hidden * dims.expert_ffn
             + router_parameters(dims))
 
 
-def layer_shards(dims: ModelDims, cfg: "LlmConfig"):
+def layer_shards(dims: ModelDims, cfg: "LlmConfig", moe: bool = True):
     """(dense, expert) parameters of one layer on one rank: the dense part is TP-sharded (plus the replicated
     router) and synced over DP; with EP > 1 this rank's E/EP experts (TP-sharded) are synced over expert-DP."""
-    router = router_parameters(dims)
+    router = router_parameters(dims, moe)
     if cfg.ep == 1:
-        return (dense_layer_parameters(dims) + expert_layer_parameters(dims)) // cfg.tp + router, 0
-    return dense_layer_parameters(dims) // cfg.tp + router, expert_layer_parameters(dims) // cfg.ep // cfg.tp
+        return (dense_layer_parameters(dims, moe) + expert_layer_parameters(dims, moe)) // cfg.tp + router, 0
+    return (dense_layer_parameters(dims, moe) // cfg.tp + router,
+            expert_layer_parameters(dims, moe) // cfg.ep // cfg.tp)
+
+
+def _over_layers(dims: ModelDims, per_layer) -> int:
+    """``per_layer(dims, moe)`` summed over the model's layers (MoE and dense layers)."""
+    dense = dims.layers - dims.moe_layers
+    return dims.moe_layers * per_layer(dims, True) + (dense * per_layer(dims, False) if dense else 0)
 
 
 def parameter_count(dims: ModelDims, tp: int = 1) -> int:
     """Matmul parameters: all layers (all experts) plus the LM head (vocab padded to TP)."""
-    return dims.layers * layer_parameters(dims) + padded_vocab(dims, tp) * dims.hidden
+    return _over_layers(dims, layer_parameters) + padded_vocab(dims, tp) * dims.hidden
 
 
 def activated_parameter_count(dims: ModelDims, tp: int = 1) -> int:
     """Matmul parameters a token passes through (P of the 6*P*tokens rule; = parameter_count for dense models)."""
-    return dims.layers * activated_layer_parameters(dims) + padded_vocab(dims, tp) * dims.hidden
+    return _over_layers(dims, activated_layer_parameters) + padded_vocab(dims, tp) * dims.hidden
 
 
 def training_flops(dims: ModelDims, sequences: int, tp: int = 1) -> int:
@@ -1060,7 +1087,7 @@ class _StageBuilder:
         if ew:
             self.dropout_add(lab + ".attn_out")
             self.layer_norm(lab + ".ln2")
-        if dims.moe:
+        if dims.is_moe_layer(layer):
             if sp:
                 self._tp("ag", lab + ".mlp_in")
             self.moe_forward(lab)
@@ -1150,7 +1177,7 @@ class _StageBuilder:
         if ew:  # the residual stream's gradient through the MLP branch's dropout (before any SP gather)
             self.dropout_bwd(lab + ".mlp_out", deps)
         overlap = cfg.tp_comm_overlap  # (the ring helpers: dgrad GEMMs in chunks, wgrad after)
-        if overlap and not dims.moe:
+        if overlap and not dims.is_moe_layer(layer):
             if self.fp8_cast(lab + ".fc2.dgrad", n, h, deps) is not None:  # FP8: the output gradient
                 deps = []
             self.ag_mm(lab + ".mlp_out", lab + ".fc2.dgrad", n, h, ff, deps)
@@ -1164,7 +1191,7 @@ class _StageBuilder:
         else:
             if sp and self._tp("ag", lab + ".mlp_out", deps) is not None:
                 deps = []
-            if dims.moe:
+            if dims.is_moe_layer(layer):
                 self.moe_backward(lab, deps)
             else:
                 if self.fp8_cast(lab + ".fc2.dgrad", n, h, deps) is not None:
@@ -1344,11 +1371,10 @@ class _StageBuilder:
         V = cfg.virtual_stages
         per_chunk = dims.layers // (P * V)
         vocab = padded_vocab(dims, cfg.tp) // cfg.tp
-        lp, elp = layer_shards(dims, cfg)
         n, h = self.tokens, dims.hidden
         M = cfg.micro_batches
         params = {"embedding": (vocab * h, 0), "head": (vocab * h, 0)}
-        params.update({f"l{i}": (lp, elp) for i in range(dims.layers)})
+        params.update({f"l{i}": layer_shards(dims, cfg, dims.is_moe_layer(i)) for i in range(dims.layers)})
         z3 = {}  # (chunk, phase) -> {unit: gather ids}; ZeRO-3 gathers once per step per phase (reused by mbs)
         steps = cfg.steps
         token_tags = 2 * M * V * steps  # decode: next-token messages (last stage -> first) use tags from here
@@ -1422,6 +1448,7 @@ class _StageBuilder:
                     self.layer_backward(layer, mb, deps)
                     deps = []
                     if mb == M - 1:
+                        lp, elp = params[f"l{layer}"]
                         self.grad_sync(f"l{layer}", lp)
                         self.grad_sync(f"l{layer}.experts", elp, "edp")
                 self.fp8_amax(f"bwd{cs}.mb{mb}", len(layers), backward=True)
@@ -1444,13 +1471,15 @@ class _StageBuilder:
         virtual stage), TP-sharded, and under ZeRO >= 1 also sharded over the (expert-)DP group."""
         dims, cfg, p, P, V = self.dims, self.cfg, self.p, self.cfg.pp, self.cfg.virtual_stages
         vocab = padded_vocab(dims, cfg.tp) // cfg.tp
-        lp, elp = layer_shards(dims, cfg)
         per_chunk = dims.layers // (P * V)
         dense = expert = 0
         for ch in range(V):
             v = ch * P + p
-            dense += per_chunk * lp + vocab * dims.hidden * ((v == 0) + (v == P * V - 1))
-            expert += per_chunk * elp
+            dense += vocab * dims.hidden * ((v == 0) + (v == P * V - 1))
+            for layer in range(v * per_chunk, (v + 1) * per_chunk):
+                lp, elp = layer_shards(dims, cfg, dims.is_moe_layer(layer))
+                dense += lp
+                expert += elp
         if cfg.zero:
             dense = -(-dense // self._group_size(self.dgroup))
             if expert:
@@ -1547,7 +1576,9 @@ def add_llm_command(sub):
         p.add_argument(f"--{flag}", type=positive_int, metavar="N", help=f"{what} (overrides the preset)")
     for flag, what in (("experts", "routed experts E (mixture of experts; default: the preset's, else dense)"),
                        ("top-k", "experts per token K"), ("moe-ffn", "expert FFN inner size (default: ffn hidden)"),
-                       ("shared-experts", "always-active shared experts S of size moe-ffn")):
+                       ("shared-experts", "always-active shared experts S of size moe-ffn"),
+                       ("moe-dense-layers", "the first N layers keep a dense FFN of ffn-hidden (DeepSeekMoE's "
+                        "first_k_dense_replace, Megatron's --moe-layer-freq with leading zeros; default 0)")):
         p.add_argument(f"--{flag}", type=positive_int if flag == "top-k" else non_negative_int, metavar="N",
                        help=f"{what} (overrides the preset)")
     p.add_argument("--gated", action=argparse.BooleanOptionalAction, default=None,
@@ -1643,7 +1674,7 @@ def _cmd_llm(args):
     dims = model_dims(args.preset, layers=args.layers, hidden=args.hidden, heads=args.heads,
                       kv_heads=args.kv_heads, ffn_hidden=args.ffn_hidden, vocab=args.vocab, seq_len=args.seq_len,
                       gated=args.gated, experts=args.experts, top_k=args.top_k, moe_ffn=args.moe_ffn,
-                      shared_experts=args.shared_experts)
+                      shared_experts=args.shared_experts, moe_dense_layers=args.moe_dense_layers)
     mbs = args.micro_batch_size
     if args.batch_size is not None:
         if args.mode == "train":
