@@ -518,3 +518,132 @@ def test_dense_first_layers_from_the_cli_and_errors(tmp_path):
         model_dims(**dict(SMALL_MOE, layers=2, moe_dense_layers=2))
     with pytest.raises(ConfigError, match="--moe-dense-layers needs a mixture-of-experts model"):
         model_dims(**dict(SMALL_DENSE, moe_dense_layers=1))
+
+
+# ---------------------------------------------------------------- expert load distributions (--moe-expert-load)
+
+def _expert_rows(nodes):
+    return {json.loads(n.inputs_shapes)[0][0] for n in nodes
+            if n.attrs.get("label", "").endswith(".experts.fc1") and n.attrs["label"].startswith("fwd")}
+
+
+def _a2a_sizes(nodes):
+    return {n.attrs["comm_size"] for n in nodes if n.type == T.COMM_COLL_NODE and n.attrs["comm_type"] == T.ALL_TO_ALL}
+
+
+def test_expert_load_specs():
+    from astra_workload_generators.llm import parse_expert_load
+
+    assert parse_expert_load("1,2,0,1", 4, 3) == ((1.0, 2.0, 0.0, 1.0),)
+    zipf = parse_expert_load("zipf:1", 4, 3)
+    assert zipf == ((1.0, 1 / 2, 1 / 3, 1 / 4),)
+    dealt = parse_expert_load("zipf:1:5", 4, 3)
+    assert len(dealt) == 3 and all(sorted(w) == sorted(zipf[0]) for w in dealt)  # the same loads, dealt per layer
+    assert len(set(dealt)) > 1 and parse_expert_load("zipf:1:5", 4, 3) == dealt  # differ by layer, reproducible
+    assert parse_expert_load("zipf:0", 4, 1) == ((1.0,) * 4,)
+
+
+def test_expert_load_spec_errors(tmp_path):
+    from astra_workload_generators.llm import parse_expert_load
+
+    (tmp_path / "two.json").write_text("[[1, 2], [3, 4]]")
+    (tmp_path / "bad.json").write_text("[1, 2,")
+    for spec, match in [("1,2,3", "expected the loads of the 4 experts, got 3"),
+                        ("1,-2,3,4", "finite numbers >= 0"), ("0,0,0,0", "not all 0"),
+                        ("1,x,2,3", "expected E comma-separated numbers"), ("zipf:", "expected zipf:S"),
+                        ("zipf:-1", "expected zipf:S"), ("zipf:1:2:3", "expected zipf:S"),
+                        (str(tmp_path / "two.json"), "2 lists of expert loads, expected 1 .* or one per MoE layer "
+                                                     r"\(3\)"),
+                        (str(tmp_path / "bad.json"), "bad.json: not valid JSON"),
+                        (str(tmp_path / "none.json"), "cannot read it")]:
+        with pytest.raises(ConfigError, match=match):
+            parse_expert_load(spec, 4, 3)
+    # the API checks what it is given too (SMALL_MOE: 4 MoE layers of 8 experts)
+    for load, imbalance, match in [(((1,) * 8,) * 2, 1.0, r"expected 1 or 4 \(MoE layers\) lists of 8 expert loads"),
+                                   (((1,) * 7,), 1.0, "lists of 8 expert loads"),
+                                   (((0,) * 8,), 1.0, "not all 0"), (((1,) * 8,), 1.5, "give one")]:
+        with pytest.raises(ConfigError, match=match):
+            generate_llm(model_dims(**SMALL_MOE), LlmConfig(moe_expert_load=load, moe_imbalance=imbalance), "x",
+                         write=False)
+
+
+def test_ep_loads_round_and_cap():
+    from astra_workload_generators.llm import ep_loads
+
+    dims = model_dims(**SMALL_MOE)  # 8 experts, top-2
+    cfg = LlmConfig(dp=4, ep=4, moe_expert_load=((3, 1, 1, 1, 1, 1, 0, 0),))
+    # 100 tokens x 2 = 200 copies: 75, 25 x 5 (exact), 0, 0 -> EP ranks (2 experts each): 100, 50, 50, 0
+    assert ep_loads(dims, cfg, 100, 0) == (100, 50, 50, 0)
+    # 7 tokens x 2 = 14 copies: exact 5.25, 1.75 x 5, 0, 0 -> floors 5, 1 x 5 (10), the 4 largest remainders
+    # (0.75 each, lowest expert first) get one more: 5, 2, 2, 2, 2, 1, 0, 0
+    assert ep_loads(dims, cfg, 7, 0) == (7, 4, 3, 0)
+    # capacity ceil(100 x 2 / 8 x 1.0) = 25: expert 0 drops 50 copies; padded: every expert 25
+    assert ep_loads(dims, LlmConfig(dp=4, ep=4, moe_expert_load=cfg.moe_expert_load, moe_capacity_factor=1.0),
+                    100, 0) == (50, 50, 50, 0)
+    assert ep_loads(dims, LlmConfig(dp=4, ep=4, moe_expert_load=cfg.moe_expert_load, moe_capacity_factor=1.0,
+                                    moe_pad_to_capacity=True), 100, 0) == (50, 50, 50, 50)
+
+
+def test_uniform_expert_load_is_balanced_routing(tmp_path):
+    cfg = dict(tp=2, pp=2, dp=4, ep=4, micro_batches=2, micro_batch_size=1, sequence_parallel=True)
+    generate_llm(model_dims(**SMALL_MOE), LlmConfig(**cfg), tmp_path / "b")
+    generate_llm(model_dims(**SMALL_MOE), LlmConfig(**cfg, moe_expert_load=((2,) * 8,)), tmp_path / "u")
+    for r in range(16):
+        assert (tmp_path / f"b.{r}.et").read_bytes() == (tmp_path / f"u.{r}.et").read_bytes()
+
+
+def test_skewed_expert_load_rows_all_to_alls_flops_and_straggler(tmp_path):
+    """zipf:1 over 8 experts on 4 EP ranks: EP rank j holds experts 2j, 2j+1, so its share is (1/(2j+1) +
+    1/(2j+2)) / H8. Each EP rank computes EP x its share of a rank's copies; every all-to-all is timed by the
+    busiest rank (per-peer message: the largest share); the FLOPs over all ranks stay the balanced ones; the
+    step is as slow as --moe-imbalance with the busiest rank's factor."""
+    tp, dp, ep, M, b, s, K, h = 1, 4, 4, 2, 2, 128, 2, 256
+    moe = dict(SMALL_MOE, moe_dense_layers=1)
+    dims = model_dims(**moe)
+    copies = b * s * K  # 512 per rank and layer
+    w = [1 / (e + 1) for e in range(8)]
+    share = [(w[2 * j] + w[2 * j + 1]) / sum(w) for j in range(4)]
+    base = LlmConfig(tp=tp, dp=dp, ep=ep, micro_batches=M, micro_batch_size=b)
+    skew = LlmConfig(tp=tp, dp=dp, ep=ep, micro_batches=M, micro_batch_size=b,
+                     moe_expert_load=parse_spec("zipf:1", dims))
+    generate_llm(dims, base, tmp_path / "b")
+    generate_llm(dims, skew, tmp_path / "z")
+    ranks = _read_all(tmp_path / "z", 4)
+    busiest = max(r for nodes in ranks for r in _expert_rows(nodes))  # EP rank 0's: EP x its share of copies
+    for r, nodes in enumerate(ranks):
+        (rows,) = _expert_rows(nodes)
+        assert abs(rows - 4 * copies * share[r]) <= 4  # EP x (its share, rounded to whole copies per expert)
+        assert _a2a_sizes(nodes) == {busiest * h * BF16}  # EP peers x the largest per-peer message
+    assert sum(r for nodes in ranks for r in _expert_rows(nodes)) == 4 * copies  # every copy computed once
+    assert _comp_ops(ranks) == _comp_ops(_read_all(tmp_path / "b", 4))
+    straggler = LlmConfig(tp=tp, dp=dp, ep=ep, micro_batches=M, micro_batch_size=b, moe_imbalance=4 * share[0])
+    generate_llm(dims, straggler, tmp_path / "i")
+    t_b, t_z, t_i = (_sim(tmp_path, tmp_path / x, 4).max_finish_ns for x in "bzi")
+    assert t_z > 1.05 * t_b and abs(t_z - t_i) / t_i < 0.01
+
+
+def parse_spec(spec, dims):
+    from astra_workload_generators.llm import parse_expert_load
+
+    return parse_expert_load(spec, dims.experts, dims.moe_layers)
+
+
+def test_expert_load_from_a_json_file_per_layer_on_the_cli(tmp_path):
+    # 3 MoE layers after a dense one; layer-specific loads: all on EP rank 0, balanced, all on EP rank 1
+    loads = [[1, 1, 0, 0], [1, 1, 1, 1], [0, 0, 1, 1]]
+    (tmp_path / "loads.json").write_text(json.dumps(loads))
+    prefix = tmp_path / "out" / "g"
+    args = ["workload", "llm", "--layers", "4", "--hidden", "256", "--heads", "8", "--vocab", "1000", "--seq-len",
+            "128", "--gated", "--experts", "4", "--top-k", "2", "--moe-ffn", "128", "--dp", "2", "--ep", "2",
+            "--moe-dense-layers", "1", "-o", str(prefix)]
+    assert main(args + ["--moe-expert-load", str(tmp_path / "loads.json")]) == 0
+    copies = 128 * 2
+    for e in (0, 1):
+        nodes = read_et(f"{prefix}.{e}.et").nodes
+        rows = {n.attrs["label"].split(".")[1]: json.loads(n.inputs_shapes)[0][0] for n in nodes
+                if n.attrs.get("label", "").endswith(".experts.fc1") and n.attrs["label"].startswith("fwd")}
+        assert rows == {"l1": 2 * copies if e == 0 else 0, "l2": copies, "l3": 0 if e == 0 else 2 * copies}
+    _sim(tmp_path, prefix, 2)
+    assert main(args + ["--moe-expert-load", "1,2,3"]) == 2
+    assert main(args + ["--moe-expert-load", "zipf:1", "--moe-imbalance", "1.5"]) == 2
+    assert main(args[:10] + ["-o", str(prefix), "--moe-expert-load", "zipf:1"]) == 2  # a dense model

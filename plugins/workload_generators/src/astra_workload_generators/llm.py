@@ -28,7 +28,9 @@ rank's token copies (C < 1 drops the rest); with ``moe_pad_to_capacity`` every e
 (padding), so the all-to-all bytes and the expert GEMM rows (and FLOPs) are ``experts * capacity`` instead of
 ``tokens * top_k`` (see :func:`routed_rows`). ``moe_imbalance`` F (dropless only): the busiest EP rank receives F
 times the balanced load, and since every rank waits for it in the combine all-to-all, every rank is timed as that
-rank: expert rows and all-to-all bytes ``ceil(tokens * top_k * F)``.
+rank: expert rows and all-to-all bytes ``ceil(tokens * top_k * F)``. ``moe_expert_load`` (see
+:func:`parse_expert_load`, :func:`ep_loads`): the experts' relative loads; each EP rank computes its own experts'
+rows and the all-to-alls are timed by their busiest rank.
 
 ZeRO-3 (``zero=3``): per unit (layer, embedding, LM head) one parameter all-gather before its first forward
 and one before its first backward per step (reused by all micro-batches), one gradient reduce-scatter after its
@@ -218,6 +220,8 @@ class LlmConfig:
     moe_capacity_factor: float | None = None  # MoE: expert capacity = ceil(tokens*top_k/E * C); None: dropless
     moe_pad_to_capacity: bool = False  # MoE: pad every expert's input to its capacity
     moe_imbalance: float = 1.0      # MoE dropless: busiest EP rank's token copies / the balanced share (>= 1)
+    moe_expert_load: tuple = ()     # MoE: the experts' relative loads, one tuple of E for every MoE layer or one
+    #                                 per MoE layer (see parse_expert_load); () = balanced routing
     comm_sms: tuple = ()            # ((key, SMs), ...): comm_sms attribute per kind of communication (see --comm-sms)
 
     @property
@@ -393,6 +397,92 @@ def routed_rows(dims: ModelDims, cfg: "LlmConfig", tokens: int) -> int:
     if cfg.moe_pad_to_capacity:
         return dims.experts * capacity
     return min(copies, dims.experts * capacity)
+
+
+def parse_expert_load(spec, experts, moe_layers):
+    """``--moe-expert-load``: the E experts' relative token loads, as a tuple of per-MoE-layer tuples (one tuple
+    when every MoE layer has the same loads). ``spec``:
+
+    - ``w0,w1,...`` (E non-negative numbers, any scale): every MoE layer;
+    - ``zipf:S`` (S >= 0): expert e's load is ``(e + 1) ** -S``, every layer; experts sit on the EP ranks in
+      order (rank j holds experts j*E/EP..), so EP rank 0 is the busiest, the worst placement;
+    - ``zipf:S:SEED``: the same loads, dealt to the experts in a random order per MoE layer (Python's
+      ``random.Random(SEED + layer)``), so the hot experts differ from layer to layer;
+    - ``FILE.json``: a list of E numbers (every layer), or a list of one such list per MoE layer (in layer order),
+      e.g. token counts per expert logged from a real router."""
+    import random
+
+    where = f"--moe-expert-load {spec!r}"
+    if spec.endswith(".json"):
+        try:
+            with open(spec) as fh:
+                data = json.load(fh)
+        except OSError as exc:
+            raise ConfigError(f"{where}: cannot read it: {exc.strerror or exc}") from None
+        except ValueError as exc:
+            raise ConfigError(f"{spec}: not valid JSON: {exc}") from None
+        where = spec
+        rows = data if isinstance(data, list) and data and all(isinstance(r, list) for r in data) else [data]
+        if len(rows) not in (1, moe_layers):
+            raise ConfigError(f"{spec}: {len(rows)} lists of expert loads, expected 1 (every MoE layer) or one per "
+                              f"MoE layer ({moe_layers})")
+    elif spec.startswith("zipf:"):
+        parts = spec.split(":")[1:]
+        try:
+            skew = float(parts[0])
+            seed = int(parts[1]) if len(parts) == 2 else None
+        except (ValueError, IndexError):
+            raise ConfigError(f"{where}: expected zipf:S or zipf:S:SEED (S a number >= 0, SEED an integer)") \
+                from None
+        if len(parts) > 2 or not skew >= 0 or math.isinf(skew):
+            raise ConfigError(f"{where}: expected zipf:S or zipf:S:SEED (S a number >= 0, SEED an integer)")
+        base = [(e + 1) ** -skew for e in range(experts)]
+        if seed is None:
+            rows = [base]
+        else:
+            rows = []
+            for layer in range(moe_layers):
+                dealt = list(base)
+                random.Random(seed + layer).shuffle(dealt)
+                rows.append(dealt)
+    else:
+        try:
+            rows = [[float(x) for x in spec.split(",")]]
+        except ValueError:
+            raise ConfigError(f"{where}: expected E comma-separated numbers, zipf:S[:SEED] or a .json file") \
+                from None
+    out = []
+    for i, row in enumerate(rows):
+        what = where if len(rows) == 1 else f"{where}: MoE layer {i}"
+        if not isinstance(row, list) or len(row) != experts:
+            raise ConfigError(f"{what}: expected the loads of the {experts} experts, got "
+                              f"{len(row) if isinstance(row, list) else type(row).__name__}")
+        if any(isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 <= w < math.inf for w in row) \
+                or not sum(row) > 0:
+            raise ConfigError(f"{what}: expert loads must be finite numbers >= 0, not all 0")
+        out.append(tuple(float(w) for w in row))
+    return tuple(out)
+
+
+def ep_loads(dims: ModelDims, cfg: "LlmConfig", tokens: int, moe_index: int):
+    """``--moe-expert-load``: the token copies one rank sends to each EP rank's experts in MoE layer
+    ``moe_index`` (a tuple of EP ints). Every rank routes its ``tokens * top_k`` copies by the same loads (rounded
+    to whole copies by largest remainder, so they add up); a capacity factor caps each expert at its capacity
+    (the hot experts drop), padding fills every expert to it. EP rank j's experts then compute
+    ``EP * loads[j]`` rows."""
+    table = cfg.moe_expert_load
+    w = table[moe_index] if len(table) > 1 else table[0]
+    copies, total = tokens * dims.top_k, sum(w)
+    exact = [copies * x / total for x in w]
+    per_expert = [math.floor(x) for x in exact]
+    short = copies - sum(per_expert)
+    for e in sorted(range(len(w)), key=lambda e: (per_expert[e] - exact[e], e))[:short]:
+        per_expert[e] += 1
+    capacity = expert_capacity(dims, cfg, tokens)
+    if capacity is not None:
+        per_expert = [capacity if cfg.moe_pad_to_capacity else min(c, capacity) for c in per_expert]
+    per_rank = dims.experts // cfg.ep
+    return tuple(sum(per_expert[j * per_rank:(j + 1) * per_rank]) for j in range(cfg.ep))
 
 
 def rank_of(cfg: LlmConfig, t, d, p, c=0):
@@ -573,6 +663,17 @@ def _check(dims: ModelDims, cfg: LlmConfig):
     if f != 1 and c is not None:
         raise ConfigError("--moe-imbalance is for dropless routing; with --moe-capacity-factor every expert's load "
                           "is capped at its capacity (use --moe-pad-to-capacity for the capped worst case)")
+    if cfg.moe_expert_load:
+        if not dims.moe:
+            raise ConfigError("--moe-expert-load needs a mixture-of-experts model (--experts)")
+        if f != 1:
+            raise ConfigError("--moe-expert-load and --moe-imbalance are two models of the same thing; give one")
+        table = cfg.moe_expert_load
+        if len(table) not in (1, dims.moe_layers) or any(len(w) != dims.experts for w in table):
+            raise ConfigError(f"--moe-expert-load: expected 1 or {dims.moe_layers} (MoE layers) lists of "
+                              f"{dims.experts} expert loads")
+        if any(not sum(w) > 0 or min(w) < 0 for w in table):
+            raise ConfigError("--moe-expert-load: expert loads must be numbers >= 0, not all 0")
     known = COMM_SMS_GROUPS + TE_OVERLAP_NAMES
     for key, sms in cfg.comm_sms:
         if key not in known:
@@ -651,8 +752,10 @@ class _StageBuilder:
     """The node graph of one pipeline stage, identical for every rank of the stage except for rank-specific
     attributes (``pg_name``, ``comm_src``/``comm_dst``), which are appended per rank as trailing attributes."""
 
-    def __init__(self, dims: ModelDims, cfg: LlmConfig, stage: int):
+    def __init__(self, dims: ModelDims, cfg: LlmConfig, stage: int, ep_index: int = 0):
         self.dims, self.cfg, self.p = dims, cfg, stage
+        self.e = ep_index  # this graph's EP index (--moe-expert-load gives each EP index its own graph)
+
         self.nbytes, tname = DTYPES[cfg.dtype]
         self.ttype = f"Tensor({tname})"
         self.items = []  # (static bytes, dynamic key or None)
@@ -1090,7 +1193,7 @@ class _StageBuilder:
         if dims.is_moe_layer(layer):
             if sp:
                 self._tp("ag", lab + ".mlp_in")
-            self.moe_forward(lab)
+            self.moe_forward(lab, layer)
             self._tp("rs" if sp else "ar", lab + ".mlp_out")
         else:
             self.ag_mm(lab + ".mlp_in", lab + ".fc1", n, h, f1)
@@ -1099,16 +1202,38 @@ class _StageBuilder:
         if ew:
             self.dropout_add(lab + ".mlp_out")
 
-    def _a2a(self, label, deps=()):
-        if self.cfg.ep > 1:
-            return self.coll(f"ep_a2a.{label}", T.ALL_TO_ALL, self.a2a_bytes, "ep", deps)
-        return None
+    def _a2a(self, label, layer, deps=()):
+        """An expert all-to-all (EP > 1; returns whether there is one). Balanced routing: ``a2a_bytes`` per rank.
+        With ``--moe-expert-load`` it is an all-to-all-v: rank e sends ``loads[j]`` token copies to EP rank j
+        (:func:`ep_loads`) and gets ``loads[e]`` from each in the dispatch, the reverse in the combine. Its time
+        is set by the busiest receiver (dispatch) or sender (combine), whose EP - 1 messages all carry
+        ``max(loads)`` copies, so it is timed as the all-to-all whose per-peer message has that size:
+        ``comm_size = EP * max(loads) * h * bytes`` on every rank (balanced loads: ``a2a_bytes``)."""
+        cfg = self.cfg
+        if cfg.ep == 1:
+            return False
+        size = self.a2a_bytes
+        if cfg.moe_expert_load:
+            size = cfg.ep * max(self.ep_loads(layer)) * self.dims.hidden * self.nbytes
+        self.coll(f"ep_a2a.{label}", T.ALL_TO_ALL, size, "ep", deps)
+        return True
 
-    def moe_forward(self, lab):
+    def ep_loads(self, layer):
+        """Token copies this rank sends to each EP rank's experts in ``layer`` (see :func:`ep_loads`)."""
+        return ep_loads(self.dims, self.cfg, self.tokens, layer - self.dims.moe_dense_layers)
+
+    def expert_rows(self, layer):
+        """Token copies this rank's experts compute in ``layer``: :func:`routed_rows` (balanced routing, or the
+        --moe-imbalance straggler), or with --moe-expert-load EP x its share from every rank."""
+        if not self.cfg.moe_expert_load:
+            return self.routed
+        return self.cfg.ep * self.ep_loads(layer)[self.e]
+
+    def moe_forward(self, lab, layer):
         """The router (gate GEMM + softmax over the experts) on this rank's tokens (split over TP with sequence
         parallelism, replicated without); shared experts on every token; all-to-all dispatch; the routed experts
         as one grouped GEMM over the token copies this rank receives (balanced routing: tokens*top_k, or
-        :func:`routed_rows` with a capacity factor); all-to-all combine."""
+        :func:`routed_rows` with a capacity factor; :meth:`expert_rows`); all-to-all combine."""
         dims, tp, n, h = self.dims, self.cfg.tp, self.tokens, self.dims.hidden
         mf = dims.expert_ffn // tp
         gm = 2 if dims.gated else 1
@@ -1122,21 +1247,21 @@ class _StageBuilder:
             self.act_fwd(lab + ".shared.fc1", n, sf)
             self.fp8_cast(lab + ".shared.fc2", n, sf)
             self.mm(lab + ".shared.fc2", n, sf, h)
-        self._a2a(lab + ".dispatch")
-        nk = self.routed
+        self._a2a(lab + ".dispatch", layer)
+        nk = self.expert_rows(layer)
         self.fp8_cast(lab + ".experts.fc1", nk, h)
         self.mm(lab + ".experts.fc1", nk, h, gm * mf)
         self.act_fwd(lab + ".experts.fc1", nk, mf)
         self.fp8_cast(lab + ".experts.fc2", nk, mf)
         self.mm(lab + ".experts.fc2", nk, mf, h)
-        self._a2a(lab + ".combine")
+        self._a2a(lab + ".combine", layer)
 
-    def moe_backward(self, lab, deps=()):
+    def moe_backward(self, lab, layer, deps=()):
         dims, tp, n, h = self.dims, self.cfg.tp, self.tokens, self.dims.hidden
         mf = dims.expert_ffn // tp
         f1 = (2 if dims.gated else 1) * mf
-        nk = self.routed
-        if self._a2a(lab + ".combine", deps) is not None:
+        nk = self.expert_rows(layer)
+        if self._a2a(lab + ".combine", layer, deps):
             deps = ()
         if self.fp8_cast(lab + ".experts.fc2.dgrad", nk, h, deps) is not None:  # FP8: the output gradients
             deps = ()
@@ -1146,7 +1271,7 @@ class _StageBuilder:
         self.fp8_cast(lab + ".experts.fc1.dgrad", nk, f1)
         self.mm(lab + ".experts.fc1.dgrad", nk, f1, h)
         self.mm(lab + ".experts.fc1.wgrad", h, nk, f1)
-        self._a2a(lab + ".dispatch")
+        self._a2a(lab + ".dispatch", layer)
         if dims.shared_experts:
             sf, sf1 = dims.shared_experts * mf, dims.shared_experts * f1
             self.fp8_cast(lab + ".shared.fc2.dgrad", n, h)
@@ -1192,7 +1317,7 @@ class _StageBuilder:
             if sp and self._tp("ag", lab + ".mlp_out", deps) is not None:
                 deps = []
             if dims.is_moe_layer(layer):
-                self.moe_backward(lab, deps)
+                self.moe_backward(lab, layer, deps)
             else:
                 if self.fp8_cast(lab + ".fc2.dgrad", n, h, deps) is not None:
                     deps = []
@@ -1523,7 +1648,8 @@ def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True):
     """Write ``PREFIX.<rank>.et`` for every rank and ``PREFIX.groups.json``; returns a summary dict.
 
     Ranks of one pipeline stage share their graph: it is encoded once per stage and each rank only appends its
-    own ``pg_name`` / ``comm_src`` / ``comm_dst`` attributes."""
+    own ``pg_name`` / ``comm_src`` / ``comm_dst`` attributes. With ``--moe-expert-load`` each EP index of a stage
+    has its own graph (its experts compute their own rows)."""
     _check(dims, cfg)
     gids, groups = comm_groups(cfg)
     prefix = str(prefix)
@@ -1534,12 +1660,14 @@ def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True):
     meta = make_metadata(attrs={"generator": "astra workload llm"}).SerializeToString()
     head = encode_varint(len(meta)) + meta
     nodes_per_stage = []
+    per_ep = cfg.ep if cfg.moe_expert_load else 1
     for p in range(cfg.pp):
-        items = _StageBuilder(dims, cfg, p).build()
-        nodes_per_stage.append(len(items))
-        keys = sorted({dyn for _, dyn in items if dyn is not None})
+        graphs = [_StageBuilder(dims, cfg, p, e).build() for e in range(per_ep)]
+        nodes_per_stage.append(len(graphs[0]))
+        keys = sorted({dyn for items in graphs for _, dyn in items if dyn is not None})
         for t, d, c in ((t, d, c) for t in range(cfg.tp) for d in range(cfg.dp) for c in range(cfg.cp)):
             rank = rank_of(cfg, t, d, p, c)
+            items = graphs[d % per_ep]
             suffix = {k: _dyn_bytes(k, rank, cfg, gids) for k in keys}
             chunks = [head]
             for raw, dyn in items:
@@ -1598,6 +1726,12 @@ def add_llm_command(sub):
     p.add_argument("--moe-imbalance", type=float, default=1.0, metavar="F",
                    help="dropless MoE: the busiest EP rank gets F x the balanced token copies; every rank is timed "
                    "as that straggler (expert rows and all-to-all bytes x F; default 1, balanced)")
+    p.add_argument("--moe-expert-load", metavar="SPEC",
+                   help="MoE: the experts' relative token loads instead of balanced routing: E comma-separated "
+                   "numbers, zipf:S (expert e gets (e+1)^-S; EP rank 0 holds the hottest), zipf:S:SEED (the same "
+                   "loads dealt at random to the experts of each MoE layer), or a .json list of E loads or of one "
+                   "list per MoE layer (e.g. logged router counts). Each EP rank computes its experts' rows; the "
+                   "all-to-alls are timed by their busiest rank (per-peer message: the largest EP rank's share)")
     p.add_argument("--mode", choices=MODES, default="train",
                    help="train (default), or one inference step: prefill (forward over the prompt), decode "
                    "(one token per sequence against a KV cache of prompt-len + decode-len) or mixed (continuous "
@@ -1689,6 +1823,11 @@ def _cmd_llm(args):
             raise ConfigError("--tp-overlap-config needs --tp-comm-overlap (it sets the userbuffers overlaps' SMs)")
         comm_sms.update(load_tp_overlap_sms(args.tp_overlap_config))
     comm_sms.update(parse_comm_sms(args.comm_sms))
+    load = ()
+    if args.moe_expert_load is not None:
+        if not dims.moe:
+            raise ConfigError("--moe-expert-load needs a mixture-of-experts model (--experts)")
+        load = parse_expert_load(args.moe_expert_load, dims.experts, dims.moe_layers)
     cfg = LlmConfig(tp=args.tp, pp=args.pp, dp=args.dp, micro_batches=args.micro_batches,
                     micro_batch_size=mbs, sequence_parallel=args.sequence_parallel,
                     zero=args.zero, recompute=args.recompute, dtype=args.dtype, tflops=args.tflops, ep=args.ep,
@@ -1699,7 +1838,8 @@ def _cmd_llm(args):
                     causal=args.causal, dropout=args.dropout, gemm_dtype=args.gemm_dtype,
                     overlap_param_gather=args.overlap_param_gather, tp_comm_overlap=args.tp_comm_overlap,
                     moe_capacity_factor=args.moe_capacity_factor, moe_pad_to_capacity=args.moe_pad_to_capacity,
-                    moe_imbalance=args.moe_imbalance, comm_sms=tuple(sorted(comm_sms.items())))
+                    moe_imbalance=args.moe_imbalance, moe_expert_load=load,
+                    comm_sms=tuple(sorted(comm_sms.items())))
     s = generate_llm(dims, cfg, args.output)
     print(f"{s['npus']} ranks, {s['parameters'] / 1e9:.2f}B matmul parameters "
           f"({s['activated_parameters'] / 1e9:.2f}B activated), {s['flops'] / 1e15:.4f} PFLOP "
