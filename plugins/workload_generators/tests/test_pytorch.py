@@ -489,6 +489,26 @@ def test_kineto_errors_cut_long_kernel_names(pair, tmp_path, capsys):
     assert "no cpu_op with External id 999" in err and "void cutlass::Kernel<xxx" in err and len(err) < 800
 
 
+def test_kineto_without_execution_trace_ids_is_refused(pair, tmp_path, capsys):
+    """A Kineto trace recorded without the execution-trace observer has 'Record function id' 0 on every cpu_op;
+    the host trace's roots have rf_id 0 too, so the kernels would all hang on the process root: refused."""
+    host, kin = pair
+    k = json.loads(kin.read_text())
+    for ev in k["traceEvents"]:
+        if ev["cat"] == "cpu_op":
+            ev["args"]["Record function id"] = 0
+    kin.write_text(json.dumps(k))
+    with pytest.raises(ConfigError, match=r"kineto.json: every cpu_op has 'Record function id' 0, .* cannot be "
+                                          r"matched with the host ops of .*host.json"):
+        convert_pytorch_trace(host, kin)
+    # one op with id 0 among real ones: its kernel finds no host op (not the root, which also has rf_id 0)
+    k["traceEvents"][0]["args"]["Record function id"] = 3
+    k["traceEvents"][1]["args"]["Record function id"] = 4
+    kin.write_text(json.dumps(k))
+    with pytest.raises(ConfigError, match=r"no cpu_op with External id 103 matching a host op"):
+        convert_pytorch_trace(host, kin)
+
+
 def test_gzip_traces(pair, tmp_path):
     import gzip
 

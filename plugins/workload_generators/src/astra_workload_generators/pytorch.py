@@ -727,10 +727,18 @@ def convert_pytorch_trace(host_path, kineto_path=None, *, rank=None, world_size=
                 "writes it since pytorch/pytorch#122948 (April 2024, after PyTorch 2.2), so this trace cannot be "
                 "linked. Convert the host trace without --kineto (with --comms-from-host, its collectives then come "
                 "from its record_param_comms ops), or record both traces again with a newer PyTorch")
+        rf_ids = {op.get("args", {}).get("Record function id") for op in cpu_ops.values()}
+        if events and rf_ids <= {0, "0", None}:
+            raise ConfigError(
+                f"{kineto_path}: every cpu_op has 'Record function id' 0, which is what the profiler writes when "
+                "no execution-trace observer ran in the same profiling session, so its kernels cannot be matched "
+                f"with the host ops of {host_path}: record both in one session (torch.profiler.profile("
+                "execution_trace_observer=ExecutionTraceObserver().register_callback(...))), or convert the host "
+                "trace without --kineto (with --comms-from-host for its collectives)")
         by_rf = {}
         for n in hnodes:
             rf = _attr_map(n).get("rf_id")
-            if rf is not None:
+            if rf is not None and n["name"] not in (_PROCESS_ROOT, _THREAD_ROOT):  # (the roots have rf_id 0)
                 by_rf.setdefault(rf, n["id"])
         for op in cpu_ops.values():
             hid = by_rf.get(op.get("args", {}).get("Record function id"))
