@@ -90,6 +90,68 @@ def test_zero3_volume_and_reuse(tmp_path):
                 assert sorted(groups[n.attrs["pg_name"]]) == [rank % tp + tp * d + tp * dp * stage for d in range(dp)]
 
 
+@pytest.mark.parametrize("every", [False, True])
+def test_zero3_reshard_after_forward_gathers_every_micro_batch(tmp_path, every):
+    # FSDP FULL_SHARD / DeepSpeed ZeRO-3: each unit gathered before every micro-batch's forward and backward;
+    # with --grad-sync-every-micro-batch its gradients are reduce-scattered after every micro-batch too
+    tp, pp, dp, M = 2, 2, 4, 3
+    cfg, groups, ranks = _gen(tmp_path, tp=tp, pp=pp, dp=dp, micro_batches=M, zero=3, reshard_after_forward=True,
+                              grad_sync_every_micro_batch=every)
+    per_stage = L // pp
+    for rank, nodes in enumerate(ranks):
+        stage = rank // (tp * dp)
+        shard = (per_stage * _layer_params() + VOCAB * H) // tp * BYTES
+        vol = _vol(nodes, groups, rank)
+        assert vol[("dp", T.ALL_GATHER)] == 2 * M * shard
+        assert vol[("dp", T.REDUCE_SCATTER)] == (M if every else 1) * shard
+        ags = [n for n in nodes if n.type == T.COMM_COLL_NODE and n.attrs["comm_type"] == T.ALL_GATHER]
+        assert len(ags) == 2 * M * (per_stage + 1)
+        by_id = {n.id: n for n in nodes}
+        for mb in range(M):
+            for layer in range(stage * per_stage, (stage + 1) * per_stage):
+                for label in (f"fwd.l{layer}.mb{mb}.qkv", f"bwd.l{layer}.mb{mb}.fc2.dgrad"):
+                    node = next(n for n in nodes if n.attrs.get("label") == label)
+                    gathers = [by_id[i].name for i in node.data_deps if by_id[i].type == T.COMM_COLL_NODE]
+                    assert f"dp_ag.l{layer}.{label[:3]}.mb{mb}" in gathers
+            rs = [n.name for n in nodes if n.type == T.COMM_COLL_NODE and n.name.endswith(f".mb{mb}")
+                  and n.name.startswith("dp_rs")]
+            assert len(rs) == ((per_stage + 1) if every else 0)
+    _simulate(tmp_path, "t", cfg.npus)
+
+
+@pytest.mark.parametrize("zero", [0, 1])
+def test_grad_sync_every_micro_batch(tmp_path, zero):
+    tp, pp, dp, M = 2, 2, 2, 3
+    cfg, groups, ranks = _gen(tmp_path, tp=tp, pp=pp, dp=dp, micro_batches=M, zero=zero,
+                              grad_sync_every_micro_batch=True)
+    _, _, once = _gen(tmp_path, "o", tp=tp, pp=pp, dp=dp, micro_batches=M, zero=zero)
+    for rank, nodes in enumerate(ranks):
+        shard = (L // pp * _layer_params() + VOCAB * H) // tp * BYTES
+        vol, base = _vol(nodes, groups, rank), _vol(once[rank], groups, rank)
+        if zero:  # reduce-scattered M times, the updated parameters gathered once
+            assert vol[("dp", T.REDUCE_SCATTER)] == M * shard == M * base[("dp", T.REDUCE_SCATTER)]
+            assert vol[("dp", T.ALL_GATHER)] == shard == base[("dp", T.ALL_GATHER)]
+        else:
+            assert vol[("dp", T.ALL_REDUCE)] == M * shard == M * base[("dp", T.ALL_REDUCE)]
+    t_every = _simulate(tmp_path, "t", cfg.npus).max_finish_ns
+    assert t_every >= _simulate(tmp_path, "o", cfg.npus).max_finish_ns
+
+
+def test_reshard_and_every_micro_batch_options_are_checked(tmp_path):
+    for kw, match in [(dict(reshard_after_forward=True, zero=1), "--reshard-after-forward is for training with "
+                                                                 "--zero 3"),
+                      (dict(reshard_after_forward=True, zero=3, mode="prefill"), "--reshard-after-forward"),
+                      (dict(grad_sync_every_micro_batch=True, mode="decode"), "--grad-sync-every-micro-batch")]:
+        with pytest.raises(ConfigError, match=match):
+            generate_llm(model_dims(**SMALL), LlmConfig(**kw), tmp_path / "x", write=False)
+    prefix = tmp_path / "cli" / "g"
+    assert main(["workload", "llm", "--layers", "2", "--hidden", "256", "--heads", "8", "--vocab", "1000",
+                 "--seq-len", "128", "--dp", "2", "--micro-batches", "2", "--zero", "3", "--reshard-after-forward",
+                 "--grad-sync-every-micro-batch", "-o", str(prefix)]) == 0
+    names = [n.name for n in read_et(f"{prefix}.0.et").nodes]
+    assert "dp_ag.l1.bwd.mb1" in names and "dp_rs.l1.mb1" in names
+
+
 def test_zero3_flops_unchanged_and_simulates(tmp_path):
     _, _, base = _gen(tmp_path, "a", tp=2, pp=2, dp=2, micro_batches=2)
     _, _, z3 = _gen(tmp_path, "z", tp=2, pp=2, dp=2, micro_batches=2, zero=3, recompute=True,

@@ -33,8 +33,9 @@ rank: expert rows and all-to-all bytes ``ceil(tokens * top_k * F)``. ``moe_exper
 rows and the all-to-alls are timed by their busiest rank.
 
 ZeRO-3 (``zero=3``): per unit (layer, embedding, LM head) one parameter all-gather before its first forward
-and one before its first backward per step (reused by all micro-batches), one gradient reduce-scatter after its
-last backward. Context parallelism (``cp``): ``rank = t + TP*(c + CP*(d + DP*p))``; s/CP tokens per rank,
+and one before its first backward per step (reused by all micro-batches; ``reshard_after_forward``: before every
+micro-batch's), one gradient reduce-scatter after its last backward (``grad_sync_every_micro_batch``: after
+every micro-batch's, for any ZeRO stage). Context parallelism (``cp``): ``rank = t + TP*(c + CP*(d + DP*p))``; s/CP tokens per rank,
 attention against all s keys via a ring of CP-1 K/V send/recv steps forward and CP-1 dK/dV steps backward, each
 ``2*b*(s/CP)*(kv/TP)*d*bytes`` (prefill: the forward ring only), and one flash-attention call per ring step
 (causal: Megatron's load-balanced chunks, see ``_StageBuilder._attn_steps``); dense gradients over DP x CP.
@@ -216,6 +217,8 @@ class LlmConfig:
     dropout: bool = True            # training: emit dropout kernels (off: Megatron with hidden/attention dropout 0)
     gemm_dtype: str = "same"        # linear-layer GEMM operands: "same" as dtype, or "fp8" (Transformer Engine)
     overlap_param_gather: bool = False  # ZeRO-1/2: gather updated parameters at the step's start, overlapping it
+    reshard_after_forward: bool = False  # ZeRO-3: gather each unit before every micro-batch's forward and backward
+    grad_sync_every_micro_batch: bool = False  # reduce gradients after every micro-batch's backward, not the last only
     tp_comm_overlap: bool = False   # SP: TP all-gathers / reduce-scatters as rings pipelined with GEMM chunks
     moe_capacity_factor: float | None = None  # MoE: expert capacity = ceil(tokens*top_k/E * C); None: dropless
     moe_pad_to_capacity: bool = False  # MoE: pad every expert's input to its capacity
@@ -614,6 +617,11 @@ def _check(dims: ModelDims, cfg: LlmConfig):
     if cfg.overlap_param_gather and (cfg.zero not in (1, 2) or cfg.inference):
         raise ConfigError("--overlap-param-gather is for training with --zero 1 or 2 (ZeRO-3 gathers every unit "
                           "anyway)")
+    if cfg.reshard_after_forward and (cfg.zero != 3 or cfg.inference):
+        raise ConfigError("--reshard-after-forward is for training with --zero 3 (it re-gathers the sharded "
+                          "parameters)")
+    if cfg.grad_sync_every_micro_batch and cfg.inference:
+        raise ConfigError("--grad-sync-every-micro-batch is for --mode train")
     if cfg.tp_comm_overlap and not (cfg.sequence_parallel and cfg.tp > 1):
         raise ConfigError("--tp-comm-overlap needs --sequence-parallel and --tp > 1 (it overlaps the sequence-"
                           "parallel all-gathers and reduce-scatters with their GEMMs)")
@@ -1372,26 +1380,32 @@ class _StageBuilder:
         return [self.coll(f"tp_ag.{label}.regather", T.ALL_GATHER, self.ag_bytes, "tp", deps, chain=False,
                           overlap=overlap)]
 
-    def grad_sync(self, label, params, group="dp"):
+    def grad_sync(self, label, params, group="dp", mb=None):
         """Gradient synchronisation of ``params`` (this rank's shard) over the DP group (or, for expert weights,
-        the expert-data-parallel group of DP/EP ranks), off the compute chain."""
+        the expert-data-parallel group of DP/EP ranks), off the compute chain. ``mb``: with
+        ``--grad-sync-every-micro-batch``, the micro-batch whose gradients these are (label ``.mb<k>``); ZeRO-1/2
+        gather the updated parameters once, after the last one."""
         cfg = self.cfg
         group = self.dgroup if group == "dp" else group
         if cfg.inference or self._group_size(group) == 1 or params == 0:
             return
         size = params * self.nbytes
+        last = mb is None or mb == cfg.micro_batches - 1
+        ag_label = f"{group}_ag.{label}"
+        if mb is not None:
+            label = f"{label}.mb{mb}"
         if cfg.zero == 3:  # parameters stay sharded: gradients are only reduce-scattered
             self.syncs.append(self.coll(f"{group}_rs.{label}", T.REDUCE_SCATTER, size, group, [self.prev],
                                         chain=False))
         elif cfg.zero:
             rs = self.coll(f"{group}_rs.{label}", T.REDUCE_SCATTER, size, group, [self.prev], chain=False)
             self.syncs.append(rs)
-            if cfg.overlap_param_gather:  # gathered at the start of the (next) step, see param_gathers()
+            if cfg.overlap_param_gather or not last:  # (overlapped: gathered at the next step's start)
                 pass
             elif cfg.ew:  # the updated shards are gathered after the optimizer step
-                self.deferred.append((f"{group}_ag.{label}", size, group))
+                self.deferred.append((ag_label, size, group))
             else:
-                self.coll(f"{group}_ag.{label}", T.ALL_GATHER, size, group, [rs], chain=False)
+                self.coll(ag_label, T.ALL_GATHER, size, group, [rs], chain=False)
         else:
             self.syncs.append(self.coll(f"{group}_ar.{label}", T.ALL_REDUCE, size, group, [self.prev],
                                         chain=False))
@@ -1500,7 +1514,11 @@ class _StageBuilder:
         M = cfg.micro_batches
         params = {"embedding": (vocab * h, 0), "head": (vocab * h, 0)}
         params.update({f"l{i}": layer_shards(dims, cfg, dims.is_moe_layer(i)) for i in range(dims.layers)})
-        z3 = {}  # (chunk, phase) -> {unit: gather ids}; ZeRO-3 gathers once per step per phase (reused by mbs)
+        # ZeRO-3: (chunk, phase[, mb]) -> {unit: gather ids}; gathered once per step per phase and reused by the
+        # micro-batches, or with --reshard-after-forward again for every micro-batch (labels .fwd|bwd.mb<k>)
+        z3 = {}
+        reshard = cfg.reshard_after_forward
+        every = cfg.grad_sync_every_micro_batch
         steps = cfg.steps
         token_tags = 2 * M * V * steps  # decode: next-token messages (last stage -> first) use tags from here
         token_bytes = cfg.micro_batch_size * 8  # one int64 token id per sequence
@@ -1513,7 +1531,9 @@ class _StageBuilder:
             cs = f".c{ch}" if V > 1 else ""
             if kind == "F":
                 units = (["embedding"] if first else []) + [f"l{i}" for i in layers] + (["head"] if last else [])
-                store = z3.setdefault((ch, "F"), {})
+                gather = cfg.zero == 3 and (mb == 0 or reshard)
+                phase = f"fwd.mb{mb}" if reshard else "fwd"
+                store = z3.setdefault((ch, phase), {})
                 sc = ch if p > 0 else ch - 1  # the sender's chunk
                 deps = [] if first else [self.recv(f"recv_act{cs}.mb{mb}", -1, base + 2 * (sc * M + mb))]
                 if first and step > 0 and P > 1:  # the token the last stage sampled in the previous step
@@ -1523,10 +1543,10 @@ class _StageBuilder:
                     emb = pg["embedding"] if pg and mb == 0 and first and i == 0 else []
                     if pg and mb == 0:
                         extra += pg[f"l{layer}"]
-                    if cfg.zero == 3 and mb == 0:
+                    if gather:
                         if first and i == 0:
-                            extra += self._z3(units, "embedding", store, params, "fwd")
-                        extra += self._z3(units, f"l{layer}", store, params, "fwd")
+                            extra += self._z3(units, "embedding", store, params, phase)
+                        extra += self._z3(units, f"l{layer}", store, params, phase)
                     if i == 0 and first and cfg.ew:  # the embedding lookup
                         idx = ((cfg.micro_batch_size, self.seq), "Tensor(long int)")
                         self.ew("aten::embedding", f"fwd.embedding.mb{mb}", [self._t(vocab, h), idx],
@@ -1535,7 +1555,7 @@ class _StageBuilder:
                     self.layer_forward(layer, mb, (deps if i == 0 else []) + emb + extra)
                 self.fp8_amax(f"{self.fwd_tag}{cs}.mb{mb}", len(layers), backward=False)
                 if last:
-                    extra = self._z3(units, "head", store, params, "fwd") if cfg.zero == 3 and mb == 0 else []
+                    extra = self._z3(units, "head", store, params, phase) if gather else []
                     if pg and mb == 0:
                         extra += pg["head"]
                     self.mm(f"{self.fwd_tag}.head.mb{mb}", n, h, vocab, extra, linear=False)
@@ -1549,12 +1569,15 @@ class _StageBuilder:
             else:
                 units = (["head"] if last else []) + [f"l{i}" for i in reversed(layers)] + \
                         (["embedding"] if first else [])
-                store = z3.setdefault((ch, "B"), {})
-                gather = cfg.zero == 3 and mb == 0
+                gather = cfg.zero == 3 and (mb == 0 or reshard)
+                phase = f"bwd.mb{mb}" if reshard else "bwd"
+                store = z3.setdefault((ch, phase), {})
+                sync = mb == M - 1 or every  # gradients reduced after this micro-batch
+                smb = mb if every else None
                 sc = ch if p < P - 1 else ch + 1
                 deps = [] if last else [self.recv(f"recv_grad{cs}.mb{mb}", +1, 2 * (sc * M + mb) + 1)]
                 if last:
-                    extra = self._z3(units, "head", store, params, "bwd") if gather else []
+                    extra = self._z3(units, "head", store, params, phase) if gather else []
                     if cfg.ew:
                         self.ew("aten::_log_softmax_backward_data", f"bwd.head.mb{mb}.cross_entropy",
                                 [self._t(n, vocab), self._t(n, vocab)], deps + extra)
@@ -1562,20 +1585,20 @@ class _StageBuilder:
                     self.mm(f"bwd.head.mb{mb}.dgrad", n, vocab, h, deps + extra, linear=False)
                     self.mm(f"bwd.head.mb{mb}.wgrad", h, n, vocab, linear=False)
                     deps = []
-                    if mb == M - 1:
-                        self.grad_sync("head", vocab * h)
+                    if sync:
+                        self.grad_sync("head", vocab * h, mb=smb)
                 for layer in reversed(layers):
                     if gather:
-                        deps = deps + self._z3(units, f"l{layer}", store, params, "bwd")
+                        deps = deps + self._z3(units, f"l{layer}", store, params, phase)
                     if cfg.recompute:
                         self.layer_forward(layer, mb, deps, tag="recompute")
                         deps = []
                     self.layer_backward(layer, mb, deps)
                     deps = []
-                    if mb == M - 1:
+                    if sync:
                         lp, elp = params[f"l{layer}"]
-                        self.grad_sync(f"l{layer}", lp)
-                        self.grad_sync(f"l{layer}.experts", elp, "edp")
+                        self.grad_sync(f"l{layer}", lp, mb=smb)
+                        self.grad_sync(f"l{layer}.experts", elp, "edp", mb=smb)
                 self.fp8_amax(f"bwd{cs}.mb{mb}", len(layers), backward=True)
                 if not first:
                     self.send(f"send_grad{cs}.mb{mb}", -1, 2 * (ch * M + mb) + 1, [self.prev])
@@ -1584,9 +1607,9 @@ class _StageBuilder:
                         idx = ((cfg.micro_batch_size, self.seq), "Tensor(long int)")
                         self.ew("aten::embedding_dense_backward", f"bwd.embedding.mb{mb}", [self._t(n, h), idx])
                     if gather:  # FSDP gathers every unit before its backward (the embedding's needs no weights)
-                        self._z3(units, "embedding", store, params, "bwd")
-                    if mb == M - 1:
-                        self.grad_sync("embedding", vocab * h)
+                        self._z3(units, "embedding", store, params, phase)
+                    if sync:
+                        self.grad_sync("embedding", vocab * h, mb=smb)
         if cfg.ew:
             self.optimizer(self.optimizer_params())
         return self.items
@@ -1773,6 +1796,13 @@ def add_llm_command(sub):
                    help="with --tp-comm-overlap: Transformer Engine's tp_overlap / ub_cfgs YAML (per layer name: "
                    "method, num_sm, use_ce, ...); gives each userbuffers overlap's SMs (ring_exchange: 0, copy "
                    "engine, unless use_ce is false; pipeline and bulk: num_sm, default 16). --comm-sms overrides")
+    p.add_argument("--reshard-after-forward", action="store_true",
+                   help="--zero 3: all-gather each unit's parameters before every micro-batch's forward and again "
+                   "before its backward (FSDP FULL_SHARD, DeepSpeed ZeRO-3; default: once per step per phase, "
+                   "reused by all micro-batches)")
+    p.add_argument("--grad-sync-every-micro-batch", action="store_true",
+                   help="reduce the gradients after every micro-batch's backward (all-reduce, or reduce-scatter with "
+                   "--zero; DDP/FSDP without no_sync, DeepSpeed) instead of after the last one only")
     p.add_argument("--cp", type=positive_int, default=1,
                    help="context-parallel size, training and prefill (sequence split; ring K/V exchange; "
                    "rank = t + TP*(c + CP*(d + DP*p)))")
@@ -1837,6 +1867,8 @@ def _cmd_llm(args):
                     virtual_stages=args.virtual_stages, elementwise=args.elementwise, attention=args.attention,
                     causal=args.causal, dropout=args.dropout, gemm_dtype=args.gemm_dtype,
                     overlap_param_gather=args.overlap_param_gather, tp_comm_overlap=args.tp_comm_overlap,
+                    reshard_after_forward=args.reshard_after_forward,
+                    grad_sync_every_micro_batch=args.grad_sync_every_micro_batch,
                     moe_capacity_factor=args.moe_capacity_factor, moe_pad_to_capacity=args.moe_pad_to_capacity,
                     moe_imbalance=args.moe_imbalance, moe_expert_load=load,
                     comm_sms=tuple(sorted(comm_sms.items())))
