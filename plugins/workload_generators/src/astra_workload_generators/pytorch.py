@@ -567,7 +567,8 @@ def _batch_members(ctx, hid, node_desc):
     info = _param_comms(by_id[hid]) if by_id[hid]["name"] == _PARAM_COMMS else None
     if info is not None and info["coll"] in ("send", "recv"):  # the kernel hangs on the batch's last op
         members.append((by_id[hid], info))
-    for nid in reversed(order[:i]):
+    for j in range(i - 1, -1, -1):  # (indices: a slice would copy the whole order for every batch)
+        nid = order[j]
         if ctx["thread_of"][nid] != thread:
             break
         if nid in containers:
@@ -600,7 +601,8 @@ def _batch_after(ctx, hid):
     or None. A kernel hung on a send/recv record_param_comms followed by one ran that batch: chakra_trace_link
     skips "nccl:coalesced" when it looks for an NCCL kernel's launching op and takes the op before it."""
     order, by_id = ctx["order"], ctx["by_id"]
-    for nid in order[_positions(ctx)[hid] + 1:]:
+    for j in range(_positions(ctx)[hid] + 1, len(order)):
+        nid = order[j]
         if ctx["thread_of"][nid] != ctx["thread_of"][hid]:
             return None
         if any(a["id"] == hid for a in _ancestors(by_id, nid, limit=64)):
@@ -856,8 +858,8 @@ def convert_pytorch_trace(host_path, kineto_path=None, *, rank=None, world_size=
     for gid, kname, hid, dur, stream, pg, src, where, kargs, kind in gpu:
         launcher = by_id[hid]
         names = [launcher["name"].lower()] + [a["name"].lower() for a in _ancestors(by_id, hid, limit=7)]
-        if kind is None and launcher["name"] == _PARAM_COMMS and _batch_after(ctx, hid) is not None \
-                and "sendrecv" in kname.lower().replace("_", ""):
+        if kind is None and launcher["name"] == _PARAM_COMMS and "sendrecv" in kname.lower().replace("_", "") \
+                and _batch_after(ctx, hid) is not None:
             ntype, ctype = None, BATCHED_P2P  # hung on the batch's last op, before nccl:coalesced
         else:
             ntype, ctype = kind if kind is not None else _comm_kind(kname, names, src, where)
