@@ -582,6 +582,12 @@ def test_ep_loads_round_and_cap():
                     100, 0) == (50, 50, 50, 0)
     assert ep_loads(dims, LlmConfig(dp=4, ep=4, moe_expert_load=cfg.moe_expert_load, moe_capacity_factor=1.0,
                                     moe_pad_to_capacity=True), 100, 0) == (50, 50, 50, 50)
+    # a token picks top-2 *distinct* experts: no expert takes more than the 100 tokens; the excess goes to the others
+    skew = lambda w: ep_loads(dims, LlmConfig(dp=4, ep=4, moe_expert_load=(w,)), 100, 0)
+    assert skew((100, 0, 0, 0, 0, 0, 0, 1)) == (100, 0, 0, 100)
+    assert skew((100, 1, 0, 0, 0, 0, 0, 1)) == (150, 0, 0, 50)  # expert 0 full; 1 and 7 share the other 100
+    # all the weight on one expert: the other 100 copies spread evenly over the 7 unweighted experts
+    assert skew((1, 0, 0, 0, 0, 0, 0, 0)) == (100 + 15, 29, 28, 28)
 
 
 def test_uniform_expert_load_is_balanced_routing(tmp_path):

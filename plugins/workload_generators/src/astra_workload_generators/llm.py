@@ -467,16 +467,43 @@ def parse_expert_load(spec, experts, moe_layers):
     return tuple(out)
 
 
+def _water_fill(weights, copies, limit):
+    """``copies`` split over the experts in proportion to ``weights``, none above ``limit``: a token picks
+    ``top_k`` *distinct* experts, so one expert gets at most one copy of each token. An expert whose share would
+    pass the limit gets the limit, and the rest is split again over the others; what the weighted experts cannot
+    take goes evenly to the experts of weight 0 (every token still needs its top_k experts)."""
+    alloc = [0.0] * len(weights)
+    active = [e for e, x in enumerate(weights) if x > 0]
+    share = {e: weights[e] for e in active}
+    left = copies
+    while left > 1e-9 and active:
+        total = sum(share[e] for e in active)
+        full = [e for e in active if left * share[e] / total > limit]
+        if not full:
+            for e in active:
+                alloc[e] = left * share[e] / total
+            break
+        for e in full:
+            alloc[e] = limit
+            left -= limit
+        active = [e for e in active if e not in full]
+        if not active:  # the weighted experts are full: the unweighted ones take the rest, evenly
+            active = [e for e, x in enumerate(weights) if x <= 0]
+            share = {e: 1.0 for e in active}
+    return alloc
+
+
 def ep_loads(dims: ModelDims, cfg: "LlmConfig", tokens: int, moe_index: int):
     """``--moe-expert-load``: the token copies one rank sends to each EP rank's experts in MoE layer
-    ``moe_index`` (a tuple of EP ints). Every rank routes its ``tokens * top_k`` copies by the same loads (rounded
-    to whole copies by largest remainder, so they add up); a capacity factor caps each expert at its capacity
+    ``moe_index`` (a tuple of EP ints). Every rank routes its ``tokens * top_k`` copies by the same loads, no
+    expert taking more than ``tokens`` (:func:`_water_fill`), rounded to whole copies by largest remainder (so
+    they add up); a capacity factor caps each expert at its capacity
     (the hot experts drop), padding fills every expert to it. EP rank j's experts then compute
     ``EP * loads[j]`` rows."""
     table = cfg.moe_expert_load
     w = table[moe_index] if len(table) > 1 else table[0]
-    copies, total = tokens * dims.top_k, sum(w)
-    exact = [copies * x / total for x in w]
+    copies = tokens * dims.top_k
+    exact = _water_fill(w, copies, tokens)
     per_expert = [math.floor(x) for x in exact]
     short = copies - sum(per_expert)
     for e in sorted(range(len(w)), key=lambda e: (per_expert[e] - exact[e], e))[:short]:
@@ -763,6 +790,7 @@ class _StageBuilder:
     def __init__(self, dims: ModelDims, cfg: LlmConfig, stage: int, ep_index: int = 0):
         self.dims, self.cfg, self.p = dims, cfg, stage
         self.e = ep_index  # this graph's EP index (--moe-expert-load gives each EP index its own graph)
+        self._ep_loads = {}  # layer -> ep_loads()
 
         self.nbytes, tname = DTYPES[cfg.dtype]
         self.ttype = f"Tensor({tname})"
@@ -1227,8 +1255,11 @@ class _StageBuilder:
         return True
 
     def ep_loads(self, layer):
-        """Token copies this rank sends to each EP rank's experts in ``layer`` (see :func:`ep_loads`)."""
-        return ep_loads(self.dims, self.cfg, self.tokens, layer - self.dims.moe_dense_layers)
+        """Token copies this rank sends to each EP rank's experts in ``layer`` (see :func:`ep_loads`; computed
+        once per layer, as every micro-batch and phase routes the same)."""
+        if layer not in self._ep_loads:
+            self._ep_loads[layer] = ep_loads(self.dims, self.cfg, self.tokens, layer - self.dims.moe_dense_layers)
+        return self._ep_loads[layer]
 
     def expert_rows(self, layer):
         """Token copies this rank's experts compute in ``layer``: :func:`routed_rows` (balanced routing, or the
