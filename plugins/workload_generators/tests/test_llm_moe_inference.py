@@ -192,7 +192,9 @@ def test_moe_imbalance_options_are_checked():
     moe, dense = model_dims(**SMALL_MOE), model_dims(**SMALL_DENSE)
     for dims, cfg, match in [(moe, LlmConfig(moe_imbalance=0.9), "must be a number >= 1"),
                              (dense, LlmConfig(moe_imbalance=1.2), "needs a mixture-of-experts"),
-                             (moe, LlmConfig(moe_imbalance=1.2, moe_capacity_factor=1.0), "dropless")]:
+                             (moe, LlmConfig(moe_imbalance=1.2, moe_capacity_factor=1.0), "dropless"),
+                             (moe, LlmConfig(moe_imbalance=1.2), r"at most min\(EP, experts / top-k\) = 1 x"),
+                             (moe, LlmConfig(dp=8, ep=8, moe_imbalance=4.5), r"= 4 x the balanced share")]:
         with pytest.raises(ConfigError, match=match):
             generate_llm(dims, cfg, "unused", write=False)
 

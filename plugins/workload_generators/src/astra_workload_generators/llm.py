@@ -709,6 +709,12 @@ def _check(dims: ModelDims, cfg: LlmConfig):
                               f"{dims.experts} expert loads")
         if any(not sum(w) > 0 or min(w) < 0 for w in table):
             raise ConfigError("--moe-expert-load: expert loads must be numbers >= 0, not all 0")
+    if f != 1 and f > min(cfg.ep, dims.experts / dims.top_k):
+        # an EP rank gets at most all of a rank's copies (EP x the balanced share) and at most one copy of each
+        # token per expert it holds (E/EP experts: E/K x the balanced share)
+        raise ConfigError(f"--moe-imbalance {f} is more than the busiest EP rank can get: at most "
+                          f"min(EP, experts / top-k) = {min(cfg.ep, dims.experts / dims.top_k):g} x the balanced "
+                          "share (with --ep 1 every expert is on every rank and the load cannot be uneven)")
     known = COMM_SMS_GROUPS + TE_OVERLAP_NAMES
     for key, sms in cfg.comm_sms:
         if key not in known:
