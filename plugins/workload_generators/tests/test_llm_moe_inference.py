@@ -655,3 +655,39 @@ def test_expert_load_from_a_json_file_per_layer_on_the_cli(tmp_path):
     assert main(args + ["--moe-expert-load", "1,2,3"]) == 2
     assert main(args + ["--moe-expert-load", "zipf:1", "--moe-imbalance", "1.5"]) == 2
     assert main(args[:10] + ["-o", str(prefix), "--moe-expert-load", "zipf:1"]) == 2  # a dense model
+
+
+# ---------------------------------------------------------------- --logits last (serving)
+
+@pytest.mark.parametrize("mode", ["prefill", "mixed", "decode"])
+def test_logits_on_the_last_position_only(tmp_path, mode):
+    # the LM head runs on one row per sequence (+ one for a mixed step's prefill chunk) instead of every position;
+    # everything else is unchanged, and the FLOPs drop by exactly 2 x V x h per dropped row
+    dims = model_dims(**SMALL_DENSE)
+    kw = dict(tp=2, pp=2, dp=1, micro_batches=2, micro_batch_size=3, mode=mode, prompt_len=64)
+    if mode == "mixed":
+        kw.update(prefill_chunk=16)
+    s_all = generate_llm(dims, LlmConfig(**kw), tmp_path / "a")
+    s_last = generate_llm(dims, LlmConfig(**kw, logits="last"), tmp_path / "l")
+    rows_per_mb = {"prefill": 3 * 64, "mixed": 3 + 16, "decode": 3}[mode]
+    kept = {"prefill": 3, "mixed": 3 + 1, "decode": 3}[mode]
+    V, h = 1000, 256
+    dropped_flops = 2 * V * h * (rows_per_mb - kept) * 2  # 2 micro-batches
+    assert s_all["flops"] - s_last["flops"] == dropped_flops
+    ops = lambda prefix: _comp_ops(_read_all(prefix, 4))
+    assert ops(tmp_path / "a") - ops(tmp_path / "l") == dropped_flops
+    heads = [json.loads(n.inputs_shapes)[0][0] for n in read_et(f"{tmp_path / 'l'}.2.et").nodes
+             if n.attrs.get("label", "").startswith("fwd.head")]
+    assert heads == [kept, kept]
+    if mode == "decode":  # one position per sequence anyway: the same trace
+        assert (tmp_path / "a.2.et").read_bytes() == (tmp_path / "l.2.et").read_bytes()
+    _sim(tmp_path, tmp_path / "l", 4)
+
+
+def test_logits_last_errors():
+    dims = model_dims(**SMALL_DENSE)
+    for cfg, match in [(LlmConfig(logits="last"), "for inference"),
+                       (LlmConfig(logits="first", mode="prefill"), "must be all or last"),
+                       (LlmConfig(logits="last", mode="prefill", cp=2), "not modelled")]:
+        with pytest.raises(ConfigError, match=match):
+            generate_llm(dims, cfg, "x", write=False)

@@ -35,8 +35,8 @@ rows and the all-to-alls are timed by their busiest rank.
 ZeRO-3 (``zero=3``): per unit (layer, embedding, LM head) one parameter all-gather before its first forward
 and one before its first backward per step (reused by all micro-batches; ``reshard_after_forward``: before every
 micro-batch's), one gradient reduce-scatter after its last backward (``grad_sync_every_micro_batch``: after
-every micro-batch's, for any ZeRO stage). Context parallelism (``cp``): ``rank = t + TP*(c + CP*(d + DP*p))``; s/CP tokens per rank,
-attention against all s keys via a ring of CP-1 K/V send/recv steps forward and CP-1 dK/dV steps backward, each
+every micro-batch's, for any ZeRO stage). Context parallelism (``cp``): ``rank = t + TP*(c + CP*(d + DP*p))``;
+s/CP tokens per rank, attention against all s keys via a ring of CP-1 K/V send/recv steps forward and CP-1 dK/dV steps backward, each
 ``2*b*(s/CP)*(kv/TP)*d*bytes`` (prefill: the forward ring only), and one flash-attention call per ring step
 (causal: Megatron's load-balanced chunks, see ``_StageBuilder._attn_steps``); dense gradients over DP x CP.
 Interleaved 1F1B (``virtual_stages``): Megatron's interleaved schedule, virtual stage v = chunk*PP + p; per rank
@@ -226,6 +226,7 @@ class LlmConfig:
     moe_expert_load: tuple = ()     # MoE: the experts' relative loads, one tuple of E for every MoE layer or one
     #                                 per MoE layer (see parse_expert_load); () = balanced routing
     comm_sms: tuple = ()            # ((key, SMs), ...): comm_sms attribute per kind of communication (see --comm-sms)
+    logits: str = "all"             # inference: LM head on "all" positions, or the "last" of each sequence (serving)
 
     @property
     def npus(self):
@@ -363,10 +364,14 @@ def inference_flops(dims: ModelDims, cfg: "LlmConfig") -> int:
     seqs = cfg.dp * cfg.micro_batches * cfg.micro_batch_size
     q, c = _lengths(dims, cfg)
     P = activated_parameter_count(dims, cfg.tp)
-    flops = sum(2 * P * seqs * q + 4 * dims.layers * q * (c + i) * dims.hidden * seqs for i in range(cfg.steps))
+    head = padded_vocab(dims, cfg.tp) * dims.hidden
+    last = cfg.logits == "last"  # the LM head on one position per sequence (and per prefill chunk)
+    flops = sum(2 * (P - head) * seqs * q + 2 * head * seqs * (1 if last else q)
+                + 4 * dims.layers * q * (c + i) * dims.hidden * seqs for i in range(cfg.steps))
     if cfg.mode == "mixed":  # one prefill chunk per micro-batch and DP replica
         chunk, keys = cfg.prefill_chunk, cfg.prefill_done + cfg.prefill_chunk
-        flops += cfg.dp * cfg.micro_batches * (2 * P * chunk + 4 * dims.layers * chunk * keys * dims.hidden)
+        flops += cfg.dp * cfg.micro_batches * (2 * (P - head) * chunk + 2 * head * (1 if last else chunk)
+                                               + 4 * dims.layers * chunk * keys * dims.hidden)
     return flops
 
 
@@ -644,6 +649,13 @@ def _check(dims: ModelDims, cfg: LlmConfig):
     if cfg.overlap_param_gather and (cfg.zero not in (1, 2) or cfg.inference):
         raise ConfigError("--overlap-param-gather is for training with --zero 1 or 2 (ZeRO-3 gathers every unit "
                           "anyway)")
+    if cfg.logits not in ("all", "last"):
+        raise ConfigError(f"--logits must be all or last, got {cfg.logits!r}")
+    if cfg.logits == "last" and not cfg.inference:
+        raise ConfigError("--logits last is for inference (training computes the loss on every position)")
+    if cfg.logits == "last" and cfg.cp > 1:
+        raise ConfigError("--logits last with --cp is not modelled (only the CP rank holding a sequence's end "
+                          "would compute its logits)")
     if cfg.reshard_after_forward and (cfg.zero != 3 or cfg.inference):
         raise ConfigError("--reshard-after-forward is for training with --zero 3 (it re-gathers the sharded "
                           "parameters)")
@@ -1595,7 +1607,10 @@ class _StageBuilder:
                     extra = self._z3(units, "head", store, params, phase) if gather else []
                     if pg and mb == 0:
                         extra += pg["head"]
-                    self.mm(f"{self.fwd_tag}.head.mb{mb}", n, h, vocab, extra, linear=False)
+                    rows = n
+                    if cfg.logits == "last":  # serving: only each sequence's last position (and the chunk's) is sampled
+                        rows = cfg.micro_batch_size + (1 if cfg.mode == "mixed" else 0)
+                    self.mm(f"{self.fwd_tag}.head.mb{mb}", rows, h, vocab, extra, linear=False)
                     if cfg.ew:  # vocab-parallel cross entropy over this rank's logits
                         self.ew("aten::_log_softmax", f"fwd.head.mb{mb}.cross_entropy", [self._t(n, vocab)])
                 if last and step + 1 < steps and P > 1:
@@ -1786,6 +1801,9 @@ def add_llm_command(sub):
     p.add_argument("--moe-imbalance", type=float, default=1.0, metavar="F",
                    help="dropless MoE: the busiest EP rank gets F x the balanced token copies; every rank is timed "
                    "as that straggler (expert rows and all-to-all bytes x F; default 1, balanced)")
+    p.add_argument("--logits", choices=("all", "last"), default="all",
+                   help="inference: the LM head on every position (default, as a training forward does) or only on "
+                   "each sequence's last one (and the prefill chunk's), as serving engines do")
     p.add_argument("--moe-expert-load", metavar="SPEC",
                    help="MoE: the experts' relative token loads instead of balanced routing: E comma-separated "
                    "numbers, zipf:S (expert e gets (e+1)^-S; EP rank 0 holds the hottest), zipf:S:SEED (the same "
@@ -1907,7 +1925,7 @@ def _cmd_llm(args):
                     reshard_after_forward=args.reshard_after_forward,
                     grad_sync_every_micro_batch=args.grad_sync_every_micro_batch,
                     moe_capacity_factor=args.moe_capacity_factor, moe_pad_to_capacity=args.moe_pad_to_capacity,
-                    moe_imbalance=args.moe_imbalance, moe_expert_load=load,
+                    moe_imbalance=args.moe_imbalance, moe_expert_load=load, logits=args.logits,
                     comm_sms=tuple(sorted(comm_sms.items())))
     s = generate_llm(dims, cfg, args.output)
     print(f"{s['npus']} ranks, {s['parameters'] / 1e9:.2f}B matmul parameters "
