@@ -516,7 +516,8 @@ def test_dense_first_layers_from_the_cli_and_errors(tmp_path):
     assert "fwd.l1.mb0.experts.fc1" in labels and not any(".l0.mb0.experts" in n for n in labels)
     _sim(tmp_path, prefix, 2)
     assert main(args + ["--moe-dense-layers", "2", "-o", str(prefix)]) == 2  # no MoE layer left
-    with pytest.raises(ConfigError, match="--moe-dense-layers 2 leaves no MoE layer of the 2 layers"):
+    with pytest.raises(ConfigError, match="--moe-dense-layers 2 and --moe-layer-freq 1 leave no MoE layer of the 2 "
+                                          "layers"):
         model_dims(**dict(SMALL_MOE, layers=2, moe_dense_layers=2))
     with pytest.raises(ConfigError, match="--moe-dense-layers needs a mixture-of-experts model"):
         model_dims(**dict(SMALL_DENSE, moe_dense_layers=1))
@@ -691,3 +692,41 @@ def test_logits_last_errors():
                        (LlmConfig(logits="last", mode="prefill", cp=2), "not modelled")]:
         with pytest.raises(ConfigError, match=match):
             generate_llm(dims, cfg, "x", write=False)
+
+
+def test_moe_layer_freq(tmp_path):
+    # Megatron's --moe-layer-freq 2: layers 0 and 2 of 4 have experts, 1 and 3 a dense FFN; with 1 dense first
+    # layer as well only layer 2 does. FLOPs, all-to-alls and per-MoE-layer expert loads follow.
+    h, s, k, E, f, F, V = 256, 128, 2, 8, 128, 512, 1000
+    attn = _attn_params(h, 8, 4)
+    moe, dense = attn + h * E + (k + 1) * 3 * h * f, attn + 3 * h * F
+    for extra, moe_layers in [(dict(moe_layer_freq=2), [0, 2]), (dict(moe_layer_freq=2, moe_dense_layers=1), [2])]:
+        dims = model_dims(**dict(SMALL_MOE, **extra))
+        assert [i for i in range(4) if dims.is_moe_layer(i)] == moe_layers and dims.moe_layers == len(moe_layers)
+        # per MoE layer its own loads: the second MoE layer (if any) sends everything to EP rank 1
+        loads = ((1,) * 8, (0, 0, 0, 0, 1, 1, 1, 1))[:len(moe_layers)]
+        cfg = LlmConfig(dp=2, ep=2, micro_batches=1, moe_expert_load=loads)
+        generate_llm(dims, cfg, tmp_path / "m")
+        ranks = _read_all(tmp_path / "m", 2)
+        P = len(moe_layers) * moe + (4 - len(moe_layers)) * dense + V * h
+        expected = 6 * P * 2 * s + 12 * 4 * s * s * h * 2
+        assert abs(_comp_ops(ranks) - expected) / expected < 0.01
+        for e, nodes in enumerate(ranks):
+            rows = {n.attrs["label"].split(".")[1]: json.loads(n.inputs_shapes)[0][0] for n in nodes
+                    if n.attrs.get("label", "").endswith(".experts.fc1") and n.attrs["label"].startswith("fwd")}
+            want = {f"l{moe_layers[0]}": s * k}
+            if len(moe_layers) > 1:
+                want[f"l{moe_layers[1]}"] = 2 * s * k if e == 1 else 0
+            assert rows == want
+            a2a = {n.name.split(".")[2] for n in nodes if n.type == T.COMM_COLL_NODE
+                   and n.attrs["comm_type"] == T.ALL_TO_ALL}
+            assert a2a == {f"l{i}" for i in moe_layers}
+        _sim(tmp_path, tmp_path / "m", 2)
+    with pytest.raises(ConfigError, match="leave no MoE layer"):
+        model_dims(**dict(SMALL_MOE, moe_layer_freq=2, moe_dense_layers=3))
+    with pytest.raises(ConfigError, match="--moe-layer-freq needs a mixture-of-experts model"):
+        model_dims(**dict(SMALL_DENSE, moe_layer_freq=2))
+    with pytest.raises(SystemExit) as exit_:  # argparse refuses 0
+        main(["workload", "llm", "--layers", "4", "--hidden", "256", "--heads", "8", "--vocab", "1000",
+              "--seq-len", "128", "--experts", "4", "--moe-layer-freq", "0", "-o", str(tmp_path / "x")])
+    assert exit_.value.code == 2

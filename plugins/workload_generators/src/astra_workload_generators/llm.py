@@ -168,6 +168,7 @@ class ModelDims:
     moe_ffn: int = 0          # expert inner size (0: ffn_hidden)
     shared_experts: int = 0   # always-active experts of size moe_ffn
     moe_dense_layers: int = 0  # MoE: the first K layers keep a dense FFN of ffn_hidden (DeepSeek first_k_dense_replace)
+    moe_layer_freq: int = 1    # MoE: layer i has experts only if i % freq == 0 (Megatron's --moe-layer-freq N)
 
     @property
     def head_dim(self):
@@ -182,12 +183,17 @@ class ModelDims:
         return self.moe_ffn or self.ffn_hidden
 
     def is_moe_layer(self, layer):
-        """Whether layer ``layer`` (0-based) has routed experts (the first ``moe_dense_layers`` stay dense)."""
-        return self.moe and layer >= self.moe_dense_layers
+        """Whether layer ``layer`` (0-based) has routed experts: not one of the first ``moe_dense_layers``, and a
+        multiple of ``moe_layer_freq``; the others keep a dense FFN."""
+        return self.moe and layer >= self.moe_dense_layers and layer % self.moe_layer_freq == 0
 
     @property
     def moe_layers(self):
-        return self.layers - self.moe_dense_layers if self.moe else 0
+        return sum(1 for i in range(self.layers) if self.is_moe_layer(i))
+
+    def moe_index(self, layer):
+        """The MoE layer ``layer`` is among the model's MoE layers (0 for the first)."""
+        return sum(1 for i in range(layer) if self.is_moe_layer(i))
 
 
 @dataclass(frozen=True)
@@ -271,11 +277,12 @@ def model_dims(preset=None, **overrides) -> ModelDims:
             raise ConfigError(f"{k} must be a positive integer, got {v!r}")
     if dims.moe and dims.top_k > dims.experts:
         raise ConfigError(f"top-k {dims.top_k} exceeds the {dims.experts} experts")
-    if dims.moe_dense_layers and not dims.moe:
-        raise ConfigError("--moe-dense-layers needs a mixture-of-experts model (--experts)")
-    if dims.moe_dense_layers >= dims.layers:
-        raise ConfigError(f"--moe-dense-layers {dims.moe_dense_layers} leaves no MoE layer of the {dims.layers} "
-                          "layers (use a dense model instead)")
+    for key in ("moe_dense_layers", "moe_layer_freq"):
+        if getattr(dims, key) != ModelDims.__dataclass_fields__[key].default and not dims.moe:
+            raise ConfigError(f"--{key.replace('_', '-')} needs a mixture-of-experts model (--experts)")
+    if dims.moe and not dims.moe_layers:
+        raise ConfigError(f"--moe-dense-layers {dims.moe_dense_layers} and --moe-layer-freq {dims.moe_layer_freq} "
+                          f"leave no MoE layer of the {dims.layers} layers (use a dense model instead)")
     if dims.hidden % dims.heads:
         raise ConfigError(f"hidden {dims.hidden} is not divisible by heads {dims.heads}")
     if dims.heads % dims.kv_heads:
@@ -1276,7 +1283,7 @@ class _StageBuilder:
         """Token copies this rank sends to each EP rank's experts in ``layer`` (see :func:`ep_loads`; computed
         once per layer, as every micro-batch and phase routes the same)."""
         if layer not in self._ep_loads:
-            self._ep_loads[layer] = ep_loads(self.dims, self.cfg, self.tokens, layer - self.dims.moe_dense_layers)
+            self._ep_loads[layer] = ep_loads(self.dims, self.cfg, self.tokens, self.dims.moe_index(layer))
         return self._ep_loads[layer]
 
     def expert_rows(self, layer):
@@ -1780,9 +1787,12 @@ def add_llm_command(sub):
     for flag, what in (("experts", "routed experts E (mixture of experts; default: the preset's, else dense)"),
                        ("top-k", "experts per token K"), ("moe-ffn", "expert FFN inner size (default: ffn hidden)"),
                        ("shared-experts", "always-active shared experts S of size moe-ffn"),
+                       ("moe-layer-freq", "MoE on every N-th layer only (layers 0, N, 2N, ...; Megatron's "
+                        "--moe-layer-freq N), dense FFNs of ffn-hidden between (default 1: every layer)"),
                        ("moe-dense-layers", "the first N layers keep a dense FFN of ffn-hidden (DeepSeekMoE's "
                         "first_k_dense_replace, Megatron's --moe-layer-freq with leading zeros; default 0)")):
-        p.add_argument(f"--{flag}", type=positive_int if flag == "top-k" else non_negative_int, metavar="N",
+        p.add_argument(f"--{flag}", type=positive_int if flag in ("top-k", "moe-layer-freq") else non_negative_int,
+                       metavar="N",
                        help=f"{what} (overrides the preset)")
     p.add_argument("--gated", action=argparse.BooleanOptionalAction, default=None,
                    help="gated (SwiGLU, 3 matrices) FFN (default: the preset's; off without preset)")
@@ -1893,7 +1903,8 @@ def _cmd_llm(args):
     dims = model_dims(args.preset, layers=args.layers, hidden=args.hidden, heads=args.heads,
                       kv_heads=args.kv_heads, ffn_hidden=args.ffn_hidden, vocab=args.vocab, seq_len=args.seq_len,
                       gated=args.gated, experts=args.experts, top_k=args.top_k, moe_ffn=args.moe_ffn,
-                      shared_experts=args.shared_experts, moe_dense_layers=args.moe_dense_layers)
+                      shared_experts=args.shared_experts, moe_dense_layers=args.moe_dense_layers,
+                      moe_layer_freq=args.moe_layer_freq)
     mbs = args.micro_batch_size
     if args.batch_size is not None:
         if args.mode == "train":
