@@ -158,6 +158,38 @@ def test_pp_sends_and_receives(tmp_path):
     assert sorted(sends) == sorted(recvs) and len(set(sends)) == len(sends)
 
 
+def test_pp_scatter_gather(tmp_path):
+    """--pp-scatter-gather (Megatron-LM 2021, TP without SP): each TP rank sends 1/TP of the boundary tensor, and
+    the receiving stage all-gathers the whole b*s*h over TP before its first node."""
+    tp, pp, dp, M, b = 2, 2, 1, 3, 1
+    dims = model_dims(**SMALL)
+    generate_llm(dims, LlmConfig(tp=tp, pp=pp, dp=dp, micro_batches=M, micro_batch_size=b, pp_scatter_gather=True),
+                 tmp_path / "t")
+    act = b * 128 * 256 * 2
+    groups = json.loads((tmp_path / "t.groups.json").read_text())
+    for rank, nodes in enumerate(_read_all(tmp_path / "t", tp * pp * dp)):
+        by_id = {n.id: n for n in nodes}
+        sends = [n for n in nodes if n.type == T.COMM_SEND_NODE]
+        recvs = [n for n in nodes if n.type == T.COMM_RECV_NODE]
+        assert len(sends) == len(recvs) == M and {n.attrs["comm_size"] for n in sends + recvs} == {act // tp}
+        gathers = [n for n in nodes if n.name.startswith("tp_ag.recv_")]
+        assert len(gathers) == M
+        for g in gathers:  # after its receive; the whole tensor gathered over the rank's TP group
+            (recv,) = [by_id[i] for i in g.data_deps]
+            assert recv.type == T.COMM_RECV_NODE and g.name == f"tp_ag.{recv.name}"
+            assert g.attrs["comm_size"] * tp == act and len(groups[g.attrs["pg_name"]]) == tp
+            # the stage's first compute waits for the gather, not the bare receive
+            first = next(n for n in nodes if g.id in n.data_deps)
+            assert first.type == T.COMP_NODE and recv.id not in first.data_deps
+    sys_cfg = write_system_config(tmp_path / "sys.json", dims=1)
+    net = write_network_config(tmp_path / "net.yml", npus=(4,))
+    report = simulate(tmp_path / "t", sys_cfg, net, None, tmp_path / "t.groups.json", plugins=PLUGINS)
+    assert report.warnings == [] and report.max_finish_ns > 0  # every piece met its receive: no deadlock
+    for kw in (dict(tp=1, pp=2), dict(tp=2, pp=1), dict(tp=2, pp=2, sequence_parallel=True)):
+        with pytest.raises(ConfigError, match="--pp-scatter-gather needs"):
+            generate_llm(dims, LlmConfig(pp_scatter_gather=True, **kw), tmp_path / "x", write=False)
+
+
 def test_1f1b_order(tmp_path):
     """Stage p runs pp-p-1 warm-up forwards, then alternates, then drains backwards."""
     dims = model_dims(**SMALL)

@@ -36,8 +36,8 @@ ZeRO-3 (``zero=3``): per unit (layer, embedding, LM head) one parameter all-gath
 and one before its first backward per step (reused by all micro-batches; ``reshard_after_forward``: before every
 micro-batch's), one gradient reduce-scatter after its last backward (``grad_sync_every_micro_batch``: after
 every micro-batch's, for any ZeRO stage). Context parallelism (``cp``): ``rank = t + TP*(c + CP*(d + DP*p))``;
-s/CP tokens per rank, attention against all s keys via a ring of CP-1 K/V send/recv steps forward and CP-1 dK/dV steps backward, each
-``2*b*(s/CP)*(kv/TP)*d*bytes`` (prefill: the forward ring only), and one flash-attention call per ring step
+s/CP tokens per rank, attention against all s keys via a ring of CP-1 K/V send/recv steps forward and CP-1
+dK/dV steps backward, each ``2*b*(s/CP)*(kv/TP)*d*bytes`` (prefill: the forward ring only), and one flash-attention call per ring step
 (causal: Megatron's load-balanced chunks, see ``_StageBuilder._attn_steps``); dense gradients over DP x CP.
 Interleaved 1F1B (``virtual_stages``): Megatron's interleaved schedule, virtual stage v = chunk*PP + p; per rank
 ``2*V*M - M*[p==0] - M*[p==PP-1]`` sends.
@@ -233,6 +233,7 @@ class LlmConfig:
     #                                 per MoE layer (see parse_expert_load); () = balanced routing
     comm_sms: tuple = ()            # ((key, SMs), ...): comm_sms attribute per kind of communication (see --comm-sms)
     logits: str = "all"             # inference: LM head on "all" positions, or the "last" of each sequence (serving)
+    pp_scatter_gather: bool = False  # TP without SP: each TP rank sends 1/TP of a stage boundary, all-gathered after
 
     @property
     def npus(self):
@@ -656,6 +657,9 @@ def _check(dims: ModelDims, cfg: LlmConfig):
     if cfg.overlap_param_gather and (cfg.zero not in (1, 2) or cfg.inference):
         raise ConfigError("--overlap-param-gather is for training with --zero 1 or 2 (ZeRO-3 gathers every unit "
                           "anyway)")
+    if cfg.pp_scatter_gather and (cfg.tp == 1 or cfg.pp == 1 or cfg.sequence_parallel):
+        raise ConfigError("--pp-scatter-gather needs --tp > 1 and --pp > 1, without --sequence-parallel (which "
+                          "already splits the stage boundary over TP)")
     if cfg.logits not in ("all", "last"):
         raise ConfigError(f"--logits must be all or last, got {cfg.logits!r}")
     if cfg.logits == "last" and not cfg.inference:
@@ -834,7 +838,10 @@ class _StageBuilder:
         self.ag_bytes = self.tokens * dims.hidden * (1 if fp8_ag else self.nbytes)
         # pipeline p2p: with sequence parallelism the stage boundary's activation is already split over TP (each
         # TP rank sends its s/TP rows, as Megatron does); without it every TP rank sends the whole b*s*h
-        self.p2p_bytes = self.act_bytes // cfg.tp if cfg.sequence_parallel else self.act_bytes
+        # (--pp-scatter-gather: Megatron-LM 2021's split of the boundary activation without SP, all-gathered over TP
+        # on arrival, see _pp_arrival)
+        split = cfg.sequence_parallel or cfg.pp_scatter_gather
+        self.p2p_bytes = self.act_bytes // cfg.tp if split else self.act_bytes
         # MoE: token copies this rank dispatches, and (balanced routing) rows its experts compute
         self.routed = routed_rows(dims, cfg, self.tokens) if dims.moe else 0
         self.a2a_bytes = self.routed * dims.hidden * self.nbytes
@@ -1130,6 +1137,15 @@ class _StageBuilder:
         attrs = {"is_cpu_op": False, "comm_size": size, "comm_tag": tag}
         self._sms(attrs, sms_key)
         return self._add(label, T.COMM_RECV_NODE, attrs, (), dyn=(kind, direction), chain=False)
+
+    def _pp_arrival(self, label, direction, tag):
+        """A pipeline receive (``label``) and what the stage's first node waits for after it: the receive, or with
+        ``--pp-scatter-gather`` the TP all-gather (``tp_ag.<label>``) that rebuilds the whole ``b*s*h``
+        activation or gradient from the TP ranks' 1/TP pieces (Megatron-LM's scatter-gather optimisation)."""
+        recv = self.recv(label, direction, tag)
+        if not self.cfg.pp_scatter_gather:
+            return [recv]
+        return [self.coll(f"tp_ag.{label}", T.ALL_GATHER, self.act_bytes, "tp", [recv], chain=False)]
 
     def _sms(self, attrs, *keys):
         """``--comm-sms``: the first of ``keys`` that has a value sets the node's ``comm_sms`` attribute (the SMs
@@ -1591,7 +1607,7 @@ class _StageBuilder:
                 phase = f"fwd.mb{mb}" if reshard else "fwd"
                 store = z3.setdefault((ch, phase), {})
                 sc = ch if p > 0 else ch - 1  # the sender's chunk
-                deps = [] if first else [self.recv(f"recv_act{cs}.mb{mb}", -1, base + 2 * (sc * M + mb))]
+                deps = [] if first else self._pp_arrival(f"recv_act{cs}.mb{mb}", -1, base + 2 * (sc * M + mb))
                 if first and step > 0 and P > 1:  # the token the last stage sampled in the previous step
                     deps = [self.recv(f"recv_token.s{step}.mb{mb}", -1, token_tags + step * M + mb, token_bytes)]
                 for i, layer in enumerate(layers):
@@ -1634,7 +1650,7 @@ class _StageBuilder:
                 sync = mb == M - 1 or every  # gradients reduced after this micro-batch
                 smb = mb if every else None
                 sc = ch if p < P - 1 else ch + 1
-                deps = [] if last else [self.recv(f"recv_grad{cs}.mb{mb}", +1, 2 * (sc * M + mb) + 1)]
+                deps = [] if last else self._pp_arrival(f"recv_grad{cs}.mb{mb}", +1, 2 * (sc * M + mb) + 1)
                 if last:
                     extra = self._z3(units, "head", store, params, phase) if gather else []
                     if cfg.ew:
@@ -1811,6 +1827,10 @@ def add_llm_command(sub):
     p.add_argument("--moe-imbalance", type=float, default=1.0, metavar="F",
                    help="dropless MoE: the busiest EP rank gets F x the balanced token copies; every rank is timed "
                    "as that straggler (expert rows and all-to-all bytes x F; default 1, balanced)")
+    p.add_argument("--pp-scatter-gather", action="store_true",
+                   help="TP without sequence parallelism: each TP rank sends 1/TP of the stage-boundary tensor and the "
+                   "receiving stage all-gathers it over TP (Megatron-LM's scatter/gather optimisation, its 2021 "
+                   "default); without it every TP rank sends the whole b x s x h")
     p.add_argument("--logits", choices=("all", "last"), default="all",
                    help="inference: the LM head on every position (default, as a training forward does) or only on "
                    "each sequence's last one (and the prefill chunk's), as serving engines do")
@@ -1937,6 +1957,7 @@ def _cmd_llm(args):
                     grad_sync_every_micro_batch=args.grad_sync_every_micro_batch,
                     moe_capacity_factor=args.moe_capacity_factor, moe_pad_to_capacity=args.moe_pad_to_capacity,
                     moe_imbalance=args.moe_imbalance, moe_expert_load=load, logits=args.logits,
+                    pp_scatter_gather=args.pp_scatter_gather,
                     comm_sms=tuple(sorted(comm_sms.items())))
     s = generate_llm(dims, cfg, args.output)
     print(f"{s['npus']} ranks, {s['parameters'] / 1e9:.2f}B matmul parameters "
