@@ -85,13 +85,16 @@ def astra_exe(name: str) -> str:
 
 #: Extra ``astra workload llm`` flags for every configuration (``--attention unfused`` sets it).
 EXTRA_LLM_FLAGS: list = []
+#: ``--pp-scatter-gather``: Megatron-LM's 2021 scatter/gather of the stage boundary, for the rows with TP and PP
+PP_SCATTER_GATHER = []
 
 
 def gen_cmd(c: Config, m: int, prefix: str) -> list[str]:
     return [astra_exe("astra"), "workload", "llm", "--layers", str(c.layers), "--hidden", str(c.hidden),
             "--heads", str(c.heads), "--vocab", str(VOCAB), "--seq-len", str(SEQ), "--tp", str(c.tp),
             "--pp", str(c.pp), "--dp", str(c.dp), "--micro-batches", str(m), "--micro-batch-size",
-            str(c.micro_batch_size), "--recompute", "--dtype", "fp16", *EXTRA_LLM_FLAGS, "-o", prefix]
+            str(c.micro_batch_size), "--recompute", "--dtype", "fp16", *EXTRA_LLM_FLAGS,
+            *(PP_SCATTER_GATHER if c.tp > 1 and c.pp > 1 else []), "-o", prefix]
 
 
 def run_cmd(c: Config, prefix: str, report: str) -> list[str]:
@@ -158,7 +161,12 @@ def main(argv=None) -> int:
     ap.add_argument("--attention", choices=("flash", "unfused"), default="flash",
                     help="attention as generated: one FlashAttention node (default) or the unfused "
                          "bmm + softmax kernels the 2021 measurements used")
+    ap.add_argument("--pp-scatter-gather", action="store_true",
+                    help="rows with TP and PP: each TP rank sends 1/TP of the stage boundary and the next stage "
+                         "all-gathers it (Megatron-LM's scatter/gather optimisation, on in its 2021 runs)")
     a = ap.parse_args(argv)
+    if a.pp_scatter_gather:
+        PP_SCATTER_GATHER[:] = ["--pp-scatter-gather"]
     if a.attention == "unfused":
         EXTRA_LLM_FLAGS[:] = ["--attention", "unfused"]
     configs = [c for c in CONFIGS if not a.only or c.name in a.only]
