@@ -35,7 +35,8 @@ trace (``astra workload llm --comm-sms`` / ``--tp-overlap-config``): ``config_co
 communicators' CTAs (``MEGATRON_CORE_DP_MAX_CTAS=8``, ``TP_MAX_CTAS=8``, ``P2P_MAX_CTAS=2``, ``AMAX_MAX_CTAS=1``),
 and ``conf/tp_overlap/h100tp4pp8mbs1.yaml`` sets Transformer Engine's userbuffers overlaps (the all-gather rings
 ``ring_exchange`` on the copy engines; the forward reduce-scatters ``pipeline`` with 24 SMs for the projection and
-4 for FC2; the backward ``bulk`` overlaps 2 to 8 SMs). ``TP_OVERLAP_CONFIG`` below restates those numbers.
+4 for FC2, both with ``set_sm_margin``, so their GEMM chunks run on the other SMs throughout; the backward ``bulk``
+overlaps 2 to 8 SMs). ``TP_OVERLAP_CONFIG`` below restates those numbers.
 
 Usage:  python benchmarks/validate_mlperf_gpt3.py [--only NAME ...] [--json OUT.json] [--platform-collective nccl]
                                                   [--gpu-contention]
@@ -66,7 +67,8 @@ TP_OVERLAP_CONFIG = {
     "fc1_dgrad": {"method": "bulk", "num_sm": 2}, "fc1_wgrad": {"method": "bulk", "num_sm": 4},
     "qkv_fprop": {"method": "ring_exchange"}, "proj_dgrad": {"method": "ring_exchange"},
     "fc1_fprop": {"method": "ring_exchange"}, "fc2_dgrad": {"method": "ring_exchange"},
-    "proj_fprop": {"method": "pipeline", "num_sm": 24}, "fc2_fprop": {"method": "pipeline", "num_sm": 4},
+    "proj_fprop": {"method": "pipeline", "num_sm": 24, "set_sm_margin": 1},
+    "fc2_fprop": {"method": "pipeline", "num_sm": 4, "set_sm_margin": 1},
 }
 MICRO_BATCHES = 128  # gradient_accumulation_steps in both logs
 SHORT_MS = (8, 16)   # micro-batches of the DP runs (multiples of PP, as the interleaved schedule needs)

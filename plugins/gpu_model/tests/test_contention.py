@@ -275,3 +275,32 @@ def test_platform_runs_charge_a_cross_node_transfer_less_hbm(tmp_path):
     alone = run(tmp_path, [make_node(0, "aten::add", T.COMP_NODE, attrs={
         "is_cpu_op": False, "inputs_shapes": add, "inputs_types": BF16_PAIR})], "alone").ranks[0].compute_ns
     assert alone < times["inter"] < times["intra"]
+
+
+def test_a_gemm_with_an_sm_margin_runs_on_the_other_sms(tmp_path):
+    """``sm_margin`` (Transformer Engine's set_sm_margin): the GEMM was launched on sm_count - margin SMs, so it
+    is slowed by the margin even with no transfer running, keeps the margin when a smaller transfer runs beside
+    it (the transfer uses the SMs it left free), and loses more SMs to a larger one. HBM is only shared while a
+    transfer runs."""
+    def mm_margin(node_id, margin):
+        node = mm(node_id)
+        node.attrs["sm_margin"] = margin
+        return node
+
+    h100 = load_gpu("H100")
+    alone = run(tmp_path, [mm_margin(0, 24)], "m_alone", gpu_contention=True)
+    model = GpuComputeModel(None, "H100")
+    model.gpu = contended_gpu(h100, 24, 0.0)
+    op = classify("aten::mm", SHAPES, BF16_PAIR, "")
+    assert alone.ranks[0].compute_ns == max(1, math.ceil(model.op_seconds(op) * 1e9)) > mm_alone_ns()
+    assert alone.stats["gpu_utilization"][0]["timeline"][0][2:4] == [108, 0]  # 108 SMs computing, none sending
+    for sms, expected in ((8, contended_mm_ns(24)), (32, contended_mm_ns(32))):
+        ar = all_reduce(0)
+        ar.attrs["comm_sms"] = sms
+        report = run(tmp_path, [ar, mm_margin(1, 24)], f"m{sms}", gpu_contention=True)
+        assert report.ranks[0].compute_ns == expected
+    # without --gpu-contention the margin is not applied (as no contention is)
+    assert run(tmp_path, [mm_margin(0, 24)], "m_off").ranks[0].compute_ns == mm_alone_ns()
+    with pytest.raises(Exception, match=r"compute node 0 \('aten::mm'\) of rank 0: attribute 'sm_margin' must be "
+                                        r"an integer from 0 to 131"):
+        run(tmp_path, [mm_margin(0, 132)], "m_bad", gpu_contention=True)

@@ -138,7 +138,41 @@ def test_bad_comm_sms(tmp_path, capsys, args, message):
     assert re.search(message, capsys.readouterr().err)
 
 
+def _margins(prefix, npus):
+    """{GEMM label without its chunk: {sm_margin values}} of the compute nodes."""
+    out = {}
+    for r in range(npus):
+        for n in read_et(f"{prefix}.{r}.et").nodes:
+            if n.type == T.COMP_NODE and ".c" in n.attrs.get("label", ""):
+                label = n.attrs["label"].rsplit(".c", 1)[0]
+                out.setdefault(label.split(".", 1)[0] + "." + label.rsplit(".", 1)[-1], set()).add(
+                    n.attrs.get("sm_margin"))
+    return out
+
+
+def test_set_sm_margin_gives_the_overlapped_gemm_chunks_an_sm_margin(tmp_path):
+    # TE_YAML: proj_fprop (pipeline, 24 SMs) and fc2_fprop (12) with set_sm_margin: their forward GEMM chunks
+    # (projection, FC2) carry sm_margin = those SMs; the other chunked GEMMs none (no set_sm_margin, or a
+    # copy-engine ring)
+    yaml_path = _write_yaml(tmp_path, TE_YAML.replace("qkv_fprop: {method: ring_exchange, aggregate: 0}",
+                                                      "qkv_fprop: {method: ring_exchange, set_sm_margin: 1}"))
+    prefix = _generate(tmp_path, "margin", "--tp-comm-overlap", "--tp-overlap-config", str(yaml_path))
+    margins = _margins(prefix, 8)
+    assert margins["fwd.proj"] == {24} and margins["fwd.fc2"] == {12}
+    assert {k: v for k, v in margins.items() if k not in ("fwd.proj", "fwd.fc2")} and \
+        all(v == {None} for k, v in margins.items() if k not in ("fwd.proj", "fwd.fc2"))
+    # --comm-sms changes the overlap's SMs, and so its margin; 0 SMs leave no margin
+    prefix = _generate(tmp_path, "margin2", "--tp-comm-overlap", "--tp-overlap-config", str(yaml_path),
+                       "--comm-sms", "proj_fprop=16,fc2_fprop=0")
+    margins = _margins(prefix, 8)
+    assert margins["fwd.proj"] == {16} and margins["fwd.fc2"] == {None}
+    # without the YAML: no margins
+    assert all(v == {None} for v in _margins(_generate(tmp_path, "plain2", "--tp-comm-overlap"), 8).values())
+    assert load_tp_overlap_sms(yaml_path, with_margins=True)[1] == {"proj_fprop": 24, "fc2_fprop": 12}
+
+
 @pytest.mark.parametrize("text, message", [
+    ("qkv_fprop: {method: bulk, set_sm_margin: 2}", r"qkv_fprop\.set_sm_margin must be true or false"),
     ("qkv_fprop: {method: ring}", r"qkv_fprop\.method must be one of ring_exchange, pipeline, bulk, got 'ring'"),
     ("attn_fprop: {method: bulk}", r"unknown layer 'attn_fprop'"),
     ("qkv_fprop: {method: bulk, num_sms: 3}", r"qkv_fprop: unknown key 'num_sms'"),

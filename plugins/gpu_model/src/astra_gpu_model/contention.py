@@ -28,6 +28,10 @@ The model, kept simple and explicit:
   preset has no scale-up bandwidth). Reduction reads, message sizes and the transfer's actual rate are
   ignored. The compute kernel sees ``(1 - share) x HBM`` whenever any communication runs, whatever its
   SMs (a copy-engine transfer streams through HBM too);
+* **SM margin**: a compute node with an ``sm_margin`` attribute was launched on ``sm_count - sm_margin``
+  SMs (Transformer Engine's ``set_sm_margin``: a GEMM beside a userbuffers overlap leaves that overlap's
+  SMs free for its whole duration, whether the overlap's transfer runs then or not), so it is timed with
+  at most that many SMs, and with fewer if the running communication takes more;
 * the collective itself is **not** slowed by the compute kernel (its time comes from the network model).
 
 Utilisation: the model records per-rank intervals — compute kernels (when issued, with the SMs they
@@ -230,9 +234,23 @@ class Contention:
             entry = self._slowed[state] = (contended_gpu(self.gpu, *state), {})
         return entry
 
+    def node_margin(self, node, rank):
+        """SMs the compute ``node`` leaves free by launch (its ``sm_margin`` attribute; 0 without one)."""
+        margin = node.attrs.get("sm_margin", 0)
+        if isinstance(margin, bool) or not isinstance(margin, int) or not 0 <= margin < self.gpu.sm_count:
+            from astra_sim.errors import WorkloadError
+
+            raise WorkloadError(f"compute node {node.id} ({node.name!r}) of rank {rank}: attribute 'sm_margin' must "
+                                f"be an integer from 0 to {self.gpu.sm_count - 1} (SMs the kernel leaves free), got "
+                                f"{margin!r}")
+        return margin
+
     def time_node(self, model, node, rank):
         """Time ``node`` with ``model`` on the whole or the contended GPU; record the interval."""
         state = self.busy(rank)
+        margin = self.node_margin(node, rank) if "sm_margin" in node.attrs else 0
+        if margin and (state is None or state[0] < margin):
+            state = (margin, 0.0 if state is None else state[1])
         sms, share = state if state is not None else (None, 0.0)
         if state is not None:
             saved = model.gpu, model._cache

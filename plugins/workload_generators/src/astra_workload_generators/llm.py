@@ -232,6 +232,7 @@ class LlmConfig:
     moe_expert_load: tuple = ()     # MoE: the experts' relative loads, one tuple of E for every MoE layer or one
     #                                 per MoE layer (see parse_expert_load); () = balanced routing
     comm_sms: tuple = ()            # ((key, SMs), ...): comm_sms attribute per kind of communication (see --comm-sms)
+    sm_margins: tuple = ()          # ((TE overlap name, SMs), ...): its GEMMs' sm_margin (TE's set_sm_margin)
     logits: str = "all"             # inference: LM head on "all" positions, or the "last" of each sequence (serving)
     pp_scatter_gather: bool = False  # TP without SP: each TP rank sends 1/TP of a stage boundary, all-gathered after
 
@@ -747,6 +748,12 @@ def _check(dims: ModelDims, cfg: LlmConfig):
         if key not in COMM_SMS_GROUPS and not cfg.tp_comm_overlap:
             raise ConfigError(f"--comm-sms: {key} is a Transformer Engine userbuffers overlap, emitted only with "
                               "--tp-comm-overlap")
+    for name, sms in cfg.sm_margins:
+        if name not in TE_OVERLAP_NAMES or not cfg.tp_comm_overlap:
+            raise ConfigError(f"sm_margins: {name!r} is not a Transformer Engine userbuffers overlap emitted here "
+                              f"(known: {', '.join(TE_OVERLAP_NAMES)}; they need --tp-comm-overlap)")
+        if isinstance(sms, bool) or not isinstance(sms, int) or sms < 1:
+            raise ConfigError(f"sm_margins: {name} must be a positive integer (SMs), got {sms!r}")
 
 
 def parse_comm_sms(spec):
@@ -766,11 +773,13 @@ def parse_comm_sms(spec):
     return out
 
 
-def load_tp_overlap_sms(path):
+def load_tp_overlap_sms(path, with_margins=False):
     """SMs of each userbuffers overlap in a Transformer Engine ``tp_overlap`` YAML (the ``ub_cfgs`` NeMo and
     Megatron pass to ``initialize_ub``: per layer name ``method``, ``num_sm``, ``use_ce``, ...). A
     ``ring_exchange`` takes 0 SMs (copy engines) unless ``use_ce`` is false; ``pipeline`` and ``bulk`` take
-    ``num_sm`` (TE's default 16). Returns ``{te name: SMs}``."""
+    ``num_sm`` (TE's default 16). Returns ``{te name: SMs}``; ``with_margins``: also ``{te name: SMs}`` of the
+    overlaps with ``set_sm_margin`` (TE's default off), whose GEMMs TE launches on the other SMs only, for
+    their whole duration (``sm_margin`` attribute, see :meth:`_StageBuilder.mm`)."""
     import yaml
 
     try:
@@ -783,7 +792,7 @@ def load_tp_overlap_sms(path):
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of Transformer Engine layer names (qkv_fprop, ...) to their "
                           f"overlap settings, got {type(data).__name__}")
-    out = {}
+    out, margins = {}, {}
     for name, entry in data.items():
         if name not in TE_OVERLAP_NAMES:
             raise ConfigError(f"{path}: unknown layer {name!r} (Transformer Engine's userbuffers names: "
@@ -804,7 +813,12 @@ def load_tp_overlap_sms(path):
         if not isinstance(use_ce, (bool, int)):
             raise ConfigError(f"{path}: {name}.use_ce must be true or false, got {use_ce!r}")
         out[name] = 0 if method == "ring_exchange" and use_ce else sms
-    return out
+        margin = entry.get("set_sm_margin", False)
+        if not isinstance(margin, (bool, int)) or margin not in (0, 1):
+            raise ConfigError(f"{path}: {name}.set_sm_margin must be true or false (1 or 0), got {margin!r}")
+        if margin and out[name]:
+            margins[name] = out[name]
+    return (out, margins) if with_margins else out
 
 
 def _te_overlap(label):
@@ -852,6 +866,7 @@ class _StageBuilder:
         self.syncs = []      # gradient reductions the optimizer waits for
         self.tp_tags = 0     # --tp-comm-overlap ring messages so far (their tags; identical on every TP rank)
         self.comm_sms = dict(cfg.comm_sms)  # --comm-sms: key -> SMs (the comm_sms attribute)
+        self.sm_margins = dict(cfg.sm_margins)  # TE overlap name -> its GEMMs' sm_margin
         self.deferred = []   # ZeRO-1/2 parameter all-gathers, issued after the optimizer
 
     # -- node emission ------------------------------------------------------------------------------------
@@ -881,15 +896,20 @@ class _StageBuilder:
         attrs.update(extra or {})
         return self._add(op, T.COMP_NODE, attrs, deps, duration=dur, shapes=shapes, types=types, values=values)
 
-    def mm(self, label, m, k, n, deps=(), linear=True):
+    def mm(self, label, m, k, n, deps=(), linear=True, overlap=None):
         """``[m,k] x [k,n]``. ``linear``: a transformer linear layer (QKV, projection, FFN, experts), which
         ``--gemm-dtype fp8`` runs as an FP8 ``_scaled_mm`` (E4M3 operands, E5M2 for the gradient operand of
-        ``*.dgrad``/``*.wgrad``, two fp32 scales, bf16 output); the router and LM head stay in ``--dtype``."""
+        ``*.dgrad``/``*.wgrad``, two fp32 scales, bf16 output); the router and LM head stay in ``--dtype``.
+        ``overlap``: the Transformer Engine userbuffers overlap this GEMM runs beside; with its ``set_sm_margin``
+        (``--tp-overlap-config``) the node gets ``sm_margin`` = that overlap's SMs, which TE keeps free of it."""
+        margin = self.sm_margins.get(overlap) if overlap else None
+        extra = {"sm_margin": margin} if margin else None
         if not (linear and self.cfg.gemm_dtype == "fp8"):
-            return self.comp(MM, label, f"[[{m}, {k}], [{k}, {n}]]", 2 * m * k * n, m * k + k * n + m * n, deps)
+            return self.comp(MM, label, f"[[{m}, {k}], [{k}, {n}]]", 2 * m * k * n, m * k + k * n + m * n, deps,
+                             extra)
         a = FP8_GRAD if label.endswith(".dgrad") else FP8_FWD
         b = FP8_GRAD if label.endswith(".wgrad") else FP8_FWD
-        return self.comp(SCALED_MM, label, f"[[{m}, {k}], [{k}, {n}], [], []]", 2 * m * k * n, 0, deps,
+        return self.comp(SCALED_MM, label, f"[[{m}, {k}], [{k}, {n}], [], []]", 2 * m * k * n, 0, deps, extra,
                          types=[a, b, "Tensor(float)", "Tensor(float)"], nbytes=m * k + k * n + 2 * m * n)
 
     def ew(self, op, label, args, deps=()):
@@ -1193,13 +1213,14 @@ class _StageBuilder:
         start = list(deps) + ([] if self.prev is None else [self.prev])
         # each transfer is emitted before the GEMM chunk launched with it (lower id: issued first when both become
         # ready at once), so that the gpu model's --gpu-contention sees it running beside that chunk
+        overlap = _te_overlap(f"ag.{ag_label}")
         recv = self._tp_ring_step(f"ag.{ag_label}", 1, start, self.ag_bytes)
-        node = self.mm(f"{mm_label}.c0", m // tp, k, n, deps)
+        node = self.mm(f"{mm_label}.c0", m // tp, k, n, deps, overlap=overlap)
         for j in range(1, tp):
             arrived = recv
             if j + 1 < tp:
                 recv = self._tp_ring_step(f"ag.{ag_label}", j + 1, [arrived], self.ag_bytes)
-            node = self.mm(f"{mm_label}.c{j}", m // tp, k, n, [arrived])
+            node = self.mm(f"{mm_label}.c{j}", m // tp, k, n, [arrived], overlap=overlap)
         return node
 
     def mm_rs(self, mm_label, rs_label, m, k, n, deps=()):
@@ -1214,10 +1235,11 @@ class _StageBuilder:
             return node
         tp = self.cfg.tp
         rows = m // tp
-        node = self.mm(f"{mm_label}.c0", rows, k, n, deps)
+        overlap = _te_overlap(f"rs.{rs_label}")
+        node = self.mm(f"{mm_label}.c0", rows, k, n, deps, overlap=overlap)
         for j in range(1, tp):
             recv = self._tp_ring_step(f"rs.{rs_label}", j, [node], self.act_bytes)
-            self.mm(f"{mm_label}.c{j}", rows, k, n)
+            self.mm(f"{mm_label}.c{j}", rows, k, n, overlap=overlap)
             node = self.ew("aten::add_", f"{rs_label}.rs_add{j}", [self._t(rows, n), self._t(rows, n)], [recv])
         return node
 
@@ -1933,12 +1955,14 @@ def _cmd_llm(args):
             raise ConfigError(f"--batch-size {args.batch_size} is not divisible by --micro-batches "
                               f"{args.micro_batches}")
         mbs = args.batch_size // args.micro_batches
-    comm_sms = {}
+    comm_sms, margins = {}, {}
     if args.tp_overlap_config:
         if not args.tp_comm_overlap:
             raise ConfigError("--tp-overlap-config needs --tp-comm-overlap (it sets the userbuffers overlaps' SMs)")
-        comm_sms.update(load_tp_overlap_sms(args.tp_overlap_config))
+        sms, margins = load_tp_overlap_sms(args.tp_overlap_config, with_margins=True)
+        comm_sms.update(sms)
     comm_sms.update(parse_comm_sms(args.comm_sms))
+    margins = {name: comm_sms[name] for name in margins if comm_sms[name]}  # (--comm-sms overrides the file's SMs)
     load = ()
     if args.moe_expert_load is not None:
         if not dims.moe:
@@ -1958,7 +1982,7 @@ def _cmd_llm(args):
                     moe_capacity_factor=args.moe_capacity_factor, moe_pad_to_capacity=args.moe_pad_to_capacity,
                     moe_imbalance=args.moe_imbalance, moe_expert_load=load, logits=args.logits,
                     pp_scatter_gather=args.pp_scatter_gather,
-                    comm_sms=tuple(sorted(comm_sms.items())))
+                    comm_sms=tuple(sorted(comm_sms.items())), sm_margins=tuple(sorted(margins.items())))
     s = generate_llm(dims, cfg, args.output)
     print(f"{s['npus']} ranks, {s['parameters'] / 1e9:.2f}B matmul parameters "
           f"({s['activated_parameters'] / 1e9:.2f}B activated), {s['flops'] / 1e15:.4f} PFLOP "
