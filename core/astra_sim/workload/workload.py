@@ -32,8 +32,9 @@ _COLLECTIVES = {
     T.ALL_TO_ALL: ALL_TO_ALL,
 }
 _CPU, _COMP, _COMM, _NONE = range(4)
-#: ``pg_name`` values that mean the default all-NPU group (the reference's rule)
-_DEFAULT_PG_NAMES = ("", "0", None)
+#: ``pg_name`` values that mean the default all-NPU group (the reference's rule; backends that look at a
+#: node's group, e.g. the gpu model's contention, use it too)
+DEFAULT_PG_NAMES = ("", "0", None)
 
 
 class RankWorkload:
@@ -83,7 +84,7 @@ class RankWorkload:
     def _comm_slot(self, node):
         """The slot of a collective (per communicator) or a send (per communicator and destination)."""
         pg_name = node.attrs.get("pg_name", "")
-        if pg_name in _DEFAULT_PG_NAMES:
+        if pg_name in DEFAULT_PG_NAMES:
             pg_name = ""
         key = (pg_name, node.attrs.get("comm_dst") if node.type == T.COMM_SEND_NODE else None)
         if key == ("", None):
@@ -272,7 +273,7 @@ class RankWorkload:
 
     def _comm_group(self, node):
         pg_name = node.attrs.get("pg_name", "")
-        if pg_name in _DEFAULT_PG_NAMES:
+        if pg_name in DEFAULT_PG_NAMES:
             return None
         try:
             group_id = int(pg_name)

@@ -46,6 +46,8 @@ import dataclasses
 from array import array
 
 from astra_sim.chakra import types as T
+from astra_sim.errors import WorkloadError
+from astra_sim.workload.workload import DEFAULT_PG_NAMES
 
 from astra_gpu_model.gpu import DTYPE_BYTES
 from astra_gpu_model.ops import OpError, classify, node_io
@@ -74,6 +76,18 @@ def default_hbm_share(gpu):
     if not link or not gpu.hbm_bandwidth_gbps:
         return FALLBACK_HBM_SHARE
     return link_hbm_share(gpu, link)
+
+
+def _sm_attr(node, key, rank, kind, high, meaning):
+    """A node's SM-count attribute ``key``: an integer from 0 (to ``high``, when given), else an error that
+    names the node, its rank and what the number means."""
+    value = node.attrs[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0 or (high is not None and value > high):
+        where = "" if rank is None else f" of rank {rank}"
+        bound = ">= 0" if high is None else f"from 0 to {high}"
+        raise WorkloadError(f"{kind} node {node.id} ({node.name!r}){where}: attribute {key!r} must be an integer "
+                            f"{bound} ({meaning}), got {value!r}")
+    return value
 
 
 def contended_gpu(gpu, comm_sms, hbm_share):
@@ -173,16 +187,10 @@ class Contention:
     # ------------------------------------------------------------------ timing
     def node_sms(self, node, rank=None):
         """SMs the communication ``node`` occupies: its ``comm_sms`` attribute, else ``--gpu-comm-sms``."""
-        sms = node.attrs.get("comm_sms")
-        if sms is None:
+        if "comm_sms" not in node.attrs:
             return self.comm_sms
-        if isinstance(sms, bool) or not isinstance(sms, int) or sms < 0:
-            from astra_sim.errors import WorkloadError
-
-            where = "" if rank is None else f" of rank {rank}"
-            raise WorkloadError(f"communication node {node.id} ({node.name!r}){where}: attribute 'comm_sms' must be "
-                                f"an integer >= 0 (SMs its kernel occupies; 0 for a copy-engine transfer), got {sms!r}")
-        return sms
+        return _sm_attr(node, "comm_sms", rank, "communication", None,
+                        "SMs its kernel occupies; 0 for a copy-engine transfer")
 
     def node_hbm_share(self, node, rank):
         """HBM share the transfer ``node`` takes while it runs: fixed (``--gpu-comm-hbm-share`` or its default),
@@ -205,7 +213,7 @@ class Contention:
         pg = node.attrs.get("pg_name", "")
         spans = self._group_nodes.get(pg, -1)
         if spans == -1:
-            if pg in ("", "0", None):
+            if pg in DEFAULT_PG_NAMES:
                 members = range(getattr(context, "total_npus", 0) or domain)
             else:
                 try:
@@ -236,19 +244,14 @@ class Contention:
 
     def node_margin(self, node, rank):
         """SMs the compute ``node`` leaves free by launch (its ``sm_margin`` attribute; 0 without one)."""
-        margin = node.attrs.get("sm_margin", 0)
-        if isinstance(margin, bool) or not isinstance(margin, int) or not 0 <= margin < self.gpu.sm_count:
-            from astra_sim.errors import WorkloadError
-
-            raise WorkloadError(f"compute node {node.id} ({node.name!r}) of rank {rank}: attribute 'sm_margin' must "
-                                f"be an integer from 0 to {self.gpu.sm_count - 1} (SMs the kernel leaves free), got "
-                                f"{margin!r}")
-        return margin
+        if "sm_margin" not in node.attrs:
+            return 0
+        return _sm_attr(node, "sm_margin", rank, "compute", self.gpu.sm_count - 1, "SMs the kernel leaves free")
 
     def time_node(self, model, node, rank):
         """Time ``node`` with ``model`` on the whole or the contended GPU; record the interval."""
         state = self.busy(rank)
-        margin = self.node_margin(node, rank) if "sm_margin" in node.attrs else 0
+        margin = self.node_margin(node, rank)
         if margin and (state is None or state[0] < margin):
             state = (margin, 0.0 if state is None else state[1])
         sms, share = state if state is not None else (None, 0.0)
