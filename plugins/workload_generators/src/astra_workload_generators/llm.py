@@ -37,8 +37,8 @@ and one before its first backward per step (reused by all micro-batches; ``resha
 micro-batch's), one gradient reduce-scatter after its last backward (``grad_sync_every_micro_batch``: after
 every micro-batch's, for any ZeRO stage). Context parallelism (``cp``): ``rank = t + TP*(c + CP*(d + DP*p))``;
 s/CP tokens per rank, attention against all s keys via a ring of CP-1 K/V send/recv steps forward and CP-1
-dK/dV steps backward, each ``2*b*(s/CP)*(kv/TP)*d*bytes`` (prefill: the forward ring only), and one flash-attention call per ring step
-(causal: Megatron's load-balanced chunks, see ``_StageBuilder._attn_steps``); dense gradients over DP x CP.
+dK/dV steps backward, each ``2*b*(s/CP)*(kv/TP)*d*bytes`` (prefill: the forward ring only), and one
+flash-attention call per ring step (causal: Megatron's load-balanced chunks, see ``_StageBuilder._attn_steps``); dense gradients over DP x CP.
 Interleaved 1F1B (``virtual_stages``): Megatron's interleaved schedule, virtual stage v = chunk*PP + p; per rank
 ``2*V*M - M*[p==0] - M*[p==PP-1]`` sends.
 
@@ -1708,23 +1708,23 @@ class _StageBuilder:
                     if sync:
                         self.grad_sync("embedding", vocab * h, mb=smb)
         if cfg.ew:
-            self.optimizer(self.optimizer_params())
+            self.optimizer(self.optimizer_params(params))
         return self.items
 
-    def optimizer_params(self):
+    def optimizer_params(self, params):
         """Parameters this rank updates: its stage's units (layers; embedding on the first, LM head on the last
-        virtual stage), TP-sharded, and under ZeRO >= 1 also sharded over the (expert-)DP group."""
+        virtual stage; ``params``: build()'s {unit: (dense, expert) shard}), TP-sharded, and under ZeRO >= 1 also
+        sharded over the (expert-)DP group."""
         dims, cfg, p, P, V = self.dims, self.cfg, self.p, self.cfg.pp, self.cfg.virtual_stages
-        vocab = padded_vocab(dims, cfg.tp) // cfg.tp
         per_chunk = dims.layers // (P * V)
         dense = expert = 0
         for ch in range(V):
             v = ch * P + p
-            dense += vocab * dims.hidden * ((v == 0) + (v == P * V - 1))
-            for layer in range(v * per_chunk, (v + 1) * per_chunk):
-                lp, elp = layer_shards(dims, cfg, dims.is_moe_layer(layer))
-                dense += lp
-                expert += elp
+            units = ((["embedding"] if v == 0 else []) + [f"l{i}" for i in range(v * per_chunk, (v + 1) * per_chunk)]
+                     + (["head"] if v == P * V - 1 else []))
+            for unit in units:
+                dense += params[unit][0]
+                expert += params[unit][1]
         if cfg.zero:
             dense = -(-dense // self._group_size(self.dgroup))
             if expert:
