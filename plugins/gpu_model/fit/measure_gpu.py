@@ -16,8 +16,10 @@ Writes CSV/JSON files into OUT (default ./gpu-measurements):
 * ``layer.csv``          whole transformer layers (forward + backward) timed eagerly and as a CUDA graph, with
                          the sum of their kernels' busy time from the profiler, so the gaps between kernels of a
                          real layer are measured; ``layer_kernels.csv.gz`` lists every kernel of one iteration;
-* ``interference.csv``   a GEMM (and an HBM-bound op) while a communication-like kernel holding k SMs streams
-                         memory on another stream, and that kernel's own slowdown.
+* ``interference.csv``   GEMMs, attention and HBM-bound ops while a communication-like kernel holding k SMs
+                         streams memory (or only spins) on another stream, that kernel's own slowdown, and GEMMs
+                         with cuBLAS told to leave SMs free;
+* ``gemm_extra.csv``     a fine M sweep (wave quantisation), batched GEMMs and grouped (MoE) GEMMs.
 
 Every kernel time is a median over repeats of a CUDA graph replaying the op many times on rotating input
 buffers (larger than L2, so weights are not served from cache), so it is the GPU's time without host launch
@@ -743,6 +745,12 @@ LAYER_CONFIGS = {
     "gpt3-175b-tp8": (12288, 12, 12, 6144, False, 2048, 1),
     "llama3-70b-tp8": (8192, 8, 1, 3584, True, 4096, 1),
     "llama3-8b-tp1": (4096, 32, 8, 14336, True, 8192, 1),
+    "gpt3-13b-tp4": (5120, 10, 10, 5120, False, 2048, 1),
+    "gpt3-13b-tp2": (5120, 20, 20, 10240, False, 2048, 1),
+    "gpt3-13b-tp8-mb4": (5120, 5, 5, 2560, False, 2048, 4),
+    "gpt3-175b-tp4": (12288, 24, 24, 12288, False, 2048, 1),
+    "gpt3-175b-tp8-mb2": (12288, 12, 12, 6144, False, 2048, 2),
+    "llama3-70b-tp4": (8192, 16, 2, 7168, True, 4096, 1),
 }
 
 
@@ -869,16 +877,20 @@ def _trace_pair(step, outdir):
 
 # ----------------------------------------------------------------------------------------------- interference
 
-INTF_FIELDS = ["victim", "comm_ctas", "victim_alone_us", "victim_with_comm_us", "slowdown", "comm_gbps_alone",
-               "comm_gbps_with_victim", "comm_slowdown", "overlap_ok", "status"]
+INTF_FIELDS = ["victim", "comm_kind", "comm_ctas", "victim_alone_us", "victim_with_comm_us", "slowdown",
+               "comm_gbps_alone", "comm_gbps_with_victim", "comm_slowdown", "overlap_ok", "status"]
 
 
-def _comm_kernel():
-    """A Triton kernel that streams memory from `ctas` CTAs, as an NCCL kernel's channels do."""
+def _comm_kernels():
+    """Triton kernels standing in for a communication kernel running on `ctas` CTAs (NCCL: one per channel).
+
+    ``stream``: each CTA copies its own 8 MB slice over and over (SMs and HBM taken, as a collective's
+    channels do); ``spin``: each CTA only computes (SMs taken, no memory traffic). Loop counts are not
+    specialised, so no launch recompiles inside a timed region."""
     import triton
     import triton.language as tl
 
-    @triton.jit
+    @triton.jit(do_not_specialize=["per_prog", "iters"])
     def stream_copy(src, dst, per_prog, iters, BLOCK: tl.constexpr):
         pid = tl.program_id(0)
         base = pid * per_prog
@@ -887,16 +899,27 @@ def _comm_kernel():
                 idx = base + off + tl.arange(0, BLOCK)
                 tl.store(dst + idx, tl.load(src + idx))
 
-    def launch(src, dst, ctas, per_prog, iters):
-        stream_copy[(ctas,)](src, dst, per_prog, iters, BLOCK=2048, num_warps=8)
-    return launch
+    @triton.jit(do_not_specialize=["per_prog", "iters"])
+    def spin(src, dst, per_prog, iters, BLOCK: tl.constexpr):
+        pid = tl.program_id(0)
+        x = tl.load(src + pid * BLOCK + tl.arange(0, BLOCK))
+        for _ in range(iters):
+            for _j in range(0, per_prog, BLOCK):
+                x = x * 0.999999 + 0.000001
+        tl.store(dst + pid * BLOCK + tl.arange(0, BLOCK), x)
+
+    def launcher(kernel):
+        def launch(src, dst, ctas, per_prog, iters):
+            kernel[(ctas,)](src, dst, per_prog, iters, BLOCK=2048, num_warps=8)
+        return launch
+    return {"stream": launcher(stream_copy), "spin": launcher(spin)}
 
 
 def measure_interference(rows, budget, dry):
     if not CUDA:
         rows.add(victim="none", status="skipped: no GPU")
         return
-    launch = _comm_kernel()
+    kernels = _comm_kernels()
     per_prog = 1 << 21  # 8 MB of fp32 per CTA: k CTAs stream k x 8 MB (> L2 from 8 CTAs on)
     src = torch.randn(128 * per_prog, device=DEV)
     dst = torch.empty_like(src)
@@ -904,63 +927,152 @@ def measure_interference(rows, budget, dry):
     b = torch.randn(8192, 8192, device=DEV, dtype=torch.bfloat16)
     a2 = torch.randn(4096, 5120, device=DEV, dtype=torch.bfloat16)
     w2 = torch.randn(20480, 5120, device=DEV, dtype=torch.bfloat16)
+    w3 = torch.randn(2560, 5120, device=DEV, dtype=torch.bfloat16)
     big = torch.randn(1 << 28, device=DEV, dtype=torch.bfloat16)
+    q = torch.randn(1, 40, 2048, 128, device=DEV, dtype=torch.bfloat16)
+    ln_x = torch.randn(8192, 5120, device=DEV, dtype=torch.bfloat16)
     victims = {"gemm_8192^3_bf16": lambda: a @ b, "gemm_4096x20480x5120_bf16": lambda: a2 @ w2.t(),
+               "gemm_4096x2560x5120_bf16": lambda: a2 @ w3.t(),
+               "flash_attn_fwd_b1h40s2048": lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True),
+               "layer_norm_8192x5120": lambda: F.layer_norm(ln_x, (5120,)),
                "add_512MB_bf16": lambda: big.add(1.0)}
     comm = torch.cuda.Stream()
     main = torch.cuda.current_stream()
-    for ctas in (8, 16, 32, 64):
-        # Comm kernel alone: throughput, and iterations so that it lasts ~60 ms.
-        launch(src, dst, ctas, per_prog, 1)
-        sync()
-        e0, e1 = _events()
-        e0.record()
-        launch(src, dst, ctas, per_prog, 2)
-        e1.record()
-        e1.synchronize()
-        t2 = e0.elapsed_time(e1) * 1e-3 / 2
-        iters = max(2, int(60e-3 / t2))
-        comm_bytes = 2 * 4 * ctas * per_prog * iters
-        for vname, victim in victims.items():
-            if not budget.left():
-                return
-            try:
-                victim()
-                sync()
-                alone = sorted(_elapsed_s(lambda i: victim(), 10) / 10 for _ in range(3))[1]
-                n_vic = max(3, int(0.5 * 60e-3 / alone))  # victims fill the first half of the comm kernel
-                c0, c1 = _events()
-                v0, v1 = _events()
-                with torch.cuda.stream(comm):
-                    c0.record(comm)
-                    launch(src, dst, ctas, per_prog, iters)
-                    c1.record(comm)
-                time.sleep(0.002)  # let the comm kernel take its SMs first, as a running collective would have
-                v0.record(main)
-                for _ in range(n_vic):
+    for kind, launch in kernels.items():
+        for ctas in (2, 4, 8, 16, 24, 32, 48, 64):
+            if kind == "spin" and ctas not in (8, 16, 32, 64):
+                continue
+            launch(src, dst, ctas, per_prog, 2)  # compiles once (loop counts not specialised)
+            sync()
+            e0, e1 = _events()
+            e0.record()
+            launch(src, dst, ctas, per_prog, 2)
+            e1.record()
+            e1.synchronize()
+            t2 = e0.elapsed_time(e1) * 1e-3 / 2
+            iters = max(2, int(60e-3 / t2))
+            comm_bytes = 2 * 4 * ctas * per_prog * iters if kind == "stream" else 0
+            for vname, victim in victims.items():
+                if not budget.left():
+                    return
+                try:
                     victim()
-                v1.record(main)
-                sync()
-                with_comm = v0.elapsed_time(v1) * 1e-3 / n_vic
-                t_comm_alone = t2 * iters
-                # Comm kernel while victims run through all of it.
-                n_cover = int(2 * t_comm_alone / alone) + 2
-                for _ in range(n_cover):
-                    victim()
-                with torch.cuda.stream(comm):
+                    sync()
+                    alone = sorted(_elapsed_s(lambda i: victim(), 10) / 10 for _ in range(3))[1]
+                    n_vic = max(3, int(0.5 * 60e-3 / alone))  # victims fill the first half of the comm kernel
+                    c0, c1 = _events()
+                    v0, v1 = _events()
+                    with torch.cuda.stream(comm):
+                        c0.record(comm)
+                        launch(src, dst, ctas, per_prog, iters)
+                        c1.record(comm)
+                    time.sleep(0.002)  # the comm kernel takes its SMs first, as a running collective has them
+                    v0.record(main)
+                    for _ in range(n_vic):
+                        victim()
+                    v1.record(main)
+                    sync()
+                    with_comm = v0.elapsed_time(v1) * 1e-3 / n_vic
+                    ok = c0.elapsed_time(v0) >= 0 and v1.elapsed_time(c1) >= 0
+                    sync()
+                    e0, e1 = _events()
+                    with torch.cuda.stream(comm):
+                        e0.record(comm)
+                        launch(src, dst, ctas, per_prog, iters)
+                        e1.record(comm)
+                    sync()
+                    t_comm_alone = e0.elapsed_time(e1) * 1e-3
+                    # The comm kernel while victims run through all of it.
+                    n_cover = int(2 * t_comm_alone / alone) + 2
+                    for _ in range(n_cover):
+                        victim()
                     d0, d1 = _events()
-                    d0.record(comm)
-                    launch(src, dst, ctas, per_prog, iters)
-                    d1.record(comm)
-                sync()
-                comm_with = d0.elapsed_time(d1) * 1e-3
-                ok = c0.elapsed_time(v0) >= 0 and v1.elapsed_time(c1) >= 0
-                rows.add(victim=vname, comm_ctas=ctas, victim_alone_us=alone * 1e6, victim_with_comm_us=with_comm * 1e6,
-                         slowdown=with_comm / alone, comm_gbps_alone=comm_bytes / t_comm_alone / 1e9,
-                         comm_gbps_with_victim=comm_bytes / comm_with / 1e9, comm_slowdown=comm_with / t_comm_alone,
-                         overlap_ok=ok, status="ok")
+                    with torch.cuda.stream(comm):
+                        d0.record(comm)
+                        launch(src, dst, ctas, per_prog, iters)
+                        d1.record(comm)
+                    sync()
+                    comm_with = d0.elapsed_time(d1) * 1e-3
+                    rows.add(victim=vname, comm_kind=kind, comm_ctas=ctas, victim_alone_us=alone * 1e6,
+                             victim_with_comm_us=with_comm * 1e6, slowdown=with_comm / alone,
+                             comm_gbps_alone=comm_bytes / t_comm_alone / 1e9,
+                             comm_gbps_with_victim=comm_bytes / comm_with / 1e9,
+                             comm_slowdown=comm_with / t_comm_alone, overlap_ok=ok, status="ok")
+                except Exception as exc:  # noqa: BLE001
+                    rows.add(victim=vname, comm_kind=kind, comm_ctas=ctas,
+                             status=f"error: {type(exc).__name__}: {str(exc)[:160]}")
+    # cuBLAS told to leave SMs free (what Transformer Engine's sm_margin / async-TP carve-outs do).
+    setter = getattr(torch._C, "_set_sm_carveout_experimental", None)
+    for carve in (0, 8, 16, 32, 64):
+        if setter is None or not budget.left():
+            break
+        for vname in ("gemm_8192^3_bf16", "gemm_4096x20480x5120_bf16", "gemm_4096x2560x5120_bf16"):
+            try:
+                setter(carve if carve else None)
+                victim = victims[vname]
+                t_, how, inner, _ = time_op(lambda i: victim(), use_graph=False, target_s=10e-3)
+                rows.add(victim=vname, comm_kind="cublas_sm_carveout", comm_ctas=carve, victim_with_comm_us=t_ * 1e6,
+                         status="ok")
             except Exception as exc:  # noqa: BLE001
-                rows.add(victim=vname, comm_ctas=ctas, status=f"error: {type(exc).__name__}: {str(exc)[:160]}")
+                rows.add(victim=vname, comm_kind="cublas_sm_carveout", comm_ctas=carve,
+                         status=f"error: {type(exc).__name__}: {str(exc)[:160]}")
+    if setter is not None:
+        setter(None)
+
+
+# ----------------------------------------------------------------------------------------------- more GEMMs
+
+
+def measure_gemm_extra(rows, budget, l2, dry):
+    """Wave quantisation (a fine M sweep), batched GEMMs (unfused attention) and grouped GEMMs (MoE)."""
+    step = 128 if not dry else 16
+    for m in range(step, (8192 if not dry else 64) + 1, step):
+        if not budget.left():
+            return
+        for n, k in ((5120, 5120), (2560, 5120)) if not dry else ((32, 32),):
+            try:
+                fn, nb = gemm_fn(m, n, k, "bf16", l2)
+                t, how, inner, spread = time_op(fn)
+                rows.add(set="m_sweep", dtype="bf16", m=m, n=n, k=k, time_us=t * 1e6, tflops=2 * m * n * k / t / 1e12,
+                         timing=how, inner=inner, spread=spread, buffers=nb, status="ok")
+            except Exception as exc:  # noqa: BLE001
+                rows.add(set="m_sweep", dtype="bf16", m=m, n=n, k=k, status=f"error: {type(exc).__name__}: {exc}")
+    dt = torch.bfloat16 if CUDA else torch.float32
+    for bsz, m, n, k in ((40, 2048, 2048, 128), (40, 2048, 128, 2048), (5, 2048, 2048, 128), (96, 2048, 2048, 128),
+                         (12, 2048, 128, 2048), (32, 4096, 4096, 128), (8, 1024, 1024, 64)):
+        if dry:
+            bsz, m, n, k = 2, 16, 16, 16
+        try:
+            nb = n_buffers(bsz * (m * k + k * n) * 2, l2, cap=4)
+            xa = [torch.randn(bsz, m, k, device=DEV, dtype=dt) for _ in range(nb)]
+            xb = [torch.randn(bsz, k, n, device=DEV, dtype=dt) for _ in range(nb)]
+            t, how, inner, spread = time_op(lambda i: torch.bmm(xa[i % nb], xb[i % nb]))
+            rows.add(set="bmm", model=f"batch={bsz}", dtype="bf16", m=m, n=n, k=k, time_us=t * 1e6,
+                     tflops=2 * bsz * m * n * k / t / 1e12, timing=how, inner=inner, spread=spread, buffers=nb,
+                     status="ok")
+        except Exception as exc:  # noqa: BLE001
+            rows.add(set="bmm", model=f"batch={bsz}", m=m, n=n, k=k, status=f"error: {type(exc).__name__}: {exc}")
+    grouped = getattr(torch, "_grouped_mm", None)
+    for experts, tokens_per_expert, n, k in ((8, 512, 14336, 4096), (8, 2048, 14336, 4096), (8, 4096, 4096, 14336),
+                                             (64, 64, 1408, 2048), (64, 256, 1408, 2048), (128, 32, 768, 2048),
+                                             (128, 128, 768, 2048), (128, 512, 768, 2048), (16, 1024, 2048, 7168),
+                                             (32, 256, 4096, 7168), (256, 16, 2048, 7168), (8, 16, 14336, 4096)):
+        if dry:
+            experts, tokens_per_expert, n, k = 2, 16, 16, 16
+        meta = dict(set="grouped", model=f"experts={experts}", dtype="bf16", m=tokens_per_expert, n=n, k=k)
+        if grouped is None or not budget.left():
+            rows.add(**meta, status="skipped: no torch._grouped_mm")
+            continue
+        try:
+            total = experts * tokens_per_expert
+            xs = torch.randn(total, k, device=DEV, dtype=dt)
+            ws = torch.randn(experts, n, k, device=DEV, dtype=dt)
+            offs = torch.arange(tokens_per_expert, total + 1, tokens_per_expert, device=DEV, dtype=torch.int32)
+            t, how, inner, spread = time_op(lambda i: grouped(xs, ws.transpose(-2, -1), offs=offs))
+            rows.add(**meta, time_us=t * 1e6, tflops=2 * total * n * k / t / 1e12, timing=how, inner=inner,
+                     spread=spread, buffers=1, status="ok")
+        except Exception as exc:  # noqa: BLE001
+            rows.add(**meta, status=f"error: {type(exc).__name__}: {str(exc)[:160]}")
 
 
 # ----------------------------------------------------------------------------------------------- main
@@ -988,6 +1100,7 @@ def main(argv=None):
         ("memops", 0.12, MEM_FIELDS, lambda r, b: measure_memops(r, b, l2, args.dry_run)),
         ("layer", 0.16, LAYER_FIELDS, lambda r, b: measure_layers(r, b, args.out, args.dry_run)),
         ("interference", 0.10, INTF_FIELDS, lambda r, b: measure_interference(r, b, args.dry_run)),
+        ("gemm_extra", 0.10, GEMM_FIELDS, lambda r, b: measure_gemm_extra(r, b, l2, args.dry_run)),
     ]
     only = {s for s in args.only.split(",") if s}
     info["sections"] = {}
@@ -1032,7 +1145,11 @@ def _summary(outdir):
         print("layer", r["config"], r["mode"], r["per_layer_us"], "busy", r["kernel_busy_us"], "gap", r["gap_us"],
               r["status"][:60])
     for r in read("interference.csv"):
-        print("intf", r["victim"], r["comm_ctas"], r["slowdown"], r["comm_slowdown"], r["status"][:60])
+        print("intf", r["victim"], r["comm_kind"], r["comm_ctas"], r["slowdown"], r["comm_slowdown"],
+              r["victim_with_comm_us"], r["overlap_ok"], r["status"][:60])
+    for r in read("gemm_extra.csv"):
+        if r["set"] != "m_sweep":
+            print("gemm", r["set"], r["model"], r["m"], r["n"], r["k"], r["time_us"], r["tflops"], r["status"][:60])
     errs = sum(1 for n in ("gemm.csv", "attention.csv", "memops.csv") for r in read(n) if r["status"] != "ok"
                and not r["status"].startswith("ok"))
     print("rows with errors:", errs)
