@@ -61,16 +61,28 @@ class NetworkBackend(Protocol):
     # Optional: ``stats() -> dict`` after the run (per-link bytes, busy time,
     # ...), reported as ``network_stats``.
 
+    # Optional: ``symmetry_dims() -> [kind per dimension]`` for a backend whose delays depend only on
+    # the endpoints (no state shared between messages): ``"rotation"`` when only rotating a
+    # dimension's coordinates keeps every delay (a ring), ``"any"`` when every permutation of them does
+    # (a switch, a fully connected dimension). Runs on a backend without it are not folded.
+
 
 class MemoryBackend(Protocol):
-    """Remote (expanded) memory for MEM_LOAD / MEM_STORE nodes."""
+    """Remote (expanded) memory for MEM_LOAD / MEM_STORE nodes.
+
+    ``foldable`` (optional, default False): True when every NPU's accesses are independent of the
+    others' (no shared server), so runs with MEM nodes may be folded (:mod:`astra_sim.symmetry`)."""
 
     def issue(self, rank: int, is_store: bool, size_bytes: int, fn, arg) -> None:
         """Schedule ``fn(arg)`` when the access completes; raise AstraError if unsupported."""
 
 
 class ComputeModel(Protocol):
-    """Times COMP nodes that run on the GPU."""
+    """Times COMP nodes that run on the GPU.
+
+    A model whose time for a node does not depend on the rank's number (only on the node and on the
+    rank's own state) sets the class attribute ``foldable = True``: runs may then simulate one rank per
+    class of symmetric ranks (:mod:`astra_sim.symmetry`). Without it such runs are not folded."""
 
     def compute_time_ns(self, node, rank: int):
         """Duration in ns (int), or None for a node that takes no time at all."""
@@ -132,9 +144,15 @@ class CollectiveAlgorithmSpec:
     ``whole_group``: on a communicator group that is a subset of the NPUs, a system config listing
     several implementations normally falls back to ``ring`` (the reference's rule); an algorithm that
     prices the whole group itself (e.g. ``nccl``) sets this and is kept when it is the first listed.
+    ``symmetry``: which relabellings of its ranks leave what every rank does unchanged (relabelled), so
+    that a run may simulate one rank per class (:mod:`astra_sim.symmetry`): ``"rotation"`` (it only
+    looks at each rank's neighbours on its ring: any rotation of the ring), ``"any"`` (only at the
+    group's size and shape: any permutation of a dimension's coordinates), or None (it depends on each
+    rank's position, e.g. halving-doubling partners or tree roles: runs using it are not folded).
     """
 
     topology: str
     factory: Callable
     takes_window: bool = False
     whole_group: bool = False
+    symmetry: str | None = None

@@ -94,10 +94,14 @@ def astra_register_compute_models(registry):
 @hookimpl
 def astra_register_collective_algorithms(registry):
     add = registry.collective_algorithm
-    add("ring", CollectiveAlgorithmSpec("ring", _ring), "ring per dimension")
-    add("oneRing", CollectiveAlgorithmSpec("one", _ring), "one ring over all NPUs")
-    add("direct", CollectiveAlgorithmSpec("ring", _direct, takes_window=True), "direct, window = suffix or n-1")
-    add("oneDirect", CollectiveAlgorithmSpec("one", _direct, takes_window=True), "direct over all NPUs")
+    # Ring and direct look only at ring neighbours (rotation-symmetric); halving-doubling pairs ranks by
+    # their index bits and the trees give ranks roles, so runs using those are not folded.
+    add("ring", CollectiveAlgorithmSpec("ring", _ring, symmetry="rotation"), "ring per dimension")
+    add("oneRing", CollectiveAlgorithmSpec("one", _ring, symmetry="rotation"), "one ring over all NPUs")
+    add("direct", CollectiveAlgorithmSpec("ring", _direct, takes_window=True, symmetry="rotation"),
+        "direct, window = suffix or n-1")
+    add("oneDirect", CollectiveAlgorithmSpec("one", _direct, takes_window=True, symmetry="rotation"),
+        "direct over all NPUs")
     add("halvingDoubling", CollectiveAlgorithmSpec("ring", _halving_doubling), "recursive halving/doubling")
     add("oneHalvingDoubling", CollectiveAlgorithmSpec("one", _halving_doubling), "halving/doubling over all NPUs")
     add("doubleBinaryTree", CollectiveAlgorithmSpec("tree", _double_binary_tree), "double binary tree all-reduce")
@@ -105,6 +109,8 @@ def astra_register_collective_algorithms(registry):
 
 class NoRemoteMemory:
     """Used when no remote-memory plugin is installed: MEM nodes are an error."""
+
+    foldable = True
 
     def __init__(self, context):
         pass

@@ -9,6 +9,7 @@ class ReplayModel:
     """Every COMP node takes ``duration_micros`` x 1000 ns (1 ns when zero)."""
 
     name = "replay"
+    foldable = True  # a node's time depends on the node only
 
     def __init__(self, context=None):
         pass
@@ -25,6 +26,7 @@ class RooflineModel:
     """
 
     name = "roofline"
+    foldable = True
 
     def __init__(self, context):
         cfg = context.system_config

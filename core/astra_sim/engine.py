@@ -14,7 +14,10 @@ from heapq import heappop, heappush
 class EventEngine:
     """Single global event queue; ``now`` is the current time in ns."""
 
-    __slots__ = ("now", "_buckets", "_times", "events_run")
+    # The last six belong to a folded run's engine (astra_sim.symmetry.FoldedEventEngine), which an
+    # engine turns into in place, before the run, so that backends keep their reference to it.
+    __slots__ = ("now", "_buckets", "_times", "events_run",
+                 "current", "symmetry", "_identity", "_ties", "_significance", "_links")
 
     def __init__(self):
         self.now = 0
@@ -22,6 +25,7 @@ class EventEngine:
         self._buckets = {}
         self._times = []
         self.events_run = 0
+        self.current = None
 
     def schedule(self, delay_ns, fn, arg=None):
         """Run ``fn(arg)`` ``delay_ns`` (an int >= 0) after now."""

@@ -16,10 +16,16 @@ from astra_sim.engine import EventEngine
 from astra_sim.errors import ConfigError, DeadlockError, WorkloadError
 from astra_sim.plugins import build_registry, make_plugin_manager
 from astra_sim.report import RankReport, Report
-from astra_sim.system.frontend import SendRecvMatcher
+from astra_sim.symmetry import (
+    FoldedEventEngine, FoldRefused, FoldTieBroken, TraceSignature, find_symmetry, trace_signature,
+)
+from astra_sim.system.frontend import FoldedSendRecvMatcher, SendRecvMatcher
 from astra_sim.system.sys import Sys
 from astra_sim.workload.graph import build_graph
-from astra_sim.workload.workload import RankWorkload
+from astra_sim.workload.workload import _COLLECTIVES, RankWorkload
+
+#: Chakra comm_type value -> the system layer's collective name (for the system config's lists)
+_COLLECTIVE_NAMES = dict(_COLLECTIVES)
 
 
 class Simulation:
@@ -45,7 +51,15 @@ class Simulation:
         extra_plugins=(),
         options=None,
         plugin_manager=None,
+        fold=True,
     ):
+        # Kept to run again unfolded when a folded run finds a tie it cannot order exactly.
+        self._arguments = dict(
+            workload=workload, system=system, network=network, memory=memory, comm_groups=comm_groups,
+            network_backend=network_backend, memory_backend=memory_backend, compute_model=compute_model,
+            workload_format=workload_format, num_queues_per_dim=num_queues_per_dim,
+            injection_scale=injection_scale, rendezvous=rendezvous, plugins=plugins, block=block,
+            extra_plugins=extra_plugins, options=options, plugin_manager=plugin_manager)
         self.warnings = []
         self._node_observers = []
         self.workload_prefix = str(workload)
@@ -122,6 +136,11 @@ class Simulation:
         self.traces_parsed = 0  # distinct traces read by build() (identical ones are shared)
         self.finish_order = []
         self.node_counts = {}
+        #: fold symmetric ranks (simulate one per class); ``fold_info`` says what happened and why
+        self.fold_requested = bool(fold)
+        self.symmetry = None
+        self.fold_info = {"requested": self.fold_requested, "simulated_ranks": None}
+        self.group_stream_ids = None
 
     # ------------------------------------------------------------ shared context
     def warn(self, message):
@@ -257,31 +276,122 @@ class Simulation:
 
     # ------------------------------------------------------------ run
     def build(self):
-        """Read every rank's trace and check its graph. Ranks whose traces the format fingerprints
-        as identical (``rank_digest``) share the nodes and graph of the first one (only the count
-        of unfinished parents is per rank): parsed once, held once."""
+        """Read every rank's trace and check its graph; decide whether the run folds.
+
+        Ranks whose traces the format fingerprints as identical (``rank_digest``) share the nodes and
+        graph of the first one (only the count of unfinished parents is per rank): parsed once, held
+        once. When the run folds (:mod:`astra_sim.symmetry`), only class representatives get a
+        workload and a system layer; the other entries of ``systems`` and ``workloads`` are None."""
         prefix = self.workload_prefix
         load = self.workload_format.load_rank
         digest_of = getattr(self.workload_format, "rank_digest", None)
-        parsed = {}  # digest -> graph of the first rank with that trace
+        parsed = {}  # digest -> (path, nodes, signature) of the first rank with that trace
+        traces = []  # per rank: (path, nodes, signature, shared graph key)
         for rank in range(self.total_npus):
             known = digest_of(prefix, rank) if digest_of is not None else None
-            graph = parsed.get(known[1]) if known is not None else None
-            if graph is None:
+            entry = parsed.get(known[1]) if known is not None else None
+            if entry is None:
                 path, nodes = load(prefix, rank)
-                graph = build_graph(path, nodes)
                 self.traces_parsed += 1
+                entry = [path, nodes, None, rank]
                 if known is not None:
-                    parsed[known[1]] = graph
+                    parsed[known[1]] = entry
+                traces.append(entry)
             else:
-                path = known[0]
+                traces.append([known[0], entry[1], entry, entry[3]])
+        simulated = self._plan_fold(traces)
+        graphs = {}  # shared graph key (first rank with the trace) -> graph
+        self.systems = [None] * self.total_npus
+        self.workloads = [None] * self.total_npus
+        for rank in simulated:
+            path, nodes, _sig, key = traces[rank]
+            graph = graphs.get(key)
+            if graph is None:
+                graph = graphs[key] = build_graph(path, nodes)
+            else:
                 by_id, children, parents_left, roots = graph
                 graph = (by_id, children, dict(parents_left), roots)
             sys = Sys(self, rank)
-            self.systems.append(sys)
-            self.workloads.append(RankWorkload(self, rank, path, graph, sys))
+            self.systems[rank] = sys
+            self.workloads[rank] = RankWorkload(self, rank, path, graph, sys)
+
+    def _plan_fold(self, traces):
+        """Decide the symmetry the run folds by; returns the ranks to simulate (all when it does not)."""
+        everyone = range(self.total_npus)
+        if not self.fold_requested:
+            self.fold_info.update(simulated_ranks=self.total_npus, reason="folding disabled (--no-fold)")
+            return everyone
+        try:
+            plan = self._fold_plan(traces)
+        except FoldRefused as exc:
+            self.fold_info.update(simulated_ranks=self.total_npus, reason=str(exc))
+            return everyone
+        symmetry = plan.symmetry
+        if symmetry.order == 1:
+            reason = "; ".join(plan.notes) or "no symmetry found"
+            self.fold_info.update(simulated_ranks=self.total_npus, reason=reason)
+            return everyone
+        self.symmetry = symmetry
+        self.group_stream_ids = plan.canonical_groups or None
+        FoldedEventEngine.fold(self.engine, symmetry, self.npus_per_dim)
+        self.matcher = FoldedSendRecvMatcher(self.engine, self.network, symmetry)
+        reps = symmetry.representatives(self.total_npus)
+        self.fold_info.update(simulated_ranks=len(reps), ranks_per_class=symmetry.order,
+                              generators=symmetry.describe(), notes=plan.notes)
+        return reps
+
+    def _fold_plan(self, traces):
+        network_kinds = getattr(self.network, "symmetry_dims", None)
+        if network_kinds is None:
+            raise FoldRefused(f"network backend {self.network_backend_name!r} keeps state shared between "
+                              "messages (links, flows): ranks cannot be simulated apart")
+        kinds = list(network_kinds())
+        if len(kinds) != len(self.npus_per_dim):
+            raise FoldRefused(f"network backend {self.network_backend_name!r} describes {len(kinds)} dimensions, "
+                              f"the run has {len(self.npus_per_dim)}")
+        if not getattr(self.compute_model, "foldable", False):
+            raise FoldRefused(f"compute model {self.compute_model_name!r} does not declare rank-independent "
+                              "timing (foldable)")
+        cfg = self.system_config
+        if cfg.custom_implementations or cfg.per_node_custom_implementation:
+            raise FoldRefused("custom collective implementations are not folded")
+        signatures = []
+        for entry in traces:
+            first = entry if entry[2] is None or isinstance(entry[2], TraceSignature) else entry[2]
+            if not isinstance(first[2], TraceSignature):
+                first[2] = trace_signature(first[1])
+            signatures.append(first[2])
+        if any(sig.uses_memory for sig in signatures) and not getattr(self.memory, "foldable", False):
+            raise FoldRefused(f"remote memory ({self.memory_backend_name}, "
+                              f"{getattr(self.memory, 'memory_type', 'shared')}) is shared between NPUs")
+
+        def native_impls(comm_type):
+            name = _COLLECTIVE_NAMES.get(comm_type)
+            return self.native_impls(name) if name is not None and name in cfg.implementations else []
+
+        def group_impl(comm_type):
+            name = _COLLECTIVE_NAMES.get(comm_type)
+            if name is None or name not in cfg.implementations:
+                return None
+            impls = self.native_impls(name)
+            if len(impls) > 1 and not getattr(impls[0][0], "whole_group", False):
+                return self.algorithm_spec("ring")[0]
+            return impls[0][0]
+
+        return find_symmetry(self.npus_per_dim, kinds, signatures, self.comm_groups or {}, native_impls, group_impl)
 
     def run(self, measure_memory=False):
+        try:
+            return self._run(measure_memory)
+        except FoldTieBroken as exc:
+            # Not exact folded: simulate every rank (a fresh run; this one's state is half-way).
+            unfolded = Simulation(**self._arguments, fold=False)
+            report = unfolded.run(measure_memory)
+            report.settings["fold"] = {"requested": True, "simulated_ranks": unfolded.total_npus,
+                                       "reason": f"folding abandoned: {exc}"}
+            return report
+
+    def _run(self, measure_memory=False):
         started = time.perf_counter()
         if measure_memory:
             tracemalloc.start()
@@ -296,8 +406,12 @@ class Simulation:
             gc_was_enabled = gc.isenabled()
             gc.disable()
             try:
+                folded = self.symmetry is not None
                 for workload in self.workloads:
-                    workload.start()
+                    if workload is not None:
+                        if folded:
+                            self.engine.start_rank(workload.rank)
+                        workload.start()
                 self.engine.run()
             finally:
                 if gc_was_enabled:
@@ -315,12 +429,12 @@ class Simulation:
         return report
 
     def _check_all_finished(self):
-        stuck = [w for w in self.workloads if w.finish_ns is None]
+        stuck = [w for w in self.workloads if w is not None and w.finish_ns is None]
         if not stuck:
             return
         lines = [
             f"deadlock: no event is left at {self.engine.now} ns but {len(stuck)} of "
-            f"{len(self.workloads)} ranks have not finished:"
+            f"{sum(w is not None for w in self.workloads)} simulated ranks have not finished:"
         ]
         for workload in stuck[:8]:
             lines.append(f"  rank {workload.rank} ({workload.path}): {workload.stuck_description()}")
@@ -335,10 +449,13 @@ class Simulation:
 
     def _report(self, build_s, run_s, peak_bytes):
         ranks = []
-        for w in self.workloads:
+        symmetry = self.symmetry
+        for rank, w in enumerate(self.workloads):
+            if w is None:  # folded: the class representative's numbers
+                w = self.workloads[symmetry.representative(rank)]
             ranks.append(
                 RankReport(
-                    rank=w.rank,
+                    rank=rank,
                     finish_ns=w.finish_ns,
                     compute_ns=w.compute_ns,
                     exposed_comm_ns=w.finish_ns - w.compute_ns,
@@ -347,6 +464,12 @@ class Simulation:
                     nodes=len(w.nodes),
                 )
             )
+        finish_order = list(self.finish_order)
+        scale = 1
+        if symmetry is not None:
+            # Ranks finish with their representative; among equal times, in rank order.
+            finish_order = sorted(range(self.total_npus), key=lambda r: (ranks[r].finish_ns, r))
+            scale = symmetry.order
         settings = {
             "astra_sim_version": __version__,
             "workload": self.workload_prefix,
@@ -364,21 +487,25 @@ class Simulation:
             "npus_per_dim": self.npus_per_dim,
             "network": getattr(self.network, "describe", lambda: {})(),
             "plugins": sorted(name for name, _ in self.pm.list_name_plugin()),
+            "fold": dict(self.fold_info),
         }
         stats = {
             "events": self.engine.events_run,
-            "messages": self.matcher.messages,
-            "message_bytes": self.matcher.bytes,
+            "simulated_ranks": sum(w is not None for w in self.workloads),
+            # folded runs count the messages and nodes of every rank (each class's representative's
+            # times the class size)
+            "messages": self.matcher.messages * scale,
+            "message_bytes": self.matcher.bytes * scale,
             "build_s": round(build_s, 6),
             "traces_parsed": self.traces_parsed,
             "run_s": round(run_s, 6),
             "events_per_s": round(self.engine.events_run / run_s) if run_s > 0 else None,
-            "nodes_by_type": {node_type_name(t): n for t, n in sorted(self.node_counts.items())},
+            "nodes_by_type": {node_type_name(t): n * scale for t, n in sorted(self.node_counts.items())},
         }
         if peak_bytes is not None:
             stats["peak_python_memory_bytes"] = peak_bytes
         network_stats = getattr(self.network, "stats", None)
-        return Report(ranks, settings, stats, list(self.warnings), list(self.finish_order),
+        return Report(ranks, settings, stats, list(self.warnings), finish_order,
                       network_stats() if network_stats is not None else {})
 
 

@@ -23,10 +23,11 @@ RENDEZVOUS_BYTES = 8192
 class Message:
     """One send and (once matched) its receive."""
 
-    __slots__ = ("key", "send_fn", "send_arg", "recv_fn", "recv_arg", "arrived", "posted")
+    __slots__ = ("key", "send_fn", "send_arg", "recv_fn", "recv_arg", "arrived", "posted", "route")
 
     def __init__(self, key, posted, send_fn, send_arg, recv_fn, recv_arg):
         self.key = key
+        self.route = None  # folded runs: (real sender, offsets of the real receiver)
         self.posted = posted  # a send was posted for it
         self.send_fn = send_fn
         self.send_arg = send_arg
@@ -59,7 +60,10 @@ class SendRecvMatcher:
             raise SimulationError(
                 f"rank {src} sends a message of {size} bytes to rank {dst} (tag {tag}); sizes must be > 0"
             )
-        key = (tag, src, dst, size)
+        self._post_send((tag, src, dst, size), src, dst, size, fn, arg)
+
+    def _post_send(self, key, src, dst, size, fn, arg):
+        """Post a send whose receive side is ``key`` and deliver it from ``src`` to ``dst``."""
         waiting = self._waiting
         head = waiting.get(key)
         # ``waiting[key]`` is one unmatched Message or, rarely, a deque of them;
@@ -90,7 +94,7 @@ class SendRecvMatcher:
         self.bytes += size
         if self._delay is None:
             self.network.send(src, dst, size, self._arrived_fn, message)
-            return
+            return message
         path = (src, dst, size)
         delay = self._delays.get(path)
         if delay is None:
@@ -102,6 +106,7 @@ class SendRecvMatcher:
                 )
             self._delays[path] = delay
         self.engine.schedule(delay, self._arrived_fn, message)
+        return message
 
     def recv(self, src, dst, size, tag, fn, arg):
         """Post a receive at ``dst``; ``fn(arg)`` runs when the matching message arrives."""
@@ -125,10 +130,14 @@ class SendRecvMatcher:
             if not head:
                 del waiting[key]
         if message.arrived:
-            self.engine.schedule(0, fn, arg)
+            self._deliver_now(dst, fn, arg)
         else:
             message.recv_fn = fn
             message.recv_arg = arg
+
+    def _deliver_now(self, dst, fn, arg):
+        """A receive posted after its message arrived completes at once (a zero-delay event)."""
+        self.engine.schedule(0, fn, arg)
 
     def _arrived(self, message):
         if message.send_fn is not None:
@@ -150,3 +159,60 @@ class SendRecvMatcher:
                 else:
                     out.append((tag, src, dst, size, "in flight, no receive posted"))
         return out
+
+
+class FoldedSendRecvMatcher(SendRecvMatcher):
+    """The matcher of a folded run (:mod:`astra_sim.symmetry`): only class representatives run.
+
+    A message from a representative to a rank ``q`` that is not simulated is delivered, at the time the
+    real one arrives, to ``q``'s representative, as coming from the rank that plays the sender's part
+    there (the sender relabelled by the inverse of the relabelling that maps the representative to
+    ``q``). The send side keeps the real endpoints, so the network times the real path. Every callback
+    is shown to the engine's tie check (:class:`astra_sim.symmetry.FoldedEventEngine`) first."""
+
+    __slots__ = ("symmetry",)
+
+    def __init__(self, engine, network, symmetry):
+        super().__init__(engine, network)
+        self.symmetry = symmetry
+
+    def send(self, src, dst, size, tag, fn, arg):
+        if size <= 0:
+            raise SimulationError(
+                f"rank {src} sends a message of {size} bytes to rank {dst} (tag {tag}); sizes must be > 0"
+            )
+        symmetry = self.symmetry
+        offsets = symmetry.offsets(dst)
+        if any(offsets):
+            key = (tag, symmetry.moved(src, offsets, -1), symmetry.moved(dst, offsets, -1), size)
+        else:
+            key = (tag, src, dst, size)
+            offsets = None
+        message = self._post_send(key, src, dst, size, fn, arg)
+        message.route = (src, offsets)
+
+    def _deliver_now(self, dst, fn, arg):
+        self.engine.schedule(0, self._received_now, (dst, fn, arg))
+
+    def _received_now(self, item):
+        rank, fn, arg = item
+        self.engine.tie_check(rank, self.engine.current, (fn, arg))
+        fn(arg)
+
+    def _arrived(self, message):
+        engine = self.engine
+        context = engine.current
+        sender, offsets = message.route
+        if message.send_fn is not None:
+            engine.tie_check(sender, context, (message.send_fn, message.send_arg))
+            message.send_fn(message.send_arg)
+        # The receive side is the real message into the receiver's representative: its history is the
+        # sender's relabelled by the inverse of the receiver's offsets.
+        if offsets is not None:
+            context = context.relabelled(self.symmetry, offsets)
+        engine.tie_check(message.key[2], context,
+                         (message.recv_fn, message.recv_arg) if message.recv_fn is not None else message)
+        if message.recv_fn is not None:
+            message.recv_fn(message.recv_arg)
+        else:
+            message.arrived = True

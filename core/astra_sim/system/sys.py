@@ -115,12 +115,14 @@ class CommunicatorGroup:
 
     __slots__ = ("group_id", "npus", "position", "num_streams", "plans")
 
-    def __init__(self, group_id, npus, rank):
+    def __init__(self, group_id, npus, rank, stream_base_id=None):
         self.group_id = group_id
         self.npus = list(npus)
         ordered = sorted(npus)
         self.position = ordered.index(rank) if rank in ordered else -1
-        self.num_streams = group_id * 1_000_000
+        # Stream ids (message tags) count from the group id; a folded run counts all groups of one
+        # class from one id so that mirrored messages carry the tags their receivers expect.
+        self.num_streams = (group_id if stream_base_id is None else stream_base_id) * 1_000_000
         self.plans = {}
 
 
@@ -141,7 +143,7 @@ class Sys:
         self.local_mem_bw = shared.system_config.local_mem_bw_bytes_per_s
         self._pending = {}
         self._schedule = self.engine.schedule
-        self._call_events_fn = self._call_events
+        self._call_events_fn = self._call_events if shared.symmetry is None else self._call_events_folded
         self.num_streams = 0
         self.priority_counter = 0
         self._topologies = {}
@@ -178,6 +180,11 @@ class Sys:
         else:
             batch.append(fn)
             batch.append(arg)
+
+    def _call_events_folded(self, tick):
+        """A folded run's batch: shown to the engine's tie check first (astra_sim.symmetry)."""
+        self.engine.tie_check(self.rank, self.engine.current, (self._call_events_fn, tick))
+        self._call_events(tick)
 
     def _call_events(self, tick):
         batch = self._pending[tick]

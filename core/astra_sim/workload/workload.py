@@ -65,8 +65,9 @@ class RankWorkload:
         self.comm_groups = {}
         groups = run.comm_groups
         if groups:
+            stream_ids = run.group_stream_ids or {}
             for group_id, npus in groups.items():
-                self.comm_groups[group_id] = CommunicatorGroup(group_id, npus, rank)
+                self.comm_groups[group_id] = CommunicatorGroup(group_id, npus, rank, stream_ids.get(group_id))
         self.issued = 0
 
     # ------------------------------------------------------------ helpers

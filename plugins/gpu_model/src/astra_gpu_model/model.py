@@ -36,6 +36,8 @@ class GpuComputeModel:
     ``gpu_tf32`` (fp32 GEMMs on TF32 tensor cores), ``gpu_default_dtype`` (dtype when a trace names none)."""
 
     name = "gpu"
+    #: a node's time depends on the node and the rank's own running communication, not on its number
+    foldable = True
 
     def __init__(self, context=None, gpu=None, *, tf32=None, default_dtype=None):
         options = dict(getattr(context, "options", None) or {})

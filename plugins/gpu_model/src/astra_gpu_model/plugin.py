@@ -43,11 +43,20 @@ def astra_add_run_options(parser):
 def astra_run_finish(run, report):
     model = getattr(run, "compute_model", None)
     if isinstance(model, GpuComputeModel):
+        # A folded run (astra_sim.symmetry) timed the class representatives only: every rank of a class
+        # did what its representative did.
+        symmetry = getattr(run, "symmetry", None)
         report.settings["gpu_model"] = model.describe()
-        report.stats["gpu_model_nodes"] = model.stats()
+        counts = model.stats()
+        if symmetry is not None:
+            counts = {how: n * symmetry.order for how, n in counts.items()}
+        report.stats["gpu_model_nodes"] = counts
         if model.contention is not None:
-            report.stats["gpu_utilization"] = model.contention.summary(
-                {r.rank: r.finish_ns for r in report.ranks})
+            simulated = [r for r in report.ranks if symmetry is None or symmetry.is_representative(r.rank)]
+            utilization = model.contention.summary({r.rank: r.finish_ns for r in simulated})
+            if symmetry is not None:
+                utilization = {r.rank: utilization[symmetry.representative(r.rank)] for r in report.ranks}
+            report.stats["gpu_utilization"] = utilization
 
 
 @hookimpl
@@ -56,27 +65,29 @@ def astra_register_collective_algorithms(registry):
 
     from astra_gpu_model.nccl import nccl_factory
 
+    # NCCL's and the load-store models' times depend only on the group's size and the nodes it spans, both
+    # unchanged by any relabelling that keeps the network's dimensions: symmetry "any".
     registry.collective_algorithm(
-        "nccl", CollectiveAlgorithmSpec("one", nccl_factory, whole_group=True),
+        "nccl", CollectiveAlgorithmSpec("one", nccl_factory, whole_group=True, symmetry="any"),
         "NCCL tuning model (ring/tree/NVLS x LL/LL128/Simple, fastest predicted), one wait per chunk; GPU from --gpu",
     )
 
     from astra_gpu_model.loadstore import direct_factory, nvls_factory, oneshot_factory, twoshot_factory
 
     registry.collective_algorithm(
-        "ls_oneshot", CollectiveAlgorithmSpec("one", oneshot_factory),
+        "ls_oneshot", CollectiveAlgorithmSpec("one", oneshot_factory, symmetry="any"),
         "load-store one-shot all-reduce (every GPU loads all peers' buffers over NVLink), cache-line model; --gpu",
     )
     registry.collective_algorithm(
-        "ls_twoshot", CollectiveAlgorithmSpec("one", twoshot_factory),
+        "ls_twoshot", CollectiveAlgorithmSpec("one", twoshot_factory, symmetry="any"),
         "load-store two-shot all-reduce (reduce-scatter then all-gather by loads), cache-line model; --gpu",
     )
     registry.collective_algorithm(
-        "nvls", CollectiveAlgorithmSpec("one", nvls_factory),
+        "nvls", CollectiveAlgorithmSpec("one", nvls_factory, symmetry="any"),
         "NVLS/multimem all-reduce (NVSwitch reduces: ld_reduce + multicast store), cache-line model; --gpu",
     )
     registry.collective_algorithm(
-        "ls_direct", CollectiveAlgorithmSpec("one", direct_factory),
+        "ls_direct", CollectiveAlgorithmSpec("one", direct_factory, symmetry="any"),
         "load-store all-gather / reduce-scatter by direct stores to peers, cache-line model; --gpu",
     )
 

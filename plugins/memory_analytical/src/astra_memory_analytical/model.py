@@ -169,6 +169,11 @@ class AnalyticalRemoteMemory:
         self.requests = 0
         self.bytes = 0
 
+    @property
+    def foldable(self):
+        """Whether every NPU's accesses are independent of the others' (no server shared between NPUs)."""
+        return self.memory_type in (NO_MEMORY_EXPANSION, PER_NPU_MEMORY_EXPANSION)
+
     @classmethod
     def from_context(cls, context):
         config = parse_memory_config(

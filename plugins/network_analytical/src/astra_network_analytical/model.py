@@ -147,6 +147,12 @@ class AnalyticalNetwork:
     def send(self, src, dst, size, fn, arg):
         self.engine.schedule(self.delay_ns(src, dst, size), fn, arg)
 
+    def symmetry_dims(self):
+        """Per dimension, which relabellings of its coordinates keep every delay: a ring's hop count
+        depends on the distance around the ring (rotations only); a switch or fully connected dimension
+        charges every pair alike (any permutation). Delays depend on nothing else (no state)."""
+        return ["rotation" if kind == _RING else "any" for _stride, _count, kind, _lat, _bw in self._dims]
+
     def describe(self):
         c = self.config
         return {
