@@ -19,6 +19,7 @@ class ChakraFormat:
 
     def __init__(self):
         self._last_read = None  # (path, bytes) read by rank_digest, parsed by the load_rank that follows
+        self._shared_nodes = {}  # serialized node -> EtNode, across the ranks of the workload (parse_et)
 
     def matches(self, prefix):
         return os.path.exists(f"{prefix}.0.et")
@@ -42,7 +43,7 @@ class ChakraFormat:
         last, self._last_read = self._last_read, None
         try:
             if last is not None and last[0] == path:
-                trace = parse_et(last[1], path, keep_raw=False)
+                trace = parse_et(last[1], path, keep_raw=False, shared=self._shared_nodes)
             elif not os.path.exists(path):
                 raise WorkloadError(f"workload file {path} does not exist (rank {rank} of the network)")
             else:

@@ -77,6 +77,9 @@ def _add_run_arguments(run):
                       help="also print the reference's 'sys[i] finished, T cycles, ...' lines")
     ours.add_argument("--max-table-ranks", type=positive_int, default=16, metavar="N",
                       help="ranks listed in the terminal table (default 16)")
+    ours.add_argument("--no-fold", action="store_true",
+                      help="simulate every rank, even those a symmetry makes identical to another "
+                           "(by default one rank per class of symmetric ranks is simulated; same results)")
     ours.add_argument("-q", "--quiet", action="store_true", help="no summary table")
 
 
@@ -221,6 +224,7 @@ def _cmd_run(pm, args):
         rendezvous=args.rendezvous_protocol,
         plugin_manager=pm,
         options=options,
+        fold=not args.no_fold,
     )
     report = simulation.run()
     if args.report_json:
@@ -259,6 +263,13 @@ def _print_summary(report, max_ranks):
         f"{stats.get('events', 0):,} events in {stats.get('run_s', 0):.3f} s",
         highlight=False,
     )
+    fold = report.settings.get("fold") or {}
+    simulated = stats.get("simulated_ranks", len(report.ranks))
+    if simulated < len(report.ranks):
+        console.print(f"simulated {simulated:,} of {len(report.ranks):,} ranks (symmetric ranks folded; "
+                      "--no-fold simulates all)", highlight=False)
+    elif fold.get("requested") and fold.get("reason") and len(report.ranks) > 1:
+        console.print(f"all {len(report.ranks):,} ranks simulated: {fold['reason']}", highlight=False)
 
 
 if __name__ == "__main__":

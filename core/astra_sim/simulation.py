@@ -356,10 +356,11 @@ class Simulation:
         if cfg.custom_implementations or cfg.per_node_custom_implementation:
             raise FoldRefused("custom collective implementations are not folded")
         signatures = []
+        parts = {}  # node -> its part of a signature (ranks share node objects: parse_et(shared=...))
         for entry in traces:
             first = entry if entry[2] is None or isinstance(entry[2], TraceSignature) else entry[2]
             if not isinstance(first[2], TraceSignature):
-                first[2] = trace_signature(first[1])
+                first[2] = trace_signature(first[1], parts)
             signatures.append(first[2])
         if any(sig.uses_memory for sig in signatures) and not getattr(self.memory, "foldable", False):
             raise FoldRefused(f"remote memory ({self.memory_backend_name}, "

@@ -108,8 +108,13 @@ def _frames(data: bytes, path):
         index += 1
 
 
-def parse_et(data: bytes, path="<bytes>", *, keep_raw: bool = True) -> EtFile:
-    """Parse the bytes of a Chakra ET file (see :func:`read_et`); ``path`` is only used in messages."""
+def parse_et(data: bytes, path="<bytes>", *, keep_raw: bool = True, shared: dict | None = None) -> EtFile:
+    """Parse the bytes of a Chakra ET file (see :func:`read_et`); ``path`` is only used in messages.
+
+    ``shared``: a dict kept across the files of one workload, serialized node -> :class:`EtNode`. A node
+    whose bytes were seen in an earlier file is that file's object (not parsed again; its ``path`` names
+    the earlier file): the ranks of a data-parallel job repeat most of their nodes byte for byte. The
+    nodes are then shared between files and must not be modified."""
     if not isinstance(data, bytes):
         data = bytes(data)
     gzipped = False
@@ -122,13 +127,13 @@ def parse_et(data: bytes, path="<bytes>", *, keep_raw: bool = True) -> EtFile:
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _parse_frames(data, path, keep_raw, gzipped)
+        return _parse_frames(data, path, keep_raw, gzipped, shared)
     finally:
         if gc_was_enabled:
             gc.enable()
 
 
-def _parse_frames(data, path, keep_raw, gzipped):
+def _parse_frames(data, path, keep_raw, gzipped, shared=None):
     frames = _frames(data, path)
     nodes = []
     first = next(frames, None)
@@ -149,9 +154,15 @@ def _parse_frames(data, path, keep_raw, gzipped):
     new_node = EtNode
     append = nodes.append
     index = 0
+    known = shared.get if shared is not None else None
     for off, s, e in frames:
         index += 1
         raw = data[s:e]
+        if known is not None:
+            node = known(raw)
+            if node is not None:
+                append(node)
+                continue
         try:
             m = from_string(raw)
         except DecodeError as exc:
@@ -161,9 +172,12 @@ def _parse_frames(data, path, keep_raw, gzipped):
         kinds = kind_cache.setdefault(kinds, kinds)
         inputs = m.inputs
         name, values, shapes, types = m.name, inputs.values, inputs.shapes, inputs.types
-        append(new_node(m.id, intern(name, name), m.type, list(m.ctrl_deps), list(m.data_deps), m.duration_micros,
+        node = new_node(m.id, intern(name, name), m.type, list(m.ctrl_deps), list(m.data_deps), m.duration_micros,
                         intern(values, values), attrs, path, kinds, raw if keep_raw else None,
-                        intern(shapes, shapes), intern(types, types)))
+                        intern(shapes, shapes), intern(types, types))
+        append(node)
+        if shared is not None:
+            shared[raw] = node
     return EtFile(path, metadata, nodes, gzipped)
 
 
