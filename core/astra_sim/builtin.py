@@ -10,6 +10,7 @@ from astra_sim.api import CollectiveAlgorithmSpec
 from astra_sim.compute import ReplayModel, RooflineModel
 from astra_sim.errors import WorkloadError
 from astra_sim.system.collectives import Direct, DoubleBinaryTree, HalvingDoubling, Ring
+from astra_sim.workload.compact import is_compact, read_compact_workload
 
 
 class ChakraFormat:
@@ -22,7 +23,30 @@ class ChakraFormat:
         self._shared_nodes = {}  # serialized node -> EtNode, across the ranks of the workload (parse_et)
 
     def matches(self, prefix):
-        return os.path.exists(f"{prefix}.0.et")
+        return os.path.exists(f"{prefix}.0.et") or is_compact(prefix)
+
+    def compact(self, prefix):
+        """The compact workload ``PREFIX.workload.json`` (each distinct trace once and a rank map), or None
+        when the workload is per-rank files."""
+        return read_compact_workload(prefix) if is_compact(prefix) else None
+
+    def load_trace(self, path):
+        """The nodes of one trace file (a compact workload's class trace)."""
+        from astra_sim.chakra import ChakraError, parse_et
+
+        if not os.path.exists(path):
+            raise WorkloadError(f"workload file {path} does not exist")
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+            trace = parse_et(data, path, keep_raw=False, shared=self._shared_nodes)
+        except ChakraError as exc:
+            raise WorkloadError(str(exc)) from None
+        except OSError as exc:
+            raise WorkloadError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        if trace.metadata is None and not trace.nodes:
+            raise WorkloadError(f"{path}: the file is empty (no GlobalMetadata, no nodes)")
+        return trace.nodes
 
     def rank_digest(self, prefix, rank):
         """``(path, hash of the file's bytes)``: ranks whose files are byte-identical share one parse.
@@ -83,7 +107,8 @@ def _double_binary_tree(com_type, rank, tree, size, direction, window):
 
 @hookimpl
 def astra_register_workload_formats(registry):
-    registry.workload_format("chakra", ChakraFormat(), "Chakra ET protobuf, <prefix>.<rank>.et")
+    registry.workload_format("chakra", ChakraFormat(),
+                             "Chakra ET protobuf, <prefix>.<rank>.et or a compact <prefix>.workload.json")
 
 
 @hookimpl

@@ -17,10 +17,12 @@ from astra_sim.errors import ConfigError, DeadlockError, WorkloadError
 from astra_sim.plugins import build_registry, make_plugin_manager
 from astra_sim.report import RankReport, Report
 from astra_sim.symmetry import (
-    FoldedEventEngine, FoldRefused, FoldTieBroken, TraceSignature, find_symmetry, trace_signature,
+    FoldedEventEngine, FoldRefused, FoldTieBroken, TraceSignature, check_declared_symmetry, find_symmetry,
+    trace_signature,
 )
 from astra_sim.system.frontend import FoldedSendRecvMatcher, SendRecvMatcher
 from astra_sim.system.sys import Sys
+from astra_sim.workload.compact import Relabeller
 from astra_sim.workload.graph import build_graph
 from astra_sim.workload.workload import _COLLECTIVES, RankWorkload
 
@@ -104,13 +106,7 @@ class Simulation:
         self.total_npus = total
         context.total_npus = total
         context.npus_per_dim = list(self.npus_per_dim)
-        if self.comm_groups:
-            for group_id, npus in self.comm_groups.items():
-                bad = [n for n in npus if not 0 <= n < total]
-                if bad:
-                    raise ConfigError(
-                        f"{self.comm_group_path}: group {group_id} names NPUs {bad} but the network has {total} NPUs"
-                    )
+        self._check_group_members()
         context.memory_config = parse_memory_config(self.memory_config_path)
         if memory_backend is None:
             memory_backend = "analytical" if "analytical" in self.registry.names("memory_backend") else "none"
@@ -131,6 +127,16 @@ class Simulation:
         prepare = getattr(self.workload_format, "prepare", None)
         if prepare is not None:
             prepare(context)
+        # A compact workload (each distinct trace once and a rank map, astra_sim.workload.compact) may name
+        # its communicator groups file.
+        compact_of = getattr(self.workload_format, "compact", None)
+        self.compact = compact_of(self.workload_prefix) if compact_of is not None else None
+        if self.compact is not None and self.comm_group_path is None and self.compact.comm_groups:
+            self.comm_group_path = self.compact.comm_groups
+            self.comm_groups = parse_comm_groups(self.comm_group_path)
+            self._check_group_members()
+            context.comm_groups.clear()
+            context.comm_groups.update(self.comm_groups or {})
         self.systems = []
         self.workloads = []
         self.traces_parsed = 0  # distinct traces read by build() (identical ones are shared)
@@ -141,6 +147,15 @@ class Simulation:
         self.symmetry = None
         self.fold_info = {"requested": self.fold_requested, "simulated_ranks": None}
         self.group_stream_ids = None
+
+    def _check_group_members(self):
+        total = self.total_npus
+        for group_id, npus in (self.comm_groups or {}).items():
+            bad = [n for n in npus if not 0 <= n < total]
+            if bad:
+                raise ConfigError(
+                    f"{self.comm_group_path}: group {group_id} names NPUs {bad} but the network has {total} NPUs"
+                )
 
     # ------------------------------------------------------------ shared context
     def warn(self, message):
@@ -282,6 +297,8 @@ class Simulation:
         graph of the first one (only the count of unfinished parents is per rank): parsed once, held
         once. When the run folds (:mod:`astra_sim.symmetry`), only class representatives get a
         workload and a system layer; the other entries of ``systems`` and ``workloads`` are None."""
+        if self.compact is not None:
+            return self._build_compact(self.compact)
         prefix = self.workload_prefix
         load = self.workload_format.load_rank
         digest_of = getattr(self.workload_format, "rank_digest", None)
@@ -299,7 +316,7 @@ class Simulation:
                 traces.append(entry)
             else:
                 traces.append([known[0], entry[1], entry, entry[3]])
-        simulated = self._plan_fold(traces)
+        simulated = self._plan_fold(lambda: self._fold_plan(traces))
         graphs = {}  # shared graph key (first rank with the trace) -> graph
         self.systems = [None] * self.total_npus
         self.workloads = [None] * self.total_npus
@@ -315,14 +332,56 @@ class Simulation:
             self.systems[rank] = sys
             self.workloads[rank] = RankWorkload(self, rank, path, graph, sys)
 
-    def _plan_fold(self, traces):
+    def _build_compact(self, compact):
+        """A compact workload: parse each class trace once; every simulated rank runs its class's trace
+        relabelled for it (the representatives run it as it is)."""
+        if compact.npus != self.total_npus:
+            raise WorkloadError(f"{compact.path}: the workload has {compact.npus} NPUs but the network has "
+                                f"{self.total_npus}")
+        load = self.workload_format.load_trace
+        class_nodes = {}
+        for rep, path in compact.traces.items():
+            class_nodes[rep] = load(path)
+            self.traces_parsed += 1
+        declared = compact.symmetry
+        simulated = self._plan_fold(lambda: self._compact_fold_plan(compact, class_nodes))
+        relabeller = Relabeller(declared, self.comm_groups, compact.path)
+        graphs = {}
+        self.systems = [None] * self.total_npus
+        self.workloads = [None] * self.total_npus
+        for rank in simulated:
+            rep = declared.representative(rank)
+            offsets = declared.offsets(rank)
+            nodes = relabeller.nodes_for(class_nodes[rep], offsets)
+            path = compact.traces[rep]
+            graph = graphs.get(rep)
+            if graph is None:
+                graph = graphs[rep] = build_graph(path, class_nodes[rep])
+            by_id, children, parents_left, roots = graph
+            if nodes is not class_nodes[rep]:
+                by_id = {node.id: node for node in nodes}
+                path = f"{path} (as rank {rank})"
+            sys = Sys(self, rank)
+            self.systems[rank] = sys
+            self.workloads[rank] = RankWorkload(self, rank, path, (by_id, children, dict(parents_left), roots), sys)
+
+    def _compact_fold_plan(self, compact, class_nodes):
+        kinds = self._fold_preconditions()
+        parts = {}
+        signatures = [trace_signature(nodes, parts) for nodes in class_nodes.values()]
+        self._check_memory_folds(signatures)
+        native_impls, group_impl = self._algorithm_lookups()
+        return check_declared_symmetry(compact.symmetry, self.npus_per_dim, kinds, signatures,
+                                       self.comm_groups or {}, native_impls, group_impl)
+
+    def _plan_fold(self, make_plan):
         """Decide the symmetry the run folds by; returns the ranks to simulate (all when it does not)."""
         everyone = range(self.total_npus)
         if not self.fold_requested:
             self.fold_info.update(simulated_ranks=self.total_npus, reason="folding disabled (--no-fold)")
             return everyone
         try:
-            plan = self._fold_plan(traces)
+            plan = make_plan()
         except FoldRefused as exc:
             self.fold_info.update(simulated_ranks=self.total_npus, reason=str(exc))
             return everyone
@@ -333,7 +392,7 @@ class Simulation:
             return everyone
         self.symmetry = symmetry
         self.group_stream_ids = plan.canonical_groups or None
-        FoldedEventEngine.fold(self.engine, symmetry, self.npus_per_dim)
+        FoldedEventEngine.fold(self.engine, symmetry)
         self.matcher = FoldedSendRecvMatcher(self.engine, self.network, symmetry)
         reps = symmetry.representatives(self.total_npus)
         self.fold_info.update(simulated_ranks=len(reps), ranks_per_class=symmetry.order,
@@ -341,6 +400,20 @@ class Simulation:
         return reps
 
     def _fold_plan(self, traces):
+        kinds = self._fold_preconditions()
+        signatures = []
+        parts = {}  # node -> its part of a signature (ranks share node objects: parse_et(shared=...))
+        for entry in traces:
+            first = entry if entry[2] is None or isinstance(entry[2], TraceSignature) else entry[2]
+            if not isinstance(first[2], TraceSignature):
+                first[2] = trace_signature(first[1], parts)
+            signatures.append(first[2])
+        self._check_memory_folds(signatures)
+        native_impls, group_impl = self._algorithm_lookups()
+        return find_symmetry(self.npus_per_dim, kinds, signatures, self.comm_groups or {}, native_impls, group_impl)
+
+    def _fold_preconditions(self):
+        """The network's per-dimension symmetry kinds; FoldRefused when the backends cannot fold at all."""
         network_kinds = getattr(self.network, "symmetry_dims", None)
         if network_kinds is None:
             raise FoldRefused(f"network backend {self.network_backend_name!r} keeps state shared between "
@@ -355,16 +428,16 @@ class Simulation:
         cfg = self.system_config
         if cfg.custom_implementations or cfg.per_node_custom_implementation:
             raise FoldRefused("custom collective implementations are not folded")
-        signatures = []
-        parts = {}  # node -> its part of a signature (ranks share node objects: parse_et(shared=...))
-        for entry in traces:
-            first = entry if entry[2] is None or isinstance(entry[2], TraceSignature) else entry[2]
-            if not isinstance(first[2], TraceSignature):
-                first[2] = trace_signature(first[1], parts)
-            signatures.append(first[2])
+        return kinds
+
+    def _check_memory_folds(self, signatures):
         if any(sig.uses_memory for sig in signatures) and not getattr(self.memory, "foldable", False):
             raise FoldRefused(f"remote memory ({self.memory_backend_name}, "
                               f"{getattr(self.memory, 'memory_type', 'shared')}) is shared between NPUs")
+
+    def _algorithm_lookups(self):
+        """``native_impls(comm_type)`` and ``group_impl(comm_type)`` for Chakra comm_type values."""
+        cfg = self.system_config
 
         def native_impls(comm_type):
             name = _COLLECTIVE_NAMES.get(comm_type)
@@ -379,7 +452,7 @@ class Simulation:
                 return self.algorithm_spec("ring")[0]
             return impls[0][0]
 
-        return find_symmetry(self.npus_per_dim, kinds, signatures, self.comm_groups or {}, native_impls, group_impl)
+        return native_impls, group_impl
 
     def run(self, measure_memory=False):
         try:

@@ -360,17 +360,9 @@ class FoldPlan:
     notes: list
 
 
-def find_symmetry(npus_per_dim, dim_kinds, signatures, groups, native_impls, group_impl):
-    """The largest symmetry of block shifts (one per dimension) that every input is invariant under.
-
-    ``dim_kinds``: per network dimension, ``"rotation"`` (only cyclic shifts of the whole dimension keep
-    its delays, e.g. a ring) or ``"any"`` (every permutation of its coordinates does: a switch, a fully
-    connected dimension). ``signatures``: per rank, its :class:`TraceSignature`. ``groups``: the
-    communicator groups ``{id: [npu, ...]}``. ``native_impls(comm_type)``: the ``(spec, window)`` list of a
-    collective on the default group; ``group_impl(comm_type)``: the spec a communicator-group collective
-    runs. Raises :class:`FoldRefused` when nothing may fold at all.
-    """
-    notes = []
+def _collective_needs(signatures, native_impls, group_impl):
+    """What the traces' collectives need of a symmetry: the collective types run on the default group, and
+    the equivalence the communicator groups' images must keep (``exact``, ``rotation`` or ``set``)."""
     if any(sig.declares_groups for sig in signatures):
         raise FoldRefused("a trace declares process groups in METADATA nodes")
     native = set().union(*(sig.native_collectives for sig in signatures)) if signatures else set()
@@ -388,6 +380,32 @@ def find_symmetry(npus_per_dim, dim_kinds, signatures, groups, native_impls, gro
         wanted = _EQUIVALENCE_OF.get(getattr(spec, "symmetry", None), EXACT)
         if _STRICTNESS[wanted] < _STRICTNESS[equivalence]:
             equivalence = wanted
+    return native, equivalence
+
+
+def _finish_plan(shifts, groups, equivalence, notes):
+    symmetry = RankSymmetry(shifts)
+    canonical = {}
+    if groups and shifts:
+        canonical = canonical_group_ids(groups, symmetry, equivalence)
+        if canonical is None or not tags_stay_apart(groups, canonical):
+            notes.append("communicator groups sharing NPUs would share message tags when folded")
+            return FoldPlan(RankSymmetry(()), {}, notes)
+    return FoldPlan(symmetry, canonical, notes)
+
+
+def find_symmetry(npus_per_dim, dim_kinds, signatures, groups, native_impls, group_impl):
+    """The largest symmetry of block shifts (one per dimension) that every input is invariant under.
+
+    ``dim_kinds``: per network dimension, ``"rotation"`` (only cyclic shifts of the whole dimension keep
+    its delays, e.g. a ring) or ``"any"`` (every permutation of its coordinates does: a switch, a fully
+    connected dimension). ``signatures``: per rank, its :class:`TraceSignature`. ``groups``: the
+    communicator groups ``{id: [npu, ...]}``. ``native_impls(comm_type)``: the ``(spec, window)`` list of a
+    collective on the default group; ``group_impl(comm_type)``: the spec a communicator-group collective
+    runs. Raises :class:`FoldRefused` when nothing may fold at all.
+    """
+    notes = []
+    native, equivalence = _collective_needs(signatures, native_impls, group_impl)
     strides = dimension_strides(npus_per_dim)
     shifts = []
     for dim, radix in enumerate(npus_per_dim):
@@ -395,9 +413,9 @@ def find_symmetry(npus_per_dim, dim_kinds, signatures, groups, native_impls, gro
             continue
         first_why = None  # why the whole dimension does not fold (the most telling reason)
         for block in candidate_blocks(radix):
-            why = _dimension_refuses(dim, radix, block, dim_kinds[dim], native, native_impls, npus_per_dim)
+            shift = BlockShift(strides[dim], radix, block)
+            why = shift_refuses(shift, npus_per_dim, dim_kinds, native, native_impls)
             if why is None:
-                shift = BlockShift(strides[dim], radix, block)
                 why = check_equivariant(shift, signatures, groups, equivalence)
                 if why is None:
                     shifts.append(shift)
@@ -409,19 +427,50 @@ def find_symmetry(npus_per_dim, dim_kinds, signatures, groups, native_impls, gro
                 first_why = why
         else:
             notes.append(f"dimension {dim} not folded: {first_why}")
-    symmetry = RankSymmetry(shifts)
-    canonical = {}
-    if groups and shifts:
-        canonical = canonical_group_ids(groups, symmetry, equivalence)
-        if canonical is None or not tags_stay_apart(groups, canonical):
-            notes.append("communicator groups sharing NPUs would share message tags when folded")
-            return FoldPlan(RankSymmetry(()), {}, notes)
-    return FoldPlan(symmetry, canonical, notes)
+    return _finish_plan(shifts, groups, equivalence, notes)
 
 
-def _dimension_refuses(dim, radix, block, kind, native, native_impls, npus_per_dim):
-    """Why a shift in blocks of ``block`` of dimension ``dim`` would change the run (None if it would not)."""
-    if kind == "rotation" and block != radix:
+def check_declared_symmetry(declared, npus_per_dim, dim_kinds, signatures, groups, native_impls, group_impl):
+    """The part of a workload's declared symmetry (a compact workload's, whose traces are equivariant by
+    construction) that the network, the collective algorithms and the communicator groups keep too.
+
+    ``signatures``: those of the class traces. Returns a :class:`FoldPlan` of the accepted shifts."""
+    notes = []
+    native, equivalence = _collective_needs(signatures, native_impls, group_impl)
+    shifts = []
+    for shift in declared.shifts:
+        why = shift_refuses(shift, npus_per_dim, dim_kinds, native, native_impls)
+        if why is None and groups:
+            if group_relabelling(groups, lambda r, s=shift: shift_image(s, r), equivalence) is None:
+                why = f"a communicator group's image is not a communicator group (as a {equivalence} list)"
+        if why is None:
+            shifts.append(shift)
+        else:
+            notes.append(f"shift of digit (rank // {shift.stride}) % {shift.radix} not used: {why}")
+    return _finish_plan(shifts, groups, equivalence, notes)
+
+
+def shift_refuses(shift, npus_per_dim, dim_kinds, native, native_impls):
+    """Why ``shift`` would change the run's delays or its collectives on the default group (None if not).
+
+    The shifted digit must lie inside one network dimension, so that the shift permutes that dimension's
+    coordinates only; a ring dimension (and a native ring collective on it) keeps only the rotation of the
+    whole dimension."""
+    strides = dimension_strides(npus_per_dim)
+    low, high = shift.stride, shift.stride * shift.radix
+    for dim, (stride, count) in enumerate(zip(strides, npus_per_dim)):
+        if stride <= low and high <= stride * count:
+            if low % stride or (stride * count) % high:
+                return f"the digit is not aligned with network dimension {dim}"
+            whole = low == stride and shift.radix == shift.block == count
+            return _dimension_refuses(dim, whole, dim_kinds[dim], native, native_impls, npus_per_dim)
+    return "the digit spans several network dimensions"
+
+
+def _dimension_refuses(dim, whole, kind, native, native_impls, npus_per_dim):
+    """Why a permutation of dimension ``dim``'s coordinates (``whole``: the rotation of the whole dimension)
+    would change the run (None if it would not)."""
+    if kind == "rotation" and not whole:
         return "the network keeps its delays only under rotations of the whole dimension"
     if kind not in ("rotation", "any"):
         return "the network backend does not say how the dimension may be relabelled"
@@ -435,17 +484,16 @@ def _dimension_refuses(dim, radix, block, kind, native, native_impls, npus_per_d
         if first.topology == "one":
             # One ring over every NPU in id order: only a rotation of the whole (only) dimension keeps it.
             alone = all(count == 1 for d, count in enumerate(npus_per_dim) if d != dim)
-            if symmetry == "any" or (symmetry == "rotation" and alone and block == radix):
+            if symmetry == "any" or (symmetry == "rotation" and alone and whole):
                 continue
             return f"the {what} algorithm walks one ring over all NPUs (in id order)"
         if dim >= len(impls):
             continue
-        spec = impls[dim][0]
-        symmetry = getattr(spec, "symmetry", None)
+        symmetry = getattr(impls[dim][0], "symmetry", None)
         if symmetry == "any":
             continue
         if symmetry == "rotation":
-            if block != radix:
+            if not whole:
                 return f"the {what} ring of the dimension needs the whole dimension rotated"
             continue
         return f"the {what} algorithm of the dimension declares no symmetry (it depends on rank positions)"
@@ -500,7 +548,7 @@ class FoldedEventEngine(EventEngine):
     __slots__ = ()
 
     @classmethod
-    def fold(cls, engine, symmetry, npus_per_dim):
+    def fold(cls, engine, symmetry):
         """Turn an (empty) :class:`~astra_sim.engine.EventEngine` into a folded one, in place."""
         if engine.pending():
             raise ValueError("an engine can only be folded before anything is scheduled")
@@ -510,14 +558,8 @@ class FoldedEventEngine(EventEngine):
         engine.current = None
         engine._ties = {}  # rank -> (time, {history digest: [(history, op), ...]})
         engine._links = (-1, [])  # (now, [(taint cell, cell copied from it), ...]) for this nanosecond
-        # Digit positions, most significant first, with the shift acting on each (None: not folded).
-        by_stride = {s.stride: s for s in symmetry.shifts}
-        significance = []
-        stride = 1
-        for count in npus_per_dim:
-            significance.append((stride, count, by_stride.get(stride)))
-            stride *= count
-        engine._significance = list(reversed(significance))
+        # The shifted digits, most significant first (for the order of two ranks under every relabelling).
+        engine._significance = sorted(symmetry.shifts, key=lambda sh: -sh.stride)
         return engine
 
     def start_rank(self, rank):
@@ -622,13 +664,17 @@ class FoldedEventEngine(EventEngine):
         second = symmetry.moved(later.root, later.rel)
         if not first < second:
             return False
-        # Every relabelling must keep the order: the most significant digit where they differ must not
-        # be rotated, or the two must sit in different blocks of it.
-        for stride, count, shift in self._significance:
-            a = (first // stride) % count
-            b = (second // stride) % count
+        # Every relabelling must keep the order. Going down from the most significant shifted digit: a
+        # difference above it (in digits no shift moves) keeps the order; a difference in the digit keeps
+        # it only if the two values sit in different blocks (a shift moves both inside their blocks).
+        for shift in self._significance:
+            top = shift.stride * shift.radix
+            if first // top != second // top:
+                return True
+            a = (first // shift.stride) % shift.radix
+            b = (second // shift.stride) % shift.radix
             if a != b:
-                return shift is None or a // shift.block != b // shift.block
+                return a // shift.block != b // shift.block
         return True
 
 

@@ -8,6 +8,7 @@ from collections import defaultdict
 
 import pytest
 
+from astra_sim.workload.compact import read_rank_nodes
 from astra_sim.chakra import read_et, types as T
 from astra_sim.cli import main
 from astra_sim.errors import ConfigError
@@ -41,7 +42,7 @@ def _expected_flops(spec, sequences):
 
 
 def _read_all(prefix, npus):
-    return [read_et(f"{prefix}.{r}.et").nodes for r in range(npus)]
+    return [read_rank_nodes(prefix, r) for r in range(npus)]
 
 
 def _comp_ops(ranks):
@@ -195,7 +196,7 @@ def test_1f1b_order(tmp_path):
     dims = model_dims(**SMALL)
     generate_llm(dims, LlmConfig(pp=4, micro_batches=6), tmp_path / "t")
     for stage in range(4):
-        nodes = read_et(f"{tmp_path / 't'}.{stage}.et").nodes
+        nodes = read_rank_nodes(tmp_path / 't', stage)
         seq = []
         for n in nodes:
             label = n.attrs.get("label", "")
@@ -253,7 +254,7 @@ def test_groups_layout(tmp_path):
 
 def test_compute_node_fields(tmp_path):
     generate_llm(model_dims(**SMALL), LlmConfig(tp=2, micro_batches=1, tflops=100), tmp_path / "t")
-    nodes = read_et(f"{tmp_path / 't'}.0.et").nodes
+    nodes = read_rank_nodes(tmp_path / 't', 0)
     mm = next(n for n in nodes if n.name == "aten::mm")
     assert mm.inputs_shapes == "[[128, 256], [256, 256]]"  # qkv: h + 2*kv*d = 512, / tp 2
     assert mm.inputs_types == "['Tensor(c10::BFloat16)', 'Tensor(c10::BFloat16)']"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from astra_sim.workload.compact import read_rank_nodes
 from astra_sim.chakra import read_et, types as T
 from astra_sim.cli import main
 from astra_sim.errors import ConfigError
@@ -25,7 +26,7 @@ FWD, BWD = "aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_produ
 def _gen(tmp_path, name="t", **cfg):
     cfg = LlmConfig(**cfg)
     generate_llm(model_dims(**DIMS), cfg, tmp_path / name)
-    return [read_et(f"{tmp_path / name}.{r}.et").nodes for r in range(cfg.npus)]
+    return [read_rank_nodes(tmp_path / name, r) for r in range(cfg.npus)]
 
 
 def _attn(nodes, name, prefix):
@@ -114,7 +115,7 @@ def test_cli_no_causal(tmp_path, capsys):
     args = ["workload", "llm", "--layers", "2", "--hidden", "256", "--heads", "8", "--vocab", "1000",
             "--seq-len", "128", "--no-causal", "-o", str(tmp_path / "n")]
     assert main(args) == 0
-    (node,) = _attn(read_et(f"{tmp_path / 'n'}.0.et").nodes, FWD, "fwd.l0.mb0")
+    (node,) = _attn(read_rank_nodes(tmp_path / 'n', 0), FWD, "fwd.l0.mb0")
     assert _flops(node) == 2 * HEADS * S * S * 2 * D
 
 

@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from astra_sim.workload.compact import read_rank_nodes
 from astra_sim.chakra import read_et, types as T
 from astra_sim.cli import main
 from astra_sim.errors import ConfigError
@@ -63,7 +64,7 @@ def _generate(tmp_path, name, *extra, tp=2, pp=2, dp=2, hidden=256, seq_len=128)
 
 
 def _comm_nodes(prefix, npus):
-    return [n for r in range(npus) for n in read_et(f"{prefix}.{r}.et").nodes if n.type in COMM]
+    return [n for r in range(npus) for n in read_rank_nodes(prefix, r) if n.type in COMM]
 
 
 def _expected(node, groups):
@@ -142,7 +143,7 @@ def _margins(prefix, npus):
     """{GEMM label without its chunk: {sm_margin values}} of the compute nodes."""
     out = {}
     for r in range(npus):
-        for n in read_et(f"{prefix}.{r}.et").nodes:
+        for n in read_rank_nodes(prefix, r):
             if n.type == T.COMP_NODE and ".c" in n.attrs.get("label", ""):
                 label = n.attrs["label"].rsplit(".c", 1)[0]
                 out.setdefault(label.split(".", 1)[0] + "." + label.rsplit(".", 1)[-1], set()).add(

@@ -7,6 +7,7 @@ from collections import Counter
 
 import pytest
 
+from astra_sim.workload.compact import read_rank_nodes
 from astra_sim.chakra import read_et, types as T
 from astra_sim.cli import main
 from astra_sim.simulation import simulate
@@ -20,7 +21,7 @@ LLAMA = dict(layers=4, hidden=256, heads=8, kv_heads=4, ffn_hidden=512, vocab=10
 
 
 def _nodes(prefix, rank=0):
-    return read_et(f"{prefix}.{rank}.et").nodes
+    return read_rank_nodes(prefix, rank)
 
 
 def _by_label(nodes, label):

@@ -8,6 +8,7 @@ from collections import defaultdict
 
 import pytest
 
+from astra_sim.workload.compact import read_rank_nodes
 from astra_sim.chakra import read_et, types as T
 from astra_sim.cli import main
 from astra_sim.errors import ConfigError
@@ -40,7 +41,7 @@ def _activated(L, h, heads, kv, f, k, vocab, shared=0, gated=True, E=8):
 
 
 def _read_all(prefix, npus):
-    return [read_et(f"{prefix}.{r}.et").nodes for r in range(npus)]
+    return [read_rank_nodes(prefix, r) for r in range(npus)]
 
 
 def _comp_ops(ranks):
@@ -161,7 +162,7 @@ def test_capacity_factor_from_the_cli_simulates(tmp_path):
                  "--vocab", "1000", "--seq-len", "128", "--gated", "--experts", "8", "--top-k", "2",
                  "--moe-ffn", "128", "--dp", "4", "--ep", "4", "--moe-capacity-factor", "1.5",
                  "--moe-pad-to-capacity", "-o", str(prefix)]) == 0
-    a2a = [n for n in read_et(f"{prefix}.0.et").nodes if n.type == T.COMM_COLL_NODE
+    a2a = [n for n in read_rank_nodes(prefix, 0) if n.type == T.COMM_COLL_NODE
            and n.attrs["comm_type"] == T.ALL_TO_ALL]
     assert {n.attrs["comm_size"] for n in a2a} == {8 * 48 * 256 * BF16}  # capacity ceil(128*2/8*1.5) = 48
     _sim(tmp_path, prefix, 4)
@@ -511,7 +512,7 @@ def test_dense_first_layers_from_the_cli_and_errors(tmp_path):
     args = ["workload", "llm", "--layers", "2", "--hidden", "256", "--heads", "8", "--vocab", "1000", "--seq-len",
             "128", "--gated", "--experts", "8", "--top-k", "2", "--moe-ffn", "128", "--dp", "2", "--ep", "2"]
     assert main(args + ["--moe-dense-layers", "1", "-o", str(prefix)]) == 0
-    labels = [n.attrs.get("label", n.name) for n in read_et(f"{prefix}.0.et").nodes]
+    labels = [n.attrs.get("label", n.name) for n in read_rank_nodes(prefix, 0)]
     assert "fwd.l0.mb0.fc1" in labels and "fwd.l1.mb0.fc1" not in labels
     assert "fwd.l1.mb0.experts.fc1" in labels and not any(".l0.mb0.experts" in n for n in labels)
     _sim(tmp_path, prefix, 2)
@@ -595,8 +596,9 @@ def test_ep_loads_round_and_cap():
 
 def test_uniform_expert_load_is_balanced_routing(tmp_path):
     cfg = dict(tp=2, pp=2, dp=4, ep=4, micro_batches=2, micro_batch_size=1, sequence_parallel=True)
-    generate_llm(model_dims(**SMALL_MOE), LlmConfig(**cfg), tmp_path / "b")
-    generate_llm(model_dims(**SMALL_MOE), LlmConfig(**cfg, moe_expert_load=((2,) * 8,)), tmp_path / "u")
+    generate_llm(model_dims(**SMALL_MOE), LlmConfig(**cfg), tmp_path / "b", per_rank_files=True)
+    generate_llm(model_dims(**SMALL_MOE), LlmConfig(**cfg, moe_expert_load=((2,) * 8,)), tmp_path / "u",
+                 per_rank_files=True)
     for r in range(16):
         assert (tmp_path / f"b.{r}.et").read_bytes() == (tmp_path / f"u.{r}.et").read_bytes()
 
@@ -648,7 +650,7 @@ def test_expert_load_from_a_json_file_per_layer_on_the_cli(tmp_path):
     assert main(args + ["--moe-expert-load", str(tmp_path / "loads.json")]) == 0
     copies = 128 * 2
     for e in (0, 1):
-        nodes = read_et(f"{prefix}.{e}.et").nodes
+        nodes = read_rank_nodes(prefix, e)
         rows = {n.attrs["label"].split(".")[1]: json.loads(n.inputs_shapes)[0][0] for n in nodes
                 if n.attrs.get("label", "").endswith(".experts.fc1") and n.attrs["label"].startswith("fwd")}
         assert rows == {"l1": 2 * copies if e == 0 else 0, "l2": copies, "l3": 0 if e == 0 else 2 * copies}
@@ -668,8 +670,8 @@ def test_logits_on_the_last_position_only(tmp_path, mode):
     kw = dict(tp=2, pp=2, dp=1, micro_batches=2, micro_batch_size=3, mode=mode, prompt_len=64)
     if mode == "mixed":
         kw.update(prefill_chunk=16)
-    s_all = generate_llm(dims, LlmConfig(**kw), tmp_path / "a")
-    s_last = generate_llm(dims, LlmConfig(**kw, logits="last"), tmp_path / "l")
+    s_all = generate_llm(dims, LlmConfig(**kw), tmp_path / "a", per_rank_files=True)
+    s_last = generate_llm(dims, LlmConfig(**kw, logits="last"), tmp_path / "l", per_rank_files=True)
     rows_per_mb = {"prefill": 3 * 64, "mixed": 3 + 16, "decode": 3}[mode]
     kept = {"prefill": 3, "mixed": 3 + 1, "decode": 3}[mode]
     V, h = 1000, 256
@@ -677,7 +679,7 @@ def test_logits_on_the_last_position_only(tmp_path, mode):
     assert s_all["flops"] - s_last["flops"] == dropped_flops
     ops = lambda prefix: _comp_ops(_read_all(prefix, 4))
     assert ops(tmp_path / "a") - ops(tmp_path / "l") == dropped_flops
-    heads = [json.loads(n.inputs_shapes)[0][0] for n in read_et(f"{tmp_path / 'l'}.2.et").nodes
+    heads = [json.loads(n.inputs_shapes)[0][0] for n in read_rank_nodes(tmp_path / 'l', 2)
              if n.attrs.get("label", "").startswith("fwd.head")]
     assert heads == [kept, kept]
     if mode == "decode":  # one position per sequence anyway: the same trace

@@ -8,7 +8,8 @@ from collections import defaultdict
 
 import pytest
 
-from astra_sim.chakra import read_et, types as T
+from astra_sim.workload.compact import read_rank_nodes
+from astra_sim.chakra import encode_et, read_et, types as T
 from astra_sim.cli import main
 from astra_sim.errors import ConfigError
 from astra_sim.simulation import simulate
@@ -37,7 +38,7 @@ def _gen(tmp_path, name="t", **cfg):
     cfg = LlmConfig(**cfg)
     generate_llm(model_dims(**SMALL), cfg, tmp_path / name)
     groups = json.loads((tmp_path / f"{name}.groups.json").read_text())
-    return cfg, groups, [read_et(f"{tmp_path / name}.{r}.et").nodes for r in range(cfg.npus)]
+    return cfg, groups, [read_rank_nodes(tmp_path / name, r) for r in range(cfg.npus)]
 
 
 def _vol(nodes, groups, rank):
@@ -148,7 +149,7 @@ def test_reshard_and_every_micro_batch_options_are_checked(tmp_path):
     assert main(["workload", "llm", "--layers", "2", "--hidden", "256", "--heads", "8", "--vocab", "1000",
                  "--seq-len", "128", "--dp", "2", "--micro-batches", "2", "--zero", "3", "--reshard-after-forward",
                  "--grad-sync-every-micro-batch", "-o", str(prefix)]) == 0
-    names = [n.name for n in read_et(f"{prefix}.0.et").nodes]
+    names = [n.name for n in read_rank_nodes(prefix, 0)]
     assert "dp_ag.l1.bwd.mb1" in names and "dp_rs.l1.mb1" in names
 
 
@@ -305,7 +306,13 @@ def test_cli_and_errors(tmp_path):
             "--ffn-hidden", "512", "--vocab", "1000", "--seq-len", "128", "--gated", "--pp", "2", "--cp", "2",
             "--virtual-stages", "2", "--micro-batches", "2", "--zero", "3", "-o", str(prefix)]
     assert main(args) == 0
-    assert len(list(tmp_path.glob("g.*.et"))) == 4
+    # the compact workload: one trace per class (CP positions are symmetric: one per pipeline stage)
+    assert sorted(p.name for p in tmp_path.glob("g.*")) == ["g.class0.et", "g.class1.et", "g.groups.json",
+                                                            "g.workload.json"]
+    assert main(args + ["--per-rank-files", "-o", str(tmp_path / "f")]) == 0
+    assert len(list(tmp_path.glob("f.*.et"))) == 4
+    for rank in range(4):
+        assert encode_et(None, read_rank_nodes(prefix, rank)) == encode_et(None, read_et(f"{tmp_path}/f.{rank}.et").nodes)
     dims = model_dims(**SMALL)
     for cfg, match in [(LlmConfig(pp=2, virtual_stages=2, micro_batches=3), "multiple of --pp"),
                        (LlmConfig(pp=2, virtual_stages=3, micro_batches=2), "not divisible by --pp x"),

@@ -1,4 +1,4 @@
-"""``astra workload ...``: convert-text, micro, scale, compare."""
+"""``astra workload ...``: convert-text, micro, scale, compare, convert-pytorch, llm, expand."""
 
 from __future__ import annotations
 
@@ -145,6 +145,25 @@ def add_commands(subparsers):
 
     from .llm import add_llm_command
     add_llm_command(sub)
+
+    p = sub.add_parser(
+        "expand", help="write one Chakra file per rank from a compact workload (PREFIX.workload.json)",
+        description="Write OUT.<rank>.et for every rank of a compact workload (each distinct trace once plus a "
+        "rank map, as astra workload llm writes by default; docs/compact-workload.md), for tools that need one "
+        "Chakra file per rank; OUT.groups.json too when the workload names a groups file.")
+    p.add_argument("prefix", metavar="PREFIX", help="the compact workload's prefix (PREFIX.workload.json)")
+    p.add_argument("-o", "--output", required=True, metavar="OUT", help="write OUT.<rank>.et")
+    p.set_defaults(run_command=_cmd_expand)
+
+
+def _cmd_expand(args):
+    from astra_sim.workload.compact import expand_workload, is_compact
+
+    if not is_compact(args.prefix):
+        raise ConfigError(f"{args.prefix}.workload.json does not exist: not a compact workload")
+    count = expand_workload(args.prefix, args.output)
+    print(f"wrote {args.output}.0.et .. {args.output}.{count - 1}.et")
+    return 0
 
 
 def _usage(parser):

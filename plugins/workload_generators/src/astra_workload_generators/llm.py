@@ -68,12 +68,14 @@ from dataclasses import dataclass, asdict
 from astra_sim.chakra import types as T
 from astra_sim.chakra.writer import encode_varint, make_metadata, make_node
 from astra_sim.errors import ConfigError
+from astra_sim.symmetry import BlockShift, RankSymmetry
+from astra_sim.workload.compact import write_atomically, write_compact_workload
 
 from .common import ensure_parent
 
 __all__ = ["PRESETS", "ModelDims", "LlmConfig", "model_dims", "parameter_count", "activated_parameter_count",
            "training_flops", "inference_flops",
-           "generate_llm", "rank_of", "coords_of"]
+           "generate_llm", "rank_of", "coords_of", "rank_symmetry"]
 
 # Published dimensions. gpt3-13b uses hidden 5120 (Megatron; the GPT-3 paper's 5140 is not divisible by its
 # 40 heads). Llama's ffn_hidden is the SwiGLU inner size.
@@ -1764,29 +1766,58 @@ def _dyn_bytes(key, rank, cfg, gids):
     return make_node(0, attrs=attrs)._raw
 
 
-def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True):
-    """Write ``PREFIX.<rank>.et`` for every rank and ``PREFIX.groups.json``; returns a summary dict.
+def rank_symmetry(cfg: LlmConfig):
+    """The relabellings of ranks that map every rank's trace onto another's (block shifts of the rank's digits,
+    :class:`astra_sim.symmetry.BlockShift`): the TP position, the CP position and the DP replica. With EP > 1
+    the DP index is ``e + EP*q`` (EP groups hold the q-th EP consecutive DP indices, expert-data-parallel groups
+    one e): e and q are shifted apart; with ``--moe-expert-load`` each e computes its own experts' rows, so
+    only q. Pipeline stages differ."""
+    shifts = []
+    if cfg.tp > 1:
+        shifts.append(BlockShift(1, cfg.tp, cfg.tp))
+    if cfg.cp > 1:
+        shifts.append(BlockShift(cfg.tp, cfg.cp, cfg.cp))
+    stride = cfg.tp * cfg.cp
+    if cfg.ep > 1:
+        if not cfg.moe_expert_load:
+            shifts.append(BlockShift(stride, cfg.ep, cfg.ep))
+        outer = cfg.dp // cfg.ep
+        if outer > 1:
+            shifts.append(BlockShift(stride * cfg.ep, outer, outer))
+    elif cfg.dp > 1:
+        shifts.append(BlockShift(stride, cfg.dp, cfg.dp))
+    return shifts
+
+
+def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True, per_rank_files=False):
+    """Write the workload and ``PREFIX.groups.json``; returns a summary dict.
 
     Ranks of one pipeline stage share their graph: it is encoded once per stage and each rank only appends its
     own ``pg_name`` / ``comm_src`` / ``comm_dst`` attributes. With ``--moe-expert-load`` each EP index of a stage
-    has its own graph (its experts compute their own rows)."""
+    has its own graph (its experts compute their own rows). By default the workload is compact
+    (:mod:`astra_sim.workload.compact`): one trace per class of ranks that :func:`rank_symmetry` relates
+    (``PREFIX.class<i>.et``) and ``PREFIX.workload.json``; ``per_rank_files`` writes ``PREFIX.<rank>.et``
+    for every rank instead."""
     _check(dims, cfg)
     gids, groups = comm_groups(cfg)
     prefix = str(prefix)
     if write:
         ensure_parent(prefix)
-        with open(f"{prefix}.groups.json", "w") as fh:
-            json.dump(groups, fh)
+        write_atomically(f"{prefix}.groups.json", json.dumps(groups).encode())
     meta = make_metadata(attrs={"generator": "astra workload llm"}).SerializeToString()
     head = encode_varint(len(meta)) + meta
     nodes_per_stage = []
     per_ep = cfg.ep if cfg.moe_expert_load else 1
+    symmetry = RankSymmetry(rank_symmetry(cfg))
+    classes = []
     for p in range(cfg.pp):
         graphs = [_StageBuilder(dims, cfg, p, e).build() for e in range(per_ep)]
         nodes_per_stage.append(len(graphs[0]))
         keys = sorted({dyn for items in graphs for _, dyn in items if dyn is not None})
         for t, d, c in ((t, d, c) for t in range(cfg.tp) for d in range(cfg.dp) for c in range(cfg.cp)):
             rank = rank_of(cfg, t, d, p, c)
+            if not per_rank_files and not symmetry.is_representative(rank):
+                continue
             items = graphs[d % per_ep]
             suffix = {k: _dyn_bytes(k, rank, cfg, gids) for k in keys}
             chunks = [head]
@@ -1794,13 +1825,20 @@ def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True):
                 body = raw + suffix[dyn] if dyn is not None else raw
                 chunks.append(encode_varint(len(body)))
                 chunks.append(body)
-            if write:
-                with open(f"{prefix}.{rank}.et", "wb") as fh:
-                    fh.write(b"".join(chunks))
+            if not write:
+                continue
+            if per_rank_files:
+                write_atomically(f"{prefix}.{rank}.et", b"".join(chunks))
+            else:
+                classes.append((rank, b"".join(chunks)))
+    if write and not per_rank_files:
+        classes.sort()
+        write_compact_workload(prefix, cfg.npus, symmetry.shifts, classes, comm_groups=f"{prefix}.groups.json",
+                               generator="astra workload llm")
     flops = (inference_flops(dims, cfg) if cfg.inference
              else training_flops(dims, cfg.dp * cfg.micro_batches * cfg.micro_batch_size, cfg.tp))
     return {"npus": cfg.npus, "nodes_per_stage": nodes_per_stage, "groups": len(groups),
-            "parameters": parameter_count(dims, cfg.tp),
+            "parameters": parameter_count(dims, cfg.tp), "classes": cfg.npus // symmetry.order,
             "activated_parameters": activated_parameter_count(dims, cfg.tp), "flops": flops}
 
 
@@ -1937,6 +1975,10 @@ def add_llm_command(sub):
                    "output; the router, LM head and attention stay in --dtype)")
     p.add_argument("--tflops", type=positive_float, default=312.0,
                    help="peak TFLOP/s for duration_micros (default 312, A100 BF16 dense)")
+    p.add_argument("--per-rank-files", action="store_true",
+                   help="write PREFIX.<rank>.et for every rank (default: the compact workload, "
+                        "PREFIX.workload.json and one trace per class of symmetric ranks, which astra run "
+                        "reads the same way; see docs/compact-workload.md)")
     p.add_argument("-o", "--output", required=True, metavar="PREFIX")
     p.set_defaults(run_command=_cmd_llm)
 
@@ -1983,10 +2025,14 @@ def _cmd_llm(args):
                     moe_imbalance=args.moe_imbalance, moe_expert_load=load, logits=args.logits,
                     pp_scatter_gather=args.pp_scatter_gather,
                     comm_sms=tuple(sorted(comm_sms.items())), sm_margins=tuple(sorted(margins.items())))
-    s = generate_llm(dims, cfg, args.output)
+    s = generate_llm(dims, cfg, args.output, per_rank_files=args.per_rank_files)
+    if args.per_rank_files:
+        wrote = f"{args.output}.0.et .. {args.output}.{s['npus'] - 1}.et"
+    else:
+        wrote = (f"{args.output}.workload.json with {s['classes']} class trace{'s' if s['classes'] > 1 else ''} "
+                 f"({args.output}.class<i>.et; --per-rank-files writes one file per rank)")
     print(f"{s['npus']} ranks, {s['parameters'] / 1e9:.2f}B matmul parameters "
           f"({s['activated_parameters'] / 1e9:.2f}B activated), {s['flops'] / 1e15:.4f} PFLOP "
           f"{'per step' if cfg.steps == 1 else f'over {cfg.steps} steps'}, nodes per rank by stage "
-          f"{s['nodes_per_stage']}; wrote {args.output}.0.et .. "
-          f"{args.output}.{s['npus'] - 1}.et and {args.output}.groups.json ({s['groups']} groups)")
+          f"{s['nodes_per_stage']}; wrote {wrote} and {args.output}.groups.json ({s['groups']} groups)")
     return 0
