@@ -12,7 +12,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS))
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q hatchling pytest
+	$(BIN)/python -m pip install -q hatchling pytest hypothesis
 	$(BIN)/python -m pip install -q -e . $(addprefix -e ,$(PLUGINS))
 	touch $(STAMP)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -64,6 +65,11 @@ def files(tmp_path):
     rs = trace("rs", lambda r: [make_node(1, "rs", T.COMM_COLL_NODE,
                                           attrs={"comm_type": T.REDUCE_SCATTER, "comm_size": MIB})])
     return {"dir": tmp_path, "system": str(system), "net": str(net), "ar": ar, "rs": rs, "trace": trace}
+
+
+def unprefixed(out):
+    """stdout lines without spdlog's three bracketed prefixes (as ASTRA-sim's regression test strips them)."""
+    return [re.sub(r"^(\[[^]]+\] ){3}", "", line) for line in out.splitlines()]
 
 
 def run_cli(capsys, *args):
@@ -216,7 +222,7 @@ def test_astra_sim_log_lines_exact_and_in_finish_order(capsys, files):
     ])
     rc, out, err = run_cli(capsys, *base_args(files, prefix), "-q", "--astra-sim-log")
     assert rc == 0, err
-    lines = [line for line in out.splitlines() if line.startswith("sys[")]
+    lines = [line for line in unprefixed(out) if " finished, " in line]
     t = t_msg(1024)
     assert lines == [
         f"sys[3] finished, {1000 + t} cycles, exposed communication {1000 + t} cycles.",  # CPU op: not subtracted
@@ -352,7 +358,7 @@ def test_subprocess_run_and_plugins(files):
         capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("sys[")]
+    lines = [line for line in unprefixed(proc.stdout) if " finished, " in line]
     assert len(lines) == 4
     assert all(f"finished, {ar_ns()} cycles, exposed communication {ar_ns()} cycles." in line for line in lines)
     proc = subprocess.run([str(ASTRA), "plugins", "--json"], capture_output=True, text=True, timeout=60)
@@ -363,3 +369,40 @@ def test_subprocess_run_and_plugins(files):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and "astra: error:" in proc.stderr
+
+
+# ---------------------------------------------------------------- a reader that goes away
+
+
+@pytest.mark.parametrize("command", [["plugins"], ["plugins", "--json"], ["run", "--astra-sim-log"], ["run"]],
+                         ids=["plugins", "plugins-json", "run-log", "run-table"])
+def test_closed_stdout_exits_quietly(files, command):
+    """``astra ... | head -1`` when head has gone: no traceback, no 'Exception ignored', exit 141."""
+    import os
+
+    args = [str(ASTRA), *command] if command[0] == "plugins" else [
+        str(ASTRA), *base_args(files, eq=False), *command[1:]]
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # every write to stdout now fails with EPIPE
+    try:
+        proc = subprocess.run(args, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 141, proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
+    assert "BrokenPipe" not in proc.stderr
+
+
+def test_broken_pipe_in_process(capsys, files, monkeypatch):
+    class Closed:
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def fileno(self):
+            raise ValueError("no file")
+
+    monkeypatch.setattr(sys, "stdout", Closed())
+    assert main([*base_args(files), "--astra-sim-log", "-q"]) == 141

@@ -52,6 +52,8 @@ class Simulation:
         options=None,
         plugin_manager=None,
         fold=True,
+        astra_sim_log=False,
+        on_warning=None,
     ):
         # Kept to run again unfolded when a folded run finds a tie it cannot order exactly.
         self._arguments = dict(
@@ -61,6 +63,8 @@ class Simulation:
             injection_scale=injection_scale, rendezvous=rendezvous, plugins=plugins, block=block,
             extra_plugins=extra_plugins, options=options, plugin_manager=plugin_manager)
         self.warnings = []
+        self._on_warning = on_warning  # called once per distinct warning as it is raised (the CLI prints it)
+        self.reference_log = None  # a ReferenceLog when the reference's stdout is wanted (--astra-sim-log)
         self._node_observers = []
         self.workload_prefix = str(workload)
         self.system_config_path = str(system)
@@ -136,8 +140,13 @@ class Simulation:
         self.traces_parsed = 0  # distinct traces read by build() (identical ones are shared)
         self.finish_order = []
         self.node_counts = {}
-        #: fold symmetric ranks (simulate one per class); ``fold_info`` says what happened and why
-        self.fold_requested = bool(fold)
+        if astra_sim_log or self.options.get("astra_sim_log"):
+            from astra_sim.reference_log import ReferenceLog
+
+            self.reference_log = ReferenceLog(self)
+        #: fold symmetric ranks (simulate one per class); ``fold_info`` says what happened and why.
+        #: --astra-sim-log needs every rank's own nodes (their statistics and issue order): no folding.
+        self.fold_requested = bool(fold) and self.reference_log is None
         self.symmetry = None
         self.fold_info = {"requested": self.fold_requested, "simulated_ranks": None}
         self.group_stream_ids = None
@@ -146,6 +155,8 @@ class Simulation:
     def warn(self, message):
         if message not in self.warnings:
             self.warnings.append(message)
+            if self._on_warning is not None:
+                self._on_warning(message)
 
     def _detect_format(self):
         for name in self.registry.names("workload_format"):
@@ -314,12 +325,16 @@ class Simulation:
             sys = Sys(self, rank)
             self.systems[rank] = sys
             self.workloads[rank] = RankWorkload(self, rank, path, graph, sys)
+        if self.reference_log is not None:  # never folded: every rank has its workload
+            self.reference_log.watch(self.workloads)
 
     def _plan_fold(self, traces):
         """Decide the symmetry the run folds by; returns the ranks to simulate (all when it does not)."""
         everyone = range(self.total_npus)
         if not self.fold_requested:
-            self.fold_info.update(simulated_ranks=self.total_npus, reason="folding disabled (--no-fold)")
+            reason = ("folding disabled (--no-fold)" if self.reference_log is None else
+                      "not folded: --astra-sim-log prints every rank's own statistics")
+            self.fold_info.update(simulated_ranks=self.total_npus, reason=reason)
             return everyone
         try:
             plan = self._fold_plan(traces)
@@ -386,7 +401,13 @@ class Simulation:
             return self._run(measure_memory)
         except FoldTieBroken as exc:
             # Not exact folded: simulate every rank (a fresh run; this one's state is half-way).
-            unfolded = Simulation(**self._arguments, fold=False)
+            printed, say = set(self.warnings), self._on_warning
+
+            def on_warning(message):  # the terminal has this run's warnings already
+                if say is not None and message not in printed:
+                    say(message)
+
+            unfolded = Simulation(**self._arguments, fold=False, on_warning=on_warning)
             report = unfolded.run(measure_memory)
             report.settings["fold"] = {"requested": True, "simulated_ranks": unfolded.total_npus,
                                        "reason": f"folding abandoned: {exc}"}
@@ -506,8 +527,9 @@ class Simulation:
         if peak_bytes is not None:
             stats["peak_python_memory_bytes"] = peak_bytes
         network_stats = getattr(self.network, "stats", None)
+        log = self.reference_log.records(ranks, finish_order) if self.reference_log is not None else None
         return Report(ranks, settings, stats, list(self.warnings), finish_order,
-                      network_stats() if network_stats is not None else {})
+                      network_stats() if network_stats is not None else {}, log)
 
 
 def simulate(workload, system, network, memory=None, comm_groups=None, **kwargs):
