@@ -201,7 +201,7 @@ def test_report_json_contents(capsys, files):
     assert settings["npus_per_dim"] == [4]
     assert settings["astra_sim_version"] == __version__
     assert settings["network"]["topology"] == ["Ring"]
-    assert settings["network"]["bandwidth_gbps"] == [BW]
+    assert settings["network"]["bandwidth_gib_per_s"] == [BW]
     assert {"builtin", "network_analytical", "memory_analytical"} <= set(settings["plugins"])
     assert report["stats"]["messages"] > 0
 

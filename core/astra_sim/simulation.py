@@ -11,7 +11,9 @@ from astra_sim import __version__
 from astra_sim.api import RunContext
 from astra_sim.chakra import ChakraError
 from astra_sim.chakra.types import node_type_name
-from astra_sim.config import COLLECTIVE_KEYS, parse_comm_groups, parse_memory_config, parse_system_config
+from astra_sim.config import (
+    COLLECTIVE_KEYS, ignored_key_messages, parse_comm_groups, parse_memory_config, parse_system_config,
+)
 from astra_sim.engine import EventEngine
 from astra_sim.errors import ConfigError, DeadlockError, WorkloadError
 from astra_sim.plugins import build_registry, make_plugin_manager
@@ -81,8 +83,8 @@ class Simulation:
         self.registry = build_registry(self.pm)
         self.engine = EventEngine()
         self.system_config = parse_system_config(self.system_config_path, injection_scale)
-        for key in self.system_config.ignored_keys:
-            self.warn(f"{self.system_config_path}: key {key!r} is ignored (the reference ignores it too)")
+        for message in ignored_key_messages(self.system_config):
+            self.warn(message)
         self.comm_groups = parse_comm_groups(self.comm_group_path)
         self.options = dict(options or {})
         context = RunContext(
@@ -264,6 +266,27 @@ class Simulation:
         self._impls[com_type] = impls
         return impls
 
+    def check_dimensions_covered(self, com_type, kinds):
+        """Warn when a collective over all NPUs covers only the first dimensions: an implementation
+        list shorter than the network's dimensions (and no one* algorithm spanning every NPU) runs
+        it there only, as in the reference, which silently gives a much shorter time."""
+        dims = self.npus_per_dim
+        if len(kinds) >= len(dims) or "one" in kinds:
+            return
+        covered = 1
+        for count in dims[:len(kinds)]:
+            covered *= count
+        key = COLLECTIVE_KEYS[com_type]
+        names = self.system_config.implementations.get(com_type, [])
+        which = "dimension 0" if len(kinds) == 1 else f"dimensions 0-{len(kinds) - 1}"
+        example = names + [names[-1]] * (len(dims) - len(names))
+        self.warn(
+            f"{self.system_config_path}: {key!r} lists {len(kinds)} algorithm(s) for a {len(dims)}-dimensional "
+            f"network ({' x '.join(map(str, dims))} NPUs), so every {com_type.replace('_', '-')} over all NPUs "
+            f"runs in {which} only, among {covered} of the {self.total_npus} NPUs (as in the reference); "
+            f"list one per dimension, e.g. {example}, or a one* algorithm to span every NPU"
+        )
+
     def _rank_nodes(self, rank):
         return self.workloads[rank].nodes
 
@@ -325,8 +348,22 @@ class Simulation:
             sys = Sys(self, rank)
             self.systems[rank] = sys
             self.workloads[rank] = RankWorkload(self, rank, path, graph, sys)
+        self._check_rank_count()
         if self.reference_log is not None:  # never folded: every rank has its workload
             self.reference_log.watch(self.workloads)
+
+    def _check_rank_count(self):
+        """Warn when the workload has traces for more ranks than the network has NPUs: the reference
+        (and this run) simulate ranks 0 .. NPUs-1 and ignore the others."""
+        beyond = getattr(self.workload_format, "ranks_beyond", None)
+        extra = beyond(self.workload_prefix, self.total_npus) if beyond is not None else 0
+        if extra:
+            total, prefix = self.total_npus, self.workload_prefix
+            self.warn(
+                f"workload {prefix} has traces for {total + extra} ranks ({prefix}.0.et .. {prefix}.{total + extra - 1}.et) "
+                f"but the network {self.network_config_path} has {total} NPUs: ranks {total}..{total + extra - 1} "
+                f"are not simulated (as in the reference); give the network {total + extra} NPUs to run them all"
+            )
 
     def _plan_fold(self, traces):
         """Decide the symmetry the run folds by; returns the ranks to simulate (all when it does not)."""

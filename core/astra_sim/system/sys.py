@@ -243,6 +243,7 @@ class Sys:
         if topo is None:
             impls = self.shared.native_impls(com_type)
             kinds = [spec.topology for spec, _window in impls]
+            self.shared.check_dimensions_covered(com_type, kinds)
             topo = GeneralComplexTopology(self.rank, self.shared.npus_per_dim, kinds)
             self._topologies[com_type] = topo
         return topo
