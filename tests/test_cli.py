@@ -208,9 +208,34 @@ def test_report_json_contents(capsys, files):
 
 def test_report_json_unwritable_path(capsys, files):
     rc, out, err = run_cli(capsys, *base_args(files), "-q", "--report-json",
-                           str(files["dir"] / "no" / "such" / "dir" / "r.json"))
+                           str(files["dir"] / "net.yml" / "r.json"))  # a file where a folder should be
     assert rc == 2
-    assert "cannot write --report-json" in err and "Traceback" not in err
+    assert "cannot create the output folder" in err and "Traceback" not in err
+
+
+def test_report_json_makes_its_folder_and_replaces_atomically(capsys, files):
+    path = files["dir"] / "new" / "r.json"
+    rc, out, err = run_cli(capsys, *base_args(files), "-q", "--report-json", str(path))
+    assert rc == 0, err
+    assert json.loads(path.read_text())["summary"]["npus"] == 4
+    assert [p.name for p in path.parent.iterdir()] == ["r.json"]  # no temporary file left behind
+
+
+def test_help_texts_say_what_the_options_do(capsys):
+    def help_of(*args):  # argparse wraps lines anywhere, hyphens included: compare without whitespace
+        with pytest.raises(SystemExit):
+            main([*args, "--help"])
+        return "".join(capsys.readouterr().out.split())
+
+    def squeeze(text):
+        return "".join(text.split())
+
+    text = help_of("workload", "llm")
+    assert squeeze("one training step of a dense transformer") not in text
+    assert squeeze("dense or mixture-of-experts") in text and "inference" in text
+    assert squeeze("the matching Kineto device trace; with --ranks N a path containing {rank}") in \
+        help_of("workload", "convert-pytorch")
+    assert squeeze("timed on that GPU only by the gpu compute model: add --compute-model gpu") in help_of("run")
 
 
 def test_astra_sim_log_lines_exact_and_in_finish_order(capsys, files):

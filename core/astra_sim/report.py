@@ -60,9 +60,10 @@ class Report:
         }
 
     def write_json(self, path):
-        with open(path, "w", encoding="utf-8") as handle:
-            json.dump(self.to_dict(), handle, indent=1)
-            handle.write("\n")
+        """Write :meth:`to_dict` as JSON, atomically, creating the folder if needed."""
+        from astra_sim.cliutil import write_text_atomic
+
+        write_text_atomic(path, json.dumps(self.to_dict(), indent=1) + "\n")
 
     def astra_sim_log_lines(self, prefixed=False):
         """The reference's stdout lines for this run.

@@ -97,7 +97,11 @@ def astra_register_collective_algorithms(registry):
 def platform_run_options(parser):
     from astra_gpu_model.platforms import COLLECTIVES, platform_names
 
-    group = parser.add_argument_group("platforms (GPU + system + network bundles)")
+    group = parser.add_argument_group(
+        "platforms (system + network configurations of a GPU machine)",
+        "--platform writes the system and network configurations of a machine and makes its GPU the --gpu "
+        "preset. Compute nodes are timed on that GPU only by the gpu compute model: add --compute-model gpu "
+        "(the report's settings.compute_model names the model used).")
     group.add_argument("--platform", default=None, metavar="NAME",
                        help=f"generate system and network configurations for a platform ({', '.join(platform_names())})"
                             "; --system-configuration / --network-configuration given explicitly win")
