@@ -265,3 +265,15 @@ def test_subprocess_log_is_the_whole_stdout(env):
     assert proc.returncode == 0, proc.stderr
     assert all(PREFIX.match(line) for line in proc.stdout.splitlines())
     assert "finish_ns" in proc.stderr
+
+
+def test_log_simulates_every_rank(env):
+    """Symmetric ranks are normally folded (one simulated per class); the log needs every rank's
+    own nodes, so a run that collects it is not folded, and gives the same times."""
+    prefix = env.trace("sym", lambda r: [coll(1)], 4)
+    folded = simulate(prefix, env.system(), env.network([4]))
+    logged = simulate(prefix, env.system(), env.network([4]), astra_sim_log=True)
+    assert logged.settings["fold"]["simulated_ranks"] == 4
+    assert "--astra-sim-log" in logged.settings["fold"]["reason"]
+    assert [r.finish_ns for r in logged.ranks] == [r.finish_ns for r in folded.ranks]
+    assert sum(" finished, " in line for line in logged.astra_sim_log_lines()) == 4

@@ -150,7 +150,7 @@ class Simulation:
         #: --astra-sim-log needs every rank's own nodes (their statistics and issue order): no folding.
         self.fold_requested = bool(fold) and self.reference_log is None
         self.symmetry = None
-        self.fold_info = {"requested": self.fold_requested, "simulated_ranks": None}
+        self.fold_info = {"requested": bool(fold), "simulated_ranks": None}
         self.group_stream_ids = None
 
     # ------------------------------------------------------------ shared context
