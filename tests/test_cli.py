@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -64,6 +65,11 @@ def files(tmp_path):
     rs = trace("rs", lambda r: [make_node(1, "rs", T.COMM_COLL_NODE,
                                           attrs={"comm_type": T.REDUCE_SCATTER, "comm_size": MIB})])
     return {"dir": tmp_path, "system": str(system), "net": str(net), "ar": ar, "rs": rs, "trace": trace}
+
+
+def unprefixed(out):
+    """stdout lines without spdlog's three bracketed prefixes (as ASTRA-sim's regression test strips them)."""
+    return [re.sub(r"^(\[[^]]+\] ){3}", "", line) for line in out.splitlines()]
 
 
 def run_cli(capsys, *args):
@@ -195,16 +201,41 @@ def test_report_json_contents(capsys, files):
     assert settings["npus_per_dim"] == [4]
     assert settings["astra_sim_version"] == __version__
     assert settings["network"]["topology"] == ["Ring"]
-    assert settings["network"]["bandwidth_gbps"] == [BW]
+    assert settings["network"]["bandwidth_gib_per_s"] == [BW]
     assert {"builtin", "network_analytical", "memory_analytical"} <= set(settings["plugins"])
     assert report["stats"]["messages"] > 0
 
 
 def test_report_json_unwritable_path(capsys, files):
     rc, out, err = run_cli(capsys, *base_args(files), "-q", "--report-json",
-                           str(files["dir"] / "no" / "such" / "dir" / "r.json"))
+                           str(files["dir"] / "net.yml" / "r.json"))  # a file where a folder should be
     assert rc == 2
-    assert "cannot write --report-json" in err and "Traceback" not in err
+    assert "cannot create the output folder" in err and "Traceback" not in err
+
+
+def test_report_json_makes_its_folder_and_replaces_atomically(capsys, files):
+    path = files["dir"] / "new" / "r.json"
+    rc, out, err = run_cli(capsys, *base_args(files), "-q", "--report-json", str(path))
+    assert rc == 0, err
+    assert json.loads(path.read_text())["summary"]["npus"] == 4
+    assert [p.name for p in path.parent.iterdir()] == ["r.json"]  # no temporary file left behind
+
+
+def test_help_texts_say_what_the_options_do(capsys):
+    def help_of(*args):  # argparse wraps lines anywhere, hyphens included: compare without whitespace
+        with pytest.raises(SystemExit):
+            main([*args, "--help"])
+        return "".join(capsys.readouterr().out.split())
+
+    def squeeze(text):
+        return "".join(text.split())
+
+    text = help_of("workload", "llm")
+    assert squeeze("one training step of a dense transformer") not in text
+    assert squeeze("dense or mixture-of-experts") in text and "inference" in text
+    assert squeeze("the matching Kineto device trace; with --ranks N a path containing {rank}") in \
+        help_of("workload", "convert-pytorch")
+    assert squeeze("timed on that GPU only by the gpu compute model: add --compute-model gpu") in help_of("run")
 
 
 def test_astra_sim_log_lines_exact_and_in_finish_order(capsys, files):
@@ -216,7 +247,7 @@ def test_astra_sim_log_lines_exact_and_in_finish_order(capsys, files):
     ])
     rc, out, err = run_cli(capsys, *base_args(files, prefix), "-q", "--astra-sim-log")
     assert rc == 0, err
-    lines = [line for line in out.splitlines() if line.startswith("sys[")]
+    lines = [line for line in unprefixed(out) if " finished, " in line]
     t = t_msg(1024)
     assert lines == [
         f"sys[3] finished, {1000 + t} cycles, exposed communication {1000 + t} cycles.",  # CPU op: not subtracted
@@ -352,7 +383,7 @@ def test_subprocess_run_and_plugins(files):
         capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("sys[")]
+    lines = [line for line in unprefixed(proc.stdout) if " finished, " in line]
     assert len(lines) == 4
     assert all(f"finished, {ar_ns()} cycles, exposed communication {ar_ns()} cycles." in line for line in lines)
     proc = subprocess.run([str(ASTRA), "plugins", "--json"], capture_output=True, text=True, timeout=60)
@@ -363,3 +394,40 @@ def test_subprocess_run_and_plugins(files):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and "astra: error:" in proc.stderr
+
+
+# ---------------------------------------------------------------- a reader that goes away
+
+
+@pytest.mark.parametrize("command", [["plugins"], ["plugins", "--json"], ["run", "--astra-sim-log"], ["run"]],
+                         ids=["plugins", "plugins-json", "run-log", "run-table"])
+def test_closed_stdout_exits_quietly(files, command):
+    """``astra ... | head -1`` when head has gone: no traceback, no 'Exception ignored', exit 141."""
+    import os
+
+    args = [str(ASTRA), *command] if command[0] == "plugins" else [
+        str(ASTRA), *base_args(files, eq=False), *command[1:]]
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # every write to stdout now fails with EPIPE
+    try:
+        proc = subprocess.run(args, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 141, proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
+    assert "BrokenPipe" not in proc.stderr
+
+
+def test_broken_pipe_in_process(capsys, files, monkeypatch):
+    class Closed:
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def fileno(self):
+            raise ValueError("no file")
+
+    monkeypatch.setattr(sys, "stdout", Closed())
+    assert main([*base_args(files), "--astra-sim-log", "-q"]) == 141

@@ -229,3 +229,24 @@ def test_cli_runs_on_the_constant_network(plugin_env, cli_ready, tmp_path):
     missing = _astra(plugin_env, "-p", "no:network_constant", "run", *common, check=False)
     assert missing.returncode != 0
     assert "constant" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_tutorial_run_block_runs_verbatim(plugin_env, cli_ready, tmp_path):
+    """The shell block of the tutorial's section 7, as written (tests/test_docs_run.py leaves it out:
+    it needs this plugin installed), in a folder holding a copy of examples/."""
+    import re
+
+    text = (ROOT / "docs" / "plugins" / "writing-plugins.md").read_text(encoding="utf-8")
+    block = next(b for b in re.findall(r"^```bash\n(.*?)^```", text, flags=re.M | re.S)
+                 if "--network-backend constant" in b)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    shim = bindir / "astra"  # the console script, for the environment that has the plugin
+    shim.write_text(f'#!/bin/sh\nexec "{plugin_env}" -c "import sys; sys.argv[0] = \'astra\'; '
+                    f'from astra_sim.cli import main; sys.exit(main())" "$@"\n')
+    shim.chmod(0o755)
+    shutil.copytree(ROOT / "examples", tmp_path / "examples", ignore=shutil.ignore_patterns("__pycache__"))
+    env = _clean_env()
+    env["PATH"] = f"{bindir}{os.pathsep}{env.get('PATH', '')}"
+    result = _run(["bash", "-e", "-c", block], cwd=tmp_path, env=env)
+    assert "network_constant: 8 NPUs, 448 messages" in result.stderr and "max finish 76648 ns" in result.stderr

@@ -60,6 +60,13 @@ class ChakraFormat:
         self._last_read = (path, data)
         return path, hashlib.sha256(data).digest()
 
+    def ranks_beyond(self, prefix, npus):
+        """How many rank files follow the network's last rank (``<prefix>.<npus>.et``, ...)."""
+        count = 0
+        while os.path.exists(f"{prefix}.{npus + count}.et"):
+            count += 1
+        return count
+
     def load_rank(self, prefix, rank):
         from astra_sim.chakra import ChakraError, parse_et, read_et
 

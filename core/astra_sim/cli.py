@@ -143,13 +143,33 @@ def _plugin_selection(argv):
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        return _main(argv)
+        code = _main(argv)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit flush
+        return code
     except AstraError as exc:
         print(f"astra: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("astra: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _stdout_closed()
+
+
+def _stdout_closed():
+    """The reader of stdout went away (``astra run ... | head -1``): stop quietly, as a command
+    killed by SIGPIPE would (exit 141), without a traceback now or at interpreter exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass  # stdout is not a real file (tests); nothing is flushed to it at exit
+    return 141
+
+
+def warning(message):
+    """Print one warning on stderr, the way every astra command does."""
+    print(f"astra: warning: {message}", file=sys.stderr)
 
 
 def _main(argv):
@@ -176,26 +196,50 @@ def _cmd_plugins(pm, args):
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    from rich.console import Console
-    from rich.table import Table
+    from astra_sim.termtable import Column, print_table
 
-    table = Table(title="astra-sim-py plugins")
-    for column in ("name", "distribution", "version", "provides", "status"):
-        table.add_column(column)
+    table_rows = []
     for row in rows:
         by_role = {}
         for item in row["provides"]:
             role, _, name = item.partition(":")
             by_role.setdefault(role, []).append(name)
         provides = "\n".join(f"{role}: {', '.join(names)}" for role, names in by_role.items())
-        table.add_row(row["name"], row["distribution"], row["version"], provides, row["status"])
-    Console().print(table)
+        table_rows.append([row["name"], row["distribution"], row["version"], provides, row["status"]])
+    columns = [Column("name"), Column("distribution", drop=1), Column("version", number=True, drop=2),
+               Column("provides"), Column("status")]
+    print_table("astra-sim-py plugins", columns, table_rows)
     return 0
+
+
+#: Reference flags whose value changes nothing here (nor in the reference's analytical binaries),
+#: with the value that is the reference's default.
+_NO_EFFECT_FLAGS = {"comm_scale": "--comm-scale", "compute_scale": "--compute-scale"}
+
+
+def _no_effect_warnings(args):
+    out = []
+    for key, flag in _NO_EFFECT_FLAGS.items():
+        value = getattr(args, key, None)
+        if value is None:
+            continue
+        try:
+            default = float(value) == 1.0
+        except ValueError:
+            default = False
+        if not default:
+            out.append(f"{flag}={value} has no effect: the reference's analytical binaries ignore it too; "
+                       "scale the trace instead (`astra workload convert-text --comm-scale/--compute-scale`)")
+    return out
 
 
 def _cmd_run(pm, args):
     from astra_sim.simulation import Simulation
 
+    early = _no_effect_warnings(args)
+    say = (lambda message: None) if args.quiet else warning
+    for message in early:
+        say(message)
     options = vars(args).copy()
     if args.system_configuration is None or args.network_configuration is None:
         provided = pm.hook.astra_provide_configuration(options=options) or {}
@@ -225,37 +269,37 @@ def _cmd_run(pm, args):
         plugin_manager=pm,
         options=options,
         fold=not args.no_fold,
+        on_warning=say,
     )
     report = simulation.run()
+    report.warnings[:0] = [m for m in early if m not in report.warnings]
     if args.report_json:
         try:
             report.write_json(args.report_json)
         except OSError as exc:
             raise AstraError(f"cannot write --report-json {args.report_json}: {exc}") from None
     if args.astra_sim_log:
-        for line in report.astra_sim_log_lines():
-            print(line)
+        # stdout carries exactly the reference's lines, so scripts that diff them keep working;
+        # the summary goes to stderr then.
+        sys.stdout.write("".join(line + "\n" for line in report.astra_sim_log_lines(prefixed=True)))
+        sys.stdout.flush()
     if not args.quiet:
-        _print_summary(report, args.max_table_ranks)
+        _print_summary(report, args.max_table_ranks, stderr=args.astra_sim_log)
     return 0
 
 
-def _print_summary(report, max_ranks):
-    from rich.console import Console
-    from rich.table import Table
+def _print_summary(report, max_ranks, stderr=False):
+    from astra_sim.termtable import Column, print_table
 
-    console = Console()
-    for warning in report.warnings:
-        console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
-    table = Table(title=f"astra-sim-py: {len(report.ranks)} NPUs, times in ns")
-    for column in ("rank", "finish_ns", "compute_ns", "exposed_comm_ns", "comm_ns", "cpu_ns"):
-        table.add_column(column, justify="right")
-    for r in report.ranks[:max_ranks]:
-        table.add_row(str(r.rank), f"{r.finish_ns:,}", f"{r.compute_ns:,}", f"{r.exposed_comm_ns:,}",
-                      f"{r.comm_ns:,}", f"{r.cpu_ns:,}")
-    if len(report.ranks) > max_ranks:
-        table.add_row(f"... {len(report.ranks) - max_ranks} more", "", "", "", "", "")
-    console.print(table)
+    columns = [Column("rank", number=True), Column("finish_ns", number=True),
+               Column("compute_ns", number=True, drop=3), Column("exposed_comm_ns", number=True),
+               Column("comm_ns", number=True, drop=2), Column("cpu_ns", number=True, drop=1)]
+    rows = [[str(r.rank), f"{r.finish_ns:,}", f"{r.compute_ns:,}", f"{r.exposed_comm_ns:,}", f"{r.comm_ns:,}",
+             f"{r.cpu_ns:,}"] for r in report.ranks[:max_ranks]]
+    more = len(report.ranks) - max_ranks
+    caption = f"{more} more ranks not listed (--max-table-ranks; all in --report-json)" if more > 0 else None
+    console = print_table(f"astra-sim-py: {len(report.ranks)} NPUs, times in ns", columns, rows,
+                          stderr=stderr, caption=caption)
     stats = report.stats
     console.print(
         f"max finish {report.max_finish_ns:,} ns, min finish {report.min_finish_ns:,} ns, "

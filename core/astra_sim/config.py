@@ -8,12 +8,13 @@ Unknown keys are ignored like the reference does, but listed in
 
 from __future__ import annotations
 
+import difflib
 import json
-import math
 import os
 from dataclasses import dataclass, field
 
 from astra_sim.errors import ConfigError
+from astra_sim.limits import check_number
 
 COLLECTIVE_KEYS = {
     "all_reduce": "all-reduce-implementation",
@@ -59,19 +60,13 @@ def load_json(path, what):
         raise ConfigError(f"{what} file {path}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
 
 
-def _number(path, data, key, default, *, integer=False, minimum=None):
+def _number(path, data, key, default, *, integer=False):
+    """A numeric key within its physical range (``astra_sim.limits``); ``integer`` truncates it,
+    as the reference stores these keys in ints."""
     if key not in data:
         return default
-    value = data[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{path}: key {key!r} must be a number, got {value!r}")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{path}: key {key!r} must be finite, got {value!r}")
-    if integer:
-        value = int(value)  # the reference stores these in ints (truncation)
-    if minimum is not None and value < minimum:
-        raise ConfigError(f"{path}: key {key!r} must be >= {minimum}, got {value!r}")
-    return value
+    value = check_number(path, key, data[key])
+    return int(value) if integer else value
 
 
 def _flag(path, data, key):
@@ -126,15 +121,17 @@ def parse_system_config(path, injection_scale=1.0, data=None):
         if opt not in ("baseline", "localBWAware"):
             raise ConfigError(f"{path}: 'collective-optimization' must be baseline or localBWAware, got {opt!r}")
         cfg.collective_optimization = opt
-    cfg.active_chunks_per_dimension = _number(path, data, "active-chunks-per-dimension", 1, integer=True, minimum=1)
-    endpoint = _number(path, data, "endpoint-delay", 10, integer=True, minimum=0)
+    cfg.active_chunks_per_dimension = _number(path, data, "active-chunks-per-dimension", 1, integer=True)
+    endpoint = _number(path, data, "endpoint-delay", 10, integer=True)
     # The reference stores int(int(endpoint-delay) * injection-scale).
     cfg.endpoint_delay_ns = int(endpoint * injection_scale)
     if cfg.endpoint_delay_ns < 0:
         raise ConfigError(f"{path}: endpoint-delay x --injection-scale must be >= 0")
-    cfg.preferred_dataset_splits = _number(path, data, "preferred-dataset-splits", 0, integer=True, minimum=0)
-    cfg.local_mem_bw_bytes_per_s = float(_number(path, data, "local-mem-bw", 0, minimum=0)) * 1e9
-    cfg.peak_perf_flops = float(_number(path, data, "peak-perf", 0, minimum=0)) * 1e12
+    cfg.preferred_dataset_splits = _number(path, data, "preferred-dataset-splits", 0, integer=True)
+    cfg.local_mem_bw_bytes_per_s = float(_number(path, data, "local-mem-bw", 0)) * 1e9
+    cfg.peak_perf_flops = float(_number(path, data, "peak-perf", 0)) * 1e12
+    for key in ("local-reduction-delay", "L", "o", "g", "G"):  # read by the reference's shared-bus model only
+        _number(path, data, key, 0)
     cfg.roofline_enabled = _flag(path, data, "roofline-enabled")
     cfg.replay_only = _flag(path, data, "replay-only")
     if "comm-streams" in data:
@@ -162,6 +159,20 @@ def parse_system_config(path, injection_scale=1.0, data=None):
         cfg.per_node_custom_implementation = str(data["per-node-custom-implementation"])
     cfg.ignored_keys = sorted(k for k in data if k not in KNOWN_SYSTEM_KEYS)
     return cfg
+
+
+def ignored_key_messages(cfg):
+    """One warning per key of the system JSON that nothing reads: keys the reference documents but
+    ignores, and unknown keys (often a misspelt known key, which would silently keep its default)."""
+    out = []
+    for key in cfg.ignored_keys:
+        if key in IGNORED_BY_REFERENCE:
+            out.append(f"{cfg.path}: key {key!r} has no effect: the reference ignores it too")
+            continue
+        close = difflib.get_close_matches(key, sorted(KNOWN_SYSTEM_KEYS), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        out.append(f"{cfg.path}: key {key!r} is not a system configuration key and is ignored{hint}")
+    return out
 
 
 def parse_comm_groups(path):

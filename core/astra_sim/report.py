@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import asdict, dataclass, field
 
 
@@ -27,6 +28,9 @@ class Report:
     warnings: list = field(default_factory=list)
     finish_order: list = field(default_factory=list)
     network_stats: dict = field(default_factory=dict)
+    #: ``(logger, level, message)`` for every line the reference would print, in its order; None
+    #: unless the run collected them (``astra_sim_log=True``, ``astra run --astra-sim-log``).
+    astra_sim_log: list | None = None
 
     @property
     def max_finish_ns(self):
@@ -56,19 +60,31 @@ class Report:
         }
 
     def write_json(self, path):
-        with open(path, "w", encoding="utf-8") as handle:
-            json.dump(self.to_dict(), handle, indent=1)
-            handle.write("\n")
+        """Write :meth:`to_dict` as JSON, atomically, creating the folder if needed."""
+        from astra_sim.cliutil import write_text_atomic
 
-    def astra_sim_log_lines(self):
-        """The reference's per-rank lines, in the order ranks finished.
+        write_text_atomic(path, json.dumps(self.to_dict(), indent=1) + "\n")
 
-        The reference prints exposed communication as an unsigned 64-bit
-        number, so a negative value (possible with ``replay-only``, where
-        overlapping communication counts as compute) wraps around; these lines
-        do the same so scripts that parse them see identical text. The report
-        itself keeps the signed value.
+    def astra_sim_log_lines(self, prefixed=False):
+        """The reference's stdout lines for this run.
+
+        With the full log collected (``astra_sim_log=True``): every line the reference prints
+        (rings, ``sys[i] finished``, statistics, ``Exiting``); ``prefixed`` adds spdlog's
+        ``[time] [logger] [level] `` prefixes, as the reference prints them. Otherwise only the
+        ``sys[i] finished, ...`` lines, in the order ranks finished.
+
+        The reference prints exposed communication as an unsigned 64-bit number, so a negative
+        value (possible with ``replay-only``, where overlapping communication counts as compute)
+        wraps around; these lines do the same so scripts that parse them see identical text. The
+        report itself keeps the signed value.
         """
+        if self.astra_sim_log is not None:
+            if not prefixed:
+                return [message for _, _, message in self.astra_sim_log]
+            from astra_sim.reference_log import spdlog_line
+
+            now = time.time()
+            return [spdlog_line(logger, level, message, now) for logger, level, message in self.astra_sim_log]
         by_rank = {r.rank: r for r in self.ranks}
         lines = []
         for rank in self.finish_order:

@@ -11,7 +11,9 @@ from astra_sim import __version__
 from astra_sim.api import RunContext
 from astra_sim.chakra import ChakraError
 from astra_sim.chakra.types import node_type_name
-from astra_sim.config import COLLECTIVE_KEYS, parse_comm_groups, parse_memory_config, parse_system_config
+from astra_sim.config import (
+    COLLECTIVE_KEYS, ignored_key_messages, parse_comm_groups, parse_memory_config, parse_system_config,
+)
 from astra_sim.engine import EventEngine
 from astra_sim.errors import ConfigError, DeadlockError, WorkloadError
 from astra_sim.plugins import build_registry, make_plugin_manager
@@ -54,6 +56,8 @@ class Simulation:
         options=None,
         plugin_manager=None,
         fold=True,
+        astra_sim_log=False,
+        on_warning=None,
     ):
         # Kept to run again unfolded when a folded run finds a tie it cannot order exactly.
         self._arguments = dict(
@@ -63,6 +67,8 @@ class Simulation:
             injection_scale=injection_scale, rendezvous=rendezvous, plugins=plugins, block=block,
             extra_plugins=extra_plugins, options=options, plugin_manager=plugin_manager)
         self.warnings = []
+        self._on_warning = on_warning  # called once per distinct warning as it is raised (the CLI prints it)
+        self.reference_log = None  # a ReferenceLog when the reference's stdout is wanted (--astra-sim-log)
         self._node_observers = []
         self.workload_prefix = str(workload)
         self.system_config_path = str(system)
@@ -79,8 +85,8 @@ class Simulation:
         self.registry = build_registry(self.pm)
         self.engine = EventEngine()
         self.system_config = parse_system_config(self.system_config_path, injection_scale)
-        for key in self.system_config.ignored_keys:
-            self.warn(f"{self.system_config_path}: key {key!r} is ignored (the reference ignores it too)")
+        for message in ignored_key_messages(self.system_config):
+            self.warn(message)
         self.comm_groups = parse_comm_groups(self.comm_group_path)
         self.options = dict(options or {})
         context = RunContext(
@@ -142,10 +148,15 @@ class Simulation:
         self.traces_parsed = 0  # distinct traces read by build() (identical ones are shared)
         self.finish_order = []
         self.node_counts = {}
-        #: fold symmetric ranks (simulate one per class); ``fold_info`` says what happened and why
-        self.fold_requested = bool(fold)
+        if astra_sim_log or self.options.get("astra_sim_log"):
+            from astra_sim.reference_log import ReferenceLog
+
+            self.reference_log = ReferenceLog(self)
+        #: fold symmetric ranks (simulate one per class); ``fold_info`` says what happened and why.
+        #: --astra-sim-log needs every rank's own nodes (their statistics and issue order): no folding.
+        self.fold_requested = bool(fold) and self.reference_log is None
         self.symmetry = None
-        self.fold_info = {"requested": self.fold_requested, "simulated_ranks": None}
+        self.fold_info = {"requested": bool(fold), "simulated_ranks": None}
         self.group_stream_ids = None
 
     def _check_group_members(self):
@@ -161,6 +172,8 @@ class Simulation:
     def warn(self, message):
         if message not in self.warnings:
             self.warnings.append(message)
+            if self._on_warning is not None:
+                self._on_warning(message)
 
     def _detect_format(self):
         for name in self.registry.names("workload_format"):
@@ -268,6 +281,27 @@ class Simulation:
         self._impls[com_type] = impls
         return impls
 
+    def check_dimensions_covered(self, com_type, kinds):
+        """Warn when a collective over all NPUs covers only the first dimensions: an implementation
+        list shorter than the network's dimensions (and no one* algorithm spanning every NPU) runs
+        it there only, as in the reference, which silently gives a much shorter time."""
+        dims = self.npus_per_dim
+        if len(kinds) >= len(dims) or "one" in kinds:
+            return
+        covered = 1
+        for count in dims[:len(kinds)]:
+            covered *= count
+        key = COLLECTIVE_KEYS[com_type]
+        names = self.system_config.implementations.get(com_type, [])
+        which = "dimension 0" if len(kinds) == 1 else f"dimensions 0-{len(kinds) - 1}"
+        example = names + [names[-1]] * (len(dims) - len(names))
+        self.warn(
+            f"{self.system_config_path}: {key!r} lists {len(kinds)} algorithm(s) for a {len(dims)}-dimensional "
+            f"network ({' x '.join(map(str, dims))} NPUs), so every {com_type.replace('_', '-')} over all NPUs "
+            f"runs in {which} only, among {covered} of the {self.total_npus} NPUs (as in the reference); "
+            f"list one per dimension, e.g. {example}, or a one* algorithm to span every NPU"
+        )
+
     def _rank_nodes(self, rank):
         return self.workloads[rank].nodes
 
@@ -331,6 +365,22 @@ class Simulation:
             sys = Sys(self, rank)
             self.systems[rank] = sys
             self.workloads[rank] = RankWorkload(self, rank, path, graph, sys)
+        self._check_rank_count()
+        if self.reference_log is not None:  # never folded: every rank has its workload
+            self.reference_log.watch(self.workloads)
+
+    def _check_rank_count(self):
+        """Warn when the workload has traces for more ranks than the network has NPUs: the reference
+        (and this run) simulate ranks 0 .. NPUs-1 and ignore the others."""
+        beyond = getattr(self.workload_format, "ranks_beyond", None)
+        extra = beyond(self.workload_prefix, self.total_npus) if beyond is not None else 0
+        if extra:
+            total, prefix = self.total_npus, self.workload_prefix
+            self.warn(
+                f"workload {prefix} has traces for {total + extra} ranks ({prefix}.0.et .. {prefix}.{total + extra - 1}.et) "
+                f"but the network {self.network_config_path} has {total} NPUs: ranks {total}..{total + extra - 1} "
+                f"are not simulated (as in the reference); give the network {total + extra} NPUs to run them all"
+            )
 
     def _build_compact(self, compact):
         """A compact workload: parse each class trace once; every simulated rank runs its class's trace
@@ -378,7 +428,9 @@ class Simulation:
         """Decide the symmetry the run folds by; returns the ranks to simulate (all when it does not)."""
         everyone = range(self.total_npus)
         if not self.fold_requested:
-            self.fold_info.update(simulated_ranks=self.total_npus, reason="folding disabled (--no-fold)")
+            reason = ("folding disabled (--no-fold)" if self.reference_log is None else
+                      "not folded: --astra-sim-log prints every rank's own statistics")
+            self.fold_info.update(simulated_ranks=self.total_npus, reason=reason)
             return everyone
         try:
             plan = make_plan()
@@ -459,7 +511,13 @@ class Simulation:
             return self._run(measure_memory)
         except FoldTieBroken as exc:
             # Not exact folded: simulate every rank (a fresh run; this one's state is half-way).
-            unfolded = Simulation(**self._arguments, fold=False)
+            printed, say = set(self.warnings), self._on_warning
+
+            def on_warning(message):  # the terminal has this run's warnings already
+                if say is not None and message not in printed:
+                    say(message)
+
+            unfolded = Simulation(**self._arguments, fold=False, on_warning=on_warning)
             report = unfolded.run(measure_memory)
             report.settings["fold"] = {"requested": True, "simulated_ranks": unfolded.total_npus,
                                        "reason": f"folding abandoned: {exc}"}
@@ -579,8 +637,9 @@ class Simulation:
         if peak_bytes is not None:
             stats["peak_python_memory_bytes"] = peak_bytes
         network_stats = getattr(self.network, "stats", None)
+        log = self.reference_log.records(ranks, finish_order) if self.reference_log is not None else None
         return Report(ranks, settings, stats, list(self.warnings), finish_order,
-                      network_stats() if network_stats is not None else {})
+                      network_stats() if network_stats is not None else {}, log)
 
 
 def simulate(workload, system, network, memory=None, comm_groups=None, **kwargs):

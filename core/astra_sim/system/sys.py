@@ -243,6 +243,7 @@ class Sys:
         if topo is None:
             impls = self.shared.native_impls(com_type)
             kinds = [spec.topology for spec, _window in impls]
+            self.shared.check_dimensions_covered(com_type, kinds)
             topo = GeneralComplexTopology(self.rank, self.shared.npus_per_dim, kinds)
             self._topologies[com_type] = topo
         return topo
@@ -285,6 +286,8 @@ class Sys:
 
     def generate_collective(self, com_type, size, involved_dims, group, explicit_priority, notifier, node_id=-1):
         """Create the streams of one collective; ``notifier(elapsed_ns)`` runs when it ends."""
+        if group is not None and self.shared.reference_log is not None:
+            self.shared.reference_log.group_plan(self.rank, group, com_type)
         custom = self.shared.custom_impl(com_type, node_id)
         if custom is not None:
             return self._generate_custom(custom, com_type, size, group, explicit_priority, notifier)

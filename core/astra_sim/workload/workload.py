@@ -69,6 +69,7 @@ class RankWorkload:
             for group_id, npus in groups.items():
                 self.comm_groups[group_id] = CommunicatorGroup(group_id, npus, rank, stream_ids.get(group_id))
         self.issued = 0
+        self.issue_log = None  # a list of the issued node ids, in order, when --astra-sim-log needs them
 
     # ------------------------------------------------------------ helpers
     def _slot(self, node):
@@ -176,6 +177,8 @@ class RankWorkload:
                 running.add(node.id)
         self.node_start_ns[node.id] = self.run.engine.now
         self.issued += 1
+        if self.issue_log is not None:
+            self.issue_log.append(node.id)
         try:
             self._dispatch(node, slot)
         except ChakraError as exc:

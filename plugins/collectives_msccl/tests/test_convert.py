@@ -249,8 +249,9 @@ def test_bad_options(tmp_path):
         convert_msccl(algo, 8, reduce_us=-1)
     with pytest.raises(ConfigError, match="--local-mem-bw"):
         convert_msccl(algo, 8, local_mem_bw=0)
-    with pytest.raises(ConfigError, match="does not exist"):
-        write_chakra(str(tmp_path / "nowhere" / "x"), algo, convert_msccl(algo, 8))
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConfigError, match="cannot create the output folder"):
+        write_chakra(str(tmp_path / "file" / "x"), algo, convert_msccl(algo, 8))
 
 
 # --------------------------------------------------------------------------- the reference's converter
@@ -386,5 +387,27 @@ def test_cli_errors(tmp_path, capsys):
     bad = _write(tmp_path, "bad.xml", ring_allreduce_xml(4).replace('type="rcs"', 'type="zz"', 1))
     assert main(["msccl", "to-chakra", bad, "-o", str(tmp_path / "out"), "--size", "64"]) == 2
     assert "unknown opcode" in capsys.readouterr().err
-    assert main(["msccl", "to-chakra", xml, "-o", str(tmp_path / "no" / "out"), "--size", "64"]) == 2
-    assert "does not exist" in capsys.readouterr().err
+    assert main(["msccl", "to-chakra", xml, "-o", str(tmp_path / "ring4.xml" / "out"), "--size", "64"]) == 2
+    assert "cannot create the output folder" in capsys.readouterr().err
+
+
+def test_cli_makes_missing_folders_like_every_o(tmp_path, capsys):
+    xml = _write(tmp_path, "ring4.xml", ring_allreduce_xml(4))
+    assert main(["msccl", "to-chakra", xml, "-o", str(tmp_path / "new" / "deeper" / "out"), "--size", "4096"]) == 0
+    assert sorted(os.listdir(tmp_path / "new" / "deeper")) == [f"out.{r}.et" for r in range(4)]
+
+
+def test_cli_says_why_reductions_are_free(tmp_path, capsys):
+    xml = _write(tmp_path, "ring8.xml", ring_allreduce_xml(8, fused=False, proto="LL128"))
+    assert main(["msccl", "to-chakra", xml, "-o", str(tmp_path / "free"), "--size", str(MIB)]) == 0
+    err = capsys.readouterr().err
+    assert "note: the 56 reduction COMP nodes take 0 us" in err and "--local-mem-bw" in err
+    from astra_sim.chakra import read_et
+
+    for option in (["--local-mem-bw", "50"], ["--reduce-us", "7"], ["-q"]):
+        out = tmp_path / option[0].strip("-")
+        assert main(["msccl", "to-chakra", xml, "-o", str(out), "--size", str(MIB), *option]) == 0
+        assert "reduction COMP nodes take 0 us" not in capsys.readouterr().err
+        comps = [n.duration_micros for n in read_et(f"{out}.0.et").nodes if n.type == 4]
+        # what the note promises: --local-mem-bw 50 gives the reference example's 7 us reductions
+        assert comps == ([0] * 7 if option == ["-q"] else [7] * 7)

@@ -524,3 +524,12 @@ def test_to_analytical_matches_loaded_graph():
     result = to_analytical(network)
     assert result["topology"] == ["Switch"] and result["npus_count"] == [8]
     assert result["latency"] == [pytest.approx((150 + 100 + 150) / 2)]
+
+
+def test_to_analytical_output_folder_is_made(tmp_path, capsys):
+    """``-o`` makes missing folders, as every astra command's output option does."""
+    out_path = tmp_path / "new" / "analytical.yaml"
+    rc, out, err = _cli(capsys, EXAMPLES / "torus_4x4x4" / "network.yaml", "--to-analytical", "-o", out_path)
+    assert rc == 0, err
+    assert yaml.safe_load(out_path.read_text())["npus_count"] == [4, 4, 4]
+    assert [p.name for p in out_path.parent.iterdir()] == ["analytical.yaml"]

@@ -42,7 +42,9 @@ COMP durations (``duration_micros``, whole microseconds; the reference runs 0 as
 and ``--copy-us`` set them directly; otherwise ``--local-mem-bw GB/s`` derives them like the
 reference's converter and reduction model, ``3 x trunc(bytes / bw)`` ns for a reduction (write and
 two reads) and ``2 x trunc(bytes / bw)`` ns for a copy, truncated to microseconds; with neither
-they are 0 (free, as in the reference).
+they are 0 (free). ASTRA-sim's converter always times them from a bandwidth: its shipped example
+(``custom_ring_allreduce_8npus_1MB``) has 7 us per 131072-byte reduction, which ``--local-mem-bw 50``
+reproduces byte for byte; the command says so when it writes free reductions.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ import sys
 from astra_sim.chakra import ChakraError, make_metadata, make_node, write_et
 from astra_sim.chakra import types as T
 from astra_sim.errors import ConfigError
-from astra_sim.cliutil import number
+from astra_sim.cliutil import ensure_parent_dir, number
 
 __all__ = ["convert_msccl", "write_chakra", "register_command", "run_to_chakra", "SCHEMA"]
 
@@ -211,9 +213,7 @@ def write_chakra(prefix, algo, nodes_by_gpu, input_text=None):
         except OSError:
             input_text = ""
     metadata = make_metadata(version="", attrs={"schema": SCHEMA, "input_file": input_text, "collective": algo.coll})
-    folder = os.path.dirname(os.path.abspath(prefix))
-    if not os.path.isdir(folder):
-        raise ConfigError(f"cannot write {prefix}.<gpu>.et: the folder {folder} does not exist")
+    ensure_parent_dir(prefix)  # like every -o: missing folders are made
     paths = []
     for gpu_id in sorted(nodes_by_gpu):
         path = f"{prefix}.{gpu_id}.et"
@@ -260,7 +260,9 @@ def register_command(subparsers):
     conv.add_argument("--local-mem-bw", type=number(float, 0, exclusive=True, what='GB/s'), metavar="GB/s",
                       help="derive COMP durations: reduce 3 x bytes/bw, copy 2 x bytes/bw (truncated to us)")
     conv.add_argument("--reduce-us", type=number(int, 0, what='whole microseconds'), metavar="US",
-                      help="duration of every reduction COMP node, microseconds (overrides --local-mem-bw)")
+                      help="duration of every reduction COMP node, microseconds (overrides --local-mem-bw). "
+                           "Without it and --local-mem-bw reductions take 0 us; ASTRA-sim's converter times them "
+                           "from a bandwidth (7 us per 128 KiB in its shipped example: --local-mem-bw 50)")
     conv.add_argument("--copy-us", type=number(int, 0, what='whole microseconds'), metavar="US",
                       help="duration of every copy COMP node, microseconds (overrides --local-mem-bw)")
     conv.add_argument("-q", "--quiet", action="store_true", help="print nothing")
@@ -271,6 +273,12 @@ def register_command(subparsers):
 def _usage(parser):
     parser.print_help(sys.stderr)
     return 2
+
+
+def _reductions(algo):
+    """How many reduction COMP nodes the conversion writes."""
+    return sum((_PARTS.get(step.type) or ()).count("reduce")
+               for gpu in algo.gpus for tb in gpu.threadblocks for step in tb.steps)
 
 
 def run_to_chakra(args):
@@ -287,6 +295,12 @@ def run_to_chakra(args):
                 counts[node.type] = counts.get(node.type, 0) + 1
         key = _COLLECTIVE_KEY.get(algo.coll, "all-reduce")
         buffer = args.size * algo.ngpus if algo.coll == "allgather" else args.size
+        reductions = _reductions(algo)
+        if reductions and args.reduce_us is None and not args.local_mem_bw:
+            print(f"note: the {reductions} reduction COMP nodes take 0 us: no --local-mem-bw or --reduce-us was "
+                  "given, so reductions are free. ASTRA-sim's converter times them from a local memory bandwidth "
+                  "(its shipped example, 1 MiB on 8 GPUs at 50 GB/s: 7 us each); pass --local-mem-bw GB/s to do "
+                  "the same, or --reduce-us US", file=sys.stderr)
         if buffer % algo.nchunksperloop:
             print(f"note: {buffer} bytes do not split into nchunksperloop={algo.nchunksperloop} equal chunks; "
                   f"a chunk is {buffer // algo.nchunksperloop} bytes (the remainder is dropped)", file=sys.stderr)

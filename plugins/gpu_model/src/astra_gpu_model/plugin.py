@@ -97,7 +97,11 @@ def astra_register_collective_algorithms(registry):
 def platform_run_options(parser):
     from astra_gpu_model.platforms import COLLECTIVES, platform_names
 
-    group = parser.add_argument_group("platforms (GPU + system + network bundles)")
+    group = parser.add_argument_group(
+        "platforms (system + network configurations of a GPU machine)",
+        "--platform writes the system and network configurations of a machine and makes its GPU the --gpu "
+        "preset. Compute nodes are timed on that GPU only by the gpu compute model: add --compute-model gpu "
+        "(the report's settings.compute_model names the model used).")
     group.add_argument("--platform", default=None, metavar="NAME",
                        help=f"generate system and network configurations for a platform ({', '.join(platform_names())})"
                             "; --system-configuration / --network-configuration given explicitly win")
@@ -149,17 +153,17 @@ def _cmd_platforms(args):
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    from rich.console import Console
-    from rich.table import Table
+    from astra_sim.termtable import Column, print_table
 
-    table = Table(title=f"astra run --platform (nodes={args.nodes}; sources: astra platforms --json)")
-    table.add_column("platform", no_wrap=True, min_width=11)
-    for column in ("GPU", "GPUs/node", "total", "scale-up GB/s/dir", "NIC Gb/s/GPU",
-                   "HBM GB/s", "bf16 TFLOP/s"):
-        table.add_column(column)
-    for r in rows:
-        table.add_row(r["name"], r["gpu"], str(r["gpus_per_node"]), str(r["total_gpus"]),
-                      f"{r['scaleup_gb_per_s_per_direction']:g}", f"{r['nic_gbit_per_s_per_gpu']:g}",
-                      f"{r['hbm_bandwidth_gbps']:g}", f"{r['bf16_tflops']:g}")
-    Console().print(table)
+    # at 80 columns one GPU count goes: the total when it equals the per-node count
+    one_node = args.nodes == 1
+    columns = [Column("platform"), Column("GPU"), Column("GPUs/\nnode", number=True, drop=None if one_node else 1),
+               Column("total\nGPUs", number=True, drop=1 if one_node else None),
+               Column("scale-up\nGB/s/dir", number=True),
+               Column("NIC Gb/s\nper GPU", number=True), Column("HBM\nGB/s", number=True, drop=2),
+               Column("bf16\nTFLOP/s", number=True, drop=3)]
+    table_rows = [[r["name"], r["gpu"], str(r["gpus_per_node"]), str(r["total_gpus"]),
+                   f"{r['scaleup_gb_per_s_per_direction']:g}", f"{r['nic_gbit_per_s_per_gpu']:g}",
+                   f"{r['hbm_bandwidth_gbps']:g}", f"{r['bf16_tflops']:g}"] for r in rows]
+    print_table(f"astra run --platform (nodes={args.nodes}; sources: astra platforms --json)", columns, table_rows)
     return 0

@@ -29,6 +29,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from astra_sim.errors import ConfigError
+from astra_sim.limits import LIMITS, check_number
 
 NO_MEMORY_EXPANSION = "NO_MEMORY_EXPANSION"
 PER_NPU_MEMORY_EXPANSION = "PER_NPU_MEMORY_EXPANSION"
@@ -77,6 +78,9 @@ def _truncated_number(where, data, key, memory_type, unit, warn, *, minimum):
         raise ConfigError(f"{where}: key {key!r} must be a finite number ({unit}), got {value!r}")
     if value < 0:
         raise ConfigError(f"{where}: key {key!r} must be >= {minimum} ({unit}), got {value!r}")
+    limit = LIMITS[key]
+    if value > limit.high:  # what no memory can have
+        raise ConfigError(f"{where}: key {key!r} must be {limit.describe()}, got {value!r}")
     truncated = int(value)
     if truncated < minimum:
         if truncated != value:
@@ -99,7 +103,7 @@ def _positive_int(where, data, key, memory_type):
     value = data[key]
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{where}: key {key!r} must be a positive integer, got {value!r}")
-    return value
+    return check_number(where, key, value)
 
 
 def parse_memory_config(data, path=None, total_npus=0, warn=print):

@@ -11,11 +11,13 @@ up and the bytes stream through once at the slowest crossed dimension's bandwidt
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 
 import yaml
 
 from astra_sim.errors import ConfigError
+from astra_sim.limits import check_number
 
 TOPOLOGIES = ("Ring", "FullyConnected", "Switch")
 #: ``cross_dimension_route`` values: the reference's rule, and routing through every differing dimension.
@@ -30,7 +32,7 @@ class NetworkConfig:
     path: str
     topology: tuple
     npus_count: tuple
-    bandwidth_gbps: tuple
+    bandwidth_gib_per_s: tuple
     latency_ns: tuple
     cross_dimension_route: str = "lowest_dimension"
 
@@ -42,8 +44,13 @@ class NetworkConfig:
         return total
 
 
-def parse_network_config(path):
-    """Read the reference's network YAML, with errors naming the file and key."""
+#: Keys of the network YAML; the reference reads the first four.
+KNOWN_KEYS = ("topology", "npus_count", "bandwidth", "latency", "cross_dimension_route")
+
+
+def parse_network_config(path, warn=None):
+    """Read the reference's network YAML, with errors naming the file and key; ``warn(message)``
+    hears of keys nothing reads (a misspelt optional key would otherwise keep its default)."""
     try:
         with open(path, encoding="utf-8") as handle:
             data = yaml.safe_load(handle)
@@ -74,14 +81,16 @@ def parse_network_config(path):
             raise ConfigError(
                 f"{path}: topology[{i}] is {name!r}; the analytical backend knows {', '.join(TOPOLOGIES)}"
             )
-    for i, count in enumerate(lists["npus_count"]):
-        if isinstance(count, bool) or not isinstance(count, int) or count < 2:
-            raise ConfigError(f"{path}: npus_count[{i}] must be an integer > 1, got {count!r}")
-    for key, minimum_ok in (("bandwidth", lambda v: v > 0), ("latency", lambda v: v >= 0)):
+    for key in ("npus_count", "bandwidth", "latency"):  # each within what hardware can have
         for i, value in enumerate(lists[key]):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not minimum_ok(value):
-                rule = "> 0 (GB/s)" if key == "bandwidth" else ">= 0 (ns)"
-                raise ConfigError(f"{path}: {key}[{i}] must be a number {rule}, got {value!r}")
+            check_number(path, key, value, label=f"{key}[{i}]")
+            if key == "npus_count" and not isinstance(value, int):
+                raise ConfigError(f"{path}: key 'npus_count[{i}]' must be an integer, got {value!r}")
+    for key in data:
+        if key not in KNOWN_KEYS and warn is not None:
+            close = difflib.get_close_matches(str(key), KNOWN_KEYS, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(KNOWN_KEYS)})"
+            warn(f"{path}: key {key!r} is not a network configuration key and is ignored{hint}")
     route = data.get("cross_dimension_route", CROSS_DIMENSION_ROUTES[0])
     if route not in CROSS_DIMENSION_ROUTES:
         raise ConfigError(f"{path}: cross_dimension_route must be one of {', '.join(CROSS_DIMENSION_ROUTES)}, "
@@ -90,7 +99,7 @@ def parse_network_config(path):
         path=str(path),
         topology=tuple(lists["topology"]),
         npus_count=tuple(lists["npus_count"]),
-        bandwidth_gbps=tuple(float(v) for v in lists["bandwidth"]),
+        bandwidth_gib_per_s=tuple(float(v) for v in lists["bandwidth"]),
         latency_ns=tuple(float(v) for v in lists["latency"]),
         cross_dimension_route=route,
     )
@@ -106,7 +115,7 @@ class AnalyticalNetwork:
         self.npus_per_dim = list(config.npus_count)
         self._dims = []
         stride = 1
-        for name, count, bw, lat in zip(config.topology, config.npus_count, config.bandwidth_gbps, config.latency_ns):
+        for name, count, bw, lat in zip(config.topology, config.npus_count, config.bandwidth_gib_per_s, config.latency_ns):
             kind = TOPOLOGIES.index(name)
             bytes_per_ns = bw * (1 << 30) / 1_000_000_000
             self._dims.append((stride, count, kind, lat, bytes_per_ns))
@@ -115,7 +124,7 @@ class AnalyticalNetwork:
 
     @classmethod
     def from_context(cls, context):
-        return cls(parse_network_config(context.network_config_path), context.engine)
+        return cls(parse_network_config(context.network_config_path, getattr(context, "warn", None)), context.engine)
 
     def delay_ns(self, src, dst, size):
         """Closed-form delivery time of ``size`` bytes from ``src`` to ``dst``.
@@ -159,7 +168,7 @@ class AnalyticalNetwork:
             "backend": "analytical",
             "topology": list(c.topology),
             "npus_count": list(c.npus_count),
-            "bandwidth_gbps": list(c.bandwidth_gbps),
+            "bandwidth_gib_per_s": list(c.bandwidth_gib_per_s),
             "latency_ns": list(c.latency_ns),
             **({"cross_dimension_route": c.cross_dimension_route}
                if c.cross_dimension_route != CROSS_DIMENSION_ROUTES[0] else {}),

@@ -67,7 +67,7 @@ def from_analytical(config):
     dims = []  # (stride, count, topology, switch ids per group or None)
     stride = 1
     for dim, (topology, count, bandwidth, latency) in enumerate(
-        zip(config.topology, config.npus_count, config.bandwidth_gbps, config.latency_ns)
+        zip(config.topology, config.npus_count, config.bandwidth_gib_per_s, config.latency_ns)
     ):
         switches = [] if topology == SWITCH_TOPOLOGY else None
         span = stride * count

@@ -89,12 +89,12 @@ class CongestionNetwork:
             graph = load_network_graph(path, context)
             description = {"routing": "shortest path (fewest hops, lowest link index first), no transit through NPUs"}
             return cls(graph, context.engine, shortest_path_router(graph), None, description)
-        config = parse_network_config(path)
+        config = parse_network_config(path, getattr(context, "warn", None))
         graph, route_fn = from_analytical(config)
         description = {
             "topology": list(config.topology),
             "npus_count": list(config.npus_count),
-            "bandwidth_gbps": list(config.bandwidth_gbps),
+            "bandwidth_gib_per_s": list(config.bandwidth_gib_per_s),
             "latency_ns": list(config.latency_ns),
             "routing": "dimension-ordered (dim 0 first); Ring: shorter direction, clockwise on ties",
         }

@@ -258,13 +258,13 @@ class FlowNetwork:
 
             from astra_network_congestion.builders import from_analytical
 
-            config = parse_network_config(path)
+            config = parse_network_config(path, getattr(context, "warn", None))
             built = from_analytical(config)
             graph = built[0] if isinstance(built, tuple) else built
             description = {
                 "topology": list(config.topology),
                 "npus_count": list(config.npus_count),
-                "bandwidth_gbps": list(config.bandwidth_gbps),
+                "bandwidth_gib_per_s": list(config.bandwidth_gib_per_s),
                 "latency_ns": list(config.latency_ns),
             }
         else:

@@ -133,7 +133,9 @@ def add_commands(subparsers):
         "PyTorch converter does: GPU kernels become COMP/collective/send/recv nodes with measured durations. "
         "With --ranks N, a HOST path containing {rank} is read per rank; otherwise it is copied to every rank.")
     p.add_argument("host", metavar="HOST.json")
-    p.add_argument("--kineto", metavar="KINETO.json", help="the matching Kineto device trace")
+    p.add_argument("--kineto", metavar="KINETO.json",
+                   help="the matching Kineto device trace; with --ranks N a path containing {rank} "
+                   "(e.g. kineto.{rank}.json) is read per rank, like HOST")
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--rank", type=non_negative_int, metavar="R", help="write only PREFIX.R.et")
     which.add_argument("--ranks", type=positive_int, metavar="N", help="write PREFIX.0.et .. PREFIX.N-1.et")
@@ -259,7 +261,7 @@ def _cmd_convert_pytorch(args):
         print(f"note: {s['host_comms']} collectives and send/recv come from record_param_comms host ops "
               "(--comms-from-host); GPU compute is not timed without kernels")
     if s["dropped_comms"]:
-        print(f"warning: the trace has no GPU kernels and no --kineto trace was given, so its {s['dropped_comms']} "
+        print(f"astra: warning: the trace has no GPU kernels and no --kineto trace was given, so its {s['dropped_comms']} "
               "record_param_comms collectives and send/recv are left out, as Chakra's converter does; give the "
               "Kineto trace, or --comms-from-host to simulate them", file=sys.stderr)
     return 0

@@ -1,4 +1,5 @@
-"""``astra workload llm``: Chakra traces for training dense transformers (Megatron-style 3-D parallelism).
+"""``astra workload llm``: Chakra traces of one transformer step, training or inference, dense or
+mixture-of-experts (Megatron-style parallelism).
 
 Rank layout: ``rank = t + TP * (d + DP * p)`` (tensor-parallel index fastest, then data-parallel, then pipeline
 stage). Communicator groups (``PREFIX.groups.json``): TP groups first (ids 1..), then DP groups, then PP groups;
@@ -1851,9 +1852,11 @@ def add_llm_command(sub):
     p = sub.add_parser(
         "llm", help="training/inference traces for a transformer (TP, PP 1F1B/interleaved, DP/ZeRO-1..3, CP, "
         "MoE/EP, recomputation)",
-        description="Write PREFIX.<rank>.et for one training step of a dense transformer and PREFIX.groups.json "
-        "(TP, DP, PP communicator groups; rank = tp + TP*(dp + DP*pp)). Run them with "
-        "astra run --comm-group-configuration PREFIX.groups.json.")
+        description="Write PREFIX.<rank>.et for one step of a transformer, dense or mixture-of-experts: a "
+        "training step (--mode train, default) or inference (--mode prefill, decode or mixed), and "
+        "PREFIX.groups.json (TP, DP, PP and, when used, CP and EP communicator groups; rank = tp + TP*(cp + CP*(dp + "
+        "DP*pp))). "
+        "Run them with astra run --comm-group-configuration PREFIX.groups.json.")
     p.add_argument("--preset", choices=sorted(PRESETS), help="published model dimensions")
     for flag, what in (("layers", "transformer layers"), ("hidden", "hidden size h"), ("heads", "attention heads"),
                        ("kv-heads", "key/value heads (GQA; default: heads)"),

@@ -1,0 +1,89 @@
+"""Terminal tables that fit the terminal without cutting a number.
+
+rich shrinks every column of a table wider than the terminal, numbers included, and ends what no
+longer fits with an ellipsis: ``1,082,551,…``. Here numbers never wrap and keep their full width;
+text wraps (long words fold); and when the numbers alone do not fit, whole columns are left out,
+least important first, with a note naming them. Every ``astra`` command prints its tables with
+:func:`print_table`, on a console whose broken pipe reaches the CLI (exit 141, no traceback).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Columns are left out before a column of text gets narrower than its longest word (up to this
+#: many characters; longer words fold).
+TEXT_WORD_WIDTH = 24
+
+
+@dataclass
+class Column:
+    """``number``: cells are kept whole on one line. ``drop``: columns with a rank are left out,
+    lowest rank first, when the table cannot fit; None keeps the column."""
+
+    header: str
+    number: bool = False
+    drop: int | None = None
+    justify: str | None = None
+
+
+def console(stderr=False):
+    """A rich console that raises :class:`BrokenPipeError` when its reader goes away (rich's own
+    console exits with status 1 instead; the CLI turns the error into a quiet exit 141)."""
+    from rich.console import Console
+
+    class _Console(Console):
+        def on_broken_pipe(self):
+            self.quiet = True
+            raise BrokenPipeError(32, "Broken pipe")
+
+    return _Console(stderr=stderr)
+
+
+def _min_width(column, cells):
+    """The narrowest the column should be, padding excluded: a number's full width; a text's
+    longest word (rich folds words only when the kept columns still do not fit)."""
+    if column.number:  # a header may be split over lines ("scale-up\nGB/s")
+        return max([len(line) for line in column.header.splitlines()] + [len(c) for c in cells])
+    longest = max([len(w) for c in [column.header, *cells] for w in c.split()] or [1])
+    return min(longest, TEXT_WORD_WIDTH)
+
+
+def fit_columns(columns, rows, width):
+    """Indices of the columns to show so that the table fits ``width`` characters."""
+    keep = list(range(len(columns)))
+    cells = [[row[i] for row in rows] for i in range(len(columns))]
+
+    def needed():  # rich's heavy box: a border before each column and one after the last, padding 1 + 1
+        return sum(_min_width(columns[i], cells[i]) + 3 for i in keep) + 1
+
+    droppable = sorted((c.drop, i) for i, c in enumerate(columns) if c.drop is not None)
+    while needed() > width and droppable:
+        keep.remove(droppable.pop(0)[1])
+    return keep
+
+
+def print_table(title, columns, rows, *, stderr=False, caption=None, out=None):
+    """Print ``rows`` (lists of strings) under ``columns`` in a table no wider than the terminal."""
+    from rich.table import Table
+
+    out = out or console(stderr)
+    rows = [[str(cell) for cell in row] for row in rows]
+    keep = fit_columns(columns, rows, out.width)
+    dropped = [columns[i].header.replace("/\n", "/").replace("\n", " ")
+               for i in range(len(columns)) if i not in keep]
+    notes = [caption] if caption else []
+    if dropped:
+        notes.append(f"left out to fit {out.width} columns: {', '.join(dropped)}")
+    table = Table(title=title, caption="; ".join(notes) or None)
+    for i in keep:
+        column = columns[i]
+        if column.number:
+            width = _min_width(column, [row[i] for row in rows])
+            table.add_column(column.header, justify=column.justify or "right", no_wrap=True, min_width=width)
+        else:
+            table.add_column(column.header, justify=column.justify or "left", overflow="fold")
+    for row in rows:
+        table.add_row(*(row[i] for i in keep))
+    out.print(table)
+    return out

@@ -1,0 +1,147 @@
+"""Docs that run: every shell block of README.md and docs/ runs, in a fresh folder, against the
+files the repository ships.
+
+Each fenced block names its language. A block in ``sh``, ``bash``, ``shell`` or ``console`` runs
+with ``bash -e`` in a temporary folder that holds a copy of ``examples/`` and ``.venv/bin/astra``
+(the installed command, also first on ``PATH``), so it can write what it likes. A block that cannot
+run there says why on the line above it: ``<!-- docs-test: not run: REASON -->``. The report sample
+in docs/usage.md is checked against a real report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+SHELL = {"sh", "bash", "shell", "console"}
+FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.M | re.S)
+NOT_RUN = re.compile(r"^<!-- docs-test: not run: (.*?) -->$")
+BIN = Path(sys.executable).parent
+
+
+def fenced_blocks():
+    """``(doc, line, language, body, reason not run or None)`` for every fenced block."""
+    out = []
+    for path in DOC_FILES:
+        text = path.read_text(encoding="utf-8")
+        for match in FENCE.finditer(text):
+            line = text.count("\n", 0, match.start()) + 1
+            above = text[:match.start()].rstrip("\n").rsplit("\n", 1)[-1]
+            marker = NOT_RUN.match(above)
+            language = (match.group(1).split() or [""])[0]
+            out.append((path.relative_to(ROOT), line, language, match.group(2), marker.group(1) if marker else None))
+    return out
+
+
+BLOCKS = fenced_blocks()
+SHELL_BLOCKS = [b for b in BLOCKS if b[2] in SHELL]
+
+
+def test_every_fence_names_its_language():
+    bare = [f"{doc}:{line}" for doc, line, language, _, _ in BLOCKS if not language]
+    assert not bare, f"fenced blocks without a language (sh, text, json, ...): {bare}"
+
+
+def test_not_run_markers_give_a_reason_and_sit_on_shell_blocks():
+    for doc, line, language, _, reason in BLOCKS:
+        if reason is not None:
+            assert language in SHELL, f"{doc}:{line}: a not-run marker above a {language} block"
+            assert len(reason.split()) >= 3, f"{doc}:{line}: say why the block is not run"
+    text = "".join(p.read_text(encoding="utf-8") for p in DOC_FILES)
+    assert text.count("<!-- docs-test:") == sum(1 for b in BLOCKS if b[4] is not None)
+
+
+def workspace(tmp_path):
+    shutil.copytree(ROOT / "examples", tmp_path / "examples",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    venv_bin = tmp_path / ".venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    for name in ("astra", "python"):
+        (venv_bin / name).symlink_to(BIN / name if name == "astra" else Path(sys.executable))
+    env = dict(os.environ, PATH=f"{venv_bin}{os.pathsep}{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+               COLUMNS="100")
+    env.pop("ASTRA_PLUGINS", None)
+    return env
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize("doc,line,language,body,reason", SHELL_BLOCKS,
+                         ids=[f"{doc}:{line}" for doc, line, *_ in SHELL_BLOCKS])
+def test_shell_block_runs(tmp_path, doc, line, language, body, reason):
+    if reason is not None:
+        pytest.skip(f"{doc}:{line} not run: {reason}")
+    env = workspace(tmp_path)
+    proc = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", body], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"{doc}:{line} failed ({proc.returncode}):\n{body}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert "Traceback" not in proc.stderr
+
+
+# ---------------------------------------------------------------- the report sample in usage.md
+
+
+def report_sample():
+    text = (ROOT / "docs" / "usage.md").read_text(encoding="utf-8")
+    start = text.index("## The report")
+    match = FENCE.search(text, start)
+    assert match.group(1).strip() == "json"
+    return match.group(2)
+
+
+def test_usage_report_sample_is_a_real_report(tmp_path):
+    """The sample shows the demo's report (examples/data_parallel): its keys in order, rank 0 and
+    the summary as they come out, and only keys of settings, stats and network_stats that exist."""
+    example = ROOT / "examples" / "data_parallel"
+    path = tmp_path / "report.json"
+    subprocess.run([str(BIN / "astra"), "run", "--workload-configuration", str(example / "trace" / "dp"),
+                    "--system-configuration", str(example / "system.json"),
+                    "--network-configuration", str(example / "network.yml"),
+                    "--remote-memory-configuration", str(example / "memory.json"),
+                    "--report-json", str(path), "-q"], check=True, timeout=120)
+    report = json.loads(path.read_text())
+    parts = sample_sections(report_sample())
+    assert list(parts) == list(report), "the sample's top-level keys are the report's, in order"
+    rank0 = json.loads(re.match(r"\[(\{.*?\})", parts["ranks"], flags=re.S).group(1))
+    assert rank0 == report["ranks"][0]
+    assert json.loads(parts["summary"].rstrip(",")) == report["summary"]
+    for section in ("settings", "stats", "network_stats"):
+        named = re.findall(r'"(\w+)":', parts[section])
+        if not report[section]:
+            assert parts[section].rstrip(",") == "{}", section
+        else:
+            assert named and set(named) <= set(report[section]) | _nested_keys(report[section]), section
+    assert parts["warnings"].strip() == "[]" and report["warnings"] == []
+
+
+def sample_sections(sample):
+    """``{top-level key: its text}`` of the sample, whose top-level keys start lines with ' "'."""
+    out, current = {}, None
+    for line in sample.splitlines():
+        match = re.match(r'^ "(\w+)": (.*)$', line)
+        if match:
+            current = match.group(1)
+            out[current] = match.group(2)
+        elif current is not None and line.strip() != "}":
+            out[current] += "\n" + line
+    return out
+
+
+def _nested_keys(mapping):
+    return {k for v in mapping.values() if isinstance(v, dict) for k in v}
+
+
+def test_configuration_md_lists_every_range():
+    from astra_sim.limits import LIMITS
+
+    text = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    for key, limit in LIMITS.items():
+        assert re.search(rf"^\| [^|]+ \| `{re.escape(key)}` \| {re.escape(limit.describe())} \|$", text, flags=re.M), key
