@@ -414,6 +414,8 @@ class Simulation:
             sys = Sys(self, rank)
             self.systems[rank] = sys
             self.workloads[rank] = RankWorkload(self, rank, path, (by_id, children, dict(parents_left), roots), sys)
+        if self.reference_log is not None:  # never folded: every rank has its workload
+            self.reference_log.watch(self.workloads)
 
     def _compact_fold_plan(self, compact, class_nodes):
         kinds = self._fold_preconditions()
