@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import tempfile
 
 
 def number(kind=int, minimum=None, exclusive=False, what="a number"):
@@ -33,33 +31,3 @@ positive_int = number(int, 1, what="a positive integer")
 non_negative_int = number(int, 0, what="an integer")
 non_negative_float = number(float, 0, what="a number")
 positive_float = number(float, 0, exclusive=True, what="a number")
-
-
-def ensure_parent_dir(path):
-    """Create the folder ``path`` goes into, as every ``-o``/``--report-json`` does; a
-    ConfigError names the folder when it cannot be made."""
-    from astra_sim.errors import ConfigError
-
-    parent = os.path.dirname(os.path.abspath(os.fspath(path)))
-    try:
-        os.makedirs(parent, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"cannot create the output folder {parent}: {exc.strerror or exc}") from None
-
-
-def write_text_atomic(path, text):
-    """Write ``text`` to ``path`` through a temporary file in the same folder, renamed over it:
-    readers see the old file or the whole new one, never a part."""
-    ensure_parent_dir(path)
-    folder = os.path.dirname(os.path.abspath(os.fspath(path)))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(os.fspath(path)))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise

@@ -32,11 +32,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 
 from astra_sim.chakra import EtNode
-from astra_sim.errors import WorkloadError
+from astra_sim.errors import ConfigError, WorkloadError
+from astra_sim.limits import MAX_TOTAL_NPUS
+from astra_sim.safeio import brief, load_json, write_atomic
 from astra_sim.symmetry import BlockShift, RankSymmetry, group_key
 
 FORMAT = "astra-sim-compact-workload"
@@ -69,12 +70,9 @@ def read_compact_workload(prefix):
     """Read and check ``PREFIX.workload.json``; every problem is a WorkloadError naming the file and key."""
     path = manifest_path(prefix)
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except OSError as exc:
-        raise WorkloadError(f"{path}: cannot read the compact workload manifest: {exc.strerror or exc}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise WorkloadError(f"{path}: not valid JSON: {exc}") from None
+        data = load_json(path, "compact workload manifest")
+    except ConfigError as exc:
+        raise WorkloadError(str(exc)) from None
     if not isinstance(data, dict):
         raise WorkloadError(f"{path}: the manifest must be a JSON object")
     if data.get("format") != FORMAT:
@@ -83,15 +81,17 @@ def read_compact_workload(prefix):
         raise WorkloadError(f"{path}: key 'version' must be {VERSION} (this astra-sim-py reads version {VERSION}), "
                             f"got {data.get('version')!r}")
     npus = _positive_int(path, "npus", data.get("npus"))
+    if npus > MAX_TOTAL_NPUS:
+        raise WorkloadError(f"{path}: key 'npus' must be at most {MAX_TOTAL_NPUS:,}, got {npus:,}")
     shifts = data.get("symmetry", [])
     if not isinstance(shifts, list):
-        raise WorkloadError(f"{path}: key 'symmetry' must be a list of {{stride, radix, block}}, got {shifts!r}")
+        raise WorkloadError(f"{path}: key 'symmetry' must be a list of {{stride, radix, block}}, got {brief(shifts)}")
     parsed = []
     for i, item in enumerate(shifts):
         where = f"symmetry[{i}]"
         if not isinstance(item, dict) or set(item) != {"stride", "radix", "block"}:
             raise WorkloadError(f"{path}: key '{where}' must be an object with exactly stride, radix and block, "
-                                f"got {item!r}")
+                                f"got {brief(item)}")
         stride, radix, block = (_positive_int(path, f"{where}.{k}", item[k]) for k in ("stride", "radix", "block"))
         if radix % block:
             raise WorkloadError(f"{path}: key '{where}.block' ({block}) must divide radix ({radix})")
@@ -114,7 +114,7 @@ def read_compact_workload(prefix):
         where = f"classes[{i}]"
         if not isinstance(item, dict) or set(item) != {"representative", "trace"}:
             raise WorkloadError(f"{path}: key '{where}' must be an object with exactly representative and trace, "
-                                f"got {item!r}")
+                                f"got {brief(item)}")
         rep = item["representative"]
         if isinstance(rep, bool) or not isinstance(rep, int) or not 0 <= rep < npus:
             raise WorkloadError(f"{path}: key '{where}.representative' must be a rank 0..{npus - 1}, got {rep!r}")
@@ -161,7 +161,7 @@ def write_compact_workload(prefix, npus, symmetry, classes, *, comm_groups=None,
     entries = []
     for i, (rep, data) in enumerate(classes):
         name = f"{prefix}.class{i}.et"
-        write_atomically(name, data)
+        write_atomic(name, data)
         entries.append({"representative": rep, "trace": os.path.relpath(os.path.abspath(name), base)})
     manifest = {"format": FORMAT, "version": VERSION, "npus": npus,
                 "symmetry": [s.describe() for s in symmetry], "classes": entries}
@@ -170,29 +170,8 @@ def write_compact_workload(prefix, npus, symmetry, classes, *, comm_groups=None,
     if generator is not None:
         manifest["generator"] = generator
     path = manifest_path(prefix)
-    write_atomically(path, (json.dumps(manifest, indent=1) + "\n").encode())
+    write_atomic(path, (json.dumps(manifest, indent=1) + "\n").encode())
     return path
-
-
-def write_atomically(path, data):
-    """Write ``data`` (bytes) to ``path`` through a temporary file in the same folder, then rename."""
-    folder = os.path.dirname(os.path.abspath(path))
-    handle, temporary = tempfile.mkstemp(prefix=".tmp-", dir=folder)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.chmod(temporary, 0o666 & ~_umask())  # what open() would have given (mkstemp makes it 0600)
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-        raise
-
-
-def _umask():
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 class Relabeller:
@@ -294,8 +273,8 @@ def expand_workload(prefix, out_prefix):
     for rank in range(compact.npus):
         trace = traces[compact.symmetry.representative(rank)]
         nodes = relabeller.nodes_for(trace.nodes, compact.symmetry.offsets(rank))
-        write_atomically(f"{out_prefix}.{rank}.et", encode_et(trace.metadata, nodes))
+        write_atomic(f"{out_prefix}.{rank}.et", encode_et(trace.metadata, nodes))
     if compact.comm_groups is not None:
         with open(compact.comm_groups, "rb") as handle:
-            write_atomically(f"{out_prefix}.groups.json", handle.read())
+            write_atomic(f"{out_prefix}.groups.json", handle.read())
     return compact.npus

@@ -70,7 +70,8 @@ from astra_sim.chakra import types as T
 from astra_sim.chakra.writer import encode_varint, make_metadata, make_node
 from astra_sim.errors import ConfigError
 from astra_sim.symmetry import BlockShift, RankSymmetry
-from astra_sim.workload.compact import write_atomically, write_compact_workload
+from astra_sim.safeio import write_atomic
+from astra_sim.workload.compact import write_compact_workload
 
 from .common import ensure_parent
 
@@ -1804,7 +1805,7 @@ def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True, per_ran
     prefix = str(prefix)
     if write:
         ensure_parent(prefix)
-        write_atomically(f"{prefix}.groups.json", json.dumps(groups).encode())
+        write_atomic(f"{prefix}.groups.json", json.dumps(groups).encode())
     meta = make_metadata(attrs={"generator": "astra workload llm"}).SerializeToString()
     head = encode_varint(len(meta)) + meta
     nodes_per_stage = []
@@ -1829,7 +1830,7 @@ def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True, per_ran
             if not write:
                 continue
             if per_rank_files:
-                write_atomically(f"{prefix}.{rank}.et", b"".join(chunks))
+                write_atomic(f"{prefix}.{rank}.et", b"".join(chunks))
             else:
                 classes.append((rank, b"".join(chunks)))
     if write and not per_rank_files:
