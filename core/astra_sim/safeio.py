@@ -248,8 +248,10 @@ def parse_yaml(text, path, what=""):
     except _YamlTooLarge as exc:
         raise ConfigError(f"{_named(path, what)}: {exc}") from None
     except yaml.YAMLError as exc:
-        text = " ".join(str(exc).replace('in "<unicode string>", ', "").split())
-        raise ConfigError(f"{_named(path, what)}: not valid YAML: {text}") from None
+        mark = getattr(exc, "problem_mark", None)
+        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
+        raise ConfigError(f"{_named(path, what)}: not valid YAML{at}: {problem}") from None
     except RecursionError:
         raise _depth_error(path, what) from None
     except (ValueError, OverflowError, TypeError) as exc:  # e.g. a timestamp or number PyYAML cannot build

@@ -18,6 +18,7 @@ from astra_sim.engine import EventEngine
 from astra_sim.errors import ConfigError, DeadlockError, WorkloadError
 from astra_sim.plugins import build_registry, make_plugin_manager
 from astra_sim.report import RankReport, Report
+from astra_sim.safeio import brief
 from astra_sim.symmetry import (
     FoldedEventEngine, FoldRefused, FoldTieBroken, TraceSignature, check_declared_symmetry, find_symmetry,
     trace_signature,
@@ -243,20 +244,20 @@ class Simulation:
             self._per_node = {}
             yaml_path = self.system_config.per_node_custom_implementation
             if yaml_path:
-                import yaml
+                from astra_sim.safeio import load_yaml
 
                 yaml_path = self._custom_path(yaml_path, "'per-node-custom-implementation'")
                 try:
-                    with open(yaml_path, encoding="utf-8") as handle:
-                        data = yaml.safe_load(handle)
-                except (OSError, yaml.YAMLError) as exc:
-                    raise ConfigError(f"{self.system_config.path}: per-node-custom-implementation {yaml_path}: {exc}") from None
+                    data = load_yaml(yaml_path, "per-node custom implementation")
+                except ConfigError as exc:
+                    raise ConfigError(f"{self.system_config.path}: per-node-custom-implementation: {exc}") from None
                 if not isinstance(data, dict):
                     raise ConfigError(f"{yaml_path}: must map workload node ids to custom collective paths")
                 base = os.path.dirname(yaml_path)
                 for node_id, path in data.items():
                     if not isinstance(node_id, int) or not isinstance(path, str):
-                        raise ConfigError(f"{yaml_path}: entries must be <node id>: <path>, got {node_id!r}: {path!r}")
+                        raise ConfigError(f"{yaml_path}: entries must be <node id>: <path>, got {brief(node_id)}: "
+                                          f"{brief(path)}")
                     self._per_node[node_id] = path if os.path.isabs(path) else os.path.join(base, path)
         return self._per_node
 

@@ -83,9 +83,8 @@ import re
 import warnings
 from dataclasses import dataclass, field
 
-import yaml
-
 from astra_sim.errors import ConfigError
+from astra_sim.safeio import brief, load_yaml
 
 from astra_network_congestion.graph import NPU, SWITCH, NetworkGraph
 
@@ -176,19 +175,7 @@ def natural_key(name):
 
 
 def _read_mapping(path, what):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except FileNotFoundError:
-        raise ConfigError(f"{what} {path!r} does not exist") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{what} {path!r} is a directory") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read {what} {path!r}: {exc}") from None
-    try:
-        data = yaml.safe_load(text)  # YAML is a superset of JSON
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML/JSON: {exc}") from None
+    data = load_yaml(path, what)  # YAML is a superset of JSON
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping ({what}), got {type(data).__name__}")
     return data
@@ -207,10 +194,9 @@ def _kind_of(data):
 def is_infragraph_config(path):
     """True when ``path`` is an InfraGraph infrastructure or our wrapper (not an analytical YAML)."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle)
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
-        return False
+        data = load_yaml(path)
+    except ConfigError:
+        return False  # whichever backend reads it says what is wrong
     return _kind_of(data) is not None
 
 
