@@ -80,6 +80,9 @@ def _add_run_arguments(run):
     ours.add_argument("--no-fold", action="store_true",
                       help="simulate every rank, even those a symmetry makes identical to another "
                            "(by default one rank per class of symmetric ranks is simulated; same results)")
+    ours.add_argument("--allow-unmatched", action="store_true",
+                      help="a send never received (or a receive never sent) is a warning listed in the report's "
+                           "unmatched_messages, not an error (exit 3)")
     ours.add_argument("-q", "--quiet", action="store_true", help="no summary table")
 
 
@@ -270,6 +273,7 @@ def _cmd_run(pm, args):
         options=options,
         fold=not args.no_fold,
         on_warning=say,
+        allow_unmatched=args.allow_unmatched,
     )
     report = simulation.run()
     report.warnings[:0] = [m for m in early if m not in report.warnings]

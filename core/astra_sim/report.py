@@ -31,6 +31,11 @@ class Report:
     #: ``(logger, level, message)`` for every line the reference would print, in its order; None
     #: unless the run collected them (``astra_sim_log=True``, ``astra run --astra-sim-log``).
     astra_sim_log: list | None = None
+    #: every message left unmatched at the end (only a run with ``allow_unmatched`` gets a report
+    #: with any): dicts with src, dst, size, tag, kind, state and, for trace nodes, node/trace
+    unmatched_messages: list = field(default_factory=list)
+    #: False for the partial report of an interrupted run (``astra run --partial-report``)
+    complete: bool = True
 
     @property
     def max_finish_ns(self):
@@ -46,6 +51,7 @@ class Report:
 
     def to_dict(self):
         return {
+            "complete": self.complete,
             "ranks": [asdict(r) for r in self.ranks],
             "summary": {
                 "npus": len(self.ranks),
@@ -57,6 +63,7 @@ class Report:
             "stats": self.stats,
             "network_stats": self.network_stats,
             "warnings": list(self.warnings),
+            "unmatched_messages": list(self.unmatched_messages),
         }
 
     def write_json(self, path):

@@ -25,6 +25,7 @@ from astra_sim.symmetry import (
 )
 from astra_sim.system.frontend import FoldedSendRecvMatcher, SendRecvMatcher
 from astra_sim.system.sys import Sys
+from astra_sim.unmatched import describe_unmatched, lines as unmatched_lines, unmatched_error, unmatched_warning
 from astra_sim.workload.compact import Relabeller
 from astra_sim.workload.graph import build_graph
 from astra_sim.workload.workload import _COLLECTIVES, RankWorkload
@@ -59,6 +60,7 @@ class Simulation:
         fold=True,
         astra_sim_log=False,
         on_warning=None,
+        allow_unmatched=False,
     ):
         # Kept to run again unfolded when a folded run finds a tie it cannot order exactly.
         self._arguments = dict(
@@ -66,7 +68,11 @@ class Simulation:
             network_backend=network_backend, memory_backend=memory_backend, compute_model=compute_model,
             workload_format=workload_format, num_queues_per_dim=num_queues_per_dim,
             injection_scale=injection_scale, rendezvous=rendezvous, plugins=plugins, block=block,
-            extra_plugins=extra_plugins, options=options, plugin_manager=plugin_manager)
+            extra_plugins=extra_plugins, options=options, plugin_manager=plugin_manager,
+            allow_unmatched=allow_unmatched)
+        #: a run that ends with sends never received (or receives never sent) is an error unless allowed
+        self.allow_unmatched = bool(allow_unmatched)
+        self.unmatched_messages = []
         self.warnings = []
         self._on_warning = on_warning  # called once per distinct warning as it is raised (the CLI prints it)
         self.reference_log = None  # a ReferenceLog when the reference's stdout is wanted (--astra-sim-log)
@@ -512,7 +518,7 @@ class Simulation:
     def run(self, measure_memory=False):
         try:
             return self._run(measure_memory)
-        except FoldTieBroken as exc:
+        except (FoldTieBroken, _FoldedRunIncomplete) as exc:
             # Not exact folded: simulate every rank (a fresh run; this one's state is half-way).
             printed, say = set(self.warnings), self._on_warning
 
@@ -559,6 +565,7 @@ class Simulation:
                 tracemalloc.stop()
         finished = time.perf_counter()
         self._check_all_finished()
+        self._check_all_matched()
         report = self._report(built - started, finished - built, peak)
         self.pm.hook.astra_run_finish(run=self, report=report)
         return report
@@ -567,6 +574,8 @@ class Simulation:
         stuck = [w for w in self.workloads if w is not None and w.finish_ns is None]
         if not stuck:
             return
+        if self.symmetry is not None:
+            raise _FoldedRunIncomplete("the run deadlocked; simulated unfolded to name every stuck rank exactly")
         lines = [
             f"deadlock: no event is left at {self.engine.now} ns but {len(stuck)} of "
             f"{sum(w is not None for w in self.workloads)} simulated ranks have not finished:"
@@ -575,12 +584,26 @@ class Simulation:
             lines.append(f"  rank {workload.rank} ({workload.path}): {workload.stuck_description()}")
         if len(stuck) > 8:
             lines.append(f"  ... and {len(stuck) - 8} more ranks")
-        unmatched = self.matcher.unmatched()
+        unmatched = describe_unmatched(self.matcher.unmatched(), self.workloads)
         if unmatched:
             lines.append(f"  {len(unmatched)} unmatched message(s), e.g.:")
-            for tag, src, dst, size, what in unmatched[:5]:
-                lines.append(f"    {src} -> {dst}, {size} bytes, tag {tag}: {what}")
+            lines.extend("  " + text for text in unmatched_lines(unmatched, 5))
         raise DeadlockError("\n".join(lines))
+
+    def _check_all_matched(self):
+        """Every rank finished: any message still waiting is a send never received (or the reverse).
+        A folded run's messages are mirrored (keyed at representatives), so it runs again unfolded to
+        name the real ranks exactly; the error, or the warning with ``allow_unmatched``, lists them."""
+        waiting = self.matcher.unmatched()
+        if not waiting:
+            return
+        if self.symmetry is not None:
+            raise _FoldedRunIncomplete("the run ended with unmatched messages; simulated unfolded to name "
+                                       "them exactly")
+        self.unmatched_messages = describe_unmatched(waiting, self.workloads)
+        if not self.allow_unmatched:
+            raise unmatched_error(self.unmatched_messages)
+        self.warn(unmatched_warning(self.unmatched_messages))
 
     def _report(self, build_s, run_s, peak_bytes):
         ranks = []
@@ -623,6 +646,7 @@ class Simulation:
             "network": getattr(self.network, "describe", lambda: {})(),
             "plugins": sorted(name for name, _ in self.pm.list_name_plugin()),
             "fold": dict(self.fold_info),
+            "allow_unmatched": self.allow_unmatched,
         }
         stats = {
             "events": self.engine.events_run,
@@ -642,7 +666,13 @@ class Simulation:
         network_stats = getattr(self.network, "stats", None)
         log = self.reference_log.records(ranks, finish_order) if self.reference_log is not None else None
         return Report(ranks, settings, stats, list(self.warnings), finish_order,
-                      network_stats() if network_stats is not None else {}, log)
+                      network_stats() if network_stats is not None else {}, log,
+                      unmatched_messages=list(self.unmatched_messages))
+
+
+class _FoldedRunIncomplete(Exception):
+    """A folded run ended with stuck ranks or unmatched messages, whose report needs real rank numbers:
+    :meth:`Simulation.run` simulates again, unfolded."""
 
 
 def simulate(workload, system, network, memory=None, comm_groups=None, **kwargs):
