@@ -37,17 +37,18 @@ class Report:
     #: False for the partial report of an interrupted run (``astra run --partial-report``)
     complete: bool = True
 
+    # (a partial report's ranks still running have None; the summary counts the finished ones)
     @property
     def max_finish_ns(self):
-        return max((r.finish_ns for r in self.ranks), default=0)
+        return max((r.finish_ns for r in self.ranks if r.finish_ns is not None), default=0)
 
     @property
     def min_finish_ns(self):
-        return min((r.finish_ns for r in self.ranks), default=0)
+        return min((r.finish_ns for r in self.ranks if r.finish_ns is not None), default=0)
 
     @property
     def max_exposed_comm_ns(self):
-        return max((r.exposed_comm_ns for r in self.ranks), default=0)
+        return max((r.exposed_comm_ns for r in self.ranks if r.exposed_comm_ns is not None), default=0)
 
     def to_dict(self):
         return {

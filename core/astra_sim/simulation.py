@@ -72,6 +72,7 @@ class Simulation:
             allow_unmatched=allow_unmatched)
         #: a run that ends with sends never received (or receives never sent) is an error unless allowed
         self.allow_unmatched = bool(allow_unmatched)
+        self._active = self  # the run in progress (a fresh unfolded one after a folded run gave up)
         self.unmatched_messages = []
         self.warnings = []
         self._on_warning = on_warning  # called once per distinct warning as it is raised (the CLI prints it)
@@ -527,6 +528,7 @@ class Simulation:
                     say(message)
 
             unfolded = Simulation(**self._arguments, fold=False, on_warning=on_warning)
+            self._active = unfolded  # what an interrupt's partial report describes
             report = unfolded.run(measure_memory)
             report.settings["fold"] = {"requested": True, "simulated_ranks": unfolded.total_npus,
                                        "reason": f"folding abandoned: {exc}"}
@@ -605,6 +607,48 @@ class Simulation:
             raise unmatched_error(self.unmatched_messages)
         self.warn(unmatched_warning(self.unmatched_messages))
 
+    def _settings(self):
+        """The report's ``settings``: the inputs and choices that produced it."""
+        return {
+            "astra_sim_version": __version__,
+            "workload": self.workload_prefix,
+            "workload_format": self.workload_format_name,
+            "system_configuration": self.system_config_path,
+            "network_configuration": self.network_config_path,
+            "remote_memory_configuration": self.memory_config_path,
+            "comm_group_configuration": self.comm_group_path,
+            "network_backend": self.network_backend_name,
+            "memory_backend": self.memory_backend_name,
+            "compute_model": self.compute_model_name,
+            "num_queues_per_dim": self.queues_per_dim[0],
+            "injection_scale": self.injection_scale,
+            "rendezvous_protocol": self.rendezvous,
+            "npus_per_dim": self.npus_per_dim,
+            "network": getattr(self.network, "describe", lambda: {})(),
+            "plugins": sorted(name for name, _ in self.pm.list_name_plugin()),
+            "fold": dict(self.fold_info),
+            "allow_unmatched": self.allow_unmatched,
+        }
+
+    def partial_report(self, reason):
+        """What an interrupted run knew (``astra run --partial-report``): the ranks so far (``finish_ns``
+        None for those still running), marked ``complete: False``. The run is not resumable."""
+        sim = self._active
+        ranks = []
+        for rank, w in enumerate(sim.workloads):
+            if w is None and sim.symmetry is not None:
+                w = sim.workloads[sim.symmetry.representative(rank)]
+            if w is None:
+                continue
+            finish = w.finish_ns
+            ranks.append(RankReport(rank=rank, finish_ns=finish, compute_ns=w.compute_ns,
+                                    exposed_comm_ns=None if finish is None else finish - w.compute_ns,
+                                    cpu_ns=w.cpu_ns, comm_ns=w.comm_ns, nodes=len(w.nodes)))
+        stats = {"interrupted": reason, "simulated_ns": sim.engine.now,
+                 "ranks_finished": sum(r.finish_ns is not None for r in ranks),
+                 "stage": "simulating" if sim.workloads else "reading the workload"}
+        return Report(ranks, sim._settings(), stats, list(sim.warnings), complete=False)
+
     def _report(self, build_s, run_s, peak_bytes):
         ranks = []
         symmetry = self.symmetry
@@ -628,26 +672,7 @@ class Simulation:
             # Ranks finish with their representative; among equal times, in rank order.
             finish_order = sorted(range(self.total_npus), key=lambda r: (ranks[r].finish_ns, r))
             scale = symmetry.order
-        settings = {
-            "astra_sim_version": __version__,
-            "workload": self.workload_prefix,
-            "workload_format": self.workload_format_name,
-            "system_configuration": self.system_config_path,
-            "network_configuration": self.network_config_path,
-            "remote_memory_configuration": self.memory_config_path,
-            "comm_group_configuration": self.comm_group_path,
-            "network_backend": self.network_backend_name,
-            "memory_backend": self.memory_backend_name,
-            "compute_model": self.compute_model_name,
-            "num_queues_per_dim": self.queues_per_dim[0],
-            "injection_scale": self.injection_scale,
-            "rendezvous_protocol": self.rendezvous,
-            "npus_per_dim": self.npus_per_dim,
-            "network": getattr(self.network, "describe", lambda: {})(),
-            "plugins": sorted(name for name, _ in self.pm.list_name_plugin()),
-            "fold": dict(self.fold_info),
-            "allow_unmatched": self.allow_unmatched,
-        }
+        settings = self._settings()
         stats = {
             "events": self.engine.events_run,
             "simulated_ranks": sum(w is not None for w in self.workloads),
