@@ -62,7 +62,7 @@ def mutated(draw, valid: dict):
     doc = json.loads(json.dumps(valid))
     keys = sorted(doc)
     action = draw(st.sampled_from(["replace", "replace", "element", "delete", "add"]))
-    if action == "add":
+    if action == "add" or not keys:
         key = draw(st.text(min_size=1, max_size=12))
         doc[key] = draw(hostile_values())
         return doc, key

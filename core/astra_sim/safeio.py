@@ -71,6 +71,8 @@ def read_bytes(path, what="", limit=None) -> bytes:
         raise ConfigError(f"{_named(repr(name), what)} is a directory") from None
     except OSError as exc:
         raise ConfigError(f"{_named(name, what)}: cannot read: {exc.strerror or exc}") from None
+    except ValueError:  # a NUL character in the name
+        raise ConfigError(f"{_named(repr(name), what)} is not a valid file name") from None
     if len(data) > limit:  # grew while read, or a device/pipe without a size
         raise ConfigError(f"{_named(name, what)}: more than the {limit:,} bytes accepted")
     return data

@@ -254,7 +254,7 @@ def _build(data, where, path=None, fit=None) -> GpuSpec:
         if key not in _TOP_KEYS:
             raise _unknown(where, key, _TOP_KEYS)
     for key in _REQUIRED:
-        if key not in data:
+        if key not in data or data[key] is None:
             raise ConfigError(f"{where}: missing required key {key!r}")
     for key, kind in _TOP_KEYS.items():
         if key not in data or data[key] is None:
@@ -295,7 +295,7 @@ def _build(data, where, path=None, fit=None) -> GpuSpec:
 
     fit = fitted_parameters()["families"] if fit is None else fit
     calibration = data["calibration"]
-    if calibration not in fit:
+    if not isinstance(calibration, str) or calibration not in fit:
         raise ConfigError(f"{where}: key 'calibration' must be one of the fitted GPU families "
                           f"({', '.join(sorted(fit))}), got {calibration!r}")
     params = dict(fit[calibration]["params"])
