@@ -63,8 +63,8 @@ class Report:
             "settings": self.settings,
             "stats": self.stats,
             "network_stats": self.network_stats,
-            "warnings": list(self.warnings),
             "unmatched_messages": list(self.unmatched_messages),
+            "warnings": list(self.warnings),
         }
 
     def write_json(self, path):

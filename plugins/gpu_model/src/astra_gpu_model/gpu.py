@@ -212,7 +212,7 @@ def _merge(base, over):
 def _unknown(where, key, allowed, prefix=""):
     close = difflib.get_close_matches(str(key), list(allowed), n=1, cutoff=0.5)
     hint = f" (did you mean '{prefix}{close[0]}'?)" if close else ""
-    return ConfigError(f"{where}: unknown key '{prefix}{key}'{hint}; allowed: {', '.join(sorted(allowed))}")
+    return ConfigError(f"{where}: unknown key {prefix + str(key)!r}{hint}; allowed: {', '.join(sorted(allowed))}")
 
 
 def _number(where, key, value, *, positive=True, integer=False, allow_none=False, upper=None):
