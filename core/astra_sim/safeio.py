@@ -20,6 +20,7 @@ target, so a reader (or a run killed half-way) sees the old file, the whole new 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import reprlib
@@ -143,18 +144,15 @@ def _depth_error(path, what):
 
 
 def _nesting_ok(value, limit=MAX_NESTING) -> bool:
-    """Whether ``value`` (lists and dicts) nests at most ``limit`` levels (iterative: no recursion)."""
+    """Whether JSON ``value`` (lists and dicts, never shared) nests at most ``limit`` levels, so that
+    code walking it recursively cannot run out of stack (checked iteratively)."""
     stack = [(value, 0)]
-    seen = set()
     while stack:
         item, depth = stack.pop()
-        if isinstance(item, (list, dict)):
-            if depth >= limit:
-                return False
-            if id(item) in seen:
-                continue
-            seen.add(id(item))
-            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+        if depth >= limit:
+            return False
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (list, dict)))
     return True
 
 
@@ -170,7 +168,7 @@ def parse_json(text, path, what=""):
         raise _depth_error(path, what) from None
     except ValueError as exc:  # e.g. an integer literal too long to convert
         raise ConfigError(f"{_named(path, what)}: invalid JSON: {exc}") from None
-    if not _nesting_ok(value):
+    if isinstance(value, (list, dict)) and not _nesting_ok(value):
         raise _depth_error(path, what)
     return value
 
@@ -180,6 +178,7 @@ def load_json(path, what="", limit=None):
     return parse_json(read_text(path, what, limit), os.fspath(path), what)
 
 
+@functools.lru_cache(maxsize=None)
 def _yaml_loader():
     import yaml
 
