@@ -295,6 +295,7 @@ READERS = {
     "gpu": lambda p: _gpu_reader()(p),
     "msccl": lambda p: __import__("astra_collectives_msccl.msccl_ir", fromlist=["parse_msccl"]).parse_msccl(p),
     "text": lambda p: __import__("astra_workload_generators.text", fromlist=["parse_text_file"]).parse_text_file(p),
+    "infragraph": lambda p: _infragraph_reader()(p),
 }
 
 

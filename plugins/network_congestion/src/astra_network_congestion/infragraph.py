@@ -181,6 +181,14 @@ def _read_mapping(path, what):
     return data
 
 
+def _read_named(wrapper, key, path, what):
+    """A file a wrapper's ``key`` names; its errors name the wrapper and the key too."""
+    try:
+        return _read_mapping(path, what)
+    except ConfigError as exc:
+        raise ConfigError(f"{wrapper}: key {key!r}: {exc}") from None
+
+
 def _kind_of(data):
     if not isinstance(data, dict):
         return None
@@ -278,7 +286,7 @@ def load_infragraph(path, context=None, logical_dims=None, strict=True):
         infra = data["infrastructure"]
         if isinstance(infra, str):
             infra_path = os.path.normpath(os.path.join(base, infra))
-            infra_data = _read_mapping(infra_path, "InfraGraph infrastructure")
+            infra_data = _read_named(path, "infrastructure", infra_path, "InfraGraph infrastructure")
         elif isinstance(infra, dict):
             infra_path, infra_data = path, infra
         else:
@@ -310,11 +318,12 @@ def load_infragraph(path, context=None, logical_dims=None, strict=True):
         for entry in entries:
             if isinstance(entry, str):
                 ann_path = os.path.normpath(os.path.join(base, entry))
-                _annotate(model, service, _read_mapping(ann_path, "InfraGraph annotation"), ann_path)
+                _annotate(model, service, _read_named(path, "annotations", ann_path, "InfraGraph annotation"),
+                          ann_path)
             elif isinstance(entry, dict):
                 _annotate(model, service, entry, path)
             else:
-                raise ConfigError(f"{path}: 'annotations' entries must be paths or mappings, got {entry!r}")
+                raise ConfigError(f"{path}: 'annotations' entries must be paths or mappings, got {brief(entry)}")
     elif infra_path != path or kind == "infrastructure":
         for ann_path in sibling_annotation_paths(infra_path):
             _annotate(model, service, _read_mapping(ann_path, "InfraGraph annotation"), ann_path)
