@@ -14,7 +14,7 @@ from __future__ import annotations
 import signal
 from contextlib import contextmanager
 
-from hypothesis import given, strategies as st
+from hypothesis import example, given, strategies as st
 
 from astra_sim.chakra import encode_et, make_metadata, make_node, types as T
 from astra_sim.errors import AstraError, DeadlockError
@@ -163,6 +163,8 @@ def hostile_nodes(draw):
 
 @fuzz_settings(150)
 @given(case=hostile_nodes())
+@example(case=(T.COMM_COLL_NODE, {"comm_type": [False], "comm_size": 1024}, [], "replay"))  # crashed folding
+@example(case=(T.COMM_SEND_NODE, {"comm_dst": "1", "comm_size": 64, "comm_tag": 0}, [], "replay"))
 def test_hostile_node_attributes_give_a_clear_error(tmp_path_factory, case):
     kind, attrs, deps, compute = case
     tmp_path = tmp_path_factory.mktemp("h")
