@@ -172,6 +172,7 @@ WRAPPER = {"infrastructure": "infrastructure.yaml", "annotations": "infrastructu
 
 @fuzz_settings(80)
 @given(mutated(WRAPPER))
+@example(({**WRAPPER, "switch_latency_ns": {"\n": {}}}, "switch_latency_ns"))  # a key with a newline
 def test_infragraph_wrapper(tmp_path_factory, case):
     pytest.importorskip("infragraph")
     doc, key = case

@@ -165,6 +165,7 @@ def hostile_nodes(draw):
 @given(case=hostile_nodes())
 @example(case=(T.COMM_COLL_NODE, {"comm_type": [False], "comm_size": 1024}, [], "replay"))  # crashed folding
 @example(case=(T.COMM_SEND_NODE, {"comm_dst": "1", "comm_size": 64, "comm_tag": 0}, [], "replay"))
+@example(case=(T.COMM_COLL_NODE, {"comm_type": 0, "comm_size": 1024, "pg_name": float("inf")}, [], "replay"))
 def test_hostile_node_attributes_give_a_clear_error(tmp_path_factory, case):
     kind, attrs, deps, compute = case
     tmp_path = tmp_path_factory.mktemp("h")

@@ -775,7 +775,8 @@ def _switch_latencies(model):
     where = f"{model.path}: switch_latency_ns"
     result = {}
     if isinstance(value, dict):
-        table = {str(k): parse_latency(v, f"{where}.{k}") for k, v in value.items()}
+        table = {str(k): parse_latency(v, f"{where}.{k}" if str(k).isprintable() else f"{where}[{str(k)!r}]")
+                 for k, v in value.items()}
         if "router" in table:  # the routers added for NPUs linked to NPUs
             result[ROUTER_LINK] = table.pop("router")
         used = set()
