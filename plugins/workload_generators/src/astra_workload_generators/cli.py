@@ -119,12 +119,16 @@ def add_commands(subparsers):
     p = sub.add_parser(
         "compare", help="compare two traces node by node, ignoring id numbering",
         description="Compare PREFIX_A.<r>.et with PREFIX_B.<r>.et for every rank: node types, names, durations, "
-        "attributes and dependency structure (ids may differ). Exit 0 when equal, 1 otherwise.")
+        "attributes and dependency structure (ids may differ; files with different node counts are aligned on "
+        "their node types and names). Reports every difference: per rank, their number by kind, then the first "
+        "--details of them. Exit 0 when equal, 1 otherwise.")
     p.add_argument("a", metavar="PREFIX_A")
     p.add_argument("b", metavar="PREFIX_B")
     p.add_argument("--ignore-names", action="store_true")
     p.add_argument("--ignore-attr", action="append", default=[], metavar="NAME",
                    help="leave this attribute out (repeatable), e.g. involved_dim")
+    p.add_argument("--details", type=non_negative_int, default=10, metavar="N",
+                   help="differences shown in full per rank (default 10; all are counted)")
     p.set_defaults(run_command=_cmd_compare)
 
     p = sub.add_parser(
@@ -240,7 +244,8 @@ def _cmd_scale(args):
 def _cmd_compare(args):
     from .compare import compare_traces
 
-    differences = compare_traces(args.a, args.b, names=not args.ignore_names, drop_attrs=tuple(args.ignore_attr))
+    differences = compare_traces(args.a, args.b, names=not args.ignore_names, drop_attrs=tuple(args.ignore_attr),
+                                 details=args.details)
     if not differences:
         print("same graphs on every rank")
         return 0
