@@ -14,9 +14,15 @@ Follows mlcommons Chakra 1.0.0's ``chakra_converter PyTorch`` (and, for the Kine
 - every host op keeps its ``outputs`` IOInfo (``str()`` of values/shapes/types, as Chakra writes it);
 - attributes rf_id, fw_parent, seq_id, scope, tid, fw_tid (int64), op_schema (string), is_cpu_op (bool),
   stream (int64);
-- ``ctrl_deps`` = [parent] when the parent came earlier in the host file; ``data_deps``: a DFS over each thread
-  root's call tree (children by id), every CPU op depending on the previous CPU op visited and every GPU op on
-  its launching CPU op; plus, across threads, a dependency on the op that produced an input tensor (tensor id).
+- the communication of CPU backends (gloo), which has no kernel and no ``record_param_comms``, comes from the
+  ``c10d::*`` host ops (:mod:`.pytorch_c10d`): COMM_COLL / COMM_SEND / COMM_RECV nodes after the other ids;
+- CPU durations are the Kineto events' exclusive times (:mod:`.pytorch_kineto`), cpu_ops and user annotations
+  alike, as chakra_trace_link gives them, but the profiler step, the optimizer step's scope and gloo's
+  ``gloo:*`` scopes (whose time is their communication's);
+- ``ctrl_deps`` = [parent] for every op whose parent is converted (wherever the file has it); ``data_deps``: a DFS
+  over each thread root's call tree (children by id), every CPU op depending on the previous CPU op visited and
+  every GPU op on its launching CPU op; across threads, a dependency on the op that produced an input tensor
+  (tensor id); and on a CPU backend's communication, the op that waited for it.
 """
 
 from __future__ import annotations
@@ -30,9 +36,11 @@ from astra_sim.errors import ConfigError
 from .common import write_rank_files
 from .pytorch_host import (
     _PROCESS_ROOT, _THREAD_ROOT, _ancestors, _as_int, _as_rank, _attr_map, _dur, _node, _own_rank,
-    _process_groups, _short, _tensor_bytes, _tensor_ids, load_host_trace,
+    _process_groups, _tensor_bytes, _tensor_ids, load_host_trace,
 )
-from .pytorch_kineto import load_kineto_trace
+from .pytorch_checks import check_ranks
+from .pytorch_c10d import blocking, comm_nodes, comm_waiters, find_c10d_comms
+from .pytorch_kineto import is_comm_marker, link_kineto, load_kineto_trace, read_kineto_trace
 from .pytorch_nccl import (
     _P2P, _PARAM_COMMS, BATCHED_P2P, _batch_after, _batched_p2p_nodes, _comm_kind, _host_comm_ops,
     _p2p_peer, _param_comms_bytes,
@@ -41,6 +49,9 @@ from .pytorch_nccl import (
 __all__ = ["convert_pytorch", "convert_pytorch_trace", "load_host_trace", "load_kineto_trace"]
 
 _ATTRS = ("rf_id", "fw_parent", "seq_id", "scope", "tid", "fw_tid")
+# host ops whose own time is not simulated, as in Chakra: the profiler's step scope (chakra_trace_link ignores it:
+# its gaps are waits as much as work) and the optimizer step's scope (its ops are timed on their own)
+_UNTIMED = ("ProfilerStep#", "Optimizer.step")
 
 
 def convert_pytorch_trace(host_path, kineto_path=None, *, rank=None, world_size=None, shared=False,
@@ -69,59 +80,22 @@ def convert_pytorch_trace(host_path, kineto_path=None, *, rank=None, world_size=
             where = f"node id {n['id']} ({n['name']!r})"
             gpu.append((n["id"], n["name"], n["ctrl_deps"], _dur(n.get("exclusive_dur", n.get("inclusive_dur"))),
                         n.get("stream", 0), n.get("pg_name", ""), host_path, where, {}, None))
-    cpu_dur = {}
+    cpu_dur, spans, starts = {}, {}, {}
+    groups = _process_groups(hnodes)
     if kineto_path is not None:
-        events, cpu_ops, dist = load_kineto_trace(kineto_path, with_info=True)
+        kineto = read_kineto_trace(kineto_path)
+        dist = kineto.info
         rank = _own_rank(dist, kineto_path, rank, "rank", "Kineto's distributedInfo", shared)
         if world_size is None and _as_rank(dist.get("world_size")) is not None:
             world_size = _as_rank(dist["world_size"])
-        if events and cpu_ops and not any("Record function id" in op.get("args", {}) for op in cpu_ops.values()):
-            raise ConfigError(
-                f"{kineto_path}: its cpu_op events carry no 'Record function id', which is what links a Kineto op "
-                f"to the rf_id of a host op in {host_path} ('External id' is unrelated to rf_id); the profiler "
-                "writes it since pytorch/pytorch#122948 (April 2024, after PyTorch 2.2), so this trace cannot be "
-                "linked. Convert the host trace without --kineto (with --comms-from-host, its collectives then come "
-                "from its record_param_comms ops), or record both traces again with a newer PyTorch")
-        rf_ids = {op.get("args", {}).get("Record function id") for op in cpu_ops.values()}
-        if events and rf_ids <= {0, "0", None}:
-            raise ConfigError(
-                f"{kineto_path}: every cpu_op has 'Record function id' 0, which is what the profiler writes when "
-                "no execution-trace observer ran in the same profiling session, so its kernels cannot be matched "
-                f"with the host ops of {host_path}: record both in one session (torch.profiler.profile("
-                "execution_trace_observer=ExecutionTraceObserver().register_callback(...))), or convert the host "
-                "trace without --kineto (with --comms-from-host for its collectives)")
-        by_rf = {}
-        for n in hnodes:
-            rf = _attr_map(n).get("rf_id")
-            if rf is not None and n["name"] not in (_PROCESS_ROOT, _THREAD_ROOT):  # (the roots have rf_id 0)
-                by_rf.setdefault(rf, n["id"])
-        for op in cpu_ops.values():
-            hid = by_rf.get(op.get("args", {}).get("Record function id"))
-            if hid is not None and isinstance(op.get("dur"), (int, float)):
-                cpu_dur[hid] = op["dur"]
-        next_id = max(by_id, default=0) + 1
-        for i, ev in events:
-            where = f"traceEvents[{i}] ({_short(ev['name'])!r})"
-            args = ev.get("args", {})
-            op = cpu_ops.get(args["External id"])
-            hid = by_rf.get(op.get("args", {}).get("Record function id")) if op else None
-            if hid is None:
-                raise ConfigError(f"{kineto_path}: {where}: no cpu_op with External id {args['External id']!r} "
-                                  f"matching a host op of {host_path} (by 'Record function id' = rf_id)")
-            kargs = dict(op.get("args", {}))
-            kargs.update(args)  # the kernel's own args first, then its cpu_op's (NCCL metadata may be on either)
-            pg = kargs.get("Process Group Name", "")
-            gpu.append((next_id, ev["name"], hid, _dur(ev["dur"]), args.get("stream", 0), pg, kineto_path, where,
-                        kargs, None))
-            next_id += 1
-        # exclusive CPU durations: inclusive minus the matched host children's inclusive durations
-        inclusive = dict(cpu_dur)
-        for hid, inc in inclusive.items():
-            kids = sum(inclusive.get(c["id"], 0) for c in children.get(hid, []))
-            cpu_dur[hid] = max(0.0, inc - kids)
-    groups = _process_groups(hnodes)
+        if not groups and isinstance(dist.get("pg_config"), list):  # the host trace has no process_group:init
+            groups = [g for g in dist["pg_config"] if isinstance(g, dict) and "pg_name" in g
+                      and isinstance(g.get("ranks", []), list)]
+        kernels, cpu_dur, spans, starts = link_kineto(kineto, kineto_path, host_path, hnodes, children,
+                                                       max(by_id, default=0) + 1)
+        gpu.extend(kernels)
     host_comms = dropped_comms = 0
-    if kineto_path is None and not gpu:
+    if not gpu:  # no kernels at all: a host trace alone, or a CPU job's Kineto trace
         found = _host_comm_ops(hnodes, by_id, groups, host_path, max(by_id, default=0) + 1)
         if comms_from_host:
             gpu.extend(found)
@@ -129,10 +103,12 @@ def convert_pytorch_trace(host_path, kineto_path=None, *, rank=None, world_size=
         else:
             dropped_comms = len(found)
     elif comms_from_host:
-        raise ConfigError(f"{host_path}: --comms-from-host is for host traces without GPU kernels, but "
-                          + ("a Kineto trace was given" if kineto_path is not None else
-                             f"this one has {len(gpu)} (linked by chakra_trace_link)")
-                          + ": the kernels already give the collectives")
+        source = "from the Kineto trace" if kineto_path is not None else "linked by chakra_trace_link"
+        raise ConfigError(f"{host_path}: --comms-from-host is for traces without GPU kernels, but this one has "
+                          f"{len(gpu)} ({source}): the kernels already give the collectives")
+    # communication of the CPU backends (gloo): c10d host ops with no NCCL op under them
+    nccl_launchers = {g[2] for g in gpu if "nccl" in g[1].lower()}
+    c10d, not_simulated = find_c10d_comms(hnodes, children, groups, rank, world_size, host_path, nccl_launchers)
     gpu_children = {}
     for g in gpu:
         if g[2] not in by_id:
@@ -179,14 +155,29 @@ def convert_pytorch_trace(host_path, kineto_path=None, *, rank=None, world_size=
         raise ConfigError(f"{host_path}: node id {n['id']} ({n['name']!r}): not under any "
                           f"'{_THREAD_ROOT}' root (its parent {n['ctrl_deps']} does not lead to one)")
 
-    # ctrl deps: the parent, when it came earlier in the file (Chakra's converter builds them in file order)
-    ctrl = {}
-    seen = set()
-    for n in hnodes:
-        p = n["ctrl_deps"]
-        if p in seen and by_id[p]["name"] != _PROCESS_ROOT:
-            ctrl[n["id"]] = [p]
-        seen.add(n["id"])
+    # ctrl deps: the parent, wherever the file has it (torch 2.x writes an op when it ends, after its children;
+    # Chakra's tools see parents first because chakra_trace_link sorts the nodes by id); the process root is left out
+    ctrl = {n["id"]: [n["ctrl_deps"]] for n in hnodes
+            if n["ctrl_deps"] in visited and n["ctrl_deps"] != n["id"] and not is_gpu[n["id"]]}
+
+    # CPU-backend communication: the ops that wait for it (blocking: the next op of the thread; asynchronous: the
+    # first op that touches its tensors), and its nodes, with ids after every host and GPU id
+    spare_id = max([n["id"] for n in hnodes] + [g[0] for g in gpu], default=0) + 1
+    issued = [(c, spare_id + k, blocking(c, by_id[c.launcher], spans, starts)) for k, c in enumerate(c10d)]
+    positions = {nid: i for i, nid in enumerate(order)}
+
+    def subtree_end(hid):
+        end, stack = positions[hid] + 1, [hid]
+        while stack:
+            for c in children.get(stack.pop(), []):
+                if c["id"] in positions:
+                    end = max(end, positions[c["id"]] + 1)
+                    stack.append(c["id"])
+        return end
+
+    for waiter, comm_ids in comm_waiters(issued, order, subtree_end, thread_of, by_id).items():
+        data_deps[waiter] = data_deps.get(waiter, []) + comm_ids
+    spare_id += len(c10d)
 
     nodes = []
     counts = {"cpu": 0, "gpu_comp": 0, "coll": 0, "p2p": 0, "metadata": 0}
@@ -201,13 +192,20 @@ def convert_pytorch_trace(host_path, kineto_path=None, *, rank=None, world_size=
         ins = n.get("inputs", {})
         ntype = T.METADATA_NODE if "process_group:init" in n["name"] else T.COMP_NODE
         counts["metadata" if ntype == T.METADATA_NODE else "cpu"] += 1
-        dur = 0 if n["name"].startswith("Optimizer.step") else _dur(n.get("exclusive_dur", cpu_dur.get(n["id"], 0)))
+        if n["name"].startswith(_UNTIMED) or is_comm_marker(n["name"]):
+            dur = 0  # (a comm marker's time is its communication's, given to the comm node)
+        else:
+            dur = _dur(n.get("exclusive_dur", cpu_dur.get(n["id"], 0)))
         nodes.append(_node(n["id"], n["name"], ntype, data_deps.get(n["id"], []), ctrl.get(n["id"], []), dur,
                            attrs, ins, host_path, outs=n.get("outputs", {})))
     ctx = {"by_id": by_id, "children": children, "is_gpu": is_gpu, "groups": groups,
            "rank": rank, "world": world_size, "shared": shared, "host_path": host_path, "order": order,
-           "thread_of": thread_of, "nccl_launchers": {g[2] for g in gpu if "nccl" in g[1].lower()}}
-    spare_id = max([n["id"] for n in hnodes] + [g[0] for g in gpu], default=0) + 1  # for batched p2p's extra nodes
+           "thread_of": thread_of, "nccl_launchers": nccl_launchers}
+    c10d_nodes, ready = comm_nodes(c10d, by_id, spans, issued[0][1] if issued else spare_id, spare_id, host_path)
+    spare_id += ready
+    nodes.extend(c10d_nodes)
+    counts["coll"] += sum(1 for c in c10d if c.ntype == T.COMM_COLL_NODE)
+    counts["p2p"] += sum(1 for c in c10d if c.ntype != T.COMM_COLL_NODE) + ready
     for gid, kname, hid, dur, stream, pg, src, where, kargs, kind in gpu:
         launcher = by_id[hid]
         names = [launcher["name"].lower()] + [a["name"].lower() for a in _ancestors(by_id, hid, limit=7)]
@@ -261,6 +259,10 @@ def convert_pytorch_trace(host_path, kineto_path=None, *, rank=None, world_size=
     counts["nodes"] = len(nodes)
     counts["host_comms"] = host_comms
     counts["dropped_comms"] = dropped_comms
+    counts["cpu_backend_comms"] = len(c10d)
+    counts["blocking_comms"] = sum(1 for _, _, block in issued if block)
+    counts["rendezvous_notes"] = ready
+    counts["not_simulated"] = not_simulated
     return gm, nodes, counts
 
 
@@ -275,7 +277,10 @@ def convert_pytorch(host, output, *, kineto=None, rank=None, ranks=None, comms_f
     write ranks 0..N-1; when ``host`` (and ``kineto``) contain ``{rank}`` each rank reads its own files, otherwise
     the one trace is copied to every rank (a data-parallel assumption, refused for traces with send/recv, whose
     peers are rank-specific). The rank (R or the ``{rank}`` index) is checked against the trace's own, if it says
-    one, and used to check the send/recv peers. Returns a summary dict."""
+    one, and used to check the send/recv peers. Returns a summary dict: the first rank's counts (nodes, cpu, gpu_comp,
+    coll, p2p, metadata, host_comms, dropped_comms, cpu_backend_comms, blocking_comms, rendezvous_notes,
+    not_simulated), ``per_rank`` (every rank's counts), ``ranks``, ``paths``, ``files`` (traces converted) and
+    ``warnings`` (:func:`.pytorch_checks.check_ranks` across the ranks written)."""
     if (rank is None) == (ranks is None):
         raise ConfigError("give exactly one of --rank R or --ranks N")
     wanted = [rank] if rank is not None else list(range(ranks))
@@ -283,7 +288,7 @@ def convert_pytorch(host, output, *, kineto=None, rank=None, ranks=None, comms_f
     # a trace copied to several ranks has no rank of its own (send/recv are then an error)
     shared = rank is None and not per_rank and ranks > 1
     cache = {}
-    metas, lists, summary = [], [], None
+    metas, lists, per_rank_counts = [], [], []
     for r in wanted:
         key = (_per_rank(host, r), _per_rank(kineto, r), None if shared else r)
         if key not in cache:
@@ -292,7 +297,8 @@ def convert_pytorch(host, output, *, kineto=None, rank=None, ranks=None, comms_f
         gm, nodes, counts = cache[key]
         metas.append(gm)
         lists.append(nodes)
-        summary = summary or counts
+        per_rank_counts.append(counts)
+    warnings = check_ranks(dict(zip(wanted, lists)))
     from .common import ensure_parent
     from astra_sim.chakra import ChakraError, write_et
 
@@ -307,4 +313,5 @@ def convert_pytorch(host, output, *, kineto=None, rank=None, ranks=None, comms_f
         paths.append(path)
     else:
         paths = write_rank_files(output, metas, lists)
-    return dict(summary, paths=paths, files=len(cache))
+    return dict(per_rank_counts[0], paths=paths, files=len(cache), ranks=wanted, per_rank=per_rank_counts,
+                warnings=warnings)
