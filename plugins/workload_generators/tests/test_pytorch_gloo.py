@@ -454,3 +454,30 @@ def test_nccl_c10d_ops_are_left_to_their_kernels_and_record_param_comms(tmp_path
     (tmp_path / "n.json").write_text(json.dumps(r.traces()[0]))
     _, nodes, counts = convert_pytorch_trace(tmp_path / "n.json", rank=0, world_size=2)
     assert counts["cpu_backend_comms"] == 0 and _comm(nodes) == []
+
+
+FUNC_AG = ("_c10d_functional::all_gather_into_tensor(Tensor input, int group_size, str group_name) -> Tensor")
+
+
+def test_functional_collectives_name_their_group_and_are_waited_for_by_wait_tensor(tmp_path):
+    groups = [{"pg_name": "0", "ranks": [], "group_size": 4}, {"pg_name": "7", "ranks": [0, 2], "group_size": 2}]
+    r = Rank(0, 4, groups)
+    shard, full = _tensor(1, 2, 100), _tensor(3, 4, 200)
+    r.compute(5.0)
+    r.op("_c10d_functional::all_gather_into_tensor", 8.0, ins=[(shard, "Tensor(float)"), (2, "Int"), ("7", "String")],
+         outs=[(full, "Tensor(float)")], schema=FUNC_AG)
+    r.compute(50.0)  # overlaps the gather
+    r.op("_c10d_functional::wait_tensor", 1.0, ins=[(full, "Tensor(float)")], outs=[(full, "Tensor(float)")])
+    (tmp_path / "f.json").write_text(json.dumps(r.traces()[0]))
+    _, nodes, counts = convert_pytorch_trace(tmp_path / "f.json", rank=0, world_size=4)
+    (ag,) = _comm(nodes)
+    assert (ag.attrs["comm_type"], ag.attrs["comm_size"], ag.attrs["pg_name"]) == (T.ALL_GATHER, 400, "7")
+    assert counts["blocking_comms"] == 0
+    assert [n.name for n in nodes if ag.id in n.data_deps] == ["_c10d_functional::wait_tensor"]
+    # a group the trace does not declare is an error naming it (no schema: the string argument is the name)
+    r = Rank(0, 4, groups)
+    r.op("_c10d_functional::all_reduce", 8.0, ins=[(shard, "Tensor(float)"), ("sum", "String"), ("9", "String")])
+    (tmp_path / "g.json").write_text(json.dumps(r.traces()[0]))
+    with pytest.raises(ConfigError, match=r"g.json: node id 5 \('_c10d_functional::all_reduce'\): process group "
+                                          r"'9' is not among the groups the trace declares: \['0', '7'\]"):
+        convert_pytorch_trace(tmp_path / "g.json", rank=0, world_size=4)

@@ -46,7 +46,7 @@ def _host(ops, groups):
              _op(2, "[pytorch|profiler|execution_trace|thread]", 1, []),
              _op(3, "## process_group:init ##", 2, [(json.dumps(groups), "String")])]
     for k, (name, ins) in enumerate(ops):
-        nodes.append(_op(4 + k, f"c10d::{name}", 2, ins))
+        nodes.append(_op(4 + k, name, 2, ins))
     return {"schema": "1.1.1-chakra.0.0.4", "nodes": nodes}
 
 

@@ -316,6 +316,6 @@ def convert_pytorch_warnings(s):
         from .pytorch_c10d import NOT_SIMULATED
 
         out.append("left as CPU ops, not simulated as communication: " + ", ".join(
-            f"{count} c10d::{op} ({NOT_SIMULATED[op]})" for op, count in sorted(skipped.items())))
+            f"{count} {op} ({NOT_SIMULATED[op]})" for op, count in sorted(skipped.items())))
     out += s.get("warnings", [])
     return out

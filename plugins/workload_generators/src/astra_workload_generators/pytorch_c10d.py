@@ -30,6 +30,11 @@ or an NCCL op under it is NCCL's and is left to :mod:`.pytorch_nccl`.
   blocked is read from the Kineto trace when it times the op and its marker (the thread started nothing else
   between the op's end and the marker's end), else from its ``async_op`` argument, else it is taken as blocking
   (``send``/``recv_`` have no such argument; ``isend``/``irecv`` then need the Kineto trace).
+- **Functional collectives** (``_c10d_functional::all_reduce``, ``all_gather_into_tensor``,
+  ``reduce_scatter_tensor``, ``all_to_all_single``, ``broadcast``, their in-place and coalesced forms; DTensor and
+  ``torch.distributed._functional_collectives`` issue them) name their group (``group_name``), which must be one
+  the trace declares, and are asynchronous: the ``_c10d_functional::wait_tensor`` on their output (the first op to
+  touch it) waits for them.
 - **Not simulated**: ``reduce_``, ``gather_``, ``scatter_`` (the simulator has no REDUCE, GATHER or SCATTER) and
   ``recv_any_source_`` (no peer): they stay CPU ops and are counted in the summary. ``barrier`` and
   ``monitored_barrier_`` synchronize all ranks: an all-reduce of the barrier's tensor (gloo's barrier is one).
@@ -47,31 +52,48 @@ from astra_sim.errors import ConfigError
 from .pytorch_host import _as_rank, _attr_map, _node
 from .pytorch_kineto import is_comm_marker, thread_went_on
 
-#: op (after "c10d::") -> (node type, comm_type, the argument holding what the rank contributes)
+_FUNCTIONAL = "_c10d_functional::"
+#: op -> (node type, comm_type, the argument holding what the rank contributes)
 C10D_OPS = {
-    "allreduce_": (T.COMM_COLL_NODE, T.ALL_REDUCE, "tensors"),
-    "allreduce_coalesced_": (T.COMM_COLL_NODE, T.ALL_REDUCE, "tensors"),
-    "broadcast_": (T.COMM_COLL_NODE, T.BROADCAST, "tensors"),
-    "allgather_": (T.COMM_COLL_NODE, T.ALL_GATHER, "input_tensors"),
-    "_allgather_base_": (T.COMM_COLL_NODE, T.ALL_GATHER, "input_tensor"),
-    "allgather_coalesced_": (T.COMM_COLL_NODE, T.ALL_GATHER, "input_list"),
-    "allgather_into_tensor_coalesced_": (T.COMM_COLL_NODE, T.ALL_GATHER, "inputs"),
-    "reduce_scatter_": (T.COMM_COLL_NODE, T.REDUCE_SCATTER, "input_tensors"),
-    "_reduce_scatter_base_": (T.COMM_COLL_NODE, T.REDUCE_SCATTER, "input_tensor"),
-    "reduce_scatter_tensor_coalesced_": (T.COMM_COLL_NODE, T.REDUCE_SCATTER, "inputs"),
-    "alltoall_": (T.COMM_COLL_NODE, T.ALL_TO_ALL, "input_tensors"),
-    "alltoall_base_": (T.COMM_COLL_NODE, T.ALL_TO_ALL, "input"),
-    "barrier": (T.COMM_COLL_NODE, T.ALL_REDUCE, "tensor"),
-    "monitored_barrier_": (T.COMM_COLL_NODE, T.ALL_REDUCE, "tensor"),
-    "send": (T.COMM_SEND_NODE, None, "tensors"),
-    "recv_": (T.COMM_RECV_NODE, None, "tensors"),
+    "c10d::allreduce_": (T.COMM_COLL_NODE, T.ALL_REDUCE, "tensors"),
+    "c10d::allreduce_coalesced_": (T.COMM_COLL_NODE, T.ALL_REDUCE, "tensors"),
+    "c10d::broadcast_": (T.COMM_COLL_NODE, T.BROADCAST, "tensors"),
+    "c10d::allgather_": (T.COMM_COLL_NODE, T.ALL_GATHER, "input_tensors"),
+    "c10d::_allgather_base_": (T.COMM_COLL_NODE, T.ALL_GATHER, "input_tensor"),
+    "c10d::allgather_coalesced_": (T.COMM_COLL_NODE, T.ALL_GATHER, "input_list"),
+    "c10d::allgather_into_tensor_coalesced_": (T.COMM_COLL_NODE, T.ALL_GATHER, "inputs"),
+    "c10d::reduce_scatter_": (T.COMM_COLL_NODE, T.REDUCE_SCATTER, "input_tensors"),
+    "c10d::_reduce_scatter_base_": (T.COMM_COLL_NODE, T.REDUCE_SCATTER, "input_tensor"),
+    "c10d::reduce_scatter_tensor_coalesced_": (T.COMM_COLL_NODE, T.REDUCE_SCATTER, "inputs"),
+    "c10d::alltoall_": (T.COMM_COLL_NODE, T.ALL_TO_ALL, "input_tensors"),
+    "c10d::alltoall_base_": (T.COMM_COLL_NODE, T.ALL_TO_ALL, "input"),
+    "c10d::barrier": (T.COMM_COLL_NODE, T.ALL_REDUCE, "tensor"),
+    "c10d::monitored_barrier_": (T.COMM_COLL_NODE, T.ALL_REDUCE, "tensor"),
+    "c10d::send": (T.COMM_SEND_NODE, None, "tensors"),
+    "c10d::recv_": (T.COMM_RECV_NODE, None, "tensors"),
+    # functional collectives (torch.distributed._functional_collectives, DTensor; Functional.cpp): they name their
+    # group ("group_name") and are waited for by _c10d_functional::wait_tensor
+    _FUNCTIONAL + "all_reduce": (T.COMM_COLL_NODE, T.ALL_REDUCE, "input"),
+    _FUNCTIONAL + "all_reduce_": (T.COMM_COLL_NODE, T.ALL_REDUCE, "input"),
+    _FUNCTIONAL + "all_reduce_coalesced": (T.COMM_COLL_NODE, T.ALL_REDUCE, "inputs"),
+    _FUNCTIONAL + "all_reduce_coalesced_": (T.COMM_COLL_NODE, T.ALL_REDUCE, "inputs"),
+    _FUNCTIONAL + "all_gather_into_tensor": (T.COMM_COLL_NODE, T.ALL_GATHER, "input"),
+    _FUNCTIONAL + "all_gather_into_tensor_out": (T.COMM_COLL_NODE, T.ALL_GATHER, "input"),
+    _FUNCTIONAL + "all_gather_into_tensor_coalesced": (T.COMM_COLL_NODE, T.ALL_GATHER, "inputs"),
+    _FUNCTIONAL + "reduce_scatter_tensor": (T.COMM_COLL_NODE, T.REDUCE_SCATTER, "input"),
+    _FUNCTIONAL + "reduce_scatter_tensor_coalesced": (T.COMM_COLL_NODE, T.REDUCE_SCATTER, "inputs"),
+    _FUNCTIONAL + "all_to_all_single": (T.COMM_COLL_NODE, T.ALL_TO_ALL, "input"),
+    _FUNCTIONAL + "broadcast": (T.COMM_COLL_NODE, T.BROADCAST, "input"),
+    _FUNCTIONAL + "broadcast_": (T.COMM_COLL_NODE, T.BROADCAST, "input"),
 }
-#: c10d ops the simulator cannot run, and why
-NOT_SIMULATED = {"reduce_": "no REDUCE collective", "gather_": "no GATHER collective",
-                 "scatter_": "no SCATTER collective", "recv_any_source_": "a receive from any rank has no peer"}
-#: argument positions of the c10d ops (torch/csrc/distributed/c10d/Ops.cpp) when a node has no op_schema
+#: ops the simulator cannot run, and why
+NOT_SIMULATED = {"c10d::reduce_": "no REDUCE collective", "c10d::gather_": "no GATHER collective",
+                 "c10d::scatter_": "no SCATTER collective",
+                 "c10d::recv_any_source_": "a receive from any rank has no peer"}
+#: argument positions when a node has no op_schema (torch/csrc/distributed/c10d/Ops.cpp, Functional.cpp)
 _POSITIONS = {"tensors": 0, "tensor": 0, "input_tensors": 1, "input_tensor": 1, "input_list": 1, "inputs": 1,
               "input": 1, "output_tensors": 0, "output_tensor": 0, "output": 0, "peer": 2, "tag": 3}
+_FUNCTIONAL_POSITIONS = {"input": 0, "inputs": 0}
 _TAG_SPACE = 1 << 28  # comm_tag stays an int32 below the simulator's collective tag base (500,000,000)
 
 #: one communication op found in the host trace (see find_c10d_comms)
@@ -79,8 +101,8 @@ C10dComm = namedtuple("C10dComm", "launcher marker op ntype ctype size group pee
 
 
 def c10d_op(name):
-    """The c10d op name of a host op (``"allreduce_"`` for ``"c10d::allreduce_"``), or None."""
-    return name[6:] if isinstance(name, str) and name.startswith("c10d::") else None
+    """``name`` when it is a communication op this module reads (or knows it cannot simulate), else None."""
+    return name if name in C10D_OPS or name in NOT_SIMULATED else None
 
 
 def schema_args(schema):
@@ -110,7 +132,11 @@ def _arg(node, names, key):
     """(found, value, type) of argument ``key`` of a c10d host op, by schema name or by position."""
     values = node.get("inputs", {}).get("values", [])
     types = node.get("inputs", {}).get("types", [])
-    if names:
+    functional = node["name"].startswith(_FUNCTIONAL)
+    if key == "group_name" and not names:  # no schema: a functional collective's only string argument
+        strings = [i for i, t in enumerate(types) if t == "String"]
+        idx = strings[-1] if functional and strings else None
+    elif names:
         if key == "peer":
             idx = next((i for i, n in enumerate(names) if re.fullmatch(r"(?i)(dst|src)(_?rank)?", n)), None)
         elif key == "async":
@@ -121,7 +147,7 @@ def _arg(node, names, key):
         bools = [i for i, t in enumerate(types) if t == "Bool"]
         idx = bools[0] if len(bools) == 1 else None
     else:
-        idx = _POSITIONS.get(key)
+        idx = (_FUNCTIONAL_POSITIONS if functional else _POSITIONS).get(key)
     if idx is None or idx >= len(values):
         return False, None, None
     return True, values[idx], types[idx] if idx < len(types) else None
@@ -190,8 +216,7 @@ def find_c10d_comms(hnodes, children, groups, rank, world, path, nccl_launchers=
     taken = set()
     for n in sorted(hnodes, key=lambda n: n["id"]):
         op = c10d_op(n["name"])
-        if op is None or (op not in C10D_OPS and op not in NOT_SIMULATED) \
-                or is_nccl_backed(n, children, nccl_launchers):
+        if op is None or is_nccl_backed(n, children, nccl_launchers):
             continue
         if op in NOT_SIMULATED:
             skipped[op] = skipped.get(op, 0) + 1
@@ -209,7 +234,7 @@ def _read_op(n, op, markers, taken, groups, rank, world, path):
     if not found or (not records and ntype != T.COMM_COLL_NODE):
         raise ConfigError(f"{where}: expected the tensors it {'sends' if ntype == T.COMM_SEND_NODE else 'moves'} "
                           f"in argument {size_arg!r}, got {value!r}")
-    all_records = _all_records(n)
+    all_records = _all_records(n) + _all_records(n, "outputs")
     peer = tag = None
     if ntype != T.COMM_COLL_NODE:
         for key in ("peer", "tag"):
@@ -222,7 +247,10 @@ def _read_op(n, op, markers, taken, groups, rank, world, path):
                 peer = _as_rank(v)
             else:
                 tag = _as_rank(v)
-    group = _group_of(n, op, names, peer, groups, rank, world, where)
+    if op.startswith(_FUNCTIONAL):
+        group = _named_group(n, names, groups, where)
+    else:
+        group = _group_of(n, op, names, peer, groups, rank, world, where)
     if peer is not None:
         peer = _global_peer(peer, group, rank, world, where, ntype)
     marker = next((m for m in markers if m["id"] > n["id"] and m["id"] not in taken
@@ -247,8 +275,26 @@ def _members(group, world):
     return list(range(world)) if world else None
 
 
+def _named_group(n, names, groups, where):
+    """The declared group a functional collective names in its ``group_name`` argument (None: no group declared,
+    the world group)."""
+    ok, name, _ = _arg(n, names, "group_name")
+    if not ok or not isinstance(name, str):
+        raise ConfigError(f"{where}: expected the process group's name as a string argument 'group_name', "
+                          f"got {name!r}")
+    group = next((g for g in groups if str(g["pg_name"]) == name), None)
+    if group is None and groups:
+        raise ConfigError(f"{where}: process group {name!r} is not among the groups the trace declares: "
+                          f"{[str(g['pg_name']) for g in groups]}")
+    return group
+
+
 def _group_size(op, n, names):
     """The group size the op's own arguments imply, or None."""
+    if op.startswith(_FUNCTIONAL):
+        ok, size, _ = _arg(n, names, "group_size")
+        return _as_rank(size) if ok and _as_rank(size) and _as_rank(size) > 0 else None
+    op = op[len("c10d::"):]
     if op in ("_allgather_base_", "_reduce_scatter_base_"):
         o, i = (_bytes(_tensor_records(*_arg(n, names, key)[1:])) for key in ("output_tensor", "input_tensor"))
         if o and i:
@@ -319,6 +365,8 @@ def blocking(comm, node, spans, starts):
     span, mspan = spans.get(comm.launcher), spans.get(comm.marker)
     if span is not None and mspan is not None:
         return not thread_went_on(starts, span, mspan.end, skip={comm.marker})
+    if comm.op.startswith(_FUNCTIONAL):
+        return False  # waited for by _c10d_functional::wait_tensor, which touches its output
     found, value, _ = _arg(node, schema_args(_attr_map(node).get("op_schema")), "async")
     if found and isinstance(value, bool):
         return not value
