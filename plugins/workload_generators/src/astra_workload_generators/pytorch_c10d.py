@@ -42,6 +42,7 @@ or an NCCL op under it is NCCL's and is left to :mod:`.pytorch_nccl`.
 
 from __future__ import annotations
 
+import bisect
 import re
 import zlib
 from collections import namedtuple
@@ -213,6 +214,7 @@ def find_c10d_comms(hnodes, children, groups, rank, world, path, nccl_launchers=
     launched NCCL kernels."""
     ops, skipped = [], {}
     markers = sorted((n for n in hnodes if is_comm_marker(n["name"])), key=lambda n: n["id"])
+    marker_ids = [m["id"] for m in markers]
     taken = set()
     for n in sorted(hnodes, key=lambda n: n["id"]):
         op = c10d_op(n["name"])
@@ -221,7 +223,7 @@ def find_c10d_comms(hnodes, children, groups, rank, world, path, nccl_launchers=
         if op in NOT_SIMULATED:
             skipped[op] = skipped.get(op, 0) + 1
             continue
-        ops.append(_read_op(n, op, markers, taken, groups, rank, world, path))
+        ops.append(_read_op(n, op, (markers, marker_ids), taken, groups, rank, world, path))
     return ops, skipped
 
 
@@ -253,8 +255,10 @@ def _read_op(n, op, markers, taken, groups, rank, world, path):
         group = _group_of(n, op, names, peer, groups, rank, world, where)
     if peer is not None:
         peer = _global_peer(peer, group, rank, world, where, ntype)
-    marker = next((m for m in markers if m["id"] > n["id"] and m["id"] not in taken
-                   and _shares_tensor(m, all_records)), None)
+    markers, marker_ids = markers
+    first = bisect.bisect_right(marker_ids, n["id"])
+    marker = next((markers[k] for k in range(first, len(markers))
+                   if markers[k]["id"] not in taken and _shares_tensor(markers[k], all_records)), None)
     if marker is not None:
         taken.add(marker["id"])
     return C10dComm(n["id"], marker["id"] if marker is not None else None, op, ntype, ctype, _bytes(records),
@@ -436,24 +440,39 @@ def comm_waiters(issued, order, subtree_end, thread_of, by_id):
     op's subtree (``subtree_end(host id)``: the position in ``order`` after it); for an asynchronous one, the first
     later op of that thread that reads or writes one of its storages. Comm markers never wait."""
     waits = {}
+    touching = None  # storage -> positions in ``order`` of the (non-marker) ops that touch it, built when needed
+    thread_end = {}
+    for i, nid in enumerate(order):
+        thread_end[thread_of[nid]] = i + 1
     for c, gid, block in issued:
         thread = thread_of.get(c.launcher)
         if thread is None:
             continue
+        start, end = subtree_end(c.launcher), thread_end[thread]
         target = None
-        for j in range(subtree_end(c.launcher), len(order)):
-            nid = order[j]
-            if thread_of[nid] != thread:
-                break
-            if is_comm_marker(by_id[nid]["name"]):
-                continue
-            if block or _touches(by_id[nid], c.storages):
-                target = nid
-                break
+        if block:
+            target = next((order[j] for j in range(start, end) if not is_comm_marker(by_id[order[j]]["name"])),
+                          None)
+        else:
+            if touching is None:
+                touching = _touch_index(order, by_id)
+            hits = [lst[k] for lst in (touching.get(st, []) for st in c.storages)
+                    for k in (bisect.bisect_left(lst, start),) if k < len(lst)]
+            if hits and min(hits) < end:
+                target = order[min(hits)]
         if target is not None:
             waits.setdefault(target, []).append(gid)
     return waits
 
 
-def _touches(node, storages):
-    return bool(storages) and any(r[1] in storages for key in ("inputs", "outputs") for r in _all_records(node, key))
+def _touch_index(order, by_id):
+    index = {}
+    for i, nid in enumerate(order):
+        node = by_id[nid]
+        if is_comm_marker(node["name"]):
+            continue
+        for st in {r[1] for key in ("inputs", "outputs") for r in _all_records(node, key)}:
+            index.setdefault(st, []).append(i)
+    return index
+
+
