@@ -267,8 +267,9 @@ def _read_op(n, op, markers, taken, groups, rank, world, path):
 
 
 def _shares_tensor(marker, records):
+    """Whether a gloo marker belongs to the op with tensor ``records``: a tensor in common (or none on either)."""
     mine = {r[0] for r in _all_records(marker)}
-    return not mine and not records or bool(mine & {r[0] for r in records})
+    return (not mine and not records) or bool(mine & {r[0] for r in records})
 
 
 def _members(group, world):
