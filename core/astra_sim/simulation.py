@@ -358,7 +358,7 @@ class Simulation:
             path, nodes, _sig, key = traces[rank]
             graph = graphs.get(key)
             if graph is None:
-                graph = graphs[key] = build_graph(path, nodes)
+                graph = graphs[key] = build_graph(path, nodes, warn=self.warn)
             else:
                 by_id, children, parents_left, roots = graph
                 graph = (by_id, children, dict(parents_left), roots)
