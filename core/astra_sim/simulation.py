@@ -406,7 +406,7 @@ class Simulation:
             path = compact.traces[rep]
             graph = graphs.get(rep)
             if graph is None:
-                graph = graphs[rep] = build_graph(path, class_nodes[rep])
+                graph = graphs[rep] = build_graph(path, class_nodes[rep], warn=self.warn)
             by_id, children, parents_left, roots = graph
             if nodes is not class_nodes[rep]:
                 by_id = {node.id: node for node in nodes}
