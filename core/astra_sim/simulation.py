@@ -424,7 +424,7 @@ class Simulation:
         self._check_memory_folds(signatures)
         native_impls, group_impl = self._algorithm_lookups()
         return check_declared_symmetry(compact.symmetry, self.npus_per_dim, kinds, signatures,
-                                       self.comm_groups or {}, native_impls, group_impl)
+                                       self.comm_groups or {}, native_impls, group_impl, class_nodes)
 
     def _plan_fold(self, make_plan):
         """Decide the symmetry the run folds by; returns the ranks to simulate (all when it does not)."""

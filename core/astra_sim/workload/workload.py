@@ -377,6 +377,56 @@ class RankWorkload:
             self.finish_ns = self.run.engine.now
             self.run.rank_finished(self)
 
+    def completions_commute(self, first_id, second_id, issued_by_first):
+        """Whether completing nodes ``first_id`` and ``second_id`` at one nanosecond gives the same state in
+        either order (for a folded run's ties, :mod:`astra_sim.symmetry`). ``first_id`` has completed,
+        issuing ``issued_by_first`` nodes; ``second_id`` is still running.
+
+        It does when neither completion, coming first, lets the rank issue a node: then after both the
+        ready nodes and the free slots are the same whichever came first. The first did not (nothing was
+        issued); the second, first, would have had its own slot and children free but the first's slot
+        busy and the first's children waiting."""
+        if issued_by_first or first_id not in self.nodes or second_id not in self.node_start_ns:
+            return False
+        nodes, children, parents_left = self.nodes, self.children, self.parents_left
+        first_children = children[first_id]
+        freed_by_first = {c for c in first_children if parents_left[c] == 0}
+        waiting = set(self.fresh)
+        for heap in self.ready:
+            waiting.update(heap)
+        candidates = (waiting - freed_by_first) | {
+            c for c in children[second_id] if parents_left[c] == 1 and c not in first_children}
+        busy = list(self.slot_busy)
+        first_slot = self._slot_peek(nodes[first_id])
+        second_slot = self._slot_peek(nodes[second_id])
+        if first_slot is None or second_slot is None:
+            return False
+        if first_slot != _NONE:
+            busy[first_slot] += 1
+        if second_slot != _NONE:
+            busy[second_slot] -= 1
+        for node_id in candidates:
+            slot = self._slot_peek(nodes[node_id])
+            if slot is None or slot == _NONE or not busy[slot]:
+                return False
+        return True
+
+    def _slot_peek(self, node):
+        """:meth:`_slot` without making a communication slot: None when the node's slot does not exist yet."""
+        if node.attrs.get("is_cpu_op"):
+            return _CPU
+        if node.type == T.COMP_NODE:
+            return _COMP
+        if node.type == T.COMM_RECV_NODE:
+            return _NONE
+        if self.comm_slots is not None and node.type in (T.COMM_COLL_NODE, T.COMM_SEND_NODE):
+            pg_name = node.attrs.get("pg_name", "")
+            if pg_name in DEFAULT_PG_NAMES:
+                pg_name = ""
+            key = (pg_name, node.attrs.get("comm_dst") if node.type == T.COMM_SEND_NODE else None)
+            return _COMM if key == ("", None) else self.comm_slots.get(key)
+        return _COMM
+
     def comm_in_flight(self):
         """Communication operations running now (the GPU-communication slots)."""
         running = self.comm_running
