@@ -373,6 +373,7 @@ def _collective_needs(signatures, native_impls, group_impl):
             raise FoldRefused(f"the {T.comm_type_name(comm_type)} algorithm doubleBinaryTree depends on rank "
                               "positions")
     equivalence = SET
+    messages = False  # whether communicator-group collectives exchange messages (whose tags must not meet)
     for comm_type in sorted(grouped):
         spec = group_impl(comm_type)
         if spec is None:
@@ -380,15 +381,17 @@ def _collective_needs(signatures, native_impls, group_impl):
         wanted = _EQUIVALENCE_OF.get(getattr(spec, "symmetry", None), EXACT)
         if _STRICTNESS[wanted] < _STRICTNESS[equivalence]:
             equivalence = wanted
-    return native, equivalence
+        messages = messages or getattr(spec, "exchanges_messages", True)
+    return native, (equivalence, messages)
 
 
-def _finish_plan(shifts, groups, equivalence, notes):
+def _finish_plan(shifts, groups, needs, notes):
+    equivalence, messages = needs
     symmetry = RankSymmetry(shifts)
     canonical = {}
     if groups and shifts:
         canonical = canonical_group_ids(groups, symmetry, equivalence)
-        if canonical is None or not tags_stay_apart(groups, canonical):
+        if canonical is None or (messages and not tags_stay_apart(groups, canonical)):
             notes.append("communicator groups sharing NPUs would share message tags when folded")
             return FoldPlan(RankSymmetry(()), {}, notes)
     return FoldPlan(symmetry, canonical, notes)
@@ -405,7 +408,8 @@ def find_symmetry(npus_per_dim, dim_kinds, signatures, groups, native_impls, gro
     runs. Raises :class:`FoldRefused` when nothing may fold at all.
     """
     notes = []
-    native, equivalence = _collective_needs(signatures, native_impls, group_impl)
+    native, needs = _collective_needs(signatures, native_impls, group_impl)
+    equivalence = needs[0]
     strides = dimension_strides(npus_per_dim)
     shifts = []
 
@@ -445,7 +449,7 @@ def find_symmetry(npus_per_dim, dim_kinds, signatures, groups, native_impls, gro
         elif folded and not (len(folded) == 1 and folded[0].radix == folded[0].block == radix):
             notes.append(f"dimension {dim} folded in parts {[sh.describe() for sh in folded]} "
                          f"(whole dimension: {first_why})")
-    return _finish_plan(shifts, groups, equivalence, notes)
+    return _finish_plan(shifts, groups, needs, notes)
 
 
 def check_declared_symmetry(declared, npus_per_dim, dim_kinds, signatures, groups, native_impls, group_impl,
@@ -459,7 +463,8 @@ def check_declared_symmetry(declared, npus_per_dim, dim_kinds, signatures, group
     ``class_nodes``, each representative's nodes). ``signatures``: those of the class traces. Returns a
     :class:`FoldPlan` of the accepted shifts."""
     notes = []
-    native, equivalence = _collective_needs(signatures, native_impls, group_impl)
+    native, needs = _collective_needs(signatures, native_impls, group_impl)
+    equivalence = needs[0]
     shifts = []
 
     def accept(shift):
@@ -488,7 +493,7 @@ def check_declared_symmetry(declared, npus_per_dim, dim_kinds, signatures, group
                          f"folded by its parts {[p.describe() for p in kept]}")
         else:
             notes.append(f"shift of digit (rank // {shift.stride}) % {shift.radix} not used: {why}")
-    return _finish_plan(shifts, groups, equivalence, notes)
+    return _finish_plan(shifts, groups, needs, notes)
 
 
 def split_by_dimensions(shift, npus_per_dim):

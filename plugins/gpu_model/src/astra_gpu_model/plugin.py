@@ -68,26 +68,26 @@ def astra_register_collective_algorithms(registry):
     # NCCL's and the load-store models' times depend only on the group's size and the nodes it spans, both
     # unchanged by any relabelling that keeps the network's dimensions: symmetry "any".
     registry.collective_algorithm(
-        "nccl", CollectiveAlgorithmSpec("one", nccl_factory, whole_group=True, symmetry="any"),
+        "nccl", CollectiveAlgorithmSpec("one", nccl_factory, whole_group=True, symmetry="any", exchanges_messages=False),
         "NCCL tuning model (ring/tree/NVLS x LL/LL128/Simple, fastest predicted), one wait per chunk; GPU from --gpu",
     )
 
     from astra_gpu_model.loadstore import direct_factory, nvls_factory, oneshot_factory, twoshot_factory
 
     registry.collective_algorithm(
-        "ls_oneshot", CollectiveAlgorithmSpec("one", oneshot_factory, symmetry="any"),
+        "ls_oneshot", CollectiveAlgorithmSpec("one", oneshot_factory, symmetry="any", exchanges_messages=False),
         "load-store one-shot all-reduce (every GPU loads all peers' buffers over NVLink), cache-line model; --gpu",
     )
     registry.collective_algorithm(
-        "ls_twoshot", CollectiveAlgorithmSpec("one", twoshot_factory, symmetry="any"),
+        "ls_twoshot", CollectiveAlgorithmSpec("one", twoshot_factory, symmetry="any", exchanges_messages=False),
         "load-store two-shot all-reduce (reduce-scatter then all-gather by loads), cache-line model; --gpu",
     )
     registry.collective_algorithm(
-        "nvls", CollectiveAlgorithmSpec("one", nvls_factory, symmetry="any"),
+        "nvls", CollectiveAlgorithmSpec("one", nvls_factory, symmetry="any", exchanges_messages=False),
         "NVLS/multimem all-reduce (NVSwitch reduces: ld_reduce + multicast store), cache-line model; --gpu",
     )
     registry.collective_algorithm(
-        "ls_direct", CollectiveAlgorithmSpec("one", direct_factory, symmetry="any"),
+        "ls_direct", CollectiveAlgorithmSpec("one", direct_factory, symmetry="any", exchanges_messages=False),
         "load-store all-gather / reduce-scatter by direct stores to peers, cache-line model; --gpu",
     )
 
