@@ -32,6 +32,8 @@ import hashlib
 from dataclasses import dataclass
 from heapq import heappop, heappush
 
+import numpy as np
+
 from astra_sim.chakra import types as T
 from astra_sim.engine import EventEngine
 
@@ -81,6 +83,15 @@ class RankSymmetry:
                 within = digit % s.block
                 rank += ((within + sign * k) % s.block - within) * s.stride
         return rank
+
+    def moved_array(self, ranks, offsets, sign=1):
+        """:meth:`moved` over a numpy array of ranks."""
+        ranks = ranks.copy()
+        for s, k in zip(self.shifts, offsets):
+            if k:
+                within = (ranks // s.stride) % s.radix % s.block
+                ranks += ((within + sign * k) % s.block - within) * s.stride
+        return ranks
 
     def representative(self, rank):
         """The smallest rank of ``rank``'s class (every shifted digit at its block's start)."""
@@ -539,21 +550,25 @@ def sub_shift_is_equivariant(part, whole, declared, class_nodes, groups):
         for group_id in pgs:
             if group_id not in groups:
                 return False
-            members[group_id] = groups[group_id]
+            members[group_id] = np.array(sorted(groups[group_id]), dtype=np.int64)
+        if not peers and not members:
+            continue  # nothing in the trace names a rank: every relabelling leaves it as it is
+        named = np.array(sorted(peers), dtype=np.int64)
+
+        def u(ranks, offsets, back):
+            moved = declared.moved_array(ranks, offsets)
+            within = (moved // part.stride) % part.radix % part.block
+            moved += ((within + 1) % part.block - within) * part.stride
+            return declared.moved_array(moved, back, -1)
+
         for k in range(whole.block):
             offsets = [0] * len(declared.shifts)
             offsets[index] = k
-            rank = declared.moved(rep, offsets)
-            image = shift_image(part, rank)
-            back = declared.offsets(image)
-
-            def u(x, offsets=tuple(offsets), back=back):
-                return declared.moved(shift_image(part, declared.moved(x, offsets)), back, -1)
-
-            if any(u(x) != x for x in peers):
+            back = declared.offsets(shift_image(part, declared.moved(rep, offsets)))
+            if len(named) and not np.array_equal(u(named, offsets, back), named):
                 return False
-            for group_id, group in members.items():
-                if {u(m) for m in group} != set(group):
+            for group in members.values():
+                if not np.array_equal(np.sort(u(group, offsets, back)), group):
                     return False
     return True
 
