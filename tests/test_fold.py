@@ -254,6 +254,23 @@ def test_random_symmetric_cases_fold_exactly(tmp_path):
     assert partial >= 5, partial
 
 
+def test_random_cases_on_the_congestion_backend_fall_back_and_agree(tmp_path):
+    """The congestion-aware backend keeps link queues shared by every rank's messages: nothing folds, and
+    the run says so (the answers are trivially the unfolded ones; the test guards that it stays so)."""
+    rng = random.Random(11)
+    for case in range(20):
+        folder = tmp_path / f"g{case}"
+        folder.mkdir()
+        args, kwargs = symmetric_case(rng, folder)
+        kwargs["network_backend"] = "congestion"
+        unfolded, _ = _outcome(args, kwargs, fold=False)
+        result, report = _outcome(args, kwargs, fold=True)
+        assert result == unfolded
+        if report is not None:
+            assert report.stats["simulated_ranks"] == len(report.ranks)
+            assert "congestion" in report.settings["fold"]["reason"]
+
+
 def test_asymmetric_trace_is_not_folded_and_says_why(tmp_path):
     rng = random.Random(5)
     for case in range(20):
