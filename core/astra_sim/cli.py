@@ -241,6 +241,7 @@ def _cmd_run(pm, args):
     for message in early:
         say(message)
     options = vars(args).copy()
+    defaults = None
     if args.system_configuration is None or args.network_configuration is None:
         provided = pm.hook.astra_provide_configuration(options=options) or {}
         for key in ("system_configuration", "network_configuration", "remote_memory_configuration",
@@ -249,6 +250,9 @@ def _cmd_run(pm, args):
                 setattr(args, key, provided[key])
         options.update(provided.get("options") or {})
         options.update({k: getattr(args, k) for k in ("system_configuration", "network_configuration")})
+        if args.compute_model is None and provided.get("compute_model"):  # e.g. --platform implies its GPU model
+            args.compute_model = provided["compute_model"]
+        defaults = provided.get("defaults")
         for key in ("system_configuration", "network_configuration"):
             if getattr(args, key) is None:
                 flag = "--" + key.replace("_", "-")
@@ -272,6 +276,8 @@ def _cmd_run(pm, args):
         on_warning=say,
     )
     report = simulation.run()
+    if defaults:
+        report.settings["platform_defaults"] = dict(defaults)
     report.warnings[:0] = [m for m in early if m not in report.warnings]
     if args.report_json:
         try:

@@ -99,17 +99,19 @@ def platform_run_options(parser):
 
     group = parser.add_argument_group(
         "platforms (system + network configurations of a GPU machine)",
-        "--platform writes the system and network configurations of a machine and makes its GPU the --gpu "
-        "preset. Compute nodes are timed on that GPU only by the gpu compute model: add --compute-model gpu "
-        "(the report's settings.compute_model names the model used).")
+        "--platform writes the system and network configurations of a machine and simulates it as it is: "
+        "compute is timed on its GPU by the gpu compute model and collectives by NCCL's model, unless "
+        "--compute-model, --gpu or --platform-collective say otherwise (the report's settings.platform_defaults "
+        "says what was implied and why).")
     group.add_argument("--platform", default=None, metavar="NAME",
                        help=f"generate system and network configurations for a platform ({', '.join(platform_names())})"
                             "; --system-configuration / --network-configuration given explicitly win")
     group.add_argument("--nodes", type=int, default=1, metavar="N",
                        help="nodes (scale-up domains) of --platform, joined by a fat tree (default 1)")
-    group.add_argument("--platform-collective", default="ring", choices=COLLECTIVES,
-                       help="collective of the generated system config on every dimension: the kernel's ring, or "
-                            "nccl (NCCL's model in the node, NCCL across nodes on the NICs) (default ring)")
+    group.add_argument("--platform-collective", default=None, choices=COLLECTIVES,
+                       help="collective of the generated system config on every dimension: nccl (NCCL's model in "
+                            "the node, NCCL across nodes on the NICs; the default with --platform) or the "
+                            "kernel's ring")
     group.add_argument("--nccl-nic-gbps", type=float, default=None, metavar="GB_S",
                        help="NIC bandwidth per GPU (GB/s per direction) that the nccl collective uses when its "
                             "ranks span several nodes (scale-up domains = the network's first dimension); "
@@ -123,11 +125,26 @@ def astra_provide_configuration(options):
         return None
     from astra_gpu_model.platforms import generate
 
-    provided = generate(name, options.get("nodes", 1), options.get("platform_collective") or "ring")
+    collective = options.get("platform_collective")
+    provided = generate(name, options.get("nodes", 1), collective or "nccl")
+    platform_gpu = provided["options"]["gpu"]
     if options.get("gpu") not in (None, DEFAULT_GPU):  # an explicit --gpu wins over the platform's GPU
         provided["options"]["gpu"] = options["gpu"]
     if options.get("nccl_nic_gbps") is not None:  # so does an explicit --nccl-nic-gbps
         provided["options"]["nccl_nic_gbps"] = options["nccl_nic_gbps"]
+    # A platform is simulated as the machine it names: its GPU and its NCCL, unless the user said otherwise.
+    provided["compute_model"] = "gpu"
+    gpu = provided["options"]["gpu"]
+    provided["defaults"] = {
+        "compute_model": (f"gpu (implied by --platform {name}: compute nodes are timed on its GPU; "
+                          "--compute-model replay replays the traced durations)"
+                          if options.get("compute_model") is None else f"{options['compute_model']} (--compute-model)"),
+        "gpu": (f"{gpu} (the platform's GPU)" if gpu == platform_gpu else f"{gpu} (--gpu, instead of the "
+                f"platform's {platform_gpu})"),
+        "collective": (f"{collective} (--platform-collective)" if collective else
+                       f"nccl (implied by --platform {name}: NCCL's own algorithm choice and timing on every "
+                       "dimension; --platform-collective ring for the kernel's packet-level ring)"),
+    }
     return provided
 
 
