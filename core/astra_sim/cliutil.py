@@ -48,14 +48,23 @@ def ensure_parent_dir(path):
 
 
 def write_text_atomic(path, text):
-    """Write ``text`` to ``path`` through a temporary file in the same folder, renamed over it:
-    readers see the old file or the whole new one, never a part."""
+    """Write ``text`` (UTF-8) to ``path`` atomically (:func:`write_bytes_atomic`)."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path, data):
+    """Write ``data`` to ``path`` through a temporary file in the same folder, renamed over it: readers see
+    the old file or the whole new one, never a part. The file gets the permissions ``open()`` would give
+    it (``mkstemp`` makes 0600). The one place every output file is written from."""
     ensure_parent_dir(path)
     folder = os.path.dirname(os.path.abspath(os.fspath(path)))
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(os.fspath(path)))
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
         os.replace(tmp, path)
     except BaseException:
         try:
