@@ -77,6 +77,14 @@ def _add_run_arguments(run):
                       help="also print the reference's 'sys[i] finished, T cycles, ...' lines")
     ours.add_argument("--max-table-ranks", type=positive_int, default=16, metavar="N",
                       help="ranks listed in the terminal table (default 16)")
+    ours.add_argument("--host-launch-us", type=float, default=None, metavar="US",
+                      help="the host launches one GPU operation per US microseconds, in order, ahead of the GPU; "
+                           "a kernel starts no earlier than its launch (default: off; --platform sets a measured "
+                           "value)")
+    ours.add_argument("--host-sync-us", type=float, default=None, metavar="US",
+                      help="with the host model: after a send/receive whose node has host_waits the host waits "
+                           "for it and US more microseconds (a training loop's synchronize after its pipeline "
+                           "transfers)")
     ours.add_argument("--no-fold", action="store_true",
                       help="simulate every rank, even those a symmetry makes identical to another "
                            "(by default one rank per class of symmetric ranks is simulated; same results)")
