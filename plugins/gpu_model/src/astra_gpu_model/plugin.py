@@ -27,9 +27,17 @@ def astra_add_run_options(parser):
                        help="fp32 GEMMs run on TF32 tensor cores (torch allow_tf32); default: fp32 CUDA cores")
     group.add_argument("--gpu-default-dtype", default="bf16", choices=DTYPES,
                        help="dtype for ops whose trace names none, and for num_ops (default: bf16)")
+    group.add_argument("--gpu-memory-op-rates", choices=("measured", "off"), default="measured",
+                       help="measured (default): memory-bound ops (norms, softmax, dropout, activations, the "
+                            "optimizer) run at most at the rate their SMs reach, measured on an H200 and scaled "
+                            "by SMs x clock; off: every one at hbm_efficiency x HBM")
     group.add_argument("--gpu-contention", action="store_true",
                        help="a COMP node issued while the rank's communication runs gets the SMs and HBM "
                             "bandwidth the collective leaves (default: off, overlap is free)")
+    group.add_argument("--gpu-contention-model", choices=("sm-hbm", "measured"), default=None,
+                       help="under --gpu-contention: sm-hbm (default: the kernel runs on the SMs and HBM bandwidth "
+                            "the communication leaves) or measured (the slowdowns measured on a Hopper GPU beside "
+                            "a communication kernel of as many SMs; --platform's default)")
     group.add_argument("--gpu-comm-sms", type=int, default=None, metavar="N",
                        help="SMs a collective or send without a comm_sms attribute occupies under "
                             "--gpu-contention (default: 32); concurrent ones add up")
@@ -118,6 +126,16 @@ def platform_run_options(parser):
                             "--platform sets it; default 50 (400 Gb/s)")
 
 
+def host_launch_defaults():
+    """The host model's measured values (``data/host_launch.json``, from ``fit/fit_host.py``)."""
+    import json
+    from pathlib import Path
+
+    with open(Path(__file__).with_name("data") / "host_launch.json") as handle:
+        data = json.load(handle)
+    return {"host_launch_us": data["host_launch_us"], "host_sync_us": data["host_sync_us"]}
+
+
 @hookimpl
 def astra_provide_configuration(options):
     name = options.get("platform")
@@ -132,8 +150,18 @@ def astra_provide_configuration(options):
         provided["options"]["gpu"] = options["gpu"]
     if options.get("nccl_nic_gbps") is not None:  # so does an explicit --nccl-nic-gbps
         provided["options"]["nccl_nic_gbps"] = options["nccl_nic_gbps"]
-    # A platform is simulated as the machine it names: its GPU and its NCCL, unless the user said otherwise.
+    # A platform is simulated as the machine it names: its GPU and its NCCL, unless the user said otherwise,
+    # and a host that launches the kernels at the measured rate (host_launch.json).
     provided["compute_model"] = "gpu"
+    host = host_launch_defaults()
+    for key in ("host_launch_us", "host_sync_us"):
+        if options.get(key) is None:
+            provided["options"][key] = host[key]
+    # ... and communication kernels that slow the kernels beside them, as measured.
+    if not options.get("gpu_contention"):
+        provided["options"]["gpu_contention"] = True
+        if options.get("gpu_contention_model") is None:
+            provided["options"]["gpu_contention_model"] = "measured"
     gpu = provided["options"]["gpu"]
     provided["defaults"] = {
         "compute_model": (f"gpu (implied by --platform {name}: compute nodes are timed on its GPU; "
@@ -141,6 +169,15 @@ def astra_provide_configuration(options):
                           if options.get("compute_model") is None else f"{options['compute_model']} (--compute-model)"),
         "gpu": (f"{gpu} (the platform's GPU)" if gpu == platform_gpu else f"{gpu} (--gpu, instead of the "
                 f"platform's {platform_gpu})"),
+        "host": ("host launches one GPU operation per "
+                 f"{provided['options'].get('host_launch_us', options.get('host_launch_us'))} us and waits "
+                 f"{provided['options'].get('host_sync_us', options.get('host_sync_us'))} us after each "
+                 "send/receive marked host_waits (measured: plugins/gpu_model/calibration; --host-launch-us 0 --host-sync-us 0 "
+                 "turns it off)"),
+        "contention": ("measured slowdowns of kernels beside communication (--gpu-contention "
+                       f"--gpu-contention-model {provided['options'].get('gpu_contention_model', options.get('gpu_contention_model') or 'sm-hbm')}"
+                       "; implied by --platform)" if not options.get("gpu_contention") else
+                       "--gpu-contention (given)"),
         "collective": (f"{collective} (--platform-collective)" if collective else
                        f"nccl (implied by --platform {name}: NCCL's own algorithm choice and timing on every "
                        "dimension; --platform-collective ring for the kernel's packet-level ring)"),
