@@ -126,12 +126,14 @@ def _read_by_address(sram: ReadSram, order: _IfmapOrder, multi, lo, hi, tt):
     return tt
 
 
-def simulate_addresses(layer, config) -> LayerCycles:
+def simulate_addresses(layer, config, version="3.0.0") -> LayerCycles:
     """SCALE-sim 3.0's COMPUTE_REPORT numbers for a convolution with repeated or missing IFMAP words."""
     f = fold_layer(layer, config.rows, config.cols, config.dataflow)
     order = _IfmapOrder(layer, f)
-    ifmap = ReadSram(config.ifmap_sram_kb, config.ifmap_read_bw, order.words.size, order.cells)
-    filt = ReadSram(config.filter_sram_kb, config.filter_read_bw, f.filter.words, f.filter.cells)
+    double = version == "3.0.0"
+    short = 0 if double else 1
+    ifmap = ReadSram(config.ifmap_sram_kb, config.ifmap_read_bw, order.words.size, order.cells, double)
+    filt = ReadSram(config.filter_sram_kb, config.filter_read_bw, f.filter.words, f.filter.cells, double)
     multi = order.repeated_lines(ifmap.eps)
     ofmap = WriteSram(config.ofmap_sram_kb, config.ofmap_write_bw)
     stalls = i = out = 0
@@ -139,15 +141,15 @@ def simulate_addresses(layer, config) -> LayerCycles:
         for fr in range(f.row_fold):
             for j in range(f.fold_cycles):
                 t0 = i + stalls
-                s = 0
+                s_if = s_f = 0        # no read this cycle: served at t0 + 1, no stall
                 r = order.line_range(f, fc, fr, j)
                 if r is not None:
-                    s = _read_by_address(ifmap, order, multi, r[0], r[1], t0 + 1) - t0 - 1
+                    s_if = _read_by_address(ifmap, order, multi, r[0], r[1], t0 + 1) - t0 - 1
                 r = f.filter_line(fc, fr, j)
                 if r is not None:
-                    s = max(s, filt.read(r[0], r[1], t0 + 1) - t0 - 1)
+                    s_f = filt.read(r[0], r[1], t0 + 1) - t0 - 1
                 out = ofmap.write(f.ofmap_count(fc, fr, j), t0)
-                s = max(s, out - t0)
+                s = max(s_if, s_f, out - t0 - short)
                 stalls += s
                 i += 1
     stop = ofmap.finish(out)

@@ -26,9 +26,9 @@ class ReadSram:
     """IFMAP / filter SRAM, USER bandwidth mode."""
 
     __slots__ = ("eps", "lines", "active", "step", "prefetch_lines", "dram_start", "start", "end", "slides",
-                 "wraps")
+                 "wraps", "double_stall")
 
-    def __init__(self, size_kib: int, bandwidth: int, words: int, cells: int):
+    def __init__(self, size_kib: int, bandwidth: int, words: int, cells: int, double_stall: bool = True):
         total = size_kib * 1024
         active_size = _ceil_div(total, 2)
         prefetch_size = total - active_size
@@ -42,6 +42,7 @@ class ReadSram:
         self.start, self.end = 0, self.active                # active window [start, end) on the ring
         self.slides = 0
         self.wraps = self.active < self.lines                 # False: everything stays resident
+        self.double_stall = double_stall                      # SCALE-sim 3.0.0; 2.x waits exactly
 
     def ready(self, k: int) -> int:
         """Cycle the k-th prefetch completes."""
@@ -58,7 +59,7 @@ class ReadSram:
         self.start = (self.start + self.step) % self.lines
         self.end = (self.start + self.active) % self.lines
         f = self.ready(self.slides)
-        return f if f <= tt else 2 * f - tt
+        return f if (f <= tt or not self.double_stall) else 2 * f - tt
 
     def read_held(self, lo: int, hi: int) -> bool:
         """Whether every set holding positions lo..hi is in the active window."""

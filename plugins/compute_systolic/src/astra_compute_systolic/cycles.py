@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from astra_compute_systolic.buffers import WriteSram
 from astra_compute_systolic.geometry import BlockStream, Layer, fold_layer, rect_below
-from astra_compute_systolic.linesim import dram_starts, read_srams
+from astra_compute_systolic.linesim import check_version, dram_starts, read_srams
 from astra_compute_systolic.result import LayerCycles
 
 
@@ -245,14 +245,17 @@ def _next_write_event(w: _Writes, ofmap: WriteSram, q, q_end, base, stalls):
     return w.cycle_of_word(q_a, k if k > 1 else 1, q_end)
 
 
-def compute_cycles(layer: Layer, config) -> LayerCycles:
-    """SCALE-sim 3.0's COMPUTE_REPORT numbers for ``layer`` on ``config``, event by event."""
+def compute_cycles(layer: Layer, config, version="3.0.0") -> LayerCycles:
+    """SCALE-sim's COMPUTE_REPORT numbers for ``layer`` on ``config``, event by event (``version``: 3.0.0,
+    or 2021 for the scale-sim-v2 commit ASTRA-sim 1.0 pins, see linesim.VERSIONS)."""
+    check_version(version)
     if config.bandwidth_mode == "USER" and not (layer.full_windows and layer.distinct_ifmap):
         from astra_compute_systolic.addrsim import simulate_addresses
 
-        return simulate_addresses(layer, config)   # SCALE-sim's hits are per address there
+        return simulate_addresses(layer, config, version)   # SCALE-sim's hits are per address there
     f = fold_layer(layer, config.rows, config.cols, config.dataflow)
-    ifmap_sram, filter_sram = read_srams(f, config)
+    ifmap_sram, filter_sram = read_srams(f, config, version)
+    short = 1 if version == "2021" else 0
     ifmap = _Reads(f, f.ifmap, ifmap_sram, False)
     filt = _Reads(f, f.filter, filter_sram, f.dataflow == "os")
     ofmap = WriteSram(config.ofmap_sram_kb, config.ofmap_write_bw)
@@ -282,16 +285,16 @@ def compute_cycles(layer: Layer, config) -> LayerCycles:
                     break
             fr, j = divmod(q, L)                              # the event cycle, as linesim steps it
             t0 = base + q + stalls
-            s = 0
+            s_if = s_f = 0        # no read this cycle: served at t0 + 1, no stall
             if ifmap_sram is not None:
                 r = f.ifmap_line(fc, fr, j)
                 if r is not None:
-                    s = ifmap_sram.read(r[0], r[1], t0 + 1) - t0 - 1
+                    s_if = ifmap_sram.read(r[0], r[1], t0 + 1) - t0 - 1
                 r = f.filter_line(fc, fr, j)
                 if r is not None:
-                    s = max(s, filter_sram.read(r[0], r[1], t0 + 1) - t0 - 1)
+                    s_f = filter_sram.read(r[0], r[1], t0 + 1) - t0 - 1
             o = ofmap.write(w.upto(q + 1) - w.upto(q), t0)
-            s = max(s, o - t0)
+            s = max(s_if, s_f, o - t0 - short)
             stalls += s
             last_event_line = base + q
             out = o

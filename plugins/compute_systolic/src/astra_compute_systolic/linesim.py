@@ -12,12 +12,30 @@ from astra_compute_systolic.geometry import Layer, fold_layer
 from astra_compute_systolic.result import LayerCycles
 
 
-def read_srams(folds, config):
+#: SCALE-sim versions whose arithmetic is modelled: the PyPI release, and the scale-sim-v2 commit
+#: (c28fd1b, May 2021) that ASTRA-sim 1.0 pins as its submodule. They differ in two lines: 3.0.0 counts a
+#: read stall twice and an OFMAP stall in full; the 2021 code waits for a prefetch exactly and counts an
+#: OFMAP stall one cycle short (``ofmap_cycle_out - cycle - 1``).
+VERSIONS = ("3.0.0", "2021")
+
+
+def check_version(version):
+    if version not in VERSIONS:
+        raise ValueError(f"unknown SCALE-sim version {version!r}; modelled: {', '.join(VERSIONS)}")
+    return version
+
+
+def read_srams(folds, config, version="3.0.0"):
     """The IFMAP and filter SRAMs of a USER-mode config (None in CALC mode: reads never stall there)."""
     if config.bandwidth_mode != "USER":
         return None, None
-    return (ReadSram(config.ifmap_sram_kb, config.ifmap_read_bw, folds.ifmap.words, folds.ifmap.cells),
-            ReadSram(config.filter_sram_kb, config.filter_read_bw, folds.filter.words, folds.filter.cells))
+    double = version == "3.0.0"
+    return (ReadSram(config.ifmap_sram_kb, config.ifmap_read_bw, folds.ifmap.words, folds.ifmap.cells, double),
+            ReadSram(config.filter_sram_kb, config.filter_read_bw, folds.filter.words, folds.filter.cells, double))
+
+
+def _ceil_div(a, b):
+    return -(-a // b)
 
 
 def calc_dram_start(words_touched: int, first_cycle: int, size_kib: int) -> int:
@@ -26,16 +44,15 @@ def calc_dram_start(words_touched: int, first_cycle: int, size_kib: int) -> int:
     per_set = size_kib * 1024 // 100
     half = 50 * per_set
     if words_touched >= half:
-        return first_cycle - (-(-half // 10))
-    sets = -(-words_touched // per_set)
-    return -(-(-(sets * per_set) // 10))
+        return first_cycle - _ceil_div(half, 10)
+    sets = _ceil_div(words_touched, per_set)
+    return -_ceil_div(sets * per_set, 10)
 
 
 def dram_starts(layer, folds, config, ifmap_sram, filter_sram):
     if config.bandwidth_mode == "USER":
         return ifmap_sram.dram_start, filter_sram.dram_start
-    ifmap_words = folds.ifmap.words if layer.distinct_ifmap else layer.ifmap_words()
-    return (calc_dram_start(ifmap_words, folds.ifmap.first_cycle(), config.ifmap_sram_kb),
+    return (calc_dram_start(layer.ifmap_words(), folds.ifmap.first_cycle(), config.ifmap_sram_kb),
             calc_dram_start(folds.filter.words, folds.filter.first_cycle(), config.filter_sram_kb))
 
 
@@ -52,14 +69,16 @@ def utilisation(layer: Layer, folds, total_cycles: int):
     return overall, map_sum / n * 100, util_sum / n * 100
 
 
-def simulate_lines(layer: Layer, config) -> LayerCycles:
-    """SCALE-sim 3.0's COMPUTE_REPORT numbers for ``layer``, stepping every array cycle."""
+def simulate_lines(layer: Layer, config, version="3.0.0") -> LayerCycles:
+    """SCALE-sim's COMPUTE_REPORT numbers for ``layer``, stepping every array cycle."""
+    check_version(version)
     if config.bandwidth_mode == "USER" and not (layer.full_windows and layer.distinct_ifmap):
         from astra_compute_systolic.addrsim import simulate_addresses
 
-        return simulate_addresses(layer, config)
+        return simulate_addresses(layer, config, version)
     f = fold_layer(layer, config.rows, config.cols, config.dataflow)
-    ifmap, filt = read_srams(f, config)
+    ifmap, filt = read_srams(f, config, version)
+    short = 1 if version == "2021" else 0
     ofmap = WriteSram(config.ofmap_sram_kb, config.ofmap_write_bw)
     stalls = 0
     i = 0
@@ -68,16 +87,16 @@ def simulate_lines(layer: Layer, config) -> LayerCycles:
         for fr in range(f.row_fold):
             for j in range(f.fold_cycles):
                 t0 = i + stalls
-                s = 0
+                s_if = s_f = 0        # no read this cycle: served at t0 + 1, no stall
                 if ifmap is not None:
                     r = f.ifmap_line(fc, fr, j)
                     if r is not None:
-                        s = ifmap.read(r[0], r[1], t0 + 1) - t0 - 1
+                        s_if = ifmap.read(r[0], r[1], t0 + 1) - t0 - 1
                     r = f.filter_line(fc, fr, j)
                     if r is not None:
-                        s = max(s, filt.read(r[0], r[1], t0 + 1) - t0 - 1)
+                        s_f = filt.read(r[0], r[1], t0 + 1) - t0 - 1
                 out = ofmap.write(f.ofmap_count(fc, fr, j), t0)
-                s = max(s, out - t0)
+                s = max(s_if, s_f, out - t0 - short)
                 stalls += s
                 i += 1
     stop = ofmap.finish(out)
