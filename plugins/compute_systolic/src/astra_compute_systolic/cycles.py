@@ -219,11 +219,33 @@ class _Writes:
         if self.upto(q_end) < target:
             return None
         fr = min((target - 1) // self.per_fold, self.rf - 1)   # every fold but the last writes per_fold
-        lo_q = max(q0, fr * self.L)
-        hi_q = min(q_end - 1, fr * self.L + self.L - 1)
-        if lo_q > hi_q or self.upto(hi_q + 1) < target:           # (the last fold may write fewer)
-            lo_q, hi_q = q0, q_end - 1
-        return first_at_least(lambda q: self.upto(q + 1), lo_q, hi_q, target)
+        f = self.f
+        lo = f.ofmap_lo + (f.R - f.ru(fr) if f.ofmap_rows_flip else 0)
+        x = _first_x_with_words(self.hi - lo + 1, self.cu, target - fr * self.per_fold)
+        return max(q0, fr * self.L + lo + x - 1)
+
+
+def _first_x_with_words(rows, cols, t):
+    """Smallest x with rect_below(x, 0, rows, 0, cols) >= t (1 <= t <= rows*cols), in closed form.
+
+    The count of cells (r, c) with r + c < x rises as x(x+1)/2 up to min(rows, cols), then by min(rows,
+    cols) per step, then falls off symmetrically; each piece is inverted exactly with integer square roots."""
+    from math import isqrt
+
+    a, b = min(rows, cols), max(rows, cols)
+    if a * (a + 1) // 2 >= t:                                # x(x+1)/2 >= t
+        x = (isqrt(8 * t + 1) - 1) // 2
+        while x * (x + 1) // 2 < t:
+            x += 1
+        return x
+    base = a * (a + 1) // 2
+    if base + (b - a) * a >= t:
+        return a + -(-(t - base) // a)
+    room = rows * cols - t                                   # y(y-1)/2 <= room, y = a + b - x, largest y
+    y = (1 + isqrt(1 + 8 * room)) // 2
+    while y * (y - 1) // 2 > room:
+        y -= 1
+    return a + b - y
 
 
 def _next_write_event(w: _Writes, ofmap: WriteSram, q, q_end, base, stalls):
@@ -265,16 +287,24 @@ def compute_cycles(layer: Layer, config, version="3.0.0") -> LayerCycles:
     base = 0
     out = None
     last_event_line = -1
+    # the last fold of a run may differ (OS: fewer rows); identical folds before it repeat exactly
+    uniform_end = (rf - 1) * L if f.ofmap_rows_flip else run_len
     for fc in range(f.col_fold):
         w = _Writes(f, fc)
         q = 0
+        seen = {}                       # OFMAP-only stretch: relative state at each event -> (q, stalls)
         while q < run_len:
             fr, j = divmod(q, L)
             e = run_len
+            reads_quiet = True
             for reads in (ifmap, filt):
                 ev = reads.next_event_q(fc, q, rf, L)
-                if ev is not None and ev < e:
-                    e = ev
+                if ev is not None:
+                    reads_quiet = False
+                    if ev < e:
+                        e = ev
+            if reads_quiet:
+                q, stalls = _skip_periods(seen, ofmap, q, stalls, base, L, uniform_end, w)
             ev = _next_write_event(w, ofmap, q, e, base, stalls)
             if ev is not None:
                 e = min(e, ev)
@@ -309,6 +339,39 @@ def compute_cycles(layer: Layer, config, version="3.0.0") -> LayerCycles:
     mapping, util = _fold_averages(f)
     return LayerCycles(int(stop - min(start_if, start_f)), out, stalls, overall, mapping, util,
                        f.folds * L, f.folds, layer.macs)
+
+
+def _skip_periods(seen, ofmap: WriteSram, q, stalls, base, L, uniform_end, w):
+    """Jump over whole repetitions of an OFMAP-only stretch (no read event left in the run).
+
+    With reads quiet, what happens from run cycle q on depends only on the OFMAP SRAM's state relative to
+    now and on q's place in its fold. When that relative state recurs k folds later, the k folds in between
+    repeat exactly for as long as the folds stay identical, each adding the same cycles, stalls, DRAM lines
+    and drained lines: so those repetitions are added at once."""
+    t = base + q + stalls
+    key = (q % L, ofmap.free, ofmap.fill, ofmap.rows - ofmap.drained, ofmap.drain_end - t,
+           tuple(sorted((r - ofmap.drained, v) for r, v in ofmap.partial.items())))
+    prev = seen.get(key)
+    seen[key] = (q, stalls, ofmap.rows, ofmap.drained, ofmap.last_drain_end)
+    if prev is None:
+        return q, stalls
+    q0, stalls0, rows0, drained0, last0 = prev
+    dq, ds = q - q0, stalls - stalls0
+    if dq <= 0 or q + dq > uniform_end:
+        return q, stalls
+    k = (uniform_end - q) // dq
+    if k <= 0:
+        return q, stalls
+    drows, ddrained = ofmap.rows - rows0, ofmap.drained - drained0
+    shift_t = k * (dq + ds)
+    ofmap.rows += k * drows
+    ofmap.drained += k * ddrained
+    ofmap.partial = {r + k * drows: v for r, v in ofmap.partial.items()}
+    ofmap.drain_end += shift_t
+    if ofmap.last_drain_end is not None and last0 is not None:
+        ofmap.last_drain_end += shift_t
+    seen.clear()
+    return q + k * dq, stalls + k * ds
 
 
 def _fold_averages(f):
