@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from astra_compute_systolic.buffers import WriteSram
 from astra_compute_systolic.geometry import BlockStream, Layer, fold_layer, rect_below
-from astra_compute_systolic.linesim import check_version, dram_starts, read_srams
+from astra_compute_systolic.linesim import check_version, dram_starts, overall_util, read_srams
 from astra_compute_systolic.result import LayerCycles
 
 
@@ -335,7 +335,7 @@ def compute_cycles(layer: Layer, config, version="3.0.0") -> LayerCycles:
         out = total_lines - 1 + stalls                        # the last cycle was quiet
     stop = ofmap.finish(out)
     start_if, start_f = dram_starts(layer, f, config, ifmap_sram, filter_sram)
-    overall = layer.macs * 100 / (out * f.R * f.C)
+    overall = overall_util(layer, f, out)
     mapping, util = _fold_averages(f)
     return LayerCycles(int(stop - min(start_if, start_f)), out, stalls, overall, mapping, util,
                        f.folds * L, f.folds, layer.macs)

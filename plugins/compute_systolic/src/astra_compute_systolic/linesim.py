@@ -7,6 +7,8 @@ cycle, so it is for small layers only.
 
 from __future__ import annotations
 
+import math
+
 from astra_compute_systolic.buffers import ReadSram, WriteSram
 from astra_compute_systolic.geometry import Layer, fold_layer
 from astra_compute_systolic.result import LayerCycles
@@ -65,8 +67,15 @@ def utilisation(layer: Layer, folds, total_cycles: int):
             map_sum += m
             util_sum += u
     n = folds.folds
-    overall = layer.macs * 100 / (total_cycles * folds.R * folds.C)
-    return overall, map_sum / n * 100, util_sum / n * 100
+    return overall_util(layer, folds, total_cycles), map_sum / n * 100, util_sum / n * 100
+
+
+def overall_util(layer, folds, total_cycles) -> float:
+    """SCALE-sim's "Overall Util %"; NaN for a layer of 0 total cycles (a 1x1x1 GEMM on a 1x1 array), on
+    which SCALE-sim itself stops with a ZeroDivisionError."""
+    if total_cycles == 0:
+        return math.nan
+    return layer.macs * 100 / (total_cycles * folds.R * folds.C)
 
 
 def simulate_lines(layer: Layer, config, version="3.0.0") -> LayerCycles:
