@@ -35,6 +35,27 @@ non_negative_float = number(float, 0, what="a number")
 positive_float = number(float, 0, exclusive=True, what="a number")
 
 
+def subcommands(subparsers, name, dest, **parser_kwargs):
+    """``(parser, its sub-command collection)`` for ``astra NAME SUBCOMMAND``, created on first use.
+
+    Several plugins may add sub-commands to one group (``astra workload llm`` comes from one plugin,
+    ``astra workload systolic`` from another); each calls this with the same ``name`` and gets the same
+    collection, whichever plugin registers first. Without a sub-command the group prints its help."""
+    parser = subparsers.choices.get(name)
+    if parser is None:
+        parser = subparsers.add_parser(name, **parser_kwargs)
+
+        def usage(args, parser=parser):
+            parser.print_help()
+            return 2
+
+        parser.set_defaults(run_command=usage)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return parser, action
+    return parser, parser.add_subparsers(dest=dest, metavar="SUBCOMMAND")
+
+
 def ensure_parent_dir(path):
     """Create the folder ``path`` goes into, as every ``-o``/``--report-json`` does; a
     ConfigError names the folder when it cannot be made."""

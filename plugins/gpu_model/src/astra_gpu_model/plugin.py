@@ -186,8 +186,15 @@ def astra_provide_configuration(options):
 
 
 @hookimpl
+def astra_platforms(nodes):
+    from astra_gpu_model.platforms import describe_all
+
+    return describe_all(nodes)
+
+
+@hookimpl
 def astra_register_commands(subparsers):
-    parser = subparsers.add_parser("platforms", help="list the --platform bundles (GPU, NVLink, NICs) and sources",
+    parser = subparsers.add_parser("platforms", help="list the --platform bundles (GPU or TPU machines) and sources",
                                    description="List the platforms `astra run --platform NAME` knows.")
     parser.add_argument("--json", action="store_true", help="machine-readable output, with every source")
     parser.add_argument("--nodes", type=int, default=1, metavar="N", help="show totals for N nodes (default 1)")
@@ -203,18 +210,25 @@ def _cmd_platforms(args):
 
     if args.nodes < 1:
         raise ConfigError(f"--nodes must be an integer >= 1, got {args.nodes}")
-    rows = describe_all(args.nodes)
+    pm = getattr(args, "plugin_manager", None)
+    if pm is None:
+        rows = describe_all(args.nodes)
+    else:  # every plugin's platforms (astra_platforms), GPU machines first
+        rows = [row for result in reversed(pm.hook.astra_platforms(nodes=args.nodes)) for row in result or ()]
+        rows.sort(key=lambda row: row.get("family", "gpu") != "gpu")
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
     from astra_sim.termtable import Column, print_table
 
-    # at 80 columns one GPU count goes: the total when it equals the per-node count
+    # at 80 columns one device count goes: the total when it equals the per-node count
+    # (a "node" is a GPU machine's scale-up domain, or a TPU slice)
     one_node = args.nodes == 1
-    columns = [Column("platform"), Column("GPU"), Column("GPUs/\nnode", number=True, drop=None if one_node else 1),
-               Column("total\nGPUs", number=True, drop=1 if one_node else None),
+    columns = [Column("platform"), Column("device"),
+               Column("devices/\nnode", number=True, drop=None if one_node else 1),
+               Column("total\ndevices", number=True, drop=1 if one_node else None),
                Column("scale-up\nGB/s/dir", number=True),
-               Column("NIC Gb/s\nper GPU", number=True), Column("HBM\nGB/s", number=True, drop=2),
+               Column("NIC Gb/s\nper device", number=True), Column("HBM\nGB/s", number=True, drop=2),
                Column("bf16\nTFLOP/s", number=True, drop=3)]
     table_rows = [[r["name"], r["gpu"], str(r["gpus_per_node"]), str(r["total_gpus"]),
                    f"{r['scaleup_gb_per_s_per_direction']:g}", f"{r['nic_gbit_per_s_per_gpu']:g}",
