@@ -55,10 +55,18 @@ def astra_provide_configuration(options):
 
             raise ConfigError(f"unknown --platform {name!r}; TPU platforms: {', '.join(PRESETS)} (see astra platforms)")
         return None  # a GPU platform: gpu_model's hook provides it
+    platform = key
     provided = generate(key, options.get("nodes") or 1, options.get("tpu_topology"))
     for key in ("systolic_config", "systolic_ghz", "systolic_hbm_gbps"):  # explicit options win
         if options.get(key) is not None:
             provided["options"].pop(key, None)
+    # A platform is simulated as the machine it names: its systolic arrays time the compute.
+    provided["compute_model"] = "systolic"
+    provided["defaults"] = {
+        "compute_model": (f"systolic (implied by --platform {platform}: compute nodes are timed on its arrays; "
+                          "--compute-model replay replays the traced durations)"
+                          if options.get("compute_model") is None else f"{options['compute_model']} (--compute-model)"),
+    }
     return provided
 
 
