@@ -72,6 +72,7 @@ from .config import ATTENTIONS, DTYPES, GEMM_DTYPES, MODES, LlmConfig, check_con
 from .fp8 import FP8_AMAX_HISTORY, SCALED_MM
 from .generate import generate_llm
 from .layout import comm_groups, coords_of, cp_coords_of, rank_of, rank_symmetry
+from .memory import MemoryEstimate, layer_activation_bytes, memory_estimate, peak_memory, stage_memory
 from .model import (
     PRESETS, ModelDims, activated_layer_parameters, activated_parameter_count, dense_layer_parameters,
     expert_layer_parameters, inference_flops, layer_parameters, layer_shards, model_dims, padded_vocab,
@@ -90,5 +91,6 @@ __all__ = [
     "dense_layer_parameters", "expert_layer_parameters", "router_parameters", "activated_layer_parameters",
     "ATTENTIONS", "DTYPES", "GEMM_DTYPES", "MODES", "FP8_AMAX_HISTORY", "SCALED_MM", "COMM_SMS_GROUPS",
     "TE_OVERLAP_NAMES", "TE_OVERLAPS", "load_tp_overlap_sms", "parse_comm_sms", "ep_loads", "expert_capacity",
-    "parse_expert_load", "routed_rows", "ADAM_BYTES_PER_PARAM", "add_llm_command",
+    "parse_expert_load", "routed_rows", "ADAM_BYTES_PER_PARAM", "add_llm_command", "MemoryEstimate",
+    "layer_activation_bytes", "memory_estimate", "peak_memory", "stage_memory",
 ]

@@ -124,7 +124,10 @@ def add_llm_command(sub):
                    "rank = t + TP*(c + CP*(d + DP*p)))")
     p.add_argument("--virtual-stages", type=positive_int, default=1, metavar="V",
                    help="interleaved 1F1B: model chunks per pipeline rank (micro-batches a multiple of --pp)")
-    p.add_argument("--recompute", action="store_true", help="full activation recomputation before each backward")
+    p.add_argument("--recompute", nargs="?", const="full", choices=("full", "selective"), default=None,
+                   help="activation recomputation: full (the default when given alone: every layer's forward again "
+                   "before its backward) or selective (only the attention scores, which FlashAttention recomputes "
+                   "anyway: changes the memory estimate only)")
     p.add_argument("--elementwise", action=argparse.BooleanOptionalAction, default=True,
                    help="training: emit the memory-bound ops (LayerNorm, GeLU/SwiGLU, dropout, residual adds, "
                    "embedding, cross entropy, Adam) as ATen nodes the gpu compute model times from their shapes "
@@ -183,7 +186,8 @@ def _cmd_llm(args):
         load = parse_expert_load(args.moe_expert_load, dims.experts, dims.moe_layers)
     cfg = LlmConfig(tp=args.tp, pp=args.pp, dp=args.dp, micro_batches=args.micro_batches,
                     micro_batch_size=mbs, sequence_parallel=args.sequence_parallel,
-                    zero=args.zero, recompute=args.recompute, dtype=args.dtype, tflops=args.tflops, ep=args.ep,
+                    zero=args.zero, recompute=args.recompute == "full",
+                    recompute_selective=args.recompute == "selective", dtype=args.dtype, tflops=args.tflops, ep=args.ep,
                     mode=args.mode, prompt_len=args.prompt_len, decode_len=args.decode_len,
                     decode_steps=args.decode_steps, prefill_chunk=args.prefill_chunk or 0,
                     prefill_done=args.prefill_done, cp=args.cp,
@@ -206,4 +210,7 @@ def _cmd_llm(args):
           f"({s['activated_parameters'] / 1e9:.2f}B activated), {s['flops'] / 1e15:.4f} PFLOP "
           f"{'per step' if cfg.steps == 1 else f'over {cfg.steps} steps'}, nodes per rank by stage "
           f"{s['nodes_per_stage']}; wrote {wrote} and {args.output}.groups.json ({s['groups']} groups)")
+    peak = max(s["memory"], key=lambda m: m.total)
+    print(f"estimated peak HBM per GPU: {peak.describe()} on stage {peak.stage}"
+          + (f" (stages: {', '.join(f'{m.total / 1e9:.1f}' for m in s['memory'])} GB)" if len(s["memory"]) > 1 else ""))
     return 0

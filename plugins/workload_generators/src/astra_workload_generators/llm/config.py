@@ -34,7 +34,8 @@ class LlmConfig:
     micro_batch_size: int = 1
     sequence_parallel: bool = False
     zero: int = 0
-    recompute: bool = False
+    recompute: bool = False         # full activation recomputation before each backward
+    recompute_selective: bool = False  # memory only: attention scores recomputed, not kept (flash never keeps them)
     dtype: str = "bf16"
     tflops: float = 312.0
     ep: int = 1                     # expert parallelism, carved out of dp
@@ -89,6 +90,11 @@ def _check(dims: ModelDims, cfg: LlmConfig):
         v = getattr(cfg, name)
         if not isinstance(v, int) or v < 1:
             raise ConfigError(f"{name.replace('_', '-')} must be a positive integer, got {v!r}")
+    if cfg.recompute and cfg.recompute_selective:
+        raise ConfigError("--recompute is full or selective, not both")
+    if cfg.recompute_selective and cfg.attention == "unfused":
+        raise ConfigError("--recompute selective with --attention unfused is not emitted (the attention core's "
+                          "recomputation); FlashAttention recomputes it anyway, so use --attention flash")
     if dims.layers % cfg.pp:
         raise ConfigError(f"layers {dims.layers} are not divisible by --pp {cfg.pp}")
     V = cfg.virtual_stages

@@ -11,6 +11,7 @@ from astra_sim.workload.compact import write_atomically, write_compact_workload
 
 from ..common import ensure_parent
 from .config import LlmConfig, _check
+from .memory import memory_estimate, metadata_attrs
 from .layout import _dyn_bytes, comm_groups, rank_of, rank_symmetry
 from .model import ModelDims, activated_parameter_count, inference_flops, parameter_count, training_flops
 from .stage import _StageBuilder
@@ -31,14 +32,17 @@ def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True, per_ran
     if write:
         ensure_parent(prefix)
         write_atomically(f"{prefix}.groups.json", json.dumps(groups).encode())
-    meta = make_metadata(attrs={"generator": "astra workload llm"}).SerializeToString()
-    head = encode_varint(len(meta)) + meta
+    memory = memory_estimate(dims, cfg)
     nodes_per_stage = []
     per_ep = cfg.ep if cfg.moe_expert_load else 1
     symmetry = RankSymmetry(rank_symmetry(cfg))
     classes = []
     for p in range(cfg.pp):
         graphs = [_StageBuilder(dims, cfg, p, e).build() for e in range(per_ep)]
+        # the stage's memory estimate travels in its traces' GlobalMetadata (astra run checks it against HBM)
+        meta = make_metadata(attrs={"generator": "astra workload llm",
+                                    **metadata_attrs(memory[p])}).SerializeToString()
+        head = encode_varint(len(meta)) + meta
         nodes_per_stage.append(len(graphs[0]))
         keys = sorted({dyn for items in graphs for _, dyn in items if dyn is not None})
         for t, d, c in ((t, d, c) for t in range(cfg.tp) for d in range(cfg.dp) for c in range(cfg.cp)):
@@ -66,4 +70,5 @@ def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True, per_ran
              else training_flops(dims, cfg.dp * cfg.micro_batches * cfg.micro_batch_size, cfg.tp))
     return {"npus": cfg.npus, "nodes_per_stage": nodes_per_stage, "groups": len(groups),
             "parameters": parameter_count(dims, cfg.tp), "classes": cfg.npus // symmetry.order,
-            "activated_parameters": activated_parameter_count(dims, cfg.tp), "flops": flops}
+            "activated_parameters": activated_parameter_count(dims, cfg.tp), "flops": flops,
+            "memory": memory, "peak_memory_bytes": max(m.total for m in memory)}
