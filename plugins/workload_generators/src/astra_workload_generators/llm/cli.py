@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from astra_sim.errors import ConfigError
 
-from .config import ATTENTIONS, DTYPES, GEMM_DTYPES, MODES, LlmConfig
+from .config import ATTENTIONS, DTYPES, GEMM_DTYPES, MODES, LlmConfig, check_config
 from .generate import generate_llm
 from .model import PRESETS, model_dims
 from .overlap import COMM_SMS_GROUPS, load_tp_overlap_sms, parse_comm_sms
@@ -157,7 +157,9 @@ def add_llm_command(sub):
     p.set_defaults(run_command=_cmd_llm)
 
 
-def _cmd_llm(args):
+def dims_and_config(args):
+    """The model and step settings of parsed ``astra workload llm`` arguments (``args``: its namespace), checked:
+    what ``astra sweep`` and ``astra search`` use to build a configuration without writing it."""
     dims = model_dims(args.preset, layers=args.layers, hidden=args.hidden, heads=args.heads,
                       kv_heads=args.kv_heads, ffn_hidden=args.ffn_hidden, vocab=args.vocab, seq_len=args.seq_len,
                       gated=args.gated, experts=args.experts, top_k=args.top_k, moe_ffn=args.moe_ffn,
@@ -200,6 +202,12 @@ def _cmd_llm(args):
                     moe_imbalance=args.moe_imbalance, moe_expert_load=load, logits=args.logits,
                     pp_scatter_gather=args.pp_scatter_gather,
                     comm_sms=tuple(sorted(comm_sms.items())), sm_margins=tuple(sorted(margins.items())))
+    check_config(dims, cfg)
+    return dims, cfg
+
+
+def _cmd_llm(args):
+    dims, cfg = dims_and_config(args)
     s = generate_llm(dims, cfg, args.output, per_rank_files=args.per_rank_files)
     if args.per_rank_files:
         wrote = f"{args.output}.0.et .. {args.output}.{s['npus'] - 1}.et"
