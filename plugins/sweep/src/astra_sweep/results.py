@@ -71,7 +71,7 @@ class Results:
         out = {}
         for key, text in row.items():
             kind = self.types.get(key) or ("float" if key == "wall_s" else "int" if key.endswith(("_ns", "_bytes"))
-                                           else "str")
+                                           else "str" if key in ("point", "status") else _infer(text))
             if text in ("", None):
                 out[key] = None
             elif kind == "int":
@@ -143,6 +143,19 @@ class Results:
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink)
         return sink.getvalue().to_pybytes()
+
+
+def _infer(text):
+    """The type of a CSV cell whose column type is not known (an earlier run's axis column)."""
+    if text in ("True", "False"):
+        return "bool"
+    for kind, convert in (("int", int), ("float", float)):
+        try:
+            convert(text)
+            return kind
+        except (TypeError, ValueError):
+            pass
+    return "str"
 
 
 def _cast(value, kind):
