@@ -59,6 +59,7 @@ def add_search_command(sub):
     p.add_argument("--jobs", type=positive_int, default=None, metavar="N")
     p.add_argument("--dask", metavar="ADDRESS", help="simulate on a Dask cluster (tcp://HOST:8786 or local:N)")
     p.add_argument("--point-timeout", type=float, default=None, metavar="S")
+    p.add_argument("--json", metavar="FILE", help="the ranked layouts (step_ns, mfu, peak_mem_bytes) and the drops")
     p.add_argument("--plot", metavar="FILE.png", help="step time against memory of every simulated point")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(run_command=_cmd_search)
@@ -69,7 +70,7 @@ def _divisors(n):
 
 
 def enumerate_layouts(dims, gpus, global_batch, gpus_per_node, choices, gemm_dtype="same"):
-    """(valid layouts [{option: value}], invalid count): the llm options of each layout the generator accepts."""
+    """(layouts [(LlmConfig, global batch divides?)], invalid count): every layout the generator accepts."""
     from astra_workload_generators.llm import LlmConfig, check_config
 
     tps = choices.get("tp") or [t for t in _divisors(gpus_per_node) if gpus % t == 0]
@@ -83,9 +84,9 @@ def enumerate_layouts(dims, gpus, global_batch, gpus_per_node, choices, gemm_dty
                     continue
                 dp = gpus // (tp * pp * cp)
                 for mbs in choices["mbs"]:
-                    if global_batch % (dp * mbs):
-                        continue
-                    m = global_batch // (dp * mbs)
+                    # (a batch that does not divide is still checked for memory, then refused for the batch)
+                    m = max(1, global_batch // (dp * mbs))
+                    batch_ok = global_batch % (dp * mbs) == 0
                     for vp in choices["vp"]:
                         if vp > 1 and pp == 1:
                             continue
@@ -101,7 +102,7 @@ def enumerate_layouts(dims, gpus, global_batch, gpus_per_node, choices, gemm_dty
                                     except ConfigError:
                                         invalid += 1
                                         continue
-                                    layouts.append(cfg)
+                                    layouts.append((cfg, batch_ok))
     return layouts, invalid
 
 
@@ -139,11 +140,15 @@ def _cmd_search(args):
     capacity = gpu.hbm_capacity_gb * 1e9
     fit, dropped = [], {}
     estimates = {}
-    for cfg in layouts:
+    batch_refused = 0
+    for cfg, batch_ok in layouts:
         m = peak_memory(dims, cfg)
         estimates[id(cfg)] = m
         if m.total <= capacity:
-            fit.append(cfg)
+            if batch_ok:
+                fit.append(cfg)
+            else:
+                batch_refused += 1
             continue
         states = m.weights + m.gradients + m.optimizer + m.workspace
         why = ("weights, gradients and optimizer states alone" if states > capacity else
@@ -151,7 +156,8 @@ def _cmd_search(args):
         dropped.setdefault(why, []).append((cfg, m))
     print(f"{args.preset} on {args.gpus} x {gpu.name} ({platform.name}), global batch {args.global_batch}: "
           f"{len(layouts) + invalid} layouts, {invalid} refused by the generator (divisibility, heads, ...), "
-          f"{sum(len(v) for v in dropped.values())} do not fit {gpu.hbm_capacity_gb:g} GB, {len(fit)} to simulate")
+          f"{sum(len(v) for v in dropped.values())} do not fit {gpu.hbm_capacity_gb:g} GB, {batch_refused} fit but "
+          f"do not divide the global batch (DP x micro-batch size), {len(fit)} to simulate")
     for why, items in sorted(dropped.items()):
         cfg, m = min(items, key=lambda x: x[1].total)
         print(f"  dropped {len(items)}: {why} exceed the HBM (smallest: {_describe(cfg)} needs "
@@ -183,6 +189,16 @@ def _cmd_search(args):
         ranked.append((step, flops / (step * args.gpus * peak), estimates[id(cfg)].total, cfg))
     ranked.sort(key=lambda x: x[0])
     _print_top(ranked[:args.top], args, summary)
+    if args.json:
+        import json
+
+        from astra_sim.cliutil import write_text_atomic
+
+        write_text_atomic(args.json, json.dumps({
+            "ranked": [{"layout": _options(c), "step_ns": int(s * 1e9), "mfu": mfu, "peak_mem_bytes": mem}
+                       for s, mfu, mem, c in ranked],
+            "dropped": {why: [_options(c) for c, _ in items] for why, items in dropped.items()},
+            "refused": invalid, "batch_refused": batch_refused}, indent=1) + "\n")
     if args.plot:
         plot(ranked, {why: [m.total for _, m in items] for why, items in dropped.items()}, capacity, args.plot,
              f"{args.preset} on {args.gpus} x {gpu.name}, batch {args.global_batch}")
