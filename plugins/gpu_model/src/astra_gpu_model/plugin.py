@@ -45,6 +45,18 @@ def astra_add_run_options(parser):
                        help="one HBM bandwidth share for whatever communication runs under --gpu-contention "
                             "(default: per transfer, 2 x its link's rate (NVLink, or the NIC across nodes) / HBM "
                             "bandwidth, added up to at most 0.5; without a NIC rate 2 x scale-up / HBM)")
+    group.add_argument("--allow-oom", action="store_true",
+                       help="a rank whose estimated peak memory (the generator's, in the trace's metadata) exceeds "
+                            "the GPU's HBM is a warning, not an error")
+
+
+@hookimpl
+def astra_run_start(run):
+    model = getattr(run, "compute_model", None)
+    if isinstance(model, GpuComputeModel):
+        from astra_gpu_model.capacity import check
+
+        run.memory_summary = check(run, model.gpu, bool(run.options.get("allow_oom")), run.warn)
 
 
 @hookimpl
@@ -55,6 +67,8 @@ def astra_run_finish(run, report):
         # did what its representative did.
         symmetry = getattr(run, "symmetry", None)
         report.settings["gpu_model"] = model.describe()
+        if getattr(run, "memory_summary", None) is not None:
+            report.settings["memory"] = run.memory_summary
         counts = model.stats()
         if symmetry is not None:
             counts = {how: n * symmetry.order for how, n in counts.items()}
