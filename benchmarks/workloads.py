@@ -37,28 +37,35 @@ def _common(folder, npus):
     return system, network, memory
 
 
-def _write_all(prefix, ranks, nodes):
-    """Every rank runs the same graph (the usual data-parallel case)."""
+def _write_all(prefix, ranks, nodes, compact=False):
+    """Every rank runs the same graph (the usual data-parallel case): one file per rank, or (``compact``)
+    one trace and a manifest whose symmetry relates every rank (astra_sim.workload.compact)."""
     from astra_sim.chakra import encode_et
+    from astra_sim.symmetry import BlockShift
+    from astra_sim.workload.compact import write_compact_workload
 
     data = encode_et(make_metadata(), nodes)
+    if compact:
+        write_compact_workload(prefix, ranks, [BlockShift(1, ranks, ranks)], [(0, data)],
+                               generator="benchmarks/workloads.py")
+        return
     for rank in range(ranks):
         with open(f"{prefix}.{rank}.et", "wb") as handle:
             handle.write(data)
 
 
-def all_reduce(folder, npus=(8, 8, 64), size=1 << 30):
+def all_reduce(folder, npus=(8, 8, 64), size=1 << 30, compact=False):
     """One all-reduce of ``size`` bytes on every rank."""
     system, network, memory = _common(folder, npus)
     prefix = os.path.join(folder, "allreduce")
     node = make_node(0, "all_reduce", T.COMM_COLL_NODE,
                      attrs={"is_cpu_op": False, "comm_type": T.ALL_REDUCE, "comm_size": size})
     ranks = npus[0] * npus[1] * npus[2]
-    _write_all(prefix, ranks, [node])
+    _write_all(prefix, ranks, [node], compact)
     return prefix, system, network, memory
 
 
-def data_parallel_training(folder, npus=(8, 8, 16), layers=20, compute_us=50, grad_bytes=16 << 20):
+def data_parallel_training(folder, npus=(8, 8, 16), layers=20, compute_us=50, grad_bytes=16 << 20, compact=False):
     """A training step: forward layers, then backward layers each followed by its gradient all-reduce."""
     system, network, memory = _common(folder, npus)
     prefix = os.path.join(folder, "dp_training")
@@ -81,7 +88,7 @@ def data_parallel_training(folder, npus=(8, 8, 16), layers=20, compute_us=50, gr
         next_id += 1
         previous = backward
     ranks = npus[0] * npus[1] * npus[2]
-    _write_all(prefix, ranks, nodes)
+    _write_all(prefix, ranks, nodes, compact)
     return prefix, system, network, memory
 
 

@@ -218,3 +218,17 @@ def test_any_manifest_reads_or_fails_with_a_workload_error(tmp_path, data):
         read_compact_workload(prefix)
     except WorkloadError as exc:
         assert str(exc).startswith(str(tmp_path / "w.workload.json"))
+
+
+def test_class_traces_are_parsed_once_per_process(workload):
+    from astra_sim.builtin import PARSED_TRACES
+
+    net, system = str(workload / "net.yml"), str(workload / "sys.json")
+    first = simulate(str(workload / "compact"), system, net)
+    hits = PARSED_TRACES.hits
+    again = simulate(str(workload / "compact"), system, net)
+    assert PARSED_TRACES.hits == hits + 3  # the three class traces came from the cache
+    assert _finishes(again) == _finishes(first)
+    (workload / "compact.class1.et").write_bytes((workload / "compact.class1.et").read_bytes())  # new mtime
+    simulate(str(workload / "compact"), system, net)
+    assert PARSED_TRACES.hits <= hits + 5

@@ -210,6 +210,8 @@ def symmetric_case(rng, folder, asymmetric=False):
         write_et(f"{prefix}.{rank}.et", make_metadata(), nodes)
     kwargs = {"num_queues_per_dim": rng.choice([1, 1, 2]), "injection_scale": rng.choice([1.0, 2.0]),
               "rendezvous": rng.random() < 0.15}
+    if rng.random() < 0.2:  # the host model: kernels wait for their launch
+        kwargs["options"] = {"host_launch_us": rng.choice([1, 7]), "host_sync_us": rng.choice([0, 3])}
     groups_path = str(folder / "groups.json") if groups else None
     return (str(prefix), str(folder / "system.json"), str(network), str(folder / "memory.json"), groups_path), kwargs
 
@@ -252,6 +254,23 @@ def test_random_symmetric_cases_fold_exactly(tmp_path):
     # unfolded engine takes from rank numbers (it differs between ranks of a class).
     assert folded >= RANDOM_CASES // 5, folded
     assert partial >= 5, partial
+
+
+def test_random_cases_on_the_congestion_backend_fall_back_and_agree(tmp_path):
+    """The congestion-aware backend keeps link queues shared by every rank's messages: nothing folds, and
+    the run says so (the answers are trivially the unfolded ones; the test guards that it stays so)."""
+    rng = random.Random(11)
+    for case in range(20):
+        folder = tmp_path / f"g{case}"
+        folder.mkdir()
+        args, kwargs = symmetric_case(rng, folder)
+        kwargs["network_backend"] = "congestion"
+        unfolded, _ = _outcome(args, kwargs, fold=False)
+        result, report = _outcome(args, kwargs, fold=True)
+        assert result == unfolded
+        if report is not None:
+            assert report.stats["simulated_ranks"] == len(report.ranks)
+            assert "congestion" in report.settings["fold"]["reason"]
 
 
 def test_asymmetric_trace_is_not_folded_and_says_why(tmp_path):
@@ -411,35 +430,59 @@ def test_simulation_object_exposes_only_representatives(tmp_path):
     assert [w is not None for w in sim.workloads] == [True] + [False] * 7
 
 
-def _shift_exchange(tmp_path, npus=4):
+def _shift_exchange(tmp_path, npus=4, race=False):
     """Every rank sends to its right neighbour and receives from its left one, both at time 0: the send
-    and the receive complete at the same nanosecond on every rank."""
+    and the receive complete at the same nanosecond on every rank. With ``race``, two collectives wait
+    for the one communication slot: one needs the receive, the other nothing."""
     (tmp_path / "net.yml").write_text(f"topology: [ Ring ]\nnpus_count: [ {npus} ]\nbandwidth: [ 50 ]\n"
                                       "latency: [ 5 ]\n")
     (tmp_path / "sys.json").write_text(json.dumps({"all-reduce-implementation": ["ring"],
-                                                   "preferred-dataset-splits": 1}))
+                                                   "all-gather-implementation": ["ring"],
+                                                   "preferred-dataset-splits": 1, "local-mem-bw": 50}))
     for rank in range(npus):
         nodes = [
             make_node(0, "send", T.COMM_SEND_NODE, attrs={"is_cpu_op": False, "comm_dst": (rank + 1) % npus,
                                                           "comm_size": 4096, "comm_tag": 1}),
             make_node(1, "recv", T.COMM_RECV_NODE, attrs={"is_cpu_op": False, "comm_src": (rank - 1) % npus,
                                                           "comm_size": 4096, "comm_tag": 1}),
-            make_node(2, "c", T.COMP_NODE, data_deps=[0, 1], duration_micros=3, attrs={"is_cpu_op": False}),
         ]
+        if race:
+            nodes += [
+                make_node(2, "ag", T.COMM_COLL_NODE, data_deps=[1], attrs={
+                    "is_cpu_op": False, "comm_type": T.ALL_GATHER, "comm_size": 65536}),
+                make_node(3, "ar", T.COMM_COLL_NODE, attrs={
+                    "is_cpu_op": False, "comm_type": T.ALL_REDUCE, "comm_size": 1024}),
+            ]
+        else:
+            nodes.append(make_node(2, "c", T.COMP_NODE, data_deps=[0, 1], duration_micros=3,
+                                   attrs={"is_cpu_op": False}))
         write_et(f"{tmp_path}/t.{rank}.et", make_metadata(), nodes)
     return str(tmp_path / "t"), str(tmp_path / "sys.json"), str(tmp_path / "net.yml")
 
 
-def test_a_tie_ordered_by_rank_numbers_abandons_the_fold(tmp_path):
+def test_completions_that_commute_keep_the_fold(tmp_path):
     """Rank 0 learns of its send's arrival before its receive (its left neighbour, the last rank, started
-    after it); every other rank the other way round. The unfolded engine orders them so: the ranks of
-    the class do not do the same thing, and the fold is abandoned for an unfolded run."""
+    after it); every other rank the other way round. Neither completion alone lets a rank issue anything,
+    so the order does not matter and the run stays folded."""
     args = _shift_exchange(tmp_path)
     report = simulate(*args)
-    info = report.settings["fold"]
-    assert info["simulated_ranks"] == 4
-    assert info["reason"].startswith("folding abandoned: rank 0:") and "node done" in info["reason"]
+    assert report.settings["fold"]["simulated_ranks"] == 1
     assert [r.finish_ns for r in report.ranks] == [r.finish_ns for r in simulate(*args, fold=False).ranks]
+
+
+def test_a_tie_ordered_by_rank_numbers_abandons_the_fold(tmp_path):
+    """As above, but the send's completion frees the communication slot for the all-reduce while the
+    all-gather waits for the receive: rank 0 (send first) starts the all-reduce, the others the all-gather.
+    The unfolded engine orders them by rank numbers, the ranks of the class differ, and the fold is
+    abandoned for an unfolded run (which ends as it ends unfolded)."""
+    args = _shift_exchange(tmp_path, race=True)
+    folded, report = _outcome(args, {}, fold=True)
+    unfolded, _ = _outcome(args, {}, fold=False)
+    assert folded == unfolded
+    if report is not None:
+        assert report.settings["fold"]["reason"].startswith("folding abandoned: rank 0:")
+    else:
+        assert folded[0] == "error"
 
 
 def test_identical_arrivals_at_one_nanosecond_keep_the_fold(tmp_path):

@@ -64,6 +64,15 @@ def test_hundred_platform_runs_leave_the_temp_dir_as_it_was(tmp_path, monkeypatc
     assert main(["run", "--platform", "hgx-h100", "--workload-configuration", prefix, "--network-backend",
                  "nope", "-q"]) == 2
     assert sorted(os.listdir(private)) == []
+    # so do the TPU platforms (compute_systolic), whose SCALE-sim config is generated too
+    pytest.importorskip("astra_compute_systolic")
+    tpu = all_reduces(tmp_path, 2, npus=16, name="tpu")
+    for _ in range(3):
+        assert main(["run", "--platform", "tpu-v3", "--workload-configuration", tpu, "-q",
+                     "--report-json", str(report)]) == 0
+    assert sorted(os.listdir(private)) == []
+    systolic = json.loads(report.read_text())["settings"]["systolic_model"]["config"]
+    assert systolic["file"] == "tpu-v3.cfg" and "ArrayHeight" in systolic["content"]
 
 
 def _start(tmp_path, *extra):
@@ -71,7 +80,8 @@ def _start(tmp_path, *extra):
     env.pop("ASTRA_PLUGINS", None)
     (tmp_path / "tmp").mkdir(exist_ok=True)
     prefix = all_reduces(tmp_path, 3000, name="long")
-    return subprocess.Popen([str(ASTRA), "run", "--platform", "hgx-h100", "--workload-configuration", prefix,
+    return subprocess.Popen([str(ASTRA), "run", "--platform", "hgx-h100", "--platform-collective", "ring",
+                             "--workload-configuration", prefix,
                              "--no-fold", "-q", *extra], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
 
@@ -116,12 +126,12 @@ def test_partial_report_only_when_asked_and_marked_incomplete(tmp_path):
 
 WRITER = """
 import json, sys
-from astra_sim.safeio import write_atomic
+from astra_sim.cliutil import write_text_atomic
 path, n = sys.argv[1], int(sys.argv[2])
 i = 0
 while True:
     i += 1
-    write_atomic(path, json.dumps({"i": i, "rows": [[i] * 50] * n, "complete": True}))
+    write_text_atomic(path, json.dumps({"i": i, "rows": [[i] * 50] * n, "complete": True}))
 """
 
 
@@ -148,8 +158,8 @@ def test_killing_a_writer_leaves_no_file_or_a_complete_one(tmp_path, signum):
     assert seen
 
 
-def test_write_atomic_removes_its_temporary_file_on_error(tmp_path, monkeypatch):
-    from astra_sim.safeio import write_atomic
+def test_atomic_write_removes_its_temporary_file_on_error(tmp_path, monkeypatch):
+    from astra_sim.cliutil import write_text_atomic
 
     def interrupted_rename(src, dst):
         assert Path(src).read_text() == "new"  # written whole under its temporary name
@@ -159,5 +169,5 @@ def test_write_atomic_removes_its_temporary_file_on_error(tmp_path, monkeypatch)
     target.write_text("old")
     monkeypatch.setattr(os, "replace", interrupted_rename)
     with pytest.raises(KeyboardInterrupt):
-        write_atomic(target, "new")
+        write_text_atomic(target, "new")
     assert target.read_text() == "old" and os.listdir(tmp_path) == ["r.json"]

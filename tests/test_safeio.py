@@ -1,4 +1,4 @@
-"""astra_sim.safeio: the bounded readers and the one atomic writer every output goes through."""
+"""astra_sim.safeio: the bounded readers; and the one atomic writer every output goes through (cliutil)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import stat
 import pytest
 
 from astra_sim.errors import ConfigError
-from astra_sim.safeio import gunzip, load_json, parse_json, parse_xml, parse_yaml, read_bytes, write_atomic
+from astra_sim.cliutil import write_bytes_atomic, write_text_atomic
+from astra_sim.safeio import gunzip, load_json, parse_json, parse_xml, parse_yaml, read_bytes
 
 
 def test_gunzip_members_padding_and_limits():
@@ -65,10 +66,10 @@ def test_xml_without_entities():
         parse_xml(b"<a><b></a>", "b.xml")
 
 
-def test_write_atomic_makes_folders_and_keeps_the_usual_permissions(tmp_path):
+def test_write_bytes_atomic_makes_folders_and_keeps_the_usual_permissions(tmp_path):
     target = tmp_path / "new" / "dir" / "r.json"
-    write_atomic(target, "whole\n")
-    write_atomic(target, b"bytes too\n")
+    write_text_atomic(target, "whole\n")
+    write_bytes_atomic(target, b"bytes too\n")
     assert target.read_bytes() == b"bytes too\n"
     mask = os.umask(0)
     os.umask(mask)

@@ -299,6 +299,49 @@ def test_build_graph_missing_ctrl_dependency():
         build_graph("my.et", nodes)
 
 
+PT_THREAD = "[pytorch|profiler|execution_trace|thread]"
+
+
+def test_build_graph_ignores_a_thread_roots_dependency_on_the_dropped_process_root():
+    # what chakra_converter PyTorch writes: the process root (id 1) is dropped as dangling, the thread root keeps
+    # its ctrl dependency on it
+    nodes = [make_node(2, PT_THREAD, T.COMP_NODE, ctrl_deps=[1]), comp(3, 1, deps=[2])]
+    warnings = []
+    by_id, children, parents_left, roots = build_graph("pt.et", nodes, warn=warnings.append)
+    assert roots == [2] and parents_left == {2: 0, 3: 1} and children[2] == [3]
+    assert len(warnings) == 1
+    assert "pt.et" in warnings[0] and "node 2" in warnings[0] and "node 1" in warnings[0]
+    assert "Chakra" in warnings[0]
+
+
+def test_build_graph_other_missing_dependencies_stay_errors():
+    warnings = []
+    # a thread root's *data* dependency on a missing node
+    with pytest.raises(WorkloadError, match=r"node 2 .*depends on node 1, which is not in the file"):
+        build_graph("a.et", [make_node(2, PT_THREAD, T.COMP_NODE, data_deps=[1])], warn=warnings.append)
+    # a thread root that also has data dependencies (not a root of the graph)
+    with pytest.raises(WorkloadError, match=r"node 3 .*depends on node 1"):
+        build_graph("b.et", [comp(2, 1), make_node(3, PT_THREAD, T.COMP_NODE, data_deps=[2], ctrl_deps=[1])],
+                    warn=warnings.append)
+    # any other node's ctrl dependency on a missing node
+    with pytest.raises(WorkloadError, match=r"node 3 .*depends on node 1"):
+        build_graph("c.et", [make_node(3, "aten::mm", T.COMP_NODE, ctrl_deps=[1])], warn=warnings.append)
+    assert warnings == []
+
+
+def test_chakra_pytorch_trace_with_dropped_root_runs_with_a_warning(env):
+    def nodes(rank):
+        return [make_node(5, PT_THREAD, T.COMP_NODE, ctrl_deps=[4], attrs={"is_cpu_op": True}),
+                make_node(6, "aten::mm", T.COMP_NODE, data_deps=[5], ctrl_deps=[5], duration_micros=3,
+                          attrs={"is_cpu_op": True})]
+
+    report, times = env.run("dropped_root", nodes)
+    assert report.ranks[0].finish_ns == 1 + 3000
+    # both ranks read identical files, whose graph is built once: one warning
+    (warning,) = report.warnings
+    assert "dropped_root.0.et" in warning and "node 5" in warning and "node 4" in warning and "process root" in warning
+
+
 def test_build_graph_cycle_names_the_stuck_nodes():
     nodes = [comp(1, 1), comp(2, 1, deps=[4]), comp(3, 1, deps=[2]), comp(4, 1, deps=[3]), comp(5, 1, deps=[4])]
     with pytest.raises(WorkloadError, match=r"cyc\.et: the dependency graph has a cycle") as info:

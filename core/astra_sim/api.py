@@ -156,3 +156,6 @@ class CollectiveAlgorithmSpec:
     takes_window: bool = False
     whole_group: bool = False
     symmetry: str | None = None
+    #: False for an algorithm that times a collective from a model without sending messages (NCCL's cost
+    #: model): its message tags never meet, which a folded run then need not keep apart.
+    exchanges_messages: bool = True

@@ -13,6 +13,48 @@ from astra_sim.system.collectives import Direct, DoubleBinaryTree, HalvingDoubli
 from astra_sim.workload.compact import is_compact, read_compact_workload
 
 
+class _ParsedTraces:
+    """Parsed trace files kept between runs of one process (a sweep runs many points on one workload):
+    ``(path, size, mtime) -> nodes``, least recently used first out, at most ``MAX_NODES`` nodes held.
+    Runs only read nodes, never change them."""
+
+    MAX_NODES = 1_000_000
+
+    def __init__(self):
+        from collections import OrderedDict
+
+        self._entries = OrderedDict()
+        self._nodes = 0
+        self.hits = 0
+
+    @staticmethod
+    def key(path):
+        try:
+            info = os.stat(path)
+        except OSError:
+            return None
+        return (os.path.realpath(path), info.st_size, info.st_mtime_ns)
+
+    def get(self, key):
+        nodes = self._entries.get(key) if key is not None else None
+        if nodes is not None:
+            self._entries.move_to_end(key)
+            self.hits += 1
+        return nodes
+
+    def put(self, key, nodes):
+        if key is None or len(nodes) > self.MAX_NODES:
+            return
+        self._entries[key] = nodes
+        self._nodes += len(nodes)
+        while self._nodes > self.MAX_NODES:
+            _, old = self._entries.popitem(last=False)
+            self._nodes -= len(old)
+
+
+PARSED_TRACES = _ParsedTraces()
+
+
 class ChakraFormat:
     """Chakra ET protobuf traces: rank r reads ``<prefix>.<r>.et``.
 
@@ -36,6 +78,10 @@ class ChakraFormat:
 
         if not os.path.exists(path):
             raise WorkloadError(f"workload file {path} does not exist")
+        key = PARSED_TRACES.key(path)
+        cached = PARSED_TRACES.get(key)
+        if cached is not None:
+            return cached
         try:
             with open(path, "rb") as handle:
                 data = handle.read()
@@ -46,6 +92,7 @@ class ChakraFormat:
             raise WorkloadError(f"{path}: cannot read: {exc.strerror or exc}") from None
         if trace.metadata is None and not trace.nodes:
             raise WorkloadError(f"{path}: the file is empty (no GlobalMetadata, no nodes)")
+        PARSED_TRACES.put(key, trace.nodes)
         return trace.nodes
 
     def rank_digest(self, prefix, rank):

@@ -80,6 +80,14 @@ def _add_run_arguments(run):
                       help="also print the reference's 'sys[i] finished, T cycles, ...' lines")
     ours.add_argument("--max-table-ranks", type=positive_int, default=16, metavar="N",
                       help="ranks listed in the terminal table (default 16)")
+    ours.add_argument("--host-launch-us", type=float, default=None, metavar="US",
+                      help="the host launches one GPU operation per US microseconds, in order, ahead of the GPU; "
+                           "a kernel starts no earlier than its launch (default: off; --platform sets a measured "
+                           "value)")
+    ours.add_argument("--host-sync-us", type=float, default=None, metavar="US",
+                      help="with the host model: after a send/receive whose node has host_waits the host waits "
+                           "for it and US more microseconds (a training loop's synchronize after its pipeline "
+                           "transfers)")
     ours.add_argument("--no-fold", action="store_true",
                       help="simulate every rank, even those a symmetry makes identical to another "
                            "(by default one rank per class of symmetric ranks is simulated; same results)")
@@ -195,6 +203,7 @@ def _main(argv):
         return _cmd_plugins(pm, args)
     if args.command == "run":
         return _cmd_run(pm, args)
+    args.plugin_manager = pm  # a plugin command may call hooks (e.g. `astra platforms` gathers astra_platforms)
     return args.run_command(args)
 
 
@@ -244,7 +253,7 @@ def _no_effect_warnings(args):
 
 def _cmd_run(pm, args):
     from astra_sim.simulation import Simulation
-    from astra_sim.generated import CONFIG_KEYS, GeneratedFile, inline_settings, materialized
+    from astra_sim.generated import CONFIG_KEYS, GeneratedFile, generated_options, inline_settings, materialized
 
     early = _no_effect_warnings(args)
     say = (lambda message: None) if args.quiet else warning
@@ -252,6 +261,7 @@ def _cmd_run(pm, args):
         say(message)
     options = vars(args).copy()
     generated = {}
+    defaults = None
     if args.system_configuration is None or args.network_configuration is None:
         provided = pm.hook.astra_provide_configuration(options=options) or {}
         for key in CONFIG_KEYS:
@@ -262,6 +272,10 @@ def _cmd_run(pm, args):
                 else:
                     setattr(args, key, value)
         options.update(provided.get("options") or {})
+        if args.compute_model is None and provided.get("compute_model"):  # e.g. --platform implies its GPU model
+            args.compute_model = provided["compute_model"]
+        defaults = provided.get("defaults")
+        generated.update(generated_options(options))
         for key in ("system_configuration", "network_configuration"):
             if getattr(args, key) is None and key not in generated:
                 flag = "--" + key.replace("_", "-")
@@ -270,7 +284,10 @@ def _cmd_run(pm, args):
     with _interruptible() as interrupt, materialized(generated) as paths:
         # generated configurations exist on disk only inside this block (removed however it ends)
         for key, path in paths.items():
-            setattr(args, key, path)
+            if key.startswith("option:"):
+                options[key[len("option:"):]] = path
+            else:
+                setattr(args, key, path)
         options.update({k: getattr(args, k) for k in ("system_configuration", "network_configuration")})
         try:
             simulation = Simulation(
@@ -294,10 +311,12 @@ def _cmd_run(pm, args):
             )
             report = simulation.run()
         except Interrupted as stop:
-            return _interrupted(stop, simulation, args, generated, early)
+            return _interrupted(stop, simulation, args, generated, early, paths=paths)
         interrupt.deferred = True  # from here on a signal waits until the report is written
+        if defaults:
+            report.settings["platform_defaults"] = dict(defaults)
         report.warnings[:0] = [m for m in early if m not in report.warnings]
-        inline_settings(report.settings, generated)
+        inline_settings(report.settings, generated, paths)
         if args.report_json:
             _write_report(report, args.report_json)
     if interrupt.pending is not None:
@@ -360,7 +379,7 @@ def _write_report(report, path):
         raise AstraError(f"cannot write --report-json {path}: {exc}") from None
 
 
-def _interrupted(stop, simulation, args, generated, early, written=False):
+def _interrupted(stop, simulation, args, generated, early, written=False, paths=None):
     """Ctrl-C or SIGTERM: nothing half-done is written. With --partial-report, --report-json gets what
     the run knew so far, marked ``"complete": false``; otherwise no report at all."""
     from astra_sim.generated import inline_settings
@@ -371,7 +390,7 @@ def _interrupted(stop, simulation, args, generated, early, written=False):
     elif args.report_json and args.partial_report and simulation is not None:
         report = simulation.partial_report(what)
         report.warnings[:0] = [m for m in early if m not in report.warnings]
-        inline_settings(report.settings, generated)
+        inline_settings(report.settings, generated, paths)
         _write_report(report, args.report_json)
         print(f"astra: {what}; partial report (complete: false) written to {args.report_json}", file=sys.stderr)
     else:

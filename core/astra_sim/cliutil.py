@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import tempfile
 
 
 def number(kind=int, minimum=None, exclusive=False, what="a number"):
@@ -31,3 +33,63 @@ positive_int = number(int, 1, what="a positive integer")
 non_negative_int = number(int, 0, what="an integer")
 non_negative_float = number(float, 0, what="a number")
 positive_float = number(float, 0, exclusive=True, what="a number")
+
+
+def subcommands(subparsers, name, dest, **parser_kwargs):
+    """``(parser, its sub-command collection)`` for ``astra NAME SUBCOMMAND``, created on first use.
+
+    Several plugins may add sub-commands to one group (``astra workload llm`` comes from one plugin,
+    ``astra workload systolic`` from another); each calls this with the same ``name`` and gets the same
+    collection, whichever plugin registers first. Without a sub-command the group prints its help."""
+    parser = subparsers.choices.get(name)
+    if parser is None:
+        parser = subparsers.add_parser(name, **parser_kwargs)
+
+        def usage(args, parser=parser):
+            parser.print_help()
+            return 2
+
+        parser.set_defaults(run_command=usage)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return parser, action
+    return parser, parser.add_subparsers(dest=dest, metavar="SUBCOMMAND")
+
+
+def ensure_parent_dir(path):
+    """Create the folder ``path`` goes into, as every ``-o``/``--report-json`` does; a
+    ConfigError names the folder when it cannot be made."""
+    from astra_sim.errors import ConfigError
+
+    parent = os.path.dirname(os.path.abspath(os.fspath(path)))
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the output folder {parent}: {exc.strerror or exc}") from None
+
+
+def write_text_atomic(path, text):
+    """Write ``text`` (UTF-8) to ``path`` atomically (:func:`write_bytes_atomic`)."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path, data):
+    """Write ``data`` to ``path`` through a temporary file in the same folder, renamed over it: readers see
+    the old file or the whole new one, never a part. The file gets the permissions ``open()`` would give
+    it (``mkstemp`` makes 0600). The one place every output file is written from."""
+    ensure_parent_dir(path)
+    folder = os.path.dirname(os.path.abspath(os.fspath(path)))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(os.fspath(path)))
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

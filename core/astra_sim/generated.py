@@ -16,7 +16,8 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 
-#: The ``astra run`` inputs a plugin may generate, by option name.
+#: The ``astra run`` inputs a plugin may generate, by option name (any value of its ``options`` may be a
+#: GeneratedFile too).
 CONFIG_KEYS = ("system_configuration", "network_configuration", "remote_memory_configuration",
                "comm_group_configuration")
 
@@ -53,6 +54,8 @@ def materialized(files):
         paths = {}
         for key, generated in files.items():
             path = os.path.join(folder, os.path.basename(generated.name) or key)
+            if os.path.exists(path):  # two generated files of one name
+                path = os.path.join(folder, f"{len(paths)}-{os.path.basename(path)}")
             with open(path, "w", encoding="utf-8") as handle:
                 handle.write(generated.text)
             paths[key] = path
@@ -61,11 +64,32 @@ def materialized(files):
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def inline_settings(settings, files):
-    """Replace each generated file's path in a report's ``settings`` by the file itself:
-    ``{"generated_by": origin, "file": name, "content": ...}``."""
-    for key, generated in files.items():
+def inline_settings(settings, files, paths=None):
+    """Replace a generated file's path in a report's ``settings`` by the file itself,
+    ``{"generated_by": origin, "file": name, "content": ...}``: under its own key, and wherever else the
+    settings name its temporary path (``paths``, as :func:`materialized` gave them; e.g. a compute model
+    describing its options)."""
+    inline = {key: {"generated_by": generated.origin, "file": generated.name, "content": generated.content()}
+              for key, generated in files.items()}
+    for key, value in inline.items():
         if key in settings:
-            settings[key] = {"generated_by": generated.origin, "file": generated.name,
-                             "content": generated.content()}
+            settings[key] = value
+    by_path = {path: inline[key] for key, path in (paths or {}).items()}
+    if by_path:
+        _replace_paths(settings, by_path)
     return settings
+
+
+def _replace_paths(value, by_path):
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in list(items):
+        if isinstance(item, str) and item in by_path:
+            value[key] = by_path[item]
+        elif isinstance(item, (dict, list)):
+            _replace_paths(item, by_path)
+
+
+def generated_options(options):
+    """``{"option:<name>": GeneratedFile}`` for the run options a plugin generated (e.g. a compute model's
+    configuration file), to materialize with the configurations."""
+    return {f"option:{name}": value for name, value in options.items() if isinstance(value, GeneratedFile)}

@@ -69,9 +69,9 @@ class Report:
 
     def write_json(self, path):
         """Write :meth:`to_dict` as JSON, atomically, creating the folder if needed."""
-        from astra_sim.safeio import write_atomic
+        from astra_sim.cliutil import write_text_atomic
 
-        write_atomic(path, json.dumps(self.to_dict(), indent=1) + "\n")
+        write_text_atomic(path, json.dumps(self.to_dict(), indent=1) + "\n")
 
     def astra_sim_log_lines(self, prefixed=False):
         """The reference's stdout lines for this run.

@@ -1,4 +1,4 @@
-"""Reading and writing the user's files safely: bounded, without code execution, and atomically.
+"""Reading the user's files safely: bounded, and without code execution or entity expansion.
 
 Every input file may be hostile or just broken (a truncated copy, the wrong file, a fuzzer's output).
 The readers here turn each failure into a :class:`~astra_sim.errors.ConfigError` that names the file,
@@ -14,8 +14,7 @@ and bound every size before it is allocated:
 * :func:`parse_xml` parses with expat but refuses every DTD entity declaration, so neither entity
   expansion bombs nor external entities are possible (what defusedxml does, without the dependency).
 
-Outputs go through :func:`write_atomic`: a temporary file in the target's folder, renamed over the
-target, so a reader (or a run killed half-way) sees the old file, the whole new one, or none.
+Outputs are written by the one atomic writer, :func:`astra_sim.cliutil.write_bytes_atomic`.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ import functools
 import json
 import os
 import reprlib
-import tempfile
 import zlib
 
 from astra_sim.errors import ConfigError
@@ -303,45 +301,3 @@ def parse_xml(data: bytes, path, what=""):
 def load_xml(path, what="", limit=None):
     """Read ``path`` (bounded) and parse it with :func:`parse_xml`."""
     return parse_xml(read_bytes(path, what, limit), os.fspath(path), what)
-
-
-# ---------------------------------------------------------------------------------------------- writing
-def ensure_parent_dir(path):
-    """Create the folder ``path`` goes into, as every ``-o``/``--report-json`` does; a ConfigError
-    names the folder when it cannot be made."""
-    parent = os.path.dirname(os.path.abspath(os.fspath(path)))
-    try:
-        os.makedirs(parent, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"cannot create the output folder {parent}: {exc.strerror or exc}") from None
-
-
-def write_atomic(path, data, *, make_dirs=True):
-    """Write ``data`` (bytes, or str as UTF-8) to ``path`` through a temporary file in the same folder,
-    renamed over it: readers, and a run killed at any point, see the old file or the whole new one,
-    never a part (a kill leaves at most a hidden ``.tmp-*`` file beside it). The file gets the
-    permissions ``open()`` would have given it. OSError on failure."""
-    if isinstance(data, str):
-        data = data.encode("utf-8")
-    name = os.fspath(path)
-    if make_dirs:
-        ensure_parent_dir(name)
-    folder = os.path.dirname(os.path.abspath(name))
-    handle, temporary = tempfile.mkstemp(prefix=".tmp-", dir=folder)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes it 0600
-        os.replace(temporary, name)
-    except BaseException:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        raise
-
-
-def _umask():
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

@@ -97,6 +97,7 @@ class Simulation:
             self.warn(message)
         self.comm_groups = parse_comm_groups(self.comm_group_path)
         self.options = dict(options or {})
+        self.host_issue = _host_issue(self.options)
         context = RunContext(
             engine=self.engine,
             system_config=self.system_config,
@@ -366,7 +367,7 @@ class Simulation:
             path, nodes, _sig, key = traces[rank]
             graph = graphs.get(key)
             if graph is None:
-                graph = graphs[key] = build_graph(path, nodes)
+                graph = graphs[key] = build_graph(path, nodes, warn=self.warn)
             else:
                 by_id, children, parents_left, roots = graph
                 graph = (by_id, children, dict(parents_left), roots)
@@ -414,7 +415,7 @@ class Simulation:
             path = compact.traces[rep]
             graph = graphs.get(rep)
             if graph is None:
-                graph = graphs[rep] = build_graph(path, class_nodes[rep])
+                graph = graphs[rep] = build_graph(path, class_nodes[rep], warn=self.warn)
             by_id, children, parents_left, roots = graph
             if nodes is not class_nodes[rep]:
                 by_id = {node.id: node for node in nodes}
@@ -432,7 +433,7 @@ class Simulation:
         self._check_memory_folds(signatures)
         native_impls, group_impl = self._algorithm_lookups()
         return check_declared_symmetry(compact.symmetry, self.npus_per_dim, kinds, signatures,
-                                       self.comm_groups or {}, native_impls, group_impl)
+                                       self.comm_groups or {}, native_impls, group_impl, class_nodes)
 
     def _plan_fold(self, make_plan):
         """Decide the symmetry the run folds by; returns the ranks to simulate (all when it does not)."""
@@ -628,6 +629,8 @@ class Simulation:
             "plugins": sorted(name for name, _ in self.pm.list_name_plugin()),
             "fold": dict(self.fold_info),
             "allow_unmatched": self.allow_unmatched,
+            **({"host": {"launch_ns": self.host_issue[0], "sync_after_p2p_ns": self.host_issue[1]}}
+               if self.host_issue is not None else {}),
         }
 
     def partial_report(self, reason):
@@ -698,6 +701,21 @@ class Simulation:
 class _FoldedRunIncomplete(Exception):
     """A folded run ended with stuck ranks or unmatched messages, whose report needs real rank numbers:
     :meth:`Simulation.run` simulates again, unfolded."""
+
+
+def _host_issue(options):
+    """``(launch_ns, sync_ns)`` of the host model (options host_launch_us, host_sync_us), or None (off)."""
+    launch = options.get("host_launch_us")
+    sync = options.get("host_sync_us")
+    if not launch and not sync:
+        return None
+    values = []
+    for key, value in (("host_launch_us", launch), ("host_sync_us", sync)):
+        value = 0 if value is None else value
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e6:
+            raise ConfigError(f"option {key} must be a number of microseconds in [0, 1e6), got {value!r}")
+        values.append(int(round(value * 1000)))
+    return tuple(values)
 
 
 def simulate(workload, system, network, memory=None, comm_groups=None, **kwargs):

@@ -32,6 +32,8 @@ import hashlib
 from dataclasses import dataclass
 from heapq import heappop, heappush
 
+import numpy as np
+
 from astra_sim.chakra import types as T
 from astra_sim.engine import EventEngine
 
@@ -83,6 +85,15 @@ class RankSymmetry:
                 within = digit % s.block
                 rank += ((within + sign * k) % s.block - within) * s.stride
         return rank
+
+    def moved_array(self, ranks, offsets, sign=1):
+        """:meth:`moved` over a numpy array of ranks."""
+        ranks = ranks.copy()
+        for s, k in zip(self.shifts, offsets):
+            if k:
+                within = (ranks // s.stride) % s.radix % s.block
+                ranks += ((within + sign * k) % s.block - within) * s.stride
+        return ranks
 
     def representative(self, rank):
         """The smallest rank of ``rank``'s class (every shifted digit at its block's start)."""
@@ -380,6 +391,7 @@ def _collective_needs(signatures, native_impls, group_impl):
             raise FoldRefused(f"the {T.comm_type_name(comm_type)} algorithm doubleBinaryTree depends on rank "
                               "positions")
     equivalence = SET
+    messages = False  # whether communicator-group collectives exchange messages (whose tags must not meet)
     for comm_type in sorted(grouped):
         spec = group_impl(comm_type)
         if spec is None:
@@ -387,15 +399,17 @@ def _collective_needs(signatures, native_impls, group_impl):
         wanted = _EQUIVALENCE_OF.get(getattr(spec, "symmetry", None), EXACT)
         if _STRICTNESS[wanted] < _STRICTNESS[equivalence]:
             equivalence = wanted
-    return native, equivalence
+        messages = messages or getattr(spec, "exchanges_messages", True)
+    return native, (equivalence, messages)
 
 
-def _finish_plan(shifts, groups, equivalence, notes):
+def _finish_plan(shifts, groups, needs, notes):
+    equivalence, messages = needs
     symmetry = RankSymmetry(shifts)
     canonical = {}
     if groups and shifts:
         canonical = canonical_group_ids(groups, symmetry, equivalence)
-        if canonical is None or not tags_stay_apart(groups, canonical):
+        if canonical is None or (messages and not tags_stay_apart(groups, canonical)):
             notes.append("communicator groups sharing NPUs would share message tags when folded")
             return FoldPlan(RankSymmetry(()), {}, notes)
     return FoldPlan(symmetry, canonical, notes)
@@ -412,49 +426,158 @@ def find_symmetry(npus_per_dim, dim_kinds, signatures, groups, native_impls, gro
     runs. Raises :class:`FoldRefused` when nothing may fold at all.
     """
     notes = []
-    native, equivalence = _collective_needs(signatures, native_impls, group_impl)
+    native, needs = _collective_needs(signatures, native_impls, group_impl)
+    equivalence = needs[0]
     strides = dimension_strides(npus_per_dim)
     shifts = []
+
+    def refuses(shift):
+        return (shift_refuses(shift, npus_per_dim, dim_kinds, native, native_impls)
+                or check_equivariant(shift, signatures, groups, equivalence))
+
     for dim, radix in enumerate(npus_per_dim):
-        if radix < 2:
-            continue
+        # Walk up the dimension's coordinate: at each position the largest digit whose rotation is a
+        # symmetry (e.g. TP positions, then the data-parallel replicas sharing a node), else, for the
+        # rest of the coordinate, the largest block whose rotation is.
+        position = 1
         first_why = None  # why the whole dimension does not fold (the most telling reason)
-        for block in candidate_blocks(radix):
-            shift = BlockShift(strides[dim], radix, block)
-            why = shift_refuses(shift, npus_per_dim, dim_kinds, native, native_impls)
-            if why is None:
-                why = check_equivariant(shift, signatures, groups, equivalence)
+        while position < radix:
+            rest = radix // position
+            found = None
+            for size in sorted((r for r in range(2, rest + 1) if rest % r == 0), reverse=True):
+                why = refuses(BlockShift(strides[dim] * position, size, size))
                 if why is None:
-                    shifts.append(shift)
-                    if block < radix:
-                        notes.append(f"dimension {dim}: folded in blocks of {block} of its {radix} NPUs "
-                                     f"(whole dimension: {first_why})")
+                    found = BlockShift(strides[dim] * position, size, size)
                     break
-            if first_why is None:
-                first_why = why
-        else:
+                if first_why is None:
+                    first_why = why
+            if found is None:
+                for block in candidate_blocks(rest)[1:]:
+                    if refuses(BlockShift(strides[dim] * position, rest, block)) is None:
+                        found = BlockShift(strides[dim] * position, rest, block)
+                        break
+            if found is None:
+                position *= next(p for p in range(2, rest + 1) if rest % p == 0)
+                continue
+            shifts.append(found)
+            position *= found.radix
+        folded = [sh for sh in shifts if strides[dim] <= sh.stride < strides[dim] * radix]
+        if not folded and radix > 1:
             notes.append(f"dimension {dim} not folded: {first_why}")
-    return _finish_plan(shifts, groups, equivalence, notes)
+        elif folded and not (len(folded) == 1 and folded[0].radix == folded[0].block == radix):
+            notes.append(f"dimension {dim} folded in parts {[sh.describe() for sh in folded]} "
+                         f"(whole dimension: {first_why})")
+    return _finish_plan(shifts, groups, needs, notes)
 
 
-def check_declared_symmetry(declared, npus_per_dim, dim_kinds, signatures, groups, native_impls, group_impl):
+def check_declared_symmetry(declared, npus_per_dim, dim_kinds, signatures, groups, native_impls, group_impl,
+                            class_nodes=None):
     """The part of a workload's declared symmetry (a compact workload's, whose traces are equivariant by
     construction) that the network, the collective algorithms and the communicator groups keep too.
 
-    ``signatures``: those of the class traces. Returns a :class:`FoldPlan` of the accepted shifts."""
+    A declared shift whose digit spans several network dimensions moves ranks across them (it does not keep
+    the network's delays); the shifts of its parts inside each dimension may: each is tried instead, and
+    kept when the traces are equivariant under it too (:func:`sub_shift_is_equivariant`, which needs
+    ``class_nodes``, each representative's nodes). ``signatures``: those of the class traces. Returns a
+    :class:`FoldPlan` of the accepted shifts."""
     notes = []
-    native, equivalence = _collective_needs(signatures, native_impls, group_impl)
+    native, needs = _collective_needs(signatures, native_impls, group_impl)
+    equivalence = needs[0]
     shifts = []
-    for shift in declared.shifts:
+
+    def accept(shift):
         why = shift_refuses(shift, npus_per_dim, dim_kinds, native, native_impls)
         if why is None and groups:
             if group_relabelling(groups, lambda r, s=shift: shift_image(s, r), equivalence) is None:
                 why = f"a communicator group's image is not a communicator group (as a {equivalence} list)"
+        return why
+
+    for shift in declared.shifts:
+        why = accept(shift)
         if why is None:
             shifts.append(shift)
+            continue
+        parts = split_by_dimensions(shift, npus_per_dim) if class_nodes is not None else []
+        kept = []
+        for part in parts:
+            part_why = accept(part)
+            if part_why is None and not sub_shift_is_equivariant(part, shift, declared, class_nodes, groups):
+                part_why = "the traces are not equivariant under it"
+            if part_why is None:
+                kept.append(part)
+        shifts.extend(kept)
+        if kept:
+            notes.append(f"shift of digit (rank // {shift.stride}) % {shift.radix} spans network dimensions: "
+                         f"folded by its parts {[p.describe() for p in kept]}")
         else:
             notes.append(f"shift of digit (rank // {shift.stride}) % {shift.radix} not used: {why}")
-    return _finish_plan(shifts, groups, equivalence, notes)
+    return _finish_plan(shifts, groups, needs, notes)
+
+
+def split_by_dimensions(shift, npus_per_dim):
+    """The parts of ``shift``'s digit inside each network dimension, as whole-part rotations (only for a
+    shift that rotates its whole digit; its parts are then digits of their own)."""
+    if shift.block != shift.radix:
+        return []
+    low, high = shift.stride, shift.stride * shift.radix
+    parts = []
+    for stride, count in zip(dimension_strides(npus_per_dim), npus_per_dim):
+        a, b = max(low, stride), min(high, stride * count)
+        if a < b and b % a == 0 and (b // a) > 1:
+            parts.append(BlockShift(a, b // a, b // a))
+    covered = 1
+    for part in parts:
+        covered *= part.radix
+    return parts if covered == shift.radix else []
+
+
+def sub_shift_is_equivariant(part, whole, declared, class_nodes, groups):
+    """Whether the traces of a compact workload (each rank's is its class trace relabelled by the declared
+    symmetry) are equivariant under ``part``, a shift of a part of the declared shift ``whole``'s digit.
+
+    Rank ``r``'s trace is ``h_r`` of its class's, so equivariance at ``r`` means ``u = h_{part(r)}^-1 part h_r``
+    fixes every rank its class trace names as a peer and maps every communicator group it names onto itself.
+    ``u`` depends only on ``r``'s offset in ``whole``'s digit: one check per offset and class."""
+    index = declared.shifts.index(whole)
+    for rep, nodes in class_nodes.items():
+        peers, pgs = set(), set()
+        for node in nodes:
+            attrs = node.attrs
+            for key in ("comm_src", "comm_dst"):
+                value = attrs.get(key)
+                if isinstance(value, int) and not isinstance(value, bool):
+                    peers.add(value)
+            pg = attrs.get("pg_name")
+            if pg not in _DEFAULT_PG:
+                try:
+                    pgs.add(int(pg))
+                except (TypeError, ValueError):
+                    return False
+        members = {}
+        for group_id in pgs:
+            if group_id not in groups:
+                return False
+            members[group_id] = np.array(sorted(groups[group_id]), dtype=np.int64)
+        if not peers and not members:
+            continue  # nothing in the trace names a rank: every relabelling leaves it as it is
+        named = np.array(sorted(peers), dtype=np.int64)
+
+        def u(ranks, offsets, back):
+            moved = declared.moved_array(ranks, offsets)
+            within = (moved // part.stride) % part.radix % part.block
+            moved += ((within + 1) % part.block - within) * part.stride
+            return declared.moved_array(moved, back, -1)
+
+        for k in range(whole.block):
+            offsets = [0] * len(declared.shifts)
+            offsets[index] = k
+            back = declared.offsets(shift_image(part, declared.moved(rep, offsets)))
+            if len(named) and not np.array_equal(u(named, offsets, back), named):
+                return False
+            for group in members.values():
+                if not np.array_equal(np.sort(u(group, offsets, back)), group):
+                    return False
+    return True
 
 
 def shift_refuses(shift, npus_per_dim, dim_kinds, native, native_impls):
@@ -618,8 +741,10 @@ class FoldedEventEngine(EventEngine):
 
         Two callbacks that are one and the same call (``op``: the function and its argument, e.g. the
         arrivals of a direct collective's messages from several peers) leave the same state in either
-        order; only which real event comes first is unknown, so the histories of what they schedule
-        are marked (tainted) and any later tie that would need them breaks the fold."""
+        order; so do two completions of one rank's nodes when neither, run first, would issue anything
+        (the workload proves it: ``completions_commute``). Only which real event comes first is unknown
+        then, so the histories of what they schedule are marked (tainted) and any later tie that would
+        need them must again be one of these, or it breaks the fold."""
         cell = [history.taint[0]]
         links = self._links
         if links[0] != self.now:
@@ -627,20 +752,23 @@ class FoldedEventEngine(EventEngine):
         links[1].append((history.taint, cell))
         history = EventHistory(history.times, history.root, history.rel, cell)
         self.current = history
+        owner = getattr(op[0], "__self__", None) if op.__class__ is tuple else None
+        issued = getattr(owner, "issued", None)
+        record = (history, op, issued)
         entry = self._ties.get(rank)
         if entry is None or entry[0] != self.now:
-            self._ties[rank] = (self.now, {history.times: [(history, op)]})
+            self._ties[rank] = (self.now, {history.times: [record]})
             return
         same = entry[1].get(history.times)
         if same is None:
-            entry[1][history.times] = [(history, op)]
+            entry[1][history.times] = [record]
             return
-        for earlier, earlier_op in same:
+        for earlier, earlier_op, earlier_issued in same:
             if earlier.rel == history.rel and not earlier.taint[0] and not history.taint[0]:
                 continue
             if not earlier.taint[0] and not history.taint[0] and self._ordered_alike(earlier, history):
                 continue
-            if earlier_op == op:
+            if earlier_op == op or _completions_commute(earlier_op, earlier_issued, op, owner):
                 self._taint(earlier.taint)
                 self._taint(history.taint)
                 continue
@@ -648,7 +776,7 @@ class FoldedEventEngine(EventEngine):
                 f"rank {rank}: two events at {self.now} ns ({_op_name(earlier_op)}, {_op_name(op)}) were "
                 "scheduled at the same time by histories that differ only in rank numbering, so their order "
                 "may differ between ranks of a class")
-        same.append((history, op))
+        same.append(record)
 
     def _taint(self, cell):
         """Mark a history's cell and the cells of its descendants that already ran at this nanosecond
@@ -683,6 +811,21 @@ class FoldedEventEngine(EventEngine):
             if a != b:
                 return a // shift.block != b // shift.block
         return True
+
+
+def _completions_commute(earlier_op, earlier_issued, op, owner):
+    """Whether two node completions of one rank's workload (``RankWorkload._node_done``) leave the same state in
+    either order (see ``RankWorkload.completions_commute``); ``earlier_issued``: the workload's issue count
+    when the earlier one started."""
+    if owner is None or earlier_op.__class__ is not tuple or getattr(earlier_op[0], "__self__", None) is not owner:
+        return False
+    func = getattr(op[0], "__func__", None)
+    check = getattr(owner, "completions_commute", None)
+    if check is None or func is None or func is not getattr(earlier_op[0], "__func__", None):
+        return False
+    if getattr(func, "__name__", "") != "_node_done":
+        return False
+    return check(earlier_op[1], op[1], owner.issued - earlier_issued)
 
 
 def _op_name(op):

@@ -49,16 +49,18 @@ def _min_width(column, cells):
     return min(longest, TEXT_WORD_WIDTH)
 
 
+def table_width(columns, rows, keep):
+    """The narrowest the table of columns ``keep`` can be without cutting a number or folding a word."""
+    # rich's heavy box: a border before each column and one after the last, padding 1 + 1
+    return sum(_min_width(columns[i], [row[i] for row in rows]) + 3 for i in keep) + 1
+
+
 def fit_columns(columns, rows, width):
-    """Indices of the columns to show so that the table fits ``width`` characters."""
+    """Indices of the columns to show so that the table fits ``width`` characters (when the columns that
+    are never left out do not fit on their own, the table is printed wider: see :func:`print_table`)."""
     keep = list(range(len(columns)))
-    cells = [[row[i] for row in rows] for i in range(len(columns))]
-
-    def needed():  # rich's heavy box: a border before each column and one after the last, padding 1 + 1
-        return sum(_min_width(columns[i], cells[i]) + 3 for i in keep) + 1
-
     droppable = sorted((c.drop, i) for i, c in enumerate(columns) if c.drop is not None)
-    while needed() > width and droppable:
+    while table_width(columns, rows, keep) > width and droppable:
         keep.remove(droppable.pop(0)[1])
     return keep
 
@@ -85,5 +87,9 @@ def print_table(title, columns, rows, *, stderr=False, caption=None, out=None):
             table.add_column(column.header, justify=column.justify or "left", overflow="fold")
     for row in rows:
         table.add_row(*(row[i] for i in keep))
-    out.print(table)
+    needed = table_width(columns, rows, keep)
+    if needed > out.width:  # even the columns that are never left out are wider: wider lines, whole numbers
+        out.print(table, width=needed, crop=False)
+    else:
+        out.print(table)
     return out

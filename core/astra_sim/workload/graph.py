@@ -2,6 +2,12 @@
 
 Data and control dependencies are treated alike (a node is issuable once all
 its parents of either kind finished), like the reference's FeederV3.
+
+One missing parent is tolerated: Chakra's PyTorch converter drops the process
+root ``[pytorch|profiler|execution_trace|process]`` (a node with no data
+dependencies and no dependants) but keeps each thread root's control
+dependency on it. Such a dependency is ignored with a warning, as the
+reference's v1 feeder (which ignores control dependencies) runs these traces.
 """
 
 from __future__ import annotations
@@ -9,15 +15,23 @@ from __future__ import annotations
 from astra_sim.errors import WorkloadError
 
 
-def build_graph(path, nodes):
+#: names of the thread roots of PyTorch execution traces (current and pre-2023 spelling)
+THREAD_ROOTS = ("[pytorch|profiler|execution_trace|thread]", "[pytorch|profiler|execution_graph|thread]")
+
+
+def build_graph(path, nodes, warn=None):
     """Index ``nodes``: returns (by_id, children, parents_left, roots).
 
     A duplicated id keeps the later node's content and the union of both
     nodes' dependencies (what the reference does). A dependency on an absent
-    node or a cycle is a :class:`WorkloadError` naming the file and nodes.
+    node or a cycle is a :class:`WorkloadError` naming the file and nodes,
+    except a PyTorch thread root's control dependency on the absent process
+    root (see the module docstring): it is dropped and reported through
+    ``warn(message)`` when given.
     """
     by_id = {}
     parents = {}
+    dropped_root_deps = []
     for node in nodes:
         deps = parents.get(node.id)
         if deps is None:
@@ -36,14 +50,24 @@ def build_graph(path, nodes):
         for parent in deps:
             if parent not in by_id:
                 node = by_id[node_id]
+                if node.name in THREAD_ROOTS and not node.data_deps and parent in node.ctrl_deps:
+                    dropped_root_deps.append((node_id, node.name, parent))
+                    continue
                 raise WorkloadError(
                     f"{path}: node {node_id} ({node.name!r}) depends on node {parent}, "
                     "which is not in the file"
                 )
             children[parent].append(node_id)
+        if dropped_root_deps and dropped_root_deps[-1][0] == node_id:
+            deps = [p for p in deps if p in by_id]
         parents_left[node_id] = len(deps)
         if not deps:
             roots.append(node_id)
+    if dropped_root_deps and warn is not None:
+        shown = "; ".join(f"node {n} ({name!r}) on node {parent}" for n, name, parent in dropped_root_deps[:3])
+        more = f" and {len(dropped_root_deps) - 3} more" if len(dropped_root_deps) > 3 else ""
+        warn(f"{path}: ignored the control dependency of {shown}{more}, which is not in the file: the process "
+             "root that Chakra's PyTorch converter leaves out while keeping its threads' dependency on it")
     check_acyclic(path, children, parents_left, roots, lambda n: by_id[n].name)
     return by_id, children, parents_left, roots
 

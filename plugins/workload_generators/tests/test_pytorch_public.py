@@ -95,9 +95,10 @@ def test_schema_1_0_1_converts_as_the_same_trace_in_the_new_layout(tmp_path):
     nodes = {n.id: n for n in read_et(str(tmp_path / "old.0.et")).nodes}
     assert len(nodes) == len(raw["nodes"]) - 1  # all but the process root
     add = nodes[36]
-    # its parent (id 35) comes later in the file (old traces list children first), so no ctrl dep, as in
-    # Chakra's converter; the data dependency chain follows the call tree
-    assert add.name == "aten::add" and add.ctrl_deps == [] and add.data_deps == [35] and add.attrs["rf_id"] == 22
+    # its parent (id 35) comes later in the file (old traces list children first): still its ctrl dep (Chakra's
+    # converter drops it, keeping only the parents it has already met); the data dependency chain follows the
+    # call tree
+    assert add.name == "aten::add" and add.ctrl_deps == [35] and add.data_deps == [35] and add.attrs["rf_id"] == 22
     assert add.inputs_shapes == "[[256, 256], [256, 256], []]" and add.attrs["is_cpu_op"] is True
 
 

@@ -215,7 +215,7 @@ def generate(name, nodes=1, collective="ring", directory=None) -> dict:
     (:class:`astra_sim.generated.GeneratedFile`, which ``astra run`` writes to a private folder only while
     it runs, and records inline in the report), or, with ``directory``, written there (paths)."""
     from astra_sim.generated import GeneratedFile
-    from astra_sim.safeio import write_atomic
+    from astra_sim.cliutil import write_text_atomic
 
     platform = get_platform(name)
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
@@ -229,7 +229,7 @@ def generate(name, nodes=1, collective="ring", directory=None) -> dict:
     if directory is not None:
         for key, generated in files.items():
             path = Path(directory) / generated.name
-            write_atomic(path, generated.text)
+            write_text_atomic(path, generated.text)
             files[key] = str(path)
     return {
         **files,

@@ -1233,10 +1233,10 @@ def run_command(args):
                   else f"{result['npus_count']} (detected from the graph)")
         text = format_analytical(result, args.file, source)
     if args.output:
-        from astra_sim.safeio import write_atomic
+        from astra_sim.cliutil import write_text_atomic
 
         try:
-            write_atomic(args.output, text)
+            write_text_atomic(args.output, text)
         except OSError as exc:
             raise ConfigError(f"cannot write {args.output}: {exc}") from None
     else:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from astra_sim.errors import ConfigError
 
@@ -33,12 +32,16 @@ def _dims(text):
     return dims
 
 
+#: ``astra workload``'s help; other plugins add their sub-commands to the same group (astra_sim.cliutil.subcommands)
+WORKLOAD_HELP = "make workload traces: convert ASTRA-sim 1.0 text workloads, microbenchmarks, scaling"
+WORKLOAD_DESCRIPTION = "Make Chakra workload traces (<prefix>.<rank>.et)."
+
+
 def add_commands(subparsers):
-    workload = subparsers.add_parser(
-        "workload", help="make workload traces: convert ASTRA-sim 1.0 text workloads, microbenchmarks, scaling",
-        description="Make Chakra workload traces (<prefix>.<rank>.et).")
-    workload.set_defaults(run_command=lambda args: _usage(workload))
-    sub = workload.add_subparsers(dest="workload_command", metavar="SUBCOMMAND")
+    from astra_sim.cliutil import subcommands
+
+    _, sub = subcommands(subparsers, "workload", "workload_command", help=WORKLOAD_HELP,
+                         description=WORKLOAD_DESCRIPTION)
 
     p = sub.add_parser(
         "convert-text", help="convert an ASTRA-sim 1.0 text workload (FILE.txt) to Chakra traces",
@@ -119,12 +122,16 @@ def add_commands(subparsers):
     p = sub.add_parser(
         "compare", help="compare two traces node by node, ignoring id numbering",
         description="Compare PREFIX_A.<r>.et with PREFIX_B.<r>.et for every rank: node types, names, durations, "
-        "attributes and dependency structure (ids may differ). Exit 0 when equal, 1 otherwise.")
+        "attributes and dependency structure (ids may differ; files with different node counts are aligned on "
+        "their node types and names). Reports every difference: per rank, their number by kind, then the first "
+        "--details of them. Exit 0 when equal, 1 otherwise.")
     p.add_argument("a", metavar="PREFIX_A")
     p.add_argument("b", metavar="PREFIX_B")
     p.add_argument("--ignore-names", action="store_true")
     p.add_argument("--ignore-attr", action="append", default=[], metavar="NAME",
                    help="leave this attribute out (repeatable), e.g. involved_dim")
+    p.add_argument("--details", type=non_negative_int, default=10, metavar="N",
+                   help="differences shown in full per rank (default 10; all are counted)")
     p.set_defaults(run_command=_cmd_compare)
 
     p = sub.add_parser(
@@ -166,11 +173,6 @@ def _cmd_expand(args):
     count = expand_workload(args.prefix, args.output)
     print(f"wrote {args.output}.0.et .. {args.output}.{count - 1}.et")
     return 0
-
-
-def _usage(parser):
-    parser.print_help()
-    return 2
 
 
 def _cmd_convert_text(args):
@@ -240,7 +242,8 @@ def _cmd_scale(args):
 def _cmd_compare(args):
     from .compare import compare_traces
 
-    differences = compare_traces(args.a, args.b, names=not args.ignore_names, drop_attrs=tuple(args.ignore_attr))
+    differences = compare_traces(args.a, args.b, names=not args.ignore_names, drop_attrs=tuple(args.ignore_attr),
+                                 details=args.details)
     if not differences:
         print("same graphs on every rank")
         return 0
@@ -250,18 +253,67 @@ def _cmd_compare(args):
 
 
 def _cmd_convert_pytorch(args):
+    from astra_sim.cli import warning
+
     from .pytorch import convert_pytorch
 
     s = convert_pytorch(args.host, args.output, kineto=args.kineto, rank=args.rank, ranks=args.ranks,
                         comms_from_host=args.comms_from_host)
-    print(f"{s['nodes']} nodes per rank ({s['cpu']} CPU ops, {s['gpu_comp']} GPU kernels, {s['coll']} collectives, "
-          f"{s['p2p']} send/recv, {s['metadata']} metadata); wrote {', '.join(s['paths'][:2])}"
-          f"{' ..' if len(s['paths']) > 2 else ''}")
-    if s["host_comms"]:
-        print(f"note: {s['host_comms']} collectives and send/recv come from record_param_comms host ops "
-              "(--comms-from-host); GPU compute is not timed without kernels")
-    if s["dropped_comms"]:
-        print(f"astra: warning: the trace has no GPU kernels and no --kineto trace was given, so its {s['dropped_comms']} "
-              "record_param_comms collectives and send/recv are left out, as Chakra's converter does; give the "
-              "Kineto trace, or --comms-from-host to simulate them", file=sys.stderr)
+    for line in convert_pytorch_summary(s):
+        print(line)
+    for line in convert_pytorch_warnings(s):
+        warning(line)
     return 0
+
+
+_KINDS = (("cpu", "CPU ops"), ("gpu_comp", "GPU kernels"), ("coll", "collectives"), ("p2p", "send/recv"),
+          ("metadata", "metadata"))
+
+
+def _breakdown(c):
+    return ", ".join(f"{c[k]} {word}" for k, word in _KINDS)
+
+
+def convert_pytorch_summary(s):
+    """The lines convert-pytorch prints for its summary ``s`` (see :func:`.pytorch.convert_pytorch`)."""
+    paths = f"{', '.join(s['paths'][:2])}{' ..' if len(s['paths']) > 2 else ''}"
+    per_rank = s.get("per_rank") or [s]
+    ranks = s.get("ranks") or list(range(len(per_rank)))
+    shapes = {tuple(c[k] for k, _ in _KINDS) + (c["nodes"],) for c in per_rank}
+    if len(shapes) == 1:
+        lines = [f"{s['nodes']} nodes {'per rank' if len(per_rank) > 1 else 'in rank ' + str(ranks[0])} "
+                 f"({_breakdown(s)}); wrote {paths}"]
+    else:
+        counts = [c["nodes"] for c in per_rank]
+        lines = [f"{min(counts)} to {max(counts)} nodes per rank; wrote {paths}"]
+        lines += [f"  rank {r}: {c['nodes']} nodes ({_breakdown(c)})" for r, c in zip(ranks, per_rank)]
+    if any(c.get("cpu_backend_comms") for c in per_rank):
+        rdv = [c.get("rendezvous_notes", 0) for c in per_rank]
+        count = str(rdv[0]) if len(set(rdv)) == 1 else f"{min(rdv)} to {max(rdv)}"
+        lines.append("note: the communication comes from the c10d host ops of a CPU backend (gloo)"
+                     + (f"; as in gloo, every receive first tells its sender that it is ready ({count} of the "
+                        "send/recv nodes per rank)" if max(rdv) else ""))
+    if s["host_comms"]:
+        lines.append(f"note: {s['host_comms']} collectives and send/recv come from record_param_comms host ops "
+                     "(--comms-from-host); GPU compute is not timed without kernels")
+    return lines
+
+
+def convert_pytorch_warnings(s):
+    """The warnings convert-pytorch prints on stderr for its summary ``s``."""
+    out = []
+    if s["dropped_comms"]:
+        out.append(f"the trace has no GPU kernels, so its {s['dropped_comms']} record_param_comms collectives and "
+                   "send/recv are left out, as Chakra's converter does; give the Kineto trace of a GPU job, or "
+                   "--comms-from-host to simulate them")
+    skipped = {}
+    for c in s.get("per_rank") or [s]:
+        for op, count in c.get("not_simulated", {}).items():
+            skipped[op] = max(skipped.get(op, 0), count)
+    if skipped:
+        from .pytorch_c10d import NOT_SIMULATED
+
+        out.append("left as CPU ops, not simulated as communication: " + ", ".join(
+            f"{count} {op} ({NOT_SIMULATED[op]})" for op, count in sorted(skipped.items())))
+    out += s.get("warnings", [])
+    return out
