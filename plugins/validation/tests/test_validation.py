@@ -150,3 +150,14 @@ def test_a_case_that_fails_is_reported_and_the_exit_is_nonzero(tmp_path, capsys)
     assert [c["name"] for c in data["cases"]] == ["good"]
     assert data["failed"][0]["name"] == "bad" and "no-such-platform" in data["failed"][0]["failed"]
     assert "bad failed" in capsys.readouterr().err
+
+
+def test_a_calibration_input_is_shown_but_not_counted(tmp_path, capsys):
+    path = _registry(tmp_path, [_collective(name="anchor", calibration_input=True),
+                                _collective(name="check", measured={"bus_bandwidth_gbps": 200})])
+    out = tmp_path / "r.json"
+    assert main(["validate", "--cases", str(path), "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    check = next(c for c in data["cases"] if c["name"] == "check")
+    assert data["summary"]["max_abs_error"] == pytest.approx(abs(check["error"]))
+    assert "calibration input" in capsys.readouterr().out
