@@ -337,3 +337,15 @@ def test_measured_slowdowns_grow_with_the_sms_taken():
     for kind in ("compute", "memory", "carveout"):
         values = [measured_slowdown(kind, f / 100) for f in range(0, 80)]
         assert values[0] == 1.0 and all(b >= a for a, b in zip(values, values[1:]))
+
+
+def test_contention_model_off_frees_overlap_even_under_a_platform():
+    from astra_gpu_model.plugin import astra_provide_configuration
+
+    gpu = load_gpu("H100-SXM5-80GB")
+    assert Contention.from_options(gpu, None, {"gpu_contention": True, "gpu_contention_model": "off"}) is None
+    on = astra_provide_configuration({"platform": "hgx-h100", "nodes": 1})
+    assert on["options"]["gpu_contention"] is True and on["options"]["gpu_contention_model"] == "measured"
+    off = astra_provide_configuration({"platform": "hgx-h100", "nodes": 1, "gpu_contention_model": "off"})
+    assert not off["options"].get("gpu_contention")
+    assert off["defaults"]["contention"].startswith("off")

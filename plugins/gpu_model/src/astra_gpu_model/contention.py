@@ -205,7 +205,7 @@ class Contention:
 
     @classmethod
     def from_options(cls, gpu, context, options):
-        if not _flag(options.get("gpu_contention", False)):
+        if not _flag(options.get("gpu_contention", False)) or options.get("gpu_contention_model") == "off":
             return None
         contention = cls(gpu, context, options.get("gpu_comm_sms"), options.get("gpu_comm_hbm_share"))
         mode = options.get("gpu_contention_model") or "sm-hbm"

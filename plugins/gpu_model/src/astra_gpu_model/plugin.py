@@ -34,10 +34,11 @@ def astra_add_run_options(parser):
     group.add_argument("--gpu-contention", action="store_true",
                        help="a COMP node issued while the rank's communication runs gets the SMs and HBM "
                             "bandwidth the collective leaves (default: off, overlap is free)")
-    group.add_argument("--gpu-contention-model", choices=("sm-hbm", "measured"), default=None,
+    group.add_argument("--gpu-contention-model", choices=("sm-hbm", "measured", "off"), default=None,
                        help="under --gpu-contention: sm-hbm (default: the kernel runs on the SMs and HBM bandwidth "
                             "the communication leaves) or measured (the slowdowns measured on a Hopper GPU beside "
-                            "a communication kernel of as many SMs; --platform's default)")
+                            "a communication kernel of as many SMs; --platform's default) or off (overlap is free, also under "
+                            "--platform)")
     group.add_argument("--gpu-comm-sms", type=int, default=None, metavar="N",
                        help="SMs a collective or send without a comm_sms attribute occupies under "
                             "--gpu-contention (default: 32); concurrent ones add up")
@@ -172,7 +173,9 @@ def astra_provide_configuration(options):
         if options.get(key) is None:
             provided["options"][key] = host[key]
     # ... and communication kernels that slow the kernels beside them, as measured.
-    if not options.get("gpu_contention"):
+    if options.get("gpu_contention_model") == "off":
+        pass
+    elif not options.get("gpu_contention"):
         provided["options"]["gpu_contention"] = True
         if options.get("gpu_contention_model") is None:
             provided["options"]["gpu_contention_model"] = "measured"
@@ -188,7 +191,8 @@ def astra_provide_configuration(options):
                  f"{provided['options'].get('host_sync_us', options.get('host_sync_us'))} us after each "
                  "send/receive marked host_waits (measured: plugins/gpu_model/calibration; --host-launch-us 0 --host-sync-us 0 "
                  "turns it off)"),
-        "contention": ("measured slowdowns of kernels beside communication (--gpu-contention "
+        "contention": "off (--gpu-contention-model off: overlap is free)"
+        if options.get("gpu_contention_model") == "off" else ("measured slowdowns of kernels beside communication (--gpu-contention "
                        f"--gpu-contention-model {provided['options'].get('gpu_contention_model', options.get('gpu_contention_model') or 'sm-hbm')}"
                        "; implied by --platform)" if not options.get("gpu_contention") else
                        "--gpu-contention (given)"),

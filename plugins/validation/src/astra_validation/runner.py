@@ -49,14 +49,16 @@ def run_case(case, workdir=None):
                 "is_cpu_op": False, "comm_type": _COMM_TYPES[case.collective], "comm_size": case.size_bytes})
             write_compact_workload(prefix, gpus, [BlockShift(1, gpus, gpus)],
                                    [(0, encode_et(make_metadata(), [node]))], generator="astra validate")
+        # nccl-tests time collectives back to back on the GPU: no host launch gap before them.
+        steady = ["--host-launch-us", "0", "--host-sync-us", "0"] if case.kind == "collective" else []
         _astra(["run", "--workload-configuration", prefix, "--platform", case.platform, "--nodes",
-                str(case.nodes), *case.run, "--report-json", report_path, "-q"])
+                str(case.nodes), *steady, *case.run, "--report-json", report_path, "-q"])
         with open(report_path) as handle:
             report = json.load(handle)
     simulated = report["summary"]["max_finish_ns"] * 1e-9
     measured = case.measured_s(gpus)
     return {"name": case.name, "kind": case.kind, "hardware": case.hardware, "source": case.source,
-            "gpus": gpus, "measured_s": measured, "simulated_s": simulated,
+            "calibration_input": case.calibration_input, "gpus": gpus, "measured_s": measured, "simulated_s": simulated,
             "error": (simulated - measured) / measured, "wall_s": round(time.perf_counter() - start, 1),
             "simulated_ranks": report["stats"].get("simulated_ranks"),
             "platform_defaults": report["settings"].get("platform_defaults")}
