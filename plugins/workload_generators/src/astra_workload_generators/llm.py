@@ -1805,6 +1805,9 @@ def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True, per_ran
     if write:
         ensure_parent(prefix)
         write_atomically(f"{prefix}.groups.json", json.dumps(groups).encode())
+        # what each group is for, for the breakdown's communicator names (read beside the groups file)
+        roles = {str(gid): role for role, by_key in gids.items() for gid in by_key.values()}
+        write_atomically(f"{prefix}.groups.roles.json", json.dumps(dict(sorted(roles.items(), key=lambda kv: int(kv[0])))).encode())
     meta = make_metadata(attrs={"generator": "astra workload llm"}).SerializeToString()
     head = encode_varint(len(meta)) + meta
     nodes_per_stage = []
