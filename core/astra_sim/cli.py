@@ -80,6 +80,18 @@ def _add_run_arguments(run):
     ours.add_argument("--no-fold", action="store_true",
                       help="simulate every rank, even those a symmetry makes identical to another "
                            "(by default one rank per class of symmetric ranks is simulated; same results)")
+    ours.add_argument("--timeline", metavar="PATH",
+                      help="write the run as Chrome trace events (PATH.json or PATH.json.gz; Perfetto, "
+                           "chrome://tracing), or with --timeline-format kineto a folder of per-rank traces")
+    ours.add_argument("--timeline-format", choices=("chrome", "kineto"), default="chrome",
+                      help="chrome (default): one trace-event file; kineto: one PyTorch-profiler-shaped trace per "
+                           "rank (HolisticTraceAnalysis reads the folder)")
+    ours.add_argument("--timeline-ranks", metavar="RANGES",
+                      help="ranks the timeline holds, e.g. 0-7,64 (default: all)")
+    ours.add_argument("--critical-path", action="store_true",
+                      help="report the chain of nodes and waits that sets the last finish time")
+    ours.add_argument("--no-breakdown", action="store_true",
+                      help="do not record where each rank's time goes (the report's breakdown)")
     ours.add_argument("-q", "--quiet", action="store_true", help="no summary table")
 
 
@@ -270,6 +282,11 @@ def _cmd_run(pm, args):
         options=options,
         fold=not args.no_fold,
         on_warning=say,
+        breakdown=not args.no_breakdown,
+        critical_path=args.critical_path,
+        timeline=args.timeline,
+        timeline_format=args.timeline_format,
+        timeline_ranks=args.timeline_ranks,
     )
     report = simulation.run()
     report.warnings[:0] = [m for m in early if m not in report.warnings]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import tempfile
@@ -47,15 +48,19 @@ def ensure_parent_dir(path):
         raise ConfigError(f"cannot create the output folder {parent}: {exc.strerror or exc}") from None
 
 
-def write_text_atomic(path, text):
-    """Write ``text`` to ``path`` through a temporary file in the same folder, renamed over it:
-    readers see the old file or the whole new one, never a part."""
-    ensure_parent_dir(path)
+@contextlib.contextmanager
+def atomic_output(path):
+    """A binary file to write ``path`` through: a temporary file in the same folder, renamed over ``path``
+    when the ``with`` block ends without an error (removed otherwise). Readers see the old file or the
+    whole new one, never a part; a killed writer leaves no half-written file. Every output file of astra
+    (reports, traces, timelines, plots) is written through here. The file gets the permissions ``open``
+    would give it (``mkstemp`` makes it 0600)."""
     folder = os.path.dirname(os.path.abspath(os.fspath(path)))
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(os.fspath(path)))
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            yield handle
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -63,3 +68,21 @@ def write_text_atomic(path, text):
         except OSError:
             pass
         raise
+
+
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def write_bytes_atomic(path, data):
+    """Write ``data`` to ``path`` whole (:func:`atomic_output`); the folder must exist."""
+    with atomic_output(path) as handle:
+        handle.write(data)
+
+
+def write_text_atomic(path, text):
+    """Write ``text`` (UTF-8) to ``path`` whole (:func:`atomic_output`), creating the folder if needed."""
+    ensure_parent_dir(path)
+    write_bytes_atomic(path, text.encode("utf-8"))

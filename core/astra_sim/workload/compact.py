@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 
 from astra_sim.chakra import EtNode
@@ -175,24 +174,11 @@ def write_compact_workload(prefix, npus, symmetry, classes, *, comm_groups=None,
 
 
 def write_atomically(path, data):
-    """Write ``data`` (bytes) to ``path`` through a temporary file in the same folder, then rename."""
-    folder = os.path.dirname(os.path.abspath(path))
-    handle, temporary = tempfile.mkstemp(prefix=".tmp-", dir=folder)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.chmod(temporary, 0o666 & ~_umask())  # what open() would have given (mkstemp makes it 0600)
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-        raise
+    """Write ``data`` (bytes) to ``path`` through a temporary file in the same folder, then rename
+    (:func:`astra_sim.cliutil.atomic_output`)."""
+    from astra_sim.cliutil import write_bytes_atomic
 
-
-def _umask():
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+    write_bytes_atomic(path, data)
 
 
 class Relabeller:
