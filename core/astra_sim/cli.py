@@ -76,7 +76,7 @@ def _add_run_arguments(run):
     ours.add_argument("--astra-sim-log", action="store_true",
                       help="also print the reference's 'sys[i] finished, T cycles, ...' lines")
     ours.add_argument("--max-table-ranks", type=positive_int, default=16, metavar="N",
-                      help="ranks listed in the terminal table (default 16)")
+                      help="rows of the terminal's rank table (ranks with identical numbers share a row; default 16)")
     ours.add_argument("--no-fold", action="store_true",
                       help="simulate every rank, even those a symmetry makes identical to another "
                            "(by default one rank per class of symmetric ranks is simulated; same results)")
@@ -301,36 +301,10 @@ def _cmd_run(pm, args):
         sys.stdout.write("".join(line + "\n" for line in report.astra_sim_log_lines(prefixed=True)))
         sys.stdout.flush()
     if not args.quiet:
-        _print_summary(report, args.max_table_ranks, stderr=args.astra_sim_log)
+        from astra_sim.summary import print_summary
+
+        print_summary(report, args.max_table_ranks, stderr=args.astra_sim_log)
     return 0
-
-
-def _print_summary(report, max_ranks, stderr=False):
-    from astra_sim.termtable import Column, print_table
-
-    columns = [Column("rank", number=True), Column("finish_ns", number=True),
-               Column("compute_ns", number=True, drop=3), Column("exposed_comm_ns", number=True),
-               Column("comm_ns", number=True, drop=2), Column("cpu_ns", number=True, drop=1)]
-    rows = [[str(r.rank), f"{r.finish_ns:,}", f"{r.compute_ns:,}", f"{r.exposed_comm_ns:,}", f"{r.comm_ns:,}",
-             f"{r.cpu_ns:,}"] for r in report.ranks[:max_ranks]]
-    more = len(report.ranks) - max_ranks
-    caption = f"{more} more ranks not listed (--max-table-ranks; all in --report-json)" if more > 0 else None
-    console = print_table(f"astra-sim-py: {len(report.ranks)} NPUs, times in ns", columns, rows,
-                          stderr=stderr, caption=caption)
-    stats = report.stats
-    console.print(
-        f"max finish {report.max_finish_ns:,} ns, min finish {report.min_finish_ns:,} ns, "
-        f"max exposed communication {report.max_exposed_comm_ns:,} ns | "
-        f"{stats.get('events', 0):,} events in {stats.get('run_s', 0):.3f} s",
-        highlight=False,
-    )
-    fold = report.settings.get("fold") or {}
-    simulated = stats.get("simulated_ranks", len(report.ranks))
-    if simulated < len(report.ranks):
-        console.print(f"simulated {simulated:,} of {len(report.ranks):,} ranks (symmetric ranks folded; "
-                      "--no-fold simulates all)", highlight=False)
-    elif fold.get("requested") and fold.get("reason") and len(report.ranks) > 1:
-        console.print(f"all {len(report.ranks):,} ranks simulated: {fold['reason']}", highlight=False)
 
 
 if __name__ == "__main__":
