@@ -265,6 +265,10 @@ def _cmd_run(pm, args):
             if getattr(args, key) is None:
                 flag = "--" + key.replace("_", "-")
                 raise AstraError(f"{flag} is required (or a plugin option that provides it, such as --platform)")
+    if args.report_json:  # an output that cannot be written is an error before the simulation
+        from astra_sim.analysis.output import check_writable_folder
+
+        check_writable_folder(os.path.dirname(os.path.abspath(args.report_json)), f"--report-json {args.report_json}")
     simulation = Simulation(
         args.workload_configuration,
         args.system_configuration,

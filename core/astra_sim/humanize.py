@@ -5,32 +5,34 @@ Terminals show these; JSON keeps integer nanoseconds.
 
 from __future__ import annotations
 
-_UNITS = ((1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "µs"))
+_UNITS = ((1, "ns"), (1_000, "µs"), (1_000_000, "ms"), (1_000_000_000, "s"))
 
 
 def format_ns(ns):
     """``372_123_456`` -> ``'372.1 ms'``; ``1_234`` -> ``'1.234 µs'``; ``850`` -> ``'850 ns'``; 4 significant
-    digits at most (3 from 100 up in a unit)."""
+    digits at most (3 from 100 up in a unit), in the largest unit the time reaches (999.96 ms is 1.000 s)."""
     if ns is None:
         return "-"
     sign = "-" if ns < 0 else ""
     ns = abs(ns)
-    for scale, unit in _UNITS:
-        if ns >= scale:
-            value = ns / scale
-            text = _four(value)
-            if text == "1000" and unit != "s":  # 999.96 ms rounds up to the next unit
-                continue
-            return f"{sign}{text} {unit}"
-    return f"{sign}{int(ns)} ns"
+    if ns < 1000:
+        return f"{sign}{int(ns)} ns"
+    unit = 1
+    while unit + 1 < len(_UNITS) and ns >= _UNITS[unit + 1][0]:
+        unit += 1
+    text = _four(ns / _UNITS[unit][0])
+    if float(text) >= 1000 and unit + 1 < len(_UNITS):
+        unit += 1
+        text = _four(ns / _UNITS[unit][0])
+    return f"{sign}{text} {_UNITS[unit][1]}"
 
 
 def _four(value):
-    if value >= 100:
-        return f"{value:.1f}" if value < 1000 else f"{value:.0f}"
-    if value >= 10:
-        return f"{value:.2f}"
-    return f"{value:.3f}"
+    """Four significant digits (three from 100 up), decided after rounding (99.996 is '100.0')."""
+    for digits, below in ((3, 9.9995), (2, 99.995), (1, 999.95)):
+        if value < below:
+            return f"{value:.{digits}f}"
+    return f"{value:.0f}"
 
 
 def format_share(part, whole):
