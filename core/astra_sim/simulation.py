@@ -587,6 +587,11 @@ class Simulation:
             written = time.perf_counter()
             report.timeline = self.timeline.write(self.analysis, report)
             report.stats["timeline_s"] = round(time.perf_counter() - written, 6)
+            if self.timeline.link_load is not None and self.timeline.link_load.bins:
+                from astra_sim.analysis.links import utilisation_summary
+
+                report.network_stats["link_utilisation"] = utilisation_summary(self.timeline.link_load,
+                                                                               report.max_finish_ns)
         return report
 
     def _check_all_finished(self):

@@ -59,3 +59,12 @@ class LinkLoad:
 
     def name(self, link):
         return self.names.get(link, f"link {link}")
+
+
+def utilisation_summary(load, end_ns, top=64):
+    """The report's ``network_stats.link_utilisation``: the ``top`` busiest links' use per bin (for the heat map
+    of ``astra plot``), busiest first."""
+    series, width = load.utilisation(end_ns)
+    busiest = sorted(series, key=lambda link: (-sum(series[link]), link))[:top]
+    return {"bin_ns": width, "links": [{"link": link, "name": load.name(link), "utilisation": series[link]}
+                                       for link in busiest]}
