@@ -235,7 +235,8 @@ def test_help_texts_say_what_the_options_do(capsys):
     assert squeeze("dense or mixture-of-experts") in text and "inference" in text
     assert squeeze("the matching Kineto device trace; with --ranks N a path containing {rank}") in \
         help_of("workload", "convert-pytorch")
-    assert squeeze("timed on that GPU only by the gpu compute model: add --compute-model gpu") in help_of("run")
+    assert squeeze("compute is timed on its GPU by the gpu compute model and collectives by NCCL's model, unless "
+                   "--compute-model, --gpu or --platform-collective say otherwise") in help_of("run")
 
 
 def test_astra_sim_log_lines_exact_and_in_finish_order(capsys, files):

@@ -210,6 +210,8 @@ def symmetric_case(rng, folder, asymmetric=False):
         write_et(f"{prefix}.{rank}.et", make_metadata(), nodes)
     kwargs = {"num_queues_per_dim": rng.choice([1, 1, 2]), "injection_scale": rng.choice([1.0, 2.0]),
               "rendezvous": rng.random() < 0.15}
+    if rng.random() < 0.2:  # the host model: kernels wait for their launch
+        kwargs["options"] = {"host_launch_us": rng.choice([1, 7]), "host_sync_us": rng.choice([0, 3])}
     groups_path = str(folder / "groups.json") if groups else None
     return (str(prefix), str(folder / "system.json"), str(network), str(folder / "memory.json"), groups_path), kwargs
 

@@ -77,6 +77,14 @@ def _add_run_arguments(run):
                       help="also print the reference's 'sys[i] finished, T cycles, ...' lines")
     ours.add_argument("--max-table-ranks", type=positive_int, default=16, metavar="N",
                       help="rows of the terminal's rank table (ranks with identical numbers share a row; default 16)")
+    ours.add_argument("--host-launch-us", type=float, default=None, metavar="US",
+                      help="the host launches one GPU operation per US microseconds, in order, ahead of the GPU; "
+                           "a kernel starts no earlier than its launch (default: off; --platform sets a measured "
+                           "value)")
+    ours.add_argument("--host-sync-us", type=float, default=None, metavar="US",
+                      help="with the host model: after a send/receive whose node has host_waits the host waits "
+                           "for it and US more microseconds (a training loop's synchronize after its pipeline "
+                           "transfers)")
     ours.add_argument("--no-fold", action="store_true",
                       help="simulate every rank, even those a symmetry makes identical to another "
                            "(by default one rank per class of symmetric ranks is simulated; same results)")
@@ -198,6 +206,7 @@ def _main(argv):
         return _cmd_plugins(pm, args)
     if args.command == "run":
         return _cmd_run(pm, args)
+    args.plugin_manager = pm  # a plugin command may call hooks (e.g. `astra platforms` gathers astra_platforms)
     return args.run_command(args)
 
 
@@ -253,6 +262,7 @@ def _cmd_run(pm, args):
     for message in early:
         say(message)
     options = vars(args).copy()
+    defaults = None
     if args.system_configuration is None or args.network_configuration is None:
         provided = pm.hook.astra_provide_configuration(options=options) or {}
         for key in ("system_configuration", "network_configuration", "remote_memory_configuration",
@@ -261,6 +271,9 @@ def _cmd_run(pm, args):
                 setattr(args, key, provided[key])
         options.update(provided.get("options") or {})
         options.update({k: getattr(args, k) for k in ("system_configuration", "network_configuration")})
+        if args.compute_model is None and provided.get("compute_model"):  # e.g. --platform implies its GPU model
+            args.compute_model = provided["compute_model"]
+        defaults = provided.get("defaults")
         for key in ("system_configuration", "network_configuration"):
             if getattr(args, key) is None:
                 flag = "--" + key.replace("_", "-")
@@ -293,6 +306,8 @@ def _cmd_run(pm, args):
         timeline_ranks=args.timeline_ranks,
     )
     report = simulation.run()
+    if defaults:
+        report.settings["platform_defaults"] = dict(defaults)
     report.warnings[:0] = [m for m in early if m not in report.warnings]
     if args.report_json:
         try:

@@ -36,6 +36,27 @@ non_negative_float = number(float, 0, what="a number")
 positive_float = number(float, 0, exclusive=True, what="a number")
 
 
+def subcommands(subparsers, name, dest, **parser_kwargs):
+    """``(parser, its sub-command collection)`` for ``astra NAME SUBCOMMAND``, created on first use.
+
+    Several plugins may add sub-commands to one group (``astra workload llm`` comes from one plugin,
+    ``astra workload systolic`` from another); each calls this with the same ``name`` and gets the same
+    collection, whichever plugin registers first. Without a sub-command the group prints its help."""
+    parser = subparsers.choices.get(name)
+    if parser is None:
+        parser = subparsers.add_parser(name, **parser_kwargs)
+
+        def usage(args, parser=parser):
+            parser.print_help()
+            return 2
+
+        parser.set_defaults(run_command=usage)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return parser, action
+    return parser, parser.add_subparsers(dest=dest, metavar="SUBCOMMAND")
+
+
 def ensure_parent_dir(path):
     """Create the folder ``path`` goes into, as every ``-o``/``--report-json`` does; a
     ConfigError names the folder when it cannot be made."""
@@ -48,13 +69,25 @@ def ensure_parent_dir(path):
         raise ConfigError(f"cannot create the output folder {parent}: {exc.strerror or exc}") from None
 
 
+def write_text_atomic(path, text):
+    """Write ``text`` (UTF-8) to ``path`` atomically (:func:`write_bytes_atomic`)."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path, data):
+    """Write ``data`` to ``path`` whole (:func:`atomic_output`), creating the folder if needed."""
+    ensure_parent_dir(path)
+    with atomic_output(path) as handle:
+        handle.write(data)
+
+
 @contextlib.contextmanager
 def atomic_output(path):
     """A binary file to write ``path`` through: a temporary file in the same folder, renamed over ``path``
     when the ``with`` block ends without an error (removed otherwise). Readers see the old file or the
-    whole new one, never a part; a killed writer leaves no half-written file. Every output file of astra
-    (reports, traces, timelines, plots) is written through here. The file gets the permissions ``open``
-    would give it (``mkstemp`` makes it 0600)."""
+    whole new one, never a part; a killed writer leaves no half-written file. The one place every output
+    file is written from (reports, traces, timelines streamed piece by piece, plots). The file gets the
+    permissions ``open()`` would give it (``mkstemp`` makes 0600)."""
     folder = os.path.dirname(os.path.abspath(os.fspath(path)))
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(os.fspath(path)))
     try:
@@ -74,15 +107,3 @@ def _umask():
     mask = os.umask(0)
     os.umask(mask)
     return mask
-
-
-def write_bytes_atomic(path, data):
-    """Write ``data`` to ``path`` whole (:func:`atomic_output`); the folder must exist."""
-    with atomic_output(path) as handle:
-        handle.write(data)
-
-
-def write_text_atomic(path, text):
-    """Write ``text`` (UTF-8) to ``path`` whole (:func:`atomic_output`), creating the folder if needed."""
-    ensure_parent_dir(path)
-    write_bytes_atomic(path, text.encode("utf-8"))

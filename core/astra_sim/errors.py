@@ -16,6 +16,11 @@ class ConfigError(AstraError):
     """A configuration file or flag is missing, malformed or inconsistent."""
 
 
+class InfeasibleError(ConfigError):
+    """The configuration is valid but cannot run on the machine described (e.g. a rank needs more memory than
+    its GPU has); a sweep records such a point as infeasible rather than as an error."""
+
+
 class WorkloadError(AstraError):
     """A workload trace cannot be simulated (bad node, bad graph, ...)."""
 

@@ -50,6 +50,17 @@ def astra_provide_configuration(options):
     """
 
 
+@hookspec
+def astra_platforms(nodes):
+    """Describe the machines ``--platform NAME`` stands for, for ``astra platforms``.
+
+    Return a list of dicts, one per platform: ``name``, ``description`` and the numbers the table shows
+    (``gpu``: the accelerator, ``gpus_per_node``, ``total_gpus``, ``scaleup_gb_per_s_per_direction``,
+    ``nic_gbit_per_s_per_gpu``, ``hbm_bandwidth_gbps``, ``bf16_tflops``) for ``nodes`` nodes, plus
+    ``sources``; any other keys go to ``--json``. Every implementation's rows are listed.
+    """
+
+
 # ---------------------------------------------------------------- registration
 
 

@@ -96,6 +96,7 @@ class Simulation:
             self.warn(message)
         self.comm_groups = parse_comm_groups(self.comm_group_path)
         self.options = dict(options or {})
+        self.host_issue = _host_issue(self.options)
         context = RunContext(
             engine=self.engine,
             system_config=self.system_config,
@@ -655,6 +656,8 @@ class Simulation:
             "plugins": sorted(name for name, _ in self.pm.list_name_plugin()),
             "fold": dict(self.fold_info),
         }
+        if self.host_issue is not None:
+            settings["host"] = {"launch_ns": self.host_issue[0], "sync_after_p2p_ns": self.host_issue[1]}
         stats = {
             "events": self.engine.events_run,
             "simulated_ranks": sum(w is not None for w in self.workloads),
@@ -696,6 +699,21 @@ class Simulation:
 
             report.critical_path = critical_path(analysis, report)
         report.stats["analysis_s"] = round(time.perf_counter() - started, 6)
+
+
+def _host_issue(options):
+    """``(launch_ns, sync_ns)`` of the host model (options host_launch_us, host_sync_us), or None (off)."""
+    launch = options.get("host_launch_us")
+    sync = options.get("host_sync_us")
+    if not launch and not sync:
+        return None
+    values = []
+    for key, value in (("host_launch_us", launch), ("host_sync_us", sync)):
+        value = 0 if value is None else value
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e6:
+            raise ConfigError(f"option {key} must be a number of microseconds in [0, 1e6), got {value!r}")
+        values.append(int(round(value * 1000)))
+    return tuple(values)
 
 
 def simulate(workload, system, network, memory=None, comm_groups=None, **kwargs):

@@ -15,11 +15,14 @@ def check_writable_folder(folder, what):
     folder = os.path.abspath(os.fspath(folder))
     try:
         os.makedirs(folder, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{what}: cannot create the output folder {folder}: {exc.strerror or exc}") from None
+    try:
         handle, probe = tempfile.mkstemp(prefix=".astra-probe-", dir=folder)
         os.close(handle)
         os.unlink(probe)
     except OSError as exc:
-        raise ConfigError(f"{what}: cannot write into {folder}: {exc.strerror or exc}") from None
+        raise ConfigError(f"{what}: cannot write into the folder {folder}: {exc.strerror or exc}") from None
 
 
 class TimelineRequest:

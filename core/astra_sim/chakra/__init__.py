@@ -3,6 +3,7 @@
 Public API::
 
     read_et(path, *, keep_raw=True) -> EtFile      # .path, .metadata (GlobalMetadata pb or None), .nodes
+    read_metadata(path) -> dict                    # the GlobalMetadata's attributes only
     parse_et(data, path="<bytes>") -> EtFile       # same, from bytes
     write_et(path, metadata, nodes, *, reencode=False, compress=None) -> int
     encode_et(metadata, nodes) -> bytes
@@ -22,14 +23,14 @@ from .errors import ChakraError
 from .node import (
     MISSING, EtFile, EtNode, attr_kind, get_bool, get_bool_list, get_float, get_int, get_str, get_str_list,
 )
-from .reader import GZIP_MAGIC, parse_et, parse_node, read_et
+from .reader import GZIP_MAGIC, parse_et, parse_node, read_et, read_metadata
 from .types import *  # noqa: F401,F403  (plain int constants)
 from .types import __all__ as _types_all
 from .writer import encode_et, encode_varint, make_metadata, make_node, node_to_proto, write_et
 
 __all__ = [
     "ChakraError", "EtFile", "EtNode", "MISSING",
-    "read_et", "parse_et", "parse_node", "write_et", "encode_et", "encode_varint", "node_to_proto",
+    "read_et", "read_metadata", "parse_et", "parse_node", "write_et", "encode_et", "encode_varint", "node_to_proto",
     "make_node", "make_metadata",
     "get_int", "get_bool", "get_bool_list", "get_float", "get_str", "get_str_list", "attr_kind",
     "GZIP_MAGIC", "et_def_pb2", "types",

@@ -19,7 +19,7 @@ from .errors import ChakraError
 from .node import EtFile, EtNode
 from .types import ATTR_LIST_KINDS
 
-__all__ = ["read_et", "parse_et", "parse_node", "GZIP_MAGIC"]
+__all__ = ["read_et", "read_metadata", "parse_et", "parse_node", "GZIP_MAGIC"]
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -55,6 +55,37 @@ def read_et(path, *, keep_raw: bool = True) -> EtFile:
     except OSError as exc:
         raise ChakraError(f"{name}: cannot read Chakra ET file: {exc.strerror or exc}", path=name) from None
     return parse_et(data, name, keep_raw=keep_raw)
+
+
+def read_metadata(path) -> dict:
+    """The GlobalMetadata attributes of the Chakra ET file ``path`` ({name: value}), reading only the first
+    frame (a plugin checking what a generator wrote there, e.g. a memory estimate, need not parse the nodes).
+    An empty file gives {}; errors are :class:`ChakraError` naming the file."""
+    name = os.fspath(path)
+    try:
+        with open(name, "rb") as f:
+            head = f.read(1 << 16)
+            if head[:2] == GZIP_MAGIC:
+                head = _gunzip(head + f.read(), name)
+            else:
+                frames = _frames(head, name) if head else iter(())
+                try:
+                    _, _, end = next(frames)
+                except ChakraError:  # a metadata frame longer than the first read
+                    head += f.read()
+    except OSError as exc:
+        raise ChakraError(f"{name}: cannot read Chakra ET file: {exc.strerror or exc}", path=name) from None
+    first = next(_frames(head, name), None)
+    if first is None:
+        return {}
+    off, s, e = first
+    metadata = pb.GlobalMetadata()
+    try:
+        metadata.ParseFromString(head[s:e])
+    except DecodeError as exc:
+        raise ChakraError(f"{name}: byte offset {off}: the first message is not a valid GlobalMetadata ({exc})",
+                          path=name, offset=off) from None
+    return attrs_from_proto(metadata.attr)[0]
 
 
 def _gunzip(data: bytes, path) -> bytes:

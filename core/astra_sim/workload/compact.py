@@ -174,8 +174,7 @@ def write_compact_workload(prefix, npus, symmetry, classes, *, comm_groups=None,
 
 
 def write_atomically(path, data):
-    """Write ``data`` (bytes) to ``path`` through a temporary file in the same folder, then rename
-    (:func:`astra_sim.cliutil.atomic_output`)."""
+    """Write ``data`` (bytes) to ``path`` atomically (the kernel's one helper for it)."""
     from astra_sim.cliutil import write_bytes_atomic
 
     write_bytes_atomic(path, data)

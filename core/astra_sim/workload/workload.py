@@ -32,6 +32,9 @@ _COLLECTIVES = {
     T.ALL_TO_ALL: ALL_TO_ALL,
 }
 _CPU, _COMP, _COMM, _NONE = range(4)
+#: node types a host launches on the GPU (host_issue), and the transfers it waits for
+_GPU_OPS = frozenset((T.COMP_NODE, T.COMM_COLL_NODE, T.COMM_SEND_NODE, T.COMM_RECV_NODE))
+_P2P = frozenset((T.COMM_SEND_NODE, T.COMM_RECV_NODE))
 #: ``pg_name`` values that mean the default all-NPU group (the reference's rule; backends that look at a
 #: node's group, e.g. the gpu model's contention, use it too)
 DEFAULT_PG_NAMES = ("", "0", None)
@@ -69,6 +72,15 @@ class RankWorkload:
             for group_id, npus in groups.items():
                 self.comm_groups[group_id] = CommunicatorGroup(group_id, npus, rank, stream_ids.get(group_id))
         self.issued = 0
+        # The host that launches the rank's kernels (run option host_launch_us / host_sync_us): it issues
+        # one GPU operation per host_launch_ns, in order, running ahead of the GPU; a kernel cannot start
+        # before it is launched. It waits for a send or receive whose node says so (attribute host_waits:
+        # Megatron synchronises after its pipeline transfers) and then host_sync_ns more. None: kernels
+        # start when their inputs are ready. Traces with CPU ops time the host themselves and do not get it.
+        self.host = run.host_issue
+        if self.host is not None and any(n.attrs.get("is_cpu_op") for n in self.nodes.values()):
+            self.host = None
+        self.host_clock = 0
         self.issue_log = None  # a list of the issued node ids, in order, when --astra-sim-log needs them
 
     # ------------------------------------------------------------ helpers
@@ -175,10 +187,22 @@ class RankWorkload:
                 if running is None:
                     running = self.comm_running = set()
                 running.add(node.id)
-        self.node_start_ns[node.id] = self.run.engine.now
+        now = self.run.engine.now
+        self.node_start_ns[node.id] = now
         self.issued += 1
         if self.issue_log is not None:
             self.issue_log.append(node.id)
+        if self.host is not None and slot != _CPU and node.type in _GPU_OPS:
+            launched = self.host_clock + self.host[0]
+            self.host_clock = launched
+            if launched > now:  # the host has not launched it yet: it starts then, its stream held meanwhile
+                self.node_start_ns[node.id] = launched
+                self.sys.register_event(self._launch, (node, slot), launched - now)
+                return
+        self._launch((node, slot))
+
+    def _launch(self, item):
+        node, slot = item
         try:
             self._dispatch(node, slot)
         except ChakraError as exc:
@@ -367,6 +391,10 @@ class RankWorkload:
     def _node_done(self, node_id):
         if self.finish_ns is not None:
             return
+        if self.host is not None:
+            node = self.nodes[node_id]
+            if node.type in _P2P and node.attrs.get("host_waits"):
+                self.host_clock = max(self.host_clock, self.run.engine.now + self.host[1])
         self._release(self.nodes[node_id])
         self._finish_node(node_id)
         self._issue_ready()

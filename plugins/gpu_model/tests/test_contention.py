@@ -80,7 +80,7 @@ def test_gemm_overlapping_an_all_reduce_is_slower_than_alone(tmp_path):
         132 * report.ranks[0].finish_ns)
     assert u["sm_busy_fraction"] == pytest.approx(expected_sm, abs=1e-3)
     assert report.settings["gpu_model"]["contention"] == {
-        "comm_sms": 32, "comm_hbm_share": 0.2687, "compute_sms_during_comm": 100}
+        "model": "sm-hbm", "comm_sms": 32, "comm_hbm_share": 0.2687, "compute_sms_during_comm": 100}
     json.dumps(report.stats["gpu_utilization"])  # serialisable
 
     # fewer comm SMs -> less slowdown; contention off -> overlap is free (as before)
@@ -304,3 +304,36 @@ def test_a_gemm_with_an_sm_margin_runs_on_the_other_sms(tmp_path):
     with pytest.raises(Exception, match=r"compute node 0 \('aten::mm'\) of rank 0: attribute 'sm_margin' must be "
                                         r"an integer from 0 to 131"):
         run(tmp_path, [mm_margin(0, 132)], "m_bad", gpu_contention=True)
+
+
+def test_measured_contention_slows_by_the_measured_factors(tmp_path):
+    """--gpu-contention-model measured: a GEMM beside a 32-SM all-reduce takes the measured compute slowdown
+    for 32 of 132 SMs; an add the (smaller) memory-bound one; a GEMM launched leaving 32 SMs free only the
+    carve-out's cost (Transformer Engine's sm_margin)."""
+    from astra_gpu_model.contention import measured_slowdown
+
+    options = dict(gpu_contention=True, gpu_contention_model="measured")
+    alone = run(tmp_path, [mm(0)], "alone", **options).ranks[0].compute_ns
+    beside = run(tmp_path, [all_reduce(0), mm(1)], "beside", **options).ranks[0].compute_ns
+    factor = measured_slowdown("compute", 32 / 132)
+    assert 1.3 < factor < 1.7
+    assert beside == round(alone * factor)
+    add = make_node(1, "aten::add", T.COMP_NODE, attrs={
+        "is_cpu_op": False, "inputs_shapes": "[[268435456], [268435456]]", "inputs_types": BF16_PAIR})
+    add_alone = run(tmp_path, [make_node(0, "aten::add", T.COMP_NODE, attrs=dict(add.attrs))], "add",
+                    **options).ranks[0].compute_ns
+    add_beside = run(tmp_path, [all_reduce(0), add], "add2", **options).ranks[0].compute_ns
+    assert add_beside == round(add_alone * measured_slowdown("memory", 32 / 132))
+    assert add_beside / add_alone < factor
+    margin = make_node(1, "aten::mm", T.COMP_NODE, attrs={
+        "is_cpu_op": False, "inputs_shapes": SHAPES, "inputs_types": BF16_PAIR, "sm_margin": 32})
+    carved = run(tmp_path, [all_reduce(0), margin], "carved", **options).ranks[0].compute_ns
+    assert carved == round(alone * measured_slowdown("carveout", 32 / 132)) < beside
+
+
+def test_measured_slowdowns_grow_with_the_sms_taken():
+    from astra_gpu_model.contention import measured_slowdown
+
+    for kind in ("compute", "memory", "carveout"):
+        values = [measured_slowdown(kind, f / 100) for f in range(0, 80)]
+        assert values[0] == 1.0 and all(b >= a for a, b in zip(values, values[1:]))

@@ -97,6 +97,7 @@ def test_nccl_on_every_dimension(tmp_path):
 def test_platforms_json_lists_all_with_numbers_and_sources(capsys):
     assert main(["platforms", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
+    rows = [r for r in rows if r.get("family", "gpu") == "gpu"]  # other plugins may add theirs (astra_platforms)
     assert [r["name"] for r in rows] == NAMES
     for r in rows:
         for key in ("gpu", "gpus_per_node", "scaleup_gb_per_s_per_direction", "nic_gbit_per_s_per_gpu",
@@ -126,8 +127,10 @@ def test_bad_nodes_is_a_clear_error(tmp_path, capsys):
 def test_user_network_configuration_wins(tmp_path):
     # A slow 1-dimension 8-NPU network given explicitly: the platform supplies only the system config.
     net = write_network_config(tmp_path / "slow.yml", ("Switch",), (8,), (1.0,), (500.0,))
-    _, fast = _run(tmp_path, "--platform", "hgx-h100", ranks=8, name="fast")
-    _, slow = _run(tmp_path, "--platform", "hgx-h100", "--network-configuration", net, ranks=8, name="slow")
+    # (the kernel's ring: its packets cross the network given; NCCL's model, the default, prices the platform)
+    _, fast = _run(tmp_path, "--platform", "hgx-h100", "--platform-collective", "ring", ranks=8, name="fast")
+    _, slow = _run(tmp_path, "--platform", "hgx-h100", "--platform-collective", "ring", "--network-configuration",
+                   net, ranks=8, name="slow")
     assert max(_finish_times(slow)) > 50 * max(_finish_times(fast))
     assert slow["settings"]["network_configuration"] == net if "network_configuration" in slow.get(
         "settings", {}) else True
@@ -165,9 +168,9 @@ def test_cross_node_messages_between_different_local_gpus_pay_the_nic(tmp_path):
 
     def finish(*extra):
         report = tmp_path / "r.json"
-        assert main(["run", "--platform", "hgx-h100", "--nodes", "2", "--workload-configuration",
-                     str(tmp_path / "dp"), "--comm-group-configuration", str(groups), "-q", "--report-json",
-                     str(report), *extra]) == 0
+        assert main(["run", "--platform", "hgx-h100", "--nodes", "2", "--platform-collective", "ring",
+                     "--workload-configuration", str(tmp_path / "dp"), "--comm-group-configuration", str(groups),
+                     "-q", "--report-json", str(report), *extra]) == 0
         return max(_finish_times(json.loads(report.read_text())))
 
     nic, nvlink = finish(), finish("--network-configuration", str(reference_path))
@@ -175,3 +178,35 @@ def test_cross_node_messages_between_different_local_gpus_pay_the_nic(tmp_path):
     # every rank's 3 ring messages of size/4 wait, one after another, on a ring where half the links are NICs
     assert nic > 3 * nvlink
     assert nic > (size / 4) / nic_bytes_per_ns
+
+
+def test_a_platform_is_simulated_as_its_gpu_and_nccl_with_no_other_flag(tmp_path):
+    """--platform alone times a GEMM on the platform's GPU (not the trace's 1 us) and an all-reduce with
+    NCCL's model, and the report says what was implied; explicit flags win."""
+    nodes = [make_node(0, "aten::mm", T.COMP_NODE, duration_micros=1, attrs={
+                 "is_cpu_op": False, "inputs_shapes": "[[8192, 8192], [8192, 8192]]",
+                 "inputs_types": "['Tensor(c10::BFloat16)', 'Tensor(c10::BFloat16)']"}),
+             make_node(1, "ar", T.COMM_COLL_NODE, data_deps=[0], attrs={
+                 "is_cpu_op": False, "comm_type": T.ALL_REDUCE, "comm_size": 1 << 30})]
+    for rank in range(8):
+        write_et(str(tmp_path / f"g.{rank}.et"), make_metadata(), nodes)
+
+    def run(*extra):
+        report = tmp_path / "r.json"
+        assert main(["run", "--platform", "hgx-h100", "--workload-configuration", str(tmp_path / "g"), "-q",
+                     "--report-json", str(report), *extra]) == 0
+        return json.loads(report.read_text())
+
+    implied = run()
+    assert implied["settings"]["compute_model"] == "gpu"
+    assert implied["settings"]["gpu_model"]["gpu"] == "H100-SXM5-80GB"
+    assert 1_000_000 < implied["ranks"][0]["compute_ns"] < 2_500_000  # an 8192^3 bf16 GEMM on an H100
+    defaults = implied["settings"]["platform_defaults"]
+    assert defaults["compute_model"].startswith("gpu (implied by --platform hgx-h100")
+    assert defaults["collective"].startswith("nccl (implied")
+    assert json.load(open(implied["settings"]["system_configuration"]))["all-reduce-implementation"] == ["nccl"]
+    replay = run("--compute-model", "replay", "--platform-collective", "ring")
+    assert replay["ranks"][0]["compute_ns"] == 1000
+    assert replay["settings"]["platform_defaults"]["collective"] == "ring (--platform-collective)"
+    assert replay["settings"]["platform_defaults"]["compute_model"] == "replay (--compute-model)"
+    assert replay["ranks"][0]["comm_ns"] != implied["ranks"][0]["comm_ns"]

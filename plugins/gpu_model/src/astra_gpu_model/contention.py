@@ -50,13 +50,46 @@ from astra_sim.errors import WorkloadError
 from astra_sim.workload.workload import DEFAULT_PG_NAMES
 
 from astra_gpu_model.gpu import DTYPE_BYTES
-from astra_gpu_model.ops import OpError, classify, node_io
+from astra_gpu_model.ops import ATTENTION_OPS, CONV_OPS, GEMM_OPS, OpError, canonical_name, classify, node_io
 
 DEFAULT_COMM_SMS = 32
 FALLBACK_HBM_SHARE = 0.1
 MAX_DEFAULT_HBM_SHARE = 0.5
 TIMELINE_CAP = 256
 COMM_TYPES = (T.COMM_COLL_NODE, T.COMM_SEND_NODE)
+
+
+#: how a kernel beside communication is timed: the SMs and HBM share the communication leaves ("sm-hbm"), or
+#: the slowdowns measured on a Hopper GPU (data/contention_fit.json, fit/fit_contention.py)
+CONTENTION_MODELS = ("sm-hbm", "measured")
+_MEASURED = None
+
+
+def measured_slowdown(kind, fraction):
+    """The measured slowdown of a ``compute`` or ``memory`` kernel while communication takes this fraction of
+    the SMs (``carveout``: a GEMM launched leaving it free), interpolated, never decreasing in the fraction."""
+    global _MEASURED
+    if _MEASURED is None:
+        import json
+        from pathlib import Path
+
+        with open(Path(__file__).with_name("data") / "contention_fit.json") as handle:
+            table = json.load(handle)["slowdown_by_fraction_of_sms_taken"]
+        _MEASURED = {}
+        for name, points in table.items():
+            best, monotone = 1.0, [(0.0, 1.0)]
+            for f, x in points:
+                best = max(best, x)
+                monotone.append((f, best))
+            _MEASURED[name] = monotone
+    points = _MEASURED[kind]
+    if fraction <= 0:
+        return 1.0
+    for (f0, x0), (f1, x1) in zip(points, points[1:]):
+        if fraction <= f1:
+            return x0 + (x1 - x0) * (fraction - f0) / (f1 - f0)
+    (f0, x0), (f1, x1) = points[-2], points[-1]
+    return x1 + (x1 - x0) * (fraction - f1) / (f1 - f0)  # beyond the measured range: the last slope
 
 
 def _flag(value):
@@ -168,15 +201,23 @@ class Contention:
         self.compute = {}  # rank -> _Intervals of its compute kernels (comm_sms -1: not contended)
         self.comm = {}  # rank -> _Intervals of its collectives and sends (their comm_sms)
         self.contended_nodes = 0
+        self.mode = "sm-hbm"
 
     @classmethod
     def from_options(cls, gpu, context, options):
         if not _flag(options.get("gpu_contention", False)):
             return None
-        return cls(gpu, context, options.get("gpu_comm_sms"), options.get("gpu_comm_hbm_share"))
+        contention = cls(gpu, context, options.get("gpu_comm_sms"), options.get("gpu_comm_hbm_share"))
+        mode = options.get("gpu_contention_model") or "sm-hbm"
+        if mode not in CONTENTION_MODELS:
+            from astra_sim.errors import ConfigError
+
+            raise ConfigError(f"--gpu-contention-model must be one of {', '.join(CONTENTION_MODELS)}, got {mode!r}")
+        contention.mode = mode
+        return contention
 
     def describe(self):
-        d = {"comm_sms": self.comm_sms, "comm_hbm_share": round(self.hbm_share, 4),
+        d = {"model": self.mode, "comm_sms": self.comm_sms, "comm_hbm_share": round(self.hbm_share, 4),
              "compute_sms_during_comm": self.gpu.sm_count - self.comm_sms}
         if self.per_transfer:
             d["comm_hbm_share"] = "per transfer"
@@ -250,6 +291,8 @@ class Contention:
 
     def time_node(self, model, node, rank):
         """Time ``node`` with ``model`` on the whole or the contended GPU; record the interval."""
+        if self.mode == "measured":
+            return self._time_measured(model, node, rank)
         state = self.busy(rank)
         margin = self.node_margin(node, rank)
         if margin and (state is None or state[0] < margin):
@@ -276,6 +319,43 @@ class Contention:
                 intervals = self.compute[rank] = _Intervals()
             intervals.add(start, start + duration, self.gpu.sm_count - (sms or 0), -1 if sms is None else sms, hbm)
         return duration
+
+    def _time_measured(self, model, node, rank):
+        """``--gpu-contention-model measured``: the whole GPU's time, slowed by the measured factor for the SMs
+        the running communication takes (compute-bound and memory-bound kernels apart), or, for a kernel
+        launched leaving SMs free (``sm_margin``) at least as many as the communication takes, by the
+        measured cost of that carve-out."""
+        state = self.busy(rank)
+        margin = self.node_margin(node, rank)
+        duration = model._compute_time_ns(node, rank)
+        if duration is None or (state is None and not margin):
+            sms = None
+        else:
+            taken = state[0] if state is not None else 0
+            kind = self._kind(model, node, rank)
+            if margin and margin >= taken:
+                factor = measured_slowdown("carveout", margin / self.gpu.sm_count) if kind == "compute" else 1.0
+                sms = margin
+            else:
+                factor = measured_slowdown(kind, taken / self.gpu.sm_count)
+                sms = taken
+            duration = int(round(duration * factor))
+            self.contended_nodes += 1
+        if duration and self._engine is not None:
+            intervals = self.compute.get(rank)
+            if intervals is None:
+                intervals = self.compute[rank] = _Intervals()
+            start = self._engine.now
+            intervals.add(start, start + duration, self.gpu.sm_count - (sms or 0), -1 if sms is None else sms, 0.0)
+        return duration
+
+    def _kind(self, model, node, rank):
+        """``compute`` (GEMMs, attention, convolutions, kernels of unknown ops) or ``memory``."""
+        source = node if node.name.startswith("aten::") else model._launcher(node, rank)
+        name = canonical_name(source.name) if source is not None else None
+        if name is None or name in GEMM_OPS or name in CONV_OPS or name in ATTENTION_OPS:
+            return "compute"
+        return "memory"
 
     def _bytes(self, model, node, rank):
         """Estimated HBM bytes the kernel moves (0 when unknown, e.g. replayed nodes)."""

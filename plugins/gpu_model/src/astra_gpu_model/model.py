@@ -33,6 +33,25 @@ DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 _OP_CLASSES = {"gemm": "gemm", "attention": "attention", "memory": "elementwise", "none": "other"}
 
 
+_MEMORY_RATES = None
+
+
+def memory_op_rates():
+    """``(rates, reference)``: the measured SM-side rate (bytes/s) of memory-bound ATen ops and the GPU they
+    were measured on (``data/memops_fit.json``, written by ``fit/fit_memops.py`` from one H200's
+    measurements)."""
+    global _MEMORY_RATES
+    if _MEMORY_RATES is None:
+        import json
+        from pathlib import Path
+
+        with open(Path(__file__).with_name("data") / "memops_fit.json") as handle:
+            data = json.load(handle)
+        rates = {name.split("::", 1)[1]: float(rate) for name, rate in data["rates_bytes_per_s"].items()}
+        _MEMORY_RATES = (rates, data["reference"])
+    return _MEMORY_RATES
+
+
 class GpuComputeModel:
     """Registered as compute model ``gpu``. Options (``context.options``): ``gpu`` (preset or YAML),
     ``gpu_tf32`` (fp32 GEMMs on TF32 tensor cores), ``gpu_default_dtype`` (dtype when a trace names none)."""
@@ -51,6 +70,9 @@ class GpuComputeModel:
 
             raise ConfigError(f"--gpu-default-dtype must be one of {', '.join(DTYPES)}, got {default_dtype!r}")
         self.default_dtype = default_dtype
+        # Memory-bound ops run at most at their measured SM-side rate, scaled by SMs x clock (memops_fit.json);
+        # --gpu-memory-op-rates off streams every one at hbm_efficiency x HBM as before.
+        self.memory_op_rates = options.get("gpu_memory_op_rates", "measured") != "off"
         self._warn = getattr(context, "warn", None) or (lambda message: None)
         self._cache = {}
         self._ops = {}  # (name, IOInfo, launched) -> Op or False (op_class, node_details)
@@ -76,6 +98,10 @@ class GpuComputeModel:
     def describe(self):
         d = self.gpu.describe()
         d.update({"tf32": self.tf32, "default_dtype": self.default_dtype})
+        if self.memory_op_rates:
+            d["memory_op_rates"] = ("measured SM-side rates of memory-bound ops (data/memops_fit.json, one "
+                                    f"{memory_op_rates()[1]['gpu']}), scaled by SMs x clock, at most "
+                                    "hbm_efficiency x HBM")
         if self.contention is not None:
             d["contention"] = self.contention.describe()
         return d
@@ -241,7 +267,7 @@ class GpuComputeModel:
         if op.kind == "none":
             return 0.0
         if op.kind == "memory":
-            return launch + op.nbytes / bw
+            return launch + op.nbytes / self._memory_rate(op.name, bw)
         dtype = op.dtype if op.dtype in DTYPE_BYTES else self.default_dtype
         rate = self._rate_dtype(dtype)
         peak = gpu.peak_flops(rate)
@@ -257,6 +283,20 @@ class GpuComputeModel:
             t_m = op.nbytes / bw
             return launch + max(t_c, t_m)
         raise ValueError(f"unknown op kind {op.kind!r}")
+
+    def _memory_rate(self, name, hbm_rate):
+        """Bytes/s of a memory-bound op: HBM's (``hbm_rate``) unless its SMs are slower, as measured for
+        layer norms, softmax, dropout ... (scaled from the measuring GPU by SMs x boost clock)."""
+        if not self.memory_op_rates:
+            return hbm_rate
+        rates, reference = memory_op_rates()
+        rate = rates.get(name)
+        if rate is None:
+            return hbm_rate
+        gpu = self.gpu
+        clock = gpu.boost_clock_mhz or reference["boost_clock_mhz"]
+        scale = gpu.sm_count * clock / (reference["sm_count"] * reference["boost_clock_mhz"])
+        return min(hbm_rate, rate * scale)
 
     def _roofline_seconds(self, node):
         attrs = node.attrs

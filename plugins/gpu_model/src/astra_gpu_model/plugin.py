@@ -27,9 +27,17 @@ def astra_add_run_options(parser):
                        help="fp32 GEMMs run on TF32 tensor cores (torch allow_tf32); default: fp32 CUDA cores")
     group.add_argument("--gpu-default-dtype", default="bf16", choices=DTYPES,
                        help="dtype for ops whose trace names none, and for num_ops (default: bf16)")
+    group.add_argument("--gpu-memory-op-rates", choices=("measured", "off"), default="measured",
+                       help="measured (default): memory-bound ops (norms, softmax, dropout, activations, the "
+                            "optimizer) run at most at the rate their SMs reach, measured on an H200 and scaled "
+                            "by SMs x clock; off: every one at hbm_efficiency x HBM")
     group.add_argument("--gpu-contention", action="store_true",
                        help="a COMP node issued while the rank's communication runs gets the SMs and HBM "
                             "bandwidth the collective leaves (default: off, overlap is free)")
+    group.add_argument("--gpu-contention-model", choices=("sm-hbm", "measured"), default=None,
+                       help="under --gpu-contention: sm-hbm (default: the kernel runs on the SMs and HBM bandwidth "
+                            "the communication leaves) or measured (the slowdowns measured on a Hopper GPU beside "
+                            "a communication kernel of as many SMs; --platform's default)")
     group.add_argument("--gpu-comm-sms", type=int, default=None, metavar="N",
                        help="SMs a collective or send without a comm_sms attribute occupies under "
                             "--gpu-contention (default: 32); concurrent ones add up")
@@ -37,6 +45,18 @@ def astra_add_run_options(parser):
                        help="one HBM bandwidth share for whatever communication runs under --gpu-contention "
                             "(default: per transfer, 2 x its link's rate (NVLink, or the NIC across nodes) / HBM "
                             "bandwidth, added up to at most 0.5; without a NIC rate 2 x scale-up / HBM)")
+    group.add_argument("--allow-oom", action="store_true",
+                       help="a rank whose estimated peak memory (the generator's, in the trace's metadata) exceeds "
+                            "the GPU's HBM is a warning, not an error")
+
+
+@hookimpl
+def astra_run_start(run):
+    model = getattr(run, "compute_model", None)
+    if isinstance(model, GpuComputeModel):
+        from astra_gpu_model.capacity import check
+
+        run.memory_summary = check(run, model.gpu, bool(run.options.get("allow_oom")), run.warn)
 
 
 @hookimpl
@@ -47,6 +67,8 @@ def astra_run_finish(run, report):
         # did what its representative did.
         symmetry = getattr(run, "symmetry", None)
         report.settings["gpu_model"] = model.describe()
+        if getattr(run, "memory_summary", None) is not None:
+            report.settings["memory"] = run.memory_summary
         counts = model.stats()
         if symmetry is not None:
             counts = {how: n * symmetry.order for how, n in counts.items()}
@@ -99,21 +121,33 @@ def platform_run_options(parser):
 
     group = parser.add_argument_group(
         "platforms (system + network configurations of a GPU machine)",
-        "--platform writes the system and network configurations of a machine and makes its GPU the --gpu "
-        "preset. Compute nodes are timed on that GPU only by the gpu compute model: add --compute-model gpu "
-        "(the report's settings.compute_model names the model used).")
+        "--platform writes the system and network configurations of a machine and simulates it as it is: "
+        "compute is timed on its GPU by the gpu compute model and collectives by NCCL's model, unless "
+        "--compute-model, --gpu or --platform-collective say otherwise (the report's settings.platform_defaults "
+        "says what was implied and why).")
     group.add_argument("--platform", default=None, metavar="NAME",
                        help=f"generate system and network configurations for a platform ({', '.join(platform_names())})"
                             "; --system-configuration / --network-configuration given explicitly win")
     group.add_argument("--nodes", type=int, default=1, metavar="N",
                        help="nodes (scale-up domains) of --platform, joined by a fat tree (default 1)")
-    group.add_argument("--platform-collective", default="ring", choices=COLLECTIVES,
-                       help="collective of the generated system config on every dimension: the kernel's ring, or "
-                            "nccl (NCCL's model in the node, NCCL across nodes on the NICs) (default ring)")
+    group.add_argument("--platform-collective", default=None, choices=COLLECTIVES,
+                       help="collective of the generated system config on every dimension: nccl (NCCL's model in "
+                            "the node, NCCL across nodes on the NICs; the default with --platform) or the "
+                            "kernel's ring")
     group.add_argument("--nccl-nic-gbps", type=float, default=None, metavar="GB_S",
                        help="NIC bandwidth per GPU (GB/s per direction) that the nccl collective uses when its "
                             "ranks span several nodes (scale-up domains = the network's first dimension); "
                             "--platform sets it; default 50 (400 Gb/s)")
+
+
+def host_launch_defaults():
+    """The host model's measured values (``data/host_launch.json``, from ``fit/fit_host.py``)."""
+    import json
+    from pathlib import Path
+
+    with open(Path(__file__).with_name("data") / "host_launch.json") as handle:
+        data = json.load(handle)
+    return {"host_launch_us": data["host_launch_us"], "host_sync_us": data["host_sync_us"]}
 
 
 @hookimpl
@@ -123,17 +157,58 @@ def astra_provide_configuration(options):
         return None
     from astra_gpu_model.platforms import generate
 
-    provided = generate(name, options.get("nodes", 1), options.get("platform_collective") or "ring")
+    collective = options.get("platform_collective")
+    provided = generate(name, options.get("nodes", 1), collective or "nccl")
+    platform_gpu = provided["options"]["gpu"]
     if options.get("gpu") not in (None, DEFAULT_GPU):  # an explicit --gpu wins over the platform's GPU
         provided["options"]["gpu"] = options["gpu"]
     if options.get("nccl_nic_gbps") is not None:  # so does an explicit --nccl-nic-gbps
         provided["options"]["nccl_nic_gbps"] = options["nccl_nic_gbps"]
+    # A platform is simulated as the machine it names: its GPU and its NCCL, unless the user said otherwise,
+    # and a host that launches the kernels at the measured rate (host_launch.json).
+    provided["compute_model"] = "gpu"
+    host = host_launch_defaults()
+    for key in ("host_launch_us", "host_sync_us"):
+        if options.get(key) is None:
+            provided["options"][key] = host[key]
+    # ... and communication kernels that slow the kernels beside them, as measured.
+    if not options.get("gpu_contention"):
+        provided["options"]["gpu_contention"] = True
+        if options.get("gpu_contention_model") is None:
+            provided["options"]["gpu_contention_model"] = "measured"
+    gpu = provided["options"]["gpu"]
+    provided["defaults"] = {
+        "compute_model": (f"gpu (implied by --platform {name}: compute nodes are timed on its GPU; "
+                          "--compute-model replay replays the traced durations)"
+                          if options.get("compute_model") is None else f"{options['compute_model']} (--compute-model)"),
+        "gpu": (f"{gpu} (the platform's GPU)" if gpu == platform_gpu else f"{gpu} (--gpu, instead of the "
+                f"platform's {platform_gpu})"),
+        "host": ("host launches one GPU operation per "
+                 f"{provided['options'].get('host_launch_us', options.get('host_launch_us'))} us and waits "
+                 f"{provided['options'].get('host_sync_us', options.get('host_sync_us'))} us after each "
+                 "send/receive marked host_waits (measured: plugins/gpu_model/calibration; --host-launch-us 0 --host-sync-us 0 "
+                 "turns it off)"),
+        "contention": ("measured slowdowns of kernels beside communication (--gpu-contention "
+                       f"--gpu-contention-model {provided['options'].get('gpu_contention_model', options.get('gpu_contention_model') or 'sm-hbm')}"
+                       "; implied by --platform)" if not options.get("gpu_contention") else
+                       "--gpu-contention (given)"),
+        "collective": (f"{collective} (--platform-collective)" if collective else
+                       f"nccl (implied by --platform {name}: NCCL's own algorithm choice and timing on every "
+                       "dimension; --platform-collective ring for the kernel's packet-level ring)"),
+    }
     return provided
 
 
 @hookimpl
+def astra_platforms(nodes):
+    from astra_gpu_model.platforms import describe_all
+
+    return describe_all(nodes)
+
+
+@hookimpl
 def astra_register_commands(subparsers):
-    parser = subparsers.add_parser("platforms", help="list the --platform bundles (GPU, NVLink, NICs) and sources",
+    parser = subparsers.add_parser("platforms", help="list the --platform bundles (GPU or TPU machines) and sources",
                                    description="List the platforms `astra run --platform NAME` knows.")
     parser.add_argument("--json", action="store_true", help="machine-readable output, with every source")
     parser.add_argument("--nodes", type=int, default=1, metavar="N", help="show totals for N nodes (default 1)")
@@ -149,18 +224,25 @@ def _cmd_platforms(args):
 
     if args.nodes < 1:
         raise ConfigError(f"--nodes must be an integer >= 1, got {args.nodes}")
-    rows = describe_all(args.nodes)
+    pm = getattr(args, "plugin_manager", None)
+    if pm is None:
+        rows = describe_all(args.nodes)
+    else:  # every plugin's platforms (astra_platforms), GPU machines first
+        rows = [row for result in reversed(pm.hook.astra_platforms(nodes=args.nodes)) for row in result or ()]
+        rows.sort(key=lambda row: row.get("family", "gpu") != "gpu")
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
     from astra_sim.termtable import Column, print_table
 
-    # at 80 columns one GPU count goes: the total when it equals the per-node count
+    # at 80 columns one device count goes: the total when it equals the per-node count
+    # (a "node" is a GPU machine's scale-up domain, or a TPU slice)
     one_node = args.nodes == 1
-    columns = [Column("platform"), Column("GPU"), Column("GPUs/\nnode", number=True, drop=None if one_node else 1),
-               Column("total\nGPUs", number=True, drop=1 if one_node else None),
+    columns = [Column("platform"), Column("device"),
+               Column("devices/\nnode", number=True, drop=None if one_node else 1),
+               Column("total\ndevices", number=True, drop=1 if one_node else None),
                Column("scale-up\nGB/s/dir", number=True),
-               Column("NIC Gb/s\nper GPU", number=True), Column("HBM\nGB/s", number=True, drop=2),
+               Column("NIC Gb/s\nper device", number=True), Column("HBM\nGB/s", number=True, drop=2),
                Column("bf16\nTFLOP/s", number=True, drop=3)]
     table_rows = [[r["name"], r["gpu"], str(r["gpus_per_node"]), str(r["total_gpus"]),
                    f"{r['scaleup_gb_per_s_per_direction']:g}", f"{r['nic_gbit_per_s_per_gpu']:g}",

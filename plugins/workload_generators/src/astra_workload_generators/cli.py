@@ -32,12 +32,16 @@ def _dims(text):
     return dims
 
 
+#: ``astra workload``'s help; other plugins add their sub-commands to the same group (astra_sim.cliutil.subcommands)
+WORKLOAD_HELP = "make workload traces: convert ASTRA-sim 1.0 text workloads, microbenchmarks, scaling"
+WORKLOAD_DESCRIPTION = "Make Chakra workload traces (<prefix>.<rank>.et)."
+
+
 def add_commands(subparsers):
-    workload = subparsers.add_parser(
-        "workload", help="make workload traces: convert ASTRA-sim 1.0 text workloads, microbenchmarks, scaling",
-        description="Make Chakra workload traces (<prefix>.<rank>.et).")
-    workload.set_defaults(run_command=lambda args: _usage(workload))
-    sub = workload.add_subparsers(dest="workload_command", metavar="SUBCOMMAND")
+    from astra_sim.cliutil import subcommands
+
+    _, sub = subcommands(subparsers, "workload", "workload_command", help=WORKLOAD_HELP,
+                         description=WORKLOAD_DESCRIPTION)
 
     p = sub.add_parser(
         "convert-text", help="convert an ASTRA-sim 1.0 text workload (FILE.txt) to Chakra traces",
@@ -169,11 +173,6 @@ def _cmd_expand(args):
     count = expand_workload(args.prefix, args.output)
     print(f"wrote {args.output}.0.et .. {args.output}.{count - 1}.et")
     return 0
-
-
-def _usage(parser):
-    parser.print_help()
-    return 2
 
 
 def _cmd_convert_text(args):

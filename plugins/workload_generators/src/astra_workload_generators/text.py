@@ -215,6 +215,11 @@ def parse_text(text, path="<text>", *, compute_scale=1, comm_scale=1) -> TextWor
         if len(layers) == num_layers:
             raise _err(path, lineno, f"unexpected layer line {tokens[0]!r}: line 2 declares {num_layers} "
                                      f"layer(s) and they end at line {layers[-1].line}")
+        if ncols == 12 and len(tokens) == 13 and tokens[12] == kind:
+            # ASTRA-sim 1.0's own generator (gen_astrasim_workload_input.py) writes the layer's parallelism as a
+            # 13th column for every type; it repeats the type, so it is read as a comment here (ASTRA-sim 1.0's
+            # C++ reader would take it for the next layer's name).
+            tokens = tokens[:12]
         if len(tokens) != ncols:
             expected = ", ".join(COLUMNS[:ncols])
             raise _err(path, lineno, f"layer {tokens[0]!r} has {len(tokens)} columns, expected {ncols} "

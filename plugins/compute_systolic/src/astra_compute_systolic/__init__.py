@@ -1,0 +1,1 @@
+"""Systolic-array compute (SCALE-sim's cycle model) for astra-sim-py."""

@@ -1,0 +1,216 @@
+"""TPU-like platforms for ``astra run --platform tpu-v3 | tpu-v4``: a systolic chip + its ICI torus.
+
+A platform is a slice of chips joined by ICI in a torus (v3: 2D, v4: 3D; ``--tpu-topology AxB[xC]``), and
+``--nodes N`` slices joined by the data-centre network (DCN). The generated analytical network has one
+``Ring`` dimension per torus dimension (a torus is a ring per dimension; bandwidth = one ICI link, per
+direction) and, for N > 1, a ``Switch`` dimension for the DCN. The compute side is a SCALE-sim config
+written from the preset: the chip's MXUs side by side as one array, weight stationary, SRAMs, and HBM
+bandwidth split over the SRAM interfaces (words are bytes, SCALE-sim's word size). Every number has a
+source or is marked ASSUMPTION / UNVERIFIED in ``sources``.
+
+Bandwidths in the network YAML are GiB/s (the analytical backend's GB = 2**30 bytes), converted from the
+vendors' decimal figures.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+from astra_sim.errors import ConfigError
+
+from astra_compute_systolic.config import SystolicConfig, write_config
+
+GIB = 1 << 30
+
+CLOUD_V3 = "Google Cloud TPU docs, 'TPU v3' (cloud.google.com/tpu/docs/v3): "
+CLOUD_V4 = "Google Cloud TPU docs, 'TPU v4' (cloud.google.com/tpu/docs/v4): "
+
+
+@dataclass(frozen=True)
+class TpuPreset:
+    name: str
+    description: str
+    chip: str
+    mxus: int                       # 128x128 MXUs per chip (TensorCores x MXUs per core)
+    mxu_dim: int
+    peak_bf16_tflops: float
+    hbm_gbps: float                 # decimal GB/s
+    hbm_gib: int
+    torus_dims: int                 # 2 (v3) or 3 (v4)
+    default_topology: tuple
+    ici_gbps_per_link: float        # decimal GB/s per direction per link
+    ici_hop_latency_ns: float
+    dcn_gbit_per_chip: float
+    sram_kib: tuple                 # (ifmap, filter, ofmap) KiB
+    sources: dict
+
+    @property
+    def ghz(self) -> Fraction:
+        """Clock implied by the peak: peak = 2 FLOP x MXUs x dim^2 x clock (rounded to 10 MHz)."""
+        hz = self.peak_bf16_tflops * 1e12 / (2 * self.mxus * self.mxu_dim * self.mxu_dim)
+        return Fraction(round(hz / 1e7), 100)
+
+    def config(self) -> SystolicConfig:
+        """The SCALE-sim config of one chip (USER bandwidth: HBM bytes per cycle, split in three)."""
+        per_cycle = Fraction(self.hbm_gbps) / self.ghz            # bytes (= words) per cycle
+        share = max(1, int(per_cycle / 3))
+        ikb, fkb, okb = self.sram_kib
+        return SystolicConfig(self.mxu_dim, self.mxu_dim * self.mxus, ikb, fkb, okb, "ws", "USER", (share,),
+                              share, share, run_name=self.name, path=f"<--platform {self.name}>")
+
+    def numbers(self, nodes=1, topology=None) -> dict:
+        topo = tuple(topology or self.default_topology)
+        chips = 1
+        for d in topo:
+            chips *= d
+        cfg = self.config()
+        return {
+            "name": self.name, "family": "tpu", "description": self.description, "gpu": self.chip,
+            "gpus_per_node": chips, "nodes": nodes, "total_gpus": chips * nodes,
+            "ici_topology": "x".join(str(d) for d in topo), "ici_links_per_chip": 2 * len(topo),
+            "scaleup_technology": f"ICI {len(topo)}D torus",
+            "scaleup_gb_per_s_per_direction": self.ici_gbps_per_link,
+            "scaleup_gib_per_s_per_direction": round(self.ici_gbps_per_link * 1e9 / GIB, 6),
+            "nic": "DCN", "nic_gbit_per_s_per_gpu": self.dcn_gbit_per_chip,
+            "hbm_bandwidth_gbps": self.hbm_gbps, "hbm_capacity_gib": self.hbm_gib,
+            "bf16_tflops": self.peak_bf16_tflops, "clock_ghz": float(self.ghz),
+            "systolic_array": f"{cfg.rows}x{cfg.cols}", "dataflow": cfg.dataflow,
+            "sram_kib": {"ifmap": cfg.ifmap_sram_kb, "filter": cfg.filter_sram_kb, "ofmap": cfg.ofmap_sram_kb},
+            "sram_words_per_cycle": cfg.ifmap_read_bw,
+            "ici_hop_latency_ns": self.ici_hop_latency_ns,
+            "sources": dict(self.sources),
+        }
+
+
+_MODEL = ("ASSUMPTION: the chip's MXUs side by side as one 128 x (128 x MXUs) SCALE-sim array, weight stationary "
+          "(each MXU holds weights; the compiler splits a GEMM's output columns over them); one layer at a time")
+_SRAM = ("ASSUMPTION: IFMAP/filter/OFMAP scratchpads of the sizes given (the chips' vector memories are in this "
+         "range; Google publishes no per-operand split)")
+_SPLIT = "ASSUMPTION: the HBM bytes per cycle split equally over the IFMAP, filter and OFMAP SRAM interfaces"
+_LAT = "ASSUMPTION: 500 ns per ICI hop (Google publishes no per-hop latency)"
+
+PRESETS = {
+    p.name: p
+    for p in (
+        TpuPreset(
+            "tpu-v3", "TPU v3-like chip: 2 TensorCores x 2 MXUs (128x128), 32 GiB HBM2, ICI 2D torus",
+            "TPU v3 (4 MXUs)", 4, 128, 123.0, 900.0, 32, 2, (4, 4), 82.0, 500.0, 100.0, (16384, 16384, 4096),
+            {
+                "mxus": CLOUD_V3 + "each chip has two TensorCores, each with two MXUs",
+                "peak_bf16_tflops": CLOUD_V3 + "peak compute per chip 123 teraflops (bf16)",
+                "hbm": CLOUD_V3 + "HBM2 capacity and bandwidth 32 GiB, 900 GBps",
+                "clock": "derived: 123e12 / (2 x 4 MXUs x 128 x 128) = 0.94 GHz",
+                "torus": CLOUD_V3 + "interconnect topology 2D torus; TPU Pod size 1024 chips",
+                "ici_gbps_per_link": "UNVERIFIED: 656 Gb/s (82 GB/s) per ICI link and direction, as recalled from "
+                                     "Norrie et al., 'The Design Process for Google's Training Chips: TPUv2 and "
+                                     "TPUv3', IEEE Micro 2021; not in the sources available to this project",
+                "dcn": "ASSUMPTION: 100 Gb/s of data-centre network per chip (one host NIC shared by 4 chips)",
+                "ici_latency": _LAT, "array": _MODEL, "sram": _SRAM, "sram_bandwidth": _SPLIT,
+            },
+        ),
+        TpuPreset(
+            "tpu-v4", "TPU v4-like chip: 2 TensorCores x 4 MXUs (128x128), 32 GiB HBM2, ICI 3D torus",
+            "TPU v4 (8 MXUs)", 8, 128, 275.0, 1200.0, 32, 3, (4, 4, 4), 50.0, 500.0, 100.0,
+            (32768, 32768, 8192),
+            {
+                "mxus": CLOUD_V4 + "each chip contains two TensorCores, each with four MXUs",
+                "peak_bf16_tflops": CLOUD_V4 + "peak compute per chip 275 teraflops (bf16 or int8)",
+                "hbm": CLOUD_V4 + "HBM2 capacity and bandwidth 32 GiB, 1200 GBps",
+                "clock": "derived: 275e12 / (2 x 8 MXUs x 128 x 128) = 1.05 GHz",
+                "torus": CLOUD_V4 + "3D mesh / 3D torus slices AxBxC, dimensions multiples of 4; a 4x4x4 cube is "
+                                    "the unit (glennklockwood.com/garden/processors/TPUv4)",
+                "ici_gbps_per_link": "glennklockwood.com/garden/processors/TPUv4 (after Jouppi et al., ISCA 2023): "
+                                     "ICI provides 400G bandwidth in each direction (per link: 50 GB/s)",
+                "dcn": "ASSUMPTION: 100 Gb/s of data-centre network per chip (Google publishes 50 Gb/s for v5p)",
+                "ici_latency": _LAT, "array": _MODEL, "sram": _SRAM, "sram_bandwidth": _SPLIT,
+            },
+        ),
+    )
+}
+
+
+def preset_names():
+    return list(PRESETS)
+
+
+def get_preset(name) -> TpuPreset:
+    key = str(name).strip().lower()
+    if key not in PRESETS:
+        raise ConfigError(f"unknown TPU platform {name!r}; known: {', '.join(PRESETS)}")
+    return PRESETS[key]
+
+
+def parse_topology(text, preset: TpuPreset):
+    if text is None:
+        return tuple(preset.default_topology)
+    try:
+        dims = tuple(int(x) for x in str(text).lower().replace(",", "x").split("x") if x.strip())
+    except ValueError:
+        raise ConfigError(f"--tpu-topology must look like 4x4 or 4x4x8, got {text!r}") from None
+    if len(dims) != preset.torus_dims:
+        raise ConfigError(f"--tpu-topology {text!r}: {preset.name} has a {preset.torus_dims}D torus, give "
+                          f"{preset.torus_dims} dimensions (e.g. {'x'.join(map(str, preset.default_topology))})")
+    if any(d < 2 for d in dims):
+        raise ConfigError(f"--tpu-topology {text!r}: every torus dimension needs at least 2 chips")
+    return dims
+
+
+def network_yaml(preset: TpuPreset, topology, nodes: int) -> str:
+    numbers = preset.numbers(nodes, topology)
+    dims = list(topology)
+    topo = ["Ring"] * len(dims)
+    bw = [numbers["scaleup_gib_per_s_per_direction"]] * len(dims)
+    lat = [preset.ici_hop_latency_ns] * len(dims)
+    route = ""
+    if nodes > 1:
+        topo.append("Switch")
+        dims.append(nodes)
+        bw.append(round(preset.dcn_gbit_per_chip * 1e9 / 8 / GIB, 6))
+        lat.append(5000.0)
+        route = "cross_dimension_route: dimension_order\n"
+    return (
+        f"# astra run --platform {preset.name}: {numbers['ici_topology']} ICI torus"
+        f"{f' x {nodes} slices over DCN' if nodes > 1 else ''}\n"
+        "# bandwidth: GB/s with GB = 2**30 bytes, per link and direction; latency: ns per hop\n"
+        f"topology: [ {', '.join(topo)} ]\n"
+        f"npus_count: [ {', '.join(str(d) for d in dims)} ]\n"
+        f"bandwidth: [ {', '.join(repr(float(b)) for b in bw)} ]\n"
+        f"latency: [ {', '.join(repr(float(x)) for x in lat)} ]\n"
+        f"{route}"
+    )
+
+
+def system_json(preset: TpuPreset, dims: int) -> dict:
+    from astra_sim.testing import system_config
+
+    config = system_config(dims, "ring", local_mem_bw=int(preset.hbm_gbps), peak_perf=int(preset.peak_bf16_tflops))
+    config["comm-streams"] = "per-communicator"
+    return config
+
+
+def generate(name, nodes=1, topology=None, directory=None) -> dict:
+    """Write the platform's system JSON, network YAML and SCALE-sim .cfg; the astra_provide_configuration dict."""
+    preset = get_preset(name)
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise ConfigError(f"--nodes must be an integer >= 1, got {nodes!r}")
+    topo = parse_topology(topology, preset)
+    out = Path(directory or tempfile.mkdtemp(prefix=f"astra-platform-{preset.name}-"))
+    system_path, network_path, cfg_path = out / "system.json", out / "network.yml", out / f"{preset.name}.cfg"
+    dims = len(topo) + (1 if nodes > 1 else 0)
+    system_path.write_text(json.dumps(system_json(preset, dims), indent=1))
+    network_path.write_text(network_yaml(preset, topo, nodes))
+    write_config(preset.config(), cfg_path)
+    return {
+        "system_configuration": str(system_path),
+        "network_configuration": str(network_path),
+        "options": {"systolic_config": str(cfg_path), "systolic_ghz": str(float(preset.ghz)),
+                    "systolic_hbm_gbps": preset.hbm_gbps},
+    }
+
+
+def describe_all(nodes=1) -> list:
+    return [p.numbers(nodes) for p in PRESETS.values()]

@@ -1,0 +1,98 @@
+"""Hooks: the ``systolic`` compute model, its run options, TPU platforms, and the commands."""
+
+from astra_sim import hookimpl
+
+
+@hookimpl
+def astra_register_compute_models(registry):
+    from astra_compute_systolic.model import SystolicComputeModel
+
+    registry.compute_model(
+        "systolic", SystolicComputeModel,
+        "GEMM / conv / attention COMP nodes on a systolic array with SCALE-sim's cycles (--systolic-config FILE.cfg "
+        "or --platform tpu-v3/tpu-v4); memory-bound ops over --systolic-hbm-gbps; else num_ops or duration_micros",
+    )
+
+
+@hookimpl
+def astra_add_run_options(parser):
+    group = parser.add_argument_group("systolic compute model (--compute-model systolic)")
+    group.add_argument("--systolic-config", default=None, metavar="FILE.cfg",
+                       help="SCALE-sim config: array, dataflow, SRAM sizes, interface bandwidth (--platform tpu-* "
+                            "writes one)")
+    group.add_argument("--systolic-ghz", default=None, metavar="GHZ",
+                       help="accelerator clock in GHz: cycles -> ns (default 1; --platform sets the chip's)")
+    group.add_argument("--systolic-cycles", default="with-prefetch", choices=("with-prefetch", "total"),
+                       help="SCALE-sim's 'Total Cycles (incl. prefetch)' (default) or 'Total Cycles' (stalls, no "
+                            "initial SRAM fill)")
+    group.add_argument("--systolic-hbm-gbps", type=float, default=None, metavar="GB_S",
+                       help="HBM bandwidth (10^9 B/s) for memory-bound ops; without it they replay their duration")
+    group.add_argument("--tpu-topology", default=None, metavar="AxB[xC]",
+                       help="--platform tpu-*: chips per ICI torus dimension (default tpu-v3 4x4, tpu-v4 4x4x4)")
+
+
+@hookimpl(trylast=True, specname="astra_add_run_options")
+def platform_options(parser):
+    """``--platform`` / ``--nodes`` belong to whichever platform plugin loads first (gpu_model's when loaded)."""
+    if "--platform" not in parser._option_string_actions:
+        parser.add_argument("--platform", default=None, metavar="NAME",
+                            help="generate system, network and systolic configurations for tpu-v3 or tpu-v4")
+    if "--nodes" not in parser._option_string_actions:
+        parser.add_argument("--nodes", type=int, default=1, metavar="N", help="slices joined by DCN (default 1)")
+
+
+@hookimpl(tryfirst=True)
+def astra_provide_configuration(options):
+    name = options.get("platform")
+    if name is None:
+        return None
+    from astra_compute_systolic.platforms import PRESETS, generate
+
+    key = str(name).strip().lower()
+    if key not in PRESETS:
+        if key.startswith("tpu"):
+            from astra_sim.errors import ConfigError
+
+            raise ConfigError(f"unknown --platform {name!r}; TPU platforms: {', '.join(PRESETS)} (see astra platforms)")
+        return None  # a GPU platform: gpu_model's hook provides it
+    platform = key
+    provided = generate(key, options.get("nodes") or 1, options.get("tpu_topology"))
+    for key in ("systolic_config", "systolic_ghz", "systolic_hbm_gbps"):  # explicit options win
+        if options.get(key) is not None:
+            provided["options"].pop(key, None)
+    # A platform is simulated as the machine it names: its systolic arrays time the compute.
+    provided["compute_model"] = "systolic"
+    provided["defaults"] = {
+        "compute_model": (f"systolic (implied by --platform {platform}: compute nodes are timed on its arrays; "
+                          "--compute-model replay replays the traced durations)"
+                          if options.get("compute_model") is None else f"{options['compute_model']} (--compute-model)"),
+    }
+    return provided
+
+
+@hookimpl
+def astra_platforms(nodes):
+    from astra_compute_systolic.platforms import describe_all
+
+    return describe_all(nodes)
+
+
+@hookimpl
+def astra_register_commands(subparsers):
+    from astra_compute_systolic.cli import add_commands
+
+    add_commands(subparsers)
+
+
+@hookimpl
+def astra_run_finish(run, report):
+    from astra_compute_systolic.model import SystolicComputeModel
+
+    model = getattr(run, "compute_model", None)
+    if isinstance(model, SystolicComputeModel):
+        symmetry = getattr(run, "symmetry", None)   # a folded run timed one rank per class
+        counts = model.stats()
+        if symmetry is not None:
+            counts = {how: n * symmetry.order for how, n in counts.items()}
+        report.settings["systolic_model"] = model.describe()
+        report.stats["systolic_model_nodes"] = counts

@@ -1,0 +1,67 @@
+"""``astra run --compute-model gpu`` checks the generator's per-rank memory estimate against the GPU's HBM:
+an error naming the rank, the parts and the GPU (exit 2), a warning with ``--allow-oom``; the numbers go
+into the report's ``settings.memory``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from astra_sim.cli import main
+
+SMALL = ["--preset", "gpt3-13b", "--layers", "4", "--tp", "2", "--pp", "2", "--dp", "2", "--micro-batches", "2"]
+
+
+def _llm(tmp_path, *extra):
+    prefix = str(tmp_path / "w")
+    assert main(["workload", "llm", *SMALL, *extra, "-o", prefix]) == 0
+    return prefix
+
+
+def _run(prefix, gpu, *extra, report=None):
+    args = ["run", "--platform", "hgx-h100", "--compute-model", "gpu", "--gpu", gpu, "--workload-configuration",
+            prefix, "-q", *extra]
+    if report:
+        args += ["--report-json", report]
+    return main(args)
+
+
+def _small_gpu(tmp_path, gb):
+    path = tmp_path / "small.yaml"
+    path.write_text(f"base: H100-SXM5-80GB\nname: H100-{gb}GB\nhbm_capacity_gb: {gb}\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("per_rank", [False, True])
+def test_a_rank_over_its_hbm_is_an_error_naming_it(tmp_path, capsys, per_rank):
+    prefix = _llm(tmp_path, *(["--per-rank-files"] if per_rank else []))
+    capsys.readouterr()
+    assert _run(prefix, _small_gpu(tmp_path, 4)) == 2
+    err = capsys.readouterr().err
+    assert "out of memory: rank 0" in err and "H100-4GB has 4 GB" in err and "activations" in err
+    assert "--allow-oom" in err
+
+
+def test_allow_oom_warns_and_reports(tmp_path, capsys):
+    prefix = _llm(tmp_path)
+    report = str(tmp_path / "r.json")
+    assert _run(prefix, _small_gpu(tmp_path, 4), "--allow-oom", report=report) == 0
+    memory = json.load(open(report))["settings"]["memory"]
+    assert memory["fits"] is False and memory["hbm_capacity_bytes"] == 4 * 10**9
+    assert memory["peak_bytes"] == sum(memory["peak_breakdown_bytes"].values()) > 4 * 10**9
+    assert json.load(open(report))["warnings"][0].startswith("out of memory")
+
+
+def test_a_configuration_that_fits_runs_and_says_so(tmp_path):
+    prefix = _llm(tmp_path)
+    report = str(tmp_path / "r.json")
+    assert _run(prefix, "H100-SXM5-80GB", report=report) == 0
+    memory = json.load(open(report))["settings"]["memory"]
+    assert memory["fits"] is True and memory["peak_rank"] == 0 and set(memory["classes"]) == {"0", "4"}
+    assert memory["classes"]["0"] > memory["classes"]["4"]  # the first stage keeps more micro-batches
+
+
+def test_without_the_gpu_model_nothing_is_checked(tmp_path):
+    prefix = _llm(tmp_path)
+    assert main(["run", "--platform", "hgx-h100", "--workload-configuration", prefix, "-q"]) == 0

@@ -1,0 +1,370 @@
+"""Running one point, on whatever worker an executor picked: materialise its workload (generated once per
+content hash in the worker's cache) and its machine (platform, GPU, network and system with the point's
+overrides, in a private folder removed afterwards), simulate it, and return its row.
+
+A point never raises: what went wrong is its row's ``status`` (``infeasible: ...`` when the configuration
+cannot exist or does not fit, ``error: ...`` otherwise, ``error: timed out ...`` after ``timeout`` seconds).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import hashlib
+import io
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+
+from astra_sim.errors import AstraError, ConfigError, InfeasibleError
+
+#: rows' result columns, after ``point`` and the axes
+RESULT_COLUMNS = ("step_ns", "compute_ns", "exposed_comm_ns", "peak_mem_bytes", "status", "wall_s")
+
+
+class PointTimeout(BaseException):
+    """Raised inside a point's thread when it runs past ``--point-timeout``."""
+
+
+@dataclass
+class WorkloadRef:
+    """What a worker needs to make a workload: a generator's arguments, or a trace's files as bytes."""
+
+    kind: str                 # llm | micro | trace
+    argv: list                # generator arguments (llm, micro)
+    digest: str               # content hash: the cache key
+    files: dict | None = None  # trace: {file name: bytes}
+    prefix_name: str = "w"    # trace: the prefix's base name
+
+
+def workload_digest(kind, argv, files=None):
+    h = hashlib.sha256(json.dumps([kind, argv]).encode())
+    if files:
+        for name in sorted(files):
+            h.update(name.encode())
+            h.update(hashlib.sha256(files[name]).digest())
+    try:
+        from importlib.metadata import version
+
+        h.update(version("astra-workload-generators").encode())
+    except Exception:  # pragma: no cover - not installed as a distribution
+        pass
+    return h.hexdigest()[:20]
+
+
+def cache_root(sweep_id):
+    base = os.environ.get("ASTRA_SWEEP_CACHE") or os.path.join(tempfile.gettempdir(), f"astra-sweep-{os.getuid()}")
+    return os.path.join(base, sweep_id)
+
+
+def remove_cache(sweep_id):
+    """Remove this sweep's generated workloads from this machine (executors call it on every worker)."""
+    shutil.rmtree(cache_root(sweep_id), ignore_errors=True)
+    return True
+
+
+def materialise(ref: WorkloadRef, sweep_id, parsers):
+    """The workload's prefix in this machine's cache, generated or written once (a file lock keeps concurrent
+    workers from doing it twice)."""
+    folder = os.path.join(cache_root(sweep_id), ref.digest)
+    prefix = os.path.join(folder, ref.prefix_name)
+    done = os.path.join(folder, ".complete")
+    if os.path.exists(done):
+        return prefix
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not os.path.exists(done):
+                _make(ref, prefix, parsers)
+                with open(done, "w"):
+                    pass
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return prefix
+
+
+def _make(ref, prefix, parsers):
+    if ref.kind == "trace":
+        from astra_sim.workload.compact import write_atomically
+
+        folder = os.path.dirname(prefix)
+        for name, data in ref.files.items():
+            write_atomically(os.path.join(folder, name), data)
+    elif ref.kind == "llm":
+        from astra_workload_generators.llm import generate_llm
+        from astra_workload_generators.llm.cli import dims_and_config
+
+        args = parsers["llm"].parse_args(ref.argv + ["-o", prefix])
+        dims, cfg = dims_and_config(args)
+        generate_llm(dims, cfg, prefix)
+    else:
+        from astra_sim.cli import main
+
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
+            code = main(["workload", "micro", *ref.argv, "-o", prefix])
+        if code:
+            raise ConfigError(f"astra workload micro: {err.getvalue().strip() or f'exit {code}'}")
+
+
+def trace_npus(prefix):
+    from astra_sim.workload.compact import is_compact, read_compact_workload
+
+    if is_compact(prefix):
+        return read_compact_workload(prefix).npus
+    n = 0
+    while os.path.exists(f"{prefix}.{n}.et"):
+        n += 1
+    return n
+
+
+# ------------------------------------------------------------------------------------------------ machine
+def _write(folder, name, text):
+    path = os.path.join(folder, name)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    return path
+
+
+def _set(data, key, value, where):
+    """``key`` ``a`` or ``a.<index>`` (one entry of a per-dimension list) of a config mapping."""
+    name, _, index = key.partition(".")
+    if not index:
+        data[name] = value
+        return
+    items = data.get(name)
+    if not isinstance(items, list) or not index.isdigit() or int(index) >= len(items):
+        raise ConfigError(f"{where}: {key}: {name} has no entry {index} ({items!r})")
+    items[int(index)] = value
+
+
+def _gpu_yaml(base, overrides, folder):
+    """A GPU YAML with ``overrides`` (dotted keys) on the preset or YAML ``base``; its path."""
+    import yaml
+
+    from astra_gpu_model.gpu import load_gpu
+
+    spec = load_gpu(base)
+    data = {"base": spec.name} if spec.path is None else dict(spec.raw)
+    data["name"] = f"{spec.name}+" + hashlib.sha256(json.dumps(overrides, sort_keys=True).encode()).hexdigest()[:6]
+    for key, value in overrides.items():
+        node = data
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return _write(folder, "gpu.yaml", yaml.safe_dump(data))
+
+
+def machine(point, npus, folder):
+    """(run options for Simulation, system path, network path, other paths) of the point, written in ``folder``."""
+    import yaml
+
+    run = dict(point.run)
+    options = {}
+    files = {}
+    for name, value in list(run.items()):
+        if isinstance(value, dict) and "text" in value:  # a configuration file that travelled with the point
+            files[name] = _write(folder, f"user-{value['file']}", value["text"])
+            run[name] = files[name]
+    gpu = run.get("gpu")
+    if point.gpu:
+        gpu = _gpu_yaml(gpu or _platform_gpu(run), point.gpu, folder)
+    system = network = None
+    if run.get("platform"):
+        from dataclasses import replace
+
+        from astra_gpu_model.platforms import get_platform, network_yaml, system_json
+
+        platform = get_platform(run["platform"])
+        if "gpus_per_node" in point.platform:
+            platform = replace(platform, gpus_per_node=int(point.platform["gpus_per_node"]))
+        if "nic_gbps" in point.platform:
+            platform = replace(platform, nic_gbit_per_gpu=8.0 * float(point.platform["nic_gbps"]))
+        if gpu:
+            platform = replace(platform, gpu=gpu)
+        nodes = run.get("nodes")
+        if nodes is None:
+            if npus % platform.gpus_per_node:
+                raise InfeasibleError(f"{npus} ranks do not fill whole {platform.name} nodes of "
+                                      f"{platform.gpus_per_node} GPUs")
+            nodes = npus // platform.gpus_per_node
+        system = system_json(platform, nodes, run.get("platform-collective") or "ring")
+        network = yaml.safe_load(network_yaml(platform, nodes))
+        from astra_gpu_model.gpu import load_gpu
+
+        options["gpu"] = gpu or load_gpu(platform.gpu).name
+        options["nccl_nic_gbps"] = run.get("nccl-nic-gbps") or platform.nic_gbit_per_gpu / 8.0
+    elif gpu:
+        options["gpu"] = gpu
+    if system is None and "system-configuration" in files:
+        if point.system:
+            with open(files["system-configuration"], encoding="utf-8") as handle:
+                system = json.load(handle)
+    if network is None and "network-configuration" in files:
+        if point.network:
+            with open(files["network-configuration"], encoding="utf-8") as handle:
+                network = yaml.safe_load(handle)
+    for key, value in point.system.items():
+        if system is None:
+            raise ConfigError(f"system.{key}: no system configuration to change (give run.platform or "
+                              "run.system-configuration)")
+        _set(system, key, value, "system")
+    for key, value in point.network.items():
+        if network is None:
+            raise ConfigError(f"network.{key}: no network configuration to change (give run.platform or "
+                              "run.network-configuration)")
+        _set(network, key, value, "network")
+    system_path = (_write(folder, "system.json", json.dumps(system, indent=1)) if system is not None
+                   else files.get("system-configuration"))
+    network_path = (_write(folder, "network.yml", yaml.safe_dump(network)) if network is not None
+                    else files.get("network-configuration"))
+    if system_path is None or network_path is None:
+        raise ConfigError("run needs platform, or system-configuration and network-configuration")
+    return run, options, system_path, network_path, files
+
+
+def _platform_gpu(run):
+    if run.get("platform"):
+        from astra_gpu_model.platforms import get_platform
+
+        return get_platform(run["platform"]).gpu
+    from astra_gpu_model.gpu import DEFAULT_GPU
+
+    return DEFAULT_GPU
+
+
+# ------------------------------------------------------------------------------------------------ running
+_STATE = {}
+
+
+def worker_state():
+    """This process's plugin manager and parsers (made once: a worker runs many points)."""
+    if not _STATE:
+        from astra_sweep.commands import command_parsers
+
+        _STATE.update(command_parsers())
+    return _STATE
+
+
+def _watchdog(timeout):
+    """Raise :class:`PointTimeout` in the calling thread after ``timeout`` seconds (pure-Python simulation
+    loops see it at their next bytecode); returns ``stop()``, which disarms it."""
+    if not timeout:
+        return lambda: None
+    target = threading.get_ident()
+    lock = threading.Lock()
+    state = {"done": False}
+
+    def fire():
+        with lock:
+            if not state["done"]:
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(target), ctypes.py_object(PointTimeout))
+
+    timer = threading.Timer(timeout, fire)
+    timer.daemon = True
+    timer.start()
+
+    def stop():
+        with lock:
+            state["done"] = True
+        timer.cancel()
+    return stop
+
+
+def run_point(task, ref=None):
+    """``task``: {"point": Point, "sweep": id, "timeout": s}; ``ref``: its :class:`WorkloadRef`. The row."""
+    point = task["point"]
+    started = time.perf_counter()
+    row = {"point": point.id, **point.values}
+    row.update({k: None for k in RESULT_COLUMNS})
+    stop = _watchdog(task.get("timeout"))
+    try:
+        try:
+            _simulate(point, ref, task["sweep"], row)
+            row["status"] = "ok"
+        finally:
+            stop()
+    except PointTimeout:
+        row["status"] = f"error: timed out after {task.get('timeout'):g} s (--point-timeout)"
+    except InfeasibleError as exc:
+        row["status"] = f"infeasible: {exc}"
+    except AstraError as exc:
+        row["status"] = f"error: {exc}"
+    except Exception as exc:  # a bug must not stop the sweep; the row says what happened
+        row["status"] = f"error: {type(exc).__name__}: {exc}"
+    row["wall_s"] = round(time.perf_counter() - started, 3)
+    return row
+
+
+def _simulate(point, ref, sweep_id, row):
+    from astra_sim.simulation import Simulation
+    from astra_sweep.spec import to_argv
+
+    state = worker_state()
+    prefix = materialise(ref, sweep_id, state["parsers"])
+    npus = trace_npus(prefix)
+    row["peak_mem_bytes"] = _estimate(prefix)
+    with tempfile.TemporaryDirectory(prefix="astra-point-") as folder:
+        run, extra, system, network, files = machine(point, npus, folder)
+        skip = ("system-configuration", "network-configuration", "remote-memory-configuration",
+                "comm-group-configuration", "gpu", "platform", "nodes", "platform-collective", "nccl-nic-gbps")
+        argv = to_argv(state["parsers"]["run"], {k: v for k, v in run.items() if k not in skip})
+        args = state["parsers"]["run"].parse_args(argv + ["--workload-configuration", prefix, "-q"])
+        options = vars(args).copy()
+        options.update(extra)
+        options.update(system_configuration=system, network_configuration=network)
+        simulation = Simulation(
+            prefix, system, network, files.get("remote-memory-configuration"),
+            files.get("comm-group-configuration"), network_backend=args.network_backend,
+            memory_backend=args.memory_backend, compute_model=args.compute_model,
+            workload_format=args.workload_format, num_queues_per_dim=args.num_queues_per_dim,
+            injection_scale=args.injection_scale, rendezvous=args.rendezvous_protocol,
+            plugin_manager=state["pm"], options=options, fold=not args.no_fold)
+        report = simulation.run()
+    fill_row(row, report.to_dict())
+
+
+def _estimate(prefix):
+    """The workload's largest per-rank memory estimate (its traces' GlobalMetadata), or None."""
+    from astra_sim.chakra import ChakraError, read_metadata
+    from astra_sim.workload.compact import is_compact, read_compact_workload
+
+    paths = (read_compact_workload(prefix).traces.values() if is_compact(prefix)
+             else [f"{prefix}.{r}.et" for r in range(trace_npus(prefix))])
+    peaks = []
+    for path in paths:
+        try:
+            peak = read_metadata(path).get("memory_peak_bytes")
+        except ChakraError:
+            return None
+        if isinstance(peak, int):
+            peaks.append(peak)
+    return max(peaks) if peaks else None
+
+
+def fill_row(row, report):
+    """The step (max finish) and, of the rank that sets it, the report's breakdown totals when it has them,
+    else compute and exposed communication."""
+    ranks = report["ranks"]
+    critical = max(ranks, key=lambda r: (r["finish_ns"], -r["rank"]))
+    row["step_ns"] = critical["finish_ns"]
+    breakdown = report.get("breakdown")
+    if isinstance(breakdown, dict) and breakdown:
+        totals = breakdown.get("totals", breakdown)
+        for key, value in totals.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                row[key if key.endswith("_ns") else f"{key}_ns"] = value
+        row.pop("compute_ns", None)
+        row.pop("exposed_comm_ns", None)
+    else:
+        row["compute_ns"] = critical["compute_ns"]
+        row["exposed_comm_ns"] = critical["exposed_comm_ns"]
+    memory = report.get("settings", {}).get("memory")
+    if isinstance(memory, dict) and isinstance(memory.get("peak_bytes"), int):
+        row["peak_mem_bytes"] = memory["peak_bytes"]

@@ -1,0 +1,268 @@
+"""``astra search``: the best parallel layout of an LLM on N GPUs.
+
+Every combination of TP (within a node), PP, virtual stages, DP, micro-batch size, ZeRO stage and
+recomputation (and EP for mixture-of-experts models, CP with ``--cp``) that the generator accepts for the global
+batch is enumerated; those whose estimated peak memory (:mod:`astra_workload_generators.llm.memory`) exceeds the
+GPU's HBM are dropped, counted by why; the rest become one sweep (``workload.llm`` zipped over the layouts, run on
+the platform with the gpu compute model), simulated on the local pool or Dask, and ranked by step time.
+
+MFU = model FLOPs of the step (``6 * P * tokens + 12 * L * s^2 * h * sequences``, Megatron's count, no
+recomputation) / (step time x GPUs x the GPU's dense bf16 peak).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+
+from astra_sim.cliutil import positive_int
+from astra_sim.errors import ConfigError
+
+
+def _ints(text):
+    try:
+        values = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 0:
+        raise ConfigError(f"expected comma-separated non-negative integers, got {text!r}")
+    return values
+
+
+def add_search_command(sub):
+    p = sub.add_parser(
+        "search", help="find the fastest TP/PP/VP/DP/micro-batch/ZeRO/recompute layout of an LLM on N GPUs",
+        description="Enumerate every valid parallel layout of a model on --gpus GPUs for --global-batch "
+        "sequences, drop those that do not fit the GPU's memory (saying why and how many), simulate the rest and "
+        "print the fastest with step time, MFU and memory.")
+    p.add_argument("--preset", required=True, help="model preset (astra workload llm --preset)")
+    p.add_argument("--gpus", type=positive_int, required=True, metavar="N")
+    p.add_argument("--platform", required=True, help="machine (astra platforms)")
+    p.add_argument("--global-batch", type=positive_int, required=True, metavar="B", help="sequences per step")
+    p.add_argument("--seq-len", type=positive_int, default=None, metavar="S", help="override the preset's")
+    p.add_argument("--platform-collective", default="nccl", choices=("ring", "nccl"), help="default nccl")
+    for flag, default, what in (("tp", None, "TP sizes (default: every divisor of the node size)"),
+                                ("pp", None, "PP sizes (default: every divisor of the layers)"),
+                                ("vp", "1,2,3,4,6,8,12", "virtual stages per pipeline rank"),
+                                ("mbs", "1,2,4", "micro-batch sizes"), ("zero", "0,1", "ZeRO stages"),
+                                ("ep", None, "EP sizes (MoE models; default every divisor of the experts)"),
+                                ("cp", "1", "context-parallel sizes")):
+        p.add_argument(f"--{flag}", default=default, metavar="N,N,...", help=what)
+    p.add_argument("--recompute", default="none,full", metavar="none,full,selective",
+                   help="recomputation modes to try (default none,full; with FlashAttention none keeps no "
+                   "attention scores)")
+    p.add_argument("--gemm-dtype", default="same", choices=("same", "fp8"))
+    p.add_argument("--top", type=positive_int, default=10, metavar="K", help="configurations printed (default 10)")
+    p.add_argument("-o", "--output", default=None, metavar="RESULTS",
+                   help="keep every simulated point (.parquet or .csv; a rerun resumes it)")
+    p.add_argument("--jobs", type=positive_int, default=None, metavar="N")
+    p.add_argument("--dask", metavar="ADDRESS", help="simulate on a Dask cluster (tcp://HOST:8786 or local:N)")
+    p.add_argument("--point-timeout", type=float, default=None, metavar="S")
+    p.add_argument("--json", metavar="FILE", help="the ranked layouts (step_ns, mfu, peak_mem_bytes) and the drops")
+    p.add_argument("--plot", metavar="FILE.png", help="step time against memory of every simulated point")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(run_command=_cmd_search)
+
+
+def _divisors(n):
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def enumerate_layouts(dims, gpus, global_batch, gpus_per_node, choices, gemm_dtype="same"):
+    """(layouts [(LlmConfig, global batch divides?)], invalid count): every layout the generator accepts."""
+    from astra_workload_generators.llm import LlmConfig, check_config
+
+    tps = choices.get("tp") or [t for t in _divisors(gpus_per_node) if gpus % t == 0]
+    pps = choices.get("pp") or _divisors(dims.layers)
+    eps = choices.get("ep") or (_divisors(dims.experts) if dims.moe else [1])
+    layouts, invalid = [], 0
+    for tp in tps:
+        for cp in choices["cp"]:
+            for pp in pps:
+                if gpus % (tp * pp * cp):
+                    continue
+                dp = gpus // (tp * pp * cp)
+                for mbs in choices["mbs"]:
+                    # (a batch that does not divide is still checked for memory, then refused for the batch)
+                    m = max(1, global_batch // (dp * mbs))
+                    batch_ok = global_batch % (dp * mbs) == 0
+                    for vp in choices["vp"]:
+                        if vp > 1 and pp == 1:
+                            continue
+                        for ep in eps:
+                            for zero in choices["zero"]:
+                                for rc in choices["recompute"]:
+                                    cfg = LlmConfig(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, micro_batches=m,
+                                                    micro_batch_size=mbs, virtual_stages=vp, zero=zero,
+                                                    sequence_parallel=tp > 1, recompute=rc == "full",
+                                                    recompute_selective=rc == "selective", gemm_dtype=gemm_dtype)
+                                    try:
+                                        check_config(dims, cfg)
+                                    except ConfigError:
+                                        invalid += 1
+                                        continue
+                                    layouts.append((cfg, batch_ok))
+    return layouts, invalid
+
+
+def _options(cfg):
+    out = {"tp": cfg.tp, "pp": cfg.pp, "dp": cfg.dp, "micro-batches": cfg.micro_batches,
+           "micro-batch-size": cfg.micro_batch_size, "virtual-stages": cfg.virtual_stages, "zero": cfg.zero,
+           "sequence-parallel": cfg.sequence_parallel, "cp": cfg.cp, "ep": cfg.ep,
+           "recompute": "full" if cfg.recompute else ("selective" if cfg.recompute_selective else False)}
+    return out
+
+
+def _cmd_search(args):
+    import yaml
+
+    from astra_gpu_model.gpu import load_gpu
+    from astra_gpu_model.platforms import get_platform
+    from astra_workload_generators.llm import model_dims, peak_memory, training_flops
+
+    from .sweep import run_sweep
+
+    dims = model_dims(args.preset, seq_len=args.seq_len)
+    platform = get_platform(args.platform)
+    gpu = load_gpu(platform.gpu)
+    if args.gpus % platform.gpus_per_node:
+        raise ConfigError(f"--gpus {args.gpus} is not a whole number of {platform.name} nodes "
+                          f"({platform.gpus_per_node} GPUs each)")
+    choices = {k: _ints(getattr(args, k)) if getattr(args, k) else None for k in ("tp", "pp", "vp", "mbs", "zero",
+                                                                                   "ep", "cp")}
+    choices["recompute"] = [r.strip() for r in args.recompute.split(",") if r.strip()]
+    for mode in choices["recompute"]:
+        if mode not in ("none", "full", "selective"):
+            raise ConfigError(f"--recompute: unknown mode {mode!r} (none, full, selective)")
+    layouts, invalid = enumerate_layouts(dims, args.gpus, args.global_batch, platform.gpus_per_node, choices,
+                                         args.gemm_dtype)
+    capacity = gpu.hbm_capacity_gb * 1e9
+    fit, dropped = [], {}
+    estimates = {}
+    batch_refused = 0
+    for cfg, batch_ok in layouts:
+        m = peak_memory(dims, cfg)
+        estimates[id(cfg)] = m
+        if m.total <= capacity:
+            if batch_ok:
+                fit.append(cfg)
+            else:
+                batch_refused += 1
+            continue
+        states = m.weights + m.gradients + m.optimizer + m.workspace
+        why = ("weights, gradients and optimizer states alone" if states > capacity else
+               "activations of the micro-batches in flight")
+        dropped.setdefault(why, []).append((cfg, m))
+    print(f"{args.preset} on {args.gpus} x {gpu.name} ({platform.name}), global batch {args.global_batch}: "
+          f"{len(layouts) + invalid} layouts, {invalid} refused by the generator (divisibility, heads, ...), "
+          f"{sum(len(v) for v in dropped.values())} do not fit {gpu.hbm_capacity_gb:g} GB, {batch_refused} fit but "
+          f"do not divide the global batch (DP x micro-batch size), {len(fit)} to simulate")
+    for why, items in sorted(dropped.items()):
+        cfg, m = min(items, key=lambda x: x[1].total)
+        print(f"  dropped {len(items)}: {why} exceed the HBM (smallest: {_describe(cfg)} needs "
+              f"{m.describe()})")
+    if not fit:
+        raise ConfigError("no layout fits the GPU's memory; add GPUs, ZeRO stages or recomputation")
+    spec = {"workload": {"llm": {"preset": args.preset, **({"seq-len": args.seq_len} if args.seq_len else {}),
+                                 **({"gemm-dtype": "fp8"} if args.gemm_dtype == "fp8" else {})}},
+            "run": {"platform": args.platform, "compute-model": "gpu",
+                    "platform-collective": args.platform_collective},
+            "axes": {"zip": {f"workload.llm.{k}": [_options(c)[k] for c in fit] for k in _options(fit[0])}}}
+    # the base case is the first layout that fits
+    spec["workload"]["llm"].update(_options(fit[0]))
+    with tempfile.TemporaryDirectory(prefix="astra-search-") as folder:
+        spec_path = os.path.join(folder, "search.yaml")
+        with open(spec_path, "w") as handle:
+            yaml.safe_dump(spec, handle, sort_keys=False)
+        output = args.output or os.path.join(folder, "results.parquet")
+        summary = run_sweep(spec_path, output, jobs=args.jobs, dask=args.dask, point_timeout=args.point_timeout,
+                            progress=False if args.no_progress else None)
+        rows = _read(output)
+    flops = training_flops(dims, args.global_batch)
+    peak = gpu.tensor_tflops.get("fp8" if args.gemm_dtype == "fp8" else "bf16") * 1e12
+    ranked = []
+    for cfg, row in zip(fit, [rows.get(_key(c)) for c in fit]):
+        if row is None or row.get("status") != "ok":
+            continue
+        step = row["step_ns"] / 1e9
+        ranked.append((step, flops / (step * args.gpus * peak), estimates[id(cfg)].total, cfg))
+    ranked.sort(key=lambda x: x[0])
+    _print_top(ranked[:args.top], args, summary)
+    if args.json:
+        import json
+
+        from astra_sim.cliutil import write_text_atomic
+
+        write_text_atomic(args.json, json.dumps({
+            "ranked": [{"layout": _options(c), "step_ns": int(s * 1e9), "mfu": mfu, "peak_mem_bytes": mem}
+                       for s, mfu, mem, c in ranked],
+            "dropped": {why: [_options(c) for c, _ in items] for why, items in dropped.items()},
+            "refused": invalid, "batch_refused": batch_refused}, indent=1) + "\n")
+    if args.plot:
+        plot(ranked, {why: [m.total for _, m in items] for why, items in dropped.items()}, capacity, args.plot,
+             f"{args.preset} on {args.gpus} x {gpu.name}, batch {args.global_batch}")
+    return 0
+
+
+def _key(cfg):
+    return tuple(sorted(_options(cfg).items()))
+
+
+def _read(path):
+    """{layout key: row} of a results file."""
+    from .results import Results
+
+    reader = Results(path, [], {})
+    rows = reader._read_results()
+    out = {}
+    for row in rows:
+        opts = {k.split(".")[-1]: row[k] for k in row if k.startswith("workload.llm.")}
+        out[tuple(sorted(opts.items()))] = row
+    return out
+
+
+def _describe(cfg):
+    rc = "full" if cfg.recompute else ("selective" if cfg.recompute_selective else "none")
+    return (f"TP {cfg.tp} PP {cfg.pp} VP {cfg.virtual_stages} DP {cfg.dp}" + (f" CP {cfg.cp}" if cfg.cp > 1 else "")
+            + (f" EP {cfg.ep}" if cfg.ep > 1 else "") + f" mbs {cfg.micro_batch_size} x {cfg.micro_batches} "
+            f"ZeRO {cfg.zero} recompute {rc}")
+
+
+def _print_top(ranked, args, summary):
+    from astra_sim.termtable import Column, print_table
+
+    rows = [[str(i + 1), _describe(cfg), f"{step * 1e3:,.1f}", f"{mfu * 100:.1f}", f"{mem / 1e9:.1f}"]
+            for i, (step, mfu, mem, cfg) in enumerate(ranked)]
+    print_table(f"fastest layouts ({summary['ok']} simulated, {summary['error'] + summary['infeasible']} failed)",
+                [Column("#", number=True), Column("layout"), Column("step ms", number=True),
+                 Column("MFU %", number=True), Column("memory GB", number=True)], rows)
+
+
+def plot(ranked, dropped, capacity, path, title):
+    """Step time against estimated peak memory for every simulated layout (dropped ones as ticks past the
+    HBM line)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    if ranked:
+        ax.scatter([m / 1e9 for _, _, m, _ in ranked], [s * 1e3 for s, _, _, _ in ranked], s=14,
+                   label="simulated layouts")
+        best = ranked[0]
+        ax.scatter([best[2] / 1e9], [best[0] * 1e3], s=60, marker="*", color="red",
+                   label=f"fastest: {_describe(best[3])}")
+    ax.axvline(capacity / 1e9, color="grey", linestyle="--", label="HBM capacity")
+    total_dropped = sum(len(v) for v in dropped.values())
+    if total_dropped:
+        ax.text(capacity / 1e9, ax.get_ylim()[1], f"  {total_dropped} layouts beyond", va="top", fontsize=8)
+    ax.set_xlabel("estimated peak memory per GPU (GB)")
+    ax.set_ylabel("step time (ms)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"wrote {path}", file=sys.stdout)

@@ -1,0 +1,345 @@
+"""The sweep specification (YAML): what is fixed, what varies, and the points it makes.
+
+::
+
+    workload:              # exactly one of: trace (a prefix), llm / micro (the generator's long options)
+      llm: {preset: gpt3-13b, tp: 2, pp: 2, dp: 2, micro-batches: 4}
+    run: {platform: hgx-h100, compute-model: gpu}      # astra run's long options, without dashes
+    axes:
+      grid: {run.platform-collective: [ring, nccl], workload.llm.tp: [1, 2, 4]}
+      zip: {a.b: [...], c.d: [...]}
+      random: {n: 20, seed: 1, space: {workload.llm.micro-batches: [4, 8, 16]}}
+
+Extensions (optional top-level keys, also reachable as axes): ``gpu`` (fields of the GPU YAML, on top of the
+run's ``--gpu`` or the platform's GPU: ``gpu.hbm_bandwidth_gbps``, ``gpu.tensor_tflops.bf16``), ``platform``
+(``platform.nic_gbps``: NIC GB/s per GPU and direction, ``platform.gpus_per_node``), ``network`` and ``system``
+(keys of the network YAML and system JSON, ``network.bandwidth.1`` for one dimension's entry). ``nodes`` is
+short for ``run.nodes``; without it a platform gets as many nodes as the workload's ranks fill.
+
+Every option is checked against the real parsers of ``astra run`` and ``astra workload llm|micro``, so a spec
+error names the axis (or key), the option and the value, before anything runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import difflib
+import hashlib
+import itertools
+import json
+import os
+import random
+from dataclasses import dataclass, field
+
+from astra_sim.errors import ConfigError
+
+WORKLOAD_KINDS = ("trace", "llm", "micro")
+TOP_KEYS = ("workload", "run", "axes", "gpu", "platform", "network", "system")
+AXIS_KINDS = ("grid", "zip", "random")
+#: astra run options the sweep sets itself
+RESERVED_RUN = ("workload-configuration", "report-json", "astra-sim-log", "quiet", "max-table-ranks", "plugin")
+#: astra run options naming files whose contents travel with the point (Dask workers share no paths)
+FILE_RUN_OPTIONS = ("system-configuration", "network-configuration", "remote-memory-configuration",
+                    "comm-group-configuration")
+PLATFORM_FIELDS = {"nic_gbps": "NIC bandwidth per GPU and direction, GB/s (10^9 B/s)",
+                   "gpus_per_node": "GPUs per node (scale-up domain)"}
+
+
+@dataclass
+class Point:
+    """One configuration: the spec's base with this point's axis values applied."""
+
+    values: dict                       # axis name -> value (the row's axis columns)
+    workload_kind: str
+    workload: dict                     # llm/micro options, or {"trace": prefix}
+    run: dict                          # astra run options (no dashes)
+    gpu: dict = field(default_factory=dict)
+    platform: dict = field(default_factory=dict)
+    network: dict = field(default_factory=dict)
+    system: dict = field(default_factory=dict)
+
+    def settings(self):
+        return {"workload": {self.workload_kind: self.workload}, "run": self.run, "gpu": self.gpu,
+                "platform": self.platform, "network": self.network, "system": self.system}
+
+    @property
+    def id(self):
+        """Stable id from everything that defines the point (so a changed spec never reuses a row)."""
+        text = json.dumps(self.settings(), sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass
+class Spec:
+    path: str
+    base: Point
+    axes: list                         # axis names, in column order
+    points: list                       # [Point]
+
+
+def _where(path, key):
+    return f"{path}: {key}"
+
+
+def load_spec(path, parsers):
+    """Read, check and expand the spec at ``path``. ``parsers``: {"run": ..., "llm": ..., "micro": ...} argparse
+    parsers of the commands whose options the spec names."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = yaml.safe_load(handle)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the sweep spec: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    return parse_spec(data, path, parsers)
+
+
+def parse_spec(data, path, parsers):
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a sweep spec is a mapping with workload, run and axes")
+    for key in data:
+        if key not in TOP_KEYS:
+            raise ConfigError(f"{path}: unknown key {key!r}{_suggest(key, TOP_KEYS)} (known: {', '.join(TOP_KEYS)})")
+    workload = data.get("workload")
+    if not isinstance(workload, dict) or len(workload) != 1 or next(iter(workload)) not in WORKLOAD_KINDS:
+        raise ConfigError(f"{path}: workload must have exactly one of {', '.join(WORKLOAD_KINDS)}, got "
+                          f"{list(workload) if isinstance(workload, dict) else workload!r}")
+    kind, options = next(iter(workload.items()))
+    if kind == "trace":
+        if not isinstance(options, str) or not options:
+            raise ConfigError(f"{path}: workload.trace must be a trace prefix, got {options!r}")
+        options = {"trace": options}
+    elif not isinstance(options, dict):
+        raise ConfigError(f"{path}: workload.{kind} must be a mapping of the generator's long options")
+    run = data.get("run") or {}
+    sections = {k: data.get(k) or {} for k in ("gpu", "platform", "network", "system")}
+    for key, value in [("run", run), *sections.items()]:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: {key} must be a mapping, got {value!r}")
+    base = Point({}, kind, dict(options), dict(run), **copy.deepcopy(sections))
+    for name, value in base.workload.items():
+        if kind != "trace":
+            check_option(parsers[kind], name, value, _where(path, f"workload.{kind}.{name}"), f"astra workload {kind}")
+    for name, value in base.run.items():
+        _check_run_option(parsers["run"], name, value, _where(path, f"run.{name}"))
+    for name in base.platform:
+        _check_platform_field(name, base, _where(path, f"platform.{name}"))
+    axes, combos = _expand_axes(data.get("axes"), path)
+    points = []
+    for combo in combos:
+        point = copy.deepcopy(base)
+        for axis, value in combo.items():
+            apply_axis(point, axis, value)
+        point.values = dict(combo)
+        points.append(point)
+    for axis in axes:  # check every value of every axis against its option
+        for point in points:
+            _check_axis_value(parsers, point, axis, point.values[axis], path)
+    seen = {}
+    for point in points:
+        if point.id in seen:
+            raise ConfigError(f"{path}: axes: two points have the same settings ({point.values} and "
+                              f"{seen[point.id].values})")
+        seen[point.id] = point
+    return Spec(path, base, axes, points)
+
+
+def _expand_axes(axes, path):
+    """(axis names, [ {axis: value} ]) : grid x zip x random."""
+    if axes is None:
+        return [], [{}]
+    if not isinstance(axes, dict):
+        raise ConfigError(f"{path}: axes must be a mapping with grid, zip and/or random")
+    names, blocks = [], []
+    for kind, body in axes.items():
+        where = f"{path}: axes.{kind}"
+        if kind not in AXIS_KINDS:
+            raise ConfigError(f"{path}: axes: unknown kind {kind!r}{_suggest(kind, AXIS_KINDS)} "
+                              f"(known: {', '.join(AXIS_KINDS)})")
+        if kind == "random":
+            if not isinstance(body, dict) or set(body) - {"n", "seed", "space"} or "space" not in body:
+                raise ConfigError(f"{where} must be {{n: N, seed: S, space: {{axis: [values]}}}}")
+            n, seed = body.get("n"), body.get("seed", 0)
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise ConfigError(f"{where}.n must be a positive integer, got {n!r}")
+            if isinstance(seed, bool) or not isinstance(seed, int):
+                raise ConfigError(f"{where}.seed must be an integer, got {seed!r}")
+            space = _axis_lists(body["space"], f"{where}.space")
+            product = list(itertools.product(*space.values()))
+            chosen = random.Random(seed).sample(product, min(n, len(product)))
+            blocks.append([dict(zip(space, values)) for values in chosen])
+            body = space
+        else:
+            body = _axis_lists(body, where)
+            if kind == "grid":
+                blocks.append([dict(zip(body, values)) for values in itertools.product(*body.values())])
+            else:
+                lengths = {len(v) for v in body.values()}
+                if len(lengths) > 1:
+                    raise ConfigError(f"{where}: every axis must have as many values (got "
+                                      + ", ".join(f"{k}: {len(v)}" for k, v in body.items()) + ")")
+                blocks.append([dict(zip(body, values)) for values in zip(*body.values())])
+        for name in body:
+            if name in names:
+                raise ConfigError(f"{where}: axis {name!r} appears twice")
+            names.append(name)
+    combos = [{}]
+    for block in blocks:
+        combos = [{**a, **b} for a in combos for b in block]
+    return names, combos
+
+
+def _axis_lists(body, where):
+    if not isinstance(body, dict) or not body:
+        raise ConfigError(f"{where} must map axis names to lists of values")
+    for name, values in body.items():
+        if not isinstance(name, str):
+            raise ConfigError(f"{where}: axis name {name!r} must be a string such as workload.llm.tp")
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"{where}: {name}: expected a non-empty list of values, got {values!r}")
+    return body
+
+
+def apply_axis(point, axis, value):
+    """Set ``axis`` (``workload.llm.tp``, ``run.platform``, ``nodes``, ``gpu.x.y``, ``network.bandwidth.1``,
+    ...) to ``value`` on ``point``."""
+    head, _, rest = axis.partition(".")
+    if axis == "nodes":
+        point.run["nodes"] = value
+    elif head == "workload":
+        kind, _, option = rest.partition(".")
+        if kind == "trace" and not option:
+            point.workload = {"trace": value}
+        elif kind != point.workload_kind or not option:
+            raise ConfigError(f"axis {axis!r}: the spec's workload is {point.workload_kind}; expected "
+                              f"workload.{point.workload_kind}.<option>")
+        else:
+            point.workload[option] = value
+    elif head == "run" and rest:
+        point.run[rest] = value
+    elif head in ("gpu", "platform", "network", "system") and rest:
+        getattr(point, head)[rest] = value
+    else:
+        raise ConfigError(f"axis {axis!r}: expected workload.<kind>.<option>, run.<option>, nodes, gpu.<field>, "
+                          "platform.<field>, network.<key> or system.<key>")
+
+
+def _check_axis_value(parsers, point, axis, value, path):
+    where = f"{path}: axis {axis}"
+    head, _, rest = axis.partition(".")
+    if axis == "nodes" or head == "run":
+        _check_run_option(parsers["run"], rest or "nodes", value, where)
+    elif head == "workload" and point.workload_kind != "trace":
+        option = rest.partition(".")[2]
+        check_option(parsers[point.workload_kind], option, value, where, f"astra workload {point.workload_kind}")
+    elif head == "workload":
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: value {value!r} is not a trace prefix")
+    elif head == "platform":
+        _check_platform_field(rest, point, where)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+            raise ConfigError(f"{where}: value {value!r} is not a positive number")
+    elif head == "system":
+        from astra_sim.config import KNOWN_SYSTEM_KEYS
+
+        key = rest.split(".")[0]
+        if key not in KNOWN_SYSTEM_KEYS:
+            raise ConfigError(f"{where}: unknown system configuration key {key!r}"
+                              f"{_suggest(key, KNOWN_SYSTEM_KEYS)}")
+    elif head == "network":
+        key = rest.split(".")[0]
+        known = ("topology", "npus_count", "bandwidth", "latency", "cross_dimension_route")
+        if key not in known:
+            raise ConfigError(f"{where}: unknown network key {key!r}{_suggest(key, known)} (known: {', '.join(known)})")
+
+
+def _check_platform_field(name, point, where):
+    if name not in PLATFORM_FIELDS:
+        raise ConfigError(f"{where}: unknown platform field {name!r}{_suggest(name, PLATFORM_FIELDS)} (known: "
+                          + ", ".join(f"{k} ({v})" for k, v in PLATFORM_FIELDS.items()) + ")")
+    if not point.run.get("platform"):
+        raise ConfigError(f"{where}: platform fields need run.platform")
+
+
+def _check_run_option(parser, name, value, where):
+    if name in RESERVED_RUN:
+        raise ConfigError(f"{where}: {name} is set by the sweep itself")
+    check_option(parser, name, value, where, "astra run")
+
+
+def _suggest(name, known):
+    close = difflib.get_close_matches(str(name), sorted(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _action(parser, name):
+    for action in parser._actions:  # argparse keeps no public index of its options
+        if f"--{name}" in action.option_strings:
+            return action
+    return None
+
+
+def check_option(parser, name, value, where, command):
+    """``value`` for ``--name`` of ``command``: an error naming the option (unknown) or the value (wrong type)."""
+    if not isinstance(name, str) or _action(parser, name) is None:
+        known = [s[2:] for a in parser._actions for s in a.option_strings if s.startswith("--")]
+        raise ConfigError(f"{where}: unknown {command} option {name!r}{_suggest(name, known)}")
+    option_argv(parser, name, value, where)
+
+
+def option_argv(parser, name, value, where="option"):
+    """The command-line words for ``--name value`` (flags from booleans), checked against the option's type
+    and choices."""
+    action = _action(parser, name)
+    flag = f"--{name}"
+    if isinstance(action, argparse.BooleanOptionalAction):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: value {value!r} is not true or false")
+        return [flag] if value else [f"--no-{name}"]
+    if action.nargs == 0:  # store_true / store_false
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: value {value!r} is not true or false ({flag} is a flag)")
+        return [flag] if value == isinstance(action, argparse._StoreTrueAction) else []
+    if isinstance(value, bool) and action.nargs == "?":
+        return [flag] if value else []
+    if isinstance(value, (dict, list)) or value is None or isinstance(value, bool):
+        raise ConfigError(f"{where}: value {value!r} is not a valid {flag} value")
+    text = str(value)
+    if action.type is not None:
+        try:
+            converted = action.type(text)
+        except (argparse.ArgumentTypeError, ValueError, TypeError) as exc:
+            raise ConfigError(f"{where}: value {value!r} is not a valid {flag} value ({exc})") from None
+    else:
+        converted = text
+    if action.choices is not None and converted not in action.choices:
+        raise ConfigError(f"{where}: value {value!r} is not one of {', '.join(map(str, action.choices))}")
+    return [flag, text]
+
+
+def to_argv(parser, options):
+    out = []
+    for name, value in options.items():
+        out += option_argv(parser, name, value, name)
+    return out
+
+
+def read_file_options(point):
+    """Replace the run's configuration file paths by their contents (``{"file": name, "text": ...}``), so that
+    a point carries what it needs to any worker."""
+    for name in FILE_RUN_OPTIONS:
+        value = point.run.get(name)
+        if isinstance(value, str):
+            try:
+                with open(value, encoding="utf-8") as handle:
+                    text = handle.read()
+            except OSError as exc:
+                raise ConfigError(f"run.{name}: cannot read {value}: {exc.strerror or exc}") from None
+            point.run[name] = {"file": os.path.basename(value), "text": text}
+    gpu = point.run.get("gpu")
+    if isinstance(gpu, str) and os.path.isfile(gpu):
+        with open(gpu, encoding="utf-8") as handle:
+            point.run["gpu"] = {"file": os.path.basename(gpu), "text": handle.read()}

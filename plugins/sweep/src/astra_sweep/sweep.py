@@ -1,0 +1,188 @@
+"""``astra sweep SPEC.yaml -o RESULTS``: expand the spec, check its base case, run the points that have no row
+yet on an executor, and append each row as it comes (see :mod:`.results`)."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import sys
+import time
+
+from astra_sim.errors import AstraError, ConfigError
+
+from .executors import ExecutorFailure, make_executor
+from .point import RESULT_COLUMNS, WorkloadRef, remove_cache, run_point, workload_digest
+from .results import Results, column_type, results_format
+from .spec import load_spec, read_file_options, to_argv
+
+
+def _trace_files(prefix):
+    names = sorted(glob.glob(glob.escape(prefix) + ".*"))
+    names = [n for n in names if n.endswith((".et", ".json", ".et.gz"))]
+    if not names:
+        raise ConfigError(f"workload.trace {prefix!r}: no trace files ({prefix}.0.et ... or {prefix}.workload.json)")
+    files = {}
+    for name in names:
+        with open(name, "rb") as handle:
+            files[os.path.basename(name)] = handle.read()
+    return files
+
+
+class Plan:
+    """The points of a spec with their workloads (made once per content hash)."""
+
+    def __init__(self, spec, parsers):
+        self.spec = spec
+        self.refs = {}       # point id -> WorkloadRef
+        self.early = {}      # point id -> status decided without running (the generator refuses the layout)
+        self.npus = {}
+        trace_cache = {}
+        for point in [spec.base] + spec.points:
+            read_file_options(point)
+            if point.workload_kind == "trace":
+                prefix = point.workload["trace"]
+                if prefix not in trace_cache:
+                    files = _trace_files(prefix)
+                    trace_cache[prefix] = WorkloadRef("trace", [], workload_digest("trace", [], files), files,
+                                                      os.path.basename(prefix))
+                self.refs[point.id] = trace_cache[prefix]
+                continue
+            parser = parsers[point.workload_kind]
+            argv = to_argv(parser, point.workload)
+            if point.workload_kind == "llm":
+                from astra_workload_generators.llm.cli import dims_and_config
+
+                try:
+                    _, cfg = dims_and_config(parser.parse_args(argv + ["-o", "unused"]))
+                    self.npus[point.id] = cfg.npus
+                except AstraError as exc:
+                    self.early[point.id] = f"infeasible: {exc}"
+            self.refs[point.id] = WorkloadRef(point.workload_kind, argv, workload_digest(point.workload_kind, argv))
+
+
+def check_base(plan, sweep_id, state):
+    """Make the base case's workload and machine and build its simulation (without running it): a spec whose
+    base case fails runs no point."""
+    import tempfile
+
+    from astra_sim.simulation import Simulation
+
+    from .point import machine, materialise, trace_npus
+
+    spec = plan.spec
+    base = spec.base
+    where = f"{spec.path}: the base case (the spec without its axes)"
+    if base.id in plan.early:
+        raise ConfigError(f"{where} fails: {plan.early[base.id].partition(': ')[2]}")
+    try:
+        prefix = materialise(plan.refs[base.id], sweep_id, state["parsers"])
+        with tempfile.TemporaryDirectory(prefix="astra-base-") as folder:
+            run, extra, system, network, files = machine(base, trace_npus(prefix), folder)
+            options = dict(extra)
+            simulation = Simulation(prefix, system, network, files.get("remote-memory-configuration"),
+                                    files.get("comm-group-configuration"),
+                                    network_backend=run.get("network-backend", "analytical"),
+                                    memory_backend=run.get("memory-backend"), compute_model=run.get("compute-model"),
+                                    plugin_manager=state["pm"], options=options)
+            simulation.build()
+    except AstraError as exc:
+        raise ConfigError(f"{where} fails: {exc}") from None
+
+
+def run_sweep(spec_path, output, *, jobs=None, dask=None, executor=None, point_timeout=None, retry_errors=False,
+              progress=None, state=None, executor_object=None):
+    """Run the sweep; returns a summary dict (counts, ``ran``, ``wall_s``, ``points_per_minute``)."""
+    from .point import worker_state
+
+    results_format(output)
+    state = state or worker_state()
+    spec = load_spec(spec_path, state["parsers"])
+    plan = Plan(spec, state["parsers"])
+    sweep_id = hashlib.sha256(os.path.abspath(str(output)).encode()).hexdigest()[:12]
+    check_base(plan, sweep_id, state)
+    types = {axis: column_type([p.values[axis] for p in spec.points]) for axis in spec.axes}
+    results = Results(output, ["point", *spec.axes, *RESULT_COLUMNS], types)
+    ids = [p.id for p in spec.points]
+    earlier = results.load(set(ids))
+    if retry_errors:
+        earlier = {k: v for k, v in earlier.items() if not str(v.get("status", "")).startswith("error")}
+        results.rows = dict(earlier)
+    todo = [p for p in spec.points if p.id not in earlier]
+    started = time.perf_counter()
+    counts = {"ok": 0, "infeasible": 0, "error": 0}
+    for row in earlier.values():
+        counts[str(row.get("status", "error")).split(":")[0]] = counts.get(str(row.get("status")).split(":")[0], 0) + 1
+    show = progress if progress is not None else sys.stderr.isatty()
+    bar = _Progress(len(ids), len(earlier), show)
+    ran = 0
+    try:
+        for point in [p for p in todo if p.id in plan.early]:
+            row = {"point": point.id, **point.values, **{k: None for k in RESULT_COLUMNS}}
+            row.update(status=plan.early[point.id], wall_s=0.0)
+            results.add(row)
+            counts["infeasible"] += 1
+            ran += 1
+            bar.advance(row)
+        runnable = [p for p in todo if p.id not in plan.early]
+        if runnable:
+            own = executor_object is None
+            ex = executor_object or make_executor(jobs, dask, executor)
+            try:
+                shared = {}
+                tasks = []
+                for point in runnable:
+                    ref = plan.refs[point.id]
+                    if ref.digest not in shared:
+                        shared[ref.digest] = ex.share(ref)
+                    tasks.append(({"point": point, "sweep": sweep_id, "timeout": point_timeout}, shared[ref.digest]))
+                for task, result in ex.run(run_point, tasks, timeout=point_timeout):
+                    if isinstance(result, ExecutorFailure):
+                        point = task["point"]
+                        result = {"point": point.id, **point.values, **{k: None for k in RESULT_COLUMNS},
+                                  "status": f"error: {result.message}", "wall_s": None}
+                    results.add(result)
+                    counts[result["status"].split(":")[0]] += 1
+                    ran += 1
+                    bar.advance(result)
+                ex.broadcast(remove_cache, sweep_id)
+            finally:
+                if own:
+                    ex.close()
+        else:
+            remove_cache(sweep_id)
+    finally:
+        bar.close()
+        results.finish(ids)
+    wall = time.perf_counter() - started
+    return {"points": len(ids), "earlier": len(earlier), "ran": ran, "wall_s": wall,
+            "points_per_minute": ran / wall * 60 if wall > 0 and ran else None, **counts, "output": str(output)}
+
+
+class _Progress:
+    """A rich progress bar on stderr: done / total, failures, elapsed and ETA."""
+
+    def __init__(self, total, done, show):
+        self.failed = 0
+        self.bar = None
+        if not show:
+            return
+        from rich.progress import (
+            BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
+        )
+
+        self.bar = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("[red]{task.fields[failed]} failed"), TextColumn("elapsed"),
+                            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), transient=False)
+        self.bar.start()
+        self.task = self.bar.add_task("sweep", total=total, completed=done, failed=0)
+
+    def advance(self, row):
+        if not str(row.get("status")).startswith("ok"):
+            self.failed += 1
+        if self.bar is not None:
+            self.bar.update(self.task, advance=1, failed=self.failed)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.stop()

@@ -1,0 +1,36 @@
+"""astra search for GPT-3 175B on 1024 H100s (global batch 1536): the layouts that do not fit are dropped (TP 1
+PP 1 with full replication among them), and the best simulated layout's MFU lies in the range Megatron-LM
+published at that scale: 44% for GPT-3 175B on 1024 GPUs at batch 1536 (Narayanan et al. 2021, 140 of 312
+TFLOP/s on A100) up to 47% on H100 (Megatron-Core), taken with a margin as 40-52%."""
+
+from __future__ import annotations
+
+import json
+
+from astra_sim.cli import main
+
+from astra_workload_generators.llm import LlmConfig, model_dims, peak_memory
+
+PUBLISHED_MFU = (0.40, 0.52)
+
+
+def test_full_replication_does_not_fit():
+    dims = model_dims("gpt3-175b")
+    assert peak_memory(dims, LlmConfig(dp=1024, micro_batches=1)).total > 80e9 * 30
+
+
+def test_gpt3_175b_on_1024_h100(tmp_path, capsys):
+    out = tmp_path / "search.json"
+    args = ["search", "--preset", "gpt3-175b", "--gpus", "1024", "--platform", "hgx-h100", "--global-batch", "1536",
+            "--tp", "1,8", "--pp", "1,8", "--vp", "1", "--mbs", "1", "--zero", "1", "--recompute", "none",
+            "--jobs", "1", "--no-progress", "--json", str(out), "--plot", str(tmp_path / "front.png")]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "do not fit 80 GB" in text and "dropped 3: weights, gradients and optimizer states alone" in text
+    result = json.loads(out.read_text())
+    dropped = [d for items in result["dropped"].values() for d in items]
+    assert {"tp": 1, "pp": 1} in [{"tp": d["tp"], "pp": d["pp"]} for d in dropped]
+    best = result["ranked"][0]
+    assert (best["layout"]["tp"], best["layout"]["pp"]) == (8, 8)
+    assert PUBLISHED_MFU[0] <= best["mfu"] <= PUBLISHED_MFU[1], best
+    assert best["peak_mem_bytes"] < 80e9 and (tmp_path / "front.png").stat().st_size > 0

@@ -1,0 +1,64 @@
+"""Simulate one registry case through the same commands a user runs (``astra workload llm``, ``astra run``)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import tempfile
+import time
+
+from astra_sim.chakra import encode_et, make_metadata, make_node, types as T
+from astra_sim.errors import AstraError
+from astra_sim.symmetry import BlockShift
+from astra_sim.workload.compact import write_compact_workload
+
+_COMM_TYPES = {"all_reduce": T.ALL_REDUCE, "all_gather": T.ALL_GATHER, "reduce_scatter": T.REDUCE_SCATTER,
+               "all_to_all": T.ALL_TO_ALL}
+
+
+def _astra(argv):
+    """Run ``astra ARGV`` in this process, its terminal output swallowed; AstraError if it fails."""
+    from astra_sim.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    if code != 0:
+        raise AstraError(f"astra {' '.join(argv[:2])} exited {code}: {err.getvalue().strip()[-400:]}")
+
+
+def _gpus_per_node(platform):
+    from astra_gpu_model.platforms import get_platform
+
+    return get_platform(platform).gpus_per_node
+
+
+def run_case(case, workdir=None):
+    """``{name, measured_s, simulated_s, error, wall_s, ...}`` for ``case``; error = (sim - meas) / meas."""
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        prefix = os.path.join(tmp, "w")
+        report_path = os.path.join(tmp, "report.json")
+        gpus = case.nodes * _gpus_per_node(case.platform)
+        if case.kind == "llm_step":
+            _astra(["workload", "llm", *case.workload, "-o", prefix])
+        else:
+            node = make_node(0, case.collective, T.COMM_COLL_NODE, attrs={
+                "is_cpu_op": False, "comm_type": _COMM_TYPES[case.collective], "comm_size": case.size_bytes})
+            write_compact_workload(prefix, gpus, [BlockShift(1, gpus, gpus)],
+                                   [(0, encode_et(make_metadata(), [node]))], generator="astra validate")
+        # nccl-tests time collectives back to back on the GPU: no host launch gap before them.
+        steady = ["--host-launch-us", "0", "--host-sync-us", "0"] if case.kind == "collective" else []
+        _astra(["run", "--workload-configuration", prefix, "--platform", case.platform, "--nodes",
+                str(case.nodes), *steady, *case.run, "--report-json", report_path, "-q"])
+        with open(report_path) as handle:
+            report = json.load(handle)
+    simulated = report["summary"]["max_finish_ns"] * 1e-9
+    measured = case.measured_s(gpus)
+    return {"name": case.name, "kind": case.kind, "hardware": case.hardware, "source": case.source,
+            "gpus": gpus, "measured_s": measured, "simulated_s": simulated,
+            "error": (simulated - measured) / measured, "wall_s": round(time.perf_counter() - start, 1),
+            "simulated_ranks": report["stats"].get("simulated_ranks"),
+            "platform_defaults": report["settings"].get("platform_defaults")}

@@ -1,0 +1,106 @@
+"""Attention: FlashAttention (one node per call, causal or not, one call per context-parallel ring step) or
+Megatron's unfused QK^T / softmax / AV, and the context-parallel ring of K/V (and dK/dV) messages."""
+
+from __future__ import annotations
+
+
+BMM = "aten::bmm"
+
+
+ATTN = "aten::_scaled_dot_product_flash_attention"
+
+
+ATTN_BWD = "aten::_scaled_dot_product_flash_attention_backward"
+
+
+CP_TAG_BASE = 1 << 24  # comm_tag of context-parallel ring messages: CP_TAG_BASE + ((phase*L + layer)*M + mb)*CP + j
+
+
+class AttentionOps:
+    """Attention and context parallelism (a stage-builder mixin)."""
+
+    def attn_unfused_fwd(self, lab, b, hq, q, c, d, deps=()):
+        """Megatron-LM (2021) attention without FlashAttention: QK^T bmm, fused scale-mask-softmax and dropout on
+        the b*heads*q*c scores, AV bmm (GQA: K/V heads repeated to hq)."""
+        bh = b * hq
+        sc = (b, hq, q, c)
+        self.comp(BMM, lab + ".attn.qk", f"[[{bh}, {q}, {d}], [{bh}, {d}, {c}]]", 2 * bh * q * c * d,
+                  bh * (q * d + d * c + q * c), deps)
+        self.ew("aten::_softmax", lab + ".attn.softmax", [self._t(*sc)])
+        if self.cfg.dropout:
+            self.ew("aten::native_dropout", lab + ".attn.dropout", [self._t(*sc)])
+        return self.comp(BMM, lab + ".attn.av", f"[[{bh}, {q}, {c}], [{bh}, {c}, {d}]]", 2 * bh * q * c * d,
+                         bh * (q * c + c * d + q * d))
+
+    def attn_unfused_bwd(self, lab, b, hq, q, c, d):
+        bh = b * hq
+        sc = (b, hq, q, c)
+        e = bh * (q * c + c * d + q * d)
+        f = 2 * bh * q * c * d
+        self.comp(BMM, lab + ".attn.dp", f"[[{bh}, {q}, {d}], [{bh}, {d}, {c}]]", f, e)
+        self.comp(BMM, lab + ".attn.dv", f"[[{bh}, {c}, {q}], [{bh}, {q}, {d}]]", f, e)
+        if self.cfg.dropout:
+            self.ew("aten::native_dropout_backward", lab + ".attn.dropout", [self._t(*sc), (sc, "Tensor(bool)")])
+        self.ew("aten::_softmax_backward_data", lab + ".attn.softmax", [self._t(*sc), self._t(*sc)])
+        self.comp(BMM, lab + ".attn.dq", f"[[{bh}, {q}, {c}], [{bh}, {c}, {d}]]", f, e)
+        return self.comp(BMM, lab + ".attn.dk", f"[[{bh}, {c}, {q}], [{bh}, {q}, {d}]]", f, e)
+
+    def _attn_steps(self, q):
+        """FlashAttention calls per layer: ``[(keys timed, keys of the model FLOPs, is_causal), ...]``.
+
+        Without context parallelism one call of the ``q`` queries against all ``self.ctx`` keys, causal in
+        training and prefill (decode: one query against the whole cache). With ``--cp``: one call per ring step,
+        as Transformer Engine runs it (step j on the K/V chunk received at step j, overlapping the next
+        transfer). Causal CP uses Megatron's load-balanced layout (rank c holds sequence chunks c and
+        2CP-1-c of 2CP): step 0 is the rank's own chunks, causal; every other step does half a block, which TE
+        computes as all queries against the first half of an earlier rank's keys or the second half of the
+        queries against all of a later rank's keys -- the same work; both are timed here as all ``q`` queries
+        against ``q/2`` keys, so that every rank of a stage gets the same trace. ``num_ops`` counts the model's
+        FLOPs (the full ``q x keys`` block, no causal saving, as Megatron-LM's FLOP formula does); the gpu model
+        times the executed work from the shapes and ``is_causal``."""
+        cfg = self.cfg
+        causal = cfg.causal and cfg.mode not in ("decode", "mixed")
+        if cfg.cp == 1:
+            return [(self.ctx, self.ctx, causal)]
+        return [(q, q, causal)] + [(q // 2 if causal else q, q, False)] * (cfg.cp - 1)
+
+    def flash_fwd(self, lab, b, hq, hkv, q, d, recvs, extra=None, steps=None):
+        """Forward FlashAttention (see :meth:`_attn_steps`, or the given ``steps``); ``recvs``: the CP ring's K/V
+        receives."""
+        node = None
+        for j, (k, kf, causal) in enumerate(steps or self._attn_steps(q)):
+            label = lab + ".attn" + (f".cp{j}" if self.cfg.cp > 1 else "")
+            # _scaled_dot_product_flash_attention(query, key, value, dropout_p, is_causal, return_debug_mask)
+            node = self.comp(ATTN, label, f"[[{b}, {hq}, {q}, {d}], [{b}, {hkv}, {k}, {d}], [{b}, {hkv}, {k}, {d}]]",
+                             4 * b * q * kf * d * hq, b * d * (2 * q * hq + 2 * k * hkv), recvs[j - 1:j],
+                             extra=extra, values=f"[[], [], [], 0.0, {causal}, False]")
+        return node
+
+    def flash_bwd(self, lab, b, hq, hkv, q, d):
+        """Backward FlashAttention, one call per forward call. Returns the node after which the CP ring can send
+        dK/dV back (step 1's, the first remote chunk; without CP the only node)."""
+        nodes = []
+        for j, (k, kf, causal) in enumerate(self._attn_steps(q)):
+            label = lab + ".attn" + (f".cp{j}" if self.cfg.cp > 1 else "")
+            # _scaled_dot_product_flash_attention_backward(grad_out, query, key, value, out, logsumexp,
+            #     cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset)
+            nodes.append(self.comp(ATTN_BWD, label, f"[[{b}, {hq}, {q}, {d}], [{b}, {hq}, {q}, {d}], "
+                                   f"[{b}, {hkv}, {k}, {d}], [{b}, {hkv}, {k}, {d}]]",
+                                   8 * b * q * kf * d * hq, b * q * d * 4 * hq + b * k * d * 4 * hkv,
+                                   values=f"[[], [], [], [], [], [], None, None, 0, 0, 0.0, {causal}, None, None]"))
+        return nodes[min(1, len(nodes) - 1)]
+
+    def _cp_ring(self, label, layer, mb, phase, start):
+        """Ring exchange over the CP group: CP-1 steps, each sending the chunk held (own K,V chunk first, then the
+        one received in the previous step) to CP index c+1 and receiving from c-1. Returns the receive ids."""
+        cfg, dims = self.cfg, self.dims
+        if cfg.cp == 1:
+            return []
+        size = 2 * cfg.micro_batch_size * self.seq * (dims.kv_heads // cfg.tp) * dims.head_dim * self.nbytes
+        recvs, prev = [], start
+        for j in range(1, cfg.cp):
+            tag = CP_TAG_BASE + (((phase * dims.layers + layer) * cfg.micro_batches + mb) * cfg.cp + j)
+            self.send(f"cp_send.{label}.{j}", +1, tag, [prev], size, "cpsend", "cp")
+            prev = self.recv(f"cp_recv.{label}.{j}", -1, tag, size, "cprecv", "cp")
+            recvs.append(prev)
+        return recvs

@@ -1,0 +1,234 @@
+"""One generated step's settings (:class:`LlmConfig`: parallelism, schedule, precision, mode) and their
+validation against the model (:func:`check_config`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from astra_sim.errors import ConfigError
+
+from .model import ModelDims, _lengths
+from .overlap import COMM_SMS_GROUPS, TE_OVERLAP_NAMES
+
+
+MODES = ("train", "prefill", "decode", "mixed")
+
+
+DTYPES = {"bf16": (2, "c10::BFloat16"), "fp16": (2, "c10::Half"), "fp32": (4, "float")}
+
+
+#: --gemm-dtype choices: the linear layers' operand type; "fp8" = Transformer Engine's hybrid recipe (E4M3 for
+#: weights/activations, E5M2 for gradients)
+GEMM_DTYPES = ("same", "fp8")
+
+
+ATTENTIONS = ("flash", "unfused")
+
+
+@dataclass(frozen=True)
+class LlmConfig:
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    micro_batches: int = 1
+    micro_batch_size: int = 1
+    sequence_parallel: bool = False
+    zero: int = 0
+    recompute: bool = False         # full activation recomputation before each backward
+    recompute_selective: bool = False  # memory only: attention scores recomputed, not kept (flash never keeps them)
+    dtype: str = "bf16"
+    tflops: float = 312.0
+    ep: int = 1                     # expert parallelism, carved out of dp
+    mode: str = "train"             # train | prefill | decode
+    prompt_len: int | None = None   # inference; default: the model's seq_len
+    decode_len: int = 1             # decode: generated tokens so far, this one included
+    decode_steps: int = 1           # decode: consecutive steps in one trace (the KV cache grows by one each)
+    prefill_chunk: int = 0          # mixed: prompt tokens prefilled per micro-batch beside its decode tokens
+    prefill_done: int = 0           # mixed: tokens of that prompt already in the KV cache (earlier chunks)
+    cp: int = 1                     # context parallelism (sequence split over CP ranks; training, prefill)
+    virtual_stages: int = 1         # interleaved 1F1B: model chunks per pipeline rank (training only)
+    elementwise: bool = True        # training: emit norms, activations, dropout, residual adds, CE, optimizer
+    attention: str = "flash"        # flash (one fused node) | unfused (bmm + softmax + dropout + bmm; training)
+    causal: bool = True             # flash: causal mask (decoder LMs), timed as the lower triangle only
+    dropout: bool = True            # training: emit dropout kernels (off: Megatron with hidden/attention dropout 0)
+    gemm_dtype: str = "same"        # linear-layer GEMM operands: "same" as dtype, or "fp8" (Transformer Engine)
+    overlap_param_gather: bool = False  # ZeRO-1/2: gather updated parameters at the step's start, overlapping it
+    reshard_after_forward: bool = False  # ZeRO-3: gather each unit before every micro-batch's forward and backward
+    grad_sync_every_micro_batch: bool = False  # reduce gradients after every micro-batch's backward, not the last only
+    tp_comm_overlap: bool = False   # SP: TP all-gathers / reduce-scatters as rings pipelined with GEMM chunks
+    moe_capacity_factor: float | None = None  # MoE: expert capacity = ceil(tokens*top_k/E * C); None: dropless
+    moe_pad_to_capacity: bool = False  # MoE: pad every expert's input to its capacity
+    moe_imbalance: float = 1.0      # MoE dropless: busiest EP rank's token copies / the balanced share (>= 1)
+    moe_expert_load: tuple = ()     # MoE: the experts' relative loads, one tuple of E for every MoE layer or one
+    #                                 per MoE layer (see parse_expert_load); () = balanced routing
+    comm_sms: tuple = ()            # ((key, SMs), ...): comm_sms attribute per kind of communication (see --comm-sms)
+    sm_margins: tuple = ()          # ((TE overlap name, SMs), ...): its GEMMs' sm_margin (TE's set_sm_margin)
+    logits: str = "all"             # inference: LM head on "all" positions, or the "last" of each sequence (serving)
+    pp_scatter_gather: bool = False  # TP without SP: each TP rank sends 1/TP of a stage boundary, all-gathered after
+
+    @property
+    def npus(self):
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def inference(self):
+        return self.mode != "train"
+
+    @property
+    def steps(self):
+        """Steps in one trace: the decode steps, else 1."""
+        return self.decode_steps if self.mode == "decode" else 1
+
+    @property
+    def ew(self):
+        """Element-wise / memory-bound nodes are emitted (training only)."""
+        return self.elementwise and not self.inference
+
+
+def _check(dims: ModelDims, cfg: LlmConfig):
+    for name in ("tp", "pp", "dp", "micro_batches", "micro_batch_size", "ep", "cp", "virtual_stages"):
+        v = getattr(cfg, name)
+        if not isinstance(v, int) or v < 1:
+            raise ConfigError(f"{name.replace('_', '-')} must be a positive integer, got {v!r}")
+    if cfg.recompute and cfg.recompute_selective:
+        raise ConfigError("--recompute is full or selective, not both")
+    if cfg.recompute_selective and cfg.attention == "unfused":
+        raise ConfigError("--recompute selective with --attention unfused is not emitted (the attention core's "
+                          "recomputation); FlashAttention recomputes it anyway, so use --attention flash")
+    if dims.layers % cfg.pp:
+        raise ConfigError(f"layers {dims.layers} are not divisible by --pp {cfg.pp}")
+    V = cfg.virtual_stages
+    if V > 1:
+        if cfg.inference:
+            raise ConfigError("--virtual-stages is for --mode train")
+        if cfg.pp < 2:
+            raise ConfigError("--virtual-stages needs --pp >= 2")
+        if dims.layers % (cfg.pp * V):
+            raise ConfigError(f"layers {dims.layers} are not divisible by --pp x --virtual-stages {cfg.pp * V}")
+        if cfg.micro_batches % cfg.pp:
+            raise ConfigError(f"--micro-batches {cfg.micro_batches} must be a multiple of --pp {cfg.pp} "
+                              "with --virtual-stages")
+    if cfg.cp > 1:
+        if cfg.mode in ("decode", "mixed"):
+            raise ConfigError("--cp is for --mode train or prefill")
+        seq, what = (dims.seq_len, "seq len") if cfg.mode == "train" else (_lengths(dims, cfg)[0], "prompt len")
+        if seq % cfg.cp:
+            raise ConfigError(f"{what} {seq} is not divisible by --cp {cfg.cp}")
+        if cfg.causal and cfg.attention == "flash" and seq % (2 * cfg.cp):
+            raise ConfigError(f"{what} {seq} is not divisible by 2 x --cp {cfg.cp}: causal context "
+                              "parallelism splits the sequence into 2 x CP load-balanced chunks (Megatron-LM's "
+                              "requirement); use --no-causal for a bidirectional model")
+    if cfg.attention not in ATTENTIONS:
+        raise ConfigError(f"--attention must be one of {', '.join(ATTENTIONS)}, got {cfg.attention!r}")
+    if cfg.attention == "unfused" and cfg.inference:
+        raise ConfigError("--attention unfused is for --mode train")
+    if dims.kv_heads % cfg.tp:
+        raise ConfigError(f"kv heads {dims.kv_heads} (and heads {dims.heads}) must be divisible by --tp {cfg.tp}")
+    if dims.ffn_hidden % cfg.tp:
+        raise ConfigError(f"ffn hidden {dims.ffn_hidden} is not divisible by --tp {cfg.tp}")
+    if cfg.zero not in (0, 1, 2, 3):
+        raise ConfigError(f"--zero must be 0, 1, 2 or 3, got {cfg.zero!r}")
+    if cfg.dtype not in DTYPES:
+        raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)}, got {cfg.dtype!r}")
+    if cfg.overlap_param_gather and (cfg.zero not in (1, 2) or cfg.inference):
+        raise ConfigError("--overlap-param-gather is for training with --zero 1 or 2 (ZeRO-3 gathers every unit "
+                          "anyway)")
+    if cfg.pp_scatter_gather and (cfg.tp == 1 or cfg.pp == 1 or cfg.sequence_parallel):
+        raise ConfigError("--pp-scatter-gather needs --tp > 1 and --pp > 1, without --sequence-parallel (which "
+                          "already splits the stage boundary over TP)")
+    if cfg.logits not in ("all", "last"):
+        raise ConfigError(f"--logits must be all or last, got {cfg.logits!r}")
+    if cfg.logits == "last" and not cfg.inference:
+        raise ConfigError("--logits last is for inference (training computes the loss on every position)")
+    if cfg.logits == "last" and cfg.cp > 1:
+        raise ConfigError("--logits last with --cp is not modelled (only the CP rank holding a sequence's end "
+                          "would compute its logits)")
+    if cfg.reshard_after_forward and (cfg.zero != 3 or cfg.inference):
+        raise ConfigError("--reshard-after-forward is for training with --zero 3 (it re-gathers the sharded "
+                          "parameters)")
+    if cfg.grad_sync_every_micro_batch and cfg.inference:
+        raise ConfigError("--grad-sync-every-micro-batch is for --mode train")
+    if cfg.tp_comm_overlap and not (cfg.sequence_parallel and cfg.tp > 1):
+        raise ConfigError("--tp-comm-overlap needs --sequence-parallel and --tp > 1 (it overlaps the sequence-"
+                          "parallel all-gathers and reduce-scatters with their GEMMs)")
+    if cfg.gemm_dtype not in GEMM_DTYPES:
+        raise ConfigError(f"--gemm-dtype must be one of {', '.join(GEMM_DTYPES)}, got {cfg.gemm_dtype!r}")
+    if not cfg.tflops > 0:
+        raise ConfigError(f"--tflops must be > 0, got {cfg.tflops!r}")
+    if cfg.mode not in MODES:
+        raise ConfigError(f"--mode must be one of {', '.join(MODES)}, got {cfg.mode!r}")
+    if cfg.prompt_len is not None and (not isinstance(cfg.prompt_len, int) or cfg.prompt_len < 1):
+        raise ConfigError(f"--prompt-len must be a positive integer, got {cfg.prompt_len!r}")
+    if not isinstance(cfg.decode_len, int) or cfg.decode_len < 1:
+        raise ConfigError(f"--decode-len must be a positive integer, got {cfg.decode_len!r}")
+    if not isinstance(cfg.decode_steps, int) or cfg.decode_steps < 1:
+        raise ConfigError(f"--decode-steps must be a positive integer, got {cfg.decode_steps!r}")
+    if cfg.decode_steps > 1 and cfg.mode != "decode":
+        raise ConfigError("--decode-steps is for --mode decode")
+    for key in ("prefill_chunk", "prefill_done"):
+        value = getattr(cfg, key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"--{key.replace('_', '-')} must be a non-negative integer, got {value!r}")
+    if cfg.mode == "mixed" and cfg.prefill_chunk < 1:
+        raise ConfigError("--mode mixed needs --prefill-chunk >= 1 (the prompt tokens prefilled beside the decodes)")
+    if cfg.mode != "mixed" and (cfg.prefill_chunk or cfg.prefill_done):
+        raise ConfigError("--prefill-chunk / --prefill-done are for --mode mixed")
+    if cfg.ep > 1 and not dims.moe:
+        raise ConfigError("--ep needs a mixture-of-experts model (--experts)")
+    if cfg.dp % cfg.ep:
+        raise ConfigError(f"--dp {cfg.dp} is not divisible by --ep {cfg.ep} (EP is carved out of DP)")
+    if dims.moe and dims.experts % cfg.ep:
+        raise ConfigError(f"experts {dims.experts} are not divisible by --ep {cfg.ep}")
+    if dims.moe and dims.expert_ffn % cfg.tp:
+        raise ConfigError(f"expert ffn {dims.expert_ffn} is not divisible by --tp {cfg.tp}")
+    c = cfg.moe_capacity_factor
+    if c is not None:
+        if not dims.moe:
+            raise ConfigError("--moe-capacity-factor needs a mixture-of-experts model (--experts)")
+        if isinstance(c, bool) or not isinstance(c, (int, float)) or not c > 0:
+            raise ConfigError(f"--moe-capacity-factor must be a number > 0, got {c!r}")
+    if cfg.moe_pad_to_capacity and c is None:
+        raise ConfigError("--moe-pad-to-capacity needs --moe-capacity-factor")
+    f = cfg.moe_imbalance
+    if isinstance(f, bool) or not isinstance(f, (int, float)) or not f >= 1:
+        raise ConfigError(f"--moe-imbalance must be a number >= 1 (busiest EP rank's load / the mean), got {f!r}")
+    if f != 1 and not dims.moe:
+        raise ConfigError("--moe-imbalance needs a mixture-of-experts model (--experts)")
+    if f != 1 and c is not None:
+        raise ConfigError("--moe-imbalance is for dropless routing; with --moe-capacity-factor every expert's load "
+                          "is capped at its capacity (use --moe-pad-to-capacity for the capped worst case)")
+    if cfg.moe_expert_load:
+        if not dims.moe:
+            raise ConfigError("--moe-expert-load needs a mixture-of-experts model (--experts)")
+        if f != 1:
+            raise ConfigError("--moe-expert-load and --moe-imbalance are two models of the same thing; give one")
+        table = cfg.moe_expert_load
+        if len(table) not in (1, dims.moe_layers) or any(len(w) != dims.experts for w in table):
+            raise ConfigError(f"--moe-expert-load: expected 1 or {dims.moe_layers} (MoE layers) lists of "
+                              f"{dims.experts} expert loads")
+        if any(not sum(w) > 0 or min(w) < 0 for w in table):
+            raise ConfigError("--moe-expert-load: expert loads must be numbers >= 0, not all 0")
+    if f != 1 and f > min(cfg.ep, dims.experts / dims.top_k):
+        # an EP rank gets at most all of a rank's copies (EP x the balanced share) and at most one copy of each
+        # token per expert it holds (E/EP experts: E/K x the balanced share)
+        raise ConfigError(f"--moe-imbalance {f} is more than the busiest EP rank can get: at most "
+                          f"min(EP, experts / top-k) = {min(cfg.ep, dims.experts / dims.top_k):g} x the balanced "
+                          "share (with --ep 1 every expert is on every rank and the load cannot be uneven)")
+    known = COMM_SMS_GROUPS + TE_OVERLAP_NAMES
+    for key, sms in cfg.comm_sms:
+        if key not in known:
+            raise ConfigError(f"--comm-sms: unknown key {key!r} (known: {', '.join(known)})")
+        if isinstance(sms, bool) or not isinstance(sms, int) or sms < 0:
+            raise ConfigError(f"--comm-sms: {key} must be a non-negative integer (SMs), got {sms!r}")
+        if key not in COMM_SMS_GROUPS and not cfg.tp_comm_overlap:
+            raise ConfigError(f"--comm-sms: {key} is a Transformer Engine userbuffers overlap, emitted only with "
+                              "--tp-comm-overlap")
+    for name, sms in cfg.sm_margins:
+        if name not in TE_OVERLAP_NAMES or not cfg.tp_comm_overlap:
+            raise ConfigError(f"sm_margins: {name!r} is not a Transformer Engine userbuffers overlap emitted here "
+                              f"(known: {', '.join(TE_OVERLAP_NAMES)}; they need --tp-comm-overlap)")
+        if isinstance(sms, bool) or not isinstance(sms, int) or sms < 1:
+            raise ConfigError(f"sm_margins: {name} must be a positive integer (SMs), got {sms!r}")
+
+
+check_config = _check

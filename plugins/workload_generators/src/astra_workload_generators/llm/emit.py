@@ -1,0 +1,165 @@
+"""Writing nodes: the Chakra node of a compute kernel, a GEMM, an element-wise (memory-bound) op, a
+collective or a send/receive, appended to a stage's graph with its rank-specific part left for later."""
+
+from __future__ import annotations
+
+from astra_sim.chakra import types as T
+from astra_sim.chakra.writer import make_node
+
+from .fp8 import FP8_FWD, FP8_GRAD, SCALED_MM
+
+
+MM = "aten::mm"
+
+
+#: Bandwidth used only for the nodes' ``duration_micros`` (replay); the gpu model times them from their shapes.
+EW_REPLAY_BYTES_PER_S = 1.5e12
+
+
+class NodeEmitter:
+    """Node emission for a stage builder (see :class:`.stage._StageBuilder` for the state it keeps)."""
+
+    # -- node emission ------------------------------------------------------------------------------------
+    def _add(self, name, type_, attrs, deps=(), dyn=None, duration=0, shapes=None, types=None, chain=True,
+             values=None):
+        nid = len(self.items)
+        deps = list(deps)
+        if chain and self.prev is not None:
+            deps.insert(0, self.prev)
+        node = make_node(nid, name, type_, data_deps=deps, duration_micros=duration, attrs=attrs,
+                         inputs_shapes=shapes, inputs_types=types, inputs_values=values)
+        self.items.append((node._raw, dyn))
+        if chain:
+            self.prev = nid
+        return nid
+
+    def comp(self, op, label, shapes, flops, elems, deps=(), extra=None, types=None, nbytes=None, values=None):
+        """A compute node; ``elems`` counts ``--dtype`` elements (``tensor_size = elems * bytes`` unless
+        ``nbytes`` gives it); ``types``: the inputs' types (default: every input ``--dtype``); ``values``: the
+        ``inputs.values`` text (the op's non-tensor arguments, e.g. attention's ``is_causal``)."""
+        if types is None:
+            types = [self.ttype] * (shapes.count("[") - 1)
+        types = "[" + ", ".join(repr(t) for t in types) + "]"
+        dur = max(1, round(flops / (self.cfg.tflops * 1e12) * 1e6))
+        attrs = {"is_cpu_op": False, "num_ops": flops, "tensor_size": elems * self.nbytes if nbytes is None else nbytes,
+                 "label": label}
+        attrs.update(extra or {})
+        return self._add(op, T.COMP_NODE, attrs, deps, duration=dur, shapes=shapes, types=types, values=values)
+
+    def mm(self, label, m, k, n, deps=(), linear=True, overlap=None):
+        """``[m,k] x [k,n]``. ``linear``: a transformer linear layer (QKV, projection, FFN, experts), which
+        ``--gemm-dtype fp8`` runs as an FP8 ``_scaled_mm`` (E4M3 operands, E5M2 for the gradient operand of
+        ``*.dgrad``/``*.wgrad``, two fp32 scales, bf16 output); the router and LM head stay in ``--dtype``.
+        ``overlap``: the Transformer Engine userbuffers overlap this GEMM runs beside; with its ``set_sm_margin``
+        (``--tp-overlap-config``) the node gets ``sm_margin`` = that overlap's SMs, which TE keeps free of it."""
+        margin = self.sm_margins.get(overlap) if overlap else None
+        extra = {"sm_margin": margin} if margin else None
+        if not (linear and self.cfg.gemm_dtype == "fp8"):
+            return self.comp(MM, label, f"[[{m}, {k}], [{k}, {n}]]", 2 * m * k * n, m * k + k * n + m * n, deps,
+                             extra)
+        a = FP8_GRAD if label.endswith(".dgrad") else FP8_FWD
+        b = FP8_GRAD if label.endswith(".wgrad") else FP8_FWD
+        return self.comp(SCALED_MM, label, f"[[{m}, {k}], [{k}, {n}], [], []]", 2 * m * k * n, 0, deps, extra,
+                         types=[a, b, "Tensor(float)", "Tensor(float)"], nbytes=m * k + k * n + 2 * m * n)
+
+    def ew(self, op, label, args, deps=()):
+        """An element-wise / memory-bound ATen node. ``args``: per argument ``(shape, type)`` or a list of those
+        (a tensor list). ``num_ops = 0`` (FLOP totals stay the matmul/attention FLOPs); ``tensor_size`` = the
+        bytes moved as the gpu model counts them (it re-derives them from ``inputs_shapes``/``inputs_types``)."""
+        shapes, types, tensors = [], [], []
+        for a in args:
+            if isinstance(a, list):
+                shapes.append([list(sh) for sh, _ in a])
+                types.append("GenericList[" + ",".join(t for _, t in a) + "]")
+                tensors.extend(a)
+            else:
+                shapes.append(list(a[0]))
+                types.append(a[1])
+                tensors.append(a)
+        size = {"Tensor(float)": 4, "Tensor(long int)": 8, "Tensor(bool)": 1}
+
+        def nb(t):
+            sh, ty = t
+            n = 1
+            for v in sh:
+                n *= v
+            return n * size.get(ty, self.nbytes)
+        read = sum(nb(t) for t in tensors)
+        first = args[0] if isinstance(args[0], list) else [args[0]]
+        name = op.split("::")[-1]
+        if name == "copy_":  # read src, write dst (dst's old content is not read)
+            nbytes = read
+        elif name.endswith("_"):
+            nbytes = read + sum(nb(t) for t in first)
+        elif name == "embedding":
+            nbytes = nb(args[1]) + 2 * nb((args[1][0], args[0][1])) * args[0][0][1]
+        elif name == "embedding_dense_backward":
+            nbytes = 2 * nb(args[0])
+        else:
+            ndim = max(len(sh) for sh, _ in tensors)
+            out = [1] * ndim
+            for sh, _ in tensors:
+                for i, v in enumerate(sh):
+                    j = ndim - len(sh) + i
+                    out[j] = v if out[j] == 1 else (out[j] if v == 1 else max(out[j], v))
+            nbytes = read + nb((out, first[0][1]))
+        return self._memory_node(op, label, nbytes, repr(shapes), repr(types), deps)
+
+    def _memory_node(self, op, label, nbytes, shapes, types, deps):
+        """A memory-bound COMP node moving ``nbytes`` (``tensor_size``; replayed at ``EW_REPLAY_BYTES_PER_S``)."""
+        dur = max(1, round(nbytes / EW_REPLAY_BYTES_PER_S * 1e6))
+        attrs = {"is_cpu_op": False, "num_ops": 0, "tensor_size": nbytes, "label": label}
+        return self._add(op, T.COMP_NODE, attrs, deps, duration=dur, shapes=shapes, types=types)
+
+    def _t(self, *shape):
+        return (tuple(shape), self.ttype)
+
+    def coll(self, label, comm_type, size, group, deps=(), chain=True, overlap=None):
+        """A collective over ``group`` on a buffer of ``size`` bytes: the input of an all-reduce, reduce-scatter
+        or all-to-all, the gathered output of an all-gather, whose ``comm_size`` becomes each rank's share.
+        ``overlap``: its Transformer Engine userbuffers name, if it is one (for ``--comm-sms``)."""
+        if comm_type == T.ALL_GATHER:
+            size = self._gather_bytes(size, group)
+        attrs = {"is_cpu_op": False, "comm_type": comm_type, "comm_size": size}
+        self._sms(attrs, overlap, "dp" if group in ("dpcp", "edp") else group)
+        return self._add(label, T.COMM_COLL_NODE, attrs, deps, dyn=(group,), chain=chain)
+
+    def send(self, label, direction, tag, deps, size=None, kind="send", sms_key="pp"):
+        size = self.p2p_bytes if size is None else size
+        attrs = {"is_cpu_op": False, "comm_size": size, "comm_tag": tag}
+        self._sms(attrs, sms_key)
+        return self._add(label, T.COMM_SEND_NODE, attrs, deps, dyn=(kind, direction), chain=False)
+
+    def recv(self, label, direction, tag, size=None, kind="recv", sms_key="pp"):
+        size = self.p2p_bytes if size is None else size
+        attrs = {"is_cpu_op": False, "comm_size": size, "comm_tag": tag}
+        self._sms(attrs, sms_key)
+        return self._add(label, T.COMM_RECV_NODE, attrs, (), dyn=(kind, direction), chain=False)
+
+    def _pp_arrival(self, label, direction, tag):
+        """A pipeline receive (``label``) and what the stage's first node waits for after it: the receive, or with
+        ``--pp-scatter-gather`` the TP all-gather (``tp_ag.<label>``) that rebuilds the whole ``b*s*h``
+        activation or gradient from the TP ranks' 1/TP pieces (Megatron-LM's scatter-gather optimisation)."""
+        recv = self.recv(label, direction, tag)
+        if not self.cfg.pp_scatter_gather:
+            return [recv]
+        return [self.coll(f"tp_ag.{label}", T.ALL_GATHER, self.act_bytes, "tp", [recv], chain=False)]
+
+    def _sms(self, attrs, *keys):
+        """``--comm-sms``: the first of ``keys`` that has a value sets the node's ``comm_sms`` attribute (the SMs
+        its kernel occupies, for the gpu model's contention)."""
+        for key in keys:
+            if key is not None and key in self.comm_sms:
+                attrs["comm_sms"] = self.comm_sms[key]
+                return
+
+    def _group_size(self, group):
+        cfg = self.cfg
+        return {"tp": cfg.tp, "dp": cfg.dp, "cp": cfg.cp, "dpcp": cfg.dp * cfg.cp,
+                "edp": cfg.dp // cfg.ep * cfg.cp, "amax": cfg.tp * cfg.dp * cfg.cp}[group]
+
+    def _gather_bytes(self, total_bytes, group):
+        """An all-gather's ``comm_size``: what each rank contributes, i.e. the gathered ``total_bytes`` over the
+        group's ranks, rounded up (Chakra's and the reference's meaning: the output is group size x comm_size)."""
+        n = self._group_size(group)
+        return -(-total_bytes // n)

@@ -1,0 +1,75 @@
+"""FP8 GEMMs as Transformer Engine runs them: E4M3/E5M2 operand types, the casts and transposes it adds
+around the linear layers, and the amax reductions and scale updates at the end of each FP8 region."""
+
+from __future__ import annotations
+
+from astra_sim.chakra import types as T
+
+from .layout import _amax_reduction
+
+
+SCALED_MM = "aten::_scaled_mm"  # FP8 GEMM (Transformer Engine style): fp8 operands, per-tensor scales, bf16 output
+
+
+FP8_FWD, FP8_GRAD = "Tensor(c10::Float8_e4m3fn)", "Tensor(c10::Float8_e5m2)"
+
+
+#: Transformer Engine's FP8 bookkeeping kernels (``--gemm-dtype fp8`` with element-wise nodes): not ATen ops, so
+#: the gpu model times them from ``tensor_size`` (memory-bound)
+TE_CAST_TRANSPOSE = "transformer_engine::cast_transpose"
+
+
+TE_FP8_TRANSPOSE = "transformer_engine::fp8_transpose"
+
+
+TE_AMAX_UPDATE = "transformer_engine::amax_and_scale_update"
+
+
+#: TE's DelayedScaling amax history length (its default, and MLPerf v3.1 GPT-3's FP8_AMAX_HISTORY)
+FP8_AMAX_HISTORY = 1024
+
+
+#: FP8 tensors with an amax per linear layer: input, weight, output in forward; grad output, grad input in backward
+FP8_AMAX_FWD, FP8_AMAX_BWD = 3, 2
+
+
+class Fp8Ops:
+    """Transformer Engine's FP8 bookkeeping nodes (a stage-builder mixin)."""
+
+    @property
+    def te_fp8(self):
+        """Transformer Engine's FP8 casts and transposes are emitted: FP8 linear layers, element-wise nodes on."""
+        return self.cfg.gemm_dtype == "fp8" and self.cfg.ew
+
+    def fp8_cast(self, label, rows, cols, deps=()):
+        """TE's fused cast + transpose of a ``rows x cols`` GEMM operand to FP8 before an FP8 linear layer:
+        read once in ``--dtype``, written as FP8 and as its FP8 transpose (Hopper's FP8 GEMMs take only the
+        TN layout, so the weight-gradient GEMM needs the transposed copy). Memory-bound."""
+        if not self.te_fp8:
+            return None
+        return self._te(TE_CAST_TRANSPOSE, label + ".fp8_cast", rows, cols, self.ttype,
+                        rows * cols * (self.nbytes + 2), deps)
+
+    def fp8_transpose(self, label, rows, cols, deps=()):
+        """TE's transpose of an FP8 operand that was cast without one (a LayerNorm or GeLU output, cast inside
+        that kernel), for the weight-gradient GEMM: read and write ``rows x cols`` bytes."""
+        if not self.te_fp8:
+            return None
+        return self._te(TE_FP8_TRANSPOSE, label + ".fp8_transpose", rows, cols, FP8_FWD, 2 * rows * cols, deps)
+
+    def _te(self, op, label, rows, cols, ttype, nbytes, deps):
+        return self._memory_node(op, label, nbytes, f"[[{rows}, {cols}]]", f"[{ttype!r}]", deps)
+
+    def fp8_amax(self, label, layers, backward):
+        """The end of an FP8 region (one model chunk's forward or backward): TE all-reduces (max) the amaxes of
+        its FP8 tensors over the amax group, on the compute stream, then updates the amax histories and scales
+        (one kernel over ``FP8_AMAX_HISTORY`` x tensors fp32 values)."""
+        if self.cfg.gemm_dtype != "fp8" or self.cfg.inference:
+            return
+        linears = 4 * layers  # QKV, projection, FC1, FC2 (MoE experts: counted as one FC1/FC2 pair)
+        tensors = linears * (FP8_AMAX_BWD if backward else FP8_AMAX_FWD)
+        if _amax_reduction(self.cfg):
+            self.coll(f"amax.{label}", T.ALL_REDUCE, 4 * tensors, "amax")
+        if self.cfg.ew:
+            self._te(TE_AMAX_UPDATE, f"{label}.amax_update", FP8_AMAX_HISTORY, tensors, "Tensor(float)",
+                     2 * 4 * FP8_AMAX_HISTORY * tensors, ())

@@ -1,0 +1,79 @@
+"""Writing the workload: every stage's graph once, each rank's trace (or each class's, compact) with its own
+group ids and peers appended, the groups file and the manifest."""
+
+from __future__ import annotations
+
+import json
+
+from astra_sim.chakra.writer import encode_varint, make_metadata
+from astra_sim.symmetry import RankSymmetry
+from astra_sim.workload.compact import write_atomically, write_compact_workload
+
+from ..common import ensure_parent
+from .config import LlmConfig, _check
+from .memory import memory_estimate, metadata_attrs
+from .layout import _dyn_bytes, comm_groups, rank_of, rank_symmetry
+from .model import ModelDims, activated_parameter_count, inference_flops, parameter_count, training_flops
+from .stage import _StageBuilder
+
+
+def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True, per_rank_files=False):
+    """Write the workload, ``PREFIX.groups.json`` and ``PREFIX.groups.roles.json`` (each group's role: tp, dp,
+    pp, ...); returns a summary dict.
+
+    Ranks of one pipeline stage share their graph: it is encoded once per stage and each rank only appends its
+    own ``pg_name`` / ``comm_src`` / ``comm_dst`` attributes. With ``--moe-expert-load`` each EP index of a stage
+    has its own graph (its experts compute their own rows). By default the workload is compact
+    (:mod:`astra_sim.workload.compact`): one trace per class of ranks that :func:`rank_symmetry` relates
+    (``PREFIX.class<i>.et``) and ``PREFIX.workload.json``; ``per_rank_files`` writes ``PREFIX.<rank>.et``
+    for every rank instead."""
+    _check(dims, cfg)
+    gids, groups = comm_groups(cfg)
+    prefix = str(prefix)
+    if write:
+        ensure_parent(prefix)
+        write_atomically(f"{prefix}.groups.json", json.dumps(groups).encode())
+        # what each group is for, for the breakdown's communicator names (read beside the groups file)
+        roles = {str(gid): role for role, by_key in gids.items() for gid in by_key.values()}
+        write_atomically(f"{prefix}.groups.roles.json",
+                         json.dumps(dict(sorted(roles.items(), key=lambda kv: int(kv[0])))).encode())
+    memory = memory_estimate(dims, cfg)
+    nodes_per_stage = []
+    per_ep = cfg.ep if cfg.moe_expert_load else 1
+    symmetry = RankSymmetry(rank_symmetry(cfg))
+    classes = []
+    for p in range(cfg.pp):
+        graphs = [_StageBuilder(dims, cfg, p, e).build() for e in range(per_ep)]
+        # the stage's memory estimate travels in its traces' GlobalMetadata (astra run checks it against HBM)
+        meta = make_metadata(attrs={"generator": "astra workload llm",
+                                    **metadata_attrs(memory[p])}).SerializeToString()
+        head = encode_varint(len(meta)) + meta
+        nodes_per_stage.append(len(graphs[0]))
+        keys = sorted({dyn for items in graphs for _, dyn in items if dyn is not None})
+        for t, d, c in ((t, d, c) for t in range(cfg.tp) for d in range(cfg.dp) for c in range(cfg.cp)):
+            rank = rank_of(cfg, t, d, p, c)
+            if not per_rank_files and not symmetry.is_representative(rank):
+                continue
+            items = graphs[d % per_ep]
+            suffix = {k: _dyn_bytes(k, rank, cfg, gids) for k in keys}
+            chunks = [head]
+            for raw, dyn in items:
+                body = raw + suffix[dyn] if dyn is not None else raw
+                chunks.append(encode_varint(len(body)))
+                chunks.append(body)
+            if not write:
+                continue
+            if per_rank_files:
+                write_atomically(f"{prefix}.{rank}.et", b"".join(chunks))
+            else:
+                classes.append((rank, b"".join(chunks)))
+    if write and not per_rank_files:
+        classes.sort()
+        write_compact_workload(prefix, cfg.npus, symmetry.shifts, classes, comm_groups=f"{prefix}.groups.json",
+                               generator="astra workload llm")
+    flops = (inference_flops(dims, cfg) if cfg.inference
+             else training_flops(dims, cfg.dp * cfg.micro_batches * cfg.micro_batch_size, cfg.tp))
+    return {"npus": cfg.npus, "nodes_per_stage": nodes_per_stage, "groups": len(groups),
+            "parameters": parameter_count(dims, cfg.tp), "classes": cfg.npus // symmetry.order,
+            "activated_parameters": activated_parameter_count(dims, cfg.tp), "flops": flops,
+            "memory": memory, "peak_memory_bytes": max(m.total for m in memory)}

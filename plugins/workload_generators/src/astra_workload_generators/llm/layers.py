@@ -1,0 +1,264 @@
+"""The transformer layer: LayerNorm, attention block, dense FFN, residual stream, and its tensor-parallel
+communication (all-reduces, sequence-parallel all-gathers / reduce-scatters, Transformer Engine's overlapped
+rings), forward and backward."""
+
+from __future__ import annotations
+
+from astra_sim.chakra import types as T
+
+from .overlap import _te_overlap
+
+
+TP_TAG_BASE = 1 << 28  # comm_tag of --tp-comm-overlap ring messages: TP_TAG_BASE + a per-stage counter
+
+
+class LayerOps:
+    """One transformer layer, forward and backward (a stage-builder mixin)."""
+
+    def layer_norm(self, label, deps=()):
+        h, r = self.dims.hidden, self.ln_rows
+        return self.ew("aten::native_layer_norm", label + ".ln", [self._t(r, h), self._t(h), self._t(h)], deps)
+
+    def layer_norm_bwd(self, label, deps=()):
+        h, r, f = self.dims.hidden, self.ln_rows, "Tensor(float)"
+        return self.ew("aten::native_layer_norm_backward", label + ".ln",
+                       [self._t(r, h), self._t(r, h), ((r, 1), f), ((r, 1), f), self._t(h), self._t(h)], deps)
+
+    def dropout_add(self, label, deps=()):
+        """Bias (GPT) + dropout + residual add on the residual stream (Megatron's fused bias-dropout-add, as two
+        nodes: ``native_dropout`` of the branch output, then the in-place residual ``add_``)."""
+        h, r = self.dims.hidden, self.ln_rows
+        if self.cfg.dropout:
+            self.ew("aten::native_dropout", label + ".dropout", [self._t(r, h)], deps)
+            deps = ()
+        bias = [] if self.dims.gated else [self._t(h)]
+        return self.ew("aten::add_", label + ".residual", [self._t(r, h), self._t(r, h)] + bias, deps)
+
+    def dropout_bwd(self, label, deps=()):
+        """The dropout's backward on the residual stream's gradient (nothing without dropout: the gradient
+        passes through unchanged)."""
+        h, r = self.dims.hidden, self.ln_rows
+        if not self.cfg.dropout:
+            return None
+        return self.ew("aten::native_dropout_backward", label + ".dropout",
+                       [self._t(r, h), ((r, h), "Tensor(bool)")], deps)
+
+    def residual_grad(self, label, deps=()):
+        h, r = self.dims.hidden, self.ln_rows
+        return self.ew("aten::add_", label + ".residual", [self._t(r, h), self._t(r, h)], deps)
+
+    def act_fwd(self, label, rows, cols):
+        """FFN activation on this rank's ``rows x cols`` (cols: the FFN inner size shard): bias + GeLU (fused,
+        GPT) or SiLU(gate) * up (gated)."""
+        if not self.cfg.ew:
+            return
+        if self.dims.gated:
+            self.ew("aten::silu", label + ".silu", [self._t(rows, cols)])
+            self.ew("aten::mul", label + ".mul", [self._t(rows, cols), self._t(rows, cols)])
+        else:
+            self.ew("aten::gelu", label + ".gelu", [self._t(rows, cols), self._t(cols)])
+
+    def act_bwd(self, label, rows, cols):
+        if not self.cfg.ew:
+            return
+        if self.dims.gated:
+            self.ew("aten::mul", label + ".mul.dup", [self._t(rows, cols), self._t(rows, cols)])
+            self.ew("aten::mul", label + ".mul.dgate", [self._t(rows, cols), self._t(rows, cols)])
+            self.ew("aten::silu_backward", label + ".silu", [self._t(rows, cols), self._t(rows, cols)])
+        else:
+            self.ew("aten::gelu_backward", label + ".gelu", [self._t(rows, cols), self._t(rows, cols)])
+
+    def _tp_ring_step(self, label, j, deps, gathered_bytes):
+        """One step of a TP ring (``--tp-comm-overlap``): send one shard (``gathered_bytes/TP``: ``b*s*h``
+        elements) to TP index t+1 after ``deps``, receive one from t-1. Returns the receive's id."""
+        tag = TP_TAG_BASE + self.tp_tags
+        self.tp_tags += 1
+        size = gathered_bytes // self.cfg.tp
+        overlap = _te_overlap(label)
+        self.send(f"tp_send.{label}.{j}", +1, tag, deps, size, "tpsend", overlap)
+        return self.recv(f"tp_recv.{label}.{j}", -1, tag, size, "tprecv", overlap)
+
+    def ag_mm(self, ag_label, mm_label, m, k, n, deps=()):
+        """Sequence-parallel all-gather of the ``[m, k]`` input (none without sequence parallelism), then
+        ``[m,k] x [k,n]``. With
+        ``--tp-comm-overlap`` (Transformer Engine's userbuffers): the GEMM runs in TP row chunks; chunk 0 on the
+        local shard while a ring passes the other shards along, chunk j as soon as shard j arrived."""
+        if not self.cfg.tp_comm_overlap:
+            if self.cfg.sequence_parallel and self._tp("ag", ag_label, deps) is not None:
+                deps = []
+            return self.mm(mm_label, m, k, n, deps)
+        tp = self.cfg.tp
+        start = list(deps) + ([] if self.prev is None else [self.prev])
+        # each transfer is emitted before the GEMM chunk launched with it (lower id: issued first when both become
+        # ready at once), so that the gpu model's --gpu-contention sees it running beside that chunk
+        overlap = _te_overlap(f"ag.{ag_label}")
+        recv = self._tp_ring_step(f"ag.{ag_label}", 1, start, self.ag_bytes)
+        node = self.mm(f"{mm_label}.c0", m // tp, k, n, deps, overlap=overlap)
+        for j in range(1, tp):
+            arrived = recv
+            if j + 1 < tp:
+                recv = self._tp_ring_step(f"ag.{ag_label}", j + 1, [arrived], self.ag_bytes)
+            node = self.mm(f"{mm_label}.c{j}", m // tp, k, n, [arrived], overlap=overlap)
+        return node
+
+    def mm_rs(self, mm_label, rs_label, m, k, n, deps=()):
+        """``[m,k] x [k,n]``, then the TP reduction of its output (reduce-scatter with sequence parallelism,
+        all-reduce without). With
+        ``--tp-comm-overlap``: the GEMM runs in TP row chunks, and a ring accumulates the partial sums (send the
+        partial of the previous chunk, receive one, add it to this chunk's: ``aten::add_`` of one shard)
+        while the next chunk computes."""
+        if not self.cfg.tp_comm_overlap:
+            node = self.mm(mm_label, m, k, n, deps)
+            self._tp("rs" if self.cfg.sequence_parallel else "ar", rs_label)
+            return node
+        tp = self.cfg.tp
+        rows = m // tp
+        overlap = _te_overlap(f"rs.{rs_label}")
+        node = self.mm(f"{mm_label}.c0", rows, k, n, deps, overlap=overlap)
+        for j in range(1, tp):
+            recv = self._tp_ring_step(f"rs.{rs_label}", j, [node], self.act_bytes)
+            self.mm(f"{mm_label}.c{j}", rows, k, n, overlap=overlap)
+            node = self.ew("aten::add_", f"{rs_label}.rs_add{j}", [self._t(rows, n), self._t(rows, n)], [recv])
+        return node
+
+    # -- the model ------------------------------------------------------------------------------------------
+    def _tp(self, kind, label, deps=()):
+        """A TP collective: kind 'ar' (all-reduce), 'ag' (all-gather) or 'rs' (reduce-scatter)."""
+        if self.cfg.tp == 1:
+            return None
+        comm = {"ar": T.ALL_REDUCE, "ag": T.ALL_GATHER, "rs": T.REDUCE_SCATTER}[kind]
+        return self.coll(f"tp_{kind}.{label}", comm, self.act_bytes, "tp", deps)
+
+    def layer_forward(self, layer, mb, deps=(), tag=None):
+        dims, cfg, tp = self.dims, self.cfg, self.cfg.tp
+        h, d, b, n = dims.hidden, dims.head_dim, cfg.micro_batch_size, self.tokens
+        q, c = self.seq, self.ctx
+        sp = cfg.sequence_parallel
+        tag = tag or self.fwd_tag
+        lab = f"{tag}.l{layer}.mb{mb}"
+        qkv = (h + 2 * dims.kv_heads * d) // tp
+        f1 = (2 if dims.gated else 1) * dims.ffn_hidden // tp
+        deps = list(deps)
+        ew = cfg.ew
+        if ew:  # deps stay on the first GEMM too (ZeRO-3 gathers; already ordered by the chain)
+            self.layer_norm(lab + ".ln1", deps)
+        qkv_node = self.ag_mm(lab + ".attn_in", lab + ".qkv", n, h, qkv, deps)
+        hq, hkv = dims.heads // tp, dims.kv_heads // tp
+        if cfg.inference:  # this step's keys and values go into the KV cache (K and V as one copy)
+            kv_new = self._t(2, b, hkv, q, d)
+            qkv_node = self.ew("aten::copy_", lab + ".kv_write", [kv_new, kv_new])
+            if cfg.mode == "mixed":
+                kv_chunk = self._t(2, 1, hkv, cfg.prefill_chunk, d)
+                qkv_node = self.ew("aten::copy_", lab + ".prefill.kv_write", [kv_chunk, kv_chunk])
+        ring = self._cp_ring(lab + ".kv", layer, mb, 1 if tag == "recompute" else 0, qkv_node)
+        if cfg.attention == "unfused":
+            self.attn_unfused_fwd(lab, b, hq, q, c, d, ring)
+        else:
+            decode = cfg.mode in ("decode", "mixed")
+            kv_bytes = {"kv_cache_bytes": 2 * b * c * d * hkv * self.nbytes} if decode else None
+            self.flash_fwd(lab, b, hq, hkv, q, d, ring, kv_bytes)
+            if cfg.mode == "mixed":  # the prefill chunk: causal over the cached prompt tokens and itself
+                chunk, keys = cfg.prefill_chunk, cfg.prefill_done + cfg.prefill_chunk
+                self.flash_fwd(lab + ".prefill", 1, hq, hkv, chunk, d, [],
+                               {"kv_cache_bytes": 2 * keys * d * hkv * self.nbytes},
+                               steps=[(keys, keys, cfg.causal)])
+        self.fp8_cast(lab + ".proj", n, h // tp)  # (QKV, FC1, FC2 inputs: cast inside LayerNorm / GeLU)
+        self.mm_rs(lab + ".proj", lab + ".attn_out", n, h // tp, h)
+        if ew:
+            self.dropout_add(lab + ".attn_out")
+            self.layer_norm(lab + ".ln2")
+        if dims.is_moe_layer(layer):
+            if sp:
+                self._tp("ag", lab + ".mlp_in")
+            self.moe_forward(lab, layer)
+            self._tp("rs" if sp else "ar", lab + ".mlp_out")
+        else:
+            self.ag_mm(lab + ".mlp_in", lab + ".fc1", n, h, f1)
+            self.act_fwd(lab + ".fc1", n, dims.ffn_hidden // tp)
+            self.mm_rs(lab + ".fc2", lab + ".mlp_out", n, dims.ffn_hidden // tp, h)
+        if ew:
+            self.dropout_add(lab + ".mlp_out")
+
+    def layer_backward(self, layer, mb, deps=()):
+        dims, cfg, tp = self.dims, self.cfg, self.cfg.tp
+        h, d, b, s, n = dims.hidden, dims.head_dim, cfg.micro_batch_size, dims.seq_len, self.tokens
+        q = self.seq  # this rank's queries (s / CP); keys/values: all s
+        sp = cfg.sequence_parallel
+        lab = f"bwd.l{layer}.mb{mb}"
+        qkv = (h + 2 * dims.kv_heads * d) // tp
+        f1 = (2 if dims.gated else 1) * dims.ffn_hidden // tp
+        ff = dims.ffn_hidden // tp
+        deps = list(deps)
+        ew = cfg.ew
+        if ew:  # the residual stream's gradient through the MLP branch's dropout (before any SP gather)
+            self.dropout_bwd(lab + ".mlp_out", deps)
+        overlap = cfg.tp_comm_overlap  # (the ring helpers: dgrad GEMMs in chunks, wgrad after)
+        if overlap and not dims.is_moe_layer(layer):
+            if self.fp8_cast(lab + ".fc2.dgrad", n, h, deps) is not None:  # FP8: the output gradient
+                deps = []
+            self.ag_mm(lab + ".mlp_out", lab + ".fc2.dgrad", n, h, ff, deps)
+            self.fp8_transpose(lab + ".fc2.wgrad", n, ff)  # the GeLU output, cast in forward
+            self.mm(lab + ".fc2.wgrad", ff, n, h)
+            self.act_bwd(lab + ".fc1", n, ff)  # (FP8: the cast of its output is fused into it)
+            gathered = self._regather(lab + ".mlp_in")
+            self.mm_rs(lab + ".fc1.dgrad", lab + ".mlp_in", n, f1, h)
+            self.fp8_transpose(lab + ".fc1.wgrad", n, h, gathered)  # the LayerNorm output
+            self.mm(lab + ".fc1.wgrad", h, n, f1, gathered)
+        else:
+            if sp and self._tp("ag", lab + ".mlp_out", deps) is not None:
+                deps = []
+            if dims.is_moe_layer(layer):
+                self.moe_backward(lab, layer, deps)
+            else:
+                if self.fp8_cast(lab + ".fc2.dgrad", n, h, deps) is not None:
+                    deps = []
+                self.mm(lab + ".fc2.dgrad", n, h, ff, deps)
+                self.fp8_transpose(lab + ".fc2.wgrad", n, ff)
+                self.mm(lab + ".fc2.wgrad", ff, n, h)
+                self.act_bwd(lab + ".fc1", n, ff)
+                gathered = self._regather(lab + ".mlp_in")
+                self.mm(lab + ".fc1.dgrad", n, f1, h)
+                self.fp8_transpose(lab + ".fc1.wgrad", n, h, gathered)
+                self.mm(lab + ".fc1.wgrad", h, n, f1, gathered)
+            self._tp("rs" if sp else "ar", lab + ".mlp_in")
+        if ew:
+            self.layer_norm_bwd(lab + ".ln2")
+            self.residual_grad(lab + ".ln2")
+            self.dropout_bwd(lab + ".attn_out")
+        self.fp8_cast(lab + ".proj.dgrad", n, h)
+        self.ag_mm(lab + ".attn_out", lab + ".proj.dgrad", n, h, h // tp)
+        self.mm(lab + ".proj.wgrad", h // tp, n, h)  # (its input's transpose was written by the forward cast)
+        hq, hkv = dims.heads // tp, dims.kv_heads // tp
+        if cfg.attention == "unfused":
+            attn = self.attn_unfused_bwd(lab, b, hq, q, s, d)
+        else:  # (CP: the dK/dV ring starts when the first remote chunk's gradients are done)
+            attn = self.flash_bwd(lab, b, hq, hkv, q, d)
+        ring = self._cp_ring(lab + ".dkv", layer, mb, 2, attn)  # dK, dV back to their owners
+        gathered = self._regather(lab + ".attn_in", ring)
+        if self.fp8_cast(lab + ".qkv.dgrad", n, qkv, ring) is not None:
+            ring = []
+        if overlap:
+            out = self.mm_rs(lab + ".qkv.dgrad", lab + ".attn_in", n, qkv, h, ring)
+            self.fp8_transpose(lab + ".qkv.wgrad", n, h, gathered)
+            self.mm(lab + ".qkv.wgrad", h, n, qkv, gathered)
+        else:
+            self.mm(lab + ".qkv.dgrad", n, qkv, h, ring)
+            self.fp8_transpose(lab + ".qkv.wgrad", n, h, gathered)
+            self.mm(lab + ".qkv.wgrad", h, n, qkv, gathered)
+            out = self._tp("rs" if sp else "ar", lab + ".attn_in")
+        if ew:
+            self.layer_norm_bwd(lab + ".ln1")
+            out = self.residual_grad(lab + ".ln1")
+        return out
+
+    def _regather(self, label, deps=()):
+        """Sequence parallelism: Megatron-LM (and Transformer Engine) keep only this rank's shard of a
+        column-parallel layer's input (QKV, FC1) and all-gather it again in backward for the weight gradient,
+        launched just before the input-gradient GEMM so that it overlaps it. Off the compute chain; returns
+        ``[gather id]`` for the wgrad GEMM to wait on (``[]`` without sequence parallelism)."""
+        if not self.cfg.sequence_parallel or self.cfg.tp == 1:
+            return []
+        deps = list(deps) + ([] if self.prev is None else [self.prev])
+        overlap = _te_overlap(f"regather.{label}") if self.cfg.tp_comm_overlap else None
+        return [self.coll(f"tp_ag.{label}.regather", T.ALL_GATHER, self.ag_bytes, "tp", deps, chain=False,
+                          overlap=overlap)]

@@ -1,0 +1,233 @@
+"""The transformer being generated: its dimensions (presets or given), parameter counts and FLOPs.
+
+Everything here depends on the model only (plus the TP degree where the vocabulary is padded, and the mode's
+sequence lengths): the parallel layout is :mod:`.layout`, the configuration of a run :mod:`.config`. A new
+source of model dimensions (a Hugging Face ``config.json``, say) should produce a :class:`ModelDims` here.
+
+FLOPs (what the COMP nodes' ``num_ops`` add up to over all ranks, without recomputation)::
+
+    6 * P * tokens + 12 * L * s^2 * h * sequences
+
+with ``P = L * (h*(h + 2*kv*d) + h*h + m*h*f) + V*h`` (matmul weights: QKV, output projection, FFN with m = 3
+for gated (SwiGLU) FFNs and 2 otherwise, plus the LM head; no biases, norms or embedding lookup); for
+mixture-of-experts models P is the *activated* parameter count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from typing import TYPE_CHECKING
+
+from astra_sim.errors import ConfigError
+
+if TYPE_CHECKING:
+    from .config import LlmConfig
+
+
+# Published dimensions. gpt3-13b uses hidden 5120 (Megatron; the GPT-3 paper's 5140 is not divisible by its
+# 40 heads). Llama's ffn_hidden is the SwiGLU inner size.
+PRESETS = {
+    "gpt3-175b": dict(layers=96, hidden=12288, heads=96, kv_heads=96, ffn_hidden=49152, vocab=50257, seq_len=2048,
+                      gated=False),
+    "gpt3-13b": dict(layers=40, hidden=5120, heads=40, kv_heads=40, ffn_hidden=20480, vocab=50257, seq_len=2048,
+                     gated=False),
+    "llama2-7b": dict(layers=32, hidden=4096, heads=32, kv_heads=32, ffn_hidden=11008, vocab=32000, seq_len=4096,
+                      gated=True),
+    "llama2-70b": dict(layers=80, hidden=8192, heads=64, kv_heads=8, ffn_hidden=28672, vocab=32000, seq_len=4096,
+                       gated=True),
+    "llama3-8b": dict(layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, vocab=128256, seq_len=8192,
+                      gated=True),
+    "llama3-70b": dict(layers=80, hidden=8192, heads=64, kv_heads=8, ffn_hidden=28672, vocab=128256, seq_len=8192,
+                       gated=True),
+    # Mixture of experts: 8 experts, top-2, every layer MoE (Mixtral 8x7B).
+    "mixtral-8x7b": dict(layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, vocab=32000, seq_len=4096,
+                         gated=True, experts=8, top_k=2, moe_ffn=14336),
+    # DeepSeekMoE 16B: 64 fine-grained routed experts (top-6) + 2 shared, expert inner size 1408; the first layer
+    # keeps a dense FFN of 10944 (its config's first_k_dense_replace = 1).
+    "deepseek-moe-16b": dict(layers=28, hidden=2048, heads=16, kv_heads=16, ffn_hidden=10944, vocab=102400,
+                             seq_len=4096, gated=True, experts=64, top_k=6, moe_ffn=1408, shared_experts=2,
+                             moe_dense_layers=1),
+}
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn_hidden: int
+    vocab: int
+    seq_len: int
+    gated: bool = False
+    experts: int = 0          # routed experts E (0: dense FFN)
+    top_k: int = 1            # experts per token
+    moe_ffn: int = 0          # expert inner size (0: ffn_hidden)
+    shared_experts: int = 0   # always-active experts of size moe_ffn
+    moe_dense_layers: int = 0  # MoE: the first K layers keep a dense FFN of ffn_hidden (DeepSeek first_k_dense_replace)
+    moe_layer_freq: int = 1    # MoE: layer i has experts only if i % freq == 0 (Megatron's --moe-layer-freq N)
+
+    @property
+    def head_dim(self):
+        return self.hidden // self.heads
+
+    @property
+    def moe(self):
+        return self.experts > 0
+
+    @property
+    def expert_ffn(self):
+        return self.moe_ffn or self.ffn_hidden
+
+    def is_moe_layer(self, layer):
+        """Whether layer ``layer`` (0-based) has routed experts: not one of the first ``moe_dense_layers``, and a
+        multiple of ``moe_layer_freq``; the others keep a dense FFN."""
+        return self.moe and layer >= self.moe_dense_layers and layer % self.moe_layer_freq == 0
+
+    @property
+    def moe_layers(self):
+        return sum(1 for i in range(self.layers) if self.is_moe_layer(i))
+
+    def moe_index(self, layer):
+        """The MoE layer ``layer`` is among the model's MoE layers (0 for the first)."""
+        return sum(1 for i in range(layer) if self.is_moe_layer(i))
+
+
+def model_dims(preset=None, **overrides) -> ModelDims:
+    """A preset's dimensions, with any non-None ``overrides`` (layers, hidden, heads, ...) applied."""
+    base = {}
+    if preset is not None:
+        if preset not in PRESETS:
+            raise ConfigError(f"unknown preset {preset!r} (known: {', '.join(PRESETS)})")
+        base = dict(PRESETS[preset])
+    base.update({k: v for k, v in overrides.items() if v is not None})
+    if "kv_heads" not in base and "heads" in base:
+        base["kv_heads"] = base["heads"]
+    if "ffn_hidden" not in base and "hidden" in base:
+        base["ffn_hidden"] = 4 * base["hidden"]
+    missing = [k for k in ("layers", "hidden", "heads", "vocab", "seq_len") if k not in base]
+    if missing:
+        raise ConfigError(f"give --preset or the model dimensions; missing: {', '.join('--' + m.replace('_', '-') for m in missing)}")
+    dims = ModelDims(**base)
+    for k, v in asdict(dims).items():
+        if k in ("experts", "moe_ffn", "shared_experts", "moe_dense_layers"):
+            if not isinstance(v, int) or v < 0:
+                raise ConfigError(f"{k} must be a non-negative integer, got {v!r}")
+        elif k != "gated" and (not isinstance(v, int) or v < 1):
+            raise ConfigError(f"{k} must be a positive integer, got {v!r}")
+    if dims.moe and dims.top_k > dims.experts:
+        raise ConfigError(f"top-k {dims.top_k} exceeds the {dims.experts} experts")
+    for key in ("moe_dense_layers", "moe_layer_freq"):
+        if getattr(dims, key) != ModelDims.__dataclass_fields__[key].default and not dims.moe:
+            raise ConfigError(f"--{key.replace('_', '-')} needs a mixture-of-experts model (--experts)")
+    if dims.moe and not dims.moe_layers:
+        raise ConfigError(f"--moe-dense-layers {dims.moe_dense_layers} and --moe-layer-freq {dims.moe_layer_freq} "
+                          f"leave no MoE layer of the {dims.layers} layers (use a dense model instead)")
+    if dims.hidden % dims.heads:
+        raise ConfigError(f"hidden {dims.hidden} is not divisible by heads {dims.heads}")
+    if dims.heads % dims.kv_heads:
+        raise ConfigError(f"heads {dims.heads} is not divisible by kv heads {dims.kv_heads}")
+    return dims
+
+
+def padded_vocab(dims: ModelDims, tp: int) -> int:
+    """The vocabulary padded up to a multiple of TP (so the LM head splits evenly)."""
+    return -(-dims.vocab // tp) * tp
+
+
+def _ffn_mats(dims: ModelDims) -> int:
+    return 3 if dims.gated else 2
+
+
+# Per-layer parameter counts take ``moe``: whether the layer has routed experts (``dims.is_moe_layer(i)``; a
+# dense model's layers and an MoE model's first ``moe_dense_layers`` have a dense FFN of ffn_hidden instead).
+
+def dense_layer_parameters(dims: ModelDims, moe: bool = True) -> int:
+    """Per layer: attention plus the dense FFN (dense layer) or the shared experts (MoE layer) -- synced over
+    full DP."""
+    h, d = dims.hidden, dims.head_dim
+    attn = h * (h + 2 * dims.kv_heads * d) + h * h
+    if dims.moe and moe:
+        return attn + dims.shared_experts * _ffn_mats(dims) * h * dims.expert_ffn
+    return attn + _ffn_mats(dims) * h * dims.ffn_hidden
+
+
+def expert_layer_parameters(dims: ModelDims, moe: bool = True) -> int:
+    """Per layer: all routed experts' weights (0 for a dense layer)."""
+    return dims.experts * _ffn_mats(dims) * dims.hidden * dims.expert_ffn if dims.moe and moe else 0
+
+
+def router_parameters(dims: ModelDims, moe: bool = True) -> int:
+    """Per layer: the MoE router (gate) ``h x E``, replicated on every TP rank (0 for a dense layer)."""
+    return dims.hidden * dims.experts if dims.moe and moe else 0
+
+
+def layer_parameters(dims: ModelDims, moe: bool = True) -> int:
+    return dense_layer_parameters(dims, moe) + expert_layer_parameters(dims, moe) + router_parameters(dims, moe)
+
+
+def activated_layer_parameters(dims: ModelDims, moe: bool = True) -> int:
+    if not (dims.moe and moe):
+        return layer_parameters(dims, False)
+    return (dense_layer_parameters(dims) + dims.top_k * _ffn_mats(dims) * dims.hidden * dims.expert_ffn
+            + router_parameters(dims))
+
+
+def layer_shards(dims: ModelDims, cfg: "LlmConfig", moe: bool = True):
+    """(dense, expert) parameters of one layer on one rank: the dense part is TP-sharded (plus the replicated
+    router) and synced over DP; with EP > 1 this rank's E/EP experts (TP-sharded) are synced over expert-DP."""
+    router = router_parameters(dims, moe)
+    if cfg.ep == 1:
+        return (dense_layer_parameters(dims, moe) + expert_layer_parameters(dims, moe)) // cfg.tp + router, 0
+    return (dense_layer_parameters(dims, moe) // cfg.tp + router,
+            expert_layer_parameters(dims, moe) // cfg.ep // cfg.tp)
+
+
+def _over_layers(dims: ModelDims, per_layer) -> int:
+    """``per_layer(dims, moe)`` summed over the model's layers (MoE and dense layers)."""
+    dense = dims.layers - dims.moe_layers
+    return dims.moe_layers * per_layer(dims, True) + (dense * per_layer(dims, False) if dense else 0)
+
+
+def parameter_count(dims: ModelDims, tp: int = 1) -> int:
+    """Matmul parameters: all layers (all experts) plus the LM head (vocab padded to TP)."""
+    return _over_layers(dims, layer_parameters) + padded_vocab(dims, tp) * dims.hidden
+
+
+def activated_parameter_count(dims: ModelDims, tp: int = 1) -> int:
+    """Matmul parameters a token passes through (P of the 6*P*tokens rule; = parameter_count for dense models)."""
+    return _over_layers(dims, activated_layer_parameters) + padded_vocab(dims, tp) * dims.hidden
+
+
+def training_flops(dims: ModelDims, sequences: int, tp: int = 1) -> int:
+    """6 * P_activated * tokens + 12 * L * s^2 * h * sequences."""
+    s = dims.seq_len
+    return (6 * activated_parameter_count(dims, tp) * sequences * s
+            + 12 * dims.layers * s * s * dims.hidden * sequences)
+
+
+def inference_flops(dims: ModelDims, cfg: "LlmConfig") -> int:
+    """Forward FLOPs of the prefill step, the decode steps or the mixed step over all ranks."""
+    seqs = cfg.dp * cfg.micro_batches * cfg.micro_batch_size
+    q, c = _lengths(dims, cfg)
+    P = activated_parameter_count(dims, cfg.tp)
+    head = padded_vocab(dims, cfg.tp) * dims.hidden
+    last = cfg.logits == "last"  # the LM head on one position per sequence (and per prefill chunk)
+    flops = sum(2 * (P - head) * seqs * q + 2 * head * seqs * (1 if last else q)
+                + 4 * dims.layers * q * (c + i) * dims.hidden * seqs for i in range(cfg.steps))
+    if cfg.mode == "mixed":  # one prefill chunk per micro-batch and DP replica
+        chunk, keys = cfg.prefill_chunk, cfg.prefill_done + cfg.prefill_chunk
+        flops += cfg.dp * cfg.micro_batches * (2 * (P - head) * chunk + 2 * head * (1 if last else chunk)
+                                               + 4 * dims.layers * chunk * keys * dims.hidden)
+    return flops
+
+
+def _lengths(dims: ModelDims, cfg: "LlmConfig"):
+    """(query positions per sequence, attended context positions) for the mode."""
+    if cfg.mode == "train":
+        return dims.seq_len, dims.seq_len
+    prompt = cfg.prompt_len or dims.seq_len
+    if cfg.mode == "prefill":
+        return prompt, prompt
+    return 1, prompt + cfg.decode_len  # decode, and the decode tokens of a mixed step

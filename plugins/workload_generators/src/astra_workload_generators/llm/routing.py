@@ -1,0 +1,151 @@
+"""Mixture-of-experts routing: how many token copies each expert and EP rank gets (balanced routing,
+capacity factors, a straggler's imbalance, or per-expert loads)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from typing import TYPE_CHECKING
+
+from astra_sim.errors import ConfigError
+
+from .model import ModelDims
+
+if TYPE_CHECKING:
+    from .config import LlmConfig
+
+
+def expert_capacity(dims: ModelDims, cfg: "LlmConfig", tokens: int):
+    """Token copies one expert takes from a rank holding ``tokens`` tokens: ``ceil(tokens * top_k / E * C)``
+    (Megatron's ``get_capacity``), or None without a capacity factor (dropless)."""
+    if cfg.moe_capacity_factor is None:
+        return None
+    return math.ceil(tokens * dims.top_k / dims.experts * cfg.moe_capacity_factor)
+
+
+def routed_rows(dims: ModelDims, cfg: "LlmConfig", tokens: int) -> int:
+    """Token copies a rank sends to the experts (and, routing being balanced and symmetric, the rows its local
+    experts compute): ``tokens * top_k`` dropless; ``min(tokens * top_k, E * capacity)`` with a capacity factor
+    (balanced routing overflows only when C < 1); ``E * capacity`` with padding; dropless with
+    ``moe_imbalance`` F: ``ceil(tokens * top_k * F)``, the busiest EP rank's load."""
+    copies = tokens * dims.top_k
+    capacity = expert_capacity(dims, cfg, tokens)
+    if capacity is None:  # dropless; with --moe-imbalance the busiest rank's load (every rank waits for it)
+        return copies if cfg.moe_imbalance == 1 else math.ceil(copies * cfg.moe_imbalance)
+    if cfg.moe_pad_to_capacity:
+        return dims.experts * capacity
+    return min(copies, dims.experts * capacity)
+
+
+def parse_expert_load(spec, experts, moe_layers):
+    """``--moe-expert-load``: the E experts' relative token loads, as a tuple of per-MoE-layer tuples (one tuple
+    when every MoE layer has the same loads). ``spec``:
+
+    - ``w0,w1,...`` (E non-negative numbers, any scale): every MoE layer;
+    - ``zipf:S`` (S >= 0): expert e's load is ``(e + 1) ** -S``, every layer; experts sit on the EP ranks in
+      order (rank j holds experts j*E/EP..), so EP rank 0 is the busiest, the worst placement;
+    - ``zipf:S:SEED``: the same loads, dealt to the experts in a random order per MoE layer (Python's
+      ``random.Random(SEED + layer)``), so the hot experts differ from layer to layer;
+    - ``FILE.json``: a list of E numbers (every layer), or a list of one such list per MoE layer (in layer order),
+      e.g. token counts per expert logged from a real router."""
+    import random
+
+    where = f"--moe-expert-load {spec!r}"
+    if spec.endswith(".json"):
+        try:
+            with open(spec) as fh:
+                data = json.load(fh)
+        except OSError as exc:
+            raise ConfigError(f"{where}: cannot read it: {exc.strerror or exc}") from None
+        except ValueError as exc:
+            raise ConfigError(f"{spec}: not valid JSON: {exc}") from None
+        where = spec
+        rows = data if isinstance(data, list) and data and all(isinstance(r, list) for r in data) else [data]
+        if len(rows) not in (1, moe_layers):
+            raise ConfigError(f"{spec}: {len(rows)} lists of expert loads, expected 1 (every MoE layer) or one per "
+                              f"MoE layer ({moe_layers})")
+    elif spec.startswith("zipf:"):
+        parts = spec.split(":")[1:]
+        try:
+            skew = float(parts[0])
+            seed = int(parts[1]) if len(parts) == 2 else None
+        except (ValueError, IndexError):
+            raise ConfigError(f"{where}: expected zipf:S or zipf:S:SEED (S a number >= 0, SEED an integer)") \
+                from None
+        if len(parts) > 2 or not skew >= 0 or math.isinf(skew):
+            raise ConfigError(f"{where}: expected zipf:S or zipf:S:SEED (S a number >= 0, SEED an integer)")
+        base = [(e + 1) ** -skew for e in range(experts)]
+        if seed is None:
+            rows = [base]
+        else:
+            rows = []
+            for layer in range(moe_layers):
+                dealt = list(base)
+                random.Random(seed + layer).shuffle(dealt)
+                rows.append(dealt)
+    else:
+        try:
+            rows = [[float(x) for x in spec.split(",")]]
+        except ValueError:
+            raise ConfigError(f"{where}: expected E comma-separated numbers, zipf:S[:SEED] or a .json file") \
+                from None
+    out = []
+    for i, row in enumerate(rows):
+        what = where if len(rows) == 1 else f"{where}: MoE layer {i}"
+        if not isinstance(row, list) or len(row) != experts:
+            raise ConfigError(f"{what}: expected the loads of the {experts} experts, got "
+                              f"{len(row) if isinstance(row, list) else type(row).__name__}")
+        if any(isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 <= w < math.inf for w in row) \
+                or not sum(row) > 0:
+            raise ConfigError(f"{what}: expert loads must be finite numbers >= 0, not all 0")
+        out.append(tuple(float(w) for w in row))
+    return tuple(out)
+
+
+def _water_fill(weights, copies, limit):
+    """``copies`` split over the experts in proportion to ``weights``, none above ``limit``: a token picks
+    ``top_k`` *distinct* experts, so one expert gets at most one copy of each token. An expert whose share would
+    pass the limit gets the limit, and the rest is split again over the others; what the weighted experts cannot
+    take goes evenly to the experts of weight 0 (every token still needs its top_k experts)."""
+    alloc = [0.0] * len(weights)
+    active = [e for e, x in enumerate(weights) if x > 0]
+    share = {e: weights[e] for e in active}
+    left = copies
+    while left > 1e-9 and active:
+        total = sum(share[e] for e in active)
+        full = [e for e in active if left * share[e] / total > limit]
+        if not full:
+            for e in active:
+                alloc[e] = left * share[e] / total
+            break
+        for e in full:
+            alloc[e] = limit
+            left -= limit
+        active = [e for e in active if e not in full]
+        if not active:  # the weighted experts are full: the unweighted ones take the rest, evenly
+            active = [e for e, x in enumerate(weights) if x <= 0]
+            share = {e: 1.0 for e in active}
+    return alloc
+
+
+def ep_loads(dims: ModelDims, cfg: "LlmConfig", tokens: int, moe_index: int):
+    """``--moe-expert-load``: the token copies one rank sends to each EP rank's experts in MoE layer
+    ``moe_index`` (a tuple of EP ints). Every rank routes its ``tokens * top_k`` copies by the same loads, no
+    expert taking more than ``tokens`` (:func:`_water_fill`), rounded to whole copies by largest remainder (so
+    they add up); a capacity factor caps each expert at its capacity
+    (the hot experts drop), padding fills every expert to it. EP rank j's experts then compute
+    ``EP * loads[j]`` rows."""
+    table = cfg.moe_expert_load
+    w = table[moe_index] if len(table) > 1 else table[0]
+    copies = tokens * dims.top_k
+    exact = _water_fill(w, copies, tokens)
+    per_expert = [math.floor(x) for x in exact]
+    short = copies - sum(per_expert)
+    for e in sorted(range(len(w)), key=lambda e: (per_expert[e] - exact[e], e))[:short]:
+        per_expert[e] += 1
+    capacity = expert_capacity(dims, cfg, tokens)
+    if capacity is not None:
+        per_expert = [capacity if cfg.moe_pad_to_capacity else min(c, capacity) for c in per_expert]
+    per_rank = dims.experts // cfg.ep
+    return tuple(sum(per_expert[j * per_rank:(j + 1) * per_rank]) for j in range(cfg.ep))

@@ -1,0 +1,188 @@
+"""One pipeline stage's node graph: the schedule's forwards and backwards of its layers, with the pipeline's
+sends and receives, the gradient synchronisation and the optimizer."""
+
+from __future__ import annotations
+
+from .attention import AttentionOps
+from .config import DTYPES, LlmConfig
+from .emit import NodeEmitter
+from .fp8 import Fp8Ops
+from .layers import LayerOps
+from .model import ModelDims, _lengths, layer_shards, padded_vocab
+from .moe import MoeOps
+from .routing import routed_rows
+from .schedule import pipeline_schedule
+from .zero import DataParallelOps
+
+
+class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, MoeOps, DataParallelOps):
+    """The node graph of one pipeline stage, identical for every rank of the stage except for rank-specific
+    attributes (``pg_name``, ``comm_src``/``comm_dst``), which are appended per rank as trailing attributes."""
+
+    def __init__(self, dims: ModelDims, cfg: LlmConfig, stage: int, ep_index: int = 0):
+        self.dims, self.cfg, self.p = dims, cfg, stage
+        self.e = ep_index  # this graph's EP index (--moe-expert-load gives each EP index its own graph)
+        self._ep_loads = {}  # layer -> ep_loads()
+
+        self.nbytes, tname = DTYPES[cfg.dtype]
+        self.ttype = f"Tensor({tname})"
+        self.items = []  # (static bytes, dynamic key or None)
+        self.prev = None  # last node of the compute chain
+        self.seq, self.ctx = _lengths(dims, cfg)
+        self.seq //= cfg.cp  # context parallelism: this rank's query chunk (keys/values: the whole sequence)
+        # dense-gradient group: DP, or DP x CP with context parallelism
+        self.dgroup = "dp" if cfg.cp == 1 else ("cp" if cfg.dp == 1 else "dpcp")
+        self.tokens = cfg.micro_batch_size * self.seq + cfg.prefill_chunk  # (mixed: + the prefill chunk)
+        self.act_bytes = self.tokens * dims.hidden * self.nbytes
+        # --tp-comm-overlap with FP8 GEMMs: Transformer Engine's userbuffers all-gather the FP8 GEMM inputs (its
+        # default FP8 buffers: qkv/fc1 fprop, proj/fc2 dgrad rings, qkv/fc1 bulk re-gathers), 1 byte per element;
+        # the reduce-scatters stay in --dtype
+        fp8_ag = cfg.gemm_dtype == "fp8" and cfg.tp_comm_overlap
+        self.ag_bytes = self.tokens * dims.hidden * (1 if fp8_ag else self.nbytes)
+        # pipeline p2p: with sequence parallelism the stage boundary's activation is already split over TP (each
+        # TP rank sends its s/TP rows, as Megatron does); without it every TP rank sends the whole b*s*h
+        # (--pp-scatter-gather: Megatron-LM 2021's split of the boundary activation without SP, all-gathered over TP
+        # on arrival, see _pp_arrival)
+        split = cfg.sequence_parallel or cfg.pp_scatter_gather
+        self.p2p_bytes = self.act_bytes // cfg.tp if split else self.act_bytes
+        # MoE: token copies this rank dispatches, and (balanced routing) rows its experts compute
+        self.routed = routed_rows(dims, cfg, self.tokens) if dims.moe else 0
+        self.a2a_bytes = self.routed * dims.hidden * self.nbytes
+        # rows of the element-wise ops on the residual stream (LayerNorm, dropout, residual add): this rank's
+        # tokens, split over TP with sequence parallelism (replicated on every TP rank otherwise)
+        self.ln_rows = self.tokens // cfg.tp if cfg.sequence_parallel else self.tokens
+        self.fwd_tag = "fwd"  # label prefix of forward nodes ("fwd.s<i>" for decode step i of several)
+        self.syncs = []      # gradient reductions the optimizer waits for
+        self.tp_tags = 0     # --tp-comm-overlap ring messages so far (their tags; identical on every TP rank)
+        self.comm_sms = dict(cfg.comm_sms)  # --comm-sms: key -> SMs (the comm_sms attribute)
+        self.sm_margins = dict(cfg.sm_margins)  # TE overlap name -> its GEMMs' sm_margin
+        self.deferred = []   # ZeRO-1/2 parameter all-gathers, issued after the optimizer
+
+    def schedule(self):
+        """[(kind 'F'/'B', model chunk, micro-batch)] of this pipeline rank, in execution order."""
+        return pipeline_schedule(self.cfg, self.p)
+
+    def _steps(self):
+        """``(step, (kind, chunk, micro-batch))`` in execution order: the schedule once, or once per decode step
+        (each attends to one more cached position and labels its forward nodes ``fwd.s<step>``)."""
+        steps = self.cfg.steps
+        ctx = self.ctx
+        for step in range(steps):
+            self.ctx = ctx + step
+            if steps > 1:
+                self.fwd_tag = f"fwd.s{step}"
+            for item in self.schedule():
+                yield step, item
+        self.ctx = ctx
+
+    def build(self):
+        dims, cfg, p, P = self.dims, self.cfg, self.p, self.cfg.pp
+        V = cfg.virtual_stages
+        per_chunk = dims.layers // (P * V)
+        vocab = padded_vocab(dims, cfg.tp) // cfg.tp
+        n, h = self.tokens, dims.hidden
+        M = cfg.micro_batches
+        params = {"embedding": (vocab * h, 0), "head": (vocab * h, 0)}
+        params.update({f"l{i}": layer_shards(dims, cfg, dims.is_moe_layer(i)) for i in range(dims.layers)})
+        # ZeRO-3: (chunk, phase[, mb]) -> {unit: gather ids}; gathered once per step per phase and reused by the
+        # micro-batches, or with --reshard-after-forward again for every micro-batch (labels .fwd|bwd.mb<k>)
+        z3 = {}
+        reshard = cfg.reshard_after_forward
+        every = cfg.grad_sync_every_micro_batch
+        steps = cfg.steps
+        token_tags = 2 * M * V * steps  # decode: next-token messages (last stage -> first) use tags from here
+        token_bytes = cfg.micro_batch_size * 8  # one int64 token id per sequence
+        pg = self.param_gathers(params)
+        for step, (kind, ch, mb) in self._steps():
+            base = 2 * M * V * step  # p2p tags of this decode step
+            v = ch * P + p  # virtual stage
+            first, last = v == 0, v == P * V - 1
+            layers = range(v * per_chunk, (v + 1) * per_chunk)
+            cs = f".c{ch}" if V > 1 else ""
+            if kind == "F":
+                units = (["embedding"] if first else []) + [f"l{i}" for i in layers] + (["head"] if last else [])
+                gather = cfg.zero == 3 and (mb == 0 or reshard)
+                phase = f"fwd.mb{mb}" if reshard else "fwd"
+                store = z3.setdefault((ch, phase), {})
+                sc = ch if p > 0 else ch - 1  # the sender's chunk
+                deps = [] if first else self._pp_arrival(f"recv_act{cs}.mb{mb}", -1, base + 2 * (sc * M + mb))
+                if first and step > 0 and P > 1:  # the token the last stage sampled in the previous step
+                    deps = [self.recv(f"recv_token.s{step}.mb{mb}", -1, token_tags + step * M + mb, token_bytes)]
+                for i, layer in enumerate(layers):
+                    extra = []
+                    emb = pg["embedding"] if pg and mb == 0 and first and i == 0 else []
+                    if pg and mb == 0:
+                        extra += pg[f"l{layer}"]
+                    if gather:
+                        if first and i == 0:
+                            extra += self._z3(units, "embedding", store, params, phase)
+                        extra += self._z3(units, f"l{layer}", store, params, phase)
+                    if i == 0 and first and cfg.ew:  # the embedding lookup
+                        idx = ((cfg.micro_batch_size, self.seq), "Tensor(long int)")
+                        self.ew("aten::embedding", f"fwd.embedding.mb{mb}", [self._t(vocab, h), idx],
+                                deps + emb + (extra if cfg.zero == 3 else []))
+                        deps = emb = []  # (the layer's first GEMM still names its ZeRO-3 gathers)
+                    self.layer_forward(layer, mb, (deps if i == 0 else []) + emb + extra)
+                self.fp8_amax(f"{self.fwd_tag}{cs}.mb{mb}", len(layers), backward=False)
+                if last:
+                    extra = self._z3(units, "head", store, params, phase) if gather else []
+                    if pg and mb == 0:
+                        extra += pg["head"]
+                    rows = n
+                    if cfg.logits == "last":  # serving: only each sequence's last position (and the chunk's) is sampled
+                        rows = cfg.micro_batch_size + (1 if cfg.mode == "mixed" else 0)
+                    self.mm(f"{self.fwd_tag}.head.mb{mb}", rows, h, vocab, extra, linear=False)
+                    if cfg.ew:  # vocab-parallel cross entropy over this rank's logits
+                        self.ew("aten::_log_softmax", f"fwd.head.mb{mb}.cross_entropy", [self._t(n, vocab)])
+                if last and step + 1 < steps and P > 1:
+                    self.send(f"send_token.s{step + 1}.mb{mb}", +1, token_tags + (step + 1) * M + mb, [self.prev],
+                              token_bytes)
+                if not last:
+                    self.send(f"send_act{cs}.mb{mb}", +1, base + 2 * (ch * M + mb), [self.prev])
+            else:
+                units = (["head"] if last else []) + [f"l{i}" for i in reversed(layers)] + \
+                        (["embedding"] if first else [])
+                gather = cfg.zero == 3 and (mb == 0 or reshard)
+                phase = f"bwd.mb{mb}" if reshard else "bwd"
+                store = z3.setdefault((ch, phase), {})
+                sync = mb == M - 1 or every  # gradients reduced after this micro-batch
+                smb = mb if every else None
+                sc = ch if p < P - 1 else ch + 1
+                deps = [] if last else self._pp_arrival(f"recv_grad{cs}.mb{mb}", +1, 2 * (sc * M + mb) + 1)
+                if last:
+                    extra = self._z3(units, "head", store, params, phase) if gather else []
+                    if cfg.ew:
+                        self.ew("aten::_log_softmax_backward_data", f"bwd.head.mb{mb}.cross_entropy",
+                                [self._t(n, vocab), self._t(n, vocab)], deps + extra)
+                        deps, extra = [], []
+                    self.mm(f"bwd.head.mb{mb}.dgrad", n, vocab, h, deps + extra, linear=False)
+                    self.mm(f"bwd.head.mb{mb}.wgrad", h, n, vocab, linear=False)
+                    deps = []
+                    if sync:
+                        self.grad_sync("head", vocab * h, mb=smb)
+                for layer in reversed(layers):
+                    if gather:
+                        deps = deps + self._z3(units, f"l{layer}", store, params, phase)
+                    if cfg.recompute:
+                        self.layer_forward(layer, mb, deps, tag="recompute")
+                        deps = []
+                    self.layer_backward(layer, mb, deps)
+                    deps = []
+                    if sync:
+                        lp, elp = params[f"l{layer}"]
+                        self.grad_sync(f"l{layer}", lp, mb=smb)
+                        self.grad_sync(f"l{layer}.experts", elp, "edp", mb=smb)
+                self.fp8_amax(f"bwd{cs}.mb{mb}", len(layers), backward=True)
+                if not first:
+                    self.send(f"send_grad{cs}.mb{mb}", -1, 2 * (ch * M + mb) + 1, [self.prev])
+                else:
+                    if cfg.ew:
+                        idx = ((cfg.micro_batch_size, self.seq), "Tensor(long int)")
+                        self.ew("aten::embedding_dense_backward", f"bwd.embedding.mb{mb}", [self._t(n, h), idx])
+                    if gather:  # FSDP gathers every unit before its backward (the embedding's needs no weights)
+                        self._z3(units, "embedding", store, params, phase)
+                    if sync:
+                        self.grad_sync("embedding", vocab * h, mb=smb)
+        if cfg.ew:
+            self.optimizer(self.optimizer_params(params))
+        return self.items

@@ -1,0 +1,124 @@
+"""Data-parallel synchronisation: gradient all-reduces or ZeRO-1/2 reduce-scatters and parameter all-gathers,
+ZeRO-3 / FSDP parameter gathers per unit, and the optimizer step that waits for them."""
+
+from __future__ import annotations
+
+from astra_sim.chakra import types as T
+
+
+#: Bytes per parameter the optimizer node moves (as the gpu model counts an in-place ``_fused_adam_``): it reads
+#: fp32 master weights, fp32 gradients and the two fp32 Adam moments (16 B) and writes the weights back (4 B).
+#: A real kernel also writes the two moments (+8 B) and the fp16/bf16 model copy (+2 B), which is not counted.
+ADAM_BYTES_PER_PARAM = 20
+
+
+class DataParallelOps:
+    """Gradient and parameter synchronisation over DP (a stage-builder mixin)."""
+
+    def optimizer(self, params):
+        """Adam over this rank's ``params`` (fp32 master weights, grads, two moments): one ``_fused_adam_``
+        node after every gradient reduction of the step; ZeRO-1/2 parameter all-gathers follow it."""
+        f = "Tensor(float)"
+        one = [((params,), f)]
+        node = self.ew("aten::_fused_adam_", "optimizer.adam", [one, one, one, one], self.syncs)
+        for label, size, group in self.deferred:
+            self.coll(label, T.ALL_GATHER, size, group, [node], chain=False)
+        return node
+
+    def grad_sync(self, label, params, group="dp", mb=None):
+        """Gradient synchronisation of ``params`` (this rank's shard) over the DP group (or, for expert weights,
+        the expert-data-parallel group of DP/EP ranks), off the compute chain. ``mb``: with
+        ``--grad-sync-every-micro-batch``, the micro-batch whose gradients these are (label ``.mb<k>``); ZeRO-1/2
+        gather the updated parameters once, after the last one."""
+        cfg = self.cfg
+        group = self.dgroup if group == "dp" else group
+        if cfg.inference or self._group_size(group) == 1 or params == 0:
+            return
+        size = params * self.nbytes
+        last = mb is None or mb == cfg.micro_batches - 1
+        ag_label = f"{group}_ag.{label}"
+        if mb is not None:
+            label = f"{label}.mb{mb}"
+        if cfg.zero == 3:  # parameters stay sharded: gradients are only reduce-scattered
+            self.syncs.append(self.coll(f"{group}_rs.{label}", T.REDUCE_SCATTER, size, group, [self.prev],
+                                        chain=False))
+        elif cfg.zero:
+            rs = self.coll(f"{group}_rs.{label}", T.REDUCE_SCATTER, size, group, [self.prev], chain=False)
+            self.syncs.append(rs)
+            if cfg.overlap_param_gather or not last:  # (overlapped: gathered at the next step's start)
+                pass
+            elif cfg.ew:  # the updated shards are gathered after the optimizer step
+                self.deferred.append((ag_label, size, group))
+            else:
+                self.coll(ag_label, T.ALL_GATHER, size, group, [rs], chain=False)
+        else:
+            self.syncs.append(self.coll(f"{group}_ar.{label}", T.ALL_REDUCE, size, group, [self.prev],
+                                        chain=False))
+
+    def _gather(self, label, dense, expert):
+        """ZeRO-3: all-gather a unit's parameter shards (dense over DP(xCP), experts over expert-DP), off the
+        chain, issued at the current point of the compute chain; returns the ids (compute waits on them)."""
+        cfg, out = self.cfg, []
+        if cfg.zero != 3 or cfg.inference:
+            return out
+        for group, params in ((self.dgroup, dense), ("edp", expert)):
+            if params and self._group_size(group) > 1:
+                deps = [] if self.prev is None else [self.prev]
+                out.append(self.coll(f"{group}_ag.{label}", T.ALL_GATHER, params * self.nbytes, group, deps,
+                                     chain=False))
+        return out
+
+    def _z3(self, units, name, store, params, phase):
+        """Gather ``name`` (if not yet) and prefetch the next unit of ``units``; the ids ``name``'s compute needs."""
+        i = units.index(name)
+        for u in units[i:i + 2]:
+            if u not in store:
+                store[u] = self._gather(f"{u}.{phase}", *params[u])
+        return store[name]
+
+    def param_gathers(self, params):
+        """``--overlap-param-gather`` (Megatron's ``--overlap-param-gather``, NeMo's ``overlap_param_sync``): the
+        ZeRO-1/2 all-gathers of the parameters the previous step's optimizer updated, issued at the start of the
+        step in forward order, one unit after the other (each waits for the previous, as bucketed prefetching
+        does); a unit's first forward waits for its own. In steady state this is the same as gathering after
+        the optimizer and overlapping with the next step's forward. Returns {unit: [gather ids]}."""
+        cfg, p = self.cfg, self.p
+        P, V = cfg.pp, cfg.virtual_stages
+        if not cfg.overlap_param_gather:
+            return {}
+        per_chunk = self.dims.layers // (P * V)
+        out, prev = {}, []
+        order = [(v, u) for v in range(p, P * V, P) for u in
+                 (["embedding"] if v == 0 else []) + [f"l{i}" for i in range(v * per_chunk, (v + 1) * per_chunk)]
+                 + (["head"] if v == P * V - 1 else [])]
+        for _, unit in order:
+            dense, expert = params[unit]
+            ids = []
+            for group, n in ((self.dgroup, dense), ("edp", expert)):
+                if n and self._group_size(group) > 1:
+                    label = unit if group == self.dgroup else f"{unit}.experts"
+                    prev = [self.coll(f"{group}_ag.{label}", T.ALL_GATHER, n * self.nbytes, group, prev,
+                                      chain=False)]
+                    ids += prev
+            out[unit] = ids
+        return out
+
+    def optimizer_params(self, params):
+        """Parameters this rank updates: its stage's units (layers; embedding on the first, LM head on the last
+        virtual stage; ``params``: build()'s {unit: (dense, expert) shard}), TP-sharded, and under ZeRO >= 1 also
+        sharded over the (expert-)DP group."""
+        dims, cfg, p, P, V = self.dims, self.cfg, self.p, self.cfg.pp, self.cfg.virtual_stages
+        per_chunk = dims.layers // (P * V)
+        dense = expert = 0
+        for ch in range(V):
+            v = ch * P + p
+            units = ((["embedding"] if v == 0 else []) + [f"l{i}" for i in range(v * per_chunk, (v + 1) * per_chunk)]
+                     + (["head"] if v == P * V - 1 else []))
+            for unit in units:
+                dense += params[unit][0]
+                expert += params[unit][1]
+        if cfg.zero:
+            dense = -(-dense // self._group_size(self.dgroup))
+            if expert:
+                expert = -(-expert // self._group_size("edp"))
+        return max(1, dense + expert)

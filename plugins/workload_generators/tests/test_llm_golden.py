@@ -1,0 +1,112 @@
+"""The LLM generator's traces do not change when its code is reorganised: every node of every trace of a set
+of configurations (dense, MoE with EP and expert loads, CP, FP8, TP overlap, virtual stages, ZeRO, inference
+modes, per-rank files) hashes to what the code gave before it was split into a package (issue 19). Only the
+GlobalMetadata frame is left out of the hash: it carries the memory estimate, which was added afterwards."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import pytest
+
+from astra_sim.cli import main
+
+SMALL = ["--layers", "4", "--hidden", "256", "--heads", "8", "--vocab", "1000", "--seq-len", "128"]
+MOE = SMALL + ["--experts", "8", "--top-k", "2", "--moe-ffn", "512"]
+TE_YAML = "qkv_fprop:\n  method: ring_exchange\n  set_sm_margin: 1\n  use_ce: false\n  num_sm: 8\n" \
+          "proj_fprop:\n  method: pipeline\n  num_sm: 24\n  set_sm_margin: 1\n"
+
+#: name -> astra workload llm arguments (without -o)
+CASES = {
+    "dense_tp_pp_dp": SMALL + ["--tp", "2", "--pp", "2", "--dp", "2", "--micro-batches", "4"],
+    "gpt_sp_overlap_fp8_vp_zero1": SMALL + ["--tp", "2", "--pp", "2", "--dp", "2", "--micro-batches", "4",
+                                            "--sequence-parallel", "--tp-comm-overlap", "--gemm-dtype", "fp8",
+                                            "--virtual-stages", "2", "--zero", "1", "--no-dropout",
+                                            "--tp-overlap-config", "{yaml}", "--comm-sms", "dp=8,pp=2"],
+    "llama_gqa_recompute_zero3_reshard": ["--layers", "4", "--hidden", "256", "--heads", "8", "--kv-heads", "4",
+                                          "--ffn-hidden", "512", "--vocab", "1000", "--seq-len", "128", "--gated",
+                                          "--tp", "2", "--dp", "2", "--micro-batches", "2", "--recompute",
+                                          "--zero", "3", "--reshard-after-forward", "--grad-sync-every-micro-batch"],
+    "moe_ep_capacity": MOE + ["--tp", "2", "--pp", "2", "--dp", "4", "--ep", "2", "--micro-batches", "2",
+                              "--sequence-parallel", "--moe-capacity-factor", "1.25", "--moe-pad-to-capacity",
+                              "--shared-experts", "1", "--moe-dense-layers", "1", "--zero", "2"],
+    "moe_expert_load_fp8": MOE + ["--dp", "4", "--ep", "4", "--micro-batches", "2", "--moe-expert-load",
+                                  "zipf:1.2:3", "--gemm-dtype", "fp8", "--moe-layer-freq", "2"],
+    "moe_imbalance_cp_ep": MOE + ["--tp", "2", "--cp", "2", "--dp", "2", "--ep", "2", "--moe-imbalance", "1.5",
+                                  "--sequence-parallel"],
+    "cp_causal_unfused": SMALL + ["--tp", "2", "--cp", "2", "--pp", "2", "--micro-batches", "2",
+                                  "--overlap-param-gather", "--zero", "1", "--dp", "2"],
+    "unfused_scatter_gather": SMALL + ["--tp", "2", "--pp", "2", "--micro-batches", "2", "--attention",
+                                       "unfused", "--pp-scatter-gather", "--no-elementwise", "--dtype", "fp16"],
+    "prefill_cp_logits": SMALL + ["--mode", "prefill", "--tp", "2", "--cp", "2", "--pp", "2",
+                                  "--batch-size", "4", "--micro-batches", "2", "--prompt-len", "64"],
+    "decode_steps_moe": MOE + ["--mode", "decode", "--tp", "2", "--pp", "2", "--dp", "2", "--ep", "2",
+                               "--batch-size", "4", "--micro-batches", "2", "--decode-steps", "3",
+                               "--decode-len", "5", "--logits", "last"],
+    "mixed_chunk": SMALL + ["--mode", "mixed", "--tp", "2", "--pp", "2", "--batch-size", "4",
+                            "--prefill-chunk", "32", "--prefill-done", "16"],
+    "per_rank_files": SMALL + ["--tp", "2", "--pp", "2", "--dp", "2", "--micro-batches", "2",
+                               "--sequence-parallel", "--per-rank-files"],
+    "deepseek_preset": ["--preset", "deepseek-moe-16b", "--layers", "4", "--seq-len", "256", "--dp", "4",
+                        "--ep", "4", "--no-elementwise"],
+}
+
+
+def _node_frames(data):
+    """The bytes after the first frame (the GlobalMetadata) of a Chakra ET file."""
+    length, shift, pos = 0, 0, 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        length |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return data[pos + length:]
+
+
+def digests(folder):
+    """{file name: sha256} of a generated workload (traces: their node frames only)."""
+    out = {}
+    for name in sorted(os.listdir(folder)):
+        with open(os.path.join(folder, name), "rb") as handle:
+            data = handle.read()
+        if name.endswith(".et"):
+            data = _node_frames(data)
+        out[name] = hashlib.sha256(data).hexdigest()
+    return out
+
+
+def generate(name, folder):
+    os.makedirs(folder, exist_ok=True)
+    yaml_path = os.path.join(os.path.dirname(folder), f"{name}.te.yaml")
+    with open(yaml_path, "w") as handle:
+        handle.write(TE_YAML)
+    args = [a.replace("{yaml}", yaml_path) for a in CASES[name]]
+    assert main(["workload", "llm", *args, "-o", os.path.join(folder, "w")]) == 0
+
+
+GOLDEN = os.path.join(os.path.dirname(__file__), "data", "llm_golden.json")
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_traces_are_those_of_the_code_before_the_split(tmp_path, name, capsys):
+    with open(GOLDEN) as handle:
+        golden = json.load(handle)
+    generate(name, str(tmp_path / name))
+    assert digests(str(tmp_path / name)) == golden[name]
+
+
+if __name__ == "__main__":  # regenerate the golden file (only when a change of the traces is intended)
+    import sys
+    import tempfile
+
+    result = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for case in sorted(CASES):
+            generate(case, os.path.join(tmp, case))
+            result[case] = digests(os.path.join(tmp, case))
+    with open(sys.argv[1] if len(sys.argv) > 1 else GOLDEN, "w") as handle:
+        json.dump(result, handle, indent=1, sort_keys=True)
+        handle.write("\n")

@@ -1,0 +1,67 @@
+"""The host model (run options host_launch_us / host_sync_us): kernels start no earlier than their launch."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from astra_sim.chakra import make_metadata, make_node, types as T, write_et
+from astra_sim.errors import ConfigError
+from astra_sim.simulation import simulate
+
+
+def _chain(tmp_path, us, count=20, npus=2, p2p=False, cpu=False):
+    (tmp_path / "net.yml").write_text(f"topology: [ Switch ]\nnpus_count: [ {npus} ]\nbandwidth: [ 50 ]\n"
+                                      "latency: [ 500 ]\n")
+    (tmp_path / "sys.json").write_text(json.dumps({"all-reduce-implementation": ["ring"],
+                                                   "preferred-dataset-splits": 1}))
+    for rank in range(npus):
+        nodes = [make_node(i, f"k{i}", T.COMP_NODE, data_deps=[i - 1] if i else [], duration_micros=us,
+                           attrs={"is_cpu_op": cpu and i == 0}) for i in range(count)]
+        if p2p:
+            peer = 1 - rank
+            nodes.append(make_node(count, "send", T.COMM_SEND_NODE, data_deps=[count - 1], attrs={
+                "is_cpu_op": False, "comm_dst": peer, "comm_size": 1 << 20, "comm_tag": 1, "host_waits": True}))
+            nodes.append(make_node(count + 1, "recv", T.COMM_RECV_NODE, data_deps=[count - 1], attrs={
+                "is_cpu_op": False, "comm_src": peer, "comm_size": 1 << 20, "comm_tag": 1, "host_waits": True}))
+            nodes.append(make_node(count + 2, "after", T.COMP_NODE, data_deps=[count, count + 1],
+                                   duration_micros=us, attrs={"is_cpu_op": False}))
+        write_et(f"{tmp_path}/t.{rank}.et", make_metadata(), nodes)
+    return str(tmp_path / "t"), str(tmp_path / "sys.json"), str(tmp_path / "net.yml")
+
+
+def test_short_kernels_wait_for_the_host(tmp_path):
+    args = _chain(tmp_path, us=1)
+    assert simulate(*args).max_finish_ns == 20 * 1000  # no host model: the GPU's own time
+    # the host launches one kernel per 10 us: the 20th starts at 200 us, its 1 us follows
+    assert simulate(*args, options={"host_launch_us": 10}).max_finish_ns == 200_000 + 1000
+
+
+def test_long_kernels_hide_the_host(tmp_path):
+    args = _chain(tmp_path, us=100)
+    report = simulate(*args, options={"host_launch_us": 10})
+    assert report.max_finish_ns == 10_000 + 20 * 100_000  # only the first launch shows
+    assert report.settings["host"] == {"launch_ns": 10_000, "sync_after_p2p_ns": 0}
+
+
+def test_the_host_waits_for_transfers_that_say_so(tmp_path):
+    args = _chain(tmp_path, us=100, count=3, p2p=True)
+    base = simulate(*args, options={"host_launch_us": 1})
+    synced = simulate(*args, options={"host_launch_us": 1, "host_sync_us": 50})
+    # after the transfers the host waits 50 us more, then launches the last kernel (1 us)
+    assert synced.max_finish_ns == base.max_finish_ns + 50_000
+    assert [r.finish_ns for r in simulate(*args, options={"host_launch_us": 1, "host_sync_us": 50},
+                                          fold=False).ranks] == [r.finish_ns for r in synced.ranks]
+
+
+def test_traces_with_cpu_ops_time_their_host_themselves(tmp_path):
+    args = _chain(tmp_path, us=1, cpu=True)
+    assert simulate(*args, options={"host_launch_us": 10}).max_finish_ns == simulate(*args).max_finish_ns
+
+
+@pytest.mark.parametrize("value", [-1, "fast", True, 1e9])
+def test_bad_host_values_are_errors(tmp_path, value):
+    args = _chain(tmp_path, us=1)
+    with pytest.raises(ConfigError, match="host_launch_us"):
+        simulate(*args, options={"host_launch_us": value})
