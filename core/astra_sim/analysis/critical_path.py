@@ -11,7 +11,7 @@ The walk starts at the node that finishes last on the slowest rank and goes back
   the group on every member) and on from there; the collective from that moment to its end is on the path.
 
 The items cover ``[0, last finish]`` without gap or overlap (a stretch where no node explains the wait is
-kept as a ``gap`` item), so their durations add up to the last finish time. Totals are given per kind
+kept as a ``gap`` item; ``host_launch`` when the host model is on: the kernel waited for the host to launch it), so their durations add up to the last finish time. Totals are given per kind
 (compute by op class, communication per communicator) with the top contributors (items summed by name).
 """
 
@@ -162,13 +162,14 @@ class CriticalPath:
                 stream = self._stream(view, node)
                 pick = [i for i in ended if self._stream(view, view.nodes[i]) == stream] or ended
             return view, max(pick, key=lambda i: (index.times[i][1] - index.times[i][0], -i))
-        # nothing ended then: the latest end before (a gap on the path)
+        # nothing ended then: the latest end before (with the host model, the kernel waited for its launch)
+        kind = "host_launch" if getattr(self.analysis.run, "host_issue", None) else "gap"
         ends = [(e, i) for i, (s, e) in index.times.items() if e < start]
         if not ends:
-            items.append({"rank": view.rank, "kind": "gap", "name": "gap", "start_ns": 0, "end_ns": start})
+            items.append({"rank": view.rank, "kind": kind, "name": kind, "start_ns": 0, "end_ns": start})
             return None
         end, other = max(ends)
-        items.append({"rank": view.rank, "kind": "gap", "name": "gap", "start_ns": end, "end_ns": start})
+        items.append({"rank": view.rank, "kind": kind, "name": kind, "start_ns": end, "end_ns": start})
         return view, other
 
     def _stream(self, view, node):
