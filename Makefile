@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-PLUGINS := plugins/network_analytical plugins/memory_analytical plugins/network_congestion plugins/collectives_msccl plugins/workload_generators plugins/gpu_model plugins/compute_systolic plugins/validation plugins/sweep
+PLUGINS := plugins/network_analytical plugins/memory_analytical plugins/network_congestion plugins/collectives_msccl plugins/workload_generators plugins/gpu_model plugins/compute_systolic plugins/validation plugins/sweep plugins/plots
 STAMP := $(VENV)/.installed
 
 .PHONY: install demo test fuzz benchmark proto clean
@@ -12,7 +12,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS))
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q hatchling pytest hypothesis
+	$(BIN)/python -m pip install -q hatchling pytest hypothesis holistictraceanalysis
 	$(BIN)/python -m pip install -q -e . $(addprefix -e ,$(PLUGINS))
 	touch $(STAMP)
 

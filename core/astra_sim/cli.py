@@ -79,7 +79,7 @@ def _add_run_arguments(run):
     ours.add_argument("--astra-sim-log", action="store_true",
                       help="also print the reference's 'sys[i] finished, T cycles, ...' lines")
     ours.add_argument("--max-table-ranks", type=positive_int, default=16, metavar="N",
-                      help="ranks listed in the terminal table (default 16)")
+                      help="rows of the terminal's rank table (ranks with identical numbers share a row; default 16)")
     ours.add_argument("--host-launch-us", type=float, default=None, metavar="US",
                       help="the host launches one GPU operation per US microseconds, in order, ahead of the GPU; "
                            "a kernel starts no earlier than its launch (default: off; --platform sets a measured "
@@ -97,6 +97,18 @@ def _add_run_arguments(run):
     ours.add_argument("--partial-report", action="store_true",
                       help="when the run is interrupted (Ctrl-C, SIGTERM), still write --report-json with what is "
                            "known so far, marked \"complete\": false (default: no report)")
+    ours.add_argument("--timeline", metavar="PATH",
+                      help="write the run as Chrome trace events (PATH.json or PATH.json.gz; Perfetto, "
+                           "chrome://tracing), or with --timeline-format kineto a folder of per-rank traces")
+    ours.add_argument("--timeline-format", choices=("chrome", "kineto"), default="chrome",
+                      help="chrome (default): one trace-event file; kineto: one PyTorch-profiler-shaped trace per "
+                           "rank (HolisticTraceAnalysis reads the folder)")
+    ours.add_argument("--timeline-ranks", metavar="RANGES",
+                      help="ranks the timeline holds, e.g. 0-7,64 (default: all)")
+    ours.add_argument("--critical-path", action="store_true",
+                      help="report the chain of nodes and waits that sets the last finish time")
+    ours.add_argument("--no-breakdown", action="store_true",
+                      help="do not record where each rank's time goes (the report's breakdown)")
     ours.add_argument("-q", "--quiet", action="store_true", help="no summary table")
 
 
@@ -280,6 +292,10 @@ def _cmd_run(pm, args):
             if getattr(args, key) is None and key not in generated:
                 flag = "--" + key.replace("_", "-")
                 raise AstraError(f"{flag} is required (or a plugin option that provides it, such as --platform)")
+    if args.report_json:  # an output that cannot be written is an error before the simulation
+        from astra_sim.analysis.output import check_writable_folder
+
+        check_writable_folder(os.path.dirname(os.path.abspath(args.report_json)), f"--report-json {args.report_json}")
     simulation = None
     with _interruptible() as interrupt, materialized(generated) as paths:
         # generated configurations exist on disk only inside this block (removed however it ends)
@@ -308,6 +324,11 @@ def _cmd_run(pm, args):
                 fold=not args.no_fold,
                 on_warning=say,
                 allow_unmatched=args.allow_unmatched,
+                breakdown=not args.no_breakdown,
+                critical_path=args.critical_path,
+                timeline=args.timeline,
+                timeline_format=args.timeline_format,
+                timeline_ranks=args.timeline_ranks,
             )
             report = simulation.run()
         except Interrupted as stop:
@@ -327,7 +348,9 @@ def _cmd_run(pm, args):
         sys.stdout.write("".join(line + "\n" for line in report.astra_sim_log_lines(prefixed=True)))
         sys.stdout.flush()
     if not args.quiet:
-        _print_summary(report, args.max_table_ranks, stderr=args.astra_sim_log)
+        from astra_sim.summary import print_summary
+
+        print_summary(report, args.max_table_ranks, stderr=args.astra_sim_log)
     return 0
 
 
@@ -397,34 +420,6 @@ def _interrupted(stop, simulation, args, generated, early, written=False, paths=
         hint = " (--partial-report writes what is known so far)" if args.report_json else ""
         print(f"astra: {what}; no report written{hint}", file=sys.stderr)
     return stop.exit_code
-
-
-def _print_summary(report, max_ranks, stderr=False):
-    from astra_sim.termtable import Column, print_table
-
-    columns = [Column("rank", number=True), Column("finish_ns", number=True),
-               Column("compute_ns", number=True, drop=3), Column("exposed_comm_ns", number=True),
-               Column("comm_ns", number=True, drop=2), Column("cpu_ns", number=True, drop=1)]
-    rows = [[str(r.rank), f"{r.finish_ns:,}", f"{r.compute_ns:,}", f"{r.exposed_comm_ns:,}", f"{r.comm_ns:,}",
-             f"{r.cpu_ns:,}"] for r in report.ranks[:max_ranks]]
-    more = len(report.ranks) - max_ranks
-    caption = f"{more} more ranks not listed (--max-table-ranks; all in --report-json)" if more > 0 else None
-    console = print_table(f"astra-sim-py: {len(report.ranks)} NPUs, times in ns", columns, rows,
-                          stderr=stderr, caption=caption)
-    stats = report.stats
-    console.print(
-        f"max finish {report.max_finish_ns:,} ns, min finish {report.min_finish_ns:,} ns, "
-        f"max exposed communication {report.max_exposed_comm_ns:,} ns | "
-        f"{stats.get('events', 0):,} events in {stats.get('run_s', 0):.3f} s",
-        highlight=False,
-    )
-    fold = report.settings.get("fold") or {}
-    simulated = stats.get("simulated_ranks", len(report.ranks))
-    if simulated < len(report.ranks):
-        console.print(f"simulated {simulated:,} of {len(report.ranks):,} ranks (symmetric ranks folded; "
-                      "--no-fold simulates all)", highlight=False)
-    elif fold.get("requested") and fold.get("reason") and len(report.ranks) > 1:
-        console.print(f"all {len(report.ranks):,} ranks simulated: {fold['reason']}", highlight=False)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 
 
 @dataclass
@@ -18,6 +18,17 @@ class RankReport:
     cpu_ns: int
     comm_ns: int
     nodes: int
+    #: where the time went (``astra_sim.analysis.breakdown``): parts adding up to ``finish_ns``, per
+    #: communicator busy/overlapped/exposed times; None when the run did not record spans
+    breakdown: dict | None = None
+
+
+def _rank_dict(rank):
+    """The rank as JSON (not a deep copy: ranks with equal breakdowns share one dict)."""
+    out = {f.name: getattr(rank, f.name) for f in fields(rank)}
+    if out["breakdown"] is None:
+        del out["breakdown"]
+    return out
 
 
 @dataclass
@@ -36,6 +47,12 @@ class Report:
     unmatched_messages: list = field(default_factory=list)
     #: False for the partial report of an interrupted run (``astra run --partial-report``)
     complete: bool = True
+    #: the slowest rank's breakdown and the ranks grouped by identical breakdowns (None: not recorded)
+    breakdown: dict | None = None
+    #: the chain of nodes and waits that sets the last finish time (``critical_path=True``)
+    critical_path: dict | None = None
+    #: the timeline files written (``timeline=PATH``)
+    timeline: dict | None = None
 
     # (a partial report's ranks still running have None; the summary counts the finished ones)
     @property
@@ -51,9 +68,9 @@ class Report:
         return max((r.exposed_comm_ns for r in self.ranks if r.exposed_comm_ns is not None), default=0)
 
     def to_dict(self):
-        return {
+        out = {
             "complete": self.complete,
-            "ranks": [asdict(r) for r in self.ranks],
+            "ranks": [_rank_dict(r) for r in self.ranks],
             "summary": {
                 "npus": len(self.ranks),
                 "max_finish_ns": self.max_finish_ns,
@@ -66,6 +83,11 @@ class Report:
             "unmatched_messages": list(self.unmatched_messages),
             "warnings": list(self.warnings),
         }
+        for key in ("breakdown", "critical_path", "timeline"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
+        return out
 
     def write_json(self, path):
         """Write :meth:`to_dict` as JSON, atomically, creating the folder if needed."""

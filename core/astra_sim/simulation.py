@@ -61,6 +61,11 @@ class Simulation:
         astra_sim_log=False,
         on_warning=None,
         allow_unmatched=False,
+        breakdown=True,
+        critical_path=False,
+        timeline=None,
+        timeline_format="chrome",
+        timeline_ranks=None,
     ):
         # Kept to run again unfolded when a folded run finds a tie it cannot order exactly.
         self._arguments = dict(
@@ -69,7 +74,9 @@ class Simulation:
             workload_format=workload_format, num_queues_per_dim=num_queues_per_dim,
             injection_scale=injection_scale, rendezvous=rendezvous, plugins=plugins, block=block,
             extra_plugins=extra_plugins, options=options, plugin_manager=plugin_manager,
-            allow_unmatched=allow_unmatched)
+            allow_unmatched=allow_unmatched,
+            breakdown=breakdown, critical_path=critical_path, timeline=timeline, timeline_format=timeline_format,
+            timeline_ranks=timeline_ranks)
         #: a run that ends with sends never received (or receives never sent) is an error unless allowed
         self.allow_unmatched = bool(allow_unmatched)
         self._active = self  # the run in progress (a fresh unfolded one after a folded run gave up)
@@ -167,6 +174,15 @@ class Simulation:
         self.symmetry = None
         self.fold_info = {"requested": bool(fold), "simulated_ranks": None}
         self.group_stream_ids = None
+        # What the run records for the report (astra_sim.analysis): spans of every executed node, kept
+        # only when something derives from them (the breakdown, the critical path, a timeline).
+        from astra_sim.analysis.output import TimelineRequest
+
+        self.timeline = TimelineRequest.make(timeline, timeline_format, timeline_ranks, self.total_npus)
+        self.want_breakdown = bool(breakdown)
+        self.want_critical_path = bool(critical_path)
+        self.recorder = None
+        self.analysis = None
 
     def _check_group_members(self):
         total = self.total_npus
@@ -543,6 +559,13 @@ class Simulation:
             if not self.workloads:
                 self.build()
             built = time.perf_counter()
+            if self.want_breakdown or self.want_critical_path or self.timeline is not None:
+                from astra_sim.analysis.spans import SpanRecorder
+
+                self.recorder = SpanRecorder([w.rank for w in self.workloads if w is not None])
+                self._node_observers.append(self.recorder.observer())
+            if self.timeline is not None:
+                self.timeline.prepare(self)
             self.pm.hook.astra_run_start(run=self)
             # The event loop allocates millions of short-lived, acyclic objects;
             # the cyclic collector would walk the whole (large) live heap over
@@ -571,6 +594,15 @@ class Simulation:
         self._check_all_matched()
         report = self._report(built - started, finished - built, peak)
         self.pm.hook.astra_run_finish(run=self, report=report)
+        if self.timeline is not None:
+            written = time.perf_counter()
+            report.timeline = self.timeline.write(self.analysis, report)
+            report.stats["timeline_s"] = round(time.perf_counter() - written, 6)
+            if self.timeline.link_load is not None and self.timeline.link_load.bins:
+                from astra_sim.analysis.links import utilisation_summary
+
+                report.network_stats["link_utilisation"] = utilisation_summary(self.timeline.link_load,
+                                                                               report.max_finish_ns)
         return report
 
     def _check_all_finished(self):
@@ -693,9 +725,31 @@ class Simulation:
             stats["peak_python_memory_bytes"] = peak_bytes
         network_stats = getattr(self.network, "stats", None)
         log = self.reference_log.records(ranks, finish_order) if self.reference_log is not None else None
-        return Report(ranks, settings, stats, list(self.warnings), finish_order,
-                      network_stats() if network_stats is not None else {}, log,
-                      unmatched_messages=list(self.unmatched_messages))
+        report = Report(ranks, settings, stats, list(self.warnings), finish_order,
+                        network_stats() if network_stats is not None else {}, log,
+                        unmatched_messages=list(self.unmatched_messages))
+        if self.recorder is not None:
+            self._analyse(report)
+        return report
+
+    def _analyse(self, report):
+        """The breakdown and critical path from the recorded spans (astra_sim.analysis)."""
+        from astra_sim.analysis.spans import Analysis
+
+        started = time.perf_counter()
+        self.analysis = analysis = Analysis(self, self.recorder)
+        if self.want_breakdown:
+            from astra_sim.analysis.breakdown import breakdowns, summary
+
+            per_rank = breakdowns(analysis)
+            for rank, result in zip(report.ranks, per_rank):
+                rank.breakdown = result
+            report.breakdown = summary(per_rank, [r.finish_ns for r in report.ranks])
+        if self.want_critical_path:
+            from astra_sim.analysis.critical_path import critical_path
+
+            report.critical_path = critical_path(analysis, report)
+        report.stats["analysis_s"] = round(time.perf_counter() - started, 6)
 
 
 class _FoldedRunIncomplete(Exception):

@@ -267,7 +267,8 @@ def read_rank_nodes(prefix, rank):
 
 
 def expand_workload(prefix, out_prefix):
-    """Write ``OUT.<rank>.et`` for every rank of the compact workload ``prefix`` (and ``OUT.groups.json``
+    """Write ``OUT.<rank>.et`` for every rank of the compact workload ``prefix`` (and ``OUT.groups.json``,
+    with its roles file ``OUT.groups.roles.json`` when there is one,
     when it names a groups file); returns the number of files written."""
     from astra_sim.chakra import read_et
     from astra_sim.chakra.writer import encode_et
@@ -282,6 +283,12 @@ def expand_workload(prefix, out_prefix):
         nodes = relabeller.nodes_for(trace.nodes, compact.symmetry.offsets(rank))
         write_atomically(f"{out_prefix}.{rank}.et", encode_et(trace.metadata, nodes))
     if compact.comm_groups is not None:
+        from astra_sim.analysis.spans import roles_path
+
         with open(compact.comm_groups, "rb") as handle:
             write_atomically(f"{out_prefix}.groups.json", handle.read())
+        roles = roles_path(compact.comm_groups)
+        if os.path.isfile(roles):  # the groups' role names (tp, dp, ...) travel with them
+            with open(roles, "rb") as handle:
+                write_atomically(roles_path(f"{out_prefix}.groups.json"), handle.read())
     return compact.npus
