@@ -113,3 +113,26 @@ def test_not_a_report_names_the_file_and_exits_2(tmp_path, capsys):
     assert "-o" in capsys.readouterr().err
     assert main(["plot", str(report), "--timeline", str(text), "-o", str(tmp_path / "pics")]) == 2
     assert f"{text}: not a Chrome trace-event timeline" in capsys.readouterr().err
+
+
+def test_a_sweep_results_file_is_drawn_and_a_bad_one_named(tmp_path, capsys):
+    from astra_sim.cli import main
+
+    results = tmp_path / "r.csv"
+    results.write_text("point,run.platform-collective,workload.llm.tp,step_ns,compute_ns,status,wall_s\n"
+                       "a,ring,1,2000000,1,ok,0.1\nb,nccl,1,1500000,1,ok,0.1\n"
+                       "c,ring,2,1000000,1,ok,0.1\nd,nccl,2,,,error,0.1\n")
+    assert main(["plot", str(results), "-o", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / "sweep_results.png").stat().st_size > 1000
+    from astra_plots.figures import sweep_results_figure
+    from astra_plots.inputs import read_sweep_results
+
+    axes, rows = read_sweep_results(results)
+    assert axes == ["run.platform-collective", "workload.llm.tp"]
+    fig = sweep_results_figure(axes, rows, "t")
+    assert "3 of 4 points" in fig.axes[0].get_title()
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n1,2\n")
+    capsys.readouterr()
+    assert main(["plot", str(bad), "-o", str(tmp_path / "out")]) == 2
+    assert "bad.csv" in capsys.readouterr().err

@@ -6,7 +6,9 @@ Writes into DIR, each file whole (a temporary name, then renamed):
   breakdown, on by default in ``astra run``);
 * ``timeline.png`` (with ``--timeline``): the streams of a few ranks over time (``--ranks``);
 * ``links.png``: link use over time, for ``congestion`` / ``flow`` runs written with ``--timeline``;
-* ``sweep.png`` (several reports): the runs side by side in a table.
+* ``sweep.png`` (several reports): the runs side by side in a table;
+* ``sweep_results.png`` (an ``astra sweep`` results file, .csv or .parquet, instead of reports): step time of
+  every point, grouped by the axes.
 
 A file that is not a report (or not a timeline) is an error naming it (exit 2), as is a DIR that cannot be
 written, before anything is drawn.
@@ -28,7 +30,9 @@ def register(subparsers):
                     "bars per rank (per group of identical ranks for large runs), a timeline overview of a few ranks "
                     "(--timeline, a file written by astra run --timeline), a link-utilisation heat map (congestion "
                     "and flow runs written with --timeline) and, for several reports, a table of the runs.")
-    parser.add_argument("reports", nargs="+", metavar="REPORT.json", help="report(s) written by astra run --report-json")
+    parser.add_argument("reports", nargs="+", metavar="REPORT.json",
+                        help="report(s) written by astra run --report-json, or one astra sweep results file "
+                             "(.csv/.parquet)")
     parser.add_argument("--timeline", metavar="TIMELINE", help="a Chrome timeline of the (first) run (.json or .json.gz)")
     parser.add_argument("--ranks", metavar="RANGES",
                         help="ranks of the timeline overview, e.g. 0-3,64 (default: the slowest rank and the first rank "
@@ -45,6 +49,8 @@ def run(args):
     from astra_plots.inputs import read_report, read_timeline
 
     check_writable_folder(args.output, f"-o {args.output}")
+    if args.reports[0].endswith((".csv", ".parquet")):
+        return _plot_sweep_results(args)
     reports = [read_report(path) for path in args.reports]
     report = reports[0]
     total = len(report["ranks"])
@@ -85,6 +91,22 @@ def run(args):
         print(f"wrote {path}")
     for note in notes:
         print(f"astra plot: {note}")
+    return 0
+
+
+def _plot_sweep_results(args):
+    from astra_plots import figures
+    from astra_plots.inputs import read_sweep_results
+
+    if len(args.reports) > 1 or args.timeline:
+        raise ConfigError("astra plot: a sweep results file is drawn alone (no other report, no --timeline)")
+    axes, rows = read_sweep_results(args.reports[0])
+    fig = figures.sweep_results_figure(axes, rows, os.path.basename(args.reports[0]))
+    if fig is None:
+        print(f"astra plot: {args.reports[0]} has no finished point: nothing drawn")
+        return 0
+    for path in _save(fig, args.output, "sweep_results", args.svg):
+        print(f"wrote {path}")
     return 0
 
 

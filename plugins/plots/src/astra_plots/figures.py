@@ -162,3 +162,48 @@ def sweep_figure(labels, reports):
     ax.set_title(f"{len(reports)} runs")
     fig.tight_layout()
     return fig
+
+
+def _value(text):
+    """An axis value as a reader wants it: ``['ring']`` (a one-element list in the results file) -> ``ring``."""
+    text = str(text)
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1].replace("'", "").replace('"', "")
+    return text
+
+
+def sweep_results_figure(axes, rows, title):
+    """Step time (ms) of every finished point of a sweep: groups of bars, one group per value of all axes but
+    the last, one bar per value of the last axis (points that did not finish are left out)."""
+    done = [r for r in rows if r.get("status") == "ok" and r.get("step_ns") not in (None, "")]
+    if not done:
+        return None
+    last = axes[-1] if axes else None
+    outer = axes[:-1]
+
+    def label(row, names):
+        return ", ".join(f"{n.split('.')[-1]}={_value(row[n])}" for n in names) if names else "all"
+
+    groups, series = [], []
+    for row in done:
+        g, s = label(row, outer), (label(row, [last]) if last else "step")
+        if g not in groups:
+            groups.append(g)
+        if s not in series:
+            series.append(s)
+    values = {(label(r, outer), label(r, [last]) if last else "step"): _ms(float(r["step_ns"])) for r in done}
+    width = 0.8 / len(series)
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.5 * len(groups) * len(series) + 2), 5.5), dpi=100)
+    cmap = colormaps["viridis"]
+    for j, name in enumerate(series):
+        xs = [i + (j - (len(series) - 1) / 2) * width for i in range(len(groups))]
+        ys = [values.get((g, name), 0.0) for g in groups]
+        ax.bar(xs, ys, width, label=name, color=cmap(j / max(1, len(series) - 1) * 0.9))
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels(groups, rotation=30 if len(groups) > 4 else 0, ha="right" if len(groups) > 4 else "center",
+                       fontsize=8)
+    ax.set_ylabel("step time (ms)")
+    ax.set_title(f"{title}: {len(done)} of {len(rows)} points")
+    ax.legend(fontsize=8, title=last.split(".")[-1] if last else None)
+    fig.tight_layout()
+    return fig

@@ -92,3 +92,33 @@ def _keep(timeline, event, wanted):
     elif ph == "C":
         for value in (event.get("args") or {}).values():
             timeline.counters.setdefault(event.get("name", ""), []).append((float(event.get("ts", 0)), float(value)))
+
+
+def read_sweep_results(path):
+    """``(axes, rows)`` of an ``astra sweep`` results file (.csv or .parquet): the axis columns (those between
+    ``point`` and ``step_ns``) and every row as a dict of strings; a ConfigError when it is not one."""
+    path = str(path)
+    try:
+        if path.endswith(".parquet"):
+            try:
+                import pyarrow.parquet as pq
+            except ImportError:
+                raise ConfigError(f"{path}: reading Parquet needs pyarrow (pip install pyarrow)") from None
+            table = pq.read_table(path)
+            columns = list(table.column_names)
+            rows = [{k: "" if v is None else str(v) for k, v in row.items()} for row in table.to_pylist()]
+        else:
+            import csv
+
+            with open(path, newline="") as handle:
+                reader = csv.DictReader(handle)
+                columns = list(reader.fieldnames or [])
+                rows = list(reader)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the sweep results: {exc.strerror or exc}") from None
+    except Exception as exc:  # noqa: BLE001 - a damaged Parquet/CSV file: say which
+        raise ConfigError(f"{path}: not readable as sweep results: {type(exc).__name__}: {exc}") from None
+    if not columns or columns[0] != "point" or "step_ns" not in columns or "status" not in columns:
+        raise ConfigError(f"{path}: not astra sweep results (expected the columns point, <axes>, step_ns, ..., "
+                          "status; write them with astra sweep -o)")
+    return columns[1:columns.index("step_ns")], rows
