@@ -64,29 +64,31 @@ class AttentionOps:
             return [(self.ctx, self.ctx, causal)]
         return [(q, q, causal)] + [(q // 2 if causal else q, q, False)] * (cfg.cp - 1)
 
-    def flash_fwd(self, lab, b, hq, hkv, q, d, recvs, extra=None, steps=None):
+    def flash_fwd(self, lab, b, hq, hkv, q, d, recvs, extra=None, steps=None, dv=None):
         """Forward FlashAttention (see :meth:`_attn_steps`, or the given ``steps``); ``recvs``: the CP ring's K/V
-        receives."""
+        receives; ``dv``: the values' head width (MLA: v_head_dim; default ``d``)."""
+        dv = dv or d
         node = None
         for j, (k, kf, causal) in enumerate(steps or self._attn_steps(q)):
             label = lab + ".attn" + (f".cp{j}" if self.cfg.cp > 1 else "")
             # _scaled_dot_product_flash_attention(query, key, value, dropout_p, is_causal, return_debug_mask)
-            node = self.comp(ATTN, label, f"[[{b}, {hq}, {q}, {d}], [{b}, {hkv}, {k}, {d}], [{b}, {hkv}, {k}, {d}]]",
-                             4 * b * q * kf * d * hq, b * d * (2 * q * hq + 2 * k * hkv), recvs[j - 1:j],
+            node = self.comp(ATTN, label, f"[[{b}, {hq}, {q}, {d}], [{b}, {hkv}, {k}, {d}], [{b}, {hkv}, {k}, {dv}]]",
+                             2 * b * q * kf * (d + dv) * hq, b * (d + dv) * (q * hq + k * hkv), recvs[j - 1:j],
                              extra=extra, values=f"[[], [], [], 0.0, {causal}, False]")
         return node
 
-    def flash_bwd(self, lab, b, hq, hkv, q, d):
+    def flash_bwd(self, lab, b, hq, hkv, q, d, dv=None):
         """Backward FlashAttention, one call per forward call. Returns the node after which the CP ring can send
         dK/dV back (step 1's, the first remote chunk; without CP the only node)."""
+        dv = dv or d
         nodes = []
         for j, (k, kf, causal) in enumerate(self._attn_steps(q)):
             label = lab + ".attn" + (f".cp{j}" if self.cfg.cp > 1 else "")
             # _scaled_dot_product_flash_attention_backward(grad_out, query, key, value, out, logsumexp,
             #     cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset)
             nodes.append(self.comp(ATTN_BWD, label, f"[[{b}, {hq}, {q}, {d}], [{b}, {hq}, {q}, {d}], "
-                                   f"[{b}, {hkv}, {k}, {d}], [{b}, {hkv}, {k}, {d}]]",
-                                   8 * b * q * kf * d * hq, b * q * d * 4 * hq + b * k * d * 4 * hkv,
+                                   f"[{b}, {hkv}, {k}, {d}], [{b}, {hkv}, {k}, {dv}]]",
+                                   4 * b * q * kf * (d + dv) * hq, 2 * b * (d + dv) * (q * hq + k * hkv),
                                    values=f"[[], [], [], [], [], [], None, None, 0, 0, 0.0, {causal}, None, None]"))
         return nodes[min(1, len(nodes) - 1)]
 

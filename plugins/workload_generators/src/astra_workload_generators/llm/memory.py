@@ -111,7 +111,7 @@ def layer_activation_bytes(dims: ModelDims, cfg: LlmConfig, mode: str | None = N
     # FFN inputs (LayerNorm outputs), two dropout masks (1 byte per element)
     replicated = tokens * h * (4 * nb + 2 * mask)
     m1 = 2 if dims.gated else 1  # FC1 outputs: gate and up for a gated FFN
-    sharded = tokens * (h + 2 * kv * d) * nb + tokens * h * nb  # Q, K, V; the output projection's input
+    sharded = tokens * (dims.q_width + kv * (d + dims.v_dim)) * nb + tokens * dims.o_width * nb  # Q, K, V; the output projection's input
     if moe:
         f = dims.expert_ffn
         rows = routed_rows(dims, cfg, tokens)
@@ -244,6 +244,8 @@ def _kv_cache_bytes(dims, cfg, units):
     context = q if cfg.mode == "prefill" else c + cfg.steps - 1
     heads = dims.kv_heads // cfg.tp
     per_position = 2 * layers * heads * dims.head_dim * nb
+    if dims.mla:  # the compressed latent and the shared rotary key, whole on every TP rank
+        per_position = layers * (dims.kv_lora_rank + dims.rope_dim) * nb
     sequences = cfg.micro_batches * cfg.micro_batch_size
     total = per_position * sequences * (context // cfg.cp if cfg.mode == "prefill" else context)
     if cfg.mode == "mixed":  # each micro-batch's prefill request: its cached prompt and this chunk

@@ -9,13 +9,14 @@ from .emit import NodeEmitter
 from .fp8 import Fp8Ops
 from .layers import LayerOps
 from .model import ModelDims, _lengths, layer_shards, padded_vocab
+from .mla import MlaOps
 from .moe import MoeOps
 from .routing import routed_rows
 from .schedule import pipeline_schedule
 from .zero import DataParallelOps
 
 
-class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, MoeOps, DataParallelOps):
+class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, MlaOps, MoeOps, DataParallelOps):
     """The node graph of one pipeline stage, identical for every rank of the stage except for rank-specific
     attributes (``pg_name``, ``comm_src``/``comm_dst``), which are appended per rank as trailing attributes."""
 
