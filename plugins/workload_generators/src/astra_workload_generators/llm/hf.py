@@ -25,7 +25,7 @@ FAMILIES = {
     "mixtral": "mixtral",
     "qwen2_moe": "qwen_moe", "qwen3_moe": "qwen_moe",
     "gemma2": "gemma", "gemma3": "gemma", "gemma3_text": "gemma",
-    "deepseek_v2": "deepseek", "deepseek_v3": "deepseek",
+    "deepseek": "deepseek", "deepseek_v2": "deepseek", "deepseek_v3": "deepseek",
     "gpt2": "gpt2",
     "gpt_neox": "neox",
 }
@@ -33,7 +33,7 @@ FAMILIES = {
 #: Keys that change the compute or the memory and that the generator does not model (warned about when set).
 UNMODELLED = {
     "sliding_window": "sliding-window attention (attention is timed over the whole context)",
-    "num_nextn_predict_layers": "multi-token-prediction layers (not in the trace nor in params_total)",
+    "num_nextn_predict_layers": "multi-token-prediction layers (not in the trace; --summary counts them apart)",
     "attn_logit_softcapping": "attention logit soft-capping (its element-wise ops)",
     "quantization_config": "quantized weights (weights are --dtype)",
     "vision_config": "the vision encoder (the text decoder only is generated)",
@@ -153,6 +153,12 @@ def _read(r: _Reader, model_type):
                     moe_ffn=r.int("moe_intermediate_size"), shared_experts=r.int("n_shared_experts", 0, minimum=0),
                     moe_dense_layers=r.int("first_k_dense_replace", 0, minimum=0),
                     moe_layer_freq=r.int("moe_layer_freq", 1))
+        dims["mtp_layers"] = r.int("num_nextn_predict_layers", 0, minimum=0)
+        if d.get("kv_lora_rank") is not None:  # multi-head latent attention
+            rope, nope = r.int("qk_rope_head_dim"), r.int("qk_nope_head_dim")
+            dims.update(kv_lora_rank=r.int("kv_lora_rank"), q_lora_rank=r.int("q_lora_rank", 0, minimum=0),
+                        rope_dim=rope, head_size=rope + nope, v_head_dim=r.int("v_head_dim"),
+                        kv_heads=dims["heads"])
     warnings = []
     for key, what in UNMODELLED.items():
         value = d.get(key)
@@ -161,7 +167,4 @@ def _read(r: _Reader, model_type):
         if key == "sliding_window" and (d.get("use_sliding_window") is False or value >= dims["seq_len"]):
             continue  # Qwen2/3 configs carry a window that is switched off
         warnings.append(f"{r.path}: key {key!r}: {what}")
-    if family == "deepseek" and d.get("kv_lora_rank"):
-        warnings.append(f"{r.path}: key 'kv_lora_rank': multi-head latent attention is modelled as plain "
-                        "attention of qk_nope_head_dim + qk_rope_head_dim per head")
     return dims, warnings

@@ -77,6 +77,7 @@ class ModelDims:
     kv_lora_rank: int = 0
     rope_dim: int = 0
     v_head_dim: int = 0
+    mtp_layers: int = 0        # multi-token-prediction modules (DeepSeek-V3): counted by --summary, not emitted
 
     @property
     def head_dim(self):
@@ -143,7 +144,7 @@ def model_dims(preset=None, base=None, **overrides) -> ModelDims:
     dims = ModelDims(**base)
     for k, v in asdict(dims).items():
         if k in ("experts", "moe_ffn", "shared_experts", "moe_dense_layers", "head_size", "q_lora_rank",
-                 "kv_lora_rank", "rope_dim", "v_head_dim"):
+                 "kv_lora_rank", "rope_dim", "v_head_dim", "mtp_layers"):
             if not isinstance(v, int) or v < 0:
                 raise ConfigError(f"{k} must be a non-negative integer, got {v!r}")
         elif k not in ("gated", "tied_embeddings") and (not isinstance(v, int) or v < 1):
