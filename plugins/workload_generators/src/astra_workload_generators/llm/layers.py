@@ -240,12 +240,12 @@ class LayerOps:
             attn = self.flash_bwd(lab, b, hq, hkv, q, d, dv=dims.v_dim)
         ring = self._cp_ring(lab + ".dkv", layer, mb, 2, attn)  # dK, dV back to their owners
         gathered = self._regather(lab + ".attn_in", ring)
+        if not dims.mla and self.fp8_cast(lab + ".qkv.dgrad", n, qkv, ring) is not None:
+            ring = []
         if dims.mla:
             self.mla_backward(lab, ring, gathered)
             out = self._tp("rs" if sp else "ar", lab + ".attn_in")
-        elif self.fp8_cast(lab + ".qkv.dgrad", n, qkv, ring) is not None:
-            ring = []
-        if overlap:
+        elif overlap:
             out = self.mm_rs(lab + ".qkv.dgrad", lab + ".attn_in", n, qkv, h, ring)
             self.fp8_transpose(lab + ".qkv.wgrad", n, h, gathered)
             self.mm(lab + ".qkv.wgrad", h, n, qkv, gathered)
