@@ -244,3 +244,35 @@ def test_qwen3_moe_and_deepseek_v3_simulate_on_hgx_h100(tmp_path, model, extra, 
                  "--report-json", str(report)]) == 0
     ranks = json.loads(report.read_text())["ranks"]
     assert len(ranks) == 8 and min(r["finish_ns"] for r in ranks) > 0
+
+
+def test_sliding_window_costs_s_times_w_by_hand(tmp_path):
+    """Gemma 2 (layer 0 local, layer 1 global) with a 64-key window over 256 positions: the local layer's
+    attention is a 256 x 64 band (timed as that block, not causal), the global one 256 x 256 causal; FLOPs
+    6*P*s + 6*s*(64 + 256)*(2*H*d); decode reads a 64-position cache on the local layer."""
+    dims = _dims("gemma2-9b", layers=2, seq_len=256, vocab=1000, window=64)
+    assert [dims.is_local(i) for i in range(2)] == [True, False]
+    generate_llm(dims, LlmConfig(), tmp_path / "g")
+    nodes = read_rank_nodes(tmp_path / "g", 0)
+    attn = {n.attrs["label"]: n for n in nodes if n.name == "aten::_scaled_dot_product_flash_attention"}
+    local, glob = attn["fwd.l0.mb0.attn"], attn["fwd.l1.mb0.attn"]
+    assert local.inputs_shapes == "[[1, 16, 256, 256], [1, 8, 64, 256], [1, 8, 64, 256]]"
+    assert local.attrs["num_ops"] == 4 * 256 * 64 * 256 * 16 and "False, False" in local.inputs_values
+    assert glob.attrs["num_ops"] == 4 * 256 * 256 * 256 * 16
+    h, H, kv, d, f = 3584, 16, 8, 256, 14336
+    P = 2 * (h * (H * d + 2 * kv * d) + H * d * h + 3 * h * f) + 1000 * h
+    assert _comp_ops(tmp_path / "g", 1) == 6 * P * 256 + 6 * 256 * (64 + 256) * 2 * H * d
+    generate_llm(dims, LlmConfig(mode="decode", prompt_len=200), tmp_path / "gd")
+    dec = [n for n in read_rank_nodes(tmp_path / "gd", 0) if n.name == "aten::_scaled_dot_product_flash_attention"]
+    assert [n.attrs["kv_cache_bytes"] for n in dec] == [2 * 64 * kv * d * 2, 2 * 201 * kv * d * 2]
+
+
+def test_window_pattern_from_layer_types(tmp_path):
+    cfg = json.loads(load_hf_config("gemma3-27b")[2].read_text())["text_config"]
+    cfg.update(model_type="gemma3_text", num_hidden_layers=4,
+               layer_types=["sliding_attention", "full_attention"] * 2)
+    base, _, _ = load_hf_config(_write(tmp_path, cfg))
+    assert (base["window"], base["window_pattern"]) == (1024, 2)
+    cfg["layer_types"] = ["full_attention", "sliding_attention", "sliding_attention", "full_attention"]
+    with pytest.raises(ConfigError, match="layer_types"):
+        load_hf_config(_write(tmp_path, cfg))

@@ -42,7 +42,10 @@ def add_llm_command(sub):
                        ("kv-heads", "key/value heads (GQA; default: heads)"),
                        ("ffn-hidden", "FFN inner size (default 4h)"), ("vocab", "vocabulary size"),
                        ("seq-len", "sequence length s"),
-                       ("head-dim", "head dimension d (default hidden/heads)")):
+                       ("head-dim", "head dimension d (default hidden/heads)"),
+                       ("sliding-window", "sliding-window attention: local layers attend to the last N keys"),
+                       ("window-pattern", "with --sliding-window: every N-th layer (N-1, 2N-1, ...) global "
+                        "(Gemma 2: 2, Gemma 3: 6; default: every layer local)")):
         p.add_argument(f"--{flag}", type=positive_int, metavar="N", help=f"{what} (overrides the preset)")
     for flag, what in (("experts", "routed experts E (mixture of experts; default: the preset's, else dense)"),
                        ("top-k", "experts per token K"), ("moe-ffn", "expert FFN inner size (default: ffn hidden)"),
@@ -180,7 +183,9 @@ def dims_and_config(args):
         base, warnings, _ = load_hf_config(args.model)
         for line in warnings:
             warning(line)
-    dims = model_dims(args.preset, base=base, head_size=getattr(args, "head_dim", None), layers=args.layers, hidden=args.hidden, heads=args.heads,
+    dims = model_dims(args.preset, base=base, head_size=getattr(args, "head_dim", None),
+                      window=getattr(args, "sliding_window", None), window_pattern=getattr(args, "window_pattern", None),
+                      layers=args.layers, hidden=args.hidden, heads=args.heads,
                       kv_heads=args.kv_heads, ffn_hidden=args.ffn_hidden, vocab=args.vocab, seq_len=args.seq_len,
                       gated=args.gated, experts=args.experts, top_k=args.top_k, moe_ffn=args.moe_ffn,
                       shared_experts=args.shared_experts, moe_dense_layers=args.moe_dense_layers,

@@ -125,6 +125,8 @@ def _check(dims: ModelDims, cfg: LlmConfig):
     if dims.mla and (cfg.tp_comm_overlap or cfg.attention == "unfused" or cfg.cp > 1):
         raise ConfigError("multi-head latent attention (kv_lora_rank) is not modelled with --tp-comm-overlap, "
                           "--attention unfused or --cp")
+    if dims.window and (cfg.attention == "unfused" or cfg.cp > 1):
+        raise ConfigError("sliding-window attention is not modelled with --attention unfused or --cp")
     if dims.kv_heads % cfg.tp:
         raise ConfigError(f"kv heads {dims.kv_heads} (and heads {dims.heads}) must be divisible by --tp {cfg.tp}")
     if dims.ffn_hidden % cfg.tp:

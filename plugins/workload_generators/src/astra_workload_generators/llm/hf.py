@@ -32,7 +32,6 @@ FAMILIES = {
 
 #: Keys that change the compute or the memory and that the generator does not model (warned about when set).
 UNMODELLED = {
-    "sliding_window": "sliding-window attention (attention is timed over the whole context)",
     "num_nextn_predict_layers": "multi-token-prediction layers (not in the trace; --summary counts them apart)",
     "attn_logit_softcapping": "attention logit soft-capping (its element-wise ops)",
     "quantization_config": "quantized weights (weights are --dtype)",
@@ -160,11 +159,38 @@ def _read(r: _Reader, model_type):
                         rope_dim=rope, head_size=rope + nope, v_head_dim=r.int("v_head_dim"),
                         kv_heads=dims["heads"])
     warnings = []
+    if model_type.startswith("qwen"):
+        if r.bool("use_sliding_window", False):  # (off in every released Qwen2/3 config)
+            warnings.append(f"{r.path}: key 'use_sliding_window': Qwen's sliding window on the layers from "
+                            "max_window_layers is not modelled (attention is timed over the whole context)")
+    elif family in ("llama", "mixtral", "gemma"):
+        dims.update(_window(r, model_type, dims["layers"]))
     for key, what in UNMODELLED.items():
-        value = d.get(key)
-        if value in (None, False, 0, [], {}):
-            continue
-        if key == "sliding_window" and (d.get("use_sliding_window") is False or value >= dims["seq_len"]):
-            continue  # Qwen2/3 configs carry a window that is switched off
-        warnings.append(f"{r.path}: key {key!r}: {what}")
+        if d.get(key) not in (None, False, 0, [], {}):
+            warnings.append(f"{r.path}: key {key!r}: {what}")
     return dims, warnings
+
+
+def _window(r: _Reader, model_type, layers):
+    """Sliding-window attention: ``window`` and which layers are local (``window_pattern``, see
+    :meth:`.model.ModelDims.is_local`): Mistral and Phi-3 every layer, Gemma 2 every other one (layer 0 local),
+    Gemma 3 five local to one global (``sliding_window_pattern``), or a ``layer_types`` list."""
+    window = r.int("sliding_window", 0, minimum=0)
+    if not window:
+        return {}
+    pattern = {"gemma2": 2, "gemma3_text": 6}.get(model_type, 0)
+    if model_type == "gemma3_text":
+        pattern = r.int("sliding_window_pattern", pattern)
+    types = r.data.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or any(t not in ("sliding_attention", "full_attention") for t in types):
+            raise ConfigError(f"{r.path}: key 'layer_types' must be a list of 'sliding_attention' / "
+                              f"'full_attention', got {types!r}")
+        local = [t == "sliding_attention" for t in types]
+        if not any(local):
+            return {}
+        pattern = 0 if all(local) else local.index(False) + 1
+        if local != [pattern == 0 or (i + 1) % pattern != 0 for i in range(len(local))]:
+            raise ConfigError(f"{r.path}: key 'layer_types': only a periodic pattern (every N-th layer global) is "
+                              "modelled")
+    return {"window": window, "window_pattern": pattern}

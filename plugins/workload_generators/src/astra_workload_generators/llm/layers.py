@@ -159,13 +159,14 @@ class LayerOps:
             self.attn_unfused_fwd(lab, b, hq, q, c, d, ring)
         else:
             decode = cfg.mode in ("decode", "mixed")
-            kv_bytes = {"kv_cache_bytes": self.cache_bytes(b, c, hkv)} if decode else None
-            self.flash_fwd(lab, b, hq, hkv, q, d, ring, kv_bytes, dv=dims.v_dim)
+            kv_bytes = {"kv_cache_bytes": self.cache_bytes(b, dims.attn_keys(layer, c), hkv)} if decode else None
+            self.flash_fwd(lab, b, hq, hkv, q, d, ring, kv_bytes, dv=dims.v_dim, layer=layer)
             if cfg.mode == "mixed":  # the prefill chunk: causal over the cached prompt tokens and itself
                 chunk, keys = cfg.prefill_chunk, cfg.prefill_done + cfg.prefill_chunk
+                wk = dims.attn_keys(layer, keys)  # (a sliding window: the chunk's band, timed as a block)
                 self.flash_fwd(lab + ".prefill", 1, hq, hkv, chunk, d, [],
-                               {"kv_cache_bytes": self.cache_bytes(1, keys, hkv)},
-                               steps=[(keys, keys, cfg.causal)], dv=dims.v_dim)
+                               {"kv_cache_bytes": self.cache_bytes(1, wk, hkv)},
+                               steps=[(wk, wk, cfg.causal and wk == keys)], dv=dims.v_dim)
         ow = dims.o_width // tp
         self.fp8_cast(lab + ".proj", n, ow)  # (QKV, FC1, FC2 inputs: cast inside LayerNorm / GeLU)
         self.mm_rs(lab + ".proj", lab + ".attn_out", n, ow, h)
@@ -237,7 +238,7 @@ class LayerOps:
         if cfg.attention == "unfused":
             attn = self.attn_unfused_bwd(lab, b, hq, q, s, d)
         else:  # (CP: the dK/dV ring starts when the first remote chunk's gradients are done)
-            attn = self.flash_bwd(lab, b, hq, hkv, q, d, dv=dims.v_dim)
+            attn = self.flash_bwd(lab, b, hq, hkv, q, d, dv=dims.v_dim, layer=layer)
         ring = self._cp_ring(lab + ".dkv", layer, mb, 2, attn)  # dK, dV back to their owners
         gathered = self._regather(lab + ".attn_in", ring)
         if not dims.mla and self.fp8_cast(lab + ".qkv.dgrad", n, qkv, ring) is not None:

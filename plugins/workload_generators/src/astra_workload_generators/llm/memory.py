@@ -239,17 +239,20 @@ def _kv_cache_bytes(dims, cfg, units):
     """Keys and values of every sequence resident on the rank (all micro-batches of its DP replica), for the
     stage's layers, at the largest context of the step (the last decode step's)."""
     nb = DTYPES[cfg.dtype][0]
-    layers = sum(len(r) for _, _, r in units.values())
+    layers = [i for _, _, r in units.values() for i in r]
     q, c = _lengths(dims, cfg)
     context = q if cfg.mode == "prefill" else c + cfg.steps - 1
     heads = dims.kv_heads // cfg.tp
-    per_position = 2 * layers * heads * dims.head_dim * nb
+    per_position = 2 * heads * dims.head_dim * nb  # one layer's
     if dims.mla:  # the compressed latent and the shared rotary key, whole on every TP rank
-        per_position = layers * (dims.kv_lora_rank + dims.rope_dim) * nb
+        per_position = (dims.kv_lora_rank + dims.rope_dim) * nb
     sequences = cfg.micro_batches * cfg.micro_batch_size
-    total = per_position * sequences * (context // cfg.cp if cfg.mode == "prefill" else context)
+    kept = context // cfg.cp if cfg.mode == "prefill" else context
+    # a sliding-window layer keeps only the window's last positions
+    total = per_position * sequences * sum(dims.attn_keys(i, kept) for i in layers)
     if cfg.mode == "mixed":  # each micro-batch's prefill request: its cached prompt and this chunk
-        total += per_position * cfg.micro_batches * (cfg.prefill_done + cfg.prefill_chunk)
+        keys = cfg.prefill_done + cfg.prefill_chunk
+        total += per_position * cfg.micro_batches * sum(dims.attn_keys(i, keys) for i in layers)
     return total
 
 

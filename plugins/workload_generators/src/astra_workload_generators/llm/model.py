@@ -78,10 +78,24 @@ class ModelDims:
     rope_dim: int = 0
     v_head_dim: int = 0
     mtp_layers: int = 0        # multi-token-prediction modules (DeepSeek-V3): counted by --summary, not emitted
+    window: int = 0            # sliding-window attention: a local layer's queries see the last `window` keys
+    window_pattern: int = 0    # 0: every layer local; N: layer i global when (i + 1) % N == 0 (Gemma 2: 2, 3: 6)
 
     @property
     def head_dim(self):
         return self.head_size or self.hidden // self.heads
+
+    def is_local(self, layer):
+        """Whether layer ``layer`` (0-based) has sliding-window attention."""
+        return self.window > 0 and (self.window_pattern == 0 or (layer + 1) % self.window_pattern != 0)
+
+    def attn_keys(self, layer, ctx):
+        """Keys a query attends to in ``layer`` at a context of ``ctx``: the window on local layers."""
+        return min(ctx, self.window) if self.is_local(layer) else ctx
+
+    def attn_key_sum(self, ctx):
+        """``attn_keys`` summed over the layers (the attention FLOPs' per-query factor)."""
+        return sum(self.attn_keys(i, ctx) for i in range(self.layers))
 
     @property
     def mla(self):
@@ -144,7 +158,8 @@ def model_dims(preset=None, base=None, **overrides) -> ModelDims:
     dims = ModelDims(**base)
     for k, v in asdict(dims).items():
         if k in ("experts", "moe_ffn", "shared_experts", "moe_dense_layers", "head_size", "q_lora_rank",
-                 "kv_lora_rank", "rope_dim", "v_head_dim", "mtp_layers"):
+                 "kv_lora_rank", "rope_dim", "v_head_dim", "mtp_layers", "window",
+                 "window_pattern"):
             if not isinstance(v, int) or v < 0:
                 raise ConfigError(f"{k} must be a non-negative integer, got {v!r}")
         elif k not in ("gated", "tied_embeddings") and (not isinstance(v, int) or v < 1):
@@ -157,6 +172,8 @@ def model_dims(preset=None, base=None, **overrides) -> ModelDims:
     if dims.moe and not dims.moe_layers:
         raise ConfigError(f"--moe-dense-layers {dims.moe_dense_layers} and --moe-layer-freq {dims.moe_layer_freq} "
                           f"leave no MoE layer of the {dims.layers} layers (use a dense model instead)")
+    if dims.window_pattern and not dims.window:
+        raise ConfigError("window_pattern needs a sliding window (window)")
     if (dims.q_lora_rank or dims.rope_dim or dims.v_head_dim) and not dims.mla:
         raise ConfigError("q_lora_rank, rope_dim and v_head_dim are multi-head latent attention's: they need "
                           "kv_lora_rank")
@@ -265,7 +282,7 @@ def training_flops(dims: ModelDims, sequences: int, tp: int = 1) -> int:
     """6 * P_activated * tokens + 6 * L * s^2 * (heads*d + heads*v) * sequences (= 12*L*s^2*h when heads*d = h)."""
     s = dims.seq_len
     return (6 * activated_parameter_count(dims, tp) * sequences * s
-            + 6 * dims.layers * s * s * (dims.q_width + dims.o_width) * sequences)
+            + 6 * s * dims.attn_key_sum(s) * (dims.q_width + dims.o_width) * sequences)
 
 
 def inference_flops(dims: ModelDims, cfg: "LlmConfig") -> int:
@@ -276,11 +293,11 @@ def inference_flops(dims: ModelDims, cfg: "LlmConfig") -> int:
     head = padded_vocab(dims, cfg.tp) * dims.hidden
     last = cfg.logits == "last"  # the LM head on one position per sequence (and per prefill chunk)
     flops = sum(2 * (P - head) * seqs * q + 2 * head * seqs * (1 if last else q)
-                + 2 * dims.layers * q * (c + i) * (dims.q_width + dims.o_width) * seqs for i in range(cfg.steps))
+                + 2 * q * dims.attn_key_sum(c + i) * (dims.q_width + dims.o_width) * seqs for i in range(cfg.steps))
     if cfg.mode == "mixed":  # one prefill chunk per micro-batch and DP replica
         chunk, keys = cfg.prefill_chunk, cfg.prefill_done + cfg.prefill_chunk
         flops += cfg.dp * cfg.micro_batches * (2 * (P - head) * chunk + 2 * head * (1 if last else chunk)
-                                               + 2 * dims.layers * chunk * keys * (dims.q_width + dims.o_width))
+                                               + 2 * chunk * dims.attn_key_sum(keys) * (dims.q_width + dims.o_width))
     return flops
 
 
