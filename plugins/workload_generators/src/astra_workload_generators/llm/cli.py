@@ -184,7 +184,8 @@ def dims_and_config(args):
         for line in warnings:
             warning(line)
     dims = model_dims(args.preset, base=base, head_size=getattr(args, "head_dim", None),
-                      window=getattr(args, "sliding_window", None), window_pattern=getattr(args, "window_pattern", None),
+                      window=getattr(args, "sliding_window", None),
+                      window_pattern=getattr(args, "window_pattern", None),
                       layers=args.layers, hidden=args.hidden, heads=args.heads,
                       kv_heads=args.kv_heads, ffn_hidden=args.ffn_hidden, vocab=args.vocab, seq_len=args.seq_len,
                       gated=args.gated, experts=args.experts, top_k=args.top_k, moe_ffn=args.moe_ffn,

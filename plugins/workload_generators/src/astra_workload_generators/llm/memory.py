@@ -111,7 +111,8 @@ def layer_activation_bytes(dims: ModelDims, cfg: LlmConfig, mode: str | None = N
     # FFN inputs (LayerNorm outputs), two dropout masks (1 byte per element)
     replicated = tokens * h * (4 * nb + 2 * mask)
     m1 = 2 if dims.gated else 1  # FC1 outputs: gate and up for a gated FFN
-    sharded = tokens * (dims.q_width + kv * (d + dims.v_dim)) * nb + tokens * dims.o_width * nb  # Q, K, V; the output projection's input
+    # Q, K, V; the output projection's input
+    sharded = tokens * (dims.q_width + kv * (d + dims.v_dim)) * nb + tokens * dims.o_width * nb
     if moe:
         f = dims.expert_ffn
         rows = routed_rows(dims, cfg, tokens)

@@ -9,8 +9,9 @@ FLOPs (what the COMP nodes' ``num_ops`` add up to over all ranks, without recomp
     6 * P * tokens + 12 * L * s^2 * h * sequences
 
 (``h`` in the attention term is really heads x head_dim, half for the scores' and half for the values' width:
-they differ from h with an explicit ``head_dim`` and with MLA), with ``P = L * (h*(h + 2*kv*d) + h*h + m*h*f) + V*h`` (matmul weights: QKV, output projection, FFN with m = 3
-for gated (SwiGLU) FFNs and 2 otherwise, plus the LM head; no biases, norms or embedding lookup); for
+they differ from h with an explicit ``head_dim`` and with MLA; ``s^2`` is ``s * window`` on a sliding-window
+layer), with ``P = L * (h*(h + 2*kv*d) + h*h + m*h*f) + V*h`` (matmul weights: QKV, output projection, FFN
+with m = 3 for gated (SwiGLU) FFNs and 2 otherwise, plus the LM head; no biases, norms or embedding lookup); for
 mixture-of-experts models P is the *activated* parameter count.
 """
 
