@@ -120,7 +120,7 @@ def test_mla_gemms_flops_and_cache_by_hand(tmp_path):
     """DeepSeek-V3's MLA, TP 2: q_a 7168->1536 and kv_a 7168->512+64 whole on each rank; q_b 1536->128*192 and
     kv_b 512->128*(128+128) split over TP; the output projection reads 128*128/2; attention with 192-wide
     queries/keys and 128-wide values; the decode KV cache is (512 + 64) x 2 bytes per position and layer."""
-    dims = _dims("deepseek-v3", layers=1, moe_dense_layers=0, seq_len=64, vocab=1000)
+    dims = _dims("deepseek-v3", layers=1, moe_dense_layers=0, seq_len=64, vocab=1000, mtp_layers=0)
     generate_llm(dims, LlmConfig(tp=2), tmp_path / "d")
     nodes = read_rank_nodes(tmp_path / "d", 0)
     mm = {n.attrs["label"]: n.inputs_shapes for n in nodes if n.name == "aten::mm"}
@@ -171,7 +171,7 @@ def test_flags_override_and_folder(tmp_path, capsys):
 def test_warnings_name_the_key(capsys):
     assert main(["workload", "llm", "--model", "deepseek-v3", "--summary"]) == 0
     err = capsys.readouterr().err
-    assert "num_nextn_predict_layers" in err and "quantization_config" in err and "deepseek-v3.json" in err
+    assert "quantization_config" in err and "deepseek-v3.json" in err and "num_nextn" not in err  # (MTP modelled)
     assert main(["workload", "llm", "--model", "qwen3-8b", "--summary"]) == 0
     assert "warning" not in capsys.readouterr().err  # its sliding_window is switched off
 
@@ -276,3 +276,27 @@ def test_window_pattern_from_layer_types(tmp_path):
     cfg["layer_types"] = ["full_attention", "sliding_attention", "sliding_attention", "full_attention"]
     with pytest.raises(ConfigError, match="layer_types"):
         load_hf_config(_write(tmp_path, cfg))
+
+
+def test_mtp_module_by_hand(tmp_path):
+    """DeepSeek-V3's MTP module in training: eh_proj (2h -> h), one MoE layer with MLA and the shared LM head, forward
+    and backward: 6 x tokens x those weights + the layer's attention; its gradients are reduced; decode has none."""
+    s, V = 64, 1000
+    with_mtp = _dims("deepseek-v3", layers=1, moe_dense_layers=0, seq_len=s, vocab=V)
+    assert with_mtp.mtp_layers == 1
+    without = _dims("deepseek-v3", layers=1, moe_dense_layers=0, seq_len=s, vocab=V, mtp_layers=0)
+    cfg = LlmConfig(dp=2, ep=2)
+    generate_llm(with_mtp, cfg, tmp_path / "m")
+    generate_llm(without, cfg, tmp_path / "n")
+    h, H = 7168, 128
+    attn_params = h * 1536 + 1536 * H * 192 + h * 576 + 512 * H * 256 + H * 128 * h
+    moe = h * 256 + (8 + 1) * 3 * h * 2048
+    mtp = 6 * s * (2 * h * h + attn_params + moe + V * h) + 6 * s * s * H * (192 + 128)
+    assert _comp_ops(tmp_path / "m", 2) - _comp_ops(tmp_path / "n", 2) == 2 * mtp  # two DP replicas
+    labels = [n.attrs.get("label", n.name) for n in read_rank_nodes(tmp_path / "m", 0)]
+    assert "fwd.mtp0.mb0.eh_proj" in labels and "bwd.mtp0.mb0.eh_proj.wgrad" in labels
+    assert "fwd.l1.mb0.kv_b" in labels and any(x.startswith("dp_") and "mtp0" in x for x in labels)
+    generate_llm(with_mtp, LlmConfig(mode="decode"), tmp_path / "md")
+    assert not any("mtp" in n.attrs.get("label", "") for n in read_rank_nodes(tmp_path / "md", 0))
+    with pytest.raises(ConfigError, match="multi-token prediction"):
+        generate_llm(with_mtp, LlmConfig(dp=2, zero=3), tmp_path / "z")

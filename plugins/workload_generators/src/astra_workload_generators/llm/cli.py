@@ -42,11 +42,14 @@ def add_llm_command(sub):
                        ("kv-heads", "key/value heads (GQA; default: heads)"),
                        ("ffn-hidden", "FFN inner size (default 4h)"), ("vocab", "vocabulary size"),
                        ("seq-len", "sequence length s"),
-                       ("head-dim", "head dimension d (default hidden/heads)"),
-                       ("sliding-window", "sliding-window attention: local layers attend to the last N keys"),
-                       ("window-pattern", "with --sliding-window: every N-th layer (N-1, 2N-1, ...) global "
-                        "(Gemma 2: 2, Gemma 3: 6; default: every layer local)")):
+                       ("head-dim", "head dimension d (default hidden/heads)")):
         p.add_argument(f"--{flag}", type=positive_int, metavar="N", help=f"{what} (overrides the preset)")
+    for flag, what in (("sliding-window", "sliding-window attention: local layers attend to the last N keys (0: off)"),
+                       ("window-pattern", "with --sliding-window: every N-th layer (N-1, 2N-1, ...) global "
+                        "(Gemma 2: 2, Gemma 3: 6; 0, the default: every layer local)"),
+                       ("mtp-layers", "multi-token-prediction modules run in training (DeepSeek-V3's "
+                        "num_nextn_predict_layers; 0: none)")):
+        p.add_argument(f"--{flag}", type=non_negative_int, metavar="N", help=f"{what} (overrides --model)")
     for flag, what in (("experts", "routed experts E (mixture of experts; default: the preset's, else dense)"),
                        ("top-k", "experts per token K"), ("moe-ffn", "expert FFN inner size (default: ffn hidden)"),
                        ("shared-experts", "always-active shared experts S of size moe-ffn"),
@@ -184,7 +187,7 @@ def dims_and_config(args):
         for line in warnings:
             warning(line)
     dims = model_dims(args.preset, base=base, head_size=getattr(args, "head_dim", None),
-                      window=getattr(args, "sliding_window", None),
+                      window=getattr(args, "sliding_window", None), mtp_layers=getattr(args, "mtp_layers", None),
                       window_pattern=getattr(args, "window_pattern", None),
                       layers=args.layers, hidden=args.hidden, heads=args.heads,
                       kv_heads=args.kv_heads, ffn_hidden=args.ffn_hidden, vocab=args.vocab, seq_len=args.seq_len,

@@ -127,6 +127,10 @@ def _check(dims: ModelDims, cfg: LlmConfig):
                           "--attention unfused or --cp")
     if dims.window and (cfg.attention == "unfused" or cfg.cp > 1):
         raise ConfigError("sliding-window attention is not modelled with --attention unfused or --cp")
+    if dims.mtp_layers and not cfg.inference and (cfg.zero == 3 or cfg.cp > 1 or cfg.moe_expert_load
+                                                   or cfg.overlap_param_gather):
+        raise ConfigError("multi-token prediction (num_nextn_predict_layers) is not modelled with --zero 3, --cp, "
+                          "--moe-expert-load or --overlap-param-gather (set --mtp-layers 0)")
     if dims.kv_heads % cfg.tp:
         raise ConfigError(f"kv heads {dims.kv_heads} (and heads {dims.heads}) must be divisible by --tp {cfg.tp}")
     if dims.ffn_hidden % cfg.tp:

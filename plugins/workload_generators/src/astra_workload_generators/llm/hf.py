@@ -32,7 +32,6 @@ FAMILIES = {
 
 #: Keys that change the compute or the memory and that the generator does not model (warned about when set).
 UNMODELLED = {
-    "num_nextn_predict_layers": "multi-token-prediction layers (not in the trace; --summary counts them apart)",
     "attn_logit_softcapping": "attention logit soft-capping (its element-wise ops)",
     "quantization_config": "quantized weights (weights are --dtype)",
     "vision_config": "the vision encoder (the text decoder only is generated)",

@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from .config import DTYPES, LlmConfig
-from .model import ModelDims, _lengths, layer_shards, padded_vocab
+from .model import ModelDims, _lengths, layer_shards, mtp_shards, padded_vocab
 from .routing import ep_loads, routed_rows
 from .schedule import pipeline_schedule
 
@@ -158,6 +158,10 @@ def stage_memory(dims: ModelDims, cfg: LlmConfig, p: int) -> MemoryEstimate:
             if edge:
                 dense += vocab * dims.hidden
                 unit_sizes.append(vocab * dims.hidden)
+        if last and dims.mtp_layers and not cfg.inference:  # the MTP modules' weights (not their activations)
+            md, me = mtp_shards(dims, cfg)
+            dense, expert = dense + dims.mtp_layers * md, expert + dims.mtp_layers * me
+            linear += dims.mtp_layers * (md + me)
     params = dense + expert
     dp_group = cfg.dp * cfg.cp
     edp_group = cfg.dp // cfg.ep * cfg.cp

@@ -263,6 +263,27 @@ def layer_shards(dims: ModelDims, cfg: "LlmConfig", moe: bool = True):
             expert_layer_parameters(dims, moe) // cfg.ep // cfg.tp)
 
 
+def mtp_shards(dims: ModelDims, cfg: "LlmConfig"):
+    """(dense, expert) parameters of one MTP module on one rank: its layer (like a layer after the model's last)
+    and eh_proj (2h x h, whole on every TP rank). Training only (inference does not run them)."""
+    dense, expert = layer_shards(dims, cfg, dims.is_moe_layer(dims.layers))
+    return dense + 2 * dims.hidden * dims.hidden, expert
+
+
+def mtp_training_flops(dims: ModelDims, sequences: int, tp: int = 1) -> int:
+    """FLOPs of the MTP modules in a training step: 6 x tokens x (eh_proj + the layer's activated weights + the
+    LM head) + the layer's attention (eh_proj counted once; every TP rank computes it)."""
+    s = dims.seq_len
+    total = 0
+    for k in range(dims.mtp_layers):
+        layer = dims.layers + k
+        weights = 2 * dims.hidden ** 2 + activated_layer_parameters(dims, dims.is_moe_layer(layer)) \
+            + padded_vocab(dims, tp) * dims.hidden
+        total += 6 * weights * s * sequences + 6 * s * dims.attn_keys(layer, s) * (dims.q_width + dims.o_width) \
+            * sequences
+    return total
+
+
 def _over_layers(dims: ModelDims, per_layer) -> int:
     """``per_layer(dims, moe)`` summed over the model's layers (MoE and dense layers)."""
     dense = dims.layers - dims.moe_layers
@@ -283,7 +304,8 @@ def training_flops(dims: ModelDims, sequences: int, tp: int = 1) -> int:
     """6 * P_activated * tokens + 6 * L * s^2 * (heads*d + heads*v) * sequences (= 12*L*s^2*h when heads*d = h)."""
     s = dims.seq_len
     return (6 * activated_parameter_count(dims, tp) * sequences * s
-            + 6 * s * dims.attn_key_sum(s) * (dims.q_width + dims.o_width) * sequences)
+            + 6 * s * dims.attn_key_sum(s) * (dims.q_width + dims.o_width) * sequences
+            + mtp_training_flops(dims, sequences, tp))
 
 
 def inference_flops(dims: ModelDims, cfg: "LlmConfig") -> int:
