@@ -158,6 +158,9 @@ def _read(r: _Reader, model_type):
                         rope_dim=rope, head_size=rope + nope, v_head_dim=r.int("v_head_dim"),
                         kv_heads=dims["heads"])
     warnings = []
+    if dims.get("moe_layer_freq", 1) > 1 and family == "qwen_moe":
+        warnings.append(f"{r.path}: key 'decoder_sparse_step': MoE layers are modelled as layers 0, N, 2N, ... "
+                        "(Qwen's are N-1, 2N-1, ...: the same count, shifted)")
     if model_type.startswith("qwen"):
         if r.bool("use_sliding_window", False):  # (off in every released Qwen2/3 config)
             warnings.append(f"{r.path}: key 'use_sliding_window': Qwen's sliding window on the layers from "
