@@ -300,3 +300,21 @@ def test_mtp_module_by_hand(tmp_path):
     assert not any("mtp" in n.attrs.get("label", "") for n in read_rank_nodes(tmp_path / "md", 0))
     with pytest.raises(ConfigError, match="multi-token prediction"):
         generate_llm(with_mtp, LlmConfig(dp=2, zero=3), tmp_path / "z")
+
+
+def test_moe_keys_of_each_family():
+    """Shared experts from Qwen's shared_expert_intermediate_size (a multiple of the expert size) and DeepSeek's
+    n_shared_experts; dense leading layers from first_k_dense_replace."""
+    q = _dims("qwen1.5-moe-a2.7b")
+    assert (q.experts, q.top_k, q.moe_ffn, q.shared_experts, q.moe_dense_layers) == (60, 4, 1408, 4, 0)
+    d = _dims("deepseek-v3")
+    assert (d.experts, d.top_k, d.moe_ffn, d.shared_experts, d.moe_dense_layers, d.moe_layers) == \
+        (256, 8, 2048, 1, 3, 58)
+    assert (d.q_lora_rank, d.kv_lora_rank, d.rope_dim, d.head_dim, d.v_dim) == (1536, 512, 64, 192, 128)
+    m = _dims("mixtral-8x7b")
+    assert (m.experts, m.top_k, m.moe_ffn, m.shared_experts) == (8, 2, 14336, 0)
+
+
+def test_model_and_preset_are_exclusive(capsys):
+    with pytest.raises(SystemExit):
+        main(["workload", "llm", "--model", "llama3-8b", "--preset", "llama3-8b", "--summary"])
