@@ -128,7 +128,7 @@ def _read(r: _Reader, model_type):
                     tied_embeddings=r.bool("tie_word_embeddings", family == "gemma"))
         dims["kv_heads"] = r.int("num_key_value_heads", dims["heads"])
         head = r.int("head_dim", 0, minimum=0)
-        if head and head * dims["heads"] != dims["hidden"] or head and dims["hidden"] % dims["heads"]:
+        if head and head * dims["heads"] != dims["hidden"]:  # (equal: the default hidden/heads)
             dims["head_size"] = head
         elif not head and dims["hidden"] % dims["heads"]:
             raise ConfigError(f"{r.path}: hidden_size {dims['hidden']} is not divisible by num_attention_heads "
