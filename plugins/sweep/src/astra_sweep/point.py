@@ -45,6 +45,12 @@ class WorkloadRef:
 
 def workload_digest(kind, argv, files=None):
     h = hashlib.sha256(json.dumps([kind, argv]).encode())
+    if kind == "llm" and "--model" in argv[:-1]:  # the config's contents, so that editing it is a new workload
+        from astra_workload_generators.llm.hf import resolve_model_path
+
+        path = resolve_model_path(argv[argv.index("--model") + 1])
+        if path.is_file():
+            h.update(hashlib.sha256(path.read_bytes()).digest())
     if files:
         for name in sorted(files):
             h.update(name.encode())
