@@ -145,6 +145,12 @@ def _halving_doubling(com_type, rank, topo, size, direction, window):
     return HalvingDoubling(com_type, rank, topo, size)
 
 
+def _in_switch(com_type, rank, topo, size, direction, window):
+    from astra_sim.system.in_switch import InSwitch
+
+    return InSwitch(com_type, rank, topo, size)
+
+
 def _double_binary_tree(com_type, rank, tree, size, direction, window):
     if rank not in tree.parent:
         from astra_sim.errors import ConfigError
@@ -185,6 +191,8 @@ def astra_register_collective_algorithms(registry):
     add("halvingDoubling", CollectiveAlgorithmSpec("ring", _halving_doubling), "recursive halving/doubling")
     add("oneHalvingDoubling", CollectiveAlgorithmSpec("one", _halving_doubling), "halving/doubling over all NPUs")
     add("doubleBinaryTree", CollectiveAlgorithmSpec("tree", _double_binary_tree), "double binary tree all-reduce")
+    # The switch's record waits for every member of the dimension: not folded.
+    add("inSwitch", CollectiveAlgorithmSpec("ring", _in_switch), "the Switch dimension's switch reduces (in-network)")
 
 
 class NoRemoteMemory:
