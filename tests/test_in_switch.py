@@ -27,7 +27,7 @@ def line_rate(gbps=BW):
 
 
 def run(tmp_path, impl, size, npus=(8,), topology=None, bandwidth=None, extra="", comm=T.ALL_REDUCE,
-        backend="analytical", **system):
+        backend="analytical", fold=False, **system):
     topology = topology or ["Switch"] * len(npus)
     bandwidth = bandwidth or [BW] * len(npus)
     net = tmp_path / "net.yml"
@@ -46,7 +46,7 @@ def run(tmp_path, impl, size, npus=(8,), topology=None, bandwidth=None, extra=""
     attrs = {"is_cpu_op": False, "comm_type": comm, "comm_size": size}
     for rank in range(total):
         write_et(f"{tmp_path}/w.{rank}.et", make_metadata(), [make_node(1, "c", T.COMM_COLL_NODE, attrs=attrs)])
-    report = simulate(f"{tmp_path}/w", str(sys_path), str(net), fold=False, network_backend=backend)
+    report = simulate(f"{tmp_path}/w", str(sys_path), str(net), fold=fold, network_backend=backend)
     finish = [r.finish_ns for r in report.ranks]
     assert len(set(finish)) == 1
     return finish[0]
@@ -105,6 +105,31 @@ def test_multi_dimensional_in_switch_composes_with_ring(tmp_path):
     # baseline: AR of each chunk on dim 0 (ring), then of the whole chunk on dim 1 (c / B), pipelined
     baseline = run(tmp_path, ["ring", "inSwitch"], size, collective_optimization="baseline", **kw)
     assert baseline == pytest.approx(ideal, rel=0.10)
+
+
+@pytest.mark.parametrize("impl,npus,topology", [
+    (["inSwitch"], (8,), ["Switch"]),
+    (["ring", "inSwitch"], (4, 8), ["Ring", "Switch"]),
+    (["inSwitch", "inSwitch"], (8, 4), ["Switch", "Switch"]),
+])
+def test_folded_runs_give_the_unfolded_answer(tmp_path, monkeypatch, impl, npus, topology):
+    """Folded, the switch waits only for the simulated members (the others are their mirror images)."""
+    from astra_sim.simulation import Simulation
+
+    seen = []
+    real_run = Simulation.run
+
+    def spy(self, *args, **kwargs):
+        out = real_run(self, *args, **kwargs)
+        seen.append(self.fold_info["simulated_ranks"])
+        return out
+
+    monkeypatch.setattr(Simulation, "run", spy)
+    for comm in (T.ALL_REDUCE, T.REDUCE_SCATTER):
+        unfolded = run(tmp_path, impl, 16 << 20, npus=npus, topology=topology, comm=comm)
+        folded = run(tmp_path, impl, 16 << 20, npus=npus, topology=topology, comm=comm, fold=True)
+        assert folded == unfolded
+    assert seen[1] == 1 and seen[0] > 1
 
 
 @pytest.mark.parametrize("backend,hops", [("congestion", 2), ("flow", 1)])

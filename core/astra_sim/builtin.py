@@ -191,8 +191,9 @@ def astra_register_collective_algorithms(registry):
     add("halvingDoubling", CollectiveAlgorithmSpec("ring", _halving_doubling), "recursive halving/doubling")
     add("oneHalvingDoubling", CollectiveAlgorithmSpec("one", _halving_doubling), "halving/doubling over all NPUs")
     add("doubleBinaryTree", CollectiveAlgorithmSpec("tree", _double_binary_tree), "double binary tree all-reduce")
-    # The switch's record waits for every member of the dimension: not folded.
-    add("inSwitch", CollectiveAlgorithmSpec("ring", _in_switch), "the Switch dimension's switch reduces (in-network)")
+    # In-switch: each rank sends to its ring neighbour and the switch waits for all members (rotation-symmetric).
+    add("inSwitch", CollectiveAlgorithmSpec("ring", _in_switch, symmetry="rotation"),
+        "the Switch dimension's switch reduces (in-network)")
 
 
 class NoRemoteMemory:

@@ -15,8 +15,9 @@ reduction rate and multicasts the result down. One phase on one rank:
    all-reduce and reduce-scatter, 0 for all-gather, which multicasts only and adds nothing);
 4. endpoint delay (the result lands in memory); the phase ends.
 
-The switch itself is the shared :class:`SwitchReduction` record of the phase. Runs using ``inSwitch``
-are not folded (the record needs every member of the switch to take part).
+The switch itself is the shared :class:`SwitchReduction` record of the phase. In a folded run
+(:mod:`astra_sim.symmetry`) it waits only for the members that are simulated: the others are their
+mirror images and arrive at the same time.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class SwitchReduction:
 class InSwitch(Algorithm):
     """One rank's part of an in-switch all-reduce, reduce-scatter or all-gather on one dimension."""
 
-    __slots__ = ("rank", "topo", "nodes_in_ring", "msg_size", "reduced_bytes", "state", "key", "spec")
+    __slots__ = ("rank", "topo", "nodes_in_ring", "msg_size", "reduced_bytes", "state", "key", "spec", "expected")
 
     def __init__(self, com_type, rank, topo, data_size):
         if com_type == ALL_TO_ALL:
@@ -66,11 +67,16 @@ class InSwitch(Algorithm):
         self.state = _SEND
         self.key = None
         self.spec = None
+        self.expected = n
 
     def bind(self, stream):
         super().bind(stream)
         self.spec = switch_spec(self.sys, self.topo)
-        self.key = (tuple(self.topo.members), self._tag, self.com_type)
+        members = tuple(self.topo.members)
+        self.key = (members, self._tag, self.com_type)
+        symmetry = getattr(self.sys.shared, "symmetry", None)
+        if symmetry is not None:
+            self.expected = sum(1 for npu in members if symmetry.is_representative(npu))
 
     def run_init(self):
         self.bundle(self.data_size, False)
@@ -93,7 +99,7 @@ class InSwitch(Algorithm):
         if record is None:
             record = pending[self.key] = SwitchReduction()
         record.members.append(self)
-        if len(record.members) < self.nodes_in_ring:
+        if len(record.members) < self.expected:
             return
         del pending[self.key]
         delay = self.switch_delay_ns()
@@ -139,8 +145,6 @@ def switch_spec(sys, topo):
     dimension otherwise."""
     shared = sys.shared
     path = shared.system_config.path
-    if getattr(shared, "symmetry", None) is not None:
-        raise ConfigError(f"{path}: inSwitch cannot run folded; run with --no-fold")
     dim = _dimension_of(sys, topo)
     cache = shared.__dict__.setdefault("in_switch_specs", {})
     if dim in cache:
