@@ -27,7 +27,7 @@ def line_rate(gbps=BW):
 
 
 def run(tmp_path, impl, size, npus=(8,), topology=None, bandwidth=None, extra="", comm=T.ALL_REDUCE,
-        backend="analytical", fold=False, **system):
+        backend="analytical", fold=False, groups=None, **system):
     topology = topology or ["Switch"] * len(npus)
     bandwidth = bandwidth or [BW] * len(npus)
     net = tmp_path / "net.yml"
@@ -44,9 +44,17 @@ def run(tmp_path, impl, size, npus=(8,), topology=None, bandwidth=None, extra=""
     for count in npus:
         total *= count
     attrs = {"is_cpu_op": False, "comm_type": comm, "comm_size": size}
+    group_path = None
+    if groups is not None:  # {id: [npus]}: every NPU runs the collective on its own group
+        group_path = tmp_path / "groups.json"
+        group_path.write_text(json.dumps({str(k): v for k, v in groups.items()}))
     for rank in range(total):
-        write_et(f"{tmp_path}/w.{rank}.et", make_metadata(), [make_node(1, "c", T.COMM_COLL_NODE, attrs=attrs)])
-    report = simulate(f"{tmp_path}/w", str(sys_path), str(net), fold=fold, network_backend=backend)
+        node_attrs = dict(attrs)
+        if groups is not None:
+            node_attrs["pg_name"] = str(next(k for k, v in groups.items() if rank in v))
+        write_et(f"{tmp_path}/w.{rank}.et", make_metadata(), [make_node(1, "c", T.COMM_COLL_NODE, attrs=node_attrs)])
+    report = simulate(f"{tmp_path}/w", str(sys_path), str(net), fold=fold, network_backend=backend,
+                      comm_groups=None if group_path is None else str(group_path))
     finish = [r.finish_ns for r in report.ranks]
     assert len(set(finish)) == 1
     return finish[0]
@@ -105,6 +113,22 @@ def test_multi_dimensional_in_switch_composes_with_ring(tmp_path):
     # baseline: AR of each chunk on dim 0 (ring), then of the whole chunk on dim 1 (c / B), pipelined
     baseline = run(tmp_path, ["ring", "inSwitch"], size, collective_optimization="baseline", **kw)
     assert baseline == pytest.approx(ideal, rel=0.10)
+
+
+def test_a_group_in_one_switch_dimension_runs_that_dimensions_in_switch(tmp_path):
+    """Communicator groups normally fall back to ring with a multi-dimensional list (the reference's
+    rule); a group lying in one dimension whose listed algorithm is inSwitch runs inSwitch there."""
+    kw = dict(npus=(4, 8), topology=["Ring", "Switch"], bandwidth=[8 * BW, BW],
+              groups={1 + i: [i + 4 * k for k in range(8)] for i in range(4)})  # the 4 dim-1 groups
+    size = GIB
+    ideal = size / line_rate()
+    in_switch = run(tmp_path, ["ring", "inSwitch"], size, **kw)
+    ring = run(tmp_path, ["ring", "ring"], size, **kw)
+    assert in_switch == pytest.approx(ideal, rel=0.10)
+    assert ring == pytest.approx(2 * 7 / 8 * ideal, rel=0.10)
+    # a group along the ring dimension keeps the reference's fallback (ring)
+    along_ring = dict(kw, groups={1 + j: [4 * j + i for i in range(4)] for j in range(8)})
+    assert run(tmp_path, ["ring", "inSwitch"], size, **along_ring) == run(tmp_path, ["ring", "ring"], size, **along_ring)
 
 
 @pytest.mark.parametrize("impl,npus,topology", [

@@ -159,6 +159,10 @@ class CollectiveAlgorithmSpec:
     #: False for an algorithm that times a collective from a model without sending messages (NCCL's cost
     #: model): its message tags never meet, which a folded run then need not keep apart.
     exchanges_messages: bool = True
+    #: On a communicator group whose NPUs differ in one network dimension only, a multi-dimensional
+    #: implementation list naming this algorithm for that dimension runs it there (instead of the reference's
+    #: fallback to ``ring``). Only ``inSwitch`` sets it, so the reference's configurations are unchanged.
+    per_dimension_groups: bool = False
 
 
 @dataclass(frozen=True)

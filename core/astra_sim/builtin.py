@@ -192,7 +192,7 @@ def astra_register_collective_algorithms(registry):
     add("oneHalvingDoubling", CollectiveAlgorithmSpec("one", _halving_doubling), "halving/doubling over all NPUs")
     add("doubleBinaryTree", CollectiveAlgorithmSpec("tree", _double_binary_tree), "double binary tree all-reduce")
     # In-switch: each rank sends to its ring neighbour and the switch waits for all members (rotation-symmetric).
-    add("inSwitch", CollectiveAlgorithmSpec("ring", _in_switch, symmetry="rotation"),
+    add("inSwitch", CollectiveAlgorithmSpec("ring", _in_switch, symmetry="rotation", per_dimension_groups=True),
         "the Switch dimension's switch reduces (in-network)")
 
 

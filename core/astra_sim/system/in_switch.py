@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from astra_sim.errors import ConfigError
 from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, Algorithm
-from astra_sim.system.topology import CLOCKWISE
+from astra_sim.system.topology import CLOCKWISE, differing_dims
 
 _SEND, _WAIT, _LAND, _DONE = range(4)
 
@@ -123,21 +123,13 @@ def _dimension_of(sys, topo):
     """The network dimension a ring runs along (a group's ring: the one dimension its members differ in)."""
     if topo.native_dim is not None:
         return topo.native_dim
-    npus_per_dim = sys.shared.npus_per_dim
-    differ = set()
-    first = topo.members[0]
-    for npu in topo.members[1:]:
-        stride = 1
-        for dim, count in enumerate(npus_per_dim):
-            if (npu // stride) % count != (first // stride) % count:
-                differ.add(dim)
-            stride *= count
+    differ = differing_dims(topo.members, sys.shared.npus_per_dim)
     if len(differ) != 1:
         raise ConfigError(
             f"inSwitch needs the NPUs of a collective phase to share one switch; communicator group "
-            f"{list(topo.members)[:8]} spans dimensions {sorted(differ)}"
+            f"{list(topo.members)[:8]} spans dimensions {differ}"
         )
-    return differ.pop()
+    return differ[0]
 
 
 def switch_spec(sys, topo):

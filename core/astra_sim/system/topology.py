@@ -16,6 +16,19 @@ DIM_NATIVE = 0
 DIM_LOCAL = 1
 
 
+def differing_dims(npus, npus_per_dim):
+    """The network dimensions in which the coordinates of ``npus`` differ (sorted)."""
+    first = npus[0]
+    out = set()
+    for npu in npus[1:]:
+        stride = 1
+        for dim, count in enumerate(npus_per_dim):
+            if (npu // stride) % count != (first // stride) % count:
+                out.add(dim)
+            stride *= count
+    return sorted(out)
+
+
 class RingTopology:
     """A ring of NPUs: either ``base + k*offset`` (native) or an explicit member list."""
 
