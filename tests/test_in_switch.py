@@ -177,3 +177,16 @@ def test_refused_where_there_is_no_reducing_switch(tmp_path):
         run(tmp_path, ["inSwitch"], GIB, extra="switch_reduction_bandwidth: [1, 2]\n")
     with pytest.raises(ConfigError, match="all-to-all"):
         run(tmp_path, ["inSwitch"], GIB, comm=T.ALL_TO_ALL)
+
+
+def test_the_examples_configurations_are_what_its_script_writes(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "examples" / "in_switch"
+    spec = importlib.util.spec_from_file_location("in_switch_example", root / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.write_configs(tmp_path)
+    for path in sorted(tmp_path.iterdir()):
+        assert path.read_text() == (root / "configs" / path.name).read_text(), path.name
