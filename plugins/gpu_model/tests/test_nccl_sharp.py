@@ -1,4 +1,4 @@
-"""SHARP (CollNet) in the NCCL cost model, and the hgx-h100-sharp platform (issue 26)."""
+"""SHARP (CollNet) in the NCCL cost model, and the h100-sharp platform (issue 26)."""
 
 import pytest
 import yaml
@@ -39,8 +39,8 @@ def test_collnet_only_where_the_platform_declares_sharp_and_only_across_nodes():
 
 
 def test_the_sharp_platform_says_so_in_its_options_and_network():
-    assert get_platform("hgx-h100-sharp").sharp
-    provided = generate("hgx-h100-sharp", nodes=4)
+    assert get_platform("h100-sharp").sharp
+    provided = generate("h100-sharp", nodes=4)
     assert provided["options"]["nccl_sharp"] is True
     with open(provided["network_configuration"]) as handle:
         network = yaml.safe_load(handle)

@@ -119,7 +119,7 @@ PLATFORMS = {
                     "InfiniBand/Ethernet (compute fabric), one per GPU"},
         ),
         Platform(
-            "hgx-h100-sharp", "NVIDIA DGX H100 SuperPOD-style cluster: 8 x H100-SXM5-80GB per node, NVSwitch "
+            "h100-sharp", "NVIDIA DGX H100 SuperPOD-style cluster: 8 x H100-SXM5-80GB per node, NVSwitch "
             "(NVLink 4), 8 x 400 Gb/s NDR to NVIDIA Quantum-2 switches with SHARP (in-network reduction)",
             "H100-SXM5-80GB", 8, 400.0, "ConnectX-7 NDR InfiniBand 400 Gb/s, Quantum-2 QM9700 switches",
             {"gpus_per_node": "NVIDIA DGX H100 datasheet / HGX H100 8-GPU: 8x H100 SXM5, 4x third-generation NVSwitch",
