@@ -2,17 +2,17 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-PLUGINS := plugins/network_analytical plugins/memory_analytical plugins/network_congestion plugins/collectives_msccl plugins/workload_generators plugins/gpu_model plugins/compute_systolic plugins/validation plugins/sweep
+PLUGINS := plugins/network_analytical plugins/memory_analytical plugins/network_congestion plugins/collectives_msccl plugins/workload_generators plugins/gpu_model plugins/compute_systolic plugins/validation plugins/sweep plugins/plots
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test benchmark proto clean
+.PHONY: install demo test fuzz benchmark proto clean
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS))
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q hatchling pytest hypothesis
+	$(BIN)/python -m pip install -q hatchling pytest hypothesis holistictraceanalysis
 	$(BIN)/python -m pip install -q -e . $(addprefix -e ,$(PLUGINS))
 	touch $(STAMP)
 
@@ -26,6 +26,13 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest
+
+# The fuzz tests (tests/test_fuzz_*.py) with 50 x the examples `make test` runs (about 120,000), random
+# instead of reproducible; failures are printed with the input that caused them (keep it in tests/fuzz_corpus).
+FUZZ_SCALE ?= 50
+fuzz: install
+	ASTRA_FUZZ_SCALE=$(FUZZ_SCALE) $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_fuzz_chakra.py \
+		tests/test_fuzz_configs.py tests/test_fuzz_workloads.py
 
 benchmark: install
 	$(BIN)/python benchmarks/bench_engine.py

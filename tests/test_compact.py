@@ -181,7 +181,7 @@ def test_bad_manifest_names_the_file_and_key(tmp_path, change, message):
 
 
 def test_manifest_that_is_not_json(tmp_path):
-    with pytest.raises(WorkloadError, match="not valid JSON"):
+    with pytest.raises(WorkloadError, match="invalid JSON at line 1"):
         read_compact_workload(_manifest(tmp_path, "{nope"))
 
 

@@ -110,7 +110,7 @@ def test_usage_report_sample_is_a_real_report(tmp_path):
     report = json.loads(path.read_text())
     parts = sample_sections(report_sample())
     assert list(parts) == list(report), "the sample's top-level keys are the report's, in order"
-    rank0 = json.loads(re.match(r"\[(\{.*?\})", parts["ranks"], flags=re.S).group(1))
+    rank0, _ = json.JSONDecoder().raw_decode(parts["ranks"].lstrip()[1:])
     assert rank0 == report["ranks"][0]
     assert json.loads(parts["summary"].rstrip(",")) == report["summary"]
     for section in ("settings", "stats", "network_stats"):
@@ -119,7 +119,10 @@ def test_usage_report_sample_is_a_real_report(tmp_path):
             assert parts[section].rstrip(",") == "{}", section
         else:
             assert named and set(named) <= set(report[section]) | _nested_keys(report[section]), section
-    assert parts["warnings"].strip() == "[]" and report["warnings"] == []
+    assert parts["warnings"].strip().rstrip(",") == "[]" and report["warnings"] == []
+    named = re.findall(r'"(\w+)":', parts["breakdown"])
+    assert named and set(named) <= set(report["breakdown"]) | _nested_keys(report["breakdown"]) | {
+        k for group in report["breakdown"]["rank_groups"] for k in group}, "breakdown"
 
 
 def sample_sections(sample):

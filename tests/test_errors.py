@@ -247,16 +247,17 @@ def test_send_whose_receive_never_comes_deadlocks_under_rendezvous(env):
     assert_error(rc, err, "deadlock", "rank 0", "orphan.0.et", "node 5", "'orphan'", code=3)
 
 
-def test_send_whose_receive_never_comes_completes_on_arrival(env):
-    # Reference semantics (§5): a send completes when the data reaches dst; an
-    # unmatched send alone therefore does not block its rank.
+def test_send_whose_receive_never_comes_completes_on_arrival_when_allowed(env):
+    # Reference semantics (§5): a send completes when the data reaches dst; an unmatched send alone
+    # therefore does not block its rank. It is an error (tests/test_unmatched.py) unless allowed.
     def nodes(rank):
         if rank == 0:
             return [make_node(5, "orphan", T.COMM_SEND_NODE, attrs={"comm_dst": 1, "comm_size": 64, "comm_tag": 2})]
         return [comp(1, 1)]
 
-    report = simulate(env.trace("orphan", nodes), env.system(), env.network())
+    report = simulate(env.trace("orphan", nodes), env.system(), env.network(), allow_unmatched=True)
     assert [r.finish_ns for r in report.ranks] == [t_msg(64), 1000]
+    assert [(m["src"], m["dst"], m["node"]) for m in report.unmatched_messages] == [(0, 1, 5)]
 
 
 def test_mismatched_sizes_deadlock(env):

@@ -217,13 +217,17 @@ def symmetric_case(rng, folder, asymmetric=False):
 
 
 def _outcome(args, kwargs, fold):
+    """Every rank's numbers, its breakdown (relabelled from its representative when folded) and the
+    critical path."""
     try:
-        report = simulate(*args, fold=fold, **kwargs)
+        report = simulate(*args, fold=fold, critical_path=True, **kwargs)
     except AstraError as exc:
         return ("error", type(exc).__name__), None
-    ranks = [(r.rank, r.finish_ns, r.compute_ns, r.exposed_comm_ns, r.cpu_ns, r.comm_ns, r.nodes)
+    ranks = [(r.rank, r.finish_ns, r.compute_ns, r.exposed_comm_ns, r.cpu_ns, r.comm_ns, r.nodes, r.breakdown)
              for r in report.ranks]
-    return ranks, report
+    for r in report.ranks:
+        assert sum(r.breakdown["parts"].values()) == r.finish_ns, "the parts add up to the finish time"
+    return (ranks, report.critical_path), report
 
 
 RANDOM_CASES = 200

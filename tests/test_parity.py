@@ -58,6 +58,11 @@ def test_parity_case(case):
         return
     report = simulate(*args, **kwargs)
     assert report.max_finish_ns == int(case["max_ns"])
+    for rank in report.ranks:  # the breakdown's parts add up exactly to every rank's finish time
+        parts = rank.breakdown["parts"]
+        assert sum(parts.values()) == rank.finish_ns, (rank.rank, parts)
+        compute = sum(ns for name, ns in parts.items() if name.startswith("compute:"))
+        assert compute == rank.compute_ns, (rank.rank, parts)  # one compute stream: its busy time
     assert report.min_finish_ns == int(case["min_ns"])
     if case["exposed_ns"]:
         assert report.max_exposed_comm_ns == int(case["exposed_ns"])

@@ -243,7 +243,7 @@ def test_stdout_is_only_the_log_and_the_table_goes_to_stderr(capsys, env):
     lines, err = log_of(capsys, f"--workload-configuration={prefix}", f"--system-configuration={env.system()}",
                         f"--network-configuration={env.network([4])}")
     assert len(lines) == 4 + 4 * 5 + 1
-    assert "finish_ns" in err and "max finish" in err
+    assert "finish" in err and "step time" in err
 
 
 def test_python_api_lines(env):
@@ -264,7 +264,7 @@ def test_subprocess_log_is_the_whole_stdout(env):
         capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert all(PREFIX.match(line) for line in proc.stdout.splitlines())
-    assert "finish_ns" in proc.stderr
+    assert "step time" in proc.stderr
 
 
 def test_log_simulates_every_rank(env):

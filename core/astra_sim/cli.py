@@ -8,9 +8,12 @@ the plugin manager is built from them, plugins add ``run`` options through
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
+import threading
 
 from astra_sim import __version__
 from astra_sim.cliutil import non_negative_float, positive_int
@@ -76,7 +79,7 @@ def _add_run_arguments(run):
     ours.add_argument("--astra-sim-log", action="store_true",
                       help="also print the reference's 'sys[i] finished, T cycles, ...' lines")
     ours.add_argument("--max-table-ranks", type=positive_int, default=16, metavar="N",
-                      help="ranks listed in the terminal table (default 16)")
+                      help="rows of the terminal's rank table (ranks with identical numbers share a row; default 16)")
     ours.add_argument("--host-launch-us", type=float, default=None, metavar="US",
                       help="the host launches one GPU operation per US microseconds, in order, ahead of the GPU; "
                            "a kernel starts no earlier than its launch (default: off; --platform sets a measured "
@@ -88,6 +91,24 @@ def _add_run_arguments(run):
     ours.add_argument("--no-fold", action="store_true",
                       help="simulate every rank, even those a symmetry makes identical to another "
                            "(by default one rank per class of symmetric ranks is simulated; same results)")
+    ours.add_argument("--allow-unmatched", action="store_true",
+                      help="a send never received (or a receive never sent) is a warning listed in the report's "
+                           "unmatched_messages, not an error (exit 3)")
+    ours.add_argument("--partial-report", action="store_true",
+                      help="when the run is interrupted (Ctrl-C, SIGTERM), still write --report-json with what is "
+                           "known so far, marked \"complete\": false (default: no report)")
+    ours.add_argument("--timeline", metavar="PATH",
+                      help="write the run as Chrome trace events (PATH.json or PATH.json.gz; Perfetto, "
+                           "chrome://tracing), or with --timeline-format kineto a folder of per-rank traces")
+    ours.add_argument("--timeline-format", choices=("chrome", "kineto"), default="chrome",
+                      help="chrome (default): one trace-event file; kineto: one PyTorch-profiler-shaped trace per "
+                           "rank (HolisticTraceAnalysis reads the folder)")
+    ours.add_argument("--timeline-ranks", metavar="RANGES",
+                      help="ranks the timeline holds, e.g. 0-7,64 (default: all)")
+    ours.add_argument("--critical-path", action="store_true",
+                      help="report the chain of nodes and waits that sets the last finish time")
+    ours.add_argument("--no-breakdown", action="store_true",
+                      help="do not record where each rank's time goes (the report's breakdown)")
     ours.add_argument("-q", "--quiet", action="store_true", help="no summary table")
 
 
@@ -157,9 +178,9 @@ def main(argv=None):
     except AstraError as exc:
         print(f"astra: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print("astra: interrupted", file=sys.stderr)
-        return 130
+        return getattr(exc, "exit_code", 130)
     except BrokenPipeError:
         return _stdout_closed()
 
@@ -244,91 +265,161 @@ def _no_effect_warnings(args):
 
 def _cmd_run(pm, args):
     from astra_sim.simulation import Simulation
+    from astra_sim.generated import CONFIG_KEYS, GeneratedFile, generated_options, inline_settings, materialized
 
     early = _no_effect_warnings(args)
     say = (lambda message: None) if args.quiet else warning
     for message in early:
         say(message)
     options = vars(args).copy()
+    generated = {}
     defaults = None
     if args.system_configuration is None or args.network_configuration is None:
         provided = pm.hook.astra_provide_configuration(options=options) or {}
-        for key in ("system_configuration", "network_configuration", "remote_memory_configuration",
-                    "comm_group_configuration"):
-            if getattr(args, key) is None and provided.get(key) is not None:
-                setattr(args, key, provided[key])
+        for key in CONFIG_KEYS:
+            value = provided.get(key)
+            if getattr(args, key) is None and value is not None:
+                if isinstance(value, GeneratedFile):
+                    generated[key] = value
+                else:
+                    setattr(args, key, value)
         options.update(provided.get("options") or {})
-        options.update({k: getattr(args, k) for k in ("system_configuration", "network_configuration")})
         if args.compute_model is None and provided.get("compute_model"):  # e.g. --platform implies its GPU model
             args.compute_model = provided["compute_model"]
         defaults = provided.get("defaults")
+        generated.update(generated_options(options))
         for key in ("system_configuration", "network_configuration"):
-            if getattr(args, key) is None:
+            if getattr(args, key) is None and key not in generated:
                 flag = "--" + key.replace("_", "-")
                 raise AstraError(f"{flag} is required (or a plugin option that provides it, such as --platform)")
-    simulation = Simulation(
-        args.workload_configuration,
-        args.system_configuration,
-        args.network_configuration,
-        args.remote_memory_configuration,
-        args.comm_group_configuration,
-        network_backend=args.network_backend,
-        memory_backend=args.memory_backend,
-        compute_model=args.compute_model,
-        workload_format=args.workload_format,
-        num_queues_per_dim=args.num_queues_per_dim,
-        injection_scale=args.injection_scale,
-        rendezvous=args.rendezvous_protocol,
-        plugin_manager=pm,
-        options=options,
-        fold=not args.no_fold,
-        on_warning=say,
-    )
-    report = simulation.run()
-    if defaults:
-        report.settings["platform_defaults"] = dict(defaults)
-    report.warnings[:0] = [m for m in early if m not in report.warnings]
-    if args.report_json:
+    if args.report_json:  # an output that cannot be written is an error before the simulation
+        from astra_sim.analysis.output import check_writable_folder
+
+        check_writable_folder(os.path.dirname(os.path.abspath(args.report_json)), f"--report-json {args.report_json}")
+    simulation = None
+    with _interruptible() as interrupt, materialized(generated) as paths:
+        # generated configurations exist on disk only inside this block (removed however it ends)
+        for key, path in paths.items():
+            if key.startswith("option:"):
+                options[key[len("option:"):]] = path
+            else:
+                setattr(args, key, path)
+        options.update({k: getattr(args, k) for k in ("system_configuration", "network_configuration")})
         try:
-            report.write_json(args.report_json)
-        except OSError as exc:
-            raise AstraError(f"cannot write --report-json {args.report_json}: {exc}") from None
+            simulation = Simulation(
+                args.workload_configuration,
+                args.system_configuration,
+                args.network_configuration,
+                args.remote_memory_configuration,
+                args.comm_group_configuration,
+                network_backend=args.network_backend,
+                memory_backend=args.memory_backend,
+                compute_model=args.compute_model,
+                workload_format=args.workload_format,
+                num_queues_per_dim=args.num_queues_per_dim,
+                injection_scale=args.injection_scale,
+                rendezvous=args.rendezvous_protocol,
+                plugin_manager=pm,
+                options=options,
+                fold=not args.no_fold,
+                on_warning=say,
+                allow_unmatched=args.allow_unmatched,
+                breakdown=not args.no_breakdown,
+                critical_path=args.critical_path,
+                timeline=args.timeline,
+                timeline_format=args.timeline_format,
+                timeline_ranks=args.timeline_ranks,
+            )
+            report = simulation.run()
+        except Interrupted as stop:
+            return _interrupted(stop, simulation, args, generated, early, paths=paths)
+        interrupt.deferred = True  # from here on a signal waits until the report is written
+        if defaults:
+            report.settings["platform_defaults"] = dict(defaults)
+        report.warnings[:0] = [m for m in early if m not in report.warnings]
+        inline_settings(report.settings, generated, paths)
+        if args.report_json:
+            _write_report(report, args.report_json)
+    if interrupt.pending is not None:
+        return _interrupted(interrupt.pending, None, args, generated, early, written=bool(args.report_json))
     if args.astra_sim_log:
         # stdout carries exactly the reference's lines, so scripts that diff them keep working;
         # the summary goes to stderr then.
         sys.stdout.write("".join(line + "\n" for line in report.astra_sim_log_lines(prefixed=True)))
         sys.stdout.flush()
     if not args.quiet:
-        _print_summary(report, args.max_table_ranks, stderr=args.astra_sim_log)
+        from astra_sim.summary import print_summary
+
+        print_summary(report, args.max_table_ranks, stderr=args.astra_sim_log)
     return 0
 
 
-def _print_summary(report, max_ranks, stderr=False):
-    from astra_sim.termtable import Column, print_table
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) or SIGTERM during ``astra run``: raised in the main thread at once, so the run
+    stops within a moment and every ``finally`` (temporary files, generated configurations) runs."""
 
-    columns = [Column("rank", number=True), Column("finish_ns", number=True),
-               Column("compute_ns", number=True, drop=3), Column("exposed_comm_ns", number=True),
-               Column("comm_ns", number=True, drop=2), Column("cpu_ns", number=True, drop=1)]
-    rows = [[str(r.rank), f"{r.finish_ns:,}", f"{r.compute_ns:,}", f"{r.exposed_comm_ns:,}", f"{r.comm_ns:,}",
-             f"{r.cpu_ns:,}"] for r in report.ranks[:max_ranks]]
-    more = len(report.ranks) - max_ranks
-    caption = f"{more} more ranks not listed (--max-table-ranks; all in --report-json)" if more > 0 else None
-    console = print_table(f"astra-sim-py: {len(report.ranks)} NPUs, times in ns", columns, rows,
-                          stderr=stderr, caption=caption)
-    stats = report.stats
-    console.print(
-        f"max finish {report.max_finish_ns:,} ns, min finish {report.min_finish_ns:,} ns, "
-        f"max exposed communication {report.max_exposed_comm_ns:,} ns | "
-        f"{stats.get('events', 0):,} events in {stats.get('run_s', 0):.3f} s",
-        highlight=False,
-    )
-    fold = report.settings.get("fold") or {}
-    simulated = stats.get("simulated_ranks", len(report.ranks))
-    if simulated < len(report.ranks):
-        console.print(f"simulated {simulated:,} of {len(report.ranks):,} ranks (symmetric ranks folded; "
-                      "--no-fold simulates all)", highlight=False)
-    elif fold.get("requested") and fold.get("reason") and len(report.ranks) > 1:
-        console.print(f"all {len(report.ranks):,} ranks simulated: {fold['reason']}", highlight=False)
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
+        self.signal_name = signal.Signals(signum).name
+        self.exit_code = 128 + signum
+
+
+class _InterruptState:
+    deferred = False  # set once the run is over: a first signal then waits until the report is written
+    pending = None
+
+
+@contextlib.contextmanager
+def _interruptible():
+    """SIGINT and SIGTERM raise :class:`Interrupted` inside the block (SIGTERM would otherwise kill the
+    process without cleaning up); the previous handlers come back after it."""
+    state = _InterruptState()
+    if threading.current_thread() is not threading.main_thread():
+        yield state  # signal handlers belong to the main thread; leave them alone
+        return
+
+    def handler(signum, _frame):
+        if state.deferred and state.pending is None:
+            state.pending = Interrupted(signum)
+            return
+        raise Interrupted(signum)
+
+    previous = {}
+    try:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, handler)
+        yield state
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+def _write_report(report, path):
+    try:
+        report.write_json(path)
+    except OSError as exc:
+        raise AstraError(f"cannot write --report-json {path}: {exc}") from None
+
+
+def _interrupted(stop, simulation, args, generated, early, written=False, paths=None):
+    """Ctrl-C or SIGTERM: nothing half-done is written. With --partial-report, --report-json gets what
+    the run knew so far, marked ``"complete": false``; otherwise no report at all."""
+    from astra_sim.generated import inline_settings
+
+    what = f"interrupted by {stop.signal_name}"
+    if written:
+        print(f"astra: {what} after the report was written; stopped", file=sys.stderr)
+    elif args.report_json and args.partial_report and simulation is not None:
+        report = simulation.partial_report(what)
+        report.warnings[:0] = [m for m in early if m not in report.warnings]
+        inline_settings(report.settings, generated, paths)
+        _write_report(report, args.report_json)
+        print(f"astra: {what}; partial report (complete: false) written to {args.report_json}", file=sys.stderr)
+    else:
+        hint = " (--partial-report writes what is known so far)" if args.report_json else ""
+        print(f"astra: {what}; no report written{hint}", file=sys.stderr)
+    return stop.exit_code
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import tempfile
@@ -74,18 +75,25 @@ def write_text_atomic(path, text):
 
 
 def write_bytes_atomic(path, data):
-    """Write ``data`` to ``path`` through a temporary file in the same folder, renamed over it: readers see
-    the old file or the whole new one, never a part. The file gets the permissions ``open()`` would give
-    it (``mkstemp`` makes 0600). The one place every output file is written from."""
+    """Write ``data`` to ``path`` whole (:func:`atomic_output`), creating the folder if needed."""
     ensure_parent_dir(path)
+    with atomic_output(path) as handle:
+        handle.write(data)
+
+
+@contextlib.contextmanager
+def atomic_output(path):
+    """A binary file to write ``path`` through: a temporary file in the same folder, renamed over ``path``
+    when the ``with`` block ends without an error (removed otherwise). Readers see the old file or the
+    whole new one, never a part; a killed writer leaves no half-written file. The one place every output
+    file is written from (reports, traces, timelines streamed piece by piece, plots). The file gets the
+    permissions ``open()`` would give it (``mkstemp`` makes 0600)."""
     folder = os.path.dirname(os.path.abspath(os.fspath(path)))
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(os.fspath(path)))
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)
+            yield handle
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -93,3 +101,9 @@ def write_bytes_atomic(path, data):
         except OSError:
             pass
         raise
+
+
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

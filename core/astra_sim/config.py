@@ -9,12 +9,12 @@ Unknown keys are ignored like the reference does, but listed in
 from __future__ import annotations
 
 import difflib
-import json
 import os
 from dataclasses import dataclass, field
 
 from astra_sim.errors import ConfigError
 from astra_sim.limits import check_number
+from astra_sim.safeio import brief, load_json
 
 COLLECTIVE_KEYS = {
     "all_reduce": "all-reduce-implementation",
@@ -47,19 +47,6 @@ IGNORED_BY_REFERENCE = {
 }
 
 
-def load_json(path, what):
-    """Read a JSON file, turning every failure into a ConfigError naming it."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except FileNotFoundError:
-        raise ConfigError(f"{what} file {path!r} does not exist") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{what} file {path!r} is a directory") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{what} file {path}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
-
-
 def _number(path, data, key, default, *, integer=False):
     """A numeric key within its physical range (``astra_sim.limits``); ``integer`` truncates it,
     as the reference stores these keys in ints."""
@@ -75,7 +62,7 @@ def _flag(path, data, key):
     value = data[key]
     if isinstance(value, (bool, int, float)):
         return value != 0
-    raise ConfigError(f"{path}: key {key!r} must be 0 or 1, got {value!r}")
+    raise ConfigError(f"{path}: key {key!r} must be 0 or 1, got {brief(value)}")
 
 
 @dataclass
@@ -114,12 +101,12 @@ def parse_system_config(path, injection_scale=1.0, data=None):
     if "scheduling-policy" in data:
         policy = data["scheduling-policy"]
         if policy not in ("LIFO", "FIFO", "EXPLICIT"):
-            raise ConfigError(f"{path}: 'scheduling-policy' must be LIFO, FIFO or EXPLICIT, got {policy!r}")
+            raise ConfigError(f"{path}: 'scheduling-policy' must be LIFO, FIFO or EXPLICIT, got {brief(policy)}")
         cfg.scheduling_policy = policy
     if "collective-optimization" in data:
         opt = data["collective-optimization"]
         if opt not in ("baseline", "localBWAware"):
-            raise ConfigError(f"{path}: 'collective-optimization' must be baseline or localBWAware, got {opt!r}")
+            raise ConfigError(f"{path}: 'collective-optimization' must be baseline or localBWAware, got {brief(opt)}")
         cfg.collective_optimization = opt
     cfg.active_chunks_per_dimension = _number(path, data, "active-chunks-per-dimension", 1, integer=True)
     endpoint = _number(path, data, "endpoint-delay", 10, integer=True)
@@ -137,7 +124,7 @@ def parse_system_config(path, injection_scale=1.0, data=None):
     if "comm-streams" in data:
         streams = data["comm-streams"]
         if streams not in COMM_STREAMS:
-            raise ConfigError(f"{path}: 'comm-streams' must be {' or '.join(COMM_STREAMS)}, got {streams!r}")
+            raise ConfigError(f"{path}: 'comm-streams' must be {' or '.join(COMM_STREAMS)}, got {brief(streams)}")
         cfg.comm_streams = streams
     if _flag(path, data, "model-shared-bus"):
         raise ConfigError(
@@ -147,13 +134,13 @@ def parse_system_config(path, injection_scale=1.0, data=None):
         if key in data:
             value = data[key]
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value) or not value:
-                raise ConfigError(f"{path}: {key!r} must be a non-empty list of algorithm names, got {value!r}")
+                raise ConfigError(f"{path}: {key!r} must be a non-empty list of algorithm names, got {brief(value)}")
             cfg.implementations[com_type] = list(value)
         custom_key = key + "-custom"
         if custom_key in data:
             value = data[custom_key]
             if not isinstance(value, list) or len(value) != 1 or not isinstance(value[0], str):
-                raise ConfigError(f"{path}: {custom_key!r} must be a list with exactly one path, got {value!r}")
+                raise ConfigError(f"{path}: {custom_key!r} must be a list with exactly one path, got {brief(value)}")
             cfg.custom_implementations[com_type] = value[0]
     if "per-node-custom-implementation" in data:
         cfg.per_node_custom_implementation = str(data["per-node-custom-implementation"])
@@ -194,9 +181,9 @@ def parse_comm_groups(path):
         if group_id <= 0:
             raise ConfigError(f"{path}: group id {key!r} must be > 0 (0 is the default all-NPU group)")
         if not isinstance(members, list) or not members or not all(isinstance(m, int) and not isinstance(m, bool) for m in members):
-            raise ConfigError(f"{path}: group {key!r} must be a non-empty list of NPU ids, got {members!r}")
+            raise ConfigError(f"{path}: group {key!r} must be a non-empty list of NPU ids, got {brief(members)}")
         if len(set(members)) != len(members):
-            raise ConfigError(f"{path}: group {key!r} lists an NPU twice: {members!r}")
+            raise ConfigError(f"{path}: group {key!r} lists an NPU twice: {brief(members)}")
         groups[group_id] = list(members)
     return groups
 

@@ -43,7 +43,9 @@ def astra_provide_configuration(options):
 
     ``options`` is the dict of parsed ``astra run`` options. Return ``None`` (nothing to add) or a
     dict with any of ``system_configuration``, ``network_configuration``,
-    ``remote_memory_configuration``, ``comm_group_configuration`` (file paths) and ``options``
+    ``remote_memory_configuration``, ``comm_group_configuration`` (file paths, or
+    :class:`astra_sim.generated.GeneratedFile` for generated content: written to a private temporary
+    folder only while the run reads it, removed at exit, inlined in the report) and ``options``
     (extra run options to merge, e.g. ``{"gpu": "H100-SXM5-80GB"}``). Only called when
     ``--system-configuration`` or ``--network-configuration`` is missing; the first plugin that
     returns a dict wins.

@@ -41,6 +41,9 @@ def _show(x):
 
 
 SECOND_NS = 1e9
+#: Most NPUs a run may have (the product of a network's dimensions, a compact workload's ``npus``):
+#: per-rank tables are allocated for every NPU, so a stray exponent must not reach the allocator.
+MAX_TOTAL_NPUS = 10_000_000
 #: Ranges of the numeric keys of the reference's configuration files.
 LIMITS = {
     # system JSON

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 
 
 @dataclass
@@ -18,6 +18,17 @@ class RankReport:
     cpu_ns: int
     comm_ns: int
     nodes: int
+    #: where the time went (``astra_sim.analysis.breakdown``): parts adding up to ``finish_ns``, per
+    #: communicator busy/overlapped/exposed times; None when the run did not record spans
+    breakdown: dict | None = None
+
+
+def _rank_dict(rank):
+    """The rank as JSON (not a deep copy: ranks with equal breakdowns share one dict)."""
+    out = {f.name: getattr(rank, f.name) for f in fields(rank)}
+    if out["breakdown"] is None:
+        del out["breakdown"]
+    return out
 
 
 @dataclass
@@ -31,22 +42,35 @@ class Report:
     #: ``(logger, level, message)`` for every line the reference would print, in its order; None
     #: unless the run collected them (``astra_sim_log=True``, ``astra run --astra-sim-log``).
     astra_sim_log: list | None = None
+    #: every message left unmatched at the end (only a run with ``allow_unmatched`` gets a report
+    #: with any): dicts with src, dst, size, tag, kind, state and, for trace nodes, node/trace
+    unmatched_messages: list = field(default_factory=list)
+    #: False for the partial report of an interrupted run (``astra run --partial-report``)
+    complete: bool = True
+    #: the slowest rank's breakdown and the ranks grouped by identical breakdowns (None: not recorded)
+    breakdown: dict | None = None
+    #: the chain of nodes and waits that sets the last finish time (``critical_path=True``)
+    critical_path: dict | None = None
+    #: the timeline files written (``timeline=PATH``)
+    timeline: dict | None = None
 
+    # (a partial report's ranks still running have None; the summary counts the finished ones)
     @property
     def max_finish_ns(self):
-        return max((r.finish_ns for r in self.ranks), default=0)
+        return max((r.finish_ns for r in self.ranks if r.finish_ns is not None), default=0)
 
     @property
     def min_finish_ns(self):
-        return min((r.finish_ns for r in self.ranks), default=0)
+        return min((r.finish_ns for r in self.ranks if r.finish_ns is not None), default=0)
 
     @property
     def max_exposed_comm_ns(self):
-        return max((r.exposed_comm_ns for r in self.ranks), default=0)
+        return max((r.exposed_comm_ns for r in self.ranks if r.exposed_comm_ns is not None), default=0)
 
     def to_dict(self):
-        return {
-            "ranks": [asdict(r) for r in self.ranks],
+        out = {
+            "complete": self.complete,
+            "ranks": [_rank_dict(r) for r in self.ranks],
             "summary": {
                 "npus": len(self.ranks),
                 "max_finish_ns": self.max_finish_ns,
@@ -56,8 +80,14 @@ class Report:
             "settings": self.settings,
             "stats": self.stats,
             "network_stats": self.network_stats,
+            "unmatched_messages": list(self.unmatched_messages),
             "warnings": list(self.warnings),
         }
+        for key in ("breakdown", "critical_path", "timeline"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
+        return out
 
     def write_json(self, path):
         """Write :meth:`to_dict` as JSON, atomically, creating the folder if needed."""

@@ -18,12 +18,14 @@ from astra_sim.engine import EventEngine
 from astra_sim.errors import ConfigError, DeadlockError, WorkloadError
 from astra_sim.plugins import build_registry, make_plugin_manager
 from astra_sim.report import RankReport, Report
+from astra_sim.safeio import brief
 from astra_sim.symmetry import (
     FoldedEventEngine, FoldRefused, FoldTieBroken, TraceSignature, check_declared_symmetry, find_symmetry,
     trace_signature,
 )
 from astra_sim.system.frontend import FoldedSendRecvMatcher, SendRecvMatcher
 from astra_sim.system.sys import Sys
+from astra_sim.unmatched import describe_unmatched, lines as unmatched_lines, unmatched_error, unmatched_warning
 from astra_sim.workload.compact import Relabeller
 from astra_sim.workload.graph import build_graph
 from astra_sim.workload.workload import _COLLECTIVES, RankWorkload
@@ -58,6 +60,12 @@ class Simulation:
         fold=True,
         astra_sim_log=False,
         on_warning=None,
+        allow_unmatched=False,
+        breakdown=True,
+        critical_path=False,
+        timeline=None,
+        timeline_format="chrome",
+        timeline_ranks=None,
     ):
         # Kept to run again unfolded when a folded run finds a tie it cannot order exactly.
         self._arguments = dict(
@@ -65,7 +73,14 @@ class Simulation:
             network_backend=network_backend, memory_backend=memory_backend, compute_model=compute_model,
             workload_format=workload_format, num_queues_per_dim=num_queues_per_dim,
             injection_scale=injection_scale, rendezvous=rendezvous, plugins=plugins, block=block,
-            extra_plugins=extra_plugins, options=options, plugin_manager=plugin_manager)
+            extra_plugins=extra_plugins, options=options, plugin_manager=plugin_manager,
+            allow_unmatched=allow_unmatched,
+            breakdown=breakdown, critical_path=critical_path, timeline=timeline, timeline_format=timeline_format,
+            timeline_ranks=timeline_ranks)
+        #: a run that ends with sends never received (or receives never sent) is an error unless allowed
+        self.allow_unmatched = bool(allow_unmatched)
+        self._active = self  # the run in progress (a fresh unfolded one after a folded run gave up)
+        self.unmatched_messages = []
         self.warnings = []
         self._on_warning = on_warning  # called once per distinct warning as it is raised (the CLI prints it)
         self.reference_log = None  # a ReferenceLog when the reference's stdout is wanted (--astra-sim-log)
@@ -159,6 +174,15 @@ class Simulation:
         self.symmetry = None
         self.fold_info = {"requested": bool(fold), "simulated_ranks": None}
         self.group_stream_ids = None
+        # What the run records for the report (astra_sim.analysis): spans of every executed node, kept
+        # only when something derives from them (the breakdown, the critical path, a timeline).
+        from astra_sim.analysis.output import TimelineRequest
+
+        self.timeline = TimelineRequest.make(timeline, timeline_format, timeline_ranks, self.total_npus)
+        self.want_breakdown = bool(breakdown)
+        self.want_critical_path = bool(critical_path)
+        self.recorder = None
+        self.analysis = None
 
     def _check_group_members(self):
         total = self.total_npus
@@ -244,20 +268,20 @@ class Simulation:
             self._per_node = {}
             yaml_path = self.system_config.per_node_custom_implementation
             if yaml_path:
-                import yaml
+                from astra_sim.safeio import load_yaml
 
                 yaml_path = self._custom_path(yaml_path, "'per-node-custom-implementation'")
                 try:
-                    with open(yaml_path, encoding="utf-8") as handle:
-                        data = yaml.safe_load(handle)
-                except (OSError, yaml.YAMLError) as exc:
-                    raise ConfigError(f"{self.system_config.path}: per-node-custom-implementation {yaml_path}: {exc}") from None
+                    data = load_yaml(yaml_path, "per-node custom implementation")
+                except ConfigError as exc:
+                    raise ConfigError(f"{self.system_config.path}: per-node-custom-implementation: {exc}") from None
                 if not isinstance(data, dict):
                     raise ConfigError(f"{yaml_path}: must map workload node ids to custom collective paths")
                 base = os.path.dirname(yaml_path)
                 for node_id, path in data.items():
                     if not isinstance(node_id, int) or not isinstance(path, str):
-                        raise ConfigError(f"{yaml_path}: entries must be <node id>: <path>, got {node_id!r}: {path!r}")
+                        raise ConfigError(f"{yaml_path}: entries must be <node id>: <path>, got {brief(node_id)}: "
+                                          f"{brief(path)}")
                     self._per_node[node_id] = path if os.path.isabs(path) else os.path.join(base, path)
         return self._per_node
 
@@ -512,7 +536,7 @@ class Simulation:
     def run(self, measure_memory=False):
         try:
             return self._run(measure_memory)
-        except FoldTieBroken as exc:
+        except (FoldTieBroken, _FoldedRunIncomplete) as exc:
             # Not exact folded: simulate every rank (a fresh run; this one's state is half-way).
             printed, say = set(self.warnings), self._on_warning
 
@@ -521,6 +545,7 @@ class Simulation:
                     say(message)
 
             unfolded = Simulation(**self._arguments, fold=False, on_warning=on_warning)
+            self._active = unfolded  # what an interrupt's partial report describes
             report = unfolded.run(measure_memory)
             report.settings["fold"] = {"requested": True, "simulated_ranks": unfolded.total_npus,
                                        "reason": f"folding abandoned: {exc}"}
@@ -534,6 +559,13 @@ class Simulation:
             if not self.workloads:
                 self.build()
             built = time.perf_counter()
+            if self.want_breakdown or self.want_critical_path or self.timeline is not None:
+                from astra_sim.analysis.spans import SpanRecorder
+
+                self.recorder = SpanRecorder([w.rank for w in self.workloads if w is not None])
+                self._node_observers.append(self.recorder.observer())
+            if self.timeline is not None:
+                self.timeline.prepare(self)
             self.pm.hook.astra_run_start(run=self)
             # The event loop allocates millions of short-lived, acyclic objects;
             # the cyclic collector would walk the whole (large) live heap over
@@ -559,14 +591,26 @@ class Simulation:
                 tracemalloc.stop()
         finished = time.perf_counter()
         self._check_all_finished()
+        self._check_all_matched()
         report = self._report(built - started, finished - built, peak)
         self.pm.hook.astra_run_finish(run=self, report=report)
+        if self.timeline is not None:
+            written = time.perf_counter()
+            report.timeline = self.timeline.write(self.analysis, report)
+            report.stats["timeline_s"] = round(time.perf_counter() - written, 6)
+            if self.timeline.link_load is not None and self.timeline.link_load.bins:
+                from astra_sim.analysis.links import utilisation_summary
+
+                report.network_stats["link_utilisation"] = utilisation_summary(self.timeline.link_load,
+                                                                               report.max_finish_ns)
         return report
 
     def _check_all_finished(self):
         stuck = [w for w in self.workloads if w is not None and w.finish_ns is None]
         if not stuck:
             return
+        if self.symmetry is not None:
+            raise _FoldedRunIncomplete("the run deadlocked; simulated unfolded to name every stuck rank exactly")
         lines = [
             f"deadlock: no event is left at {self.engine.now} ns but {len(stuck)} of "
             f"{sum(w is not None for w in self.workloads)} simulated ranks have not finished:"
@@ -575,12 +619,70 @@ class Simulation:
             lines.append(f"  rank {workload.rank} ({workload.path}): {workload.stuck_description()}")
         if len(stuck) > 8:
             lines.append(f"  ... and {len(stuck) - 8} more ranks")
-        unmatched = self.matcher.unmatched()
+        unmatched = describe_unmatched(self.matcher.unmatched(), self.workloads)
         if unmatched:
             lines.append(f"  {len(unmatched)} unmatched message(s), e.g.:")
-            for tag, src, dst, size, what in unmatched[:5]:
-                lines.append(f"    {src} -> {dst}, {size} bytes, tag {tag}: {what}")
+            lines.extend("  " + text for text in unmatched_lines(unmatched, 5))
         raise DeadlockError("\n".join(lines))
+
+    def _check_all_matched(self):
+        """Every rank finished: any message still waiting is a send never received (or the reverse).
+        A folded run's messages are mirrored (keyed at representatives), so it runs again unfolded to
+        name the real ranks exactly; the error, or the warning with ``allow_unmatched``, lists them."""
+        waiting = self.matcher.unmatched()
+        if not waiting:
+            return
+        if self.symmetry is not None:
+            raise _FoldedRunIncomplete("the run ended with unmatched messages; simulated unfolded to name "
+                                       "them exactly")
+        self.unmatched_messages = describe_unmatched(waiting, self.workloads)
+        if not self.allow_unmatched:
+            raise unmatched_error(self.unmatched_messages)
+        self.warn(unmatched_warning(self.unmatched_messages))
+
+    def _settings(self):
+        """The report's ``settings``: the inputs and choices that produced it."""
+        return {
+            "astra_sim_version": __version__,
+            "workload": self.workload_prefix,
+            "workload_format": self.workload_format_name,
+            "system_configuration": self.system_config_path,
+            "network_configuration": self.network_config_path,
+            "remote_memory_configuration": self.memory_config_path,
+            "comm_group_configuration": self.comm_group_path,
+            "network_backend": self.network_backend_name,
+            "memory_backend": self.memory_backend_name,
+            "compute_model": self.compute_model_name,
+            "num_queues_per_dim": self.queues_per_dim[0],
+            "injection_scale": self.injection_scale,
+            "rendezvous_protocol": self.rendezvous,
+            "npus_per_dim": self.npus_per_dim,
+            "network": getattr(self.network, "describe", lambda: {})(),
+            "plugins": sorted(name for name, _ in self.pm.list_name_plugin()),
+            "fold": dict(self.fold_info),
+            "allow_unmatched": self.allow_unmatched,
+            **({"host": {"launch_ns": self.host_issue[0], "sync_after_p2p_ns": self.host_issue[1]}}
+               if self.host_issue is not None else {}),
+        }
+
+    def partial_report(self, reason):
+        """What an interrupted run knew (``astra run --partial-report``): the ranks so far (``finish_ns``
+        None for those still running), marked ``complete: False``. The run is not resumable."""
+        sim = self._active
+        ranks = []
+        for rank, w in enumerate(sim.workloads):
+            if w is None and sim.symmetry is not None:
+                w = sim.workloads[sim.symmetry.representative(rank)]
+            if w is None:
+                continue
+            finish = w.finish_ns
+            ranks.append(RankReport(rank=rank, finish_ns=finish, compute_ns=w.compute_ns,
+                                    exposed_comm_ns=None if finish is None else finish - w.compute_ns,
+                                    cpu_ns=w.cpu_ns, comm_ns=w.comm_ns, nodes=len(w.nodes)))
+        stats = {"interrupted": reason, "simulated_ns": sim.engine.now,
+                 "ranks_finished": sum(r.finish_ns is not None for r in ranks),
+                 "stage": "simulating" if sim.workloads else "reading the workload"}
+        return Report(ranks, sim._settings(), stats, list(sim.warnings), complete=False)
 
     def _report(self, build_s, run_s, peak_bytes):
         ranks = []
@@ -605,27 +707,7 @@ class Simulation:
             # Ranks finish with their representative; among equal times, in rank order.
             finish_order = sorted(range(self.total_npus), key=lambda r: (ranks[r].finish_ns, r))
             scale = symmetry.order
-        settings = {
-            "astra_sim_version": __version__,
-            "workload": self.workload_prefix,
-            "workload_format": self.workload_format_name,
-            "system_configuration": self.system_config_path,
-            "network_configuration": self.network_config_path,
-            "remote_memory_configuration": self.memory_config_path,
-            "comm_group_configuration": self.comm_group_path,
-            "network_backend": self.network_backend_name,
-            "memory_backend": self.memory_backend_name,
-            "compute_model": self.compute_model_name,
-            "num_queues_per_dim": self.queues_per_dim[0],
-            "injection_scale": self.injection_scale,
-            "rendezvous_protocol": self.rendezvous,
-            "npus_per_dim": self.npus_per_dim,
-            "network": getattr(self.network, "describe", lambda: {})(),
-            "plugins": sorted(name for name, _ in self.pm.list_name_plugin()),
-            "fold": dict(self.fold_info),
-        }
-        if self.host_issue is not None:
-            settings["host"] = {"launch_ns": self.host_issue[0], "sync_after_p2p_ns": self.host_issue[1]}
+        settings = self._settings()
         stats = {
             "events": self.engine.events_run,
             "simulated_ranks": sum(w is not None for w in self.workloads),
@@ -643,8 +725,36 @@ class Simulation:
             stats["peak_python_memory_bytes"] = peak_bytes
         network_stats = getattr(self.network, "stats", None)
         log = self.reference_log.records(ranks, finish_order) if self.reference_log is not None else None
-        return Report(ranks, settings, stats, list(self.warnings), finish_order,
-                      network_stats() if network_stats is not None else {}, log)
+        report = Report(ranks, settings, stats, list(self.warnings), finish_order,
+                        network_stats() if network_stats is not None else {}, log,
+                        unmatched_messages=list(self.unmatched_messages))
+        if self.recorder is not None:
+            self._analyse(report)
+        return report
+
+    def _analyse(self, report):
+        """The breakdown and critical path from the recorded spans (astra_sim.analysis)."""
+        from astra_sim.analysis.spans import Analysis
+
+        started = time.perf_counter()
+        self.analysis = analysis = Analysis(self, self.recorder)
+        if self.want_breakdown:
+            from astra_sim.analysis.breakdown import breakdowns, summary
+
+            per_rank = breakdowns(analysis)
+            for rank, result in zip(report.ranks, per_rank):
+                rank.breakdown = result
+            report.breakdown = summary(per_rank, [r.finish_ns for r in report.ranks])
+        if self.want_critical_path:
+            from astra_sim.analysis.critical_path import critical_path
+
+            report.critical_path = critical_path(analysis, report)
+        report.stats["analysis_s"] = round(time.perf_counter() - started, 6)
+
+
+class _FoldedRunIncomplete(Exception):
+    """A folded run ended with stuck ranks or unmatched messages, whose report needs real rank numbers:
+    :meth:`Simulation.run` simulates again, unfolded."""
 
 
 def _host_issue(options):

@@ -41,6 +41,8 @@ from astra_sim.engine import EventEngine
 EXACT, ROTATION, SET = "exact", "rotation", "set"
 #: ``pg_name`` values that mean the default all-NPU group (the workload layer's rule).
 _DEFAULT_PG = ("", "0", None)
+#: Attributes the symmetry search reads, and the types it can reason about.
+_PLAIN_ATTRS = {"comm_type": int, "comm_src": int, "comm_dst": int, "pg_name": (str, int)}
 #: Message tags of group collectives repeat every 500 group ids (stream id = id x 1e6, tags mod 5e8).
 _GROUP_TAG_PERIOD = 500
 
@@ -193,6 +195,11 @@ def _node_part(node):
     """A node's part of its trace's signature: (digest of all but peers and group, its send/receive
     peers or None, its pg_name or _NO_PG, what it tells about the trace or None)."""
     attrs = node.attrs
+    for key, kinds in _PLAIN_ATTRS.items():
+        value = attrs.get(key)
+        if value is not None and (not isinstance(value, kinds) or isinstance(value, bool)):
+            # the workload layer names the node and the attribute; folding cannot reason about it
+            raise FoldRefused(f"node {node.id} has a {key} of type {type(value).__name__}")
     kept = [(k, v) for k, v in attrs.items() if k not in ("comm_src", "comm_dst", "pg_name")]
     structure = hashlib.blake2b(repr((node.id, node.name, node.type, node.ctrl_deps, node.data_deps,
                                       node.duration_micros, node.inputs_values, node.inputs_shapes,

@@ -7,9 +7,7 @@ An ``.et`` file is a plain stream of ``varint(length) + message`` frames: first 
 from __future__ import annotations
 
 import gc
-import gzip
 import os
-import zlib
 
 from google.protobuf.message import DecodeError
 
@@ -49,11 +47,18 @@ def read_et(path, *, keep_raw: bool = True) -> EtFile:
     halved and nodes are re-encoded from their fields when written.
     """
     name = os.fspath(path)
+    limit = _input_limit()
     try:
         with open(name, "rb") as f:
-            data = f.read()
+            size = os.fstat(f.fileno()).st_size
+            if size > limit:
+                raise ChakraError(f"{name}: Chakra ET file of {size:,} bytes, more than the {limit:,} accepted "
+                                  "(ASTRA_MAX_INPUT_BYTES raises the limit)", path=name)
+            data = f.read(limit + 1)
     except OSError as exc:
         raise ChakraError(f"{name}: cannot read Chakra ET file: {exc.strerror or exc}", path=name) from None
+    if len(data) > limit:
+        raise ChakraError(f"{name}: Chakra ET file larger than the {limit:,} bytes accepted", path=name)
     return parse_et(data, name, keep_raw=keep_raw)
 
 
@@ -66,13 +71,13 @@ def read_metadata(path) -> dict:
         with open(name, "rb") as f:
             head = f.read(1 << 16)
             if head[:2] == GZIP_MAGIC:
-                head = _gunzip(head + f.read(), name)
+                head = _gunzip(head + f.read(_input_limit()), name)  # bounded, as read_et
             else:
                 frames = _frames(head, name) if head else iter(())
                 try:
                     _, _, end = next(frames)
                 except ChakraError:  # a metadata frame longer than the first read
-                    head += f.read()
+                    head += f.read(_input_limit())
     except OSError as exc:
         raise ChakraError(f"{name}: cannot read Chakra ET file: {exc.strerror or exc}", path=name) from None
     first = next(_frames(head, name), None)
@@ -88,12 +93,20 @@ def read_metadata(path) -> dict:
     return attrs_from_proto(metadata.attr)[0]
 
 
-def _gunzip(data: bytes, path) -> bytes:
+def _input_limit():
     try:
-        return gzip.decompress(data)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise ChakraError(f"{path}: gzip-compressed Chakra ET file is corrupt or truncated: {exc}",
-                          path=path) from None
+        from astra_sim.safeio import MAX_INPUT_BYTES
+    except ImportError:  # pragma: no cover - standalone use of this package
+        return 1 << 40
+    return MAX_INPUT_BYTES
+
+
+def _gunzip(data: bytes, path) -> bytes:
+    """Decompressed in bounded steps: a gzip bomb stops at the input limit instead of filling memory."""
+    from astra_sim.safeio import gunzip
+
+    return gunzip(data, path, "Chakra ET file", _input_limit(),
+                  error=lambda message, offset: ChakraError(message, path=path, offset=offset))
 
 
 def _frames(data: bytes, path):

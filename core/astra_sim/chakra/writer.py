@@ -158,9 +158,10 @@ def write_et(path, metadata, nodes, *, reencode: bool = False, compress=None) ->
         compress = name.endswith(".gz")
     if compress:
         data = gzip.compress(data, mtime=0)
+    from astra_sim.cliutil import write_bytes_atomic
+
     try:
-        with open(name, "wb") as f:
-            f.write(data)
+        write_bytes_atomic(name, data)  # a killed writer leaves no half-written trace
     except OSError as exc:
         raise ChakraError(f"{name}: cannot write Chakra ET file: {exc.strerror or exc}", path=name) from None
     return len(data)

@@ -10,6 +10,7 @@ arrival runs at once (through a zero-delay event).
 from __future__ import annotations
 
 from collections import deque
+from typing import NamedTuple
 
 from astra_sim.errors import SimulationError
 
@@ -148,17 +149,30 @@ class SendRecvMatcher:
             message.arrived = True
 
     def unmatched(self):
-        """Messages still waiting: list of (tag, src, dst, size, what is missing)."""
+        """Messages still waiting, in the order their keys were first posted: a list of
+        :class:`Unmatched` (tag, src, dst, size, what is missing, the Message)."""
         out = []
         for (tag, src, dst, size), head in self._waiting.items():
             for message in ([head] if head.__class__ is Message else head):
                 if not message.posted:
-                    out.append((tag, src, dst, size, "receive posted, no send"))
+                    what = "receive posted, no send"
                 elif message.arrived:
-                    out.append((tag, src, dst, size, "arrived, never received"))
+                    what = "arrived, never received"
                 else:
-                    out.append((tag, src, dst, size, "in flight, no receive posted"))
+                    what = "in flight, no receive posted"
+                out.append(Unmatched(tag, src, dst, size, what, message))
         return out
+
+
+class Unmatched(NamedTuple):
+    """A message left without its other half when the run ended (see :meth:`SendRecvMatcher.unmatched`)."""
+
+    tag: int
+    src: int
+    dst: int
+    size: int
+    what: str
+    message: Message
 
 
 class FoldedSendRecvMatcher(SendRecvMatcher):

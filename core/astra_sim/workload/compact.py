@@ -35,7 +35,9 @@ import os
 from dataclasses import dataclass
 
 from astra_sim.chakra import EtNode
-from astra_sim.errors import WorkloadError
+from astra_sim.errors import ConfigError, WorkloadError
+from astra_sim.limits import MAX_TOTAL_NPUS
+from astra_sim.safeio import brief, load_json
 from astra_sim.symmetry import BlockShift, RankSymmetry, group_key
 
 FORMAT = "astra-sim-compact-workload"
@@ -68,12 +70,9 @@ def read_compact_workload(prefix):
     """Read and check ``PREFIX.workload.json``; every problem is a WorkloadError naming the file and key."""
     path = manifest_path(prefix)
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except OSError as exc:
-        raise WorkloadError(f"{path}: cannot read the compact workload manifest: {exc.strerror or exc}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise WorkloadError(f"{path}: not valid JSON: {exc}") from None
+        data = load_json(path, "compact workload manifest")
+    except ConfigError as exc:
+        raise WorkloadError(str(exc)) from None
     if not isinstance(data, dict):
         raise WorkloadError(f"{path}: the manifest must be a JSON object")
     if data.get("format") != FORMAT:
@@ -82,15 +81,17 @@ def read_compact_workload(prefix):
         raise WorkloadError(f"{path}: key 'version' must be {VERSION} (this astra-sim-py reads version {VERSION}), "
                             f"got {data.get('version')!r}")
     npus = _positive_int(path, "npus", data.get("npus"))
+    if npus > MAX_TOTAL_NPUS:
+        raise WorkloadError(f"{path}: key 'npus' must be at most {MAX_TOTAL_NPUS:,}, got {npus:,}")
     shifts = data.get("symmetry", [])
     if not isinstance(shifts, list):
-        raise WorkloadError(f"{path}: key 'symmetry' must be a list of {{stride, radix, block}}, got {shifts!r}")
+        raise WorkloadError(f"{path}: key 'symmetry' must be a list of {{stride, radix, block}}, got {brief(shifts)}")
     parsed = []
     for i, item in enumerate(shifts):
         where = f"symmetry[{i}]"
         if not isinstance(item, dict) or set(item) != {"stride", "radix", "block"}:
             raise WorkloadError(f"{path}: key '{where}' must be an object with exactly stride, radix and block, "
-                                f"got {item!r}")
+                                f"got {brief(item)}")
         stride, radix, block = (_positive_int(path, f"{where}.{k}", item[k]) for k in ("stride", "radix", "block"))
         if radix % block:
             raise WorkloadError(f"{path}: key '{where}.block' ({block}) must divide radix ({radix})")
@@ -113,7 +114,7 @@ def read_compact_workload(prefix):
         where = f"classes[{i}]"
         if not isinstance(item, dict) or set(item) != {"representative", "trace"}:
             raise WorkloadError(f"{path}: key '{where}' must be an object with exactly representative and trace, "
-                                f"got {item!r}")
+                                f"got {brief(item)}")
         rep = item["representative"]
         if isinstance(rep, bool) or not isinstance(rep, int) or not 0 <= rep < npus:
             raise WorkloadError(f"{path}: key '{where}.representative' must be a rank 0..{npus - 1}, got {rep!r}")
@@ -266,7 +267,8 @@ def read_rank_nodes(prefix, rank):
 
 
 def expand_workload(prefix, out_prefix):
-    """Write ``OUT.<rank>.et`` for every rank of the compact workload ``prefix`` (and ``OUT.groups.json``
+    """Write ``OUT.<rank>.et`` for every rank of the compact workload ``prefix`` (and ``OUT.groups.json``,
+    with its roles file ``OUT.groups.roles.json`` when there is one,
     when it names a groups file); returns the number of files written."""
     from astra_sim.chakra import read_et
     from astra_sim.chakra.writer import encode_et
@@ -281,6 +283,12 @@ def expand_workload(prefix, out_prefix):
         nodes = relabeller.nodes_for(trace.nodes, compact.symmetry.offsets(rank))
         write_atomically(f"{out_prefix}.{rank}.et", encode_et(trace.metadata, nodes))
     if compact.comm_groups is not None:
+        from astra_sim.analysis.spans import roles_path
+
         with open(compact.comm_groups, "rb") as handle:
             write_atomically(f"{out_prefix}.groups.json", handle.read())
+        roles = roles_path(compact.comm_groups)
+        if os.path.isfile(roles):  # the groups' role names (tp, dp, ...) travel with them
+            with open(roles, "rb") as handle:
+                write_atomically(roles_path(f"{out_prefix}.groups.json"), handle.read())
     return compact.npus

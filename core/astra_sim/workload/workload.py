@@ -304,6 +304,8 @@ class RankWorkload:
         if pg_name in DEFAULT_PG_NAMES:
             return None
         try:
+            if isinstance(pg_name, bool) or not isinstance(pg_name, (int, str)):
+                raise TypeError  # a float would be truncated to some other group's id
             group_id = int(pg_name)
         except (TypeError, ValueError):
             raise self._error(node, f"pg_name {pg_name!r} is not an integer communicator-group id") from None

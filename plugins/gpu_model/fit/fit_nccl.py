@@ -41,6 +41,12 @@ from astra_gpu_model.nccl import (  # noqa: E402
 )
 
 FIT_MAX_BYTES = 64 << 20
+#: Past the fitted sizes, NCCL on NVSwitch keeps gaining bandwidth up to a peak bus bandwidth (GB/s, 8 GPUs)
+#: that NVIDIA states: S. Jeaugey (NVIDIA) in NVIDIA/nccl-tests#212 (2024-05-06): rings reach "an effective
+#: NVLink bandwidth of 370GB/s" on H100, and NVLS all-reduce "a peak busBw of ~480GB/s" that "256M is too small
+#: to reach"; the 480 GB/s is also GTC 2024 talk S62129's (quoted in NVIDIA/nccl#1374). Each byte past
+#: FIT_MAX_BYTES costs what that peak says. No such statement for A100 here: Ampere extrapolates its fit.
+PEAK_BUSBW = {"hopper": ("H100-SXM5-80GB", {("ring", "Simple"): 370.0, ("nvls", "Simple"): 480.0})}
 
 
 def points(cal_dir, max_bytes=FIT_MAX_BYTES, min_bytes=0):
@@ -81,6 +87,20 @@ def fit_arch(rows):
     if x[0] < 0:
         x = np.concatenate([[0.0], _irls(A[:, 1:], y)])
     return NcclCalibration(float(x[0]), float(x[1]), {k: float(1.0 / v) for k, v in zip(keys, x[2:])})
+
+
+def beyond_fit_efficiency(n=8, size=8 << 30):
+    """``{arch: {"nvswitch/algo/proto": factor}}``: NCCL's own algBw times the factor gives the published
+    peak bus bandwidth of an ``n``-GPU all-reduce of ``size`` bytes (busbw = algbw x 2(n-1)/n)."""
+    out = {}
+    for arch, (preset, peaks) in PEAK_BUSBW.items():
+        raw = config_for_gpu(preset, calibrated=False)
+        cands = {(c[1], c[2]): c for c in predict("all_reduce", size, n, raw)}
+        out[arch] = {}
+        for (algo, proto), peak in peaks.items():
+            raw_busbw = size * 2 * (n - 1) / n / (cands[(algo, proto)][4] * 1e3)
+            out[arch][f"nvswitch/{algo}/{proto}"] = round(peak / raw_busbw, 5)
+    return out
 
 
 def fit(rows):
@@ -177,6 +197,8 @@ def main(argv=None):
     print(table(calibration, big, "Rows above 64 MB (never fitted)"))
     print(multinode_table(cal_dir))
 
+    beyond = beyond_fit_efficiency()
+    print("Past 64 MB on NVSwitch (factor on NCCL's algBw from the published peak):", beyond)
     if args.out:
         payload = {
             "generated_by": ".venv/bin/python plugins/gpu_model/fit/fit_nccl.py --out "
@@ -184,6 +206,9 @@ def main(argv=None):
             "fitting_data": [f"vidur_measured_all_reduce_{s}.csv" for s in VIDUR_ALL_REDUCE],
             "rows": "num_nodes == 1, 2 KB <= size_bytes <= 64 MB, time_ms_median",
             "objective": "sum |predicted - measured| / measured",
+            "beyond_fit": {"fitted_max_bytes": FIT_MAX_BYTES, "source": "NVIDIA/nccl-tests#212 (S. Jeaugey): "
+                           "ring 370 GB/s, NVLS all-reduce 480 GB/s bus bandwidth on 8 H100; GTC S62129",
+                           "efficiency": beyond},
             "architectures": {
                 arch: {"overhead_us": round(c.overhead_us, 4), "latency_scale": round(c.latency_scale, 5),
                        "efficiency": {k: round(v, 5) for k, v in c.efficiency.items()}}

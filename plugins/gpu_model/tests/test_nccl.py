@@ -249,3 +249,38 @@ def test_communicator_group_across_nodes(tmp_path):
         spanned = 2 if group == "1" else 1
         expected = collective_time_us("all_reduce", size, len(members), config_for_gpu(None), nodes=spanned)[0]
         assert report.ranks[0].finish_ns == pytest.approx(expected * 1000, rel=0.01, abs=20_000), group
+
+
+def test_past_the_fitted_sizes_nvswitch_bandwidth_ramps_to_the_published_peaks():
+    """Fitted up to 64 MB; past it each byte costs what NVIDIA's stated peaks say (nccl-tests#212: ring
+    370 GB/s, NVLS all-reduce 480 GB/s bus bandwidth on 8 H100, not reached at 256 MB)."""
+    h8 = config_for_gpu("H100-SXM5-80GB")
+    cal = h8.correction()
+    limit = cal.fitted_max_bytes
+    # Continuous at the fitted limit, the fitted line below it.
+    below = collective_time_us("all_reduce", limit, 8, h8)[0]
+    above = collective_time_us("all_reduce", limit + 8, 8, h8)[0]
+    assert 0 <= above - below < 0.01
+
+    def busbw(coll, size):
+        t_us, algo, proto = collective_time_us(coll, size, 8, h8)
+        factor = 2 * 7 / 8 if coll == "all_reduce" else 7 / 8
+        return size * factor / (t_us * 1e3), algo
+
+    bw_8g, algo = busbw("all_reduce", 8 << 30)
+    assert algo == NVLS and bw_8g == pytest.approx(480, rel=0.02)
+    bw_256m, _ = busbw("all_reduce", 256 << 20)
+    assert bw_256m < 0.93 * 480  # "256M is too small to reach peak bandwidth"
+    bw_ag, algo = busbw("all_gather", 8 << 30)
+    assert algo == RING and bw_ag == pytest.approx(370, rel=0.02)
+    times = [collective_time_us("all_reduce", s << 20, 8, h8)[0] for s in (32, 64, 128, 512, 2048)]
+    assert times == sorted(times)
+
+
+def test_ampere_extrapolates_its_fit_past_64_mb():
+    a8 = config_for_gpu("A100-SXM4-80GB")
+    cal = a8.correction()
+    t1, algo, proto = collective_time_us("all_reduce", 1 << 30, 8, a8)
+    lat, bw = next((c[3], c[4]) for c in predict("all_reduce", 1 << 30, 8, a8) if c[1:3] == (algo, proto))
+    eff = cal.efficiency_for("nvswitch", algo, proto)
+    assert t1 == pytest.approx(cal.overhead_us + cal.latency_scale * lat + bw / eff)

@@ -42,7 +42,6 @@ def test_the_sharp_platform_says_so_in_its_options_and_network():
     assert get_platform("h100-sharp").sharp
     provided = generate("h100-sharp", nodes=4)
     assert provided["options"]["nccl_sharp"] is True
-    with open(provided["network_configuration"]) as handle:
-        network = yaml.safe_load(handle)
+    network = yaml.safe_load(provided["network_configuration"].text)
     assert network["switch_reduction"] == [True, True]
     assert "nccl_sharp" not in generate("hgx-h100", nodes=4)["options"]

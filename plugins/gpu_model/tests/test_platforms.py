@@ -204,7 +204,8 @@ def test_a_platform_is_simulated_as_its_gpu_and_nccl_with_no_other_flag(tmp_path
     defaults = implied["settings"]["platform_defaults"]
     assert defaults["compute_model"].startswith("gpu (implied by --platform hgx-h100")
     assert defaults["collective"].startswith("nccl (implied")
-    assert json.load(open(implied["settings"]["system_configuration"]))["all-reduce-implementation"] == ["nccl"]
+    # the generated system configuration, inline in the report (its temporary file is gone)
+    assert implied["settings"]["system_configuration"]["content"]["all-reduce-implementation"] == ["nccl"]
     replay = run("--compute-model", "replay", "--platform-collective", "ring")
     assert replay["ranks"][0]["compute_ns"] == 1000
     assert replay["settings"]["platform_defaults"]["collective"] == "ring (--platform-collective)"

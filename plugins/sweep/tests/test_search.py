@@ -34,3 +34,15 @@ def test_gpt3_175b_on_1024_h100(tmp_path, capsys):
     assert (best["layout"]["tp"], best["layout"]["pp"]) == (8, 8)
     assert PUBLISHED_MFU[0] <= best["mfu"] <= PUBLISHED_MFU[1], best
     assert best["peak_mem_bytes"] < 80e9 and (tmp_path / "front.png").stat().st_size > 0
+
+
+def test_search_takes_a_model_config(tmp_path, capsys):
+    """``--model``: a Hugging Face config (here a shipped one, Qwen3-8B with its explicit head_dim) instead of a
+    preset; the sweep's points generate it from the same file."""
+    out = tmp_path / "search.json"
+    assert main(["search", "--model", "qwen3-8b", "--gpus", "8", "--platform", "hgx-h100", "--global-batch", "8",
+                 "--tp", "8", "--pp", "1", "--vp", "1", "--mbs", "1", "--zero", "1", "--recompute", "full",
+                 "--seq-len", "1024", "--jobs", "1", "--no-progress", "--json", str(out)]) == 0
+    assert capsys.readouterr().out.startswith("qwen3-8b on 8 x")
+    best = json.loads(out.read_text())["ranked"][0]
+    assert best["layout"]["tp"] == 8 and 0 < best["mfu"] < 1

@@ -58,3 +58,14 @@ def test_a_failing_base_case_runs_no_point(tmp_path, capsys):
 def test_other_spec_errors(tmp_path, capsys, text, needle):
     code, err, _ = _sweep(tmp_path, text, capsys)
     assert code == 2 and needle in err
+
+
+def test_an_llm_model_config_is_part_of_the_workload_digest(tmp_path):
+    """``llm: {model: FILE}``: editing the config file makes a new workload (the cache key hashes its contents)."""
+    from astra_sweep.point import workload_digest
+
+    config = tmp_path / "config.json"
+    config.write_text('{"model_type": "llama"}')
+    before = workload_digest("llm", ["--model", str(config)])
+    config.write_text('{"model_type": "qwen3"}')
+    assert workload_digest("llm", ["--model", str(config)]) != before

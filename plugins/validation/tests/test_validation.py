@@ -127,3 +127,37 @@ def test_list_prints_every_case_without_running(capsys):
     assert main(["validate", "--list"]) == 0
     out = capsys.readouterr().out
     assert all(c.name in out for c in load_cases())
+
+
+def test_cases_run_on_astra_sweeps_local_pool_give_the_same_numbers(tmp_path):
+    pytest.importorskip("astra_sweep")
+    names = "nccl-allreduce-h100-4node-ndr,nccl-allreduce-a100-4node-hdr"
+    serial, pooled = tmp_path / "s.json", tmp_path / "p.json"
+    assert main(["validate", "--only", names, "--json", str(serial)]) == 0
+    assert main(["validate", "--only", names, "--jobs", "2", "--json", str(pooled)]) == 0
+    a, b = json.loads(serial.read_text()), json.loads(pooled.read_text())
+    assert [c["simulated_s"] for c in a["cases"]] == [c["simulated_s"] for c in b["cases"]]
+    assert [c["name"] for c in b["cases"]] == names.split(",")
+
+
+def test_a_case_that_fails_is_reported_and_the_exit_is_nonzero(tmp_path, capsys):
+    bad = _collective(name="bad", platform="no-such-platform")
+    good = _collective(name="good")
+    path = _registry(tmp_path, [bad, good])
+    out = tmp_path / "r.json"
+    assert main(["validate", "--cases", str(path), "--json", str(out)]) == 1
+    data = json.loads(out.read_text())
+    assert [c["name"] for c in data["cases"]] == ["good"]
+    assert data["failed"][0]["name"] == "bad" and "no-such-platform" in data["failed"][0]["failed"]
+    assert "bad failed" in capsys.readouterr().err
+
+
+def test_a_calibration_input_is_shown_but_not_counted(tmp_path, capsys):
+    path = _registry(tmp_path, [_collective(name="anchor", calibration_input=True),
+                                _collective(name="check", measured={"bus_bandwidth_gbps": 200})])
+    out = tmp_path / "r.json"
+    assert main(["validate", "--cases", str(path), "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    check = next(c for c in data["cases"] if c["name"] == "check")
+    assert data["summary"]["max_abs_error"] == pytest.approx(abs(check["error"]))
+    assert "calibration input" in capsys.readouterr().out

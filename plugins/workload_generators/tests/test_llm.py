@@ -299,3 +299,20 @@ def test_errors(tmp_path, capsys):
         model_dims("gpt5")
     assert main(["workload", "llm", "--hidden", "64", "-o", str(tmp_path / "x")]) == 2
     assert "missing" in capsys.readouterr().err
+
+
+def test_groups_roles_file_names_every_group(tmp_path):
+    """PREFIX.groups.roles.json gives each group of PREFIX.groups.json its role (the breakdown's names)."""
+    from astra_workload_generators.llm import comm_groups
+
+    cfg = LlmConfig(tp=2, pp=2, dp=2, micro_batches=2)
+    generate_llm(model_dims(layers=2, hidden=256, heads=4, kv_heads=4, ffn_hidden=1024, vocab=1000, seq_len=128),
+                 cfg, tmp_path / "t")
+    groups = json.loads((tmp_path / "t.groups.json").read_text())
+    roles = json.loads((tmp_path / "t.groups.roles.json").read_text())
+    assert set(roles) == set(groups)
+    ids, _ = comm_groups(cfg)
+    for role, by_key in ids.items():
+        for gid in by_key.values():
+            assert roles[str(gid)] == role
+    assert sorted(set(roles.values())) == ["dp", "pp", "tp"]

@@ -558,8 +558,8 @@ def test_expert_load_spec_errors(tmp_path):
                         ("zipf:-1", "expected zipf:S"), ("zipf:1:2:3", "expected zipf:S"),
                         (str(tmp_path / "two.json"), "2 lists of expert loads, expected 1 .* or one per MoE layer "
                                                      r"\(3\)"),
-                        (str(tmp_path / "bad.json"), "bad.json: not valid JSON"),
-                        (str(tmp_path / "none.json"), "cannot read it")]:
+                        (str(tmp_path / "bad.json"), "bad.json: invalid JSON at line 1"),
+                        (str(tmp_path / "none.json"), "none.json' does not exist")]:
         with pytest.raises(ConfigError, match=match):
             parse_expert_load(spec, 4, 3)
     # the API checks what it is given too (SMALL_MOE: 4 MoE layers of 8 experts)

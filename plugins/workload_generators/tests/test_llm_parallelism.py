@@ -308,7 +308,7 @@ def test_cli_and_errors(tmp_path):
     assert main(args) == 0
     # the compact workload: one trace per class (CP positions are symmetric: one per pipeline stage)
     assert sorted(p.name for p in tmp_path.glob("g.*")) == ["g.class0.et", "g.class1.et", "g.groups.json",
-                                                            "g.workload.json"]
+                                                            "g.groups.roles.json", "g.workload.json"]
     assert main(args + ["--per-rank-files", "-o", str(tmp_path / "f")]) == 0
     assert len(list(tmp_path.glob("f.*.et"))) == 4
     for rank in range(4):

@@ -208,7 +208,7 @@ def test_malformed_input_errors(pair, tmp_path, capsys):
         convert_pytorch_trace(_broken(tmp_path, "b2.json", bad))
     with pytest.raises(ConfigError, match="b3.json: not a PyTorch host execution trace"):
         convert_pytorch_trace(_broken(tmp_path, "b3.json", {"traceEvents": []}))
-    with pytest.raises(ConfigError, match="b4.json: the PyTorch host execution trace is not valid JSON"):
+    with pytest.raises(ConfigError, match="b4.json: invalid JSON at line 1"):
         convert_pytorch_trace(_broken(tmp_path, "b4.json", "{nodes"))
     k = _kineto()
     k["traceEvents"][6]["args"]["External id"] = 999
@@ -537,7 +537,7 @@ def test_gzip_traces(pair, tmp_path):
     packed = convert_pytorch_trace(tmp_path / "h.json.gz", tmp_path / "k.json.gz")[1]
     assert [n._raw for n in packed] == [n._raw for n in plain]
     (tmp_path / "bad.json.gz").write_bytes(b"\x1f\x8b" + b"not gzip at all")
-    with pytest.raises(ConfigError, match=r"bad.json.gz: the PyTorch host execution trace is not a valid gzip file"):
+    with pytest.raises(ConfigError, match=r"bad.json.gz: .*gzip-compressed PyTorch host execution trace is (corrupt|truncated)"):
         convert_pytorch_trace(tmp_path / "bad.json.gz")
 
 

@@ -37,10 +37,10 @@ max(chan)+1, a missing ``proto`` to ``Simple``, a missing ``coll`` to ``custom``
 from __future__ import annotations
 
 import os
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
 from astra_sim.errors import ConfigError
+from astra_sim.safeio import load_xml
 
 __all__ = [
     "OPCODES",
@@ -171,24 +171,39 @@ def _int(el, attr, where, default=None):
 
 
 def _read_root(path):
-    try:
-        tree = ET.parse(path)
-    except ET.ParseError as exc:
-        raise ConfigError(f"MSCCL-IR {path}: not well-formed XML ({exc})") from None
-    except OSError as exc:
-        raise ConfigError(f"MSCCL-IR {path}: cannot read ({exc.strerror or exc})") from None
-    return tree.getroot()
+    """The root element, read bounded and without entity expansion (:func:`astra_sim.safeio.parse_xml`)."""
+    return load_xml(path, "MSCCL-IR")
+
+
+class _Root(Exception):
+    pass
 
 
 def is_msccl_xml(path) -> bool:
-    """True when ``path`` ends with ``.xml`` and its root element is ``<algo>`` (cheap: stops there)."""
+    """True when ``path`` ends with ``.xml`` and its root element is ``<algo>`` (cheap: reads until the root
+    element starts, at most 1 MiB; a file that declares entities counts, so that reading it says why not)."""
+    from xml.parsers import expat
+
     p = os.fspath(path)
     if not p.lower().endswith(".xml") or not os.path.isfile(p):
         return False
+
+    def root(tag, _attrs):
+        raise _Root(tag == "algo")
+
+    def entity(*_args):
+        raise _Root(True)
+
+    parser = expat.ParserCreate()
+    parser.StartElementHandler = root
+    parser.EntityDeclHandler = parser.UnparsedEntityDeclHandler = entity
+    parser.SetParamEntityParsing(expat.XML_PARAM_ENTITY_PARSING_NEVER)
     try:
-        for _event, el in ET.iterparse(p, events=("start",)):
-            return el.tag == "algo"
-    except (ET.ParseError, OSError):
+        with open(p, "rb") as handle:
+            parser.Parse(handle.read(1 << 20), False)
+    except _Root as found:
+        return bool(found.args[0])
+    except (expat.ExpatError, OSError):
         return False
     return False
 

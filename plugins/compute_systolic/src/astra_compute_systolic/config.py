@@ -225,6 +225,7 @@ def write_config(config: SystolicConfig, path=None, style=3) -> str:
     if style != 2:
         text += "UseRamulatorTrace: False\n"
     if path is not None:
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        from astra_sim.cliutil import write_text_atomic
+
+        write_text_atomic(path, text)
     return text

@@ -15,7 +15,6 @@ vendors' decimal figures.
 from __future__ import annotations
 
 import json
-import tempfile
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -193,21 +192,33 @@ def system_json(preset: TpuPreset, dims: int) -> dict:
 
 
 def generate(name, nodes=1, topology=None, directory=None) -> dict:
-    """Write the platform's system JSON, network YAML and SCALE-sim .cfg; the astra_provide_configuration dict."""
+    """The platform's system JSON, network YAML and SCALE-sim .cfg as the astra_provide_configuration dict:
+    in memory (:class:`astra_sim.generated.GeneratedFile`, which ``astra run`` writes to a private folder only
+    while it runs and records inline in the report), or, with ``directory``, written there (paths)."""
+    from astra_sim.cliutil import write_text_atomic
+    from astra_sim.generated import GeneratedFile
+
     preset = get_preset(name)
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
         raise ConfigError(f"--nodes must be an integer >= 1, got {nodes!r}")
     topo = parse_topology(topology, preset)
-    out = Path(directory or tempfile.mkdtemp(prefix=f"astra-platform-{preset.name}-"))
-    system_path, network_path, cfg_path = out / "system.json", out / "network.yml", out / f"{preset.name}.cfg"
     dims = len(topo) + (1 if nodes > 1 else 0)
-    system_path.write_text(json.dumps(system_json(preset, dims), indent=1))
-    network_path.write_text(network_yaml(preset, topo, nodes))
-    write_config(preset.config(), cfg_path)
+    origin = f"--platform {preset.name} --nodes {nodes}" + (f" --tpu-topology {topology}" if topology else "")
+    files = {
+        "system_configuration": GeneratedFile("system.json", json.dumps(system_json(preset, dims), indent=1) + "\n",
+                                              origin),
+        "network_configuration": GeneratedFile("network.yml", network_yaml(preset, topo, nodes), origin),
+        "systolic_config": GeneratedFile(f"{preset.name}.cfg", write_config(preset.config()), origin),
+    }
+    if directory is not None:
+        for key, generated in files.items():
+            path = Path(directory) / generated.name
+            write_text_atomic(path, generated.text)
+            files[key] = str(path)
     return {
-        "system_configuration": str(system_path),
-        "network_configuration": str(network_path),
-        "options": {"systolic_config": str(cfg_path), "systolic_ghz": str(float(preset.ghz)),
+        "system_configuration": files["system_configuration"],
+        "network_configuration": files["network_configuration"],
+        "options": {"systolic_config": files["systolic_config"], "systolic_ghz": str(float(preset.ghz)),
                     "systolic_hbm_gbps": preset.hbm_gbps},
     }
 

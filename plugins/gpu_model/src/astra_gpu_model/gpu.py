@@ -20,6 +20,7 @@ from importlib import resources
 from pathlib import Path
 
 from astra_sim.errors import ConfigError
+from astra_sim.safeio import brief
 
 from astra_gpu_model.gemm import DEFAULT_TILES, GemmParams
 
@@ -182,18 +183,16 @@ def load_gpu_file(path, *, fit=None) -> GpuSpec:
 
 
 def _read_yaml(path, where):
-    import yaml
+    """A GPU description (bounded, UTF-8, safe YAML); every failure a ConfigError naming ``where``."""
+    import os
 
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"{where}: cannot read GPU description: {exc.strerror or exc}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        raise ConfigError(f"{where}: not valid YAML{at}: {getattr(exc, 'problem', None) or exc}") from None
+    from astra_sim.safeio import parse_yaml, read_text
+
+    if isinstance(path, os.PathLike):
+        text = read_text(path, "GPU description")
+    else:  # a preset inside a zipped package (importlib.resources)
+        text = path.read_text(encoding="utf-8")
+    data = parse_yaml(text, where)
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: a GPU description must be a YAML mapping (key: value), "
                           f"got {type(data).__name__}")
@@ -213,7 +212,7 @@ def _merge(base, over):
 def _unknown(where, key, allowed, prefix=""):
     close = difflib.get_close_matches(str(key), list(allowed), n=1, cutoff=0.5)
     hint = f" (did you mean '{prefix}{close[0]}'?)" if close else ""
-    return ConfigError(f"{where}: unknown key '{prefix}{key}'{hint}; allowed: {', '.join(sorted(allowed))}")
+    return ConfigError(f"{where}: unknown key {prefix + str(key)!r}{hint}; allowed: {', '.join(sorted(allowed))}")
 
 
 def _number(where, key, value, *, positive=True, integer=False, allow_none=False, upper=None):
@@ -234,7 +233,7 @@ def _number(where, key, value, *, positive=True, integer=False, allow_none=False
             what += f" <= {upper}"
         if allow_none:
             what += " (or null)"
-        raise ConfigError(f"{where}: key {key!r} must be {what}, got {value!r}")
+        raise ConfigError(f"{where}: key {key!r} must be {what}, got {brief(value)}")
     return int(value) if integer else float(value)
 
 
@@ -255,18 +254,18 @@ def _build(data, where, path=None, fit=None) -> GpuSpec:
         if key not in _TOP_KEYS:
             raise _unknown(where, key, _TOP_KEYS)
     for key in _REQUIRED:
-        if key not in data:
+        if key not in data or data[key] is None:
             raise ConfigError(f"{where}: missing required key {key!r}")
     for key, kind in _TOP_KEYS.items():
         if key not in data or data[key] is None:
             continue
         value = data[key]
         if kind == "str" and not isinstance(value, str):
-            raise ConfigError(f"{where}: key {key!r} must be a string, got {value!r}")
+            raise ConfigError(f"{where}: key {key!r} must be a string, got {brief(value)}")
         if kind == "map" and not isinstance(value, dict):
-            raise ConfigError(f"{where}: key {key!r} must be a mapping, got {value!r}")
+            raise ConfigError(f"{where}: key {key!r} must be a mapping, got {brief(value)}")
         if kind == "list" and not isinstance(value, list):
-            raise ConfigError(f"{where}: key {key!r} must be a list, got {value!r}")
+            raise ConfigError(f"{where}: key {key!r} must be a list, got {brief(value)}")
 
     sm_count = _number(where, "sm_count", data["sm_count"], integer=True)
     tflops = {}
@@ -288,7 +287,7 @@ def _build(data, where, path=None, fit=None) -> GpuSpec:
             raise _unknown(where, key, _SCALEUP_KEYS, "scaleup.")
         if _SCALEUP_KEYS[key] == "str":
             if not isinstance(value, str):
-                raise ConfigError(f"{where}: key 'scaleup.{key}' must be a string, got {value!r}")
+                raise ConfigError(f"{where}: key 'scaleup.{key}' must be a string, got {brief(value)}")
             scaleup[key] = value
         else:
             scaleup[key] = _number(where, f"scaleup.{key}", value, integer=_SCALEUP_KEYS[key] == "int",
@@ -296,7 +295,7 @@ def _build(data, where, path=None, fit=None) -> GpuSpec:
 
     fit = fitted_parameters()["families"] if fit is None else fit
     calibration = data["calibration"]
-    if calibration not in fit:
+    if not isinstance(calibration, str) or calibration not in fit:
         raise ConfigError(f"{where}: key 'calibration' must be one of the fitted GPU families "
                           f"({', '.join(sorted(fit))}), got {calibration!r}")
     params = dict(fit[calibration]["params"])
@@ -309,9 +308,9 @@ def _build(data, where, path=None, fit=None) -> GpuSpec:
         positive = key not in ("tile_penalty", "k_overhead", "launch_us")
         number = _number(where, f"efficiency.{key}", value, positive=positive, upper=upper)
         if not positive and number < 0:
-            raise ConfigError(f"{where}: key 'efficiency.{key}' must be >= 0, got {value!r}")
+            raise ConfigError(f"{where}: key 'efficiency.{key}' must be >= 0, got {brief(value)}")
         if key == "overlap_exponent" and number < 1:
-            raise ConfigError(f"{where}: key 'efficiency.overlap_exponent' must be >= 1, got {value!r}")
+            raise ConfigError(f"{where}: key 'efficiency.overlap_exponent' must be >= 1, got {brief(value)}")
         if key == "attention_efficiency":
             attention = number
         elif key == "fp8_gemm_scale":

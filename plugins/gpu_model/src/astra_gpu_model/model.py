@@ -29,6 +29,10 @@ from astra_gpu_model.gpu import DTYPE_BYTES, load_gpu
 from astra_gpu_model.ops import ATTENTION_OPS, CONV_OPS, OpError, canonical_name, classify, node_io
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+#: Op.kind -> the breakdown's compute class
+_OP_CLASSES = {"gemm": "gemm", "attention": "attention", "memory": "elementwise", "none": "other"}
+
+
 _MEMORY_RATES = None
 
 
@@ -71,6 +75,7 @@ class GpuComputeModel:
         self.memory_op_rates = options.get("gpu_memory_op_rates", "measured") != "off"
         self._warn = getattr(context, "warn", None) or (lambda message: None)
         self._cache = {}
+        self._ops = {}  # (name, IOInfo, launched) -> Op or False (op_class, node_details)
         # rank -> {id: EtNode}: lets a GPU kernel node find the CPU op that launched it.
         self._nodes_of = getattr(context, "rank_nodes", None)
         self._gpu_children = {}  # rank -> {cpu op id: number of GPU COMP nodes it launched}
@@ -135,6 +140,61 @@ class GpuComputeModel:
             return self._ns(seconds)
         self.counts["replay_duration"] += 1
         return node.duration_micros * 1000 if node.duration_micros else 1
+
+    # ------------------------------------------------------------------ for the breakdown and timelines
+    def op_class(self, node, rank):
+        """``gemm``, ``attention``, ``elementwise`` (memory-bound ops) or ``other`` (no GPU work) for a node the
+        model reads by its op; None for the others (the kernel then classifies by name)."""
+        op = self._node_op(node, rank)
+        return None if op is None else _OP_CLASSES[op.kind]
+
+    def node_details(self, node, rank, duration_ns):
+        """What the timeline shows of a compute node: its FLOPs (or HBM bytes) and the modelled efficiency,
+        achieved rate over the GPU's peak of the resource that bounds it (tensor FLOP/s, or HBM bandwidth)."""
+        op = self._node_op(node, rank)
+        seconds = duration_ns * 1e-9
+        out = {}
+        if op is not None and op.kind in ("gemm", "attention"):
+            flops = 2.0 * op.m * op.n * op.k * op.batch if op.kind == "gemm" else op.flops
+            dtype = op.dtype if op.dtype in DTYPE_BYTES else self.default_dtype
+            out["op_class"] = op.kind
+            out["dtype"] = dtype
+            out["flops"] = int(flops)
+            if seconds > 0:
+                out["efficiency"] = round(flops / seconds / self.gpu.peak_flops(self._rate_dtype(dtype)), 4)
+        elif op is not None and op.kind == "memory":
+            out["op_class"] = "elementwise"
+            out["hbm_bytes"] = int(op.nbytes)
+            if seconds > 0:
+                out["efficiency"] = round(op.nbytes / seconds / self.gpu.hbm_bytes_per_s, 4)
+        else:
+            num_ops = node.attrs.get("num_ops")
+            if isinstance(num_ops, int) and not isinstance(num_ops, bool) and num_ops > 0:
+                out["flops"] = num_ops
+                if seconds > 0:
+                    peak = self.gpu.peak_flops(self._rate_dtype(self.default_dtype))
+                    out["efficiency"] = round(num_ops / seconds / peak, 4)
+        return out
+
+    def _node_op(self, node, rank):
+        """The :class:`Op` the model times ``node`` by (its own ATen op, else its launcher's), or None."""
+        if node.name.startswith("aten::"):
+            op = self._classified(node.name, node_io(node), False)
+            if op is not None:
+                return op
+        parent = self._launcher(node, rank)
+        return None if parent is None else self._classified(parent.name, node_io(parent), True)
+
+    def _classified(self, name, io, launched_kernel):
+        key = (name, io, launched_kernel)
+        op = self._ops.get(key)
+        if op is None:
+            try:
+                op = classify(name, *io, self.default_dtype, launched_kernel)
+            except OpError:
+                op = False
+            self._ops[key] = op
+        return op or None
 
     # ------------------------------------------------------------------ helpers
     @staticmethod

@@ -87,6 +87,11 @@ class NcclCalibration:
     overhead_us: float
     latency_scale: float
     efficiency: dict  # "link/algo/proto" -> factor on NCCL's algBw
+    #: The largest size fitted (bytes) and, past it, the factor on NCCL's algBw each further byte costs, per
+    #: "link/algo/proto": NCCL keeps gaining bandwidth well past 64 MB on NVSwitch, so the fitted factor
+    #: (which holds the ramp up to the largest fitted size) would understate it there.
+    fitted_max_bytes: int | None = None
+    beyond_fit: dict = None
 
     def efficiency_for(self, link, algo, proto):
         """The fitted factor, else the mean of this link's fitted factors, else of all of them
@@ -115,8 +120,11 @@ def load_calibration(path=None):
     source = Path(path) if path else Path(__file__).with_name("data") / "nccl_fit.json"
     with open(source) as fh:
         raw = json.load(fh)
+    beyond = raw.get("beyond_fit", {})
     out = {arch: NcclCalibration(float(v["overhead_us"]), float(v["latency_scale"]),
-                                 {k: float(e) for k, e in v["efficiency"].items()})
+                                 {k: float(e) for k, e in v["efficiency"].items()},
+                                 int(beyond["fitted_max_bytes"]) if beyond else None,
+                                 {k: float(e) for k, e in beyond.get("efficiency", {}).get(arch, {}).items()})
            for arch, v in raw["architectures"].items()}
     if path is None:
         _CALIBRATION = out
@@ -304,7 +312,14 @@ def collective_time_us(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
     cal = cfg.correction()
     if cal is None:
         return lat + bw_us, algo, proto
-    eff = cal.efficiency_for(cfg.link(n, nodes), algo, proto)
+    link = cfg.link(n, nodes)
+    eff = cal.efficiency_for(link, algo, proto)
+    beyond = (cal.beyond_fit or {}).get(f"{link}/{algo}/{proto}")
+    if beyond is not None and n_bytes > cal.fitted_max_bytes:
+        # bw_us is linear in the size: the fitted range at the fitted factor, the rest at the peak's.
+        fitted_part = bw_us * cal.fitted_max_bytes / n_bytes
+        return (cal.overhead_us + cal.latency_scale * lat + fitted_part / eff + (bw_us - fitted_part) / beyond,
+                algo, proto)
     return cal.overhead_us + cal.latency_scale * lat + bw_us / eff, algo, proto
 
 

@@ -111,7 +111,7 @@ def parse_list(text, what):
         return None
     try:
         value = ast.literal_eval(text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):  # TypeError: {[1]: 2}
         raise OpError(f"{what} {text[:80]!r} is not a Python literal list") from None
     if not isinstance(value, (list, tuple)):
         raise OpError(f"{what} {text[:80]!r} is not a list")
@@ -124,7 +124,7 @@ def parse_values(text):
         return []
     try:
         value = ast.literal_eval(text) if isinstance(text, str) else text
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):  # TypeError: {[1]: 2}
         return []
     return list(value) if isinstance(value, (list, tuple)) else []
 

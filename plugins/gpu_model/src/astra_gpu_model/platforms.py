@@ -19,7 +19,6 @@ vendors' decimal figures: ``gib_per_s = bytes_per_s / 2**30``.
 from __future__ import annotations
 
 import json
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -239,18 +238,28 @@ def system_json(platform: Platform, nodes: int, collective: str = "ring") -> dic
 
 
 def generate(name, nodes=1, collective="ring", directory=None) -> dict:
-    """Write the platform's system JSON and network YAML; returns the astra_provide_configuration dict."""
+    """The platform's system JSON and network YAML as the astra_provide_configuration dict: in memory
+    (:class:`astra_sim.generated.GeneratedFile`, which ``astra run`` writes to a private folder only while
+    it runs, and records inline in the report), or, with ``directory``, written there (paths)."""
+    from astra_sim.generated import GeneratedFile
+    from astra_sim.cliutil import write_text_atomic
+
     platform = get_platform(name)
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
         raise ConfigError(f"--nodes must be an integer >= 1, got {nodes!r}")
-    out = Path(directory or tempfile.mkdtemp(prefix=f"astra-platform-{platform.name}-"))
-    system_path = out / "system.json"
-    network_path = out / "network.yml"
-    system_path.write_text(json.dumps(system_json(platform, nodes, collective), indent=1))
-    network_path.write_text(network_yaml(platform, nodes))
+    origin = f"--platform {platform.name} --nodes {nodes} --platform-collective {collective}"
+    files = {
+        "system_configuration": GeneratedFile(
+            "system.json", json.dumps(system_json(platform, nodes, collective), indent=1) + "\n", origin),
+        "network_configuration": GeneratedFile("network.yml", network_yaml(platform, nodes), origin),
+    }
+    if directory is not None:
+        for key, generated in files.items():
+            path = Path(directory) / generated.name
+            write_text_atomic(path, generated.text)
+            files[key] = str(path)
     return {
-        "system_configuration": str(system_path),
-        "network_configuration": str(network_path),
+        **files,
         "options": {"gpu": load_gpu(platform.gpu).name,
                     # GB/s per direction (1e9 B), what the nccl collective prices the fabric dimension with
                     "nccl_nic_gbps": platform.nic_gbit_per_gpu / 8.0,

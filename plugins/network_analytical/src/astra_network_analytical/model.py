@@ -14,10 +14,9 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
-import yaml
-
 from astra_sim.errors import ConfigError
-from astra_sim.limits import check_number
+from astra_sim.limits import MAX_TOTAL_NPUS, check_number
+from astra_sim.safeio import brief, load_yaml
 
 TOPOLOGIES = ("Ring", "FullyConnected", "Switch")
 #: ``cross_dimension_route`` values: the reference's rule, and routing through every differing dimension.
@@ -65,15 +64,7 @@ SWITCH_KEYS = {
 def parse_network_config(path, warn=None):
     """Read the reference's network YAML, with errors naming the file and key; ``warn(message)``
     hears of keys nothing reads (a misspelt optional key would otherwise keep its default)."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle)
-    except FileNotFoundError:
-        raise ConfigError(f"network configuration file {path!r} does not exist") from None
-    except IsADirectoryError:
-        raise ConfigError(f"network configuration file {path!r} is a directory") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    data = load_yaml(path, "network configuration")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping with keys topology, npus_count, bandwidth, latency")
     lists = {}
@@ -82,7 +73,7 @@ def parse_network_config(path, warn=None):
             raise ConfigError(f"{path}: key {key!r} is missing (expected a list with one entry per dimension)")
         value = data[key]
         if not isinstance(value, list) or not value:
-            raise ConfigError(f"{path}: key {key!r} must be a non-empty list, got {value!r}")
+            raise ConfigError(f"{path}: key {key!r} must be a non-empty list, got {brief(value)}")
         lists[key] = value
     dims = len(lists["topology"])
     for key, value in lists.items():
@@ -93,22 +84,27 @@ def parse_network_config(path, warn=None):
     for i, name in enumerate(lists["topology"]):
         if name not in TOPOLOGIES:
             raise ConfigError(
-                f"{path}: topology[{i}] is {name!r}; the analytical backend knows {', '.join(TOPOLOGIES)}"
+                f"{path}: topology[{i}] is {brief(name)}; the analytical backend knows {', '.join(TOPOLOGIES)}"
             )
     for key in ("npus_count", "bandwidth", "latency"):  # each within what hardware can have
         for i, value in enumerate(lists[key]):
             check_number(path, key, value, label=f"{key}[{i}]")
             if key == "npus_count" and not isinstance(value, int):
-                raise ConfigError(f"{path}: key 'npus_count[{i}]' must be an integer, got {value!r}")
+                raise ConfigError(f"{path}: key 'npus_count[{i}]' must be an integer, got {brief(value)}")
     for key in data:
         if key not in KNOWN_KEYS and key not in SWITCH_KEYS and warn is not None:
             close = difflib.get_close_matches(str(key), KNOWN_KEYS, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(KNOWN_KEYS + tuple(SWITCH_KEYS))})"
             warn(f"{path}: key {key!r} is not a network configuration key and is ignored{hint}")
+    total = 1
+    for count in lists["npus_count"]:
+        total *= count
+    if total > MAX_TOTAL_NPUS:
+        raise ConfigError(f"{path}: key 'npus_count' makes {total:,} NPUs; at most {MAX_TOTAL_NPUS:,} are simulated")
     route = data.get("cross_dimension_route", CROSS_DIMENSION_ROUTES[0])
     if route not in CROSS_DIMENSION_ROUTES:
         raise ConfigError(f"{path}: cross_dimension_route must be one of {', '.join(CROSS_DIMENSION_ROUTES)}, "
-                          f"got {route!r}")
+                          f"got {brief(route)}")
     return NetworkConfig(
         path=str(path),
         topology=tuple(lists["topology"]),

@@ -130,17 +130,28 @@ class CongestionNetwork:
         return hops
 
     # ------------------------------------------------------------------ hot path
-    def _build_engine(self):
+    def _build_engine(self, link_load=None):
         """The event handlers as closures over flat per-link lists (the hot path).
 
         A chunk in flight is ``[hops, pos, fn, arg]``: ``hops`` as cached by ``_make_hops`` and
-        ``pos`` the index of its current link in it.
+        ``pos`` the index of its current link in it. With ``link_load`` (a timeline was asked for) every
+        link's busy intervals are reported to it; without, the handlers are the same as ever.
         """
         n_links = len(self.graph.links)
         busy = [False] * n_links
         queues = [None] * n_links
         max_queue = self._max_queue
         schedule = self.engine.schedule
+        if link_load is not None:
+            engine = self.engine
+            engine_schedule = schedule
+            add = link_load.add
+
+            def schedule(delay, fn, arg):  # noqa: F811 - the recording variant
+                if fn is free:  # a link starts a chunk: busy for the chunk's serialization time
+                    add(arg, engine.now, engine.now + delay)
+                engine_schedule(delay, fn, arg)
+
         cache = self._hops
         make_hops = self._make_hops
 
@@ -190,6 +201,13 @@ class CongestionNetwork:
     def send(self, src, dst, size, fn, arg):  # replaced per instance by _build_engine
         """Route ``size`` bytes from rank ``src`` to rank ``dst``; ``fn(arg)`` runs on arrival."""
         raise NotImplementedError
+
+    def record_link_load(self, link_load):
+        """Report every link's busy intervals to ``link_load`` (:class:`astra_sim.analysis.links.LinkLoad`)
+        from now on (called before the run)."""
+        for link in self.graph.links:
+            link_load.names[link.index] = f"{link.src} -> {link.dst}"
+        self._build_engine(link_load)
 
     # ------------------------------------------------------------------ report
     def in_switch(self, dim):

@@ -238,6 +238,7 @@ class FlowNetwork:
         self.messages = 0
         self.recomputations = 0
         self.flows_rated = 0  # flow rate assignments over all recomputations
+        self._link_load = None  # a LinkLoad when a timeline records link use (record_link_load)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -531,6 +532,7 @@ class FlowNetwork:
         cnt = self._cnt
         heapify(heap)
         events = self._heap
+        link_load = self._link_load
         while heap:
             share, link = heappop(heap)
             c = cnt[link]
@@ -555,6 +557,8 @@ class FlowNetwork:
                 links = flow.links
                 fid = flow.fid
                 if old:
+                    if link_load is not None:
+                        self._load(flow, now)
                     left = flow.left - old * (now - flow.t_base)
                     flow.left = left if left > 0.0 else 0.0
                     flow.t_base = now
@@ -702,6 +706,8 @@ class FlowNetwork:
             done = True
             del active[fid]
             rate = flow.rate
+            if self._link_load is not None:
+                self._load(flow, now)
             if rate < theta:
                 theta = rate
             for link in flow.links:
@@ -734,6 +740,21 @@ class FlowNetwork:
                 schedule(0, self._recompute)
         else:
             self._arm()
+
+    def record_link_load(self, link_load):
+        """Report the bandwidth every flow takes on its links to ``link_load``
+        (:class:`astra_sim.analysis.links.LinkLoad`) from now on (called before the run)."""
+        for link in self.graph.links:
+            link_load.names[link.index] = link.name or f"{link.src} -> {link.dst}"
+        self._link_load = link_load
+
+    def _load(self, flow, now):
+        """The flow ran at its rate since its last rate change: that share of each of its links."""
+        rate = flow.rate
+        add = self._link_load.add
+        bw = self._bw
+        for link in flow.path:
+            add(link, flow.t_base, now, rate / bw[link])
 
     # ------------------------------------------------------------------ report
     def flow_rates(self):

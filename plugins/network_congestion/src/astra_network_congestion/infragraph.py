@@ -83,9 +83,8 @@ import re
 import warnings
 from dataclasses import dataclass, field
 
-import yaml
-
 from astra_sim.errors import ConfigError
+from astra_sim.safeio import brief, load_yaml
 
 from astra_network_congestion.graph import NPU, SWITCH, NetworkGraph
 
@@ -176,22 +175,18 @@ def natural_key(name):
 
 
 def _read_mapping(path, what):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except FileNotFoundError:
-        raise ConfigError(f"{what} {path!r} does not exist") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{what} {path!r} is a directory") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read {what} {path!r}: {exc}") from None
-    try:
-        data = yaml.safe_load(text)  # YAML is a superset of JSON
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML/JSON: {exc}") from None
+    data = load_yaml(path, what)  # YAML is a superset of JSON
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping ({what}), got {type(data).__name__}")
     return data
+
+
+def _read_named(wrapper, key, path, what):
+    """A file a wrapper's ``key`` names; its errors name the wrapper and the key too."""
+    try:
+        return _read_mapping(path, what)
+    except ConfigError as exc:
+        raise ConfigError(f"{wrapper}: key {key!r}: {exc}") from None
 
 
 def _kind_of(data):
@@ -207,10 +202,9 @@ def _kind_of(data):
 def is_infragraph_config(path):
     """True when ``path`` is an InfraGraph infrastructure or our wrapper (not an analytical YAML)."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle)
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
-        return False
+        data = load_yaml(path)
+    except ConfigError:
+        return False  # whichever backend reads it says what is wrong
     return _kind_of(data) is not None
 
 
@@ -292,7 +286,7 @@ def load_infragraph(path, context=None, logical_dims=None, strict=True):
         infra = data["infrastructure"]
         if isinstance(infra, str):
             infra_path = os.path.normpath(os.path.join(base, infra))
-            infra_data = _read_mapping(infra_path, "InfraGraph infrastructure")
+            infra_data = _read_named(path, "infrastructure", infra_path, "InfraGraph infrastructure")
         elif isinstance(infra, dict):
             infra_path, infra_data = path, infra
         else:
@@ -324,11 +318,12 @@ def load_infragraph(path, context=None, logical_dims=None, strict=True):
         for entry in entries:
             if isinstance(entry, str):
                 ann_path = os.path.normpath(os.path.join(base, entry))
-                _annotate(model, service, _read_mapping(ann_path, "InfraGraph annotation"), ann_path)
+                _annotate(model, service, _read_named(path, "annotations", ann_path, "InfraGraph annotation"),
+                          ann_path)
             elif isinstance(entry, dict):
                 _annotate(model, service, entry, path)
             else:
-                raise ConfigError(f"{path}: 'annotations' entries must be paths or mappings, got {entry!r}")
+                raise ConfigError(f"{path}: 'annotations' entries must be paths or mappings, got {brief(entry)}")
     elif infra_path != path or kind == "infrastructure":
         for ann_path in sibling_annotation_paths(infra_path):
             _annotate(model, service, _read_mapping(ann_path, "InfraGraph annotation"), ann_path)
@@ -780,7 +775,8 @@ def _switch_latencies(model):
     where = f"{model.path}: switch_latency_ns"
     result = {}
     if isinstance(value, dict):
-        table = {str(k): parse_latency(v, f"{where}.{k}") for k, v in value.items()}
+        table = {str(k): parse_latency(v, f"{where}.{k}" if str(k).isprintable() else f"{where}[{str(k)!r}]")
+                 for k, v in value.items()}
         if "router" in table:  # the routers added for NPUs linked to NPUs
             result[ROUTER_LINK] = table.pop("router")
         used = set()

@@ -15,6 +15,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -44,6 +45,12 @@ class WorkloadRef:
 
 def workload_digest(kind, argv, files=None):
     h = hashlib.sha256(json.dumps([kind, argv]).encode())
+    if kind == "llm" and "--model" in argv[:-1]:  # the config's contents, so that editing it is a new workload
+        from astra_workload_generators.llm.hf import resolve_model_path
+
+        path = resolve_model_path(argv[argv.index("--model") + 1])
+        if path.is_file():
+            h.update(hashlib.sha256(path.read_bytes()).digest())
     if files:
         for name in sorted(files):
             h.update(name.encode())
@@ -204,12 +211,14 @@ def machine(point, npus, folder):
         options["gpu"] = gpu
     if system is None and "system-configuration" in files:
         if point.system:
-            with open(files["system-configuration"], encoding="utf-8") as handle:
-                system = json.load(handle)
+            from astra_sim.safeio import load_json
+
+            system = load_json(files["system-configuration"], "system configuration")
     if network is None and "network-configuration" in files:
         if point.network:
-            with open(files["network-configuration"], encoding="utf-8") as handle:
-                network = yaml.safe_load(handle)
+            from astra_sim.safeio import load_yaml
+
+            network = load_yaml(files["network-configuration"], "network configuration")
     for key, value in point.system.items():
         if system is None:
             raise ConfigError(f"system.{key}: no system configuration to change (give run.platform or "
@@ -349,22 +358,23 @@ def _estimate(prefix):
 
 
 def fill_row(row, report):
-    """The step (max finish) and, of the rank that sets it, the report's breakdown totals when it has them,
-    else compute and exposed communication."""
+    """The step (max finish), compute and exposed communication of the rank that sets it, and, when the report
+    has a breakdown (astra run's default), the slowest rank's parts as ``part_<name>_ns`` columns
+    (``part_compute_gemm_ns``, ``part_exposed_tp_ns``, ``part_recv_wait_pp_ns``, ...) with its communication
+    busy and overlapped time."""
     ranks = report["ranks"]
     critical = max(ranks, key=lambda r: (r["finish_ns"], -r["rank"]))
     row["step_ns"] = critical["finish_ns"]
+    row["compute_ns"] = critical["compute_ns"]
+    row["exposed_comm_ns"] = critical["exposed_comm_ns"]
     breakdown = report.get("breakdown")
-    if isinstance(breakdown, dict) and breakdown:
-        totals = breakdown.get("totals", breakdown)
-        for key, value in totals.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                row[key if key.endswith("_ns") else f"{key}_ns"] = value
-        row.pop("compute_ns", None)
-        row.pop("exposed_comm_ns", None)
-    else:
-        row["compute_ns"] = critical["compute_ns"]
-        row["exposed_comm_ns"] = critical["exposed_comm_ns"]
+    if isinstance(breakdown, dict):
+        for name, value in sorted((breakdown.get("parts") or {}).items()):
+            if isinstance(value, int) and not isinstance(value, bool):
+                row["part_" + re.sub(r"[^A-Za-z0-9]+", "_", str(name)).strip("_") + "_ns"] = value
+        for key in ("comm_busy_ns", "comm_overlapped_ns"):
+            if isinstance(breakdown.get(key), int):
+                row[key] = breakdown[key]
     memory = report.get("settings", {}).get("memory")
     if isinstance(memory, dict) and isinstance(memory.get("peak_bytes"), int):
         row["peak_mem_bytes"] = memory["peak_bytes"]

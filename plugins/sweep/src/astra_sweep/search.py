@@ -36,7 +36,10 @@ def add_search_command(sub):
         description="Enumerate every valid parallel layout of a model on --gpus GPUs for --global-batch "
         "sequences, drop those that do not fit the GPU's memory (saying why and how many), simulate the rest and "
         "print the fastest with step time, MFU and memory.")
-    p.add_argument("--preset", required=True, help="model preset (astra workload llm --preset)")
+    model = p.add_mutually_exclusive_group(required=True)
+    model.add_argument("--preset", help="model preset (astra workload llm --preset)")
+    model.add_argument("--model", metavar="CONFIG", help="a Hugging Face config.json, a folder holding one or a "
+                       "shipped config's name (astra workload llm --model)")
     p.add_argument("--gpus", type=positive_int, required=True, metavar="N")
     p.add_argument("--platform", required=True, help="machine (astra platforms)")
     p.add_argument("--global-batch", type=positive_int, required=True, metavar="B", help="sequences per step")
@@ -123,7 +126,17 @@ def _cmd_search(args):
 
     from .sweep import run_sweep
 
-    dims = model_dims(args.preset, seq_len=args.seq_len)
+    source = {"preset": args.preset}
+    name = args.preset
+    if args.model:
+        from astra_sim.cli import warning
+        from astra_workload_generators.llm.hf import load_hf_config
+
+        base, warnings, path = load_hf_config(args.model)
+        for line in warnings:
+            warning(line)
+        source, name = {"model": os.path.abspath(path)}, args.model
+    dims = model_dims(args.preset, base=base if args.model else None, seq_len=args.seq_len)
     platform = get_platform(args.platform)
     gpu = load_gpu(platform.gpu)
     if args.gpus % platform.gpus_per_node:
@@ -154,7 +167,7 @@ def _cmd_search(args):
         why = ("weights, gradients and optimizer states alone" if states > capacity else
                "activations of the micro-batches in flight")
         dropped.setdefault(why, []).append((cfg, m))
-    print(f"{args.preset} on {args.gpus} x {gpu.name} ({platform.name}), global batch {args.global_batch}: "
+    print(f"{name} on {args.gpus} x {gpu.name} ({platform.name}), global batch {args.global_batch}: "
           f"{len(layouts) + invalid} layouts, {invalid} refused by the generator (divisibility, heads, ...), "
           f"{sum(len(v) for v in dropped.values())} do not fit {gpu.hbm_capacity_gb:g} GB, {batch_refused} fit but "
           f"do not divide the global batch (DP x micro-batch size), {len(fit)} to simulate")
@@ -164,7 +177,7 @@ def _cmd_search(args):
               f"{m.describe()})")
     if not fit:
         raise ConfigError("no layout fits the GPU's memory; add GPUs, ZeRO stages or recomputation")
-    spec = {"workload": {"llm": {"preset": args.preset, **({"seq-len": args.seq_len} if args.seq_len else {}),
+    spec = {"workload": {"llm": {**source, **({"seq-len": args.seq_len} if args.seq_len else {}),
                                  **({"gemm-dtype": "fp8"} if args.gemm_dtype == "fp8" else {})}},
             "run": {"platform": args.platform, "compute-model": "gpu",
                     "platform-collective": args.platform_collective},
@@ -201,7 +214,7 @@ def _cmd_search(args):
             "refused": invalid, "batch_refused": batch_refused}, indent=1) + "\n")
     if args.plot:
         plot(ranked, {why: [m.total for _, m in items] for why, items in dropped.items()}, capacity, args.plot,
-             f"{args.preset} on {args.gpus} x {gpu.name}, batch {args.global_batch}")
+             f"{name} on {args.gpus} x {gpu.name}, batch {args.global_batch}")
     return 0
 
 

@@ -85,15 +85,9 @@ def _where(path, key):
 def load_spec(path, parsers):
     """Read, check and expand the spec at ``path``. ``parsers``: {"run": ..., "llm": ..., "micro": ...} argparse
     parsers of the commands whose options the spec names."""
-    import yaml
+    from astra_sim.safeio import load_yaml
 
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the sweep spec: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    data = load_yaml(path, "sweep spec")  # bounded, safe, no alias bombs
     return parse_spec(data, path, parsers)
 
 

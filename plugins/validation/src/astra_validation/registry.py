@@ -30,6 +30,8 @@ class Case:
     collective: str | None = None
     size_bytes: int | None = None
     long: bool = False
+    #: the model's calibration uses this very number: shown, but not counted in the median and the worst error
+    calibration_input: bool = False
     extra: dict = field(default_factory=dict)
 
     def measured_s(self, gpus=None):
@@ -75,7 +77,8 @@ def load_cases(path=None):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise ConfigError(f"{where}: 'measured.{wanted}' must be a positive number, got {value!r}")
         fields = dict(name=name, kind=kind, source=raw["source"], hardware=raw["hardware"],
-                      platform=raw["platform"], nodes=nodes, measured=dict(measured), long=bool(raw.get("long")))
+                      platform=raw["platform"], nodes=nodes, measured=dict(measured), long=bool(raw.get("long")),
+                      calibration_input=bool(raw.get("calibration_input")))
         for key in ("workload", "run"):
             value = raw.get(key, [])
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):

@@ -58,7 +58,7 @@ def run_case(case, workdir=None):
     simulated = report["summary"]["max_finish_ns"] * 1e-9
     measured = case.measured_s(gpus)
     return {"name": case.name, "kind": case.kind, "hardware": case.hardware, "source": case.source,
-            "gpus": gpus, "measured_s": measured, "simulated_s": simulated,
+            "calibration_input": case.calibration_input, "gpus": gpus, "measured_s": measured, "simulated_s": simulated,
             "error": (simulated - measured) / measured, "wall_s": round(time.perf_counter() - start, 1),
             "simulated_ranks": report["stats"].get("simulated_ranks"),
             "platform_defaults": report["settings"].get("platform_defaults")}

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import re
 
 from astra_sim.chakra import ChakraError, write_et
 from astra_sim.errors import ConfigError
+from astra_sim.cliutil import ensure_parent_dir as ensure_parent  # the folder a prefix's files go into
 
 __all__ = ["parse_size", "size_label", "write_rank_files", "ensure_parent"]
 
@@ -46,15 +46,6 @@ def size_label(size: int) -> str:
         if size >= factor and size % factor == 0:
             return f"{size // factor}{unit}"
     return f"{size}B"
-
-
-def ensure_parent(prefix) -> None:
-    parent = os.path.dirname(os.fspath(prefix))
-    if parent and not os.path.isdir(parent):
-        try:
-            os.makedirs(parent, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(f"cannot create the output folder {parent}: {exc.strerror or exc}") from None
 
 
 def write_rank_files(prefix, metadata, nodes_per_rank) -> list:

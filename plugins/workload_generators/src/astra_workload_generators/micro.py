@@ -275,22 +275,10 @@ _SPEC_TYPES = tuple(COLLECTIVES) + ("comp", "send", "recv", "mem_load", "mem_sto
 def load_graph_spec(path):
     """Read a graph spec (JSON, or YAML for .yml/.yaml)."""
     path = os.fspath(path)
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the graph spec: {exc.strerror or exc}") from None
-    try:
-        if path.lower().endswith((".yml", ".yaml")):
-            import yaml
+    from astra_sim.safeio import load_json, load_yaml
 
-            spec = yaml.safe_load(text)
-        else:
-            spec = json.loads(text)
-    except Exception as exc:  # json.JSONDecodeError / yaml.YAMLError
-        raise ConfigError(f"{path}: not valid {'YAML' if path.lower().endswith(('.yml', '.yaml')) else 'JSON'}: "
-                          f"{exc}") from None
-    return spec, path
+    load = load_yaml if path.lower().endswith((".yml", ".yaml")) else load_json
+    return load(path, "graph spec"), path
 
 
 def _peer(value, rank, npus, where, key):

@@ -3,10 +3,8 @@ the helpers that read node fields (attributes, tensor records, ranks, process gr
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
-import zlib
 
 from astra_sim.chakra import make_node
 from astra_sim.errors import ConfigError
@@ -17,20 +15,12 @@ _THREAD_ROOT = "[pytorch|profiler|execution_trace|thread]"
 
 def _load_json(path, what):
     """A JSON file, gzip-compressed or not (PyTorch and Kineto traces are often saved as ``.json.gz``)."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
+    from astra_sim.safeio import MAX_INPUT_BYTES, decode_utf8, gunzip, parse_json, read_bytes
+
+    raw = read_bytes(path, what, MAX_INPUT_BYTES)
     if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise ConfigError(f"{path}: the {what} is not a valid gzip file: {exc}") from None
-    try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: the {what} is not valid JSON: {exc}") from None
+        raw = gunzip(raw, path, what)  # bounded: a gzip bomb stops at the input limit
+    return parse_json(decode_utf8(raw, path, what), path, what)
 
 
 # Host ET schema 1.0.1 (PyTorch 2.0/2.1) keeps a node's parent in "parent", its inputs and outputs as flat lists

@@ -19,6 +19,7 @@ import re
 from astra_sim.chakra import ChakraError, parse_et, types as T
 from astra_sim.chakra.attrs import attrs_from_proto
 from astra_sim.errors import ConfigError, WorkloadError
+from astra_sim.cliutil import write_bytes_atomic
 
 from .common import ensure_parent
 
@@ -188,8 +189,7 @@ def scale_trace(prefix, to_npus, out, *, from_npus=None, keep_names=False):
 
             data = encode_et(trace.metadata, trace.nodes)
         try:
-            with open(path, "wb") as f:
-                f.write(data)
+            write_bytes_atomic(path, data)
         except OSError as exc:
             raise ConfigError(f"{path}: cannot write: {exc.strerror or exc}") from None
         written.append(path)

@@ -141,13 +141,17 @@ def _scaled(value, scale):
 
 
 def _read_text(path):
+    from astra_sim.safeio import MAX_CONFIG_BYTES
+
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            data = f.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
         raise WorkloadError(f"{path}: no such workload file") from None
     except OSError as exc:
         raise WorkloadError(f"{path}: cannot read the workload file: {exc.strerror or exc}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise WorkloadError(f"{path}: a text workload larger than the {MAX_CONFIG_BYTES:,} bytes accepted")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -45,7 +45,7 @@ class AttentionOps:
         self.comp(BMM, lab + ".attn.dq", f"[[{bh}, {q}, {c}], [{bh}, {c}, {d}]]", f, e)
         return self.comp(BMM, lab + ".attn.dk", f"[[{bh}, {c}, {q}], [{bh}, {q}, {d}]]", f, e)
 
-    def _attn_steps(self, q):
+    def _attn_steps(self, q, layer=None):
         """FlashAttention calls per layer: ``[(keys timed, keys of the model FLOPs, is_causal), ...]``.
 
         Without context parallelism one call of the ``q`` queries against all ``self.ctx`` keys, causal in
@@ -60,33 +60,40 @@ class AttentionOps:
         times the executed work from the shapes and ``is_causal``."""
         cfg = self.cfg
         causal = cfg.causal and cfg.mode not in ("decode", "mixed")
+        if layer is not None and self.dims.attn_keys(layer, self.ctx) < self.ctx:
+            # sliding window shorter than the context: each query sees the last `window` keys, a band that costs
+            # O(q*w), timed as a q x w block without the causal triangle
+            w = self.dims.window
+            return [(w, w, False)]
         if cfg.cp == 1:
             return [(self.ctx, self.ctx, causal)]
         return [(q, q, causal)] + [(q // 2 if causal else q, q, False)] * (cfg.cp - 1)
 
-    def flash_fwd(self, lab, b, hq, hkv, q, d, recvs, extra=None, steps=None):
+    def flash_fwd(self, lab, b, hq, hkv, q, d, recvs, extra=None, steps=None, dv=None, layer=None):
         """Forward FlashAttention (see :meth:`_attn_steps`, or the given ``steps``); ``recvs``: the CP ring's K/V
-        receives."""
+        receives; ``dv``: the values' head width (MLA: v_head_dim; default ``d``)."""
+        dv = dv or d
         node = None
-        for j, (k, kf, causal) in enumerate(steps or self._attn_steps(q)):
+        for j, (k, kf, causal) in enumerate(steps or self._attn_steps(q, layer)):
             label = lab + ".attn" + (f".cp{j}" if self.cfg.cp > 1 else "")
             # _scaled_dot_product_flash_attention(query, key, value, dropout_p, is_causal, return_debug_mask)
-            node = self.comp(ATTN, label, f"[[{b}, {hq}, {q}, {d}], [{b}, {hkv}, {k}, {d}], [{b}, {hkv}, {k}, {d}]]",
-                             4 * b * q * kf * d * hq, b * d * (2 * q * hq + 2 * k * hkv), recvs[j - 1:j],
+            node = self.comp(ATTN, label, f"[[{b}, {hq}, {q}, {d}], [{b}, {hkv}, {k}, {d}], [{b}, {hkv}, {k}, {dv}]]",
+                             2 * b * q * kf * (d + dv) * hq, b * (d + dv) * (q * hq + k * hkv), recvs[j - 1:j],
                              extra=extra, values=f"[[], [], [], 0.0, {causal}, False]")
         return node
 
-    def flash_bwd(self, lab, b, hq, hkv, q, d):
+    def flash_bwd(self, lab, b, hq, hkv, q, d, dv=None, layer=None):
         """Backward FlashAttention, one call per forward call. Returns the node after which the CP ring can send
         dK/dV back (step 1's, the first remote chunk; without CP the only node)."""
+        dv = dv or d
         nodes = []
-        for j, (k, kf, causal) in enumerate(self._attn_steps(q)):
+        for j, (k, kf, causal) in enumerate(self._attn_steps(q, layer)):
             label = lab + ".attn" + (f".cp{j}" if self.cfg.cp > 1 else "")
             # _scaled_dot_product_flash_attention_backward(grad_out, query, key, value, out, logsumexp,
             #     cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset)
             nodes.append(self.comp(ATTN_BWD, label, f"[[{b}, {hq}, {q}, {d}], [{b}, {hq}, {q}, {d}], "
-                                   f"[{b}, {hkv}, {k}, {d}], [{b}, {hkv}, {k}, {d}]]",
-                                   8 * b * q * kf * d * hq, b * q * d * 4 * hq + b * k * d * 4 * hkv,
+                                   f"[{b}, {hkv}, {k}, {d}], [{b}, {hkv}, {k}, {dv}]]",
+                                   4 * b * q * kf * (d + dv) * hq, 2 * b * (d + dv) * (q * hq + k * hkv),
                                    values=f"[[], [], [], [], [], [], None, None, 0, 0, 0.0, {causal}, None, None]"))
         return nodes[min(1, len(nodes) - 1)]
 

@@ -6,7 +6,9 @@ from astra_sim.errors import ConfigError
 
 from .config import ATTENTIONS, DTYPES, GEMM_DTYPES, MODES, LlmConfig, check_config
 from .generate import generate_llm
+from .hf import load_hf_config
 from .model import PRESETS, model_dims
+from .summary import describe, model_summary
 from .overlap import COMM_SMS_GROUPS, load_tp_overlap_sms, parse_comm_sms
 from .routing import parse_expert_load
 
@@ -25,12 +27,29 @@ def add_llm_command(sub):
         "PREFIX.groups.json (TP, DP, PP and, when used, CP and EP communicator groups; rank = tp + TP*(cp + CP*(dp + "
         "DP*pp))). "
         "Run them with astra run --comm-group-configuration PREFIX.groups.json.")
-    p.add_argument("--preset", choices=sorted(PRESETS), help="published model dimensions")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--preset", choices=sorted(PRESETS), help="published model dimensions")
+    source.add_argument("--model", metavar="CONFIG",
+                        help="a Hugging Face config.json (or a folder holding one, or the name of a shipped one in "
+                        "the generator's configs/ folder), read as it is: Llama, Mistral, Mixtral, Qwen2/Qwen2-MoE/"
+                        "Qwen3/Qwen3-MoE, Gemma 2/3, DeepSeek-V2/V3, GPT-2, GPT-NeoX, Phi-3; the flags below "
+                        "override its values")
+    p.add_argument("--summary", action="store_true",
+                   help="print the model's parameters (total, active), FLOPs and KV-cache bytes per token and the "
+                   "step's memory estimate; write no traces (-o not needed)")
+    p.add_argument("--json", action="store_true", help="with --summary: one JSON object")
     for flag, what in (("layers", "transformer layers"), ("hidden", "hidden size h"), ("heads", "attention heads"),
                        ("kv-heads", "key/value heads (GQA; default: heads)"),
                        ("ffn-hidden", "FFN inner size (default 4h)"), ("vocab", "vocabulary size"),
-                       ("seq-len", "sequence length s")):
+                       ("seq-len", "sequence length s"),
+                       ("head-dim", "head dimension d (default hidden/heads)")):
         p.add_argument(f"--{flag}", type=positive_int, metavar="N", help=f"{what} (overrides the preset)")
+    for flag, what in (("sliding-window", "sliding-window attention: local layers attend to the last N keys (0: off)"),
+                       ("window-pattern", "with --sliding-window: every N-th layer (N-1, 2N-1, ...) global "
+                        "(Gemma 2: 2, Gemma 3: 6; 0, the default: every layer local)"),
+                       ("mtp-layers", "multi-token-prediction modules run in training (DeepSeek-V3's "
+                        "num_nextn_predict_layers; 0: none)")):
+        p.add_argument(f"--{flag}", type=non_negative_int, metavar="N", help=f"{what} (overrides --model)")
     for flag, what in (("experts", "routed experts E (mixture of experts; default: the preset's, else dense)"),
                        ("top-k", "experts per token K"), ("moe-ffn", "expert FFN inner size (default: ffn hidden)"),
                        ("shared-experts", "always-active shared experts S of size moe-ffn"),
@@ -153,14 +172,24 @@ def add_llm_command(sub):
                    help="write PREFIX.<rank>.et for every rank (default: the compact workload, "
                         "PREFIX.workload.json and one trace per class of symmetric ranks, which astra run "
                         "reads the same way; see docs/compact-workload.md)")
-    p.add_argument("-o", "--output", required=True, metavar="PREFIX")
+    p.add_argument("-o", "--output", metavar="PREFIX", help="output prefix (required unless --summary)")
     p.set_defaults(run_command=_cmd_llm)
 
 
 def dims_and_config(args):
     """The model and step settings of parsed ``astra workload llm`` arguments (``args``: its namespace), checked:
     what ``astra sweep`` and ``astra search`` use to build a configuration without writing it."""
-    dims = model_dims(args.preset, layers=args.layers, hidden=args.hidden, heads=args.heads,
+    base = None
+    if getattr(args, "model", None):
+        from astra_sim.cli import warning
+
+        base, warnings, _ = load_hf_config(args.model)
+        for line in warnings:
+            warning(line)
+    dims = model_dims(args.preset, base=base, head_size=getattr(args, "head_dim", None),
+                      window=getattr(args, "sliding_window", None), mtp_layers=getattr(args, "mtp_layers", None),
+                      window_pattern=getattr(args, "window_pattern", None),
+                      layers=args.layers, hidden=args.hidden, heads=args.heads,
                       kv_heads=args.kv_heads, ffn_hidden=args.ffn_hidden, vocab=args.vocab, seq_len=args.seq_len,
                       gated=args.gated, experts=args.experts, top_k=args.top_k, moe_ffn=args.moe_ffn,
                       shared_experts=args.shared_experts, moe_dense_layers=args.moe_dense_layers,
@@ -207,7 +236,20 @@ def dims_and_config(args):
 
 
 def _cmd_llm(args):
+    if args.json and not args.summary:
+        raise ConfigError("--json is for --summary")
+    if not args.summary and not args.output:
+        raise ConfigError("-o/--output PREFIX is required (unless --summary)")
     dims, cfg = dims_and_config(args)
+    if args.summary:
+        summary = model_summary(dims, cfg)
+        if args.json:
+            import json
+
+            print(json.dumps(summary, indent=1))
+        else:
+            print(describe(summary))
+        return 0
     s = generate_llm(dims, cfg, args.output, per_rank_files=args.per_rank_files)
     if args.per_rank_files:
         wrote = f"{args.output}.0.et .. {args.output}.{s['npus'] - 1}.et"

@@ -122,6 +122,15 @@ def _check(dims: ModelDims, cfg: LlmConfig):
         raise ConfigError(f"--attention must be one of {', '.join(ATTENTIONS)}, got {cfg.attention!r}")
     if cfg.attention == "unfused" and cfg.inference:
         raise ConfigError("--attention unfused is for --mode train")
+    if dims.mla and (cfg.tp_comm_overlap or cfg.attention == "unfused" or cfg.cp > 1):
+        raise ConfigError("multi-head latent attention (kv_lora_rank) is not modelled with --tp-comm-overlap, "
+                          "--attention unfused or --cp")
+    if dims.window and (cfg.attention == "unfused" or cfg.cp > 1):
+        raise ConfigError("sliding-window attention is not modelled with --attention unfused or --cp")
+    if dims.mtp_layers and not cfg.inference and (cfg.zero == 3 or cfg.cp > 1 or cfg.moe_expert_load
+                                                   or cfg.overlap_param_gather):
+        raise ConfigError("multi-token prediction (num_nextn_predict_layers) is not modelled with --zero 3, --cp, "
+                          "--moe-expert-load or --overlap-param-gather (set --mtp-layers 0)")
     if dims.kv_heads % cfg.tp:
         raise ConfigError(f"kv heads {dims.kv_heads} (and heads {dims.heads}) must be divisible by --tp {cfg.tp}")
     if dims.ffn_hidden % cfg.tp:

@@ -18,7 +18,8 @@ from .stage import _StageBuilder
 
 
 def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True, per_rank_files=False):
-    """Write the workload and ``PREFIX.groups.json``; returns a summary dict.
+    """Write the workload, ``PREFIX.groups.json`` and ``PREFIX.groups.roles.json`` (each group's role: tp, dp,
+    pp, ...); returns a summary dict.
 
     Ranks of one pipeline stage share their graph: it is encoded once per stage and each rank only appends its
     own ``pg_name`` / ``comm_src`` / ``comm_dst`` attributes. With ``--moe-expert-load`` each EP index of a stage
@@ -32,6 +33,10 @@ def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True, per_ran
     if write:
         ensure_parent(prefix)
         write_atomically(f"{prefix}.groups.json", json.dumps(groups).encode())
+        # what each group is for, for the breakdown's communicator names (read beside the groups file)
+        roles = {str(gid): role for role, by_key in gids.items() for gid in by_key.values()}
+        write_atomically(f"{prefix}.groups.roles.json",
+                         json.dumps(dict(sorted(roles.items(), key=lambda kv: int(kv[0])))).encode())
     memory = memory_estimate(dims, cfg)
     nodes_per_stage = []
     per_ep = cfg.ep if cfg.moe_expert_load else 1

@@ -136,34 +136,40 @@ class LayerOps:
         sp = cfg.sequence_parallel
         tag = tag or self.fwd_tag
         lab = f"{tag}.l{layer}.mb{mb}"
-        qkv = (h + 2 * dims.kv_heads * d) // tp
+        qkv = (dims.q_width + 2 * dims.kv_heads * d) // tp
         f1 = (2 if dims.gated else 1) * dims.ffn_hidden // tp
         deps = list(deps)
         ew = cfg.ew
         if ew:  # deps stay on the first GEMM too (ZeRO-3 gathers; already ordered by the chain)
             self.layer_norm(lab + ".ln1", deps)
-        qkv_node = self.ag_mm(lab + ".attn_in", lab + ".qkv", n, h, qkv, deps)
+        if dims.mla:
+            qkv_node = self.mla_forward(lab, deps)
+        else:
+            qkv_node = self.ag_mm(lab + ".attn_in", lab + ".qkv", n, h, qkv, deps)
         hq, hkv = dims.heads // tp, dims.kv_heads // tp
-        if cfg.inference:  # this step's keys and values go into the KV cache (K and V as one copy)
-            kv_new = self._t(2, b, hkv, q, d)
+        if cfg.inference:  # this step's keys and values go into the KV cache (K and V as one copy; MLA: latent)
+            kv_new = self._t(b, q, dims.kv_lora_rank + dims.rope_dim) if dims.mla else self._t(2, b, hkv, q, d)
             qkv_node = self.ew("aten::copy_", lab + ".kv_write", [kv_new, kv_new])
             if cfg.mode == "mixed":
-                kv_chunk = self._t(2, 1, hkv, cfg.prefill_chunk, d)
+                kv_chunk = (self._t(1, cfg.prefill_chunk, dims.kv_lora_rank + dims.rope_dim) if dims.mla
+                            else self._t(2, 1, hkv, cfg.prefill_chunk, d))
                 qkv_node = self.ew("aten::copy_", lab + ".prefill.kv_write", [kv_chunk, kv_chunk])
         ring = self._cp_ring(lab + ".kv", layer, mb, 1 if tag == "recompute" else 0, qkv_node)
         if cfg.attention == "unfused":
             self.attn_unfused_fwd(lab, b, hq, q, c, d, ring)
         else:
             decode = cfg.mode in ("decode", "mixed")
-            kv_bytes = {"kv_cache_bytes": 2 * b * c * d * hkv * self.nbytes} if decode else None
-            self.flash_fwd(lab, b, hq, hkv, q, d, ring, kv_bytes)
+            kv_bytes = {"kv_cache_bytes": self.cache_bytes(b, dims.attn_keys(layer, c), hkv)} if decode else None
+            self.flash_fwd(lab, b, hq, hkv, q, d, ring, kv_bytes, dv=dims.v_dim, layer=layer)
             if cfg.mode == "mixed":  # the prefill chunk: causal over the cached prompt tokens and itself
                 chunk, keys = cfg.prefill_chunk, cfg.prefill_done + cfg.prefill_chunk
+                wk = dims.attn_keys(layer, keys)  # (a sliding window: the chunk's band, timed as a block)
                 self.flash_fwd(lab + ".prefill", 1, hq, hkv, chunk, d, [],
-                               {"kv_cache_bytes": 2 * keys * d * hkv * self.nbytes},
-                               steps=[(keys, keys, cfg.causal)])
-        self.fp8_cast(lab + ".proj", n, h // tp)  # (QKV, FC1, FC2 inputs: cast inside LayerNorm / GeLU)
-        self.mm_rs(lab + ".proj", lab + ".attn_out", n, h // tp, h)
+                               {"kv_cache_bytes": self.cache_bytes(1, wk, hkv)},
+                               steps=[(wk, wk, cfg.causal and wk == keys)], dv=dims.v_dim)
+        ow = dims.o_width // tp
+        self.fp8_cast(lab + ".proj", n, ow)  # (QKV, FC1, FC2 inputs: cast inside LayerNorm / GeLU)
+        self.mm_rs(lab + ".proj", lab + ".attn_out", n, ow, h)
         if ew:
             self.dropout_add(lab + ".attn_out")
             self.layer_norm(lab + ".ln2")
@@ -185,7 +191,7 @@ class LayerOps:
         q = self.seq  # this rank's queries (s / CP); keys/values: all s
         sp = cfg.sequence_parallel
         lab = f"bwd.l{layer}.mb{mb}"
-        qkv = (h + 2 * dims.kv_heads * d) // tp
+        qkv = (dims.q_width + 2 * dims.kv_heads * d) // tp
         f1 = (2 if dims.gated else 1) * dims.ffn_hidden // tp
         ff = dims.ffn_hidden // tp
         deps = list(deps)
@@ -226,18 +232,21 @@ class LayerOps:
             self.residual_grad(lab + ".ln2")
             self.dropout_bwd(lab + ".attn_out")
         self.fp8_cast(lab + ".proj.dgrad", n, h)
-        self.ag_mm(lab + ".attn_out", lab + ".proj.dgrad", n, h, h // tp)
-        self.mm(lab + ".proj.wgrad", h // tp, n, h)  # (its input's transpose was written by the forward cast)
+        self.ag_mm(lab + ".attn_out", lab + ".proj.dgrad", n, h, dims.o_width // tp)
+        self.mm(lab + ".proj.wgrad", dims.o_width // tp, n, h)  # (its input's transpose: the forward cast's)
         hq, hkv = dims.heads // tp, dims.kv_heads // tp
         if cfg.attention == "unfused":
             attn = self.attn_unfused_bwd(lab, b, hq, q, s, d)
         else:  # (CP: the dK/dV ring starts when the first remote chunk's gradients are done)
-            attn = self.flash_bwd(lab, b, hq, hkv, q, d)
+            attn = self.flash_bwd(lab, b, hq, hkv, q, d, dv=dims.v_dim, layer=layer)
         ring = self._cp_ring(lab + ".dkv", layer, mb, 2, attn)  # dK, dV back to their owners
         gathered = self._regather(lab + ".attn_in", ring)
-        if self.fp8_cast(lab + ".qkv.dgrad", n, qkv, ring) is not None:
+        if not dims.mla and self.fp8_cast(lab + ".qkv.dgrad", n, qkv, ring) is not None:
             ring = []
-        if overlap:
+        if dims.mla:
+            self.mla_backward(lab, ring, gathered)
+            out = self._tp("rs" if sp else "ar", lab + ".attn_in")
+        elif overlap:
             out = self.mm_rs(lab + ".qkv.dgrad", lab + ".attn_in", n, qkv, h, ring)
             self.fp8_transpose(lab + ".qkv.wgrad", n, h, gathered)
             self.mm(lab + ".qkv.wgrad", h, n, qkv, gathered)
@@ -250,6 +259,13 @@ class LayerOps:
             self.layer_norm_bwd(lab + ".ln1")
             out = self.residual_grad(lab + ".ln1")
         return out
+
+    def cache_bytes(self, b, positions, hkv):
+        """KV-cache bytes ``b`` sequences' attention reads over ``positions`` in one layer on this rank: keys and
+        values of this rank's ``hkv`` heads, or MLA's compressed latent (whole on every TP rank)."""
+        if self.dims.mla:
+            return b * self.mla_cache_bytes(positions)
+        return 2 * b * positions * self.dims.head_dim * hkv * self.nbytes
 
     def _regather(self, label, deps=()):
         """Sequence parallelism: Megatron-LM (and Transformer Engine) keep only this rank's shard of a

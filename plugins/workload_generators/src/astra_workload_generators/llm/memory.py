@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from .config import DTYPES, LlmConfig
-from .model import ModelDims, _lengths, layer_shards, padded_vocab
+from .model import ModelDims, _lengths, layer_shards, mtp_shards, padded_vocab
 from .routing import ep_loads, routed_rows
 from .schedule import pipeline_schedule
 
@@ -111,7 +111,8 @@ def layer_activation_bytes(dims: ModelDims, cfg: LlmConfig, mode: str | None = N
     # FFN inputs (LayerNorm outputs), two dropout masks (1 byte per element)
     replicated = tokens * h * (4 * nb + 2 * mask)
     m1 = 2 if dims.gated else 1  # FC1 outputs: gate and up for a gated FFN
-    sharded = tokens * (h + 2 * kv * d) * nb + tokens * h * nb  # Q, K, V; the output projection's input
+    # Q, K, V; the output projection's input
+    sharded = tokens * (dims.q_width + kv * (d + dims.v_dim)) * nb + tokens * dims.o_width * nb
     if moe:
         f = dims.expert_ffn
         rows = routed_rows(dims, cfg, tokens)
@@ -157,6 +158,10 @@ def stage_memory(dims: ModelDims, cfg: LlmConfig, p: int) -> MemoryEstimate:
             if edge:
                 dense += vocab * dims.hidden
                 unit_sizes.append(vocab * dims.hidden)
+        if last and dims.mtp_layers and not cfg.inference:  # the MTP modules' weights (not their activations)
+            md, me = mtp_shards(dims, cfg)
+            dense, expert = dense + dims.mtp_layers * md, expert + dims.mtp_layers * me
+            linear += dims.mtp_layers * (md + me)
     params = dense + expert
     dp_group = cfg.dp * cfg.cp
     edp_group = cfg.dp // cfg.ep * cfg.cp
@@ -239,15 +244,20 @@ def _kv_cache_bytes(dims, cfg, units):
     """Keys and values of every sequence resident on the rank (all micro-batches of its DP replica), for the
     stage's layers, at the largest context of the step (the last decode step's)."""
     nb = DTYPES[cfg.dtype][0]
-    layers = sum(len(r) for _, _, r in units.values())
+    layers = [i for _, _, r in units.values() for i in r]
     q, c = _lengths(dims, cfg)
     context = q if cfg.mode == "prefill" else c + cfg.steps - 1
     heads = dims.kv_heads // cfg.tp
-    per_position = 2 * layers * heads * dims.head_dim * nb
+    per_position = 2 * heads * dims.head_dim * nb  # one layer's
+    if dims.mla:  # the compressed latent and the shared rotary key, whole on every TP rank
+        per_position = (dims.kv_lora_rank + dims.rope_dim) * nb
     sequences = cfg.micro_batches * cfg.micro_batch_size
-    total = per_position * sequences * (context // cfg.cp if cfg.mode == "prefill" else context)
+    kept = context // cfg.cp if cfg.mode == "prefill" else context
+    # a sliding-window layer keeps only the window's last positions
+    total = per_position * sequences * sum(dims.attn_keys(i, kept) for i in layers)
     if cfg.mode == "mixed":  # each micro-batch's prefill request: its cached prompt and this chunk
-        total += per_position * cfg.micro_batches * (cfg.prefill_done + cfg.prefill_chunk)
+        keys = cfg.prefill_done + cfg.prefill_chunk
+        total += per_position * cfg.micro_batches * sum(dims.attn_keys(i, keys) for i in layers)
     return total
 
 

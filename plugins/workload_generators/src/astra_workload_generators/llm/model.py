@@ -8,8 +8,10 @@ FLOPs (what the COMP nodes' ``num_ops`` add up to over all ranks, without recomp
 
     6 * P * tokens + 12 * L * s^2 * h * sequences
 
-with ``P = L * (h*(h + 2*kv*d) + h*h + m*h*f) + V*h`` (matmul weights: QKV, output projection, FFN with m = 3
-for gated (SwiGLU) FFNs and 2 otherwise, plus the LM head; no biases, norms or embedding lookup); for
+(``h`` in the attention term is really heads x head_dim, half for the scores' and half for the values' width:
+they differ from h with an explicit ``head_dim`` and with MLA; ``s^2`` is ``s * window`` on a sliding-window
+layer), with ``P = L * (h*(h + 2*kv*d) + h*h + m*h*f) + V*h`` (matmul weights: QKV, output projection, FFN
+with m = 3 for gated (SwiGLU) FFNs and 2 otherwise, plus the LM head; no biases, norms or embedding lookup); for
 mixture-of-experts models P is the *activated* parameter count.
 """
 
@@ -67,10 +69,54 @@ class ModelDims:
     shared_experts: int = 0   # always-active experts of size moe_ffn
     moe_dense_layers: int = 0  # MoE: the first K layers keep a dense FFN of ffn_hidden (DeepSeek first_k_dense_replace)
     moe_layer_freq: int = 1    # MoE: layer i has experts only if i % freq == 0 (Megatron's --moe-layer-freq N)
+    head_size: int = 0         # explicit head dimension (Qwen3, Gemma: heads * head_size != hidden); 0: hidden/heads
+    tied_embeddings: bool = False  # the LM head shares the embedding's weights (counts in params_total only)
+    # multi-head latent attention (DeepSeek-V2/V3; kv_lora_rank > 0): queries through a rank-q_lora_rank
+    # bottleneck (0: a full projection), keys/values from a cached kv_lora_rank latent plus rope_dim shared
+    # positional dims; head_dim = qk_nope + rope_dim, values v_head_dim wide
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    rope_dim: int = 0
+    v_head_dim: int = 0
+    mtp_layers: int = 0        # multi-token-prediction modules (DeepSeek-V3): counted by --summary, not emitted
+    window: int = 0            # sliding-window attention: a local layer's queries see the last `window` keys
+    window_pattern: int = 0    # 0: every layer local; N: layer i global when (i + 1) % N == 0 (Gemma 2: 2, 3: 6)
 
     @property
     def head_dim(self):
-        return self.hidden // self.heads
+        return self.head_size or self.hidden // self.heads
+
+    def is_local(self, layer):
+        """Whether layer ``layer`` (0-based) has sliding-window attention."""
+        return self.window > 0 and (self.window_pattern == 0 or (layer + 1) % self.window_pattern != 0)
+
+    def attn_keys(self, layer, ctx):
+        """Keys a query attends to in ``layer`` at a context of ``ctx``: the window on local layers."""
+        return min(ctx, self.window) if self.is_local(layer) else ctx
+
+    def attn_key_sum(self, ctx):
+        """``attn_keys`` summed over the layers (the attention FLOPs' per-query factor)."""
+        return sum(self.attn_keys(i, ctx) for i in range(self.layers))
+
+    @property
+    def mla(self):
+        return self.kv_lora_rank > 0
+
+    @property
+    def v_dim(self):
+        """Width of one head's values (MLA: v_head_dim; else head_dim)."""
+        return self.v_head_dim or self.head_dim
+
+    @property
+    def o_width(self):
+        """The output projection's input width: heads x value width."""
+        return self.heads * self.v_dim
+
+    @property
+    def q_width(self):
+        """Width of the queries (and of the output projection's input): heads x head_dim, which is not the hidden
+        size when the config gives head_dim (Qwen3-30B-A3B: 32 x 128 = 4096 against hidden 2048)."""
+        return self.heads * self.head_dim
 
     @property
     def moe(self):
@@ -94,9 +140,10 @@ class ModelDims:
         return sum(1 for i in range(layer) if self.is_moe_layer(i))
 
 
-def model_dims(preset=None, **overrides) -> ModelDims:
-    """A preset's dimensions, with any non-None ``overrides`` (layers, hidden, heads, ...) applied."""
-    base = {}
+def model_dims(preset=None, base=None, **overrides) -> ModelDims:
+    """A preset's dimensions (or ``base``: the keyword arguments of :class:`ModelDims` read from a Hugging Face
+    config, see :mod:`.hf`), with any non-None ``overrides`` (layers, hidden, heads, ...) applied."""
+    base = dict(base or {})
     if preset is not None:
         if preset not in PRESETS:
             raise ConfigError(f"unknown preset {preset!r} (known: {', '.join(PRESETS)})")
@@ -111,10 +158,12 @@ def model_dims(preset=None, **overrides) -> ModelDims:
         raise ConfigError(f"give --preset or the model dimensions; missing: {', '.join('--' + m.replace('_', '-') for m in missing)}")
     dims = ModelDims(**base)
     for k, v in asdict(dims).items():
-        if k in ("experts", "moe_ffn", "shared_experts", "moe_dense_layers"):
+        if k in ("experts", "moe_ffn", "shared_experts", "moe_dense_layers", "head_size", "q_lora_rank",
+                 "kv_lora_rank", "rope_dim", "v_head_dim", "mtp_layers", "window",
+                 "window_pattern"):
             if not isinstance(v, int) or v < 0:
                 raise ConfigError(f"{k} must be a non-negative integer, got {v!r}")
-        elif k != "gated" and (not isinstance(v, int) or v < 1):
+        elif k not in ("gated", "tied_embeddings") and (not isinstance(v, int) or v < 1):
             raise ConfigError(f"{k} must be a positive integer, got {v!r}")
     if dims.moe and dims.top_k > dims.experts:
         raise ConfigError(f"top-k {dims.top_k} exceeds the {dims.experts} experts")
@@ -124,7 +173,18 @@ def model_dims(preset=None, **overrides) -> ModelDims:
     if dims.moe and not dims.moe_layers:
         raise ConfigError(f"--moe-dense-layers {dims.moe_dense_layers} and --moe-layer-freq {dims.moe_layer_freq} "
                           f"leave no MoE layer of the {dims.layers} layers (use a dense model instead)")
-    if dims.hidden % dims.heads:
+    if dims.window_pattern and not dims.window:
+        raise ConfigError("window_pattern needs a sliding window (window)")
+    if (dims.q_lora_rank or dims.rope_dim or dims.v_head_dim) and not dims.mla:
+        raise ConfigError("q_lora_rank, rope_dim and v_head_dim are multi-head latent attention's: they need "
+                          "kv_lora_rank")
+    if dims.mla and not (dims.head_size and dims.rope_dim < dims.head_size and dims.v_head_dim):
+        raise ConfigError(f"multi-head latent attention needs head_size (qk_nope + qk_rope) > rope_dim "
+                          f"{dims.rope_dim} and v_head_dim > 0")
+    if dims.mla and dims.kv_heads != dims.heads:
+        raise ConfigError(f"multi-head latent attention has one key/value per head: kv heads {dims.kv_heads} != "
+                          f"heads {dims.heads}")
+    if not dims.head_size and dims.hidden % dims.heads:
         raise ConfigError(f"hidden {dims.hidden} is not divisible by heads {dims.heads}")
     if dims.heads % dims.kv_heads:
         raise ConfigError(f"heads {dims.heads} is not divisible by kv heads {dims.kv_heads}")
@@ -146,11 +206,30 @@ def _ffn_mats(dims: ModelDims) -> int:
 def dense_layer_parameters(dims: ModelDims, moe: bool = True) -> int:
     """Per layer: attention plus the dense FFN (dense layer) or the shared experts (MoE layer) -- synced over
     full DP."""
-    h, d = dims.hidden, dims.head_dim
-    attn = h * (h + 2 * dims.kv_heads * d) + h * h
+    h = dims.hidden
+    attn = attention_parameters(dims)
     if dims.moe and moe:
         return attn + dims.shared_experts * _ffn_mats(dims) * h * dims.expert_ffn
     return attn + _ffn_mats(dims) * h * dims.ffn_hidden
+
+
+def attention_parameters(dims: ModelDims) -> int:
+    """Per layer: the QKV projection (h x (heads*d + 2*kv*d)) and the output projection (heads*d x h); MLA: its
+    down- and up-projections (:func:`mla_projections`) and the output projection (heads*v x h)."""
+    h, d = dims.hidden, dims.head_dim
+    if dims.mla:
+        return sum(k * n for _, k, n in mla_projections(dims)) + dims.o_width * h
+    return h * (dims.q_width + 2 * dims.kv_heads * d) + dims.q_width * h
+
+
+def mla_projections(dims: ModelDims):
+    """MLA's input GEMMs, whole (not TP-sharded): ``[(name, k, n)]`` of ``[tokens, k] x [k, n]``. The
+    down-projections (q_a, kv_a) are replicated over TP; the up-projections (q_b, kv_b) split by heads."""
+    h, H, r = dims.hidden, dims.heads, dims.rope_dim
+    nope = dims.head_dim - r
+    q = [("q_a", h, dims.q_lora_rank), ("q_b", dims.q_lora_rank, H * dims.head_dim)] if dims.q_lora_rank \
+        else [("q", h, H * dims.head_dim)]
+    return q + [("kv_a", h, dims.kv_lora_rank + r), ("kv_b", dims.kv_lora_rank, H * (nope + dims.v_dim))]
 
 
 def expert_layer_parameters(dims: ModelDims, moe: bool = True) -> int:
@@ -184,6 +263,27 @@ def layer_shards(dims: ModelDims, cfg: "LlmConfig", moe: bool = True):
             expert_layer_parameters(dims, moe) // cfg.ep // cfg.tp)
 
 
+def mtp_shards(dims: ModelDims, cfg: "LlmConfig"):
+    """(dense, expert) parameters of one MTP module on one rank: its layer (like a layer after the model's last)
+    and eh_proj (2h x h, whole on every TP rank). Training only (inference does not run them)."""
+    dense, expert = layer_shards(dims, cfg, dims.is_moe_layer(dims.layers))
+    return dense + 2 * dims.hidden * dims.hidden, expert
+
+
+def mtp_training_flops(dims: ModelDims, sequences: int, tp: int = 1) -> int:
+    """FLOPs of the MTP modules in a training step: 6 x tokens x (eh_proj + the layer's activated weights + the
+    LM head) + the layer's attention (eh_proj counted once; every TP rank computes it)."""
+    s = dims.seq_len
+    total = 0
+    for k in range(dims.mtp_layers):
+        layer = dims.layers + k
+        weights = 2 * dims.hidden ** 2 + activated_layer_parameters(dims, dims.is_moe_layer(layer)) \
+            + padded_vocab(dims, tp) * dims.hidden
+        total += 6 * weights * s * sequences + 6 * s * dims.attn_keys(layer, s) * (dims.q_width + dims.o_width) \
+            * sequences
+    return total
+
+
 def _over_layers(dims: ModelDims, per_layer) -> int:
     """``per_layer(dims, moe)`` summed over the model's layers (MoE and dense layers)."""
     dense = dims.layers - dims.moe_layers
@@ -201,10 +301,11 @@ def activated_parameter_count(dims: ModelDims, tp: int = 1) -> int:
 
 
 def training_flops(dims: ModelDims, sequences: int, tp: int = 1) -> int:
-    """6 * P_activated * tokens + 12 * L * s^2 * h * sequences."""
+    """6 * P_activated * tokens + 6 * L * s^2 * (heads*d + heads*v) * sequences (= 12*L*s^2*h when heads*d = h)."""
     s = dims.seq_len
     return (6 * activated_parameter_count(dims, tp) * sequences * s
-            + 12 * dims.layers * s * s * dims.hidden * sequences)
+            + 6 * s * dims.attn_key_sum(s) * (dims.q_width + dims.o_width) * sequences
+            + mtp_training_flops(dims, sequences, tp))
 
 
 def inference_flops(dims: ModelDims, cfg: "LlmConfig") -> int:
@@ -215,11 +316,11 @@ def inference_flops(dims: ModelDims, cfg: "LlmConfig") -> int:
     head = padded_vocab(dims, cfg.tp) * dims.hidden
     last = cfg.logits == "last"  # the LM head on one position per sequence (and per prefill chunk)
     flops = sum(2 * (P - head) * seqs * q + 2 * head * seqs * (1 if last else q)
-                + 4 * dims.layers * q * (c + i) * dims.hidden * seqs for i in range(cfg.steps))
+                + 2 * q * dims.attn_key_sum(c + i) * (dims.q_width + dims.o_width) * seqs for i in range(cfg.steps))
     if cfg.mode == "mixed":  # one prefill chunk per micro-batch and DP replica
         chunk, keys = cfg.prefill_chunk, cfg.prefill_done + cfg.prefill_chunk
         flops += cfg.dp * cfg.micro_batches * (2 * (P - head) * chunk + 2 * head * (1 if last else chunk)
-                                               + 4 * dims.layers * chunk * keys * dims.hidden)
+                                               + 2 * chunk * dims.attn_key_sum(keys) * (dims.q_width + dims.o_width))
     return flops
 
 

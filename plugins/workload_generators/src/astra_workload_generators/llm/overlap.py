@@ -64,15 +64,9 @@ def load_tp_overlap_sms(path, with_margins=False):
     ``num_sm`` (TE's default 16). Returns ``{te name: SMs}``; ``with_margins``: also ``{te name: SMs}`` of the
     overlaps with ``set_sm_margin`` (TE's default off), whose GEMMs TE launches on the other SMs only, for
     their whole duration (``sm_margin`` attribute, see :meth:`_StageBuilder.mm`)."""
-    import yaml
+    from astra_sim.safeio import load_yaml
 
-    try:
-        with open(path) as f:
-            data = yaml.safe_load(f)
-    except OSError as exc:
-        raise ConfigError(f"--tp-overlap-config: cannot read {path}: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"--tp-overlap-config: {path} is not valid YAML: {exc}") from None
+    data = load_yaml(path, "--tp-overlap-config")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of Transformer Engine layer names (qkv_fprop, ...) to their "
                           f"overlap settings, got {type(data).__name__}")

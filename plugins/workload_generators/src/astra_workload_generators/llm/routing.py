@@ -53,13 +53,9 @@ def parse_expert_load(spec, experts, moe_layers):
 
     where = f"--moe-expert-load {spec!r}"
     if spec.endswith(".json"):
-        try:
-            with open(spec) as fh:
-                data = json.load(fh)
-        except OSError as exc:
-            raise ConfigError(f"{where}: cannot read it: {exc.strerror or exc}") from None
-        except ValueError as exc:
-            raise ConfigError(f"{spec}: not valid JSON: {exc}") from None
+        from astra_sim.safeio import load_json
+
+        data = load_json(spec, "--moe-expert-load")
         where = spec
         rows = data if isinstance(data, list) and data and all(isinstance(r, list) for r in data) else [data]
         if len(rows) not in (1, moe_layers):

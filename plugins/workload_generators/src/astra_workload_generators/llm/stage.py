@@ -8,14 +8,16 @@ from .config import DTYPES, LlmConfig
 from .emit import NodeEmitter
 from .fp8 import Fp8Ops
 from .layers import LayerOps
-from .model import ModelDims, _lengths, layer_shards, padded_vocab
+from .model import ModelDims, _lengths, layer_shards, mtp_shards, padded_vocab
+from .mla import MlaOps
+from .mtp import MtpOps
 from .moe import MoeOps
 from .routing import routed_rows
 from .schedule import pipeline_schedule
 from .zero import DataParallelOps
 
 
-class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, MoeOps, DataParallelOps):
+class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, MlaOps, MtpOps, MoeOps, DataParallelOps):
     """The node graph of one pipeline stage, identical for every rank of the stage except for rank-specific
     attributes (``pg_name``, ``comm_src``/``comm_dst``), which are appended per rank as trailing attributes."""
 
@@ -84,6 +86,8 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, MoeOps, DataPar
         M = cfg.micro_batches
         params = {"embedding": (vocab * h, 0), "head": (vocab * h, 0)}
         params.update({f"l{i}": layer_shards(dims, cfg, dims.is_moe_layer(i)) for i in range(dims.layers)})
+        mtp = dims.mtp_layers if not cfg.inference else 0  # (training only; see .mtp)
+        params.update({f"mtp{k}": mtp_shards(dims, cfg) for k in range(mtp)})
         # ZeRO-3: (chunk, phase[, mb]) -> {unit: gather ids}; gathered once per step per phase and reused by the
         # micro-batches, or with --reshard-after-forward again for every micro-batch (labels .fwd|bwd.mb<k>)
         z3 = {}
@@ -134,6 +138,8 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, MoeOps, DataPar
                     self.mm(f"{self.fwd_tag}.head.mb{mb}", rows, h, vocab, extra, linear=False)
                     if cfg.ew:  # vocab-parallel cross entropy over this rank's logits
                         self.ew("aten::_log_softmax", f"fwd.head.mb{mb}.cross_entropy", [self._t(n, vocab)])
+                    if mtp:
+                        self.mtp_forward(mb, vocab)
                 if last and step + 1 < steps and P > 1:
                     self.send(f"send_token.s{step + 1}.mb{mb}", +1, token_tags + (step + 1) * M + mb, [self.prev],
                               token_bytes)
@@ -151,6 +157,9 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, MoeOps, DataPar
                 deps = [] if last else self._pp_arrival(f"recv_grad{cs}.mb{mb}", +1, 2 * (sc * M + mb) + 1)
                 if last:
                     extra = self._z3(units, "head", store, params, phase) if gather else []
+                    if mtp:
+                        self.mtp_backward(mb, vocab, deps + extra, sync, smb, params)
+                        deps, extra = [], []
                     if cfg.ew:
                         self.ew("aten::_log_softmax_backward_data", f"bwd.head.mb{mb}.cross_entropy",
                                 [self._t(n, vocab), self._t(n, vocab)], deps + extra)

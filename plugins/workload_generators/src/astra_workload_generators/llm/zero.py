@@ -114,6 +114,8 @@ class DataParallelOps:
             v = ch * P + p
             units = ((["embedding"] if v == 0 else []) + [f"l{i}" for i in range(v * per_chunk, (v + 1) * per_chunk)]
                      + (["head"] if v == P * V - 1 else []))
+            if v == P * V - 1:  # the MTP modules (training; see .mtp)
+                units += [u for u in params if u.startswith("mtp")]
             for unit in units:
                 dense += params[unit][0]
                 expert += params[unit][1]

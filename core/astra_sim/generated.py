@@ -1,0 +1,95 @@
+"""Configurations a plugin generates for one run (``--platform``): held in memory, never left behind.
+
+A plugin's ``astra_provide_configuration`` may return a :class:`GeneratedFile` (name and text) instead
+of a path. ``astra run`` writes such files into a private temporary folder only for as long as the run
+reads them (:func:`materialized`), and removes it at exit: on success, on error, on Ctrl-C and on
+SIGTERM. A sweep of 10,000 runs leaves nothing in the temporary directory, and the report keeps the
+configuration itself (:func:`inline_settings`) instead of a path that no longer exists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+
+#: The ``astra run`` inputs a plugin may generate, by option name (any value of its ``options`` may be a
+#: GeneratedFile too).
+CONFIG_KEYS = ("system_configuration", "network_configuration", "remote_memory_configuration",
+               "comm_group_configuration")
+
+
+@dataclass(frozen=True)
+class GeneratedFile:
+    """A configuration file's content: ``name`` (e.g. ``system.json``; its suffix tells the readers the
+    format), ``text`` and ``origin`` (what generated it, e.g. ``--platform hgx-h100 --nodes 1``)."""
+
+    name: str
+    text: str
+    origin: str = ""
+
+    def content(self):
+        """What the report records: the parsed object for JSON, else the text."""
+        if self.name.endswith(".json"):
+            try:
+                return json.loads(self.text)
+            except ValueError:
+                pass
+        return self.text
+
+
+@contextlib.contextmanager
+def materialized(files):
+    """``{key: GeneratedFile}`` -> ``{key: path}`` of the files written into a fresh private folder,
+    removed when the block ends, however it ends (an exception, KeyboardInterrupt, or SIGTERM once the
+    CLI has turned it into an exception)."""
+    if not files:
+        yield {}
+        return
+    folder = tempfile.mkdtemp(prefix="astra-run-")
+    try:
+        paths = {}
+        for key, generated in files.items():
+            path = os.path.join(folder, os.path.basename(generated.name) or key)
+            if os.path.exists(path):  # two generated files of one name
+                path = os.path.join(folder, f"{len(paths)}-{os.path.basename(path)}")
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(generated.text)
+            paths[key] = path
+        yield paths
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def inline_settings(settings, files, paths=None):
+    """Replace a generated file's path in a report's ``settings`` by the file itself,
+    ``{"generated_by": origin, "file": name, "content": ...}``: under its own key, and wherever else the
+    settings name its temporary path (``paths``, as :func:`materialized` gave them; e.g. a compute model
+    describing its options)."""
+    inline = {key: {"generated_by": generated.origin, "file": generated.name, "content": generated.content()}
+              for key, generated in files.items()}
+    for key, value in inline.items():
+        if key in settings:
+            settings[key] = value
+    by_path = {path: inline[key] for key, path in (paths or {}).items()}
+    if by_path:
+        _replace_paths(settings, by_path)
+    return settings
+
+
+def _replace_paths(value, by_path):
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in list(items):
+        if isinstance(item, str) and item in by_path:
+            value[key] = by_path[item]
+        elif isinstance(item, (dict, list)):
+            _replace_paths(item, by_path)
+
+
+def generated_options(options):
+    """``{"option:<name>": GeneratedFile}`` for the run options a plugin generated (e.g. a compute model's
+    configuration file), to materialize with the configurations."""
+    return {f"option:{name}": value for name, value in options.items() if isinstance(value, GeneratedFile)}

@@ -1,0 +1,303 @@
+"""Reading the user's files safely: bounded, and without code execution or entity expansion.
+
+Every input file may be hostile or just broken (a truncated copy, the wrong file, a fuzzer's output).
+The readers here turn each failure into a :class:`~astra_sim.errors.ConfigError` that names the file,
+and bound every size before it is allocated:
+
+* :func:`read_bytes` refuses files larger than :data:`MAX_CONFIG_BYTES` (configurations) or the
+  caller's limit, and names missing files, folders and unreadable files;
+* :func:`gunzip` decompresses in bounded steps, so a gzip bomb stops at the limit instead of
+  filling memory;
+* :func:`load_json` / :func:`load_yaml` parse with the standard JSON reader and PyYAML's *safe*
+  loader (no Python objects), and refuse nesting too deep to walk and YAML aliases that expand to
+  more nodes than :data:`MAX_YAML_NODES` (the "billion laughs" alias bomb);
+* :func:`parse_xml` parses with expat but refuses every DTD entity declaration, so neither entity
+  expansion bombs nor external entities are possible (what defusedxml does, without the dependency).
+
+Outputs are written by the one atomic writer, :func:`astra_sim.cliutil.write_bytes_atomic`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import reprlib
+import zlib
+
+from astra_sim.errors import ConfigError
+
+#: Largest configuration file read (system/network/memory/groups JSON, YAML, XML, text workloads).
+MAX_CONFIG_BYTES = int(os.environ.get("ASTRA_MAX_CONFIG_BYTES", 256 << 20))
+#: Largest input after decompression (a gzip-compressed trace or JSON).
+MAX_INPUT_BYTES = int(os.environ.get("ASTRA_MAX_INPUT_BYTES", 8 << 30))
+#: Most nodes a YAML document may have once its aliases are expanded.
+MAX_YAML_NODES = 1_000_000
+#: Deepest nesting of lists and mappings accepted in JSON and YAML.
+MAX_NESTING = 200
+
+_brief = reprlib.Repr()
+_brief.maxstring = 80
+_brief.maxother = 80
+_brief.maxlist = _brief.maxtuple = _brief.maxdict = _brief.maxset = 6
+_brief.maxlevel = 3
+
+
+def _named(path, what):
+    """``"<what> file <path>"``, or the path alone when ``what`` is empty."""
+    return f"{what} file {os.fspath(path)}" if what else os.fspath(path)
+
+
+def brief(value) -> str:
+    """A short repr of ``value`` for error messages (a hostile value can be huge or deeply nested)."""
+    return _brief.repr(value)
+
+
+# ---------------------------------------------------------------------------------------------- reading
+def read_bytes(path, what="", limit=None) -> bytes:
+    """The bytes of ``path``, at most ``limit`` (default :data:`MAX_CONFIG_BYTES`); ConfigError otherwise."""
+    limit = MAX_CONFIG_BYTES if limit is None else limit
+    name = os.fspath(path)
+    try:
+        with open(name, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size > limit:
+                raise ConfigError(f"{_named(name, what)}: {size:,} bytes, more than the {limit:,} accepted")
+            data = handle.read(limit + 1)
+    except FileNotFoundError:
+        raise ConfigError(f"{_named(repr(name), what)} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{_named(repr(name), what)} is a directory") from None
+    except OSError as exc:
+        raise ConfigError(f"{_named(name, what)}: cannot read: {exc.strerror or exc}") from None
+    except ValueError:  # a NUL character in the name
+        raise ConfigError(f"{_named(repr(name), what)} is not a valid file name") from None
+    if len(data) > limit:  # grew while read, or a device/pipe without a size
+        raise ConfigError(f"{_named(name, what)}: more than the {limit:,} bytes accepted")
+    return data
+
+
+def read_text(path, what="", limit=None) -> str:
+    """:func:`read_bytes` decoded as UTF-8 (a leading BOM is dropped); ConfigError on other encodings."""
+    data = read_bytes(path, what, limit)
+    return decode_utf8(data, path, what)
+
+
+def decode_utf8(data: bytes, path, what="") -> str:
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{_named(path, what)}: not UTF-8 text (byte offset {exc.start}: "
+                          f"{data[exc.start:exc.start + 1]!r})") from None
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def gunzip(data: bytes, path, what="", limit=None, error=None) -> bytes:
+    """Decompress gzip ``data`` (one or more members) to at most ``limit`` bytes (default
+    :data:`MAX_INPUT_BYTES`), in bounded steps. Corrupt, truncated or too large input raises
+    ``error(message, offset)`` (default: a ConfigError), the offset being the compressed byte where
+    it showed."""
+    limit = MAX_INPUT_BYTES if limit is None else limit
+    name = os.fspath(path)
+    kind = f"gzip-compressed {what or 'file'}"
+    if error is None:
+        def error(message, offset):
+            return ConfigError(message)
+    out = []
+    total = 0
+    pos = 0
+    step = 1 << 22
+    view = memoryview(data)
+    while pos < len(data):
+        if bytes(view[pos:pos + 2]) != GZIP_MAGIC:
+            if out and not bytes(view[pos:]).strip(b"\0"):
+                break  # trailing zero padding, as gzip(1) accepts
+            raise error(f"{name}: byte offset {pos}: {kind} is corrupt: not the start of a gzip member", pos)
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        feed = view[pos:]
+        while True:
+            try:
+                chunk = inflater.decompress(feed, step)  # at most ``step`` bytes out per call
+            except zlib.error as exc:
+                raise error(f"{name}: gzip member at byte offset {pos}: {kind} is corrupt: {exc}", pos) from None
+            feed = inflater.unconsumed_tail
+            total += len(chunk)
+            if total > limit:
+                raise error(f"{name}: {kind} expands to more than {limit:,} bytes "
+                            "(a gzip bomb? ASTRA_MAX_INPUT_BYTES raises the limit)", pos)
+            out.append(chunk)
+            if inflater.eof:
+                break
+            if not feed and not chunk:
+                raise error(f"{name}: byte offset {len(data)}: {kind} is truncated "
+                            f"(after {total:,} decompressed bytes)", len(data))
+        pos = len(data) - len(inflater.unused_data)
+    return b"".join(out)
+
+
+def _depth_error(path, what):
+    return ConfigError(f"{_named(path, what)}: nested more than {MAX_NESTING} levels deep")
+
+
+def _nesting_ok(value, limit=MAX_NESTING) -> bool:
+    """Whether JSON ``value`` (lists and dicts, never shared) nests at most ``limit`` levels, so that
+    code walking it recursively cannot run out of stack (checked iteratively)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth >= limit:
+            return False
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (list, dict)))
+    return True
+
+
+def parse_json(text, path, what=""):
+    """``text`` as JSON; ConfigError naming ``path`` and the line/column when it is not.
+    ``NaN``/``Infinity`` are read (the range checks reject them with the key's name)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{_named(path, what)}: invalid JSON at line {exc.lineno}, column {exc.colno}: "
+                          f"{exc.msg}") from None
+    except RecursionError:
+        raise _depth_error(path, what) from None
+    except ValueError as exc:  # e.g. an integer literal too long to convert
+        raise ConfigError(f"{_named(path, what)}: invalid JSON: {exc}") from None
+    if isinstance(value, (list, dict)) and not _nesting_ok(value):
+        raise _depth_error(path, what)
+    return value
+
+
+def load_json(path, what="", limit=None):
+    """Read ``path`` as JSON (bounded, UTF-8); every failure a ConfigError naming it."""
+    return parse_json(read_text(path, what, limit), os.fspath(path), what)
+
+
+@functools.lru_cache(maxsize=None)
+def _yaml_loader():
+    import yaml
+
+    class BoundedSafeLoader(yaml.SafeLoader):
+        """PyYAML's safe loader that checks the composed document before building Python objects:
+        aliases may not expand it past MAX_YAML_NODES nodes, nor nest it past MAX_NESTING levels."""
+
+        def construct_document(self, node):
+            _check_yaml_size(node, self.name)
+            return super().construct_document(node)
+
+    return BoundedSafeLoader
+
+
+class _YamlTooLarge(Exception):
+    pass
+
+
+def _check_yaml_size(root, name):
+    """Count the nodes of the composed document with every alias expanded (memoised per shared
+    node, so a bomb is measured without being expanded); refuse cycles and deep nesting."""
+    import yaml
+
+    sizes = {}
+    on_path = set()
+    stack = [(root, 0, False)]
+    while stack:
+        node, depth, done = stack.pop()
+        key = id(node)
+        if done:
+            on_path.discard(key)
+            total = 1
+            for child in _yaml_children(node, yaml):
+                total += sizes[id(child)]
+            if total > MAX_YAML_NODES:
+                raise _YamlTooLarge(f"its aliases expand it to more than {MAX_YAML_NODES:,} nodes "
+                                    "(an alias bomb?)")
+            sizes[key] = total
+            continue
+        if key in sizes:
+            continue
+        if key in on_path:
+            raise _YamlTooLarge("an alias refers to a node that contains it (a recursive structure)")
+        if depth >= MAX_NESTING:
+            raise _YamlTooLarge(f"nested more than {MAX_NESTING} levels deep")
+        on_path.add(key)
+        stack.append((node, depth, True))
+        for child in _yaml_children(node, yaml):
+            if id(child) not in sizes:
+                stack.append((child, depth + 1, False))
+
+
+def _yaml_children(node, yaml):
+    if isinstance(node, yaml.SequenceNode):
+        return node.value
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return ()
+
+
+def parse_yaml(text, path, what=""):
+    """``text`` as YAML with a bounded safe loader (see the module docstring); ConfigError naming
+    ``path`` (and the line) when it is not YAML, too large once expanded, or too deep."""
+    import yaml
+
+    try:
+        return yaml.load(text, Loader=_yaml_loader())  # noqa: S506 - a SafeLoader subclass
+    except _YamlTooLarge as exc:
+        raise ConfigError(f"{_named(path, what)}: {exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
+        raise ConfigError(f"{_named(path, what)}: not valid YAML{at}: {problem}") from None
+    except RecursionError:
+        raise _depth_error(path, what) from None
+    except (ValueError, OverflowError, TypeError) as exc:  # e.g. a timestamp or number PyYAML cannot build
+        raise ConfigError(f"{_named(path, what)}: unreadable value: {exc}") from None
+
+
+def load_yaml(path, what="", limit=None):
+    """Read ``path`` as YAML (bounded, UTF-8, safe loader); every failure a ConfigError naming it."""
+    return parse_yaml(read_text(path, what, limit), os.fspath(path), what)
+
+
+def parse_xml(data: bytes, path, what=""):
+    """The root element of XML ``data``, parsed by expat with every DTD entity declaration refused
+    (no entity expansion, no external entities); ConfigError naming ``path`` otherwise."""
+    import xml.etree.ElementTree as ET
+    from xml.parsers import expat
+
+    class _Forbidden(Exception):
+        pass
+
+    def refuse(*_args):
+        raise _Forbidden
+
+    builder = ET.TreeBuilder()
+    parser = expat.ParserCreate()
+    parser.StartElementHandler = builder.start
+    parser.EndElementHandler = builder.end
+    parser.CharacterDataHandler = builder.data
+    parser.EntityDeclHandler = refuse
+    parser.UnparsedEntityDeclHandler = refuse
+    parser.ExternalEntityRefHandler = refuse
+    parser.SetParamEntityParsing(expat.XML_PARAM_ENTITY_PARSING_NEVER)
+    try:
+        parser.Parse(data, True)
+        return builder.close()
+    except _Forbidden:
+        raise ConfigError(f"{_named(path, what)}: declares a DTD entity (line {parser.CurrentLineNumber}); "
+                          "entities are not expanded, for safety: remove the <!ENTITY> declarations") from None
+    except expat.ExpatError as exc:
+        raise ConfigError(f"{_named(path, what)}: not well-formed XML: {expat.ErrorString(exc.code)}: "
+                          f"line {exc.lineno}, column {exc.offset + 1}") from None
+    except RecursionError:
+        raise ConfigError(f"{_named(path, what)}: nested too deeply") from None
+    except AssertionError as exc:  # TreeBuilder: mismatched end tag (expat reports these first)
+        raise ConfigError(f"{_named(path, what)}: not well-formed XML: {exc}") from None
+
+
+def load_xml(path, what="", limit=None):
+    """Read ``path`` (bounded) and parse it with :func:`parse_xml`."""
+    return parse_xml(read_bytes(path, what, limit), os.fspath(path), what)

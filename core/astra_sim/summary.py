@@ -1,0 +1,122 @@
+"""The terminal summary of ``astra run``: one screen for people (JSON keeps the integer nanoseconds).
+
+* the ranks, with ranks whose numbers are identical collapsed into one row (``0-127 x128``);
+* where the slowest rank's time went (the breakdown's parts, with their share of its finish time);
+* with ``--critical-path``, what the critical path is made of and its biggest items;
+* the step time, the run's speed and whether symmetric ranks were folded.
+
+Times are printed with :func:`astra_sim.humanize.format_ns` (3-4 significant digits).
+"""
+
+from __future__ import annotations
+
+from astra_sim.humanize import format_ns, format_share, rank_ranges
+from astra_sim.termtable import Column, print_table
+
+_RANK_FIELDS = ("finish_ns", "compute_ns", "exposed_comm_ns", "comm_ns", "cpu_ns")
+
+
+def rank_rows(ranks):
+    """Ranks with identical numbers as one row each: ``(ranks text, first RankReport)``, by first rank."""
+    groups = {}
+    for r in ranks:
+        key = tuple(getattr(r, f) for f in _RANK_FIELDS)
+        groups.setdefault(key, []).append(r)
+    rows = []
+    for members in groups.values():
+        ids = [r.rank for r in members]
+        text = rank_ranges(ids) if len(ids) > 1 else str(ids[0])
+        if len(ids) > 1:
+            text += f" x{len(ids)}"
+        rows.append((members[0].rank, text, members[0]))
+    rows.sort()
+    return [(text, first) for _, text, first in rows]
+
+
+def part_label(name):
+    """``exposed:dp`` -> ``exposed comm: dp``; ``recv_wait:pp`` -> ``recv wait: pp (bubble)``."""
+    kind, _, what = name.partition(":")
+    if kind == "exposed":
+        return f"exposed comm: {what}"
+    if kind == "recv_wait":
+        return f"recv wait: {what} (bubble)"
+    if what:
+        return f"{kind.replace('_', ' ')}: {what}"
+    return name.replace("_", " ")
+
+
+def print_summary(report, max_rows, stderr=False):
+    ranks = report.ranks
+    rows = rank_rows(ranks)
+    columns = [Column("ranks"), Column("finish", number=True), Column("compute", number=True, drop=3),
+               Column("exposed\ncomm", number=True), Column("comm", number=True, drop=2),
+               Column("cpu", number=True, drop=1)]
+    cells = [[text, format_ns(r.finish_ns), format_ns(r.compute_ns), format_ns(r.exposed_comm_ns),
+              format_ns(r.comm_ns), format_ns(r.cpu_ns)] for text, r in rows[:max_rows]]
+    more = len(rows) - max_rows
+    caption = (f"{more} more rows not listed (--max-table-ranks; every rank in --report-json)"
+               if more > 0 else None)
+    simulated = report.stats.get("simulated_ranks", len(ranks))
+    title = f"astra-sim-py: {len(ranks):,} NPUs"
+    if simulated < len(ranks):
+        title += f" ({simulated:,} simulated)"
+    console = print_table(title, columns, cells, stderr=stderr, caption=caption)
+    _print_breakdown(report, console, stderr)
+    _print_critical_path(report, console, stderr)
+    stats = report.stats
+    slowest = max(ranks, key=lambda r: r.finish_ns) if ranks else None
+    console.print(
+        f"step time {format_ns(report.max_finish_ns)}"
+        + (f" (rank {slowest.rank})" if slowest is not None and len(ranks) > 1 else "")
+        + f", fastest rank {format_ns(report.min_finish_ns)}, max exposed communication "
+        f"{format_ns(report.max_exposed_comm_ns)} | {stats.get('events', 0):,} events in "
+        f"{stats.get('run_s', 0):.3f} s", highlight=False)
+    fold = report.settings.get("fold") or {}
+    if simulated < len(ranks):
+        console.print(f"simulated {simulated:,} of {len(ranks):,} ranks (symmetric ranks folded; "
+                      "--no-fold simulates all)", highlight=False)
+    elif fold.get("requested") and fold.get("reason") and len(ranks) > 1:
+        console.print(f"all {len(ranks):,} ranks simulated: {fold['reason']}", highlight=False)
+    if report.timeline:
+        info = report.timeline
+        console.print(f"timeline: {info['path']} ({info['format']}, {info['ranks_written']:,} ranks, "
+                      f"{info['events']:,} events)", highlight=False)
+    return console
+
+
+def _print_breakdown(report, console, stderr):
+    b = report.breakdown
+    if not b:
+        return
+    finish = b["finish_ns"]
+    like = next((g for g in b["rank_groups"] if b["slowest_rank"] in _expand(g["ranks"])), None)
+    who = f"rank {b['slowest_rank']}"
+    if like and like["count"] > 1:
+        who += f" (and every rank of {like['ranks']})"
+    rows = [[part_label(name), format_ns(ns), format_share(ns, finish)]
+            for name, ns in b["parts"].items() if ns or name == "idle"]
+    print_table(f"where the time went: {who}, {format_ns(finish)}",
+                [Column("part"), Column("time", number=True), Column("share", number=True)], rows,
+                stderr=stderr, out=console)
+
+
+def _print_critical_path(report, console, stderr):
+    c = report.critical_path
+    if not c:
+        return
+    length = c["length_ns"]
+    rows = [[part_label(kind), format_ns(ns), format_share(ns, length)] for kind, ns in list(c["totals"].items())[:8]]
+    rows += [[f"  {item['name']} ({part_label(item['kind'])})", format_ns(item["ns"]), format_share(item["ns"], length)]
+             for item in c["top"][:5]]
+    print_table(f"critical path: {format_ns(length)} to the end of rank {c['rank']} ({len(c['items']):,} items "
+                f"on {c['ranks_visited']} rank{'s' if c['ranks_visited'] != 1 else ''}); top items indented",
+                [Column("on the path"), Column("time", number=True), Column("share", number=True)], rows,
+                stderr=stderr, out=console)
+
+
+def _expand(text):
+    out = set()
+    for item in text.split(","):
+        low, dash, high = item.partition("-")
+        out.update(range(int(low), int(high) + 1) if dash else [int(low)])
+    return out

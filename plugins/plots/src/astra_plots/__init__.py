@@ -1,0 +1,1 @@
+"""``astra plot``: pictures of astra-sim-py reports and timelines (matplotlib, headless)."""

@@ -1,0 +1,166 @@
+"""``astra plot REPORT.json [MORE.json ...] [--timeline T] -o DIR [--svg]``: PNG (and SVG) pictures of a run.
+
+Writes into DIR, each file whole (a temporary name, then renamed):
+
+* ``breakdown.png``: where the time goes, per rank or per group of identical ranks (needs the report's
+  breakdown, on by default in ``astra run``);
+* ``timeline.png`` (with ``--timeline``): the streams of a few ranks over time (``--ranks``);
+* ``links.png``: link use over time, for ``congestion`` / ``flow`` runs written with ``--timeline``;
+* ``sweep.png`` (several reports): the runs side by side in a table;
+* ``sweep_results.png`` (an ``astra sweep`` results file, .csv or .parquet, instead of reports): step time of
+  every point, grouped by the axes.
+
+A file that is not a report (or not a timeline) is an error naming it (exit 2), as is a DIR that cannot be
+written, before anything is drawn.
+"""
+
+from __future__ import annotations
+
+import os
+
+from astra_sim.errors import ConfigError
+
+MAX_TIMELINE_RANKS = 8
+
+
+def register(subparsers):
+    parser = subparsers.add_parser(
+        "plot", help="draw a run report: breakdown bars, timeline overview, link heat map, sweep table",
+        description="Draw an astra run report (--report-json) as PNG (and SVG with --svg): stacked breakdown "
+                    "bars per rank (per group of identical ranks for large runs), a timeline overview of a few ranks "
+                    "(--timeline, a file written by astra run --timeline), a link-utilisation heat map (congestion "
+                    "and flow runs written with --timeline) and, for several reports, a table of the runs.")
+    parser.add_argument("reports", nargs="+", metavar="REPORT.json",
+                        help="report(s) written by astra run --report-json, or one astra sweep results file "
+                             "(.csv/.parquet)")
+    parser.add_argument("--timeline", metavar="TIMELINE", help="a Chrome timeline of the (first) run (.json or .json.gz)")
+    parser.add_argument("--ranks", metavar="RANGES",
+                        help="ranks of the timeline overview, e.g. 0-3,64 (default: the slowest rank and the first rank "
+                             f"of each group of identical ranks, at most {MAX_TIMELINE_RANKS})")
+    parser.add_argument("-o", "--output", required=True, metavar="DIR", help="folder for the pictures (made if needed)")
+    parser.add_argument("--svg", action="store_true", help="also write SVG files")
+    parser.set_defaults(run_command=run)
+    return parser
+
+
+def run(args):
+    from astra_sim.analysis.output import check_writable_folder
+
+    from astra_plots.inputs import read_report, read_timeline
+
+    check_writable_folder(args.output, f"-o {args.output}")
+    if args.reports[0].endswith((".csv", ".parquet")):
+        return _plot_sweep_results(args)
+    reports = [read_report(path) for path in args.reports]
+    report = reports[0]
+    total = len(report["ranks"])
+    ranks = None
+    if args.ranks is not None:
+        from astra_sim.humanize import parse_rank_ranges
+
+        try:
+            ranks = parse_rank_ranges(args.ranks, total, "--ranks")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    timeline = read_timeline(args.timeline, None if ranks is None else ranks) if args.timeline else None
+
+    from astra_plots import figures
+
+    written, notes = [], []
+    fig = figures.breakdown_figure(report)
+    if fig is None:
+        notes.append(f"{args.reports[0]} has no breakdown (the run used --no-breakdown): no breakdown.png")
+    else:
+        written += _save(fig, args.output, "breakdown", args.svg)
+    if timeline is not None:
+        chosen = ranks if ranks is not None else _default_ranks(report, timeline)
+        fig = figures.timeline_figure(timeline, set(chosen))
+        if fig is None:
+            notes.append(f"{args.timeline} has no event of ranks {chosen}: no timeline.png")
+        else:
+            written += _save(fig, args.output, "timeline", args.svg)
+    names, rows, bin_ns = _link_rows(report, timeline)
+    if rows:
+        written += _save(figures.links_figure(names, rows, bin_ns), args.output, "links", args.svg)
+    elif report.get("settings", {}).get("network_backend") in ("congestion", "flow"):
+        notes.append("no link use over time in the report: run with --timeline to record it (links.png)")
+    if len(reports) > 1:
+        labels = [os.path.basename(p) for p in args.reports]
+        written += _save(figures.sweep_figure(labels, reports), args.output, "sweep", args.svg)
+    for path in written:
+        print(f"wrote {path}")
+    for note in notes:
+        print(f"astra plot: {note}")
+    return 0
+
+
+def _plot_sweep_results(args):
+    from astra_plots import figures
+    from astra_plots.inputs import read_sweep_results
+
+    if len(args.reports) > 1 or args.timeline:
+        raise ConfigError("astra plot: a sweep results file is drawn alone (no other report, no --timeline)")
+    axes, rows = read_sweep_results(args.reports[0])
+    fig = figures.sweep_results_figure(axes, rows, os.path.basename(args.reports[0]))
+    if fig is None:
+        print(f"astra plot: {args.reports[0]} has no finished point: nothing drawn")
+        return 0
+    for path in _save(fig, args.output, "sweep_results", args.svg):
+        print(f"wrote {path}")
+    return 0
+
+
+def _default_ranks(report, timeline):
+    present = timeline.pids
+    ranks = report["ranks"]
+    chosen = []
+    if ranks:
+        slowest = max(ranks, key=lambda r: (r["finish_ns"], -r["rank"]))["rank"]
+        chosen.append(slowest)
+    for group in (report.get("breakdown") or {}).get("rank_groups", []):
+        first = int(group["ranks"].split(",")[0].split("-")[0])
+        if first not in chosen:
+            chosen.append(first)
+    chosen = [r for r in chosen if r in present] or sorted(p for p in present if isinstance(p, int))
+    return chosen[:MAX_TIMELINE_RANKS]
+
+
+def _link_rows(report, timeline):
+    """Link use per bin: from the report (``network_stats.link_utilisation``), else the timeline's counters."""
+    stats = (report.get("network_stats") or {}).get("link_utilisation")
+    if stats and stats.get("links"):
+        links = stats["links"]
+        return [f"{item['link']}: {item['name']}" for item in links], [item["utilisation"] for item in links], stats["bin_ns"]
+    if timeline is None or not timeline.counters:
+        return [], [], 0
+    end = max(ts for samples in timeline.counters.values() for ts, _ in samples) or 1.0
+    columns = 200
+    width_us = end / columns
+    rows = {}
+    for name, samples in timeline.counters.items():
+        samples.sort()
+        values, j, value = [], 0, 0.0
+        for c in range(columns):
+            t = c * width_us
+            while j < len(samples) and samples[j][0] <= t:
+                value = samples[j][1]
+                j += 1
+            values.append(value)
+        rows[name] = values
+    busiest = sorted(rows, key=lambda n: -sum(rows[n]))
+    return busiest, [rows[n] for n in busiest], width_us * 1000
+
+
+def _save(fig, folder, name, svg):
+    import matplotlib.pyplot as plt
+
+    from astra_sim.cliutil import atomic_output
+
+    paths = []
+    for fmt in ("png", "svg") if svg else ("png",):
+        path = os.path.join(folder, f"{name}.{fmt}")
+        with atomic_output(path) as handle:
+            fig.savefig(handle, format=fmt)
+        paths.append(path)
+    plt.close(fig)
+    return paths

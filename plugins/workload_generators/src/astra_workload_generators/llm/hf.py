@@ -1,0 +1,198 @@
+"""A Hugging Face ``config.json`` read as it is, mapped to :class:`.model.ModelDims` keyword arguments.
+
+Users name a model by its config file, not by layer counts; every open model ships one. Each supported
+``model_type`` has its own key names (GPT-2's ``n_embd``, DeepSeek's ``n_routed_experts``, ...); a key the
+generator does not model but that changes the compute or the memory is reported as a warning that names it, so
+that a simulated step is never silently wrong. Nothing is downloaded: the user passes the file (or a folder
+holding ``config.json``); the shipped ones are in ``configs/``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from astra_sim.config import load_json
+from astra_sim.errors import ConfigError
+
+
+#: Folder of the shipped configs (``--model NAME`` finds ``NAME.json`` here).
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+
+#: model_type -> family: which keys it uses (see :func:`_read`)
+FAMILIES = {
+    "llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llama", "phi3": "llama",
+    "mixtral": "mixtral",
+    "qwen2_moe": "qwen_moe", "qwen3_moe": "qwen_moe",
+    "gemma2": "gemma", "gemma3": "gemma", "gemma3_text": "gemma",
+    "deepseek": "deepseek", "deepseek_v2": "deepseek", "deepseek_v3": "deepseek",
+    "gpt2": "gpt2",
+    "gpt_neox": "neox",
+}
+
+#: Keys that change the compute or the memory and that the generator does not model (warned about when set).
+UNMODELLED = {
+    "attn_logit_softcapping": "attention logit soft-capping (its element-wise ops)",
+    "quantization_config": "quantized weights (weights are --dtype)",
+    "vision_config": "the vision encoder (the text decoder only is generated)",
+    "mlp_only_layers": "dense layers listed in mlp_only_layers (every layer is MoE)",
+}
+
+
+def resolve_model_path(spec) -> Path:
+    """``spec``: a config file, a folder holding ``config.json``, or the name of a shipped config."""
+    path = Path(spec)
+    if path.is_dir():
+        return path / "config.json"
+    if not path.exists() and os.sep not in str(spec) and (CONFIG_DIR / f"{spec}.json").exists():
+        return CONFIG_DIR / f"{spec}.json"
+    return path
+
+
+def shipped_configs():
+    """Names of the shipped configs (``--model NAME``)."""
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.json"))
+
+
+class _Reader:
+    """Typed access to one config's keys; every error names the file and the key."""
+
+    def __init__(self, path, data):
+        self.path, self.data = path, data
+
+    def _fail(self, key, what, value):
+        raise ConfigError(f"{self.path}: key {key!r} must be {what}, got {value!r}")
+
+    def int(self, key, default=None, *, minimum=1):
+        """A required (``default`` None) or optional integer >= ``minimum``; JSON null reads as the default."""
+        value = self.data.get(key)
+        if value is None:
+            if default is None:
+                raise ConfigError(f"{self.path}: missing key {key!r}")
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            self._fail(key, f"an integer >= {minimum}", value)
+        return value
+
+    def bool(self, key, default):
+        value = self.data.get(key, default)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            self._fail(key, "true or false", value)
+        return value
+
+    def first_int(self, keys, default=None):
+        """The first of ``keys`` present (GPT-2 and Llama spell the same thing differently)."""
+        for key in keys:
+            if self.data.get(key) is not None:
+                return self.int(key)
+        return self.int(keys[0], default)
+
+
+def load_hf_config(spec):
+    """``(dims kwargs, warnings, path)`` of a Hugging Face config (file, folder or shipped name)."""
+    path = resolve_model_path(spec)
+    data = load_json(str(path), "model config")
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a model config is a JSON object, got {type(data).__name__}")
+    model_type = data.get("model_type")
+    if model_type == "gemma3" and isinstance(data.get("text_config"), dict):
+        # the multimodal Gemma 3: the language model's keys are under text_config
+        text = dict(data["text_config"])
+        text.setdefault("model_type", "gemma3_text")
+        warnings = [f"{path}: key 'vision_config': {UNMODELLED['vision_config']}"] if "vision_config" in data else []
+        dims, more = _read(_Reader(f"{path} (text_config)", text), "gemma3_text")
+        return dims, warnings + more, path
+    if not isinstance(model_type, str) or model_type not in FAMILIES:
+        raise ConfigError(f"{path}: key 'model_type' is {model_type!r}; known model types: "
+                          f"{', '.join(sorted(FAMILIES))}")
+    dims, warnings = _read(_Reader(str(path), data), model_type)
+    return dims, warnings, path
+
+
+def _read(r: _Reader, model_type):
+    family = FAMILIES[model_type]
+    d = r.data
+    if family == "gpt2":
+        hidden = r.int("n_embd")
+        dims = dict(layers=r.int("n_layer"), hidden=hidden, heads=r.int("n_head"), vocab=r.int("vocab_size"),
+                    seq_len=r.first_int(("n_positions", "n_ctx"), 1024), ffn_hidden=r.int("n_inner", 4 * hidden),
+                    gated=False, tied_embeddings=r.bool("tie_word_embeddings", True))
+        dims["kv_heads"] = dims["heads"]
+    else:
+        dims = dict(layers=r.int("num_hidden_layers"), hidden=r.int("hidden_size"),
+                    heads=r.int("num_attention_heads"), vocab=r.int("vocab_size"),
+                    seq_len=r.int("max_position_embeddings", 4096), ffn_hidden=r.int("intermediate_size"),
+                    gated=family != "neox",
+                    tied_embeddings=r.bool("tie_word_embeddings", family == "gemma"))
+        dims["kv_heads"] = r.int("num_key_value_heads", dims["heads"])
+        head = r.int("head_dim", 0, minimum=0)
+        if head and head * dims["heads"] != dims["hidden"]:  # (equal: the default hidden/heads)
+            dims["head_size"] = head
+        elif not head and dims["hidden"] % dims["heads"]:
+            raise ConfigError(f"{r.path}: hidden_size {dims['hidden']} is not divisible by num_attention_heads "
+                              f"{dims['heads']} and no 'head_dim' is given")
+    if family == "mixtral":
+        dims.update(experts=r.int("num_local_experts"), top_k=r.int("num_experts_per_tok"),
+                    moe_ffn=dims["ffn_hidden"])
+    elif family == "qwen_moe":
+        dims.update(experts=r.int("num_experts"), top_k=r.int("num_experts_per_tok"),
+                    moe_ffn=r.int("moe_intermediate_size"), moe_layer_freq=r.int("decoder_sparse_step", 1))
+        shared = r.int("shared_expert_intermediate_size", 0, minimum=0)
+        if shared:
+            if shared % dims["moe_ffn"]:
+                raise ConfigError(f"{r.path}: key 'shared_expert_intermediate_size' {shared} is not a multiple of "
+                                  f"moe_intermediate_size {dims['moe_ffn']} (shared experts are modelled as "
+                                  "experts of that size)")
+            dims["shared_experts"] = shared // dims["moe_ffn"]
+    elif family == "deepseek":
+        dims.update(experts=r.int("n_routed_experts"), top_k=r.int("num_experts_per_tok"),
+                    moe_ffn=r.int("moe_intermediate_size"), shared_experts=r.int("n_shared_experts", 0, minimum=0),
+                    moe_dense_layers=r.int("first_k_dense_replace", 0, minimum=0),
+                    moe_layer_freq=r.int("moe_layer_freq", 1))
+        dims["mtp_layers"] = r.int("num_nextn_predict_layers", 0, minimum=0)
+        if d.get("kv_lora_rank") is not None:  # multi-head latent attention
+            rope, nope = r.int("qk_rope_head_dim"), r.int("qk_nope_head_dim")
+            dims.update(kv_lora_rank=r.int("kv_lora_rank"), q_lora_rank=r.int("q_lora_rank", 0, minimum=0),
+                        rope_dim=rope, head_size=rope + nope, v_head_dim=r.int("v_head_dim"),
+                        kv_heads=dims["heads"])
+    warnings = []
+    if dims.get("moe_layer_freq", 1) > 1 and family == "qwen_moe":
+        warnings.append(f"{r.path}: key 'decoder_sparse_step': MoE layers are modelled as layers 0, N, 2N, ... "
+                        "(Qwen's are N-1, 2N-1, ...: the same count, shifted)")
+    if model_type.startswith("qwen"):
+        if r.bool("use_sliding_window", False):  # (off in every released Qwen2/3 config)
+            warnings.append(f"{r.path}: key 'use_sliding_window': Qwen's sliding window on the layers from "
+                            "max_window_layers is not modelled (attention is timed over the whole context)")
+    elif family in ("llama", "mixtral", "gemma"):
+        dims.update(_window(r, model_type, dims["layers"]))
+    for key, what in UNMODELLED.items():
+        if d.get(key) not in (None, False, 0, [], {}):
+            warnings.append(f"{r.path}: key {key!r}: {what}")
+    return dims, warnings
+
+
+def _window(r: _Reader, model_type, layers):
+    """Sliding-window attention: ``window`` and which layers are local (``window_pattern``, see
+    :meth:`.model.ModelDims.is_local`): Mistral and Phi-3 every layer, Gemma 2 every other one (layer 0 local),
+    Gemma 3 five local to one global (``sliding_window_pattern``), or a ``layer_types`` list."""
+    window = r.int("sliding_window", 0, minimum=0)
+    if not window:
+        return {}
+    pattern = {"gemma2": 2, "gemma3_text": 6}.get(model_type, 0)
+    if model_type == "gemma3_text":
+        pattern = r.int("sliding_window_pattern", pattern)
+    types = r.data.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or any(t not in ("sliding_attention", "full_attention") for t in types):
+            raise ConfigError(f"{r.path}: key 'layer_types' must be a list of 'sliding_attention' / "
+                              f"'full_attention', got {types!r}")
+        local = [t == "sliding_attention" for t in types]
+        if not any(local):
+            return {}
+        pattern = 0 if all(local) else local.index(False) + 1
+        if local != [pattern == 0 or (i + 1) % pattern != 0 for i in range(len(local))]:
+            raise ConfigError(f"{r.path}: key 'layer_types': only a periodic pattern (every N-th layer global) is "
+                              "modelled")
+    return {"window": window, "window_pattern": pattern}

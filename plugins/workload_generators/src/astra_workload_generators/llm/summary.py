@@ -1,0 +1,90 @@
+"""``astra workload llm --summary``: what a model is (parameters, FLOPs and KV cache per token) and what a step
+needs in memory, without writing traces; the numbers a model card publishes, to check a config against."""
+
+from __future__ import annotations
+
+from .config import DTYPES, LlmConfig
+from .memory import peak_memory
+from .model import ModelDims, activated_parameter_count, layer_parameters, parameter_count
+
+
+def _embedding_and_norms(dims: ModelDims) -> int:
+    """What the matmul counts leave out: the input embedding (unless tied to the LM head) and the RMS/LayerNorm
+    weights (two per layer and a final one; QK-norms and biases are left out, < 0.1 %)."""
+    embedding = 0 if dims.tied_embeddings else dims.vocab * dims.hidden
+    return embedding + (2 * dims.layers + 1) * dims.hidden
+
+
+def params_total(dims: ModelDims) -> int:
+    """All parameters as a model card counts them (every expert, embeddings; MTP modules apart)."""
+    return parameter_count(dims) + _embedding_and_norms(dims)
+
+
+def params_active(dims: ModelDims) -> int:
+    """Parameters one token passes through (routed top-k and shared experts, embeddings)."""
+    return activated_parameter_count(dims) + _embedding_and_norms(dims)
+
+
+def params_mtp(dims: ModelDims) -> int:
+    """DeepSeek-V3's multi-token-prediction modules: one layer each plus the 2h x h projection of its two inputs
+    (the embedding and the LM head are shared with the main model)."""
+    return dims.mtp_layers * (layer_parameters(dims, dims.moe) + 2 * dims.hidden * dims.hidden)
+
+
+def flops_per_token(dims: ModelDims) -> int:
+    """Forward FLOPs of one token at a context of seq_len: 2 x the activated matmul parameters plus the attention
+    scores and values against seq_len keys (a sliding-window layer's: the window's; training: 3x)."""
+    return (2 * activated_parameter_count(dims)
+            + 2 * dims.attn_key_sum(dims.seq_len) * (dims.q_width + dims.o_width))
+
+
+def kv_cache_bytes_per_token(dims: ModelDims, dtype: str = "bf16") -> int:
+    """KV-cache bytes of one position over all layers (MLA: the latent and the rotary key), before any sliding
+    window caps a layer's cache (see :func:`kv_cache_bytes_per_sequence`)."""
+    return dims.layers * _kv_position_bytes(dims, dtype)
+
+
+def _kv_position_bytes(dims: ModelDims, dtype: str) -> int:
+    nb = DTYPES[dtype][0]
+    if dims.mla:
+        return (dims.kv_lora_rank + dims.rope_dim) * nb
+    return 2 * dims.kv_heads * dims.head_dim * nb
+
+
+def kv_cache_bytes_per_sequence(dims: ModelDims, dtype: str = "bf16") -> int:
+    """KV-cache bytes of one sequence of seq_len: local layers keep only their window."""
+    return _kv_position_bytes(dims, dtype) * dims.attn_key_sum(dims.seq_len)
+
+
+def model_summary(dims: ModelDims, cfg: LlmConfig) -> dict:
+    """The summary as one JSON-able dict (``--summary --json``)."""
+    peak = peak_memory(dims, cfg)
+    out = {"params_total": params_total(dims), "params_active": params_active(dims),
+           "flops_per_token": flops_per_token(dims), "train_flops_per_token": 3 * flops_per_token(dims),
+           "kv_cache_bytes_per_token": kv_cache_bytes_per_token(dims, cfg.dtype),
+           "kv_cache_bytes_per_sequence": kv_cache_bytes_per_sequence(dims, cfg.dtype),
+           "sliding_window": dims.window, "local_layers": sum(map(dims.is_local, range(dims.layers))),
+           "layers": dims.layers, "hidden": dims.hidden, "heads": dims.heads, "kv_heads": dims.kv_heads,
+           "head_dim": dims.head_dim, "experts": dims.experts, "top_k": dims.top_k if dims.moe else 0,
+           "seq_len": dims.seq_len, "npus": cfg.npus,
+           "memory_peak_bytes": peak.total, "memory_stage": peak.stage,
+           "memory": {k: getattr(peak, k) for k in ("weights", "gradients", "optimizer", "activations",
+                                                     "kv_cache", "workspace")}}
+    if dims.mtp_layers:
+        out["params_mtp"] = params_mtp(dims)
+    return out
+
+
+def describe(summary: dict) -> str:
+    """The summary as lines of text."""
+    s = summary
+    lines = [f"parameters: {s['params_total'] / 1e9:.2f}B total, {s['params_active'] / 1e9:.2f}B active"
+             + (f" (+{s['params_mtp'] / 1e9:.2f}B in MTP modules)" if "params_mtp" in s else ""),
+             f"FLOPs per token: {s['flops_per_token'] / 1e9:.2f} GFLOP forward at {s['seq_len']} context "
+             f"({s['train_flops_per_token'] / 1e9:.2f} GFLOP training)",
+             f"KV cache per token: {s['kv_cache_bytes_per_token'] / 1024:.1f} KiB; per sequence of {s['seq_len']}: "
+             f"{s['kv_cache_bytes_per_sequence'] / 2**20:.1f} MiB"
+             + (f" ({s['local_layers']} layers keep a window of {s['sliding_window']})" if s["local_layers"] else ""),
+             f"estimated peak HBM per GPU ({s['npus']} GPUs): {s['memory_peak_bytes'] / 1e9:.1f} GB on stage "
+             f"{s['memory_stage']} (" + ", ".join(f"{k} {v / 1e9:.1f}" for k, v in s["memory"].items()) + " GB)"]
+    return "\n".join(lines)
