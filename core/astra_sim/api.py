@@ -159,3 +159,36 @@ class CollectiveAlgorithmSpec:
     #: False for an algorithm that times a collective from a model without sending messages (NCCL's cost
     #: model): its message tags never meet, which a folded run then need not keep apart.
     exchanges_messages: bool = True
+    #: On a communicator group whose NPUs differ in one network dimension only, a multi-dimensional
+    #: implementation list naming this algorithm for that dimension runs it there (instead of the reference's
+    #: fallback to ``ring``). Only ``inSwitch`` sets it, so the reference's configurations are unchanged.
+    per_dimension_groups: bool = False
+
+
+@dataclass(frozen=True)
+class InSwitchSpec:
+    """What the switch of one network dimension offers the ``inSwitch`` collective algorithm.
+
+    A network backend that has switch dimensions answers ``in_switch(dim)`` with one of these (None for a
+    dimension that is not a switch). Rates are bytes per ns, times ns, sizes bytes.
+    ``can_reduce``: the switch reduces (False: ``inSwitch`` is refused on the dimension).
+    ``line_rate``: the NPU <-> switch link bandwidth. ``reduce_rate``: the switch's reduction throughput
+    for one collective, in reduced (output) bytes per ns. ``latency_ns``: added once per reduction.
+    ``buffer_bytes``: the switch's reduction buffer per collective (0: unlimited); a buffer smaller than
+    ``reduce_rate`` x the credit loop (two link latencies + ``latency_ns``) caps the rate at buffer / loop.
+    ``link_latency_ns``: one NPU <-> switch link's latency.
+    """
+
+    can_reduce: bool
+    line_rate: float
+    reduce_rate: float
+    latency_ns: int = 0
+    buffer_bytes: int = 0
+    link_latency_ns: float = 0.0
+
+    def effective_rate(self):
+        """The reduction rate the buffer allows (bytes per ns)."""
+        loop = 2 * self.link_latency_ns + self.latency_ns
+        if self.buffer_bytes > 0 and loop > 0:
+            return min(self.reduce_rate, self.buffer_bytes / loop)
+        return self.reduce_rate

@@ -25,7 +25,9 @@ from astra_sim.system.frontend import (
     RENDEZVOUS_BYTES,
     RENDEZVOUS_TAG_BASE,
 )
-from astra_sim.system.topology import ANTICLOCKWISE, CLOCKWISE, DIM_LOCAL, GeneralComplexTopology, RingTopology
+from astra_sim.system.topology import (
+    ANTICLOCKWISE, CLOCKWISE, DIM_LOCAL, GeneralComplexTopology, RingTopology, differing_dims,
+)
 
 
 class DataSet:
@@ -262,9 +264,14 @@ class Sys:
                     f"but is not one of its NPUs {group.npus}"
                 )
             if len(impls) > 1:
-                # the reference's rule (ring), unless the first algorithm prices the whole group itself
+                # the reference's rule (ring), unless the first algorithm prices the whole group itself, or
+                # the group lies in one dimension whose listed algorithm runs on groups (inSwitch)
                 whole = getattr(impls[0][0], "whole_group", False)
-                impls = [impls[0] if whole else self.shared.algorithm_spec("ring")]
+                dims = differing_dims(group.npus, self.shared.npus_per_dim) if not whole else []
+                if len(dims) == 1 and dims[0] < len(impls) and getattr(impls[dims[0]][0], "per_dimension_groups", False):
+                    impls = [impls[dims[0]]]
+                else:
+                    impls = [impls[0] if whole else self.shared.algorithm_spec("ring")]
             if impls[0][0].topology == "tree":
                 raise ConfigError(
                     f"{self.shared.system_config.path}: doubleBinaryTree cannot run on communicator "

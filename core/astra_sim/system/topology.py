@@ -16,14 +16,29 @@ DIM_NATIVE = 0
 DIM_LOCAL = 1
 
 
+def differing_dims(npus, npus_per_dim):
+    """The network dimensions in which the coordinates of ``npus`` differ (sorted)."""
+    first = npus[0]
+    out = set()
+    for npu in npus[1:]:
+        stride = 1
+        for dim, count in enumerate(npus_per_dim):
+            if (npu // stride) % count != (first // stride) % count:
+                out.add(dim)
+            stride *= count
+    return sorted(out)
+
+
 class RingTopology:
     """A ring of NPUs: either ``base + k*offset`` (native) or an explicit member list."""
 
-    __slots__ = ("nodes_in_ring", "index_in_ring", "dimension", "_members", "_index_of")
+    __slots__ = ("nodes_in_ring", "index_in_ring", "dimension", "native_dim", "_members", "_index_of")
 
     def __init__(self, rank, members, dimension=DIM_NATIVE):
         self.nodes_in_ring = len(members)
         self.dimension = dimension
+        #: the network dimension a per-dimension ring runs along (None: a group's or one* ring)
+        self.native_dim = None
         self._members = members
         self._index_of = {npu: i for i, npu in enumerate(members)}
         if rank not in self._index_of:
@@ -169,7 +184,9 @@ class GeneralComplexTopology:
         for dim, kind in enumerate(impl_kinds):
             size = npus_per_dim[dim]
             if kind == "ring":
-                self.dims.append(RingTopology.homogeneous(rank, size, offset))
+                ring = RingTopology.homogeneous(rank, size, offset)
+                ring.native_dim = dim
+                self.dims.append(ring)
             elif kind == "one":
                 total = 1
                 for d in npus_per_dim:

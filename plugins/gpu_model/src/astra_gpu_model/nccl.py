@@ -4,8 +4,9 @@ Two steps, kept apart on purpose:
 
 1. **Choice** (what NCCL would run): NCCL's tuning model, ``src/graph/tuning.cc`` (NCCL 2.x; dossier §4.1),
    with NCCL's own constants and nothing fitted. For every (algorithm, protocol) pair it predicts
-   ``lat + nBytes / algBw`` and picks the fastest. Algorithms RING, TREE, NVLS; protocols LL, LL128,
-   SIMPLE. One node or several (a node = the network's first dimension; NCCL's multi-node terms).
+   ``lat + nBytes / algBw`` and picks the fastest. Algorithms RING, TREE, NVLS, and COLLNET (InfiniBand
+   SHARP across nodes, only where the platform declares SHARP-capable switches, :func:`collnet_bw`);
+   protocols LL, LL128, SIMPLE. One node or several (a node = the network's first dimension; NCCL's multi-node terms).
 2. **Time** (how long the chosen pair really takes): NCCL's latency and ``nBytes / algBw`` terms of that
    pair, corrected by a calibration fitted on measured all-reduce times (``data/nccl_fit.json``, written
    by ``fit/fit_nccl.py``)::
@@ -29,8 +30,15 @@ from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, RED
 
 LL, LL128, SIMPLE = "LL", "LL128", "Simple"
 PROTOCOLS = (LL, LL128, SIMPLE)
-RING, TREE, NVLS = "ring", "tree", "nvls"
-ALGORITHMS = (RING, TREE, NVLS)
+RING, TREE, NVLS, COLLNET = "ring", "tree", "nvls", "collnet"
+ALGORITHMS = (RING, TREE, NVLS, COLLNET)
+#: The share of a NIC's line rate an IB SHARP (CollNet) stream gets: NCCL's maintainer's rule of thumb,
+#: "~20 GB/s per NIC" on 200 Gb/s (25 GB/s) HDR (https://github.com/NVIDIA/nccl/issues/320).
+COLLNET_NIC_EFFICIENCY = 0.8
+#: One SHARP aggregation round trip (µs, Simple): up through the switch tree and back down, assumed equal to
+#: two of NCCL's network hop latencies for the tree (hwLat net tree Simple, 14 µs in NCCL's own table counts
+#: both directions, so 2 x 7 µs).
+COLLNET_NET_LAT_US = 14.0
 
 #: baseLatencies[algo][proto], µs.
 BASE_LAT = {TREE: (6.8, 14.0, 8.4), RING: (6.6, 14.0, 8.4), NVLS: (0.0, 0.0, 0.0)}
@@ -143,6 +151,8 @@ class NcclConfig:
     #: CPU vendor (NCCL's netOverhead and multi-node llMaxBw depend on it).
     nic_gbps: float = 50.0
     cpu: str = "intel"
+    #: The scale-out switches reduce (InfiniBand SHARP): NCCL may choose CollNet for all-reduce across nodes.
+    sharp: bool = False
 
     def link(self, n, nodes=1):
         """The path a ring of ``n`` ranks on ``nodes`` nodes is bounded by."""
@@ -217,6 +227,13 @@ def predict(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
     for algo in ALGORITHMS:
         if algo == TREE and coll != ALL_REDUCE:
             continue
+        if algo == COLLNET:
+            if cfg.sharp and nodes > 1 and coll == ALL_REDUCE and link == "nvswitch":
+                alg_bw = collnet_bw(cfg, ppn, bw_intra)
+                lat = BASE_LAT[RING][2] + 2 * (ppn - 1) * hw[RING][2] + COLLNET_NET_LAT_US
+                bw_us = n_bytes / (1000.0 * alg_bw)
+                out.append((lat + bw_us, COLLNET, SIMPLE, lat, bw_us))
+            continue
         if algo == NVLS and (not cfg.nvls or caps["nvls_eff"] == 0 or link != "nvswitch" or nodes > 1
                              or coll not in (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER)):
             continue
@@ -266,6 +283,25 @@ def predict(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
             out.append((lat + bw_us, algo, proto, lat, bw_us))
     out.sort()
     return out
+
+
+def collnet_bw(cfg: NcclConfig, ppn, bw_intra):
+    """Algorithm bandwidth (GB/s) of a SHARP all-reduce across nodes, ``ppn`` GPUs per node.
+
+    Inside a node the GPUs pass each channel's data along a chain to the NIC and the result back down
+    (NCCL's CollNet chain), so a GPU's NVLink carries about twice the all-reduce's bytes: ``bw_intra / 2``.
+    With NVLink SHARP (NVLS on Hopper and later) the node reduces in its NVSwitch instead, at NVLS's own
+    all-reduce bandwidth. Across nodes the switches reduce: each NIC carries the node's share of the bytes
+    once each way, ``ppn x nic x`` :data:`COLLNET_NIC_EFFICIENCY`. The slower of the two bounds it.
+    """
+    caps = ARCH[cfg.arch]
+    intra = bw_intra / 2.0
+    if cfg.nvls and caps["nvls_eff"] > 0 and ppn > 1:
+        nvls_bus = min(bw_intra * caps["nvls_eff"] * (cfg.channels - 1) / cfg.channels * 2, bw_intra * 2)
+        intra = max(intra, nvls_bus * ppn / (2 * (ppn - 1)))
+    elif ppn == 1:
+        intra = float("inf")
+    return min(intra, ppn * cfg.nic_gbps * COLLNET_NIC_EFFICIENCY)
 
 
 def collective_time_us(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
@@ -343,7 +379,8 @@ def _config_for_options(options):
     """The run's ``--gpu`` (default H100) and ``--nccl-nic-gbps`` options."""
     name = options.get("gpu")
     nic = options.get("nccl_nic_gbps")
-    key = (str(name), nic)
+    sharp = bool(options.get("nccl_sharp"))
+    key = (str(name), nic, sharp)
     if key not in _CONFIG_CACHE:
         overrides = {}
         if nic is not None:
@@ -353,6 +390,8 @@ def _config_for_options(options):
 
                 raise ConfigError(f"--nccl-nic-gbps must be > 0 (GB/s per GPU per direction), got {nic}")
             overrides["nic_gbps"] = nic
+        if sharp:
+            overrides["sharp"] = True
         _CONFIG_CACHE[key] = config_for_gpu(name, **overrides)
     return _CONFIG_CACHE[key]
 
@@ -362,5 +401,6 @@ def nccl_factory(com_type, rank, topo, data_size, direction, window):
 
 
 __all__ = ["NcclConfig", "NcclCalibration", "NcclCollective", "config_for_gpu", "load_calibration", "predict",
+           "collnet_bw",
            "collective_time_us", "nccl_factory",
            "ALL_REDUCE", "ALL_GATHER", "REDUCE_SCATTER", "ALL_TO_ALL"]

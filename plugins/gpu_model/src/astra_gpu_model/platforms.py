@@ -51,6 +51,9 @@ class Platform:
     nic: str
     sources: dict
     scaleup_note: str = ""
+    #: the scale-out switches reduce (InfiniBand SHARP): NCCL's model may use CollNet across nodes, and the
+    #: network YAML lets ``inSwitch`` run on the fabric dimension
+    sharp: bool = False
 
     def scaleup_gb_per_s(self) -> float:
         """Per-GPU scale-up bandwidth per direction, decimal GB/s (from the GPU preset)."""
@@ -93,6 +96,7 @@ class Platform:
                                    "dimensions (cross_dimension_route: dimension_order)",
             },
             **({"scaleup_note": self.scaleup_note} if self.scaleup_note else {}),
+            **({"sharp": True} if self.sharp else {}),
         }
 
 
@@ -112,6 +116,19 @@ PLATFORMS = {
             {"gpus_per_node": "NVIDIA DGX H100 datasheet / HGX H100 8-GPU: 8x H100 SXM5, 4x third-generation NVSwitch",
              "nic": "NVIDIA DGX H100 datasheet: 8x single-port NVIDIA ConnectX-7 VPI, up to 400Gb/s "
                     "InfiniBand/Ethernet (compute fabric), one per GPU"},
+        ),
+        Platform(
+            "h100-sharp", "NVIDIA DGX H100 SuperPOD-style cluster: 8 x H100-SXM5-80GB per node, NVSwitch "
+            "(NVLink 4), 8 x 400 Gb/s NDR to NVIDIA Quantum-2 switches with SHARP (in-network reduction)",
+            "H100-SXM5-80GB", 8, 400.0, "ConnectX-7 NDR InfiniBand 400 Gb/s, Quantum-2 QM9700 switches",
+            {"gpus_per_node": "NVIDIA DGX H100 datasheet / HGX H100 8-GPU: 8x H100 SXM5, 4x third-generation NVSwitch",
+             "nic": "NVIDIA DGX H100 datasheet: 8x single-port NVIDIA ConnectX-7 VPI, up to 400Gb/s "
+                    "InfiniBand (compute fabric), one per GPU",
+             "sharp": "NVIDIA Quantum-2 QM9700 datasheet: 64 ports of 400Gb/s NDR, third-generation SHARP "
+                      "(SHARPv3) in-network computing; the DGX H100 SuperPOD reference architecture builds its "
+                      "compute fabric from them. NCCL uses SHARP through CollNet (the nccl-rdma-sharp plugin); "
+                      "its bandwidth in the NCCL model: astra_gpu_model.nccl.collnet_bw"},
+            sharp=True,
         ),
         Platform(
             "hgx-h200", "NVIDIA HGX/DGX H200: 8 x H200-SXM, NVSwitch (NVLink 4), 8 x 400 Gb/s NDR",
@@ -184,7 +201,17 @@ def network_yaml(platform: Platform, nodes: int) -> str:
         f"bandwidth: [ {', '.join(repr(float(b)) for b in bandwidth)} ]\n"
         f"latency: [ {', '.join(repr(float(x)) for x in latency)} ]\n"
         f"{route}"
+        f"{_sharp_keys(platform, nodes)}"
     )
+
+
+def _sharp_keys(platform: Platform, nodes: int) -> str:
+    """A SHARP platform's switches reduce (NVLink SHARP in the NVSwitch, IB SHARP in the fabric): the network
+    YAML says so for ``inSwitch``. Other platforms write nothing (the YAML's defaults)."""
+    if not platform.sharp:
+        return ""
+    flags = ", ".join(["true"] * (2 if nodes > 1 else 1))
+    return f"# NVSwitch (NVLink SHARP) and Quantum-2 (SHARPv3) switches reduce\nswitch_reduction: [ {flags} ]\n"
 
 
 def system_json(platform: Platform, nodes: int, collective: str = "ring") -> dict:
@@ -235,7 +262,8 @@ def generate(name, nodes=1, collective="ring", directory=None) -> dict:
         **files,
         "options": {"gpu": load_gpu(platform.gpu).name,
                     # GB/s per direction (1e9 B), what the nccl collective prices the fabric dimension with
-                    "nccl_nic_gbps": platform.nic_gbit_per_gpu / 8.0},
+                    "nccl_nic_gbps": platform.nic_gbit_per_gpu / 8.0,
+                    **({"nccl_sharp": True} if platform.sharp else {})},
     }
 
 

@@ -34,6 +34,13 @@ class NetworkConfig:
     bandwidth_gib_per_s: tuple
     latency_ns: tuple
     cross_dimension_route: str = "lowest_dimension"
+    #: per dimension, the switch's in-network reduction (read only for Switch dimensions): whether it
+    #: reduces (default true), its reduction throughput in GB/s (None: the link bandwidth), latency (ns,
+    #: default 0) and reduction buffer (bytes, default 0 = unlimited)
+    switch_reduction: tuple = ()
+    switch_reduction_bandwidth: tuple = ()
+    switch_reduction_latency: tuple = ()
+    switch_reduction_buffer: tuple = ()
 
     @property
     def total_npus(self):
@@ -45,6 +52,13 @@ class NetworkConfig:
 
 #: Keys of the network YAML; the reference reads the first four.
 KNOWN_KEYS = ("topology", "npus_count", "bandwidth", "latency", "cross_dimension_route")
+#: Optional per-dimension keys of the switches' in-network reduction (``inSwitch``), and their defaults.
+SWITCH_KEYS = {
+    "switch_reduction": True,
+    "switch_reduction_bandwidth": None,
+    "switch_reduction_latency": 0,
+    "switch_reduction_buffer": 0,
+}
 
 
 def parse_network_config(path, warn=None):
@@ -78,9 +92,9 @@ def parse_network_config(path, warn=None):
             if key == "npus_count" and not isinstance(value, int):
                 raise ConfigError(f"{path}: key 'npus_count[{i}]' must be an integer, got {brief(value)}")
     for key in data:
-        if key not in KNOWN_KEYS and warn is not None:
+        if key not in KNOWN_KEYS and key not in SWITCH_KEYS and warn is not None:
             close = difflib.get_close_matches(str(key), KNOWN_KEYS, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(KNOWN_KEYS)})"
+            hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(KNOWN_KEYS + tuple(SWITCH_KEYS))})"
             warn(f"{path}: key {key!r} is not a network configuration key and is ignored{hint}")
     total = 1
     for count in lists["npus_count"]:
@@ -98,6 +112,48 @@ def parse_network_config(path, warn=None):
         bandwidth_gib_per_s=tuple(float(v) for v in lists["bandwidth"]),
         latency_ns=tuple(float(v) for v in lists["latency"]),
         cross_dimension_route=route,
+        **_switch_lists(path, data, dims),
+    )
+
+
+def _switch_lists(path, data, dims):
+    """The optional per-dimension switch reduction keys, checked, defaults filled in."""
+    out = {}
+    for key, default in SWITCH_KEYS.items():
+        value = data.get(key)
+        if value is None:
+            out[key] = (default,) * dims
+            continue
+        if not isinstance(value, list) or len(value) != dims:
+            raise ConfigError(f"{path}: key {key!r} must be a list with one entry per dimension ({dims}), got {value!r}")
+        for i, item in enumerate(value):
+            if key == "switch_reduction":
+                if not isinstance(item, bool):
+                    raise ConfigError(f"{path}: key '{key}[{i}]' must be true or false, got {item!r}")
+            elif item is not None:
+                if isinstance(item, bool) or not isinstance(item, (int, float)) or item < 0:
+                    raise ConfigError(f"{path}: key '{key}[{i}]' must be a number >= 0, got {item!r}")
+                if key == "switch_reduction_bandwidth" and item == 0:
+                    raise ConfigError(f"{path}: key '{key}[{i}]' must be > 0 GB/s (or null for the link bandwidth)")
+        out[key] = tuple(default if item is None else item for item in value)
+    return out
+
+
+def in_switch_spec(config, dim):
+    """The ``inSwitch`` view of dimension ``dim``'s switch (None when the dimension is not a Switch)."""
+    from astra_sim.api import InSwitchSpec
+
+    if not 0 <= dim < len(config.topology) or config.topology[dim] != "Switch":
+        return None
+    line = config.bandwidth_gib_per_s[dim] * (1 << 30) / 1e9
+    rate = config.switch_reduction_bandwidth[dim]
+    return InSwitchSpec(
+        can_reduce=config.switch_reduction[dim],
+        line_rate=line,
+        reduce_rate=line if rate is None else rate * (1 << 30) / 1e9,
+        latency_ns=int(config.switch_reduction_latency[dim]),
+        buffer_bytes=int(config.switch_reduction_buffer[dim]),
+        link_latency_ns=config.latency_ns[dim],
     )
 
 
@@ -148,6 +204,10 @@ class AnalyticalNetwork:
         if slowest is None:
             raise ConfigError(f"NPU {src} sends a message to itself; the analytical network needs two distinct NPUs")
         return int(latency_ns + size / slowest)
+
+    def in_switch(self, dim):
+        """The switch of dimension ``dim`` for the ``inSwitch`` algorithm (None: not a Switch)."""
+        return in_switch_spec(self.config, dim)
 
     def send(self, src, dst, size, fn, arg):
         self.engine.schedule(self.delay_ns(src, dst, size), fn, arg)

@@ -98,7 +98,9 @@ class CongestionNetwork:
             "latency_ns": list(config.latency_ns),
             "routing": "dimension-ordered (dim 0 first); Ring: shorter direction, clockwise on ties",
         }
-        return cls(graph, context.engine, route_fn, list(config.npus_count), description)
+        network = cls(graph, context.engine, route_fn, list(config.npus_count), description)
+        network.switch_config = config  # the switches' in-network reduction (inSwitch)
+        return network
 
     # ------------------------------------------------------------------ routes
     def route(self, src, dst):
@@ -208,6 +210,15 @@ class CongestionNetwork:
         self._build_engine(link_load)
 
     # ------------------------------------------------------------------ report
+    def in_switch(self, dim):
+        """The switch of dimension ``dim`` for ``inSwitch`` (analytical YAML only; None otherwise)."""
+        config = getattr(self, "switch_config", None)
+        if config is None:
+            return None
+        from astra_network_analytical import in_switch_spec
+
+        return in_switch_spec(config, dim)
+
     def describe(self):
         out = {"backend": "congestion"}
         out.update(self.description)

@@ -254,6 +254,7 @@ class FlowNetwork:
         if path is None:
             raise ConfigError("the flow network backend needs a network configuration file")
         description = {}
+        config = None
         if _is_analytical_yaml(path):
             from astra_network_analytical import parse_network_config
 
@@ -272,7 +273,9 @@ class FlowNetwork:
             from astra_network_congestion.infragraph import load_network_graph
 
             graph = load_network_graph(path, context)
-        return cls(graph, context.engine, description=description, **_options(context.options or {}))
+        network = cls(graph, context.engine, description=description, **_options(context.options or {}))
+        network.switch_config = config  # the switches' in-network reduction (inSwitch)
+        return network
 
     # ------------------------------------------------------------------ routing
     def routes(self, src, dst):
@@ -758,6 +761,15 @@ class FlowNetwork:
         """The flows in progress as ``(link indices, rate in bytes/ns)``, oldest first (a rate of 0
         means not yet rated: the recomputation of this nanosecond has not run)."""
         return [(flow.path, flow.rate) for flow in self._active.values()]
+
+    def in_switch(self, dim):
+        """The switch of dimension ``dim`` for ``inSwitch`` (analytical YAML only; None otherwise)."""
+        config = getattr(self, "switch_config", None)
+        if config is None:
+            return None
+        from astra_network_analytical import in_switch_spec
+
+        return in_switch_spec(config, dim)
 
     def describe(self):
         out = {

@@ -1,0 +1,152 @@
+"""The ``inSwitch`` collective algorithm: the switch of a Switch dimension reduces and multicasts.
+
+Each NPU streams its data up to the switch of the dimension; the switch reduces the N streams at its
+reduction rate and multicasts the result down. One phase on one rank:
+
+1. endpoint delay (the NPU hands the chunk to its NIC);
+2. one message through the switch, to the NPU's ring neighbour: it loads the NPU's up link and the
+   neighbour's down link once, as the in-switch traffic does, and takes the switch's cut-through time
+   (on the analytical backend ``2 L + m / B``). ``m`` is the larger of the up and down streams:
+   all-reduce ``c`` up and ``c`` down; reduce-scatter ``c`` up, ``c / N`` down; all-gather ``c`` up,
+   ``(N - 1) c`` down (so the lighter direction is overstated on congestion backends);
+3. the switch waits for every member's message (a barrier: the reduction needs all inputs), then adds
+   its reduction latency and whatever its reduction rate (capped by its buffer) is slower than the
+   line rate: ``latency + max(0, r / rate - m / line_rate)`` with ``r`` the reduced bytes (``c`` for
+   all-reduce and reduce-scatter, 0 for all-gather, which multicasts only and adds nothing);
+4. endpoint delay (the result lands in memory); the phase ends.
+
+The switch itself is the shared :class:`SwitchReduction` record of the phase. In a folded run
+(:mod:`astra_sim.symmetry`) it waits only for the members that are simulated: the others are their
+mirror images and arrive at the same time.
+"""
+
+from __future__ import annotations
+
+from astra_sim.errors import ConfigError
+from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, Algorithm
+from astra_sim.system.topology import CLOCKWISE, differing_dims
+
+_SEND, _WAIT, _LAND, _DONE = range(4)
+
+
+class SwitchReduction:
+    """One phase of one collective at one switch: the members whose data has come through."""
+
+    __slots__ = ("members",)
+
+    def __init__(self):
+        self.members = []
+
+
+class InSwitch(Algorithm):
+    """One rank's part of an in-switch all-reduce, reduce-scatter or all-gather on one dimension."""
+
+    __slots__ = ("rank", "topo", "nodes_in_ring", "msg_size", "reduced_bytes", "state", "key", "spec", "expected")
+
+    def __init__(self, com_type, rank, topo, data_size):
+        if com_type == ALL_TO_ALL:
+            raise ConfigError("inSwitch does not implement all-to-all (a switch does not reduce it); choose direct")
+        self.com_type = com_type
+        self.rank = rank
+        self.topo = topo
+        self.data_size = data_size
+        n = topo.nodes_in_ring
+        self.nodes_in_ring = n
+        if com_type == ALL_REDUCE:
+            self.final_data_size = data_size
+            self.msg_size = data_size
+            self.reduced_bytes = data_size
+        elif com_type == REDUCE_SCATTER:
+            self.final_data_size = data_size // n
+            self.msg_size = data_size
+            self.reduced_bytes = data_size
+        else:  # all-gather: multicast only
+            self.final_data_size = data_size * n
+            self.msg_size = data_size * (n - 1)
+            self.reduced_bytes = 0
+        self.state = _SEND
+        self.key = None
+        self.spec = None
+        self.expected = n
+
+    def bind(self, stream):
+        super().bind(stream)
+        self.spec = switch_spec(self.sys, self.topo)
+        members = tuple(self.topo.members)
+        self.key = (members, self._tag, self.com_type)
+        symmetry = getattr(self.sys.shared, "symmetry", None)
+        if symmetry is not None:
+            self.expected = sum(1 for npu in members if symmetry.is_representative(npu))
+
+    def run_init(self):
+        self.bundle(self.data_size, False)
+
+    def run_general(self, _arg=None):
+        if self.state == _SEND:
+            self.state = _WAIT
+            topo, rank = self.topo, self.rank
+            self._send(rank, topo.get_receiver(rank, CLOCKWISE), self.msg_size, self._tag, None, None)
+            self._recv(topo.get_sender(rank, CLOCKWISE), rank, self.msg_size, self._tag, self._received, None)
+        elif self.state == _LAND:
+            self.state = _DONE
+            self.finish()
+
+    def run_received(self, _arg=None):
+        """This rank's data has come through the switch; the last member's releases everyone."""
+        shared = self.sys.shared
+        pending = shared.__dict__.setdefault("in_switch_pending", {})
+        record = pending.get(self.key)
+        if record is None:
+            record = pending[self.key] = SwitchReduction()
+        record.members.append(self)
+        if len(record.members) < self.expected:
+            return
+        del pending[self.key]
+        delay = self.switch_delay_ns()
+        for member in record.members:
+            member._register(member._landed, None, delay)
+
+    def switch_delay_ns(self):
+        """The switch's time beyond the message's cut-through time: latency and a slow reduction."""
+        if not self.reduced_bytes:
+            return 0
+        spec = self.spec
+        slower = self.reduced_bytes / spec.effective_rate() - self.msg_size / spec.line_rate
+        return int(spec.latency_ns) + max(0, int(slower))
+
+    def _landed(self, _arg=None):
+        self.state = _LAND
+        self.bundle(self.final_data_size, False)
+
+
+def _dimension_of(sys, topo):
+    """The network dimension a ring runs along (a group's ring: the one dimension its members differ in)."""
+    if topo.native_dim is not None:
+        return topo.native_dim
+    differ = differing_dims(topo.members, sys.shared.npus_per_dim)
+    if len(differ) != 1:
+        raise ConfigError(
+            f"inSwitch needs the NPUs of a collective phase to share one switch; communicator group "
+            f"{list(topo.members)[:8]} spans dimensions {differ}"
+        )
+    return differ[0]
+
+
+def switch_spec(sys, topo):
+    """The switch of the ring's dimension (checked: a Switch that can reduce); a ConfigError naming the
+    dimension otherwise."""
+    shared = sys.shared
+    path = shared.system_config.path
+    dim = _dimension_of(sys, topo)
+    cache = shared.__dict__.setdefault("in_switch_specs", {})
+    if dim in cache:
+        return cache[dim]
+    ask = getattr(shared.network, "in_switch", None)
+    spec = ask(dim) if ask is not None else None
+    if spec is None:
+        raise ConfigError(f"{path}: inSwitch runs only on Switch dimensions; network dimension {dim} is not a Switch")
+    if not spec.can_reduce:
+        raise ConfigError(f"{path}: inSwitch on network dimension {dim}: its switch cannot reduce "
+                          "(switch_reduction is false in the network configuration)")
+    cache[dim] = spec
+    return spec
