@@ -8,7 +8,6 @@ trace, a stateful network, a shared remote memory, algorithms without symmetry) 
 
 from __future__ import annotations
 
-import csv
 import json
 import random
 
@@ -18,7 +17,7 @@ from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.errors import AstraError
 from astra_sim.simulation import Simulation, simulate
 from astra_sim.symmetry import BlockShift, RankSymmetry, group_key, shift_image
-from astra_sim.testing import find_shared_dir
+from astra_sim.testing import find_shared_dir, parity_cases, parity_kwargs
 
 COLLECTIVES = [T.ALL_REDUCE, T.ALL_GATHER, T.REDUCE_SCATTER, T.ALL_TO_ALL]
 
@@ -391,23 +390,7 @@ def test_folded_deadlock_names_the_stuck_representative(tmp_path):
 # ------------------------------------------------------------------------------------------ parity cases
 
 SHARED = find_shared_dir()
-PARITY = []
-if SHARED is not None and (SHARED / "parity" / "cases.csv").exists():
-    with open(SHARED / "parity" / "cases.csv", newline="") as handle:
-        PARITY = [c for c in csv.DictReader(handle) if c["finishes"] == "1" and c["backend"] == "analytical"]
-
-
-def _parity_kwargs(extra):
-    kwargs = {}
-    for flag in extra.split():
-        name, _, value = flag.lstrip("-").partition("=")
-        if name == "num-queues-per-dim":
-            kwargs["num_queues_per_dim"] = int(value)
-        elif name == "injection-scale":
-            kwargs["injection_scale"] = float(value)
-        elif name == "rendezvous-protocol":
-            kwargs["rendezvous"] = value.lower() in ("1", "true", "")
-    return kwargs
+PARITY = [c for c in parity_cases(SHARED) if c["finishes"] == "1" and c["backend"] == "analytical"]
 
 
 @pytest.mark.skipif(not PARITY, reason="shared/parity/cases.csv not found")
@@ -418,7 +401,7 @@ def test_every_parity_case_folds_to_the_same_ranks():
     for case in PARITY:
         args = (str(parity / case["trace"]), str(configs / f"{case['system']}.json"),
                 str(configs / f"{case['network']}.yml"), str(configs / f"{case['memory']}.json"))
-        kwargs = dict(network_backend=case["backend"], **_parity_kwargs(case["extra"]))
+        kwargs = dict(network_backend=case["backend"], **parity_kwargs(case["extra"]))
         unfolded, _ = _outcome(args, kwargs, fold=False)
         result, report = _outcome(args, kwargs, fold=True)
         assert result == unfolded, case["id"]

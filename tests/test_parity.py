@@ -4,37 +4,16 @@ Cases for a backend that is not installed (e.g. ``congestion`` before its
 plugin exists) are skipped with that reason, never silently dropped.
 """
 
-import csv
-
 import pytest
 
 from astra_sim.plugins import build_registry, make_plugin_manager
 from astra_sim.simulation import simulate
-from astra_sim.testing import find_shared_dir
+from astra_sim.testing import find_shared_dir, parity_cases, parity_kwargs
 
 SHARED = find_shared_dir()
-CASES = []
-if SHARED is not None and (SHARED / "parity" / "cases.csv").exists():
-    with open(SHARED / "parity" / "cases.csv", newline="") as handle:
-        CASES = list(csv.DictReader(handle))
+CASES = parity_cases(SHARED)
 
 _BACKENDS = set(build_registry(make_plugin_manager()).names("network_backend"))
-
-
-def _extra_kwargs(extra):
-    """The reference flags a case adds, as simulate() keyword arguments."""
-    kwargs = {}
-    for flag in extra.split():
-        name, _, value = flag.lstrip("-").partition("=")
-        if name == "num-queues-per-dim":
-            kwargs["num_queues_per_dim"] = int(value)
-        elif name == "injection-scale":
-            kwargs["injection_scale"] = float(value)
-        elif name == "rendezvous-protocol":
-            kwargs["rendezvous"] = value.lower() in ("1", "true", "")
-        else:
-            raise AssertionError(f"parity case uses an unknown flag {flag!r}")
-    return kwargs
 
 
 @pytest.mark.skipif(not CASES, reason="shared/parity/cases.csv not found")
@@ -50,7 +29,7 @@ def test_parity_case(case):
         str(configs / f"{case['network']}.yml"),
         str(configs / f"{case['memory']}.json"),
     )
-    kwargs = dict(network_backend=case["backend"], **_extra_kwargs(case["extra"]))
+    kwargs = dict(network_backend=case["backend"], **parity_kwargs(case["extra"]))
     if case["finishes"] != "1":
         with pytest.raises(Exception) as info:
             simulate(*args, **kwargs)

@@ -86,6 +86,33 @@ def find_shared_dir():
     return None
 
 
+def parity_cases(shared=None):
+    """The rows of ``shared/parity/cases.csv`` (dicts of its columns), or [] when it is not there."""
+    import csv
+
+    shared = find_shared_dir() if shared is None else shared
+    if shared is None or not (shared / "parity" / "cases.csv").exists():
+        return []
+    with open(shared / "parity" / "cases.csv", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def parity_kwargs(extra):
+    """The reference flags a parity case adds (its ``extra`` column), as simulate() keyword arguments."""
+    kwargs = {}
+    for flag in extra.split():
+        name, _, value = flag.lstrip("-").partition("=")
+        if name == "num-queues-per-dim":
+            kwargs["num_queues_per_dim"] = int(value)
+        elif name == "injection-scale":
+            kwargs["injection_scale"] = float(value)
+        elif name == "rendezvous-protocol":
+            kwargs["rendezvous"] = value.lower() in ("1", "true", "")
+        else:
+            raise AssertionError(f"parity case uses an unknown flag {flag!r}")
+    return kwargs
+
+
 def golden_trace(shared, case, name):
     """Prefix of a trace from astra-sim's examples in ``shared/samples/chakra/astra-sim-golden/<case>/<name>``,
     or None when ``shared`` is None or the trace is absent."""
