@@ -40,6 +40,14 @@ _P2P = frozenset((T.COMM_SEND_NODE, T.COMM_RECV_NODE))
 DEFAULT_PG_NAMES = ("", "0", None)
 
 
+def _comm_slot_key(node):
+    """What a collective's or send's communication slot is keyed by: (communicator, destination of a send)."""
+    pg_name = node.attrs.get("pg_name", "")
+    if pg_name in DEFAULT_PG_NAMES:
+        pg_name = ""
+    return pg_name, node.attrs.get("comm_dst") if node.type == T.COMM_SEND_NODE else None
+
+
 class RankWorkload:
     """The trace of one rank and the state of its execution."""
 
@@ -97,10 +105,7 @@ class RankWorkload:
 
     def _comm_slot(self, node):
         """The slot of a collective (per communicator) or a send (per communicator and destination)."""
-        pg_name = node.attrs.get("pg_name", "")
-        if pg_name in DEFAULT_PG_NAMES:
-            pg_name = ""
-        key = (pg_name, node.attrs.get("comm_dst") if node.type == T.COMM_SEND_NODE else None)
+        key = _comm_slot_key(node)
         if key == ("", None):
             return _COMM
         slot = self.comm_slots.get(key)
@@ -443,19 +448,11 @@ class RankWorkload:
 
     def _slot_peek(self, node):
         """:meth:`_slot` without making a communication slot: None when the node's slot does not exist yet."""
-        if node.attrs.get("is_cpu_op"):
-            return _CPU
-        if node.type == T.COMP_NODE:
-            return _COMP
-        if node.type == T.COMM_RECV_NODE:
-            return _NONE
-        if self.comm_slots is not None and node.type in (T.COMM_COLL_NODE, T.COMM_SEND_NODE):
-            pg_name = node.attrs.get("pg_name", "")
-            if pg_name in DEFAULT_PG_NAMES:
-                pg_name = ""
-            key = (pg_name, node.attrs.get("comm_dst") if node.type == T.COMM_SEND_NODE else None)
+        if (self.comm_slots is not None and node.type in (T.COMM_COLL_NODE, T.COMM_SEND_NODE)
+                and not node.attrs.get("is_cpu_op")):
+            key = _comm_slot_key(node)
             return _COMM if key == ("", None) else self.comm_slots.get(key)
-        return _COMM
+        return self._slot(node)
 
     def comm_in_flight(self):
         """Communication operations running now (the GPU-communication slots)."""
