@@ -5,6 +5,21 @@ from __future__ import annotations
 from astra_sim.errors import ConfigError, WorkloadError
 
 
+def node_work(node):
+    """A COMP node's ``(num_ops, tensor_size)`` (a missing one counts 0), or None when it has neither: for
+    compute models that time nodes from these two attributes when they know nothing better. A value that is
+    not a non-negative integer is a WorkloadError naming the node."""
+    attrs = node.attrs
+    num_ops, tensor_size = attrs.get("num_ops"), attrs.get("tensor_size")
+    if num_ops is None and tensor_size is None:
+        return None
+    for key, value in (("num_ops", num_ops), ("tensor_size", tensor_size)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise WorkloadError(f"{node.path}: node {node.id} ({node.name!r}): attribute {key!r} must be a "
+                                f"non-negative integer, got {value!r}")
+    return num_ops or 0, tensor_size or 0
+
+
 class ReplayModel:
     """Every COMP node takes ``duration_micros`` x 1000 ns (1 ns when zero)."""
 

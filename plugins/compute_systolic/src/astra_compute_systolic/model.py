@@ -22,7 +22,8 @@ import math
 from collections import Counter
 from fractions import Fraction
 
-from astra_sim.errors import ConfigError, WorkloadError
+from astra_sim.compute import node_work
+from astra_sim.errors import ConfigError
 
 from astra_compute_systolic.config import load_config
 from astra_compute_systolic.cycles import compute_cycles
@@ -193,15 +194,10 @@ class SystolicComputeModel:
         return result
 
     def _roofline(self, node):
-        attrs = node.attrs
-        num_ops, tensor_size = attrs.get("num_ops"), attrs.get("tensor_size")
-        if num_ops is None and tensor_size is None:
+        work = node_work(node)
+        if work is None:
             return None
-        for key, value in (("num_ops", num_ops), ("tensor_size", tensor_size)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise WorkloadError(f"{node.path}: node {node.id} ({node.name!r}): attribute {key!r} must be a "
-                                    f"non-negative integer, got {value!r}")
-        num_ops, tensor_size = num_ops or 0, tensor_size or 0
+        num_ops, tensor_size = work
         if num_ops == 0 and (tensor_size == 0 or self.hbm_gbps is None):
             return None
         compute = self.array.ns(-(-num_ops // self.array.peak_flops_per_cycle)) if num_ops else 0

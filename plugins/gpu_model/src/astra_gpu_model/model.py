@@ -22,7 +22,7 @@ import math
 from collections import Counter
 
 from astra_sim.chakra import types as T
-from astra_sim.errors import WorkloadError
+from astra_sim.compute import node_work
 
 from astra_gpu_model.gemm import gemm_time_s
 from astra_gpu_model.gpu import DTYPE_BYTES, load_gpu
@@ -299,17 +299,10 @@ class GpuComputeModel:
         return min(hbm_rate, rate * scale)
 
     def _roofline_seconds(self, node):
-        attrs = node.attrs
-        num_ops = attrs.get("num_ops")
-        tensor_size = attrs.get("tensor_size")
-        if num_ops is None and tensor_size is None:
+        work = node_work(node)
+        if work is None:
             return None
-        for key, value in (("num_ops", num_ops), ("tensor_size", tensor_size)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise WorkloadError(f"{node.path}: node {node.id} ({node.name!r}): attribute {key!r} must be a "
-                                    f"non-negative integer, got {value!r}")
-        num_ops = num_ops or 0
-        tensor_size = tensor_size or 0
+        num_ops, tensor_size = work
         if num_ops == 0 and tensor_size == 0:
             return None
         gpu = self.gpu
