@@ -168,17 +168,25 @@ def astra_provide_configuration(options):
     # A platform is simulated as the machine it names: its GPU and its NCCL, unless the user said otherwise,
     # and a host that launches the kernels at the measured rate (host_launch.json).
     provided["compute_model"] = "gpu"
-    host = host_launch_defaults()
-    for key in ("host_launch_us", "host_sync_us"):
-        if options.get(key) is None:
-            provided["options"][key] = host[key]
+    launch, sync = options.get("host_launch_us"), options.get("host_sync_us")
+    if launch is None or sync is None:
+        host = host_launch_defaults()
+        if launch is None:
+            launch = provided["options"]["host_launch_us"] = host["host_launch_us"]
+        if sync is None:
+            sync = provided["options"]["host_sync_us"] = host["host_sync_us"]
     # ... and communication kernels that slow the kernels beside them, as measured.
-    if options.get("gpu_contention_model") == "off":
-        pass
-    elif not options.get("gpu_contention"):
+    contention_model = options.get("gpu_contention_model")
+    if contention_model == "off":
+        contention = "off (--gpu-contention-model off: overlap is free)"
+    elif options.get("gpu_contention"):
+        contention = "--gpu-contention (given)"
+    else:
         provided["options"]["gpu_contention"] = True
-        if options.get("gpu_contention_model") is None:
-            provided["options"]["gpu_contention_model"] = "measured"
+        if contention_model is None:
+            contention_model = provided["options"]["gpu_contention_model"] = "measured"
+        contention = ("measured slowdowns of kernels beside communication (--gpu-contention "
+                      f"--gpu-contention-model {contention_model}; implied by --platform)")
     gpu = provided["options"]["gpu"]
     provided["defaults"] = {
         "compute_model": (f"gpu (implied by --platform {name}: compute nodes are timed on its GPU; "
@@ -186,16 +194,10 @@ def astra_provide_configuration(options):
                           if options.get("compute_model") is None else f"{options['compute_model']} (--compute-model)"),
         "gpu": (f"{gpu} (the platform's GPU)" if gpu == platform_gpu else f"{gpu} (--gpu, instead of the "
                 f"platform's {platform_gpu})"),
-        "host": ("host launches one GPU operation per "
-                 f"{provided['options'].get('host_launch_us', options.get('host_launch_us'))} us and waits "
-                 f"{provided['options'].get('host_sync_us', options.get('host_sync_us'))} us after each "
-                 "send/receive marked host_waits (measured: plugins/gpu_model/calibration; --host-launch-us 0 --host-sync-us 0 "
+        "host": (f"host launches one GPU operation per {launch} us and waits {sync} us after each send/receive "
+                 "marked host_waits (measured: plugins/gpu_model/calibration; --host-launch-us 0 --host-sync-us 0 "
                  "turns it off)"),
-        "contention": "off (--gpu-contention-model off: overlap is free)"
-        if options.get("gpu_contention_model") == "off" else ("measured slowdowns of kernels beside communication (--gpu-contention "
-                       f"--gpu-contention-model {provided['options'].get('gpu_contention_model', options.get('gpu_contention_model') or 'sm-hbm')}"
-                       "; implied by --platform)" if not options.get("gpu_contention") else
-                       "--gpu-contention (given)"),
+        "contention": contention,
         "collective": (f"{collective} (--platform-collective)" if collective else
                        f"nccl (implied by --platform {name}: NCCL's own algorithm choice and timing on every "
                        "dimension; --platform-collective ring for the kernel's packet-level ring)"),
