@@ -7,6 +7,7 @@ import statistics
 import sys
 
 from astra_sim import hookimpl
+from astra_sim.errors import AstraError, ConfigError
 
 
 @hookimpl
@@ -31,7 +32,7 @@ def astra_register_commands(subparsers):
 
 def _cmd_validate(args):
     from astra_sim.cliutil import write_text_atomic
-    from astra_sim.errors import AstraError, ConfigError
+    from astra_sim.humanize import format_ns
     from astra_sim.termtable import Column, print_table
 
     from astra_validation.registry import load_cases
@@ -59,8 +60,9 @@ def _cmd_validate(args):
                 results.append({"name": case.name, "failed": str(exc)})
     failed = [r for r in results if "failed" in r]
     results = [r for r in results if "failed" not in r]
-    rows = [[r["name"] + (" (calibration input)" if r.get("calibration_input") else ""), f"{r['gpus']}", _seconds(r["measured_s"]), _seconds(r["simulated_s"]),
-             f"{100 * r['error']:+.1f} %"] for r in results]
+    rows = [[r["name"] + (" (calibration input)" if r.get("calibration_input") else ""), f"{r['gpus']}",
+             format_ns(r["measured_s"] * 1e9), format_ns(r["simulated_s"] * 1e9), f"{100 * r['error']:+.1f} %"]
+            for r in results]
     print_table("astra validate: simulated against measured", [
         Column("case"), Column("GPUs", number=True, drop=2), Column("measured", number=True),
         Column("simulated", number=True), Column("error", number=True)], rows)
@@ -69,7 +71,7 @@ def _cmd_validate(args):
     if errors:
         worst = max(counted, key=lambda r: abs(r["error"]))
         print(f"median |error| {100 * statistics.median(errors):.1f} %, worst {100 * abs(worst['error']):.1f} % "
-              f"({worst['name']}), {len(counted)} cases" + (f" (and {len(results) - len(counted)} that the "
+              f"({worst['name']}), {len(counted)} case{'s' if len(counted) != 1 else ''}" + (f" (and {len(results) - len(counted)} that the "
               "calibration uses, not counted)" if len(counted) < len(results) else ""))
     if args.json:
         summary = {"median_abs_error": statistics.median(errors) if errors else None,
@@ -86,12 +88,8 @@ def _run_on_executor(args, chosen):
     try:
         from astra_sweep.executors import ExecutorFailure, make_executor
     except ImportError:
-        from astra_sim.errors import ConfigError
-
         raise ConfigError("--jobs/--dask/--executor need the astra-sweep plugin (pip install -e plugins/sweep)")
     if args.jobs is not None and args.jobs < 1:
-        from astra_sim.errors import ConfigError
-
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
     order = {c.name: i for i, c in enumerate(chosen)}
     results = [None] * len(chosen)
@@ -117,10 +115,3 @@ def run_named_case(task, payload=None):
     except Exception as exc:  # noqa: BLE001 - the point's own failure is its row
         return {"name": name, "failed": f"{type(exc).__name__}: {exc}"}
 
-
-def _seconds(value):
-    if value >= 1:
-        return f"{value:.3f} s"
-    if value >= 1e-3:
-        return f"{value * 1e3:.3f} ms"
-    return f"{value * 1e6:.1f} us"
