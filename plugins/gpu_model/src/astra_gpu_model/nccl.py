@@ -24,7 +24,7 @@ The collective does not move packets: it waits the predicted time and finishes.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, TimedCollective
 
@@ -91,7 +91,7 @@ class NcclCalibration:
     #: "link/algo/proto": NCCL keeps gaining bandwidth well past 64 MB on NVSwitch, so the fitted factor
     #: (which holds the ramp up to the largest fitted size) would understate it there.
     fitted_max_bytes: int | None = None
-    beyond_fit: dict = None
+    beyond_fit: dict = field(default_factory=dict)
 
     def efficiency_for(self, link, algo, proto):
         """The fitted factor, else the mean of this link's fitted factors, else of all of them
@@ -314,7 +314,7 @@ def collective_time_us(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
         return lat + bw_us, algo, proto
     link = cfg.link(n, nodes)
     eff = cal.efficiency_for(link, algo, proto)
-    beyond = (cal.beyond_fit or {}).get(f"{link}/{algo}/{proto}")
+    beyond = cal.beyond_fit.get(f"{link}/{algo}/{proto}")
     if beyond is not None and n_bytes > cal.fitted_max_bytes:
         # bw_us is linear in the size: the fitted range at the fitted factor, the rest at the peak's.
         fitted_part = bw_us * cal.fitted_max_bytes / n_bytes
