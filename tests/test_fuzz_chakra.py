@@ -16,6 +16,7 @@ import pytest
 from hypothesis import example, given, strategies as st
 
 from astra_sim.chakra import ChakraError, encode_et, encode_varint, make_metadata, make_node, parse_et, types as T
+from astra_sim.chakra.reader import _frames as reader_frames
 from astra_sim.errors import AstraError
 from astra_sim.fuzzing import fuzz_settings
 
@@ -66,20 +67,8 @@ def check(data, path=PATH):
 
 # ------------------------------------------------------------------------------------ strategies
 def _frames(data):
-    """Split a valid ET into its frames (prefix + body)."""
-    out, pos = [], 0
-    while pos < len(data):
-        length, shift, start = 0, 0, pos
-        while True:
-            b = data[pos]
-            pos += 1
-            length |= (b & 0x7F) << shift
-            shift += 7
-            if b < 0x80:
-                break
-        out.append(data[start:pos + length])
-        pos += length
-    return out
+    """Split a valid ET into its frames (prefix + body), with the reader's own framing."""
+    return [data[prefix:end] for prefix, _, end in reader_frames(data, "valid.et")]
 
 
 @st.composite
