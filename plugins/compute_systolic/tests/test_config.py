@@ -184,3 +184,18 @@ def test_property_a_broken_key_is_named(tmp_path, config, drop, bad):
         load_config(path)
     message = str(info.value)
     assert str(path) in message and drop in message and "\n" not in message
+
+
+def test_topology_and_mnk_files_are_read_safely(tmp_path):
+    from astra_compute_systolic.topology import read_topology
+    from astra_compute_systolic.workload import read_mnk
+
+    binary = tmp_path / "t.csv"
+    binary.write_bytes(b"name,M,N,K,\n\xff\xfe,4,4,4,\n")
+    with pytest.raises(ConfigError, match="t.csv.*not UTF-8"):
+        read_topology(binary, gemm=True)
+    with pytest.raises(ConfigError, match="does not exist"):
+        read_mnk(tmp_path / "none.csv", "DATA")
+    crlf = tmp_path / "m.csv"
+    crlf.write_bytes(b"Layer,m,n,k\r\ng,4,8,16\r\n")
+    assert [(layer.m, layer.n, layer.k) for layer in read_mnk(crlf, "DATA")] == [(4, 8, 16)]

@@ -17,9 +17,11 @@ the key. Two generations of files exist and both are accepted:
 from __future__ import annotations
 
 import configparser
+import io
 from dataclasses import dataclass, field, replace
 
 from astra_sim.errors import ConfigError
+from astra_sim.safeio import read_text
 
 DATAFLOWS = ("os", "ws", "is")
 DATAFLOW_NAMES = {"os": "output stationary", "ws": "weight stationary", "is": "input stationary"}
@@ -107,15 +109,9 @@ class SystolicConfig:
 
 def _parser(path) -> configparser.ConfigParser:
     parser = configparser.ConfigParser()  # SCALE-sim's own settings: ':' or '=', no inline comments
+    text = read_text(path, "systolic config")  # bounded; missing, directory, not UTF-8: a ConfigError
     try:
-        with open(path, encoding="utf-8") as handle:
-            parser.read_file(handle, source=str(path))
-    except FileNotFoundError:
-        raise ConfigError(f"systolic config {str(path)!r} does not exist") from None
-    except IsADirectoryError:
-        raise ConfigError(f"systolic config {str(path)!r} is a directory") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not a text file ({exc.reason})") from None
+        parser.read_file(io.StringIO(text, newline=None), source=str(path))
     except configparser.Error as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(f"{path}: not a SCALE-sim .cfg file: {first}") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from astra_sim.errors import ConfigError
+from astra_sim.safeio import read_text
 
 from astra_compute_systolic.geometry import Layer
 
@@ -20,13 +21,7 @@ def _fields(line):
 def read_topology(path, gemm=False) -> list:
     """Layers of a topology file. Conv rows: name, ifmap h, w, filter h, w, channels, filters, stride; a
     name containing 'DP' is depthwise, one layer per channel, as SCALE-sim reads it. GEMM rows: name, M, N, K."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            lines = handle.read().splitlines()
-    except FileNotFoundError:
-        raise ConfigError(f"topology file {str(path)!r} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"topology file {str(path)!r} cannot be read: {exc}") from None
+    lines = read_text(path, "topology").splitlines()
     columns = GEMM_COLUMNS if gemm else CONV_COLUMNS
     layers = []
     for lineno, line in enumerate(lines[1:], start=2):

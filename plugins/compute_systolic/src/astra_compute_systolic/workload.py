@@ -23,10 +23,12 @@ three passes get the weight gradient's cycles.
 
 from __future__ import annotations
 
+import io
 import os
 from dataclasses import dataclass
 
 from astra_sim.errors import ConfigError, WorkloadError
+from astra_sim.safeio import read_text
 
 from astra_compute_systolic.cycles import compute_cycles
 from astra_compute_systolic.geometry import Layer
@@ -73,13 +75,7 @@ def read_mnk(path, parallel) -> list:
     where it is required; otherwise a fifth column is replaced by ``parallel``)."""
     if parallel not in PARALLELISMS:
         raise ConfigError(f"--parallel must be one of {', '.join(PARALLELISMS)}, got {parallel!r}")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            lines = handle.readlines()
-    except FileNotFoundError:
-        raise ConfigError(f"MNK file {str(path)!r} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"MNK file {str(path)!r} cannot be read: {exc}") from None
+    lines = io.StringIO(read_text(path, "MNK"), newline=None).readlines()  # as a text-mode file reads them
     layers = []
     for lineno, raw in enumerate(lines[1:], start=2):
         cols = raw.strip("\n").strip(" ").split(",")
