@@ -32,8 +32,6 @@ import hashlib
 from dataclasses import dataclass
 from heapq import heappop, heappush
 
-import numpy as np
-
 from astra_sim.chakra import types as T
 from astra_sim.engine import EventEngine
 
@@ -538,6 +536,8 @@ def sub_shift_is_equivariant(part, whole, declared, class_nodes, groups):
     Rank ``r``'s trace is ``h_r`` of its class's, so equivariance at ``r`` means ``u = h_{part(r)}^-1 part h_r``
     fixes every rank its class trace names as a peer and maps every communicator group it names onto itself.
     ``u`` depends only on ``r``'s offset in ``whole``'s digit: one check per offset and class."""
+    import numpy as np  # here, not at import: every astra command loads this module, few need numpy
+
     index = declared.shifts.index(whole)
     for rep, nodes in class_nodes.items():
         peers, pgs = set(), set()
