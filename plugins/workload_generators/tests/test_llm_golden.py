@@ -1,7 +1,10 @@
 """The LLM generator's traces do not change when its code is reorganised: every node of every trace of a set
 of configurations (dense, MoE with EP and expert loads, CP, FP8, TP overlap, virtual stages, ZeRO, inference
 modes, per-rank files) hashes to what the code gave before it was split into a package (issue 19). Only the
-GlobalMetadata frame is left out of the hash: it carries the memory estimate, which was added afterwards."""
+GlobalMetadata frame is left out of the hash: it carries the memory estimate, which was added afterwards.
+The MoE cases' hashes were renewed once, on purpose (issue 24): their routed-expert GEMMs gained the
+``grouped_gemm_dim``/``grouped_gemm_sizes`` attributes and a ``tensor_size`` that counts every active expert's
+weights; the dense cases are unchanged."""
 
 from __future__ import annotations
 
