@@ -65,8 +65,9 @@ class MoeOps:
     def moe_forward(self, lab, layer):
         """The router (gate GEMM + softmax over the experts) on this rank's tokens (split over TP with sequence
         parallelism, replicated without); shared experts on every token; all-to-all dispatch; the routed experts
-        as grouped GEMMs (:meth:`expert_mm`, one group per local expert) over the token copies this rank receives (balanced routing: tokens*top_k, or
-        :func:`routed_rows` with a capacity factor; :meth:`expert_rows`); all-to-all combine."""
+        as grouped GEMMs (:meth:`expert_mm`, one group per local expert) over the token copies this rank
+        receives (balanced routing: tokens*top_k, or :func:`routed_rows` with a capacity factor;
+        :meth:`expert_rows`); all-to-all combine."""
         dims, tp, n, h = self.dims, self.cfg.tp, self.tokens, self.dims.hidden
         mf = dims.expert_ffn // tp
         gm = 2 if dims.gated else 1
