@@ -181,3 +181,15 @@ def test_any_grouped_attributes_give_a_time_or_a_warning(dim, sizes):
     plain = model.compute_time_ns(_node({}), 0)
     assert (ns != plain) == bool(ok) or (ok and ns == plain)
     assert bool(ctx.warnings) == bool(attrs and not ok)
+
+
+def test_contention_counts_every_experts_weights():
+    """--gpu-contention's HBM share of a grouped GEMM reads each active expert's weights (3 of 4 here)."""
+    from astra_gpu_model.contention import Contention
+
+    model = GpuComputeModel(_Context())
+    shapes = "[[64, 2048], [2048, 1536]]"
+    one = Contention._op_bytes(model, ("aten::mm", shapes, BF16_PAIR, "", False, None))
+    grouped_bytes = Contention._op_bytes(model, ("aten::mm", shapes, BF16_PAIR, "", False, ("m", (32, 16, 16, 0))))
+    assert one == (64 * 2048 + 2048 * 1536 + 64 * 1536) * 2
+    assert grouped_bytes == (64 * 2048 + 3 * 2048 * 1536 + 64 * 1536) * 2
