@@ -35,7 +35,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from astra_gpu_model.gemm import DEFAULT_TILES, K_STEP, _tile_efficiency
+from astra_gpu_model.gemm import DEFAULT_TILES, K_STEP, wave_seconds_per_k
 
 
 @dataclass(frozen=True)
@@ -91,14 +91,14 @@ def grouped_gemm_time_s(shapes, *, peak_flops, sm_count, hbm_bytes_per_s, in_byt
     launch = params.launch_us * 1e-6
     if not active:
         return (launch, {"empty": True}) if detail else launch
-    eta, c, k0, p = params.compute_efficiency, params.tile_penalty, params.k_overhead, params.overlap_exponent
+    k0, p = params.k_overhead, params.overlap_exponent
     bw = min(params.hbm_efficiency * hbm_bytes_per_s, stream_bytes_per_s)
     peak_sm = peak_flops / sm_count
     nbytes = sum(g * ((m * k + k * n) * in_bytes + m * n * out_bytes) for (m, n, k), g in counts.items())
     t_m = nbytes / bw
     best = None
     for tm, tn, occ in tiles:
-        unit = occ * 2.0 * tm * tn / (eta * _tile_efficiency(c, tm, tn) * peak_sm)
+        unit = wave_seconds_per_k(params, tm, tn, occ, peak_sm)
         n_tiles, work, longest = 0, 0.0, 0.0
         for (m, n, k), g in counts.items():
             per_group = (-(-m // tm)) * (-(-n // tn))
