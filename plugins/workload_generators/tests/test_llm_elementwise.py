@@ -232,7 +232,12 @@ def test_fp8_gemms(tmp_path):
         b = e5 if lab.endswith(".wgrad") else e4
         assert x.inputs_types == repr([a, b, "Tensor(float)", "Tensor(float)"]), lab
         assert x.attrs["num_ops"] == 2 * m * k * nn
-        assert x.attrs["tensor_size"] == m * k + k * nn + 2 * m * nn  # 1-byte operands, bf16 output
+        weights, outputs = k * nn, 2 * m * nn  # 1-byte operands, bf16 output
+        if ".experts." in lab:  # a grouped GEMM over the 2 local experts: each one's weights (or outputs)
+            dim, sizes = x.attrs["grouped_gemm_dim"], x.attrs["grouped_gemm_sizes"]
+            assert (dim, sum(sizes), len(sizes)) == (("k", k, 2) if lab.endswith(".wgrad") else ("m", m, 2))
+            weights, outputs = (weights, 2 * outputs) if dim == "k" else (2 * weights, outputs)
+        assert x.attrs["tensor_size"] == m * k + weights + outputs
         kinds["fp8"] += 1
     assert kinds["fp8"] > 0 and kinds["bf16"] > 0
     ops = pytest.importorskip("astra_gpu_model.ops")

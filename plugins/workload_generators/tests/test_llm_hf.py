@@ -242,8 +242,14 @@ def test_qwen3_moe_and_deepseek_v3_simulate_on_hgx_h100(tmp_path, model, extra, 
     report = tmp_path / "r.json"
     assert main(["run", "--platform", "hgx-h100", "--nodes", "1", "--workload-configuration", prefix, "-q",
                  "--report-json", str(report)]) == 0
-    ranks = json.loads(report.read_text())["ranks"]
+    data = json.loads(report.read_text())
+    ranks = data["ranks"]
     assert len(ranks) == 8 and min(r["finish_ns"] for r in ranks) > 0
+    # the routed experts' grouped GEMMs (32 or 64 local experts per rank) are timed as such, without a warning
+    assert not [w for w in data["warnings"] if "grouped" in w], data["warnings"]
+    nodes = read_rank_nodes(prefix, 0)
+    fc1 = next(n for n in nodes if n.attrs.get("label", "").endswith("experts.fc1"))
+    assert len(fc1.attrs["grouped_gemm_sizes"]) == {"qwen3-30b-a3b": 32, "deepseek-v3": 64}[model]
 
 
 def test_sliding_window_costs_s_times_w_by_hand(tmp_path):

@@ -50,6 +50,7 @@ from astra_sim.errors import WorkloadError
 from astra_sim.workload.workload import DEFAULT_PG_NAMES
 
 from astra_gpu_model.gpu import DTYPE_BYTES
+from astra_gpu_model.grouped import group_shapes
 from astra_gpu_model.ops import ATTENTION_OPS, CONV_OPS, GEMM_OPS, OpError, canonical_name, classify, node_io
 
 DEFAULT_COMM_SMS = 32
@@ -195,7 +196,7 @@ class Contention:
         self.hbm_share = hbm_share
         self.gpu = gpu
         self._slowed = {}  # SMs taken by communication -> (the contended GPU, its duration cache)
-        self._bytes_cache = {}  # (op name, shapes, types, values, launched) -> HBM bytes (-1: unknown)
+        self._bytes_cache = {}  # (op name, shapes, types, values, launched, grouped) -> HBM bytes (-1: unknown)
         self._engine = getattr(context, "engine", None)
         self._nodes_in_flight = getattr(context, "comm_nodes_in_flight", None)
         self.compute = {}  # rank -> _Intervals of its compute kernels (comm_sms -1: not contended)
@@ -362,7 +363,8 @@ class Contention:
         source = node if node.name.startswith("aten::") else model._launcher(node, rank)
         if source is not None:
             shapes, types, values = node_io(source)
-            key = (source.name, shapes, types, values, source is not node)
+            grouped = model._grouped(node) if source is node else None
+            key = (source.name, shapes, types, values, source is not node, grouped)
             nbytes = self._bytes_cache.get(key)
             if nbytes is None:
                 nbytes = self._bytes_cache[key] = self._op_bytes(model, key)
@@ -373,8 +375,9 @@ class Contention:
 
     @staticmethod
     def _op_bytes(model, key):
-        """HBM bytes of the ATen op ``key`` = (name, shapes, types, values, launched kernel); -1 if unknown."""
-        name, shapes, types, values, launched = key
+        """HBM bytes of the ATen op ``key`` = (name, shapes, types, values, launched kernel, grouped); -1 if
+        unknown. A grouped GEMM (``grouped``: ``(dim, sizes)``) reads every group with work's own matrix."""
+        name, shapes, types, values, launched, grouped = key
         try:
             op = classify(name, shapes, types, values, model.default_dtype, launched)
         except (OpError, ValueError, TypeError, KeyError):  # an estimate only
@@ -383,6 +386,9 @@ class Contention:
             return -1
         if op.kind == "gemm":
             in_bytes = DTYPE_BYTES.get(op.dtype, 2)
+            if grouped is not None and op.batch == 1 and sum(grouped[1]) == (op.m if grouped[0] == "m" else op.k):
+                shapes = group_shapes(op.m, op.n, op.k, *grouped)
+                return sum((m * k + k * n) * in_bytes + m * n * op.out_bytes for m, n, k in shapes if m and k)
             return op.batch * ((op.m * op.k + op.k * op.n) * in_bytes + op.m * op.n * op.out_bytes)
         return op.nbytes
 

@@ -70,6 +70,11 @@ def _tile_efficiency(c, tm, tn):
     return (1.0 + c / rm + c / rn) / (1.0 + c / tm + c / tn)
 
 
+def wave_seconds_per_k(params, tm, tn, occ, peak_sm):
+    """Seconds one wave of ``tm x tn`` tiles (``occ`` per SM) takes per element of K (times ``Ks + k0``)."""
+    return occ * 2.0 * tm * tn / (params.compute_efficiency * _tile_efficiency(params.tile_penalty, tm, tn) * peak_sm)
+
+
 def gemm_time_s(m, n, k, batch, *, peak_flops, sm_count, hbm_bytes_per_s, in_bytes, out_bytes, params,
                 tiles=DEFAULT_TILES, splits=DEFAULT_SPLITS, detail=False):
     """Seconds for ``batch`` GEMMs of ``(m x k) @ (k x n)``.
@@ -81,8 +86,6 @@ def gemm_time_s(m, n, k, batch, *, peak_flops, sm_count, hbm_bytes_per_s, in_byt
     if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
         t = params.launch_us * 1e-6
         return (t, {"empty": True}) if detail else t
-    eta = params.compute_efficiency
-    c = params.tile_penalty
     k0 = params.k_overhead
     p = params.overlap_exponent
     bw = params.hbm_efficiency * hbm_bytes_per_s
@@ -90,7 +93,7 @@ def gemm_time_s(m, n, k, batch, *, peak_flops, sm_count, hbm_bytes_per_s, in_byt
     base_bytes = batch * ((m * k + k * n) * in_bytes + m * n * out_bytes)
     best = None
     for tm, tn, occ in tiles:
-        unit = occ * 2.0 * tm * tn / (eta * _tile_efficiency(c, tm, tn) * peak_sm)
+        unit = wave_seconds_per_k(params, tm, tn, occ, peak_sm)
         tiles_mn = batch * (-(-m // tm)) * (-(-n // tn))
         slots = sm_count * occ
         for s in splits:
@@ -120,8 +123,6 @@ def gemm_time_s_np(m, n, k, batch, *, peak_flops, sm_count, hbm_bytes_per_s, in_
     n = np.asarray(n, dtype=np.float64)
     k = np.asarray(k, dtype=np.float64)
     batch = np.asarray(batch, dtype=np.float64)
-    eta = params.compute_efficiency
-    c = params.tile_penalty
     k0 = params.k_overhead
     p = params.overlap_exponent
     bw = params.hbm_efficiency * hbm_bytes_per_s
@@ -129,7 +130,7 @@ def gemm_time_s_np(m, n, k, batch, *, peak_flops, sm_count, hbm_bytes_per_s, in_
     base_bytes = batch * ((m * k + k * n) * in_bytes + m * n * out_bytes)
     best = np.full(m.shape, np.inf)
     for tm, tn, occ in tiles:
-        unit = occ * 2.0 * tm * tn / (eta * _tile_efficiency(c, tm, tn) * peak_sm)
+        unit = wave_seconds_per_k(params, tm, tn, occ, peak_sm)
         tiles_mn = batch * np.ceil(m / tm) * np.ceil(n / tn)
         slots = sm_count * occ
         for s in splits:
@@ -147,6 +148,6 @@ def gemm_flops(m, n, k, batch=1):
     return 2.0 * m * n * k * batch
 
 
-__all__ = ["GemmParams", "gemm_time_s", "gemm_time_s_np", "gemm_flops", "DEFAULT_TILES", "DEFAULT_SPLITS",
-           "K_STEP"]
+__all__ = ["GemmParams", "gemm_time_s", "gemm_time_s_np", "gemm_flops", "wave_seconds_per_k", "DEFAULT_TILES",
+           "DEFAULT_SPLITS", "K_STEP"]
 

@@ -5,8 +5,10 @@ For each GPU COMP node (the kernel replays CPU ops itself), in this order:
 1. **the op and its shapes**: an ATen op name (``aten::mm``, ``aten::_scaled_dot_product_flash_attention``,
    ``aten::add``, ...) with ``inputs.shapes``/``inputs.types`` on the node itself, or, for a GPU kernel node
    from the PyTorch converter (named after the CUDA kernel), on the CPU op that launched it (its
-   ``ctrl_deps`` parent). GEMMs use :mod:`astra_gpu_model.gemm`; attention is FLOPs at
-   ``attention_efficiency`` x peak with wave quantisation over ``B*H*ceil(S_q/128)`` CTAs, or HBM-bound;
+   ``ctrl_deps`` parent). GEMMs use :mod:`astra_gpu_model.gemm`, or :mod:`astra_gpu_model.grouped` for a
+   grouped GEMM (a node with ``grouped_gemm_dim``/``grouped_gemm_sizes``: an MoE layer's experts);
+   attention is FLOPs at ``attention_efficiency`` x peak with wave quantisation over ``B*H*ceil(S_q/128)``
+   CTAs, or HBM-bound;
    everything else is memory-bound: bytes moved at ``hbm_efficiency`` x the HBM bandwidth. Every kernel
    costs at least ``launch_us``. When one CPU op launched several kernels, each gets an equal share of
    the op's time plus its own launch cost;
@@ -26,6 +28,7 @@ from astra_sim.compute import node_work
 
 from astra_gpu_model.gemm import gemm_time_s
 from astra_gpu_model.gpu import DTYPE_BYTES, load_gpu
+from astra_gpu_model.grouped import group_shapes, grouped_gemm_time_s, grouped_params
 from astra_gpu_model.ops import ATTENTION_OPS, CONV_OPS, OpError, canonical_name, classify, node_io
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
@@ -75,6 +78,7 @@ class GpuComputeModel:
         self.memory_op_rates = options.get("gpu_memory_op_rates", "measured") != "off"
         self._warn = getattr(context, "warn", None) or (lambda message: None)
         self._cache = {}
+        self._grouped_warned = False
         self._ops = {}  # (name, IOInfo, launched) -> Op or False (op_class, node_details)
         # rank -> {id: EtNode}: lets a GPU kernel node find the CPU op that launched it.
         self._nodes_of = getattr(context, "rank_nodes", None)
@@ -119,7 +123,7 @@ class GpuComputeModel:
         name = node.name
         if name.startswith("aten::"):
             shapes, types, values = node_io(node)
-            seconds = self._op_seconds(name, shapes, types, values, False)
+            seconds = self._op_seconds(name, shapes, types, values, False, self._grouped(node))
             if seconds is not None:
                 self.counts["op_shapes"] += 1
                 return None if seconds == 0.0 else self._ns(seconds)
@@ -225,14 +229,31 @@ class GpuComputeModel:
             self._gpu_children[rank] = counts
         return counts
 
-    def _op_seconds(self, name, shapes, types, values, launched_kernel):
+    def _grouped(self, node):
+        """``(dim, sizes)`` of a grouped GEMM node (attributes ``grouped_gemm_dim``: ``"m"`` or ``"k"``,
+        ``grouped_gemm_sizes``: that dimension per group), or None. Malformed attributes are warned about and
+        the node is timed as one GEMM."""
+        attrs = node.attrs
+        dim, sizes = attrs.get("grouped_gemm_dim"), attrs.get("grouped_gemm_sizes")
+        if dim is None and sizes is None:
+            return None
+        if dim not in ("m", "k") or not isinstance(sizes, (list, tuple)) or not sizes \
+                or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in sizes):
+            if not self._grouped_warned:  # once per run (every such node is timed the same way)
+                self._grouped_warned = True
+                self._warn(f"gpu model: node {node.id} ({node.name}): grouped_gemm_dim must be 'm' or 'k' and "
+                           "grouped_gemm_sizes a non-empty list of integers >= 0; such nodes are timed as one GEMM")
+            return None
+        return dim, tuple(sizes)
+
+    def _op_seconds(self, name, shapes, types, values, launched_kernel, grouped=None):
         """Seconds for ATen op ``name`` with these IOInfo strings, or None when they cannot be used
-        (0.0: the op does no GPU work)."""
+        (0.0: the op does no GPU work). ``grouped``: ``(dim, sizes)`` of a grouped GEMM (:meth:`_grouped`)."""
         op_name = canonical_name(name)
         if op_name is None:
             return None
         needs_values = op_name in ATTENTION_OPS or op_name in CONV_OPS or op_name.startswith("_to")
-        key = (name, shapes, types, values if needs_values else None, launched_kernel)
+        key = (name, shapes, types, values if needs_values else None, launched_kernel, grouped)
         cached = self._cache.get(key)
         if cached is not None:
             return cached if cached >= 0 else None
@@ -244,7 +265,14 @@ class GpuComputeModel:
                            "num_ops/tensor_size or duration_micros")
             self._cache[key] = -1.0
             return None
-        seconds = self.op_seconds(op)
+        if grouped is not None:
+            total = op.m if grouped[0] == "m" else op.k
+            if op.kind != "gemm" or op.batch != 1 or sum(grouped[1]) != total:
+                self._warn(f"gpu model: {name} with shapes {shapes}: grouped_gemm_sizes add up to "
+                           f"{sum(grouped[1])}, not to the GEMM's {grouped[0]} ({total}), or it is no single "
+                           "GEMM; timed as one GEMM")
+                grouped = None
+        seconds = self.op_seconds(op, grouped)
         self._cache[key] = seconds
         return seconds
 
@@ -258,8 +286,9 @@ class GpuComputeModel:
             return used
         return dtype
 
-    def op_seconds(self, op):
-        """Seconds for an :class:`astra_gpu_model.ops.Op` on this GPU."""
+    def op_seconds(self, op, grouped=None):
+        """Seconds for an :class:`astra_gpu_model.ops.Op` on this GPU; ``grouped``: ``(dim, sizes)`` when the GEMM
+        is a grouped GEMM (:mod:`astra_gpu_model.grouped`)."""
         gpu = self.gpu
         params = gpu.gemm
         launch = params.launch_us * 1e-6
@@ -271,6 +300,13 @@ class GpuComputeModel:
         dtype = op.dtype if op.dtype in DTYPE_BYTES else self.default_dtype
         rate = self._rate_dtype(dtype)
         peak = gpu.peak_flops(rate)
+        if op.kind == "gemm" and grouped is not None:
+            fit = grouped_params()
+            return grouped_gemm_time_s(group_shapes(op.m, op.n, op.k, *grouped), peak_flops=peak,
+                                       sm_count=gpu.sm_count, hbm_bytes_per_s=gpu.hbm_bytes_per_s,
+                                       in_bytes=DTYPE_BYTES.get(dtype, 2), out_bytes=op.out_bytes,
+                                       params=gpu.gemm_params(rate), tiles=gpu.gemm_tiles, group_us=fit.group_us,
+                                       stream_bytes_per_s=fit.stream_rate(gpu.sm_count, gpu.boost_clock_mhz))
         if op.kind == "gemm":
             in_bytes = DTYPE_BYTES.get(dtype, 2)
             return gemm_time_s(op.m, op.n, op.k, op.batch, peak_flops=peak, sm_count=gpu.sm_count,

@@ -46,21 +46,36 @@ class NodeEmitter:
         attrs.update(extra or {})
         return self._add(op, T.COMP_NODE, attrs, deps, duration=dur, shapes=shapes, types=types, values=values)
 
-    def mm(self, label, m, k, n, deps=(), linear=True, overlap=None):
+    def mm(self, label, m, k, n, deps=(), linear=True, overlap=None, grouped=None):
         """``[m,k] x [k,n]``. ``linear``: a transformer linear layer (QKV, projection, FFN, experts), which
         ``--gemm-dtype fp8`` runs as an FP8 ``_scaled_mm`` (E4M3 operands, E5M2 for the gradient operand of
         ``*.dgrad``/``*.wgrad``, two fp32 scales, bf16 output); the router and LM head stay in ``--dtype``.
         ``overlap``: the Transformer Engine userbuffers overlap this GEMM runs beside; with its ``set_sm_margin``
-        (``--tp-overlap-config``) the node gets ``sm_margin`` = that overlap's SMs, which TE keeps free of it."""
+        (``--tp-overlap-config``) the node gets ``sm_margin`` = that overlap's SMs, which TE keeps free of it.
+        ``grouped``: ``(dim, sizes)`` for a grouped GEMM (the routed experts): ``dim`` (``"m"`` or ``"k"``) is
+        split into groups of ``sizes`` (adding up to it), each with its own ``[k,n]`` (``"m"``) or ``[m,n]``
+        (``"k"``) matrix; the node gets ``grouped_gemm_dim``/``grouped_gemm_sizes`` and its ``tensor_size``
+        counts that matrix once per group with work."""
         margin = self.sm_margins.get(overlap) if overlap else None
         extra = {"sm_margin": margin} if margin else None
-        if not (linear and self.cfg.gemm_dtype == "fp8"):
-            return self.comp(MM, label, f"[[{m}, {k}], [{k}, {n}]]", 2 * m * k * n, m * k + k * n + m * n, deps,
-                             extra)
+        fp8 = linear and self.cfg.gemm_dtype == "fp8"
+        out = 2 if fp8 else 1  # the output's bytes per operand byte (FP8: bf16 output)
+        weights, outputs = k * n, out * m * n
+        if grouped is not None:
+            dim, sizes = grouped
+            extra = dict(extra or {}, grouped_gemm_dim=dim, grouped_gemm_sizes=list(sizes))
+            active = sum(1 for s in sizes if s > 0)
+            if dim == "m":
+                weights *= active
+            else:
+                outputs *= active
+        if not fp8:
+            return self.comp(MM, label, f"[[{m}, {k}], [{k}, {n}]]", 2 * m * k * n, m * k + weights + outputs,
+                             deps, extra)
         a = FP8_GRAD if label.endswith(".dgrad") else FP8_FWD
         b = FP8_GRAD if label.endswith(".wgrad") else FP8_FWD
         return self.comp(SCALED_MM, label, f"[[{m}, {k}], [{k}, {n}], [], []]", 2 * m * k * n, 0, deps, extra,
-                         types=[a, b, "Tensor(float)", "Tensor(float)"], nbytes=m * k + k * n + 2 * m * n)
+                         types=[a, b, "Tensor(float)", "Tensor(float)"], nbytes=m * k + weights + outputs)
 
     def ew(self, op, label, args, deps=()):
         """An element-wise / memory-bound ATen node. ``args``: per argument ``(shape, type)`` or a list of those

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from astra_sim.chakra import types as T
 
-from .routing import ep_loads
+from .routing import ep_loads, local_expert_rows
 
 
 class MoeOps:
@@ -41,11 +41,33 @@ class MoeOps:
             return self.routed
         return self.cfg.ep * self.ep_loads(layer)[self.e]
 
+    def expert_groups(self, layer):
+        """Token copies each of this rank's E/EP experts computes in ``layer`` (:func:`local_expert_rows`),
+        adding up to :meth:`expert_rows`; None with one local expert (its GEMMs are plain GEMMs)."""
+        if layer not in self._expert_groups:
+            dims, cfg = self.dims, self.cfg
+            groups = None
+            if dims.experts // cfg.ep > 1:
+                groups = local_expert_rows(dims, cfg, self.tokens, dims.moe_index(layer), self.e,
+                                           self.expert_rows(layer))
+            self._expert_groups[layer] = groups
+        return self._expert_groups[layer]
+
+    def expert_mm(self, label, m, k, n, layer, dim, deps=()):
+        """A routed experts' GEMM ``[m,k] x [k,n]`` (``m`` or, for a weight gradient, ``k`` = the token copies
+        of all local experts; the weight operand shows one expert's): a grouped GEMM whose groups are the
+        local experts, marked with the Chakra attributes ``grouped_gemm_dim`` (``"m"`` or ``"k"``, the
+        dimension split over the experts) and ``grouped_gemm_sizes`` (that dimension per expert) for the gpu
+        compute model's grouped-GEMM time."""
+        groups = self.expert_groups(layer)
+        return self.mm(label, m, k, n, deps, grouped=None if groups is None else (dim, groups))
+
     def moe_forward(self, lab, layer):
         """The router (gate GEMM + softmax over the experts) on this rank's tokens (split over TP with sequence
         parallelism, replicated without); shared experts on every token; all-to-all dispatch; the routed experts
-        as one grouped GEMM over the token copies this rank receives (balanced routing: tokens*top_k, or
-        :func:`routed_rows` with a capacity factor; :meth:`expert_rows`); all-to-all combine."""
+        as grouped GEMMs (:meth:`expert_mm`, one group per local expert) over the token copies this rank
+        receives (balanced routing: tokens*top_k, or :func:`routed_rows` with a capacity factor;
+        :meth:`expert_rows`); all-to-all combine."""
         dims, tp, n, h = self.dims, self.cfg.tp, self.tokens, self.dims.hidden
         mf = dims.expert_ffn // tp
         gm = 2 if dims.gated else 1
@@ -62,10 +84,10 @@ class MoeOps:
         self._a2a(lab + ".dispatch", layer)
         nk = self.expert_rows(layer)
         self.fp8_cast(lab + ".experts.fc1", nk, h)
-        self.mm(lab + ".experts.fc1", nk, h, gm * mf)
+        self.expert_mm(lab + ".experts.fc1", nk, h, gm * mf, layer, "m")
         self.act_fwd(lab + ".experts.fc1", nk, mf)
         self.fp8_cast(lab + ".experts.fc2", nk, mf)
-        self.mm(lab + ".experts.fc2", nk, mf, h)
+        self.expert_mm(lab + ".experts.fc2", nk, mf, h, layer, "m")
         self._a2a(lab + ".combine", layer)
 
     def moe_backward(self, lab, layer, deps=()):
@@ -77,12 +99,12 @@ class MoeOps:
             deps = ()
         if self.fp8_cast(lab + ".experts.fc2.dgrad", nk, h, deps) is not None:  # FP8: the output gradients
             deps = ()
-        self.mm(lab + ".experts.fc2.dgrad", nk, h, mf, deps)
-        self.mm(lab + ".experts.fc2.wgrad", mf, nk, h)
+        self.expert_mm(lab + ".experts.fc2.dgrad", nk, h, mf, layer, "m", deps)
+        self.expert_mm(lab + ".experts.fc2.wgrad", mf, nk, h, layer, "k")
         self.act_bwd(lab + ".experts.fc1", nk, mf)
         self.fp8_cast(lab + ".experts.fc1.dgrad", nk, f1)
-        self.mm(lab + ".experts.fc1.dgrad", nk, f1, h)
-        self.mm(lab + ".experts.fc1.wgrad", h, nk, f1)
+        self.expert_mm(lab + ".experts.fc1.dgrad", nk, f1, h, layer, "m")
+        self.expert_mm(lab + ".experts.fc1.wgrad", h, nk, f1, layer, "k")
         self._a2a(lab + ".dispatch", layer)
         if dims.shared_experts:
             sf, sf1 = dims.shared_experts * mf, dims.shared_experts * f1

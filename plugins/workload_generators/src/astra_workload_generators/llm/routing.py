@@ -125,13 +125,12 @@ def _water_fill(weights, copies, limit):
     return alloc
 
 
-def ep_loads(dims: ModelDims, cfg: "LlmConfig", tokens: int, moe_index: int):
-    """``--moe-expert-load``: the token copies one rank sends to each EP rank's experts in MoE layer
-    ``moe_index`` (a tuple of EP ints). Every rank routes its ``tokens * top_k`` copies by the same loads, no
+def expert_copies(dims: ModelDims, cfg: "LlmConfig", tokens: int, moe_index: int):
+    """``--moe-expert-load``: the token copies one rank sends to each of the E experts in MoE layer
+    ``moe_index`` (a tuple of E ints). Every rank routes its ``tokens * top_k`` copies by the same loads, no
     expert taking more than ``tokens`` (:func:`_water_fill`), rounded to whole copies by largest remainder (so
-    they add up); a capacity factor caps each expert at its capacity
-    (the hot experts drop), padding fills every expert to it. EP rank j's experts then compute
-    ``EP * loads[j]`` rows."""
+    they add up); a capacity factor caps each expert at its capacity (the hot experts drop), padding fills
+    every expert to it."""
     table = cfg.moe_expert_load
     w = table[moe_index] if len(table) > 1 else table[0]
     copies = tokens * dims.top_k
@@ -143,5 +142,35 @@ def ep_loads(dims: ModelDims, cfg: "LlmConfig", tokens: int, moe_index: int):
     capacity = expert_capacity(dims, cfg, tokens)
     if capacity is not None:
         per_expert = [capacity if cfg.moe_pad_to_capacity else min(c, capacity) for c in per_expert]
+    return tuple(per_expert)
+
+
+def ep_loads(dims: ModelDims, cfg: "LlmConfig", tokens: int, moe_index: int):
+    """``--moe-expert-load``: the token copies one rank sends to each EP rank's experts in MoE layer
+    ``moe_index`` (a tuple of EP ints): :func:`expert_copies` summed over each EP rank's experts (rank j holds
+    experts ``j*E/EP ..``). EP rank j's experts then compute ``EP * loads[j]`` rows."""
+    per_expert = expert_copies(dims, cfg, tokens, moe_index)
     per_rank = dims.experts // cfg.ep
     return tuple(sum(per_expert[j * per_rank:(j + 1) * per_rank]) for j in range(cfg.ep))
+
+
+def split_evenly(total: int, parts: int):
+    """``total`` rows dealt to ``parts`` experts as evenly as whole rows allow (the first ``total % parts``
+    get one more): balanced routing's tokens per local expert, so that a decode step's few token copies
+    land on that many experts and leave the others idle, as a real router does."""
+    base, extra = divmod(total, parts)
+    return tuple(base + 1 if i < extra else base for i in range(parts))
+
+
+def local_expert_rows(dims: ModelDims, cfg: "LlmConfig", tokens: int, moe_index: int, ep_index: int,
+                      rows: int):
+    """Token copies each of EP rank ``ep_index``'s E/EP experts computes in MoE layer ``moe_index``, adding
+    up to ``rows`` (what the rank's grouped expert GEMMs carry): with ``--moe-expert-load``, EP x the copies
+    every rank sends to that expert (:func:`expert_copies`); otherwise ``rows`` split evenly
+    (:func:`split_evenly`: balanced routing, a capacity factor, or the ``--moe-imbalance`` straggler whose
+    experts are all equally busy)."""
+    per_rank = dims.experts // cfg.ep
+    if not cfg.moe_expert_load:
+        return split_evenly(rows, per_rank)
+    per_expert = expert_copies(dims, cfg, tokens, moe_index)
+    return tuple(cfg.ep * c for c in per_expert[ep_index * per_rank:(ep_index + 1) * per_rank])

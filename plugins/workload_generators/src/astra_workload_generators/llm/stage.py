@@ -25,6 +25,7 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, MlaOps, MtpOps,
         self.dims, self.cfg, self.p = dims, cfg, stage
         self.e = ep_index  # this graph's EP index (--moe-expert-load gives each EP index its own graph)
         self._ep_loads = {}  # layer -> ep_loads()
+        self._expert_groups = {}  # layer -> token copies per local expert (expert_groups())
 
         self.nbytes, tname = DTYPES[cfg.dtype]
         self.ttype = f"Tensor({tname})"
