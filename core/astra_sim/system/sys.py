@@ -33,9 +33,10 @@ from astra_sim.system.topology import (
 class DataSet:
     """All chunks of one collective; tells the workload when the last one ends."""
 
-    __slots__ = ("total_streams", "finished_streams", "notifier", "creation_ns", "active")
+    __slots__ = ("total_streams", "finished_streams", "notifier", "creation_ns", "active", "node_id")
 
-    def __init__(self, total_streams, creation_ns):
+    def __init__(self, total_streams, creation_ns, node_id=-1):
+        self.node_id = node_id  # the collective's trace node (timelines label its phases with it)
         self.total_streams = total_streams
         self.finished_streams = 0
         self.notifier = None
@@ -320,7 +321,7 @@ class Sys:
                 f"an all-gather of {size} bytes cannot be split into {splits} chunks "
                 "('preferred-dataset-splits'); each chunk would be empty"
             )
-        dataset = DataSet(math.ceil(size / chunk_size), self.engine.now)
+        dataset = DataSet(math.ceil(size / chunk_size), self.engine.now, node_id)
         dataset.notifier = notifier
         priority = self.get_priority(explicit_priority)
         ndims = topology.num_dimensions()
