@@ -165,10 +165,15 @@ def in_switch_events(view):
     analysis = view.analysis
     lanes = phase_lanes([(p[4], p[5]) for p in phases])
     out = []
-    for (node, op, dim, size, start, end), lane in zip(phases, lanes):
+    for (node, op, mask, size, start, end), lane in zip(phases, lanes):
         comm = view.kind(node)[1]
-        args = {"node_id": node.id, "op": node.name, "dimension": dim, "bytes": size,
-                "communicator": analysis.communicators.label(comm)}
+        dims = [d for d in range(mask.bit_length()) if mask >> d & 1]
+        args = {"node_id": node.id, "op": node.name}
+        if len(dims) == 1:
+            args["dimension"] = dims[0]
+        else:  # an aggregation tree over several switch tiers
+            args["dimensions"] = dims
+        args.update({"bytes": size, "communicator": analysis.communicators.label(comm)})
         comm_type = _int(node.attrs.get("comm_type"))
         if comm_type is not None:
             args["collective"] = _COLLECTIVE_NAMES.get(comm_type, T.comm_type_name(comm_type))

@@ -71,7 +71,8 @@ def node_group(node):
 class SpanRecorder:
     """Per simulated rank a flat ``array('q')`` of ``node id, start ns, end ns`` triples, in finish order;
     and, for the phases of a collective that a switch reduces or multicasts (``inSwitch``), a second one of
-    ``node id, op, dimension, bytes, start ns, end ns`` sextets (``op``: see :mod:`astra_sim.system.in_switch`)."""
+    ``node id, op, dimensions (bit mask), bytes, start ns, end ns`` sextets (``op``: see
+    :mod:`astra_sim.system.in_switch`)."""
 
     def __init__(self, ranks):
         self.spans = {rank: array("q") for rank in ranks}
@@ -271,7 +272,7 @@ class RankView:
             yield nodes[spans[i]], spans[i + 1], spans[i + 2]
 
     def in_switch_phases(self):
-        """``(collective node, op, dimension, bytes, start, end)`` for every in-switch phase the rank ran
+        """``(collective node, op, dimensions bit mask, bytes, start, end)`` for every in-switch phase the rank ran
         (none without ``inSwitch``), in finish order."""
         phases = self.analysis.recorder.in_switch.get(self.rep)
         if not phases:

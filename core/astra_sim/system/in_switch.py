@@ -77,7 +77,7 @@ class InSwitch(Algorithm):
         self.key = None
         self.spec = None
         self.expected = n
-        self.dim = -1
+        self.dim = 0  # the network dimension, or a tuple of them (an aggregation tree)
         self.start_ns = 0
 
     def bind(self, stream):
@@ -104,7 +104,7 @@ class InSwitch(Algorithm):
             self.state = _DONE
             recorder = self.sys.shared.recorder
             if recorder is not None:
-                recorder.in_switch_phase(self.sys.rank, self.stream.dataset.node_id, _OPS[self.com_type], self.dim,
+                recorder.in_switch_phase(self.sys.rank, self.stream.dataset.node_id, _OPS[self.com_type], dims_mask(self.dim),
                                          self.data_size, self.start_ns, self.sys.engine.now)
             self.finish()
 
@@ -137,9 +137,13 @@ class InSwitch(Algorithm):
 
 
 def _dimension_of(sys, topo):
-    """The network dimension a ring runs along (a group's ring: the one dimension its members differ in)."""
+    """The network dimension a ring runs along (a group's ring: the one dimension its members differ in), or
+    the dimensions of an aggregation tree (a tuple; :class:`astra_sim.system.topology.TreeRingTopology`)."""
     if topo.native_dim is not None:
         return topo.native_dim
+    tree = getattr(topo, "switch_dims", None)
+    if tree:
+        return tree
     differ = differing_dims(topo.members, sys.shared.npus_per_dim)
     if len(differ) != 1:
         raise ConfigError(
@@ -151,10 +155,37 @@ def _dimension_of(sys, topo):
 
 def switch_spec(sys, topo):
     """The switch of the ring's dimension (checked: a Switch that can reduce); a ConfigError naming the
-    dimension otherwise."""
+    dimension otherwise. For an aggregation tree over several dimensions, their switches combined
+    (:func:`tree_spec`)."""
+    dim = _dimension_of(sys, topo)
+    if isinstance(dim, tuple):
+        cache = sys.shared.__dict__.setdefault("in_switch_specs", {})
+        if dim not in cache:
+            cache[dim] = tree_spec([_one_switch(sys, d) for d in dim])
+        return cache[dim]
+    return _one_switch(sys, dim)
+
+
+def tree_spec(specs):
+    """An aggregation tree of switch tiers as one switch: each tier reduces once (latencies add up), the data
+    cross every tier's links (link latencies add up), and the slowest tier's rates and smallest buffer bind."""
+    from astra_sim.api import InSwitchSpec
+
+    buffers = [s.buffer_bytes for s in specs if s.buffer_bytes]
+    return InSwitchSpec(can_reduce=True, line_rate=min(s.line_rate for s in specs),
+                        reduce_rate=min(s.effective_rate() for s in specs),
+                        latency_ns=sum(int(s.latency_ns) for s in specs), buffer_bytes=min(buffers) if buffers else 0,
+                        link_latency_ns=sum(s.link_latency_ns for s in specs))
+
+
+def dims_mask(dim):
+    """A phase's dimension(s) as a bit mask (for the span recorder)."""
+    return sum(1 << d for d in dim) if isinstance(dim, tuple) else 1 << dim
+
+
+def _one_switch(sys, dim):
     shared = sys.shared
     path = shared.system_config.path
-    dim = _dimension_of(sys, topo)
     cache = shared.__dict__.setdefault("in_switch_specs", {})
     if dim in cache:
         return cache[dim]
