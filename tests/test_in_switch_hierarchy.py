@@ -105,3 +105,18 @@ def test_folded_runs_give_the_unfolded_answer(tmp_path, impl):
     unfolded, _ = run(tmp_path, impl, size=16 << 20)
     folded, _ = run(tmp_path, impl, size=16 << 20, fold=True)
     assert folded == unfolded
+
+
+def test_the_tree_shows_as_in_switch_time_on_both_dimensions(tmp_path):
+    from astra_sim.simulation import simulate as sim
+
+    run(tmp_path, ["ring", "inSwitch", "inSwitch"], size=16 << 20)  # writes the inputs
+    timeline = tmp_path / "t.json"
+    report = sim(f"{tmp_path}/w", str(tmp_path / "sys.json"), str(tmp_path / "net.yml"),
+                 comm_groups=str(tmp_path / "groups.json"), timeline=str(timeline))
+    for rank in report.ranks:
+        parts = rank.breakdown["parts"]
+        assert sum(parts.values()) == rank.finish_ns
+        assert parts["exposed_in_switch:group 1" if rank.rank % 2 == 0 else "exposed_in_switch:group 2"] > 0
+    slices = [e for e in json.loads(timeline.read_text())["traceEvents"] if e.get("cat") == "in_switch"]
+    assert slices and all(e["args"]["dimensions"] == [1, 2] for e in slices)
