@@ -179,7 +179,7 @@ def test_refused_where_there_is_no_reducing_switch(tmp_path):
         run(tmp_path, ["inSwitch"], GIB, comm=T.ALL_TO_ALL)
 
 
-def test_the_examples_configurations_are_what_its_script_writes(tmp_path):
+def _example():
     import importlib.util
     from pathlib import Path
 
@@ -187,6 +187,31 @@ def test_the_examples_configurations_are_what_its_script_writes(tmp_path):
     spec = importlib.util.spec_from_file_location("in_switch_example", root / "run.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return root, module
+
+
+def test_the_examples_configurations_are_what_its_script_writes(tmp_path):
+    root, module = _example()
     module.write_configs(tmp_path)
-    for path in sorted(tmp_path.iterdir()):
-        assert path.read_text() == (root / "configs" / path.name).read_text(), path.name
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert written == sorted(p.name for p in (root / "configs").iterdir())
+    for name in written:
+        assert (tmp_path / name).read_text() == (root / "configs" / name).read_text(), name
+
+
+def test_a_small_version_of_the_example_answers_its_question(tmp_path):
+    """128 GPUs, GPT-3 175B's layers cut to 4: in-switch reduction where the data-parallel all-reduce runs pays;
+    where it does not run (the spine, when DP stays in a leaf) it changes nothing; a DP group across leaf and
+    spine gains from either tier and most from both (an aggregation tree)."""
+    _, module = _example()
+    out = tmp_path / "times.json"
+    assert module.main_(["--small", "--out", str(tmp_path), "--json", str(out)]) == 0
+    t = {k: v["step_ns"] for k, v in json.loads(out.read_text()).items()}
+    assert t["dp-in-leaf/leaf"] < 0.95 * t["dp-in-leaf/none"]
+    assert t["dp-in-leaf/spine"] == t["dp-in-leaf/none"]
+    assert t["dp-in-leaf/both"] == t["dp-in-leaf/leaf"]
+    across = {name: t[f"dp-across-spine/{name}"] for name in ("none", "leaf", "spine", "both")}
+    assert across["both"] <= min(across["leaf"], across["spine"]) < across["none"]
+    results = json.loads(out.read_text())
+    assert all(not row["warnings"] for row in results.values())
+    assert results["dp-across-spine/both"]["exposed_in_switch_dp_ns"] > 0

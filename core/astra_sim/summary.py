@@ -34,10 +34,13 @@ def rank_rows(ranks):
 
 
 def part_label(name):
-    """``exposed:dp`` -> ``exposed comm: dp``; ``recv_wait:pp`` -> ``recv wait: pp (bubble)``."""
+    """``exposed:dp`` -> ``exposed comm: dp``; ``exposed_in_switch:dp`` -> ``exposed in-switch comm: dp``;
+    ``recv_wait:pp`` -> ``recv wait: pp (bubble)``."""
     kind, _, what = name.partition(":")
     if kind == "exposed":
         return f"exposed comm: {what}"
+    if kind == "exposed_in_switch":
+        return f"exposed in-switch comm: {what}"
     if kind == "recv_wait":
         return f"recv wait: {what} (bubble)"
     if what:

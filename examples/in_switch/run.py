@@ -2,10 +2,11 @@
 
     python examples/in_switch/run.py [--micro-batches 8] [--out DIR]
 
-Writes the network and the four system configurations next to this file (``configs/``), generates the
-workload (``astra workload llm``, TP 8, PP 8, DP 16, sequence parallel) into ``--out`` (a temporary folder by
-default), runs ``astra run`` once per placement of ``inSwitch`` and prints the step times. About a minute on
-two cores (each run simulates 8 ranks, folded).
+Writes the two fabrics' networks and the four system configurations next to this file (``configs/``), generates
+the workload (``astra workload llm``, TP 8, PP 8, DP 16, sequence parallel) into ``--out`` (a temporary folder by
+default), runs ``astra run`` once per fabric and placement of ``inSwitch`` and prints the step times and the
+exposed in-switch communication of the slowest rank. A few minutes on two cores (each run simulates 8 ranks,
+folded). ``--small`` runs the same questions on 128 GPUs and 4 layers (seconds; tests/test_in_switch_example.py).
 """
 
 from __future__ import annotations
@@ -19,14 +20,16 @@ from astra_sim.cli import main
 from astra_sim.testing import system_config
 
 HERE = Path(__file__).resolve().parent
+GPUS_PER_NODE = 8
 
-#: 128 nodes of 8 H100: dimension 0 the NVSwitch (450 GB/s = 419.1 GiB/s per direction), dimension 1 the leaf
-#: switches (16 nodes per leaf and rail), dimension 2 the spine (8 leaves per rail), 400 Gb/s NICs
-#: (50 GB/s = 46.57 GiB/s). Latencies per hop: NVSwitch 250 ns, leaf 500 ns, spine 1000 ns (assumptions).
+#: nodes of 8 H100: dimension 0 the NVSwitch (450 GB/s = 419.1 GiB/s per direction), dimension 1 the nodes under
+#: one leaf switch (per rail), dimension 2 the leaves under the spine (per rail), 400 Gb/s NICs (50 GB/s =
+#: 46.57 GiB/s). Latencies per hop: NVSwitch 250 ns, leaf 500 ns, spine 1000 ns (assumptions).
 NETWORK = """\
-# 1024 H100: NVSwitch x leaf x spine, a two-tier rail-optimised fabric (examples/in_switch/README.md)
+# {nodes} nodes of 8 H100: NVSwitch x leaf ({per_leaf} nodes per leaf and rail) x spine ({leaves} leaves per rail),
+# a two-tier rail-optimised fabric (examples/in_switch/README.md)
 topology: [ Switch, Switch, Switch ]
-npus_count: [ 8, 16, 8 ]
+npus_count: [ 8, {per_leaf}, {leaves} ]
 bandwidth: [ 419.1, 46.57, 46.57 ]
 latency: [ 250.0, 500.0, 1000.0 ]
 cross_dimension_route: dimension_order
@@ -43,9 +46,17 @@ PLACEMENTS = {
 }
 
 
-def write_configs(directory):
+def fabrics(nodes, dp):
+    """``{name: (nodes per leaf, leaves)}``: leaves as wide as a data-parallel group (its all-reduce stays in
+    one leaf), and leaves a quarter of that (the group spans four leaves: leaf and spine)."""
+    return {"dp-in-leaf": (dp, nodes // dp), "dp-across-spine": (dp // 4, nodes * 4 // dp)}
+
+
+def write_configs(directory, nodes=128, dp=16):
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "network.yml").write_text(NETWORK)
+    for name, (per_leaf, leaves) in fabrics(nodes, dp).items():
+        text = NETWORK.format(nodes=nodes, per_leaf=per_leaf, leaves=leaves)
+        (directory / f"network_{name}.yml").write_text(text)
     for name, impl in PLACEMENTS.items():
         config = system_config(3, "ring", local_mem_bw=3350, peak_perf=989)
         for key in ("all-reduce", "all-gather", "reduce-scatter"):
@@ -57,32 +68,52 @@ def write_configs(directory):
 def main_(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--micro-batches", type=int, default=8)
+    parser.add_argument("--small", action="store_true",
+                        help="128 GPUs (TP 8, PP 2, DP 8), 4 layers, 2 micro-batches: the same questions in seconds")
     parser.add_argument("--out", default=None, help="folder for the workload and reports (default: a temporary one)")
+    parser.add_argument("--json", default=None, help="also write the step times (ns) and parts here")
     args = parser.parse_args(argv)
-    configs = HERE / "configs"
-    write_configs(configs)
+    tp, pp, dp, extra = 8, 8, 16, []
+    micro = args.micro_batches
+    if args.small:
+        pp, dp, micro, extra = 2, 8, 2, ["--layers", "4"]
+    nodes = tp * pp * dp // GPUS_PER_NODE
     out = Path(args.out or tempfile.mkdtemp(prefix="astra-in-switch-"))
     out.mkdir(parents=True, exist_ok=True)
+    configs = HERE / "configs" if not args.small else out / "configs"
+    write_configs(configs, nodes, dp)
     prefix = out / "gpt3"
-    rc = main(["workload", "llm", "--preset", "gpt3-175b", "--tp", "8", "--pp", "8", "--dp", "16",
-               "--micro-batches", str(args.micro_batches), "--sequence-parallel", "-o", str(prefix)])
+    rc = main(["workload", "llm", "--preset", "gpt3-175b", "--tp", str(tp), "--pp", str(pp), "--dp", str(dp),
+               "--micro-batches", str(micro), "--sequence-parallel", "-o", str(prefix), *extra])
     if rc:
         return rc
-    times = {}
-    for name in PLACEMENTS:
-        report = out / f"report_{name}.json"
-        rc = main(["run", "--workload-configuration", str(prefix),
-                   "--comm-group-configuration", f"{prefix}.groups.json",
-                   "--system-configuration", str(configs / f"system_{name}.json"),
-                   "--network-configuration", str(configs / "network.yml"),
-                   "--compute-model", "gpu", "--gpu", "H100-SXM5-80GB", "-q", "--report-json", str(report)])
-        if rc:
-            return rc
-        times[name] = max(r["finish_ns"] for r in json.loads(report.read_text())["ranks"])
-    base = times["none"]
-    print("inSwitch at | step time (s) | vs none")
-    for name, ns in times.items():
-        print(f"{name:11} | {ns / 1e9:13.4f} | {100 * (ns - base) / base:+.1f} %")
+    results = {}
+    for fabric in fabrics(nodes, dp):
+        for name in PLACEMENTS:
+            report = out / f"report_{fabric}_{name}.json"
+            rc = main(["run", "--workload-configuration", str(prefix),
+                       "--comm-group-configuration", f"{prefix}.groups.json",
+                       "--system-configuration", str(configs / f"system_{name}.json"),
+                       "--network-configuration", str(configs / f"network_{fabric}.yml"),
+                       "--compute-model", "gpu", "--gpu", "H100-SXM5-80GB", "-q", "--report-json", str(report)])
+            if rc:
+                return rc
+            data = json.loads(report.read_text())
+            parts = data["breakdown"]["parts"]
+            results[f"{fabric}/{name}"] = {
+                "step_ns": max(r["finish_ns"] for r in data["ranks"]),
+                "exposed_dp_ns": parts.get("exposed:dp", 0),
+                "exposed_in_switch_dp_ns": parts.get("exposed_in_switch:dp", 0),
+                "warnings": data.get("warnings", []),
+            }
+    print("fabric          | inSwitch at | step time (s) | vs none | exposed dp / in-switch (ms)")
+    for key, row in results.items():
+        fabric, name = key.split("/")
+        base = results[f"{fabric}/none"]["step_ns"]
+        print(f"{fabric:15} | {name:11} | {row['step_ns'] / 1e9:13.4f} | {100 * (row['step_ns'] - base) / base:+6.1f} % |"
+              f" {row['exposed_dp_ns'] / 1e6:.2f} / {row['exposed_in_switch_dp_ns'] / 1e6:.2f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
     return 0
 
 

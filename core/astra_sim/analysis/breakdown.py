@@ -5,6 +5,9 @@ Every nanosecond of ``[0, finish]`` goes to exactly one part, the first of these
 1. ``compute:<class>``: a GPU compute node (``gemm``, ``attention``, ``elementwise``, ``other``);
 2. ``exposed:<communicator>``: collectives and sends not hidden by compute, per communicator (when
    several run at once, the nanoseconds are shared out evenly, the remainder to the first by name);
+   a communicator's share while one of its collectives has a phase that a switch reduces or multicasts
+   (the ``inSwitch`` algorithm) goes to ``exposed_in_switch:<communicator>`` instead: in-switch
+   communication is its own kind;
 3. ``remote_memory``: remote-memory loads and stores;
 4. ``recv_wait:<communicator>``: waiting on a receive with nothing else running (the pipeline bubble);
 5. ``cpu``: CPU ops;
@@ -15,7 +18,8 @@ GPU timeline shows as busy (HolisticTraceAnalysis's temporal breakdown: its comp
 non-compute the exposed, remote-memory and receive parts). Per communicator the breakdown also gives the
 time any of its operations ran (``busy_ns``) and the part of it under compute (``overlapped_ns``), and per rank
 the union of all communication (receives included) and the part of it under compute (HTA's comm/comp overlap
-is their ratio).
+is their ratio); a communicator with in-switch phases also gets ``in_switch_busy_ns`` (the time any of them ran)
+and ``in_switch_exposed_ns``.
 """
 
 from __future__ import annotations
@@ -23,14 +27,14 @@ from __future__ import annotations
 from astra_sim.analysis.spans import K_COLL, K_COMPUTE, K_CPU, K_MEM, K_RECV, K_SEND
 
 COMPUTE_CLASSES = ("gemm", "attention", "elementwise", "other")
-_C_COMPUTE, _C_COMM, _C_MEM, _C_RECV, _C_CPU = range(5)
+_C_COMPUTE, _C_COMM, _C_MEM, _C_RECV, _C_CPU, _C_SWITCH = range(6)
 
 
 class RankParts:
     """A rank's breakdown with communicators keyed by group id (the representative's, see ``relabelled``)."""
 
     __slots__ = ("finish_ns", "compute", "cpu", "memory", "idle", "exposed", "recv_wait", "busy", "overlapped",
-                 "comm_busy", "comm_overlapped")
+                 "comm_busy", "comm_overlapped", "in_switch_exposed", "in_switch_busy")
 
     def __init__(self, finish_ns):
         self.finish_ns = finish_ns
@@ -41,6 +45,8 @@ class RankParts:
         self.busy = {}
         self.overlapped = {}
         self.comm_busy = self.comm_overlapped = 0
+        self.in_switch_exposed = {}
+        self.in_switch_busy = {}
 
 
 def rank_parts(view):
@@ -52,6 +58,9 @@ def rank_parts(view):
     cat_class = []
     cat_key = []
     events = []
+    for node, _op, _dim, _size, start, end in view.in_switch_phases():
+        if end > start:
+            events.append((start, end, (_C_SWITCH, analysis.kind_of(rep, node)[1])))
     for node, start, end in view.records():
         if end <= start:
             continue
@@ -68,6 +77,10 @@ def rank_parts(view):
             cat = (_C_CPU, None)
         else:
             continue
+        events.append((start, end, cat))
+    spans = events
+    events = []
+    for start, end, cat in spans:
         index = categories.get(cat)
         if index is None:
             index = categories[cat] = len(cat_class)
@@ -77,7 +90,7 @@ def rank_parts(view):
         events.append((end, -1, index))
     events.sort()
     active = [0] * len(cat_class)
-    running = [set() for _ in range(5)]  # per class: the active categories
+    running = [set() for _ in range(6)]  # per class: the active categories
     compute, exposed, recv_wait, busy, overlapped = parts.compute, parts.exposed, parts.recv_wait, parts.busy, parts.overlapped
     now = 0
     i = 0
@@ -105,11 +118,16 @@ def _assign(parts, t0, t1, running, cat_key, compute, exposed, recv_wait, busy, 
     length = t1 - t0
     comm = running[_C_COMM]
     recv = running[_C_RECV]
+    switch = running[_C_SWITCH]
     if comm or recv:
         parts.comm_busy += length
         for index in comm | recv:
             key = cat_key[index]
             busy[key] = busy.get(key, 0) + length
+    if switch:
+        in_switch_busy = parts.in_switch_busy
+        for key in {cat_key[i] for i in switch}:
+            in_switch_busy[key] = in_switch_busy.get(key, 0) + length
     if running[_C_COMPUTE]:
         compute[cat_key[min(running[_C_COMPUTE])]] += length
         if comm or recv:
@@ -118,7 +136,11 @@ def _assign(parts, t0, t1, running, cat_key, compute, exposed, recv_wait, busy, 
                 key = cat_key[index]
                 overlapped[key] = overlapped.get(key, 0) + length
     elif comm:
-        _share(exposed, length, sorted(cat_key[i] for i in comm))
+        keys = sorted(cat_key[i] for i in comm)
+        if switch:
+            _share_split(exposed, parts.in_switch_exposed, length, keys, {cat_key[i] for i in switch})
+        else:
+            _share(exposed, length, keys)
     elif running[_C_MEM]:
         parts.memory += length
     elif recv:
@@ -134,6 +156,14 @@ def _share(into, length, keys):
     each, extra = divmod(length, len(keys))
     for j, key in enumerate(keys):
         into[key] = into.get(key, 0) + each + (1 if j < extra else 0)
+
+
+def _share_split(into, in_switch, length, keys, switch_keys):
+    """:func:`_share`, each key's share going to ``in_switch`` when the key has an in-switch phase running."""
+    each, extra = divmod(length, len(keys))
+    for j, key in enumerate(keys):
+        target = in_switch if key in switch_keys else into
+        target[key] = target.get(key, 0) + each + (1 if j < extra else 0)
 
 
 def labelled(parts, view):
@@ -156,12 +186,23 @@ def labelled(parts, view):
                           (parts.exposed, "exposed_ns"), (parts.recv_wait, "recv_wait_ns")):
         for key, ns in source.items():
             entry(key)[field] += ns
+    for source, field in ((parts.in_switch_busy, "in_switch_busy_ns"),
+                          (parts.in_switch_exposed, "in_switch_exposed_ns")):
+        for key, ns in source.items():  # only communicators with in-switch phases carry these fields
+            item = entry(key)
+            item[field] = item.get(field, 0) + ns
+    for item in entries.values():
+        if "in_switch_busy_ns" in item:
+            item.setdefault("in_switch_exposed_ns", 0)
     out = {f"compute:{c}": ns for c, ns in parts.compute.items() if ns}
     if parts.cpu:
         out["cpu"] = parts.cpu
     for label in sorted(entries):
         if entries[label]["exposed_ns"]:
             out[f"exposed:{label}"] = entries[label]["exposed_ns"]
+    for label in sorted(entries):
+        if entries[label].get("in_switch_exposed_ns"):
+            out[f"exposed_in_switch:{label}"] = entries[label]["in_switch_exposed_ns"]
     if parts.memory:
         out["remote_memory"] = parts.memory
     for label in sorted(entries):
@@ -189,7 +230,7 @@ def breakdowns(analysis):
         parts = by_rep.get(view.rep)
         if parts is None:
             parts = by_rep[view.rep] = rank_parts(view)
-        keys = sorted(set(parts.busy) | set(parts.exposed) | set(parts.recv_wait))
+        keys = sorted(set(parts.busy) | set(parts.exposed) | set(parts.recv_wait) | set(parts.in_switch_busy))
         key = (view.rep, tuple(view.group(k) for k in keys))
         result = by_groups.get(key)
         if result is None:

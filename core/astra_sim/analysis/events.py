@@ -16,6 +16,7 @@ from astra_sim.chakra import types as T
 TID_COMPUTE, TID_CPU, TID_MEMORY, TID_COMM, TID_INSTANT = 1, 2, 3, 4, 5
 TID_RECV = 100
 TID_GROUP = 1000
+TID_IN_SWITCH = 5_000_000  # lanes of in-switch phases (see :func:`in_switch_events`)
 TID_SEND = 10_000_000
 
 _COLLECTIVE_NAMES = {T.ALL_REDUCE: "all_reduce", T.ALL_GATHER: "all_gather", T.REDUCE_SCATTER: "reduce_scatter",
@@ -135,6 +136,53 @@ def recv_lanes(records):
     return lanes
 
 
+def phase_lanes(intervals):
+    """A lane per interval (``[(start, end), ...]``, first fit in start order) so that no two on one lane overlap."""
+    order = sorted(range(len(intervals)), key=lambda i: intervals[i])
+    lanes = [0] * len(intervals)
+    free = []  # (end, lane)
+    count = 0
+    for i in order:
+        start, end = intervals[i]
+        if free and free[0][0] <= start:
+            _, lane = heappop(free)
+        else:
+            lane = count
+            count += 1
+        lanes[i] = lane
+        heappush(free, (end, lane))
+    return lanes
+
+
+def in_switch_events(view):
+    """The rank's in-switch phases as timeline slices: ``(lane, start, end, name, args)``, one per phase of a
+    collective that a switch reduced or multicast (``inSwitch``); lanes keep overlapping chunks apart."""
+    from astra_sim.system.in_switch import OP_NAMES
+
+    phases = list(view.in_switch_phases())
+    if not phases:
+        return []
+    analysis = view.analysis
+    lanes = phase_lanes([(p[4], p[5]) for p in phases])
+    out = []
+    for (node, op, mask, size, start, end), lane in zip(phases, lanes):
+        comm = view.kind(node)[1]
+        dims = [d for d in range(mask.bit_length()) if mask >> d & 1]
+        args = {"node_id": node.id, "op": node.name}
+        if len(dims) == 1:
+            args["dimension"] = dims[0]
+        else:  # an aggregation tree over several switch tiers
+            args["dimensions"] = dims
+        args.update({"bytes": size, "communicator": analysis.communicators.label(comm)})
+        comm_type = _int(node.attrs.get("comm_type"))
+        if comm_type is not None:
+            args["collective"] = _COLLECTIVE_NAMES.get(comm_type, T.comm_type_name(comm_type))
+        if comm is not None and comm > 0:
+            args["group"] = comm
+        out.append((lane, start, end, OP_NAMES[op], args))
+    return out
+
+
 class Messages:
     """Which send a receive matched: the k-th receive of ``(src, dst, tag, size)`` meets the k-th send of it,
     in the order they were posted (start time, then node id), as the frontend matches them."""
@@ -189,4 +237,4 @@ def _position(items, start, node_id):
     return k if k < len(items) and items[k][0] == start and items[k][1] == node_id else None
 
 
-__all__ = ["NodeDescriber", "track", "recv_lanes", "Messages", "K_INSTANT"]
+__all__ = ["NodeDescriber", "track", "recv_lanes", "phase_lanes", "in_switch_events", "Messages", "K_INSTANT"]

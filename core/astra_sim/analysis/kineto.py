@@ -18,10 +18,13 @@ The mapping (what HTA reads is in brackets):
 * a remote-memory node: ``gpu_memcpy`` ``Memcpy HtoD`` (load) or ``Memcpy DtoH`` (store) on stream 50
   [memory: neither computation nor communication];
 * a CPU op: ``cpu_op`` on the host thread;
+* a phase of a collective that a switch reduced or multicast (``inSwitch``): a ``gpu_user_annotation`` named
+  ``in-switch reduce`` / ``in-switch multicast`` / ``in-switch reduce + multicast`` on the collective's stream
+  (HTA drops GPU annotations by default, so they change none of its numbers; viewers show them over the kernel);
 * every event keeps the Chrome timeline's arguments (node id, op, bytes, communicator, ...).
 
 With these, HTA's temporal breakdown gives: compute time = our ``compute:*`` parts, non-compute time = our
-``exposed:*`` + ``recv_wait:*`` + ``remote_memory``, idle = our ``cpu`` + ``idle`` (counted between the first
+``exposed:*`` + ``exposed_in_switch:*`` + ``recv_wait:*`` + ``remote_memory``, idle = our ``cpu`` + ``idle`` (counted between the first
 kernel's start and the last kernel's end), and its comm/comp overlap = our ``comm_overlapped_ns /
 comm_busy_ns``. Times are whole microseconds, each start and end rounded to the nearest: HTA would round
 fractional timestamps itself, starts up and ends down, opening a gap of up to 1 us between every two
@@ -35,7 +38,7 @@ import json
 import os
 import re
 
-from astra_sim.analysis.events import TID_COMM, NodeDescriber, recv_lanes, track
+from astra_sim.analysis.events import TID_COMM, NodeDescriber, in_switch_events, recv_lanes, track
 from astra_sim.analysis.spans import K_COLL, K_COMPUTE, K_CPU, K_MEM, K_RECV, K_SEND
 from astra_sim.analysis.timeline import EventStream
 from astra_sim.chakra import types as T
@@ -145,6 +148,12 @@ def _rank_events(stream, analysis, describer, rank):
         stream.event(f'{{"ph":"X","cat":"cuda_runtime","name":"{runtime}","pid":{HOST_PID},"tid":{HOST_TID},'
                      f'"ts":{us(start)},"dur":0,"args":{{"correlation":{correlation},"External id":{correlation}}}}}')
         stream.event(f'{{"ph":"X","cat":"{cat}","name":{_dumps(kernel_name(kind, node, name))},"pid":{DEVICE_PID},'
+                     f'"tid":{gpu_stream},"ts":{us(start)},"dur":{_dur(start, end)},"args":{_dumps(args)}}}')
+    for _lane, start, end, name, args in in_switch_events(view):
+        node = view.nodes[args["node_id"]]
+        gpu_stream = comm_streams.get(track(view, node, K_COLL, per_communicator, total)[0], STREAM_COMM)
+        args = dict(args, device=0, stream=gpu_stream)
+        stream.event(f'{{"ph":"X","cat":"gpu_user_annotation","name":{_dumps(name)},"pid":{DEVICE_PID},'
                      f'"tid":{gpu_stream},"ts":{us(start)},"dur":{_dur(start, end)},"args":{_dumps(args)}}}')
 
 

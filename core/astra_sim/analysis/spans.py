@@ -69,10 +69,20 @@ def node_group(node):
 
 
 class SpanRecorder:
-    """Per simulated rank a flat ``array('q')`` of ``node id, start ns, end ns`` triples, in finish order."""
+    """Per simulated rank a flat ``array('q')`` of ``node id, start ns, end ns`` triples, in finish order;
+    and, for the phases of a collective that a switch reduces or multicasts (``inSwitch``), a second one of
+    ``node id, op, dimensions (bit mask), bytes, start ns, end ns`` sextets (``op``: see
+    :mod:`astra_sim.system.in_switch`)."""
 
     def __init__(self, ranks):
         self.spans = {rank: array("q") for rank in ranks}
+        self.in_switch = {}
+
+    def in_switch_phase(self, rank, node_id, op, dim, size_bytes, start_ns, end_ns):
+        phases = self.in_switch.get(rank)
+        if phases is None:
+            phases = self.in_switch[rank] = array("q")
+        phases.extend((node_id, op, dim, size_bytes, start_ns, end_ns))
 
     def observer(self):
         spans = self.spans
@@ -260,3 +270,15 @@ class RankView:
         spans = self.spans
         for i in range(0, len(spans), 3):
             yield nodes[spans[i]], spans[i + 1], spans[i + 2]
+
+    def in_switch_phases(self):
+        """``(collective node, op, dimensions bit mask, bytes, start, end)`` for every in-switch phase the rank ran
+        (none without ``inSwitch``), in finish order."""
+        phases = self.analysis.recorder.in_switch.get(self.rep)
+        if not phases:
+            return
+        nodes = self.nodes
+        for i in range(0, len(phases), 6):
+            node = nodes.get(phases[i])
+            if node is not None:
+                yield node, phases[i + 1], phases[i + 2], phases[i + 3], phases[i + 4], phases[i + 5]

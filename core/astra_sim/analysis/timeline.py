@@ -8,6 +8,10 @@
 * every executed node is a complete event (``ph: X``) named by its ``label`` attribute or its name, with
   ``args``: node id, type, op, bytes, communicator and group, collective and algorithm, peer and tag, and for
   compute nodes the op class and, from the ``gpu`` model, FLOPs and the modelled efficiency;
+* a phase of a collective that a switch reduced or multicast (``inSwitch``) is also a slice of its own, category
+  ``in_switch``, named ``in-switch reduce`` (reduce-scatter), ``in-switch multicast`` (all-gather) or
+  ``in-switch reduce + multicast`` (all-reduce), on the rank's ``in-switch`` tracks (one more lane per phase that
+  overlaps another: chunks run in parallel), with the collective node, dimension, bytes and communicator;
 * a send and the receive it matched are joined by a flow (``ph: s`` / ``f``) when both ranks are written;
 * backends with links add a ``network`` process with one counter track per link: the share of the link's
   bandwidth in use, per time bin.
@@ -23,7 +27,9 @@ import gzip
 import json
 import os
 
-from astra_sim.analysis.events import TID_RECV, Messages, NodeDescriber, recv_lanes, track
+from astra_sim.analysis.events import (
+    TID_IN_SWITCH, TID_RECV, Messages, NodeDescriber, in_switch_events, recv_lanes, track,
+)
 from astra_sim.analysis.spans import K_COLL, K_RECV, K_SEND
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
@@ -146,6 +152,11 @@ def write_chrome_trace(request, analysis, report):
                 if kind == K_RECV:
                     flows += _flow(stream, analysis, messages, view, item, start, end, tid, chosen, flows,
                                    per_communicator, total)
+            for lane, start, end, name, args in in_switch_events(view):
+                tid = TID_IN_SWITCH + lane
+                threads.setdefault(tid, "in-switch" if not lane else f"in-switch {lane + 1}")
+                stream.event(f'{{"ph":"X","pid":{rank},"tid":{tid},"ts":{us(start)},"dur":{us(end - start)},'
+                             f'"name":{_dumps(name)},"cat":"in_switch","args":{_dumps(args)}}}')
             for tid in sorted(threads):
                 stream.event(metadata("thread_name", rank, {"name": threads[tid]}, tid))
                 stream.event(metadata("thread_sort_index", rank, {"sort_index": tid}, tid))

@@ -15,6 +15,10 @@ reduction rate and multicasts the result down. One phase on one rank:
    all-reduce and reduce-scatter, 0 for all-gather, which multicasts only and adds nothing);
 4. endpoint delay (the result lands in memory); the phase ends.
 
+When the run records spans (breakdown, timeline), each phase is also recorded as an in-switch phase
+(:meth:`astra_sim.analysis.spans.SpanRecorder.in_switch_phase`): the breakdown counts its exposed time
+as in-switch communication and the timelines draw it as an in-switch reduce / multicast slice.
+
 The switch itself is the shared :class:`SwitchReduction` record of the phase. In a folded run
 (:mod:`astra_sim.symmetry`) it waits only for the members that are simulated: the others are their
 mirror images and arrive at the same time.
@@ -27,6 +31,10 @@ from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, RED
 from astra_sim.system.topology import CLOCKWISE, differing_dims
 
 _SEND, _WAIT, _LAND, _DONE = range(4)
+#: what a phase does at the switch, as recorded for the breakdown and the timelines
+OP_ALL_REDUCE, OP_REDUCE, OP_MULTICAST = range(3)
+OP_NAMES = ("in-switch reduce + multicast", "in-switch reduce", "in-switch multicast")
+_OPS = {ALL_REDUCE: OP_ALL_REDUCE, REDUCE_SCATTER: OP_REDUCE, ALL_GATHER: OP_MULTICAST}
 
 
 class SwitchReduction:
@@ -41,7 +49,8 @@ class SwitchReduction:
 class InSwitch(Algorithm):
     """One rank's part of an in-switch all-reduce, reduce-scatter or all-gather on one dimension."""
 
-    __slots__ = ("rank", "topo", "nodes_in_ring", "msg_size", "reduced_bytes", "state", "key", "spec", "expected")
+    __slots__ = ("rank", "topo", "nodes_in_ring", "msg_size", "reduced_bytes", "state", "key", "spec", "expected",
+                 "dim", "start_ns")
 
     def __init__(self, com_type, rank, topo, data_size):
         if com_type == ALL_TO_ALL:
@@ -68,10 +77,13 @@ class InSwitch(Algorithm):
         self.key = None
         self.spec = None
         self.expected = n
+        self.dim = 0  # the network dimension, or a tuple of them (an aggregation tree)
+        self.start_ns = 0
 
     def bind(self, stream):
         super().bind(stream)
         self.spec = switch_spec(self.sys, self.topo)
+        self.dim = _dimension_of(self.sys, self.topo)
         members = tuple(self.topo.members)
         self.key = (members, self._tag, self.com_type)
         symmetry = getattr(self.sys.shared, "symmetry", None)
@@ -79,6 +91,7 @@ class InSwitch(Algorithm):
             self.expected = sum(1 for npu in members if symmetry.is_representative(npu))
 
     def run_init(self):
+        self.start_ns = self.sys.engine.now
         self.bundle(self.data_size, False)
 
     def run_general(self, _arg=None):
@@ -89,6 +102,10 @@ class InSwitch(Algorithm):
             self._recv(topo.get_sender(rank, CLOCKWISE), rank, self.msg_size, self._tag, self._received, None)
         elif self.state == _LAND:
             self.state = _DONE
+            recorder = self.sys.shared.recorder
+            if recorder is not None:
+                recorder.in_switch_phase(self.sys.rank, self.stream.dataset.node_id, _OPS[self.com_type], dims_mask(self.dim),
+                                         self.data_size, self.start_ns, self.sys.engine.now)
             self.finish()
 
     def run_received(self, _arg=None):
@@ -120,9 +137,13 @@ class InSwitch(Algorithm):
 
 
 def _dimension_of(sys, topo):
-    """The network dimension a ring runs along (a group's ring: the one dimension its members differ in)."""
+    """The network dimension a ring runs along (a group's ring: the one dimension its members differ in), or
+    the dimensions of an aggregation tree (a tuple; :class:`astra_sim.system.topology.TreeRingTopology`)."""
     if topo.native_dim is not None:
         return topo.native_dim
+    tree = getattr(topo, "switch_dims", None)
+    if tree:
+        return tree
     differ = differing_dims(topo.members, sys.shared.npus_per_dim)
     if len(differ) != 1:
         raise ConfigError(
@@ -134,10 +155,37 @@ def _dimension_of(sys, topo):
 
 def switch_spec(sys, topo):
     """The switch of the ring's dimension (checked: a Switch that can reduce); a ConfigError naming the
-    dimension otherwise."""
+    dimension otherwise. For an aggregation tree over several dimensions, their switches combined
+    (:func:`tree_spec`)."""
+    dim = _dimension_of(sys, topo)
+    if isinstance(dim, tuple):
+        cache = sys.shared.__dict__.setdefault("in_switch_specs", {})
+        if dim not in cache:
+            cache[dim] = tree_spec([_one_switch(sys, d) for d in dim])
+        return cache[dim]
+    return _one_switch(sys, dim)
+
+
+def tree_spec(specs):
+    """An aggregation tree of switch tiers as one switch: each tier reduces once (latencies add up), the data
+    cross every tier's links (link latencies add up), and the slowest tier's rates and smallest buffer bind."""
+    from astra_sim.api import InSwitchSpec
+
+    buffers = [s.buffer_bytes for s in specs if s.buffer_bytes]
+    return InSwitchSpec(can_reduce=True, line_rate=min(s.line_rate for s in specs),
+                        reduce_rate=min(s.effective_rate() for s in specs),
+                        latency_ns=sum(int(s.latency_ns) for s in specs), buffer_bytes=min(buffers) if buffers else 0,
+                        link_latency_ns=sum(s.link_latency_ns for s in specs))
+
+
+def dims_mask(dim):
+    """A phase's dimension(s) as a bit mask (for the span recorder)."""
+    return sum(1 << d for d in dim) if isinstance(dim, tuple) else 1 << dim
+
+
+def _one_switch(sys, dim):
     shared = sys.shared
     path = shared.system_config.path
-    dim = _dimension_of(sys, topo)
     cache = shared.__dict__.setdefault("in_switch_specs", {})
     if dim in cache:
         return cache[dim]

@@ -43,6 +43,8 @@ class NetworkGraph:
     rank_node: list = field(default_factory=list)  # rank -> node name
     npus_per_dim: list = field(default_factory=list)
     switch_latency_ns: dict = field(default_factory=dict)  # name -> extra ns per traversal
+    #: name -> :class:`astra_network_congestion.switch_tiers.Reducer`: switches declaring in-network reduction
+    reducers: dict = field(default_factory=dict)
     _reverse_cache: tuple = field(default=None, repr=False, compare=False)
 
     def add_node(self, name, kind, switch_latency_ns=0.0):

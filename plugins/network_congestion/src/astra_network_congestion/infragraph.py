@@ -61,6 +61,13 @@ astra-sim-sdk form) when any node has one: they must be the integers 0..N-1, eac
 the NPU nodes in natural order (``dgx.2.xpu.0`` < ``dgx.10.xpu.0``), which for the blueprints is
 host-major: rank = host * NPUs_per_host + local index.
 
+In-network reduction
+--------------------
+A switch node may declare that it reduces (``switch_reduction: true`` and optional
+``switch_reduction_bandwidth`` / ``_latency`` / ``_buffer`` node attributes, set by an annotation); the
+``inSwitch`` collective algorithm then runs on the logical dimensions such switches serve
+(:mod:`astra_network_congestion.switch_tiers` has the names, defaults and rules).
+
 Logical dimensions
 ------------------
 ``npus_per_dim`` (the dimensions the collective algorithms use; dimension 0 varies fastest in the
@@ -853,6 +860,9 @@ def _build_network(model):
         network.add_link(node, node + ROUTER_SUFFIX, gib_per_s(injection[node]), 0.0, name=ROUTER_LINK)
     network.npus_per_dim = list(model.logical_dims)
     network.set_ranks(model.rank_node)
+    from astra_network_congestion.switch_tiers import read_reducers
+
+    network.reducers = read_reducers(model)  # in-network reduction (inSwitch), see switch_tiers.py
     return network
 
 

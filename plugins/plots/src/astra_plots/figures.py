@@ -19,7 +19,7 @@ from matplotlib import colormaps  # noqa: E402
 MAX_BARS = 32
 MAX_LINK_ROWS = 48
 _CATEGORY_COLORS = {"compute": "#1f77b4", "cpu": "#7f7f7f", "collective": "#ff7f0e", "send": "#d62728",
-                    "recv": "#9467bd", "remote_memory": "#8c564b", "instant": "#bcbd22"}
+                    "recv": "#9467bd", "remote_memory": "#8c564b", "instant": "#bcbd22", "in_switch": "#2ca02c"}
 
 
 def _ms(ns):
@@ -28,16 +28,18 @@ def _ms(ns):
 
 def part_order(names):
     """Parts in a stable order: compute, cpu, exposed communication, remote memory, receive waits, idle."""
-    rank = {"compute": 0, "cpu": 1, "exposed": 2, "remote_memory": 3, "recv_wait": 4, "idle": 5}
+    rank = {"compute": 0, "cpu": 1, "exposed": 2, "exposed_in_switch": 2.5, "remote_memory": 3, "recv_wait": 4,
+            "idle": 5}
     return sorted(names, key=lambda n: (rank.get(n.split(":")[0], 6), n))
 
 
 def part_colors(names):
-    """A colour per part: blues for compute, oranges/reds for exposed communication, purples for waits."""
+    """A colour per part: blues for compute, oranges/reds for exposed communication, greens for exposed in-switch
+    communication, purples for waits."""
     groups = {}
     for name in names:
         groups.setdefault(name.split(":")[0], []).append(name)
-    maps = {"compute": "Blues", "exposed": "Oranges", "recv_wait": "Purples"}
+    maps = {"compute": "Blues", "exposed": "Oranges", "exposed_in_switch": "Greens", "recv_wait": "Purples"}
     fixed = {"cpu": "#7f7f7f", "remote_memory": "#8c564b", "idle": "#dddddd"}
     colors = {}
     for kind, members in groups.items():
