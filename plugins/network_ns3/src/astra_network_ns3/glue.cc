@@ -1,0 +1,409 @@
+// C++ glue between astra-sim-py's event loop and ns-3 (compiled at run time with cppyy.cppdef).
+//
+// Everything per packet stays here; Python calls in once per message (Send), once per slice of
+// simulated time (RunSlice) and reads the completions a slice produced. Messages between one pair of
+// hosts share one TCP connection, in order: the receiver completes a message when its last byte has been
+// delivered in order, so messages of a pair complete in the order they were sent (FIFO).
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace astra_ns3
+{
+using namespace ns3;
+
+struct Conn
+{
+    int src = 0;
+    int dst = 0;
+    Ptr<Socket> tx;
+    uint64_t pending = 0; // bytes queued by messages, not yet handed to the socket
+    uint64_t total = 0;   // bytes of every message queued so far
+    uint64_t rx = 0;      // bytes delivered in order at the receiver
+    uint16_t sport = 0;
+    std::deque<std::pair<uint64_t, uint64_t>> ends; // (cumulative end byte, message id)
+};
+
+struct Port
+{
+    int node = 0;
+    int peer = 0;
+    uint64_t rateBps = 0;
+    Ptr<QueueDisc> qdisc;
+    uint64_t txBytes = 0;
+    uint64_t txPackets = 0;
+    uint32_t peakQueueBytes = 0;
+};
+
+class Net
+{
+  public:
+    // ------------------------------------------------------------ setup (called from Python once)
+    void Configure(int ccMode, uint32_t segmentBytes, double dctcpG, uint32_t minRtoUs)
+    {
+        m_dctcp = ccMode == 8;
+        Config::SetDefault("ns3::TcpL4Protocol::SocketType",
+                           TypeIdValue(m_dctcp ? TcpDctcp::GetTypeId() : TcpNewReno::GetTypeId()));
+        Config::SetDefault("ns3::TcpSocket::SegmentSize", UintegerValue(segmentBytes));
+        Config::SetDefault("ns3::TcpSocket::SndBufSize", UintegerValue(8u << 20));
+        Config::SetDefault("ns3::TcpSocket::RcvBufSize", UintegerValue(8u << 20));
+        Config::SetDefault("ns3::TcpSocketBase::MinRto", TimeValue(MicroSeconds(minRtoUs)));
+        Config::SetDefault("ns3::TcpSocketBase::ClockGranularity", TimeValue(MicroSeconds(1)));
+        if (m_dctcp && dctcpG > 0)
+        {
+            Config::SetDefault("ns3::TcpDctcp::DctcpShiftG", DoubleValue(dctcpG));
+        }
+        // RED as DCTCP wants it: the instantaneous queue, marks instead of drops, all marked above K_max.
+        Config::SetDefault("ns3::RedQueueDisc::UseEcn", BooleanValue(true));
+        Config::SetDefault("ns3::RedQueueDisc::UseHardDrop", BooleanValue(false));
+        Config::SetDefault("ns3::RedQueueDisc::QW", DoubleValue(1.0));
+        Config::SetDefault("ns3::RedQueueDisc::Gentle", BooleanValue(false));
+        Config::SetDefault("ns3::RedQueueDisc::MeanPktSize", UintegerValue(segmentBytes + 54));
+    }
+
+    void AddNodes(int count)
+    {
+        m_nodes.Create(count);
+        InternetStackHelper stack;
+        stack.Install(m_nodes);
+        m_isSwitch.assign(count, false);
+        m_addr.assign(count, Ipv4Address());
+    }
+
+    void MarkSwitch(int node)
+    {
+        m_isSwitch[node] = true;
+    }
+
+    // One point-to-point link; for a switch end, RED with ECN (kmin/kmax in bytes, pmax) and bufferBytes
+    // (ecn false: a plain FIFO of bufferBytes); a host end gets a FIFO too deep to drop.
+    void AddLink(int a, int b, uint64_t rateBps, uint64_t delayNs, bool ecn, uint64_t kminA, uint64_t kmaxA,
+                 double pmaxA, uint64_t bufA, uint64_t kminB, uint64_t kmaxB, double pmaxB, uint64_t bufB)
+    {
+        PointToPointHelper p2p;
+        p2p.SetDeviceAttribute("DataRate", DataRateValue(DataRate(rateBps)));
+        p2p.SetChannelAttribute("Delay", TimeValue(NanoSeconds(delayNs)));
+        p2p.SetQueue("ns3::DropTailQueue", "MaxSize", QueueSizeValue(QueueSize("2p")));
+        NetDeviceContainer devs = p2p.Install(m_nodes.Get(a), m_nodes.Get(b));
+        int ends[2] = {a, b};
+        uint64_t kmin[2] = {kminA, kminB};
+        uint64_t kmax[2] = {kmaxA, kmaxB};
+        double pmax[2] = {pmaxA, pmaxB};
+        uint64_t buf[2] = {bufA, bufB};
+        for (int i = 0; i < 2; i++)
+        {
+            int node = ends[i];
+            TrafficControlHelper tch;
+            std::string size = std::to_string(buf[i]) + "B";
+            if (m_isSwitch[node] && ecn)
+            {
+                tch.SetRootQueueDisc("ns3::RedQueueDisc",
+                                     "MaxSize", QueueSizeValue(QueueSize(size)),
+                                     "MinTh", DoubleValue(double(kmin[i])),
+                                     "MaxTh", DoubleValue(double(kmax[i])),
+                                     "LInterm", DoubleValue(pmax[i] > 0 ? 1.0 / pmax[i] : 1e9),
+                                     "LinkBandwidth", DataRateValue(DataRate(rateBps)),
+                                     "LinkDelay", TimeValue(NanoSeconds(delayNs)));
+            }
+            else
+            {
+                tch.SetRootQueueDisc("ns3::FifoQueueDisc", "MaxSize", QueueSizeValue(QueueSize(size)));
+            }
+            QueueDiscContainer q = tch.Install(devs.Get(i));
+            Port port;
+            port.node = node;
+            port.peer = ends[1 - i];
+            port.rateBps = rateBps;
+            port.qdisc = q.Get(0);
+            m_ports.push_back(port);
+            size_t index = m_ports.size() - 1;
+            devs.Get(i)->TraceConnectWithoutContext("PhyTxEnd", MakeBoundCallback(&Net::OnTx, this, index));
+            port.qdisc->TraceConnectWithoutContext("BytesInQueue",
+                                                   MakeBoundCallback(&Net::OnQueue, this, index));
+        }
+        Ipv4InterfaceContainer ifs = m_ipv4.Assign(devs);
+        m_ipv4.NewNetwork();
+        for (int i = 0; i < 2; i++)
+        {
+            m_addrToNode[ifs.GetAddress(i).Get()] = ends[i];
+            if (m_addr[ends[i]] == Ipv4Address())
+            {
+                m_addr[ends[i]] = ifs.GetAddress(i);
+            }
+        }
+    }
+
+    // Routes (shortest paths) and a listening socket on every host.
+    void Finish()
+    {
+        Ipv4GlobalRoutingHelper::PopulateRoutingTables();
+        for (uint32_t n = 0; n < m_nodes.GetN(); n++)
+        {
+            if (m_isSwitch[n])
+            {
+                continue;
+            }
+            Ptr<Socket> s = Socket::CreateSocket(m_nodes.Get(n), TcpSocketFactory::GetTypeId());
+            EnableEcn(s);
+            s->Bind(InetSocketAddress(Ipv4Address::GetAny(), kPort));
+            s->Listen();
+            s->SetAcceptCallback(MakeNullCallback<bool, Ptr<Socket>, const Address&>(),
+                                 MakeCallback(&Net::OnAccept, this));
+        }
+    }
+
+    // ------------------------------------------------------------ per message / per slice
+    // Message `id` of `bytes` from host src to host dst, entering ns-3 at absolute time atNs (>= Now).
+    void Send(int src, int dst, uint64_t bytes, uint64_t id, int64_t atNs)
+    {
+        Time delay = NanoSeconds(atNs) - Simulator::Now();
+        Simulator::ScheduleWithContext(src, delay, &Net::DoSend, this, src, dst, bytes, id);
+    }
+
+    // Run ns-3 until absolute time targetNs (< 0: no bound), or until the event that completed a message.
+    void RunSlice(int64_t targetNs)
+    {
+        EventId stop;
+        if (targetNs >= 0)
+        {
+            stop = Simulator::Schedule(NanoSeconds(targetNs) - Simulator::Now(), &Net::StopNow);
+        }
+        Simulator::Run();
+        Simulator::Cancel(stop);
+    }
+
+    int64_t NowNs() const
+    {
+        return Simulator::Now().GetNanoSeconds();
+    }
+
+    bool HasEvents() const
+    {
+        return !Simulator::IsFinished();
+    }
+
+    // Completions since the last ClearDone: message id, time (ns), source port.
+    size_t DoneCount() const
+    {
+        return m_doneId.size();
+    }
+
+    uint64_t DoneId(size_t i) const
+    {
+        return m_doneId[i];
+    }
+
+    int64_t DoneNs(size_t i) const
+    {
+        return m_doneNs[i];
+    }
+
+    uint16_t DoneSport(size_t i) const
+    {
+        return m_doneSport[i];
+    }
+
+    void ClearDone()
+    {
+        m_doneId.clear();
+        m_doneNs.clear();
+        m_doneSport.clear();
+    }
+
+    // ------------------------------------------------------------ statistics (after the run)
+    size_t PortCount() const
+    {
+        return m_ports.size();
+    }
+
+    int PortNode(size_t i) const
+    {
+        return m_ports[i].node;
+    }
+
+    int PortPeer(size_t i) const
+    {
+        return m_ports[i].peer;
+    }
+
+    uint64_t PortRate(size_t i) const
+    {
+        return m_ports[i].rateBps;
+    }
+
+    uint64_t PortTxBytes(size_t i) const
+    {
+        return m_ports[i].txBytes;
+    }
+
+    uint64_t PortTxPackets(size_t i) const
+    {
+        return m_ports[i].txPackets;
+    }
+
+    uint32_t PortPeakQueue(size_t i) const
+    {
+        return m_ports[i].peakQueueBytes;
+    }
+
+    uint64_t PortDrops(size_t i) const
+    {
+        return m_ports[i].qdisc->GetStats().nTotalDroppedPackets;
+    }
+
+    uint64_t PortMarks(size_t i) const
+    {
+        return m_ports[i].qdisc->GetStats().nTotalMarkedPackets;
+    }
+
+    std::string HostAddress(int node) const
+    {
+        std::ostringstream out;
+        m_addr[node].Print(out);
+        return out.str();
+    }
+
+    void Destroy()
+    {
+        Simulator::Destroy();
+    }
+
+  private:
+    static constexpr uint16_t kPort = 5000;
+
+    static void StopNow()
+    {
+        Simulator::Stop();
+    }
+
+    void EnableEcn(Ptr<Socket> s)
+    {
+        if (m_dctcp)
+        {
+            DynamicCast<TcpSocketBase>(s)->SetUseEcn(TcpSocketState::On);
+        }
+    }
+
+    void DoSend(int src, int dst, uint64_t bytes, uint64_t id)
+    {
+        auto key = std::make_pair(src, dst);
+        auto it = m_conns.find(key);
+        Conn* c;
+        if (it == m_conns.end())
+        {
+            c = new Conn();
+            c->src = src;
+            c->dst = dst;
+            c->tx = Socket::CreateSocket(m_nodes.Get(src), TcpSocketFactory::GetTypeId());
+            EnableEcn(c->tx);
+            c->tx->Bind();
+            c->tx->Connect(InetSocketAddress(m_addr[dst], kPort));
+            c->tx->SetSendCallback(MakeCallback(&Net::OnSendSpace, this));
+            Address local;
+            c->tx->GetSockName(local);
+            c->sport = InetSocketAddress::ConvertFrom(local).GetPort();
+            m_conns[key] = c;
+            m_bySocket[PeekPointer(c->tx)] = c;
+        }
+        else
+        {
+            c = it->second;
+        }
+        c->total += bytes;
+        c->ends.emplace_back(c->total, id);
+        c->pending += bytes;
+        Push(c);
+    }
+
+    void Push(Conn* c)
+    {
+        while (c->pending > 0)
+        {
+            uint32_t room = c->tx->GetTxAvailable();
+            if (room == 0)
+            {
+                return;
+            }
+            uint64_t n = std::min<uint64_t>(std::min<uint64_t>(c->pending, room), 1u << 20);
+            int sent = c->tx->Send(Create<Packet>(uint32_t(n)), 0);
+            if (sent <= 0)
+            {
+                return;
+            }
+            c->pending -= uint64_t(sent);
+        }
+    }
+
+    void OnSendSpace(Ptr<Socket> s, uint32_t)
+    {
+        auto it = m_bySocket.find(PeekPointer(s));
+        if (it != m_bySocket.end())
+        {
+            Push(it->second);
+        }
+    }
+
+    void OnAccept(Ptr<Socket> s, const ns3::Address& from)
+    {
+        int src = m_addrToNode[InetSocketAddress::ConvertFrom(from).GetIpv4().Get()];
+        int dst = s->GetNode()->GetId();
+        m_rxConn[PeekPointer(s)] = std::make_pair(src, dst);
+        s->SetRecvCallback(MakeCallback(&Net::OnRecv, this));
+    }
+
+    void OnRecv(Ptr<Socket> s)
+    {
+        auto pair = m_rxConn[PeekPointer(s)];
+        Conn* c = m_conns[pair];
+        Ptr<Packet> p;
+        while ((p = s->Recv()))
+        {
+            c->rx += p->GetSize();
+        }
+        bool done = false;
+        while (!c->ends.empty() && c->ends.front().first <= c->rx)
+        {
+            m_doneId.push_back(c->ends.front().second);
+            m_doneNs.push_back(Simulator::Now().GetNanoSeconds());
+            m_doneSport.push_back(c->sport);
+            c->ends.pop_front();
+            done = true;
+        }
+        if (done)
+        {
+            Simulator::Stop(); // hand control back to Python at the completion time
+        }
+    }
+
+    static void OnTx(Net* net, size_t index, Ptr<const Packet> p)
+    {
+        net->m_ports[index].txBytes += p->GetSize();
+        net->m_ports[index].txPackets += 1;
+    }
+
+    static void OnQueue(Net* net, size_t index, uint32_t, uint32_t bytes)
+    {
+        if (bytes > net->m_ports[index].peakQueueBytes)
+        {
+            net->m_ports[index].peakQueueBytes = bytes;
+        }
+    }
+
+    bool m_dctcp = false;
+    NodeContainer m_nodes;
+    std::vector<bool> m_isSwitch;
+    std::vector<Ipv4Address> m_addr;
+    std::map<uint32_t, int> m_addrToNode;
+    Ipv4AddressHelper m_ipv4{"10.0.0.0", "255.255.255.252"};
+    std::vector<Port> m_ports;
+    std::map<std::pair<int, int>, Conn*> m_conns;
+    std::map<Socket*, Conn*> m_bySocket;
+    std::map<Socket*, std::pair<int, int>> m_rxConn;
+    std::vector<uint64_t> m_doneId;
+    std::vector<int64_t> m_doneNs;
+    std::vector<uint16_t> m_doneSport;
+};
+} // namespace astra_ns3
