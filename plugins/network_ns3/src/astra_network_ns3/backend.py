@@ -29,8 +29,7 @@ from collections import deque
 from astra_sim.errors import ConfigError, SimulationError
 
 from astra_network_ns3.inputs import (
-    SUPPORTED_CC, check_cc_mode, ecn_thresholds, read_logical_topology, read_network_cfg, read_topology,
-    resolve,
+    SUPPORTED_CC, check_cc_mode, ecn_thresholds, read_config_topology, read_logical_topology, read_network_cfg,
 )
 
 #: Bytes of headers on every TCP segment: PPP 2 + IPv4 20 + TCP 20 + timestamp option 12.
@@ -108,7 +107,7 @@ class Ns3Network:
             raise ConfigError("the ns3 network backend needs --network-configuration (ASTRA-sim's network_cfg.txt)")
         config = read_network_cfg(path)
         check_cc_mode(config)
-        topology = read_topology(resolve(config.topology_file, path))
+        topology = read_config_topology(config)
         options = context.options or {}
         logical = options.get("logical_topology_configuration")
         npus = len(topology.hosts)

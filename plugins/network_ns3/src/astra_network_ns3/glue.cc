@@ -64,9 +64,17 @@ class Net
         Config::SetDefault("ns3::RedQueueDisc::MeanPktSize", UintegerValue(segmentBytes + 54));
     }
 
+    // A fresh ns-3 world: ns-3's simulator, node list and address allocator are process-wide, and a
+    // process may run several simulations one after the other.
     void AddNodes(int count)
     {
+        Simulator::Destroy();
+        Ipv4AddressGenerator::Reset();
         m_nodes.Create(count);
+        for (int i = 0; i < count; i++)
+        {
+            m_index[PeekPointer(m_nodes.Get(i))] = i;
+        }
         InternetStackHelper stack;
         stack.Install(m_nodes);
         m_isSwitch.assign(count, false);
@@ -160,7 +168,7 @@ class Net
     void Send(int src, int dst, uint64_t bytes, uint64_t id, int64_t atNs)
     {
         Time delay = NanoSeconds(atNs) - Simulator::Now();
-        Simulator::ScheduleWithContext(src, delay, &Net::DoSend, this, src, dst, bytes, id);
+        Simulator::ScheduleWithContext(m_nodes.Get(src)->GetId(), delay, &Net::DoSend, this, src, dst, bytes, id);
     }
 
     // Run ns-3 until absolute time targetNs (< 0: no bound), or until the event that completed a message.
@@ -349,7 +357,7 @@ class Net
     void OnAccept(Ptr<Socket> s, const ns3::Address& from)
     {
         int src = m_addrToNode[InetSocketAddress::ConvertFrom(from).GetIpv4().Get()];
-        int dst = s->GetNode()->GetId();
+        int dst = m_index[PeekPointer(s->GetNode())];
         m_rxConn[PeekPointer(s)] = std::make_pair(src, dst);
         s->SetRecvCallback(MakeCallback(&Net::OnRecv, this));
     }
@@ -397,6 +405,7 @@ class Net
     std::vector<bool> m_isSwitch;
     std::vector<Ipv4Address> m_addr;
     std::map<uint32_t, int> m_addrToNode;
+    std::map<Node*, int> m_index;
     Ipv4AddressHelper m_ipv4{"10.0.0.0", "255.255.255.252"};
     std::vector<Port> m_ports;
     std::map<std::pair<int, int>, Conn*> m_conns;

@@ -49,6 +49,7 @@ class Ns3Config:
 
     path: str
     topology_file: str = ""
+    topology_line: int = 0
     payload_bytes: int = 1000
     cc_mode: int = 8
     kmin_kb: dict = field(default_factory=dict)  # link rate (bit/s) -> K_min (KB)
@@ -185,6 +186,7 @@ def read_network_cfg(path):
         value = values[0]
         if key == "TOPOLOGY_FILE":
             config.topology_file = value
+            config.topology_line = number
         elif key == "PACKET_PAYLOAD_SIZE":
             config.payload_bytes = _number(value, where, int, 1)
             if config.payload_bytes > 65000:
@@ -226,6 +228,18 @@ def check_cc_mode(config):
     reason = (f"CC_MODE {mode} ({what}) is an RDMA rate-based scheme, which mainline ns-3 has no NIC for"
               if what else f"CC_MODE {mode} is not a known congestion-control mode")
     raise ConfigError(f"{config.path}: {reason}; supported modes: {supported}")
+
+
+def read_config_topology(config):
+    """The topology file ``config`` names (resolved as the reference does), read."""
+    path = resolve(config.topology_file, config.path)
+    if not os.path.isfile(path):
+        state = "is not a file" if os.path.exists(path) else "does not exist"
+        raise ConfigError(
+            f"{config.path}:{config.topology_line}: TOPOLOGY_FILE {config.topology_file!r} {state} "
+            f"(looked in the current directory and in {os.path.dirname(os.path.abspath(config.path))})"
+        )
+    return read_topology(path)
 
 
 def read_topology(path):
