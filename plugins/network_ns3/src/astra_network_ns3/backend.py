@@ -351,7 +351,8 @@ class Ns3Network:
         }
 
     def write_fct(self, path):
-        """The reference's fct.txt: ``sip dip sport dport size start_ns fct_ns standalone_fct_ns`` (IPs in hex)."""
+        """The reference's fct.txt columns: ``sip dip sport dport size start_ns fct_ns standalone_fct_ns`` (IPs
+        in hex; fct from the send to the delivery of the last byte; standalone: see :meth:`_standalone_ns`)."""
         rows = []
         for src, dst, sport, size, start, fct in self._fcts:
             rows.append(f"{self._hex_ip(src)} {self._hex_ip(dst)} {sport} 5000 {size} {start} {fct} "
@@ -366,7 +367,9 @@ class Ns3Network:
         return "%08x" % ((parts[0] << 24) | (parts[1] << 16) | (parts[2] << 8) | parts[3])
 
     def _standalone_ns(self, src_node, dst_node, size):
-        """The reference's ideal FCT: base RTT + bytes with headers / the path's slowest rate."""
+        """The ideal FCT: propagation + bytes with headers / the path's slowest rate. (The reference adds a
+        whole base RTT because an RDMA message ends at its last ACK; here a message ends when its last byte
+        is delivered, so one-way propagation is the matching ideal.)"""
         hosts = self.hosts
         path = self._path(hosts.index(src_node), hosts.index(dst_node))
         delay = {}
@@ -375,4 +378,4 @@ class Ns3Network:
         one_way = sum(delay[(self._ports[p][0], self._ports[p][1])] for p in path)
         slowest = min(self._ports[p][2] for p in path)
         packets = (size - 1) // self.config.payload_bytes + 1
-        return 2 * one_way + int((size + packets * HEADER_BYTES) * 8e9 / slowest)
+        return one_way + int((size + packets * HEADER_BYTES) * 8e9 / slowest)

@@ -1,0 +1,240 @@
+"""The ``ns3`` backend on the real ns-3: line rate, incast, the flow tier, ASTRA-sim's example inputs, FIFO,
+lockstep, statistics. ns-3's import (~10 s) is paid once, by the module-scoped fixture ``glue``."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from astra_sim.chakra import make_metadata, make_node, types as T, write_et
+from astra_sim.cli import main
+from astra_sim.engine import EventEngine
+from astra_sim.errors import ConfigError
+from astra_sim.simulation import simulate
+from astra_sim.testing import write_network_config, write_system_config
+
+from astra_network_ns3.inputs import read_config_topology, read_network_cfg
+
+DATA = Path(__file__).parent / "data"
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def glue():
+    if importlib.util.find_spec("ns3") is None:
+        pytest.skip("the ns3 package is not installed (pip install 'ns3==3.44.post0')")
+    from astra_network_ns3.backend import load_glue
+
+    return load_glue()
+
+
+def write_inputs(tmp_path, hosts, switches, links, cc_mode=8, extra=""):
+    """A network_cfg.txt + topology: ``links`` are (a, b, rate, delay) with node ids."""
+    nodes = hosts + len(switches)
+    lines = [f"{nodes} {len(switches)} {len(links)}", " ".join(map(str, switches))]
+    lines += [f"{a} {b} {rate} {delay} 0" for a, b, rate, delay in links]
+    (tmp_path / "topo.txt").write_text("\n".join(lines) + "\n")
+    cfg = tmp_path / "cfg.txt"
+    cfg.write_text(
+        f"TOPOLOGY_FILE topo.txt\nPACKET_PAYLOAD_SIZE 1000\nCC_MODE {cc_mode}\nENABLE_QCN 1\nBUFFER_SIZE 32\n"
+        "KMIN_MAP 2 100000000000 400 400000000000 800\nKMAX_MAP 2 100000000000 1600 400000000000 3200\n"
+        "PMAX_MAP 2 100000000000 0.2 400000000000 0.2\n" + extra
+    )
+    return str(cfg)
+
+
+def star(tmp_path, hosts, rate="100Gbps", delay="1us", **kwargs):
+    return write_inputs(tmp_path, hosts, [hosts], [(hosts, h, rate, delay) for h in range(hosts)], **kwargs)
+
+
+def network(cfg, warn=None):
+    from astra_network_ns3.backend import Ns3Network
+
+    config = read_network_cfg(cfg)
+    topology = read_config_topology(config)
+    engine = EventEngine()
+    warnings = [] if warn is None else warn
+    return Ns3Network(config, topology, [len(topology.hosts)], engine, warn=warnings.append), engine
+
+
+def run_messages(net, engine, messages):
+    """``messages``: (time ns, src, dst, bytes); returns [(index, arrival ns)] in arrival order."""
+    got = []
+    for index, (at, src, dst, size) in enumerate(messages):
+        engine.schedule_at(at, lambda args: net.send(*args), (src, dst, size, lambda i: got.append((i, engine.now)),
+                                                             index))
+    engine.run()
+    return got
+
+
+def test_single_16mib_message_near_line_rate(glue, tmp_path):
+    net, engine = network(star(tmp_path, 2))
+    got = run_messages(net, engine, [(0, 0, 1, 16 * MiB)])
+    ideal = 16 * MiB * 8 / 100e9 * 1e9 + 2 * 1000  # line rate + one-way propagation over two 1 us links
+    assert len(got) == 1
+    ratio = got[0][1] / ideal
+    assert 1.02 <= ratio <= 1.12, ratio
+    stats = net.stats()
+    assert stats["drops"] == 0 and stats["flow_completion"]["count"] == 1
+    sent = {(row["src"], row["dst"]): row["bytes"] for row in stats["links"]}
+    assert sent[(0, 2)] > 16 * MiB and sent[(2, 1)] > 16 * MiB  # payload plus headers, both hops
+
+
+@pytest.mark.parametrize("cc_mode", [8, 0])
+def test_incast_four_to_one_takes_four_times_and_nobody_starves(glue, tmp_path, cc_mode):
+    size = 4 * MiB
+    cfg = star(tmp_path, 5, cc_mode=cc_mode)
+    net, engine = network(cfg)
+    alone = run_messages(net, engine, [(0, 0, 4, size)])[0][1]
+    net, engine = network(cfg)
+    got = run_messages(net, engine, [(0, s, 4, size) for s in range(4)])
+    ends = sorted(t for _, t in got)
+    assert len(ends) == 4
+    assert 0.8 * 4 <= ends[-1] / alone <= 1.2 * 4, (ends, alone)
+    assert ends[0] >= 0.6 * ends[-1], ends  # every flow got a share until near the end
+    stats = net.stats()
+    into = next(row for row in stats["links"] if (row["src"], row["dst"]) == (5, 4))
+    assert into["peak_queue_bytes"] > 0
+    if cc_mode == 8:
+        assert into["ecn_marks"] > 0 and stats["ecn_marks"] == into["ecn_marks"]
+    else:
+        assert stats["ecn_marks"] == 0
+
+
+def test_messages_of_a_pair_arrive_in_send_order(glue, tmp_path):
+    net, engine = network(star(tmp_path, 3))
+    got = run_messages(net, engine, [(0, 0, 1, 4 * MiB), (10, 0, 1, 1000), (10, 2, 1, 1000)])
+    order = [i for i, _ in got]
+    assert order.index(0) < order.index(1)  # FIFO between one pair, however small the second
+    assert order[0] == 2  # another pair is not held behind it
+
+
+def test_a_send_enters_ns3_at_its_time(glue, tmp_path):
+    cfg = star(tmp_path, 2)
+    net, engine = network(cfg)
+    at_zero = run_messages(net, engine, [(0, 0, 1, 100_000)])[0][1]
+    net, engine = network(cfg)
+    later = run_messages(net, engine, [(123_457, 0, 1, 100_000)])[0][1]
+    assert later - 123_457 == at_zero
+
+
+def coll_trace(tmp_path, npus, size, comm_type=T.ALL_REDUCE):
+    prefix = tmp_path / "ar"
+    node = make_node(1, "c", T.COMM_COLL_NODE, attrs={"is_cpu_op": False, "comm_type": comm_type, "comm_size": size})
+    for rank in range(npus):
+        write_et(f"{prefix}.{rank}.et", make_metadata(), [node])
+    return str(prefix)
+
+
+def test_all_reduce_within_25_percent_of_flow(glue, tmp_path):
+    """One switch, 8 NPUs, 400 Gbps links of 500 ns: the same topology for both tiers."""
+    prefix = coll_trace(tmp_path, 8, MiB)
+    system = write_system_config(tmp_path / "sys.json")
+    ns3 = simulate(prefix, system, str(DATA / "network_cfg.txt"), network_backend="ns3",
+                   options={"logical_topology_configuration": str(DATA / "logical_topology.json")})
+    yml = write_network_config(tmp_path / "net.yml", ("Switch",), (8,), (400e9 / 8 / (1 << 30),), (500.0,))
+    flow = simulate(prefix, system, yml, network_backend="flow")
+    ns3_ns, flow_ns = ns3.ranks[0].finish_ns, flow.ranks[0].finish_ns
+    assert abs(ns3_ns - flow_ns) <= 0.25 * flow_ns, (ns3_ns, flow_ns)
+    stats = ns3.network_stats
+    assert stats["backend"] == "ns3" and stats["messages"] == flow.network_stats["messages"]
+    assert stats["flow_completion"]["count"] == stats["messages"] and stats["packets_sent"] > 0
+    assert all(row["bytes"] > 0 for row in stats["links"]) and len(stats["links"]) == 16
+    assert ns3.settings["network"]["backend"] == "ns3"
+
+
+def test_astra_sim_example_inputs_finish_every_rank(glue, tmp_path, capsys):
+    prefix = coll_trace(tmp_path, 8, MiB)
+    system = write_system_config(tmp_path / "sys.json")
+    fct = tmp_path / "fct.txt"
+    report = tmp_path / "report.json"
+    code = main(["run", "--workload-configuration", prefix, "--system-configuration", system,
+                 "--network-configuration", str(DATA / "network_cfg.txt"), "--network-backend", "ns3",
+                 "--logical-topology-configuration", str(DATA / "logical_topology.json"),
+                 "--astra-sim-log", "--ns3-fct-file", str(fct), "--report-json", str(report),
+                 "--timeline", str(tmp_path / "timeline.json")])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    for rank in range(8):
+        assert f"sys[{rank}] finished" in out.out
+    assert "keys not modelled by the ns3 backend (ignored): USE_DYNAMIC_PFC_THRESHOLD" in out.err + out.out
+    rows = [line.split() for line in fct.read_text().splitlines()]
+    data = json.loads(report.read_text())
+    assert len(rows) == data["network_stats"]["messages"] and all(len(r) == 8 for r in rows)
+    for sip, dip, sport, dport, size, start, fct_ns, standalone in rows:
+        assert int(sip, 16) >> 24 == 10 and int(fct_ns) >= int(standalone) > 0
+    timeline = json.loads((tmp_path / "timeline.json").read_text())
+    names = json.dumps(timeline)
+    assert "npu 0 -> switch 8" in names  # the flows appear on their links
+
+
+def test_the_shipped_cc_mode_12_is_refused_before_ns3_starts(tmp_path, capsys):
+    cfg = tmp_path / "cfg.txt"
+    cfg.write_text((DATA / "network_cfg.txt").read_text().replace("CC_MODE 8", "CC_MODE 12")
+                   .replace("TOPOLOGY_FILE ", f"TOPOLOGY_FILE {DATA}/"))
+    prefix = coll_trace(tmp_path, 8, MiB)
+    code = main(["run", "--workload-configuration", prefix, "--system-configuration",
+                 write_system_config(tmp_path / "sys.json"), "--network-configuration", str(cfg),
+                 "--network-backend", "ns3"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code != 0 and len(err) == 1
+    assert "CC_MODE 12" in err[0] and "supported modes: 0 = plain TCP" in err[0] and "8 = DCTCP" in err[0]
+
+
+@pytest.mark.parametrize("edit,expected", [
+    (("TOPOLOGY_FILE 8_nodes_1_switch_topology.txt", "TOPOLOGY_FILE missing.txt"), "cfg.txt:4: TOPOLOGY_FILE"),
+    (("8 7 400Gbps", "8 9 400Gbps"), "topo.txt:10: link to unknown node 9"),
+    (("8 3 400Gbps", "8 3 400"), "topo.txt:6: rate: rate '400' has no unit"),
+])
+def test_cli_input_errors_are_one_line(tmp_path, capsys, edit, expected):
+    topo = (DATA / "8_nodes_1_switch_topology.txt").read_text()
+    cfg = (DATA / "network_cfg.txt").read_text().replace("8_nodes_1_switch_topology.txt", "topo.txt")
+    old, new = edit
+    topo = topo.replace(old, new)
+    cfg = cfg.replace(old.replace("8_nodes_1_switch_topology.txt", "topo.txt"),
+                      new.replace("8_nodes_1_switch_topology.txt", "topo.txt"))
+    (tmp_path / "topo.txt").write_text(topo)
+    (tmp_path / "cfg.txt").write_text(cfg)
+    prefix = coll_trace(tmp_path, 8, MiB)
+    code = main(["run", "--workload-configuration", prefix, "--system-configuration",
+                 write_system_config(tmp_path / "sys.json"), "--network-configuration", str(tmp_path / "cfg.txt"),
+                 "--network-backend", "ns3"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code != 0 and len(err) == 1 and expected in err[0], err
+
+
+def test_cli_logical_dims_must_match_the_npus(tmp_path, capsys):
+    logical = tmp_path / "logical.json"
+    logical.write_text('{"logical-dims": ["4", "4"]}')
+    prefix = coll_trace(tmp_path, 8, MiB)
+    code = main(["run", "--workload-configuration", prefix, "--system-configuration",
+                 write_system_config(tmp_path / "sys.json"), "--network-configuration",
+                 str(DATA / "network_cfg.txt"), "--network-backend", "ns3",
+                 "--logical-topology-configuration", str(logical)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code != 0 and len(err) == 1
+    assert f"{logical}:1: logical-dims [4, 4] multiply to 16 but the topology has 8 NPUs" in err[0]
+
+
+def test_missing_ecn_rate_is_an_error_naming_the_link(glue, tmp_path):
+    cfg = star(tmp_path, 2, rate="25Gbps")
+    with pytest.raises(ConfigError, match=r"KMIN_MAP, KMAX_MAP, PMAX_MAP has no entry for 25000000000 bit/s"):
+        network(cfg)
+
+
+def test_two_dimensional_logical_topology_on_two_switches(glue, tmp_path):
+    """8 NPUs behind two switches (4 each), logical dims [4, 2]: a 2-D all-reduce finishes on every rank."""
+    links = [(8, h, "100Gbps", "1us") for h in range(4)] + [(9, h, "100Gbps", "1us") for h in range(4, 8)]
+    links.append((8, 9, "400Gbps", "1us"))
+    cfg = write_inputs(tmp_path, 8, [8, 9], links)
+    logical = tmp_path / "logical.json"
+    logical.write_text('{"logical-dims": ["4", "2"]}')
+    prefix = coll_trace(tmp_path, 8, MiB)
+    report = simulate(prefix, write_system_config(tmp_path / "sys.json", dims=2), cfg, network_backend="ns3",
+                      options={"logical_topology_configuration": str(logical)})
+    assert len({r.finish_ns for r in report.ranks}) >= 1 and all(r.finish_ns > 0 for r in report.ranks)
+    uplink = next(row for row in report.network_stats["links"] if (row["src"], row["dst"]) == (8, 9))
+    assert uplink["bytes"] > 0
