@@ -238,3 +238,30 @@ def test_two_dimensional_logical_topology_on_two_switches(glue, tmp_path):
     assert len({r.finish_ns for r in report.ranks}) >= 1 and all(r.finish_ns > 0 for r in report.ranks)
     uplink = next(row for row in report.network_stats["links"] if (row["src"], row["dst"]) == (8, 9))
     assert uplink["bytes"] > 0
+
+
+def test_in_switch_runs_on_a_one_switch_dimension(glue, tmp_path):
+    """ASTRA-sim's example (8 NPUs on one switch): ``inSwitch`` sends its messages through ns-3 and beats the ring."""
+    prefix = coll_trace(tmp_path, 8, MiB)
+    cfg = str(DATA / "network_cfg.txt")
+    ring = simulate(prefix, write_system_config(tmp_path / "ring.json"), cfg, network_backend="ns3")
+    switch = simulate(prefix, write_system_config(tmp_path / "insw.json", algorithm="inSwitch"), cfg,
+                      network_backend="ns3")
+    assert 0 < switch.ranks[0].finish_ns < ring.ranks[0].finish_ns
+    assert switch.network_stats["messages"] > 0 and switch.network_stats["packets_sent"] > 0
+
+
+def test_in_switch_is_refused_where_a_dimension_spans_two_switches(glue, tmp_path):
+    from astra_network_ns3.backend import Ns3Network
+
+    links = [(4, h, "100Gbps", "1us") for h in range(2)] + [(5, h, "100Gbps", "1us") for h in range(2, 4)]
+    links.append((4, 5, "100Gbps", "1us"))
+    cfg = write_inputs(tmp_path, 4, [4, 5], links)
+    config = read_network_cfg(cfg)
+    topology = read_config_topology(config)
+    one = Ns3Network(config, topology, [4], EventEngine(), warn=lambda _: None)
+    assert one.in_switch(0) is None  # NPUs 0-1 and 2-3 sit on different switches
+    two = Ns3Network(config, topology, [2, 2], EventEngine(), warn=lambda _: None)
+    spec = two.in_switch(0)  # groups {0, 1} and {2, 3}: each on its own switch
+    assert spec.can_reduce and spec.line_rate == 12.5 and spec.link_latency_ns == 1000.0
+    assert two.in_switch(1) is None  # groups {0, 2} and {1, 3} cross the switches

@@ -283,8 +283,43 @@ class Ns3Network:
         return f"npu {self.hosts.index(node)}"
 
     def in_switch(self, dim):
-        """ns-3's switches forward only: no dimension offers in-network reduction (``inSwitch`` is refused)."""
-        return None
+        """The switch of logical dimension ``dim`` for ``inSwitch``, when every group of that dimension hangs off
+        one common switch by links of one rate and delay (else None: ``inSwitch`` is refused there).
+
+        The in-switch messages still travel as packets through ns-3 (up to the switch and down to the
+        neighbour); the switch's reduction itself is ``inSwitch``'s formula, taken at line rate with no added
+        latency and no buffer limit (ns-3's switches forward only, so there is nothing to read these from)."""
+        from astra_sim.api import InSwitchSpec
+
+        dims = self.npus_per_dim
+        if not 0 <= dim < len(dims):
+            return None
+        stride = 1
+        for size in dims[:dim]:
+            stride *= size
+        switches = set(self.topology.switches)
+        attached = {}  # host node -> {switch: (rate, delay)}
+        for link in self.topology.links:
+            for host, switch in ((link.src, link.dst), (link.dst, link.src)):
+                if switch in switches and host not in switches:
+                    attached.setdefault(host, {})[switch] = (link.rate_bps, link.delay_ns)
+        kinds = set()
+        total = len(self.hosts)
+        for base in range(total):
+            if (base // stride) % dims[dim]:
+                continue  # not the first member of its group
+            members = [self.hosts[base + k * stride] for k in range(dims[dim])]
+            common = set.intersection(*(set(attached.get(m, {})) for m in members))
+            if not common:
+                return None
+            switch = min(common)
+            kinds.update(attached[m][switch] for m in members)
+        if len(kinds) != 1:
+            return None
+        rate_bps, delay_ns = kinds.pop()
+        line = rate_bps / 8e9
+        return InSwitchSpec(can_reduce=True, line_rate=line, reduce_rate=line, latency_ns=0, buffer_bytes=0,
+                            link_latency_ns=float(delay_ns))
 
     # ------------------------------------------------------------------ report
     def describe(self):
