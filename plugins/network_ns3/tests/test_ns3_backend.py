@@ -265,3 +265,27 @@ def test_in_switch_is_refused_where_a_dimension_spans_two_switches(glue, tmp_pat
     spec = two.in_switch(0)  # groups {0, 1} and {2, 3}: each on its own switch
     assert spec.can_reduce and spec.line_rate == 12.5 and spec.link_latency_ns == 1000.0
     assert two.in_switch(1) is None  # groups {0, 2} and {1, 3} cross the switches
+
+
+def test_docs_incast_example_is_what_the_example_gives(glue, tmp_path, capsys):
+    """docs/ns3.md's worked incast example: its fct.txt block is the run's, line for line."""
+    import runpy
+    import sys
+
+    root = Path(__file__).resolve().parents[3]
+    folder = tmp_path / "incast"
+    argv = sys.argv
+    sys.argv = ["make_incast.py", str(folder)]
+    try:
+        runpy.run_path(str(root / "examples" / "ns3" / "make_incast.py"), run_name="__main__")
+    finally:
+        sys.argv = argv
+    code = main(["run", "--workload-configuration", str(folder / "incast"), "--system-configuration",
+                 str(root / "examples" / "ns3" / "system.json"), "--network-configuration",
+                 str(folder / "network_cfg.txt"), "--network-backend", "ns3", "--ns3-fct-file",
+                 str(folder / "fct.txt"), "-q"])
+    assert code == 0, capsys.readouterr().err
+    docs = (root / "docs" / "ns3.md").read_text()
+    block = docs[docs.index("```text\n", docs.index("## A worked incast example")) + 8:]
+    block = block[:block.index("```")]
+    assert (folder / "fct.txt").read_text() == block

@@ -52,10 +52,8 @@ class Net
         Config::SetDefault("ns3::TcpSocket::RcvBufSize", UintegerValue(8u << 20));
         Config::SetDefault("ns3::TcpSocketBase::MinRto", TimeValue(MicroSeconds(minRtoUs)));
         Config::SetDefault("ns3::TcpSocketBase::ClockGranularity", TimeValue(MicroSeconds(1)));
-        if (m_dctcp && dctcpG > 0)
-        {
-            Config::SetDefault("ns3::TcpDctcp::DctcpShiftG", DoubleValue(dctcpG));
-        }
+        // Always set: defaults are process-wide and outlive the previous network (0.0625 is ns-3's g).
+        Config::SetDefault("ns3::TcpDctcp::DctcpShiftG", DoubleValue(dctcpG > 0 ? dctcpG : 0.0625));
         // RED as DCTCP wants it: the instantaneous queue, marks instead of drops, all marked above K_max.
         Config::SetDefault("ns3::RedQueueDisc::UseEcn", BooleanValue(true));
         Config::SetDefault("ns3::RedQueueDisc::UseHardDrop", BooleanValue(false));
@@ -70,6 +68,9 @@ class Net
     {
         Simulator::Destroy();
         Ipv4AddressGenerator::Reset();
+        RngSeedManager::SetSeed(1);
+        RngSeedManager::SetRun(1);
+        RngSeedManager::ResetNextStreamIndex(); // random streams (RED's marks) as in a fresh process
         m_nodes.Create(count);
         for (int i = 0; i < count; i++)
         {
