@@ -2,8 +2,9 @@
 
 Model
     NPUs and switches are ns-3 nodes; every topology link is a point-to-point link of its rate and delay.
-    Routing is ns-3's global routing (shortest paths; one path per destination, no ECMP: ns-3 3.44 only
-    offers per-packet random ECMP, which would reorder TCP). Switch ports queue in RED with ECN marking from
+    Routing is the glue's own ns-3 routing protocol: shortest paths through switches with per-flow ECMP
+    (each node hashes source, destination and ports to pick one of its next hops, so a connection keeps
+    one path; ns-3 3.44's global routing offers only per-packet random ECMP, which reorders TCP). Switch ports queue in RED with ECN marking from
     K_min/K_max/P_max of the port's rate (instantaneous queue, everything above K_max marked) when CC_MODE is
     DCTCP and ENABLE_QCN is 1, else in a FIFO; each port holds BUFFER_SIZE / (the switch's port count)
     (ns-3 has no shared switch buffer). Hosts queue in a FIFO of 1 GiB. Messages between one pair of NPUs
@@ -202,6 +203,8 @@ class Ns3Network:
         net = self._net
         self.slices += 1
         net.RunSlice(-1 if target is None else target)
+        if self._link_load is not None:
+            self._sample_links()
         count = net.DoneCount()
         if not count:
             if target is None:
@@ -233,15 +236,28 @@ class Ns3Network:
         hosts = self.hosts
         self._fcts.append((hosts[message.src], hosts[message.dst], sport, message.size, message.start,
                            end - message.start))
+
+    def _sample_links(self):
+        """What every port sent during the slice just run, as its share of the port's rate (for --timeline)."""
+        net = self._net
+        now = int(net.NowNs())
+        since = self._sampled_at
+        if now <= since:
+            return
         load = self._link_load
-        if load is not None and end > message.start:
-            for port in self._path(message.src, message.dst):
-                rate = self._ports[port][2] / 8e9  # bytes per ns
-                load.add(port, message.start, end, min(1.0, message.size / (end - message.start) / rate))
+        sent = self._sampled_bytes
+        for index, (_node, _peer, rate) in enumerate(self._ports):
+            total = int(net.PortTxBytes(index))
+            delta = total - sent[index]
+            if delta:
+                sent[index] = total
+                load.add(index, since, now, min(1.0, delta * 8e9 / rate / (now - since)))
+        self._sampled_at = now
 
     # ------------------------------------------------------------------ paths (timeline, fct.txt)
     def _path(self, src, dst):
-        """One shortest path from rank ``src`` to rank ``dst`` as port indices (fewest hops, like ns-3's routing)."""
+        """One shortest path from rank ``src`` to rank ``dst`` as port indices (fewest hops through switches; with
+        ECMP ns-3 may take another of equal length): for fct.txt's ideal FCT."""
         key = (src, dst)
         path = self._paths.get(key)
         if path is None:
@@ -272,10 +288,13 @@ class Ns3Network:
         return path
 
     def record_link_load(self, link_load):
-        """Report each message's average share of the links on its path to ``link_load`` (for --timeline)."""
+        """Report every port's bytes sent per slice of time to ``link_load`` (for --timeline): packets as ns-3
+        sent them, headers and ACKs included."""
         for index, (node, peer, _rate) in enumerate(self._ports):
             link_load.names[index] = f"{self._node_name(node)} -> {self._node_name(peer)}"
         self._link_load = link_load
+        self._sampled_at = int(self._net.NowNs())
+        self._sampled_bytes = [0] * len(self._ports)
 
     def _node_name(self, node):
         if node in set(self.topology.switches):
@@ -337,7 +356,7 @@ class Ns3Network:
             "packet_payload_bytes": config.payload_bytes,
             "ecn_marking": config.cc_mode == 8 and config.enable_qcn,
             "switch_buffer_bytes": int(config.buffer_mb * (1 << 20)),
-            "routing": "ns-3 global routing: one shortest path per destination (no ECMP)",
+            "routing": "shortest paths through switches, per-flow ECMP (hash of addresses and ports)",
             "transport": "one TCP connection per NPU pair; messages in order",
         }
 
