@@ -306,3 +306,17 @@ def test_ecmp_spreads_connections_over_equal_cost_paths(glue, tmp_path):
     up = {row["dst"]: row["bytes"] for row in stats["links"] if row["src"] == 8 and row["dst"] in (10, 11)}
     assert len(up) == 2 and min(up.values()) >= MiB  # both spines carry whole connections
     assert stats["drops"] == 0
+
+
+def test_ring_topology_without_switches(glue, tmp_path):
+    """ASTRA-sim's ring topology file shape (no switches, NPU-NPU links): neighbours talk; others have no route."""
+    from astra_sim.errors import SimulationError
+
+    (tmp_path / "topo.txt").write_text("4 0 4\n\n" + "".join(f"{i} {(i + 1) % 4} 25Gbps 0.005ms 0\n" for i in range(4)))
+    cfg = tmp_path / "cfg.txt"
+    cfg.write_text("TOPOLOGY_FILE topo.txt\nCC_MODE 0\n")
+    net, engine = network(str(cfg))
+    got = run_messages(net, engine, [(0, 0, 1, 100_000), (0, 3, 0, 100_000)])
+    assert sorted(i for i, _ in got) == [0, 1]
+    with pytest.raises(SimulationError, match="no route from NPU 0 to NPU 2"):
+        net.send(0, 2, 1000, lambda _: None, None)

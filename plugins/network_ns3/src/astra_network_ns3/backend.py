@@ -178,6 +178,11 @@ class Ns3Network:
         if src == dst:
             self.engine.schedule(0, fn, arg)
             return
+        if not self._path(src, dst):
+            raise SimulationError(
+                f"ns3 network: no route from NPU {src} to NPU {dst} in {self.topology.path} (paths cross switches "
+                "only; NPUs do not forward, as in ASTRA-sim's ns-3)"
+            )
         mid = self._next_id
         self._next_id += 1
         self._messages[mid] = _Message(fn, arg, src, dst, size_bytes, now)
