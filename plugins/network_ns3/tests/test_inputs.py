@@ -59,9 +59,20 @@ def test_unsupported_cc_mode_names_supported_modes(tmp_path, mode):
         check_cc_mode(read_network_cfg(str(path)))
     message = str(info.value)
     assert "\n" not in message and str(path) in message and f"CC_MODE {mode}" in message
-    assert "supported modes: 0 = plain TCP" in message and "8 = DCTCP" in message
+    assert "supported modes: 0 = plain TCP" in message and "1 = DCQCN" in message and "8 = DCTCP" in message
     if mode in RDMA_CC:
         assert RDMA_CC[mode].split()[0] in message
+
+
+def test_dcqcn_keys(tmp_path):
+    path = tmp_path / "cfg.txt"
+    path.write_text("TOPOLOGY_FILE t.txt\nCC_MODE 1\nRATE_AI 50Mb/s\nRP_TIMER 900\nCLAMP_TARGET_RATE 1\n")
+    config = read_network_cfg(str(path))
+    assert config.dcqcn["rate_ai_bps"] == 50_000_000 and config.dcqcn["rp_timer_us"] == 900
+    assert config.dcqcn["clamp"] is True and config.dcqcn["fast_recovery"] == 5  # the paper's default
+    assert config.dcqcn_keys == ["RATE_AI", "RP_TIMER", "CLAMP_TARGET_RATE"] and not config.ignored_keys
+    path.write_text("TOPOLOGY_FILE t.txt\nRATE_AI 50\n")
+    assert "rate '50' has no unit" in _one_line_error(read_network_cfg, str(path))
 
 
 def test_supported_cc_modes_pass(tmp_path):

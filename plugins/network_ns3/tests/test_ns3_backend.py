@@ -83,7 +83,7 @@ def test_single_16mib_message_near_line_rate(glue, tmp_path):
     assert sent[(0, 2)] > 16 * MiB and sent[(2, 1)] > 16 * MiB  # payload plus headers, both hops
 
 
-@pytest.mark.parametrize("cc_mode", [8, 0])
+@pytest.mark.parametrize("cc_mode", [8, 0, 1])
 def test_incast_four_to_one_takes_four_times_and_nobody_starves(glue, tmp_path, cc_mode):
     size = 4 * MiB
     cfg = star(tmp_path, 5, cc_mode=cc_mode)
@@ -98,10 +98,30 @@ def test_incast_four_to_one_takes_four_times_and_nobody_starves(glue, tmp_path, 
     stats = net.stats()
     into = next(row for row in stats["links"] if (row["src"], row["dst"]) == (5, 4))
     assert into["peak_queue_bytes"] > 0
-    if cc_mode == 8:
+    if cc_mode in (1, 8):
         assert into["ecn_marks"] > 0 and stats["ecn_marks"] == into["ecn_marks"]
+        assert (stats["cnps"] > 0) == (cc_mode == 1)  # DCQCN's receiver answers marks with CNPs
     else:
         assert stats["ecn_marks"] == 0
+
+
+def test_dcqcn_single_message_near_line_rate(glue, tmp_path):
+    net, engine = network(star(tmp_path, 2, cc_mode=1))
+    got = run_messages(net, engine, [(0, 0, 1, 16 * MiB)])
+    ratio = got[0][1] / (16 * MiB * 8 / 100e9 * 1e9 + 2 * 1000)
+    assert 1.02 <= ratio <= 1.12, ratio  # 30 header bytes per 1000, paced at line rate from the start
+
+
+def test_dcqcn_drop_is_an_error_not_a_hang(glue, tmp_path):
+    """No PFC and no retransmission: a full queue that drops a DCQCN packet stops the run and says why."""
+    from astra_sim.errors import SimulationError
+
+    star(tmp_path, 5, cc_mode=1)
+    cfg = tmp_path / "cfg.txt"
+    cfg.write_text(cfg.read_text().replace("BUFFER_SIZE 32", "BUFFER_SIZE 0.05"))
+    net, engine = network(str(cfg))
+    with pytest.raises(SimulationError, match="DCQCN packet was dropped .*raise BUFFER_SIZE"):
+        run_messages(net, engine, [(0, s, 4, MiB) for s in range(4)])
 
 
 def test_messages_of_a_pair_arrive_in_send_order(glue, tmp_path):
@@ -320,3 +340,18 @@ def test_ring_topology_without_switches(glue, tmp_path):
     assert sorted(i for i, _ in got) == [0, 1]
     with pytest.raises(SimulationError, match="no route from NPU 0 to NPU 2"):
         net.send(0, 2, 1000, lambda _: None, None)
+
+
+def test_astra_sim_example_with_dcqcn(glue, tmp_path):
+    """The example inputs with CC_MODE 1 (their DCQCN parameters used): every rank finishes, close to flow."""
+    cfg = tmp_path / "cfg.txt"
+    cfg.write_text((DATA / "network_cfg.txt").read_text().replace("CC_MODE 8", "CC_MODE 1")
+                   .replace("TOPOLOGY_FILE ", f"TOPOLOGY_FILE {DATA}/"))
+    prefix = coll_trace(tmp_path, 8, MiB)
+    system = write_system_config(tmp_path / "sys.json")
+    report = simulate(prefix, system, str(cfg), network_backend="ns3")
+    yml = write_network_config(tmp_path / "net.yml", ("Switch",), (8,), (400e9 / 8 / (1 << 30),), (500.0,))
+    flow = simulate(prefix, system, yml, network_backend="flow")
+    assert len(report.ranks) == 8 and all(r.finish_ns > 0 for r in report.ranks)
+    assert abs(report.ranks[0].finish_ns - flow.ranks[0].finish_ns) <= 0.25 * flow.ranks[0].finish_ns
+    assert report.settings["network"]["congestion_control"].startswith("DCQCN")

@@ -37,6 +37,8 @@ from astra_network_ns3.inputs import (
 HEADER_BYTES = 54
 _HOST_QUEUE_BYTES = 1 << 30
 _MIN_RTO_US = 1000
+#: DCQCN's notification point sends at most one CNP per flow per this many us (the DCQCN paper's N).
+DCQCN_CNP_INTERVAL_US = 50
 #: ns-3 keeps time in int64 ns: a stop time past this is no bound (the reference's configs say 4e13 s).
 _NS_LIMIT = 1 << 62
 
@@ -121,13 +123,17 @@ class Ns3Network:
 
     def _warn_unmodelled(self):
         config = self.config
-        if config.ignored_keys:
+        ignored = list(config.ignored_keys)
+        if config.cc_mode != 1:
+            ignored += config.dcqcn_keys  # DCQCN's parameters mean nothing to TCP
+        if ignored:
             self.warn(f"warning: {config.path}: keys not modelled by the ns3 backend (ignored): "
-                      f"{', '.join(config.ignored_keys)}")
+                      f"{', '.join(ignored)}")
         if config.error_rate > 0 or any(link.error_rate > 0 for link in self.topology.links):
             self.warn(f"warning: {config.path}: link error rates are not modelled (links are loss-free)")
-        if config.cc_mode == 8 and not config.enable_qcn:
-            self.warn(f"warning: {config.path}: ENABLE_QCN 0: switches do not mark ECN, so DCTCP sees no marks")
+        if config.cc_mode in (1, 8) and not config.enable_qcn:
+            self.warn(f"warning: {config.path}: ENABLE_QCN 0: switches do not mark ECN, so "
+                      f"{'DCQCN' if config.cc_mode == 1 else 'DCTCP'} sees no marks")
 
     def _build(self):
         config = self.config
@@ -135,6 +141,11 @@ class Ns3Network:
         glue = load_glue()
         net = glue.Net()
         net.Configure(config.cc_mode, config.payload_bytes, float(config.ewma_gain or 0.0), _MIN_RTO_US)
+        d = config.dcqcn
+        net.ConfigureDcqcn(float(config.ewma_gain or 1.0 / 256), float(d["rate_ai_bps"]), float(d["rate_hai_bps"]),
+                           float(d["min_rate_bps"]), float(d["rp_timer_us"]), float(d["alpha_interval_us"]),
+                           float(d["decrease_interval_us"]), int(d["fast_recovery"]), bool(d["clamp"]),
+                           float(DCQCN_CNP_INTERVAL_US))
         net.AddNodes(topology.nodes)
         switches = set(topology.switches)
         for sid in topology.switches:
@@ -143,7 +154,7 @@ class Ns3Network:
         for link in topology.links:
             degree[link.src] = degree.get(link.src, 0) + 1
             degree[link.dst] = degree.get(link.dst, 0) + 1
-        ecn = config.cc_mode == 8 and config.enable_qcn
+        ecn = config.cc_mode in (1, 8) and config.enable_qcn
         buffer_bytes = int(config.buffer_mb * (1 << 20))
         for link in topology.links:
             ends = []
@@ -210,6 +221,11 @@ class Ns3Network:
         net.RunSlice(-1 if target is None else target)
         if self._link_load is not None:
             self._sample_links()
+        if self.config.cc_mode == 1 and net.Drops():
+            raise SimulationError(
+                f"ns3 network: a DCQCN packet was dropped at a full switch queue by {net.NowNs()} ns; DCQCN has no "
+                f"retransmission and ns-3 no PFC (raise BUFFER_SIZE in {self.config.path}, or use CC_MODE 8)"
+            )
         count = net.DoneCount()
         if not count:
             if target is None:
@@ -359,7 +375,7 @@ class Ns3Network:
             "cc_mode": config.cc_mode,
             "congestion_control": SUPPORTED_CC[config.cc_mode],
             "packet_payload_bytes": config.payload_bytes,
-            "ecn_marking": config.cc_mode == 8 and config.enable_qcn,
+            "ecn_marking": config.cc_mode in (1, 8) and config.enable_qcn,
             "switch_buffer_bytes": int(config.buffer_mb * (1 << 20)),
             "routing": "shortest paths through switches, per-flow ECMP (hash of addresses and ports)",
             "transport": "one TCP connection per NPU pair; messages in order",
@@ -404,6 +420,7 @@ class Ns3Network:
             "slices": self.slices,
             "packets_sent": packets,
             "drops": sum(link["drops"] for link in links),
+            "cnps": int(net.Cnps()),
             "ecn_marks": sum(link["ecn_marks"] for link in links),
             "flow_completion": summary,
             "links": links,

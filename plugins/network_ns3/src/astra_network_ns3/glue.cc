@@ -150,6 +150,34 @@ struct Conn
     uint64_t rx = 0;      // bytes delivered in order at the receiver
     uint16_t sport = 0;
     std::deque<std::pair<uint64_t, uint64_t>> ends; // (cumulative end byte, message id)
+    // DCQCN (CC_MODE 1): the reaction point's state at the sender, the notification point's at the receiver.
+    bool sending = false;
+    double lineBps = 0;
+    double rate = 0;   // current rate R_C (bit/s)
+    double target = 0; // target rate R_T (bit/s)
+    double alpha = 1.0;
+    uint32_t stage = 0;
+    bool cnpSinceAlpha = false;
+    Time lastDecrease = Seconds(-1);
+    Time lastCnpSent = Seconds(-1);
+    Ipv4Address dstAddr;
+    EventId sendEvent;
+    EventId rateTimer;
+    EventId alphaTimer;
+};
+
+struct DcqcnParams
+{
+    double g = 1.0 / 256;
+    double rateAiBps = 5e7;
+    double rateHaiBps = 1e8;
+    double minRateBps = 1e8;
+    double rpTimerUs = 900;
+    double alphaIntervalUs = 55;
+    double decreaseIntervalUs = 4;
+    uint32_t fastRecovery = 5;
+    bool clamp = false;
+    double cnpIntervalUs = 50;
 };
 
 struct Port
@@ -167,9 +195,27 @@ class Net
 {
   public:
     // ------------------------------------------------------------ setup (called from Python once)
+    void ConfigureDcqcn(double g, double rateAiBps, double rateHaiBps, double minRateBps, double rpTimerUs,
+                        double alphaIntervalUs, double decreaseIntervalUs, uint32_t fastRecovery, bool clamp,
+                        double cnpIntervalUs)
+    {
+        m_dcqcnParams.g = g;
+        m_dcqcnParams.rateAiBps = rateAiBps;
+        m_dcqcnParams.rateHaiBps = rateHaiBps;
+        m_dcqcnParams.minRateBps = minRateBps;
+        m_dcqcnParams.rpTimerUs = rpTimerUs;
+        m_dcqcnParams.alphaIntervalUs = alphaIntervalUs;
+        m_dcqcnParams.decreaseIntervalUs = decreaseIntervalUs;
+        m_dcqcnParams.fastRecovery = fastRecovery;
+        m_dcqcnParams.clamp = clamp;
+        m_dcqcnParams.cnpIntervalUs = cnpIntervalUs;
+    }
+
     void Configure(int ccMode, uint32_t segmentBytes, double dctcpG, uint32_t minRtoUs)
     {
         m_dctcp = ccMode == 8;
+        m_dcqcn = ccMode == 1;
+        m_segment = segmentBytes;
         Config::SetDefault("ns3::TcpL4Protocol::SocketType",
                            TypeIdValue(m_dctcp ? TcpDctcp::GetTypeId() : TcpNewReno::GetTypeId()));
         Config::SetDefault("ns3::TcpSocket::SegmentSize", UintegerValue(segmentBytes));
@@ -257,6 +303,11 @@ class Net
             devs.Get(i)->TraceConnectWithoutContext("PhyTxEnd", MakeBoundCallback(&Net::OnTx, this, index));
             port.qdisc->TraceConnectWithoutContext("BytesInQueue",
                                                    MakeBoundCallback(&Net::OnQueue, this, index));
+            port.qdisc->TraceConnectWithoutContext("Drop", MakeBoundCallback(&Net::OnDrop, this));
+            if (m_hostRate.find(node) == m_hostRate.end())
+            {
+                m_hostRate[node] = double(rateBps);
+            }
         }
         Ipv4InterfaceContainer ifs = m_ipv4.Assign(devs);
         m_ipv4.NewNetwork();
@@ -342,6 +393,18 @@ class Net
         {
             if (m_isSwitch[n])
             {
+                continue;
+            }
+            if (m_dcqcn)
+            {
+                Ptr<Socket> data = Socket::CreateSocket(m_nodes.Get(n), UdpSocketFactory::GetTypeId());
+                data->SetIpRecvTos(true);
+                data->Bind(InetSocketAddress(Ipv4Address::GetAny(), kPort));
+                data->SetRecvCallback(MakeCallback(&Net::OnUdpData, this));
+                Ptr<Socket> cnp = Socket::CreateSocket(m_nodes.Get(n), UdpSocketFactory::GetTypeId());
+                cnp->Bind(InetSocketAddress(Ipv4Address::GetAny(), kCnpPort));
+                cnp->SetRecvCallback(MakeCallback(&Net::OnCnp, this));
+                m_cnpSocket[n] = cnp;
                 continue;
             }
             Ptr<Socket> s = Socket::CreateSocket(m_nodes.Get(n), TcpSocketFactory::GetTypeId());
@@ -464,6 +527,16 @@ class Net
         return out.str();
     }
 
+    uint64_t Drops() const
+    {
+        return m_drops;
+    }
+
+    uint64_t Cnps() const
+    {
+        return m_cnps;
+    }
+
     void Destroy()
     {
         Simulator::Destroy();
@@ -471,6 +544,9 @@ class Net
 
   private:
     static constexpr uint16_t kPort = 5000;
+    static constexpr uint16_t kCnpPort = 5001;
+    static constexpr uint32_t kCnpBytes = 16;
+    static constexpr uint32_t kUdpHeaderBytes = 30; // PPP 2 + IPv4 20 + UDP 8
 
     static void StopNow()
     {
@@ -490,6 +566,11 @@ class Net
         auto key = std::make_pair(src, dst);
         auto it = m_conns.find(key);
         Conn* c;
+        if (m_dcqcn)
+        {
+            DcqcnSend(src, dst, bytes, id);
+            return;
+        }
         if (it == m_conns.end())
         {
             c = new Conn();
@@ -533,6 +614,171 @@ class Net
             }
             c->pending -= uint64_t(sent);
         }
+    }
+
+    // ------------------------------------------------------------ DCQCN (rate-based, over UDP)
+    void DcqcnSend(int src, int dst, uint64_t bytes, uint64_t id)
+    {
+        auto key = std::make_pair(src, dst);
+        auto it = m_conns.find(key);
+        Conn* c;
+        if (it == m_conns.end())
+        {
+            c = new Conn();
+            c->src = src;
+            c->dst = dst;
+            c->dstAddr = m_addr[dst];
+            c->tx = Socket::CreateSocket(m_nodes.Get(src), UdpSocketFactory::GetTypeId());
+            c->tx->SetIpTos(0x02); // ECT(0): switches mark instead of dropping
+            c->tx->Bind();
+            c->tx->Connect(InetSocketAddress(m_addr[dst], kPort));
+            Address local;
+            c->tx->GetSockName(local);
+            c->sport = InetSocketAddress::ConvertFrom(local).GetPort();
+            c->lineBps = m_hostRate[src];
+            c->rate = c->lineBps;
+            c->target = c->lineBps;
+            m_conns[key] = c;
+        }
+        else
+        {
+            c = it->second;
+        }
+        c->total += bytes;
+        c->ends.emplace_back(c->total, id);
+        c->pending += bytes;
+        if (!c->sending)
+        {
+            c->sending = true;
+            c->rateTimer = Simulator::Schedule(MicroSeconds(m_dcqcnParams.rpTimerUs), &Net::RateTimer, this, c);
+            c->alphaTimer =
+                Simulator::Schedule(MicroSeconds(m_dcqcnParams.alphaIntervalUs), &Net::AlphaTimer, this, c);
+            SendNext(c);
+        }
+    }
+
+    // One packet at the current rate; the next one after its serialisation time at that rate.
+    void SendNext(Conn* c)
+    {
+        if (c->pending == 0)
+        {
+            c->sending = false; // idle: the timers stop with it (the rate keeps its value)
+            Simulator::Cancel(c->rateTimer);
+            Simulator::Cancel(c->alphaTimer);
+            return;
+        }
+        uint32_t n = uint32_t(std::min<uint64_t>(c->pending, m_segment));
+        c->tx->Send(Create<Packet>(n), 0);
+        c->pending -= n;
+        double wireBits = double(n + kUdpHeaderBytes) * 8.0;
+        c->sendEvent = Simulator::Schedule(Seconds(wireBits / c->rate), &Net::SendNext, this, c);
+    }
+
+    void AlphaTimer(Conn* c)
+    {
+        if (!c->cnpSinceAlpha)
+        {
+            c->alpha *= 1.0 - m_dcqcnParams.g;
+        }
+        c->cnpSinceAlpha = false;
+        c->alphaTimer = Simulator::Schedule(MicroSeconds(m_dcqcnParams.alphaIntervalUs), &Net::AlphaTimer, this, c);
+    }
+
+    // Rate increase at every timer expiry: fast recovery, then additive, then hyper increase.
+    void RateTimer(Conn* c)
+    {
+        const DcqcnParams& p = m_dcqcnParams;
+        c->stage += 1;
+        if (c->stage > p.fastRecovery)
+        {
+            c->target += c->stage == p.fastRecovery + 1 ? p.rateAiBps : p.rateHaiBps;
+            c->target = std::min(c->target, c->lineBps);
+        }
+        c->rate = std::min(c->lineBps, (c->rate + c->target) / 2);
+        c->rateTimer = Simulator::Schedule(MicroSeconds(p.rpTimerUs), &Net::RateTimer, this, c);
+    }
+
+    void OnCnp(Ptr<Socket> s)
+    {
+        Address from;
+        Ptr<Packet> p;
+        int me = m_index[PeekPointer(s->GetNode())];
+        while ((p = s->RecvFrom(from)))
+        {
+            int peer = m_addrToNode[InetSocketAddress::ConvertFrom(from).GetIpv4().Get()];
+            auto it = m_conns.find(std::make_pair(me, peer));
+            if (it == m_conns.end())
+            {
+                continue;
+            }
+            Conn* c = it->second;
+            const DcqcnParams& prm = m_dcqcnParams;
+            c->alpha = (1.0 - prm.g) * c->alpha + prm.g;
+            c->cnpSinceAlpha = true;
+            Time now = Simulator::Now();
+            if (c->lastDecrease >= Seconds(0) && now - c->lastDecrease < MicroSeconds(prm.decreaseIntervalUs))
+            {
+                continue;
+            }
+            c->lastDecrease = now;
+            if (prm.clamp || c->stage > 0)
+            {
+                c->target = c->rate;
+            }
+            c->rate = std::max(prm.minRateBps, c->rate * (1.0 - c->alpha / 2));
+            c->stage = 0;
+            if (c->sending)
+            {
+                Simulator::Cancel(c->rateTimer);
+                c->rateTimer = Simulator::Schedule(MicroSeconds(prm.rpTimerUs), &Net::RateTimer, this, c);
+            }
+        }
+    }
+
+    void OnUdpData(Ptr<Socket> s)
+    {
+        Address from;
+        Ptr<Packet> p;
+        int me = m_index[PeekPointer(s->GetNode())];
+        bool done = false;
+        while ((p = s->RecvFrom(from)))
+        {
+            Ipv4Address fromIp = InetSocketAddress::ConvertFrom(from).GetIpv4();
+            int src = m_addrToNode[fromIp.Get()];
+            auto it = m_conns.find(std::make_pair(src, me));
+            if (it == m_conns.end())
+            {
+                continue;
+            }
+            Conn* c = it->second;
+            c->rx += p->GetSize();
+            SocketIpTosTag tos;
+            Time now = Simulator::Now();
+            if (p->PeekPacketTag(tos) && (tos.GetTos() & 0x3) == 0x3 &&
+                (c->lastCnpSent < Seconds(0) || now - c->lastCnpSent >= MicroSeconds(m_dcqcnParams.cnpIntervalUs)))
+            {
+                c->lastCnpSent = now;
+                m_cnps += 1;
+                m_cnpSocket[me]->SendTo(Create<Packet>(kCnpBytes), 0, InetSocketAddress(fromIp, kCnpPort));
+            }
+            while (!c->ends.empty() && c->ends.front().first <= c->rx)
+            {
+                m_doneId.push_back(c->ends.front().second);
+                m_doneNs.push_back(now.GetNanoSeconds());
+                m_doneSport.push_back(c->sport);
+                c->ends.pop_front();
+                done = true;
+            }
+        }
+        if (done)
+        {
+            Simulator::Stop();
+        }
+    }
+
+    static void OnDrop(Net* net, Ptr<const QueueDiscItem>)
+    {
+        net->m_drops += 1;
     }
 
     void OnSendSpace(Ptr<Socket> s, uint32_t)
@@ -591,6 +837,13 @@ class Net
     }
 
     bool m_dctcp = false;
+    bool m_dcqcn = false;
+    uint32_t m_segment = 1000;
+    DcqcnParams m_dcqcnParams;
+    std::map<int, double> m_hostRate;
+    std::map<int, Ptr<Socket>> m_cnpSocket;
+    uint64_t m_drops = 0;
+    uint64_t m_cnps = 0;
     NodeContainer m_nodes;
     std::vector<bool> m_isSwitch;
     std::vector<Ipv4Address> m_addr;

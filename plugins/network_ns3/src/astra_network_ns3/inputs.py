@@ -7,7 +7,8 @@ Pure Python (no ns-3 import), so errors in the inputs appear at once. Every erro
     One ``KEY value...`` per line (blank lines ignored). The keys this backend models are
     :data:`MODELLED_KEYS`; any other key is reported in one warning that names it. The ``*_MAP`` keys
     are ``n rate_1 value_1 ... rate_n value_n`` with rates in bit/s; K_min and K_max are in KB (1000 bytes),
-    ``BUFFER_SIZE`` in MB (2^20 bytes) per switch, ``SIMULATOR_STOP_TIME`` in seconds (the reference's units).
+    ``BUFFER_SIZE`` in MB (2^20 bytes) per switch, ``SIMULATOR_STOP_TIME`` in seconds, DCQCN's timers
+    (``RP_TIMER``, ``ALPHA_RESUME_INTERVAL``, ``RATE_DECREASE_INTERVAL``) in us (the reference's units).
 
 Topology file
     Line 1: ``nodes switches links``; line 2: the switch ids; then one ``src dst rate delay error_rate``
@@ -28,13 +29,29 @@ from dataclasses import dataclass, field
 from astra_sim.errors import ConfigError
 
 #: CC_MODE values this backend runs, and what they mean.
-SUPPORTED_CC = {0: "plain TCP (NewReno; this plugin's extension)", 8: "DCTCP (ns-3 TcpDctcp, RED/ECN marking)"}
-#: ASTRA-sim's RDMA modes, which mainline ns-3 cannot run (no RDMA NIC).
-RDMA_CC = {1: "DCQCN", 3: "HPCC", 7: "TIMELY", 10: "HPCC-PINT", 12: "HPCC variant of ASTRA-sim's shipped configs"}
+SUPPORTED_CC = {
+    0: "plain TCP (NewReno; this plugin's extension)",
+    1: "DCQCN (rate-based over UDP, CNPs from ECN marks; no PFC, so a drop stops the run)",
+    8: "DCTCP (ns-3 TcpDctcp, RED/ECN marking)",
+}
+#: ASTRA-sim's other RDMA modes, which mainline ns-3 cannot run (no RDMA NIC with INT or RTT probes).
+RDMA_CC = {3: "HPCC", 7: "TIMELY", 10: "HPCC-PINT", 12: "HPCC variant of ASTRA-sim's shipped configs"}
+
+#: DCQCN's parameters (used with CC_MODE 1 only): key -> (kind, Ns3Config.dcqcn name). Times in us.
+DCQCN_KEYS = {
+    "RATE_AI": ("rate", "rate_ai_bps"), "RATE_HAI": ("rate", "rate_hai_bps"), "MIN_RATE": ("rate", "min_rate_bps"),
+    "RP_TIMER": ("float", "rp_timer_us"), "ALPHA_RESUME_INTERVAL": ("float", "alpha_interval_us"),
+    "RATE_DECREASE_INTERVAL": ("float", "decrease_interval_us"), "FAST_RECOVERY_TIMES": ("int", "fast_recovery"),
+    "CLAMP_TARGET_RATE": ("bool", "clamp"),
+}
+#: DCQCN's defaults where the file does not say (the DCQCN paper's; EWMA_GAIN g = 1/256).
+DCQCN_DEFAULTS = {"rate_ai_bps": 50_000_000, "rate_hai_bps": 100_000_000, "min_rate_bps": 100_000_000,
+                  "rp_timer_us": 55.0, "alpha_interval_us": 55.0, "decrease_interval_us": 4.0, "fast_recovery": 5,
+                  "clamp": False}
 
 MODELLED_KEYS = (
     "TOPOLOGY_FILE", "PACKET_PAYLOAD_SIZE", "CC_MODE", "KMIN_MAP", "KMAX_MAP", "PMAX_MAP", "BUFFER_SIZE",
-    "ENABLE_QCN", "SIMULATOR_STOP_TIME", "EWMA_GAIN", "ERROR_RATE_PER_LINK",
+    "ENABLE_QCN", "SIMULATOR_STOP_TIME", "EWMA_GAIN", "ERROR_RATE_PER_LINK", *DCQCN_KEYS,
 )
 
 _RATE_UNITS = {"": None, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
@@ -61,6 +78,8 @@ class Ns3Config:
     ewma_gain: float | None = None
     error_rate: float = 0.0
     ignored_keys: list = field(default_factory=list)
+    dcqcn: dict = field(default_factory=lambda: dict(DCQCN_DEFAULTS))
+    dcqcn_keys: list = field(default_factory=list)  # the DCQCN keys the file gives
 
 
 @dataclass
@@ -184,7 +203,23 @@ def read_network_cfg(path):
         if len(values) != 1:
             raise ConfigError(f"{where}: expected one value, got {len(values)}")
         value = values[0]
-        if key == "TOPOLOGY_FILE":
+        if key in DCQCN_KEYS:
+            kind, name = DCQCN_KEYS[key]
+            if kind == "rate":
+                parsed = parse_rate_bps(value, where)
+            elif kind == "bool":
+                if value not in ("0", "1"):
+                    raise ConfigError(f"{where}: expected 0 or 1, got {value!r}")
+                parsed = value == "1"
+            elif kind == "int":
+                parsed = _number(value, where, int, 0)
+            else:
+                parsed = _number(value, where, float, 0)
+                if parsed <= 0:
+                    raise ConfigError(f"{where}: expected a time > 0 us, got {value}")
+            config.dcqcn[name] = parsed
+            config.dcqcn_keys.append(key)
+        elif key == "TOPOLOGY_FILE":
             config.topology_file = value
             config.topology_line = number
         elif key == "PACKET_PAYLOAD_SIZE":
