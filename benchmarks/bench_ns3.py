@@ -54,17 +54,22 @@ def main():
             write_et(f"{prefix}.{rank}.et", make_metadata(), [node])
         system = write_system_config(folder / "sys.json")
         report = simulate(prefix, system, cfg, network_backend="ns3")
-    done = time.perf_counter()
+        done = time.perf_counter()
+        again = simulate(prefix, system, cfg, network_backend="ns3")  # the glue's methods compiled now
+        warm = time.perf_counter() - done
     stats = report.network_stats
     sim_wall = done - loaded
     finish = max(r.finish_ns for r in report.ranks)
+    assert [r.finish_ns for r in again.ranks] == [r.finish_ns for r in report.ranks], "runs must repeat exactly"
     print(f"ns-3 import + glue compile: {loaded - start:.1f} s")
-    print(f"simulation: {sim_wall:.1f} s wall for {finish / 1e3:.1f} us simulated "
+    print(f"simulation: {sim_wall:.1f} s wall (first run in the process, cppyy compiling the glue's methods as "
+          f"they are first called; {warm:.1f} s when run again) for {finish / 1e3:.1f} us simulated "
           f"({stats['messages']} messages, {stats['slices']} slices)")
     print(f"packets simulated: {stats['packets_sent']} ({stats['packets_sent'] / sim_wall:,.0f} packets/s of wall "
-          f"time); ECN marks {stats['ecn_marks']}, drops {stats['drops']}")
+          f"time; {stats['packets_sent'] / warm:,.0f} when run again); ECN marks {stats['ecn_marks']}, "
+          f"drops {stats['drops']}")
     total = done - start
-    print(f"total: {total:.1f} s (budget 60 s): {'OK' if total < 60 else 'OVER BUDGET'}")
+    print(f"total (import + first run): {total:.1f} s (budget 60 s): {'OK' if total < 60 else 'OVER BUDGET'}")
 
 
 if __name__ == "__main__":
