@@ -355,3 +355,22 @@ def test_astra_sim_example_with_dcqcn(glue, tmp_path):
     assert len(report.ranks) == 8 and all(r.finish_ns > 0 for r in report.ranks)
     assert abs(report.ranks[0].finish_ns - flow.ranks[0].finish_ns) <= 0.25 * flow.ranks[0].finish_ns
     assert report.settings["network"]["congestion_control"].startswith("DCQCN")
+
+
+def test_simulator_stop_time_stops_with_an_error(glue, tmp_path):
+    from astra_sim.errors import SimulationError
+
+    net, engine = network(star(tmp_path, 2, extra="SIMULATOR_STOP_TIME 0.0001\n"))  # 100 us
+    with pytest.raises(SimulationError, match=r"SIMULATOR_STOP_TIME \(0.0001 s\) reached with 1 message"):
+        run_messages(net, engine, [(0, 0, 1, 16 * MiB)])
+
+
+def test_warnings_name_what_is_not_modelled(glue, tmp_path):
+    warnings = []
+    cfg = star(tmp_path, 2, extra="HAS_WIN 1\nRATE_AI 50Mb/s\nERROR_RATE_PER_LINK 0.01\n")
+    Path(cfg).write_text(Path(cfg).read_text().replace("ENABLE_QCN 1", "ENABLE_QCN 0"))
+    network(cfg, warn=warnings)
+    text = "\n".join(warnings)
+    assert "keys not modelled by the ns3 backend (ignored): HAS_WIN, RATE_AI" in text  # RATE_AI: DCQCN's, not DCTCP's
+    assert "link error rates are not modelled" in text
+    assert "ENABLE_QCN 0: switches do not mark ECN, so DCTCP sees no marks" in text

@@ -23,8 +23,10 @@ ns-3 is imported when the backend is built (about 10 s), never when the plugin i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
+import sys
 from collections import deque
 
 from astra_sim.errors import ConfigError, SimulationError
@@ -50,7 +52,8 @@ def load_glue():
     global _GLUE
     if _GLUE is None:
         try:
-            from ns import ns  # noqa: F401  (loads every ns-3 module into cppyy)
+            with _quiet_static_init():
+                from ns import ns  # noqa: F401  (loads every ns-3 module into cppyy)
         except ImportError as exc:
             raise ConfigError(
                 f"the ns3 network backend needs the ns3 package (pip install 'ns3==3.44.post0'): {exc}"
@@ -61,6 +64,32 @@ def load_glue():
             cppyy.cppdef(handle.read())
         _GLUE = cppyy.gbl.astra_ns3
     return _GLUE
+
+
+#: What cling prints on stderr for every ns-3 import: a header's static initialiser (``g_timeInitHelper``) that
+#: the ns-3 libraries have already run. Harmless, and dropped; anything else on stderr is passed on.
+_CLING_NOISE = "[runStaticInitializersOnce]: Failed to materialize symbols"
+
+
+@contextlib.contextmanager
+def _quiet_static_init():
+    """Capture file descriptor 2 while ns-3 loads; write back every line but cling's known static-init notice."""
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            text = capture.read().decode("utf-8", "replace")
+            kept = [line for line in text.splitlines() if line and not line.startswith(_CLING_NOISE)]
+            if kept:
+                print("\n".join(kept), file=sys.stderr)
 
 
 class _Message:
