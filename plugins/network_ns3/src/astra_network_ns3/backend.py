@@ -60,8 +60,9 @@ def load_glue():
             ) from None
         import cppyy
 
-        with open(os.path.join(os.path.dirname(__file__), "glue.cc"), encoding="utf-8") as handle:
-            cppyy.cppdef(handle.read())
+        for name in ("routing.cc", "glue.cc"):
+            with open(os.path.join(os.path.dirname(__file__), name), encoding="utf-8") as handle:
+                cppyy.cppdef(handle.read())
         _GLUE = cppyy.gbl.astra_ns3
     return _GLUE
 
