@@ -141,6 +141,17 @@ def test_a_send_enters_ns3_at_its_time(glue, tmp_path):
     assert later - 123_457 == at_zero
 
 
+def test_a_send_lands_at_its_time_while_ns3_is_busy(glue, tmp_path):
+    """A message sent while another pair's flow is in flight (ns-3 running in slices) enters ns-3 at its time."""
+    cfg = star(tmp_path, 4)
+    net, engine = network(cfg)
+    alone = run_messages(net, engine, [(0, 2, 3, 1000)])[0][1]
+    net, engine = network(cfg)
+    got = dict(run_messages(net, engine, [(0, 0, 1, 4 * MiB), (50_001, 2, 3, 1000), (50_001, 3, 2, 1000)]))
+    assert got[1] - 50_001 == alone and got[2] - 50_001 == alone  # disjoint ports: as if alone
+    assert got[0] > got[1]
+
+
 def coll_trace(tmp_path, npus, size, comm_type=T.ALL_REDUCE):
     prefix = tmp_path / "ar"
     node = make_node(1, "c", T.COMM_COLL_NODE, attrs={"is_cpu_op": False, "comm_type": comm_type, "comm_size": size})

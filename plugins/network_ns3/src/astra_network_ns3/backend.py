@@ -227,7 +227,10 @@ class Ns3Network:
         mid = self._next_id
         self._next_id += 1
         self._messages[mid] = _Message(fn, arg, src, dst, size_bytes, now)
-        self._net.Send(hosts[src], hosts[dst], size_bytes, mid, now)
+        net = self._net
+        if net.NowNs() > now:  # the lockstep's invariant: ns-3 never runs ahead of the engine
+            raise SimulationError(f"ns3 network: ns-3 is at {net.NowNs()} ns but a message is sent at {now} ns")
+        net.Send(hosts[src], hosts[dst], size_bytes, mid, now)
         if not self._pump_pending:
             self._pump_pending = True
             self.engine.schedule(0, self._pump_fn, object())
