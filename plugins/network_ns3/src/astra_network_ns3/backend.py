@@ -165,9 +165,41 @@ class Ns3Network:
             self.warn(f"warning: {config.path}: ENABLE_QCN 0: switches do not mark ECN, so "
                       f"{'DCQCN' if config.cc_mode == 1 else 'DCTCP'} sees no marks")
 
-    def _build(self):
+    def _plan_links(self):
+        """Per topology link, its two ends' queue settings ``(K_min, K_max bytes, P_max, buffer bytes)``; checked
+        before ns-3 is imported, so a missing ECN threshold costs no import."""
         config = self.config
         topology = self.topology
+        switches = set(topology.switches)
+        degree = {}
+        for link in topology.links:
+            degree[link.src] = degree.get(link.src, 0) + 1
+            degree[link.dst] = degree.get(link.dst, 0) + 1
+        ecn = config.cc_mode in (1, 8) and config.enable_qcn
+        buffer_bytes = int(config.buffer_mb * (1 << 20))
+        plan = []
+        for link in topology.links:
+            ends = []
+            for node, peer in ((link.src, link.dst), (link.dst, link.src)):
+                if node in switches:
+                    port_buffer = max(1, buffer_bytes // degree[node])
+                    kmin, kmax, pmax = 0, 0, 0.0
+                    if ecn:
+                        where = f"{topology.path}:{link.line} (switch {node} -> {peer})"
+                        kmin, kmax, pmax = ecn_thresholds(config, link.rate_bps, where)
+                        if kmax >= port_buffer:
+                            self.warn(f"warning: {where}: K_max {kmax} bytes is not below the port's buffer "
+                                      f"{port_buffer} bytes (BUFFER_SIZE / {degree[node]} ports)")
+                    ends.append((kmin, kmax, float(pmax), port_buffer))
+                else:
+                    ends.append((0, 0, 0.0, _HOST_QUEUE_BYTES))
+                self._ports.append((node, peer, link.rate_bps))
+            plan.append((link, ends))
+        return ecn, plan
+
+    def _build(self):
+        config = self.config
+        ecn, plan = self._plan_links()
         glue = load_glue()
         net = glue.Net()
         net.Configure(config.cc_mode, config.payload_bytes, float(config.ewma_gain or 0.0), _MIN_RTO_US)
@@ -176,34 +208,10 @@ class Ns3Network:
                            float(d["min_rate_bps"]), float(d["rp_timer_us"]), float(d["alpha_interval_us"]),
                            float(d["decrease_interval_us"]), int(d["fast_recovery"]), bool(d["clamp"]),
                            float(DCQCN_CNP_INTERVAL_US))
-        net.AddNodes(topology.nodes)
-        switches = set(topology.switches)
-        for sid in topology.switches:
+        net.AddNodes(self.topology.nodes)
+        for sid in self.topology.switches:
             net.MarkSwitch(sid)
-        degree = {}
-        for link in topology.links:
-            degree[link.src] = degree.get(link.src, 0) + 1
-            degree[link.dst] = degree.get(link.dst, 0) + 1
-        ecn = config.cc_mode in (1, 8) and config.enable_qcn
-        buffer_bytes = int(config.buffer_mb * (1 << 20))
-        for link in topology.links:
-            ends = []
-            for node, peer in ((link.src, link.dst), (link.dst, link.src)):
-                if node in switches:
-                    port_buffer = max(1, buffer_bytes // degree[node])
-                    if ecn:
-                        where = f"{topology.path}:{link.line} (switch {node} -> {peer})"
-                        kmin, kmax, pmax = ecn_thresholds(config, link.rate_bps, where)
-                        if kmax >= port_buffer:
-                            self.warn(f"warning: {where}: K_max {kmax} bytes is not below the port's buffer "
-                                      f"{port_buffer} bytes (BUFFER_SIZE / {degree[node]} ports)")
-                    else:
-                        kmin, kmax, pmax = 0, 0, 0.0
-                    ends.append((kmin, kmax, float(pmax), port_buffer))
-                else:
-                    ends.append((0, 0, 0.0, _HOST_QUEUE_BYTES))
-                self._ports.append((node, peer, link.rate_bps))
-            (kmin_a, kmax_a, pmax_a, buf_a), (kmin_b, kmax_b, pmax_b, buf_b) = ends
+        for link, ((kmin_a, kmax_a, pmax_a, buf_a), (kmin_b, kmax_b, pmax_b, buf_b)) in plan:
             net.AddLink(link.src, link.dst, link.rate_bps, link.delay_ns, ecn,
                         kmin_a, kmax_a, pmax_a, buf_a, kmin_b, kmax_b, pmax_b, buf_b)
         net.Finish()
