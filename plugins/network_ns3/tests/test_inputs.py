@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -18,11 +17,14 @@ from astra_network_ns3.inputs import (
 )
 
 DATA = Path(__file__).parent / "data"
+CFG = DATA / "scratch" / "config" / "network_cfg.txt"  # ASTRA-sim's folder layout: its relative paths work
+TOPO = DATA / "scratch" / "topology" / "8_nodes_1_switch_topology.txt"
 
 
 def test_example_config_values():
-    config = read_network_cfg(str(DATA / "network_cfg.txt"))
-    assert config.topology_file == "8_nodes_1_switch_topology.txt" and config.topology_line == 4
+    config = read_network_cfg(str(CFG))
+    assert config.topology_file == "../../scratch/topology/8_nodes_1_switch_topology.txt"
+    assert config.topology_line == 4
     assert config.payload_bytes == 1000 and config.cc_mode == 8 and config.buffer_mb == 32
     assert config.enable_qcn and config.stop_time_s == 4e13 and config.ewma_gain == 0.00390625
     assert config.kmin_kb[400_000_000_000] == 800 and config.kmax_kb[100_000_000_000] == 1600
@@ -33,7 +35,7 @@ def test_example_config_values():
 
 
 def test_example_topology_and_logical_dims():
-    config = read_network_cfg(str(DATA / "network_cfg.txt"))
+    config = read_network_cfg(str(CFG))
     topology = read_config_topology(config)  # resolved against the config's folder
     assert topology.nodes == 9 and topology.switches == [8] and topology.hosts == list(range(8))
     assert len(topology.links) == 8
@@ -43,12 +45,14 @@ def test_example_topology_and_logical_dims():
 
 
 def test_relative_paths_resolve_against_the_current_directory_first(tmp_path, monkeypatch):
-    shutil.copy(DATA / "8_nodes_1_switch_topology.txt", tmp_path / "8_nodes_1_switch_topology.txt")
-    (tmp_path / "8_nodes_1_switch_topology.txt").write_text("3 1 2\n2\n2 0 100Gbps 1us 0\n2 1 100Gbps 1us 0\n")
-    monkeypatch.chdir(tmp_path)
-    config = read_network_cfg(str(DATA / "network_cfg.txt"))
+    here = tmp_path / "run" / "here"
+    (tmp_path / "scratch" / "topology").mkdir(parents=True)
+    here.mkdir(parents=True)
+    (tmp_path / "scratch" / "topology" / TOPO.name).write_text("3 1 2\n2\n2 0 100Gbps 1us 0\n2 1 100Gbps 1us 0\n")
+    monkeypatch.chdir(here)  # ../../scratch/topology/... from here is the tmp copy
+    config = read_network_cfg(str(CFG))
     assert read_config_topology(config).nodes == 3  # the current directory's copy wins
-    assert resolve("no-such-file", str(DATA / "network_cfg.txt")) == "no-such-file"
+    assert resolve("no-such-file", str(CFG)) == "no-such-file"
 
 
 @pytest.mark.parametrize("mode", sorted(RDMA_CC) + [2, 99])

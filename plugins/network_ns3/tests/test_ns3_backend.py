@@ -19,6 +19,9 @@ from astra_sim.testing import write_network_config, write_system_config
 from astra_network_ns3.inputs import read_config_topology, read_network_cfg
 
 DATA = Path(__file__).parent / "data"
+CFG = DATA / "scratch" / "config" / "network_cfg.txt"  # ASTRA-sim's folder layout: its relative paths work
+TOPO = DATA / "scratch" / "topology" / "8_nodes_1_switch_topology.txt"
+REF_TOPO = "../../scratch/topology/8_nodes_1_switch_topology.txt"
 MiB = 1 << 20
 
 
@@ -164,7 +167,7 @@ def test_all_reduce_within_25_percent_of_flow(glue, tmp_path):
     """One switch, 8 NPUs, 400 Gbps links of 500 ns: the same topology for both tiers."""
     prefix = coll_trace(tmp_path, 8, MiB)
     system = write_system_config(tmp_path / "sys.json")
-    ns3 = simulate(prefix, system, str(DATA / "network_cfg.txt"), network_backend="ns3",
+    ns3 = simulate(prefix, system, str(CFG), network_backend="ns3",
                    options={"logical_topology_configuration": str(DATA / "logical_topology.json")})
     yml = write_network_config(tmp_path / "net.yml", ("Switch",), (8,), (400e9 / 8 / (1 << 30),), (500.0,))
     flow = simulate(prefix, system, yml, network_backend="flow")
@@ -183,7 +186,7 @@ def test_astra_sim_example_inputs_finish_every_rank(glue, tmp_path, capsys):
     fct = tmp_path / "fct.txt"
     report = tmp_path / "report.json"
     code = main(["run", "--workload-configuration", prefix, "--system-configuration", system,
-                 "--network-configuration", str(DATA / "network_cfg.txt"), "--network-backend", "ns3",
+                 "--network-configuration", str(CFG), "--network-backend", "ns3",
                  "--logical-topology-configuration", str(DATA / "logical_topology.json"),
                  "--astra-sim-log", "--ns3-fct-file", str(fct), "--report-json", str(report),
                  "--timeline", str(tmp_path / "timeline.json")])
@@ -208,8 +211,8 @@ def test_astra_sim_example_inputs_finish_every_rank(glue, tmp_path, capsys):
 
 def test_the_shipped_cc_mode_12_is_refused_before_ns3_starts(tmp_path, capsys):
     cfg = tmp_path / "cfg.txt"
-    cfg.write_text((DATA / "network_cfg.txt").read_text().replace("CC_MODE 8", "CC_MODE 12")
-                   .replace("TOPOLOGY_FILE ", f"TOPOLOGY_FILE {DATA}/"))
+    cfg.write_text(CFG.read_text().replace("CC_MODE 8", "CC_MODE 12")
+                   .replace(REF_TOPO, str(TOPO)))
     prefix = coll_trace(tmp_path, 8, MiB)
     code = main(["run", "--workload-configuration", prefix, "--system-configuration",
                  write_system_config(tmp_path / "sys.json"), "--network-configuration", str(cfg),
@@ -220,17 +223,16 @@ def test_the_shipped_cc_mode_12_is_refused_before_ns3_starts(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("edit,expected", [
-    (("TOPOLOGY_FILE 8_nodes_1_switch_topology.txt", "TOPOLOGY_FILE missing.txt"), "cfg.txt:4: TOPOLOGY_FILE"),
+    (("TOPOLOGY_FILE topo.txt", "TOPOLOGY_FILE missing.txt"), "cfg.txt:4: TOPOLOGY_FILE"),
     (("8 7 400Gbps", "8 9 400Gbps"), "topo.txt:10: link to unknown node 9"),
     (("8 3 400Gbps", "8 3 400"), "topo.txt:6: rate: rate '400' has no unit"),
 ])
 def test_cli_input_errors_are_one_line(tmp_path, capsys, edit, expected):
-    topo = (DATA / "8_nodes_1_switch_topology.txt").read_text()
-    cfg = (DATA / "network_cfg.txt").read_text().replace("8_nodes_1_switch_topology.txt", "topo.txt")
+    topo = TOPO.read_text()
+    cfg = CFG.read_text().replace(REF_TOPO, "topo.txt")
     old, new = edit
     topo = topo.replace(old, new)
-    cfg = cfg.replace(old.replace("8_nodes_1_switch_topology.txt", "topo.txt"),
-                      new.replace("8_nodes_1_switch_topology.txt", "topo.txt"))
+    cfg = cfg.replace(old, new)
     (tmp_path / "topo.txt").write_text(topo)
     (tmp_path / "cfg.txt").write_text(cfg)
     prefix = coll_trace(tmp_path, 8, MiB)
@@ -247,7 +249,7 @@ def test_cli_logical_dims_must_match_the_npus(tmp_path, capsys):
     prefix = coll_trace(tmp_path, 8, MiB)
     code = main(["run", "--workload-configuration", prefix, "--system-configuration",
                  write_system_config(tmp_path / "sys.json"), "--network-configuration",
-                 str(DATA / "network_cfg.txt"), "--network-backend", "ns3",
+                 str(CFG), "--network-backend", "ns3",
                  "--logical-topology-configuration", str(logical)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code != 0 and len(err) == 1
@@ -278,7 +280,7 @@ def test_two_dimensional_logical_topology_on_two_switches(glue, tmp_path):
 def test_in_switch_runs_on_a_one_switch_dimension(glue, tmp_path):
     """ASTRA-sim's example (8 NPUs on one switch): ``inSwitch`` sends its messages through ns-3 and beats the ring."""
     prefix = coll_trace(tmp_path, 8, MiB)
-    cfg = str(DATA / "network_cfg.txt")
+    cfg = str(CFG)
     ring = simulate(prefix, write_system_config(tmp_path / "ring.json"), cfg, network_backend="ns3")
     switch = simulate(prefix, write_system_config(tmp_path / "insw.json", algorithm="inSwitch"), cfg,
                       network_backend="ns3")
@@ -356,8 +358,8 @@ def test_ring_topology_without_switches(glue, tmp_path):
 def test_astra_sim_example_with_dcqcn(glue, tmp_path):
     """The example inputs with CC_MODE 1 (their DCQCN parameters used): every rank finishes, close to flow."""
     cfg = tmp_path / "cfg.txt"
-    cfg.write_text((DATA / "network_cfg.txt").read_text().replace("CC_MODE 8", "CC_MODE 1")
-                   .replace("TOPOLOGY_FILE ", f"TOPOLOGY_FILE {DATA}/"))
+    cfg.write_text(CFG.read_text().replace("CC_MODE 8", "CC_MODE 1")
+                   .replace(REF_TOPO, str(TOPO)))
     prefix = coll_trace(tmp_path, 8, MiB)
     system = write_system_config(tmp_path / "sys.json")
     report = simulate(prefix, system, str(cfg), network_backend="ns3")
