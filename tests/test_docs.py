@@ -115,7 +115,7 @@ def test_implemented_by_matches_the_plugins(signature):
     name = signature.split("(")[0]
     section = hook_sections()[signature]
     paragraph = section.split("Implemented by:", 1)[1].split("\n\n", 1)[0]
-    listed = {word for word in re.findall(r"\b[a-z_]+\b", paragraph) if word in _repo_plugins()}
+    listed = {word for word in re.findall(r"\b[a-z_0-9]+\b", paragraph) if word in _repo_plugins()}
     found, checked = _implementers()
     actual = found.get(name, set())
     missing = actual - listed

@@ -155,3 +155,21 @@ def test_empty_run_returns_zero():
     assert engine.run() == 0
     assert engine.now == 0
     assert engine.pending() == 0
+
+
+def test_next_time_and_is_last_now_for_co_simulators():
+    """What the ns3 backend's lockstep reads: the next time with events, and whether an event is the batch's last."""
+    engine = EventEngine()
+    seen = []
+
+    def probe(token):
+        seen.append((engine.now, token, engine.next_time(), engine.is_last_now(probe, token)))
+
+    first, second = object(), object()
+    engine.schedule(10, probe, first)
+    engine.schedule(10, probe, second)
+    engine.schedule(25, lambda _a: None)
+    assert engine.next_time() == 10
+    engine.run()
+    assert seen == [(10, first, 25, False), (10, second, 25, True)]
+    assert engine.next_time() is None

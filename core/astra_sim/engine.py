@@ -56,6 +56,17 @@ class EventEngine:
         """Number of distinct future times with events (cheap emptiness test)."""
         return len(self._times)
 
+    def next_time(self):
+        """The earliest time after the batch now running that has events (None when none): lets a
+        co-simulator (the ns-3 backend) advance its own clock exactly up to the engine's next event."""
+        return self._times[0] if self._times else None
+
+    def is_last_now(self, fn, arg):
+        """Whether ``(fn, arg)`` is the last event booked for the current time (nothing after it in the
+        batch now running)."""
+        bucket = self._buckets.get(self.now)
+        return bucket is not None and bucket[-2] is fn and bucket[-1] is arg
+
     def run(self, until_ns=None):
         """Run events until none are left (or the next is after ``until_ns``)."""
         times = self._times
