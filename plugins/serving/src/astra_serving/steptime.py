@@ -1,0 +1,175 @@
+"""Iteration times from the step simulator, memoised by a bucketed batch shape.
+
+An engine iteration is a batch of ``prefill`` prompt tokens (new prompts and chunks of long ones) and
+``decode`` sequences generating one token each against a KV cache of mean length ``context``. Its time is
+what ``astra workload llm --mode prefill|decode|mixed ... --logits last`` followed by ``astra run --platform P``
+gives for that shape, both run in this process (no subprocess): nothing is a latency table.
+
+Bucketing (why: a run visits tens of thousands of distinct shapes; each simulation costs ~0.1 s). Each of
+the three numbers is rounded to the nearest point of a grid: every integer up to ``EXACT_BELOW``, then a
+geometric grid of ratio ``ratio`` (default 2**(1/4): at most ~9 % off in that number, and the step time moves
+much less than its inputs, as weights dominate decode and GEMMs are linear in tokens). A mixed step's
+``prefill_done`` (tokens of the chunk's prompt already cached) is bucketed to powers of two.
+``tests/test_steptime.py`` measures the error against exact shapes. ``exact=True`` turns bucketing off.
+
+How a shape maps onto the generator (whose inference steps batch sequences of one length):
+
+* decode only: ``--mode decode --batch-size B --prompt-len C-1 --decode-len 1`` (every sequence at the mean
+  context C; attention is linear in the context, so the mean gives the batch's total);
+* prefill only: ``--mode prefill --batch-size 1 --prompt-len P`` (the prompts of the iteration as one
+  sequence: the attention of several short prompts is overcounted, at most a few % of a step for prompts of
+  a few thousand tokens; a later chunk's attention to its earlier chunks is not counted);
+* both: ``--mode mixed --batch-size B --prompt-len C-1 --prefill-chunk P --prefill-done D``.
+
+The replica's GPUs fill whole nodes of the platform: TP x PP x EP GPUs on fewer GPUs than a node run as
+``--dp`` copies side by side (inference has no DP collective, so the copies do not interact).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+from astra_sim.errors import AstraError, ConfigError
+
+EXACT_BELOW = 16
+DEFAULT_RATIO = 2 ** 0.25
+
+
+def bucket(value, ratio=DEFAULT_RATIO, exact_below=EXACT_BELOW):
+    """``value`` (int >= 0) rounded to the nearest grid point (in log space above ``exact_below``)."""
+    if value <= exact_below or ratio <= 1.0:
+        return int(value)
+    k = math.log(value / exact_below) / math.log(ratio)
+    lo = int(round(exact_below * ratio ** math.floor(k)))
+    hi = int(round(exact_below * ratio ** math.ceil(k)))
+    return lo if value * value <= lo * hi else hi  # the nearer in log space
+
+
+def bucket_pow2(value):
+    if value <= 0:
+        return 0
+    return 1 << int(round(math.log2(value)))
+
+
+def astra(argv):
+    """``astra ARGV`` in this process, output swallowed; AstraError with its message if it fails."""
+    from astra_sim.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    if code != 0:
+        raise AstraError(f"astra {' '.join(map(str, argv[:3]))} ... exited {code}: "
+                         f"{err.getvalue().strip().splitlines()[-1] if err.getvalue().strip() else ''}")
+    return out.getvalue()
+
+
+@dataclass
+class Layout:
+    """One replica: a model (``source``: ``["--model", X]`` or ``["--preset", X]``, plus generator flags) with
+    TP x PP x EP on a platform."""
+
+    source: list
+    platform: str
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    run_args: list = field(default_factory=list)
+    gpus_per_node: int = 8
+
+    @property
+    def gpus(self):
+        return self.tp * self.pp * self.ep
+
+    @property
+    def nodes(self):
+        return -(-self.gpus // self.gpus_per_node)
+
+    @property
+    def dp(self):
+        """DP copies that fill the nodes (the replica's EP ranks among them)."""
+        total = self.nodes * self.gpus_per_node
+        if total % (self.tp * self.pp) or (total // (self.tp * self.pp)) % self.ep:
+            raise ConfigError(f"TP {self.tp} x PP {self.pp} x EP {self.ep} does not tile {self.nodes} node(s) of "
+                              f"{self.gpus_per_node} GPUs of {self.platform}")
+        return total // (self.tp * self.pp)
+
+    def generator_args(self):
+        return [*self.source, "--tp", str(self.tp), "--pp", str(self.pp), "--dp", str(self.dp),
+                *(["--ep", str(self.ep)] if self.ep > 1 else []), "--logits", "last"]
+
+    def run_argv(self, prefix, report):
+        return ["run", "--workload-configuration", prefix, "--platform", self.platform, "--nodes", str(self.nodes),
+                *self.run_args, "--report-json", report, "-q"]
+
+
+def shape_argv(prefill, decode, context, prefill_done=0):
+    """``astra workload llm`` flags of one iteration shape (see the module doc)."""
+    if prefill <= 0 and decode <= 0:
+        raise ValueError("an empty iteration has no shape")
+    if decode <= 0:
+        return ["--mode", "prefill", "--batch-size", "1", "--prompt-len", str(prefill)]
+    base = ["--batch-size", str(decode), "--prompt-len", str(max(1, context - 1)), "--decode-len", "1"]
+    if prefill <= 0:
+        return ["--mode", "decode", *base]
+    return ["--mode", "mixed", *base, "--prefill-chunk", str(prefill), "--prefill-done", str(prefill_done)]
+
+
+class StepTimer:
+    """Iteration times (int ns) of one replica layout, simulated once per bucketed shape."""
+
+    def __init__(self, layout: Layout, ratio=DEFAULT_RATIO, exact=False, workdir=None):
+        self.layout = layout
+        self.ratio = ratio
+        self.exact = exact
+        self.memo = {}
+        self.simulated = 0
+        self.sim_wall_s = 0.0
+        self.lookups = 0
+        self._workdir = workdir
+
+    def key(self, prefill, decode, context, prefill_done=0):
+        ep = self.layout.ep
+        if ep > 1:  # attention DP over the EP ranks: each takes its share of the batch
+            prefill, decode = -(-prefill // ep), -(-decode // ep)
+        if self.exact:
+            return (prefill, decode, context if decode else 0, prefill_done if prefill and decode else 0)
+        return (bucket(prefill, self.ratio), bucket(decode, self.ratio),
+                max(2, bucket(context, self.ratio)) if decode else 0,
+                bucket_pow2(prefill_done) if prefill and decode else 0)
+
+    def step_ns(self, prefill, decode, context, prefill_done=0):
+        """The time of one iteration of this shape (bucketed unless exact)."""
+        self.lookups += 1
+        key = self.key(prefill, decode, context, prefill_done)
+        value = self.memo.get(key)
+        if value is None:
+            value = self.memo[key] = self.simulate(*key)
+        return value
+
+    def simulate(self, prefill, decode, context, prefill_done=0):
+        """Generate and simulate one step of exactly this shape; its time in ns."""
+        started = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="astra-serve-", dir=self._workdir) as folder:
+            prefix = os.path.join(folder, "step")
+            report = os.path.join(folder, "report.json")
+            astra(["workload", "llm", *self.layout.generator_args(), *shape_argv(prefill, decode, context,
+                                                                                  prefill_done), "-o", prefix])
+            astra(self.layout.run_argv(prefix, report))
+            with open(report) as handle:
+                value = int(json.load(handle)["summary"]["max_finish_ns"])
+        self.simulated += 1
+        self.sim_wall_s += time.perf_counter() - started
+        return value
+
+    def stats(self):
+        return {"shapes_simulated": self.simulated, "lookups": self.lookups,
+                "simulation_wall_s": round(self.sim_wall_s, 3),
+                "bucket_ratio": None if self.exact else self.ratio, "exact_shapes": self.exact}
