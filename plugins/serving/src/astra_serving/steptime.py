@@ -5,12 +5,14 @@ An engine iteration is a batch of ``prefill`` prompt tokens (new prompts and chu
 what ``astra workload llm --mode prefill|decode|mixed ... --logits last`` followed by ``astra run --platform P``
 gives for that shape, both run in this process (no subprocess): nothing is a latency table.
 
-Bucketing (why: a run visits tens of thousands of distinct shapes; each simulation costs ~0.1 s). Each of
-the three numbers is rounded to the nearest point of a grid: every integer up to ``EXACT_BELOW``, then a
-geometric grid of ratio ``ratio`` (default 2**(1/4): at most ~9 % off in that number, and the step time moves
-much less than its inputs, as weights dominate decode and GEMMs are linear in tokens). A mixed step's
-``prefill_done`` (tokens of the chunk's prompt already cached) is bucketed to powers of two.
-``tests/test_steptime.py`` measures the error against exact shapes. ``exact=True`` turns bucketing off.
+Bucketing (why: a run visits tens of thousands of distinct shapes; each simulation costs ~0.1 s). The grid
+of every number is each integer up to ``EXACT_BELOW``, then a geometric series of ratio ``ratio`` (default
+2**(1/4), four points per doubling). The two token counts (prefill tokens, decode sequences), on which step
+time is close to linear, are interpolated linearly between the corners of their grid cell; the decode context
+is rounded to its nearest grid point (attention is a small part of a step) and a mixed step's
+``prefill_done`` (tokens of the chunk's prompt already cached) to the nearest power of two. Every corner is
+simulated once per process. ``tests/test_serve.py::test_bucketing_error_is_small`` measures the error against
+exact shapes. ``exact=True`` turns bucketing off.
 
 How a shape maps onto the generator (whose inference steps batch sequences of one length):
 
@@ -40,6 +42,8 @@ from astra_sim.errors import AstraError, ConfigError
 
 EXACT_BELOW = 16
 DEFAULT_RATIO = 2 ** 0.25
+#: simulated step times of this process, by (layout, shape): a QPS sweep or a test suite simulates a shape once
+_SHARED_MEMO = {}
 
 
 def bucket(value, ratio=DEFAULT_RATIO, exact_below=EXACT_BELOW):
@@ -50,6 +54,17 @@ def bucket(value, ratio=DEFAULT_RATIO, exact_below=EXACT_BELOW):
     lo = int(round(exact_below * ratio ** math.floor(k)))
     hi = int(round(exact_below * ratio ** math.ceil(k)))
     return lo if value * value <= lo * hi else hi  # the nearer in log space
+
+
+def neighbours(value, ratio=DEFAULT_RATIO, exact_below=EXACT_BELOW):
+    """(lo, hi, w): the grid points around ``value`` and its weight on ``hi`` (value = lo (1 - w) + hi w)."""
+    if value <= exact_below or ratio <= 1.0:
+        return int(value), int(value), 0.0
+    k = math.log(value / exact_below) / math.log(ratio)
+    lo = int(round(exact_below * ratio ** math.floor(k)))
+    hi = int(round(exact_below * ratio ** math.ceil(k)))
+    lo, hi = min(lo, value), max(hi, value)
+    return lo, hi, (value - lo) / (hi - lo) if hi > lo else 0.0
 
 
 def bucket_pow2(value):
@@ -129,26 +144,35 @@ class StepTimer:
         self.layout = layout
         self.ratio = ratio
         self.exact = exact
-        self.memo = {}
+        self.memo = _SHARED_MEMO.setdefault(json.dumps([layout.source, layout.platform, layout.tp, layout.pp,
+                                                         layout.ep, layout.run_args, layout.gpus_per_node]), {})
         self.simulated = 0
         self.sim_wall_s = 0.0
         self.lookups = 0
         self._workdir = workdir
 
-    def key(self, prefill, decode, context, prefill_done=0):
+    def step_ns(self, prefill, decode, context, prefill_done=0):
+        """The time of one iteration of this shape: exact, or interpolated linearly in the prefill tokens and
+        the decode sequences between the corners of its grid cell (context and prefill_done rounded to theirs);
+        each corner is simulated once."""
+        self.lookups += 1
         ep = self.layout.ep
         if ep > 1:  # attention DP over the EP ranks: each takes its share of the batch
             prefill, decode = -(-prefill // ep), -(-decode // ep)
         if self.exact:
-            return (prefill, decode, context if decode else 0, prefill_done if prefill and decode else 0)
-        return (bucket(prefill, self.ratio), bucket(decode, self.ratio),
-                max(2, bucket(context, self.ratio)) if decode else 0,
-                bucket_pow2(prefill_done) if prefill and decode else 0)
+            return self._corner((prefill, decode, context if decode else 0, prefill_done if prefill and decode else 0))
+        ctx = max(2, bucket(context, self.ratio)) if decode else 0
+        done = bucket_pow2(prefill_done) if prefill and decode else 0
+        p_lo, p_hi, wp = neighbours(prefill, self.ratio)
+        d_lo, d_hi, wd = neighbours(decode, self.ratio)
+        total = 0.0
+        for p, a in ((p_lo, 1.0 - wp), (p_hi, wp)):
+            for d, b in ((d_lo, 1.0 - wd), (d_hi, wd)):
+                if a * b > 0:
+                    total += a * b * self._corner((p, d, ctx, done))
+        return int(round(total))
 
-    def step_ns(self, prefill, decode, context, prefill_done=0):
-        """The time of one iteration of this shape (bucketed unless exact)."""
-        self.lookups += 1
-        key = self.key(prefill, decode, context, prefill_done)
+    def _corner(self, key):
         value = self.memo.get(key)
         if value is None:
             value = self.memo[key] = self.simulate(*key)
