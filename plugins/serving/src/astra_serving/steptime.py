@@ -5,14 +5,16 @@ An engine iteration is a batch of ``prefill`` prompt tokens (new prompts and chu
 what ``astra workload llm --mode prefill|decode|mixed ... --logits last`` followed by ``astra run --platform P``
 gives for that shape, both run in this process (no subprocess): nothing is a latency table.
 
-Bucketing (why: a run visits tens of thousands of distinct shapes; each simulation costs ~0.1 s). The grid
-of every number is each integer up to ``EXACT_BELOW``, then a geometric series of ratio ``ratio`` (default
-2**(1/4), four points per doubling). The two token counts (prefill tokens, decode sequences), on which step
-time is close to linear, are interpolated linearly between the corners of their grid cell; the decode context
-is rounded to its nearest grid point (attention is a small part of a step) and a mixed step's
-``prefill_done`` (tokens of the chunk's prompt already cached) to the nearest power of two. Every corner is
-simulated once per process. ``tests/test_serve.py::test_bucketing_error_is_small`` measures the error against
-exact shapes. ``exact=True`` turns bucketing off.
+Bucketing (why: a run visits tens of thousands of distinct shapes; each simulation costs ~0.15 s). The
+prefill tokens and the decode sequences each have a grid of every integer up to ``EXACT_BELOW``, then a
+geometric series of ratio ``ratio`` (default 2**(1/2), two points per doubling); the decode context a grid of
+powers of two. A shape's time is interpolated linearly (trilinear) between the simulated corners of its grid
+cell: step time is close to linear in each of the three between neighbouring points (GEMMs in tokens, the
+weights' read shared by the batch, attention in the context). Every corner is simulated once per process.
+A mixed step's ``prefill_done`` (the part of the chunk's prompt computed by earlier chunks) is left out of
+bucketed shapes (its attention is a few % of a step at a few thousand tokens); exact shapes keep it.
+``tests/test_serve.py::test_bucketing_error_is_small`` measures the error against exact shapes.
+``exact=True`` turns bucketing off.
 
 How a shape maps onto the generator (whose inference steps batch sequences of one length):
 
@@ -40,8 +42,9 @@ from dataclasses import dataclass, field
 
 from astra_sim.errors import AstraError, ConfigError
 
-EXACT_BELOW = 16
-DEFAULT_RATIO = 2 ** 0.25
+EXACT_BELOW = 4
+DEFAULT_RATIO = 2 ** 0.5
+CONTEXT_RATIO = 2.0
 #: simulated step times of this process, by (layout, shape): a QPS sweep or a test suite simulates a shape once
 _SHARED_MEMO = {}
 
@@ -73,16 +76,38 @@ def bucket_pow2(value):
     return 1 << int(round(math.log2(value)))
 
 
-def astra(argv):
-    """``astra ARGV`` in this process, output swallowed; AstraError with its message if it fails."""
-    from astra_sim.cli import main
+_CLI = {}
 
+
+def astra(argv):
+    """``astra ARGV`` in this process, its output swallowed; AstraError naming the command if it fails. The
+    plugin manager and parser are built once per process (``astra_sim.cli.main`` builds them per call, a
+    quarter of a step's simulation time); the command then runs as ``main`` runs it."""
+    from astra_sim import cli
+
+    if not _CLI:
+        from astra_sim.plugins import make_plugin_manager
+
+        _CLI["pm"] = make_plugin_manager()
+        _CLI["parser"] = cli.build_parser(_CLI["pm"])
+    pm, parser = _CLI["pm"], _CLI["parser"]
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(argv))
-    if code != 0:
-        raise AstraError(f"astra {' '.join(map(str, argv[:3]))} ... exited {code}: "
-                         f"{err.getvalue().strip().splitlines()[-1] if err.getvalue().strip() else ''}")
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            args = parser.parse_args(list(argv))
+            if args.command == "run":
+                code = cli._cmd_run(pm, args)
+            else:
+                args.plugin_manager = pm
+                code = args.run_command(args)
+    except AstraError as exc:
+        raise type(exc)(f"astra {' '.join(map(str, argv[:3]))} ...: {exc}") from None
+    except SystemExit as exc:  # argparse
+        lines = err.getvalue().strip().splitlines()
+        raise AstraError(f"astra {' '.join(map(str, argv[:3]))} ...: {lines[-1] if lines else exc}") from None
+    if code:
+        lines = err.getvalue().strip().splitlines()
+        raise AstraError(f"astra {' '.join(map(str, argv[:3]))} ... exited {code}: {lines[-1] if lines else ''}")
     return out.getvalue()
 
 
@@ -161,15 +186,15 @@ class StepTimer:
             prefill, decode = -(-prefill // ep), -(-decode // ep)
         if self.exact:
             return self._corner((prefill, decode, context if decode else 0, prefill_done if prefill and decode else 0))
-        ctx = max(2, bucket(context, self.ratio)) if decode else 0
-        done = bucket_pow2(prefill_done) if prefill and decode else 0
         p_lo, p_hi, wp = neighbours(prefill, self.ratio)
         d_lo, d_hi, wd = neighbours(decode, self.ratio)
+        c_lo, c_hi, wc = neighbours(max(2, context), CONTEXT_RATIO) if decode else (0, 0, 0.0)
         total = 0.0
         for p, a in ((p_lo, 1.0 - wp), (p_hi, wp)):
             for d, b in ((d_lo, 1.0 - wd), (d_hi, wd)):
-                if a * b > 0:
-                    total += a * b * self._corner((p, d, ctx, done))
+                for c, w in ((c_lo, 1.0 - wc), (c_hi, wc)):
+                    if a * b * w > 0:
+                        total += a * b * w * self._corner((p, d, c if d else 0, 0))
         return int(round(total))
 
     def _corner(self, key):
