@@ -204,7 +204,7 @@ def serve(args):
     engines = cluster.engines + cluster.decode_engines
     report["deployment"] = {
         "model": args.model or args.preset, "platform": platform.name, "gpu": gpu.name,
-        "gpus": replicas * layout.nodes * platform.gpus_per_node, "gpus_per_replica": layout.gpus,
+        "gpus": replicas * layout.gpus, "gpus_per_replica": layout.gpus,
         "nodes_per_replica": layout.nodes, "replicas": replicas, "tp": args.tp, "pp": args.pp, "ep": args.ep,
         "disaggregate": args.disaggregate, "router": args.router, "description": description,
         "engine": {"max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": args.max_num_batched_tokens,
