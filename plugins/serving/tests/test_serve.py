@@ -100,7 +100,7 @@ def test_replicas_share_the_load(tmp_path):
                       "--router", "least-loaded", name="two")
     assert {r["replica"] for r in rows} == {"0", "1"}
     assert two["e2e_ms"]["p50"] < one["e2e_ms"]["p50"]
-    assert two["deployment"]["gpus"] == 16
+    assert two["deployment"]["gpus"] == 2 and two["deployment"]["gpus_per_replica"] == 1
 
 
 def test_report_keys(tmp_path):
