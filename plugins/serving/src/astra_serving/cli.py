@@ -214,6 +214,9 @@ def serve(args):
     if args.prefix_caching:
         looked = sum(e.blocks.lookups for e in engines)
         report["kv_cache"]["prefix_hit_rate"] = sum(e.blocks.hits for e in engines) / looked if looked else 0.0
+    iterations = sum(e.iterations for e in engines)
+    report["limits"] = {k: sum(e.limited[k] for e in engines) / max(1, iterations)
+                        for k in ("max_num_seqs", "token_budget", "kv_cache")}
     report["replicas"] = [{"index": e.index, "role": e.config.role, "iterations": e.iterations,
                            "busy_fraction": e.busy_ns / max(1, max(r.finish_ns for r in requests)),
                            "preemptions": e.preemptions, "prefill_tokens": e.tokens_prefilled,

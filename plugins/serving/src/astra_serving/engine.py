@@ -90,6 +90,8 @@ class Engine:
         self.preemptions = 0
         self.tokens_prefilled = 0
         self.tokens_decoded = 0
+        # iterations that left work waiting because of each limit: what bounds the throughput
+        self.limited = {"max_num_seqs": 0, "token_budget": 0, "kv_cache": 0}
 
     # ------------------------------------------------------------------ queue
     def _key(self, seq, front=False):
@@ -167,11 +169,13 @@ class Engine:
                 scheduled.add(seq.req.id)
                 budget -= n
             i += 1
+        blocked = None
         if not preempted:
             # swapped sequences come back first (whole: their KV is copied in)
             while self.swapped and budget > 0 and len(self.running) < cfg.max_num_seqs:
                 seq = self.swapped[0]
                 if not self.blocks.grow(seq.req.id, seq.swapped_positions + 1):
+                    blocked = "kv_cache"
                     break
                 self.swapped.pop(0)
                 extra[0] += self._copy_ns(seq.swapped_positions)
@@ -192,9 +196,11 @@ class Engine:
                     seq.prefix_done = True
                 n = seq.pending
                 if not cfg.chunked_prefill and n > budget:
+                    blocked = "token_budget"
                     break
                 n = min(n, budget)
                 if not self.blocks.grow(seq.req.id, seq.computed + n):
+                    blocked = "kv_cache"
                     break
                 heapq.heappop(self.waiting)
                 seq.state = "running"
@@ -205,6 +211,12 @@ class Engine:
                 budget -= n
         if not items:
             return None
+        if preempted:
+            blocked = "kv_cache"
+        elif blocked is None and (self.waiting or self.swapped):
+            blocked = "max_num_seqs" if len(self.running) >= cfg.max_num_seqs else "token_budget"
+        if blocked is not None:
+            self.limited[blocked] += 1
         prefill = decode = ctx = done = prefills = 0
         for seq, n in items:
             if n == 1 and seq.generated > 0 and seq.pending == 1:

@@ -94,6 +94,10 @@ def describe(report):
         g = report["goodput"]
         lines.append(f"goodput: {g['requests_per_s']:.2f} req/s ({100 * g['fraction']:.1f} % of requests meet "
                      f"TTFT <= {g['slo_ttft_ms']} ms, TPOT <= {g['slo_tpot_ms']} ms)")
+    if "limits" in report and any(report["limits"].values()):
+        lim = report["limits"]
+        lines.append("iterations that left requests waiting, by limit: " + ", ".join(
+            f"{k.replace('_', ' ')} {100 * v:.1f} %" for k, v in lim.items()))
     if "kv_cache_utilisation" in report:
         k = report["kv_cache_utilisation"]
         lines.append(f"KV cache: {100 * k['mean']:.1f} % used on average, {100 * k['max']:.1f} % at most")
