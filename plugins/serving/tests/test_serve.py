@@ -78,6 +78,8 @@ def test_throughput_rises_with_qps_and_flattens(tmp_path):
         report, _ = serve(tmp_path, "--qps", str(qps), "--requests", "400", "--prompt-len", "512",
                           "--output-len", "64", "--max-num-seqs", "32", name=f"q{qps}")
         tput[qps] = report["throughput_tokens_per_s"]
+        limits = report["limits"]
+    assert limits["max_num_seqs"] > 0.5  # the flat part is the batch limit's
     assert tput[8] > 3 * tput[2]
     assert tput[800] < 1.15 * tput[200]
     assert tput[200] > 1.5 * tput[8]
@@ -134,3 +136,13 @@ def test_trace_drives_the_run(tmp_path):
     report, rows = serve(tmp_path, "--trace", str(trace))
     assert report["requests"] == 3 and [int(r["arrival_ns"]) for r in rows] == [0, 500_000_000, 1_000_000_000]
     assert report["output_tokens"] == 35
+
+
+def test_a_small_kv_cache_bounds_the_batch_and_preempts(tmp_path):
+    """With little memory left for the KV cache the cache, not the sequence limit, holds requests back."""
+    report, rows = serve(tmp_path, "--qps", "200", "--requests", "200", "--prompt-len", "2000", "--output-len",
+                         "200", "--gpu-memory-utilization", "0.25", "--max-model-len", "4096")
+    assert report["kv_cache"]["tokens"] < 40_000
+    assert report["limits"]["kv_cache"] > report["limits"]["max_num_seqs"]
+    assert report["preemptions"] > 0 and report["kv_cache_utilisation"]["max"] > 0.8
+    assert len(rows) == 200
