@@ -43,7 +43,10 @@ def add_serve_command(sub):
     work = p.add_argument_group("requests (a generator, or --trace)")
     work.add_argument("--trace", metavar="FILE", help="requests from a JSONL or CSV trace (astra serve's columns, the "
                       "Azure LLM inference trace's TIMESTAMP,ContextTokens,GeneratedTokens, or BurstGPT's)")
-    work.add_argument("--qps", type=positive_float, help="generated requests per second (required without --trace)")
+    work.add_argument("--qps", metavar="Q[,Q...]",
+                      help="generated requests per second (required without --trace); several, comma-separated: a "
+                      "QPS sweep in one process (the report's qps_sweep: one report per QPS; astra plot draws the "
+                      "throughput-latency curve)")
     work.add_argument("--requests", type=positive_int, default=None, metavar="N", help="generated requests; with "
                       "--trace: the first N (default 1000 generated, the whole trace)")
     work.add_argument("--prompt-len", default="512", metavar="DIST",
@@ -85,25 +88,51 @@ def add_serve_command(sub):
     p.set_defaults(run_command=_cmd_serve)
 
 
+def _qps_list(text):
+    import math
+
+    try:
+        values = [float(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        values = []
+    if not values or not all(math.isfinite(v) and v > 0 for v in values):
+        raise ConfigError(f"--qps: expected positive numbers, comma-separated, got {text!r}")
+    return values
+
+
 def _cmd_serve(args):
+    import copy
+
     from astra_sim.cliutil import write_text_atomic
 
     from .metrics import describe
 
-    report, requests = serve(args)
+    if args.qps is not None and args.trace:
+        raise ConfigError("give --qps (generated requests) or --trace, not both")
+    rates = _qps_list(args.qps) if args.qps is not None else [None]
+    reports = []
+    for rate in rates:
+        one = copy.copy(args)
+        one.qps = rate
+        report, requests = serve(one)
+        reports.append(report)
+        if not args.quiet:
+            d = report["deployment"]
+            print(f"{d['model']} on {d['gpus']} x {d['gpu']} ({d['description']})"
+                  + (f" at {rate:g} QPS" if rate is not None else "") + f"; step simulator: "
+                  f"{report['step_simulator']['shapes_simulated']} shapes for "
+                  f"{report['step_simulator']['lookups']} iterations; {report['wall_s']:.1f} s")
+            print(describe(report))
     if args.report_json:
-        write_text_atomic(args.report_json, json.dumps(report, indent=1) + "\n")
+        out = reports[0] if len(reports) == 1 else {"qps_sweep": reports}
+        write_text_atomic(args.report_json, json.dumps(out, indent=1) + "\n")
     if args.requests_csv:
+        if len(reports) > 1:
+            raise ConfigError("--requests-csv is for one QPS (a sweep has one set of requests per QPS)")
         rows = ["id,replica,arrival_ns,prompt_tokens,output_tokens,scheduled_ns,first_token_ns,finish_ns,preemptions"]
         rows += [f"{r.id},{r.replica},{r.arrival_ns},{r.prompt_tokens},{r.output_tokens},{r.scheduled_ns},"
                  f"{r.first_token_ns},{r.finish_ns},{r.preemptions}" for r in sorted(requests, key=lambda r: r.id)]
         write_text_atomic(args.requests_csv, "\n".join(rows) + "\n")
-    if not args.quiet:
-        d = report["deployment"]
-        print(f"{d['model']} on {d['gpus']} x {d['gpu']} ({d['description']}); step simulator: "
-              f"{report['step_simulator']['shapes_simulated']} shapes for {report['step_simulator']['lookups']} "
-              f"iterations; {report['wall_s']:.1f} s")
-        print(describe(report))
     return 0
 
 
@@ -200,6 +229,7 @@ def serve(args):
             f" x EP {args.ep}" if args.ep > 1 else "")
     cluster.run(requests)
     report = build_report(requests, cluster, args.slo_ttft, args.slo_tpot)
+    report["qps"] = args.qps
     gpu = load_gpu(platform.gpu)
     engines = cluster.engines + cluster.decode_engines
     report["deployment"] = {

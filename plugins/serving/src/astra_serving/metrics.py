@@ -52,6 +52,10 @@ def build_report(requests, cluster, slo_ttft_ms=None, slo_tpot_ms=None, max_poin
         "input_tokens": in_tokens,
         "preemptions": sum(r.preemptions for r in requests),
     }
+    # the latency distributions as 101 quantiles (0 %, 1 %, ..., 100 %), for astra plot's CDFs
+    report["cdf_ms"] = {name: ([float(x) for x in np.percentile(np.asarray(v, dtype=np.float64) / MS,
+                                                                  np.arange(101))] if v else [])
+                        for name, v in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e))}
     if slo_ttft_ms is not None or slo_tpot_ms is not None:
         good = 0
         for r, t in zip(requests, ttft):

@@ -1,0 +1,28 @@
+"""astra serve's QPS sweep and astra plot's latency CDF and throughput-latency curve from it."""
+
+import json
+
+import pytest
+
+from astra_sim.cli import main
+
+pytest.importorskip("astra_plots")
+
+
+def test_qps_sweep_report_and_plots(tmp_path, capsys):
+    report = tmp_path / "sweep.json"
+    assert main(["serve", "--model", "llama3-8b", "--platform", "hgx-h100", "--qps", "2,50", "--requests", "60",
+                 "--max-num-seqs", "16", "--report-json", str(report), "-q"]) == 0
+    data = json.loads(report.read_text())
+    assert [p["qps"] for p in data["qps_sweep"]] == [2.0, 50.0]
+    for point in data["qps_sweep"]:
+        cdf = point["cdf_ms"]["ttft"]
+        assert len(cdf) == 101 and cdf == sorted(cdf) and cdf[50] == pytest.approx(point["ttft_ms"]["p50"])
+    out = tmp_path / "plots"
+    assert main(["plot", str(report), "-o", str(out)]) == 0
+    assert (out / "latency_cdf.png").stat().st_size > 1000 and (out / "throughput_latency.png").stat().st_size > 1000
+
+
+def test_bad_qps_list(capsys):
+    assert main(["serve", "--model", "llama3-8b", "--platform", "hgx-h100", "--qps", "2,-1"]) != 0
+    assert "--qps: expected positive numbers" in capsys.readouterr().err
