@@ -26,3 +26,16 @@ def test_qps_sweep_report_and_plots(tmp_path, capsys):
 def test_bad_qps_list(capsys):
     assert main(["serve", "--model", "llama3-8b", "--platform", "hgx-h100", "--qps", "2,-1"]) != 0
     assert "--qps: expected positive numbers" in capsys.readouterr().err
+
+
+def test_serve_search_finds_the_cheapest_deployment(tmp_path, capsys):
+    out = tmp_path / "search.json"
+    code = main(["serve-search", "--model", "llama3-8b", "--platform", "hgx-h100", "--qps", "60", "--requests",
+                 "200", "--prompt-len", "1000", "--output-len", "100", "--slo-ttft", "60", "--tp", "1",
+                 "--max-gpus", "3", "--disaggregate-ratios", "1:1", "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert code == 0 and data["answer"]["gpus"] == 2
+    one = [c for c in data["candidates"] if c["gpus"] == 1]
+    assert one and all(c["slo_fraction"] < 0.9 for c in one)  # one GPU does not meet it: why two are needed
+    assert not any(c["gpus"] == 3 for c in data["candidates"])  # the search stops at the first count that does
+    assert "cheapest: " in capsys.readouterr().out

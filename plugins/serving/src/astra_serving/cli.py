@@ -176,7 +176,13 @@ def serve(args):
     else:
         if args.qps is None:
             raise ConfigError("give --qps (generated requests per second) or --trace FILE")
-        requests = generate_requests(args.requests or 1000, args.qps, parse_length(args.prompt_len, "--prompt-len"),
+        qps = args.qps
+        if isinstance(qps, str):
+            rates = _qps_list(qps)
+            if len(rates) > 1:
+                raise ConfigError("--qps: one rate per run here (astra serve runs a list as a sweep)")
+            qps = rates[0]
+        requests = generate_requests(args.requests or 1000, qps, parse_length(args.prompt_len, "--prompt-len"),
                                      parse_length(args.output_len, "--output-len"), seed=args.seed,
                                      arrival=args.arrival, burstiness=args.burstiness, max_context=max_context)
         if args.shared_prefix:
@@ -229,7 +235,7 @@ def serve(args):
             f" x EP {args.ep}" if args.ep > 1 else "")
     cluster.run(requests)
     report = build_report(requests, cluster, args.slo_ttft, args.slo_tpot)
-    report["qps"] = args.qps
+    report["qps"] = None if args.trace else qps
     gpu = load_gpu(platform.gpu)
     engines = cluster.engines + cluster.decode_engines
     report["deployment"] = {
