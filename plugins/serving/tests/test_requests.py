@@ -81,7 +81,8 @@ def test_lengths_capped_by_context():
     assert all(r.prompt_tokens + r.output_tokens <= 4096 and r.output_tokens >= 1 for r in reqs)
 
 
-@pytest.mark.parametrize("text", ["0", "-3", "uniform:5", "uniform:9:3", "exp:-1", "gauss:3", "lognormal:1:nan", ""])
+@pytest.mark.parametrize("text", ["0", "-3", "uniform:5", "uniform:9:3", "exp:-1", "gauss:3", "lognormal:1:nan", "",
+                                  "uniform:1:1e300", "99999999999"])
 def test_bad_length(text):
     with pytest.raises(ConfigError, match="--prompt-len"):
         parse_length(text, "--prompt-len")
@@ -138,3 +139,31 @@ def test_generator_properties(n, qps, seed, arrival):
     assert all(b.arrival_ns >= a.arrival_ns for a, b in zip(reqs, reqs[1:]))
     assert all(1 <= r.prompt_tokens and 1 <= r.output_tokens and r.prompt_tokens + r.output_tokens <= 64
                for r in reqs)
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.lists(st.sampled_from(list("0123456789.:-eE+ ") + ["uniform", "exp", "lognormal", "nan", "inf"]),
+                    max_size=12).map("".join))
+def test_length_spec_parses_or_is_a_config_error(text):
+    try:
+        dist = parse_length(text, "--output-len")
+    except ConfigError as exc:
+        assert str(exc).startswith("--output-len: ")
+        return
+    import numpy as np
+
+    values = __import__("astra_serving.requests", fromlist=["x"]).sample_lengths(dist, 20, np.random.default_rng(0))
+    assert all(isinstance(v, int) and v >= 1 for v in values)
+
+
+@settings(max_examples=100, deadline=None)
+@given(text=st.text(alphabet=st.sampled_from(list("0123456789.,-e ")), max_size=15))
+def test_qps_list_parses_or_is_a_config_error(text):
+    from astra_serving.cli import _qps_list
+
+    try:
+        values = _qps_list(text)
+    except ConfigError as exc:
+        assert "--qps" in str(exc)
+        return
+    assert values and all(v > 0 for v in values)

@@ -222,16 +222,16 @@ def parse_length(text, what):
     try:
         if len(parts) == 1:
             value = int(parts[0])
-            if value < 1:
+            if not 1 <= value <= 10**9:
                 raise ValueError
             return ("fixed", value)
         kind, args = parts[0], [float(x) for x in parts[1:]]
     except ValueError:
         raise ConfigError(f"{what}: expected N, uniform:LO:HI, exp:MEAN or lognormal:MEAN:CV, got {text!r}") from None
     shapes = {"uniform": 2, "exp": 1, "lognormal": 2}
-    if kind not in shapes or len(args) != shapes[kind] or not all(math.isfinite(a) and a > 0 for a in args):
+    if kind not in shapes or len(args) != shapes[kind] or not all(math.isfinite(a) and 0 < a <= 1e9 for a in args):
         raise ConfigError(f"{what}: expected N, uniform:LO:HI, exp:MEAN or lognormal:MEAN:CV with positive "
-                          f"numbers, got {text!r}")
+                          f"numbers up to 1e9, got {text!r}")
     if kind == "uniform" and args[0] > args[1]:
         raise ConfigError(f"{what}: uniform:LO:HI needs LO <= HI, got {text!r}")
     return (kind, *args)
