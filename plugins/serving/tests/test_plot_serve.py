@@ -39,3 +39,14 @@ def test_serve_search_finds_the_cheapest_deployment(tmp_path, capsys):
     assert one and all(c["slo_fraction"] < 0.9 for c in one)  # one GPU does not meet it: why two are needed
     assert not any(c["gpus"] == 3 for c in data["candidates"])  # the search stops at the first count that does
     assert "cheapest: " in capsys.readouterr().out
+
+
+def test_timeline_has_iterations_requests_and_transfers(tmp_path):
+    path = tmp_path / "t.json"
+    assert main(["serve", "--model", "llama3-8b", "--platform", "hgx-h100", "--qps", "5", "--requests", "10",
+                 "--disaggregate", "1:1", "--timeline", str(path), "-q"]) == 0
+    events = json.loads(path.read_text())["traceEvents"]
+    kinds = {(e.get("cat"), e["ph"]) for e in events}
+    assert {("iteration", "X"), ("kv", "X"), ("request", "b"), ("request", "e")} <= kinds
+    assert sum(1 for e in events if e.get("cat") == "kv") == 10
+    assert sum(1 for e in events if e.get("cat") == "request" and e["ph"] == "b" and e["name"] == "decode") == 10

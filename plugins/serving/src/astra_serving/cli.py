@@ -84,6 +84,9 @@ def add_serve_command(sub):
     out.add_argument("--slo-tpot", type=positive_float, metavar="MS", help="TPOT SLO for goodput (ms)")
     out.add_argument("--report-json", metavar="OUT", help="write the report as JSON")
     out.add_argument("--requests-csv", metavar="OUT", help="write one row per request (times in ns)")
+    out.add_argument("--timeline", metavar="FILE.json[.gz]",
+                     help="a Chrome/Perfetto trace: each replica's iterations (batch shape in args), each request's "
+                     "queueing, prefill and decode spans, the KV transfers")
     out.add_argument("-q", "--quiet", action="store_true", help="no terminal summary")
     p.set_defaults(run_command=_cmd_serve)
 
@@ -233,7 +236,12 @@ def serve(args):
         replicas = args.replicas
         description = f"{replicas} replica{'s' if replicas > 1 else ''} of TP {args.tp} x PP {args.pp}" + (
             f" x EP {args.ep}" if args.ep > 1 else "")
+    cluster.record_iterations = bool(getattr(args, "timeline", None))
     cluster.run(requests)
+    if cluster.record_iterations:
+        from .timeline import write_timeline
+
+        write_timeline(args.timeline, cluster, requests)
     report = build_report(requests, cluster, args.slo_ttft, args.slo_tpot)
     report["qps"] = None if args.trace else qps
     gpu = load_gpu(platform.gpu)
@@ -259,7 +267,7 @@ def serve(args):
                            "decode_tokens": e.tokens_decoded} for e in engines]
     report["step_simulator"] = timer.stats()
     if transfer is not None:
-        spans = [end - start for _, start, end in cluster.transfers]
+        spans = [t[2] - t[1] for t in cluster.transfers]
         from .metrics import distribution_ms
 
         report["kv_transfer"] = transfer.stats() | {"time_ms": distribution_ms(spans)}

@@ -45,6 +45,8 @@ class Cluster:
         self._next_sample = 0
         self._link_free = {}     # prefill replica -> time its NIC is free
         self.transfers = []      # (request id, start ns, end ns)
+        self.record_iterations = False
+        self.iterations = []     # (replica, start ns, duration ns, prefill tokens, decode seqs, context), if recorded
 
     # ------------------------------------------------------------------ events
     def _push(self, t, kind, data):
@@ -90,6 +92,9 @@ class Cluster:
                 seq.req.scheduled_ns = self.now
                 self._queue_change(-1)
         duration = engine.duration_ns(batch)
+        if self.record_iterations:
+            self.iterations.append((engine.index, self.now, duration, batch.prefill_tokens, batch.decode_seqs,
+                                    batch.context))
         engine.busy = True
         engine.busy_ns += duration
         self._push(self.now + duration, "step", (engine, batch))
@@ -144,7 +149,7 @@ class Cluster:
         start = max(self.now, self._link_free.get(engine.index, 0))
         end = start + duration
         self._link_free[engine.index] = end
-        self.transfers.append((seq.req.id, start, end))
+        self.transfers.append((seq.req.id, start, end, engine.index, target.index))
         self._push(end, "kv", (engine, seq, target))
 
     def queue_area_ns(self):
