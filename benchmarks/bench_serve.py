@@ -37,7 +37,8 @@ def main_():
     args = parser.parse_args()
     wall, cpu, r = run(args.requests, args.qps, args.model)
     s = r["step_simulator"]
-    print(f"{args.requests} requests at {args.qps:g} QPS, {args.model} TP8 on hgx-h100: {wall:.1f} s wall, {cpu:.1f} s CPU "
+    print(f"{args.requests} requests at {args.qps:g} QPS, {args.model} TP8 on hgx-h100: {wall:.1f} s wall, "
+          f"{cpu:.1f} s CPU "
           f"({s['shapes_simulated']} shapes simulated in {s['simulation_wall_s']:.1f} s for {s['lookups']} "
           f"iterations); simulated {r['duration_s']:.0f} s, {r['throughput_tokens_per_s']:.0f} output tok/s, "
           f"TTFT p50 {r['ttft_ms']['p50']:.1f} ms, TPOT p50 {r['tpot_ms']['p50']:.1f} ms")

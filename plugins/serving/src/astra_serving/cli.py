@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 import time
 
 from astra_sim.errors import ConfigError
@@ -51,7 +50,8 @@ def add_serve_command(sub):
                       "--trace: the first N (default 1000 generated, the whole trace)")
     work.add_argument("--prompt-len", default="512", metavar="DIST",
                       help="prompt tokens: N, uniform:LO:HI, exp:MEAN or lognormal:MEAN:CV (default 512)")
-    work.add_argument("--output-len", default="128", metavar="DIST", help="output tokens, as --prompt-len (default 128)")
+    work.add_argument("--output-len", default="128", metavar="DIST",
+                      help="output tokens, as --prompt-len (default 128)")
     work.add_argument("--arrival", default="poisson", choices=("poisson", "gamma"))
     work.add_argument("--burstiness", type=positive_float, default=1.0, metavar="CV",
                       help="gamma arrivals: coefficient of variation of the gaps (1: Poisson)")
@@ -75,7 +75,8 @@ def add_serve_command(sub):
     eng.add_argument("--prefix-caching", action="store_true", help="keep and share the KV blocks of common prefixes")
     sim = p.add_argument_group("step simulator")
     sim.add_argument("--bucket-ratio", type=positive_float, default=None, metavar="R",
-                     help="grid ratio of the batch-shape buckets (default 2^(1/4); see docs/serving.md)")
+                     help="ratio of the token-count grid of the batch-shape buckets (> 1; default sqrt 2; see "
+                     "docs/serving.md)")
     sim.add_argument("--exact-shapes", action="store_true", help="simulate every distinct batch shape (slow)")
     sim.add_argument("--run-arg", action="append", default=[], metavar="FLAG",
                      help="a flag for every astra run (repeatable, e.g. --run-arg=--gpu-memory-op-rates=off)")
@@ -202,6 +203,8 @@ def serve(args):
                           f"cache holds {cap.tokens} ({cap.blocks} blocks of {cap.block_size}); use more GPUs per "
                           "replica or a smaller --max-model-len")
     ratio = args.bucket_ratio or DEFAULT_RATIO
+    if ratio <= 1.0:
+        raise ConfigError(f"--bucket-ratio must be > 1 (--exact-shapes turns bucketing off), got {ratio}")
     timer = StepTimer(layout, ratio=ratio, exact=args.exact_shapes)
 
     def engine(index, role):

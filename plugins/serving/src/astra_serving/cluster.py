@@ -17,7 +17,7 @@ import itertools
 
 from astra_sim.errors import ConfigError
 
-from .engine import Engine, Seq
+from .engine import Seq
 
 ROUTERS = ("round-robin", "least-loaded", "kv-aware")
 

@@ -70,12 +70,6 @@ def neighbours(value, ratio=DEFAULT_RATIO, exact_below=EXACT_BELOW):
     return lo, hi, (value - lo) / (hi - lo) if hi > lo else 0.0
 
 
-def bucket_pow2(value):
-    if value <= 0:
-        return 0
-    return 1 << int(round(math.log2(value)))
-
-
 _CLI = {}
 
 
