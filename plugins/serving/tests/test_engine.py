@@ -109,3 +109,12 @@ def test_round_robin_and_least_loaded():
 def test_seq_tokens():
     s = Seq(Request(0, 0, 10, 5), computed=10, generated=1)
     assert s.tokens == 11 and s.pending == 1
+
+
+def test_kv_aware_router_follows_the_cached_prefix():
+    _, engines = make(replicas=3, prefix=True)
+    first = [Request(0, 0, 300, 2, prefix_group="a", prefix_tokens=256)]
+    rest = [Request(i, 100_000_000 * i, 300, 2, prefix_group="a", prefix_tokens=256) for i in range(1, 6)]
+    Cluster(engines, "kv-aware").run(first + rest)
+    assert {r.replica for r in rest} == {first[0].replica}  # every later request finds the prefix cached there
+    assert engines[first[0].replica].blocks.hits == 5 * 256
