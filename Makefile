@@ -38,6 +38,7 @@ benchmark: install
 	$(BIN)/python benchmarks/bench_engine.py
 	$(BIN)/python benchmarks/bench_scale.py all
 	$(BIN)/python benchmarks/bench_ready_queue.py
+	$(BIN)/python benchmarks/bench_serve.py
 
 proto:
 	scripts/gen_chakra_proto.sh
