@@ -118,3 +118,32 @@ def test_kv_aware_router_follows_the_cached_prefix():
     Cluster(engines, "kv-aware").run(first + rest)
     assert {r.replica for r in rest} == {first[0].replica}  # every later request finds the prefix cached there
     assert engines[first[0].replica].blocks.hits == 5 * 256
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=80, deadline=None)
+@given(lengths=st.lists(st.tuples(st.integers(0, 5_000_000), st.integers(1, 300), st.integers(1, 60)), min_size=1,
+                        max_size=25),
+       blocks=st.integers(25, 200), block_size=st.sampled_from([1, 8, 16]),
+       preemption=st.sampled_from(["recompute", "swap"]), chunked=st.booleans(), prefix=st.booleans(),
+       policy=st.sampled_from(["fcfs", "priority"]), replicas=st.integers(1, 3),
+       router=st.sampled_from(["round-robin", "least-loaded", "kv-aware"]), max_seqs=st.integers(1, 8))
+def test_engine_invariants(lengths, blocks, block_size, preemption, chunked, prefix, policy, replicas, router,
+                           max_seqs):
+    """Whatever the load and settings, every request finishes in order of its events, and the cache ends
+    empty (prefix-cached blocks apart)."""
+    blocks = max(blocks, -(-360 // block_size) + 1)  # the longest request fits
+    _, engines = make(blocks=blocks, block_size=block_size, prefix=prefix, replicas=replicas,
+                      preemption=preemption, chunked_prefill=chunked, policy=policy, max_num_seqs=max_seqs,
+                      max_num_batched_tokens=512)
+    requests = [Request(i, t, p, o, priority=i % 3, prefix_group="g" if i % 2 else None, prefix_tokens=p // 2)
+                for i, (t, p, o) in enumerate(lengths)]
+    Cluster(engines, router).run(requests)
+    for r in requests:
+        assert r.arrival_ns <= r.scheduled_ns < r.first_token_ns <= r.finish_ns
+    for e in engines:
+        assert e.blocks.used == 0 and not e.running and not e.waiting and not e.swapped
+        assert e.blocks.free + len(e.blocks.evictable) == e.blocks.total
+    assert sum(e.tokens_decoded for e in engines) <= sum(r.output_tokens - 1 for r in requests)
