@@ -123,15 +123,16 @@ def test_kv_aware_router_follows_the_cached_prefix():
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=int(__import__('os').environ.get('SERVE_FUZZ', 80)), deadline=None)
 @given(lengths=st.lists(st.tuples(st.integers(0, 5_000_000), st.integers(1, 300), st.integers(1, 60)), min_size=1,
                         max_size=25),
        blocks=st.integers(25, 200), block_size=st.sampled_from([1, 8, 16]),
        preemption=st.sampled_from(["recompute", "swap"]), chunked=st.booleans(), prefix=st.booleans(),
        policy=st.sampled_from(["fcfs", "priority"]), replicas=st.integers(1, 3),
-       router=st.sampled_from(["round-robin", "least-loaded", "kv-aware"]), max_seqs=st.integers(1, 8))
+       router=st.sampled_from(["round-robin", "least-loaded", "kv-aware"]), max_seqs=st.integers(1, 8),
+       disaggregate=st.booleans())
 def test_engine_invariants(lengths, blocks, block_size, preemption, chunked, prefix, policy, replicas, router,
-                           max_seqs):
+                           max_seqs, disaggregate):
     """Whatever the load and settings, every request finishes in order of its events, and the cache ends
     empty (prefix-cached blocks apart)."""
     blocks = max(blocks, -(-360 // block_size) + 1)  # the longest request fits
@@ -140,7 +141,22 @@ def test_engine_invariants(lengths, blocks, block_size, preemption, chunked, pre
                       max_num_batched_tokens=512)
     requests = [Request(i, t, p, o, priority=i % 3, prefix_group="g" if i % 2 else None, prefix_tokens=p // 2)
                 for i, (t, p, o) in enumerate(lengths)]
-    Cluster(engines, router).run(requests)
+    if disaggregate:  # the first replica prefills, the others decode (a stand-in transfer: 1 us per position)
+        class Transfer:
+            def transfer_ns(self, nbytes):
+                return nbytes
+
+        prefill = engines[:1]
+        prefill[0].config.role = "prefill"
+        decode = engines[1:] or make(blocks=blocks, block_size=block_size, preemption=preemption,
+                                     chunked_prefill=chunked, max_num_seqs=max_seqs,
+                                     max_num_batched_tokens=512)[1]
+        for e in decode:
+            e.config.role = "decode"
+        engines = prefill + decode
+        Cluster(prefill, router, decode, Transfer(), 1000).run(requests)
+    else:
+        Cluster(engines, router).run(requests)
     for r in requests:
         assert r.arrival_ns <= r.scheduled_ns < r.first_token_ns <= r.finish_ns
     for e in engines:

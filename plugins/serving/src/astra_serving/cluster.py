@@ -7,7 +7,8 @@ Routers: ``round-robin``; ``least-loaded`` (fewest tokens still to process, queu
 ties by load). With disaggregation a request is prefilled on a prefill replica (chosen by the router), which
 samples the first token; its KV cache then goes over the network to a decode replica (the least loaded) and
 the first token is delivered when it has arrived (TTFT includes the transfer). A prefill replica sends one
-transfer at a time (FIFO) and holds the request's blocks until it is sent.
+transfer at a time (FIFO), a decode replica receives one at a time, and the prefill replica holds the
+request's blocks until it is sent.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class Cluster:
         self.kv_samples = []     # (t_ns, used fraction over every replica's blocks)
         self._sample_every = sample_every_ns
         self._next_sample = 0
-        self._link_free = {}     # prefill replica -> time its NIC is free
+        self._link_free = {}     # (send|recv, replica) -> time its NICs are free
         self.transfers = []      # (request id, start ns, end ns)
         self.record_iterations = False
         self.iterations = []     # (replica, start ns, duration ns, prefill tokens, decode seqs, context), if recorded
@@ -146,9 +147,12 @@ class Cluster:
         target = self.route(seq.req, self.decode_engines) if self.router != "round-robin" else min(
             self.decode_engines, key=lambda e: (e.load_tokens(), e.index))
         duration = self.transfer.transfer_ns(seq.req.prompt_tokens * self.kv_bytes_per_token)
-        start = max(self.now, self._link_free.get(engine.index, 0))
+        # one transfer at a time per sending and per receiving replica (its NICs carry the whole transfer)
+        start = max(self.now, self._link_free.get(("send", engine.index), 0),
+                    self._link_free.get(("recv", target.index), 0))
         end = start + duration
-        self._link_free[engine.index] = end
+        self._link_free[("send", engine.index)] = end
+        self._link_free[("recv", target.index)] = end
         self.transfers.append((seq.req.id, start, end, engine.index, target.index))
         self._push(end, "kv", (engine, seq, target))
 

@@ -189,19 +189,23 @@ class Engine:
                     budget -= n
             while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
                 _, _, seq = self.waiting[0]
+                matched, cached = False, 0
                 if seq.computed == 0 and not seq.prefix_done:
                     cached = self.blocks.match_prefix(seq.req.id, seq.req.prefix_group, seq.req.prefix_tokens)
                     # at least one position is computed in this iteration (a full cache hit recomputes the last)
                     seq.computed = min(cached, seq.tokens - 1)
-                    seq.prefix_done = True
+                    seq.prefix_done = matched = True
                 n = seq.pending
-                if not cfg.chunked_prefill and n > budget:
-                    blocked = "token_budget"
+                if (not cfg.chunked_prefill and n > budget) or not self.blocks.grow(seq.req.id,
+                                                                                    seq.computed + min(n, budget)):
+                    blocked = "token_budget" if not cfg.chunked_prefill and n > budget else "kv_cache"
+                    if matched:  # a waiting sequence holds no blocks: give the prefix back until it is admitted
+                        self.blocks.release(seq.req.id)
+                        seq.computed, seq.prefix_done = 0, False
                     break
                 n = min(n, budget)
-                if not self.blocks.grow(seq.req.id, seq.computed + n):
-                    blocked = "kv_cache"
-                    break
+                if matched:
+                    self.blocks.count_match(seq.req.prefix_group, seq.req.prefix_tokens, cached)
                 heapq.heappop(self.waiting)
                 seq.state = "running"
                 seq.admitted = next(self._admit)
@@ -210,6 +214,9 @@ class Engine:
                 scheduled.add(seq.req.id)
                 budget -= n
         if not items:
+            if preempted and not self.running:
+                # the only running sequences preempted themselves: their blocks are free now, admit again
+                return self.schedule()
             return None
         if preempted:
             blocked = "kv_cache"

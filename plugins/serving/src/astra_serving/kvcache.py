@@ -20,8 +20,8 @@ class BlockManager:
         self.shared = {}                 # seq id -> [prefix keys it references]
         self.refs = {}                   # prefix key -> reference count (cached blocks)
         self.evictable = OrderedDict()   # cached prefix keys with no reference, oldest first
-        self.hits = 0                    # prefix tokens found cached
-        self.lookups = 0                 # prefix tokens looked up
+        self.hits = 0                    # prefix tokens found cached (admitted sequences)
+        self.lookups = 0                 # prefix tokens looked up (admitted sequences)
 
     # ------------------------------------------------------------------ accounting
     @property
@@ -91,7 +91,6 @@ class BlockManager:
         if not self.prefix_caching or group is None:
             return 0
         full = prefix_tokens // self.block_size
-        self.lookups += full * self.block_size
         keys = []
         for i in range(full):
             key = (group, i)
@@ -104,8 +103,13 @@ class BlockManager:
             self.refs[key] += 1
         if keys:
             self.shared.setdefault(seq_id, []).extend(keys)
-        self.hits += len(keys) * self.block_size
         return len(keys) * self.block_size
+
+    def count_match(self, group, prefix_tokens, cached):
+        """Count an admitted sequence's prefix lookup (the hit rate's terms)."""
+        if self.prefix_caching and group is not None:
+            self.lookups += prefix_tokens // self.block_size * self.block_size
+            self.hits += cached
 
     def has_prefix(self, group):
         return self.prefix_caching and (group, 0) in self.refs
