@@ -106,6 +106,17 @@ def test_round_robin_and_least_loaded():
     assert all(r.replica == 1 for r in requests[1:])
 
 
+def test_multi_step_runs_decodes_back_to_back():
+    timer, (engine,) = make(num_scheduler_steps=10)
+    requests = [Request(0, 0, 100, 25), Request(1, 2_500_000, 50, 3)]
+    Cluster([engine]).run(requests)
+    decode_only = [s for s in timer.shapes if s[0] == 0]
+    # request 1 arrives during request 0's first 10-step run and waits for its end
+    assert requests[1].scheduled_ns == requests[0].first_token_ns + 10 * (1_000_000 + 20_000)
+    assert [s[2] for s in decode_only[:3]] == [101, 102, 103]  # the context grows step by step
+    assert requests[0].finish_ns is not None and engine.blocks.used == 0
+
+
 def test_seq_tokens():
     s = Seq(Request(0, 0, 10, 5), computed=10, generated=1)
     assert s.tokens == 11 and s.pending == 1
@@ -130,15 +141,15 @@ from hypothesis import given, settings, strategies as st  # noqa: E402
        preemption=st.sampled_from(["recompute", "swap"]), chunked=st.booleans(), prefix=st.booleans(),
        policy=st.sampled_from(["fcfs", "priority"]), replicas=st.integers(1, 3),
        router=st.sampled_from(["round-robin", "least-loaded", "kv-aware"]), max_seqs=st.integers(1, 8),
-       disaggregate=st.booleans())
+       disaggregate=st.booleans(), multi_step=st.sampled_from([1, 1, 4]))
 def test_engine_invariants(lengths, blocks, block_size, preemption, chunked, prefix, policy, replicas, router,
-                           max_seqs, disaggregate):
+                           max_seqs, disaggregate, multi_step):
     """Whatever the load and settings, every request finishes in order of its events, and the cache ends
     empty (prefix-cached blocks apart)."""
     blocks = max(blocks, -(-360 // block_size) + 1)  # the longest request fits
     _, engines = make(blocks=blocks, block_size=block_size, prefix=prefix, replicas=replicas,
                       preemption=preemption, chunked_prefill=chunked, policy=policy, max_num_seqs=max_seqs,
-                      max_num_batched_tokens=512)
+                      max_num_batched_tokens=512, num_scheduler_steps=multi_step)
     requests = [Request(i, t, p, o, priority=i % 3, prefix_group="g" if i % 2 else None, prefix_tokens=p // 2)
                 for i, (t, p, o) in enumerate(lengths)]
     if disaggregate:  # the first replica prefills, the others decode (a stand-in transfer: 1 us per position)

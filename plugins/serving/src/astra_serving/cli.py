@@ -73,6 +73,9 @@ def add_serve_command(sub):
     eng.add_argument("--swap-gbps", type=positive_float, default=50.0, metavar="GB_S",
                      help="host<->GPU copy bandwidth per GPU for --preemption swap (GB/s; default 50, PCIe 5 x16)")
     eng.add_argument("--prefix-caching", action="store_true", help="keep and share the KV blocks of common prefixes")
+    eng.add_argument("--num-scheduler-steps", type=positive_int, default=1, metavar="N",
+                     help="vLLM v0.6's multi-step scheduling: a decode-only batch runs N steps back to back (arrivals "
+                     "wait for the run; its tokens are delivered at its end; default 1)")
     sim = p.add_argument_group("step simulator")
     sim.add_argument("--bucket-ratio", type=positive_float, default=None, metavar="R",
                      help="ratio of the token-count grid of the batch-shape buckets (> 1; default sqrt 2; see "
@@ -210,7 +213,8 @@ def serve(args):
     def engine(index, role):
         config = EngineConfig(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
                               chunked_prefill=not args.no_chunked_prefill, policy=args.policy,
-                              preemption=args.preemption, swap_bytes_per_s=args.swap_gbps * 1e9, role=role)
+                              preemption=args.preemption, swap_bytes_per_s=args.swap_gbps * 1e9, role=role,
+                              num_scheduler_steps=args.num_scheduler_steps)
         return Engine(index, timer, BlockManager(cap.blocks, cap.block_size, args.prefix_caching), config,
                       cap.kv_bytes_per_token)
 
@@ -256,7 +260,8 @@ def serve(args):
         "disaggregate": args.disaggregate, "router": args.router, "description": description,
         "engine": {"max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": args.max_num_batched_tokens,
                    "chunked_prefill": not args.no_chunked_prefill, "policy": args.policy,
-                   "preemption": args.preemption, "prefix_caching": args.prefix_caching}}
+                   "preemption": args.preemption, "prefix_caching": args.prefix_caching,
+                   "num_scheduler_steps": args.num_scheduler_steps}}
     report["kv_cache"] = cap.to_dict()
     if args.prefix_caching:
         looked = sum(e.blocks.lookups for e in engines)

@@ -32,6 +32,7 @@ class EngineConfig:
     preemption: str = "recompute"   # recompute | swap
     swap_bytes_per_s: float = 50e9  # per GPU, host <-> device
     role: str = "both"              # both | prefill (disaggregated prefill pool) | decode
+    num_scheduler_steps: int = 1    # vLLM's multi-step scheduling: decode-only batches run this many steps
 
 
 class Seq:
@@ -67,6 +68,7 @@ class Batch:
     context: int                # mean KV length of the decode sequences
     prefill_done: int           # mean cached positions of the prefilled prompts
     extra_ns: int = 0           # swap copies
+    steps: int = 1              # decode steps run back to back (multi-step scheduling)
 
 
 class Engine:
@@ -224,6 +226,7 @@ class Engine:
             blocked = "max_num_seqs" if len(self.running) >= cfg.max_num_seqs else "token_budget"
         if blocked is not None:
             self.limited[blocked] += 1
+        steps = self._multi_step(items)
         prefill = decode = ctx = done = prefills = 0
         for seq, n in items:
             if n == 1 and seq.generated > 0 and seq.pending == 1:
@@ -234,9 +237,30 @@ class Engine:
                 done += seq.computed
                 prefills += 1
         return Batch(items, prefill, decode, ctx // decode if decode else 0, done // prefills if prefills else 0,
-                     extra[0])
+                     extra[0], steps)
+
+    def _multi_step(self, items):
+        """Steps of a decode-only batch under multi-step scheduling (1 otherwise, or when the cache cannot hold
+        every sequence's next steps): vLLM v0.6 runs ``num_scheduler_steps`` decode steps without scheduling in
+        between, so arrivals wait for the whole run and its tokens are delivered at its end."""
+        steps = self.config.num_scheduler_steps
+        if steps <= 1 or self.config.role == "prefill":
+            return 1
+        if any(not (n == 1 and seq.generated > 0 and seq.pending == 1) for seq, n in items):
+            return 1
+        left = [min(steps, seq.req.output_tokens - seq.generated) for seq, _ in items]
+        if any(self.blocks.needed(seq.req.id, seq.computed + k) > 0 for (seq, _), k in zip(items, left)):
+            need = sum(self.blocks.needed(seq.req.id, seq.computed + k) for (seq, _), k in zip(items, left))
+            if need > self.blocks.available():
+                return 1
+            for (seq, _), k in zip(items, left):
+                self.blocks.grow(seq.req.id, seq.computed + k)
+        return max(1, max(left))
 
     def duration_ns(self, batch):
+        if batch.steps > 1:  # the batch stays whole for every step (finished sequences are padding), context grows
+            return sum(self.timer.step_ns(0, batch.decode_seqs, batch.context + k) for k in range(batch.steps)) + \
+                batch.extra_ns
         return self.timer.step_ns(batch.prefill_tokens, batch.decode_seqs, batch.context,
                                   batch.prefill_done) + batch.extra_ns
 
@@ -250,6 +274,11 @@ class Engine:
         for seq, n in batch.items:
             if seq.state != "running":
                 continue
+            if batch.steps > 1:  # multi-step decode: up to `steps` tokens, delivered now
+                k = min(batch.steps, seq.req.output_tokens - seq.generated)
+                seq.computed += k - 1
+                seq.generated += k - 1
+                self.tokens_decoded += k - 1
             seq.computed += n
             if seq.computed >= seq.tokens:
                 seq.generated += 1
