@@ -168,7 +168,7 @@ def test_a_serving_case_needs_its_options_and_one_metric(tmp_path):
                 serve=["--model", "llama3-8b", "--qps", "1"], measured={"tpot_p50_ms": 20.0})
     (loaded,) = load_cases(_registry(tmp_path, [case]))
     assert loaded.serve[:2] == ("--model", "llama3-8b") and loaded.measured_s() == pytest.approx(0.02)
-    with pytest.raises(ConfigError, match="exactly one of tpot_p50_ms, output_tokens_per_s"):
+    with pytest.raises(ConfigError, match="exactly one of tpot_p50_ms, ttft_p50_ms, output_tokens_per_s"):
         load_cases(_registry(tmp_path, [dict(case, measured={"step_s": 1.0})]))
     with pytest.raises(ConfigError, match="needs 'serve'"):
         load_cases(_registry(tmp_path, [dict(case, serve=[])]))

@@ -11,8 +11,9 @@ from astra_sim.errors import ConfigError
 
 CASES_DIR = Path(__file__).with_name("cases")
 KINDS = ("llm_step", "collective", "serving")
-#: what a serving case measured: median time per output token (ms) or output-token throughput (tokens/s)
-SERVING_METRICS = ("tpot_p50_ms", "output_tokens_per_s")
+#: what a serving case measured: median time per output token or to first token (ms), or output-token
+#: throughput (tokens/s)
+SERVING_METRICS = ("tpot_p50_ms", "ttft_p50_ms", "output_tokens_per_s")
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
 
@@ -39,12 +40,13 @@ class Case:
 
     def measured_s(self, gpus=None):
         """The measured time (s): a step's, a collective's from its bus bandwidth on ``gpus`` GPUs, a serving
-        case's median TPOT or its time per output token (1 / output-token throughput)."""
+        case's median TPOT or TTFT, or its time per output token (1 / output-token throughput)."""
         if self.kind == "llm_step":
             return float(self.measured["step_s"])
         if self.kind == "serving":
-            if "tpot_p50_ms" in self.measured:
-                return float(self.measured["tpot_p50_ms"]) / 1e3
+            for key in ("tpot_p50_ms", "ttft_p50_ms"):
+                if key in self.measured:
+                    return float(self.measured[key]) / 1e3
             return 1.0 / float(self.measured["output_tokens_per_s"])
         factor = {"all_reduce": 2.0 * (gpus - 1) / gpus}.get(self.collective, (gpus - 1) / gpus)
         return self.size_bytes * factor / (float(self.measured["bus_bandwidth_gbps"]) * 1e9)

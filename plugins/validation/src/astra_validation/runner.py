@@ -68,15 +68,18 @@ def run_case(case, workdir=None):
 
 def _run_serving(case, workdir=None):
     """A serving case: ``astra serve <serve> --platform <platform>``; the error is on the measured metric itself
-    (median TPOT, or output-token throughput)."""
+    (median TPOT or TTFT, or output-token throughput)."""
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         report_path = os.path.join(tmp, "serve.json")
         _astra(["serve", *case.serve, "--platform", case.platform, "--report-json", report_path, "-q"])
         with open(report_path) as handle:
             report = json.load(handle)
-    if "tpot_p50_ms" in case.measured:
-        measured, simulated, unit = float(case.measured["tpot_p50_ms"]), report["tpot_ms"]["p50"], "ms TPOT p50"
+    timed = [k for k in ("tpot_p50_ms", "ttft_p50_ms") if k in case.measured]
+    if timed:
+        what = timed[0].split("_")[0]
+        measured, simulated = float(case.measured[timed[0]]), report[f"{what}_ms"]["p50"]
+        unit = f"ms {what.upper()} p50"
         measured_s, simulated_s = measured / 1e3, simulated / 1e3
     else:
         measured, simulated = float(case.measured["output_tokens_per_s"]), report["throughput_tokens_per_s"]
