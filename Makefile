@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-PLUGINS := plugins/network_analytical plugins/memory_analytical plugins/network_congestion plugins/collectives_msccl plugins/workload_generators plugins/gpu_model plugins/compute_systolic plugins/validation plugins/sweep plugins/plots plugins/network_ns3
+PLUGINS := plugins/network_analytical plugins/memory_analytical plugins/network_congestion plugins/collectives_msccl plugins/workload_generators plugins/gpu_model plugins/compute_systolic plugins/validation plugins/sweep plugins/plots plugins/network_ns3 plugins/serving
 STAMP := $(VENV)/.installed
 
 .PHONY: install demo test fuzz benchmark proto clean
@@ -38,6 +38,8 @@ benchmark: install
 	$(BIN)/python benchmarks/bench_engine.py
 	$(BIN)/python benchmarks/bench_scale.py all
 	$(BIN)/python benchmarks/bench_ready_queue.py
+	$(BIN)/python benchmarks/bench_serve.py
+	$(BIN)/python benchmarks/bench_ns3.py
 
 proto:
 	scripts/gen_chakra_proto.sh

@@ -161,3 +161,14 @@ def test_a_calibration_input_is_shown_but_not_counted(tmp_path, capsys):
     check = next(c for c in data["cases"] if c["name"] == "check")
     assert data["summary"]["max_abs_error"] == pytest.approx(abs(check["error"]))
     assert "calibration input" in capsys.readouterr().out
+
+
+def test_a_serving_case_needs_its_options_and_one_metric(tmp_path):
+    case = dict(name="s", kind="serving", source="s", hardware="h", platform="hgx-h100", nodes=1,
+                serve=["--model", "llama3-8b", "--qps", "1"], measured={"tpot_p50_ms": 20.0})
+    (loaded,) = load_cases(_registry(tmp_path, [case]))
+    assert loaded.serve[:2] == ("--model", "llama3-8b") and loaded.measured_s() == pytest.approx(0.02)
+    with pytest.raises(ConfigError, match="exactly one of tpot_p50_ms, ttft_p50_ms, output_tokens_per_s"):
+        load_cases(_registry(tmp_path, [dict(case, measured={"step_s": 1.0})]))
+    with pytest.raises(ConfigError, match="needs 'serve'"):
+        load_cases(_registry(tmp_path, [dict(case, serve=[])]))

@@ -7,6 +7,8 @@ Writes into DIR, each file whole (a temporary name, then renamed):
 * ``timeline.png`` (with ``--timeline``): the streams of a few ranks over time (``--ranks``);
 * ``links.png``: link use over time, for ``congestion`` / ``flow`` runs written with ``--timeline``;
 * ``sweep.png`` (several reports): the runs side by side in a table;
+* ``latency_cdf.png`` and, for a QPS sweep or several reports, ``throughput_latency.png`` (``astra serve``
+  reports): TTFT/TPOT/E2E CDFs and the throughput-latency curve;
 * ``sweep_results.png`` (an ``astra sweep`` results file, .csv or .parquet, instead of reports): step time of
   every point, grouped by the axes.
 
@@ -51,6 +53,14 @@ def run(args):
     check_writable_folder(args.output, f"-o {args.output}")
     if args.reports[0].endswith((".csv", ".parquet")):
         return _plot_sweep_results(args)
+    from astra_plots.serving import plot_serve, read_serve
+
+    if read_serve(args.reports[0]) is not None:
+        if args.timeline:
+            raise ConfigError("astra plot: --timeline is for astra run reports, not astra serve ones")
+        for path in plot_serve(args.reports, args.output, args.svg, _save):
+            print(f"wrote {path}")
+        return 0
     reports = [read_report(path) for path in args.reports]
     report = reports[0]
     total = len(report["ranks"])

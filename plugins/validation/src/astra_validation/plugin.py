@@ -60,8 +60,13 @@ def _cmd_validate(args):
                 results.append({"name": case.name, "failed": str(exc)})
     failed = [r for r in results if "failed" in r]
     results = [r for r in results if "failed" not in r]
+    def shown(r, key):
+        if "unit" in r:  # a serving case: its metric in its own unit
+            return f"{r[key + '_value']:,.1f} {r['unit']}"
+        return format_ns(r[key + "_s"] * 1e9)
+
     rows = [[r["name"] + (" (calibration input)" if r.get("calibration_input") else ""), f"{r['gpus']}",
-             format_ns(r["measured_s"] * 1e9), format_ns(r["simulated_s"] * 1e9), f"{100 * r['error']:+.1f} %"]
+             shown(r, "measured"), shown(r, "simulated"), f"{100 * r['error']:+.1f} %"]
             for r in results]
     print_table("astra validate: simulated against measured", [
         Column("case"), Column("GPUs", number=True, drop=2), Column("measured", number=True),

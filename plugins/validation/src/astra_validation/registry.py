@@ -10,7 +10,10 @@ import yaml
 from astra_sim.errors import ConfigError
 
 CASES_DIR = Path(__file__).with_name("cases")
-KINDS = ("llm_step", "collective")
+KINDS = ("llm_step", "collective", "serving")
+#: what a serving case measured: median time per output token or to first token (ms), or output-token
+#: throughput (tokens/s)
+SERVING_METRICS = ("tpot_p50_ms", "ttft_p50_ms", "output_tokens_per_s")
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
 
@@ -29,15 +32,22 @@ class Case:
     run: tuple = ()
     collective: str | None = None
     size_bytes: int | None = None
+    serve: tuple = ()
     long: bool = False
     #: the model's calibration uses this very number: shown, but not counted in the median and the worst error
     calibration_input: bool = False
     extra: dict = field(default_factory=dict)
 
     def measured_s(self, gpus=None):
-        """The measured time (s): a step's, or a collective's from its bus bandwidth on ``gpus`` GPUs."""
+        """The measured time (s): a step's, a collective's from its bus bandwidth on ``gpus`` GPUs, a serving
+        case's median TPOT or TTFT, or its time per output token (1 / output-token throughput)."""
         if self.kind == "llm_step":
             return float(self.measured["step_s"])
+        if self.kind == "serving":
+            for key in ("tpot_p50_ms", "ttft_p50_ms"):
+                if key in self.measured:
+                    return float(self.measured[key]) / 1e3
+            return 1.0 / float(self.measured["output_tokens_per_s"])
         factor = {"all_reduce": 2.0 * (gpus - 1) / gpus}.get(self.collective, (gpus - 1) / gpus)
         return self.size_bytes * factor / (float(self.measured["bus_bandwidth_gbps"]) * 1e9)
 
@@ -73,19 +83,27 @@ def load_cases(path=None):
             raise ConfigError(f"{where}: 'nodes' must be a positive integer, got {nodes!r}")
         measured = raw.get("measured")
         wanted = "step_s" if kind == "llm_step" else "bus_bandwidth_gbps"
+        if kind == "serving":
+            keys = [k for k in SERVING_METRICS if isinstance(measured, dict) and k in measured]
+            if len(keys) != 1:
+                raise ConfigError(f"{where}: a serving case's 'measured' must have exactly one of "
+                                  f"{', '.join(SERVING_METRICS)}")
+            wanted = keys[0]
         value = measured.get(wanted) if isinstance(measured, dict) else None
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise ConfigError(f"{where}: 'measured.{wanted}' must be a positive number, got {value!r}")
         fields = dict(name=name, kind=kind, source=raw["source"], hardware=raw["hardware"],
                       platform=raw["platform"], nodes=nodes, measured=dict(measured), long=bool(raw.get("long")),
                       calibration_input=bool(raw.get("calibration_input")))
-        for key in ("workload", "run"):
+        for key in ("workload", "run", "serve"):
             value = raw.get(key, [])
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise ConfigError(f"{where}: {key!r} must be a list of command-line words (strings)")
             fields[key] = tuple(v.replace("{cases}", str(CASES_DIR)) for v in value)
         if kind == "llm_step" and not fields["workload"]:
             raise ConfigError(f"{where}: an llm_step case needs 'workload' (astra workload llm's options)")
+        if kind == "serving" and not fields["serve"]:
+            raise ConfigError(f"{where}: a serving case needs 'serve' (astra serve's options)")
         if kind == "collective":
             if raw.get("collective") not in COLLECTIVES:
                 raise ConfigError(f"{where}: 'collective' must be one of {', '.join(COLLECTIVES)}")

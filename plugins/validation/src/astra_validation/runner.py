@@ -37,6 +37,8 @@ def _gpus_per_node(platform):
 
 def run_case(case, workdir=None):
     """``{name, measured_s, simulated_s, error, wall_s, ...}`` for ``case``; error = (sim - meas) / meas."""
+    if case.kind == "serving":
+        return _run_serving(case, workdir)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         prefix = os.path.join(tmp, "w")
@@ -62,3 +64,29 @@ def run_case(case, workdir=None):
             "error": (simulated - measured) / measured, "wall_s": round(time.perf_counter() - start, 1),
             "simulated_ranks": report["stats"].get("simulated_ranks"),
             "platform_defaults": report["settings"].get("platform_defaults")}
+
+
+def _run_serving(case, workdir=None):
+    """A serving case: ``astra serve <serve> --platform <platform>``; the error is on the measured metric itself
+    (median TPOT or TTFT, or output-token throughput)."""
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        report_path = os.path.join(tmp, "serve.json")
+        _astra(["serve", *case.serve, "--platform", case.platform, "--report-json", report_path, "-q"])
+        with open(report_path) as handle:
+            report = json.load(handle)
+    timed = [k for k in ("tpot_p50_ms", "ttft_p50_ms") if k in case.measured]
+    if timed:
+        what = timed[0].split("_")[0]
+        measured, simulated = float(case.measured[timed[0]]), report[f"{what}_ms"]["p50"]
+        unit = f"ms {what.upper()} p50"
+        measured_s, simulated_s = measured / 1e3, simulated / 1e3
+    else:
+        measured, simulated = float(case.measured["output_tokens_per_s"]), report["throughput_tokens_per_s"]
+        unit = "tok/s"
+        measured_s, simulated_s = 1.0 / measured, 1.0 / simulated
+    return {"name": case.name, "kind": case.kind, "hardware": case.hardware, "source": case.source,
+            "calibration_input": case.calibration_input, "gpus": report["deployment"]["gpus"],
+            "measured_s": measured_s, "simulated_s": simulated_s, "measured_value": measured,
+            "simulated_value": simulated, "unit": unit, "error": (simulated - measured) / measured,
+            "wall_s": round(time.perf_counter() - start, 1), "simulated_ranks": None, "platform_defaults": None}

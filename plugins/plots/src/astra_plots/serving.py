@@ -1,0 +1,102 @@
+"""``astra plot`` for ``astra serve`` reports: latency CDFs (TTFT, TPOT, end-to-end) of each report, and the
+throughput-latency curve of a QPS sweep (``astra serve --qps 1,2,4 ...``, or several serve reports).
+
+A serve report is recognised by its ``ttft_ms`` and ``deployment`` keys (a sweep's by ``qps_sweep``)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from astra_sim.errors import ConfigError
+
+
+def read_serve(path):
+    """The serve reports in ``path`` (one, or a sweep's), or None when it is not a serve report."""
+    try:
+        with open(path, "rb") as handle:
+            data = json.loads(handle.read())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None  # read_report names the problem
+    if isinstance(data, dict) and isinstance(data.get("qps_sweep"), list):
+        points = data["qps_sweep"]
+    elif isinstance(data, dict) and "ttft_ms" in data and "deployment" in data:
+        points = [data]
+    else:
+        return None
+    for point in points:
+        if not isinstance(point, dict) or not isinstance(point.get("cdf_ms"), dict):
+            raise ConfigError(f"{path}: a serve report without cdf_ms (written by an older astra serve?)")
+    return points
+
+
+def _label(point, fallback):
+    d = point.get("deployment", {})
+    qps = point.get("qps")
+    return (f"{d.get('description', fallback)}" + (f", {qps:g} QPS" if isinstance(qps, (int, float)) else ""))
+
+
+def cdf_figure(points, labels):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    quantiles = [q / 100 for q in range(101)]
+    for ax, key, title in zip(axes, ("ttft", "tpot", "e2e"), ("time to first token", "time per output token",
+                                                               "end-to-end latency")):
+        for point, label in zip(points, labels):
+            values = point["cdf_ms"].get(key) or []
+            if values:
+                ax.plot(values, quantiles[:len(values)], label=label)
+        ax.set_xlabel(f"{title} (ms)")
+        ax.set_ylabel("fraction of requests")
+        ax.set_xscale("log")
+        ax.grid(True, alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle("latency CDFs (astra serve)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def throughput_latency_figure(points, labels):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    x = [p["throughput_tokens_per_s"] for p in points]
+    for ax, key, title in ((left, "ttft_ms", "TTFT"), (right, "tpot_ms", "TPOT")):
+        for stat, style in (("p50", "o-"), ("p99", "s--")):
+            ax.plot(x, [p[key][stat] for p in points], style, label=f"{title} {stat}")
+        for xi, p, label in zip(x, points, labels):
+            qps = p.get("qps")
+            if isinstance(qps, (int, float)):
+                ax.annotate(f"{qps:g}", (xi, p[key]["p50"]), fontsize=7, textcoords="offset points", xytext=(3, 3))
+        ax.set_xlabel("output throughput (tokens/s)")
+        ax.set_ylabel(f"{title} (ms)")
+        ax.set_yscale("log")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("throughput-latency curve (labels: QPS)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_serve(paths, output, svg, save):
+    """Draw the serve reports of ``paths`` into ``output``; the written files."""
+    points, labels = [], []
+    for path in paths:
+        found = read_serve(path)
+        if found is None:
+            raise ConfigError(f"{path}: not an astra serve report (mixing serve and run reports is not drawn)")
+        points += found
+        labels += [_label(p, os.path.basename(path)) for p in found]
+    written = save(cdf_figure(points, labels), output, "latency_cdf", svg)
+    if len(points) > 1:
+        order = sorted(range(len(points)), key=lambda i: points[i]["throughput_tokens_per_s"])
+        written += save(throughput_latency_figure([points[i] for i in order], [labels[i] for i in order]), output,
+                        "throughput_latency", svg)
+    return written

@@ -1,0 +1,297 @@
+"""One replica's engine: vLLM-style continuous batching (the V1 scheduler's model of it).
+
+Every iteration the scheduler fills a token budget (``max_num_batched_tokens``) and a sequence limit
+(``max_num_seqs``): first the running sequences (a decode needs one token; a prompt being prefilled its next
+chunk), then, if nothing was preempted, swapped-out sequences and then waiting ones in policy order (FCFS by
+arrival, or priority: lower ``priority`` first, then arrival). With chunked prefill a prompt takes whatever
+budget is left; without it a prompt is admitted only whole. Each scheduled sequence must hold KV blocks for its
+positions; when none are free the most recently admitted running sequence is preempted: by recompute (its
+blocks freed, it restarts from the waiting queue's head and prefills its prompt and the tokens generated so far
+again) or by swap (its blocks copied to host memory at ``swap_bytes_per_s`` and back before it resumes; the copy
+time is added to the iteration that does it).
+
+A sequence whose positions are all computed at the end of an iteration samples one token (vLLM's rule): the
+last chunk of a prefill gives the first token, each decode one more.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass
+
+from .kvcache import BlockManager
+
+
+@dataclass
+class EngineConfig:
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    chunked_prefill: bool = True
+    policy: str = "fcfs"            # fcfs | priority
+    preemption: str = "recompute"   # recompute | swap
+    swap_bytes_per_s: float = 50e9  # per GPU, host <-> device
+    role: str = "both"              # both | prefill (disaggregated prefill pool) | decode
+    num_scheduler_steps: int = 1    # vLLM's multi-step scheduling: decode-only batches run this many steps
+
+
+class Seq:
+    """A request's state inside one engine."""
+
+    __slots__ = ("req", "computed", "generated", "state", "admitted", "order", "prefix_done", "swapped_positions")
+
+    def __init__(self, req, computed=0, generated=0):
+        self.req = req
+        self.computed = computed      # positions whose KV is in the cache
+        self.generated = generated    # output tokens sampled so far
+        self.state = "waiting"
+        self.admitted = 0             # order of admission into running (preemption victim: the latest)
+        self.order = 0
+        self.prefix_done = False
+        self.swapped_positions = 0
+
+    @property
+    def tokens(self):
+        """Positions the sequence has: its prompt and every sampled token."""
+        return self.req.prompt_tokens + self.generated
+
+    @property
+    def pending(self):
+        return self.tokens - self.computed
+
+
+@dataclass
+class Batch:
+    items: list                 # [(seq, tokens scheduled)]
+    prefill_tokens: int
+    decode_seqs: int
+    context: int                # mean KV length of the decode sequences
+    prefill_done: int           # mean cached positions of the prefilled prompts
+    extra_ns: int = 0           # swap copies
+    steps: int = 1              # decode steps run back to back (multi-step scheduling)
+
+
+class Engine:
+    """The scheduler and KV cache of one replica; the cluster calls :meth:`schedule` when the replica is idle and
+    :meth:`complete` when the iteration's time has passed."""
+
+    def __init__(self, index, timer, blocks: BlockManager, config: EngineConfig, kv_bytes_per_token=0):
+        self.index = index
+        self.timer = timer
+        self.blocks = blocks
+        self.config = config
+        self.kv_bytes_per_token = kv_bytes_per_token
+        self.waiting = []      # heap of (key, Seq)
+        self.running = []      # in admission order
+        self.swapped = []      # FIFO
+        self.busy = False
+        self._order = itertools.count()
+        self._admit = itertools.count()
+        self.iterations = 0
+        self.busy_ns = 0
+        self.preemptions = 0
+        self.tokens_prefilled = 0
+        self.tokens_decoded = 0
+        # iterations that left work waiting because of each limit: what bounds the throughput
+        self.limited = {"max_num_seqs": 0, "token_budget": 0, "kv_cache": 0}
+
+    # ------------------------------------------------------------------ queue
+    def _key(self, seq, front=False):
+        order = -next(self._order) if front else next(self._order)
+        if self.config.policy == "priority":
+            return (seq.req.priority, 0 if front else 1, order)
+        return (0 if front else 1, order)
+
+    def add(self, seq, front=False):
+        seq.state = "waiting"
+        heapq.heappush(self.waiting, (self._key(seq, front), next(self._order), seq))
+
+    def outstanding(self):
+        return len(self.waiting) + len(self.running) + len(self.swapped)
+
+    def load_tokens(self):
+        """Tokens still to process (prefill and decode) of everything queued or running: the least-loaded
+        router's measure."""
+        total = 0
+        for seq in itertools.chain(self.running, self.swapped, (s for _, _, s in self.waiting)):
+            total += seq.pending + (seq.req.output_tokens - seq.generated)
+        return total
+
+    # ------------------------------------------------------------------ scheduling
+    def _preempt(self, victim, batch_extra):
+        self.preemptions += 1
+        victim.req.preemptions += 1
+        self.running.remove(victim)
+        if self.config.preemption == "swap":
+            positions = victim.computed
+            self.blocks.release(victim.req.id)
+            victim.state = "swapped"
+            victim.swapped_positions = positions
+            self.swapped.append(victim)
+            batch_extra[0] += self._copy_ns(positions)
+        else:
+            self.blocks.release(victim.req.id)
+            victim.computed = 0
+            victim.prefix_done = False
+            self.add(victim, front=True)
+
+    def _copy_ns(self, positions):
+        return int(positions * self.kv_bytes_per_token / self.config.swap_bytes_per_s * 1e9)
+
+    def schedule(self):
+        """The next iteration's batch, or None when there is nothing to do."""
+        cfg = self.config
+        budget = cfg.max_num_batched_tokens
+        items = []
+        extra = [0]
+        preempted = False
+        scheduled = set()
+        i = 0
+        while i < len(self.running) and budget > 0:
+            seq = self.running[i]
+            n = min(seq.pending, budget)
+            if n <= 0 or (not cfg.chunked_prefill and n < seq.pending):
+                i += 1
+                continue
+            ok = True
+            while not self.blocks.grow(seq.req.id, seq.computed + n):
+                victim = next((s for s in reversed(self.running) if s.req.id not in scheduled), None)
+                if victim is None:
+                    ok = False
+                    break
+                self._preempt(victim, extra)
+                preempted = True
+                if victim is seq:
+                    ok = False
+                    break
+            if seq.state != "running":
+                continue  # preempted itself: self.running[i] is already the next one
+            if ok:
+                items.append((seq, n))
+                scheduled.add(seq.req.id)
+                budget -= n
+            i += 1
+        blocked = None
+        if not preempted:
+            # swapped sequences come back first (whole: their KV is copied in)
+            while self.swapped and budget > 0 and len(self.running) < cfg.max_num_seqs:
+                seq = self.swapped[0]
+                if not self.blocks.grow(seq.req.id, seq.swapped_positions + 1):
+                    blocked = "kv_cache"
+                    break
+                self.swapped.pop(0)
+                extra[0] += self._copy_ns(seq.swapped_positions)
+                seq.state = "running"
+                seq.admitted = next(self._admit)
+                self.running.append(seq)
+                n = min(seq.pending, budget)
+                if n > 0:
+                    items.append((seq, n))
+                    scheduled.add(seq.req.id)
+                    budget -= n
+            while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
+                _, _, seq = self.waiting[0]
+                matched, cached = False, 0
+                if seq.computed == 0 and not seq.prefix_done:
+                    cached = self.blocks.match_prefix(seq.req.id, seq.req.prefix_group, seq.req.prefix_tokens)
+                    # at least one position is computed in this iteration (a full cache hit recomputes the last)
+                    seq.computed = min(cached, seq.tokens - 1)
+                    seq.prefix_done = matched = True
+                n = seq.pending
+                if (not cfg.chunked_prefill and n > budget) or not self.blocks.grow(seq.req.id,
+                                                                                    seq.computed + min(n, budget)):
+                    blocked = "token_budget" if not cfg.chunked_prefill and n > budget else "kv_cache"
+                    if matched:  # a waiting sequence holds no blocks: give the prefix back until it is admitted
+                        self.blocks.release(seq.req.id)
+                        seq.computed, seq.prefix_done = 0, False
+                    break
+                n = min(n, budget)
+                if matched:
+                    self.blocks.count_match(seq.req.prefix_group, seq.req.prefix_tokens, cached)
+                heapq.heappop(self.waiting)
+                seq.state = "running"
+                seq.admitted = next(self._admit)
+                self.running.append(seq)
+                items.append((seq, n))
+                scheduled.add(seq.req.id)
+                budget -= n
+        if not items:
+            if preempted and not self.running:
+                # the only running sequences preempted themselves: their blocks are free now, admit again
+                return self.schedule()
+            return None
+        if preempted:
+            blocked = "kv_cache"
+        elif blocked is None and (self.waiting or self.swapped):
+            blocked = "max_num_seqs" if len(self.running) >= cfg.max_num_seqs else "token_budget"
+        if blocked is not None:
+            self.limited[blocked] += 1
+        steps = self._multi_step(items)
+        prefill = decode = ctx = done = prefills = 0
+        for seq, n in items:
+            if n == 1 and seq.generated > 0 and seq.pending == 1:
+                decode += 1
+                ctx += seq.computed + 1
+            else:
+                prefill += n
+                done += seq.computed
+                prefills += 1
+        return Batch(items, prefill, decode, ctx // decode if decode else 0, done // prefills if prefills else 0,
+                     extra[0], steps)
+
+    def _multi_step(self, items):
+        """Steps of a decode-only batch under multi-step scheduling (1 otherwise, or when the cache cannot hold
+        every sequence's next steps): vLLM v0.6 runs ``num_scheduler_steps`` decode steps without scheduling in
+        between, so arrivals wait for the whole run and its tokens are delivered at its end."""
+        steps = self.config.num_scheduler_steps
+        if steps <= 1 or self.config.role == "prefill":
+            return 1
+        if any(not (n == 1 and seq.generated > 0 and seq.pending == 1) for seq, n in items):
+            return 1
+        left = [min(steps, seq.req.output_tokens - seq.generated) for seq, _ in items]
+        if any(self.blocks.needed(seq.req.id, seq.computed + k) > 0 for (seq, _), k in zip(items, left)):
+            need = sum(self.blocks.needed(seq.req.id, seq.computed + k) for (seq, _), k in zip(items, left))
+            if need > self.blocks.available():
+                return 1
+            for (seq, _), k in zip(items, left):
+                self.blocks.grow(seq.req.id, seq.computed + k)
+        return max(1, max(left))
+
+    def duration_ns(self, batch):
+        if batch.steps > 1:  # the batch stays whole for every step (finished sequences are padding), context grows
+            return sum(self.timer.step_ns(0, batch.decode_seqs, batch.context + k) for k in range(batch.steps)) + \
+                batch.extra_ns
+        return self.timer.step_ns(batch.prefill_tokens, batch.decode_seqs, batch.context,
+                                  batch.prefill_done) + batch.extra_ns
+
+    def complete(self, batch, now):
+        """Account the finished iteration at ``now``; (sequences that sampled their first token, sequences that
+        finished)."""
+        first, done = [], []
+        self.iterations += 1
+        self.tokens_prefilled += batch.prefill_tokens
+        self.tokens_decoded += batch.decode_seqs
+        for seq, n in batch.items:
+            if seq.state != "running":
+                continue
+            if batch.steps > 1:  # multi-step decode: up to `steps` tokens, delivered now
+                k = min(batch.steps, seq.req.output_tokens - seq.generated)
+                seq.computed += k - 1
+                seq.generated += k - 1
+                self.tokens_decoded += k - 1
+            seq.computed += n
+            if seq.computed >= seq.tokens:
+                seq.generated += 1
+                if seq.generated == 1:
+                    first.append(seq)
+                limit = 1 if self.config.role == "prefill" else seq.req.output_tokens
+                if seq.generated >= limit:
+                    self.running.remove(seq)
+                    seq.state = "finished"
+                    keep = None
+                    if seq.req.prefix_group is not None:
+                        keep = (seq.req.prefix_group, seq.req.prefix_tokens // self.blocks.block_size)
+                    if self.config.role != "prefill":
+                        self.blocks.release(seq.req.id, keep)
+                    done.append(seq)
+        return first, done

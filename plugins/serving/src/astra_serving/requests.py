@@ -1,0 +1,304 @@
+"""The requests a deployment serves: read from a trace file (JSONL or CSV) or generated (Poisson or gamma
+arrivals at a QPS, token lengths from a distribution), seeded and reproducible. Times are int ns.
+
+Trace formats (the columns are recognised by name; see docs/serving.md):
+
+* JSONL, one object a line: ``arrival_s`` (or ``arrival_ns``), ``prompt_tokens``, ``output_tokens`` and
+  optionally ``priority`` (int, lower is served first under ``--policy priority``), ``prefix_group`` (str:
+  requests of one group share their first ``prefix_tokens`` prompt tokens, for prefix caching).
+* CSV with a header, the same column names; or the Azure LLM inference trace (2023/2024,
+  ``TIMESTAMP,ContextTokens,GeneratedTokens``, TIMESTAMP a date-time such as ``2023-11-16 18:15:46.6805900``);
+  or BurstGPT (``Timestamp,...,Request tokens,Response tokens,...``, Timestamp in seconds).
+  Arrivals of absolute time stamps count from the first row's.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+from dataclasses import dataclass
+
+from astra_sim.errors import ConfigError
+
+NS = 1_000_000_000
+MAX_TRACE_BYTES = 1 << 30
+
+
+@dataclass
+class Request:
+    """One request, and what the simulation records about it."""
+
+    id: int
+    arrival_ns: int
+    prompt_tokens: int
+    output_tokens: int
+    priority: int = 0
+    prefix_group: str | None = None
+    prefix_tokens: int = 0
+    # --- filled in by the simulation
+    scheduled_ns: int | None = None      # first iteration that computed any of it
+    first_token_ns: int | None = None
+    finish_ns: int | None = None
+    preemptions: int = 0
+    replica: int | None = None
+
+
+# ------------------------------------------------------------------------------------------------ traces
+_AZURE = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+_BURST = ("Timestamp", "Request tokens", "Response tokens")
+
+
+def parse_azure_timestamp(text):
+    """``2023-11-16 18:15:46.6805900`` (up to 9 fractional digits) -> ns since the epoch (UTC assumed)."""
+    from datetime import datetime, timezone
+
+    text = text.strip()
+    main, _, frac = text.partition(".")
+    if frac and not frac.isdigit():
+        raise ValueError(f"bad fractional seconds in {text!r}")
+    try:
+        moment = datetime.strptime(main.replace("T", " "), "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
+    except ValueError:
+        raise ValueError(f"expected a date-time like 2023-11-16 18:15:46.6805900, got {text!r}") from None
+    return int(moment.timestamp()) * NS + int((frac + "000000000")[:9] or 0)
+
+
+def _int_field(value, name):
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if isinstance(value, str):
+        value = value.strip()
+        try:
+            value = float(value) if any(c in value for c in ".eE") else int(value)
+        except ValueError:
+            raise ValueError(f"{name} must be an integer, got {value!r}") from None
+    if isinstance(value, float):
+        if not math.isfinite(value) or value != int(value):
+            raise ValueError(f"{name} must be an integer, got {value!r}")
+        value = int(value)
+    if not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    return value
+
+
+def _seconds_to_ns(value, name):
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a number of seconds, got {value!r}")
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number of seconds, got {value!r}") from None
+    if not math.isfinite(seconds):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return round(seconds * NS)
+
+
+def _row_request(row, index, columns):
+    """A Request from one record (a dict) of a trace; ValueError says what is wrong."""
+    kind = columns
+    if kind == "azure":
+        arrival = parse_azure_timestamp(str(row["TIMESTAMP"]))
+        prompt, output = _int_field(row["ContextTokens"], "ContextTokens"), _int_field(row["GeneratedTokens"],
+                                                                                         "GeneratedTokens")
+        extra = {}
+    elif kind == "burst":
+        arrival = _seconds_to_ns(row["Timestamp"], "Timestamp")
+        prompt, output = (_int_field(row["Request tokens"], "Request tokens"),
+                          _int_field(row["Response tokens"], "Response tokens"))
+        extra = {}
+    else:
+        if row.get("arrival_ns") not in (None, ""):
+            arrival = _int_field(row["arrival_ns"], "arrival_ns")
+        elif row.get("arrival_s") not in (None, ""):
+            arrival = _seconds_to_ns(row["arrival_s"], "arrival_s")
+        else:
+            raise ValueError("missing arrival_s (or arrival_ns)")
+        for key in ("prompt_tokens", "output_tokens"):
+            if row.get(key) in (None, ""):
+                raise ValueError(f"missing {key}")
+        prompt, output = _int_field(row["prompt_tokens"], "prompt_tokens"), _int_field(row["output_tokens"],
+                                                                                       "output_tokens")
+        extra = {}
+        if row.get("priority") not in (None, ""):
+            extra["priority"] = _int_field(row["priority"], "priority")
+        if row.get("prefix_group") not in (None, ""):
+            extra["prefix_group"] = str(row["prefix_group"])
+            extra["prefix_tokens"] = _int_field(row.get("prefix_tokens", 0) or 0, "prefix_tokens")
+            if not 0 <= extra["prefix_tokens"] <= prompt:
+                raise ValueError(f"prefix_tokens must be between 0 and prompt_tokens ({prompt}), got "
+                                 f"{extra['prefix_tokens']}")
+    if prompt < 1:
+        raise ValueError(f"prompt tokens must be >= 1, got {prompt}")
+    if output < 1:
+        raise ValueError(f"output tokens must be >= 1, got {output}")
+    return Request(index, arrival, prompt, output, **extra)
+
+
+def read_trace(path, max_context=None):
+    """The requests of a trace file, in arrival order (ids in file order). Errors are one line naming the file
+    and line: a negative arrival, a request longer than ``max_context`` tokens (prompt + output), a missing or
+    malformed field."""
+    from astra_sim.safeio import read_text
+
+    text = read_text(path, "request trace", MAX_TRACE_BYTES)
+    name = str(path)
+    records = []  # (line number, dict)
+    stripped = text.lstrip()
+    if name.endswith((".jsonl", ".json")) or stripped.startswith("{"):
+        columns = "native"
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as exc:
+                raise ConfigError(f"{name}:{number}: not a JSON object: {exc}") from None
+            if not isinstance(record, dict):
+                raise ConfigError(f"{name}:{number}: expected a JSON object, got {type(record).__name__}")
+            records.append((number, record))
+    else:
+        reader = csv.reader(io.StringIO(text))
+        try:
+            header = next(reader)
+        except StopIteration:
+            raise ConfigError(f"{name}: empty trace (expected a CSV header)") from None
+        except csv.Error as exc:
+            raise ConfigError(f"{name}:1: {exc}") from None
+        header = [h.strip() for h in header]
+        if all(c in header for c in _AZURE):
+            columns = "azure"
+        elif all(c in header for c in _BURST):
+            columns = "burst"
+        elif all(c in header for c in ("prompt_tokens", "output_tokens")) and (
+                "arrival_s" in header or "arrival_ns" in header):
+            columns = "native"
+        else:
+            raise ConfigError(f"{name}:1: unknown CSV columns {header}: expected arrival_s,prompt_tokens,"
+                              "output_tokens (astra serve), TIMESTAMP,ContextTokens,GeneratedTokens (Azure LLM "
+                              "inference trace) or Timestamp,Request tokens,Response tokens (BurstGPT)")
+        try:
+            for row in reader:
+                number = reader.line_num
+                if not row or all(not c.strip() for c in row):
+                    continue
+                if len(row) != len(header):
+                    raise ConfigError(f"{name}:{number}: {len(row)} fields, the header has {len(header)}")
+                records.append((number, dict(zip(header, row))))
+        except csv.Error as exc:
+            raise ConfigError(f"{name}:{reader.line_num}: {exc}") from None
+    if not records:
+        raise ConfigError(f"{name}: no requests in the trace")
+    requests = []
+    origin = None
+    for index, (number, record) in enumerate(records):
+        try:
+            request = _row_request(record, index, columns)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"{name}:{number}: {exc}") from None
+        if columns != "native":  # absolute time stamps: count from the first row's
+            origin = request.arrival_ns if origin is None else origin
+            request.arrival_ns -= origin
+        if request.arrival_ns < 0:
+            raise ConfigError(f"{name}:{number}: negative arrival time {request.arrival_ns / NS:g} s"
+                              + (" (earlier than the first row's)" if columns != "native" else ""))
+        if max_context is not None and request.prompt_tokens + request.output_tokens > max_context:
+            raise ConfigError(f"{name}:{number}: request of {request.prompt_tokens} prompt + "
+                              f"{request.output_tokens} output tokens is longer than the model's context of "
+                              f"{max_context} tokens")
+        requests.append(request)
+    requests.sort(key=lambda r: (r.arrival_ns, r.id))
+    return requests
+
+
+# ------------------------------------------------------------------------------------------------ generator
+def parse_length(text, what):
+    """A token-length distribution: ``N`` (every request N), ``uniform:LO:HI``, ``exp:MEAN`` or
+    ``lognormal:MEAN:CV`` (mean and coefficient of variation; lengths rounded, at least 1)."""
+    text = str(text).strip()
+    parts = text.split(":")
+    try:
+        if len(parts) == 1:
+            value = int(parts[0])
+            if not 1 <= value <= 10**9:
+                raise ValueError
+            return ("fixed", value)
+        kind, args = parts[0], [float(x) for x in parts[1:]]
+    except ValueError:
+        raise ConfigError(f"{what}: expected N, uniform:LO:HI, exp:MEAN or lognormal:MEAN:CV, got {text!r}") from None
+    shapes = {"uniform": 2, "exp": 1, "lognormal": 2}
+    if kind not in shapes or len(args) != shapes[kind] or not all(math.isfinite(a) and 0 < a <= 1e9 for a in args):
+        raise ConfigError(f"{what}: expected N, uniform:LO:HI, exp:MEAN or lognormal:MEAN:CV with positive "
+                          f"numbers up to 1e9, got {text!r}")
+    if kind == "uniform" and args[0] > args[1]:
+        raise ConfigError(f"{what}: uniform:LO:HI needs LO <= HI, got {text!r}")
+    return (kind, *args)
+
+
+def sample_lengths(dist, n, rng, cap=None):
+    import numpy as np
+
+    kind = dist[0]
+    if kind == "fixed":
+        values = np.full(n, dist[1], dtype=np.int64)
+    elif kind == "uniform":
+        values = rng.integers(int(math.ceil(dist[1])), int(dist[2]) + 1, size=n)
+    elif kind == "exp":
+        values = np.rint(rng.exponential(dist[1], size=n))
+    else:
+        mean, cv = dist[1], dist[2]
+        sigma2 = math.log(1 + cv * cv)
+        values = np.rint(rng.lognormal(math.log(mean) - sigma2 / 2, math.sqrt(sigma2), size=n))
+    values = np.maximum(values.astype(np.int64), 1)
+    if cap is not None:
+        values = np.minimum(values, cap)
+    return [int(v) for v in values]
+
+
+def generate_requests(n, qps, prompt_len, output_len, seed=0, arrival="poisson", burstiness=1.0,
+                      max_context=None):
+    """``n`` requests at ``qps`` per second: Poisson arrivals (exponential gaps) or gamma arrivals of
+    coefficient of variation ``burstiness`` (shape 1/cv^2; cv 1 is Poisson); lengths from :func:`parse_length`
+    distributions, each request capped so that prompt + output fit ``max_context``."""
+    import numpy as np
+
+    if n < 1:
+        raise ConfigError(f"--requests must be >= 1, got {n}")
+    if not (qps > 0 and math.isfinite(qps)):
+        raise ConfigError(f"--qps must be a positive number, got {qps}")
+    rng = np.random.default_rng(seed)
+    if arrival == "poisson":
+        gaps = rng.exponential(1.0 / qps, size=n)
+    elif arrival == "gamma":
+        if not burstiness > 0:
+            raise ConfigError(f"--burstiness must be > 0, got {burstiness}")
+        shape = 1.0 / (burstiness * burstiness)
+        gaps = rng.gamma(shape, 1.0 / (qps * shape), size=n)
+    else:
+        raise ConfigError(f"--arrival must be poisson or gamma, got {arrival!r}")
+    gaps[0] = 0.0  # the first request arrives at time 0
+    arrivals = np.rint(np.cumsum(gaps) * NS).astype(np.int64)
+    prompts = sample_lengths(prompt_len, n, rng, None if max_context is None else max_context - 1)
+    outputs = sample_lengths(output_len, n, rng)
+    out = []
+    for i in range(n):
+        o = outputs[i] if max_context is None else max(1, min(outputs[i], max_context - prompts[i]))
+        out.append(Request(i, int(arrivals[i]), prompts[i], o))
+    return out
+
+
+def write_trace(requests, path):
+    """The requests as a JSONL trace (what --trace reads), written atomically."""
+    from astra_sim.cliutil import write_text_atomic
+
+    lines = []
+    for r in requests:
+        item = {"arrival_s": r.arrival_ns / NS, "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens}
+        if r.priority:
+            item["priority"] = r.priority
+        if r.prefix_group is not None:
+            item.update(prefix_group=r.prefix_group, prefix_tokens=r.prefix_tokens)
+        lines.append(json.dumps(item))
+    write_text_atomic(os.fspath(path), "\n".join(lines) + "\n")

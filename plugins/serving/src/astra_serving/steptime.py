@@ -1,0 +1,220 @@
+"""Iteration times from the step simulator, memoised by a bucketed batch shape.
+
+An engine iteration is a batch of ``prefill`` prompt tokens (new prompts and chunks of long ones) and
+``decode`` sequences generating one token each against a KV cache of mean length ``context``. Its time is
+what ``astra workload llm --mode prefill|decode|mixed ... --logits last`` followed by ``astra run --platform P``
+gives for that shape, both run in this process (no subprocess): nothing is a latency table.
+
+Bucketing (why: a run visits tens of thousands of distinct shapes; each simulation costs ~0.15 s). The
+prefill tokens and the decode sequences each have a grid of every integer up to ``EXACT_BELOW``, then a
+geometric series of ratio ``ratio`` (default 2**(1/2), two points per doubling); the decode context a grid of
+powers of two. A shape's time is interpolated linearly (trilinear) between the simulated corners of its grid
+cell: step time is close to linear in each of the three between neighbouring points (GEMMs in tokens, the
+weights' read shared by the batch, attention in the context). Every corner is simulated once per process.
+A mixed step's ``prefill_done`` (the part of the chunk's prompt computed by earlier chunks) is left out of
+bucketed shapes (its attention is a few % of a step at a few thousand tokens); exact shapes keep it.
+``tests/test_serve.py::test_bucketing_error_is_small`` measures the error against exact shapes.
+``exact=True`` turns bucketing off.
+
+How a shape maps onto the generator (whose inference steps batch sequences of one length):
+
+* decode only: ``--mode decode --batch-size B --prompt-len C-1 --decode-len 1`` (every sequence at the mean
+  context C; attention is linear in the context, so the mean gives the batch's total);
+* prefill only: ``--mode prefill --batch-size 1 --prompt-len P`` (the prompts of the iteration as one
+  sequence: the attention of several short prompts is overcounted, at most a few % of a step for prompts of
+  a few thousand tokens; a later chunk's attention to its earlier chunks is not counted);
+* both: ``--mode mixed --batch-size B --prompt-len C-1 --prefill-chunk P --prefill-done D``.
+
+The replica's GPUs fill whole nodes of the platform: TP x PP x EP GPUs on fewer GPUs than a node run as
+``--dp`` copies side by side (inference has no DP collective, so the copies do not interact).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+from astra_sim.errors import AstraError, ConfigError
+
+EXACT_BELOW = 4
+DEFAULT_RATIO = 2 ** 0.5
+CONTEXT_RATIO = 2.0
+#: simulated step times of this process, by (layout, shape): a QPS sweep or a test suite simulates a shape once
+_SHARED_MEMO = {}
+
+
+def bucket(value, ratio=DEFAULT_RATIO, exact_below=EXACT_BELOW):
+    """``value`` (int >= 0) rounded to the nearest grid point (in log space above ``exact_below``)."""
+    if value <= exact_below or ratio <= 1.0:
+        return int(value)
+    k = math.log(value / exact_below) / math.log(ratio)
+    lo = int(round(exact_below * ratio ** math.floor(k)))
+    hi = int(round(exact_below * ratio ** math.ceil(k)))
+    return lo if value * value <= lo * hi else hi  # the nearer in log space
+
+
+def neighbours(value, ratio=DEFAULT_RATIO, exact_below=EXACT_BELOW):
+    """(lo, hi, w): the grid points around ``value`` and its weight on ``hi`` (value = lo (1 - w) + hi w)."""
+    if value <= exact_below or ratio <= 1.0:
+        return int(value), int(value), 0.0
+    k = math.log(value / exact_below) / math.log(ratio)
+    lo = int(round(exact_below * ratio ** math.floor(k)))
+    hi = int(round(exact_below * ratio ** math.ceil(k)))
+    lo, hi = min(lo, value), max(hi, value)
+    return lo, hi, (value - lo) / (hi - lo) if hi > lo else 0.0
+
+
+_CLI = {}
+
+
+def astra(argv):
+    """``astra ARGV`` in this process, its output swallowed; AstraError naming the command if it fails. The
+    plugin manager and parser are built once per process (``astra_sim.cli.main`` builds them per call, a
+    quarter of a step's simulation time); the command then runs as ``main`` runs it."""
+    from astra_sim import cli
+
+    if not _CLI:
+        from astra_sim.plugins import make_plugin_manager
+
+        _CLI["pm"] = make_plugin_manager()
+        _CLI["parser"] = cli.build_parser(_CLI["pm"])
+    pm, parser = _CLI["pm"], _CLI["parser"]
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            args = parser.parse_args(list(argv))
+            if args.command == "run":
+                code = cli._cmd_run(pm, args)
+            else:
+                args.plugin_manager = pm
+                code = args.run_command(args)
+    except AstraError as exc:
+        raise type(exc)(f"astra {' '.join(map(str, argv[:3]))} ...: {exc}") from None
+    except SystemExit as exc:  # argparse
+        lines = err.getvalue().strip().splitlines()
+        raise AstraError(f"astra {' '.join(map(str, argv[:3]))} ...: {lines[-1] if lines else exc}") from None
+    if code:
+        lines = err.getvalue().strip().splitlines()
+        raise AstraError(f"astra {' '.join(map(str, argv[:3]))} ... exited {code}: {lines[-1] if lines else ''}")
+    return out.getvalue()
+
+
+@dataclass
+class Layout:
+    """One replica: a model (``source``: ``["--model", X]`` or ``["--preset", X]``, plus generator flags) with
+    TP x PP x EP on a platform."""
+
+    source: list
+    platform: str
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    run_args: list = field(default_factory=list)
+    gpus_per_node: int = 8
+
+    @property
+    def gpus(self):
+        return self.tp * self.pp * self.ep
+
+    @property
+    def nodes(self):
+        return -(-self.gpus // self.gpus_per_node)
+
+    @property
+    def dp(self):
+        """DP copies that fill the nodes (the replica's EP ranks among them)."""
+        total = self.nodes * self.gpus_per_node
+        if total % (self.tp * self.pp) or (total // (self.tp * self.pp)) % self.ep:
+            raise ConfigError(f"TP {self.tp} x PP {self.pp} x EP {self.ep} does not tile {self.nodes} node(s) of "
+                              f"{self.gpus_per_node} GPUs of {self.platform}")
+        return total // (self.tp * self.pp)
+
+    def generator_args(self):
+        return [*self.source, "--tp", str(self.tp), "--pp", str(self.pp), "--dp", str(self.dp),
+                *(["--ep", str(self.ep)] if self.ep > 1 else []), "--logits", "last"]
+
+    def run_argv(self, prefix, report):
+        # --allow-oom: the engine's paged cache is the memory model here (capacity.py); a grid corner above the
+        # batch actually run may hold more KV than fits, and its time is still what the interpolation needs
+        return ["run", "--workload-configuration", prefix, "--platform", self.platform, "--nodes", str(self.nodes),
+                "--allow-oom", *self.run_args, "--report-json", report, "-q"]
+
+
+def shape_argv(prefill, decode, context, prefill_done=0):
+    """``astra workload llm`` flags of one iteration shape (see the module doc)."""
+    if prefill <= 0 and decode <= 0:
+        raise ValueError("an empty iteration has no shape")
+    if decode <= 0:
+        return ["--mode", "prefill", "--batch-size", "1", "--prompt-len", str(prefill)]
+    base = ["--batch-size", str(decode), "--prompt-len", str(max(1, context - 1)), "--decode-len", "1"]
+    if prefill <= 0:
+        return ["--mode", "decode", *base]
+    return ["--mode", "mixed", *base, "--prefill-chunk", str(prefill), "--prefill-done", str(prefill_done)]
+
+
+class StepTimer:
+    """Iteration times (int ns) of one replica layout, simulated once per bucketed shape."""
+
+    def __init__(self, layout: Layout, ratio=DEFAULT_RATIO, exact=False, workdir=None):
+        self.layout = layout
+        self.ratio = ratio
+        self.exact = exact
+        self.memo = _SHARED_MEMO.setdefault(json.dumps([layout.source, layout.platform, layout.tp, layout.pp,
+                                                         layout.ep, layout.run_args, layout.gpus_per_node]), {})
+        self.simulated = 0
+        self.sim_wall_s = 0.0
+        self.lookups = 0
+        self._workdir = workdir
+
+    def step_ns(self, prefill, decode, context, prefill_done=0):
+        """The time of one iteration of this shape: exact, or interpolated linearly in the prefill tokens and
+        the decode sequences between the corners of its grid cell (context and prefill_done rounded to theirs);
+        each corner is simulated once."""
+        self.lookups += 1
+        ep = self.layout.ep
+        if ep > 1:  # attention DP over the EP ranks: each takes its share of the batch
+            prefill, decode = -(-prefill // ep), -(-decode // ep)
+        if self.exact:
+            return self._corner((prefill, decode, context if decode else 0, prefill_done if prefill and decode else 0))
+        p_lo, p_hi, wp = neighbours(prefill, self.ratio)
+        d_lo, d_hi, wd = neighbours(decode, self.ratio)
+        c_lo, c_hi, wc = neighbours(max(2, context), CONTEXT_RATIO) if decode else (0, 0, 0.0)
+        total = 0.0
+        for p, a in ((p_lo, 1.0 - wp), (p_hi, wp)):
+            for d, b in ((d_lo, 1.0 - wd), (d_hi, wd)):
+                for c, w in ((c_lo, 1.0 - wc), (c_hi, wc)):
+                    if a * b * w > 0:
+                        total += a * b * w * self._corner((p, d, c if d else 0, 0))
+        return int(round(total))
+
+    def _corner(self, key):
+        value = self.memo.get(key)
+        if value is None:
+            value = self.memo[key] = self.simulate(*key)
+        return value
+
+    def simulate(self, prefill, decode, context, prefill_done=0):
+        """Generate and simulate one step of exactly this shape; its time in ns."""
+        started = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="astra-serve-", dir=self._workdir) as folder:
+            prefix = os.path.join(folder, "step")
+            report = os.path.join(folder, "report.json")
+            astra(["workload", "llm", *self.layout.generator_args(), *shape_argv(prefill, decode, context,
+                                                                                  prefill_done), "-o", prefix])
+            astra(self.layout.run_argv(prefix, report))
+            with open(report) as handle:
+                value = int(json.load(handle)["summary"]["max_finish_ns"])
+        self.simulated += 1
+        self.sim_wall_s += time.perf_counter() - started
+        return value
+
+    def stats(self):
+        return {"shapes_simulated": self.simulated, "lookups": self.lookups,
+                "simulation_wall_s": round(self.sim_wall_s, 3),
+                "bucket_ratio": None if self.exact else self.ratio, "exact_shapes": self.exact}

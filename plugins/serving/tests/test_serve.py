@@ -1,0 +1,148 @@
+"""astra serve end to end, with iteration times from the step simulator: consistency with astra workload llm +
+astra run, bucketing error, Little's law, throughput against QPS, disaggregation's KV transfer, bad input."""
+
+import csv
+import json
+import random
+
+import pytest
+
+from astra_serving.steptime import Layout, StepTimer, astra
+from astra_sim.cli import main
+
+MODEL = ["--model", "llama3-8b"]
+
+
+def serve(tmp_path, *argv, name="r"):
+    report = tmp_path / f"{name}.json"
+    rows = tmp_path / f"{name}.csv"
+    assert main(["serve", *MODEL, "--platform", "hgx-h100", *argv, "--report-json", str(report),
+                 "--requests-csv", str(rows), "-q"]) == 0
+    with open(rows) as handle:
+        return json.loads(report.read_text()), list(csv.DictReader(handle))
+
+
+def step_ns(tmp_path, *argv):
+    """One step as a user gets it: astra workload llm ... then astra run --platform hgx-h100."""
+    prefix, report = str(tmp_path / "ref"), str(tmp_path / "ref.json")
+    astra(["workload", "llm", *MODEL, "--tp", "8", "--logits", "last", *argv, "-o", prefix])
+    astra(["run", "--workload-configuration", prefix, "--platform", "hgx-h100", "--report-json", report, "-q"])
+    with open(report) as handle:
+        return json.load(handle)["summary"]["max_finish_ns"]
+
+
+def test_low_qps_matches_single_steps(tmp_path):
+    """At very low QPS every request is alone: TTFT is one prefill step and each inter-token gap one decode step
+    at batch 1, to the nanosecond, as astra workload llm + astra run give them."""
+    report, rows = serve(tmp_path, "--tp", "8", "--qps", "0.01", "--requests", "3", "--prompt-len", "256",
+                         "--output-len", "4", "--exact-shapes")
+    prefill = step_ns(tmp_path, "--mode", "prefill", "--batch-size", "1", "--prompt-len", "256")
+    decodes = [step_ns(tmp_path, "--mode", "decode", "--batch-size", "1", "--prompt-len", "256", "--decode-len",
+                       str(k)) for k in (1, 2, 3)]
+    for row in rows:
+        assert int(row["first_token_ns"]) - int(row["arrival_ns"]) == prefill
+        assert int(row["finish_ns"]) - int(row["first_token_ns"]) == sum(decodes)
+    assert report["ttft_ms"]["p50"] == pytest.approx(prefill / 1e6)
+    assert report["tpot_ms"]["p50"] == pytest.approx(sum(decodes) / 3 / 1e6)
+    assert report["queueing_delay_ms"]["max"] == 0
+
+
+def test_bucketing_error_is_small():
+    """Bucketed shapes against exact ones over random iteration shapes: the grid's error on the step time."""
+    rng = random.Random(7)
+    layout = Layout(MODEL, "hgx-h100", tp=8)
+    exact, bucketed = StepTimer(layout, exact=True), StepTimer(layout)
+    errors = []
+    for _ in range(14):
+        prefill = rng.choice([0, 0, rng.randint(17, 2048)])
+        decode = rng.randint(17, 200) if prefill == 0 else rng.choice([0, rng.randint(1, 200)])
+        context = rng.randint(100, 4000)
+        a, b = exact.step_ns(prefill, decode, context), bucketed.step_ns(prefill, decode, context)
+        errors.append(abs(b - a) / a)
+    print("bucketing errors", sorted(errors))
+    assert max(errors) < 0.05, errors
+    assert sum(errors) / len(errors) < 0.015, errors
+
+
+def test_littles_law_on_the_queue(tmp_path):
+    report, _ = serve(tmp_path, "--qps", "40", "--requests", "300", "--prompt-len", "uniform:100:800",
+                      "--output-len", "exp:100", "--max-num-seqs", "16")
+    q = report["queue"]
+    assert q["mean_length"] > 1.0  # requests did queue
+    assert q["mean_length"] == pytest.approx(q["lambda_times_w"], rel=1e-9)
+
+
+def test_throughput_rises_with_qps_and_flattens(tmp_path):
+    tput = {}
+    for qps in (2, 8, 200, 800):
+        report, _ = serve(tmp_path, "--qps", str(qps), "--requests", "400", "--prompt-len", "512",
+                          "--output-len", "64", "--max-num-seqs", "32", name=f"q{qps}")
+        tput[qps] = report["throughput_tokens_per_s"]
+        limits = report["limits"]
+    assert limits["max_num_seqs"] > 0.5  # the flat part is the batch limit's
+    assert tput[8] > 3 * tput[2]
+    assert tput[800] < 1.15 * tput[200]
+    assert tput[200] > 1.5 * tput[8]
+
+
+def test_disaggregation_transfer_reacts_to_bandwidth(tmp_path):
+    common = ["--tp", "8", "--disaggregate", "1:1", "--qps", "2", "--requests", "40", "--prompt-len", "2048",
+              "--output-len", "16"]
+    full, _ = serve(tmp_path, *common, name="full")
+    half, _ = serve(tmp_path, *common, "--nic-gbit", "200", name="half")
+    assert full["kv_transfer"]["transfers"] == 40 and full["kv_transfer"]["bytes"] == 40 * 2048 * 131072
+    assert half["kv_transfer"]["time_ms"]["p50"] == pytest.approx(2 * full["kv_transfer"]["time_ms"]["p50"], rel=0.1)
+    assert half["ttft_ms"]["p50"] > full["ttft_ms"]["p50"] + 0.5 * full["kv_transfer"]["time_ms"]["p50"]
+    assert half["tpot_ms"]["p50"] == pytest.approx(full["tpot_ms"]["p50"], rel=0.05)
+
+
+def test_replicas_share_the_load(tmp_path):
+    one, _ = serve(tmp_path, "--qps", "60", "--requests", "300", "--max-num-seqs", "16", name="one")
+    two, rows = serve(tmp_path, "--qps", "60", "--requests", "300", "--max-num-seqs", "16", "--replicas", "2",
+                      "--router", "least-loaded", name="two")
+    assert {r["replica"] for r in rows} == {"0", "1"}
+    assert two["e2e_ms"]["p50"] < one["e2e_ms"]["p50"]
+    assert two["deployment"]["gpus"] == 2 and two["deployment"]["gpus_per_replica"] == 1
+
+
+def test_report_keys(tmp_path):
+    report, _ = serve(tmp_path, "--qps", "5", "--requests", "20", "--slo-ttft", "200", "--slo-tpot", "30")
+    for key in ("ttft_ms", "tpot_ms", "e2e_ms"):
+        assert set(report[key]) >= {"p50", "p90", "p99"}
+    for key in ("throughput_tokens_per_s", "throughput_requests_per_s", "requests", "queueing_delay_ms", "goodput",
+                "kv_cache_utilisation", "kv_cache"):
+        assert key in report
+    assert report["requests"] == 20 and 0 <= report["goodput"]["fraction"] <= 1
+    assert report["kv_cache"]["blocks"] > 0 and report["kv_cache_utilisation"]["over_time"]
+
+
+def test_bad_trace_is_one_line_error(tmp_path, capsys):
+    trace = tmp_path / "bad.jsonl"
+    trace.write_text('{"arrival_s": 0, "prompt_tokens": 10, "output_tokens": 5}\n'
+                     '{"arrival_s": 1, "prompt_tokens": 9000, "output_tokens": 5}\n')
+    code = main(["serve", *MODEL, "--platform", "hgx-h100", "--trace", str(trace)])
+    err = capsys.readouterr().err.strip()
+    assert code != 0 and len(err.splitlines()) == 1
+    assert f"{trace}:2: request of 9000 prompt + 5 output tokens is longer than the model's context of 8192" in err
+    trace.write_text('{"arrival_s": -0.5, "prompt_tokens": 10, "output_tokens": 5}\n')
+    assert main(["serve", *MODEL, "--platform", "hgx-h100", "--trace", str(trace)]) != 0
+    assert f"{trace}:1: negative arrival time" in capsys.readouterr().err
+
+
+def test_trace_drives_the_run(tmp_path):
+    trace = tmp_path / "azure.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.0,300,10\n"
+                     "2023-11-16 18:15:46.5,500,20\n2023-11-16 18:15:47.0,100,5\n")
+    report, rows = serve(tmp_path, "--trace", str(trace))
+    assert report["requests"] == 3 and [int(r["arrival_ns"]) for r in rows] == [0, 500_000_000, 1_000_000_000]
+    assert report["output_tokens"] == 35
+
+
+def test_a_small_kv_cache_bounds_the_batch_and_preempts(tmp_path):
+    """With little memory left for the KV cache the cache, not the sequence limit, holds requests back."""
+    report, rows = serve(tmp_path, "--qps", "200", "--requests", "200", "--prompt-len", "2000", "--output-len",
+                         "200", "--gpu-memory-utilization", "0.25", "--max-model-len", "4096")
+    assert report["kv_cache"]["tokens"] < 40_000
+    assert report["limits"]["kv_cache"] > report["limits"]["max_num_seqs"]
+    assert report["preemptions"] > 0 and report["kv_cache_utilisation"]["max"] > 0.8
+    assert len(rows) == 200
