@@ -18,8 +18,9 @@ from astra_sim.testing import handwritten_infragraph, repo_root
 from astra_network_congestion.graph import NPU, SWITCH
 from astra_network_congestion.infragraph import (
     GIB, ROUTER_SUFFIX, is_infragraph_config, load_infragraph, load_network_graph, parse_bandwidth,
-    parse_latency, to_analytical,
+    parse_latency,
 )
+from astra_network_congestion.infragraph_analytical import to_analytical
 
 ROOT = repo_root()
 EXAMPLES = ROOT / "examples" / "infragraph"

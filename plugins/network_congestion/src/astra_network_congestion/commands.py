@@ -3,6 +3,6 @@
 
 def register(subparsers):
     """Add this plugin's sub-commands to the ``astra`` command."""
-    from astra_network_congestion.infragraph import register_command
+    from astra_network_congestion.infragraph_command import register_command
 
     register_command(subparsers)
