@@ -120,20 +120,10 @@ def track(view, node, kind, per_communicator, total):
 
 def recv_lanes(records):
     """Receive lanes (so that no two receives overlap on one track): ``{node id: lane}`` by first fit over
-    the receives in start order."""
+    the receives in start order (:func:`phase_lanes`; ties by node id)."""
     recvs = sorted((start, end, node.id) for node, start, end in records)
-    lanes = {}
-    free = []  # (end, lane)
-    count = 0
-    for start, end, node_id in recvs:
-        if free and free[0][0] <= start:
-            _, lane = heappop(free)
-        else:
-            lane = count
-            count += 1
-        lanes[node_id] = lane
-        heappush(free, (end, lane))
-    return lanes
+    lanes = phase_lanes([(start, end) for start, end, _ in recvs])
+    return {node_id: lane for (_, _, node_id), lane in zip(recvs, lanes)}
 
 
 def phase_lanes(intervals):

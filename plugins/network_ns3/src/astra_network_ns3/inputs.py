@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass, field
 
 from astra_sim.errors import ConfigError
+from astra_sim.safeio import read_text
 
 #: CC_MODE values this backend runs, and what they mean.
 SUPPORTED_CC = {
@@ -115,15 +116,8 @@ def resolve(name, base_file):
 
 
 def _read_lines(path, what):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read().splitlines()
-    except FileNotFoundError:
-        raise ConfigError(f"{what} {path!r} does not exist") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{what} {path!r} is a directory") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{what} {path!r} is not UTF-8 text ({exc.reason})") from None
+    """The lines of ``path`` (``what``: e.g. ``"topology file"``), read through the kernel's bounded reader."""
+    return read_text(path, what.removesuffix(" file")).splitlines()
 
 
 def _number(text, where, kind=float, minimum=None):
