@@ -19,10 +19,8 @@ from astra_sim.errors import ConfigError, DeadlockError, WorkloadError
 from astra_sim.plugins import build_registry, make_plugin_manager
 from astra_sim.report import RankReport, Report
 from astra_sim.safeio import brief
-from astra_sim.symmetry import (
-    FoldedEventEngine, FoldRefused, FoldTieBroken, TraceSignature, check_declared_symmetry, find_symmetry,
-    trace_signature,
-)
+from astra_sim.folded_engine import FoldedEventEngine, FoldTieBroken
+from astra_sim.symmetry import FoldRefused, TraceSignature, check_declared_symmetry, find_symmetry, trace_signature
 from astra_sim.system.frontend import FoldedSendRecvMatcher, SendRecvMatcher
 from astra_sim.system.sys import Sys
 from astra_sim.unmatched import describe_unmatched, lines as unmatched_lines, unmatched_error, unmatched_warning

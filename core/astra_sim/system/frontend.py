@@ -182,7 +182,7 @@ class FoldedSendRecvMatcher(SendRecvMatcher):
     real one arrives, to ``q``'s representative, as coming from the rank that plays the sender's part
     there (the sender relabelled by the inverse of the relabelling that maps the representative to
     ``q``). The send side keeps the real endpoints, so the network times the real path. Every callback
-    is shown to the engine's tie check (:class:`astra_sim.symmetry.FoldedEventEngine`) first."""
+    is shown to the engine's tie check (:class:`astra_sim.folded_engine.FoldedEventEngine`) first."""
 
     __slots__ = ("symmetry",)
 

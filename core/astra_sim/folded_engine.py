@@ -1,0 +1,213 @@
+"""The event engine of a folded run (:mod:`astra_sim.symmetry`): the unfolded engine's order of the events
+of one nanosecond, and the check that a representative's ties are ordered as in the unfolded run, or
+:class:`FoldTieBroken` (the run is then simulated unfolded)."""
+
+from __future__ import annotations
+
+from heapq import heappop, heappush
+
+from astra_sim.engine import EventEngine
+
+
+class FoldTieBroken(Exception):
+    """Two events met one rank at the same nanosecond in an order that may differ between the members of
+    its class (or between the folded and the unfolded run): the fold is not exact; run unfolded."""
+
+
+class EventHistory:
+    """What decides an event's place among the events of its nanosecond, as the unfolded engine orders
+    them (:class:`FoldedEventEngine`): ``times``, a digest of the chain of times at which its ancestors
+    were scheduled; ``root``, the rank whose start the chain goes back to, in the folded run; ``rel``, the
+    relabelling (offsets of the symmetry) that maps the folded chain to the real one; ``taint``, a cell
+    shared with its descendants, set when the real root is not known (see ``tie_check``)."""
+
+    __slots__ = ("times", "root", "rel", "taint")
+
+    def __init__(self, times, root, rel, taint):
+        self.times = times
+        self.root = root
+        self.rel = rel
+        self.taint = taint
+
+    def child(self, now):
+        return EventHistory(hash((now, self.times)), self.root, self.rel, self.taint)
+
+    def relabelled(self, symmetry, offsets):
+        """The history of the real event that is this one moved by minus ``offsets``."""
+        rel = tuple((r - k) % s.block for r, k, s in zip(self.rel, offsets, symmetry.shifts))
+        return EventHistory(self.times, self.root, rel, self.taint)
+
+
+class FoldedEventEngine(EventEngine):
+    """The event engine of a folded run: the unfolded engine's order, plus a check that it is exact.
+
+    The unfolded engine runs the events of one nanosecond in the order they were scheduled; events
+    scheduled at the same time are in the order of the events that scheduled them, and so on back to the
+    ranks' starts, which run in rank order. Two events of one rank whose chains of scheduling times are
+    equal all the way back are therefore ordered by the ranks their chains start from. In a folded run a
+    representative sees, as events of its own, real events of other members of its classes: the check
+    (:meth:`tie_check`) makes sure that whenever such an order decides something, the folded run has
+    the real order and every member of the class has the same order (relabelled). Otherwise it raises
+    :class:`FoldTieBroken` and the run is simulated unfolded.
+    """
+
+    __slots__ = ()
+
+    @classmethod
+    def fold(cls, engine, symmetry):
+        """Turn an (empty) :class:`~astra_sim.engine.EventEngine` into a folded one, in place."""
+        if engine.pending():
+            raise ValueError("an engine can only be folded before anything is scheduled")
+        engine.__class__ = cls
+        engine.symmetry = symmetry
+        engine._identity = tuple(0 for _ in symmetry.shifts)
+        engine.current = None
+        engine._ties = {}  # rank -> (time, {history digest: [(history, op), ...]})
+        engine._links = (-1, [])  # (now, [(taint cell, cell copied from it), ...]) for this nanosecond
+        # The shifted digits, most significant first (for the order of two ranks under every relabelling).
+        engine._significance = sorted(symmetry.shifts, key=lambda sh: -sh.stride)
+        return engine
+
+    def start_rank(self, rank):
+        """Events scheduled now belong to ``rank``'s start (the roots of every history)."""
+        self.current = EventHistory(0, rank, self._identity, [False])
+
+    def schedule(self, delay_ns, fn, arg=None):
+        if delay_ns < 0:
+            raise ValueError(f"cannot schedule {delay_ns} ns in the past")
+        self.schedule_at(self.now + delay_ns, fn, arg)
+
+    def schedule_at(self, time_ns, fn, arg=None):
+        if time_ns < self.now:
+            raise ValueError(f"cannot schedule at {time_ns} ns, before now ({self.now} ns)")
+        history = self.current.child(self.now)
+        bucket = self._buckets.get(time_ns)
+        if bucket is None:
+            self._buckets[time_ns] = [fn, arg, history]
+            heappush(self._times, time_ns)
+        else:
+            bucket.extend((fn, arg, history))
+
+    def run(self, until_ns=None):
+        times = self._times
+        buckets = self._buckets
+        count = 0
+        while times:
+            time_ns = times[0]
+            if until_ns is not None and time_ns > until_ns:
+                break
+            heappop(times)
+            self.now = time_ns
+            bucket = buckets[time_ns]
+            i = 0
+            while i < len(bucket):
+                self.current = bucket[i + 2]
+                bucket[i](bucket[i + 1])
+                i += 3
+            count += i // 3
+            del buckets[time_ns]
+        self.events_run += count
+        return count
+
+    # -- the check --------------------------------------------------------------------------------
+    def tie_check(self, rank, history, op):
+        """A callback ``op`` of ``rank`` (a representative) runs now with ``history``: compare it with the
+        callbacks that ran before it at this nanosecond and were scheduled at the same time. Sets the
+        history its own events descend from (:attr:`current`).
+
+        Two callbacks that are one and the same call (``op``: the function and its argument, e.g. the
+        arrivals of a direct collective's messages from several peers) leave the same state in either
+        order; so do two completions of one rank's nodes when neither, run first, would issue anything
+        (the workload proves it: ``completions_commute``). Only which real event comes first is unknown
+        then, so the histories of what they schedule are marked (tainted) and any later tie that would
+        need them must again be one of these, or it breaks the fold."""
+        cell = [history.taint[0]]
+        links = self._links
+        if links[0] != self.now:
+            links = self._links = (self.now, [])
+        links[1].append((history.taint, cell))
+        history = EventHistory(history.times, history.root, history.rel, cell)
+        self.current = history
+        owner = getattr(op[0], "__self__", None) if op.__class__ is tuple else None
+        issued = getattr(owner, "issued", None)
+        record = (history, op, issued)
+        entry = self._ties.get(rank)
+        if entry is None or entry[0] != self.now:
+            self._ties[rank] = (self.now, {history.times: [record]})
+            return
+        same = entry[1].get(history.times)
+        if same is None:
+            entry[1][history.times] = [record]
+            return
+        for earlier, earlier_op, earlier_issued in same:
+            if earlier.rel == history.rel and not earlier.taint[0] and not history.taint[0]:
+                continue
+            if not earlier.taint[0] and not history.taint[0] and self._ordered_alike(earlier, history):
+                continue
+            if earlier_op == op or _completions_commute(earlier_op, earlier_issued, op, owner):
+                self._taint(earlier.taint)
+                self._taint(history.taint)
+                continue
+            raise FoldTieBroken(
+                f"rank {rank}: two events at {self.now} ns ({_op_name(earlier_op)}, {_op_name(op)}) were "
+                "scheduled at the same time by histories that differ only in rank numbering, so their order "
+                "may differ between ranks of a class")
+        same.append(record)
+
+    def _taint(self, cell):
+        """Mark a history's cell and the cells of its descendants that already ran at this nanosecond
+        (later ones copy the mark when they run)."""
+        cell[0] = True
+        links = self._links[1] if self._links[0] == self.now else ()
+        marked = [cell]
+        while marked:
+            parent = marked.pop()
+            for old, new in links:
+                if old is parent and not new[0]:
+                    new[0] = True
+                    marked.append(new)
+
+    def _ordered_alike(self, earlier, later):
+        """Whether the real events behind ``earlier`` and ``later`` run in that order, and in the same
+        order at every member of the class (their chains differ only in the ranks they start from)."""
+        symmetry = self.symmetry
+        first = symmetry.moved(earlier.root, earlier.rel)
+        second = symmetry.moved(later.root, later.rel)
+        if not first < second:
+            return False
+        # Every relabelling must keep the order. Going down from the most significant shifted digit: a
+        # difference above it (in digits no shift moves) keeps the order; a difference in the digit keeps
+        # it only if the two values sit in different blocks (a shift moves both inside their blocks).
+        for shift in self._significance:
+            top = shift.stride * shift.radix
+            if first // top != second // top:
+                return True
+            a = (first // shift.stride) % shift.radix
+            b = (second // shift.stride) % shift.radix
+            if a != b:
+                return a // shift.block != b // shift.block
+        return True
+
+
+def _completions_commute(earlier_op, earlier_issued, op, owner):
+    """Whether two node completions of one rank's workload (``RankWorkload._node_done``) leave the same state in
+    either order (see ``RankWorkload.completions_commute``); ``earlier_issued``: the workload's issue count
+    when the earlier one started."""
+    if owner is None or earlier_op.__class__ is not tuple or getattr(earlier_op[0], "__self__", None) is not owner:
+        return False
+    func = getattr(op[0], "__func__", None)
+    check = getattr(owner, "completions_commute", None)
+    if check is None or func is None or func is not getattr(earlier_op[0], "__func__", None):
+        return False
+    if getattr(func, "__name__", "") != "_node_done":
+        return False
+    return check(earlier_op[1], op[1], owner.issued - earlier_issued)
+
+
+def _op_name(op):
+    """A short name for a tie-checked callback (for the reason a fold was abandoned)."""
+    if isinstance(op, tuple):
+        fn = op[0]
+        name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
+        return name.replace("._call_events_folded", ".events").replace("RankWorkload._node_done", "node done")
+    return "message arrival"
