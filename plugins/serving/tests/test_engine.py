@@ -4,7 +4,7 @@ scheduler's bookkeeping; iteration times from the step simulator are tested in t
 import pytest
 
 from astra_serving.cluster import Cluster
-from astra_serving.engine import Engine, EngineConfig, Seq
+from astra_serving.engine import VLLM_CUDA_GRAPH_SIZES, Engine, EngineConfig, Seq, padded_batch
 from astra_serving.kvcache import BlockManager
 from astra_serving.requests import Request
 
@@ -115,6 +115,31 @@ def test_multi_step_runs_decodes_back_to_back():
     assert requests[1].scheduled_ns == requests[0].first_token_ns + 10 * (1_000_000 + 20_000)
     assert [s[2] for s in decode_only[:3]] == [101, 102, 103]  # the context grows step by step
     assert requests[0].finish_ns is not None and engine.blocks.used == 0
+
+
+def test_host_time_is_charged_once_per_scheduler_pass():
+    timer, (engine,) = make(num_scheduler_steps=10, host_ns_per_schedule=5_000, host_ns_per_seq=1_000)
+    requests = [Request(0, 0, 100, 21)]
+    Cluster([engine]).run(requests)
+    prefill = 1_000_000 + 10_000 * 100 + 5_000 + 1_000
+    run = 10 * (1_000_000 + 20_000) + 5_000 + 1_000  # ten decode steps, one pass
+    assert requests[0].first_token_ns == prefill
+    assert requests[0].finish_ns == prefill + 2 * run
+
+
+def test_cuda_graph_padding_pads_decode_only_batches():
+    sizes = VLLM_CUDA_GRAPH_SIZES
+    assert [padded_batch(d, sizes) for d in (1, 2, 3, 4, 5, 8, 9, 250, 256, 300)] == \
+        [1, 2, 4, 4, 8, 8, 16, 256, 256, 300]
+    assert padded_batch(5, ()) == 5
+    shapes = {}
+    for padding in (sizes, ()):
+        timer, (engine,) = make(cuda_graph_sizes=padding)
+        Cluster([engine]).run(reqs(3, prompt=100, output=3))
+        shapes[padding] = [s for s in timer.shapes if s[0] == 0]
+    assert (0, 3, 101, 0) in shapes[()]  # three sequences at context 101 ...
+    assert (0, 4, -(-3 * 101 // 4), 0) in shapes[sizes]  # ... run the graph of 4, with the same total context
+    assert all(s[1] in sizes for s in shapes[sizes])
 
 
 def test_seq_tokens():

@@ -33,6 +33,32 @@ class EngineConfig:
     swap_bytes_per_s: float = 50e9  # per GPU, host <-> device
     role: str = "both"              # both | prefill (disaggregated prefill pool) | decode
     num_scheduler_steps: int = 1    # vLLM's multi-step scheduling: decode-only batches run this many steps
+    host_ns_per_schedule: int = 0   # host time of one scheduler pass (fixed part), see HOST_US_PER_SEQ_VLLM060
+    host_ns_per_seq: int = 0        # host time of one scheduler pass per scheduled sequence
+    cuda_graph_sizes: tuple = ()    # decode-only batches are padded up to the next of these (() = no padding)
+
+
+#: vLLM v0.6.0's host time per scheduler pass and scheduled sequence (scheduling, gathering the last step's
+#: results, preparing the inputs), in us. Source: the vLLM team's v0.6.0 post (blog.vllm.ai 2024-09-05, "vLLM
+#: v0.6.0: 2.7x Throughput Improvement"): multi-step scheduling (one scheduler pass per 10 steps) "improves the
+#: throughput of running Llama 70B models on 4xH100 by 28%". With S the pass's host time and G the GPU step:
+#: (G + S) / (G + S/10) = 1.28 gives S = 0.321 G; at that benchmark's full batch (256 sequences, ShareGPT) G is
+#: 29.5 ms for Llama-3 70B TP 4 on hgx-h100 (this simulator), so S = 9.5 ms, 37 us per sequence. The pass is
+#: Python work over the scheduled sequences, hence per sequence. Output processing is not charged: v0.6.0
+#: overlaps it with the next step (asynchronous output processing), and the API server is its own process.
+HOST_US_PER_SEQ_VLLM060 = 37.0
+#: vLLM v0.6's CUDA-graph batch sizes (vllm/worker/model_runner.py _BATCH_SIZES_TO_CAPTURE: 1, 2, 4, then
+#: multiples of 8 up to max_num_seqs, at most 256): a decode-only batch runs the graph of the next size up.
+VLLM_CUDA_GRAPH_SIZES = (1, 2, 4) + tuple(range(8, 257, 8))
+
+
+def padded_batch(decode, sizes):
+    """The CUDA-graph batch a decode-only batch of ``decode`` sequences runs (itself above the largest size:
+    vLLM runs those eagerly)."""
+    for size in sizes:
+        if size >= decode:
+            return size
+    return decode
 
 
 class Seq:
@@ -257,12 +283,23 @@ class Engine:
                 self.blocks.grow(seq.req.id, seq.computed + k)
         return max(1, max(left))
 
+    def host_ns(self, batch):
+        """Host time of the scheduler pass that made ``batch`` (once per multi-step run)."""
+        return self.config.host_ns_per_schedule + self.config.host_ns_per_seq * len(batch.items)
+
     def duration_ns(self, batch):
+        host = self.host_ns(batch) + batch.extra_ns
+        if batch.prefill_tokens == 0 and self.config.cuda_graph_sizes:
+            # a decode-only batch runs the CUDA graph of the next captured size: the padding's slots cost their
+            # GEMM rows, not attention (the batch's total context is kept)
+            padded = padded_batch(batch.decode_seqs, self.config.cuda_graph_sizes)
+            if padded != batch.decode_seqs:
+                total = batch.context * batch.decode_seqs
+                return host + sum(self.timer.step_ns(0, padded, -(-(total + k * batch.decode_seqs) // padded))
+                                  for k in range(batch.steps))
         if batch.steps > 1:  # the batch stays whole for every step (finished sequences are padding), context grows
-            return sum(self.timer.step_ns(0, batch.decode_seqs, batch.context + k) for k in range(batch.steps)) + \
-                batch.extra_ns
-        return self.timer.step_ns(batch.prefill_tokens, batch.decode_seqs, batch.context,
-                                  batch.prefill_done) + batch.extra_ns
+            return host + sum(self.timer.step_ns(0, batch.decode_seqs, batch.context + k) for k in range(batch.steps))
+        return host + self.timer.step_ns(batch.prefill_tokens, batch.decode_seqs, batch.context, batch.prefill_done)
 
     def complete(self, batch, now):
         """Account the finished iteration at ``now``; (sequences that sampled their first token, sequences that
