@@ -22,12 +22,13 @@ RUNS = {"rps4": ["--qps", "4", "--requests", "1200"], "rps8": ["--qps", "8", "--
 BASE = ["--model", "llama3-70b", "--platform", "hgx-h100", "--tp", "4", "--max-model-len", "4096",
         "--no-chunked-prefill", "--max-num-batched-tokens", "4096", "--num-scheduler-steps", "10", "--seed", "1"]
 OLD_LENGTHS = ["--prompt-len", "lognormal:240:1.0", "--output-len", "lognormal:194:1.0"]
-SHAREGPT = ["--prompt-len", "lognormal:216:1.0", "--output-len", "lognormal:196:1.0", "--prune", "4:1024:2048"]
+SHAREGPT = ["--prompt-len", "lognormal:228:1.0", "--output-len", "lognormal:196:1.0", "--prune", "4:1024:2048"]
 STEPS = {
     "before": OLD_LENGTHS + ["--host-us-per-seq", "0", "--cuda-graph-padding", "off"],
     "host": OLD_LENGTHS + ["--cuda-graph-padding", "off"],
     "padding": OLD_LENGTHS,
     "sharegpt": SHAREGPT,
+    "separate": SHAREGPT + ["--separate-prefills"],
 }
 
 

@@ -142,6 +142,19 @@ def test_cuda_graph_padding_pads_decode_only_batches():
     assert all(s[1] in sizes for s in shapes[sizes])
 
 
+def test_separate_prefills_run_prompts_alone():
+    shapes = {}
+    for separate in (False, True):
+        timer, (engine,) = make(separate_prefills=separate, chunked_prefill=False)
+        requests = [Request(0, 0, 100, 20), Request(1, 5_000_000, 50, 3)]
+        Cluster([engine]).run(requests)
+        shapes[separate] = [s[:2] for s in timer.shapes]
+        assert all(r.finish_ns is not None for r in requests) and engine.blocks.used == 0
+    assert (50, 1) in shapes[False] and (50, 1) not in shapes[True]  # request 1's prompt beside request 0's decode
+    assert (50, 0) in shapes[True]  # ... or alone, request 0 waiting for it
+    assert all(p == 0 or d == 0 for p, d in shapes[True])
+
+
 def test_seq_tokens():
     s = Seq(Request(0, 0, 10, 5), computed=10, generated=1)
     assert s.tokens == 11 and s.pending == 1

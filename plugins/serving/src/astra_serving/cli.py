@@ -80,6 +80,9 @@ def add_serve_command(sub):
     eng.add_argument("--num-scheduler-steps", type=positive_int, default=1, metavar="N",
                      help="vLLM v0.6's multi-step scheduling: a decode-only batch runs N steps back to back (arrivals "
                      "wait for the run; its tokens are delivered at its end; default 1)")
+    eng.add_argument("--separate-prefills", action="store_true",
+                     help="a batch that admits waiting prompts runs them alone, without the running sequences' "
+                          "decodes (vLLM V0's default scheduler, as v0.6.0 runs without chunked prefill)")
     eng.add_argument("--host-us-per-seq", type=non_negative_float, default=None, metavar="US",
                      help="host time of a scheduler pass per scheduled sequence (scheduling, input preparation; "
                           "once per multi-step run); default 37, vLLM v0.6.0's (docs/serving.md)")
@@ -236,6 +239,7 @@ def serve(args):
                               chunked_prefill=not args.no_chunked_prefill, policy=args.policy,
                               preemption=args.preemption, swap_bytes_per_s=args.swap_gbps * 1e9, role=role,
                               num_scheduler_steps=args.num_scheduler_steps,
+                              separate_prefills=args.separate_prefills,
                               host_ns_per_schedule=int(round(args.host_us_per_schedule * 1000)),
                               host_ns_per_seq=int(round(host_us_per_seq(args) * 1000)),
                               cuda_graph_sizes=VLLM_CUDA_GRAPH_SIZES if args.cuda_graph_padding == "vllm" else ())
@@ -286,7 +290,7 @@ def serve(args):
                    "chunked_prefill": not args.no_chunked_prefill, "policy": args.policy,
                    "preemption": args.preemption, "prefix_caching": args.prefix_caching,
                    "num_scheduler_steps": args.num_scheduler_steps,
-                   "host_us_per_seq": host_us_per_seq(args), "host_us_per_schedule": args.host_us_per_schedule,
+                   "separate_prefills": args.separate_prefills, "host_us_per_seq": host_us_per_seq(args), "host_us_per_schedule": args.host_us_per_schedule,
                    "cuda_graph_padding": args.cuda_graph_padding}}
     report["kv_cache"] = cap.to_dict()
     if args.prefix_caching:

@@ -36,6 +36,7 @@ class EngineConfig:
     host_ns_per_schedule: int = 0   # host time of one scheduler pass (fixed part), see HOST_US_PER_SEQ_VLLM060
     host_ns_per_seq: int = 0        # host time of one scheduler pass per scheduled sequence
     cuda_graph_sizes: tuple = ()    # decode-only batches are padded up to the next of these (() = no padding)
+    separate_prefills: bool = False  # a batch admitting waiting prompts runs them alone (vLLM V0, no chunking)
 
 
 #: vLLM v0.6.0's host time per scheduler pass and scheduled sequence (scheduling, gathering the last step's
@@ -167,6 +168,17 @@ class Engine:
     def schedule(self):
         """The next iteration's batch, or None when there is nothing to do."""
         cfg = self.config
+        if cfg.separate_prefills and self.waiting and not self.swapped:
+            # vLLM V0's default scheduler: waiting prompts first, and a batch that admits any runs them alone
+            items = []
+            _, blocked = self._admit_waiting(cfg.max_num_batched_tokens, items, set())
+            if items:
+                if blocked is None and self.waiting:
+                    blocked = "max_num_seqs" if len(self.running) >= cfg.max_num_seqs else "token_budget"
+                if blocked is not None:
+                    self.limited[blocked] += 1
+                return Batch(items, sum(n for _, n in items), 0, 0,
+                             sum(seq.computed for seq, _ in items) // len(items), 0, 1)
         budget = cfg.max_num_batched_tokens
         items = []
         extra = [0]
@@ -215,32 +227,7 @@ class Engine:
                     items.append((seq, n))
                     scheduled.add(seq.req.id)
                     budget -= n
-            while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
-                _, _, seq = self.waiting[0]
-                matched, cached = False, 0
-                if seq.computed == 0 and not seq.prefix_done:
-                    cached = self.blocks.match_prefix(seq.req.id, seq.req.prefix_group, seq.req.prefix_tokens)
-                    # at least one position is computed in this iteration (a full cache hit recomputes the last)
-                    seq.computed = min(cached, seq.tokens - 1)
-                    seq.prefix_done = matched = True
-                n = seq.pending
-                if (not cfg.chunked_prefill and n > budget) or not self.blocks.grow(seq.req.id,
-                                                                                    seq.computed + min(n, budget)):
-                    blocked = "token_budget" if not cfg.chunked_prefill and n > budget else "kv_cache"
-                    if matched:  # a waiting sequence holds no blocks: give the prefix back until it is admitted
-                        self.blocks.release(seq.req.id)
-                        seq.computed, seq.prefix_done = 0, False
-                    break
-                n = min(n, budget)
-                if matched:
-                    self.blocks.count_match(seq.req.prefix_group, seq.req.prefix_tokens, cached)
-                heapq.heappop(self.waiting)
-                seq.state = "running"
-                seq.admitted = next(self._admit)
-                self.running.append(seq)
-                items.append((seq, n))
-                scheduled.add(seq.req.id)
-                budget -= n
+            budget, blocked = self._admit_waiting(budget, items, scheduled, blocked)
         if not items:
             if preempted and not self.running:
                 # the only running sequences preempted themselves: their blocks are free now, admit again
@@ -264,6 +251,38 @@ class Engine:
                 prefills += 1
         return Batch(items, prefill, decode, ctx // decode if decode else 0, done // prefills if prefills else 0,
                      extra[0], steps)
+
+    def _admit_waiting(self, budget, items, scheduled, blocked=None):
+        """Admit waiting sequences in policy order while the budget, the sequence limit and the KV cache allow;
+        (budget left, what blocked the head of the queue or ``blocked``)."""
+        cfg = self.config
+        while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
+            _, _, seq = self.waiting[0]
+            matched, cached = False, 0
+            if seq.computed == 0 and not seq.prefix_done:
+                cached = self.blocks.match_prefix(seq.req.id, seq.req.prefix_group, seq.req.prefix_tokens)
+                # at least one position is computed in this iteration (a full cache hit recomputes the last)
+                seq.computed = min(cached, seq.tokens - 1)
+                seq.prefix_done = matched = True
+            n = seq.pending
+            if (not cfg.chunked_prefill and n > budget) or not self.blocks.grow(seq.req.id,
+                                                                                seq.computed + min(n, budget)):
+                blocked = "token_budget" if not cfg.chunked_prefill and n > budget else "kv_cache"
+                if matched:  # a waiting sequence holds no blocks: give the prefix back until it is admitted
+                    self.blocks.release(seq.req.id)
+                    seq.computed, seq.prefix_done = 0, False
+                break
+            n = min(n, budget)
+            if matched:
+                self.blocks.count_match(seq.req.prefix_group, seq.req.prefix_tokens, cached)
+            heapq.heappop(self.waiting)
+            seq.state = "running"
+            seq.admitted = next(self._admit)
+            self.running.append(seq)
+            items.append((seq, n))
+            scheduled.add(seq.req.id)
+            budget -= n
+        return budget, blocked
 
     def _multi_step(self, items):
         """Steps of a decode-only batch under multi-step scheduling (1 otherwise, or when the cache cannot hold
