@@ -24,9 +24,9 @@ BASE = ["--model", "llama3-70b", "--platform", "hgx-h100", "--tp", "4", "--max-m
 OLD_LENGTHS = ["--prompt-len", "lognormal:240:1.0", "--output-len", "lognormal:194:1.0"]
 SHAREGPT = ["--prompt-len", "lognormal:228:1.0", "--output-len", "lognormal:196:1.0", "--prune", "4:1024:2048"]
 STEPS = {
-    "before": OLD_LENGTHS + ["--host-us-per-seq", "0", "--cuda-graph-padding", "off"],
-    "host": OLD_LENGTHS + ["--cuda-graph-padding", "off"],
-    "padding": OLD_LENGTHS,
+    "before": OLD_LENGTHS + ["--host-us-per-seq", "0", "--cuda-graphs", "off"],
+    "host": OLD_LENGTHS + ["--cuda-graphs", "off"],
+    "graphs": OLD_LENGTHS,
     "sharegpt": SHAREGPT,
     "separate": SHAREGPT + ["--separate-prefills"],
 }

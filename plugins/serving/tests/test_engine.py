@@ -14,9 +14,11 @@ class LinearTimer:
 
     def __init__(self):
         self.shapes = []
+        self.graphs = []
 
-    def step_ns(self, prefill, decode, context, prefill_done=0):
+    def step_ns(self, prefill, decode, context, prefill_done=0, graph=False):
         self.shapes.append((prefill, decode, context, prefill_done))
+        self.graphs.append(graph)
         return 1_000_000 + 10_000 * prefill + 20_000 * decode
 
 
@@ -140,6 +142,11 @@ def test_cuda_graph_padding_pads_decode_only_batches():
     assert (0, 3, 101, 0) in shapes[()]  # three sequences at context 101 ...
     assert (0, 4, -(-3 * 101 // 4), 0) in shapes[sizes]  # ... run the graph of 4, with the same total context
     assert all(s[1] in sizes for s in shapes[sizes])
+    timer, (engine,) = make(cuda_graph_sizes=(1, 2))  # 3 sequences: above the largest graph, eager
+    Cluster([engine]).run(reqs(3, prompt=100, output=3))
+    graphs = dict(zip(timer.shapes, timer.graphs))
+    assert graphs[(0, 3, 101, 0)] is False and graphs[(0, 2, 102, 0)] is True
+    assert all(g is False for s, g in graphs.items() if s[0] > 0)  # prefills and mixed batches run eagerly
 
 
 def test_separate_prefills_run_prompts_alone():

@@ -88,9 +88,10 @@ def add_serve_command(sub):
                           "once per multi-step run); default 37, vLLM v0.6.0's (docs/serving.md)")
     eng.add_argument("--host-us-per-schedule", type=non_negative_float, default=0.0, metavar="US",
                      help="fixed host time of a scheduler pass (default 0)")
-    eng.add_argument("--cuda-graph-padding", default="vllm", choices=("vllm", "off"),
-                     help="pad decode-only batches to vLLM's CUDA-graph sizes 1, 2, 4, 8, 16, ..., 256 (default) "
-                          "or not")
+    eng.add_argument("--cuda-graphs", default="vllm", choices=("vllm", "off"),
+                     help="vllm (default): decode-only batches run as vLLM's CUDA graphs, padded to the captured "
+                          "sizes 1, 2, 4, 8, 16, ..., 256 and launched at once (no per-kernel host launch); off: "
+                          "every iteration eager")
     sim = p.add_argument_group("step simulator")
     sim.add_argument("--bucket-ratio", type=positive_float, default=None, metavar="R",
                      help="ratio of the token-count grid of the batch-shape buckets (> 1; default sqrt 2; see "
@@ -242,7 +243,7 @@ def serve(args):
                               separate_prefills=args.separate_prefills,
                               host_ns_per_schedule=int(round(args.host_us_per_schedule * 1000)),
                               host_ns_per_seq=int(round(host_us_per_seq(args) * 1000)),
-                              cuda_graph_sizes=VLLM_CUDA_GRAPH_SIZES if args.cuda_graph_padding == "vllm" else ())
+                              cuda_graph_sizes=VLLM_CUDA_GRAPH_SIZES if args.cuda_graphs == "vllm" else ())
         return Engine(index, timer, BlockManager(cap.blocks, cap.block_size, args.prefix_caching), config,
                       cap.kv_bytes_per_token)
 
@@ -291,7 +292,7 @@ def serve(args):
                    "preemption": args.preemption, "prefix_caching": args.prefix_caching,
                    "num_scheduler_steps": args.num_scheduler_steps,
                    "separate_prefills": args.separate_prefills, "host_us_per_seq": host_us_per_seq(args), "host_us_per_schedule": args.host_us_per_schedule,
-                   "cuda_graph_padding": args.cuda_graph_padding}}
+                   "cuda_graphs": args.cuda_graphs}}
     report["kv_cache"] = cap.to_dict()
     if args.prefix_caching:
         looked = sum(e.blocks.lookups for e in engines)

@@ -35,7 +35,7 @@ class EngineConfig:
     num_scheduler_steps: int = 1    # vLLM's multi-step scheduling: decode-only batches run this many steps
     host_ns_per_schedule: int = 0   # host time of one scheduler pass (fixed part), see HOST_US_PER_SEQ_VLLM060
     host_ns_per_seq: int = 0        # host time of one scheduler pass per scheduled sequence
-    cuda_graph_sizes: tuple = ()    # decode-only batches are padded up to the next of these (() = no padding)
+    cuda_graph_sizes: tuple = ()    # decode-only batches run as CUDA graphs of these sizes (() = eager, no padding)
     separate_prefills: bool = False  # a batch admitting waiting prompts runs them alone (vLLM V0, no chunking)
 
 
@@ -308,14 +308,16 @@ class Engine:
 
     def duration_ns(self, batch):
         host = self.host_ns(batch) + batch.extra_ns
-        if batch.prefill_tokens == 0 and self.config.cuda_graph_sizes:
-            # a decode-only batch runs the CUDA graph of the next captured size: the padding's slots cost their
-            # GEMM rows, not attention (the batch's total context is kept)
-            padded = padded_batch(batch.decode_seqs, self.config.cuda_graph_sizes)
-            if padded != batch.decode_seqs:
-                total = batch.context * batch.decode_seqs
-                return host + sum(self.timer.step_ns(0, padded, -(-(total + k * batch.decode_seqs) // padded))
-                                  for k in range(batch.steps))
+        sizes = self.config.cuda_graph_sizes
+        if batch.prefill_tokens == 0 and sizes:
+            # a decode-only batch runs the CUDA graph of the next captured size (one launch for the whole step):
+            # the padding's slots cost their GEMM rows, not attention (the batch's total context is kept); a batch
+            # above the largest size runs eagerly
+            d = batch.decode_seqs
+            padded = padded_batch(d, sizes)
+            graph = padded <= sizes[-1]
+            return host + sum(self.timer.step_ns(0, padded, -(-(batch.context + k) * d // padded), graph=graph)
+                              for k in range(batch.steps))
         if batch.steps > 1:  # the batch stays whole for every step (finished sequences are padding), context grows
             return host + sum(self.timer.step_ns(0, batch.decode_seqs, batch.context + k) for k in range(batch.steps))
         return host + self.timer.step_ns(batch.prefill_tokens, batch.decode_seqs, batch.context, batch.prefill_done)
