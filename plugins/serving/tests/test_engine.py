@@ -186,15 +186,17 @@ from hypothesis import given, settings, strategies as st  # noqa: E402
        preemption=st.sampled_from(["recompute", "swap"]), chunked=st.booleans(), prefix=st.booleans(),
        policy=st.sampled_from(["fcfs", "priority"]), replicas=st.integers(1, 3),
        router=st.sampled_from(["round-robin", "least-loaded", "kv-aware"]), max_seqs=st.integers(1, 8),
-       disaggregate=st.booleans(), multi_step=st.sampled_from([1, 1, 4]))
+       disaggregate=st.booleans(), multi_step=st.sampled_from([1, 1, 4]), separate=st.booleans(),
+       graphs=st.sampled_from([(), (1, 2, 4, 8)]), host_ns=st.sampled_from([0, 37_000]))
 def test_engine_invariants(lengths, blocks, block_size, preemption, chunked, prefix, policy, replicas, router,
-                           max_seqs, disaggregate, multi_step):
+                           max_seqs, disaggregate, multi_step, separate, graphs, host_ns):
     """Whatever the load and settings, every request finishes in order of its events, and the cache ends
     empty (prefix-cached blocks apart)."""
     blocks = max(blocks, -(-360 // block_size) + 1)  # the longest request fits
     _, engines = make(blocks=blocks, block_size=block_size, prefix=prefix, replicas=replicas,
                       preemption=preemption, chunked_prefill=chunked, policy=policy, max_num_seqs=max_seqs,
-                      max_num_batched_tokens=512, num_scheduler_steps=multi_step)
+                      max_num_batched_tokens=512, num_scheduler_steps=multi_step, separate_prefills=separate,
+                      cuda_graph_sizes=graphs, host_ns_per_seq=host_ns)
     requests = [Request(i, t, p, o, priority=i % 3, prefix_group="g" if i % 2 else None, prefix_tokens=p // 2)
                 for i, (t, p, o) in enumerate(lengths)]
     if disaggregate:  # the first replica prefills, the others decode (a stand-in transfer: 1 us per position)
