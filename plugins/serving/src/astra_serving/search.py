@@ -48,7 +48,8 @@ SERVE_DEFAULTS = {"requests": 500, "prompt_len": "512", "output_len": "128", "se
 def add_search_command(sub):
     p = sub.add_parser("serve-search", help="find the cheapest serving deployment (GPUs, TP/PP/EP, replicas, P/D "
                        "ratio) that meets a TTFT/TPOT SLO at a QPS (an alias of astra search --serve)",
-                       description=__doc__.split("\n\n")[0])
+                       description="The cheapest serving deployment (fewest GPUs) of a model that meets a latency "
+                       "SLO at a QPS; the same search as astra search --serve (docs/serving.md).")
     model = p.add_mutually_exclusive_group(required=True)
     model.add_argument("--preset")
     model.add_argument("--model", metavar="CONFIG")
