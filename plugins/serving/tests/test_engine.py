@@ -4,7 +4,7 @@ scheduler's bookkeeping; iteration times from the step simulator are tested in t
 import pytest
 
 from astra_serving.cluster import Cluster
-from astra_serving.engine import Engine, EngineConfig, Seq
+from astra_serving.engine import VLLM_CUDA_GRAPH_SIZES, Engine, EngineConfig, Seq, padded_batch
 from astra_serving.kvcache import BlockManager
 from astra_serving.requests import Request
 
@@ -14,9 +14,11 @@ class LinearTimer:
 
     def __init__(self):
         self.shapes = []
+        self.graphs = []
 
-    def step_ns(self, prefill, decode, context, prefill_done=0):
+    def step_ns(self, prefill, decode, context, prefill_done=0, graph=False):
         self.shapes.append((prefill, decode, context, prefill_done))
+        self.graphs.append(graph)
         return 1_000_000 + 10_000 * prefill + 20_000 * decode
 
 
@@ -117,6 +119,49 @@ def test_multi_step_runs_decodes_back_to_back():
     assert requests[0].finish_ns is not None and engine.blocks.used == 0
 
 
+def test_host_time_is_charged_once_per_scheduler_pass():
+    timer, (engine,) = make(num_scheduler_steps=10, host_ns_per_schedule=5_000, host_ns_per_seq=1_000)
+    requests = [Request(0, 0, 100, 21)]
+    Cluster([engine]).run(requests)
+    prefill = 1_000_000 + 10_000 * 100 + 5_000 + 1_000
+    run = 10 * (1_000_000 + 20_000) + 5_000 + 1_000  # ten decode steps, one pass
+    assert requests[0].first_token_ns == prefill
+    assert requests[0].finish_ns == prefill + 2 * run
+
+
+def test_cuda_graph_padding_pads_decode_only_batches():
+    sizes = VLLM_CUDA_GRAPH_SIZES
+    assert [padded_batch(d, sizes) for d in (1, 2, 3, 4, 5, 8, 9, 250, 256, 300)] == \
+        [1, 2, 4, 4, 8, 8, 16, 256, 256, 300]
+    assert padded_batch(5, ()) == 5
+    shapes = {}
+    for padding in (sizes, ()):
+        timer, (engine,) = make(cuda_graph_sizes=padding)
+        Cluster([engine]).run(reqs(3, prompt=100, output=3))
+        shapes[padding] = [s for s in timer.shapes if s[0] == 0]
+    assert (0, 3, 101, 0) in shapes[()]  # three sequences at context 101 ...
+    assert (0, 4, -(-3 * 101 // 4), 0) in shapes[sizes]  # ... run the graph of 4, with the same total context
+    assert all(s[1] in sizes for s in shapes[sizes])
+    timer, (engine,) = make(cuda_graph_sizes=(1, 2))  # 3 sequences: above the largest graph, eager
+    Cluster([engine]).run(reqs(3, prompt=100, output=3))
+    graphs = dict(zip(timer.shapes, timer.graphs))
+    assert graphs[(0, 3, 101, 0)] is False and graphs[(0, 2, 102, 0)] is True
+    assert all(g is False for s, g in graphs.items() if s[0] > 0)  # prefills and mixed batches run eagerly
+
+
+def test_separate_prefills_run_prompts_alone():
+    shapes = {}
+    for separate in (False, True):
+        timer, (engine,) = make(separate_prefills=separate, chunked_prefill=False)
+        requests = [Request(0, 0, 100, 20), Request(1, 5_000_000, 50, 3)]
+        Cluster([engine]).run(requests)
+        shapes[separate] = [s[:2] for s in timer.shapes]
+        assert all(r.finish_ns is not None for r in requests) and engine.blocks.used == 0
+    assert (50, 1) in shapes[False] and (50, 1) not in shapes[True]  # request 1's prompt beside request 0's decode
+    assert (50, 0) in shapes[True]  # ... or alone, request 0 waiting for it
+    assert all(p == 0 or d == 0 for p, d in shapes[True])
+
+
 def test_seq_tokens():
     s = Seq(Request(0, 0, 10, 5), computed=10, generated=1)
     assert s.tokens == 11 and s.pending == 1
@@ -141,15 +186,17 @@ from hypothesis import given, settings, strategies as st  # noqa: E402
        preemption=st.sampled_from(["recompute", "swap"]), chunked=st.booleans(), prefix=st.booleans(),
        policy=st.sampled_from(["fcfs", "priority"]), replicas=st.integers(1, 3),
        router=st.sampled_from(["round-robin", "least-loaded", "kv-aware"]), max_seqs=st.integers(1, 8),
-       disaggregate=st.booleans(), multi_step=st.sampled_from([1, 1, 4]))
+       disaggregate=st.booleans(), multi_step=st.sampled_from([1, 1, 4]), separate=st.booleans(),
+       graphs=st.sampled_from([(), (1, 2, 4, 8)]), host_ns=st.sampled_from([0, 37_000]))
 def test_engine_invariants(lengths, blocks, block_size, preemption, chunked, prefix, policy, replicas, router,
-                           max_seqs, disaggregate, multi_step):
+                           max_seqs, disaggregate, multi_step, separate, graphs, host_ns):
     """Whatever the load and settings, every request finishes in order of its events, and the cache ends
     empty (prefix-cached blocks apart)."""
     blocks = max(blocks, -(-360 // block_size) + 1)  # the longest request fits
     _, engines = make(blocks=blocks, block_size=block_size, prefix=prefix, replicas=replicas,
                       preemption=preemption, chunked_prefill=chunked, policy=policy, max_num_seqs=max_seqs,
-                      max_num_batched_tokens=512, num_scheduler_steps=multi_step)
+                      max_num_batched_tokens=512, num_scheduler_steps=multi_step, separate_prefills=separate,
+                      cuda_graph_sizes=graphs, host_ns_per_seq=host_ns)
     requests = [Request(i, t, p, o, priority=i % 3, prefix_group="g" if i % 2 else None, prefix_tokens=p // 2)
                 for i, (t, p, o) in enumerate(lengths)]
     if disaggregate:  # the first replica prefills, the others decode (a stand-in transfer: 1 us per position)

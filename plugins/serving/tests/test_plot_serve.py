@@ -31,7 +31,7 @@ def test_bad_qps_list(capsys):
 def test_serve_search_finds_the_cheapest_deployment(tmp_path, capsys):
     out = tmp_path / "search.json"
     code = main(["serve-search", "--model", "llama3-8b", "--platform", "hgx-h100", "--qps", "60", "--requests",
-                 "200", "--prompt-len", "1000", "--output-len", "100", "--slo-ttft", "60", "--tp", "1",
+                 "200", "--prompt-len", "1000", "--output-len", "100", "--slo-ttft", "80", "--tp", "1",
                  "--max-gpus", "3", "--disaggregate-ratios", "1:1", "--json", str(out)])
     data = json.loads(out.read_text())
     assert code == 0 and data["answer"]["gpus"] == 2
@@ -39,6 +39,41 @@ def test_serve_search_finds_the_cheapest_deployment(tmp_path, capsys):
     assert one and all(c["slo_fraction"] < 0.9 for c in one)  # one GPU does not meet it: why two are needed
     assert not any(c["gpus"] == 3 for c in data["candidates"])  # the search stops at the first count that does
     assert "cheapest: " in capsys.readouterr().out
+
+
+def test_astra_search_serve_finds_the_cheapest_deployment(tmp_path, capsys):
+    """astra search --serve (plugins/sweep's command) searches TP, PP, replicas and P:D ratios."""
+    out = tmp_path / "search.json"
+    code = main(["search", "--serve", "--model", "llama3-8b", "--platform", "hgx-h100", "--qps", "60",
+                 "--requests", "200", "--prompt-len", "1000", "--output-len", "100", "--slo-ttft", "80", "--tp", "1",
+                 "--pp", "1,2", "--gpus", "3", "--disaggregate-ratios", "1:1", "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert code == 0 and data["answer"]["gpus"] == 2
+    labels = {c["deployment"] for c in data["candidates"]}
+    assert {"1 x TP 1", "2 x TP 1", "1P:1D x TP 1", "1 x TP 1 PP 2"} <= labels
+    assert all(c["slo_fraction"] < 0.9 for c in data["candidates"] if c["gpus"] == 1)
+    assert not any(c["gpus"] == 3 for c in data["candidates"])
+    assert "cheapest: " in capsys.readouterr().out
+
+
+def test_search_serve_candidates_tile_the_node():
+    from astra_serving.search import candidates, tiles
+
+    assert tiles(4, 1, 1, 8) and tiles(8, 2, 1, 8) and not tiles(3, 1, 1, 8) and not tiles(4, 3, 1, 8)
+    found = candidates(8, [2, 4], 8, [(1, 1)], pps=[1, 2])
+    assert [c[0] for c in found] == sorted(c[0] for c in found) and max(c[0] for c in found) <= 8
+    assert (8, "1 x TP 4 PP 2", ["--tp", "4", "--pp", "2", "--replicas", "1"]) in found
+    assert (8, "1P:1D x TP 4", ["--tp", "4", "--disaggregate", "1:1"]) in found
+
+
+def test_astra_search_flags_belong_to_their_mode(capsys):
+    assert main(["search", "--model", "llama3-8b", "--platform", "hgx-h100", "--gpus", "8"]) != 0
+    assert "--global-batch is required" in capsys.readouterr().err
+    assert main(["search", "--model", "llama3-8b", "--platform", "hgx-h100", "--gpus", "8", "--global-batch", "8",
+                 "--qps", "3"]) != 0
+    assert "--qps is for --serve" in capsys.readouterr().err
+    assert main(["search", "--serve", "--model", "llama3-8b", "--platform", "hgx-h100", "--slo-ttft", "9"]) != 0
+    assert "--qps" in capsys.readouterr().err
 
 
 def test_timeline_has_iterations_requests_and_transfers(tmp_path):

@@ -5,8 +5,8 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from astra_serving.requests import (NS, generate_requests, parse_azure_timestamp, parse_length, read_trace,
-                                    write_trace)
+from astra_serving.requests import (NS, generate_requests, parse_azure_timestamp, parse_length, parse_prune,
+                                    read_trace, write_trace)
 from astra_sim.errors import ConfigError
 
 
@@ -167,3 +167,32 @@ def test_qps_list_parses_or_is_a_config_error(text):
         assert "--qps" in str(exc)
         return
     assert values and all(v > 0 for v in values)
+
+
+def test_prune_draws_again_like_benchmark_serving():
+    prune = parse_prune("4:1024:2048")
+    assert prune == (4, 1024, 2048)
+    reqs = generate_requests(3000, 10, parse_length("lognormal:400:1.5", "p"),
+                             parse_length("lognormal:400:1.5", "o"), seed=3, prune=prune)
+    assert len(reqs) == 3000
+    assert all(4 <= r.prompt_tokens <= 1024 and r.output_tokens >= 4 and r.prompt_tokens + r.output_tokens <= 2048
+               for r in reqs)
+    capped = generate_requests(3000, 10, parse_length("lognormal:400:1.5", "p"),
+                               parse_length("lognormal:400:1.5", "o"), seed=3)
+    assert max(r.prompt_tokens for r in capped) > 1024  # without --prune the tail stays
+    again = generate_requests(3000, 10, parse_length("lognormal:400:1.5", "p"),
+                              parse_length("lognormal:400:1.5", "o"), seed=3, prune=prune)
+    assert [(r.prompt_tokens, r.output_tokens) for r in again] == [(r.prompt_tokens, r.output_tokens) for r in reqs]
+    with pytest.raises(ConfigError, match="almost never"):
+        generate_requests(10, 1, ("fixed", 3000), ("fixed", 10), prune=prune)
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=st.text(alphabet=st.sampled_from(list("0123456789:-. ")), max_size=14))
+def test_prune_spec_parses_or_is_a_config_error(text):
+    try:
+        low, prompt, total = parse_prune(text)
+    except ConfigError as exc:
+        assert str(exc).startswith("--prune: ")
+        return
+    assert 1 <= low <= prompt and 2 * low <= total

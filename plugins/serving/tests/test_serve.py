@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from astra_serving.engine import HOST_US_PER_SEQ_VLLM060
 from astra_serving.steptime import Layout, StepTimer, astra
 from astra_sim.cli import main
 
@@ -22,23 +23,31 @@ def serve(tmp_path, *argv, name="r"):
         return json.loads(report.read_text()), list(csv.DictReader(handle))
 
 
-def step_ns(tmp_path, *argv):
-    """One step as a user gets it: astra workload llm ... then astra run --platform hgx-h100."""
+def step_ns(tmp_path, *argv, run=()):
+    """One step as a user gets it: astra workload llm ... then astra run --platform hgx-h100 [run flags]."""
     prefix, report = str(tmp_path / "ref"), str(tmp_path / "ref.json")
     astra(["workload", "llm", *MODEL, "--tp", "8", "--logits", "last", *argv, "-o", prefix])
-    astra(["run", "--workload-configuration", prefix, "--platform", "hgx-h100", "--report-json", report, "-q"])
+    astra(["run", "--workload-configuration", prefix, "--platform", "hgx-h100", *run, "--report-json", report,
+           "-q"])
     with open(report) as handle:
         return json.load(handle)["summary"]["max_finish_ns"]
 
 
-def test_low_qps_matches_single_steps(tmp_path):
+@pytest.mark.parametrize("host_us,graphs", [(None, "vllm"), (0.0, "off"), (120.0, "vllm")])
+def test_low_qps_matches_single_steps(tmp_path, host_us, graphs):
     """At very low QPS every request is alone: TTFT is one prefill step and each inter-token gap one decode step
-    at batch 1, to the nanosecond, as astra workload llm + astra run give them."""
+    at batch 1, to the nanosecond, as astra workload llm + astra run give them, each plus the engine's host time
+    of its scheduler pass for one sequence (--host-us-per-seq; default vLLM v0.6.0's 37 us). With CUDA graphs
+    (the default) the decode step is one graph launch: astra run --host-launch-us 0."""
+    extra = ([] if host_us is None else ["--host-us-per-seq", str(host_us)]) + ["--cuda-graphs", graphs]
     report, rows = serve(tmp_path, "--tp", "8", "--qps", "0.01", "--requests", "3", "--prompt-len", "256",
-                         "--output-len", "4", "--exact-shapes")
-    prefill = step_ns(tmp_path, "--mode", "prefill", "--batch-size", "1", "--prompt-len", "256")
+                         "--output-len", "4", "--exact-shapes", *extra)
+    host_ns = round((HOST_US_PER_SEQ_VLLM060 if host_us is None else host_us) * 1000)
+    assert report["deployment"]["engine"]["host_us_per_seq"] == host_ns / 1000
+    prefill = step_ns(tmp_path, "--mode", "prefill", "--batch-size", "1", "--prompt-len", "256") + host_ns
+    graph = ["--host-launch-us", "0"] if graphs == "vllm" else []
     decodes = [step_ns(tmp_path, "--mode", "decode", "--batch-size", "1", "--prompt-len", "256", "--decode-len",
-                       str(k)) for k in (1, 2, 3)]
+                       str(k), run=graph) + host_ns for k in (1, 2, 3)]
     for row in rows:
         assert int(row["first_token_ns"]) - int(row["arrival_ns"]) == prefill
         assert int(row["finish_ns"]) - int(row["first_token_ns"]) == sum(decodes)

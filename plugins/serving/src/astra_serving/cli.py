@@ -9,7 +9,7 @@ from astra_sim.errors import ConfigError
 
 
 def add_serve_command(sub):
-    from astra_sim.cliutil import positive_float, positive_int
+    from astra_sim.cliutil import non_negative_float, positive_float, positive_int
 
     p = sub.add_parser(
         "serve", help="simulate an LLM serving deployment over time (requests, continuous batching, paged KV cache, "
@@ -52,6 +52,10 @@ def add_serve_command(sub):
                       help="prompt tokens: N, uniform:LO:HI, exp:MEAN or lognormal:MEAN:CV (default 512)")
     work.add_argument("--output-len", default="128", metavar="DIST",
                       help="output tokens, as --prompt-len (default 128)")
+    work.add_argument("--prune", metavar="MIN:MAX_PROMPT:MAX_TOTAL", default=None,
+                      help="draw again every request whose prompt or output is shorter than MIN, prompt longer "
+                           "than MAX_PROMPT or prompt + output longer than MAX_TOTAL, as vLLM's and SGLang's "
+                           "benchmark_serving prune ShareGPT (4:1024:2048)")
     work.add_argument("--arrival", default="poisson", choices=("poisson", "gamma"))
     work.add_argument("--burstiness", type=positive_float, default=1.0, metavar="CV",
                       help="gamma arrivals: coefficient of variation of the gaps (1: Poisson)")
@@ -76,6 +80,18 @@ def add_serve_command(sub):
     eng.add_argument("--num-scheduler-steps", type=positive_int, default=1, metavar="N",
                      help="vLLM v0.6's multi-step scheduling: a decode-only batch runs N steps back to back (arrivals "
                      "wait for the run; its tokens are delivered at its end; default 1)")
+    eng.add_argument("--separate-prefills", action="store_true",
+                     help="a batch that admits waiting prompts runs them alone, without the running sequences' "
+                          "decodes (vLLM V0's default scheduler, as v0.6.0 runs without chunked prefill)")
+    eng.add_argument("--host-us-per-seq", type=non_negative_float, default=None, metavar="US",
+                     help="host time of a scheduler pass per scheduled sequence (scheduling, input preparation; "
+                          "once per multi-step run); default 37, vLLM v0.6.0's (docs/serving.md)")
+    eng.add_argument("--host-us-per-schedule", type=non_negative_float, default=0.0, metavar="US",
+                     help="fixed host time of a scheduler pass (default 0)")
+    eng.add_argument("--cuda-graphs", default="vllm", choices=("vllm", "off"),
+                     help="vllm (default): decode-only batches run as vLLM's CUDA graphs, padded to the captured "
+                          "sizes 1, 2, 4, 8, 16, ..., 256 and launched at once (no per-kernel host launch); off: "
+                          "every iteration eager")
     sim = p.add_argument_group("step simulator")
     sim.add_argument("--bucket-ratio", type=positive_float, default=None, metavar="R",
                      help="ratio of the token-count grid of the batch-shape buckets (> 1; default sqrt 2; see "
@@ -143,6 +159,14 @@ def _cmd_serve(args):
     return 0
 
 
+def host_us_per_seq(args):
+    """--host-us-per-seq, or vLLM v0.6.0's value (engine.HOST_US_PER_SEQ_VLLM060)."""
+    from .engine import HOST_US_PER_SEQ_VLLM060
+
+    value = getattr(args, "host_us_per_seq", None)
+    return HOST_US_PER_SEQ_VLLM060 if value is None else value
+
+
 def _source(args):
     return ["--model", args.model] if args.model else ["--preset", args.preset]
 
@@ -154,10 +178,10 @@ def serve(args):
 
     from .capacity import kv_capacity
     from .cluster import Cluster
-    from .engine import Engine, EngineConfig
+    from .engine import VLLM_CUDA_GRAPH_SIZES, Engine, EngineConfig
     from .kvcache import BlockManager
     from .metrics import build_report
-    from .requests import generate_requests, parse_length, read_trace, write_trace
+    from .requests import generate_requests, parse_length, parse_prune, read_trace, write_trace
     from .steptime import DEFAULT_RATIO, Layout, StepTimer
     from .transfer import KvTransferTimer
 
@@ -191,7 +215,8 @@ def serve(args):
             qps = rates[0]
         requests = generate_requests(args.requests or 1000, qps, parse_length(args.prompt_len, "--prompt-len"),
                                      parse_length(args.output_len, "--output-len"), seed=args.seed,
-                                     arrival=args.arrival, burstiness=args.burstiness, max_context=max_context)
+                                     arrival=args.arrival, burstiness=args.burstiness, max_context=max_context,
+                                     prune=parse_prune(getattr(args, "prune", None)))
         if args.shared_prefix:
             if args.shared_prefix < 0:
                 raise ConfigError(f"--shared-prefix must be >= 0, got {args.shared_prefix}")
@@ -214,7 +239,11 @@ def serve(args):
         config = EngineConfig(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
                               chunked_prefill=not args.no_chunked_prefill, policy=args.policy,
                               preemption=args.preemption, swap_bytes_per_s=args.swap_gbps * 1e9, role=role,
-                              num_scheduler_steps=args.num_scheduler_steps)
+                              num_scheduler_steps=args.num_scheduler_steps,
+                              separate_prefills=args.separate_prefills,
+                              host_ns_per_schedule=int(round(args.host_us_per_schedule * 1000)),
+                              host_ns_per_seq=int(round(host_us_per_seq(args) * 1000)),
+                              cuda_graph_sizes=VLLM_CUDA_GRAPH_SIZES if args.cuda_graphs == "vllm" else ())
         return Engine(index, timer, BlockManager(cap.blocks, cap.block_size, args.prefix_caching), config,
                       cap.kv_bytes_per_token)
 
@@ -261,7 +290,9 @@ def serve(args):
         "engine": {"max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": args.max_num_batched_tokens,
                    "chunked_prefill": not args.no_chunked_prefill, "policy": args.policy,
                    "preemption": args.preemption, "prefix_caching": args.prefix_caching,
-                   "num_scheduler_steps": args.num_scheduler_steps}}
+                   "num_scheduler_steps": args.num_scheduler_steps,
+                   "separate_prefills": args.separate_prefills, "host_us_per_seq": host_us_per_seq(args), "host_us_per_schedule": args.host_us_per_schedule,
+                   "cuda_graphs": args.cuda_graphs}}
     report["kv_cache"] = cap.to_dict()
     if args.prefix_caching:
         looked = sum(e.blocks.lookups for e in engines)

@@ -33,6 +33,33 @@ class EngineConfig:
     swap_bytes_per_s: float = 50e9  # per GPU, host <-> device
     role: str = "both"              # both | prefill (disaggregated prefill pool) | decode
     num_scheduler_steps: int = 1    # vLLM's multi-step scheduling: decode-only batches run this many steps
+    host_ns_per_schedule: int = 0   # host time of one scheduler pass (fixed part), see HOST_US_PER_SEQ_VLLM060
+    host_ns_per_seq: int = 0        # host time of one scheduler pass per scheduled sequence
+    cuda_graph_sizes: tuple = ()    # decode-only batches run as CUDA graphs of these sizes (() = eager, no padding)
+    separate_prefills: bool = False  # a batch admitting waiting prompts runs them alone (vLLM V0, no chunking)
+
+
+#: vLLM v0.6.0's host time per scheduler pass and scheduled sequence (scheduling, gathering the last step's
+#: results, preparing the inputs), in us. Source: the vLLM team's v0.6.0 post (blog.vllm.ai 2024-09-05, "vLLM
+#: v0.6.0: 2.7x Throughput Improvement"): multi-step scheduling (one scheduler pass per 10 steps) "improves the
+#: throughput of running Llama 70B models on 4xH100 by 28%". With S the pass's host time and G the GPU step:
+#: (G + S) / (G + S/10) = 1.28 gives S = 0.321 G; at that benchmark's full batch (256 sequences, ShareGPT) G is
+#: 29.5 ms for Llama-3 70B TP 4 on hgx-h100 (this simulator), so S = 9.5 ms, 37 us per sequence. The pass is
+#: Python work over the scheduled sequences, hence per sequence. Output processing is not charged: v0.6.0
+#: overlaps it with the next step (asynchronous output processing), and the API server is its own process.
+HOST_US_PER_SEQ_VLLM060 = 37.0
+#: vLLM v0.6's CUDA-graph batch sizes (vllm/worker/model_runner.py _BATCH_SIZES_TO_CAPTURE: 1, 2, 4, then
+#: multiples of 8 up to max_num_seqs, at most 256): a decode-only batch runs the graph of the next size up.
+VLLM_CUDA_GRAPH_SIZES = (1, 2, 4) + tuple(range(8, 257, 8))
+
+
+def padded_batch(decode, sizes):
+    """The CUDA-graph batch a decode-only batch of ``decode`` sequences runs (itself above the largest size:
+    vLLM runs those eagerly)."""
+    for size in sizes:
+        if size >= decode:
+            return size
+    return decode
 
 
 class Seq:
@@ -141,6 +168,17 @@ class Engine:
     def schedule(self):
         """The next iteration's batch, or None when there is nothing to do."""
         cfg = self.config
+        if cfg.separate_prefills and self.waiting and not self.swapped:
+            # vLLM V0's default scheduler: waiting prompts first, and a batch that admits any runs them alone
+            items = []
+            _, blocked = self._admit_waiting(cfg.max_num_batched_tokens, items, set())
+            if items:
+                if blocked is None and self.waiting:
+                    blocked = "max_num_seqs" if len(self.running) >= cfg.max_num_seqs else "token_budget"
+                if blocked is not None:
+                    self.limited[blocked] += 1
+                return Batch(items, sum(n for _, n in items), 0, 0,
+                             sum(seq.computed for seq, _ in items) // len(items), 0, 1)
         budget = cfg.max_num_batched_tokens
         items = []
         extra = [0]
@@ -189,32 +227,7 @@ class Engine:
                     items.append((seq, n))
                     scheduled.add(seq.req.id)
                     budget -= n
-            while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
-                _, _, seq = self.waiting[0]
-                matched, cached = False, 0
-                if seq.computed == 0 and not seq.prefix_done:
-                    cached = self.blocks.match_prefix(seq.req.id, seq.req.prefix_group, seq.req.prefix_tokens)
-                    # at least one position is computed in this iteration (a full cache hit recomputes the last)
-                    seq.computed = min(cached, seq.tokens - 1)
-                    seq.prefix_done = matched = True
-                n = seq.pending
-                if (not cfg.chunked_prefill and n > budget) or not self.blocks.grow(seq.req.id,
-                                                                                    seq.computed + min(n, budget)):
-                    blocked = "token_budget" if not cfg.chunked_prefill and n > budget else "kv_cache"
-                    if matched:  # a waiting sequence holds no blocks: give the prefix back until it is admitted
-                        self.blocks.release(seq.req.id)
-                        seq.computed, seq.prefix_done = 0, False
-                    break
-                n = min(n, budget)
-                if matched:
-                    self.blocks.count_match(seq.req.prefix_group, seq.req.prefix_tokens, cached)
-                heapq.heappop(self.waiting)
-                seq.state = "running"
-                seq.admitted = next(self._admit)
-                self.running.append(seq)
-                items.append((seq, n))
-                scheduled.add(seq.req.id)
-                budget -= n
+            budget, blocked = self._admit_waiting(budget, items, scheduled, blocked)
         if not items:
             if preempted and not self.running:
                 # the only running sequences preempted themselves: their blocks are free now, admit again
@@ -239,6 +252,38 @@ class Engine:
         return Batch(items, prefill, decode, ctx // decode if decode else 0, done // prefills if prefills else 0,
                      extra[0], steps)
 
+    def _admit_waiting(self, budget, items, scheduled, blocked=None):
+        """Admit waiting sequences in policy order while the budget, the sequence limit and the KV cache allow;
+        (budget left, what blocked the head of the queue or ``blocked``)."""
+        cfg = self.config
+        while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
+            _, _, seq = self.waiting[0]
+            matched, cached = False, 0
+            if seq.computed == 0 and not seq.prefix_done:
+                cached = self.blocks.match_prefix(seq.req.id, seq.req.prefix_group, seq.req.prefix_tokens)
+                # at least one position is computed in this iteration (a full cache hit recomputes the last)
+                seq.computed = min(cached, seq.tokens - 1)
+                seq.prefix_done = matched = True
+            n = seq.pending
+            if (not cfg.chunked_prefill and n > budget) or not self.blocks.grow(seq.req.id,
+                                                                                seq.computed + min(n, budget)):
+                blocked = "token_budget" if not cfg.chunked_prefill and n > budget else "kv_cache"
+                if matched:  # a waiting sequence holds no blocks: give the prefix back until it is admitted
+                    self.blocks.release(seq.req.id)
+                    seq.computed, seq.prefix_done = 0, False
+                break
+            n = min(n, budget)
+            if matched:
+                self.blocks.count_match(seq.req.prefix_group, seq.req.prefix_tokens, cached)
+            heapq.heappop(self.waiting)
+            seq.state = "running"
+            seq.admitted = next(self._admit)
+            self.running.append(seq)
+            items.append((seq, n))
+            scheduled.add(seq.req.id)
+            budget -= n
+        return budget, blocked
+
     def _multi_step(self, items):
         """Steps of a decode-only batch under multi-step scheduling (1 otherwise, or when the cache cannot hold
         every sequence's next steps): vLLM v0.6 runs ``num_scheduler_steps`` decode steps without scheduling in
@@ -257,12 +302,25 @@ class Engine:
                 self.blocks.grow(seq.req.id, seq.computed + k)
         return max(1, max(left))
 
+    def host_ns(self, batch):
+        """Host time of the scheduler pass that made ``batch`` (once per multi-step run)."""
+        return self.config.host_ns_per_schedule + self.config.host_ns_per_seq * len(batch.items)
+
     def duration_ns(self, batch):
+        host = self.host_ns(batch) + batch.extra_ns
+        sizes = self.config.cuda_graph_sizes
+        if batch.prefill_tokens == 0 and sizes:
+            # a decode-only batch runs the CUDA graph of the next captured size (one launch for the whole step):
+            # the padding's slots cost their GEMM rows, not attention (the batch's total context is kept); a batch
+            # above the largest size runs eagerly
+            d = batch.decode_seqs
+            padded = padded_batch(d, sizes)
+            graph = padded <= sizes[-1]
+            return host + sum(self.timer.step_ns(0, padded, -(-(batch.context + k) * d // padded), graph=graph)
+                              for k in range(batch.steps))
         if batch.steps > 1:  # the batch stays whole for every step (finished sequences are padding), context grows
-            return sum(self.timer.step_ns(0, batch.decode_seqs, batch.context + k) for k in range(batch.steps)) + \
-                batch.extra_ns
-        return self.timer.step_ns(batch.prefill_tokens, batch.decode_seqs, batch.context,
-                                  batch.prefill_done) + batch.extra_ns
+            return host + sum(self.timer.step_ns(0, batch.decode_seqs, batch.context + k) for k in range(batch.steps))
+        return host + self.timer.step_ns(batch.prefill_tokens, batch.decode_seqs, batch.context, batch.prefill_done)
 
     def complete(self, batch, now):
         """Account the finished iteration at ``now``; (sequences that sampled their first token, sequences that

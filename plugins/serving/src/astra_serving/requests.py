@@ -257,11 +257,44 @@ def sample_lengths(dist, n, rng, cap=None):
     return [int(v) for v in values]
 
 
+def parse_prune(text):
+    """``MIN:MAX_PROMPT:MAX_TOTAL`` (``--prune``) as three ints, or None."""
+    if text is None:
+        return None
+    try:
+        low, prompt, total = (int(x) for x in str(text).split(":"))
+        if not (1 <= low <= prompt and low * 2 <= total and total <= 10**9):
+            raise ValueError
+    except ValueError:
+        raise ConfigError(f"--prune: expected MIN:MAX_PROMPT:MAX_TOTAL with 1 <= MIN <= MAX_PROMPT and "
+                          f"2 MIN <= MAX_TOTAL, e.g. 4:1024:2048, got {text!r}") from None
+    return low, prompt, total
+
+
+def _pruned_lengths(prompt_len, output_len, n, rng, prune):
+    """(prompts, outputs): ``n`` pairs drawn again until each passes ``prune`` (min, max prompt, max total),
+    the rule by which vLLM's and SGLang's benchmark_serving keep ShareGPT conversations."""
+    low, max_prompt, max_total = prune
+    prompts, outputs = [], []
+    for _ in range(1000):
+        p = sample_lengths(prompt_len, n, rng)
+        o = sample_lengths(output_len, n, rng)
+        for a, b in zip(p, o):
+            if low <= a <= max_prompt and b >= low and a + b <= max_total and len(prompts) < n:
+                prompts.append(a)
+                outputs.append(b)
+        if len(prompts) == n:
+            return prompts, outputs
+    raise ConfigError(f"--prune {low}:{max_prompt}:{max_total}: the length distributions almost never give a "
+                      "request within these bounds")
+
+
 def generate_requests(n, qps, prompt_len, output_len, seed=0, arrival="poisson", burstiness=1.0,
-                      max_context=None):
+                      max_context=None, prune=None):
     """``n`` requests at ``qps`` per second: Poisson arrivals (exponential gaps) or gamma arrivals of
     coefficient of variation ``burstiness`` (shape 1/cv^2; cv 1 is Poisson); lengths from :func:`parse_length`
-    distributions, each request capped so that prompt + output fit ``max_context``."""
+    distributions, each request capped so that prompt + output fit ``max_context``; with ``prune`` (min, max
+    prompt, max total) a pair outside it is drawn again instead (:func:`_pruned_lengths`)."""
     import numpy as np
 
     if n < 1:
@@ -280,8 +313,13 @@ def generate_requests(n, qps, prompt_len, output_len, seed=0, arrival="poisson",
         raise ConfigError(f"--arrival must be poisson or gamma, got {arrival!r}")
     gaps[0] = 0.0  # the first request arrives at time 0
     arrivals = np.rint(np.cumsum(gaps) * NS).astype(np.int64)
-    prompts = sample_lengths(prompt_len, n, rng, None if max_context is None else max_context - 1)
-    outputs = sample_lengths(output_len, n, rng)
+    if prune is not None:
+        prompts, outputs = _pruned_lengths(prompt_len, output_len, n, rng, prune)
+        if max_context is not None:
+            prompts = [min(p, max_context - 1) for p in prompts]
+    else:
+        prompts = sample_lengths(prompt_len, n, rng, None if max_context is None else max_context - 1)
+        outputs = sample_lengths(output_len, n, rng)
     out = []
     for i in range(n):
         o = outputs[i] if max_context is None else max(1, min(outputs[i], max_context - prompts[i]))

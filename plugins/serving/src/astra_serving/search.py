@@ -1,11 +1,12 @@
-"""``astra serve-search``: the cheapest deployment (fewest GPUs) of a model that meets a latency SLO at a QPS.
+"""The cheapest serving deployment (fewest GPUs) of a model that meets a latency SLO at a QPS: ``astra search
+--serve`` (plugins/sweep's command, which calls :func:`search_deployments`) and its alias ``astra serve-search``.
 
-Candidates are every TP size that divides the node (or ``--tp``) with 1 .. N replicas, and with
-``--disaggregate-ratios`` prefill:decode pools of each ratio, scaled; each is one ``astra serve`` run of the
-same requests (same seed). They are tried in order of GPU count; the first count at which some candidate meets
-the SLO (``--slo-fraction`` of requests within ``--slo-ttft`` and ``--slo-tpot``) ends the search, and the best
-candidate of that count (the highest SLO fraction, then the lowest TTFT p90) is the answer. A candidate whose
-model does not fit its GPUs is skipped, saying why.
+Candidates are every TP size that divides the node (or ``--tp``) times every ``--pp`` and ``--ep`` size (default
+1) with 1 .. N replicas, and with ``--disaggregate-ratios`` prefill:decode pools of each ratio, scaled; each is
+one ``astra serve`` run of the same requests (same seed). They are tried in order of GPU count; the first count at
+which some candidate meets the SLO (``--slo-fraction`` of requests within ``--slo-ttft`` and ``--slo-tpot``) ends
+the search, and the best candidate of that count (the highest SLO fraction, then the lowest TTFT p90) is the
+answer. A candidate whose model does not fit its GPUs is skipped, saying why.
 """
 
 from __future__ import annotations
@@ -16,48 +17,91 @@ import sys
 from astra_sim.errors import ConfigError, InfeasibleError
 
 
-def add_search_command(sub):
+def add_serving_search_arguments(p, max_gpus=True):
+    """The flags of a serving search (shared by ``astra serve-search`` and ``astra search --serve``)."""
     from astra_sim.cliutil import positive_float, positive_int
 
-    p = sub.add_parser("serve-search", help="find the cheapest serving deployment (GPUs, TP, replicas, P/D ratio) "
-                       "that meets a TTFT/TPOT SLO at a QPS (astra serve runs)",
-                       description=__doc__.split("\n\n")[0])
+    g = p.add_argument_group("serving deployments" + ("" if max_gpus else " (--serve)"))
+    g.add_argument("--qps", type=positive_float, help="requests per second to serve")
+    g.add_argument("--requests", type=positive_int, default=None, help="generated requests (default 500)")
+    g.add_argument("--prompt-len", default=None, help="prompt length distribution (astra serve's; default 512)")
+    g.add_argument("--output-len", default=None, help="output length distribution (default 128)")
+    g.add_argument("--seed", type=int, default=None)
+    g.add_argument("--slo-ttft", type=positive_float, metavar="MS")
+    g.add_argument("--slo-tpot", type=positive_float, metavar="MS")
+    g.add_argument("--slo-fraction", type=positive_float, default=None,
+                   help="fraction of requests that must meet the SLO (default 0.9)")
+    if max_gpus:
+        g.add_argument("--max-gpus", type=positive_int, default=32)
+    g.add_argument("--disaggregate-ratios", default=None, metavar="P:D,...",
+                   help="also try prefill/decode pools of these ratios (e.g. 1:1,1:2)")
+    g.add_argument("--router", default=None, help="astra serve's --router (default least-loaded)")
+    g.add_argument("--serve-arg", action="append", default=[], metavar="FLAG",
+                   help="an astra serve flag for every candidate (repeatable, e.g. --serve-arg=--max-num-seqs=64)")
+
+
+#: the serving flags' defaults (None on the parser, so that astra search can tell which were given)
+SERVE_DEFAULTS = {"requests": 500, "prompt_len": "512", "output_len": "128", "seed": 0, "slo_fraction": 0.9,
+                  "disaggregate_ratios": "", "router": "least-loaded"}
+
+
+def add_search_command(sub):
+    p = sub.add_parser("serve-search", help="find the cheapest serving deployment (GPUs, TP/PP/EP, replicas, P/D "
+                       "ratio) that meets a TTFT/TPOT SLO at a QPS (an alias of astra search --serve)",
+                       description="The cheapest serving deployment (fewest GPUs) of a model that meets a latency "
+                       "SLO at a QPS; the same search as astra search --serve (docs/serving.md).")
     model = p.add_mutually_exclusive_group(required=True)
     model.add_argument("--preset")
     model.add_argument("--model", metavar="CONFIG")
     p.add_argument("--platform", required=True)
-    p.add_argument("--qps", type=positive_float, required=True)
-    p.add_argument("--requests", type=positive_int, default=500)
-    p.add_argument("--prompt-len", default="512")
-    p.add_argument("--output-len", default="128")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--slo-ttft", type=positive_float, metavar="MS")
-    p.add_argument("--slo-tpot", type=positive_float, metavar="MS")
-    p.add_argument("--slo-fraction", type=positive_float, default=0.9,
-                   help="fraction of requests that must meet the SLO (default 0.9)")
     p.add_argument("--tp", default=None, metavar="N,N,...", help="TP sizes (default: every divisor of the node)")
-    p.add_argument("--max-gpus", type=positive_int, default=32)
-    p.add_argument("--disaggregate-ratios", default="", metavar="P:D,...",
-                   help="also try prefill/decode pools of these ratios (e.g. 1:1,1:2)")
-    p.add_argument("--router", default="least-loaded")
-    p.add_argument("--serve-arg", action="append", default=[], metavar="FLAG",
-                   help="an astra serve flag for every candidate (repeatable, e.g. --serve-arg=--max-num-seqs=64)")
+    p.add_argument("--pp", default=None, metavar="N,N,...", help="PP sizes (default 1)")
+    p.add_argument("--ep", default=None, metavar="N,N,...", help="EP sizes (MoE models; default 1)")
     p.add_argument("--json", metavar="FILE", help="every candidate's numbers and the answer")
-    p.set_defaults(run_command=_cmd_search)
+    add_serving_search_arguments(p)
+    p.set_defaults(run_command=search_deployments)
 
 
-def candidates(gpus_per_node, tps, max_gpus, ratios):
+def _sizes(text, flag, default):
+    if not text:
+        return default
+    try:
+        values = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise ConfigError(f"{flag}: expected positive integers N,N,..., got {text!r}")
+    return values
+
+
+def tiles(tp, pp, ep, gpus_per_node):
+    """Whether a replica of TP x PP x EP fills whole nodes as the step simulator runs it (steptime.Layout)."""
+    per = tp * pp * ep
+    total = -(-per // gpus_per_node) * gpus_per_node
+    return total % (tp * pp) == 0 and (total // (tp * pp)) % ep == 0 and (per >= gpus_per_node or
+                                                                        gpus_per_node % per == 0)
+
+
+def candidates(gpus_per_node, tps, max_gpus, ratios, pps=(1,), eps=(1,)):
     """(GPUs, label, astra serve flags) of every candidate, by GPU count."""
     out = []
     for tp in tps:
-        for replicas in range(1, max_gpus // tp + 1):
-            out.append((tp * replicas, f"{replicas} x TP {tp}", ["--tp", str(tp), "--replicas", str(replicas)]))
-        for p_, d_ in ratios:
-            k = 1
-            while (p_ + d_) * k * tp <= max_gpus:
-                out.append(((p_ + d_) * k * tp, f"{p_ * k}P:{d_ * k}D x TP {tp}",
-                            ["--tp", str(tp), "--disaggregate", f"{p_ * k}:{d_ * k}"]))
-                k += 1
+        for pp in pps:
+            for ep in eps:
+                if not tiles(tp, pp, ep, gpus_per_node):
+                    continue
+                per = tp * pp * ep
+                name = f"TP {tp}" + (f" PP {pp}" if pp > 1 else "") + (f" EP {ep}" if ep > 1 else "")
+                layout = ["--tp", str(tp)] + (["--pp", str(pp)] if pp > 1 else []) + (
+                    ["--ep", str(ep)] if ep > 1 else [])
+                for replicas in range(1, max_gpus // per + 1):
+                    out.append((per * replicas, f"{replicas} x {name}", layout + ["--replicas", str(replicas)]))
+                for p_, d_ in ratios:
+                    k = 1
+                    while (p_ + d_) * k * per <= max_gpus:
+                        out.append(((p_ + d_) * k * per, f"{p_ * k}P:{d_ * k}D x {name}",
+                                    layout + ["--disaggregate", f"{p_ * k}:{d_ * k}"]))
+                        k += 1
     return sorted(out, key=lambda c: (c[0], c[1]))
 
 
@@ -75,22 +119,34 @@ def _serve_parser():
     raise ConfigError("astra serve is not installed")
 
 
-def _cmd_search(args):
+def search_deployments(args):
+    """Run the search ``args`` describes (``astra serve-search``'s or ``astra search --serve``'s flags); exit
+    status 0 with an answer, 1 when no deployment of at most ``max_gpus`` GPUs meets the SLO."""
     from astra_gpu_model.platforms import get_platform
 
     from .cli import serve
 
+    for key, value in SERVE_DEFAULTS.items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+    if args.qps is None:
+        raise ConfigError("give --qps (requests per second to serve)")
     if args.slo_ttft is None and args.slo_tpot is None:
         raise ConfigError("give --slo-ttft and/or --slo-tpot (ms)")
     if not 0 < args.slo_fraction <= 1:
         raise ConfigError(f"--slo-fraction must be in (0, 1], got {args.slo_fraction}")
     platform = get_platform(args.platform)
+    tps = _sizes(args.tp, "--tp", [t for t in range(1, platform.gpus_per_node + 1)
+                                   if platform.gpus_per_node % t == 0])
+    pps = _sizes(getattr(args, "pp", None), "--pp", [1])
+    eps = _sizes(getattr(args, "ep", None), "--ep", [1])
     try:
-        tps = ([int(x) for x in args.tp.split(",")] if args.tp else
-               [t for t in range(1, platform.gpus_per_node + 1) if platform.gpus_per_node % t == 0])
         ratios = [tuple(int(v) for v in r.split(":")) for r in args.disaggregate_ratios.split(",") if r.strip()]
+        if any(len(r) != 2 or min(r) < 1 for r in ratios):
+            raise ValueError
     except ValueError:
-        raise ConfigError("--tp takes N,N,... and --disaggregate-ratios P:D,P:D,...") from None
+        raise ConfigError(f"--disaggregate-ratios: expected P:D,P:D,... (each >= 1), got "
+                          f"{args.disaggregate_ratios!r}") from None
     parser = _serve_parser()
     base = (["--model", args.model] if args.model else ["--preset", args.preset]) + [
         "--platform", args.platform, "--qps", str(args.qps), "--requests", str(args.requests), "--prompt-len",
@@ -98,7 +154,7 @@ def _cmd_search(args):
         *(["--slo-ttft", str(args.slo_ttft)] if args.slo_ttft else []),
         *(["--slo-tpot", str(args.slo_tpot)] if args.slo_tpot else []), *args.serve_arg]
     rows, answer, found_at = [], None, None
-    for gpus, label, flags in candidates(platform.gpus_per_node, tps, args.max_gpus, ratios):
+    for gpus, label, flags in candidates(platform.gpus_per_node, tps, args.max_gpus, ratios, pps, eps):
         if found_at is not None and gpus > found_at:
             break
         ns = parser.parse_args(base + flags)

@@ -172,16 +172,19 @@ class StepTimer:
         self.lookups = 0
         self._workdir = workdir
 
-    def step_ns(self, prefill, decode, context, prefill_done=0):
+    def step_ns(self, prefill, decode, context, prefill_done=0, graph=False):
         """The time of one iteration of this shape: exact, or interpolated linearly in the prefill tokens and
         the decode sequences between the corners of its grid cell (context and prefill_done rounded to theirs);
-        each corner is simulated once."""
+        each corner is simulated once. ``graph``: the step runs as one CUDA graph, which the host launches at
+        once, so ``astra run`` has no per-kernel host launch (``--host-launch-us 0``); else eager, each kernel
+        launched by the host at the platform's measured rate."""
         self.lookups += 1
         ep = self.layout.ep
         if ep > 1:  # attention DP over the EP ranks: each takes its share of the batch
             prefill, decode = -(-prefill // ep), -(-decode // ep)
         if self.exact:
-            return self._corner((prefill, decode, context if decode else 0, prefill_done if prefill and decode else 0))
+            return self._corner((prefill, decode, context if decode else 0, prefill_done if prefill and decode else 0,
+                                 graph))
         p_lo, p_hi, wp = neighbours(prefill, self.ratio)
         d_lo, d_hi, wd = neighbours(decode, self.ratio)
         c_lo, c_hi, wc = neighbours(max(2, context), CONTEXT_RATIO) if decode else (0, 0, 0.0)
@@ -190,7 +193,7 @@ class StepTimer:
             for d, b in ((d_lo, 1.0 - wd), (d_hi, wd)):
                 for c, w in ((c_lo, 1.0 - wc), (c_hi, wc)):
                     if a * b * w > 0:
-                        total += a * b * w * self._corner((p, d, c if d else 0, 0))
+                        total += a * b * w * self._corner((p, d, c if d else 0, 0, graph))
         return int(round(total))
 
     def _corner(self, key):
@@ -199,15 +202,15 @@ class StepTimer:
             value = self.memo[key] = self.simulate(*key)
         return value
 
-    def simulate(self, prefill, decode, context, prefill_done=0):
-        """Generate and simulate one step of exactly this shape; its time in ns."""
+    def simulate(self, prefill, decode, context, prefill_done=0, graph=False):
+        """Generate and simulate one step of exactly this shape (as a CUDA graph: ``graph``); its time in ns."""
         started = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="astra-serve-", dir=self._workdir) as folder:
             prefix = os.path.join(folder, "step")
             report = os.path.join(folder, "report.json")
             astra(["workload", "llm", *self.layout.generator_args(), *shape_argv(prefill, decode, context,
                                                                                   prefill_done), "-o", prefix])
-            astra(self.layout.run_argv(prefix, report))
+            astra(self.layout.run_argv(prefix, report) + (["--host-launch-us", "0"] if graph else []))
             with open(report) as handle:
                 value = int(json.load(handle)["summary"]["max_finish_ns"])
         self.simulated += 1

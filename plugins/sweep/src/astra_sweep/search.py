@@ -40,9 +40,16 @@ def add_search_command(sub):
     model.add_argument("--preset", help="model preset (astra workload llm --preset)")
     model.add_argument("--model", metavar="CONFIG", help="a Hugging Face config.json, a folder holding one or a "
                        "shipped config's name (astra workload llm --model)")
-    p.add_argument("--gpus", type=positive_int, required=True, metavar="N")
+    p.add_argument("--gpus", type=positive_int, default=None, metavar="N",
+                   help="GPUs of the training layouts (required); with --serve the most GPUs a deployment may "
+                        "use (default 32)")
     p.add_argument("--platform", required=True, help="machine (astra platforms)")
-    p.add_argument("--global-batch", type=positive_int, required=True, metavar="B", help="sequences per step")
+    p.add_argument("--global-batch", type=positive_int, default=None, metavar="B",
+                   help="sequences per step (required for training layouts)")
+    p.add_argument("--serve", action="store_true",
+                   help="search serving deployments instead: the fewest GPUs (TP/PP/EP, replicas, prefill:decode "
+                        "ratio) that meet --slo-ttft/--slo-tpot at --qps (astra serve runs; plugin serving; "
+                        "docs/serving.md)")
     p.add_argument("--seq-len", type=positive_int, default=None, metavar="S", help="override the preset's")
     p.add_argument("--platform-collective", default="nccl", choices=("ring", "nccl"), help="default nccl")
     for flag, default, what in (("tp", None, "TP sizes (default: every divisor of the node size)"),
@@ -65,7 +72,34 @@ def add_search_command(sub):
     p.add_argument("--json", metavar="FILE", help="the ranked layouts (step_ns, mfu, peak_mem_bytes) and the drops")
     p.add_argument("--plot", metavar="FILE.png", help="step time against memory of every simulated point")
     p.add_argument("--no-progress", action="store_true")
+    _add_serving_arguments(p)
     p.set_defaults(run_command=_cmd_search)
+
+
+def _add_serving_arguments(p):
+    """--serve's flags, from the serving plugin when it is installed."""
+    try:
+        from astra_serving.search import add_serving_search_arguments
+    except ImportError:
+        return
+    add_serving_search_arguments(p, max_gpus=False)
+
+
+#: flags only --serve uses (their parser default is None or empty)
+_SERVE_ONLY = ("qps", "requests", "prompt_len", "output_len", "seed", "slo_ttft", "slo_tpot", "slo_fraction",
+               "disaggregate_ratios", "router", "serve_arg")
+
+
+def _cmd_serve_search(args):
+    try:
+        from astra_serving.search import search_deployments
+    except ImportError:
+        raise ConfigError("astra search --serve needs the serving plugin (plugins/serving)") from None
+    for flag in ("global_batch", "seq_len", "output", "dask", "plot"):
+        if getattr(args, flag, None):
+            raise ConfigError(f"--{flag.replace('_', '-')} is for training layouts, not --serve")
+    args.max_gpus = args.gpus or 32
+    return search_deployments(args)
 
 
 def _divisors(n):
@@ -118,6 +152,15 @@ def _options(cfg):
 
 
 def _cmd_search(args):
+    if args.serve:
+        return _cmd_serve_search(args)
+    given = [f for f in _SERVE_ONLY if getattr(args, f, None)]
+    if given:
+        raise ConfigError(f"--{given[0].replace('_', '-')} is for --serve (serving deployments)")
+    for flag in ("gpus", "global_batch"):
+        if getattr(args, flag) is None:
+            raise ConfigError(f"astra search: --{flag.replace('_', '-')} is required (or --serve to search "
+                              "serving deployments)")
     import yaml
 
     from astra_gpu_model.gpu import load_gpu
