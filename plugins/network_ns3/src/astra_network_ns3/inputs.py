@@ -351,8 +351,11 @@ def read_logical_topology(path, npus):
     for value in dims_raw:
         if isinstance(value, bool):
             value = None
-        elif isinstance(value, str) and value.strip().isdigit():
-            value = int(value)
+        elif isinstance(value, str):  # the reference writes them as strings ("8")
+            try:
+                value = int(value.strip())
+            except ValueError:
+                value = None
         if not isinstance(value, int) or value < 1:
             raise ConfigError(f"{path}:{line}: logical-dims entries must be positive integers, got {dims_raw!r}")
         dims.append(value)
