@@ -26,7 +26,7 @@ def serve(tmp_path, *argv, name="r"):
 def step_ns(tmp_path, *argv, run=()):
     """One step as a user gets it: astra workload llm ... then astra run --platform hgx-h100 [run flags]."""
     prefix, report = str(tmp_path / "ref"), str(tmp_path / "ref.json")
-    astra(["workload", "llm", *MODEL, "--tp", "8", "--logits", "last", *argv, "-o", prefix])
+    astra(["workload", "llm", *MODEL, "--tp", "8", "--logits", "last", "--inference-elementwise", *argv, "-o", prefix])
     astra(["run", "--workload-configuration", prefix, "--platform", "hgx-h100", *run, "--report-json", report,
            "-q"])
     with open(report) as handle:

@@ -91,6 +91,32 @@ def test_gated_cp_shapes_and_no_elementwise(tmp_path):
     assert "aten::native_layer_norm" not in {x.name for x in _nodes(tmp_path / "p")}
 
 
+@pytest.mark.parametrize("mode", ["prefill", "decode", "mixed"])
+def test_inference_elementwise(tmp_path, mode):
+    """--inference-elementwise: each layer's norms, residual adds and SiLU*mul on this step's tokens, no dropout,
+    no cross entropy, no optimizer; the rest of the trace and the FLOPs are those of the default."""
+    dims = model_dims(**LLAMA)
+    kw = dict(tp=2, mode=mode, micro_batch_size=4, prompt_len=32, decode_len=3)
+    if mode == "mixed":
+        kw.update(prefill_chunk=16, prefill_done=8)
+    generate_llm(dims, LlmConfig(**kw), tmp_path / "off")
+    generate_llm(dims, LlmConfig(inference_elementwise=True, **kw), tmp_path / "on")
+    off, on = _nodes(tmp_path / "off"), _nodes(tmp_path / "on")
+    added = Counter(n.name for n in on) - Counter(n.name for n in off)
+    layers = LLAMA["layers"]
+    assert added == Counter({"aten::native_layer_norm": 2 * layers, "aten::add_": 2 * layers,
+                             "aten::silu": layers, "aten::mul": layers})
+    assert not Counter(n.name for n in off) - Counter(n.name for n in on)  # nothing else changes
+    rows = {"prefill": 4 * 32, "decode": 4, "mixed": 4 + 16}[mode]  # this step's tokens
+    assert _by_label(on, "fwd.l0.mb0.ln1.ln").inputs_shapes == f"[[{rows}, 256], [256], [256]]"
+    assert _by_label(on, "fwd.l0.mb0.fc1.silu").inputs_shapes == f"[[{rows}, {512 // 2}]]"
+    assert _comp_ops(tmp_path / "on", 2) == _comp_ops(tmp_path / "off", 2)
+    # training ignores it (its element-wise nodes follow --elementwise)
+    generate_llm(dims, LlmConfig(tp=2, micro_batches=1), tmp_path / "t0")
+    generate_llm(dims, LlmConfig(tp=2, micro_batches=1, inference_elementwise=True), tmp_path / "t1")
+    assert [n.name for n in _nodes(tmp_path / "t0")] == [n.name for n in _nodes(tmp_path / "t1")]
+
+
 def test_unfused_attention(tmp_path):
     dims = model_dims(**GPT)
     b, hq, s, d = 2, 8 // 2, 128, 32

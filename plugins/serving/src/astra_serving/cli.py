@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 
@@ -97,6 +98,10 @@ def add_serve_command(sub):
                      help="ratio of the token-count grid of the batch-shape buckets (> 1; default sqrt 2; see "
                      "docs/serving.md)")
     sim.add_argument("--exact-shapes", action="store_true", help="simulate every distinct batch shape (slow)")
+    sim.add_argument("--step-elementwise", action=argparse.BooleanOptionalAction, default=True,
+                     help="steps include each layer's norms, residual adds and activation (astra workload llm "
+                     "--inference-elementwise; default on: a serving engine runs them; --no-step-elementwise: "
+                     "GEMMs, attention, KV writes and collectives only, as astra workload llm's default)")
     sim.add_argument("--run-arg", action="append", default=[], metavar="FLAG",
                      help="a flag for every astra run (repeatable, e.g. --run-arg=--gpu-memory-op-rates=off)")
     out = p.add_argument_group("output")
@@ -187,7 +192,8 @@ def serve(args):
 
     started = time.perf_counter()
     platform = get_platform(args.platform)
-    source = _source(args) + (["--dtype", args.dtype] if args.dtype else [])
+    source = (_source(args) + (["--dtype", args.dtype] if args.dtype else [])
+              + (["--inference-elementwise"] if args.step_elementwise else []))
     layout = Layout(source, platform.name, tp=args.tp, pp=args.pp, ep=args.ep, run_args=list(args.run_arg),
                     gpus_per_node=platform.gpus_per_node)
     layout.dp  # checks the layout tiles whole nodes

@@ -51,7 +51,8 @@ flash-attention call per ring step (causal: Megatron's load-balanced chunks, see
 Interleaved 1F1B (``virtual_stages``): Megatron's interleaved schedule, virtual stage v = chunk*PP + p; per rank
 ``2*V*M - M*[p==0] - M*[p==PP-1]`` sends.
 
-Element-wise nodes (``elementwise``, training only, default on): LayerNorm, bias+GeLU / SiLU*mul, dropout and
+Element-wise nodes (``elementwise``, training, default on; inference only with ``inference_elementwise``: the
+layer forward's norms, residual adds and activation): LayerNorm, bias+GeLU / SiLU*mul, dropout and
 residual adds per layer, embedding lookup and cross entropy per micro-batch, one ``_fused_adam_`` per step over
 the rank's parameters (ADAM_BYTES_PER_PARAM); ``num_ops = 0`` so the FLOP totals above are unchanged; the ``gpu``
 compute model times them from ``inputs_shapes`` as memory-bound. ``attention="unfused"``: QK^T / AV ``aten::bmm``

@@ -158,6 +158,11 @@ def add_llm_command(sub):
                    help="flash attention: causal mask, timed by the gpu model as the lower triangle only, and "
                    "with --cp Megatron's load-balanced chunks (default on, decoder LMs; --no-causal: every "
                    "query attends to every key). num_ops counts the full block either way")
+    p.add_argument("--inference-elementwise", action=argparse.BooleanOptionalAction, default=False,
+                   help="inference (--mode prefill/decode/mixed): also emit each layer's norms, residual adds and "
+                   "activation (SiLU*mul / GeLU), unfused, as the gpu compute model times them from their shapes, "
+                   "as a serving engine runs them (default off: inference traces stay byte-identical to earlier "
+                   "releases; astra serve turns it on)")
     p.add_argument("--dropout", action=argparse.BooleanOptionalAction, default=True,
                    help="training with --elementwise: emit the dropout kernels (default on; --no-dropout for "
                    "models trained with hidden and attention dropout 0, e.g. MLPerf GPT-3)")
@@ -224,6 +229,7 @@ def dims_and_config(args):
                     prefill_done=args.prefill_done, cp=args.cp,
                     virtual_stages=args.virtual_stages, elementwise=args.elementwise, attention=args.attention,
                     causal=args.causal, dropout=args.dropout, gemm_dtype=args.gemm_dtype,
+                    inference_elementwise=args.inference_elementwise,
                     overlap_param_gather=args.overlap_param_gather, tp_comm_overlap=args.tp_comm_overlap,
                     reshard_after_forward=args.reshard_after_forward,
                     grad_sync_every_micro_batch=args.grad_sync_every_micro_batch,

@@ -28,7 +28,7 @@ class LayerOps:
         """Bias (GPT) + dropout + residual add on the residual stream (Megatron's fused bias-dropout-add, as two
         nodes: ``native_dropout`` of the branch output, then the in-place residual ``add_``)."""
         h, r = self.dims.hidden, self.ln_rows
-        if self.cfg.dropout:
+        if self.cfg.dropout and not self.cfg.inference:
             self.ew("aten::native_dropout", label + ".dropout", [self._t(r, h)], deps)
             deps = ()
         bias = [] if self.dims.gated else [self._t(h)]
@@ -50,7 +50,7 @@ class LayerOps:
     def act_fwd(self, label, rows, cols):
         """FFN activation on this rank's ``rows x cols`` (cols: the FFN inner size shard): bias + GeLU (fused,
         GPT) or SiLU(gate) * up (gated)."""
-        if not self.cfg.ew:
+        if not self.cfg.ew_forward:
             return
         if self.dims.gated:
             self.ew("aten::silu", label + ".silu", [self._t(rows, cols)])
@@ -139,7 +139,7 @@ class LayerOps:
         qkv = (dims.q_width + 2 * dims.kv_heads * d) // tp
         f1 = (2 if dims.gated else 1) * dims.ffn_hidden // tp
         deps = list(deps)
-        ew = cfg.ew
+        ew = cfg.ew_forward
         if ew:  # deps stay on the first GEMM too (ZeRO-3 gathers; already ordered by the chain)
             self.layer_norm(lab + ".ln1", deps)
         if dims.mla:
