@@ -37,7 +37,7 @@ def step_ns(tmp_path, *argv, run=()):
 def test_low_qps_matches_single_steps(tmp_path, host_us, graphs):
     """At very low QPS every request is alone: TTFT is one prefill step and each inter-token gap one decode step
     at batch 1, to the nanosecond, as astra workload llm + astra run give them, each plus the engine's host time
-    of its scheduler pass for one sequence (--host-us-per-seq; default vLLM v0.6.0's 37 us). With CUDA graphs
+    of its scheduler pass for one sequence (--host-us-per-seq; default vLLM v0.6.0's 42 us). With CUDA graphs
     (the default) the decode step is one graph launch: astra run --host-launch-us 0."""
     extra = ([] if host_us is None else ["--host-us-per-seq", str(host_us)]) + ["--cuda-graphs", graphs]
     report, rows = serve(tmp_path, "--tp", "8", "--qps", "0.01", "--requests", "3", "--prompt-len", "256",

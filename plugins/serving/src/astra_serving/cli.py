@@ -86,7 +86,7 @@ def add_serve_command(sub):
                           "decodes (vLLM V0's default scheduler, as v0.6.0 runs without chunked prefill)")
     eng.add_argument("--host-us-per-seq", type=non_negative_float, default=None, metavar="US",
                      help="host time of a scheduler pass per scheduled sequence (scheduling, input preparation; "
-                          "once per multi-step run); default 37, vLLM v0.6.0's (docs/serving.md)")
+                          "once per multi-step run); default 42, vLLM v0.6.0's (docs/serving.md)")
     eng.add_argument("--host-us-per-schedule", type=non_negative_float, default=0.0, metavar="US",
                      help="fixed host time of a scheduler pass (default 0)")
     eng.add_argument("--cuda-graphs", default="vllm", choices=("vllm", "off"),
