@@ -41,6 +41,21 @@ class GeneratedFile:
         return self.text
 
 
+def write_generated(files, directory):
+    """``{key: GeneratedFile}`` written into ``directory`` (each atomically, under its own name) ->
+    ``{key: path}``: a plugin's configurations kept on disk instead of in memory (``--platform ... --output``)."""
+    from pathlib import Path
+
+    from astra_sim.cliutil import write_text_atomic
+
+    paths = {}
+    for key, generated in files.items():
+        path = Path(directory) / generated.name
+        write_text_atomic(path, generated.text)
+        paths[key] = str(path)
+    return paths
+
+
 @contextlib.contextmanager
 def materialized(files):
     """``{key: GeneratedFile}`` -> ``{key: path}`` of the files written into a fresh private folder,

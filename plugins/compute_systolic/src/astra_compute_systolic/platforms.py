@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from fractions import Fraction
-from pathlib import Path
 
 from astra_sim.errors import ConfigError
 
@@ -195,8 +194,7 @@ def generate(name, nodes=1, topology=None, directory=None) -> dict:
     """The platform's system JSON, network YAML and SCALE-sim .cfg as the astra_provide_configuration dict:
     in memory (:class:`astra_sim.generated.GeneratedFile`, which ``astra run`` writes to a private folder only
     while it runs and records inline in the report), or, with ``directory``, written there (paths)."""
-    from astra_sim.cliutil import write_text_atomic
-    from astra_sim.generated import GeneratedFile
+    from astra_sim.generated import GeneratedFile, write_generated
 
     preset = get_preset(name)
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
@@ -211,10 +209,7 @@ def generate(name, nodes=1, topology=None, directory=None) -> dict:
         "systolic_config": GeneratedFile(f"{preset.name}.cfg", write_config(preset.config()), origin),
     }
     if directory is not None:
-        for key, generated in files.items():
-            path = Path(directory) / generated.name
-            write_text_atomic(path, generated.text)
-            files[key] = str(path)
+        files = write_generated(files, directory)
     return {
         "system_configuration": files["system_configuration"],
         "network_configuration": files["network_configuration"],

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 from astra_sim.errors import ConfigError
 
@@ -241,8 +240,7 @@ def generate(name, nodes=1, collective="ring", directory=None) -> dict:
     """The platform's system JSON and network YAML as the astra_provide_configuration dict: in memory
     (:class:`astra_sim.generated.GeneratedFile`, which ``astra run`` writes to a private folder only while
     it runs, and records inline in the report), or, with ``directory``, written there (paths)."""
-    from astra_sim.generated import GeneratedFile
-    from astra_sim.cliutil import write_text_atomic
+    from astra_sim.generated import GeneratedFile, write_generated
 
     platform = get_platform(name)
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
@@ -254,10 +252,7 @@ def generate(name, nodes=1, collective="ring", directory=None) -> dict:
         "network_configuration": GeneratedFile("network.yml", network_yaml(platform, nodes), origin),
     }
     if directory is not None:
-        for key, generated in files.items():
-            path = Path(directory) / generated.name
-            write_text_atomic(path, generated.text)
-            files[key] = str(path)
+        files = write_generated(files, directory)
     return {
         **files,
         "options": {"gpu": load_gpu(platform.gpu).name,

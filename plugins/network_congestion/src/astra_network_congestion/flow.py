@@ -765,14 +765,9 @@ class FlowNetwork:
     def in_switch(self, dim):
         """The switch of dimension ``dim`` for ``inSwitch``: the analytical YAML's ``switch_reduction*`` keys, or
         an InfraGraph's switches that declare reduction (:mod:`astra_network_congestion.switch_tiers`)."""
-        config = getattr(self, "switch_config", None)
-        if config is None:
-            from astra_network_congestion.switch_tiers import graph_in_switch
+        from astra_network_congestion.switch_tiers import network_in_switch
 
-            return graph_in_switch(self.graph, self.npus_per_dim, dim)
-        from astra_network_analytical import in_switch_spec
-
-        return in_switch_spec(config, dim)
+        return network_in_switch(self, dim)
 
     def describe(self):
         out = {

@@ -104,6 +104,18 @@ def dimension_groups(npus_per_dim, dim):
     return [[base + k * stride for k in range(size)] for base in range(total) if (base // stride) % size == 0]
 
 
+def network_in_switch(network, dim):
+    """What the ``congestion`` and ``flow`` backends answer to ``in_switch(dim)``: the analytical YAML's
+    ``switch_reduction*`` keys when the network came from one (``network.switch_config``), else the InfraGraph's
+    switches that declare reduction (:func:`graph_in_switch`)."""
+    config = getattr(network, "switch_config", None)
+    if config is None:
+        return graph_in_switch(network.graph, network.npus_per_dim, dim)
+    from astra_network_analytical import in_switch_spec
+
+    return in_switch_spec(config, dim)
+
+
 def graph_in_switch(graph, dims, dim):
     """The :class:`astra_sim.api.InSwitchSpec` of logical dimension ``dim`` (of ``dims``, the backend's
     logical dimensions) of ``graph`` (None when ``dim`` is not one of them); a ConfigError when no reducing

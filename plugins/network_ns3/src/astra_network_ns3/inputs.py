@@ -115,11 +115,6 @@ def resolve(name, base_file):
     return beside if os.path.exists(beside) else name
 
 
-def _read_lines(path, what):
-    """The lines of ``path`` (``what``: e.g. ``"topology file"``), read through the kernel's bounded reader."""
-    return read_text(path, what.removesuffix(" file")).splitlines()
-
-
 def _number(text, where, kind=float, minimum=None):
     try:
         value = kind(text)
@@ -173,7 +168,7 @@ def _parse_map(values, where, kind):
 
 def read_network_cfg(path):
     """Read ``network_cfg.txt`` into :class:`Ns3Config` (CC mode checked by :func:`check_cc_mode`)."""
-    lines = _read_lines(path, "network configuration file")
+    lines = read_text(path, "network configuration").splitlines()
     config = Ns3Config(path=path)
     seen = set()
     for number, raw in enumerate(lines, 1):
@@ -273,7 +268,7 @@ def read_config_topology(config):
 
 def read_topology(path):
     """Read the topology file (see the module docstring)."""
-    lines = _read_lines(path, "topology file")
+    lines = read_text(path, "topology").splitlines()
     rows = [(n, line.split()) for n, line in enumerate(lines, 1) if line.split()]
     if not rows:
         raise ConfigError(f"{path}: empty topology file (expected 'nodes switches links' on line 1)")
@@ -335,7 +330,7 @@ def read_topology(path):
 
 def read_logical_topology(path, npus):
     """``{"logical-dims": ["8"]}`` -> [8]; the product must be the NPU count."""
-    lines = _read_lines(path, "logical topology file")
+    lines = read_text(path, "logical topology").splitlines()
     text = "\n".join(lines)
     try:
         raw = json.loads(text)
