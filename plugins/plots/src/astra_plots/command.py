@@ -10,7 +10,8 @@ Writes into DIR, each file whole (a temporary name, then renamed):
 * ``latency_cdf.png`` and, for a QPS sweep or several reports, ``throughput_latency.png`` (``astra serve``
   reports): TTFT/TPOT/E2E CDFs and the throughput-latency curve;
 * ``sweep_results.png`` (an ``astra sweep`` results file, .csv or .parquet, instead of reports): step time of
-  every point, grouped by the axes.
+  every point, grouped by the axes; for a sweep of serving points (``workload.serve``) ``throughput_latency.png``
+  instead, one curve per deployment.
 
 A file that is not a report (or not a timeline) is an error naming it (exit 2), as is a DIR that cannot be
 written, before anything is drawn.
@@ -110,12 +111,16 @@ def _plot_sweep_results(args):
 
     if len(args.reports) > 1 or args.timeline:
         raise ConfigError("astra plot: a sweep results file is drawn alone (no other report, no --timeline)")
+    from astra_plots.serving import is_serve_sweep, serve_sweep_figure
+
     axes, rows = read_sweep_results(args.reports[0])
-    fig = figures.sweep_results_figure(axes, rows, os.path.basename(args.reports[0]))
+    serving = is_serve_sweep(rows)
+    figure = serve_sweep_figure if serving else figures.sweep_results_figure
+    fig = figure(axes, rows, os.path.basename(args.reports[0]))
     if fig is None:
         print(f"astra plot: {args.reports[0]} has no finished point: nothing drawn")
         return 0
-    for path in _save(fig, args.output, "sweep_results", args.svg):
+    for path in _save(fig, args.output, "throughput_latency" if serving else "sweep_results", args.svg):
         print(f"wrote {path}")
     return 0
 

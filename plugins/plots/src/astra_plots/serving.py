@@ -1,5 +1,6 @@
 """``astra plot`` for ``astra serve`` reports: latency CDFs (TTFT, TPOT, end-to-end) of each report, and the
-throughput-latency curve of a QPS sweep (``astra serve --qps 1,2,4 ...``, or several serve reports).
+throughput-latency curve of a QPS sweep (``astra serve --qps 1,2,4 ...``, several serve reports, or an ``astra
+sweep`` results file of serving points: one curve per deployment).
 
 A serve report is recognised by its ``ttft_ms`` and ``deployment`` keys (a sweep's by ``qps_sweep``)."""
 
@@ -100,3 +101,58 @@ def plot_serve(paths, output, svg, save):
         written += save(throughput_latency_figure([points[i] for i in order], [labels[i] for i in order]), output,
                         "throughput_latency", svg)
     return written
+
+
+QPS_AXIS = "workload.serve.qps"
+
+
+def is_serve_sweep(rows):
+    """Whether ``astra sweep`` rows are serving points (their row has the serving columns)."""
+    return any("throughput_tokens_per_s" in row for row in rows)
+
+
+def serve_sweep_figure(axes, rows, title):
+    """Throughput-latency curves of an ``astra sweep`` of serving points: TTFT and TPOT (p50 solid, p99 dashed)
+    against output throughput, one curve per value of the axes other than ``workload.serve.qps`` (points sorted by
+    throughput, labelled with their QPS); None when no point finished."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def number(row, key):
+        try:
+            return float(row.get(key))
+        except (TypeError, ValueError):
+            return None
+
+    done = [r for r in rows if r.get("status") == "ok" and number(r, "throughput_tokens_per_s") is not None]
+    if not done:
+        return None
+    outer = [a for a in axes if a != QPS_AXIS]
+    curves = {}
+    for row in done:
+        name = ", ".join(f"{a.split('.')[-1]}={row.get(a)}" for a in outer) or "deployment"
+        curves.setdefault(name, []).append(row)
+    fig, panels = plt.subplots(1, 2, figsize=(12, 4.5))
+    for ax, key, label in zip(panels, ("ttft", "tpot"), ("TTFT", "TPOT")):
+        for i, (name, members) in enumerate(curves.items()):
+            members.sort(key=lambda r: number(r, "throughput_tokens_per_s"))
+            x = [number(r, "throughput_tokens_per_s") for r in members]
+            color = f"C{i % 10}"
+            ax.plot(x, [number(r, f"{key}_p50_ms") for r in members], "o-", color=color, label=f"{name} p50")
+            ax.plot(x, [number(r, f"{key}_p99_ms") for r in members], "s--", color=color, alpha=0.6,
+                    label=f"{name} p99")
+            if QPS_AXIS in axes:
+                for xi, r in zip(x, members):
+                    ax.annotate(f"{r.get(QPS_AXIS)}", (xi, number(r, f"{key}_p50_ms")), fontsize=7,
+                                textcoords="offset points", xytext=(3, 3))
+        ax.set_xlabel("output throughput (tokens/s)")
+        ax.set_ylabel(f"{label} (ms)")
+        ax.set_yscale("log")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{title}: throughput-latency, {len(done)} of {len(rows)} points"
+                 + (" (labels: QPS)" if QPS_AXIS in axes else ""), fontsize=10)
+    fig.tight_layout()
+    return fig

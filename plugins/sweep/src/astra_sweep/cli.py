@@ -10,7 +10,8 @@ from astra_sim.cliutil import positive_float, positive_int
 def add_commands(sub):
     p = sub.add_parser(
         "sweep", help="run every point of a sweep spec (YAML) and write one row per point (Parquet or CSV)",
-        description="Run the points of SPEC.yaml (workload, run options, axes: grid / zip / random) on a local "
+        description="Run the points of SPEC.yaml (workload, run options, axes: grid / zip / random; or workload.serve: "
+        "astra serve's options, one serving run per point) on a local "
         "process pool or a Dask cluster and write one row per point to RESULTS (.parquet or .csv). Each finished "
         "point is kept at once; the same command after an interruption runs only the missing points.")
     p.add_argument("spec", metavar="SPEC.yaml")

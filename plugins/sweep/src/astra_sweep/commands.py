@@ -1,5 +1,6 @@
-"""The parsers of the commands a sweep spec names (``astra run``, ``astra workload llm|micro``), taken from the
-real ``astra`` command line with every installed plugin's options, so a spec accepts exactly what they do."""
+"""The parsers of the commands a sweep spec names (``astra run``, ``astra workload llm|micro``, ``astra serve``
+when the serving plugin is installed), taken from the real ``astra`` command line with every installed plugin's
+options, so a spec accepts exactly what they do."""
 
 from __future__ import annotations
 
@@ -14,12 +15,17 @@ def _subparser(parser, name):
 
 
 def command_parsers(pm=None):
-    """{"pm": plugin manager, "parsers": {"run": ..., "llm": ..., "micro": ...}}."""
+    """{"pm": plugin manager, "parsers": {"run": ..., "llm": ..., "micro": ..., "serve": ... (if installed)}}."""
     from astra_sim.cli import build_parser
     from astra_sim.plugins import make_plugin_manager
 
     pm = pm or make_plugin_manager()
     parser = build_parser(pm)
     workload = _subparser(parser, "workload")
-    return {"pm": pm, "parsers": {"run": _subparser(parser, "run"), "llm": _subparser(workload, "llm"),
-                                  "micro": _subparser(workload, "micro")}}
+    parsers = {"run": _subparser(parser, "run"), "llm": _subparser(workload, "llm"),
+               "micro": _subparser(workload, "micro")}
+    try:
+        parsers["serve"] = _subparser(parser, "serve")
+    except KeyError:  # the serving plugin is not installed: a spec's workload.serve says so
+        pass
+    return {"pm": pm, "parsers": parsers}

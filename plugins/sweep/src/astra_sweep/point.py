@@ -316,6 +316,9 @@ def _simulate(point, ref, sweep_id, row):
     from astra_sweep.spec import to_argv
 
     state = worker_state()
+    if ref.kind == "serve":
+        fill_serve_row(row, _serve(parse_serve_args(state["parsers"]["serve"], ref.argv)))
+        return
     prefix = materialise(ref, sweep_id, state["parsers"])
     npus = trace_npus(prefix)
     row["peak_mem_bytes"] = _estimate(prefix)
@@ -337,6 +340,52 @@ def _simulate(point, ref, sweep_id, row):
             plugin_manager=state["pm"], options=options, fold=not args.no_fold)
         report = simulation.run()
     fill_row(row, report.to_dict())
+
+
+def parse_serve_args(parser, argv):
+    """``astra serve ARGV -q`` parsed, its platform checked; a ConfigError naming what argparse refused."""
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            args = parser.parse_args(list(argv) + ["-q"])
+    except SystemExit:
+        lines = err.getvalue().strip().splitlines()
+        raise ConfigError(f"astra serve: {lines[-1] if lines else 'invalid arguments'}") from None
+    if args.qps is not None and "," in str(args.qps):
+        raise ConfigError(f"astra serve: --qps {args.qps}: one rate per point (make the rates an axis, "
+                          "workload.serve.qps)")
+    from astra_gpu_model.platforms import get_platform
+
+    get_platform(args.platform)
+    return args
+
+
+def _serve(args):
+    from astra_serving.cli import serve
+
+    report, _requests = serve(args)
+    return report
+
+
+#: serving rows: the report's latency distributions (ms) as <name>_<stat>_ms columns
+SERVE_LATENCIES = (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("e2e", "e2e_ms"), ("queueing", "queueing_delay_ms"))
+
+
+def fill_serve_row(row, report):
+    """A serving point's row: TTFT, TPOT, end-to-end and queueing p50/p90/p99 (ms), output and request
+    throughput, the GPUs of the deployment and, with an SLO, goodput (requests/s meeting it)."""
+    for name, key in SERVE_LATENCIES:
+        dist = report.get(key) or {}
+        for stat in ("p50", "p90", "p99"):
+            row[f"{name}_{stat}_ms"] = dist.get(stat)
+    for key in ("throughput_tokens_per_s", "throughput_requests_per_s", "requests", "output_tokens",
+                "preemptions", "duration_s"):
+        row[key] = report.get(key)
+    row["gpus"] = (report.get("deployment") or {}).get("gpus")
+    goodput = report.get("goodput")
+    if isinstance(goodput, dict):
+        row["goodput_requests_per_s"] = goodput.get("requests_per_s")
+        row["slo_fraction"] = goodput.get("fraction")
 
 
 def _estimate(prefix):

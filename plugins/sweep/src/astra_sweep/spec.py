@@ -16,8 +16,14 @@ run's ``--gpu`` or the platform's GPU: ``gpu.hbm_bandwidth_gbps``, ``gpu.tensor_
 (keys of the network YAML and system JSON, ``network.bandwidth.1`` for one dimension's entry). ``nodes`` is
 short for ``run.nodes``; without it a platform gets as many nodes as the workload's ranks fill.
 
-Every option is checked against the real parsers of ``astra run`` and ``astra workload llm|micro``, so a spec
-error names the axis (or key), the option and the value, before anything runs.
+Serving points: ``workload: {serve: {...}}`` holds ``astra serve``'s long options (platform, tp, qps, requests,
+...), each point is one ``astra serve`` run and its row has the serving columns (``ttft_p50_ms`` ...
+``throughput_tokens_per_s``, see :func:`astra_sweep.point.fill_serve_row`); the axes are ``workload.serve.<option>``
+(``workload.serve.qps: [1, 2, 4, 8]`` is a QPS sweep, which ``astra plot`` draws as throughput-latency curves),
+and ``run``, ``gpu``, ``platform``, ``network`` and ``system`` do not apply.
+
+Every option is checked against the real parsers of ``astra run``, ``astra workload llm|micro`` and ``astra
+serve``, so a spec error names the axis (or key), the option and the value, before anything runs.
 """
 
 from __future__ import annotations
@@ -34,11 +40,13 @@ from dataclasses import dataclass, field
 
 from astra_sim.errors import ConfigError
 
-WORKLOAD_KINDS = ("trace", "llm", "micro")
+WORKLOAD_KINDS = ("trace", "llm", "micro", "serve")
 TOP_KEYS = ("workload", "run", "axes", "gpu", "platform", "network", "system")
 AXIS_KINDS = ("grid", "zip", "random")
 #: astra run options the sweep sets itself
 RESERVED_RUN = ("workload-configuration", "report-json", "astra-sim-log", "quiet", "max-table-ranks", "plugin")
+#: astra serve options the sweep sets itself, or that write files of their own
+RESERVED_SERVE = ("report-json", "requests-csv", "timeline", "save-trace", "quiet")
 #: astra run options naming files whose contents travel with the point (Dask workers share no paths)
 FILE_RUN_OPTIONS = ("system-configuration", "network-configuration", "remote-memory-configuration",
                     "comm-group-configuration")
@@ -113,10 +121,16 @@ def parse_spec(data, path, parsers):
     for key, value in [("run", run), *sections.items()]:
         if not isinstance(value, dict):
             raise ConfigError(f"{path}: {key} must be a mapping, got {value!r}")
+    if kind == "serve":
+        _serve_parser(parsers, _where(path, "workload.serve"))
+        for key, value in [("run", run), *sections.items()]:
+            if value:
+                raise ConfigError(f"{path}: {key}: a serving spec (workload.serve) takes astra serve's options "
+                                  f"under workload.serve (platform, tp, qps, ...); {key} does not apply")
     base = Point({}, kind, dict(options), dict(run), **copy.deepcopy(sections))
     for name, value in base.workload.items():
         if kind != "trace":
-            check_option(parsers[kind], name, value, _where(path, f"workload.{kind}.{name}"), f"astra workload {kind}")
+            _check_workload_option(parsers, kind, name, value, _where(path, f"workload.{kind}.{name}"))
     for name, value in base.run.items():
         _check_run_option(parsers["run"], name, value, _where(path, f"run.{name}"))
     for name in base.platform:
@@ -221,14 +235,32 @@ def apply_axis(point, axis, value):
                           "platform.<field>, network.<key> or system.<key>")
 
 
+def _serve_parser(parsers, where):
+    if "serve" not in parsers:
+        raise ConfigError(f"{where}: serving points need astra serve (pip install the astra-serving plugin)")
+    return parsers["serve"]
+
+
+def _check_workload_option(parsers, kind, name, value, where):
+    if kind == "serve":
+        if name in RESERVED_SERVE:
+            raise ConfigError(f"{where}: {name} is set by the sweep itself (each point's report is its row)")
+        check_option(_serve_parser(parsers, where), name, value, where, "astra serve")
+    else:
+        check_option(parsers[kind], name, value, where, f"astra workload {kind}")
+
+
 def _check_axis_value(parsers, point, axis, value, path):
     where = f"{path}: axis {axis}"
     head, _, rest = axis.partition(".")
+    if point.workload_kind == "serve" and head != "workload":
+        raise ConfigError(f"{where}: a serving spec varies astra serve's options (workload.serve.<option>, e.g. "
+                          "workload.serve.qps); run, nodes, gpu, platform, network and system do not apply")
     if axis == "nodes" or head == "run":
         _check_run_option(parsers["run"], rest or "nodes", value, where)
     elif head == "workload" and point.workload_kind != "trace":
         option = rest.partition(".")[2]
-        check_option(parsers[point.workload_kind], option, value, where, f"astra workload {point.workload_kind}")
+        _check_workload_option(parsers, point.workload_kind, option, value, where)
     elif head == "workload":
         if not isinstance(value, str):
             raise ConfigError(f"{where}: value {value!r} is not a trace prefix")

@@ -50,6 +50,13 @@ class Plan:
                 continue
             parser = parsers[point.workload_kind]
             argv = to_argv(parser, point.workload)
+            if point.workload_kind == "serve":
+                from .point import parse_serve_args
+
+                try:
+                    parse_serve_args(parser, argv)
+                except AstraError as exc:
+                    self.early[point.id] = f"error: {exc}"
             if point.workload_kind == "llm":
                 from astra_workload_generators.llm.cli import dims_and_config
 
@@ -75,6 +82,8 @@ def check_base(plan, sweep_id, state):
     where = f"{spec.path}: the base case (the spec without its axes)"
     if base.id in plan.early:
         raise ConfigError(f"{where} fails: {plan.early[base.id].partition(': ')[2]}")
+    if base.workload_kind == "serve":  # checked when parsed (options, platform); each point runs astra serve
+        return
     try:
         prefix = materialise(plan.refs[base.id], sweep_id, state["parsers"])
         with tempfile.TemporaryDirectory(prefix="astra-base-") as folder:
