@@ -221,3 +221,45 @@ def test_engine_invariants(lengths, blocks, block_size, preemption, chunked, pre
         assert e.blocks.used == 0 and not e.running and not e.waiting and not e.swapped
         assert e.blocks.free + len(e.blocks.evictable) == e.blocks.total
     assert sum(e.tokens_decoded for e in engines) <= sum(r.output_tokens - 1 for r in requests)
+
+
+# ------------------------------------------------------------------------ pipeline parallelism: virtual engines
+class StagedTimer(LinearTimer):
+    """LinearTimer's step split over two pipeline stages, 40 % and 60 %."""
+
+    def stage_ns(self, prefill, decode, context, prefill_done=0, graph=False):
+        total = self.step_ns(prefill, decode, context, prefill_done, graph)
+        first = total * 2 // 5
+        return [first, total - first]
+
+
+def test_pipeline_stages_take_one_batch_at_a_time_in_order():
+    from astra_serving.engine import Pipeline
+
+    pipe = Pipeline(2)
+    assert pipe.run(0, [[4, 6]]) == 10           # alone: the sum of its stages
+    assert pipe.run(0, [[4, 6]]) == 16           # the next batch entered stage 0 at 4 and waited for stage 1
+    assert pipe.run(100, [[4, 6], [4, 6]]) == 120  # two steps of one engine: the second needs the first's tokens
+    assert pipe.free_ns == [114, 120]
+
+
+def test_virtual_engines_overlap_on_the_stages_and_alone_cost_the_whole_pipeline():
+    from astra_serving.engine import Pipeline
+
+    def run(virtual, n, gap_ns):
+        timer = StagedTimer()
+        pipe = Pipeline(2) if virtual > 1 else None
+        engines = [Engine(v, timer, BlockManager(1000 // virtual, 16), EngineConfig(max_num_seqs=4), 1000,
+                          pipeline=pipe, replica=0, virtual_engine=v) for v in range(virtual)]
+        requests = Cluster(engines, "least-loaded").run(reqs(n, gap_ns=gap_ns))
+        return requests, max(r.finish_ns for r in requests)
+
+    # one request at a time: a virtual engine's iteration is the whole pipeline, as without virtual engines
+    alone, _ = run(2, 3, 10**10)
+    serial, _ = run(1, 3, 10**10)
+    assert [(r.first_token_ns - r.arrival_ns, r.finish_ns - r.arrival_ns) for r in alone] == \
+        [(r.first_token_ns - r.arrival_ns, r.finish_ns - r.arrival_ns) for r in serial]
+    # saturated (more work than max_num_seqs): two engines keep both stages busy
+    _, overlapped = run(2, 40, 0)
+    _, one_at_a_time = run(1, 40, 0)
+    assert one_at_a_time / overlapped > 1.3

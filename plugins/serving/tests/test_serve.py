@@ -155,3 +155,44 @@ def test_a_small_kv_cache_bounds_the_batch_and_preempts(tmp_path):
     assert report["limits"]["kv_cache"] > report["limits"]["max_num_seqs"]
     assert report["preemptions"] > 0 and report["kv_cache_utilisation"]["max"] > 0.8
     assert len(rows) == 200
+
+
+def test_stage_times_split_a_pipelined_step_at_its_stages_ends():
+    from astra_serving.steptime import stage_times
+
+    report = {"summary": {"max_finish_ns": 300}, "ranks": [{"finish_ns": f} for f in (120, 120, 300, 300)]}
+    assert stage_times(report, 2) == (120, 180)
+    assert stage_times(report, 1) == (300,)
+    odd = {"summary": {"max_finish_ns": 301}, "ranks": [{"finish_ns": 301}] * 3}
+    assert stage_times(odd, 2) == (150, 151)  # ranks that do not split into stages: an equal split
+
+
+def test_pipeline_parallel_low_qps_matches_single_steps_and_virtual_engines_raise_throughput(tmp_path):
+    """PP 2: alone, a request's TTFT is one prefill step of the whole pipeline and its token gaps decode steps,
+    to the ns, as astra workload llm --pp 2 + astra run give them (the virtual engines' stage times sum to the
+    step); saturated, vLLM V0's two virtual engines overlap on the stages and serve more than one batch at a
+    time through the pipeline (--virtual-engines 1)."""
+    prefix, out = str(tmp_path / "pp"), str(tmp_path / "pp.json")
+
+    def step(*argv, graph=False):
+        astra(["workload", "llm", *MODEL, "--tp", "4", "--pp", "2", "--logits", "last", "--inference-elementwise",
+               *argv, "-o", prefix])
+        astra(["run", "--workload-configuration", prefix, "--platform", "hgx-h100", *(
+            ["--host-launch-us", "0"] if graph else []), "--report-json", out, "-q"])
+        with open(out) as handle:
+            return json.load(handle)["summary"]["max_finish_ns"]
+
+    report, rows = serve(tmp_path, "--tp", "4", "--pp", "2", "--qps", "0.01", "--requests", "2", "--prompt-len", "128",
+                         "--output-len", "3", "--exact-shapes", "--host-us-per-seq", "0")
+    assert report["deployment"]["virtual_engines"] == 2 and len(report["replicas"]) == 2
+    prefill = step("--mode", "prefill", "--batch-size", "1", "--prompt-len", "128")
+    decodes = [step("--mode", "decode", "--batch-size", "1", "--prompt-len", "128", "--decode-len", str(k), graph=True)
+               for k in (1, 2)]
+    for row in rows:
+        assert int(row["first_token_ns"]) - int(row["arrival_ns"]) == prefill
+        assert int(row["finish_ns"]) - int(row["first_token_ns"]) == sum(decodes)
+    common = ["--tp", "4", "--pp", "2", "--qps", "1000", "--requests", "120", "--prompt-len", "256", "--output-len",
+              "64", "--max-num-seqs", "16"]
+    two, _ = serve(tmp_path, *common, name="two")
+    one, _ = serve(tmp_path, *common, "--virtual-engines", "1", name="one")
+    assert two["throughput_tokens_per_s"] > 1.3 * one["throughput_tokens_per_s"]

@@ -27,8 +27,12 @@ def add_serve_command(sub):
     p.add_argument("--nodes", type=positive_int, metavar="N",
                    help="nodes per replica (default: the fewest that hold TP x PP x EP GPUs; checked when given)")
     p.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel size of a replica")
-    p.add_argument("--pp", type=positive_int, default=1, help="pipeline stages of a replica (an iteration is the "
-                   "whole pipeline's latency: micro-batches of different iterations do not overlap)")
+    p.add_argument("--pp", type=positive_int, default=1, help="pipeline stages of a replica, run as vLLM V0 runs "
+                   "them: one virtual engine per stage (--virtual-engines), whose batches follow each other through "
+                   "the stages")
+    p.add_argument("--virtual-engines", type=positive_int, default=None, metavar="N",
+                   help="with --pp: schedulers per replica, each with 1/N of the KV cache, whose iterations overlap "
+                   "on the stages (default --pp, vLLM V0's; 1: one batch at a time through the whole pipeline)")
     p.add_argument("--ep", type=positive_int, default=1, help="expert-parallel size (MoE; attention data-parallel "
                    "over the EP ranks, each taking its share of the batch)")
     p.add_argument("--dtype", default=None, help="activation/KV type (astra workload llm --dtype; default bf16)")
@@ -183,7 +187,9 @@ def serve(args):
 
     from .capacity import kv_capacity
     from .cluster import Cluster
-    from .engine import VLLM_CUDA_GRAPH_SIZES, Engine, EngineConfig
+    import itertools
+
+    from .engine import VLLM_CUDA_GRAPH_SIZES, Engine, EngineConfig, Pipeline
     from .kvcache import BlockManager
     from .metrics import build_report
     from .requests import generate_requests, parse_length, parse_prune, read_trace, write_trace
@@ -230,18 +236,29 @@ def serve(args):
                 r.prefix_group, r.prefix_tokens = "shared", min(args.shared_prefix, r.prompt_tokens)
     if args.save_trace:
         write_trace(requests, args.save_trace)
-    too_long = [r for r in requests if r.prompt_tokens + r.output_tokens > cap.tokens]
+    virtual_engines = args.pp if args.virtual_engines is None else args.virtual_engines
+    if args.pp == 1 and virtual_engines != 1:
+        raise ConfigError(f"--virtual-engines {virtual_engines}: virtual engines are for --pp > 1 (one per stage)")
+    if virtual_engines not in (1, args.pp):
+        raise ConfigError(f"--virtual-engines must be 1 or --pp ({args.pp}), got {virtual_engines}")
+    engine_tokens = cap.blocks // virtual_engines * cap.block_size
+    too_long = [r for r in requests if r.prompt_tokens + r.output_tokens > engine_tokens]
     if too_long:
         r = too_long[0]
+        share = f" (a virtual engine's share: 1/{virtual_engines})" if virtual_engines > 1 else ""
         raise ConfigError(f"request {r.id} needs {r.prompt_tokens + r.output_tokens} KV positions but a replica's "
-                          f"cache holds {cap.tokens} ({cap.blocks} blocks of {cap.block_size}); use more GPUs per "
-                          "replica or a smaller --max-model-len")
+                          f"cache holds {engine_tokens}{share} ({cap.blocks} blocks of {cap.block_size}); use more "
+                          "GPUs per replica or a smaller --max-model-len")
     ratio = args.bucket_ratio or DEFAULT_RATIO
     if ratio <= 1.0:
         raise ConfigError(f"--bucket-ratio must be > 1 (--exact-shapes turns bucketing off), got {ratio}")
     timer = StepTimer(layout, ratio=ratio, exact=args.exact_shapes)
 
-    def engine(index, role):
+    counter = itertools.count()
+
+    def replica_engines(replica, role):
+        """The engines of one replica: one, or ``virtual_engines`` over a shared :class:`Pipeline` (PP > 1),
+        each with its share of the KV cache."""
         config = EngineConfig(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
                               chunked_prefill=not args.no_chunked_prefill, policy=args.policy,
                               preemption=args.preemption, swap_bytes_per_s=args.swap_gbps * 1e9, role=role,
@@ -250,8 +267,13 @@ def serve(args):
                               host_ns_per_schedule=int(round(args.host_us_per_schedule * 1000)),
                               host_ns_per_seq=int(round(host_us_per_seq(args) * 1000)),
                               cuda_graph_sizes=VLLM_CUDA_GRAPH_SIZES if args.cuda_graphs == "vllm" else ())
-        return Engine(index, timer, BlockManager(cap.blocks, cap.block_size, args.prefix_caching), config,
-                      cap.kv_bytes_per_token)
+        if virtual_engines == 1:
+            return [Engine(next(counter), timer, BlockManager(cap.blocks, cap.block_size, args.prefix_caching),
+                           config, cap.kv_bytes_per_token, replica=replica)]
+        pipeline = Pipeline(args.pp)
+        return [Engine(next(counter), timer, BlockManager(cap.blocks // virtual_engines, cap.block_size,
+                                                          args.prefix_caching), config, cap.kv_bytes_per_token,
+                       pipeline=pipeline, replica=replica, virtual_engine=v) for v in range(virtual_engines)]
 
     sample_ns = max(1_000_000, (requests[-1].arrival_ns // 2000) if requests else 1_000_000)
     transfer = None
@@ -264,8 +286,8 @@ def serve(args):
             raise ConfigError(f"--disaggregate: expected P:D (prefill and decode replicas, each >= 1), got "
                               f"{args.disaggregate!r}") from None
         transfer = KvTransferTimer(layout, args.nic_gbit, ratio=ratio, exact=args.exact_shapes)
-        prefill = [engine(i, "prefill") for i in range(n_p)]
-        decode = [engine(n_p + i, "decode") for i in range(n_d)]
+        prefill = [e for i in range(n_p) for e in replica_engines(i, "prefill")]
+        decode = [e for i in range(n_d) for e in replica_engines(n_p + i, "decode")]
         cluster = Cluster(prefill, args.router, decode, transfer, cap.kv_bytes_per_token, sample_ns)
         replicas = n_p + n_d
         description = f"{n_p} prefill + {n_d} decode replicas of TP {args.tp} x PP {args.pp}" + (
@@ -273,7 +295,7 @@ def serve(args):
     else:
         if args.nic_gbit is not None:
             raise ConfigError("--nic-gbit is for --disaggregate (the KV transfer's network)")
-        cluster = Cluster([engine(i, "both") for i in range(args.replicas)], args.router,
+        cluster = Cluster([e for i in range(args.replicas) for e in replica_engines(i, "both")], args.router,
                           sample_every_ns=sample_ns)
         replicas = args.replicas
         description = f"{replicas} replica{'s' if replicas > 1 else ''} of TP {args.tp} x PP {args.pp}" + (
@@ -290,7 +312,7 @@ def serve(args):
     engines = cluster.engines + cluster.decode_engines
     report["deployment"] = {
         "model": args.model or args.preset, "platform": platform.name, "gpu": gpu.name,
-        "gpus": replicas * layout.gpus, "gpus_per_replica": layout.gpus,
+        "gpus": replicas * layout.gpus, "gpus_per_replica": layout.gpus, "virtual_engines": virtual_engines,
         "nodes_per_replica": layout.nodes, "replicas": replicas, "tp": args.tp, "pp": args.pp, "ep": args.ep,
         "disaggregate": args.disaggregate, "router": args.router, "description": description,
         "engine": {"max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": args.max_num_batched_tokens,
@@ -306,7 +328,8 @@ def serve(args):
     iterations = sum(e.iterations for e in engines)
     report["limits"] = {k: sum(e.limited[k] for e in engines) / max(1, iterations)
                         for k in ("max_num_seqs", "token_budget", "kv_cache")}
-    report["replicas"] = [{"index": e.index, "role": e.config.role, "iterations": e.iterations,
+    report["replicas"] = [{"index": e.index, "replica": e.replica, "virtual_engine": e.virtual_engine,
+                           "role": e.config.role, "iterations": e.iterations,
                            "busy_fraction": e.busy_ns / max(1, max(r.finish_ns for r in requests)),
                            "preemptions": e.preemptions, "prefill_tokens": e.tokens_prefilled,
                            "decode_tokens": e.tokens_decoded} for e in engines]

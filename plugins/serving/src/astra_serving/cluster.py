@@ -92,7 +92,11 @@ class Cluster:
             if seq.req.scheduled_ns is None:
                 seq.req.scheduled_ns = self.now
                 self._queue_change(-1)
-        duration = engine.duration_ns(batch)
+        if engine.pipeline is not None:
+            ready = self.now + engine.host_ns(batch) + batch.extra_ns
+            duration = engine.pipeline.run(ready, engine.stage_ns(batch)) - self.now
+        else:
+            duration = engine.duration_ns(batch)
         if self.record_iterations:
             self.iterations.append((engine.index, self.now, duration, batch.prefill_tokens, batch.decode_seqs,
                                     batch.context))
@@ -110,7 +114,7 @@ class Cluster:
             if kind == "arrival":
                 self._queue_change(+1)
                 engine = self.route(data, self.engines)
-                data.replica = engine.index
+                data.replica = engine.replica
                 engine.add(Seq(data))
                 self._kick(engine)
             elif kind == "step":
@@ -147,12 +151,13 @@ class Cluster:
         target = self.route(seq.req, self.decode_engines) if self.router != "round-robin" else min(
             self.decode_engines, key=lambda e: (e.load_tokens(), e.index))
         duration = self.transfer.transfer_ns(seq.req.prompt_tokens * self.kv_bytes_per_token)
-        # one transfer at a time per sending and per receiving replica (its NICs carry the whole transfer)
-        start = max(self.now, self._link_free.get(("send", engine.index), 0),
-                    self._link_free.get(("recv", target.index), 0))
+        # one transfer at a time per sending and per receiving replica (its NICs carry the whole transfer; the
+        # virtual engines of a pipeline-parallel replica share them)
+        start = max(self.now, self._link_free.get(("send", engine.replica), 0),
+                    self._link_free.get(("recv", target.replica), 0))
         end = start + duration
-        self._link_free[("send", engine.index)] = end
-        self._link_free[("recv", target.index)] = end
+        self._link_free[("send", engine.replica)] = end
+        self._link_free[("recv", target.replica)] = end
         self.transfers.append((seq.req.id, start, end, engine.index, target.index))
         self._push(end, "kv", (engine, seq, target))
 

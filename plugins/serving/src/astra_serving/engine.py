@@ -54,6 +54,28 @@ HOST_US_PER_SEQ_VLLM060 = 42.0
 VLLM_CUDA_GRAPH_SIZES = (1, 2, 4) + tuple(range(8, 257, 8))
 
 
+class Pipeline:
+    """The stages of one pipeline-parallel replica, shared by its virtual engines. vLLM V0 runs PP as PP
+    virtual engines, each a scheduler with its share of the KV cache (blocks // PP) and the full sequence
+    limit, whose batches follow each other through the stages: stage s works on one batch at a time, so while
+    one engine's batch is on stage 1 the next engine's is on stage 0. A batch's step enters stage s when it has
+    left stage s - 1 and the stage is free; an engine's next step (or batch) needs its previous step's tokens,
+    so its steps go through the pipeline one after the other."""
+
+    def __init__(self, stages):
+        self.free_ns = [0] * stages   # when each stage finishes the work given to it so far
+
+    def run(self, start_ns, steps):
+        """End (ns) of a batch that is ready at ``start_ns`` and runs ``steps`` (per step, its time on each
+        stage); the stages stay taken until then."""
+        t = start_ns
+        for stages in steps:
+            for s, dt in enumerate(stages):
+                t = max(t, self.free_ns[s]) + dt
+                self.free_ns[s] = t
+        return t
+
+
 def padded_batch(decode, sizes):
     """The CUDA-graph batch a decode-only batch of ``decode`` sequences runs (itself above the largest size:
     vLLM runs those eagerly)."""
@@ -103,8 +125,14 @@ class Engine:
     """The scheduler and KV cache of one replica; the cluster calls :meth:`schedule` when the replica is idle and
     :meth:`complete` when the iteration's time has passed."""
 
-    def __init__(self, index, timer, blocks: BlockManager, config: EngineConfig, kv_bytes_per_token=0):
+    def __init__(self, index, timer, blocks: BlockManager, config: EngineConfig, kv_bytes_per_token=0,
+                 pipeline=None, replica=None, virtual_engine=0):
         self.index = index
+        #: a pipeline-parallel replica runs one engine per stage ("virtual engines", as vLLM V0 does) over shared
+        #: stages (:class:`Pipeline`); None: the iteration runs alone on the replica
+        self.pipeline = pipeline
+        self.replica = index if replica is None else replica
+        self.virtual_engine = virtual_engine
         self.timer = timer
         self.blocks = blocks
         self.config = config
@@ -307,8 +335,8 @@ class Engine:
         """Host time of the scheduler pass that made ``batch`` (once per multi-step run)."""
         return self.config.host_ns_per_schedule + self.config.host_ns_per_seq * len(batch.items)
 
-    def duration_ns(self, batch):
-        host = self.host_ns(batch) + batch.extra_ns
+    def _steps(self, batch):
+        """The step simulator's shapes of ``batch``, one ``(args, graph)`` per step it runs."""
         sizes = self.config.cuda_graph_sizes
         if batch.prefill_tokens == 0 and sizes:
             # a decode-only batch runs the CUDA graph of the next captured size (one launch for the whole step):
@@ -317,11 +345,19 @@ class Engine:
             d = batch.decode_seqs
             padded = padded_batch(d, sizes)
             graph = padded <= sizes[-1]
-            return host + sum(self.timer.step_ns(0, padded, -(-(batch.context + k) * d // padded), graph=graph)
-                              for k in range(batch.steps))
+            return [((0, padded, -(-(batch.context + k) * d // padded)), graph) for k in range(batch.steps)]
         if batch.steps > 1:  # the batch stays whole for every step (finished sequences are padding), context grows
-            return host + sum(self.timer.step_ns(0, batch.decode_seqs, batch.context + k) for k in range(batch.steps))
-        return host + self.timer.step_ns(batch.prefill_tokens, batch.decode_seqs, batch.context, batch.prefill_done)
+            return [((0, batch.decode_seqs, batch.context + k), False) for k in range(batch.steps)]
+        return [((batch.prefill_tokens, batch.decode_seqs, batch.context, batch.prefill_done), False)]
+
+    def duration_ns(self, batch):
+        """Host time of the pass, swap copies, then every step of the batch back to back."""
+        host = self.host_ns(batch) + batch.extra_ns
+        return host + sum(self.timer.step_ns(*shape, graph=graph) for shape, graph in self._steps(batch))
+
+    def stage_ns(self, batch):
+        """Per step of the batch, its time on each pipeline stage (:meth:`StepTimer.stage_ns`)."""
+        return [self.timer.stage_ns(*shape, graph=graph) for shape, graph in self._steps(batch)]
 
     def complete(self, batch, now):
         """Account the finished iteration at ``now``; (sequences that sampled their first token, sequences that

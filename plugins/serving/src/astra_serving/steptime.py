@@ -146,6 +146,27 @@ class Layout:
                 "--allow-oom", *self.run_args, "--report-json", report, "-q"]
 
 
+def stage_times(report, pp):
+    """(stage 0 time, ..., stage PP-1 time) of a simulated iteration, summing to its step time: every rank of
+    stage s finishes after every rank of stage s - 1 (it waits for their activations), so the ranks sorted by
+    finish time fall into PP equal groups, and stage s's time is its group's last finish minus the previous
+    group's. With one stage: (step time,)."""
+    step = int(report["summary"]["max_finish_ns"])
+    finishes = sorted(int(r["finish_ns"]) for r in report.get("ranks") or [])
+    if pp <= 1 or not finishes or len(finishes) % pp:
+        return (step,) if pp <= 1 else _equal_split(step, pp)
+    per = len(finishes) // pp
+    ends = [finishes[(s + 1) * per - 1] for s in range(pp)]
+    if ends[-1] != step:
+        return _equal_split(step, pp)
+    return tuple(end - (ends[s - 1] if s else 0) for s, end in enumerate(ends))
+
+
+def _equal_split(step, pp):
+    base = step // pp
+    return tuple([base] * (pp - 1) + [step - base * (pp - 1)])
+
+
 def shape_argv(prefill, decode, context, prefill_done=0):
     """``astra workload llm`` flags of one iteration shape (see the module doc)."""
     if prefill <= 0 and decode <= 0:
@@ -179,22 +200,46 @@ class StepTimer:
         once, so ``astra run`` has no per-kernel host launch (``--host-launch-us 0``); else eager, each kernel
         launched by the host at the platform's measured rate."""
         self.lookups += 1
+        total = 0.0
+        for weight, key in self._corners(prefill, decode, context, prefill_done, graph):
+            total += weight * sum(self._corner(key))
+        return int(round(total))
+
+    def stage_ns(self, prefill, decode, context, prefill_done=0, graph=False):
+        """The iteration's time on each pipeline stage, in order (one entry without PP): each corner's stage
+        times, interpolated as :meth:`step_ns` interpolates their sum, and summing to exactly its result (the
+        rounding goes to the last stage). A stage's time runs from the end of the previous stage's to the end
+        of its own in the simulated iteration: its compute and collectives and the activations' send to it."""
+        self.lookups += 1
+        parts = [0.0] * self.layout.pp
+        total = 0.0
+        for weight, key in self._corners(prefill, decode, context, prefill_done, graph):
+            times = self._corner(key)
+            total += weight * sum(times)
+            for i, t in enumerate(times):
+                parts[i] += weight * t
+        out = [int(round(x)) for x in parts]
+        out[-1] += int(round(total)) - sum(out)
+        return out
+
+    def _corners(self, prefill, decode, context, prefill_done, graph):
+        """[(weight, memo key)] of the grid corners a shape is interpolated from (one, weight 1, when exact)."""
         ep = self.layout.ep
         if ep > 1:  # attention DP over the EP ranks: each takes its share of the batch
             prefill, decode = -(-prefill // ep), -(-decode // ep)
         if self.exact:
-            return self._corner((prefill, decode, context if decode else 0, prefill_done if prefill and decode else 0,
-                                 graph))
+            return [(1.0, (prefill, decode, context if decode else 0, prefill_done if prefill and decode else 0,
+                           graph))]
         p_lo, p_hi, wp = neighbours(prefill, self.ratio)
         d_lo, d_hi, wd = neighbours(decode, self.ratio)
         c_lo, c_hi, wc = neighbours(max(2, context), CONTEXT_RATIO) if decode else (0, 0, 0.0)
-        total = 0.0
+        corners = []
         for p, a in ((p_lo, 1.0 - wp), (p_hi, wp)):
             for d, b in ((d_lo, 1.0 - wd), (d_hi, wd)):
                 for c, w in ((c_lo, 1.0 - wc), (c_hi, wc)):
                     if a * b * w > 0:
-                        total += a * b * w * self._corner((p, d, c if d else 0, 0, graph))
-        return int(round(total))
+                        corners.append((a * b * w, (p, d, c if d else 0, 0, graph)))
+        return corners
 
     def _corner(self, key):
         value = self.memo.get(key)
@@ -203,7 +248,8 @@ class StepTimer:
         return value
 
     def simulate(self, prefill, decode, context, prefill_done=0, graph=False):
-        """Generate and simulate one step of exactly this shape (as a CUDA graph: ``graph``); its time in ns."""
+        """Generate and simulate one step of exactly this shape (as a CUDA graph: ``graph``); its time on each
+        pipeline stage in ns (a tuple summing to the step's time, see :func:`stage_times`)."""
         started = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="astra-serve-", dir=self._workdir) as folder:
             prefix = os.path.join(folder, "step")
@@ -212,7 +258,7 @@ class StepTimer:
                                                                                   prefill_done), "-o", prefix])
             astra(self.layout.run_argv(prefix, report) + (["--host-launch-us", "0"] if graph else []))
             with open(report) as handle:
-                value = int(json.load(handle)["summary"]["max_finish_ns"])
+                value = stage_times(json.load(handle), self.layout.pp)
         self.simulated += 1
         self.sim_wall_s += time.perf_counter() - started
         return value

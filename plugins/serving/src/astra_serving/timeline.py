@@ -17,8 +17,9 @@ def build_events(cluster, requests):
     events = []
     engines = cluster.engines + cluster.decode_engines
     for e in engines:
+        name = f"replica {e.replica}" + (f" virtual engine {e.virtual_engine}" if e.pipeline is not None else "")
         events.append({"ph": "M", "name": "process_name", "pid": e.index,
-                       "args": {"name": f"replica {e.index} ({e.config.role})"}})
+                       "args": {"name": f"{name} ({e.config.role})"}})
         events.append({"ph": "M", "name": "thread_name", "pid": e.index, "tid": 0, "args": {"name": "iterations"}})
         events.append({"ph": "M", "name": "thread_name", "pid": e.index, "tid": 1, "args": {"name": "KV transfers"}})
     for replica, start, duration, prefill, decode, context in cluster.iterations:
