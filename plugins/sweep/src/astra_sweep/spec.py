@@ -100,6 +100,18 @@ def load_spec(path, parsers):
 
 
 def parse_spec(data, path, parsers):
+    """The :class:`Spec` of the mapping ``data`` read from ``path``; a one-line ConfigError naming ``path`` and
+    the key (control characters in a user's keys escaped)."""
+    try:
+        return _parse_spec(data, path, parsers)
+    except ConfigError as exc:
+        message = str(exc)
+        if message.isprintable():
+            raise
+        raise ConfigError("".join(c if c.isprintable() else repr(c)[1:-1] for c in message)) from None
+
+
+def _parse_spec(data, path, parsers):
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a sweep spec is a mapping with workload, run and axes")
     for key in data:
@@ -140,7 +152,10 @@ def parse_spec(data, path, parsers):
     for combo in combos:
         point = copy.deepcopy(base)
         for axis, value in combo.items():
-            apply_axis(point, axis, value)
+            try:
+                apply_axis(point, axis, value)
+            except ConfigError as exc:  # apply_axis knows the axis, not the file
+                raise ConfigError(f"{path}: axes: {exc}") from None
         point.values = dict(combo)
         points.append(point)
     for axis in axes:  # check every value of every axis against its option
