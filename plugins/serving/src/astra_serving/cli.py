@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import time
 
@@ -187,8 +188,6 @@ def serve(args):
 
     from .capacity import kv_capacity
     from .cluster import Cluster
-    import itertools
-
     from .engine import VLLM_CUDA_GRAPH_SIZES, Engine, EngineConfig, Pipeline
     from .kvcache import BlockManager
     from .metrics import build_report
