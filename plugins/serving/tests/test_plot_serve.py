@@ -60,6 +60,17 @@ def test_astra_search_serve_finds_the_cheapest_deployment(tmp_path, capsys):
     assert "cheapest: " in capsys.readouterr().out
 
 
+def test_astra_search_serve_runs_each_gpu_count_side_by_side_with_the_same_rows(tmp_path, capsys):
+    """--jobs 2: each GPU count's candidates on astra-sweep's local pool; the candidates and the answer are the
+    serial search's."""
+    argv = ["search", "--serve", "--model", "llama3-8b", "--platform", "hgx-h100", "--qps", "60", "--requests", "80",
+            "--prompt-len", "1000", "--output-len", "40", "--slo-ttft", "80", "--tp", "1,2", "--gpus", "4"]
+    serial, pooled = tmp_path / "serial.json", tmp_path / "pooled.json"
+    assert main(argv + ["--json", str(serial)]) == main(argv + ["--jobs", "2", "--json", str(pooled)])
+    a, b = json.loads(serial.read_text()), json.loads(pooled.read_text())
+    assert a == b and len(a["candidates"]) >= 3
+
+
 def test_search_serve_candidates_tile_the_node():
     from astra_serving.search import candidates, tiles
 

@@ -6,7 +6,9 @@ Candidates are every TP size that divides the node (or ``--tp``) times every ``-
 one ``astra serve`` run of the same requests (same seed). They are tried in order of GPU count; the first count at
 which some candidate meets the SLO (``--slo-fraction`` of requests within ``--slo-ttft`` and ``--slo-tpot``) ends
 the search, and the best candidate of that count (the highest SLO fraction, then the lowest TTFT p90) is the
-answer. A candidate whose model does not fit its GPUs is skipped, saying why.
+answer. A candidate whose model does not fit its GPUs is skipped, saying why. The candidates of one GPU count
+are independent runs: given an executor (``astra search --serve --jobs N`` or ``--dask ADDRESS``, astra-sweep's
+local pool or Dask cluster) they run side by side, with the same rows as one after the other.
 """
 
 from __future__ import annotations
@@ -119,12 +121,47 @@ def _serve_parser():
     raise ConfigError("astra serve is not installed")
 
 
-def search_deployments(args):
-    """Run the search ``args`` describes (``astra serve-search``'s or ``astra search --serve``'s flags); exit
-    status 0 with an answer, 1 when no deployment of at most ``max_gpus`` GPUs meets the SLO."""
-    from astra_gpu_model.platforms import get_platform
+_WORKER = {}
 
+
+def run_candidate(task, _payload=None):
+    """One candidate (``task``: its ``argv`` for ``astra serve``, ``gpus``, ``label``), on whatever process runs
+    it: ``("ok", row)``, ``("skipped", why)`` when the model does not fit, never an exception for that."""
     from .cli import serve
+
+    if "parser" not in _WORKER:
+        _WORKER["parser"] = _serve_parser()
+    ns = _WORKER["parser"].parse_args(task["argv"])
+    try:
+        report, _ = serve(ns)
+    except InfeasibleError as exc:
+        return "skipped", str(exc)
+    return "ok", {"gpus": task["gpus"], "deployment": task["label"], "slo_fraction": report["goodput"]["fraction"],
+                  "ttft_p90_ms": report["ttft_ms"]["p90"], "tpot_p50_ms": report["tpot_ms"]["p50"],
+                  "throughput_tokens_per_s": report["throughput_tokens_per_s"]}
+
+
+def _run_group(tasks, executor):
+    """The results of ``tasks`` in their order: one after the other here, or side by side on ``executor``."""
+    if executor is None:
+        return [run_candidate(task) for task in tasks]
+    from astra_sweep.executors import ExecutorFailure
+
+    done = {}
+    for task, result in executor.run(run_candidate, [(task, None) for task in tasks]):
+        if isinstance(result, ExecutorFailure):
+            raise ConfigError(f"{task['label']}: {result.message}")
+        done[task["label"]] = result
+    return [done[task["label"]] for task in tasks]
+
+
+def search_deployments(args, executor=None):
+    """Run the search ``args`` describes (``astra serve-search``'s or ``astra search --serve``'s flags), each GPU
+    count's candidates on ``executor`` when given; exit status 0 with an answer, 1 when no deployment of at most
+    ``max_gpus`` GPUs meets the SLO."""
+    import itertools
+
+    from astra_gpu_model.platforms import get_platform
 
     for key, value in SERVE_DEFAULTS.items():
         if getattr(args, key, None) is None:
@@ -147,34 +184,33 @@ def search_deployments(args):
     except ValueError:
         raise ConfigError(f"--disaggregate-ratios: expected P:D,P:D,... (each >= 1), got "
                           f"{args.disaggregate_ratios!r}") from None
-    parser = _serve_parser()
     base = (["--model", args.model] if args.model else ["--preset", args.preset]) + [
         "--platform", args.platform, "--qps", str(args.qps), "--requests", str(args.requests), "--prompt-len",
         args.prompt_len, "--output-len", args.output_len, "--seed", str(args.seed), "--router", args.router,
         *(["--slo-ttft", str(args.slo_ttft)] if args.slo_ttft else []),
         *(["--slo-tpot", str(args.slo_tpot)] if args.slo_tpot else []), *args.serve_arg]
-    rows, answer, found_at = [], None, None
-    for gpus, label, flags in candidates(platform.gpus_per_node, tps, args.max_gpus, ratios, pps, eps):
-        if found_at is not None and gpus > found_at:
-            break
-        ns = parser.parse_args(base + flags)
-        try:
-            report, _ = serve(ns)
-        except InfeasibleError as exc:
-            rows.append({"gpus": gpus, "deployment": label, "skipped": str(exc)})
-            print(f"{label}: skipped ({exc})", file=sys.stderr)
-            continue
-        row = {"gpus": gpus, "deployment": label, "slo_fraction": report["goodput"]["fraction"],
-               "ttft_p90_ms": report["ttft_ms"]["p90"], "tpot_p50_ms": report["tpot_ms"]["p50"],
-               "throughput_tokens_per_s": report["throughput_tokens_per_s"]}
-        rows.append(row)
-        print(f"{label} ({gpus} GPUs): {100 * row['slo_fraction']:.1f} % meet the SLO, TTFT p90 "
-              f"{row['ttft_p90_ms']:.1f} ms, TPOT p50 {row['tpot_p50_ms']:.1f} ms", flush=True)
-        if row["slo_fraction"] >= args.slo_fraction:
-            found_at = gpus
-            if answer is None or (row["slo_fraction"], -row["ttft_p90_ms"]) > (answer["slo_fraction"],
-                                                                             -answer["ttft_p90_ms"]):
+    _serve_parser().parse_args(base + ["--tp", "1"])  # a bad --serve-arg is an error before anything runs
+    rows, answer = [], None
+    found = candidates(platform.gpus_per_node, tps, args.max_gpus, ratios, pps, eps)
+    for gpus, group in itertools.groupby(found, key=lambda c: c[0]):
+        group = list(group)
+        tasks = [{"argv": base + flags, "gpus": gpus, "label": label} for _, label, flags in group]
+        for task, (status, result) in zip(tasks, _run_group(tasks, executor)):
+            label = task["label"]
+            if status == "skipped":
+                rows.append({"gpus": gpus, "deployment": label, "skipped": result})
+                print(f"{label}: skipped ({result})", file=sys.stderr)
+                continue
+            row = result
+            rows.append(row)
+            print(f"{label} ({gpus} GPUs): {100 * row['slo_fraction']:.1f} % meet the SLO, TTFT p90 "
+                  f"{row['ttft_p90_ms']:.1f} ms, TPOT p50 {row['tpot_p50_ms']:.1f} ms", flush=True)
+            if row["slo_fraction"] >= args.slo_fraction and (
+                    answer is None or (row["slo_fraction"], -row["ttft_p90_ms"]) > (answer["slo_fraction"],
+                                                                                    -answer["ttft_p90_ms"])):
                 answer = row
+        if answer is not None:  # the fewest GPUs that meet the SLO: no larger count runs
+            break
     if answer is None:
         print(f"no deployment of at most {args.max_gpus} GPUs meets the SLO for {100 * args.slo_fraction:g} % of "
               "requests")

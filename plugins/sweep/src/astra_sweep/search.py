@@ -95,11 +95,16 @@ def _cmd_serve_search(args):
         from astra_serving.search import search_deployments
     except ImportError:
         raise ConfigError("astra search --serve needs the serving plugin (plugins/serving)") from None
-    for flag in ("global_batch", "seq_len", "output", "dask", "plot"):
+    for flag in ("global_batch", "seq_len", "output", "plot"):
         if getattr(args, flag, None):
             raise ConfigError(f"--{flag.replace('_', '-')} is for training layouts, not --serve")
     args.max_gpus = args.gpus or 32
-    return search_deployments(args)
+    if not (args.jobs or args.dask):
+        return search_deployments(args)
+    from .executors import make_executor
+
+    with make_executor(args.jobs, args.dask) as executor:  # each GPU count's candidates side by side
+        return search_deployments(args, executor)
 
 
 def _divisors(n):
