@@ -3,11 +3,12 @@
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from astra_serving.requests import (NS, generate_requests, parse_azure_timestamp, parse_length, parse_prune,
                                     read_trace, write_trace)
 from astra_sim.errors import ConfigError
+from astra_sim.fuzzing import fuzz_settings
 
 
 def test_jsonl_round_trip(tmp_path):
@@ -97,10 +98,12 @@ def test_azure_timestamp():
 _value = st.one_of(st.integers(-5, 10**6), st.floats(allow_nan=True), st.text(max_size=8), st.none(), st.booleans())
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@fuzz_settings(150)
 @given(rows=st.lists(st.dictionaries(st.sampled_from(["arrival_s", "arrival_ns", "prompt_tokens", "output_tokens",
                                                        "priority", "prefix_group", "prefix_tokens", "x"]),
                                      _value, max_size=6), min_size=1, max_size=6))
+@example(rows=[{"arrival_s": 1.797693134862316e+299}])  # once overflowed to inf ns (OverflowError, not an error)
+@example(rows=[{"arrival_ns": 10 ** 30, "prompt_tokens": 4, "output_tokens": 4}])
 def test_jsonl_reader_never_crashes(tmp_path, rows):
     """Any JSONL trace either reads (and then every request is valid) or is a ConfigError naming the file."""
     path = tmp_path / "fuzz.jsonl"
@@ -115,7 +118,7 @@ def test_jsonl_reader_never_crashes(tmp_path, rows):
     assert [r.arrival_ns for r in reqs] == sorted(r.arrival_ns for r in reqs)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@fuzz_settings(150)
 @given(text=st.text(alphabet=st.sampled_from(list("0123456789.,-:e \n\"TIMESTAMPContextTokensGenerated")),
                     max_size=200))
 def test_csv_reader_never_crashes(tmp_path, text):

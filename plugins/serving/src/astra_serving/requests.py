@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from astra_sim.errors import ConfigError
 
 NS = 1_000_000_000
+#: time stamps are int64 ns (about 292 years either side of zero), as in a Chakra trace
+MAX_ABS_NS = 2 ** 63
 MAX_TRACE_BYTES = 1 << 30
 
 
@@ -93,6 +95,8 @@ def _seconds_to_ns(value, name):
         raise ValueError(f"{name} must be a number of seconds, got {value!r}") from None
     if not math.isfinite(seconds):
         raise ValueError(f"{name} must be finite, got {value!r}")
+    if abs(seconds * NS) >= MAX_ABS_NS:
+        raise ValueError(f"{name} is out of range (beyond {MAX_ABS_NS / NS / 3.15576e7:.0f} years), got {value!r}")
     return round(seconds * NS)
 
 
@@ -112,6 +116,8 @@ def _row_request(row, index, columns):
     else:
         if row.get("arrival_ns") not in (None, ""):
             arrival = _int_field(row["arrival_ns"], "arrival_ns")
+            if abs(arrival) >= MAX_ABS_NS:
+                raise ValueError(f"arrival_ns is out of range (an int64 of ns), got {row['arrival_ns']!r}")
         elif row.get("arrival_s") not in (None, ""):
             arrival = _seconds_to_ns(row["arrival_s"], "arrival_s")
         else:
