@@ -13,6 +13,23 @@ from pathlib import Path
 import pytest
 
 
+def _reproducible_hypothesis():
+    """``make test`` (``ASTRA_FUZZ_SCALE`` unset or 1) runs every property-based test derandomized and without
+    the example database, so that a clean clone gives the same examples every time (CI cannot flake on a new
+    random draw); ``make fuzz`` (a larger scale) keeps hypothesis random. Tests that set their own ``@settings``
+    inherit this (fields they do not set come from the loaded profile)."""
+    try:
+        from hypothesis import settings
+    except ImportError:  # pragma: no cover - hypothesis is a test dependency
+        return
+    if max(1, int(os.environ.get("ASTRA_FUZZ_SCALE", "1") or 1)) == 1:
+        settings.register_profile("astra-reproducible", derandomize=True, database=None)
+        settings.load_profile("astra-reproducible")
+
+
+_reproducible_hypothesis()
+
+
 def system_config(dims=1, algorithm="ring", **overrides):
     """The reference's usual system configuration (shared/parity/configs/sys_ring_1d.json)
     with ``algorithm`` on ``dims`` dimensions for every collective.
