@@ -61,29 +61,42 @@ def cdf_figure(points, labels):
     return fig
 
 
-def throughput_latency_figure(points, labels):
+def _throughput_latency(curves, suptitle, figsize):
+    """TTFT and TPOT (p50 solid, p99 dashed) against output throughput, one colour per curve. ``curves``:
+    ``[(name or None, [{"x": tokens/s, "ttft": (p50, p99), "tpot": (p50, p99), "qps": label or None}])]``, each
+    curve's points in throughput order; a point with a ``qps`` is labelled with it."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    x = [p["throughput_tokens_per_s"] for p in points]
-    for ax, key, title in ((left, "ttft_ms", "TTFT"), (right, "tpot_ms", "TPOT")):
-        for stat, style in (("p50", "o-"), ("p99", "s--")):
-            ax.plot(x, [p[key][stat] for p in points], style, label=f"{title} {stat}")
-        for xi, p, label in zip(x, points, labels):
-            qps = p.get("qps")
-            if isinstance(qps, (int, float)):
-                ax.annotate(f"{qps:g}", (xi, p[key]["p50"]), fontsize=7, textcoords="offset points", xytext=(3, 3))
+    fig, panels = plt.subplots(1, 2, figsize=figsize)
+    for ax, key, title in zip(panels, ("ttft", "tpot"), ("TTFT", "TPOT")):
+        for i, (name, points) in enumerate(curves):
+            x = [p["x"] for p in points]
+            for k, (stat, style, alpha) in enumerate((("p50", "o-", 1.0), ("p99", "s--", 0.6))):
+                ax.plot(x, [p[key][k] for p in points], style, color=f"C{i % 10}", alpha=alpha,
+                        label=f"{name or title} {stat}")
+            for p in points:
+                if p["qps"] is not None:
+                    ax.annotate(p["qps"], (p["x"], p[key][0]), fontsize=7, textcoords="offset points",
+                                xytext=(3, 3))
         ax.set_xlabel("output throughput (tokens/s)")
         ax.set_ylabel(f"{title} (ms)")
         ax.set_yscale("log")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle("throughput-latency curve (labels: QPS)", fontsize=10)
+    fig.suptitle(suptitle, fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def throughput_latency_figure(points, labels):
+    """The throughput-latency curve of serve reports (a QPS sweep's, or several), sorted by throughput."""
+    curve = [{"x": p["throughput_tokens_per_s"], "ttft": (p["ttft_ms"]["p50"], p["ttft_ms"]["p99"]),
+              "tpot": (p["tpot_ms"]["p50"], p["tpot_ms"]["p99"]),
+              "qps": f"{p['qps']:g}" if isinstance(p.get("qps"), (int, float)) else None} for p in points]
+    return _throughput_latency([(None, curve)], "throughput-latency curve (labels: QPS)", (11, 4))
 
 
 def plot_serve(paths, output, svg, save):
@@ -115,10 +128,6 @@ def serve_sweep_figure(axes, rows, title):
     """Throughput-latency curves of an ``astra sweep`` of serving points: TTFT and TPOT (p50 solid, p99 dashed)
     against output throughput, one curve per value of the axes other than ``workload.serve.qps`` (points sorted by
     throughput, labelled with their QPS); None when no point finished."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     def number(row, key):
         try:
@@ -131,28 +140,12 @@ def serve_sweep_figure(axes, rows, title):
         return None
     outer = [a for a in axes if a != QPS_AXIS]
     curves = {}
-    for row in done:
+    for row in sorted(done, key=lambda r: number(r, "throughput_tokens_per_s")):
         name = ", ".join(f"{a.split('.')[-1]}={row.get(a)}" for a in outer) or "deployment"
-        curves.setdefault(name, []).append(row)
-    fig, panels = plt.subplots(1, 2, figsize=(12, 4.5))
-    for ax, key, label in zip(panels, ("ttft", "tpot"), ("TTFT", "TPOT")):
-        for i, (name, members) in enumerate(curves.items()):
-            members.sort(key=lambda r: number(r, "throughput_tokens_per_s"))
-            x = [number(r, "throughput_tokens_per_s") for r in members]
-            color = f"C{i % 10}"
-            ax.plot(x, [number(r, f"{key}_p50_ms") for r in members], "o-", color=color, label=f"{name} p50")
-            ax.plot(x, [number(r, f"{key}_p99_ms") for r in members], "s--", color=color, alpha=0.6,
-                    label=f"{name} p99")
-            if QPS_AXIS in axes:
-                for xi, r in zip(x, members):
-                    ax.annotate(f"{r.get(QPS_AXIS)}", (xi, number(r, f"{key}_p50_ms")), fontsize=7,
-                                textcoords="offset points", xytext=(3, 3))
-        ax.set_xlabel("output throughput (tokens/s)")
-        ax.set_ylabel(f"{label} (ms)")
-        ax.set_yscale("log")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.suptitle(f"{title}: throughput-latency, {len(done)} of {len(rows)} points"
-                 + (" (labels: QPS)" if QPS_AXIS in axes else ""), fontsize=10)
-    fig.tight_layout()
-    return fig
+        curves.setdefault(name, []).append({
+            "x": number(row, "throughput_tokens_per_s"),
+            "ttft": (number(row, "ttft_p50_ms"), number(row, "ttft_p99_ms")),
+            "tpot": (number(row, "tpot_p50_ms"), number(row, "tpot_p99_ms")),
+            "qps": f"{row.get(QPS_AXIS)}" if QPS_AXIS in axes else None})
+    return _throughput_latency(list(curves.items()), f"{title}: throughput-latency, {len(done)} of {len(rows)} points"
+                               + (" (labels: QPS)" if QPS_AXIS in axes else ""), (12, 4.5))

@@ -266,10 +266,7 @@ def serve(args):
                               host_ns_per_schedule=int(round(args.host_us_per_schedule * 1000)),
                               host_ns_per_seq=int(round(host_us_per_seq(args) * 1000)),
                               cuda_graph_sizes=VLLM_CUDA_GRAPH_SIZES if args.cuda_graphs == "vllm" else ())
-        if virtual_engines == 1:
-            return [Engine(next(counter), timer, BlockManager(cap.blocks, cap.block_size, args.prefix_caching),
-                           config, cap.kv_bytes_per_token, replica=replica)]
-        pipeline = Pipeline(args.pp)
+        pipeline = Pipeline(args.pp) if virtual_engines > 1 else None
         return [Engine(next(counter), timer, BlockManager(cap.blocks // virtual_engines, cap.block_size,
                                                           args.prefix_caching), config, cap.kv_bytes_per_token,
                        pipeline=pipeline, replica=replica, virtual_engine=v) for v in range(virtual_engines)]
@@ -318,7 +315,8 @@ def serve(args):
                    "chunked_prefill": not args.no_chunked_prefill, "policy": args.policy,
                    "preemption": args.preemption, "prefix_caching": args.prefix_caching,
                    "num_scheduler_steps": args.num_scheduler_steps,
-                   "separate_prefills": args.separate_prefills, "host_us_per_seq": host_us_per_seq(args), "host_us_per_schedule": args.host_us_per_schedule,
+                   "separate_prefills": args.separate_prefills, "host_us_per_seq": host_us_per_seq(args),
+                   "host_us_per_schedule": args.host_us_per_schedule,
                    "cuda_graphs": args.cuda_graphs}}
     report["kv_cache"] = cap.to_dict()
     if args.prefix_caching:

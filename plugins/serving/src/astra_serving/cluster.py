@@ -92,11 +92,7 @@ class Cluster:
             if seq.req.scheduled_ns is None:
                 seq.req.scheduled_ns = self.now
                 self._queue_change(-1)
-        if engine.pipeline is not None:
-            ready = self.now + engine.host_ns(batch) + batch.extra_ns
-            duration = engine.pipeline.run(ready, engine.stage_ns(batch)) - self.now
-        else:
-            duration = engine.duration_ns(batch)
+        duration = engine.end_ns(batch, self.now) - self.now
         if self.record_iterations:
             self.iterations.append((engine.index, self.now, duration, batch.prefill_tokens, batch.decode_seqs,
                                     batch.context))

@@ -350,14 +350,14 @@ class Engine:
             return [((0, batch.decode_seqs, batch.context + k), False) for k in range(batch.steps)]
         return [((batch.prefill_tokens, batch.decode_seqs, batch.context, batch.prefill_done), False)]
 
-    def duration_ns(self, batch):
-        """Host time of the pass, swap copies, then every step of the batch back to back."""
-        host = self.host_ns(batch) + batch.extra_ns
-        return host + sum(self.timer.step_ns(*shape, graph=graph) for shape, graph in self._steps(batch))
-
-    def stage_ns(self, batch):
-        """Per step of the batch, its time on each pipeline stage (:meth:`StepTimer.stage_ns`)."""
-        return [self.timer.stage_ns(*shape, graph=graph) for shape, graph in self._steps(batch)]
+    def end_ns(self, batch, now):
+        """When ``batch``, scheduled at ``now``, ends: the pass's host time and swap copies, then its steps back to
+        back, alone on the replica or through the stages it shares with its virtual engines (:class:`Pipeline`)."""
+        ready = now + self.host_ns(batch) + batch.extra_ns
+        if self.pipeline is None:
+            return ready + sum(self.timer.step_ns(*shape, graph=graph) for shape, graph in self._steps(batch))
+        return self.pipeline.run(ready, [self.timer.stage_ns(*shape, graph=graph)
+                                         for shape, graph in self._steps(batch)])
 
     def complete(self, batch, now):
         """Account the finished iteration at ``now``; (sequences that sampled their first token, sequences that

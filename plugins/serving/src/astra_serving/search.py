@@ -13,6 +13,7 @@ local pool or Dask cluster) they run side by side, with the same rows as one aft
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 
@@ -107,8 +108,10 @@ def candidates(gpus_per_node, tps, max_gpus, ratios, pps=(1,), eps=(1,)):
     return sorted(out, key=lambda c: (c[0], c[1]))
 
 
+@functools.lru_cache(maxsize=None)
 def _serve_parser():
-    """``astra serve``'s parser, to read each candidate's flags exactly as the command line does."""
+    """``astra serve``'s parser, to read each candidate's flags exactly as the command line does (built once per
+    process: the search checks its flags with it, then every candidate run in this process reads them)."""
     import argparse
 
     from astra_sim.cli import build_parser
@@ -121,17 +124,12 @@ def _serve_parser():
     raise ConfigError("astra serve is not installed")
 
 
-_WORKER = {}
-
-
 def run_candidate(task, _payload=None):
     """One candidate (``task``: its ``argv`` for ``astra serve``, ``gpus``, ``label``), on whatever process runs
     it: ``("ok", row)``, ``("skipped", why)`` when the model does not fit, never an exception for that."""
     from .cli import serve
 
-    if "parser" not in _WORKER:
-        _WORKER["parser"] = _serve_parser()
-    ns = _WORKER["parser"].parse_args(task["argv"])
+    ns = _serve_parser().parse_args(task["argv"])
     try:
         report, _ = serve(ns)
     except InfeasibleError as exc:

@@ -199,17 +199,14 @@ class StepTimer:
         each corner is simulated once. ``graph``: the step runs as one CUDA graph, which the host launches at
         once, so ``astra run`` has no per-kernel host launch (``--host-launch-us 0``); else eager, each kernel
         launched by the host at the platform's measured rate."""
-        self.lookups += 1
-        total = 0.0
-        for weight, key in self._corners(prefill, decode, context, prefill_done, graph):
-            total += weight * sum(self._corner(key))
-        return int(round(total))
+        return sum(self.stage_ns(prefill, decode, context, prefill_done, graph))
 
     def stage_ns(self, prefill, decode, context, prefill_done=0, graph=False):
         """The iteration's time on each pipeline stage, in order (one entry without PP): each corner's stage
-        times, interpolated as :meth:`step_ns` interpolates their sum, and summing to exactly its result (the
-        rounding goes to the last stage). A stage's time runs from the end of the previous stage's to the end
-        of its own in the simulated iteration: its compute and collectives and the activations' send to it."""
+        times interpolated with the corners' weights, rounded so that they sum to the interpolated step time
+        (the rounding goes to the last stage; :meth:`step_ns` is their sum). A stage's time runs from the end
+        of the previous stage's to the end of its own in the simulated iteration: its compute and collectives
+        and the activations' send to it."""
         self.lookups += 1
         parts = [0.0] * self.layout.pp
         total = 0.0
