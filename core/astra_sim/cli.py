@@ -16,25 +16,8 @@ import sys
 import threading
 
 from astra_sim import __version__
-from astra_sim.cliutil import non_negative_float, positive_int
+from astra_sim.cliutil import positive_int
 from astra_sim.errors import AstraError
-
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
-
-#: Reference flags that are accepted for script compatibility but have no effect
-#: (they have none in the reference's analytical binaries either).
-_IGNORED_REFERENCE_FLAGS = ("--logging-configuration", "--logging-folder", "--comm-scale", "--compute-scale")
-
-
-def _bool(text):
-    value = str(text).strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-
 
 def _plugin_option(parser):
     parser.add_argument(
@@ -49,67 +32,21 @@ def _plugin_option(parser):
 
 
 def _add_run_arguments(run):
-    ref = run.add_argument_group("reference simulator flags (ASTRA-sim 2.x compatible)")
-    ref.add_argument("--workload-configuration", required=True, metavar="PREFIX",
-                     help="trace prefix: rank r reads PREFIX.r.et")
-    ref.add_argument("--system-configuration", metavar="SYS.json",
-                     help="required unless a plugin option (e.g. --platform) provides it")
-    ref.add_argument("--network-configuration", metavar="NET.yml",
-                     help="required unless a plugin option (e.g. --platform) provides it")
-    ref.add_argument("--remote-memory-configuration", metavar="MEM.json")
-    ref.add_argument("--comm-group-configuration", metavar="GROUPS.json",
-                     help="JSON {\"id\": [npus]}; a value containing 'empty' disables groups")
-    ref.add_argument("--num-queues-per-dim", type=positive_int, default=1, metavar="N")
-    ref.add_argument("--injection-scale", type=non_negative_float, default=1.0, metavar="X",
-                     help="multiplies endpoint-delay")
-    ref.add_argument("--rendezvous-protocol", type=_bool, nargs="?", const=True, default=False,
-                     metavar="BOOL", help="8 KiB handshake before every send")
-    for flag in _IGNORED_REFERENCE_FLAGS:
-        ref.add_argument(flag, help=argparse.SUPPRESS)
-    ours = run.add_argument_group("astra-sim-py options")
-    ours.add_argument("--network-backend", default="analytical", metavar="NAME",
-                      help="network backend by name (default: analytical); see `astra plugins`")
-    ours.add_argument("--memory-backend", default=None, metavar="NAME",
-                      help="remote-memory backend (default: analytical if installed, else none)")
-    ours.add_argument("--compute-model", default=None, metavar="NAME",
-                      help="compute model (default: roofline if roofline-enabled, else replay)")
-    ours.add_argument("--workload-format", default=None, metavar="NAME",
-                      help="trace format (default: detected from the files)")
-    ours.add_argument("--report-json", metavar="PATH", help="write the report (per-rank times, settings) as JSON")
-    ours.add_argument("--astra-sim-log", action="store_true",
-                      help="also print the reference's 'sys[i] finished, T cycles, ...' lines")
-    ours.add_argument("--max-table-ranks", type=positive_int, default=16, metavar="N",
-                      help="rows of the terminal's rank table (ranks with identical numbers share a row; default 16)")
-    ours.add_argument("--host-launch-us", type=float, default=None, metavar="US",
-                      help="the host launches one GPU operation per US microseconds, in order, ahead of the GPU; "
-                           "a kernel starts no earlier than its launch (default: off; --platform sets a measured "
-                           "value)")
-    ours.add_argument("--host-sync-us", type=float, default=None, metavar="US",
-                      help="with the host model: after a send/receive whose node has host_waits the host waits "
-                           "for it and US more microseconds (a training loop's synchronize after its pipeline "
-                           "transfers)")
-    ours.add_argument("--no-fold", action="store_true",
-                      help="simulate every rank, even those a symmetry makes identical to another "
-                           "(by default one rank per class of symmetric ranks is simulated; same results)")
-    ours.add_argument("--allow-unmatched", action="store_true",
-                      help="a send never received (or a receive never sent) is a warning listed in the report's "
-                           "unmatched_messages, not an error (exit 3)")
-    ours.add_argument("--partial-report", action="store_true",
-                      help="when the run is interrupted (Ctrl-C, SIGTERM), still write --report-json with what is "
-                           "known so far, marked \"complete\": false (default: no report)")
-    ours.add_argument("--timeline", metavar="PATH",
-                      help="write the run as Chrome trace events (PATH.json or PATH.json.gz; Perfetto, "
-                           "chrome://tracing), or with --timeline-format kineto a folder of per-rank traces")
-    ours.add_argument("--timeline-format", choices=("chrome", "kineto"), default="chrome",
-                      help="chrome (default): one trace-event file; kineto: one PyTorch-profiler-shaped trace per "
-                           "rank (HolisticTraceAnalysis reads the folder)")
-    ours.add_argument("--timeline-ranks", metavar="RANGES",
-                      help="ranks the timeline holds, e.g. 0-7,64 (default: all)")
-    ours.add_argument("--critical-path", action="store_true",
-                      help="report the chain of nodes and waits that sets the last finish time")
-    ours.add_argument("--no-breakdown", action="store_true",
-                      help="do not record where each rank's time goes (the report's breakdown)")
-    ours.add_argument("-q", "--quiet", action="store_true", help="no summary table")
+    """``astra run``: the spec's options (:meth:`RunSpec.add_cli_args`) and how to show or write the result."""
+    from astra_sim.spec import RunSpec
+
+    RunSpec.add_cli_args(run)
+    out = run.add_argument_group("output")
+    out.add_argument("-o", "--output", "--report-json", dest="report_json", metavar="PATH",
+                     help="write the report (per-rank times in ns, settings) as JSON to PATH (--report-json: the "
+                          "same, its earlier name)")
+    out.add_argument("--json", action="store_true", help="print the report as JSON on stdout (no table)")
+    out.add_argument("--max-table-ranks", type=positive_int, default=16, metavar="N",
+                     help="rows of the terminal's rank table (ranks with identical numbers share a row; default 16)")
+    out.add_argument("--partial-report", action="store_true",
+                     help="when the run is interrupted (Ctrl-C, SIGTERM), still write --output with what is "
+                          "known so far, marked \"complete\": false (default: no report)")
+    out.add_argument("-q", "--quiet", action="store_true", help="no summary table")
 
 
 def build_parser(pm=None):
@@ -124,15 +61,15 @@ def build_parser(pm=None):
     _plugin_option(run)
     _add_run_arguments(run)
     if pm is not None:
-        try:
-            pm.hook.astra_add_run_options(parser=run)
-        except argparse.ArgumentError as exc:
-            from astra_sim.errors import PluginError
+        from astra_sim.spec import add_plugin_run_options
 
-            raise PluginError(f"a plugin's astra_add_run_options failed: {exc}") from None
+        add_plugin_run_options(pm, run)
     plugins = sub.add_parser("plugins", help="list installed plugins and what they provide")
     _plugin_option(plugins)
     plugins.add_argument("--json", action="store_true", help="machine-readable output")
+    from astra_sim.platform_command import add_platforms_command
+
+    add_platforms_command(sub)
     if pm is not None:
         try:
             pm.hook.astra_register_commands(subparsers=sub)
@@ -264,90 +201,39 @@ def _no_effect_warnings(args):
 
 
 def _cmd_run(pm, args):
-    from astra_sim.simulation import Simulation
-    from astra_sim.generated import CONFIG_KEYS, GeneratedFile, generated_options, inline_settings, materialized
+    from astra_sim.runner import Run
+    from astra_sim.spec import RunSpec
 
     early = _no_effect_warnings(args)
+    quiet = args.quiet or args.json
     say = (lambda message: None) if args.quiet else warning
     for message in early:
         say(message)
-    options = vars(args).copy()
-    generated = {}
-    defaults = None
-    if args.system_configuration is None or args.network_configuration is None:
-        provided = pm.hook.astra_provide_configuration(options=options) or {}
-        for key in CONFIG_KEYS:
-            value = provided.get(key)
-            if getattr(args, key) is None and value is not None:
-                if isinstance(value, GeneratedFile):
-                    generated[key] = value
-                else:
-                    setattr(args, key, value)
-        options.update(provided.get("options") or {})
-        if args.compute_model is None and provided.get("compute_model"):  # e.g. --platform implies its GPU model
-            args.compute_model = provided["compute_model"]
-        defaults = provided.get("defaults")
-        generated.update(generated_options(options))
-        for key in ("system_configuration", "network_configuration"):
-            if getattr(args, key) is None and key not in generated:
-                flag = "--" + key.replace("_", "-")
-                raise AstraError(f"{flag} is required (or a plugin option that provides it, such as --platform)")
     if args.report_json:  # an output that cannot be written is an error before the simulation
         from astra_sim.analysis.output import check_writable_folder
 
-        check_writable_folder(os.path.dirname(os.path.abspath(args.report_json)), f"--report-json {args.report_json}")
-    simulation = None
-    with _interruptible() as interrupt, materialized(generated) as paths:
-        # generated configurations exist on disk only inside this block (removed however it ends)
-        for key, path in paths.items():
-            if key.startswith("option:"):
-                options[key[len("option:"):]] = path
-            else:
-                setattr(args, key, path)
-        options.update({k: getattr(args, k) for k in ("system_configuration", "network_configuration")})
+        check_writable_folder(os.path.dirname(os.path.abspath(args.report_json)), f"--output {args.report_json}")
+    run = None
+    with _interruptible() as interrupt:
         try:
-            simulation = Simulation(
-                args.workload_configuration,
-                args.system_configuration,
-                args.network_configuration,
-                args.remote_memory_configuration,
-                args.comm_group_configuration,
-                network_backend=args.network_backend,
-                memory_backend=args.memory_backend,
-                compute_model=args.compute_model,
-                workload_format=args.workload_format,
-                num_queues_per_dim=args.num_queues_per_dim,
-                injection_scale=args.injection_scale,
-                rendezvous=args.rendezvous_protocol,
-                plugin_manager=pm,
-                options=options,
-                fold=not args.no_fold,
-                on_warning=say,
-                allow_unmatched=args.allow_unmatched,
-                breakdown=not args.no_breakdown,
-                critical_path=args.critical_path,
-                timeline=args.timeline,
-                timeline_format=args.timeline_format,
-                timeline_ranks=args.timeline_ranks,
-            )
-            report = simulation.run()
+            run = Run(RunSpec.from_cli_args(args), pm, on_warning=say)
+            report = run.execute()
         except Interrupted as stop:
-            return _interrupted(stop, simulation, args, generated, early, paths=paths)
+            return _interrupted(stop, run, args, early)
         interrupt.deferred = True  # from here on a signal waits until the report is written
-        if defaults:
-            report.settings["platform_defaults"] = dict(defaults)
         report.warnings[:0] = [m for m in early if m not in report.warnings]
-        inline_settings(report.settings, generated, paths)
         if args.report_json:
             _write_report(report, args.report_json)
     if interrupt.pending is not None:
-        return _interrupted(interrupt.pending, None, args, generated, early, written=bool(args.report_json))
+        return _interrupted(interrupt.pending, None, args, early, written=bool(args.report_json))
+    if args.json:
+        sys.stdout.write(json.dumps(report.to_dict(), indent=1) + "\n")
     if args.astra_sim_log:
         # stdout carries exactly the reference's lines, so scripts that diff them keep working;
         # the summary goes to stderr then.
         sys.stdout.write("".join(line + "\n" for line in report.astra_sim_log_lines(prefixed=True)))
         sys.stdout.flush()
-    if not args.quiet:
+    if not quiet:
         from astra_sim.summary import print_summary
 
         print_summary(report, args.max_table_ranks, stderr=args.astra_sim_log)
@@ -399,22 +285,19 @@ def _write_report(report, path):
     try:
         report.write_json(path)
     except OSError as exc:
-        raise AstraError(f"cannot write --report-json {path}: {exc}") from None
+        raise AstraError(f"cannot write --output {path}: {exc}") from None
 
 
-def _interrupted(stop, simulation, args, generated, early, written=False, paths=None):
-    """Ctrl-C or SIGTERM: nothing half-done is written. With --partial-report, --report-json gets what
+def _interrupted(stop, run, args, early, written=False):
+    """Ctrl-C or SIGTERM: nothing half-done is written. With --partial-report, --output gets what
     the run knew so far, marked ``"complete": false``; otherwise no report at all."""
-    from astra_sim.generated import inline_settings
-
     what = f"interrupted by {stop.signal_name}"
+    partial = run.partial_report(what) if (args.report_json and args.partial_report and run is not None) else None
     if written:
         print(f"astra: {what} after the report was written; stopped", file=sys.stderr)
-    elif args.report_json and args.partial_report and simulation is not None:
-        report = simulation.partial_report(what)
-        report.warnings[:0] = [m for m in early if m not in report.warnings]
-        inline_settings(report.settings, generated, paths)
-        _write_report(report, args.report_json)
+    elif partial is not None:
+        partial.warnings[:0] = [m for m in early if m not in partial.warnings]
+        _write_report(partial, args.report_json)
         print(f"astra: {what}; partial report (complete: false) written to {args.report_json}", file=sys.stderr)
     else:
         hint = " (--partial-report writes what is known so far)" if args.report_json else ""

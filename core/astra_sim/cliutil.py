@@ -107,3 +107,90 @@ def _umask():
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+# ------------------------------------------------------------------ options from mappings (specs, sweeps)
+def option_action(parser, name):
+    """The parser's action for option ``name`` (its dest, or its long flag without dashes), or None."""
+    key = str(name).replace("-", "_")
+    for action in parser._actions:  # argparse keeps no public index of its options
+        if action.dest == key and action.option_strings:
+            return action
+    for action in parser._actions:
+        if f"--{name}" in action.option_strings:
+            return action
+    return None
+
+
+def option_names(parser):
+    """Every long option of ``parser`` without its dashes (for suggestions)."""
+    return [s[2:] for a in parser._actions for s in a.option_strings if s.startswith("--")]
+
+
+def option_argv(parser, name, value, where="option"):
+    """The command-line words for option ``name`` = ``value`` (booleans for flags; None: not given), checked against
+    the option's type and choices; a ConfigError names ``where`` and what was expected."""
+    from astra_sim.errors import ConfigError
+
+    action = option_action(parser, name)
+    if action is None:
+        import difflib
+
+        close = difflib.get_close_matches(str(name).replace("_", "-"), option_names(parser), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f"{where}: unknown {parser.prog} option {name!r}{hint}")
+    flag = next((s for s in action.option_strings if s.startswith("--")), action.option_strings[0])
+    if value is None:
+        return []
+    if isinstance(action, argparse.BooleanOptionalAction):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: value {value!r} is not true or false")
+        return [flag] if value else ["--no-" + flag[2:]]
+    if action.nargs == 0:  # store_true / store_false
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: value {value!r} is not true or false ({flag} is a flag)")
+        return [flag] if value == isinstance(action, argparse._StoreTrueAction) else []
+    if isinstance(value, bool) and action.nargs == "?":
+        return [flag] if value else [flag, "false"]
+    if isinstance(action, argparse._AppendAction) and isinstance(value, (list, tuple)):
+        return [word for item in value for word in option_argv(parser, name, item, where)]
+    if isinstance(value, (dict, list, tuple)) or isinstance(value, bool):
+        raise ConfigError(f"{where}: value {value!r} is not a valid {flag} value")
+    text = str(value)
+    if action.type is not None:
+        try:
+            converted = action.type(text)
+        except (argparse.ArgumentTypeError, ValueError, TypeError) as exc:
+            raise ConfigError(f"{where}: value {value!r} is not a valid {flag} value ({exc})") from None
+    else:
+        converted = text
+    if action.choices is not None and converted not in action.choices:
+        raise ConfigError(f"{where}: value {value!r} is not one of {', '.join(map(str, action.choices))}")
+    return [flag, text]
+
+
+def mapping_to_argv(parser, mapping, where="options"):
+    """``{option: value}`` as command-line words for ``parser`` (:func:`option_argv` for each)."""
+    out = []
+    for name, value in mapping.items():
+        out += option_argv(parser, name, value, f"{where}: {name}" if where else str(name))
+    return out
+
+
+def parse_or_raise(parser, argv, where="options"):
+    """``parser.parse_args(argv)``; what argparse refuses is a ConfigError naming ``where`` (not a SystemExit)."""
+    import contextlib
+    import io
+
+    from astra_sim.errors import ConfigError
+
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            return parser.parse_args(list(argv))
+    except SystemExit:
+        lines = err.getvalue().strip().splitlines()
+        message = lines[-1] if lines else "invalid options"
+        if message.startswith(f"{parser.prog}: error: "):
+            message = message[len(f"{parser.prog}: error: "):]
+        raise ConfigError(f"{where}: {message}") from None

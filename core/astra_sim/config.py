@@ -196,3 +196,26 @@ def parse_memory_config(path):
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the remote-memory configuration must be a JSON object")
     return data
+
+
+def default_system_config(dims=1, algorithm="ring", **overrides):
+    """The reference's usual system configuration (shared/parity/configs/sys_ring_1d.json) with
+    ``algorithm`` on ``dims`` dimensions for every collective: what the platforms start from.
+
+    Keyword overrides use underscores for dashes: ``local_mem_bw=50``.
+    """
+    config = {
+        "scheduling-policy": "LIFO",
+        "endpoint-delay": 10,
+        "active-chunks-per-dimension": 1,
+        "preferred-dataset-splits": 4,
+        "collective-optimization": "localBWAware",
+        "local-mem-bw": 1600,
+        "roofline-enabled": 0,
+        "peak-perf": 900,
+    }
+    for key in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all"):
+        config[f"{key}-implementation"] = [algorithm] * dims
+    for key, value in overrides.items():
+        config[key.replace("_", "-")] = value
+    return config

@@ -37,32 +37,6 @@ def astra_register_commands(subparsers):
     """
 
 
-@hookspec(firstresult=True)
-def astra_provide_configuration(options):
-    """Supply configuration files the command line did not name (e.g. from ``--platform``).
-
-    ``options`` is the dict of parsed ``astra run`` options. Return ``None`` (nothing to add) or a
-    dict with any of ``system_configuration``, ``network_configuration``,
-    ``remote_memory_configuration``, ``comm_group_configuration`` (file paths, or
-    :class:`astra_sim.generated.GeneratedFile` for generated content: written to a private temporary
-    folder only while the run reads it, removed at exit, inlined in the report) and ``options``
-    (extra run options to merge, e.g. ``{"gpu": "H100-SXM5-80GB"}``). Only called when
-    ``--system-configuration`` or ``--network-configuration`` is missing; the first plugin that
-    returns a dict wins.
-    """
-
-
-@hookspec
-def astra_platforms(nodes):
-    """Describe the machines ``--platform NAME`` stands for, for ``astra platforms``.
-
-    Return a list of dicts, one per platform: ``name``, ``description`` and the numbers the table shows
-    (``gpu``: the accelerator, ``gpus_per_node``, ``total_gpus``, ``scaleup_gb_per_s_per_direction``,
-    ``nic_gbit_per_s_per_gpu``, ``hbm_bandwidth_gbps``, ``bf16_tflops``) for ``nodes`` nodes, plus
-    ``sources``; any other keys go to ``--json``. Every implementation's rows are listed.
-    """
-
-
 # ---------------------------------------------------------------- registration
 
 
@@ -112,6 +86,17 @@ def astra_register_memory_backends(registry):
 
     ``factory(context)`` returns a :class:`astra_sim.api.MemoryBackend`; it
     reads its configuration from ``context.memory_config``.
+    """
+
+
+@hookspec
+def astra_register_platforms(registry):
+    """Register platforms (machines ``--platform NAME`` stands for): ``registry.platform(obj)``.
+
+    ``obj`` is an :class:`astra_sim.platforms.Platform`: it describes itself (``describe(nodes)``, the
+    numbers ``astra platforms`` shows) and gives a run's system and network configurations, the options
+    and compute model it implies and why (``resolve(nodes, options)`` -> :class:`PlatformSetup`). Every
+    command resolves ``--platform`` through this registry.
     """
 
 

@@ -28,6 +28,7 @@ ROLES = (
     "compute_model",
     "network_backend",
     "memory_backend",
+    "platform",
 )
 
 _REGISTRATION_HOOKS = {
@@ -36,6 +37,7 @@ _REGISTRATION_HOOKS = {
     "compute_model": "astra_register_compute_models",
     "network_backend": "astra_register_network_backends",
     "memory_backend": "astra_register_memory_backends",
+    "platform": "astra_register_platforms",
 }
 
 
@@ -81,6 +83,15 @@ class Registry:
 
     def memory_backend(self, name, factory, description=""):
         self._add("memory_backend", name, factory, description)
+
+    def platform(self, platform, description=""):
+        """A :class:`astra_sim.platforms.Platform` object, registered under its ``name``."""
+        from astra_sim.platforms import Platform
+
+        if not isinstance(platform, Platform):
+            raise PluginError(f"plugin {self.current_plugin!r} registered {platform!r} as a platform; "
+                              "expected an astra_sim.platforms.Platform")
+        self._add("platform", str(platform.name).lower(), platform, description or platform.description)
 
     def get(self, role, name):
         """The registration for ``name``, or a PluginError listing what exists."""
@@ -197,6 +208,27 @@ def build_registry(pm):
             registry.current_plugin = pm.get_name(impl.plugin) or repr(impl.plugin)
             impl.function(registry=registry)
     registry.current_plugin = "?"
+    return registry
+
+
+_DEFAULT = {}
+
+
+def default_plugin_manager():
+    """The plugin manager of every installed plugin, made once per process: the Python API and the commands
+    that run many simulations (sweep workers, serving) share it instead of loading entry points per run."""
+    if "pm" not in _DEFAULT:
+        _DEFAULT["pm"] = make_plugin_manager()
+    return _DEFAULT["pm"]
+
+
+def registry_of(pm=None):
+    """:func:`build_registry` of ``pm`` (default: :func:`default_plugin_manager`), built once per manager."""
+    pm = pm if pm is not None else default_plugin_manager()
+    registry = getattr(pm, "_astra_registry", None)
+    if registry is None:
+        registry = build_registry(pm)
+        pm._astra_registry = registry
     return registry
 
 

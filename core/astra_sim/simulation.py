@@ -770,16 +770,11 @@ def _host_issue(options):
     return tuple(values)
 
 
-def simulate(workload, system, network, memory=None, comm_groups=None, **kwargs):
-    """Run one simulation and return its :class:`~astra_sim.report.Report`.
+def simulate(*args, **kwargs):
+    """:func:`astra_sim.simulate` (kept here for earlier imports)."""
+    from astra_sim import simulate as _simulate
 
-    ``workload`` is the trace prefix (rank r reads ``<prefix>.<r>.et``),
-    ``system``/``network``/``memory``/``comm_groups`` are config file paths as
-    for the reference simulator; keyword arguments are those of
-    :class:`Simulation` (``network_backend``, ``num_queues_per_dim``, ...).
-    """
-    measure = kwargs.pop("measure_memory", False)
-    return Simulation(workload, system, network, memory, comm_groups, **kwargs).run(measure_memory=measure)
+    return _simulate(*args, **kwargs)
 
 
 __all__ = ["Simulation", "simulate"]

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from astra_sim.errors import ConfigError
+from astra_sim.platforms import Platform, PlatformSetup, check_nodes
 
 from astra_compute_systolic.config import SystolicConfig, write_config
 
@@ -29,7 +30,9 @@ CLOUD_V4 = "Google Cloud TPU docs, 'TPU v4' (cloud.google.com/tpu/docs/v4): "
 
 
 @dataclass(frozen=True)
-class TpuPreset:
+class TpuPreset(Platform):
+    """A TPU-like platform: slices of chips in an ICI torus (``--tpu-topology``), joined by DCN."""
+
     name: str
     description: str
     chip: str
@@ -45,6 +48,36 @@ class TpuPreset:
     dcn_gbit_per_chip: float
     sram_kib: tuple                 # (ifmap, filter, ofmap) KiB
     sources: dict
+
+    family = "tpu"
+
+    @property
+    def gpus_per_node(self) -> int:
+        """Chips per slice of the default torus (``--tpu-topology`` changes it)."""
+        chips = 1
+        for d in self.default_topology:
+            chips *= d
+        return chips
+
+    def describe(self, nodes: int = 1) -> dict:
+        return self.numbers(nodes)
+
+    def resolve(self, nodes: int, options: dict) -> PlatformSetup:
+        """The slice's configurations and SCALE-sim config; the systolic arrays time the compute. Explicit
+        ``--systolic-config``, ``--systolic-ghz`` and ``--systolic-hbm-gbps`` win."""
+        provided = generate(self, nodes, options.get("tpu_topology"))
+        implied = dict(provided["options"])
+        for key in ("systolic_config", "systolic_ghz", "systolic_hbm_gbps"):  # explicit options win
+            if options.get(key) is not None:
+                implied.pop(key, None)
+        defaults = {
+            "compute_model": (f"systolic (implied by --platform {self.name}: compute nodes are timed on its arrays; "
+                              "--compute-model replay replays the traced durations)"
+                              if options.get("compute_model") is None
+                              else f"{options['compute_model']} (--compute-model)"),
+        }
+        return PlatformSetup(provided["system_configuration"], provided["network_configuration"], options=implied,
+                             compute_model="systolic", defaults=defaults)
 
     @property
     def ghz(self) -> Fraction:
@@ -183,7 +216,7 @@ def network_yaml(preset: TpuPreset, topology, nodes: int) -> str:
 
 
 def system_json(preset: TpuPreset, dims: int) -> dict:
-    from astra_sim.testing import system_config
+    from astra_sim.config import default_system_config as system_config
 
     config = system_config(dims, "ring", local_mem_bw=int(preset.hbm_gbps), peak_perf=int(preset.peak_bf16_tflops))
     config["comm-streams"] = "per-communicator"
@@ -196,9 +229,8 @@ def generate(name, nodes=1, topology=None, directory=None) -> dict:
     while it runs and records inline in the report), or, with ``directory``, written there (paths)."""
     from astra_sim.generated import GeneratedFile, write_generated
 
-    preset = get_preset(name)
-    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
-        raise ConfigError(f"--nodes must be an integer >= 1, got {nodes!r}")
+    preset = name if isinstance(name, TpuPreset) else get_preset(name)
+    check_nodes(nodes)
     topo = parse_topology(topology, preset)
     dims = len(topo) + (1 if nodes > 1 else 0)
     origin = f"--platform {preset.name} --nodes {nodes}" + (f" --tpu-topology {topology}" if topology else "")

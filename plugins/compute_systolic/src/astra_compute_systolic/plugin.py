@@ -31,50 +31,12 @@ def astra_add_run_options(parser):
                        help="--platform tpu-*: chips per ICI torus dimension (default tpu-v3 4x4, tpu-v4 4x4x4)")
 
 
-@hookimpl(trylast=True, specname="astra_add_run_options")
-def platform_options(parser):
-    """``--platform`` / ``--nodes`` belong to whichever platform plugin loads first (gpu_model's when loaded)."""
-    if "--platform" not in parser._option_string_actions:
-        parser.add_argument("--platform", default=None, metavar="NAME",
-                            help="generate system, network and systolic configurations for tpu-v3 or tpu-v4")
-    if "--nodes" not in parser._option_string_actions:
-        parser.add_argument("--nodes", type=int, default=1, metavar="N", help="slices joined by DCN (default 1)")
-
-
-@hookimpl(tryfirst=True)
-def astra_provide_configuration(options):
-    name = options.get("platform")
-    if name is None:
-        return None
-    from astra_compute_systolic.platforms import PRESETS, generate
-
-    key = str(name).strip().lower()
-    if key not in PRESETS:
-        if key.startswith("tpu"):
-            from astra_sim.errors import ConfigError
-
-            raise ConfigError(f"unknown --platform {name!r}; TPU platforms: {', '.join(PRESETS)} (see astra platforms)")
-        return None  # a GPU platform: gpu_model's hook provides it
-    platform = key
-    provided = generate(key, options.get("nodes") or 1, options.get("tpu_topology"))
-    for key in ("systolic_config", "systolic_ghz", "systolic_hbm_gbps"):  # explicit options win
-        if options.get(key) is not None:
-            provided["options"].pop(key, None)
-    # A platform is simulated as the machine it names: its systolic arrays time the compute.
-    provided["compute_model"] = "systolic"
-    provided["defaults"] = {
-        "compute_model": (f"systolic (implied by --platform {platform}: compute nodes are timed on its arrays; "
-                          "--compute-model replay replays the traced durations)"
-                          if options.get("compute_model") is None else f"{options['compute_model']} (--compute-model)"),
-    }
-    return provided
-
-
 @hookimpl
-def astra_platforms(nodes):
-    from astra_compute_systolic.platforms import describe_all
+def astra_register_platforms(registry):
+    from astra_compute_systolic.platforms import PRESETS
 
-    return describe_all(nodes)
+    for preset in PRESETS.values():
+        registry.platform(preset)
 
 
 @hookimpl

@@ -22,6 +22,7 @@ import json
 from dataclasses import dataclass
 
 from astra_sim.errors import ConfigError
+from astra_sim.platforms import Platform as _Platform, PlatformSetup, check_nodes
 
 from astra_gpu_model.gpu import load_gpu
 
@@ -41,7 +42,9 @@ FABRIC_LATENCY_SOURCE = (
 
 
 @dataclass(frozen=True)
-class Platform:
+class Platform(_Platform):
+    """A GPU machine: ``gpus_per_node`` GPUs of the gpu_model preset ``gpu`` per node, one NIC per GPU."""
+
     name: str
     description: str
     gpu: str                     # gpu_model preset name
@@ -53,6 +56,34 @@ class Platform:
     #: the scale-out switches reduce (InfiniBand SHARP): NCCL's model may use CollNet across nodes, and the
     #: network YAML lets ``inSwitch`` run on the fabric dimension
     sharp: bool = False
+
+    family = "gpu"
+
+    def describe(self, nodes: int = 1) -> dict:
+        return self.numbers(nodes)
+
+    def variant(self, **changes) -> "Platform":
+        """``gpus_per_node``, ``nic_gbps`` (GB/s per GPU, decimal) or ``gpu`` (a preset name or GPU YAML) changed."""
+        from dataclasses import replace
+
+        unknown = sorted(set(changes) - {"gpus_per_node", "nic_gbps", "gpu"})
+        if unknown:
+            raise ConfigError(f"platform {self.name}: cannot vary {', '.join(unknown)} "
+                              "(variable: gpus_per_node, nic_gbps, gpu)")
+        fields = {}
+        if "gpus_per_node" in changes:
+            fields["gpus_per_node"] = int(changes["gpus_per_node"])
+        if "nic_gbps" in changes:
+            fields["nic_gbit_per_gpu"] = 8.0 * float(changes["nic_gbps"])
+        if changes.get("gpu"):
+            fields["gpu"] = changes["gpu"]
+        return replace(self, **fields)
+
+    def resolve(self, nodes: int, options: dict) -> PlatformSetup:
+        """The platform as the machine it names: its GPU timing the compute, NCCL's model for the collectives,
+        a host launching kernels at the measured rate and communication kernels slowing the kernels beside them
+        as measured; every option the user gave explicitly wins (``defaults`` says which)."""
+        return resolve_gpu_platform(self, nodes, options)
 
     def scaleup_gb_per_s(self) -> float:
         """Per-GPU scale-up bandwidth per direction, decimal GB/s (from the GPU preset)."""
@@ -214,11 +245,11 @@ def _sharp_keys(platform: Platform, nodes: int) -> str:
 
 
 def system_json(platform: Platform, nodes: int, collective: str = "ring") -> dict:
-    """ASTRA-sim system configuration: the kernel's usual values (astra_sim.testing.system_config) with
+    """ASTRA-sim system configuration: the kernel's usual values (astra_sim.config.default_system_config) with
     ``ring`` or ``nccl`` on every dimension (``nccl`` prices the fabric dimension with NCCL's multi-node
     model on the platform's NICs, see :func:`generate`).
     ``local-mem-bw`` (reduction cost) and ``peak-perf`` come from the GPU preset."""
-    from astra_sim.testing import system_config
+    from astra_sim.config import default_system_config as system_config
 
     if collective not in COLLECTIVES:
         raise ConfigError(f"--platform-collective must be one of {', '.join(COLLECTIVES)}, got {collective!r}")
@@ -242,9 +273,8 @@ def generate(name, nodes=1, collective="ring", directory=None) -> dict:
     it runs, and records inline in the report), or, with ``directory``, written there (paths)."""
     from astra_sim.generated import GeneratedFile, write_generated
 
-    platform = get_platform(name)
-    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
-        raise ConfigError(f"--nodes must be an integer >= 1, got {nodes!r}")
+    platform = name if isinstance(name, Platform) else get_platform(name)
+    check_nodes(nodes)
     origin = f"--platform {platform.name} --nodes {nodes} --platform-collective {collective}"
     files = {
         "system_configuration": GeneratedFile(
@@ -264,3 +294,64 @@ def generate(name, nodes=1, collective="ring", directory=None) -> dict:
 
 def describe_all(nodes=1) -> list:
     return [p.numbers(nodes) for p in PLATFORMS.values()]
+
+
+def host_launch_defaults():
+    """The host model's measured values (``data/host_launch.json``, from ``fit/fit_host.py``)."""
+    from pathlib import Path
+
+    with open(Path(__file__).with_name("data") / "host_launch.json") as handle:
+        data = json.load(handle)
+    return {"host_launch_us": data["host_launch_us"], "host_sync_us": data["host_sync_us"]}
+
+
+def resolve_gpu_platform(platform: Platform, nodes: int, options: dict) -> PlatformSetup:
+    """:meth:`Platform.resolve`: the generated configurations plus the options and defaults the platform
+    implies, each explicit option (``--gpu``, ``--nccl-nic-gbps``, ``--host-*-us``, ``--gpu-contention*``,
+    ``--compute-model``, ``--platform-collective``) winning over the platform's value."""
+    from astra_gpu_model.gpu import DEFAULT_GPU
+
+    name = platform.name
+    collective = options.get("platform_collective")
+    provided = generate(platform, nodes, collective or "nccl")
+    implied = dict(provided["options"])
+    platform_gpu = implied["gpu"]
+    if options.get("gpu") not in (None, DEFAULT_GPU):  # an explicit --gpu wins over the platform's GPU
+        implied["gpu"] = options["gpu"]
+    if options.get("nccl_nic_gbps") is not None:  # so does an explicit --nccl-nic-gbps
+        implied["nccl_nic_gbps"] = options["nccl_nic_gbps"]
+    launch, sync = options.get("host_launch_us"), options.get("host_sync_us")
+    if launch is None or sync is None:
+        host = host_launch_defaults()
+        if launch is None:
+            launch = implied["host_launch_us"] = host["host_launch_us"]
+        if sync is None:
+            sync = implied["host_sync_us"] = host["host_sync_us"]
+    contention_model = options.get("gpu_contention_model")
+    if contention_model == "off":
+        contention = "off (--gpu-contention-model off: overlap is free)"
+    elif options.get("gpu_contention"):
+        contention = "--gpu-contention (given)"
+    else:
+        implied["gpu_contention"] = True
+        if contention_model is None:
+            contention_model = implied["gpu_contention_model"] = "measured"
+        contention = ("measured slowdowns of kernels beside communication (--gpu-contention "
+                      f"--gpu-contention-model {contention_model}; implied by --platform)")
+    gpu = implied["gpu"]
+    defaults = {
+        "compute_model": (f"gpu (implied by --platform {name}: compute nodes are timed on its GPU; "
+                          "--compute-model replay replays the traced durations)"
+                          if options.get("compute_model") is None else f"{options['compute_model']} (--compute-model)"),
+        "gpu": (f"{gpu} (the platform's GPU)" if gpu == platform_gpu else f"{gpu} (--gpu, instead of the "
+                f"platform's {platform_gpu})"),
+        "host": (f"host launches one GPU operation per {launch} us and waits {sync} us after each send/receive "
+                 "marked host_waits (measured: plugins/gpu_model/calibration; --host-launch-us 0 --host-sync-us 0 "
+                 "turns it off)"),
+        "contention": contention,
+        "collective": (f"{collective} (--platform-collective)" if collective else
+                       f"nccl (implied by --platform {name}: NCCL's own algorithm choice and timing on every "
+                       "dimension; --platform-collective ring for the kernel's packet-level ring)"),
+    }
+    return PlatformSetup(provided["system_configuration"], provided["network_configuration"], options=implied,
+                         compute_model="gpu", defaults=defaults)

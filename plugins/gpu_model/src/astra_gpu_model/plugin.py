@@ -118,19 +118,13 @@ def astra_register_collective_algorithms(registry):
 # ------------------------------------------------------------------------------ platforms (--platform)
 @hookimpl(specname="astra_add_run_options")
 def platform_run_options(parser):
-    from astra_gpu_model.platforms import COLLECTIVES, platform_names
+    from astra_gpu_model.platforms import COLLECTIVES
 
     group = parser.add_argument_group(
-        "platforms (system + network configurations of a GPU machine)",
-        "--platform writes the system and network configurations of a machine and simulates it as it is: "
-        "compute is timed on its GPU by the gpu compute model and collectives by NCCL's model, unless "
-        "--compute-model, --gpu or --platform-collective say otherwise (the report's settings.platform_defaults "
-        "says what was implied and why).")
-    group.add_argument("--platform", default=None, metavar="NAME",
-                       help=f"generate system and network configurations for a platform ({', '.join(platform_names())})"
-                            "; --system-configuration / --network-configuration given explicitly win")
-    group.add_argument("--nodes", type=int, default=1, metavar="N",
-                       help="nodes (scale-up domains) of --platform, joined by a fat tree (default 1)")
+        "GPU platforms (--platform dgx-a100, hgx-h100, ...)",
+        "A GPU platform is simulated as it is: compute is timed on its GPU by the gpu compute model and "
+        "collectives by NCCL's model, unless --compute-model, --gpu or --platform-collective say otherwise (the "
+        "report's settings.platform_defaults says what was implied and why).")
     group.add_argument("--platform-collective", default=None, choices=COLLECTIVES,
                        help="collective of the generated system config on every dimension: nccl (NCCL's model in "
                             "the node, NCCL across nodes on the NICs; the default with --platform) or the "
@@ -141,117 +135,9 @@ def platform_run_options(parser):
                             "--platform sets it; default 50 (400 Gb/s)")
 
 
-def host_launch_defaults():
-    """The host model's measured values (``data/host_launch.json``, from ``fit/fit_host.py``)."""
-    import json
-    from pathlib import Path
-
-    with open(Path(__file__).with_name("data") / "host_launch.json") as handle:
-        data = json.load(handle)
-    return {"host_launch_us": data["host_launch_us"], "host_sync_us": data["host_sync_us"]}
-
-
 @hookimpl
-def astra_provide_configuration(options):
-    name = options.get("platform")
-    if name is None:
-        return None
-    from astra_gpu_model.platforms import generate
+def astra_register_platforms(registry):
+    from astra_gpu_model.platforms import PLATFORMS
 
-    collective = options.get("platform_collective")
-    provided = generate(name, options.get("nodes", 1), collective or "nccl")
-    platform_gpu = provided["options"]["gpu"]
-    if options.get("gpu") not in (None, DEFAULT_GPU):  # an explicit --gpu wins over the platform's GPU
-        provided["options"]["gpu"] = options["gpu"]
-    if options.get("nccl_nic_gbps") is not None:  # so does an explicit --nccl-nic-gbps
-        provided["options"]["nccl_nic_gbps"] = options["nccl_nic_gbps"]
-    # A platform is simulated as the machine it names: its GPU and its NCCL, unless the user said otherwise,
-    # and a host that launches the kernels at the measured rate (host_launch.json).
-    provided["compute_model"] = "gpu"
-    launch, sync = options.get("host_launch_us"), options.get("host_sync_us")
-    if launch is None or sync is None:
-        host = host_launch_defaults()
-        if launch is None:
-            launch = provided["options"]["host_launch_us"] = host["host_launch_us"]
-        if sync is None:
-            sync = provided["options"]["host_sync_us"] = host["host_sync_us"]
-    # ... and communication kernels that slow the kernels beside them, as measured.
-    contention_model = options.get("gpu_contention_model")
-    if contention_model == "off":
-        contention = "off (--gpu-contention-model off: overlap is free)"
-    elif options.get("gpu_contention"):
-        contention = "--gpu-contention (given)"
-    else:
-        provided["options"]["gpu_contention"] = True
-        if contention_model is None:
-            contention_model = provided["options"]["gpu_contention_model"] = "measured"
-        contention = ("measured slowdowns of kernels beside communication (--gpu-contention "
-                      f"--gpu-contention-model {contention_model}; implied by --platform)")
-    gpu = provided["options"]["gpu"]
-    provided["defaults"] = {
-        "compute_model": (f"gpu (implied by --platform {name}: compute nodes are timed on its GPU; "
-                          "--compute-model replay replays the traced durations)"
-                          if options.get("compute_model") is None else f"{options['compute_model']} (--compute-model)"),
-        "gpu": (f"{gpu} (the platform's GPU)" if gpu == platform_gpu else f"{gpu} (--gpu, instead of the "
-                f"platform's {platform_gpu})"),
-        "host": (f"host launches one GPU operation per {launch} us and waits {sync} us after each send/receive "
-                 "marked host_waits (measured: plugins/gpu_model/calibration; --host-launch-us 0 --host-sync-us 0 "
-                 "turns it off)"),
-        "contention": contention,
-        "collective": (f"{collective} (--platform-collective)" if collective else
-                       f"nccl (implied by --platform {name}: NCCL's own algorithm choice and timing on every "
-                       "dimension; --platform-collective ring for the kernel's packet-level ring)"),
-    }
-    return provided
-
-
-@hookimpl
-def astra_platforms(nodes):
-    from astra_gpu_model.platforms import describe_all
-
-    return describe_all(nodes)
-
-
-@hookimpl
-def astra_register_commands(subparsers):
-    parser = subparsers.add_parser("platforms", help="list the --platform bundles (GPU or TPU machines) and sources",
-                                   description="List the platforms `astra run --platform NAME` knows.")
-    parser.add_argument("--json", action="store_true", help="machine-readable output, with every source")
-    parser.add_argument("--nodes", type=int, default=1, metavar="N", help="show totals for N nodes (default 1)")
-    parser.set_defaults(run_command=_cmd_platforms)
-
-
-def _cmd_platforms(args):
-    import json
-
-    from astra_sim.errors import ConfigError
-
-    from astra_gpu_model.platforms import describe_all
-
-    if args.nodes < 1:
-        raise ConfigError(f"--nodes must be an integer >= 1, got {args.nodes}")
-    pm = getattr(args, "plugin_manager", None)
-    if pm is None:
-        rows = describe_all(args.nodes)
-    else:  # every plugin's platforms (astra_platforms), GPU machines first
-        rows = [row for result in reversed(pm.hook.astra_platforms(nodes=args.nodes)) for row in result or ()]
-        rows.sort(key=lambda row: row.get("family", "gpu") != "gpu")
-    if args.json:
-        print(json.dumps(rows, indent=1))
-        return 0
-    from astra_sim.termtable import Column, print_table
-
-    # at 80 columns one device count goes: the total when it equals the per-node count
-    # (a "node" is a GPU machine's scale-up domain, or a TPU slice)
-    one_node = args.nodes == 1
-    columns = [Column("platform"), Column("device"),
-               Column("devices/\nnode", number=True, drop=None if one_node else 1),
-               Column("total\ndevices", number=True, drop=1 if one_node else None),
-               Column("scale-up\nGB/s/dir", number=True),
-               Column("NIC Gb/s\nper device", number=True), Column("HBM\nGB/s", number=True, drop=2),
-               Column("bf16\nTFLOP/s", number=True, drop=3)]
-    table_rows = [[r["name"], r["gpu"], str(r["gpus_per_node"]), str(r["total_gpus"]),
-                   f"{r['scaleup_gb_per_s_per_direction']:g}", f"{r['nic_gbit_per_s_per_gpu']:g}",
-                   f"{r['hbm_bandwidth_gbps']:g}", f"{r['bf16_tflops']:g}"] for r in rows]
-    print_table(f"astra run --platform (nodes={args.nodes}; sources: astra platforms --json)", columns, table_rows)
-    return 0
+    for platform in PLATFORMS.values():
+        registry.platform(platform)

@@ -1,0 +1,41 @@
+"""``astra platforms``: every registered platform (:mod:`astra_sim.platforms`) with its numbers and sources."""
+
+from __future__ import annotations
+
+from astra_sim.cliutil import positive_int
+
+
+def add_platforms_command(subparsers):
+    parser = subparsers.add_parser("platforms", help="list the --platform machines (GPU or TPU) and their sources",
+                                   description="List the platforms `astra run --platform NAME` knows: every "
+                                   "installed plugin's (astra_register_platforms).")
+    parser.add_argument("--json", action="store_true", help="print JSON on stdout, with every source")
+    parser.add_argument("--nodes", type=positive_int, default=1, metavar="N", help="show totals for N nodes (default 1)")
+    parser.set_defaults(run_command=_cmd_platforms)
+
+
+def _cmd_platforms(args):
+    import json
+
+    from astra_sim.platforms import describe_platforms
+
+    rows = describe_platforms(args.nodes, getattr(args, "plugin_manager", None))
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    from astra_sim.termtable import Column, print_table
+
+    # at 80 columns one device count goes: the total when it equals the per-node count
+    # (a "node" is a GPU machine's scale-up domain, or a TPU slice)
+    one_node = args.nodes == 1
+    columns = [Column("platform"), Column("device"),
+               Column("devices/\nnode", number=True, drop=None if one_node else 1),
+               Column("total\ndevices", number=True, drop=1 if one_node else None),
+               Column("scale-up\nGB/s/dir", number=True),
+               Column("NIC Gb/s\nper device", number=True), Column("HBM\nGB/s", number=True, drop=2),
+               Column("bf16\nTFLOP/s", number=True, drop=3)]
+    table_rows = [[r["name"], r["gpu"], str(r["gpus_per_node"]), str(r["total_gpus"]),
+                   f"{r['scaleup_gb_per_s_per_direction']:g}", f"{r['nic_gbit_per_s_per_gpu']:g}",
+                   f"{r['hbm_bandwidth_gbps']:g}", f"{r['bf16_tflops']:g}"] for r in rows]
+    print_table(f"astra run --platform (nodes={args.nodes}; sources: astra platforms --json)", columns, table_rows)
+    return 0

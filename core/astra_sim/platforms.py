@@ -1,0 +1,107 @@
+"""Platforms: the machines ``--platform NAME`` stands for, as one registered role.
+
+A platform plugin registers objects with ``astra_register_platforms(registry)``
+(``registry.platform(obj)``). Every command (``astra run``, ``sweep``, ``search``,
+``serve``, ``validate``) and the Python API resolves a name through the same
+registry, so the same platform gives the same system, network and defaults
+whichever door a question comes through.
+
+A platform object says what it is (:meth:`Platform.describe`) and what a run on
+``nodes`` of it uses (:meth:`Platform.resolve`): generated system and network
+configurations, the run options it implies (its GPU, NIC rate, host model) and
+the defaults it chose, each with why (the report's ``settings.platform_defaults``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from astra_sim.errors import ConfigError
+
+
+@dataclass
+class PlatformSetup:
+    """What a platform gives one run: configurations (a path or an
+    :class:`astra_sim.generated.GeneratedFile`), run options it implies (values
+    may be GeneratedFiles too, e.g. a compute model's config), the compute model
+    it implies, and ``defaults``: what it chose and why, for the report."""
+
+    system_configuration: object
+    network_configuration: object
+    remote_memory_configuration: object = None
+    comm_group_configuration: object = None
+    options: dict = field(default_factory=dict)
+    compute_model: str | None = None
+    defaults: dict = field(default_factory=dict)
+
+
+class Platform:
+    """A machine: ``nodes`` scale-up domains (or slices) of ``gpus_per_node`` devices.
+
+    Subclasses (often frozen dataclasses) have ``name``, ``description``, ``family`` (``gpu``, ``tpu``, ...)
+    and ``gpus_per_node`` and implement :meth:`describe` and :meth:`resolve`. (No defaults here: a dataclass
+    subclass would take them as its fields' defaults.)"""
+
+    name: str
+    description: str
+    gpus_per_node: int
+    family = "gpu"
+
+    def describe(self, nodes: int = 1) -> dict:
+        """The numbers ``astra platforms`` shows for ``nodes`` nodes: ``name``, ``description``,
+        ``family``, ``gpu``, ``gpus_per_node``, ``total_gpus``, ``scaleup_gb_per_s_per_direction``,
+        ``nic_gbit_per_s_per_gpu``, ``hbm_bandwidth_gbps``, ``bf16_tflops`` and ``sources``."""
+        raise NotImplementedError
+
+    def resolve(self, nodes: int, options: dict) -> PlatformSetup:
+        """The run's configurations and implied options on ``nodes`` nodes; ``options`` are the run's
+        options as parsed (an option the user gave explicitly wins over the platform's value)."""
+        raise NotImplementedError
+
+    def variant(self, **changes) -> "Platform":
+        """The same platform with some of its numbers changed (a sweep's ``platform.<key>`` axes);
+        platforms that cannot vary raise ConfigError naming the keys."""
+        raise ConfigError(f"platform {self.name!r} has no variable numbers ({', '.join(sorted(changes))})")
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.name}>"
+
+
+def check_nodes(nodes) -> int:
+    """``nodes`` as a positive int, or a ConfigError naming ``--nodes``."""
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise ConfigError(f"--nodes must be an integer >= 1, got {nodes!r}")
+    return nodes
+
+
+def platforms(pm=None) -> dict:
+    """``{name: Platform}`` of every loaded plugin (``pm``: a plugin manager; default: every installed plugin)."""
+    from astra_sim.plugins import registry_of
+
+    return {name: reg.factory for name, reg in registry_of(pm).entries["platform"].items()}
+
+
+def get_platform(name, pm=None) -> Platform:
+    """The registered platform called ``name`` (case-insensitive), or a ConfigError listing the known ones."""
+    if isinstance(name, Platform):
+        return name
+    known = platforms(pm)
+    key = str(name).strip().lower()
+    if key not in known:
+        import difflib
+
+        close = difflib.get_close_matches(key, list(known), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f"unknown --platform {name!r}{hint}; known platforms: "
+                          f"{', '.join(known) or 'none (install plugins/gpu_model)'} (see `astra platforms`)")
+    return known[key]
+
+
+def describe_platforms(nodes=1, pm=None) -> list:
+    """Every platform's :meth:`Platform.describe` rows, GPU machines first (``astra platforms``)."""
+    rows = [dict(p.describe(nodes), family=p.family) for p in platforms(pm).values()]
+    rows.sort(key=lambda row: row.get("family", "gpu") != "gpu")
+    return rows
+
+
+__all__ = ["Platform", "PlatformSetup", "check_nodes", "describe_platforms", "get_platform", "platforms"]

@@ -1,0 +1,127 @@
+"""Running a :class:`~astra_sim.spec.RunSpec`: the one path from a spec to a report, behind ``astra run``, the
+Python API (:func:`astra_sim.simulate`) and every command that simulates (sweep, search, serving, validation).
+
+Generated configurations (``--platform``) exist on disk only while the simulation reads them
+(:func:`astra_sim.generated.materialized`); the report records them inline, with what the platform implied.
+"""
+
+from __future__ import annotations
+
+from astra_sim.spec import RunSpec
+
+#: ``simulate()`` keywords that say how to run, not what (they are not RunSpec fields or run options)
+CONTROL_KEYWORDS = ("plugins", "block", "extra_plugins", "plugin_manager", "on_warning", "measure_memory")
+
+
+class Run:
+    """One spec being simulated: :meth:`execute` gives its report; after an interrupt, :meth:`partial_report`
+    gives what was known (``astra run --partial-report``)."""
+
+    def __init__(self, spec: RunSpec, pm=None, on_warning=None):
+        from astra_sim.plugins import default_plugin_manager
+
+        self.spec = spec
+        self.pm = pm if pm is not None else default_plugin_manager()
+        self.on_warning = on_warning
+        self.resolved = spec.resolve(self.pm)
+        self.simulation = None
+        self.paths = {}
+
+    def execute(self, measure_memory=False):
+        """Simulate and return the :class:`~astra_sim.report.Report` (settings name the platform's defaults and
+        hold its generated configurations inline)."""
+        from astra_sim.generated import materialized
+
+        with materialized(self.resolved.generated) as paths:
+            self.paths = dict(paths)
+            self.simulation = self._simulation(paths)
+            report = self.simulation.run(measure_memory=measure_memory)
+            return self._finish(report)
+
+    def partial_report(self, reason):
+        """What an interrupted run knew, marked ``complete: False`` (None before the simulation was built)."""
+        if self.simulation is None:
+            return None
+        return self._finish(self.simulation.partial_report(reason))
+
+    def _simulation(self, paths):
+        from astra_sim.simulation import Simulation
+
+        spec, resolved = self.spec, self.resolved
+        configs = dict(resolved.configs)
+        options = dict(resolved.options)
+        for key, path in paths.items():
+            if key.startswith("option:"):
+                options[key[len("option:"):]] = path
+            else:
+                configs[key] = path
+        options.update({k: configs[k] for k in ("system_configuration", "network_configuration")})
+        options.update(platform=spec.platform, nodes=spec.nodes, astra_sim_log=spec.astra_sim_log)
+        return Simulation(
+            spec.workload, configs["system_configuration"], configs["network_configuration"],
+            configs["remote_memory_configuration"], configs["comm_group_configuration"],
+            network_backend=spec.network_backend, memory_backend=spec.memory_backend,
+            compute_model=resolved.compute_model, workload_format=spec.workload_format,
+            num_queues_per_dim=spec.num_queues_per_dim, injection_scale=spec.injection_scale,
+            rendezvous=spec.rendezvous, plugin_manager=self.pm, options=options, fold=spec.fold,
+            astra_sim_log=spec.astra_sim_log, on_warning=self.on_warning, allow_unmatched=spec.allow_unmatched,
+            breakdown=spec.breakdown, critical_path=spec.critical_path, timeline=spec.timeline,
+            timeline_format=spec.timeline_format, timeline_ranks=spec.timeline_ranks)
+
+    def _finish(self, report):
+        from astra_sim.generated import inline_settings
+
+        if self.resolved.platform_defaults:
+            report.settings["platform"] = {"name": self.resolved.platform, "nodes": self.spec.nodes}
+            report.settings["platform_defaults"] = dict(self.resolved.platform_defaults)
+        inline_settings(report.settings, self.resolved.generated, self.paths)
+        return report
+
+
+def run_spec(spec: RunSpec, pm=None, on_warning=None, measure_memory=False):
+    """Simulate ``spec`` and return its report."""
+    return Run(spec, pm, on_warning).execute(measure_memory)
+
+
+def make_spec(args, kwargs):
+    """``(spec, pm, control keywords)`` of :func:`astra_sim.simulate`'s arguments: a RunSpec, or the workload and
+    configuration paths positionally (``workload, system, network, memory, comm_groups``) and keywords (RunSpec
+    fields, ``astra run`` options by dest or flag name, ``options={dest: value}`` taken as they are)."""
+    from astra_sim.errors import ConfigError
+    from astra_sim.plugins import default_plugin_manager, make_plugin_manager
+
+    kwargs = dict(kwargs)
+    control = {k: kwargs.pop(k) for k in CONTROL_KEYWORDS if k in kwargs}
+    pm = control.get("plugin_manager")
+    if pm is None:
+        if control.get("plugins") is None and not control.get("block") and not control.get("extra_plugins"):
+            pm = default_plugin_manager()
+        else:
+            pm = make_plugin_manager(control.get("plugins"), control.get("block", ()),
+                                     control.get("extra_plugins", ()))
+    if args and isinstance(args[0], RunSpec):
+        if len(args) > 1:
+            raise ConfigError("simulate(spec): give the spec alone (change it with spec.replace(...))")
+        spec = args[0].replace(**kwargs) if kwargs else args[0]
+        return spec, pm, control
+    names = ("workload", "system", "network", "memory", "comm_groups")
+    if len(args) > len(names):
+        raise ConfigError(f"simulate() takes at most {len(names)} positional arguments ({', '.join(names)})")
+    mapping = {}
+    for name, value in zip(names, args):
+        if name in kwargs:
+            raise ConfigError(f"simulate(): {name} given twice")
+        mapping[name] = value
+    raw_options = kwargs.pop("options", None) or {}
+    for name, value in kwargs.items():
+        mapping[name] = value
+    if mapping.get("workload") is None:
+        raise ConfigError("simulate(): the workload (a trace prefix) is required")
+    mapping = {k: (str(v) if k in names and v is not None else v) for k, v in mapping.items()}
+    spec = RunSpec.from_mapping(mapping, pm, where="simulate()")
+    if raw_options:
+        spec.options.update(raw_options)
+    return spec, pm, control
+
+
+__all__ = ["Run", "run_spec", "make_spec"]

@@ -1,0 +1,293 @@
+"""``RunSpec``: one simulation, as every door states it (``astra run``, sweeps, search, serving, validation, Python).
+
+The spec owns its flags: :meth:`RunSpec.add_cli_args` defines ``astra run``'s options, :meth:`RunSpec.from_cli_args`
+reads them back, and :meth:`RunSpec.from_mapping` turns a mapping (a sweep's ``run:``, Python keywords) into the
+same spec through the same parser, so types, checks and defaults are identical whichever door a question comes
+through. :meth:`RunSpec.resolve` gives the concrete run (configurations, options, backends), resolving
+``--platform`` through the platform registry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+from dataclasses import dataclass, field
+
+from astra_sim.cliutil import non_negative_float, positive_int
+from astra_sim.errors import ConfigError
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+#: Reference flags that are accepted for script compatibility but have no effect
+#: (they have none in the reference's analytical binaries either).
+IGNORED_REFERENCE_FLAGS = ("--logging-configuration", "--logging-folder", "--comm-scale", "--compute-scale")
+
+#: ``astra run`` options that say how to show or write the result, not what to simulate (not part of a spec).
+OUTPUT_DESTS = ("report_json", "quiet", "max_table_ranks", "partial_report", "plugin", "command", "json", "output",
+                "logging_configuration", "logging_folder", "comm_scale", "compute_scale")
+
+#: RunSpec field -> ``astra run`` option dest (where the names differ)
+_DESTS = {"workload": "workload_configuration", "system": "system_configuration",
+          "network": "network_configuration", "memory": "remote_memory_configuration",
+          "comm_groups": "comm_group_configuration", "rendezvous": "rendezvous_protocol"}
+#: RunSpec fields whose option is the negation (``--no-fold``)
+_NEGATED = {"fold": "no_fold", "breakdown": "no_breakdown"}
+
+
+def parse_bool(text):
+    value = str(text).strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+@dataclass
+class RunSpec:
+    """One simulation: the workload, the machine (configuration files, or a platform and its nodes), the backends
+    and the run's options. ``options`` holds every plugin option by its ``dest`` (``gpu``, ``host_launch_us``, ...);
+    a spec made by :meth:`from_cli_args` or :meth:`from_mapping` carries every option with its default."""
+
+    workload: str
+    system: str | None = None
+    network: str | None = None
+    memory: str | None = None
+    comm_groups: str | None = None
+    platform: str | None = None
+    nodes: int = 1
+    network_backend: str = "analytical"
+    memory_backend: str | None = None
+    compute_model: str | None = None
+    workload_format: str | None = None
+    num_queues_per_dim: int = 1
+    injection_scale: float = 1.0
+    rendezvous: bool = False
+    fold: bool = True
+    allow_unmatched: bool = False
+    breakdown: bool = True
+    critical_path: bool = False
+    timeline: str | None = None
+    timeline_format: str = "chrome"
+    timeline_ranks: str | None = None
+    astra_sim_log: bool = False
+    options: dict = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ command line
+    @staticmethod
+    def add_cli_args(parser):
+        """``astra run``'s own options (plugins add theirs with ``astra_add_run_options``)."""
+        ref = parser.add_argument_group("reference simulator flags (ASTRA-sim 2.x compatible)")
+        ref.add_argument("--workload-configuration", required=True, metavar="PREFIX",
+                         help="trace prefix: rank r reads PREFIX.r.et")
+        ref.add_argument("--system-configuration", metavar="SYS.json", help="required unless --platform provides it")
+        ref.add_argument("--network-configuration", metavar="NET.yml", help="required unless --platform provides it")
+        ref.add_argument("--remote-memory-configuration", metavar="MEM.json")
+        ref.add_argument("--comm-group-configuration", metavar="GROUPS.json",
+                         help="JSON {\"id\": [npus]}; a value containing 'empty' disables groups")
+        ref.add_argument("--num-queues-per-dim", type=positive_int, default=1, metavar="N")
+        ref.add_argument("--injection-scale", type=non_negative_float, default=1.0, metavar="X",
+                         help="multiplies endpoint-delay")
+        ref.add_argument("--rendezvous-protocol", type=parse_bool, nargs="?", const=True, default=False,
+                         metavar="BOOL", help="8 KiB handshake before every send")
+        for flag in IGNORED_REFERENCE_FLAGS:
+            ref.add_argument(flag, help=argparse.SUPPRESS)
+        machine = parser.add_argument_group(
+            "platforms (a machine's system and network configurations)",
+            "--platform generates the configurations of a registered machine (`astra platforms` lists them) and "
+            "the defaults it implies (its compute model, collectives, host); --system-configuration / "
+            "--network-configuration given explicitly win. The report's settings.platform_defaults says what was "
+            "implied and why.")
+        machine.add_argument("--platform", default=None, metavar="NAME", help="a registered platform, e.g. hgx-h100")
+        machine.add_argument("--nodes", type=positive_int, default=1, metavar="N",
+                             help="nodes (scale-up domains, or slices) of --platform (default 1)")
+        ours = parser.add_argument_group("astra-sim-py options")
+        ours.add_argument("--network-backend", default="analytical", metavar="NAME",
+                          help="network backend by name (default: analytical); see `astra plugins`")
+        ours.add_argument("--memory-backend", default=None, metavar="NAME",
+                          help="remote-memory backend (default: analytical if installed, else none)")
+        ours.add_argument("--compute-model", default=None, metavar="NAME",
+                          help="compute model (default: --platform's, else roofline if roofline-enabled, else replay)")
+        ours.add_argument("--workload-format", default=None, metavar="NAME",
+                          help="trace format (default: detected from the files)")
+        ours.add_argument("--host-launch-us", type=float, default=None, metavar="US",
+                          help="the host launches one GPU operation per US microseconds, in order, ahead of the GPU; "
+                               "a kernel starts no earlier than its launch (default: off; --platform sets a measured "
+                               "value)")
+        ours.add_argument("--host-sync-us", type=float, default=None, metavar="US",
+                          help="with the host model: after a send/receive whose node has host_waits the host waits "
+                               "for it and US more microseconds (a training loop's synchronize after its pipeline "
+                               "transfers)")
+        ours.add_argument("--no-fold", action="store_true",
+                          help="simulate every rank, even those a symmetry makes identical to another "
+                               "(by default one rank per class of symmetric ranks is simulated; same results)")
+        ours.add_argument("--allow-unmatched", action="store_true",
+                          help="a send never received (or a receive never sent) is a warning listed in the report's "
+                               "unmatched_messages, not an error (exit 3)")
+        ours.add_argument("--astra-sim-log", action="store_true",
+                          help="also print the reference's 'sys[i] finished, T cycles, ...' lines")
+        ours.add_argument("--timeline", metavar="PATH",
+                          help="write the run as Chrome trace events (PATH.json or PATH.json.gz; Perfetto, "
+                               "chrome://tracing), or with --timeline-format kineto a folder of per-rank traces")
+        ours.add_argument("--timeline-format", choices=("chrome", "kineto"), default="chrome",
+                          help="chrome (default): one trace-event file; kineto: one PyTorch-profiler-shaped trace per "
+                               "rank (HolisticTraceAnalysis reads the folder)")
+        ours.add_argument("--timeline-ranks", metavar="RANGES",
+                          help="ranks the timeline holds, e.g. 0-7,64 (default: all)")
+        ours.add_argument("--critical-path", action="store_true",
+                          help="report the chain of nodes and waits that sets the last finish time")
+        ours.add_argument("--no-breakdown", action="store_true",
+                          help="do not record where each rank's time goes (the report's breakdown)")
+
+    @classmethod
+    def from_cli_args(cls, args) -> "RunSpec":
+        """The spec of parsed ``astra run`` arguments (every option a plugin added lands in ``options``)."""
+        values = vars(args)
+        kwargs = {}
+        for f in dataclasses.fields(cls):
+            if f.name == "options":
+                continue
+            if f.name in _NEGATED:
+                kwargs[f.name] = not values.get(_NEGATED[f.name], False)
+            else:
+                dest = _DESTS.get(f.name, f.name)
+                if dest in values:
+                    kwargs[f.name] = values[dest]
+        taken = set(_DESTS.values()) | set(_NEGATED.values()) | set(kwargs) | set(OUTPUT_DESTS)
+        options = {k: v for k, v in values.items() if k not in taken and not k.startswith("_")
+                   and k not in ("run_command", "plugin_manager")}
+        return cls(**kwargs, options=options)
+
+    @classmethod
+    def from_mapping(cls, mapping, pm=None, where="run") -> "RunSpec":
+        """The spec of ``{option: value}`` (``astra run``'s option names, with dashes or underscores, or the
+        spec's field names: ``workload``, ``system``, ...), read by ``astra run``'s own parser: the same types,
+        checks and defaults as the command line. ``where`` names the mapping in errors."""
+        from astra_sim.cliutil import mapping_to_argv, parse_or_raise
+
+        parser = run_parser(pm)
+        renamed = {}
+        for key, value in dict(mapping).items():
+            name = str(key).replace("-", "_")
+            if name in _NEGATED:
+                name, value = _NEGATED[name], (not value if isinstance(value, bool) else value)
+            renamed[_DESTS.get(name, name)] = value
+        argv = mapping_to_argv(parser, renamed, where)
+        args = parse_or_raise(parser, argv, where)
+        return cls.from_cli_args(args)
+
+    def to_mapping(self) -> dict:
+        """The spec as ``{option dest: value}`` (what :meth:`from_mapping` reads back)."""
+        out = {}
+        for f in dataclasses.fields(self):
+            if f.name == "options":
+                continue
+            value = getattr(self, f.name)
+            if f.name in _NEGATED:
+                out[_NEGATED[f.name]] = not value
+            else:
+                out[_DESTS.get(f.name, f.name)] = value
+        out.update(self.options)
+        return out
+
+    def replace(self, **changes) -> "RunSpec":
+        """A copy with fields changed; unknown names are options (``spec.replace(gpu="B200")``)."""
+        names = {f.name for f in dataclasses.fields(self)}
+        fields_ = {k: v for k, v in changes.items() if k in names}
+        options = dict(self.options)
+        options.update(fields_.pop("options", None) or {})
+        options.update({k: v for k, v in changes.items() if k not in names})
+        return dataclasses.replace(self, **fields_, options=options)
+
+    # ------------------------------------------------------------------ resolution
+    def resolve(self, pm=None) -> "ResolvedRun":
+        """The concrete run: configurations (files or generated), every option, the compute model and, with a
+        platform, what it implied (``platform_defaults``). Files the user named explicitly win."""
+        from astra_sim.generated import CONFIG_KEYS, GeneratedFile, generated_options
+
+        options = dict(self.options)
+        configs = {"system_configuration": self.system, "network_configuration": self.network,
+                   "remote_memory_configuration": self.memory, "comm_group_configuration": self.comm_groups}
+        compute_model = self.compute_model
+        defaults = None
+        generated = {}
+        platform = None
+        if self.platform is not None:
+            from astra_sim.platforms import check_nodes, get_platform
+
+            platform = get_platform(self.platform, pm)
+            check_nodes(self.nodes)
+            setup = platform.resolve(self.nodes, {**options, "compute_model": self.compute_model})
+            for key in CONFIG_KEYS:
+                value = getattr(setup, key)
+                if configs[key] is None and value is not None:
+                    if isinstance(value, GeneratedFile):
+                        generated[key] = value
+                    else:
+                        configs[key] = value
+            options.update(setup.options)
+            if compute_model is None:
+                compute_model = setup.compute_model
+            defaults = dict(setup.defaults)
+            generated.update(generated_options(options))
+        for key in ("system_configuration", "network_configuration"):
+            if configs[key] is None and key not in generated:
+                flag = "--" + key.replace("_", "-")
+                raise ConfigError(f"{flag} is required (or --platform, which provides it)")
+        return ResolvedRun(self, configs, generated, options, compute_model, defaults,
+                           None if platform is None else platform.name)
+
+    def describe(self) -> str:
+        """One line for messages: the workload and the machine."""
+        machine = (f"--platform {self.platform} --nodes {self.nodes}" if self.platform
+                   else f"{self.system} + {self.network}")
+        return f"{self.workload} on {machine}"
+
+
+@dataclass
+class ResolvedRun:
+    """A spec made concrete: ``configs`` (paths or None), ``generated`` ({key: GeneratedFile}: configurations and
+    ``option:<name>`` files written only while the run reads them), every option, and the compute model."""
+
+    spec: RunSpec
+    configs: dict
+    generated: dict
+    options: dict
+    compute_model: str | None
+    platform_defaults: dict | None
+    platform: str | None
+
+
+def run_parser(pm=None):
+    """``astra run``'s parser with every loaded plugin's options (``pm``: default every installed plugin), made once
+    per plugin manager."""
+    from astra_sim.plugins import default_plugin_manager
+
+    pm = pm if pm is not None else default_plugin_manager()
+    parser = getattr(pm, "_astra_run_parser", None)
+    if parser is None:
+        parser = argparse.ArgumentParser(prog="astra run", description="Run a simulation.")
+        RunSpec.add_cli_args(parser)
+        add_plugin_run_options(pm, parser)
+        pm._astra_run_parser = parser
+    return parser
+
+
+def add_plugin_run_options(pm, parser):
+    """Every plugin's ``astra_add_run_options`` on ``parser``; a clash is a PluginError."""
+    try:
+        pm.hook.astra_add_run_options(parser=parser)
+    except argparse.ArgumentError as exc:
+        from astra_sim.errors import PluginError
+
+        raise PluginError(f"a plugin's astra_add_run_options failed: {exc}") from None
+
+
+def suggest(name, known):
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+__all__ = ["RunSpec", "ResolvedRun", "run_parser", "parse_bool"]
