@@ -133,9 +133,7 @@ def _stdout_closed():
     return 141
 
 
-def warning(message):
-    """Print one warning on stderr, the way every astra command does."""
-    print(f"astra: warning: {message}", file=sys.stderr)
+from astra_sim.cliutil import warning  # noqa: E402  (kept here for earlier imports)
 
 
 def _main(argv):

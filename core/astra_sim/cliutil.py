@@ -57,6 +57,13 @@ def subcommands(subparsers, name, dest, **parser_kwargs):
     return parser, parser.add_subparsers(dest=dest, metavar="SUBCOMMAND")
 
 
+def warning(message):
+    """Print one warning on stderr, the way every astra command does (``astra: warning: ...``)."""
+    import sys
+
+    print(f"astra: warning: {message}", file=sys.stderr)
+
+
 def ensure_parent_dir(path):
     """Create the folder ``path`` goes into, as every ``-o``/``--report-json`` does; a
     ConfigError names the folder when it cannot be made."""
