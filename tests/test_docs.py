@@ -143,6 +143,12 @@ def test_hook_examples_are_working_plugins(tmp_path, capsys):
     assert "twice_as_fast" in registry.names("compute_model")
     assert "fixed" in registry.names("network_backend")
     assert "flat" in registry.names("memory_backend")
+    assert "my-box" in registry.names("platform")
+    from astra_sim.platforms import get_platform
+
+    box = get_platform("my-box", pm)
+    assert box.describe(2)["total_gpus"] == 8
+    assert box.resolve(2, {}).compute_model == "replay"
     import argparse
 
     parser = argparse.ArgumentParser()

@@ -31,6 +31,10 @@ def _rank_dict(rank):
     return out
 
 
+#: what every report's numbers are in (JSON keeps integer ns everywhere; terminals show human units)
+UNITS = {"time": "ns", "size": "bytes"}
+
+
 @dataclass
 class Report:
     ranks: list
@@ -69,6 +73,7 @@ class Report:
 
     def to_dict(self):
         out = {
+            "units": UNITS,
             "complete": self.complete,
             "ranks": [_rank_dict(r) for r in self.ranks],
             "summary": {
@@ -88,6 +93,24 @@ class Report:
             if value is not None:
                 out[key] = value
         return out
+
+    # ------------------------------------------------------------------ tables
+    def ranks_frame(self):
+        """One row per rank: rank, finish_ns, compute_ns, exposed_comm_ns, cpu_ns, comm_ns, nodes (a pandas DataFrame,
+        integer ns)."""
+        pd = _pandas()
+        columns = [f.name for f in fields(RankReport) if f.name != "breakdown"]
+        return pd.DataFrame([[getattr(r, c) for c in columns] for r in self.ranks], columns=columns)
+
+    def breakdown_frame(self):
+        """Where each rank's time went: one row per (rank, part) with ``time_ns`` (parts add up to the rank's
+        finish_ns); empty when the run recorded no breakdown."""
+        pd = _pandas()
+        rows = []
+        for r in self.ranks:
+            parts = (r.breakdown or {}).get("parts") or {}
+            rows += [(r.rank, part, value) for part, value in parts.items()]
+        return pd.DataFrame(rows, columns=["rank", "part", "time_ns"])
 
     def write_json(self, path):
         """Write :meth:`to_dict` as JSON, atomically, creating the folder if needed."""
@@ -122,3 +145,14 @@ class Report:
             exposed = r.exposed_comm_ns % (1 << 64)
             lines.append(f"sys[{r.rank}] finished, {r.finish_ns} cycles, exposed communication {exposed} cycles.")
         return lines
+
+
+def _pandas():
+    """pandas, imported only when a table is asked for (``import astra_sim`` stays cheap)."""
+    try:
+        import pandas
+    except ImportError:  # pragma: no cover - a kernel dependency
+        from astra_sim.errors import AstraError
+
+        raise AstraError("results as tables need pandas (pip install pandas)") from None
+    return pandas
