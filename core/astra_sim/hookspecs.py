@@ -100,6 +100,16 @@ def astra_register_platforms(registry):
     """
 
 
+@hookspec
+def astra_register_executors(registry):
+    """Register executors (where a sweep's points, a search's candidates run): ``registry.executor(name, factory)``.
+
+    ``factory(arg)`` returns an :class:`astra_sim.executors.Executor`; ``arg`` is the text after ``NAME:`` in
+    ``--executor NAME[:ARG]`` (None without it). The kernel's ``local`` and ``dask`` are built in
+    (:mod:`astra_sim.executors`).
+    """
+
+
 # ---------------------------------------------------------------- run lifecycle
 
 

@@ -143,7 +143,7 @@ def _run_group(tasks, executor):
     """The results of ``tasks`` in their order: one after the other here, or side by side on ``executor``."""
     if executor is None:
         return [run_candidate(task) for task in tasks]
-    from astra_sweep.executors import ExecutorFailure
+    from astra_sim.executors import ExecutorFailure
 
     done = {}
     for task, result in executor.run(run_candidate, [(task, None) for task in tasks]):

@@ -1,8 +1,8 @@
 """astra-sweep: design-space exploration for astra-sim-py: ``astra sweep`` (a spec's points on a local process
 pool or a Dask cluster, resumable, to Parquet or CSV) and ``astra search`` (every parallel layout of an LLM on N
-GPUs, filtered by memory, simulated, ranked)."""
+GPUs, filtered by memory, simulated, ranked). The executors are the kernel's (:mod:`astra_sim.executors`)."""
 
-from .executors import DaskExecutor, Executor, ExecutorFailure, LocalPool, make_executor
+from astra_sim.executors import DaskExecutor, Executor, ExecutorFailure, LocalPool, make_executor
 from .sweep import run_sweep
 
 __all__ = ["run_sweep", "Executor", "ExecutorFailure", "LocalPool", "DaskExecutor", "make_executor"]

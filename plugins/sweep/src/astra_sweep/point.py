@@ -111,12 +111,11 @@ def _make(ref, prefix, parsers):
         dims, cfg = dims_and_config(args)
         generate_llm(dims, cfg, prefix)
     else:
-        from astra_sim.cli import main
+        from astra_sim.cliutil import parse_or_raise
 
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
-            code = main(["workload", "micro", *ref.argv, "-o", prefix])
-        if code:
-            raise ConfigError(f"astra workload micro: {err.getvalue().strip() or f'exit {code}'}")
+        args = parse_or_raise(parsers["micro"], ref.argv + ["-o", prefix], "workload.micro")
+        with contextlib.redirect_stdout(io.StringIO()):
+            args.run_command(args)
 
 
 def trace_npus(prefix):
@@ -168,84 +167,78 @@ def _gpu_yaml(base, overrides, folder):
     return _write(folder, "gpu.yaml", yaml.safe_dump(data))
 
 
-def machine(point, npus, folder):
-    """(run options for Simulation, system path, network path, other paths) of the point, written in ``folder``."""
+def _config_data(explicit, generated, kind, key):
+    """The configuration a ``system.*`` / ``network.*`` axis changes, as a mapping: the run's own file
+    (``explicit``, a path), else the platform's (a GeneratedFile or a path)."""
+    from astra_sim.generated import GeneratedFile
+    from astra_sim.safeio import load_json, load_yaml
+
+    source = explicit if explicit is not None else generated
+    if source is None:
+        raise ConfigError(f"{kind}.{key}: no {kind} configuration to change (give run.platform or "
+                          f"run.{kind}-configuration)")
+    if isinstance(source, GeneratedFile):
+        import yaml
+
+        return json.loads(source.text) if kind == "system" else yaml.safe_load(source.text)
+    if kind == "system":
+        return load_json(source, "system configuration")
+    return load_yaml(source, "network configuration")
+
+
+def point_spec(point, prefix, npus, folder, pm=None):
+    """The point as the :class:`astra_sim.spec.RunSpec` that ``astra run`` would build from the same options
+    (``RunSpec.from_mapping`` of its ``run:``, the workload at ``prefix``), with the sweep's extensions applied
+    through the kernel's own pieces: ``platform.*`` and ``gpu.*`` as the platform's ``variant`` (the changed
+    GPU YAML, written in ``folder``, also as ``--gpu``), ``system.*`` / ``network.*`` as files in ``folder``
+    made from the run's files or the platform's (explicit files win, as in ``astra run``; the platform still
+    implies its options and compute model). Without ``run.nodes`` a platform gets as many nodes as the
+    workload's ``npus`` ranks fill (InfeasibleError when they do not)."""
     import yaml
 
+    from astra_sim.platforms import get_platform
+    from astra_sim.spec import RunSpec
+
     run = dict(point.run)
-    options = {}
-    files = {}
     for name, value in list(run.items()):
         if isinstance(value, dict) and "text" in value:  # a configuration file that travelled with the point
-            files[name] = _write(folder, f"user-{value['file']}", value["text"])
-            run[name] = files[name]
-    gpu = run.get("gpu")
+            run[name] = _write(folder, f"user-{value['file']}", value["text"])
+    platform = get_platform(run["platform"], pm) if run.get("platform") else None
     if point.gpu:
-        gpu = _gpu_yaml(gpu or _platform_gpu(run), point.gpu, folder)
-    system = network = None
-    if run.get("platform"):
-        from dataclasses import replace
+        from astra_gpu_model.gpu import DEFAULT_GPU
 
-        from astra_gpu_model.platforms import get_platform, network_yaml, system_json
-
-        platform = get_platform(run["platform"])
-        if "gpus_per_node" in point.platform:
-            platform = replace(platform, gpus_per_node=int(point.platform["gpus_per_node"]))
-        if "nic_gbps" in point.platform:
-            platform = replace(platform, nic_gbit_per_gpu=8.0 * float(point.platform["nic_gbps"]))
-        if gpu:
-            platform = replace(platform, gpu=gpu)
-        nodes = run.get("nodes")
-        if nodes is None:
+        run["gpu"] = _gpu_yaml(run.get("gpu") or getattr(platform, "gpu", None) or DEFAULT_GPU, point.gpu, folder)
+    spec = RunSpec.from_mapping({**run, "workload": prefix}, pm, where="run")
+    if platform is not None:
+        changes = {key: point.platform[key] for key in ("gpus_per_node", "nic_gbps") if key in point.platform}
+        if point.gpu:
+            changes["gpu"] = run["gpu"]
+        if changes:
+            platform = platform.variant(**changes)
+        nodes = spec.nodes
+        if "nodes" not in run:
             if npus % platform.gpus_per_node:
                 raise InfeasibleError(f"{npus} ranks do not fill whole {platform.name} nodes of "
                                       f"{platform.gpus_per_node} GPUs")
             nodes = npus // platform.gpus_per_node
-        system = system_json(platform, nodes, run.get("platform-collective") or "ring")
-        network = yaml.safe_load(network_yaml(platform, nodes))
-        from astra_gpu_model.gpu import load_gpu
-
-        options["gpu"] = gpu or load_gpu(platform.gpu).name
-        options["nccl_nic_gbps"] = run.get("nccl-nic-gbps") or platform.nic_gbit_per_gpu / 8.0
-    elif gpu:
-        options["gpu"] = gpu
-    if system is None and "system-configuration" in files:
+        spec = spec.replace(platform=platform if changes else spec.platform, nodes=nodes)
+    if point.system or point.network:
+        setup = None
+        if platform is not None and (spec.system is None or spec.network is None):
+            setup = platform.resolve(spec.nodes, {**spec.options, "compute_model": spec.compute_model})
         if point.system:
-            from astra_sim.safeio import load_json
-
-            system = load_json(files["system-configuration"], "system configuration")
-    if network is None and "network-configuration" in files:
+            system = _config_data(spec.system, setup and setup.system_configuration, "system",
+                                  next(iter(point.system)))
+            for key, value in point.system.items():
+                _set(system, key, value, "system")
+            spec = spec.replace(system=_write(folder, "system.json", json.dumps(system, indent=1)))
         if point.network:
-            from astra_sim.safeio import load_yaml
-
-            network = load_yaml(files["network-configuration"], "network configuration")
-    for key, value in point.system.items():
-        if system is None:
-            raise ConfigError(f"system.{key}: no system configuration to change (give run.platform or "
-                              "run.system-configuration)")
-        _set(system, key, value, "system")
-    for key, value in point.network.items():
-        if network is None:
-            raise ConfigError(f"network.{key}: no network configuration to change (give run.platform or "
-                              "run.network-configuration)")
-        _set(network, key, value, "network")
-    system_path = (_write(folder, "system.json", json.dumps(system, indent=1)) if system is not None
-                   else files.get("system-configuration"))
-    network_path = (_write(folder, "network.yml", yaml.safe_dump(network)) if network is not None
-                    else files.get("network-configuration"))
-    if system_path is None or network_path is None:
-        raise ConfigError("run needs platform, or system-configuration and network-configuration")
-    return run, options, system_path, network_path, files
-
-
-def _platform_gpu(run):
-    if run.get("platform"):
-        from astra_gpu_model.platforms import get_platform
-
-        return get_platform(run["platform"]).gpu
-    from astra_gpu_model.gpu import DEFAULT_GPU
-
-    return DEFAULT_GPU
+            network = _config_data(spec.network, setup and setup.network_configuration, "network",
+                                   next(iter(point.network)))
+            for key, value in point.network.items():
+                _set(network, key, value, "network")
+            spec = spec.replace(network=_write(folder, "network.yml", yaml.safe_dump(network)))
+    return spec
 
 
 # ------------------------------------------------------------------------------------------------ running
@@ -253,11 +246,14 @@ _STATE = {}
 
 
 def worker_state():
-    """This process's plugin manager and parsers (made once: a worker runs many points)."""
+    """This process's plugin manager (every installed plugin, the kernel's shared one) and the parsers a spec's
+    options are checked against (made once: a worker runs many points)."""
     if not _STATE:
+        from astra_sim.plugins import default_plugin_manager
+
         from astra_sweep.commands import command_parsers
 
-        _STATE.update(command_parsers())
+        _STATE.update(command_parsers(default_plugin_manager()))
     return _STATE
 
 
@@ -312,33 +308,17 @@ def run_point(task, ref=None):
 
 
 def _simulate(point, ref, sweep_id, row):
-    from astra_sim.simulation import Simulation
-    from astra_sweep.spec import to_argv
+    from astra_sim.runner import run_spec
 
     state = worker_state()
     if ref.kind == "serve":
         fill_serve_row(row, _serve(parse_serve_args(state["parsers"]["serve"], ref.argv)))
         return
     prefix = materialise(ref, sweep_id, state["parsers"])
-    npus = trace_npus(prefix)
     row["peak_mem_bytes"] = _estimate(prefix)
     with tempfile.TemporaryDirectory(prefix="astra-point-") as folder:
-        run, extra, system, network, files = machine(point, npus, folder)
-        skip = ("system-configuration", "network-configuration", "remote-memory-configuration",
-                "comm-group-configuration", "gpu", "platform", "nodes", "platform-collective", "nccl-nic-gbps")
-        argv = to_argv(state["parsers"]["run"], {k: v for k, v in run.items() if k not in skip})
-        args = state["parsers"]["run"].parse_args(argv + ["--workload-configuration", prefix, "-q"])
-        options = vars(args).copy()
-        options.update(extra)
-        options.update(system_configuration=system, network_configuration=network)
-        simulation = Simulation(
-            prefix, system, network, files.get("remote-memory-configuration"),
-            files.get("comm-group-configuration"), network_backend=args.network_backend,
-            memory_backend=args.memory_backend, compute_model=args.compute_model,
-            workload_format=args.workload_format, num_queues_per_dim=args.num_queues_per_dim,
-            injection_scale=args.injection_scale, rendezvous=args.rendezvous_protocol,
-            plugin_manager=state["pm"], options=options, fold=not args.no_fold)
-        report = simulation.run()
+        spec = point_spec(point, prefix, trace_npus(prefix), folder, state["pm"])
+        report = run_spec(spec, state["pm"])
     fill_row(row, report.to_dict())
 
 

@@ -101,7 +101,7 @@ def _cmd_serve_search(args):
     args.max_gpus = args.gpus or 32
     if not (args.jobs or args.dask):
         return search_deployments(args)
-    from .executors import make_executor
+    from astra_sim.executors import make_executor
 
     with make_executor(args.jobs, args.dask) as executor:  # each GPU count's candidates side by side
         return search_deployments(args, executor)
@@ -169,7 +169,7 @@ def _cmd_search(args):
     import yaml
 
     from astra_gpu_model.gpu import load_gpu
-    from astra_gpu_model.platforms import get_platform
+    from astra_sim.platforms import get_platform
     from astra_workload_generators.llm import model_dims, peak_memory, training_flops
 
     from .sweep import run_sweep
@@ -177,7 +177,7 @@ def _cmd_search(args):
     source = {"preset": args.preset}
     name = args.preset
     if args.model:
-        from astra_sim.cli import warning
+        from astra_sim.cliutil import warning
         from astra_workload_generators.llm.hf import load_hf_config
 
         base, warnings, path = load_hf_config(args.model)
@@ -186,6 +186,9 @@ def _cmd_search(args):
         source, name = {"model": os.path.abspath(path)}, args.model
     dims = model_dims(args.preset, base=base if args.model else None, seq_len=args.seq_len)
     platform = get_platform(args.platform)
+    if getattr(platform, "gpu", None) is None:
+        raise ConfigError(f"astra search: --platform {platform.name} is not a GPU platform (the layouts are "
+                          "filtered by a GPU's memory; see `astra platforms`)")
     gpu = load_gpu(platform.gpu)
     if args.gpus % platform.gpus_per_node:
         raise ConfigError(f"--gpus {args.gpus} is not a whole number of {platform.name} nodes "

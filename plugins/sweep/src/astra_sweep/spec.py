@@ -28,7 +28,6 @@ serve``, so a spec error names the axis (or key), the option and the value, befo
 
 from __future__ import annotations
 
-import argparse
 import copy
 import difflib
 import hashlib
@@ -45,6 +44,8 @@ TOP_KEYS = ("workload", "run", "axes", "gpu", "platform", "network", "system")
 AXIS_KINDS = ("grid", "zip", "random")
 #: astra run options the sweep sets itself
 RESERVED_RUN = ("workload-configuration", "report-json", "astra-sim-log", "quiet", "max-table-ranks", "plugin")
+#: astra run options that write files of one run's own (a sweep's rows are its output)
+OWN_OUTPUT_RUN = ("timeline", "timeline-format", "timeline-ranks", "partial-report")
 #: astra serve options the sweep sets itself, or that write files of their own
 RESERVED_SERVE = ("report-json", "requests-csv", "timeline", "save-trace", "quiet")
 #: astra run options naming files whose contents travel with the point (Dask workers share no paths)
@@ -260,9 +261,9 @@ def _check_workload_option(parsers, kind, name, value, where):
     if kind == "serve":
         if name in RESERVED_SERVE:
             raise ConfigError(f"{where}: {name} is set by the sweep itself (each point's report is its row)")
-        check_option(_serve_parser(parsers, where), name, value, where, "astra serve")
+        check_option(_serve_parser(parsers, where), name, value, where)
     else:
-        check_option(parsers[kind], name, value, where, f"astra workload {kind}")
+        check_option(parsers[kind], name, value, where)
 
 
 def _check_axis_value(parsers, point, axis, value, path):
@@ -305,10 +306,21 @@ def _check_platform_field(name, point, where):
         raise ConfigError(f"{where}: platform fields need run.platform")
 
 
-def _check_run_option(parser, name, value, where):
-    if name in RESERVED_RUN:
+def _check_run_option(parser, name, value, where, pm=None):
+    flag = str(name).replace("_", "-")
+    if flag in RESERVED_RUN:
         raise ConfigError(f"{where}: {name} is set by the sweep itself")
-    check_option(parser, name, value, where, "astra run")
+    if flag in OWN_OUTPUT_RUN:
+        raise ConfigError(f"{where}: {name} writes files of its own for one run; not in a sweep (a point's "
+                          "report is its row)")
+    check_option(parser, name, value, where)
+    if flag == "platform" and value is not None:
+        from astra_sim.platforms import get_platform
+
+        try:
+            get_platform(value, pm)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
 
 
 def _suggest(name, known):
@@ -316,55 +328,33 @@ def _suggest(name, known):
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def _action(parser, name):
-    for action in parser._actions:  # argparse keeps no public index of its options
-        if f"--{name}" in action.option_strings:
-            return action
-    return None
+def check_option(parser, name, value, where, command=None):
+    """``value`` for ``--name`` of ``parser``'s command: an error naming ``where`` and the option (unknown, with a
+    suggestion) or the value (wrong type, not a choice), from the kernel's option helpers."""
+    from astra_sim.cliutil import option_argv
+
+    if not isinstance(name, str):
+        raise ConfigError(f"{where}: option name {name!r} is not a string")
+    option_argv(parser, name, _given(parser, name, value), where)
 
 
-def check_option(parser, name, value, where, command):
-    """``value`` for ``--name`` of ``command``: an error naming the option (unknown) or the value (wrong type)."""
-    if not isinstance(name, str) or _action(parser, name) is None:
-        known = [s[2:] for a in parser._actions for s in a.option_strings if s.startswith("--")]
-        raise ConfigError(f"{where}: unknown {command} option {name!r}{_suggest(name, known)}")
-    option_argv(parser, name, value, where)
+def _given(parser, name, value):
+    """``false`` for an option whose value is optional (``--recompute [MODE]``) means not given."""
+    from astra_sim.cliutil import option_action
 
-
-def option_argv(parser, name, value, where="option"):
-    """The command-line words for ``--name value`` (flags from booleans), checked against the option's type
-    and choices."""
-    action = _action(parser, name)
-    flag = f"--{name}"
-    if isinstance(action, argparse.BooleanOptionalAction):
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: value {value!r} is not true or false")
-        return [flag] if value else [f"--no-{name}"]
-    if action.nargs == 0:  # store_true / store_false
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: value {value!r} is not true or false ({flag} is a flag)")
-        return [flag] if value == isinstance(action, argparse._StoreTrueAction) else []
-    if isinstance(value, bool) and action.nargs == "?":
-        return [flag] if value else []
-    if isinstance(value, (dict, list)) or value is None or isinstance(value, bool):
-        raise ConfigError(f"{where}: value {value!r} is not a valid {flag} value")
-    text = str(value)
-    if action.type is not None:
-        try:
-            converted = action.type(text)
-        except (argparse.ArgumentTypeError, ValueError, TypeError) as exc:
-            raise ConfigError(f"{where}: value {value!r} is not a valid {flag} value ({exc})") from None
-    else:
-        converted = text
-    if action.choices is not None and converted not in action.choices:
-        raise ConfigError(f"{where}: value {value!r} is not one of {', '.join(map(str, action.choices))}")
-    return [flag, text]
+    action = option_action(parser, name)
+    if value is False and action is not None and action.nargs == "?" and action.type is None:
+        return None
+    return value
 
 
 def to_argv(parser, options):
+    """A workload generator's options as its command-line words (checked as :func:`check_option` does)."""
+    from astra_sim.cliutil import option_argv
+
     out = []
     for name, value in options.items():
-        out += option_argv(parser, name, value, name)
+        out += option_argv(parser, name, _given(parser, name, value), name)
     return out
 
 

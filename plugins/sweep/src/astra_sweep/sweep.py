@@ -10,8 +10,8 @@ import sys
 import time
 
 from astra_sim.errors import AstraError, ConfigError
+from astra_sim.executors import ExecutorFailure, make_executor
 
-from .executors import ExecutorFailure, make_executor
 from .point import RESULT_COLUMNS, WorkloadRef, remove_cache, run_point, workload_digest
 from .results import Results, column_type, results_format
 from .spec import load_spec, read_file_options, to_argv
@@ -69,13 +69,13 @@ class Plan:
 
 
 def check_base(plan, sweep_id, state):
-    """Make the base case's workload and machine and build its simulation (without running it): a spec whose
-    base case fails runs no point."""
+    """Make the base case's workload and machine and resolve its run (configurations, options, backends)
+    without simulating it: a spec whose base case fails runs no point."""
     import tempfile
 
-    from astra_sim.simulation import Simulation
+    from astra_sim.plugins import registry_of
 
-    from .point import machine, materialise, trace_npus
+    from .point import materialise, point_spec, trace_npus
 
     spec = plan.spec
     base = spec.base
@@ -84,17 +84,17 @@ def check_base(plan, sweep_id, state):
         raise ConfigError(f"{where} fails: {plan.early[base.id].partition(': ')[2]}")
     if base.workload_kind == "serve":  # checked when parsed (options, platform); each point runs astra serve
         return
+    pm = state["pm"]
     try:
         prefix = materialise(plan.refs[base.id], sweep_id, state["parsers"])
         with tempfile.TemporaryDirectory(prefix="astra-base-") as folder:
-            run, extra, system, network, files = machine(base, trace_npus(prefix), folder)
-            options = dict(extra)
-            simulation = Simulation(prefix, system, network, files.get("remote-memory-configuration"),
-                                    files.get("comm-group-configuration"),
-                                    network_backend=run.get("network-backend", "analytical"),
-                                    memory_backend=run.get("memory-backend"), compute_model=run.get("compute-model"),
-                                    plugin_manager=state["pm"], options=options)
-            simulation.build()
+            run = point_spec(base, prefix, trace_npus(prefix), folder, pm)
+            resolved = run.resolve(pm)
+            registry = registry_of(pm)
+            registry.get("network_backend", run.network_backend)
+            for role, name in (("memory_backend", run.memory_backend), ("compute_model", resolved.compute_model)):
+                if name is not None:
+                    registry.get(role, name)
     except AstraError as exc:
         raise ConfigError(f"{where} fails: {exc}") from None
 
@@ -136,7 +136,7 @@ def run_sweep(spec_path, output, *, jobs=None, dask=None, executor=None, point_t
         runnable = [p for p in todo if p.id not in plan.early]
         if runnable:
             own = executor_object is None
-            ex = executor_object or make_executor(jobs, dask, executor)
+            ex = executor_object or make_executor(jobs, dask, executor, state["pm"])
             try:
                 shared = {}
                 tasks = []

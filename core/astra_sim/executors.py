@@ -1,0 +1,330 @@
+"""Where independent simulations run (a sweep's points, a search's candidates, validation cases): executors, as
+one registered role.
+
+An executor is a small interface, so another scheduler (Ray, Slurm, ...) is one class:
+
+* ``share(payload)`` -> a handle the tasks receive instead of the payload (a workload's files, once per
+  workload: Dask scatters it to the workers; the local pool passes it as it is);
+* ``run(fn, tasks, timeout=None)`` -> yields ``(task, result)`` as each finishes, in any order; ``fn(task,
+  payload)`` is an importable function that never raises for a task's own failure (its result says it). When
+  the executor itself loses a task (a worker died, a task outlived ``timeout`` and was killed) it yields
+  ``(task, ExecutorFailure(message))`` and goes on;
+* ``broadcast(fn, *args)`` runs ``fn`` once on every worker machine (clean-up); ``close()``.
+
+Built in: ``local`` (:class:`LocalPool`, ``--jobs N`` processes on this machine) and ``dask``
+(:class:`DaskExecutor`, ``--dask tcp://HOST:8786`` or ``--dask local:N``; Dask is imported only when one is
+made, so the kernel does not need it). A plugin adds one with the hook ``astra_register_executors(registry)``:
+``registry.executor("ray", factory)``, where ``factory(arg)`` gets the text after ``NAME:`` in ``--executor
+NAME[:ARG]`` (None without one) and returns an :class:`Executor`.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue as queue_module
+import time
+from dataclasses import dataclass, field
+
+from astra_sim.errors import ConfigError, PluginError
+
+#: how much longer than the task timeout a local worker may stay silent before it is killed
+KILL_GRACE_S = 10.0
+
+
+class ExecutorFailure:
+    """What an executor yields for a task it lost (the task itself never ran to its own result)."""
+
+    def __init__(self, message):
+        self.message = message
+
+    def __repr__(self):
+        return f"ExecutorFailure({self.message!r})"
+
+
+class Executor:
+    """The interface (see the module docstring); subclasses implement ``run``."""
+
+    name = "executor"
+    workers = 1
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def share(self, payload):
+        return payload
+
+    def run(self, fn, tasks, timeout=None):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def broadcast(self, fn, *args):
+        fn(*args)
+
+    def close(self):
+        pass
+
+
+def _worker_main(inbox, outbox):
+    """A local pool process: run tasks until told to stop (None)."""
+    import importlib
+
+    while True:
+        item = inbox.get()
+        if item is None:
+            return
+        index, fn_path, task, payload = item
+        module, _, name = fn_path.rpartition(".")
+        fn = getattr(importlib.import_module(module), name)
+        outbox.put((index, fn(task, payload)))
+
+
+class LocalPool(Executor):
+    """``jobs`` worker processes on this machine, each running one task at a time and kept between tasks
+    (a worker parses a shared workload once). A worker that dies, or stays silent ``KILL_GRACE_S`` past the
+    task's timeout, is replaced and its task yielded as an :class:`ExecutorFailure`."""
+
+    name = "local"
+
+    def __init__(self, jobs=None):
+        self.workers = jobs or os.cpu_count() or 1
+        self._ctx = multiprocessing.get_context("spawn")
+        self._procs = []
+
+    def _spawn(self):
+        inbox = self._ctx.Queue()
+        outbox = self._ctx.Queue()
+        proc = self._ctx.Process(target=_worker_main, args=(inbox, outbox), daemon=True)
+        proc.start()
+        return {"proc": proc, "inbox": inbox, "outbox": outbox, "task": None, "since": None}
+
+    def run(self, fn, tasks, timeout=None):
+        fn_path = f"{fn.__module__}.{fn.__qualname__}"
+        pending = list(enumerate(tasks))[::-1]
+        if not self._procs:
+            self._procs = [self._spawn() for _ in range(min(self.workers, max(1, len(pending))))]
+        busy = 0
+        while pending or busy:
+            for worker in self._procs:
+                if worker["task"] is None and pending:
+                    index, (task, payload) = pending.pop()
+                    worker["task"], worker["since"] = (index, task), time.monotonic()
+                    worker["inbox"].put((index, fn_path, task, payload))
+                    busy += 1
+            progressed = False
+            for i, worker in enumerate(self._procs):
+                if worker["task"] is None:
+                    continue
+                index, task = worker["task"]
+                try:
+                    _, result = worker["outbox"].get_nowait()
+                except queue_module.Empty:
+                    alive = worker["proc"].is_alive()
+                    late = timeout and time.monotonic() - worker["since"] > timeout + KILL_GRACE_S
+                    if alive and not late:
+                        continue
+                    code = worker["proc"].exitcode
+                    worker["proc"].kill()
+                    worker["proc"].join()
+                    result = ExecutorFailure(f"killed after {timeout + KILL_GRACE_S:g} s without an answer" if late
+                                             else f"worker process died (exit code {code})")
+                    self._procs[i] = self._spawn()
+                else:
+                    worker["task"] = None
+                busy -= 1
+                progressed = True
+                yield task, result
+            if not progressed:
+                time.sleep(0.02)
+
+    def close(self):
+        for worker in self._procs:
+            try:
+                worker["inbox"].put(None)
+            except (OSError, ValueError):
+                pass
+        for worker in self._procs:
+            worker["proc"].join(timeout=5)
+            if worker["proc"].is_alive():
+                worker["proc"].kill()
+                worker["proc"].join()
+        self._procs = []
+
+
+def _distributed():
+    """The ``distributed`` package, imported only when a Dask executor is made."""
+    try:
+        import distributed
+    except ImportError:
+        raise ConfigError("a Dask executor needs dask[distributed] (pip install 'dask[distributed]')") from None
+    return distributed
+
+
+class DaskExecutor(Executor):
+    """Tasks of a Dask distributed cluster: ``tcp://HOST:8786`` (``dask scheduler`` and ``dask worker``
+    processes anywhere; workers need only the installed packages) or ``local:N`` (a LocalCluster of N
+    single-threaded worker processes here). Workloads travel as bytes (scattered once) or as generator
+    arguments, never as paths."""
+
+    name = "dask"
+
+    def __init__(self, address):
+        distributed = _distributed()
+        self._cluster = None
+        if str(address).startswith("local"):
+            _, _, count = str(address).partition(":")
+            try:
+                n = int(count) if count else (os.cpu_count() or 1)
+            except ValueError:
+                raise ConfigError(f"--dask {address}: expected local:N (N workers) or tcp://HOST:PORT") from None
+            self._cluster = distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                                                     dashboard_address=None)
+            self.client = distributed.Client(self._cluster)
+        else:
+            try:
+                self.client = distributed.Client(address, timeout="20s")
+            except (OSError, TimeoutError) as exc:
+                raise ConfigError(f"--dask {address}: cannot reach the scheduler: {exc}") from None
+        self.workers = max(1, sum(w.get("nthreads", 1) for w in self.client.scheduler_info()["workers"].values()))
+
+    def share(self, payload):
+        if payload is None:
+            return None
+        return self.client.scatter(payload, broadcast=False, hash=True)
+
+    def run(self, fn, tasks, timeout=None):
+        futures = {}
+        for task, payload in tasks:
+            future = self.client.submit(fn, task, payload, pure=False)
+            futures[future] = task
+        for future in _distributed().as_completed(futures):
+            task = futures[future]
+            try:
+                result = future.result()
+            except Exception as exc:  # the worker died or the task was lost
+                result = ExecutorFailure(f"Dask task failed: {type(exc).__name__}: {exc}")
+            yield task, result
+
+    def broadcast(self, fn, *args):
+        self.client.run(fn, *args)
+        fn(*args)  # the client's machine too (the base case was made here)
+
+    def close(self):
+        self.client.close()
+        if self._cluster is not None:
+            self._cluster.close()
+
+
+# ------------------------------------------------------------------------------------------------ registry
+@dataclass
+class ExecutorRegistration:
+    name: str
+    factory: object
+    plugin: str
+    description: str = ""
+
+
+@dataclass
+class ExecutorRegistry:
+    """Executors by name, filled by :func:`register_builtin_executors` and every plugin's
+    ``astra_register_executors`` hook."""
+
+    entries: dict = field(default_factory=dict)
+    current_plugin: str = "?"
+
+    def executor(self, name, factory, description=""):
+        """``factory(arg)`` -> an :class:`Executor`; ``arg`` is what follows ``NAME:`` in ``--executor``."""
+        if not isinstance(name, str) or not name or ":" in name:
+            raise PluginError(f"plugin {self.current_plugin!r} registered an executor named {name!r} "
+                              "(expected a non-empty name without ':')")
+        if not callable(factory):
+            raise PluginError(f"plugin {self.current_plugin!r} registered executor {name!r} with {factory!r}; "
+                              "expected a callable factory(arg)")
+        if name in self.entries:
+            raise PluginError(f"executor {name!r} is registered by two plugins: {self.entries[name].plugin!r} "
+                              f"and {self.current_plugin!r}; block one with -p no:NAME")
+        self.entries[name] = ExecutorRegistration(name, factory, self.current_plugin, description)
+
+    def names(self):
+        return sorted(self.entries)
+
+
+def _local(arg):
+    if arg is None or arg == "":
+        return LocalPool()
+    try:
+        jobs = int(arg)
+    except (TypeError, ValueError):
+        jobs = 0
+    if jobs < 1:
+        raise ConfigError(f"--executor local:{arg}: expected local:N with N >= 1 worker processes")
+    return LocalPool(jobs)
+
+
+def _dask(arg):
+    if not arg:
+        raise ConfigError("--executor dask: give the scheduler, dask:tcp://HOST:8786 or dask:local:N")
+    return DaskExecutor(arg)
+
+
+def register_builtin_executors(registry):
+    """The kernel's own executors (called directly by :func:`executor_registry`, before the plugins')."""
+    registry.executor("local", _local, "worker processes on this machine (local[:N], --jobs N)")
+    registry.executor("dask", _dask, "a Dask distributed cluster (dask:tcp://HOST:8786 or dask:local:N; --dask)")
+
+
+def executor_registry(pm=None) -> ExecutorRegistry:
+    """Every executor of ``pm`` (default: every installed plugin), built once per plugin manager; entries
+    are attributed to the plugin that registered them."""
+    from astra_sim.plugins import BUILTIN, default_plugin_manager
+
+    pm = pm if pm is not None else default_plugin_manager()
+    registry = getattr(pm, "_astra_executors", None)
+    if registry is not None:
+        return registry
+    registry = ExecutorRegistry()
+    registry.current_plugin = BUILTIN
+    register_builtin_executors(registry)
+    caller = getattr(pm.hook, "astra_register_executors", None)
+    for impl in (caller.get_hookimpls() if caller is not None else ()):
+        registry.current_plugin = pm.get_name(impl.plugin) or repr(impl.plugin)
+        impl.function(registry=registry)
+    registry.current_plugin = "?"
+    pm._astra_executors = registry
+    return registry
+
+
+def executors(pm=None) -> dict:
+    """``{name: description}`` of every registered executor."""
+    return {name: reg.description for name, reg in sorted(executor_registry(pm).entries.items())}
+
+
+def make_executor(jobs=None, dask=None, executor=None, pm=None) -> Executor:
+    """The executor the command line asks for: ``--executor NAME[:ARG]`` (a registered one), else ``--dask
+    ADDRESS``, else a local pool of ``--jobs`` processes (default: one per core)."""
+    if executor and dask:
+        raise ConfigError("give --dask or --executor, not both")
+    if not executor:
+        return DaskExecutor(dask) if dask else LocalPool(jobs)
+    name, colon, arg = str(executor).partition(":")
+    registry = executor_registry(pm)
+    if name not in registry.entries:
+        import difflib
+
+        close = difflib.get_close_matches(name, registry.names(), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f"--executor {name!r}: unknown{hint}; registered: {', '.join(registry.names())} "
+                          "(plugins add executors with the hook astra_register_executors)")
+    if name == "local" and not colon and jobs:
+        arg, colon = str(jobs), ":"
+    made = registry.entries[name].factory(arg if colon else None)
+    if not all(callable(getattr(made, method, None)) for method in ("run", "share", "broadcast", "close")):
+        raise PluginError(f"executor {name!r} (plugin {registry.entries[name].plugin!r}) made {made!r}; "
+                          "expected an astra_sim.executors.Executor (run, share, broadcast, close)")
+    return made
+
+
+__all__ = ["Executor", "ExecutorFailure", "LocalPool", "DaskExecutor", "ExecutorRegistry", "executor_registry",
+           "executors", "make_executor", "register_builtin_executors"]
