@@ -86,21 +86,24 @@ def test_gated_cp_shapes_and_no_elementwise(tmp_path):
     names = {x.name for x in _nodes(tmp_path / "o") if x.type == T.COMP_NODE}
     assert names == {"aten::mm", "aten::_scaled_dot_product_flash_attention",
                      "aten::_scaled_dot_product_flash_attention_backward"}
-    # inference: no element-wise nodes by default
+    # inference: the forward's element-wise nodes by default (issue 34), none with inference_elementwise=False
     generate_llm(dims, LlmConfig(tp=2, mode="prefill"), tmp_path / "p")
-    assert "aten::native_layer_norm" not in {x.name for x in _nodes(tmp_path / "p")}
+    assert "aten::native_layer_norm" in {x.name for x in _nodes(tmp_path / "p")}
+    generate_llm(dims, LlmConfig(tp=2, mode="prefill", inference_elementwise=False), tmp_path / "p0")
+    assert "aten::native_layer_norm" not in {x.name for x in _nodes(tmp_path / "p0")}
 
 
 @pytest.mark.parametrize("mode", ["prefill", "decode", "mixed"])
 def test_inference_elementwise(tmp_path, mode):
-    """--inference-elementwise: each layer's norms, residual adds and SiLU*mul on this step's tokens, no dropout,
-    no cross entropy, no optimizer; the rest of the trace and the FLOPs are those of the default."""
+    """--inference-elementwise (the default): each layer's norms, residual adds and SiLU*mul on this step's tokens,
+    no dropout, no cross entropy, no optimizer; the rest of the trace and the FLOPs are those of
+    --no-inference-elementwise."""
     dims = model_dims(**LLAMA)
     kw = dict(tp=2, mode=mode, micro_batch_size=4, prompt_len=32, decode_len=3)
     if mode == "mixed":
         kw.update(prefill_chunk=16, prefill_done=8)
-    generate_llm(dims, LlmConfig(**kw), tmp_path / "off")
-    generate_llm(dims, LlmConfig(inference_elementwise=True, **kw), tmp_path / "on")
+    generate_llm(dims, LlmConfig(inference_elementwise=False, **kw), tmp_path / "off")
+    generate_llm(dims, LlmConfig(**kw), tmp_path / "on")
     off, on = _nodes(tmp_path / "off"), _nodes(tmp_path / "on")
     added = Counter(n.name for n in on) - Counter(n.name for n in off)
     layers = LLAMA["layers"]
@@ -112,8 +115,8 @@ def test_inference_elementwise(tmp_path, mode):
     assert _by_label(on, "fwd.l0.mb0.fc1.silu").inputs_shapes == f"[[{rows}, {512 // 2}]]"
     assert _comp_ops(tmp_path / "on", 2) == _comp_ops(tmp_path / "off", 2)
     # training ignores it (its element-wise nodes follow --elementwise)
-    generate_llm(dims, LlmConfig(tp=2, micro_batches=1), tmp_path / "t0")
-    generate_llm(dims, LlmConfig(tp=2, micro_batches=1, inference_elementwise=True), tmp_path / "t1")
+    generate_llm(dims, LlmConfig(tp=2, micro_batches=1, inference_elementwise=False), tmp_path / "t0")
+    generate_llm(dims, LlmConfig(tp=2, micro_batches=1), tmp_path / "t1")
     assert [n.name for n in _nodes(tmp_path / "t0")] == [n.name for n in _nodes(tmp_path / "t1")]
 
 

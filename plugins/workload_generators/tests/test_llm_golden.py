@@ -4,7 +4,15 @@ modes, per-rank files) hashes to what the code gave before it was split into a p
 GlobalMetadata frame is left out of the hash: it carries the memory estimate, which was added afterwards.
 The MoE cases' hashes were renewed once, on purpose (issue 24): their routed-expert GEMMs gained the
 ``grouped_gemm_dim``/``grouped_gemm_sizes`` attributes and a ``tensor_size`` that counts every active expert's
-weights; the dense cases are unchanged."""
+weights; the dense cases are unchanged. The four inference cases (prefill_cp_logits, decode_steps_moe, mixed_chunk,
+llama2_70b_decode_preset) were renewed on purpose for issue 34: ``--inference-elementwise`` became the default, so
+they gained each layer's norms, residual adds and activation (their new hashes are those the code before gave with
+``--inference-elementwise``); every training case is unchanged.
+
+Regenerate (only when a change of the traces is intended)::
+
+    .venv/bin/python plugins/workload_generators/tests/test_llm_golden.py
+"""
 
 from __future__ import annotations
 

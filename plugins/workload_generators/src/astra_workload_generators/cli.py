@@ -6,7 +6,6 @@ import argparse
 
 from astra_sim.errors import ConfigError
 
-from .common import parse_size
 from astra_sim.cliutil import non_negative_int, number, positive_int
 
 integer = number(int, what="an integer")
@@ -190,39 +189,14 @@ def _cmd_convert_text(args):
 
 
 def _cmd_micro(args):
-    from . import micro
+    from .micro import MICRO_OPTIONS, generate_micro
 
-    size = None if args.size is None else parse_size(args.size)
-    common = dict(style=args.style, ids=args.ids, first_id=args.first_id, version=args.et_version)
-    if args.chakra_suite:
-        paths = micro.chakra_suite(args.output, args.npus, runtime=args.runtime, tensor_size=args.tensor_size,
-                                   comm_size=args.comm_size, first_id=args.first_id,
-                                   version=args.et_version or "1.0.0")
-        print(f"wrote {len(paths)} files into {args.output}")
-        return 0
-    if args.collective:
-        trace = micro.collective_trace(args.collective, size, args.npus, name=args.name, **common)
-    elif args.p2p:
-        names = {"send": args.name, "recv": args.name} if args.name else None
-        trace = micro.p2p_trace(args.p2p, size, args.npus, shift=args.shift, tag=args.tag, names=names, **common)
-    elif args.compute is not None:
-        trace = micro.compute_trace(args.compute, args.npus, count=args.count, dependent=args.dependent,
-                                    name=args.name, **common)
-    elif args.mem_load or args.mem_store:
-        kind = "load" if args.mem_load else "store"
-        trace = micro.memory_trace(kind, parse_size(args.mem_load or args.mem_store, f"--mem-{kind}"), args.npus,
-                                   name=args.name, **common)
-    elif args.metadata_all_types:
-        if args.style != "chakra":
-            raise ConfigError("--metadata-all-types is chakra_generator's; add --style chakra")
-        trace = micro.metadata_all_types_trace(args.npus, ids=args.ids or "global", first_id=args.first_id,
-                                               version=args.et_version or "1.0.0")
+    s = generate_micro(args.output, **{key: getattr(args, key) for key in MICRO_OPTIONS})
+    if s["nodes_per_rank"] is None:
+        print(f"wrote {len(s['paths'])} files into {args.output}")
     else:
-        spec, source = micro.load_graph_spec(args.graph)
-        trace = micro.graph_trace(spec, args.npus, source=source, **common)
-    micro.write_trace(trace, args.output)
-    print(f"wrote {args.output}.0.et .. {args.output}.{args.npus - 1}.et "
-          f"({sum(len(r) for r in trace.ranks) // args.npus} node(s) per rank)")
+        print(f"wrote {args.output}.0.et .. {args.output}.{args.npus - 1}.et "
+              f"({s['nodes_per_rank']} node(s) per rank)")
     return 0
 
 
@@ -253,7 +227,7 @@ def _cmd_compare(args):
 
 
 def _cmd_convert_pytorch(args):
-    from astra_sim.cli import warning
+    from astra_sim.cliutil import warning
 
     from .pytorch import convert_pytorch
 

@@ -26,6 +26,7 @@ from .common import parse_size, size_label, write_rank_files
 __all__ = [
     "COLLECTIVES", "P2P_PATTERNS", "STYLES", "Trace", "collective_trace", "p2p_trace", "compute_trace",
     "memory_trace", "metadata_all_types_trace", "graph_trace", "load_graph_spec", "chakra_suite", "write_trace",
+    "generate_micro", "MICRO_OPTIONS",
 ]
 
 STYLES = ("astra-sim", "chakra")
@@ -430,3 +431,82 @@ def chakra_suite(out_dir, npus, *, runtime=5, tensor_size=1024, comm_size=65536,
 
 def write_trace(trace, prefix):
     return write_rank_files(prefix, trace.metadata, trace.ranks)
+
+
+# ---------------------------------------------------------------------------------------------------------
+#: generate_micro's options and their defaults (those of ``astra workload micro``'s flags)
+MICRO_OPTIONS = {
+    "npus": None, "collective": None, "p2p": None, "compute": None, "mem_load": None, "mem_store": None,
+    "metadata_all_types": False, "graph": None, "chakra_suite": False, "size": None, "style": "astra-sim",
+    "name": None, "shift": 1, "tag": 0, "count": 1, "dependent": False, "ids": None, "first_id": 0,
+    "et_version": None, "runtime": 5, "tensor_size": 1024, "comm_size": 65536,
+}
+_WHAT = ("collective", "p2p", "compute", "mem_load", "mem_store", "metadata_all_types", "graph", "chakra_suite")
+_write_chakra_suite = chakra_suite
+
+
+def generate_micro(prefix, **options) -> dict:
+    """Write the microbenchmark ``astra workload micro`` writes for the same options (byte for byte), from
+    Python: ``generate_micro("out/ar", npus=8, collective="all_reduce", size="64MiB")``.
+
+    ``options`` (names as the command's flags, with underscores or dashes):
+
+    * ``npus`` (int, required): ranks, one ``PREFIX.<r>.et`` each;
+    * exactly one of ``collective`` (all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, barrier),
+      ``p2p`` (shift, pairs, send, recv), ``compute`` (µs per COMP node), ``mem_load`` / ``mem_store`` (a size),
+      ``metadata_all_types=True``, ``graph`` (a JSON/YAML spec file, or the spec itself as a dict) or
+      ``chakra_suite=True`` (everything chakra_generator writes, into the folder ``prefix``);
+    * ``size`` (bytes as an int, or text such as "64KiB"), ``style`` ("astra-sim" or "chakra"), ``name``,
+      ``shift`` (p2p shift distance, 1), ``tag`` (p2p comm_tag, 0), ``count`` (compute nodes per rank, 1),
+      ``dependent`` (chain them), ``ids`` ("per-file" or "global"; default by style), ``first_id`` (0),
+      ``et_version`` (GlobalMetadata version; default by style), ``runtime`` / ``tensor_size`` / ``comm_size``
+      (chakra_suite's, 5 µs / 1024 B / 65536 B).
+
+    Returns ``{"npus", "paths", "nodes_per_rank"}`` (``nodes_per_rank``: None for the suite). Wrong or missing
+    options raise a ConfigError naming the option."""
+    o = dict(MICRO_OPTIONS)
+    for key, value in options.items():
+        dest = str(key).replace("-", "_")
+        if dest not in MICRO_OPTIONS:
+            import difflib
+
+            close = difflib.get_close_matches(dest, list(MICRO_OPTIONS), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"astra workload micro: unknown option {key!r}{hint}")
+        o[dest] = value
+    npus = o["npus"]
+    _check_npus(npus)
+    given = [k for k in _WHAT if o[k] is not None and o[k] is not False]
+    if len(given) != 1:
+        raise ConfigError("astra workload micro: give exactly one of " + ", ".join(_WHAT)
+                          + (f" (got {', '.join(given)})" if given else ""))
+    prefix = os.fspath(prefix)
+    if o["chakra_suite"]:
+        paths = _write_chakra_suite(prefix, npus, runtime=o["runtime"], tensor_size=o["tensor_size"],
+                                    comm_size=o["comm_size"], first_id=o["first_id"],
+                                    version=o["et_version"] or "1.0.0")
+        return {"npus": npus, "paths": paths, "nodes_per_rank": None}
+    size = None if o["size"] is None else parse_size(o["size"])
+    common = dict(style=o["style"], ids=o["ids"], first_id=o["first_id"], version=o["et_version"])
+    if o["collective"] is not None:
+        trace = collective_trace(o["collective"], size, npus, name=o["name"], **common)
+    elif o["p2p"] is not None:
+        names = {"send": o["name"], "recv": o["name"]} if o["name"] else None
+        trace = p2p_trace(o["p2p"], size, npus, shift=o["shift"], tag=o["tag"], names=names, **common)
+    elif o["compute"] is not None:
+        trace = compute_trace(o["compute"], npus, count=o["count"], dependent=o["dependent"], name=o["name"],
+                              **common)
+    elif o["mem_load"] is not None or o["mem_store"] is not None:
+        kind = "load" if o["mem_load"] is not None else "store"
+        trace = memory_trace(kind, parse_size(o[f"mem_{kind}"], f"--mem-{kind}"), npus, name=o["name"], **common)
+    elif o["metadata_all_types"]:
+        if o["style"] != "chakra":
+            raise ConfigError("--metadata-all-types is chakra_generator's; add --style chakra")
+        trace = metadata_all_types_trace(npus, ids=o["ids"] or "global", first_id=o["first_id"],
+                                         version=o["et_version"] or "1.0.0")
+    else:
+        graph = o["graph"]
+        spec, source = (graph, "<spec>") if isinstance(graph, dict) else load_graph_spec(graph)
+        trace = graph_trace(spec, npus, source=source, **common)
+    paths = write_trace(trace, prefix)
+    return {"npus": npus, "paths": paths, "nodes_per_rank": sum(len(r) for r in trace.ranks) // npus}

@@ -7,7 +7,9 @@ FLOPs), :mod:`.config` (one step's settings and their checks), :mod:`.layout` (r
 groups, symmetry), :mod:`.schedule` (1F1B, interleaved), :mod:`.routing` (MoE token routing), node emission
 (:mod:`.emit`, :mod:`.layers` (dense layer, TP), :mod:`.attention` (flash / unfused, CP ring), :mod:`.moe`,
 :mod:`.fp8`, :mod:`.zero` (DP / ZeRO sync, optimizer), :mod:`.overlap` (comm SMs, TE userbuffers)),
-:mod:`.stage` (a stage's graph), :mod:`.generate` (writing the files) and :mod:`.cli`.
+:mod:`.stage` (a stage's graph), :mod:`.generate` (writing the files), :mod:`.spec` (:class:`LlmSpec`, the
+command's options as one typed object, and the public calls :func:`generate_llm_workload` and
+:func:`llm_summary`) and :mod:`.cli`.
 
 Rank layout: ``rank = t + TP * (d + DP * p)`` (tensor-parallel index fastest, then data-parallel, then pipeline
 stage). Communicator groups (``PREFIX.groups.json``): TP groups first (ids 1..), then DP groups, then PP groups;
@@ -51,8 +53,8 @@ flash-attention call per ring step (causal: Megatron's load-balanced chunks, see
 Interleaved 1F1B (``virtual_stages``): Megatron's interleaved schedule, virtual stage v = chunk*PP + p; per rank
 ``2*V*M - M*[p==0] - M*[p==PP-1]`` sends.
 
-Element-wise nodes (``elementwise``, training, default on; inference only with ``inference_elementwise``: the
-layer forward's norms, residual adds and activation): LayerNorm, bias+GeLU / SiLU*mul, dropout and
+Element-wise nodes (``elementwise``, default on; in inference the layer forward's norms, residual adds and
+activation, with ``inference_elementwise``, default on since issue 34, as ``astra serve`` times its steps): LayerNorm, bias+GeLU / SiLU*mul, dropout and
 residual adds per layer, embedding lookup and cross entropy per micro-batch, one ``_fused_adam_`` per step over
 the rank's parameters (ADAM_BYTES_PER_PARAM); ``num_ops = 0`` so the FLOP totals above are unchanged; the ``gpu``
 compute model times them from ``inputs_shapes`` as memory-bound. ``attention="unfused"``: QK^T / AV ``aten::bmm``
@@ -83,6 +85,7 @@ from .overlap import COMM_SMS_GROUPS, TE_OVERLAP_NAMES, TE_OVERLAPS, load_tp_ove
 from .routing import ep_loads, expert_capacity, parse_expert_load, routed_rows
 from .schedule import pipeline_schedule
 from .zero import ADAM_BYTES_PER_PARAM
+from .spec import LlmSpec, generate_llm_workload, llm_summary
 from .cli import add_llm_command
 
 __all__ = [
@@ -94,4 +97,5 @@ __all__ = [
     "TE_OVERLAP_NAMES", "TE_OVERLAPS", "load_tp_overlap_sms", "parse_comm_sms", "ep_loads", "expert_capacity",
     "parse_expert_load", "routed_rows", "ADAM_BYTES_PER_PARAM", "add_llm_command", "MemoryEstimate",
     "layer_activation_bytes", "memory_estimate", "peak_memory", "stage_memory",
+    "LlmSpec", "generate_llm_workload", "llm_summary",
 ]

@@ -51,7 +51,7 @@ class LlmConfig:
     attention: str = "flash"        # flash (one fused node) | unfused (bmm + softmax + dropout + bmm; training)
     causal: bool = True             # flash: causal mask (decoder LMs), timed as the lower triangle only
     dropout: bool = True            # training: emit dropout kernels (off: Megatron with hidden/attention dropout 0)
-    inference_elementwise: bool = False  # inference: emit the forward's norms, residual adds and activation
+    inference_elementwise: bool = True  # inference: emit the forward's norms, residual adds and activation
     gemm_dtype: str = "same"        # linear-layer GEMM operands: "same" as dtype, or "fp8" (Transformer Engine)
     overlap_param_gather: bool = False  # ZeRO-1/2: gather updated parameters at the step's start, overlapping it
     reshard_after_forward: bool = False  # ZeRO-3: gather each unit before every micro-batch's forward and backward
@@ -88,8 +88,8 @@ class LlmConfig:
     @property
     def ew_forward(self):
         """The layer forward's norms, residual adds and activation are emitted: in training with ``ew``; in
-        inference only with ``inference_elementwise`` (off by default, so that inference traces stay
-        byte-identical to those written before it; ``astra serve`` turns it on), never with dropout."""
+        inference with ``inference_elementwise`` (on by default since issue 34, so that a step generated here
+        is the step ``astra serve`` times), never with dropout."""
         return self.ew or (self.elementwise and self.inference and self.inference_elementwise)
 
 

@@ -1,0 +1,433 @@
+"""``astra workload llm`` as a typed spec (:class:`LlmSpec`) and the public calls over it.
+
+One object names one generated step, whichever door it comes through: the command line
+(:meth:`LlmSpec.from_cli_args`), a mapping such as a sweep's ``llm:`` block or Python keywords
+(:meth:`LlmSpec.from_mapping`, checked by the command's own parser, so the types, choices and errors are the
+CLI's), or code (``LlmSpec(preset="llama3-8b", tp=8, mode="decode")``). :meth:`LlmSpec.resolve` turns it into the
+checked model dimensions and step settings; :func:`generate_llm_workload` writes the workload and
+:func:`llm_summary` gives ``--summary``'s numbers. The flags live here (:meth:`LlmSpec.add_cli_args`) so that the
+command, the spec and its defaults cannot drift apart: the dataclass's defaults are the parser's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+from astra_sim.errors import ConfigError
+
+from .config import ATTENTIONS, DTYPES, GEMM_DTYPES, MODES, LlmConfig, check_config
+from .model import PRESETS, ModelDims, model_dims
+from .overlap import COMM_SMS_GROUPS, load_tp_overlap_sms, parse_comm_sms
+from .routing import parse_expert_load
+
+__all__ = ["LlmSpec", "generate_llm_workload", "llm_summary"]
+
+
+@dataclass(frozen=True)
+class LlmSpec:
+    """Every option of ``astra workload llm`` (field = the option's argparse dest; None = not given, the model's
+    or the mode's default). Frozen: derive variants with :meth:`replace`."""
+
+    # model source and dimension overrides (None: the preset's / config's value)
+    preset: str | None = None
+    model: str | None = None            # a Hugging Face config.json, a folder holding one, or a shipped name
+    layers: int | None = None
+    hidden: int | None = None
+    heads: int | None = None
+    kv_heads: int | None = None
+    ffn_hidden: int | None = None
+    vocab: int | None = None
+    seq_len: int | None = None
+    head_dim: int | None = None
+    sliding_window: int | None = None
+    window_pattern: int | None = None
+    mtp_layers: int | None = None
+    gated: bool | None = None
+    # mixture of experts
+    experts: int | None = None
+    top_k: int | None = None
+    moe_ffn: int | None = None
+    shared_experts: int | None = None
+    moe_layer_freq: int | None = None
+    moe_dense_layers: int | None = None
+    moe_capacity_factor: float | None = None
+    moe_pad_to_capacity: bool = False
+    moe_imbalance: float = 1.0
+    moe_expert_load: str | None = None  # SPEC: "a,b,...", "zipf:S[:SEED]" or a .json file
+    # layout
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    ep: int = 1
+    cp: int = 1
+    virtual_stages: int = 1
+    pp_scatter_gather: bool = False
+    sequence_parallel: bool = False
+    tp_comm_overlap: bool = False
+    comm_sms: str | None = None         # "KEY=N[,KEY=N...]"
+    tp_overlap_config: str | None = None  # Transformer Engine ub_cfgs YAML
+    # mode and inference shape
+    mode: str = "train"
+    logits: str = "all"
+    batch_size: int | None = None
+    prompt_len: int | None = None
+    decode_len: int = 1
+    decode_steps: int = 1
+    prefill_chunk: int | None = None
+    prefill_done: int = 0
+    micro_batches: int = 1
+    micro_batch_size: int = 1
+    # ZeRO, recomputation
+    zero: int = 0
+    overlap_param_gather: bool = False
+    reshard_after_forward: bool = False
+    grad_sync_every_micro_batch: bool = False
+    recompute: str | None = None        # None, "full" or "selective"
+    # kernels and precision
+    elementwise: bool = True
+    inference_elementwise: bool = True  # on for inference as astra serve times its steps (issue 34)
+    attention: str = "flash"
+    causal: bool = True
+    dropout: bool = True
+    dtype: str = "bf16"
+    gemm_dtype: str = "same"
+    tflops: float = 312.0
+    # output layout
+    per_rank_files: bool = False
+
+    # ------------------------------------------------------------------------------------------- constructors
+    @classmethod
+    def add_cli_args(cls, parser):
+        """Add the spec's flags to ``parser`` (``astra workload llm``'s, or any other command's that generates an
+        LLM step); their defaults are the dataclass's."""
+        _add_flags(parser)
+        parser.set_defaults(**{f.name: f.default for f in fields(cls)})
+        return parser
+
+    @classmethod
+    def from_cli_args(cls, args) -> "LlmSpec":
+        """The spec of a parsed namespace (a parser :meth:`add_cli_args` filled; missing dests keep the default)."""
+        return cls(**{f.name: getattr(args, f.name, f.default) for f in fields(cls)})
+
+    @classmethod
+    def from_mapping(cls, mapping, where="llm") -> "LlmSpec":
+        """The spec of ``{option: value}`` (keys: the command's option names, with dashes or underscores; values as
+        on the command line or typed: ints, floats, booleans for flags, None for not given; ``recompute`` also
+        True/False, ``comm_sms`` also a ``{key: SMs}`` mapping, ``moe_expert_load`` also a list of loads). Each
+        value is checked by the command's own parser; errors are ConfigErrors naming ``where`` and the key."""
+        from astra_sim.cliutil import option_argv, parse_or_raise
+
+        if not isinstance(mapping, Mapping):
+            raise ConfigError(f"{where}: expected a mapping of astra workload llm options, got "
+                              f"{type(mapping).__name__}")
+        names = {f.name for f in fields(cls)}
+        parser = _parser()
+        argv, seen = [], {}
+        for key, value in mapping.items():
+            dest = str(key).replace("-", "_")
+            if dest not in names:
+                raise ConfigError(f"{where}: unknown astra workload llm option {key!r}{_suggest(key, names)}")
+            if dest in seen:
+                raise ConfigError(f"{where}: {key!r} and {seen[dest]!r} are the same option")
+            seen[dest] = key
+            words = option_argv(parser, dest, _plain(dest, value), f"{where}: {key}")
+            # FLAG=VALUE, so that a value starting with '-' is read as the value, not as an option
+            argv += [f"{words[0]}={words[1]}"] if len(words) == 2 else words
+        return cls.from_cli_args(parse_or_raise(parser, argv, where))
+
+    def to_mapping(self) -> dict:
+        """``{field: value}`` of every option (what :meth:`from_mapping` reads back)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def replace(self, **changes) -> "LlmSpec":
+        """A copy with ``changes`` (field names), checked as :meth:`from_mapping` checks them. Giving ``model``
+        drops the ``preset`` and the other way round (they are two ways to name the model)."""
+        names = {f.name for f in fields(self)}
+        for key in changes:
+            if key not in names:
+                raise ConfigError(f"LlmSpec.replace: unknown option {key!r}{_suggest(key, names)}")
+        current = self.to_mapping()
+        for a, b in (("model", "preset"), ("preset", "model")):
+            if changes.get(a) is not None and b not in changes:
+                current[b] = None
+        current.update(changes)
+        return type(self).from_mapping(current, where="LlmSpec.replace")
+
+    # ------------------------------------------------------------------------------------------------ resolve
+    def resolve(self, on_warning=None) -> tuple[ModelDims, LlmConfig]:
+        """``(dims, cfg)``: the model dimensions and the step's settings, checked against each other
+        (:func:`check_config`). ``on_warning(line)`` gets what a Hugging Face config sets that the generator does
+        not model (default: printed as ``astra: warning: ...``)."""
+        base = None
+        if self.model:
+            from astra_sim.cliutil import warning
+
+            from .hf import load_hf_config
+
+            base, warnings, _ = load_hf_config(self.model)
+            for line in warnings:
+                (on_warning or warning)(line)
+        dims = model_dims(self.preset, base=base, head_size=self.head_dim, window=self.sliding_window,
+                          mtp_layers=self.mtp_layers, window_pattern=self.window_pattern, layers=self.layers,
+                          hidden=self.hidden, heads=self.heads, kv_heads=self.kv_heads, ffn_hidden=self.ffn_hidden,
+                          vocab=self.vocab, seq_len=self.seq_len, gated=self.gated, experts=self.experts,
+                          top_k=self.top_k, moe_ffn=self.moe_ffn, shared_experts=self.shared_experts,
+                          moe_dense_layers=self.moe_dense_layers, moe_layer_freq=self.moe_layer_freq)
+        mbs = self.micro_batch_size
+        if self.batch_size is not None:
+            if self.mode == "train":
+                raise ConfigError("--batch-size is for --mode prefill/decode/mixed (training uses "
+                                  "--micro-batch-size)")
+            if self.batch_size % self.micro_batches:
+                raise ConfigError(f"--batch-size {self.batch_size} is not divisible by --micro-batches "
+                                  f"{self.micro_batches}")
+            mbs = self.batch_size // self.micro_batches
+        comm_sms, margins = {}, {}
+        if self.tp_overlap_config:
+            if not self.tp_comm_overlap:
+                raise ConfigError("--tp-overlap-config needs --tp-comm-overlap (it sets the userbuffers overlaps' "
+                                  "SMs)")
+            sms, margins = load_tp_overlap_sms(self.tp_overlap_config, with_margins=True)
+            comm_sms.update(sms)
+        comm_sms.update(parse_comm_sms(self.comm_sms))
+        margins = {name: comm_sms[name] for name in margins if comm_sms[name]}  # (--comm-sms overrides the file)
+        load = ()
+        if self.moe_expert_load is not None:
+            if not dims.moe:
+                raise ConfigError("--moe-expert-load needs a mixture-of-experts model (--experts)")
+            load = parse_expert_load(self.moe_expert_load, dims.experts, dims.moe_layers)
+        cfg = LlmConfig(tp=self.tp, pp=self.pp, dp=self.dp, micro_batches=self.micro_batches,
+                        micro_batch_size=mbs, sequence_parallel=self.sequence_parallel, zero=self.zero,
+                        recompute=self.recompute == "full", recompute_selective=self.recompute == "selective",
+                        dtype=self.dtype, tflops=self.tflops, ep=self.ep, mode=self.mode,
+                        prompt_len=self.prompt_len, decode_len=self.decode_len, decode_steps=self.decode_steps,
+                        prefill_chunk=self.prefill_chunk or 0, prefill_done=self.prefill_done, cp=self.cp,
+                        virtual_stages=self.virtual_stages, elementwise=self.elementwise,
+                        attention=self.attention, causal=self.causal, dropout=self.dropout,
+                        gemm_dtype=self.gemm_dtype, inference_elementwise=self.inference_elementwise,
+                        overlap_param_gather=self.overlap_param_gather, tp_comm_overlap=self.tp_comm_overlap,
+                        reshard_after_forward=self.reshard_after_forward,
+                        grad_sync_every_micro_batch=self.grad_sync_every_micro_batch,
+                        moe_capacity_factor=self.moe_capacity_factor,
+                        moe_pad_to_capacity=self.moe_pad_to_capacity, moe_imbalance=self.moe_imbalance,
+                        moe_expert_load=load, logits=self.logits, pp_scatter_gather=self.pp_scatter_gather,
+                        comm_sms=tuple(sorted(comm_sms.items())), sm_margins=tuple(sorted(margins.items())))
+        check_config(dims, cfg)
+        return dims, cfg
+
+
+# ---------------------------------------------------------------------------------------------- public calls
+def _spec_of(spec) -> LlmSpec:
+    if isinstance(spec, LlmSpec):
+        return spec
+    if isinstance(spec, Mapping):
+        return LlmSpec.from_mapping(spec)
+    raise ConfigError(f"expected an LlmSpec or a mapping of astra workload llm options, got {type(spec).__name__}")
+
+
+def generate_llm_workload(spec, prefix, per_rank_files=None, *, on_warning=None) -> dict:
+    """Write the workload ``astra workload llm`` writes for ``spec`` (an :class:`LlmSpec` or a mapping of its
+    options) under ``prefix``: byte for byte the command's files. ``per_rank_files`` (None: the spec's) writes
+    ``PREFIX.<rank>.et`` for every rank instead of the compact workload (``PREFIX.workload.json`` plus one trace
+    per class of symmetric ranks). Returns the summary dict: ``npus``, ``nodes_per_stage``, ``groups``,
+    ``parameters``, ``activated_parameters`` (matmul weights, per TP rank), ``flops``, ``classes``, ``steps``,
+    ``memory`` (a :class:`~.memory.MemoryEstimate` per stage) and ``peak_memory_bytes``."""
+    from .generate import generate_llm
+
+    spec = _spec_of(spec)
+    dims, cfg = spec.resolve(on_warning)
+    per_rank = spec.per_rank_files if per_rank_files is None else bool(per_rank_files)
+    summary = generate_llm(dims, cfg, prefix, per_rank_files=per_rank)
+    summary["steps"] = cfg.steps
+    return summary
+
+
+def llm_summary(spec, *, on_warning=None) -> dict:
+    """``astra workload llm --summary --json``'s numbers for ``spec`` (an :class:`LlmSpec` or a mapping): the
+    model's parameters (total, active), FLOPs and KV-cache bytes per token and the step's peak memory estimate,
+    without writing traces."""
+    from .summary import model_summary
+
+    return model_summary(*_spec_of(spec).resolve(on_warning))
+
+
+# --------------------------------------------------------------------------------------------------- helpers
+@functools.lru_cache(maxsize=None)
+def _parser():
+    """The spec's own parser (the command's flags without --summary/-o), built once, for :meth:`from_mapping`."""
+    return LlmSpec.add_cli_args(argparse.ArgumentParser(prog="astra workload llm", add_help=False))
+
+
+def _suggest(key, names):
+    import difflib
+
+    close = difflib.get_close_matches(str(key).replace("-", "_"), sorted(names), n=1)
+    return f" (did you mean {close[0].replace('_', '-')!r}?)" if close else ""
+
+
+def _plain(dest, value):
+    """A typed value as the command line would give it (the few options whose CLI form is a string)."""
+    if dest == "recompute" and isinstance(value, bool):
+        return "full" if value else None
+    if dest == "comm_sms" and isinstance(value, Mapping):
+        return ",".join(f"{k}={v}" for k, v in value.items())
+    if (dest == "moe_expert_load" and isinstance(value, (list, tuple)) and value
+            and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value)):
+        return ",".join(str(x) for x in value)
+    return value
+
+
+def _add_flags(p):
+    """``astra workload llm``'s model, layout, precision and mode flags (defaults: :class:`LlmSpec`'s)."""
+    from astra_sim.cliutil import non_negative_int, positive_float, positive_int
+
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--preset", choices=sorted(PRESETS), help="published model dimensions")
+    source.add_argument("--model", metavar="CONFIG",
+                        help="a Hugging Face config.json (or a folder holding one, or the name of a shipped one in "
+                        "the generator's configs/ folder), read as it is: Llama, Mistral, Mixtral, Qwen2/Qwen2-MoE/"
+                        "Qwen3/Qwen3-MoE, Gemma 2/3, DeepSeek-V2/V3, GPT-2, GPT-NeoX, Phi-3; the flags below "
+                        "override its values")
+    for flag, what in (("layers", "transformer layers"), ("hidden", "hidden size h"), ("heads", "attention heads"),
+                       ("kv-heads", "key/value heads (GQA; default: heads)"),
+                       ("ffn-hidden", "FFN inner size (default 4h)"), ("vocab", "vocabulary size"),
+                       ("seq-len", "sequence length s"),
+                       ("head-dim", "head dimension d (default hidden/heads)")):
+        p.add_argument(f"--{flag}", type=positive_int, metavar="N", help=f"{what} (overrides the preset)")
+    for flag, what in (("sliding-window", "sliding-window attention: local layers attend to the last N keys (0: off)"),
+                       ("window-pattern", "with --sliding-window: every N-th layer (N-1, 2N-1, ...) global "
+                        "(Gemma 2: 2, Gemma 3: 6; 0, the default: every layer local)"),
+                       ("mtp-layers", "multi-token-prediction modules run in training (DeepSeek-V3's "
+                        "num_nextn_predict_layers; 0: none)")):
+        p.add_argument(f"--{flag}", type=non_negative_int, metavar="N", help=f"{what} (overrides --model)")
+    for flag, what in (("experts", "routed experts E (mixture of experts; default: the preset's, else dense)"),
+                       ("top-k", "experts per token K"), ("moe-ffn", "expert FFN inner size (default: ffn hidden)"),
+                       ("shared-experts", "always-active shared experts S of size moe-ffn"),
+                       ("moe-layer-freq", "MoE on every N-th layer only (layers 0, N, 2N, ...; Megatron's "
+                        "--moe-layer-freq N), dense FFNs of ffn-hidden between (default 1: every layer)"),
+                       ("moe-dense-layers", "the first N layers keep a dense FFN of ffn-hidden (DeepSeekMoE's "
+                        "first_k_dense_replace, Megatron's --moe-layer-freq with leading zeros; default 0)")):
+        p.add_argument(f"--{flag}", type=positive_int if flag in ("top-k", "moe-layer-freq") else non_negative_int,
+                       metavar="N",
+                       help=f"{what} (overrides the preset)")
+    p.add_argument("--gated", action=argparse.BooleanOptionalAction, default=None,
+                   help="gated (SwiGLU, 3 matrices) FFN (default: the preset's; off without preset)")
+    p.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel size")
+    p.add_argument("--pp", type=positive_int, default=1, help="pipeline-parallel stages (1F1B)")
+    p.add_argument("--dp", type=positive_int, default=1, help="data-parallel size")
+    p.add_argument("--ep", type=positive_int, default=1,
+                   help="expert-parallel size, carved out of DP (DP must be divisible by it)")
+    p.add_argument("--moe-capacity-factor", type=positive_float, metavar="C",
+                   help="MoE expert capacity factor (Megatron --moe-expert-capacity-factor): each expert takes at "
+                   "most ceil(tokens x top-k / experts x C) of a rank's token copies, the rest are dropped "
+                   "(default: dropless)")
+    p.add_argument("--moe-pad-to-capacity", action="store_true",
+                   help="with --moe-capacity-factor: pad every expert's input to its capacity (all-to-all bytes "
+                   "and expert GEMM rows become experts x capacity)")
+    p.add_argument("--moe-imbalance", type=float, default=1.0, metavar="F",
+                   help="dropless MoE: the busiest EP rank gets F x the balanced token copies; every rank is timed "
+                   "as that straggler (expert rows and all-to-all bytes x F; default 1, balanced)")
+    p.add_argument("--pp-scatter-gather", action="store_true",
+                   help="TP without sequence parallelism: each TP rank sends 1/TP of the stage-boundary tensor and the "
+                   "receiving stage all-gathers it over TP (Megatron-LM's scatter/gather optimisation, its 2021 "
+                   "default); without it every TP rank sends the whole b x s x h")
+    p.add_argument("--logits", choices=("all", "last"), default="all",
+                   help="inference: the LM head on every position (default, as a training forward does) or only on "
+                   "each sequence's last one (and the prefill chunk's), as serving engines do")
+    p.add_argument("--moe-expert-load", metavar="SPEC",
+                   help="MoE: the experts' relative token loads instead of balanced routing: E comma-separated "
+                   "numbers, zipf:S (expert e gets (e+1)^-S; EP rank 0 holds the hottest), zipf:S:SEED (the same "
+                   "loads dealt at random to the experts of each MoE layer), or a .json list of E loads or of one "
+                   "list per MoE layer (e.g. logged router counts). Each EP rank computes its experts' rows; the "
+                   "all-to-alls are timed by their busiest rank (per-peer message: the largest EP rank's share)")
+    p.add_argument("--mode", choices=MODES, default="train",
+                   help="train (default), or one inference step: prefill (forward over the prompt), decode "
+                   "(one token per sequence against a KV cache of prompt-len + decode-len) or mixed (continuous "
+                   "batching: the decode tokens plus a --prefill-chunk of a new prompt per micro-batch)")
+    p.add_argument("--batch-size", type=positive_int, metavar="N",
+                   help="inference: sequences per DP replica (split into --micro-batches; default M x B)")
+    p.add_argument("--prompt-len", type=positive_int, metavar="N", help="inference: prompt length (default seq-len)")
+    p.add_argument("--decode-len", type=positive_int, default=1, metavar="N",
+                   help="decode: tokens generated so far including this step's (default 1)")
+    p.add_argument("--decode-steps", type=positive_int, default=1, metavar="N",
+                   help="decode: N consecutive steps in one trace, the KV cache growing by one position per step; "
+                        "with PP the last stage sends each sampled token back to the first (default 1)")
+    p.add_argument("--prefill-chunk", type=positive_int, metavar="N",
+                   help="mixed: prompt tokens prefilled per micro-batch beside its decode tokens (chunked prefill)")
+    p.add_argument("--prefill-done", type=int, default=0, metavar="N",
+                   help="mixed: tokens of that prompt already in the KV cache from earlier chunks (default 0)")
+    p.add_argument("--micro-batches", type=positive_int, default=1, metavar="M",
+                   help="micro-batches per step (gradient accumulation steps)")
+    p.add_argument("--micro-batch-size", type=positive_int, default=1, metavar="B", help="sequences per micro-batch")
+    p.add_argument("--sequence-parallel", action="store_true",
+                   help="TP with all-gather/reduce-scatter instead of all-reduce")
+    p.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=0,
+                   help="ZeRO stage: 1/2 reduce-scatter gradients and all-gather parameters over DP; 3 (FSDP): "
+                   "parameters sharded, all-gathered per layer before forward and before backward, gradients "
+                   "reduce-scattered")
+    p.add_argument("--overlap-param-gather", action="store_true",
+                   help="ZeRO-1/2: all-gather the updated parameters at the start of the step (each layer's first "
+                   "forward waits for its own) instead of after the optimizer (Megatron --overlap-param-gather)")
+    p.add_argument("--tp-comm-overlap", action="store_true",
+                   help="with --sequence-parallel: each TP all-gather / reduce-scatter runs as a ring of TP-1 "
+                   "send/recv steps pipelined with TP row chunks of its GEMM (Transformer Engine userbuffers)")
+    p.add_argument("--comm-sms", metavar="KEY=N[,KEY=N...]",
+                   help="SMs each kind of communication kernel occupies, written as the nodes' comm_sms attribute "
+                   "for the gpu model's --gpu-contention (nodes without it take --gpu-comm-sms). Keys: "
+                   f"{', '.join(COMM_SMS_GROUPS)} (NCCL communicators, e.g. Megatron's *_MAX_CTAS) and, with "
+                   "--tp-comm-overlap, Transformer Engine's userbuffers names (qkv_fprop, proj_fprop, fc1_fprop, "
+                   "fc2_fprop, qkv_dgrad, fc1_dgrad, qkv_wgrad, fc1_wgrad, proj_dgrad, fc2_dgrad); 0 = copy engine")
+    p.add_argument("--tp-overlap-config", metavar="YAML",
+                   help="with --tp-comm-overlap: Transformer Engine's tp_overlap / ub_cfgs YAML (per layer name: "
+                   "method, num_sm, use_ce, ...); gives each userbuffers overlap's SMs (ring_exchange: 0, copy "
+                   "engine, unless use_ce is false; pipeline and bulk: num_sm, default 16). --comm-sms overrides")
+    p.add_argument("--reshard-after-forward", action="store_true",
+                   help="--zero 3: all-gather each unit's parameters before every micro-batch's forward and again "
+                   "before its backward (FSDP FULL_SHARD, DeepSpeed ZeRO-3; default: once per step per phase, "
+                   "reused by all micro-batches)")
+    p.add_argument("--grad-sync-every-micro-batch", action="store_true",
+                   help="reduce the gradients after every micro-batch's backward (all-reduce, or reduce-scatter with "
+                   "--zero; DDP/FSDP without no_sync, DeepSpeed) instead of after the last one only")
+    p.add_argument("--cp", type=positive_int, default=1,
+                   help="context-parallel size, training and prefill (sequence split; ring K/V exchange; "
+                   "rank = t + TP*(c + CP*(d + DP*p)))")
+    p.add_argument("--virtual-stages", type=positive_int, default=1, metavar="V",
+                   help="interleaved 1F1B: model chunks per pipeline rank (micro-batches a multiple of --pp)")
+    p.add_argument("--recompute", nargs="?", const="full", choices=("full", "selective"), default=None,
+                   help="activation recomputation: full (the default when given alone: every layer's forward again "
+                   "before its backward) or selective (only the attention scores, which FlashAttention recomputes "
+                   "anyway: changes the memory estimate only)")
+    p.add_argument("--elementwise", action=argparse.BooleanOptionalAction, default=True,
+                   help="training: emit the memory-bound ops (LayerNorm, GeLU/SwiGLU, dropout, residual adds, "
+                   "embedding, cross entropy, Adam) as ATen nodes the gpu compute model times from their shapes "
+                   "(default on; --no-elementwise: GEMMs, attention and communication only)")
+    p.add_argument("--attention", choices=ATTENTIONS, default="flash",
+                   help="flash: one FlashAttention node per layer (default); unfused: QK^T and AV aten::bmm with "
+                   "softmax and dropout over the b x heads x s^2 scores (Megatron-LM before FlashAttention)")
+    p.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True,
+                   help="flash attention: causal mask, timed by the gpu model as the lower triangle only, and "
+                   "with --cp Megatron's load-balanced chunks (default on, decoder LMs; --no-causal: every "
+                   "query attends to every key). num_ops counts the full block either way")
+    p.add_argument("--inference-elementwise", action=argparse.BooleanOptionalAction, default=True,
+                   help="inference (--mode prefill/decode/mixed): emit each layer's norms, residual adds and "
+                   "activation (SiLU*mul / GeLU), unfused, as the gpu compute model times them from their shapes, "
+                   "as a serving engine runs them (default on, as astra serve times its steps; "
+                   "--no-inference-elementwise: GEMMs, attention and communication only, the traces of releases "
+                   "before issue 34)")
+    p.add_argument("--dropout", action=argparse.BooleanOptionalAction, default=True,
+                   help="training with --elementwise: emit the dropout kernels (default on; --no-dropout for "
+                   "models trained with hidden and attention dropout 0, e.g. MLPerf GPT-3)")
+    p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="activation/gradient type (default bf16)")
+    p.add_argument("--gemm-dtype", choices=GEMM_DTYPES, default="same",
+                   help="operand type of the linear layers' GEMMs: same as --dtype (default), or fp8 "
+                   "(Transformer Engine: aten::_scaled_mm with E4M3 weights/activations and E5M2 gradients, bf16 "
+                   "output; the router, LM head and attention stay in --dtype)")
+    p.add_argument("--tflops", type=positive_float, default=312.0,
+                   help="peak TFLOP/s for duration_micros (default 312, A100 BF16 dense)")
+    p.add_argument("--per-rank-files", action="store_true",
+                   help="write PREFIX.<rank>.et for every rank (default: the compact workload, "
+                        "PREFIX.workload.json and one trace per class of symmetric ranks, which astra run "
+                        "reads the same way; see docs/compact-workload.md)")
