@@ -22,8 +22,8 @@ def add_commands(sub):
                    help="run on a Dask cluster: tcp://HOST:8786 (a running `dask scheduler`) or local:N (a "
                    "LocalCluster of N workers)")
     p.add_argument("--executor", metavar="NAME[:ARG]",
-                   help="another executor: local[:N], dask:ADDRESS, or one installed in the entry-point group "
-                   "astra_sim.sweep_executors")
+                   help="another executor: local[:N], dask:ADDRESS, or one a plugin registers with the hook "
+                   "astra_register_executors")
     p.add_argument("--point-timeout", type=positive_float, default=None, metavar="S",
                    help="a point running longer is recorded as an error and the sweep goes on")
     p.add_argument("--retry-errors", action="store_true", help="run again the points whose row is an error")
@@ -38,10 +38,6 @@ def add_commands(sub):
 def _cmd_sweep(args):
     from .sweep import run_sweep
 
-    if sum(x is not None for x in (args.dask, args.executor)) > 1:
-        from astra_sim.errors import ConfigError
-
-        raise ConfigError("give --dask or --executor, not both")
     summary = run_sweep(args.spec, args.output, jobs=args.jobs, dask=args.dask, executor=args.executor,
                         point_timeout=args.point_timeout, retry_errors=args.retry_errors,
                         progress=False if args.no_progress else None)

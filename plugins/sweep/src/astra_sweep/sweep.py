@@ -104,6 +104,8 @@ def run_sweep(spec_path, output, *, jobs=None, dask=None, executor=None, point_t
     """Run the sweep; returns a summary dict (counts, ``ran``, ``wall_s``, ``points_per_minute``)."""
     from .point import worker_state
 
+    if dask and executor:
+        raise ConfigError("give --dask or --executor, not both")
     results_format(output)
     state = state or worker_state()
     spec = load_spec(spec_path, state["parsers"])
