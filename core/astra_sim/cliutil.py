@@ -201,3 +201,37 @@ def parse_or_raise(parser, argv, where="options"):
         if message.startswith(f"{parser.prog}: error: "):
             message = message[len(f"{parser.prog}: error: "):]
         raise ConfigError(f"{where}: {message}") from None
+
+
+# ------------------------------------------------------------------ the flags every command shares
+def add_output_flags(parser, what="the results", json_help=None, aliases=(), required=False):
+    """``-o/--output PATH`` (always writes a file, atomically) and ``--json`` (always prints JSON on stdout): the one
+    output vocabulary of every command. ``aliases``: earlier names of ``--output`` kept working (e.g.
+    ``--report-json``)."""
+    group = parser.add_argument_group("output")
+    group.add_argument("-o", "--output", *aliases, dest="output", metavar="PATH", required=required,
+                       help=f"write {what} as JSON to PATH (times in integer ns)")
+    group.add_argument("--json", action="store_true", help=json_help or f"print {what} as JSON on stdout")
+    return group
+
+
+def add_platform_flags(parser, required=False, nodes=True):
+    """``--platform NAME`` (a registered platform: ``astra platforms``) and ``--nodes N``."""
+    parser.add_argument("--platform", required=required, default=None, metavar="NAME",
+                        help="a registered platform (`astra platforms` lists them), e.g. hgx-h100")
+    if nodes:
+        parser.add_argument("--nodes", type=positive_int, default=1, metavar="N",
+                            help="nodes (scale-up domains, or slices) of --platform (default 1)")
+
+
+def add_executor_flags(parser):
+    """``--jobs N`` / ``--dask ADDRESS`` / ``--executor NAME[:ARG]``: where independent simulations run
+    (:mod:`astra_sim.executors`)."""
+    group = parser.add_argument_group("executors")
+    group.add_argument("--jobs", type=positive_int, default=None, metavar="N",
+                       help="run on N local processes")
+    group.add_argument("--dask", metavar="ADDRESS",
+                       help="run on a Dask cluster: tcp://HOST:8786 (a running `dask scheduler`) or local:N")
+    group.add_argument("--executor", metavar="NAME[:ARG]",
+                       help="another executor: local[:N], dask:ADDRESS, or a registered one (astra_register_executors)")
+    return group

@@ -215,10 +215,13 @@ _DEFAULT = {}
 
 
 def default_plugin_manager():
-    """The plugin manager of every installed plugin, made once per process: the Python API and the commands
-    that run many simulations (sweep workers, serving) share it instead of loading entry points per run."""
-    if "pm" not in _DEFAULT:
+    """The plugin manager of every installed plugin, shared by the Python API and the commands that run many
+    simulations (sweep workers, serving) instead of being made per run; made again when the installed plugins
+    change (a plugin installed or removed while the process runs)."""
+    key = tuple(sorted((ep.name, ep.value) for ep in _entry_points()))
+    if _DEFAULT.get("key") != key:
         _DEFAULT["pm"] = make_plugin_manager()
+        _DEFAULT["key"] = key
     return _DEFAULT["pm"]
 
 

@@ -178,6 +178,14 @@ class RunSpec:
         args = parse_or_raise(parser, argv, where)
         return cls.from_cli_args(args)
 
+    @classmethod
+    def from_argv(cls, argv, pm=None, where="astra run") -> "RunSpec":
+        """The spec of ``astra run``'s command-line words (a registry's or script's options, as a user writes them);
+        what the parser refuses is a ConfigError naming ``where``."""
+        from astra_sim.cliutil import parse_or_raise
+
+        return cls.from_cli_args(parse_or_raise(run_parser(pm), [str(word) for word in argv], where))
+
     def to_mapping(self) -> dict:
         """The spec as ``{option dest: value}`` (what :meth:`from_mapping` reads back)."""
         out = {}

@@ -340,12 +340,12 @@ def test_measured_slowdowns_grow_with_the_sms_taken():
 
 
 def test_contention_model_off_frees_overlap_even_under_a_platform():
-    from astra_gpu_model.plugin import astra_provide_configuration
+    from astra_sim.platforms import get_platform
 
     gpu = load_gpu("H100-SXM5-80GB")
     assert Contention.from_options(gpu, None, {"gpu_contention": True, "gpu_contention_model": "off"}) is None
-    on = astra_provide_configuration({"platform": "hgx-h100", "nodes": 1})
-    assert on["options"]["gpu_contention"] is True and on["options"]["gpu_contention_model"] == "measured"
-    off = astra_provide_configuration({"platform": "hgx-h100", "nodes": 1, "gpu_contention_model": "off"})
-    assert not off["options"].get("gpu_contention")
-    assert off["defaults"]["contention"].startswith("off")
+    on = get_platform("hgx-h100").resolve(1, {})
+    assert on.options["gpu_contention"] is True and on.options["gpu_contention_model"] == "measured"
+    off = get_platform("hgx-h100").resolve(1, {"gpu_contention_model": "off"})
+    assert not off.options.get("gpu_contention")
+    assert off.defaults["contention"].startswith("off")

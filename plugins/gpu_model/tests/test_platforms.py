@@ -119,9 +119,14 @@ def test_unknown_platform_is_a_clear_error(tmp_path, capsys):
 
 
 def test_bad_nodes_is_a_clear_error(tmp_path, capsys):
-    rc = main(["run", "--platform", "hgx-h100", "--nodes", "0", "--workload-configuration", _trace(tmp_path, 8),
-               "-q"])
-    assert rc == 2 and "--nodes" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:  # argparse: --nodes takes a positive integer
+        main(["run", "--platform", "hgx-h100", "--nodes", "0", "--workload-configuration", _trace(tmp_path, 8), "-q"])
+    assert stop.value.code == 2 and "--nodes" in capsys.readouterr().err
+    from astra_sim.errors import ConfigError
+    from astra_sim.platforms import get_platform
+
+    with pytest.raises(ConfigError, match="--nodes must be an integer >= 1"):
+        get_platform("hgx-h100").resolve(0, {})
 
 
 def test_user_network_configuration_wins(tmp_path):
@@ -137,11 +142,11 @@ def test_user_network_configuration_wins(tmp_path):
 
 
 def test_explicit_gpu_wins_over_platform_gpu(tmp_path):
-    from astra_gpu_model.plugin import astra_provide_configuration
+    from astra_sim.platforms import get_platform
 
-    out = astra_provide_configuration({"platform": "hgx-h100", "nodes": 1, "gpu": "B200"})
-    assert out["options"]["gpu"] == "B200"
-    assert astra_provide_configuration({"platform": None}) is None
+    out = get_platform("hgx-h100").resolve(1, {"gpu": "B200"})
+    assert out.options["gpu"] == "B200" and "instead of the platform's H100" in out.defaults["gpu"]
+    assert get_platform("hgx-h100").resolve(1, {}).options["gpu"] == "H100-SXM5-80GB"
 
 
 def test_cross_node_messages_between_different_local_gpus_pay_the_nic(tmp_path):
