@@ -122,3 +122,20 @@ def test_run_prints_json_with_json_and_writes_files_with_output(tmp_path, capsys
     assert main(["run", "--workload-configuration", prefix, "--platform", "hgx-h100", "--output", str(out),
                  "-q"]) == 0
     assert json.loads(out.read_text())["summary"] == printed["summary"]
+
+
+def test_the_readmes_python_flow_runs(tmp_path, monkeypatch):
+    """The README's Python block, as written, in a fresh folder holding a copy of the examples."""
+    import shutil
+
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    marker = "<!-- api-test: tests/test_api.py runs this block in a fresh folder -->\n```python\n"
+    assert marker in text, "the README's Python block lost its api-test marker"
+    block = text.split(marker, 1)[1].split("\n```", 1)[0]
+    shutil.copytree(REPO / "examples", tmp_path / "examples", ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.chdir(tmp_path)
+    namespace = {}
+    exec(compile(block, "README.md (Python block)", "exec"), namespace)
+    report = namespace["report"]
+    assert report.max_finish_ns > 0 and len(namespace["ranks"]) == 16
+    assert json.loads((tmp_path / "report.json").read_text())["units"]["time"] == "ns"
