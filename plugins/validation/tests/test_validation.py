@@ -99,22 +99,29 @@ def test_a_collective_case_is_simulated_with_the_platforms_nccl_model():
     from astra_gpu_model.nccl import ALL_REDUCE, collective_time_us, config_for_gpu
 
     expected_us = collective_time_us(ALL_REDUCE, 64 << 20, 8, config_for_gpu("H100-SXM5-80GB"))[0]
-    assert result["simulated_s"] == pytest.approx(expected_us * 1e-6, rel=1e-6, abs=2e-9)
-    assert result["error"] == pytest.approx((result["simulated_s"] - result["measured_s"]) / result["measured_s"])
+    assert result["simulated_ns"] == pytest.approx(expected_us * 1e3, rel=1e-6, abs=2)
+    assert isinstance(result["simulated_ns"], int) and isinstance(result["measured_ns"], int)
+    assert result["error"] == pytest.approx((result["simulated_ns"] - result["measured_ns"]) / result["measured_ns"])
     assert "nccl" in result["platform_defaults"]["collective"]
 
 
 def test_astra_validate_runs_the_named_cases_and_writes_json(tmp_path, capsys):
     out = tmp_path / "r.json"
     names = "nccl-allreduce-h100-4node-ndr,nccl-allreduce-a100-4node-hdr"
-    assert main(["validate", "--only", names, "--json", str(out)]) == 0
+    assert main(["validate", "--only", names, "--output", str(out)]) == 0
     text = capsys.readouterr().out
     assert "nccl-allreduce-h100-4node-ndr" in text and "median |error|" in text
     data = json.loads(out.read_text())
+    assert data["units"]["time"] == "ns"
     assert [c["name"] for c in data["cases"]] == names.split(",")
     for c in data["cases"]:
-        assert c["simulated_s"] > 0 and c["measured_s"] > 0
+        assert c["simulated_ns"] > 0 and c["measured_ns"] > 0
     assert data["summary"]["max_abs_error"] == max(abs(c["error"]) for c in data["cases"])
+    # --json prints the same document on stdout (the table goes to stderr)
+    assert main(["validate", "--only", names, "--json"]) == 0
+    printed = capsys.readouterr()
+    assert [c["simulated_ns"] for c in json.loads(printed.out)["cases"]] == [c["simulated_ns"] for c in data["cases"]]
+    assert "median |error|" in printed.err
 
 
 def test_an_unknown_case_name_is_an_error_listing_the_known_ones(capsys):
@@ -130,13 +137,12 @@ def test_list_prints_every_case_without_running(capsys):
 
 
 def test_cases_run_on_astra_sweeps_local_pool_give_the_same_numbers(tmp_path):
-    pytest.importorskip("astra_sweep")
     names = "nccl-allreduce-h100-4node-ndr,nccl-allreduce-a100-4node-hdr"
     serial, pooled = tmp_path / "s.json", tmp_path / "p.json"
-    assert main(["validate", "--only", names, "--json", str(serial)]) == 0
-    assert main(["validate", "--only", names, "--jobs", "2", "--json", str(pooled)]) == 0
+    assert main(["validate", "--only", names, "-o", str(serial)]) == 0
+    assert main(["validate", "--only", names, "--jobs", "2", "-o", str(pooled)]) == 0
     a, b = json.loads(serial.read_text()), json.loads(pooled.read_text())
-    assert [c["simulated_s"] for c in a["cases"]] == [c["simulated_s"] for c in b["cases"]]
+    assert [c["simulated_ns"] for c in a["cases"]] == [c["simulated_ns"] for c in b["cases"]]
     assert [c["name"] for c in b["cases"]] == names.split(",")
 
 
@@ -145,7 +151,7 @@ def test_a_case_that_fails_is_reported_and_the_exit_is_nonzero(tmp_path, capsys)
     good = _collective(name="good")
     path = _registry(tmp_path, [bad, good])
     out = tmp_path / "r.json"
-    assert main(["validate", "--cases", str(path), "--json", str(out)]) == 1
+    assert main(["validate", "--cases", str(path), "-o", str(out)]) == 1
     data = json.loads(out.read_text())
     assert [c["name"] for c in data["cases"]] == ["good"]
     assert data["failed"][0]["name"] == "bad" and "no-such-platform" in data["failed"][0]["failed"]
@@ -156,7 +162,7 @@ def test_a_calibration_input_is_shown_but_not_counted(tmp_path, capsys):
     path = _registry(tmp_path, [_collective(name="anchor", calibration_input=True),
                                 _collective(name="check", measured={"bus_bandwidth_gbps": 200})])
     out = tmp_path / "r.json"
-    assert main(["validate", "--cases", str(path), "--json", str(out)]) == 0
+    assert main(["validate", "--cases", str(path), "-o", str(out)]) == 0
     data = json.loads(out.read_text())
     check = next(c for c in data["cases"] if c["name"] == "check")
     assert data["summary"]["max_abs_error"] == pytest.approx(abs(check["error"]))

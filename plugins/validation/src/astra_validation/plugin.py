@@ -21,12 +21,11 @@ def astra_register_commands(subparsers):
                    help="run these cases (repeatable, also comma-separated); see --list")
     p.add_argument("--all", action="store_true", help="also the long cases")
     p.add_argument("--list", action="store_true", help="list the cases and exit")
-    p.add_argument("--json", metavar="PATH", help="write the results as JSON (times in s, error as a fraction)")
     p.add_argument("--cases", metavar="YAML", help="another registry file of the same layout")
-    p.add_argument("--jobs", type=int, metavar="N", help="run the cases on N local processes (astra-sweep's pool)")
-    p.add_argument("--dask", metavar="ADDRESS", help="run the cases on a Dask cluster (tcp://HOST:8786, or local:N)")
-    p.add_argument("--executor", metavar="NAME[:ARG]", help="any astra-sweep executor (entry-point group "
-                   "astra_sim.sweep_executors)")
+    from astra_sim.cliutil import add_executor_flags, add_output_flags
+
+    add_output_flags(p, "the results (times in integer ns, error as a fraction)")
+    add_executor_flags(p)
     p.set_defaults(run_command=_cmd_validate)
 
 
@@ -63,39 +62,39 @@ def _cmd_validate(args):
     def shown(r, key):
         if "unit" in r:  # a serving case: its metric in its own unit
             return f"{r[key + '_value']:,.1f} {r['unit']}"
-        return format_ns(r[key + "_s"] * 1e9)
+        return format_ns(r[key + "_ns"])
 
+    text_out = sys.stderr if args.json else sys.stdout  # with --json, stdout carries the JSON alone
     rows = [[r["name"] + (" (calibration input)" if r.get("calibration_input") else ""), f"{r['gpus']}",
              shown(r, "measured"), shown(r, "simulated"), f"{100 * r['error']:+.1f} %"]
             for r in results]
     print_table("astra validate: simulated against measured", [
         Column("case"), Column("GPUs", number=True, drop=2), Column("measured", number=True),
-        Column("simulated", number=True), Column("error", number=True)], rows)
+        Column("simulated", number=True), Column("error", number=True)], rows, stderr=args.json)
     counted = [r for r in results if not r.get("calibration_input")]
     errors = [abs(r["error"]) for r in counted]
     if errors:
         worst = max(counted, key=lambda r: abs(r["error"]))
         print(f"median |error| {100 * statistics.median(errors):.1f} %, worst {100 * abs(worst['error']):.1f} % "
               f"({worst['name']}), {len(counted)} case{'s' if len(counted) != 1 else ''}" + (f" (and {len(results) - len(counted)} that the "
-              "calibration uses, not counted)" if len(counted) < len(results) else ""))
+              "calibration uses, not counted)" if len(counted) < len(results) else ""), file=text_out)
+    summary = {"median_abs_error": statistics.median(errors) if errors else None,
+               "max_abs_error": max(errors) if errors else None}
+    document = json.dumps({"units": {"time": "ns", "error": "fraction"}, "cases": results, "failed": failed,
+                           "summary": summary}, indent=1) + "\n"
+    if args.output:
+        write_text_atomic(args.output, document)
     if args.json:
-        summary = {"median_abs_error": statistics.median(errors) if errors else None,
-                   "max_abs_error": max(errors) if errors else None}
-        write_text_atomic(args.json, json.dumps({"cases": results, "failed": failed, "summary": summary},
-                                                indent=1) + "\n")
+        sys.stdout.write(document)
     for r in failed:
         print(f"astra validate: {r['name']} failed: {r['failed']}", file=sys.stderr)
     return 1 if failed else 0
 
 
 def _run_on_executor(args, chosen):
-    """The cases as points of astra-sweep's executors (a local pool or a Dask cluster), in registry order."""
-    try:
-        from astra_sweep.executors import ExecutorFailure, make_executor
-    except ImportError:
-        raise ConfigError("--jobs/--dask/--executor need the astra-sweep plugin (pip install -e plugins/sweep)")
-    if args.jobs is not None and args.jobs < 1:
-        raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
+    """The cases on the kernel's executors (a local pool, a Dask cluster, a registered one), in registry order."""
+    from astra_sim.executors import ExecutorFailure, make_executor
+
     order = {c.name: i for i, c in enumerate(chosen)}
     results = [None] * len(chosen)
     with make_executor(jobs=args.jobs, dask=args.dask, executor=args.executor) as executor:

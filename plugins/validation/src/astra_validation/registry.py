@@ -38,6 +38,10 @@ class Case:
     calibration_input: bool = False
     extra: dict = field(default_factory=dict)
 
+    def measured_ns(self, gpus=None) -> int:
+        """:meth:`measured_s` in integer ns."""
+        return round(self.measured_s(gpus) * 1e9)
+
     def measured_s(self, gpus=None):
         """The measured time (s): a step's, a collective's from its bus bandwidth on ``gpus`` GPUs, a serving
         case's median TPOT or TTFT, or its time per output token (1 / output-token throughput)."""

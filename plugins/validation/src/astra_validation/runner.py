@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 import os
 import tempfile
 import time
 
 from astra_sim.chakra import encode_et, make_metadata, make_node, types as T
-from astra_sim.errors import AstraError
 from astra_sim.symmetry import BlockShift
 from astra_sim.workload.compact import write_compact_workload
 
@@ -18,34 +14,31 @@ _COMM_TYPES = {"all_reduce": T.ALL_REDUCE, "all_gather": T.ALL_GATHER, "reduce_s
                "all_to_all": T.ALL_TO_ALL}
 
 
-def _astra(argv):
-    """Run ``astra ARGV`` in this process, its terminal output swallowed; AstraError if it fails."""
-    from astra_sim.cli import main
+def _run_spec(case, prefix, steady):
+    """The case's ``astra run`` options (its platform, nodes and ``run`` words) as the kernel's RunSpec."""
+    from astra_sim.spec import RunSpec
 
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(argv))
-    if code != 0:
-        raise AstraError(f"astra {' '.join(argv[:2])} exited {code}: {err.getvalue().strip()[-400:]}")
-
-
-def _gpus_per_node(platform):
-    from astra_gpu_model.platforms import get_platform
-
-    return get_platform(platform).gpus_per_node
+    return RunSpec.from_argv(["--workload-configuration", prefix, "--platform", case.platform, "--nodes",
+                              str(case.nodes), *steady, *case.run], where=f"validation case {case.name}: run")
 
 
 def run_case(case, workdir=None):
-    """``{name, measured_s, simulated_s, error, wall_s, ...}`` for ``case``; error = (sim - meas) / meas."""
+    """``{name, measured_ns, simulated_ns, error, wall_s, ...}`` for ``case``; error = (sim - meas) / meas. The step is
+    what ``astra workload llm <workload>`` + ``astra run --platform ...`` give, through their Python API."""
+    from astra_sim.platforms import get_platform
+    from astra_sim.runner import run_spec
+
     if case.kind == "serving":
         return _run_serving(case, workdir)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         prefix = os.path.join(tmp, "w")
-        report_path = os.path.join(tmp, "report.json")
-        gpus = case.nodes * _gpus_per_node(case.platform)
+        gpus = case.nodes * get_platform(case.platform).gpus_per_node
         if case.kind == "llm_step":
-            _astra(["workload", "llm", *case.workload, "-o", prefix])
+            from astra_workload_generators.llm import LlmSpec, generate_llm_workload
+
+            generate_llm_workload(LlmSpec.from_argv(case.workload, where=f"validation case {case.name}: workload"),
+                                  prefix, on_warning=lambda line: None)
         else:
             node = make_node(0, case.collective, T.COMM_COLL_NODE, attrs={
                 "is_cpu_op": False, "comm_type": _COMM_TYPES[case.collective], "comm_size": case.size_bytes})
@@ -53,40 +46,43 @@ def run_case(case, workdir=None):
                                    [(0, encode_et(make_metadata(), [node]))], generator="astra validate")
         # nccl-tests time collectives back to back on the GPU: no host launch gap before them.
         steady = ["--host-launch-us", "0", "--host-sync-us", "0"] if case.kind == "collective" else []
-        _astra(["run", "--workload-configuration", prefix, "--platform", case.platform, "--nodes",
-                str(case.nodes), *steady, *case.run, "--report-json", report_path, "-q"])
-        with open(report_path) as handle:
-            report = json.load(handle)
-    simulated = report["summary"]["max_finish_ns"] * 1e-9
-    measured = case.measured_s(gpus)
+        report = run_spec(_run_spec(case, prefix, steady))
+    simulated = report.max_finish_ns
+    measured = case.measured_ns(gpus)
     return {"name": case.name, "kind": case.kind, "hardware": case.hardware, "source": case.source,
-            "calibration_input": case.calibration_input, "gpus": gpus, "measured_s": measured, "simulated_s": simulated,
-            "error": (simulated - measured) / measured, "wall_s": round(time.perf_counter() - start, 1),
-            "simulated_ranks": report["stats"].get("simulated_ranks"),
-            "platform_defaults": report["settings"].get("platform_defaults")}
+            "calibration_input": case.calibration_input, "gpus": gpus, "measured_ns": measured,
+            "simulated_ns": simulated, "error": (simulated - measured) / measured,
+            "wall_s": round(time.perf_counter() - start, 1), "simulated_ranks": report.stats.get("simulated_ranks"),
+            "platform_defaults": report.settings.get("platform_defaults")}
 
 
 def _run_serving(case, workdir=None):
-    """A serving case: ``astra serve <serve> --platform <platform>``; the error is on the measured metric itself
-    (median TPOT or TTFT, or output-token throughput)."""
+    """A serving case: ``astra serve <serve> --platform <platform>`` through astra_serving's API; the error is on the
+    measured metric itself (median TPOT or TTFT, or output-token throughput)."""
+    from astra_serving import ServeSpec, serve
+
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        report_path = os.path.join(tmp, "serve.json")
-        _astra(["serve", *case.serve, "--platform", case.platform, "--report-json", report_path, "-q"])
-        with open(report_path) as handle:
-            report = json.load(handle)
+    spec = ServeSpec.from_argv([*case.serve, "--platform", case.platform], where=f"validation case {case.name}: serve")
+    report, _requests = serve(spec)
     timed = [k for k in ("tpot_p50_ms", "ttft_p50_ms") if k in case.measured]
     if timed:
         what = timed[0].split("_")[0]
-        measured, simulated = float(case.measured[timed[0]]), report[f"{what}_ms"]["p50"]
+        measured, simulated = float(case.measured[timed[0]]), _p50_ms(report, what)
         unit = f"ms {what.upper()} p50"
-        measured_s, simulated_s = measured / 1e3, simulated / 1e3
+        measured_ns, simulated_ns = round(measured * 1e6), round(simulated * 1e6)
     else:
         measured, simulated = float(case.measured["output_tokens_per_s"]), report["throughput_tokens_per_s"]
         unit = "tok/s"
-        measured_s, simulated_s = 1.0 / measured, 1.0 / simulated
+        measured_ns, simulated_ns = round(1e9 / measured), round(1e9 / simulated)  # time per output token
     return {"name": case.name, "kind": case.kind, "hardware": case.hardware, "source": case.source,
             "calibration_input": case.calibration_input, "gpus": report["deployment"]["gpus"],
-            "measured_s": measured_s, "simulated_s": simulated_s, "measured_value": measured,
+            "measured_ns": measured_ns, "simulated_ns": simulated_ns, "measured_value": measured,
             "simulated_value": simulated, "unit": unit, "error": (simulated - measured) / measured,
             "wall_s": round(time.perf_counter() - start, 1), "simulated_ranks": None, "platform_defaults": None}
+
+
+def _p50_ms(report, what):
+    """The median TPOT or TTFT of a serving report in ms (its report keeps ``<what>_ns`` or ``<what>_ms``)."""
+    if f"{what}_ns" in report:
+        return report[f"{what}_ns"]["p50"] / 1e6
+    return report[f"{what}_ms"]["p50"]

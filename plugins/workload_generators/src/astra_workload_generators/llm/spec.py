@@ -138,6 +138,14 @@ class LlmSpec:
             argv += [f"{words[0]}={words[1]}"] if len(words) == 2 else words
         return cls.from_cli_args(parse_or_raise(parser, argv, where))
 
+    @classmethod
+    def from_argv(cls, argv, where="astra workload llm") -> "LlmSpec":
+        """The spec of ``astra workload llm``'s command-line words (a registry's or a script's options, as a user
+        writes them; no --summary/-o); what the parser refuses is a ConfigError naming ``where``."""
+        from astra_sim.cliutil import parse_or_raise
+
+        return cls.from_cli_args(parse_or_raise(_parser(), [str(word) for word in argv], where))
+
     def to_mapping(self) -> dict:
         """``{field: value}`` of every option (what :meth:`from_mapping` reads back)."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
