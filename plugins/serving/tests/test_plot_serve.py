@@ -24,8 +24,11 @@ def test_qps_sweep_report_and_plots(tmp_path, capsys):
 
 
 def test_bad_qps_list(capsys):
-    assert main(["serve", "--model", "llama3-8b", "--platform", "hgx-h100", "--qps", "2,-1"]) != 0
-    assert "--qps: expected positive numbers" in capsys.readouterr().err
+    """A bad rate is a usage error, as every flag's bad value is (the spec's parser checks --qps's type)."""
+    with pytest.raises(SystemExit) as stop:
+        main(["serve", "--model", "llama3-8b", "--platform", "hgx-h100", "--qps", "2,-1"])
+    assert stop.value.code == 2
+    assert "argument --qps: expected positive numbers" in capsys.readouterr().err
 
 
 def test_serve_search_finds_the_cheapest_deployment(tmp_path, capsys):
@@ -77,8 +80,8 @@ def test_search_serve_candidates_tile_the_node():
     assert tiles(4, 1, 1, 8) and tiles(8, 2, 1, 8) and not tiles(3, 1, 1, 8) and not tiles(4, 3, 1, 8)
     found = candidates(8, [2, 4], 8, [(1, 1)], pps=[1, 2])
     assert [c[0] for c in found] == sorted(c[0] for c in found) and max(c[0] for c in found) <= 8
-    assert (8, "1 x TP 4 PP 2", ["--tp", "4", "--pp", "2", "--replicas", "1"]) in found
-    assert (8, "1P:1D x TP 4", ["--tp", "4", "--disaggregate", "1:1"]) in found
+    assert (8, "1 x TP 4 PP 2", {"tp": 4, "pp": 2, "ep": 1, "replicas": 1}) in found
+    assert (8, "1P:1D x TP 4", {"tp": 4, "pp": 1, "ep": 1, "disaggregate": "1:1"}) in found
 
 
 def test_astra_search_flags_belong_to_their_mode(capsys):

@@ -162,10 +162,10 @@ def test_length_spec_parses_or_is_a_config_error(text):
 @settings(max_examples=100, deadline=None)
 @given(text=st.text(alphabet=st.sampled_from(list("0123456789.,-e ")), max_size=15))
 def test_qps_list_parses_or_is_a_config_error(text):
-    from astra_serving.cli import _qps_list
+    from astra_serving.spec import qps_list_or_error
 
     try:
-        values = _qps_list(text)
+        values = qps_list_or_error(text)
     except ConfigError as exc:
         assert "--qps" in str(exc)
         return

@@ -8,10 +8,15 @@ import random
 import pytest
 
 from astra_serving.engine import HOST_US_PER_SEQ_VLLM060
-from astra_serving.steptime import Layout, StepTimer, astra
+from astra_serving.steptime import Layout, StepTimer
 from astra_sim.cli import main
 
 MODEL = ["--model", "llama3-8b"]
+
+
+def astra(argv):
+    """``astra ARGV`` as a user runs it: the reference the step simulator's in-process calls must equal."""
+    assert main(list(argv)) == 0
 
 
 def serve(tmp_path, *argv, name="r"):
@@ -59,7 +64,7 @@ def test_low_qps_matches_single_steps(tmp_path, host_us, graphs):
 def test_bucketing_error_is_small():
     """Bucketed shapes against exact ones over random iteration shapes: the grid's error on the step time."""
     rng = random.Random(7)
-    layout = Layout(MODEL, "hgx-h100", tp=8)
+    layout = Layout({"model": "llama3-8b", "inference_elementwise": True}, "hgx-h100", tp=8)
     exact, bucketed = StepTimer(layout, exact=True), StepTimer(layout)
     errors = []
     for _ in range(14):

@@ -5,39 +5,15 @@ evaluated for a prefill iteration of ``max_num_batched_tokens`` tokens (vLLM pro
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 
 from astra_sim.errors import ConfigError, InfeasibleError
 
-_PARSER = {}
 
-
-def llm_parser():
-    """``astra workload llm``'s parser (with every installed plugin's options), built once."""
-    if not _PARSER:
-        from astra_sim.cli import build_parser
-        from astra_sim.plugins import make_plugin_manager
-
-        parser = build_parser(make_plugin_manager())
-
-        def sub(p, name):
-            for action in p._actions:  # argparse has no public way to reach a sub-command's parser
-                if isinstance(action, argparse._SubParsersAction) and name in action.choices:
-                    return action.choices[name]
-            raise KeyError(name)
-
-        _PARSER["llm"] = sub(sub(parser, "workload"), "llm")
-    return _PARSER["llm"]
-
-
-def model_of(layout, argv=()):
-    """(dims, cfg) of the layout's generator flags plus ``argv`` (a decode step by default)."""
-    from astra_workload_generators.llm.cli import dims_and_config
-
-    args = llm_parser().parse_args([*layout.generator_args(), *(argv or ["--mode", "decode", "--batch-size", "1",
-                                                                          "--prompt-len", "1"])])
-    return dims_and_config(args)
+def model_of(layout, **shape):
+    """(dims, cfg) of one step of the layout (a decode step of one sequence by default)."""
+    spec = layout.llm_spec(**(shape or {"mode": "decode", "batch_size": 1, "prompt_len": 1}))
+    return spec.resolve()
 
 
 @dataclass
@@ -69,16 +45,20 @@ def kv_capacity(layout, gpu_memory_utilization=0.9, block_size=16, max_num_batch
                 max_model_len=None):
     """The KV-cache blocks of one replica (every GPU holds ``blocks`` blocks of its share)."""
     from astra_gpu_model.gpu import load_gpu
-    from astra_gpu_model.platforms import get_platform
+    from astra_sim.platforms import get_platform
     from astra_workload_generators.llm.config import DTYPES
     from astra_workload_generators.llm.memory import FRAGMENTATION, peak_memory
 
     dims, _ = model_of(layout)
     max_context = max_model_len or dims.seq_len
     tokens = min(max_num_batched_tokens, max_context)
-    dims, cfg = model_of(layout, ["--mode", "prefill", "--batch-size", "1", "--prompt-len", str(tokens)])
+    dims, cfg = model_of(layout, mode="prefill", batch_size=1, prompt_len=tokens)
     m = peak_memory(dims, cfg)
-    gpu = load_gpu(get_platform(layout.platform).gpu)
+    platform = get_platform(layout.platform)
+    if getattr(platform, "gpu", None) is None:
+        raise ConfigError(f"astra serve needs a GPU platform (its GPU's memory holds the KV cache); "
+                          f"{platform.name} is a {platform.family} platform")
+    gpu = load_gpu(platform.gpu)
     if gpu.hbm_capacity_gb is None:
         raise ConfigError(f"the {gpu.name} has no hbm_capacity_gb: the KV cache cannot be sized")
     hbm = int(gpu.hbm_capacity_gb * 1e9)

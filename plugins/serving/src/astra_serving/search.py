@@ -13,7 +13,6 @@ local pool or Dask cluster) they run side by side, with the same rows as one aft
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 
@@ -86,7 +85,7 @@ def tiles(tp, pp, ep, gpus_per_node):
 
 
 def candidates(gpus_per_node, tps, max_gpus, ratios, pps=(1,), eps=(1,)):
-    """(GPUs, label, astra serve flags) of every candidate, by GPU count."""
+    """(GPUs, label, {ServeSpec field: value}) of every candidate, by GPU count."""
     out = []
     for tp in tps:
         for pp in pps:
@@ -95,43 +94,26 @@ def candidates(gpus_per_node, tps, max_gpus, ratios, pps=(1,), eps=(1,)):
                     continue
                 per = tp * pp * ep
                 name = f"TP {tp}" + (f" PP {pp}" if pp > 1 else "") + (f" EP {ep}" if ep > 1 else "")
-                layout = ["--tp", str(tp)] + (["--pp", str(pp)] if pp > 1 else []) + (
-                    ["--ep", str(ep)] if ep > 1 else [])
+                layout = {"tp": tp, "pp": pp, "ep": ep}
                 for replicas in range(1, max_gpus // per + 1):
-                    out.append((per * replicas, f"{replicas} x {name}", layout + ["--replicas", str(replicas)]))
+                    out.append((per * replicas, f"{replicas} x {name}", {**layout, "replicas": replicas}))
                 for p_, d_ in ratios:
                     k = 1
                     while (p_ + d_) * k * per <= max_gpus:
                         out.append(((p_ + d_) * k * per, f"{p_ * k}P:{d_ * k}D x {name}",
-                                    layout + ["--disaggregate", f"{p_ * k}:{d_ * k}"]))
+                                    {**layout, "disaggregate": f"{p_ * k}:{d_ * k}"}))
                         k += 1
     return sorted(out, key=lambda c: (c[0], c[1]))
 
 
-@functools.lru_cache(maxsize=None)
-def _serve_parser():
-    """``astra serve``'s parser, to read each candidate's flags exactly as the command line does (built once per
-    process: the search checks its flags with it, then every candidate run in this process reads them)."""
-    import argparse
-
-    from astra_sim.cli import build_parser
-    from astra_sim.plugins import make_plugin_manager
-
-    parser = build_parser(make_plugin_manager())
-    for action in parser._actions:  # argparse has no public way to reach a sub-command's parser
-        if isinstance(action, argparse._SubParsersAction) and "serve" in action.choices:
-            return action.choices["serve"]
-    raise ConfigError("astra serve is not installed")
-
-
 def run_candidate(task, _payload=None):
-    """One candidate (``task``: its ``argv`` for ``astra serve``, ``gpus``, ``label``), on whatever process runs
-    it: ``("ok", row)``, ``("skipped", why)`` when the model does not fit, never an exception for that."""
-    from .cli import serve
+    """One candidate (``task``: its ``spec``, a :class:`~astra_serving.spec.ServeSpec`, ``gpus``, ``label``), on
+    whatever process runs it: ``("ok", row)``, ``("skipped", why)`` when the model does not fit, never an
+    exception for that."""
+    from .deployment import serve
 
-    ns = _serve_parser().parse_args(task["argv"])
     try:
-        report, _ = serve(ns)
+        report, _ = serve(task["spec"])
     except InfeasibleError as exc:
         return "skipped", str(exc)
     return "ok", {"gpus": task["gpus"], "deployment": task["label"], "slo_fraction": report["goodput"]["fraction"],
@@ -159,7 +141,9 @@ def search_deployments(args, executor=None):
     ``max_gpus`` GPUs meets the SLO."""
     import itertools
 
-    from astra_gpu_model.platforms import get_platform
+    from astra_sim.platforms import get_platform
+
+    from .spec import ServeSpec
 
     for key, value in SERVE_DEFAULTS.items():
         if getattr(args, key, None) is None:
@@ -182,17 +166,17 @@ def search_deployments(args, executor=None):
     except ValueError:
         raise ConfigError(f"--disaggregate-ratios: expected P:D,P:D,... (each >= 1), got "
                           f"{args.disaggregate_ratios!r}") from None
-    base = (["--model", args.model] if args.model else ["--preset", args.preset]) + [
-        "--platform", args.platform, "--qps", str(args.qps), "--requests", str(args.requests), "--prompt-len",
-        args.prompt_len, "--output-len", args.output_len, "--seed", str(args.seed), "--router", args.router,
-        *(["--slo-ttft", str(args.slo_ttft)] if args.slo_ttft else []),
-        *(["--slo-tpot", str(args.slo_tpot)] if args.slo_tpot else []), *args.serve_arg]
-    _serve_parser().parse_args(base + ["--tp", "1"])  # a bad --serve-arg is an error before anything runs
+    # a bad --serve-arg is an error before anything runs
+    base = ServeSpec.from_mapping(
+        {("model" if args.model else "preset"): args.model or args.preset, "platform": args.platform,
+         "qps": args.qps, "requests": args.requests, "prompt_len": args.prompt_len, "output_len": args.output_len,
+         "seed": args.seed, "router": args.router, "slo_ttft": args.slo_ttft, "slo_tpot": args.slo_tpot},
+        where="astra search --serve", flags=args.serve_arg)
     rows, answer = [], None
     found = candidates(platform.gpus_per_node, tps, args.max_gpus, ratios, pps, eps)
     for gpus, group in itertools.groupby(found, key=lambda c: c[0]):
         group = list(group)
-        tasks = [{"argv": base + flags, "gpus": gpus, "label": label} for _, label, flags in group]
+        tasks = [{"spec": base.replace(**changes), "gpus": gpus, "label": label} for _, label, changes in group]
         for task, (status, result) in zip(tasks, _run_group(tasks, executor)):
             label = task["label"]
             if status == "skipped":

@@ -3,7 +3,9 @@
 An engine iteration is a batch of ``prefill`` prompt tokens (new prompts and chunks of long ones) and
 ``decode`` sequences generating one token each against a KV cache of mean length ``context``. Its time is
 what ``astra workload llm --mode prefill|decode|mixed ... --logits last`` followed by ``astra run --platform P``
-gives for that shape, both run in this process (no subprocess): nothing is a latency table.
+gives for that shape, through the calls behind those commands (:func:`generate_llm_workload` of an
+:class:`LlmSpec`, :func:`astra_sim.runner.run_spec` of a :class:`RunSpec`) in this process: nothing is a latency
+table, and a step has the commands' defaults (the serve setting of ``inference_elementwise`` is always given).
 
 Bucketing (why: a run visits tens of thousands of distinct shapes; each simulation costs ~0.15 s). The
 prefill tokens and the decode sequences each have a grid of every integer up to ``EXACT_BELOW``, then a
@@ -16,7 +18,7 @@ bucketed shapes (its attention is a few % of a step at a few thousand tokens); e
 ``tests/test_serve.py::test_bucketing_error_is_small`` measures the error against exact shapes.
 ``exact=True`` turns bucketing off.
 
-How a shape maps onto the generator (whose inference steps batch sequences of one length):
+How a shape maps onto the generator's options (whose inference steps batch sequences of one length):
 
 * decode only: ``--mode decode --batch-size B --prompt-len C-1 --decode-len 1`` (every sequence at the mean
   context C; attention is linear in the context, so the mean gives the batch's total);
@@ -31,8 +33,6 @@ The replica's GPUs fill whole nodes of the platform: TP x PP x EP GPUs on fewer 
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import math
 import os
@@ -70,52 +70,29 @@ def neighbours(value, ratio=DEFAULT_RATIO, exact_below=EXACT_BELOW):
     return lo, hi, (value - lo) / (hi - lo) if hi > lo else 0.0
 
 
-_CLI = {}
+def _pm():
+    """The plugin manager of every step: every installed plugin, made once per process."""
+    from astra_sim.plugins import default_plugin_manager
+
+    return default_plugin_manager()
 
 
-def astra(argv):
-    """``astra ARGV`` in this process, its output swallowed; AstraError naming the command if it fails. The
-    plugin manager and parser are built once per process (``astra_sim.cli.main`` builds them per call, a
-    quarter of a step's simulation time); the command then runs as ``main`` runs it."""
-    from astra_sim import cli
-
-    if not _CLI:
-        from astra_sim.plugins import make_plugin_manager
-
-        _CLI["pm"] = make_plugin_manager()
-        _CLI["parser"] = cli.build_parser(_CLI["pm"])
-    pm, parser = _CLI["pm"], _CLI["parser"]
-    out, err = io.StringIO(), io.StringIO()
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            args = parser.parse_args(list(argv))
-            if args.command == "run":
-                code = cli._cmd_run(pm, args)
-            else:
-                args.plugin_manager = pm
-                code = args.run_command(args)
-    except AstraError as exc:
-        raise type(exc)(f"astra {' '.join(map(str, argv[:3]))} ...: {exc}") from None
-    except SystemExit as exc:  # argparse
-        lines = err.getvalue().strip().splitlines()
-        raise AstraError(f"astra {' '.join(map(str, argv[:3]))} ...: {lines[-1] if lines else exc}") from None
-    if code:
-        lines = err.getvalue().strip().splitlines()
-        raise AstraError(f"astra {' '.join(map(str, argv[:3]))} ... exited {code}: {lines[-1] if lines else ''}")
-    return out.getvalue()
+def _quiet(message):
+    """Warnings of the steps' runs are dropped (one per simulated shape would bury the report)."""
 
 
 @dataclass
 class Layout:
-    """One replica: a model (``source``: ``["--model", X]`` or ``["--preset", X]``, plus generator flags) with
-    TP x PP x EP on a platform."""
+    """One replica: a model (``model``: ``astra workload llm`` options naming it and its precision, e.g.
+    ``{"model": "llama3-8b", "dtype": "bf16", "inference_elementwise": True}``) with TP x PP x EP on a platform;
+    ``run``: ``astra run`` options of every step."""
 
-    source: list
+    model: dict
     platform: str
     tp: int = 1
     pp: int = 1
     ep: int = 1
-    run_args: list = field(default_factory=list)
+    run: dict = field(default_factory=dict)
     gpus_per_node: int = 8
 
     @property
@@ -135,15 +112,37 @@ class Layout:
                               f"{self.gpus_per_node} GPUs of {self.platform}")
         return total // (self.tp * self.pp)
 
-    def generator_args(self):
-        return [*self.source, "--tp", str(self.tp), "--pp", str(self.pp), "--dp", str(self.dp),
-                *(["--ep", str(self.ep)] if self.ep > 1 else []), "--logits", "last"]
+    def key(self):
+        """The layout as text: the memo's key (equal layouts share their simulated steps)."""
+        return json.dumps([self.model, self.platform, self.tp, self.pp, self.ep, self.run, self.gpus_per_node],
+                          sort_keys=True, default=repr)
 
-    def run_argv(self, prefix, report):
-        # --allow-oom: the engine's paged cache is the memory model here (capacity.py); a grid corner above the
-        # batch actually run may hold more KV than fits, and its time is still what the interpolation needs
-        return ["run", "--workload-configuration", prefix, "--platform", self.platform, "--nodes", str(self.nodes),
-                "--allow-oom", *self.run_args, "--report-json", report, "-q"]
+    def llm_spec(self, **shape):
+        """The :class:`~astra_workload_generators.llm.spec.LlmSpec` of one step of this layout: the model on
+        the replica's TP/PP/DP/EP, the last token's logits, and ``shape`` (mode, batch size, lengths)."""
+        base = self.__dict__.get("_llm")
+        if base is None:
+            from astra_workload_generators.llm.spec import LlmSpec
+
+            base = self.__dict__["_llm"] = LlmSpec.from_mapping(
+                {**self.model, "tp": self.tp, "pp": self.pp, "dp": self.dp, "ep": self.ep, "logits": "last"},
+                where="astra serve: the model")
+        return base.replace(**shape) if shape else base
+
+    def run_spec(self, workload, graph=False):
+        """The :class:`~astra_sim.spec.RunSpec` of one step's workload on the replica's nodes: ``--allow-oom``
+        (the engine's paged cache is the memory model here, capacity.py: a grid corner above the batch actually
+        run may hold more KV than fits, and its time is still what the interpolation needs), the layout's
+        ``run`` options, and with ``graph`` no per-kernel host launch (``--host-launch-us 0``)."""
+        base = self.__dict__.get("_run")
+        if base is None:
+            from astra_sim.spec import RunSpec
+
+            base = self.__dict__["_run"] = RunSpec.from_mapping(
+                {"workload": "step", "platform": self.platform, "nodes": self.nodes, "allow_oom": True, **self.run},
+                _pm(), where="astra serve: run")
+        spec = base.replace(workload=workload)
+        return spec.replace(host_launch_us=0.0) if graph else spec
 
 
 def stage_times(report, pp):
@@ -151,8 +150,12 @@ def stage_times(report, pp):
     stage s finishes after every rank of stage s - 1 (it waits for their activations), so the ranks sorted by
     finish time fall into PP equal groups, and stage s's time is its group's last finish minus the previous
     group's. With one stage: (step time,)."""
-    step = int(report["summary"]["max_finish_ns"])
-    finishes = sorted(int(r["finish_ns"]) for r in report.get("ranks") or [])
+    if isinstance(report, dict):
+        step = int(report["summary"]["max_finish_ns"])
+        finishes = sorted(int(r["finish_ns"]) for r in report.get("ranks") or [])
+    else:  # an astra_sim.report.Report
+        step = int(report.max_finish_ns)
+        finishes = sorted(int(r.finish_ns) for r in report.ranks if r.finish_ns is not None)
     if pp <= 1 or not finishes or len(finishes) % pp:
         return (step,) if pp <= 1 else _equal_split(step, pp)
     per = len(finishes) // pp
@@ -167,16 +170,16 @@ def _equal_split(step, pp):
     return tuple([base] * (pp - 1) + [step - base * (pp - 1)])
 
 
-def shape_argv(prefill, decode, context, prefill_done=0):
-    """``astra workload llm`` flags of one iteration shape (see the module doc)."""
+def shape_options(prefill, decode, context, prefill_done=0):
+    """``astra workload llm`` options of one iteration shape (see the module doc)."""
     if prefill <= 0 and decode <= 0:
         raise ValueError("an empty iteration has no shape")
     if decode <= 0:
-        return ["--mode", "prefill", "--batch-size", "1", "--prompt-len", str(prefill)]
-    base = ["--batch-size", str(decode), "--prompt-len", str(max(1, context - 1)), "--decode-len", "1"]
+        return {"mode": "prefill", "batch_size": 1, "prompt_len": prefill}
+    base = {"batch_size": decode, "prompt_len": max(1, context - 1), "decode_len": 1}
     if prefill <= 0:
-        return ["--mode", "decode", *base]
-    return ["--mode", "mixed", *base, "--prefill-chunk", str(prefill), "--prefill-done", str(prefill_done)]
+        return {"mode": "decode", **base}
+    return {"mode": "mixed", **base, "prefill_chunk": prefill, "prefill_done": prefill_done}
 
 
 class StepTimer:
@@ -186,8 +189,7 @@ class StepTimer:
         self.layout = layout
         self.ratio = ratio
         self.exact = exact
-        self.memo = _SHARED_MEMO.setdefault(json.dumps([layout.source, layout.platform, layout.tp, layout.pp,
-                                                         layout.ep, layout.run_args, layout.gpus_per_node]), {})
+        self.memo = _SHARED_MEMO.setdefault(layout.key(), {})
         self.simulated = 0
         self.sim_wall_s = 0.0
         self.lookups = 0
@@ -247,15 +249,20 @@ class StepTimer:
     def simulate(self, prefill, decode, context, prefill_done=0, graph=False):
         """Generate and simulate one step of exactly this shape (as a CUDA graph: ``graph``); its time on each
         pipeline stage in ns (a tuple summing to the step's time, see :func:`stage_times`)."""
+        from astra_sim.runner import run_spec
+        from astra_workload_generators.llm.spec import generate_llm_workload
+
         started = time.perf_counter()
+        spec = self.layout.llm_spec(**shape_options(prefill, decode, context, prefill_done))
         with tempfile.TemporaryDirectory(prefix="astra-serve-", dir=self._workdir) as folder:
             prefix = os.path.join(folder, "step")
-            report = os.path.join(folder, "report.json")
-            astra(["workload", "llm", *self.layout.generator_args(), *shape_argv(prefill, decode, context,
-                                                                                  prefill_done), "-o", prefix])
-            astra(self.layout.run_argv(prefix, report) + (["--host-launch-us", "0"] if graph else []))
-            with open(report) as handle:
-                value = stage_times(json.load(handle), self.layout.pp)
+            try:
+                generate_llm_workload(spec, prefix, on_warning=_quiet)
+                report = run_spec(self.layout.run_spec(prefix, graph), _pm(), on_warning=_quiet)
+            except AstraError as exc:
+                raise type(exc)(f"astra serve: the step of {prefill} prefill tokens and {decode} decode sequences "
+                                f"(context {context}): {exc}") from None
+            value = stage_times(report, self.layout.pp)
         self.simulated += 1
         self.sim_wall_s += time.perf_counter() - started
         return value

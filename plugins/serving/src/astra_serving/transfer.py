@@ -4,7 +4,8 @@ Both replicas have the same layout and sit on different nodes of the platform (t
 then the decode replica's). Every GPU of the prefill replica sends its share of the request's KV cache
 (prompt tokens x its KV bytes per token) to the GPU of the same rank in the decode replica, all at once: a
 Chakra workload of point-to-point sends and receives run by ``astra run`` on the platform's system and network
-configurations (its fabric's NIC bandwidth per GPU, or ``nic_gbit`` Gb/s instead). The time is memoised by the
+configurations (its fabric's NIC bandwidth per GPU, or ``nic_gbit`` Gb/s instead), in this process
+(:func:`astra_sim.runner.run_spec`). The time is memoised by the
 bytes, bucketed like iteration shapes (:func:`astra_serving.steptime.bucket` over KiB).
 """
 
@@ -16,7 +17,7 @@ import tempfile
 
 import yaml
 
-from .steptime import DEFAULT_RATIO, astra, bucket
+from .steptime import DEFAULT_RATIO, _pm, _quiet, bucket
 
 
 class KvTransferTimer:
@@ -40,10 +41,13 @@ class KvTransferTimer:
         return self.memo[key]
 
     def simulate(self, size):
-        from astra_gpu_model.platforms import get_platform, network_yaml, system_json
+        from astra_gpu_model.platforms import network_yaml, system_json
         from astra_sim.chakra import encode_et, make_metadata, make_node, types as T
+        from astra_sim.platforms import get_platform
+        from astra_sim.runner import run_spec
+        from astra_sim.spec import RunSpec
 
-        platform = get_platform(self.layout.platform)
+        platform = get_platform(self.layout.platform, _pm())
         per_replica = self.layout.nodes * platform.gpus_per_node
         nodes = 2 * self.layout.nodes
         network = yaml.safe_load(network_yaml(platform, nodes))
@@ -69,11 +73,9 @@ class KvTransferTimer:
             net = os.path.join(folder, "network.yml")
             with open(net, "w") as handle:
                 yaml.safe_dump(network, handle)
-            report = os.path.join(folder, "report.json")
-            astra(["run", "--workload-configuration", prefix, "--system-configuration", system,
-                   "--network-configuration", net, "--report-json", report, "-q"])
-            with open(report) as handle:
-                value = int(json.load(handle)["summary"]["max_finish_ns"])
+            spec = RunSpec.from_mapping({"workload": prefix, "system": system, "network": net}, _pm(),
+                                        where="astra serve: the KV transfer")
+            value = int(run_spec(spec, _pm(), on_warning=_quiet).max_finish_ns)
         self.simulated += 1
         return value
 

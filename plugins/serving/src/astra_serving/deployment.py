@@ -1,0 +1,193 @@
+"""Running one :class:`~astra_serving.spec.ServeSpec`: :func:`serve`, behind ``astra serve``, ``astra search
+--serve``, a sweep's serving points and the Python API (``astra_serving.serve``)."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Mapping
+
+from astra_sim.errors import ConfigError
+
+from .spec import ServeSpec
+
+
+def model_options(spec):
+    """The ``astra workload llm`` options that name the spec's model and its precision; the step's element-wise
+    kernels always given (``--step-elementwise``), whatever the generator's default."""
+    options = {"model": spec.model} if spec.model else {"preset": spec.preset}
+    if spec.dtype:
+        options["dtype"] = spec.dtype
+    options["inference_elementwise"] = bool(spec.step_elementwise)
+    return options
+
+
+def host_us_per_seq(spec):
+    """--host-us-per-seq, or vLLM v0.6.0's value (engine.HOST_US_PER_SEQ_VLLM060)."""
+    from .engine import HOST_US_PER_SEQ_VLLM060
+
+    value = getattr(spec, "host_us_per_seq", None)
+    return HOST_US_PER_SEQ_VLLM060 if value is None else value
+
+
+
+
+def serve(spec):
+    """``(report dict, requests)`` of the deployment ``spec`` describes (a :class:`ServeSpec`, or a mapping of
+    ``astra serve`` options read by :meth:`ServeSpec.from_mapping`): what ``astra serve`` reports for it, every
+    iteration timed by the step simulator in this process. ``spec.timeline`` and ``spec.save_trace`` are written."""
+    from astra_gpu_model.gpu import load_gpu
+    from astra_sim.platforms import get_platform
+
+    from .capacity import kv_capacity
+    from .cluster import Cluster
+    from .engine import VLLM_CUDA_GRAPH_SIZES, Engine, EngineConfig, Pipeline
+    from .kvcache import BlockManager
+    from .metrics import build_report
+    from .requests import generate_requests, parse_length, parse_prune, read_trace, write_trace
+    from .steptime import DEFAULT_RATIO, Layout, StepTimer, _pm
+    from .transfer import KvTransferTimer
+
+    started = time.perf_counter()
+    if isinstance(spec, Mapping):
+        spec = ServeSpec.from_mapping(spec, where="serve()")
+    spec.check()
+    if spec.qps is not None and spec.trace:
+        raise ConfigError("give --qps (generated requests) or --trace, not both")
+    platform = get_platform(spec.platform, _pm())
+    layout = Layout(model_options(spec), platform.name, tp=spec.tp, pp=spec.pp, ep=spec.ep, run=dict(spec.run),
+                    gpus_per_node=platform.gpus_per_node)
+    layout.dp  # checks the layout tiles whole nodes
+    if spec.nodes is not None and spec.nodes != layout.nodes:
+        raise ConfigError(f"--nodes {spec.nodes}: a replica of TP {spec.tp} x PP {spec.pp} x EP {spec.ep} = "
+                          f"{layout.gpus} GPUs takes {layout.nodes} node(s) of {platform.name}")
+    cap = kv_capacity(layout, spec.gpu_memory_utilization, spec.block_size, spec.max_num_batched_tokens,
+                      spec.max_model_len)
+    max_context = cap.max_context
+    if spec.no_chunked_prefill and spec.max_num_batched_tokens < max_context:
+        raise ConfigError(f"--no-chunked-prefill needs --max-num-batched-tokens >= the context ({max_context}; "
+                          "--max-model-len lowers it), else a long prompt never fits an iteration")
+    if spec.trace:
+        requests = read_trace(spec.trace, max_context)
+        if spec.requests is not None:
+            requests = requests[:spec.requests]
+    else:
+        if spec.qps is None:
+            raise ConfigError("give --qps (generated requests per second) or --trace FILE")
+        qps = spec.qps
+        if isinstance(qps, bool) or not isinstance(qps, (int, float)) or not qps > 0 or qps == float("inf"):
+            raise ConfigError(f"--qps: expected one positive rate, got {qps!r}")
+        requests = generate_requests(spec.requests or 1000, qps, parse_length(spec.prompt_len, "--prompt-len"),
+                                     parse_length(spec.output_len, "--output-len"), seed=spec.seed,
+                                     arrival=spec.arrival, burstiness=spec.burstiness, max_context=max_context,
+                                     prune=parse_prune(spec.prune))
+        if spec.shared_prefix:
+            if spec.shared_prefix < 0:
+                raise ConfigError(f"--shared-prefix must be >= 0, got {spec.shared_prefix}")
+            for r in requests:
+                r.prefix_group, r.prefix_tokens = "shared", min(spec.shared_prefix, r.prompt_tokens)
+    if spec.save_trace:
+        write_trace(requests, spec.save_trace)
+    virtual_engines = spec.pp if spec.virtual_engines is None else spec.virtual_engines
+    if spec.pp == 1 and virtual_engines != 1:
+        raise ConfigError(f"--virtual-engines {virtual_engines}: virtual engines are for --pp > 1 (one per stage)")
+    if virtual_engines not in (1, spec.pp):
+        raise ConfigError(f"--virtual-engines must be 1 or --pp ({spec.pp}), got {virtual_engines}")
+    engine_tokens = cap.blocks // virtual_engines * cap.block_size
+    too_long = [r for r in requests if r.prompt_tokens + r.output_tokens > engine_tokens]
+    if too_long:
+        r = too_long[0]
+        share = f" (a virtual engine's share: 1/{virtual_engines})" if virtual_engines > 1 else ""
+        raise ConfigError(f"request {r.id} needs {r.prompt_tokens + r.output_tokens} KV positions but a replica's "
+                          f"cache holds {engine_tokens}{share} ({cap.blocks} blocks of {cap.block_size}); use more "
+                          "GPUs per replica or a smaller --max-model-len")
+    ratio = spec.bucket_ratio or DEFAULT_RATIO
+    if ratio <= 1.0:
+        raise ConfigError(f"--bucket-ratio must be > 1 (--exact-shapes turns bucketing off), got {ratio}")
+    timer = StepTimer(layout, ratio=ratio, exact=spec.exact_shapes)
+
+    counter = itertools.count()
+
+    def replica_engines(replica, role):
+        """The engines of one replica: one, or ``virtual_engines`` over a shared :class:`Pipeline` (PP > 1),
+        each with its share of the KV cache."""
+        config = EngineConfig(max_num_seqs=spec.max_num_seqs, max_num_batched_tokens=spec.max_num_batched_tokens,
+                              chunked_prefill=not spec.no_chunked_prefill, policy=spec.policy,
+                              preemption=spec.preemption, swap_bytes_per_s=spec.swap_gbps * 1e9, role=role,
+                              num_scheduler_steps=spec.num_scheduler_steps,
+                              separate_prefills=spec.separate_prefills,
+                              host_ns_per_schedule=int(round(spec.host_us_per_schedule * 1000)),
+                              host_ns_per_seq=int(round(host_us_per_seq(spec) * 1000)),
+                              cuda_graph_sizes=VLLM_CUDA_GRAPH_SIZES if spec.cuda_graphs == "vllm" else ())
+        pipeline = Pipeline(spec.pp) if virtual_engines > 1 else None
+        return [Engine(next(counter), timer, BlockManager(cap.blocks // virtual_engines, cap.block_size,
+                                                          spec.prefix_caching), config, cap.kv_bytes_per_token,
+                       pipeline=pipeline, replica=replica, virtual_engine=v) for v in range(virtual_engines)]
+
+    sample_ns = max(1_000_000, (requests[-1].arrival_ns // 2000) if requests else 1_000_000)
+    transfer = None
+    if spec.disaggregate:
+        try:
+            n_p, n_d = (int(x) for x in spec.disaggregate.split(":"))
+            if n_p < 1 or n_d < 1:
+                raise ValueError
+        except ValueError:
+            raise ConfigError(f"--disaggregate: expected P:D (prefill and decode replicas, each >= 1), got "
+                              f"{spec.disaggregate!r}") from None
+        transfer = KvTransferTimer(layout, spec.nic_gbit, ratio=ratio, exact=spec.exact_shapes)
+        prefill = [e for i in range(n_p) for e in replica_engines(i, "prefill")]
+        decode = [e for i in range(n_d) for e in replica_engines(n_p + i, "decode")]
+        cluster = Cluster(prefill, spec.router, decode, transfer, cap.kv_bytes_per_token, sample_ns)
+        replicas = n_p + n_d
+        description = f"{n_p} prefill + {n_d} decode replicas of TP {spec.tp} x PP {spec.pp}" + (
+            f" x EP {spec.ep}" if spec.ep > 1 else "")
+    else:
+        if spec.nic_gbit is not None:
+            raise ConfigError("--nic-gbit is for --disaggregate (the KV transfer's network)")
+        cluster = Cluster([e for i in range(spec.replicas) for e in replica_engines(i, "both")], spec.router,
+                          sample_every_ns=sample_ns)
+        replicas = spec.replicas
+        description = f"{replicas} replica{'s' if replicas > 1 else ''} of TP {spec.tp} x PP {spec.pp}" + (
+            f" x EP {spec.ep}" if spec.ep > 1 else "")
+    cluster.record_iterations = bool(spec.timeline)
+    cluster.run(requests)
+    if cluster.record_iterations:
+        from .timeline import write_timeline
+
+        write_timeline(spec.timeline, cluster, requests)
+    report = build_report(requests, cluster, spec.slo_ttft, spec.slo_tpot)
+    report["qps"] = None if spec.trace else qps
+    gpu = load_gpu(platform.gpu)
+    engines = cluster.engines + cluster.decode_engines
+    report["deployment"] = {
+        "model": spec.model or spec.preset, "platform": platform.name, "gpu": gpu.name,
+        "gpus": replicas * layout.gpus, "gpus_per_replica": layout.gpus, "virtual_engines": virtual_engines,
+        "nodes_per_replica": layout.nodes, "replicas": replicas, "tp": spec.tp, "pp": spec.pp, "ep": spec.ep,
+        "disaggregate": spec.disaggregate, "router": spec.router, "description": description,
+        "engine": {"max_num_seqs": spec.max_num_seqs, "max_num_batched_tokens": spec.max_num_batched_tokens,
+                   "chunked_prefill": not spec.no_chunked_prefill, "policy": spec.policy,
+                   "preemption": spec.preemption, "prefix_caching": spec.prefix_caching,
+                   "num_scheduler_steps": spec.num_scheduler_steps,
+                   "separate_prefills": spec.separate_prefills, "host_us_per_seq": host_us_per_seq(spec),
+                   "host_us_per_schedule": spec.host_us_per_schedule,
+                   "cuda_graphs": spec.cuda_graphs}}
+    report["kv_cache"] = cap.to_dict()
+    if spec.prefix_caching:
+        looked = sum(e.blocks.lookups for e in engines)
+        report["kv_cache"]["prefix_hit_rate"] = sum(e.blocks.hits for e in engines) / looked if looked else 0.0
+    iterations = sum(e.iterations for e in engines)
+    report["limits"] = {k: sum(e.limited[k] for e in engines) / max(1, iterations)
+                        for k in ("max_num_seqs", "token_budget", "kv_cache")}
+    report["replicas"] = [{"index": e.index, "replica": e.replica, "virtual_engine": e.virtual_engine,
+                           "role": e.config.role, "iterations": e.iterations,
+                           "busy_fraction": e.busy_ns / max(1, max(r.finish_ns for r in requests)),
+                           "preemptions": e.preemptions, "prefill_tokens": e.tokens_prefilled,
+                           "decode_tokens": e.tokens_decoded} for e in engines]
+    report["step_simulator"] = timer.stats()
+    if transfer is not None:
+        spans = [t[2] - t[1] for t in cluster.transfers]
+        from .metrics import distribution_ms
+
+        report["kv_transfer"] = transfer.stats() | {"time_ms": distribution_ms(spans)}
+    report["wall_s"] = time.perf_counter() - started
+    return report, requests
