@@ -66,6 +66,6 @@ def test_an_llm_model_config_is_part_of_the_workload_digest(tmp_path):
 
     config = tmp_path / "config.json"
     config.write_text('{"model_type": "llama"}')
-    before = workload_digest("llm", ["--model", str(config)])
+    before = workload_digest("llm", {"model": str(config)})
     config.write_text('{"model_type": "qwen3"}')
-    assert workload_digest("llm", ["--model", str(config)]) != before
+    assert workload_digest("llm", {"model": str(config)}) != before

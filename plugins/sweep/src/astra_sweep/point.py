@@ -34,22 +34,28 @@ class PointTimeout(BaseException):
 
 @dataclass
 class WorkloadRef:
-    """What a worker needs to make a workload: a generator's arguments, or a trace's files as bytes."""
+    """What a worker needs to make a workload: a generator's options, or a trace's files as bytes."""
 
-    kind: str                 # llm | micro | trace
-    argv: list                # generator arguments (llm, micro)
+    kind: str                 # llm | micro | trace | serve
+    options: dict             # the generator's (llm, micro) or astra serve's options, as the spec gives them
     digest: str               # content hash: the cache key
     files: dict | None = None  # trace: {file name: bytes}
     prefix_name: str = "w"    # trace: the prefix's base name
 
 
-def workload_digest(kind, argv, files=None):
-    h = hashlib.sha256(json.dumps([kind, argv]).encode())
-    if kind == "llm" and "--model" in argv[:-1]:  # the config's contents, so that editing it is a new workload
+def workload_digest(kind, options, files=None):
+    """The cache key of a workload: its kind and options (an LLM's model config file by its contents, so that
+    editing it is a new workload), a trace's bytes, and the generator's version."""
+    h = hashlib.sha256(json.dumps([kind, options], sort_keys=True, default=str).encode())
+    model = options.get("model") if kind == "llm" and isinstance(options, dict) else None
+    if isinstance(model, str) and model:
         from astra_workload_generators.llm.hf import resolve_model_path
 
-        path = resolve_model_path(argv[argv.index("--model") + 1])
-        if path.is_file():
+        try:
+            path = resolve_model_path(model)
+        except AstraError:  # an unknown config: the generator says so when it runs
+            path = None
+        if path is not None and path.is_file():
             h.update(hashlib.sha256(path.read_bytes()).digest())
     if files:
         for name in sorted(files):
@@ -75,7 +81,7 @@ def remove_cache(sweep_id):
     return True
 
 
-def materialise(ref: WorkloadRef, sweep_id, parsers):
+def materialise(ref: WorkloadRef, sweep_id):
     """The workload's prefix in this machine's cache, generated or written once (a file lock keeps concurrent
     workers from doing it twice)."""
     folder = os.path.join(cache_root(sweep_id), ref.digest)
@@ -88,7 +94,7 @@ def materialise(ref: WorkloadRef, sweep_id, parsers):
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             if not os.path.exists(done):
-                _make(ref, prefix, parsers)
+                _make(ref, prefix)
                 with open(done, "w"):
                     pass
         finally:
@@ -96,7 +102,9 @@ def materialise(ref: WorkloadRef, sweep_id, parsers):
     return prefix
 
 
-def _make(ref, prefix, parsers):
+def _make(ref, prefix):
+    """Write the workload at ``prefix`` through the generators' public calls (what ``astra workload llm|micro``
+    writes for the same options)."""
     if ref.kind == "trace":
         from astra_sim.workload.compact import write_atomically
 
@@ -104,18 +112,18 @@ def _make(ref, prefix, parsers):
         for name, data in ref.files.items():
             write_atomically(os.path.join(folder, name), data)
     elif ref.kind == "llm":
-        from astra_workload_generators.llm import generate_llm
-        from astra_workload_generators.llm.cli import dims_and_config
+        from astra_workload_generators.llm import LlmSpec, generate_llm_workload
 
-        args = parsers["llm"].parse_args(ref.argv + ["-o", prefix])
-        dims, cfg = dims_and_config(args)
-        generate_llm(dims, cfg, prefix)
+        # (the model config's warnings were shown once, when the sweep was planned)
+        generate_llm_workload(LlmSpec.from_mapping(ref.options, "workload.llm"), prefix, on_warning=_quiet)
     else:
-        from astra_sim.cliutil import parse_or_raise
+        from astra_workload_generators.micro import generate_micro
 
-        args = parse_or_raise(parsers["micro"], ref.argv + ["-o", prefix], "workload.micro")
-        with contextlib.redirect_stdout(io.StringIO()):
-            args.run_command(args)
+        generate_micro(prefix, **ref.options)
+
+
+def _quiet(_line):
+    pass
 
 
 def trace_npus(prefix):
@@ -312,9 +320,12 @@ def _simulate(point, ref, sweep_id, row):
 
     state = worker_state()
     if ref.kind == "serve":
-        fill_serve_row(row, _serve(parse_serve_args(state["parsers"]["serve"], ref.argv)))
+        from astra_sweep.spec import to_argv
+
+        parser = state["parsers"]["serve"]
+        fill_serve_row(row, _serve(parse_serve_args(parser, to_argv(parser, ref.options))))
         return
-    prefix = materialise(ref, sweep_id, state["parsers"])
+    prefix = materialise(ref, sweep_id)
     row["peak_mem_bytes"] = _estimate(prefix)
     with tempfile.TemporaryDirectory(prefix="astra-point-") as folder:
         spec = point_spec(point, prefix, trace_npus(prefix), folder, state["pm"])

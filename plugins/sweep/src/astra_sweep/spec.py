@@ -262,8 +262,12 @@ def _check_workload_option(parsers, kind, name, value, where):
         if name in RESERVED_SERVE:
             raise ConfigError(f"{where}: {name} is set by the sweep itself (each point's report is its row)")
         check_option(_serve_parser(parsers, where), name, value, where)
+    elif kind == "llm":
+        from astra_workload_generators.llm import LlmSpec
+
+        LlmSpec.from_mapping({name: value}, where)  # the generator's own checks: name, type, choices
     else:
-        check_option(parsers[kind], name, value, where)
+        check_micro_option(name, value, where)
 
 
 def _check_axis_value(parsers, point, axis, value, path):
@@ -346,6 +350,36 @@ def _given(parser, name, value):
     if value is False and action is not None and action.nargs == "?" and action.type is None:
         return None
     return value
+
+
+def check_micro_option(name, value, where):
+    """``value`` for ``generate_micro``'s option ``name`` (``astra workload micro``'s flag names): the name and
+    the value's kind; the generator checks the combination when the base case is made."""
+    from astra_workload_generators import micro
+
+    dest = str(name).replace("-", "_")
+    if dest not in micro.MICRO_OPTIONS:
+        known = [k.replace("_", "-") for k in micro.MICRO_OPTIONS]
+        raise ConfigError(f"{where}: unknown astra workload micro option {name!r}{_suggest(name, known)}")
+    default = micro.MICRO_OPTIONS[dest]
+    choices = {"collective": tuple(micro.COLLECTIVES), "p2p": micro.P2P_PATTERNS, "style": micro.STYLES,
+               "ids": ("per-file", "global")}.get(dest)
+    if isinstance(default, bool) or dest == "dependent":
+        ok = isinstance(value, bool)
+    elif dest == "npus" or isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= (1 if dest == "npus" else 0)
+    elif dest in ("compute",):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+    elif dest == "graph":
+        ok = isinstance(value, (str, dict))
+    else:
+        ok = isinstance(value, (str, int)) and not isinstance(value, bool) and (choices is None or value in choices)
+    if not ok:
+        expected = (f"one of {', '.join(choices)}" if choices else "true or false" if isinstance(default, bool)
+                    else "a positive integer" if dest == "npus" else "an integer" if isinstance(default, int)
+                    else "a number" if dest == "compute" else "a size such as 64MiB" if "size" in dest or "mem" in dest
+                    else "a value")
+        raise ConfigError(f"{where}: value {value!r} is not {expected}")
 
 
 def to_argv(parser, options):

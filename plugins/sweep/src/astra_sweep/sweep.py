@@ -9,6 +9,7 @@ import os
 import sys
 import time
 
+from astra_sim.cliutil import warning
 from astra_sim.errors import AstraError, ConfigError
 from astra_sim.executors import ExecutorFailure, make_executor
 
@@ -38,34 +39,40 @@ class Plan:
         self.early = {}      # point id -> status decided without running (the generator refuses the layout)
         self.npus = {}
         trace_cache = {}
+        warned = set()
         for point in [spec.base] + spec.points:
             read_file_options(point)
             if point.workload_kind == "trace":
                 prefix = point.workload["trace"]
                 if prefix not in trace_cache:
                     files = _trace_files(prefix)
-                    trace_cache[prefix] = WorkloadRef("trace", [], workload_digest("trace", [], files), files,
+                    trace_cache[prefix] = WorkloadRef("trace", {}, workload_digest("trace", {}, files), files,
                                                       os.path.basename(prefix))
                 self.refs[point.id] = trace_cache[prefix]
                 continue
-            parser = parsers[point.workload_kind]
-            argv = to_argv(parser, point.workload)
+            options = dict(point.workload)
             if point.workload_kind == "serve":
                 from .point import parse_serve_args
 
                 try:
-                    parse_serve_args(parser, argv)
+                    parse_serve_args(parsers["serve"], to_argv(parsers["serve"], options))
                 except AstraError as exc:
                     self.early[point.id] = f"error: {exc}"
             if point.workload_kind == "llm":
-                from astra_workload_generators.llm.cli import dims_and_config
+                from astra_workload_generators.llm import LlmSpec
+
+                def once(line):
+                    if line not in warned:
+                        warned.add(line)
+                        warning(line)
 
                 try:
-                    _, cfg = dims_and_config(parser.parse_args(argv + ["-o", "unused"]))
+                    _, cfg = LlmSpec.from_mapping(options, "workload.llm").resolve(on_warning=once)
                     self.npus[point.id] = cfg.npus
                 except AstraError as exc:
                     self.early[point.id] = f"infeasible: {exc}"
-            self.refs[point.id] = WorkloadRef(point.workload_kind, argv, workload_digest(point.workload_kind, argv))
+            self.refs[point.id] = WorkloadRef(point.workload_kind, options,
+                                              workload_digest(point.workload_kind, options))
 
 
 def check_base(plan, sweep_id, state):
@@ -86,7 +93,7 @@ def check_base(plan, sweep_id, state):
         return
     pm = state["pm"]
     try:
-        prefix = materialise(plan.refs[base.id], sweep_id, state["parsers"])
+        prefix = materialise(plan.refs[base.id], sweep_id)
         with tempfile.TemporaryDirectory(prefix="astra-base-") as folder:
             run = point_spec(base, prefix, trace_npus(prefix), folder, pm)
             resolved = run.resolve(pm)
