@@ -28,12 +28,14 @@ def serve(tmp_path, *argv, name="r"):
         return json.loads(report.read_text()), list(csv.DictReader(handle))
 
 
-def step_ns(tmp_path, *argv, run=()):
-    """One step as a user gets it: astra workload llm ... then astra run --platform hgx-h100 [run flags]."""
+def step_ns(tmp_path, *argv, run=(), tp=8):
+    """One step as a user gets it: astra workload llm ... then astra run --platform hgx-h100 [run flags] (TP 1:
+    eight copies fill the node, as astra serve lays them out)."""
     prefix, report = str(tmp_path / "ref"), str(tmp_path / "ref.json")
-    astra(["workload", "llm", *MODEL, "--tp", "8", "--logits", "last", "--inference-elementwise", *argv, "-o", prefix])
-    astra(["run", "--workload-configuration", prefix, "--platform", "hgx-h100", *run, "--report-json", report,
-           "-q"])
+    astra(["workload", "llm", *MODEL, "--tp", str(tp), "--dp", str(8 // tp), "--logits", "last",
+           "--inference-elementwise", *argv, "-o", prefix])
+    astra(["run", "--workload-configuration", prefix, "--platform", "hgx-h100", "--allow-oom", *run,
+           "--report-json", report, "-q"])
     with open(report) as handle:
         return json.load(handle)["summary"]["max_finish_ns"]
 
@@ -59,6 +61,17 @@ def test_low_qps_matches_single_steps(tmp_path, host_us, graphs):
     assert report["ttft_ms"]["p50"] == pytest.approx(prefill / 1e6)
     assert report["tpot_ms"]["p50"] == pytest.approx(sum(decodes) / 3 / 1e6)
     assert report["queueing_delay_ms"]["max"] == 0
+
+
+def test_no_step_elementwise_is_given_to_the_generator(tmp_path):
+    """--no-step-elementwise reaches the generator explicitly, whatever astra workload llm's default: a lone
+    request's TTFT is the prefill step of astra workload llm --no-inference-elementwise, to the ns."""
+    report, rows = serve(tmp_path, "--qps", "0.01", "--requests", "1", "--prompt-len", "200", "--output-len", "2",
+                         "--exact-shapes", "--host-us-per-seq", "0", "--no-step-elementwise")
+    off = step_ns(tmp_path, "--mode", "prefill", "--batch-size", "1", "--prompt-len", "200",
+                  "--no-inference-elementwise", tp=1)
+    on = step_ns(tmp_path, "--mode", "prefill", "--batch-size", "1", "--prompt-len", "200", tp=1)
+    assert int(rows[0]["first_token_ns"]) - int(rows[0]["arrival_ns"]) == off < on
 
 
 def test_bucketing_error_is_small():
