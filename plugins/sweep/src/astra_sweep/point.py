@@ -8,11 +8,9 @@ cannot exist or does not fit, ``error: ...`` otherwise, ``error: timed out ...``
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import fcntl
 import hashlib
-import io
 import json
 import os
 import re
@@ -320,10 +318,10 @@ def _simulate(point, ref, sweep_id, row):
 
     state = worker_state()
     if ref.kind == "serve":
-        from astra_sweep.spec import to_argv
+        from astra_serving import serve
 
-        parser = state["parsers"]["serve"]
-        fill_serve_row(row, _serve(parse_serve_args(parser, to_argv(parser, ref.options))))
+        report, _requests = serve(serve_spec(ref.options, state["pm"]))
+        fill_serve_row(row, report)
         return
     prefix = materialise(ref, sweep_id)
     row["peak_mem_bytes"] = _estimate(prefix)
@@ -333,29 +331,15 @@ def _simulate(point, ref, sweep_id, row):
     fill_row(row, report.to_dict())
 
 
-def parse_serve_args(parser, argv):
-    """``astra serve ARGV -q`` parsed, its platform checked; a ConfigError naming what argparse refused."""
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err):
-            args = parser.parse_args(list(argv) + ["-q"])
-    except SystemExit:
-        lines = err.getvalue().strip().splitlines()
-        raise ConfigError(f"astra serve: {lines[-1] if lines else 'invalid arguments'}") from None
-    if args.qps is not None and "," in str(args.qps):
-        raise ConfigError(f"astra serve: --qps {args.qps}: one rate per point (make the rates an axis, "
-                          "workload.serve.qps)")
-    from astra_gpu_model.platforms import get_platform
+def serve_spec(options, pm=None):
+    """A serving point's :class:`astra_serving.ServeSpec` (``astra serve``'s options, its own checks), its
+    platform checked against the registry; a ConfigError naming ``workload.serve`` and the key."""
+    from astra_serving import ServeSpec
+    from astra_sim.platforms import get_platform
 
-    get_platform(args.platform)
-    return args
-
-
-def _serve(args):
-    from astra_serving.cli import serve
-
-    report, _requests = serve(args)
-    return report
+    spec = ServeSpec.from_mapping(options, where="workload.serve").check()
+    get_platform(spec.platform, pm)
+    return spec
 
 
 #: serving rows: the report's latency distributions (ms) as <name>_<stat>_ms columns

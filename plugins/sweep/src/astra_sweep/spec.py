@@ -22,8 +22,8 @@ Serving points: ``workload: {serve: {...}}`` holds ``astra serve``'s long option
 (``workload.serve.qps: [1, 2, 4, 8]`` is a QPS sweep, which ``astra plot`` draws as throughput-latency curves),
 and ``run``, ``gpu``, ``platform``, ``network`` and ``system`` do not apply.
 
-Every option is checked against the real parsers of ``astra run``, ``astra workload llm|micro`` and ``astra
-serve``, so a spec error names the axis (or key), the option and the value, before anything runs.
+Every option is checked by what reads it: ``astra run``'s parser (the kernel's ``RunSpec``), ``LlmSpec``,
+``generate_micro``'s options and ``ServeSpec``, so a spec error names the axis (or key), the option and the value, before anything runs.
 """
 
 from __future__ import annotations
@@ -92,8 +92,8 @@ def _where(path, key):
 
 
 def load_spec(path, parsers):
-    """Read, check and expand the spec at ``path``. ``parsers``: {"run": ..., "llm": ..., "micro": ...} argparse
-    parsers of the commands whose options the spec names."""
+    """Read, check and expand the spec at ``path``. ``parsers``: ``{"run": astra run's parser}``
+    (:func:`astra_sweep.commands.command_parsers`)."""
     from astra_sim.safeio import load_yaml
 
     data = load_yaml(path, "sweep spec")  # bounded, safe, no alias bombs
@@ -135,7 +135,7 @@ def _parse_spec(data, path, parsers):
         if not isinstance(value, dict):
             raise ConfigError(f"{path}: {key} must be a mapping, got {value!r}")
     if kind == "serve":
-        _serve_parser(parsers, _where(path, "workload.serve"))
+        _serve_spec(_where(path, "workload.serve"))
         for key, value in [("run", run), *sections.items()]:
             if value:
                 raise ConfigError(f"{path}: {key}: a serving spec (workload.serve) takes astra serve's options "
@@ -143,7 +143,9 @@ def _parse_spec(data, path, parsers):
     base = Point({}, kind, dict(options), dict(run), **copy.deepcopy(sections))
     for name, value in base.workload.items():
         if kind != "trace":
-            _check_workload_option(parsers, kind, name, value, _where(path, f"workload.{kind}.{name}"))
+            _check_workload_option(base, name, value, _where(path, f"workload.{kind}.{name}"))
+    if kind == "serve":  # the whole mapping (astra serve requires some options, e.g. --platform)
+        _serve_spec(_where(path, "workload.serve")).from_mapping(base.workload, _where(path, "workload.serve"))
     for name, value in base.run.items():
         _check_run_option(parsers["run"], name, value, _where(path, f"run.{name}"))
     for name in base.platform:
@@ -251,21 +253,29 @@ def apply_axis(point, axis, value):
                           "platform.<field>, network.<key> or system.<key>")
 
 
-def _serve_parser(parsers, where):
-    if "serve" not in parsers:
-        raise ConfigError(f"{where}: serving points need astra serve (pip install the astra-serving plugin)")
-    return parsers["serve"]
+def _serve_spec(where):
+    try:
+        from astra_serving import ServeSpec
+    except ImportError:
+        raise ConfigError(f"{where}: serving points need astra serve (pip install astra-sweep[serve], the "
+                          "astra-serving plugin)") from None
+    return ServeSpec
 
 
-def _check_workload_option(parsers, kind, name, value, where):
+def _check_workload_option(point, name, value, where, axis=False):
+    """One generator (or astra serve) option of ``point``, by the generator's own checks: name, type, choices.
+    A serving axis value is checked with the point's whole mapping (astra serve requires some options); the
+    base mapping is checked whole once."""
+    kind = point.workload_kind
     if kind == "serve":
-        if name in RESERVED_SERVE:
+        if str(name).replace("_", "-") in RESERVED_SERVE:
             raise ConfigError(f"{where}: {name} is set by the sweep itself (each point's report is its row)")
-        check_option(_serve_parser(parsers, where), name, value, where)
+        if axis:  # (the base mapping is checked whole, once)
+            _serve_spec(where).from_mapping({**point.workload, name: value}, where)
     elif kind == "llm":
         from astra_workload_generators.llm import LlmSpec
 
-        LlmSpec.from_mapping({name: value}, where)  # the generator's own checks: name, type, choices
+        LlmSpec.from_mapping({name: value}, where)
     else:
         check_micro_option(name, value, where)
 
@@ -280,7 +290,7 @@ def _check_axis_value(parsers, point, axis, value, path):
         _check_run_option(parsers["run"], rest or "nodes", value, where)
     elif head == "workload" and point.workload_kind != "trace":
         option = rest.partition(".")[2]
-        _check_workload_option(parsers, point.workload_kind, option, value, where)
+        _check_workload_option(point, option, value, where, axis=True)
     elif head == "workload":
         if not isinstance(value, str):
             raise ConfigError(f"{where}: value {value!r} is not a trace prefix")

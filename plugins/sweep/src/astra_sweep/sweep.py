@@ -15,7 +15,7 @@ from astra_sim.executors import ExecutorFailure, make_executor
 
 from .point import RESULT_COLUMNS, WorkloadRef, remove_cache, run_point, workload_digest
 from .results import Results, column_type, results_format
-from .spec import load_spec, read_file_options, to_argv
+from .spec import load_spec, read_file_options
 
 
 def _trace_files(prefix):
@@ -52,10 +52,10 @@ class Plan:
                 continue
             options = dict(point.workload)
             if point.workload_kind == "serve":
-                from .point import parse_serve_args
+                from .point import serve_spec
 
                 try:
-                    parse_serve_args(parsers["serve"], to_argv(parsers["serve"], options))
+                    serve_spec(options)
                 except AstraError as exc:
                     self.early[point.id] = f"error: {exc}"
             if point.workload_kind == "llm":
