@@ -126,3 +126,14 @@ def test_no_argv_between_plugins():
     found = [f"{path.name}:{n}: {line.strip()}" for path in sorted(SRC.glob("*.py"))
              for n, line in enumerate(path.read_text().splitlines(), 1) if banned.search(line)]
     assert not found, found
+
+
+def test_resolve_checks_before_anything_runs():
+    spec = ServeSpec(model="llama3-8b", platform="hgx-h100", tp=2, qps=1)
+    resolved = spec.resolve()
+    assert resolved.layout.gpus == 2 and resolved.layout.dp == 4 and resolved.virtual_engines == 1
+    assert resolved.capacity.blocks > 0 and resolved.platform.name == "hgx-h100"
+    with pytest.raises(ConfigError, match="virtual engines are for --pp > 1"):
+        spec.replace(virtual_engines=2).resolve()
+    with pytest.raises(ConfigError, match="--nodes 2: a replica of TP 2"):
+        spec.replace(nodes=2).resolve()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from astra_sim.errors import ConfigError
 
@@ -30,27 +31,26 @@ def host_us_per_seq(spec):
     return HOST_US_PER_SEQ_VLLM060 if value is None else value
 
 
+@dataclass
+class ResolvedServe:
+    """A spec made concrete, before any request or step: the platform, one replica's layout, its KV cache, the
+    virtual engines per replica and the bucket grid's ratio."""
+
+    spec: ServeSpec
+    platform: object
+    layout: object
+    capacity: object
+    virtual_engines: int
+    bucket_ratio: float
 
 
-def serve(spec):
-    """``(report dict, requests)`` of the deployment ``spec`` describes (a :class:`ServeSpec`, or a mapping of
-    ``astra serve`` options read by :meth:`ServeSpec.from_mapping`): what ``astra serve`` reports for it, every
-    iteration timed by the step simulator in this process. ``spec.timeline`` and ``spec.save_trace`` are written."""
-    from astra_gpu_model.gpu import load_gpu
+def resolve(spec):
+    """:meth:`ServeSpec.resolve`: every check that needs no request and no simulated step."""
     from astra_sim.platforms import get_platform
 
     from .capacity import kv_capacity
-    from .cluster import Cluster
-    from .engine import VLLM_CUDA_GRAPH_SIZES, Engine, EngineConfig, Pipeline
-    from .kvcache import BlockManager
-    from .metrics import build_report
-    from .requests import generate_requests, parse_length, parse_prune, read_trace, write_trace
-    from .steptime import DEFAULT_RATIO, Layout, StepTimer, _pm
-    from .transfer import KvTransferTimer
+    from .steptime import DEFAULT_RATIO, Layout, _pm
 
-    started = time.perf_counter()
-    if isinstance(spec, Mapping):
-        spec = ServeSpec.from_mapping(spec, where="serve()")
     spec.check()
     if spec.qps is not None and spec.trace:
         raise ConfigError("give --qps (generated requests) or --trace, not both")
@@ -63,10 +63,41 @@ def serve(spec):
                           f"{layout.gpus} GPUs takes {layout.nodes} node(s) of {platform.name}")
     cap = kv_capacity(layout, spec.gpu_memory_utilization, spec.block_size, spec.max_num_batched_tokens,
                       spec.max_model_len)
-    max_context = cap.max_context
-    if spec.no_chunked_prefill and spec.max_num_batched_tokens < max_context:
-        raise ConfigError(f"--no-chunked-prefill needs --max-num-batched-tokens >= the context ({max_context}; "
+    if spec.no_chunked_prefill and spec.max_num_batched_tokens < cap.max_context:
+        raise ConfigError(f"--no-chunked-prefill needs --max-num-batched-tokens >= the context ({cap.max_context}; "
                           "--max-model-len lowers it), else a long prompt never fits an iteration")
+    virtual_engines = spec.pp if spec.virtual_engines is None else spec.virtual_engines
+    if spec.pp == 1 and virtual_engines != 1:
+        raise ConfigError(f"--virtual-engines {virtual_engines}: virtual engines are for --pp > 1 (one per stage)")
+    if virtual_engines not in (1, spec.pp):
+        raise ConfigError(f"--virtual-engines must be 1 or --pp ({spec.pp}), got {virtual_engines}")
+    ratio = spec.bucket_ratio or DEFAULT_RATIO
+    if ratio <= 1.0:
+        raise ConfigError(f"--bucket-ratio must be > 1 (--exact-shapes turns bucketing off), got {ratio}")
+    return ResolvedServe(spec, platform, layout, cap, virtual_engines, ratio)
+
+
+def serve(spec):
+    """``(report dict, requests)`` of the deployment ``spec`` describes (a :class:`ServeSpec`, or a mapping of
+    ``astra serve`` options read by :meth:`ServeSpec.from_mapping`): what ``astra serve`` reports for it, every
+    iteration timed by the step simulator in this process. ``spec.timeline`` and ``spec.save_trace`` are written."""
+    from astra_gpu_model.gpu import load_gpu
+
+    from .cluster import Cluster
+    from .engine import VLLM_CUDA_GRAPH_SIZES, Engine, EngineConfig, Pipeline
+    from .kvcache import BlockManager
+    from .metrics import build_report
+    from .requests import generate_requests, parse_length, parse_prune, read_trace, write_trace
+    from .steptime import StepTimer
+    from .transfer import KvTransferTimer
+
+    started = time.perf_counter()
+    if isinstance(spec, Mapping):
+        spec = ServeSpec.from_mapping(spec, where="serve()")
+    resolved = resolve(spec)
+    platform, layout, cap = resolved.platform, resolved.layout, resolved.capacity
+    virtual_engines, ratio = resolved.virtual_engines, resolved.bucket_ratio
+    max_context = cap.max_context
     if spec.trace:
         requests = read_trace(spec.trace, max_context)
         if spec.requests is not None:
@@ -88,11 +119,6 @@ def serve(spec):
                 r.prefix_group, r.prefix_tokens = "shared", min(spec.shared_prefix, r.prompt_tokens)
     if spec.save_trace:
         write_trace(requests, spec.save_trace)
-    virtual_engines = spec.pp if spec.virtual_engines is None else spec.virtual_engines
-    if spec.pp == 1 and virtual_engines != 1:
-        raise ConfigError(f"--virtual-engines {virtual_engines}: virtual engines are for --pp > 1 (one per stage)")
-    if virtual_engines not in (1, spec.pp):
-        raise ConfigError(f"--virtual-engines must be 1 or --pp ({spec.pp}), got {virtual_engines}")
     engine_tokens = cap.blocks // virtual_engines * cap.block_size
     too_long = [r for r in requests if r.prompt_tokens + r.output_tokens > engine_tokens]
     if too_long:
@@ -101,9 +127,6 @@ def serve(spec):
         raise ConfigError(f"request {r.id} needs {r.prompt_tokens + r.output_tokens} KV positions but a replica's "
                           f"cache holds {engine_tokens}{share} ({cap.blocks} blocks of {cap.block_size}); use more "
                           "GPUs per replica or a smaller --max-model-len")
-    ratio = spec.bucket_ratio or DEFAULT_RATIO
-    if ratio <= 1.0:
-        raise ConfigError(f"--bucket-ratio must be > 1 (--exact-shapes turns bucketing off), got {ratio}")
     timer = StepTimer(layout, ratio=ratio, exact=spec.exact_shapes)
 
     counter = itertools.count()

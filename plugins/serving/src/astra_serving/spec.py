@@ -268,6 +268,14 @@ class ServeSpec:
         """``{field: value}`` of every option (what :meth:`from_mapping` reads back)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
+    def resolve(self):
+        """The concrete deployment (:class:`~astra_serving.deployment.ResolvedServe`: the platform, a replica's
+        layout and KV cache, its virtual engines, the bucket grid), every check made that needs no request and no
+        simulated step: a ConfigError here is one before anything runs."""
+        from .deployment import resolve
+
+        return resolve(self)
+
     def check(self):
         """The checks a spec made in code skips (the parser makes them for the other doors): a model or a preset,
         a platform."""
