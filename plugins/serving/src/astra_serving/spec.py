@@ -254,6 +254,18 @@ class ServeSpec:
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc}") from None
 
+    @classmethod
+    def from_argv(cls, argv, where="astra serve") -> "ServeSpec":
+        """The spec of ``astra serve``'s command-line words (a registry's or a script's options, as a user writes
+        them; no output flags); what the parser refuses is a ConfigError naming ``where``."""
+        from astra_sim.cliutil import parse_or_raise
+
+        args = parse_or_raise(_parser(), [str(word) for word in argv], where)
+        try:
+            return cls.from_cli_args(args)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+
     def replace(self, **changes) -> "ServeSpec":
         """A copy with fields changed (field names; an unknown one is a ConfigError naming it)."""
         names = {f.name for f in dataclasses.fields(self)}
