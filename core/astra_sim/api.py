@@ -6,7 +6,7 @@ The kernel calls these objects directly on the hot path (never through hooks).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Callable, Protocol, runtime_checkable
 
 
 @dataclass
@@ -44,48 +44,125 @@ class RunContext:
 
 
 class NetworkBackend(Protocol):
-    """A network model. ``npus_per_dim`` fixes the number of simulated NPUs."""
+    """A network model. ``npus_per_dim`` fixes the number of simulated NPUs.
+
+    Optional capabilities are declared by the protocols below (:class:`StatelessNetwork`,
+    :class:`SymmetricNetwork`, :class:`NetworkWithStats`, :class:`SwitchNetwork`,
+    :class:`LinkLoadRecorder`); the kernel asks for each through one helper (:func:`delay_function`,
+    :func:`symmetry_dims`, :func:`network_stats`, :func:`in_switch_query`, :func:`link_load_recorder`).
+    Setting a capability's attribute to None (on the class or the instance) withdraws it."""
 
     npus_per_dim: list
 
     def send(self, src: int, dst: int, size_bytes: int, fn, arg) -> None:
         """Deliver a message: schedule ``fn(arg)`` on the engine at its arrival time."""
 
-    # Optional: a stateless backend may also define
-    # ``delay_ns(src, dst, size_bytes) -> int``; the kernel then memoises the
-    # delay per (src, dst, size) and schedules arrivals itself, skipping send().
-
     def describe(self) -> dict:
         """Settings for the report (topology, bandwidths, latencies, units in keys)."""
 
-    # Optional: ``stats() -> dict`` after the run (per-link bytes, busy time,
-    # ...), reported as ``network_stats``.
 
-    # Optional: ``symmetry_dims() -> [kind per dimension]`` for a backend whose delays depend only on
-    # the endpoints (no state shared between messages): ``"rotation"`` when only rotating a
-    # dimension's coordinates keeps every delay (a ring), ``"any"`` when every permutation of them does
-    # (a switch, a fully connected dimension). Runs on a backend without it are not folded.
+@runtime_checkable
+class StatelessNetwork(Protocol):
+    """A network whose delay is a closed form of the endpoints and the size: the kernel memoises it per
+    ``(src, dst, size)`` and schedules arrivals itself, skipping ``send()``."""
+
+    def delay_ns(self, src: int, dst: int, size_bytes: int) -> int:
+        """The message's delay in ns (an int)."""
+
+
+@runtime_checkable
+class SymmetricNetwork(Protocol):
+    """A network whose delays depend only on the endpoints (no state shared between messages), and which
+    says which relabellings of each dimension keep them: runs on it may fold (:mod:`astra_sim.folding`)."""
+
+    def symmetry_dims(self) -> list:
+        """Per dimension, ``"rotation"`` (only rotating the dimension's coordinates keeps every delay: a
+        ring) or ``"any"`` (every permutation does: a switch, a fully connected dimension)."""
+
+
+@runtime_checkable
+class NetworkWithStats(Protocol):
+    """A network that reports what happened (per-link bytes, busy time, ...) after the run."""
+
+    def stats(self) -> dict:
+        """The report's ``network_stats``."""
+
+
+@runtime_checkable
+class SwitchNetwork(Protocol):
+    """A network with switch dimensions the ``inSwitch`` collective can reduce in."""
+
+    def in_switch(self, dim: int) -> "InSwitchSpec | None":
+        """The switch of dimension ``dim`` (:class:`InSwitchSpec`), or None when it is not a switch."""
+
+
+@runtime_checkable
+class LinkLoadRecorder(Protocol):
+    """A network with links that can record their use over time (the timelines' link-load tracks)."""
+
+    def record_link_load(self, load) -> None:
+        """Add every link's busy intervals to ``load`` (an :class:`astra_sim.analysis.links.LinkLoad`)."""
 
 
 class MemoryBackend(Protocol):
-    """Remote (expanded) memory for MEM_LOAD / MEM_STORE nodes.
-
-    ``foldable`` (optional, default False): True when every NPU's accesses are independent of the
-    others' (no shared server), so runs with MEM nodes may be folded (:mod:`astra_sim.symmetry`)."""
+    """Remote (expanded) memory for MEM_LOAD / MEM_STORE nodes. It may be :class:`Foldable`: true when every
+    NPU's accesses are independent of the others' (no shared server), so runs with MEM nodes may fold."""
 
     def issue(self, rank: int, is_store: bool, size_bytes: int, fn, arg) -> None:
         """Schedule ``fn(arg)`` when the access completes; raise AstraError if unsupported."""
 
 
 class ComputeModel(Protocol):
-    """Times COMP nodes that run on the GPU.
-
-    A model whose time for a node does not depend on the rank's number (only on the node and on the
-    rank's own state) sets the class attribute ``foldable = True``: runs may then simulate one rank per
-    class of symmetric ranks (:mod:`astra_sim.symmetry`). Without it such runs are not folded."""
+    """Times COMP nodes that run on the GPU. It may be :class:`Foldable`: true when a node's time does not
+    depend on the rank's number (only on the node and on the rank's own state); runs may then simulate one
+    rank per class of symmetric ranks (:mod:`astra_sim.folding`)."""
 
     def compute_time_ns(self, node, rank: int):
         """Duration in ns (int), or None for a node that takes no time at all."""
+
+
+@runtime_checkable
+class Foldable(Protocol):
+    """A compute model or memory backend that says whether runs using it may fold: ``foldable`` (a class
+    attribute or a property) is true only when its answers for a rank do not depend on the rank's number.
+    Without it, runs are not folded."""
+
+    foldable: bool
+
+
+# ------------------------------------------------------------------ one helper per optional capability
+
+
+def delay_function(network):
+    """``network.delay_ns`` when the network is a :class:`StatelessNetwork`, else None."""
+    return network.delay_ns if isinstance(network, StatelessNetwork) else None
+
+
+def symmetry_dims(network):
+    """The network's per-dimension symmetry kinds (a list) when it is a :class:`SymmetricNetwork`, else None
+    (the run does not fold)."""
+    return list(network.symmetry_dims()) if isinstance(network, SymmetricNetwork) else None
+
+
+def network_stats(network):
+    """The network's ``stats()`` after a run (:class:`NetworkWithStats`), or an empty dict."""
+    return network.stats() if isinstance(network, NetworkWithStats) else {}
+
+
+def in_switch_query(network):
+    """``network.in_switch`` (dimension -> :class:`InSwitchSpec` or None) for a :class:`SwitchNetwork`, else
+    None (no dimension is a switch)."""
+    return network.in_switch if isinstance(network, SwitchNetwork) else None
+
+
+def link_load_recorder(network):
+    """``network.record_link_load`` for a :class:`LinkLoadRecorder`, else None."""
+    return network.record_link_load if isinstance(network, LinkLoadRecorder) else None
+
+
+def is_foldable(backend):
+    """Whether a compute model or memory backend declares rank-independent answers (:class:`Foldable`)."""
+    return isinstance(backend, Foldable) and bool(backend.foldable)
 
 
 class WorkloadFormat(Protocol):
@@ -145,7 +222,7 @@ class CollectiveAlgorithmSpec:
     several implementations normally falls back to ``ring`` (the reference's rule); an algorithm that
     prices the whole group itself (e.g. ``nccl``) sets this and is kept when it is the first listed.
     ``symmetry``: which relabellings of its ranks leave what every rank does unchanged (relabelled), so
-    that a run may simulate one rank per class (:mod:`astra_sim.symmetry`): ``"rotation"`` (it only
+    that a run may simulate one rank per class (:mod:`astra_sim.folding`): ``"rotation"`` (it only
     looks at each rank's neighbours on its ring: any rotation of the ring), ``"any"`` (only at the
     group's size and shape: any permutation of a dimension's coordinates), or None (it depends on each
     rank's position, e.g. halving-doubling partners or tree roles: runs using it are not folded).

@@ -1,4 +1,4 @@
-"""The event engine of a folded run (:mod:`astra_sim.symmetry`): the unfolded engine's order of the events
+"""The event engine of a folded run (:mod:`astra_sim.folding`): the unfolded engine's order of the events
 of one nanosecond, and the check that a representative's ties are ordered as in the unfolded run, or
 :class:`FoldTieBroken` (the run is then simulated unfolded)."""
 

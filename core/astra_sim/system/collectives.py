@@ -99,7 +99,7 @@ class TimedCollective(Algorithm):
     @property
     def options(self):
         """The run's options (``astra run`` flags by ``dest``, or ``simulate(options=...)``)."""
-        options = getattr(self.sys.shared, "options", None)
+        options = self.sys.shared.options
         return options if isinstance(options, dict) else {}
 
     def duration_ns(self):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import deque
 from typing import NamedTuple
 
+from astra_sim.api import delay_function
 from astra_sim.errors import SimulationError
 
 # Tag spaces, as in the reference: native send/recv, collectives, rendezvous.
@@ -47,7 +48,7 @@ class SendRecvMatcher:
         self.network = network
         # Stateless networks give a closed-form delay; the matcher then
         # schedules the arrival itself (one call less per message).
-        self._delay = getattr(network, "delay_ns", None)
+        self._delay = delay_function(network)
         self._delays = {}  # (src, dst, size) -> ns, memoised closed-form delays
         self._arrived_fn = self._arrived
         # key -> the unmatched Message, or a deque of them (see send()).
@@ -176,13 +177,13 @@ class Unmatched(NamedTuple):
 
 
 class FoldedSendRecvMatcher(SendRecvMatcher):
-    """The matcher of a folded run (:mod:`astra_sim.symmetry`): only class representatives run.
+    """The matcher of a folded run (:mod:`astra_sim.folding`): only class representatives run.
 
     A message from a representative to a rank ``q`` that is not simulated is delivered, at the time the
     real one arrives, to ``q``'s representative, as coming from the rank that plays the sender's part
     there (the sender relabelled by the inverse of the relabelling that maps the representative to
     ``q``). The send side keeps the real endpoints, so the network times the real path. Every callback
-    is shown to the engine's tie check (:class:`astra_sim.folded_engine.FoldedEventEngine`) first."""
+    is shown to the engine's tie check (:class:`astra_sim.folding.engine.FoldedEventEngine`) first."""
 
     __slots__ = ("symmetry",)
 

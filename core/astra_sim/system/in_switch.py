@@ -20,12 +20,13 @@ When the run records spans (breakdown, timeline), each phase is also recorded as
 as in-switch communication and the timelines draw it as an in-switch reduce / multicast slice.
 
 The switch itself is the shared :class:`SwitchReduction` record of the phase. In a folded run
-(:mod:`astra_sim.symmetry`) it waits only for the members that are simulated: the others are their
+(:mod:`astra_sim.folding`) it waits only for the members that are simulated: the others are their
 mirror images and arrive at the same time.
 """
 
 from __future__ import annotations
 
+from astra_sim.api import in_switch_query
 from astra_sim.errors import ConfigError
 from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, Algorithm
 from astra_sim.system.topology import CLOCKWISE, differing_dims
@@ -86,7 +87,7 @@ class InSwitch(Algorithm):
         self.dim = _dimension_of(self.sys, self.topo)
         members = tuple(self.topo.members)
         self.key = (members, self._tag, self.com_type)
-        symmetry = getattr(self.sys.shared, "symmetry", None)
+        symmetry = self.sys.shared.symmetry
         if symmetry is not None:
             self.expected = sum(1 for npu in members if symmetry.is_representative(npu))
 
@@ -110,8 +111,7 @@ class InSwitch(Algorithm):
 
     def run_received(self, _arg=None):
         """This rank's data has come through the switch; the last member's releases everyone."""
-        shared = self.sys.shared
-        pending = shared.__dict__.setdefault("in_switch_pending", {})
+        pending = self.sys.shared.algorithm_state.setdefault("in_switch_pending", {})
         record = pending.get(self.key)
         if record is None:
             record = pending[self.key] = SwitchReduction()
@@ -159,7 +159,7 @@ def switch_spec(sys, topo):
     (:func:`tree_spec`)."""
     dim = _dimension_of(sys, topo)
     if isinstance(dim, tuple):
-        cache = sys.shared.__dict__.setdefault("in_switch_specs", {})
+        cache = sys.shared.algorithm_state.setdefault("in_switch_specs", {})
         if dim not in cache:
             cache[dim] = tree_spec([_one_switch(sys, d) for d in dim])
         return cache[dim]
@@ -186,10 +186,10 @@ def dims_mask(dim):
 def _one_switch(sys, dim):
     shared = sys.shared
     path = shared.system_config.path
-    cache = shared.__dict__.setdefault("in_switch_specs", {})
+    cache = shared.algorithm_state.setdefault("in_switch_specs", {})
     if dim in cache:
         return cache[dim]
-    ask = getattr(shared.network, "in_switch", None)
+    ask = in_switch_query(shared.network)
     spec = ask(dim) if ask is not None else None
     if spec is None:
         raise ConfigError(f"{path}: inSwitch runs only on Switch dimensions; network dimension {dim} is not a Switch")

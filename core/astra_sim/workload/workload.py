@@ -51,8 +51,9 @@ def _comm_slot_key(node):
 class RankWorkload:
     """The trace of one rank and the state of its execution."""
 
-    def __init__(self, run, rank, path, graph, sys):
-        self.run = run
+    def __init__(self, shared, rank, path, graph, sys):
+        #: the narrow context every rank shares (:class:`astra_sim.system.context.SharedContext`)
+        self.shared = shared
         self.rank = rank
         self.path = path
         self.sys = sys
@@ -66,7 +67,7 @@ class RankWorkload:
         self.slot_busy = [0, 0, 0, 0]
         # comm-streams per-communicator: (pg_name, send destination or None) -> an extra
         # communication slot, appended to ``ready`` and ``slot_busy`` when first needed.
-        self.comm_slots = {} if run.system_config.comm_streams == "per-communicator" else None
+        self.comm_slots = {} if shared.system_config.comm_streams == "per-communicator" else None
         self.compute_ns = 0  # GPU compute time (replay or model)
         self.cpu_ns = 0
         self.comm_ns = 0  # sum of collective durations
@@ -74,9 +75,9 @@ class RankWorkload:
         self.node_start_ns = {}  # the running nodes: id -> start time
         self.comm_running = None  # ids of the running collectives and sends (a set once the first one runs)
         self.comm_groups = {}
-        groups = run.comm_groups
+        groups = shared.comm_groups
         if groups:
-            stream_ids = run.group_stream_ids or {}
+            stream_ids = shared.group_stream_ids or {}
             for group_id, npus in groups.items():
                 self.comm_groups[group_id] = CommunicatorGroup(group_id, npus, rank, stream_ids.get(group_id))
         self.issued = 0
@@ -85,7 +86,7 @@ class RankWorkload:
         # before it is launched. It waits for a send or receive whose node says so (attribute host_waits:
         # Megatron synchronises after its pipeline transfers) and then host_sync_ns more. None: kernels
         # start when their inputs are ready. Traces with CPU ops time the host themselves and do not get it.
-        self.host = run.host_issue
+        self.host = shared.host_issue
         if self.host is not None and any(n.attrs.get("is_cpu_op") for n in self.nodes.values()):
             self.host = None
         self.host_clock = 0
@@ -192,7 +193,7 @@ class RankWorkload:
                 if running is None:
                     running = self.comm_running = set()
                 running.add(node.id)
-        now = self.run.engine.now
+        now = self.shared.engine.now
         self.node_start_ns[node.id] = now
         self.issued += 1
         if self.issue_log is not None:
@@ -220,16 +221,16 @@ class RankWorkload:
             raise type(exc)(message) from None
 
     def _dispatch(self, node, slot):
-        run = self.run
+        shared = self.shared
         node_type = node.type
-        if run.system_config.replay_only:
+        if shared.system_config.replay_only:
             return self._replay(node, slot)
         if node_type in (T.MEM_LOAD_NODE, T.MEM_STORE_NODE):
             return self._remote_memory(node)
         if node_type == T.COMP_NODE:
             if slot == _CPU:
                 return self._replay(node, slot)
-            duration = run.compute_model.compute_time_ns(node, self.rank)
+            duration = shared.compute_model.compute_time_ns(node, self.rank)
             if duration is None:  # the model says the node takes no time at all
                 return self._finish_now(node)
             self.compute_ns += duration
@@ -261,7 +262,7 @@ class RankWorkload:
     def _remote_memory(self, node):
         size = self._int_attr(node, "tensor_size")
         try:
-            self.run.memory.issue(self.rank, node.type == T.MEM_STORE_NODE, size, self._node_done, node.id)
+            self.shared.memory.issue(self.rank, node.type == T.MEM_STORE_NODE, size, self._node_done, node.id)
         except AstraError as exc:
             raise self._error(node, str(exc)) from None
 
@@ -347,8 +348,8 @@ class RankWorkload:
         return size
 
     def _check_peer(self, node, key, peer):
-        if not 0 <= peer < self.run.total_npus:
-            raise self._error(node, f"{key} is {peer}, but the network has NPUs 0..{self.run.total_npus - 1}")
+        if not 0 <= peer < self.shared.total_npus:
+            raise self._error(node, f"{key} is {peer}, but the network has NPUs 0..{self.shared.total_npus - 1}")
         if peer == self.rank:
             raise self._error(node, f"{key} is this rank ({peer}); a rank cannot send to or receive from itself")
 
@@ -357,7 +358,7 @@ class RankWorkload:
         info = node.inputs_values
         if not info:
             return
-        total = self.run.total_npus
+        total = self.shared.total_npus
         try:
             items = json.loads(info[2:-2])
             for item in items:
@@ -370,7 +371,7 @@ class RankWorkload:
                 self.comm_groups[pg] = CommunicatorGroup(pg + 1, ranks, self.rank)
         except (ValueError, KeyError, TypeError) as exc:
             # The reference prints the parse error and goes on; so do we, with a warning.
-            self.run.warn(f"{self.path}: node {node.id} ({node.name!r}): process-group metadata not understood ({exc}); ignored")
+            self.shared.warn(f"{self.path}: node {node.id} ({node.name!r}): process-group metadata not understood ({exc}); ignored")
 
     # ------------------------------------------------------------ completion
     def _finish_now(self, node):
@@ -387,7 +388,7 @@ class RankWorkload:
                 self.comm_running.discard(node.id)
 
     def _finish_node(self, node_id):
-        self.run.record_node(self.rank, self.nodes[node_id], self.node_start_ns.pop(node_id), self.run.engine.now)
+        self.shared.record_node(self.rank, self.nodes[node_id], self.node_start_ns.pop(node_id), self.shared.engine.now)
         parents_left = self.parents_left
         for child in self.children[node_id]:
             parents_left[child] -= 1
@@ -401,7 +402,7 @@ class RankWorkload:
         if self.host is not None:
             node = self.nodes[node_id]
             if node.type in _P2P and node.attrs.get("host_waits"):
-                self.host_clock = max(self.host_clock, self.run.engine.now + self.host[1])
+                self.host_clock = max(self.host_clock, self.shared.engine.now + self.host[1])
         self._release(self.nodes[node_id])
         self._finish_node(node_id)
         self._issue_ready()
@@ -409,12 +410,12 @@ class RankWorkload:
 
     def _check_finished(self):
         if self.finish_ns is None and not self.ready_count and not self.node_start_ns and not any(self.slot_busy):
-            self.finish_ns = self.run.engine.now
-            self.run.rank_finished(self)
+            self.finish_ns = self.shared.engine.now
+            self.shared.rank_finished(self)
 
     def completions_commute(self, first_id, second_id, issued_by_first):
         """Whether completing nodes ``first_id`` and ``second_id`` at one nanosecond gives the same state in
-        either order (for a folded run's ties, :mod:`astra_sim.symmetry`). ``first_id`` has completed,
+        either order (for a folded run's ties, :mod:`astra_sim.folding`). ``first_id`` has completed,
         issuing ``issued_by_first`` nodes; ``second_id`` is still running.
 
         It does when neither completion, coming first, lets the rank issue a node: then after both the

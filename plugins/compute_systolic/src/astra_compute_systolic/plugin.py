@@ -50,9 +50,9 @@ def astra_register_commands(subparsers):
 def astra_run_finish(run, report):
     from astra_compute_systolic.model import SystolicComputeModel
 
-    model = getattr(run, "compute_model", None)
+    model = run.compute_model
     if isinstance(model, SystolicComputeModel):
-        symmetry = getattr(run, "symmetry", None)   # a folded run timed one rank per class
+        symmetry = run.symmetry   # a folded run timed one rank per class (astra_sim.folding)
         counts = model.stats()
         if symmetry is not None:
             counts = {how: n * symmetry.order for how, n in counts.items()}

@@ -16,7 +16,7 @@ PARTS = ("weights", "gradients", "optimizer", "activations", "kv_cache", "worksp
 
 def _trace_paths(run):
     """{rank: trace file} for the ranks whose estimate stands for others' too (compact: class traces)."""
-    compact = getattr(run, "compact", None)
+    compact = run.compact
     if compact is not None:
         return dict(compact.traces)
     prefix = run.workload_prefix
@@ -28,7 +28,7 @@ def rank_estimates(run):
     representatives; every rank of per-rank files)."""
     from astra_sim.chakra import ChakraError, read_metadata
 
-    if getattr(run, "workload_format_name", None) != "chakra":
+    if run.workload_format_name != "chakra":
         return {}
     out = {}
     for rank, path in _trace_paths(run).items():
@@ -44,7 +44,7 @@ def rank_estimates(run):
 
 def check(run, gpu, allow_oom, warn):
     """The memory summary for the report; raises :class:`InfeasibleError` when a rank does not fit (unless
-    ``allow_oom``, then ``warn`` says so)."""
+    ``allow_oom``, then ``warn`` says so). ``run``: the hooks' read-only run (:class:`astra_sim.run.view.RunView`)."""
     estimates = rank_estimates(run)
     if not estimates or gpu.hbm_capacity_gb is None:
         return None
@@ -52,7 +52,7 @@ def check(run, gpu, allow_oom, warn):
     peak_rank = max(estimates, key=lambda r: (estimates[r]["peak"], -r))
     peak = estimates[peak_rank]
     over = sorted(r for r, e in estimates.items() if e["peak"] > capacity)
-    compact = getattr(run, "compact", None)
+    compact = run.compact
     summary = {"gpu": gpu.name, "hbm_capacity_bytes": capacity, "peak_bytes": peak["peak"], "peak_rank": peak_rank,
                "peak_breakdown_bytes": {p: peak[p] for p in PARTS}, "fits": not over,
                "source": "GlobalMetadata memory_*_bytes (the generator's estimate)"}

@@ -53,23 +53,26 @@ def astra_add_run_options(parser):
 
 @hookimpl
 def astra_run_start(run):
-    model = getattr(run, "compute_model", None)
+    model = run.compute_model
     if isinstance(model, GpuComputeModel):
         from astra_gpu_model.capacity import check
 
-        run.memory_summary = check(run, model.gpu, bool(run.options.get("allow_oom")), run.warn)
+        # The HBM check's summary, kept for this run's report (the run itself is read-only).
+        run.plugin_state["gpu_model"] = {"memory": check(run, model.gpu, bool(run.options.get("allow_oom")),
+                                                         run.warn)}
 
 
 @hookimpl
 def astra_run_finish(run, report):
-    model = getattr(run, "compute_model", None)
+    model = run.compute_model
     if isinstance(model, GpuComputeModel):
-        # A folded run (astra_sim.symmetry) timed the class representatives only: every rank of a class
+        # A folded run (astra_sim.folding) timed the class representatives only: every rank of a class
         # did what its representative did.
-        symmetry = getattr(run, "symmetry", None)
+        symmetry = run.symmetry
         report.settings["gpu_model"] = model.describe()
-        if getattr(run, "memory_summary", None) is not None:
-            report.settings["memory"] = run.memory_summary
+        memory = run.plugin_state.get("gpu_model", {}).get("memory")
+        if memory is not None:
+            report.settings["memory"] = memory
         counts = model.stats()
         if symmetry is not None:
             counts = {how: n * symmetry.order for how, n in counts.items()}

@@ -1,0 +1,30 @@
+"""Symmetry folding: simulate one rank per class of ranks that must behave identically.
+
+* :mod:`~astra_sim.folding.symmetry`: the groups of rank relabellings (block shifts) and how communicator
+  groups map under them;
+* :mod:`~astra_sim.folding.signature`: what must match between a rank's trace and its image;
+* :mod:`~astra_sim.folding.search`: the largest symmetry a run's inputs keep;
+* :mod:`~astra_sim.folding.plan`: one run's decision (backends, traces, collectives) and its report;
+* :mod:`~astra_sim.folding.engine`: the folded run's event engine and its exactness check.
+
+``astra_sim.symmetry`` and ``astra_sim.folded_engine`` re-export these names for earlier imports.
+"""
+
+from astra_sim.folding.engine import EventHistory, FoldedEventEngine, FoldTieBroken
+from astra_sim.folding.search import (
+    FoldPlan, candidate_blocks, check_declared_symmetry, check_equivariant, dimension_strides, find_symmetry,
+    shift_refuses, split_by_dimensions, sub_shift_is_equivariant,
+)
+from astra_sim.folding.signature import TraceSignature, trace_signature
+from astra_sim.folding.symmetry import (
+    EXACT, ROTATION, SET, BlockShift, FoldRefused, RankSymmetry, canonical_group_ids, group_key,
+    group_relabelling, shift_image, tags_stay_apart,
+)
+
+__all__ = [
+    "EXACT", "ROTATION", "SET", "BlockShift", "EventHistory", "FoldPlan", "FoldRefused", "FoldTieBroken",
+    "FoldedEventEngine", "RankSymmetry", "TraceSignature", "canonical_group_ids", "candidate_blocks",
+    "check_declared_symmetry", "check_equivariant", "dimension_strides", "find_symmetry", "group_key",
+    "group_relabelling", "shift_image", "shift_refuses", "split_by_dimensions", "sub_shift_is_equivariant",
+    "tags_stay_apart", "trace_signature",
+]

@@ -1,0 +1,121 @@
+"""A run's :class:`~astra_sim.report.Report`: its settings (the inputs and choices that produced it), per-rank
+numbers (a folded run's non-representatives get their class representative's), statistics, and the
+analyses derived from the recorded spans (breakdown, critical path)."""
+
+from __future__ import annotations
+
+import time
+
+from astra_sim import __version__
+from astra_sim.api import network_stats
+from astra_sim.chakra.types import node_type_name
+from astra_sim.report import RankReport, Report
+
+
+def settings(sim):
+    """The report's ``settings`` of a :class:`~astra_sim.simulation.Simulation`."""
+    setup = sim.setup
+    return {
+        "astra_sim_version": __version__,
+        "workload": setup.workload_prefix,
+        "workload_format": setup.workload_format_name,
+        "system_configuration": setup.system_config_path,
+        "network_configuration": setup.network_config_path,
+        "remote_memory_configuration": setup.memory_config_path,
+        "comm_group_configuration": setup.comm_group_path,
+        "network_backend": setup.network_backend_name,
+        "memory_backend": setup.memory_backend_name,
+        "compute_model": setup.compute_model_name,
+        "num_queues_per_dim": setup.queues_per_dim[0],
+        "injection_scale": setup.injection_scale,
+        "rendezvous_protocol": setup.rendezvous,
+        "npus_per_dim": setup.npus_per_dim,
+        "network": getattr(setup.network, "describe", lambda: {})(),
+        "plugins": sorted(name for name, _ in setup.pm.list_name_plugin()),
+        "fold": dict(sim.fold_info),
+        "allow_unmatched": sim.allow_unmatched,
+        **({"host": {"launch_ns": setup.host_issue[0], "sync_after_p2p_ns": setup.host_issue[1]}}
+           if setup.host_issue is not None else {}),
+    }
+
+
+def _rank_report(rank, w, finish):
+    return RankReport(rank=rank, finish_ns=finish, compute_ns=w.compute_ns,
+                      exposed_comm_ns=None if finish is None else finish - w.compute_ns,
+                      cpu_ns=w.cpu_ns, comm_ns=w.comm_ns, nodes=len(w.nodes))
+
+
+def partial_report(sim, reason):
+    """What an interrupted run knew: the ranks so far (``finish_ns`` None for those still running), marked
+    ``complete: False``."""
+    ranks = []
+    workloads, symmetry = sim.workloads, sim.symmetry
+    for rank, w in enumerate(workloads):
+        if w is None and symmetry is not None:
+            w = workloads[symmetry.representative(rank)]
+        if w is None:
+            continue
+        ranks.append(_rank_report(rank, w, w.finish_ns))
+    stats = {"interrupted": reason, "simulated_ns": sim.engine.now,
+             "ranks_finished": sum(r.finish_ns is not None for r in ranks),
+             "stage": "simulating" if workloads else "reading the workload"}
+    return Report(ranks, settings(sim), stats, list(sim.warnings), complete=False)
+
+
+def final_report(sim, build_s, run_s, peak_bytes):
+    """The report of a run that ended (every rank finished, messages checked)."""
+    workloads, symmetry = sim.workloads, sim.symmetry
+    ranks = []
+    for rank, w in enumerate(workloads):
+        if w is None:  # folded: the class representative's numbers
+            w = workloads[symmetry.representative(rank)]
+        ranks.append(_rank_report(rank, w, w.finish_ns))
+    finish_order = list(sim.finish_order)
+    scale = 1
+    if symmetry is not None:
+        # Ranks finish with their representative; among equal times, in rank order.
+        finish_order = sorted(range(sim.total_npus), key=lambda r: (ranks[r].finish_ns, r))
+        scale = symmetry.order
+    run_settings = settings(sim)
+    engine, matcher = sim.engine, sim.matcher
+    stats = {
+        "events": engine.events_run,
+        "simulated_ranks": sum(w is not None for w in workloads),
+        # folded runs count the messages and nodes of every rank (each class's representative's times the
+        # class size)
+        "messages": matcher.messages * scale,
+        "message_bytes": matcher.bytes * scale,
+        "build_s": round(build_s, 6),
+        "traces_parsed": sim.traces_parsed,
+        "run_s": round(run_s, 6),
+        "events_per_s": round(engine.events_run / run_s) if run_s > 0 else None,
+        "nodes_by_type": {node_type_name(t): n * scale for t, n in sorted(sim.node_counts.items())},
+    }
+    if peak_bytes is not None:
+        stats["peak_python_memory_bytes"] = peak_bytes
+    log = sim.reference_log.records(ranks, finish_order) if sim.reference_log is not None else None
+    report = Report(ranks, run_settings, stats, list(sim.warnings), finish_order, network_stats(sim.network), log,
+                    unmatched_messages=list(sim.unmatched_messages))
+    if sim.recorder is not None:
+        analyse(sim, report)
+    return report
+
+
+def analyse(sim, report):
+    """The breakdown and critical path from the recorded spans (astra_sim.analysis)."""
+    from astra_sim.analysis.spans import Analysis
+
+    started = time.perf_counter()
+    sim.analysis = analysis = Analysis(sim, sim.recorder)
+    if sim.want_breakdown:
+        from astra_sim.analysis.breakdown import breakdowns, summary
+
+        per_rank = breakdowns(analysis)
+        for rank, result in zip(report.ranks, per_rank):
+            rank.breakdown = result
+        report.breakdown = summary(per_rank, [r.finish_ns for r in report.ranks])
+    if sim.want_critical_path:
+        from astra_sim.analysis.critical_path import critical_path
+
+        report.critical_path = critical_path(analysis, report)
+    report.stats["analysis_s"] = round(time.perf_counter() - started, 6)

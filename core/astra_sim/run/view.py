@@ -1,0 +1,134 @@
+"""What the lifecycle hooks see of a run (``astra_run_start(run)``, ``astra_run_finish(run, report)``)."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+
+class RunView:
+    """A read-only view of one simulation run, the ``run`` argument of the lifecycle hooks.
+
+    The same object is passed to ``astra_run_start`` and ``astra_run_finish`` of one run. Its attributes
+    cannot be set; what a plugin wants to carry from start to finish goes in :attr:`plugin_state`, the one
+    mutable part (a dict per run; key it by the plugin's name). A folded run that is simulated again
+    unfolded is a new run: a new view, both hooks again.
+    """
+
+    __slots__ = ("_sim", "plugin_state")
+
+    def __init__(self, sim):
+        object.__setattr__(self, "_sim", sim)
+        object.__setattr__(self, "plugin_state", {})
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"the run is read-only (cannot set {name!r}); keep a plugin's own state in "
+                             "run.plugin_state[<plugin name>]")
+
+    def __delattr__(self, name):
+        raise AttributeError(f"the run is read-only (cannot delete {name!r})")
+
+    # ------------------------------------------------------------ time and messages
+    @property
+    def now_ns(self) -> int:
+        """The engine's current time (0 at ``astra_run_start``; the last event's time at finish)."""
+        return self._sim.engine.now
+
+    def warn(self, message: str) -> None:
+        """Add a warning to the run (printed once as ``astra: warning: ...``, listed in the report)."""
+        self._sim.warn(message)
+
+    def add_node_observer(self, fn) -> None:
+        """``fn(rank, node, start_ns, end_ns)`` runs whenever a node finishes (call it from
+        ``astra_run_start``; keep ``fn`` cheap, it runs once per node). A folded run calls it for the
+        simulated ranks only (:attr:`symmetry`)."""
+        self._sim.add_node_observer(fn)
+
+    # ------------------------------------------------------------ inputs
+    @property
+    def options(self):
+        """Every run option by argparse dest (``astra run`` flags, platform-implied ones, ``simulate(options=)``),
+        read-only."""
+        return MappingProxyType(self._sim.setup.options)
+
+    @property
+    def workload_prefix(self) -> str:
+        return self._sim.setup.workload_prefix
+
+    @property
+    def workload_format_name(self) -> str:
+        return self._sim.setup.workload_format_name
+
+    @property
+    def workload_format(self):
+        """The registered workload format object that reads the traces."""
+        return self._sim.setup.workload_format
+
+    @property
+    def compact(self):
+        """The compact workload (:class:`astra_sim.workload.compact.CompactWorkload`: class traces, rank map,
+        declared symmetry), or None for per-rank traces."""
+        return self._sim.setup.compact
+
+    @property
+    def system_config(self):
+        """The parsed system configuration (:class:`astra_sim.config.SystemConfig`; do not modify)."""
+        return self._sim.setup.system_config
+
+    @property
+    def comm_groups(self):
+        """``{group id: [NPU, ...]}`` of ``--comm-group-configuration`` (read-only; empty without one)."""
+        return MappingProxyType(self._sim.setup.comm_groups or {})
+
+    # ------------------------------------------------------------ machine and backends
+    @property
+    def npus_per_dim(self) -> tuple:
+        return tuple(self._sim.setup.npus_per_dim)
+
+    @property
+    def total_npus(self) -> int:
+        return self._sim.setup.total_npus
+
+    @property
+    def network(self):
+        """The network backend object (its optional capabilities: :mod:`astra_sim.api`)."""
+        return self._sim.setup.network
+
+    @property
+    def network_backend_name(self) -> str:
+        return self._sim.setup.network_backend_name
+
+    @property
+    def memory(self):
+        """The remote-memory backend object."""
+        return self._sim.setup.memory
+
+    @property
+    def memory_backend_name(self) -> str:
+        return self._sim.setup.memory_backend_name
+
+    @property
+    def compute_model(self):
+        """The compute model object (e.g. to find one's own model with ``isinstance``)."""
+        return self._sim.setup.compute_model
+
+    @property
+    def compute_model_name(self) -> str:
+        return self._sim.setup.compute_model_name
+
+    # ------------------------------------------------------------ folding
+    @property
+    def symmetry(self):
+        """The symmetry the run folds by (:class:`astra_sim.folding.RankSymmetry`: ``order`` ranks per class,
+        ``representative(rank)``, ``is_representative(rank)``), or None when every rank is simulated. Counts a
+        backend keeps for a folded run cover the representatives only: multiply by ``symmetry.order``."""
+        return self._sim.symmetry
+
+    @property
+    def fold(self) -> dict:
+        """What the report's ``settings.fold`` says (a copy): requested, simulated_ranks, reason, ..."""
+        return dict(self._sim.fold_info)
+
+    def __repr__(self):
+        setup = self._sim.setup
+        return (f"<RunView {setup.workload_prefix!r} on {setup.total_npus} NPUs ({setup.network_backend_name}, "
+                f"{setup.compute_model_name})>")
