@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from astra_sim.cliutil import positive_float, positive_int
+from astra_sim.cliutil import add_executor_flags, positive_float
 
 
 def add_commands(sub):
@@ -16,14 +16,7 @@ def add_commands(sub):
         "point is kept at once; the same command after an interruption runs only the missing points.")
     p.add_argument("spec", metavar="SPEC.yaml")
     p.add_argument("-o", "--output", required=True, metavar="RESULTS", help="results file: .parquet or .csv")
-    p.add_argument("--jobs", type=positive_int, default=None, metavar="N",
-                   help="local worker processes (default: the number of cores)")
-    p.add_argument("--dask", metavar="ADDRESS",
-                   help="run on a Dask cluster: tcp://HOST:8786 (a running `dask scheduler`) or local:N (a "
-                   "LocalCluster of N workers)")
-    p.add_argument("--executor", metavar="NAME[:ARG]",
-                   help="another executor: local[:N], dask:ADDRESS, or one a plugin registers with the hook "
-                   "astra_register_executors")
+    add_executor_flags(p)  # --jobs N (default: one per core), --dask ADDRESS, --executor NAME[:ARG]
     p.add_argument("--point-timeout", type=positive_float, default=None, metavar="S",
                    help="a point running longer is recorded as an error and the sweep goes on")
     p.add_argument("--retry-errors", action="store_true", help="run again the points whose row is an error")

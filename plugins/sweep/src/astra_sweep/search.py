@@ -16,7 +16,7 @@ import os
 import sys
 import tempfile
 
-from astra_sim.cliutil import positive_int
+from astra_sim.cliutil import add_executor_flags, positive_int
 from astra_sim.errors import ConfigError
 
 
@@ -66,8 +66,7 @@ def add_search_command(sub):
     p.add_argument("--top", type=positive_int, default=10, metavar="K", help="configurations printed (default 10)")
     p.add_argument("-o", "--output", default=None, metavar="RESULTS",
                    help="keep every simulated point (.parquet or .csv; a rerun resumes it)")
-    p.add_argument("--jobs", type=positive_int, default=None, metavar="N")
-    p.add_argument("--dask", metavar="ADDRESS", help="simulate on a Dask cluster (tcp://HOST:8786 or local:N)")
+    add_executor_flags(p)
     p.add_argument("--point-timeout", type=float, default=None, metavar="S")
     p.add_argument("--json", metavar="FILE", help="the ranked layouts (step_ns, mfu, peak_mem_bytes) and the drops")
     p.add_argument("--plot", metavar="FILE.png", help="step time against memory of every simulated point")
@@ -99,11 +98,11 @@ def _cmd_serve_search(args):
         if getattr(args, flag, None):
             raise ConfigError(f"--{flag.replace('_', '-')} is for training layouts, not --serve")
     args.max_gpus = args.gpus or 32
-    if not (args.jobs or args.dask):
+    if not (args.jobs or args.dask or args.executor):
         return search_deployments(args)
     from astra_sim.executors import make_executor
 
-    with make_executor(args.jobs, args.dask) as executor:  # each GPU count's candidates side by side
+    with make_executor(args.jobs, args.dask, args.executor) as executor:  # each GPU count's candidates side by side
         return search_deployments(args, executor)
 
 
@@ -240,8 +239,8 @@ def _cmd_search(args):
         with open(spec_path, "w") as handle:
             yaml.safe_dump(spec, handle, sort_keys=False)
         output = args.output or os.path.join(folder, "results.parquet")
-        summary = run_sweep(spec_path, output, jobs=args.jobs, dask=args.dask, point_timeout=args.point_timeout,
-                            progress=False if args.no_progress else None)
+        summary = run_sweep(spec_path, output, jobs=args.jobs, dask=args.dask, executor=args.executor,
+                            point_timeout=args.point_timeout, progress=False if args.no_progress else None)
         rows = _read(output)
     flops = training_flops(dims, args.global_batch)
     peak = gpu.tensor_tflops.get("fp8" if args.gemm_dtype == "fp8" else "bf16") * 1e12
