@@ -210,17 +210,18 @@ class Simulation:
         """``fn(rank, node, start_ns, end_ns)`` for every finished node (timelines, utilisation, logs)."""
         self._node_observers.append(fn)
 
+    # The backends' RunContext reaches the built ranks through these (some per node: no property on the way).
     def _rank_nodes(self, rank):
-        return self.workloads[rank].nodes
+        return self.ranks.workloads[rank].nodes
 
     def _comm_in_flight(self, rank):
-        return self.workloads[rank].comm_in_flight()
+        return self.ranks.workloads[rank].comm_in_flight()
 
     def _comm_nodes_in_flight(self, rank):
-        return self.workloads[rank].comm_nodes_in_flight()
+        return self.ranks.workloads[rank].comm_nodes_in_flight()
 
     def _schedule_for_rank(self, rank, delay_ns, fn, arg):
-        self.systems[rank].register_event(fn, arg, delay_ns)
+        self.ranks.systems[rank].register_event(fn, arg, delay_ns)
 
     # ------------------------------------------------------------ run
     def build(self):
