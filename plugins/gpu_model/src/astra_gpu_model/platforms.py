@@ -285,7 +285,8 @@ def generate(name, nodes=1, collective="ring", directory=None) -> dict:
         files = write_generated(files, directory)
     return {
         **files,
-        "options": {"gpu": load_gpu(platform.gpu).name,
+        # a preset by its name; a GPU YAML (a variant's, or a sweep's gpu.* axes) by its path, which loads again
+        "options": {"gpu": platform.gpu if load_gpu(platform.gpu).path is not None else load_gpu(platform.gpu).name,
                     # GB/s per direction (1e9 B), what the nccl collective prices the fabric dimension with
                     "nccl_nic_gbps": platform.nic_gbit_per_gpu / 8.0,
                     **({"nccl_sharp": True} if platform.sharp else {})},
