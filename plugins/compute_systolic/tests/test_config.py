@@ -120,9 +120,28 @@ def test_cli_error_is_one_line(tmp_path, capsys):
     cfg.write_text(SCALESIM2_GOOGLE.replace("ArrayWidth:     256", "ArrayWidth: 0"))
     topo = tmp_path / "t.csv"
     topo.write_text("name,M,N,K,\ng,4,4,4,\n")
-    assert main(["systolic", str(topo), "--gemm", "--config", str(cfg)]) == 2
+    assert main(["compute", "systolic", str(topo), "--gemm", "--config", str(cfg)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and str(cfg) in err and "ArrayWidth" in err
+
+
+def test_top_level_systolic_is_a_deprecated_alias_of_compute_systolic(tmp_path, capsys):
+    """``astra systolic`` still prints the same report for this release, after a one-line deprecation warning on
+    stderr; ``astra compute systolic`` prints no warning."""
+    from astra_sim.cli import main
+
+    cfg = tmp_path / "google.cfg"
+    cfg.write_text(SCALESIM2_GOOGLE)
+    topo = tmp_path / "t.csv"
+    topo.write_text("name,M,N,K,\ng,64,32,128,\n")
+    assert main(["compute", "systolic", str(topo), "--gemm", "--config", str(cfg)]) == 0
+    canonical = capsys.readouterr()
+    assert canonical.err == "" and canonical.out.count("\n") >= 2
+    assert main(["systolic", str(topo), "--gemm", "--config", str(cfg)]) == 0
+    alias = capsys.readouterr()
+    assert alias.out == canonical.out
+    assert alias.err == ("astra: warning: 'astra systolic' is deprecated; use 'astra compute systolic' (it will be "
+                         "removed in the next release)\n")
 
 
 # ------------------------------------------------------------------------------------------- property test

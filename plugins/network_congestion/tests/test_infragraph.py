@@ -447,6 +447,21 @@ def test_summary(capsys):
     assert info["npus"] == 8 and info["ranks"] == 8 and info["edges"] == 40 and info["loadable"]
 
 
+def test_summary_output_writes_json_and_json_prints_it(tmp_path, capsys):
+    """The CLI's vocabulary: -o writes a file (the summary as JSON, with its units; the text stays on stdout),
+    --json prints JSON on stdout (also with -o)."""
+    path = EXAMPLES / "dgx_h100" / "network.yaml"
+    out_path = tmp_path / "summary.json"
+    rc, out, _ = _cli(capsys, path, "--summary", "-o", str(out_path))
+    assert rc == 0 and "nodes: " in out
+    written = json.loads(out_path.read_text())
+    assert written["units"] == {"time": "ns", "size": "bytes"} and written["npus"] == 8
+    rc, out, _ = _cli(capsys, path, "--summary", "--json", "-o", str(tmp_path / "again.json"))
+    assert rc == 0 and json.loads(out) == written == json.loads((tmp_path / "again.json").read_text())
+    rc, out, err = _cli(capsys, path, "--to-analytical", "--json")
+    assert rc == 2 and "--json is for --summary" in err
+
+
 def test_summary_lists_what_is_missing(shared_dir, capsys):
     path = shared_dir / "samples" / "infragraph" / "generated" / "infra-single-dgx-h100.yaml"
     rc, out, _ = _cli(capsys, path, "--summary")

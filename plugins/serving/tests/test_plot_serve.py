@@ -12,12 +12,13 @@ pytest.importorskip("astra_plots")
 def test_qps_sweep_report_and_plots(tmp_path, capsys):
     report = tmp_path / "sweep.json"
     assert main(["serve", "--model", "llama3-8b", "--platform", "hgx-h100", "--qps", "2,50", "--requests", "60",
-                 "--max-num-seqs", "16", "--report-json", str(report), "-q"]) == 0
+                 "--max-num-seqs", "16", "-o", str(report), "-q"]) == 0
     data = json.loads(report.read_text())
-    assert [p["qps"] for p in data["qps_sweep"]] == [2.0, 50.0]
+    assert [p["qps"] for p in data["qps_sweep"]] == [2.0, 50.0] and data["units"]["time"] == "ns"
     for point in data["qps_sweep"]:
-        cdf = point["cdf_ms"]["ttft"]
-        assert len(cdf) == 101 and cdf == sorted(cdf) and cdf[50] == pytest.approx(point["ttft_ms"]["p50"])
+        cdf = point["cdf_ns"]["ttft"]
+        assert len(cdf) == 101 and cdf == sorted(cdf) and cdf[50] == point["ttft_ns"]["p50"]
+        assert all(isinstance(v, int) for v in cdf)
     out = tmp_path / "plots"
     assert main(["plot", str(report), "-o", str(out)]) == 0
     assert (out / "latency_cdf.png").stat().st_size > 1000 and (out / "throughput_latency.png").stat().st_size > 1000
@@ -32,11 +33,16 @@ def test_bad_qps_list(capsys):
 
 
 def test_serve_search_finds_the_cheapest_deployment(tmp_path, capsys):
+    """The deprecated alias astra serve-search still works for this release (-o writes the JSON), after a one-line
+    warning on stderr."""
     out = tmp_path / "search.json"
+    capsys.readouterr()
     code = main(["serve-search", "--model", "llama3-8b", "--platform", "hgx-h100", "--qps", "60", "--requests",
                  "200", "--prompt-len", "1000", "--output-len", "100", "--slo-ttft", "80", "--tp", "1",
-                 "--max-gpus", "4", "--disaggregate-ratios", "1:1", "--json", str(out)])
+                 "--max-gpus", "4", "--disaggregate-ratios", "1:1", "-o", str(out)])
     data = json.loads(out.read_text())
+    assert data["units"] == {"time": "ns", "size": "bytes"}
+    assert all(isinstance(c["ttft_p90_ns"], int) for c in data["candidates"] if "skipped" not in c)
     answer = data["answer"]["gpus"]
     assert code == 0 and answer >= 2 and data["answer"]["slo_fraction"] >= 0.9
     one = [c for c in data["candidates"] if c["gpus"] == 1]
@@ -44,23 +50,28 @@ def test_serve_search_finds_the_cheapest_deployment(tmp_path, capsys):
     # the cheapest: every smaller deployment misses the SLO, and the search stops at the first count that meets it
     assert all(c["slo_fraction"] < 0.9 for c in data["candidates"] if c["gpus"] < answer)
     assert not any(c["gpus"] > answer for c in data["candidates"])
-    assert "cheapest: " in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert "cheapest: " in printed.out
+    assert printed.err.splitlines()[0] == ("astra: warning: 'astra serve-search' is deprecated; use 'astra search "
+                                           "--serve' (it will be removed in the next release)")
 
 
 def test_astra_search_serve_finds_the_cheapest_deployment(tmp_path, capsys):
-    """astra search --serve (plugins/sweep's command) searches TP, PP, replicas and P:D ratios."""
-    out = tmp_path / "search.json"
+    """astra search --serve (plugins/sweep's command) searches TP, PP, replicas and P:D ratios; --json prints the
+    answer on stdout (the progress goes to stderr)."""
+    capsys.readouterr()
     code = main(["search", "--serve", "--model", "llama3-8b", "--platform", "hgx-h100", "--qps", "60",
                  "--requests", "200", "--prompt-len", "1000", "--output-len", "100", "--slo-ttft", "80", "--tp", "1",
-                 "--pp", "1,2", "--gpus", "4", "--disaggregate-ratios", "1:1", "--json", str(out)])
-    data = json.loads(out.read_text())
+                 "--pp", "1,2", "--gpus", "4", "--disaggregate-ratios", "1:1", "--json"])
+    printed = capsys.readouterr()
+    data = json.loads(printed.out)
+    assert "cheapest: " in printed.err and "deprecated" not in printed.err
     answer = data["answer"]["gpus"]
     assert code == 0 and answer >= 2 and data["answer"]["slo_fraction"] >= 0.9
     labels = {c["deployment"] for c in data["candidates"]}
     assert {"1 x TP 1", "2 x TP 1", "1P:1D x TP 1", "1 x TP 1 PP 2"} <= labels
     assert all(c["slo_fraction"] < 0.9 for c in data["candidates"] if c["gpus"] < answer)
     assert not any(c["gpus"] > answer for c in data["candidates"])
-    assert "cheapest: " in capsys.readouterr().out
 
 
 def test_astra_search_serve_runs_each_gpu_count_side_by_side_with_the_same_rows(tmp_path, capsys):
@@ -69,7 +80,7 @@ def test_astra_search_serve_runs_each_gpu_count_side_by_side_with_the_same_rows(
     argv = ["search", "--serve", "--model", "llama3-8b", "--platform", "hgx-h100", "--qps", "60", "--requests", "80",
             "--prompt-len", "1000", "--output-len", "40", "--slo-ttft", "80", "--tp", "1,2", "--gpus", "4"]
     serial, pooled = tmp_path / "serial.json", tmp_path / "pooled.json"
-    assert main(argv + ["--json", str(serial)]) == main(argv + ["--jobs", "2", "--json", str(pooled)])
+    assert main(argv + ["-o", str(serial)]) == main(argv + ["--jobs", "2", "--output", str(pooled)])
     a, b = json.loads(serial.read_text()), json.loads(pooled.read_text())
     assert a == b and len(a["candidates"]) >= 3
 

@@ -22,7 +22,7 @@ def astra(argv):
 def serve(tmp_path, *argv, name="r"):
     report = tmp_path / f"{name}.json"
     rows = tmp_path / f"{name}.csv"
-    assert main(["serve", *MODEL, "--platform", "hgx-h100", *argv, "--report-json", str(report),
+    assert main(["serve", *MODEL, "--platform", "hgx-h100", *argv, "-o", str(report),
                  "--requests-csv", str(rows), "-q"]) == 0
     with open(rows) as handle:
         return json.loads(report.read_text()), list(csv.DictReader(handle))
@@ -50,7 +50,7 @@ def test_low_qps_matches_single_steps(tmp_path, host_us, graphs):
     report, rows = serve(tmp_path, "--tp", "8", "--qps", "0.01", "--requests", "3", "--prompt-len", "256",
                          "--output-len", "4", "--exact-shapes", *extra)
     host_ns = round((HOST_US_PER_SEQ_VLLM060 if host_us is None else host_us) * 1000)
-    assert report["deployment"]["engine"]["host_us_per_seq"] == host_ns / 1000
+    assert report["deployment"]["engine"]["host_ns_per_seq"] == host_ns
     prefill = step_ns(tmp_path, "--mode", "prefill", "--batch-size", "1", "--prompt-len", "256") + host_ns
     graph = ["--host-launch-us", "0"] if graphs == "vllm" else []
     decodes = [step_ns(tmp_path, "--mode", "decode", "--batch-size", "1", "--prompt-len", "256", "--decode-len",
@@ -58,9 +58,10 @@ def test_low_qps_matches_single_steps(tmp_path, host_us, graphs):
     for row in rows:
         assert int(row["first_token_ns"]) - int(row["arrival_ns"]) == prefill
         assert int(row["finish_ns"]) - int(row["first_token_ns"]) == sum(decodes)
-    assert report["ttft_ms"]["p50"] == pytest.approx(prefill / 1e6)
-    assert report["tpot_ms"]["p50"] == pytest.approx(sum(decodes) / 3 / 1e6)
-    assert report["queueing_delay_ms"]["max"] == 0
+    assert report["units"] == {"time": "ns", "size": "bytes"}
+    assert report["ttft_ns"]["p50"] == report["ttft_ns"]["max"] == prefill  # integer ns, to the ns
+    assert report["tpot_ns"]["p50"] == round(sum(decodes) / 3)
+    assert report["queueing_delay_ns"]["max"] == 0
 
 
 def test_no_step_elementwise_is_given_to_the_generator(tmp_path):
@@ -118,9 +119,9 @@ def test_disaggregation_transfer_reacts_to_bandwidth(tmp_path):
     full, _ = serve(tmp_path, *common, name="full")
     half, _ = serve(tmp_path, *common, "--nic-gbit", "200", name="half")
     assert full["kv_transfer"]["transfers"] == 40 and full["kv_transfer"]["bytes"] == 40 * 2048 * 131072
-    assert half["kv_transfer"]["time_ms"]["p50"] == pytest.approx(2 * full["kv_transfer"]["time_ms"]["p50"], rel=0.1)
-    assert half["ttft_ms"]["p50"] > full["ttft_ms"]["p50"] + 0.5 * full["kv_transfer"]["time_ms"]["p50"]
-    assert half["tpot_ms"]["p50"] == pytest.approx(full["tpot_ms"]["p50"], rel=0.05)
+    assert half["kv_transfer"]["time_ns"]["p50"] == pytest.approx(2 * full["kv_transfer"]["time_ns"]["p50"], rel=0.1)
+    assert half["ttft_ns"]["p50"] > full["ttft_ns"]["p50"] + 0.5 * full["kv_transfer"]["time_ns"]["p50"]
+    assert half["tpot_ns"]["p50"] == pytest.approx(full["tpot_ns"]["p50"], rel=0.05)
 
 
 def test_replicas_share_the_load(tmp_path):
@@ -128,19 +129,63 @@ def test_replicas_share_the_load(tmp_path):
     two, rows = serve(tmp_path, "--qps", "60", "--requests", "300", "--max-num-seqs", "16", "--replicas", "2",
                       "--router", "least-loaded", name="two")
     assert {r["replica"] for r in rows} == {"0", "1"}
-    assert two["e2e_ms"]["p50"] < one["e2e_ms"]["p50"]
+    assert two["e2e_ns"]["p50"] < one["e2e_ns"]["p50"]
     assert two["deployment"]["gpus"] == 2 and two["deployment"]["gpus_per_replica"] == 1
 
 
+def _ints(value):
+    """Every number of ``value`` (nested) that is not an int (None allowed)."""
+    if isinstance(value, dict):
+        return [bad for v in value.values() for bad in _ints(v)]
+    if isinstance(value, list):
+        return [bad for v in value for bad in _ints(v)]
+    return [] if value is None or (isinstance(value, int) and not isinstance(value, bool)) else [value]
+
+
 def test_report_keys(tmp_path):
+    """Every time in the report is an integer of ns (its ``units`` say so), SLOs included; throughputs are per
+    second, as their names say."""
     report, _ = serve(tmp_path, "--qps", "5", "--requests", "20", "--slo-ttft", "200", "--slo-tpot", "30")
-    for key in ("ttft_ms", "tpot_ms", "e2e_ms"):
-        assert set(report[key]) >= {"p50", "p90", "p99"}
-    for key in ("throughput_tokens_per_s", "throughput_requests_per_s", "requests", "queueing_delay_ms", "goodput",
+    assert report["units"] == {"time": "ns", "size": "bytes"}
+    for key in ("ttft_ns", "tpot_ns", "e2e_ns", "queueing_delay_ns"):
+        assert set(report[key]) >= {"p50", "p90", "p99", "mean", "max"} and not _ints(report[key])
+    assert not _ints(report["cdf_ns"]) and len(report["cdf_ns"]["ttft"]) == 101
+    assert report["cdf_ns"]["ttft"][50] == report["ttft_ns"]["p50"]
+    assert report["goodput"]["slo_ttft_ns"] == 200_000_000 and report["goodput"]["slo_tpot_ns"] == 30_000_000
+    assert isinstance(report["duration_ns"], int) and isinstance(report["queue"]["mean_wait_ns"], int)
+    assert not _ints([t for t, _ in report["kv_cache_utilisation"]["over_time"]])
+    # no time in another unit (wall-clock seconds of the tool itself aside; rates are per second)
+    assert not [k for k in _keys(report) if k.endswith(("_ms", "_us", "_s")) and not k.endswith(("_per_s", "wall_s"))]
+    for key in ("throughput_tokens_per_s", "throughput_requests_per_s", "requests", "goodput",
                 "kv_cache_utilisation", "kv_cache"):
         assert key in report
     assert report["requests"] == 20 and 0 <= report["goodput"]["fraction"] <= 1
     assert report["kv_cache"]["blocks"] > 0 and report["kv_cache_utilisation"]["over_time"]
+
+
+def _keys(value):
+    if isinstance(value, dict):
+        return [k for key, v in value.items() for k in [key, *_keys(v)]]
+    if isinstance(value, list):
+        return [k for v in value for k in _keys(v)]
+    return []
+
+
+def test_json_prints_the_report_and_the_summary_goes_to_stderr(tmp_path, capsys):
+    """--json: the report on stdout (what -o writes), the terminal summary (ms) on stderr; --report-json is -o's
+    earlier name."""
+    argv = ["serve", *MODEL, "--platform", "hgx-h100", "--qps", "5", "--requests", "6", "--prompt-len", "64",
+            "--output-len", "4"]
+    capsys.readouterr()
+    assert main(argv + ["--json", "--report-json", str(tmp_path / "r.json")]) == 0
+    out, err = capsys.readouterr()
+    printed = json.loads(out)
+    written = json.loads((tmp_path / "r.json").read_text())
+    for report in (printed, written):
+        report.pop("wall_s")
+        report["step_simulator"].pop("simulation_wall_s")
+    assert printed == written and printed["units"]["time"] == "ns"
+    assert "TTFT: p50 " in err and " ms" in err
 
 
 def test_bad_trace_is_one_line_error(tmp_path, capsys):

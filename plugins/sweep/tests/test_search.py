@@ -23,11 +23,12 @@ def test_gpt3_175b_on_1024_h100(tmp_path, capsys):
     out = tmp_path / "search.json"
     args = ["search", "--preset", "gpt3-175b", "--gpus", "1024", "--platform", "hgx-h100", "--global-batch", "1536",
             "--tp", "1,8", "--pp", "1,8", "--vp", "1", "--mbs", "1", "--zero", "1", "--recompute", "none",
-            "--jobs", "1", "--no-progress", "--json", str(out), "--plot", str(tmp_path / "front.png")]
+            "--jobs", "1", "--no-progress", "-o", str(out), "--plot", str(tmp_path / "front.png")]
     assert main(args) == 0
     text = capsys.readouterr().out
     assert "do not fit 80 GB" in text and "dropped 3: weights, gradients and optimizer states alone" in text
     result = json.loads(out.read_text())
+    assert result["units"] == {"time": "ns", "size": "bytes"} and isinstance(result["ranked"][0]["step_ns"], int)
     dropped = [d for items in result["dropped"].values() for d in items]
     assert {"tp": 1, "pp": 1} in [{"tp": d["tp"], "pp": d["pp"]} for d in dropped]
     best = result["ranked"][0]
@@ -38,11 +39,23 @@ def test_gpt3_175b_on_1024_h100(tmp_path, capsys):
 
 def test_search_takes_a_model_config(tmp_path, capsys):
     """``--model``: a Hugging Face config (here a shipped one, Qwen3-8B with its explicit head_dim) instead of a
-    preset; the sweep's points generate it from the same file."""
-    out = tmp_path / "search.json"
+    preset; the sweep's points generate it from the same file (``--points`` keeps them). ``--json`` prints the
+    answer on stdout, the table goes to stderr."""
+    points = tmp_path / "points.csv"
+    capsys.readouterr()
     assert main(["search", "--model", "qwen3-8b", "--gpus", "8", "--platform", "hgx-h100", "--global-batch", "8",
                  "--tp", "8", "--pp", "1", "--vp", "1", "--mbs", "1", "--zero", "1", "--recompute", "full",
-                 "--seq-len", "1024", "--jobs", "1", "--no-progress", "--json", str(out)]) == 0
-    assert capsys.readouterr().out.startswith("qwen3-8b on 8 x")
-    best = json.loads(out.read_text())["ranked"][0]
-    assert best["layout"]["tp"] == 8 and 0 < best["mfu"] < 1
+                 "--seq-len", "1024", "--jobs", "1", "--no-progress", "--points", str(points), "--json"]) == 0
+    printed = capsys.readouterr()
+    assert printed.err.startswith("qwen3-8b on 8 x")
+    result = json.loads(printed.out)
+    best = result["ranked"][0]
+    assert best["layout"]["tp"] == 8 and 0 < best["mfu"] < 1 and result["units"]["time"] == "ns"
+    assert str(best["step_ns"]) in points.read_text()  # the row's integer ns
+
+
+def test_search_output_is_the_json_answer(tmp_path, capsys):
+    """-o/--output writes the answer (JSON); the simulated points go to --points, which a results suffix names."""
+    assert main(["search", "--preset", "gpt3-13b", "--gpus", "8", "--platform", "hgx-h100", "--global-batch", "8",
+                 "-o", str(tmp_path / "r.parquet")]) == 2
+    assert "--points" in capsys.readouterr().err

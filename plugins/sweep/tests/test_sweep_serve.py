@@ -35,16 +35,18 @@ def test_a_qps_sweep_gives_astra_serves_numbers_and_plots_as_curves(tmp_path, ca
     assert [r["status"] for r in rows] == ["ok", "ok"]
     report = tmp_path / "direct.json"
     argv = [f"--{k}={v}" for k, v in SERVE.items()]
-    assert main(["serve", *argv, "--qps", "50", "--slo-ttft", "100", "--report-json", str(report), "-q"]) == 0
+    assert main(["serve", *argv, "--qps", "50", "--slo-ttft", "100", "-o", str(report), "-q"]) == 0
     direct = json.loads(report.read_text())
     fast = rows[1]
-    for key in ("ttft", "tpot", "e2e"):
+    for key, name in (("ttft", "ttft_ns"), ("tpot", "tpot_ns"), ("e2e", "e2e_ns"), ("queueing", "queueing_delay_ns")):
         for stat in ("p50", "p90", "p99"):
-            assert fast[f"{key}_{stat}_ms"] == pytest.approx(direct[f"{key}_ms"][stat])
+            assert fast[f"{key}_{stat}_ns"] == direct[name][stat]  # integer ns, to the ns
+            assert isinstance(fast[f"{key}_{stat}_ns"], int)
+    assert fast["duration_ns"] == direct["duration_ns"]
     assert fast["throughput_tokens_per_s"] == pytest.approx(direct["throughput_tokens_per_s"])
     assert fast["goodput_requests_per_s"] == pytest.approx(direct["goodput"]["requests_per_s"])
     assert fast["gpus"] == 8 and fast["step_ns"] in (None, "")
-    assert rows[1]["ttft_p50_ms"] > rows[0]["ttft_p50_ms"]  # queueing at 50 QPS
+    assert rows[1]["ttft_p50_ns"] > rows[0]["ttft_p50_ns"]  # queueing at 50 QPS
     assert main(["plot", out, "-o", str(tmp_path / "plots")]) == 0
     assert (tmp_path / "plots" / "throughput_latency.png").stat().st_size > 10_000
 
@@ -53,6 +55,7 @@ def test_a_qps_sweep_gives_astra_serves_numbers_and_plots_as_curves(tmp_path, ca
     ({"workload": {"serve": SERVE}, "run": {"platform": "hgx-h100"}},
      "run: a serving spec (workload.serve) takes astra serve's options"),
     ({"workload": {"serve": {**SERVE, "report-json": "x.json"}}}, "report-json is set by the sweep itself"),
+    ({"workload": {"serve": {**SERVE, "output": "x.json"}}}, "output is set by the sweep itself"),
     ({"workload": {"serve": {**SERVE, "qpss": 1}}}, "unknown astra serve option 'qpss' (did you mean 'qps'?)"),
     ({"workload": {"serve": SERVE}, "axes": {"grid": {"run.nodes": [1, 2]}}},
      "axis run.nodes: a serving spec varies astra serve's options"),

@@ -1,4 +1,5 @@
-"""``astra workload systolic`` (ASTRA-sim 1.0's generator) and ``astra systolic`` (SCALE-sim's report)."""
+"""``astra workload systolic`` (ASTRA-sim 1.0's generator) and ``astra compute systolic`` (SCALE-sim's report; the
+top-level ``astra systolic`` is its deprecated alias, removed in the next release)."""
 
 from __future__ import annotations
 
@@ -52,18 +53,42 @@ def add_commands(subparsers):
                         "gradient's cycles (it reads one overwritten COMPUTE_REPORT.csv three times)")
     p.set_defaults(run_command=_cmd_workload)
 
-    p = subparsers.add_parser(
+    _, compute = subcommands(subparsers, "compute", "compute_command",
+                             help="compute models' own tools: astra compute systolic (SCALE-sim's report)",
+                             description="The compute models' own commands.")
+    _add_report_command(compute.add_parser(
         "systolic", help="SCALE-sim's COMPUTE_REPORT.csv for a topology file, from the cycle model",
-        description="Print SCALE-sim's COMPUTE_REPORT.csv for every layer of a SCALE-sim topology file on a "
-        "SCALE-sim config (as SCALE-sim would write it), in milliseconds instead of hours. With several "
-        "--config, a table of total cycles per layer and config.")
+        description=REPORT_DESCRIPTION), _cmd_report)
+    _add_report_command(subparsers.add_parser(
+        "systolic", help="deprecated: use astra compute systolic (removed in the next release)",
+        description="Deprecated alias of astra compute systolic (removed in the next release). " + REPORT_DESCRIPTION),
+        _cmd_report_alias)
+
+
+#: the description of ``astra compute systolic`` (and of its deprecated alias ``astra systolic``)
+REPORT_DESCRIPTION = ("Print SCALE-sim's COMPUTE_REPORT.csv for every layer of a SCALE-sim topology file on a "
+                      "SCALE-sim config (as SCALE-sim would write it), in milliseconds instead of hours. With several "
+                      "--config, a table of total cycles per layer and config.")
+#: what ``astra systolic`` prints before it runs
+DEPRECATION = ("'astra systolic' is deprecated; use 'astra compute systolic' (it will be removed in the next "
+               "release)")
+
+
+def _add_report_command(p, run):
     p.add_argument("topology", metavar="TOPOLOGY.csv")
     p.add_argument("--config", action="append", required=True, metavar="FILE.cfg", help="repeatable")
     p.add_argument("--gemm", action="store_true", help="rows are name,M,N,K (SCALE-sim's -i gemm)")
     p.add_argument("--scalesim", choices=VERSIONS, default="3.0.0",
                    help="SCALE-sim arithmetic and report layout (default 3.0.0)")
     p.add_argument("-o", "--output", metavar="REPORT.csv", help="write the report there (one --config)")
-    p.set_defaults(run_command=_cmd_report)
+    p.set_defaults(run_command=run)
+
+
+def _cmd_report_alias(args):
+    from astra_sim.cliutil import warning
+
+    warning(DEPRECATION)
+    return _cmd_report(args)
 
 
 def _cmd_workload(args):

@@ -38,6 +38,7 @@ def summarize(model):
         })
     ranks = model.rank_node
     return {
+        "units": {"time": "ns", "size": "bytes"},  # bandwidths carry theirs in their names (GiBps, Gbps)
         "file": model.path,
         "infrastructure": model.infrastructure_path,
         "annotations": list(model.annotation_paths),
@@ -124,32 +125,45 @@ def register_command(subparsers):
     parser.add_argument("--logical-dims", metavar="D0,D1,...",
                         help="logical dimensions (default: the wrapper's logical_dims; for --to-analytical "
                              "without any, detected from the graph)")
-    parser.add_argument("--json", action="store_true", help="with --summary: JSON output")
-    parser.add_argument("-o", "--output", metavar="PATH", help="write to PATH instead of stdout")
+    parser.add_argument("-o", "--output", metavar="PATH",
+                        help="write to PATH: the summary as JSON (latencies in ns; the text still on stdout), or the "
+                        "analytical YAML (instead of stdout)")
+    parser.add_argument("--json", action="store_true", help="with --summary: print the summary as JSON on stdout")
     parser.set_defaults(run_command=run_command)
     return parser
 
 
 def run_command(args):
+    """--summary: the text (or with --json the JSON) on stdout, -o writes the JSON; --to-analytical: the YAML on
+    stdout, or into -o's file. -o always writes a file, --json always prints JSON (the CLI's vocabulary)."""
     if args.summary:
         model = load_infragraph(args.file, logical_dims=args.logical_dims, strict=False)
         info = summarize(model)
-        text = json.dumps(info, indent=1) + "\n" if args.json else format_summary(info)
-    else:
-        model = load_infragraph(args.file, logical_dims=args.logical_dims, strict=True)
-        explicit = args.logical_dims is not None or "logical_dims" in model.settings
-        dims = model.logical_dims if explicit else None
-        result = to_analytical(model.network, dims)
-        source = (f"{model.logical_dims} from {model.dims_source}" if explicit
-                  else f"{result['npus_count']} (detected from the graph)")
-        text = format_analytical(result, args.file, source)
+        data = json.dumps(info, indent=1) + "\n"
+        if args.output:
+            _write(args.output, data)
+        print(data if args.json else format_summary(info), end="")
+        return 0
+    if args.json:
+        raise ConfigError("--json is for --summary (--to-analytical prints YAML)")
+    model = load_infragraph(args.file, logical_dims=args.logical_dims, strict=True)
+    explicit = args.logical_dims is not None or "logical_dims" in model.settings
+    dims = model.logical_dims if explicit else None
+    result = to_analytical(model.network, dims)
+    source = (f"{model.logical_dims} from {model.dims_source}" if explicit
+              else f"{result['npus_count']} (detected from the graph)")
+    text = format_analytical(result, args.file, source)
     if args.output:
-        from astra_sim.cliutil import write_text_atomic
-
-        try:
-            write_text_atomic(args.output, text)
-        except OSError as exc:
-            raise ConfigError(f"cannot write {args.output}: {exc}") from None
+        _write(args.output, text)
     else:
         print(text, end="")
     return 0
+
+
+def _write(path, text):
+    from astra_sim.cliutil import write_text_atomic
+
+    try:
+        write_text_atomic(path, text)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {path}: {exc}") from None

@@ -2,7 +2,8 @@
 throughput-latency curve of a QPS sweep (``astra serve --qps 1,2,4 ...``, several serve reports, or an ``astra
 sweep`` results file of serving points: one curve per deployment).
 
-A serve report is recognised by its ``ttft_ms`` and ``deployment`` keys (a sweep's by ``qps_sweep``)."""
+A serve report is recognised by its ``ttft_ns`` and ``deployment`` keys (a sweep's by ``qps_sweep``). Reports and
+sweep rows keep integer ns; the figures show ms."""
 
 from __future__ import annotations
 
@@ -10,6 +11,13 @@ import json
 import os
 
 from astra_sim.errors import ConfigError
+
+MS = 1_000_000
+
+
+def _ms(ns):
+    """Integer ns (a report's unit) as ms (the figures'); None stays None."""
+    return None if ns is None else ns / MS
 
 
 def read_serve(path):
@@ -21,13 +29,14 @@ def read_serve(path):
         return None  # read_report names the problem
     if isinstance(data, dict) and isinstance(data.get("qps_sweep"), list):
         points = data["qps_sweep"]
-    elif isinstance(data, dict) and "ttft_ms" in data and "deployment" in data:
+    elif isinstance(data, dict) and ("ttft_ns" in data or "ttft_ms" in data) and "deployment" in data:
         points = [data]
     else:
         return None
     for point in points:
-        if not isinstance(point, dict) or not isinstance(point.get("cdf_ms"), dict):
-            raise ConfigError(f"{path}: a serve report without cdf_ms (written by an older astra serve?)")
+        if not isinstance(point, dict) or not isinstance(point.get("cdf_ns"), dict):
+            raise ConfigError(f"{path}: a serve report without cdf_ns (written by an older astra serve, in ms? run "
+                              "astra serve again)")
     return points
 
 
@@ -48,9 +57,9 @@ def cdf_figure(points, labels):
     for ax, key, title in zip(axes, ("ttft", "tpot", "e2e"), ("time to first token", "time per output token",
                                                                "end-to-end latency")):
         for point, label in zip(points, labels):
-            values = point["cdf_ms"].get(key) or []
+            values = point["cdf_ns"].get(key) or []
             if values:
-                ax.plot(values, quantiles[:len(values)], label=label)
+                ax.plot([_ms(v) for v in values], quantiles[:len(values)], label=label)
         ax.set_xlabel(f"{title} (ms)")
         ax.set_ylabel("fraction of requests")
         ax.set_xscale("log")
@@ -93,8 +102,8 @@ def _throughput_latency(curves, suptitle, figsize):
 
 def throughput_latency_figure(points, labels):
     """The throughput-latency curve of serve reports (a QPS sweep's, or several), sorted by throughput."""
-    curve = [{"x": p["throughput_tokens_per_s"], "ttft": (p["ttft_ms"]["p50"], p["ttft_ms"]["p99"]),
-              "tpot": (p["tpot_ms"]["p50"], p["tpot_ms"]["p99"]),
+    curve = [{"x": p["throughput_tokens_per_s"], "ttft": (_ms(p["ttft_ns"]["p50"]), _ms(p["ttft_ns"]["p99"])),
+              "tpot": (_ms(p["tpot_ns"]["p50"]), _ms(p["tpot_ns"]["p99"])),
               "qps": f"{p['qps']:g}" if isinstance(p.get("qps"), (int, float)) else None} for p in points]
     return _throughput_latency([(None, curve)], "throughput-latency curve (labels: QPS)", (11, 4))
 
@@ -125,7 +134,8 @@ def is_serve_sweep(rows):
 
 
 def serve_sweep_figure(axes, rows, title):
-    """Throughput-latency curves of an ``astra sweep`` of serving points: TTFT and TPOT (p50 solid, p99 dashed)
+    """Throughput-latency curves of an ``astra sweep`` of serving points (columns in ns, drawn in ms): TTFT and TPOT
+    (p50 solid, p99 dashed)
     against output throughput, one curve per value of the axes other than ``workload.serve.qps`` (points sorted by
     throughput, labelled with their QPS); None when no point finished."""
 
@@ -144,8 +154,8 @@ def serve_sweep_figure(axes, rows, title):
         name = ", ".join(f"{a.split('.')[-1]}={row.get(a)}" for a in outer) or "deployment"
         curves.setdefault(name, []).append({
             "x": number(row, "throughput_tokens_per_s"),
-            "ttft": (number(row, "ttft_p50_ms"), number(row, "ttft_p99_ms")),
-            "tpot": (number(row, "tpot_p50_ms"), number(row, "tpot_p99_ms")),
+            "ttft": (_ms(number(row, "ttft_p50_ns")), _ms(number(row, "ttft_p99_ns"))),
+            "tpot": (_ms(number(row, "tpot_p50_ns")), _ms(number(row, "tpot_p99_ns"))),
             "qps": f"{row.get(QPS_AXIS)}" if QPS_AXIS in axes else None})
     return _throughput_latency(list(curves.items()), f"{title}: throughput-latency, {len(done)} of {len(rows)} points"
                                + (" (labels: QPS)" if QPS_AXIS in axes else ""), (12, 4.5))

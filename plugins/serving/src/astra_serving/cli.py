@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
+from astra_sim.cliutil import add_output_flags
 from astra_sim.errors import ConfigError
 
 from .spec import ServeSpec
@@ -19,11 +21,12 @@ def add_serve_command(sub):
         description="Simulate requests served by replicas of a model: a vLLM-style engine per replica (waiting "
         "queue, token budget, chunked prefill, paged KV cache sized from the GPU's memory, preemption) whose every "
         "iteration is timed by the step simulator (astra workload llm + astra run's engine) in this process, "
-        "memoised by bucketed batch shape. Prints TTFT, TPOT, end-to-end latency and throughput; --report-json "
-        "writes them all (docs/serving.md).")
+        "memoised by bucketed batch shape. Prints TTFT, TPOT, end-to-end latency and throughput (ms); -o/--output "
+        "writes the whole report as JSON, --json prints it (times in integer ns; docs/serving.md).")
     ServeSpec.add_cli_args(p)
-    out = p.add_argument_group("output")
-    out.add_argument("--report-json", metavar="OUT", help="write the report as JSON")
+    out = add_output_flags(p, "the report", aliases=("--report-json",),
+                           json_help="print the report as JSON on stdout (times in integer ns; the summary goes to "
+                           "stderr)")
     out.add_argument("--requests-csv", metavar="OUT", help="write one row per request (times in ns)")
     out.add_argument("-q", "--quiet", action="store_true", help="no terminal summary")
     p.set_defaults(run_command=_cmd_serve)
@@ -39,11 +42,14 @@ def specs_of(args):
 
 
 def _cmd_serve(args):
+    """Run each spec; the summary on stdout (on stderr with --json, whose JSON owns stdout); -o writes the report
+    (a QPS sweep's: ``{"qps_sweep": [...]}``)."""
     from astra_sim.cliutil import write_text_atomic
 
     from .deployment import serve
-    from .metrics import describe
+    from .metrics import UNITS, describe
 
+    shown = sys.stderr if args.json else sys.stdout
     reports = []
     for spec in specs_of(args):
         report, requests = serve(spec)
@@ -53,11 +59,11 @@ def _cmd_serve(args):
             print(f"{d['model']} on {d['gpus']} x {d['gpu']} ({d['description']})"
                   + (f" at {spec.qps:g} QPS" if spec.qps is not None else "") + f"; step simulator: "
                   f"{report['step_simulator']['shapes_simulated']} shapes for "
-                  f"{report['step_simulator']['lookups']} iterations; {report['wall_s']:.1f} s")
-            print(describe(report))
-    if args.report_json:
-        out = reports[0] if len(reports) == 1 else {"qps_sweep": reports}
-        write_text_atomic(args.report_json, json.dumps(out, indent=1) + "\n")
+                  f"{report['step_simulator']['lookups']} iterations; {report['wall_s']:.1f} s", file=shown)
+            print(describe(report), file=shown)
+    out = reports[0] if len(reports) == 1 else {"units": dict(UNITS), "qps_sweep": reports}
+    if args.output:
+        write_text_atomic(args.output, json.dumps(out, indent=1) + "\n")
     if args.requests_csv:
         if len(reports) > 1:
             raise ConfigError("--requests-csv is for one QPS (a sweep has one set of requests per QPS)")
@@ -65,6 +71,8 @@ def _cmd_serve(args):
         rows += [f"{r.id},{r.replica},{r.arrival_ns},{r.prompt_tokens},{r.output_tokens},{r.scheduled_ns},"
                  f"{r.first_token_ns},{r.finish_ns},{r.preemptions}" for r in sorted(requests, key=lambda r: r.id)]
         write_text_atomic(args.requests_csv, "\n".join(rows) + "\n")
+    if args.json:
+        print(json.dumps(out, indent=1))
     return 0
 
 

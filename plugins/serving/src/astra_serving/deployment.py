@@ -191,8 +191,9 @@ def serve(spec):
                    "chunked_prefill": not spec.no_chunked_prefill, "policy": spec.policy,
                    "preemption": spec.preemption, "prefix_caching": spec.prefix_caching,
                    "num_scheduler_steps": spec.num_scheduler_steps,
-                   "separate_prefills": spec.separate_prefills, "host_us_per_seq": host_us_per_seq(spec),
-                   "host_us_per_schedule": spec.host_us_per_schedule,
+                   "separate_prefills": spec.separate_prefills,
+                   "host_ns_per_seq": int(round(host_us_per_seq(spec) * 1000)),
+                   "host_ns_per_schedule": int(round(spec.host_us_per_schedule * 1000)),
                    "cuda_graphs": spec.cuda_graphs}}
     report["kv_cache"] = cap.to_dict()
     if spec.prefix_caching:
@@ -209,8 +210,8 @@ def serve(spec):
     report["step_simulator"] = timer.stats()
     if transfer is not None:
         spans = [t[2] - t[1] for t in cluster.transfers]
-        from .metrics import distribution_ms
+        from .metrics import distribution_ns
 
-        report["kv_transfer"] = transfer.stats() | {"time_ms": distribution_ms(spans)}
+        report["kv_transfer"] = transfer.stats() | {"time_ns": distribution_ns(spans)}
     report["wall_s"] = time.perf_counter() - started
     return report, requests

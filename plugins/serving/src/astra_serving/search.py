@@ -1,5 +1,6 @@
 """The cheapest serving deployment (fewest GPUs) of a model that meets a latency SLO at a QPS: ``astra search
---serve`` (plugins/sweep's command, which calls :func:`search_deployments`) and its alias ``astra serve-search``.
+--serve`` (plugins/sweep's command, which calls :func:`search_deployments`) and its deprecated alias ``astra
+serve-search`` (removed in the next release).
 
 Candidates are every TP size that divides the node (or ``--tp``) times every ``--pp`` and ``--ep`` size (default
 1) with 1 .. N replicas, and with ``--disaggregate-ratios`` prefill:decode pools of each ratio, scaled; each is
@@ -9,6 +10,9 @@ the search, and the best candidate of that count (the highest SLO fraction, then
 answer. A candidate whose model does not fit its GPUs is skipped, saying why. The candidates of one GPU count
 are independent runs: given an executor (``astra search --serve --jobs N`` or ``--dask ADDRESS``, astra-sweep's
 local pool or Dask cluster) they run side by side, with the same rows as one after the other.
+
+``-o/--output PATH`` writes every candidate's row and the answer as JSON, ``--json`` prints them (latencies in
+integer ns, with a ``units`` key); the terminal shows ms.
 """
 
 from __future__ import annotations
@@ -29,8 +33,8 @@ def add_serving_search_arguments(p, max_gpus=True):
     g.add_argument("--prompt-len", default=None, help="prompt length distribution (astra serve's; default 512)")
     g.add_argument("--output-len", default=None, help="output length distribution (default 128)")
     g.add_argument("--seed", type=int, default=None)
-    g.add_argument("--slo-ttft", type=positive_float, metavar="MS")
-    g.add_argument("--slo-tpot", type=positive_float, metavar="MS")
+    g.add_argument("--slo-ttft", type=positive_float, metavar="MS", help="TTFT SLO (ms)")
+    g.add_argument("--slo-tpot", type=positive_float, metavar="MS", help="TPOT SLO (ms)")
     g.add_argument("--slo-fraction", type=positive_float, default=None,
                    help="fraction of requests that must meet the SLO (default 0.9)")
     if max_gpus:
@@ -47,21 +51,42 @@ SERVE_DEFAULTS = {"requests": 500, "prompt_len": "512", "output_len": "128", "se
                   "disaggregate_ratios": "", "router": "least-loaded"}
 
 
+#: what ``astra serve-search`` prints before it runs (the alias goes in the next release)
+DEPRECATION = ("'astra serve-search' is deprecated; use 'astra search --serve' (it will be removed in the next "
+               "release)")
+
+
 def add_search_command(sub):
-    p = sub.add_parser("serve-search", help="find the cheapest serving deployment (GPUs, TP/PP/EP, replicas, P/D "
-                       "ratio) that meets a TTFT/TPOT SLO at a QPS (an alias of astra search --serve)",
-                       description="The cheapest serving deployment (fewest GPUs) of a model that meets a latency "
-                       "SLO at a QPS; the same search as astra search --serve (docs/serving.md).")
-    model = p.add_mutually_exclusive_group(required=True)
-    model.add_argument("--preset")
-    model.add_argument("--model", metavar="CONFIG")
-    p.add_argument("--platform", required=True)
+    """``astra serve-search``: the deprecated alias of ``astra search --serve`` (same flags, ``--max-gpus`` for
+    ``--gpus``), kept for one release."""
+    from astra_sim.cliutil import add_executor_flags, add_output_flags, add_platform_flags
+    from astra_workload_generators.llm.spec import add_model_flags
+
+    p = sub.add_parser("serve-search", help="deprecated: use astra search --serve (removed in the next release)",
+                       description="Deprecated alias of astra search --serve (removed in the next release): the "
+                       "cheapest serving deployment (fewest GPUs) of a model that meets a latency SLO at a QPS "
+                       "(docs/serving.md).")
+    add_model_flags(p, required=True)
+    add_platform_flags(p, required=True, nodes=False)
     p.add_argument("--tp", default=None, metavar="N,N,...", help="TP sizes (default: every divisor of the node)")
     p.add_argument("--pp", default=None, metavar="N,N,...", help="PP sizes (default 1)")
     p.add_argument("--ep", default=None, metavar="N,N,...", help="EP sizes (MoE models; default 1)")
-    p.add_argument("--json", metavar="FILE", help="every candidate's numbers and the answer")
+    add_output_flags(p, "every candidate's numbers and the answer")
+    add_executor_flags(p)
     add_serving_search_arguments(p)
-    p.set_defaults(run_command=search_deployments)
+    p.set_defaults(run_command=_cmd_serve_search)
+
+
+def _cmd_serve_search(args):
+    from astra_sim.cliutil import warning
+
+    warning(DEPRECATION)
+    if not (args.jobs or args.dask or args.executor):
+        return search_deployments(args)
+    from astra_sim.executors import make_executor
+
+    with make_executor(args.jobs, args.dask, args.executor) as executor:
+        return search_deployments(args, executor)
 
 
 def _sizes(text, flag, default):
@@ -117,7 +142,7 @@ def run_candidate(task, _payload=None):
     except InfeasibleError as exc:
         return "skipped", str(exc)
     return "ok", {"gpus": task["gpus"], "deployment": task["label"], "slo_fraction": report["goodput"]["fraction"],
-                  "ttft_p90_ms": report["ttft_ms"]["p90"], "tpot_p50_ms": report["tpot_ms"]["p50"],
+                  "ttft_p90_ns": report["ttft_ns"]["p90"], "tpot_p50_ns": report["tpot_ns"]["p50"],
                   "throughput_tokens_per_s": report["throughput_tokens_per_s"]}
 
 
@@ -138,8 +163,11 @@ def _run_group(tasks, executor):
 def search_deployments(args, executor=None):
     """Run the search ``args`` describes (``astra serve-search``'s or ``astra search --serve``'s flags), each GPU
     count's candidates on ``executor`` when given; exit status 0 with an answer, 1 when no deployment of at most
-    ``max_gpus`` GPUs meets the SLO."""
+    ``max_gpus`` GPUs meets the SLO. The progress goes to stdout, or to stderr with ``--json`` (whose JSON owns
+    stdout)."""
     import itertools
+
+    from .metrics import UNITS
 
     from astra_sim.platforms import get_platform
 
@@ -172,6 +200,7 @@ def search_deployments(args, executor=None):
          "qps": args.qps, "requests": args.requests, "prompt_len": args.prompt_len, "output_len": args.output_len,
          "seed": args.seed, "router": args.router, "slo_ttft": args.slo_ttft, "slo_tpot": args.slo_tpot},
         where="astra search --serve", flags=args.serve_arg)
+    shown = sys.stderr if getattr(args, "json", False) else sys.stdout
     rows, answer = [], None
     found = candidates(platform.gpus_per_node, tps, args.max_gpus, ratios, pps, eps)
     for gpus, group in itertools.groupby(found, key=lambda c: c[0]):
@@ -186,21 +215,28 @@ def search_deployments(args, executor=None):
             row = result
             rows.append(row)
             print(f"{label} ({gpus} GPUs): {100 * row['slo_fraction']:.1f} % meet the SLO, TTFT p90 "
-                  f"{row['ttft_p90_ms']:.1f} ms, TPOT p50 {row['tpot_p50_ms']:.1f} ms", flush=True)
+                  f"{_ms(row['ttft_p90_ns'])} ms, TPOT p50 {_ms(row['tpot_p50_ns'])} ms", file=shown, flush=True)
             if row["slo_fraction"] >= args.slo_fraction and (
-                    answer is None or (row["slo_fraction"], -row["ttft_p90_ms"]) > (answer["slo_fraction"],
-                                                                                    -answer["ttft_p90_ms"])):
+                    answer is None or (row["slo_fraction"], -row["ttft_p90_ns"]) > (answer["slo_fraction"],
+                                                                                    -answer["ttft_p90_ns"])):
                 answer = row
         if answer is not None:  # the fewest GPUs that meet the SLO: no larger count runs
             break
     if answer is None:
         print(f"no deployment of at most {args.max_gpus} GPUs meets the SLO for {100 * args.slo_fraction:g} % of "
-              "requests")
+              "requests", file=shown)
     else:
         print(f"cheapest: {answer['deployment']} = {answer['gpus']} GPUs ({100 * answer['slo_fraction']:.1f} % "
-              "meet the SLO)")
-    if args.json:
+              "meet the SLO)", file=shown)
+    result = {"units": dict(UNITS), "candidates": rows, "answer": answer}
+    if getattr(args, "output", None):
         from astra_sim.cliutil import write_text_atomic
 
-        write_text_atomic(args.json, json.dumps({"candidates": rows, "answer": answer}, indent=1) + "\n")
+        write_text_atomic(args.output, json.dumps(result, indent=1) + "\n")
+    if getattr(args, "json", False):
+        print(json.dumps(result, indent=1))
     return 0 if answer is not None else 1
+
+
+def _ms(ns):
+    return "n/a" if ns is None else f"{ns / 1e6:.1f}"

@@ -100,14 +100,14 @@ class ServeSpec:
     # ------------------------------------------------------------------ command line
     @staticmethod
     def add_cli_args(p):
-        """``astra serve``'s options (the command adds its output flags: --report-json, --requests-csv, -q)."""
-        from astra_sim.cliutil import non_negative_float, positive_float, positive_int
+        """``astra serve``'s options (the command adds its output flags: -o/--output, --json, --requests-csv, -q):
+        the shared model flags (``add_model_flags``) and ``--platform`` (``add_platform_flags``); ``--nodes`` is
+        per replica here."""
+        from astra_sim.cliutil import add_platform_flags, non_negative_float, positive_float, positive_int
+        from astra_workload_generators.llm.spec import add_model_flags
 
-        model = p.add_mutually_exclusive_group(required=True)
-        model.add_argument("--preset", help="model preset (astra workload llm --preset)")
-        model.add_argument("--model", metavar="CONFIG", help="a Hugging Face config.json, a folder holding one or a "
-                           "shipped config's name (astra workload llm --model), e.g. llama3-70b")
-        p.add_argument("--platform", required=True, help="machine of every replica (astra platforms)")
+        add_model_flags(p, required=True, help_suffix=" (the serving steps' model)")
+        add_platform_flags(p, required=True, nodes=False)
         p.add_argument("--nodes", type=positive_int, metavar="N",
                        help="nodes per replica (default: the fewest that hold TP x PP x EP GPUs; checked when given)")
         p.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel size of a replica")
@@ -198,8 +198,10 @@ class ServeSpec:
                          help="an astra run flag for every simulated step (repeatable, e.g. "
                          "--run-arg=--gpu-memory-op-rates=off; a mapping's run: {option: value} says the same)")
         slo = p.add_argument_group("SLOs and trace files")
-        slo.add_argument("--slo-ttft", type=positive_float, metavar="MS", help="TTFT SLO for goodput (ms)")
-        slo.add_argument("--slo-tpot", type=positive_float, metavar="MS", help="TPOT SLO for goodput (ms)")
+        slo.add_argument("--slo-ttft", type=positive_float, metavar="MS",
+                         help="TTFT SLO for goodput (ms; the report keeps it in ns)")
+        slo.add_argument("--slo-tpot", type=positive_float, metavar="MS",
+                         help="TPOT SLO for goodput (ms; the report keeps it in ns)")
         slo.add_argument("--timeline", metavar="FILE.json[.gz]",
                          help="a Chrome/Perfetto trace: each replica's iterations (batch shape in args), each "
                          "request's queueing, prefill and decode spans, the KV transfers")

@@ -342,19 +342,20 @@ def serve_spec(options, pm=None):
     return spec
 
 
-#: serving rows: the report's latency distributions (ms) as <name>_<stat>_ms columns
-SERVE_LATENCIES = (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("e2e", "e2e_ms"), ("queueing", "queueing_delay_ms"))
+#: serving rows: the report's latency distributions (integer ns) as <name>_<stat>_ns columns
+SERVE_LATENCIES = (("ttft", "ttft_ns"), ("tpot", "tpot_ns"), ("e2e", "e2e_ns"), ("queueing", "queueing_delay_ns"))
 
 
 def fill_serve_row(row, report):
-    """A serving point's row: TTFT, TPOT, end-to-end and queueing p50/p90/p99 (ms), output and request
-    throughput, the GPUs of the deployment and, with an SLO, goodput (requests/s meeting it)."""
+    """A serving point's row: TTFT, TPOT, end-to-end and queueing p50/p90/p99 (integer ns, as the report keeps
+    them), output and request throughput, the makespan (ns), the GPUs of the deployment and, with an SLO, goodput
+    (requests/s meeting it)."""
     for name, key in SERVE_LATENCIES:
         dist = report.get(key) or {}
         for stat in ("p50", "p90", "p99"):
-            row[f"{name}_{stat}_ms"] = dist.get(stat)
+            row[f"{name}_{stat}_ns"] = dist.get(stat)
     for key in ("throughput_tokens_per_s", "throughput_requests_per_s", "requests", "output_tokens",
-                "preemptions", "duration_s"):
+                "preemptions", "duration_ns"):
         row[key] = report.get(key)
     row["gpus"] = (report.get("deployment") or {}).get("gpus")
     goodput = report.get("goodput")

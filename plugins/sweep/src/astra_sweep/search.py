@@ -6,18 +6,26 @@ batch is enumerated; those whose estimated peak memory (:mod:`astra_workload_gen
 GPU's HBM are dropped, counted by why; the rest become one sweep (``workload.llm`` zipped over the layouts, run on
 the platform with the gpu compute model), simulated on the local pool or Dask, and ranked by step time.
 
+``-o/--output PATH`` writes the answer as JSON (the ranked layouts, the drops; times in integer ns, a ``units``
+key), ``--json`` prints it; ``--points RESULTS`` keeps every simulated point (.parquet or .csv; a rerun resumes).
+
 MFU = model FLOPs of the step (``6 * P * tokens + 12 * L * s^2 * h * sequences``, Megatron's count, no
 recomputation) / (step time x GPUs x the GPU's dense bf16 peak).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import sys
 import tempfile
 
-from astra_sim.cliutil import add_executor_flags, positive_int
+from astra_sim.cliutil import add_executor_flags, add_output_flags, add_platform_flags, positive_int
 from astra_sim.errors import ConfigError
+
+#: what the JSON's numbers are in
+UNITS = {"time": "ns", "size": "bytes"}
 
 
 def _ints(text):
@@ -35,15 +43,14 @@ def add_search_command(sub):
         "search", help="find the fastest TP/PP/VP/DP/micro-batch/ZeRO/recompute layout of an LLM on N GPUs",
         description="Enumerate every valid parallel layout of a model on --gpus GPUs for --global-batch "
         "sequences, drop those that do not fit the GPU's memory (saying why and how many), simulate the rest and "
-        "print the fastest with step time, MFU and memory.")
-    model = p.add_mutually_exclusive_group(required=True)
-    model.add_argument("--preset", help="model preset (astra workload llm --preset)")
-    model.add_argument("--model", metavar="CONFIG", help="a Hugging Face config.json, a folder holding one or a "
-                       "shipped config's name (astra workload llm --model)")
+        "print the fastest with step time, MFU and memory (-o/--output writes them as JSON, --json prints them).")
+    from astra_workload_generators.llm.spec import add_model_flags
+
+    add_model_flags(p, required=True)
     p.add_argument("--gpus", type=positive_int, default=None, metavar="N",
                    help="GPUs of the training layouts (required); with --serve the most GPUs a deployment may "
                         "use (default 32)")
-    p.add_argument("--platform", required=True, help="machine (astra platforms)")
+    add_platform_flags(p, required=True, nodes=False)
     p.add_argument("--global-batch", type=positive_int, default=None, metavar="B",
                    help="sequences per step (required for training layouts)")
     p.add_argument("--serve", action="store_true",
@@ -64,11 +71,13 @@ def add_search_command(sub):
                    "attention scores)")
     p.add_argument("--gemm-dtype", default="same", choices=("same", "fp8"))
     p.add_argument("--top", type=positive_int, default=10, metavar="K", help="configurations printed (default 10)")
-    p.add_argument("-o", "--output", default=None, metavar="RESULTS",
+    add_output_flags(p, "the answer", json_help="print the answer as JSON on stdout (the table goes to stderr); "
+                     "training: the ranked layouts (step_ns, mfu, peak_mem_bytes) and the drops; --serve: every "
+                     "candidate and the cheapest (latencies in ns)")
+    p.add_argument("--points", default=None, metavar="RESULTS",
                    help="keep every simulated point (.parquet or .csv; a rerun resumes it)")
     add_executor_flags(p)
     p.add_argument("--point-timeout", type=float, default=None, metavar="S")
-    p.add_argument("--json", metavar="FILE", help="the ranked layouts (step_ns, mfu, peak_mem_bytes) and the drops")
     p.add_argument("--plot", metavar="FILE.png", help="step time against memory of every simulated point")
     p.add_argument("--no-progress", action="store_true")
     _add_serving_arguments(p)
@@ -94,7 +103,7 @@ def _cmd_serve_search(args):
         from astra_serving.search import search_deployments
     except ImportError:
         raise ConfigError("astra search --serve needs the serving plugin (plugins/serving)") from None
-    for flag in ("global_batch", "seq_len", "output", "plot"):
+    for flag in ("global_batch", "seq_len", "points", "plot"):
         if getattr(args, flag, None):
             raise ConfigError(f"--{flag.replace('_', '-')} is for training layouts, not --serve")
     args.max_gpus = args.gpus or 32
@@ -156,8 +165,22 @@ def _options(cfg):
 
 
 def _cmd_search(args):
+    if args.output and os.path.splitext(args.output)[1].lower() in (".parquet", ".csv"):
+        raise ConfigError(f"-o/--output {args.output}: the answer is written as JSON; keep the simulated points "
+                          "with --points RESULTS.parquet|csv")
     if args.serve:
         return _cmd_serve_search(args)
+    if not args.json:
+        _search_layouts(args)
+        return 0
+    with contextlib.redirect_stdout(sys.stderr):  # --json owns stdout: the table and the summary go to stderr
+        result = _search_layouts(args)
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+def _search_layouts(args):
+    """The training search: prints the table, writes -o/--output and --plot; the answer as a mapping."""
     given = [f for f in _SERVE_ONLY if getattr(args, f, None)]
     if given:
         raise ConfigError(f"--{given[0].replace('_', '-')} is for --serve (serving deployments)")
@@ -238,34 +261,34 @@ def _cmd_search(args):
         spec_path = os.path.join(folder, "search.yaml")
         with open(spec_path, "w") as handle:
             yaml.safe_dump(spec, handle, sort_keys=False)
-        output = args.output or os.path.join(folder, "results.parquet")
+        output = args.points or os.path.join(folder, "results.parquet")
         summary = run_sweep(spec_path, output, jobs=args.jobs, dask=args.dask, executor=args.executor,
                             point_timeout=args.point_timeout, progress=False if args.no_progress else None)
         rows = _read(output)
     flops = training_flops(dims, args.global_batch)
     peak = gpu.tensor_tflops.get("fp8" if args.gemm_dtype == "fp8" else "bf16") * 1e12
-    ranked = []
+    ranked, steps = [], {}
     for cfg, row in zip(fit, [rows.get(_key(c)) for c in fit]):
         if row is None or row.get("status") != "ok":
             continue
+        steps[id(cfg)] = int(row["step_ns"])
         step = row["step_ns"] / 1e9
         ranked.append((step, flops / (step * args.gpus * peak), estimates[id(cfg)].total, cfg))
     ranked.sort(key=lambda x: x[0])
     _print_top(ranked[:args.top], args, summary)
-    if args.json:
-        import json
-
+    result = {"units": dict(UNITS),
+              "ranked": [{"layout": _options(c), "step_ns": steps[id(c)], "mfu": mfu, "peak_mem_bytes": int(mem)}
+                         for s, mfu, mem, c in ranked],
+              "dropped": {why: [_options(c) for c, _ in items] for why, items in dropped.items()},
+              "refused": invalid, "batch_refused": batch_refused}
+    if args.output:
         from astra_sim.cliutil import write_text_atomic
 
-        write_text_atomic(args.json, json.dumps({
-            "ranked": [{"layout": _options(c), "step_ns": int(s * 1e9), "mfu": mfu, "peak_mem_bytes": mem}
-                       for s, mfu, mem, c in ranked],
-            "dropped": {why: [_options(c) for c, _ in items] for why, items in dropped.items()},
-            "refused": invalid, "batch_refused": batch_refused}, indent=1) + "\n")
+        write_text_atomic(args.output, json.dumps(result, indent=1) + "\n")
     if args.plot:
         plot(ranked, {why: [m.total for _, m in items] for why, items in dropped.items()}, capacity, args.plot,
              f"{name} on {args.gpus} x {gpu.name}, batch {args.global_batch}")
-    return 0
+    return result
 
 
 def _key(cfg):

@@ -17,7 +17,7 @@ run's ``--gpu`` or the platform's GPU: ``gpu.hbm_bandwidth_gbps``, ``gpu.tensor_
 short for ``run.nodes``; without it a platform gets as many nodes as the workload's ranks fill.
 
 Serving points: ``workload: {serve: {...}}`` holds ``astra serve``'s long options (platform, tp, qps, requests,
-...), each point is one ``astra serve`` run and its row has the serving columns (``ttft_p50_ms`` ...
+...), each point is one ``astra serve`` run and its row has the serving columns (``ttft_p50_ns`` ...
 ``throughput_tokens_per_s``, see :func:`astra_sweep.point.fill_serve_row`); the axes are ``workload.serve.<option>``
 (``workload.serve.qps: [1, 2, 4, 8]`` is a QPS sweep, which ``astra plot`` draws as throughput-latency curves),
 and ``run``, ``gpu``, ``platform``, ``network`` and ``system`` do not apply.
@@ -43,11 +43,12 @@ WORKLOAD_KINDS = ("trace", "llm", "micro", "serve")
 TOP_KEYS = ("workload", "run", "axes", "gpu", "platform", "network", "system")
 AXIS_KINDS = ("grid", "zip", "random")
 #: astra run options the sweep sets itself
-RESERVED_RUN = ("workload-configuration", "report-json", "astra-sim-log", "quiet", "max-table-ranks", "plugin")
+RESERVED_RUN = ("workload-configuration", "output", "report-json", "json", "astra-sim-log", "quiet", "max-table-ranks",
+                "plugin")
 #: astra run options that write files of one run's own (a sweep's rows are its output)
 OWN_OUTPUT_RUN = ("timeline", "timeline-format", "timeline-ranks", "partial-report")
 #: astra serve options the sweep sets itself, or that write files of their own
-RESERVED_SERVE = ("report-json", "requests-csv", "timeline", "save-trace", "quiet")
+RESERVED_SERVE = ("output", "report-json", "json", "requests-csv", "timeline", "save-trace", "quiet")
 #: astra run options naming files whose contents travel with the point (Dask workers share no paths)
 FILE_RUN_OPTIONS = ("system-configuration", "network-configuration", "remote-memory-configuration",
                     "comm-group-configuration")

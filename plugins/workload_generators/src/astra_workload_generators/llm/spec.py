@@ -23,7 +23,7 @@ from .model import PRESETS, ModelDims, model_dims
 from .overlap import COMM_SMS_GROUPS, load_tp_overlap_sms, parse_comm_sms
 from .routing import parse_expert_load
 
-__all__ = ["LlmSpec", "generate_llm_workload", "llm_summary"]
+__all__ = ["LlmSpec", "add_model_flags", "generate_llm_workload", "llm_summary"]
 
 
 @dataclass(frozen=True)
@@ -262,6 +262,22 @@ def llm_summary(spec, *, on_warning=None) -> dict:
     return model_summary(*_spec_of(spec).resolve(on_warning))
 
 
+# --------------------------------------------------------------------------------------------------- shared flags
+def add_model_flags(parser, required=False, help_suffix=""):
+    """``--preset NAME`` / ``--model CONFIG``, one of them: how every command that names an LLM names it
+    (``astra workload llm``, ``astra serve``, ``astra search``, a plugin's own command), with one set of choices
+    and one help. ``help_suffix`` ends ``--model``'s help (what the command does with the config)."""
+    source = parser.add_mutually_exclusive_group(required=required)
+    source.add_argument("--preset", choices=sorted(PRESETS), metavar="NAME",
+                        help="published model dimensions: " + ", ".join(sorted(PRESETS)))
+    source.add_argument("--model", metavar="CONFIG",
+                        help="a Hugging Face config.json (or a folder holding one, or the name of a shipped one in "
+                        "the generator's configs/ folder, e.g. llama3-70b), read as it is: Llama, Mistral, Mixtral, "
+                        "Qwen2/Qwen2-MoE/Qwen3/Qwen3-MoE, Gemma 2/3, DeepSeek-V2/V3, GPT-2, GPT-NeoX, Phi-3"
+                        + help_suffix)
+    return source
+
+
 # --------------------------------------------------------------------------------------------------- helpers
 @functools.lru_cache(maxsize=None)
 def _parser():
@@ -292,13 +308,7 @@ def _add_flags(p):
     """``astra workload llm``'s model, layout, precision and mode flags (defaults: :class:`LlmSpec`'s)."""
     from astra_sim.cliutil import non_negative_int, positive_float, positive_int
 
-    source = p.add_mutually_exclusive_group()
-    source.add_argument("--preset", choices=sorted(PRESETS), help="published model dimensions")
-    source.add_argument("--model", metavar="CONFIG",
-                        help="a Hugging Face config.json (or a folder holding one, or the name of a shipped one in "
-                        "the generator's configs/ folder), read as it is: Llama, Mistral, Mixtral, Qwen2/Qwen2-MoE/"
-                        "Qwen3/Qwen3-MoE, Gemma 2/3, DeepSeek-V2/V3, GPT-2, GPT-NeoX, Phi-3; the flags below "
-                        "override its values")
+    add_model_flags(p, help_suffix="; the flags below override its values")
     for flag, what in (("layers", "transformer layers"), ("hidden", "hidden size h"), ("heads", "attention heads"),
                        ("kv-heads", "key/value heads (GQA; default: heads)"),
                        ("ffn-hidden", "FFN inner size (default 4h)"), ("vocab", "vocabulary size"),
