@@ -149,6 +149,10 @@ def test_hook_examples_are_working_plugins(tmp_path, capsys):
     box = get_platform("my-box", pm)
     assert box.describe(2)["total_gpus"] == 8
     assert box.resolve(2, {}).compute_model == "replay"
+    from astra_sim.executors import make_executor
+
+    with make_executor(executor="inprocess", pm=pm) as executor:
+        assert sorted(executor.run(lambda task, payload: task * payload, [(2, 3), (4, 5)])) == [(2, 6), (4, 20)]
     import argparse
 
     parser = argparse.ArgumentParser()

@@ -115,9 +115,28 @@ def astra_register_executors(registry):
 
 @hookspec
 def astra_run_start(run):
-    """Called once before the first event, with the fully built :class:`Simulation`."""
+    """Called once per run, after it is built (every trace read, the fold decided) and before its first event.
+
+    ``run`` is a read-only :class:`astra_sim.run.view.RunView`:
+    ``now_ns`` (the engine's time: 0 here), ``options`` (every run option by argparse dest, read-only),
+    ``workload_prefix``, ``workload_format`` / ``workload_format_name``, ``compact`` (a compact workload or
+    None), ``system_config``, ``comm_groups`` (read-only), ``npus_per_dim`` (a tuple), ``total_npus``,
+    ``network`` / ``network_backend_name``, ``memory`` / ``memory_backend_name``, ``compute_model`` /
+    ``compute_model_name``, ``symmetry`` (None unless the run folds; then counts a backend keeps cover one rank
+    per class: multiply by ``symmetry.order``), ``fold`` (a copy of the report's ``settings.fold``),
+    ``warn(message)`` and ``add_node_observer(fn)`` (``fn(rank, node, start_ns, end_ns)`` per finished node).
+
+    Setting an attribute raises AttributeError. What a plugin needs until ``astra_run_finish`` goes in
+    ``run.plugin_state[<plugin name>]``, a dict per run (the same view reaches both hooks). Check which
+    backend runs (``isinstance(run.compute_model, MyModel)``) before using one. Raise an
+    :class:`astra_sim.errors.AstraError` to stop the run with a one-line error.
+    """
 
 
 @hookspec
 def astra_run_finish(run, report):
-    """Called once after the last event with the :class:`astra_sim.report.Report`."""
+    """Called once per run, after its last event and its checks, with the same read-only ``run`` as
+    ``astra_run_start`` (``plugin_state`` included; ``now_ns`` is the last event's time) and the
+    :class:`astra_sim.report.Report`, which the hook may add to (``report.settings[...]``,
+    ``report.stats[...]``) before it is returned or written. Not called when the run fails. A folded run that
+    is simulated again unfolded is a new run: a new view, both hooks again."""
