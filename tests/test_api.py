@@ -139,3 +139,11 @@ def test_the_readmes_python_flow_runs(tmp_path, monkeypatch):
     report = namespace["report"]
     assert report.max_finish_ns > 0 and len(namespace["ranks"]) == 16
     assert json.loads((tmp_path / "report.json").read_text())["units"]["time"] == "ns"
+
+
+def test_every_platform_states_its_device_memory():
+    from astra_sim.platforms import platforms
+
+    for name, platform in platforms().items():
+        memory = platform.device_memory_bytes()
+        assert isinstance(memory, int) and memory >= 16 << 30, name

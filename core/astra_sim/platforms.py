@@ -58,6 +58,11 @@ class Platform:
         options as parsed (an option the user gave explicitly wins over the platform's value)."""
         raise NotImplementedError
 
+    def device_memory_bytes(self) -> int | None:
+        """Memory of one device (HBM), bytes: what memory checks (``astra search``'s layouts, a serving engine's
+        KV cache) hold a rank's estimate against; None when the platform does not say."""
+        return None
+
     def variant(self, **changes) -> "Platform":
         """The same platform with some of its numbers changed (a sweep's ``platform.<key>`` axes);
         platforms that cannot vary raise ConfigError naming the keys."""

@@ -62,6 +62,10 @@ class TpuPreset(Platform):
     def describe(self, nodes: int = 1) -> dict:
         return self.numbers(nodes)
 
+    def device_memory_bytes(self) -> int:
+        """The chip's HBM (GiB, as Google states it), bytes."""
+        return self.hbm_gib << 30
+
     def resolve(self, nodes: int, options: dict) -> PlatformSetup:
         """The slice's configurations and SCALE-sim config; the systolic arrays time the compute. Explicit
         ``--systolic-config``, ``--systolic-ghz`` and ``--systolic-hbm-gbps`` win."""

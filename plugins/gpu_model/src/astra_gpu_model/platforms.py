@@ -62,6 +62,11 @@ class Platform(_Platform):
     def describe(self, nodes: int = 1) -> dict:
         return self.numbers(nodes)
 
+    def device_memory_bytes(self) -> int | None:
+        """The GPU's HBM capacity (decimal GB, as the vendors state it), bytes; None when its YAML has none."""
+        capacity = load_gpu(self.gpu).hbm_capacity_gb
+        return None if capacity is None else int(capacity * 1e9)
+
     def variant(self, **changes) -> "Platform":
         """``gpus_per_node``, ``nic_gbps`` (GB/s per GPU, decimal) or ``gpu`` (a preset name or GPU YAML) changed."""
         from dataclasses import replace
