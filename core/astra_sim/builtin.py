@@ -145,12 +145,6 @@ def _halving_doubling(com_type, rank, topo, size, direction, window):
     return HalvingDoubling(com_type, rank, topo, size)
 
 
-def _in_switch(com_type, rank, topo, size, direction, window):
-    from astra_sim.system.in_switch import InSwitch
-
-    return InSwitch(com_type, rank, topo, size)
-
-
 def _double_binary_tree(com_type, rank, tree, size, direction, window):
     if rank not in tree.parent:
         from astra_sim.errors import ConfigError
@@ -191,9 +185,8 @@ def astra_register_collective_algorithms(registry):
     add("halvingDoubling", CollectiveAlgorithmSpec("ring", _halving_doubling), "recursive halving/doubling")
     add("oneHalvingDoubling", CollectiveAlgorithmSpec("one", _halving_doubling), "halving/doubling over all NPUs")
     add("doubleBinaryTree", CollectiveAlgorithmSpec("tree", _double_binary_tree), "double binary tree all-reduce")
-    # In-switch: each rank sends to its ring neighbour and the switch waits for all members (rotation-symmetric).
-    add("inSwitch", CollectiveAlgorithmSpec("ring", _in_switch, symmetry="rotation", per_dimension_groups=True),
-        "the Switch dimension's switch reduces (in-network)")
+    # inSwitch (a switch dimension's switch reduces) is registered by the network_analytical plugin, beside the
+    # backends that declare switches.
 
 
 class NoRemoteMemory:

@@ -24,6 +24,10 @@ _DEFAULT_PG = ("", "0", None, 0)
 #: communicator keys that are no group of the groups file: the default group, and point-to-point
 #: messages between ranks that share no group
 WORLD, P2P = 0, -1
+#: What a switch did in a recorded in-switch phase (the ``op`` of :meth:`SpanRecorder.in_switch_phase`): any
+#: collective algorithm whose switches reduce or multicast records its phases with these codes.
+IN_SWITCH_ALL_REDUCE, IN_SWITCH_REDUCE, IN_SWITCH_MULTICAST = range(3)
+IN_SWITCH_OP_NAMES = ("in-switch reduce + multicast", "in-switch reduce", "in-switch multicast")
 
 _GEMM_RE = re.compile(r"(^|[^a-z])(b?mm|addb?mm|baddbmm|matmul|gemm|linear|conv\w*|_scaled_mm|dot)([^a-z]|$)")
 _ATTENTION_RE = re.compile(r"attention|attn|sdpa|flash")
@@ -71,8 +75,8 @@ def node_group(node):
 class SpanRecorder:
     """Per simulated rank a flat ``array('q')`` of ``node id, start ns, end ns`` triples, in finish order;
     and, for the phases of a collective that a switch reduces or multicasts (``inSwitch``), a second one of
-    ``node id, op, dimensions (bit mask), bytes, start ns, end ns`` sextets (``op``: see
-    :mod:`astra_sim.system.in_switch`)."""
+    ``node id, op, dimensions (bit mask), bytes, start ns, end ns`` sextets (``op``: an ``IN_SWITCH_*`` code;
+    the ``inSwitch`` algorithm lives in the network_analytical plugin)."""
 
     def __init__(self, ranks):
         self.spans = {rank: array("q") for rank in ranks}

@@ -1,5 +1,10 @@
 """The ``inSwitch`` collective algorithm: the switch of a Switch dimension reduces and multicasts.
 
+It lives with the backends that declare switches (``in_switch(dim)`` -> :class:`astra_sim.api.InSwitchSpec`:
+analytical here, congestion / flow and ns-3 elsewhere) and is registered by this plugin; the kernel keeps only
+the generic pieces it uses (the span recorder's in-switch phases, ``shared.algorithm_state`` and
+``per_dimension_groups`` in :class:`astra_sim.api.CollectiveAlgorithmSpec`).
+
 Each NPU streams its data up to the switch of the dimension; the switch reduces the N streams at its
 reduction rate and multicasts the result down. One phase on one rank:
 
@@ -26,15 +31,19 @@ mirror images and arrive at the same time.
 
 from __future__ import annotations
 
-from astra_sim.api import in_switch_query
+from astra_sim.analysis.spans import (
+    IN_SWITCH_ALL_REDUCE as OP_ALL_REDUCE,
+    IN_SWITCH_MULTICAST as OP_MULTICAST,
+    IN_SWITCH_OP_NAMES as OP_NAMES,
+    IN_SWITCH_REDUCE as OP_REDUCE,
+)
+from astra_sim.api import InSwitchSpec, in_switch_query
 from astra_sim.errors import ConfigError
 from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, Algorithm
 from astra_sim.system.topology import CLOCKWISE, differing_dims
 
 _SEND, _WAIT, _LAND, _DONE = range(4)
-#: what a phase does at the switch, as recorded for the breakdown and the timelines
-OP_ALL_REDUCE, OP_REDUCE, OP_MULTICAST = range(3)
-OP_NAMES = ("in-switch reduce + multicast", "in-switch reduce", "in-switch multicast")
+#: what a phase does at the switch, as recorded for the breakdown and the timelines (the recorder's codes)
 _OPS = {ALL_REDUCE: OP_ALL_REDUCE, REDUCE_SCATTER: OP_REDUCE, ALL_GATHER: OP_MULTICAST}
 
 
@@ -169,8 +178,6 @@ def switch_spec(sys, topo):
 def tree_spec(specs):
     """An aggregation tree of switch tiers as one switch: each tier reduces once (latencies add up), the data
     cross every tier's links (link latencies add up), and the slowest tier's rates and smallest buffer bind."""
-    from astra_sim.api import InSwitchSpec
-
     buffers = [s.buffer_bytes for s in specs if s.buffer_bytes]
     return InSwitchSpec(can_reduce=True, line_rate=min(s.line_rate for s in specs),
                         reduce_rate=min(s.effective_rate() for s in specs),
@@ -198,3 +205,7 @@ def _one_switch(sys, dim):
                           "(switch_reduction is false in the network configuration)")
     cache[dim] = spec
     return spec
+
+
+__all__ = ["InSwitch", "SwitchReduction", "switch_spec", "tree_spec", "dims_mask", "OP_ALL_REDUCE", "OP_REDUCE",
+           "OP_MULTICAST", "OP_NAMES"]

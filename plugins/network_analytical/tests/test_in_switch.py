@@ -183,7 +183,7 @@ def _example():
     import importlib.util
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1] / "examples" / "in_switch"
+    root = Path(__file__).resolve().parents[3] / "examples" / "in_switch"
     spec = importlib.util.spec_from_file_location("in_switch_example", root / "run.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
