@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from array import array
 
 from astra_sim.chakra import types as T
+from astra_sim.ops import op_class
 
 #: What a node does, for the breakdown, the critical path and the timeline tracks.
 K_COMPUTE, K_CPU, K_COLL, K_SEND, K_RECV, K_MEM, K_INSTANT = range(7)
@@ -29,19 +29,11 @@ WORLD, P2P = 0, -1
 IN_SWITCH_ALL_REDUCE, IN_SWITCH_REDUCE, IN_SWITCH_MULTICAST = range(3)
 IN_SWITCH_OP_NAMES = ("in-switch reduce + multicast", "in-switch reduce", "in-switch multicast")
 
-_GEMM_RE = re.compile(r"(^|[^a-z])(b?mm|addb?mm|baddbmm|matmul|gemm|linear|conv\w*|_scaled_mm|dot)([^a-z]|$)")
-_ATTENTION_RE = re.compile(r"attention|attn|sdpa|flash")
-
 
 def name_op_class(name):
     """Op class from a node name alone (when the compute model does not classify): ``gemm``,
-    ``attention``, ``elementwise`` (any other ATen op) or ``other``."""
-    lower = (name or "").lower()
-    if _ATTENTION_RE.search(lower):
-        return "attention"
-    if _GEMM_RE.search(lower):
-        return "gemm"
-    return "elementwise" if lower.startswith("aten::") else "other"
+    ``attention``, ``elementwise`` (any other ATen op) or ``other`` (:func:`astra_sim.ops.op_class`)."""
+    return op_class(name)
 
 
 def node_kind(node):

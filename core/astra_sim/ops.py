@@ -1,0 +1,72 @@
+"""Which operator a node runs and what class of work it is: the one place that names ATen ops.
+
+A Chakra node from PyTorch names its operator ``aten::<op>[.<overload>]``. Compute models that time an op from
+its shapes (the ``gpu`` and ``systolic`` models) and the breakdown (which splits compute time into ``gemm``,
+``attention``, ``elementwise`` and ``other``) must agree on which names are matrix multiplies, convolutions and
+attention; so the names live here and the models keep only their per-op details (argument layouts, byte
+counts), keyed by these names.
+
+:func:`op_class` is the breakdown's rule when the compute model does not classify a node itself:
+
+1. an ATen op listed here: ``attention`` for :data:`ATTENTION_OPS`, ``gemm`` for :data:`GEMM_OPS` and
+   :data:`CONV_OPS`;
+2. any other name by its words (backward variants such as ``aten::convolution_backward``, the converters'
+   ``aten::mm(0)``, kernel names, generator labels such as ``COMP_NODE_conv1_FWD``): ``attention`` when it says
+   attention / attn / sdpa / flash, ``gemm`` when it says mm, matmul, gemm, linear, conv... as a word;
+3. otherwise ``elementwise`` for an ATen op and ``other`` for the rest.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: The classes :func:`op_class` returns.
+OP_CLASSES = ("gemm", "attention", "elementwise", "other")
+
+#: Matrix multiplies (matrix-vector products included), by canonical ATen name.
+GEMM_OPS = frozenset({
+    "mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "_scaled_mm", "mv", "addmv", "addbmm", "_addmm_activation",
+})
+#: Convolutions (timed as implicit GEMMs).
+CONV_OPS = frozenset({"convolution", "_convolution", "cudnn_convolution", "conv2d", "conv1d", "conv3d"})
+#: Fused attention kernels (scaled dot-product attention, FlashAttention, memory-efficient attention).
+ATTENTION_OPS = frozenset({
+    "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_backward",
+    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_efficient_attention_backward",
+    "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_cudnn_attention_backward",
+    "scaled_dot_product_attention", "_flash_attention_forward", "_flash_attention_backward",
+    "_efficient_attention_forward", "_efficient_attention_backward",
+})
+#: Ops whose time is bounded by the math units, not by memory: everything above.
+COMPUTE_BOUND_OPS = GEMM_OPS | CONV_OPS | ATTENTION_OPS
+
+#: Words that make a name that is not listed above a GEMM or attention (matched on the lower-cased name).
+_GEMM_WORDS = re.compile(r"(^|[^a-z])(b?mm|addb?mm|baddbmm|matmul|gemm|linear|conv\w*|_scaled_mm|dot)([^a-z]|$)")
+_ATTENTION_WORDS = re.compile(r"attention|attn|sdpa|flash")
+
+
+def canonical_name(name):
+    """``'aten::addmm.default'`` -> ``'addmm'``; None for names that are not ATen ops."""
+    if not isinstance(name, str) or not name.startswith("aten::"):
+        return None
+    return name[6:].split(".", 1)[0]
+
+
+def op_class(name):
+    """``gemm``, ``attention``, ``elementwise`` (any other ATen op) or ``other`` for a node name (any string, or
+    None); the rule is in the module docstring."""
+    op = canonical_name(name)
+    if op is not None:
+        if op in ATTENTION_OPS:
+            return "attention"
+        if op in GEMM_OPS or op in CONV_OPS:
+            return "gemm"
+    lower = name.lower() if isinstance(name, str) else ""
+    if _ATTENTION_WORDS.search(lower):
+        return "attention"
+    if _GEMM_WORDS.search(lower):
+        return "gemm"
+    return "elementwise" if lower.startswith("aten::") else "other"
+
+
+__all__ = ["OP_CLASSES", "GEMM_OPS", "CONV_OPS", "ATTENTION_OPS", "COMPUTE_BOUND_OPS", "canonical_name", "op_class"]
