@@ -77,12 +77,13 @@ class SystolicArray:
 
 def attention_gemms(name, shapes_text, types_text):
     """``[(batch, M, N, K), ...]`` of an SDPA op (forward 2 GEMMs, backward 5), or None."""
-    from astra_gpu_model.ops import ATTENTION_OPS, canonical_name, parse_list, tensor_args
+    from astra_gpu_model.ops import ATTENTION_OPS as ATTENTION_DETAILS, parse_list, tensor_args
+    from astra_sim.ops import ATTENTION_OPS, canonical_name
 
     op = canonical_name(name)
     if op not in ATTENTION_OPS:
         return None
-    _, layout, backward = ATTENTION_OPS[op]
+    _, layout, backward = ATTENTION_DETAILS[op]
     shapes = parse_list(shapes_text, "inputs.shapes") or []
     types = parse_list(types_text, "inputs.types") if types_text else None
     tensors = [a for a in tensor_args(shapes, types, "bf16") if a is not None and not isinstance(a, list)]

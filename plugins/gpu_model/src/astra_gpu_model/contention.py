@@ -47,11 +47,12 @@ from array import array
 
 from astra_sim.chakra import types as T
 from astra_sim.errors import WorkloadError
+from astra_sim.ops import COMPUTE_BOUND_OPS, canonical_name
 from astra_sim.workload.workload import DEFAULT_PG_NAMES
 
 from astra_gpu_model.gpu import DTYPE_BYTES
 from astra_gpu_model.grouped import group_shapes
-from astra_gpu_model.ops import ATTENTION_OPS, CONV_OPS, GEMM_OPS, OpError, canonical_name, classify, node_io
+from astra_gpu_model.ops import OpError, classify, node_io
 
 DEFAULT_COMM_SMS = 32
 FALLBACK_HBM_SHARE = 0.1
@@ -354,7 +355,7 @@ class Contention:
         """``compute`` (GEMMs, attention, convolutions, kernels of unknown ops) or ``memory``."""
         source = node if node.name.startswith("aten::") else model._launcher(node, rank)
         name = canonical_name(source.name) if source is not None else None
-        if name is None or name in GEMM_OPS or name in CONV_OPS or name in ATTENTION_OPS:
+        if name is None or name in COMPUTE_BOUND_OPS:
             return "compute"
         return "memory"
 

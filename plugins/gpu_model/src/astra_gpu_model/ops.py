@@ -15,6 +15,10 @@ import ast
 import math
 from dataclasses import dataclass
 
+# Which names are GEMMs, convolutions and attention is the kernel's (astra_sim.ops); re-exported for this package.
+from astra_sim.ops import ATTENTION_OPS as ATTENTION_NAMES
+from astra_sim.ops import CONV_OPS, GEMM_OPS, canonical_name
+
 #: ``inputs.types`` element type -> (model dtype, bytes per element).
 _TYPE_MAP = {
     "c10::BFloat16": ("bf16", 2), "c10::Half": ("fp16", 2), "float": ("fp32", 4), "double": ("fp64", 8),
@@ -31,10 +35,8 @@ _SCALAR_TYPE = {0: ("uint8", 1), 1: ("int8", 1), 2: ("int16", 2), 3: ("int32", 4
                 5: ("fp16", 2), 6: ("fp32", 4), 7: ("fp64", 8), 11: ("bool", 1), 15: ("bf16", 2),
                 23: ("fp8", 1), 24: ("fp8", 1), 25: ("fp8", 1), 26: ("fp8", 1)}
 
-GEMM_OPS = {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "_scaled_mm", "mv", "addmv", "addbmm",
-            "_addmm_activation"}
-CONV_OPS = {"convolution", "_convolution", "cudnn_convolution", "conv2d", "conv1d", "conv3d"}
-#: attention op -> (index of is_causal in the arguments, layout: BHSD or BSHD, backward?)
+#: attention op -> (index of is_causal in the arguments, layout: BHSD or BSHD, backward?); keyed by the kernel's
+#: attention names (:data:`astra_sim.ops.ATTENTION_OPS`, which own which ops are attention), checked below.
 ATTENTION_OPS = {
     "_scaled_dot_product_flash_attention": (4, "BHSD", False),
     "_scaled_dot_product_flash_attention_backward": (11, "BHSD", True),
@@ -48,6 +50,9 @@ ATTENTION_OPS = {
     "_efficient_attention_forward": (None, "BSHD", False),
     "_efficient_attention_backward": (None, "BSHD", True),
 }
+if set(ATTENTION_OPS) != ATTENTION_NAMES:  # a name added on one side only would be timed as memory-bound
+    raise ImportError("astra_gpu_model.ops.ATTENTION_OPS must list exactly astra_sim.ops.ATTENTION_OPS; differs in "
+                      f"{sorted(set(ATTENTION_OPS) ^ ATTENTION_NAMES)}")
 #: Ops that launch no GPU kernel (views, metadata, allocation).
 NO_WORK_OPS = {
     "view", "reshape", "_reshape_alias", "_unsafe_view", "t", "transpose", "permute", "expand", "expand_as",
@@ -86,17 +91,6 @@ class Op:
 
 class OpError(ValueError):
     """The node's shapes or types cannot be used (the caller falls back to num_ops/tensor_size/replay)."""
-
-
-def canonical_name(name):
-    """``'aten::addmm.default'`` -> ``'addmm'``; None for names that are not ATen ops."""
-    if not name:
-        return None
-    if name.startswith("aten::"):
-        name = name[6:]
-    else:
-        return None
-    return name.split(".", 1)[0]
 
 
 def parse_list(text, what):
@@ -441,4 +435,5 @@ def node_io(node):
     return shapes, types, values
 
 
-__all__ = ["Op", "OpError", "classify", "canonical_name", "node_io", "GEMM_OPS", "ATTENTION_OPS", "NO_WORK_OPS"]
+__all__ = ["Op", "OpError", "classify", "canonical_name", "node_io", "GEMM_OPS", "CONV_OPS", "ATTENTION_OPS",
+           "NO_WORK_OPS"]
