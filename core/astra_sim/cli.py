@@ -208,7 +208,7 @@ def _cmd_run(pm, args):
     for message in early:
         say(message)
     if args.report_json:  # an output that cannot be written is an error before the simulation
-        from astra_sim.analysis.output import check_writable_folder
+        from astra_sim.outputs import check_writable_folder
 
         check_writable_folder(os.path.dirname(os.path.abspath(args.report_json)), f"--output {args.report_json}")
     run = None
@@ -226,7 +226,8 @@ def _cmd_run(pm, args):
         return _interrupted(interrupt.pending, None, args, early, written=bool(args.report_json))
     if args.json:
         sys.stdout.write(json.dumps(report.to_dict(), indent=1) + "\n")
-    if args.astra_sim_log:
+    reference_log = report.astra_sim_log is not None  # an output format collected the reference's stdout
+    if reference_log:
         # stdout carries exactly the reference's lines, so scripts that diff them keep working;
         # the summary goes to stderr then.
         sys.stdout.write("".join(line + "\n" for line in report.astra_sim_log_lines(prefixed=True)))
@@ -234,7 +235,7 @@ def _cmd_run(pm, args):
     if not quiet:
         from astra_sim.summary import print_summary
 
-        print_summary(report, args.max_table_ranks, stderr=args.astra_sim_log)
+        print_summary(report, args.max_table_ranks, stderr=reference_log)
     return 0
 
 

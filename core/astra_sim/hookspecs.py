@@ -110,6 +110,19 @@ def astra_register_executors(registry):
     """
 
 
+@hookspec
+def astra_register_output_formats(registry):
+    """Register output formats (timelines, reports of their own, logs): ``registry.output_format(name, factory,
+    options=(), description="")``.
+
+    ``factory(options, total_npus)`` gets a run's options (by argparse dest) before the run is built and
+    returns None (not asked for) or an :class:`astra_sim.outputs.OutputFormat`: ``needs_spans``,
+    ``needs_every_rank`` (None or why the run must not fold), ``start(run)`` before the first event and
+    ``finish(run, report)`` after the last (write files, add report keys). ``options`` names the run options
+    the format reads. Raise a ConfigError in the factory for an output that cannot be written.
+    """
+
+
 # ---------------------------------------------------------------- run lifecycle
 
 

@@ -44,7 +44,8 @@ class Report:
     finish_order: list = field(default_factory=list)
     network_stats: dict = field(default_factory=dict)
     #: ``(logger, level, message)`` for every line the reference would print, in its order; None
-    #: unless the run collected them (``astra_sim_log=True``, ``astra run --astra-sim-log``).
+    #: unless the run collected them (``astra_sim_log=True``, ``astra run --astra-sim-log``: the
+    #: astra-analysis plugin's reference log; ``astra run`` then prints them on stdout).
     astra_sim_log: list | None = None
     #: every message left unmatched at the end (only a run with ``allow_unmatched`` gets a report
     #: with any): dicts with src, dst, size, tag, kind, state and, for trace nodes, node/trace
@@ -53,9 +54,9 @@ class Report:
     complete: bool = True
     #: the slowest rank's breakdown and the ranks grouped by identical breakdowns (None: not recorded)
     breakdown: dict | None = None
-    #: the chain of nodes and waits that sets the last finish time (``critical_path=True``)
+    #: the chain of nodes and waits that sets the last finish time (``critical_path=True``; astra-analysis)
     critical_path: dict | None = None
-    #: the timeline files written (``timeline=PATH``)
+    #: the timeline files written (``timeline=PATH``; astra-analysis)
     timeline: dict | None = None
 
     # (a partial report's ranks still running have None; the summary counts the finished ones)
@@ -134,8 +135,6 @@ class Report:
         if self.astra_sim_log is not None:
             if not prefixed:
                 return [message for _, _, message in self.astra_sim_log]
-            from astra_sim.reference_log import spdlog_line
-
             now = time.time()
             return [spdlog_line(logger, level, message, now) for logger, level, message in self.astra_sim_log]
         by_rank = {r.rank: r for r in self.ranks}
@@ -145,6 +144,13 @@ class Report:
             exposed = r.exposed_comm_ns % (1 << 64)
             lines.append(f"sys[{r.rank}] finished, {r.finish_ns} cycles, exposed communication {exposed} cycles.")
         return lines
+
+
+def spdlog_line(logger, level, message, now=None):
+    """``message`` behind spdlog's default prefixes: ``[date time.ms] [logger] [level] ``."""
+    now = time.time() if now is None else now
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
+    return f"[{stamp}.{int(now * 1000) % 1000:03d}] [{logger}] [{level}] {message}"
 
 
 def _pandas():

@@ -56,7 +56,7 @@ class Run:
             else:
                 configs[key] = path
         options.update({k: configs[k] for k in ("system_configuration", "network_configuration")})
-        options.update(platform=spec.platform, nodes=spec.nodes, astra_sim_log=spec.astra_sim_log)
+        options.update(platform=spec.platform, nodes=spec.nodes)
         return Simulation(
             spec.workload, configs["system_configuration"], configs["network_configuration"],
             configs["remote_memory_configuration"], configs["comm_group_configuration"],
@@ -64,9 +64,7 @@ class Run:
             compute_model=resolved.compute_model, workload_format=spec.workload_format,
             num_queues_per_dim=spec.num_queues_per_dim, injection_scale=spec.injection_scale,
             rendezvous=spec.rendezvous, plugin_manager=self.pm, options=options, fold=spec.fold,
-            astra_sim_log=spec.astra_sim_log, on_warning=self.on_warning, allow_unmatched=spec.allow_unmatched,
-            breakdown=spec.breakdown, critical_path=spec.critical_path, timeline=spec.timeline,
-            timeline_format=spec.timeline_format, timeline_ranks=spec.timeline_ranks)
+            on_warning=self.on_warning, allow_unmatched=spec.allow_unmatched, breakdown=spec.breakdown)
 
     def _finish(self, report):
         from astra_sim.generated import inline_settings

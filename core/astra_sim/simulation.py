@@ -10,7 +10,9 @@ counts, the built ranks):
 * :func:`astra_sim.run.build.build_ranks`: traces, system layers and workloads, which share a
   :class:`astra_sim.system.context.SharedContext` (not this object);
 * :mod:`astra_sim.run.loop`: the event loop and the deadlock / unmatched-message checks;
-* :mod:`astra_sim.run.report`: the report.
+* :mod:`astra_sim.run.report`: the report;
+* :mod:`astra_sim.outputs`: what the run's options ask to be written besides (timelines, the critical path,
+  the reference log: registered output formats).
 
 Lifecycle hooks see the run through :class:`astra_sim.run.view.RunView` (read-only).
 """
@@ -24,6 +26,7 @@ from astra_sim.chakra import ChakraError
 from astra_sim.errors import WorkloadError
 from astra_sim.folding.engine import FoldTieBroken
 from astra_sim.folding.plan import FoldedRunIncomplete, FoldPlanner
+from astra_sim.outputs import output_registry
 from astra_sim.plugins import make_plugin_manager
 from astra_sim.run.build import RunSetup, build_ranks
 from astra_sim.run.catalogue import CollectiveCatalogue
@@ -68,25 +71,23 @@ class Simulation:
         options=None,
         plugin_manager=None,
         fold=True,
-        astra_sim_log=False,
         on_warning=None,
         allow_unmatched=False,
         breakdown=True,
-        critical_path=False,
-        timeline=None,
-        timeline_format="chrome",
-        timeline_ranks=None,
+        **output_options,
     ):
+        # Keywords such as timeline=, critical_path=, astra_sim_log= are run options an output format reads.
+        self.pm = plugin_manager or make_plugin_manager(plugins, block, extra_plugins)
+        outputs = output_registry(self.pm)
+        options = _with_output_options(options, output_options, outputs)
         # Kept to run again unfolded when a folded run finds a tie it cannot order exactly.
         self._arguments = dict(
             workload=workload, system=system, network=network, memory=memory, comm_groups=comm_groups,
             network_backend=network_backend, memory_backend=memory_backend, compute_model=compute_model,
             workload_format=workload_format, num_queues_per_dim=num_queues_per_dim,
             injection_scale=injection_scale, rendezvous=rendezvous, plugins=plugins, block=block,
-            extra_plugins=extra_plugins, options=options, plugin_manager=plugin_manager,
-            allow_unmatched=allow_unmatched,
-            breakdown=breakdown, critical_path=critical_path, timeline=timeline, timeline_format=timeline_format,
-            timeline_ranks=timeline_ranks)
+            extra_plugins=extra_plugins, options=options, plugin_manager=self.pm,
+            allow_unmatched=allow_unmatched, breakdown=breakdown)
         #: a run that ends with sends never received (or receives never sent) is an error unless allowed
         self.allow_unmatched = bool(allow_unmatched)
         self._active = self  # the run in progress (a fresh unfolded one after a folded run gave up)
@@ -96,9 +97,7 @@ class Simulation:
         self._node_observers = []
         self.finish_order = []
         self.node_counts = {}
-        self.reference_log = None  # a ReferenceLog when the reference's stdout is wanted (--astra-sim-log)
         self.ranks = None  # the BuiltRanks, once built
-        self.pm = plugin_manager or make_plugin_manager(plugins, block, extra_plugins)
         self.setup = setup = RunSetup(
             workload, system, network, memory, comm_groups, pm=self.pm, network_backend=network_backend,
             memory_backend=memory_backend, compute_model=compute_model, workload_format=workload_format,
@@ -109,21 +108,16 @@ class Simulation:
                            add_node_observer=self._node_observers.append))
         self.catalogue = CollectiveCatalogue(setup.registry, setup.system_config, setup.system_config_path,
                                              setup.npus_per_dim, self.warn, setup.context)
-        if astra_sim_log or setup.options.get("astra_sim_log"):
-            from astra_sim.reference_log import ReferenceLog
-
-            self.reference_log = ReferenceLog(self)
-        #: fold symmetric ranks (simulate one per class); ``fold_info`` says what happened and why.
-        #: --astra-sim-log needs every rank's own nodes (their statistics and issue order): no folding.
-        self.folding = FoldPlanner(setup, self.catalogue, fold, None if self.reference_log is None else
-                                   "not folded: --astra-sim-log prints every rank's own statistics")
-        # What the run records for the report (astra_sim.analysis): spans of every executed node, kept
-        # only when something derives from them (the breakdown, the critical path, a timeline).
-        from astra_sim.analysis.output import TimelineRequest
-
-        self.timeline = TimelineRequest.make(timeline, timeline_format, timeline_ranks, setup.total_npus)
+        #: ``[(name, OutputFormat)]`` the options ask for (astra_sim.outputs); an unwritable one fails here
+        self.outputs = outputs.requested(setup.options, setup.total_npus)
+        #: fold symmetric ranks (simulate one per class); ``fold_info`` says what happened and why. An output
+        #: that needs every rank's own nodes (the reference log) turns folding off.
+        every_rank = next((o.needs_every_rank for _, o in self.outputs if o.needs_every_rank), None)
+        self.folding = FoldPlanner(setup, self.catalogue, fold, every_rank)
+        # What the run records (astra_sim.analysis): spans of every executed node, kept only when something
+        # derives from them (the breakdown, an output format that reads them).
         self.want_breakdown = bool(breakdown)
-        self.want_critical_path = bool(critical_path)
+        self.want_spans = self.want_breakdown or any(o.needs_spans for _, o in self.outputs)
         self.recorder = None
         self.analysis = None
         #: what the lifecycle hooks get (astra_run_start / astra_run_finish)
@@ -165,6 +159,10 @@ class Simulation:
     native_impls = _of("catalogue", "native_impls")
     custom_impl = _of("catalogue", "custom_impl")
     check_dimensions_covered = _of("catalogue", "check_dimensions_covered")
+
+    def output(self, name):
+        """The requested output format ``name`` (an :class:`astra_sim.outputs.OutputFormat`), or None."""
+        return next((output for found, output in self.outputs if found == name), None)
 
     @property
     def fold_requested(self):
@@ -229,10 +227,7 @@ class Simulation:
         When it folds, only class representatives get a workload and a system layer; the other entries of
         ``systems`` and ``workloads`` are None."""
         self.ranks = build_ranks(self.setup, self.setup.workload_format, self.catalogue, self.folding,
-                                 warn=self.warn, record_node=self.record_node, rank_finished=self.rank_finished,
-                                 reference_log=self.reference_log)
-        if self.reference_log is not None:  # never folded: every rank has its workload
-            self.reference_log.watch(self.workloads)
+                                 warn=self.warn, record_node=self.record_node, rank_finished=self.rank_finished)
 
     def run(self, measure_memory=False):
         try:
@@ -260,15 +255,15 @@ class Simulation:
             if not self.workloads:
                 self.build()
             built = time.perf_counter()
-            if self.want_breakdown or self.want_critical_path or self.timeline is not None:
+            if self.want_spans:
                 from astra_sim.analysis.spans import SpanRecorder
 
                 self.recorder = SpanRecorder([w.rank for w in self.workloads if w is not None])
                 self._node_observers.append(self.recorder.observer())
                 if self.ranks is not None:
                     self.ranks.shared.recorder = self.recorder
-            if self.timeline is not None:
-                self.timeline.prepare(self)
+            for _, output in self.outputs:
+                output.start(self.view)
             self.pm.hook.astra_run_start(run=self.view)
             run_events(self.engine, self.workloads, self.symmetry is not None)
         except ChakraError as exc:
@@ -283,22 +278,35 @@ class Simulation:
         self.unmatched_messages = check_all_matched(self.workloads, self.matcher, folded, self.allow_unmatched,
                                                     self.warn)
         report = final_report(self, built - started, finished - built, peak)
+        if self.outputs:
+            for _, output in self.outputs:
+                output.finish(self.view, report)
+            report.warnings.extend(w for w in self.warnings if w not in report.warnings)  # raised by outputs
         self.pm.hook.astra_run_finish(run=self.view, report=report)
-        if self.timeline is not None:
-            written = time.perf_counter()
-            report.timeline = self.timeline.write(self.analysis, report)
-            report.stats["timeline_s"] = round(time.perf_counter() - written, 6)
-            if self.timeline.link_load is not None and self.timeline.link_load.bins:
-                from astra_sim.analysis.links import utilisation_summary
-
-                report.network_stats["link_utilisation"] = utilisation_summary(self.timeline.link_load,
-                                                                               report.max_finish_ns)
         return report
 
     def partial_report(self, reason):
         """What an interrupted run knew (``astra run --partial-report``): the ranks so far (``finish_ns``
         None for those still running), marked ``complete: False``. The run is not resumable."""
         return partial_report(self._active, reason)
+
+
+def _with_output_options(options, given, outputs):
+    """``options`` with the output keywords given to :class:`Simulation` (``timeline=``, ``critical_path=``, ...)
+    added; a keyword no registered output format reads is a ConfigError (its plugin is not loaded)."""
+    given = {k: v for k, v in given.items() if v is not None and v is not False}
+    if not given:
+        return options
+    known = outputs.option_names()
+    unknown = sorted(k for k in given if k not in known)
+    if unknown:
+        from astra_sim.errors import ConfigError
+
+        formats = ", ".join(outputs.names()) or "none"
+        raise ConfigError(f"Simulation(): no output format reads {', '.join(unknown)} (registered output formats: "
+                          f"{formats}; timelines, the critical path and the reference log are the astra-analysis "
+                          "plugin's)")
+    return {**(options or {}), **given}
 
 
 def simulate(*args, **kwargs):

@@ -68,11 +68,6 @@ class RunSpec:
     fold: bool = True
     allow_unmatched: bool = False
     breakdown: bool = True
-    critical_path: bool = False
-    timeline: str | None = None
-    timeline_format: str = "chrome"
-    timeline_ranks: str | None = None
-    astra_sim_log: bool = False
     options: dict = field(default_factory=dict)
 
     # ------------------------------------------------------------------ command line
@@ -126,18 +121,6 @@ class RunSpec:
         ours.add_argument("--allow-unmatched", action="store_true",
                           help="a send never received (or a receive never sent) is a warning listed in the report's "
                                "unmatched_messages, not an error (exit 3)")
-        ours.add_argument("--astra-sim-log", action="store_true",
-                          help="also print the reference's 'sys[i] finished, T cycles, ...' lines")
-        ours.add_argument("--timeline", metavar="PATH",
-                          help="write the run as Chrome trace events (PATH.json or PATH.json.gz; Perfetto, "
-                               "chrome://tracing), or with --timeline-format kineto a folder of per-rank traces")
-        ours.add_argument("--timeline-format", choices=("chrome", "kineto"), default="chrome",
-                          help="chrome (default): one trace-event file; kineto: one PyTorch-profiler-shaped trace per "
-                               "rank (HolisticTraceAnalysis reads the folder)")
-        ours.add_argument("--timeline-ranks", metavar="RANGES",
-                          help="ranks the timeline holds, e.g. 0-7,64 (default: all)")
-        ours.add_argument("--critical-path", action="store_true",
-                          help="report the chain of nodes and waits that sets the last finish time")
         ours.add_argument("--no-breakdown", action="store_true",
                           help="do not record where each rank's time goes (the report's breakdown)")
 

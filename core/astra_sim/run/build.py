@@ -136,8 +136,7 @@ class BuiltRanks:
         self.traces_parsed = traces_parsed
 
 
-def build_ranks(setup, workload_format, catalogue, folding, *, warn, record_node, rank_finished,
-                reference_log=None):
+def build_ranks(setup, workload_format, catalogue, folding, *, warn, record_node, rank_finished):
     """Read every rank's trace and check its graph; decide whether the run folds (``folding``, a
     :class:`~astra_sim.folding.plan.FoldPlanner`); give each simulated rank its system layer and workload.
 
@@ -158,7 +157,7 @@ def build_ranks(setup, workload_format, catalogue, folding, *, warn, record_node
         compute_model=setup.compute_model, memory=setup.memory, options=setup.options,
         comm_groups=setup.comm_groups, group_stream_ids=folding.canonical_groups, host_issue=setup.host_issue,
         symmetry=folding.symmetry, catalogue=catalogue, warn=warn, record_node=record_node,
-        rank_finished=rank_finished, reference_log=reference_log)
+        rank_finished=rank_finished)
     total = setup.total_npus
     systems = [None] * total
     workloads = [None] * total

@@ -1,6 +1,6 @@
 """A run's :class:`~astra_sim.report.Report`: its settings (the inputs and choices that produced it), per-rank
 numbers (a folded run's non-representatives get their class representative's), statistics, and the
-analyses derived from the recorded spans (breakdown, critical path)."""
+breakdown derived from the recorded spans (output formats add their own parts: :mod:`astra_sim.outputs`)."""
 
 from __future__ import annotations
 
@@ -93,8 +93,7 @@ def final_report(sim, build_s, run_s, peak_bytes):
     }
     if peak_bytes is not None:
         stats["peak_python_memory_bytes"] = peak_bytes
-    log = sim.reference_log.records(ranks, finish_order) if sim.reference_log is not None else None
-    report = Report(ranks, run_settings, stats, list(sim.warnings), finish_order, network_stats(sim.network), log,
+    report = Report(ranks, run_settings, stats, list(sim.warnings), finish_order, network_stats(sim.network),
                     unmatched_messages=list(sim.unmatched_messages))
     if sim.recorder is not None:
         analyse(sim, report)
@@ -102,7 +101,7 @@ def final_report(sim, build_s, run_s, peak_bytes):
 
 
 def analyse(sim, report):
-    """The breakdown and critical path from the recorded spans (astra_sim.analysis)."""
+    """The breakdown from the recorded spans (astra_sim.analysis); ``sim.analysis`` is what output formats read."""
     from astra_sim.analysis.spans import Analysis
 
     started = time.perf_counter()
@@ -114,8 +113,4 @@ def analyse(sim, report):
         for rank, result in zip(report.ranks, per_rank):
             rank.breakdown = result
         report.breakdown = summary(per_rank, [r.finish_ns for r in report.ranks])
-    if sim.want_critical_path:
-        from astra_sim.analysis.critical_path import critical_path
-
-        report.critical_path = critical_path(analysis, report)
     report.stats["analysis_s"] = round(time.perf_counter() - started, 6)

@@ -43,6 +43,46 @@ class RunView:
         simulated ranks only (:attr:`symmetry`)."""
         self._sim.add_node_observer(fn)
 
+    def add_plan_observer(self, fn) -> None:
+        """``fn(rank, group, com_type)`` runs whenever a simulated rank plans a collective on a communicator
+        group (``group.npus``, ``group.group_id``), before its streams are made (the reference log's
+        ``custom ring`` lines). Call it from ``astra_run_start`` or an output format's ``start``."""
+        self._sim.ranks.shared.plan_observers.append(fn)
+
+    def record_issue_order(self) -> dict:
+        """``{rank: [node id, ...]}`` for the simulated ranks, each list filled with the ids in the order the
+        rank issues its nodes from now on (the reference log's statistics order). Call it before the first
+        event; calling it again returns the same lists."""
+        out = {}
+        for workload in self._sim.workloads:
+            if workload is not None:
+                if workload.issue_log is None:
+                    workload.issue_log = []
+                out[workload.rank] = workload.issue_log
+        return out
+
+    # ------------------------------------------------------------ progress and results
+    @property
+    def ranks_finished(self) -> int:
+        """How many ranks have finished so far."""
+        return len(self._sim.finish_order)
+
+    @property
+    def finish_order(self) -> tuple:
+        """The simulated ranks in the order they finished (so far)."""
+        return tuple(self._sim.finish_order)
+
+    @property
+    def analysis(self):
+        """After the run, when it recorded spans (the breakdown, or an output format with ``needs_spans``):
+        the :class:`astra_sim.analysis.spans.Analysis` of every rank (read it, do not change it); else None."""
+        return self._sim.analysis
+
+    def algorithm_spec(self, name):
+        """The collective catalogue's entry for an implementation name of the system configuration
+        (``[CollectiveAlgorithmSpec, ...]``; an AstraError for an unknown name)."""
+        return self._sim.catalogue.algorithm_spec(name)
+
     # ------------------------------------------------------------ inputs
     @property
     def options(self):

@@ -12,7 +12,9 @@ from __future__ import annotations
 class SharedContext:
     """The narrow context of the system and workload layers (built once per run, after the fold decision).
 
-    Read on the hot path, so plain slots. ``recorder`` is set when the run records spans (before the first
+    Read on the hot path, so plain slots. ``plan_observers`` are ``fn(rank, group, com_type)`` called when a
+    rank plans a collective on a communicator group (:meth:`astra_sim.run.view.RunView.add_plan_observer`;
+    empty unless an output asks). ``recorder`` is set when the run records spans (before the first
     event); ``algorithm_state`` is the one place collective algorithms keep state shared between ranks
     (keyed by the algorithm, e.g. the in-switch reductions waiting for their members)."""
 
@@ -27,13 +29,13 @@ class SharedContext:
         # the collective catalogue (astra_sim.run.catalogue.CollectiveCatalogue)
         "algorithm_spec", "native_impls", "custom_impl", "check_dimensions_covered",
         # reporting back to the run
-        "warn", "record_node", "rank_finished", "reference_log", "recorder",
+        "warn", "record_node", "rank_finished", "plan_observers", "recorder",
         "algorithm_state",
     )
 
     def __init__(self, *, engine, system_config, npus_per_dim, queues_per_dim, rendezvous, matcher, network,
                  compute_model, memory, options, comm_groups, group_stream_ids, host_issue, symmetry, catalogue,
-                 warn, record_node, rank_finished, reference_log=None):
+                 warn, record_node, rank_finished):
         self.engine = engine
         self.system_config = system_config
         self.npus_per_dim = list(npus_per_dim)
@@ -59,6 +61,6 @@ class SharedContext:
         self.warn = warn
         self.record_node = record_node
         self.rank_finished = rank_finished
-        self.reference_log = reference_log
+        self.plan_observers = []
         self.recorder = None
         self.algorithm_state = {}

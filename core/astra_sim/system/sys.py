@@ -330,8 +330,9 @@ class Sys:
 
     def generate_collective(self, com_type, size, involved_dims, group, explicit_priority, notifier, node_id=-1):
         """Create the streams of one collective; ``notifier(elapsed_ns)`` runs when it ends."""
-        if group is not None and self.shared.reference_log is not None:
-            self.shared.reference_log.group_plan(self.rank, group, com_type)
+        if group is not None and self.shared.plan_observers:
+            for observe in self.shared.plan_observers:
+                observe(self.rank, group, com_type)
         custom = self.shared.custom_impl(com_type, node_id)
         if custom is not None:
             return self._generate_custom(custom, com_type, size, group, explicit_priority, notifier)

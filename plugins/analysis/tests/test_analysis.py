@@ -17,7 +17,7 @@ from astra_sim.humanize import format_ns, parse_rank_ranges, rank_ranges
 from astra_sim.simulation import Simulation, simulate
 from astra_sim.testing import write_network_config, write_system_config
 
-PLUGINS = ["network_analytical"]
+PLUGINS = ["network_analytical", "analysis"]
 
 
 def comp(i, micros, deps=(), name=None, **attrs):

@@ -1,5 +1,5 @@
 """HolisticTraceAnalysis reads the Kineto-shaped traces of a simulated run, and its temporal breakdown and
-comm/comp overlap agree with the report's breakdown within 1 % (astra_sim.analysis.kineto)."""
+comm/comp overlap agree with the report's breakdown within 1 % (astra_analysis.kineto)."""
 
 from __future__ import annotations
 

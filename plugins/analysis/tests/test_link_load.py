@@ -1,5 +1,5 @@
 """Link use over time (``--timeline``): the bins add up to what each link carried, and without a timeline the
-backends record nothing (astra_sim.analysis.links)."""
+backends record nothing (astra_analysis.links)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def test_bins_add_up_to_each_links_traffic(tmp_path, backend):
     args = _case(tmp_path)
     sim = Simulation(*args, network_backend=backend, timeline=str(tmp_path / "trace.json.gz"))
     report = sim.run()
-    load = sim.timeline.link_load
+    load = sim.output("timeline").link_load
     links = {row.get("link", i): row for i, row in enumerate(report.network_stats["links"])}
     assert load.bins
     for link, bins in load.bins.items():
@@ -54,12 +54,12 @@ def test_no_timeline_no_link_recording(tmp_path, backend):
     args = _case(tmp_path)
     sim = Simulation(*args, network_backend=backend)
     report = sim.run()
-    assert sim.timeline is None and "link_utilisation" not in report.network_stats
+    assert sim.output("timeline") is None and "link_utilisation" not in report.network_stats
     assert getattr(sim.network, "_link_load", None) is None
 
 
 def test_coarsening_keeps_the_total():
-    from astra_sim.analysis.links import LinkLoad
+    from astra_analysis.links import LinkLoad
 
     load = LinkLoad(width_ns=10, max_bins=8)
     load.add(0, 5, 25)  # 20 ns

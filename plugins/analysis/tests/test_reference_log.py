@@ -15,7 +15,7 @@ from hypothesis import given, settings, strategies as st
 from astra_sim import simulate
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.cli import main
-from astra_sim.reference_log import (
+from astra_analysis.reference_log import (
     LIBSTDCXX_BUCKET_COUNTS, libstdcxx_iteration_order, merged_length, spdlog_line,
 )
 from astra_sim.testing import system_config

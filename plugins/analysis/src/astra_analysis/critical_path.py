@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
-from astra_sim.analysis.events import Messages, track
+from astra_analysis.events import Messages, track
 from astra_sim.analysis.spans import K_COLL, K_COMPUTE, K_CPU, K_INSTANT, K_MEM, K_RECV, K_SEND, WORLD, node_group
 
 TOP = 10

@@ -147,7 +147,7 @@ def phase_lanes(intervals):
 def in_switch_events(view):
     """The rank's in-switch phases as timeline slices: ``(lane, start, end, name, args)``, one per phase of a
     collective that a switch reduced or multicast (``inSwitch``); lanes keep overlapping chunks apart."""
-    from astra_sim.system.in_switch import OP_NAMES
+    from astra_sim.analysis.spans import IN_SWITCH_OP_NAMES as OP_NAMES
 
     phases = list(view.in_switch_phases())
     if not phases:

@@ -1,33 +1,31 @@
-"""``--timeline PATH``: what to write, checked before the simulation starts, and written after it."""
+"""The output formats this plugin registers (:mod:`astra_sim.outputs`): each reads its run options, checks what
+it will write before the run starts, and fills its part of the report after the last event.
+
+* ``timeline`` (``--timeline PATH``, ``--timeline-format``, ``--timeline-ranks``): Chrome trace events or
+  Kineto-shaped traces (:mod:`astra_analysis.timeline`, :mod:`astra_analysis.kineto`), with link-load counter
+  tracks from a backend that records link use (:mod:`astra_analysis.links`);
+* ``critical_path`` (``--critical-path``): :mod:`astra_analysis.critical_path`;
+* ``astra_sim_log`` (``--astra-sim-log``): the reference simulator's stdout (:mod:`astra_analysis.reference_log`).
+"""
 
 from __future__ import annotations
 
 import os
-import tempfile
+import time
 
+from astra_sim.api import link_load_recorder
 from astra_sim.errors import ConfigError
+from astra_sim.outputs import OutputFormat, check_writable_folder
 
 FORMATS = ("chrome", "kineto")
+TIMELINE_OPTIONS = ("timeline", "timeline_format", "timeline_ranks")
 
 
-def check_writable_folder(folder, what):
-    """Make ``folder`` (and its parents) and check a file can be created in it; a ConfigError names ``what``."""
-    folder = os.path.abspath(os.fspath(folder))
-    try:
-        os.makedirs(folder, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"{what}: cannot create the output folder {folder}: {exc.strerror or exc}") from None
-    try:
-        handle, probe = tempfile.mkstemp(prefix=".astra-probe-", dir=folder)
-        os.close(handle)
-        os.unlink(probe)
-    except OSError as exc:
-        raise ConfigError(f"{what}: cannot write into the folder {folder}: {exc.strerror or exc}") from None
-
-
-class TimelineRequest:
+class TimelineRequest(OutputFormat):
     """A timeline to write: ``chrome`` (one Chrome trace-event JSON, ``.json`` or ``.json.gz``) or
     ``kineto`` (a folder with one PyTorch-profiler-shaped trace per rank)."""
+
+    needs_spans = True
 
     def __init__(self, path, fmt, ranks, total):
         self.path = os.fspath(path)
@@ -35,6 +33,12 @@ class TimelineRequest:
         self.ranks = ranks  # None: every rank
         self.total = total
         self.link_load = None  # a LinkLoad when the network backend records link use over time
+
+    @classmethod
+    def from_options(cls, options, total):
+        """The output format factory: None without ``--timeline``."""
+        return cls.make(options.get("timeline"), options.get("timeline_format"), options.get("timeline_ranks"),
+                        total)
 
     @classmethod
     def make(cls, path, fmt, ranks, total):
@@ -75,20 +79,70 @@ class TimelineRequest:
     def written_ranks(self):
         return range(self.total) if self.ranks is None else self.ranks
 
-    def prepare(self, run):
+    def start(self, run):
         """Before the run: ask a network backend with links to record their use over time."""
-        record = getattr(run.network, "record_link_load", None)
+        record = link_load_recorder(run.network)
         if record is not None:
-            from astra_sim.analysis.links import LinkLoad
+            from astra_analysis.links import LinkLoad
 
             self.link_load = LinkLoad()
             record(self.link_load)
 
+    def finish(self, run, report):
+        started = time.perf_counter()
+        report.timeline = self.write(run.analysis, report)
+        report.stats["timeline_s"] = round(time.perf_counter() - started, 6)
+        if self.link_load is not None and self.link_load.bins:
+            from astra_analysis.links import utilisation_summary
+
+            report.network_stats["link_utilisation"] = utilisation_summary(self.link_load, report.max_finish_ns)
+
     def write(self, analysis, report):
         if self.format == "chrome":
-            from astra_sim.analysis.timeline import write_chrome_trace
+            from astra_analysis.timeline import write_chrome_trace
 
             return write_chrome_trace(self, analysis, report)
-        from astra_sim.analysis.kineto import write_kineto_traces
+        from astra_analysis.kineto import write_kineto_traces
 
         return write_kineto_traces(self, analysis, report)
+
+
+class CriticalPathRequest(OutputFormat):
+    """``--critical-path``: the report's ``critical_path`` from the recorded spans."""
+
+    needs_spans = True
+
+    @classmethod
+    def from_options(cls, options, total):
+        return cls() if options.get("critical_path") else None
+
+    def finish(self, run, report):
+        from astra_analysis.critical_path import critical_path
+
+        started = time.perf_counter()
+        report.critical_path = critical_path(run.analysis, report)
+        report.stats["analysis_s"] = round(report.stats.get("analysis_s", 0) + time.perf_counter() - started, 6)
+
+
+class ReferenceLogRequest(OutputFormat):
+    """``--astra-sim-log``: the report's ``astra_sim_log`` (the lines ``astra run`` prints on stdout)."""
+
+    needs_every_rank = "not folded: --astra-sim-log prints every rank's own statistics"
+
+    def __init__(self):
+        self.log = None
+
+    @classmethod
+    def from_options(cls, options, total):
+        return cls() if options.get("astra_sim_log") else None
+
+    def start(self, run):
+        from astra_analysis.reference_log import ReferenceLog
+
+        self.log = ReferenceLog(run)
+
+    def finish(self, run, report):
+        report.astra_sim_log = self.log.records(report.ranks, report.finish_order)
+
+
+__all__ = ["TimelineRequest", "CriticalPathRequest", "ReferenceLogRequest", "TIMELINE_OPTIONS", "FORMATS"]

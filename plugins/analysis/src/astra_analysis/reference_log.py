@@ -22,9 +22,9 @@ lines (and the summation order of the roofline averages) is libstdc++'s iteratio
 from __future__ import annotations
 
 import math
-import time
 
 from astra_sim.chakra import types as T
+from astra_sim.report import spdlog_line  # noqa: F401  (the prefixes astra run prints the lines with)
 
 #: Bucket counts a libstdc++ ``std::unordered_map`` takes as it grows from empty: 13 at the first
 #: insertion, then the next of these when an insertion would exceed one element per bucket
@@ -116,35 +116,27 @@ def _ieee_div(a, b):
     return a / b
 
 
-def spdlog_line(logger, level, message, now=None):
-    """``message`` behind spdlog's default prefixes: ``[date time.ms] [logger] [level] ``."""
-    now = time.time() if now is None else now
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
-    return f"[{stamp}.{int(now * 1000) % 1000:03d}] [{logger}] [{level}] {message}"
-
-
 class ReferenceLog:
     """Collects what the reference would print during one run and renders it afterwards.
 
-    ``run`` is the :class:`~astra_sim.simulation.Simulation`; it calls :meth:`watch` once the
-    ranks are built, :meth:`group_plan` from the system layer, and :meth:`records` for the report.
+    ``run`` is the run's read-only :class:`~astra_sim.run.view.RunView` before its first event (every rank
+    simulated: the format turns folding off): the log observes every finished node, each rank's issue order
+    (the key order of the reference's statistics) and the collectives planned on communicator groups
+    (:meth:`group_plan`); :meth:`records` renders it for the report.
     """
 
     def __init__(self, run):
         self.run = run
         self._nodes = {}  # rank -> {node id: (kind, start, end, roofline metrics or None)}
-        self._issue_logs = {}  # rank -> the node ids in the order the rank issued them
+        self._issue_logs = run.record_issue_order()  # rank -> the node ids in the order the rank issued them
         self._group_events = []  # (ranks finished before it, message)
         self._group_plans = set()
         config = run.system_config
         self._roofline = config.roofline_enabled and not config.replay_only
-        run.context.add_node_observer(self._observe)
+        run.add_node_observer(self._observe)
+        run.add_plan_observer(self.group_plan)
 
     # ------------------------------------------------------------ during the run
-    def watch(self, workloads):
-        """Start recording each rank's issue order (the key order of the reference's statistics)."""
-        for workload in workloads:
-            workload.issue_log = self._issue_logs.setdefault(workload.rank, [])
 
     def _observe(self, rank, node, start_ns, end_ns):
         kind = node_kind(node)
@@ -175,7 +167,7 @@ class ReferenceLog:
         self._group_plans.add(key)
         n = len(group.npus)
         self._group_events.append((
-            len(self.run.finish_order),
+            self.run.ranks_finished,
             f"custom ring, id: {rank}, dimension: local total nodes in ring: {n} "
             f"index in ring: {group.npus.index(rank)} total nodes in ring {n}",
         ))

@@ -27,7 +27,7 @@ import gzip
 import json
 import os
 
-from astra_sim.analysis.events import (
+from astra_analysis.events import (
     TID_IN_SWITCH, TID_RECV, Messages, NodeDescriber, in_switch_events, recv_lanes, track,
 )
 from astra_sim.analysis.spans import K_COLL, K_RECV, K_SEND

@@ -1,0 +1,129 @@
+"""Output formats: what a run writes or adds to its report beyond the kernel's own numbers (timelines, the
+critical path, the reference simulator's log, ...), as one registered role.
+
+A plugin registers one with the hook ``astra_register_output_formats(registry)``:
+``registry.output_format(name, factory, options=(...), description="")``. For every run the kernel calls
+``factory(options, total_npus)`` with the run's options (by argparse dest; the plugin adds its flags through
+``astra_add_run_options``); it returns None when the options do not ask for the format, else an
+:class:`OutputFormat`. The factory runs before the run is built, so an output that cannot be written is an
+error (a ConfigError) before any event. ``options`` names the run options the format reads, so that
+``Simulation(timeline=...)`` and ``simulate(timeline=...)`` without a plugin that reads them are an error, not a
+silently missing file.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+
+from astra_sim.errors import ConfigError, PluginError
+
+
+class OutputFormat:
+    """One requested output of one run (what a factory returns). Override what you need.
+
+    * ``needs_spans``: the format reads the recorded spans (``run.analysis`` after the run), so the run records
+      them even with ``breakdown=False``;
+    * ``needs_every_rank``: None, or why the run must not fold (every rank simulated with its own nodes);
+    * :meth:`start` runs before the first event (add observers, ask a backend to record), :meth:`finish` after
+      the last event and the checks, with the report (write files, add report keys), before
+      ``astra_run_finish``.
+    """
+
+    needs_spans = False
+    needs_every_rank = None
+
+    def start(self, run):
+        """``run`` is the read-only :class:`astra_sim.run.view.RunView`."""
+
+    def finish(self, run, report):
+        """Write the output; add what it says to ``report``."""
+
+
+@dataclass
+class OutputRegistration:
+    name: str
+    factory: object
+    options: tuple
+    plugin: str
+    description: str = ""
+
+
+class OutputRegistry:
+    """Output formats by name, filled by ``astra_register_output_formats``."""
+
+    def __init__(self):
+        self.entries = {}
+        self.current_plugin = "?"
+
+    def output_format(self, name, factory, options=(), description=""):
+        """``factory(options, total_npus)`` -> an :class:`OutputFormat` or None; ``options``: the run option
+        dests it reads."""
+        if not isinstance(name, str) or not name:
+            raise PluginError(f"plugin {self.current_plugin!r} registered an output format with an empty name")
+        if not callable(factory):
+            raise PluginError(f"plugin {self.current_plugin!r} registered output format {name!r} with {factory!r}; "
+                              "expected a callable factory(options, total_npus)")
+        if name in self.entries:
+            raise PluginError(f"output format {name!r} is registered by two plugins: {self.entries[name].plugin!r} "
+                              f"and {self.current_plugin!r}; block one with -p no:NAME")
+        self.entries[name] = OutputRegistration(name, factory, tuple(options), self.current_plugin, description)
+
+    def names(self):
+        return sorted(self.entries)
+
+    def option_names(self):
+        """Every run option some registered format reads."""
+        return {option for reg in self.entries.values() for option in reg.options}
+
+    def requested(self, options, total_npus):
+        """``[(name, OutputFormat)]`` the options ask for, in name order (ConfigErrors: before the run)."""
+        out = []
+        for name in sorted(self.entries):
+            made = self.entries[name].factory(options, total_npus)
+            if made is not None:
+                out.append((name, made))
+        return out
+
+
+def output_registry(pm) -> OutputRegistry:
+    """Every output format of ``pm``, built once per plugin manager (entries attributed to their plugin)."""
+    registry = getattr(pm, "_astra_outputs", None)
+    if registry is not None:
+        return registry
+    registry = OutputRegistry()
+    caller = getattr(pm.hook, "astra_register_output_formats", None)
+    for impl in (caller.get_hookimpls() if caller is not None else ()):
+        registry.current_plugin = pm.get_name(impl.plugin) or repr(impl.plugin)
+        impl.function(registry=registry)
+    registry.current_plugin = "?"
+    pm._astra_outputs = registry
+    return registry
+
+
+def output_formats(pm=None) -> dict:
+    """``{name: description}`` of every registered output format."""
+    from astra_sim.plugins import default_plugin_manager
+
+    pm = pm if pm is not None else default_plugin_manager()
+    return {name: reg.description for name, reg in sorted(output_registry(pm).entries.items())}
+
+
+def check_writable_folder(folder, what):
+    """Make ``folder`` (and its parents) and check a file can be created in it; a ConfigError names ``what``
+    (outputs check this before the run, so a typo does not cost a whole simulation)."""
+    folder = os.path.abspath(os.fspath(folder))
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{what}: cannot create the output folder {folder}: {exc.strerror or exc}") from None
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".astra-probe-", dir=folder)
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ConfigError(f"{what}: cannot write into the folder {folder}: {exc.strerror or exc}") from None
+
+
+__all__ = ["OutputFormat", "OutputRegistry", "output_registry", "output_formats", "check_writable_folder"]
