@@ -123,6 +123,16 @@ def astra_register_output_formats(registry):
     """
 
 
+@hookspec
+def astra_register_metrics(registry):
+    """Declare the numbers a plugin adds to the report: ``registry.metric(key, unit, description)``.
+
+    ``key`` is the dotted place in the report's JSON (``stats.my_model_nodes.*``; ``*`` is any one level),
+    ``unit`` one of :data:`astra_sim.metrics.UNITS`. The report's schema (:mod:`astra_sim.metrics`) is the kernel's
+    metrics plus these; every number a report holds is declared there once.
+    """
+
+
 # ---------------------------------------------------------------- run lifecycle
 
 

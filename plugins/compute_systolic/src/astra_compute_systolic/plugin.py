@@ -58,3 +58,8 @@ def astra_run_finish(run, report):
             counts = {how: n * symmetry.order for how, n in counts.items()}
         report.settings["systolic_model"] = model.describe()
         report.stats["systolic_model_nodes"] = counts
+
+
+@hookimpl
+def astra_register_metrics(registry):
+    registry.metric("stats.systolic_model_nodes.*", "count", "compute nodes the systolic model timed, by kind")

@@ -144,3 +144,18 @@ def astra_register_platforms(registry):
 
     for platform in PLATFORMS.values():
         registry.platform(platform)
+
+
+@hookimpl
+def astra_register_metrics(registry):
+    registry.metric("stats.gpu_model_nodes.*", "count", "compute nodes the gpu model timed, by how (op shapes, "
+                    "num_ops, duration)")
+    registry.metric("stats.gpu_utilization.*.compute_ns", "ns", "the rank's compute time (--gpu-contention)")
+    registry.metric("stats.gpu_utilization.*.contended_compute_ns", "ns", "compute time slowed by communication "
+                    "kernels beside it")
+    registry.metric("stats.gpu_utilization.*.sm_busy_fraction", "fraction", "SM-time busy over the rank's step")
+    registry.metric("stats.gpu_utilization.*.hbm_busy_fraction", "fraction", "HBM bandwidth-time busy over the step")
+    for index, (unit, what) in enumerate((("ns", "segment start"), ("ns", "segment end"),
+                                          ("count", "SMs computing"), ("count", "SMs communicating"),
+                                          ("fraction", "HBM share"))):
+        registry.metric(f"stats.gpu_utilization.*.timeline.*.{index}", unit, f"utilisation timeline row: {what}")

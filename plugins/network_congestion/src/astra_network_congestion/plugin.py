@@ -47,3 +47,22 @@ def astra_add_run_options(parser):
                        help="among fewest-hop paths keep the widest (default) or all")
     group.add_argument("--flow-max-paths", type=int, default=None, metavar="N",
                        help="at most N equal-cost paths per pair (default 64)")
+
+
+@hookimpl
+def astra_register_metrics(registry):
+    """The congestion and flow backends' network_stats (beyond the kernel's links.*.bytes/busy_ns/...)."""
+    for key, unit, what in (
+            ("links_total", "count", "links in the graph"), ("links_used", "count", "links that carried data"),
+            ("switches", "count", "switches in the graph"), ("bytes_on_links", "bytes", "bytes over all links"),
+            ("flows", "count", "flows started (flow)"), ("recomputations", "count", "max-min rate recomputations"),
+            ("flow_rate_assignments", "count", "flow rates assigned by the recomputations")):
+        registry.metric(f"network_stats.{key}", unit, what)
+    for section in ("links", "bottleneck"):
+        for key, unit, what in (
+                ("max_queue", "count", "longest FIFO of messages (congestion)"),
+                ("utilization", "fraction", "busy over the run (congestion) or bytes over capacity while busy (flow)"),
+                ("saturated_ns", "ns", "time the link was a max-min bottleneck (flow)"),
+                ("max_concurrent_flows", "count", "most flows at once (flow)")):
+            registry.metric(f"network_stats.{section}.*.{key}", unit, what)
+    registry.metric("network_stats.links.*.bandwidth_bytes_per_ns", "bytes_per_ns", "the link's bandwidth (flow)")
