@@ -149,6 +149,9 @@ def test_hook_examples_are_working_plugins(tmp_path, capsys):
     box = get_platform("my-box", pm)
     assert box.describe(2)["total_gpus"] == 8
     assert box.resolve(2, {}).compute_model == "replay"
+    from astra_sim.metrics import metric_registry
+
+    assert metric_registry(pm).entries["stats.message_log_lines"].unit == "count"
     from astra_sim.executors import make_executor
 
     with make_executor(executor="inprocess", pm=pm) as executor:
