@@ -9,11 +9,11 @@ STAMP := $(VENV)/.installed
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS))
+$(STAMP): pyproject.toml testing/pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS))
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q hatchling pytest hypothesis holistictraceanalysis
-	$(BIN)/python -m pip install -q -e . $(addprefix -e ,$(PLUGINS))
+	$(BIN)/python -m pip install -q -e . -e testing $(addprefix -e ,$(PLUGINS))
 	touch $(STAMP)
 
 demo: install

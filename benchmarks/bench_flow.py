@@ -8,7 +8,7 @@ Latencies: 100 ns per NVLink, 500 ns per NIC or leaf-spine link, 100 ns per leaf
 (Bandwidths in the graph's unit, GB = 2^30 bytes, as the analytical backend counts them.)
 
 The workload: one all-to-all of 64 MiB per rank over the 128 ranks (one logical dimension),
-system config = ``astra_sim.testing.system_config(algorithm=...)`` (4 chunks, 1 active chunk).
+system config = ``astra_sim_testing.system_config(algorithm=...)`` (4 chunks, 1 active chunk).
 Target: under 60 s on the 2-core development machine.
 
     python benchmarks/bench_flow.py [--algorithm direct] [--size-mib 64] [--ecmp hash|split]
@@ -30,7 +30,7 @@ import time
 
 from astra_sim.chakra import make_metadata, make_node, types as T
 from astra_sim.simulation import Simulation
-from astra_sim.testing import system_config
+from astra_sim_testing import system_config
 
 from astra_network_congestion.flow import FlowNetwork
 from astra_network_congestion.graph import NPU, SWITCH, NetworkGraph

@@ -18,7 +18,7 @@ from astra_gpu_model.loadstore import DIRECT, NVLS, ONESHOT, TWOSHOT, _TIME_CACH
 def _ring_us(size, npus=8):
     from astra_sim.chakra import make_metadata, make_node, types as T, write_et
     from astra_sim.simulation import simulate
-    from astra_sim.testing import write_network_config, write_system_config
+    from astra_sim_testing import write_network_config, write_system_config
 
     d = Path(tempfile.mkdtemp())
     sp = write_system_config(d / "sys.json", algorithm="ring", preferred_dataset_splits=1)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.simulation import simulate
-from astra_sim.testing import find_shared_dir, system_config, write_network_config
+from astra_sim_testing import find_shared_dir, system_config, write_network_config
 
 MIB = 1 << 20
 

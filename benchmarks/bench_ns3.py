@@ -18,7 +18,7 @@ from pathlib import Path
 
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.simulation import simulate
-from astra_sim.testing import write_system_config
+from astra_sim_testing import write_system_config
 
 
 def write_inputs(folder, cc_mode):

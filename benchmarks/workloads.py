@@ -9,7 +9,7 @@ import json
 import os
 
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
-from astra_sim.testing import system_config
+from astra_sim_testing import system_config
 
 SYSTEM = system_config(dims=3)  # ring on every dimension, 4 chunks, localBWAware
 

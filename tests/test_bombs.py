@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
-from astra_sim.testing import write_network_config, write_system_config
+from astra_sim_testing import write_network_config, write_system_config
 
 ASTRA = Path(sys.executable).parent / "astra"
 SECONDS = 5.0

@@ -13,7 +13,7 @@ import pytest
 from astra_sim import __version__
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.cli import main
-from astra_sim.testing import system_config, reduction_ns
+from astra_sim_testing import system_config, reduction_ns
 
 GIB = 1 << 30
 MIB = 1 << 20

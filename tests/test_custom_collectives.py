@@ -15,7 +15,7 @@ from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.errors import ConfigError
 from astra_sim.simulation import simulate
 from astra_sim.system.collectives import Algorithm
-from astra_sim.testing import system_config, write_network_config
+from astra_sim_testing import system_config, write_network_config
 
 MIB = 1 << 20
 

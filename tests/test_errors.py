@@ -19,7 +19,7 @@ import pytest
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.cli import main
 from astra_sim.simulation import simulate
-from astra_sim.testing import system_config
+from astra_sim_testing import system_config
 
 GIB = 1 << 30
 MIB = 1 << 20

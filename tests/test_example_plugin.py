@@ -25,7 +25,7 @@ import venv
 from pathlib import Path
 
 import pytest
-from astra_sim.testing import system_config
+from astra_sim_testing import system_config
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "plugins" / "astra-network-constant"

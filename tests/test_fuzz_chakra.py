@@ -18,7 +18,7 @@ from hypothesis import example, given, strategies as st
 from astra_sim.chakra import ChakraError, encode_et, encode_varint, make_metadata, make_node, parse_et, types as T
 from astra_sim.chakra.reader import _frames as reader_frames
 from astra_sim.errors import AstraError
-from astra_sim.fuzzing import fuzz_settings
+from astra_sim_testing.fuzzing import fuzz_settings
 
 CORPUS = Path(__file__).parent / "fuzz_corpus" / "chakra"
 PATH = "fuzz.0.et"

@@ -18,8 +18,8 @@ from hypothesis import example, given, strategies as st
 
 from astra_sim.config import parse_comm_groups, parse_memory_config, parse_system_config
 from astra_sim.errors import AstraError
-from astra_sim.fuzzing import check_error, fuzz_settings, hostile_values, mutated, to_json, to_yaml
-from astra_sim.testing import repo_root, system_config
+from astra_sim_testing.fuzzing import check_error, fuzz_settings, hostile_values, mutated, to_json, to_yaml
+from astra_sim_testing import repo_root, system_config
 
 CORPUS = Path(__file__).parent / "fuzz_corpus" / "configs"
 EXAMPLES = (repo_root() or Path(__file__).parents[1]) / "examples"

@@ -18,9 +18,9 @@ from hypothesis import example, given, strategies as st
 
 from astra_sim.chakra import encode_et, make_metadata, make_node, types as T
 from astra_sim.errors import AstraError, DeadlockError
-from astra_sim.fuzzing import check_error, fuzz_settings, hostile_values
+from astra_sim_testing.fuzzing import check_error, fuzz_settings, hostile_values
 from astra_sim.simulation import simulate
-from astra_sim.testing import write_system_config
+from astra_sim_testing import write_system_config
 from astra_sim.unmatched import UnmatchedMessagesError
 
 TIME_BOUND_S = 30

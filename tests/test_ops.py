@@ -93,7 +93,7 @@ def _generator_names(tmp):
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    from astra_sim.testing import find_shared_dir
+    from astra_sim_testing import find_shared_dir
 
     names = set(KNOWN_NAMES)
     shared = find_shared_dir()

@@ -8,7 +8,7 @@ import pytest
 
 from astra_sim.plugins import build_registry, make_plugin_manager
 from astra_sim.simulation import simulate
-from astra_sim.testing import find_shared_dir, parity_cases, parity_kwargs
+from astra_sim_testing import find_shared_dir, parity_cases, parity_kwargs
 
 SHARED = find_shared_dir()
 CASES = parity_cases(SHARED)

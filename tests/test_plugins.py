@@ -18,7 +18,7 @@ from astra_sim.cli import main
 from astra_sim.errors import PluginError
 from astra_sim.plugins import GROUP, Registry, build_registry, make_plugin_manager, parse_plugin_args
 from astra_sim.simulation import Simulation, simulate
-from astra_sim.testing import system_config, reduction_ns
+from astra_sim_testing import system_config, reduction_ns
 
 MIB = 1 << 20
 

@@ -12,7 +12,7 @@ from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.run.view import RunView
 from astra_sim.simulation import Simulation
 from astra_sim.system.context import SharedContext
-from astra_sim.testing import write_network_config, write_system_config
+from astra_sim_testing import write_network_config, write_system_config
 
 
 @pytest.fixture

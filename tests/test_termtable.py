@@ -16,7 +16,7 @@ from hypothesis import given, settings, strategies as st
 
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.termtable import table_width, Column, fit_columns, print_table
-from astra_sim.testing import system_config
+from astra_sim_testing import system_config
 
 ASTRA = Path(sys.executable).parent / "astra"
 

@@ -18,7 +18,7 @@ import pytest
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.cli import main
 from astra_sim.simulation import simulate
-from astra_sim.testing import write_network_config, write_system_config
+from astra_sim_testing import write_network_config, write_system_config
 from astra_sim.unmatched import UnmatchedMessagesError
 
 ASTRA = Path(sys.executable).parent / "astra"

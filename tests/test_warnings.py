@@ -14,7 +14,7 @@ from astra_sim.cli import main
 from astra_sim.config import parse_system_config
 from astra_sim.errors import ConfigError
 from astra_sim.limits import LIMITS, check_number
-from astra_sim.testing import system_config
+from astra_sim_testing import system_config
 
 MIB = 1 << 20
 

@@ -10,7 +10,7 @@ from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.errors import ConfigError, WorkloadError
 from astra_sim.simulation import Simulation, simulate
 from astra_sim.workload.graph import build_graph
-from astra_sim.testing import system_config, reduction_ns
+from astra_sim_testing import system_config, reduction_ns
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -387,7 +387,7 @@ def test_empty_node_list():
 def test_zero_byte_collective_runs_like_the_reference(tmp_path):
     """comm_size 0 is inflated to the smallest collective (splits x NPUs bytes), as the reference
     does: on Ring-8 (50 GB/s, 500 ns) that all-reduce takes 28600 ns, checked against its binary."""
-    from astra_sim.testing import write_network_config
+    from astra_sim_testing import write_network_config
 
     network = write_network_config(tmp_path / "ring8.yml", ("Ring",), (8,), (50.0,), (500.0,))
     system = tmp_path / "system.json"

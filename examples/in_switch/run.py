@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from astra_sim.cli import main
-from astra_sim.testing import system_config
+from astra_sim_testing import system_config
 
 HERE = Path(__file__).resolve().parent
 GPUS_PER_NODE = 8

@@ -15,7 +15,7 @@ from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.cli import main
 from astra_sim.humanize import format_ns, parse_rank_ranges, rank_ranges
 from astra_sim.simulation import Simulation, simulate
-from astra_sim.testing import write_network_config, write_system_config
+from astra_sim_testing import write_network_config, write_system_config
 
 PLUGINS = ["network_analytical", "analysis"]
 

@@ -15,7 +15,7 @@ from astra_sim.outputs import output_formats, output_registry
 from astra_sim.plugins import make_plugin_manager
 from astra_sim.simulation import Simulation
 from astra_sim.spec import RunSpec
-from astra_sim.testing import write_network_config, write_system_config
+from astra_sim_testing import write_network_config, write_system_config
 
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 

@@ -18,7 +18,7 @@ from astra_sim.cli import main
 from astra_analysis.reference_log import (
     LIBSTDCXX_BUCKET_COUNTS, libstdcxx_iteration_order, merged_length, spdlog_line,
 )
-from astra_sim.testing import system_config
+from astra_sim_testing import system_config
 
 MIB = 1 << 20
 PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}\] \[[^\]]+\] \[(info|warning)\] ")

@@ -15,7 +15,7 @@ import pytest
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.errors import ConfigError, SimulationError, WorkloadError
 from astra_sim.simulation import simulate
-from astra_sim.testing import find_shared_dir, golden_trace, reference_script
+from astra_sim_testing import find_shared_dir, golden_trace, reference_script
 
 from astra_collectives_msccl.chakra_custom import (
     ChakraCustomFormat,

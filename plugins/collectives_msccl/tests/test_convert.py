@@ -17,7 +17,7 @@ from astra_sim.chakra import make_metadata, make_node, read_et, types as T, writ
 from astra_sim.cli import main
 from astra_sim.errors import ConfigError
 from astra_sim.simulation import simulate
-from astra_sim.testing import find_shared_dir, golden_trace, reference_script
+from astra_sim_testing import find_shared_dir, golden_trace, reference_script
 from astra_sim.workload.graph import build_graph
 
 from astra_collectives_msccl.chakra_custom import CustomGraph

@@ -15,7 +15,7 @@ import pytest
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.errors import ConfigError
 from astra_sim.simulation import simulate
-from astra_sim.testing import find_shared_dir, system_config, write_network_config
+from astra_sim_testing import find_shared_dir, system_config, write_network_config
 
 from astra_collectives_msccl.msccl import MscclFormat
 from astra_collectives_msccl.msccl_ir import OPCODES, parse_msccl

@@ -12,7 +12,7 @@ from astra_sim.chakra import types as T
 from astra_sim.cli import main
 from astra_sim.errors import ConfigError
 from astra_sim.plugins import describe_plugins, make_plugin_manager
-from astra_sim.testing import write_network_config, write_system_config
+from astra_sim_testing import write_network_config, write_system_config
 
 from astra_compute_systolic.config import SystolicConfig, load_config
 from astra_compute_systolic.cycles import compute_cycles

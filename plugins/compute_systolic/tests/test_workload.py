@@ -61,7 +61,7 @@ def test_the_generators_own_report_reuse_is_visible_in_its_output():
 
 def test_runs_as_a_text_workload(tmp_path):
     """The file the generator writes (13 columns) runs in astra run."""
-    from astra_sim.testing import write_network_config, write_system_config
+    from astra_sim_testing import write_network_config, write_system_config
 
     run = RUNS[0]
     out = tmp_path / "w.txt"

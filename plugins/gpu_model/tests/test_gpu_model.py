@@ -11,7 +11,7 @@ from astra_sim.chakra import make_node, types as T
 from astra_sim.cli import main as astra_main
 from astra_sim.errors import ConfigError, WorkloadError
 from astra_sim.simulation import simulate
-from astra_sim.testing import write_case
+from astra_sim_testing import write_case
 
 from astra_gpu_model.model import GpuComputeModel
 from astra_gpu_model.ops import classify

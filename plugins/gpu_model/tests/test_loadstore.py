@@ -8,7 +8,7 @@ import pytest
 
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.simulation import simulate
-from astra_sim.testing import write_network_config, write_system_config
+from astra_sim_testing import write_network_config, write_system_config
 
 from astra_gpu_model.loadstore import (
     DIRECT, FS_PER_NS, NVLS, ONESHOT, TWOSHOT, LoadStoreConfig, collective_time_fs, collective_time_ns,

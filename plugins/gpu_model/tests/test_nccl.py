@@ -14,7 +14,7 @@ import pytest
 
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.simulation import simulate
-from astra_sim.testing import find_shared_dir, write_network_config, write_system_config
+from astra_sim_testing import find_shared_dir, write_network_config, write_system_config
 
 from astra_gpu_model.calibration import VIDUR_ALL_REDUCE, load_vidur_all_reduce
 from astra_gpu_model.nccl import NVLS, RING, TREE, LL, LL128, SIMPLE, collective_time_us, config_for_gpu, predict

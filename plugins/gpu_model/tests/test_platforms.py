@@ -8,7 +8,7 @@ import yaml
 from astra_sim.chakra import make_metadata, make_node, write_et
 from astra_sim.chakra import types as T
 from astra_sim.cli import main
-from astra_sim.testing import write_network_config
+from astra_sim_testing import write_network_config
 
 from astra_gpu_model.platforms import PLATFORMS, generate, get_platform
 

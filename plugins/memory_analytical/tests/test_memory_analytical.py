@@ -12,7 +12,7 @@ from astra_sim.plugins import build_registry, make_plugin_manager
 from astra_sim.simulation import simulate
 
 from astra_memory_analytical import AnalyticalRemoteMemory, MemoryConfig, parse_memory_config
-from astra_sim.testing import system_config
+from astra_sim_testing import system_config
 
 MIB = 1 << 20
 PLUGINS = ["network_analytical", "memory_analytical"]

@@ -14,7 +14,7 @@ import pytest
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.errors import ConfigError
 from astra_sim.simulation import simulate
-from astra_sim.testing import system_config
+from astra_sim_testing import system_config
 
 GIB = 1 << 30
 BW = 100.0  # GB/s (x 2^30 / 1e9 bytes per ns, the network YAML's unit)

@@ -15,7 +15,7 @@ import pytest
 
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.simulation import simulate
-from astra_sim.testing import system_config
+from astra_sim_testing import system_config
 
 GIB = 1 << 30
 BW, LAT, E = 100.0, 500.0, 10

@@ -17,7 +17,7 @@ from astra_sim.engine import EventEngine
 from astra_sim.errors import ConfigError, SimulationError
 from astra_sim.plugins import build_registry, make_plugin_manager
 from astra_sim.simulation import simulate
-from astra_sim.testing import handwritten_infragraph, write_network_config, write_system_config
+from astra_sim_testing import handwritten_infragraph, write_network_config, write_system_config
 
 from astra_network_analytical import parse_network_config
 from astra_network_congestion.builders import from_analytical, shortest_path_router

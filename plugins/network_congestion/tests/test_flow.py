@@ -17,7 +17,7 @@ from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.engine import EventEngine
 from astra_sim.errors import ConfigError, SimulationError
 from astra_sim.simulation import simulate
-from astra_sim.testing import write_network_config, write_system_config
+from astra_sim_testing import write_network_config, write_system_config
 
 from astra_network_analytical import AnalyticalNetwork, parse_network_config
 from astra_network_congestion.flow import FlowNetwork, ecmp_index

@@ -10,7 +10,7 @@ import yaml
 
 from astra_sim.cli import main
 from astra_sim.errors import ConfigError
-from astra_sim.testing import repo_root
+from astra_sim_testing import repo_root
 
 from astra_network_congestion.infragraph import load_network_graph
 from astra_network_congestion.switch_tiers import graph_in_switch, parse_size

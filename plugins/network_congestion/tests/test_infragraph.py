@@ -13,7 +13,7 @@ import yaml
 
 from astra_sim.cli import main
 from astra_sim.errors import ConfigError
-from astra_sim.testing import handwritten_infragraph, repo_root
+from astra_sim_testing import handwritten_infragraph, repo_root
 
 from astra_network_congestion.graph import NPU, SWITCH
 from astra_network_congestion.infragraph import (
@@ -58,7 +58,7 @@ def _context(raw=None, warnings=None):
 
 
 def _complete_handwritten(shared_dir):
-    """The handwritten sample with bandwidth and latency on every link (astra_sim.testing)."""
+    """The handwritten sample with bandwidth and latency on every link (astra_sim_testing)."""
     infra = handwritten_infragraph(shared_dir)
     assert infra is not None, "the handwritten InfraGraph sample is missing"
     return infra

@@ -14,7 +14,7 @@ import yaml
 
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.simulation import simulate
-from astra_sim.testing import find_shared_dir, write_system_config
+from astra_sim_testing import find_shared_dir, write_system_config
 
 SHARED = find_shared_dir()
 GENERATED = SHARED / "samples" / "infragraph" / "generated" if SHARED else None

@@ -14,7 +14,7 @@ from astra_sim.cli import main
 from astra_sim.engine import EventEngine
 from astra_sim.errors import ConfigError
 from astra_sim.simulation import simulate
-from astra_sim.testing import write_network_config, write_system_config
+from astra_sim_testing import write_network_config, write_system_config
 
 from astra_network_ns3.inputs import read_config_topology, read_network_cfg
 

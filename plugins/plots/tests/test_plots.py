@@ -9,7 +9,7 @@ import pytest
 
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.cli import main
-from astra_sim.testing import write_network_config, write_system_config
+from astra_sim_testing import write_network_config, write_system_config
 
 pytest.importorskip("matplotlib")
 

@@ -8,7 +8,7 @@ from hypothesis import example, given, settings, strategies as st
 from astra_serving.requests import (NS, generate_requests, parse_azure_timestamp, parse_length, parse_prune,
                                     read_trace, write_trace)
 from astra_sim.errors import ConfigError
-from astra_sim.fuzzing import fuzz_settings
+from astra_sim_testing.fuzzing import fuzz_settings
 
 
 def test_jsonl_round_trip(tmp_path):

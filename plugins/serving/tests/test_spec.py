@@ -13,7 +13,7 @@ import astra_serving
 from astra_serving.spec import ServeSpec
 from astra_sim.cli import main
 from astra_sim.errors import ConfigError
-from astra_sim.fuzzing import fuzz_settings
+from astra_sim_testing.fuzzing import fuzz_settings
 
 SRC = pathlib.Path(astra_serving.__file__).parent
 

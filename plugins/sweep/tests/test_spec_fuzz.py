@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from astra_sim.errors import AstraError
-from astra_sim.fuzzing import check_error, fuzz_settings, hostile_values, mutated, to_yaml
+from astra_sim_testing.fuzzing import check_error, fuzz_settings, hostile_values, mutated, to_yaml
 
 from astra_sweep.commands import command_parsers
 from astra_sweep.spec import load_spec

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from astra_sim.testing import write_network_config, write_system_config
+from astra_sim_testing import write_network_config, write_system_config
 
 
 @pytest.fixture

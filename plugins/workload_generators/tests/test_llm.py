@@ -13,7 +13,7 @@ from astra_sim.chakra import read_et, types as T
 from astra_sim.cli import main
 from astra_sim.errors import ConfigError
 from astra_sim.simulation import simulate
-from astra_sim.testing import write_network_config, write_system_config
+from astra_sim_testing import write_network_config, write_system_config
 
 from astra_workload_generators.llm import LlmConfig, generate_llm, model_dims
 

@@ -16,7 +16,7 @@ from hypothesis import given, strategies as st  # noqa: E402
 from astra_sim.chakra import read_et  # noqa: E402
 from astra_sim.cli import main  # noqa: E402
 from astra_sim.errors import ConfigError  # noqa: E402
-from astra_sim.fuzzing import check_error, fuzz_settings, hostile_values, mutated  # noqa: E402
+from astra_sim_testing.fuzzing import check_error, fuzz_settings, hostile_values, mutated  # noqa: E402
 
 import astra_workload_generators as awg  # noqa: E402
 from astra_workload_generators.llm import LlmSpec, generate_llm_workload, llm_summary  # noqa: E402

@@ -10,7 +10,7 @@ from astra_sim.chakra import encode_et, make_node, read_et, types as T
 from astra_sim.cli import main
 from astra_sim.errors import ConfigError
 from astra_sim.simulation import simulate
-from astra_sim.testing import write_network_config
+from astra_sim_testing import write_network_config
 
 from astra_workload_generators.compare import compare_nodes
 from astra_workload_generators.pytorch import BATCHED_P2P, _comm_kind, convert_pytorch, convert_pytorch_trace

@@ -12,7 +12,7 @@ from astra_sim.chakra import read_et, types as T
 from astra_sim.cli import main
 from astra_sim.errors import ConfigError
 from astra_sim.simulation import simulate
-from astra_sim.testing import write_network_config
+from astra_sim_testing import write_network_config
 
 from astra_workload_generators.pytorch import convert_pytorch, convert_pytorch_trace
 from astra_workload_generators.pytorch_c10d import READY_BYTES, p2p_tag, ready_tag, schema_args
@@ -205,7 +205,7 @@ def test_gloo_pipeline_converts_with_peers_tags_and_rendezvous(tmp_path, capsys)
 
 
 def _sys(tmp_path):
-    from astra_sim.testing import write_system_config
+    from astra_sim_testing import write_system_config
 
     return write_system_config(tmp_path / "sys.json", dims=1)
 

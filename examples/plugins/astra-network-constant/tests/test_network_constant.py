@@ -1,7 +1,7 @@
 """Tests of the example ``constant`` network backend.
 
 Fixtures ``tmp_path`` and ``monkeypatch`` come from pytest; ``parity_dir``
-comes from the kernel's pytest plugin ``astra_sim.testing`` (it skips the test
+comes from astra-sim-testing's pytest plugin ``astra_sim_testing`` (it skips the test
 when the shared reference material is absent).
 """
 
@@ -19,7 +19,7 @@ from astra_sim.simulation import simulate
 
 import astra_network_constant.plugin as plugin
 from astra_network_constant import ConstantNetwork
-from astra_sim.testing import system_config
+from astra_sim_testing import system_config
 
 NETWORK_YAML = "npus: 4\nlatency_ns: 1000\nbandwidth_bytes_per_ns: 100\n"
 

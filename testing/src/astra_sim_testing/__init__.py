@@ -1,7 +1,8 @@
-"""pytest plugin shipped with the kernel: fixtures every plugin's test suite can use.
+"""astra-sim-testing: what the kernel's and every plugin's test suites share (never imported by production code).
 
-Registered under the ``pytest11`` entry point, so the fixtures reach every
-suite however pytest is invoked (no ``pytest_plugins`` in conftest files).
+Helpers (configurations, parity cases, the reference material's location) are here; the pytest plugin
+(:mod:`astra_sim_testing.pytest_plugin`: fixtures, the reproducible hypothesis profile) is registered under the
+``pytest11`` entry point, and :mod:`astra_sim_testing.fuzzing` holds the fuzz tests' shared pieces.
 """
 
 from __future__ import annotations
@@ -9,27 +10,6 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-
-import pytest
-
-
-def _reproducible_hypothesis():
-    """``make test`` (``ASTRA_FUZZ_SCALE`` unset or 1) runs every property-based test derandomized and without
-    the example database, so that a clean clone gives the same examples every time (CI cannot flake on a new
-    random draw); ``make fuzz`` (a larger scale) keeps hypothesis random. Tests that set their own ``@settings``
-    inherit this (fields they do not set come from the loaded profile)."""
-    try:
-        from hypothesis import settings
-
-        from astra_sim.fuzzing import SCALE
-    except (ImportError, ValueError):  # hypothesis is a test dependency; a malformed ASTRA_FUZZ_SCALE: as before
-        return
-    if SCALE == 1:
-        settings.register_profile("astra-reproducible", derandomize=True, database=None)
-        settings.load_profile("astra-reproducible")
-
-
-_reproducible_hypothesis()
 
 
 def system_config(dims=1, algorithm="ring", **overrides):
@@ -158,20 +138,3 @@ def repo_root():
         if (parent / "pyproject.toml").exists() and (parent / "core").is_dir():
             return parent
     return None
-
-
-@pytest.fixture(scope="session")
-def shared_dir():
-    """Path to ``../shared``; skips the test when the reference material is absent."""
-    path = find_shared_dir()
-    if path is None:
-        pytest.skip("reference material (../shared or $ASTRA_SHARED_DIR) not found")
-    return path
-
-
-@pytest.fixture(scope="session")
-def parity_dir(shared_dir):
-    path = shared_dir / "parity"
-    if not path.is_dir():
-        pytest.skip("shared/parity not found")
-    return path

@@ -1,0 +1,45 @@
+"""The pytest plugin of astra-sim-testing (``pytest11`` entry point): fixtures every suite can use, and
+``make test``'s reproducible hypothesis profile. Registered through the entry point, the fixtures reach every suite
+however pytest is invoked (no ``pytest_plugins`` in conftest files)."""
+
+from __future__ import annotations
+
+import pytest
+
+from astra_sim_testing import find_shared_dir
+
+
+def _reproducible_hypothesis():
+    """``make test`` (``ASTRA_FUZZ_SCALE`` unset or 1) runs every property-based test derandomized and without
+    the example database, so that a clean clone gives the same examples every time (CI cannot flake on a new
+    random draw); ``make fuzz`` (a larger scale) keeps hypothesis random. Tests that set their own ``@settings``
+    inherit this (fields they do not set come from the loaded profile)."""
+    try:
+        from hypothesis import settings
+
+        from astra_sim_testing.fuzzing import SCALE
+    except (ImportError, ValueError):  # hypothesis is a test dependency; a malformed ASTRA_FUZZ_SCALE: as before
+        return
+    if SCALE == 1:
+        settings.register_profile("astra-reproducible", derandomize=True, database=None)
+        settings.load_profile("astra-reproducible")
+
+
+_reproducible_hypothesis()
+
+
+@pytest.fixture(scope="session")
+def shared_dir():
+    """Path to ``../shared``; skips the test when the reference material is absent."""
+    path = find_shared_dir()
+    if path is None:
+        pytest.skip("reference material (../shared or $ASTRA_SHARED_DIR) not found")
+    return path
+
+
+@pytest.fixture(scope="session")
+def parity_dir(shared_dir):
+    path = shared_dir / "parity"
+    if not path.is_dir():
+        pytest.skip("shared/parity not found")
+    return path
