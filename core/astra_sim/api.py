@@ -101,7 +101,7 @@ class LinkLoadRecorder(Protocol):
     """A network with links that can record their use over time (the timelines' link-load tracks)."""
 
     def record_link_load(self, load) -> None:
-        """Add every link's busy intervals to ``load`` (an :class:`astra_sim.analysis.links.LinkLoad`)."""
+        """Add every link's busy intervals to ``load`` (an :class:`astra_analysis.links.LinkLoad`)."""
 
 
 class MemoryBackend(Protocol):

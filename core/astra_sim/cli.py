@@ -169,7 +169,8 @@ def _cmd_plugins(pm, args):
         for item in row["provides"]:
             role, _, name = item.partition(":")
             by_role.setdefault(role, []).append(name)
-        provides = "\n".join(f"{role}: {', '.join(names)}" for role, names in by_role.items())
+        provides = "\n".join(f"{role}: {len(names)} (--json lists them)" if role == "metric" else
+                              f"{role}: {', '.join(names)}" for role, names in by_role.items())
         table_rows.append([row["name"], row["distribution"], row["version"], provides, row["status"]])
     columns = [Column("name"), Column("distribution", drop=1), Column("version", number=True, drop=2),
                Column("provides"), Column("status")]

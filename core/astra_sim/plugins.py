@@ -246,6 +246,16 @@ def describe_plugins(pm=None):
     for role in ROLES:
         for reg in registry.entries[role].values():
             provided.setdefault(reg.plugin, []).append(f"{role}:{reg.name}")
+    from astra_sim.executors import executor_registry
+    from astra_sim.metrics import metric_registry
+    from astra_sim.outputs import output_registry
+
+    for role, entries in (("output_format", output_registry(pm).entries), ("executor", executor_registry(pm).entries)):
+        for name, reg in entries.items():
+            provided.setdefault(reg.plugin, []).append(f"{role}:{name}")
+    for key, metric in metric_registry(pm).entries.items():
+        if metric.plugin != BUILTIN:  # the kernel's own schema is listed by `astra_sim.metrics`, not here
+            provided.setdefault(metric.plugin, []).append(f"metric:{key}")
     from astra_sim import __version__
 
     rows.append(

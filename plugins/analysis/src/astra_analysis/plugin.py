@@ -32,3 +32,29 @@ def astra_register_output_formats(registry):
                            description="the chain of nodes and waits that sets the last finish time")
     registry.output_format("astra_sim_log", ReferenceLogRequest.from_options, options=("astra_sim_log",),
                            description="the reference simulator's stdout, line for line (--astra-sim-log)")
+
+
+@hookimpl
+def astra_register_metrics(registry):
+    """The numbers the analyses add to the report (critical path, timeline files, link utilisation)."""
+    for key, unit, what in (
+            ("critical_path.rank", "id", "the rank that finishes last (where the path ends)"),
+            ("critical_path.length_ns", "ns", "the path's length: that rank's finish"),
+            ("critical_path.ranks_visited", "count", "ranks the path crosses"),
+            ("critical_path.items.*.rank", "id", "a step of the path: its rank"),
+            ("critical_path.items.*.from_rank", "id", "a message step: the sending rank"),
+            ("critical_path.items.*.node_id", "id", "a step's trace node"),
+            ("critical_path.items.*.start_ns", "ns", "a step's start"),
+            ("critical_path.items.*.end_ns", "ns", "a step's end"),
+            ("critical_path.totals.*", "ns", "the path's time by kind (compute class, collective, message, wait)"),
+            ("critical_path.top.*.ns", "ns", "the path's largest contributors"),
+            ("timeline.events", "count", "trace events the timeline holds"),
+            ("timeline.flows", "count", "send-to-receive arrows"),
+            ("timeline.link_counters", "count", "link-utilisation counter tracks"),
+            ("timeline.ranks_written", "count", "ranks the timeline holds"),
+            ("timeline.bytes", "bytes", "size of the timeline file(s)"),
+            ("stats.timeline_s", "s", "wall-clock time to write the timeline"),
+            ("network_stats.link_utilisation.bin_ns", "ns", "the utilisation series' bin width"),
+            ("network_stats.link_utilisation.links.*.link", "id", "a link of the series"),
+            ("network_stats.link_utilisation.links.*.utilisation.*", "fraction", "its utilisation per bin")):
+        registry.metric(key, unit, what)

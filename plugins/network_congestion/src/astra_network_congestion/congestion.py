@@ -203,7 +203,7 @@ class CongestionNetwork:
         raise NotImplementedError
 
     def record_link_load(self, link_load):
-        """Report every link's busy intervals to ``link_load`` (:class:`astra_sim.analysis.links.LinkLoad`)
+        """Report every link's busy intervals to ``link_load`` (:class:`astra_analysis.links.LinkLoad`)
         from now on (called before the run)."""
         for link in self.graph.links:
             link_load.names[link.index] = f"{link.src} -> {link.dst}"

@@ -743,7 +743,7 @@ class FlowNetwork:
 
     def record_link_load(self, link_load):
         """Report the bandwidth every flow takes on its links to ``link_load``
-        (:class:`astra_sim.analysis.links.LinkLoad`) from now on (called before the run)."""
+        (:class:`astra_analysis.links.LinkLoad`) from now on (called before the run)."""
         for link in self.graph.links:
             link_load.names[link.index] = link.name or f"{link.src} -> {link.dst}"
         self._link_load = link_load
