@@ -126,7 +126,7 @@ def test_partial_report_only_when_asked_and_marked_incomplete(tmp_path):
 
 WRITER = """
 import json, sys
-from astra_sim.cliutil import write_text_atomic
+from astra_sim.safeio import write_text_atomic
 path, n = sys.argv[1], int(sys.argv[2])
 i = 0
 while True:
@@ -159,7 +159,7 @@ def test_killing_a_writer_leaves_no_file_or_a_complete_one(tmp_path, signum):
 
 
 def test_atomic_write_removes_its_temporary_file_on_error(tmp_path, monkeypatch):
-    from astra_sim.cliutil import write_text_atomic
+    from astra_sim.safeio import write_text_atomic
 
     def interrupted_rename(src, dst):
         assert Path(src).read_text() == "new"  # written whole under its temporary name

@@ -9,7 +9,7 @@ import stat
 import pytest
 
 from astra_sim.errors import ConfigError
-from astra_sim.cliutil import write_bytes_atomic, write_text_atomic
+from astra_sim.safeio import write_bytes_atomic, write_text_atomic
 from astra_sim.safeio import gunzip, load_json, parse_json, parse_xml, parse_yaml, read_bytes
 
 

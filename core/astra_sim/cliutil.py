@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
-import os
-import tempfile
 
 
 def number(kind=int, minimum=None, exclusive=False, what="a number"):
@@ -62,58 +59,6 @@ def warning(message):
     import sys
 
     print(f"astra: warning: {message}", file=sys.stderr)
-
-
-def ensure_parent_dir(path):
-    """Create the folder ``path`` goes into, as every ``-o``/``--report-json`` does; a
-    ConfigError names the folder when it cannot be made."""
-    from astra_sim.errors import ConfigError
-
-    parent = os.path.dirname(os.path.abspath(os.fspath(path)))
-    try:
-        os.makedirs(parent, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"cannot create the output folder {parent}: {exc.strerror or exc}") from None
-
-
-def write_text_atomic(path, text):
-    """Write ``text`` (UTF-8) to ``path`` atomically (:func:`write_bytes_atomic`)."""
-    write_bytes_atomic(path, text.encode("utf-8"))
-
-
-def write_bytes_atomic(path, data):
-    """Write ``data`` to ``path`` whole (:func:`atomic_output`), creating the folder if needed."""
-    ensure_parent_dir(path)
-    with atomic_output(path) as handle:
-        handle.write(data)
-
-
-@contextlib.contextmanager
-def atomic_output(path):
-    """A binary file to write ``path`` through: a temporary file in the same folder, renamed over ``path``
-    when the ``with`` block ends without an error (removed otherwise). Readers see the old file or the
-    whole new one, never a part; a killed writer leaves no half-written file. The one place every output
-    file is written from (reports, traces, timelines streamed piece by piece, plots). The file gets the
-    permissions ``open()`` would give it (``mkstemp`` makes 0600)."""
-    folder = os.path.dirname(os.path.abspath(os.fspath(path)))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(os.fspath(path)))
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            yield handle
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def _umask():
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 # ------------------------------------------------------------------ options from mappings (specs, sweeps)

@@ -46,7 +46,7 @@ def write_generated(files, directory):
     ``{key: path}``: a plugin's configurations kept on disk instead of in memory (``--platform ... --output``)."""
     from pathlib import Path
 
-    from astra_sim.cliutil import write_text_atomic
+    from astra_sim.safeio import write_text_atomic
 
     paths = {}
     for key, generated in files.items():

@@ -115,7 +115,7 @@ class Report:
 
     def write_json(self, path):
         """Write :meth:`to_dict` as JSON, atomically, creating the folder if needed."""
-        from astra_sim.cliutil import write_text_atomic
+        from astra_sim.safeio import write_text_atomic
 
         write_text_atomic(path, json.dumps(self.to_dict(), indent=1) + "\n")
 

@@ -14,15 +14,17 @@ and bound every size before it is allocated:
 * :func:`parse_xml` parses with expat but refuses every DTD entity declaration, so neither entity
   expansion bombs nor external entities are possible (what defusedxml does, without the dependency).
 
-Outputs are written by the one atomic writer, :func:`astra_sim.cliutil.write_bytes_atomic`.
+Outputs are written here too, by the one atomic writer (:func:`write_bytes_atomic`, :func:`atomic_output`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
 import reprlib
+import tempfile
 import zlib
 
 from astra_sim.errors import ConfigError
@@ -301,3 +303,54 @@ def parse_xml(data: bytes, path, what=""):
 def load_xml(path, what="", limit=None):
     """Read ``path`` (bounded) and parse it with :func:`parse_xml`."""
     return parse_xml(read_bytes(path, what, limit), os.fspath(path), what)
+
+
+# ------------------------------------------------------------------ writing: whole files or nothing
+def ensure_parent_dir(path):
+    """Create the folder ``path`` goes into, as every ``-o``/``--report-json`` does; a
+    ConfigError names the folder when it cannot be made."""
+    parent = os.path.dirname(os.path.abspath(os.fspath(path)))
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the output folder {parent}: {exc.strerror or exc}") from None
+
+
+def write_text_atomic(path, text):
+    """Write ``text`` (UTF-8) to ``path`` atomically (:func:`write_bytes_atomic`)."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path, data):
+    """Write ``data`` to ``path`` whole (:func:`atomic_output`), creating the folder if needed."""
+    ensure_parent_dir(path)
+    with atomic_output(path) as handle:
+        handle.write(data)
+
+
+@contextlib.contextmanager
+def atomic_output(path):
+    """A binary file to write ``path`` through: a temporary file in the same folder, renamed over ``path``
+    when the ``with`` block ends without an error (removed otherwise). Readers see the old file or the
+    whole new one, never a part; a killed writer leaves no half-written file. The one place every output
+    file is written from (reports, traces, timelines streamed piece by piece, plots). The file gets the
+    permissions ``open()`` would give it (``mkstemp`` makes 0600)."""
+    folder = os.path.dirname(os.path.abspath(os.fspath(path)))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(os.fspath(path)))
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            yield handle
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -158,7 +158,7 @@ def write_et(path, metadata, nodes, *, reencode: bool = False, compress=None) ->
         compress = name.endswith(".gz")
     if compress:
         data = gzip.compress(data, mtime=0)
-    from astra_sim.cliutil import write_bytes_atomic
+    from astra_sim.safeio import write_bytes_atomic
 
     try:
         write_bytes_atomic(name, data)  # a killed writer leaves no half-written trace

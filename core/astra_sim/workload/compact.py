@@ -176,7 +176,7 @@ def write_compact_workload(prefix, npus, symmetry, classes, *, comm_groups=None,
 
 def write_atomically(path, data):
     """Write ``data`` (bytes) to ``path`` atomically (the kernel's one helper for it)."""
-    from astra_sim.cliutil import write_bytes_atomic
+    from astra_sim.safeio import write_bytes_atomic
 
     write_bytes_atomic(path, data)
 

@@ -80,7 +80,7 @@ def device_properties(run):
 
 
 def write_kineto_traces(request, analysis, report):
-    from astra_sim.cliutil import atomic_output
+    from astra_sim.safeio import atomic_output
 
     run = analysis.run
     written = list(request.written_ranks())

@@ -30,7 +30,7 @@ import os
 from astra_analysis.events import (
     TID_IN_SWITCH, TID_RECV, Messages, NodeDescriber, in_switch_events, recv_lanes, track,
 )
-from astra_sim.analysis.spans import K_COLL, K_RECV, K_SEND
+from astra_sim.analysis.spans import K_RECV, K_SEND
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
@@ -103,7 +103,7 @@ def node_of(run, rank):
 
 
 def write_chrome_trace(request, analysis, report):
-    from astra_sim.cliutil import atomic_output
+    from astra_sim.safeio import atomic_output
 
     run = analysis.run
     written = list(request.written_ranks())

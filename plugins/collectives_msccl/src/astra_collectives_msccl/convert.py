@@ -56,7 +56,8 @@ import sys
 from astra_sim.chakra import ChakraError, make_metadata, make_node, write_et
 from astra_sim.chakra import types as T
 from astra_sim.errors import ConfigError
-from astra_sim.cliutil import ensure_parent_dir, number
+from astra_sim.cliutil import number
+from astra_sim.safeio import ensure_parent_dir
 
 __all__ = ["convert_msccl", "write_chakra", "register_command", "run_to_chakra", "SCHEMA"]
 

@@ -119,7 +119,7 @@ def _cmd_report(args):
     if len(configs) == 1:
         text = report_text(layers, configs[0], args.scalesim)
         if args.output:
-            from astra_sim.cliutil import write_text_atomic
+            from astra_sim.safeio import write_text_atomic
 
             write_text_atomic(args.output, text)
         else:

@@ -221,7 +221,7 @@ def write_config(config: SystolicConfig, path=None, style=3) -> str:
     if style != 2:
         text += "UseRamulatorTrace: False\n"
     if path is not None:
-        from astra_sim.cliutil import write_text_atomic
+        from astra_sim.safeio import write_text_atomic
 
         write_text_atomic(path, text)
     return text

@@ -178,7 +178,7 @@ def generate(layers, config, split: Split, parallel, *, version="2021", same_rep
 def write_workload(mnk_path, config, split: Split, parallel, output, *, version="2021", same_report=False,
                    chakra=False, npus_per_dim=None):
     """Write the text workload to ``output`` (or, with ``chakra``, Chakra traces ``output.<rank>.et``)."""
-    from astra_sim.cliutil import write_text_atomic
+    from astra_sim.safeio import write_text_atomic
 
     layers = read_mnk(mnk_path, parallel)
     text = generate(layers, config, split, parallel, version=version, same_report=same_report)

@@ -161,7 +161,7 @@ def run_command(args):
 
 
 def _write(path, text):
-    from astra_sim.cliutil import write_text_atomic
+    from astra_sim.safeio import write_text_atomic
 
     try:
         write_text_atomic(path, text)

@@ -183,7 +183,7 @@ def _link_rows(report, timeline):
 def _save(fig, folder, name, svg):
     import matplotlib.pyplot as plt
 
-    from astra_sim.cliutil import atomic_output
+    from astra_sim.safeio import atomic_output
 
     paths = []
     for fmt in ("png", "svg") if svg else ("png",):

@@ -44,7 +44,7 @@ def specs_of(args):
 def _cmd_serve(args):
     """Run each spec; the summary on stdout (on stderr with --json, whose JSON owns stdout); -o writes the report
     (a QPS sweep's: ``{"qps_sweep": [...]}``)."""
-    from astra_sim.cliutil import write_text_atomic
+    from astra_sim.safeio import write_text_atomic
 
     from .deployment import serve
     from .metrics import UNITS, describe

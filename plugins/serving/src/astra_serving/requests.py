@@ -336,7 +336,7 @@ def generate_requests(n, qps, prompt_len, output_len, seed=0, arrival="poisson",
 
 def write_trace(requests, path):
     """The requests as a JSONL trace (what --trace reads), written atomically."""
-    from astra_sim.cliutil import write_text_atomic
+    from astra_sim.safeio import write_text_atomic
 
     lines = []
     for r in requests:

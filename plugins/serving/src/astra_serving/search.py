@@ -230,7 +230,7 @@ def search_deployments(args, executor=None):
               "meet the SLO)", file=shown)
     result = {"units": dict(UNITS), "candidates": rows, "answer": answer}
     if getattr(args, "output", None):
-        from astra_sim.cliutil import write_text_atomic
+        from astra_sim.safeio import write_text_atomic
 
         write_text_atomic(args.output, json.dumps(result, indent=1) + "\n")
     if getattr(args, "json", False):

@@ -48,7 +48,7 @@ def build_events(cluster, requests):
 
 
 def write_timeline(path, cluster, requests):
-    from astra_sim.cliutil import write_bytes_atomic
+    from astra_sim.safeio import write_bytes_atomic
 
     data = json.dumps({"traceEvents": build_events(cluster, requests), "displayTimeUnit": "ms"}).encode()
     if str(path).endswith(".gz"):

@@ -282,7 +282,7 @@ def _search_layouts(args):
               "dropped": {why: [_options(c) for c, _ in items] for why, items in dropped.items()},
               "refused": invalid, "batch_refused": batch_refused}
     if args.output:
-        from astra_sim.cliutil import write_text_atomic
+        from astra_sim.safeio import write_text_atomic
 
         write_text_atomic(args.output, json.dumps(result, indent=1) + "\n")
     if args.plot:

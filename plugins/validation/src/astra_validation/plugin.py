@@ -30,7 +30,7 @@ def astra_register_commands(subparsers):
 
 
 def _cmd_validate(args):
-    from astra_sim.cliutil import write_text_atomic
+    from astra_sim.safeio import write_text_atomic
     from astra_sim.humanize import format_ns
     from astra_sim.termtable import Column, print_table
 

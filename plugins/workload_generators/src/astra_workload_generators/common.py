@@ -6,7 +6,7 @@ import re
 
 from astra_sim.chakra import ChakraError, write_et
 from astra_sim.errors import ConfigError
-from astra_sim.cliutil import ensure_parent_dir as ensure_parent  # the folder a prefix's files go into
+from astra_sim.safeio import ensure_parent_dir as ensure_parent  # the folder a prefix's files go into
 
 __all__ = ["parse_size", "size_label", "write_rank_files", "ensure_parent"]
 

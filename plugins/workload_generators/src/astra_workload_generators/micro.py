@@ -15,7 +15,6 @@ Two styles:
 
 from __future__ import annotations
 
-import json
 import os
 
 from astra_sim.chakra import make_metadata, make_node, types as T

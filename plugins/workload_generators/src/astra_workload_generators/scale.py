@@ -19,7 +19,7 @@ import re
 from astra_sim.chakra import ChakraError, parse_et, types as T
 from astra_sim.chakra.attrs import attrs_from_proto
 from astra_sim.errors import ConfigError, WorkloadError
-from astra_sim.cliutil import write_bytes_atomic
+from astra_sim.safeio import write_bytes_atomic
 
 from .common import ensure_parent
 

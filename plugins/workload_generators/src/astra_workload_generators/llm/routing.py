@@ -3,7 +3,6 @@ capacity factors, a straggler's imbalance, or per-expert loads)."""
 
 from __future__ import annotations
 
-import json
 import math
 
 from typing import TYPE_CHECKING
