@@ -13,8 +13,11 @@ from astra_sim.platforms import get_platform, platforms
 from astra_sim.runner import run_spec
 from astra_sim.spec import RunSpec
 
-#: a small dense model: every door simulates it in well under a second
-MODEL = {"layers": 2, "hidden": 512, "heads": 8, "vocab": 1024, "seq_len": 256}
+#: a small dense Llama (a Hugging Face config.json, so that every door, serving and search included, can name it):
+#: every door simulates it in well under a second
+CONFIG = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 512, "num_hidden_layers": 2,
+          "num_attention_heads": 8, "num_key_value_heads": 8, "intermediate_size": 1536, "vocab_size": 1024,
+          "max_position_embeddings": 256, "torch_dtype": "bfloat16", "tie_word_embeddings": False}
 
 
 def layout(platform):
@@ -24,8 +27,15 @@ def layout(platform):
     return {"tp": tp, "dp": gpus // tp}
 
 
-def training_step(platform):
-    return {**MODEL, **layout(platform), "micro_batches": 2}
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    path = tmp_path_factory.mktemp("model") / "config.json"
+    path.write_text(json.dumps(CONFIG))
+    return str(path)
+
+
+def training_step(platform, model):
+    return {"model": model, **layout(platform), "micro_batches": 2}
 
 
 def argv_of(mapping):
@@ -35,30 +45,33 @@ def argv_of(mapping):
     return words
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    """{platform: step ns} through the Python API: generate_llm_workload + run_spec."""
+def api_step_ns(folder, llm, run):
+    """One step through the Python API: generate_llm_workload + run_spec."""
     from astra_workload_generators.llm import LlmSpec, generate_llm_workload
 
-    out = {}
-    for name, platform in platforms().items():
-        prefix = str(tmp_path_factory.mktemp(name) / "w")
-        generate_llm_workload(LlmSpec.from_mapping(training_step(platform)), prefix)
-        report = run_spec(RunSpec.from_mapping({"workload": prefix, "platform": name, "nodes": 1}))
-        out[name] = report.max_finish_ns
-    return out
+    prefix = str(folder / "w")
+    generate_llm_workload(LlmSpec.from_mapping(llm), prefix, on_warning=lambda line: None)
+    return run_spec(RunSpec.from_mapping({"workload": prefix, **run})).max_finish_ns
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, model):
+    """{platform: step ns} of the training step through the Python API."""
+    return {name: api_step_ns(tmp_path_factory.mktemp(name), training_step(platform, model),
+                              {"platform": name, "nodes": 1})
+            for name, platform in platforms().items()}
 
 
 @pytest.mark.parametrize("name", sorted(platforms()))
-def test_the_command_line_gives_the_apis_step(tmp_path, reference, name):
+def test_the_command_line_gives_the_apis_step(tmp_path, reference, model, name):
     prefix, report = str(tmp_path / "w"), tmp_path / "r.json"
-    assert main(["workload", "llm", *argv_of(training_step(get_platform(name))), "-o", prefix]) == 0
+    assert main(["workload", "llm", *argv_of(training_step(get_platform(name), model)), "-o", prefix]) == 0
     assert main(["run", "--workload-configuration", prefix, "--platform", name, "-o", str(report), "-q"]) == 0
     assert json.loads(report.read_text())["summary"]["max_finish_ns"] == reference[name] > 0
 
 
 @pytest.mark.parametrize("name", sorted(platforms()))
-def test_a_sweep_row_gives_the_same_step(tmp_path, reference, name):
+def test_a_sweep_row_gives_the_same_step(tmp_path, reference, model, name):
     from astra_sweep import Executor, run_sweep
     from astra_sweep.results import Results
 
@@ -68,7 +81,8 @@ def test_a_sweep_row_gives_the_same_step(tmp_path, reference, name):
                 yield task, fn(task, payload)
 
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"workload": {"llm": training_step(get_platform(name))}, "run": {"platform": name}}))
+    spec.write_text(json.dumps({"workload": {"llm": training_step(get_platform(name), model)},
+                                "run": {"platform": name}}))
     out = tmp_path / "rows.csv"
     run_sweep(str(spec), str(out), progress=False, executor_object=InProcess())
     (row,) = Results(str(out), [], {})._read_results()
@@ -76,11 +90,43 @@ def test_a_sweep_row_gives_the_same_step(tmp_path, reference, name):
 
 
 @pytest.mark.parametrize("name", sorted(platforms()))
-def test_a_validation_case_gives_the_same_step(reference, name):
+def test_a_validation_case_gives_the_same_step(reference, model, name):
     from astra_validation.registry import Case
     from astra_validation.runner import run_case
 
     case = Case(name=f"one-engine-{name}", kind="llm_step", source="this test", hardware=name, platform=name,
-                nodes=1, measured={"step_s": 1.0}, workload=tuple(argv_of(training_step(get_platform(name)))))
+                nodes=1, measured={"step_s": 1.0}, workload=tuple(argv_of(training_step(get_platform(name), model))))
     result = run_case(case)
     assert result["simulated_ns"] == reference[name]
+
+
+@pytest.mark.parametrize("name", sorted(platforms()))
+def test_a_search_row_gives_the_same_step(tmp_path, capsys, model, name):
+    """`astra search` over the layouts of one node: each ranked row's step is the API's for its layout."""
+    platform = get_platform(name)
+    tp = layout(platform)["tp"]
+    gpus = platform.gpus_per_node
+    assert main(["search", "--model", model, "--platform", name, "--gpus", str(gpus), "--global-batch",
+                 str(2 * gpus // tp), "--tp", str(tp), "--pp", "1", "--vp", "1", "--mbs", "1", "--zero", "0",
+                 "--cp", "1", "--ep", "1", "--recompute", "none", "--jobs", "1", "--no-progress", "--json"]) == 0
+    ranked = json.loads(capsys.readouterr().out)["ranked"]
+    assert ranked
+    for row in ranked:
+        llm = {"model": model, **{k: v for k, v in row["layout"].items() if v is not False}}
+        assert row["step_ns"] == api_step_ns(tmp_path / str(len(llm)), llm, {"platform": name, "nodes": 1}), row
+
+
+@pytest.mark.parametrize("name", sorted(platforms()))
+def test_a_serving_step_gives_the_same_step(tmp_path, model, name):
+    """The step time `astra serve` uses for a prefill of 100 tokens (its deployment resolved from a ServeSpec, the
+    shape simulated exactly) is the API's step of the same inference workload."""
+    from astra_serving import ServeSpec
+    from astra_serving.steptime import StepTimer
+
+    platform = get_platform(name)
+    tp = layout(platform)["tp"]
+    resolved = ServeSpec.from_mapping({"model": model, "platform": name, "tp": tp, "qps": 1}).resolve()
+    served = StepTimer(resolved.layout, exact=True).step_ns(prefill=100, decode=0, context=0)
+    llm = {"model": model, "tp": tp, "dp": platform.gpus_per_node // tp, "logits": "last", "mode": "prefill",
+           "batch_size": 1, "prompt_len": 100}
+    assert served == api_step_ns(tmp_path, llm, {"platform": name, "nodes": 1}) > 0

@@ -63,6 +63,10 @@ class Platform:
         KV cache) hold a rank's estimate against; None when the platform does not say."""
         return None
 
+    def peak_tflops(self, dtype="bf16") -> float | None:
+        """Dense peak TFLOP/s of one device in ``dtype`` (for MFU); None when the device has no such rate."""
+        return None
+
     def variant(self, **changes) -> "Platform":
         """The same platform with some of its numbers changed (a sweep's ``platform.<key>`` axes);
         platforms that cannot vary raise ConfigError naming the keys."""

@@ -62,6 +62,10 @@ class TpuPreset(Platform):
     def describe(self, nodes: int = 1) -> dict:
         return self.numbers(nodes)
 
+    def peak_tflops(self, dtype="bf16") -> float | None:
+        """The chip's published peak, bf16 (its MXUs run bf16; other types: not stated)."""
+        return self.peak_bf16_tflops if dtype == "bf16" else None
+
     def device_memory_bytes(self) -> int:
         """The chip's HBM (GiB, as Google states it), bytes."""
         return self.hbm_gib << 30

@@ -67,6 +67,10 @@ class Platform(_Platform):
         capacity = load_gpu(self.gpu).hbm_capacity_gb
         return None if capacity is None else int(capacity * 1e9)
 
+    def peak_tflops(self, dtype="bf16") -> float | None:
+        """The GPU's dense tensor-core TFLOP/s in ``dtype`` (its preset's or YAML's)."""
+        return load_gpu(self.gpu).tensor_tflops.get(dtype)
+
     def variant(self, **changes) -> "Platform":
         """``gpus_per_node``, ``nic_gbps`` (GB/s per GPU, decimal) or ``gpu`` (a preset name or GPU YAML) changed."""
         from dataclasses import replace

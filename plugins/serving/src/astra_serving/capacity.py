@@ -44,7 +44,6 @@ class KvCapacity:
 def kv_capacity(layout, gpu_memory_utilization=0.9, block_size=16, max_num_batched_tokens=2048,
                 max_model_len=None):
     """The KV-cache blocks of one replica (every GPU holds ``blocks`` blocks of its share)."""
-    from astra_gpu_model.gpu import load_gpu
     from astra_sim.platforms import get_platform
     from astra_workload_generators.llm.config import DTYPES
     from astra_workload_generators.llm.memory import FRAGMENTATION, peak_memory
@@ -55,13 +54,10 @@ def kv_capacity(layout, gpu_memory_utilization=0.9, block_size=16, max_num_batch
     dims, cfg = model_of(layout, mode="prefill", batch_size=1, prompt_len=tokens)
     m = peak_memory(dims, cfg)
     platform = get_platform(layout.platform)
-    if getattr(platform, "gpu", None) is None:
-        raise ConfigError(f"astra serve needs a GPU platform (its GPU's memory holds the KV cache); "
-                          f"{platform.name} is a {platform.family} platform")
-    gpu = load_gpu(platform.gpu)
-    if gpu.hbm_capacity_gb is None:
-        raise ConfigError(f"the {gpu.name} has no hbm_capacity_gb: the KV cache cannot be sized")
-    hbm = int(gpu.hbm_capacity_gb * 1e9)
+    hbm = platform.device_memory_bytes()  # a GPU's HBM or a TPU chip's: what holds the KV cache
+    device = platform.describe(1).get("gpu", platform.name)
+    if hbm is None:
+        raise ConfigError(f"--platform {platform.name} states no device memory: the KV cache cannot be sized")
     usable = int(hbm * gpu_memory_utilization)
     workspace = m.workspace - int(FRAGMENTATION * m.kv_cache)  # the prompt's own KV is part of the pool
     kv = usable - m.weights - m.activations - workspace
@@ -75,7 +71,7 @@ def kv_capacity(layout, gpu_memory_utilization=0.9, block_size=16, max_num_batch
     per_token = per_position * -(-dims.layers // layout.pp)
     blocks = kv // (per_token * block_size) if kv > 0 else 0
     if blocks * block_size < max_context and blocks * block_size < 1:
-        raise InfeasibleError(f"no room for a KV cache: {gpu.name} x {layout.gpus} (TP {layout.tp}, PP {layout.pp}) "
+        raise InfeasibleError(f"no room for a KV cache: {device} x {layout.gpus} (TP {layout.tp}, PP {layout.pp}) "
                               f"holds {usable / 1e9:.1f} GB usable of {hbm / 1e9:.0f} GB, the weights take "
                               f"{m.weights / 1e9:.1f} GB and an iteration's activations {m.activations / 1e9:.1f} "
                               "GB per GPU")

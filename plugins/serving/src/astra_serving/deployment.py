@@ -81,7 +81,6 @@ def serve(spec):
     """``(report dict, requests)`` of the deployment ``spec`` describes (a :class:`ServeSpec`, or a mapping of
     ``astra serve`` options read by :meth:`ServeSpec.from_mapping`): what ``astra serve`` reports for it, every
     iteration timed by the step simulator in this process. ``spec.timeline`` and ``spec.save_trace`` are written."""
-    from astra_gpu_model.gpu import load_gpu
 
     from .cluster import Cluster
     from .engine import VLLM_CUDA_GRAPH_SIZES, Engine, EngineConfig, Pipeline
@@ -180,10 +179,9 @@ def serve(spec):
         write_timeline(spec.timeline, cluster, requests)
     report = build_report(requests, cluster, spec.slo_ttft, spec.slo_tpot)
     report["qps"] = None if spec.trace else qps
-    gpu = load_gpu(platform.gpu)
     engines = cluster.engines + cluster.decode_engines
     report["deployment"] = {
-        "model": spec.model or spec.preset, "platform": platform.name, "gpu": gpu.name,
+        "model": spec.model or spec.preset, "platform": platform.name, "gpu": platform.describe(1).get("gpu"),
         "gpus": replicas * layout.gpus, "gpus_per_replica": layout.gpus, "virtual_engines": virtual_engines,
         "nodes_per_replica": layout.nodes, "replicas": replicas, "tp": spec.tp, "pp": spec.pp, "ep": spec.ep,
         "disaggregate": spec.disaggregate, "router": spec.router, "description": description,

@@ -190,7 +190,6 @@ def _search_layouts(args):
                               "serving deployments)")
     import yaml
 
-    from astra_gpu_model.gpu import load_gpu
     from astra_sim.platforms import get_platform
     from astra_workload_generators.llm import model_dims, peak_memory, training_flops
 
@@ -208,10 +207,13 @@ def _search_layouts(args):
         source, name = {"model": os.path.abspath(path)}, args.model
     dims = model_dims(args.preset, base=base if args.model else None, seq_len=args.seq_len)
     platform = get_platform(args.platform)
-    if getattr(platform, "gpu", None) is None:
-        raise ConfigError(f"astra search: --platform {platform.name} is not a GPU platform (the layouts are "
-                          "filtered by a GPU's memory; see `astra platforms`)")
-    gpu = load_gpu(platform.gpu)
+    capacity = platform.device_memory_bytes()
+    dtype = "fp8" if args.gemm_dtype == "fp8" else "bf16"
+    peak_tflops = platform.peak_tflops(dtype)
+    if capacity is None or not peak_tflops:
+        raise ConfigError(f"astra search: --platform {platform.name} states no device memory or {dtype} peak (the "
+                          "layouts are filtered by memory and ranked by MFU; see `astra platforms --json`)")
+    device = platform.describe(1).get("gpu", platform.name)
     if args.gpus % platform.gpus_per_node:
         raise ConfigError(f"--gpus {args.gpus} is not a whole number of {platform.name} nodes "
                           f"({platform.gpus_per_node} GPUs each)")
@@ -223,7 +225,6 @@ def _search_layouts(args):
             raise ConfigError(f"--recompute: unknown mode {mode!r} (none, full, selective)")
     layouts, invalid = enumerate_layouts(dims, args.gpus, args.global_batch, platform.gpus_per_node, choices,
                                          args.gemm_dtype)
-    capacity = gpu.hbm_capacity_gb * 1e9
     fit, dropped = [], {}
     estimates = {}
     batch_refused = 0
@@ -240,9 +241,9 @@ def _search_layouts(args):
         why = ("weights, gradients and optimizer states alone" if states > capacity else
                "activations of the micro-batches in flight")
         dropped.setdefault(why, []).append((cfg, m))
-    print(f"{name} on {args.gpus} x {gpu.name} ({platform.name}), global batch {args.global_batch}: "
+    print(f"{name} on {args.gpus} x {device} ({platform.name}), global batch {args.global_batch}: "
           f"{len(layouts) + invalid} layouts, {invalid} refused by the generator (divisibility, heads, ...), "
-          f"{sum(len(v) for v in dropped.values())} do not fit {gpu.hbm_capacity_gb:g} GB, {batch_refused} fit but "
+          f"{sum(len(v) for v in dropped.values())} do not fit {capacity / 1e9:g} GB, {batch_refused} fit but "
           f"do not divide the global batch (DP x micro-batch size), {len(fit)} to simulate")
     for why, items in sorted(dropped.items()):
         cfg, m = min(items, key=lambda x: x[1].total)
@@ -252,8 +253,7 @@ def _search_layouts(args):
         raise ConfigError("no layout fits the GPU's memory; add GPUs, ZeRO stages or recomputation")
     spec = {"workload": {"llm": {**source, **({"seq-len": args.seq_len} if args.seq_len else {}),
                                  **({"gemm-dtype": "fp8"} if args.gemm_dtype == "fp8" else {})}},
-            "run": {"platform": args.platform, "compute-model": "gpu",
-                    "platform-collective": args.platform_collective},
+            "run": {"platform": args.platform, "platform-collective": args.platform_collective},
             "axes": {"zip": {f"workload.llm.{k}": [_options(c)[k] for c in fit] for k in _options(fit[0])}}}
     # the base case is the first layout that fits
     spec["workload"]["llm"].update(_options(fit[0]))
@@ -266,7 +266,7 @@ def _search_layouts(args):
                             point_timeout=args.point_timeout, progress=False if args.no_progress else None)
         rows = _read(output)
     flops = training_flops(dims, args.global_batch)
-    peak = gpu.tensor_tflops.get("fp8" if args.gemm_dtype == "fp8" else "bf16") * 1e12
+    peak = peak_tflops * 1e12
     ranked, steps = [], {}
     for cfg, row in zip(fit, [rows.get(_key(c)) for c in fit]):
         if row is None or row.get("status") != "ok":
@@ -287,7 +287,7 @@ def _search_layouts(args):
         write_text_atomic(args.output, json.dumps(result, indent=1) + "\n")
     if args.plot:
         plot(ranked, {why: [m.total for _, m in items] for why, items in dropped.items()}, capacity, args.plot,
-             f"{name} on {args.gpus} x {gpu.name}, batch {args.global_batch}")
+             f"{name} on {args.gpus} x {device}, batch {args.global_batch}")
     return result
 
 
