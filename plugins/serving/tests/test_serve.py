@@ -259,3 +259,16 @@ def test_pipeline_parallel_low_qps_matches_single_steps_and_virtual_engines_rais
     two, _ = serve(tmp_path, *common, name="two")
     one, _ = serve(tmp_path, *common, "--virtual-engines", "1", name="one")
     assert two["throughput_tokens_per_s"] > 1.3 * one["throughput_tokens_per_s"]
+
+
+def test_requests_as_a_dataframe_are_the_csv_rows(tmp_path):
+    from astra_serving import ServeSpec, requests_frame, serve as serve_spec
+
+    report, rows = serve(tmp_path, "--tp", "8", "--qps", "2", "--requests", "6", "--prompt-len", "128",
+                         "--output-len", "8")
+    spec = ServeSpec.from_mapping({"model": MODEL[1], "platform": "hgx-h100", "tp": 8, "qps": 2, "requests": 6,
+                                   "prompt_len": "128", "output_len": "8"})
+    _, requests = serve_spec(spec)
+    frame = requests_frame(requests)
+    assert [int(v) for v in frame["first_token_ns"]] == [int(r["first_token_ns"]) for r in rows]
+    assert list(frame["ttft_ns"]) == [int(r["first_token_ns"]) - int(r["arrival_ns"]) for r in rows]

@@ -67,9 +67,9 @@ def _cmd_serve(args):
     if args.requests_csv:
         if len(reports) > 1:
             raise ConfigError("--requests-csv is for one QPS (a sweep has one set of requests per QPS)")
-        rows = ["id,replica,arrival_ns,prompt_tokens,output_tokens,scheduled_ns,first_token_ns,finish_ns,preemptions"]
-        rows += [f"{r.id},{r.replica},{r.arrival_ns},{r.prompt_tokens},{r.output_tokens},{r.scheduled_ns},"
-                 f"{r.first_token_ns},{r.finish_ns},{r.preemptions}" for r in sorted(requests, key=lambda r: r.id)]
+        from .requests import REQUEST_COLUMNS, request_rows
+
+        rows = [",".join(REQUEST_COLUMNS)] + [",".join(str(v) for v in row) for row in request_rows(requests)]
         write_text_atomic(args.requests_csv, "\n".join(rows) + "\n")
     if args.json:
         print(json.dumps(out, indent=1))

@@ -347,3 +347,25 @@ def write_trace(requests, path):
             item.update(prefix_group=r.prefix_group, prefix_tokens=r.prefix_tokens)
         lines.append(json.dumps(item))
     write_text_atomic(os.fspath(path), "\n".join(lines) + "\n")
+
+
+#: one row per served request (``--requests-csv``, :func:`requests_frame`): times in integer ns
+REQUEST_COLUMNS = ("id", "replica", "arrival_ns", "prompt_tokens", "output_tokens", "scheduled_ns", "first_token_ns",
+                   "finish_ns", "preemptions")
+
+
+def request_rows(requests):
+    """``[[value per REQUEST_COLUMNS]]`` of served requests, by id."""
+    return [[getattr(r, column) for column in REQUEST_COLUMNS] for r in sorted(requests, key=lambda r: r.id)]
+
+
+def requests_frame(requests):
+    """Served requests as a pandas DataFrame (:data:`REQUEST_COLUMNS`, integer ns) with each request's TTFT, E2E and
+    queueing delay: ``report, requests = astra_serving.serve(spec); requests_frame(requests)``."""
+    import pandas as pd
+
+    frame = pd.DataFrame(request_rows(requests), columns=list(REQUEST_COLUMNS))
+    frame["ttft_ns"] = frame["first_token_ns"] - frame["arrival_ns"]
+    frame["e2e_ns"] = frame["finish_ns"] - frame["arrival_ns"]
+    frame["queueing_ns"] = frame["scheduled_ns"] - frame["arrival_ns"]
+    return frame

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from astra_sim.cliutil import add_executor_flags, positive_float
+from .sweep_spec import SweepSpec
 
 
 def add_commands(sub):
@@ -14,13 +14,7 @@ def add_commands(sub):
         "astra serve's options, one serving run per point) on a local "
         "process pool or a Dask cluster and write one row per point to RESULTS (.parquet or .csv). Each finished "
         "point is kept at once; the same command after an interruption runs only the missing points.")
-    p.add_argument("spec", metavar="SPEC.yaml")
-    p.add_argument("-o", "--output", required=True, metavar="RESULTS", help="results file: .parquet or .csv")
-    add_executor_flags(p)  # --jobs N (default: one per core), --dask ADDRESS, --executor NAME[:ARG]
-    p.add_argument("--point-timeout", type=positive_float, default=None, metavar="S",
-                   help="a point running longer is recorded as an error and the sweep goes on")
-    p.add_argument("--retry-errors", action="store_true", help="run again the points whose row is an error")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    SweepSpec.add_cli_args(p)
     p.set_defaults(run_command=_cmd_sweep)
 
     from .search import add_search_command
@@ -29,11 +23,7 @@ def add_commands(sub):
 
 
 def _cmd_sweep(args):
-    from .sweep import run_sweep
-
-    summary = run_sweep(args.spec, args.output, jobs=args.jobs, dask=args.dask, executor=args.executor,
-                        point_timeout=args.point_timeout, retry_errors=args.retry_errors,
-                        progress=False if args.no_progress else None)
+    summary = SweepSpec.from_cli_args(args).run()
     rate = summary["points_per_minute"]
     print(f"{summary['points']} points: {summary['ok']} ok, {summary['infeasible']} infeasible, "
           f"{summary['error']} errors; ran {summary['ran']}"
