@@ -278,22 +278,15 @@ def register_builtin_executors(registry):
 def executor_registry(pm=None) -> ExecutorRegistry:
     """Every executor of ``pm`` (default: every installed plugin), built once per plugin manager; entries
     are attributed to the plugin that registered them."""
-    from astra_sim.plugins import BUILTIN, default_plugin_manager
+    from astra_sim.plugins import BUILTIN, call_registration_hook, registry_once
 
-    pm = pm if pm is not None else default_plugin_manager()
-    registry = getattr(pm, "_astra_executors", None)
-    if registry is not None:
-        return registry
-    registry = ExecutorRegistry()
-    registry.current_plugin = BUILTIN
-    register_builtin_executors(registry)
-    caller = getattr(pm.hook, "astra_register_executors", None)
-    for impl in (caller.get_hookimpls() if caller is not None else ()):
-        registry.current_plugin = pm.get_name(impl.plugin) or repr(impl.plugin)
-        impl.function(registry=registry)
-    registry.current_plugin = "?"
-    pm._astra_executors = registry
-    return registry
+    def make(pm):
+        registry = ExecutorRegistry()
+        registry.current_plugin = BUILTIN
+        register_builtin_executors(registry)
+        return call_registration_hook(pm, "astra_register_executors", registry)
+
+    return registry_once(pm, "_astra_executors", make)
 
 
 def executors(pm=None) -> dict:

@@ -122,22 +122,15 @@ class MetricRegistry:
 
 def metric_registry(pm=None) -> MetricRegistry:
     """The kernel's metrics and every loaded plugin's (``astra_register_metrics``), built once per plugin manager."""
-    from astra_sim.plugins import default_plugin_manager
+    from astra_sim.plugins import call_registration_hook, registry_once
 
-    pm = pm if pm is not None else default_plugin_manager()
-    registry = getattr(pm, "_astra_metrics", None)
-    if registry is not None:
-        return registry
-    registry = MetricRegistry()
-    for key, unit, description in KERNEL_METRICS:
-        registry.metric(key, unit, description)
-    caller = getattr(pm.hook, "astra_register_metrics", None)
-    for impl in (caller.get_hookimpls() if caller is not None else ()):
-        registry.current_plugin = pm.get_name(impl.plugin) or repr(impl.plugin)
-        impl.function(registry=registry)
-    registry.current_plugin = "?"
-    pm._astra_metrics = registry
-    return registry
+    def make(pm):
+        registry = MetricRegistry()
+        for key, unit, description in KERNEL_METRICS:
+            registry.metric(key, unit, description)
+        return call_registration_hook(pm, "astra_register_metrics", registry)
+
+    return registry_once(pm, "_astra_metrics", make)
 
 
 #: the report's sections that hold metrics (``settings`` holds the inputs, ``warnings`` text)

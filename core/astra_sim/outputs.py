@@ -89,17 +89,10 @@ class OutputRegistry:
 
 def output_registry(pm) -> OutputRegistry:
     """Every output format of ``pm``, built once per plugin manager (entries attributed to their plugin)."""
-    registry = getattr(pm, "_astra_outputs", None)
-    if registry is not None:
-        return registry
-    registry = OutputRegistry()
-    caller = getattr(pm.hook, "astra_register_output_formats", None)
-    for impl in (caller.get_hookimpls() if caller is not None else ()):
-        registry.current_plugin = pm.get_name(impl.plugin) or repr(impl.plugin)
-        impl.function(registry=registry)
-    registry.current_plugin = "?"
-    pm._astra_outputs = registry
-    return registry
+    from astra_sim.plugins import call_registration_hook, registry_once
+
+    return registry_once(pm, "_astra_outputs",
+                         lambda pm: call_registration_hook(pm, "astra_register_output_formats", OutputRegistry()))
 
 
 def output_formats(pm=None) -> dict:

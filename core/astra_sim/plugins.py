@@ -197,17 +197,33 @@ def make_plugin_manager(select=None, block=(), extra_plugins=()):
     return pm
 
 
+def call_registration_hook(pm, hook_name, registry):
+    """Call every plugin's ``hook_name(registry=...)``, one plugin at a time, so that each entry is credited to the
+    plugin that made it (``registry.current_plugin``). get_hookimpls() is in registration order (builtin first)."""
+    caller = getattr(pm.hook, hook_name, None)
+    for impl in (caller.get_hookimpls() if caller is not None else ()):
+        registry.current_plugin = pm.get_name(impl.plugin) or repr(impl.plugin)
+        impl.function(registry=registry)
+    registry.current_plugin = "?"
+    return registry
+
+
+def registry_once(pm, attribute, make):
+    """The registry ``make(pm)`` builds, made once per plugin manager (kept on it as ``attribute``);
+    ``pm`` None: :func:`default_plugin_manager`."""
+    pm = pm if pm is not None else default_plugin_manager()
+    registry = getattr(pm, attribute, None)
+    if registry is None:
+        registry = make(pm)
+        setattr(pm, attribute, registry)
+    return registry
+
+
 def build_registry(pm):
     """Call every registration hook, one plugin at a time so entries are attributed."""
     registry = Registry()
-    for role, hook_name in _REGISTRATION_HOOKS.items():
-        caller = getattr(pm.hook, hook_name)
-        # get_hookimpls() is in registration order (the builtin plugin first);
-        # calling each one ourselves attributes every registration to its plugin.
-        for impl in caller.get_hookimpls():
-            registry.current_plugin = pm.get_name(impl.plugin) or repr(impl.plugin)
-            impl.function(registry=registry)
-    registry.current_plugin = "?"
+    for hook_name in _REGISTRATION_HOOKS.values():
+        call_registration_hook(pm, hook_name, registry)
     return registry
 
 
@@ -227,12 +243,7 @@ def default_plugin_manager():
 
 def registry_of(pm=None):
     """:func:`build_registry` of ``pm`` (default: :func:`default_plugin_manager`), built once per manager."""
-    pm = pm if pm is not None else default_plugin_manager()
-    registry = getattr(pm, "_astra_registry", None)
-    if registry is None:
-        registry = build_registry(pm)
-        pm._astra_registry = registry
-    return registry
+    return registry_once(pm, "_astra_registry", build_registry)
 
 
 def describe_plugins(pm=None):
