@@ -8,6 +8,8 @@ for each role; two plugins registering the same name for a role is an error.
 from __future__ import annotations
 
 import importlib.metadata
+import os
+import sys
 from dataclasses import dataclass, field
 
 import pluggy
@@ -105,8 +107,25 @@ class Registry:
         return sorted(self.entries[role])
 
 
+_ENTRY_POINTS = {}
+
+
 def _entry_points():
-    return list(importlib.metadata.entry_points(group=GROUP))
+    """The installed plugins' entry points, read again only when a folder on ``sys.path`` changed (installing or
+    removing a distribution changes its site-packages folder): reading every distribution's metadata takes
+    milliseconds, and the Python API asks on every run."""
+    stamp = tuple(_mtime_ns(path) for path in sys.path)
+    if _ENTRY_POINTS.get("stamp") != stamp:
+        _ENTRY_POINTS["points"] = list(importlib.metadata.entry_points(group=GROUP))
+        _ENTRY_POINTS["stamp"] = stamp
+    return list(_ENTRY_POINTS["points"])
+
+
+def _mtime_ns(path):
+    try:
+        return os.stat(path or ".").st_mtime_ns
+    except OSError:
+        return None
 
 
 def available_plugins():
