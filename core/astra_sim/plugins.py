@@ -238,11 +238,15 @@ def registry_once(pm, attribute, make):
     return registry
 
 
-def build_registry(pm):
-    """Call every registration hook, one plugin at a time so entries are attributed."""
+#: the roles a run's backends come from (a run built from a RunSpec has its platform resolved already)
+BACKEND_ROLES = tuple(role for role in ROLES if role != "platform")
+
+
+def build_registry(pm, roles=ROLES):
+    """Call the registration hooks of ``roles``, one plugin at a time so entries are attributed."""
     registry = Registry()
-    for hook_name in _REGISTRATION_HOOKS.values():
-        call_registration_hook(pm, hook_name, registry)
+    for role in roles:
+        call_registration_hook(pm, _REGISTRATION_HOOKS[role], registry)
     return registry
 
 

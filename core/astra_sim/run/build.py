@@ -8,7 +8,7 @@ from astra_sim.api import RunContext
 from astra_sim.config import ignored_key_messages, parse_comm_groups, parse_memory_config, parse_system_config
 from astra_sim.engine import EventEngine
 from astra_sim.errors import ConfigError, WorkloadError
-from astra_sim.plugins import build_registry
+from astra_sim.plugins import BACKEND_ROLES, build_registry
 from astra_sim.system.context import SharedContext
 from astra_sim.system.frontend import FoldedSendRecvMatcher, SendRecvMatcher
 from astra_sim.system.sys import Sys
@@ -40,7 +40,7 @@ class RunSetup:
         self.rendezvous = bool(rendezvous)
         self.injection_scale = injection_scale
         self.pm = pm
-        self.registry = registry = build_registry(pm)
+        self.registry = registry = build_registry(pm, BACKEND_ROLES)
         self.engine = EventEngine()
         self.system_config = parse_system_config(self.system_config_path, injection_scale)
         for message in ignored_key_messages(self.system_config):

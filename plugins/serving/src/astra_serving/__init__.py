@@ -2,10 +2,18 @@
 
 From Python: ``report, requests = astra_serving.serve(ServeSpec(model="llama3-8b", platform="hgx-h100", qps=5))``
 (or ``ServeSpec.from_mapping({...})`` with ``astra serve``'s option names); ``requests_frame(requests)`` gives one
-row per request as a pandas DataFrame."""
+row per request as a pandas DataFrame. The names load on first use: loading the plugin (every ``astra`` command,
+every run) stays cheap."""
 
-from .deployment import serve
-from .requests import requests_frame
-from .spec import ServeSpec
+_PUBLIC = {"serve": "deployment", "ServeSpec": "spec", "requests_frame": "requests"}
 
-__all__ = ["ServeSpec", "serve", "requests_frame"]
+
+def __getattr__(name):
+    if name in _PUBLIC:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_PUBLIC[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = list(_PUBLIC)

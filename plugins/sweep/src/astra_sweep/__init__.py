@@ -5,9 +5,19 @@ GPUs, filtered by memory, simulated, ranked). The executors are the kernel's (:m
 From Python: ``SweepSpec(spec="sweep.yaml", output="rows.parquet").run()``, then ``read_results("rows.parquet")`` for
 the rows as a pandas DataFrame."""
 
-from astra_sim.executors import DaskExecutor, Executor, ExecutorFailure, LocalPool, make_executor
-from .sweep import run_sweep
-from .sweep_spec import SweepSpec, read_results
+_PUBLIC = {"SweepSpec": "astra_sweep.sweep_spec", "read_results": "astra_sweep.sweep_spec",
+           "run_sweep": "astra_sweep.sweep", "Executor": "astra_sim.executors", "ExecutorFailure": "astra_sim.executors",
+           "LocalPool": "astra_sim.executors", "DaskExecutor": "astra_sim.executors",
+           "make_executor": "astra_sim.executors"}
 
-__all__ = ["SweepSpec", "read_results", "run_sweep", "Executor", "ExecutorFailure", "LocalPool", "DaskExecutor",
-           "make_executor"]
+
+def __getattr__(name):
+    """The public names load on first use: loading the plugin (every ``astra`` command, every run) stays cheap."""
+    if name in _PUBLIC:
+        import importlib
+
+        return getattr(importlib.import_module(_PUBLIC[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = list(_PUBLIC)

@@ -1,6 +1,17 @@
-"""``astra validate``: published measurements against astra-sim-py's simulation (see docs/validation.md)."""
+"""``astra validate``: published measurements against astra-sim-py's simulation (see docs/validation.md).
 
-from astra_validation.registry import Case, load_cases
-from astra_validation.runner import run_case
+``Case``, ``load_cases`` and ``run_case`` load on first use: loading the plugin (every ``astra`` command, every run)
+stays cheap."""
 
-__all__ = ["Case", "load_cases", "run_case"]
+_PUBLIC = {"Case": "registry", "load_cases": "registry", "run_case": "runner"}
+
+
+def __getattr__(name):
+    if name in _PUBLIC:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_PUBLIC[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = list(_PUBLIC)
