@@ -125,7 +125,8 @@ def mapping_to_argv(parser, mapping, where="options"):
     """``{option: value}`` as command-line words for ``parser`` (:func:`option_argv` for each)."""
     out = []
     for name, value in mapping.items():
-        out += option_argv(parser, name, value, f"{where}: {name}" if where else str(name))
+        label = str(name) if str(name).isprintable() else repr(str(name))  # an error stays one line
+        out += option_argv(parser, name, value, f"{where}: {label}" if where else label)
     return out
 
 
