@@ -145,7 +145,7 @@ def test_bad_flag_values_are_usage_errors(capsys, files):
 
 
 def test_required_flags(capsys, files):
-    # Required unless a plugin provides them (astra_provide_configuration); none does here.
+    # Required unless a platform provides them (--platform); none is given here.
     rc = main(["-p", "network_analytical", "run", "--workload-configuration", files["ar"]])
     assert rc == 2
     assert "--system-configuration is required" in capsys.readouterr().err

@@ -150,7 +150,7 @@ def _main(argv):
         return _cmd_plugins(pm, args)
     if args.command == "run":
         return _cmd_run(pm, args)
-    args.plugin_manager = pm  # a plugin command may call hooks (e.g. `astra platforms` gathers astra_platforms)
+    args.plugin_manager = pm  # a plugin command may use the loaded plugins (registries, hooks)
     return args.run_command(args)
 
 

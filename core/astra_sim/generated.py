@@ -1,6 +1,6 @@
 """Configurations a plugin generates for one run (``--platform``): held in memory, never left behind.
 
-A plugin's ``astra_provide_configuration`` may return a :class:`GeneratedFile` (name and text) instead
+A platform's ``resolve`` (:mod:`astra_sim.platforms`) may give a :class:`GeneratedFile` (name and text) instead
 of a path. ``astra run`` writes such files into a private temporary folder only for as long as the run
 reads them (:func:`materialized`), and removes it at exit: on success, on error, on Ctrl-C and on
 SIGTERM. A sweep of 10,000 runs leaves nothing in the temporary directory, and the report keeps the

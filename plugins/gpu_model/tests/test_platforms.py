@@ -97,7 +97,7 @@ def test_nccl_on_every_dimension(tmp_path):
 def test_platforms_json_lists_all_with_numbers_and_sources(capsys):
     assert main(["platforms", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    rows = [r for r in rows if r.get("family", "gpu") == "gpu"]  # other plugins may add theirs (astra_platforms)
+    rows = [r for r in rows if r.get("family", "gpu") == "gpu"]  # other plugins may add theirs (astra_register_platforms)
     assert [r["name"] for r in rows] == NAMES
     for r in rows:
         for key in ("gpu", "gpus_per_node", "scaleup_gb_per_s_per_direction", "nic_gbit_per_s_per_gpu",

@@ -232,7 +232,7 @@ def system_json(preset: TpuPreset, dims: int) -> dict:
 
 
 def generate(name, nodes=1, topology=None, directory=None) -> dict:
-    """The platform's system JSON, network YAML and SCALE-sim .cfg as the astra_provide_configuration dict:
+    """The platform's system JSON, network YAML and SCALE-sim .cfg as a dict (its Platform.resolve makes the PlatformSetup):
     in memory (:class:`astra_sim.generated.GeneratedFile`, which ``astra run`` writes to a private folder only
     while it runs and records inline in the report), or, with ``directory``, written there (paths)."""
     from astra_sim.generated import GeneratedFile, write_generated

@@ -277,7 +277,7 @@ def system_json(platform: Platform, nodes: int, collective: str = "ring") -> dic
 
 
 def generate(name, nodes=1, collective="ring", directory=None) -> dict:
-    """The platform's system JSON and network YAML as the astra_provide_configuration dict: in memory
+    """The platform's system JSON and network YAML as a dict (its Platform.resolve makes the PlatformSetup): in memory
     (:class:`astra_sim.generated.GeneratedFile`, which ``astra run`` writes to a private folder only while
     it runs, and records inline in the report), or, with ``directory``, written there (paths)."""
     from astra_sim.generated import GeneratedFile, write_generated
