@@ -42,7 +42,7 @@ def test_simulate_with_a_platform_equals_astra_run_to_the_ns(tmp_path):
     report = astra_sim.simulate(workload=prefix, platform="hgx-h100")
     assert [r.finish_ns for r in report.ranks] == [r["finish_ns"] for r in cli["ranks"]]
     assert report.settings["platform_defaults"] == cli["settings"]["platform_defaults"]
-    assert report.settings["platform"] == {"name": "hgx-h100", "nodes": 1}
+    assert report.settings["platform"] == {"name": "hgx-h100", "nodes": 1, "devices_per_node": 8}
     # the spec door, and an option by name (an explicit --gpu wins over the platform's)
     spec = RunSpec.from_mapping({"workload": prefix, "platform": "hgx-h100", "gpu": "B200"})
     by_spec = astra_sim.simulate(spec)

@@ -325,13 +325,14 @@ def test_missing_system_and_network_files(env):
     ("topology: [ Torus ]\nnpus_count: [ 4 ]\nbandwidth: [ 50 ]\nlatency: [ 500 ]\n", ["topology[0]", "Torus"]),
     ("topology: [ Ring, Ring ]\nnpus_count: [ 4 ]\nbandwidth: [ 50, 50 ]\nlatency: [ 500, 500 ]\n",
      ["npus_count", "1 entries", "2"]),
-    ("topology: [ Ring ]\nnpus_count: [ 1 ]\nbandwidth: [ 50 ]\nlatency: [ 500 ]\n", ["npus_count[0]", ">= 2"]),
+    # (one NPU is a machine too, a lone GPU; none is not)
+    ("topology: [ Ring ]\nnpus_count: [ 0 ]\nbandwidth: [ 50 ]\nlatency: [ 500 ]\n", ["npus_count[0]", ">= 1"]),
     ("topology: [ Ring ]\nnpus_count: [ 4 ]\nbandwidth: [ 0 ]\nlatency: [ 500 ]\n", ["bandwidth[0]"]),
     ("topology: [ Ring ]\nnpus_count: [ 4 ]\nbandwidth: [ 50 ]\nlatency: [ -1 ]\n", ["latency[0]"]),
     ("topology: [ Ring ]\nnpus_count: [ 4 ]\nbandwidth: [ 50 ]\n", ["'latency' is missing"]),
     ("topology: [ Ring\n", ["not valid YAML"]),
     ("just a string\n", ["expected a mapping"]),
-], ids=["unknown-topology", "mismatched-lengths", "npus-count-1", "zero-bw", "negative-latency",
+], ids=["unknown-topology", "mismatched-lengths", "npus-count-0", "zero-bw", "negative-latency",
         "missing-key", "not-yaml", "not-a-mapping"])
 def test_bad_network_yaml(env, text, needles):
     net = env.dir / "bad.yml"

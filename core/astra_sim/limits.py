@@ -59,7 +59,7 @@ LIMITS = {
     "g": Limit(0, SECOND_NS, "ns, LogGP gap"),
     "G": Limit(0, SECOND_NS, "ns per byte, LogGP gap per byte"),
     # network YAML (one entry per dimension)
-    "npus_count": Limit(2, 1e6, "NPUs in the dimension", integer=True),
+    "npus_count": Limit(1, 1e6, "NPUs in the dimension", integer=True),
     "bandwidth": Limit(0, 1e6, "GB/s per link and direction, GB = 2^30 bytes", low_open=True),
     "latency": Limit(0, SECOND_NS, "ns per link traversal"),
     # remote-memory JSON

@@ -58,6 +58,10 @@ class Platform:
         options as parsed (an option the user gave explicitly wins over the platform's value)."""
         raise NotImplementedError
 
+    def devices_per_node(self, options) -> int:
+        """Devices in one node under the run's ``options`` (a TPU slice's size follows ``--tpu-topology``)."""
+        return self.gpus_per_node
+
     def device_memory_bytes(self) -> int | None:
         """Memory of one device (HBM), bytes: what memory checks (``astra search``'s layouts, a serving engine's
         KV cache) hold a rank's estimate against; None when the platform does not say."""
@@ -90,6 +94,37 @@ def platforms(pm=None) -> dict:
     return {name: reg.factory for name, reg in registry_of(pm).entries["platform"].items()}
 
 
+def fit_workload(platform, nodes, ranks, options):
+    """``(platform, nodes)`` for a workload of ``ranks`` ranks (None: not known) on ``platform``: whole nodes, or one
+    partial node (the same node with as many devices as the job has: a 1-, 2- or 4-GPU job on an 8-GPU machine).
+    ``nodes`` None follows the workload; an explicit ``nodes`` that disagrees with it is a ConfigError saying what
+    would fit."""
+    per_node = platform.devices_per_node(options)
+    name = platform.name
+    if nodes is not None:
+        check_nodes(nodes)
+        if ranks is None or ranks == nodes * per_node:
+            return platform, nodes
+        if not (nodes == 1 and ranks < per_node):
+            fits = (f"--nodes {ranks // per_node}" if ranks % per_node == 0 else
+                    f"a workload of a multiple of {per_node} ranks")
+            raise ConfigError(f"--nodes {nodes} of {name} is {nodes * per_node} devices but the workload has {ranks} "
+                              f"ranks: leave --nodes out (it follows the workload) or give {fits}")
+    elif ranks is None:
+        return platform, 1
+    elif ranks % per_node == 0:
+        return platform, ranks // per_node
+    elif ranks > per_node:
+        raise ConfigError(f"the workload's {ranks} ranks are not whole {name} nodes of {per_node} devices: generate it "
+                          f"for {ranks // per_node} or {ranks // per_node + 1} nodes ({ranks // per_node * per_node} or "
+                          f"{(ranks // per_node + 1) * per_node} ranks)")
+    try:  # fewer ranks than one node: a partial node
+        return platform.variant(gpus_per_node=ranks), 1
+    except ConfigError as exc:
+        raise ConfigError(f"the workload has {ranks} ranks, fewer than one {name} node of {per_node} devices, and "
+                          f"{name} has no partial node: {exc}") from None
+
+
 def get_platform(name, pm=None) -> Platform:
     """The registered platform called ``name`` (case-insensitive), or a ConfigError listing the known ones."""
     if isinstance(name, Platform):
@@ -113,4 +148,5 @@ def describe_platforms(nodes=1, pm=None) -> list:
     return rows
 
 
-__all__ = ["Platform", "PlatformSetup", "check_nodes", "describe_platforms", "get_platform", "platforms"]
+__all__ = ["Platform", "PlatformSetup", "check_nodes", "describe_platforms", "fit_workload", "get_platform",
+           "platforms"]

@@ -56,7 +56,7 @@ class Run:
             else:
                 configs[key] = path
         options.update({k: configs[k] for k in ("system_configuration", "network_configuration")})
-        options.update(platform=spec.platform, nodes=spec.nodes)
+        options.update(platform=spec.platform, nodes=resolved.nodes)
         return Simulation(
             spec.workload, configs["system_configuration"], configs["network_configuration"],
             configs["remote_memory_configuration"], configs["comm_group_configuration"],
@@ -70,7 +70,8 @@ class Run:
         from astra_sim.generated import inline_settings
 
         if self.resolved.platform_defaults:
-            report.settings["platform"] = {"name": self.resolved.platform, "nodes": self.spec.nodes}
+            report.settings["platform"] = {"name": self.resolved.platform, "nodes": self.resolved.nodes,
+                                           "devices_per_node": self.resolved.devices_per_node}
             report.settings["platform_defaults"] = dict(self.resolved.platform_defaults)
         inline_settings(report.settings, self.resolved.generated, self.paths)
         return report

@@ -57,7 +57,8 @@ class RunSpec:
     memory: str | None = None
     comm_groups: str | None = None
     platform: str | None = None
-    nodes: int = 1
+    #: nodes of ``platform``; None: as many as the workload's ranks fill (one partial node for a smaller job)
+    nodes: int | None = None
     network_backend: str = "analytical"
     memory_backend: str | None = None
     compute_model: str | None = None
@@ -96,8 +97,9 @@ class RunSpec:
             "--network-configuration given explicitly win. The report's settings.platform_defaults says what was "
             "implied and why.")
         machine.add_argument("--platform", default=None, metavar="NAME", help="a registered platform, e.g. hgx-h100")
-        machine.add_argument("--nodes", type=positive_int, default=1, metavar="N",
-                             help="nodes (scale-up domains, or slices) of --platform (default 1)")
+        machine.add_argument("--nodes", type=positive_int, default=None, metavar="N",
+                             help="nodes (scale-up domains, or slices) of --platform (default: as many as the "
+                                  "workload's ranks fill; a job smaller than a node gets a partial node)")
         ours = parser.add_argument_group("astra-sim-py options")
         ours.add_argument("--network-backend", default="analytical", metavar="NAME",
                           help="network backend by name (default: analytical); see `astra plugins`")
@@ -150,16 +152,21 @@ class RunSpec:
         checks and defaults as the command line. ``where`` names the mapping in errors."""
         from astra_sim.cliutil import mapping_to_argv, parse_or_raise
 
+        from astra_sim.platforms import Platform
+
         parser = run_parser(pm)
         renamed = {}
+        platform = mapping.get("platform") if hasattr(mapping, "get") else None
+        if isinstance(platform, Platform):  # a platform object (a variant) stands for itself, not for a name
+            mapping = {k: v for k, v in dict(mapping).items() if k != "platform"}
         for key, value in dict(mapping).items():
             name = str(key).replace("-", "_")
             if name in _NEGATED:
                 name, value = _NEGATED[name], (not value if isinstance(value, bool) else value)
             renamed[_DESTS.get(name, name)] = value
         argv = mapping_to_argv(parser, renamed, where)
-        args = parse_or_raise(parser, argv, where)
-        return cls.from_cli_args(args)
+        spec = cls.from_cli_args(parse_or_raise(parser, argv, where))
+        return dataclasses.replace(spec, platform=platform) if isinstance(platform, Platform) else spec
 
     @classmethod
     def from_argv(cls, argv, pm=None, where="astra run") -> "RunSpec":
@@ -205,12 +212,14 @@ class RunSpec:
         defaults = None
         generated = {}
         platform = None
+        nodes = self.nodes
         if self.platform is not None:
-            from astra_sim.platforms import check_nodes, get_platform
+            from astra_sim.platforms import fit_workload, get_platform
+            from astra_sim.workload.compact import workload_ranks
 
-            platform = get_platform(self.platform, pm)
-            check_nodes(self.nodes)
-            setup = platform.resolve(self.nodes, {**options, "compute_model": self.compute_model})
+            platform, nodes = fit_workload(get_platform(self.platform, pm), self.nodes,
+                                           workload_ranks(self.workload), options)
+            setup = platform.resolve(nodes, {**options, "compute_model": self.compute_model})
             for key in CONFIG_KEYS:
                 value = getattr(setup, key)
                 if configs[key] is None and value is not None:
@@ -228,11 +237,12 @@ class RunSpec:
                 flag = "--" + key.replace("_", "-")
                 raise ConfigError(f"{flag} is required (or --platform, which provides it)")
         return ResolvedRun(self, configs, generated, options, compute_model, defaults,
-                           None if platform is None else platform.name)
+                           None if platform is None else platform.name, nodes,
+                           None if platform is None else platform.devices_per_node(options))
 
     def describe(self) -> str:
         """One line for messages: the workload and the machine."""
-        machine = (f"--platform {self.platform} --nodes {self.nodes}" if self.platform
+        machine = (f"--platform {self.platform}" + (f" --nodes {self.nodes}" if self.nodes else "") if self.platform
                    else f"{self.system} + {self.network}")
         return f"{self.workload} on {machine}"
 
@@ -249,6 +259,9 @@ class ResolvedRun:
     compute_model: str | None
     platform_defaults: dict | None
     platform: str | None
+    #: the platform's nodes and devices per node this run has (a job smaller than a node: one partial node)
+    nodes: int | None = None
+    devices_per_node: int | None = None
 
 
 def run_parser(pm=None):

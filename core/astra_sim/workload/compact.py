@@ -292,3 +292,15 @@ def expand_workload(prefix, out_prefix):
             with open(roles, "rb") as handle:
                 write_atomically(roles_path(f"{out_prefix}.groups.json"), handle.read())
     return compact.npus
+
+
+def workload_ranks(prefix):
+    """How many ranks the workload at ``prefix`` has: a compact workload's ``npus``, else the per-rank Chakra files
+    ``<prefix>.0.et``, ``<prefix>.1.et``, ... counted; None when neither is there (another format, or a typo: the
+    run itself then says what is missing)."""
+    if is_compact(prefix):
+        return read_compact_workload(prefix).npus
+    count = 0
+    while os.path.exists(f"{prefix}.{count}.et"):
+        count += 1
+    return count or None

@@ -62,6 +62,21 @@ class TpuPreset(Platform):
     def describe(self, nodes: int = 1) -> dict:
         return self.numbers(nodes)
 
+    def variant(self, **changes):
+        """A slice's size is its torus: a job of another chip count names one (``--tpu-topology``)."""
+        if "gpus_per_node" in changes:
+            dims = "x".join(["A", "B", "C"][:self.torus_dims])
+            raise ConfigError(f"give --tpu-topology {dims} with {changes['gpus_per_node']} chips in all (each "
+                              "dimension at least 2)")
+        return super().variant(**changes)
+
+    def devices_per_node(self, options) -> int:
+        """Chips per slice: the ``--tpu-topology`` torus, or the default one."""
+        chips = 1
+        for d in parse_topology(options.get("tpu_topology"), self):
+            chips *= d
+        return chips
+
     def peak_tflops(self, dtype="bf16") -> float | None:
         """The chip's published peak, bf16 (its MXUs run bf16; other types: not stated)."""
         return self.peak_bf16_tflops if dtype == "bf16" else None

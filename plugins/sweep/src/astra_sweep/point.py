@@ -125,14 +125,10 @@ def _quiet(_line):
 
 
 def trace_npus(prefix):
-    from astra_sim.workload.compact import is_compact, read_compact_workload
+    """The workload's ranks (the kernel's count; 0 when there is none)."""
+    from astra_sim.workload.compact import workload_ranks
 
-    if is_compact(prefix):
-        return read_compact_workload(prefix).npus
-    n = 0
-    while os.path.exists(f"{prefix}.{n}.et"):
-        n += 1
-    return n
+    return workload_ranks(prefix) or 0
 
 
 # ------------------------------------------------------------------------------------------------ machine
@@ -198,8 +194,9 @@ def point_spec(point, prefix, npus, folder, pm=None):
     through the kernel's own pieces: ``platform.*`` and ``gpu.*`` as the platform's ``variant`` (the changed
     GPU YAML, written in ``folder``, also as ``--gpu``), ``system.*`` / ``network.*`` as files in ``folder``
     made from the run's files or the platform's (explicit files win, as in ``astra run``; the platform still
-    implies its options and compute model). Without ``run.nodes`` a platform gets as many nodes as the
-    workload's ``npus`` ranks fill (InfeasibleError when they do not)."""
+    implies its options and compute model). The platform is fitted to the workload's ``npus`` ranks as ``astra run``
+    fits it (:func:`astra_sim.platforms.fit_workload`: whole nodes, or one partial node; InfeasibleError when
+    neither fits)."""
     import yaml
 
     from astra_sim.platforms import get_platform
@@ -221,13 +218,14 @@ def point_spec(point, prefix, npus, folder, pm=None):
             changes["gpu"] = run["gpu"]
         if changes:
             platform = platform.variant(**changes)
-        nodes = spec.nodes
-        if "nodes" not in run:
-            if npus % platform.gpus_per_node:
-                raise InfeasibleError(f"{npus} ranks do not fill whole {platform.name} nodes of "
-                                      f"{platform.gpus_per_node} GPUs")
-            nodes = npus // platform.gpus_per_node
-        spec = spec.replace(platform=platform if changes else spec.platform, nodes=nodes)
+        from astra_sim.platforms import fit_workload
+
+        try:  # whole nodes, or one partial node for a smaller job: as astra run fits a platform to a workload
+            fitted, nodes = fit_workload(platform, spec.nodes, npus, spec.options)
+        except ConfigError as exc:
+            raise InfeasibleError(str(exc)) from None
+        spec = spec.replace(platform=fitted if (changes or fitted is not platform) else spec.platform, nodes=nodes)
+        platform = fitted
     if point.system or point.network:
         setup = None
         if platform is not None and (spec.system is None or spec.network is None):
