@@ -26,6 +26,7 @@ def _dims(name, **overrides):
 # Published totals and actives (model cards / papers), in billions; None: the card gives no active count.
 PUBLISHED = {
     "llama2-7b": (6.74, None), "llama2-70b": (68.98, None), "llama3-8b": (8.03, None), "llama3-70b": (70.6, None),
+    "llama3.1-8b": (8.03, None), "llama3.1-70b": (70.6, None), "llama3.1-405b": (405, None),
     "mistral-7b-v0.1": (7.24, None), "mixtral-8x7b": (46.7, 12.9), "qwen2-7b": (7.62, None),
     "qwen1.5-moe-a2.7b": (14.3, 2.7), "qwen2-57b-a14b": (57.4, 14), "qwen3-8b": (8.2, None),
     "qwen3-30b-a3b": (30.5, 3.3), "qwen3-235b-a22b": (235, 22), "gemma2-9b": (9.24, None),
@@ -324,3 +325,46 @@ def test_moe_keys_of_each_family():
 def test_model_and_preset_are_exclusive(capsys):
     with pytest.raises(SystemExit):
         main(["workload", "llm", "--model", "llama3-8b", "--preset", "llama3-8b", "--summary"])
+
+
+@pytest.mark.parametrize("spelling,name", [
+    ("meta-llama/Meta-Llama-3-70B", "llama3-70b"), ("llama-3-70b", "llama3-70b"), ("Llama3-70B", "llama3-70b"),
+    ("meta-llama/Llama-3.1-405B", "llama3.1-405b"), ("meta-llama/Meta-Llama-3.1-8B-Instruct", "llama3.1-8b"),
+    ("Qwen/Qwen3-30B-A3B", "qwen3-30b-a3b"), ("mistralai/Mistral-7B-v0.1", "mistral-7b-v0.1"),
+    ("deepseek-ai/DeepSeek-V3", "deepseek-v3"), ("google/gemma-2-9b", "gemma2-9b"),
+    ("microsoft/Phi-3-mini-4k-instruct", "phi3-mini"), ("meta-llama/Llama-2-7b-hf", "llama2-7b"),
+])
+def test_hugging_face_ids_and_other_spellings_name_the_shipped_configs(spelling, name):
+    from astra_workload_generators.llm.hf import CONFIG_DIR, resolve_model_path
+
+    assert resolve_model_path(spelling) == CONFIG_DIR / f"{name}.json"
+
+
+def test_an_unknown_model_says_what_is_near_and_how_to_list():
+    from astra_workload_generators.llm.hf import resolve_model_path
+
+    with pytest.raises(ConfigError, match=r"--model 'llama-3-7b'.*did you mean .*'llama3-8b'.*--list-models"):
+        resolve_model_path("llama-3-7b")
+    with pytest.raises(ConfigError, match="does not exist"):  # a file the user meant: the reader names it
+        load_hf_config("./no-such-config.json")
+
+
+def test_list_models_lists_every_shipped_config_with_its_id(capsys):
+    import json
+
+    from astra_sim.cli import main
+
+    assert main(["workload", "llm", "--list-models", "--json"]) == 0
+    rows = {row["model"]: row for row in json.loads(capsys.readouterr().out)}
+    assert sorted(rows) == shipped_configs()
+    assert rows["llama3.1-70b"]["hugging_face_id"] == "meta-llama/Llama-3.1-70B"
+    assert rows["llama3-8b"]["preset"] and not rows["llama3.1-8b"]["preset"]
+    assert rows["mixtral-8x7b"]["active_parameters"] < rows["mixtral-8x7b"]["parameters"]
+
+
+def test_flops_are_shown_in_a_unit_that_shows_them():
+    from astra_workload_generators.llm.cli import flops_text
+
+    assert flops_text(6.03e10) == "60.3 GFLOP"
+    assert flops_text(1.234e15) == "1.23 PFLOP"
+    assert flops_text(4.2e12) == "4.2 TFLOP"

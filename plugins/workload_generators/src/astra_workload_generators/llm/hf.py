@@ -9,6 +9,7 @@ holding ``config.json``); the shipped ones are in ``configs/``.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -40,13 +41,73 @@ UNMODELLED = {
 
 
 def resolve_model_path(spec) -> Path:
-    """``spec``: a config file, a folder holding ``config.json``, or the name of a shipped config."""
+    """``spec``: a config file, a folder holding ``config.json``, the name of a shipped config, or a model's Hugging
+    Face id or another spelling of a shipped config's name (``meta-llama/Meta-Llama-3-70B``, ``llama-3-70b``). A
+    name that is none of these is a ConfigError with the nearest shipped names."""
     path = Path(spec)
     if path.is_dir():
         return path / "config.json"
-    if not path.exists() and os.sep not in str(spec) and (CONFIG_DIR / f"{spec}.json").exists():
+    if path.exists():
+        return path
+    if os.sep not in str(spec) and (CONFIG_DIR / f"{spec}.json").exists():
         return CONFIG_DIR / f"{spec}.json"
-    return path
+    name = shipped_name(spec)
+    if name is not None:
+        return CONFIG_DIR / f"{name}.json"
+    if path.suffix == ".json" or str(spec).startswith((".", os.sep, "~")):
+        return path  # a file the user meant: the config reader's error names it
+    import difflib
+
+    names = shipped_configs()
+    close = difflib.get_close_matches(_normalized(spec), [_normalized(n) for n in names], n=3, cutoff=0.6)
+    hints = [n for n in names if _normalized(n) in close]
+    hint = f" (did you mean {', '.join(repr(n) for n in hints)}?)" if hints else ""
+    raise ConfigError(f"--model {spec!r}: not a config file, a folder holding config.json, or a shipped config{hint}; "
+                      f"`astra workload llm --list-models` lists the {len(names)} shipped ones")
+
+
+_SUFFIXES = ("-hf", "-base", "-pt", "-instruct", "-chat", "-it")
+
+
+def _normalized(name) -> str:
+    """A model name without its organisation, a leading ``meta-``, a ``-hf``/``-base``/``-instruct``... suffix, case and
+    punctuation: ``meta-llama/Meta-Llama-3-70B-Instruct`` and ``llama3-70b`` are both ``llama370b``."""
+    text = str(name).strip().strip("/").rsplit("/", 1)[-1].lower()
+    if text.endswith(".json"):
+        text = text[:-5]
+    if text.startswith("meta-"):
+        text = text[5:]
+    for suffix in _SUFFIXES:
+        if text.endswith(suffix):
+            text = text[: -len(suffix)]
+    return "".join(c for c in text if c.isalnum())
+
+
+def model_ids():
+    """``{shipped config name: its Hugging Face id}`` (from each file's ``_source``; None for the GPT-3 configs, which
+    have no Hugging Face page)."""
+    out = {}
+    for name in shipped_configs():
+        source = str(json.loads((CONFIG_DIR / f"{name}.json").read_text(encoding="utf-8")).get("_source", ""))
+        marker = "huggingface.co/"
+        hf_id = None
+        if marker in source:
+            parts = source.split(marker, 1)[1].split("/")
+            hf_id = "/".join(parts[:2]) if len(parts) >= 2 else None
+        out[name] = hf_id
+    return out
+
+
+def shipped_name(spec):
+    """The shipped config ``spec`` names: its Hugging Face id (any case), or a spelling whose :func:`_normalized`
+    form is one shipped config's; None otherwise."""
+    wanted = str(spec).strip().strip("/")
+    for name, hf_id in model_ids().items():
+        if hf_id is not None and hf_id.lower() == wanted.lower():
+            return name
+    key = _normalized(wanted)
+    matches = [name for name in shipped_configs() if _normalized(name) == key]
+    return matches[0] if len(matches) == 1 else None
 
 
 def shipped_configs():

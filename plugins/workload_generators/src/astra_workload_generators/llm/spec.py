@@ -271,8 +271,9 @@ def add_model_flags(parser, required=False, help_suffix=""):
     source.add_argument("--preset", choices=sorted(PRESETS), metavar="NAME",
                         help="published model dimensions: " + ", ".join(sorted(PRESETS)))
     source.add_argument("--model", metavar="CONFIG",
-                        help="a Hugging Face config.json (or a folder holding one, or the name of a shipped one in "
-                        "the generator's configs/ folder, e.g. llama3-70b), read as it is: Llama, Mistral, Mixtral, "
+                        help="a Hugging Face config.json (or a folder holding one, or a shipped one by name, e.g. "
+                        "llama3-70b, or by its Hugging Face id, e.g. meta-llama/Llama-3.1-70B: `astra workload llm "
+                        "--list-models`), read as it is: Llama, Mistral, Mixtral, "
                         "Qwen2/Qwen2-MoE/Qwen3/Qwen3-MoE, Gemma 2/3, DeepSeek-V2/V3, GPT-2, GPT-NeoX, Phi-3"
                         + help_suffix)
     return source
