@@ -272,3 +272,14 @@ def test_requests_as_a_dataframe_are_the_csv_rows(tmp_path):
     frame = requests_frame(requests)
     assert [int(v) for v in frame["first_token_ns"]] == [int(r["first_token_ns"]) for r in rows]
     assert list(frame["ttft_ns"]) == [int(r["first_token_ns"]) - int(r["arrival_ns"]) for r in rows]
+
+
+def test_goodput_names_only_the_targets_given():
+    from astra_serving.metrics import describe
+
+    base = {"requests": 1, "duration_ns": 10**9, "throughput_requests_per_s": 1.0, "throughput_tokens_per_s": 1.0,
+            "throughput_input_tokens_per_s": 1.0, "preemptions": 0,
+            **{k: {"p50": 1, "p90": 1, "p99": 1} for k in ("ttft_ns", "tpot_ns", "e2e_ns", "queueing_delay_ns")}}
+    one = describe({**base, "goodput": {"requests_per_s": 1.0, "fraction": 1.0, "slo_ttft_ns": 200_000_000,
+                                        "slo_tpot_ns": None}})
+    assert "TTFT <= 200 ms)" in one and "TPOT" not in one.split("goodput")[1] and "None" not in one

@@ -118,8 +118,10 @@ def describe(report):
              d("TTFT", "ttft_ns"), d("TPOT", "tpot_ns"), d("E2E", "e2e_ns"), d("queueing", "queueing_delay_ns")]
     if "goodput" in report:
         g = report["goodput"]
+        targets = ", ".join(f"{what} <= {ms(g[key])} ms" for what, key in (("TTFT", "slo_ttft_ns"), ("TPOT", "slo_tpot_ns"))
+                            if g.get(key) is not None)  # only the targets given
         lines.append(f"goodput: {g['requests_per_s']:.2f} req/s ({100 * g['fraction']:.1f} % of requests meet "
-                     f"TTFT <= {ms(g['slo_ttft_ns'])} ms, TPOT <= {ms(g['slo_tpot_ns'])} ms)")
+                     f"{targets})")
     if "limits" in report and any(report["limits"].values()):
         lim = report["limits"]
         lines.append("iterations that left requests waiting, by limit: " + ", ".join(
