@@ -13,6 +13,12 @@ from __future__ import annotations
 
 import os
 
+try:
+    import astra_sim  # noqa: F401
+except ImportError:  # run outside the project's environment: say how to run it, not a traceback
+    raise SystemExit(f"{__file__}: astra-sim-py is not installed in this Python; run `make install`, then "
+                     f".venv/bin/python {__file__}") from None
+
 from astra_sim.chakra import encode_et, make_metadata, make_node, types as T
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -16,8 +16,14 @@ import json
 import tempfile
 from pathlib import Path
 
+try:
+    import astra_sim  # noqa: F401
+except ImportError:  # run outside the project's environment: say how to run it, not a traceback
+    raise SystemExit(f"{__file__}: astra-sim-py is not installed in this Python; run `make install`, then "
+                     f".venv/bin/python {__file__}") from None
+
 from astra_sim.cli import main
-from astra_sim_testing import system_config
+from astra_sim.config import default_system_config as system_config
 
 HERE = Path(__file__).resolve().parent
 GPUS_PER_NODE = 8

@@ -12,7 +12,7 @@ Every example folder gets:
   ``rank`` (host-major: rank = host * 8 + local GPU; x-fastest on the torus);
 * ``network.yaml``: our wrapper (infrastructure, annotations, logical_dims, switch latencies),
   the file to pass as ``--network-configuration``;
-* ``system.json``: the reference's usual system configuration (``astra_sim_testing.system_config``)
+* ``system.json``: the reference's usual system configuration (``astra_sim.config.default_system_config``)
   with ``ring`` all-reduce and ``direct`` all-to-all on each logical dimension;
 * ``trace/ar_a2a.<rank>.et``: one all-reduce, then one all-to-all, per rank (Chakra ET).
 
@@ -30,8 +30,14 @@ import sys
 
 from infragraph import Annotation, Infrastructure
 
+try:
+    import astra_sim  # noqa: F401
+except ImportError:  # run outside the project's environment: say how to run it, not a traceback
+    raise SystemExit(f"{__file__}: astra-sim-py is not installed in this Python; run `make install`, then "
+                     f".venv/bin/python {__file__}") from None
+
 from astra_sim.chakra import encode_et, make_metadata, make_node, types as T
-from astra_sim_testing import system_config
+from astra_sim.config import default_system_config as system_config
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -7,6 +7,12 @@
 import argparse
 from pathlib import Path
 
+try:
+    import astra_sim  # noqa: F401
+except ImportError:  # run outside the project's environment: say how to run it, not a traceback
+    raise SystemExit(f"{__file__}: astra-sim-py is not installed in this Python; run `make install`, then "
+                     f".venv/bin/python {__file__}") from None
+
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 
 MiB = 1 << 20
