@@ -8,7 +8,7 @@ communicator, a link). The kernel declares its own; a plugin that adds numbers t
 every number in real reports is declared exactly once, so a new metric has one place: its declaration.
 
 Units: ``ns`` (simulated time, integer), ``bytes``, ``count``, ``fraction`` (0..1), ``s`` (wall-clock seconds of the
-tool itself), ``per_s`` (a rate per wall-clock second), ``bytes_per_ns``, ``bits_per_s`` (a line rate), ``id`` (a number that names something: a rank,
+tool itself), ``per_s`` (a rate per wall-clock second), ``bytes_per_ns``, ``bits_per_s`` (a line rate), ``flop``, ``flop_per_s`` (per simulated second), ``id`` (a number that names something: a rank,
 a link).
 """
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from astra_sim.errors import PluginError
 
-UNITS = ("ns", "bytes", "count", "fraction", "s", "per_s", "bytes_per_ns", "bits_per_s", "id")
+UNITS = ("ns", "bytes", "count", "fraction", "s", "per_s", "bytes_per_ns", "bits_per_s", "flop", "flop_per_s", "id")
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,11 @@ class Platform:
         """Dense peak TFLOP/s of one device in ``dtype`` (for MFU); None when the device has no such rate."""
         return None
 
+    def device_peak_tflops(self, dtype, options) -> float | None:
+        """:meth:`peak_tflops` of the device a run with these (resolved) ``options`` uses (a GPU platform's
+        ``--gpu`` may replace its GPU)."""
+        return self.peak_tflops(dtype)
+
     def variant(self, **changes) -> "Platform":
         """The same platform with some of its numbers changed (a sweep's ``platform.<key>`` axes);
         platforms that cannot vary raise ConfigError naming the keys."""

@@ -74,6 +74,7 @@ def print_summary(report, max_rows, stderr=False):
         + f", fastest rank {format_ns(report.min_finish_ns)}, max exposed communication "
         f"{format_ns(report.max_exposed_comm_ns)} | {stats.get('events', 0):,} events in "
         f"{stats.get('run_s', 0):.3f} s", highlight=False)
+    _print_throughput(stats.get("throughput"), console)
     fold = report.settings.get("fold") or {}
     if simulated < len(ranks):
         console.print(f"simulated {simulated:,} of {len(ranks):,} ranks (symmetric ranks folded; "
@@ -85,6 +86,18 @@ def print_summary(report, max_rows, stderr=False):
         console.print(f"timeline: {info['path']} ({info['format']}, {info['ranks_written']:,} ranks, "
                       f"{info['events']:,} events)", highlight=False)
     return console
+
+
+def _print_throughput(t, console):
+    """An LLM step's throughput (``stats.throughput``, from the workload generator): model TFLOP/s per GPU, MFU,
+    tokens/s."""
+    if not isinstance(t, dict):
+        return
+    mfu = (f" = {100 * t['mfu']:.1f} % MFU of {t['peak_flop_per_s_per_gpu'] / 1e12:g} {t['dtype']} TFLOP/s"
+           + (f", {100 * t['hfu']:.1f} % HFU" if abs(t["hfu"] - t["mfu"]) > 1e-9 else "") if "mfu" in t else "")
+    console.print(f"model {t['model_flop_per_s_per_gpu'] / 1e12:.1f} TFLOP/s per GPU{mfu}; "
+                  f"{t['tokens_per_s']:,.0f} tokens/s ({t['tokens_per_s_per_gpu']:,.0f} per GPU), "
+                  f"{t['sequences_per_step']:,} sequences per step", highlight=False)
 
 
 def _print_breakdown(report, console, stderr):

@@ -219,3 +219,31 @@ def test_training_ignores_inference_elementwise(tmp_path, capsys):
     assert main(["workload", "llm", *argv, "-o", str(tmp_path / "a" / "w")]) == 0
     assert main(["workload", "llm", *argv, "--no-inference-elementwise", "-o", str(tmp_path / "b" / "w")]) == 0
     assert _files(tmp_path / "a") == _files(tmp_path / "b")
+
+
+def test_a_runs_throughput_is_its_steps_flops_and_tokens_over_the_simulated_time(tmp_path):
+    """astra run on an LLM step reports model FLOP/s per GPU, MFU against the platform's peak, HFU with full
+    recomputation, and tokens/s, from the numbers the generator writes into the traces."""
+    import astra_sim
+    from astra_sim.platforms import get_platform
+
+    from astra_workload_generators.llm import LlmSpec, generate_llm_workload
+    from astra_workload_generators.llm.model import training_flops
+
+    spec = LlmSpec.from_mapping({"preset": "llama3-8b", "tp": 8, "dp": 2, "micro_batches": 2, "seq_len": 1024,
+                                 "recompute": "full"})
+    generate_llm_workload(spec, str(tmp_path / "w"))
+    report = astra_sim.simulate(workload=str(tmp_path / "w"), platform="hgx-h100", nodes=2)
+    t = report.stats["throughput"]
+    seconds = report.max_finish_ns / 1e9
+    dims, cfg = spec.resolve()
+    flops = training_flops(dims, 4, 8)  # dp 2 x 2 micro-batches of 1 sequence
+    assert t["model_flops_per_step"] == float(flops) and t["tokens_per_step"] == 4 * 1024
+    assert t["model_flop_per_s_per_gpu"] == pytest.approx(flops / seconds / 16)
+    assert t["tokens_per_s"] == pytest.approx(4 * 1024 / seconds)
+    peak = get_platform("hgx-h100").peak_tflops("bf16") * 1e12
+    assert t["mfu"] == pytest.approx(flops / seconds / 16 / peak)
+    assert t["hfu"] == pytest.approx(t["mfu"] * 4 / 3)  # full recomputation runs the forward (1/3) again
+    # --gpu replaces the platform's GPU: MFU is against the GPU that ran
+    b200 = astra_sim.simulate(workload=str(tmp_path / "w"), platform="hgx-h100", nodes=2, gpu="B200")
+    assert b200.stats["throughput"]["peak_flop_per_s_per_gpu"] > peak

@@ -71,6 +71,10 @@ class Platform(_Platform):
         """The GPU's dense tensor-core TFLOP/s in ``dtype`` (its preset's or YAML's)."""
         return load_gpu(self.gpu).tensor_tflops.get(dtype)
 
+    def device_peak_tflops(self, dtype, options) -> float | None:
+        """The peak of the GPU the run uses: the resolved ``gpu`` option (the platform's, or ``--gpu``)."""
+        return load_gpu(options.get("gpu") or self.gpu).tensor_tflops.get(dtype)
+
     def variant(self, **changes) -> "Platform":
         """``gpus_per_node``, ``nic_gbps`` (GB/s per GPU, decimal) or ``gpu`` (a preset name or GPU YAML) changed."""
         from dataclasses import replace

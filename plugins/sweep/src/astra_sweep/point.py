@@ -398,6 +398,11 @@ def fill_row(row, report):
         for key in ("comm_busy_ns", "comm_overlapped_ns"):
             if isinstance(breakdown.get(key), int):
                 row[key] = breakdown[key]
+    throughput = report.get("stats", {}).get("throughput")
+    if isinstance(throughput, dict):  # an LLM step's (astra workload llm's traces carry its FLOPs and tokens)
+        for key in ("mfu", "hfu", "model_flop_per_s_per_gpu", "tokens_per_s", "tokens_per_s_per_gpu"):
+            if isinstance(throughput.get(key), (int, float)):
+                row[key] = throughput[key]
     memory = report.get("settings", {}).get("memory")
     if isinstance(memory, dict) and isinstance(memory.get("peak_bytes"), int):
         row["peak_mem_bytes"] = memory["peak_bytes"]

@@ -1,4 +1,5 @@
-"""Hook implementations: the ``text`` workload format and the ``astra workload`` commands."""
+"""Hook implementations: the ``text`` workload format, an LLM step's throughput in the report, and the ``astra
+workload`` commands."""
 
 from astra_sim import hookimpl
 
@@ -15,6 +16,24 @@ def astra_run_start(run):
     fmt = getattr(run, "workload_format", None)
     if isinstance(fmt, TextFormat):
         fmt.bind_network(run.npus_per_dim)
+
+
+@hookimpl
+def astra_run_finish(run, report):
+    """An LLM step's MFU, model FLOP/s per GPU and tokens/s (``stats.throughput``), when its traces carry them."""
+    from .llm.throughput import step_throughput
+
+    throughput = step_throughput(run, report.max_finish_ns)
+    if throughput is not None:
+        report.stats["throughput"] = throughput
+
+
+@hookimpl
+def astra_register_metrics(registry):
+    from .llm.throughput import METRICS
+
+    for key, unit, what in METRICS:
+        registry.metric(f"stats.throughput.{key}", unit, what)
 
 
 @hookimpl

@@ -38,6 +38,9 @@ def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True, per_ran
         write_atomically(f"{prefix}.groups.roles.json",
                          json.dumps(dict(sorted(roles.items(), key=lambda kv: int(kv[0])))).encode())
     memory = memory_estimate(dims, cfg)
+    flops = (inference_flops(dims, cfg) if cfg.inference
+             else training_flops(dims, cfg.dp * cfg.micro_batches * cfg.micro_batch_size, cfg.tp))
+    step_attrs = step_metadata(dims, cfg, flops)
     nodes_per_stage = []
     per_ep = cfg.ep if cfg.moe_expert_load else 1
     symmetry = RankSymmetry(rank_symmetry(cfg))
@@ -46,7 +49,7 @@ def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True, per_ran
         graphs = [_StageBuilder(dims, cfg, p, e).build() for e in range(per_ep)]
         # the stage's memory estimate travels in its traces' GlobalMetadata (astra run checks it against HBM)
         meta = make_metadata(attrs={"generator": "astra workload llm",
-                                    **metadata_attrs(memory[p])}).SerializeToString()
+                                    **metadata_attrs(memory[p]), **step_attrs}).SerializeToString()
         head = encode_varint(len(meta)) + meta
         nodes_per_stage.append(len(graphs[0]))
         keys = sorted({dyn for items in graphs for _, dyn in items if dyn is not None})
@@ -71,9 +74,26 @@ def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True, per_ran
         classes.sort()
         write_compact_workload(prefix, cfg.npus, symmetry.shifts, classes, comm_groups=f"{prefix}.groups.json",
                                generator="astra workload llm")
-    flops = (inference_flops(dims, cfg) if cfg.inference
-             else training_flops(dims, cfg.dp * cfg.micro_batches * cfg.micro_batch_size, cfg.tp))
     return {"npus": cfg.npus, "nodes_per_stage": nodes_per_stage, "groups": len(groups),
             "parameters": parameter_count(dims, cfg.tp), "classes": cfg.npus // symmetry.order,
             "activated_parameters": activated_parameter_count(dims, cfg.tp), "flops": flops,
             "memory": memory, "peak_memory_bytes": max(m.total for m in memory)}
+
+
+def step_metadata(dims, cfg, flops):
+    """What the step computes, as GlobalMetadata attributes of every trace: the model FLOPs of the whole step (all
+    ranks; the 6PT + attention count of :func:`training_flops`, or the forward of an inference step), the hardware
+    FLOPs (full recomputation runs the forward again), the tokens and sequences it processes and the GEMMs' dtype.
+    ``astra run`` turns them into MFU, model TFLOP/s per GPU and tokens/s (``stats.throughput``)."""
+    sequences = cfg.dp * cfg.micro_batches * cfg.micro_batch_size
+    if cfg.mode == "train":
+        tokens = sequences * dims.seq_len
+    elif cfg.mode == "prefill":
+        tokens = sequences * (cfg.prompt_len or dims.seq_len)
+    else:  # decode (one token per sequence per step) and mixed (plus one prefill chunk per micro-batch and replica)
+        tokens = sequences * cfg.steps + (cfg.dp * cfg.micro_batches * cfg.prefill_chunk if cfg.mode == "mixed" else 0)
+    hardware = flops + (flops // 3 if cfg.mode == "train" and cfg.recompute else 0)
+    # FLOPs as doubles: a large step overflows 64-bit integers (405B x 16M tokens x 6 is 4e22)
+    return {"model_flops_per_step": float(flops), "hardware_flops_per_step": float(hardware),
+            "tokens_per_step": int(tokens), "sequences_per_step": int(sequences),
+            "compute_dtype": "fp8" if cfg.gemm_dtype == "fp8" else cfg.dtype, "step_mode": cfg.mode}
