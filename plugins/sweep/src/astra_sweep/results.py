@@ -70,8 +70,7 @@ class Results:
     def _typed(self, row):
         out = {}
         for key, text in row.items():
-            kind = self.types.get(key) or ("float" if key == "wall_s" else "int" if key.endswith(("_ns", "_bytes"))
-                                           else "str" if key in ("point", "status") else _infer(text))
+            kind = self.types.get(key) or result_kind(key) or _infer(text)
             if text in ("", None):
                 out[key] = None
             elif kind == "int":
@@ -132,9 +131,7 @@ class Results:
 
         fields = []
         for name in self.columns:
-            kind = self.types.get(name)
-            if kind is None:
-                kind = ("str" if name in ("point", "status") else "float" if name == "wall_s" else "int")
+            kind = self.types.get(name) or result_kind(name) or "int"
             fields.append(pa.field(name, {"bool": pa.bool_(), "int": pa.int64(), "float": pa.float64(),
                                           "str": pa.string()}[kind]))
         schema = pa.schema(fields)
@@ -166,6 +163,22 @@ def _cast(value, kind):
     if kind == pa.string():
         return str(value)
     return value
+
+
+#: result columns that are rates or fractions (floats); ``*_ns`` / ``*_bytes`` are integers
+FLOAT_COLUMNS = ("wall_s", "mfu", "hfu", "slo_fraction")
+
+
+def result_kind(name):
+    """The type of a result column by its name (None: not known by name): ``*_ns``/``*_bytes`` integers, rates
+    (``*_per_s``, ``*_per_s_per_gpu``) and fractions floats, ``point``/``status`` text."""
+    if name in ("point", "status"):
+        return "str"
+    if name in FLOAT_COLUMNS or name.endswith(("_per_s", "_per_s_per_gpu")):
+        return "float"
+    if name.endswith(("_ns", "_bytes")):
+        return "int"
+    return None
 
 
 def column_type(values):
