@@ -22,7 +22,7 @@ demo: install
 		--system-configuration examples/data_parallel/system.json \
 		--network-configuration examples/data_parallel/network.yml \
 		--remote-memory-configuration examples/data_parallel/memory.json \
-		--report-json demo.report.json
+		-o demo.report.json
 
 test: install
 	$(BIN)/python -m pytest
