@@ -283,3 +283,12 @@ def test_goodput_names_only_the_targets_given():
     one = describe({**base, "goodput": {"requests_per_s": 1.0, "fraction": 1.0, "slo_ttft_ns": 200_000_000,
                                         "slo_tpot_ns": None}})
     assert "TTFT <= 200 ms)" in one and "TPOT" not in one.split("goodput")[1] and "None" not in one
+
+
+def test_a_p99_resting_on_a_few_requests_is_said(tmp_path, capsys):
+    from astra_serving.cli import small_sample_warning
+
+    assert "slowest 3 of them" in small_sample_warning(300) and small_sample_warning(1000) is None
+    assert main(["serve", *MODEL, "--platform", "hgx-h100", "--tp", "8", "--qps", "2", "--requests", "20",
+                 "--prompt-len", "128", "--output-len", "8"]) == 0
+    assert "astra: warning: the p99 latencies of 20 requests rest on the slowest 1" in capsys.readouterr().err

@@ -61,6 +61,11 @@ def _cmd_serve(args):
                   f"{report['step_simulator']['shapes_simulated']} shapes for "
                   f"{report['step_simulator']['lookups']} iterations; {report['wall_s']:.1f} s", file=shown)
             print(describe(report), file=shown)
+            thin = small_sample_warning(report.get("requests") or 0)
+            if thin:
+                from astra_sim.cliutil import warning
+
+                warning(thin)
     out = reports[0] if len(reports) == 1 else {"units": dict(UNITS), "qps_sweep": reports}
     if args.output:
         write_text_atomic(args.output, json.dumps(out, indent=1) + "\n")
@@ -82,3 +87,12 @@ def serve(args):
     from .deployment import serve as serve_spec
 
     return serve_spec(args if isinstance(args, ServeSpec) else ServeSpec.from_cli_args(args))
+
+
+def small_sample_warning(requests):
+    """A warning when the p99 of ``requests`` rests on fewer than 10 of them (under 1,000 requests), else None."""
+    if 0 < requests < 1000:
+        tail = max(1, requests // 100)
+        return (f"the p99 latencies of {requests} requests rest on the slowest {tail} of them; --requests 1000 or "
+                "more gives a p99 that a few requests do not decide")
+    return None
