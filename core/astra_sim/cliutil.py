@@ -54,6 +54,15 @@ def subcommands(subparsers, name, dest, **parser_kwargs):
     return parser, parser.add_subparsers(dest=dest, metavar="SUBCOMMAND")
 
 
+def did_you_mean(name, known):
+    """`` (did you mean 'x'?)`` for the known name nearest ``name``, or ``""``: the hint every unknown-name error
+    gives."""
+    import difflib
+
+    close = difflib.get_close_matches(str(name), sorted(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def warning(message):
     """Print one warning on stderr, the way every astra command does (``astra: warning: ...``)."""
     import sys
@@ -86,10 +95,7 @@ def option_argv(parser, name, value, where="option"):
 
     action = option_action(parser, name)
     if action is None:
-        import difflib
-
-        close = difflib.get_close_matches(str(name).replace("_", "-"), option_names(parser), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        hint = did_you_mean(str(name).replace("_", "-"), option_names(parser))
         raise ConfigError(f"{where}: unknown {parser.prog} option {name!r}{hint}")
     flag = next((s for s in action.option_strings if s.startswith("--")), action.option_strings[0])
     if value is None:

@@ -304,10 +304,9 @@ def make_executor(jobs=None, dask=None, executor=None, pm=None) -> Executor:
     name, colon, arg = str(executor).partition(":")
     registry = executor_registry(pm)
     if name not in registry.entries:
-        import difflib
+        from astra_sim.cliutil import did_you_mean
 
-        close = difflib.get_close_matches(name, registry.names(), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        hint = did_you_mean(name, registry.names())
         raise ConfigError(f"--executor {name!r}: unknown{hint}; registered: {', '.join(registry.names())} "
                           "(plugins add executors with the hook astra_register_executors)")
     if name == "local" and not colon and jobs:

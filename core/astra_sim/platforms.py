@@ -137,10 +137,9 @@ def get_platform(name, pm=None) -> Platform:
     known = platforms(pm)
     key = str(name).strip().lower()
     if key not in known:
-        import difflib
+        from astra_sim.cliutil import did_you_mean
 
-        close = difflib.get_close_matches(key, list(known), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        hint = did_you_mean(key, known)
         raise ConfigError(f"unknown --platform {name!r}{hint}; known platforms: "
                           f"{', '.join(known) or 'none (install plugins/gpu_model)'} (see `astra platforms`)")
     return known[key]

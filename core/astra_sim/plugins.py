@@ -264,6 +264,16 @@ def default_plugin_manager():
     return _DEFAULT["pm"]
 
 
+def plugin_manager_for(plugins=None, block=(), extra_plugins=(), plugin_manager=None):
+    """The plugin manager a run asked for: ``plugin_manager`` itself, the shared :func:`default_plugin_manager` when
+    no plugin choice is made, else a new one of the chosen plugins."""
+    if plugin_manager is not None:
+        return plugin_manager
+    if plugins is None and not block and not extra_plugins:
+        return default_plugin_manager()
+    return make_plugin_manager(plugins, block or (), extra_plugins or ())
+
+
 def registry_of(pm=None):
     """:func:`build_registry` of ``pm`` (default: :func:`default_plugin_manager`), built once per manager."""
     return registry_once(pm, "_astra_registry", build_registry)

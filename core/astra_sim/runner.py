@@ -18,10 +18,10 @@ class Run:
     gives what was known (``astra run --partial-report``)."""
 
     def __init__(self, spec: RunSpec, pm=None, on_warning=None):
-        from astra_sim.plugins import default_plugin_manager
+        from astra_sim.plugins import plugin_manager_for
 
         self.spec = spec
-        self.pm = pm if pm is not None else default_plugin_manager()
+        self.pm = plugin_manager_for(plugin_manager=pm)
         self.on_warning = on_warning
         self.resolved = spec.resolve(self.pm)
         self.simulation = None
@@ -87,17 +87,12 @@ def make_spec(args, kwargs):
     configuration paths positionally (``workload, system, network, memory, comm_groups``) and keywords (RunSpec
     fields, ``astra run`` options by dest or flag name, ``options={dest: value}`` taken as they are)."""
     from astra_sim.errors import ConfigError
-    from astra_sim.plugins import default_plugin_manager, make_plugin_manager
+    from astra_sim.plugins import plugin_manager_for
 
     kwargs = dict(kwargs)
     control = {k: kwargs.pop(k) for k in CONTROL_KEYWORDS if k in kwargs}
-    pm = control.get("plugin_manager")
-    if pm is None:
-        if control.get("plugins") is None and not control.get("block") and not control.get("extra_plugins"):
-            pm = default_plugin_manager()
-        else:
-            pm = make_plugin_manager(control.get("plugins"), control.get("block", ()),
-                                     control.get("extra_plugins", ()))
+    pm = plugin_manager_for(control.get("plugins"), control.get("block", ()), control.get("extra_plugins", ()),
+                            control.get("plugin_manager"))
     if args and isinstance(args[0], RunSpec):
         if len(args) > 1:
             raise ConfigError("simulate(spec): give the spec alone (change it with spec.replace(...))")

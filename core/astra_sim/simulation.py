@@ -27,7 +27,7 @@ from astra_sim.errors import WorkloadError
 from astra_sim.folding.engine import FoldTieBroken
 from astra_sim.folding.plan import FoldedRunIncomplete, FoldPlanner
 from astra_sim.outputs import output_registry
-from astra_sim.plugins import default_plugin_manager, make_plugin_manager
+from astra_sim.plugins import plugin_manager_for
 from astra_sim.run.build import RunSetup, build_ranks
 from astra_sim.run.catalogue import CollectiveCatalogue
 from astra_sim.run.loop import check_all_finished, check_all_matched, run_events
@@ -77,9 +77,7 @@ class Simulation:
         **output_options,
     ):
         # Keywords such as timeline=, critical_path=, astra_sim_log= are run options an output format reads.
-        if plugin_manager is None and plugins is None and not block and not extra_plugins:
-            plugin_manager = default_plugin_manager()  # every installed plugin: made once, not per run
-        self.pm = plugin_manager or make_plugin_manager(plugins, block, extra_plugins)
+        self.pm = plugin_manager_for(plugins, block, extra_plugins, plugin_manager)
         outputs = output_registry(self.pm)
         options = _with_output_options(options, output_options, outputs)
         # Kept to run again unfolded when a folded run finds a tie it cannot order exactly.

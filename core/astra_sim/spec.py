@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
 from dataclasses import dataclass, field
 
 from astra_sim.cliutil import non_negative_float, positive_int
@@ -240,12 +239,6 @@ class RunSpec:
                            None if platform is None else platform.name, nodes,
                            None if platform is None else platform.devices_per_node(options))
 
-    def describe(self) -> str:
-        """One line for messages: the workload and the machine."""
-        machine = (f"--platform {self.platform}" + (f" --nodes {self.nodes}" if self.nodes else "") if self.platform
-                   else f"{self.system} + {self.network}")
-        return f"{self.workload} on {machine}"
-
 
 @dataclass
 class ResolvedRun:
@@ -267,16 +260,15 @@ class ResolvedRun:
 def run_parser(pm=None):
     """``astra run``'s parser with every loaded plugin's options (``pm``: default every installed plugin), made once
     per plugin manager."""
-    from astra_sim.plugins import default_plugin_manager
+    from astra_sim.plugins import registry_once
 
-    pm = pm if pm is not None else default_plugin_manager()
-    parser = getattr(pm, "_astra_run_parser", None)
-    if parser is None:
+    def make(pm):
         parser = argparse.ArgumentParser(prog="astra run", description="Run a simulation.")
         RunSpec.add_cli_args(parser)
         add_plugin_run_options(pm, parser)
-        pm._astra_run_parser = parser
-    return parser
+        return parser
+
+    return registry_once(pm, "_astra_run_parser", make)
 
 
 def add_plugin_run_options(pm, parser):
@@ -287,11 +279,6 @@ def add_plugin_run_options(pm, parser):
         from astra_sim.errors import PluginError
 
         raise PluginError(f"a plugin's astra_add_run_options failed: {exc}") from None
-
-
-def suggest(name, known):
-    close = difflib.get_close_matches(name, list(known), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 __all__ = ["RunSpec", "ResolvedRun", "run_parser", "parse_bool"]

@@ -273,9 +273,9 @@ class ServeSpec:
         names = {f.name for f in dataclasses.fields(self)}
         unknown = [k for k in changes if k not in names]
         if unknown:
-            from astra_sim.spec import suggest
+            from astra_sim.cliutil import did_you_mean
 
-            raise ConfigError(f"ServeSpec.replace: unknown option {unknown[0]!r}{suggest(unknown[0], names)}")
+            raise ConfigError(f"ServeSpec.replace: unknown option {unknown[0]!r}{did_you_mean(unknown[0], names)}")
         return dataclasses.replace(self, **changes)
 
     def to_mapping(self) -> dict:

@@ -29,7 +29,6 @@ Every option is checked by what reads it: ``astra run``'s parser (the kernel's `
 from __future__ import annotations
 
 import copy
-import difflib
 import hashlib
 import itertools
 import json
@@ -37,6 +36,7 @@ import os
 import random
 from dataclasses import dataclass, field
 
+from astra_sim.cliutil import did_you_mean
 from astra_sim.errors import ConfigError
 
 WORKLOAD_KINDS = ("trace", "llm", "micro", "serve")
@@ -118,7 +118,7 @@ def _parse_spec(data, path, parsers):
         raise ConfigError(f"{path}: a sweep spec is a mapping with workload, run and axes")
     for key in data:
         if key not in TOP_KEYS:
-            raise ConfigError(f"{path}: unknown key {key!r}{_suggest(key, TOP_KEYS)} (known: {', '.join(TOP_KEYS)})")
+            raise ConfigError(f"{path}: unknown key {key!r}{did_you_mean(key, TOP_KEYS)} (known: {', '.join(TOP_KEYS)})")
     workload = data.get("workload")
     if not isinstance(workload, dict) or len(workload) != 1 or next(iter(workload)) not in WORKLOAD_KINDS:
         raise ConfigError(f"{path}: workload must have exactly one of {', '.join(WORKLOAD_KINDS)}, got "
@@ -184,7 +184,7 @@ def _expand_axes(axes, path):
     for kind, body in axes.items():
         where = f"{path}: axes.{kind}"
         if kind not in AXIS_KINDS:
-            raise ConfigError(f"{path}: axes: unknown kind {kind!r}{_suggest(kind, AXIS_KINDS)} "
+            raise ConfigError(f"{path}: axes: unknown kind {kind!r}{did_you_mean(kind, AXIS_KINDS)} "
                               f"(known: {', '.join(AXIS_KINDS)})")
         if kind == "random":
             if not isinstance(body, dict) or set(body) - {"n", "seed", "space"} or "space" not in body:
@@ -305,17 +305,17 @@ def _check_axis_value(parsers, point, axis, value, path):
         key = rest.split(".")[0]
         if key not in KNOWN_SYSTEM_KEYS:
             raise ConfigError(f"{where}: unknown system configuration key {key!r}"
-                              f"{_suggest(key, KNOWN_SYSTEM_KEYS)}")
+                              f"{did_you_mean(key, KNOWN_SYSTEM_KEYS)}")
     elif head == "network":
         key = rest.split(".")[0]
         known = ("topology", "npus_count", "bandwidth", "latency", "cross_dimension_route")
         if key not in known:
-            raise ConfigError(f"{where}: unknown network key {key!r}{_suggest(key, known)} (known: {', '.join(known)})")
+            raise ConfigError(f"{where}: unknown network key {key!r}{did_you_mean(key, known)} (known: {', '.join(known)})")
 
 
 def _check_platform_field(name, point, where):
     if name not in PLATFORM_FIELDS:
-        raise ConfigError(f"{where}: unknown platform field {name!r}{_suggest(name, PLATFORM_FIELDS)} (known: "
+        raise ConfigError(f"{where}: unknown platform field {name!r}{did_you_mean(name, PLATFORM_FIELDS)} (known: "
                           + ", ".join(f"{k} ({v})" for k, v in PLATFORM_FIELDS.items()) + ")")
     if not point.run.get("platform"):
         raise ConfigError(f"{where}: platform fields need run.platform")
@@ -336,11 +336,6 @@ def _check_run_option(parser, name, value, where, pm=None):
             get_platform(value, pm)
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc}") from None
-
-
-def _suggest(name, known):
-    close = difflib.get_close_matches(str(name), sorted(known), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def check_option(parser, name, value, where, command=None):
@@ -371,7 +366,7 @@ def check_micro_option(name, value, where):
     dest = str(name).replace("-", "_")
     if dest not in micro.MICRO_OPTIONS:
         known = [k.replace("_", "-") for k in micro.MICRO_OPTIONS]
-        raise ConfigError(f"{where}: unknown astra workload micro option {name!r}{_suggest(name, known)}")
+        raise ConfigError(f"{where}: unknown astra workload micro option {name!r}{did_you_mean(name, known)}")
     default = micro.MICRO_OPTIONS[dest]
     choices = {"collective": tuple(micro.COLLECTIVES), "p2p": micro.P2P_PATTERNS, "style": micro.STYLES,
                "ids": ("per-file", "global")}.get(dest)

@@ -54,10 +54,9 @@ class SweepSpec:
         for key, value in dict(mapping).items():
             name = str(key).replace("-", "_")
             if name not in names:
-                import difflib
+                from astra_sim.cliutil import did_you_mean
 
-                close = difflib.get_close_matches(name, sorted(names), n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                hint = did_you_mean(name, names)
                 raise ConfigError(f"{where}: unknown astra sweep option {key!r}{hint}")
             values[name] = value
         for required in ("spec", "output"):

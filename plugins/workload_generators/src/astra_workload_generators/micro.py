@@ -467,10 +467,9 @@ def generate_micro(prefix, **options) -> dict:
     for key, value in options.items():
         dest = str(key).replace("-", "_")
         if dest not in MICRO_OPTIONS:
-            import difflib
+            from astra_sim.cliutil import did_you_mean
 
-            close = difflib.get_close_matches(dest, list(MICRO_OPTIONS), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            hint = did_you_mean(dest, MICRO_OPTIONS)
             raise ConfigError(f"astra workload micro: unknown option {key!r}{hint}")
         o[dest] = value
     npus = o["npus"]

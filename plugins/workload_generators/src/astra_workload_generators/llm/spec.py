@@ -287,10 +287,10 @@ def _parser():
 
 
 def _suggest(key, names):
-    import difflib
+    """The hint, spelt as on the command line (dashes)."""
+    from astra_sim.cliutil import did_you_mean
 
-    close = difflib.get_close_matches(str(key).replace("-", "_"), sorted(names), n=1)
-    return f" (did you mean {close[0].replace('_', '-')!r}?)" if close else ""
+    return did_you_mean(str(key).replace("_", "-"), [n.replace("_", "-") for n in names])
 
 
 def _plain(dest, value):
