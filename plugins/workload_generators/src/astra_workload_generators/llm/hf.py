@@ -9,6 +9,7 @@ holding ``config.json``); the shipped ones are in ``configs/``.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -83,9 +84,10 @@ def _normalized(name) -> str:
     return "".join(c for c in text if c.isalnum())
 
 
+@functools.lru_cache(maxsize=None)
 def model_ids():
     """``{shipped config name: its Hugging Face id}`` (from each file's ``_source``; None for the GPT-3 configs, which
-    have no Hugging Face page)."""
+    have no Hugging Face page). Read once: the shipped configs are the package's own files."""
     out = {}
     for name in shipped_configs():
         source = str(json.loads((CONFIG_DIR / f"{name}.json").read_text(encoding="utf-8")).get("_source", ""))
