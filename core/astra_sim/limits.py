@@ -25,6 +25,8 @@ class Limit:
     unit: str
     low_open: bool = False
     integer: bool = False
+    #: below this the value is legal but absurd (a bandwidth under 1 B/s): a warning, once per key
+    warn_below: float = 0.0
 
     def admits(self, value):
         above = value > self.low if self.low_open else value >= self.low
@@ -41,6 +43,11 @@ def _show(x):
 
 
 SECOND_NS = 1e9
+#: The latest simulated time a report can hold: readers of its JSON and the sweeps' Parquet columns keep ns
+#: in int64 (2^63-1 ns, about 292 years). A node ending later is an error naming it, never a wrapped number.
+MAX_TIME_NS = (1 << 63) - 1
+#: A single node running longer than this (a year) is legal but almost surely a slip: a warning, once.
+LONG_STEP_NS = 365 * 24 * 3600 * 10**9
 #: Most NPUs a run may have (the product of a network's dimensions, a compact workload's ``npus``):
 #: per-rank tables are allocated for every NPU, so a stray exponent must not reach the allocator.
 MAX_TOTAL_NPUS = 10_000_000
@@ -51,7 +58,7 @@ LIMITS = {
     # (the reference reads these two into ints, truncating a fraction; so does config.py)
     "active-chunks-per-dimension": Limit(1, 1e6, "chunks"),
     "preferred-dataset-splits": Limit(1, 1e6, "chunks per collective"),
-    "local-mem-bw": Limit(0, 1e6, "GB/s, 10^9 bytes/s"),
+    "local-mem-bw": Limit(0, 1e6, "GB/s, 10^9 bytes/s", warn_below=1e-9),
     "peak-perf": Limit(0, 1e6, "TFLOP/s"),
     "local-reduction-delay": Limit(0, SECOND_NS, "ns"),
     "L": Limit(0, SECOND_NS, "ns, LogGP latency"),
@@ -60,7 +67,7 @@ LIMITS = {
     "G": Limit(0, SECOND_NS, "ns per byte, LogGP gap per byte"),
     # network YAML (one entry per dimension)
     "npus_count": Limit(1, 1e6, "NPUs in the dimension", integer=True),
-    "bandwidth": Limit(0, 1e6, "GB/s per link and direction, GB = 2^30 bytes", low_open=True),
+    "bandwidth": Limit(0, 1e6, "GB/s per link and direction, GB = 2^30 bytes", low_open=True, warn_below=2**-30),
     "latency": Limit(0, SECOND_NS, "ns per link traversal"),
     # remote-memory JSON
     "remote-mem-latency": Limit(0, SECOND_NS, "ns"),
@@ -82,4 +89,34 @@ def check_number(where, key, value, limit=None, *, label=None):
         ok = False
     if not ok or not limit.admits(value):
         raise ConfigError(f"{where}: key {label!r} must be {limit.describe()}, got {value!r}")
+    if 0 < value < limit.warn_below:
+        _warn_once(f"{where}: key {label!r} is {value!r} {limit.unit.split(',')[0]}, under 1 byte/s: "
+                   "every transfer it times takes years")
     return value
+
+
+_WARNED = set()
+
+
+def _warn_once(message):
+    """An absurd but legal value: said once per process (a sweep reads the same file at every point)."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        from astra_sim.cliutil import warning
+
+        warning(message)
+
+
+def check_step(rank, node, start_ns, end_ns, warn):
+    """A finished node's times against :data:`MAX_TIME_NS` (a SimulationError naming the rank and node) and
+    :data:`LONG_STEP_NS` (``warn``, once per process); the run calls this only when one of them is exceeded."""
+    where = f"{node.where} of rank {rank}"
+    if end_ns > MAX_TIME_NS:
+        from astra_sim.errors import SimulationError
+
+        raise SimulationError(f"{where} ends after {MAX_TIME_NS:,} ns (2^63-1, 292 years), the latest time a report "
+                              "holds: a duration, size, bandwidth or latency that times it is out of range")
+    if "long step" not in _WARNED:
+        _WARNED.add("long step")
+        warn(f"{where} runs {(end_ns - start_ns) / LONG_STEP_NS:,.0f} years (more than one); check the duration, "
+             "sizes, bandwidths and rates that time it")

@@ -26,6 +26,7 @@ from astra_sim.chakra import ChakraError
 from astra_sim.errors import WorkloadError
 from astra_sim.folding.engine import FoldTieBroken
 from astra_sim.folding.plan import FoldedRunIncomplete, FoldPlanner
+from astra_sim.limits import LONG_STEP_NS, MAX_TIME_NS, check_step
 from astra_sim.outputs import output_registry
 from astra_sim.plugins import plugin_manager_for
 from astra_sim.run.build import RunSetup, build_ranks
@@ -198,6 +199,8 @@ class Simulation:
     def record_node(self, rank, node, start_ns, end_ns):
         """Every finished node passes here: counted, and shown to the node observers."""
         self.node_counts[node.type] = self.node_counts.get(node.type, 0) + 1
+        if end_ns - start_ns > LONG_STEP_NS or end_ns > MAX_TIME_NS:
+            check_step(rank, node, start_ns, end_ns, self.warn)
         for observer in self._node_observers:
             observer(rank, node, start_ns, end_ns)
 
