@@ -70,6 +70,11 @@ def build_parser(pm=None):
     from astra_sim.platform_command import add_platforms_command
 
     add_platforms_command(sub)
+    completion = sub.add_parser("completion", help="print the shell completion script for bash, zsh or fish",
+                                description="Print the script that completes astra's commands, flags and choices "
+                                            "in your shell. bash/zsh: eval \"$(astra completion bash)\" in "
+                                            "~/.bashrc or ~/.zshrc; fish: astra completion fish | source.")
+    completion.add_argument("shell", choices=("bash", "zsh", "fish"))
     if pm is not None:
         try:
             pm.hook.astra_register_commands(subparsers=sub)
@@ -142,16 +147,32 @@ def _main(argv):
     selected, blocked = _plugin_selection(argv)
     pm = make_plugin_manager(selected, blocked)
     parser = build_parser(pm)
+    if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (`astra completion`): answer, then exit
+        import argcomplete
+
+        argcomplete.autocomplete(parser)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 2
     if args.command == "plugins":
         return _cmd_plugins(pm, args)
-    if args.command == "run":
-        return _cmd_run(pm, args)
-    args.plugin_manager = pm  # a plugin command may use the loaded plugins (registries, hooks)
-    return args.run_command(args)
+    if args.command == "completion":
+        import argcomplete
+
+        sys.stdout.write(argcomplete.shellcode(["astra"], shell=args.shell))
+        return 0
+    from astra_sim.progress import activity
+
+    # A command that may take a while says what it does (stderr); -q and ASTRA_PROGRESS=0 keep it quiet.
+    shown = not (getattr(args, "quiet", False) or getattr(args, "own_progress", False))
+    words = argv[argv.index(args.command):] if args.command in argv else [args.command]
+    name = " ".join(["astra", *[w for w in words[:2] if not w.startswith("-")][:2]])
+    with activity(name, enabled=shown):
+        if args.command == "run":
+            return _cmd_run(pm, args)
+        args.plugin_manager = pm  # a plugin command may use the loaded plugins (registries, hooks)
+        return args.run_command(args)
 
 
 def _cmd_plugins(pm, args):

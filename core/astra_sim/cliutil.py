@@ -169,11 +169,19 @@ def add_output_flags(parser, what="the results", json_help=None, aliases=(), req
 
 def add_platform_flags(parser, required=False, nodes=True):
     """``--platform NAME`` (a registered platform: ``astra platforms``) and ``--nodes N``."""
-    parser.add_argument("--platform", required=required, default=None, metavar="NAME",
-                        help="a registered platform (`astra platforms` lists them), e.g. hgx-h100")
+    action = parser.add_argument("--platform", required=required, default=None, metavar="NAME",
+                                 help="a registered platform (`astra platforms` lists them), e.g. hgx-h100")
+    action.completer = platform_names  # what `astra completion`'s script offers
     if nodes:
         parser.add_argument("--nodes", type=positive_int, default=1, metavar="N",
                             help="nodes (scale-up domains, or slices) of --platform (default 1)")
+
+
+def platform_names(**_context):
+    """The registered platforms, for the shell completion of ``--platform``."""
+    from astra_sim.platforms import platforms
+
+    return sorted(platforms())
 
 
 def add_executor_flags(parser):

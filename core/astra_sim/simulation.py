@@ -22,10 +22,12 @@ from __future__ import annotations
 import time
 import tracemalloc
 
+from astra_sim import progress
 from astra_sim.chakra import ChakraError
 from astra_sim.errors import WorkloadError
 from astra_sim.folding.engine import FoldTieBroken
 from astra_sim.folding.plan import FoldedRunIncomplete, FoldPlanner
+from astra_sim.humanize import format_ns
 from astra_sim.limits import LONG_STEP_NS, MAX_TIME_NS, check_step
 from astra_sim.outputs import output_registry
 from astra_sim.plugins import plugin_manager_for
@@ -256,6 +258,7 @@ class Simulation:
             tracemalloc.start()
         try:
             if not self.workloads:
+                progress.phase(f"reading the traces of {self.total_npus:,} ranks")
                 self.build()
             built = time.perf_counter()
             if self.want_spans:
@@ -268,6 +271,7 @@ class Simulation:
             for _, output in self.outputs:
                 output.start(self.view)
             self.pm.hook.astra_run_start(run=self.view)
+            progress.phase("simulating", self._progress_figure)
             run_events(self.engine, self.workloads, self.symmetry is not None)
         except ChakraError as exc:
             raise WorkloadError(str(exc)) from None
@@ -280,6 +284,7 @@ class Simulation:
         check_all_finished(self.engine, self.workloads, self.matcher, folded)
         self.unmatched_messages = check_all_matched(self.workloads, self.matcher, folded, self.allow_unmatched,
                                                     self.warn)
+        progress.phase("computing the breakdown and the report")
         report = final_report(self, built - started, finished - built, peak)
         if self.outputs:
             for _, output in self.outputs:
@@ -287,6 +292,11 @@ class Simulation:
             report.warnings.extend(w for w in self.warnings if w not in report.warnings)  # raised by outputs
         self.pm.hook.astra_run_finish(run=self.view, report=report)
         return report
+
+    def _progress_figure(self):
+        """How far the event loop is, for the progress line (read from another thread: only plain reads)."""
+        simulated = sum(w is not None for w in self.workloads)
+        return f"{format_ns(self.engine.now)} simulated, {len(self.finish_order):,} of {simulated:,} ranks done"
 
     def partial_report(self, reason):
         """What an interrupted run knew (``astra run --partial-report``): the ranks so far (``finish_ns``

@@ -13,7 +13,7 @@ import argparse
 import dataclasses
 from dataclasses import dataclass, field
 
-from astra_sim.cliutil import non_negative_float, positive_int
+from astra_sim.cliutil import non_negative_float, platform_names, positive_int
 from astra_sim.errors import ConfigError
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -95,7 +95,8 @@ class RunSpec:
             "the defaults it implies (its compute model, collectives, host); --system-configuration / "
             "--network-configuration given explicitly win. The report's settings.platform_defaults says what was "
             "implied and why.")
-        machine.add_argument("--platform", default=None, metavar="NAME", help="a registered platform, e.g. hgx-h100")
+        machine.add_argument("--platform", default=None, metavar="NAME",
+                             help="a registered platform, e.g. hgx-h100").completer = platform_names
         machine.add_argument("--nodes", type=positive_int, default=None, metavar="N",
                              help="nodes (scale-up domains, or slices) of --platform (default: as many as the "
                                   "workload's ranks fill; a job smaller than a node gets a partial node)")

@@ -4,6 +4,8 @@ however pytest is invoked (no ``pytest_plugins`` in conftest files)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from astra_sim_testing import find_shared_dir
@@ -26,6 +28,10 @@ def _reproducible_hypothesis():
 
 
 _reproducible_hypothesis()
+
+# Commands run by tests stay quiet about their progress (a test of stderr would otherwise depend on how busy the
+# machine is); tests of the progress lines set ASTRA_PROGRESS themselves.
+os.environ.setdefault("ASTRA_PROGRESS", "0")
 
 
 @pytest.fixture(scope="session")

@@ -51,6 +51,10 @@ def load_glue():
     """Import ns-3 (slow: ~10 s) and compile the C++ glue once per process; returns the glue namespace."""
     global _GLUE
     if _GLUE is None:
+        from astra_sim.progress import phase
+
+        phase("importing ns-3 and compiling its C++ glue (once per process: 10 s on a quiet machine, up to 90 s on a "
+              "busy one)")
         try:
             with _quiet_static_init():
                 from ns import ns  # noqa: F401  (loads every ns-3 module into cppyy)
