@@ -37,16 +37,10 @@ sys.path.insert(0, str(HERE.parents[1] / "src"))  # run from a checkout without 
 
 from astra_gpu_model.calibration import VIDUR_ALL_REDUCE, find_calibration_dir, load_vidur_all_reduce  # noqa: E402
 from astra_gpu_model.nccl import (  # noqa: E402
-    CALIBRATION_ARCH, NcclCalibration, collective_time_us, config_for_gpu, predict,
+    CALIBRATION_ARCH, NcclCalibration, beyond_fit_efficiency, collective_time_us, config_for_gpu, predict,
 )
 
 FIT_MAX_BYTES = 64 << 20
-#: Past the fitted sizes, NCCL on NVSwitch keeps gaining bandwidth up to a peak bus bandwidth (GB/s, 8 GPUs)
-#: that NVIDIA states: S. Jeaugey (NVIDIA) in NVIDIA/nccl-tests#212 (2024-05-06): rings reach "an effective
-#: NVLink bandwidth of 370GB/s" on H100, and NVLS all-reduce "a peak busBw of ~480GB/s" that "256M is too small
-#: to reach"; the 480 GB/s is also GTC 2024 talk S62129's (quoted in NVIDIA/nccl#1374). Each byte past
-#: FIT_MAX_BYTES costs what that peak says. No such statement for A100 here: Ampere extrapolates its fit.
-PEAK_BUSBW = {"hopper": ("H100-SXM5-80GB", {("ring", "Simple"): 370.0, ("nvls", "Simple"): 480.0})}
 
 
 def points(cal_dir, max_bytes=FIT_MAX_BYTES, min_bytes=0):
@@ -87,20 +81,6 @@ def fit_arch(rows):
     if x[0] < 0:
         x = np.concatenate([[0.0], _irls(A[:, 1:], y)])
     return NcclCalibration(float(x[0]), float(x[1]), {k: float(1.0 / v) for k, v in zip(keys, x[2:])})
-
-
-def beyond_fit_efficiency(n=8, size=8 << 30):
-    """``{arch: {"nvswitch/algo/proto": factor}}``: NCCL's own algBw times the factor gives the published
-    peak bus bandwidth of an ``n``-GPU all-reduce of ``size`` bytes (busbw = algbw x 2(n-1)/n)."""
-    out = {}
-    for arch, (preset, peaks) in PEAK_BUSBW.items():
-        raw = config_for_gpu(preset, calibrated=False)
-        cands = {(c[1], c[2]): c for c in predict("all_reduce", size, n, raw)}
-        out[arch] = {}
-        for (algo, proto), peak in peaks.items():
-            raw_busbw = size * 2 * (n - 1) / n / (cands[(algo, proto)][4] * 1e3)
-            out[arch][f"nvswitch/{algo}/{proto}"] = round(peak / raw_busbw, 5)
-    return out
 
 
 def fit(rows):

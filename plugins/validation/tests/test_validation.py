@@ -32,8 +32,10 @@ def test_the_shipped_registry_loads_and_every_case_names_its_source():
     assert len(cases) >= 8
     assert len({c.name for c in cases}) == len(cases)
     for case in cases:
-        assert case.source and case.hardware and case.platform
-        assert case.measured_s(case.nodes * 8) > 0
+        assert case.source and case.hardware and case.platform and case.source_id
+        assert case.role in ("fit", "check") and (case.role == "check") == (not case.fitted)
+        if case.kind != "memory":
+            assert case.measured_s(case.nodes * 8) > 0
 
 
 def test_measured_time_of_a_collective_is_its_size_over_bus_bandwidth():
@@ -166,7 +168,9 @@ def test_a_calibration_input_is_shown_but_not_counted(tmp_path, capsys):
     data = json.loads(out.read_text())
     check = next(c for c in data["cases"] if c["name"] == "check")
     assert data["summary"]["max_abs_error"] == pytest.approx(abs(check["error"]))
-    assert "calibration input" in capsys.readouterr().out
+    assert data["summary"]["cases"] == 1 and data["summary"]["fit_cases_not_counted"] == 1
+    assert next(c for c in data["cases"] if c["name"] == "anchor")["role"] == "fit"
+    assert "1 fit case, shown, not counted" in capsys.readouterr().out
 
 
 def test_a_serving_case_needs_its_options_and_one_metric(tmp_path):
@@ -178,3 +182,168 @@ def test_a_serving_case_needs_its_options_and_one_metric(tmp_path):
         load_cases(_registry(tmp_path, [dict(case, measured={"step_s": 1.0})]))
     with pytest.raises(ConfigError, match="needs 'serve'"):
         load_cases(_registry(tmp_path, [dict(case, serve=[])]))
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"role": "train"}, "'role' must be one of fit, check"),
+    ({"role": "fit"}, "must name what was fitted on it"),
+    ({"role": "check", "calibration_input": True}, "contradicts 'role: check'"),
+    ({"source_id": ""}, "'source_id' must be a non-empty string"),
+    ({"role": "fit", "fitted": "nccl.PEAK_BUSBW"}, "'fitted' must be a list"),
+])
+def test_a_bad_role_or_source_is_named(tmp_path, change, message):
+    with pytest.raises(ConfigError, match=message):
+        load_cases(_registry(tmp_path, [_collective(**change)]))
+
+
+def test_role_and_source_id_default_to_check_and_the_case_itself(tmp_path):
+    (case,) = load_cases(_registry(tmp_path, [_collective()]))
+    assert (case.role, case.source_id, case.fitted, case.calibration_input) == ("check", "c", (), False)
+    (fit,) = load_cases(_registry(tmp_path, [_collective(role="fit", fitted=["x"], source_id="paper")]))
+    assert (fit.role, fit.source_id, fit.fitted, fit.calibration_input) == ("fit", "paper", ("x",), True)
+
+
+def test_the_shipped_roles_follow_what_was_fitted_on_each_source():
+    from astra_validation.crossval import TUNED, fitted_on
+
+    cases = load_cases()
+    by_name = {c.name: c for c in cases}
+    assert by_name["nccl-allreduce-h100-8gpu-nvls"].role == "fit"
+    assert all(by_name[n].role == "check" for n in by_name if n.startswith(("megatron", "mlperf")))
+    # every constant a case names is one --cv knows; the sources group cases by paper or page, not by row
+    assert all(name in TUNED for names in fitted_on(cases).values() for name in names)
+    assert len({c.source_id for c in cases if c.name.startswith("megatron")}) == 1
+    # a source is fit for all its cases or none
+    for source in {c.source_id for c in cases}:
+        assert len({c.role for c in cases if c.source_id == source}) == 1
+
+
+def test_sign_balance_counts_each_side_and_the_larger_share():
+    from astra_validation.summary import error_stats, sign_balance
+
+    assert sign_balance([0.1, 0.2, -0.05, 0.0]) == {"positive": 2, "negative": 1, "zero": 1, "larger_share": 0.5,
+                                                    "larger_side": "positive"}
+    assert sign_balance([-0.1, -0.3, 0.2])["larger_side"] == "negative"
+    assert sign_balance([-0.1, -0.3, 0.2])["larger_share"] == pytest.approx(2 / 3)
+    assert sign_balance([])["larger_share"] is None
+    stats = error_stats([{"name": "a", "error": -0.3}, {"name": "b", "error": 0.1}, {"name": "c", "error": 0.2}])
+    assert stats["median_abs_error"] == pytest.approx(0.2) and stats["worst"] == "a"
+    assert stats["max_abs_error"] == pytest.approx(0.3)
+
+
+@given(st.lists(st.floats(-10, 10, allow_nan=False), max_size=20))
+def test_sign_balance_adds_up(errors):
+    from astra_validation.summary import sign_balance
+
+    b = sign_balance(errors)
+    assert b["positive"] + b["negative"] + b["zero"] == len(errors)
+    if errors:
+        assert 0 <= b["larger_share"] <= 1 and b["larger_share"] * len(errors) == max(b["positive"], b["negative"])
+
+
+def test_cv_plans_a_refit_only_where_something_was_fitted_on_the_source():
+    from astra_validation.crossval import plan
+
+    cases = load_cases()
+    by_name = {c.name: c for c in cases}
+    assert plan(by_name["nccl-allreduce-h100-8gpu-nvls"], cases) == ("refit", ["nccl.PEAK_BUSBW"])
+    assert plan(by_name["megatron-sc21-gpt-1.7b"], cases) == ("plain", [])
+    how, why = plan(by_name["vllm060-llama31-70b-tp4-rps4-tpot"], cases)
+    assert how == "none" and "nothing to derive them from" in why
+
+
+def test_the_nccl_peak_refit_is_the_fit_rerun_on_the_other_sources():
+    from astra_gpu_model import nccl
+    from astra_validation.crossval import TUNED
+
+    checked_in = nccl.load_calibration()["hopper"]
+    assert nccl.beyond_fit_efficiency() == {"hopper": checked_in.beyond_fit}  # the function is the fit
+    cfg = nccl.config_for_gpu("H100-SXM5-80GB")
+    size = 8 << 30
+    with_peak = nccl.collective_time_us(nccl.ALL_REDUCE, size, 8, cfg)[0]
+    with TUNED["nccl.PEAK_BUSBW"].refit({"some other source"}):
+        assert nccl.collective_time_us(nccl.ALL_REDUCE, size, 8, cfg)[0] == with_peak
+    with TUNED["nccl.PEAK_BUSBW"].refit({nccl.PEAK_BUSBW_SOURCE["hopper"]}):
+        without = nccl.collective_time_us(nccl.ALL_REDUCE, size, 8, cfg)[0]
+        assert nccl.load_calibration()["hopper"].beyond_fit == {}
+    assert without > 1.2 * with_peak  # the extrapolated 64 MB line: far below NVIDIA's stated peak
+    assert nccl.collective_time_us(nccl.ALL_REDUCE, size, 8, cfg)[0] == with_peak  # restored
+
+
+def test_astra_validate_cv_predicts_a_fit_case_without_its_source(tmp_path, capsys):
+    out = tmp_path / "cv.json"
+    names = "nccl-allreduce-h100-8gpu-nvls,nccl-allreduce-a100-4node-hdr"
+    assert main(["validate", "--only", names, "--cv", "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "leave one source out" in text and "NVIDIA/nccl-tests#212" in text
+    data = json.loads(out.read_text())
+    plain = {c["name"]: c for c in data["cases"]}
+    cv = {c["name"]: c for c in data["summary"]["cv"]["predictions"]}
+    assert cv["nccl-allreduce-a100-4node-hdr"]["how"] == "plain"
+    assert cv["nccl-allreduce-a100-4node-hdr"]["error"] == plain["nccl-allreduce-a100-4node-hdr"]["error"]
+    nvls = cv["nccl-allreduce-h100-8gpu-nvls"]
+    assert nvls["how"] == "refit" and nvls["error"] > plain["nccl-allreduce-h100-8gpu-nvls"]["error"] + 0.1
+    assert data["summary"]["cv"]["max_abs_error"] == pytest.approx(abs(nvls["error"]))
+    assert data["summary"]["cases"] == 1  # the plain headline: the check case only
+    assert data["summary"]["sign_balance"]["negative"] == 1
+
+
+def test_cv_on_the_local_pool_gives_the_same_numbers(tmp_path):
+    out = tmp_path / "cv.json"
+    assert main(["validate", "--only", "nccl-allreduce-h100-8gpu-nvls", "--cv", "--jobs", "2", "-o", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["summary"]["cv"]["predictions"]
+    assert row["how"] == "refit" and row["error"] == pytest.approx(0.3715, abs=0.01)
+
+
+def _memory_case(**over):
+    case = dict(name="m", kind="memory", source="s", hardware="h", platform="dgx-a100", nodes=1,
+                workload=["--layers", "2", "--hidden", "512", "--heads", "8", "--vocab", "1000", "--seq-len", "128",
+                          "--dp", "8", "--micro-batch-size", "1"],
+                measured={"peak_bytes": 1_000_000_000}, measured_what="torch.cuda.max_memory_allocated")
+    case.update(over)
+    return case
+
+
+def test_a_memory_case_compares_the_generators_peak_estimate(tmp_path, capsys):
+    from astra_workload_generators.llm import LlmSpec, peak_memory
+
+    path = _registry(tmp_path, [_memory_case(), _collective(name="t")])
+    out = tmp_path / "r.json"
+    assert main(["validate", "--cases", str(path), "-o", str(out)]) == 0
+    data = json.loads(out.read_text())
+    row = next(c for c in data["cases"] if c["name"] == "m")
+    estimate = peak_memory(*LlmSpec.from_argv(_memory_case()["workload"]).resolve())
+    expected = getattr(estimate, "allocated_bytes", estimate.total)
+    assert row["simulated_bytes"] == expected and row["measured_bytes"] == 1_000_000_000
+    assert row["error"] == pytest.approx((expected - 1e9) / 1e9)
+    # its own group, not in the headline (the collective alone)
+    assert data["summary"]["cases"] == 1 and data["summary"]["groups"]["memory"]["cases"] == 1
+    text = capsys.readouterr().out
+    assert "peak memory" in text and " GB" in text and "memory (its own group)" in text
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"measured_what": "rss"}, "'measured_what' must be one of"),
+    ({"measured": {"peak_bytes": 0}}, "measured.peak_bytes"),
+    ({"workload": []}, "needs 'workload'"),
+])
+def test_a_bad_memory_case_is_named(tmp_path, change, message):
+    with pytest.raises(ConfigError, match=message):
+        load_cases(_registry(tmp_path, [_memory_case(**change)]))
+
+
+def test_memory_yaml_beside_the_registry_is_loaded_when_present(tmp_path, monkeypatch):
+    import shutil
+
+    from astra_validation import registry
+
+    shutil.copy(registry.CASES_DIR / "cases.yaml", tmp_path / "cases.yaml")
+    monkeypatch.setattr(registry, "CASES_DIR", tmp_path)
+    without = load_cases()
+    assert all(c.kind != "memory" for c in without)
+    (tmp_path / "memory.yaml").write_text(yaml.safe_dump({"cases": [_memory_case(name="mem-1")]}))
+    cases = load_cases()
+    assert [c.name for c in cases if c.kind == "memory"] == ["mem-1"] and len(cases) == len(without) + 1
+    (tmp_path / "memory.yaml").write_text(yaml.safe_dump({"cases": [_memory_case(name=without[0].name)]}))
+    with pytest.raises(ConfigError, match="also in"):
+        load_cases()

@@ -24,6 +24,7 @@ The collective does not move packets: it waits the predicted time and finishes.
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, TimedCollective
@@ -106,7 +107,48 @@ class NcclCalibration:
         return sum(pool) / len(pool)
 
 
+#: Past the fitted sizes (``data/nccl_fit.json``'s ``fitted_max_bytes``, 64 MB: Vidur's sweeps stop there), NCCL on
+#: NVSwitch keeps gaining bandwidth up to a peak bus bandwidth (GB/s, 8 GPUs) that NVIDIA states: S. Jeaugey
+#: (NVIDIA) in NVIDIA/nccl-tests#212 (2024-05-06): rings reach "an effective NVLink bandwidth of 370GB/s" on H100,
+#: and NVLS all-reduce "a peak busBw of ~480GB/s" that "256M is too small to reach"; the 480 GB/s is also GTC 2024
+#: talk S62129's (quoted in NVIDIA/nccl#1374). Each byte past the fitted sizes costs what that peak says. No such
+#: statement for A100 here: Ampere extrapolates its fit. ``fit/fit_nccl.py`` turns these into ``beyond_fit``
+#: (:func:`beyond_fit_efficiency`); ``astra validate --cv`` re-runs that without the source (registry case
+#: ``nccl-allreduce-h100-8gpu-nvls`` is this statement).
+PEAK_BUSBW = {"hopper": ("H100-SXM5-80GB", {("ring", "Simple"): 370.0, ("nvls", "Simple"): 480.0})}
+#: Where each architecture's peaks come from (the registry's ``source_id`` of the statement).
+PEAK_BUSBW_SOURCE = {"hopper": "NVIDIA/nccl-tests#212"}
+
+
+def beyond_fit_efficiency(peaks=None, n=8, size=8 << 30):
+    """``{arch: {"nvswitch/algo/proto": factor}}``: NCCL's own algBw times the factor gives the published peak bus
+    bandwidth (``peaks``, default :data:`PEAK_BUSBW`) of an ``n``-GPU all-reduce of ``size`` bytes
+    (busbw = algbw x 2(n-1)/n). The fit of ``data/nccl_fit.json``'s ``beyond_fit``, re-run by ``--cv``."""
+    out = {}
+    for arch, (preset, arch_peaks) in (PEAK_BUSBW if peaks is None else peaks).items():
+        raw = config_for_gpu(preset, calibrated=False)
+        cands = {(c[1], c[2]): c for c in predict("all_reduce", size, n, raw)}
+        out[arch] = {}
+        for (algo, proto), peak in arch_peaks.items():
+            raw_busbw = size * 2 * (n - 1) / n / (cands[(algo, proto)][4] * 1e3)
+            out[arch][f"nvswitch/{algo}/{proto}"] = round(peak / raw_busbw, 5)
+    return out
+
+
 _CALIBRATION = None
+
+
+@contextmanager
+def calibration_override(calibration):
+    """Run with ``calibration`` (``{arch: NcclCalibration}``) instead of the checked-in fit; used by
+    ``astra validate --cv`` to predict a source's cases with the constants refitted without that source."""
+    global _CALIBRATION
+    saved = load_calibration()
+    _CALIBRATION = calibration
+    try:
+        yield calibration
+    finally:
+        _CALIBRATION = saved
 
 
 def load_calibration(path=None):
@@ -401,6 +443,7 @@ def nccl_factory(com_type, rank, topo, data_size, direction, window):
 
 
 __all__ = ["NcclConfig", "NcclCalibration", "NcclCollective", "config_for_gpu", "load_calibration", "predict",
+           "beyond_fit_efficiency", "calibration_override", "PEAK_BUSBW", "PEAK_BUSBW_SOURCE",
            "collnet_bw",
            "collective_time_us", "nccl_factory",
            "ALL_REDUCE", "ALL_GATHER", "REDUCE_SCATTER", "ALL_TO_ALL"]

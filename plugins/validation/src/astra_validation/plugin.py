@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 
 from astra_sim import hookimpl
@@ -22,6 +21,9 @@ def astra_register_commands(subparsers):
     p.add_argument("--all", action="store_true", help="also the long cases")
     p.add_argument("--list", action="store_true", help="list the cases and exit")
     p.add_argument("--cases", metavar="YAML", help="another registry file of the same layout")
+    p.add_argument("--cv", action="store_true",
+                   help="also leave one source out: refit every constant fitted on a source without it and predict "
+                        "that source's cases (sources nothing was fitted on: the plain run)")
     from astra_sim.cliutil import add_executor_flags, add_output_flags
 
     add_output_flags(p, "the results (times in integer ns, error as a fraction)")
@@ -31,11 +33,9 @@ def astra_register_commands(subparsers):
 
 def _cmd_validate(args):
     from astra_sim.safeio import write_text_atomic
-    from astra_sim.humanize import format_ns
-    from astra_sim.termtable import Column, print_table
 
     from astra_validation.registry import load_cases
-    from astra_validation.runner import run_case
+    from astra_validation.summary import summarize
 
     cases = load_cases(args.cases)
     names = [n for item in args.only for n in item.split(",") if n]
@@ -44,44 +44,22 @@ def _cmd_validate(args):
         raise ConfigError(f"unknown validation case {unknown[0]!r}; known: {', '.join(c.name for c in cases)}")
     if args.list:
         for case in cases:
-            print(f"{case.name:32s} {case.kind:10s} {'long ' if case.long else ''}{case.hardware}")
+            print(f"{case.name:42s} {case.kind:10s} {case.role:5s} {'long ' if case.long else ''}{case.hardware}")
         return 0
     chosen = [c for c in cases if (c.name in names if names else (args.all or not c.long))]
-    if args.jobs or args.dask or args.executor:
-        results = _run_on_executor(args, chosen)
-    else:
-        results = []
-        for case in chosen:
-            print(f"astra validate: {case.name} ...", file=sys.stderr, flush=True)
-            try:
-                results.append(run_case(case))
-            except AstraError as exc:  # one case's failure is reported with the others' results
-                results.append({"name": case.name, "failed": str(exc)})
-    failed = [r for r in results if "failed" in r]
-    results = [r for r in results if "failed" not in r]
-    def shown(r, key):
-        if "unit" in r:  # a serving case: its metric in its own unit
-            return f"{r[key + '_value']:,.1f} {r['unit']}"
-        return format_ns(r[key + "_ns"])
+    results, failed = _run_cases(args, chosen)
+    summary = summarize(results)
+    if args.cv:
+        from astra_validation.crossval import plan
 
+        plans = {c.name: plan(c, cases) for c in chosen}
+        refits, cv_failed = _run_cases(args, [c for c in chosen if plans[c.name][0] == "refit"], cv=True)
+        failed += cv_failed
+        summary["cv"] = _cv_summary(results, plans, {r["name"]: r for r in refits})
     text_out = sys.stderr if args.json else sys.stdout  # with --json, stdout carries the JSON alone
-    rows = [[r["name"] + (" (calibration input)" if r.get("calibration_input") else ""), f"{r['gpus']}",
-             shown(r, "measured"), shown(r, "simulated"), f"{100 * r['error']:+.1f} %"]
-            for r in results]
-    print_table("astra validate: simulated against measured", [
-        Column("case"), Column("GPUs", number=True, drop=2), Column("measured", number=True),
-        Column("simulated", number=True), Column("error", number=True)], rows, stderr=args.json)
-    counted = [r for r in results if not r.get("calibration_input")]
-    errors = [abs(r["error"]) for r in counted]
-    if errors:
-        worst = max(counted, key=lambda r: abs(r["error"]))
-        print(f"median |error| {100 * statistics.median(errors):.1f} %, worst {100 * abs(worst['error']):.1f} % "
-              f"({worst['name']}), {len(counted)} case{'s' if len(counted) != 1 else ''}" + (f" (and {len(results) - len(counted)} that the "
-              "calibration uses, not counted)" if len(counted) < len(results) else ""), file=text_out)
-    summary = {"median_abs_error": statistics.median(errors) if errors else None,
-               "max_abs_error": max(errors) if errors else None}
-    document = json.dumps({"units": {"time": "ns", "error": "fraction"}, "cases": results, "failed": failed,
-                           "summary": summary}, indent=1) + "\n"
+    _print_results(results, summary, text_out, stderr=args.json)
+    document = json.dumps({"units": {"time": "ns", "memory": "bytes", "error": "fraction"}, "cases": results,
+                           "failed": failed, "summary": summary}, indent=1) + "\n"
     if args.output:
         write_text_atomic(args.output, document)
     if args.json:
@@ -91,15 +69,100 @@ def _cmd_validate(args):
     return 1 if failed else 0
 
 
-def _run_on_executor(args, chosen):
+def _run_cases(args, chosen, cv=False):
+    """``(results, failed)``: the cases run here one after the other, or on the kernel's executors; ``cv``: with
+    the constants fitted on each case's source refitted without it."""
+    if args.jobs or args.dask or args.executor:
+        results = _run_on_executor(args, chosen, cv)
+    else:
+        results = []
+        for case in chosen:
+            print(f"astra validate: {case.name}{' (without its source)' if cv else ''} ...", file=sys.stderr,
+                  flush=True)
+            results.append(run_named_case((args.cases, case.name, cv)))
+    return [r for r in results if "failed" not in r], [r for r in results if "failed" in r]
+
+
+def _cv_summary(results, plans, refits):
+    """``summary.cv``: each case's leave-one-source-out prediction (the plain run where nothing was fitted on its
+    source), and the headline and groups over them (fit and check cases alike: all are out of source now)."""
+    from astra_validation.registry import TIME_KINDS
+    from astra_validation.summary import error_stats
+
+    rows, not_predicted = [], []
+    for r in results:
+        how, detail = plans[r["name"]]
+        if how == "none":
+            not_predicted.append({"name": r["name"], "source_id": r["source_id"], "why": detail})
+            continue
+        if how == "refit" and r["name"] not in refits:
+            continue  # its refitted run failed (listed under failed)
+        row = refits[r["name"]] if how == "refit" else r
+        rows.append({"name": r["name"], "kind": r["kind"], "source_id": r["source_id"], "role": r["role"],
+                     "how": how, "refitted": detail, "error": row["error"],
+                     **{k: row[k] for k in ("simulated_ns", "simulated_bytes", "simulated_value") if k in row}})
+    groups = {kind: error_stats([r for r in rows if r["kind"] == kind]) for kind in dict.fromkeys(
+        r["kind"] for r in rows)}
+    return {**error_stats([r for r in rows if r["kind"] in TIME_KINDS]), "groups": groups, "predictions": rows,
+            "not_predicted": not_predicted}
+
+
+def _print_results(results, summary, out, stderr):
+    """The tables (times; memory apart) and the summary lines."""
+    from astra_sim.humanize import format_ns
+    from astra_sim.termtable import Column, print_table
+
+    from astra_validation.summary import describe
+
+    cv = {r["name"]: r for r in summary.get("cv", {}).get("predictions", [])}
+
+    def shown(r, key):
+        if r["kind"] == "memory":
+            return f"{r[key + '_bytes'] / 1e9:,.2f} GB"
+        if "unit" in r:  # a serving case: its metric in its own unit
+            return f"{r[key + '_value']:,.1f} {r['unit']}"
+        return format_ns(r[key + "_ns"])
+
+    columns = [Column("case"), Column("role"), Column("GPUs", number=True, drop=2), Column("measured", number=True),
+               Column("simulated", number=True), Column("error", number=True)]
+    if cv:
+        columns.append(Column("error, source left out", number=True))
+    for title, part in (("astra validate: simulated against measured", [r for r in results if r["kind"] != "memory"]),
+                        ("astra validate: peak memory, estimated against measured",
+                         [r for r in results if r["kind"] == "memory"])):
+        if not part:
+            continue
+        rows = [[r["name"], r["role"], f"{r['gpus']}", shown(r, "measured"), shown(r, "simulated"),
+                 f"{100 * r['error']:+.1f} %"] + ([f"{100 * cv[r['name']]['error']:+.1f} %" if r["name"] in cv
+                                                    else "-"] if cv else []) for r in part]
+        print_table(title, columns, rows, stderr=stderr)
+    print(describe(summary, "check case") + (f" (and {summary['fit_cases_not_counted']} fit case"
+          f"{'s' if summary['fit_cases_not_counted'] != 1 else ''}, shown, not counted)"
+          if summary["fit_cases_not_counted"] else ""), file=out)
+    for kind, stats in summary["groups"].items():
+        if kind == "memory":
+            print(f"  memory (its own group): {describe(stats, 'check case', 'over', 'under')}", file=out)
+        elif stats["cases"] and len(summary["groups"]) > 1:
+            print(f"  {kind}: {describe(stats, 'check case')}", file=out)
+    if "cv" in summary:
+        cv_summary = summary["cv"]
+        refitted = sorted({r["source_id"] for r in cv_summary["predictions"] if r["how"] == "refit"})
+        print(f"leave one source out: {describe(cv_summary)}; refitted without their source: "
+              f"{', '.join(refitted) or 'none'}; every other source: nothing was fitted on it, the plain run",
+              file=out)
+        for row in cv_summary["not_predicted"]:
+            print(f"  {row['name']}: no out-of-source prediction ({row['why']})", file=out)
+
+
+def _run_on_executor(args, chosen, cv=False):
     """The cases on the kernel's executors (a local pool, a Dask cluster, a registered one), in registry order."""
     from astra_sim.executors import ExecutorFailure, make_executor
 
     order = {c.name: i for i, c in enumerate(chosen)}
     results = [None] * len(chosen)
     with make_executor(jobs=args.jobs, dask=args.dask, executor=args.executor) as executor:
-        tasks = [((args.cases, c.name), None) for c in chosen]
-        for (_, name), result in executor.run(run_named_case, tasks):
+        tasks = [((args.cases, c.name, cv), None) for c in chosen]
+        for (_, name, _cv), result in executor.run(run_named_case, tasks):
             if isinstance(result, ExecutorFailure):
                 result = {"name": name, "failed": result.message}
             print(f"astra validate: {name} done", file=sys.stderr, flush=True)
@@ -108,14 +171,21 @@ def _run_on_executor(args, chosen):
 
 
 def run_named_case(task, payload=None):
-    """One case on an executor's worker, by registry path and name; a failure is a row, never an exception."""
+    """One case by registry path and name (``cv``: with what was fitted on its source refitted without it), here or
+    on an executor's worker; a failure is a row, never an exception."""
     from astra_validation.registry import load_cases
     from astra_validation.runner import run_case
 
-    cases_path, name = task
+    cases_path, name, cv = task
     try:
-        case = next(c for c in load_cases(cases_path) if c.name == name)
+        cases = load_cases(cases_path)
+        case = next(c for c in cases if c.name == name)
+        if cv:
+            from astra_validation.crossval import run_case_without_source
+
+            return run_case_without_source(case, cases)
         return run_case(case)
+    except AstraError as exc:  # one case's failure is reported with the others' results
+        return {"name": name, "failed": str(exc)}
     except Exception as exc:  # noqa: BLE001 - the point's own failure is its row
         return {"name": name, "failed": f"{type(exc).__name__}: {exc}"}
-

@@ -1,4 +1,10 @@
-"""The registry of published cases (``cases/cases.yaml``): read and checked once."""
+"""The registry of published cases (``cases/cases.yaml``, and ``cases/memory.yaml`` when present): read and checked
+once.
+
+Every case has a ``role``: ``fit`` when some constant of the model (or of the case's own inputs) was fitted on or
+tuned to its source's numbers, else ``check``; only ``check`` cases make the headline error, so it says how the
+model does on numbers it was not shaped on. ``source_id`` groups the cases of one source (a paper, a benchmark
+page), the unit that ``astra validate --cv`` leaves out."""
 
 from __future__ import annotations
 
@@ -10,7 +16,17 @@ import yaml
 from astra_sim.errors import ConfigError
 
 CASES_DIR = Path(__file__).with_name("cases")
-KINDS = ("llm_step", "collective", "serving")
+KINDS = ("llm_step", "collective", "serving", "memory")
+#: the kinds whose error is on a time (step, collective, serving metric): the headline; memory is its own group
+TIME_KINDS = ("llm_step", "collective", "serving")
+ROLES = ("fit", "check")
+#: what a memory case measured (``measured_what``) -> the estimate's attribute it is compared with (the first one
+#: the estimate has; ``total`` is every estimate's)
+MEMORY_MEASURES = {
+    "torch.cuda.max_memory_allocated": ("allocated_bytes", "total"),
+    "torch.cuda.max_memory_reserved": ("reserved_bytes", "total"),
+    "nvidia-smi": ("reserved_bytes", "total"),
+}
 #: what a serving case measured: median time per output token or to first token (ms), or output-token
 #: throughput (tokens/s)
 SERVING_METRICS = ("tpot_p50_ms", "ttft_p50_ms", "output_tokens_per_s")
@@ -34,9 +50,21 @@ class Case:
     size_bytes: int | None = None
     serve: tuple = ()
     long: bool = False
-    #: the model's calibration uses this very number: shown, but not counted in the median and the worst error
-    calibration_input: bool = False
+    #: ``fit``: a constant was fitted on or tuned to this source's numbers (shown, not in the headline error);
+    #: ``check``: nothing was
+    role: str = "check"
+    #: the source this case belongs to (cases of one paper or page share it; ``--cv`` leaves one out at a time)
+    source_id: str = ""
+    #: what was fitted on or tuned to this source (the constants' names), for a ``fit`` case
+    fitted: tuple = ()
+    #: a memory case: what the source measured (a key of ``MEMORY_MEASURES``)
+    measured_what: str | None = None
     extra: dict = field(default_factory=dict)
+
+    @property
+    def calibration_input(self) -> bool:
+        """The older name of ``role == "fit"``."""
+        return self.role == "fit"
 
     def measured_ns(self, gpus=None) -> int:
         """:meth:`measured_s` in integer ns."""
@@ -45,6 +73,8 @@ class Case:
     def measured_s(self, gpus=None):
         """The measured time (s): a step's, a collective's from its bus bandwidth on ``gpus`` GPUs, a serving
         case's median TPOT or TTFT, or its time per output token (1 / output-token throughput)."""
+        if self.kind == "memory":
+            raise ValueError(f"case {self.name!r} measured memory (bytes), not a time")
         if self.kind == "llm_step":
             return float(self.measured["step_s"])
         if self.kind == "serving":
@@ -57,8 +87,22 @@ class Case:
 
 
 def load_cases(path=None):
-    """Every case of the registry (``path``: another YAML file of the same layout)."""
-    path = Path(path) if path else CASES_DIR / "cases.yaml"
+    """Every case of the registry (``path``: another YAML file of the same layout). Without ``path``:
+    ``cases/cases.yaml`` and, when it exists, ``cases/memory.yaml`` beside it."""
+    if path:
+        return _load_file(Path(path))
+    cases = _load_file(CASES_DIR / "cases.yaml")
+    memory = CASES_DIR / "memory.yaml"
+    if memory.exists():
+        names = {c.name for c in cases}
+        for case in _load_file(memory):
+            if case.name in names:
+                raise ConfigError(f"{memory}: case {case.name!r} is also in {CASES_DIR / 'cases.yaml'}")
+            cases.append(case)
+    return cases
+
+
+def _load_file(path):
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
@@ -86,7 +130,7 @@ def load_cases(path=None):
         if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
             raise ConfigError(f"{where}: 'nodes' must be a positive integer, got {nodes!r}")
         measured = raw.get("measured")
-        wanted = "step_s" if kind == "llm_step" else "bus_bandwidth_gbps"
+        wanted = {"llm_step": "step_s", "memory": "peak_bytes"}.get(kind, "bus_bandwidth_gbps")
         if kind == "serving":
             keys = [k for k in SERVING_METRICS if isinstance(measured, dict) and k in measured]
             if len(keys) != 1:
@@ -98,14 +142,19 @@ def load_cases(path=None):
             raise ConfigError(f"{where}: 'measured.{wanted}' must be a positive number, got {value!r}")
         fields = dict(name=name, kind=kind, source=raw["source"], hardware=raw["hardware"],
                       platform=raw["platform"], nodes=nodes, measured=dict(measured), long=bool(raw.get("long")),
-                      calibration_input=bool(raw.get("calibration_input")))
+                      **_provenance(raw, where, name))
         for key in ("workload", "run", "serve"):
             value = raw.get(key, [])
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise ConfigError(f"{where}: {key!r} must be a list of command-line words (strings)")
             fields[key] = tuple(v.replace("{cases}", str(CASES_DIR)) for v in value)
-        if kind == "llm_step" and not fields["workload"]:
-            raise ConfigError(f"{where}: an llm_step case needs 'workload' (astra workload llm's options)")
+        if kind in ("llm_step", "memory") and not fields["workload"]:
+            raise ConfigError(f"{where}: an {kind} case needs 'workload' (astra workload llm's options)")
+        if kind == "memory":
+            what = raw.get("measured_what")
+            if what not in MEMORY_MEASURES:
+                raise ConfigError(f"{where}: 'measured_what' must be one of {', '.join(MEMORY_MEASURES)}, got {what!r}")
+            fields["measured_what"] = what
         if kind == "serving" and not fields["serve"]:
             raise ConfigError(f"{where}: a serving case needs 'serve' (astra serve's options)")
         if kind == "collective":
@@ -117,3 +166,21 @@ def load_cases(path=None):
             fields.update(collective=raw["collective"], size_bytes=size)
         cases.append(Case(**fields))
     return cases
+
+
+def _provenance(raw, where, name):
+    """``role``, ``source_id`` and ``fitted`` of one raw case (``calibration_input: true`` is ``role: fit``)."""
+    role = raw.get("role", "fit" if raw.get("calibration_input") is True else "check")
+    if role not in ROLES:
+        raise ConfigError(f"{where}: 'role' must be one of {', '.join(ROLES)}, got {role!r}")
+    if raw.get("calibration_input") is True and role != "fit":
+        raise ConfigError(f"{where}: 'calibration_input: true' contradicts 'role: {role}'")
+    source_id = raw.get("source_id", name)
+    if not isinstance(source_id, str) or not source_id:
+        raise ConfigError(f"{where}: 'source_id' must be a non-empty string, got {source_id!r}")
+    fitted = raw.get("fitted", [])
+    if not isinstance(fitted, list) or not all(isinstance(v, str) and v for v in fitted):
+        raise ConfigError(f"{where}: 'fitted' must be a list of the constants' names (strings)")
+    if role == "fit" and not fitted and "calibration_input" not in raw:
+        raise ConfigError(f"{where}: a 'role: fit' case must name what was fitted on it ('fitted': [...])")
+    return {"role": role, "source_id": source_id, "fitted": tuple(fitted)}

@@ -30,6 +30,8 @@ def run_case(case, workdir=None):
 
     if case.kind == "serving":
         return _run_serving(case, workdir)
+    if case.kind == "memory":
+        return _run_memory(case)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         prefix = os.path.join(tmp, "w")
@@ -49,8 +51,7 @@ def run_case(case, workdir=None):
         report = run_spec(_run_spec(case, prefix, steady))
     simulated = report.max_finish_ns
     measured = case.measured_ns(gpus)
-    return {"name": case.name, "kind": case.kind, "hardware": case.hardware, "source": case.source,
-            "calibration_input": case.calibration_input, "gpus": gpus, "measured_ns": measured,
+    return {**_identity(case), "gpus": gpus, "measured_ns": measured,
             "simulated_ns": simulated, "error": (simulated - measured) / measured,
             "wall_s": round(time.perf_counter() - start, 1), "simulated_ranks": report.stats.get("simulated_ranks"),
             "platform_defaults": report.settings.get("platform_defaults")}
@@ -74,8 +75,7 @@ def _run_serving(case, workdir=None):
         measured, simulated = float(case.measured["output_tokens_per_s"]), report["throughput_tokens_per_s"]
         unit = "tok/s"
         measured_ns, simulated_ns = round(1e9 / measured), round(1e9 / simulated)  # time per output token
-    return {"name": case.name, "kind": case.kind, "hardware": case.hardware, "source": case.source,
-            "calibration_input": case.calibration_input, "gpus": report["deployment"]["gpus"],
+    return {**_identity(case), "gpus": report["deployment"]["gpus"],
             "measured_ns": measured_ns, "simulated_ns": simulated_ns, "measured_value": measured,
             "simulated_value": simulated, "unit": unit, "error": (simulated - measured) / measured,
             "wall_s": round(time.perf_counter() - start, 1), "simulated_ranks": None, "platform_defaults": None}
@@ -86,3 +86,30 @@ def _p50_ms(report, what):
     if f"{what}_ns" in report:
         return report[f"{what}_ns"]["p50"] / 1e6
     return report[f"{what}_ms"]["p50"]
+
+
+def _identity(case):
+    """The keys every result row starts with: the case, its source and its role."""
+    return {"name": case.name, "kind": case.kind, "hardware": case.hardware, "source": case.source,
+            "source_id": case.source_id, "role": case.role, "calibration_input": case.calibration_input}
+
+
+def _run_memory(case):
+    """A memory case: the LLM generator's peak-memory estimate of the case's workload against the measured peak.
+    The estimate's ``allocated_bytes`` / ``reserved_bytes`` is used when it has the one ``measured_what`` names,
+    else its ``total``."""
+    from astra_sim.platforms import get_platform
+    from astra_workload_generators.llm import LlmSpec, peak_memory
+
+    from astra_validation.registry import MEMORY_MEASURES
+
+    start = time.perf_counter()
+    dims, cfg = LlmSpec.from_argv(case.workload, where=f"validation case {case.name}: workload").resolve(
+        on_warning=lambda line: None)
+    estimate = peak_memory(dims, cfg)
+    attribute = next(a for a in MEMORY_MEASURES[case.measured_what] if hasattr(estimate, a))
+    simulated, measured = int(getattr(estimate, attribute)), int(case.measured["peak_bytes"])
+    return {**_identity(case), "gpus": case.nodes * get_platform(case.platform).gpus_per_node,
+            "measured_bytes": measured, "simulated_bytes": simulated, "compared": attribute,
+            "measured_what": case.measured_what, "error": (simulated - measured) / measured,
+            "wall_s": round(time.perf_counter() - start, 1), "simulated_ranks": None, "platform_defaults": None}

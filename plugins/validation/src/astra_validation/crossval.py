@@ -1,0 +1,98 @@
+"""``astra validate --cv``: leave one source out, refit what was fitted on it, and predict its cases.
+
+A registry case names, in ``fitted``, the constants that were fitted on or tuned to its source's numbers (its
+``role`` is then ``fit``). For each source, every such constant is refitted *without* that source, by the same
+fitting function the checked-in value comes from, and the source's cases are simulated with the refitted values.
+
+Most of the model's constants (GEMM, NCCL up to 64 MB, memory-bound rates, host launch, interference) are fitted on
+measurements that are not registry cases (``docs/validation.md``, "Fitted constants"): leaving a source out does not
+change them, so for a source nothing was fitted on, the leave-one-source-out prediction *is* the plain run.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, replace
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class TunedConstant:
+    """A constant fitted on or tuned to registry sources, and how to refit it without some of them."""
+
+    name: str
+    fit_data: str
+    script: str
+    #: ``refit(excluded_source_ids)`` -> a context manager under which the model uses the refitted value;
+    #: None when no data is left to refit it on once its source is out (the cases then have no out-of-source
+    #: prediction, said with ``why_not``)
+    refit: Callable | None
+    why_not: str = ""
+
+
+@contextmanager
+def _nccl_peaks_without(excluded):
+    """NCCL's bandwidth past 64 MB (``beyond_fit``) refitted on the published peaks of every other source: with no
+    peak left, an architecture extrapolates its fitted line past 64 MB (as Ampere does)."""
+    from astra_gpu_model import nccl
+
+    peaks = {arch: value for arch, value in nccl.PEAK_BUSBW.items()
+             if nccl.PEAK_BUSBW_SOURCE.get(arch) not in excluded}
+    beyond = nccl.beyond_fit_efficiency(peaks)
+    refitted = {arch: replace(cal, beyond_fit=beyond.get(arch, {})) for arch, cal in nccl.load_calibration().items()}
+    with nccl.calibration_override(refitted):
+        yield
+
+
+#: The constants registry cases name in ``fitted``.
+TUNED = {
+    "nccl.PEAK_BUSBW": TunedConstant(
+        "nccl.PEAK_BUSBW", "NVIDIA/nccl-tests#212: H100 NVSwitch ring 370 GB/s, NVLS all-reduce ~480 GB/s bus bandwidth",
+        "plugins/gpu_model/fit/fit_nccl.py (astra_gpu_model.nccl.beyond_fit_efficiency)", _nccl_peaks_without),
+    "serving.sharegpt_output_lengths": TunedConstant(
+        "serving.sharegpt_output_lengths",
+        "sgl-project/sglang benchmark_vllm_060 README: output mean 194 = 3700.64 / 19.04 (offline token over request "
+        "throughput), CV 1.4 from the page's median TTFT, TPOT and E2E", "by hand (docs/serving.md, cause (f))",
+        None, why_not="the output lengths' mean and spread come from this page alone: with it left out there is "
+        "nothing to derive them from"),
+}
+
+
+def fitted_on(cases):
+    """``{source_id: sorted constant names}`` over every case of the registry (not only the chosen ones)."""
+    out = {}
+    for case in cases:
+        out.setdefault(case.source_id, set()).update(case.fitted)
+    return {source: sorted(names) for source, names in out.items()}
+
+
+def plan(case, cases):
+    """How ``--cv`` predicts ``case``: ``("plain", [])`` (nothing fitted on its source), ``("refit", names)`` or
+    ``("none", reason)`` (a constant fitted on its source cannot be refitted without it)."""
+    names = fitted_on(cases).get(case.source_id, [])
+    if not names:
+        return "plain", []
+    for name in names:
+        constant = TUNED.get(name)
+        if constant is None:
+            return "none", f"no refit is known for {name!r} (known: {', '.join(TUNED)})"
+        if constant.refit is None:
+            return "none", f"{name}: {constant.why_not}"
+    return "refit", names
+
+
+def run_case_without_source(case, cases, workdir=None):
+    """``case`` simulated with every constant fitted on its source refitted without that source."""
+    from astra_validation.runner import run_case
+
+    how, names = plan(case, cases)
+    if how != "refit":
+        raise ValueError(f"case {case.name!r}: no refit to run ({how})")
+    with ExitStack() as stack:
+        for name in names:
+            stack.enter_context(TUNED[name].refit({case.source_id}))
+        result = run_case(case, workdir)
+    return {**result, "refitted": names}
+
+
+__all__ = ["TUNED", "TunedConstant", "fitted_on", "plan", "run_case_without_source"]

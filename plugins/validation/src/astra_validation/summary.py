@@ -1,0 +1,68 @@
+"""The numbers ``astra validate`` reports over its results: median and worst |error|, and the sign balance.
+
+The headline counts only ``check`` cases of the time kinds (training step, collective, serving): a ``fit`` case's
+error says how well a constant was fitted, not how well the model predicts. Memory cases are their own group.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from astra_validation.registry import TIME_KINDS
+
+
+def sign_balance(errors):
+    """``{"positive", "negative", "zero", "larger_share", "larger_side"}``: how many errors are positive (simulated
+    above measured: too slow, or too much memory) and negative; ``larger_share`` is the larger side's fraction.
+    An unbiased model is near 0.5; 1.0 means every case errs the same way."""
+    positive = sum(1 for e in errors if e > 0)
+    negative = sum(1 for e in errors if e < 0)
+    zero = len(errors) - positive - negative
+    if not errors:
+        return {"positive": 0, "negative": 0, "zero": 0, "larger_share": None, "larger_side": None}
+    side = "positive" if positive >= negative else "negative"
+    return {"positive": positive, "negative": negative, "zero": zero,
+            "larger_share": max(positive, negative) / len(errors), "larger_side": side}
+
+
+def error_stats(results):
+    """``{"cases", "median_abs_error", "max_abs_error", "worst", "sign_balance"}`` of result rows (``error`` each)."""
+    errors = [r["error"] for r in results]
+    if not errors:
+        return {"cases": 0, "median_abs_error": None, "max_abs_error": None, "worst": None,
+                "sign_balance": sign_balance([])}
+    worst = max(results, key=lambda r: abs(r["error"]))
+    return {"cases": len(errors), "median_abs_error": statistics.median(abs(e) for e in errors),
+            "max_abs_error": abs(worst["error"]), "worst": worst["name"], "sign_balance": sign_balance(errors)}
+
+
+def summarize(results):
+    """The JSON ``summary``: the headline (``check`` cases of the time kinds) and one group per kind (its
+    ``check`` cases), plus how many ``fit`` cases were left out."""
+    checks = [r for r in results if r.get("role", "check") == "check"]
+    headline = error_stats([r for r in checks if r["kind"] in TIME_KINDS])
+    groups = {kind: error_stats([r for r in checks if r["kind"] == kind])
+              for kind in dict.fromkeys(r["kind"] for r in results)}
+    return {**headline, "fit_cases_not_counted": len(results) - len(checks), "groups": groups}
+
+
+def describe_balance(balance, positive="slow", negative="fast"):
+    """``"3 slow, 6 fast: 67 % fast"`` for terminals."""
+    if balance["larger_share"] is None:
+        return "no cases"
+    side = positive if balance["larger_side"] == "positive" else negative
+    return (f"{balance['positive']} {positive}, {balance['negative']} {negative}: "
+            f"{100 * balance['larger_share']:.0f} % {side}")
+
+
+def describe(stats, what="case", positive="slow", negative="fast"):
+    """``"median |error| 1.7 %, max 6.1 % (name), 9 cases; signs: 5 slow, 4 fast: 56 % slow"``."""
+    if not stats["cases"]:
+        return f"no {what}s"
+    n = stats["cases"]
+    return (f"median |error| {100 * stats['median_abs_error']:.1f} %, max {100 * stats['max_abs_error']:.1f} % "
+            f"({stats['worst']}), {n} {what}{'s' if n != 1 else ''}; signs: "
+            f"{describe_balance(stats['sign_balance'], positive, negative)}")
+
+
+__all__ = ["sign_balance", "error_stats", "summarize", "describe", "describe_balance"]
