@@ -95,6 +95,8 @@ def _node_part(node):
     kind = None
     if node_type == T.COMM_COLL_NODE:
         comm_type = attrs.get("comm_type")
+        if comm_type is None:  # the search sorts collective types; the workload layer names the node
+            raise FoldRefused(f"node {node.id} is a collective without comm_type")
         kind = ("native", comm_type) if attrs.get("pg_name", "") in _DEFAULT_PG else ("grouped", comm_type)
     elif node_type == T.METADATA_NODE and node.inputs_values:
         kind = ("declares", True)
