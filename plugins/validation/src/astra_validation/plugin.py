@@ -123,16 +123,16 @@ def _print_results(results, summary, out, stderr):
             return f"{r[key + '_value']:,.1f} {r['unit']}"
         return format_ns(r[key + "_ns"])
 
-    columns = [Column("case"), Column("role"), Column("GPUs", number=True, drop=2), Column("measured", number=True),
+    columns = [Column("case (fit: not counted)"), Column("GPUs", number=True, drop=2), Column("measured", number=True),
                Column("simulated", number=True), Column("error", number=True)]
     if cv:
-        columns.append(Column("error, source left out", number=True))
+        columns.append(Column("source out", number=True))  # the error with its source left out (--cv)
     for title, part in (("astra validate: simulated against measured", [r for r in results if r["kind"] != "memory"]),
                         ("astra validate: peak memory, estimated against measured",
                          [r for r in results if r["kind"] == "memory"])):
         if not part:
             continue
-        rows = [[r["name"], r["role"], f"{r['gpus']}", shown(r, "measured"), shown(r, "simulated"),
+        rows = [[r["name"] + (" (fit)" if r["role"] == "fit" else ""), f"{r['gpus']}", shown(r, "measured"), shown(r, "simulated"),
                  f"{100 * r['error']:+.1f} %"] + ([f"{100 * cv[r['name']]['error']:+.1f} %" if r["name"] in cv
                                                     else "-"] if cv else []) for r in part]
         print_table(title, columns, rows, stderr=stderr)
