@@ -11,6 +11,7 @@ with :func:`check_number`.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 from astra_sim.errors import ConfigError
@@ -51,6 +52,23 @@ LONG_STEP_NS = 365 * 24 * 3600 * 10**9
 #: Most NPUs a run may have (the product of a network's dimensions, a compact workload's ``npus``):
 #: per-rank tables are allocated for every NPU, so a stray exponent must not reach the allocator.
 MAX_TOTAL_NPUS = 10_000_000
+
+
+def _env_limit(name, default):
+    """A bound that an environment variable raises (or lowers), read once at import."""
+    try:
+        return max(1, int(os.environ.get(name, default)))
+    except ValueError:
+        raise ConfigError(f"environment variable {name} must be an integer, got {os.environ[name]!r}") from None
+
+
+# Bounds on what a generator or reader builds, checked before the work starts (each error names its variable).
+#: Most requests ``astra serve`` generates or reads from a trace (~310 bytes of memory each: 620 MB).
+MAX_REQUESTS = _env_limit("ASTRA_MAX_REQUESTS", 2_000_000)
+#: Most points one sweep runs (each is a simulation and a row of the results file).
+MAX_SWEEP_POINTS = _env_limit("ASTRA_MAX_SWEEP_POINTS", 100_000)
+#: Most NPUs ``astra workload micro`` writes traces for (one file per rank: far fewer than a run may simulate).
+MAX_MICRO_NPUS = _env_limit("ASTRA_MAX_MICRO_NPUS", 65_536)
 #: Ranges of the numeric keys of the reference's configuration files.
 LIMITS = {
     # system JSON

@@ -22,14 +22,22 @@ import os
 from dataclasses import dataclass
 
 from astra_sim.errors import ConfigError
+from astra_sim.limits import MAX_REQUESTS
+from astra_sim.safeio import brief
 
 NS = 1_000_000_000
 #: time stamps are int64 ns (about 292 years either side of zero), as in a Chakra trace
 MAX_ABS_NS = 2 ** 63
-MAX_TRACE_BYTES = 1 << 30
+#: Largest request trace read (it is streamed: memory follows the requests kept, :data:`MAX_REQUESTS`).
+MAX_TRACE_BYTES = int(os.environ.get("ASTRA_MAX_TRACE_BYTES", 8 << 30))
+#: Longest line of a trace (a request is a line of ~100 characters).
+MAX_LINE_CHARS = 1 << 20
+#: Peak memory per request while a trace is read, for the limit's message: measured with tracemalloc over 10^5
+#: requests of a 6.8 MB JSONL trace (306 bytes each at the peak, 244 kept; the whole-text reader before: 10.7 KB).
+REQUEST_BYTES = 310
 
 
-@dataclass
+@dataclass(slots=True)
 class Request:
     """One request, and what the simulation records about it."""
 
@@ -147,45 +155,84 @@ def _row_request(row, index, columns):
 def read_trace(path, max_context=None):
     """The requests of a trace file, in arrival order (ids in file order). Errors are one line naming the file
     and line: a negative arrival, a request longer than ``max_context`` tokens (prompt + output), a missing or
-    malformed field."""
-    from astra_sim.safeio import read_text
+    malformed field, a line nested deeper or longer than the readers accept, more requests than
+    ``ASTRA_MAX_REQUESTS``. The file is read line by line: memory grows with the requests kept, not the bytes."""
+    from astra_sim.errors import AstraError
 
-    text = read_text(path, "request trace", MAX_TRACE_BYTES)
     name = str(path)
-    records = []  # (line number, dict)
-    stripped = text.lstrip()
-    if name.endswith((".jsonl", ".json")) or stripped.startswith("{"):
+    try:
+        with open(name, encoding="utf-8-sig", newline="") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size > MAX_TRACE_BYTES:
+                raise ConfigError(f"{name}: request trace of {size:,} bytes, more than the {MAX_TRACE_BYTES:,} "
+                                  "accepted (ASTRA_MAX_TRACE_BYTES raises the limit)")
+            requests = _read_requests(handle, name, max_context)
+    except AstraError:
+        raise
+    except FileNotFoundError:
+        raise ConfigError(f"request trace file {name!r} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"request trace file {name!r} is a directory") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{name}: not UTF-8 text ({exc.reason} at byte {exc.start} of a read block)") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the name
+        raise ConfigError(f"{name}: cannot read the request trace: {exc}") from None
+    requests.sort(key=lambda r: (r.arrival_ns, r.id))
+    return requests
+
+
+def _lines(handle, name):
+    """``(line number, line)`` of a text file, each at most :data:`MAX_LINE_CHARS` (a huge line is refused
+    before it is held whole)."""
+    number = 0
+    while True:
+        line = handle.readline(MAX_LINE_CHARS + 1)
+        if not line:
+            return
+        number += 1
+        if len(line) > MAX_LINE_CHARS:
+            raise ConfigError(f"{name}:{number}: line longer than {MAX_LINE_CHARS:,} characters")
+        yield number, line
+
+
+def _records(handle, name):
+    """``(columns, iterator of (line number, dict))`` of a JSONL or CSV trace, read as it is consumed."""
+    from astra_sim.safeio import parse_json
+
+    head = handle.read(4096).lstrip()
+    handle.seek(0)
+    if name.endswith((".jsonl", ".json")) or head.startswith("{"):
+        def jsonl():
+            for number, line in _lines(handle, name):
+                if not line.strip():
+                    continue
+                record = parse_json(line, f"{name}:{number}")  # bounded nesting: no RecursionError
+                if not isinstance(record, dict):
+                    raise ConfigError(f"{name}:{number}: expected a JSON object, got {type(record).__name__}")
+                yield number, record
+
+        return "native", jsonl()
+    reader = csv.reader(line for _, line in _lines(handle, name))
+    try:
+        header = next(reader)
+    except StopIteration:
+        raise ConfigError(f"{name}: empty trace (expected a CSV header)") from None
+    except csv.Error as exc:
+        raise ConfigError(f"{name}:1: {exc}") from None
+    header = [h.strip() for h in header]
+    if all(c in header for c in _AZURE):
+        columns = "azure"
+    elif all(c in header for c in _BURST):
+        columns = "burst"
+    elif all(c in header for c in ("prompt_tokens", "output_tokens")) and (
+            "arrival_s" in header or "arrival_ns" in header):
         columns = "native"
-        for number, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError as exc:
-                raise ConfigError(f"{name}:{number}: not a JSON object: {exc}") from None
-            if not isinstance(record, dict):
-                raise ConfigError(f"{name}:{number}: expected a JSON object, got {type(record).__name__}")
-            records.append((number, record))
     else:
-        reader = csv.reader(io.StringIO(text))
-        try:
-            header = next(reader)
-        except StopIteration:
-            raise ConfigError(f"{name}: empty trace (expected a CSV header)") from None
-        except csv.Error as exc:
-            raise ConfigError(f"{name}:1: {exc}") from None
-        header = [h.strip() for h in header]
-        if all(c in header for c in _AZURE):
-            columns = "azure"
-        elif all(c in header for c in _BURST):
-            columns = "burst"
-        elif all(c in header for c in ("prompt_tokens", "output_tokens")) and (
-                "arrival_s" in header or "arrival_ns" in header):
-            columns = "native"
-        else:
-            raise ConfigError(f"{name}:1: unknown CSV columns {header}: expected arrival_s,prompt_tokens,"
-                              "output_tokens (astra serve), TIMESTAMP,ContextTokens,GeneratedTokens (Azure LLM "
-                              "inference trace) or Timestamp,Request tokens,Response tokens (BurstGPT)")
+        raise ConfigError(f"{name}:1: unknown CSV columns {brief(header)}: expected arrival_s,prompt_tokens,"
+                          "output_tokens (astra serve), TIMESTAMP,ContextTokens,GeneratedTokens (Azure LLM "
+                          "inference trace) or Timestamp,Request tokens,Response tokens (BurstGPT)")
+
+    def rows():
         try:
             for row in reader:
                 number = reader.line_num
@@ -193,16 +240,24 @@ def read_trace(path, max_context=None):
                     continue
                 if len(row) != len(header):
                     raise ConfigError(f"{name}:{number}: {len(row)} fields, the header has {len(header)}")
-                records.append((number, dict(zip(header, row))))
+                yield number, dict(zip(header, row))
         except csv.Error as exc:
             raise ConfigError(f"{name}:{reader.line_num}: {exc}") from None
-    if not records:
-        raise ConfigError(f"{name}: no requests in the trace")
+
+    return columns, rows()
+
+
+def _read_requests(handle, name, max_context):
+    columns, records = _records(handle, name)
     requests = []
     origin = None
-    for index, (number, record) in enumerate(records):
+    for number, record in records:
+        if len(requests) >= MAX_REQUESTS:
+            raise ConfigError(f"{name}:{number}: more than {MAX_REQUESTS:,} requests (about "
+                              f"{MAX_REQUESTS * REQUEST_BYTES >> 20:,} MiB of memory); ASTRA_MAX_REQUESTS raises the "
+                              "limit")
         try:
-            request = _row_request(record, index, columns)
+            request = _row_request(record, len(requests), columns)
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError(f"{name}:{number}: {exc}") from None
         if columns != "native":  # absolute time stamps: count from the first row's
@@ -216,7 +271,8 @@ def read_trace(path, max_context=None):
                               f"{request.output_tokens} output tokens is longer than the model's context of "
                               f"{max_context} tokens")
         requests.append(request)
-    requests.sort(key=lambda r: (r.arrival_ns, r.id))
+    if not requests:
+        raise ConfigError(f"{name}: no requests in the trace")
     return requests
 
 
@@ -306,6 +362,9 @@ def generate_requests(n, qps, prompt_len, output_len, seed=0, arrival="poisson",
 
     if n < 1:
         raise ConfigError(f"--requests must be >= 1, got {n}")
+    if n > MAX_REQUESTS:
+        raise ConfigError(f"--requests {n:,} is more than the {MAX_REQUESTS:,} requests one run holds (about "
+                          f"{MAX_REQUESTS * REQUEST_BYTES >> 20:,} MiB); ASTRA_MAX_REQUESTS raises the limit")
     if not (qps > 0 and math.isfinite(qps)):
         raise ConfigError(f"--qps must be a positive number, got {qps}")
     rng = np.random.default_rng(seed)

@@ -32,12 +32,15 @@ import copy
 import hashlib
 import itertools
 import json
+import math
 import os
 import random
+import sys
 from dataclasses import dataclass, field
 
 from astra_sim.cliutil import did_you_mean
 from astra_sim.errors import ConfigError
+from astra_sim.limits import MAX_SWEEP_POINTS
 
 WORKLOAD_KINDS = ("trace", "llm", "micro", "serve")
 TOP_KEYS = ("workload", "run", "axes", "gpu", "platform", "network", "system")
@@ -175,12 +178,14 @@ def _parse_spec(data, path, parsers):
 
 
 def _expand_axes(axes, path):
-    """(axis names, [ {axis: value} ]) : grid x zip x random."""
+    """(axis names, [ {axis: value} ]) : grid x zip x random. The number of points is checked against
+    ``MAX_SWEEP_POINTS`` before any is made (a random block samples indices of its space, never lists it)."""
     if axes is None:
         return [], [{}]
     if not isinstance(axes, dict):
         raise ConfigError(f"{path}: axes must be a mapping with grid, zip and/or random")
-    names, blocks = [], []
+    names, parsed = [], []  # (kind, {axis: values}, points, random seed or None)
+    total = 1
     for kind, body in axes.items():
         where = f"{path}: axes.{kind}"
         if kind not in AXIS_KINDS:
@@ -195,28 +200,53 @@ def _expand_axes(axes, path):
             if isinstance(seed, bool) or not isinstance(seed, int):
                 raise ConfigError(f"{where}.seed must be an integer, got {seed!r}")
             space = _axis_lists(body["space"], f"{where}.space")
-            product = list(itertools.product(*space.values()))
-            chosen = random.Random(seed).sample(product, min(n, len(product)))
-            blocks.append([dict(zip(space, values)) for values in chosen])
+            combinations = math.prod(len(v) for v in space.values())
+            if combinations > sys.maxsize:
+                raise ConfigError(f"{where}.space has {combinations:.3g} combinations, more than {sys.maxsize:,} to "
+                                  "sample from")
+            parsed.append((kind, space, min(n, combinations), seed))
             body = space
         else:
             body = _axis_lists(body, where)
             if kind == "grid":
-                blocks.append([dict(zip(body, values)) for values in itertools.product(*body.values())])
+                size = math.prod(len(v) for v in body.values())
             else:
                 lengths = {len(v) for v in body.values()}
                 if len(lengths) > 1:
                     raise ConfigError(f"{where}: every axis must have as many values (got "
                                       + ", ".join(f"{k}: {len(v)}" for k, v in body.items()) + ")")
-                blocks.append([dict(zip(body, values)) for values in zip(*body.values())])
+                size = lengths.pop() if lengths else 1
+            parsed.append((kind, body, size, None))
         for name in body:
             if name in names:
                 raise ConfigError(f"{where}: axis {name!r} appears twice")
             names.append(name)
+        total *= parsed[-1][2]
+        if total > MAX_SWEEP_POINTS:
+            raise ConfigError(f"{path}: axes make {total:,} points or more, over the {MAX_SWEEP_POINTS:,} one sweep "
+                              "runs (ASTRA_MAX_SWEEP_POINTS raises the limit)")
     combos = [{}]
-    for block in blocks:
+    for kind, body, count, seed in parsed:
+        if kind == "random":
+            # the same points as sampling the listed product (sample draws indices either way), without listing it
+            chosen = [_product_item(list(body.values()), i)
+                      for i in random.Random(seed).sample(range(math.prod(len(v) for v in body.values())), count)]
+        elif kind == "grid":
+            chosen = itertools.product(*body.values())
+        else:
+            chosen = zip(*body.values())
+        block = [dict(zip(body, values)) for values in chosen]
         combos = [{**a, **b} for a in combos for b in block]
     return names, combos
+
+
+def _product_item(lists, index):
+    """``list(itertools.product(*lists))[index]``, computed (the last list varies fastest)."""
+    values = []
+    for values_of in reversed(lists):
+        index, digit = divmod(index, len(values_of))
+        values.append(values_of[digit])
+    return tuple(reversed(values))
 
 
 def _axis_lists(body, where):

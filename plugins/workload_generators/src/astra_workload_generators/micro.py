@@ -19,6 +19,7 @@ import os
 
 from astra_sim.chakra import make_metadata, make_node, types as T
 from astra_sim.errors import ConfigError
+from astra_sim.limits import MAX_MICRO_NPUS
 
 from .common import parse_size, size_label, write_rank_files
 
@@ -61,8 +62,11 @@ def _check_style(style):
 
 
 def _check_npus(npus):
-    if not isinstance(npus, int) or npus < 1:
+    if isinstance(npus, bool) or not isinstance(npus, int) or npus < 1:
         raise ConfigError(f"--npus must be a positive integer, got {npus!r}")
+    if npus > MAX_MICRO_NPUS:  # one file per rank, written before anything runs: refuse before the first
+        raise ConfigError(f"--npus {npus:,} is more than the {MAX_MICRO_NPUS:,} NPUs a microbenchmark is written for "
+                          "(a trace file each); ASTRA_MAX_MICRO_NPUS raises the limit")
 
 
 class _Ids:
