@@ -299,11 +299,14 @@ def test_plugins_json_lists_installed_plugins(capsys):
     assert "network_backend:analytical" in rows["network_analytical"]["provides"]
     assert "memory_backend:analytical" in rows["memory_analytical"]["provides"]
     builtin = rows["builtin"]["provides"]
-    for item in ("workload_format:chakra", "compute_model:replay", "compute_model:roofline",
-                 "collective_algorithm:ring", "collective_algorithm:direct", "collective_algorithm:halvingDoubling",
-                 "collective_algorithm:doubleBinaryTree", "memory_backend:none"):
+    for item in ("workload_format:chakra", "compute_model:replay", "compute_model:roofline", "memory_backend:none"):
         assert item in builtin
-    for name in ("builtin", "network_analytical", "memory_analytical"):
+    native = rows["collectives_native"]["provides"]
+    for item in ("collective_algorithm:ring", "collective_algorithm:direct", "collective_algorithm:halvingDoubling",
+                 "collective_algorithm:doubleBinaryTree"):
+        assert item in native and item not in builtin
+    assert rows["collectives_native"]["distribution"] == "astra-collectives-native"
+    for name in ("builtin", "collectives_native", "network_analytical", "memory_analytical"):
         assert rows[name]["status"] == "loaded"
     assert rows["network_analytical"]["distribution"] == "astra-network-analytical"
 

@@ -110,15 +110,15 @@ def test_duplicate_name_across_two_plugins_names_both():
 
 
 def test_duplicate_of_a_builtin_name_names_builtin():
-    class RingAgain:
-        __name__ = "ring_again"
+    class ReplayAgain:
+        __name__ = "replay_again"
 
         @hookimpl
-        def astra_register_collective_algorithms(self, registry):
-            registry.collective_algorithm("ring", object())
+        def astra_register_compute_models(self, registry):
+            registry.compute_model("replay", object())
 
-    with pytest.raises(PluginError, match=r"'ring'.*'builtin' and 'ring_again'"):
-        build_registry(make_plugin_manager([], (), [RingAgain()]))
+    with pytest.raises(PluginError, match=r"'replay'.*'builtin' and 'replay_again'"):
+        build_registry(make_plugin_manager([], (), [ReplayAgain()]))
 
 
 def test_same_name_in_different_roles_is_fine():
@@ -157,7 +157,7 @@ def test_registry_direct_use():
 def test_registry_attributes_entries_to_their_plugin():
     registry = build_registry(make_plugin_manager(["network_analytical"]))
     assert registry.get("network_backend", "analytical").plugin == "network_analytical"
-    assert registry.get("collective_algorithm", "ring").plugin == "builtin"
+    assert registry.get("collective_algorithm", "ring").plugin == "collectives_native"  # loaded by default
     assert registry.names("memory_backend") == ["none"]
 
 

@@ -1,4 +1,6 @@
-"""The kernel's own plugin: Chakra traces, replay/roofline compute, native collectives."""
+"""The kernel's own plugin: Chakra traces, replay/roofline compute, no remote memory.
+
+The native collective algorithms are the collectives_native plugin (plugins/collectives_native)."""
 
 from __future__ import annotations
 
@@ -6,10 +8,8 @@ import hashlib
 import os
 
 from astra_sim import hookimpl
-from astra_sim.api import CollectiveAlgorithmSpec
 from astra_sim.compute import ReplayModel, RooflineModel
 from astra_sim.errors import WorkloadError
-from astra_sim.system.collectives import Direct, DoubleBinaryTree, HalvingDoubling, Ring
 from astra_sim.workload.compact import is_compact, read_compact_workload
 
 
@@ -133,32 +133,6 @@ class ChakraFormat:
         return path, trace.nodes
 
 
-def _ring(com_type, rank, topo, size, direction, window):
-    return Ring(com_type, rank, topo, size, direction)
-
-
-def _direct(com_type, rank, topo, size, direction, window):
-    return Direct(com_type, rank, topo, size, direction, window)
-
-
-def _halving_doubling(com_type, rank, topo, size, direction, window):
-    return HalvingDoubling(com_type, rank, topo, size)
-
-
-def _double_binary_tree(com_type, rank, tree, size, direction, window):
-    if rank not in tree.parent:
-        from astra_sim.errors import ConfigError
-
-        members = sorted(tree.parent)
-        raise ConfigError(
-            f"doubleBinaryTree cannot place rank {rank}: its tree for a dimension of {tree.total_nodes} NPUs "
-            f"holds NPUs {members[:8]}{' ...' if len(members) > 8 else ''}. The dimension needs a power-of-two "
-            "number of NPUs, and a doubleBinaryTree implementation list shorter than the network's "
-            "dimensions only covers the first NPUs (the reference crashes on both)"
-        )
-    return DoubleBinaryTree(rank, tree, size)
-
-
 @hookimpl
 def astra_register_workload_formats(registry):
     registry.workload_format("chakra", ChakraFormat(),
@@ -169,24 +143,6 @@ def astra_register_workload_formats(registry):
 def astra_register_compute_models(registry):
     registry.compute_model("replay", ReplayModel, "duration_micros from the trace")
     registry.compute_model("roofline", RooflineModel, "num_ops / min(bw x intensity, peak)")
-
-
-@hookimpl
-def astra_register_collective_algorithms(registry):
-    add = registry.collective_algorithm
-    # Ring and direct look only at ring neighbours (rotation-symmetric); halving-doubling pairs ranks by
-    # their index bits and the trees give ranks roles, so runs using those are not folded.
-    add("ring", CollectiveAlgorithmSpec("ring", _ring, symmetry="rotation"), "ring per dimension")
-    add("oneRing", CollectiveAlgorithmSpec("one", _ring, symmetry="rotation"), "one ring over all NPUs")
-    add("direct", CollectiveAlgorithmSpec("ring", _direct, takes_window=True, symmetry="rotation"),
-        "direct, window = suffix or n-1")
-    add("oneDirect", CollectiveAlgorithmSpec("one", _direct, takes_window=True, symmetry="rotation"),
-        "direct over all NPUs")
-    add("halvingDoubling", CollectiveAlgorithmSpec("ring", _halving_doubling), "recursive halving/doubling")
-    add("oneHalvingDoubling", CollectiveAlgorithmSpec("one", _halving_doubling), "halving/doubling over all NPUs")
-    add("doubleBinaryTree", CollectiveAlgorithmSpec("tree", _double_binary_tree), "double binary tree all-reduce")
-    # inSwitch (a switch dimension's switch reduces) is registered by the network_analytical plugin, beside the
-    # backends that declare switches.
 
 
 class NoRemoteMemory:

@@ -20,9 +20,12 @@ from astra_sim.errors import PluginError
 #: Entry-point group every plugin distribution declares.
 GROUP = "astra_sim.plugins"
 
-#: Name of the kernel's own plugin (replay/roofline compute, Chakra format,
-#: native collectives); it is always loaded.
+#: Name of the kernel's own plugin (replay/roofline compute, Chakra format); it is always loaded.
 BUILTIN = "builtin"
+
+#: Plugins loaded whenever installed, even when ``-p`` names only others (``-p no:NAME`` still blocks them):
+#: every reference system config names the native collectives, and communicator groups fall back to their ring.
+DEFAULT_PLUGINS = ("collectives_native",)
 
 ROLES = (
     "workload_format",
@@ -170,9 +173,9 @@ def parse_plugin_args(values):
 def make_plugin_manager(select=None, block=(), extra_plugins=()):
     """Build a plugin manager with the kernel's builtin plugin and the chosen ones.
 
-    ``select``: names to load (None = every installed plugin); ``block``: names
-    never imported; ``extra_plugins``: objects or modules to register directly
-    (used by tests and the Python API).
+    ``select``: names to load (None = every installed plugin; :data:`DEFAULT_PLUGINS` are loaded
+    either way); ``block``: names never imported; ``extra_plugins``: objects or modules to register
+    directly (used by tests and the Python API).
     """
     from astra_sim import builtin
 
@@ -185,7 +188,8 @@ def make_plugin_manager(select=None, block=(), extra_plugins=()):
         if name == BUILTIN:
             raise PluginError("the kernel's builtin plugin cannot be blocked")
         pm.set_blocked(name)
-    names = list(available) if select is None else list(select)
+    names = list(available) if select is None else [
+        *(name for name in DEFAULT_PLUGINS if name in available and name not in select), *select]
     for name in names:
         if name == BUILTIN or name in block:
             continue

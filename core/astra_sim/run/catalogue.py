@@ -12,6 +12,7 @@ import os
 from astra_sim.config import COLLECTIVE_KEYS
 from astra_sim.errors import ConfigError
 from astra_sim.safeio import brief
+from astra_sim.system.collectives import GROUP_FALLBACK_ALGORITHM
 from astra_sim.workload.workload import _COLLECTIVES
 
 #: Chakra comm_type value -> the system layer's collective name (for the system config's lists)
@@ -52,8 +53,13 @@ class CollectiveCatalogue:
             suffix = name[len(base):]
             if reg.factory.takes_window and name.startswith(base) and suffix.isdigit():
                 return reg.factory, int(suffix)
-        known = ", ".join(sorted(entries))
-        raise ConfigError(f"{self.config_path}: unknown collective algorithm {name!r}; known: {known}")
+        known = ", ".join(sorted(entries)) or "none"
+        hint = "" if GROUP_FALLBACK_ALGORITHM in entries else (
+            f"; the native algorithms ({GROUP_FALLBACK_ALGORITHM}, direct, halvingDoubling, doubleBinaryTree, "
+            "one*), which communicator groups fall back to, come from the collectives_native plugin: install the "
+            "collectives_native plugin (pip install -e plugins/collectives_native) and do not pass "
+            "-p no:collectives_native")
+        raise ConfigError(f"{self.config_path}: unknown collective algorithm {name!r}; known: {known}{hint}")
 
     def native_impls(self, com_type):
         """``[(spec, window), ...]``: one per network dimension the collective type's list names."""
@@ -111,7 +117,7 @@ class CollectiveCatalogue:
                 return None
             impls = self.native_impls(name)
             if len(impls) > 1 and not getattr(impls[0][0], "whole_group", False):
-                return self.algorithm_spec("ring")[0]
+                return self.algorithm_spec(GROUP_FALLBACK_ALGORITHM)[0]
             return impls[0][0]
 
         return native_impls, group_impl

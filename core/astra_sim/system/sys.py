@@ -18,7 +18,9 @@ import math
 from collections import deque
 
 from astra_sim.errors import ConfigError, SimulationError
-from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER
+from astra_sim.system.collectives import (
+    ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, GROUP_FALLBACK_ALGORITHM, REDUCE_SCATTER,
+)
 from astra_sim.system.frontend import (
     COLLECTIVE_TAG_BASE,
     NATIVE_TAG_BASE,
@@ -279,9 +281,9 @@ class Sys:
                     if plan is not None:
                         group.plans[com_type] = plan
                         return plan
-                    impls = [self.shared.algorithm_spec("ring")]
+                    impls = [self.shared.algorithm_spec(GROUP_FALLBACK_ALGORITHM)]
                 else:
-                    impls = [impls[0] if whole else self.shared.algorithm_spec("ring")]
+                    impls = [impls[0] if whole else self.shared.algorithm_spec(GROUP_FALLBACK_ALGORITHM)]
             if impls[0][0].topology == "tree":
                 raise ConfigError(
                     f"{self.shared.system_config.path}: doubleBinaryTree cannot run on communicator "

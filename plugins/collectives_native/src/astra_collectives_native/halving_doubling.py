@@ -1,0 +1,90 @@
+"""Recursive halving (reduce-scatter) then doubling (all-gather): partners at distances 1, 2, 4, ..."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+from astra_sim.errors import ConfigError
+from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
+from astra_sim.system.topology import ANTICLOCKWISE, CLOCKWISE, DIM_LOCAL
+
+from astra_collectives_native.ring import Ring
+
+
+class HalvingDoubling(Ring):
+    """Recursive halving (reduce-scatter) then doubling (all-gather) along the ring index."""
+
+    __slots__ = ("rank_offset", "offset_multiplier")
+
+    def __init__(self, com_type, rank, topo, data_size):
+        # Ring.__init__ is not reused: the sizes and counts differ.
+        self.com_type = com_type
+        self.rank = rank
+        self.topo = topo
+        self.data_size = data_size
+        n = topo.nodes_in_ring
+        if n & (n - 1):
+            raise ConfigError(
+                f"halvingDoubling needs a power-of-two number of NPUs in each dimension it runs on, got {n} "
+                "(its partner pattern cannot pair the others; the reference hangs)"
+            )
+        self.nodes_in_ring = n
+        self.parallel_reduce = 1
+        self.total_received = 0
+        self.free_packets = 0
+        self.zero_latency_packets = 0
+        self.non_zero_latency_packets = 0
+        self.toggle = False
+        self.fast = topo.dimension == DIM_LOCAL
+        log2n = math.log2(n)
+        self.stream_count = int(2 * log2n) if com_type == ALL_REDUCE else int(log2n)
+        if com_type == ALL_REDUCE:
+            self.final_data_size = data_size
+            self.msg_size = data_size // 2
+            self.rank_offset = 1
+            self.offset_multiplier = 2.0
+        elif com_type == ALL_GATHER:
+            self.final_data_size = data_size * n
+            self.msg_size = data_size
+            self.rank_offset = n // 2
+            self.offset_multiplier = 0.5
+        elif com_type == REDUCE_SCATTER:
+            self.final_data_size = data_size // n
+            self.msg_size = data_size // 2
+            self.rank_offset = 1
+            self.offset_multiplier = 2.0
+        else:
+            raise ConfigError("halvingDoubling does not implement all-to-all; choose ring or direct")
+        self.direction = self.specify_direction()
+        self.curr_receiver = rank
+        for _ in range(self.rank_offset):
+            self.curr_receiver = topo.get_receiver(self.curr_receiver, self.direction)
+        self.curr_sender = self.curr_receiver
+        self.packets = deque()
+
+    def specify_direction(self):
+        if self.rank_offset == 0:
+            return CLOCKWISE
+        if (self.topo.index_in_ring // self.rank_offset) % 2 == 0:
+            return CLOCKWISE
+        return ANTICLOCKWISE
+
+    def non_zero_latency_packets_count(self):
+        return int(math.log2(self.nodes_in_ring) - 1 * self.parallel_reduce)
+
+    def release(self, processed):
+        """Release, then move to the next partner (distance and size halve or double)."""
+        self.bundle(self.msg_size, processed)
+        self.rank_offset = int(self.rank_offset * self.offset_multiplier)
+        self.msg_size = int(self.msg_size / self.offset_multiplier)
+        if self.rank_offset == self.nodes_in_ring and self.com_type == ALL_REDUCE:
+            self.offset_multiplier = 0.5
+            self.rank_offset = int(self.rank_offset * self.offset_multiplier)
+            self.msg_size = int(self.msg_size / self.offset_multiplier)
+        receiver = self.rank
+        direction = self.specify_direction()
+        for _ in range(self.rank_offset):
+            receiver = self.topo.get_receiver(receiver, direction)
+        self.curr_receiver = receiver
+        self.curr_sender = receiver

@@ -1,0 +1,51 @@
+"""Registers the native collective algorithms under the names the reference's system configs use."""
+
+from __future__ import annotations
+
+from astra_sim import hookimpl
+from astra_sim.api import CollectiveAlgorithmSpec
+from astra_sim.errors import ConfigError
+
+from astra_collectives_native.double_binary_tree import DoubleBinaryTree
+from astra_collectives_native.halving_doubling import HalvingDoubling
+from astra_collectives_native.ring import Direct, Ring
+
+
+def _ring(com_type, rank, topo, size, direction, window):
+    return Ring(com_type, rank, topo, size, direction)
+
+
+def _direct(com_type, rank, topo, size, direction, window):
+    return Direct(com_type, rank, topo, size, direction, window)
+
+
+def _halving_doubling(com_type, rank, topo, size, direction, window):
+    return HalvingDoubling(com_type, rank, topo, size)
+
+
+def _double_binary_tree(com_type, rank, tree, size, direction, window):
+    if rank not in tree.parent:
+        members = sorted(tree.parent)
+        raise ConfigError(
+            f"doubleBinaryTree cannot place rank {rank}: its tree for a dimension of {tree.total_nodes} NPUs "
+            f"holds NPUs {members[:8]}{' ...' if len(members) > 8 else ''}. The dimension needs a power-of-two "
+            "number of NPUs, and a doubleBinaryTree implementation list shorter than the network's "
+            "dimensions only covers the first NPUs (the reference crashes on both)"
+        )
+    return DoubleBinaryTree(rank, tree, size)
+
+
+@hookimpl
+def astra_register_collective_algorithms(registry):
+    add = registry.collective_algorithm
+    # Ring and direct look only at ring neighbours (rotation-symmetric); halving-doubling pairs ranks by
+    # their index bits and the trees give ranks roles, so runs using those are not folded.
+    add("ring", CollectiveAlgorithmSpec("ring", _ring, symmetry="rotation"), "ring per dimension")
+    add("oneRing", CollectiveAlgorithmSpec("one", _ring, symmetry="rotation"), "one ring over all NPUs")
+    add("direct", CollectiveAlgorithmSpec("ring", _direct, takes_window=True, symmetry="rotation"),
+        "direct, window = suffix or n-1")
+    add("oneDirect", CollectiveAlgorithmSpec("one", _direct, takes_window=True, symmetry="rotation"),
+        "direct over all NPUs")
+    add("halvingDoubling", CollectiveAlgorithmSpec("ring", _halving_doubling), "recursive halving/doubling")
+    add("oneHalvingDoubling", CollectiveAlgorithmSpec("one", _halving_doubling), "halving/doubling over all NPUs")
+    add("doubleBinaryTree", CollectiveAlgorithmSpec("tree", _double_binary_tree), "double binary tree all-reduce")

@@ -1,0 +1,173 @@
+"""Ring and direct: every rank talks to its ring neighbours (ring) or to every peer in turn (direct)."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, Algorithm
+from astra_sim.system.topology import DIM_LOCAL
+
+#: Memory-bus delay on a communicator-group ("local") ring, in ns (the
+#: reference's "Fast" transmission), instead of endpoint-delay.
+LOCAL_RING_DELAY_NS = 10
+
+
+class Ring(Algorithm):
+    """Ring algorithm: every step sends one message to the ring neighbour.
+
+    The reference's per-packet counters ``max_count`` and
+    ``remained_packets_per_*`` never change what happens (each inserted packet
+    is released at once, each send takes one step off ``stream_count``), so
+    they are not kept.
+    """
+
+    __slots__ = (
+        "rank", "topo", "direction", "nodes_in_ring", "curr_receiver", "curr_sender",
+        "parallel_reduce", "stream_count", "msg_size", "zero_latency_packets",
+        "non_zero_latency_packets", "toggle", "free_packets", "total_received", "packets", "fast",
+    )
+
+    def __init__(self, com_type, rank, topo, data_size, direction):
+        self.com_type = com_type
+        self.rank = rank
+        self.topo = topo
+        self.data_size = data_size
+        self.direction = direction
+        n = topo.nodes_in_ring
+        self.nodes_in_ring = n
+        self.curr_receiver = topo.get_receiver(rank, direction)
+        self.curr_sender = topo.get_sender(rank, direction)
+        self.parallel_reduce = 1
+        self.total_received = 0
+        self.free_packets = 0
+        self.zero_latency_packets = 0
+        self.non_zero_latency_packets = 0
+        self.toggle = False
+        self.fast = topo.dimension == DIM_LOCAL
+        if com_type == ALL_REDUCE:
+            self.stream_count = 2 * (n - 1)
+        elif com_type == ALL_TO_ALL:
+            self.stream_count = ((n - 1) * n) // 2
+        else:
+            self.stream_count = n - 1
+        if com_type == ALL_REDUCE:
+            self.final_data_size = data_size
+            self.msg_size = data_size // n
+        elif com_type == ALL_GATHER:
+            self.final_data_size = data_size * n
+            self.msg_size = data_size
+        elif com_type == REDUCE_SCATTER:
+            self.final_data_size = data_size // n
+            self.msg_size = data_size // n
+        else:  # all-to-all
+            self.final_data_size = data_size
+            self.msg_size = data_size // n
+        self.packets = deque()
+
+    def bind(self, stream):
+        super().bind(stream)
+        if self.fast:
+            self._bus_delay = LOCAL_RING_DELAY_NS
+
+    # -- events ---------------------------------------------------------
+    def run_init(self):
+        for _ in range(self.parallel_reduce):
+            self.insert_packet()
+
+    def run_general(self, _arg=None):
+        self.free_packets += 1
+        if self.packets and self.stream_count and self.free_packets:
+            self.send_next()
+        if self.stream_count == 0 and self.free_packets == self.parallel_reduce:
+            self.packets.clear()
+            self.finish()
+
+    def run_received(self, _arg=None):
+        self.total_received += 1
+        self.insert_packet()
+
+    # -- internals ------------------------------------------------------
+    def non_zero_latency_packets_count(self):
+        return (self.nodes_in_ring - 1) * self.parallel_reduce
+
+    def insert_packet(self):
+        """Queue the next packet and release it to the memory bus.
+
+        The first ``parallel_reduce`` packets of every round are
+        "zero-latency" (no reduction); the rest reduce on reduce-scatter and
+        on the first round of all-reduce.
+        """
+        zero = self.zero_latency_packets
+        if zero == 0 and self.non_zero_latency_packets == 0:
+            zero = self.zero_latency_packets = self.parallel_reduce
+            self.non_zero_latency_packets = self.non_zero_latency_packets_count()
+            self.toggle = not self.toggle
+        if zero > 0:
+            self.zero_latency_packets = zero - 1
+            processed = False
+        elif self.non_zero_latency_packets > 0:
+            self.non_zero_latency_packets -= 1
+            com_type = self.com_type
+            processed = com_type == REDUCE_SCATTER or (com_type == ALL_REDUCE and self.toggle)
+        else:
+            raise AssertionError("collective algorithm asked to inject a packet it does not have")
+        self.packets.append((self.curr_sender, self.curr_receiver, self.msg_size))
+        self.release(processed)
+
+    def release(self, processed):
+        self.bundle(self.msg_size, processed)
+
+    def send_next(self):
+        """Send the oldest packet to its receiver and post the matching receive."""
+        src, dst, size = self.packets.popleft()
+        rank = self.rank
+        self._send(rank, dst, size, self._tag, None, None)
+        self._recv(src, rank, size, self._tag, self._received, None)
+        self.stream_count -= 1
+        self.free_packets -= 1
+
+
+class Direct(Ring):
+    """Direct algorithm: messages to every peer, ``window`` of them in flight."""
+
+    __slots__ = ("middle_point",)
+
+    def __init__(self, com_type, rank, topo, data_size, direction, window):
+        super().__init__(com_type, rank, topo, data_size, direction)
+        n = self.nodes_in_ring
+        self.middle_point = n - 1
+        self.parallel_reduce = n - 1 if window == -1 else min(window, n - 1)
+        if com_type == ALL_TO_ALL:
+            self.stream_count = n - 1
+
+    def run_general(self, _arg=None):
+        self.free_packets += 1
+        if self.com_type == ALL_REDUCE and self.stream_count <= self.middle_point:
+            # All-reduce: the second half starts once every first-half message arrived.
+            if self.total_received < self.middle_point:
+                return
+            for _ in range(self.parallel_reduce):
+                if self.packets and self.stream_count and self.free_packets:
+                    self.send_next()
+        elif self.packets and self.stream_count and self.free_packets:
+            self.send_next()
+        if self.stream_count == 0 and self.free_packets == self.parallel_reduce:
+            self.packets.clear()
+            self.finish()
+
+    def release(self, processed):
+        self.bundle(self.msg_size, processed)
+        topo, rank, direction = self.topo, self.rank, self.direction
+        receiver = topo.get_receiver(self.curr_receiver, direction)
+        if receiver == rank:
+            receiver = topo.get_receiver(receiver, direction)
+        self.curr_receiver = receiver
+        sender = topo.get_sender(self.curr_sender, direction)
+        if sender == rank:
+            sender = topo.get_sender(sender, direction)
+        self.curr_sender = sender
+
+    def non_zero_latency_packets_count(self):
+        if self.topo.dimension != DIM_LOCAL:
+            return self.parallel_reduce
+        return (self.nodes_in_ring - 1) * self.parallel_reduce

@@ -1,0 +1,104 @@
+"""The plugin as users meet it: the seven names and their specs, loaded by default, ``astra plugins``, a run, and
+the error when it is blocked or missing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from astra_sim.chakra import make_metadata, make_node, types as T, write_et
+from astra_sim.cli import main
+from astra_sim.errors import ConfigError
+from astra_sim.plugins import build_registry, make_plugin_manager
+from astra_sim.simulation import simulate
+from astra_sim_testing import reduction_ns, write_network_config, write_system_config
+
+from astra_collectives_native import plugin
+
+MIB = 1 << 20
+BW, LAT = 100.0, 200.0
+
+#: name -> (topology, takes_window, symmetry): what the kernel's builtin registered before the move
+SPECS = {
+    "ring": ("ring", False, "rotation"),
+    "oneRing": ("one", False, "rotation"),
+    "direct": ("ring", True, "rotation"),
+    "oneDirect": ("one", True, "rotation"),
+    "halvingDoubling": ("ring", False, None),
+    "oneHalvingDoubling": ("one", False, None),
+    "doubleBinaryTree": ("tree", False, None),
+}
+
+
+@pytest.fixture(autouse=True)
+def _no_plugin_env(monkeypatch):
+    monkeypatch.delenv("ASTRA_PLUGINS", raising=False)
+
+
+def test_registers_the_seven_names_with_their_specs():
+    registry = build_registry(make_plugin_manager(select=[]))
+    entries = registry.entries["collective_algorithm"]
+    assert {entries[name].plugin for name in SPECS} == {"collectives_native"}
+    for name, (topology, takes_window, symmetry) in SPECS.items():
+        spec = entries[name].factory
+        assert (spec.topology, spec.takes_window, spec.symmetry) == (topology, takes_window, symmetry), name
+        assert not spec.whole_group and spec.exchanges_messages
+
+
+@pytest.mark.parametrize("select", [[], ["network_analytical"], ["collectives_native", "network_analytical"]])
+def test_loaded_by_default_even_when_p_names_other_plugins(select):
+    pm = make_plugin_manager(select=select)
+    assert pm.get_plugin("collectives_native") is plugin
+    assert set(SPECS) <= set(build_registry(pm).names("collective_algorithm"))
+
+
+def test_blocking_it_removes_the_names():
+    registry = build_registry(make_plugin_manager(block=["collectives_native"]))
+    assert not set(SPECS) & set(registry.names("collective_algorithm"))
+
+
+@pytest.fixture
+def case(tmp_path):
+    """Ring-4 (100 GB/s, 200 ns), every rank one 1 MiB all-reduce, the reference's usual system config."""
+    for rank in range(4):
+        write_et(str(tmp_path / f"ar.{rank}.et"), make_metadata(),
+                 [make_node(1, "ar", T.COMM_COLL_NODE, attrs={"comm_type": T.ALL_REDUCE, "comm_size": MIB})])
+    system = write_system_config(tmp_path / "sys.json")
+    network = write_network_config(tmp_path / "net.yml", ("Ring",), (4,), (BW,), (LAT,))
+    return str(tmp_path / "ar"), system, network
+
+
+def ring_all_reduce_ns():
+    """p = 4 chunks of 256 KiB, each 2(n-1) messages of m = 64 KiB: 6 T(m) + 7 E + 3 R(m) per chunk."""
+    m = MIB // 16
+    t = int(LAT + m / (BW * (1 << 30) / 1e9))
+    return 4 * (6 * t + 7 * 10 + 3 * reduction_ns(m))
+
+
+def test_a_run_with_only_the_network_plugin_named_uses_the_native_ring(case):
+    report = simulate(*case, plugins=["network_analytical"])
+    assert {rank.finish_ns for rank in report.ranks} == {ring_all_reduce_ns()}
+
+
+def test_a_run_without_it_says_to_install_it(case):
+    with pytest.raises(ConfigError, match=r"unknown collective algorithm 'ring'.*collectives_native plugin"):
+        simulate(*case, block=["collectives_native"])
+
+
+def test_cli_plugins_lists_it(capsys):
+    assert main(["plugins", "--json"]) == 0
+    rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
+    row = rows["collectives_native"]
+    assert row["status"] == "loaded" and row["distribution"] == "astra-collectives-native"
+    assert row["provides"] == sorted(f"collective_algorithm:{name}" for name in SPECS)
+    assert row["hooks"] == ["astra_register_collective_algorithms"]
+
+
+def test_cli_blocked_is_a_one_line_error(case, capsys):
+    prefix, system, network = case
+    rc = main(["-p", "no:collectives_native", "run", "--workload-configuration", prefix,
+               "--system-configuration", system, "--network-configuration", network, "-q"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert "sys.json" in err and "install" in err and "collectives_native" in err
