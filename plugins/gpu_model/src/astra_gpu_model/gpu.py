@@ -6,7 +6,11 @@
 
 Units are in the key names: ``*_tflops`` 10^12 FLOP/s (dense, no sparsity), ``*_gbps`` GB/s = 10^9 bytes/s
 (gigaBYTES, as ASTRA-sim's bandwidth settings), ``*_gb`` 10^9 bytes, ``*_mb`` 2^20 bytes (cache sizes as
-vendors quote them), ``*_mhz``, ``*_us`` microseconds.
+vendors quote them), ``*_mhz``, ``*_us`` microseconds, ``*_w`` watts.
+
+``scaleup.topology`` says how a node's GPUs are joined: ``nvswitch`` (the default: every GPU on NVSwitch, or an
+equivalent all-to-all fabric) or ``pairwise`` (PCIe cards: NVLink bridges join pairs, ``ports x
+bandwidth_per_port_gbps`` per direction, and a PCIe switch everything else at ``pcie_gbps`` per direction).
 """
 
 from __future__ import annotations
@@ -41,14 +45,19 @@ _TOP_KEYS = {
     "boost_clock_mhz": "num", "tensor_tflops": "map", "hbm_bandwidth_gbps": "num", "hbm_capacity_gb": "num",
     "l2_cache_mb": "num", "last_level_cache_mb": "num", "scaleup": "map", "copy_engines": "int",
     "calibration": "str", "efficiency": "map", "gemm_tiles": "list", "sources": "map", "notes": "str",
+    "tdp_w": "num",
 }
 _REQUIRED = ("name", "sm_count", "tensor_tflops", "hbm_bandwidth_gbps", "calibration")
-_SCALEUP_KEYS = {"technology": "str", "ports": "int", "bandwidth_per_port_gbps": "num"}
+_SCALEUP_KEYS = {"technology": "str", "ports": "int", "bandwidth_per_port_gbps": "num", "topology": "str",
+                 "pcie_gbps": "num"}
+#: ``scaleup.topology`` values: every GPU on a switch, or NVLink-bridged pairs on a PCIe switch
+SCALEUP_TOPOLOGIES = ("nvswitch", "pairwise")
 
 PRESET_ALIASES = {
     "a100": "A100-SXM4-80GB", "a100-80gb": "A100-SXM4-80GB", "a100-sxm4": "A100-SXM4-80GB",
     "h100": "H100-SXM5-80GB", "h100-sxm": "H100-SXM5-80GB", "h100-sxm5": "H100-SXM5-80GB",
     "h200": "H200-SXM", "b200": "B200", "mi300x": "MI300X",
+    "a100-40gb": "A100-SXM4-40GB", "h100-pcie": "H100-PCIe-80GB", "h100-nvl": "H100-NVL-94GB", "h20": "H20",
 }
 DEFAULT_GPU = "H100-SXM5-80GB"
 
@@ -77,12 +86,19 @@ class GpuSpec:
     last_level_cache_mb: float | None = None
     scaleup: dict = field(default_factory=dict)
     copy_engines: int | None = None
+    #: the board's power limit (W), as the vendor states it; informational (the model does not throttle)
+    tdp_w: float | None = None
     path: str | None = None
     raw: dict = field(default_factory=dict)
 
     @property
     def hbm_bytes_per_s(self) -> float:
         return self.hbm_bandwidth_gbps * 1e9
+
+    @property
+    def scaleup_topology(self) -> str:
+        """``nvswitch`` or ``pairwise`` (see the module docstring)."""
+        return self.scaleup.get("topology", "nvswitch")
 
     @property
     def scaleup_bandwidth_gbps(self):
@@ -288,10 +304,17 @@ def _build(data, where, path=None, fit=None) -> GpuSpec:
         if _SCALEUP_KEYS[key] == "str":
             if not isinstance(value, str):
                 raise ConfigError(f"{where}: key 'scaleup.{key}' must be a string, got {brief(value)}")
+            if key == "topology" and value not in SCALEUP_TOPOLOGIES:
+                raise ConfigError(f"{where}: key 'scaleup.topology' must be one of {', '.join(SCALEUP_TOPOLOGIES)}, "
+                                  f"got {brief(value)}")
             scaleup[key] = value
         else:
             scaleup[key] = _number(where, f"scaleup.{key}", value, integer=_SCALEUP_KEYS[key] == "int",
                                    allow_none=True)
+
+    if scaleup.get("topology") == "pairwise" and not scaleup.get("pcie_gbps"):
+        raise ConfigError(f"{where}: 'scaleup.topology: pairwise' needs 'scaleup.pcie_gbps' (GB/s per direction of the "
+                          "PCIe link between the bridged pairs)")
 
     fit = fitted_parameters()["families"] if fit is None else fit
     calibration = data["calibration"]
@@ -347,7 +370,7 @@ def _build(data, where, path=None, fit=None) -> GpuSpec:
         architecture=data.get("architecture") or "",
         boost_clock_mhz=opt("boost_clock_mhz"), hbm_capacity_gb=opt("hbm_capacity_gb"),
         l2_cache_mb=opt("l2_cache_mb"), last_level_cache_mb=opt("last_level_cache_mb"), scaleup=scaleup,
-        copy_engines=opt("copy_engines", integer=True), path=path, raw=data,
+        copy_engines=opt("copy_engines", integer=True), tdp_w=opt("tdp_w"), path=path, raw=data,
     )
 
 

@@ -222,6 +222,8 @@ def config_for_gpu(name=None, **overrides):
     bw = gpu.scaleup_bandwidth_gbps or 450.0
     kw = dict(arch=arch, nvlink_gbps=bw, channels=16 if arch in ("hopper", "blackwell") else 12,
               pci_gbps=PCI_GEN5_BW if arch in ("hopper", "blackwell") else PCI_GEN4_BW)
+    if gpu.scaleup_topology == "pairwise":  # PCIe cards: NVLink bridges join pairs, PCIe the rest (no NVLS)
+        kw.update(topology="pairwise", pair_nvlink_gbps=bw, nvls=False)
     kw.update(overrides)
     return NcclConfig(**kw)
 

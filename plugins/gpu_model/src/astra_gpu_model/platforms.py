@@ -3,7 +3,9 @@
 A platform is ``nodes`` scale-up domains of ``gpus_per_node`` GPUs. The generated analytical network is
 
 * dimension 1, ``Switch``: the scale-up domain (NVSwitch; for MI300X an equivalent switch, see below) with
-  the GPU's per-direction scale-up bandwidth (from the gpu_model preset's ``scaleup``);
+  the GPU's per-direction scale-up bandwidth (from the gpu_model preset's ``scaleup``); for PCIe cards
+  (``scaleup.topology: pairwise``: H100 PCIe, H100 NVL) the server's PCIe switch at ``scaleup.pcie_gbps``,
+  their NVLink-bridged pairs being NCCL's model's;
 * dimension 2, ``Switch``: the scale-out fabric, a non-blocking (full-bisection) fat tree between the
   nodes, rail-optimised: GPU ``i`` of every node talks through its own NIC, so the dimension has ``nodes``
   members and the per-GPU NIC bandwidth. Only written when ``nodes > 1`` (the analytical backend needs
@@ -99,8 +101,13 @@ class Platform(_Platform):
         return resolve_gpu_platform(self, nodes, options)
 
     def scaleup_gb_per_s(self) -> float:
-        """Per-GPU scale-up bandwidth per direction, decimal GB/s (from the GPU preset)."""
-        bw = load_gpu(self.gpu).scaleup_bandwidth_gbps
+        """Per-GPU scale-up bandwidth per direction, decimal GB/s (from the GPU preset): a PCIe card's node
+        (``scaleup.topology: pairwise``) is its PCIe switch, ``scaleup.pcie_gbps``; its NVLink-bridged pairs are
+        NCCL's model's (``nccl.config_for_gpu``)."""
+        gpu = load_gpu(self.gpu)
+        if gpu.scaleup_topology == "pairwise":
+            return float(gpu.scaleup["pcie_gbps"])
+        bw = gpu.scaleup_bandwidth_gbps
         if bw is None:  # pragma: no cover - every preset used here describes its scale-up links
             raise ConfigError(f"GPU preset {self.gpu} has no scaleup bandwidth")
         return float(bw)
@@ -117,6 +124,9 @@ class Platform(_Platform):
             "nodes": nodes,
             "total_gpus": self.gpus_per_node * nodes,
             "scaleup_technology": gpu.scaleup.get("technology"),
+            "scaleup_topology": gpu.scaleup_topology,
+            **({"nvlink_bridge_gb_per_s_per_direction": gpu.scaleup_bandwidth_gbps}
+               if gpu.scaleup_topology == "pairwise" else {}),
             "scaleup_gb_per_s_per_direction": scaleup,
             "scaleup_gib_per_s_per_direction": round(scaleup * 1e9 / GIB, 6),
             "nic": self.nic,
@@ -126,7 +136,9 @@ class Platform(_Platform):
             "scaleup_hop_latency_ns": NVLINK_HOP_LATENCY_NS,
             "fabric_hop_latency_ns": FABRIC_HOP_LATENCY_NS,
             "hbm_bandwidth_gbps": gpu.hbm_bandwidth_gbps,
+            "hbm_capacity_gb": gpu.hbm_capacity_gb,
             "bf16_tflops": gpu.tensor_tflops.get("bf16"),
+            "tdp_w": gpu.tdp_w,
             "sources": {
                 "gpu": f"astra_gpu_model preset {gpu.name} (its own `sources:`)",
                 "scaleup": gpu.raw.get("sources", {}).get("scaleup", ""),
@@ -150,6 +162,14 @@ PLATFORMS = {
             "dgx-a100", "NVIDIA DGX A100: 8 x A100-SXM4-80GB, NVSwitch (NVLink 3), 8 x 200 Gb/s HDR InfiniBand",
             "A100-SXM4-80GB", 8, 200.0, "ConnectX-6 HDR InfiniBand 200 Gb/s",
             {"gpus_per_node": "NVIDIA DGX A100 datasheet: 8x NVIDIA A100 80GB Tensor Core GPUs, 6x NVSwitches",
+             "nic": "NVIDIA DGX A100 datasheet: 8x single-port NVIDIA ConnectX-6 VPI 200Gb/s HDR InfiniBand "
+                    "(compute fabric), one per GPU"},
+        ),
+        Platform(
+            "dgx-a100-40gb", "NVIDIA DGX A100 (320 GB): 8 x A100-SXM4-40GB, NVSwitch (NVLink 3), 8 x 200 Gb/s HDR "
+            "InfiniBand", "A100-SXM4-40GB", 8, 200.0, "ConnectX-6 HDR InfiniBand 200 Gb/s",
+            {"gpus_per_node": "NVIDIA DGX A100 datasheet (DGX A100 320GB): 8x NVIDIA A100 40GB Tensor Core GPUs, "
+                              "6x NVSwitches",
              "nic": "NVIDIA DGX A100 datasheet: 8x single-port NVIDIA ConnectX-6 VPI 200Gb/s HDR InfiniBand "
                     "(compute fabric), one per GPU"},
         ),
@@ -179,6 +199,39 @@ PLATFORMS = {
             {"gpus_per_node": "NVIDIA DGX H200 datasheet / HGX H200 8-GPU: 8x H200 SXM, 4x NVSwitch",
              "nic": "NVIDIA DGX H200 datasheet: 8x single-port NVIDIA ConnectX-7 VPI, up to 400Gb/s "
                     "InfiniBand/Ethernet, one per GPU"},
+        ),
+        Platform(
+            "h100-pcie", "8 x H100 PCIe 80GB in a PCIe Gen5 server: NVLink bridges join pairs, a PCIe switch the "
+            "rest (no NVSwitch), one 400 Gb/s NIC per GPU", "H100-PCIe-80GB", 8, 400.0,
+            "ConnectX-7 400 Gb/s (one per GPU: ASSUMPTION)",
+            {"gpus_per_node": "ASSUMPTION: an 8-card PCIe Gen5 server (e.g. NVIDIA-Certified 8-GPU PCIe systems); "
+                              "NVIDIA's H100 PCIe datasheet: NVLink bridges join two cards",
+             "nic": "ASSUMPTION: one 400 Gb/s ConnectX-7 per GPU as in NVIDIA's HGX reference designs; PCIe servers "
+                    "vary (--nccl-nic-gbps)"},
+            scaleup_note="No NVSwitch: the node's network dimension is the PCIe Gen5 switch (64 GB/s per direction "
+                         "per GPU), which prices sends and receives; NCCL's model times the collectives over the "
+                         "NVLink-bridged pairs (300 GB/s per direction) and PCIe between them (topology pairwise, "
+                         "no NVLS). A send between the two GPUs of a pair is priced at PCIe, not at the bridge",
+        ),
+        Platform(
+            "h100-nvl", "8 x H100 NVL 94GB (four NVLink-bridged pairs) in a PCIe Gen5 server, one 400 Gb/s NIC per "
+            "GPU", "H100-NVL-94GB", 8, 400.0, "ConnectX-7 400 Gb/s (one per GPU: ASSUMPTION)",
+            {"gpus_per_node": "ASSUMPTION: an 8-card PCIe Gen5 server; NVIDIA's H100 datasheet (H100 NVL): the cards "
+                              "are bridged in pairs (NVLink 600 GB/s)",
+             "nic": "ASSUMPTION: one 400 Gb/s ConnectX-7 per GPU as in NVIDIA's HGX reference designs; PCIe servers "
+                    "vary (--nccl-nic-gbps)"},
+            scaleup_note="No NVSwitch: the node's network dimension is the PCIe Gen5 switch (64 GB/s per direction "
+                         "per GPU), which prices sends and receives; NCCL's model times the collectives over the "
+                         "NVLink-bridged pairs (300 GB/s per direction) and PCIe between them (topology pairwise, "
+                         "no NVLS). A send between the two GPUs of a pair is priced at PCIe, not at the bridge",
+        ),
+        Platform(
+            "hgx-h20", "NVIDIA HGX H20: 8 x H20 (96 GB), NVSwitch (NVLink 4), 8 x 400 Gb/s NDR", "H20", 8, 400.0,
+            "ConnectX-7 NDR InfiniBand 400 Gb/s (ASSUMPTION)",
+            {"gpus_per_node": "HGX H20 8-GPU baseboard (press reports of NVIDIA's HGX H20: 8 GPUs, NVLink 900 GB/s "
+                              "through NVSwitch, as HGX H100)",
+             "nic": "ASSUMPTION: one 400 Gb/s ConnectX-7 per GPU, as the HGX H100 reference design; not published "
+                    "for HGX H20"},
         ),
         Platform(
             "gb200-nvl72", "NVIDIA GB200 NVL72: one 72-GPU NVLink 5 domain per rack (node = rack), "
