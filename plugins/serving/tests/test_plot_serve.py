@@ -61,16 +61,18 @@ def test_astra_search_serve_finds_the_cheapest_deployment(tmp_path, capsys):
     answer on stdout (the progress goes to stderr)."""
     capsys.readouterr()
     code = main(["search", "--serve", "--model", "llama3-8b", "--platform", "hgx-h100", "--qps", "60",
-                 "--requests", "200", "--prompt-len", "1000", "--output-len", "100", "--slo-ttft", "80", "--tp", "1",
-                 "--pp", "1,2", "--gpus", "4", "--disaggregate-ratios", "1:1", "--json"])
+                 "--requests", "200", "--prompt-len", "1000", "--output-len", "100", "--slo-ttft-p99", "80", "--tp",
+                 "1", "--pp", "1,2", "--gpus", "4", "--disaggregate-ratios", "1:1", "--json"])
     printed = capsys.readouterr()
     data = json.loads(printed.out)
     assert "cheapest: " in printed.err and "deprecated" not in printed.err
+    assert "TTFT p99 " in printed.err and "TTFT p90" not in printed.err  # the percentile asked for
     answer = data["answer"]["gpus"]
-    assert code == 0 and answer >= 2 and data["answer"]["slo_fraction"] >= 0.9
+    assert code == 0 and answer >= 2 and data["answer"]["slo_met"] and data["answer"]["ttft_p99_ns"] <= 80_000_000
     labels = {c["deployment"] for c in data["candidates"]}
     assert {"1 x TP 1", "2 x TP 1", "1P:1D x TP 1", "1 x TP 1 PP 2"} <= labels
-    assert all(c["slo_fraction"] < 0.9 for c in data["candidates"] if c["gpus"] < answer)
+    assert all(not c["slo_met"] and c["ttft_p99_ns"] > 80_000_000 for c in data["candidates"]
+               if c["gpus"] < answer and "skipped" not in c)
     assert not any(c["gpus"] > answer for c in data["candidates"])
 
 
@@ -78,7 +80,7 @@ def test_astra_search_serve_runs_each_gpu_count_side_by_side_with_the_same_rows(
     """--jobs 2: each GPU count's candidates on astra-sweep's local pool; the candidates and the answer are the
     serial search's."""
     argv = ["search", "--serve", "--model", "llama3-8b", "--platform", "hgx-h100", "--qps", "60", "--requests", "80",
-            "--prompt-len", "1000", "--output-len", "40", "--slo-ttft", "80", "--tp", "1,2", "--gpus", "4"]
+            "--prompt-len", "1000", "--output-len", "40", "--slo-ttft-p90", "80", "--tp", "1,2", "--gpus", "4"]
     serial, pooled = tmp_path / "serial.json", tmp_path / "pooled.json"
     assert main(argv + ["-o", str(serial)]) == main(argv + ["--jobs", "2", "--output", str(pooled)])
     a, b = json.loads(serial.read_text()), json.loads(pooled.read_text())

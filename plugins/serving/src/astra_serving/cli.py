@@ -61,8 +61,7 @@ def _cmd_serve(args):
                   f"{report['step_simulator']['shapes_simulated']} shapes for "
                   f"{report['step_simulator']['lookups']} iterations; {report['wall_s']:.1f} s", file=shown)
             print(describe(report), file=shown)
-            thin = small_sample_warning(report.get("requests") or 0)
-            if thin:
+            for thin in small_sample_warnings(report):
                 from astra_sim.cliutil import warning
 
                 warning(thin)
@@ -89,10 +88,35 @@ def serve(args):
     return serve_spec(args if isinstance(args, ServeSpec) else ServeSpec.from_cli_args(args))
 
 
-def small_sample_warning(requests):
-    """A warning when the p99 of ``requests`` rests on fewer than 10 of them (under 1,000 requests), else None."""
-    if 0 < requests < 1000:
-        tail = max(1, requests // 100)
-        return (f"the p99 latencies of {requests} requests rest on the slowest {tail} of them; --requests 1000 or "
-                "more gives a p99 that a few requests do not decide")
-    return None
+#: an SLO's percentile should rest on at least this many requests beyond it (else a few slow ones decide it)
+SLO_TAIL_REQUESTS = 100
+
+
+def small_sample_warning(requests, percentile=99, least=10, slo=None):
+    """A warning when fewer than ``least`` of ``requests`` lie beyond the ``percentile`` (the p99 shown: under
+    10, i.e. under 1,000 requests; an SLO's percentile, ``slo`` naming its latency: under
+    :data:`SLO_TAIL_REQUESTS`), else None."""
+    from .metrics import percentile_label
+
+    label = percentile_label(percentile)
+    tail = int(requests * (100 - percentile) / 100 + 1e-9)
+    if requests <= 0 or tail >= least:
+        return None
+    needed = -(-round(least * 100 * 1000) // round((100 - percentile) * 1000))
+    advice = f"--requests {needed} or more gives a {label} that a few requests do not decide"
+    if slo is None:
+        return f"the {label} latencies of {requests} requests rest on the slowest {max(1, tail)} of them; {advice}"
+    return (f"the {slo} {label} SLO rests on the slowest {max(1, tail)} of {requests} requests (fewer than {least} "
+            f"beyond it); {advice}")
+
+
+def small_sample_warnings(report):
+    """The report's small-sample warnings: the p99 shown, and each SLO's percentile (fewer than
+    :data:`SLO_TAIL_REQUESTS` requests beyond it)."""
+    from .metrics import SLO_METRICS
+
+    out = [small_sample_warning(report.get("requests") or 0)]
+    for s in report.get("slo") or []:
+        out.append(small_sample_warning(s["requests"], s["percentile"], SLO_TAIL_REQUESTS,
+                                        SLO_METRICS[s["metric"]]))
+    return list(dict.fromkeys(w for w in out if w))

@@ -177,7 +177,7 @@ def serve(spec):
         from .timeline import write_timeline
 
         write_timeline(spec.timeline, cluster, requests)
-    report = build_report(requests, cluster, spec.slo_ttft, spec.slo_tpot)
+    report = build_report(requests, cluster, slos=spec.slo_targets())
     report["qps"] = None if spec.trace else qps
     engines = cluster.engines + cluster.decode_engines
     report["deployment"] = {

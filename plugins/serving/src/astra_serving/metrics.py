@@ -5,9 +5,15 @@ Definitions (vLLM's benchmark_serving ones): TTFT = first token - arrival; TPOT 
 (output tokens - 1), for requests of more than one output token; E2E = finish - arrival; queueing delay =
 first scheduled iteration's start - arrival. Throughput counts output tokens (and requests) over the makespan,
 first arrival to last finish. Goodput: requests per second that met every given SLO.
+
+An SLO is a percentile of TTFT or TPOT and a target (``--slo-ttft-p99 500``: 99 % of requests reach their first
+token within 500 ms). It is met when that percentile, computed as the report's p50/p90/p99 are (numpy's linear
+interpolation), is at most the target; the report also gives the share of requests within the target.
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 
@@ -20,6 +26,33 @@ UNITS = {"time": "ns", "size": "bytes"}
 
 #: the latency distributions of a report: (name, report key)
 LATENCIES = (("ttft", "ttft_ns"), ("tpot", "tpot_ns"), ("e2e", "e2e_ns"), ("queueing", "queueing_delay_ns"))
+
+
+#: the latencies an SLO can bound, with their terminal names
+SLO_METRICS = {"ttft": "TTFT", "tpot": "TPOT"}
+#: the percentiles an SLO flag may name: --slo-ttft-p1 ... --slo-ttft-p99, and p99.9
+SLO_PERCENTILES = tuple(range(1, 100)) + (99.9,)
+_SLO_KEY = re.compile(r"^slo_(ttft|tpot)_p(\d+(?:\.\d+)?)$")
+
+
+def percentile_label(percentile):
+    """``99`` -> ``p99``, ``99.9`` -> ``p99.9``."""
+    return f"p{percentile:g}"
+
+
+def slo_key(metric, percentile):
+    """The option (dest) of an SLO: ``('ttft', 99)`` -> ``slo_ttft_p99``."""
+    return f"slo_{metric}_{percentile_label(percentile)}"
+
+
+def parse_slo_key(name):
+    """``slo_ttft_p99`` -> ``('ttft', 99)``; None for any other name (or a percentile that is not offered)."""
+    found = _SLO_KEY.match(str(name).replace("-", "_"))
+    if found is None:
+        return None
+    value = float(found.group(2))
+    percentile = int(value) if value.is_integer() else value
+    return (found.group(1), percentile) if percentile in SLO_PERCENTILES else None
 
 
 def _ns(value):
@@ -44,8 +77,33 @@ def tpot_ns(r):
     return (r.finish_ns - r.first_token_ns) / (r.output_tokens - 1) if r.output_tokens > 1 else None
 
 
-def build_report(requests, cluster, slo_ttft_ms=None, slo_tpot_ms=None, max_points=400):
-    """The report of served ``requests``: times in integer ns (``units``), SLOs given in ms read as ns."""
+def slo_results(slos, ttft, tpot):
+    """The report's ``slo``: per ``(metric, percentile, target ms)``, the target and the percentile in ns, the
+    share of requests within the target, whether it is met and how many requests lie beyond the percentile (a
+    tail of a few requests decides it: :func:`astra_serving.cli.small_sample_warning`)."""
+    values = {"ttft": ttft, "tpot": tpot}
+    out = []
+    for metric, percentile, target_ms in slos:
+        target = ms_to_ns(target_ms)
+        a = np.asarray(values[metric], dtype=np.float64)
+        value = _ns(np.percentile(a, percentile)) if len(a) else None
+        within = int(np.count_nonzero(a <= target)) if len(a) else 0
+        out.append({"metric": metric, "percentile": percentile, "target_ns": target, "value_ns": value,
+                    "fraction_within": within / len(a) if len(a) else None,
+                    "met": value is not None and value <= target, "requests": len(a),
+                    "requests_beyond": int(len(a) * (100 - percentile) / 100 + 1e-9)})
+    return out
+
+
+def build_report(requests, cluster, slo_ttft_ms=None, slo_tpot_ms=None, max_points=400, slos=()):
+    """The report of served ``requests``: times in integer ns (``units``), SLOs given in ms read as ns.
+    ``slos``: percentile SLOs ``(metric, percentile, target ms)`` (``ServeSpec.slo_targets``); the goodput counts
+    the requests within every target (a metric's tightest) and the deprecated ``slo_ttft_ms``/``slo_tpot_ms``."""
+    for metric, _, target in slos:
+        if metric == "ttft":
+            slo_ttft_ms = target if slo_ttft_ms is None else min(slo_ttft_ms, target)
+        else:
+            slo_tpot_ms = target if slo_tpot_ms is None else min(slo_tpot_ms, target)
     ttft = [r.first_token_ns - r.arrival_ns for r in requests]
     e2e = [r.finish_ns - r.arrival_ns for r in requests]
     tpot = [t for t in (tpot_ns(r) for r in requests) if t is not None]
@@ -84,6 +142,8 @@ def build_report(requests, cluster, slo_ttft_ms=None, slo_tpot_ms=None, max_poin
             good += ok
         report["goodput"] = {"slo_ttft_ns": slo_ttft, "slo_tpot_ns": slo_tpot, "requests_meeting_slo": good,
                              "fraction": good / len(requests), "requests_per_s": good / span_s}
+    if slos:
+        report["slo"] = slo_results(slos, ttft, tpot)
     # Little's law on the waiting queue: L (time-weighted mean length over the makespan) = lambda x W
     window = max(end - start, 1)
     lam = len(requests) / (window / NS)
@@ -103,11 +163,17 @@ def build_report(requests, cluster, slo_ttft_ms=None, slo_tpot_ms=None, max_poin
 
 def describe(report):
     """Terminal lines (human units: ms and s)."""
+    slos = report.get("slo") or []
+
     def d(name, key):
         v = report[key]
         if v["p50"] is None:
             return f"{name}: n/a"
-        return f"{name}: p50 {v['p50'] / MS:.1f} ms, p90 {v['p90'] / MS:.1f} ms, p99 {v['p99'] / MS:.1f} ms"
+        shown = {50: v["p50"], 90: v["p90"], 99: v["p99"]}
+        for s in slos:  # the percentiles the SLOs ask for, too
+            if f"{s['metric']}_ns" == key and s["value_ns"] is not None:
+                shown.setdefault(s["percentile"], s["value_ns"])
+        return f"{name}: " + ", ".join(f"{percentile_label(p)} {ns / MS:.1f} ms" for p, ns in sorted(shown.items()))
 
     def ms(ns):
         return "-" if ns is None else f"{ns / MS:g}"
@@ -122,6 +188,10 @@ def describe(report):
                             if g.get(key) is not None)  # only the targets given
         lines.append(f"goodput: {g['requests_per_s']:.2f} req/s ({100 * g['fraction']:.1f} % of requests meet "
                      f"{targets})")
+    for s in slos:
+        what = f"{SLO_METRICS[s['metric']]} {percentile_label(s['percentile'])}"
+        value = "n/a" if s["value_ns"] is None else f"{s['value_ns'] / MS:.1f} ms"
+        lines.append(f"SLO {what} <= {ms(s['target_ns'])} ms: {'met' if s['met'] else 'MISSED'} ({what} is {value})")
     if "limits" in report and any(report["limits"].values()):
         lim = report["limits"]
         lines.append("iterations that left requests waiting, by limit: " + ", ".join(

@@ -5,9 +5,10 @@ serve-search`` (removed in the next release).
 Candidates are every TP size that divides the node (or ``--tp``) times every ``--pp`` and ``--ep`` size (default
 1) with 1 .. N replicas, and with ``--disaggregate-ratios`` prefill:decode pools of each ratio, scaled; each is
 one ``astra serve`` run of the same requests (same seed). They are tried in order of GPU count; the first count at
-which some candidate meets the SLO (``--slo-fraction`` of requests within ``--slo-ttft`` and ``--slo-tpot``) ends
-the search, and the best candidate of that count (the highest SLO fraction, then the lowest TTFT p90) is the
-answer. A candidate whose model does not fit its GPUs is skipped, saying why. The candidates of one GPU count
+which some candidate meets every SLO (``--slo-ttft-p99 500``: the TTFT p99 at most 500 ms; any ``--slo-ttft-pNN``
+and ``--slo-tpot-pNN``) ends the search, and the best candidate of that count (the highest share of requests
+within every target, then the lowest value of the first SLO's percentile) is the answer. The deprecated
+``--slo-ttft MS --slo-fraction F`` reads as ``--slo-ttft-p<100 F> MS``. A candidate whose model does not fit its GPUs is skipped, saying why. The candidates of one GPU count
 are independent runs: given an executor (``astra search --serve --jobs N`` or ``--dask ADDRESS``, astra-sweep's
 local pool or Dask cluster) they run side by side, with the same rows as one after the other.
 
@@ -27,16 +28,22 @@ def add_serving_search_arguments(p, max_gpus=True):
     """The flags of a serving search (shared by ``astra serve-search`` and ``astra search --serve``)."""
     from astra_sim.cliutil import positive_float, positive_int
 
+    from .spec import add_slo_flags
+
     g = p.add_argument_group("serving deployments" + ("" if max_gpus else " (--serve)"))
     g.add_argument("--qps", type=positive_float, help="requests per second to serve")
     g.add_argument("--requests", type=positive_int, default=None, help="generated requests (default 500)")
     g.add_argument("--prompt-len", default=None, help="prompt length distribution (astra serve's; default 512)")
     g.add_argument("--output-len", default=None, help="output length distribution (default 128)")
     g.add_argument("--seed", type=int, default=None)
-    g.add_argument("--slo-ttft", type=positive_float, metavar="MS", help="TTFT SLO (ms)")
-    g.add_argument("--slo-tpot", type=positive_float, metavar="MS", help="TPOT SLO (ms)")
+    add_slo_flags(g)
+    g.add_argument("--slo-ttft", type=positive_float, metavar="MS",
+                   help="deprecated: write --slo-ttft-p90 MS (with --slo-fraction F: --slo-ttft-p<100 F>)")
+    g.add_argument("--slo-tpot", type=positive_float, metavar="MS",
+                   help="deprecated: write --slo-tpot-p90 MS (with --slo-fraction F: --slo-tpot-p<100 F>)")
     g.add_argument("--slo-fraction", type=positive_float, default=None,
-                   help="fraction of requests that must meet the SLO (default 0.9)")
+                   help="deprecated, with --slo-ttft/--slo-tpot: the share of requests within them (default 0.9); "
+                   "the percentile flags name it (--slo-ttft-p90)")
     if max_gpus:
         g.add_argument("--max-gpus", type=positive_int, default=32)
     g.add_argument("--disaggregate-ratios", default=None, metavar="P:D,...",
@@ -47,7 +54,7 @@ def add_serving_search_arguments(p, max_gpus=True):
 
 
 #: the serving flags' defaults (None on the parser, so that astra search can tell which were given)
-SERVE_DEFAULTS = {"requests": 500, "prompt_len": "512", "output_len": "128", "seed": 0, "slo_fraction": 0.9,
+SERVE_DEFAULTS = {"requests": 500, "prompt_len": "512", "output_len": "128", "seed": 0,
                   "disaggregate_ratios": "", "router": "least-loaded"}
 
 
@@ -136,14 +143,19 @@ def run_candidate(task, _payload=None):
     whatever process runs it: ``("ok", row)``, ``("skipped", why)`` when the model does not fit, never an
     exception for that."""
     from .deployment import serve
+    from .metrics import percentile_label
 
     try:
         report, _ = serve(task["spec"])
     except InfeasibleError as exc:
         return "skipped", str(exc)
-    return "ok", {"gpus": task["gpus"], "deployment": task["label"], "slo_fraction": report["goodput"]["fraction"],
-                  "ttft_p90_ns": report["ttft_ns"]["p90"], "tpot_p50_ns": report["tpot_ns"]["p50"],
-                  "throughput_tokens_per_s": report["throughput_tokens_per_s"]}
+    row = {"gpus": task["gpus"], "deployment": task["label"], "slo_fraction": report["goodput"]["fraction"],
+           "slo_met": all(s["met"] for s in report["slo"]),
+           "ttft_p90_ns": report["ttft_ns"]["p90"], "tpot_p50_ns": report["tpot_ns"]["p50"],
+           "throughput_tokens_per_s": report["throughput_tokens_per_s"]}
+    for s in report["slo"]:  # the percentiles the SLOs ask for: ttft_p99_ns, ...
+        row[f"{s['metric']}_{percentile_label(s['percentile'])}_ns"] = s["value_ns"]
+    return "ok", row
 
 
 def _run_group(tasks, executor):
@@ -167,7 +179,7 @@ def search_deployments(args, executor=None):
     stdout)."""
     import itertools
 
-    from .metrics import UNITS
+    from .metrics import SLO_METRICS, UNITS, percentile_label, slo_key
 
     from astra_sim.platforms import get_platform
 
@@ -178,10 +190,7 @@ def search_deployments(args, executor=None):
             setattr(args, key, value)
     if args.qps is None:
         raise ConfigError("give --qps (requests per second to serve)")
-    if args.slo_ttft is None and args.slo_tpot is None:
-        raise ConfigError("give --slo-ttft and/or --slo-tpot (ms)")
-    if not 0 < args.slo_fraction <= 1:
-        raise ConfigError(f"--slo-fraction must be in (0, 1], got {args.slo_fraction}")
+    slos = search_slos(args)
     platform = get_platform(args.platform)
     tps = _sizes(args.tp, "--tp", [t for t in range(1, platform.gpus_per_node + 1)
                                    if platform.gpus_per_node % t == 0])
@@ -198,8 +207,10 @@ def search_deployments(args, executor=None):
     base = ServeSpec.from_mapping(
         {("model" if args.model else "preset"): args.model or args.preset, "platform": args.platform,
          "qps": args.qps, "requests": args.requests, "prompt_len": args.prompt_len, "output_len": args.output_len,
-         "seed": args.seed, "router": args.router, "slo_ttft": args.slo_ttft, "slo_tpot": args.slo_tpot},
+         "seed": args.seed, "router": args.router, **{slo_key(m, p): ms for m, p, ms in slos}},
         where="astra search --serve", flags=args.serve_arg)
+    first = f"{slos[0][0]}_{percentile_label(slos[0][1])}_ns"  # the answer's tie-break and the progress lines
+    shown_slos = ", ".join(f"{SLO_METRICS[m]} {percentile_label(p)} <= {ms:g} ms" for m, p, ms in slos)
     shown = sys.stderr if getattr(args, "json", False) else sys.stdout
     rows, answer = [], None
     found = candidates(platform.gpus_per_node, tps, args.max_gpus, ratios, pps, eps)
@@ -214,20 +225,19 @@ def search_deployments(args, executor=None):
                 continue
             row = result
             rows.append(row)
-            print(f"{label} ({gpus} GPUs): {100 * row['slo_fraction']:.1f} % meet the SLO, TTFT p90 "
-                  f"{_ms(row['ttft_p90_ns'])} ms, TPOT p50 {_ms(row['tpot_p50_ns'])} ms", file=shown, flush=True)
-            if row["slo_fraction"] >= args.slo_fraction and (
-                    answer is None or (row["slo_fraction"], -row["ttft_p90_ns"]) > (answer["slo_fraction"],
-                                                                                    -answer["ttft_p90_ns"])):
+            values = ", ".join(f"{SLO_METRICS[m]} {percentile_label(p)} {_ms(row[f'{m}_{percentile_label(p)}_ns'])} ms"
+                               for m, p in dict.fromkeys((m, p) for m, p, _ in slos))
+            print(f"{label} ({gpus} GPUs): {values}: {'meets' if row['slo_met'] else 'misses'} the SLO "
+                  f"({100 * row['slo_fraction']:.1f} % of requests within every target)", file=shown, flush=True)
+            if row["slo_met"] and (answer is None or (row["slo_fraction"], -(row[first] or 0))
+                                   > (answer["slo_fraction"], -(answer[first] or 0))):
                 answer = row
         if answer is not None:  # the fewest GPUs that meet the SLO: no larger count runs
             break
     if answer is None:
-        print(f"no deployment of at most {args.max_gpus} GPUs meets the SLO for {100 * args.slo_fraction:g} % of "
-              "requests", file=shown)
+        print(f"no deployment of at most {args.max_gpus} GPUs meets {shown_slos}", file=shown)
     else:
-        print(f"cheapest: {answer['deployment']} = {answer['gpus']} GPUs ({100 * answer['slo_fraction']:.1f} % "
-              "meet the SLO)", file=shown)
+        print(f"cheapest: {answer['deployment']} = {answer['gpus']} GPUs (meets {shown_slos})", file=shown)
     result = {"units": dict(UNITS), "candidates": rows, "answer": answer}
     if getattr(args, "output", None):
         from astra_sim.safeio import write_text_atomic
@@ -236,6 +246,37 @@ def search_deployments(args, executor=None):
     if getattr(args, "json", False):
         print(json.dumps(result, indent=1))
     return 0 if answer is not None else 1
+
+
+def search_slos(args):
+    """The search's SLOs ``((metric, percentile, target ms), ...)``: the ``--slo-ttft-pNN``/``--slo-tpot-pNN``
+    flags, or the deprecated ``--slo-ttft``/``--slo-tpot`` with ``--slo-fraction`` (default 0.9) read as the
+    percentile ``100 x fraction`` with a warning that gives the new spelling; a ConfigError when none is given."""
+    from astra_sim.cliutil import warning
+
+    from .metrics import SLO_PERCENTILES, percentile_label
+    from .spec import slos_of
+
+    slos = list(slos_of(vars(args)))
+    old = [(m, getattr(args, f"slo_{m}", None)) for m in ("ttft", "tpot") if getattr(args, f"slo_{m}", None)]
+    fraction = getattr(args, "slo_fraction", None)
+    if fraction is not None and not old:
+        raise ConfigError(f"--slo-fraction {fraction:g} goes with the deprecated --slo-ttft/--slo-tpot; the "
+                          "percentile flags name the share: --slo-ttft-p90 MS, --slo-tpot-p99 MS")
+    if old:
+        fraction = 0.9 if fraction is None else fraction
+        percentile = round(100 * fraction, 6)
+        percentile = int(percentile) if float(percentile).is_integer() else percentile
+        if percentile not in SLO_PERCENTILES:
+            raise ConfigError(f"--slo-fraction must be 0.01 .. 0.99 or 0.999, got {fraction:g}")
+        new = " ".join(f"--slo-{m}-{percentile_label(percentile)} {ms:g}" for m, ms in old)
+        given = " ".join(f"--slo-{m} {ms:g}" for m, ms in old) + (
+            f" --slo-fraction {args.slo_fraction:g}" if args.slo_fraction is not None else "")
+        warning(f"{given} is deprecated: write {new} (removed in the next release)")
+        slos += [(m, percentile, float(ms)) for m, ms in old]
+    if not slos:
+        raise ConfigError("give an SLO: --slo-ttft-pNN MS and/or --slo-tpot-pNN MS (e.g. --slo-ttft-p99 500)")
+    return tuple(dict.fromkeys(slos))
 
 
 def _ms(ns):

@@ -93,8 +93,9 @@ class ServeSpec:
     step_elementwise: bool = True
     run: dict = field(default_factory=dict)
     # SLOs and files the run writes
-    slo_ttft: float | None = None
-    slo_tpot: float | None = None
+    slos: tuple = ()  # percentile SLOs: ((metric, percentile, target ms), ...), e.g. (("ttft", 99, 500.0),)
+    slo_ttft: float | None = None  # deprecated (--slo-ttft MS): read as a p90 SLO
+    slo_tpot: float | None = None  # deprecated (--slo-tpot MS)
     timeline: str | None = None
 
     # ------------------------------------------------------------------ command line
@@ -198,10 +199,13 @@ class ServeSpec:
                          help="an astra run flag for every simulated step (repeatable, e.g. "
                          "--run-arg=--gpu-memory-op-rates=off; a mapping's run: {option: value} says the same)")
         slo = p.add_argument_group("SLOs and trace files")
+        add_slo_flags(slo)
         slo.add_argument("--slo-ttft", type=positive_float, metavar="MS",
-                         help="TTFT SLO for goodput (ms; the report keeps it in ns)")
+                         help="deprecated: write --slo-ttft-p90 MS (or any --slo-ttft-pNN); removed in the next "
+                         "release")
         slo.add_argument("--slo-tpot", type=positive_float, metavar="MS",
-                         help="TPOT SLO for goodput (ms; the report keeps it in ns)")
+                         help="deprecated: write --slo-tpot-p90 MS (or any --slo-tpot-pNN); removed in the next "
+                         "release")
         slo.add_argument("--timeline", metavar="FILE.json[.gz]",
                          help="a Chrome/Perfetto trace: each replica's iterations (batch shape in args), each "
                          "request's queueing, prefill and decode spans, the KV transfers")
@@ -214,6 +218,14 @@ class ServeSpec:
         values = vars(args)
         kwargs = {f.name: values[f.name] for f in dataclasses.fields(cls)
                   if f.name not in _NOT_OPTIONS and f.name in values}
+        kwargs["slos"] = tuple(values.get("slos") or ()) + slos_of(values)
+        for flag in ("ttft", "tpot"):
+            if values.get(f"slo_{flag}") is not None:
+                from astra_sim.cliutil import warning
+
+                warning(f"--slo-{flag} {values[f'slo_{flag}']:g} is deprecated: write --slo-{flag}-p90 "
+                        f"{values[f'slo_{flag}']:g} (or any percentile, e.g. --slo-{flag}-p99); --slo-{flag} goes in "
+                        "the next release")
         qps = kwargs.get("qps")
         if qps is not None:
             rates = (qps,) if isinstance(qps, (int, float)) and not isinstance(qps, bool) else qps_list_or_error(qps)
@@ -279,8 +291,22 @@ class ServeSpec:
         return dataclasses.replace(self, **changes)
 
     def to_mapping(self) -> dict:
-        """``{field: value}`` of every option (what :meth:`from_mapping` reads back)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        """``{field: value}`` of every option (what :meth:`from_mapping` reads back; the SLOs as their options,
+        ``slo_ttft_p99: 500``)."""
+        from .metrics import slo_key
+
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "slos"}
+        out.update({slo_key(metric, percentile): ms for metric, percentile, ms in self.slos})
+        return out
+
+    def slo_targets(self):
+        """Every SLO as ``(metric, percentile, target ms)``: the percentile ones and the deprecated
+        ``slo_ttft``/``slo_tpot`` read as p90 (the serving search's default share), without repeats."""
+        out = list(self.slos)
+        for metric, ms in (("ttft", self.slo_ttft), ("tpot", self.slo_tpot)):
+            if ms is not None:
+                out.append((metric, 90, ms))
+        return tuple(dict.fromkeys(out))
 
     def resolve(self):
         """The concrete deployment (:class:`~astra_serving.deployment.ResolvedServe`: the platform, a replica's
@@ -298,6 +324,34 @@ class ServeSpec:
         if not self.platform:
             raise ConfigError("give the --platform of every replica")
         return self
+
+
+def add_slo_flags(group):
+    """``--slo-ttft-pNN MS`` and ``--slo-tpot-pNN MS`` (NN: 1..99 or 99.9; repeatable per percentile), each its own
+    option (a mapping's ``slo_ttft_p99: 500`` says the same); help lists p99 and says the rest."""
+    from astra_sim.cliutil import positive_float
+
+    from .metrics import SLO_METRICS, SLO_PERCENTILES, percentile_label
+
+    for metric, name in SLO_METRICS.items():
+        for percentile in SLO_PERCENTILES:
+            label = percentile_label(percentile)
+            shown = (f"SLO: the {label[1:]}th percentile of {name} at most MS ms (any percentile: "
+                     f"--slo-{metric}-p90, --slo-{metric}-p99.9, ...; p1-p99 and p99.9; the report keeps ns)"
+                     if percentile == 99 else argparse.SUPPRESS)
+            group.add_argument(f"--slo-{metric}-{label}", type=positive_float, metavar="MS", help=shown)
+
+
+def slos_of(values):
+    """``((metric, percentile, target ms), ...)`` of the SLO options in ``values`` (parsed options by dest)."""
+    from .metrics import parse_slo_key
+
+    out = []
+    for key, ms in values.items():
+        found = parse_slo_key(key)
+        if found is not None and ms is not None:
+            out.append((*found, float(ms)))
+    return tuple(sorted(out))
 
 
 def qps_list_or_error(text):
