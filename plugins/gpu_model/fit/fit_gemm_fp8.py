@@ -66,6 +66,7 @@ def fit_fp8_scale(families, data=None, verbose=True):
     rnd = lambda stats: {k: round(v, 6) if isinstance(v, float) else v for k, v in stats.items()}  # noqa: E731
     families[FAMILY]["fp8_gemm_scale"] = scale
     families[FAMILY]["fp8_fit"] = {
+        "generated_by": ".venv/bin/python plugins/gpu_model/fit/fit_gemm_fp8.py (from the repository root)",
         "data": DEEPGEMM_FP8_GEMM,
         "fitted_rows": f"m >= {FP8_FIT_MIN_M}",
         "objective": "mean |log(predicted / measured)| over the fitted rows",
