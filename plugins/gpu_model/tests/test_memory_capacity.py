@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from astra_sim.cli import main
 
@@ -65,3 +67,47 @@ def test_a_configuration_that_fits_runs_and_says_so(tmp_path):
 def test_without_the_gpu_model_nothing_is_checked(tmp_path):
     prefix = _llm(tmp_path)
     assert main(["run", "--platform", "hgx-h100", "--workload-configuration", prefix, "-q"]) == 0
+
+
+def _estimate(prefix):
+    from astra_sim.chakra import read_metadata
+
+    attrs = read_metadata(f"{prefix}.class0.et")
+    return attrs["memory_peak_bytes"], json.loads(attrs["memory_fixes"])
+
+
+def test_a_near_miss_within_the_uncertainty_is_a_warning(tmp_path, capsys):
+    prefix = _llm(tmp_path)
+    peak, _ = _estimate(prefix)
+    report = str(tmp_path / "r.json")
+    assert _run(prefix, _small_gpu(tmp_path, round(peak / 1.05 / 1e9, 3)), report=report) == 0
+    memory = json.load(open(report))["settings"]["memory"]
+    assert memory["fits"] is False and memory["near_miss"] is True and memory["margin_bytes"] < 0
+    assert json.load(open(report))["warnings"][0].startswith("near miss")
+
+
+def test_a_refusal_names_the_largest_part_and_the_one_change_that_fits(tmp_path, capsys):
+    prefix = _llm(tmp_path)
+    peak, fixes = _estimate(prefix)
+    smallest = min(p for _, p in fixes)
+    assert smallest < peak / 1.1  # (the test needs a capacity between the two)
+    gb = round((smallest + peak / 1.1) / 2 / 1e9, 3)
+    expected = next(flags for flags, p in fixes if p <= gb * 1e9)
+    capsys.readouterr()
+    assert _run(prefix, _small_gpu(tmp_path, gb)) == 2
+    err = capsys.readouterr().err
+    assert f"`{expected}` would make it fit" in err and "largest: " in err
+    # and no change fits a GPU far too small
+    assert _run(prefix, _small_gpu(tmp_path, 1)) == 2
+    assert "no single change" in capsys.readouterr().err
+
+
+@given(st.one_of(st.none(), st.text(max_size=60), st.integers(),
+                 st.lists(st.lists(st.one_of(st.text(max_size=8), st.integers(), st.none()), max_size=3),
+                          max_size=3).map(json.dumps)))
+@settings(max_examples=200, deadline=None)
+def test_memory_fixes_of_any_trace_read_without_crashing(value):
+    from astra_gpu_model.capacity import _fixes
+
+    fixes = _fixes({"memory_fixes": value})
+    assert all(isinstance(flags, str) and isinstance(peak, int) for flags, peak in fixes)

@@ -13,6 +13,7 @@ from astra_workload_generators.llm import LlmConfig, ModelDims, generate_llm, mo
 from astra_workload_generators.llm.memory import (
     FRAGMENTATION, WORKSPACE_BYTES, layer_activation_bytes, memory_estimate, peak_memory, stage_memory,
 )
+from astra_workload_generators.llm.memory_terms import DS_PREFETCH_BUCKET
 
 GPT3 = model_dims("gpt3-175b")
 #: MT-NLG 530B (Smith et al. 2022): 105 layers, h 20480, 128 heads
@@ -74,19 +75,21 @@ def test_zero_paper_figure_1():
     published = {0: 120, 1: 31.4, 2: 16.6, 3: 1.875}
     for zero, gb in published.items():
         # gradients reduced after each micro-batch (one here); ZeRO-3 frees gathered weights after use
-        cfg = LlmConfig(dp=64, zero=zero, dtype="fp16", reshard_after_forward=zero == 3)
+        cfg = LlmConfig(dp=64, zero=zero, dtype="fp16", reshard_after_forward=zero == 3, framework="deepspeed")
         m = stage_memory(dims, cfg, 0)
         states = m.weights + m.gradients + m.optimizer
-        if zero == 3:  # less the two units (layers) whole at a time while the step runs
-            states -= 2 * 2 * (psi - dims.vocab * dims.hidden) // dims.layers
+        if zero == 3:  # less the two units (layers) and the prefetch bucket whole at a time while the step runs
+            states -= 2 * (2 * (psi - dims.vocab * dims.hidden) // dims.layers + DS_PREFETCH_BUCKET)
         assert states / psi * 7.5e9 / 1e9 == pytest.approx(gb, abs=0.06)
 
 
 def test_gradients_accumulated_over_micro_batches_stay_whole():
     dims = model_dims("gpt3-13b")
-    once = stage_memory(dims, LlmConfig(dp=8, zero=2, micro_batches=4), 0)
-    every = stage_memory(dims, LlmConfig(dp=8, zero=2, micro_batches=4, grad_sync_every_micro_batch=True), 0)
-    assert once.gradients == once.weights and every.gradients * 8 == pytest.approx(every.weights, rel=1e-6)
+    once = stage_memory(dims, LlmConfig(dp=8, zero=3, micro_batches=4, reshard_after_forward=True), 0)
+    every = stage_memory(dims, LlmConfig(dp=8, zero=3, micro_batches=4, reshard_after_forward=True,
+                                         grad_sync_every_micro_batch=True), 0)
+    # FSDP2: unsharded bf16 gradients until the one reduce-scatter; else fp32 shards (4 bytes / 8 ranks)
+    assert every.gradients * 8 == pytest.approx(once.gradients * 2, rel=1e-6)
 
 
 def test_inference_kv_cache_and_allowance():
@@ -120,6 +123,102 @@ def test_full_replication_of_gpt3_175b_cannot_fit_anything():
     from astra_workload_generators.llm import parameter_count
 
     m = peak_memory(GPT3, LlmConfig(dp=1024, micro_batches=1))
-    # every weight (embedding and LM head untied) x 16 bytes: 2.8 TB on every GPU
-    assert m.weights + m.gradients + m.optimizer == 16 * (parameter_count(GPT3) + GPT3.vocab * GPT3.hidden)
+    # every weight (embedding and LM head untied) x 18 bytes (Megatron-LM's bf16 row without the distributed
+    # optimizer: bf16 weights, fp32 main gradients, fp32 main weights and two moments): 3.2 TB on every GPU
+    assert m.weights + m.gradients + m.optimizer == 18 * (parameter_count(GPT3) + GPT3.vocab * GPT3.hidden)
     assert m.total > 2.7e12
+
+
+# --------------------------------------------------------------------------------------------- frameworks (issue 35)
+SMALL_ARGV = ["--preset", "gpt3-13b", "--layers", "4", "--dp", "8", "--micro-batches", "2"]
+
+
+def test_the_framework_the_flags_imply():
+    from astra_workload_generators.llm.config import implied_framework
+
+    assert implied_framework(LlmConfig()) == "megatron"
+    assert implied_framework(LlmConfig(dp=2, zero=1)) == "megatron"
+    assert implied_framework(LlmConfig(dp=2, zero=2)) == "deepspeed"
+    assert implied_framework(LlmConfig(dp=2, zero=3)) == "fsdp2"
+    assert implied_framework(LlmConfig(dp=2, zero=1, framework="deepspeed")) == "deepspeed"
+
+
+def test_zero_3_reshards_after_forward_unless_told_not_to():
+    from astra_workload_generators.llm import LlmSpec
+
+    assert LlmSpec(preset="gpt3-13b", dp=2, zero=3).resolve()[1].reshard_after_forward is True
+    assert LlmSpec(preset="gpt3-13b", dp=2, zero=3, reshard_after_forward=False).resolve()[1].reshard_after_forward \
+        is False
+    assert LlmSpec(preset="gpt3-13b", dp=2, zero=1).resolve()[1].reshard_after_forward is False
+
+
+def test_megatron_keeps_fp32_main_gradients_and_shards_only_the_optimizer():
+    """Megatron-LM's table (bf16 parameters, fp32 gradients): 18 bytes per parameter, 6 + 12/d distributed."""
+    dims = model_dims("gpt3-13b", layers=4)
+    base = stage_memory(dims, LlmConfig(dp=8), 0)
+    dist = stage_memory(dims, LlmConfig(dp=8, zero=1), 0)
+    params = base.weights // 2
+    assert base.weights + base.gradients + base.optimizer == 18 * params
+    assert dist.weights + dist.gradients == 6 * params and dist.optimizer == pytest.approx(12 * params / 8, rel=1e-6)
+    ds = stage_memory(dims, LlmConfig(dp=8, zero=1, framework="deepspeed"), 0)
+    assert ds.gradients == 2 * params and ds.buffers > 0  # bf16 gradients and the reduce bucket
+
+
+def test_the_logits_and_the_allocated_and_reserved_views():
+    dims = model_dims("llama3-8b")
+    m = stage_memory(dims, LlmConfig(dp=8, zero=3, reshard_after_forward=True), 0)
+    tokens, vocab = dims.seq_len, m.logits // (12 * dims.seq_len)
+    assert m.logits == 12 * tokens * vocab and vocab >= dims.vocab  # fp32 log-softmax and two gradients
+    mega = stage_memory(dims, LlmConfig(dp=8, zero=1), 0)
+    assert mega.logits == 6 * tokens * vocab  # Megatron: the fp32 copy in place and the bf16 logits
+    assert m.allocated_bytes + m.reserve == m.reserved_bytes and m.reserved_bytes + m.context == m.total
+    assert m.measured("torch.cuda.max_memory_allocated") == m.allocated_bytes
+    assert m.measured("nvidia-smi") == m.total
+    with pytest.raises(ValueError, match="unknown memory measurement"):
+        m.measured("rss")
+
+
+def test_torchtitans_op_level_selective_recomputation_keeps_every_other_matmul():
+    from astra_workload_generators.llm.memory_terms import op_sac_layer_bytes
+
+    dims = model_dims("llama3-8b")
+    tokens = 1000
+    # the input, the attention output, wq, wv, w1 and w2 outputs (bf16) and the fp32 log-sum-exp per head
+    per_token = 2 * (4096 + 4096 + 4096 + 1024 + 14336 + 4096) + 32 * 4
+    assert op_sac_layer_bytes(dims, LlmConfig(), tokens) == tokens * per_token
+    sac = stage_memory(dims, LlmConfig(dp=8, zero=3, recompute_selective=True), 0)
+    korthikanti = stage_memory(dims, LlmConfig(dp=8, zero=3, recompute_selective=True, framework="deepspeed"), 0)
+    assert sac.activations < korthikanti.activations
+
+
+def test_the_changes_that_would_make_it_fit():
+    from astra_workload_generators.llm.memory_fit import first_fix, fixes
+
+    dims = model_dims("llama3-70b")
+    cfg = LlmConfig(dp=64, zero=3, recompute=True)  # gathered weights kept: 200 GB
+    found = fixes(dims, cfg)
+    assert found[0][0] == "--reshard-after-forward"
+    now = peak_memory(dims, cfg).total
+    assert all(peak < now for _, peak in found)
+    assert first_fix(found, 80 * 10**9)[0] == "--reshard-after-forward"
+    assert first_fix(found, 10**9) is None
+
+
+def test_framework_and_hbm_flags_end_to_end(capsys):
+    import json
+
+    assert main(["workload", "llm", *SMALL_ARGV, "--zero", "1", "--framework", "deepspeed", "--summary",
+                 "--json"]) == 0
+    ds = json.loads(capsys.readouterr().out)
+    assert ds["memory_framework"] == "deepspeed" and ds["memory"]["buffers"] > 0
+    assert main(["workload", "llm", *SMALL_ARGV, "--zero", "1", "--summary", "--hbm-gb", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "(8 GPUs, megatron)" in out and "device memory 1.0 GB: does not fit" in out
+    assert main(["workload", "llm", *SMALL_ARGV, "--zero", "1", "--summary", "--hbm-gb", "500"]) == 0
+    assert "fits, " in capsys.readouterr().out
+    assert main(["workload", "llm", *SMALL_ARGV, "--zero", "1", "--framework", "fsdp2", "--summary"]) == 2
+    assert "--framework fsdp2" in capsys.readouterr().err
+    assert main(["workload", "llm", *SMALL_ARGV, "--zero", "3", "--framework", "megatron", "--summary"]) == 2
+    with pytest.raises(SystemExit) as exc:
+        main(["workload", "llm", *SMALL_ARGV, "--framework", "jax", "--summary"])
+    assert exc.value.code == 2

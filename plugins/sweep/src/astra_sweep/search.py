@@ -192,6 +192,7 @@ def _search_layouts(args):
 
     from astra_sim.platforms import get_platform
     from astra_workload_generators.llm import model_dims, peak_memory, training_flops
+    from astra_workload_generators.llm.memory_fit import verdict as memory_verdict
 
     from .sweep import run_sweep
 
@@ -231,7 +232,7 @@ def _search_layouts(args):
     for cfg, batch_ok in layouts:
         m = peak_memory(dims, cfg)
         estimates[id(cfg)] = m
-        if m.total <= capacity:
+        if memory_verdict(m.total, capacity) != "oom":  # a near miss (within the estimate's uncertainty) is kept
             if batch_ok:
                 fit.append(cfg)
             else:

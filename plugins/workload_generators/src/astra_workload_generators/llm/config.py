@@ -25,6 +25,10 @@ GEMM_DTYPES = ("same", "fp8")
 ATTENTIONS = ("flash", "unfused")
 
 
+#: --framework choices: whose memory semantics the estimate follows (docs/memory.md)
+FRAMEWORKS = ("megatron", "fsdp2", "deepspeed")
+
+
 @dataclass(frozen=True)
 class LlmConfig:
     tp: int = 1
@@ -66,6 +70,7 @@ class LlmConfig:
     sm_margins: tuple = ()          # ((TE overlap name, SMs), ...): its GEMMs' sm_margin (TE's set_sm_margin)
     logits: str = "all"             # inference: LM head on "all" positions, or the "last" of each sequence (serving)
     pp_scatter_gather: bool = False  # TP without SP: each TP rank sends 1/TP of a stage boundary, all-gathered after
+    framework: str | None = None    # megatron | fsdp2 | deepspeed (memory semantics); None: implied_framework()
 
     @property
     def npus(self):
@@ -91,6 +96,15 @@ class LlmConfig:
         inference with ``inference_elementwise`` (on by default since issue 34, so that a step generated here
         is the step ``astra serve`` times), never with dropout."""
         return self.ew or (self.elementwise and self.inference and self.inference_elementwise)
+
+
+def implied_framework(cfg: LlmConfig) -> str:
+    """The framework whose memory semantics a step follows: ``--framework`` if given, else the one the other flags
+    imply: ``--zero 3`` is FSDP2 (FULL_SHARD), ``--zero 2`` DeepSpeed (Megatron-LM has no ZeRO-2), anything else
+    Megatron-LM (``--zero 1`` = its distributed optimizer)."""
+    if cfg.framework:
+        return cfg.framework
+    return {3: "fsdp2", 2: "deepspeed"}.get(cfg.zero, "megatron")
 
 
 def _check(dims: ModelDims, cfg: LlmConfig):
@@ -160,6 +174,14 @@ def _check(dims: ModelDims, cfg: LlmConfig):
     if cfg.logits == "last" and cfg.cp > 1:
         raise ConfigError("--logits last with --cp is not modelled (only the CP rank holding a sequence's end "
                           "would compute its logits)")
+    if cfg.framework is not None and cfg.framework not in FRAMEWORKS:
+        raise ConfigError(f"--framework must be one of {', '.join(FRAMEWORKS)}, got {cfg.framework!r}")
+    if cfg.framework == "fsdp2" and cfg.zero != 3 and not cfg.inference:
+        raise ConfigError("--framework fsdp2 shards parameters, gradients and optimizer states (FULL_SHARD): "
+                          "give --zero 3")
+    if cfg.framework == "megatron" and cfg.zero in (2, 3) and not cfg.inference:
+        raise ConfigError(f"--framework megatron shards the optimizer states only (--zero 1, its distributed "
+                          f"optimizer), not --zero {cfg.zero}: use --framework deepspeed or fsdp2")
     if cfg.reshard_after_forward and (cfg.zero != 3 or cfg.inference):
         raise ConfigError("--reshard-after-forward is for training with --zero 3 (it re-gathers the sharded "
                           "parameters)")

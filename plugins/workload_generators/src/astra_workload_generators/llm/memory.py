@@ -1,54 +1,73 @@
-"""Each rank's peak HBM use in one step, estimated from the model, its layout and the pipeline schedule, so that
-a configuration that cannot fit a GPU is known before (or without) simulating it.
+"""Each rank's peak HBM use in one training or inference step, estimated from the model, its layout, the pipeline
+schedule and the framework that runs it (``--framework``: Megatron-LM/NeMo, FSDP2/torchtitan or DeepSpeed), so that
+a configuration that cannot fit a GPU is known before (or without) simulating it. docs/memory.md gives every term
+with its source and the published peaks it is checked against (``cases/memory.yaml``).
 
 The estimate per rank (bytes) is the sum of
 
 * **weights, gradients, optimizer states** of the parameters the rank holds (its stage's layers, TP-sharded;
-  the embedding on the first and the LM head on the last stage; its E/EP experts), as mixed-precision Adam
-  keeps them (ZeRO, Rajbhandari et al. 2020): weights and gradients in ``--dtype``, an fp32 master copy
-  (unless ``--dtype fp32``) and two fp32 moments = 12 bytes per parameter. ZeRO-1 shards the optimizer
-  states over the data-parallel group (DP x CP; expert weights over expert-DP), ZeRO-2 the gradients too and
-  ZeRO-3 the weights too -- but only where the generated step lets it: gradients accumulated over several
-  micro-batches are reduced once, after the last one, so they stay whole until then unless
-  ``--grad-sync-every-micro-batch``; ZeRO-3 keeps each unit's gathered weights for the whole step unless
-  ``--reshard-after-forward`` (then two units are whole at a time: the one computing and the one prefetched).
-  FP8 GEMMs add Transformer Engine's cached FP8 copy of each linear weight and its transpose (2 bytes);
+  the embedding on the first and the LM head on the last stage; its E/EP experts), as the framework keeps them
+  (:mod:`.memory_terms`): Megatron-LM's bf16 weights, fp32 main gradients and fp32 main weights and moments (its
+  distributed optimizer, ``--zero 1``, shards those over DP x CP); FSDP2's fp32 sharded parameters, gradients and
+  moments plus the bf16 compute copies of the units gathered at a time; DeepSpeed's ZeRO stages (Rajbhandari et
+  al. 2020: 2 + 2 + 12 bytes per parameter, sharded by stage). Gradients accumulated over several micro-batches
+  without ``--grad-sync-every-micro-batch`` are reduced once, after the last one, so they stay whole until then.
+  ZeRO-3 keeps each unit's gathered weights for the whole step with ``--no-reshard-after-forward``. FP8 GEMMs
+  under Megatron add Transformer Engine's cached FP8 copy of each linear weight and its transpose (2 bytes);
 * **activations** kept for the backward pass: per layer and micro-batch, Korthikanti et al. 2022's count
   (``s*b*h*(34 + 5*a*s/h)`` bytes for a GPT layer in 16 bit without parallelism: ``10 + 24/t`` with tensor
   parallelism, everything ``/t`` with sequence parallelism; the ``5*a*s/h`` attention-score term is not stored
   with FlashAttention or selective recomputation; full recomputation keeps only each layer's input), written
   for any head count, GQA, FFN size, gated FFN, dropout on or off, context parallelism (``s/CP`` tokens) and
-  MoE layers (the routed token copies through the experts). The number of micro-batches whose activations are
-  alive at once comes from the pipeline schedule itself (1F1B: ``PP - p`` on stage p; interleaved: Megatron's
-  ``1 + (PP-1)/(PP*V)`` factor follows), plus the embedding's dropout mask on the first and the output layer's
-  logits (fp32) on the last stage; with full recomputation one layer's full activations while it is
-  recomputed;
+  MoE layers (the routed token copies through the experts); FSDP2's ``--recompute selective`` is torchtitan's
+  op-level policy instead (:func:`.memory_terms.op_sac_layer_bytes`). The number of micro-batches whose
+  activations are alive at once comes from the pipeline schedule itself (1F1B: ``PP - p`` on stage p;
+  interleaved: Megatron's ``1 + (PP-1)/(PP*V)`` factor follows), plus the embedding's dropout mask on the first
+  stage; with recomputation one layer's full activations while it is recomputed;
+* **logits and loss** (last stage): the LM head's output and the cross entropy's copies of it, per element of
+  tokens x vocabulary/TP as the framework computes them (:data:`.memory_terms.LOGITS_BYTES`);
+* **buffers** the framework allocates beside the model states: FSDP2's unsharded gradients of the unit being
+  reduced, DeepSpeed's reduce bucket;
 * **KV cache** (inference): every resident sequence's keys and values for the stage's layers;
-* an **allowance**: ``WORKSPACE_BYTES`` (CUDA context, cuBLAS / NCCL workspaces and buffers) plus
-  ``FRAGMENTATION`` of everything else (the caching allocator's fragmentation).
+* the **allocator reserve**: what PyTorch's caching allocator holds beyond what tensors use (fragmentation), a
+  fitted share of the allocated bytes (training) or ``FRAGMENTATION`` (inference);
+* the **context**: ``WORKSPACE_BYTES`` outside the allocator (CUDA context, NCCL's buffers).
 
-Not counted: temporary buffers inside a kernel, communication buffers beyond the allowance, the activation
-gradients alive during one layer's backward, FP8 activations saved in 1 byte (counted in ``--dtype``).
+``MemoryEstimate.allocated_bytes`` is what ``torch.cuda.max_memory_allocated`` reports, ``reserved_bytes`` what
+``max_memory_reserved`` reports, ``total`` (with the context) what ``nvidia-smi`` shows. The estimate's stated
+uncertainty is ``UNCERTAINTY``: a configuration that misses the device by less is a warning, not a refusal.
+
+Not counted: temporary buffers inside a kernel, CUDA-graph pools, the activation gradients alive during one
+layer's backward, FP8 activations saved in 1 byte (counted in ``--dtype``), HSDP replication and CPU offload.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 
-from .config import DTYPES, LlmConfig
+from .config import DTYPES, LlmConfig, implied_framework
+from .memory_terms import (
+    LOGITS_BYTES, RESERVE_FRACTION, WORKSPACE_BYTES, logits_bytes, model_states, op_sac_layer_bytes,
+)
 from .model import ModelDims, _lengths, layer_shards, mtp_shards, padded_vocab
 from .routing import ep_loads, routed_rows
 from .schedule import pipeline_schedule
 
-#: CUDA context, cuBLAS workspace, NCCL buffers and the like: a fixed allowance per GPU
-WORKSPACE_BYTES = 1 << 30
-#: the caching allocator's fragmentation, as a share of everything else
+#: the caching allocator's fragmentation in inference, as a share of everything else (an allowance)
 FRAGMENTATION = 0.05
+#: the model's stated uncertainty: within it of the device's memory a configuration is a near miss (a warning)
+UNCERTAINTY = 0.10
 #: fp32 master weights + Adam's two fp32 moments per parameter (mixed precision); fp32 training: moments only
 OPTIMIZER_BYTES = 12
 #: Transformer Engine's cached FP8 copy of a linear layer's weight and of its transpose
 FP8_WEIGHT_BYTES = 2
 RECOMPUTE = ("none", "selective", "full")
+#: the parts of an estimate, in the order terminals list them
+PARTS = ("weights", "gradients", "optimizer", "activations", "logits", "kv_cache", "buffers", "reserve", "context")
+
+__all__ = ["FRAGMENTATION", "LOGITS_BYTES", "MemoryEstimate", "PARTS", "RESERVE_FRACTION", "UNCERTAINTY",
+           "WORKSPACE_BYTES", "layer_activation_bytes", "memory_estimate", "metadata_attrs", "peak_memory",
+           "stage_memory"]
 
 
 @dataclass(frozen=True)
@@ -61,24 +80,67 @@ class MemoryEstimate:
     optimizer: int
     activations: int
     kv_cache: int
-    workspace: int
+    logits: int = 0
+    buffers: int = 0
+    reserve: int = 0
+    context: int = 0
     #: model chunks' forward passes (micro-batch x chunk) whose activations are alive at the peak
-    in_flight: int
+    in_flight: int = 0
+    framework: str = "megatron"
+    #: (dims, cfg) it was estimated for, so that the changes that would make it fit can be computed on demand
+    source: tuple | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def allocated_bytes(self) -> int:
+        """What the tensors hold at the peak (``torch.cuda.max_memory_allocated``)."""
+        return (self.weights + self.gradients + self.optimizer + self.activations + self.logits + self.kv_cache
+                + self.buffers)
+
+    @property
+    def reserved_bytes(self) -> int:
+        """What the caching allocator holds at the peak (``torch.cuda.max_memory_reserved``)."""
+        return self.allocated_bytes + self.reserve
 
     @property
     def total(self) -> int:
-        return (self.weights + self.gradients + self.optimizer + self.activations + self.kv_cache
-                + self.workspace)
+        """The device memory the process uses (``nvidia-smi``): reserved plus the CUDA context and NCCL."""
+        return self.reserved_bytes + self.context
+
+    @property
+    def workspace(self) -> int:
+        """Everything beyond model states, activations, logits and KV cache: buffers, reserve and context."""
+        return self.buffers + self.reserve + self.context
+
+    def measured(self, what: str) -> int:
+        """The number a measurement of ``what`` reports: ``max_memory_allocated``, ``max_memory_reserved`` or
+        ``nvidia-smi`` (the names may carry a ``torch.cuda.`` prefix)."""
+        key = what.rsplit(".", 1)[-1]
+        if key == "max_memory_allocated":
+            return self.allocated_bytes
+        if key == "max_memory_reserved":
+            return self.reserved_bytes
+        if key == "nvidia-smi":
+            return self.total
+        raise ValueError(f"unknown memory measurement {what!r} (expected max_memory_allocated, max_memory_reserved "
+                         "or nvidia-smi)")
+
+    def parts(self) -> dict:
+        """{part: bytes} of :data:`PARTS`."""
+        return {k: getattr(self, k) for k in PARTS}
+
+    def largest_part(self) -> str:
+        parts = self.parts()
+        return max(parts, key=parts.get)
 
     def to_dict(self):
-        return {**asdict(self), "total": self.total}
+        return {"stage": self.stage, **self.parts(), "in_flight": self.in_flight, "framework": self.framework,
+                "allocated_bytes": self.allocated_bytes, "reserved_bytes": self.reserved_bytes,
+                "workspace": self.workspace, "total": self.total}
 
     def describe(self):
         """``"45.2 GB (weights 12.1, gradients 6.0, ...)"`` in decimal GB, for terminals."""
-        parts = [(k, getattr(self, k)) for k in ("weights", "gradients", "optimizer", "activations", "kv_cache",
-                                                   "workspace")]
         return (f"{self.total / 1e9:.1f} GB (" + ", ".join(f"{k.replace('_', ' ')} {v / 1e9:.1f}"
-                                                            for k, v in parts if v) + ")")
+                                                            for k, v in self.parts().items() if v) + ")")
 
 
 def recompute_mode(cfg: LlmConfig) -> str:
@@ -145,9 +207,10 @@ def _stage_units(dims: ModelDims, cfg: LlmConfig, p: int):
 def stage_memory(dims: ModelDims, cfg: LlmConfig, p: int) -> MemoryEstimate:
     """The estimate for the ranks of pipeline stage ``p`` (every rank of a stage holds the same)."""
     nb = DTYPES[cfg.dtype][0]
+    framework = implied_framework(cfg)
     units = _stage_units(dims, cfg, p)
     vocab = padded_vocab(dims, cfg.tp) // cfg.tp
-    dense = expert = linear = 0
+    dense = expert = linear = edges = 0
     unit_sizes = []
     for first, last, layers in units.values():
         for i in layers:
@@ -157,7 +220,9 @@ def stage_memory(dims: ModelDims, cfg: LlmConfig, p: int) -> MemoryEstimate:
         for edge in (first, last):
             if edge:
                 dense += vocab * dims.hidden
-                unit_sizes.append(vocab * dims.hidden)
+                edges += vocab * dims.hidden
+                if framework != "fsdp2":  # (FSDP2 keeps the root, embedding and LM head, gathered apart)
+                    unit_sizes.append(vocab * dims.hidden)
         if last and dims.mtp_layers and not cfg.inference:  # the MTP modules' weights (not their activations)
             md, me = mtp_shards(dims, cfg)
             dense, expert = dense + dims.mtp_layers * md, expert + dims.mtp_layers * me
@@ -173,43 +238,44 @@ def stage_memory(dims: ModelDims, cfg: LlmConfig, p: int) -> MemoryEstimate:
         d_part = dense * count // params
         return -(-d_part * bytes_per // dp_group) + -(-(count - d_part) * bytes_per // edp_group)
 
-    fp8 = FP8_WEIGHT_BYTES * linear if cfg.gemm_dtype == "fp8" and not cfg.inference else 0
-    if cfg.inference:
-        weights, gradients, optimizer = params * nb, 0, 0
-    else:
-        zero = cfg.zero
-        if zero == 3 and cfg.reshard_after_forward:
-            weights = sharded(params, nb) + 2 * max(unit_sizes) * nb
-        else:  # ZeRO-3 gathers each unit once per step and keeps it (as the generated step does)
-            weights = params * nb
-        reduced_each_micro_batch = cfg.grad_sync_every_micro_batch or cfg.micro_batches == 1
-        gradients = sharded(params, nb) if zero >= 2 and reduced_each_micro_batch else params * nb
-        opt_bytes = OPTIMIZER_BYTES - (4 if nb >= 4 else 0)
-        optimizer = sharded(params, opt_bytes) if zero >= 1 else params * opt_bytes
-    weights += fp8
-    activations, in_flight = _activation_peak(dims, cfg, p, units, vocab)
-    kv = _kv_cache_bytes(dims, cfg, units) if cfg.inference else 0
-    subtotal = weights + gradients + optimizer + activations + kv
-    workspace = WORKSPACE_BYTES + int(FRAGMENTATION * subtotal)
-    return MemoryEstimate(p, weights, gradients, optimizer, activations, kv, workspace, in_flight)
+    activations, in_flight = _activation_peak(dims, cfg, p, units, framework)
+    if cfg.inference:  # weights only; the logits stay in the activations, the allowance as before
+        weights = params * nb
+        kv = _kv_cache_bytes(dims, cfg, units)
+        reserve = int(FRAGMENTATION * (weights + activations + kv))
+        return MemoryEstimate(p, weights, 0, 0, activations, kv, reserve=reserve, context=WORKSPACE_BYTES,
+                              in_flight=in_flight, framework=framework, source=(dims, cfg))
+    weights, gradients, optimizer, buffers = model_states(framework, cfg, params, unit_sizes, edges, sharded)
+    if cfg.gemm_dtype == "fp8" and framework == "megatron":
+        weights += FP8_WEIGHT_BYTES * linear
+    logits = 0
+    if any(last for _, last, _ in units.values()):
+        q = _lengths(dims, cfg)[0] // cfg.cp
+        logits = logits_bytes(framework, cfg.micro_batch_size * q, vocab)
+    allocated = weights + gradients + optimizer + activations + logits + buffers
+    return MemoryEstimate(p, weights, gradients, optimizer, activations, 0, logits, buffers,
+                          int(RESERVE_FRACTION * allocated), WORKSPACE_BYTES, in_flight, framework, (dims, cfg))
 
 
-def _activation_peak(dims, cfg, p, units, vocab):
+def _activation_peak(dims, cfg, p, units, framework):
     """(bytes, chunk passes alive) at the schedule's peak: each forward pass keeps its chunk's activations
-    until the matching backward; inference keeps one layer's working set of one micro-batch."""
+    until the matching backward; inference keeps one layer's working set of one micro-batch (and the logits)."""
     nb = DTYPES[cfg.dtype][0]
     mode = recompute_mode(cfg)
+    op_sac = framework == "fsdp2" and cfg.recompute_selective
+    q = _lengths(dims, cfg)[0] // cfg.cp
+    tokens = cfg.micro_batch_size * q + cfg.prefill_chunk
     per_layer = {}
 
     def layer_bytes(i):
         moe = dims.is_moe_layer(i)
         key = (moe, i if moe and cfg.moe_expert_load else 0)
         if key not in per_layer:
-            per_layer[key] = layer_activation_bytes(dims, cfg, mode, moe, i)
+            per_layer[key] = (op_sac_layer_bytes(dims, cfg, tokens) if op_sac and not moe
+                              else layer_activation_bytes(dims, cfg, mode, moe, i))
         return per_layer[key]
 
-    q = _lengths(dims, cfg)[0] // cfg.cp
-    tokens = cfg.micro_batch_size * q + cfg.prefill_chunk
+    vocab = padded_vocab(dims, cfg.tp) // cfg.tp
     div = cfg.tp if cfg.sequence_parallel else 1
     mask = 1 if cfg.dropout and not cfg.inference else 0
     chunk_bytes = {}
@@ -217,16 +283,16 @@ def _activation_peak(dims, cfg, p, units, vocab):
         total = sum(layer_bytes(i) for i in layers)
         if first:  # the embedding output's dropout mask
             total += tokens * dims.hidden * mask // div
-        if last:  # final LayerNorm input, LM-head input, fp32 logits for the cross entropy
-            total += 2 * tokens * dims.hidden * nb // div + 4 * tokens * vocab
+        if last:  # final LayerNorm input, LM-head input (the logits are their own part)
+            total += 2 * tokens * dims.hidden * nb // div
         chunk_bytes[ch] = total
     if cfg.inference:  # nothing is kept for a backward pass: one layer's working set, and the logits
         largest = max(layer_bytes(i) for _, _, layers in units.values() for i in layers)
         logits = any(last for _, last, _ in units.values())
         return largest + (4 * tokens * vocab if logits else 0), 1
-    # the recomputed layer's full activations exist while it runs its backward
+    # a recomputed layer's full activations exist while it runs its backward
     recomputing = max(layer_activation_bytes(dims, cfg, "selective", dims.is_moe_layer(i), i)
-                      for _, _, layers in units.values() for i in layers) if mode == "full" else 0
+                      for _, _, layers in units.values() for i in layers) if mode == "full" or op_sac else 0
     live = peak = alive = peak_alive = 0
     for kind, ch, _mb in pipeline_schedule(cfg, p):
         if kind == "F":
@@ -272,9 +338,18 @@ def peak_memory(dims: ModelDims, cfg: LlmConfig) -> MemoryEstimate:
 
 
 def metadata_attrs(estimate: MemoryEstimate) -> dict:
-    """The estimate as GlobalMetadata attributes of the stage's traces (``memory_<part>_bytes``), which
-    ``astra run`` checks against the GPU's HBM with the gpu compute model."""
-    out = {"memory_peak_bytes": estimate.total}
-    for key in ("weights", "gradients", "optimizer", "activations", "kv_cache", "workspace"):
-        out[f"memory_{key}_bytes"] = getattr(estimate, key)
+    """The estimate as GlobalMetadata attributes of the stage's traces (``memory_<part>_bytes``, the allocated
+    and reserved bytes, the framework and ``memory_fixes``: the single changes that would lower the step's peak,
+    as JSON ``[[flags, peak bytes], ...]``), which ``astra run`` checks against the GPU's HBM with the gpu model."""
+    import json
+
+    out = {"memory_peak_bytes": estimate.total, "memory_allocated_bytes": estimate.allocated_bytes,
+           "memory_reserved_bytes": estimate.reserved_bytes, "memory_workspace_bytes": estimate.workspace,
+           "memory_framework": estimate.framework}
+    for key, value in estimate.parts().items():
+        out[f"memory_{key}_bytes"] = value
+    if estimate.source is not None:
+        from .memory_fit import fixes
+
+        out["memory_fixes"] = json.dumps([[flags, peak] for flags, peak in fixes(*estimate.source)])
     return out

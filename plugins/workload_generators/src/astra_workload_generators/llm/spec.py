@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields
 
 from astra_sim.errors import ConfigError
 
-from .config import ATTENTIONS, DTYPES, GEMM_DTYPES, MODES, LlmConfig, check_config
+from .config import ATTENTIONS, DTYPES, FRAMEWORKS, GEMM_DTYPES, MODES, LlmConfig, check_config
 from .model import PRESETS, ModelDims, model_dims
 from .overlap import COMM_SMS_GROUPS, load_tp_overlap_sms, parse_comm_sms
 from .routing import parse_expert_load
@@ -83,8 +83,9 @@ class LlmSpec:
     # ZeRO, recomputation
     zero: int = 0
     overlap_param_gather: bool = False
-    reshard_after_forward: bool = False
+    reshard_after_forward: bool | None = None  # None: on for --zero 3 training (FSDP2's and DeepSpeed's default)
     grad_sync_every_micro_batch: bool = False
+    framework: str | None = None        # megatron | fsdp2 | deepspeed; None: implied by the flags
     recompute: str | None = None        # None, "full" or "selective"
     # kernels and precision
     elementwise: bool = True
@@ -97,6 +98,8 @@ class LlmSpec:
     tflops: float = 312.0
     # output layout
     per_rank_files: bool = False
+    # --summary: the device memory (decimal GB) the estimate is checked against
+    hbm_gb: float | None = None
 
     # ------------------------------------------------------------------------------------------- constructors
     @classmethod
@@ -207,6 +210,9 @@ class LlmSpec:
             if not dims.moe:
                 raise ConfigError("--moe-expert-load needs a mixture-of-experts model (--experts)")
             load = parse_expert_load(self.moe_expert_load, dims.experts, dims.moe_layers)
+        reshard = self.reshard_after_forward
+        if reshard is None:  # FSDP2's FULL_SHARD and DeepSpeed ZeRO-3 free gathered parameters after forward
+            reshard = self.zero == 3 and self.mode == "train"
         cfg = LlmConfig(tp=self.tp, pp=self.pp, dp=self.dp, micro_batches=self.micro_batches,
                         micro_batch_size=mbs, sequence_parallel=self.sequence_parallel, zero=self.zero,
                         recompute=self.recompute == "full", recompute_selective=self.recompute == "selective",
@@ -217,7 +223,7 @@ class LlmSpec:
                         attention=self.attention, causal=self.causal, dropout=self.dropout,
                         gemm_dtype=self.gemm_dtype, inference_elementwise=self.inference_elementwise,
                         overlap_param_gather=self.overlap_param_gather, tp_comm_overlap=self.tp_comm_overlap,
-                        reshard_after_forward=self.reshard_after_forward,
+                        reshard_after_forward=reshard, framework=self.framework,
                         grad_sync_every_micro_batch=self.grad_sync_every_micro_batch,
                         moe_capacity_factor=self.moe_capacity_factor,
                         moe_pad_to_capacity=self.moe_pad_to_capacity, moe_imbalance=self.moe_imbalance,
@@ -259,7 +265,9 @@ def llm_summary(spec, *, on_warning=None) -> dict:
     without writing traces."""
     from .summary import model_summary
 
-    return model_summary(*_spec_of(spec).resolve(on_warning))
+    spec = _spec_of(spec)
+    hbm = None if spec.hbm_gb is None else int(spec.hbm_gb * 1e9)
+    return model_summary(*spec.resolve(on_warning), hbm_bytes=hbm)
 
 
 # --------------------------------------------------------------------------------------------------- shared flags
@@ -403,10 +411,17 @@ def _add_flags(p):
                    help="with --tp-comm-overlap: Transformer Engine's tp_overlap / ub_cfgs YAML (per layer name: "
                    "method, num_sm, use_ce, ...); gives each userbuffers overlap's SMs (ring_exchange: 0, copy "
                    "engine, unless use_ce is false; pipeline and bulk: num_sm, default 16). --comm-sms overrides")
-    p.add_argument("--reshard-after-forward", action="store_true",
+    p.add_argument("--reshard-after-forward", action=argparse.BooleanOptionalAction, default=None,
                    help="--zero 3: all-gather each unit's parameters before every micro-batch's forward and again "
-                   "before its backward (FSDP FULL_SHARD, DeepSpeed ZeRO-3; default: once per step per phase, "
-                   "reused by all micro-batches)")
+                   "before its backward, freeing them after use (FSDP2 FULL_SHARD, DeepSpeed ZeRO-3: the default "
+                   "with --zero 3); --no-reshard-after-forward: gathered once per step per phase, kept and reused "
+                   "by all micro-batches")
+    p.add_argument("--framework", choices=FRAMEWORKS, default=None,
+                   help="whose memory semantics the estimate follows (docs/memory.md): megatron (Megatron-LM/NeMo: "
+                   "fp32 main gradients, --zero 1 = distributed optimizer, fused vocab-parallel cross entropy), "
+                   "fsdp2 (torchtitan: fp32 sharded parameters, bf16 compute copies, op-level selective "
+                   "recomputation) or deepspeed (ZeRO 1/2/3 with its buckets); default: implied by --zero "
+                   "(3: fsdp2, 2: deepspeed, else megatron)")
     p.add_argument("--grad-sync-every-micro-batch", action="store_true",
                    help="reduce the gradients after every micro-batch's backward (all-reduce, or reduce-scatter with "
                    "--zero; DDP/FSDP without no_sync, DeepSpeed) instead of after the last one only")
@@ -446,6 +461,9 @@ def _add_flags(p):
                    "output; the router, LM head and attention stay in --dtype)")
     p.add_argument("--tflops", type=positive_float, default=312.0,
                    help="peak TFLOP/s for duration_micros (default 312, A100 BF16 dense)")
+    p.add_argument("--hbm-gb", type=positive_float, metavar="GB",
+                   help="with --summary: the device's memory (decimal GB) to check the estimate against: the "
+                   "margin, and when it does not fit, the one change of these flags that would (docs/memory.md)")
     p.add_argument("--per-rank-files", action="store_true",
                    help="write PREFIX.<rank>.et for every rank (default: the compact workload, "
                         "PREFIX.workload.json and one trace per class of symmetric ranks, which astra run "

@@ -4,7 +4,8 @@ needs in memory, without writing traces; the numbers a model card publishes, to 
 from __future__ import annotations
 
 from .config import DTYPES, LlmConfig
-from .memory import peak_memory
+from .memory import UNCERTAINTY, peak_memory
+from .memory_fit import first_fix, fixes, verdict
 from .model import ModelDims, activated_parameter_count, layer_parameters, parameter_count
 
 
@@ -56,8 +57,9 @@ def kv_cache_bytes_per_sequence(dims: ModelDims, dtype: str = "bf16") -> int:
     return _kv_position_bytes(dims, dtype) * dims.attn_key_sum(dims.seq_len)
 
 
-def model_summary(dims: ModelDims, cfg: LlmConfig) -> dict:
-    """The summary as one JSON-able dict (``--summary --json``)."""
+def model_summary(dims: ModelDims, cfg: LlmConfig, hbm_bytes: int | None = None) -> dict:
+    """The summary as one JSON-able dict (``--summary --json``); ``hbm_bytes``: the device's memory, for the
+    margin, the verdict and (when it does not fit) the one change that would make it fit."""
     peak = peak_memory(dims, cfg)
     out = {"params_total": params_total(dims), "params_active": params_active(dims),
            "flops_per_token": flops_per_token(dims), "train_flops_per_token": 3 * flops_per_token(dims),
@@ -67,9 +69,16 @@ def model_summary(dims: ModelDims, cfg: LlmConfig) -> dict:
            "layers": dims.layers, "hidden": dims.hidden, "heads": dims.heads, "kv_heads": dims.kv_heads,
            "head_dim": dims.head_dim, "experts": dims.experts, "top_k": dims.top_k if dims.moe else 0,
            "seq_len": dims.seq_len, "npus": cfg.npus,
-           "memory_peak_bytes": peak.total, "memory_stage": peak.stage,
-           "memory": {k: getattr(peak, k) for k in ("weights", "gradients", "optimizer", "activations",
-                                                     "kv_cache", "workspace")}}
+           "memory_peak_bytes": peak.total, "memory_stage": peak.stage, "memory_framework": peak.framework,
+           "memory_allocated_bytes": peak.allocated_bytes, "memory_reserved_bytes": peak.reserved_bytes,
+           "memory": peak.parts()}
+    if hbm_bytes is not None:
+        out["memory_capacity_bytes"] = hbm_bytes
+        out["memory_margin_bytes"] = hbm_bytes - peak.total
+        out["memory_verdict"] = verdict(peak.total, hbm_bytes)
+        if out["memory_verdict"] != "fits":
+            fix = first_fix(fixes(dims, cfg), hbm_bytes)
+            out["memory_fix"] = {"flags": fix[0], "peak_bytes": fix[1]} if fix else None
     if dims.mtp_layers:
         out["params_mtp"] = params_mtp(dims)
     return out
@@ -85,6 +94,21 @@ def describe(summary: dict) -> str:
              f"KV cache per token: {s['kv_cache_bytes_per_token'] / 1024:.1f} KiB; per sequence of {s['seq_len']}: "
              f"{s['kv_cache_bytes_per_sequence'] / 2**20:.1f} MiB"
              + (f" ({s['local_layers']} layers keep a window of {s['sliding_window']})" if s["local_layers"] else ""),
-             f"estimated peak HBM per GPU ({s['npus']} GPUs): {s['memory_peak_bytes'] / 1e9:.1f} GB on stage "
-             f"{s['memory_stage']} (" + ", ".join(f"{k} {v / 1e9:.1f}" for k, v in s["memory"].items()) + " GB)"]
+             f"estimated peak HBM per GPU ({s['npus']} GPUs, {s['memory_framework']}): "
+             f"{s['memory_peak_bytes'] / 1e9:.1f} GB on stage {s['memory_stage']} ("
+             + ", ".join(f"{k.replace('_', ' ')} {v / 1e9:.1f}" for k, v in s["memory"].items() if v)
+             + f" GB; allocated {s['memory_allocated_bytes'] / 1e9:.1f}, reserved "
+             f"{s['memory_reserved_bytes'] / 1e9:.1f} GB)"]
+    if "memory_capacity_bytes" in s:
+        margin = s["memory_margin_bytes"]
+        line = (f"device memory {s['memory_capacity_bytes'] / 1e9:.1f} GB: "
+                + {"fits": f"fits, {margin / 1e9:.1f} GB to spare",
+                   "near": f"a near miss, {-margin / 1e9:.1f} GB over (within the estimate's "
+                           f"{UNCERTAINTY:.0%} uncertainty)",
+                   "oom": f"does not fit, {-margin / 1e9:.1f} GB over"}[s["memory_verdict"]])
+        if s["memory_verdict"] != "fits":
+            fix = s.get("memory_fix")
+            line += (f"; {fix['flags']} would fit ({fix['peak_bytes'] / 1e9:.1f} GB)" if fix else
+                     "; no single change of recomputation, ZeRO, micro-batch or TP/PP fits: add GPUs")
+        lines.append(line)
     return "\n".join(lines)

@@ -1,0 +1,93 @@
+"""The framework-specific terms of the memory estimate (:mod:`.memory`): how Megatron-LM/NeMo, FSDP2 (torchtitan)
+and DeepSpeed keep a rank's weights, gradients and optimizer states, which buffers they add, how their loss
+computes the logits, torchtitan's op-level selective recomputation, and the caching allocator's reserve. Each
+number names its source here and in docs/memory.md."""
+
+from __future__ import annotations
+
+from .config import DTYPES
+
+#: outside PyTorch's allocator: the CUDA context (cuBLAS/cuDNN handles, loaded kernels) and NCCL's communicator
+#: buffers -- an allowance, not a measurement (what nvidia-smi shows beyond max_memory_reserved)
+WORKSPACE_BYTES = 1 << 30
+#: the caching allocator's reserve beyond the allocated bytes in training (max_memory_reserved /
+#: max_memory_allocated - 1): fitted by tools/fit_memory_reserve.py on torchtitan's published pair of Llama 3.1 8B
+#: FSDP runs on 8 and 128 H100 (docs/performance.md, Tables 1 and 3), whose difference is the sharded model states
+RESERVE_FRACTION = 0.098
+#: bytes per element of tokens x vocabulary/TP alive at the loss's peak (docs/memory.md, "Logits and loss"):
+#: Megatron-LM: vocab_parallel_cross_entropy(logits.float()) works in place on the fp32 copy (4) beside the bf16
+#: logits or their gradient (2); torchtitan and Hugging Face models: cross_entropy(logits.float()) keeps the fp32
+#: log-softmax (4), and its backward holds the incoming gradient (4) and the logits' fp32 gradient (4)
+LOGITS_BYTES = {"megatron": 6, "fsdp2": 12, "deepspeed": 12}
+#: DeepSpeed's zero_optimization.reduce_bucket_size default (elements; DeepSpeed configuration docs): the gradient
+#: bucket reduced at a time, allocated in the training dtype
+DS_REDUCE_BUCKET = 500_000_000
+#: DeepSpeed ZeRO-3's stage3_prefetch_bucket_size default (elements; DeepSpeed configuration docs): parameters
+#: fetched ahead of their use
+DS_PREFETCH_BUCKET = 50_000_000
+#: Megatron-LM's distributed-optimizer table (docs: distrib_optimizer): bytes per parameter of (gradients,
+#: optimizer states) by --dtype: bf16 params with fp32 main gradients, 18 = 2 + 4 + 12; fp16: 20 = 2 + 2 + 16
+#: (fp32 main weights and gradients and two moments); fp32: 16 = 4 + 4 + 8. The distributed optimizer shards
+#: the optimizer part (``6 + 12/d``, ``4 + 16/d``, ``8 + 8/d``); the gradient buffer stays whole.
+MEGATRON_BYTES = {"bf16": (4, 12), "fp16": (2, 16), "fp32": (4, 8)}
+
+
+def logits_bytes(framework: str, tokens: int, vocab_per_rank: int) -> int:
+    """The loss's peak over the last stage's logits (see :data:`LOGITS_BYTES`)."""
+    return LOGITS_BYTES[framework] * tokens * vocab_per_rank
+
+
+def model_states(framework, cfg, params, units, edges, sharded):
+    """(weights, gradients, optimizer, buffers) bytes of a training rank. ``params``: the parameters it holds;
+    ``units``: the sizes of its largest gathered units (layers); ``edges``: its embedding/LM-head parameters;
+    ``sharded(count, bytes_per)``: ``count`` parameters' bytes sharded over their data-parallel groups."""
+    nb = DTYPES[cfg.dtype][0]
+    whole_grads = not (cfg.grad_sync_every_micro_batch or cfg.micro_batches == 1)
+    largest = max(units, default=0)
+    if framework == "megatron":
+        grad_bytes, opt_bytes = MEGATRON_BYTES[cfg.dtype]
+        optimizer = sharded(params, opt_bytes) if cfg.zero >= 1 else params * opt_bytes
+        return params * nb, params * grad_bytes, optimizer, 0
+    if framework == "fsdp2":
+        # fp32 sharded parameters (the optimizer's master copy), bf16 compute copies of the root (embedding, LM
+        # head) and of the units gathered at a time; fp32 sharded gradients and Adam moments. Beside them, the
+        # unit being reduced: its unsharded gradient in --dtype and the fp32 copy reduce-scattered.
+        if cfg.reshard_after_forward:
+            gathered = (edges + 2 * largest) * nb
+        else:
+            gathered = params * nb
+        master = 0 if nb >= 4 else sharded(params, 4)
+        gradients = params * nb if whole_grads else sharded(params, 4)
+        return master + gathered, gradients, sharded(params, 8), largest * (nb + 4)
+    # DeepSpeed ZeRO (Rajbhandari et al. 2020): weights and gradients in --dtype, K = 12 bytes of fp32 master
+    # weights and moments (8 in fp32 training); stage 1 shards K, stage 2 the gradients too (reduced in buckets
+    # after every micro-batch's backward), stage 3 the weights too (two units and the prefetch bucket gathered)
+    opt_bytes = 12 - (4 if nb >= 4 else 0)
+    optimizer = sharded(params, opt_bytes) if cfg.zero >= 1 else params * opt_bytes
+    gradients = sharded(params, nb) if cfg.zero >= 2 else params * nb
+    if cfg.zero == 3:
+        weights = sharded(params, nb) + ((2 * largest + min(DS_PREFETCH_BUCKET, params)) * nb
+                                         if cfg.reshard_after_forward else params * nb)
+    else:
+        weights = params * nb
+    buffers = min(DS_REDUCE_BUCKET, params) * nb if cfg.zero >= 1 else 0
+    return weights, gradients, optimizer, buffers
+
+
+def op_sac_layer_bytes(dims, cfg, tokens: int) -> int:
+    """Bytes a dense layer keeps for its backward under torchtitan's op-level selective activation checkpointing
+    (torchtitan ``_save_list``; its ``mode = "selective"``, ``selective_ac_option = "op"``): the layer's input,
+    the attention kernel's output and log-sum-exp, the reduce-scatters' outputs under TP, and every other matmul's
+    output in the order the layer runs them (the 1st, 3rd, ...: wq, wv, w1, w2 for a Llama layer); the rest is
+    recomputed. Row-parallel matmuls (wo, w2) output the whole hidden size before their reduce-scatter."""
+    nb = DTYPES[cfg.dtype][0]
+    t = cfg.tp
+    h, d, kv = dims.hidden, dims.head_dim, dims.kv_heads
+    # (width per TP rank) of each matmul output, in forward order
+    mms = [dims.q_width // t, kv * d // t, kv * dims.v_dim // t, h]
+    mms += [dims.ffn_hidden // t] * (2 if dims.gated else 1) + [h]
+    saved = sum(width for i, width in enumerate(mms) if i % 2 == 0)
+    replicated_div = t if (cfg.sequence_parallel or t > 1) else 1  # torchtitan's TP plan is sequence-parallel
+    per_token = h // replicated_div + dims.o_width // t + saved + (2 * h // t if t > 1 else 0)
+    lse = dims.heads // t * 4  # fp32 log-sum-exp per head and token
+    return tokens * (per_token * nb + lse)

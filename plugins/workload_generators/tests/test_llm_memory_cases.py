@@ -1,0 +1,156 @@
+"""The memory estimate against what really ran: every published peak in the validation registry's memory.yaml
+within 10 %, every training and serving configuration of cases.yaml (which ran) and torchtitan's published runs
+accepted on their GPUs, the configurations published as out of memory refused, the layouts MLPerf submitters used
+kept by astra search's memory filter, and the allocator reserve reproduced by its fitting script."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+import yaml
+
+from astra_sim.platforms import get_platform
+
+from astra_workload_generators.llm import LlmSpec, memory_estimate, peak_memory
+from astra_workload_generators.llm.memory import UNCERTAINTY
+from astra_workload_generators.llm.memory_fit import verdict
+from astra_workload_generators.llm.memory_terms import RESERVE_FRACTION
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "..")
+CASES_DIR = os.path.join(ROOT, "plugins", "validation", "src", "astra_validation", "cases")
+
+
+def _cases(name):
+    with open(os.path.join(CASES_DIR, name)) as f:
+        return yaml.safe_load(f)["cases"]
+
+
+def _resolve(argv):
+    words = [str(w).replace("{cases}", CASES_DIR) for w in argv]
+    return LlmSpec.from_argv(words).resolve(on_warning=lambda line: None)
+
+
+MEMORY = _cases("memory.yaml")
+
+
+def test_the_memory_cases_are_well_formed():
+    names = [c["name"] for c in MEMORY]
+    assert len(names) == len(set(names)) and len(names) >= 10
+    for c in MEMORY:
+        assert c["kind"] == "memory" and c["source"] and c["hardware"]
+        assert isinstance(c["measured"]["peak_bytes"], int) and c["measured"]["peak_bytes"] > 0
+        assert c["measured_what"] in ("torch.cuda.max_memory_allocated", "torch.cuda.max_memory_reserved",
+                                      "nvidia-smi")
+        get_platform(c["platform"])  # a registered platform
+
+
+@pytest.mark.parametrize("case", MEMORY, ids=[c["name"] for c in MEMORY])
+def test_published_peak_within_ten_percent(case):
+    dims, cfg = _resolve(case["workload"])
+    estimate = max(memory_estimate(dims, cfg), key=lambda e: e.total)
+    predicted = estimate.measured(case["measured_what"])
+    measured = case["measured"]["peak_bytes"]
+    assert abs(predicted / measured - 1) <= 0.10, f"{predicted / 2**30:.1f} GiB vs {measured / 2**30:.1f} GiB"
+
+
+def test_the_reserve_fraction_is_what_its_fitting_script_gives():
+    path = os.path.join(ROOT, "tools", "fit_memory_reserve.py")
+    spec = importlib.util.spec_from_file_location("fit_memory_reserve", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.fit(os.path.join(CASES_DIR, "memory.yaml")) == RESERVE_FRACTION
+
+
+REGISTRY = _cases("cases.yaml")
+TRAINING = [c for c in REGISTRY if c["kind"] == "llm_step"]
+SERVING = [c for c in REGISTRY if c["kind"] == "serving"]
+
+
+@pytest.mark.parametrize("case", TRAINING, ids=[c["name"] for c in TRAINING])
+def test_every_training_case_that_ran_is_accepted(case):
+    dims, cfg = _resolve(case["workload"])
+    capacity = get_platform(case["platform"]).device_memory_bytes()
+    assert verdict(peak_memory(dims, cfg).total, capacity) == "fits"
+
+
+def _flag(argv, name, default=None):
+    return argv[argv.index(name) + 1] if name in argv else default
+
+
+@pytest.mark.parametrize("case", SERVING, ids=[c["name"] for c in SERVING])
+def test_every_serving_case_that_ran_is_accepted(case):
+    """The deployment's weights and its largest prefill batch (what stays beside the KV cache) fit the GPU."""
+    serve = case["serve"]
+    tokens = min(int(_flag(serve, "--max-num-batched-tokens", 2048)), int(_flag(serve, "--max-model-len", 8192)))
+    spec = LlmSpec(model=_flag(serve, "--model"), tp=int(_flag(serve, "--tp", 1)), mode="prefill", batch_size=1,
+                   prompt_len=tokens)
+    dims, cfg = spec.resolve(on_warning=lambda line: None)
+    capacity = get_platform(case["platform"]).device_memory_bytes()
+    assert verdict(peak_memory(dims, cfg).total, capacity) == "fits"
+
+
+# torchtitan's published FSDP2 runs on 64 A100-80GB (docs/performance.md before its 2024-12 rewrite, commit
+# 04133643: Llama 3 8B and 70B at local batch 1, Llama 2 13B and 70B; sequence 8192 for Llama 3, 4096 for Llama 2)
+A100_RUNS = {
+    "llama3-8b-bs1-selective": ["--model", "llama3-8b", "--seq-len", "8192", "--micro-batch-size", "1",
+                                "--recompute", "selective"],
+    "llama3-70b-bs1-full": ["--model", "llama3-70b", "--seq-len", "8192", "--micro-batch-size", "1",
+                            "--recompute", "full"],
+    "llama2-13b-bs2-no-ac": ["--model", "llama2-7b", "--layers", "40", "--hidden", "5120", "--heads", "40",
+                             "--kv-heads", "40", "--ffn-hidden", "13824", "--seq-len", "4096",
+                             "--micro-batch-size", "2"],
+    "llama2-70b-bs1-selective": ["--model", "llama2-70b", "--seq-len", "4096", "--micro-batch-size", "1",
+                                 "--recompute", "selective"],
+    "llama2-70b-bs2-full": ["--model", "llama2-70b", "--seq-len", "4096", "--micro-batch-size", "2",
+                            "--recompute", "full"],
+}
+
+
+@pytest.mark.parametrize("name", A100_RUNS)
+def test_torchtitans_published_fsdp_runs_are_accepted(name):
+    dims, cfg = _resolve(A100_RUNS[name] + ["--dp", "64", "--zero", "3", "--no-dropout"])
+    assert verdict(peak_memory(dims, cfg).total, get_platform("dgx-a100").device_memory_bytes()) == "fits"
+
+
+# configurations published as out of memory, with their settings
+OOM = {
+    # torchtitan docs/performance.md (commit 04133643), footnote 1: "the 70B training with local batch size 2 will
+    # cause an OOM error when selective activation checkpointing is used" (Llama 2 70B, FSDP2, 64 A100-80GB)
+    "torchtitan-llama2-70b-bs2-selective-64xA100": (
+        ["--model", "llama2-70b", "--seq-len", "4096", "--dp", "64", "--zero", "3", "--micro-batch-size", "2",
+         "--recompute", "selective", "--no-dropout"], 80e9),
+    # torchtitan docs/performance.md, section "Llama 3.1 performance numbers" (the version reporting 405B on 128
+    # H100 94GB, before the December 2024 rewrite): "We do see OOM for 1D parallelism (FSDP2)", local batch 2,
+    # full activation checkpointing
+    "torchtitan-llama3.1-405b-fsdp128-bs2-full": (
+        ["--model", "llama3.1-405b", "--seq-len", "8192", "--dp", "128", "--zero", "3", "--micro-batch-size", "2",
+         "--recompute", "full", "--no-dropout"], 94e9),
+}
+
+
+@pytest.mark.parametrize("name", OOM)
+def test_configurations_reported_out_of_memory_are_refused(name):
+    argv, capacity = OOM[name]
+    dims, cfg = _resolve(argv)
+    assert verdict(peak_memory(dims, cfg).total, int(capacity)) == "oom"
+
+
+@pytest.mark.parametrize("vp", [2, 3, 4, 6, 12])
+@pytest.mark.parametrize("gemm", ["same", "fp8"])
+def test_search_keeps_the_mlperf_gpt3_layouts(vp, gemm):
+    """GPT-3 175B on 1024 H100-80GB as MLPerf submitters ran it (TP 8, PP 8, interleaved, DP 16, micro-batch 1,
+    the distributed optimizer, global batch 2048): astra search's memory filter keeps every such layout."""
+    dims, cfg = _resolve(["--preset", "gpt3-175b", "--tp", "8", "--pp", "8", "--virtual-stages", str(vp),
+                          "--dp", "16", "--micro-batches", "128", "--micro-batch-size", "1", "--sequence-parallel",
+                          "--zero", "1", "--no-dropout", "--gemm-dtype", gemm])
+    capacity = get_platform("hgx-h100").device_memory_bytes()
+    assert verdict(peak_memory(dims, cfg).total, capacity) != "oom"
+
+
+def test_the_verdict_has_a_near_miss_band():
+    assert verdict(100, 100) == "fits"
+    assert verdict(101, 100) == "near"
+    assert verdict(int(100 * (1 + UNCERTAINTY)), 100) == "near"
+    assert verdict(int(100 * (1 + UNCERTAINTY)) + 1, 100) == "oom"
