@@ -20,9 +20,12 @@ NAME[:ARG]`` (None without one) and returns an :class:`Executor`.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import queue as queue_module
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -30,6 +33,43 @@ from astra_sim.errors import ConfigError, PluginError
 
 #: how much longer than the task timeout a local worker may stay silent before it is killed
 KILL_GRACE_S = 10.0
+#: how many more times a task a Dask worker lost (it died, or its connection did) is submitted again
+DASK_RETRIES = 2
+#: the signals that stop a command running workers (Ctrl-C, kill, a closed terminal)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Stopped(KeyboardInterrupt):
+    """A stop signal while a command's workers run; the command exits ``128 + signal number`` (130, 143, 129)."""
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signal_name = signal.Signals(signum).name
+        self.exit_code = 128 + signum
+
+
+@contextlib.contextmanager
+def stop_on_signals():
+    """Inside the block SIGINT, SIGTERM and SIGHUP raise :class:`Stopped` in the main thread, so every ``finally``
+    (closing the executor: no worker outlives the command) runs; a second signal while it does is ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    stopped = []
+
+    def handler(signum, _frame):
+        if not stopped:
+            stopped.append(signum)
+            raise Stopped(signum)
+
+    previous = {}
+    try:
+        for signum in STOP_SIGNALS:
+            previous[signum] = signal.signal(signum, handler)
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
 
 
 class ExecutorFailure:
@@ -68,9 +108,11 @@ class Executor:
 
 
 def _worker_main(inbox, outbox):
-    """A local pool process: run tasks until told to stop (None)."""
+    """A local pool process: run tasks until told to stop (None). Ctrl-C reaches the whole process group: the
+    parent stops the workers, which ignore it (no traceback from each)."""
     import importlib
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     while True:
         item = inbox.get()
         if item is None:
@@ -140,16 +182,24 @@ class LocalPool(Executor):
                 time.sleep(0.02)
 
     def close(self):
+        """Idle workers are told to stop; busy ones (their results will never be read: the command stops, or
+        left the loop) are killed at once."""
         for worker in self._procs:
-            try:
-                worker["inbox"].put(None)
-            except (OSError, ValueError):
-                pass
+            if worker["task"] is None:
+                try:
+                    worker["inbox"].put(None)
+                except (OSError, ValueError):
+                    pass
         for worker in self._procs:
-            worker["proc"].join(timeout=5)
-            if worker["proc"].is_alive():
-                worker["proc"].kill()
-                worker["proc"].join()
+            proc = worker["proc"]
+            if worker["task"] is None:
+                proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+            for q in (worker["inbox"], worker["outbox"]):
+                q.cancel_join_thread()  # what a killed worker never read must not hold up the exit
+                q.close()
         self._procs = []
 
 
@@ -195,16 +245,24 @@ class DaskExecutor(Executor):
         return self.client.scatter(payload, broadcast=False, hash=True)
 
     def run(self, fn, tasks, timeout=None):
+        """A task whose worker was lost is submitted again, at most :data:`DASK_RETRIES` times (``fn`` never raises
+        for the task's own failure, so an exception here is the cluster's)."""
+        distributed = _distributed()
         futures = {}
         for task, payload in tasks:
-            future = self.client.submit(fn, task, payload, pure=False)
-            futures[future] = task
-        for future in _distributed().as_completed(futures):
-            task = futures[future]
+            futures[self.client.submit(fn, task, payload, pure=False)] = (task, payload, 0)
+        pending = distributed.as_completed(list(futures))
+        for future in pending:
+            task, payload, retried = futures.pop(future)
             try:
                 result = future.result()
             except Exception as exc:  # the worker died or the task was lost
-                result = ExecutorFailure(f"Dask task failed: {type(exc).__name__}: {exc}")
+                if retried < DASK_RETRIES:
+                    again = self.client.submit(fn, task, payload, pure=False)
+                    futures[again] = (task, payload, retried + 1)
+                    pending.add(again)
+                    continue
+                result = ExecutorFailure(f"Dask task failed {retried + 1} times: {type(exc).__name__}: {exc}")
             yield task, result
 
     def broadcast(self, fn, *args):
@@ -318,5 +376,5 @@ def make_executor(jobs=None, dask=None, executor=None, pm=None) -> Executor:
     return made
 
 
-__all__ = ["Executor", "ExecutorFailure", "LocalPool", "DaskExecutor", "ExecutorRegistry", "executor_registry",
+__all__ = ["Executor", "ExecutorFailure", "Stopped", "stop_on_signals", "LocalPool", "DaskExecutor", "ExecutorRegistry", "executor_registry",
            "executors", "make_executor", "register_builtin_executors"]

@@ -11,7 +11,7 @@ import time
 
 from astra_sim.cliutil import warning
 from astra_sim.errors import AstraError, ConfigError
-from astra_sim.executors import ExecutorFailure, make_executor
+from astra_sim.executors import ExecutorFailure, Stopped, make_executor, stop_on_signals
 
 from .point import RESULT_COLUMNS, WorkloadRef, remove_cache, run_point, workload_digest
 from .results import Results, column_type, results_format
@@ -108,7 +108,15 @@ def check_base(plan, sweep_id, state):
 
 def run_sweep(spec_path, output, *, jobs=None, dask=None, executor=None, point_timeout=None, retry_errors=False,
               progress=None, state=None, executor_object=None):
-    """Run the sweep; returns a summary dict (counts, ``ran``, ``wall_s``, ``points_per_minute``)."""
+    """Run the sweep; returns a summary dict (counts, ``ran``, ``wall_s``, ``points_per_minute``). SIGINT, SIGTERM
+    or SIGHUP stop the workers, keep the finished rows and raise :class:`~astra_sim.executors.Stopped`."""
+    with stop_on_signals():
+        return _run_sweep(spec_path, output, jobs, dask, executor, point_timeout, retry_errors, progress, state,
+                          executor_object)
+
+
+def _run_sweep(spec_path, output, jobs, dask, executor, point_timeout, retry_errors, progress, state,
+               executor_object):
     from .point import worker_state
 
     if dask and executor:
@@ -134,6 +142,7 @@ def run_sweep(spec_path, output, *, jobs=None, dask=None, executor=None, point_t
     show = progress if progress is not None else sys.stderr.isatty()
     bar = _Progress(len(ids), len(earlier), show)
     ran = 0
+    stopped = None
     try:
         for point in [p for p in todo if p.id in plan.early]:
             row = {"point": point.id, **point.values, **{k: None for k in RESULT_COLUMNS}}
@@ -169,9 +178,15 @@ def run_sweep(spec_path, output, *, jobs=None, dask=None, executor=None, point_t
                     ex.close()
         else:
             remove_cache(sweep_id)
+    except Stopped as stop:
+        stopped = stop
+        raise
     finally:
         bar.close()
         results.finish(ids)
+        if stopped is not None:
+            print(f"astra: {stopped.signal_name}: {len(results.rows)} of {len(ids)} points kept; rerun the same "
+                  "command to resume", file=sys.stderr)
     wall = time.perf_counter() - started
     return {"points": len(ids), "earlier": len(earlier), "ran": ran, "wall_s": wall,
             "points_per_minute": ran / wall * 60 if wall > 0 and ran else None, **counts, "output": str(output)}
