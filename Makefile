@@ -10,11 +10,17 @@ STAMP := $(VENV)/.installed
 install: $(STAMP)
 
 $(STAMP): pyproject.toml testing/pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS))
+	@echo "make install [1/4]: a virtual environment in $(VENV)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "make install [2/4]: the newest pip"
 	$(BIN)/python -m pip install -q --upgrade pip
+	@echo "make install [3/4]: the test tools (pytest, hypothesis, HolisticTraceAnalysis)"
 	$(BIN)/python -m pip install -q hatchling pytest hypothesis holistictraceanalysis
+	@echo "make install [4/4]: the kernel and its $(words $(PLUGINS)) plugins with their dependencies (numpy, pandas, dask and"
+	@echo "                    ns-3, whose package alone is about 520 MB: 2-3 minutes the first time)"
 	$(BIN)/python -m pip install -q -e . -e testing $(addprefix -e ,$(PLUGINS))
 	touch $(STAMP)
+	@echo "make install: done; the command is $(BIN)/astra (docs/first-day.md walks through a first day)"
 
 demo: install
 	$(BIN)/astra run \
