@@ -33,6 +33,10 @@ PUBLISHED = {
     "gemma3-27b": (27, None), "deepseek-v3": (671, 37), "deepseek-v2": (236, 21), "deepseek-v2-lite": (15.7, None),
     "deepseek-moe-16b": (16.4, None), "gpt2": (0.124, None), "gpt-neox-20b": (20.55, None),
     "phi3-mini": (3.8, None), "gpt3-175b": (175, None), "gpt3-13b": (12.85, None),
+    # (test_llm_new_models.py: gpt-oss's card counts actives without the input embedding; Gemma 3: text only)
+    "llama3.3-70b": (70.6, None), "deepseek-r1": (671, 37), "gpt-oss-20b": (20.91, None),
+    "gpt-oss-120b": (116.83, None), "mistral-small-24b": (23.6, None), "gemma3-4b": (3.88, None),
+    "gemma3-12b": (11.77, None),
 }
 
 

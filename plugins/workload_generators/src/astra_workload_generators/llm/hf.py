@@ -24,7 +24,7 @@ CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 #: model_type -> family: which keys it uses (see :func:`_read`)
 FAMILIES = {
     "llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llama", "phi3": "llama",
-    "mixtral": "mixtral",
+    "mixtral": "mixtral", "gpt_oss": "mixtral",
     "qwen2_moe": "qwen_moe", "qwen3_moe": "qwen_moe",
     "gemma2": "gemma", "gemma3": "gemma", "gemma3_text": "gemma",
     "deepseek": "deepseek", "deepseek_v2": "deepseek", "deepseek_v3": "deepseek",
@@ -38,6 +38,14 @@ UNMODELLED = {
     "quantization_config": "quantized weights (weights are --dtype)",
     "vision_config": "the vision encoder (the text decoder only is generated)",
     "mlp_only_layers": "dense layers listed in mlp_only_layers (every layer is MoE)",
+}
+
+
+#: What a model type has that the generator approximates (warned about whenever such a config is read).
+APPROXIMATED = {
+    "gpt_oss": ("attention sinks (one learned logit per head added to each softmax: no GEMM, not timed), the "
+                "clamped SwiGLU (swiglu_limit) timed as SwiGLU, and the attention and expert biases (not counted: "
+                "under 0.1 % of the parameters) are approximated"),
 }
 
 
@@ -60,7 +68,7 @@ def resolve_model_path(spec) -> Path:
     import difflib
 
     names = shipped_configs()
-    close = difflib.get_close_matches(_normalized(spec), [_normalized(n) for n in names], n=3, cutoff=0.6)
+    close = difflib.get_close_matches(_normalized(spec), [_normalized(n) for n in names], n=5, cutoff=0.6)
     hints = [n for n in names if _normalized(n) in close]
     hint = f" (did you mean {', '.join(repr(n) for n in hints)}?)" if hints else ""
     raise ConfigError(f"--model {spec!r}: not a config file, a folder holding config.json, or a shipped config{hint}; "
@@ -233,6 +241,8 @@ def _read(r: _Reader, model_type):
     for key, what in UNMODELLED.items():
         if d.get(key) not in (None, False, 0, [], {}):
             warnings.append(f"{r.path}: key {key!r}: {what}")
+    if model_type in APPROXIMATED:
+        warnings.append(f"{r.path}: model_type {model_type!r}: {APPROXIMATED[model_type]}")
     return dims, warnings
 
 
