@@ -439,3 +439,16 @@ def test_broken_pipe_in_process(capsys, files, monkeypatch):
 
     monkeypatch.setattr(sys, "stdout", Closed())
     assert main([*base_args(files), "--astra-sim-log", "-q"]) == 141
+
+
+def test_version_answers_before_any_plugin_loads(monkeypatch, capsys):
+    """`astra --version` probes an install: it must not pay for loading every plugin (issue: under 0.1 s)."""
+    import astra_sim.plugins as plugins_module
+    from astra_sim.cli import main
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("plugins were loaded for --version")
+
+    monkeypatch.setattr(plugins_module, "make_plugin_manager", refuse)
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.startswith("astra-sim-py ")

@@ -113,6 +113,9 @@ def _plugin_selection(argv):
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv == ["--version"]:  # answered before any plugin loads: scripts call it to probe the install
+        print(f"astra-sim-py {__version__}")
+        return 0
     try:
         code = _main(argv)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit flush
