@@ -278,8 +278,10 @@ def test_no_command_prints_help(capsys):
 
 
 def test_version(capsys):
-    with pytest.raises(SystemExit) as info:
-        main(["--version"])
+    assert main(["--version"]) == 0
+    assert __version__ in capsys.readouterr().out
+    with pytest.raises(SystemExit) as info:  # with other words, argparse answers it
+        main(["-p", "network_analytical", "--version"])
     assert info.value.code == 0
     assert __version__ in capsys.readouterr().out
 
