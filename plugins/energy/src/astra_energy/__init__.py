@@ -1,0 +1,1 @@
+"""Power, clocks and energy for astra-sim-py (see docs/energy.md)."""

@@ -1,0 +1,1 @@
+"""Registers the energy accounting (``stats.energy``) and the power-cap options."""
