@@ -121,11 +121,15 @@ def _print_critical_path(report, console, stderr):
     if not c:
         return
     length = c["length_ns"]
-    rows = [[part_label(kind), format_ns(ns), format_share(ns, length)] for kind, ns in list(c["totals"].items())[:8]]
+    kinds = c.get("by_kind") or [{"name": k, "ns": ns} for k, ns in c["totals"].items()]
+    rows = [[part_label(g["name"]), format_ns(g["ns"]), format_share(g["ns"], length)] for g in kinds[:8]]
+    layers = [g for g in c.get("by_layer") or [] if g["name"] != "other" or len(c["by_layer"]) > 1]
+    rows += [[f"by layer: {g['name']}", format_ns(g["ns"]), format_share(g["ns"], length)] for g in layers[:6]]
     rows += [[f"  {item['name']} ({part_label(item['kind'])})", format_ns(item["ns"]), format_share(item["ns"], length)]
              for item in c["top"][:5]]
     print_table(f"critical path: {format_ns(length)} to the end of rank {c['rank']} ({len(c['items']):,} items "
-                f"on {c['ranks_visited']} rank{'s' if c['ranks_visited'] != 1 else ''}); top items indented",
+                f"on {c['ranks_visited']} rank{'s' if c['ranks_visited'] != 1 else ''}): by kind, by layer, then the "
+                "top items (indented)",
                 [Column("on the path"), Column("time", number=True), Column("share", number=True)], rows,
                 stderr=stderr, out=console)
 

@@ -11,12 +11,27 @@ The walk starts at the node that finishes last on the slowest rank and goes back
   the group on every member) and on from there; the collective from that moment to its end is on the path.
 
 The items cover ``[0, last finish]`` without gap or overlap (a stretch where no node explains the wait is
-kept as a ``gap`` item; ``host_launch`` when the host model is on: the kernel waited for the host to launch it), so their durations add up to the last finish time. Totals are given per kind
-(compute by op class, communication per communicator) with the top contributors (items summed by name).
+kept as a ``gap`` item; ``host_launch`` when the host model is on: the kernel waited for the host to launch it), so
+their durations add up to the last finish time.
+
+The path's time is then grouped, each group with its ns and share of the path (the groups add up to the path):
+
+* ``by_kind``: compute by op class (``compute:gemm``, ``compute:attention``, ... from :func:`astra_sim.ops.op_class`,
+  the breakdown's classes), collectives, sends and messages per communicator (``collective:tp``, ``message:pp``: a
+  receive that waited), ``host_launch`` and ``gap``;
+* ``by_layer``: the transformer layer a node belongs to, read from the names the generators write
+  (``fwd.l12.mb0.qkv``, ``tp_ar.bwd.l3.mb1.mlp_in``, ``layer12.attn.qkv``, ``model.layers.12.mlp``: ``layer 12``),
+  the model's other named
+  parts (``fwd.embedding.mb0``: ``embedding``, ``fwd.head.mb0``: ``head``, ``optimizer.adam``: ``optimizer``),
+  anything else ``other``;
+* ``top``: the largest contributors, items summed by name (after the groups: one node is rarely the story).
+
+``totals`` keeps the by-kind ns as a mapping (its earlier form).
 """
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_left
 
 from astra_analysis.events import Messages, track
@@ -183,29 +198,68 @@ _KIND = {K_COMPUTE: "compute", K_CPU: "cpu", K_COLL: "collective", K_SEND: "send
          K_MEM: "remote_memory", K_INSTANT: "instant"}
 
 
+#: a layer index in a node name: ``l12``, ``layer12`` or ``layers.12`` as a dotted (or underscored) component
+_LAYER = re.compile(r"(?:^|[._])(?:l|layer[._]?|layers[._])(\d+)(?=[._]|$)")
+#: a named part outside the layers: ``fwd.embedding...``, ``bwd.head...``, ``optimizer...``
+_PART = re.compile(r"^(?:(?:fwd|bwd)\.([a-z][a-z_]*)(?=[._]|$)|(optimizer)(?=[._]|$))")
+
+
+def layer_of(name):
+    """The layer (``layer 12``) or other named part of the model (``embedding``, ``head``, ``optimizer``) a node
+    name says it belongs to; ``other`` for a name that says neither."""
+    if not isinstance(name, str):
+        return "other"
+    found = _LAYER.search(name)
+    if found is not None:
+        return f"layer {int(found.group(1))}"
+    found = _PART.match(name)
+    return (found.group(1) or found.group(2)) if found is not None else "other"
+
+
+def kind_key(item):
+    """The by-kind group of a path item: ``compute:<op class>``, ``<collective|send|recv|message>:<communicator>``,
+    or its kind (``host_launch``, ``gap``, ``cpu``, ...)."""
+    kind = item["kind"]
+    if kind == "compute":
+        return f"compute:{item.get('op_class', 'other')}"
+    if kind in ("collective", "send", "recv", "message"):
+        return f"{kind}:{item.get('communicator', 'p2p')}"
+    return kind
+
+
+def _groups(totals, length):
+    """``[{"name", "ns", "share"}]``, largest first (ties by name), the share of the path's ``length``."""
+    ordered = sorted(totals.items(), key=lambda kv: (-kv[1], _natural(kv[0])))
+    return [{"name": name, "ns": ns, "share": round(ns / length, 6) if length else 0.0} for name, ns in ordered]
+
+
+def _natural(name):
+    """``layer 2`` before ``layer 10``."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
 def critical_path(analysis, report):
-    """The report's ``critical_path``: the items, totals per kind and the top contributors."""
+    """The report's ``critical_path``: the items, their time grouped by kind and by layer (ns and share of the
+    path), and the top contributors."""
     finishes = [r.finish_ns for r in report.ranks]
     if not finishes:
         return None
     last = max(range(len(finishes)), key=lambda r: (finishes[r], -r))
     items = CriticalPath(analysis).walk(last, finishes[last])
-    totals = {}
-    contributors = {}
+    totals, layers, contributors = {}, {}, {}
     for item in items:
         length = item["end_ns"] - item["start_ns"]
-        kind = item["kind"]
-        if kind == "compute":
-            key = f"compute:{item.get('op_class', 'other')}"
-        elif kind in ("collective", "send", "recv", "message"):
-            key = f"{kind}:{item.get('communicator', 'p2p')}"
-        else:
-            key = kind
+        key = kind_key(item)
         totals[key] = totals.get(key, 0) + length
+        layer = layer_of(item["name"])
+        layers[layer] = layers.get(layer, 0) + length
         name = (key, item["name"])
         contributors[name] = contributors.get(name, 0) + length
     top = sorted(contributors.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP]
-    return {"rank": last, "length_ns": finishes[last], "items": items,
+    path = finishes[last]
+    return {"rank": last, "length_ns": path, "items": items,
+            "by_kind": _groups(totals, path), "by_layer": _groups(layers, path),
             "totals": dict(sorted(totals.items(), key=lambda kv: -kv[1])),
-            "top": [{"kind": k, "name": n, "ns": ns} for (k, n), ns in top],
+            "top": [{"kind": k, "name": n, "ns": ns, "share": round(ns / path, 6) if path else 0.0}
+                    for (k, n), ns in top],
             "ranks_visited": len({item["rank"] for item in items})}

@@ -47,7 +47,14 @@ def astra_register_metrics(registry):
             ("critical_path.items.*.start_ns", "ns", "a step's start"),
             ("critical_path.items.*.end_ns", "ns", "a step's end"),
             ("critical_path.totals.*", "ns", "the path's time by kind (compute class, collective, message, wait)"),
+            ("critical_path.by_kind.*.ns", "ns", "the path's time by kind (compute by op class, communication by "
+             "communicator, receive waits, host launch)"),
+            ("critical_path.by_kind.*.share", "fraction", "that kind's share of the path"),
+            ("critical_path.by_layer.*.ns", "ns", "the path's time by layer (from the node names; embedding, head, "
+             "optimizer, other)"),
+            ("critical_path.by_layer.*.share", "fraction", "that layer's share of the path"),
             ("critical_path.top.*.ns", "ns", "the path's largest contributors"),
+            ("critical_path.top.*.share", "fraction", "a contributor's share of the path"),
             ("timeline.events", "count", "trace events the timeline holds"),
             ("timeline.flows", "count", "send-to-receive arrows"),
             ("timeline.link_counters", "count", "link-utilisation counter tracks"),
