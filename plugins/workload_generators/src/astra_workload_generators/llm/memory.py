@@ -238,7 +238,7 @@ def stage_memory(dims: ModelDims, cfg: LlmConfig, p: int) -> MemoryEstimate:
         d_part = dense * count // params
         return -(-d_part * bytes_per // dp_group) + -(-(count - d_part) * bytes_per // edp_group)
 
-    activations, in_flight = _activation_peak(dims, cfg, p, units, framework)
+    activations, recomputing, in_flight = _activation_peak(dims, cfg, p, units, framework)
     if cfg.inference:  # weights only; the logits stay in the activations, the allowance as before
         weights = params * nb
         kv = _kv_cache_bytes(dims, cfg, units)
@@ -252,14 +252,17 @@ def stage_memory(dims: ModelDims, cfg: LlmConfig, p: int) -> MemoryEstimate:
     if any(last for _, last, _ in units.values()):
         q = _lengths(dims, cfg)[0] // cfg.cp
         logits = logits_bytes(framework, cfg.micro_batch_size * q, vocab)
+    # the loss is over before the first layer is recomputed: the larger of the two transients counts
+    activations += max(0, recomputing - logits)
     allocated = weights + gradients + optimizer + activations + logits + buffers
     return MemoryEstimate(p, weights, gradients, optimizer, activations, 0, logits, buffers,
                           int(RESERVE_FRACTION * allocated), WORKSPACE_BYTES, in_flight, framework, (dims, cfg))
 
 
 def _activation_peak(dims, cfg, p, units, framework):
-    """(bytes, chunk passes alive) at the schedule's peak: each forward pass keeps its chunk's activations
-    until the matching backward; inference keeps one layer's working set of one micro-batch (and the logits)."""
+    """(bytes kept, bytes of the layer being recomputed, chunk passes alive) at the schedule's peak: each forward
+    pass keeps its chunk's activations until the matching backward; inference keeps one layer's working set of
+    one micro-batch (and the logits)."""
     nb = DTYPES[cfg.dtype][0]
     mode = recompute_mode(cfg)
     op_sac = framework == "fsdp2" and cfg.recompute_selective
@@ -289,7 +292,7 @@ def _activation_peak(dims, cfg, p, units, framework):
     if cfg.inference:  # nothing is kept for a backward pass: one layer's working set, and the logits
         largest = max(layer_bytes(i) for _, _, layers in units.values() for i in layers)
         logits = any(last for _, last, _ in units.values())
-        return largest + (4 * tokens * vocab if logits else 0), 1
+        return largest + (4 * tokens * vocab if logits else 0), 0, 1
     # a recomputed layer's full activations exist while it runs its backward
     recomputing = max(layer_activation_bytes(dims, cfg, "selective", dims.is_moe_layer(i), i)
                       for _, _, layers in units.values() for i in layers) if mode == "full" or op_sac else 0
@@ -303,7 +306,7 @@ def _activation_peak(dims, cfg, p, units, framework):
         else:
             live -= chunk_bytes[ch]
             alive -= 1
-    return peak + recomputing, peak_alive
+    return peak, recomputing, peak_alive
 
 
 def _kv_cache_bytes(dims, cfg, units):
