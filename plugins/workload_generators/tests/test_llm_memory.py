@@ -222,3 +222,19 @@ def test_framework_and_hbm_flags_end_to_end(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["workload", "llm", *SMALL_ARGV, "--framework", "jax", "--summary"])
     assert exc.value.code == 2
+
+
+def test_moe_dispatch_buffers_follow_the_routing():
+    from astra_workload_generators.llm import LlmSpec
+
+    def buffers(*extra):
+        dims, cfg = LlmSpec.from_argv(["--model", "mixtral-8x7b", "--layers", "4", "--dp", "8", "--ep", "8",
+                                       "--zero", "1", "--seq-len", "1024", *extra]).resolve(on_warning=lambda l: None)
+        return stage_memory(dims, cfg, 0).buffers
+
+    balanced = buffers()
+    tokens, h = 1024, 4096
+    assert balanced == 2 * tokens * 2 * h * 2  # top-2 copies sent and received, bf16
+    assert buffers("--moe-imbalance", "2") == (2 * tokens + 4 * tokens) * h * 2
+    # half the capacity drops half the copies on both sides
+    assert buffers("--moe-capacity-factor", "0.5") == balanced // 2

@@ -47,7 +47,8 @@ from dataclasses import dataclass, field
 
 from .config import DTYPES, LlmConfig, implied_framework
 from .memory_terms import (
-    LOGITS_BYTES, RESERVE_FRACTION, WORKSPACE_BYTES, logits_bytes, model_states, op_sac_layer_bytes,
+    LOGITS_BYTES, RESERVE_FRACTION, WORKSPACE_BYTES, logits_bytes, model_states, moe_dispatch_bytes,
+    op_sac_layer_bytes,
 )
 from .model import ModelDims, _lengths, layer_shards, mtp_shards, padded_vocab
 from .routing import ep_loads, routed_rows
@@ -246,6 +247,11 @@ def stage_memory(dims: ModelDims, cfg: LlmConfig, p: int) -> MemoryEstimate:
         return MemoryEstimate(p, weights, 0, 0, activations, kv, reserve=reserve, context=WORKSPACE_BYTES,
                               in_flight=in_flight, framework=framework, source=(dims, cfg))
     weights, gradients, optimizer, buffers = model_states(framework, cfg, params, unit_sizes, edges, sharded)
+    moe = [i for _, _, layers in units.values() for i in layers if dims.is_moe_layer(i)]
+    if moe:  # one MoE layer's dispatch at a time: the largest
+        q = _lengths(dims, cfg)[0] // cfg.cp
+        tokens = cfg.micro_batch_size * q
+        buffers += max(moe_dispatch_bytes(dims, cfg, tokens, _moe_rows(dims, cfg, tokens, i)) for i in moe)
     if cfg.gemm_dtype == "fp8" and framework == "megatron":
         weights += FP8_WEIGHT_BYTES * linear
     logits = 0
@@ -257,6 +263,13 @@ def stage_memory(dims: ModelDims, cfg: LlmConfig, p: int) -> MemoryEstimate:
     allocated = weights + gradients + optimizer + activations + logits + buffers
     return MemoryEstimate(p, weights, gradients, optimizer, activations, 0, logits, buffers,
                           int(RESERVE_FRACTION * allocated), WORKSPACE_BYTES, in_flight, framework, (dims, cfg))
+
+
+def _moe_rows(dims, cfg, tokens, layer):
+    """Token copies the rank's experts compute in MoE layer ``layer`` (as :func:`layer_activation_bytes`)."""
+    if cfg.moe_expert_load:
+        return cfg.ep * max(ep_loads(dims, cfg, tokens, dims.moe_index(layer)))
+    return routed_rows(dims, cfg, tokens)
 
 
 def _activation_peak(dims, cfg, p, units, framework):

@@ -91,3 +91,13 @@ def op_sac_layer_bytes(dims, cfg, tokens: int) -> int:
     per_token = h // replicated_div + dims.o_width // t + saved + (2 * h // t if t > 1 else 0)
     lse = dims.heads // t * 4  # fp32 log-sum-exp per head and token
     return tokens * (per_token * nb + lse)
+
+
+def moe_dispatch_bytes(dims, cfg, tokens: int, rows: int) -> int:
+    """The all-to-all token dispatcher's buffers while one MoE layer runs (Megatron-LM's
+    ``MoEAlltoAllTokenDispatcher``: the permuted token copies this rank sends, ``tokens * top_k`` capped by the
+    experts' capacity, and the ``rows`` it receives for its experts, both ``h`` wide in --dtype); ``rows``
+    follows the routing (capacity factor, padding, imbalance or expert loads: :func:`.routing.routed_rows`)."""
+    nb = DTYPES[cfg.dtype][0]
+    sent = min(tokens * dims.top_k, rows) if cfg.moe_capacity_factor is not None else tokens * dims.top_k
+    return (sent + rows) * dims.hidden * nb
