@@ -68,8 +68,11 @@ def print_summary(report, max_rows, stderr=False):
     _print_critical_path(report, console, stderr)
     stats = report.stats
     slowest = max(ranks, key=lambda r: r.finish_ns) if ranks else None
+    interval = stats.get("step_interval_90_ns")  # set by the validation plugin: empirical, from its residuals
     console.print(
         f"step time {format_ns(report.max_finish_ns)}"
+        + (f" (90 %: {format_ns(interval[0])}-{format_ns(interval[1])}, empirical over "
+           f"{stats.get('step_interval_90_cases')} validated steps)" if interval else "")
         + (f" (rank {slowest.rank})" if slowest is not None and len(ranks) > 1 else "")
         + f", fastest rank {format_ns(report.min_finish_ns)}, max exposed communication "
         f"{format_ns(report.max_exposed_comm_ns)} | {stats.get('events', 0):,} events in "

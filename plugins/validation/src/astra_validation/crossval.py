@@ -55,6 +55,10 @@ TUNED = {
         "throughput), CV 1.4 from the page's median TTFT, TPOT and E2E", "by hand (docs/serving.md, cause (f))",
         None, why_not="the output lengths' mean and spread come from this page alone: with it left out there is "
         "nothing to derive them from"),
+    "memory.RESERVE_FRACTION": TunedConstant(
+        "memory.RESERVE_FRACTION", "pytorch/torchtitan docs/performance.md: the FSDP 8 and FSDP 128 rows without "
+        "torch.compile (max_memory_reserved over the estimate's allocated bytes)", "tools/fit_memory_reserve.py",
+        None, why_not="fitted on torchtitan's own rows only: with that source left out there is nothing to fit it on"),
 }
 
 

@@ -24,11 +24,40 @@ def astra_register_commands(subparsers):
     p.add_argument("--cv", action="store_true",
                    help="also leave one source out: refit every constant fitted on a source without it and predict "
                         "that source's cases (sources nothing was fitted on: the plain run)")
+    p.add_argument("--save-residuals", metavar="JSON",
+                   help="with --cv: write each regime's cross-validated errors here (what astra run's empirical "
+                        "90 %% interval of a training step is computed from; the shipped file is "
+                        "astra_validation/cases/residuals.json)")
     from astra_sim.cliutil import add_executor_flags, add_output_flags
 
     add_output_flags(p, "the results (times in integer ns, error as a fraction)")
     add_executor_flags(p)
     p.set_defaults(run_command=_cmd_validate)
+
+
+@hookimpl(trylast=True)
+def astra_run_finish(run, report):
+    """A training step simulated on a platform gets the empirical 90 % interval of the registry's cross-validated
+    step errors (``stats.step_interval_90_ns``; ``astra_validation.intervals``). Runs after the workload generator's
+    hook, whose ``stats.throughput`` says the run is a training step."""
+    throughput = report.stats.get("throughput")
+    if not isinstance(throughput, dict) or throughput.get("mode") != "train" or not run.options.get("platform"):
+        return
+    from astra_validation.intervals import step_interval
+
+    found = step_interval(report.max_finish_ns, "llm_step")
+    if found is not None:
+        report.stats["step_interval_90_ns"] = found["interval_ns"]
+        report.stats["step_interval_90_cases"] = found["cases"]
+
+
+@hookimpl
+def astra_register_metrics(registry):
+    registry.metric("stats.step_interval_90_ns.*", "ns", "empirical 90 % interval of the measured step time: the "
+                    "step scaled by the 5th and 95th percentiles of measured / simulated over astra validate's "
+                    "cross-validated training-step cases (low, high)")
+    registry.metric("stats.step_interval_90_cases", "count", "cross-validated training-step cases behind "
+                    "stats.step_interval_90_ns")
 
 
 def _cmd_validate(args):
@@ -37,6 +66,8 @@ def _cmd_validate(args):
     from astra_validation.registry import load_cases
     from astra_validation.summary import summarize
 
+    if args.save_residuals and not args.cv:
+        raise ConfigError("--save-residuals needs --cv (the residuals are the errors with each source left out)")
     cases = load_cases(args.cases)
     names = [n for item in args.only for n in item.split(",") if n]
     unknown = sorted(set(names) - {c.name for c in cases})
@@ -62,6 +93,12 @@ def _cmd_validate(args):
                            "failed": failed, "summary": summary}, indent=1) + "\n"
     if args.output:
         write_text_atomic(args.output, document)
+    if args.save_residuals:
+        from astra_validation.intervals import residuals_document
+
+        command = "astra validate --cv " + (f"--only {','.join(c.name for c in chosen)}" if names
+                                            else "--all" if args.all else "(the short cases)")
+        write_text_atomic(args.save_residuals, json.dumps(residuals_document(summary["cv"], command), indent=1) + "\n")
     if args.json:
         sys.stdout.write(document)
     for r in failed:
