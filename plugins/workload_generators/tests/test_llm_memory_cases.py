@@ -127,6 +127,12 @@ OOM = {
     "torchtitan-llama3.1-405b-fsdp128-bs2-full": (
         ["--model", "llama3.1-405b", "--seq-len", "8192", "--dp", "128", "--zero", "3", "--micro-batch-size", "2",
          "--recompute", "full", "--no-dropout"], 94e9),
+    # NVIDIA/Megatron-LM issue #606 ("CUDA OOM error when finetuning LLAMA2-7b with A100 40G and seq_length 64"):
+    # Llama 2 7B, TP 1, PP 1, 8 GPUs per node, micro-batch 1, sequence 64. Whether the distributed optimizer was
+    # on is not shown: with it (the smaller estimate, DP 8) the weights and fp32 main gradients alone exceed 40 GiB
+    "megatron-issue-606-llama2-7b-tp1-a100-40gb": (
+        ["--model", "llama2-7b", "--seq-len", "64", "--dp", "8", "--zero", "1", "--micro-batch-size", "1"],
+        40 * 2**30),
 }
 
 
