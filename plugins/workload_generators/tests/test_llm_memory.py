@@ -238,3 +238,16 @@ def test_moe_dispatch_buffers_follow_the_routing():
     assert buffers("--moe-imbalance", "2") == (2 * tokens + 4 * tokens) * h * 2
     # half the capacity drops half the copies on both sides
     assert buffers("--moe-capacity-factor", "0.5") == balanced // 2
+
+
+def test_a_loss_in_the_training_dtype_keeps_three_copies(capsys):
+    import json
+
+    dims = model_dims("gpt3-13b", layers=4)
+    fp32 = stage_memory(dims, LlmConfig(dp=8, zero=3, reshard_after_forward=True, framework="deepspeed"), 0)
+    same = stage_memory(dims, LlmConfig(dp=8, zero=3, reshard_after_forward=True, framework="deepspeed",
+                                        loss_dtype="same"), 0)
+    assert same.logits * 12 == fp32.logits * 3 * 2  # 3 bf16 copies instead of 12 bytes per element
+    assert main(["workload", "llm", *SMALL_ARGV, "--zero", "3", "--framework", "deepspeed", "--loss-dtype", "same",
+                 "--summary", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["memory"]["logits"] == same.logits  # (micro-batches do not matter)

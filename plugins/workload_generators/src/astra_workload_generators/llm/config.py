@@ -27,6 +27,8 @@ ATTENTIONS = ("flash", "unfused")
 
 #: --framework choices: whose memory semantics the estimate follows (docs/memory.md)
 FRAMEWORKS = ("megatron", "fsdp2", "deepspeed")
+#: --loss-dtype choices: the cross entropy upcasts the logits to fp32, or works on them in --dtype
+LOSS_DTYPES = ("fp32", "same")
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,7 @@ class LlmConfig:
     logits: str = "all"             # inference: LM head on "all" positions, or the "last" of each sequence (serving)
     pp_scatter_gather: bool = False  # TP without SP: each TP rank sends 1/TP of a stage boundary, all-gathered after
     framework: str | None = None    # megatron | fsdp2 | deepspeed (memory semantics); None: implied_framework()
+    loss_dtype: str = "fp32"        # training memory: the loss works on fp32 logits, or the "same" as --dtype
 
     @property
     def npus(self):
@@ -176,6 +179,8 @@ def _check(dims: ModelDims, cfg: LlmConfig):
                           "would compute its logits)")
     if cfg.framework is not None and cfg.framework not in FRAMEWORKS:
         raise ConfigError(f"--framework must be one of {', '.join(FRAMEWORKS)}, got {cfg.framework!r}")
+    if cfg.loss_dtype not in LOSS_DTYPES:
+        raise ConfigError(f"--loss-dtype must be one of {', '.join(LOSS_DTYPES)}, got {cfg.loss_dtype!r}")
     if cfg.framework == "fsdp2" and cfg.zero != 3 and not cfg.inference:
         raise ConfigError("--framework fsdp2 shards parameters, gradients and optimizer states (FULL_SHARD): "
                           "give --zero 3")

@@ -257,7 +257,7 @@ def stage_memory(dims: ModelDims, cfg: LlmConfig, p: int) -> MemoryEstimate:
     logits = 0
     if any(last for _, last, _ in units.values()):
         q = _lengths(dims, cfg)[0] // cfg.cp
-        logits = logits_bytes(framework, cfg.micro_batch_size * q, vocab)
+        logits = logits_bytes(framework, cfg, cfg.micro_batch_size * q, vocab)
     # the loss is over before the first layer is recomputed: the larger of the two transients counts
     activations += max(0, recomputing - logits)
     allocated = weights + gradients + optimizer + activations + logits + buffers
@@ -306,8 +306,9 @@ def _activation_peak(dims, cfg, p, units, framework):
         largest = max(layer_bytes(i) for _, _, layers in units.values() for i in layers)
         logits = any(last for _, last, _ in units.values())
         return largest + (4 * tokens * vocab if logits else 0), 0, 1
-    # a recomputed layer's full activations exist while it runs its backward
-    recomputing = max(layer_activation_bytes(dims, cfg, "selective", dims.is_moe_layer(i), i)
+    # a recomputed layer's full activations exist while it runs its backward (unfused: with its scores)
+    full = "none" if cfg.attention == "unfused" else "selective"
+    recomputing = max(layer_activation_bytes(dims, cfg, full, dims.is_moe_layer(i), i)
                       for _, _, layers in units.values() for i in layers) if mode == "full" or op_sac else 0
     live = peak = alive = peak_alive = 0
     for kind, ch, _mb in pipeline_schedule(cfg, p):

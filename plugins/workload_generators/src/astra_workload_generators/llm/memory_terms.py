@@ -32,8 +32,15 @@ DS_PREFETCH_BUCKET = 50_000_000
 MEGATRON_BYTES = {"bf16": (4, 12), "fp16": (2, 16), "fp32": (4, 8)}
 
 
-def logits_bytes(framework: str, tokens: int, vocab_per_rank: int) -> int:
-    """The loss's peak over the last stage's logits (see :data:`LOGITS_BYTES`)."""
+#: --loss-dtype same: elements of tokens x vocabulary/TP alive at the loss's peak, each in --dtype: the logits,
+#: the copy the loss works on (a shifted or upcast one) and its log-softmax (or, in the backward, two gradients)
+LOSS_SAME_ELEMENTS = 3
+
+
+def logits_bytes(framework: str, cfg, tokens: int, vocab_per_rank: int) -> int:
+    """The loss's peak over the last stage's logits (see :data:`LOGITS_BYTES`, :data:`LOSS_SAME_ELEMENTS`)."""
+    if cfg.loss_dtype == "same":
+        return LOSS_SAME_ELEMENTS * DTYPES[cfg.dtype][0] * tokens * vocab_per_rank
     return LOGITS_BYTES[framework] * tokens * vocab_per_rank
 
 

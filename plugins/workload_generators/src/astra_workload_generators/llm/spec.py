@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields
 
 from astra_sim.errors import ConfigError
 
-from .config import ATTENTIONS, DTYPES, FRAMEWORKS, GEMM_DTYPES, MODES, LlmConfig, check_config
+from .config import ATTENTIONS, DTYPES, FRAMEWORKS, GEMM_DTYPES, LOSS_DTYPES, MODES, LlmConfig, check_config
 from .model import PRESETS, ModelDims, model_dims
 from .overlap import COMM_SMS_GROUPS, load_tp_overlap_sms, parse_comm_sms
 from .routing import parse_expert_load
@@ -86,6 +86,7 @@ class LlmSpec:
     reshard_after_forward: bool | None = None  # None: on for --zero 3 training (FSDP2's and DeepSpeed's default)
     grad_sync_every_micro_batch: bool = False
     framework: str | None = None        # megatron | fsdp2 | deepspeed; None: implied by the flags
+    loss_dtype: str = "fp32"            # fp32 | same: the precision the loss works on the logits in (memory)
     recompute: str | None = None        # None, "full" or "selective"
     # kernels and precision
     elementwise: bool = True
@@ -223,7 +224,7 @@ class LlmSpec:
                         attention=self.attention, causal=self.causal, dropout=self.dropout,
                         gemm_dtype=self.gemm_dtype, inference_elementwise=self.inference_elementwise,
                         overlap_param_gather=self.overlap_param_gather, tp_comm_overlap=self.tp_comm_overlap,
-                        reshard_after_forward=reshard, framework=self.framework,
+                        reshard_after_forward=reshard, framework=self.framework, loss_dtype=self.loss_dtype,
                         grad_sync_every_micro_batch=self.grad_sync_every_micro_batch,
                         moe_capacity_factor=self.moe_capacity_factor,
                         moe_pad_to_capacity=self.moe_pad_to_capacity, moe_imbalance=self.moe_imbalance,
@@ -254,7 +255,7 @@ def generate_llm_workload(spec, prefix, per_rank_files=None, *, on_warning=None)
     spec = _spec_of(spec)
     dims, cfg = spec.resolve(on_warning)
     per_rank = spec.per_rank_files if per_rank_files is None else bool(per_rank_files)
-    summary = generate_llm(dims, cfg, prefix, per_rank_files=per_rank)
+    summary = generate_llm(dims, cfg, prefix, per_rank_files=per_rank, model_name=spec.model or spec.preset)
     summary["steps"] = cfg.steps
     return summary
 
@@ -461,6 +462,10 @@ def _add_flags(p):
                    "output; the router, LM head and attention stay in --dtype)")
     p.add_argument("--tflops", type=positive_float, default=312.0,
                    help="peak TFLOP/s for duration_micros (default 312, A100 BF16 dense)")
+    p.add_argument("--loss-dtype", choices=LOSS_DTYPES, default="fp32",
+                   help="training memory: the cross entropy works on the logits upcast to fp32 (default: Megatron-LM, "
+                   "torchtitan, Hugging Face Llama) or on them in --dtype (same: a loss on half-precision logits, "
+                   "e.g. Hugging Face GPT-2 under DeepSpeed fp16); see docs/memory.md")
     p.add_argument("--hbm-gb", type=positive_float, metavar="GB",
                    help="with --summary: the device's memory (decimal GB) to check the estimate against: the "
                    "margin, and when it does not fit, the one change of these flags that would (docs/memory.md)")
