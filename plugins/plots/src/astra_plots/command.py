@@ -4,7 +4,8 @@ Writes into DIR, each file whole (a temporary name, then renamed):
 
 * ``breakdown.png``: where the time goes, per rank or per group of identical ranks (needs the report's
   breakdown, on by default in ``astra run``);
-* ``timeline.png`` (with ``--timeline``): the streams of a few ranks over time (``--ranks``);
+* ``timeline.png`` (with ``--timeline``): a few ranks over time (``--ranks``), one lane per rank and stream
+  (compute, each communicator), receive waits shaded on their communicator's lane;
 * ``links.png``: link use over time, for ``congestion`` / ``flow`` runs written with ``--timeline``;
 * ``sweep.png`` (several reports): the runs side by side in a table;
 * ``latency_cdf.png`` and, for a QPS sweep or several reports, ``throughput_latency.png`` (``astra serve``
@@ -99,14 +100,15 @@ def run(args):
         written += _save(fig, args.output, "breakdown", args.svg)
     if timeline is not None:
         chosen = ranks if ranks is not None else _default_ranks(report, timeline)
-        fig = figures.timeline_figure(timeline, set(chosen))
+        fig = figures.timeline_figure(timeline, set(chosen), figures.run_title(report))
         if fig is None:
             notes.append(f"{args.timeline} has no event of ranks {chosen}: no timeline.png")
         else:
             written += _save(fig, args.output, "timeline", args.svg)
     names, rows, bin_ns = _link_rows(report, timeline)
     if rows:
-        written += _save(figures.links_figure(names, rows, bin_ns), args.output, "links", args.svg)
+        written += _save(figures.links_figure(names, rows, bin_ns, figures.run_title(report)), args.output, "links",
+                         args.svg)
     elif report.get("settings", {}).get("network_backend") in ("congestion", "flow"):
         notes.append("no link use over time in the report: run with --timeline to record it (links.png)")
     if len(reports) > 1:

@@ -40,7 +40,7 @@ class Timeline:
     """The parts of a Chrome timeline the plots use: complete events of some ranks, thread names, counters."""
 
     def __init__(self):
-        self.events = []  # (pid, tid, ts_us, dur_us, cat, name)
+        self.events = []  # (pid, tid, ts_us, dur_us, cat, name, communicator or None, op class or None)
         self.threads = {}  # (pid, tid) -> name
         self.counters = {}  # counter name -> [(ts_us, value)]
         self.pids = set()
@@ -85,13 +85,19 @@ def _keep(timeline, event, wanted):
     if ph == "X":
         timeline.pids.add(pid)
         if wanted is None or pid in wanted:
+            args = event.get("args") if isinstance(event.get("args"), dict) else {}
             timeline.events.append((pid, event.get("tid"), float(event.get("ts", 0)), float(event.get("dur", 0)),
-                                    event.get("cat", ""), event.get("name", "")))
+                                    event.get("cat", ""), event.get("name", ""), _text(args.get("communicator")),
+                                    _text(args.get("op_class"))))
     elif ph == "M" and event.get("name") == "thread_name":
         timeline.threads[(pid, event.get("tid"))] = (event.get("args") or {}).get("name", "")
     elif ph == "C":
         for value in (event.get("args") or {}).values():
             timeline.counters.setdefault(event.get("name", ""), []).append((float(event.get("ts", 0)), float(value)))
+
+
+def _text(value):
+    return value if isinstance(value, str) else None
 
 
 def read_sweep_results(path):

@@ -17,7 +17,8 @@ from .model import ModelDims, activated_parameter_count, inference_flops, parame
 from .stage import _StageBuilder
 
 
-def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True, per_rank_files=False):
+def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True, per_rank_files=False,
+                 model_name=None):
     """Write the workload, ``PREFIX.groups.json`` and ``PREFIX.groups.roles.json`` (each group's role: tp, dp,
     pp, ...); returns a summary dict.
 
@@ -40,7 +41,7 @@ def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True, per_ran
     memory = memory_estimate(dims, cfg)
     flops = (inference_flops(dims, cfg) if cfg.inference
              else training_flops(dims, cfg.dp * cfg.micro_batches * cfg.micro_batch_size, cfg.tp))
-    step_attrs = step_metadata(dims, cfg, flops)
+    step_attrs = step_metadata(dims, cfg, flops, model_name)
     nodes_per_stage = []
     per_ep = cfg.ep if cfg.moe_expert_load else 1
     symmetry = RankSymmetry(rank_symmetry(cfg))
@@ -80,7 +81,15 @@ def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True, per_ran
             "memory": memory, "peak_memory_bytes": max(m.total for m in memory)}
 
 
-def step_metadata(dims, cfg, flops):
+def layout_text(cfg):
+    """The step's parallel layout as people write it: ``TP 8 x PP 4 x DP 2``, CP when used, EP (which splits the
+    DP ranks' experts) after it: ``TP 1 x PP 1 x DP 8 (EP 8)``."""
+    parts = [("TP", cfg.tp), ("CP", cfg.cp), ("PP", cfg.pp), ("DP", cfg.dp)]
+    text = " x ".join(f"{name} {size}" for name, size in parts if size > 1 or name != "CP")
+    return text + (f" (EP {cfg.ep})" if cfg.ep > 1 else "")
+
+
+def step_metadata(dims, cfg, flops, model_name=None):
     """What the step computes, as GlobalMetadata attributes of every trace: the model FLOPs of the whole step (all
     ranks; the 6PT + attention count of :func:`training_flops`, or the forward of an inference step), the hardware
     FLOPs (full recomputation runs the forward again), the tokens and sequences it processes and the GEMMs' dtype.
@@ -96,4 +105,6 @@ def step_metadata(dims, cfg, flops):
     # FLOPs as doubles: a large step overflows 64-bit integers (405B x 16M tokens x 6 is 4e22)
     return {"model_flops_per_step": float(flops), "hardware_flops_per_step": float(hardware),
             "tokens_per_step": int(tokens), "sequences_per_step": int(sequences),
-            "compute_dtype": "fp8" if cfg.gemm_dtype == "fp8" else cfg.dtype, "step_mode": cfg.mode}
+            "compute_dtype": "fp8" if cfg.gemm_dtype == "fp8" else cfg.dtype, "step_mode": cfg.mode,
+            # what the step is, for titles (astra plot): the model as named (--model / --preset) and the layout
+            "layout": layout_text(cfg), **({"model_name": str(model_name)} if model_name else {})}

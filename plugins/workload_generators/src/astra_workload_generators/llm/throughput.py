@@ -39,6 +39,9 @@ def step_throughput(run, step_ns):
            "mode": attrs.get("step_mode", "train"),
            "model_flop_per_s_per_gpu": flops / seconds / gpus, "tokens_per_s": tokens / seconds,
            "tokens_per_s_per_gpu": tokens / seconds / gpus}
+    for key, name in (("model", "model_name"), ("layout", "layout")):  # what the step is (astra plot's titles)
+        if isinstance(attrs.get(name), str):
+            out[key] = attrs[name]
     peak = _peak_tflops(run, out["dtype"])
     if peak:
         out["peak_flop_per_s_per_gpu"] = peak * 1e12
