@@ -32,11 +32,16 @@ DATASHEETS = {
                           dense={"fp32": 60, "fp64": 60}, hbm_gbps=3900, hbm_gb=94, tdp=400, scaleup=300,
                           topology="pairwise"),
     # press reports of NVIDIA's H20 specification (dense figures)
+    # pytorch/torchtitan docs/performance.md (memory, bandwidth, power); peaks: the H100 NVL's (an assumption)
+    "H100-SXM-96GB-HBM2e": dict(sm=132, clock=None, sparse={"tf32": 835, "bf16": 1671, "fp16": 1671, "fp8": 3341,
+                                                             "int8": 3341},
+                                dense={"fp32": 60, "fp64": 60}, hbm_gbps=2400, hbm_gb=96, tdp=500, scaleup=450,
+                                topology="nvswitch"),
     "H20": dict(sm=78, clock=None, sparse={"tf32": 148, "bf16": 296, "fp16": 296, "fp8": 592, "int8": 592},
                 dense={"fp32": 44, "fp64": 1}, hbm_gbps=4000, hbm_gb=96, tdp=400, scaleup=450, topology="nvswitch"),
 }
 PLATFORMS = {"dgx-a100-40gb": "A100-SXM4-40GB", "h100-pcie": "H100-PCIe-80GB", "h100-nvl": "H100-NVL-94GB",
-             "hgx-h20": "H20"}
+             "hgx-h20": "H20", "grand-teton-h100": "H100-SXM-96GB-HBM2e"}
 
 
 @pytest.mark.parametrize("name", sorted(DATASHEETS))

@@ -234,6 +234,15 @@ PLATFORMS = {
                     "for HGX H20"},
         ),
         Platform(
+            "grand-teton-h100", "Meta Grand Teton (torchtitan's benchmarks): 8 x H100 96GB HBM2e at 500 W, fully "
+            "connected with NVLink, 400 Gb/s RDMA per GPU", "H100-SXM-96GB-HBM2e", 8, 400.0,
+            "400 Gb/s RDMA backend network per GPU",
+            {"gpus_per_node": "pytorch/torchtitan docs/performance.md: 'Each host has 8 NVIDIA H100 GPUs fully "
+                              "connected with NVLink' (modelled as NVSwitch)",
+             "nic": "pytorch/torchtitan docs/performance.md: 'Hosts are inter-connected with backend RDMA network "
+                    "with 400 Gb/s per GPU'"},
+        ),
+        Platform(
             "gb200-nvl72", "NVIDIA GB200 NVL72: one 72-GPU NVLink 5 domain per rack (node = rack), "
             "1 x 400 Gb/s per GPU", "B200", 72, 400.0, "ConnectX-7 400 Gb/s (4 per compute tray)",
             {"gpus_per_node": "NVIDIA GB200 NVL72 datasheet: 36 Grace CPUs + 72 Blackwell GPUs in one NVLink "
