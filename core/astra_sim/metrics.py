@@ -9,7 +9,8 @@ every number in real reports is declared exactly once, so a new metric has one p
 
 Units: ``ns`` (simulated time, integer), ``bytes``, ``count``, ``fraction`` (0..1), ``s`` (wall-clock seconds of the
 tool itself), ``per_s`` (a rate per wall-clock second), ``bytes_per_ns``, ``bits_per_s`` (a line rate), ``flop``, ``flop_per_s`` (per simulated second), ``id`` (a number that names something: a rank,
-a link).
+a link), ``mj`` (millijoules of simulated energy), ``w`` (watts), ``mhz`` (a clock), ``ratio`` (a positive
+quotient not bounded by 1, such as a PUE).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from dataclasses import dataclass
 
 from astra_sim.errors import PluginError
 
-UNITS = ("ns", "bytes", "count", "fraction", "s", "per_s", "bytes_per_ns", "bits_per_s", "flop", "flop_per_s", "id")
+UNITS = ("ns", "bytes", "count", "fraction", "s", "per_s", "bytes_per_ns", "bits_per_s", "flop", "flop_per_s", "id",
+         "mj", "w", "mhz", "ratio")
 
 
 @dataclass(frozen=True)

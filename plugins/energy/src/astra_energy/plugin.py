@@ -1,1 +1,107 @@
-"""Registers the energy accounting (``stats.energy``) and the power-cap options."""
+"""Registers the energy accounting (``stats.energy``), the power-limit and clock-lock options and their metrics.
+
+A run timed by the gpu compute model on a GPU with power data gets ``stats.energy`` (see docs/energy.md). With
+``--power-limit-w`` or ``--gpu-clock-mhz`` the GPU's op classes settle at a lower clock, and the gpu model's compute
+rates are scaled by it before the first event (``GpuComputeModel.set_clock_ratios``), so the step itself slows.
+"""
+
+from __future__ import annotations
+
+from astra_sim import hookimpl
+from astra_sim.errors import ConfigError
+
+_STATE = "energy"
+
+
+@hookimpl
+def astra_add_run_options(parser):
+    group = parser.add_argument_group("energy (power, clocks, joules per step and token)")
+    group.add_argument("--power-limit-w", type=float, default=None, metavar="W",
+                       help="the GPUs' board power limit, as nvidia-smi -pl sets it (default: the TDP); phases that "
+                            "would draw more run at a lower clock, which lengthens compute-bound work")
+    group.add_argument("--gpu-clock-mhz", type=float, default=None, metavar="MHZ",
+                       help="lock the GPUs' SM clock at most at MHZ, as nvidia-smi -lgc does (the power limit still "
+                            "applies)")
+    group.add_argument("--pue", type=float, default=None, metavar="F",
+                       help="the facility's power usage effectiveness for stats.energy.facility_energy_mj (default: "
+                            "1.58, the Uptime Institute's 2023 average; 1 gives IT energy)")
+
+
+def _gpu_model(run):
+    try:
+        from astra_gpu_model.model import GpuComputeModel
+    except ImportError:  # gpu_model is a dependency, but a broken install should not break every run
+        return None
+    model = run.compute_model
+    return model if isinstance(model, GpuComputeModel) else None
+
+
+def _gemm_class(model, dtype):
+    return "gemm_fp32" if dtype == "fp32" and not model.tf32 else "gemm"
+
+
+@hookimpl
+def astra_run_start(run):
+    from astra_energy.power import gpu_power
+
+    options = run.options
+    limit, clock, pue = options.get("power_limit_w"), options.get("gpu_clock_mhz"), options.get("pue")
+    if pue is not None and not pue >= 1.0:
+        raise ConfigError(f"--pue {pue:g}: expected a number >= 1 (facility energy over IT energy)")
+    model = _gpu_model(run)
+    capped = limit is not None or clock is not None
+    if model is None:
+        if capped:
+            raise ConfigError("--power-limit-w / --gpu-clock-mhz need the gpu compute model (--compute-model gpu or a "
+                              "GPU --platform): it scales the compute rates with the clock")
+        return
+    power = gpu_power(model.gpu.name)
+    if power is None:
+        if capped:
+            from astra_energy.power import known_gpus
+
+            raise ConfigError(f"--power-limit-w / --gpu-clock-mhz: no power data for GPU {model.gpu.name!r}; known: "
+                              f"{', '.join(known_gpus())}")
+        run.warn(f"energy: no power data for GPU {model.gpu.name!r}; the report has no stats.energy")
+        return
+    power.check_limits(limit, clock)
+    gemm_class = _gemm_class(model, model.default_dtype)
+    ratios = {"gemm": power.time_clock_ratio(gemm_class, limit, clock),
+              "attention": power.time_clock_ratio("attention", limit, clock),
+              "memory": power.time_clock_ratio("memory", limit, clock)}
+    if capped:
+        model.set_clock_ratios(ratios)
+    run.plugin_state[_STATE] = {"power": power, "limit": limit, "clock": clock, "time_ratios": ratios}
+
+
+@hookimpl(trylast=True)
+def astra_run_finish(run, report):
+    """``stats.energy`` (after the other plugins' finish hooks: it reads ``stats.throughput``'s tokens)."""
+    state = run.plugin_state.get(_STATE)
+    if not state:
+        return
+    if any(r.breakdown is None for r in report.ranks):
+        report.warnings.append("energy: the run recorded no breakdown (--no-breakdown); the report has no "
+                               "stats.energy")
+        return
+    from astra_energy.report import energy_stats
+    from astra_energy.system import default_pue, system_power
+
+    model = _gpu_model(run)
+    throughput = report.stats.get("throughput") if isinstance(report.stats.get("throughput"), dict) else {}
+    dtype = throughput.get("dtype") or model.default_dtype
+    platform = report.settings.get("platform") or {}
+    system = system_power(run.options.get("platform"), platform.get("devices_per_node"))
+    pue = run.options.get("pue") or default_pue()
+    report.stats["energy"] = energy_stats(
+        report, state["power"], system, pue=pue, power_limit_w=state["limit"], clock_mhz=state["clock"],
+        gemm_class=_gemm_class(model, dtype), tokens=throughput.get("tokens_per_step", 0),
+        mode=throughput.get("mode"))
+
+
+@hookimpl
+def astra_register_metrics(registry):
+    from astra_energy.report import METRICS
+
+    for key, unit, what in METRICS:
+        registry.metric(f"stats.energy.{key}", unit, what)

@@ -78,6 +78,7 @@ class GpuComputeModel:
         self.memory_op_rates = options.get("gpu_memory_op_rates", "measured") != "off"
         self._warn = getattr(context, "warn", None) or (lambda message: None)
         self._cache = {}
+        self.clock_ratios = {}  # set_clock_ratios: a power limit's or clock lock's SM clock, per op kind
         self._grouped_warned = False
         self._ops = {}  # (name, IOInfo, launched) -> Op or False (op_class, node_details)
         # rank -> {id: EtNode}: lets a GPU kernel node find the CPU op that launched it.
@@ -112,6 +113,18 @@ class GpuComputeModel:
 
     def stats(self):
         return dict(self.counts)
+
+    def set_clock_ratios(self, ratios):
+        """Run at a lower SM clock, as a power limit or clock lock makes the GPU do (the energy plugin's
+        ``--power-limit-w`` / ``--gpu-clock-mhz``): ``{"gemm": r, "attention": r, "memory": r}``, the clock over the
+        one the rates were calibrated at, ``0 < r <= 1`` (a kind not named keeps 1). GEMM and attention FLOP rates
+        (and ``num_ops`` nodes', as ``gemm``) and memory-bound ops' SM-side rates scale by ``r``; HBM bandwidth and
+        launch costs do not (the memory clock is separate), so memory-bound work barely slows."""
+        for kind, ratio in ratios.items():
+            if kind not in ("gemm", "attention", "memory") or not 0 < ratio <= 1:
+                raise ValueError(f"clock ratio {kind}={ratio!r}: kinds gemm, attention, memory; 0 < ratio <= 1")
+        self.clock_ratios = dict(ratios)
+        self._cache.clear()
 
     # ------------------------------------------------------------------ the compute model interface
     def compute_time_ns(self, node, rank):
@@ -299,7 +312,7 @@ class GpuComputeModel:
             return launch + op.nbytes / self._memory_rate(op.name, bw)
         dtype = op.dtype if op.dtype in DTYPE_BYTES else self.default_dtype
         rate = self._rate_dtype(dtype)
-        peak = gpu.peak_flops(rate)
+        peak = gpu.peak_flops(rate) * self.clock_ratios.get(op.kind, 1.0)
         if op.kind == "gemm" and grouped is not None:
             fit = grouped_params()
             return grouped_gemm_time_s(group_shapes(op.m, op.n, op.k, *grouped), peak_flops=peak,
@@ -332,7 +345,7 @@ class GpuComputeModel:
         gpu = self.gpu
         clock = gpu.boost_clock_mhz or reference["boost_clock_mhz"]
         scale = gpu.sm_count * clock / (reference["sm_count"] * reference["boost_clock_mhz"])
-        return min(hbm_rate, rate * scale)
+        return min(hbm_rate, rate * scale * self.clock_ratios.get("memory", 1.0))
 
     def _roofline_seconds(self, node):
         work = node_work(node)
@@ -343,7 +356,7 @@ class GpuComputeModel:
             return None
         gpu = self.gpu
         params = gpu.gemm
-        peak = gpu.peak_flops(self._rate_dtype(self.default_dtype))
+        peak = gpu.peak_flops(self._rate_dtype(self.default_dtype)) * self.clock_ratios.get("gemm", 1.0)
         t_c = num_ops / (params.compute_efficiency * peak)
         t_m = tensor_size / (params.hbm_efficiency * gpu.hbm_bytes_per_s)
         return params.launch_us * 1e-6 + max(t_c, t_m)

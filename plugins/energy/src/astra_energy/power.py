@@ -1,0 +1,96 @@
+"""A GPU's power: idle, per op class at full utilisation, and the clock it settles at under a limit.
+
+The clock-power curve (``data/power.json``, ``clock_power``)::
+
+    P(class, f) = P_idle + (P_class - P_idle) * (f / f_max) ** alpha
+
+``P_class`` is what the class draws fully busy at the maximum clock with no limit (a fraction of the TDP per class,
+``class_fraction_of_tdp``). Under a power limit ``L`` a class whose ``P_class`` exceeds ``L`` runs at the clock
+where ``P = L``; a clock lock caps ``f`` too (``nvidia-smi -lgc``), and the limit still applies. The gpu compute
+model's rates were calibrated on GPUs at their default limit (the TDP), so its times are scaled by the settled clock
+over the default one (:meth:`GpuPower.time_clock_ratio`), for compute-bound work only (the gpu model applies it to
+the FLOP rate, not to HBM bandwidth).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from astra_sim.errors import ConfigError
+
+#: the op classes that have a power (the breakdown's parts map onto them in :mod:`astra_energy.account`)
+CLASSES = ("gemm", "gemm_fp32", "attention", "memory", "comm", "idle")
+
+
+@functools.lru_cache(maxsize=1)
+def power_data() -> dict:
+    """``data/power.json`` (read once)."""
+    with open(Path(__file__).with_name("data") / "power.json", encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+@dataclass(frozen=True)
+class GpuPower:
+    """One GPU's power numbers (watts, MHz) and its clock-power exponent."""
+
+    name: str
+    tdp_w: float
+    idle_w: float
+    max_clock_mhz: float
+    class_w: dict = field(default_factory=dict)
+    alpha: float = 1.0
+
+    def watts(self, cls: str, clock_ratio: float = 1.0) -> float:
+        """Power of ``cls`` running at ``clock_ratio`` x the maximum clock (``idle`` is the idle power)."""
+        if cls == "idle":
+            return self.idle_w
+        return self.idle_w + (self.class_w[cls] - self.idle_w) * clock_ratio ** self.alpha
+
+    def settled_clock_ratio(self, cls: str, power_limit_w: float | None = None, clock_mhz: float | None = None) -> float:
+        """The clock (over the maximum) ``cls`` runs at under ``power_limit_w`` (None: the TDP) and a clock lock."""
+        limit = self.tdp_w if power_limit_w is None else power_limit_w
+        ratio = 1.0 if clock_mhz is None else min(1.0, clock_mhz / self.max_clock_mhz)
+        if cls == "idle":
+            return ratio
+        active = self.class_w[cls] - self.idle_w
+        if active > 0 and self.idle_w + active * ratio ** self.alpha > limit:
+            ratio = ((limit - self.idle_w) / active) ** (1.0 / self.alpha)
+        return ratio
+
+    def time_clock_ratio(self, cls: str, power_limit_w=None, clock_mhz=None) -> float:
+        """Settled clock over the default one (the TDP limit, no lock): what the gpu model's rates are scaled by."""
+        return self.settled_clock_ratio(cls, power_limit_w, clock_mhz) / self.settled_clock_ratio(cls)
+
+    def check_limits(self, power_limit_w=None, clock_mhz=None):
+        """ConfigError naming the flag when a limit is outside what the GPU accepts."""
+        if power_limit_w is not None and not (self.idle_w < power_limit_w <= self.tdp_w):
+            raise ConfigError(f"--power-limit-w {power_limit_w:g}: {self.name} accepts a limit above its idle power "
+                              f"({self.idle_w:g} W) and at most its TDP ({self.tdp_w:g} W)")
+        if clock_mhz is not None and not (0 < clock_mhz <= self.max_clock_mhz):
+            raise ConfigError(f"--gpu-clock-mhz {clock_mhz:g}: {self.name} runs at most at {self.max_clock_mhz:g} MHz "
+                              "(and above 0)")
+
+
+def known_gpus() -> list:
+    return sorted(power_data()["gpus"])
+
+
+def gpu_power(name: str, tdp_w: float | None = None) -> GpuPower | None:
+    """The power numbers of GPU ``name`` (a gpu_model preset name); None when the data has none and no ``tdp_w``
+    is given. A GPU described only by its TDP (a user YAML's ``tdp_w``) gets the idle power and the clock of no
+    preset: None too, since the clock and idle power cannot be guessed."""
+    data = power_data()
+    entry = data["gpus"].get(name)
+    if entry is None:
+        return None
+    tdp = float(entry["tdp_w"] if tdp_w is None else tdp_w)
+    fractions = data["class_fraction_of_tdp"]
+    class_w = {cls: fractions[cls] * tdp for cls in CLASSES if cls != "idle"}
+    return GpuPower(name=name, tdp_w=tdp, idle_w=float(entry["idle_w"]), max_clock_mhz=float(entry["max_clock_mhz"]),
+                    class_w=class_w, alpha=float(data["clock_power"]["alpha"]))
+
+
+__all__ = ["CLASSES", "GpuPower", "gpu_power", "known_gpus", "power_data"]

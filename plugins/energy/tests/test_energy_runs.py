@@ -1,0 +1,138 @@
+"""Whole runs: stats.energy in the report, a capped GEMM by hand, additivity, the options on the command line."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from astra_sim.chakra import make_node, types as T
+from astra_sim.cli import main as astra_main
+from astra_sim.errors import ConfigError
+from astra_sim.metrics import undeclared
+from astra_sim.simulation import simulate
+from astra_sim_testing import write_case
+
+from astra_gpu_model.model import GpuComputeModel
+from astra_gpu_model.ops import classify
+
+PLUGINS = ["network_analytical", "gpu_model", "energy"]
+BF16_PAIR = "['Tensor(c10::BFloat16)', 'Tensor(c10::BFloat16)']"
+N = 8192  # a square bf16 GEMM this size is compute-bound on an H100
+
+
+def gemm_case(tmp_path, n=N):
+    node = make_node(0, "aten::mm", T.COMP_NODE, duration_micros=1,
+                     attrs={"is_cpu_op": False, "inputs_shapes": f"[[{n}, {n}], [{n}, {n}]]", "inputs_types": BF16_PAIR})
+    return write_case(tmp_path, [node])
+
+
+def test_a_capped_compute_bound_gemm_by_hand(tmp_path):
+    """450 W on an H100 (idle 80 W, GEMM 700 W, alpha 1.32): the GEMM runs at r = (370/620)^(1/1.32) = 0.6763 of
+    the clock, so its compute time grows by 1/r and it draws 450 W: energy per FLOP x 450 / (700 r) = 0.9505
+    (a little less: the launch cost does not stretch)."""
+    prefix, system, network = gemm_case(tmp_path)
+    free = simulate(prefix, system, network, plugins=PLUGINS, compute_model="gpu")
+    capped = simulate(prefix, system, network, plugins=PLUGINS, compute_model="gpu", options={"power_limit_w": 450})
+    r = (370 / 620) ** (1 / 1.32)
+    assert r == pytest.approx(0.6763, abs=1e-4)
+    launch_ns = GpuComputeModel(None, "H100").gpu.gemm.launch_us * 1000
+    t0, t1 = free.max_finish_ns, capped.max_finish_ns
+    # the FLOP rate falls by r; the small HBM term of the GEMM model does not scale, hence 0.5 %
+    assert (t1 - launch_ns) == pytest.approx((t0 - launch_ns) / r, rel=5e-3)
+    flops = 2 * 2 * N ** 3  # two ranks
+    e0, e1 = free.stats["energy"], capped.stats["energy"]
+    assert e0["class_power_w"]["gemm"] == 700 and e1["class_power_w"]["gemm"] == pytest.approx(450)
+    assert e0["gpu_energy_mj"] == 2 * round(700 * t0 / 1e6)
+    assert e1["gpu_energy_mj"] == 2 * round(450 * t1 / 1e6)
+    per_flop0, per_flop1 = e0["gpu_energy_mj"] / flops, e1["gpu_energy_mj"] / flops
+    assert per_flop1 < per_flop0
+    assert per_flop1 / per_flop0 == pytest.approx(450 / (700 * r), rel=1e-2)
+    assert 450 / (700 * r) == pytest.approx(0.9505, abs=1e-4)
+    assert e1["clock_mhz"]["gemm"] == pytest.approx(1980 * r)
+    assert e1["time_clock_ratio"]["gemm"] == pytest.approx(r)
+
+
+def test_a_clock_lock_slows_compute_and_lowers_power(tmp_path):
+    prefix, system, network = gemm_case(tmp_path)
+    free = simulate(prefix, system, network, plugins=PLUGINS, compute_model="gpu")
+    locked = simulate(prefix, system, network, plugins=PLUGINS, compute_model="gpu", options={"gpu_clock_mhz": 990})
+    launch_ns = GpuComputeModel(None, "H100").gpu.gemm.launch_us * 1000
+    # half the clock, half the FLOP rate: nearly twice the time (the GEMM model's HBM term does not scale)
+    slowdown = (locked.max_finish_ns - launch_ns) / (free.max_finish_ns - launch_ns)
+    assert 1.95 < slowdown <= 2.0
+    assert locked.stats["energy"]["class_power_w"]["gemm"] == pytest.approx(80 + 620 * 0.5 ** 1.32)
+    assert locked.stats["energy"]["gpu_clock_lock_mhz"] == 990
+
+
+def test_memory_bound_work_barely_slows_under_a_cap():
+    model = GpuComputeModel(None, "H100")
+    op = classify("aten::add", "[[8192, 8192], [8192, 8192]]", BF16_PAIR, "")
+    before = model.op_seconds(op)
+    model.set_clock_ratios({"gemm": 0.5, "attention": 0.5, "memory": 1.0})
+    assert model.op_seconds(op) == before
+    gemm = classify("aten::mm", f"[[{N}, {N}], [{N}, {N}]]", BF16_PAIR, "")
+    slow = model.op_seconds(gemm)
+    model.set_clock_ratios({})
+    assert slow > 1.9 * model.op_seconds(gemm)
+    with pytest.raises(ValueError):
+        model.set_clock_ratios({"gemm": 1.5})
+
+
+def test_llm_step_energy_adds_up_and_is_declared(tmp_path):
+    from astra_workload_generators import LlmSpec, generate_llm_workload
+
+    prefix = str(tmp_path / "l")
+    generate_llm_workload(LlmSpec(preset="llama3-8b", tp=8, layers=2, seq_len=2048, micro_batches=2), prefix)
+    report = simulate(workload=prefix, platform="hgx-h100", nodes=1, plugins=PLUGINS + ["workload_generators"])
+    e = report.stats["energy"]
+    assert e["gpu_energy_mj"] == sum(e["by_part_mj"].values()) == e["by_component_mj"]["gpu"]
+    assert e["it_energy_mj"] == sum(e["by_component_mj"].values())
+    assert e["facility_energy_mj"] == round(e["it_energy_mj"] * 1.58)
+    # each rank's parts at their class's power, recomputed from the report's breakdown
+    watts = e["class_power_w"]
+    classes = {"compute:gemm": "gemm", "compute:attention": "attention", "compute:elementwise": "memory",
+               "idle": "idle"}
+    for part, mj in e["by_part_mj"].items():
+        cls = "comm" if part.startswith("exposed") else classes.get(part, "idle")
+        ns = sum(r.breakdown["parts"].get(part, 0) for r in report.ranks)
+        assert abs(mj - watts[cls] * ns / 1e6) <= len(report.ranks), part
+    tokens = report.stats["throughput"]["tokens_per_step"]
+    assert e["gpu_energy_per_token_mj"] == pytest.approx(e["gpu_energy_mj"] / tokens)
+    assert 80 < e["mean_power_w_per_gpu"] < 700 and e["peak_power_w_per_gpu"] == 700
+    assert e["mean_power_w_per_node"] == pytest.approx(e["it_energy_mj"] * 1e6 / report.max_finish_ns)
+    assert undeclared(report.to_dict()) == []
+    assert e["summary_line"].startswith("energy: ")
+
+
+def test_runs_without_the_gpu_model_have_no_energy_and_refuse_caps(tmp_path):
+    prefix, system, network = gemm_case(tmp_path, n=64)
+    replay = simulate(prefix, system, network, plugins=PLUGINS, compute_model="replay")
+    assert "energy" not in replay.stats
+    with pytest.raises(ConfigError, match="--power-limit-w"):
+        simulate(prefix, system, network, plugins=PLUGINS, compute_model="replay", options={"power_limit_w": 400})
+    with pytest.raises(ConfigError, match="--power-limit-w 800"):
+        simulate(prefix, system, network, plugins=PLUGINS, compute_model="gpu", options={"power_limit_w": 800})
+    with pytest.raises(ConfigError, match="--pue"):
+        simulate(prefix, system, network, plugins=PLUGINS, compute_model="gpu", options={"pue": 0.5})
+
+
+def test_cli_flags_end_to_end(tmp_path, capsys):
+    prefix, system, network = gemm_case(tmp_path, n=4096)
+    out = tmp_path / "r.json"
+    rc = astra_main(["run", "--workload-configuration", prefix, "--system-configuration", str(system),
+                     "--network-configuration", str(network), "--compute-model", "gpu", "--power-limit-w", "500",
+                     "--gpu-clock-mhz", "1800", "--pue", "1.2", "-o", str(out)])
+    assert rc == 0
+    e = json.loads(out.read_text())["stats"]["energy"]
+    assert e["power_limit_w"] == 500 and e["gpu_clock_lock_mhz"] == 1800 and e["pue"] == 1.2
+    assert e["class_power_w"]["gemm"] == pytest.approx(500)
+    assert e["clock_mhz"]["memory"] == pytest.approx(1800)
+    capsys.readouterr()
+    rc = astra_main(["run", "--workload-configuration", prefix, "--system-configuration", str(system),
+                     "--network-configuration", str(network), "--compute-model", "gpu", "--gpu-clock-mhz", "5000"])
+    assert rc != 0
+    err = capsys.readouterr().err
+    assert "--gpu-clock-mhz 5000" in err and "1980" in err
+    assert math.isfinite(e["mean_power_w_per_gpu"])

@@ -1,0 +1,102 @@
+"""The power model: class powers, the clock-power curve, limits, the data file's sources and the alpha fit."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from astra_sim.errors import ConfigError
+
+from astra_energy.fit import fit_alpha
+from astra_energy.power import CLASSES, gpu_power, known_gpus, power_data
+from astra_energy.system import default_pue, system_power
+
+
+def test_h100_numbers_come_from_the_data_file():
+    h100 = gpu_power("H100-SXM5-80GB")
+    assert (h100.tdp_w, h100.idle_w, h100.max_clock_mhz, h100.alpha) == (700, 80, 1980, 1.32)
+    assert h100.class_w == {"gemm": 700, "gemm_fp32": 525, "attention": 630, "memory": pytest.approx(301),
+                            "comm": 210}
+    assert h100.watts("idle") == 80
+    assert h100.watts("gemm") == 700
+    # half the clock: 80 + 620 * 0.5 ** 1.32
+    assert h100.watts("gemm", 0.5) == pytest.approx(80 + 620 * 0.5 ** 1.32)
+    assert gpu_power("no-such-gpu") is None
+
+
+def test_a_cap_settles_the_clock_where_the_class_draws_the_limit():
+    h100 = gpu_power("H100-SXM5-80GB")
+    r = h100.settled_clock_ratio("gemm", 450)
+    assert r == pytest.approx((370 / 620) ** (1 / 1.32))
+    assert h100.watts("gemm", r) == pytest.approx(450)
+    # a class under the limit keeps the maximum clock
+    assert h100.settled_clock_ratio("memory", 450) == 1.0
+    assert h100.settled_clock_ratio("gemm") == 1.0 == h100.time_clock_ratio("gemm")
+    # a clock lock caps every class; the limit still applies below it
+    assert h100.settled_clock_ratio("memory", None, 990) == 0.5
+    assert h100.settled_clock_ratio("gemm", 300, 1900) == pytest.approx((220 / 620) ** (1 / 1.32))
+    assert h100.settled_clock_ratio("idle", 300, 990) == 0.5
+
+
+@settings(max_examples=200, deadline=None)
+@given(limit=st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)),
+       clock=st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)))
+def test_any_limit_is_accepted_or_a_config_error_naming_its_flag(limit, clock):
+    h100 = gpu_power("H100-SXM5-80GB")
+    try:
+        h100.check_limits(limit, clock)
+    except ConfigError as exc:
+        assert "--power-limit-w" in str(exc) or "--gpu-clock-mhz" in str(exc)
+        return
+    for cls in CLASSES:
+        ratio = h100.settled_clock_ratio(cls, limit, clock)
+        assert 0 < ratio <= 1
+        assert h100.watts(cls, ratio) <= (limit if limit is not None else 700) + 1e-9
+
+
+def test_every_gpu_and_system_number_names_its_source():
+    data = power_data()
+    for name, entry in data["gpus"].items():
+        assert set(entry["sources"]) == {"tdp_w", "idle_w", "max_clock_mhz"}, name
+        assert 0 < entry["idle_w"] < entry["tdp_w"]
+    for cls in ("gemm", "gemm_fp32", "attention", "memory", "comm"):
+        assert data["class_fraction_of_tdp"]["sources"][cls]
+    for name, entry in data["systems"].items():
+        keys = {k for k in entry if k != "sources"}
+        assert set(entry["sources"]) == keys, name
+    assert data["pue"]["source"] and default_pue() == 1.58
+    assert set(known_gpus()) >= {"H100-SXM5-80GB", "A100-SXM4-80GB", "H200-SXM", "B200", "MI300X"}
+
+
+def test_gpu_names_match_the_gpu_model_presets_and_their_clocks():
+    from astra_gpu_model.gpu import load_gpu, preset_names
+
+    assert set(known_gpus()) <= set(preset_names())
+    for name in known_gpus():
+        spec = load_gpu(name)
+        if spec.boost_clock_mhz:
+            assert gpu_power(name).max_clock_mhz == spec.boost_clock_mhz, name
+        if spec.tdp_w:
+            assert gpu_power(name).tdp_w == spec.tdp_w, name
+
+
+def test_system_entries_by_platform():
+    assert system_power("hgx-h100").name == "default"
+    assert system_power("dgx-a100").name == "dgx-a100"
+    a = system_power("mi300x")
+    assert a.nvswitch_w_per_gpu == 0 and a.gpus_per_node == 8
+    assert system_power(None, 4).gpus_per_node == 4
+    assert system_power(None).components_w(1)["network_switches"] == 0
+    assert system_power(None).components_w(2)["network_switches"] == 40
+
+
+def test_alpha_is_the_fit_of_its_published_points():
+    points = power_data()["clock_power"]["fit_points"]
+    alpha = fit_alpha(points)
+    assert round(alpha, 2) == power_data()["clock_power"]["alpha"]
+    # by hand for the one point: ln((600 - 80) / 620) / ln(0.875)
+    assert alpha == pytest.approx(math.log(520 / 620) / math.log(0.875))
+    with pytest.raises(ValueError):
+        fit_alpha([{"gpu": "H100-SXM5-80GB", "power_limit_w": 800, "relative_throughput": 0.9}])
