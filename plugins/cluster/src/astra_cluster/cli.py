@@ -1,0 +1,77 @@
+"""``astra cluster SPEC.yaml [-o OUT.json] [--json]``: the command line (terminal in human units, JSON in ns)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from astra_sim.humanize import format_ns
+
+
+def add_command(sub):
+    from astra_sim.cliutil import add_output_flags
+
+    p = sub.add_parser(
+        "cluster", help="several jobs on one cluster: placement, shared links, stragglers, failures and goodput",
+        description="Answer a cluster spec (YAML): place its jobs on the machine, simulate them together against "
+        "each alone (slowdown, links they share), their step-time distribution under straggling GPUs, and the "
+        "cluster over time (arrivals, scheduler, failures, checkpoints, goodput). See docs/clusters.md.")
+    p.add_argument("spec", metavar="SPEC.yaml", help="the cluster spec")
+    add_output_flags(p, "the cluster report")
+    p.set_defaults(run_command=_cmd_cluster)
+
+
+def _cmd_cluster(args):
+    from astra_sim.safeio import write_text_atomic
+
+    from .cluster import run_cluster
+
+    report = run_cluster(args.spec)
+    text = json.dumps(report, indent=1)
+    if args.output:
+        write_text_atomic(args.output, text + "\n")
+    if args.json:
+        print(text)
+    else:
+        print_report(report, args.output)
+    return 0
+
+
+def print_report(report, output=None, file=None):
+    """The report for a terminal."""
+    out = file or sys.stdout
+    c = report["cluster"]
+    machine = f"{c['platform']} x {c['nodes']} nodes" if c["platform"] else f"{c['nodes']} nodes"
+    print(f"cluster: {machine}, {c['gpus']} GPUs ({c['gpus_per_node']} per node), network {c['network_backend']}, "
+          f"placement {c['placement']}, scheduler {c['scheduler']}, seed {c['seed']}", file=out)
+    for row in report["placement"]:
+        where = f"{row['gpus']} GPUs on {row['nodes']} nodes" if row["placed"] else "does not fit with the others"
+        print(f"  {row['job']}: {where}", file=out)
+    if "corun" in report:
+        print("together vs alone (same GPUs):", file=out)
+        for row in report["corun"]["jobs"]:
+            print(f"  {row['job']}: step {format_ns(row['together_step_ns'])} together, "
+                  f"{format_ns(row['alone_step_ns'])} alone: slowdown {row['slowdown']:.3f}x", file=out)
+        shared = report["corun"]["shared_links"]
+        print(f"  links shared: {len(shared)}" + ("" if not shared else " (" + ", ".join(
+            f"{s['src']}->{s['dst']} by {'+'.join(s['jobs'])}" for s in shared[:4]) + (", ..." if len(shared) > 4
+                                                                                      else "") + ")"), file=out)
+    for row in report.get("stragglers", []):
+        pace = ", ".join(f"GPU {p['gpu']} ({p['draws']} draws)" for p in row["pace_setters"][:3]) or "none"
+        print(f"stragglers {row['job']}: {row['draws']} draws: step median {format_ns(row['median_step_ns'])}, "
+              f"p95 {format_ns(row['p95_step_ns'])}, p99 {format_ns(row['p99_step_ns'])} (nominal "
+              f"{format_ns(row['nominal_step_ns'])}); pace set by {pace}", file=out)
+    if "timeline" in report:
+        t = report["timeline"]
+        goodput = t["cluster_goodput"]
+        print(f"over {format_ns(t['end_ns'])}: {t['failures']} failures, {t['jobs_done']} of {len(t['jobs'])} jobs "
+              f"done" + (f", mean completion {format_ns(t['mean_completion_ns'])}" if t["mean_completion_ns"] else "")
+              + (f", cluster goodput {goodput:.1%}" if goodput is not None else ""), file=out)
+        for row in t["jobs"]:
+            done = f"done in {format_ns(row['completion_ns'])}" if row["end_ns"] is not None else row["state"]
+            good = f", goodput {row['goodput']:.1%}" if row["goodput"] is not None else ""
+            every = f", checkpoint every {row['interval_steps']} steps" if row["interval_steps"] else ""
+            print(f"  {row['job']}: {done}, {row['useful_steps']}/{row['steps']} steps, {row['failures']} failures"
+                  f"{every}{good}", file=out)
+    print(f"distinct steps simulated: {report['distinct_steps_simulated']} ({report['wall_s']:.1f} s)"
+          + (f"; wrote {output}" if output else ""), file=out)

@@ -1,0 +1,89 @@
+"""The cluster's machine: how many GPUs, how they group into nodes, and one simulation on it.
+
+Every simulation goes through the kernel's public API (:class:`astra_sim.spec.RunSpec`,
+:func:`astra_sim.runner.run_spec`), so a cluster's step is what ``astra run`` gives for the same workload, machine
+and options, to the ns."""
+
+from __future__ import annotations
+
+from astra_sim.errors import ConfigError
+
+from .slowed import SLOWED
+
+
+class Machine:
+    """``total_gpus`` GPUs in ``nodes`` nodes of ``gpus_per_node`` (GPU ``g`` is on node ``g // gpus_per_node``)."""
+
+    def __init__(self, spec, pm=None):
+        self.spec = spec
+        self.pm = pm
+        if spec.platform is not None:
+            from astra_sim import get_platform
+
+            platform = get_platform(spec.platform)
+            self.gpus_per_node = platform.devices_per_node(dict(spec.run))
+            self.nodes = spec.nodes
+        else:
+            counts = _network_counts(spec.network)
+            total = 1
+            for count in counts:
+                total *= count
+            self.gpus_per_node = spec.gpus_per_node or counts[0]
+            if total % self.gpus_per_node:
+                raise ConfigError(f"{spec.path}: key 'gpus_per_node' ({self.gpus_per_node}) must divide the "
+                                  f"network's {total} NPUs")
+            self.nodes = total // self.gpus_per_node
+        self.total_gpus = self.nodes * self.gpus_per_node
+        self._inner_model = None
+
+    def node_of(self, gpu) -> int:
+        return gpu // self.gpus_per_node
+
+    def run_spec(self, prefix, comm_groups, nodes=None):
+        """The :class:`RunSpec` of ``prefix`` on this machine (``nodes``: fewer nodes of the platform)."""
+        from astra_sim.spec import RunSpec
+
+        mapping = dict(self.spec.run)
+        mapping.update(workload=prefix, comm_groups=comm_groups, network_backend=self.spec.network_backend)
+        if self.spec.platform is not None:
+            mapping.update(platform=self.spec.platform, nodes=nodes or self.nodes)
+        else:
+            mapping.update(system=self.spec.system, network=self.spec.network)
+        return RunSpec.from_mapping(mapping, self.pm, where=f"{self.spec.path}: run")
+
+    def simulate(self, prefix, comm_groups, factors=None, nodes=None):
+        """The report of ``prefix`` on this machine; ``factors`` (``{rank: slowdown}``) slows those ranks' compute."""
+        from astra_sim.runner import run_spec
+
+        spec = self.run_spec(prefix, comm_groups, nodes)
+        if factors:
+            inner = self.inner_compute_model(spec)
+            spec = spec.replace(compute_model=SLOWED, options={"slowed_inner": inner,
+                                                               "slowed_factors": dict(factors)})
+        return run_spec(spec, self.pm, on_warning=lambda message: None)
+
+    def inner_compute_model(self, spec):
+        """The compute model a run of ``spec`` uses (what ``slowed`` wraps)."""
+        if self._inner_model is None:
+            resolved = spec.resolve(self.pm)
+            name = resolved.compute_model
+            if name is None:
+                from astra_sim.config import parse_system_config
+
+                system = resolved.configs["system_configuration"]
+                roofline = system is not None and parse_system_config(system, 1.0).roofline_enabled
+                name = "roofline" if roofline else "replay"
+            self._inner_model = name
+        return self._inner_model
+
+
+def _network_counts(path):
+    """The analytical network's ``npus_count`` (a list of ints), or a ConfigError naming the file."""
+    from astra_sim.safeio import load_yaml
+
+    data = load_yaml(path, "network configuration")
+    counts = data.get("npus_count") if isinstance(data, dict) else None
+    if not isinstance(counts, list) or not counts or not all(isinstance(c, int) and c > 0 for c in counts):
+        raise ConfigError(f"{path}: astra cluster needs an analytical network with npus_count (a list of NPU "
+                          "counts per dimension), or a platform")
+    return counts

@@ -1,0 +1,352 @@
+"""The cluster spec (YAML): the machine, its jobs, how they are placed and scheduled, stragglers, failures and
+checkpoints. Every key is checked here, and a bad one is a ConfigError naming the file, the key and what was
+expected. Times carry their unit in the key (``arrival_s``, ``horizon_h``); sizes are bytes.
+
+```yaml
+platform: hgx-h100            # a registered platform and its nodes ...
+nodes: 4
+# system: sys.json            # ... or configuration files (relative to this file)
+# network: net.yml
+# gpus_per_node: 8            # with files: GPUs per node (default: the network's first dimension)
+network_backend: flow         # analytical | congestion | flow | ns3
+run: {host_launch_us: 0}      # astra run options for every simulation
+placement: contiguous         # contiguous | random | topology | fixed
+scheduler: fifo               # fifo | sjf | backfill
+seed: 0
+jobs:
+  - name: a
+    gpus: 16
+    steps: 1000
+    arrival_s: 0
+    workload: {llm: {preset: llama3-8b, tp: 8, dp: 2}}   # or {micro: {...}} or {chakra: PREFIX}
+    place: [0, 1, 2]          # fixed placement only
+    checkpoint_bytes: 1e11    # default for llm: 14 bytes per parameter
+stragglers: {sigma: 0.05, draws: 20, slow_gpus: {3: 1.5}}
+failures: {node_mtbf_h: 5000, repair_h: 0, events: [{at_h: 3, node: 1}]}
+checkpoint: {interval_steps: young-daly, write_gb_per_s: 10, read_gb_per_s: 10, restart_s: 120}
+horizon_h: 24
+```
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+
+from astra_sim.errors import ConfigError
+
+PLACEMENTS = ("contiguous", "random", "topology", "fixed")
+SCHEDULERS = ("fifo", "sjf", "backfill")
+WORKLOAD_KINDS = ("llm", "micro", "chakra")
+YOUNG_DALY = "young-daly"
+#: bytes a training checkpoint holds per model parameter under mixed-precision Adam: the bf16 weights (2) and the
+#: optimizer states, fp32 master weights and two fp32 moments (K = 12): source: Rajbhandari et al., "ZeRO: Memory
+#: Optimizations Toward Training Trillion Parameter Models", SC'20, section 3.1 (gradients are not saved)
+CHECKPOINT_BYTES_PER_PARAMETER = 14
+
+_TOP = {"platform", "nodes", "system", "network", "gpus_per_node", "network_backend", "run", "placement",
+        "scheduler", "seed", "corun", "jobs", "stragglers", "failures", "checkpoint", "horizon_h"}
+_JOB = {"name", "gpus", "steps", "arrival_s", "workload", "place", "checkpoint_bytes"}
+_STRAGGLERS = {"sigma", "draws", "slow_gpus", "table", "min_factor"}
+_FAILURES = {"node_mtbf_h", "repair_h", "events"}
+_CHECKPOINT = {"interval_steps", "write_gb_per_s", "read_gb_per_s", "restart_s"}
+
+
+@dataclass
+class JobSpec:
+    name: str
+    gpus: int
+    steps: int
+    arrival_ns: int
+    workload_kind: str
+    workload: object
+    place: list | None = None
+    checkpoint_bytes: int | None = None
+
+
+@dataclass
+class StragglerSpec:
+    """Per-GPU slowdown factors: ``sigma`` of a lognormal (median 1), or ``table`` (factors drawn uniformly),
+    clipped below at ``min_factor``; ``slow_gpus`` fixed factors; ``draws`` seeded draws."""
+
+    sigma: float = 0.0
+    table: list | None = None
+    slow_gpus: dict = field(default_factory=dict)
+    draws: int = 1
+    min_factor: float = 1.0
+
+
+@dataclass
+class FailureSpec:
+    node_mtbf_h: float | None = None
+    repair_h: float = 0.0
+    events: list = field(default_factory=list)  # [(at_ns, kind "node"|"gpu", index)]
+
+
+@dataclass
+class CheckpointSpec:
+    interval_steps: object = YOUNG_DALY  # an int, or "young-daly"
+    write_gb_per_s: float = 10.0
+    read_gb_per_s: float = 10.0
+    restart_s: float = 0.0
+
+
+@dataclass
+class ClusterSpec:
+    path: str
+    jobs: list
+    platform: str | None = None
+    nodes: int | None = None
+    system: str | None = None
+    network: str | None = None
+    gpus_per_node: int | None = None
+    network_backend: str = "analytical"
+    run: dict = field(default_factory=dict)
+    placement: str = "contiguous"
+    scheduler: str = "fifo"
+    seed: int = 0
+    corun: bool = True
+    stragglers: StragglerSpec | None = None
+    failures: FailureSpec | None = None
+    checkpoint: CheckpointSpec = field(default_factory=CheckpointSpec)
+    horizon_ns: int | None = None
+
+    @property
+    def base_dir(self):
+        return os.path.dirname(os.path.abspath(self.path))
+
+
+# ------------------------------------------------------------------ reading
+def load_cluster_spec(path) -> ClusterSpec:
+    """Read and check the cluster spec at ``path``."""
+    from astra_sim.safeio import load_yaml
+
+    return parse_cluster_spec(load_yaml(path, "cluster spec"), str(path))
+
+
+def parse_cluster_spec(data, path="<spec>") -> ClusterSpec:
+    """The spec of a parsed YAML mapping (``path`` names it in errors and anchors relative files)."""
+    where = _Where(path)
+    if not isinstance(data, dict):
+        raise where.error("", "a mapping of cluster keys (platform, jobs, ...)", data)
+    where.unknown("", data, _TOP)
+    base = os.path.dirname(os.path.abspath(path))
+    spec = ClusterSpec(path=path, jobs=[])
+    spec.platform = where.text("platform", data.get("platform"), optional=True)
+    spec.nodes = where.integer("nodes", data.get("nodes"), low=1, optional=True)
+    spec.system = _file(where, "system", data.get("system"), base)
+    spec.network = _file(where, "network", data.get("network"), base)
+    if (spec.platform is None) == (spec.system is None or spec.network is None):
+        raise ConfigError(f"{path}: give either platform (and nodes) or both system and network")
+    if spec.platform is not None and spec.nodes is None:
+        raise ConfigError(f"{path}: key 'nodes' is required with platform (the cluster's size in nodes)")
+    spec.gpus_per_node = where.integer("gpus_per_node", data.get("gpus_per_node"), low=1, optional=True)
+    spec.network_backend = where.text("network_backend", data.get("network_backend", "analytical"))
+    run = data.get("run", {}) or {}
+    if not isinstance(run, dict):
+        raise where.error("run", "a mapping of astra run options", run)
+    spec.run = dict(run)
+    spec.placement = where.choice("placement", data.get("placement", "contiguous"), PLACEMENTS)
+    spec.scheduler = where.choice("scheduler", data.get("scheduler", "fifo"), SCHEDULERS)
+    spec.seed = where.integer("seed", data.get("seed", 0), low=0)
+    spec.corun = where.boolean("corun", data.get("corun", True))
+    jobs = data.get("jobs")
+    if not isinstance(jobs, list) or not jobs:
+        raise where.error("jobs", "a non-empty list of jobs", jobs)
+    names = set()
+    for i, item in enumerate(jobs):
+        job = _job(where, f"jobs[{i}]", item, spec.placement)
+        if job.name in names:
+            raise ConfigError(f"{path}: key 'jobs[{i}].name': {job.name!r} names two jobs")
+        names.add(job.name)
+        spec.jobs.append(job)
+    if "stragglers" in data:
+        spec.stragglers = _stragglers(where, data["stragglers"])
+    if "failures" in data:
+        spec.failures = _failures(where, data["failures"])
+    if "checkpoint" in data:
+        spec.checkpoint = _checkpoint(where, data["checkpoint"])
+    if data.get("horizon_h") is not None:
+        spec.horizon_ns = hours_to_ns(where.number("horizon_h", data["horizon_h"], low=0, open_low=True))
+    return spec
+
+
+def hours_to_ns(hours) -> int:
+    return int(round(hours * 3600e9))
+
+
+def _file(where, key, value, base):
+    if value is None:
+        return None
+    text = where.text(key, value)
+    return text if os.path.isabs(text) else os.path.join(base, text)
+
+
+def _job(where, key, item, placement):
+    if not isinstance(item, dict):
+        raise where.error(key, "a mapping with name, gpus, steps and workload", item)
+    where.unknown(key, item, _JOB)
+    name = where.text(f"{key}.name", item.get("name"))
+    if not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
+        raise where.error(f"{key}.name", "letters, digits, '-', '_' or '.'", name)
+    gpus = where.integer(f"{key}.gpus", item.get("gpus"), low=1)
+    steps = where.integer(f"{key}.steps", item.get("steps", 1), low=1)
+    arrival = where.number(f"{key}.arrival_s", item.get("arrival_s", 0), low=0)
+    workload = item.get("workload")
+    if not isinstance(workload, dict) or len(workload) != 1 or next(iter(workload)) not in WORKLOAD_KINDS:
+        raise where.error(f"{key}.workload", "one of {llm: {options}}, {micro: {options}}, {chakra: PREFIX}",
+                          workload)
+    kind, value = next(iter(workload.items()))
+    if kind == "chakra":
+        if isinstance(value, str):
+            value = {"prefix": value}
+        if not isinstance(value, dict) or not isinstance(value.get("prefix"), str) or \
+                set(value) - {"prefix", "comm_groups"}:
+            raise where.error(f"{key}.workload.chakra", "PREFIX or {prefix: PREFIX, comm_groups: GROUPS.json}",
+                              value)
+    elif not isinstance(value, dict):
+        raise where.error(f"{key}.workload.{kind}", f"a mapping of astra workload {kind} options", value)
+    place = item.get("place")
+    if place is not None:
+        if not isinstance(place, list) or len(place) != gpus or not all(
+                isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in place) or len(set(place)) != gpus:
+            raise where.error(f"{key}.place", f"a list of {gpus} distinct GPU numbers (one per rank)", place)
+    elif placement == "fixed":
+        raise ConfigError(f"{where.path}: key '{key}.place' is required with placement: fixed")
+    ckpt = item.get("checkpoint_bytes")
+    if ckpt is not None:
+        ckpt = int(where.number(f"{key}.checkpoint_bytes", ckpt, low=0))
+    return JobSpec(name, gpus, steps, int(round(arrival * 1e9)), kind, value, place, ckpt)
+
+
+def _stragglers(where, data):
+    key = "stragglers"
+    if not isinstance(data, dict):
+        raise where.error(key, "a mapping (sigma, table, slow_gpus, draws, min_factor)", data)
+    where.unknown(key, data, _STRAGGLERS)
+    out = StragglerSpec()
+    out.sigma = where.number(f"{key}.sigma", data.get("sigma", 0.0), low=0)
+    table = data.get("table")
+    if table is not None:
+        if not isinstance(table, list) or not table or not all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x < 1e6 for x in table):
+            raise where.error(f"{key}.table", "a non-empty list of slowdown factors > 0", table)
+        if out.sigma:
+            raise ConfigError(f"{where.path}: key '{key}': give sigma or table, not both")
+        out.table = [float(x) for x in table]
+    slow = data.get("slow_gpus", {}) or {}
+    if not isinstance(slow, dict):
+        raise where.error(f"{key}.slow_gpus", "a mapping {GPU: factor}", slow)
+    for gpu, factor in slow.items():
+        if isinstance(gpu, str) and gpu.strip().isdigit():
+            gpu = int(gpu)
+        g = where.integer(f"{key}.slow_gpus (a key)", gpu, low=0)
+        out.slow_gpus[g] = where.number(f"{key}.slow_gpus.{gpu}", factor, low=0, open_low=True)
+    out.draws = where.integer(f"{key}.draws", data.get("draws", 1), low=1)
+    out.min_factor = where.number(f"{key}.min_factor", data.get("min_factor", 1.0), low=0, open_low=True)
+    return out
+
+
+def _failures(where, data):
+    key = "failures"
+    if not isinstance(data, dict):
+        raise where.error(key, "a mapping (node_mtbf_h, repair_h, events)", data)
+    where.unknown(key, data, _FAILURES)
+    out = FailureSpec()
+    if data.get("node_mtbf_h") is not None:
+        out.node_mtbf_h = where.number(f"{key}.node_mtbf_h", data["node_mtbf_h"], low=0, open_low=True)
+    out.repair_h = where.number(f"{key}.repair_h", data.get("repair_h", 0.0), low=0)
+    events = data.get("events", []) or []
+    if not isinstance(events, list):
+        raise where.error(f"{key}.events", "a list of {at_h, node} or {at_h, gpu}", events)
+    for i, event in enumerate(events):
+        ek = f"{key}.events[{i}]"
+        if not isinstance(event, dict) or "at_h" not in event or len(set(event) & {"node", "gpu"}) != 1 or \
+                set(event) - {"at_h", "node", "gpu"}:
+            raise where.error(ek, "{at_h: HOURS, node: N} or {at_h: HOURS, gpu: G}", event)
+        kind = "node" if "node" in event else "gpu"
+        at = hours_to_ns(where.number(f"{ek}.at_h", event["at_h"], low=0))
+        out.events.append((at, kind, where.integer(f"{ek}.{kind}", event[kind], low=0)))
+    out.events.sort()
+    return out
+
+
+def _checkpoint(where, data):
+    key = "checkpoint"
+    if not isinstance(data, dict):
+        raise where.error(key, "a mapping (interval_steps, write_gb_per_s, read_gb_per_s, restart_s)", data)
+    where.unknown(key, data, _CHECKPOINT)
+    out = CheckpointSpec()
+    interval = data.get("interval_steps", YOUNG_DALY)
+    if interval != YOUNG_DALY:
+        interval = where.integer(f"{key}.interval_steps", interval, low=1)
+    out.interval_steps = interval
+    out.write_gb_per_s = where.number(f"{key}.write_gb_per_s", data.get("write_gb_per_s", 10.0), low=0,
+                                      open_low=True)
+    out.read_gb_per_s = where.number(f"{key}.read_gb_per_s", data.get("read_gb_per_s", 10.0), low=0,
+                                     open_low=True)
+    out.restart_s = where.number(f"{key}.restart_s", data.get("restart_s", 0.0), low=0)
+    return out
+
+
+class _Where:
+    """Error messages that name the file and the key."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def error(self, key, expected, got):
+        from astra_sim.safeio import brief
+
+        at = f"key '{key}'" if key else "the file"
+        return ConfigError(f"{self.path}: {at} must be {expected}, got {brief(got)}")
+
+    def unknown(self, key, mapping, known):
+        from astra_sim.cliutil import did_you_mean
+
+        for name in mapping:
+            if name not in known:
+                full = f"{key}.{name}" if key else str(name)
+                raise ConfigError(f"{self.path}: unknown key '{full}'{did_you_mean(name, known)}; known: "
+                                  f"{', '.join(sorted(known))}")
+
+    def text(self, key, value, optional=False):
+        if value is None and optional:
+            return None
+        if not isinstance(value, str) or not value.strip():
+            raise self.error(key, "a non-empty string", value)
+        return value.strip()
+
+    def integer(self, key, value, low=None, optional=False):
+        if value is None and optional:
+            return None
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or (low is not None and value < low):
+            raise self.error(key, f"an integer >= {low}" if low is not None else "an integer", value)
+        return value
+
+    def number(self, key, value, low=None, open_low=False):
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if ok and low is not None:
+            ok = value > low if open_low else value >= low
+        if not ok:
+            bound = "" if low is None else (f" > {low}" if open_low else f" >= {low}")
+            raise self.error(key, f"a finite number{bound}", value)
+        return float(value)
+
+    def choice(self, key, value, choices):
+        if value not in choices:
+            raise self.error(key, f"one of {', '.join(choices)}", value)
+        return value
+
+    def boolean(self, key, value):
+        if not isinstance(value, bool):
+            raise self.error(key, "true or false", value)
+        return value

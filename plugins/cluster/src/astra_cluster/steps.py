@@ -1,0 +1,57 @@
+"""Step times, each distinct (job, placement, condition) simulated once.
+
+A job's step depends on where its ranks are and on how slow its GPUs are, not on the wall clock: a week of a
+cluster repeats a handful of distinct steps. :class:`StepTimes` simulates each one the first time it is asked
+and remembers it; ``simulated`` counts them (the report's ``distinct_steps_simulated``).
+
+On a platform the nodes hang off switches, so renumbering nodes changes no delay: a placement is kept up to
+that (:func:`~astra_cluster.placement.shape_key`) and simulated on as many nodes as it uses. On configuration
+files (any topology) the placement is kept as it is and simulated on the whole network."""
+
+from __future__ import annotations
+
+import os
+
+from .placement import shape_key
+from .workloads import write_combined
+
+
+def job_step_ns(report, gpus) -> int:
+    """A job's step in a report: the latest finish over its GPUs."""
+    finish = {rank.rank: rank.finish_ns for rank in report.ranks}
+    return max(finish[gpu] for gpu in gpus)
+
+
+class StepTimes:
+    """``step_ns(job, gpus, factors=None)``: the step of ``job`` (its workload in ``workloads[job.name]``) on
+    cluster GPUs ``gpus`` with compute slowdowns ``factors`` (``{GPU: factor}``)."""
+
+    def __init__(self, machine, workloads, folder):
+        self.machine = machine
+        self.workloads = workloads
+        self.folder = folder
+        self.memo = {}
+
+    @property
+    def simulated(self) -> int:
+        return len(self.memo)
+
+    def step_ns(self, job, gpus, factors=None):
+        machine = self.machine
+        per_rank = tuple(round((factors or {}).get(gpu, 1.0), 6) for gpu in gpus)
+        symmetric = machine.spec.platform is not None
+        where = shape_key(gpus, machine.gpus_per_node) if symmetric else tuple(gpus)
+        key = (job.name, where, per_rank)
+        if key not in self.memo:
+            if symmetric:
+                nodes = 1 + max(node for node, _ in where)
+                local = [node * machine.gpus_per_node + gpu for node, gpu in where]
+            else:
+                nodes, local = None, list(gpus)
+            total = (nodes or machine.nodes) * machine.gpus_per_node
+            prefix = os.path.join(self.folder, "steps", str(len(self.memo)), "trace")
+            combined = write_combined(prefix, total, [(self.workloads[job.name], local)])
+            slow = {gpu: f for gpu, f in zip(local, per_rank) if f != 1.0}
+            report = machine.simulate(prefix, combined["comm_groups"], slow, nodes=nodes)
+            self.memo[key] = job_step_ns(report, local)
+        return self.memo[key]

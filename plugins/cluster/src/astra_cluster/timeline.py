@@ -1,0 +1,314 @@
+"""A cluster over days: jobs arrive, queue, get placed, run, checkpoint, fail, restart and finish.
+
+A job-level event simulation. A running job alternates compute segments of ``k`` steps with a checkpoint write
+(``delta``); its progress counts once the write completes. A failure (a node or a GPU going down, at a given
+time or drawn from the nodes' MTBF with the cluster's seed) stops every job on it: the work since its last
+checkpoint is lost, its GPUs are freed (the failed ones come back after ``repair_h``), and it queues again; a
+restart costs ``restart_s`` plus reading the checkpoint. Step times come from :class:`~astra_cluster.steps.
+StepTimes` (each distinct (job, placement, condition) simulated once); the condition is the named slow GPUs.
+
+Checkpoint interval: ``interval_steps``, or ``young-daly``: Young's ``tau = sqrt(2 delta M)`` (M: the job's mean
+time between failures, the node MTBF over its nodes) in whole steps. Without failures and without an interval,
+a job never checkpoints. Sources: J. W. Young, "A first order approximation to the optimum checkpoint interval",
+CACM 17(9), 1974; J. T. Daly, "A higher order estimate of the optimum checkpoint interval for restart dumps",
+FGCS 22(3), 2006 (:func:`daly_goodput` is his expected wall time for exponential failures).
+
+Schedulers: ``fifo`` (arrival order; the head waits until it fits and holds the others back), ``sjf`` (least
+remaining work first, same rule), ``backfill`` (fifo, and a later job may start now when it fits and either ends
+before the head's reservation or leaves the GPUs the head will need: EASY backfilling)."""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+from .placement import _pack, nodes_used, place
+from .spec import YOUNG_DALY
+
+_GB = 1e9  # checkpoint bandwidths are GB/s of 1e9 bytes
+
+
+def young_interval_ns(delta_ns, mtbf_ns) -> float:
+    """Young's optimum checkpoint interval (compute time between checkpoints)."""
+    return math.sqrt(2.0 * delta_ns * mtbf_ns)
+
+
+def daly_interval_ns(delta_ns, mtbf_ns) -> float:
+    """Daly's higher-order optimum (for ``delta < 2 M``; else ``M``)."""
+    if delta_ns >= 2 * mtbf_ns:
+        return float(mtbf_ns)
+    x = delta_ns / (2.0 * mtbf_ns)
+    return math.sqrt(2.0 * delta_ns * mtbf_ns) * (1 + math.sqrt(x) / 3 + x / 9) - delta_ns
+
+
+def daly_goodput(tau_ns, delta_ns, restart_ns, mtbf_ns) -> float:
+    """Useful time over wall time under exponential failures of mean ``mtbf_ns``: ``tau / (M e^(R/M)
+    (e^((tau + delta)/M) - 1))`` (Daly 2006, eq. for the expected wall time, failures also during checkpoints and
+    restarts)."""
+    m = float(mtbf_ns)
+    return tau_ns / (m * math.exp(restart_ns / m) * math.expm1((tau_ns + delta_ns) / m))
+
+
+class _Job:
+    def __init__(self, spec, index, checkpoint_bytes):
+        self.spec = spec
+        self.index = index
+        self.checkpoint_bytes = checkpoint_bytes
+        self.done_steps = 0          # committed (checkpointed or finished)
+        self.state = "waiting"       # waiting (not arrived), queued, running, done
+        self.gpus = None
+        self.epoch = 0               # bumps on every start and stop: stale events are dropped
+        self.segment_steps = 0
+        self.segment_start = 0
+        self.step_ns = 0
+        self.interval = None
+        self.started_once = False
+        self.first_start = None
+        self.end = None
+        self.useful_ns = 0
+        self.lost_ns = 0
+        self.checkpoint_ns = 0
+        self.restart_ns = 0
+        self.queued_ns = 0
+        self.queued_since = None
+        self.failures = 0
+        self.placements = []
+
+    @property
+    def remaining(self):
+        return self.spec.steps - self.done_steps
+
+
+class Timeline:
+    """One run of the event simulation (see the module docstring); :meth:`run` gives the report's ``timeline``."""
+
+    def __init__(self, spec, machine, steps, checkpoint_bytes, rng):
+        self.spec = spec
+        self.machine = machine
+        self.steps = steps
+        self.rng = rng
+        self.jobs = [_Job(job, i, checkpoint_bytes.get(job.name, 0)) for i, job in enumerate(spec.jobs)]
+        self.free = set(range(machine.total_gpus))
+        self.down = {}  # GPU -> repairs pending on it
+        self.events = []
+        self.seq = 0
+        self.now = 0
+        self.failures = []
+        self.slow = dict(spec.stragglers.slow_gpus) if spec.stragglers else {}
+
+    # ------------------------------------------------------------------ events
+    def push(self, time, kind, payload=None):
+        self.seq += 1
+        heapq.heappush(self.events, (time, self.seq, kind, payload))
+
+    def run(self) -> dict:
+        horizon = self.spec.horizon_ns
+        for job in self.jobs:
+            self.push(job.spec.arrival_ns, "arrive", job)
+        failures = self.spec.failures
+        mtbf_ns = None
+        if failures is not None:
+            for at, kind, index in failures.events:
+                self.push(at, "fail", (kind, index))
+            if failures.node_mtbf_h:
+                mtbf_ns = failures.node_mtbf_h * 3600e9
+                self._next_random_failure(0, mtbf_ns)
+        while self.events:
+            time, _seq, kind, payload = heapq.heappop(self.events)
+            if time > horizon:
+                break
+            self.now = time
+            if kind == "arrive":
+                payload.state = "queued"
+                payload.queued_since = time
+            elif kind == "segment":
+                job, epoch = payload
+                if job.epoch != epoch:
+                    continue
+                self._segment_done(job)
+            elif kind == "fail":
+                self._fail(*payload)
+                if payload[0] == "random":
+                    self._next_random_failure(time, mtbf_ns)
+            elif kind == "repair":
+                for gpu in payload:
+                    self.down[gpu] -= 1
+                    if not self.down[gpu]:
+                        del self.down[gpu]
+                        self.free.add(gpu)
+            self._schedule()
+            if all(job.state == "done" for job in self.jobs):
+                break
+        return self._report(min(self.now, horizon) if all(j.state == "done" for j in self.jobs) else horizon)
+
+    def _next_random_failure(self, time, mtbf_ns):
+        nodes = self.machine.nodes
+        gap = self.rng.expovariate(nodes / mtbf_ns)
+        self.push(time + max(1, int(round(gap))), "fail", ("random", self.rng.randrange(nodes)))
+
+    # ------------------------------------------------------------------ jobs
+    def _start(self, job, gpus):
+        job.state = "running"
+        job.gpus = gpus
+        self.free.difference_update(gpus)
+        job.epoch += 1
+        job.queued_ns += self.now - job.queued_since
+        factors = {gpu: self.slow[gpu] for gpu in gpus if gpu in self.slow}
+        job.step_ns = self.steps.step_ns(job.spec, gpus, factors)
+        job.placements.append({"at_ns": self.now, "gpus": len(gpus),
+                               "nodes": nodes_used(gpus, self.machine.gpus_per_node), "step_ns": job.step_ns})
+        job.interval = self._interval(job)
+        restart = 0
+        if job.started_once:
+            restart = int(round(self.spec.checkpoint.restart_s * 1e9)) + self._io_ns(job, "read")
+        else:
+            job.first_start = self.now
+        job.started_once = True
+        job.restart_ns += restart
+        self._begin_segment(job, self.now + restart)
+
+    def _io_ns(self, job, what):
+        rate = self.spec.checkpoint.write_gb_per_s if what == "write" else self.spec.checkpoint.read_gb_per_s
+        return int(round(job.checkpoint_bytes / (rate * _GB) * 1e9))
+
+    def _job_mtbf_ns(self, job):
+        failures = self.spec.failures
+        if failures is None or not failures.node_mtbf_h:
+            return None
+        return failures.node_mtbf_h * 3600e9 / nodes_used(job.gpus, self.machine.gpus_per_node)
+
+    def _interval(self, job):
+        interval = self.spec.checkpoint.interval_steps
+        if interval != YOUNG_DALY:
+            return interval
+        mtbf = self._job_mtbf_ns(job)
+        if mtbf is None:
+            return None  # no failures expected: no checkpoints
+        tau = young_interval_ns(self._io_ns(job, "write"), mtbf)
+        return max(1, int(round(tau / job.step_ns)))
+
+    def _begin_segment(self, job, start):
+        k = job.remaining if job.interval is None else min(job.interval, job.remaining)
+        job.segment_steps = k
+        job.segment_start = start
+        write = self._io_ns(job, "write") if k < job.remaining else 0
+        self.push(start + k * job.step_ns + write, "segment", (job, job.epoch))
+
+    def _segment_done(self, job):
+        k = job.segment_steps
+        job.done_steps += k
+        job.useful_ns += k * job.step_ns
+        if job.remaining:
+            job.checkpoint_ns += self._io_ns(job, "write")
+            self._begin_segment(job, self.now)
+        else:
+            self._stop(job, "done")
+            job.end = self.now
+
+    def _stop(self, job, state):
+        job.epoch += 1
+        self.free.update(gpu for gpu in job.gpus if gpu not in self.down)
+        job.gpus = None
+        job.state = state
+        if state == "queued":
+            job.queued_since = self.now
+
+    def _fail(self, kind, index):
+        gpn = self.machine.gpus_per_node
+        if kind in ("node", "random"):
+            if index >= self.machine.nodes:
+                return
+            gpus = list(range(index * gpn, (index + 1) * gpn))
+        else:
+            if index >= self.machine.total_gpus:
+                return
+            gpus = [index]
+        self.failures.append({"at_ns": self.now, "kind": "gpu" if kind == "gpu" else "node", "index": index})
+        for job in self.jobs:
+            if job.state == "running" and any(gpu in job.gpus for gpu in gpus):
+                job.failures += 1
+                job.lost_ns += max(0, self.now - job.segment_start)
+                self._stop(job, "queued")
+        repair_ns = int(round(self.spec.failures.repair_h * 3600e9))
+        if repair_ns:
+            for gpu in gpus:
+                self.down[gpu] = self.down.get(gpu, 0) + 1
+                self.free.discard(gpu)
+            self.push(self.now + repair_ns, "repair", gpus)
+
+    # ------------------------------------------------------------------ scheduling
+    def _estimate_ns(self, job, gpus=None):
+        if gpus is None:
+            every = set(range(self.machine.total_gpus))
+            gpus = _pack(job.spec.gpus, every, self.machine.gpus_per_node)
+        return job.remaining * self.steps.step_ns(job.spec, gpus)
+
+    def _place(self, job):
+        if job.spec.gpus > self.machine.total_gpus:
+            return None
+        return place(self.spec.placement, job.spec, self.free, self.machine.gpus_per_node, self.rng)
+
+    def _schedule(self):
+        queue = [job for job in self.jobs if job.state == "queued"]
+        if not queue:
+            return
+        if self.spec.scheduler == "sjf":
+            queue.sort(key=lambda job: (self._estimate_ns(job), job.spec.arrival_ns, job.index))
+        else:
+            queue.sort(key=lambda job: (job.spec.arrival_ns, job.index))
+        while queue:
+            gpus = self._place(queue[0])
+            if gpus is None:
+                break
+            self._start(queue.pop(0), gpus)
+        if queue and self.spec.scheduler == "backfill":
+            self._backfill(queue)
+
+    def _backfill(self, queue):
+        head, rest = queue[0], queue[1:]
+        shadow, extra = self._reservation(head)
+        for job in rest:
+            gpus = self._place(job)
+            if gpus is None:
+                continue
+            ends_before = shadow is not None and self.now + self._estimate_ns(job, gpus) <= shadow
+            if ends_before or len(gpus) <= extra:
+                if not ends_before:
+                    extra -= len(gpus)
+                self._start(job, gpus)
+
+    def _reservation(self, head):
+        """When the head job can start (running jobs' estimated ends) and how many GPUs are spare then."""
+        available = len(self.free)
+        ends = sorted((job.segment_start + self._estimate_ns(job, job.gpus), len(job.gpus))
+                      for job in self.jobs if job.state == "running")
+        for end, count in ends:
+            available += count
+            if available >= head.spec.gpus:
+                return end, available - head.spec.gpus
+        return None, 0
+
+    # ------------------------------------------------------------------ report
+    def _report(self, end_ns):
+        rows = []
+        for job in self.jobs:
+            held = (job.end if job.end is not None else end_ns) - job.first_start if job.first_start is not None \
+                else 0
+            rows.append({
+                "job": job.spec.name, "state": job.state, "arrival_ns": job.spec.arrival_ns,
+                "first_start_ns": job.first_start, "end_ns": job.end,
+                "completion_ns": None if job.end is None else job.end - job.spec.arrival_ns,
+                "steps": job.spec.steps, "useful_steps": job.done_steps, "failures": job.failures,
+                "interval_steps": job.interval, "checkpoint_bytes": job.checkpoint_bytes,
+                "checkpoint_write_ns": self._io_ns(job, "write"), "useful_ns": job.useful_ns,
+                "lost_ns": job.lost_ns, "checkpoint_ns": job.checkpoint_ns, "restart_ns": job.restart_ns,
+                "queued_ns": job.queued_ns, "held_ns": held,
+                "goodput": job.useful_ns / held if held else None, "placements": job.placements[:20],
+                "placements_total": len(job.placements)})
+        gpu_ns = self.machine.total_gpus * end_ns
+        useful_gpu_ns = sum(row["useful_ns"] * job.spec.gpus for row, job in zip(rows, self.jobs))
+        done = [row["completion_ns"] for row in rows if row["completion_ns"] is not None]
+        return {"end_ns": end_ns, "scheduler": self.spec.scheduler, "placement": self.spec.placement,
+                "failures": len(self.failures), "failure_events": self.failures[:50],
+                "jobs_done": len(done), "mean_completion_ns": int(sum(done) / len(done)) if done else None,
+                "cluster_goodput": useful_gpu_ns / gpu_ns if gpu_ns else None, "jobs": rows}

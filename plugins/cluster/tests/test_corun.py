@@ -1,0 +1,115 @@
+"""Jobs together on one fabric: sharing every link costs what the flow model predicts, apart costs nothing, and a
+lone job is exactly ``astra run``."""
+
+import json
+import subprocess
+
+import astra_sim
+import pytest
+from astra_workload_generators import generate_micro
+
+from astra_cluster import run_cluster
+from astra_cluster.spec import parse_cluster_spec
+
+TWO_JOBS = """
+system: sys.json
+network: {net}
+gpus_per_node: 2
+network_backend: {backend}
+placement: fixed
+jobs:
+  - {{name: a, gpus: 4, place: {a}, workload: {{micro: {{collective: all_reduce, size: 64MiB}}}}}}
+  - {{name: b, gpus: 4, place: {b}, workload: {{micro: {{collective: all_reduce, size: 64MiB}}}}}}
+"""
+INTERLEAVED = ([0, 2, 4, 6], [1, 3, 5, 7])  # every ring link carries one message of each job
+APART = ([0, 1, 2, 3], [4, 5, 6, 7])        # each job on its own arc
+
+
+@pytest.fixture
+def corun_of(ring, write_spec):
+    def corun(backend, placement, net="net.yml"):
+        a, b = placement
+        spec = write_spec(ring, TWO_JOBS.format(net=net, backend=backend, a=a, b=b))
+        return run_cluster(spec)["corun"]
+
+    return corun
+
+
+@pytest.fixture
+def alone_ns(ring, write_spec):
+    def alone(net, backend, gpus):
+        """Job a alone (one job, the other GPUs idle) on ``net``."""
+        text = TWO_JOBS.format(net=net, backend=backend, a=gpus, b=[1]).split("  - {name: b")[0]
+        return run_cluster(write_spec(ring, text, "alone.yaml"))["corun"]["jobs"][0]["alone_step_ns"]
+
+    return alone
+
+
+def test_sharing_every_link_on_flow_is_half_the_bandwidth(corun_of, alone_ns):
+    out = corun_of("flow", INTERLEAVED)
+    a, b = out["jobs"]
+    assert a["together_step_ns"] == b["together_step_ns"]
+    # the flow model's prediction: two equal flows on every link each get half of it, so each job runs as it
+    # would alone on links of half the bandwidth
+    predicted = alone_ns("net_half.yml", "flow", INTERLEAVED[0])
+    assert a["together_step_ns"] == predicted
+    assert 1.9 < a["slowdown"] < 2.0
+    assert len(out["shared_links"]) == 8  # the clockwise ring: every link, by both jobs
+    assert all(link["jobs"] == ["a", "b"] for link in out["shared_links"])
+
+
+def test_sharing_every_link_on_congestion_matches_the_flow_factor(corun_of):
+    flow = corun_of("flow", INTERLEAVED)["jobs"][0]["slowdown"]
+    out = corun_of("congestion", INTERLEAVED)
+    slowdown = out["jobs"][0]["slowdown"]
+    assert slowdown > 1.5
+    assert slowdown == pytest.approx(flow, rel=0.05)  # store-and-forward, chunked: close to the fluid share
+    assert out["shared_links"]
+
+
+@pytest.mark.parametrize("backend", ["flow", "congestion"])
+def test_jobs_placed_apart_do_not_slow_each_other(corun_of, backend):
+    out = corun_of(backend, APART)
+    assert [row["slowdown"] for row in out["jobs"]] == [1.0, 1.0]
+    assert out["shared_links"] == []
+
+
+def test_analytical_has_no_contention(corun_of):
+    out = corun_of("analytical", INTERLEAVED)
+    assert [row["slowdown"] for row in out["jobs"]] == [1.0, 1.0]
+
+
+ONE_LLM = """
+platform: hgx-h100
+nodes: 2
+jobs:
+  - name: llm
+    gpus: 16
+    workload: {llm: {preset: llama3-8b, layers: 2, tp: 8, dp: 2}}
+"""
+
+
+def test_one_job_is_astra_run_to_the_ns(tmp_path, astra_exe, write_spec):
+    spec = write_spec(tmp_path, ONE_LLM)
+    out = tmp_path / "cluster.json"
+    subprocess.run([astra_exe, "cluster", spec, "-o", str(out)], check=True, capture_output=True)
+    cluster = json.loads(out.read_text())["corun"]["jobs"][0]
+    from astra_workload_generators import generate_llm_workload
+
+    generate_llm_workload({"preset": "llama3-8b", "layers": 2, "tp": 8, "dp": 2}, str(tmp_path / "j"))
+    run = tmp_path / "run.json"
+    subprocess.run([astra_exe, "run", "--platform", "hgx-h100", "--workload-configuration", str(tmp_path / "j"),
+                    "-o", str(run), "-q"], check=True, capture_output=True)
+    expected = json.loads(run.read_text())["summary"]["max_finish_ns"]
+    assert cluster["alone_step_ns"] == cluster["together_step_ns"] == expected
+
+
+def test_one_job_on_files_is_simulate_to_the_ns(ring):
+    generate_micro(ring / "ar", npus=8, collective="all_reduce", size="1MiB")
+    spec = parse_cluster_spec({"system": "sys.json", "network": "net.yml", "network_backend": "congestion",
+                               "jobs": [{"name": "a", "gpus": 8, "workload": {"chakra": "ar"}}]},
+                              str(ring / "c.yaml"))
+    cluster = run_cluster(spec)["corun"]["jobs"][0]["alone_step_ns"]
+    report = astra_sim.simulate(workload=str(ring / "ar"), system=str(ring / "sys.json"),
+                                network=str(ring / "net.yml"), network_backend="congestion")
+    assert cluster == report.max_finish_ns
