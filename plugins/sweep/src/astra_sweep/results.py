@@ -8,7 +8,9 @@ whose last line at worst is cut (ignored). A restarted sweep reads both and runs
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import fcntl
 import io
 import json
 import os
@@ -24,6 +26,46 @@ def results_format(path):
         if str(path).endswith(suffix):
             return suffix
     raise ConfigError(f"-o {path}: the results file must end in .parquet or .csv")
+
+
+@contextlib.contextmanager
+def locked(path):
+    """Hold ``RESULTS.lock`` (``fcntl.flock``, with this process's id inside) for the block: a second sweep writing
+    the same results refuses with a one-line error instead of interleaving its rows. The holder removes the file;
+    a process that locked a file already removed tries again (the lock is on the name, not on an old inode)."""
+    from astra_sim.safeio import ensure_parent_dir
+
+    lock_path = str(path) + ".lock"
+    ensure_parent_dir(lock_path)
+    while True:
+        try:
+            handle = open(lock_path, "a+", encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"-o {path}: cannot create its lock file {lock_path}: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "?"
+            handle.close()
+            raise ConfigError(f"-o {path}: another astra sweep (pid {holder}) is writing these results; wait for it "
+                              f"to finish or stop it (its finished points are kept), or give another -o") from None
+        try:
+            same = os.stat(lock_path).st_ino == os.fstat(handle.fileno()).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        handle.close()
+    try:
+        handle.truncate(0)
+        handle.write(str(os.getpid()))
+        handle.flush()
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(lock_path)
+        handle.close()
 
 
 class Results:

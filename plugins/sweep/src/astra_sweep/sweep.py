@@ -14,7 +14,7 @@ from astra_sim.errors import AstraError, ConfigError
 from astra_sim.executors import ExecutorFailure, Stopped, make_executor, stop_on_signals
 
 from .point import RESULT_COLUMNS, WorkloadRef, remove_cache, run_point, workload_digest
-from .results import Results, column_type, results_format
+from .results import Results, column_type, locked, results_format
 from .spec import load_spec, read_file_options
 
 
@@ -110,7 +110,8 @@ def run_sweep(spec_path, output, *, jobs=None, dask=None, executor=None, point_t
               progress=None, state=None, executor_object=None):
     """Run the sweep; returns a summary dict (counts, ``ran``, ``wall_s``, ``points_per_minute``). SIGINT, SIGTERM
     or SIGHUP stop the workers, keep the finished rows and raise :class:`~astra_sim.executors.Stopped`."""
-    with stop_on_signals():
+    results_format(output)
+    with stop_on_signals(), locked(output):
         return _run_sweep(spec_path, output, jobs, dask, executor, point_timeout, retry_errors, progress, state,
                           executor_object)
 
@@ -121,7 +122,6 @@ def _run_sweep(spec_path, output, jobs, dask, executor, point_timeout, retry_err
 
     if dask and executor:
         raise ConfigError("give --dask or --executor, not both")
-    results_format(output)
     state = state or worker_state()
     spec = load_spec(spec_path, state["parsers"])
     plan = Plan(spec, state["parsers"])
