@@ -15,7 +15,9 @@ def astra_register_commands(subparsers):
         "validate", help="compare simulated with published measurements (training steps, NCCL bandwidths)",
         description="Run the published cases that ship with astra-sim-py (docs/validation.md names every "
         "case's source, hardware and configuration) and print measured, simulated and error, with the median "
-        "and the worst |error|. Long cases (MLPerf, the 175B row: minutes each) run only with --all or --only.")
+        "and the worst |error| and how many err each way over the check cases (a fit case's source was used to "
+        "fit a constant: shown, not counted). Long cases (MLPerf, the 175B row: minutes each) run only with --all "
+        "or --only.")
     p.add_argument("--only", action="append", default=[], metavar="NAME",
                    help="run these cases (repeatable, also comma-separated); see --list")
     p.add_argument("--all", action="store_true", help="also the long cases")
