@@ -137,7 +137,8 @@ def parse_cluster_spec(data, path="<spec>") -> ClusterSpec:
     spec.nodes = where.integer("nodes", data.get("nodes"), low=1, optional=True)
     spec.system = _file(where, "system", data.get("system"), base)
     spec.network = _file(where, "network", data.get("network"), base)
-    if (spec.platform is None) == (spec.system is None or spec.network is None):
+    files = (spec.system is not None, spec.network is not None)
+    if files not in ((False, False), (True, True)) or (spec.platform is None) == (files == (False, False)):
         raise ConfigError(f"{path}: give either platform (and nodes) or both system and network")
     if spec.platform is not None and spec.nodes is None:
         raise ConfigError(f"{path}: key 'nodes' is required with platform (the cluster's size in nodes)")

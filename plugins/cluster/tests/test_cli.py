@@ -1,0 +1,49 @@
+"""``astra cluster SPEC.yaml [-o OUT.json] [--json]`` end to end."""
+
+import json
+import re
+import subprocess
+
+SPEC = """
+system: sys.json
+network: net.yml
+gpus_per_node: 2
+network_backend: flow
+placement: fixed
+jobs:
+  - {name: a, gpus: 4, steps: 20, place: [0, 2, 4, 6], workload: {micro: {collective: all_reduce, size: 1MiB}}}
+  - {name: b, gpus: 4, steps: 20, place: [1, 3, 5, 7], workload: {micro: {collective: all_reduce, size: 1MiB}}}
+stragglers: {slow_gpus: {2: 1.5}, draws: 2}
+failures: {events: [{at_h: 0.0000001, node: 1}]}
+checkpoint: {interval_steps: 5, restart_s: 0.001}
+horizon_h: 1
+"""
+
+
+def test_cluster_writes_json_and_prints_human_units(ring, write_spec, astra_exe, tmp_path):
+    spec = write_spec(ring, SPEC)
+    out = tmp_path / "out.json"
+    done = subprocess.run([astra_exe, "cluster", spec, "-o", str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert [row["job"] for row in report["corun"]["jobs"]] == ["a", "b"]
+    assert all(isinstance(row["together_step_ns"], int) for row in report["corun"]["jobs"])
+    assert report["timeline"]["failures"] == 1 and report["timeline"]["jobs_done"] == 2
+    assert "slowdown" in done.stdout and "distinct steps simulated" in done.stdout
+    assert re.search(r"step [0-9.]+ (µs|ms) together", done.stdout)  # human units, not ns
+    printed = subprocess.run([astra_exe, "cluster", spec, "--json"], capture_output=True, text=True, check=True)
+    assert json.loads(printed.stdout)["corun"] == report["corun"]
+
+
+def test_a_bad_spec_is_one_line_and_a_non_zero_exit(ring, write_spec, astra_exe):
+    spec = write_spec(ring, SPEC.replace("scheduler", "x").replace("placement: fixed", "placement: nearest"))
+    done = subprocess.run([astra_exe, "cluster", spec], capture_output=True, text=True)
+    assert done.returncode != 0
+    assert "key 'placement' must be one of" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_job_too_big_for_the_cluster(ring, write_spec, astra_exe):
+    spec = write_spec(ring, SPEC.replace("gpus: 4, steps: 20, place: [0, 2, 4, 6]", "gpus: 16, steps: 20")
+                      .replace("placement: fixed", "placement: contiguous").replace(", place: [1, 3, 5, 7]", ""))
+    done = subprocess.run([astra_exe, "cluster", spec], capture_output=True, text=True)
+    assert done.returncode != 0 and "needs 16 GPUs; the cluster has 8" in done.stderr

@@ -1,0 +1,86 @@
+"""The cluster spec reader: every bad key is a one-line ConfigError naming the file and the key."""
+
+import pytest
+from astra_sim.errors import ConfigError
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from astra_cluster.spec import load_cluster_spec, parse_cluster_spec
+
+GOOD = {"platform": "hgx-h100", "nodes": 2,
+        "jobs": [{"name": "a", "gpus": 8, "steps": 10, "arrival_s": 1.5,
+                  "workload": {"llm": {"preset": "llama3-8b", "tp": 8}}}]}
+
+
+def with_(**changes):
+    data = dict(GOOD)
+    data.update(changes)
+    return data
+
+
+def test_a_good_spec():
+    spec = parse_cluster_spec(with_(horizon_h=24, failures={"node_mtbf_h": 100, "events": [{"at_h": 2, "node": 1}]},
+                                    checkpoint={"interval_steps": 50, "restart_s": 60}), "/x/c.yaml")
+    assert spec.jobs[0].arrival_ns == 1_500_000_000 and spec.horizon_ns == 24 * 3600 * 10**9
+    assert spec.failures.events == [(2 * 3600 * 10**9, "node", 1)]
+    assert spec.checkpoint.interval_steps == 50 and spec.base_dir == "/x"
+
+
+@pytest.mark.parametrize("data, message", [
+    (with_(colour="red"), "unknown key 'colour'"),
+    (with_(nodes=None), "key 'nodes' is required"),
+    (with_(placement="best"), "key 'placement' must be one of contiguous, random, topology, fixed"),
+    (with_(scheduler="lifo"), "key 'scheduler'"),
+    (with_(jobs=[]), "key 'jobs' must be a non-empty list"),
+    (with_(jobs=[{"name": "a", "gpus": 0, "workload": {"micro": {}}}]), "key 'jobs\\[0\\].gpus'"),
+    (with_(jobs=[{"name": "a", "gpus": 2, "workload": {"trace": "x"}}]), "key 'jobs\\[0\\].workload'"),
+    (with_(jobs=[{"name": "a", "gpus": 2, "workload": {"micro": {}}}] * 2), "names two jobs"),
+    (with_(placement="fixed"), "'jobs\\[0\\].place' is required"),
+    (with_(jobs=[{"name": "a", "gpus": 2, "place": [1, 1], "workload": {"micro": {}}}]), "jobs\\[0\\].place"),
+    (with_(horizon_h=0), "key 'horizon_h' must be a finite number > 0"),
+    (with_(failures={"events": [{"at_h": 1}]}), "failures.events\\[0\\]"),
+    (with_(failures={"node_mtbf_h": -1}), "failures.node_mtbf_h"),
+    (with_(checkpoint={"interval_steps": "often"}), "checkpoint.interval_steps"),
+    (with_(stragglers={"sigma": 0.1, "table": [1.1]}), "sigma or table"),
+    (with_(stragglers={"slow_gpus": {"x": 2}}), "stragglers.slow_gpus"),
+    (with_(system="s.json"), "either platform"),
+])
+def test_bad_keys_are_named(data, message):
+    with pytest.raises(ConfigError, match=message) as info:
+        parse_cluster_spec(data, "c.yaml")
+    assert str(info.value).startswith("c.yaml: ") and "\n" not in str(info.value)
+
+
+def test_a_file_that_is_not_yaml(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("jobs: [unclosed\n")
+    with pytest.raises(ConfigError, match="c.yaml"):
+        load_cluster_spec(path)
+
+
+_values = st.recursive(st.none() | st.booleans() | st.integers(-5, 10**6) | st.floats(allow_nan=True)
+                       | st.text(max_size=8), lambda inner: st.lists(inner, max_size=3)
+                       | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=12)
+_keys = st.sampled_from(["platform", "nodes", "system", "network", "gpus_per_node", "network_backend", "run",
+                         "placement", "scheduler", "seed", "corun", "jobs", "stragglers", "failures",
+                         "checkpoint", "horizon_h", "other"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_keys, _values, max_size=6) | _values)
+def test_any_input_is_a_spec_or_a_config_error(data):
+    try:
+        parse_cluster_spec(data, "c.yaml")
+    except ConfigError as exc:
+        assert str(exc).startswith("c.yaml")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.fixed_dictionaries({}, optional={
+    "name": st.text(max_size=6), "gpus": _values, "steps": _values, "arrival_s": _values, "place": _values,
+    "checkpoint_bytes": _values, "workload": st.sampled_from([{"micro": {}}, {"chakra": "p"}]) | _values}))
+def test_any_job_is_a_job_or_a_config_error(job):
+    try:
+        parse_cluster_spec(with_(jobs=[job]), "c.yaml")
+    except ConfigError as exc:
+        assert str(exc).startswith("c.yaml")
