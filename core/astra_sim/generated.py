@@ -60,12 +60,11 @@ def write_generated(files, directory):
 def materialized(files):
     """``{key: GeneratedFile}`` -> ``{key: path}`` of the files written into a fresh private folder,
     removed when the block ends, however it ends (an exception, KeyboardInterrupt, or SIGTERM once the
-    CLI has turned it into an exception)."""
+    CLI has turned it into an exception); a SIGKILLed run's folder is reclaimed by the next (:func:`private_folder`)."""
     if not files:
         yield {}
         return
-    folder = tempfile.mkdtemp(prefix="astra-run-")
-    try:
+    with private_folder("astra-run-") as folder:
         paths = {}
         for key, generated in files.items():
             path = os.path.join(folder, os.path.basename(generated.name) or key)
@@ -75,8 +74,62 @@ def materialized(files):
                 handle.write(generated.text)
             paths[key] = path
         yield paths
+
+
+@contextlib.contextmanager
+def private_folder(prefix):
+    """A fresh private temporary folder ``<prefix><pid>-<random>``, removed when the block ends. A process killed
+    without a chance to clean up (SIGKILL, a lost machine) leaves it: the next process making one with the same
+    prefix removes those of processes that no longer run (:func:`reclaim_leftovers`)."""
+    reclaim_leftovers(tempfile.gettempdir(), prefix)
+    folder = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-")
+    try:
+        yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+_RECLAIMED = set()
+
+
+def reclaim_leftovers(folder, prefix):
+    """Remove the entries ``<prefix><pid>-...`` of ``folder`` that belong to this user and whose process ``pid`` no
+    longer runs (a killed run's temporary folder or half-written file); once per process, folder and prefix.
+    Returns how many were removed. (A process of another PID namespace sharing the folder looks gone: give
+    each container its own TMPDIR.)"""
+    if (folder, prefix) in _RECLAIMED:
+        return 0
+    _RECLAIMED.add((folder, prefix))
+    removed = 0
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return 0
+    for entry in entries:
+        pid, dash, _ = entry.name[len(prefix):].partition("-") if entry.name.startswith(prefix) else ("", "", "")
+        if not (dash and pid.isdigit() and int(pid) > 0 and int(pid) != os.getpid()):
+            continue
+        try:
+            if entry.stat(follow_symlinks=False).st_uid != os.getuid() or _running(int(pid)):
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+            removed += 1
+        except OSError:
+            continue  # gone meanwhile (another process reclaimed it), or not ours to remove
+    return removed
+
+
+def _running(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # it runs, as another user
+        return True
+    return True
 
 
 def inline_settings(settings, files, paths=None):

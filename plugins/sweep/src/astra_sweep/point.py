@@ -312,6 +312,7 @@ def run_point(task, ref=None):
 
 
 def _simulate(point, ref, sweep_id, row):
+    from astra_sim.generated import private_folder
     from astra_sim.runner import run_spec
 
     state = worker_state()
@@ -323,7 +324,7 @@ def _simulate(point, ref, sweep_id, row):
         return
     prefix = materialise(ref, sweep_id)
     row["peak_mem_bytes"] = _estimate(prefix)
-    with tempfile.TemporaryDirectory(prefix="astra-point-") as folder:
+    with private_folder("astra-point-") as folder:  # a killed worker's is reclaimed by the next point
         spec = point_spec(point, prefix, trace_npus(prefix), folder, state["pm"])
         report = run_spec(spec, state["pm"])
     fill_row(row, report.to_dict())

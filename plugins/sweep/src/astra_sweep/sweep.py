@@ -78,8 +78,7 @@ class Plan:
 def check_base(plan, sweep_id, state):
     """Make the base case's workload and machine and resolve its run (configurations, options, backends)
     without simulating it: a spec whose base case fails runs no point."""
-    import tempfile
-
+    from astra_sim.generated import private_folder
     from astra_sim.plugins import registry_of
 
     from .point import materialise, point_spec, trace_npus
@@ -94,7 +93,7 @@ def check_base(plan, sweep_id, state):
     pm = state["pm"]
     try:
         prefix = materialise(plan.refs[base.id], sweep_id)
-        with tempfile.TemporaryDirectory(prefix="astra-base-") as folder:
+        with private_folder("astra-base-") as folder:
             run = point_spec(base, prefix, trace_npus(prefix), folder, pm)
             resolved = run.resolve(pm)
             registry = registry_of(pm)

@@ -1,0 +1,101 @@
+"""What a killed run leaves (its ``astra-run-*`` / ``astra-point-*`` temporary folder, a half-written ``.tmp-*``
+file) carries its process id and is reclaimed by the next process to make one, once that process is gone; what
+belongs to a process still running is left alone."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+import astra_sim.generated as generated
+from astra_sim.generated import GeneratedFile, materialized, reclaim_leftovers
+from astra_sim.safeio import write_text_atomic
+
+
+@pytest.fixture(autouse=True)
+def fresh(monkeypatch, tmp_path):
+    monkeypatch.setattr(generated, "_RECLAIMED", set())
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+
+
+def dead_pid():
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_dead_runs_folder_is_reclaimed_and_a_live_ones_kept(tmp_path):
+    tmp = tmp_path / "tmp"
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        dead = tmp / f"astra-run-{dead_pid()}-abc"
+        (dead / "inner").mkdir(parents=True)
+        (dead / "inner" / "system.json").write_text("{}")
+        kept = [tmp / f"astra-run-{live.pid}-x", tmp / f"astra-run-{os.getpid()}-y", tmp / "astra-run-notapid",
+                tmp / "astra-run-0-z", tmp / f"astra-point-{dead_pid()}-q"]
+        for folder in kept:
+            folder.mkdir()
+        with materialized({"system_configuration": GeneratedFile("system.json", "{}")}) as paths:
+            made = os.path.dirname(paths["system_configuration"])
+            assert os.path.basename(made).startswith(f"astra-run-{os.getpid()}-")
+        assert not dead.exists() and not os.path.exists(made)
+        assert all(folder.exists() for folder in kept)  # other prefixes wait for their own kind
+        assert reclaim_leftovers(str(tmp), "astra-run-") == 0  # once per process and folder
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_a_killed_writers_part_file_goes_at_the_next_write_into_its_folder(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    part = out / f".tmp-{dead_pid()}-k2j3report.json"
+    part.write_bytes(b"x" * 1000)
+    mine = out / f".tmp-{os.getpid()}-abcdreport.json"
+    mine.write_bytes(b"y")
+    write_text_atomic(out / "other.json", "{}")
+    assert not part.exists() and mine.exists() and (out / "other.json").read_text() == "{}"
+    assert [p.name for p in out.iterdir() if p.name.startswith(".tmp-")] == [mine.name]
+
+
+SPEC = """
+workload:
+  llm: {preset: gpt3-13b, layers: 4, hidden: 512, heads: 8, kv-heads: 8, ffn-hidden: 2048, seq-len: 256, tp: 2, pp: 2, dp: 2, micro-batches: 2}
+run: {platform: hgx-h100, compute-model: gpu}
+axes:
+  grid: {run.platform-collective: [ring, nccl], workload.llm.tp: [2, 4], workload.llm.micro-batches: [2, 4, 8]}
+"""
+
+
+@pytest.mark.slow
+def test_a_sigkilled_sweeps_point_folders_are_reclaimed_by_the_next(tmp_path):
+    tmp = tmp_path / "tmp"
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC)
+    cmd = [os.path.join(os.path.dirname(sys.executable), "astra"), "sweep", str(spec), "-o", str(tmp_path / "r.csv"),
+           "--jobs", "2", "--no-progress"]
+    env = {**os.environ, "TMPDIR": str(tmp)}
+
+    def points_in_progress():
+        return [p for p in tmp.iterdir() if p.name.startswith("astra-point-")]
+
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not points_in_progress() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its workers: nobody cleans up
+    proc.wait()
+    time.sleep(0.5)
+    left = points_in_progress()
+    assert left, "the sweep was killed with no point running"
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert not any(p.exists() for p in left)
+    assert [p.name for p in tmp.iterdir() if p.name.startswith(("astra-point-", "astra-base-", "astra-run-"))] == []
