@@ -91,3 +91,27 @@ def test_a_roofline_with_vanishing_memory_bandwidth_names_the_node(tmp_path):
                                                                      "peak-perf": 1})
     with pytest.raises(SimulationError, match=r"node 1 \('mm'\) of rank 0 ends after"):
         simulate(prefix, system, network)
+
+
+def in_switch_case(tmp_path, switch_line):
+    nodes = [make_node(1, "ar", T.COMM_COLL_NODE, attrs={"comm_type": T.ALL_REDUCE, "comm_size": 1 << 20})]
+    prefix, system, _ = write_case(tmp_path, nodes, npus=4, **{"all-reduce-implementation": ["inSwitch"]})
+    network = tmp_path / "switch.yml"
+    network.write_text("topology: [ Switch ]\nnpus_count: [ 4 ]\nbandwidth: [ 50.0 ]\nlatency: [ 500.0 ]\n"
+                       + switch_line + "\n")
+    return prefix, system, str(network)
+
+
+def test_a_huge_switch_latency_names_the_config_key(tmp_path):
+    with pytest.raises(ConfigError, match=r"switch.yml: key 'switch_reduction_latency\[0\]' must be a number >= 0 "
+                                          r"and <= 1,000,000,000 \(ns per link traversal\), got 1e\+30"):
+        simulate(*in_switch_case(tmp_path, "switch_reduction_latency: [ 1.0e+30 ]"))
+
+
+def test_a_vanishing_switch_bandwidth_warns_then_stops_at_the_int64_bound(tmp_path, capsys):
+    with pytest.raises(SimulationError, match=r"a network, memory or collective phase ends after "
+                                              r"9,223,372,036,854,775,807 ns \(2\^63-1"):
+        simulate(*in_switch_case(tmp_path, "switch_reduction_bandwidth: [ 1.0e-300 ]"))
+    assert "key 'switch_reduction_bandwidth[0]' is 1e-300 GB/s" in capsys.readouterr().err
+    report = simulate(*in_switch_case(tmp_path / "fine", "switch_reduction_bandwidth: [ 1.0e-6 ]"))
+    assert 0 < report.breakdown["finish_ns"] <= MAX_TIME_NS  # slow (a KB/s) but within int64

@@ -130,11 +130,16 @@ def check_step(rank, node, start_ns, end_ns, warn):
     :data:`LONG_STEP_NS` (``warn``, once per process); the run calls this only when one of them is exceeded."""
     where = f"{node.where} of rank {rank}"
     if end_ns > MAX_TIME_NS:
-        from astra_sim.errors import SimulationError
-
-        raise SimulationError(f"{where} ends after {MAX_TIME_NS:,} ns (2^63-1, 292 years), the latest time a report "
-                              "holds: a duration, size, bandwidth or latency that times it is out of range")
+        raise time_overflow(where)
     if "long step" not in _WARNED:
         _WARNED.add("long step")
         warn(f"{where} runs {(end_ns - start_ns) / LONG_STEP_NS:,.0f} years (more than one); check the duration, "
              "sizes, bandwidths and rates that time it")
+
+
+def time_overflow(where):
+    """The SimulationError of a time past :data:`MAX_TIME_NS`, naming ``where`` it happened (a node, a phase)."""
+    from astra_sim.errors import SimulationError
+
+    return SimulationError(f"{where} ends after {MAX_TIME_NS:,} ns (2^63-1, 292 years), the latest time a report "
+                           "holds: a duration, size, bandwidth or latency that times it is out of range")

@@ -28,7 +28,7 @@ from astra_sim.errors import WorkloadError
 from astra_sim.folding.engine import FoldTieBroken
 from astra_sim.folding.plan import FoldedRunIncomplete, FoldPlanner
 from astra_sim.humanize import format_ns
-from astra_sim.limits import LONG_STEP_NS, MAX_TIME_NS, check_step
+from astra_sim.limits import LONG_STEP_NS, MAX_TIME_NS, check_step, time_overflow
 from astra_sim.outputs import output_registry
 from astra_sim.plugins import plugin_manager_for
 from astra_sim.run.build import RunSetup, build_ranks
@@ -275,6 +275,10 @@ class Simulation:
             run_events(self.engine, self.workloads, self.symmetry is not None)
         except ChakraError as exc:
             raise WorkloadError(str(exc)) from None
+        except OverflowError:  # a time past int64 in a phase that is no node's end (check_step names those)
+            if self.engine.now <= MAX_TIME_NS:
+                raise
+            raise time_overflow("a network, memory or collective phase") from None
         finally:
             peak = tracemalloc.get_traced_memory()[1] if measure_memory else None
             if measure_memory:

@@ -60,6 +60,9 @@ SWITCH_KEYS = {
     "switch_reduction_buffer": 0,
 }
 
+#: the switch keys whose range is that of a link's key (the same units)
+_SWITCH_LIMITS = {"switch_reduction_latency": "latency", "switch_reduction_bandwidth": "bandwidth"}
+
 
 def parse_network_config(path, warn=None):
     """Read the reference's network YAML, with errors naming the file and key; ``warn(message)``
@@ -135,6 +138,8 @@ def _switch_lists(path, data, dims):
                     raise ConfigError(f"{path}: key '{key}[{i}]' must be a number >= 0, got {item!r}")
                 if key == "switch_reduction_bandwidth" and item == 0:
                     raise ConfigError(f"{path}: key '{key}[{i}]' must be > 0 GB/s (or null for the link bandwidth)")
+                if key in _SWITCH_LIMITS:  # the range of a link's latency or bandwidth (astra_sim.limits)
+                    check_number(path, _SWITCH_LIMITS[key], item, label=f"{key}[{i}]")
         out[key] = tuple(default if item is None else item for item in value)
     return out
 
