@@ -31,8 +31,10 @@ def _candidates(cfg: LlmConfig):
         yield f"--micro-batch-size {b // 2} --micro-batches {2 * m}", dict(micro_batch_size=b // 2,
                                                                            micro_batches=2 * m)
     if cfg.dp % 2 == 0 and cfg.dp // 2 % cfg.ep == 0:
-        yield f"--tp {2 * cfg.tp} --dp {cfg.dp // 2}", dict(tp=2 * cfg.tp, dp=cfg.dp // 2,
-                                                            sequence_parallel=cfg.sequence_parallel or cfg.tp == 1)
+        sp = cfg.sequence_parallel or cfg.tp == 1  # (TP from 1: with sequence parallelism, as Megatron runs it)
+        yield (f"--tp {2 * cfg.tp} --dp {cfg.dp // 2}" + (" --sequence-parallel" if sp and not cfg.sequence_parallel
+                                                          else ""), dict(tp=2 * cfg.tp, dp=cfg.dp // 2,
+                                                                         sequence_parallel=sp))
         yield f"--pp {2 * cfg.pp} --dp {cfg.dp // 2}", dict(pp=2 * cfg.pp, dp=cfg.dp // 2)
 
 
