@@ -5,6 +5,8 @@ schedule's factor) and the ZeRO paper's Figure 1 (7.5B parameters on 64 GPUs), a
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from astra_sim.chakra import read_et
 from astra_sim.cli import main
@@ -251,3 +253,24 @@ def test_a_loss_in_the_training_dtype_keeps_three_copies(capsys):
     assert main(["workload", "llm", *SMALL_ARGV, "--zero", "3", "--framework", "deepspeed", "--loss-dtype", "same",
                  "--summary", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["memory"]["logits"] == same.logits  # (micro-batches do not matter)
+
+
+@given(framework=st.one_of(st.none(), st.sampled_from(["megatron", "fsdp2", "deepspeed"]), st.text(max_size=12)),
+       loss=st.one_of(st.sampled_from(["fp32", "same"]), st.text(max_size=8)),
+       zero=st.integers(0, 3), hbm=st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)))
+@settings(max_examples=60, deadline=None)
+def test_the_memory_options_read_from_a_mapping_are_checked(framework, loss, zero, hbm):
+    """Any value of --framework / --loss-dtype / --hbm-gb either resolves or is a ConfigError naming the option."""
+    from astra_sim.errors import ConfigError
+
+    from astra_workload_generators.llm import LlmSpec, llm_summary
+
+    options = {"preset": "gpt3-13b", "layers": 2, "dp": 2, "zero": zero, "framework": framework,
+               "loss-dtype": loss, "hbm-gb": hbm}
+    try:
+        summary = llm_summary(LlmSpec.from_mapping(options))
+    except ConfigError as exc:
+        assert any(word in str(exc) for word in ("framework", "loss-dtype", "hbm-gb"))
+        return
+    assert summary["memory_peak_bytes"] > 0
+    assert summary["memory_framework"] == (framework or {3: "fsdp2", 2: "deepspeed"}.get(zero, "megatron"))
