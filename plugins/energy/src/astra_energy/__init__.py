@@ -1,1 +1,12 @@
-"""Power, clocks and energy for astra-sim-py (see docs/energy.md)."""
+"""Power, clocks and energy for astra-sim-py (docs/energy.md): the power model (:func:`gpu_power`), the rest of the
+system (:func:`system_power`), a report's ``stats.energy`` (:func:`energy_stats`) and the published measurements
+(:func:`load_cases`, :func:`evaluate`). Other plugins use these, never the CLI."""
+
+from astra_energy.account import millijoules, step_energy
+from astra_energy.cases import evaluate, load_cases
+from astra_energy.power import GpuPower, gpu_power, known_gpus
+from astra_energy.report import energy_stats
+from astra_energy.system import SystemPower, default_pue, system_power
+
+__all__ = ["GpuPower", "gpu_power", "known_gpus", "SystemPower", "system_power", "default_pue", "energy_stats",
+           "step_energy", "millijoules", "load_cases", "evaluate"]
