@@ -66,6 +66,23 @@ def test_a_clock_lock_slows_compute_and_lowers_power(tmp_path):
     assert locked.stats["energy"]["gpu_clock_lock_mhz"] == 990
 
 
+def test_other_plugins_find_the_class_powers_in_plugin_state(tmp_path):
+    from astra_sim import hookimpl
+
+    seen = {}
+
+    class Watcher:
+        @hookimpl
+        def astra_run_finish(self, run):
+            seen.update(run.plugin_state["energy"]["op_class_power_w"])
+
+    prefix, system, network = gemm_case(tmp_path, n=256)
+    simulate(prefix, system, network, plugins=PLUGINS, extra_plugins=[Watcher()], compute_model="gpu",
+             options={"power_limit_w": 450})
+    assert seen["gemm"] == pytest.approx(450) and seen["idle"] == 80
+    assert seen["elementwise"] == seen["other"] == pytest.approx(301)
+
+
 def test_memory_bound_work_barely_slows_under_a_cap():
     model = GpuComputeModel(None, "H100")
     op = classify("aten::add", "[[8192, 8192], [8192, 8192]]", BF16_PAIR, "")

@@ -71,7 +71,13 @@ def astra_run_start(run):
               "memory": power.time_clock_ratio("memory", limit, clock)}
     if capped:
         model.set_clock_ratios(ratios)
-    run.plugin_state[_STATE] = {"power": power, "limit": limit, "clock": clock, "time_ratios": ratios}
+    watts = {cls: power.watts(cls, power.settled_clock_ratio(cls, limit, clock))
+             for cls in (gemm_class, "attention", "memory", "comm", "idle")}
+    # For other plugins (a timeline's power lane): watts by the breakdown's compute classes, comm and idle.
+    op_class_power_w = {"gemm": watts[gemm_class], "attention": watts["attention"], "elementwise": watts["memory"],
+                        "other": watts["memory"], "comm": watts["comm"], "idle": watts["idle"]}
+    run.plugin_state[_STATE] = {"power": power, "limit": limit, "clock": clock, "time_ratios": ratios,
+                                "op_class_power_w": op_class_power_w}
 
 
 @hookimpl(trylast=True)
