@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from astra_sim.executors import STOP_SIGNALS, Stopped, stop_on_signals
+from astra_sim.executors import STOP_SIGNALS, LocalPool, Stopped, stop_on_signals
 
 SPEC = """
 workload:
@@ -95,6 +95,26 @@ def test_stop_on_signals_raises_once_then_restores_the_handlers():
                 time.sleep(0.05)
     assert stop.value.exit_code == 143 and stop.value.signal_name == "SIGTERM"
     assert {s: signal.getsignal(s) for s in STOP_SIGNALS} == before
+
+
+def _sleep_task(seconds, _payload):
+    time.sleep(seconds)
+    return seconds
+
+
+def test_a_stop_signal_inside_with_make_executor_stops_its_workers():
+    """validate and the searches run their executors in ``with``: a signal stops the workers there too."""
+    import multiprocessing
+    import threading
+
+    timer = threading.Timer(3, os.kill, (os.getpid(), signal.SIGTERM))
+    with pytest.raises(Stopped) as stop:
+        with LocalPool(2) as pool:
+            timer.start()
+            list(pool.run(_sleep_task, [(60, None), (60, None), (60, None)]))
+    assert stop.value.exit_code == 143
+    assert multiprocessing.active_children() == []
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
 
 
 def test_dask_retries_a_lost_task_a_bounded_number_of_times(monkeypatch):

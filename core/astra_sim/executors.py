@@ -89,10 +89,17 @@ class Executor:
     workers = 1
 
     def __enter__(self):
+        """``with make_executor(...) as ex:``: a stop signal inside the block raises :class:`Stopped`, and the
+        executor is closed (its workers stopped) before the command exits."""
+        self._signals = stop_on_signals()
+        self._signals.__enter__()
         return self
 
     def __exit__(self, *exc):
-        self.close()
+        try:
+            self.close()
+        finally:
+            self._signals.__exit__(None, None, None)
 
     def share(self, payload):
         return payload
@@ -114,7 +121,10 @@ def _worker_main(inbox, outbox):
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     while True:
-        item = inbox.get()
+        try:
+            item = inbox.get()
+        except (EOFError, OSError):  # the parent is gone (killed): nothing more will come
+            return
         if item is None:
             return
         index, fn_path, task, payload = item
