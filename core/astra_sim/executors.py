@@ -386,5 +386,5 @@ def make_executor(jobs=None, dask=None, executor=None, pm=None) -> Executor:
     return made
 
 
-__all__ = ["Executor", "ExecutorFailure", "Stopped", "stop_on_signals", "LocalPool", "DaskExecutor", "ExecutorRegistry", "executor_registry",
-           "executors", "make_executor", "register_builtin_executors"]
+__all__ = ["Executor", "ExecutorFailure", "Stopped", "stop_on_signals", "LocalPool", "DaskExecutor", "ExecutorRegistry",
+           "executor_registry", "executors", "make_executor", "register_builtin_executors"]

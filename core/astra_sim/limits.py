@@ -65,6 +65,8 @@ def _env_limit(name, default):
 # Bounds on what a generator or reader builds, checked before the work starts (each error names its variable).
 #: Most requests ``astra serve`` generates or reads from a trace (~310 bytes of memory each: 620 MB).
 MAX_REQUESTS = _env_limit("ASTRA_MAX_REQUESTS", 2_000_000)
+#: Largest request trace ``astra serve`` reads (line by line: its memory follows the requests kept).
+MAX_REQUEST_TRACE_BYTES = _env_limit("ASTRA_MAX_TRACE_BYTES", 8 << 30)
 #: Most points one sweep runs (each is a simulation and a row of the results file).
 MAX_SWEEP_POINTS = _env_limit("ASTRA_MAX_SWEEP_POINTS", 100_000)
 #: Most NPUs ``astra workload micro`` writes traces for (one file per rank: far fewer than a run may simulate).

@@ -15,21 +15,18 @@ Trace formats (the columns are recognised by name; see docs/serving.md):
 from __future__ import annotations
 
 import csv
-import io
 import json
 import math
 import os
 from dataclasses import dataclass
 
 from astra_sim.errors import ConfigError
-from astra_sim.limits import MAX_REQUESTS
+from astra_sim.limits import MAX_REQUEST_TRACE_BYTES as MAX_TRACE_BYTES, MAX_REQUESTS
 from astra_sim.safeio import brief
 
 NS = 1_000_000_000
 #: time stamps are int64 ns (about 292 years either side of zero), as in a Chakra trace
 MAX_ABS_NS = 2 ** 63
-#: Largest request trace read (it is streamed: memory follows the requests kept, :data:`MAX_REQUESTS`).
-MAX_TRACE_BYTES = int(os.environ.get("ASTRA_MAX_TRACE_BYTES", 8 << 30))
 #: Longest line of a trace (a request is a line of ~100 characters).
 MAX_LINE_CHARS = 1 << 20
 #: Peak memory per request while a trace is read, for the limit's message: measured with tracemalloc over 10^5
