@@ -23,7 +23,7 @@ from .spec import CHECKPOINT_BYTES_PER_PARAMETER, load_cluster_spec
 from .steps import StepTimes
 from .stragglers import straggler_study
 from .timeline import Timeline, daly_interval_ns, young_interval_ns
-from .workloads import materialize
+from .workloads import materialize, workload_key
 
 
 def run_cluster(spec, pm=None, work_dir=None) -> dict:
@@ -43,7 +43,12 @@ def _run(spec, pm, folder):
     machine = Machine(spec, pm)
     _check_fits(spec, machine)
     rng = random.Random(spec.seed)
-    workloads = {job.name: materialize(job, folder, spec.base_dir) for job in spec.jobs}
+    workloads, by_key = {}, {}
+    for job in spec.jobs:  # jobs with the same workload share its traces (and its simulated steps)
+        key = workload_key(job)
+        if key not in by_key:
+            by_key[key] = materialize(job, folder, spec.base_dir)
+        workloads[job.name] = by_key[key]
     steps = StepTimes(machine, workloads, folder)
     out = {"spec": spec.path, "cluster": {
         "platform": spec.platform, "nodes": machine.nodes, "gpus_per_node": machine.gpus_per_node,

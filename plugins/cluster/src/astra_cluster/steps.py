@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 from .placement import shape_key
-from .workloads import write_combined
+from .workloads import workload_key, write_combined
 
 
 def job_step_ns(report, gpus) -> int:
@@ -24,7 +24,8 @@ def job_step_ns(report, gpus) -> int:
 
 class StepTimes:
     """``step_ns(job, gpus, factors=None)``: the step of ``job`` (its workload in ``workloads[job.name]``) on
-    cluster GPUs ``gpus`` with compute slowdowns ``factors`` (``{GPU: factor}``)."""
+    cluster GPUs ``gpus`` with compute slowdowns ``factors`` (``{GPU: factor}``). Jobs with the same workload
+    share their steps."""
 
     def __init__(self, machine, workloads, folder):
         self.machine = machine
@@ -41,7 +42,7 @@ class StepTimes:
         per_rank = tuple(round((factors or {}).get(gpu, 1.0), 6) for gpu in gpus)
         symmetric = machine.spec.platform is not None
         where = shape_key(gpus, machine.gpus_per_node) if symmetric else tuple(gpus)
-        key = (job.name, where, per_rank)
+        key = (workload_key(job), where, per_rank)
         if key not in self.memo:
             if symmetric:
                 nodes = 1 + max(node for node, _ in where)

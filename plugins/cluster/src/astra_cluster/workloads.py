@@ -70,6 +70,11 @@ def materialize(job, folder, base_dir) -> JobWorkload:
     return workload
 
 
+def workload_key(job):
+    """What makes two jobs' workloads the same: their generator options or traces, and their GPUs."""
+    return json.dumps([job.workload_kind, job.workload, job.gpus], sort_keys=True, default=str)
+
+
 def _groups_of(prefix, given):
     """The groups file of a workload: ``given``, else a compact workload's own, else ``PREFIX.groups.json``."""
     from astra_sim.workload.compact import is_compact, read_compact_workload
