@@ -65,13 +65,25 @@ def test_a_bandwidth_under_a_byte_per_second_warns_once(capsys):
     for _ in range(3):
         assert check_number("sys.json", "local-mem-bw", 1e-12) == 1e-12
     err = capsys.readouterr().err
-    assert err.count("astra: warning: sys.json: key 'local-mem-bw' is 1e-12 GB/s, under 1 byte/s") == 1
+    assert err.count("astra: warning: sys.json: key 'local-mem-bw' is 1e-12 (GB/s, 10^9 bytes/s), under 1 byte/s")\
+        == 1
     check_number("sys.json", "local-mem-bw", 1e-9)  # exactly 1 B/s: no warning
     check_number("net.yml", "bandwidth", 1.0, label="bandwidth[0]")
     assert capsys.readouterr().err == ""
     with pytest.raises(ConfigError, match="bandwidth"):
         check_number("net.yml", "bandwidth", 0, label="bandwidth[0]")
     assert LIMITS["bandwidth"].warn_below * (1 << 30) == 1  # GB = 2^30 bytes: 1 B/s
+
+
+def test_a_utilisation_under_a_millionth_warns_once(capsys):
+    for _ in range(2):
+        check_number("gpu.yaml", "utilisation", 1e-9, label="efficiency.compute_efficiency")
+    err = capsys.readouterr().err
+    assert err.count("key 'efficiency.compute_efficiency' is 1e-09 (fraction of the peak), under a millionth") == 1
+    check_number("gpu.yaml", "utilisation", 0.4)
+    assert capsys.readouterr().err == ""
+    with pytest.raises(ConfigError, match=r"must be a number > 0 and <= 1 \(fraction of the peak\), got 1.5"):
+        check_number("gpu.yaml", "utilisation", 1.5)
 
 
 def test_the_cli_exits_3_with_one_line_and_no_traceback(tmp_path):
@@ -112,6 +124,6 @@ def test_a_vanishing_switch_bandwidth_warns_then_stops_at_the_int64_bound(tmp_pa
     with pytest.raises(SimulationError, match=r"a network, memory or collective phase ends after "
                                               r"9,223,372,036,854,775,807 ns \(2\^63-1"):
         simulate(*in_switch_case(tmp_path, "switch_reduction_bandwidth: [ 1.0e-300 ]"))
-    assert "key 'switch_reduction_bandwidth[0]' is 1e-300 GB/s" in capsys.readouterr().err
+    assert "key 'switch_reduction_bandwidth[0]' is 1e-300 (GB/s" in capsys.readouterr().err
     report = simulate(*in_switch_case(tmp_path / "fine", "switch_reduction_bandwidth: [ 1.0e-6 ]"))
     assert 0 < report.breakdown["finish_ns"] <= MAX_TIME_NS  # slow (a KB/s) but within int64

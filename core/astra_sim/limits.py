@@ -26,8 +26,10 @@ class Limit:
     unit: str
     low_open: bool = False
     integer: bool = False
-    #: below this the value is legal but absurd (a bandwidth under 1 B/s): a warning, once per key
+    #: below this the value is legal but absurd (a bandwidth under 1 B/s): a warning, once per key and file,
+    #: saying ``warn_note`` (what ``warn_below`` is in words)
     warn_below: float = 0.0
+    warn_note: str = ""
 
     def admits(self, value):
         above = value > self.low if self.low_open else value >= self.low
@@ -78,7 +80,7 @@ LIMITS = {
     # (the reference reads these two into ints, truncating a fraction; so does config.py)
     "active-chunks-per-dimension": Limit(1, 1e6, "chunks"),
     "preferred-dataset-splits": Limit(1, 1e6, "chunks per collective"),
-    "local-mem-bw": Limit(0, 1e6, "GB/s, 10^9 bytes/s", warn_below=1e-9),
+    "local-mem-bw": Limit(0, 1e6, "GB/s, 10^9 bytes/s", warn_below=1e-9, warn_note="1 byte/s"),
     "peak-perf": Limit(0, 1e6, "TFLOP/s"),
     "local-reduction-delay": Limit(0, SECOND_NS, "ns"),
     "L": Limit(0, SECOND_NS, "ns, LogGP latency"),
@@ -87,13 +89,17 @@ LIMITS = {
     "G": Limit(0, SECOND_NS, "ns per byte, LogGP gap per byte"),
     # network YAML (one entry per dimension)
     "npus_count": Limit(1, 1e6, "NPUs in the dimension", integer=True),
-    "bandwidth": Limit(0, 1e6, "GB/s per link and direction, GB = 2^30 bytes", low_open=True, warn_below=2**-30),
+    "bandwidth": Limit(0, 1e6, "GB/s per link and direction, GB = 2^30 bytes", low_open=True, warn_below=2**-30,
+                       warn_note="1 byte/s"),
     "latency": Limit(0, SECOND_NS, "ns per link traversal"),
     # remote-memory JSON
     "remote-mem-latency": Limit(0, SECOND_NS, "ns"),
     "remote-mem-bw": Limit(1, 1e6, "bytes/ns, i.e. decimal GB/s"),
     "num-nodes": Limit(1, 1e6, "nodes", integer=True),
     "num-npus-per-node": Limit(1, 1e6, "NPUs per node", integer=True),
+    # a model's achieved fraction of a peak (compute or memory efficiency), for plugins' keys of that kind
+    "utilisation": Limit(0, 1, "fraction of the peak", low_open=True, warn_below=1e-6,
+                         warn_note="a millionth of the peak"),
 }
 
 
@@ -110,8 +116,8 @@ def check_number(where, key, value, limit=None, *, label=None):
     if not ok or not limit.admits(value):
         raise ConfigError(f"{where}: key {label!r} must be {limit.describe()}, got {value!r}")
     if 0 < value < limit.warn_below:
-        _warn_once(f"{where}: key {label!r} is {value!r} {limit.unit.split(',')[0]}, under 1 byte/s: "
-                   "every transfer it times takes years")
+        _warn_once(f"{where}: key {label!r} is {value!r} ({limit.unit}), under {limit.warn_note}: the times it sets "
+                   "are absurdly long (a slip?)")
     return value
 
 
