@@ -37,6 +37,17 @@ def test_generating_more_requests_than_the_limit_is_refused_before_drawing():
     assert len(generate_requests(1000, 5.0, ("fixed", 10), ("fixed", 10))) == 1000
 
 
+def test_astra_serve_refuses_ten_million_requests_at_once():
+    done = astra("serve", "--model", "llama3-8b", "--platform", "hgx-h100", "--qps", "5", "--requests", "10000000")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"astra: error: --requests 10,000,000 is more than the {MAX_REQUESTS:,} requests one run holds (about "
+        f"{MAX_REQUESTS * requests_module.REQUEST_BYTES >> 20:,} MiB); ASTRA_MAX_REQUESTS raises the limit")
+    lowered = astra("serve", "--model", "llama3-8b", "--platform", "hgx-h100", "--qps", "5", "--requests", "20",
+                    env={"ASTRA_MAX_REQUESTS": "10"})
+    assert lowered.returncode == 2 and "--requests 20 is more than the 10 requests" in lowered.stderr
+
+
 def test_a_trace_with_more_requests_than_the_limit_names_the_line(tmp_path, monkeypatch):
     monkeypatch.setattr(requests_module, "MAX_REQUESTS", 5)
     path = tmp_path / "t.jsonl"
