@@ -123,6 +123,19 @@ def test_llm_step_energy_adds_up_and_is_declared(tmp_path):
     assert e["summary_line"].startswith("energy: ")
 
 
+def test_platforms_choose_the_system_and_node_size(tmp_path):
+    from astra_workload_generators import LlmSpec, generate_llm_workload
+
+    prefix = str(tmp_path / "l")
+    generate_llm_workload(LlmSpec(preset="llama3-8b", tp=8, dp=2, layers=1, seq_len=1024), prefix)
+    plugins = PLUGINS + ["workload_generators"]
+    for platform, system, nvswitch in (("hgx-h100", "default", 50), ("dgx-a100", "dgx-a100", 40), ("mi300x", "mi300x", 0)):
+        e = simulate(workload=prefix, platform=platform, nodes=2, plugins=plugins).stats["energy"]
+        assert (e["system"], e["nodes"], e["gpus_per_node"], e["gpus"]) == (system, 2, 8, 16)
+        assert e["system_power_w_per_gpu"]["nvswitch"] == nvswitch
+        assert e["system_power_w_per_gpu"]["network_switches"] > 0  # two nodes: the scale-out fabric counts
+
+
 def test_runs_without_the_gpu_model_have_no_energy_and_refuse_caps(tmp_path):
     prefix, system, network = gemm_case(tmp_path, n=64)
     replay = simulate(prefix, system, network, plugins=PLUGINS, compute_model="replay")

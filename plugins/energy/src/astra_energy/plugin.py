@@ -36,6 +36,22 @@ def _gpu_model(run):
     return model if isinstance(model, GpuComputeModel) else None
 
 
+def _platform(run):
+    """``(name, GPUs per node)`` of the run's ``--platform`` (a name or a Platform object), or ``(None, None)``."""
+    platform = run.options.get("platform")
+    if platform is None:
+        return None, None
+    if isinstance(platform, str):
+        from astra_sim import get_platform
+        from astra_sim.errors import AstraError
+
+        try:
+            platform = get_platform(platform)
+        except AstraError:
+            return None, None
+    return getattr(platform, "name", None), getattr(platform, "gpus_per_node", None)
+
+
 def _gemm_class(model, dtype):
     return "gemm_fp32" if dtype == "fp32" and not model.tf32 else "gemm"
 
@@ -96,8 +112,8 @@ def astra_run_finish(run, report):
     model = _gpu_model(run)
     throughput = report.stats.get("throughput") if isinstance(report.stats.get("throughput"), dict) else {}
     dtype = throughput.get("dtype") or model.default_dtype
-    platform = report.settings.get("platform") or {}
-    system = system_power(run.options.get("platform"), platform.get("devices_per_node"))
+    name, per_node = _platform(run)
+    system = system_power(name, per_node)
     pue = run.options.get("pue") or default_pue()
     report.stats["energy"] = energy_stats(
         report, state["power"], system, pue=pue, power_limit_w=state["limit"], clock_mhz=state["clock"],
