@@ -92,3 +92,15 @@ def test_part_labels(part, label):
 def test_a_title_without_throughput_names_the_npus():
     report = {"summary": {"npus": 16, "max_finish_ns": 2_500_000}, "settings": {}, "stats": {}, "ranks": []}
     assert figures.run_title(report) == "16 NPUs\nstep 2.500 ms"
+
+
+def test_serve_figures_name_the_model_and_gpu():
+    from astra_plots.serving import cdf_figure, serve_title
+
+    point = {"deployment": {"model": "llama3-8b", "gpu": "H100-SXM5-80GB", "description": "1 x TP 8"},
+             "cdf_ns": {"ttft": list(range(1, 102)), "tpot": list(range(1, 102)), "e2e": list(range(1, 102))}}
+    assert serve_title([point, point]) == ": llama3-8b on H100-SXM5-80GB"
+    other = {**point, "deployment": {**point["deployment"], "model": "qwen3-8b"}}
+    assert serve_title([point, other]) == ""
+    fig = cdf_figure([point], ["a"])
+    assert fig._suptitle.get_text() == "latency CDFs (astra serve): llama3-8b on H100-SXM5-80GB"

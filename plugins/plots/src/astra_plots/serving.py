@@ -46,6 +46,15 @@ def _label(point, fallback):
     return (f"{d.get('description', fallback)}" + (f", {qps:g} QPS" if isinstance(qps, (int, float)) else ""))
 
 
+def serve_title(points):
+    """``: llama3-70b on H100-SXM5-80GB`` when the reports serve one model on one GPU, else empty."""
+    models = {p.get("deployment", {}).get("model") for p in points}
+    gpus = {p.get("deployment", {}).get("gpu") for p in points}
+    if len(models) != 1 or None in models:
+        return ""
+    return f": {models.pop()}" + (f" on {gpus.pop()}" if len(gpus) == 1 and None not in gpus else "")
+
+
 def cdf_figure(points, labels):
     import matplotlib
 
@@ -65,7 +74,7 @@ def cdf_figure(points, labels):
         ax.set_xscale("log")
         ax.grid(True, alpha=0.3)
     axes[0].legend(fontsize=7)
-    fig.suptitle("latency CDFs (astra serve)", fontsize=10)
+    fig.suptitle(f"latency CDFs (astra serve){serve_title(points)}", fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -105,7 +114,8 @@ def throughput_latency_figure(points, labels):
     curve = [{"x": p["throughput_tokens_per_s"], "ttft": (_ms(p["ttft_ns"]["p50"]), _ms(p["ttft_ns"]["p99"])),
               "tpot": (_ms(p["tpot_ns"]["p50"]), _ms(p["tpot_ns"]["p99"])),
               "qps": f"{p['qps']:g}" if isinstance(p.get("qps"), (int, float)) else None} for p in points]
-    return _throughput_latency([(None, curve)], "throughput-latency curve (labels: QPS)", (11, 4))
+    return _throughput_latency([(None, curve)], f"throughput-latency curve (labels: QPS){serve_title(points)}",
+                               (11, 4))
 
 
 def plot_serve(paths, output, svg, save):
