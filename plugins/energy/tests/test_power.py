@@ -82,6 +82,21 @@ def test_gpu_names_match_the_gpu_model_presets_and_their_clocks():
             assert gpu_power(name).tdp_w == spec.tdp_w, name
 
 
+def test_a_gpu_yaml_with_tdp_and_clock_gets_power(tmp_path):
+    from astra_gpu_model.gpu import load_gpu
+
+    from astra_energy.power import gpu_power_of
+
+    path = tmp_path / "x.yaml"
+    path.write_text("name: X1\nbase: H100\ntdp_w: 500\nboost_clock_mhz: 1500\n")
+    x1 = gpu_power_of(load_gpu(str(path)))
+    assert (x1.name, x1.tdp_w, x1.idle_w, x1.max_clock_mhz) == ("X1", 500, pytest.approx(70), 1500)
+    assert x1.class_w["gemm"] == 500
+    path.write_text("name: X2\nbase: H100\n")  # the H100 preset states no tdp_w
+    assert gpu_power_of(load_gpu(str(path))) is None
+    assert gpu_power_of(load_gpu("A100")).idle_w == 60  # a preset: its own numbers
+
+
 def test_system_entries_by_platform():
     assert system_power("hgx-h100").name == "default"
     assert system_power("dgx-a100").name == "dgx-a100"

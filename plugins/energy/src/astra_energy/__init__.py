@@ -4,9 +4,9 @@ system (:func:`system_power`), a report's ``stats.energy`` (:func:`energy_stats`
 
 from astra_energy.account import millijoules, step_energy
 from astra_energy.cases import evaluate, load_cases
-from astra_energy.power import GpuPower, gpu_power, known_gpus
+from astra_energy.power import GpuPower, gpu_power, gpu_power_of, known_gpus
 from astra_energy.report import energy_stats
 from astra_energy.system import SystemPower, default_pue, system_power
 
-__all__ = ["GpuPower", "gpu_power", "known_gpus", "SystemPower", "system_power", "default_pue", "energy_stats",
+__all__ = ["GpuPower", "gpu_power", "gpu_power_of", "known_gpus", "SystemPower", "system_power", "default_pue", "energy_stats",
            "step_energy", "millijoules", "load_cases", "evaluate"]

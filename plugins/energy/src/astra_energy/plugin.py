@@ -58,7 +58,7 @@ def _gemm_class(model, dtype):
 
 @hookimpl
 def astra_run_start(run):
-    from astra_energy.power import gpu_power
+    from astra_energy.power import gpu_power_of
 
     options = run.options
     limit, clock, pue = options.get("power_limit_w"), options.get("gpu_clock_mhz"), options.get("pue")
@@ -71,14 +71,13 @@ def astra_run_start(run):
             raise ConfigError("--power-limit-w / --gpu-clock-mhz need the gpu compute model (--compute-model gpu or a "
                               "GPU --platform): it scales the compute rates with the clock")
         return
-    power = gpu_power(model.gpu.name)
-    if power is None:
+    power = gpu_power_of(model.gpu)
+    if power is None:  # no preset with power data, and a GPU YAML without tdp_w and boost_clock_mhz: no stats.energy
         if capped:
             from astra_energy.power import known_gpus
 
-            raise ConfigError(f"--power-limit-w / --gpu-clock-mhz: no power data for GPU {model.gpu.name!r}; known: "
-                              f"{', '.join(known_gpus())}")
-        run.warn(f"energy: no power data for GPU {model.gpu.name!r}; the report has no stats.energy")
+            raise ConfigError(f"--power-limit-w / --gpu-clock-mhz: no power data for GPU {model.gpu.name!r} (known: "
+                              f"{', '.join(known_gpus())}; a GPU YAML needs tdp_w and boost_clock_mhz)")
         return
     power.check_limits(limit, clock)
     gemm_class = _gemm_class(model, model.default_dtype)

@@ -78,19 +78,30 @@ def known_gpus() -> list:
     return sorted(power_data()["gpus"])
 
 
-def gpu_power(name: str, tdp_w: float | None = None) -> GpuPower | None:
-    """The power numbers of GPU ``name`` (a gpu_model preset name); None when the data has none and no ``tdp_w``
-    is given. A GPU described only by its TDP (a user YAML's ``tdp_w``) gets the idle power and the clock of no
-    preset: None too, since the clock and idle power cannot be guessed."""
-    data = power_data()
-    entry = data["gpus"].get(name)
+def gpu_power(name: str) -> GpuPower | None:
+    """The power numbers of GPU ``name`` (a gpu_model preset name), or None when the data has none."""
+    entry = power_data()["gpus"].get(name)
     if entry is None:
         return None
-    tdp = float(entry["tdp_w"] if tdp_w is None else tdp_w)
+    return _build(name, float(entry["tdp_w"]), float(entry["idle_w"]), float(entry["max_clock_mhz"]))
+
+
+def gpu_power_of(spec) -> GpuPower | None:
+    """The power of a gpu_model ``GpuSpec``: its preset's numbers, else (a user's GPU YAML) its ``tdp_w`` and
+    ``boost_clock_mhz`` with the assumed idle fraction (``unknown_gpu``); None without those two."""
+    known = gpu_power(spec.name)
+    if known is not None or not (spec.tdp_w and spec.boost_clock_mhz):
+        return known
+    idle = power_data()["unknown_gpu"]["idle_fraction_of_tdp"] * spec.tdp_w
+    return _build(spec.name, float(spec.tdp_w), idle, float(spec.boost_clock_mhz))
+
+
+def _build(name, tdp, idle, clock):
+    data = power_data()
     fractions = data["class_fraction_of_tdp"]
     class_w = {cls: fractions[cls] * tdp for cls in CLASSES if cls != "idle"}
-    return GpuPower(name=name, tdp_w=tdp, idle_w=float(entry["idle_w"]), max_clock_mhz=float(entry["max_clock_mhz"]),
-                    class_w=class_w, alpha=float(data["clock_power"]["alpha"]))
+    return GpuPower(name=name, tdp_w=tdp, idle_w=idle, max_clock_mhz=clock, class_w=class_w,
+                    alpha=float(data["clock_power"]["alpha"]))
 
 
-__all__ = ["CLASSES", "GpuPower", "gpu_power", "known_gpus", "power_data"]
+__all__ = ["CLASSES", "GpuPower", "gpu_power", "gpu_power_of", "known_gpus", "power_data"]
