@@ -93,7 +93,8 @@ def test_lognormal_draws_give_a_distribution(ring, write_spec):
     row = out["stragglers"][0]
     assert row["nominal_step_ns"] < row["median_step_ns"] <= row["p95_step_ns"] <= row["p99_step_ns"]
     assert row["draws"] == 12 and row["mean_slowdown"] > 1.0
-    assert sum(p["draws"] for p in row["pace_setters"]) >= 12  # every draw is slower than nominal
+    counts = [p["draws"] for p in row["pace_setters"]]
+    assert 1 <= len(counts) <= 8 and counts == sorted(counts, reverse=True)  # the 8 GPUs most often slowest
 
 
 def test_a_slow_gpu_slows_an_llm_step_on_the_gpu_model(tmp_path, write_spec):

@@ -42,7 +42,8 @@ def _run(spec, pm, folder):
     started = time.perf_counter()
     machine = Machine(spec, pm)
     _check_fits(spec, machine)
-    rng = random.Random(spec.seed)
+    # one seeded stream per question: the same seed gives the same failures whatever the placement policy draws
+    placement_rng, straggler_rng = random.Random(f"placement-{spec.seed}"), random.Random(f"stragglers-{spec.seed}")
     workloads, by_key = {}, {}
     for job in spec.jobs:  # jobs with the same workload share its traces (and its simulated steps)
         key = workload_key(job)
@@ -57,7 +58,7 @@ def _run(spec, pm, folder):
     free = set(range(machine.total_gpus))
     placed, rows = [], []
     for job in sorted(spec.jobs, key=lambda j: j.arrival_ns):
-        gpus = place(spec.placement, job, free, machine.gpus_per_node, rng)
+        gpus = place(spec.placement, job, free, machine.gpus_per_node, placement_rng)
         rows.append({"job": job.name, "gpus": job.gpus, "placed": gpus is not None,
                      "nodes": None if gpus is None else nodes_used(gpus, machine.gpus_per_node), "placement": gpus})
         if gpus is not None:
@@ -68,10 +69,10 @@ def _run(spec, pm, folder):
         out["corun"] = corun(machine, placed, folder)
         out["corun_simulations"] = len(placed) + (len(placed) > 1)
     if spec.stragglers is not None:
-        out["stragglers"] = [straggler_study(steps, job, gpus, spec.stragglers, rng) for job, _w, gpus in placed]
+        out["stragglers"] = [straggler_study(steps, job, gpus, spec.stragglers, straggler_rng) for job, _w, gpus in placed]
     if spec.horizon_ns is not None:
         ckpt = {job.name: _checkpoint_bytes(job, workloads[job.name]) for job in spec.jobs}
-        timeline = Timeline(spec, machine, steps, ckpt, rng).run()
+        timeline = Timeline(spec, machine, steps, ckpt).run()
         _add_optimum(timeline, spec, machine)
         out["timeline"] = timeline
     out["distinct_steps_simulated"] = steps.simulated

@@ -82,11 +82,15 @@ class _Job:
 class Timeline:
     """One run of the event simulation (see the module docstring); :meth:`run` gives the report's ``timeline``."""
 
-    def __init__(self, spec, machine, steps, checkpoint_bytes, rng):
+    def __init__(self, spec, machine, steps, checkpoint_bytes):
+        import random
+
         self.spec = spec
         self.machine = machine
         self.steps = steps
-        self.rng = rng
+        # failures and placements draw from streams of their own: two policies meet the same failures
+        self.failure_rng = random.Random(f"failures-{spec.seed}")
+        self.placement_rng = random.Random(f"timeline-placement-{spec.seed}")
         self.jobs = [_Job(job, i, checkpoint_bytes.get(job.name, 0)) for i, job in enumerate(spec.jobs)]
         self.free = set(range(machine.total_gpus))
         self.down = {}  # GPU -> repairs pending on it
@@ -143,8 +147,8 @@ class Timeline:
 
     def _next_random_failure(self, time, mtbf_ns):
         nodes = self.machine.nodes
-        gap = self.rng.expovariate(nodes / mtbf_ns)
-        self.push(time + max(1, int(round(gap))), "fail", ("random", self.rng.randrange(nodes)))
+        gap = self.failure_rng.expovariate(nodes / mtbf_ns)
+        self.push(time + max(1, int(round(gap))), "fail", ("random", self.failure_rng.randrange(nodes)))
 
     # ------------------------------------------------------------------ jobs
     def _start(self, job, gpus):
@@ -246,7 +250,7 @@ class Timeline:
     def _place(self, job):
         if job.spec.gpus > self.machine.total_gpus:
             return None
-        return place(self.spec.placement, job.spec, self.free, self.machine.gpus_per_node, self.rng)
+        return place(self.spec.placement, job.spec, self.free, self.machine.gpus_per_node, self.placement_rng)
 
     def _schedule(self):
         queue = [job for job in self.jobs if job.state == "queued"]
