@@ -122,3 +122,13 @@ def test_search_slos_read_the_percentile_flags_and_the_deprecated_ones(capsys):
         search_slos(_search_args(slo_fraction=0.9, **{"slo_ttft_p90": 80.0}))
     with pytest.raises(ConfigError, match="--slo-fraction must be"):
         search_slos(_search_args(slo_ttft=80.0, slo_fraction=0.995))
+
+
+def test_the_search_warns_when_a_percentile_rests_on_a_few_requests(capsys):
+    from astra_serving.search import search_deployments
+
+    args = _search_args(qps=1.0, platform="no-such-platform", **{"slo_ttft_p99": 80.0, "slo_tpot_p50": 30.0})
+    with pytest.raises(ConfigError, match="no-such-platform"):  # (stops before any candidate runs)
+        search_deployments(args)
+    err = capsys.readouterr().err
+    assert "the TTFT p99 SLO rests on the slowest 5 of 500 requests" in err and "TPOT p50" not in err

@@ -191,6 +191,14 @@ def search_deployments(args, executor=None):
     if args.qps is None:
         raise ConfigError("give --qps (requests per second to serve)")
     slos = search_slos(args)
+    from astra_sim.cliutil import warning
+
+    from .cli import SLO_TAIL_REQUESTS, small_sample_warning
+
+    for metric, percentile, _ in dict.fromkeys((m, p, None) for m, p, _ in slos):  # once per percentile asked
+        thin = small_sample_warning(args.requests, percentile, SLO_TAIL_REQUESTS, SLO_METRICS[metric])
+        if thin:
+            warning(thin)
     platform = get_platform(args.platform)
     tps = _sizes(args.tp, "--tp", [t for t in range(1, platform.gpus_per_node + 1)
                                    if platform.gpus_per_node % t == 0])
