@@ -61,7 +61,8 @@ def test_the_hugging_face_id_names_the_shipped_config(name):
 
 def test_other_spellings():
     for spelling, name in (("Llama-3.3-70B", "llama3.3-70b"), ("gemma-3-12b-it", "gemma3-12b"),
-                           ("gpt-oss-120b", "gpt-oss-120b"), ("DeepSeek-R1", "deepseek-r1")):
+                           ("gpt-oss-120b", "gpt-oss-120b"), ("DeepSeek-R1", "deepseek-r1"),
+                           ("mistralai/Mistral-Small-24B-Instruct-2501", "mistral-small-24b")):
         assert resolve_model_path(spelling) == CONFIG_DIR / f"{name}.json"
 
 

@@ -79,13 +79,16 @@ _SUFFIXES = ("-hf", "-base", "-pt", "-instruct", "-chat", "-it")
 
 
 def _normalized(name) -> str:
-    """A model name without its organisation, a leading ``meta-``, a ``-hf``/``-base``/``-instruct``... suffix, case and
-    punctuation: ``meta-llama/Meta-Llama-3-70B-Instruct`` and ``llama3-70b`` are both ``llama370b``."""
+    """A model name without its organisation, a leading ``meta-``, a ``-2501`` release tag, a
+    ``-hf``/``-base``/``-instruct``... suffix, case and punctuation: ``meta-llama/Meta-Llama-3-70B-Instruct`` and
+    ``llama3-70b`` are both ``llama370b``."""
     text = str(name).strip().strip("/").rsplit("/", 1)[-1].lower()
     if text.endswith(".json"):
         text = text[:-5]
     if text.startswith("meta-"):
         text = text[5:]
+    if len(text) > 5 and text[-5] == "-" and text[-4:].isdigit():  # a release tag: Mistral-Small-24B-Base-2501
+        text = text[:-5]
     for suffix in _SUFFIXES:
         if text.endswith(suffix):
             text = text[: -len(suffix)]
