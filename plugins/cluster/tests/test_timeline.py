@@ -105,3 +105,11 @@ def test_distinct_steps_are_simulated_once(ring, write_spec):
     assert out["timeline"]["failures"] == 2
     assert sum(row["placements_total"] for row in out["timeline"]["jobs"]) == 4  # each started twice
     assert out["distinct_steps_simulated"] == 2  # the same (job, GPUs) again: not simulated again
+
+
+def test_a_slow_gpu_lowers_goodput_as_a_rate(ring, write_spec):
+    text = "horizon_h: 1\nstragglers: {slow_gpus: {3: 1.5}}\njobs:\n" + job("a", 8, 1000)
+    row = run(ring, write_spec, text)["jobs"][0]
+    assert row["reference_step_ns"] == 100_000 and row["placements"][0]["step_ns"] == 150_000
+    assert row["goodput"] == pytest.approx(1 / 1.5)
+    assert row["goodput_steps_per_h"] == pytest.approx(3600e9 / 150_000)

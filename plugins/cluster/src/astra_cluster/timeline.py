@@ -4,7 +4,11 @@ A job-level event simulation. A running job alternates compute segments of ``k``
 (``delta``); its progress counts once the write completes. A failure (a node or a GPU going down, at a given
 time or drawn from the nodes' MTBF with the cluster's seed) stops every job on it: the work since its last
 checkpoint is lost, its GPUs are freed (the failed ones come back after ``repair_h``), and it queues again; a
-restart costs ``restart_s`` plus reading the checkpoint. Step times come from :class:`~astra_cluster.steps.
+restart costs ``restart_s`` plus reading the checkpoint. A job's goodput is its useful (checkpointed or final) steps
+over the wall time since it first started, as a rate (``goodput_steps_per_h``) and as a fraction of the rate it
+would have on the fewest nodes of an empty cluster (``goodput``; ``reference_step_ns``): queueing, lost work,
+checkpoints, restarts and a slow placement all lower it. The cluster's goodput is the useful GPU-time (at the
+reference rates) over all GPUs' time. Step times come from :class:`~astra_cluster.steps.
 StepTimes` (each distinct (job, placement, condition) simulated once); the condition is the named slow GPUs.
 
 Checkpoint interval: ``interval_steps``, or ``young-daly``: Young's ``tau = sqrt(2 delta M)`` (M: the job's mean
@@ -241,11 +245,13 @@ class Timeline:
             self.push(self.now + repair_ns, "repair", gpus)
 
     # ------------------------------------------------------------------ scheduling
+    def _reference_step_ns(self, job):
+        """The job's step on the fewest nodes of an empty cluster: the rate its goodput is measured against."""
+        every = set(range(self.machine.total_gpus))
+        return self.steps.step_ns(job.spec, _pack(job.spec.gpus, every, self.machine.gpus_per_node))
+
     def _estimate_ns(self, job, gpus=None):
-        if gpus is None:
-            every = set(range(self.machine.total_gpus))
-            gpus = _pack(job.spec.gpus, every, self.machine.gpus_per_node)
-        return job.remaining * self.steps.step_ns(job.spec, gpus)
+        return job.remaining * (self._reference_step_ns(job) if gpus is None else self.steps.step_ns(job.spec, gpus))
 
     def _place(self, job):
         if job.spec.gpus > self.machine.total_gpus:
@@ -296,6 +302,7 @@ class Timeline:
     def _report(self, end_ns):
         rows = []
         for job in self.jobs:
+            reference = self._reference_step_ns(job) if job.first_start is not None else None
             held = (job.end if job.end is not None else end_ns) - job.first_start if job.first_start is not None \
                 else 0
             rows.append({
@@ -307,10 +314,13 @@ class Timeline:
                 "checkpoint_write_ns": self._io_ns(job, "write"), "useful_ns": job.useful_ns,
                 "lost_ns": job.lost_ns, "checkpoint_ns": job.checkpoint_ns, "restart_ns": job.restart_ns,
                 "queued_ns": job.queued_ns, "held_ns": held,
-                "goodput": job.useful_ns / held if held else None, "placements": job.placements[:20],
+                "reference_step_ns": reference,
+                "goodput_steps_per_h": job.done_steps / (held / 3600e9) if held else None,
+                "goodput": job.done_steps * reference / held if held else None, "placements": job.placements[:20],
                 "placements_total": len(job.placements)})
         gpu_ns = self.machine.total_gpus * end_ns
-        useful_gpu_ns = sum(row["useful_ns"] * job.spec.gpus for row, job in zip(rows, self.jobs))
+        useful_gpu_ns = sum(row["useful_steps"] * row["reference_step_ns"] * job.spec.gpus
+                            for row, job in zip(rows, self.jobs) if row["reference_step_ns"])
         done = [row["completion_ns"] for row in rows if row["completion_ns"] is not None]
         return {"end_ns": end_ns, "scheduler": self.spec.scheduler, "placement": self.spec.placement,
                 "failures": len(self.failures), "failure_events": self.failures[:50],
