@@ -51,6 +51,8 @@ def test_a_capped_compute_bound_gemm_by_hand(tmp_path):
     assert per_flop1 / per_flop0 == pytest.approx(450 / (700 * r), rel=1e-2)
     assert 450 / (700 * r) == pytest.approx(0.9505, abs=1e-4)
     assert e1["clock_mhz"]["gemm"] == pytest.approx(1980 * r)
+    assert capped.settings["gpu_model"]["clock_ratios"]["gemm"] == pytest.approx(r)
+    assert "clock_ratios" not in free.settings["gpu_model"]
     assert e1["time_clock_ratio"]["gemm"] == pytest.approx(r)
 
 

@@ -109,6 +109,8 @@ class GpuComputeModel:
                                     "hbm_efficiency x HBM")
         if self.contention is not None:
             d["contention"] = self.contention.describe()
+        if self.clock_ratios:
+            d["clock_ratios"] = dict(self.clock_ratios)  # a power limit's or clock lock's (set_clock_ratios)
         return d
 
     def stats(self):
