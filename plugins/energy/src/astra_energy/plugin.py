@@ -22,6 +22,9 @@ def astra_add_run_options(parser):
     group.add_argument("--gpu-clock-mhz", type=float, default=None, metavar="MHZ",
                        help="lock the GPUs' SM clock at most at MHZ, as nvidia-smi -lgc does (the power limit still "
                             "applies)")
+    group.add_argument("--power-timeline", default=None, metavar="PATH",
+                       help="write power over time as Chrome trace counters (Perfetto): one track per class of "
+                            "identical ranks and the cluster's total")
     group.add_argument("--pue", type=float, default=None, metavar="F",
                        help="the facility's power usage effectiveness for stats.energy.facility_energy_mj (default: "
                             "1.58, the Uptime Institute's 2023 average; 1 gives IT energy)")
@@ -126,3 +129,11 @@ def astra_register_metrics(registry):
 
     for key, unit, what in METRICS:
         registry.metric(f"stats.energy.{key}", unit, what)
+
+
+@hookimpl
+def astra_register_output_formats(registry):
+    from astra_energy.power_timeline import power_timeline
+
+    registry.output_format("power_timeline", power_timeline, options=("power_timeline",),
+                           description="power over time per class of ranks and for the cluster (Chrome trace counters)")

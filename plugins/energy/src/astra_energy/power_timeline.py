@@ -1,0 +1,133 @@
+"""``--power-timeline PATH.json``: power over time as Chrome trace counters (the Perfetto UI opens it).
+
+One counter track per class of ranks whose activity is the same (a folded run's representatives: every rank of the
+class draws what the track shows), labelled with its ranks, and one ``cluster`` track with every GPU's power added
+up. A rank's power at an instant is that of the highest-power activity it runs then (``op_class_power_w``: a compute
+class, exposed communication, remote memory) or its idle power; communication beside compute shows as the compute.
+The step's energy comes from the breakdown (``stats.energy``); this file is for looking at the shape: the compute
+and communication swings, the bubbles. Times are microseconds with three decimals (exact nanoseconds).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from astra_sim.outputs import OutputFormat, check_writable_folder
+
+
+def _us(ns):
+    return f"{ns // 1000}.{ns % 1000:03d}"
+
+
+def _name(pid, name):
+    return f'{{"ph":"M","name":"process_name","pid":{pid},"args":{{"name":{json.dumps(name)}}}}}'
+
+
+def _counter(pid, t_ns, watts):
+    return f'{{"ph":"C","name":"power W","pid":{pid},"ts":{_us(t_ns)},"args":{{"W":{watts:.3f}}}}}'
+
+
+def rank_power_steps(analysis, rep, watts):
+    """``[(t_ns, W), ...]``: the representative's power from 0 to its finish (the last entry: idle at the finish)."""
+    from astra_sim.analysis.spans import K_COLL, K_COMPUTE, K_MEM, K_SEND
+
+    view = analysis.view(rep)
+    events = []
+    for node, start, end in view.records():
+        if end <= start:
+            continue
+        kind = analysis.kind_of(rep, node)[0]
+        if kind == K_COMPUTE:
+            w = watts.get(analysis.op_class(rep, node), watts["other"])
+        elif kind in (K_COLL, K_SEND):
+            w = watts["comm"]
+        elif kind == K_MEM:
+            w = watts["elementwise"]
+        else:  # receive waits and CPU ops: the GPU idles
+            continue
+        events.append((start, 1, w))
+        events.append((end, -1, w))
+    events.sort()
+    running = {}
+    steps = [(0, watts["idle"])]
+    i = 0
+    while i < len(events):
+        t = events[i][0]
+        while i < len(events) and events[i][0] == t:
+            _, step, w = events[i]
+            running[w] = running.get(w, 0) + step
+            if not running[w]:
+                del running[w]
+            i += 1
+        level = max(running, default=watts["idle"])
+        if level != steps[-1][1]:
+            if t == steps[-1][0]:  # a change at 0 replaces the initial idle
+                steps[-1] = (t, level)
+            else:
+                steps.append((t, level))
+    finish = view.finish_ns or 0
+    if steps[-1][1] != watts["idle"]:
+        steps.append((finish, watts["idle"]))
+    return steps
+
+
+def cluster_steps(classes):
+    """Every GPU's power added up: ``classes`` is ``[(count, steps)]``."""
+    changes = {}
+    for count, steps in classes:
+        previous = 0.0
+        for t, w in steps:
+            changes[t] = changes.get(t, 0.0) + count * (w - previous)
+            previous = w
+    total, out = 0.0, []
+    for t in sorted(changes):
+        total += changes[t]
+        out.append((t, total))
+    return out
+
+
+class PowerTimeline(OutputFormat):
+    needs_spans = True
+
+    def __init__(self, path):
+        self.path = path
+
+    def finish(self, run, report):
+        from astra_sim.humanize import rank_ranges
+        from astra_sim.safeio import write_text_atomic
+
+        state = run.plugin_state.get("energy")
+        if not state or run.analysis is None:
+            report.warnings.append(f"--power-timeline {self.path}: no power for this run (it needs the gpu compute "
+                                   "model on a GPU with power data); nothing written")
+            return
+        watts = state["op_class_power_w"]
+        analysis = run.analysis
+        symmetry = run.symmetry
+        members = {}
+        for rank in range(run.total_npus):
+            rep = symmetry.representative(rank) if symmetry is not None else rank
+            members.setdefault(rep, []).append(rank)
+        events = [_name(0, "cluster power (all GPUs)")]
+        classes = []
+        for pid, (rep, ranks) in enumerate(sorted(members.items()), start=1):
+            steps = rank_power_steps(analysis, rep, watts)
+            classes.append((len(ranks), steps))
+            events.append(_name(pid, f"ranks {rank_ranges(ranks)} power, each" if len(ranks) > 1
+                                else f"rank {ranks[0]} power"))
+            events.extend(_counter(pid, t, w) for t, w in steps)
+        events.extend(_counter(0, t, w) for t, w in cluster_steps(classes))
+        write_text_atomic(self.path, '{"displayTimeUnit":"ns","traceEvents":[\n' + ",\n".join(events) + "\n]}\n")
+        report.settings["power_timeline"] = {"path": self.path, "tracks": len(classes) + 1, "events": len(events)}
+
+
+def power_timeline(options, total_npus):
+    path = options.get("power_timeline")
+    if not path:
+        return None
+    check_writable_folder(os.path.dirname(os.path.abspath(path)), f"--power-timeline {path}")
+    return PowerTimeline(path)
+
+
+__all__ = ["PowerTimeline", "power_timeline", "rank_power_steps", "cluster_steps"]
