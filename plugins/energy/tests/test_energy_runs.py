@@ -146,8 +146,9 @@ def test_runs_without_the_gpu_model_have_no_energy_and_refuse_caps(tmp_path):
         simulate(prefix, system, network, plugins=PLUGINS, compute_model="replay", options={"power_limit_w": 400})
     with pytest.raises(ConfigError, match="--power-limit-w 800"):
         simulate(prefix, system, network, plugins=PLUGINS, compute_model="gpu", options={"power_limit_w": 800})
-    with pytest.raises(ConfigError, match="--pue"):
-        simulate(prefix, system, network, plugins=PLUGINS, compute_model="gpu", options={"pue": 0.5})
+    for bad in (0.5, float("inf"), float("nan")):
+        with pytest.raises(ConfigError, match="--pue"):
+            simulate(prefix, system, network, plugins=PLUGINS, compute_model="gpu", options={"pue": bad})
 
 
 def test_cli_flags_end_to_end(tmp_path, capsys):

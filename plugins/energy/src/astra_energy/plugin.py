@@ -65,8 +65,8 @@ def astra_run_start(run):
 
     options = run.options
     limit, clock, pue = options.get("power_limit_w"), options.get("gpu_clock_mhz"), options.get("pue")
-    if pue is not None and not pue >= 1.0:
-        raise ConfigError(f"--pue {pue:g}: expected a number >= 1 (facility energy over IT energy)")
+    if pue is not None and not 1.0 <= pue < float("inf"):
+        raise ConfigError(f"--pue {pue:g}: expected a finite number >= 1 (facility energy over IT energy)")
     model = _gpu_model(run)
     capped = limit is not None or clock is not None
     if model is None:
