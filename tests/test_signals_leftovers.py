@@ -14,7 +14,7 @@ import time
 import pytest
 
 import astra_sim.generated as generated
-from astra_sim.generated import GeneratedFile, materialized, reclaim_leftovers
+from astra_sim.generated import _HOST, GeneratedFile, materialized, owned, reclaim_leftovers
 from astra_sim.safeio import write_text_atomic
 
 
@@ -35,16 +35,19 @@ def test_a_dead_runs_folder_is_reclaimed_and_a_live_ones_kept(tmp_path):
     tmp = tmp_path / "tmp"
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        dead = tmp / f"astra-run-{dead_pid()}-abc"
+        dead = tmp / f"astra-run-{dead_pid()}.{_HOST}-abc"
         (dead / "inner").mkdir(parents=True)
         (dead / "inner" / "system.json").write_text("{}")
-        kept = [tmp / f"astra-run-{live.pid}-x", tmp / f"astra-run-{os.getpid()}-y", tmp / "astra-run-notapid",
-                tmp / "astra-run-0-z", tmp / f"astra-point-{dead_pid()}-q"]
+        gone = dead_pid()
+        kept = [tmp / f"astra-run-{live.pid}.{_HOST}-x", tmp / f"{owned('astra-run-')}y", tmp / "astra-run-notapid",
+                tmp / f"astra-run-0.{_HOST}-z", tmp / f"astra-point-{gone}.{_HOST}-q",
+                tmp / f"astra-run-{gone}.000000-w",  # another machine's (a shared folder): its pid means nothing here
+                tmp / f"astra-run-{gone}-v"]
         for folder in kept:
             folder.mkdir()
         with materialized({"system_configuration": GeneratedFile("system.json", "{}")}) as paths:
             made = os.path.dirname(paths["system_configuration"])
-            assert os.path.basename(made).startswith(f"astra-run-{os.getpid()}-")
+            assert os.path.basename(made).startswith(owned("astra-run-"))
         assert not dead.exists() and not os.path.exists(made)
         assert all(folder.exists() for folder in kept)  # other prefixes wait for their own kind
         assert reclaim_leftovers(str(tmp), "astra-run-") == 0  # once per process and folder
@@ -56,9 +59,9 @@ def test_a_dead_runs_folder_is_reclaimed_and_a_live_ones_kept(tmp_path):
 def test_a_killed_writers_part_file_goes_at_the_next_write_into_its_folder(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    part = out / f".tmp-{dead_pid()}-k2j3report.json"
+    part = out / f".tmp-{dead_pid()}.{_HOST}-k2j3report.json"
     part.write_bytes(b"x" * 1000)
-    mine = out / f".tmp-{os.getpid()}-abcdreport.json"
+    mine = out / f"{owned('.tmp-')}abcdreport.json"
     mine.write_bytes(b"y")
     write_text_atomic(out / "other.json", "{}")
     assert not part.exists() and mine.exists() and (out / "other.json").read_text() == "{}"

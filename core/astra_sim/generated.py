@@ -10,9 +10,11 @@ configuration itself (:func:`inline_settings`) instead of a path that no longer 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
+import socket
 import tempfile
 from dataclasses import dataclass
 
@@ -78,11 +80,11 @@ def materialized(files):
 
 @contextlib.contextmanager
 def private_folder(prefix):
-    """A fresh private temporary folder ``<prefix><pid>-<random>``, removed when the block ends. A process killed
+    """A fresh private temporary folder ``<prefix><pid>.<host>-<random>``, removed when the block ends. A process killed
     without a chance to clean up (SIGKILL, a lost machine) leaves it: the next process making one with the same
     prefix removes those of processes that no longer run (:func:`reclaim_leftovers`)."""
     reclaim_leftovers(tempfile.gettempdir(), prefix)
-    folder = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-")
+    folder = tempfile.mkdtemp(prefix=owned(prefix))
     try:
         yield folder
     finally:
@@ -90,13 +92,21 @@ def private_folder(prefix):
 
 
 _RECLAIMED = set()
+#: this machine, in the names of leftovers: a process id means something only on the machine that has it (an NFS
+#: folder, a TMPDIR shared with a container)
+_HOST = hashlib.blake2b(socket.gethostname().encode(), digest_size=3).hexdigest()
+
+
+def owned(prefix):
+    """``<prefix><pid>.<host>-``: the start of a temporary name that :func:`reclaim_leftovers` can trace to its
+    process."""
+    return f"{prefix}{os.getpid()}.{_HOST}-"
 
 
 def reclaim_leftovers(folder, prefix):
-    """Remove the entries ``<prefix><pid>-...`` of ``folder`` that belong to this user and whose process ``pid`` no
-    longer runs (a killed run's temporary folder or half-written file); once per process, folder and prefix.
-    Returns how many were removed. (A process of another PID namespace sharing the folder looks gone: give
-    each container its own TMPDIR.)"""
+    """Remove the entries of ``folder`` named by :func:`owned` with ``prefix`` that belong to this user and this
+    machine and whose process no longer runs (a killed run's temporary folder or half-written file); once per
+    process, folder and prefix. Returns how many were removed."""
     if (folder, prefix) in _RECLAIMED:
         return 0
     _RECLAIMED.add((folder, prefix))
@@ -106,8 +116,9 @@ def reclaim_leftovers(folder, prefix):
     except OSError:
         return 0
     for entry in entries:
-        pid, dash, _ = entry.name[len(prefix):].partition("-") if entry.name.startswith(prefix) else ("", "", "")
-        if not (dash and pid.isdigit() and int(pid) > 0 and int(pid) != os.getpid()):
+        tag = entry.name[len(prefix):].partition("-")[0] if entry.name.startswith(prefix) else ""
+        pid, _, host = tag.partition(".")
+        if host != _HOST or not pid.isdigit() or int(pid) in (0, os.getpid()):
             continue
         try:
             if entry.stat(follow_symlinks=False).st_uid != os.getuid() or _running(int(pid)):

@@ -335,11 +335,11 @@ def atomic_output(path):
     whole new one, never a part; a killed writer leaves no half-written file. The one place every output
     file is written from (reports, traces, timelines streamed piece by piece, plots). The file gets the
     permissions ``open()`` would give it (``mkstemp`` makes 0600)."""
-    from astra_sim.generated import reclaim_leftovers
+    from astra_sim.generated import owned, reclaim_leftovers
 
     folder = os.path.dirname(os.path.abspath(os.fspath(path)))
-    reclaim_leftovers(folder, ".tmp-")  # a SIGKILLed writer's part, once per folder (the pid in the name)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".tmp-{os.getpid()}-", suffix=os.path.basename(os.fspath(path)))
+    reclaim_leftovers(folder, ".tmp-")  # a SIGKILLed writer's part, once per folder (its pid in the name)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=owned(".tmp-"), suffix=os.path.basename(os.fspath(path)))
     try:
         with os.fdopen(fd, "wb") as handle:
             yield handle
