@@ -41,11 +41,12 @@ def print_report(report, output=None, file=None):
     """The report for a terminal."""
     out = file or sys.stdout
     c = report["cluster"]
-    machine = f"{c['platform']} x {c['nodes']} nodes" if c["platform"] else f"{c['nodes']} nodes"
+    machine = f"{c['platform']} x {_count(c['nodes'], 'node')}" if c["platform"] else _count(c["nodes"], "node")
     print(f"cluster: {machine}, {c['gpus']} GPUs ({c['gpus_per_node']} per node), network {c['network_backend']}, "
           f"placement {c['placement']}, scheduler {c['scheduler']}, seed {c['seed']}", file=out)
     for row in report["placement"]:
-        where = f"{row['gpus']} GPUs on {row['nodes']} nodes" if row["placed"] else "does not fit with the others"
+        where = (f"{_count(row['gpus'], 'GPU')} on {_count(row['nodes'], 'node')}" if row["placed"] else
+                 "does not fit with the others")
         print(f"  {row['job']}: {where}", file=out)
     if "corun" in report:
         print("together vs alone (same GPUs):", file=out)
@@ -64,14 +65,18 @@ def print_report(report, output=None, file=None):
     if "timeline" in report:
         t = report["timeline"]
         goodput = t["cluster_goodput"]
-        print(f"over {format_ns(t['end_ns'])}: {t['failures']} failures, {t['jobs_done']} of {len(t['jobs'])} jobs "
+        print(f"over {format_ns(t['end_ns'])}: {_count(t['failures'], 'failure')}, {t['jobs_done']} of {len(t['jobs'])} jobs "
               f"done" + (f", mean completion {format_ns(t['mean_completion_ns'])}" if t["mean_completion_ns"] else "")
               + (f", cluster goodput {goodput:.1%}" if goodput is not None else ""), file=out)
         for row in t["jobs"]:
             done = f"done in {format_ns(row['completion_ns'])}" if row["end_ns"] is not None else row["state"]
             good = f", goodput {row['goodput']:.1%}" if row["goodput"] is not None else ""
             every = f", checkpoint every {row['interval_steps']} steps" if row["interval_steps"] else ""
-            print(f"  {row['job']}: {done}, {row['useful_steps']}/{row['steps']} steps, {row['failures']} failures"
+            print(f"  {row['job']}: {done}, {row['useful_steps']}/{row['steps']} steps, {_count(row['failures'], 'failure')}"
                   f"{every}{good}", file=out)
     print(f"distinct steps simulated: {report['distinct_steps_simulated']} ({report['wall_s']:.1f} s)"
           + (f"; wrote {output}" if output else ""), file=out)
+
+
+def _count(n, noun):
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
