@@ -51,7 +51,7 @@ def _run(spec, pm, folder):
             by_key[key] = materialize(job, folder, spec.base_dir)
         workloads[job.name] = by_key[key]
     steps = StepTimes(machine, workloads, folder)
-    out = {"spec": spec.path, "cluster": {
+    out = {"units": {"time": "ns", "size": "bytes"}, "spec": spec.path, "cluster": {
         "platform": spec.platform, "nodes": machine.nodes, "gpus_per_node": machine.gpus_per_node,
         "gpus": machine.total_gpus, "network_backend": spec.network_backend, "placement": spec.placement,
         "scheduler": spec.scheduler, "seed": spec.seed}}
