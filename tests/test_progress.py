@@ -100,3 +100,25 @@ def test_astra_run_says_what_it_does_on_stderr_and_keeps_stdout_clean(tmp_path):
          "--remote-memory-configuration", str(EXAMPLE / "memory.json")],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert quiet.returncode == 0 and "elapsed" not in quiet.stderr
+
+
+def test_a_leading_phase_is_not_replaced_by_the_runs_it_makes(shown):
+    """astra serve times batch shapes with astra run's engine: the line keeps serve's phase, not the inner run's."""
+    stream = io.StringIO()
+    with progress.activity("astra serve", stream=stream, delay_s=0, interval_s=0.01):
+        progress.phase("serving 10 requests", lambda: "3 batch shapes", lead=True)
+        progress.phase("simulating")  # an inner run
+        progress.phase("serving elsewhere", lead=True)  # a second lead does not take the line either
+        assert _wait_for(stream, "serving 10 requests (3 batch shapes)")
+        time.sleep(0.05)
+    assert "simulating" not in stream.getvalue() and "elsewhere" not in stream.getvalue()
+
+
+def test_command_names_include_the_subcommand_only():
+    from astra_sim.cli import _command_name, build_parser
+    from astra_sim.plugins import make_plugin_manager
+
+    parser = build_parser(make_plugin_manager())
+    assert _command_name(parser, ["workload", "llm", "--preset", "gpt3-13b"], "workload") == "astra workload llm"
+    assert _command_name(parser, ["sweep", "spec.yaml", "-o", "r.csv"], "sweep") == "astra sweep"
+    assert _command_name(parser, ["run", "--platform", "hgx-h100"], "run") == "astra run"

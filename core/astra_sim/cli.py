@@ -169,13 +169,29 @@ def _main(argv):
 
     # A command that may take a while says what it does (stderr); -q and ASTRA_PROGRESS=0 keep it quiet.
     shown = not (getattr(args, "quiet", False) or getattr(args, "own_progress", False))
-    words = argv[argv.index(args.command):] if args.command in argv else [args.command]
-    name = " ".join(["astra", *[w for w in words[:2] if not w.startswith("-")][:2]])
-    with activity(name, enabled=shown):
+    with activity(_command_name(parser, argv, args.command), enabled=shown):
         if args.command == "run":
             return _cmd_run(pm, args)
         args.plugin_manager = pm  # a plugin command may use the loaded plugins (registries, hooks)
         return args.run_command(args)
+
+
+def _command_name(parser, argv, command):
+    """``astra workload llm`` / ``astra run``: the command and its subcommand, as the progress line names them."""
+    words = ["astra", command]
+    chosen = _subcommand_choices(parser).get(command)
+    after = argv[argv.index(command) + 1:] if command in argv else []
+    if chosen is not None and after and after[0] in _subcommand_choices(chosen, flat=True):
+        words.append(after[0])
+    return " ".join(words)
+
+
+def _subcommand_choices(parser, flat=False):
+    """The parser's subcommands: ``{name: subparser}`` (``flat``: their names)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return set(action.choices) if flat else dict(action.choices)
+    return set() if flat else {}
 
 
 def _cmd_plugins(pm, args):

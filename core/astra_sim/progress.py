@@ -24,12 +24,16 @@ INTERVAL_S = 5.0
 _current = None
 
 
-def phase(text, detail=None):
+def phase(text, detail=None, lead=False):
     """Name what the command does now; ``detail`` (optional) is a callable polled for a live figure, e.g. the
-    simulated time so far. Free when no activity is open."""
+    simulated time so far. Free when no activity is open. ``lead``: the command's own phase, which the phases of
+    the runs it makes (a serving step's ``astra run``) do not replace; the first lead keeps the line."""
     current = _current
-    if current is not None:
-        current.phase, current.detail = text, detail
+    if current is None or current.led and not (lead and current.led == text):
+        return
+    current.phase, current.detail = text, detail
+    if lead:
+        current.led = text
 
 
 @contextlib.contextmanager
@@ -93,6 +97,7 @@ class _Activity:
         self.interval_s = interval_s
         self.phase = "working"
         self.detail = None
+        self.led = None
         self.held = 0
         self.started = time.monotonic()
         self.tty = bool(getattr(stream, "isatty", lambda: False)())

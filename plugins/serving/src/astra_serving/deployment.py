@@ -8,6 +8,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from astra_sim import progress
 from astra_sim.errors import ConfigError
 
 from .spec import ServeSpec
@@ -127,6 +128,8 @@ def serve(spec):
                           f"cache holds {engine_tokens}{share} ({cap.blocks} blocks of {cap.block_size}); use more "
                           "GPUs per replica or a smaller --max-model-len")
     timer = StepTimer(layout, ratio=ratio, exact=spec.exact_shapes)
+    progress.phase(f"serving {len(requests):,} requests",
+                   lambda: f"{timer.simulated:,} batch shapes simulated, {timer.lookups:,} iterations timed", lead=True)
 
     counter = itertools.count()
 

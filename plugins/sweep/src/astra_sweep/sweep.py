@@ -195,10 +195,19 @@ class _Progress:
     """A rich progress bar on stderr: done / total, failures, elapsed and ETA."""
 
     def __init__(self, total, done, show):
+        from astra_sim import progress
+
         self.failed = 0
+        self.done = done
         self.bar = None
+        self._held = None
+        # Without the bar (no terminal: logs, nohup, notebooks), the command's progress line counts the points.
+        progress.phase("running the points", lambda: f"{self.done:,} of {total:,} done, {self.failed:,} failed",
+                       lead=True)
         if not show:
             return
+        self._held = progress.hold()  # the bar replaces the command's status line
+        self._held.__enter__()
         from rich.progress import (
             BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
         )
@@ -210,6 +219,7 @@ class _Progress:
         self.task = self.bar.add_task("sweep", total=total, completed=done, failed=0)
 
     def advance(self, row):
+        self.done += 1
         if not str(row.get("status")).startswith("ok"):
             self.failed += 1
         if self.bar is not None:
@@ -218,3 +228,6 @@ class _Progress:
     def close(self):
         if self.bar is not None:
             self.bar.stop()
+        if self._held is not None:
+            self._held.__exit__(None, None, None)
+            self._held = None
