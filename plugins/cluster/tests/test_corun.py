@@ -3,6 +3,7 @@ lone job is exactly ``astra run``."""
 
 import json
 import subprocess
+from pathlib import Path
 
 import astra_sim
 import pytest
@@ -113,3 +114,28 @@ def test_one_job_on_files_is_simulate_to_the_ns(ring):
     report = astra_sim.simulate(workload=str(ring / "ar"), system=str(ring / "sys.json"),
                                 network=str(ring / "net.yml"), network_backend="congestion")
     assert cluster == report.max_finish_ns
+
+
+NS3_DATA = Path(__file__).resolve().parents[2] / "network_ns3" / "tests" / "data"
+
+
+@pytest.mark.slow
+def test_jobs_on_ns3(ring, write_spec):
+    """ns-3's star of 8 hosts: each host has its own link, so jobs on disjoint hosts share none."""
+    pytest.importorskip("ns3")
+    if not NS3_DATA.is_dir():
+        pytest.skip("plugins/network_ns3's test data is not in this checkout")
+    spec = write_spec(ring, f"""
+system: sys.json
+network: {NS3_DATA}/scratch/config/network_cfg.txt
+gpus: 8
+network_backend: ns3
+run: {{logical_topology_configuration: {NS3_DATA}/logical_topology.json}}
+placement: fixed
+jobs:
+  - {{name: a, gpus: 4, place: [0, 2, 4, 6], workload: {{micro: {{collective: all_reduce, size: 1MiB}}}}}}
+  - {{name: b, gpus: 4, place: [1, 3, 5, 7], workload: {{micro: {{collective: all_reduce, size: 1MiB}}}}}}
+""")
+    out = run_cluster(spec)["corun"]
+    assert [row["slowdown"] for row in out["jobs"]] == [1.0, 1.0] and out["shared_links"] == []
+    assert all(row["alone_step_ns"] > 0 for row in out["jobs"])

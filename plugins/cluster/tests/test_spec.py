@@ -44,6 +44,7 @@ def test_a_good_spec():
     (with_(stragglers={"sigma": 0.1, "table": [1.1]}), "sigma or table"),
     (with_(stragglers={"slow_gpus": {"x": 2}}), "stragglers.slow_gpus"),
     (with_(system="s.json"), "either platform"),
+    (dict(with_(platform=None, nodes=None), system="s.json", network="n.txt", gpus=0), "key 'gpus'"),
 ])
 def test_bad_keys_are_named(data, message):
     with pytest.raises(ConfigError, match=message) as info:

@@ -24,7 +24,7 @@ class Machine:
             self.gpus_per_node = platform.devices_per_node(dict(spec.run))
             self.nodes = spec.nodes
         else:
-            counts = _network_counts(spec.network)
+            counts = [spec.gpus] if spec.gpus is not None else _network_counts(spec.network)
             total = 1
             for count in counts:
                 total *= count
@@ -85,5 +85,5 @@ def _network_counts(path):
     counts = data.get("npus_count") if isinstance(data, dict) else None
     if not isinstance(counts, list) or not counts or not all(isinstance(c, int) and c > 0 for c in counts):
         raise ConfigError(f"{path}: astra cluster needs an analytical network with npus_count (a list of NPU "
-                          "counts per dimension), or a platform")
+                          "counts per dimension), or the spec's key 'gpus' (e.g. for ns-3), or a platform")
     return counts

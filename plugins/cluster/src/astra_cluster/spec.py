@@ -7,6 +7,7 @@ platform: hgx-h100            # a registered platform and its nodes ...
 nodes: 4
 # system: sys.json            # ... or configuration files (relative to this file)
 # network: net.yml
+# gpus: 8                     # with files: the GPUs (default: the analytical network's NPUs; needed for ns-3)
 # gpus_per_node: 8            # with files: GPUs per node (default: the network's first dimension)
 network_backend: flow         # analytical | congestion | flow | ns3
 run: {host_launch_us: 0}      # astra run options for every simulation
@@ -45,7 +46,7 @@ YOUNG_DALY = "young-daly"
 #: Optimizations Toward Training Trillion Parameter Models", SC'20, section 3.1 (gradients are not saved)
 CHECKPOINT_BYTES_PER_PARAMETER = 14
 
-_TOP = {"platform", "nodes", "system", "network", "gpus_per_node", "network_backend", "run", "placement",
+_TOP = {"platform", "nodes", "system", "network", "gpus", "gpus_per_node", "network_backend", "run", "placement",
         "scheduler", "seed", "corun", "jobs", "stragglers", "failures", "checkpoint", "horizon_h"}
 _JOB = {"name", "gpus", "steps", "arrival_s", "workload", "place", "checkpoint_bytes"}
 _STRAGGLERS = {"sigma", "draws", "slow_gpus", "table", "min_factor"}
@@ -100,6 +101,7 @@ class ClusterSpec:
     nodes: int | None = None
     system: str | None = None
     network: str | None = None
+    gpus: int | None = None
     gpus_per_node: int | None = None
     network_backend: str = "analytical"
     run: dict = field(default_factory=dict)
@@ -142,6 +144,7 @@ def parse_cluster_spec(data, path="<spec>") -> ClusterSpec:
         raise ConfigError(f"{path}: give either platform (and nodes) or both system and network")
     if spec.platform is not None and spec.nodes is None:
         raise ConfigError(f"{path}: key 'nodes' is required with platform (the cluster's size in nodes)")
+    spec.gpus = where.integer("gpus", data.get("gpus"), low=1, optional=True)
     spec.gpus_per_node = where.integer("gpus_per_node", data.get("gpus_per_node"), low=1, optional=True)
     spec.network_backend = where.text("network_backend", data.get("network_backend", "analytical"))
     run = data.get("run", {}) or {}
