@@ -78,6 +78,9 @@ def print_summary(report, max_rows, stderr=False):
         f"{format_ns(report.max_exposed_comm_ns)} | {stats.get('events', 0):,} events in "
         f"{stats.get('run_s', 0):.3f} s", highlight=False)
     _print_throughput(stats.get("throughput"), console)
+    for key, value in stats.items():  # a plugin's own line (e.g. the energy plugin's stats.energy.summary_line)
+        if isinstance(value, dict) and isinstance(value.get("summary_line"), str):
+            console.print(value["summary_line"], highlight=False)
     fold = report.settings.get("fold") or {}
     if simulated < len(ranks):
         console.print(f"simulated {simulated:,} of {len(ranks):,} ranks (symmetric ranks folded; "

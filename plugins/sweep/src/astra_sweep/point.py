@@ -23,6 +23,9 @@ from dataclasses import dataclass
 from astra_sim.errors import AstraError, ConfigError, InfeasibleError
 
 #: rows' result columns, after ``point`` and the axes
+#: the energy plugin's numbers a row keeps (``stats.energy``; see docs/energy.md)
+ENERGY_COLUMNS = ("gpu_energy_mj", "it_energy_mj", "facility_energy_mj", "mean_power_w_per_gpu", "peak_power_w_per_gpu",
+                  "gpu_energy_per_token_mj", "it_energy_per_token_mj")
 RESULT_COLUMNS = ("step_ns", "compute_ns", "exposed_comm_ns", "peak_mem_bytes", "status", "wall_s")
 
 
@@ -404,6 +407,11 @@ def fill_row(row, report):
         for key in ("mfu", "hfu", "model_flop_per_s_per_gpu", "tokens_per_s", "tokens_per_s_per_gpu"):
             if isinstance(throughput.get(key), (int, float)):
                 row[key] = throughput[key]
+    energy = report.get("stats", {}).get("energy")
+    if isinstance(energy, dict):  # the energy plugin's joules (integer mJ) and watts
+        for key in ENERGY_COLUMNS:
+            if isinstance(energy.get(key), (int, float)) and not isinstance(energy.get(key), bool):
+                row[key] = energy[key]
     memory = report.get("settings", {}).get("memory")
     if isinstance(memory, dict) and isinstance(memory.get("peak_bytes"), int):
         row["peak_mem_bytes"] = memory["peak_bytes"]
