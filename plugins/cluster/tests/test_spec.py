@@ -22,7 +22,7 @@ def test_a_good_spec():
     spec = parse_cluster_spec(with_(horizon_h=24, failures={"node_mtbf_h": 100, "events": [{"at_h": 2, "node": 1}]},
                                     checkpoint={"interval_steps": 50, "restart_s": 60}), "/x/c.yaml")
     assert spec.jobs[0].arrival_ns == 1_500_000_000 and spec.horizon_ns == 24 * 3600 * 10**9
-    assert spec.failures.events == [(2 * 3600 * 10**9, "node", 1)]
+    assert spec.failures.events == [(2 * 3600 * 10**9, "node", 1)] and spec.failures.mtbf_h == {"node": 100}
     assert spec.checkpoint.interval_steps == 50 and spec.base_dir == "/x"
 
 
@@ -40,6 +40,8 @@ def test_a_good_spec():
     (with_(horizon_h=0), "key 'horizon_h' must be a finite number > 0"),
     (with_(failures={"events": [{"at_h": 1}]}), "failures.events\\[0\\]"),
     (with_(failures={"node_mtbf_h": -1}), "failures.node_mtbf_h"),
+    (with_(failures={"switch_mtbf_h": 100}), "failures.nodes_per_switch' is required"),
+    (with_(failures={"events": [{"at_h": 1, "link": 2, "gpu": 3}]}), "failures.events\\[0\\]"),
     (with_(checkpoint={"interval_steps": "often"}), "checkpoint.interval_steps"),
     (with_(stragglers={"sigma": 0.1, "table": [1.1]}), "sigma or table"),
     (with_(stragglers={"slow_gpus": {"x": 2}}), "stragglers.slow_gpus"),

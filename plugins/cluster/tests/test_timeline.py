@@ -113,3 +113,22 @@ def test_a_slow_gpu_lowers_goodput_as_a_rate(ring, write_spec):
     assert row["reference_step_ns"] == 100_000 and row["placements"][0]["step_ns"] == 150_000
     assert row["goodput"] == pytest.approx(1 / 1.5)
     assert row["goodput_steps_per_h"] == pytest.approx(3600e9 / 150_000)
+
+
+def test_a_switch_stops_every_job_under_it_and_a_link_only_its_gpu_s(ring, write_spec):
+    text = ("horizon_h: 1\ncheckpoint: {interval_steps: 10}\nfailures: {nodes_per_switch: 2, events: "
+            "[{at_h: %r, link: 5}, {at_h: %r, switch: 0}]}\njobs:\n" % (1e-6, 2e-6)
+            + job("a", 4, 100) + job("b", 4, 100))
+    t = run(ring, write_spec, text, gpn=4)
+    assert [f["kind"] for f in t["failure_events"]] == ["link", "switch"]
+    assert {row["job"]: row["failures"] for row in t["jobs"]} == {"a": 1, "b": 2}
+
+
+def test_gpu_mtbf_is_the_job_s_over_its_gpus(ring, write_spec):
+    # 8 GPUs at an 80 s MTBF each: the job fails every 10 s, as in the node case above
+    text = ("horizon_h: 14\nseed: 5\ncheckpoint: {write_gb_per_s: 10, read_gb_per_s: 10, restart_s: 1}\n"
+            "failures: {gpu_mtbf_h: %r}\njobs:\n" % (80 / 3600) + job("a", 8, 10**12, extra=", checkpoint_bytes: 5e9"))
+    row = run(ring, write_spec, text)["jobs"][0]
+    assert row["job_mtbf_ns"] == pytest.approx(10e9)
+    tau = row["interval_steps"] * 100_000
+    assert row["goodput"] == pytest.approx(daly_goodput(tau, 0.5e9, 1.5e9, 10e9), rel=0.05)

@@ -22,7 +22,7 @@ from .placement import nodes_used, place
 from .spec import CHECKPOINT_BYTES_PER_PARAMETER, load_cluster_spec
 from .steps import StepTimes
 from .stragglers import straggler_study
-from .timeline import Timeline, daly_interval_ns, young_interval_ns
+from .timeline import Timeline
 from .workloads import materialize, workload_key
 
 
@@ -72,9 +72,7 @@ def _run(spec, pm, folder):
         out["stragglers"] = [straggler_study(steps, job, gpus, spec.stragglers, straggler_rng) for job, _w, gpus in placed]
     if spec.horizon_ns is not None:
         ckpt = {job.name: _checkpoint_bytes(job, workloads[job.name]) for job in spec.jobs}
-        timeline = Timeline(spec, machine, steps, ckpt).run()
-        _add_optimum(timeline, spec, machine)
-        out["timeline"] = timeline
+        out["timeline"] = Timeline(spec, machine, steps, ckpt).run()
     out["distinct_steps_simulated"] = steps.simulated
     out["wall_s"] = round(time.perf_counter() - started, 3)
     return out
@@ -94,8 +92,11 @@ def _check_fits(spec, machine):
                 raise ConfigError(f"{spec.path}: key 'stragglers.slow_gpus': GPU {gpu} is not in the cluster "
                                   f"(GPUs 0..{total - 1})")
     if spec.failures is not None:
+        nodes_per_switch = spec.failures.nodes_per_switch
+        limits = {"gpu": total, "link": total, "node": machine.nodes,
+                  "switch": -(-machine.nodes // nodes_per_switch) if nodes_per_switch else 0}
         for _at, kind, index in spec.failures.events:
-            limit = machine.nodes if kind == "node" else total
+            limit = limits[kind]
             if index >= limit:
                 raise ConfigError(f"{spec.path}: key 'failures.events': {kind} {index} is not in the cluster "
                                   f"({kind}s 0..{limit - 1})")
@@ -108,19 +109,3 @@ def _checkpoint_bytes(job, workload):
     if job.workload_kind == "llm" and summary.get("parameters"):
         return int(summary["parameters"]) * CHECKPOINT_BYTES_PER_PARAMETER
     return 0
-
-
-def _add_optimum(timeline, spec, machine):
-    """Each job's Young and Daly optimum intervals, where failures are random (node MTBF)."""
-    failures = spec.failures
-    if failures is None or not failures.node_mtbf_h:
-        return
-    for row in timeline["jobs"]:
-        if not row["placements"]:
-            continue
-        first = row["placements"][0]
-        mtbf = failures.node_mtbf_h * 3600e9 / first["nodes"]
-        delta = row["checkpoint_write_ns"]
-        row["job_mtbf_ns"] = int(mtbf)
-        row["young_interval_ns"] = int(young_interval_ns(delta, mtbf))
-        row["daly_interval_ns"] = int(daly_interval_ns(delta, mtbf))

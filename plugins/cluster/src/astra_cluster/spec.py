@@ -23,7 +23,7 @@ jobs:
     place: [0, 1, 2]          # fixed placement only
     checkpoint_bytes: 1e11    # default for llm: 14 bytes per parameter
 stragglers: {sigma: 0.05, draws: 20, slow_gpus: {3: 1.5}}
-failures: {node_mtbf_h: 5000, repair_h: 0, events: [{at_h: 3, node: 1}]}
+failures: {node_mtbf_h: 5000, gpu_mtbf_h: 50000, repair_h: 0, events: [{at_h: 3, node: 1}, {at_h: 4, link: 9}]}
 checkpoint: {interval_steps: young-daly, write_gb_per_s: 10, read_gb_per_s: 10, restart_s: 120}
 horizon_h: 24
 ```
@@ -50,7 +50,9 @@ _TOP = {"platform", "nodes", "system", "network", "gpus", "gpus_per_node", "netw
         "scheduler", "seed", "corun", "jobs", "stragglers", "failures", "checkpoint", "horizon_h"}
 _JOB = {"name", "gpus", "steps", "arrival_s", "workload", "place", "checkpoint_bytes"}
 _STRAGGLERS = {"sigma", "draws", "slow_gpus", "table", "min_factor"}
-_FAILURES = {"node_mtbf_h", "repair_h", "events"}
+#: what can fail: a GPU, a node (its GPUs), a GPU's network link (its NIC), a switch (``nodes_per_switch`` nodes)
+FAILURE_KINDS = ("gpu", "node", "link", "switch")
+_FAILURES = {f"{kind}_mtbf_h" for kind in FAILURE_KINDS} | {"repair_h", "events", "nodes_per_switch"}
 _CHECKPOINT = {"interval_steps", "write_gb_per_s", "read_gb_per_s", "restart_s"}
 
 
@@ -80,9 +82,17 @@ class StragglerSpec:
 
 @dataclass
 class FailureSpec:
-    node_mtbf_h: float | None = None
+    """``mtbf_h``: ``{kind: hours}`` per failing unit (exponential, seeded); ``events``: ``[(at_ns, kind, index)]``;
+    ``repair_h``: how long a failed unit stays down (0: a spare takes over at once)."""
+
+    mtbf_h: dict = field(default_factory=dict)
     repair_h: float = 0.0
-    events: list = field(default_factory=list)  # [(at_ns, kind "node"|"gpu", index)]
+    events: list = field(default_factory=list)
+    nodes_per_switch: int | None = None
+
+    @property
+    def node_mtbf_h(self):
+        return self.mtbf_h.get("node")
 
 
 @dataclass
@@ -255,24 +265,34 @@ def _stragglers(where, data):
 def _failures(where, data):
     key = "failures"
     if not isinstance(data, dict):
-        raise where.error(key, "a mapping (node_mtbf_h, repair_h, events)", data)
+        raise where.error(key, "a mapping (node_mtbf_h, gpu_mtbf_h, link_mtbf_h, switch_mtbf_h, repair_h, events, "
+                          "nodes_per_switch)", data)
     where.unknown(key, data, _FAILURES)
     out = FailureSpec()
-    if data.get("node_mtbf_h") is not None:
-        out.node_mtbf_h = where.number(f"{key}.node_mtbf_h", data["node_mtbf_h"], low=0, open_low=True)
+    for kind in FAILURE_KINDS:
+        value = data.get(f"{kind}_mtbf_h")
+        if value is not None:
+            out.mtbf_h[kind] = where.number(f"{key}.{kind}_mtbf_h", value, low=0, open_low=True)
     out.repair_h = where.number(f"{key}.repair_h", data.get("repair_h", 0.0), low=0)
+    out.nodes_per_switch = where.integer(f"{key}.nodes_per_switch", data.get("nodes_per_switch"), low=1,
+                                         optional=True)
     events = data.get("events", []) or []
     if not isinstance(events, list):
-        raise where.error(f"{key}.events", "a list of {at_h, node} or {at_h, gpu}", events)
+        raise where.error(f"{key}.events", "a list of {at_h, node|gpu|link|switch: N}", events)
     for i, event in enumerate(events):
         ek = f"{key}.events[{i}]"
-        if not isinstance(event, dict) or "at_h" not in event or len(set(event) & {"node", "gpu"}) != 1 or \
-                set(event) - {"at_h", "node", "gpu"}:
-            raise where.error(ek, "{at_h: HOURS, node: N} or {at_h: HOURS, gpu: G}", event)
-        kind = "node" if "node" in event else "gpu"
+        kinds = set(event) & set(FAILURE_KINDS) if isinstance(event, dict) else set()
+        if not isinstance(event, dict) or "at_h" not in event or len(kinds) != 1 or \
+                set(event) - {"at_h", *FAILURE_KINDS}:
+            raise where.error(ek, "{at_h: HOURS, node: N} (or gpu: G, link: G, switch: S)", event)
+        kind = kinds.pop()
         at = hours_to_ns(where.number(f"{ek}.at_h", event["at_h"], low=0))
         out.events.append((at, kind, where.integer(f"{ek}.{kind}", event[kind], low=0)))
     out.events.sort()
+    uses_switch = "switch" in out.mtbf_h or any(kind == "switch" for _at, kind, _i in out.events)
+    if uses_switch and out.nodes_per_switch is None:
+        raise ConfigError(f"{where.path}: key '{key}.nodes_per_switch' is required with switch failures (the nodes "
+                          "one switch connects)")
     return out
 
 

@@ -1,8 +1,8 @@
 """A cluster over days: jobs arrive, queue, get placed, run, checkpoint, fail, restart and finish.
 
 A job-level event simulation. A running job alternates compute segments of ``k`` steps with a checkpoint write
-(``delta``); its progress counts once the write completes. A failure (a node or a GPU going down, at a given
-time or drawn from the nodes' MTBF with the cluster's seed) stops every job on it: the work since its last
+(``delta``); its progress counts once the write completes. A failure (a GPU, a node, a GPU's link or a switch going down,
+at a given time or drawn from MTBFs with the cluster's seed) stops every job on it: the work since its last
 checkpoint is lost, its GPUs are freed (the failed ones come back after ``repair_h``), and it queues again; a
 restart costs ``restart_s`` plus reading the checkpoint. A job's goodput is its useful (checkpointed or final) steps
 over the wall time since it first started, as a rate (``goodput_steps_per_h``) and as a fraction of the rate it
@@ -12,7 +12,7 @@ reference rates) over all GPUs' time. Step times come from :class:`~astra_cluste
 StepTimes` (each distinct (job, placement, condition) simulated once); the condition is the named slow GPUs.
 
 Checkpoint interval: ``interval_steps``, or ``young-daly``: Young's ``tau = sqrt(2 delta M)`` (M: the job's mean
-time between failures, the node MTBF over its nodes) in whole steps. Without failures and without an interval,
+time between failures: one over the sum of the units it uses over their MTBFs) in whole steps. Without failures and without an interval,
 a job never checkpoints. Sources: J. W. Young, "A first order approximation to the optimum checkpoint interval",
 CACM 17(9), 1974; J. T. Daly, "A higher order estimate of the optimum checkpoint interval for restart dumps",
 FGCS 22(3), 2006 (:func:`daly_goodput` is his expected wall time for exponential failures).
@@ -77,6 +77,7 @@ class _Job:
         self.queued_since = None
         self.failures = 0
         self.placements = []
+        self.mtbf_ns = None          # where it first ran (for the optimum intervals)
 
     @property
     def remaining(self):
@@ -114,13 +115,10 @@ class Timeline:
         for job in self.jobs:
             self.push(job.spec.arrival_ns, "arrive", job)
         failures = self.spec.failures
-        mtbf_ns = None
         if failures is not None:
             for at, kind, index in failures.events:
-                self.push(at, "fail", (kind, index))
-            if failures.node_mtbf_h:
-                mtbf_ns = failures.node_mtbf_h * 3600e9
-                self._next_random_failure(0, mtbf_ns)
+                self.push(at, "fail", (kind, index, False))
+            self._next_random_failure(0)
         while self.events:
             time, _seq, kind, payload = heapq.heappop(self.events)
             if time > horizon:
@@ -135,9 +133,10 @@ class Timeline:
                     continue
                 self._segment_done(job)
             elif kind == "fail":
-                self._fail(*payload)
-                if payload[0] == "random":
-                    self._next_random_failure(time, mtbf_ns)
+                unit, index, drawn = payload
+                self._fail(unit, index)
+                if drawn:
+                    self._next_random_failure(time)
             elif kind == "repair":
                 for gpu in payload:
                     self.down[gpu] -= 1
@@ -149,10 +148,41 @@ class Timeline:
                 break
         return self._report(min(self.now, horizon) if all(j.state == "done" for j in self.jobs) else horizon)
 
-    def _next_random_failure(self, time, mtbf_ns):
-        nodes = self.machine.nodes
-        gap = self.failure_rng.expovariate(nodes / mtbf_ns)
-        self.push(time + max(1, int(round(gap))), "fail", ("random", self.failure_rng.randrange(nodes)))
+    # ------------------------------------------------------------------ failures
+    def _units(self, kind) -> int:
+        """How many of ``kind`` the cluster has (a link per GPU: its NIC)."""
+        if kind in ("gpu", "link"):
+            return self.machine.total_gpus
+        if kind == "node":
+            return self.machine.nodes
+        return -(-self.machine.nodes // self.spec.failures.nodes_per_switch)
+
+    def _gpus_of(self, kind, index):
+        gpn = self.machine.gpus_per_node
+        if kind in ("gpu", "link"):
+            return [index]
+        first, count = (index, 1) if kind == "node" else (index * self.spec.failures.nodes_per_switch,
+                                                          self.spec.failures.nodes_per_switch)
+        last = min(first + count, self.machine.nodes)
+        return list(range(first * gpn, last * gpn))
+
+    def _next_random_failure(self, time):
+        """The next failure drawn from the MTBFs: every unit fails independently (exponential), so the cluster's
+        failures are one Poisson process of rate sum(units / MTBF), each one of a unit drawn in proportion."""
+        rates = [(kind, self._units(kind) / (hours * 3600e9)) for kind, hours in self.spec.failures.mtbf_h.items()]
+        if not rates:
+            return
+        total = sum(rate for _kind, rate in rates)
+        gap = self.failure_rng.expovariate(total)
+        kind = rates[0][0]
+        if len(rates) > 1:
+            pick = self.failure_rng.random() * total
+            for kind, rate in rates:
+                if pick < rate:
+                    break
+                pick -= rate
+        index = self.failure_rng.randrange(self._units(kind))
+        self.push(time + max(1, int(round(gap))), "fail", (kind, index, True))
 
     # ------------------------------------------------------------------ jobs
     def _start(self, job, gpus):
@@ -171,6 +201,7 @@ class Timeline:
             restart = int(round(self.spec.checkpoint.restart_s * 1e9)) + self._io_ns(job, "read")
         else:
             job.first_start = self.now
+            job.mtbf_ns = self._job_mtbf_ns(job)
         job.started_once = True
         job.restart_ns += restart
         self._begin_segment(job, self.now + restart)
@@ -180,10 +211,17 @@ class Timeline:
         return int(round(job.checkpoint_bytes / (rate * _GB) * 1e9))
 
     def _job_mtbf_ns(self, job):
+        """The mean time between failures that stop ``job`` where it is: one over the sum, over what can fail,
+        of the units it uses over their MTBF."""
         failures = self.spec.failures
-        if failures is None or not failures.node_mtbf_h:
+        if failures is None or not failures.mtbf_h:
             return None
-        return failures.node_mtbf_h * 3600e9 / nodes_used(job.gpus, self.machine.gpus_per_node)
+        gpn = self.machine.gpus_per_node
+        used = {"gpu": len(job.gpus), "link": len(job.gpus), "node": nodes_used(job.gpus, gpn)}
+        if failures.nodes_per_switch:
+            used["switch"] = len({gpu // gpn // failures.nodes_per_switch for gpu in job.gpus})
+        rate = sum(used[kind] / (hours * 3600e9) for kind, hours in failures.mtbf_h.items())
+        return 1.0 / rate
 
     def _interval(self, job):
         interval = self.spec.checkpoint.interval_steps
@@ -222,16 +260,10 @@ class Timeline:
             job.queued_since = self.now
 
     def _fail(self, kind, index):
-        gpn = self.machine.gpus_per_node
-        if kind in ("node", "random"):
-            if index >= self.machine.nodes:
-                return
-            gpus = list(range(index * gpn, (index + 1) * gpn))
-        else:
-            if index >= self.machine.total_gpus:
-                return
-            gpus = [index]
-        self.failures.append({"at_ns": self.now, "kind": "gpu" if kind == "gpu" else "node", "index": index})
+        """``kind`` ``index`` fails: every job on its GPUs stops (a failed link stops its GPU's job as a failed GPU
+        does: no rerouting around it); they stay down for ``repair_h``."""
+        gpus = self._gpus_of(kind, index)
+        self.failures.append({"at_ns": self.now, "kind": kind, "index": index})
         for job in self.jobs:
             if job.state == "running" and any(gpu in job.gpus for gpu in gpus):
                 job.failures += 1
@@ -299,6 +331,14 @@ class Timeline:
         return None, 0
 
     # ------------------------------------------------------------------ report
+    def _optimum(self, job):
+        """Young's and Daly's intervals for the job where it first ran (under random failures)."""
+        if job.mtbf_ns is None:
+            return {}
+        delta = self._io_ns(job, "write")
+        return {"job_mtbf_ns": int(job.mtbf_ns), "young_interval_ns": int(young_interval_ns(delta, job.mtbf_ns)),
+                "daly_interval_ns": int(daly_interval_ns(delta, job.mtbf_ns))}
+
     def _report(self, end_ns):
         rows = []
         for job in self.jobs:
@@ -314,7 +354,7 @@ class Timeline:
                 "checkpoint_write_ns": self._io_ns(job, "write"), "useful_ns": job.useful_ns,
                 "lost_ns": job.lost_ns, "checkpoint_ns": job.checkpoint_ns, "restart_ns": job.restart_ns,
                 "queued_ns": job.queued_ns, "held_ns": held,
-                "reference_step_ns": reference,
+                "reference_step_ns": reference, **self._optimum(job),
                 "goodput_steps_per_h": job.done_steps / (held / 3600e9) if held else None,
                 "goodput": job.done_steps * reference / held if held else None, "placements": job.placements[:20],
                 "placements_total": len(job.placements)})
