@@ -139,3 +139,19 @@ jobs:
     out = run_cluster(spec)["corun"]
     assert [row["slowdown"] for row in out["jobs"]] == [1.0, 1.0] and out["shared_links"] == []
     assert all(row["alone_step_ns"] > 0 for row in out["jobs"])
+
+
+def test_folding_still_applies_inside_the_combined_workload(tmp_path):
+    """Two identical 16-GPU jobs on 4 HGX nodes: the kernel folds the combined workload to one rank."""
+    from astra_workload_generators import generate_llm_workload
+
+    from astra_cluster.workloads import JobWorkload, write_combined
+
+    summary = generate_llm_workload({"preset": "llama3-8b", "layers": 1, "tp": 8, "dp": 2}, str(tmp_path / "j"))
+    job = JobWorkload(str(tmp_path / "j"), 16, str(tmp_path / "j.groups.json"), summary)
+    out = write_combined(str(tmp_path / "c" / "t"), 32, [(job, list(range(16))), (job, list(range(16, 32)))])
+    report = astra_sim.simulate(workload=str(tmp_path / "c" / "t"), platform="hgx-h100", nodes=4,
+                                comm_groups=out["comm_groups"])
+    assert report.settings["fold"]["simulated_ranks"] == 1
+    alone = astra_sim.simulate(workload=str(tmp_path / "j"), platform="hgx-h100")
+    assert report.max_finish_ns == alone.max_finish_ns  # a non-blocking fabric: no contention
