@@ -13,7 +13,8 @@ def week_spec():
     for i in range(20):
         dp = rng.choice([8, 16, 32, 64, 128])
         jobs.append(f"  - {{name: j{i}, gpus: {8 * dp}, steps: {rng.choice([20000, 50000, 100000])}, "
-                    f"arrival_s: {rng.randint(0, 3 * 86400)}, workload: {{llm: {{preset: llama3-8b, tp: 8, dp: {dp}}}}}}}")
+                    f"arrival_s: {rng.randint(0, 3 * 86400)}, "
+                    f"workload: {{llm: {{preset: llama3-8b, tp: 8, dp: {dp}}}}}}}")
     return ("platform: hgx-h100\nnodes: 1250\nplacement: topology\nscheduler: backfill\ncorun: false\n"
             "failures: {node_mtbf_h: 20000, repair_h: 24}\n"
             "checkpoint: {restart_s: 300, write_gb_per_s: 50, read_gb_per_s: 50}\nhorizon_h: 168\njobs:\n"

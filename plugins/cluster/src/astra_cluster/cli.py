@@ -65,15 +65,20 @@ def print_report(report, output=None, file=None):
     if "timeline" in report:
         t = report["timeline"]
         goodput = t["cluster_goodput"]
-        print(f"over {format_ns(t['end_ns'])}: {_count(t['failures'], 'failure')}, {t['jobs_done']} of {len(t['jobs'])} jobs "
-              f"done" + (f", mean completion {format_ns(t['mean_completion_ns'])}" if t["mean_completion_ns"] else "")
+        mean = t["mean_completion_ns"]
+        print(f"over {format_ns(t['end_ns'])}: {_count(t['failures'], 'failure')}, "
+              f"{t['jobs_done']} of {len(t['jobs'])} jobs done"
+              + (f", mean completion {format_ns(mean)}" if mean else "")
               + (f", cluster goodput {goodput:.1%}" if goodput is not None else ""), file=out)
         for row in t["jobs"]:
             done = f"done in {format_ns(row['completion_ns'])}" if row["end_ns"] is not None else row["state"]
             good = f", goodput {row['goodput']:.1%}" if row["goodput"] is not None else ""
             every = f", checkpoint every {row['interval_steps']} steps" if row["interval_steps"] else ""
-            print(f"  {row['job']}: {done}, {row['useful_steps']}/{row['steps']} steps, {_count(row['failures'], 'failure')}"
+            print(f"  {row['job']}: {done}, {row['useful_steps']}/{row['steps']} steps, "
+                  f"{_count(row['failures'], 'failure')}"
                   f"{every}{good}", file=out)
+    for message in report.get("warnings", [])[:5]:
+        print(f"warning: {message}", file=sys.stderr)
     print(f"distinct steps simulated: {report['distinct_steps_simulated']} ({report['wall_s']:.1f} s)"
           + (f"; wrote {output}" if output else ""), file=out)
 

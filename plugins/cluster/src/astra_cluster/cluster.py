@@ -69,11 +69,13 @@ def _run(spec, pm, folder):
         out["corun"] = corun(machine, placed, folder)
         out["corun_simulations"] = len(placed) + (len(placed) > 1)
     if spec.stragglers is not None:
-        out["stragglers"] = [straggler_study(steps, job, gpus, spec.stragglers, straggler_rng) for job, _w, gpus in placed]
+        out["stragglers"] = [straggler_study(steps, job, gpus, spec.stragglers, straggler_rng)
+                             for job, _w, gpus in placed]
     if spec.horizon_ns is not None:
         ckpt = {job.name: _checkpoint_bytes(job, workloads[job.name]) for job in spec.jobs}
         out["timeline"] = Timeline(spec, machine, steps, ckpt).run()
     out["distinct_steps_simulated"] = steps.simulated
+    out["warnings"] = machine.warnings[:50]
     out["wall_s"] = round(time.perf_counter() - started, 3)
     return out
 

@@ -35,6 +35,8 @@ class Machine:
             self.nodes = total // self.gpus_per_node
         self.total_gpus = self.nodes * self.gpus_per_node
         self._inner_model = None
+        #: the simulations' warnings, each once, in order (the report's ``warnings``)
+        self.warnings = []
 
     def node_of(self, gpu) -> int:
         return gpu // self.gpus_per_node
@@ -60,7 +62,11 @@ class Machine:
             inner = self.inner_compute_model(spec)
             spec = spec.replace(compute_model=SLOWED, options={"slowed_inner": inner,
                                                                "slowed_factors": dict(factors)})
-        return run_spec(spec, self.pm, on_warning=lambda message: None)
+        return run_spec(spec, self.pm, on_warning=self._warn)
+
+    def _warn(self, message):
+        if message not in self.warnings:
+            self.warnings.append(message)
 
     def inner_compute_model(self, spec):
         """The compute model a run of ``spec`` uses (what ``slowed`` wraps)."""

@@ -1,21 +1,23 @@
 """A cluster over days: jobs arrive, queue, get placed, run, checkpoint, fail, restart and finish.
 
 A job-level event simulation. A running job alternates compute segments of ``k`` steps with a checkpoint write
-(``delta``); its progress counts once the write completes. A failure (a GPU, a node, a GPU's link or a switch going down,
-at a given time or drawn from MTBFs with the cluster's seed) stops every job on it: the work since its last
-checkpoint is lost, its GPUs are freed (the failed ones come back after ``repair_h``), and it queues again; a
-restart costs ``restart_s`` plus reading the checkpoint. A job's goodput is its useful (checkpointed or final) steps
-over the wall time since it first started, as a rate (``goodput_steps_per_h``) and as a fraction of the rate it
-would have on the fewest nodes of an empty cluster (``goodput``; ``reference_step_ns``): queueing, lost work,
-checkpoints, restarts and a slow placement all lower it. The cluster's goodput is the useful GPU-time (at the
-reference rates) over all GPUs' time. Step times come from :class:`~astra_cluster.steps.
-StepTimes` (each distinct (job, placement, condition) simulated once); the condition is the named slow GPUs.
+(``delta``); its progress counts once the write completes. A failure (a GPU, a node, a GPU's link or a switch
+going down, at a given time or drawn from MTBFs with the cluster's seed) stops every job on it: the work since its
+last checkpoint is lost, its GPUs are freed (the failed ones come back after ``repair_h``), and it queues again;
+a restart costs ``restart_s`` plus reading the checkpoint. A job's goodput is its useful (checkpointed or final)
+steps over the wall time since it first started, as a rate (``goodput_steps_per_h``) and as a fraction of the
+rate it would have on the fewest nodes of an empty cluster (``goodput``; ``reference_step_ns``): queueing, lost
+work, checkpoints, restarts and a slow placement all lower it. The cluster's goodput is the useful GPU-time (at
+the reference rates) over all GPUs' time. Step times come from :class:`~astra_cluster.steps.StepTimes` (each
+distinct (job, placement, condition) simulated once); the condition is the named slow GPUs. Each job's step is
+its step alone on its GPUs: jobs running at once do not slow each other here (the ``corun`` part measures that).
 
 Checkpoint interval: ``interval_steps``, or ``young-daly``: Young's ``tau = sqrt(2 delta M)`` (M: the job's mean
-time between failures: one over the sum of the units it uses over their MTBFs) in whole steps. Without failures and without an interval,
-a job never checkpoints. Sources: J. W. Young, "A first order approximation to the optimum checkpoint interval",
-CACM 17(9), 1974; J. T. Daly, "A higher order estimate of the optimum checkpoint interval for restart dumps",
-FGCS 22(3), 2006 (:func:`daly_goodput` is his expected wall time for exponential failures).
+time between failures: one over the sum of the units it uses over their MTBFs) in whole steps. Without failures
+and without an interval, a job never checkpoints. Sources: J. W. Young, "A first order approximation to the
+optimum checkpoint interval", CACM 17(9), 1974; J. T. Daly, "A higher order estimate of the optimum checkpoint
+interval for restart dumps", FGCS 22(3), 2006 (:func:`daly_goodput` is his expected wall time for exponential
+failures).
 
 Schedulers: ``fifo`` (arrival order; the head waits until it fits and holds the others back), ``sjf`` (least
 remaining work first, same rule), ``backfill`` (fifo, and a later job may start now when it fits and either ends
