@@ -101,7 +101,7 @@ def test_astra_run_of_a_training_step_on_a_platform_reports_its_interval(tmp_pat
     assert main(["run", "--platform", "dgx-a100", "--workload-configuration", prefix,
                  "--report-json", str(report_path)]) == 0
     report = json.loads(report_path.read_text())
-    step = max(r["finish_ns"] for r in report["ranks"])
+    step = report["summary"]["max_finish_ns"]
     assert report["stats"]["step_interval_90_ns"] == list(interval_ns(step, [0.05, -0.02, 0.10]))
     assert report["stats"]["step_interval_90_cases"] == 3
     assert "(90 %: " in capsys.readouterr().out
@@ -115,3 +115,18 @@ def test_astra_run_of_a_training_step_on_a_platform_reports_its_interval(tmp_pat
     assert main(["run", "--platform", "dgx-a100", "--workload-configuration", str(tmp_path / "c"), "-q",
                  "--report-json", str(report_path)]) == 0
     assert "step_interval_90_ns" not in json.loads(report_path.read_text())["stats"]
+
+
+def test_the_shipped_residuals_are_the_registrys_cross_validated_cases():
+    from astra_validation.registry import load_cases
+
+    data = load_residuals()
+    assert data is not None and data["generated_by"].startswith("astra validate --cv")
+    cases = {c.name: c for c in load_cases()}
+    for kind, regime in data["regimes"].items():
+        assert len(regime["errors"]) == len(regime["cases"]) > 0
+        assert all(cases[name].kind == kind for name in regime["cases"])
+        assert set(regime["sources"]) == {cases[name].source_id for name in regime["cases"]}
+    assert len(data["regimes"]["llm_step"]["errors"]) >= intervals.MIN_CASES
+    low, high = step_interval(10**9)["interval_ns"]
+    assert low < 10**9 * 1.001 and high > 10**9 * 0.999 and low < high
