@@ -132,3 +132,36 @@ def test_gpu_mtbf_is_the_job_s_over_its_gpus(ring, write_spec):
     assert row["job_mtbf_ns"] == pytest.approx(10e9)
     tau = row["interval_steps"] * 100_000
     assert row["goodput"] == pytest.approx(daly_goodput(tau, 0.5e9, 1.5e9, 10e9), rel=0.05)
+
+
+SHARED = """
+system: sys.json
+network: net.yml
+gpus_per_node: 2
+placement: fixed
+network_backend: flow
+corun: false
+timeline_corun: {corun}
+horizon_h: 1
+jobs:
+  - {{name: a, gpus: 4, steps: 100, place: [0, 2, 4, 6], workload: {{micro: {{collective: all_reduce, size: 64MiB}}}}}}
+  - {{name: b, gpus: 4, steps: 100, place: [1, 3, 5, 7], arrival_s: {arrival_s},
+     workload: {{micro: {{collective: all_reduce, size: 64MiB}}}}}}
+"""
+
+
+def test_over_time_jobs_sharing_links_slow_each_other_while_both_run(ring, write_spec):
+    alone = run_cluster(write_spec(ring, SHARED.format(corun="false", arrival_s=0)))["timeline"]["jobs"][0]
+    step = alone["placements"][0]["step_ns"]
+    assert alone["completion_ns"] == 100 * step  # without timeline_corun: each job alone
+    # b arrives when a is half done: a runs 50 steps alone, then 50 beside b; b then finishes alone
+    together_spec = write_spec(ring, SHARED.format(corun="true", arrival_s=0), "both.yaml")
+    together = run_cluster(together_spec)["timeline"]["jobs"][0]["completion_ns"] // 100
+    assert together > 1.9 * step
+    half = 50 * step / 1e9
+    out = run_cluster(write_spec(ring, SHARED.format(corun="true", arrival_s=half), "late.yaml"))
+    a, b = out["timeline"]["jobs"]
+    assert a["end_ns"] == pytest.approx(50 * step + 50 * together, abs=100)
+    assert b["end_ns"] == pytest.approx(a["end_ns"] + 50 * step, abs=100)
+    # a alone, b alone, the two together, and the jobs' reference (packed on GPUs 0-3, one workload: once)
+    assert out["distinct_steps_simulated"] == 4

@@ -26,6 +26,7 @@ stragglers: {sigma: 0.05, draws: 20, slow_gpus: {3: 1.5}}
 failures: {node_mtbf_h: 5000, gpu_mtbf_h: 50000, repair_h: 0, events: [{at_h: 3, node: 1}, {at_h: 4, link: 9}]}
 checkpoint: {interval_steps: young-daly, write_gb_per_s: 10, read_gb_per_s: 10, restart_s: 120}
 horizon_h: 24
+timeline_corun: false         # true: over time, each job's step is its step beside the jobs running with it
 ```
 """
 
@@ -47,7 +48,7 @@ YOUNG_DALY = "young-daly"
 CHECKPOINT_BYTES_PER_PARAMETER = 14
 
 _TOP = {"platform", "nodes", "system", "network", "gpus", "gpus_per_node", "network_backend", "run", "placement",
-        "scheduler", "seed", "corun", "jobs", "stragglers", "failures", "checkpoint", "horizon_h"}
+        "scheduler", "seed", "corun", "timeline_corun", "jobs", "stragglers", "failures", "checkpoint", "horizon_h"}
 _JOB = {"name", "gpus", "steps", "arrival_s", "workload", "place", "checkpoint_bytes"}
 _STRAGGLERS = {"sigma", "draws", "slow_gpus", "table", "min_factor"}
 #: what can fail: a GPU, a node (its GPUs), a GPU's network link (its NIC), a switch (``nodes_per_switch`` nodes)
@@ -119,6 +120,7 @@ class ClusterSpec:
     scheduler: str = "fifo"
     seed: int = 0
     corun: bool = True
+    timeline_corun: bool = False
     stragglers: StragglerSpec | None = None
     failures: FailureSpec | None = None
     checkpoint: CheckpointSpec = field(default_factory=CheckpointSpec)
@@ -165,6 +167,7 @@ def parse_cluster_spec(data, path="<spec>") -> ClusterSpec:
     spec.scheduler = where.choice("scheduler", data.get("scheduler", "fifo"), SCHEDULERS)
     spec.seed = where.integer("seed", data.get("seed", 0), low=0)
     spec.corun = where.boolean("corun", data.get("corun", True))
+    spec.timeline_corun = where.boolean("timeline_corun", data.get("timeline_corun", False))
     jobs = data.get("jobs")
     if not isinstance(jobs, list) or not jobs:
         raise where.error("jobs", "a non-empty list of jobs", jobs)

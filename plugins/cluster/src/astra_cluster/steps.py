@@ -56,3 +56,22 @@ class StepTimes:
             report = machine.simulate(prefix, combined["comm_groups"], slow, nodes=nodes)
             self.memo[key] = job_step_ns(report, local)
         return self.memo[key]
+
+    def together_ns(self, items):
+        """``{job name: step}`` of ``items`` (``[(job, gpus, factors)]``) running at once on the whole cluster: one
+        combined workload, simulated once per distinct set (a lone job: :meth:`step_ns`)."""
+        if len(items) == 1:
+            job, gpus, factors = items[0]
+            return {job.name: self.step_ns(job, gpus, factors)}
+        machine = self.machine
+        key = frozenset((workload_key(job), tuple(gpus), tuple(round((factors or {}).get(gpu, 1.0), 6) for gpu in gpus))
+                        for job, gpus, factors in items)
+        if key not in self.memo:
+            prefix = os.path.join(self.folder, "steps", str(len(self.memo)), "trace")
+            combined = write_combined(prefix, machine.total_gpus,
+                                      [(self.workloads[job.name], gpus) for job, gpus, _f in items])
+            slow = {gpu: f for _job, gpus, factors in items for gpu, f in (factors or {}).items() if f != 1.0}
+            report = machine.simulate(prefix, combined["comm_groups"], slow)
+            self.memo[key] = {(workload_key(job), tuple(gpus)): job_step_ns(report, gpus) for job, gpus, _f in items}
+        found = self.memo[key]
+        return {job.name: found[(workload_key(job), tuple(gpus))] for job, gpus, _f in items}

@@ -10,7 +10,8 @@ rate it would have on the fewest nodes of an empty cluster (``goodput``; ``refer
 work, checkpoints, restarts and a slow placement all lower it. The cluster's goodput is the useful GPU-time (at
 the reference rates) over all GPUs' time. Step times come from :class:`~astra_cluster.steps.StepTimes` (each
 distinct (job, placement, condition) simulated once); the condition is the named slow GPUs. Each job's step is
-its step alone on its GPUs: jobs running at once do not slow each other here (the ``corun`` part measures that).
+its step alone on its GPUs; with ``timeline_corun: true`` it is its step beside the jobs running with it (one
+combined simulation per distinct set of running jobs and placements), and it changes when they start or stop.
 
 Checkpoint interval: ``interval_steps``, or ``young-daly``: Young's ``tau = sqrt(2 delta M)`` (M: the job's mean
 time between failures: one over the sum of the units it uses over their MTBFs) in whole steps. Without failures
@@ -65,7 +66,10 @@ class _Job:
         self.gpus = None
         self.epoch = 0               # bumps on every start and stop: stale events are dropped
         self.segment_steps = 0
-        self.segment_start = 0
+        self.segment_start = 0       # when the current segment's compute starts (after a restart)
+        self.progress = 0.0          # steps of the segment done by progress_at (the step may change mid-way)
+        self.progress_at = 0
+        self.write_ns = 0
         self.step_ns = 0
         self.interval = None
         self.started_once = False
@@ -106,6 +110,7 @@ class Timeline:
         self.now = 0
         self.failures = []
         self.slow = dict(spec.stragglers.slow_gpus) if spec.stragglers else {}
+        self._running_key = ()
 
     # ------------------------------------------------------------------ events
     def push(self, time, kind, payload=None):
@@ -146,6 +151,8 @@ class Timeline:
                         del self.down[gpu]
                         self.free.add(gpu)
             self._schedule()
+            if self.spec.timeline_corun:
+                self._retime_all()
             if all(job.state == "done" for job in self.jobs):
                 break
         return self._report(min(self.now, horizon) if all(j.state == "done" for j in self.jobs) else horizon)
@@ -238,9 +245,38 @@ class Timeline:
     def _begin_segment(self, job, start):
         k = job.remaining if job.interval is None else min(job.interval, job.remaining)
         job.segment_steps = k
-        job.segment_start = start
-        write = self._io_ns(job, "write") if k < job.remaining else 0
-        self.push(start + k * job.step_ns + write, "segment", (job, job.epoch))
+        job.segment_start = job.progress_at = start
+        job.progress = 0.0
+        job.write_ns = self._io_ns(job, "write") if k < job.remaining else 0
+        self.push(start + k * job.step_ns + job.write_ns, "segment", (job, job.epoch))
+
+    def _retime(self, job, step_ns):
+        """The job's step changes now (other jobs started or stopped beside it): the rest of its segment runs at
+        the new step."""
+        if step_ns == job.step_ns:
+            return
+        if self.now > job.progress_at:
+            job.progress = min(job.segment_steps, job.progress + (self.now - job.progress_at) / job.step_ns)
+            job.progress_at = self.now
+        job.step_ns = step_ns
+        if job.progress >= job.segment_steps:
+            return  # writing its checkpoint: the write does not change
+        job.epoch += 1
+        end = job.progress_at + int(round((job.segment_steps - job.progress) * step_ns)) + job.write_ns
+        self.push(end, "segment", (job, job.epoch))
+
+    def _retime_all(self):
+        """With ``timeline_corun``: every running job's step is its step beside the others running now."""
+        running = [job for job in self.jobs if job.state == "running"]
+        key = tuple((job.index, tuple(job.gpus)) for job in running)
+        if key == self._running_key or not running:
+            self._running_key = key
+            return
+        self._running_key = key
+        items = [(job.spec, job.gpus, {g: self.slow[g] for g in job.gpus if g in self.slow}) for job in running]
+        steps = self.steps.together_ns(items)
+        for job in running:
+            self._retime(job, steps[job.spec.name])
 
     def _segment_done(self, job):
         k = job.segment_steps
