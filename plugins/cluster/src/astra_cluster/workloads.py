@@ -126,8 +126,9 @@ def _read_groups(path):
 
 def write_combined(prefix, total_gpus, placed):
     """Write the combined workload of ``placed`` (``[(JobWorkload, [cluster GPU per job rank])]``) for a
-    cluster of ``total_gpus`` GPUs: ``PREFIX.<gpu>.et`` for every GPU and ``PREFIX.groups.json``. Returns
-    ``{"prefix", "comm_groups", "groups": [{job group id: cluster group id} per job]}``."""
+    cluster of ``total_gpus`` GPUs: ``PREFIX.<gpu>.et`` for every GPU and ``PREFIX.groups.json`` (each written
+    atomically). Returns ``{"prefix", "comm_groups", "groups": [{job group id: cluster group id} per job],
+    "worlds": [the cluster group of each job's default group, None for a job on every GPU]}``."""
     from astra_sim.chakra import make_metadata, write_et
     from astra_sim.chakra import types as T
 
