@@ -43,6 +43,9 @@ def test_preset_datasheet_values():
     assert (h100.sm_count, h100.tensor_tflops["fp8"], h100.hbm_bandwidth_gbps, h100.l2_cache_mb) == (132, 1978.9, 3350, 50)
     assert h100.scaleup_bandwidth_gbps == 450  # 18 NVLink 4 ports x 25 GB/s per direction
     assert (h200.hbm_bandwidth_gbps, h200.hbm_capacity_gb) == (4800, 141)
+    # power limits as the datasheets state them (A100 80GB SXM 400 W, H100/H200 SXM 700 W, HGX B200 1000 W,
+    # MI300X OAM 750 W)
+    assert [g.tdp_w for g in (a100, h100, h200, b200, mi300x)] == [400, 700, 700, 1000, 750]
     assert h200.tensor_tflops == h100.tensor_tflops
     assert (b200.sm_count, b200.tensor_tflops["bf16"], b200.hbm_bandwidth_gbps, b200.scaleup_bandwidth_gbps) == (
         148, 2250, 8000, 900)
