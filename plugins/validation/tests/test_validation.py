@@ -347,3 +347,23 @@ def test_memory_yaml_beside_the_registry_is_loaded_when_present(tmp_path, monkey
     (tmp_path / "memory.yaml").write_text(yaml.safe_dump({"cases": [_memory_case(name=without[0].name)]}))
     with pytest.raises(ConfigError, match="also in"):
         load_cases()
+
+
+_ANY = st.none() | st.booleans() | st.integers() | st.text(max_size=6) | st.lists(st.text(max_size=4), max_size=2)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.fixed_dictionaries({}, optional={"role": _ANY | st.sampled_from(["fit", "check"]), "source_id": _ANY,
+                                           "fitted": _ANY, "calibration_input": _ANY,
+                                           "kind": st.sampled_from(["collective", "memory"]),
+                                           "measured_what": _ANY | st.sampled_from(["nvidia-smi"])}))
+def test_any_role_source_or_memory_field_loads_or_is_a_config_error(tmp_path, over):
+    case = _collective(**over)
+    if case["kind"] == "memory":
+        case.update(workload=["--layers", "2"], measured={"peak_bytes": 10**9})
+    try:
+        (loaded,) = load_cases(_registry(tmp_path, [case]))
+    except ConfigError:
+        return
+    assert loaded.role in ("fit", "check") and loaded.source_id
+    assert loaded.role == "check" or loaded.fitted or case.get("calibration_input") is True

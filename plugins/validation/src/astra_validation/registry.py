@@ -170,6 +170,8 @@ def _load_file(path):
 
 def _provenance(raw, where, name):
     """``role``, ``source_id`` and ``fitted`` of one raw case (``calibration_input: true`` is ``role: fit``)."""
+    if not isinstance(raw.get("calibration_input", False), bool):
+        raise ConfigError(f"{where}: 'calibration_input' must be true or false, got {raw['calibration_input']!r}")
     role = raw.get("role", "fit" if raw.get("calibration_input") is True else "check")
     if role not in ROLES:
         raise ConfigError(f"{where}: 'role' must be one of {', '.join(ROLES)}, got {role!r}")
@@ -181,6 +183,6 @@ def _provenance(raw, where, name):
     fitted = raw.get("fitted", [])
     if not isinstance(fitted, list) or not all(isinstance(v, str) and v for v in fitted):
         raise ConfigError(f"{where}: 'fitted' must be a list of the constants' names (strings)")
-    if role == "fit" and not fitted and "calibration_input" not in raw:
+    if role == "fit" and not fitted and raw.get("calibration_input") is not True:
         raise ConfigError(f"{where}: a 'role: fit' case must name what was fitted on it ('fitted': [...])")
     return {"role": role, "source_id": source_id, "fitted": tuple(fitted)}
