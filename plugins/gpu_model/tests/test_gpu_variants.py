@@ -37,11 +37,16 @@ DATASHEETS = {
                                                              "int8": 3341},
                                 dense={"fp32": 60, "fp64": 60}, hbm_gbps=2400, hbm_gb=96, tdp=500, scaleup=450,
                                 topology="nvswitch"),
+    # NVIDIA's H800 specification as reported: the H100 SXM's rates (sparse 989 / 1,979 / 3,958), NVLink 400 GB/s
+    "H800-SXM5-80GB": dict(sm=132, clock=1980, sparse={"tf32": 989.4, "bf16": 1978.8, "fp16": 1978.8, "fp8": 3957.8,
+                                                        "int8": 3957.8},
+                           dense={"fp32": 67, "fp64": 1}, hbm_gbps=3350, hbm_gb=80, tdp=700, scaleup=200,
+                           topology="nvswitch"),
     "H20": dict(sm=78, clock=None, sparse={"tf32": 148, "bf16": 296, "fp16": 296, "fp8": 592, "int8": 592},
                 dense={"fp32": 44, "fp64": 1}, hbm_gbps=4000, hbm_gb=96, tdp=400, scaleup=450, topology="nvswitch"),
 }
 PLATFORMS = {"dgx-a100-40gb": "A100-SXM4-40GB", "h100-pcie": "H100-PCIe-80GB", "h100-nvl": "H100-NVL-94GB",
-             "hgx-h20": "H20", "grand-teton-h100": "H100-SXM-96GB-HBM2e"}
+             "hgx-h20": "H20", "grand-teton-h100": "H100-SXM-96GB-HBM2e", "hgx-h800": "H800-SXM5-80GB"}
 
 
 @pytest.mark.parametrize("name", sorted(DATASHEETS))

@@ -58,7 +58,7 @@ PRESET_ALIASES = {
     "h100": "H100-SXM5-80GB", "h100-sxm": "H100-SXM5-80GB", "h100-sxm5": "H100-SXM5-80GB",
     "h200": "H200-SXM", "b200": "B200", "mi300x": "MI300X",
     "a100-40gb": "A100-SXM4-40GB", "h100-pcie": "H100-PCIe-80GB", "h100-nvl": "H100-NVL-94GB", "h20": "H20",
-    "h100-96gb": "H100-SXM-96GB-HBM2e",
+    "h100-96gb": "H100-SXM-96GB-HBM2e", "h800": "H800-SXM5-80GB",
 }
 DEFAULT_GPU = "H100-SXM5-80GB"
 

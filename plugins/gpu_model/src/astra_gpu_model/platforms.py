@@ -234,6 +234,14 @@ PLATFORMS = {
                     "for HGX H20"},
         ),
         Platform(
+            "hgx-h800", "NVIDIA HGX H800: 8 x H800-SXM5-80GB, NVSwitch (NVLink 400 GB/s), 8 x 400 Gb/s InfiniBand "
+            "(DeepSeek's cluster)", "H800-SXM5-80GB", 8, 400.0, "ConnectX-7 400 Gb/s InfiniBand",
+            {"gpus_per_node": "DeepSeek-V3 technical report (arXiv:2412.19437) section 3.1: 'Each node in the H800 "
+                              "cluster contains 8 GPUs connected by NVLink and NVSwitch within nodes'",
+             "nic": "DeepSeek-V3 technical report section 3.2.2: InfiniBand at 50 GB/s per GPU (400 Gb/s), one per "
+                    "GPU"},
+        ),
+        Platform(
             "grand-teton-h100", "Meta Grand Teton (torchtitan's benchmarks): 8 x H100 96GB HBM2e at 500 W, fully "
             "connected with NVLink, 400 Gb/s RDMA per GPU", "H100-SXM-96GB-HBM2e", 8, 400.0,
             "400 Gb/s RDMA backend network per GPU",
