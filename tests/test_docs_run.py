@@ -110,8 +110,8 @@ def test_usage_report_sample_is_a_real_report(tmp_path):
     report = json.loads(path.read_text())
     parts = sample_sections(report_sample())
     assert list(parts) == list(report), "the sample's top-level keys are the report's, in order"
-    rank0, _ = json.JSONDecoder().raw_decode(parts["ranks"].lstrip()[1:])
-    assert rank0 == report["ranks"][0]
+    first, _ = json.JSONDecoder().raw_decode(parts["rank_classes"].lstrip()[1:])
+    assert report["layout"] == "rank-classes" and first == report["rank_classes"][0]
     assert json.loads(parts["summary"].rstrip(",")) == report["summary"]
     for section in ("settings", "stats", "network_stats"):
         named = re.findall(r'"(\w+)":', parts[section])

@@ -41,6 +41,10 @@ def _add_run_arguments(run):
                      help="write the report (per-rank times in ns, settings) as JSON to PATH (--report-json: the "
                           "same, its earlier name)")
     out.add_argument("--json", action="store_true", help="print the report as JSON on stdout (no table)")
+    out.add_argument("--per-rank", action="store_true",
+                     help="-o/--json list every rank (\"ranks\"); by default ranks with equal numbers share one "
+                          "\"rank_classes\" entry (a 1024-rank report shrinks from megabytes to kilobytes; "
+                          "astra_sim.report.read_report reads either)")
     out.add_argument("--max-table-ranks", type=positive_int, default=16, metavar="N",
                      help="rows of the terminal's rank table (ranks with identical numbers share a row; default 16)")
     out.add_argument("--partial-report", action="store_true",
@@ -262,11 +266,11 @@ def _cmd_run(pm, args):
         interrupt.deferred = True  # from here on a signal waits until the report is written
         report.warnings[:0] = [m for m in early if m not in report.warnings]
         if args.report_json:
-            _write_report(report, args.report_json)
+            _write_report(report, args.report_json, args.per_rank)
     if interrupt.pending is not None:
         return _interrupted(interrupt.pending, None, args, early, written=bool(args.report_json))
     if args.json:
-        sys.stdout.write(json.dumps(report.to_dict(), indent=1) + "\n")
+        sys.stdout.write(json.dumps(report.to_dict(per_rank=args.per_rank), indent=1) + "\n")
     reference_log = report.astra_sim_log is not None  # an output format collected the reference's stdout
     if reference_log:
         # stdout carries exactly the reference's lines, so scripts that diff them keep working;
@@ -321,9 +325,9 @@ def _interruptible():
             signal.signal(signum, old)
 
 
-def _write_report(report, path):
+def _write_report(report, path, per_rank=False):
     try:
-        report.write_json(path)
+        report.write_json(path, per_rank)
     except OSError as exc:
         raise AstraError(f"cannot write --output {path}: {exc}") from None
 
@@ -337,7 +341,7 @@ def _interrupted(stop, run, args, early, written=False):
         print(f"astra: {what} after the report was written; stopped", file=sys.stderr)
     elif partial is not None:
         partial.warnings[:0] = [m for m in early if m not in partial.warnings]
-        _write_report(partial, args.report_json)
+        _write_report(partial, args.report_json, args.per_rank)
         print(f"astra: {what}; partial report (complete: false) written to {args.report_json}", file=sys.stderr)
     else:
         hint = " (--partial-report writes what is known so far)" if args.report_json else ""

@@ -72,11 +72,16 @@ class Report:
     def max_exposed_comm_ns(self):
         return max((r.exposed_comm_ns for r in self.ranks if r.exposed_comm_ns is not None), default=0)
 
-    def to_dict(self):
+    def to_dict(self, per_rank=True):
+        """The report as JSON-ready data. ``per_rank=False`` gives the compact layout (``astra run``'s default file):
+        ranks with equal numbers as one ``rank_classes`` entry, and every per-rank table in ``stats`` the same way;
+        :func:`read_report` turns either layout back into the per-rank one."""
+        ranked = {"ranks": [_rank_dict(r) for r in self.ranks]} if per_rank else {"rank_classes": _classes(self.ranks)}
         out = {
             "units": UNITS,
+            "layout": "per-rank" if per_rank else "rank-classes",
             "complete": self.complete,
-            "ranks": [_rank_dict(r) for r in self.ranks],
+            **ranked,
             "summary": {
                 "npus": len(self.ranks),
                 "max_finish_ns": self.max_finish_ns,
@@ -84,7 +89,7 @@ class Report:
                 "max_exposed_comm_ns": self.max_exposed_comm_ns,
             },
             "settings": self.settings,
-            "stats": self.stats,
+            "stats": self.stats if per_rank else _compact_stats(self.stats, self.ranks),
             "network_stats": self.network_stats,
             "unmatched_messages": list(self.unmatched_messages),
             "warnings": list(self.warnings),
@@ -113,11 +118,11 @@ class Report:
             rows += [(r.rank, part, value) for part, value in parts.items()]
         return pd.DataFrame(rows, columns=["rank", "part", "time_ns"])
 
-    def write_json(self, path):
+    def write_json(self, path, per_rank=True):
         """Write :meth:`to_dict` as JSON, atomically, creating the folder if needed."""
         from astra_sim.safeio import write_text_atomic
 
-        write_text_atomic(path, json.dumps(self.to_dict(), indent=1) + "\n")
+        write_text_atomic(path, json.dumps(self.to_dict(per_rank), indent=1) + "\n")
 
     def astra_sim_log_lines(self, prefixed=False):
         """The reference's stdout lines for this run.
@@ -144,6 +149,122 @@ class Report:
             exposed = r.exposed_comm_ns % (1 << 64)
             lines.append(f"sys[{r.rank}] finished, {r.finish_ns} cycles, exposed communication {exposed} cycles.")
         return lines
+
+
+def _grouped(items):
+    """``[(rank, value)]`` -> ``[(ranks, value)]``: ranks with equal values together, in the order of their first rank.
+    Equal objects (a folded run's ranks share their representative's) are compared once."""
+    by_key, by_id = {}, {}
+    for rank, value in items:
+        key = by_id.get(id(value))
+        if key is None:
+            key = by_id[id(value)] = json.dumps(value, sort_keys=True, default=str)
+        entry = by_key.get(key)
+        if entry is None:
+            by_key[key] = ([rank], value)
+        else:
+            entry[0].append(rank)
+    return list(by_key.values())
+
+
+def _classes(ranks):
+    """The compact layout's ``rank_classes``: one entry per distinct rank record, with its ranks as ranges (the
+    breakdown's communicators without their per-rank ``groups`` ids)."""
+    from astra_sim.humanize import rank_ranges
+
+    records, anonymous = [], {}
+    for rank in ranks:
+        record = _rank_dict(rank)
+        del record["rank"]
+        breakdown = record.get("breakdown")
+        if breakdown is not None and breakdown.get("communicators"):
+            # a rank's communicators by kind, without the group ids that differ from rank to rank (the groups
+            # file has them): symmetric ranks then share one entry
+            shared = anonymous.get(id(breakdown))
+            if shared is None:
+                shared = anonymous[id(breakdown)] = {**breakdown, "communicators": [
+                    {k: v for k, v in c.items() if k != "groups"} for c in breakdown["communicators"]]}
+            record["breakdown"] = shared
+        records.append((rank.rank, record))
+    return [{"ranks": rank_ranges(members), "count": len(members), **record}
+            for members, record in _grouped(records)]
+
+
+def _rank_table(value, rank_keys):
+    """Whether ``value`` is a per-rank table: a mapping with one entry per rank of the run, keyed by rank."""
+    return isinstance(value, dict) and len(value) == len(rank_keys) > 1 and {str(k) for k in value} == rank_keys
+
+
+def _compact_stats(stats, ranks):
+    """``stats`` with every per-rank table (``{rank: value}`` for every rank, e.g. ``gpu_utilization``) as
+    ``{"rank_classes": [{"ranks": "0-7", "value": ...}]}``."""
+    from astra_sim.humanize import rank_ranges
+
+    rank_keys = {str(r.rank) for r in ranks}
+    out = {}
+    for key, value in stats.items():
+        if _rank_table(value, rank_keys):
+            value = {"rank_classes": [{"ranks": rank_ranges(members), "value": shared}
+                                      for members, shared in _grouped((int(k), v) for k, v in value.items())]}
+        out[key] = value
+    return out
+
+
+def read_report(source, where=None):
+    """A report's JSON (a path, or the parsed dict) in the per-rank layout, whichever layout it was written in:
+    tools read ``ranks`` and per-rank ``stats`` tables from it without caring how ``astra run`` stored them. A
+    malformed compact layout is a ConfigError naming ``where`` (the file)."""
+    from astra_sim.errors import ConfigError
+    from astra_sim.humanize import parse_rank_ranges
+
+    where = where or (source if not isinstance(source, dict) else "the report")
+    if not isinstance(source, dict):
+        try:
+            with open(source, encoding="utf-8") as handle:
+                source = json.load(handle)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{where}: cannot read the report: {exc}") from None
+        if not isinstance(source, dict):
+            raise ConfigError(f"{where}: not an astra run report (JSON, but not an object)")
+    if source.get("layout") != "rank-classes":
+        return source
+    classes = source.get("rank_classes")
+    if not isinstance(classes, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("ranks"), str) and type(c.get("count")) is int and c["count"] > 0
+            for c in classes):
+        raise ConfigError(f"{where}: rank_classes must be a list of objects with 'ranks' (e.g. \"0-7\") and 'count'")
+    total = sum(c["count"] for c in classes)
+
+    def ranks_of(text, what):
+        try:
+            return parse_rank_ranges(text, total, what)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+
+    ranks = []
+    for entry in classes:
+        record = {k: v for k, v in entry.items() if k not in ("ranks", "count")}
+        members = ranks_of(entry["ranks"], "rank_classes")
+        if len(members) != entry["count"]:
+            raise ConfigError(f"{where}: rank_classes entry {entry['ranks']!r} has {len(members)} ranks, count says "
+                              f"{entry['count']}")
+        ranks += [{"rank": r, **record} for r in members]
+    ranks.sort(key=lambda r: r["rank"])
+    if [r["rank"] for r in ranks] != list(range(total)):
+        raise ConfigError(f"{where}: rank_classes must name every rank 0-{total - 1} once")
+    stats = {}
+    for key, value in (source.get("stats") or {}).items():
+        if isinstance(value, dict) and list(value) == ["rank_classes"] and isinstance(value["rank_classes"], list):
+            table = {}
+            for entry in value["rank_classes"]:
+                if not isinstance(entry, dict) or not isinstance(entry.get("ranks"), str) or "value" not in entry:
+                    raise ConfigError(f"{where}: stats.{key}.rank_classes entries need 'ranks' and 'value'")
+                table.update((str(r), entry["value"]) for r in ranks_of(entry["ranks"], f"stats.{key}"))
+            value = dict(sorted(table.items(), key=lambda kv: int(kv[0])))
+        stats[key] = value
+    out = {k: v for k, v in source.items() if k not in ("rank_classes", "layout", "units", "complete", "stats")}
+    return {"units": source.get("units", UNITS), "layout": "per-rank", "complete": source.get("complete", True),
+            "ranks": ranks, **out, "stats": stats}
 
 
 def spdlog_line(logger, level, message, now=None):

@@ -24,6 +24,10 @@ def read_report(path):
         report = json.loads(data)
     except (ValueError, UnicodeDecodeError):
         raise ConfigError(f"{path}: not an astra run report (not JSON; write one with astra run --report-json)") from None
+    if isinstance(report, dict) and report.get("layout") == "rank-classes":  # astra run's default, compact file
+        from astra_sim.report import read_report
+
+        report = read_report(report, where=path)
     if not isinstance(report, dict) or not isinstance(report.get("ranks"), list) or "summary" not in report:
         what = "a Chrome timeline" if isinstance(report, dict) and "traceEvents" in report else "JSON without 'ranks' and 'summary'"
         raise ConfigError(f"{path}: not an astra run report ({what}; write one with astra run --report-json)")
