@@ -13,6 +13,7 @@ import pytest
 from astra_sim import __version__
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.cli import main
+from astra_sim.report import read_report
 from astra_sim_testing import system_config, reduction_ns
 
 GIB = 1 << 30
@@ -88,11 +89,12 @@ def base_args(files, workload=None, eq=True):
             "--network-configuration", files["net"]]
 
 
-def report_of(capsys, files, *args, workload=None, eq=True, name="report.json"):
+def report_of(capsys, files, *args, workload=None, eq=True, name="report.json", raw=False):
+    """The run's report file in the per-rank layout (``read_report``), or as written with ``raw``."""
     path = files["dir"] / name
     rc, out, err = run_cli(capsys, *base_args(files, workload, eq), "-q", "--report-json", str(path), *args)
     assert rc == 0, err
-    return json.loads(path.read_text())
+    return json.loads(path.read_text()) if raw else read_report(path)
 
 
 # ---------------------------------------------------------------- flag forms
@@ -175,16 +177,35 @@ def test_remote_memory_and_comm_group_flags(capsys, files):
 # ---------------------------------------------------------------- outputs
 
 
+def check_rank_record(r):
+    assert set(r) >= {"finish_ns", "compute_ns", "exposed_comm_ns", "cpu_ns", "comm_ns", "nodes"}
+    assert r["finish_ns"] == ar_ns()
+    assert r["compute_ns"] == 0
+    assert r["exposed_comm_ns"] == ar_ns()
+    assert r["comm_ns"] == ar_ns()
+    assert r["nodes"] == 1
+
+
 def test_report_json_contents(capsys, files):
-    report = report_of(capsys, files)
-    assert [r["rank"] for r in report["ranks"]] == [0, 1, 2, 3]
-    for r in report["ranks"]:
-        assert set(r) >= {"rank", "finish_ns", "compute_ns", "exposed_comm_ns", "cpu_ns", "comm_ns", "nodes"}
-        assert r["finish_ns"] == ar_ns()
-        assert r["compute_ns"] == 0
-        assert r["exposed_comm_ns"] == ar_ns()
-        assert r["comm_ns"] == ar_ns()
-        assert r["nodes"] == 1
+    # the default file is compact: the four identical ranks are one rank_classes entry
+    report = report_of(capsys, files, raw=True)
+    assert report["layout"] == "rank-classes" and "ranks" not in report
+    [only] = report["rank_classes"]
+    assert only["ranks"] == "0-3" and only["count"] == 4 and "rank" not in only
+    check_rank_record(only)
+    assert "groups" not in json.dumps(only.get("breakdown", {}))
+    # --per-rank: one entry per rank, the communicators' group ids kept; read_report gives the same ranks from both
+    full = report_of(capsys, files, "--per-rank", name="full.json", raw=True)
+    assert full["layout"] == "per-rank" and "rank_classes" not in full
+    assert [r["rank"] for r in full["ranks"]] == [0, 1, 2, 3]
+    for r in full["ranks"]:
+        check_rank_record(r)
+    assert all(r["breakdown"]["communicators"] and all("groups" in c for c in r["breakdown"]["communicators"])
+               for r in full["ranks"])
+    no_groups = [{**r, "breakdown": {**r["breakdown"], "communicators": [
+        {k: v for k, v in c.items() if k != "groups"} for c in r["breakdown"]["communicators"]]}} for r in full["ranks"]]
+    assert read_report(report)["ranks"] == no_groups
+    assert full["summary"] == report["summary"]
     assert report["summary"] == {"npus": 4, "max_finish_ns": ar_ns(), "min_finish_ns": ar_ns(),
                                  "max_exposed_comm_ns": ar_ns()}
     settings = report["settings"]
