@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 from astra_sim.cli import main
+from astra_sim.report import read_report
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "data_parallel"
@@ -37,8 +38,7 @@ def test_demo_runs_and_reports(tmp_path, capsys):
         "--astra-sim-log",
     ])
     assert rc == 0
-    report = json.loads(report_path.read_text())
-    ranks = report["ranks"]
+    ranks = read_report(report_path)["ranks"]
     assert [r["rank"] for r in ranks] == list(range(16))
     compute_ns = sum(f + b for _, f, b, _ in _generator().LAYERS) * 1000
     for r in ranks:

@@ -11,6 +11,7 @@ from collections import Counter
 import pytest
 
 from astra_sim.cli import main
+from astra_sim.report import read_report
 
 pytest.importorskip("astra_workload_generators", reason="the workload_generators plugin is not installed")
 pytest.importorskip("astra_gpu_model", reason="the gpu_model plugin is not installed")
@@ -28,7 +29,7 @@ def test_gpt3_13b_on_256_gpus(tmp_path, capsys):
                  "--timeline", str(timeline), "--timeline-ranks", "0-1,7,128,255"]) == 0
     out = capsys.readouterr().out
     assert "critical path:" in out and "where the time went: rank 0" in out
-    report = json.loads(report_path.read_text())
+    report = read_report(report_path)
     assert report["settings"]["fold"]["simulated_ranks"] == 2
     with gzip.open(timeline, "rt") as handle:
         events = json.load(handle)["traceEvents"]
