@@ -88,5 +88,5 @@ def test_the_run_parser_is_astra_runs():
 
     top = build_parser(default_plugin_manager())
     run = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction)).choices["run"]
-    output_only = {"output", "report-json", "json", "max-table-ranks", "partial-report", "quiet", "plugin"}
+    output_only = {"output", "report-json", "json", "per-rank", "max-table-ranks", "partial-report", "quiet", "plugin"}
     assert set(option_names(run)) - output_only == set(option_names(run_parser()))

@@ -92,8 +92,9 @@ def test_a_gpu_yaml_with_tdp_and_clock_gets_power(tmp_path):
     x1 = gpu_power_of(load_gpu(str(path)))
     assert (x1.name, x1.tdp_w, x1.idle_w, x1.max_clock_mhz) == ("X1", 500, pytest.approx(70), 1500)
     assert x1.class_w["gemm"] == 500
-    path.write_text("name: X2\nbase: H100\n")  # the H100 preset states no tdp_w
-    assert gpu_power_of(load_gpu(str(path))) is None
+    path.write_text("name: X2\nbase: H100\n")  # inherits the H100 preset's tdp_w and clock
+    x2 = gpu_power_of(load_gpu(str(path)))
+    assert (x2.tdp_w, x2.max_clock_mhz) == (load_gpu("H100").tdp_w, load_gpu("H100").boost_clock_mhz)
     assert gpu_power_of(load_gpu("A100")).idle_w == 60  # a preset: its own numbers
 
 

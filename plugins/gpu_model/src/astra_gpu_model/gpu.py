@@ -24,6 +24,7 @@ from importlib import resources
 from pathlib import Path
 
 from astra_sim.errors import ConfigError
+from astra_sim.limits import check_number
 from astra_sim.safeio import brief
 
 from astra_gpu_model.gemm import DEFAULT_TILES, GemmParams
@@ -331,6 +332,8 @@ def _build(data, where, path=None, fit=None) -> GpuSpec:
         upper = 1.0 if key in ("compute_efficiency", "hbm_efficiency", "attention_efficiency") else None
         positive = key not in ("tile_penalty", "k_overhead", "launch_us")
         number = _number(where, f"efficiency.{key}", value, positive=positive, upper=upper)
+        if upper == 1.0:  # a fraction of a peak: a millionth of it is legal but warned about (astra_sim.limits)
+            check_number(where, "utilisation", number, label=f"efficiency.{key}")
         if not positive and number < 0:
             raise ConfigError(f"{where}: key 'efficiency.{key}' must be >= 0, got {brief(value)}")
         if key == "overlap_exponent" and number < 1:
