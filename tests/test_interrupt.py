@@ -24,6 +24,7 @@ import pytest
 
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.cli import main
+from astra_sim.report import read_report
 
 ASTRA = Path(sys.executable).parent / "astra"
 
@@ -114,7 +115,7 @@ def test_partial_report_only_when_asked_and_marked_incomplete(tmp_path):
     rc, took, err = _stop(proc, signal.SIGTERM)
     assert rc == 143 and took < 1.0, (rc, took, err)
     assert "partial report (complete: false) written" in err
-    data = json.loads(report.read_text())
+    data = read_report(report)
     assert data["complete"] is False
     assert data["stats"]["interrupted"] == "interrupted by SIGTERM"
     if data["stats"]["stage"] == "simulating":
