@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
+from astra_sim.report import read_report
 from astra_sim.termtable import table_width, Column, fit_columns, print_table
 from astra_sim_testing import system_config
 
@@ -126,7 +127,7 @@ def test_run_table_at_80_columns(tmp_path):
     report_path = tmp_path / "r.json"
     proc = run80("run", "--workload-configuration", str(prefix), "--system-configuration", str(system),
                  "--network-configuration", str(net), "--report-json", str(report_path))
-    report = json.loads(report_path.read_text())
+    report = read_report(report_path)
     from astra_sim.humanize import format_ns
 
     # the terminal shows human units (JSON keeps the ns): every time is whole on its line

@@ -14,6 +14,7 @@ from astra_sim.cli import main
 from astra_sim.config import parse_system_config
 from astra_sim.errors import ConfigError
 from astra_sim.limits import LIMITS, check_number
+from astra_sim.report import read_report
 from astra_sim_testing import system_config
 
 MIB = 1 << 20
@@ -68,7 +69,7 @@ def test_more_traces_than_npus(capsys, env):
     assert len(warned) == 1
     assert "has traces for 8 ranks" in warned[0] and "has 4 NPUs: ranks 4..7 are not simulated" in warned[0]
     assert "give the network 8 NPUs" in warned[0]
-    report = json.loads((env.dir / "r.json").read_text())
+    report = read_report(env.dir / "r.json")
     assert report["warnings"] == [warned[0][len("astra: warning: "):]]
     assert len(report["ranks"]) == 4
 
