@@ -14,6 +14,7 @@ import pytest
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.cli import main
 from astra_sim.humanize import format_ns, parse_rank_ranges, rank_ranges
+from astra_sim.report import read_report
 from astra_sim.simulation import Simulation, simulate
 from astra_sim_testing import write_network_config, write_system_config
 
@@ -294,7 +295,7 @@ def test_cli_prints_breakdown_and_critical_path(tmp_path, capsys):
     assert code == 0
     assert "where the time went: rank 1" in out and "recv wait: pp (bubble)" in out
     assert "critical path:" in out and "message: pp" in out
-    report = json.loads((tmp_path / "r.json").read_text())
+    report = read_report(tmp_path / "r.json")
     assert report["critical_path"]["length_ns"] == report["summary"]["max_finish_ns"]
     assert all(isinstance(v, int) for v in report["ranks"][1]["breakdown"]["parts"].values())
     assert all(len(line) <= 80 for line in out.splitlines())

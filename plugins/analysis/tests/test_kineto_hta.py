@@ -3,12 +3,12 @@ comm/comp overlap agree with the report's breakdown within 1 % (astra_analysis.k
 
 from __future__ import annotations
 
-import json
 import logging
 
 import pytest
 
 from astra_sim.cli import main
+from astra_sim.report import read_report
 
 hta = pytest.importorskip("hta.trace_analysis", reason="holistictraceanalysis is not installed")
 pytest.importorskip("astra_workload_generators", reason="the workload_generators plugin is not installed")
@@ -26,7 +26,7 @@ def simulated(tmp_path_factory):
     assert main(["run", "--platform", "hgx-h100", "--compute-model", "gpu", "--workload-configuration", str(prefix),
                  "--report-json", str(folder / "report.json"), "--timeline", str(traces),
                  "--timeline-format", "kineto", "-q"]) == 0
-    return json.loads((folder / "report.json").read_text()), traces
+    return read_report(folder / "report.json"), traces
 
 
 def _ours(rank):
