@@ -12,6 +12,7 @@ from astra_sim.chakra import types as T
 from astra_sim.cli import main
 from astra_sim.errors import ConfigError
 from astra_sim.plugins import describe_plugins, make_plugin_manager
+from astra_sim.report import read_report
 from astra_sim_testing import write_network_config, write_system_config
 
 from astra_compute_systolic.config import SystolicConfig, load_config
@@ -111,7 +112,7 @@ def test_astra_run_end_to_end(tmp_path):
     assert main(["run", "--workload-configuration", _trace(tmp_path), "--system-configuration", sys_,
                  "--network-configuration", net, "--compute-model", "systolic", "--systolic-config", str(cfg),
                  "--systolic-ghz", "2", "--report-json", str(out), "-q"]) == 0
-    report = json.loads(out.read_text())
+    report = read_report(out)
     cycles = compute_cycles(Layer.gemm(100, 36, 50), load_config(cfg)).total_cycles_with_prefetch
     assert [r["compute_ns"] for r in report["ranks"]] == [-(-cycles // 2)] * 4
     assert report["settings"]["systolic_model"]["array_rows"] == 32
@@ -180,7 +181,7 @@ def test_platform_run_with_an_llm_workload(tmp_path, capsys):
     assert main(["run", "--workload-configuration", str(prefix), "--comm-group-configuration",
                  f"{prefix}.groups.json", "--platform", "tpu-v3", "--compute-model", "systolic",
                  "--report-json", str(out), "-q"]) == 0
-    report = json.loads(out.read_text())
+    report = read_report(out)
     assert len(report["ranks"]) == 16 and report["settings"]["systolic_model"]["clock_ghz"] == 0.94
     counts = report["stats"]["systolic_model_nodes"]
     assert counts["gemm"] > 0 and counts["attention"] > 0 and counts["memory"] > 0

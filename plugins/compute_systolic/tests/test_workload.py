@@ -7,6 +7,7 @@ import pytest
 
 from astra_sim.cli import main
 from astra_sim.errors import ConfigError, WorkloadError
+from astra_sim.report import read_report
 
 from astra_compute_systolic.config import load_config
 from astra_compute_systolic.workload import MnkLayer, Split, generate, pass_comms, pass_gemms, read_mnk
@@ -71,7 +72,7 @@ def test_runs_as_a_text_workload(tmp_path):
     report = tmp_path / "r.json"
     assert main(["run", "--workload-configuration", str(out), "--system-configuration", str(sys_),
                  "--network-configuration", str(net), "--report-json", str(report), "-q"]) == 0
-    data = json.loads(report.read_text())
+    data = read_report(report)
     lines = [line.split("\t") for line in out.read_text().split("\n")[2:]]
     # DATA: every forward and weight gradient, input gradients but the first layer's (ASTRA-sim 1.0's loop);
     # the text reader takes 1.0's compute times as duration_micros, as Chakra's converter does
