@@ -8,6 +8,7 @@ import yaml
 from astra_sim.chakra import make_metadata, make_node, write_et
 from astra_sim.chakra import types as T
 from astra_sim.cli import main
+from astra_sim.report import read_report
 from astra_sim_testing import write_network_config
 
 from astra_gpu_model.platforms import PLATFORMS, generate, get_platform
@@ -29,7 +30,7 @@ def _run(tmp_path, *extra, ranks, name="r"):
     report = tmp_path / f"{name}.json"
     rc = main(["run", "--workload-configuration", _trace(tmp_path, ranks), "-q", "--report-json", str(report),
                *extra])
-    return rc, (json.loads(report.read_text()) if rc == 0 else None)
+    return rc, (read_report(report) if rc == 0 else None)
 
 
 def test_all_platforms_known():
@@ -49,12 +50,8 @@ def test_every_platform_simulates_an_all_reduce(tmp_path, name, nodes):
 
 
 def _finish_times(report):
-    for key in ("ranks", "per_rank"):
-        if key in report:
-            return [r.get("finish_ns", r.get("finish")) for r in report[key]]
-    if "finish_ns" in report:
-        return report["finish_ns"]
-    raise AssertionError(f"no per-rank finish times in report keys {sorted(report)}")
+    """Every rank's finish_ns from an ``astra run`` report (a path or its JSON, either layout)."""
+    return [r["finish_ns"] for r in read_report(report)["ranks"]]
 
 
 def test_generated_network_units_and_shape(tmp_path):
@@ -201,7 +198,7 @@ def test_a_platform_is_simulated_as_its_gpu_and_nccl_with_no_other_flag(tmp_path
         report = tmp_path / "r.json"
         assert main(["run", "--platform", "hgx-h100", "--workload-configuration", str(tmp_path / "g"), "-q",
                      "--report-json", str(report), *extra]) == 0
-        return json.loads(report.read_text())
+        return read_report(report)
 
     implied = run()
     assert implied["settings"]["compute_model"] == "gpu"
