@@ -10,6 +10,7 @@ import pytest
 from astra_sim.chakra import make_node, types as T
 from astra_sim.cli import main as astra_main
 from astra_sim.errors import ConfigError
+from astra_sim.report import read_report
 from astra_sim.simulation import simulate
 from astra_sim_testing import write_case
 
@@ -125,7 +126,7 @@ def test_cli_options(tmp_path):
             "--system-configuration", system, "--network-configuration", network, "--compute-model", "gpu",
             "-q", "--report-json", str(out), "--gpu-contention", "--gpu-comm-sms", "24"]
     assert astra_main(args) == 0
-    data = json.loads(out.read_text())
+    data = read_report(out)
     assert data["settings"]["gpu_model"]["contention"]["comm_sms"] == 24
     util = data["stats"]["gpu_utilization"]["0"]
     assert util["timeline"][0][2:4] == [108, 24]
@@ -269,7 +270,7 @@ def test_platform_runs_charge_a_cross_node_transfer_less_hbm(tmp_path):
         assert astra_main(["run", "-p", "network_analytical", "-p", "gpu_model", "--platform", "hgx-h100",
                            "--nodes", "2", "--workload-configuration", str(prefix), "--compute-model", "gpu",
                            "-q", "--gpu-contention", "--report-json", str(report_path)]) == 0
-        data = json.loads(report_path.read_text())
+        data = read_report(report_path)
         times[name] = data["ranks"][0]["compute_ns"]
         assert data["settings"]["gpu_model"]["contention"]["comm_hbm_share"] == "per transfer"
     alone = run(tmp_path, [make_node(0, "aten::add", T.COMP_NODE, attrs={
