@@ -24,6 +24,7 @@ except ImportError:  # run outside the project's environment: say how to run it,
 
 from astra_sim.cli import main
 from astra_sim.config import default_system_config as system_config
+from astra_sim.report import read_report
 
 HERE = Path(__file__).resolve().parent
 GPUS_PER_NODE = 8
@@ -104,7 +105,7 @@ def main_(argv=None):
                        "--compute-model", "gpu", "--gpu", "H100-SXM5-80GB", "-q", "--report-json", str(report)])
             if rc:
                 return rc
-            data = json.loads(report.read_text())
+            data = read_report(report)  # astra run writes the compact layout; this gives every rank
             parts = data["breakdown"]["parts"]
             results[f"{fabric}/{name}"] = {
                 "step_ns": max(r["finish_ns"] for r in data["ranks"]),
