@@ -10,6 +10,7 @@ import pytest
 
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.cli import main
+from astra_sim.report import read_report
 from astra_sim_testing import system_config
 
 MIB = 1 << 20
@@ -38,7 +39,7 @@ def _case(tmp_path, impl, comm=T.ALL_REDUCE, compute=True):
 def _run(tmp_path, args, name="report.json"):
     out = tmp_path / name
     assert main(args + ["--report-json", str(out)]) == 0
-    return json.loads(out.read_text())
+    return read_report(out)
 
 
 def _union(intervals):
@@ -94,7 +95,7 @@ def test_without_in_switch_no_such_part_or_slice(tmp_path):
 
 
 def test_folded_and_unfolded_breakdowns_agree(tmp_path):
-    args = _case(tmp_path, ["ring", "inSwitch"])
+    args = _case(tmp_path, ["ring", "inSwitch"]) + ["--per-rank"]  # whole breakdowns, group ids included
     folded = _run(tmp_path, args, "folded.json")
     unfolded = _run(tmp_path, args + ["--no-fold"], "unfolded.json")
     assert folded["settings"]["fold"].get("simulated_ranks", 32) < 32
