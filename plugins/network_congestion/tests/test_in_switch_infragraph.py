@@ -10,6 +10,7 @@ import yaml
 
 from astra_sim.cli import main
 from astra_sim.errors import ConfigError
+from astra_sim.report import read_report
 from astra_sim_testing import repo_root
 
 from astra_network_congestion.infragraph import load_network_graph
@@ -94,7 +95,7 @@ def test_in_switch_runs_on_the_leaf_tier_and_beats_the_ring(tmp_path, backend):
         assert main(["run", "--network-backend", backend, "--workload-configuration", str(RAIL / "trace" / "ar_a2a"),
                      "--system-configuration", str(tmp_path / f"{name}.json"), "--network-configuration", str(path),
                      "-q", "--report-json", str(report)]) == 0
-        data = json.loads(report.read_text())
+        data = read_report(report)
         finish[name] = max(r["finish_ns"] for r in data["ranks"])
         if name == "leaf":
             assert data["breakdown"]["parts"]["exposed_in_switch:world"] > 0

@@ -13,6 +13,7 @@ import yaml
 
 from astra_sim.cli import main
 from astra_sim.errors import ConfigError
+from astra_sim.report import read_report
 from astra_sim_testing import handwritten_infragraph, repo_root
 
 from astra_network_congestion.graph import NPU, SWITCH
@@ -519,8 +520,7 @@ def test_examples_run_on_the_flow_backend(folder, tmp_path, capsys):
         "--report-json", str(report_path),
     ])
     assert rc == 0, capsys.readouterr().err
-    report = json.loads(report_path.read_text())
-    ranks = report["ranks"]
+    ranks = read_report(report_path)["ranks"]
     assert len(ranks) == math.prod(EXAMPLE_DIMS[folder])
     assert all(r["finish_ns"] > 0 and r["comm_ns"] > 0 for r in ranks)
 
