@@ -10,6 +10,7 @@ import json
 import pytest
 
 from astra_sim.cli import main
+from astra_sim.report import read_report
 
 pytest.importorskip("matplotlib")
 
@@ -27,7 +28,7 @@ def pp4_run(tmp_path_factory):
                  "--micro-batches", "4", "--seq-len", "512", "-o", str(prefix)]) == 0
     assert main(["run", "--workload-configuration", str(prefix), "--platform", "hgx-h100", "-q",
                  "-o", str(report), "--timeline", str(trace)]) == 0
-    return folder, json.loads(report.read_text()), trace
+    return folder, read_report(report), trace
 
 
 def test_timeline_lanes_are_streams_of_ranks_and_receives_are_shading(pp4_run):

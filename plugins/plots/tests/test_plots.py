@@ -9,6 +9,7 @@ import pytest
 
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.cli import main
+from astra_sim.report import read_report
 from astra_sim_testing import write_network_config, write_system_config
 
 pytest.importorskip("matplotlib")
@@ -68,7 +69,7 @@ def test_large_runs_get_one_bar_per_group_of_identical_ranks(tmp_path):
     from astra_plots.figures import breakdown_figure
 
     report_path, _ = _run(tmp_path, npus=64, timeline=False)
-    report = json.loads(report_path.read_text())
+    report = read_report(report_path)
     figure = breakdown_figure(report)
     labels = [t.get_text() for t in figure.axes[0].get_xticklabels()]
     assert len(labels) == len(report["breakdown"]["rank_groups"]) == 2  # even and odd ranks differ
