@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from astra_sim.chakra import types as T
 from astra_sim.cli import main
 from astra_sim.errors import ConfigError
+from astra_sim.report import read_report
 from astra_sim.workload.compact import read_rank_nodes
 
 from astra_workload_generators.llm import LlmConfig, generate_llm, model_dims
@@ -247,7 +248,7 @@ def test_qwen3_moe_and_deepseek_v3_simulate_on_hgx_h100(tmp_path, model, extra, 
     report = tmp_path / "r.json"
     assert main(["run", "--platform", "hgx-h100", "--nodes", "1", "--workload-configuration", prefix, "-q",
                  "--report-json", str(report)]) == 0
-    data = json.loads(report.read_text())
+    data = read_report(report)
     ranks = data["ranks"]
     assert len(ranks) == 8 and min(r["finish_ns"] for r in ranks) > 0
     # the routed experts' grouped GEMMs (32 or 64 local experts per rank) are timed as such, without a warning

@@ -13,6 +13,7 @@ import pytest
 
 from astra_sim.chakra import make_metadata, make_node, read_et, types as T, write_et
 from astra_sim.cli import main
+from astra_sim.report import read_report
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "gloo"
 JOBS = {"a_ddp": 4, "b_pipeline": 2}
@@ -42,7 +43,7 @@ def _run(prefix, npus, report):
                str(EXAMPLE / "system.json"), "--network-configuration", str(EXAMPLE / f"network_{npus}.yml"),
                "--report-json", str(report), "-q"])
     assert rc == 0
-    return json.loads(Path(report).read_text())
+    return read_report(report)
 
 
 def _comm(nodes, *kinds):
