@@ -29,6 +29,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+from astra_sim.report import read_report
+
 SEQ = 2048
 VOCAB = 51200
 GPUS_PER_NODE = 8
@@ -111,8 +113,7 @@ def simulate(c: Config, m: int, workdir: str) -> dict:
     t0 = time.time()
     subprocess.run(run_cmd(c, prefix, report), check=True, stdout=subprocess.DEVNULL)
     wall = time.time() - t0
-    with open(report) as f:
-        r = json.load(f)
+    r = read_report(report)  # astra run writes the compact layout by default; this gives every rank
     ranks = r["ranks"]
     out = {
         "micro_batches": m,

@@ -54,6 +54,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+from astra_sim.report import read_report
+
 GPUS_PER_NODE = 8
 LLM_FLAGS = ["--preset", "gpt3-175b", "--tp", "4", "--pp", "8", "--virtual-stages", "12", "--micro-batch-size", "1",
              "--sequence-parallel", "--zero", "1", "--overlap-param-gather", "--tp-comm-overlap",
@@ -124,8 +126,7 @@ def simulate(dp: int, micro_batches: int, workdir: str, collective: str = "ring"
                     "--workload-configuration", prefix, "--comm-group-configuration", prefix + ".groups.json",
                     "--report-json", report, "-q", *run_flags],
                    check=True, stdout=subprocess.DEVNULL)
-    with open(report) as f:
-        r = json.load(f)
+    r = read_report(report)  # astra run writes the compact layout by default; this gives every rank
     shutil.rmtree(os.path.dirname(prefix), ignore_errors=True)
     ranks = r["ranks"]
     return {"dp": dp, "micro_batches": micro_batches, "step_s": r["summary"]["max_finish_ns"] * 1e-9,
