@@ -68,7 +68,7 @@ def test_a_variant_platform_resolves_to_its_gpu(platform, gpu):
     numbers = p.numbers(2)
     assert p.gpu == gpu and numbers["gpu"] == gpu and numbers["total_gpus"] == 16
     assert numbers["hbm_capacity_gb"] == DATASHEETS[gpu]["hbm_gb"] and numbers["tdp_w"] == DATASHEETS[gpu]["tdp"]
-    assert p.device_memory_bytes() == DATASHEETS[gpu]["hbm_gb"] * 10**9
+    assert p.device_memory_bytes() == DATASHEETS[gpu]["hbm_gb"] * 2**30  # a datasheet's GB of HBM are GiB
     assert p.peak_tflops("bf16") == load_gpu(gpu).tensor_tflops["bf16"]
     if DATASHEETS[gpu]["topology"] == "pairwise":  # the node's network dimension is the PCIe switch
         assert numbers["scaleup_gb_per_s_per_direction"] == 64 and numbers["nvlink_bridge_gb_per_s_per_direction"] == 300

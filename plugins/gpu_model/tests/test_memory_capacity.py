@@ -41,7 +41,7 @@ def test_a_rank_over_its_hbm_is_an_error_naming_it(tmp_path, capsys, per_rank):
     capsys.readouterr()
     assert _run(prefix, _small_gpu(tmp_path, 4)) == 2
     err = capsys.readouterr().err
-    assert "out of memory: rank 0" in err and "H100-4GB has 4 GB" in err and "activations" in err
+    assert "out of memory: rank 0" in err and "H100-4GB has 4.3 GB (4 GiB)" in err and "activations" in err
     assert "--allow-oom" in err
 
 
@@ -50,8 +50,8 @@ def test_allow_oom_warns_and_reports(tmp_path, capsys):
     report = str(tmp_path / "r.json")
     assert _run(prefix, _small_gpu(tmp_path, 4), "--allow-oom", report=report) == 0
     memory = json.load(open(report))["settings"]["memory"]
-    assert memory["fits"] is False and memory["hbm_capacity_bytes"] == 4 * 10**9
-    assert memory["peak_bytes"] == sum(memory["peak_breakdown_bytes"].values()) > 4 * 10**9
+    assert memory["fits"] is False and memory["hbm_capacity_bytes"] == 4 * 2**30  # a datasheet's GB of HBM are GiB
+    assert memory["peak_bytes"] == sum(memory["peak_breakdown_bytes"].values()) > 4 * 2**30
     assert json.load(open(report))["warnings"][0].startswith("out of memory")
 
 
@@ -80,7 +80,7 @@ def test_a_near_miss_within_the_uncertainty_is_a_warning(tmp_path, capsys):
     prefix = _llm(tmp_path)
     peak, _ = _estimate(prefix)
     report = str(tmp_path / "r.json")
-    assert _run(prefix, _small_gpu(tmp_path, round(peak / 1.05 / 1e9, 3)), report=report) == 0
+    assert _run(prefix, _small_gpu(tmp_path, round(peak / 1.05 / 2**30, 3)), report=report) == 0
     memory = json.load(open(report))["settings"]["memory"]
     assert memory["fits"] is False and memory["near_miss"] is True and memory["margin_bytes"] < 0
     assert json.load(open(report))["warnings"][0].startswith("near miss")
@@ -91,8 +91,8 @@ def test_a_refusal_names_the_largest_part_and_the_one_change_that_fits(tmp_path,
     peak, fixes = _estimate(prefix)
     smallest = min(p for _, p in fixes)
     assert smallest < peak / 1.1  # (the test needs a capacity between the two)
-    gb = round((smallest + peak / 1.1) / 2 / 1e9, 3)
-    expected = next(flags for flags, p in fixes if p <= gb * 1e9)
+    gb = round((smallest + peak / 1.1) / 2 / 2**30, 3)
+    expected = next(flags for flags, p in fixes if p <= gb * 2**30)
     capsys.readouterr()
     assert _run(prefix, _small_gpu(tmp_path, gb)) == 2
     err = capsys.readouterr().err

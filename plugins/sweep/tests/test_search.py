@@ -26,7 +26,7 @@ def test_gpt3_175b_on_1024_h100(tmp_path, capsys):
             "--jobs", "1", "--no-progress", "-o", str(out), "--plot", str(tmp_path / "front.png")]
     assert main(args) == 0
     text = capsys.readouterr().out
-    assert "do not fit 80 GB" in text and "dropped 3: weights, gradients and optimizer states alone" in text
+    assert "do not fit 80 GiB" in text and "dropped 3: weights, gradients and optimizer states alone" in text
     result = json.loads(out.read_text())
     assert result["units"] == {"time": "ns", "size": "bytes"} and isinstance(result["ranked"][0]["step_ns"], int)
     dropped = [d for items in result["dropped"].values() for d in items]

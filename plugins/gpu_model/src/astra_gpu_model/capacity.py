@@ -77,7 +77,7 @@ def check(run, gpu, allow_oom, warn):
     estimates = rank_estimates(run)
     if not estimates or gpu.hbm_capacity_gb is None:
         return None
-    capacity = int(gpu.hbm_capacity_gb * 1e9)
+    capacity = gpu.hbm_capacity_bytes
     limit = int(capacity * (1 + UNCERTAINTY))
     peak_rank = max(estimates, key=lambda r: (estimates[r]["peak"], -r))
     peak = estimates[peak_rank]
@@ -98,7 +98,7 @@ def check(run, gpu, allow_oom, warn):
     which = (f"rank {peak_rank}" + (" (and the ranks of its class)" if compact is not None else "")
              + (f" and {len(over) - 1} more" if len(over) > 1 else ""))
     needs = (f"{which} needs an estimated {_gb(peak['peak'])} GB of HBM ({listed} GB; largest: {largest}) but the "
-             f"{gpu.name} has {capacity / 1e9:.0f} GB")
+             f"{gpu.name} has {capacity / 1e9:.1f} GB ({gpu.hbm_capacity_gb:g} GiB)")
     if not refused:
         warn(f"near miss: {needs}, within the estimate's {UNCERTAINTY:.0%} uncertainty: it may or may not fit")
         return summary

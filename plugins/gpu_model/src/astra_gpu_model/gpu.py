@@ -94,6 +94,13 @@ class GpuSpec:
     raw: dict = field(default_factory=dict)
 
     @property
+    def hbm_capacity_bytes(self) -> int | None:
+        """The HBM a program can use, bytes. A datasheet's "80 GB" of HBM is binary: 80 GiB (five 16 GiB stacks);
+        nvidia-smi shows 81,920 MiB on an A100 80GB and 81,559 MiB on an H100 80GB, the driver keeping the rest,
+        which the memory estimate's ``context`` part holds. Read as 80e9 bytes, every GPU lost 7 % of its memory."""
+        return None if self.hbm_capacity_gb is None else int(self.hbm_capacity_gb * 2**30)
+
+    @property
     def hbm_bytes_per_s(self) -> float:
         return self.hbm_bandwidth_gbps * 1e9
 

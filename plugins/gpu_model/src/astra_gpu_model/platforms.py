@@ -65,9 +65,9 @@ class Platform(_Platform):
         return self.numbers(nodes)
 
     def device_memory_bytes(self) -> int | None:
-        """The GPU's HBM capacity (decimal GB, as the vendors state it), bytes; None when its YAML has none."""
-        capacity = load_gpu(self.gpu).hbm_capacity_gb
-        return None if capacity is None else int(capacity * 1e9)
+        """The GPU's HBM capacity, bytes (``GpuSpec.hbm_capacity_bytes``: a datasheet's GB of HBM are GiB); None
+        when its YAML has none."""
+        return load_gpu(self.gpu).hbm_capacity_bytes
 
     def peak_tflops(self, dtype="bf16") -> float | None:
         """The GPU's dense tensor-core TFLOP/s in ``dtype`` (its preset's or YAML's)."""

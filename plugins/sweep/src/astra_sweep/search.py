@@ -244,7 +244,7 @@ def _search_layouts(args):
         dropped.setdefault(why, []).append((cfg, m))
     print(f"{name} on {args.gpus} x {device} ({platform.name}), global batch {args.global_batch}: "
           f"{len(layouts) + invalid} layouts, {invalid} refused by the generator (divisibility, heads, ...), "
-          f"{sum(len(v) for v in dropped.values())} do not fit {capacity / 1e9:g} GB, {batch_refused} fit but "
+          f"{sum(len(v) for v in dropped.values())} do not fit {capacity / 2**30:g} GiB, {batch_refused} fit but "
           f"do not divide the global batch (DP x micro-batch size), {len(fit)} to simulate")
     for why, items in sorted(dropped.items()):
         cfg, m = min(items, key=lambda x: x[1].total)
