@@ -267,7 +267,7 @@ def llm_summary(spec, *, on_warning=None) -> dict:
     from .summary import model_summary
 
     spec = _spec_of(spec)
-    hbm = None if spec.hbm_gb is None else int(spec.hbm_gb * 1e9)
+    hbm = None if spec.hbm_gb is None else int(spec.hbm_gb * 2**30)  # a datasheet's GB of HBM are GiB
     return model_summary(*spec.resolve(on_warning), hbm_bytes=hbm)
 
 
@@ -467,7 +467,8 @@ def _add_flags(p):
                    "torchtitan, Hugging Face Llama) or on them in --dtype (same: a loss on half-precision logits, "
                    "e.g. Hugging Face GPT-2 under DeepSpeed fp16); see docs/memory.md")
     p.add_argument("--hbm-gb", type=positive_float, metavar="GB",
-                   help="with --summary: the device's memory (decimal GB) to check the estimate against: the "
+                   help="with --summary: the device's memory as its datasheet states it (80 for an 80 GB H100; read "
+                   "as GiB, as the GPU presets are) to check the estimate against: the "
                    "margin, and when it does not fit, the one change of these flags that would (docs/memory.md)")
     p.add_argument("--per-rank-files", action="store_true",
                    help="write PREFIX.<rank>.et for every rank (default: the compact workload, "
