@@ -215,7 +215,7 @@ def test_framework_and_hbm_flags_end_to_end(capsys):
     assert ds["memory_framework"] == "deepspeed" and ds["memory"]["buffers"] > 0
     assert main(["workload", "llm", *SMALL_ARGV, "--zero", "1", "--summary", "--hbm-gb", "1"]) == 0
     out = capsys.readouterr().out
-    assert "(8 GPUs, megatron)" in out and "device memory 1.0 GB: does not fit" in out
+    assert "(8 GPUs, megatron)" in out and "device memory 1.1 GB: does not fit" in out  # 1 GiB
     assert main(["workload", "llm", *SMALL_ARGV, "--zero", "1", "--summary", "--hbm-gb", "500"]) == 0
     assert "fits, " in capsys.readouterr().out
     assert main(["workload", "llm", *SMALL_ARGV, "--zero", "1", "--framework", "fsdp2", "--summary"]) == 2
