@@ -34,8 +34,9 @@ def test_the_shipped_registry_loads_and_every_case_names_its_source():
     for case in cases:
         assert case.source and case.hardware and case.platform and case.source_id
         assert case.role in ("fit", "check") and (case.role == "check") == (not case.fitted)
-        if case.kind != "memory":
+        if case.kind not in ("memory", "energy"):
             assert case.measured_s(case.nodes * 8) > 0
+    assert {"memory", "energy"} <= {c.kind for c in cases}  # the memory peaks and the energy plugin's cases
 
 
 def test_measured_time_of_a_collective_is_its_size_over_bus_bandwidth():
@@ -367,3 +368,17 @@ def test_any_role_source_or_memory_field_loads_or_is_a_config_error(tmp_path, ov
         return
     assert loaded.role in ("fit", "check") and loaded.source_id
     assert loaded.role == "check" or loaded.fitted or case.get("calibration_input") is True
+
+
+def test_an_energy_case_runs_through_astra_validate_as_the_energy_plugin_evaluates_it():
+    """kind: energy comes from the energy plugin's published measurements; the row is its evaluate() result."""
+    from astra_energy.cases import evaluate, load_cases as load_energy_cases
+
+    from astra_validation.runner import run_case
+
+    case = next(c for c in load_cases() if c.name == "mlenergy-v3-llama3.1-8b-h100-batch64-energy-per-token")
+    assert case.kind == "energy" and case.role == "check"
+    row = run_case(case)
+    expected = evaluate(next(c for c in load_energy_cases() if c.name == case.name))
+    assert row["measured_value"] == expected["measured"] and row["simulated_value"] == expected["simulated"]
+    assert row["error"] == pytest.approx(expected["error"]) and row["unit"] == "mJ/token" and row["gpus"] >= 1

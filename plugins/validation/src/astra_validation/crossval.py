@@ -59,6 +59,11 @@ TUNED = {
         "memory.RESERVE_FRACTION", "pytorch/torchtitan docs/performance.md: the FSDP 8 and FSDP 128 rows without "
         "torch.compile (max_memory_reserved over the estimate's allocated bytes)", "tools/fit_memory_reserve.py",
         None, why_not="fitted on torchtitan's own rows only: with that source left out there is nothing to fit it on"),
+    "energy.gemm_power_fraction": TunedConstant(
+        "energy.gemm_power_fraction", "serialalice.pt GPU Energy Benchmark: vLLM at batch 128 draws 0.94-0.97 of the "
+        "TDP on H100, H200 and B200 (astra_energy/data/power.json: class_w.gemm, and the H200's idle power)",
+        "by hand (docs/energy.md)", None, why_not="read from this benchmark's own runs: with it left out there is "
+        "no measurement of a GPU's power under sustained serving load to set it from"),
 }
 
 

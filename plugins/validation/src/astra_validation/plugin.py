@@ -12,7 +12,8 @@ from astra_sim.errors import AstraError, ConfigError
 @hookimpl
 def astra_register_commands(subparsers):
     p = subparsers.add_parser(
-        "validate", help="compare simulated with published measurements (training steps, NCCL bandwidths)",
+        "validate", help="compare simulated with published measurements (training steps, NCCL bandwidths, serving, "
+        "memory peaks, power and energy)",
         description="Run the published cases that ship with astra-sim-py (docs/validation.md names every "
         "case's source, hardware and configuration) and print measured, simulated and error, with the median "
         "and the worst |error| and how many err each way over the check cases (a fit case's source was used to "
@@ -166,9 +167,12 @@ def _print_results(results, summary, out, stderr):
                Column("simulated", number=True), Column("error", number=True)]
     if cv:
         columns.append(Column("source out", number=True))  # the error with its source left out (--cv)
-    for title, part in (("astra validate: simulated against measured", [r for r in results if r["kind"] != "memory"]),
+    for title, part in (("astra validate: simulated against measured",
+                         [r for r in results if r["kind"] not in ("memory", "energy")]),
                         ("astra validate: peak memory, estimated against measured",
-                         [r for r in results if r["kind"] == "memory"])):
+                         [r for r in results if r["kind"] == "memory"]),
+                        ("astra validate: power and energy, simulated against measured",
+                         [r for r in results if r["kind"] == "energy"])):
         if not part:
             continue
         rows = [[r["name"] + (" (fit)" if r["role"] == "fit" else ""), f"{r['gpus']}", shown(r, "measured"), shown(r, "simulated"),
@@ -179,8 +183,8 @@ def _print_results(results, summary, out, stderr):
           f"{'s' if summary['fit_cases_not_counted'] != 1 else ''}, shown, not counted)"
           if summary["fit_cases_not_counted"] else ""), file=out)
     for kind, stats in summary["groups"].items():
-        if kind == "memory":
-            print(f"  memory (its own group): {describe(stats, 'check case', 'over', 'under')}", file=out)
+        if kind in ("memory", "energy"):
+            print(f"  {kind} (its own group): {describe(stats, 'check case', 'over', 'under')}", file=out)
         elif stats["cases"] and len(summary["groups"]) > 1:
             print(f"  {kind}: {describe(stats, 'check case')}", file=out)
     if "cv" in summary:

@@ -16,7 +16,7 @@ import yaml
 from astra_sim.errors import ConfigError
 
 CASES_DIR = Path(__file__).with_name("cases")
-KINDS = ("llm_step", "collective", "serving", "memory")
+KINDS = ("llm_step", "collective", "serving", "memory", "energy")
 #: the kinds whose error is on a time (step, collective, serving metric): the headline; memory is its own group
 TIME_KINDS = ("llm_step", "collective", "serving")
 ROLES = ("fit", "check")
@@ -73,8 +73,8 @@ class Case:
     def measured_s(self, gpus=None):
         """The measured time (s): a step's, a collective's from its bus bandwidth on ``gpus`` GPUs, a serving
         case's median TPOT or TTFT, or its time per output token (1 / output-token throughput)."""
-        if self.kind == "memory":
-            raise ValueError(f"case {self.name!r} measured memory (bytes), not a time")
+        if self.kind in ("memory", "energy"):
+            raise ValueError(f"case {self.name!r} measured {self.kind}, not a time")
         if self.kind == "llm_step":
             return float(self.measured["step_s"])
         if self.kind == "serving":
@@ -88,18 +88,31 @@ class Case:
 
 def load_cases(path=None):
     """Every case of the registry (``path``: another YAML file of the same layout). Without ``path``:
-    ``cases/cases.yaml`` and, when it exists, ``cases/memory.yaml`` beside it."""
+    ``cases/cases.yaml``, ``cases/memory.yaml`` beside it when it exists, and the energy plugin's published power and
+    energy measurements (:func:`energy_cases`)."""
     if path:
         return _load_file(Path(path))
     cases = _load_file(CASES_DIR / "cases.yaml")
     memory = CASES_DIR / "memory.yaml"
-    if memory.exists():
-        names = {c.name for c in cases}
-        for case in _load_file(memory):
-            if case.name in names:
-                raise ConfigError(f"{memory}: case {case.name!r} is also in {CASES_DIR / 'cases.yaml'}")
-            cases.append(case)
+    extra = [*(_load_file(memory) if memory.exists() else []), *energy_cases()]
+    names = {c.name for c in cases}
+    for case in extra:
+        if case.name in names:
+            raise ConfigError(f"validation case {case.name!r} ({case.kind}) is also in {CASES_DIR / 'cases.yaml'}")
+        names.add(case.name)
+        cases.append(case)
     return cases
+
+
+def energy_cases():
+    """The energy plugin's cases (``astra_energy/cases.yaml``: measured power or energy, with its source) as
+    ``kind: energy`` cases; a case whose source also set a power parameter is a ``fit`` case."""
+    from astra_energy.cases import load_cases as load_energy_cases
+
+    return [Case(name=c.name, kind="energy", source=c.source, hardware=c.platform, platform=c.platform, nodes=c.nodes,
+                 measured={c.quantity: c.measured}, role="fit" if c.uses_parameter_source else "check",
+                 source_id=c.source.split(":")[0].strip(), fitted=("energy.gemm_power_fraction",)
+                 if c.uses_parameter_source else ()) for c in load_energy_cases()]
 
 
 def _load_file(path):

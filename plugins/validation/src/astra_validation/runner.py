@@ -32,6 +32,8 @@ def run_case(case, workdir=None):
         return _run_serving(case, workdir)
     if case.kind == "memory":
         return _run_memory(case)
+    if case.kind == "energy":
+        return _run_energy(case)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         prefix = os.path.join(tmp, "w")
@@ -92,6 +94,22 @@ def _identity(case):
     """The keys every result row starts with: the case, its source and its role."""
     return {"name": case.name, "kind": case.kind, "hardware": case.hardware, "source": case.source,
             "source_id": case.source_id, "role": case.role, "calibration_input": case.calibration_input}
+
+
+def _run_energy(case):
+    """An energy case: the energy plugin simulates the case's step (``astra_energy.cases.evaluate``) and compares
+    the ``stats.energy`` quantity the source measured (power in W, or energy per token in mJ)."""
+    from astra_energy.cases import evaluate, load_cases as load_energy_cases
+
+    start = time.perf_counter()
+    energy_case = next(c for c in load_energy_cases() if c.name == case.name)
+    result = evaluate(energy_case)
+    unit = "mJ/token" if energy_case.quantity.endswith("_mj") else "W"
+    layout = [int(energy_case.llm.get(k, 1)) for k in ("tp", "pp", "dp", "cp")]  # the GPUs the step runs on
+    return {**_identity(case), "gpus": layout[0] * layout[1] * layout[2] * layout[3],
+            "quantity": energy_case.quantity, "measured_value": result["measured"],
+            "simulated_value": result["simulated"], "unit": unit, "error": result["error"],
+            "wall_s": round(time.perf_counter() - start, 1), "simulated_ranks": None, "platform_defaults": None}
 
 
 def _run_memory(case):
