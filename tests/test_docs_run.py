@@ -4,7 +4,8 @@ files the repository ships.
 Each fenced block names its language. A block in ``sh``, ``bash``, ``shell`` or ``console`` runs
 with ``bash -e`` in a temporary folder that holds a copy of ``examples/`` and ``.venv/bin/astra``
 (the installed command, also first on ``PATH``), so it can write what it likes. A block that cannot
-run there says why on the line above it: ``<!-- docs-test: not run: REASON -->``. The report sample
+run there says why on the line above it: ``<!-- docs-test: not run: REASON -->``; a block whose doc states how
+long it takes carries ``<!-- docs-test: under N s -->``, and takes less here or fails. The report sample
 in docs/usage.md is checked against a real report.
 """
 
@@ -16,6 +17,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,8 @@ DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 SHELL = {"sh", "bash", "shell", "console"}
 FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.M | re.S)
 NOT_RUN = re.compile(r"^<!-- docs-test: not run: (.*?) -->$")
+#: a block whose doc states its run time: ``<!-- docs-test: under N s -->`` above it, held by the test
+STATED_TIME = re.compile(r"^<!-- docs-test: under (\d+) s -->$")
 BIN = Path(sys.executable).parent
 
 
@@ -39,7 +43,13 @@ def fenced_blocks():
             marker = NOT_RUN.match(above)
             language = (match.group(1).split() or [""])[0]
             out.append((path.relative_to(ROOT), line, language, match.group(2), marker.group(1) if marker else None))
+            stated = STATED_TIME.match(above)
+            if stated:
+                STATED_S[(path.relative_to(ROOT), line)] = int(stated.group(1))
     return out
+
+
+STATED_S = {}  # (doc, line) -> the run time its doc states, seconds
 
 
 BLOCKS = fenced_blocks()
@@ -57,7 +67,8 @@ def test_not_run_markers_give_a_reason_and_sit_on_shell_blocks():
             assert language in SHELL, f"{doc}:{line}: a not-run marker above a {language} block"
             assert len(reason.split()) >= 3, f"{doc}:{line}: say why the block is not run"
     text = "".join(p.read_text(encoding="utf-8") for p in DOC_FILES)
-    assert text.count("<!-- docs-test:") == sum(1 for b in BLOCKS if b[4] is not None)
+    assert text.count("<!-- docs-test:") == sum(1 for b in BLOCKS if b[4] is not None) + len(STATED_S)
+    assert all(BLOCKS[[(d, n) for d, n, *_ in BLOCKS].index(key)][2] in SHELL for key in STATED_S)
 
 
 def workspace(tmp_path):
@@ -80,10 +91,14 @@ def test_shell_block_runs(tmp_path, doc, line, language, body, reason):
     if reason is not None:
         pytest.skip(f"{doc}:{line} not run: {reason}")
     env = workspace(tmp_path)
+    started = time.monotonic()
     proc = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", body], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
+    wall_s = time.monotonic() - started
     assert proc.returncode == 0, f"{doc}:{line} failed ({proc.returncode}):\n{body}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     assert "Traceback" not in proc.stderr
+    stated = STATED_S.get((doc, line))
+    assert stated is None or wall_s <= stated, f"{doc}:{line} says it takes under {stated} s; it took {wall_s:.1f} s"
 
 
 # ---------------------------------------------------------------- the report sample in usage.md

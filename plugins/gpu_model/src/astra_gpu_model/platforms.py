@@ -155,6 +155,14 @@ class Platform(_Platform):
         }
 
 
+#: the PCIe H100 platforms' shared assumptions (h100-pcie, h100-nvl)
+_PCIE_SERVER_NIC = ("ASSUMPTION: one 400 Gb/s ConnectX-7 per GPU as in NVIDIA's HGX reference designs; PCIe servers "
+                    "vary (--nccl-nic-gbps)")
+_BRIDGED_PAIRS_NOTE = ("No NVSwitch: the node's network dimension is the PCIe Gen5 switch (64 GB/s per direction per "
+                       "GPU), which prices sends and receives; NCCL's model times the collectives over the "
+                       "NVLink-bridged pairs (300 GB/s per direction) and PCIe between them (topology pairwise, no "
+                       "NVLS). A send between the two GPUs of a pair is priced at PCIe, not at the bridge")
+
 PLATFORMS = {
     p.name: p
     for p in (
@@ -206,24 +214,16 @@ PLATFORMS = {
             "ConnectX-7 400 Gb/s (one per GPU: ASSUMPTION)",
             {"gpus_per_node": "ASSUMPTION: an 8-card PCIe Gen5 server (e.g. NVIDIA-Certified 8-GPU PCIe systems); "
                               "NVIDIA's H100 PCIe datasheet: NVLink bridges join two cards",
-             "nic": "ASSUMPTION: one 400 Gb/s ConnectX-7 per GPU as in NVIDIA's HGX reference designs; PCIe servers "
-                    "vary (--nccl-nic-gbps)"},
-            scaleup_note="No NVSwitch: the node's network dimension is the PCIe Gen5 switch (64 GB/s per direction "
-                         "per GPU), which prices sends and receives; NCCL's model times the collectives over the "
-                         "NVLink-bridged pairs (300 GB/s per direction) and PCIe between them (topology pairwise, "
-                         "no NVLS). A send between the two GPUs of a pair is priced at PCIe, not at the bridge",
+             "nic": _PCIE_SERVER_NIC},
+            scaleup_note=_BRIDGED_PAIRS_NOTE,
         ),
         Platform(
             "h100-nvl", "8 x H100 NVL 94GB (four NVLink-bridged pairs) in a PCIe Gen5 server, one 400 Gb/s NIC per "
             "GPU", "H100-NVL-94GB", 8, 400.0, "ConnectX-7 400 Gb/s (one per GPU: ASSUMPTION)",
             {"gpus_per_node": "ASSUMPTION: an 8-card PCIe Gen5 server; NVIDIA's H100 datasheet (H100 NVL): the cards "
                               "are bridged in pairs (NVLink 600 GB/s)",
-             "nic": "ASSUMPTION: one 400 Gb/s ConnectX-7 per GPU as in NVIDIA's HGX reference designs; PCIe servers "
-                    "vary (--nccl-nic-gbps)"},
-            scaleup_note="No NVSwitch: the node's network dimension is the PCIe Gen5 switch (64 GB/s per direction "
-                         "per GPU), which prices sends and receives; NCCL's model times the collectives over the "
-                         "NVLink-bridged pairs (300 GB/s per direction) and PCIe between them (topology pairwise, "
-                         "no NVLS). A send between the two GPUs of a pair is priced at PCIe, not at the bridge",
+             "nic": _PCIE_SERVER_NIC},
+            scaleup_note=_BRIDGED_PAIRS_NOTE,
         ),
         Platform(
             "hgx-h20", "NVIDIA HGX H20: 8 x H20 (96 GB), NVSwitch (NVLink 4), 8 x 400 Gb/s NDR", "H20", 8, 400.0,
