@@ -134,13 +134,18 @@ def reclaim_leftovers(folder, prefix):
 
 
 def _running(pid):
+    """Whether ``pid`` is a live process: a killed worker not yet reaped (a zombie) has stopped writing."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except OSError:  # it runs, as another user
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            return handle.read().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):  # no /proc (macOS): kill(pid, 0) said it exists
+        return True
 
 
 def inline_settings(settings, files, paths=None):

@@ -204,8 +204,10 @@ class Analysis:
         return found
 
     def op_class(self, rep, node):
-        """GEMM / attention / elementwise / other, from the compute model (``op_class``) or the name."""
-        key = (rep, node.id)
+        """GEMM / attention / elementwise / other, from the compute model (``op_class``) or the name. Kept per node
+        object: the ranks of one trace class share their compute nodes (an unfolded run of a compact workload
+        relabels only the communication nodes), so each is classified once, not once per rank."""
+        key = id(node)  # the node lives as long as the run, and this analysis with it
         found = self._classes.get(key)
         if found is None:
             classify = getattr(self.run.compute_model, "op_class", None)

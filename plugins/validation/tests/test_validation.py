@@ -382,3 +382,10 @@ def test_an_energy_case_runs_through_astra_validate_as_the_energy_plugin_evaluat
     expected = evaluate(next(c for c in load_energy_cases() if c.name == case.name))
     assert row["measured_value"] == expected["measured"] and row["simulated_value"] == expected["simulated"]
     assert row["error"] == pytest.approx(expected["error"]) and row["unit"] == "mJ/token" and row["gpus"] >= 1
+
+
+def test_a_memory_case_whose_measured_what_is_not_a_name_is_a_config_error(tmp_path):
+    case = _collective(kind="memory", workload=["--layers", "2"], measured={"peak_bytes": 10**9},
+                       measured_what=["torch.cuda.max_memory_allocated"])
+    with pytest.raises(ConfigError, match="'measured_what' must be one of"):
+        load_cases(_registry(tmp_path, [case]))

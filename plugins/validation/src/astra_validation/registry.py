@@ -165,7 +165,7 @@ def _load_file(path):
             raise ConfigError(f"{where}: an {kind} case needs 'workload' (astra workload llm's options)")
         if kind == "memory":
             what = raw.get("measured_what")
-            if what not in MEMORY_MEASURES:
+            if not isinstance(what, str) or what not in MEMORY_MEASURES:
                 raise ConfigError(f"{where}: 'measured_what' must be one of {', '.join(MEMORY_MEASURES)}, got {what!r}")
             fields["measured_what"] = what
         if kind == "serving" and not fields["serve"]:
