@@ -156,16 +156,48 @@ def test_folded_runs_give_the_unfolded_answer(tmp_path, monkeypatch, impl, npus,
     assert seen[1] == 1 and seen[0] > 1
 
 
-@pytest.mark.parametrize("backend,hops", [("congestion", 2), ("flow", 1)])
-def test_congestion_backends_carry_it_through_the_switch(tmp_path, backend, hops):
-    """The messages cross the real NPU -> switch -> NPU links: the congestion-aware model's
-    store-and-forward switch doubles the time (as it does the ring's), the flow model does not."""
+@pytest.mark.parametrize("backend", ["analytical", "congestion", "flow"])
+@pytest.mark.parametrize("n", [8, 64])
+def test_the_switch_streams_an_all_reduce_in_s_over_b_on_every_backend(tmp_path, backend, n):
+    """Issue 41: the reduction and the multicast pipeline (as SHARP and NVLS do), so an all-reduce on one Switch
+    dimension takes S / B on every backend; the congestion model's store-and-forward switch used to double it."""
     size = 256 << 20
     ideal = size / line_rate()
-    in_switch = run(tmp_path, ["inSwitch"], size, backend=backend)
-    ring = run(tmp_path, ["ring"], size, backend=backend)
-    assert in_switch == pytest.approx(hops * ideal, rel=0.10)
-    assert ring / in_switch == pytest.approx(2 * 7 / 8, rel=0.10)
+    in_switch = run(tmp_path, ["inSwitch"], size, npus=(n,), backend=backend)
+    assert in_switch == pytest.approx(ideal, rel=0.10)
+    # the ring sends 2 (n - 1) / n S (and its 2 (n - 1) steps' latencies), not streamed: the congestion model
+    # still stores and forwards its messages at the switch
+    ring = run(tmp_path, ["ring"], size, npus=(n,), backend=backend)
+    hops = 2 if backend == "congestion" else 1
+    assert ring / in_switch >= 0.9 * hops * 2 * (n - 1) / n
+
+
+def test_on_the_congestion_backend_the_segments_pipeline_through_the_switch(tmp_path):
+    """32 segments through two store-and-forward hops: one segment's time more than the cut-through S / B."""
+    from astra_network_analytical.in_switch import STREAM_SEGMENTS
+
+    size = 256 << 20
+    chunk = size // 4
+    segment = chunk // STREAM_SEGMENTS
+    congestion = run(tmp_path, ["inSwitch"], size, backend="congestion")
+    per_chunk = E + 2 * int(LAT + segment / line_rate()) + (STREAM_SEGMENTS - 1) * int(segment / line_rate()) + E
+    assert congestion == 4 * per_chunk
+    # the flow backend is cut-through already: no segments, the analytical closed form
+    assert run(tmp_path, ["inSwitch"], size, backend="flow") == 4 * (E + int(2 * LAT + chunk / line_rate()) + E)
+
+
+def test_segment_sizes_add_up_to_the_message():
+    from hypothesis import given, strategies as st
+
+    from astra_network_analytical.in_switch import segment_sizes
+
+    @given(st.integers(1, 1 << 40), st.integers(1, 64))
+    def check(size, segments):
+        segments = min(segments, size)
+        sizes = segment_sizes(size, segments)
+        assert len(sizes) == segments and sum(sizes) == size and max(sizes) - min(sizes) <= 1 and min(sizes) > 0
+
+    check()
 
 
 def test_refused_where_there_is_no_reducing_switch(tmp_path):

@@ -42,7 +42,12 @@ class CongestionNetwork:
 
     :meth:`from_context` builds it from the analytical network YAML or an InfraGraph file (the
     ``congestion`` backend).
+
+    ``store_and_forward``: every hop waits for the whole message (said to collective algorithms that model a
+    streaming switch: ``inSwitch`` then sends its message as segments that pipeline through the switch).
     """
+
+    store_and_forward = True
 
     def __init__(self, graph, engine, route_fn, npus_per_dim=None, description=None):
         if not graph.rank_node:
