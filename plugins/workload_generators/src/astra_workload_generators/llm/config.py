@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from astra_sim.errors import ConfigError
 
 from .model import ModelDims, _lengths
+from .split import check_split
 from .overlap import COMM_SMS_GROUPS, TE_OVERLAP_NAMES
 
 
@@ -74,6 +75,8 @@ class LlmConfig:
     pp_scatter_gather: bool = False  # TP without SP: each TP rank sends 1/TP of a stage boundary, all-gathered after
     framework: str | None = None    # megatron | fsdp2 | deepspeed (memory semantics); None: implied_framework()
     loss_dtype: str = "fp32"        # training memory: the loss works on fp32 logits, or the "same" as --dtype
+    pipeline_embedding_layer: bool = False  # the embedding counts as one layer of the pipeline split (see .split)
+    pipeline_loss_layer: bool = False  # the loss (LM head, cross entropy) counts as one layer of the split
 
     @property
     def npus(self):
@@ -120,16 +123,14 @@ def _check(dims: ModelDims, cfg: LlmConfig):
     if cfg.recompute_selective and cfg.attention == "unfused":
         raise ConfigError("--recompute selective with --attention unfused is not emitted (the attention core's "
                           "recomputation); FlashAttention recomputes it anyway, so use --attention flash")
-    if dims.layers % cfg.pp:
-        raise ConfigError(f"layers {dims.layers} are not divisible by --pp {cfg.pp}")
     V = cfg.virtual_stages
     if V > 1:
         if cfg.inference:
             raise ConfigError("--virtual-stages is for --mode train")
         if cfg.pp < 2:
             raise ConfigError("--virtual-stages needs --pp >= 2")
-        if dims.layers % (cfg.pp * V):
-            raise ConfigError(f"layers {dims.layers} are not divisible by --pp x --virtual-stages {cfg.pp * V}")
+    check_split(dims.layers, cfg)
+    if V > 1:
         if cfg.micro_batches % cfg.pp:
             raise ConfigError(f"--micro-batches {cfg.micro_batches} must be a multiple of --pp {cfg.pp} "
                               "with --virtual-stages")

@@ -53,6 +53,7 @@ from .memory_terms import (
 from .model import ModelDims, _lengths, layer_shards, mtp_shards, padded_vocab
 from .routing import ep_loads, routed_rows
 from .schedule import pipeline_schedule
+from .split import stage_layers
 
 #: the caching allocator's fragmentation in inference, as a share of everything else (an allowance)
 FRAGMENTATION = 0.05
@@ -197,11 +198,11 @@ def layer_activation_bytes(dims: ModelDims, cfg: LlmConfig, mode: str | None = N
 def _stage_units(dims: ModelDims, cfg: LlmConfig, p: int):
     """{chunk: (first virtual stage?, last?, layer indices)} of pipeline rank ``p``."""
     P, V = cfg.pp, cfg.virtual_stages
-    per_chunk = dims.layers // (P * V)
+    split = stage_layers(dims.layers, cfg)
     out = {}
     for ch in range(V):
         v = ch * P + p
-        out[ch] = (v == 0, v == P * V - 1, range(v * per_chunk, (v + 1) * per_chunk))
+        out[ch] = (v == 0, v == P * V - 1, split[v])
     return out
 
 

@@ -64,6 +64,8 @@ class LlmSpec:
     ep: int = 1
     cp: int = 1
     virtual_stages: int = 1
+    pipeline_embedding_layer: bool = False  # the embedding counts as a layer of the pipeline split (Megatron/NeMo)
+    pipeline_loss_layer: bool = False       # the loss counts as a layer of the pipeline split
     pp_scatter_gather: bool = False
     sequence_parallel: bool = False
     tp_comm_overlap: bool = False
@@ -220,7 +222,9 @@ class LlmSpec:
                         dtype=self.dtype, tflops=self.tflops, ep=self.ep, mode=self.mode,
                         prompt_len=self.prompt_len, decode_len=self.decode_len, decode_steps=self.decode_steps,
                         prefill_chunk=self.prefill_chunk or 0, prefill_done=self.prefill_done, cp=self.cp,
-                        virtual_stages=self.virtual_stages, elementwise=self.elementwise,
+                        virtual_stages=self.virtual_stages,
+                        pipeline_embedding_layer=self.pipeline_embedding_layer,
+                        pipeline_loss_layer=self.pipeline_loss_layer, elementwise=self.elementwise,
                         attention=self.attention, causal=self.causal, dropout=self.dropout,
                         gemm_dtype=self.gemm_dtype, inference_elementwise=self.inference_elementwise,
                         overlap_param_gather=self.overlap_param_gather, tp_comm_overlap=self.tp_comm_overlap,
@@ -431,6 +435,15 @@ def _add_flags(p):
                    "rank = t + TP*(c + CP*(d + DP*p)))")
     p.add_argument("--virtual-stages", type=positive_int, default=1, metavar="V",
                    help="interleaved 1F1B: model chunks per pipeline rank (micro-batches a multiple of --pp)")
+    p.add_argument("--pipeline-embedding-layer", action="store_true",
+                   help="the pipeline split counts the embedding as one layer: layers + 1 (+ 1 with "
+                   "--pipeline-loss-layer) split evenly over --pp x --virtual-stages, the first virtual stage holding "
+                   "one transformer layer fewer (Megatron-LM's account_for_embedding_in_pipeline_split, as NeMo "
+                   "splits Llama-3.1 405B's 126 layers over PP 8 x VP 8)")
+    p.add_argument("--pipeline-loss-layer", action="store_true",
+                   help="the pipeline split counts the loss (LM head and cross entropy) as one layer: the last "
+                   "virtual stage holds one transformer layer fewer (Megatron-LM's "
+                   "account_for_loss_in_pipeline_split)")
     p.add_argument("--recompute", nargs="?", const="full", choices=("full", "selective"), default=None,
                    help="activation recomputation: full (the default when given alone: every layer's forward again "
                    "before its backward) or selective (only the attention scores, which FlashAttention recomputes "

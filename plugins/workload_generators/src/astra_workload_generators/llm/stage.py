@@ -14,6 +14,7 @@ from .mtp import MtpOps
 from .moe import MoeOps
 from .routing import routed_rows
 from .schedule import pipeline_schedule
+from .split import stage_layers
 from .zero import DataParallelOps
 
 
@@ -81,7 +82,7 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, MlaOps, MtpOps,
     def build(self):
         dims, cfg, p, P = self.dims, self.cfg, self.p, self.cfg.pp
         V = cfg.virtual_stages
-        per_chunk = dims.layers // (P * V)
+        split = stage_layers(dims.layers, cfg)
         vocab = padded_vocab(dims, cfg.tp) // cfg.tp
         n, h = self.tokens, dims.hidden
         M = cfg.micro_batches
@@ -102,7 +103,7 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, MlaOps, MtpOps,
             base = 2 * M * V * step  # p2p tags of this decode step
             v = ch * P + p  # virtual stage
             first, last = v == 0, v == P * V - 1
-            layers = range(v * per_chunk, (v + 1) * per_chunk)
+            layers = split[v]
             cs = f".c{ch}" if V > 1 else ""
             if kind == "F":
                 units = (["embedding"] if first else []) + [f"l{i}" for i in layers] + (["head"] if last else [])

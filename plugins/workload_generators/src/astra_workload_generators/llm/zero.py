@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from astra_sim.chakra import types as T
 
+from .split import stage_layers
+
 
 #: Bytes per parameter the optimizer node moves (as the gpu model counts an in-place ``_fused_adam_``): it reads
 #: fp32 master weights, fp32 gradients and the two fp32 Adam moments (16 B) and writes the weights back (4 B).
@@ -86,10 +88,10 @@ class DataParallelOps:
         P, V = cfg.pp, cfg.virtual_stages
         if not cfg.overlap_param_gather:
             return {}
-        per_chunk = self.dims.layers // (P * V)
+        split = stage_layers(self.dims.layers, cfg)
         out, prev = {}, []
         order = [(v, u) for v in range(p, P * V, P) for u in
-                 (["embedding"] if v == 0 else []) + [f"l{i}" for i in range(v * per_chunk, (v + 1) * per_chunk)]
+                 (["embedding"] if v == 0 else []) + [f"l{i}" for i in split[v]]
                  + (["head"] if v == P * V - 1 else [])]
         for _, unit in order:
             dense, expert = params[unit]
@@ -108,11 +110,11 @@ class DataParallelOps:
         virtual stage; ``params``: build()'s {unit: (dense, expert) shard}), TP-sharded, and under ZeRO >= 1 also
         sharded over the (expert-)DP group."""
         dims, cfg, p, P, V = self.dims, self.cfg, self.p, self.cfg.pp, self.cfg.virtual_stages
-        per_chunk = dims.layers // (P * V)
+        split = stage_layers(dims.layers, cfg)
         dense = expert = 0
         for ch in range(V):
             v = ch * P + p
-            units = ((["embedding"] if v == 0 else []) + [f"l{i}" for i in range(v * per_chunk, (v + 1) * per_chunk)]
+            units = ((["embedding"] if v == 0 else []) + [f"l{i}" for i in split[v]]
                      + (["head"] if v == P * V - 1 else []))
             if v == P * V - 1:  # the MTP modules (training; see .mtp)
                 units += [u for u in params if u.startswith("mtp")]
