@@ -127,7 +127,7 @@ def serve(spec):
         raise ConfigError(f"request {r.id} needs {r.prompt_tokens + r.output_tokens} KV positions but a replica's "
                           f"cache holds {engine_tokens}{share} ({cap.blocks} blocks of {cap.block_size}); use more "
                           "GPUs per replica or a smaller --max-model-len")
-    timer = StepTimer(layout, ratio=ratio, exact=spec.exact_shapes)
+    timer = StepTimer(layout, ratio=ratio, exact=spec.exact_shapes, cache=not spec.no_cache)
     progress.phase(f"serving {len(requests):,} requests",
                    lambda: f"{timer.simulated:,} batch shapes simulated, {timer.lookups:,} iterations timed", lead=True)
 

@@ -90,6 +90,7 @@ class ServeSpec:
     # step simulator
     bucket_ratio: float | None = None
     exact_shapes: bool = False
+    no_cache: bool = False  # the persistent step cache (stepcache.py) is neither read nor written
     step_elementwise: bool = True
     run: dict = field(default_factory=dict)
     # SLOs and files the run writes
@@ -191,6 +192,9 @@ class ServeSpec:
                          help="ratio of the token-count grid of the batch-shape buckets (> 1; default sqrt 2; see "
                          "docs/serving.md)")
         sim.add_argument("--exact-shapes", action="store_true", help="simulate every distinct batch shape (slow)")
+        sim.add_argument("--no-cache", action="store_true",
+                         help="neither read nor write the persistent cache of simulated step times (default: "
+                         "$ASTRA_CACHE_DIR or ~/.cache/astra-sim/steps; ASTRA_CACHE=0 turns it off too)")
         sim.add_argument("--step-elementwise", action=argparse.BooleanOptionalAction, default=True,
                          help="steps include each layer's norms, residual adds and activation (astra workload llm "
                          "--inference-elementwise; default on: a serving engine runs them; --no-step-elementwise: "

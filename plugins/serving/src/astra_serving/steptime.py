@@ -12,7 +12,8 @@ prefill tokens and the decode sequences each have a grid of every integer up to 
 geometric series of ratio ``ratio`` (default 2**(1/2), two points per doubling); the decode context a grid of
 powers of two. A shape's time is interpolated linearly (trilinear) between the simulated corners of its grid
 cell: step time is close to linear in each of the three between neighbouring points (GEMMs in tokens, the
-weights' read shared by the batch, attention in the context). Every corner is simulated once per process.
+weights' read shared by the batch, attention in the context). Every corner is simulated once per process, and
+kept across runs and processes by the persistent step cache (stepcache.py; ``--no-cache``, ``ASTRA_CACHE=0``).
 A mixed step's ``prefill_done`` (the part of the chunk's prompt computed by earlier chunks) is left out of
 bucketed shapes (its attention is a few % of a step at a few thousand tokens); exact shapes keep it.
 ``tests/test_serve.py::test_bucketing_error_is_small`` measures the error against exact shapes.
@@ -185,11 +186,19 @@ def shape_options(prefill, decode, context, prefill_done=0):
 class StepTimer:
     """Iteration times (int ns) of one replica layout, simulated once per bucketed shape."""
 
-    def __init__(self, layout: Layout, ratio=DEFAULT_RATIO, exact=False, workdir=None):
+    def __init__(self, layout: Layout, ratio=DEFAULT_RATIO, exact=False, workdir=None, cache=True):
+        """``cache``: True reads and writes the persistent step cache in its default folder
+        (:func:`~astra_serving.stepcache.cache_folder`, None when ``ASTRA_CACHE=0``), a folder that one, False
+        none."""
+        from .stepcache import StepCache, cache_folder
+
         self.layout = layout
         self.ratio = ratio
         self.exact = exact
         self.memo = _SHARED_MEMO.setdefault(layout.key(), {})
+        folder = cache_folder() if cache is True else (cache or None)
+        self.cache = StepCache(folder, layout.key(), layout.run, layout.pp) if folder else None
+        self.from_cache = 0
         self.simulated = 0
         self.sim_wall_s = 0.0
         self.lookups = 0
@@ -243,7 +252,14 @@ class StepTimer:
     def _corner(self, key):
         value = self.memo.get(key)
         if value is None:
-            value = self.memo[key] = self.simulate(*key)
+            value = self.cache.get(key) if self.cache else None
+            if value is not None:
+                self.from_cache += 1
+            else:
+                value = self.simulate(*key)
+                if self.cache:
+                    self.cache.put(key, value)
+            self.memo[key] = value
         return value
 
     def simulate(self, prefill, decode, context, prefill_done=0, graph=False):
@@ -268,6 +284,6 @@ class StepTimer:
         return value
 
     def stats(self):
-        return {"shapes_simulated": self.simulated, "lookups": self.lookups,
+        return {"shapes_simulated": self.simulated, "shapes_from_cache": self.from_cache, "lookups": self.lookups,
                 "simulation_wall_s": round(self.sim_wall_s, 3),
                 "bucket_ratio": None if self.exact else self.ratio, "exact_shapes": self.exact}
