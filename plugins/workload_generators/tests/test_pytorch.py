@@ -134,7 +134,7 @@ def test_synthetic_host_and_kineto(pair):
     gm, nodes, counts = convert_pytorch_trace(host, kin)
     assert counts == {"cpu": 8, "gpu_comp": 3, "coll": 1, "p2p": 0, "metadata": 1, "nodes": 13, "host_comms": 0,
                       "dropped_comms": 0, "cpu_backend_comms": 0, "blocking_comms": 0, "rendezvous_notes": 0,
-                      "not_simulated": {}}
+                      "not_simulated": {}, "a2a_uneven": 0, "a2a_even_splits": 0}
     by_name = {}
     for n in nodes:
         by_name.setdefault(n.name, []).append(n)

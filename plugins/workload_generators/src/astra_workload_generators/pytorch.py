@@ -38,6 +38,7 @@ from .pytorch_host import (
     _PROCESS_ROOT, _THREAD_ROOT, _ancestors, _as_int, _as_rank, _attr_map, _dur, _node, _own_rank,
     _process_groups, _tensor_bytes, _tensor_ids, load_host_trace,
 )
+from .pytorch_alltoall import exchange_nodes, find_splits, is_uneven
 from .pytorch_checks import check_ranks
 from .pytorch_c10d import blocking, comm_nodes, comm_waiters, find_c10d_comms
 from .pytorch_kineto import is_comm_marker, link_kineto, load_kineto_trace, read_kineto_trace
@@ -55,7 +56,7 @@ _UNTIMED = ("ProfilerStep#", "Optimizer.step")
 
 
 def convert_pytorch_trace(host_path, kineto_path=None, *, rank=None, world_size=None, shared=False,
-                          comms_from_host=False):
+                          comms_from_host=False, force_exchange=False):
     """Convert one rank's host trace (+ Kineto) into (GlobalMetadata, nodes sorted by id, summary).
 
     ``rank``: the global rank this trace is (needed for send/recv; otherwise taken from a ``rank`` field of the
@@ -63,7 +64,8 @@ def convert_pytorch_trace(host_path, kineto_path=None, *, rank=None, world_size=
     number of ranks, when known (bounds the p2p peers). ``shared``: the trace is copied to several ranks, so
     send/recv nodes are an error and the header rank is not checked. ``comms_from_host``: for a host trace without
     GPU kernels, turn its record_param_comms ops into collective and send/recv nodes (see _host_comm_ops);
-    otherwise they are left out as Chakra's converter does, and counted in the summary's ``dropped_comms``."""
+    otherwise they are left out as Chakra's converter does, and counted in the summary's ``dropped_comms``.
+    ``force_exchange``: run even all-to-alls with split sizes as send/recv too (:mod:`.pytorch_alltoall`)."""
     header, hnodes = load_host_trace(host_path)
     rank = _own_rank(header, host_path, rank, "rank", "the host trace header", shared)
     by_id = {n["id"]: n for n in hnodes}
@@ -180,7 +182,7 @@ def convert_pytorch_trace(host_path, kineto_path=None, *, rank=None, world_size=
     spare_id += len(c10d)
 
     nodes = []
-    counts = {"cpu": 0, "gpu_comp": 0, "coll": 0, "p2p": 0, "metadata": 0}
+    counts = {"cpu": 0, "gpu_comp": 0, "coll": 0, "p2p": 0, "metadata": 0, "a2a_uneven": 0, "a2a_even_splits": 0}
     for n in hnodes:
         if n["name"] == _PROCESS_ROOT or is_gpu[n["id"]]:
             continue
@@ -214,6 +216,18 @@ def convert_pytorch_trace(host_path, kineto_path=None, *, rank=None, world_size=
             ntype, ctype = None, BATCHED_P2P  # hung on the batch's last op, before nccl:coalesced
         else:
             ntype, ctype = kind if kind is not None else _comm_kind(kname, names, src, where)
+        if ctype == T.ALL_TO_ALL and ntype == T.COMM_COLL_NODE:
+            found = find_splits(ctx, hid)
+            if found is not None:
+                uneven = is_uneven(found[1])
+                counts["a2a_uneven" if uneven else "a2a_even_splits"] += 1
+                if uneven or force_exchange:
+                    exchange = exchange_nodes(ctx, gid, f"{launcher['name']} | {kname}", hid, dur, stream, pg,
+                                              kargs, src, where, spare_id)
+                    spare_id += max(0, len(exchange) - 1)
+                    nodes.extend(exchange)
+                    counts["p2p"] += len(exchange)
+                    continue
         if ctype == BATCHED_P2P:
             batch = _batched_p2p_nodes(ctx, gid, kname, hid, dur, stream, pg, src, where, kargs, spare_id)
             spare_id += len(batch) - 1
@@ -279,7 +293,8 @@ def convert_pytorch(host, output, *, kineto=None, rank=None, ranks=None, comms_f
     peers are rank-specific). The rank (R or the ``{rank}`` index) is checked against the trace's own, if it says
     one, and used to check the send/recv peers. Returns a summary dict: the first rank's counts (nodes, cpu, gpu_comp,
     coll, p2p, metadata, host_comms, dropped_comms, cpu_backend_comms, blocking_comms, rendezvous_notes,
-    not_simulated), ``per_rank`` (every rank's counts), ``ranks``, ``paths``, ``files`` (traces converted) and
+    not_simulated, a2a_uneven, a2a_even_splits: all-to-alls with split sizes run as send/recv or kept as the
+    collective), ``per_rank`` (every rank's counts), ``ranks``, ``paths``, ``files`` (traces converted) and
     ``warnings`` (:func:`.pytorch_checks.check_ranks` across the ranks written)."""
     if (rank is None) == (ranks is None):
         raise ConfigError("give exactly one of --rank R or --ranks N")
@@ -288,12 +303,20 @@ def convert_pytorch(host, output, *, kineto=None, rank=None, ranks=None, comms_f
     # a trace copied to several ranks has no rank of its own (send/recv are then an error)
     shared = rank is None and not per_rank and ranks > 1
     cache = {}
-    metas, lists, per_rank_counts = [], [], []
-    for r in wanted:
-        key = (_per_rank(host, r), _per_rank(kineto, r), None if shared else r)
+    keys = [(_per_rank(host, r), _per_rank(kineto, r), None if shared else r) for r in wanted]
+    for key in keys:
         if key not in cache:
             cache[key] = convert_pytorch_trace(key[0], key[1], rank=key[2], world_size=ranks, shared=shared,
                                                comms_from_host=comms_from_host)
+    # an uneven all-to-all on one rank makes every rank's all-to-all with splits an exchange of sends and receives
+    # (a rank whose own splits happen to be even would otherwise wait in a collective its peers never join)
+    if any(c[2]["a2a_uneven"] for c in cache.values()):
+        for key, (_, _, counts) in list(cache.items()):
+            if counts["a2a_even_splits"]:
+                cache[key] = convert_pytorch_trace(key[0], key[1], rank=key[2], world_size=ranks, shared=shared,
+                                                   comms_from_host=comms_from_host, force_exchange=True)
+    metas, lists, per_rank_counts = [], [], []
+    for key in keys:
         gm, nodes, counts = cache[key]
         metas.append(gm)
         lists.append(nodes)

@@ -84,7 +84,8 @@ def _param_comms(node):
       name the op plain ``nccl:send``/``nccl:recv``: only Kineto can give the peer then.
 
     So the collective name is found as the first string preceded by an integer (the rank) at index >= 2, and the
-    other fields are read relative to it. For p2p, ``rank`` is the *peer* in the group's own numbering:
+    other fields are read relative to it: ``in_split``/``out_split`` are the two lists after it (an
+    ``all_to_allv``'s dim-0 rows per group rank, ``[]`` for other collectives), None when absent. For p2p, ``rank`` is the *peer* in the group's own numbering:
     ProcessGroupNCCL::send / ProcessGroupNCCL::recv (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp) pass
     ``dstRank`` / ``srcRank``, which distributed_c10d.send/recv/isend/irecv have already turned into a group rank
     (``get_group_rank``), and the profiler's saveNcclMeta (torch/csrc/profiler/util.cpp) maps it to the global
@@ -94,7 +95,7 @@ def _param_comms(node):
     """
     vals = node.get("inputs", {}).get("values", [])
     info = {"coll": None, "peer": None, "pg_name": None, "pg_desc": None, "pg_id": None, "size": None,
-            "start": None, "stride": None}
+            "start": None, "stride": None, "in_split": None, "out_split": None}
     for i in range(2, len(vals)):
         if isinstance(vals[i], str) and isinstance(vals[i - 1], int) and not isinstance(vals[i - 1], bool):
             info["coll"] = vals[i].lower()
@@ -105,6 +106,8 @@ def _param_comms(node):
                 info["pg_desc"] = pg[1] if len(pg) > 1 else None
             elif isinstance(pg, int) and not isinstance(pg, bool):
                 info["pg_id"] = pg
+            splits = [v if _int_list(v) else None for v in vals[i + 1:i + 3]]
+            info["in_split"], info["out_split"] = (splits + [None, None])[:2]
             ints = [x for x in vals[i + 1:] if isinstance(x, int) and not isinstance(x, bool)]
             if len(ints) >= 3:
                 info["start"], info["stride"], info["size"] = ints[0], ints[1], ints[2]
@@ -119,6 +122,11 @@ def _param_comms(node):
         if info[key] is None and _as_rank(a.get(attr)) is not None:
             info[key] = _as_rank(a[attr])
     return info if info["coll"] is not None else None
+
+
+def _int_list(value):
+    """Whether ``value`` is a list of integers (a split-size list; ``[]`` when the op had none)."""
+    return isinstance(value, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in value)
 
 
 def _find_param_comms(launcher, by_id, children, is_gpu, coll):
