@@ -180,6 +180,12 @@ def natural_key(name):
     return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in str(name).split(".")]
 
 
+def _one_line(exc, limit=300):
+    """The infragraph package's message on one short line (its messages span lines and quote whole values)."""
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def _read_mapping(path, what):
     data = load_yaml(path, what)  # YAML is a superset of JSON
     if not isinstance(data, dict):
@@ -192,7 +198,7 @@ def _read_named(wrapper, key, path, what):
     try:
         return _read_mapping(path, what)
     except ConfigError as exc:
-        raise ConfigError(f"{wrapper}: key {key!r}: {exc}") from None
+        raise ConfigError(f"{wrapper}: key {key!r}: {_one_line(exc)}") from None
 
 
 def _kind_of(data):
@@ -498,7 +504,7 @@ def _expand(model, infra_data, infra_path):
     try:
         infra = Infrastructure().deserialize(infra_data)
     except (TypeError, ValueError, AttributeError, KeyError) as exc:
-        raise ConfigError(f"{infra_path}: not a valid InfraGraph infrastructure: {exc}") from None
+        raise ConfigError(f"{infra_path}: not a valid InfraGraph infrastructure: {_one_line(exc)}") from None
     _validate_infrastructure(infra, infra_path)
     service = InfraGraphService()
     with warnings.catch_warnings(record=True) as caught:
@@ -507,7 +513,7 @@ def _expand(model, infra_data, infra_path):
             service.set_graph(infra)
         except Exception as exc:  # the package raises KeyError, InfrastructureError, GraphError, ...
             raise ConfigError(
-                f"{infra_path}: infragraph cannot expand the infrastructure: {type(exc).__name__}: {exc}"
+                f"{infra_path}: infragraph cannot expand the infrastructure: {type(exc).__name__}: {_one_line(exc)}"
             ) from None
     model.warnings.extend(f"{infra_path}: {w.message}" for w in caught)
     graph = service.get_networkx_graph()
@@ -565,13 +571,13 @@ def _annotate(model, service, data, ann_path):
     try:
         annotation = Annotation().deserialize(_stringify_values(data))
     except (TypeError, ValueError, AttributeError, KeyError) as exc:
-        raise ConfigError(f"{ann_path}: not a valid InfraGraph annotation: {exc}") from None
+        raise ConfigError(f"{ann_path}: not a valid InfraGraph annotation: {_one_line(exc)}") from None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             service.annotate_graph(annotation)
         except Exception as exc:
-            raise ConfigError(f"{ann_path}: cannot apply the annotation: {exc}") from None
+            raise ConfigError(f"{ann_path}: cannot apply the annotation: {_one_line(exc)}") from None
     model.warnings.extend(f"{ann_path}: {w.message}" for w in caught)
     model.graph = service.get_networkx_graph()
 

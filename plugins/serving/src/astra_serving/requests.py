@@ -65,43 +65,43 @@ def parse_azure_timestamp(text):
     text = text.strip()
     main, _, frac = text.partition(".")
     if frac and not frac.isdigit():
-        raise ValueError(f"bad fractional seconds in {text!r}")
+        raise ValueError(f"bad fractional seconds in {brief(text)}")
     try:
         moment = datetime.strptime(main.replace("T", " "), "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
     except ValueError:
-        raise ValueError(f"expected a date-time like 2023-11-16 18:15:46.6805900, got {text!r}") from None
+        raise ValueError(f"expected a date-time like 2023-11-16 18:15:46.6805900, got {brief(text)}") from None
     return int(moment.timestamp()) * NS + int((frac + "000000000")[:9] or 0)
 
 
 def _int_field(value, name):
     if isinstance(value, bool):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
+        raise ValueError(f"{name} must be an integer, got {brief(value)}")
     if isinstance(value, str):
         value = value.strip()
         try:
             value = float(value) if any(c in value for c in ".eE") else int(value)
         except ValueError:
-            raise ValueError(f"{name} must be an integer, got {value!r}") from None
+            raise ValueError(f"{name} must be an integer, got {brief(value)}") from None
     if isinstance(value, float):
         if not math.isfinite(value) or value != int(value):
-            raise ValueError(f"{name} must be an integer, got {value!r}")
+            raise ValueError(f"{name} must be an integer, got {brief(value)}")
         value = int(value)
     if not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
+        raise ValueError(f"{name} must be an integer, got {brief(value)}")
     return value
 
 
 def _seconds_to_ns(value, name):
     if isinstance(value, bool):
-        raise ValueError(f"{name} must be a number of seconds, got {value!r}")
+        raise ValueError(f"{name} must be a number of seconds, got {brief(value)}")
     try:
         seconds = float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number of seconds, got {value!r}") from None
+        raise ValueError(f"{name} must be a number of seconds, got {brief(value)}") from None
     if not math.isfinite(seconds):
-        raise ValueError(f"{name} must be finite, got {value!r}")
+        raise ValueError(f"{name} must be finite, got {brief(value)}")
     if not math.isfinite(seconds * NS):  # e.g. 1e300 s: no integer of ns (the range check is the caller's)
-        raise ValueError(f"{name} is out of range, got {value!r}")
+        raise ValueError(f"{name} is out of range, got {brief(value)}")
     return round(seconds * NS)
 
 
