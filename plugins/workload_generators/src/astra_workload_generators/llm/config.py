@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from astra_sim.errors import ConfigError
 
 from .model import ModelDims, _lengths
+from .lora import check_lora
 from .split import check_split
 from .overlap import COMM_SMS_GROUPS, TE_OVERLAP_NAMES
 
@@ -77,6 +78,8 @@ class LlmConfig:
     loss_dtype: str = "fp32"        # training memory: the loss works on fp32 logits, or the "same" as --dtype
     pipeline_embedding_layer: bool = False  # the embedding counts as one layer of the pipeline split (see .split)
     pipeline_loss_layer: bool = False  # the loss (LM head, cross entropy) counts as one layer of the split
+    lora_rank: int = 0              # LoRA: adapters of this rank, base weights frozen (0: full training; see .lora)
+    lora_targets: tuple = ()        # LoRA: the linear layers with adapters (names of lora.LORA_TARGETS)
 
     @property
     def npus(self):
@@ -130,6 +133,7 @@ def _check(dims: ModelDims, cfg: LlmConfig):
         if cfg.pp < 2:
             raise ConfigError("--virtual-stages needs --pp >= 2")
     check_split(dims.layers, cfg)
+    check_lora(dims, cfg)
     if V > 1:
         if cfg.micro_batches % cfg.pp:
             raise ConfigError(f"--micro-batches {cfg.micro_batches} must be a multiple of --pp {cfg.pp} "

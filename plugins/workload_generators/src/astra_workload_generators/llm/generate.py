@@ -14,6 +14,7 @@ from .config import LlmConfig, _check
 from .memory import memory_estimate, metadata_attrs
 from .layout import _dyn_bytes, comm_groups, rank_of, rank_symmetry
 from .model import ModelDims, activated_parameter_count, inference_flops, parameter_count, training_flops
+from .lora import lora_training_flops
 from .stage import _StageBuilder
 
 
@@ -39,8 +40,13 @@ def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True, per_ran
         write_atomically(f"{prefix}.groups.roles.json",
                          json.dumps(dict(sorted(roles.items(), key=lambda kv: int(kv[0])))).encode())
     memory = memory_estimate(dims, cfg)
-    flops = (inference_flops(dims, cfg) if cfg.inference
-             else training_flops(dims, cfg.dp * cfg.micro_batches * cfg.micro_batch_size, cfg.tp))
+    sequences = cfg.dp * cfg.micro_batches * cfg.micro_batch_size
+    if cfg.inference:
+        flops = inference_flops(dims, cfg)
+    elif cfg.lora_rank:
+        flops = lora_training_flops(dims, cfg, sequences, cfg.tp)
+    else:
+        flops = training_flops(dims, sequences, cfg.tp)
     step_attrs = step_metadata(dims, cfg, flops, model_name)
     nodes_per_stage = []
     per_ep = cfg.ep if cfg.moe_expert_load else 1
@@ -101,7 +107,9 @@ def step_metadata(dims, cfg, flops, model_name=None):
         tokens = sequences * (cfg.prompt_len or dims.seq_len)
     else:  # decode (one token per sequence per step) and mixed (plus one prefill chunk per micro-batch and replica)
         tokens = sequences * cfg.steps + (cfg.dp * cfg.micro_batches * cfg.prefill_chunk if cfg.mode == "mixed" else 0)
-    hardware = flops + (flops // 3 if cfg.mode == "train" and cfg.recompute else 0)
+    hardware = flops
+    if cfg.mode == "train" and cfg.recompute:  # the forward again: a third of 6PT, more of a LoRA step
+        hardware += lora_training_flops(dims, cfg, sequences, cfg.tp, forward=True) if cfg.lora_rank else flops // 3
     # FLOPs as doubles: a large step overflows 64-bit integers (405B x 16M tokens x 6 is 4e22)
     return {"model_flops_per_step": float(flops), "hardware_flops_per_step": float(hardware),
             "tokens_per_step": int(tokens), "sequences_per_step": int(sequences),

@@ -101,14 +101,14 @@ class LayerOps:
             node = self.mm(f"{mm_label}.c{j}", m // tp, k, n, [arrived], overlap=overlap)
         return node
 
-    def mm_rs(self, mm_label, rs_label, m, k, n, deps=()):
-        """``[m,k] x [k,n]``, then the TP reduction of its output (reduce-scatter with sequence parallelism,
-        all-reduce without). With
+    def mm_rs(self, mm_label, rs_label, m, k, n, deps=(), lora=None):
+        """``[m,k] x [k,n]`` (and the ``lora`` target's adapter, its partial output added before the reduction),
+        then the TP reduction of its output (reduce-scatter with sequence parallelism, all-reduce without). With
         ``--tp-comm-overlap``: the GEMM runs in TP row chunks, and a ring accumulates the partial sums (send the
         partial of the previous chunk, receive one, add it to this chunk's: ``aten::add_`` of one shard)
         while the next chunk computes."""
         if not self.cfg.tp_comm_overlap:
-            node = self.mm(mm_label, m, k, n, deps)
+            node = self.lora_forward(mm_label, lora, self.mm(mm_label, m, k, n, deps))
             self._tp("rs" if self.cfg.sequence_parallel else "ar", rs_label)
             return node
         tp = self.cfg.tp
@@ -146,6 +146,7 @@ class LayerOps:
             qkv_node = self.mla_forward(lab, deps)
         else:
             qkv_node = self.ag_mm(lab + ".attn_in", lab + ".qkv", n, h, qkv, deps)
+            qkv_node = self.lora_forward(lab + ".qkv", "qkv", qkv_node)
         hq, hkv = dims.heads // tp, dims.kv_heads // tp
         if cfg.inference:  # this step's keys and values go into the KV cache (K and V as one copy; MLA: latent)
             kv_new = self._t(b, q, dims.kv_lora_rank + dims.rope_dim) if dims.mla else self._t(2, b, hkv, q, d)
@@ -169,7 +170,7 @@ class LayerOps:
                                steps=[(wk, wk, cfg.causal and wk == keys)], dv=dims.v_dim)
         ow = dims.o_width // tp
         self.fp8_cast(lab + ".proj", n, ow)  # (QKV, FC1, FC2 inputs: cast inside LayerNorm / GeLU)
-        self.mm_rs(lab + ".proj", lab + ".attn_out", n, ow, h)
+        self.mm_rs(lab + ".proj", lab + ".attn_out", n, ow, h, lora="proj")
         if ew:
             self.dropout_add(lab + ".attn_out")
             self.layer_norm(lab + ".ln2")
@@ -179,9 +180,9 @@ class LayerOps:
             self.moe_forward(lab, layer)
             self._tp("rs" if sp else "ar", lab + ".mlp_out")
         else:
-            self.ag_mm(lab + ".mlp_in", lab + ".fc1", n, h, f1)
+            self.lora_forward(lab + ".fc1", "fc1", self.ag_mm(lab + ".mlp_in", lab + ".fc1", n, h, f1))
             self.act_fwd(lab + ".fc1", n, dims.ffn_hidden // tp)
-            self.mm_rs(lab + ".fc2", lab + ".mlp_out", n, dims.ffn_hidden // tp, h)
+            self.mm_rs(lab + ".fc2", lab + ".mlp_out", n, dims.ffn_hidden // tp, h, lora="fc2")
         if ew:
             self.dropout_add(lab + ".mlp_out")
 
@@ -219,13 +220,17 @@ class LayerOps:
                 if self.fp8_cast(lab + ".fc2.dgrad", n, h, deps) is not None:
                     deps = []
                 self.mm(lab + ".fc2.dgrad", n, h, ff, deps)
-                self.fp8_transpose(lab + ".fc2.wgrad", n, ff)
-                self.mm(lab + ".fc2.wgrad", ff, n, h)
+                self.lora_backward(lab, "fc2")
+                if not self.frozen:
+                    self.fp8_transpose(lab + ".fc2.wgrad", n, ff)
+                    self.mm(lab + ".fc2.wgrad", ff, n, h)
                 self.act_bwd(lab + ".fc1", n, ff)
-                gathered = self._regather(lab + ".mlp_in")
+                gathered = self._regather(lab + ".mlp_in") if self.needs_input("fc1") else []
                 self.mm(lab + ".fc1.dgrad", n, f1, h)
-                self.fp8_transpose(lab + ".fc1.wgrad", n, h, gathered)
-                self.mm(lab + ".fc1.wgrad", h, n, f1, gathered)
+                self.lora_backward(lab, "fc1", gathered)
+                if not self.frozen:
+                    self.fp8_transpose(lab + ".fc1.wgrad", n, h, gathered)
+                    self.mm(lab + ".fc1.wgrad", h, n, f1, gathered)
             self._tp("rs" if sp else "ar", lab + ".mlp_in")
         if ew:
             self.layer_norm_bwd(lab + ".ln2")
@@ -233,14 +238,16 @@ class LayerOps:
             self.dropout_bwd(lab + ".attn_out")
         self.fp8_cast(lab + ".proj.dgrad", n, h)
         self.ag_mm(lab + ".attn_out", lab + ".proj.dgrad", n, h, dims.o_width // tp)
-        self.mm(lab + ".proj.wgrad", dims.o_width // tp, n, h)  # (its input's transpose: the forward cast's)
+        self.lora_backward(lab, "proj")
+        if not self.frozen:
+            self.mm(lab + ".proj.wgrad", dims.o_width // tp, n, h)  # (its input's transpose: the forward cast's)
         hq, hkv = dims.heads // tp, dims.kv_heads // tp
         if cfg.attention == "unfused":
             attn = self.attn_unfused_bwd(lab, b, hq, q, s, d)
         else:  # (CP: the dK/dV ring starts when the first remote chunk's gradients are done)
             attn = self.flash_bwd(lab, b, hq, hkv, q, d, dv=dims.v_dim, layer=layer)
         ring = self._cp_ring(lab + ".dkv", layer, mb, 2, attn)  # dK, dV back to their owners
-        gathered = self._regather(lab + ".attn_in", ring)
+        gathered = self._regather(lab + ".attn_in", ring) if self.needs_input("qkv") else []
         if not dims.mla and self.fp8_cast(lab + ".qkv.dgrad", n, qkv, ring) is not None:
             ring = []
         if dims.mla:
@@ -252,8 +259,10 @@ class LayerOps:
             self.mm(lab + ".qkv.wgrad", h, n, qkv, gathered)
         else:
             self.mm(lab + ".qkv.dgrad", n, qkv, h, ring)
-            self.fp8_transpose(lab + ".qkv.wgrad", n, h, gathered)
-            self.mm(lab + ".qkv.wgrad", h, n, qkv, gathered)
+            self.lora_backward(lab, "qkv", gathered)
+            if not self.frozen:
+                self.fp8_transpose(lab + ".qkv.wgrad", n, h, gathered)
+                self.mm(lab + ".qkv.wgrad", h, n, qkv, gathered)
             out = self._tp("rs" if sp else "ar", lab + ".attn_in")
         if ew:
             self.layer_norm_bwd(lab + ".ln1")

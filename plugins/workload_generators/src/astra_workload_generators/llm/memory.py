@@ -50,6 +50,7 @@ from .memory_terms import (
     LOGITS_BYTES, RESERVE_FRACTION, WORKSPACE_BYTES, logits_bytes, model_states, moe_dispatch_bytes,
     op_sac_layer_bytes,
 )
+from .lora import adapter_parameters
 from .model import ModelDims, _lengths, layer_shards, mtp_shards, padded_vocab
 from .routing import ep_loads, routed_rows
 from .schedule import pipeline_schedule
@@ -247,7 +248,12 @@ def stage_memory(dims: ModelDims, cfg: LlmConfig, p: int) -> MemoryEstimate:
         reserve = int(FRAGMENTATION * (weights + activations + kv))
         return MemoryEstimate(p, weights, 0, 0, activations, kv, reserve=reserve, context=WORKSPACE_BYTES,
                               in_flight=in_flight, framework=framework, source=(dims, cfg))
-    weights, gradients, optimizer, buffers = model_states(framework, cfg, params, unit_sizes, edges, sharded)
+    if cfg.lora_rank:  # LoRA: the frozen base in --dtype beside the adapters' full model states
+        adapters = sum(len(layers) for _, _, layers in units.values()) * adapter_parameters(dims, cfg)
+        weights, gradients, optimizer, buffers = model_states(framework, cfg, adapters, [], 0, sharded)
+        weights += params * nb
+    else:
+        weights, gradients, optimizer, buffers = model_states(framework, cfg, params, unit_sizes, edges, sharded)
     moe = [i for _, _, layers in units.values() for i in layers if dims.is_moe_layer(i)]
     if moe:  # one MoE layer's dispatch at a time: the largest
         q = _lengths(dims, cfg)[0] // cfg.cp

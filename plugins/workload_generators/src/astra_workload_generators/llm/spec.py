@@ -19,6 +19,7 @@ from dataclasses import dataclass, fields
 from astra_sim.errors import ConfigError
 
 from .config import ATTENTIONS, DTYPES, FRAMEWORKS, GEMM_DTYPES, LOSS_DTYPES, MODES, LlmConfig, check_config
+from .lora import LORA_TARGETS, parse_lora_targets
 from .model import PRESETS, ModelDims, model_dims
 from .overlap import COMM_SMS_GROUPS, load_tp_overlap_sms, parse_comm_sms
 from .routing import parse_expert_load
@@ -67,6 +68,8 @@ class LlmSpec:
     pipeline_embedding_layer: bool = False  # the embedding counts as a layer of the pipeline split (Megatron/NeMo)
     pipeline_loss_layer: bool = False       # the loss counts as a layer of the pipeline split
     pp_scatter_gather: bool = False
+    lora_rank: int | None = None        # LoRA fine-tuning: adapter rank (None: full training)
+    lora_targets: str | None = None     # "qkv,proj,fc1,fc2" (default with --lora-rank: all four)
     sequence_parallel: bool = False
     tp_comm_overlap: bool = False
     comm_sms: str | None = None         # "KEY=N[,KEY=N...]"
@@ -213,6 +216,11 @@ class LlmSpec:
             if not dims.moe:
                 raise ConfigError("--moe-expert-load needs a mixture-of-experts model (--experts)")
             load = parse_expert_load(self.moe_expert_load, dims.experts, dims.moe_layers)
+        lora_targets = ()
+        if self.lora_targets is not None:
+            lora_targets = parse_lora_targets(self.lora_targets)
+        elif self.lora_rank:
+            lora_targets = tuple(LORA_TARGETS)
         reshard = self.reshard_after_forward
         if reshard is None:  # FSDP2's FULL_SHARD and DeepSpeed ZeRO-3 free gathered parameters after forward
             reshard = self.zero == 3 and self.mode == "train"
@@ -224,7 +232,8 @@ class LlmSpec:
                         prefill_chunk=self.prefill_chunk or 0, prefill_done=self.prefill_done, cp=self.cp,
                         virtual_stages=self.virtual_stages,
                         pipeline_embedding_layer=self.pipeline_embedding_layer,
-                        pipeline_loss_layer=self.pipeline_loss_layer, elementwise=self.elementwise,
+                        pipeline_loss_layer=self.pipeline_loss_layer, lora_rank=self.lora_rank or 0,
+                        lora_targets=lora_targets, elementwise=self.elementwise,
                         attention=self.attention, causal=self.causal, dropout=self.dropout,
                         gemm_dtype=self.gemm_dtype, inference_elementwise=self.inference_elementwise,
                         overlap_param_gather=self.overlap_param_gather, tp_comm_overlap=self.tp_comm_overlap,
@@ -310,6 +319,8 @@ def _plain(dest, value):
     """A typed value as the command line would give it (the few options whose CLI form is a string)."""
     if dest == "recompute" and isinstance(value, bool):
         return "full" if value else None
+    if dest == "lora_targets" and isinstance(value, (list, tuple)):
+        return ",".join(str(x) for x in value)
     if dest == "comm_sms" and isinstance(value, Mapping):
         return ",".join(f"{k}={v}" for k, v in value.items())
     if (dest == "moe_expert_load" and isinstance(value, (list, tuple)) and value
@@ -435,6 +446,14 @@ def _add_flags(p):
                    "rank = t + TP*(c + CP*(d + DP*p)))")
     p.add_argument("--virtual-stages", type=positive_int, default=1, metavar="V",
                    help="interleaved 1F1B: model chunks per pipeline rank (micro-batches a multiple of --pp)")
+    p.add_argument("--lora-rank", type=positive_int, metavar="R",
+                   help="LoRA fine-tuning: frozen base weights (no weight gradients, gradient sync or optimizer state "
+                   "for them; their input gradients still flow) and rank-R adapters (A: in x R, B: R x out) on "
+                   "--lora-targets of every layer, in forward and backward; only the adapters are reduced over DP "
+                   "and updated (training; dense models; --zero 0 or 1)")
+    p.add_argument("--lora-targets", metavar="LIST",
+                   help="with --lora-rank: the linear layers with adapters, comma-separated from "
+                   f"{','.join(LORA_TARGETS)} (default: all four)")
     p.add_argument("--pipeline-embedding-layer", action="store_true",
                    help="the pipeline split counts the embedding as one layer: layers + 1 (+ 1 with "
                    "--pipeline-loss-layer) split evenly over --pp x --virtual-stages, the first virtual stage holding "

@@ -8,6 +8,7 @@ from .config import DTYPES, LlmConfig
 from .emit import NodeEmitter
 from .fp8 import Fp8Ops
 from .layers import LayerOps
+from .lora import LoraOps, adapter_parameters
 from .model import ModelDims, _lengths, layer_shards, mtp_shards, padded_vocab
 from .mla import MlaOps
 from .mtp import MtpOps
@@ -18,7 +19,7 @@ from .split import stage_layers
 from .zero import DataParallelOps
 
 
-class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, MlaOps, MtpOps, MoeOps, DataParallelOps):
+class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps, MtpOps, MoeOps, DataParallelOps):
     """The node graph of one pipeline stage, identical for every rank of the stage except for rank-specific
     attributes (``pg_name``, ``comm_src``/``comm_dst``), which are appended per rank as trailing attributes."""
 
@@ -86,8 +87,12 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, MlaOps, MtpOps,
         vocab = padded_vocab(dims, cfg.tp) // cfg.tp
         n, h = self.tokens, dims.hidden
         M = cfg.micro_batches
+        # the parameters trained: {unit: (dense, expert) on this rank}; LoRA: the adapters only
         params = {"embedding": (vocab * h, 0), "head": (vocab * h, 0)}
         params.update({f"l{i}": layer_shards(dims, cfg, dims.is_moe_layer(i)) for i in range(dims.layers)})
+        if self.frozen:
+            params = {"embedding": (0, 0), "head": (0, 0)}
+            params.update({f"l{i}": (adapter_parameters(dims, cfg), 0) for i in range(dims.layers)})
         mtp = dims.mtp_layers if not cfg.inference else 0  # (training only; see .mtp)
         params.update({f"mtp{k}": mtp_shards(dims, cfg) for k in range(mtp)})
         # ZeRO-3: (chunk, phase[, mb]) -> {unit: gather ids}; gathered once per step per phase and reused by the
@@ -167,10 +172,11 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, MlaOps, MtpOps,
                                 [self._t(n, vocab), self._t(n, vocab)], deps + extra)
                         deps, extra = [], []
                     self.mm(f"bwd.head.mb{mb}.dgrad", n, vocab, h, deps + extra, linear=False)
-                    self.mm(f"bwd.head.mb{mb}.wgrad", h, n, vocab, linear=False)
+                    if not self.frozen:
+                        self.mm(f"bwd.head.mb{mb}.wgrad", h, n, vocab, linear=False)
                     deps = []
                     if sync:
-                        self.grad_sync("head", vocab * h, mb=smb)
+                        self.grad_sync("head", params["head"][0], mb=smb)
                 for layer in reversed(layers):
                     if gather:
                         deps = deps + self._z3(units, f"l{layer}", store, params, phase)
@@ -183,17 +189,18 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, MlaOps, MtpOps,
                         lp, elp = params[f"l{layer}"]
                         self.grad_sync(f"l{layer}", lp, mb=smb)
                         self.grad_sync(f"l{layer}.experts", elp, "edp", mb=smb)
+                        self.lora_tp_sync(layer, smb)
                 self.fp8_amax(f"bwd{cs}.mb{mb}", len(layers), backward=True)
                 if not first:
                     self.send(f"send_grad{cs}.mb{mb}", -1, 2 * (ch * M + mb) + 1, [self.prev])
                 else:
-                    if cfg.ew:
+                    if cfg.ew and not self.frozen:  # (the embedding's weight gradient)
                         idx = ((cfg.micro_batch_size, self.seq), "Tensor(long int)")
                         self.ew("aten::embedding_dense_backward", f"bwd.embedding.mb{mb}", [self._t(n, h), idx])
                     if gather:  # FSDP gathers every unit before its backward (the embedding's needs no weights)
                         self._z3(units, "embedding", store, params, phase)
                     if sync:
-                        self.grad_sync("embedding", vocab * h, mb=smb)
+                        self.grad_sync("embedding", params["embedding"][0], mb=smb)
         if cfg.ew:
             self.optimizer(self.optimizer_params(params))
         return self.items
