@@ -33,9 +33,11 @@ def _cmd_platforms(args):
                Column("total\ndevices", number=True, drop=1 if one_node else None),
                Column("scale-up\nGB/s/dir", number=True),
                Column("NIC Gb/s\nper device", number=True), Column("HBM\nGB/s", number=True, drop=2),
-               Column("bf16\nTFLOP/s", number=True, drop=3)]
+               Column("bf16\nTFLOP/s", number=True, drop=3),
+               # how far the device's GEMM times rest on its own measurements (a GPU preset's calibration_status)
+               Column("GEMM\ncalib.", drop=4)]
     table_rows = [[r["name"], r["gpu"], str(r["gpus_per_node"]), str(r["total_gpus"]),
                    f"{r['scaleup_gb_per_s_per_direction']:g}", f"{r['nic_gbit_per_s_per_gpu']:g}",
-                   f"{r['hbm_bandwidth_gbps']:g}", f"{r['bf16_tflops']:g}"] for r in rows]
+                   f"{r['hbm_bandwidth_gbps']:g}", f"{r['bf16_tflops']:g}", r.get("calibration") or "-"] for r in rows]
     print_table(f"astra run --platform (nodes={args.nodes}; sources: astra platforms --json)", columns, table_rows)
     return 0

@@ -151,3 +151,70 @@ def find_calibration_dir(start=None):
 __all__ = ["load_vidur_gemm", "load_vidur_all_reduce", "VIDUR_ALL_REDUCE", "load_llmcompass_gemm", "load_deepgemm_fp8",
            "predict_gemm_s", "error_stats", "find_calibration_dir",
            "VIDUR_GEMM", "LLMCOMPASS_GEMM", "DEEPGEMM_FP8_GEMM", "FP8_FIT_MIN_M", "DEVICE_PRESETS"]
+
+
+# ------------------------------------------------------------------ published peak-GEMM points (partial calibration)
+#: Shipped with the plugin: published large-GEMM TFLOP/s of GPUs without a GEMM sweep (B200, B300, MI300X, ...).
+PUBLISHED_PEAK_GEMM = "published_peak_gemm.csv"
+
+
+def load_published_peak_gemm(path=None):
+    """``[{"gpu", "dtype", "m", "n", "k", "tflops", "source"}]`` from the published peak-GEMM table."""
+    if path is None:
+        from importlib import resources
+
+        path = resources.files("astra_gpu_model") / "data" / PUBLISHED_PEAK_GEMM
+    return [{"gpu": r["gpu"], "dtype": r["dtype"], "m": int(r["m"]), "n": int(r["n"]), "k": int(r["k"]),
+             "tflops": float(r["tflops"]), "source": r["source"]} for r in _rows(path)]
+
+
+def _best_on_grid(loss, low, high, steps=100, rounds=4):
+    """The argument in ``[low, high]`` minimising ``loss``: a grid, then ``rounds - 1`` finer grids around the best
+    (the losses here have one minimum; 4 rounds of 100 resolve it to ~1e-7 of the range)."""
+    import numpy as np
+
+    best = low
+    for _ in range(rounds):
+        grid = np.linspace(low, high, steps + 1)
+        best = float(grid[int(np.argmin([loss(x) for x in grid]))])
+        width = (high - low) / steps
+        low, high = max(low, best - width), min(high, best + width)
+    return best
+
+
+def fit_peak_efficiency(gpu_name, points=None):
+    """``{"compute_efficiency": eta, "fp8_gemm_scale": s or None, "loss_bf16", "loss_fp8"}`` for ``gpu_name``: eta
+    minimises the mean |log(predicted / published)| over its bf16 rows, with the other GEMM parameters its
+    ``calibration`` family's; then ``s`` over its fp8 rows (None without fp8 rows). Rounded to 4 decimals, as the
+    presets hold them."""
+    import numpy as np
+    from dataclasses import replace
+
+    from astra_gpu_model.gpu import fitted_parameters, load_gpu
+    from astra_gpu_model.gemm import GemmParams
+
+    gpu = load_gpu(gpu_name)
+    base = GemmParams.from_dict(fitted_parameters()["families"][gpu.calibration]["params"])
+    rows = [p for p in (points if points is not None else load_published_peak_gemm()) if p["gpu"] == gpu.name]
+
+    def loss(dtype, params):
+        sel = [p for p in rows if p["dtype"] == dtype]
+        m, n, k = (np.array([p[key] for p in sel], dtype=np.float64) for key in ("m", "n", "k"))
+        measured = 2.0 * m * n * k / (np.array([p["tflops"] for p in sel]) * 1e12)
+        return float(np.mean(np.abs(np.log(predict_gemm_s(gpu, m, n, k, dtype=dtype, params=params) / measured))))
+
+    if not any(p["dtype"] == "bf16" for p in rows):
+        raise ValueError(f"no published bf16 GEMM for {gpu.name} in {PUBLISHED_PEAK_GEMM}")
+    eta = round(_best_on_grid(lambda x: loss("bf16", replace(base, compute_efficiency=x)), 0.2, 1.0), 4)
+    fitted = replace(base, compute_efficiency=eta)
+    out = {"compute_efficiency": eta, "fp8_gemm_scale": None, "loss_bf16": round(loss("bf16", fitted), 6),
+           "loss_fp8": None}
+    if any(p["dtype"] == "fp8" for p in rows):
+        scale = round(_best_on_grid(
+            lambda s: loss("fp8", replace(fitted, compute_efficiency=min(1.0, eta * s))), 0.3, 1.0 / eta), 4)
+        out["fp8_gemm_scale"] = scale
+        out["loss_fp8"] = round(loss("fp8", replace(fitted, compute_efficiency=min(1.0, eta * scale))), 6)
+    return out
+
+
+__all__ += ["PUBLISHED_PEAK_GEMM", "load_published_peak_gemm", "fit_peak_efficiency"]

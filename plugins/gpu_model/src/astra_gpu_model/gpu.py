@@ -31,8 +31,9 @@ from astra_gpu_model.gemm import DEFAULT_TILES, GemmParams
 
 #: Data types the model knows, their element size in bytes.
 DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
-#: Keys allowed under ``tensor_tflops``.
-TFLOPS_KEYS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+#: Keys allowed under ``tensor_tflops``. ``fp6`` and ``fp4`` (Blackwell, CDNA 4) are the datasheet's rates, shown and
+#: kept in the report; no trace dtype maps to them (their elements are not whole bytes), so no op is timed at them.
+TFLOPS_KEYS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp6", "fp4")
 #: When a GPU has no throughput for a dtype, the model uses the first of these that it has.
 DTYPE_FALLBACK = {
     "fp8": ("fp16", "bf16"), "int8": ("fp16", "bf16"), "bf16": ("fp16",), "fp16": ("bf16",),
@@ -46,8 +47,13 @@ _TOP_KEYS = {
     "boost_clock_mhz": "num", "tensor_tflops": "map", "hbm_bandwidth_gbps": "num", "hbm_capacity_gb": "num",
     "l2_cache_mb": "num", "last_level_cache_mb": "num", "scaleup": "map", "copy_engines": "int",
     "calibration": "str", "efficiency": "map", "gemm_tiles": "list", "sources": "map", "notes": "str",
-    "tdp_w": "num",
+    "tdp_w": "num", "calibration_status": "str",
 }
+#: ``calibration_status``: how far the GEMM efficiencies were measured on this GPU. ``fitted``: on its own GEMM
+#: timings (or those of the same die); ``partial``: the large-GEMM efficiency fitted to published peak-GEMM
+#: measurements of this GPU, the size dependence borrowed from ``calibration``'s family; ``not-calibrated``: every
+#: efficiency borrowed from ``calibration``'s family. Absent: ``unstated`` (a user's GPU YAML; no warning).
+CALIBRATION_STATUSES = ("fitted", "partial", "not-calibrated")
 _REQUIRED = ("name", "sm_count", "tensor_tflops", "hbm_bandwidth_gbps", "calibration")
 _SCALEUP_KEYS = {"technology": "str", "ports": "int", "bandwidth_per_port_gbps": "num", "topology": "str",
                  "pcie_gbps": "num"}
@@ -57,7 +63,8 @@ SCALEUP_TOPOLOGIES = ("nvswitch", "pairwise")
 PRESET_ALIASES = {
     "a100": "A100-SXM4-80GB", "a100-80gb": "A100-SXM4-80GB", "a100-sxm4": "A100-SXM4-80GB",
     "h100": "H100-SXM5-80GB", "h100-sxm": "H100-SXM5-80GB", "h100-sxm5": "H100-SXM5-80GB",
-    "h200": "H200-SXM", "b200": "B200", "mi300x": "MI300X",
+    "h200": "H200-SXM", "b200": "B200", "mi300x": "MI300X", "b300": "B300", "mi325x": "MI325X", "mi355x": "MI355X",
+    "l40s": "L40S",
     "a100-40gb": "A100-SXM4-40GB", "h100-pcie": "H100-PCIe-80GB", "h100-nvl": "H100-NVL-94GB", "h20": "H20",
     "h100-96gb": "H100-SXM-96GB-HBM2e", "h800": "H800-SXM5-80GB",
 }
@@ -90,6 +97,8 @@ class GpuSpec:
     copy_engines: int | None = None
     #: the board's power limit (W), as the vendor states it; informational (the model does not throttle)
     tdp_w: float | None = None
+    #: one of :data:`CALIBRATION_STATUSES`, or ``unstated``
+    calibration_status: str = "unstated"
     path: str | None = None
     raw: dict = field(default_factory=dict)
 
@@ -139,10 +148,23 @@ class GpuSpec:
     def dtype_bytes(dtype: str) -> int:
         return DTYPE_BYTES.get(dtype, 2)
 
+    def calibration_warning(self) -> str | None:
+        """The sentence a run on this GPU warns with when its GEMM times rest on borrowed efficiencies (None when
+        they were fitted on this GPU's die, or its YAML does not say): such times are indicative only."""
+        if self.calibration_status == "not-calibrated":
+            return (f"{self.name}: GEMM efficiencies are assumed from {self.calibration} (not calibrated): its compute "
+                    "times are indicative only (the preset's sources.calibration says why)")
+        if self.calibration_status == "partial":
+            return (f"{self.name}: GEMM efficiencies are partly calibrated: the large-GEMM rate is fitted to published "
+                    f"{self.name} measurements, the size dependence is assumed from {self.calibration} (the preset's "
+                    "sources.calibration says which)")
+        return None
+
     def describe(self) -> dict:
         return {
             "gpu": self.name, "sm_count": self.sm_count, "tensor_tflops": dict(self.tensor_tflops),
             "hbm_bandwidth_gbps": self.hbm_bandwidth_gbps, "calibration": self.calibration,
+            "calibration_status": self.calibration_status,
             "gemm": self.gemm.to_dict(), "attention_efficiency": self.attention_efficiency,
             "fp8_gemm_scale": self.fp8_gemm_scale,
         }
@@ -330,6 +352,10 @@ def _build(data, where, path=None, fit=None) -> GpuSpec:
     if not isinstance(calibration, str) or calibration not in fit:
         raise ConfigError(f"{where}: key 'calibration' must be one of the fitted GPU families "
                           f"({', '.join(sorted(fit))}), got {calibration!r}")
+    status = data.get("calibration_status") or "unstated"
+    if status not in CALIBRATION_STATUSES + ("unstated",):
+        raise ConfigError(f"{where}: key 'calibration_status' must be one of {', '.join(CALIBRATION_STATUSES)}, "
+                          f"got {brief(status)}")
     params = dict(fit[calibration]["params"])
     attention = fit[calibration].get("attention_efficiency", 0.5)
     fp8_scale = fit[calibration].get("fp8_gemm_scale", 1.0)
@@ -381,9 +407,10 @@ def _build(data, where, path=None, fit=None) -> GpuSpec:
         architecture=data.get("architecture") or "",
         boost_clock_mhz=opt("boost_clock_mhz"), hbm_capacity_gb=opt("hbm_capacity_gb"),
         l2_cache_mb=opt("l2_cache_mb"), last_level_cache_mb=opt("last_level_cache_mb"), scaleup=scaleup,
-        copy_engines=opt("copy_engines", integer=True), tdp_w=opt("tdp_w"), path=path, raw=data,
+        copy_engines=opt("copy_engines", integer=True), tdp_w=opt("tdp_w"), calibration_status=status, path=path,
+        raw=data,
     )
 
 
 __all__ = ["GpuSpec", "load_gpu", "load_gpu_file", "preset_names", "fitted_parameters", "DTYPE_BYTES",
-           "DEFAULT_GPU", "PRESET_ALIASES"]
+           "DEFAULT_GPU", "PRESET_ALIASES", "CALIBRATION_STATUSES"]

@@ -139,6 +139,8 @@ class Platform(_Platform):
             "hbm_capacity_gb": gpu.hbm_capacity_gb,
             "bf16_tflops": gpu.tensor_tflops.get("bf16"),
             "tdp_w": gpu.tdp_w,
+            # how far the GPU's GEMM efficiencies were measured on it (gpu.CALIBRATION_STATUSES)
+            "calibration": gpu.calibration_status,
             "sources": {
                 "gpu": f"astra_gpu_model preset {gpu.name} (its own `sources:`)",
                 "scaleup": gpu.raw.get("sources", {}).get("scaleup", ""),
@@ -261,6 +263,35 @@ PLATFORMS = {
                           "(GB200 runs at a higher power limit; its published dense FP16/BF16 rate is ~10% higher)"},
         ),
         Platform(
+            "gb200-nvl72-64", "NVIDIA GB200 NVL72 racks used as 64-GPU NVLink domains (16 of 18 compute trays per "
+            "rack, as MLPerf-style runs), 1 x 400 Gb/s per GPU", "B200", 64, 400.0,
+            "ConnectX-7 400 Gb/s (4 per compute tray)",
+            {"gpus_per_node": "ASSUMPTION: 64 of a GB200 NVL72 rack's 72 GPUs (16 of its 18 compute trays) form the "
+                              "job's NVLink domain, the rest spare, as published multi-rack GB200 training runs do "
+                              "(e.g. 2,496 GPUs = 39 x 64, not a multiple of 72); the rack: NVIDIA GB200 NVL72 datasheet "
+                              "(72 Blackwell GPUs in one NVLink domain)",
+             "nic": "NVIDIA GB200 NVL72 compute tray (reference design): 4x ConnectX-7 400Gb/s for 4 Blackwell "
+                    "GPUs, i.e. one 400 Gb/s NIC per GPU",
+             "gpu_proxy": "ASSUMPTION: the GB200 superchip's Blackwell GPU is modelled with the HGX B200 preset "
+                          "(GB200 runs at a higher power limit; its published dense FP16/BF16 rate is ~10% higher)"},
+        ),
+        Platform(
+            "hgx-b200", "NVIDIA HGX/DGX B200: 8 x B200, NVSwitch (NVLink 5), 8 x 400 Gb/s", "B200", 8, 400.0,
+            "ConnectX-7 400 Gb/s InfiniBand/Ethernet",
+            {"gpus_per_node": "NVIDIA HGX B200 datasheet: 8x Blackwell GPUs, NVLink 5 switch, 1.8 TB/s GPU-to-GPU, "
+                              "14.4 TB/s total NVLink bandwidth",
+             "nic": "NVIDIA HGX B200 vs B300 table (fibermall.com, NVIDIA's HGX figures): networking bandwidth "
+                    "0.8 TB/s for HGX B200 = 8 x 400 Gb/s in both directions, one ConnectX-7 per GPU"},
+        ),
+        Platform(
+            "hgx-b300", "NVIDIA HGX B300: 8 x B300 (Blackwell Ultra), NVSwitch (NVLink 5), 8 x 800 Gb/s", "B300", 8,
+            800.0, "ConnectX-8 SuperNIC 800 Gb/s",
+            {"gpus_per_node": "acecloud.ai 'NVIDIA HGX B300' (2026): HGX B300 baseboard with 8x Blackwell Ultra GPUs, "
+                              "NVLink 5 at 1.8 TB/s per GPU, 14.4 TB/s NVLink Switch bandwidth",
+             "nic": "acecloud.ai HGX B300: 8x ConnectX-8 SuperNICs, up to 800 Gb/s per GPU; NVIDIA's HGX B300 table "
+                    "(fibermall.com): networking bandwidth 1.6 TB/s (8 x 800 Gb/s in both directions)"},
+        ),
+        Platform(
             "mi300x", "AMD Instinct MI300X platform: 8 x MI300X, Infinity Fabric mesh, 8 x 400 Gb/s",
             "MI300X", 8, 400.0, "400 Gb/s InfiniBand/Ethernet (one per GPU)",
             {"gpus_per_node": "AMD Instinct MI300X Platform datasheet: 8x MI300X OAM on a UBB 2.0 baseboard",
@@ -271,6 +302,27 @@ PLATFORMS = {
                          "It is modelled as an equivalent Switch with the aggregate 7 x 64 GB/s per direction, "
                          "which is what collectives spread over all 7 links (RCCL's multiple rings) approach; "
                          "a single ring on one link would get 64 GB/s",
+        ),
+        Platform(
+            "mi325x", "AMD Instinct MI325X platform: 8 x MI325X, Infinity Fabric mesh, 8 x 400 Gb/s",
+            "MI325X", 8, 400.0, "400 Gb/s InfiniBand/Ethernet (one per GPU: ASSUMPTION)",
+            {"gpus_per_node": "AMD Instinct MI325X Platform (unanswered.io / wiaix.com summaries of AMD's material): "
+                              "8x MI325X OAM on a UBB 2.0 baseboard, fully meshed Infinity Fabric, a drop-in "
+                              "replacement for the MI300X platform",
+             "nic": "ASSUMPTION: one 400 Gb/s NIC per GPU, as the MI300X platform's deployments (Azure ND MI300X v5); "
+                    "not an AMD part"},
+            scaleup_note="As MI300X: 7 point-to-point Infinity Fabric links per GPU (full mesh), modelled as an "
+                         "equivalent Switch with the aggregate 7 x 64 GB/s per direction",
+        ),
+        Platform(
+            "mi355x", "AMD Instinct MI355X platform: 8 x MI355X, Infinity Fabric mesh, 8 x 400 Gb/s",
+            "MI355X", 8, 400.0, "400 Gb/s (one per GPU: ASSUMPTION, e.g. AMD Pensando Pollara 400)",
+            {"gpus_per_node": "AMD MI350-series platform (Tom's Hardware, ISC 2025): 8-GPU MI350X/MI355X platforms; "
+                              "jaredwatkins.com MI350 notes: 8-GPU OCP platform trays",
+             "nic": "ASSUMPTION: one 400 Gb/s NIC per GPU (jaredwatkins.com MI350 notes: a 400 Gbps network per GPU); "
+                    "deployments vary (--nccl-nic-gbps)"},
+            scaleup_note="7 point-to-point Infinity Fabric links per GPU (full mesh, ASSUMPTION as MI300X), modelled "
+                         "as an equivalent Switch with the aggregate 7 x 76.8 GB/s per direction",
         ),
     )
 }

@@ -57,6 +57,10 @@ def astra_run_start(run):
     if isinstance(model, GpuComputeModel):
         from astra_gpu_model.capacity import check
 
+        # a GPU whose GEMM efficiencies are borrowed says so in the terminal and the report's warnings
+        calibration = model.gpu.calibration_warning()
+        if calibration:
+            run.warn(calibration)
         # The HBM check's summary, kept for this run's report (the run itself is read-only).
         run.plugin_state["gpu_model"] = {"memory": check(run, model.gpu, bool(run.options.get("allow_oom")),
                                                          run.warn)}
