@@ -33,6 +33,11 @@ def test_blackwell_datasheet_values():
         13125, 4500, 4500, 2250, 1125, 75, 1.25]
     assert "int8" not in b300.tensor_tflops  # the sources disagree: left out, not guessed
     assert (b300.hbm_capacity_gb, b300.hbm_bandwidth_gbps, b300.scaleup_bandwidth_gbps) == (288, 8000, 900)
+    # GB200's GPU (NVIDIA's per-GPU column, sparse halved): FP4 10000, FP8/FP6 5000, BF16 2500; 186 GB, 1200 W
+    gb200 = load_gpu("gb200")
+    assert [gb200.tensor_tflops[k] for k in ("fp4", "fp6", "fp8", "bf16", "tf32", "fp32", "fp64")] == [
+        10000, 5000, 5000, 2500, 1250, 80, 40]
+    assert (gb200.hbm_capacity_gb, gb200.hbm_bandwidth_gbps, gb200.tdp_w) == (186, 8000, 1200)
 
 
 def test_amd_datasheet_values():
@@ -59,7 +64,7 @@ def test_l40s_datasheet_values():
     assert l40s.calibration_status == "not-calibrated"
 
 
-@pytest.mark.parametrize("name", ["B200", "B300", "MI300X", "MI325X", "MI355X"])
+@pytest.mark.parametrize("name", ["B200", "B300", "GB200", "MI300X", "MI325X", "MI355X"])
 def test_presets_hold_the_fit_of_the_published_gemms(name):
     gpu, fit = load_gpu(name), fit_peak_efficiency(name)
     assert gpu.gemm.compute_efficiency == fit["compute_efficiency"]
@@ -85,7 +90,7 @@ def test_the_fit_follows_the_published_numbers():
 def test_calibration_warnings():
     assert "not calibrated" in load_gpu("L40S").calibration_warning()
     assert "assumed from a100" in load_gpu("L40S").calibration_warning()
-    for name in ("B200", "B300", "MI300X", "MI325X", "MI355X"):
+    for name in ("B200", "B300", "GB200", "MI300X", "MI325X", "MI355X"):
         assert "partly calibrated" in load_gpu(name).calibration_warning()
     for name in ("H100-SXM5-80GB", "A100-SXM4-80GB", "H200-SXM", "H800-SXM5-80GB"):
         assert load_gpu(name).calibration_status == "fitted" and load_gpu(name).calibration_warning() is None

@@ -10,7 +10,7 @@ from astra_gpu_model.gpu import DEFAULT_GPU, PRESET_ALIASES, fitted_parameters, 
 
 PRESETS = ["A100-SXM4-80GB", "H100-SXM5-80GB", "H200-SXM", "B200", "MI300X",
            "A100-SXM4-40GB", "H100-PCIe-80GB", "H100-NVL-94GB", "H20", "H100-SXM-96GB-HBM2e", "H800-SXM5-80GB",
-           "B300", "MI325X", "MI355X", "L40S"]
+           "B300", "MI325X", "MI355X", "L40S", "GB200"]
 #: Keys whose value must have a source note in the preset file (when the preset gives the value).
 HARDWARE_KEYS = ["sm_count", "boost_clock_mhz", "tensor_tflops", "hbm_bandwidth_gbps", "hbm_capacity_gb",
                  "l2_cache_mb", "scaleup", "copy_engines", "calibration", "tdp_w"]

@@ -64,7 +64,7 @@ PRESET_ALIASES = {
     "a100": "A100-SXM4-80GB", "a100-80gb": "A100-SXM4-80GB", "a100-sxm4": "A100-SXM4-80GB",
     "h100": "H100-SXM5-80GB", "h100-sxm": "H100-SXM5-80GB", "h100-sxm5": "H100-SXM5-80GB",
     "h200": "H200-SXM", "b200": "B200", "mi300x": "MI300X", "b300": "B300", "mi325x": "MI325X", "mi355x": "MI355X",
-    "l40s": "L40S",
+    "l40s": "L40S", "gb200": "GB200",
     "a100-40gb": "A100-SXM4-40GB", "h100-pcie": "H100-PCIe-80GB", "h100-nvl": "H100-NVL-94GB", "h20": "H20",
     "h100-96gb": "H100-SXM-96GB-HBM2e", "h800": "H800-SXM5-80GB",
 }
