@@ -183,7 +183,8 @@ def _read_ns3(folder):
     def read(path):
         config = read_network_cfg(str(path))
         check_cc_mode(config)
-        assert 1 <= config.payload_bytes <= 65000 and config.buffer_mb > 0 and (config.ewma_gain is None or 0 <= config.ewma_gain <= 1)
+        assert 1 <= config.payload_bytes <= 65000 and config.buffer_mb > 0
+        assert config.ewma_gain is None or 0 <= config.ewma_gain <= 1
         assert all(0 <= p <= 1 for p in config.pmax.values())
         topology = read_config_topology(config)
         assert topology.nodes >= 1 and topology.hosts

@@ -9,6 +9,9 @@ from astra_compute_systolic.geometry import Layer
 
 CONV_COLUMNS = ("IFMAP height", "IFMAP width", "filter height", "filter width", "channels", "num filter", "strides")
 GEMM_COLUMNS = ("M", "N", "K")
+#: Layers one topology file may make: a depthwise row is one layer per channel, and real networks have at most a
+#: few thousand channels, so more is a typo (or a hostile file) that would take minutes and gigabytes to expand.
+MAX_LAYERS = 100_000
 
 
 def _fields(line):
@@ -46,6 +49,9 @@ def read_topology(path, gemm=False) -> list:
                 layers.append(Layer.gemm(*values, name=name))
             elif "DP" in name:
                 h, w, fh, fw, ch, nf, s = values
+                if len(layers) + ch > MAX_LAYERS:
+                    raise ConfigError(f"{path}:{lineno}: column 'channels' ({ch:,}) of a depthwise row makes one layer "
+                                      f"per channel: more than the {MAX_LAYERS:,} layers a topology may have")
                 layers += [Layer(h, w, fh, fw, 1, nf, s, s, name=f"{name}Channel_{c}") for c in range(ch)]
             else:
                 h, w, fh, fw, ch, nf, s = values

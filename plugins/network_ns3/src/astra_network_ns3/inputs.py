@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass, field
 
 from astra_sim.errors import ConfigError
-from astra_sim.safeio import read_text
+from astra_sim.safeio import brief, read_text
 
 #: CC_MODE values this backend runs, and what they mean.
 SUPPORTED_CC = {
@@ -119,11 +119,12 @@ def _number(text, where, kind=float, minimum=None):
     try:
         value = kind(text)
     except ValueError:
-        raise ConfigError(f"{where}: expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
+        expected = "an integer" if kind is int else "a number"
+        raise ConfigError(f"{where}: expected {expected}, got {brief(text)}") from None
     if kind is float and not math.isfinite(value):
-        raise ConfigError(f"{where}: expected a finite number, got {text!r}")
+        raise ConfigError(f"{where}: expected a finite number, got {brief(text)}")
     if minimum is not None and value < minimum:
-        raise ConfigError(f"{where}: expected a value >= {minimum}, got {text!r}")
+        raise ConfigError(f"{where}: expected a value >= {minimum}, got {brief(text)}")
     return value
 
 
@@ -132,14 +133,16 @@ def parse_rate_bps(text, where):
     match = _RATE.match(text)
     if match is None:
         if re.match(r"^[0-9]*\.?[0-9]+$", text):
-            raise ConfigError(f"{where}: rate {text!r} has no unit (expected e.g. 100Gbps)")
-        raise ConfigError(f"{where}: expected a rate such as 100Gbps, got {text!r}")
+            raise ConfigError(f"{where}: rate {brief(text)} has no unit (expected e.g. 100Gbps)")
+        raise ConfigError(f"{where}: expected a rate such as 100Gbps, got {brief(text)}")
     value = float(match.group(1)) * (_RATE_UNITS[match.group(2).lower()] or 1.0)
     if match.group(3).startswith("B"):
         value *= 8
+    if not math.isfinite(value):
+        raise ConfigError(f"{where}: rate {brief(text)} is not a finite number")
     bps = int(round(value))
     if bps <= 0:
-        raise ConfigError(f"{where}: rate {text!r} must be > 0")
+        raise ConfigError(f"{where}: rate {brief(text)} must be > 0")
     return bps
 
 
@@ -148,9 +151,12 @@ def parse_delay_ns(text, where):
     match = _TIME.match(text)
     if match is None:
         if re.match(r"^[0-9]*\.?[0-9]+$", text):
-            raise ConfigError(f"{where}: delay {text!r} has no unit (expected e.g. 0.0005ms or 500ns)")
-        raise ConfigError(f"{where}: expected a delay such as 500ns, got {text!r}")
-    return int(round(float(match.group(1)) * _TIME_NS[match.group(2)]))
+            raise ConfigError(f"{where}: delay {brief(text)} has no unit (expected e.g. 0.0005ms or 500ns)")
+        raise ConfigError(f"{where}: expected a delay such as 500ns, got {brief(text)}")
+    delay = float(match.group(1)) * _TIME_NS[match.group(2)]
+    if not math.isfinite(delay):
+        raise ConfigError(f"{where}: delay {brief(text)} is not a finite number")
+    return int(round(delay))
 
 
 def _parse_map(values, where, kind):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from astra_sim.config import load_json
 from astra_sim.errors import ConfigError
+from astra_sim.safeio import brief
 
 
 #: Folder of the shipped configs (``--model NAME`` finds ``NAME.json`` here).
@@ -135,7 +136,7 @@ class _Reader:
         self.path, self.data = path, data
 
     def _fail(self, key, what, value):
-        raise ConfigError(f"{self.path}: key {key!r} must be {what}, got {value!r}")
+        raise ConfigError(f"{self.path}: key {key!r} must be {what}, got {brief(value)}")
 
     def int(self, key, default=None, *, minimum=1):
         """A required (``default`` None) or optional integer >= ``minimum``; JSON null reads as the default."""
@@ -179,7 +180,7 @@ def load_hf_config(spec):
         dims, more = _read(_Reader(f"{path} (text_config)", text), "gemma3_text")
         return dims, warnings + more, path
     if not isinstance(model_type, str) or model_type not in FAMILIES:
-        raise ConfigError(f"{path}: key 'model_type' is {model_type!r}; known model types: "
+        raise ConfigError(f"{path}: key 'model_type' is {brief(model_type)}; known model types: "
                           f"{', '.join(sorted(FAMILIES))}")
     dims, warnings = _read(_Reader(str(path), data), model_type)
     return dims, warnings, path
@@ -263,7 +264,7 @@ def _window(r: _Reader, model_type, layers):
     if types is not None:
         if not isinstance(types, list) or any(t not in ("sliding_attention", "full_attention") for t in types):
             raise ConfigError(f"{r.path}: key 'layer_types' must be a list of 'sliding_attention' / "
-                              f"'full_attention', got {types!r}")
+                              f"'full_attention', got {brief(types)}")
         local = [t == "sliding_attention" for t in types]
         if not any(local):
             return {}
