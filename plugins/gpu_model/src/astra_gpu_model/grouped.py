@@ -13,9 +13,21 @@ candidate CTA tile ``tm x tn`` with ``occ`` CTAs per SM (one tile for all groups
   longest tile;
 * **the memory floor**: every group's operands, ``sum_g (M_g K_g + K_g N_g) * in + M_g N_g * out`` bytes
   (every active expert's weights: a decode step's few tokens still read a whole expert per token), streamed at
-  ``min(hbm_efficiency x HBM, stream rate)``. The stream rate is what a grouped kernel's SMs sustain: measured
-  on one H200 (``data/grouped_gemm_fit.json``) and scaled by SMs x boost clock, as the memory-bound ops'
-  rates are (``data/memops_fit.json``);
+  a rate that depends on the kernel (``kernel``, :data:`KERNELS`):
+
+  - ``fused-moe`` (the default): the fused / grouped MoE kernels serving engines run (vLLM's and SGLang's
+    fused_moe Triton kernel, DeepGEMM's masked layout) stream the touched experts' weights as a dense GEMM
+    streams its operands, at ``hbm_efficiency x HBM``. Source: vLLM PR #44152 (github.com/vllm-project/vllm/
+    pull/44152, an H20 with 78 SMs and 4.0 TB/s HBM, bf16, tuned fused_moe_kernel, Mixtral 8x7B's w1
+    ``E=8, N=14336, K=4096, top-2``): 32 tokens touch all 8 experts' 939.5 MB of weights in 0.279 ms, 3.37 TB/s,
+    84 % of HBM, launch included; one token touches 2 experts' 234.9 MB in 0.076 ms, 3.09 TB/s. A stream rate
+    scaled by SMs x clock from torch._grouped_mm's below would allow that H20 1.72 TB/s, half of what it did:
+    the cap is the kernel's, not the GPU's;
+  - ``torch._grouped_mm``: PyTorch's grouped kernel, at ``min(hbm_efficiency x HBM, stream rate)``, the stream
+    rate measured on one H200 (``data/grouped_gemm_fit.json``: 2.7-3.3 TB/s at 16-64 tokens per expert, 57-68 %
+    of its 4.8 TB/s) and scaled by SMs x boost clock, as the memory-bound ops' rates are
+    (``data/memops_fit.json``). Applied to serving decode steps it made their grouped GEMMs take 1.55-1.6x (H200)
+    to 2.3x (B200) the time to stream their weights;
 * compute and memory overlap as in :mod:`.gemm` (``t = (t_c^p + t_m^p)^(1/p)``), no split-K (grouped kernels
   have none); ``launch_us`` once, plus ``group_us`` per group with work (the kernel's per-problem set-up:
   problem-shape reads, tensor-map updates), fitted on the same measurements.
@@ -38,6 +50,11 @@ from pathlib import Path
 from astra_gpu_model.gemm import DEFAULT_TILES, K_STEP, wave_seconds_per_k
 
 
+#: The grouped kernels the model times (see the module docstring).
+FUSED_MOE, TORCH_GROUPED_MM = "fused-moe", "torch._grouped_mm"
+KERNELS = (FUSED_MOE, TORCH_GROUPED_MM)
+
+
 @dataclass(frozen=True)
 class GroupedParams:
     """The grouped kernel's own fitted parameters (``data/grouped_gemm_fit.json``)."""
@@ -47,8 +64,14 @@ class GroupedParams:
     reference_sm_count: int
     reference_clock_mhz: float
 
-    def stream_rate(self, sm_count, boost_clock_mhz):
-        """The stream rate on a GPU with these SMs and clock (scaled from the reference GPU)."""
+    def stream_rate(self, sm_count, boost_clock_mhz, kernel=FUSED_MOE):
+        """The HBM bytes/s ``kernel`` streams at on a GPU with these SMs and clock: None (no cap: the dense GEMM's
+        ``hbm_efficiency x HBM``) for ``fused-moe``, the measured rate scaled from the reference GPU for
+        ``torch._grouped_mm``."""
+        if kernel not in KERNELS:
+            raise ValueError(f"grouped GEMM kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
+        if kernel == FUSED_MOE:
+            return None
         clock = boost_clock_mhz or self.reference_clock_mhz
         return self.stream_bytes_per_s * sm_count * clock / (self.reference_sm_count * self.reference_clock_mhz)
 
@@ -84,7 +107,8 @@ def grouped_gemm_time_s(shapes, *, peak_flops, sm_count, hbm_bytes_per_s, in_byt
     """Seconds for one grouped GEMM of the groups ``shapes`` (an iterable of ``(M, N, K)``).
 
     ``params``: the dense :class:`astra_gpu_model.gemm.GemmParams`; ``stream_bytes_per_s``: the grouped
-    kernel's stream rate on this GPU (:meth:`GroupedParams.stream_rate`); ``group_us``: per group with work.
+    kernel's stream rate on this GPU (:meth:`GroupedParams.stream_rate`; None: the dense GEMM's
+    ``hbm_efficiency x HBM``); ``group_us``: per group with work.
     With ``detail=True`` returns ``(seconds, info)``."""
     counts = Counter((m, n, k) for m, n, k in shapes if m > 0 and n > 0 and k > 0)
     active = sum(counts.values())
@@ -92,7 +116,9 @@ def grouped_gemm_time_s(shapes, *, peak_flops, sm_count, hbm_bytes_per_s, in_byt
     if not active:
         return (launch, {"empty": True}) if detail else launch
     k0, p = params.k_overhead, params.overlap_exponent
-    bw = min(params.hbm_efficiency * hbm_bytes_per_s, stream_bytes_per_s)
+    bw = params.hbm_efficiency * hbm_bytes_per_s
+    if stream_bytes_per_s is not None:
+        bw = min(bw, stream_bytes_per_s)
     peak_sm = peak_flops / sm_count
     nbytes = sum(g * ((m * k + k * n) * in_bytes + m * n * out_bytes) for (m, n, k), g in counts.items())
     t_m = nbytes / bw
@@ -119,4 +145,5 @@ def grouped_gemm_time_s(shapes, *, peak_flops, sm_count, hbm_bytes_per_s, in_byt
                    "memory_s": t_m, "bytes": nbytes}
 
 
-__all__ = ["GroupedParams", "grouped_params", "group_shapes", "grouped_gemm_time_s"]
+__all__ = ["FUSED_MOE", "KERNELS", "TORCH_GROUPED_MM", "GroupedParams", "grouped_params", "group_shapes",
+           "grouped_gemm_time_s"]
