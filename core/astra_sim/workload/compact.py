@@ -76,10 +76,10 @@ def read_compact_workload(prefix):
     if not isinstance(data, dict):
         raise WorkloadError(f"{path}: the manifest must be a JSON object")
     if data.get("format") != FORMAT:
-        raise WorkloadError(f"{path}: key 'format' must be {FORMAT!r}, got {data.get('format')!r}")
+        raise WorkloadError(f"{path}: key 'format' must be {FORMAT!r}, got {brief(data.get('format'))}")
     if data.get("version") != VERSION:
         raise WorkloadError(f"{path}: key 'version' must be {VERSION} (this astra-sim-py reads version {VERSION}), "
-                            f"got {data.get('version')!r}")
+                            f"got {brief(data.get('version'))}")
     npus = _positive_int(path, "npus", data.get("npus"))
     if npus > MAX_TOTAL_NPUS:
         raise WorkloadError(f"{path}: key 'npus' must be at most {MAX_TOTAL_NPUS:,}, got {npus:,}")
@@ -117,7 +117,7 @@ def read_compact_workload(prefix):
                                 f"got {brief(item)}")
         rep = item["representative"]
         if isinstance(rep, bool) or not isinstance(rep, int) or not 0 <= rep < npus:
-            raise WorkloadError(f"{path}: key '{where}.representative' must be a rank 0..{npus - 1}, got {rep!r}")
+            raise WorkloadError(f"{path}: key '{where}.representative' must be a rank 0..{npus - 1}, got {brief(rep)}")
         if not symmetry.is_representative(rep):
             raise WorkloadError(f"{path}: key '{where}.representative': rank {rep} is not the smallest rank of its "
                                 f"class (that is rank {symmetry.representative(rep)})")
@@ -125,7 +125,7 @@ def read_compact_workload(prefix):
             raise WorkloadError(f"{path}: key '{where}.representative': rank {rep} is listed twice")
         trace = item["trace"]
         if not isinstance(trace, str) or not trace:
-            raise WorkloadError(f"{path}: key '{where}.trace' must be a file name, got {trace!r}")
+            raise WorkloadError(f"{path}: key '{where}.trace' must be a file name, got {brief(trace)}")
         traces[rep] = trace if os.path.isabs(trace) else os.path.join(base, trace)
     wanted = npus // symmetry.order
     if len(traces) != wanted:
@@ -135,18 +135,18 @@ def read_compact_workload(prefix):
     groups = data.get("comm_groups")
     if groups is not None:
         if not isinstance(groups, str) or not groups:
-            raise WorkloadError(f"{path}: key 'comm_groups' must be a file name, got {groups!r}")
+            raise WorkloadError(f"{path}: key 'comm_groups' must be a file name, got {brief(groups)}")
         groups = groups if os.path.isabs(groups) else os.path.join(base, groups)
     unknown = sorted(set(data) - {"format", "version", "npus", "symmetry", "classes", "comm_groups", "generator"})
     if unknown:
-        raise WorkloadError(f"{path}: unknown key {unknown[0]!r}; allowed: format, version, npus, symmetry, "
+        raise WorkloadError(f"{path}: unknown key {brief(unknown[0])}; allowed: format, version, npus, symmetry, "
                             "classes, comm_groups, generator")
     return CompactWorkload(path, npus, symmetry, traces, groups)
 
 
 def _positive_int(path, key, value):
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise WorkloadError(f"{path}: key {key!r} must be a positive integer, got {value!r}")
+        raise WorkloadError(f"{path}: key {key!r} must be a positive integer, got {brief(value)}")
     return value
 
 
