@@ -40,8 +40,10 @@ def _op(nid, name, parent, ins=(), outs=()):
                         "types": [t for _, _, t in outs]}}
 
 
-def _rank(matrix, r, splits=True, row_elems=HIDDEN):
-    """Rank r's host trace: ``nccl:all_to_all`` with its record_param_comms (new layout) under it."""
+def _rank(matrix, r, splits=True, row_elems=HIDDEN, layout="new"):
+    """Rank r's host trace: ``nccl:all_to_all`` with its record_param_comms under it, in the newer layout
+    ``[tensors, seq, (pg_name, pg_desc), rank, name, in_split, out_split, start, stride, world]`` or the old one
+    ``[tensors, seq, pg_id, rank, name, in_split, out_split, world]`` (see pytorch_nccl._param_comms)."""
     world = len(matrix)
     ins, outs = matrix[r], [matrix[j][r] for j in range(world)]
     tin = [10, 10, 0, sum(ins) * row_elems, 4, "cuda:0"]
@@ -53,6 +55,10 @@ def _rank(matrix, r, splits=True, row_elems=HIDDEN):
         (r, [], "Int"), (name, [], "String"), (ins if splits else [], [], "GenericList[Int]"),
         (outs if splits else [], [], "GenericList[Int]"), (0, [], "Int"), (1, [], "Int"), (world, [], "Int")],
         outs=[(tout, [sum(outs), row_elems], "Tensor(float)")])
+    if layout == "old":
+        values, types = rpc["inputs"]["values"], rpc["inputs"]["types"]
+        values[2], types[2] = 0, "Int"
+        del values[7:9], types[7:9], rpc["inputs"]["shapes"][7:9]
     nodes = [_op(1, "[pytorch|profiler|execution_trace|process]", 1), _op(2, "[pytorch|profiler|execution_trace|thread]", 1),
              _op(3, "## process_group:init ##", 2, ins=[(json.dumps(groups), [], "String")]),
              _op(4, "nccl:all_to_all", 2), rpc]
@@ -69,17 +75,17 @@ def _kineto(r, world):
     return {"traceEvents": ev, "distributedInfo": {"backend": "nccl", "rank": r, "world_size": world}}
 
 
-def _write(tmp_path, matrix, name="a", splits=True, kineto=False):
+def _write(tmp_path, matrix, name="a", splits=True, kineto=False, layout="new"):
     for r in range(len(matrix)):
-        (tmp_path / f"{name}{r}.json").write_text(json.dumps(_rank(matrix, r, splits)))
+        (tmp_path / f"{name}{r}.json").write_text(json.dumps(_rank(matrix, r, splits, layout=layout)))
         if kineto:
             (tmp_path / f"{name}k{r}.json").write_text(json.dumps(_kineto(r, len(matrix))))
     host = str(tmp_path / f"{name}{{rank}}.json")
     return host, (str(tmp_path / f"{name}k{{rank}}.json") if kineto else None)
 
 
-def _convert(tmp_path, matrix, name="a", splits=True, kineto=False, **kw):
-    host, kin = _write(tmp_path, matrix, name, splits, kineto)
+def _convert(tmp_path, matrix, name="a", splits=True, kineto=False, layout="new", **kw):
+    host, kin = _write(tmp_path, matrix, name, splits, kineto, layout)
     out = tmp_path / name / "w"
     summary = convert_pytorch(host, out, kineto=kin, ranks=len(matrix), comms_from_host=not kineto, **kw)
     return out, summary
@@ -104,9 +110,9 @@ def net(tmp_path):
             "streams": write_system_config(tmp_path / "streams.json", comm_streams="per-communicator")}
 
 
-@pytest.mark.parametrize("kineto", [False, True])
-def test_uneven_all_to_all_becomes_one_send_and_receive_per_peer(tmp_path, kineto):
-    out, s = _convert(tmp_path, UNEVEN, kineto=kineto)
+@pytest.mark.parametrize("kineto,layout", [(False, "new"), (True, "new"), (False, "old")])
+def test_uneven_all_to_all_becomes_one_send_and_receive_per_peer(tmp_path, kineto, layout):
+    out, s = _convert(tmp_path, UNEVEN, kineto=kineto, layout=layout)
     assert s["warnings"] == []
     for r in range(4):
         comm = _comm(out, r)
@@ -118,7 +124,9 @@ def test_uneven_all_to_all_becomes_one_send_and_receive_per_peer(tmp_path, kinet
         # launched together by the all-to-all's op, on the group's p2p tag
         launcher = 4 if kineto else 5
         assert {tuple(n.data_deps) for n in comm} == {(launcher,)}
-        assert {n.attrs["comm_tag"] for n in comm} == {0} and {n.attrs["pg_name"] for n in comm} == {"0"}
+        # (the old layout names its group by a backend id the declared groups do not list: the world group)
+        group = {"0"} if layout == "new" else {None}
+        assert {n.attrs["comm_tag"] for n in comm} == {0} and {n.attrs.get("pg_name") for n in comm} == group
         assert s["per_rank"][r]["a2a_uneven"] == 1
         every = read_et(f"{out}.{r}.et").nodes
         assert len({n.id for n in every}) == len(every)
