@@ -11,7 +11,7 @@ Grammar::
 problem is an :class:`astra_sim.errors.ConfigError` naming the file and the GPU, threadblock and step.
 Checks:
 
-* ``ngpus`` > 0, ``nchunksperloop`` > 0, every GPU id 0..ngpus-1 present exactly once;
+* ``ngpus`` 1..10,000,000 (``MAX_TOTAL_NPUS``), ``nchunksperloop`` > 0, every GPU id 0..ngpus-1 present exactly once;
 * threadblock ids unique per GPU; ``send``/``recv`` peers -1 or 0..ngpus-1 and not the GPU itself;
   ``chan`` >= 0; at most one threadblock per (send peer, channel) and per (recv peer, channel) on a GPU
   (the runtime gives each NCCL connection to one threadblock, which is what makes ordering defined);
@@ -36,11 +36,13 @@ max(chan)+1, a missing ``proto`` to ``Simple``, a missing ``coll`` to ``custom``
 
 from __future__ import annotations
 
+import itertools
 import os
 from dataclasses import dataclass, field
 
 from astra_sim.errors import ConfigError
-from astra_sim.safeio import load_xml
+from astra_sim.limits import MAX_TOTAL_NPUS
+from astra_sim.safeio import brief, load_xml
 
 __all__ = [
     "OPCODES",
@@ -165,9 +167,12 @@ def _int(el, attr, where, default=None):
             raise ConfigError(f"{where}: <{el.tag}> lacks the attribute {attr!r}")
         return default
     try:
-        return int(raw.strip())
+        value = int(raw.strip())
     except ValueError:
-        raise ConfigError(f"{where}: <{el.tag}> {attr}={raw!r} is not an integer") from None
+        raise ConfigError(f"{where}: <{el.tag}> {attr}={brief(raw)} is not an integer") from None
+    if abs(value) >= 1 << 63:  # (no count or index is that big; a 4,000-digit one would flood every message)
+        raise ConfigError(f"{where}: <{el.tag}> {attr}={brief(raw)} is out of range (an int64)")
+    return value
 
 
 def _read_root(path):
@@ -213,11 +218,11 @@ def parse_msccl(path) -> MscclAlgorithm:
     path = os.fspath(path)
     root = _read_root(path)
     if root.tag != "algo":
-        raise ConfigError(f"MSCCL-IR {path}: the root element is <{root.tag}>, expected <algo>")
+        raise ConfigError(f"MSCCL-IR {path}: the root element is <{brief(root.tag)}>, expected <algo>")
     w = _where(path)
     ngpus = _int(root, "ngpus", w)
-    if ngpus <= 0:
-        raise ConfigError(f"{w}: ngpus={ngpus} must be positive")
+    if not 0 < ngpus <= MAX_TOTAL_NPUS:
+        raise ConfigError(f"{w}: ngpus={brief(ngpus)} must be 1..{MAX_TOTAL_NPUS:,}")
     nchunks = _int(root, "nchunksperloop", w)
     if nchunks <= 0:
         raise ConfigError(f"{w}: nchunksperloop={nchunks} must be positive")
@@ -270,7 +275,7 @@ def parse_msccl(path) -> MscclAlgorithm:
                 raise ConfigError(f"{wt}: chan={tb.chan} is negative")
             steps = []
             for sel in tel.iter("step"):
-                ws = _where(path, gid, tid, sel.get("s", "?"))
+                ws = _where(path, gid, tid, sel.get("s", "?")[:24])
                 steps.append(
                     Step(
                         s=_int(sel, "s", ws),
@@ -294,7 +299,7 @@ def parse_msccl(path) -> MscclAlgorithm:
             gpu.threadblocks.append(tb)
         by_id[gid] = gpu
 
-    missing = [g for g in range(ngpus) if g not in by_id]
+    missing = list(itertools.islice((g for g in range(ngpus) if g not in by_id), 9))
     if missing:
         raise ConfigError(f"{w}: ngpus={ngpus} but no <gpu> for id(s) {missing[:8]}{' ...' if len(missing) > 8 else ''}")
     algo.gpus = [by_id[g] for g in range(ngpus)]
@@ -340,13 +345,13 @@ def _check_steps(algo: MscclAlgorithm):
                 ws = _where(path, gpu.id, tb.id, st.s)
                 op = OPCODES.get(st.type)
                 if op is None:
-                    raise ConfigError(f"{ws}: unknown opcode type={st.type!r} (known: {', '.join(OPCODES)})")
+                    raise ConfigError(f"{ws}: unknown opcode type={brief(st.type)} (known: {', '.join(OPCODES)})")
                 if st.cnt < 0:
                     raise ConfigError(f"{ws}: cnt={st.cnt} is negative")
                 if op.send and tb.send < 0:
-                    raise ConfigError(f"{ws}: type={st.type!r} sends but the threadblock has send=-1")
+                    raise ConfigError(f"{ws}: type={brief(st.type)} sends but the threadblock has send=-1")
                 if op.recv and tb.recv < 0:
-                    raise ConfigError(f"{ws}: type={st.type!r} receives but the threadblock has recv=-1")
+                    raise ConfigError(f"{ws}: type={brief(st.type)} receives but the threadblock has recv=-1")
                 if st.type == "nop":
                     continue
                 # which buffers the op touches: a send reads src, a recv writes dst, local ops both.
@@ -359,7 +364,7 @@ def _check_steps(algo: MscclAlgorithm):
                     if not needed:
                         continue
                     if buf not in _BUFFERS:
-                        raise ConfigError(f"{ws}: {role}buf={buf!r} is not one of i, o, s")
+                        raise ConfigError(f"{ws}: {role}buf={brief(buf)} is not one of i, o, s")
                     if off < 0 or off + st.cnt > sizes[buf]:
                         raise ConfigError(
                             f"{ws}: {role}off={off} cnt={st.cnt} is outside the {buf!r} buffer "
