@@ -21,7 +21,7 @@ import io
 from dataclasses import dataclass, field, replace
 
 from astra_sim.errors import ConfigError
-from astra_sim.safeio import read_text
+from astra_sim.safeio import brief, read_text
 
 DATAFLOWS = ("os", "ws", "is")
 DATAFLOW_NAMES = {"os": "output stationary", "ws": "weight stationary", "is": "input stationary"}
@@ -114,7 +114,7 @@ def _parser(path) -> configparser.ConfigParser:
         parser.read_file(io.StringIO(text, newline=None), source=str(path))
     except configparser.Error as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(f"{path}: not a SCALE-sim .cfg file: {first}") from None
+        raise ConfigError(f"{path}: not a SCALE-sim .cfg file: {first[:300]}") from None
     return parser
 
 
@@ -135,9 +135,9 @@ def _int(text, path, key, minimum=1):
     try:
         value = int(text)
     except (TypeError, ValueError):
-        raise ConfigError(f"{path}: key {key!r} must be an integer, got {text!r}") from None
+        raise ConfigError(f"{path}: key {key!r} must be an integer, got {brief(text)}") from None
     if value < minimum:
-        raise ConfigError(f"{path}: key {key!r} must be >= {minimum}, got {value}")
+        raise ConfigError(f"{path}: key {key!r} must be >= {minimum}, got {brief(value)}")
     return value
 
 
@@ -147,7 +147,7 @@ def _flag(text, path, key):
         return True
     if value in ("false", "no", "off", "0"):
         return False
-    raise ConfigError(f"{path}: key {key!r} must be True or False, got {text!r}")
+    raise ConfigError(f"{path}: key {key!r} must be True or False, got {brief(text)}")
 
 
 def load_config(path) -> SystolicConfig:
@@ -157,7 +157,7 @@ def load_config(path) -> SystolicConfig:
     run_name = _get(parser, path, "general", "run_name", required=False) or "systolic"
     mode = _get(parser, path, RUN, "InterfaceBandwidth")
     if mode.upper() not in MODES:
-        raise ConfigError(f"{path}: key 'InterfaceBandwidth' must be USER or CALC, got {mode!r}")
+        raise ConfigError(f"{path}: key 'InterfaceBandwidth' must be USER or CALC, got {brief(mode)}")
     mode = mode.upper()
     ramulator = _get(parser, path, RUN, "UseRamulatorTrace", required=False)
     if ramulator is not None and _flag(ramulator, path, "UseRamulatorTrace"):
@@ -169,7 +169,7 @@ def load_config(path) -> SystolicConfig:
              for key in ("IfmapSramSzkB", "FilterSramSzkB", "OfmapSramSzkB")]
     dataflow = _get(parser, path, ARCH, "Dataflow")
     if dataflow.lower() not in DATAFLOWS:
-        raise ConfigError(f"{path}: key 'Dataflow' must be one of os, ws, is, got {dataflow!r}")
+        raise ConfigError(f"{path}: key 'Dataflow' must be one of os, ws, is, got {brief(dataflow)}")
     bandwidth = (10,)
     ifmap_bw = filter_bw = None
     if mode == "USER":
@@ -187,7 +187,8 @@ def load_config(path) -> SystolicConfig:
                 key = f"{what}SRAMBankNum"
                 banks = _int(_get(parser, path, LAYOUT, key), path, key)
                 if bw % banks:
-                    raise ConfigError(f"{path}: key {key!r} ({banks}) must divide {what}SRAMBankBandwidth ({bw}), "
+                    raise ConfigError(f"{path}: key {key!r} ({brief(banks)}) must divide {what}SRAMBankBandwidth "
+                                      f"({brief(bw)}), "
                                       "as SCALE-sim requires")
     sparsity = _get(parser, path, "sparsity", "SparsitySupport", required=False)
     if sparsity is not None and _flag(sparsity, path, "SparsitySupport"):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from astra_sim.errors import ConfigError
-from astra_sim.safeio import read_text
+from astra_sim.safeio import brief, read_text
 
 from astra_compute_systolic.geometry import Layer
 
@@ -39,9 +39,9 @@ def read_topology(path, gemm=False) -> list:
             try:
                 value = int(text)
             except ValueError:
-                raise ConfigError(f"{path}:{lineno}: column {column!r} must be an integer, got {text!r}") from None
+                raise ConfigError(f"{path}:{lineno}: column {column!r} must be an integer, got {brief(text)}") from None
             if value < 1:
-                raise ConfigError(f"{path}:{lineno}: column {column!r} must be >= 1, got {value}")
+                raise ConfigError(f"{path}:{lineno}: column {column!r} must be >= 1, got {brief(value)}")
             values.append(value)
         name = fields[0]
         try:
