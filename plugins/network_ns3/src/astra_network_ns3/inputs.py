@@ -125,6 +125,8 @@ def _number(text, where, kind=float, minimum=None):
         raise ConfigError(f"{where}: expected a finite number, got {brief(text)}")
     if minimum is not None and value < minimum:
         raise ConfigError(f"{where}: expected a value >= {minimum}, got {brief(text)}")
+    if abs(value) >= 1 << 63:  # no count, id or size is that big (and messages would repeat all its digits)
+        raise ConfigError(f"{where}: {brief(text)} is out of range (an int64)")
     return value
 
 
@@ -327,6 +329,8 @@ def read_topology(path):
             raise ConfigError(f"{where}: error_rate is a probability, expected [0, 1], got {fields[4]}")
         links.append(Link(src, dst, rate, delay, error, number))
     topology = Topology(path, nodes, switches, links)
+    if nodes - len(switches) > 2 * len(links):  # (before listing the hosts: line 1 may announce 10^18 nodes)
+        raise ConfigError(f"{path}: {nodes - len(switches):,} NPU nodes but {len(links):,} links: some NPU has no link")
     linked = {l.src for l in links} | {l.dst for l in links}
     for host in topology.hosts:
         if host not in linked:
