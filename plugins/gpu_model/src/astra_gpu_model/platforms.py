@@ -254,7 +254,7 @@ PLATFORMS = {
         ),
         Platform(
             "gb200-nvl72", "NVIDIA GB200 NVL72: one 72-GPU NVLink 5 domain per rack (node = rack), "
-            "1 x 400 Gb/s per GPU", "B200", 72, 400.0, "ConnectX-7 400 Gb/s (4 per compute tray)",
+            "1 x 400 Gb/s per GPU (64 GPUs per rack: gb200-nvl72-64)", "B200", 72, 400.0, "ConnectX-7 400 Gb/s (4 per compute tray)",
             {"gpus_per_node": "NVIDIA GB200 NVL72 datasheet: 36 Grace CPUs + 72 Blackwell GPUs in one NVLink "
                               "domain (130 TB/s aggregate NVLink = 72 x 1.8 TB/s)",
              "nic": "NVIDIA GB200 NVL72 compute tray (reference design): 4x ConnectX-7 400Gb/s for 4 Blackwell "
