@@ -2,6 +2,13 @@
 separate prefill and decode pools with the KV cache moved between them. A discrete-event loop in int ns:
 arrivals, iteration ends and KV transfer ends.
 
+Decode runs (``fast_forward``, on by default): between events, a replica whose batch is decode only and whose
+next iterations change nothing but each sequence's length (no arrival or other event before they end, no
+sequence finishing, no KV block to take, nothing waiting or swapped out) runs them in one go: each iteration's
+time is still looked up (its context is one longer each time) and accounted, and the sequences are advanced
+at the end, without a scheduler pass per iteration. Every request's times are those of the loop that schedules
+each iteration (``tests/test_fast_forward.py`` compares them on random workloads).
+
 Routers: ``round-robin``; ``least-loaded`` (fewest tokens still to process, queued and running);
 ``kv-aware`` (a replica that has the request's prompt prefix cached, else the one with the most free KV blocks,
 ties by load). With disaggregation a request is prefilled on a prefill replica (chosen by the router), which
@@ -47,6 +54,7 @@ class Cluster:
         self._link_free = {}     # (send|recv, replica) -> time its NICs are free
         self.transfers = []      # (request id, start ns, end ns)
         self.record_iterations = False
+        self.fast_forward = True         # decode runs in one go (the module doc)
         self.iterations = []     # (replica, start ns, duration ns, prefill tokens, decode seqs, context), if recorded
 
     # ------------------------------------------------------------------ events
@@ -82,23 +90,51 @@ class Cluster:
         return min(hits or pool, key=lambda e: (-e.blocks.available(), e.load_tokens(), e.index))
 
     # ------------------------------------------------------------------ the loop
-    def _kick(self, engine):
+    def _kick(self, engine, run=False):
+        """Schedule the engine's next batch if it is idle; ``run``: the caller does nothing after this call, so a
+        decode run may move the clock on (:meth:`_decode_run`)."""
         if engine.busy:
             return
         batch = engine.schedule()
         if batch is None:
             return
-        for seq, _ in batch.items:
+        for seq, _ in batch.admitted:  # a sequence is first scheduled when it is admitted from the waiting queue
             if seq.req.scheduled_ns is None:
                 seq.req.scheduled_ns = self.now
                 self._queue_change(-1)
         duration = engine.end_ns(batch, self.now) - self.now
+        if run and self.fast_forward:
+            batch, duration = self._decode_run(engine, batch, duration)
+        self._account(engine, batch, duration)
+        engine.busy = True
+        self._push(self.now + duration, "step", (engine, batch))
+
+    def _account(self, engine, batch, duration):
         if self.record_iterations:
             self.iterations.append((engine.index, self.now, duration, batch.prefill_tokens, batch.decode_seqs,
                                     batch.context))
-        engine.busy = True
         engine.busy_ns += duration
-        self._push(self.now + duration, "step", (engine, batch))
+
+    def _decode_run(self, engine, batch, duration):
+        """Run the iterations of a decode-only ``batch`` that end before the next event and leave the batch as
+        it is (:meth:`Engine.decode_repeats`) here, as the event loop would: each accounted and followed by a KV
+        sample at its end, the next one a context longer. (the batch to start now, its duration); ``now`` is
+        the end of the iterations run."""
+        repeats = engine.decode_repeats(batch)
+        if not repeats:
+            return batch, duration
+        horizon = self._events[0][0] if self._events else None
+        ran = 0
+        while ran < repeats and (horizon is None or self.now + duration < horizon):
+            self._account(engine, batch, duration)
+            self.now += duration
+            ran += 1
+            self._sample_kv()
+            batch = engine.next_decode(batch)
+            duration = engine.end_ns(batch, self.now) - self.now
+        if ran:
+            engine.advance_decodes(ran)
+        return batch, duration
 
     def run(self, requests):
         """Simulate every request to its end; returns the requests (their times filled in)."""
@@ -126,7 +162,7 @@ class Cluster:
                     for seq in done:
                         seq.req.finish_ns = t
                 self._sample_kv()
-                self._kick(engine)
+                self._kick(engine, run=True)
             elif kind == "kv":
                 engine, seq, target = data
                 engine.blocks.release(seq.req.id)

@@ -119,6 +119,8 @@ class Batch:
     prefill_done: int           # mean cached positions of the prefilled prompts
     extra_ns: int = 0           # swap copies
     steps: int = 1              # decode steps run back to back (multi-step scheduling)
+    admitted: tuple = ()        # the items admitted from the waiting queue by this batch (the only ones that
+                                # can be scheduled for the first time)
 
 
 class Engine:
@@ -207,21 +209,33 @@ class Engine:
                 if blocked is not None:
                     self.limited[blocked] += 1
                 return Batch(items, sum(n for _, n in items), 0, 0,
-                             sum(seq.computed for seq, _ in items) // len(items), 0, 1)
+                             sum(seq.computed for seq, _ in items) // len(items), 0, 1, tuple(items))
         budget = cfg.max_num_batched_tokens
         items = []
         extra = [0]
         preempted = False
         scheduled = set()
+        running, block_size, chunked = self.running, self.blocks.block_size, cfg.chunked_prefill
         i = 0
-        while i < len(self.running) and budget > 0:
-            seq = self.running[i]
-            n = min(seq.pending, budget)
-            if n <= 0 or (not cfg.chunked_prefill and n < seq.pending):
+        while i < len(running) and budget > 0:
+            seq = running[i]
+            computed = seq.computed
+            pending = seq.req.prompt_tokens + seq.generated - computed
+            n = pending if pending < budget else budget
+            if n <= 0 or (not chunked and n < pending):
+                i += 1
+                continue
+            within = computed % block_size
+            if within and within + n <= block_size:
+                # the positions stay inside the sequence's last block, which it holds (a running sequence holds
+                # the blocks of its computed positions): no block to take (the hot path of a decode step)
+                items.append((seq, n))
+                scheduled.add(seq.req.id)
+                budget -= n
                 i += 1
                 continue
             ok = True
-            while not self.blocks.grow(seq.req.id, seq.computed + n):
+            while not self.blocks.grow(seq.req.id, computed + n):
                 victim = next((s for s in reversed(self.running) if s.req.id not in scheduled), None)
                 if victim is None:
                     ok = False
@@ -256,7 +270,11 @@ class Engine:
                     items.append((seq, n))
                     scheduled.add(seq.req.id)
                     budget -= n
+            first = len(items)
             budget, blocked = self._admit_waiting(budget, items, scheduled, blocked)
+            admitted = tuple(items[first:])
+        else:
+            admitted = ()
         if not items:
             if preempted and not self.running:
                 # the only running sequences preempted themselves: their blocks are free now, admit again
@@ -271,7 +289,7 @@ class Engine:
         steps = self._multi_step(items)
         prefill = decode = ctx = done = prefills = 0
         for seq, n in items:
-            if n == 1 and seq.generated > 0 and seq.pending == 1:
+            if n == 1 and seq.generated > 0 and seq.req.prompt_tokens + seq.generated - seq.computed == 1:
                 decode += 1
                 ctx += seq.computed + 1
             else:
@@ -279,7 +297,7 @@ class Engine:
                 done += seq.computed
                 prefills += 1
         return Batch(items, prefill, decode, ctx // decode if decode else 0, done // prefills if prefills else 0,
-                     extra[0], steps)
+                     extra[0], steps, admitted)
 
     def _admit_waiting(self, budget, items, scheduled, blocked=None):
         """Admit waiting sequences in policy order while the budget, the sequence limit and the KV cache allow;
@@ -331,6 +349,35 @@ class Engine:
                 self.blocks.grow(seq.req.id, seq.computed + k)
         return max(1, max(left))
 
+    def decode_repeats(self, batch):
+        """Iterations of ``batch`` that can complete, each followed by the same batch a context longer, without
+        a scheduler pass: 0 unless the batch decodes every running sequence (one token each, one step, on a
+        replica of its own) and nothing waits or is swapped out. Then it is the fewest of: iterations before a
+        sequence samples its last token (it leaves the batch), and before one needs a new KV block (it may
+        preempt)."""
+        cfg = self.config
+        if (batch.prefill_tokens or batch.steps != 1 or batch.decode_seqs != len(self.running) or self.waiting
+                or self.swapped or self.pipeline is not None or cfg.role == "prefill" or cfg.num_scheduler_steps > 1):
+            return 0
+        size = self.blocks.block_size
+        # seq of computed c (before this batch) is in a block-free iteration j+1 while (c + j) % size != 0
+        repeats = min(size - seq.computed % size for seq in self.running) - 1
+        return min(repeats, min(seq.req.output_tokens - seq.generated for seq in self.running) - 1)
+
+    def next_decode(self, batch):
+        """The batch the scheduler makes after ``batch`` when :meth:`decode_repeats` allows it: the same
+        sequences, each one position longer (the mean context + 1)."""
+        return Batch(batch.items, 0, batch.decode_seqs, batch.context + 1, 0, 0, 1)
+
+    def advance_decodes(self, iterations):
+        """Account ``iterations`` decode iterations of every running sequence run in one go (the cluster's
+        decode run): what :meth:`complete` would have done for each, none finishing."""
+        self.iterations += iterations
+        self.tokens_decoded += iterations * len(self.running)
+        for seq in self.running:
+            seq.computed += iterations
+            seq.generated += iterations
+
     def host_ns(self, batch):
         """Host time of the scheduler pass that made ``batch`` (once per multi-step run)."""
         return self.config.host_ns_per_schedule + self.config.host_ns_per_seq * len(batch.items)
@@ -366,16 +413,17 @@ class Engine:
         self.iterations += 1
         self.tokens_prefilled += batch.prefill_tokens
         self.tokens_decoded += batch.decode_seqs
+        multi = batch.steps > 1
         for seq, n in batch.items:
             if seq.state != "running":
                 continue
-            if batch.steps > 1:  # multi-step decode: up to `steps` tokens, delivered now
+            if multi:  # multi-step decode: up to `steps` tokens, delivered now
                 k = min(batch.steps, seq.req.output_tokens - seq.generated)
                 seq.computed += k - 1
                 seq.generated += k - 1
                 self.tokens_decoded += k - 1
             seq.computed += n
-            if seq.computed >= seq.tokens:
+            if seq.computed >= seq.req.prompt_tokens + seq.generated:
                 seq.generated += 1
                 if seq.generated == 1:
                     first.append(seq)

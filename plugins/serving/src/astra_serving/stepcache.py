@@ -9,7 +9,8 @@ platform name, TP/PP/EP, every ``astra run`` option of the steps, GPUs per node)
 option names, the shape (prefill tokens, decode sequences, context, prefill done, CUDA graph), the versions of
 astra-sim and of every installed plugin, and a fingerprint of their installed code and data files (path, size,
 modification time: an editable install's edits change it, so a changed preset or model never reads a stale
-time). Its value is the stage times (int ns), one small JSON file per key under ``<folder>/<2 hex>/<key>.json``,
+time; of this plugin only steptime.py and stepcache.py count, the code that makes a step from a shape, so that
+an edit of the engine's scheduler keeps the cache). Its value is the stage times (int ns), one small JSON file per key under ``<folder>/<2 hex>/<key>.json``,
 written atomically (a temporary name, then a rename: concurrent writers of one key write the same bytes, and a
 reader sees a whole file or none). A file that does not parse or does not hold ``pp`` non-negative ints is
 ignored (and simulated again). The folder holds at most ``ASTRA_CACHE_MAX_ENTRIES`` entries (default
@@ -32,6 +33,8 @@ from astra_sim.errors import ConfigError
 
 #: default bound on the entries kept (about 100 bytes each, one file system block each on disk)
 MAX_ENTRIES = 50_000
+#: this plugin's files a step's time depends on (the engine, router and metrics do not change it)
+_OWN_STEP_CODE = ("steptime.py", "stepcache.py")
 _FINGERPRINT = []  # the installed code's fingerprint, computed once per process
 
 
@@ -81,7 +84,7 @@ def code_fingerprint():
             for folder, dirs, files in os.walk(root):
                 dirs[:] = sorted(d for d in dirs if d != "__pycache__")
                 for file in sorted(files):
-                    if file.endswith((".pyc", ".pyo")):
+                    if file.endswith((".pyc", ".pyo")) or (name == "astra_serving" and file not in _OWN_STEP_CODE):
                         continue
                     path = os.path.join(folder, file)
                     try:

@@ -199,6 +199,7 @@ class StepTimer:
         folder = cache_folder() if cache is True else (cache or None)
         self.cache = StepCache(folder, layout.key(), layout.run, layout.pp) if folder else None
         self.from_cache = 0
+        self._stages = {}  # the stage times of each shape looked up: a run repeats shapes many times
         self.simulated = 0
         self.sim_wall_s = 0.0
         self.lookups = 0
@@ -219,6 +220,13 @@ class StepTimer:
         of the previous stage's to the end of its own in the simulated iteration: its compute and collectives
         and the activations' send to it."""
         self.lookups += 1
+        shape = (prefill, decode, context, prefill_done, graph)
+        out = self._stages.get(shape)
+        if out is None:
+            out = self._stages[shape] = self._interpolate(prefill, decode, context, prefill_done, graph)
+        return list(out)
+
+    def _interpolate(self, prefill, decode, context, prefill_done, graph):
         parts = [0.0] * self.layout.pp
         total = 0.0
         for weight, key in self._corners(prefill, decode, context, prefill_done, graph):
@@ -228,7 +236,7 @@ class StepTimer:
                 parts[i] += weight * t
         out = [int(round(x)) for x in parts]
         out[-1] += int(round(total)) - sum(out)
-        return out
+        return tuple(out)
 
     def _corners(self, prefill, decode, context, prefill_done, graph):
         """[(weight, memo key)] of the grid corners a shape is interpolated from (one, weight 1, when exact)."""
