@@ -28,11 +28,11 @@ MIXED = [[3, 3, 3, 3], [3, 1, 5, 2], [3, 7, 0, 4], [3, 2, 6, 9]]
 LATENCY, GIB_S = 500.0, 50.0
 
 
-def _op(nid, name, parent, ins=(), outs=()):
+def _op(nid, name, parent, ins=(), outs=(), schema=""):
     attrs = [{"name": "rf_id", "type": "uint64", "value": nid}, {"name": "fw_parent", "type": "uint64", "value": 0},
              {"name": "seq_id", "type": "int64", "value": -1}, {"name": "scope", "type": "uint64", "value": 0},
              {"name": "tid", "type": "uint64", "value": 1}, {"name": "fw_tid", "type": "uint64", "value": 0},
-             {"name": "op_schema", "type": "string", "value": ""}]
+             {"name": "op_schema", "type": "string", "value": schema}]
     return {"id": nid, "name": name, "ctrl_deps": parent, "attrs": attrs,
             "inputs": {"values": [v for v, _, _ in ins], "shapes": [s for _, s, _ in ins],
                        "types": [t for _, _, t in ins]},
@@ -249,3 +249,87 @@ def test_any_split_matrix_gives_matching_sends_and_receives(tmp_path_factory, ma
             continue
         sent = sum(n.attrs["comm_size"] for n in comm if n.type == T.COMM_SEND_NODE)
         assert sent == sum(matrix[r][j] for j in range(3) if j != r) * row_elems * 4
+
+
+FUNCTIONAL_SCHEMA = ("_c10d_functional::all_to_all_single(Tensor input, SymInt[] output_split_sizes, "
+                     "SymInt[] input_split_sizes, str group_name) -> Tensor")
+BASE_SCHEMA = ("c10d::alltoall_base_(Tensor output, Tensor input, __torch__.torch.classes.c10d.ProcessGroup "
+               "process_group, int[] output_split_sizes, int[] input_split_sizes, int timeout) -> "
+               "__torch__.torch.classes.c10d.Work")
+
+
+def _gloo_rank(matrix, r, op, schema=True):
+    """Rank r's host trace of a CPU (gloo) job: ``all_to_all_single`` as the functional collective (then its
+    wait_tensor) or as ``c10d::alltoall_base_`` (blocking), then an op on the received rows."""
+    world = len(matrix)
+    ins, outs = matrix[r], [matrix[j][r] for j in range(world)]
+    tin = ([20, 20, 0, sum(ins) * HIDDEN, 4, "cpu"], [sum(ins), HIDDEN], "Tensor(float)")
+    tout = ([21, 21, 0, sum(outs) * HIDDEN, 4, "cpu"], [sum(outs), HIDDEN], "Tensor(float)")
+    groups = [{"pg_name": "0", "pg_desc": "default_pg", "ranks": list(range(world)), "group_size": world}]
+    nodes = [_op(1, "[pytorch|profiler|execution_trace|process]", 1),
+             _op(2, "[pytorch|profiler|execution_trace|thread]", 1),
+             _op(3, "## process_group:init ##", 2, ins=[(json.dumps(groups), [], "String")])]
+    if op == "functional":
+        nodes += [_op(4, "_c10d_functional::all_to_all_single", 2, schema=FUNCTIONAL_SCHEMA if schema else "",
+                      ins=[tin, (outs, [], "GenericList[Int]"), (ins, [], "GenericList[Int]"), ("0", [], "String")],
+                      outs=[tout]),
+                  _op(5, "_c10d_functional::wait_tensor", 2, ins=[tout], outs=[tout])]
+    else:
+        nodes += [_op(4, "c10d::alltoall_base_", 2, schema=BASE_SCHEMA if schema else "",
+                      ins=[tout, tin, ("<Object>", [], "Object"), (outs, [], "GenericList[Int]"),
+                           (ins, [], "GenericList[Int]"), (-1, [], "Int")], outs=[("<Object>", [], "Object")]),
+                  _op(5, "aten::detach", 2, ins=[tout], outs=[tout])]
+    nodes.append(_op(6, "aten::relu", 2, ins=[tout], outs=[tout]))
+    return {"schema": "1.1.1-chakra.0.0.4", "pid": r, "time": "t", "start_ts": 1, "finish_ts": 2, "nodes": nodes}
+
+
+@pytest.mark.parametrize("op,schema", [("functional", True), ("functional", False), ("base", True),
+                                       ("base", False)])
+def test_gloo_uneven_all_to_all_single_is_an_exchange_its_waiter_waits_for(tmp_path, net, op, schema):
+    for r in range(4):
+        (tmp_path / f"g{r}.json").write_text(json.dumps(_gloo_rank(UNEVEN, r, op, schema)))
+    out = tmp_path / "g" / "w"
+    s = convert_pytorch(str(tmp_path / "g{rank}.json"), out, ranks=4)
+    assert s["warnings"] == [] and s["cpu_backend_comms"] == 1
+    for r in range(4):
+        every = read_et(f"{out}.{r}.et").nodes
+        comm = [n for n in every if n.type in (T.COMM_COLL_NODE, T.COMM_SEND_NODE, T.COMM_RECV_NODE)]
+        sends = {n.attrs["comm_dst"]: n.attrs["comm_size"] for n in comm if n.type == T.COMM_SEND_NODE}
+        recvs = {n.attrs["comm_src"]: n.attrs["comm_size"] for n in comm if n.type == T.COMM_RECV_NODE}
+        assert sends == {j: UNEVEN[r][j] * ROW for j in range(4) if j != r and UNEVEN[r][j]}
+        assert recvs == {j: UNEVEN[j][r] * ROW for j in range(4) if j != r and UNEVEN[j][r]}
+        assert {tuple(n.data_deps) for n in comm} == {(4,)} and s["per_rank"][r]["a2a_uneven"] == 1
+        # the op after it (wait_tensor, or the next op of the blocked thread) waits for every message
+        waiter = next(n for n in every if n.id == 5)
+        assert {n.id for n in comm} <= set(waiter.data_deps)
+        assert len({n.id for n in every}) == len(every)
+    report = simulate(out, net["streams"], net["net"], plugins=PLUGINS)
+    assert report.warnings == []
+    # messages leave after two 1 ns CPU ops (the thread root and the all-to-all's op); two more follow the exchange
+    assert [rk.finish_ns for rk in report.ranks] == [t + 2 for t in _hand_exchange(UNEVEN, 2, serial_sends=False)]
+
+
+def test_gloo_even_split_stays_the_collective(tmp_path):
+    for r in range(4):
+        (tmp_path / f"e{r}.json").write_text(json.dumps(_gloo_rank(EVEN, r, "functional")))
+    s = convert_pytorch(str(tmp_path / "e{rank}.json"), tmp_path / "e" / "w", ranks=4)
+    assert (s["coll"], s["p2p"], s["a2a_even_splits"], s["warnings"]) == (1, 0, 1, [])
+    (coll,) = _comm(tmp_path / "e" / "w", 0)
+    assert coll.attrs["comm_type"] == T.ALL_TO_ALL and coll.attrs["comm_size"] == 24 * ROW
+
+
+def test_gloo_uneven_all_to_all_errors(tmp_path):
+    (tmp_path / "one.json").write_text(json.dumps(_gloo_rank(UNEVEN, 1, "functional")))
+    with pytest.raises(ConfigError, match=r"one.json: node id 4 \('_c10d_functional::all_to_all_single'\): an "
+                                          r"all-to-all with uneven split sizes needs the rank of its trace"):
+        convert_pytorch(tmp_path / "one.json", tmp_path / "x", ranks=4)
+    bad = _gloo_rank(UNEVEN, 1, "functional")
+    bad["nodes"][3]["inputs"]["values"][2] = [1, 2]
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    with pytest.raises(ConfigError, match=r"bad.json: node id 4 .*: expected input and output split sizes with one "
+                                          r"count per group rank, got \[1, 2\] and \[12, 2, 1, 9\]"):
+        convert_pytorch(tmp_path / "bad.json", tmp_path / "y", rank=1)
+    bad["nodes"][3]["inputs"]["values"][2] = [1, 2, -3, 4]
+    (tmp_path / "neg.json").write_text(json.dumps(bad))
+    with pytest.raises(ConfigError, match=r"expected input_split_sizes as a list of counts >= 0, got \[1, 2, -3, 4\]"):
+        convert_pytorch(tmp_path / "neg.json", tmp_path / "z", rank=1)

@@ -177,9 +177,12 @@ def convert_pytorch_trace(host_path, kineto_path=None, *, rank=None, world_size=
                     stack.append(c["id"])
         return end
 
+    c10d_nodes, ready, used, exchanged = comm_nodes(c10d, by_id, spans, spare_id, spare_id + len(c10d), host_path,
+                                                    rank, force_exchange)
     for waiter, comm_ids in comm_waiters(issued, order, subtree_end, thread_of, by_id).items():
-        data_deps[waiter] = data_deps.get(waiter, []) + comm_ids
-    spare_id += len(c10d)
+        # (an all-to-all run as an exchange is waited for by all its sends and receives)
+        data_deps[waiter] = data_deps.get(waiter, []) + [i for g in comm_ids for i in exchanged.get(g, [g])]
+    spare_id += len(c10d) + used
 
     nodes = []
     counts = {"cpu": 0, "gpu_comp": 0, "coll": 0, "p2p": 0, "metadata": 0, "a2a_uneven": 0, "a2a_even_splits": 0}
@@ -203,11 +206,12 @@ def convert_pytorch_trace(host_path, kineto_path=None, *, rank=None, world_size=
     ctx = {"by_id": by_id, "children": children, "is_gpu": is_gpu, "groups": groups,
            "rank": rank, "world": world_size, "shared": shared, "host_path": host_path, "order": order,
            "thread_of": thread_of, "nccl_launchers": nccl_launchers}
-    c10d_nodes, ready = comm_nodes(c10d, by_id, spans, issued[0][1] if issued else spare_id, spare_id, host_path)
-    spare_id += ready
     nodes.extend(c10d_nodes)
-    counts["coll"] += sum(1 for c in c10d if c.ntype == T.COMM_COLL_NODE)
-    counts["p2p"] += sum(1 for c in c10d if c.ntype != T.COMM_COLL_NODE) + ready
+    counts["coll"] += sum(1 for n in c10d_nodes if n.type == T.COMM_COLL_NODE)
+    counts["p2p"] += sum(1 for n in c10d_nodes if n.type != T.COMM_COLL_NODE)
+    for c in c10d:
+        if c.splits is not None:
+            counts["a2a_uneven" if is_uneven(c.splits[0]) else "a2a_even_splits"] += 1
     for gid, kname, hid, dur, stream, pg, src, where, kargs, kind in gpu:
         launcher = by_id[hid]
         names = [launcher["name"].lower()] + [a["name"].lower() for a in _ancestors(by_id, hid, limit=7)]

@@ -1,10 +1,12 @@
-"""Uneven all-to-all (``all_to_all_single`` with split sizes) in NCCL traces: one send and one receive per peer.
+"""Uneven all-to-all (``all_to_all_single`` with split sizes): one send and one receive per peer.
 
 ``torch.distributed.all_to_all_single(out, inp, output_split_sizes, input_split_sizes)`` sends ``input_split_sizes[j]``
 dim-0 rows of ``inp`` to group rank j and receives ``output_split_sizes[j]`` rows from it. ProcessGroupNCCL runs it
 as one grouped ncclSend/ncclRecv per peer (one SendRecv kernel) and records it as a ``record_param_comms`` op named
 ``all_to_allv`` whose inputs carry both split lists (see :func:`.pytorch_nccl._param_comms`); an all-to-all without
-splits is ``all_to_all`` with empty lists.
+splits is ``all_to_all`` with empty lists. On CPU backends (gloo) the split lists are the arguments of the
+``c10d::alltoall_base_`` or ``_c10d_functional::all_to_all_single`` host op (:mod:`.pytorch_c10d` builds those
+nodes with :func:`peer_messages`).
 
 The simulator's ALL_TO_ALL collective has one size per rank and splits it evenly over the peers, so an uneven
 exchange, whose ranks move different totals, cannot be one: its collective messages differ in size across the
@@ -63,10 +65,26 @@ def is_uneven(info):
     return len(set(info["in_split"]) | set(info["out_split"])) > 1
 
 
+def peer_messages(rank, peers, in_split, out_split, row):
+    """(node type, peer attribute, verb, peer, bytes) of every message ``rank`` exchanges with the group ranks
+    ``peers`` (global ranks, in group order): a send of each nonzero input split, a receive of each nonzero output
+    split, none with itself."""
+    messages = [(T.COMM_SEND_NODE, "comm_dst", "send to", peer, rows * row) for peer, rows in zip(peers, in_split)]
+    messages += [(T.COMM_RECV_NODE, "comm_src", "receive from", peer, rows * row)
+                 for peer, rows in zip(peers, out_split)]
+    return [m for m in messages if m[3] != rank and m[4] > 0]
+
+
 def _row_bytes(op, info, where):
     ins, outs = op.get("inputs", {}), op.get("outputs", {})
-    sides = ((_tensor_bytes(ins.get("values", []), ins.get("types", [])), sum(info["in_split"]), "input"),
-             (_tensor_bytes(outs.get("values", []), outs.get("types", [])), sum(info["out_split"]), "output"))
+    return row_bytes(_tensor_bytes(ins.get("values", []), ins.get("types", [])),
+                     _tensor_bytes(outs.get("values", []), outs.get("types", [])), info, where)
+
+
+def row_bytes(in_bytes, out_bytes, info, where):
+    """Bytes of one dim-0 row: the input tensor's bytes over the rows its splits add up to, else the output's
+    (0 when the rank moves nothing)."""
+    sides = ((in_bytes, sum(info["in_split"]), "input"), (out_bytes, sum(info["out_split"]), "output"))
     for nbytes, rows, side in sides:
         if nbytes > 0 and rows > 0:
             if nbytes % rows:
@@ -106,15 +124,11 @@ def exchange_nodes(ctx, gid, name, hid, dur, stream, pg, kargs, src, where, spar
              "comm_tag": tag}
     if group is not None:
         attrs["pg_name"] = str(group)
-    messages = [(T.COMM_SEND_NODE, "comm_dst", "send to", peer, rows)
-                for peer, rows in zip(peers, info["in_split"])]
-    messages += [(T.COMM_RECV_NODE, "comm_src", "receive from", peer, rows)
-                 for peer, rows in zip(peers, info["out_split"])]
-    messages = [m for m in messages if m[3] != ctx["rank"] and m[4] > 0]
     out = []
-    for k, (ntype, key, verb, peer, rows) in enumerate(messages):
+    for k, (ntype, key, verb, peer, nbytes) in enumerate(peer_messages(ctx["rank"], peers, info["in_split"],
+                                                                       info["out_split"], row)):
         nid = gid if k == 0 else spare_id + k - 1
-        node_attrs = dict(attrs, comm_size=rows * row, **{key: peer})
+        node_attrs = dict(attrs, comm_size=nbytes, **{key: peer})
         out.append(_node(nid, f"{name} | {verb} {peer}", ntype, [hid], [hid], dur, node_attrs,
                          op.get("inputs", {}), src, values=False, outs=op.get("outputs", {})))
     return out

@@ -12,7 +12,9 @@ or an NCCL op under it is NCCL's and is left to :mod:`.pytorch_nccl`.
   int dstRank, int tag) -> Work``), else at the positions of torch/csrc/distributed/c10d/Ops.cpp.
 - **Sizes** (``comm_size``, bytes): the tensors the rank contributes: ``tensors`` (all-reduce, broadcast,
   send/recv), the input side of all-gather (bytes each rank contributes, the simulator's meaning), reduce-scatter
-  and all-to-all (the whole input), summed over tensor lists.
+  and all-to-all (the whole input), summed over tensor lists. An ``alltoall_base_`` / ``all_to_all_single`` with
+  uneven ``input_split_sizes`` / ``output_split_sizes`` is one send and one receive per peer instead
+  (:mod:`.pytorch_alltoall`), which the op's waiter waits for.
 - **Process group**: the op's ``ProcessGroup`` argument is recorded as ``<Object>``, so the group is inferred from
   the groups the trace declares (``## process_group:init ##``, else Kineto's ``distributedInfo.pg_config``): those
   that contain this rank and fit what the op says about its group (a p2p peer must be one of its ranks; an
@@ -50,6 +52,7 @@ from collections import namedtuple
 from astra_sim.chakra import types as T
 from astra_sim.errors import ConfigError
 
+from .pytorch_alltoall import is_uneven, peer_messages, row_bytes
 from .pytorch_host import _as_rank, _attr_map, _node
 from .pytorch_kineto import is_comm_marker, thread_went_on
 
@@ -93,12 +96,16 @@ NOT_SIMULATED = {"c10d::reduce_": "no REDUCE collective", "c10d::gather_": "no G
                  "c10d::recv_any_source_": "a receive from any rank has no peer"}
 #: argument positions when a node has no op_schema (torch/csrc/distributed/c10d/Ops.cpp, Functional.cpp)
 _POSITIONS = {"tensors": 0, "tensor": 0, "input_tensors": 1, "input_tensor": 1, "input_list": 1, "inputs": 1,
-              "input": 1, "output_tensors": 0, "output_tensor": 0, "output": 0, "peer": 2, "tag": 3}
-_FUNCTIONAL_POSITIONS = {"input": 0, "inputs": 0}
+              "input": 1, "output_tensors": 0, "output_tensor": 0, "output": 0, "peer": 2, "tag": 3,
+              "output_split_sizes": 3, "input_split_sizes": 4}
+_FUNCTIONAL_POSITIONS = {"input": 0, "inputs": 0, "output_split_sizes": 1, "input_split_sizes": 2}
 _TAG_SPACE = 1 << 28  # comm_tag stays an int32 below the simulator's collective tag base (500,000,000)
 
 #: one communication op found in the host trace (see find_c10d_comms)
-C10dComm = namedtuple("C10dComm", "launcher marker op ntype ctype size group peer tag storages")
+#: ``splits``: for an all-to-all with split sizes, (its _param_comms-like info with in_split / out_split, row
+#: bytes, the group's global ranks); None otherwise
+C10dComm = namedtuple("C10dComm", "launcher marker op ntype ctype size group peer tag storages splits",
+                      defaults=(None,))
 
 
 def c10d_op(name):
@@ -261,9 +268,34 @@ def _read_op(n, op, markers, taken, groups, rank, world, path):
                    if markers[k]["id"] not in taken and _shares_tensor(markers[k], all_records)), None)
     if marker is not None:
         taken.add(marker["id"])
+    splits = _splits(n, names, records, group, world, where) if ctype == T.ALL_TO_ALL else None
     return C10dComm(n["id"], marker["id"] if marker is not None else None, op, ntype, ctype, _bytes(records),
                     None if group is None else str(group["pg_name"]), peer, tag,
-                    {r[1] for r in all_records})
+                    {r[1] for r in all_records}, splits)
+
+
+def _splits(n, names, records, group, world, where):
+    """The split sizes of an all-to-all (``alltoall_base_``, ``all_to_all_single``): (info, row bytes, the
+    group's global ranks), or None when it has none (``[]``: an even all-to-all)."""
+    lists = []
+    for key in ("input_split_sizes", "output_split_sizes"):
+        ok, value, _ = _arg(n, names, key)
+        if not ok or not isinstance(value, list) or not value:
+            return None
+        if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in value):
+            raise ConfigError(f"{where}: expected {key} as a list of counts >= 0, got {value!r}")
+        lists.append(value)
+    info = {"in_split": lists[0], "out_split": lists[1]}
+    if len(lists[0]) != len(lists[1]):
+        raise ConfigError(f"{where}: expected input and output split sizes with one count per group rank, got "
+                          f"{lists[0]} and {lists[1]}")
+    peers = _members(group, world) if group is not None else (list(range(world)) if world else None)
+    if peers is None or len(peers) != len(lists[0]):
+        raise ConfigError(f"{where}: its split sizes have {len(lists[0])} entries, but its process group's ranks "
+                          f"are {peers if peers is not None else 'unknown (give --ranks N)'}")
+    _, out_value, out_type = _arg(n, names, "output")
+    out_bytes = _bytes(_tensor_records(out_value, out_type)) or _bytes(_all_records(n, "outputs"))
+    return info, row_bytes(_bytes(records), out_bytes, info, where), peers
 
 
 def _shares_tensor(marker, records):
@@ -383,8 +415,9 @@ READY_BYTES = 64
 _READY_TAG_BIT = 1 << 27  # the notification's comm_tag: the message's, with this bit flipped
 
 
-def comm_nodes(comms, by_id, spans, first_id, spare_id, path):
-    """The Chakra nodes of the :data:`C10dComm` ops: returns (nodes, number of rendezvous notifications).
+def comm_nodes(comms, by_id, spans, first_id, spare_id, path, rank=None, force_exchange=False):
+    """The Chakra nodes of the :data:`C10dComm` ops: returns (nodes, number of rendezvous notifications, spare ids
+    used, {op's node id: the node ids it became} for the all-to-alls run as exchanges).
 
     Each op's node has id ``first_id + k``: named ``<c10d op> | <marker>``, launched by (data and control
     dependency on) its c10d op, with the op's shapes and types, ``comm_size``, ``pg_name`` and, for p2p, the peer's
@@ -394,13 +427,40 @@ def comm_nodes(comms, by_id, spans, first_id, spare_id, path):
     gloo's send/recv are a rendezvous (gloo/transport/tcp/pair.cc: a send waits for the peer's NOTIFY_RECV_READY,
     which the receiver sends when it posts the receive), so each receive also gets a ``READY_BYTES`` send of that
     notification to its source, launched with it, and each send a receive of it that the data send waits for (ids
-    from ``spare_id`` on, tag :func:`ready_tag`). A blocking ``dist.send`` thus waits for the receiver, as it did."""
+    from ``spare_id`` on, tag :func:`ready_tag`). A blocking ``dist.send`` thus waits for the receiver, as it did.
+
+    An all-to-all with uneven split sizes (or any split sizes, with ``force_exchange``) becomes one send and one
+    receive per peer (see :mod:`.pytorch_alltoall`; gloo's alltoallv posts every receive at once, so no
+    rendezvous notification is added), tagged :func:`p2p_tag` of its group and ``"all_to_all"``: the first keeps
+    id ``first_id + k``, the others take spare ids."""
     out = []
-    ready = 0
+    ready = used = 0
+    exchanged = {}
     for k, c in enumerate(comms):
         launcher = by_id[c.launcher]
         marker = by_id.get(c.marker)
         mspan = spans.get(c.marker)
+        if c.splits is not None and (force_exchange or is_uneven(c.splits[0])):
+            info, row, peers = c.splits
+            name = f"{launcher['name']} | {marker['name'] if marker is not None else 'communication'}"
+            if rank is None or rank not in peers:
+                raise ConfigError(f"{path}: node id {c.launcher} ({launcher['name']!r}): an all-to-all with uneven "
+                                  f"split sizes needs the rank of its trace, one of its group's ranks {peers} (got "
+                                  f"{rank}); give one trace per rank with '{{rank}}' in the file names")
+            attrs = {"is_cpu_op": False, "comm_tag": p2p_tag(c.group, "all_to_all")}
+            if c.group is not None:
+                attrs["pg_name"] = c.group
+            ids = []
+            for ntype, key, verb, peer, nbytes in peer_messages(rank, peers, info["in_split"],
+                                                                info["out_split"], row):
+                nid = first_id + k if not ids else spare_id + used
+                used += 1 if ids else 0
+                ids.append(nid)
+                out.append(_node(nid, f"{name} | {verb} {peer}", ntype, [c.launcher], [c.launcher], 0,
+                                 dict(attrs, comm_size=nbytes, **{key: peer}), launcher.get("inputs", {}), path,
+                                 values=False, outs=launcher.get("outputs", {})))
+            exchanged[first_id + k] = ids
+            continue
         attrs = {"is_cpu_op": False}
         if c.ntype == T.COMM_COLL_NODE:
             attrs["comm_type"] = c.ctype
@@ -416,18 +476,19 @@ def comm_nodes(comms, by_id, spans, first_id, spare_id, path):
                 attrs.update(comm_dst=c.peer, comm_tag=tag)
                 note.update(comm_src=c.peer)
                 ntype, nname = T.COMM_RECV_NODE, f"{name} | wait until ready to receive"
-                deps = [spare_id + ready]
             else:
                 attrs.update(comm_src=c.peer, comm_tag=tag)
                 note.update(comm_dst=c.peer)
                 ntype, nname = T.COMM_SEND_NODE, f"{name} | ready to receive"
-            out.append(_node(spare_id + ready, nname, ntype, [c.launcher], [c.launcher], 0, note, {}, path,
+            out.append(_node(spare_id + used, nname, ntype, [c.launcher], [c.launcher], 0, note, {}, path,
                              values=False))
+            deps = [spare_id + used] if c.ntype == T.COMM_SEND_NODE else deps
             ready += 1
+            used += 1
         dur = max(0, int(round(mspan.end - mspan.start))) if mspan is not None else 0
         out.append(_node(first_id + k, name, c.ntype, deps, [c.launcher], dur, attrs,
                          launcher.get("inputs", {}), path, values=False, outs=launcher.get("outputs", {})))
-    return out, ready
+    return out, ready, used, exchanged
 
 
 def ready_tag(tag):
