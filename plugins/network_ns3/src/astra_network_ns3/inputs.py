@@ -346,12 +346,14 @@ def read_logical_topology(path, npus):
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    except (ValueError, RecursionError) as exc:  # a number of over 4,300 digits; nesting deeper than the stack
+        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
     line = next((n for n, l in enumerate(lines, 1) if "logical-dims" in l), 1)
     if not isinstance(raw, dict) or "logical-dims" not in raw:
         raise ConfigError(f"{path}:1: expected an object with a 'logical-dims' list")
     dims_raw = raw["logical-dims"]
     if not isinstance(dims_raw, list) or not dims_raw:
-        raise ConfigError(f"{path}:{line}: logical-dims must be a non-empty list, got {dims_raw!r}")
+        raise ConfigError(f"{path}:{line}: logical-dims must be a non-empty list, got {brief(dims_raw)}")
     dims = []
     for value in dims_raw:
         if isinstance(value, bool):
@@ -361,12 +363,14 @@ def read_logical_topology(path, npus):
                 value = int(value.strip())
             except ValueError:
                 value = None
-        if not isinstance(value, int) or value < 1:
-            raise ConfigError(f"{path}:{line}: logical-dims entries must be positive integers, got {dims_raw!r}")
+        if not isinstance(value, int) or not 1 <= value <= npus:
+            raise ConfigError(f"{path}:{line}: logical-dims entries must be positive integers (at most the {npus} "
+                              f"NPUs), got {brief(dims_raw)}")
         dims.append(value)
     if math.prod(dims) != npus:
         raise ConfigError(
-            f"{path}:{line}: logical-dims {dims} multiply to {math.prod(dims)} but the topology has {npus} NPUs"
+            f"{path}:{line}: logical-dims {brief(dims)} multiply to {brief(math.prod(dims))} but the topology has "
+            f"{npus} NPUs"
         )
     return dims
 
