@@ -1,32 +1,43 @@
 """Benchmark: astra serve, 10,000 requests at 20 QPS on one 8-GPU TP8 replica of Llama-3 70B (hgx-h100,
-prompts lognormal mean 512, outputs lognormal mean 128), in one process from a cold start (every batch shape
-simulated here). The target is under 60 s on the project's 2-core machine.
+prompts lognormal mean 512, outputs lognormal mean 128), twice, each in a fresh process: first with an empty step
+cache (every batch shape simulated), then with the cache the first run filled (no shape simulated). Prints wall
+and CPU time, the real-time factor (simulated seconds per wall second) and the shapes simulated of each; the two
+runs' per-request times must be identical. Targets: the cold run under 60 s, the warm one >= 1,000x real time.
 
-    python benchmarks/bench_serve.py [--requests N] [--qps Q] [--model NAME]
+    python benchmarks/bench_serve.py [--requests N] [--qps Q] [--model NAME] [--cache-dir DIR]
+
+``--cache-dir``: the step cache to use (default: a new temporary folder, so that the first run is cold).
 """
 
 import argparse
+import csv
 import json
 import os
+import resource
+import subprocess
 import sys
 import tempfile
 import time
 
-from astra_sim.cli import main
 
-
-def run(requests, qps, model):
-    with tempfile.TemporaryDirectory() as folder:
-        report = os.path.join(folder, "serve.json")
-        started, cpu = time.perf_counter(), time.process_time()
-        code = main(["serve", "--model", model, "--platform", "hgx-h100", "--tp", "8", "--qps", str(qps),
-                     "--requests", str(requests), "--prompt-len", "lognormal:512:1.0", "--output-len",
-                     "lognormal:128:1.0", "--seed", "1", "-o", report, "-q"])
-        wall, cpu = time.perf_counter() - started, time.process_time() - cpu
-        if code:
-            sys.exit(code)
-        with open(report) as handle:
-            return wall, cpu, json.load(handle)
+def run(folder, name, requests, qps, model, cache):
+    """One ``astra serve`` in a fresh process with the step cache ``cache``; (wall s, CPU s, report, rows)."""
+    report, rows = os.path.join(folder, f"{name}.json"), os.path.join(folder, f"{name}.csv")
+    argv = ["serve", "--model", model, "--platform", "hgx-h100", "--tp", "8", "--qps", str(qps), "--requests",
+            str(requests), "--prompt-len", "lognormal:512:1.0", "--output-len", "lognormal:128:1.0", "--seed", "1",
+            "-o", report, "--requests-csv", rows, "-q"]
+    code = f"import sys; from astra_sim.cli import main; sys.exit(main({argv!r}))"
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "ASTRA_CACHE_DIR": cache,
+                                                               "ASTRA_CACHE": "1"})
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode:
+        sys.exit(done.returncode)
+    with open(report) as handle, open(rows) as table:
+        return (wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, json.load(handle),
+                list(csv.DictReader(table)))
 
 
 def main_():
@@ -34,16 +45,26 @@ def main_():
     parser.add_argument("--requests", type=int, default=10_000)
     parser.add_argument("--qps", type=float, default=20.0)
     parser.add_argument("--model", default="llama3-70b")
+    parser.add_argument("--cache-dir", default=None, help="the step cache (default: a new temporary folder)")
     args = parser.parse_args()
-    wall, cpu, r = run(args.requests, args.qps, args.model)
-    s = r["step_simulator"]
-    print(f"{args.requests} requests at {args.qps:g} QPS, {args.model} TP8 on hgx-h100: {wall:.1f} s wall, "
-          f"{cpu:.1f} s CPU "
-          f"({s['shapes_simulated']} shapes simulated in {s['simulation_wall_s']:.1f} s for {s['lookups']} "
-          f"iterations); simulated {r['duration_ns'] / 1e9:.0f} s, {r['throughput_tokens_per_s']:.0f} output tok/s, "
-          f"TTFT p50 {r['ttft_ns']['p50'] / 1e6:.1f} ms, TPOT p50 {r['tpot_ns']['p50'] / 1e6:.1f} ms")
-    print("PASS" if wall < 60 else "FAIL", "(target: < 60 s)")
-    return 0 if wall < 60 else 1
+    with tempfile.TemporaryDirectory() as folder:
+        cache = args.cache_dir or os.path.join(folder, "cache")
+        results = {name: run(folder, name, args.requests, args.qps, args.model, cache) for name in ("first", "again")}
+    for name, (wall, cpu, r, _) in results.items():
+        s = r["step_simulator"]
+        simulated_s = r["duration_ns"] / 1e9
+        print(f"{name}: {args.requests} requests at {args.qps:g} QPS, {args.model} TP8 on hgx-h100: {wall:.2f} s "
+              f"wall, {cpu:.2f} s CPU, {simulated_s / wall:,.0f}x real time ({simulated_s:.0f} s simulated); "
+              f"{s['shapes_simulated']} shapes simulated ({s['simulation_wall_s']:.1f} s), "
+              f"{s['shapes_from_cache']} from the cache, {s['lookups']} iterations timed; "
+              f"TTFT p50 {r['ttft_ns']['p50'] / 1e6:.1f} ms, TPOT p50 {r['tpot_ns']['p50'] / 1e6:.1f} ms")
+    first, again = results["first"], results["again"]
+    same = first[3] == again[3]
+    print("per-request times identical:", same)
+    factor = again[2]["duration_ns"] / 1e9 / again[0]
+    ok = same and first[0] < 60 and factor >= 1000
+    print("PASS" if ok else "FAIL", "(targets: first run < 60 s, again >= 1,000x real time, identical requests)")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -120,10 +120,12 @@ class Cluster:
         it is (:meth:`Engine.decode_repeats`) here, as the event loop would: each accounted and followed by a KV
         sample at its end, the next one a context longer. (the batch to start now, its duration); ``now`` is
         the end of the iterations run."""
+        horizon = self._events[0][0] if self._events else None
+        if horizon is not None and self.now + duration >= horizon:
+            return batch, duration  # another event comes first (the common case under load): nothing to run
         repeats = engine.decode_repeats(batch)
         if not repeats:
             return batch, duration
-        horizon = self._events[0][0] if self._events else None
         ran = 0
         while ran < repeats and (horizon is None or self.now + duration < horizon):
             self._account(engine, batch, duration)

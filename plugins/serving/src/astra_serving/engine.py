@@ -202,7 +202,7 @@ class Engine:
         if cfg.separate_prefills and self.waiting and not self.swapped:
             # vLLM V0's default scheduler: waiting prompts first, and a batch that admits any runs them alone
             items = []
-            _, blocked = self._admit_waiting(cfg.max_num_batched_tokens, items, set())
+            _, blocked = self._admit_waiting(cfg.max_num_batched_tokens, items)
             if items:
                 if blocked is None and self.waiting:
                     blocked = "max_num_seqs" if len(self.running) >= cfg.max_num_seqs else "token_budget"
@@ -214,7 +214,6 @@ class Engine:
         items = []
         extra = [0]
         preempted = False
-        scheduled = set()
         running, block_size, chunked = self.running, self.blocks.block_size, cfg.chunked_prefill
         i = 0
         while i < len(running) and budget > 0:
@@ -230,13 +229,13 @@ class Engine:
                 # the positions stay inside the sequence's last block, which it holds (a running sequence holds
                 # the blocks of its computed positions): no block to take (the hot path of a decode step)
                 items.append((seq, n))
-                scheduled.add(seq.req.id)
                 budget -= n
                 i += 1
                 continue
             ok = True
             while not self.blocks.grow(seq.req.id, computed + n):
-                victim = next((s for s in reversed(self.running) if s.req.id not in scheduled), None)
+                scheduled = {id(s) for s, _ in items}  # a victim is one not scheduled in this pass
+                victim = next((s for s in reversed(self.running) if id(s) not in scheduled), None)
                 if victim is None:
                     ok = False
                     break
@@ -249,7 +248,6 @@ class Engine:
                 continue  # preempted itself: self.running[i] is already the next one
             if ok:
                 items.append((seq, n))
-                scheduled.add(seq.req.id)
                 budget -= n
             i += 1
         blocked = None
@@ -268,10 +266,9 @@ class Engine:
                 n = min(seq.pending, budget)
                 if n > 0:
                     items.append((seq, n))
-                    scheduled.add(seq.req.id)
                     budget -= n
             first = len(items)
-            budget, blocked = self._admit_waiting(budget, items, scheduled, blocked)
+            budget, blocked = self._admit_waiting(budget, items, blocked)
             admitted = tuple(items[first:])
         else:
             admitted = ()
@@ -299,7 +296,7 @@ class Engine:
         return Batch(items, prefill, decode, ctx // decode if decode else 0, done // prefills if prefills else 0,
                      extra[0], steps, admitted)
 
-    def _admit_waiting(self, budget, items, scheduled, blocked=None):
+    def _admit_waiting(self, budget, items, blocked=None):
         """Admit waiting sequences in policy order while the budget, the sequence limit and the KV cache allow;
         (budget left, what blocked the head of the queue or ``blocked``)."""
         cfg = self.config
@@ -327,7 +324,6 @@ class Engine:
             seq.admitted = next(self._admit)
             self.running.append(seq)
             items.append((seq, n))
-            scheduled.add(seq.req.id)
             budget -= n
         return budget, blocked
 
