@@ -3,8 +3,13 @@
 Every combination of TP (within a node), PP, virtual stages, DP, micro-batch size, ZeRO stage and
 recomputation (and EP for mixture-of-experts models, CP with ``--cp``) that the generator accepts for the global
 batch is enumerated; those whose estimated peak memory (:mod:`astra_workload_generators.llm.memory`) exceeds the
-GPU's HBM are dropped, counted by why; the rest become one sweep (``workload.llm`` zipped over the layouts, run on
-the platform with the gpu compute model), simulated on the local pool or Dask, and ranked by step time.
+GPU's HBM are dropped, counted by why; the rest are ranked by step time, simulated (``workload.llm`` zipped over the
+layouts, run on the platform with the gpu compute model) on the local pool or Dask.
+
+Branch and bound (:mod:`.bound`): every layout first gets a lower bound on its step, its busiest rank's compute
+from the gpu compute model's per-op costs; the layouts are simulated in rounds (one per worker), most promising
+first (the bound plus the pipeline's bubble), and a layout whose bound is not below the best simulated step is
+never simulated: it cannot win, so the answer is the exhaustive search's. ``--exhaustive`` simulates them all.
 
 ``-o/--output PATH`` writes the answer as JSON (the ranked layouts, the drops; times in integer ns, a ``units``
 key), ``--json`` prints it; ``--points RESULTS`` keeps every simulated point (.parquet or .csv; a rerun resumes).
@@ -78,6 +83,9 @@ def add_search_command(sub):
                    help="keep every simulated point (.parquet or .csv; a rerun resumes it)")
     add_executor_flags(p)
     p.add_argument("--point-timeout", type=float, default=None, metavar="S")
+    p.add_argument("--exhaustive", action="store_true",
+                   help="simulate every layout that fits (default: skip those whose compute lower bound is not "
+                        "below the best simulated step; the winner is the same)")
     p.add_argument("--plot", metavar="FILE.png", help="step time against memory of every simulated point")
     p.add_argument("--no-progress", action="store_true")
     _add_serving_arguments(p)
@@ -188,8 +196,6 @@ def _search_layouts(args):
         if getattr(args, flag) is None:
             raise ConfigError(f"astra search: --{flag.replace('_', '-')} is required (or --serve to search "
                               "serving deployments)")
-    import yaml
-
     from astra_sim.platforms import get_platform
     from astra_workload_generators.llm import model_dims, peak_memory, training_flops
     from astra_workload_generators.llm.memory_fit import verdict as memory_verdict
@@ -252,20 +258,15 @@ def _search_layouts(args):
               f"{m.describe()})")
     if not fit:
         raise ConfigError("no layout fits the GPU's memory; add GPUs, ZeRO stages or recomputation")
-    spec = {"workload": {"llm": {**source, **({"seq-len": args.seq_len} if args.seq_len else {}),
-                                 **({"gemm-dtype": "fp8"} if args.gemm_dtype == "fp8" else {})}},
-            "run": {"platform": args.platform, "platform-collective": args.platform_collective},
-            "axes": {"zip": {f"workload.llm.{k}": [_options(c)[k] for c in fit] for k in _options(fit[0])}}}
-    # the base case is the first layout that fits
-    spec["workload"]["llm"].update(_options(fit[0]))
+    source = {**source, **({"seq-len": args.seq_len} if args.seq_len else {}),
+              **({"gemm-dtype": "fp8"} if args.gemm_dtype == "fp8" else {})}
+    bounds = _bounds(fit, source, platform, args)
     with tempfile.TemporaryDirectory(prefix="astra-search-") as folder:
-        spec_path = os.path.join(folder, "search.yaml")
-        with open(spec_path, "w") as handle:
-            yaml.safe_dump(spec, handle, sort_keys=False)
         output = args.points or os.path.join(folder, "results.parquet")
-        summary = run_sweep(spec_path, output, jobs=args.jobs, dask=args.dask, executor=args.executor,
-                            point_timeout=args.point_timeout, progress=False if args.no_progress else None)
-        rows = _read(output)
+        summary, rows, pruned = _simulate(fit, bounds, source, output, folder, args)
+    if bounds:
+        print(f"simulated {len(fit) - len(pruned)} layouts; {len(pruned)} skipped: their compute lower bound is not "
+              "below the best simulated step (--exhaustive simulates them)")
     flops = training_flops(dims, args.global_batch)
     peak = peak_tflops * 1e12
     ranked, steps = [], {}
@@ -281,7 +282,8 @@ def _search_layouts(args):
               "ranked": [{"layout": _options(c), "step_ns": steps[id(c)], "mfu": mfu, "peak_mem_bytes": int(mem)}
                          for s, mfu, mem, c in ranked],
               "dropped": {why: [_options(c) for c, _ in items] for why, items in dropped.items()},
-              "refused": invalid, "batch_refused": batch_refused}
+              "refused": invalid, "batch_refused": batch_refused,
+              "pruned": [{"layout": _options(c), "bound_ns": bounds[id(c)][0]} for c in pruned]}
     if args.output:
         from astra_sim.safeio import write_text_atomic
 
@@ -290,6 +292,74 @@ def _search_layouts(args):
         plot(ranked, {why: [m.total for _, m in items] for why, items in dropped.items()}, capacity, args.plot,
              f"{name} on {args.gpus} x {device}, batch {args.global_batch}")
     return result
+
+
+def _bounds(fit, source, platform, args):
+    """{id(layout): (lower bound ns, estimate ns)}, or {} when the platform's GPU has no gpu compute model (every
+    layout is then simulated) or --exhaustive asks for every one."""
+    import time
+
+    gpu = getattr(platform, "gpu", None)
+    if args.exhaustive or not isinstance(gpu, str):
+        return {}
+    from .bound import BoundCache, pipeline_estimate
+
+    started = time.perf_counter()
+    cache = BoundCache(source, gpu, platform.gpus_per_node, nccl=args.platform_collective == "nccl")
+    out = {}
+    for cfg in fit:
+        terms = cache.terms(cfg)
+        if terms is not None:
+            out[id(cfg)] = (terms.bound_ns(cfg.micro_batches), pipeline_estimate(terms, cfg))
+    print(f"bounded {len(out)} of {len(fit)} layouts in {time.perf_counter() - started:.1f} s (busiest rank's "
+          f"compute and in-node collectives; {cache.generated} computed, the rest shared or cached)")
+    return out
+
+
+def _simulate(fit, bounds, source, output, folder, args):
+    """Simulate the layouts in rounds, most promising first, skipping those whose bound is not below the best
+    step simulated so far; (the last round's summary, {layout key: row}, the pruned layouts)."""
+    from astra_sim.executors import make_executor
+
+    from .point import worker_state
+    from .sweep import run_sweep
+
+    never = (float("inf"), float("inf"))
+    todo = sorted(fit, key=lambda c: bounds.get(id(c), never)[1] if bounds else 0)
+    done, rows, best, summary = [], {}, None, None
+    state = worker_state()
+    with make_executor(args.jobs, args.dask, args.executor, state["pm"]) as executor:
+        batch = len(todo) if not bounds else max(1, getattr(executor, "workers", None) or args.jobs or 4)
+        while todo:
+            if best is not None:  # a layout whose bound is not below the best step cannot beat it
+                todo = [c for c in todo if id(c) not in bounds or bounds[id(c)][0] < best]
+            if not todo:
+                break
+            round_, todo = todo[:batch], todo[batch:]
+            done += round_
+            summary = _run_round(done, round_[0], source, output, folder, args, state, executor, run_sweep)
+            rows = _read(output)
+            for cfg in round_:
+                row = rows.get(_key(cfg))
+                if row is not None and row.get("status") == "ok":
+                    best = int(row["step_ns"]) if best is None else min(best, int(row["step_ns"]))
+    simulated = {id(c) for c in done}
+    return summary, rows, [c for c in fit if id(c) not in simulated]
+
+
+def _run_round(done, base, source, output, folder, args, state, executor, run_sweep):
+    """One sweep over every layout simulated so far (the earlier ones are resumed from ``output``); the base case
+    is one of this round's layouts, whose workload the round makes anyway."""
+    import yaml
+
+    spec = {"workload": {"llm": {**source, **_options(base)}},
+            "run": {"platform": args.platform, "platform-collective": args.platform_collective},
+            "axes": {"zip": {f"workload.llm.{k}": [_options(c)[k] for c in done] for k in _options(base)}}}
+    spec_path = os.path.join(folder, "search.yaml")
+    with open(spec_path, "w") as handle:
+        yaml.safe_dump(spec, handle, sort_keys=False)
+    return run_sweep(spec_path, output, point_timeout=args.point_timeout, state=state, executor_object=executor,
+                     progress=False if args.no_progress else None)
 
 
 def _key(cfg):

@@ -1,0 +1,116 @@
+"""The search's lower bound (astra_sweep.bound) and its branch and bound: the terms extrapolate exactly to any
+micro-batch count and virtual-stage count, the bound never exceeds the simulated step, and the pruned search
+answers what the exhaustive one does."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from astra_sim.cli import main
+
+from astra_sweep.bound import BoundCache
+from astra_workload_generators.llm import LlmConfig
+
+SOURCE = {"preset": "llama2-7b", "seq-len": 256}
+#: a small search (8 H100s): exhaustive simulation of its 8 layouts takes ~30 s on 2 busy cores
+SEARCH = ["search", "--preset", "llama2-7b", "--seq-len", "256", "--gpus", "8", "--platform", "hgx-h100",
+          "--global-batch", "16", "--tp", "2,4,8", "--pp", "1,2", "--vp", "1,2", "--mbs", "1,2", "--zero", "1",
+          "--recompute", "none", "--jobs", "2", "--no-progress", "--json"]
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path, monkeypatch):
+    """Each test its own disk cache (the default is the user's ~/.cache)."""
+    monkeypatch.setenv("ASTRA_SEARCH_CACHE", str(tmp_path / "bounds"))
+
+
+def _cfg(**kw):
+    base = dict(tp=2, pp=2, dp=2, micro_batches=4, micro_batch_size=1, virtual_stages=1, zero=1,
+                sequence_parallel=True)
+    return LlmConfig(**{**base, **kw})
+
+
+def _direct(cache, cfg):
+    """The bound from generating the layout itself (its own micro-batches and virtual stages)."""
+    from astra_sweep.search import _options
+
+    ranks = cache._compute(_options(cfg), cfg.micro_batches)
+    return max(max(compute, longest) for compute, longest in ranks.values())
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(micro_batches=6), dict(virtual_stages=2, micro_batches=4),
+                                dict(tp=4, dp=1, micro_batch_size=2, recompute=True)])
+def test_terms_extrapolate_to_the_layout(kw, tmp_path):
+    """Two small generations (m = 1, 2, VP 1) give the layout's own bound: linear in m, the same for any VP."""
+    cache = BoundCache(SOURCE, "h100-sxm", 8, disk=False)
+    cfg = _cfg(**kw)
+    assert cache.terms(cfg).bound_ns(cfg.micro_batches) == _direct(cache, cfg)
+
+
+def test_collectives_in_a_node_count_and_others_do_not():
+    """TP 2 layouts: the in-node all-gathers / reduce-scatters lengthen the chain beyond compute; with the ring
+    collective (simulated packets, not the NCCL model) only compute counts."""
+    cfg = _cfg()
+    nccl = BoundCache(SOURCE, "h100-sxm", 8, disk=False).terms(cfg)
+    ring = BoundCache(SOURCE, "h100-sxm", 8, nccl=False, disk=False).terms(cfg)
+    assert nccl.bound_ns(4) > ring.bound_ns(4) > 0
+
+
+def test_disk_cache_is_shared_and_survives_a_bad_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("ASTRA_SEARCH_CACHE", str(tmp_path))
+    cfg = _cfg()
+    first = BoundCache(SOURCE, "h100-sxm", 8)
+    terms = first.terms(cfg)
+    assert first.generated == 1 and first.terms(_cfg(micro_batches=8, virtual_stages=2)) == terms  # shared
+    second = BoundCache(SOURCE, "h100-sxm", 8)
+    assert second.terms(cfg) == terms and second.generated == 0  # another process: read from disk
+    files = [os.path.join(d, f) for d, _, fs in os.walk(tmp_path) for f in fs if f.endswith(".json")]
+    assert len(files) == 1
+    with open(files[0], "w") as handle:
+        handle.write("{not json")
+    third = BoundCache(SOURCE, "h100-sxm", 8)
+    assert third.terms(cfg) == terms and third.generated == 1
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.one_of(st.binary(max_size=200).map(lambda b: b.decode("latin-1")),
+                 st.recursive(st.none() | st.integers() | st.text(max_size=5),
+                              lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=20), c,
+                                                                                  max_size=3)).map(json.dumps)))
+def test_a_damaged_cache_entry_is_recomputed_never_a_crash(tmp_path, text):
+    cache = BoundCache(SOURCE, "h100-sxm", 8)
+    cache.disk = str(tmp_path)
+    path = tmp_path / "ab" / "abcd.json"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text)
+    found = cache._load("abcd")
+    assert found is None or all(isinstance(v, int) for v in found.fixed_ns.values())
+
+
+@pytest.mark.slow
+def test_pruned_search_finds_the_exhaustive_winner_and_the_bound_holds(capsys):
+    """The bound is at most every simulated step; the pruned search skips some layouts and ranks the same
+    winner first."""
+    assert main(SEARCH + ["--exhaustive"]) == 0
+    exhaustive = json.loads(capsys.readouterr().out)
+    assert exhaustive["pruned"] == [] and len(exhaustive["ranked"]) >= 6
+    cache = BoundCache(SOURCE, "h100-sxm", 8, disk=False)
+    for entry in exhaustive["ranked"]:
+        layout = entry["layout"]
+        cfg = LlmConfig(tp=layout["tp"], pp=layout["pp"], dp=layout["dp"], micro_batches=layout["micro-batches"],
+                        micro_batch_size=layout["micro-batch-size"], virtual_stages=layout["virtual-stages"],
+                        zero=layout["zero"], sequence_parallel=layout["sequence-parallel"])
+        assert cache.terms(cfg).bound_ns(cfg.micro_batches) <= entry["step_ns"], layout
+    assert main(SEARCH) == 0
+    printed = capsys.readouterr()
+    pruned = json.loads(printed.out)
+    assert pruned["ranked"][0] == exhaustive["ranked"][0]
+    assert pruned["pruned"] and len(pruned["ranked"]) + len(pruned["pruned"]) == len(exhaustive["ranked"])
+    assert "skipped: their compute lower bound" in printed.err
+    best = pruned["ranked"][0]["step_ns"]
+    assert all(p["bound_ns"] >= best for p in pruned["pruned"])
