@@ -105,7 +105,7 @@ def check(study_dir, small, ratio, out):
                                                       "tolerance": tolerance, "ok": ok}, indent=1) + "\n")
     paper = expected.get("paper", {})
     print(f"{expected['headline']} ({form}): ours {ratio:.2f}x, expected {want:.2f}x +- {tolerance:.0%}"
-          f"{'' if ok else ' - OUTSIDE THE TOLERANCE'}; the paper's: {paper.get('ratio', 'not stated')}")
+          f"{'' if ok else ' - OUTSIDE THE TOLERANCE'}; the paper's: {paper.get('ratio') or 'not stated'}")
     return 0 if ok else 1
 
 
