@@ -234,5 +234,5 @@ def _one_switch(sys, dim):
     return spec
 
 
-__all__ = ["InSwitch", "SwitchReduction", "STREAM_SEGMENTS", "segment_sizes", "switch_spec", "tree_spec", "dims_mask", "OP_ALL_REDUCE", "OP_REDUCE",
-           "OP_MULTICAST", "OP_NAMES"]
+__all__ = ["InSwitch", "SwitchReduction", "STREAM_SEGMENTS", "segment_sizes", "switch_spec", "tree_spec", "dims_mask",
+           "OP_ALL_REDUCE", "OP_REDUCE", "OP_MULTICAST", "OP_NAMES"]
