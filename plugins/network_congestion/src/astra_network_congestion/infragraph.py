@@ -90,6 +90,7 @@ import warnings
 from dataclasses import dataclass, field
 
 from astra_sim.errors import ConfigError
+from astra_sim.limits import MAX_TOTAL_NPUS
 from astra_sim.safeio import brief, load_yaml
 
 from astra_network_congestion.graph import NPU, SWITCH, NetworkGraph
@@ -377,26 +378,26 @@ def sibling_annotation_paths(infra_path):
 def _slice_indices(expr, count, where):
     """Indices of ``name[expr]`` for a component/instance with ``count`` copies; bounds are checked."""
     if expr is None or expr.strip() in ("", ":"):
-        return list(range(count))
+        return range(count)  # (lazy: a count of 10^18 is refused later, by _check_size)
     parts = expr.split(":")
     try:
         numbers = [int(p) if p.strip() else None for p in parts]
     except ValueError:
-        raise ConfigError(f"{where}: cannot read the index/slice [{expr}]") from None
+        raise ConfigError(f"{where}: cannot read the index/slice [{expr[:40]}]") from None
     if len(parts) == 1:
         index = numbers[0]
         if not -count <= index < count:
-            raise ConfigError(f"{where}: index [{expr}] is out of range (there are {count})")
+            raise ConfigError(f"{where}: index [{expr[:40]}] is out of range (there are {brief(count)})")
         return [index % count]
     if len(parts) > 3:
-        raise ConfigError(f"{where}: cannot read the slice [{expr}]")
+        raise ConfigError(f"{where}: cannot read the slice [{expr[:40]}]")
     for bound in numbers[:2]:
         if bound is not None and not -count <= bound <= count:
-            raise ConfigError(f"{where}: slice [{expr}] reaches past the {count} that exist")
+            raise ConfigError(f"{where}: slice [{expr[:40]}] reaches past the {brief(count)} that exist")
     step = numbers[2] if len(numbers) == 3 else None
     if step == 0:
-        raise ConfigError(f"{where}: slice [{expr}] has step 0")
-    return list(range(*slice(numbers[0], numbers[1], step).indices(count)))
+        raise ConfigError(f"{where}: slice [{expr[:40]}] has step 0")
+    return range(*slice(numbers[0], numbers[1], step).indices(count))
 
 
 _SEGMENT = re.compile(r"^([A-Za-z0-9_-]+)(?:\[([^\]]*)\])?$")
@@ -406,11 +407,11 @@ def _check_edge_link(where, edge, links, owner):
     """An edge must use a link its ``owner`` (a device or the infrastructure) defines, with a supported scheme."""
     if edge.link not in links:
         raise ConfigError(
-            f"{where} uses link {edge.link!r}, which {owner} does not define "
-            f"(its links: {', '.join(sorted(links)) or 'none'})"
+            f"{where} uses link {brief(edge.link)}, which {owner} does not define "
+            f"(its links: {brief(', '.join(sorted(links))) if links else 'none'})"
         )
     if edge.scheme not in (None, "one2one", "many2many"):
-        raise ConfigError(f"{where}: scheme {edge.scheme!r} is not supported (use one2one or many2many)")
+        raise ConfigError(f"{where}: scheme {brief(edge.scheme)} is not supported (use one2one or many2many)")
 
 
 def _check_component_path(devices, device_name, text, where):
@@ -419,37 +420,56 @@ def _check_component_path(devices, device_name, text, where):
     for segment in str(text).split("."):
         match = _SEGMENT.match(segment.strip())
         if not match:
-            raise ConfigError(f"{where}: cannot read endpoint {text!r}")
+            raise ConfigError(f"{where}: cannot read endpoint {brief(text)}")
         name, expr = match.groups()
         components = {c.name: c for c in devices[current].components}
         if name not in components:
             raise ConfigError(
-                f"{where}: endpoint {text!r}: device {current!r} has no component {name!r} "
-                f"(it has {', '.join(sorted(components)) or 'none'})"
+                f"{where}: endpoint {brief(text)}: device {brief(current)} has no component {brief(name)} "
+                f"(it has {brief(', '.join(sorted(components))) if components else 'none'})"
             )
-        _slice_indices(expr, components[name].count, f"{where}: endpoint {text!r}")
+        _slice_indices(expr, components[name].count, f"{where}: endpoint {brief(text)}")
         if components[name].choice == "device":
             current = name
+
+
+def _device_nodes(devices, name, path, inside=()):
+    """Nodes one device ``name`` expands to (its components, nested devices' counted through)."""
+    if name in inside:
+        chain = " > ".join(map(brief, inside + (name,)))
+        raise ConfigError(f"{path}: device {brief(name)} contains itself ({chain})")
+    return sum(c.count * (_device_nodes(devices, c.name, path, inside + (name,)) if c.choice == "device" else 1)
+               for c in devices[name].components)
+
+
+def _check_size(devices, instances, path):
+    """At most MAX_TOTAL_NPUS nodes: expanding more takes infragraph minutes and gigabytes (a count of 10^18 never
+    ends)."""
+    total = sum(i.count * _device_nodes(devices, i.device, path) for i in instances.values())
+    if total > MAX_TOTAL_NPUS:
+        raise ConfigError(f"{path}: the infrastructure expands to {brief(total)} nodes, more than the "
+                          f"{MAX_TOTAL_NPUS:,} accepted (instance and component counts multiply)")
 
 
 def _validate_infrastructure(infra, path):
     devices = {}
     for device in infra.devices:
         if device.name in devices:
-            raise ConfigError(f"{path}: device {device.name!r} is defined twice")
+            raise ConfigError(f"{path}: device {brief(device.name)} is defined twice")
         devices[device.name] = device
     for device in infra.devices:
-        where = f"{path}: device {device.name!r}"
+        where = f"{path}: device {brief(device.name)}"
         names = set()
         for component in device.components:
             if component.name in names:
-                raise ConfigError(f"{where}: component {component.name!r} is defined twice")
+                raise ConfigError(f"{where}: component {brief(component.name)} is defined twice")
             names.add(component.name)
             if component.count is None or component.count < 1:
-                raise ConfigError(f"{where}: component {component.name!r} needs count >= 1")
+                raise ConfigError(f"{where}: component {brief(component.name)} needs count >= 1")
             if component.choice == "device" and component.name not in devices:
                 raise ConfigError(
-                    f"{where}: component {component.name!r} has choice 'device' but no device of that name exists"
+                    f"{where}: component {brief(component.name)} has choice 'device' but no device of that name "
+                    "exists"
                 )
         links = {link.name for link in device.links}
         for index, edge in enumerate(device.edges):
@@ -463,17 +483,18 @@ def _validate_infrastructure(infra, path):
     instances = {}
     for instance in infra.instances:
         if instance.name in instances:
-            raise ConfigError(f"{path}: instance {instance.name!r} is defined twice")
+            raise ConfigError(f"{path}: instance {brief(instance.name)} is defined twice")
         if instance.device not in devices:
             raise ConfigError(
-                f"{path}: instance {instance.name!r} uses unknown device {instance.device!r} "
-                f"(devices: {', '.join(sorted(devices)) or 'none'})"
+                f"{path}: instance {brief(instance.name)} uses unknown device {brief(instance.device)} "
+                f"(devices: {brief(', '.join(sorted(devices))) if devices else 'none'})"
             )
         if instance.count is None or instance.count < 1:
-            raise ConfigError(f"{path}: instance {instance.name!r} needs count >= 1")
+            raise ConfigError(f"{path}: instance {brief(instance.name)} needs count >= 1")
         instances[instance.name] = instance
     if not instances:
         raise ConfigError(f"{path}: the infrastructure has no instances, so no nodes")
+    _check_size(devices, instances, path)
     links = {link.name for link in infra.links}
     for index, edge in enumerate(infra.edges):
         where = f"{path}: edges[{index}]"
@@ -484,10 +505,11 @@ def _validate_infrastructure(infra, path):
             match = _SEGMENT.match(end.instance.strip())
             if not match or match.group(1) not in instances:
                 raise ConfigError(
-                    f"{where}: unknown instance {end.instance!r} (instances: {', '.join(sorted(instances))})"
+                    f"{where}: unknown instance {brief(end.instance)} "
+                    f"(instances: {brief(', '.join(sorted(instances)))})"
                 )
             instance = instances[match.group(1)]
-            _slice_indices(match.group(2), instance.count, f"{where}: instance {end.instance!r}")
+            _slice_indices(match.group(2), instance.count, f"{where}: instance {brief(end.instance)}")
             _check_component_path(devices, instance.device, end.component, where)
 
 
