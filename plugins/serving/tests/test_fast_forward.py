@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from astra_serving.cluster import Cluster
-from astra_serving.engine import VLLM_CUDA_GRAPH_SIZES, Engine, EngineConfig
+from astra_serving.engine import VLLM_CUDA_GRAPH_SIZES, Engine, EngineConfig, Seq
 from astra_serving.kvcache import BlockManager
 from astra_serving.requests import Request
 
@@ -83,8 +83,8 @@ def test_decode_runs_change_nothing(rows, replicas, blocks, block_size, prefix, 
 
 
 def test_a_lone_long_decode_runs_between_block_boundaries():
-    """One request decoding alone: the decode runs stop at each block boundary (a scheduler pass each) and
-    before its last token, and the result is the per-iteration loop's."""
+    """One request decoding alone: one decode run takes it to its last token (its KV blocks taken on the way),
+    and the result is the per-iteration loop's."""
     config = EngineConfig()
     kw = dict(replicas=1, blocks=100, block_size=16, prefix=False, disaggregate=False, router="round-robin",
               config=config)
@@ -97,4 +97,17 @@ def test_a_lone_long_decode_runs_between_block_boundaries():
     original = engine.schedule
     engine.schedule = lambda: calls.append(1) or original()
     Cluster([engine]).run([Request(0, 0, 20, 200)])
-    assert engine.iterations == 200 and len(calls) < 30, len(calls)  # ~ one pass per 16 positions
+    assert engine.iterations == 200 and len(calls) <= 3, len(calls)  # the prefill, the run, the last token
+
+
+def test_a_sequence_swapped_in_during_its_prefill_holds_the_blocks_it_computes():
+    """A running sequence holds the KV blocks of its computed positions (what the scheduler's block check and
+    the decode runs rely on): one swapped out during its prefill takes, when it comes back, the blocks of the
+    chunk it computes as well."""
+    engine = Engine(0, ContextTimer(), BlockManager(100, 4),
+                    EngineConfig(max_num_batched_tokens=32, preemption="swap"), 1000)
+    seq = Seq(Request(0, 0, 100, 5), computed=8)
+    seq.state, seq.swapped_positions = "swapped", 8
+    engine.swapped.append(seq)
+    (scheduled, n), = engine.schedule().items
+    assert scheduled is seq and n == 32 and engine.blocks.blocks_of(0) * 4 >= 8 + 32

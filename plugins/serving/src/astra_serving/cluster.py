@@ -4,9 +4,9 @@ arrivals, iteration ends and KV transfer ends.
 
 Decode runs (``fast_forward``, on by default): between events, a replica whose batch is decode only and whose
 next iterations change nothing but each sequence's length (no arrival or other event before they end, no
-sequence finishing, no KV block to take, nothing waiting or swapped out) runs them in one go: each iteration's
-time is still looked up (its context is one longer each time) and accounted, and the sequences are advanced
-at the end, without a scheduler pass per iteration. Every request's times are those of the loop that schedules
+sequence finishing, nothing waiting or swapped out, the KV blocks they need free) runs them in one go: each
+iteration's time is still looked up (its context is one longer each time) and accounted, the blocks taken, and
+the sequences are advanced at the end, without a scheduler pass per iteration. Every request's times are those of the loop that schedules
 each iteration (``tests/test_fast_forward.py`` compares them on random workloads).
 
 Routers: ``round-robin``; ``least-loaded`` (fewest tokens still to process, queued and running);
@@ -95,19 +95,26 @@ class Cluster:
         decode run may move the clock on (:meth:`_decode_run`)."""
         if engine.busy:
             return
-        batch = engine.schedule()
+        batch = self._schedule(engine)
         if batch is None:
             return
-        for seq, _ in batch.admitted:  # a sequence is first scheduled when it is admitted from the waiting queue
-            if seq.req.scheduled_ns is None:
-                seq.req.scheduled_ns = self.now
-                self._queue_change(-1)
         duration = engine.end_ns(batch, self.now) - self.now
         if run and self.fast_forward:
             batch, duration = self._decode_run(engine, batch, duration)
+            if batch is None:
+                return
         self._account(engine, batch, duration)
         engine.busy = True
         self._push(self.now + duration, "step", (engine, batch))
+
+    def _schedule(self, engine):
+        batch = engine.schedule()
+        if batch is not None:
+            for seq, _ in batch.admitted:  # a sequence is first scheduled when it is admitted from the queue
+                if seq.req.scheduled_ns is None:
+                    seq.req.scheduled_ns = self.now
+                    self._queue_change(-1)
+        return batch
 
     def _account(self, engine, batch, duration):
         if self.record_iterations:
@@ -126,16 +133,28 @@ class Cluster:
         repeats = engine.decode_repeats(batch)
         if not repeats:
             return batch, duration
+        blocks, size, phases = engine.blocks, engine.blocks.block_size, engine.decode_block_phases()
         ran = 0
+        short = False
         while ran < repeats and (horizon is None or self.now + duration < horizon):
             self._account(engine, batch, duration)
             self.now += duration
             ran += 1
             self._sample_kv()
+            grow = phases.get(ran % size)
+            if grow:  # the next iteration's new blocks, taken as the scheduler would (in running order)
+                if blocks.available() < len(grow):
+                    short = True  # the scheduler preempts: it makes the next batch
+                    break
+                for seq in grow:
+                    blocks.grow(seq.req.id, seq.computed + ran + 1)
             batch = engine.next_decode(batch)
             duration = engine.end_ns(batch, self.now) - self.now
         if ran:
             engine.advance_decodes(ran)
+        if short:
+            batch = self._schedule(engine)
+            duration = None if batch is None else engine.end_ns(batch, self.now) - self.now
         return batch, duration
 
     def run(self, requests):

@@ -255,7 +255,10 @@ class Engine:
             # swapped sequences come back first (whole: their KV is copied in)
             while self.swapped and budget > 0 and len(self.running) < cfg.max_num_seqs:
                 seq = self.swapped[0]
-                if not self.blocks.grow(seq.req.id, seq.swapped_positions + 1):
+                n = min(seq.pending, budget)
+                # the blocks of the positions it has and of those it computes now (a sequence swapped out during
+                # its prefill has more than one to compute)
+                if not self.blocks.grow(seq.req.id, seq.swapped_positions + max(1, n)):
                     blocked = "kv_cache"
                     break
                 self.swapped.pop(0)
@@ -263,7 +266,6 @@ class Engine:
                 seq.state = "running"
                 seq.admitted = next(self._admit)
                 self.running.append(seq)
-                n = min(seq.pending, budget)
                 if n > 0:
                     items.append((seq, n))
                     budget -= n
@@ -347,18 +349,24 @@ class Engine:
 
     def decode_repeats(self, batch):
         """Iterations of ``batch`` that can complete, each followed by the same batch a context longer, without
-        a scheduler pass: 0 unless the batch decodes every running sequence (one token each, one step, on a
-        replica of its own) and nothing waits or is swapped out. Then it is the fewest of: iterations before a
-        sequence samples its last token (it leaves the batch), and before one needs a new KV block (it may
-        preempt)."""
+        a scheduler pass but for the KV blocks it takes (:meth:`decode_block_phases`): 0 unless the batch
+        decodes every running sequence (one token each, one step, on a replica of its own) and nothing waits or
+        is swapped out; then those before a sequence samples its last token (it leaves the batch)."""
         cfg = self.config
         if (batch.prefill_tokens or batch.steps != 1 or batch.decode_seqs != len(self.running) or self.waiting
                 or self.swapped or self.pipeline is not None or cfg.role == "prefill" or cfg.num_scheduler_steps > 1):
             return 0
+        return min(seq.req.output_tokens - seq.generated for seq in self.running) - 1
+
+    def decode_block_phases(self):
+        """{j % block size: [running sequences]}: a sequence of computed c (before the run's first iteration)
+        needs a new KV block for the iteration after the run's j-th when (c + j) is a multiple of the block size
+        (it holds the blocks of its computed positions)."""
         size = self.blocks.block_size
-        # seq of computed c (before this batch) is in a block-free iteration j+1 while (c + j) % size != 0
-        repeats = min(size - seq.computed % size for seq in self.running) - 1
-        return min(repeats, min(seq.req.output_tokens - seq.generated for seq in self.running) - 1)
+        phases = {}
+        for seq in self.running:
+            phases.setdefault(-seq.computed % size, []).append(seq)
+        return phases
 
     def next_decode(self, batch):
         """The batch the scheduler makes after ``batch`` when :meth:`decode_repeats` allows it: the same
