@@ -317,10 +317,14 @@ def load_infragraph(path, context=None, logical_dims=None, strict=True):
         raise ConfigError(f"{path}: 'npu_types' must be a list of node types, e.g. [xpu, gpu]")
     model.npu_types = tuple(t.lower() for t in npu_types)
 
-    model.declared_links = {str(link.get("name")) for link in infra_data.get("links") or [] if isinstance(link, dict)}
-    for device in infra_data.get("devices") or []:
+    def listed(value):  # (a list that is something else is _expand's error to report)
+        return value if isinstance(value, list) else []
+
+    model.declared_links = {str(link.get("name")) for link in listed(infra_data.get("links")) if isinstance(link, dict)}
+    for device in listed(infra_data.get("devices")):
         if isinstance(device, dict):
-            model.declared_links |= {str(link.get("name")) for link in device.get("links") or [] if isinstance(link, dict)}
+            model.declared_links |= {str(link.get("name")) for link in listed(device.get("links"))
+                                     if isinstance(link, dict)}
     service = _expand(model, infra_data, infra_path)
     # Annotations: explicit (wrapper) or the sibling files of the infrastructure.
     if kind == "wrapper" and "annotations" in settings:
