@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from pathlib import Path
 
 import pytest
 from hypothesis import given, strategies as st
 
 from astra_sim.errors import AstraError
-from astra_sim_testing import repo_root
+from astra_sim_testing import find_shared_dir, repo_root
 from astra_sim_testing.fuzzing import (check_error, fuzz_settings, mutated, mutated_bytes, time_limit, to_json,
                                        to_yaml)
 
@@ -250,7 +249,7 @@ def test_systolic_files(tmp_path, kind, data):
 
 
 # ------------------------------------------------------------------------------------ MSCCL-IR XML
-MSCCL_DIR = Path("/work/shared/samples/msccl")
+MSCCL_DIR = (find_shared_dir() or ROOT) / "samples" / "msccl"  # the reference's MSCCL-IR files, when present
 MSCCL = [(EXAMPLES / "msccl" / "allreduce_ring_8gpu.xml").read_bytes()] + (
     [p.read_bytes() for p in sorted(MSCCL_DIR.glob("*.xml")) if p.stat().st_size < 60_000][:4]
     if MSCCL_DIR.is_dir() else [])
