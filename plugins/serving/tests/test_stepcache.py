@@ -36,6 +36,16 @@ def test_max_entries_is_a_positive_int():
             raise AssertionError(bad)
 
 
+def test_a_bad_bound_is_an_error_before_any_step(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ASTRA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("ASTRA_CACHE_MAX_ENTRIES", "lots")
+    code = main(["serve", "--model", "llama3-8b", "--platform", "hgx-h100", "--qps", "4", "--requests", "2"])
+    err = capsys.readouterr().err.strip()
+    assert code != 0 and len(err.splitlines()) == 1 and "ASTRA_CACHE_MAX_ENTRIES" in err and "'lots'" in err
+    assert main(["serve", "--model", "llama3-8b", "--platform", "hgx-h100", "--qps", "4", "--requests", "2",
+                 "--no-cache", "-q"]) == 0  # no cache, no bound to read
+
+
 def test_entries_round_trip_per_layout_and_shape(tmp_path):
     a = StepCache(str(tmp_path), "layout-a", {}, 2)
     assert a.get((8, 0, 0, 0, False)) is None

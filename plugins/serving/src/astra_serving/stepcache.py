@@ -114,6 +114,7 @@ class StepCache:
         self.folder = folder
         self.pp = pp
         self.namespace = json.dumps([layout_key, _files_named(run_options), code_fingerprint()])
+        self.limit = max_entries()  # read now: a bad ASTRA_CACHE_MAX_ENTRIES is an error before any step
         self.hits = 0
         self.writes = 0
         self._pruned = False
@@ -152,7 +153,7 @@ class StepCache:
         self.writes += 1
         if not self._pruned:
             self._pruned = True
-            prune(self.folder, max_entries())
+            prune(self.folder, self.limit)
 
 
 def prune(folder, limit):
