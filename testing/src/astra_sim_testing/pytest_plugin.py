@@ -33,6 +33,22 @@ _reproducible_hypothesis()
 # machine is); tests of the progress lines set ASTRA_PROGRESS themselves.
 os.environ.setdefault("ASTRA_PROGRESS", "0")
 
+# Persistent caches (astra serve's step times) go to a folder of this test session, removed at its end: tests
+# never read a cache an earlier run of other code left, and never write into the user's ~/.cache.
+_SESSION_CACHE = None
+if "ASTRA_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    _SESSION_CACHE = tempfile.mkdtemp(prefix="astra-test-cache-")
+    os.environ["ASTRA_CACHE_DIR"] = _SESSION_CACHE
+
+
+def pytest_unconfigure(config):
+    if _SESSION_CACHE is not None:
+        import shutil
+
+        shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
+
 
 @pytest.fixture(scope="session")
 def shared_dir():
