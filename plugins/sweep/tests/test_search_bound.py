@@ -111,6 +111,18 @@ def test_pruned_search_finds_the_exhaustive_winner_and_the_bound_holds(capsys):
     pruned = json.loads(printed.out)
     assert pruned["ranked"][0] == exhaustive["ranked"][0]
     assert pruned["pruned"] and len(pruned["ranked"]) + len(pruned["pruned"]) == len(exhaustive["ranked"])
-    assert "skipped: their compute lower bound" in printed.err
+    assert "skipped: their lower bound is not below" in printed.err
     best = pruned["ranked"][0]["step_ns"]
     assert all(p["bound_ns"] >= best for p in pruned["pruned"])
+
+
+@pytest.mark.slow
+def test_exhaustive_flag_simulates_every_layout(capsys):
+    """``--exhaustive``: no bound is computed and every layout that fits is ranked."""
+    flags = [a for a in SEARCH]
+    flags[flags.index("--tp") + 1], flags[flags.index("--pp") + 1] = "8", "1"
+    flags[flags.index("--vp") + 1] = "1"
+    assert main(flags + ["--exhaustive"]) == 0
+    printed = capsys.readouterr()
+    result = json.loads(printed.out)
+    assert result["pruned"] == [] and len(result["ranked"]) == 2 and "bounded" not in printed.err

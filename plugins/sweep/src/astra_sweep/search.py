@@ -84,7 +84,7 @@ def add_search_command(sub):
     add_executor_flags(p)
     p.add_argument("--point-timeout", type=float, default=None, metavar="S")
     p.add_argument("--exhaustive", action="store_true",
-                   help="simulate every layout that fits (default: skip those whose compute lower bound is not "
+                   help="simulate every layout that fits (default: skip those whose lower bound is not "
                         "below the best simulated step; the winner is the same)")
     p.add_argument("--plot", metavar="FILE.png", help="step time against memory of every simulated point")
     p.add_argument("--no-progress", action="store_true")
@@ -265,7 +265,7 @@ def _search_layouts(args):
         output = args.points or os.path.join(folder, "results.parquet")
         summary, rows, pruned = _simulate(fit, bounds, source, output, folder, args)
     if bounds:
-        print(f"simulated {len(fit) - len(pruned)} layouts; {len(pruned)} skipped: their compute lower bound is not "
+        print(f"simulated {len(fit) - len(pruned)} layouts; {len(pruned)} skipped: their lower bound is not "
               "below the best simulated step (--exhaustive simulates them)")
     flops = training_flops(dims, args.global_batch)
     peak = peak_tflops * 1e12
