@@ -126,3 +126,19 @@ def test_exhaustive_flag_simulates_every_layout(capsys):
     printed = capsys.readouterr()
     result = json.loads(printed.out)
     assert result["pruned"] == [] and len(result["ranked"]) == 2 and "bounded" not in printed.err
+
+
+@pytest.mark.slow
+def test_a_rerun_resumes_its_points_and_keeps_them(tmp_path, capsys):
+    """--points of an earlier search: its layouts are resumed first (not simulated again) and stay in the file."""
+    flags = [a for a in SEARCH]
+    flags[flags.index("--tp") + 1], flags[flags.index("--pp") + 1] = "8", "1"
+    flags[flags.index("--vp") + 1] = "1"
+    points = tmp_path / "points.csv"
+    assert main(flags + ["--exhaustive", "--points", str(points)]) == 0
+    first = json.loads(capsys.readouterr().out)
+    before = points.read_text()
+    assert main(flags + ["--points", str(points)]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["ranked"] == first["ranked"] and again["pruned"] == []
+    assert sorted(points.read_text().splitlines()) == sorted(before.splitlines())  # same rows, none re-run

@@ -327,24 +327,35 @@ def _simulate(fit, bounds, source, output, folder, args):
     never = (float("inf"), float("inf"))
     todo = sorted(fit, key=lambda c: bounds.get(id(c), never)[1] if bounds else 0)
     done, rows, best, summary = [], {}, None, None
+    if os.path.exists(output):  # a rerun's --points: its layouts go first (resumed, not simulated again)
+        rows = _read(output)
+        done = [c for c in todo if _key(c) in rows]
+        todo = [c for c in todo if _key(c) not in rows]
+        best = _best(done, rows, best)
     state = worker_state()
     with make_executor(args.jobs, args.dask, args.executor, state["pm"]) as executor:
         batch = len(todo) if not bounds else max(1, getattr(executor, "workers", None) or args.jobs or 4)
-        while todo:
+        while todo or summary is None:
             if best is not None:  # a layout whose bound is not below the best step cannot beat it
                 todo = [c for c in todo if id(c) not in bounds or bounds[id(c)][0] < best]
-            if not todo:
-                break
             round_, todo = todo[:batch], todo[batch:]
+            if not round_ and summary is not None:
+                break
             done += round_
-            summary = _run_round(done, round_[0], source, output, folder, args, state, executor, run_sweep)
+            summary = _run_round(done, (round_ or done)[0], source, output, folder, args, state, executor, run_sweep)
             rows = _read(output)
-            for cfg in round_:
-                row = rows.get(_key(cfg))
-                if row is not None and row.get("status") == "ok":
-                    best = int(row["step_ns"]) if best is None else min(best, int(row["step_ns"]))
+            best = _best(round_, rows, best)
     simulated = {id(c) for c in done}
     return summary, rows, [c for c in fit if id(c) not in simulated]
+
+
+def _best(layouts, rows, best):
+    """The fastest simulated step among ``layouts`` and ``best`` (None before any)."""
+    for cfg in layouts:
+        row = rows.get(_key(cfg))
+        if row is not None and row.get("status") == "ok":
+            best = int(row["step_ns"]) if best is None else min(best, int(row["step_ns"]))
+    return best
 
 
 def _run_round(done, base, source, output, folder, args, state, executor, run_sweep):
