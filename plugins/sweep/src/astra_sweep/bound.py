@@ -16,7 +16,7 @@ against direct generation, and the bound against simulation.
 
 Work is shared across layouts and processes: one compute model per GPU caches each op's cost by shape, and each
 layout's terms are kept in memory and on disk, content-addressed by the layout, the GPU's description and the
-generator's and compute model's versions (``ASTRA_SEARCH_CACHE``, default ``~/.cache/astra-sim/search``; written
+generator's and compute model's files (``ASTRA_SEARCH_CACHE``, default ``~/.cache/astra-sim/search``; written
 atomically, so concurrent searches never read half a file).
 
 :func:`pipeline_estimate` adds the 1F1B bubble, ``(pp - 1) / vp`` micro-batches of the cheapest rank's work: it is
@@ -40,14 +40,15 @@ TERMS_VERSION = 2
 
 @dataclass(frozen=True)
 class StepTerms:
-    """Per-rank chained work of a layout (compute, plus in-node collectives when chained): ``fixed_ns`` once per
-    step, ``per_micro_batch_ns`` per micro-batch (each rank class's representative, by rank)."""
+    """Per-rank work of a layout that nothing overlaps (its longest chain, or its compute when that is longer):
+    ``fixed_ns`` once per step, ``per_micro_batch_ns`` per micro-batch (each rank class's representative, by
+    rank)."""
 
     fixed_ns: dict
     per_micro_batch_ns: dict
 
     def bound_ns(self, micro_batches):
-        """The busiest rank's chained work: a lower bound on the simulated step (int ns)."""
+        """The busiest rank's: a lower bound on the simulated step (int ns)."""
         return max(self.fixed_ns[r] + micro_batches * self.per_micro_batch_ns[r] for r in self.fixed_ns)
 
 
@@ -63,16 +64,30 @@ def _cache_dir():
                                                                  "search")
 
 
-def _versions():
-    from importlib.metadata import PackageNotFoundError, version
+_CODE = []
 
-    out = []
-    for name in ("astra-workload-generators", "astra-gpu-model", "astra-sweep"):
-        try:
-            out.append(version(name))
-        except PackageNotFoundError:  # pragma: no cover - not installed as a distribution
-            out.append("?")
-    return out
+
+def _code_digest():
+    """A hash of what the terms are computed by: the generator's and the gpu model's files (code and data) and
+    this module, so that an edited checkout never reads another code's terms (versions alone stay put while a
+    checkout is edited)."""
+    if not _CODE:
+        import astra_gpu_model
+        import astra_workload_generators
+
+        h = hashlib.sha256()
+        for package in (astra_workload_generators, astra_gpu_model):
+            root = os.path.dirname(package.__file__)
+            for folder, dirs, files in sorted(os.walk(root)):
+                dirs.sort()
+                for name in sorted(files):
+                    if name.endswith((".py", ".json", ".yaml", ".yml")):
+                        with open(os.path.join(folder, name), "rb") as handle:
+                            h.update(name.encode() + hashlib.sha256(handle.read()).digest())
+        with open(__file__, "rb") as handle:
+            h.update(handle.read())
+        _CODE.append(h.hexdigest())
+    return _CODE[0]
 
 
 class BoundCache:
@@ -98,7 +113,7 @@ class BoundCache:
             with open(model_file, "rb") as handle:
                 model_digest = hashlib.sha256(handle.read()).hexdigest()
         self._salt = json.dumps([self.source, model_digest, self.model.describe(), bool(nccl), self.gpus_per_node,
-                                 TERMS_VERSION, _versions()], sort_keys=True, default=str)
+                                 TERMS_VERSION, _code_digest()], sort_keys=True, default=str)
 
     def terms(self, cfg):
         """The layout's :class:`StepTerms`, or None when the generator refuses its one- and two-micro-batch

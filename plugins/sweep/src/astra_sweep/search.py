@@ -200,8 +200,6 @@ def _search_layouts(args):
     from astra_workload_generators.llm import model_dims, peak_memory, training_flops
     from astra_workload_generators.llm.memory_fit import verdict as memory_verdict
 
-    from .sweep import run_sweep
-
     source = {"preset": args.preset}
     name = args.preset
     if args.model:
