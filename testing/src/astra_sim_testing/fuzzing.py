@@ -157,8 +157,10 @@ HANG_S = int(os.environ.get("ASTRA_FUZZ_HANG_S", "10"))
 def time_limit(seconds=None):
     """Raise :class:`Hang` (instead of hanging the suite) when the block runs longer than ``seconds``."""
     seconds = HANG_S if seconds is None else seconds
+    fired = []
 
     def expired(_signum, _frame):
+        fired.append(True)
         raise Hang(f"the reader took more than {seconds} s on one input")
 
     previous = signal.signal(signal.SIGALRM, expired)
@@ -168,3 +170,5 @@ def time_limit(seconds=None):
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+    if fired:  # raised where something swallowed it (a gc callback, a reader's broad except)
+        raise Hang(f"the reader took more than {seconds} s on one input")

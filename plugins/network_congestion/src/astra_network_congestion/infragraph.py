@@ -618,7 +618,7 @@ def _find_ranks(model):
         try:
             rank = int(str(data["rank"]).strip())
         except ValueError:
-            raise ConfigError(f"{where}: node {node} has rank {data['rank']!r}, not an integer") from None
+            raise ConfigError(f"{where}: node {node} has rank {brief(data['rank'])}, not an integer") from None
         if rank in ranked:
             raise ConfigError(f"{where}: rank {rank} is given to both {ranked[rank]} and {node}")
         ranked[rank] = node
