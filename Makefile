@@ -33,7 +33,7 @@ demo: install
 test: install
 	$(BIN)/python -m pytest
 
-# The fuzz tests (tests/test_fuzz_*.py) with 50 x the examples `make test` runs (about 120,000), random
+# The fuzz tests (tests/test_fuzz_*.py) with 50 x the examples `make test` runs (about 225,000), random
 # instead of reproducible; failures are printed with the input that caused them (keep it in tests/fuzz_corpus).
 FUZZ_SCALE ?= 50
 fuzz: install
