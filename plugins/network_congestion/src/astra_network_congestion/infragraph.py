@@ -419,8 +419,10 @@ def _check_edge_link(where, edge, links, owner):
 
 
 def _check_component_path(devices, device_name, text, where):
-    """``xpu[0:4]`` or ``cx5[0:2].port[0]``: every segment a component, every index in range."""
+    """``xpu[0:4]`` or ``cx5[0:2].port[0]``: every segment a component, every index in range. Returns how many
+    endpoints the path names."""
     current = device_name
+    endpoints = 1
     for segment in str(text).split("."):
         match = _SEGMENT.match(segment.strip())
         if not match:
@@ -432,9 +434,10 @@ def _check_component_path(devices, device_name, text, where):
                 f"{where}: endpoint {brief(text)}: device {brief(current)} has no component {brief(name)} "
                 f"(it has {brief(', '.join(sorted(components))) if components else 'none'})"
             )
-        _slice_indices(expr, components[name].count, f"{where}: endpoint {brief(text)}")
+        endpoints *= len(_slice_indices(expr, components[name].count, f"{where}: endpoint {brief(text)}"))
         if components[name].choice == "device":
             current = name
+    return endpoints
 
 
 def _device_nodes(devices, name, path, inside=()):
@@ -446,17 +449,30 @@ def _device_nodes(devices, name, path, inside=()):
                for c in devices[name].components)
 
 
-def _check_size(devices, instances, path):
-    """At most MAX_TOTAL_NPUS nodes: expanding more takes infragraph minutes and gigabytes (a count of 10^18 never
-    ends)."""
+#: Steps infragraph may take to expand the devices' edges: it adds each device's edges once per component of the
+#: device (infragraph_service._generate_composed_edges), about 100,000 steps a second on this project's 2-core CI
+#: machine (the DGX sample with 300 GPUs: about 470,000 steps, 4 s; with 1,000 GPUs, 4 million, 46 s), so this
+#: bound is about 10 s. Nested devices' own edges are not counted.
+MAX_EXPANSION_STEPS = 1_000_000
+
+
+def _check_size(devices, instances, path, device_edges):
+    """At most MAX_TOTAL_NPUS nodes and MAX_EXPANSION_STEPS steps: expanding more takes infragraph minutes and
+    gigabytes (a count of 10^18 never ends). ``device_edges``: edges each device expands to."""
     total = sum(i.count * _device_nodes(devices, i.device, path) for i in instances.values())
     if total > MAX_TOTAL_NPUS:
         raise ConfigError(f"{path}: the infrastructure expands to {brief(total)} nodes, more than the "
                           f"{MAX_TOTAL_NPUS:,} accepted (instance and component counts multiply)")
+    steps = sum(i.count * _device_nodes(devices, i.device, path) * device_edges.get(i.device, 0)
+                for i in instances.values())
+    if steps > MAX_EXPANSION_STEPS:
+        raise ConfigError(f"{path}: the devices' edges would take infragraph {brief(steps)} steps to expand (each "
+                          f"device's components x its edges, per instance), more than the {MAX_EXPANSION_STEPS:,} "
+                          "accepted (about 10 s): fewer components per device, or more devices")
 
 
 def _validate_infrastructure(infra, path):
-    devices = {}
+    devices, device_edges = {}, {}
     for device in infra.devices:
         if device.name in devices:
             raise ConfigError(f"{path}: device {brief(device.name)} is defined twice")
@@ -476,14 +492,18 @@ def _validate_infrastructure(infra, path):
                     "exists"
                 )
         links = {link.name for link in device.links}
+        device_edges[device.name] = 0
         for index, edge in enumerate(device.edges):
             ewhere = f"{where}: edges[{index}]"
             _check_edge_link(ewhere, edge, links, "the device")
+            ends = []
             for end in (edge.ep1, edge.ep2):
                 if end is None or not end.component:
                     raise ConfigError(f"{ewhere}: both ends need a 'component'")
                 text = f"{end.device}.{end.component}" if end.device else end.component
-                _check_component_path(devices, device.name, text, ewhere)
+                ends.append(_check_component_path(devices, device.name, text, ewhere))
+            n1, n2 = ends
+            device_edges[device.name] += n1 * n2 if edge.scheme == "many2many" else max(n1, n2)
     instances = {}
     for instance in infra.instances:
         if instance.name in instances:
@@ -498,7 +518,7 @@ def _validate_infrastructure(infra, path):
         instances[instance.name] = instance
     if not instances:
         raise ConfigError(f"{path}: the infrastructure has no instances, so no nodes")
-    _check_size(devices, instances, path)
+    _check_size(devices, instances, path, device_edges)
     links = {link.name for link in infra.links}
     for index, edge in enumerate(infra.edges):
         where = f"{path}: edges[{index}]"
