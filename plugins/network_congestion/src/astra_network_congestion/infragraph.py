@@ -291,10 +291,11 @@ def load_infragraph(path, context=None, logical_dims=None, strict=True):
     settings = {}
     if kind == "wrapper":
         settings = data
-        unknown = sorted(set(data) - WRAPPER_KEYS)
+        unknown = sorted(set(data) - WRAPPER_KEYS, key=str)  # (YAML keys may be numbers)
         if unknown:
             raise ConfigError(
-                f"{path}: unknown key(s) {', '.join(map(repr, unknown))}; a wrapper has {', '.join(sorted(WRAPPER_KEYS))}"
+                f"{path}: unknown key(s) {', '.join(map(brief, unknown[:5]))}; a wrapper has "
+                f"{', '.join(sorted(WRAPPER_KEYS))}"
             )
         infra = data["infrastructure"]
         if isinstance(infra, str):
@@ -541,10 +542,10 @@ def _expand(model, infra_data, infra_path):
     from infragraph import Infrastructure
     from infragraph.infragraph_service import InfraGraphService
 
-    unknown = sorted(set(infra_data) - INFRASTRUCTURE_KEYS)
+    unknown = sorted(set(infra_data) - INFRASTRUCTURE_KEYS, key=str)
     if unknown:
         raise ConfigError(
-            f"{infra_path}: unknown key(s) {', '.join(map(repr, unknown))} in the infrastructure "
+            f"{infra_path}: unknown key(s) {', '.join(map(brief, unknown[:5]))} in the infrastructure "
             f"(expected {', '.join(sorted(INFRASTRUCTURE_KEYS))})"
         )
     try:
