@@ -33,7 +33,7 @@ _reproducible_hypothesis()
 # machine is); tests of the progress lines set ASTRA_PROGRESS themselves.
 os.environ.setdefault("ASTRA_PROGRESS", "0")
 
-# Persistent caches (astra serve's step times) go to a folder of this test session, removed at its end: tests
+# Persistent caches (astra serve's step times, astra search's bounds) go to a folder of this test session, removed at its end: tests
 # never read a cache an earlier run of other code left, and never write into the user's ~/.cache.
 _SESSION_CACHE = None
 if "ASTRA_CACHE_DIR" not in os.environ:
@@ -41,6 +41,7 @@ if "ASTRA_CACHE_DIR" not in os.environ:
 
     _SESSION_CACHE = tempfile.mkdtemp(prefix="astra-test-cache-")
     os.environ["ASTRA_CACHE_DIR"] = _SESSION_CACHE
+    os.environ.setdefault("ASTRA_SEARCH_CACHE", os.path.join(_SESSION_CACHE, "search"))  # astra search's bounds
 
 
 def pytest_unconfigure(config):
