@@ -11,14 +11,11 @@
 
 from __future__ import annotations
 
-import signal
-from contextlib import contextmanager
-
 from hypothesis import example, given, strategies as st
 
 from astra_sim.chakra import encode_et, make_metadata, make_node, types as T
 from astra_sim.errors import AstraError, DeadlockError
-from astra_sim_testing.fuzzing import check_error, fuzz_settings, hostile_values
+from astra_sim_testing.fuzzing import check_error, fuzz_settings, hostile_values, time_limit
 from astra_sim.simulation import simulate
 from astra_sim_testing import write_system_config
 from astra_sim.unmatched import UnmatchedMessagesError
@@ -27,19 +24,9 @@ TIME_BOUND_S = 30
 COLLECTIVES = (T.ALL_REDUCE, T.ALL_GATHER, T.REDUCE_SCATTER, T.ALL_TO_ALL)
 
 
-@contextmanager
 def time_bound(seconds=TIME_BOUND_S):
-    """Fail (instead of hanging the suite) when a run takes longer than ``seconds``."""
-    def expired(_signum, _frame):
-        raise TimeoutError(f"the run took more than {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+    """Fail (instead of hanging the suite) when a run takes longer than ``seconds`` (the readers' fuzz limit)."""
+    return time_limit(seconds)
 
 
 @st.composite
