@@ -568,3 +568,64 @@ def test_incremental_refill_matches_full_max_min(seed):
     engine.run()
     assert len(arrivals) == len(sends)
     assert len(checked) > 50 and max(checked) > 10
+
+
+# ---------------------------------------------------------------- failed links
+
+
+def two_paths(bw=1.0, lat=0.0):
+    """``a`` and ``b`` joined through two switches in parallel: a -- s1 -- b and a -- s2 -- b."""
+    g = NetworkGraph(source="two paths")
+    for name in ("a", "b"):
+        g.add_node(name, NPU)
+    for s in ("s1", "s2"):
+        g.add_node(s, SWITCH)
+        g.add_link("a", s, gbps(bw), lat)
+        g.add_link(s, "b", gbps(bw), lat)
+    g.set_ranks(["a", "b"])
+    return g
+
+
+def test_a_failed_path_halves_the_capacity():
+    """Split over two parallel paths of 1 byte/ns each, 4000 bytes take 2000 ns; with the cable s2-b down, every
+    byte goes through s1 at 1 byte/ns: 4000 ns, the time of the remaining capacity."""
+    arrivals, _ = run(two_paths(lat=10.0), [(0, 0, 1, 4000)], ecmp="split")
+    assert arrivals == [2000 + 20]
+    graph = two_paths(lat=10.0).without_links([["s2", "b"]])
+    assert len(graph.links) == 6 and not any({link.src, link.dst} == {"s2", "b"} for link in graph.links)
+    arrivals, net = run(graph, [(0, 0, 1, 4000)], ecmp="split")
+    assert arrivals == [4000 + 20]
+    assert [[graph.links[i].dst for i in p] for p in net.paths(0, 1)] == [["s1", "b"]]
+    # Two messages at once (hash ECMP): on two paths each has a path alone; on one they share it.
+    arrivals, _ = run(two_paths().without_links([["b", "s2"]]), [(0, 0, 1, 1000), (0, 0, 1, 1000)])
+    assert arrivals == [2000, 2000]
+
+
+def test_failed_ring_link_reroutes_the_long_way(tmp_path):
+    """On a 4-NPU ring (from the analytical YAML, through from_context) the cable npu0-npu1 down sends 0 -> 1 the
+    other way round: three hops of latency instead of one, the same bandwidth."""
+    path = write_network_config(tmp_path / "ring.yml", ("Ring",), (4,), (gbps(1.0),), (100.0,))
+
+    def arrival(options):
+        engine = EventEngine()
+        net = FlowNetwork.from_context(RunContext(engine=engine, system_config=None, network_config_path=path,
+                                                  options=options))
+        got = []
+        net.send(0, 1, 5000, lambda _: got.append(engine.now), None)
+        engine.run()
+        return got[0], net
+
+    assert arrival({})[0] == 5000 + 100
+    took, net = arrival({"failed_links": [["npu1", "npu0"]]})
+    assert took == 5000 + 300
+    assert net.describe()["failed_links"] == [["npu1", "npu0"]]
+    assert [net.graph.links[i].dst for i in net.paths(0, 1)[0]] == ["npu3", "npu2", "npu1"]
+
+
+def test_failed_links_errors():
+    with pytest.raises(ConfigError, match=r"option failed_links: no link joins 'a' and 'zz' in two paths"):
+        two_paths().without_links([["a", "zz"]], "option failed_links")
+    with pytest.raises(ConfigError, match="pair of node names"):
+        two_paths().without_links(["a"])
+    with pytest.raises(ConfigError, match="no path"):  # both paths down: no route is left
+        run(two_paths().without_links([["a", "s1"], ["a", "s2"]]), [(0, 0, 1, 10)])

@@ -66,6 +66,11 @@ Options
     through :meth:`FlowNetwork.from_context` the run options ``flow_ecmp``,
     ``flow_segment_bytes``, ``flow_path_selection`` and ``flow_max_paths`` (when a plugin adds
     such command-line flags).
+
+Failed links
+    The run option ``failed_links`` (pairs of node names) takes those cables out of the graph
+    before routing: every route is a fewest-hop path of what is left, so traffic reroutes and
+    shares the remaining capacity (two parallel paths, one down: the transfer takes twice as long).
 """
 
 from __future__ import annotations
@@ -249,7 +254,9 @@ class FlowNetwork:
         (:func:`astra_network_congestion.infragraph.load_network_graph`).
 
         Options (``context.options``, e.g. from command-line flags): ``flow_ecmp``,
-        ``flow_segment_bytes``, ``flow_path_selection``, ``flow_max_paths``."""
+        ``flow_segment_bytes``, ``flow_path_selection``, ``flow_max_paths``; ``failed_links``
+        (``[[node, node], ...]``, set by ``astra cluster``): cables down for the whole run, left out of
+        the graph before any route is computed (:meth:`NetworkGraph.without_links`)."""
         path = context.network_config_path
         if path is None:
             raise ConfigError("the flow network backend needs a network configuration file")
@@ -273,6 +280,10 @@ class FlowNetwork:
             from astra_network_congestion.infragraph import load_network_graph
 
             graph = load_network_graph(path, context)
+        failed = (context.options or {}).get("failed_links")
+        if failed:  # links down for the whole run: routes go around them (ECMP over what is left)
+            graph = graph.without_links(failed, "option failed_links")
+            description["failed_links"] = [list(pair) for pair in failed]
         network = cls(graph, context.engine, description=description, **_options(context.options or {}))
         network.switch_config = config  # the switches' in-network reduction (inSwitch)
         return network

@@ -89,6 +89,35 @@ class NetworkGraph:
     def total_npus(self):
         return len(self.rank_node)
 
+    def without_links(self, failed, where="failed_links"):
+        """A copy of the graph without the failed cables: ``failed`` is a list of node-name pairs ``[a, b]``,
+        each removing every link between ``a`` and ``b`` in both directions (a cable fails as a whole). Routes
+        computed on the copy go around them. A pair that joins no link is a ConfigError naming ``where``."""
+        down = set()
+        for pair in failed:
+            if not (isinstance(pair, (list, tuple)) and len(pair) == 2):
+                raise ConfigError(f"{where}: each failed link is a pair of node names [a, b], got {pair!r}")
+            a, b = (str(end) for end in pair)
+            hits = [link.index for link in self.links if {link.src, link.dst} == {a, b}]
+            if not hits:
+                example = f"{self.links[0].src}-{self.links[0].dst}" if self.links else "none"
+                raise ConfigError(f"{where}: no link joins {a!r} and {b!r} in {self.source} (links join node names "
+                                  f"such as {example}; see the report's network_stats links src/dst)")
+            down.update(hits)
+        graph = NetworkGraph(source=self.source)
+        for name, kind in self.nodes.items():
+            graph.add_node(name, kind, self.switch_latency_ns.get(name, 0.0))
+        for link in self.links:
+            if link.index not in down:
+                kept = Link(len(graph.links), link.src, link.dst, link.bandwidth_bytes_per_ns, link.latency_ns,
+                            link.name)
+                graph.links.append(kept)
+                graph.out_links[link.src].append(kept)
+        graph.rank_node = list(self.rank_node)
+        graph.npus_per_dim = list(self.npus_per_dim)
+        graph.reducers = dict(self.reducers)
+        return graph
+
     def shortest_paths(self, src, dst, limit=64):
         """All fewest-hop paths from node ``src`` to node ``dst`` that pass through no other NPU, as
         lists of link indices in a deterministic order (by the sequence of link indices). At most
