@@ -14,7 +14,9 @@ Extensions (optional top-level keys, also reachable as axes): ``gpu`` (fields of
 run's ``--gpu`` or the platform's GPU: ``gpu.hbm_bandwidth_gbps``, ``gpu.tensor_tflops.bf16``), ``platform``
 (``platform.nic_gbps``: NIC GB/s per GPU and direction, ``platform.gpus_per_node``), ``network`` and ``system``
 (keys of the network YAML and system JSON, ``network.bandwidth.1`` for one dimension's entry). ``nodes`` is
-short for ``run.nodes``; without it a platform gets as many nodes as the workload's ranks fill.
+short for ``run.nodes``; without it a platform gets as many nodes as the workload's ranks fill. ``prices``
+names a price table (YAML, relative to the spec's folder) from which each row gets its cost columns
+(:mod:`astra_sweep.derived`).
 
 Serving points: ``workload: {serve: {...}}`` holds ``astra serve``'s long options (platform, tp, qps, requests,
 ...), each point is one ``astra serve`` run and its row has the serving columns (``ttft_p50_ns`` ...
@@ -43,7 +45,7 @@ from astra_sim.errors import ConfigError
 from astra_sim.limits import MAX_SWEEP_POINTS
 
 WORKLOAD_KINDS = ("trace", "llm", "micro", "serve")
-TOP_KEYS = ("workload", "run", "axes", "gpu", "platform", "network", "system")
+TOP_KEYS = ("workload", "run", "axes", "gpu", "platform", "network", "system", "prices")
 AXIS_KINDS = ("grid", "zip", "random")
 #: astra run options the sweep sets itself
 RESERVED_RUN = ("workload-configuration", "output", "report-json", "json", "astra-sim-log", "quiet", "max-table-ranks",
@@ -89,6 +91,7 @@ class Spec:
     base: Point
     axes: list                         # axis names, in column order
     points: list                       # [Point]
+    prices: object = None              # the price table (astra_sweep.derived.PriceTable), when the spec names one
 
 
 def _where(path, key):
@@ -174,7 +177,14 @@ def _parse_spec(data, path, parsers):
             raise ConfigError(f"{path}: axes: two points have the same settings ({point.values} and "
                               f"{seen[point.id].values})")
         seen[point.id] = point
-    return Spec(path, base, axes, points)
+    prices = None
+    if "prices" in data:
+        from astra_sim.platforms import platforms
+
+        from .derived import load_prices
+
+        prices = load_prices(data["prices"], path, platforms())
+    return Spec(path, base, axes, points, prices)
 
 
 def _expand_axes(axes, path):

@@ -13,6 +13,7 @@ from astra_sim.cliutil import warning
 from astra_sim.errors import AstraError, ConfigError
 from astra_sim.executors import ExecutorFailure, Stopped, make_executor, stop_on_signals
 
+from .derived import pricer
 from .point import RESULT_COLUMNS, WorkloadRef, remove_cache, run_point, workload_digest
 from .results import Results, column_type, locked, results_format
 from .spec import load_spec, read_file_options
@@ -127,12 +128,16 @@ def _run_sweep(spec_path, output, jobs, dask, executor, point_timeout, retry_err
     sweep_id = hashlib.sha256(os.path.abspath(str(output)).encode()).hexdigest()[:12]
     check_base(plan, sweep_id, state)
     types = {axis: column_type([p.values[axis] for p in spec.points]) for axis in spec.axes}
-    results = Results(output, ["point", *spec.axes, *RESULT_COLUMNS], types)
+    columns = ["point", *spec.axes, *RESULT_COLUMNS]
+    priced = pricer(spec, columns, types, warning)  # the cost columns, when the spec names a price table
+    results = Results(output, columns, types)
     ids = [p.id for p in spec.points]
     earlier = results.load(set(ids))
     if retry_errors:
         earlier = {k: v for k, v in earlier.items() if not str(v.get("status", "")).startswith("error")}
         results.rows = dict(earlier)
+    for row in earlier.values():  # today's prices, also for the rows of an earlier run
+        priced(row)
     todo = [p for p in spec.points if p.id not in earlier]
     started = time.perf_counter()
     counts = {"ok": 0, "infeasible": 0, "error": 0}
@@ -146,7 +151,7 @@ def _run_sweep(spec_path, output, jobs, dask, executor, point_timeout, retry_err
         for point in [p for p in todo if p.id in plan.early]:
             row = {"point": point.id, **point.values, **{k: None for k in RESULT_COLUMNS}}
             row.update(status=plan.early[point.id], wall_s=0.0)
-            results.add(row)
+            results.add(priced(row))
             counts["infeasible"] += 1
             ran += 1
             bar.advance(row)
@@ -167,7 +172,7 @@ def _run_sweep(spec_path, output, jobs, dask, executor, point_timeout, retry_err
                         point = task["point"]
                         result = {"point": point.id, **point.values, **{k: None for k in RESULT_COLUMNS},
                                   "status": f"error: {result.message}", "wall_s": None}
-                    results.add(result)
+                    results.add(priced(result))
                     counts[result["status"].split(":")[0]] += 1
                     ran += 1
                     bar.advance(result)
