@@ -1,4 +1,4 @@
-"""The pieces of a run (astra_sim.run, astra_sim.folding): what the lifecycle hooks see, what the system layer
+"""The pieces of a run (astra_sim.run): what the lifecycle hooks see, what the system layer
 shares, and the backend capabilities declared in astra_sim.api."""
 
 import pytest
@@ -93,9 +93,3 @@ def test_capabilities_are_declared_and_can_be_withdrawn():
     assert in_switch_query(Net()) is None
     assert isinstance(Memory(), Foldable) and not is_foldable(Memory()) and not is_foldable(object())
 
-
-def test_earlier_module_paths_still_import():
-    from astra_sim import folded_engine, folding, symmetry
-
-    assert symmetry.BlockShift is folding.BlockShift
-    assert folded_engine.FoldedEventEngine is folding.FoldedEventEngine

@@ -73,7 +73,7 @@ class StatelessNetwork(Protocol):
 @runtime_checkable
 class SymmetricNetwork(Protocol):
     """A network whose delays depend only on the endpoints (no state shared between messages), and which
-    says which relabellings of each dimension keep them: runs on it may fold (:mod:`astra_sim.folding`)."""
+    says which relabellings of each dimension keep them: runs on it may fold (the astra-folding plugin)."""
 
     def symmetry_dims(self) -> list:
         """Per dimension, ``"rotation"`` (only rotating the dimension's coordinates keeps every delay: a
@@ -115,7 +115,7 @@ class MemoryBackend(Protocol):
 class ComputeModel(Protocol):
     """Times COMP nodes that run on the GPU. It may be :class:`Foldable`: true when a node's time does not
     depend on the rank's number (only on the node and on the rank's own state); runs may then simulate one
-    rank per class of symmetric ranks (:mod:`astra_sim.folding`)."""
+    rank per class of symmetric ranks (the astra-folding plugin)."""
 
     def compute_time_ns(self, node, rank: int):
         """Duration in ns (int), or None for a node that takes no time at all."""
@@ -222,7 +222,7 @@ class CollectiveAlgorithmSpec:
     several implementations normally falls back to ``ring`` (the reference's rule); an algorithm that
     prices the whole group itself (e.g. ``nccl``) sets this and is kept when it is the first listed.
     ``symmetry``: which relabellings of its ranks leave what every rank does unchanged (relabelled), so
-    that a run may simulate one rank per class (:mod:`astra_sim.folding`): ``"rotation"`` (it only
+    that a run may simulate one rank per class (the astra-folding plugin): ``"rotation"`` (it only
     looks at each rank's neighbours on its ring: any rotation of the ring), ``"any"`` (only at the
     group's size and shape: any permutation of a dimension's coordinates), or None (it depends on each
     rank's position, e.g. halving-doubling partners or tree roles: runs using it are not folded).

@@ -14,7 +14,7 @@ from heapq import heappop, heappush
 class EventEngine:
     """Single global event queue; ``now`` is the current time in ns."""
 
-    # The last six belong to a folded run's engine (astra_sim.folding.engine.FoldedEventEngine), which an
+    # The last six belong to a folded run's engine (astra_folding.engine.FoldedEventEngine), which an
     # engine turns into in place, before the run, so that backends keep their reference to it.
     __slots__ = ("now", "_buckets", "_times", "events_run",
                  "current", "symmetry", "_identity", "_ties", "_significance", "_links")

@@ -37,3 +37,9 @@ class SimulationError(AstraError):
 
 class DeadlockError(SimulationError):
     """No event is left but some ranks have not finished their workload."""
+
+
+class FoldAbandoned(Exception):
+    """A folded run cannot finish exactly (a tie it cannot order, or stuck ranks and unmatched messages
+    whose report needs real rank numbers): :class:`astra_sim.simulation.Simulation` runs it again unfolded.
+    Not an :class:`AstraError`: the user never sees it."""

@@ -133,6 +133,20 @@ def astra_register_metrics(registry):
     """
 
 
+@hookspec(firstresult=True)
+def astra_fold_planner(setup, catalogue, requested, refused):
+    """The run's fold planner: decides whether it simulates one rank per class of symmetric ranks (the
+    astra-folding plugin's ``FoldPlanner``), or None. Without one every rank is simulated.
+
+    ``setup`` is the run's :class:`astra_sim.run.build.RunSetup`, ``catalogue`` its collective catalogue,
+    ``requested`` the user's ``fold``, ``refused`` None or why the run must not fold (an output needs every
+    rank). The planner has ``symmetry`` (an :class:`astra_sim.symmetry.RankSymmetry` or None),
+    ``canonical_groups``, ``info`` (the report's ``settings.fold``), ``plan(traces)`` and ``plan_compact(compact,
+    class_nodes)`` (the ranks to simulate), ``fold_engine(engine)`` and ``make_matcher(engine, network)``. A folded
+    run that cannot stay exact raises :class:`astra_sim.errors.FoldAbandoned`, and the kernel runs it unfolded.
+    """
+
+
 # ---------------------------------------------------------------- run lifecycle
 
 

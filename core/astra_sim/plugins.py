@@ -24,8 +24,9 @@ GROUP = "astra_sim.plugins"
 BUILTIN = "builtin"
 
 #: Plugins loaded whenever installed, even when ``-p`` names only others (``-p no:NAME`` still blocks them):
-#: every reference system config names the native collectives, and communicator groups fall back to their ring.
-DEFAULT_PLUGINS = ("collectives_native",)
+#: every reference system config names the native collectives, and communicator groups fall back to their ring;
+#: folding is every run's fast path (the same ns as unfolded).
+DEFAULT_PLUGINS = ("collectives_native", "folding")
 
 ROLES = (
     "workload_format",

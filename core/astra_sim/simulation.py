@@ -6,7 +6,7 @@ counts, the built ranks):
 
 * :class:`astra_sim.run.build.RunSetup`: registry resolution, configurations, backends, workload format;
 * :class:`astra_sim.run.catalogue.CollectiveCatalogue`: which collective algorithm runs where;
-* :class:`astra_sim.folding.plan.FoldPlanner`: whether the run folds (:mod:`astra_sim.folding`);
+* the fold planner (hook ``astra_fold_planner``; the astra-folding plugin): whether the run folds;
 * :func:`astra_sim.run.build.build_ranks`: traces, system layers and workloads, which share a
   :class:`astra_sim.system.context.SharedContext` (not this object);
 * :mod:`astra_sim.run.loop`: the event loop and the deadlock / unmatched-message checks;
@@ -24,14 +24,12 @@ import tracemalloc
 
 from astra_sim import progress
 from astra_sim.chakra import ChakraError
-from astra_sim.errors import WorkloadError
-from astra_sim.folding.engine import FoldTieBroken
-from astra_sim.folding.plan import FoldedRunIncomplete, FoldPlanner
+from astra_sim.errors import FoldAbandoned, WorkloadError
 from astra_sim.humanize import format_ns
 from astra_sim.limits import LONG_STEP_NS, MAX_TIME_NS, check_step, time_overflow
 from astra_sim.outputs import output_registry
 from astra_sim.plugins import plugin_manager_for
-from astra_sim.run.build import RunSetup, build_ranks
+from astra_sim.run.build import RunSetup, Unfolded, build_ranks
 from astra_sim.run.catalogue import CollectiveCatalogue
 from astra_sim.run.loop import check_all_finished, check_all_matched, run_events
 from astra_sim.run.report import final_report, partial_report
@@ -116,7 +114,9 @@ class Simulation:
         #: fold symmetric ranks (simulate one per class); ``fold_info`` says what happened and why. An output
         #: that needs every rank's own nodes (the reference log) turns folding off.
         every_rank = next((o.needs_every_rank for _, o in self.outputs if o.needs_every_rank), None)
-        self.folding = FoldPlanner(setup, self.catalogue, fold, every_rank)
+        self.folding = (self.pm.hook.astra_fold_planner(setup=setup, catalogue=self.catalogue, requested=bool(fold),
+                                                        refused=every_rank)
+                        or Unfolded(setup.total_npus, fold, every_rank))
         # What the run records (astra_sim.analysis): spans of every executed node, kept only when something
         # derives from them (the breakdown, an output format that reads them).
         self.want_breakdown = bool(breakdown)
@@ -153,7 +153,7 @@ class Simulation:
     workload_format_name = _of("setup", "workload_format_name")
     workload_format = _of("setup", "workload_format", settable=True)
     compact = _of("setup", "compact")
-    # ------------------------------------------------------------ the fold decision (see FoldPlanner)
+    # ------------------------------------------------------------ the fold decision (the fold planner)
     symmetry = _of("folding", "symmetry")
     fold_info = _of("folding", "info")
     group_stream_ids = _of("folding", "canonical_groups")
@@ -237,7 +237,7 @@ class Simulation:
     def run(self, measure_memory=False):
         try:
             return self._run(measure_memory)
-        except (FoldTieBroken, FoldedRunIncomplete) as exc:
+        except FoldAbandoned as exc:
             # Not exact folded: simulate every rank (a fresh run; this one's state is half-way).
             printed, say = set(self.warnings), self._on_warning
 

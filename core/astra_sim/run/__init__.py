@@ -7,5 +7,5 @@
 * :mod:`~astra_sim.run.report`: the report (settings, per-rank numbers, statistics, analyses);
 * :mod:`~astra_sim.run.view`: :class:`RunView`, the read-only run the lifecycle hooks get.
 
-Folding has its own package, :mod:`astra_sim.folding`.
+Folding is a plugin (astra-folding), asked through the ``astra_fold_planner`` hook.
 """

@@ -10,7 +10,7 @@ from astra_sim.engine import EventEngine
 from astra_sim.errors import ConfigError, WorkloadError
 from astra_sim.plugins import BACKEND_ROLES, build_registry
 from astra_sim.system.context import SharedContext
-from astra_sim.system.frontend import FoldedSendRecvMatcher, SendRecvMatcher
+from astra_sim.system.frontend import SendRecvMatcher
 from astra_sim.system.sys import Sys
 from astra_sim.workload.compact import Relabeller
 from astra_sim.workload.graph import build_graph
@@ -122,6 +122,25 @@ def host_issue(options):
     return tuple(values)
 
 
+class Unfolded:
+    """The fold planner of a run that simulates every rank (no ``astra_fold_planner`` plugin answered)."""
+
+    symmetry = canonical_groups = None
+
+    def __init__(self, total_npus, requested, refused=None):
+        self.total_npus = total_npus
+        self.active = False
+        reason = refused or ("folding disabled (--no-fold)" if not requested else
+                             "no fold planner is loaded (the astra-folding plugin)")
+        self.info = {"requested": bool(requested), "simulated_ranks": total_npus, "reason": reason}
+
+    def plan(self, traces):
+        return range(self.total_npus)
+
+    def plan_compact(self, compact, class_nodes):
+        return range(self.total_npus)
+
+
 class BuiltRanks:
     """What :func:`build_ranks` made: per rank its system layer and workload (None for a folded run's
     non-representatives), the context they share, the matcher, and how many distinct traces were parsed."""
@@ -137,8 +156,8 @@ class BuiltRanks:
 
 
 def build_ranks(setup, workload_format, catalogue, folding, *, warn, record_node, rank_finished):
-    """Read every rank's trace and check its graph; decide whether the run folds (``folding``, a
-    :class:`~astra_sim.folding.plan.FoldPlanner`); give each simulated rank its system layer and workload.
+    """Read every rank's trace and check its graph; decide whether the run folds (``folding``, the
+    fold planner: hook ``astra_fold_planner``, or :class:`Unfolded`); give each simulated rank its system layer and workload.
 
     Ranks whose traces the format fingerprints as identical (``rank_digest``) share the nodes and graph of
     the first one (only the count of unfinished parents is per rank): parsed once, held once. When the run
@@ -150,7 +169,7 @@ def build_ranks(setup, workload_format, catalogue, folding, *, warn, record_node
     matcher = SendRecvMatcher(setup.engine, setup.network)
     if folding.symmetry is not None:
         folding.fold_engine(setup.engine)
-        matcher = FoldedSendRecvMatcher(setup.engine, setup.network, folding.symmetry)
+        matcher = folding.make_matcher(setup.engine, setup.network)
     shared = SharedContext(
         engine=setup.engine, system_config=setup.system_config, npus_per_dim=setup.npus_per_dim,
         queues_per_dim=setup.queues_per_dim, rendezvous=setup.rendezvous, matcher=matcher, network=setup.network,

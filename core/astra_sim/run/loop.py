@@ -1,14 +1,13 @@
 """The event loop of a built run, and the checks after its last event: every rank finished (else a
 deadlock, naming the stuck ranks) and every message met its receive (else an error, or a warning with
 ``allow_unmatched``). A folded run that ends either way is simulated again unfolded
-(:class:`~astra_sim.folding.plan.FoldedRunIncomplete`), so that the message names real ranks."""
+(:class:`~astra_sim.errors.FoldAbandoned`), so that the message names real ranks."""
 
 from __future__ import annotations
 
 import gc
 
-from astra_sim.errors import DeadlockError
-from astra_sim.folding.plan import FoldedRunIncomplete
+from astra_sim.errors import DeadlockError, FoldAbandoned
 from astra_sim.unmatched import describe_unmatched, lines as unmatched_lines, unmatched_error, unmatched_warning
 
 
@@ -37,7 +36,7 @@ def check_all_finished(engine, workloads, matcher, folded):
     if not stuck:
         return
     if folded:
-        raise FoldedRunIncomplete("the run deadlocked; simulated unfolded to name every stuck rank exactly")
+        raise FoldAbandoned("the run deadlocked; simulated unfolded to name every stuck rank exactly")
     lines = [
         f"deadlock: no event is left at {engine.now} ns but {len(stuck)} of "
         f"{sum(w is not None for w in workloads)} simulated ranks have not finished:"
@@ -62,7 +61,7 @@ def check_all_matched(workloads, matcher, folded, allow_unmatched, warn):
     if not waiting:
         return []
     if folded:
-        raise FoldedRunIncomplete("the run ended with unmatched messages; simulated unfolded to name them exactly")
+        raise FoldAbandoned("the run ended with unmatched messages; simulated unfolded to name them exactly")
     messages = describe_unmatched(waiting, workloads)
     if not allow_unmatched:
         raise unmatched_error(messages)

@@ -158,7 +158,7 @@ class RunView:
     # ------------------------------------------------------------ folding
     @property
     def symmetry(self):
-        """The symmetry the run folds by (:class:`astra_sim.folding.RankSymmetry`: ``order`` ranks per class,
+        """The symmetry the run folds by (:class:`astra_sim.symmetry.RankSymmetry`: ``order`` ranks per class,
         ``representative(rank)``, ``is_representative(rank)``), or None when every rank is simulated. Counts a
         backend keeps for a folded run cover the representatives only: multiply by ``symmetry.order``."""
         return self._sim.symmetry

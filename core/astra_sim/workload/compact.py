@@ -15,7 +15,7 @@ Manifest (JSON)::
                  {"representative": 128, "trace": "g.class1.et"}],
      "comm_groups": "g.groups.json"}
 
-``symmetry`` lists block shifts of the rank number (:class:`astra_sim.folding.symmetry.BlockShift`): shift ``k``
+``symmetry`` lists block shifts of the rank number (:class:`astra_sim.symmetry.BlockShift`): shift ``k``
 moves the digit ``(rank // stride) % radix`` one place on, cyclically inside blocks of ``block``
 consecutive values; the digits of different shifts do not overlap. Two ranks are in one class when shifts
 map one to the other; the class's representative is its smallest rank (every shifted digit at its block's
@@ -38,7 +38,7 @@ from astra_sim.chakra import EtNode
 from astra_sim.errors import ConfigError, WorkloadError
 from astra_sim.limits import MAX_TOTAL_NPUS
 from astra_sim.safeio import brief, load_json
-from astra_sim.folding.symmetry import BlockShift, RankSymmetry, group_key
+from astra_sim.symmetry import BlockShift, RankSymmetry, group_key
 
 FORMAT = "astra-sim-compact-workload"
 VERSION = 1

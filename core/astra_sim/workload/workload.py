@@ -415,7 +415,7 @@ class RankWorkload:
 
     def completions_commute(self, first_id, second_id, issued_by_first):
         """Whether completing nodes ``first_id`` and ``second_id`` at one nanosecond gives the same state in
-        either order (for a folded run's ties, :mod:`astra_sim.folding`). ``first_id`` has completed,
+        either order (for a folded run's ties: the astra-folding plugin). ``first_id`` has completed,
         issuing ``issued_by_first`` nodes; ``second_id`` is still running.
 
         It does when neither completion, coming first, lets the rank issue a node: then after both the

@@ -486,3 +486,15 @@ def test_identical_arrivals_at_one_nanosecond_keep_the_fold(tmp_path):
     report = simulate(*args)
     assert report.settings["fold"]["simulated_ranks"] == 1
     assert [r.finish_ns for r in report.ranks] == [r.finish_ns for r in simulate(*args, fold=False).ranks]
+
+
+def test_without_the_folding_plugin_every_rank_runs_with_the_same_ns(tmp_path):
+    """The kernel alone simulates every rank and says why; the plugin's fold gives the same finish times."""
+    args = _ring_case(tmp_path)
+    folded = simulate(*args)
+    plain = simulate(*args, block=("folding",))
+    assert folded.settings["fold"]["simulated_ranks"] == 1
+    assert plain.stats["simulated_ranks"] == 8
+    assert plain.settings["fold"]["reason"] == "no fold planner is loaded (the astra-folding plugin)"
+    assert [r.finish_ns for r in plain.ranks] == [r.finish_ns for r in folded.ranks]
+    assert simulate(*args, block=("folding",), fold=False).settings["fold"]["reason"] == "folding disabled (--no-fold)"

@@ -10,8 +10,8 @@ from hypothesis import example, given, strategies as st
 
 from astra_sim.chakra import make_node, types as T
 from astra_sim.errors import AstraError
-from astra_sim.folding.signature import trace_signature
-from astra_sim.folding.symmetry import FoldRefused
+from astra_folding.signature import trace_signature
+from astra_folding.groups import FoldRefused
 from astra_sim.simulation import simulate
 from astra_sim_testing import write_system_config
 from astra_sim_testing.fuzzing import fuzz_settings, hostile_values

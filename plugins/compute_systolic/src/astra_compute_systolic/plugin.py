@@ -52,7 +52,7 @@ def astra_run_finish(run, report):
 
     model = run.compute_model
     if isinstance(model, SystolicComputeModel):
-        symmetry = run.symmetry   # a folded run timed one rank per class (astra_sim.folding)
+        symmetry = run.symmetry   # a folded run timed one rank per class (the folding plugin)
         counts = model.stats()
         if symmetry is not None:
             counts = {how: n * symmetry.order for how, n in counts.items()}

@@ -1,4 +1,4 @@
-"""The event engine of a folded run (:mod:`astra_sim.folding`): the unfolded engine's order of the events
+"""The event engine of a folded run (:mod:`astra_folding`): the unfolded engine's order of the events
 of one nanosecond, and the check that a representative's ties are ordered as in the unfolded run, or
 :class:`FoldTieBroken` (the run is then simulated unfolded)."""
 
@@ -7,9 +7,10 @@ from __future__ import annotations
 from heapq import heappop, heappush
 
 from astra_sim.engine import EventEngine
+from astra_sim.errors import FoldAbandoned
 
 
-class FoldTieBroken(Exception):
+class FoldTieBroken(FoldAbandoned):
     """Two events met one rank at the same nanosecond in an order that may differ between the members of
     its class (or between the folded and the unfolded run): the fold is not exact; run unfolded."""
 

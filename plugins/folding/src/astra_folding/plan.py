@@ -1,18 +1,14 @@
 """A run's fold decision: whether its backends allow folding at all, the symmetry its traces and
-collectives keep (:mod:`astra_sim.folding.search`), and what the report says about it (``fold_info``)."""
+collectives keep (:mod:`astra_folding.search`), and what the report says about it (``fold_info``)."""
 
 from __future__ import annotations
 
 from astra_sim.api import is_foldable, symmetry_dims
-from astra_sim.folding.engine import FoldedEventEngine
-from astra_sim.folding.search import check_declared_symmetry, find_symmetry
-from astra_sim.folding.signature import TraceSignature, trace_signature
-from astra_sim.folding.symmetry import FoldRefused
-
-
-class FoldedRunIncomplete(Exception):
-    """A folded run ended with stuck ranks or unmatched messages, whose report needs real rank numbers:
-    :meth:`astra_sim.simulation.Simulation.run` simulates again, unfolded."""
+from astra_folding.engine import FoldedEventEngine
+from astra_folding.matcher import FoldedSendRecvMatcher
+from astra_folding.search import check_declared_symmetry, find_symmetry
+from astra_folding.signature import TraceSignature, trace_signature
+from astra_folding.groups import FoldRefused
 
 
 class FoldPlanner:
@@ -75,6 +71,10 @@ class FoldPlanner:
     def fold_engine(self, engine):
         """Turn the (empty) engine into the folded run's engine, in place (backends keep their reference)."""
         FoldedEventEngine.fold(engine, self.symmetry)
+
+    def make_matcher(self, engine, network):
+        """The folded run's send/receive matcher (messages to non-simulated ranks are mirrored)."""
+        return FoldedSendRecvMatcher(engine, network, self.symmetry)
 
     # ------------------------------------------------------------ the search
     def _find(self, traces):

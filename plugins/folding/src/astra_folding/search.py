@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from astra_sim.chakra import types as T
-from astra_sim.folding.symmetry import (
+from astra_folding.groups import (
     _DEFAULT_PG, EXACT, ROTATION, SET, BlockShift, FoldRefused, RankSymmetry, canonical_group_ids,
     group_relabelling, shift_image, tags_stay_apart,
 )

@@ -1,5 +1,5 @@
 """Trace signatures: what must match between a rank's trace and its image under a relabelling
-(:mod:`astra_sim.folding.symmetry`), computed once per distinct trace."""
+(:mod:`astra_folding.groups`), computed once per distinct trace."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import hashlib
 from dataclasses import dataclass
 
 from astra_sim.chakra import types as T
-from astra_sim.folding.symmetry import _DEFAULT_PG, FoldRefused
+from astra_folding.groups import _DEFAULT_PG, FoldRefused
 
 #: Attributes the symmetry search reads, and the types it can reason about.
 _PLAIN_ATTRS = {"comm_type": int, "comm_src": int, "comm_dst": int, "pg_name": (str, int)}

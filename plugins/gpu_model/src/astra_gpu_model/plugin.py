@@ -70,7 +70,7 @@ def astra_run_start(run):
 def astra_run_finish(run, report):
     model = run.compute_model
     if isinstance(model, GpuComputeModel):
-        # A folded run (astra_sim.folding) timed the class representatives only: every rank of a class
+        # A folded run (the folding plugin) timed the class representatives only: every rank of a class
         # did what its representative did.
         symmetry = run.symmetry
         report.settings["gpu_model"] = model.describe()

@@ -32,7 +32,7 @@ When the run records spans (breakdown, timeline), each phase is also recorded as
 as in-switch communication and the timelines draw it as an in-switch reduce / multicast slice.
 
 The switch itself is the shared :class:`SwitchReduction` record of the phase. In a folded run
-(:mod:`astra_sim.folding`) it waits only for the members that are simulated: the others are their
+(the folding plugin) it waits only for the members that are simulated: the others are their
 mirror images and arrive at the same time.
 """
 
