@@ -286,3 +286,34 @@ def test_the_plugin_module_does_not_import_ns3():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert out.stdout.strip() == "False"
+
+
+def test_failed_links_leave_the_topology(tmp_path):
+    from astra_network_ns3.inputs import without_links
+
+    topology = read_config_topology(read_network_cfg(str(CFG)))
+    assert without_links(topology, None) is topology
+    left = without_links(topology, [[3, 8], ["8", "5"]])
+    assert len(left.links) == 6 and not {(l.src, l.dst) for l in left.links} & {(8, 3), (8, 5)}
+    assert left.hosts == topology.hosts and len(topology.links) == 8
+    with pytest.raises(ConfigError, match=r"option failed_links: no link joins nodes 0 and 1 in .*8_nodes"):
+        without_links(topology, [[0, 1]])
+    with pytest.raises(ConfigError, match="pair of node ids"):
+        without_links(topology, [[0, 1, 2]])
+    with pytest.raises(ConfigError, match="integers"):
+        without_links(topology, [["a", "b"]])
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.one_of(st.none(), st.integers(-3, 12), st.text(max_size=4), st.floats(),
+                          st.lists(st.one_of(st.integers(-3, 12), st.text(max_size=3)), max_size=3)), max_size=4))
+def test_failed_links_any_input_is_a_topology_or_a_config_error(failed):
+    from astra_network_ns3.inputs import without_links
+
+    topology = read_config_topology(read_network_cfg(str(CFG)))
+    try:
+        left = without_links(topology, failed)
+    except ConfigError as exc:
+        assert "\n" not in str(exc) and "failed_links" in str(exc)
+    else:
+        assert len(left.links) <= len(topology.links)

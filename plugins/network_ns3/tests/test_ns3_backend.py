@@ -409,3 +409,31 @@ def test_same_key_receives_complete_in_fifo_order(glue, tmp_path):
     ends = [int(row[5]) + int(row[6]) for row in rows]
     assert len(rows) == 3 and ends == sorted(ends) and len(set(ends)) == 3
     assert report.ranks[1].finish_ns >= 200_000  # the late receive completed once posted, after the wait
+
+
+@pytest.mark.slow
+def test_a_failed_link_reroutes_over_the_remaining_capacity(glue, tmp_path):
+    """Hosts 0 and 1: a short path through switch 2 at 100 Gb/s and a detour through switches 3 and 4 whose middle
+    link runs at 25 Gb/s. With the cable 2-1 down the message takes the detour: exactly as on a topology without
+    that cable, and about four times as long (a quarter of the capacity)."""
+    from astra_network_ns3.backend import Ns3Network
+
+    links = [(0, 2, "100Gbps", "1us"), (2, 1, "100Gbps", "1us"), (0, 3, "100Gbps", "1us"),
+             (3, 4, "25Gbps", "1us"), (4, 1, "100Gbps", "1us")]
+
+    def took(folder, links, failed=None):
+        folder.mkdir()
+        config = read_network_cfg(write_inputs(folder, 2, [2, 3, 4], links, cc_mode=0))  # plain TCP: no ECN maps
+        engine = EventEngine()
+        net = Ns3Network(config, read_config_topology(config), [2], engine, warn=lambda _m: None,
+                         failed_links=failed)
+        (index, end), = run_messages(net, engine, [(0, 0, 1, 4 * MiB)])
+        return end, net
+
+    intact, _ = took(tmp_path / "intact", links)
+    rerouted, net = took(tmp_path / "failed", links, [[1, 2]])
+    without, _ = took(tmp_path / "without", [link for link in links if link[:2] != (2, 1)])
+    assert rerouted == without
+    assert 3.6 < rerouted / intact < 4.4
+    assert net.describe()["failed_links"] == [[1, 2]]
+    assert {(row["src"], row["dst"]) for row in net.stats()["links"] if row["bytes"] > MiB} == {(0, 3), (3, 4), (4, 1)}

@@ -18,6 +18,11 @@ Lockstep
     last at its time, runs ns-3 up to the engine's next event time, or up to the first message completion,
     which is booked on the engine at its exact ns. So kernel time and ns-3 time never pass each other.
 
+Failed links
+    The run option ``failed_links`` (node-id pairs of the topology file, set by ``astra cluster``) leaves those
+    cables out of the ns-3 world: the routes are computed over the links left, so traffic goes around them for
+    the whole run. (A link going down in the middle of a run, ns-3's ``LINK_DOWN``, is not modelled.)
+
 ns-3 is imported when the backend is built (about 10 s), never when the plugin is loaded.
 """
 
@@ -33,6 +38,7 @@ from astra_sim.errors import ConfigError, SimulationError
 
 from astra_network_ns3.inputs import (
     SUPPORTED_CC, check_cc_mode, ecn_thresholds, read_config_topology, read_logical_topology, read_network_cfg,
+    without_links,
 )
 
 #: Bytes of headers on every TCP segment: PPP 2 + IPv4 20 + TCP 20 + timestamp option 12.
@@ -112,10 +118,11 @@ class _Message:
 class Ns3Network:
     """A packet-level network on ns-3 over ASTRA-sim's ns-3 inputs (see the module docstring)."""
 
-    def __init__(self, config, topology, npus_per_dim, engine, warn=print, fct_path=None):
+    def __init__(self, config, topology, npus_per_dim, engine, warn=print, fct_path=None, failed_links=None):
         check_cc_mode(config)
         self.config = config
-        self.topology = topology
+        self.failed_links = [list(pair) for pair in failed_links or ()]
+        self.topology = without_links(topology, failed_links)  # routes are computed over the links left
         self.engine = engine
         self.warn = warn
         self.fct_path = fct_path
@@ -153,7 +160,7 @@ class Ns3Network:
         else:
             dims = [npus]
         return cls(config, topology, dims, context.engine, getattr(context, "warn", print),
-                   fct_path=options.get("ns3_fct_file"))
+                   fct_path=options.get("ns3_fct_file"), failed_links=options.get("failed_links"))
 
     def _warn_unmodelled(self):
         config = self.config
@@ -423,6 +430,7 @@ class Ns3Network:
             "ecn_marking": config.cc_mode in (1, 8) and config.enable_qcn,
             "switch_buffer_bytes": int(config.buffer_mb * (1 << 20)),
             "routing": "shortest paths through switches, per-flow ECMP (hash of addresses and ports)",
+            "failed_links": self.failed_links,
             "transport": "one TCP connection per NPU pair; messages in order",
         }
 

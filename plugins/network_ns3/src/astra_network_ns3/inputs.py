@@ -338,6 +338,30 @@ def read_topology(path):
     return topology
 
 
+def without_links(topology, failed, where="option failed_links"):
+    """``topology`` without the failed cables: ``failed`` is a list of node-id pairs ``[a, b]`` (the topology
+    file's ids), each removing the link between ``a`` and ``b``. The routes ns-3 is given are then computed over
+    what is left (the glue's shortest paths through switches), so traffic goes around them. A pair that is no
+    link of the file is a ConfigError naming ``where`` and the file."""
+    down = set()
+    for pair in failed or ():
+        if not (isinstance(pair, (list, tuple)) and len(pair) == 2):
+            raise ConfigError(f"{where}: each failed link is a pair of node ids [a, b], got {brief(pair)}")
+        try:
+            a, b = (int(end) for end in pair)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: a failed link's ends are node ids (integers), got {brief(pair)}") from None
+        hits = [i for i, link in enumerate(topology.links) if {link.src, link.dst} == {a, b}]
+        if not hits:
+            raise ConfigError(f"{where}: no link joins nodes {a} and {b} in {topology.path} (its links are its "
+                              "lines 'src dst rate delay error_rate', from line 3)")
+        down.update(hits)
+    if not down:
+        return topology
+    return Topology(topology.path, topology.nodes, list(topology.switches),
+                    [link for i, link in enumerate(topology.links) if i not in down])
+
+
 def read_logical_topology(path, npus):
     """``{"logical-dims": ["8"]}`` -> [8]; the product must be the NPU count."""
     lines = read_text(path, "logical topology").splitlines()
