@@ -74,3 +74,26 @@ def test_a_ratio_outside_the_tolerance_fails_the_check(tmp_path, capsys):
     assert check(folder, True, 1.06, tmp_path) == 1
     assert "OUTSIDE THE TOLERANCE" in capsys.readouterr().out
     assert check(folder, False, 2.0, tmp_path) == 0
+
+
+def _module(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("n", [2, 3, 8, 72])
+def test_the_allpairs_program_passes_the_msccl_checks_and_sends_two_rounds(n, tmp_path):
+    """The MSCCL-vs-NCCL study's all-pairs all-reduce: every send has its receive, nothing deadlocks (the
+    reader's static checks), and each GPU sends 2 (n - 1) messages of one chunk."""
+    from astra_collectives_msccl.msccl_ir import parse_msccl
+
+    algorithms = _module(STUDIES / "msccl-vs-nccl" / "algorithms.py", "case_study_msccl_algorithms")
+    path = tmp_path / "allpairs.xml"
+    path.write_text(algorithms.allpairs_allreduce_xml(n))
+    parse_msccl(str(path))
+    sends = re.findall(r'type="s" srcbuf="i" srcoff="\d+" dstbuf="\w" dstoff="\d+" cnt="1"', path.read_text())
+    assert len(sends) == 2 * (n - 1) * n
+    with pytest.raises(ValueError, match="at least 2 GPUs"):
+        algorithms.allpairs_allreduce_xml(1)

@@ -80,12 +80,15 @@ def _axis_value(row, axis):
     return text
 
 
-def draw(axes, rows, path, title):
-    """The figure ``astra plot RESULTS.csv`` draws (step time of every point, grouped by the axes), to ``path``."""
+def draw(axes, rows, path, title, log=False):
+    """The figure ``astra plot RESULTS.csv`` draws (step time of every point, grouped by the axes), to ``path``;
+    ``log``: a logarithmic time axis, for times that span decades (message sizes)."""
     import matplotlib.pyplot as plt
     from astra_plots import figures
 
     fig = figures.sweep_results_figure(axes, rows, title)
+    if log:
+        fig.axes[0].set_yscale("log")
     with atomic_output(str(path)) as handle:
         fig.savefig(handle, format="png")
     plt.close(fig)
