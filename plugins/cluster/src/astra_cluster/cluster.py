@@ -42,6 +42,7 @@ def _run(spec, pm, folder):
     started = time.perf_counter()
     machine = Machine(spec, pm)
     _check_fits(spec, machine)
+    machine.check_failed_links(folder)
     # one seeded stream per question: the same seed gives the same failures whatever the placement policy draws
     placement_rng, straggler_rng = random.Random(f"placement-{spec.seed}"), random.Random(f"stragglers-{spec.seed}")
     workloads, by_key = {}, {}
@@ -54,7 +55,7 @@ def _run(spec, pm, folder):
     out = {"units": {"time": "ns", "size": "bytes"}, "spec": spec.path, "cluster": {
         "platform": spec.platform, "nodes": machine.nodes, "gpus_per_node": machine.gpus_per_node,
         "gpus": machine.total_gpus, "network_backend": spec.network_backend, "placement": spec.placement,
-        "scheduler": spec.scheduler, "seed": spec.seed}}
+        "scheduler": spec.scheduler, "seed": spec.seed, "failed_links": spec.failed_links}}
     free = set(range(machine.total_gpus))
     placed, rows = [], []
     for job in sorted(spec.jobs, key=lambda j: j.arrival_ns):

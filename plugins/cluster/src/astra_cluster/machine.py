@@ -51,7 +51,29 @@ class Machine:
             mapping.update(platform=self.spec.platform, nodes=nodes or self.nodes)
         else:
             mapping.update(system=self.spec.system, network=self.spec.network)
-        return RunSpec.from_mapping(mapping, self.pm, where=f"{self.spec.path}: run")
+        spec = RunSpec.from_mapping(mapping, self.pm, where=f"{self.spec.path}: run")
+        if self.spec.failed_links:  # set from Python (not an astra run flag): the backend routes around them
+            spec = spec.replace(options={"failed_links": [list(pair) for pair in self.spec.failed_links]})
+        return spec
+
+    def check_failed_links(self, folder):
+        """Build the network once with the spec's ``failed_links`` (an empty workload: no step is simulated), so an
+        unknown link is one line naming the spec's key before any simulation."""
+        import os
+
+        from .workloads import write_combined
+
+        if not self.spec.failed_links:
+            return
+        prefix = os.path.join(folder, "failed-links-check", "trace")
+        combined = write_combined(prefix, self.total_gpus, [])
+        try:
+            self.simulate(prefix, combined["comm_groups"])
+        except ConfigError as exc:
+            if "failed_links" not in str(exc):
+                raise
+            message = str(exc).split("failed_links: ", 1)[-1]
+            raise ConfigError(f"{self.spec.path}: key 'failed_links': {message}") from None
 
     def simulate(self, prefix, comm_groups, factors=None, nodes=None):
         """The report of ``prefix`` on this machine; ``factors`` (``{rank: slowdown}``) slows those ranks' compute."""

@@ -24,6 +24,7 @@ jobs:
     checkpoint_bytes: 1e11    # default for llm: 14 bytes per parameter
 stragglers: {sigma: 0.05, draws: 20, slow_gpus: {3: 1.5}}
 failures: {node_mtbf_h: 5000, gpu_mtbf_h: 50000, repair_h: 0, events: [{at_h: 3, node: 1}, {at_h: 4, link: 9}]}
+failed_links: [[npu0, npu1]]  # flow/ns3: cables down throughout (node names of the graph, ns-3 node ids): rerouted
 checkpoint: {interval_steps: young-daly, write_gb_per_s: 10, read_gb_per_s: 10, restart_s: 120}
 horizon_h: 24
 timeline_corun: false         # true: over time, each job's step is its step beside the jobs running with it
@@ -48,7 +49,10 @@ YOUNG_DALY = "young-daly"
 CHECKPOINT_BYTES_PER_PARAMETER = 14
 
 _TOP = {"platform", "nodes", "system", "network", "gpus", "gpus_per_node", "network_backend", "run", "placement",
-        "scheduler", "seed", "corun", "timeline_corun", "jobs", "stragglers", "failures", "checkpoint", "horizon_h"}
+        "scheduler", "seed", "corun", "timeline_corun", "jobs", "stragglers", "failures", "checkpoint", "horizon_h",
+        "failed_links"}
+#: the backends that route around a failed link (the others have no links to take away, or fixed routes)
+REROUTING_BACKENDS = ("flow", "ns3")
 _JOB = {"name", "gpus", "steps", "arrival_s", "workload", "place", "checkpoint_bytes"}
 _STRAGGLERS = {"sigma", "draws", "slow_gpus", "table", "min_factor"}
 #: what can fail: a GPU, a node (its GPUs), a GPU's network link (its NIC), a switch (``nodes_per_switch`` nodes)
@@ -125,6 +129,7 @@ class ClusterSpec:
     failures: FailureSpec | None = None
     checkpoint: CheckpointSpec = field(default_factory=CheckpointSpec)
     horizon_ns: int | None = None
+    failed_links: list = field(default_factory=list)  # [[a, b]]: cables down throughout, routed around
 
     @property
     def base_dir(self):
@@ -184,6 +189,11 @@ def parse_cluster_spec(data, path="<spec>") -> ClusterSpec:
         spec.failures = _failures(where, data["failures"])
     if "checkpoint" in data:
         spec.checkpoint = _checkpoint(where, data["checkpoint"])
+    if data.get("failed_links"):
+        spec.failed_links = _failed_links(where, "failed_links", data["failed_links"])
+        if spec.network_backend not in REROUTING_BACKENDS:
+            raise ConfigError(f"{path}: key 'failed_links': links reroute on the {' and '.join(REROUTING_BACKENDS)} "
+                              f"backends only; network_backend is {spec.network_backend!r}")
     if data.get("horizon_h") is not None:
         spec.horizon_ns = hours_to_ns(where.number("horizon_h", data["horizon_h"], low=0, open_low=True))
     return spec
@@ -235,6 +245,20 @@ def _job(where, key, item, placement):
     if ckpt is not None:
         ckpt = int(where.number(f"{key}.checkpoint_bytes", ckpt, low=0))
     return JobSpec(name, gpus, steps, int(round(arrival * 1e9)), kind, value, place, ckpt)
+
+
+def _failed_links(where, key, value):
+    """``[[a, b], ...]``: cables named by their two ends (the flow graph's node names, ``npu3`` or
+    ``d1.g0.switch``; ns-3's node ids). Whether such a link exists is the backend's to say (checked before any
+    step is simulated, see :meth:`Machine.check_failed_links`)."""
+    ok = isinstance(value, list) and all(
+        isinstance(pair, list) and len(pair) == 2 and all(
+            (isinstance(end, str) and end.strip()) or (isinstance(end, int) and not isinstance(end, bool))
+            for end in pair) for pair in value)
+    if not ok:
+        raise where.error(key, "a list of cables [[a, b], ...], each named by its two nodes (npu0, d0.g0.switch; "
+                          "ns-3 node ids)", value)
+    return [[end.strip() if isinstance(end, str) else end for end in pair] for pair in value]
 
 
 def _stragglers(where, data):
