@@ -137,3 +137,59 @@ def test_a_sweep_results_file_is_drawn_and_a_bad_one_named(tmp_path, capsys):
     capsys.readouterr()
     assert main(["plot", str(bad), "-o", str(tmp_path / "out")]) == 2
     assert "bad.csv" in capsys.readouterr().err
+
+
+def test_each_figure_is_named_on_the_progress_line_in_turn(tmp_path, monkeypatch):
+    from astra_sim import progress
+
+    first, trace = _run(tmp_path / "a", npus=4)
+    second, _ = _run(tmp_path / "b", npus=4, timeline=False)
+    named = []
+    monkeypatch.setattr(progress, "phase", lambda text, *a, **k: named.append(text))
+    assert main(["plot", str(first), str(second), "--timeline", str(trace), "-o", str(tmp_path / "pics")]) == 0
+    drawing = [text for text in named if text.startswith("drawing ")]
+    assert drawing == ["drawing breakdown.png (1 of 3 figures)", "drawing timeline.png (2 of 3 figures)",
+                       "drawing sweep.png (3 of 3 figures)"]
+    assert f"reading the timeline {trace}" in named and f"reading {second}" in named
+
+
+def test_a_slow_figure_shows_its_own_line_on_stderr(tmp_path, monkeypatch, capsys):
+    """Not a terminal (capsys): the periodic plain line names the figure being drawn, not a generic 'working'."""
+    import time
+
+    from astra_plots import figures
+
+    report, _ = _run(tmp_path, npus=4, timeline=False)
+    monkeypatch.setenv("ASTRA_PROGRESS", "1")
+    monkeypatch.setenv("ASTRA_PROGRESS_DELAY_S", "0")
+    monkeypatch.setenv("ASTRA_PROGRESS_INTERVAL_S", "0.02")
+    draw = figures.breakdown_figure
+
+    def slow(report):
+        time.sleep(0.3)
+        return draw(report)
+
+    monkeypatch.setattr(figures, "breakdown_figure", slow)
+    assert main(["plot", str(report), "-o", str(tmp_path / "pics")]) == 0
+    err = capsys.readouterr().err
+    assert "astra plot: drawing breakdown.png (1 of 1 figures), 0 s elapsed" in err, err
+
+
+def test_serve_reports_are_drawn_figure_by_figure(tmp_path, monkeypatch, capsys):
+    from astra_sim import progress
+
+    point = {"deployment": {"model": "llama3-8b", "gpu": "H100-SXM5-80GB", "description": "1 x TP 8"},
+             "ttft_ns": {"p50": 1, "p99": 2}, "tpot_ns": {"p50": 1, "p99": 2}, "throughput_tokens_per_s": 10.0,
+             "cdf_ns": {"ttft": list(range(1, 102)), "tpot": list(range(1, 102)), "e2e": list(range(1, 102))}}
+    paths = []
+    for qps in (1, 2):
+        path = tmp_path / f"serve{qps}.json"
+        path.write_text(json.dumps({**point, "qps": qps, "throughput_tokens_per_s": 10.0 * qps}))
+        paths.append(str(path))
+    named = []
+    monkeypatch.setattr(progress, "phase", lambda text, *a, **k: named.append(text))
+    assert main(["plot", *paths, "-o", str(tmp_path / "pics")]) == 0
+    assert [t for t in named if t.startswith("drawing ")] == [
+        "drawing latency_cdf.png (1 of 2 figures)", "drawing throughput_latency.png (2 of 2 figures)"]
+    printed = capsys.readouterr().out
+    assert "latency_cdf.png" in printed and "throughput_latency.png" in printed

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 
+from astra_sim import progress
 from astra_sim.errors import ConfigError
 
 MAX_TIMELINE_RANKS = 8
@@ -69,15 +70,20 @@ def run(args):
     _check_writable_folder(args.output, f"-o {args.output}")
     if args.reports[0].endswith((".csv", ".parquet")):
         return _plot_sweep_results(args)
-    from astra_plots.serving import plot_serve, read_serve
+    from astra_plots.serving import read_serve, serve_plan
 
+    progress.phase(f"reading {args.reports[0]}")
     if read_serve(args.reports[0]) is not None:
         if args.timeline:
             raise ConfigError("astra plot: --timeline is for astra run reports, not astra serve ones")
-        for path in plot_serve(args.reports, args.output, args.svg, _save):
-            print(f"wrote {path}")
+        for paths, _ in drawn(serve_plan(args.reports), args.output, args.svg):
+            for path in paths:
+                print(f"wrote {path}")
         return 0
-    reports = [read_report(path) for path in args.reports]
+    reports = []
+    for path in args.reports:
+        progress.phase(f"reading {path}")
+        reports.append(read_report(path))
     report = reports[0]
     total = len(report["ranks"])
     ranks = None
@@ -88,37 +94,49 @@ def run(args):
             ranks = parse_rank_ranges(args.ranks, total, "--ranks")
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-    timeline = read_timeline(args.timeline, None if ranks is None else ranks) if args.timeline else None
+    timeline = None
+    if args.timeline:
+        progress.phase(f"reading the timeline {args.timeline}")
+        timeline = read_timeline(args.timeline, None if ranks is None else ranks)
 
+    progress.phase("loading matplotlib")
     from astra_plots import figures
 
-    written, notes = [], []
-    fig = figures.breakdown_figure(report)
-    if fig is None:
-        notes.append(f"{args.reports[0]} has no breakdown (the run used --no-breakdown): no breakdown.png")
-    else:
-        written += _save(fig, args.output, "breakdown", args.svg)
+    plan = [("breakdown", lambda: figures.breakdown_figure(report),
+             f"{args.reports[0]} has no breakdown (the run used --no-breakdown): no breakdown.png")]
     if timeline is not None:
         chosen = ranks if ranks is not None else _default_ranks(report, timeline)
-        fig = figures.timeline_figure(timeline, set(chosen), figures.run_title(report))
-        if fig is None:
-            notes.append(f"{args.timeline} has no event of ranks {chosen}: no timeline.png")
-        else:
-            written += _save(fig, args.output, "timeline", args.svg)
+        plan.append(("timeline", lambda: figures.timeline_figure(timeline, set(chosen), figures.run_title(report)),
+                     f"{args.timeline} has no event of ranks {chosen}: no timeline.png"))
+    link_notes = []
     names, rows, bin_ns = _link_rows(report, timeline)
     if rows:
-        written += _save(figures.links_figure(names, rows, bin_ns, figures.run_title(report)), args.output, "links",
-                         args.svg)
+        plan.append(("links", lambda: figures.links_figure(names, rows, bin_ns, figures.run_title(report)), None))
     elif report.get("settings", {}).get("network_backend") in ("congestion", "flow"):
-        notes.append("no link use over time in the report: run with --timeline to record it (links.png)")
+        link_notes.append("no link use over time in the report: run with --timeline to record it (links.png)")
     if len(reports) > 1:
         labels = [os.path.basename(p) for p in args.reports]
-        written += _save(figures.sweep_figure(labels, reports), args.output, "sweep", args.svg)
+        plan.append(("sweep", lambda: figures.sweep_figure(labels, reports), None))
+    written, notes = [], []
+    for paths, note in drawn(plan, args.output, args.svg):
+        if paths is None:
+            notes.append(note)
+        else:
+            written += paths
     for path in written:
         print(f"wrote {path}")
-    for note in notes:
+    for note in notes + link_notes:
         print(f"astra plot: {note}")
     return 0
+
+
+def drawn(plan, folder, svg):
+    """Draw and save each ``(name, draw, note)`` of ``plan`` in turn, naming the figure on the progress line
+    (a large run's picture takes seconds); yields ``(the paths written, or None when draw gave None; note)``."""
+    for index, (name, draw, note) in enumerate(plan, 1):
+        progress.phase(f"drawing {name}.png ({index} of {len(plan)} figures)")
+        fig = draw()
+        yield (None if fig is None else _save(fig, folder, name, svg)), note
 
 
 def _plot_sweep_results(args):
@@ -129,15 +147,18 @@ def _plot_sweep_results(args):
         raise ConfigError("astra plot: a sweep results file is drawn alone (no other report, no --timeline)")
     from astra_plots.serving import is_serve_sweep, serve_sweep_figure
 
+    progress.phase(f"reading {args.reports[0]}")
     axes, rows = read_sweep_results(args.reports[0])
     serving = is_serve_sweep(rows)
     figure = serve_sweep_figure if serving else figures.sweep_results_figure
-    fig = figure(axes, rows, os.path.basename(args.reports[0]))
-    if fig is None:
-        print(f"astra plot: {args.reports[0]} has no finished point: nothing drawn")
-        return 0
-    for path in _save(fig, args.output, "throughput_latency" if serving else "sweep_results", args.svg):
-        print(f"wrote {path}")
+    plan = [("throughput_latency" if serving else "sweep_results",
+             lambda: figure(axes, rows, os.path.basename(args.reports[0])),
+             f"{args.reports[0]} has no finished point: nothing drawn")]
+    for paths, note in drawn(plan, args.output, args.svg):
+        for path in paths or ():
+            print(f"wrote {path}")
+        if paths is None:
+            print(f"astra plot: {note}")
     return 0
 
 
@@ -190,8 +211,11 @@ def _save(fig, folder, name, svg):
     paths = []
     for fmt in ("png", "svg") if svg else ("png",):
         path = os.path.join(folder, f"{name}.{fmt}")
-        with atomic_output(path) as handle:
-            fig.savefig(handle, format=fmt)
+        try:
+            with atomic_output(path) as handle:
+                fig.savefig(handle, format=fmt)
+        except OSError as exc:  # a full disk: a one-line error, no partial picture (atomic_output removed it)
+            raise ConfigError(f"-o {folder}: cannot write {path}: {exc.strerror or exc}") from None
         paths.append(path)
     plt.close(fig)
     return paths

@@ -118,8 +118,8 @@ def throughput_latency_figure(points, labels):
                                (11, 4))
 
 
-def plot_serve(paths, output, svg, save):
-    """Draw the serve reports of ``paths`` into ``output``; the written files."""
+def serve_plan(paths):
+    """The figures of the serve reports of ``paths``: ``(name, draw, note)`` for ``astra plot`` to draw in turn."""
     points, labels = [], []
     for path in paths:
         found = read_serve(path)
@@ -127,12 +127,12 @@ def plot_serve(paths, output, svg, save):
             raise ConfigError(f"{path}: not an astra serve report (mixing serve and run reports is not drawn)")
         points += found
         labels += [_label(p, os.path.basename(path)) for p in found]
-    written = save(cdf_figure(points, labels), output, "latency_cdf", svg)
+    plan = [("latency_cdf", lambda: cdf_figure(points, labels), None)]
     if len(points) > 1:
         order = sorted(range(len(points)), key=lambda i: points[i]["throughput_tokens_per_s"])
-        written += save(throughput_latency_figure([points[i] for i in order], [labels[i] for i in order]), output,
-                        "throughput_latency", svg)
-    return written
+        plan.append(("throughput_latency", lambda: throughput_latency_figure([points[i] for i in order],
+                                                                             [labels[i] for i in order]), None))
+    return plan
 
 
 QPS_AXIS = "workload.serve.qps"
