@@ -47,3 +47,27 @@ def test_a_job_too_big_for_the_cluster(ring, write_spec, astra_exe):
                       .replace("placement: fixed", "placement: contiguous").replace(", place: [1, 3, 5, 7]", ""))
     done = subprocess.run([astra_exe, "cluster", spec], capture_output=True, text=True)
     assert done.returncode != 0 and "needs 16 GPUs; the cluster has 8" in done.stderr
+
+
+def test_an_output_folder_that_cannot_be_written_fails_before_any_simulation(ring, write_spec, astra_exe, tmp_path):
+    """-o into a read-only folder, or under a file (a folder that cannot be made): one line, non-zero, and no
+    simulation ran (the spec names traces that do not exist, which a simulation would report instead)."""
+    import os
+    import stat
+
+    spec = write_spec(ring, SPEC.replace("workload: {micro: {collective: all_reduce, size: 1MiB}}",
+                                         "workload: {chakra: nowhere/trace}"))
+    (tmp_path / "a_file").write_text("")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    targets = [tmp_path / "a_file" / "out.json"] + ([] if os.geteuid() == 0 else [locked / "out.json"])
+    for out in targets:
+        done = subprocess.run([astra_exe, "cluster", spec, "-o", str(out)], capture_output=True, text=True)
+        assert done.returncode != 0
+        assert f"-o {out}: cannot" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+        assert "nowhere" not in done.stderr
+    missing = tmp_path / "new" / "folder" / "out.json"  # a folder that can be made is made
+    done = subprocess.run([astra_exe, "cluster", write_spec(ring, SPEC), "-o", str(missing)], capture_output=True,
+                          text=True)
+    assert done.returncode == 0 and missing.exists()

@@ -22,10 +22,15 @@ def add_command(sub):
 
 
 def _cmd_cluster(args):
+    import os
+
+    from astra_sim.outputs import check_writable_folder
     from astra_sim.safeio import write_text_atomic
 
     from .cluster import run_cluster
 
+    if args.output:  # before any simulation: a typo in -o must not cost the whole run
+        check_writable_folder(os.path.dirname(os.path.abspath(args.output)), f"-o {args.output}")
     report = run_cluster(args.spec)
     text = json.dumps(report, indent=1)
     if args.output:
