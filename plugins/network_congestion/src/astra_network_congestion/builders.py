@@ -28,7 +28,29 @@ def switch_name(dim, group):
     return f"d{dim}.g{group}.switch"
 
 
-def from_analytical(config):
+def fabric_options(options):
+    """``from_analytical``'s keyword arguments from run options: ``fabric_nodes_per_leaf`` and
+    ``fabric_oversubscription`` (set by ``astra cluster``'s ``fabric:`` key)."""
+    options = options or {}
+    return {"nodes_per_leaf": options.get("fabric_nodes_per_leaf"),
+            "oversubscription": options.get("fabric_oversubscription")}
+
+
+def check_fabric(nodes_per_leaf, oversubscription, where="option fabric_nodes_per_leaf"):
+    """``(nodes_per_leaf, oversubscription)`` checked: an integer >= 1 (or None: no tiers) and a number >= 1."""
+    if nodes_per_leaf is None:
+        return None, 1.0
+    if isinstance(nodes_per_leaf, bool) or not isinstance(nodes_per_leaf, int) or nodes_per_leaf < 1:
+        raise ConfigError(f"{where}: expected an integer >= 1 (members of the last Switch dimension per leaf "
+                          f"switch), got {nodes_per_leaf!r}")
+    ratio = 1.0 if oversubscription is None else oversubscription
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 1.0 <= ratio < float("inf"):
+        raise ConfigError(f"option fabric_oversubscription: expected a number >= 1 (a leaf's downlink over its "
+                          f"uplink capacity), got {oversubscription!r}")
+    return nodes_per_leaf, float(ratio)
+
+
+def from_analytical(config, nodes_per_leaf=None, oversubscription=1.0):
     """Devices, directed links and routing of the congestion-aware analytical model.
 
     ``config`` is an :class:`astra_network_analytical.NetworkConfig` (from
@@ -48,8 +70,25 @@ def from_analytical(config):
     that group's route: Ring = the shorter direction, clockwise (increasing coordinate) on ties;
     FullyConnected = the direct link; Switch = member -> switch -> member.
 
+    ``nodes_per_leaf`` (the run option ``fabric_nodes_per_leaf``) builds the *last* dimension, a
+    ``Switch``, as two tiers instead of one switch, so that traffic of different NPUs can share links
+    (a platform's scale-out fabric: one group per rail). Each group's members are split, in order,
+    into leaves of ``nodes_per_leaf`` (``d<d>.g<group>.leaf<j>``), which hang off one spine
+    (``d<d>.g<group>.spine``) by one uplink per direction of ``members x bandwidth /
+    oversubscription``: the spine layer taken as one switch with perfect load balance, its ECMP
+    paths as one link of their total capacity. Members keep their own links (the dimension's
+    bandwidth and latency) to their leaf; uplinks add no latency (the dimension's latency is already
+    what a crossing costs), so with ``oversubscription`` 1 a lone message takes the time it takes on
+    the single switch, and only traffic that shares an uplink beyond its capacity slows down.
+    A message between leaves goes member -> leaf -> spine -> leaf -> member.
+
     Returns ``(graph, route_fn)``.
     """
+    nodes_per_leaf, oversubscription = check_fabric(nodes_per_leaf, oversubscription)
+    last = len(config.topology) - 1
+    if nodes_per_leaf is not None and config.topology[last] != SWITCH_TOPOLOGY:
+        raise ConfigError(f"{config.path}: option fabric_nodes_per_leaf needs a Switch as the last dimension, got "
+                          f"{config.topology[last]!r}")
     graph = NetworkGraph(source=str(config.path))
     total = config.total_npus
     names = [npu_name(rank) for rank in range(total)]
@@ -86,6 +125,21 @@ def from_analytical(config):
                         for b in members:
                             if a != b:
                                 connect(a, b, bandwidth, latency, False)
+                elif topology == SWITCH_TOPOLOGY and dim == last and nodes_per_leaf is not None:
+                    spine = len(names)
+                    names.append(f"d{dim}.g{group}.spine")
+                    graph.add_node(names[spine], SWITCH)
+                    leaf_of = {}
+                    for j in range(0, count, nodes_per_leaf):
+                        chunk = members[j:j + nodes_per_leaf]
+                        leaf = len(names)
+                        names.append(f"d{dim}.g{group}.leaf{j // nodes_per_leaf}")
+                        graph.add_node(names[leaf], SWITCH)
+                        for a in chunk:
+                            connect(a, leaf, bandwidth, latency, True)
+                            leaf_of[a] = leaf
+                        connect(leaf, spine, len(chunk) * bandwidth / oversubscription, 0.0, True)
+                    switches.append((leaf_of, spine))
                 elif topology == SWITCH_TOPOLOGY:
                     switch = len(names)
                     names.append(switch_name(dim, group))
@@ -123,8 +177,17 @@ def from_analytical(config):
             else:
                 span = stride * count
                 switch = switches[(current // span) * stride + current % stride]
-                path.append(link_of[(current, switch)])
-                path.append(link_of[(switch, target)])
+                if isinstance(switch, tuple):  # two tiers: up to the spine only between leaves
+                    leaf_of, spine = switch
+                    up, down = leaf_of[current], leaf_of[target]
+                    path.append(link_of[(current, up)])
+                    if up != down:
+                        path.append(link_of[(up, spine)])
+                        path.append(link_of[(spine, down)])
+                    path.append(link_of[(down, target)])
+                else:
+                    path.append(link_of[(current, switch)])
+                    path.append(link_of[(switch, target)])
             current = target
         return path
 

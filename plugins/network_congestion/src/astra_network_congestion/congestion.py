@@ -81,7 +81,7 @@ class CongestionNetwork:
         :func:`~astra_network_congestion.builders.shortest_path_router`)."""
         from astra_network_analytical import parse_network_config
 
-        from astra_network_congestion.builders import from_analytical, shortest_path_router
+        from astra_network_congestion.builders import fabric_options, from_analytical, shortest_path_router
 
         path = context.network_config_path
         if path is None:
@@ -95,7 +95,7 @@ class CongestionNetwork:
             description = {"routing": "shortest path (fewest hops, lowest link index first), no transit through NPUs"}
             return cls(graph, context.engine, shortest_path_router(graph), None, description)
         config = parse_network_config(path, getattr(context, "warn", None))
-        graph, route_fn = from_analytical(config)
+        graph, route_fn = from_analytical(config, **fabric_options(getattr(context, "options", None)))
         description = {
             "topology": list(config.topology),
             "npus_count": list(config.npus_count),

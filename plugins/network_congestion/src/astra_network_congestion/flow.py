@@ -265,10 +265,10 @@ class FlowNetwork:
         if _is_analytical_yaml(path):
             from astra_network_analytical import parse_network_config
 
-            from astra_network_congestion.builders import from_analytical
+            from astra_network_congestion.builders import fabric_options, from_analytical
 
             config = parse_network_config(path, getattr(context, "warn", None))
-            built = from_analytical(config)
+            built = from_analytical(config, **fabric_options(getattr(context, "options", None)))
             graph = built[0] if isinstance(built, tuple) else built
             description = {
                 "topology": list(config.topology),
@@ -276,6 +276,9 @@ class FlowNetwork:
                 "bandwidth_gib_per_s": list(config.bandwidth_gib_per_s),
                 "latency_ns": list(config.latency_ns),
             }
+            tiers = fabric_options(getattr(context, "options", None))
+            if tiers["nodes_per_leaf"] is not None:
+                description["fabric"] = tiers
         else:
             from astra_network_congestion.infragraph import load_network_graph
 
