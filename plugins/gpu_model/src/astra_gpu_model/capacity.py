@@ -16,8 +16,8 @@ import os
 from astra_sim.errors import InfeasibleError
 
 #: the parts of an estimate (older traces carry the first six only: workspace held buffers, reserve and context)
-PARTS = ("weights", "gradients", "optimizer", "activations", "logits", "kv_cache", "buffers", "reserve", "context",
-         "workspace")
+PARTS = ("weights", "gradients", "optimizer", "activations", "logits", "kv_cache", "buffers", "gemm_workspace",
+         "reserve", "context", "workspace")
 #: the estimate's stated uncertainty (the generator's memory.UNCERTAINTY, read here without importing it)
 UNCERTAINTY = 0.10
 

@@ -28,6 +28,8 @@ The estimate per rank (bytes) is the sum of
   tokens x vocabulary/TP as the framework computes them (:data:`.memory_terms.LOGITS_BYTES`);
 * **buffers** the framework allocates beside the model states: FSDP2's unsharded gradients of the unit being
   reduced, DeepSpeed's reduce bucket;
+* **GEMM workspaces** (training): the cuBLAS workspaces PyTorch and Transformer Engine keep allocated
+  (:func:`.memory_terms.gemm_workspace_bytes`);
 * **KV cache** (inference): every resident sequence's keys and values for the stage's layers;
 * the **allocator reserve**: what PyTorch's caching allocator holds beyond what tensors use (fragmentation), a
   fitted share of the allocated bytes (training) or ``FRAGMENTATION`` (inference);
@@ -47,8 +49,8 @@ from dataclasses import dataclass, field
 
 from .config import DTYPES, LlmConfig, implied_framework
 from .memory_terms import (
-    LOGITS_BYTES, RESERVE_FRACTION, WORKSPACE_BYTES, logits_bytes, model_states, moe_dispatch_bytes,
-    op_sac_layer_bytes,
+    LOGITS_BYTES, RESERVE_FRACTION, WORKSPACE_BYTES, gemm_workspace_bytes, logits_bytes, model_states,
+    moe_dispatch_bytes, op_sac_layer_bytes,
 )
 from .lora import adapter_parameters
 from .model import ModelDims, _lengths, layer_shards, mtp_shards, padded_vocab
@@ -66,7 +68,8 @@ OPTIMIZER_BYTES = 12
 FP8_WEIGHT_BYTES = 2
 RECOMPUTE = ("none", "selective", "full")
 #: the parts of an estimate, in the order terminals list them
-PARTS = ("weights", "gradients", "optimizer", "activations", "logits", "kv_cache", "buffers", "reserve", "context")
+PARTS = ("weights", "gradients", "optimizer", "activations", "logits", "kv_cache", "buffers", "gemm_workspace",
+         "reserve", "context")
 
 __all__ = ["FRAGMENTATION", "LOGITS_BYTES", "MemoryEstimate", "PARTS", "RESERVE_FRACTION", "UNCERTAINTY",
            "WORKSPACE_BYTES", "layer_activation_bytes", "memory_estimate", "metadata_attrs", "peak_memory",
@@ -92,12 +95,14 @@ class MemoryEstimate:
     framework: str = "megatron"
     #: (dims, cfg) it was estimated for, so that the changes that would make it fit can be computed on demand
     source: tuple | None = field(default=None, compare=False, repr=False)
+    #: cuBLAS workspaces held by the allocator (training)
+    gemm_workspace: int = 0
 
     @property
     def allocated_bytes(self) -> int:
         """What the tensors hold at the peak (``torch.cuda.max_memory_allocated``)."""
         return (self.weights + self.gradients + self.optimizer + self.activations + self.logits + self.kv_cache
-                + self.buffers)
+                + self.buffers + self.gemm_workspace)
 
     @property
     def reserved_bytes(self) -> int:
@@ -111,8 +116,9 @@ class MemoryEstimate:
 
     @property
     def workspace(self) -> int:
-        """Everything beyond model states, activations, logits and KV cache: buffers, reserve and context."""
-        return self.buffers + self.reserve + self.context
+        """Everything beyond model states, activations, logits and KV cache: buffers, GEMM workspaces, reserve and
+        context."""
+        return self.buffers + self.gemm_workspace + self.reserve + self.context
 
     def measured(self, what: str) -> int:
         """The number a measurement of ``what`` reports: ``max_memory_allocated``, ``max_memory_reserved`` or
@@ -215,12 +221,16 @@ def stage_memory(dims: ModelDims, cfg: LlmConfig, p: int) -> MemoryEstimate:
     vocab = padded_vocab(dims, cfg.tp) // cfg.tp
     dense = expert = linear = edges = 0
     unit_sizes = []
+    # a tied LM head is the embedding's own weight when the rank holds both ends (PP 1, or interleaved chunks);
+    # on different ranks each keeps a copy (Megatron's shared embedding on the first and last stage)
+    holds_first, holds_last = (any(unit[k] for unit in units.values()) for k in (0, 1))
+    one_table = dims.tied_embeddings and holds_first and holds_last
     for first, last, layers in units.values():
         for i in layers:
             ld, le = layer_shards(dims, cfg, dims.is_moe_layer(i))
             dense, expert, linear = dense + ld, expert + le, linear + ld + le
             unit_sizes.append(ld + le)
-        for edge in (first, last):
+        for edge in (first, last and not one_table):
             if edge:
                 dense += vocab * dims.hidden
                 edges += vocab * dims.hidden
@@ -267,9 +277,10 @@ def stage_memory(dims: ModelDims, cfg: LlmConfig, p: int) -> MemoryEstimate:
         logits = logits_bytes(framework, cfg, cfg.micro_batch_size * q, vocab)
     # the loss is over before the first layer is recomputed: the larger of the two transients counts
     activations += max(0, recomputing - logits)
-    allocated = weights + gradients + optimizer + activations + logits + buffers
+    gemm = gemm_workspace_bytes(framework)
+    allocated = weights + gradients + optimizer + activations + logits + buffers + gemm
     return MemoryEstimate(p, weights, gradients, optimizer, activations, 0, logits, buffers,
-                          int(RESERVE_FRACTION * allocated), WORKSPACE_BYTES, in_flight, framework, (dims, cfg))
+                          int(RESERVE_FRACTION * allocated), WORKSPACE_BYTES, in_flight, framework, (dims, cfg), gemm)
 
 
 def _moe_rows(dims, cfg, tokens, layer):

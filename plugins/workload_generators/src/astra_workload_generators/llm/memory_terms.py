@@ -10,6 +10,12 @@ from .config import DTYPES
 #: outside PyTorch's allocator: the CUDA context (cuBLAS/cuDNN handles, loaded kernels) and NCCL's communicator
 #: buffers -- an allowance, not a measurement (what nvidia-smi shows beyond max_memory_reserved)
 WORKSPACE_BYTES = 1 << 30
+#: one cuBLAS workspace, which the caching allocator holds for the whole run (so max_memory_allocated counts it):
+#: PyTorch's per (cuBLAS handle, stream), 32 MiB on Hopper and later (aten/src/ATen/cuda/CublasHandlePool.cpp,
+#: parseChosenWorkspaceSize: ":4096:8"; 8.125 MiB before Hopper), and Transformer Engine's GEMM workspace
+#: (transformer_engine/pytorch/module/base.py get_cublas_workspace_size_bytes: 32 MiB from Hopper, 4 MiB before).
+#: The larger, Hopper sizes are used: the estimate does not know the GPU.
+CUBLAS_WORKSPACE_BYTES = 32 << 20
 #: the caching allocator's reserve beyond the allocated bytes in training (max_memory_reserved /
 #: max_memory_allocated - 1): fitted by tools/fit_memory_reserve.py on torchtitan's published pair of Llama 3.1 8B
 #: FSDP runs on 8 and 128 H100 (docs/performance.md, Tables 1 and 3), whose difference is the sharded model states
@@ -42,6 +48,12 @@ def logits_bytes(framework: str, cfg, tokens: int, vocab_per_rank: int) -> int:
     if cfg.loss_dtype == "same":
         return LOSS_SAME_ELEMENTS * DTYPES[cfg.dtype][0] * tokens * vocab_per_rank
     return LOGITS_BYTES[framework] * tokens * vocab_per_rank
+
+
+def gemm_workspace_bytes(framework: str) -> int:
+    """cuBLAS workspaces of a training step: PyTorch's for the forward thread and for the autograd engine's
+    backward thread (two cuBLAS handles on one stream), and under Megatron-LM Transformer Engine's own."""
+    return (3 if framework == "megatron" else 2) * CUBLAS_WORKSPACE_BYTES
 
 
 def model_states(framework, cfg, params, units, edges, sharded):
