@@ -41,6 +41,27 @@ FABRIC_LATENCY_SOURCE = (
     "ASSUMPTION: ~2 us one-way NIC-to-NIC through the fat tree (1000 ns per analytical hop: NIC, "
     "PCIe and switch traversals); InfiniBand NDR switch port-to-port latency alone is ~0.2-0.5 us"
 )
+#: the sources every GPU platform shares (the network model's own assumptions): listed in each platform's
+#: ``sources``, left out of its ``assumptions``, which name what is assumed about this machine
+SHARED_SOURCES = ("scaleup_latency", "fabric_latency", "fabric_topology")
+
+
+#: how a source says its number is not a published or measured figure
+ASSUMED_MARKERS = ("ASSUMPTION", "UNVERIFIED")
+
+
+def _assumed(text) -> bool:
+    return str(text).lstrip().upper().startswith(ASSUMED_MARKERS)
+
+
+def machine_assumptions(sources, gpu) -> list:
+    """The names of a machine's numbers that rest on an assumption (their source starts with ``ASSUMPTION`` or
+    ``UNVERIFIED``): the platform's own ``sources``, then its GPU's (``gpu``, a GpuSpec) as ``gpu.<key>``.
+    ``astra platforms --json`` and the run's report list them, so that no one takes them for published or measured
+    figures."""
+    names = [key for key, text in sources.items() if key not in SHARED_SOURCES and _assumed(text)]
+    names += [f"gpu.{key}" for key, text in (gpu.raw.get("sources") or {}).items() if _assumed(text)]
+    return names
 
 
 @dataclass(frozen=True)
@@ -141,6 +162,8 @@ class Platform(_Platform):
             "tdp_w": gpu.tdp_w,
             # how far the GPU's GEMM efficiencies were measured on it (gpu.CALIBRATION_STATUSES)
             "calibration": gpu.calibration_status,
+            # this machine's numbers whose source is an assumption (each one's why is in sources)
+            "assumptions": machine_assumptions(self.sources, gpu),
             "sources": {
                 "gpu": f"astra_gpu_model preset {gpu.name} (its own `sources:`)",
                 "scaleup": gpu.raw.get("sources", {}).get("scaleup", ""),
@@ -475,6 +498,7 @@ def resolve_gpu_platform(platform: Platform, nodes: int, options: dict) -> Platf
         contention = ("measured slowdowns of kernels beside communication (--gpu-contention "
                       f"--gpu-contention-model {contention_model}; implied by --platform)")
     gpu = implied["gpu"]
+    assumed = machine_assumptions(platform.sources, load_gpu(gpu))
     defaults = {
         "compute_model": (f"gpu (implied by --platform {name}: compute nodes are timed on its GPU; "
                           "--compute-model replay replays the traced durations)"
@@ -489,5 +513,8 @@ def resolve_gpu_platform(platform: Platform, nodes: int, options: dict) -> Platf
                        f"nccl (implied by --platform {name}: NCCL's own algorithm choice and timing on every "
                        "dimension; --platform-collective ring for the kernel's packet-level ring)"),
     }
+    if assumed:  # what about this machine no datasheet or measurement gives
+        defaults["assumptions"] = (f"{', '.join(assumed)}: assumed, not published or measured figures "
+                                   f"(astra platforms --json gives each one's reason)")
     return PlatformSetup(provided["system_configuration"], provided["network_configuration"], options=implied,
                          compute_model="gpu", defaults=defaults)
