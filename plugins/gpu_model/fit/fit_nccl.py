@@ -186,8 +186,10 @@ def main(argv=None):
             "fitting_data": [f"vidur_measured_all_reduce_{s}.csv" for s in VIDUR_ALL_REDUCE],
             "rows": "num_nodes == 1, 2 KB <= size_bytes <= 64 MB, time_ms_median",
             "objective": "sum |predicted - measured| / measured",
-            "beyond_fit": {"fitted_max_bytes": FIT_MAX_BYTES, "source": "NVIDIA/nccl-tests#212 (S. Jeaugey): "
-                           "ring 370 GB/s, NVLS all-reduce 480 GB/s bus bandwidth on 8 H100; GTC S62129",
+            "beyond_fit": {"fitted_max_bytes": FIT_MAX_BYTES, "source": "astra_gpu_model.nccl.PEAK_STATEMENTS: "
+                           "NVIDIA/nccl-tests#212 (S. Jeaugey): ring 370 GB/s, NVLS all-reduce 480 GB/s bus bandwidth "
+                           "on 8 H100, and the ring's 370/450 share of the line rate on A100's 300 GB/s NVLink 3; "
+                           "GTC 2024 S62129: NVLS 480 GB/s",
                            "efficiency": beyond},
             "architectures": {
                 arch: {"overhead_us": round(c.overhead_us, 4), "latency_scale": round(c.latency_scale, 5),

@@ -277,10 +277,17 @@ def test_past_the_fitted_sizes_nvswitch_bandwidth_ramps_to_the_published_peaks()
     assert times == sorted(times)
 
 
-def test_ampere_extrapolates_its_fit_past_64_mb():
+def test_ampere_past_64_mb_costs_the_simple_protocols_share_of_nvlink():
+    # Past the fitted 64 MB each byte of an 8-A100 ring all-reduce costs NVIDIA's Simple-protocol share of the line
+    # rate (370 / 450, nccl-tests#212) on NVLink 3's 300 GB/s: 246.7 GB/s of bus bandwidth (it extrapolated the
+    # 64 MB line before, ~167 GB/s at 8 GiB).
     a8 = config_for_gpu("A100-SXM4-80GB")
+    t4, algo, proto = collective_time_us("all_reduce", 4 << 30, 8, a8)
+    t8, _, _ = collective_time_us("all_reduce", 8 << 30, 8, a8)
+    assert (algo, proto) == ("ring", "Simple")
+    assert (4 << 30) * 2 * 7 / 8 / ((t8 - t4) * 1e3) == pytest.approx(246.7, rel=1e-4)
+    # up to 64 MB the fitted line holds
     cal = a8.correction()
-    t1, algo, proto = collective_time_us("all_reduce", 1 << 30, 8, a8)
-    lat, bw = next((c[3], c[4]) for c in predict("all_reduce", 1 << 30, 8, a8) if c[1:3] == (algo, proto))
-    eff = cal.efficiency_for("nvswitch", algo, proto)
-    assert t1 == pytest.approx(cal.overhead_us + cal.latency_scale * lat + bw / eff)
+    t1, algo, proto = collective_time_us("all_reduce", 64 << 20, 8, a8)
+    lat, bw = next((c[3], c[4]) for c in predict("all_reduce", 64 << 20, 8, a8) if c[1:3] == (algo, proto))
+    assert t1 == pytest.approx(cal.overhead_us + cal.latency_scale * lat + bw / cal.efficiency_for("nvswitch", algo, proto))

@@ -107,17 +107,62 @@ class NcclCalibration:
         return sum(pool) / len(pool)
 
 
+@dataclass(frozen=True)
+class PeakStatement:
+    """One published peak bus bandwidth (GB/s) of an 8-GPU NVSwitch all-reduce with one (algorithm, protocol), and
+    where it comes from (``source_id``: the registry's name of the statement, the unit ``--cv`` leaves out)."""
+
+    source_id: str
+    arch: str
+    preset: str
+    algo: str
+    proto: str
+    busbw_gbps: float
+    quote: str
+
+
+#: NVIDIA's "effective NVLink bandwidth" under NCCL's Simple protocol, as a share of the line rate: "450GB/s is the
+#: line rate. With the protocol overhead (~20%) NCCL can get an effective NVLink bandwidth of 370GB/s" (S. Jeaugey,
+#: NVIDIA, NVIDIA/nccl-tests#212, 2024-05-06). The overhead is the protocol's (headers, flags, chunking), so it is
+#: applied to A100's NVLink 3 line rate (12 links x 25 GB/s = 300 GB/s per direction) as well.
+SIMPLE_PROTOCOL_SHARE = 370.0 / 450.0
+A100_NVLINK_GBPS = 300.0
+
 #: Past the fitted sizes (``data/nccl_fit.json``'s ``fitted_max_bytes``, 64 MB: Vidur's sweeps stop there), NCCL on
-#: NVSwitch keeps gaining bandwidth up to a peak bus bandwidth (GB/s, 8 GPUs) that NVIDIA states: S. Jeaugey
-#: (NVIDIA) in NVIDIA/nccl-tests#212 (2024-05-06): rings reach "an effective NVLink bandwidth of 370GB/s" on H100,
-#: and NVLS all-reduce "a peak busBw of ~480GB/s" that "256M is too small to reach"; the 480 GB/s is also GTC 2024
-#: talk S62129's (quoted in NVIDIA/nccl#1374). Each byte past the fitted sizes costs what that peak says. No such
-#: statement for A100 here: Ampere extrapolates its fit. ``fit/fit_nccl.py`` turns these into ``beyond_fit``
-#: (:func:`beyond_fit_efficiency`); ``astra validate --cv`` re-runs that without the source (registry case
-#: ``nccl-allreduce-h100-8gpu-nvls`` is this statement).
-PEAK_BUSBW = {"hopper": ("H100-SXM5-80GB", {("ring", "Simple"): 370.0, ("nvls", "Simple"): 480.0})}
-#: Where each architecture's peaks come from (the registry's ``source_id`` of the statement).
-PEAK_BUSBW_SOURCE = {"hopper": "NVIDIA/nccl-tests#212"}
+#: NVSwitch keeps gaining bandwidth up to a peak bus bandwidth (8 GPUs) that NVIDIA states. Each byte past the fitted
+#: sizes costs what the mean of the statements says for its architecture, algorithm and protocol (the fitted line,
+#: extrapolated, stays 20-30 % below them: 350 against 480 GB/s for NVLS, 167 against ~247 GB/s for A100's ring).
+#: ``fit/fit_nccl.py`` turns these into ``beyond_fit`` (:func:`beyond_fit_efficiency`); ``astra validate --cv``
+#: re-runs that without a source (registry case ``nccl-allreduce-h100-8gpu-nvls`` is #212's statement).
+PEAK_STATEMENTS = (
+    PeakStatement("NVIDIA/nccl-tests#212", "hopper", "H100-SXM5-80GB", RING, SIMPLE, 370.0,
+                  "S. Jeaugey (NVIDIA), 2024-05-06: rings reach 'an effective NVLink bandwidth of 370GB/s'"),
+    PeakStatement("NVIDIA/nccl-tests#212", "hopper", "H100-SXM5-80GB", NVLS, SIMPLE, 480.0,
+                  "S. Jeaugey (NVIDIA), 2024-05-06: 'On 8 GPUs, you should reach a peak busBw of ~480GB/s'"),
+    PeakStatement("NVIDIA GTC 2024 S62129", "hopper", "H100-SXM5-80GB", NVLS, SIMPLE, 480.0,
+                  "GTC 2024 talk S62129: NVLink4 SHARP all-reduce intra-node bus bandwidth 480GB/s (quoted in "
+                  "NVIDIA/nccl#1374, 2024-07-24)"),
+    PeakStatement("NVIDIA/nccl-tests#212", "ampere", "A100-SXM4-80GB", RING, SIMPLE,
+                  round(A100_NVLINK_GBPS * SIMPLE_PROTOCOL_SHARE, 1),
+                  "#212's Simple-protocol share of the line rate (370 / 450) on A100's 300 GB/s NVLink 3"),
+)
+
+
+def peak_busbw(statements=PEAK_STATEMENTS, excluded=()):
+    """``{arch: (preset, {(algo, proto): GB/s})}``: the mean of the statements per architecture and pair, leaving out
+    those of the ``excluded`` source ids (a pair with no statement left has no peak: its fitted line extrapolates)."""
+    grouped = {}
+    for st in statements:
+        if st.source_id not in excluded:
+            grouped.setdefault(st.arch, (st.preset, {}))[1].setdefault((st.algo, st.proto), []).append(st.busbw_gbps)
+    return {arch: (preset, {pair: sum(v) / len(v) for pair, v in pairs.items()})
+            for arch, (preset, pairs) in grouped.items()}
+
+
+#: The peaks the checked-in ``beyond_fit`` is fitted on (every statement).
+PEAK_BUSBW = peak_busbw()
+#: The source ids of the statements (``astra validate --cv`` leaves each out in turn).
+PEAK_BUSBW_SOURCES = tuple(dict.fromkeys(st.source_id for st in PEAK_STATEMENTS))
 
 
 def beyond_fit_efficiency(peaks=None, n=8, size=8 << 30):
@@ -445,7 +490,8 @@ def nccl_factory(com_type, rank, topo, data_size, direction, window):
 
 
 __all__ = ["NcclConfig", "NcclCalibration", "NcclCollective", "config_for_gpu", "load_calibration", "predict",
-           "beyond_fit_efficiency", "calibration_override", "PEAK_BUSBW", "PEAK_BUSBW_SOURCE",
+           "beyond_fit_efficiency", "calibration_override", "PEAK_BUSBW", "PEAK_BUSBW_SOURCES", "PEAK_STATEMENTS",
+           "PeakStatement", "peak_busbw",
            "collnet_bw",
            "collective_time_us", "nccl_factory",
            "ALL_REDUCE", "ALL_GATHER", "REDUCE_SCATTER", "ALL_TO_ALL"]
