@@ -132,3 +132,23 @@ def test_the_example_price_table_is_valid_and_says_where_each_price_comes_from()
     spec = yaml.safe_load((root / "examples" / "sweeps" / "which_machine.yaml").read_text())
     for name in spec["axes"]["grid"]["run.platform"]:
         assert table.get(name) is not None, name
+
+
+def test_a_point_is_priced_by_its_platform():
+    from astra_sweep.derived import point_platform
+    from astra_sweep.spec import Point
+
+    assert point_platform(Point({}, "llm", {"tp": 2}, {"platform": "mi300x"})) == "mi300x"
+    assert point_platform(Point({}, "serve", {"platform": "hgx-h100", "qps": 4}, {})) == "hgx-h100"
+    assert point_platform(Point({}, "trace", {"trace": "t"}, {})) is None
+
+
+@pytest.mark.parametrize("value", [5, "", None, ["a.yaml"]])
+def test_the_spec_key_names_a_file(tmp_path, value):
+    from astra_sim.plugins import default_plugin_manager
+    from astra_sweep.commands import command_parsers
+    from astra_sweep.spec import parse_spec
+
+    data = {"workload": {"micro": {"npus": 2}}, "prices": value}
+    with pytest.raises(ConfigError, match=r"spec.yaml: prices must name a price table file"):
+        parse_spec(data, str(tmp_path / "spec.yaml"), command_parsers(default_plugin_manager()))
