@@ -97,3 +97,29 @@ def test_the_allpairs_program_passes_the_msccl_checks_and_sends_two_rounds(n, tm
     assert len(sends) == 2 * (n - 1) * n
     with pytest.raises(ValueError, match="at least 2 GPUs"):
         algorithms.allpairs_allreduce_xml(1)
+
+
+@pytest.mark.parametrize("layers", [1, 2, 5])
+def test_the_moe_step_streams_each_layer_once_per_pass_and_double_buffers(layers):
+    """The disaggregated-memory study's step: 2 L - 1 loads (the backward's first layer is resident) and L
+    gradient stores of one layer's expert weights each; a load waits for the computation two positions before
+    it; without remote memory, the same GEMMs and no requests; both build as micro graphs."""
+    from astra_workload_generators.micro import graph_trace
+
+    moe = _module(STUDIES / "disaggregated-memory-moe" / "run.py", "case_study_moe")
+    _, _, weights = moe.expert_shapes()
+    remote, hbm = moe.moe_graph(layers, remote=True), moe.moe_graph(layers, remote=False)
+    loads = [n for n in remote["nodes"] if n["type"] == "mem_load"]
+    stores = [n for n in remote["nodes"] if n["type"] == "mem_store"]
+    assert len(loads) == 2 * layers - 1 and len(stores) == layers
+    assert {n["size"] for n in loads + stores} == {weights} and weights == 4 * 3 * 7168 * 2048 * 2
+    assert [(n["name"], n["attrs"]) for n in remote["nodes"] if n["type"] == "comp"] == \
+        [(n["name"], n["attrs"]) for n in hbm["nodes"]]
+    if layers >= 2:
+        (second,) = [n for n in loads if n["name"] == "load_fwd1"]
+        assert second["data_deps"] == ["load_fwd0"]
+    if layers >= 3:
+        (third,) = [n for n in loads if n["name"] == "load_fwd2"]
+        assert third["data_deps"] == ["load_fwd1", "aten::bmm.down_fwd0"]
+    for spec in (remote, hbm):
+        assert len(graph_trace(spec, 2).ranks) == 2
