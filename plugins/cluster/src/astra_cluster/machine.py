@@ -37,6 +37,11 @@ class Machine:
         self._inner_model = None
         #: the simulations' warnings, each once, in order (the report's ``warnings``)
         self.warnings = []
+        collective = str(spec.run.get("platform_collective", spec.run.get("platform-collective", "nccl")))
+        if spec.platform is not None and (spec.fabric or spec.failed_links) and collective != "ring":
+            self.warnings.append(f"{spec.path}: on a platform, collectives are timed by the NCCL model, which sends "
+                                 "nothing over the links: only point-to-point traffic sees the fabric and failed "
+                                 "links (run: {platform_collective: ring} sends collectives as messages)")
 
     def node_of(self, gpu) -> int:
         return gpu // self.gpus_per_node
@@ -52,9 +57,19 @@ class Machine:
         else:
             mapping.update(system=self.spec.system, network=self.spec.network)
         spec = RunSpec.from_mapping(mapping, self.pm, where=f"{self.spec.path}: run")
-        if self.spec.failed_links:  # set from Python (not an astra run flag): the backend routes around them
-            spec = spec.replace(options={"failed_links": [list(pair) for pair in self.spec.failed_links]})
-        return spec
+        options = {}  # set from Python (not astra run flags): read by the network backends
+        if self.spec.failed_links:  # the backend routes around them
+            options["failed_links"] = [list(pair) for pair in self.spec.failed_links]
+        if self.spec.fabric:  # the scale-out Switch as leaves under a spine
+            options.update(fabric_nodes_per_leaf=self.spec.fabric["nodes_per_leaf"],
+                           fabric_oversubscription=self.spec.fabric["oversubscription"])
+        return spec.replace(options=options) if options else spec
+
+    @property
+    def renumberable(self) -> bool:
+        """Whether renumbering nodes changes no delay: a platform's nodes on one switch per rail, no failed link
+        named and no leaves (a job's nodes are then simulated as nodes 0..n-1)."""
+        return self.spec.platform is not None and not self.spec.failed_links and not self.spec.fabric
 
     def check_failed_links(self, folder):
         """Build the network once with the spec's ``failed_links`` (an empty workload: no step is simulated), so an

@@ -25,6 +25,7 @@ jobs:
 stragglers: {sigma: 0.05, draws: 20, slow_gpus: {3: 1.5}}
 failures: {node_mtbf_h: 5000, gpu_mtbf_h: 50000, repair_h: 0, events: [{at_h: 3, node: 1}, {at_h: 4, link: 9}]}
 failed_links: [[npu0, npu1]]  # flow/ns3: cables down throughout (node names of the graph, ns-3 node ids): rerouted
+fabric: {nodes_per_leaf: 16, oversubscription: 2}   # flow/congestion: the scale-out Switch as leaves under a spine
 checkpoint: {interval_steps: young-daly, write_gb_per_s: 10, read_gb_per_s: 10, restart_s: 120}
 horizon_h: 24
 timeline_corun: false         # true: over time, each job's step is its step beside the jobs running with it
@@ -50,7 +51,10 @@ CHECKPOINT_BYTES_PER_PARAMETER = 14
 
 _TOP = {"platform", "nodes", "system", "network", "gpus", "gpus_per_node", "network_backend", "run", "placement",
         "scheduler", "seed", "corun", "timeline_corun", "jobs", "stragglers", "failures", "checkpoint", "horizon_h",
-        "failed_links"}
+        "failed_links", "fabric"}
+_FABRIC = {"nodes_per_leaf", "oversubscription"}
+#: the backends that build the last Switch dimension as leaves under a spine (``fabric:``)
+TIERED_BACKENDS = ("flow", "congestion")
 #: the backends that route around a failed link (the others have no links to take away, or fixed routes)
 REROUTING_BACKENDS = ("flow", "ns3")
 _JOB = {"name", "gpus", "steps", "arrival_s", "workload", "place", "checkpoint_bytes"}
@@ -130,6 +134,7 @@ class ClusterSpec:
     checkpoint: CheckpointSpec = field(default_factory=CheckpointSpec)
     horizon_ns: int | None = None
     failed_links: list = field(default_factory=list)  # [[a, b]]: cables down throughout, routed around
+    fabric: dict | None = None  # {"nodes_per_leaf": N, "oversubscription": R}: shared uplinks between leaves
 
     @property
     def base_dir(self):
@@ -194,6 +199,12 @@ def parse_cluster_spec(data, path="<spec>") -> ClusterSpec:
         if spec.network_backend not in REROUTING_BACKENDS:
             raise ConfigError(f"{path}: key 'failed_links': links reroute on the {' and '.join(REROUTING_BACKENDS)} "
                               f"backends only; network_backend is {spec.network_backend!r}")
+    if data.get("fabric") is not None:
+        spec.fabric = _fabric(where, data["fabric"])
+        if spec.network_backend not in TIERED_BACKENDS:
+            raise ConfigError(f"{path}: key 'fabric': leaves and a spine are built by the "
+                              f"{' and '.join(TIERED_BACKENDS)} backends only; network_backend is "
+                              f"{spec.network_backend!r}")
     if data.get("horizon_h") is not None:
         spec.horizon_ns = hours_to_ns(where.number("horizon_h", data["horizon_h"], low=0, open_low=True))
     return spec
@@ -259,6 +270,17 @@ def _failed_links(where, key, value):
         raise where.error(key, "a list of cables [[a, b], ...], each named by its two nodes (npu0, d0.g0.switch; "
                           "ns-3 node ids)", value)
     return [[end.strip() if isinstance(end, str) else end for end in pair] for pair in value]
+
+
+def _fabric(where, data):
+    """The scale-out fabric's two tiers: ``nodes_per_leaf`` members of the network's last (Switch) dimension per
+    leaf, and the leaves' ``oversubscription`` (downlink over uplink capacity, >= 1)."""
+    key = "fabric"
+    if not isinstance(data, dict):
+        raise where.error(key, "a mapping {nodes_per_leaf: N, oversubscription: R}", data)
+    where.unknown(key, data, _FABRIC)
+    return {"nodes_per_leaf": where.integer(f"{key}.nodes_per_leaf", data.get("nodes_per_leaf"), low=1),
+            "oversubscription": where.number(f"{key}.oversubscription", data.get("oversubscription", 1.0), low=1)}
 
 
 def _stragglers(where, data):

@@ -40,8 +40,7 @@ class StepTimes:
     def step_ns(self, job, gpus, factors=None):
         machine = self.machine
         per_rank = tuple(round((factors or {}).get(gpu, 1.0), 6) for gpu in gpus)
-        # failed links are named on the whole machine: no renumbering of nodes then
-        symmetric = machine.spec.platform is not None and not machine.spec.failed_links
+        symmetric = machine.renumberable
         where = shape_key(gpus, machine.gpus_per_node) if symmetric else tuple(gpus)
         key = (workload_key(job), where, per_rank)
         if key not in self.memo:
