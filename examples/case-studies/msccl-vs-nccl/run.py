@@ -73,8 +73,8 @@ def machine(out, domain):
 def spec(out, domain, sizes):
     facts, network, systems = machine(out, domain)
     return {"workload": {"micro": {"collective": "all_reduce", "size": sizes[0], "npus": DOMAINS[domain][1]}},
-            "run": {"system-configuration": systems[0], "network-configuration": str(network), "network-backend": "flow", "gpu": facts["gpu"],
-                    "msccl-protocol": True},
+            "run": {"system-configuration": systems[0], "network-configuration": str(network),
+                    "network-backend": "flow", "gpu": facts["gpu"], "msccl-protocol": True},
             "axes": {"grid": {"workload.micro.size": sizes, AXIS: systems}}}
 
 
