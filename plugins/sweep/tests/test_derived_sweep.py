@@ -1,6 +1,6 @@
 """A small which-machine sweep (examples/sweeps/which_machine.yaml's shape) run end to end by `astra sweep`: the
-rows have step time, tokens/s per GPU, MFU and the cost columns, and these agree with each other and with the
-price table, computed by hand."""
+rows have step time, tokens/s per GPU, MFU, the GPU's calibration and the cost columns, and these agree with each
+other and with the price table, computed by hand."""
 
 from __future__ import annotations
 
@@ -51,6 +51,9 @@ def test_which_machine_sweep_reports_consistent_cost_columns(tmp_path, astra_exe
         assert per_gpu == pytest.approx(2 * 1024 / step_s / 8, rel=1e-6)
         assert 0 < float(row["mfu"]) < 1
     h100, mi300x, b200 = rows["hgx-h100"], rows["mi300x"], rows["hgx-b200"]
+    # how far each GPU's GEMM times rest on its own measurements: the rows say which are indicative
+    assert (h100["gpu_calibration"], mi300x["gpu_calibration"], b200["gpu_calibration"]) == (
+        "fitted", "partial", "partial")
     # $3.6 per GPU-hour is $0.001 per GPU-second: a token costs 0.001 / (tokens per GPU-second) dollars
     assert float(h100["usd_per_million_tokens"]) == pytest.approx(
         0.001 / float(h100["tokens_per_s_per_gpu"]) * 1e6, rel=1e-9)
@@ -79,3 +82,19 @@ def test_a_bad_price_table_stops_the_sweep_before_any_point(tmp_path, astra_exe)
     assert done.returncode == 2
     assert "gpu_prices.yaml: prices.'hgx-h10': no such platform (did you mean 'hgx-h100'?)" in done.stderr
     assert not (tmp_path / "rows.csv").exists()
+
+
+def test_a_row_keeps_the_gpus_calibration_as_text(tmp_path):
+    import pyarrow.parquet as pq
+
+    from astra_sweep.point import fill_row
+    from astra_sweep.results import Results, result_kind
+
+    row = {"point": "p", "status": "ok"}
+    fill_row(row, {"ranks": [{"rank": 0, "finish_ns": 10, "compute_ns": 6, "exposed_comm_ns": 4}],
+                   "settings": {"gpu_model": {"calibration_status": "partial"}}})
+    assert row["gpu_calibration"] == "partial" and result_kind("gpu_calibration") == "str"
+    results = Results(tmp_path / "rows.parquet", ["point", "step_ns", "status"], {})
+    results.add(row)
+    results.finish(["p"])
+    assert pq.read_table(tmp_path / "rows.parquet").to_pylist()[0]["gpu_calibration"] == "partial"

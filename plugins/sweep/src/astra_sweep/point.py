@@ -415,3 +415,7 @@ def fill_row(row, report):
     memory = report.get("settings", {}).get("memory")
     if isinstance(memory, dict) and isinstance(memory.get("peak_bytes"), int):
         row["peak_mem_bytes"] = memory["peak_bytes"]
+    gpu_model = report.get("settings", {}).get("gpu_model")
+    if isinstance(gpu_model, dict) and isinstance(gpu_model.get("calibration_status"), str):
+        # whether the GPU's GEMM times rest on its own measurements (fitted) or partly or wholly on another's
+        row["gpu_calibration"] = gpu_model["calibration_status"]

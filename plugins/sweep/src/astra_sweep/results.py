@@ -214,8 +214,8 @@ FLOAT_COLUMNS = ("wall_s", "mfu", "hfu", "slo_fraction")
 def result_kind(name):
     """The type of a result column by its name (None: not known by name): ``*_ns``/``*_bytes``/``*_mj`` integers,
     rates (``*_per_s``, ``*_per_s_per_gpu``), powers (``*_power_w*``), energies per token and fractions floats,
-    ``point``/``status`` text."""
-    if name in ("point", "status"):
+    ``point``/``status``/``gpu_calibration`` text."""
+    if name in ("point", "status", "gpu_calibration"):
         return "str"
     if name in FLOAT_COLUMNS or name.endswith(("_per_s", "_per_s_per_gpu", "_per_token_mj")) or "_power_w" in name:
         return "float"
