@@ -186,6 +186,27 @@ class LayerOps:
         if ew:
             self.dropout_add(lab + ".mlp_out")
 
+    def layer_recompute_op_sac(self, layer, mb, deps=()):
+        """What torchtitan's op-level selective activation checkpointing runs again before a dense layer's backward
+        (``--framework fsdp2 --recompute selective``; torchtitan's ``_save_list`` policy, the one the memory estimate
+        keeps, :func:`.memory_terms.op_sac_layer_bytes`): the layer's forward re-runs with every matmul, attention
+        and reduce-scatter output saved except every second matmul in the order the layer runs them (wq, *wk*, wv,
+        *wo*, w1, *w3*, w2), and every other op (norms, activation, residual adds) recomputed, up to the last tensor
+        the backward needs (the SiLU x up product w2 reads). So the recomputed GEMMs are wk, wo and w3."""
+        dims, cfg, tp = self.dims, self.cfg, self.cfg.tp
+        h, n = dims.hidden, self.tokens
+        lab = f"recompute.l{layer}.mb{mb}"
+        deps = list(deps)
+        if cfg.ew_forward:
+            self.layer_norm(lab + ".ln1", deps)
+        self.mm(lab + ".wk", n, h, dims.kv_heads * dims.head_dim // tp, deps)
+        self.mm(lab + ".wo", n, dims.o_width // tp, h)
+        if cfg.ew_forward:
+            self.dropout_add(lab + ".attn_out")
+            self.layer_norm(lab + ".ln2")
+        self.mm(lab + ".w3", n, h, dims.ffn_hidden // tp)
+        self.act_fwd(lab + ".fc1", n, dims.ffn_hidden // tp)
+
     def layer_backward(self, layer, mb, deps=()):
         dims, cfg, tp = self.dims, self.cfg, self.cfg.tp
         h, d, b, s, n = dims.hidden, dims.head_dim, cfg.micro_batch_size, dims.seq_len, self.tokens

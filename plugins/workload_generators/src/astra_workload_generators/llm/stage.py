@@ -87,6 +87,8 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
         vocab = padded_vocab(dims, cfg.tp) // cfg.tp
         n, h = self.tokens, dims.hidden
         M = cfg.micro_batches
+        # torchtitan's op-level selective checkpointing: part of each dense layer's forward again (layer_recompute_op_sac)
+        op_sac = cfg.recompute_selective and cfg.framework == "fsdp2" and not cfg.inference  # (given, not implied)
         # the parameters trained: {unit: (dense, expert) on this rank}; LoRA: the adapters only
         params = {"embedding": (vocab * h, 0), "head": (vocab * h, 0)}
         params.update({f"l{i}": layer_shards(dims, cfg, dims.is_moe_layer(i)) for i in range(dims.layers)})
@@ -182,6 +184,9 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
                         deps = deps + self._z3(units, f"l{layer}", store, params, phase)
                     if cfg.recompute:
                         self.layer_forward(layer, mb, deps, tag="recompute")
+                        deps = []
+                    elif op_sac and not self.dims.is_moe_layer(layer) and not self.dims.mla:
+                        self.layer_recompute_op_sac(layer, mb, deps)
                         deps = []
                     self.layer_backward(layer, mb, deps)
                     deps = []

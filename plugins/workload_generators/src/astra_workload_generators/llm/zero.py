@@ -12,6 +12,13 @@ from .split import stage_layers
 #: fp32 master weights, fp32 gradients and the two fp32 Adam moments (16 B) and writes the weights back (4 B).
 #: A real kernel also writes the two moments (+8 B) and the fp16/bf16 model copy (+2 B), which is not counted.
 ADAM_BYTES_PER_PARAM = 20
+#: FSDP2 under torchtitan's mixed precision (bf16 parameters, ``mixed_precision_reduce = "float32"``) reduce-scatters
+#: gradients in fp32: 4 bytes per parameter (the memory estimate keeps the same fp32 copy, ``memory_terms``).
+FSDP2_REDUCE_BYTES = 4
+
+
+class _CopiedOut(list):
+    """The ids a unit's compute waits on once FSDP2 copied its gathered parameters out (one copy per gather)."""
 
 
 class DataParallelOps:
@@ -41,7 +48,16 @@ class DataParallelOps:
         ag_label = f"{group}_ag.{label}"
         if mb is not None:
             label = f"{label}.mb{mb}"
-        if cfg.zero == 3:  # parameters stay sharded: gradients are only reduce-scattered
+        if cfg.zero == 3 and self._fsdp2():
+            # FSDP2's foreach_reduce: the unit's gradients copied into one reduce-scatter buffer in the reduce dtype
+            # on the compute stream (torch._chunk_cat, "copy-in"), then reduce-scattered on its own stream
+            reduce_bytes = max(self.nbytes, FSDP2_REDUCE_BYTES)
+            src = ((params,), self.ttype)
+            dst = ((params,), "Tensor(float)" if reduce_bytes == 4 else self.ttype)
+            copy = self.ew("aten::copy_", f"fsdp_copy_in.{label}", [src, dst])
+            self.syncs.append(self.coll(f"{group}_rs.{label}", T.REDUCE_SCATTER, params * reduce_bytes, group,
+                                        [copy], chain=False))
+        elif cfg.zero == 3:  # parameters stay sharded: gradients are only reduce-scattered
             self.syncs.append(self.coll(f"{group}_rs.{label}", T.REDUCE_SCATTER, size, group, [self.prev],
                                         chain=False))
         elif cfg.zero:
@@ -76,7 +92,19 @@ class DataParallelOps:
         for u in units[i:i + 2]:
             if u not in store:
                 store[u] = self._gather(f"{u}.{phase}", *params[u])
+        if self._fsdp2() and store[name] and not isinstance(store[name], _CopiedOut):
+            # FSDP2's foreach_all_gather_copy_out: the gathered buffer split into each parameter's unsharded
+            # tensor, on the compute stream once the gather is done (read and write of the unit's parameters)
+            dense, expert = params[name]
+            t = ((dense + expert,), self.ttype)
+            store[name] = _CopiedOut([self.ew("aten::copy_", f"fsdp_copy_out.{name}.{phase}", [t, t],
+                                              store[name])])
         return store[name]
+
+    def _fsdp2(self):
+        """FSDP2's per-unit copies and fp32 reduction in a training step: only with ``--framework fsdp2`` given (a
+        plain ``--zero 3`` keeps the generic ZeRO-3 step: gathers and reduce-scatters in --dtype, no copies)."""
+        return not self.cfg.inference and self.cfg.framework == "fsdp2"
 
     def param_gathers(self, params):
         """``--overlap-param-gather`` (Megatron's ``--overlap-param-gather``, NeMo's ``overlap_param_sync``): the

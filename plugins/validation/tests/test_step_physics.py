@@ -1,0 +1,74 @@
+"""The terms added to cut the cross-validated step-time error, each on its own hand-computed case
+(docs/validation.md, "Step-time terms and their sources")."""
+
+from __future__ import annotations
+
+import pytest
+
+from astra_sim.chakra import types as T
+from astra_sim.workload.compact import read_rank_nodes
+
+from astra_workload_generators.llm import LlmConfig, generate_llm, model_dims
+
+LLAMA = dict(layers=2, hidden=256, heads=8, kv_heads=4, ffn_hidden=512, vocab=1000, seq_len=128, gated=True)
+
+
+def test_fsdp2_selective_recomputes_torchtitans_every_second_matmul(tmp_path):
+    # torchtitan's op-level SAC saves wq, wv, w1, w2 (1st, 3rd, 5th, 7th matmul) and recomputes wk, wo, w3:
+    # n = 1 x 128 tokens, h = 256, wk 256 -> 4 KV heads x 32 = 128, wo 256 -> 256, w3 256 -> 512.
+    cfg = LlmConfig(dp=2, zero=3, framework="fsdp2", recompute_selective=True, micro_batches=1, micro_batch_size=1)
+    generate_llm(model_dims(**LLAMA), cfg, tmp_path / "t")
+    nodes = [n for n in read_rank_nodes(tmp_path / "t", 0) if n.attrs.get("label", "").startswith("recompute.l0.")]
+    gemm_ops = {n.attrs["label"].rsplit(".", 1)[-1]: n.attrs["num_ops"] for n in nodes
+                if n.attrs["label"].rsplit(".", 1)[-1] in ("wk", "wo", "w3")}
+    assert gemm_ops == {"wk": 2 * 128 * 256 * 128, "wo": 2 * 128 * 256 * 256, "w3": 2 * 128 * 256 * 512}
+    # the norms and the SiLU x up product run again too (the last tensor the backward needs is the product)
+    names = [n.name for n in nodes]
+    assert names.count("aten::native_layer_norm") == 2 and "aten::silu" in names and "aten::mul" in names
+    # both layers, once each (one micro-batch)
+    labels = {n.attrs.get("label") for n in read_rank_nodes(tmp_path / "t", 0)}
+    assert {"recompute.l0.mb0.w3", "recompute.l1.mb0.w3"} <= labels
+
+
+def test_megatrons_selective_recomputation_adds_no_node(tmp_path):
+    # Megatron's selective recomputation is the attention core, which FlashAttention's backward recomputes anyway
+    cfg = LlmConfig(dp=2, zero=1, framework="megatron", recompute_selective=True, micro_batches=1)
+    generate_llm(model_dims(**LLAMA), cfg, tmp_path / "t")
+    assert not [n for n in read_rank_nodes(tmp_path / "t", 0) if n.attrs.get("label", "").startswith("recompute.")]
+
+
+def test_nccl_peak_statements_average_per_pair_and_leave_a_source_out():
+    from astra_gpu_model import nccl
+
+    assert nccl.peak_busbw()["hopper"][1] == {("ring", "Simple"): 370.0, ("nvls", "Simple"): 480.0}
+    # A100: NVLink 3's 300 GB/s per direction x NCCL Simple's 370 / 450 effective share = 246.67 GB/s
+    assert nccl.peak_busbw()["ampere"][1] == {("ring", "Simple"): pytest.approx(246.7)}
+    without = nccl.peak_busbw(excluded={"NVIDIA/nccl-tests#212"})
+    assert without == {"hopper": ("H100-SXM5-80GB", {("nvls", "Simple"): 480.0})}
+    assert nccl.peak_busbw(excluded=set(nccl.PEAK_BUSBW_SOURCES)) == {}
+    # two statements of one pair: their mean
+    two = [nccl.PeakStatement("a", "hopper", "H100-SXM5-80GB", "nvls", "Simple", 470.0, ""),
+           nccl.PeakStatement("b", "hopper", "H100-SXM5-80GB", "nvls", "Simple", 490.0, "")]
+    assert nccl.peak_busbw(two)["hopper"][1] == {("nvls", "Simple"): 480.0}
+    # NCCL's own A100 ring algBw (240 GB/s of bus bandwidth: 300 x 20/25) times the factor is the peak
+    assert nccl.beyond_fit_efficiency()["ampere"] == {"nvswitch/ring/Simple": round(246.7 / 240.0, 5)}
+
+
+def test_fsdp2_copies_each_gathered_unit_out_and_its_gradients_in_then_reduces_in_fp32(tmp_path):
+    # One Llama layer holds 256 x (256 + 128 + 128 + 256) + 3 x 256 x 512 = 589,824 parameters (bf16: 2 B each).
+    # FSDP2's copy-out reads and writes them once per gather (2 x 2 x 589,824 B); its copy-in reads the bf16
+    # gradients and writes them as fp32 (589,824 x (2 + 4) B); the reduce-scatter moves fp32 (4 x 589,824 B).
+    cfg = LlmConfig(dp=2, zero=3, framework="fsdp2", micro_batches=2)
+    generate_llm(model_dims(**LLAMA), cfg, tmp_path / "t")
+    by_label = {n.attrs.get("label", n.name): n for n in read_rank_nodes(tmp_path / "t", 0)}
+    params = 589_824
+    for phase in ("fwd", "bwd"):  # gathered once per phase, reused by both micro-batches: one copy each
+        assert by_label[f"fsdp_copy_out.l0.{phase}"].attrs["tensor_size"] == 2 * 2 * params
+    assert sum(1 for label in by_label if label.startswith("fsdp_copy_out.l0.")) == 2
+    assert by_label["fsdp_copy_in.l0"].attrs["tensor_size"] == params * (2 + 4)
+    assert by_label["dp_rs.l0"].attrs["comm_size"] == 4 * params
+    # a plain --zero 3 (no --framework) keeps the generic ZeRO-3 step: no copies, gradients reduced in bf16
+    generate_llm(model_dims(**LLAMA), LlmConfig(dp=2, zero=3, micro_batches=2), tmp_path / "z")
+    plain = {n.attrs.get("label", n.name): n for n in read_rank_nodes(tmp_path / "z", 0)}
+    assert not [label for label in plain if label.startswith("fsdp_copy")]
+    assert plain["dp_rs.l0"].attrs["comm_size"] == 2 * params
