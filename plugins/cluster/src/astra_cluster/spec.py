@@ -26,7 +26,8 @@ stragglers: {sigma: 0.05, draws: 20, slow_gpus: {3: 1.5}}
 failures: {node_mtbf_h: 5000, gpu_mtbf_h: 50000, repair_h: 0, events: [{at_h: 3, node: 1}, {at_h: 4, link: 9}]}
 failed_links: [[npu0, npu1]]  # flow/ns3: cables down throughout (node names of the graph, ns-3 node ids): rerouted
 fabric: {nodes_per_leaf: 16, oversubscription: 2}   # flow/congestion: the scale-out Switch as leaves under a spine
-checkpoint: {interval_steps: young-daly, write_gb_per_s: 10, read_gb_per_s: 10, restart_s: 120}
+checkpoint: {interval_steps: young-daly, write_gb_per_s: 10, read_gb_per_s: 10, restart_s: 120,
+             storage_write_gb_per_s: 100, node_write_gb_per_s: 5}   # shared by jobs writing at once
 horizon_h: 24
 timeline_corun: false         # true: over time, each job's step is its step beside the jobs running with it
 ```
@@ -62,7 +63,8 @@ _STRAGGLERS = {"sigma", "draws", "slow_gpus", "table", "min_factor"}
 #: what can fail: a GPU, a node (its GPUs), a GPU's network link (its NIC), a switch (``nodes_per_switch`` nodes)
 FAILURE_KINDS = ("gpu", "node", "link", "switch")
 _FAILURES = {f"{kind}_mtbf_h" for kind in FAILURE_KINDS} | {"repair_h", "events", "nodes_per_switch"}
-_CHECKPOINT = {"interval_steps", "write_gb_per_s", "read_gb_per_s", "restart_s"}
+_CHECKPOINT = {"interval_steps", "write_gb_per_s", "read_gb_per_s", "restart_s", "storage_write_gb_per_s",
+               "node_write_gb_per_s"}
 
 
 @dataclass
@@ -110,6 +112,13 @@ class CheckpointSpec:
     write_gb_per_s: float = 10.0
     read_gb_per_s: float = 10.0
     restart_s: float = 0.0
+    storage_write_gb_per_s: float | None = None  # the storage's aggregate, shared by jobs writing at once
+    node_write_gb_per_s: float | None = None  # what one node can write (a job's cap: its nodes times this)
+
+    @property
+    def shared(self) -> bool:
+        """Whether writes share the storage (else each job writes alone at ``write_gb_per_s``)."""
+        return self.storage_write_gb_per_s is not None or self.node_write_gb_per_s is not None
 
 
 @dataclass
@@ -348,7 +357,8 @@ def _failures(where, data):
 def _checkpoint(where, data):
     key = "checkpoint"
     if not isinstance(data, dict):
-        raise where.error(key, "a mapping (interval_steps, write_gb_per_s, read_gb_per_s, restart_s)", data)
+        raise where.error(key, "a mapping (interval_steps, write_gb_per_s, read_gb_per_s, restart_s, "
+                          "storage_write_gb_per_s, node_write_gb_per_s)", data)
     where.unknown(key, data, _CHECKPOINT)
     out = CheckpointSpec()
     interval = data.get("interval_steps", YOUNG_DALY)
@@ -360,6 +370,9 @@ def _checkpoint(where, data):
     out.read_gb_per_s = where.number(f"{key}.read_gb_per_s", data.get("read_gb_per_s", 10.0), low=0,
                                      open_low=True)
     out.restart_s = where.number(f"{key}.restart_s", data.get("restart_s", 0.0), low=0)
+    for name in ("storage_write_gb_per_s", "node_write_gb_per_s"):
+        if data.get(name) is not None:
+            setattr(out, name, where.number(f"{key}.{name}", data[name], low=0, open_low=True))
     return out
 
 

@@ -31,6 +31,7 @@ import math
 
 from .placement import _pack, nodes_used, place
 from .spec import YOUNG_DALY
+from .storage import SharedStorage
 
 _GB = 1e9  # checkpoint bandwidths are GB/s of 1e9 bytes
 
@@ -70,6 +71,8 @@ class _Job:
         self.progress = 0.0          # steps of the segment done by progress_at (the step may change mid-way)
         self.progress_at = 0
         self.write_ns = 0
+        self.write_start = None      # when its checkpoint write began (shared storage)
+        self.write_version = 0       # bumps when the shared storage moves its write's end
         self.step_ns = 0
         self.interval = None
         self.started_once = False
@@ -111,6 +114,9 @@ class Timeline:
         self.failures = []
         self.slow = dict(spec.stragglers.slow_gpus) if spec.stragglers else {}
         self._running_key = ()
+        aggregate = spec.checkpoint.storage_write_gb_per_s
+        self.storage = SharedStorage(float("inf") if aggregate is None else aggregate * _GB / 1e9) \
+            if spec.checkpoint.shared else None
 
     # ------------------------------------------------------------------ events
     def push(self, time, kind, payload=None):
@@ -138,6 +144,18 @@ class Timeline:
                 job, epoch = payload
                 if job.epoch != epoch:
                     continue
+                self._segment_done(job)
+            elif kind == "computed":  # shared storage: the segment's steps are done, its write begins
+                job, epoch = payload
+                if job.epoch != epoch:
+                    continue
+                job.write_start = time
+                self._book_writes(self.storage.start(job, job.checkpoint_bytes, self._write_cap(job), time))
+            elif kind == "written":
+                job, epoch, version = payload
+                if job.epoch != epoch or job.write_version != version:
+                    continue
+                self._book_writes(self.storage.stop(job, time))
                 self._segment_done(job)
             elif kind == "fail":
                 unit, index, drawn = payload
@@ -242,13 +260,36 @@ class Timeline:
         tau = young_interval_ns(self._io_ns(job, "write"), mtbf)
         return max(1, int(round(tau / job.step_ns)))
 
+    def _write_cap(self, job):
+        """What ``job`` can write alone, bytes per ns: ``write_gb_per_s``, and its nodes times
+        ``node_write_gb_per_s``."""
+        checkpoint = self.spec.checkpoint
+        cap = checkpoint.write_gb_per_s
+        if checkpoint.node_write_gb_per_s is not None:
+            cap = min(cap, nodes_used(job.gpus, self.machine.gpus_per_node) * checkpoint.node_write_gb_per_s)
+        return cap * _GB / 1e9
+
+    def _book_writes(self, ends):
+        """The shared storage moved these writes' ends: book them (older bookings are dropped)."""
+        for job, end in ends.items():
+            job.write_version += 1
+            self.push(end, "written", (job, job.epoch, job.write_version))
+
     def _begin_segment(self, job, start):
         k = job.remaining if job.interval is None else min(job.interval, job.remaining)
         job.segment_steps = k
         job.segment_start = job.progress_at = start
         job.progress = 0.0
         job.write_ns = self._io_ns(job, "write") if k < job.remaining else 0
-        self.push(start + k * job.step_ns + job.write_ns, "segment", (job, job.epoch))
+        self._push_compute_end(job, start + k * job.step_ns)
+
+    def _push_compute_end(self, job, end):
+        """The segment's steps end at ``end``: then its checkpoint write (alone: ``write_ns`` later; on shared
+        storage: a write that starts then, at the rate the storage gives it)."""
+        if self.storage is not None and job.write_ns:
+            self.push(end, "computed", (job, job.epoch))
+        else:
+            self.push(end + job.write_ns, "segment", (job, job.epoch))
 
     def _retime(self, job, step_ns):
         """The job's step changes now (other jobs started or stopped beside it): the rest of its segment runs at
@@ -262,8 +303,7 @@ class Timeline:
         if job.progress >= job.segment_steps:
             return  # writing its checkpoint: the write does not change
         job.epoch += 1
-        end = job.progress_at + int(round((job.segment_steps - job.progress) * step_ns)) + job.write_ns
-        self.push(end, "segment", (job, job.epoch))
+        self._push_compute_end(job, job.progress_at + int(round((job.segment_steps - job.progress) * step_ns)))
 
     def _retime_all(self):
         """With ``timeline_corun``: every running job's step is its step beside the others running now."""
@@ -283,13 +323,15 @@ class Timeline:
         job.done_steps += k
         job.useful_ns += k * job.step_ns
         if job.remaining:
-            job.checkpoint_ns += self._io_ns(job, "write")
+            job.checkpoint_ns += self._io_ns(job, "write") if self.storage is None else self.now - job.write_start
             self._begin_segment(job, self.now)
         else:
             self._stop(job, "done")
             job.end = self.now
 
     def _stop(self, job, state):
+        if self.storage is not None and job in self.storage.writes:  # a write cut short: the others speed up
+            self._book_writes(self.storage.stop(job, self.now))
         job.epoch += 1
         self.free.update(gpu for gpu in job.gpus if gpu not in self.down)
         job.gpus = None
