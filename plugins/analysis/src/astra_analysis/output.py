@@ -90,7 +90,10 @@ class TimelineRequest(OutputFormat):
 
     def finish(self, run, report):
         started = time.perf_counter()
-        report.timeline = self.write(run.analysis, report)
+        try:
+            report.timeline = self.write(run.analysis, report)
+        except OSError as exc:  # a full disk: a one-line error; the atomic writer left no partial file
+            raise ConfigError(f"--timeline {self.path}: cannot write: {exc.strerror or exc}") from None
         report.stats["timeline_s"] = round(time.perf_counter() - started, 6)
         if self.link_load is not None and self.link_load.bins:
             from astra_analysis.links import utilisation_summary

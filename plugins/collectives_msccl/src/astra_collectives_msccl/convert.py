@@ -50,6 +50,7 @@ reproduces byte for byte; the command says so when it writes free reductions.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 
@@ -220,7 +221,10 @@ def write_chakra(prefix, algo, nodes_by_gpu, input_text=None):
         path = f"{prefix}.{gpu_id}.et"
         try:
             write_et(path, metadata, nodes_by_gpu[gpu_id])
-        except ChakraError as exc:
+        except ChakraError as exc:  # a full disk: no partial set of GPU files is left
+            for done in paths:
+                with contextlib.suppress(OSError):
+                    os.unlink(done)
             raise ConfigError(str(exc)) from None
         paths.append(path)
     return paths
@@ -283,8 +287,11 @@ def _reductions(algo):
 
 
 def run_to_chakra(args):
+    from astra_sim.outputs import check_writable_folder
+
     from astra_collectives_msccl.msccl_ir import parse_msccl
 
+    check_writable_folder(os.path.dirname(os.path.abspath(args.output)), f"--output {args.output}")
     algo = parse_msccl(args.xml)
     nodes = convert_msccl(algo, args.size, reduce_us=args.reduce_us, copy_us=args.copy_us,
                           local_mem_bw=args.local_mem_bw)

@@ -4,6 +4,8 @@ top-level ``astra systolic`` is its deprecated alias, removed in the next releas
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 
 from astra_sim.cliutil import positive_int
@@ -84,6 +86,20 @@ def _add_report_command(p, run):
     p.set_defaults(run_command=run)
 
 
+@contextlib.contextmanager
+def _writing(path):
+    """-o's folder (of a file, or of the prefix of OUT.<rank>.et) is checked before any work; a write that fails
+    later (a full disk) is a one-line error naming -o."""
+    from astra_sim.errors import ConfigError
+    from astra_sim.outputs import check_writable_folder
+
+    check_writable_folder(os.path.dirname(os.path.abspath(path)), f"--output {path}")
+    try:
+        yield
+    except OSError as exc:
+        raise ConfigError(f"--output {path}: cannot write: {exc.strerror or exc}") from None
+
+
 def _cmd_report_alias(args):
     from astra_sim.cliutil import warning
 
@@ -97,8 +113,9 @@ def _cmd_workload(args):
 
     config = load_config(args.config)
     split = Split(args.npus, args.packages, args.datatype_size)
-    summary = write_workload(args.mnk, config, split, args.parallel, args.output, version=args.scalesim,
-                             same_report=args.exact_generator, chakra=args.chakra, npus_per_dim=args.dims)
+    with _writing(args.output):
+        summary = write_workload(args.mnk, config, split, args.parallel, args.output, version=args.scalesim,
+                                 same_report=args.exact_generator, chakra=args.chakra, npus_per_dim=args.dims)
     if args.chakra:
         print(f"{args.parallel}: {summary['layers']} layers -> {summary['nodes_per_rank']} nodes per rank; wrote "
               f"{args.output}.0.et .. {args.output}.{args.npus - 1}.et")
@@ -117,13 +134,13 @@ def _cmd_report(args):
     layers = read_topology(args.topology, gemm=args.gemm)
     configs = [load_config(path) for path in args.config]
     if len(configs) == 1:
-        text = report_text(layers, configs[0], args.scalesim)
-        if args.output:
-            from astra_sim.safeio import write_text_atomic
+        if not args.output:
+            sys.stdout.write(report_text(layers, configs[0], args.scalesim))
+            return 0
+        from astra_sim.safeio import write_text_atomic
 
-            write_text_atomic(args.output, text)
-        else:
-            sys.stdout.write(text)
+        with _writing(args.output):
+            write_text_atomic(args.output, report_text(layers, configs[0], args.scalesim))
         return 0
     if args.output:
         raise ConfigError("-o writes one config's report; give one --config")

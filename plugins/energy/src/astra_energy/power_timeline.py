@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 
+from astra_sim.errors import ConfigError
 from astra_sim.outputs import OutputFormat, check_writable_folder
 
 
@@ -118,7 +119,10 @@ class PowerTimeline(OutputFormat):
                                 else f"rank {ranks[0]} power"))
             events.extend(_counter(pid, t, w) for t, w in steps)
         events.extend(_counter(0, t, w) for t, w in cluster_steps(classes))
-        write_text_atomic(self.path, '{"displayTimeUnit":"ns","traceEvents":[\n' + ",\n".join(events) + "\n]}\n")
+        try:
+            write_text_atomic(self.path, '{"displayTimeUnit":"ns","traceEvents":[\n' + ",\n".join(events) + "\n]}\n")
+        except OSError as exc:  # a full disk: a one-line error; the atomic writer left no partial file
+            raise ConfigError(f"--power-timeline {self.path}: cannot write: {exc.strerror or exc}") from None
         report.settings["power_timeline"] = {"path": self.path, "tracks": len(classes) + 1, "events": len(events)}
 
 

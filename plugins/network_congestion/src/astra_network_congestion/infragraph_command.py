@@ -4,6 +4,7 @@ dimensions) or its analytical equivalent."""
 from __future__ import annotations
 
 import json
+import os
 
 from astra_sim.errors import ConfigError
 
@@ -135,7 +136,12 @@ def register_command(subparsers):
 
 def run_command(args):
     """--summary: the text (or with --json the JSON) on stdout, -o writes the JSON; --to-analytical: the YAML on
-    stdout, or into -o's file. -o always writes a file, --json always prints JSON (the CLI's vocabulary)."""
+    stdout, or into -o's file. -o always writes a file, --json always prints JSON (the CLI's vocabulary). -o's folder
+    is checked before the file is read."""
+    if args.output:
+        from astra_sim.outputs import check_writable_folder
+
+        check_writable_folder(os.path.dirname(os.path.abspath(args.output)), f"--output {args.output}")
     if args.summary:
         model = load_infragraph(args.file, logical_dims=args.logical_dims, strict=False)
         info = summarize(model)
@@ -166,4 +172,4 @@ def _write(path, text):
     try:
         write_text_atomic(path, text)
     except OSError as exc:
-        raise ConfigError(f"cannot write {path}: {exc}") from None
+        raise ConfigError(f"--output {path}: cannot write: {exc.strerror or exc}") from None

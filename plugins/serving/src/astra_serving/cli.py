@@ -5,7 +5,9 @@ and runs a list of rates (``--qps 1,2,4``) as a QPS sweep, one spec per rate."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 
 from astra_sim.cliutil import add_output_flags
@@ -41,6 +43,33 @@ def specs_of(args):
     return [base.replace(qps=rate) for rate in rates]
 
 
+#: ``astra serve``'s flags that write a file, by argparse dest
+OUTPUT_FLAGS = {"output": "--output", "requests_csv": "--requests-csv", "save_trace": "--save-trace",
+                "timeline": "--timeline"}
+
+
+def check_outputs(args):
+    """The folder of every file the command will write is checked before any step is simulated (a typo or a
+    read-only folder must not cost the whole run)."""
+    from astra_sim.outputs import check_writable_folder
+
+    for dest, flag in OUTPUT_FLAGS.items():
+        path = getattr(args, dest, None)
+        if path:
+            check_writable_folder(os.path.dirname(os.path.abspath(path)), f"{flag} {path}")
+
+
+@contextlib.contextmanager
+def writing(args, *dests):
+    """A write of these outputs that fails late (a full disk) is a one-line error naming them; the atomic writers
+    leave no partial file."""
+    try:
+        yield
+    except OSError as exc:
+        named = ", ".join(f"{OUTPUT_FLAGS[d]} {getattr(args, d)}" for d in dests if getattr(args, d, None))
+        raise ConfigError(f"{named or 'astra serve'}: cannot write: {exc.strerror or exc}") from None
+
+
 def _cmd_serve(args):
     """Run each spec; the summary on stdout (on stderr with --json, whose JSON owns stdout); -o writes the report
     (a QPS sweep's: ``{"qps_sweep": [...]}``)."""
@@ -51,8 +80,13 @@ def _cmd_serve(args):
 
     shown = sys.stderr if args.json else sys.stdout
     reports = []
-    for spec in specs_of(args):
-        report, requests = serve(spec)
+    specs = specs_of(args)
+    if args.requests_csv and len(specs) > 1:
+        raise ConfigError("--requests-csv is for one QPS (a sweep has one set of requests per QPS)")
+    check_outputs(args)
+    for spec in specs:
+        with writing(args, "save_trace", "timeline"):
+            report, requests = serve(spec)
         reports.append(report)
         if not args.quiet:
             d = report["deployment"]
@@ -67,14 +101,14 @@ def _cmd_serve(args):
                 warning(thin)
     out = reports[0] if len(reports) == 1 else {"units": dict(UNITS), "qps_sweep": reports}
     if args.output:
-        write_text_atomic(args.output, json.dumps(out, indent=1) + "\n")
+        with writing(args, "output"):
+            write_text_atomic(args.output, json.dumps(out, indent=1) + "\n")
     if args.requests_csv:
-        if len(reports) > 1:
-            raise ConfigError("--requests-csv is for one QPS (a sweep has one set of requests per QPS)")
         from .requests import REQUEST_COLUMNS, request_rows
 
         rows = [",".join(REQUEST_COLUMNS)] + [",".join(str(v) for v in row) for row in request_rows(requests)]
-        write_text_atomic(args.requests_csv, "\n".join(rows) + "\n")
+        with writing(args, "requests_csv"):
+            write_text_atomic(args.requests_csv, "\n".join(rows) + "\n")
     if args.json:
         print(json.dumps(out, indent=1))
     return 0

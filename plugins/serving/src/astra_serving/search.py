@@ -193,7 +193,9 @@ def search_deployments(args, executor=None):
     slos = search_slos(args)
     from astra_sim.cliutil import warning
 
-    from .cli import SLO_TAIL_REQUESTS, small_sample_warning
+    from .cli import SLO_TAIL_REQUESTS, check_outputs, small_sample_warning, writing
+
+    check_outputs(args)
 
     for metric, percentile, _ in dict.fromkeys((m, p, None) for m, p, _ in slos):  # once per percentile asked
         thin = small_sample_warning(args.requests, percentile, SLO_TAIL_REQUESTS, SLO_METRICS[metric])
@@ -250,7 +252,8 @@ def search_deployments(args, executor=None):
     if getattr(args, "output", None):
         from astra_sim.safeio import write_text_atomic
 
-        write_text_atomic(args.output, json.dumps(result, indent=1) + "\n")
+        with writing(args, "output"):
+            write_text_atomic(args.output, json.dumps(result, indent=1) + "\n")
     if getattr(args, "json", False):
         print(json.dumps(result, indent=1))
     return 0 if answer is not None else 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from .sweep_spec import SweepSpec
@@ -23,7 +24,17 @@ def add_commands(sub):
 
 
 def _cmd_sweep(args):
-    summary = SweepSpec.from_cli_args(args).run()
+    from astra_sim.errors import ConfigError
+    from astra_sim.outputs import check_writable_folder
+
+    check_writable_folder(os.path.dirname(os.path.abspath(args.output)), f"--output {args.output}")
+    try:
+        summary = SweepSpec.from_cli_args(args).run()
+    except OSError as exc:  # a write that fails late (a full disk): the finished points are in the journal
+        journal = f"{args.output}.journal"
+        kept = (f"; the finished points are kept in {journal}: rerun the same command to write {args.output}"
+                if os.path.exists(journal) and os.path.getsize(journal) else "")
+        raise ConfigError(f"--output {args.output}: cannot write: {exc.strerror or exc}{kept}") from None
     rate = summary["points_per_minute"]
     print(f"{summary['points']} points: {summary['ok']} ok, {summary['infeasible']} infeasible, "
           f"{summary['error']} errors; ran {summary['ran']}"

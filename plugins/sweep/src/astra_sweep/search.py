@@ -172,10 +172,29 @@ def _options(cfg):
     return out
 
 
+#: ``astra search``'s flags that write a file, by argparse dest
+OUTPUT_FLAGS = {"output": "--output", "points": "--points", "plot": "--plot"}
+
+
 def _cmd_search(args):
     if args.output and os.path.splitext(args.output)[1].lower() in (".parquet", ".csv"):
         raise ConfigError(f"-o/--output {args.output}: the answer is written as JSON; keep the simulated points "
                           "with --points RESULTS.parquet|csv")
+    from astra_sim.outputs import check_writable_folder
+
+    given = {flag: getattr(args, dest) for dest, flag in OUTPUT_FLAGS.items() if getattr(args, dest, None)}
+    for flag, path in given.items():  # before any layout is simulated
+        check_writable_folder(os.path.dirname(os.path.abspath(path)), f"{flag} {path}")
+    try:
+        return _run_search(args)
+    except OSError as exc:  # a write that fails late (a full disk); the atomic writers leave no partial file
+        named = ", ".join(f"{flag} {path}" for flag, path in given.items()) or "astra search"
+        kept = f"; the simulated points are kept in {args.points}.journal (rerun to resume)" if (
+            args.points and os.path.exists(f"{args.points}.journal")) else ""
+        raise ConfigError(f"{named}: cannot write: {exc.strerror or exc}{kept}") from None
+
+
+def _run_search(args):
     if args.serve:
         return _cmd_serve_search(args)
     if not args.json:
@@ -429,6 +448,9 @@ def plot(ranked, dropped, capacity, path, title):
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    from astra_sim.safeio import atomic_output
+
+    with atomic_output(path) as handle:  # a full disk leaves no partial picture
+        fig.savefig(handle, format=os.path.splitext(path)[1].lstrip(".").lower() or "png", dpi=110)
     plt.close(fig)
     print(f"wrote {path}", file=sys.stdout)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
 
 from astra_sim import hookimpl
@@ -81,6 +83,7 @@ def _cmd_validate(args):
             print(f"{case.name:42s} {case.kind:10s} {case.role:5s} {'long ' if case.long else ''}{case.hardware}")
         return 0
     chosen = [c for c in cases if (c.name in names if names else (args.all or not c.long))]
+    _check_outputs(args)
     results, failed = _run_cases(args, chosen)
     summary = summarize(results)
     if args.cv:
@@ -95,18 +98,40 @@ def _cmd_validate(args):
     document = json.dumps({"units": {"time": "ns", "memory": "bytes", "error": "fraction"}, "cases": results,
                            "failed": failed, "summary": summary}, indent=1) + "\n"
     if args.output:
-        write_text_atomic(args.output, document)
+        with _writing("--output", args.output):
+            write_text_atomic(args.output, document)
     if args.save_residuals:
         from astra_validation.intervals import residuals_document
 
         command = "astra validate --cv " + (f"--only {','.join(c.name for c in chosen)}" if names
                                             else "--all" if args.all else "(the short cases)")
-        write_text_atomic(args.save_residuals, json.dumps(residuals_document(summary["cv"], command), indent=1) + "\n")
+        with _writing("--save-residuals", args.save_residuals):
+            write_text_atomic(args.save_residuals,
+                              json.dumps(residuals_document(summary["cv"], command), indent=1) + "\n")
     if args.json:
         sys.stdout.write(document)
     for r in failed:
         print(f"astra validate: {r['name']} failed: {r['failed']}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _check_outputs(args):
+    """-o's and --save-residuals' folders are checked before any case runs (a case takes seconds to minutes)."""
+    from astra_sim.outputs import check_writable_folder
+
+    for flag, path in (("--output", args.output), ("--save-residuals", args.save_residuals)):
+        if path:
+            check_writable_folder(os.path.dirname(os.path.abspath(path)), f"{flag} {path}")
+
+
+@contextlib.contextmanager
+def _writing(flag, path):
+    """A write that fails late (a full disk) is a one-line error naming the flag; the atomic writer leaves no
+    partial file."""
+    try:
+        yield
+    except OSError as exc:
+        raise ConfigError(f"{flag} {path}: cannot write: {exc.strerror or exc}") from None
 
 
 def _run_cases(args, chosen, cv=False):

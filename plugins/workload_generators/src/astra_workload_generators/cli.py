@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
+import os
 
 from astra_sim.errors import ConfigError
 
@@ -29,6 +32,44 @@ def _dims(text):
     if not dims or any(d < 1 for d in dims):
         raise argparse.ArgumentTypeError(f"expected NPUs per dimension such as 4,2, got {text!r}")
     return dims
+
+
+@contextlib.contextmanager
+def output_prefix(prefix, flag="--output", folder=False):
+    """Where a command writes ``PREFIX.*`` (``folder``: into the folder PREFIX) is checked before any work; a write
+    that fails later (a full disk) is a one-line error, and the files of PREFIX this command made are removed (no
+    partial set of rank files is left)."""
+    from astra_sim.outputs import check_writable_folder
+
+    where = os.path.abspath(prefix) if folder else os.path.dirname(os.path.abspath(prefix))
+    check_writable_folder(where, f"{flag} {prefix}")
+    start = "" if folder else os.path.basename(prefix) + "."
+    before = set(_named(where, start))
+    try:
+        yield
+    except BaseException as exc:
+        for name in set(_named(where, start)) - before:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(where, name))
+        if isinstance(exc, OSError):
+            raise ConfigError(f"{flag} {prefix}: cannot write: {exc.strerror or exc}") from None
+        raise
+
+
+def _named(folder, start):
+    try:
+        return [name for name in os.listdir(folder) if name.startswith(start)]
+    except OSError:
+        return []
+
+
+def writes_output(command):
+    """``command(args)`` writing -o PREFIX (``--chakra-suite``: into the folder -o) inside :func:`output_prefix`."""
+    @functools.wraps(command)
+    def run(args):
+        with output_prefix(args.output, folder=bool(getattr(args, "chakra_suite", False))):
+            return command(args)
+    return run
 
 
 #: ``astra workload``'s help; other plugins add their sub-commands to the same group (astra_sim.cliutil.subcommands)
@@ -65,7 +106,7 @@ def add_commands(subparsers):
     p.add_argument("--first-id", type=non_negative_int, default=0, metavar="K", help="first node id (default 0)")
     p.add_argument("--schema", default=None, metavar="S",
                    help="GlobalMetadata 'schema' attribute (default 1.0.2-chakra.1.0.0, Chakra 1.0.0's)")
-    p.set_defaults(run_command=_cmd_convert_text)
+    p.set_defaults(run_command=writes_output(_cmd_convert_text))
 
     p = sub.add_parser(
         "micro", help="write a microbenchmark trace (one collective, p2p pattern, compute, memory, or a graph spec)",
@@ -104,7 +145,7 @@ def add_commands(subparsers):
                    help="--chakra-suite: memory/send/recv size")
     p.add_argument("--comm-size", type=non_negative_int, default=65536, metavar="B",
                    help="--chakra-suite: collective size")
-    p.set_defaults(run_command=_cmd_micro)
+    p.set_defaults(run_command=writes_output(_cmd_micro))
 
     p = sub.add_parser(
         "scale", help="replicate a data-parallel trace to another number of NPUs",
@@ -116,7 +157,7 @@ def add_commands(subparsers):
     p.add_argument("--from-npus", type=positive_int, metavar="N",
                    help="ranks to read (default: every PREFIX.<r>.et from 0)")
     p.add_argument("--keep-names", action="store_true", help="do not rewrite '<N>npus' in node names")
-    p.set_defaults(run_command=_cmd_scale)
+    p.set_defaults(run_command=writes_output(_cmd_scale))
 
     p = sub.add_parser(
         "compare", help="compare two traces node by node, ignoring id numbering",
@@ -149,7 +190,7 @@ def add_commands(subparsers):
     p.add_argument("--comms-from-host", action="store_true",
                    help="for a host trace without GPU kernels (no --kineto): turn its record_param_comms ops into "
                    "collective and send/recv nodes (Chakra's converter drops them); GPU compute is then not timed")
-    p.set_defaults(run_command=_cmd_convert_pytorch)
+    p.set_defaults(run_command=writes_output(_cmd_convert_pytorch))
 
     from .llm import add_llm_command
     add_llm_command(sub)
@@ -161,7 +202,7 @@ def add_commands(subparsers):
         "Chakra file per rank; OUT.groups.json too when the workload names a groups file.")
     p.add_argument("prefix", metavar="PREFIX", help="the compact workload's prefix (PREFIX.workload.json)")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="write OUT.<rank>.et")
-    p.set_defaults(run_command=_cmd_expand)
+    p.set_defaults(run_command=writes_output(_cmd_expand))
 
 
 def _cmd_expand(args):

@@ -56,7 +56,10 @@ def _cmd_llm(args):
         else:
             print(describe(summary))
         return 0
-    s = generate_llm_workload(spec, args.output)
+    from astra_workload_generators.cli import output_prefix
+
+    with output_prefix(args.output):
+        s = generate_llm_workload(spec, args.output)
     if spec.per_rank_files:
         wrote = f"{args.output}.0.et .. {args.output}.{s['npus'] - 1}.et"
     else:
