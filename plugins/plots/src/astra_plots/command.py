@@ -12,7 +12,9 @@ Writes into DIR, each file whole (a temporary name, then renamed):
   reports): TTFT/TPOT/E2E CDFs and the throughput-latency curve;
 * ``sweep_results.png`` (an ``astra sweep`` results file, .csv or .parquet, instead of reports): step time of
   every point, grouped by the axes; for a sweep of serving points (``workload.serve``) ``throughput_latency.png``
-  instead, one curve per deployment.
+  instead, one curve per deployment;
+* ``cluster_jobs.png`` and ``cluster_slowdown.png`` (``astra cluster`` reports, one colour each): job completion
+  and goodput over the horizon, and each job's step together against alone (:mod:`astra_plots.cluster`).
 
 A file that is not a report (or not a timeline) is an error naming it (exit 2), as is a DIR that cannot be
 written, before anything is drawn.
@@ -70,9 +72,19 @@ def run(args):
     _check_writable_folder(args.output, f"-o {args.output}")
     if args.reports[0].endswith((".csv", ".parquet")):
         return _plot_sweep_results(args)
+    from astra_plots.cluster import cluster_plan, read_cluster
     from astra_plots.serving import read_serve, serve_plan
 
     progress.phase(f"reading {args.reports[0]}")
+    if read_cluster(args.reports[0]) is not None:
+        if args.timeline:
+            raise ConfigError("astra plot: --timeline is for astra run reports, not astra cluster ones")
+        for paths, note in drawn(cluster_plan(args.reports), args.output, args.svg):
+            for path in paths or ():
+                print(f"wrote {path}")
+            if paths is None:
+                print(f"astra plot: {note}")
+        return 0
     if read_serve(args.reports[0]) is not None:
         if args.timeline:
             raise ConfigError("astra plot: --timeline is for astra run reports, not astra serve ones")
