@@ -2,12 +2,9 @@
 separate prefill and decode pools with the KV cache moved between them. A discrete-event loop in int ns:
 arrivals, iteration ends and KV transfer ends.
 
-Decode runs (``fast_forward``, on by default): between events, a replica whose batch is decode only and whose
-next iterations change nothing but each sequence's length (no arrival or other event before they end, no
-sequence finishing, nothing waiting or swapped out, the KV blocks they need free) runs them in one go: each
-iteration's time is still looked up (its context is one longer each time) and accounted, the blocks taken, and
-the sequences are advanced at the end, without a scheduler pass per iteration. Every request's times are those of the loop that schedules
-each iteration (``tests/test_fast_forward.py`` compares them on random workloads).
+``fast_forward`` (on by default): every engine keeps its decoding sequences as a lazy group (engine.py), so an
+iteration costs the same however many sequences decode in it; off, each iteration schedules and completes every
+sequence one by one (the reference the tests compare it with, ``tests/test_fast_forward.py``).
 
 Routers: ``round-robin``; ``least-loaded`` (fewest tokens still to process, queued and running);
 ``kv-aware`` (a replica that has the request's prompt prefix cached, else the one with the most free KV blocks,
@@ -54,7 +51,7 @@ class Cluster:
         self._link_free = {}     # (send|recv, replica) -> time its NICs are free
         self.transfers = []      # (request id, start ns, end ns)
         self.record_iterations = False
-        self.fast_forward = True         # decode runs in one go (the module doc)
+        self.fast_forward = True         # the engines' lazy decoders (the module doc)
         self.iterations = []     # (replica, start ns, duration ns, prefill tokens, decode seqs, context), if recorded
 
     # ------------------------------------------------------------------ events
@@ -90,19 +87,14 @@ class Cluster:
         return min(hits or pool, key=lambda e: (-e.blocks.available(), e.load_tokens(), e.index))
 
     # ------------------------------------------------------------------ the loop
-    def _kick(self, engine, run=False):
-        """Schedule the engine's next batch if it is idle; ``run``: the caller does nothing after this call, so a
-        decode run may move the clock on (:meth:`_decode_run`)."""
+    def _kick(self, engine):
+        """Schedule the engine's next batch if it is idle."""
         if engine.busy:
             return
         batch = self._schedule(engine)
         if batch is None:
             return
         duration = engine.end_ns(batch, self.now) - self.now
-        if run and self.fast_forward:
-            batch, duration = self._decode_run(engine, batch, duration)
-            if batch is None:
-                return
         self._account(engine, batch, duration)
         engine.busy = True
         self._push(self.now + duration, "step", (engine, batch))
@@ -122,43 +114,10 @@ class Cluster:
                                     batch.context))
         engine.busy_ns += duration
 
-    def _decode_run(self, engine, batch, duration):
-        """Run the iterations of a decode-only ``batch`` that end before the next event and leave the batch as
-        it is (:meth:`Engine.decode_repeats`) here, as the event loop would: each accounted and followed by a KV
-        sample at its end, the next one a context longer. (the batch to start now, its duration); ``now`` is
-        the end of the iterations run."""
-        horizon = self._events[0][0] if self._events else None
-        if horizon is not None and self.now + duration >= horizon:
-            return batch, duration  # another event comes first (the common case under load): nothing to run
-        repeats = engine.decode_repeats(batch)
-        if not repeats:
-            return batch, duration
-        blocks, size, phases = engine.blocks, engine.blocks.block_size, engine.decode_block_phases()
-        ran = 0
-        short = False
-        while ran < repeats and (horizon is None or self.now + duration < horizon):
-            self._account(engine, batch, duration)
-            self.now += duration
-            ran += 1
-            self._sample_kv()
-            grow = phases.get(ran % size)
-            if grow:  # the next iteration's new blocks, taken as the scheduler would (in running order)
-                if blocks.available() < len(grow):
-                    short = True  # the scheduler preempts: it makes the next batch
-                    break
-                for seq in grow:
-                    blocks.grow(seq.req.id, seq.computed + ran + 1)
-            batch = engine.next_decode(batch)
-            duration = engine.end_ns(batch, self.now) - self.now
-        if ran:
-            engine.advance_decodes(ran)
-        if short:
-            batch = self._schedule(engine)
-            duration = None if batch is None else engine.end_ns(batch, self.now) - self.now
-        return batch, duration
-
     def run(self, requests):
         """Simulate every request to its end; returns the requests (their times filled in)."""
+        for engine in self._all_engines():
+            engine.lazy_decodes = self.fast_forward
         for req in requests:
             self._push(req.arrival_ns, "arrival", req)
         while self._events:
@@ -183,7 +142,7 @@ class Cluster:
                     for seq in done:
                         seq.req.finish_ns = t
                 self._sample_kv()
-                self._kick(engine, run=True)
+                self._kick(engine)
             elif kind == "kv":
                 engine, seq, target = data
                 engine.blocks.release(seq.req.id)

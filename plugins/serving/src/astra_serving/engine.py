@@ -12,6 +12,17 @@ time is added to the iteration that does it).
 
 A sequence whose positions are all computed at the end of an iteration samples one token (vLLM's rule): the
 last chunk of a prefill gives the first token, each decode one more.
+
+Lazy decoders (``Engine.lazy_decodes``, on by default; why: at 20 QPS an arrival or a finish comes about every
+iteration, so the work must not grow with the batch). The longest run of decoding sequences at the head of the
+running list (admission order) is kept as a group whose members are not touched per iteration: a member that
+joined at group tick ``joined`` with ``computed`` and ``generated`` has ``tick - joined`` more of each, its last
+token at a tick known when it joins (a heap) and its next KV block every ``block_size`` ticks from a known one
+(a bucket per tick modulo the block size). A scheduler pass takes the whole group in one go (one token each, the
+blocks of its bucket), then schedules the rest as before; when the budget or the free blocks would not cover the
+group it is dissolved (every member's state written back) and the pass is the plain one, preemptions and all.
+Every request's times are those of the plain loop (``lazy_decodes = False``; ``tests/test_fast_forward.py``
+compares them on random workloads).
 """
 
 from __future__ import annotations
@@ -88,7 +99,8 @@ def padded_batch(decode, sizes):
 class Seq:
     """A request's state inside one engine."""
 
-    __slots__ = ("req", "computed", "generated", "state", "admitted", "order", "prefix_done", "swapped_positions")
+    __slots__ = ("req", "computed", "generated", "state", "admitted", "order", "prefix_done", "swapped_positions",
+                 "joined", "phase")
 
     def __init__(self, req, computed=0, generated=0):
         self.req = req
@@ -99,6 +111,8 @@ class Seq:
         self.order = 0
         self.prefix_done = False
         self.swapped_positions = 0
+        self.joined = 0               # group tick at which it joined the lazy decoders (computed, generated then)
+        self.phase = 0                # its block bucket among the lazy decoders
 
     @property
     def tokens(self):
@@ -121,6 +135,7 @@ class Batch:
     steps: int = 1              # decode steps run back to back (multi-step scheduling)
     admitted: tuple = ()        # the items admitted from the waiting queue by this batch (the only ones that
                                 # can be scheduled for the first time)
+    group: int = 0              # lazy decoders scheduled before ``items`` (one token each; not in ``items``)
 
 
 class Engine:
@@ -152,6 +167,13 @@ class Engine:
         self.tokens_decoded = 0
         # iterations that left work waiting because of each limit: what bounds the throughput
         self.limited = {"max_num_seqs": 0, "token_budget": 0, "kv_cache": 0}
+        #: keep the decoding head of the running list as a lazy group (the module doc); False: the plain loop
+        self.lazy_decodes = True
+        self._lazy = 0         # the group: self.running[:self._lazy]
+        self._tick = 0         # iterations the group has run
+        self._ctx_base = 0     # sum over the group of (computed - joined)
+        self._last = []        # heap of (tick of a member's last token, admitted, seq)
+        self._grow = {}        # tick % block size -> {member: None}: those that take a KV block in that tick's pass
 
     # ------------------------------------------------------------------ queue
     def _key(self, seq, front=False):
@@ -170,10 +192,70 @@ class Engine:
     def load_tokens(self):
         """Tokens still to process (prefill and decode) of everything queued or running: the least-loaded
         router's measure."""
-        total = 0
-        for seq in itertools.chain(self.running, self.swapped, (s for _, _, s in self.waiting)):
+        tick = self._tick
+        total = sum(1 + seq.req.output_tokens - seq.generated - (tick - seq.joined)
+                    for seq in self.running[:self._lazy])
+        for seq in itertools.chain(self.running[self._lazy:], self.swapped, (s for _, _, s in self.waiting)):
             total += seq.pending + (seq.req.output_tokens - seq.generated)
         return total
+
+    # ------------------------------------------------------------------ lazy decoders
+    def _join(self):
+        """Move the decoding sequences that follow the group in the running list into it (each holding the KV
+        blocks of its computed positions and no more than one position's beyond)."""
+        cfg = self.config
+        if not self.lazy_decodes or cfg.num_scheduler_steps > 1 or cfg.role == "prefill":
+            return
+        running, size, tick, blocks = self.running, self.blocks.block_size, self._tick, self.blocks
+        while self._lazy < len(running):
+            seq = running[self._lazy]
+            computed = seq.computed
+            if seq.generated == 0 or seq.req.prompt_tokens + seq.generated - computed != 1:
+                return
+            ahead = blocks.blocks_of(seq.req.id) * size - computed  # ticks before it needs a new block
+            if not 0 <= ahead < size or seq.state != "running":
+                return
+            seq.joined = tick
+            seq.phase = (tick + ahead) % size
+            self._grow.setdefault(seq.phase, {})[seq] = None
+            heapq.heappush(self._last, (tick + seq.req.output_tokens - seq.generated, seq.admitted, seq))
+            self._ctx_base += computed - tick
+            self._lazy += 1
+
+    def _leave(self, seq):
+        """Write a member's state back and take it out of the group (it samples its last token)."""
+        moved = self._tick - seq.joined
+        self._ctx_base -= seq.computed - seq.joined
+        seq.computed += moved
+        seq.generated += moved
+        del self._grow[seq.phase][seq]
+        self._lazy -= 1
+
+    def _dissolve(self):
+        """Write every member's state back and empty the group: the plain pass follows."""
+        tick = self._tick
+        for seq in self.running[:self._lazy]:
+            moved = tick - seq.joined
+            seq.computed += moved
+            seq.generated += moved
+        self._lazy = self._ctx_base = 0
+        self._last.clear()
+        self._grow.clear()
+
+    def _schedule_group(self, budget):
+        """Schedule the whole group (one token each, the blocks of this tick's bucket taken), as the plain pass
+        would at the head of the running list; the members scheduled (0 after dissolving the group when the
+        budget or the free blocks do not cover it)."""
+        group = self._lazy
+        if not group:
+            return 0
+        need = self._grow.get(self._tick % self.blocks.block_size)
+        if group <= budget and (not need or self.blocks.available() >= len(need)):
+            if need:
+                self.blocks.grow_each([seq.req.id for seq in need])
+            return group
+        self._dissolve()
+        return 0
 
     # ------------------------------------------------------------------ scheduling
     def _preempt(self, victim, batch_extra):
@@ -211,11 +293,13 @@ class Engine:
                 return Batch(items, sum(n for _, n in items), 0, 0,
                              sum(seq.computed for seq, _ in items) // len(items), 0, 1, tuple(items))
         budget = cfg.max_num_batched_tokens
+        group = self._schedule_group(budget)
+        budget -= group
         items = []
         extra = [0]
         preempted = False
         running, block_size, chunked = self.running, self.blocks.block_size, cfg.chunked_prefill
-        i = 0
+        i = group
         while i < len(running) and budget > 0:
             seq = running[i]
             computed = seq.computed
@@ -234,8 +318,8 @@ class Engine:
                 continue
             ok = True
             while not self.blocks.grow(seq.req.id, computed + n):
-                scheduled = {id(s) for s, _ in items}  # a victim is one not scheduled in this pass
-                victim = next((s for s in reversed(self.running) if id(s) not in scheduled), None)
+                scheduled = {id(s) for s, _ in items}  # a victim is one not scheduled in this pass (nor the group)
+                victim = next((s for s in reversed(self.running[group:]) if id(s) not in scheduled), None)
                 if victim is None:
                     ok = False
                     break
@@ -274,7 +358,7 @@ class Engine:
             admitted = tuple(items[first:])
         else:
             admitted = ()
-        if not items:
+        if not items and not group:
             if preempted and not self.running:
                 # the only running sequences preempted themselves: their blocks are free now, admit again
                 return self.schedule()
@@ -286,7 +370,8 @@ class Engine:
         if blocked is not None:
             self.limited[blocked] += 1
         steps = self._multi_step(items)
-        prefill = decode = ctx = done = prefills = 0
+        prefill = done = prefills = 0
+        decode, ctx = group, self._ctx_base + group * (self._tick + 1)  # the group's contexts: computed + 1 each
         for seq, n in items:
             if n == 1 and seq.generated > 0 and seq.req.prompt_tokens + seq.generated - seq.computed == 1:
                 decode += 1
@@ -296,7 +381,7 @@ class Engine:
                 done += seq.computed
                 prefills += 1
         return Batch(items, prefill, decode, ctx // decode if decode else 0, done // prefills if prefills else 0,
-                     extra[0], steps, admitted)
+                     extra[0], steps, admitted, group)
 
     def _admit_waiting(self, budget, items, blocked=None):
         """Admit waiting sequences in policy order while the budget, the sequence limit and the KV cache allow;
@@ -347,44 +432,9 @@ class Engine:
                 self.blocks.grow(seq.req.id, seq.computed + k)
         return max(1, max(left))
 
-    def decode_repeats(self, batch):
-        """Iterations of ``batch`` that can complete, each followed by the same batch a context longer, without
-        a scheduler pass but for the KV blocks it takes (:meth:`decode_block_phases`): 0 unless the batch
-        decodes every running sequence (one token each, one step, on a replica of its own) and nothing waits or
-        is swapped out; then those before a sequence samples its last token (it leaves the batch)."""
-        cfg = self.config
-        if (batch.prefill_tokens or batch.steps != 1 or batch.decode_seqs != len(self.running) or self.waiting
-                or self.swapped or self.pipeline is not None or cfg.role == "prefill" or cfg.num_scheduler_steps > 1):
-            return 0
-        return min(seq.req.output_tokens - seq.generated for seq in self.running) - 1
-
-    def decode_block_phases(self):
-        """{j % block size: [running sequences]}: a sequence of computed c (before the run's first iteration)
-        needs a new KV block for the iteration after the run's j-th when (c + j) is a multiple of the block size
-        (it holds the blocks of its computed positions)."""
-        size = self.blocks.block_size
-        phases = {}
-        for seq in self.running:
-            phases.setdefault(-seq.computed % size, []).append(seq)
-        return phases
-
-    def next_decode(self, batch):
-        """The batch the scheduler makes after ``batch`` when :meth:`decode_repeats` allows it: the same
-        sequences, each one position longer (the mean context + 1)."""
-        return Batch(batch.items, 0, batch.decode_seqs, batch.context + 1, 0, 0, 1)
-
-    def advance_decodes(self, iterations):
-        """Account ``iterations`` decode iterations of every running sequence run in one go (the cluster's
-        decode run): what :meth:`complete` would have done for each, none finishing."""
-        self.iterations += iterations
-        self.tokens_decoded += iterations * len(self.running)
-        for seq in self.running:
-            seq.computed += iterations
-            seq.generated += iterations
-
     def host_ns(self, batch):
         """Host time of the scheduler pass that made ``batch`` (once per multi-step run)."""
-        return self.config.host_ns_per_schedule + self.config.host_ns_per_seq * len(batch.items)
+        return self.config.host_ns_per_schedule + self.config.host_ns_per_seq * (len(batch.items) + batch.group)
 
     def _steps(self, batch):
         """The step simulator's shapes of ``batch``, one ``(args, graph)`` per step it runs."""
@@ -418,6 +468,14 @@ class Engine:
         self.tokens_prefilled += batch.prefill_tokens
         self.tokens_decoded += batch.decode_seqs
         multi = batch.steps > 1
+        if batch.group:  # every member took one token: those at their last leave (in admission order)
+            self._tick += 1
+            last = self._last
+            while last and last[0][0] == self._tick:
+                seq = heapq.heappop(last)[2]
+                self._leave(seq)
+                self._finish(seq)
+                done.append(seq)
         for seq, n in batch.items:
             if seq.state != "running":
                 continue
@@ -433,12 +491,18 @@ class Engine:
                     first.append(seq)
                 limit = 1 if self.config.role == "prefill" else seq.req.output_tokens
                 if seq.generated >= limit:
-                    self.running.remove(seq)
-                    seq.state = "finished"
-                    keep = None
-                    if seq.req.prefix_group is not None:
-                        keep = (seq.req.prefix_group, seq.req.prefix_tokens // self.blocks.block_size)
-                    if self.config.role != "prefill":
-                        self.blocks.release(seq.req.id, keep)
+                    self._finish(seq)
                     done.append(seq)
+        self._join()
         return first, done
+
+    def _finish(self, seq):
+        """A sequence that sampled its last token leaves the engine (its blocks freed, its prefix kept cached;
+        a prefill replica's blocks wait for the KV transfer)."""
+        self.running.remove(seq)
+        seq.state = "finished"
+        keep = None
+        if seq.req.prefix_group is not None:
+            keep = (seq.req.prefix_group, seq.req.prefix_tokens // self.blocks.block_size)
+        if self.config.role != "prefill":
+            self.blocks.release(seq.req.id, keep)

@@ -59,6 +59,15 @@ class BlockManager:
             self.owned[seq_id] = self.owned.get(seq_id, 0) + n
         return True
 
+    def grow_each(self, seq_ids):
+        """One more block for each of ``seq_ids`` (the caller checked that they are available): what :meth:`grow`
+        does for each in turn, in one take."""
+        if not self._take(len(seq_ids)):
+            raise RuntimeError(f"{len(seq_ids)} KV blocks taken but {self.available()} available")
+        owned = self.owned
+        for seq_id in seq_ids:
+            owned[seq_id] = owned.get(seq_id, 0) + 1
+
     def release(self, seq_id, keep_prefix=None):
         """Free the sequence's blocks. ``keep_prefix`` (group, full blocks): with prefix caching, its first
         blocks stay cached under the group's keys."""

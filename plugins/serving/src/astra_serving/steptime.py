@@ -200,6 +200,8 @@ class StepTimer:
         self.cache = StepCache(folder, layout.key(), layout.run, layout.pp) if folder else None
         self.from_cache = 0
         self._stages = {}  # the stage times of each shape looked up: a run repeats shapes many times
+        self._totals = {}  # the step time of each shape looked up
+        self._grid = {}    # (value, ratio) -> neighbours(): most shapes are new, their terms are not
         self.simulated = 0
         self.sim_wall_s = 0.0
         self.lookups = 0
@@ -211,7 +213,13 @@ class StepTimer:
         each corner is simulated once. ``graph``: the step runs as one CUDA graph, which the host launches at
         once, so ``astra run`` has no per-kernel host launch (``--host-launch-us 0``); else eager, each kernel
         launched by the host at the platform's measured rate."""
-        return sum(self.stage_ns(prefill, decode, context, prefill_done, graph))
+        shape = (prefill, decode, context, prefill_done, graph)
+        total = self._totals.get(shape)
+        if total is None:
+            total = self._totals[shape] = sum(self.stage_ns(*shape))
+        else:
+            self.lookups += 1
+        return total
 
     def stage_ns(self, prefill, decode, context, prefill_done=0, graph=False):
         """The iteration's time on each pipeline stage, in order (one entry without PP): each corner's stage
@@ -227,9 +235,15 @@ class StepTimer:
         return list(out)
 
     def _interpolate(self, prefill, decode, context, prefill_done, graph):
+        corners = self._corners(prefill, decode, context, prefill_done, graph)
+        if self.layout.pp == 1:  # the sums below, with one stage: its time is the step's
+            total = 0.0
+            for weight, key in corners:
+                total += weight * self._corner(key)[0]
+            return (int(round(total)),)
         parts = [0.0] * self.layout.pp
         total = 0.0
-        for weight, key in self._corners(prefill, decode, context, prefill_done, graph):
+        for weight, key in corners:
             times = self._corner(key)
             total += weight * sum(times)
             for i, t in enumerate(times):
@@ -246,9 +260,9 @@ class StepTimer:
         if self.exact:
             return [(1.0, (prefill, decode, context if decode else 0, prefill_done if prefill and decode else 0,
                            graph))]
-        p_lo, p_hi, wp = neighbours(prefill, self.ratio)
-        d_lo, d_hi, wd = neighbours(decode, self.ratio)
-        c_lo, c_hi, wc = neighbours(max(2, context), CONTEXT_RATIO) if decode else (0, 0, 0.0)
+        p_lo, p_hi, wp = self._neighbours(prefill, self.ratio)
+        d_lo, d_hi, wd = self._neighbours(decode, self.ratio)
+        c_lo, c_hi, wc = self._neighbours(max(2, context), CONTEXT_RATIO) if decode else (0, 0, 0.0)
         corners = []
         for p, a in ((p_lo, 1.0 - wp), (p_hi, wp)):
             for d, b in ((d_lo, 1.0 - wd), (d_hi, wd)):
@@ -256,6 +270,13 @@ class StepTimer:
                     if a * b * w > 0:
                         corners.append((a * b * w, (p, d, c if d else 0, 0, graph)))
         return corners
+
+    def _neighbours(self, value, ratio):
+        """:func:`neighbours`, memoised."""
+        out = self._grid.get((value, ratio))
+        if out is None:
+            out = self._grid[value, ratio] = neighbours(value, ratio)
+        return out
 
     def _corner(self, key):
         value = self.memo.get(key)
