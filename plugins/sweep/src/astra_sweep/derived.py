@@ -5,8 +5,10 @@ its GPUs); what a GPU-hour costs is the user's, not the simulator's, so it comes
 names (``prices: gpu_prices.yaml``, relative to the spec's folder)::
 
     prices:
-      hgx-h100: {usd_per_gpu_hour: 2.99, source: "Lambda on-demand list price, 2026-05"}
+      hgx-h100: {usd_per_gpu_hour: 2.69, source: "RunPod on-demand H100 SXM (deploybase.ai, 2026)"}
       mi300x:   {usd_per_gpu_hour: 2.00, assumption: "a guess: replace it with your quote"}
+
+(examples/sweeps/gpu_prices.yaml is a whole one, each price with its source.)
 
 Every price says where it comes from (``source``) or that it is a guess the user must replace (``assumption``);
 a row priced by an assumption has ``price_assumed`` true and the sweep warns once per such platform. A row gets
