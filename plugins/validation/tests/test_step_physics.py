@@ -72,3 +72,17 @@ def test_fsdp2_copies_each_gathered_unit_out_and_its_gradients_in_then_reduces_i
     plain = {n.attrs.get("label", n.name): n for n in read_rank_nodes(tmp_path / "z", 0)}
     assert not [label for label in plain if label.startswith("fsdp_copy")]
     assert plain["dp_rs.l0"].attrs["comm_size"] == 2 * params
+
+
+def test_the_command_line_gives_fsdp2s_step_only_with_framework_fsdp2(tmp_path):
+    from astra_sim.cli import main
+
+    base = ["workload", "llm", "--layers", "2", "--hidden", "256", "--heads", "8", "--kv-heads", "4", "--ffn-hidden",
+            "512", "--vocab", "1000", "--seq-len", "128", "--gated", "--dp", "2", "--zero", "3", "--recompute",
+            "selective"]
+    assert main([*base, "--framework", "fsdp2", "-o", str(tmp_path / "f")]) == 0
+    assert main([*base, "-o", str(tmp_path / "z")]) == 0
+    labels = {n.attrs.get("label") for n in read_rank_nodes(tmp_path / "f", 0)}
+    assert {"recompute.l0.mb0.w3", "fsdp_copy_in.l0", "fsdp_copy_out.l0.fwd.mb0"} <= labels  # (FSDP2 reshards)
+    assert not [x for x in (n.attrs.get("label") or "" for n in read_rank_nodes(tmp_path / "z", 0))
+                if x.startswith(("recompute.", "fsdp_copy"))]

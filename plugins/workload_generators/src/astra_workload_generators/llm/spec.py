@@ -437,7 +437,9 @@ def _add_flags(p):
                    "fp32 main gradients, --zero 1 = distributed optimizer, fused vocab-parallel cross entropy), "
                    "fsdp2 (torchtitan: fp32 sharded parameters, bf16 compute copies, op-level selective "
                    "recomputation) or deepspeed (ZeRO 1/2/3 with its buckets); default: implied by --zero "
-                   "(3: fsdp2, 2: deepspeed, else megatron)")
+                   "(3: fsdp2, 2: deepspeed, else megatron). Given as fsdp2, the step is also FSDP2's under "
+                   "torchtitan: each gathered unit copied out, gradients copied in and reduce-scattered in fp32, "
+                   "and --recompute selective re-runs every second matmul of a layer")
     p.add_argument("--grad-sync-every-micro-batch", action="store_true",
                    help="reduce the gradients after every micro-batch's backward (all-reduce, or reduce-scatter with "
                    "--zero; DDP/FSDP without no_sync, DeepSpeed) instead of after the last one only")
