@@ -80,3 +80,38 @@ def test_failed_links_need_a_rerouting_backend(ring, write_spec):
                                                                                      "network_backend: congestion")
     with pytest.raises(ConfigError, match="key 'failed_links': links reroute on the flow and ns3 backends only"):
         load_cluster_spec(write_spec(ring, text))
+
+
+TIMED = SPEC.replace("placement: fixed\n{failed}\n", "placement: fixed\ncorun: false\nhorizon_h: 1\n{failed}\n")
+
+
+def test_a_cable_down_mid_run_reroutes_the_rest_of_the_run(step_of, ring, write_spec):
+    """The job runs 100 steps; the cable npu0-npu1 goes down after 40 of them and comes back 30 steps later (at the
+    slower step): 40 + 30 steps at the step of half the capacity + 30 intact. No job stops, no work is lost."""
+    intact, _ = step_of()
+    half, _ = step_of(failed="failed_links: [[npu0, npu1]]")
+    at_ns, down_ns = 40 * intact, 30 * half
+    events = ("failures: {events: [{at_h: %r, link: [npu0, npu1], for_h: %r}]}"
+              % (at_ns / 3.6e12, down_ns / 3.6e12))
+    text = TIMED.format(net="ring4.yml", failed=events).replace("gpus: 2,", "gpus: 2, steps: 100,")
+    t = run_cluster(write_spec(ring, text))["timeline"]
+    row = t["jobs"][0]
+    assert row["completion_ns"] == pytest.approx(70 * intact + 30 * half, abs=3)
+    assert row["failures"] == 0 and row["lost_ns"] == 0 and row["useful_steps"] == 100
+    assert [change["step_ns"] for change in row["step_changes"]] == [half, intact]
+    assert t["failures"] == 1 and [e["down"] for e in t["cable_events"]] == [True, False]
+    assert row["goodput"] == pytest.approx(100 * row["reference_step_ns"] / row["completion_ns"], rel=1e-12)
+
+
+def test_a_cable_event_needs_a_rerouting_backend_and_a_known_cable(ring, write_spec):
+    from astra_cluster.spec import load_cluster_spec
+
+    (ring / "ring4.yml").write_text(RING4.format(bw=50.0))
+    text = TIMED.format(net="ring4.yml", failed="failures: {events: [{at_h: 0.1, link: [npu0, npu1]}]}")
+    with pytest.raises(ConfigError, match="a cable .* reroutes on the flow and ns3 backends only"):
+        load_cluster_spec(write_spec(ring, text.replace("network_backend: flow", "network_backend: analytical")))
+    with pytest.raises(ConfigError, match=r"key 'failures.events\[0\]' must be"):
+        load_cluster_spec(write_spec(ring, text.replace("link: [npu0, npu1]", "link: [npu0, npu1], node: 1")))
+    bad = text.replace("[npu0, npu1]", "[npu0, npu2]")
+    with pytest.raises(ConfigError, match="key 'failures.events': no link joins 'npu0' and 'npu2'"):
+        run_cluster(write_spec(ring, bad))

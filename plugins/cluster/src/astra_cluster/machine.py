@@ -46,8 +46,16 @@ class Machine:
     def node_of(self, gpu) -> int:
         return gpu // self.gpus_per_node
 
-    def run_spec(self, prefix, comm_groups, nodes=None):
-        """The :class:`RunSpec` of ``prefix`` on this machine (``nodes``: fewer nodes of the platform)."""
+    @property
+    def cables(self) -> list:
+        """Every cable the spec names: those down throughout (``failed_links``), then those of failure events."""
+        failures = self.spec.failures
+        later = [list(cable) for _at, cable, _for in failures.cables] if failures is not None else []
+        return [list(pair) for pair in self.spec.failed_links] + later
+
+    def run_spec(self, prefix, comm_groups, nodes=None, down=()):
+        """The :class:`RunSpec` of ``prefix`` on this machine (``nodes``: fewer nodes of the platform; ``down``:
+        cables down now besides ``failed_links``)."""
         from astra_sim.spec import RunSpec
 
         mapping = dict(self.spec.run)
@@ -58,8 +66,9 @@ class Machine:
             mapping.update(system=self.spec.system, network=self.spec.network)
         spec = RunSpec.from_mapping(mapping, self.pm, where=f"{self.spec.path}: run")
         options = {}  # set from Python (not astra run flags): read by the network backends
-        if self.spec.failed_links:  # the backend routes around them
-            options["failed_links"] = [list(pair) for pair in self.spec.failed_links]
+        failed = [list(pair) for pair in self.spec.failed_links] + [list(pair) for pair in down]
+        if failed:  # the backend routes around them
+            options["failed_links"] = failed
         if self.spec.fabric:  # the scale-out Switch as leaves under a spine
             options.update(fabric_nodes_per_leaf=self.spec.fabric["nodes_per_leaf"],
                            fabric_oversubscription=self.spec.fabric["oversubscription"])
@@ -69,7 +78,7 @@ class Machine:
     def renumberable(self) -> bool:
         """Whether renumbering nodes changes no delay: a platform's nodes on one switch per rail, no failed link
         named and no leaves (a job's nodes are then simulated as nodes 0..n-1)."""
-        return self.spec.platform is not None and not self.spec.failed_links and not self.spec.fabric
+        return self.spec.platform is not None and not self.cables and not self.spec.fabric
 
     def check_failed_links(self, folder):
         """Build the network once with the spec's ``failed_links`` (an empty workload: no step is simulated), so an
@@ -78,23 +87,27 @@ class Machine:
 
         from .workloads import write_combined
 
-        if not self.spec.failed_links:
+        if not self.cables:
             return
         prefix = os.path.join(folder, "failed-links-check", "trace")
         combined = write_combined(prefix, self.total_gpus, [])
         try:
-            self.simulate(prefix, combined["comm_groups"])
+            self.simulate(prefix, combined["comm_groups"], down=[pair for pair in self.cables
+                                                                 if pair not in self.spec.failed_links])
         except ConfigError as exc:
             if "failed_links" not in str(exc):
                 raise
             message = str(exc).split("failed_links: ", 1)[-1]
-            raise ConfigError(f"{self.spec.path}: key 'failed_links': {message}") from None
+            keys = " or ".join(key for key, used in (("failed_links", self.spec.failed_links), (
+                "failures.events", self.spec.failures is not None and self.spec.failures.cables)) if used)
+            raise ConfigError(f"{self.spec.path}: key '{keys}': {message}") from None
 
-    def simulate(self, prefix, comm_groups, factors=None, nodes=None):
-        """The report of ``prefix`` on this machine; ``factors`` (``{rank: slowdown}``) slows those ranks' compute."""
+    def simulate(self, prefix, comm_groups, factors=None, nodes=None, down=()):
+        """The report of ``prefix`` on this machine; ``factors`` (``{rank: slowdown}``) slows those ranks' compute;
+        ``down``: cables down now (routed around)."""
         from astra_sim.runner import run_spec
 
-        spec = self.run_spec(prefix, comm_groups, nodes)
+        spec = self.run_spec(prefix, comm_groups, nodes, down)
         if factors:
             inner = self.inner_compute_model(spec)
             spec = spec.replace(compute_model=SLOWED, options={"slowed_inner": inner,

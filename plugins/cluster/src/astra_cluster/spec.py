@@ -100,6 +100,9 @@ class FailureSpec:
     repair_h: float = 0.0
     events: list = field(default_factory=list)
     nodes_per_switch: int | None = None
+    #: ``[(at_ns, (a, b), down_ns or None)]``: cables that go down (``link: [a, b]``) and are routed around for
+    #: ``for_h`` (default ``repair_h``; with neither, until the horizon)
+    cables: list = field(default_factory=list)
 
     @property
     def node_mtbf_h(self):
@@ -208,6 +211,10 @@ def parse_cluster_spec(data, path="<spec>") -> ClusterSpec:
         if spec.network_backend not in REROUTING_BACKENDS:
             raise ConfigError(f"{path}: key 'failed_links': links reroute on the {' and '.join(REROUTING_BACKENDS)} "
                               f"backends only; network_backend is {spec.network_backend!r}")
+    if spec.failures is not None and spec.failures.cables and spec.network_backend not in REROUTING_BACKENDS:
+        raise ConfigError(f"{path}: key 'failures.events': a cable (link: [a, b]) reroutes on the "
+                          f"{' and '.join(REROUTING_BACKENDS)} backends only; network_backend is "
+                          f"{spec.network_backend!r} (link: G stops GPU G's job instead)")
     if data.get("fabric") is not None:
         spec.fabric = _fabric(where, data["fabric"])
         if spec.network_backend not in TIERED_BACKENDS:
@@ -339,14 +346,25 @@ def _failures(where, data):
         raise where.error(f"{key}.events", "a list of {at_h, node|gpu|link|switch: N}", events)
     for i, event in enumerate(events):
         ek = f"{key}.events[{i}]"
+        if isinstance(event, dict) and isinstance(event.get("link"), list):  # a cable: rerouted, not a stop
+            if "at_h" not in event or set(event) - {"at_h", "link", "for_h"}:
+                raise where.error(ek, "{at_h: HOURS, link: [a, b], for_h: HOURS}", event)
+            cable = tuple(str(end) for end in _failed_links(where, f"{ek}.link", [event["link"]])[0])
+            at = hours_to_ns(where.number(f"{ek}.at_h", event["at_h"], low=0))
+            down_for = event.get("for_h")
+            down_for = None if down_for is None else hours_to_ns(where.number(f"{ek}.for_h", down_for, low=0,
+                                                                              open_low=True))
+            out.cables.append((at, cable, down_for))
+            continue
         kinds = set(event) & set(FAILURE_KINDS) if isinstance(event, dict) else set()
         if not isinstance(event, dict) or "at_h" not in event or len(kinds) != 1 or \
                 set(event) - {"at_h", *FAILURE_KINDS}:
-            raise where.error(ek, "{at_h: HOURS, node: N} (or gpu: G, link: G, switch: S)", event)
+            raise where.error(ek, "{at_h: HOURS, node: N} (or gpu: G, link: G or [a, b], switch: S)", event)
         kind = kinds.pop()
         at = hours_to_ns(where.number(f"{ek}.at_h", event["at_h"], low=0))
         out.events.append((at, kind, where.integer(f"{ek}.{kind}", event[kind], low=0)))
     out.events.sort()
+    out.cables.sort()
     uses_switch = "switch" in out.mtbf_h or any(kind == "switch" for _at, kind, _i in out.events)
     if uses_switch and out.nodes_per_switch is None:
         raise ConfigError(f"{where.path}: key '{key}.nodes_per_switch' is required with switch failures (the nodes "

@@ -32,6 +32,8 @@ class StepTimes:
         self.workloads = workloads
         self.folder = folder
         self.memo = {}
+        #: cables down now (failure events on flow / ns3): part of every step's condition, routed around
+        self.down = ()
 
     @property
     def simulated(self) -> int:
@@ -42,7 +44,7 @@ class StepTimes:
         per_rank = tuple(round((factors or {}).get(gpu, 1.0), 6) for gpu in gpus)
         symmetric = machine.renumberable
         where = shape_key(gpus, machine.gpus_per_node) if symmetric else tuple(gpus)
-        key = (workload_key(job), where, per_rank)
+        key = (workload_key(job), where, per_rank, self.down)
         if key not in self.memo:
             if symmetric:
                 nodes = 1 + max(node for node, _ in where)
@@ -53,7 +55,7 @@ class StepTimes:
             prefix = os.path.join(self.folder, "steps", str(len(self.memo)), "trace")
             combined = write_combined(prefix, total, [(self.workloads[job.name], local)])
             slow = {gpu: f for gpu, f in zip(local, per_rank) if f != 1.0}
-            report = machine.simulate(prefix, combined["comm_groups"], slow, nodes=nodes)
+            report = machine.simulate(prefix, combined["comm_groups"], slow, nodes=nodes, down=self.down)
             self.memo[key] = job_step_ns(report, local)
         return self.memo[key]
 
@@ -64,14 +66,15 @@ class StepTimes:
             job, gpus, factors = items[0]
             return {job.name: self.step_ns(job, gpus, factors)}
         machine = self.machine
-        key = frozenset((workload_key(job), tuple(gpus), tuple(round((factors or {}).get(gpu, 1.0), 6) for gpu in gpus))
-                        for job, gpus, factors in items)
+        key = (frozenset((workload_key(job), tuple(gpus),
+                          tuple(round((factors or {}).get(gpu, 1.0), 6) for gpu in gpus))
+                         for job, gpus, factors in items), self.down)
         if key not in self.memo:
             prefix = os.path.join(self.folder, "steps", str(len(self.memo)), "trace")
             combined = write_combined(prefix, machine.total_gpus,
                                       [(self.workloads[job.name], gpus) for job, gpus, _f in items])
             slow = {gpu: f for _job, gpus, factors in items for gpu, f in (factors or {}).items() if f != 1.0}
-            report = machine.simulate(prefix, combined["comm_groups"], slow)
+            report = machine.simulate(prefix, combined["comm_groups"], slow, down=self.down)
             self.memo[key] = {(workload_key(job), tuple(gpus)): job_step_ns(report, gpus) for job, gpus, _f in items}
         found = self.memo[key]
         return {job.name: found[(workload_key(job), tuple(gpus))] for job, gpus, _f in items}

@@ -1,7 +1,9 @@
 """A cluster over days: jobs arrive, queue, get placed, run, checkpoint, fail, restart and finish.
 
 A job-level event simulation. A running job alternates compute segments of ``k`` steps with a checkpoint write
-(``delta``); its progress counts once the write completes. A failure (a GPU, a node, a GPU's link or a switch
+(``delta``; on shared storage, a write at the rate :class:`~astra_cluster.storage.SharedStorage` gives it); its
+progress counts once the write completes. A cable that goes down (``link: [a, b]``, on ``flow`` and ``ns3``) stops
+no job: from then on every step is simulated on the graph without it, and running jobs go on at their new steps. A failure (a GPU, a node, a GPU's link or a switch
 going down, at a given time or drawn from MTBFs with the cluster's seed) stops every job on it: the work since its
 last checkpoint is lost, its GPUs are freed (the failed ones come back after ``repair_h``), and it queues again;
 a restart costs ``restart_s`` plus reading the checkpoint. A job's goodput is its useful (checkpointed or final)
@@ -86,6 +88,7 @@ class _Job:
         self.queued_since = None
         self.failures = 0
         self.placements = []
+        self.retimes = []            # its step changed while it ran (jobs beside it, cables down or back)
         self.mtbf_ns = None          # where it first ran (for the optimum intervals)
 
     @property
@@ -114,6 +117,7 @@ class Timeline:
         self.failures = []
         self.slow = dict(spec.stragglers.slow_gpus) if spec.stragglers else {}
         self._running_key = ()
+        self.cable_events = []  # cables going down and coming back (routed around, not failures of jobs)
         aggregate = spec.checkpoint.storage_write_gb_per_s
         self.storage = SharedStorage(float("inf") if aggregate is None else aggregate * _GB / 1e9) \
             if spec.checkpoint.shared else None
@@ -131,6 +135,8 @@ class Timeline:
         if failures is not None:
             for at, kind, index in failures.events:
                 self.push(at, "fail", (kind, index, False))
+            for at, cable, down_ns in failures.cables:
+                self.push(at, "cable", (cable, down_ns))
             self._next_random_failure(0)
         while self.events:
             time, _seq, kind, payload = heapq.heappop(self.events)
@@ -162,6 +168,16 @@ class Timeline:
                 self._fail(unit, index)
                 if drawn:
                     self._next_random_failure(time)
+            elif kind == "cable":  # routed around: the jobs run on, at the steps of the graph left
+                cable, down_ns = payload
+                self.failures.append({"at_ns": time, "kind": "cable", "index": list(cable)})
+                self._cable(cable, True)
+                repair_ns = int(round(failures.repair_h * 3600e9))
+                down_ns = down_ns if down_ns is not None else repair_ns
+                if down_ns:
+                    self.push(time + down_ns, "cable_back", cable)
+            elif kind == "cable_back":
+                self._cable(payload, False)
             elif kind == "repair":
                 for gpu in payload:
                     self.down[gpu] -= 1
@@ -237,6 +253,24 @@ class Timeline:
         rate = self.spec.checkpoint.write_gb_per_s if what == "write" else self.spec.checkpoint.read_gb_per_s
         return int(round(job.checkpoint_bytes / (rate * _GB) * 1e9))
 
+    def _cable(self, cable, down):
+        """``cable`` goes down (or comes back): every step from now on is simulated on the graph without the cables
+        down, and every running job's step changes to it."""
+        down_now = list(self.steps.down)
+        if down:
+            down_now.append(cable)
+        else:
+            down_now.remove(cable)
+        self.steps.down = tuple(sorted(down_now))
+        self.cable_events.append({"at_ns": self.now, "cable": list(cable), "down": down})
+        if self.spec.timeline_corun:
+            self._running_key = None  # _retime_all simulates the running set again
+            return
+        for job in self.jobs:
+            if job.state == "running":
+                factors = {gpu: self.slow[gpu] for gpu in job.gpus if gpu in self.slow}
+                self._retime(job, self.steps.step_ns(job.spec, job.gpus, factors))
+
     def _job_mtbf_ns(self, job):
         """The mean time between failures that stop ``job`` where it is: one over the sum, over what can fail,
         of the units it uses over their MTBF."""
@@ -296,6 +330,7 @@ class Timeline:
         the new step."""
         if step_ns == job.step_ns:
             return
+        job.retimes.append({"at_ns": self.now, "step_ns": step_ns})
         if self.now > job.progress_at:
             job.progress = min(job.segment_steps, job.progress + (self.now - job.progress_at) / job.step_ns)
             job.progress_at = self.now
@@ -340,8 +375,9 @@ class Timeline:
             job.queued_since = self.now
 
     def _fail(self, kind, index):
-        """``kind`` ``index`` fails: every job on its GPUs stops (a failed link stops its GPU's job as a failed GPU
-        does: no rerouting around it); they stay down for ``repair_h``."""
+        """``kind`` ``index`` fails: every job on its GPUs stops (``link: G``, GPU G's own link, stops its job as a
+        failed GPU does; a cable named by its ends, ``link: [a, b]``, is routed around instead: :meth:`_cable`);
+        they stay down for ``repair_h``."""
         gpus = self._gpus_of(kind, index)
         self.failures.append({"at_ns": self.now, "kind": kind, "index": index})
         for job in self.jobs:
@@ -360,7 +396,11 @@ class Timeline:
     def _reference_step_ns(self, job):
         """The job's step on the fewest nodes of an empty cluster: the rate its goodput is measured against."""
         every = set(range(self.machine.total_gpus))
-        return self.steps.step_ns(job.spec, _pack(job.spec.gpus, every, self.machine.gpus_per_node))
+        down, self.steps.down = self.steps.down, ()  # the reference is the intact machine
+        try:
+            return self.steps.step_ns(job.spec, _pack(job.spec.gpus, every, self.machine.gpus_per_node))
+        finally:
+            self.steps.down = down
 
     def _estimate_ns(self, job, gpus=None):
         return job.remaining * (self._reference_step_ns(job) if gpus is None else self.steps.step_ns(job.spec, gpus))
@@ -437,12 +477,14 @@ class Timeline:
                 "reference_step_ns": reference, **self._optimum(job),
                 "goodput_steps_per_h": job.done_steps / (held / 3600e9) if held else None,
                 "goodput": job.done_steps * reference / held if held else None, "placements": job.placements[:20],
-                "placements_total": len(job.placements)})
+                "placements_total": len(job.placements), "step_changes": job.retimes[:20],
+                "step_changes_total": len(job.retimes)})
         gpu_ns = self.machine.total_gpus * end_ns
         useful_gpu_ns = sum(row["useful_steps"] * row["reference_step_ns"] * job.spec.gpus
                             for row, job in zip(rows, self.jobs) if row["reference_step_ns"])
         done = [row["completion_ns"] for row in rows if row["completion_ns"] is not None]
         return {"end_ns": end_ns, "scheduler": self.spec.scheduler, "placement": self.spec.placement,
                 "failures": len(self.failures), "failure_events": self.failures[:50],
+                "cable_events": self.cable_events[:50],
                 "jobs_done": len(done), "mean_completion_ns": int(sum(done) / len(done)) if done else None,
                 "cluster_goodput": useful_gpu_ns / gpu_ns if gpu_ns else None, "jobs": rows}
