@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from astra_sim.chakra import types as T
 from astra_sim.workload.compact import read_rank_nodes
 
 from astra_workload_generators.llm import LlmConfig, generate_llm, model_dims
@@ -86,3 +85,28 @@ def test_the_command_line_gives_fsdp2s_step_only_with_framework_fsdp2(tmp_path):
     assert {"recompute.l0.mb0.w3", "fsdp_copy_in.l0", "fsdp_copy_out.l0.fwd.mb0"} <= labels  # (FSDP2 reshards)
     assert not [x for x in (n.attrs.get("label") or "" for n in read_rank_nodes(tmp_path / "z", 0))
                 if x.startswith(("recompute.", "fsdp_copy"))]
+
+
+def test_composite_rms_norm_runs_one_kernel_per_op_mostly_in_fp32(tmp_path):
+    # rows r = 128 tokens, h = 256: x.float() reads 2 B and writes 4 B per element (r x h x 6 B); the cast back the
+    # same; the square reads two fp32 operands and writes one (12 B per element).
+    from astra_sim.cli import main
+
+    base = ["workload", "llm", "--layers", "2", "--hidden", "256", "--heads", "8", "--kv-heads", "4", "--ffn-hidden",
+            "512", "--vocab", "1000", "--seq-len", "128", "--gated", "--dp", "2"]
+    assert main([*base, "--norm-kernel", "composite", "-o", str(tmp_path / "c")]) == 0
+    nodes = _labelled(tmp_path / "c", "fwd.l0.mb0.ln1.ln.")
+    assert [n.name for n in nodes] == ["aten::copy_", "aten::mul", "aten::mean", "aten::add", "aten::rsqrt",
+                                       "aten::mul", "aten::copy_", "aten::mul"]
+    r, h = 128, 256
+    assert nodes[0].attrs["tensor_size"] == r * h * (2 + 4) == nodes[6].attrs["tensor_size"]
+    assert nodes[1].attrs["tensor_size"] == r * h * 12
+    bwd = _labelled(tmp_path / "c", "bwd.l0.mb0.ln1.ln.")
+    assert len(bwd) == 11 and bwd[-1].name == "aten::copy_"
+    # the default: one fused kernel each way
+    assert main([*base, "-o", str(tmp_path / "f")]) == 0
+    assert [n.name for n in _labelled(tmp_path / "f", "fwd.l0.mb0.ln1.")] == ["aten::native_layer_norm"]
+
+
+def _labelled(prefix, start):
+    return [n for n in read_rank_nodes(prefix, 0) if (n.attrs.get("label") or "").startswith(start)]

@@ -27,6 +27,8 @@ GEMM_DTYPES = ("same", "fp8")
 ATTENTIONS = ("flash", "unfused")
 
 
+#: --norm-kernel choices: a norm is one fused kernel, or eager PyTorch's composite RMSNorm (LayerOps.layer_norm)
+NORM_KERNELS = ("fused", "composite")
 #: --framework choices: whose memory semantics the estimate follows (docs/memory.md)
 FRAMEWORKS = ("megatron", "fsdp2", "deepspeed")
 #: --loss-dtype choices: the cross entropy upcasts the logits to fp32, or works on them in --dtype
@@ -76,6 +78,7 @@ class LlmConfig:
     pp_scatter_gather: bool = False  # TP without SP: each TP rank sends 1/TP of a stage boundary, all-gathered after
     framework: str | None = None    # megatron | fsdp2 | deepspeed (memory semantics); None: implied_framework()
     loss_dtype: str = "fp32"        # training memory: the loss works on fp32 logits, or the "same" as --dtype
+    norm_kernel: str = "fused"      # the norms as one kernel each, or eager PyTorch's "composite" fp32 RMSNorm ops
     pipeline_embedding_layer: bool = False  # the embedding counts as one layer of the pipeline split (see .split)
     pipeline_loss_layer: bool = False  # the loss (LM head, cross entropy) counts as one layer of the split
     lora_rank: int = 0              # LoRA: adapters of this rank, base weights frozen (0: full training; see .lora)
@@ -184,6 +187,8 @@ def _check(dims: ModelDims, cfg: LlmConfig):
                           "would compute its logits)")
     if cfg.framework is not None and cfg.framework not in FRAMEWORKS:
         raise ConfigError(f"--framework must be one of {', '.join(FRAMEWORKS)}, got {cfg.framework!r}")
+    if cfg.norm_kernel not in NORM_KERNELS:
+        raise ConfigError(f"--norm-kernel must be one of {', '.join(NORM_KERNELS)}, got {cfg.norm_kernel!r}")
     if cfg.loss_dtype not in LOSS_DTYPES:
         raise ConfigError(f"--loss-dtype must be one of {', '.join(LOSS_DTYPES)}, got {cfg.loss_dtype!r}")
     if cfg.framework == "fsdp2" and cfg.zero != 3 and not cfg.inference:

@@ -17,12 +17,49 @@ class LayerOps:
 
     def layer_norm(self, label, deps=()):
         h, r = self.dims.hidden, self.ln_rows
+        if self.cfg.norm_kernel == "composite":
+            return self._composite_rms_norm(label + ".ln", deps)
         return self.ew("aten::native_layer_norm", label + ".ln", [self._t(r, h), self._t(h), self._t(h)], deps)
 
     def layer_norm_bwd(self, label, deps=()):
         h, r, f = self.dims.hidden, self.ln_rows, "Tensor(float)"
+        if self.cfg.norm_kernel == "composite":
+            return self._composite_rms_norm_bwd(label + ".ln", deps)
         return self.ew("aten::native_layer_norm_backward", label + ".ln",
                        [self._t(r, h), self._t(r, h), ((r, 1), f), ((r, 1), f), self._t(h), self._t(h)], deps)
+
+    def _composite_rms_norm(self, label, deps=()):
+        """``--norm-kernel composite``: a Python RMSNorm in eager PyTorch, ``(x.float() * rsqrt(mean(x.float()**2)
+        + eps)).type_as(x) * weight`` (torchtitan's ``RMSNorm``, Hugging Face's ``LlamaRMSNorm``): one kernel per op,
+        each reading and writing the whole ``r x h`` activation, most of them in fp32."""
+        h, r, f = self.dims.hidden, self.ln_rows, "Tensor(float)"
+        x, x32, stat = self._t(r, h), ((r, h), f), ((r, 1), f)
+        self.ew("aten::copy_", label + ".float", [x, x32], deps)  # x.float()
+        self.ew("aten::mul", label + ".square", [x32, x32])  # x.pow(2)
+        self.ew("aten::mean", label + ".mean", [x32])  # (an r x 1 result)
+        self.ew("aten::add", label + ".eps", [stat])
+        self.ew("aten::rsqrt", label + ".rsqrt", [stat])
+        self.ew("aten::mul", label + ".scale", [x32, stat])
+        self.ew("aten::copy_", label + ".type_as", [x32, x])
+        return self.ew("aten::mul", label + ".weight", [x, self._t(h)])
+
+    def _composite_rms_norm_bwd(self, label, deps=()):
+        """The backward autograd runs for :meth:`_composite_rms_norm`: the weight's product and its gradient, the
+        casts, the scale's two products (the gradient of x and of the rsqrt, reduced per row), the square's and
+        the mean's backward, and the two gradients of x added."""
+        h, r, f = self.dims.hidden, self.ln_rows, "Tensor(float)"
+        x, x32, stat = self._t(r, h), ((r, h), f), ((r, 1), f)
+        self.ew("aten::mul", label + ".weight.dgrad", [x, self._t(h)], deps)
+        self.ew("aten::mul", label + ".weight.wgrad", [x, x])
+        self.ew("aten::sum", label + ".weight.wgrad.sum", [x])
+        self.ew("aten::copy_", label + ".type_as.bwd", [x, x32])
+        self.ew("aten::mul", label + ".scale.dx", [x32, stat])
+        self.ew("aten::mul", label + ".scale.dr", [x32, x32])
+        self.ew("aten::sum", label + ".scale.dr.sum", [x32])
+        self.ew("aten::rsqrt", label + ".rsqrt.bwd", [stat])
+        self.ew("aten::mul", label + ".square.bwd", [x32, stat])  # 2 x grad / h, broadcast from the mean's grad
+        self.ew("aten::add", label + ".accumulate", [x32, x32])
+        return self.ew("aten::copy_", label + ".float.bwd", [x32, x])
 
     def dropout_add(self, label, deps=()):
         """Bias (GPT) + dropout + residual add on the residual stream (Megatron's fused bias-dropout-add, as two

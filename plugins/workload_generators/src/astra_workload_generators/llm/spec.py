@@ -18,7 +18,8 @@ from dataclasses import dataclass, fields
 
 from astra_sim.errors import ConfigError
 
-from .config import ATTENTIONS, DTYPES, FRAMEWORKS, GEMM_DTYPES, LOSS_DTYPES, MODES, LlmConfig, check_config
+from .config import (ATTENTIONS, DTYPES, FRAMEWORKS, GEMM_DTYPES, LOSS_DTYPES, MODES, NORM_KERNELS, LlmConfig,
+                     check_config)
 from .lora import LORA_TARGETS, parse_lora_targets
 from .model import PRESETS, ModelDims, model_dims
 from .overlap import COMM_SMS_GROUPS, load_tp_overlap_sms, parse_comm_sms
@@ -92,6 +93,7 @@ class LlmSpec:
     grad_sync_every_micro_batch: bool = False
     framework: str | None = None        # megatron | fsdp2 | deepspeed; None: implied by the flags
     loss_dtype: str = "fp32"            # fp32 | same: the precision the loss works on the logits in (memory)
+    norm_kernel: str = "fused"          # fused | composite: how the norms run (see --norm-kernel)
     recompute: str | None = None        # None, "full" or "selective"
     # kernels and precision
     elementwise: bool = True
@@ -238,6 +240,7 @@ class LlmSpec:
                         gemm_dtype=self.gemm_dtype, inference_elementwise=self.inference_elementwise,
                         overlap_param_gather=self.overlap_param_gather, tp_comm_overlap=self.tp_comm_overlap,
                         reshard_after_forward=reshard, framework=self.framework, loss_dtype=self.loss_dtype,
+                        norm_kernel=self.norm_kernel,
                         grad_sync_every_micro_batch=self.grad_sync_every_micro_batch,
                         moe_capacity_factor=self.moe_capacity_factor,
                         moe_pad_to_capacity=self.moe_pad_to_capacity, moe_imbalance=self.moe_imbalance,
@@ -496,6 +499,11 @@ def _add_flags(p):
                    "output; the router, LM head and attention stay in --dtype)")
     p.add_argument("--tflops", type=positive_float, default=312.0,
                    help="peak TFLOP/s for duration_micros (default 312, A100 BF16 dense)")
+    p.add_argument("--norm-kernel", choices=NORM_KERNELS, default="fused",
+                   help="fused (default): each norm one kernel (Transformer Engine, Apex, torchtitan's fused_rmsnorm); "
+                   "composite: RMSNorm as eager PyTorch runs a Python RMSNorm, one kernel per op in fp32 (x.float(), "
+                   "x*x, mean, rsqrt, x*r, the cast back, the weight), and autograd's kernels for its backward "
+                   "(torchtitan's norm_type = \"rmsnorm\" without torch.compile, Hugging Face's LlamaRMSNorm)")
     p.add_argument("--loss-dtype", choices=LOSS_DTYPES, default="fp32",
                    help="training memory: the cross entropy works on the logits upcast to fp32 (default: Megatron-LM, "
                    "torchtitan, Hugging Face Llama) or on them in --dtype (same: a loss on half-precision logits, "
