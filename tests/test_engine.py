@@ -173,3 +173,51 @@ def test_next_time_and_is_last_now_for_co_simulators():
     engine.run()
     assert seen == [(10, first, 25, False), (10, second, 25, True)]
     assert engine.next_time() is None
+
+
+def test_end_of_ns_waits_for_every_event_of_its_nanosecond():
+    engine = EventEngine()
+    log = []
+
+    def event(name):
+        log.append((engine.now, name))
+        if name == "a":
+            engine.at_end_of_ns(lambda _: log.append((engine.now, "late")))
+            engine.schedule(0, event, "a-now")  # scheduled for now after the deferral: still runs first
+
+    engine.schedule(5, event, "a")
+    engine.schedule(5, event, "b")
+    engine.schedule(6, event, "c")
+    assert engine.run() == 5
+    assert log == [(5, "a"), (5, "b"), (5, "a-now"), (5, "late"), (6, "c")]
+
+
+def test_what_the_end_of_ns_schedules_for_now_runs_next_then_its_own_end():
+    engine = EventEngine()
+    log = []
+
+    def late(round_):
+        log.append(("late", round_, engine.now))
+        if round_ == 1:
+            engine.schedule(0, lambda _: log.append(("now again", engine.now)))
+            engine.at_end_of_ns(late, 2)
+
+    engine.at_end_of_ns(late, 1)  # before the first event (a rank's start): runs at once, at 0 ns
+    engine.schedule(3, lambda _: log.append(("later", engine.now)))
+    engine.run()
+    assert log == [("late", 1, 0), ("now again", 0), ("late", 2, 0), ("later", 3)]
+    assert not engine.has_end_of_ns()
+
+
+def test_is_last_now_is_false_while_something_waits_for_the_end_of_ns():
+    engine = EventEngine()
+    seen = []
+
+    def probe(token):
+        seen.append(engine.is_last_now(probe, token))
+
+    engine.schedule(1, probe, "x")
+    engine.schedule(1, lambda _: engine.at_end_of_ns(lambda _: None))
+    engine.schedule(1, probe, "y")
+    engine.run()
+    assert seen == [False, False]

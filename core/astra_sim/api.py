@@ -130,6 +130,15 @@ class Foldable(Protocol):
     foldable: bool
 
 
+@runtime_checkable
+class CommAwareCompute(Protocol):
+    """A compute model whose node times depend on the rank's communication running beside the node
+    (``reads_comm_in_flight`` true: the gpu model's contention). The workload then times each COMP node once
+    every event of its nanosecond has run, so that order of those events does not decide it."""
+
+    reads_comm_in_flight: bool
+
+
 # ------------------------------------------------------------------ one helper per optional capability
 
 
@@ -163,6 +172,11 @@ def link_load_recorder(network):
 def is_foldable(backend):
     """Whether a compute model or memory backend declares rank-independent answers (:class:`Foldable`)."""
     return isinstance(backend, Foldable) and bool(backend.foldable)
+
+
+def reads_comm_in_flight(model):
+    """Whether a compute model's times depend on the communication in flight (:class:`CommAwareCompute`)."""
+    return isinstance(model, CommAwareCompute) and bool(model.reads_comm_in_flight)
 
 
 class WorkloadFormat(Protocol):

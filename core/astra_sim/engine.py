@@ -16,7 +16,7 @@ class EventEngine:
 
     # The last six belong to a folded run's engine (astra_folding.engine.FoldedEventEngine), which an
     # engine turns into in place, before the run, so that backends keep their reference to it.
-    __slots__ = ("now", "_buckets", "_times", "events_run",
+    __slots__ = ("now", "_buckets", "_times", "events_run", "_end_of_ns",
                  "current", "symmetry", "_identity", "_ties", "_significance", "_links")
 
     def __init__(self):
@@ -25,6 +25,7 @@ class EventEngine:
         self._buckets = {}
         self._times = []
         self.events_run = 0
+        self._end_of_ns = []  # [fn, arg, ...] to run once every event of the current time has run
         self.current = None
 
     def schedule(self, delay_ns, fn, arg=None):
@@ -52,6 +53,13 @@ class EventEngine:
             bucket.append(fn)
             bucket.append(arg)
 
+    def at_end_of_ns(self, fn, arg=None):
+        """Run ``fn(arg)`` after every event of the current time, those it schedules for now included: a
+        decision that must not depend on the order of one nanosecond's events (what runs beside a kernel)
+        waits for all of them. What ``fn`` schedules for now runs next, then its own end of the nanosecond."""
+        self._end_of_ns.append(fn)
+        self._end_of_ns.append(arg)
+
     def pending(self):
         """Number of distinct future times with events (cheap emptiness test)."""
         return len(self._times)
@@ -61,17 +69,32 @@ class EventEngine:
         co-simulator (the ns-3 backend) advance its own clock exactly up to the engine's next event."""
         return self._times[0] if self._times else None
 
+    def has_end_of_ns(self):
+        """Whether something waits for the end of the current nanosecond (:meth:`at_end_of_ns`)."""
+        return bool(self._end_of_ns)
+
+    def _run_end_of_ns(self):
+        """Run what waits for the end of now, round after round, until something is scheduled for now
+        (that batch runs first, then this again) or nothing waits."""
+        count = 0
+        while self._end_of_ns and self.now not in self._buckets:
+            late, self._end_of_ns = self._end_of_ns, []
+            for i in range(0, len(late), 2):
+                late[i](late[i + 1])
+            count += len(late) >> 1
+        return count
+
     def is_last_now(self, fn, arg):
         """Whether ``(fn, arg)`` is the last event booked for the current time (nothing after it in the
         batch now running)."""
         bucket = self._buckets.get(self.now)
-        return bucket is not None and bucket[-2] is fn and bucket[-1] is arg
+        return not self._end_of_ns and bucket is not None and bucket[-2] is fn and bucket[-1] is arg
 
     def run(self, until_ns=None):
         """Run events until none are left (or the next is after ``until_ns``)."""
         times = self._times
         buckets = self._buckets
-        count = 0
+        count = self._run_end_of_ns() if self._end_of_ns else 0  # deferred before the first event (rank starts)
         while times:
             time_ns = times[0]
             if until_ns is not None and time_ns > until_ns:
@@ -86,5 +109,7 @@ class EventEngine:
                 i += 2
             count += i >> 1
             del buckets[time_ns]
+            if self._end_of_ns:
+                count += self._run_end_of_ns()
         self.events_run += count
         return count

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from heapq import heappop, heappush
 
+from astra_sim.api import reads_comm_in_flight
 from astra_sim.chakra import ChakraError, types as T
 from astra_sim.errors import AstraError, WorkloadError
 from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER
@@ -90,6 +91,8 @@ class RankWorkload:
         if self.host is not None and any(n.attrs.get("is_cpu_op") for n in self.nodes.values()):
             self.host = None
         self.host_clock = 0
+        #: COMP nodes are timed at the end of their nanosecond (the model reads the communication beside them)
+        self.time_at_end_of_ns = reads_comm_in_flight(shared.compute_model)
         self.issue_log = None  # a list of the issued node ids, in order, when --astra-sim-log needs them
 
     # ------------------------------------------------------------ helpers
@@ -230,6 +233,9 @@ class RankWorkload:
         if node_type == T.COMP_NODE:
             if slot == _CPU:
                 return self._replay(node, slot)
+            if self.time_at_end_of_ns:  # the model reads what runs beside the node: all of this nanosecond
+                shared.engine.at_end_of_ns(self._time_compute, node)
+                return None
             duration = shared.compute_model.compute_time_ns(node, self.rank)
             if duration is None:  # the model says the node takes no time at all
                 return self._finish_now(node)
@@ -250,6 +256,24 @@ class RankWorkload:
             self._metadata(node)
             return self._finish_now(node)
         raise self._error(node, f"unknown node type {node_type}")
+
+    def _time_compute(self, node):
+        """A COMP node timed once every event of its nanosecond has run (``reads_comm_in_flight``): the
+        communication beside it is then the same whatever the order of that nanosecond's events. A node that
+        takes no time completes now, as an event (its children are issued as after any completion)."""
+        try:
+            duration = self.shared.compute_model.compute_time_ns(node, self.rank)
+        except ChakraError as exc:
+            raise WorkloadError(str(exc)) from None
+        except AstraError as exc:
+            message = str(exc)
+            if not message.startswith(self.path):
+                message = f"{self.path}: node {node.id} ({node.name!r}): {message}"
+            raise type(exc)(message) from None
+        if duration is None:
+            duration = 0
+        self.compute_ns += duration
+        self.sys.register_event(self._node_done, node.id, duration)
 
     def _replay(self, node, slot):
         duration = node.duration_micros * 1000 if node.duration_micros else 1
@@ -421,9 +445,13 @@ class RankWorkload:
         It does when neither completion, coming first, lets the rank issue a node: then after both the
         ready nodes and the free slots are the same whichever came first. The first did not (nothing was
         issued); the second, first, would have had its own slot and children free but the first's slot
-        busy and the first's children waiting."""
+        busy and the first's children waiting. It does too when the second, first, issues nodes that see
+        the same state either way (:meth:`_issues_alike`)."""
         if issued_by_first or first_id not in self.nodes or second_id not in self.node_start_ns:
             return False
+        return self._issues_nothing(first_id, second_id) or self._issues_alike(first_id, second_id)
+
+    def _issues_nothing(self, first_id, second_id):
         nodes, children, parents_left = self.nodes, self.children, self.parents_left
         first_children = children[first_id]
         freed_by_first = {c for c in first_children if parents_left[c] == 0}
@@ -444,6 +472,30 @@ class RankWorkload:
         for node_id in candidates:
             slot = self._slot_peek(nodes[node_id])
             if slot is None or slot == _NONE or not busy[slot]:
+                return False
+        return True
+
+    def _issues_alike(self, first_id, second_id):
+        """The second completion, coming first, issues nodes; they see the same state as after both: the first
+        freed no children, holds no slot they use and did not move the host clock. (A compute model that reads
+        the communication in flight times nodes at the end of the nanosecond, after both.)"""
+        nodes, children, parents_left = self.nodes, self.children, self.parents_left
+        first = nodes[first_id]
+        if any(parents_left[c] == 0 for c in children[first_id]):
+            return False
+        if self.host is not None and first.type in _P2P and first.attrs.get("host_waits"):
+            return False
+        first_slot = self._slot_peek(first)
+        if first_slot is None:
+            return False
+        candidates = {c for c in children[second_id] if parents_left[c] == 1}
+        candidates.update(self.fresh)
+        for heap in self.ready:
+            candidates.update(heap)
+        for node_id in candidates:
+            node = nodes[node_id]
+            slot = self._slot_peek(node)
+            if slot is None or (slot == first_slot and slot != _NONE):
                 return False
         return True
 

@@ -13,6 +13,7 @@ import random
 
 import pytest
 
+from astra_sim import hookimpl
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.errors import AstraError
 from astra_sim.simulation import Simulation, simulate
@@ -498,3 +499,61 @@ def test_without_the_folding_plugin_every_rank_runs_with_the_same_ns(tmp_path):
     assert plain.settings["fold"]["reason"] == "no fold planner is loaded (the astra-folding plugin)"
     assert [r.finish_ns for r in plain.ranks] == [r.finish_ns for r in folded.ranks]
     assert simulate(*args, block=("folding",), fold=False).settings["fold"]["reason"] == "folding disabled (--no-fold)"
+
+
+class _SlowedBesideCommunication:
+    """A compute model whose node time depends on the rank's communication in flight when the node starts
+    (as the gpu model's contention): 3 us, plus 1 us per transfer running beside it."""
+
+    foldable = True
+    reads_comm_in_flight = True
+
+    def __init__(self, context):
+        self.in_flight = context.comm_nodes_in_flight
+
+    def compute_time_ns(self, node, rank):
+        return 3000 + 1000 * len(self.in_flight(rank))
+
+
+class _ComputePlugin:
+    @staticmethod
+    @hookimpl
+    def astra_register_compute_models(registry):
+        registry.compute_model("beside_comm", _SlowedBesideCommunication, "3 us + 1 us per transfer in flight")
+
+
+def _exchange_then_compute(tmp_path, npus=4):
+    """Every rank sends to its right neighbour and receives from its left one (a context-parallel ring
+    step); a kernel needs only the receive. Send and receive complete at one nanosecond, in an order that
+    rank numbers decide (rank 0 learns of its send first, every other rank of its receive first)."""
+    args = _shift_exchange(tmp_path, npus)
+    for rank in range(npus):
+        nodes = [
+            make_node(0, "send", T.COMM_SEND_NODE, attrs={"is_cpu_op": False, "comm_dst": (rank + 1) % npus,
+                                                          "comm_size": 4096, "comm_tag": 1}),
+            make_node(1, "recv", T.COMM_RECV_NODE, attrs={"is_cpu_op": False, "comm_src": (rank - 1) % npus,
+                                                          "comm_size": 4096, "comm_tag": 1}),
+            make_node(2, "attn", T.COMP_NODE, data_deps=[1], duration_micros=3, attrs={"is_cpu_op": False}),
+            make_node(3, "send2", T.COMM_SEND_NODE, data_deps=[2], attrs={
+                "is_cpu_op": False, "comm_dst": (rank + 1) % npus, "comm_size": 8192, "comm_tag": 2}),
+            make_node(4, "recv2", T.COMM_RECV_NODE, data_deps=[2], attrs={
+                "is_cpu_op": False, "comm_src": (rank - 1) % npus, "comm_size": 8192, "comm_tag": 2}),
+        ]
+        write_et(f"{tmp_path}/t.{rank}.et", make_metadata(), nodes)
+    return args
+
+
+@pytest.mark.parametrize("compute_model", [None, "beside_comm"])
+def test_a_receive_that_issues_work_beside_a_send_that_frees_nothing_keeps_the_fold(tmp_path, compute_model):
+    """The receive's completion issues the kernel; the send's frees nothing and holds no slot the kernel
+    needs. A model reading the communication in flight times the kernel at the end of the nanosecond, when
+    the send has completed in either order: every rank gets the same time, and the run stays folded."""
+    args = _exchange_then_compute(tmp_path)
+    kwargs = {"compute_model": compute_model, "extra_plugins": [_ComputePlugin]} if compute_model else {}
+    folded = simulate(*args, **kwargs)
+    unfolded = simulate(*args, fold=False, **kwargs)
+    assert folded.settings["fold"]["simulated_ranks"] == 1
+    assert [r.finish_ns for r in folded.ranks] == [r.finish_ns for r in unfolded.ranks]
+    assert len({(r.finish_ns, r.compute_ns) for r in unfolded.ranks}) == 1  # the unfolded ranks agree too
+    if compute_model:
+        assert unfolded.ranks[0].compute_ns == 3000  # the send ended at that nanosecond: nothing beside it

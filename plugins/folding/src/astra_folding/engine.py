@@ -92,7 +92,7 @@ class FoldedEventEngine(EventEngine):
     def run(self, until_ns=None):
         times = self._times
         buckets = self._buckets
-        count = 0
+        count = self._run_end_of_ns() if self._end_of_ns else 0  # deferred before the first event (rank starts)
         while times:
             time_ns = times[0]
             if until_ns is not None and time_ns > until_ns:
@@ -107,7 +107,23 @@ class FoldedEventEngine(EventEngine):
                 i += 3
             count += i // 3
             del buckets[time_ns]
+            if self._end_of_ns:
+                count += self._run_end_of_ns()
         self.events_run += count
+        return count
+
+    def at_end_of_ns(self, fn, arg=None):
+        """As the unfolded engine's; what ``fn`` schedules descends from the history that deferred it."""
+        self._end_of_ns.append((fn, arg, self.current))
+
+    def _run_end_of_ns(self):
+        count = 0
+        while self._end_of_ns and self.now not in self._buckets:
+            late, self._end_of_ns = self._end_of_ns, []
+            for fn, arg, history in late:
+                self.current = history
+                fn(arg)
+            count += len(late)
         return count
 
     # -- the check --------------------------------------------------------------------------------

@@ -6,11 +6,14 @@ collective therefore runs on the remaining SMs and shares HBM bandwidth; overlap
 
 The model, kept simple and explicit:
 
-* **when**: the decision is made when a COMP node is *issued*. If a collective or send of the rank is
+* **when**: the decision is made at the nanosecond a COMP node is *issued*, once every event of that
+  nanosecond has run (the model declares ``reads_comm_in_flight``, and the workload times the node at
+  the end of its nanosecond: ``EventEngine.at_end_of_ns``). If a collective or send of the rank is
   running then (``context.comm_nodes_in_flight(rank)``; a posted receive does not count), the node
-  is timed on the contended GPU for its whole duration; otherwise on the whole GPU. A kernel issued
-  just before a collective starts is *not* slowed, and one issued during a collective stays slowed
-  even if the collective ends first (no re-timing mid-kernel);
+  is timed on the contended GPU for its whole duration; otherwise on the whole GPU. A collective that
+  starts at the kernel's nanosecond slows it and one that ends then does not, whatever the order of
+  that nanosecond's events; a kernel issued during a collective stays slowed even if the collective
+  ends first (no re-timing mid-kernel);
 * **SMs**: every running collective or send occupies SMs for its whole duration: the number in its
   ``comm_sms`` node attribute when it has one (NCCL's CTAs of that communicator, e.g. ``NCCL_MAX_CTAS``;
   0 for a copy-engine transfer, as Transformer Engine's ``ring_exchange`` userbuffers use), otherwise

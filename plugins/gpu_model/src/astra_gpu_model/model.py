@@ -63,6 +63,11 @@ class GpuComputeModel:
     #: a node's time depends on the node and the rank's own running communication, not on its number
     foldable = True
 
+    @property
+    def reads_comm_in_flight(self):
+        """Whether a node's time depends on the communication running when it is issued (--gpu-contention)."""
+        return self.contention is not None
+
     def __init__(self, context=None, gpu=None, *, tf32=None, default_dtype=None):
         options = dict(getattr(context, "options", None) or {})
         self.gpu = load_gpu(gpu if gpu is not None else options.get("gpu"))

@@ -258,7 +258,10 @@ class Ns3Network:
         """Advance ns-3 to the engine's next event or to the first completion (see the module docstring)."""
         engine = self.engine
         if not engine.is_last_now(self._pump_fn, token):  # other events at this time first: they may send
-            engine.schedule(0, self._pump_fn, object())
+            if engine.has_end_of_ns():  # so may what waits for the end of this nanosecond (engine.at_end_of_ns)
+                engine.at_end_of_ns(self._pump_fn, object())
+            else:
+                engine.schedule(0, self._pump_fn, object())
             return
         self._pump_pending = False
         if not self._messages:
