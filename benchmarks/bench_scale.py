@@ -10,13 +10,17 @@
   parallelism, ZeRO-1, FP8 GEMMs, TP comm overlap, 16 micro-batches) on 4096 / 16,384 H100s
   (``--platform hgx-h100 --compute-model gpu --platform-collective nccl``): generating the workload
   (``astra workload llm``, compact by default) and simulating it, each timed.
+* ``llama405b-cp``: Llama-3.1 405B as MLPerf submitters ran it (TP 4, PP 8, CP 2, 8 virtual stages, FP8 GEMMs,
+  ZeRO-1, sequence 8,192, 40 micro-batches) on 2,048 H100s (``--platform hgx-h100``, which implies the measured
+  kernel contention): context parallelism must fold (issue 37: under 2 minutes and 4 GiB). ``--allow-oom``:
+  this layout's activations, without recomputation, need more than 80 GB here.
 
 Each case prints its wall time (generation and simulation apart), the simulated step, how many ranks were
 simulated (symmetric ranks are folded), events per second and peak memory (RSS of the process that ran
 it). ``--check`` also runs the reference cases unfolded (``--no-fold``) and fails unless every rank's finish
 time is the same to the ns. Budgets are issue 17's; the exit status is 1 when one is missed.
 
-    python benchmarks/bench_scale.py [allreduce|training|dp100k|gpt3-4096|gpt3-16384|all] [--check]
+    python benchmarks/bench_scale.py [allreduce|training|dp100k|gpt3-4096|gpt3-16384|llama405b-cp|all] [--check]
 """
 
 import argparse
@@ -40,6 +44,10 @@ GPT3_FLAGS = ["--preset", "gpt3-175b", "--tp", "4", "--pp", "8", "--virtual-stag
               "1", "--sequence-parallel", "--zero", "1", "--overlap-param-gather", "--tp-comm-overlap",
               "--gemm-dtype", "fp8", "--no-dropout", "--dtype", "bf16", "--micro-batches", "16"]
 GPT3_CASES = {"gpt3-4096": (128, 512, 60.0, 60.0, 4 << 30), "gpt3-16384": (512, 2048, None, None, None)}
+LLAMA405B_CP_FLAGS = ["--model", "llama3.1-405b", "--seq-len", "8192", "--tp", "4", "--pp", "8", "--cp", "2",
+                      "--dp", "32", "--virtual-stages", "8", "--pipeline-embedding-layer", "--pipeline-loss-layer",
+                      "--micro-batches", "40", "--micro-batch-size", "1", "--sequence-parallel", "--gemm-dtype",
+                      "fp8", "--zero", "1"]
 
 
 def _peak_rss_bytes(children=False):
@@ -118,9 +126,34 @@ def bench_gpt3(name, folder):
     return ok
 
 
+def bench_llama405b_cp(folder):
+    prefix = os.path.join(folder, "llama405b-cp", "w")
+    start = time.perf_counter()
+    subprocess.run([_astra(), "workload", "llm", *LLAMA405B_CP_FLAGS, "-o", prefix], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    generated = time.perf_counter() - start
+    report_path = prefix + ".report.json"
+    start = time.perf_counter()
+    done = subprocess.run(["/usr/bin/time", "-f", "%M", _astra(), "run", "--workload-configuration", prefix,
+                           "--comm-group-configuration", prefix + ".groups.json", "--platform", "hgx-h100",
+                           "--nodes", "256", "--allow-oom", "-o", report_path, "-q"],
+                          check=True, capture_output=True, text=True)
+    simulated = time.perf_counter() - start
+    peak = int(done.stderr.strip().splitlines()[-1]) * 1024
+    with open(report_path) as handle:
+        report = json.load(handle)
+    folded = report["stats"]["simulated_ranks"] < report["summary"]["npus"]
+    ok = folded and simulated < 120 and peak < 4 << 30
+    print(f"llama405b-cp: {report['summary']['npus']:,} GPUs ({report['stats']['simulated_ranks']} simulated: "
+          f"{report['settings']['fold'].get('reason') or 'folded'}), step {report['summary']['max_finish_ns'] / 1e9:.3f} s; "
+          f"generate {generated:.1f} s, simulate {simulated:.1f} s, peak RSS {peak / 2**20:.0f} MiB; budget 120 s "
+          f"and 4 GiB, folded: {'OK' if ok else 'MISSED'}")
+    return ok
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    cases = ["allreduce", "training", "dp100k", *GPT3_CASES]
+    cases = ["allreduce", "training", "dp100k", *GPT3_CASES, "llama405b-cp"]
     parser.add_argument("which", nargs="?", default="all", choices=[*cases, "all"])
     parser.add_argument("--check", action="store_true", help="also run the reference cases unfolded and compare")
     parser.add_argument("--workdir", default=None)
@@ -134,6 +167,8 @@ def main():
                 ok &= bench_reference_case(name, folder, args.check)
             elif name == "dp100k":
                 ok &= bench_dp100k(folder)
+            elif name == "llama405b-cp":
+                ok &= bench_llama405b_cp(args.workdir or tmp)
             else:
                 ok &= bench_gpt3(name, args.workdir or tmp)
     return 0 if ok else 1
