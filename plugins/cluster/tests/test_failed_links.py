@@ -115,3 +115,41 @@ def test_a_cable_event_needs_a_rerouting_backend_and_a_known_cable(ring, write_s
     bad = text.replace("[npu0, npu1]", "[npu0, npu2]")
     with pytest.raises(ConfigError, match="key 'failures.events': no link joins 'npu0' and 'npu2'"):
         run_cluster(write_spec(ring, bad))
+
+
+NS3_CFG = ("TOPOLOGY_FILE topo.txt\nPACKET_PAYLOAD_SIZE 1000\nCC_MODE 0\nENABLE_QCN 0\nBUFFER_SIZE 32\n")
+#: hosts 0 and 1; a short path through switch 2 at 100 Gb/s and a detour through switches 3 and 4 at 25 Gb/s
+NS3_LINKS = [(0, 2, "100Gbps"), (2, 1, "100Gbps"), (0, 3, "100Gbps"), (3, 4, "25Gbps"), (4, 1, "100Gbps")]
+
+
+@pytest.mark.slow
+def test_a_failed_cable_on_ns3_through_the_cluster(ring, write_spec):
+    """The ns3 backend leaves the cable out of the ns-3 world: the job's step is the step on a topology without it,
+    about four times the intact one (a quarter of the capacity); an unknown cable is one line naming the key."""
+    pytest.importorskip("ns3")
+    tmp_path = ring  # its sys.json: ring collectives
+
+    def step(name, links, failed=""):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "cfg.txt").write_text(NS3_CFG)
+        (folder / "topo.txt").write_text("5 3 %d\n2 3 4\n" % len(links)
+                                         + "".join(f"{a} {b} {rate} 1us 0\n" for a, b, rate in links))
+        spec = write_spec(folder, f"""
+system: {tmp_path}/sys.json
+network: cfg.txt
+gpus: 2
+network_backend: ns3
+placement: fixed
+{failed}
+jobs:
+  - {{name: a, gpus: 2, place: [0, 1], workload: {{micro: {{collective: all_reduce, size: 4MiB}}}}}}
+""")
+        return run_cluster(spec)["corun"]["jobs"][0]["alone_step_ns"]
+
+    intact = step("intact", NS3_LINKS)
+    rerouted = step("failed", NS3_LINKS, "failed_links: [[2, 1]]")
+    assert rerouted == step("without", [link for link in NS3_LINKS if link[:2] != (2, 1)])
+    assert 3 < rerouted / intact < 4.4
+    with pytest.raises(ConfigError, match="key 'failed_links': no link joins nodes 0 and 1"):
+        step("unknown", NS3_LINKS, "failed_links: [[0, 1]]")
