@@ -87,3 +87,27 @@ def test_any_job_is_a_job_or_a_config_error(job):
         parse_cluster_spec(with_(jobs=[job]), "c.yaml")
     except ConfigError as exc:
         assert str(exc).startswith("c.yaml")
+
+
+_cable = st.lists(st.text(max_size=4) | st.integers(-2, 9) | st.booleans() | st.none(), max_size=3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.fixed_dictionaries({}, optional={
+    "failed_links": st.lists(_cable, max_size=3) | _values,
+    "fabric": st.fixed_dictionaries({}, optional={"nodes_per_leaf": _values, "oversubscription": _values,
+                                                  "x": _values}) | _values,
+    "checkpoint": st.fixed_dictionaries({}, optional={"storage_write_gb_per_s": _values,
+                                                      "node_write_gb_per_s": _values}) | _values,
+    "failures": st.fixed_dictionaries({}, optional={"events": st.lists(st.fixed_dictionaries(
+        {"at_h": _values}, optional={"link": _cable | _values, "for_h": _values, "node": _values}), max_size=3),
+        "repair_h": _values}),
+    "network_backend": st.sampled_from(["flow", "ns3", "congestion", "analytical"])}))
+def test_any_failed_links_fabric_or_storage_is_a_spec_or_a_config_error(extra):
+    try:
+        spec = parse_cluster_spec(with_(**extra), "c.yaml")
+    except ConfigError as exc:
+        assert str(exc).startswith("c.yaml") and "\n" not in str(exc)
+    else:
+        assert all(len(pair) == 2 for pair in spec.failed_links)
+        assert spec.fabric is None or spec.fabric["nodes_per_leaf"] >= 1
