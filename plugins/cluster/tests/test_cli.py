@@ -71,3 +71,17 @@ def test_an_output_folder_that_cannot_be_written_fails_before_any_simulation(rin
     done = subprocess.run([astra_exe, "cluster", write_spec(ring, SPEC), "-o", str(missing)], capture_output=True,
                           text=True)
     assert done.returncode == 0 and missing.exists()
+
+
+def test_failed_links_and_cable_events_on_the_terminal(ring, write_spec, astra_exe):
+    """(Two cables down at once would cut the ring in two: one run each.)"""
+    failed = write_spec(ring, SPEC.replace("network_backend: flow",
+                                           "network_backend: flow\nfailed_links: [[npu0, npu1]]"), "failed.yaml")
+    done = subprocess.run([astra_exe, "cluster", failed], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "failed links (routed around): npu0-npu1" in done.stdout
+    cable = "failures: {events: [{at_h: 0.0000001, link: [npu2, npu3], for_h: 0.0000001}]}"
+    event = write_spec(ring, SPEC.replace("failures: {events: [{at_h: 0.0000001, node: 1}]}", cable), "event.yaml")
+    done = subprocess.run([astra_exe, "cluster", event], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "cables routed around: 1 down, 1 back" in done.stdout

@@ -38,8 +38,8 @@ jobs:
 def jobs(count):
     """``count`` identical jobs of 4 GPUs (one node each): 100 steps of 100 us, a 1 MB checkpoint every 10 steps
     (1 ms alone at 1 GB/s), nine writes (none after the last segment)."""
-    return "".join(f"  - {{name: j{i}, gpus: 4, steps: 100, checkpoint_bytes: 1e6, workload: {{micro: {{compute: 100}}}}}}\n"
-                   for i in range(count))
+    return "".join(f"  - {{name: j{i}, gpus: 4, steps: 100, checkpoint_bytes: 1e6, "
+                   f"workload: {{micro: {{compute: 100}}}}}}\n" for i in range(count))
 
 
 def completions(ring, write_spec, count, storage=""):

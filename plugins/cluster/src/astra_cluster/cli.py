@@ -49,6 +49,9 @@ def print_report(report, output=None, file=None):
     machine = f"{c['platform']} x {_count(c['nodes'], 'node')}" if c["platform"] else _count(c["nodes"], "node")
     print(f"cluster: {machine}, {c['gpus']} GPUs ({c['gpus_per_node']} per node), network {c['network_backend']}, "
           f"placement {c['placement']}, scheduler {c['scheduler']}, seed {c['seed']}", file=out)
+    if c.get("failed_links"):
+        print("  failed links (routed around): " + ", ".join(f"{a}-{b}" for a, b in c["failed_links"][:6])
+              + (", ..." if len(c["failed_links"]) > 6 else ""), file=out)
     for row in report["placement"]:
         where = (f"{_count(row['gpus'], 'GPU')} on {_count(row['nodes'], 'node')}" if row["placed"] else
                  "does not fit with the others")
@@ -75,6 +78,11 @@ def print_report(report, output=None, file=None):
               f"{t['jobs_done']} of {len(t['jobs'])} jobs done"
               + (f", mean completion {format_ns(mean)}" if mean else "")
               + (f", cluster goodput {goodput:.1%}" if goodput is not None else ""), file=out)
+        cables = t.get("cable_events") or []
+        if cables:
+            down = sum(1 for event in cables if event["down"])
+            print(f"  cables routed around: {down} down, {len(cables) - down} back (jobs ran on at their new "
+                  "steps)", file=out)
         for row in t["jobs"]:
             done = f"done in {format_ns(row['completion_ns'])}" if row["end_ns"] is not None else row["state"]
             good = f", goodput {row['goodput']:.1%}" if row["goodput"] is not None else ""

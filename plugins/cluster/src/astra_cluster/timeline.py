@@ -3,8 +3,9 @@
 A job-level event simulation. A running job alternates compute segments of ``k`` steps with a checkpoint write
 (``delta``; on shared storage, a write at the rate :class:`~astra_cluster.storage.SharedStorage` gives it); its
 progress counts once the write completes. A cable that goes down (``link: [a, b]``, on ``flow`` and ``ns3``) stops
-no job: from then on every step is simulated on the graph without it, and running jobs go on at their new steps. A failure (a GPU, a node, a GPU's link or a switch
-going down, at a given time or drawn from MTBFs with the cluster's seed) stops every job on it: the work since its
+no job: from then on every step is simulated on the graph without it, and running jobs go on at their new steps.
+A failure (a GPU, a node, a GPU's link or a switch going down, at a given time or drawn from MTBFs with the
+cluster's seed) stops every job on it: the work since its
 last checkpoint is lost, its GPUs are freed (the failed ones come back after ``repair_h``), and it queues again;
 a restart costs ``restart_s`` plus reading the checkpoint. A job's goodput is its useful (checkpointed or final)
 steps over the wall time since it first started, as a rate (``goodput_steps_per_h``) and as a fraction of the
