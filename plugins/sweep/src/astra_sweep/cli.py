@@ -25,11 +25,17 @@ def add_commands(sub):
 
 def _cmd_sweep(args):
     from astra_sim.errors import ConfigError
+    from astra_sim.executors import Stopped
     from astra_sim.outputs import check_writable_folder
 
     check_writable_folder(os.path.dirname(os.path.abspath(args.output)), f"--output {args.output}")
     try:
         summary = SweepSpec.from_cli_args(args).run()
+    except Stopped as stop:
+        if getattr(stop, "kept", None):
+            print(f"astra: {stop.signal_name}: {stop.kept[0]} of {stop.kept[1]} points kept; rerun the same command "
+                  "to resume", file=sys.stderr)
+        raise
     except OSError as exc:  # a write that fails late (a full disk): the finished points are in the journal
         journal = f"{args.output}.journal"
         kept = (f"; the finished points are kept in {journal}: rerun the same command to write {args.output}"

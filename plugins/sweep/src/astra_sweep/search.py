@@ -24,7 +24,6 @@ import contextlib
 import json
 import os
 import sys
-import tempfile
 
 from astra_sim.cliutil import add_executor_flags, add_output_flags, add_platform_flags, positive_int
 from astra_sim.errors import ConfigError
@@ -185,13 +184,32 @@ def _cmd_search(args):
     given = {flag: getattr(args, dest) for dest, flag in OUTPUT_FLAGS.items() if getattr(args, dest, None)}
     for flag, path in given.items():  # before any layout is simulated
         check_writable_folder(os.path.dirname(os.path.abspath(path)), f"{flag} {path}")
+    from astra_sim.executors import Stopped, stop_on_signals
+
     try:
-        return _run_search(args)
+        with stop_on_signals():  # a stop signal in any phase runs every clean-up and says what was kept
+            return _run_search(args)
+    except Stopped as stop:
+        print(f"astra search: {stop.signal_name}: {_kept(args)}", file=sys.stderr)
+        raise
     except OSError as exc:  # a write that fails late (a full disk); the atomic writers leave no partial file
         named = ", ".join(f"{flag} {path}" for flag, path in given.items()) or "astra search"
         kept = f"; the simulated points are kept in {args.points}.journal (rerun to resume)" if (
             args.points and os.path.exists(f"{args.points}.journal")) else ""
         raise ConfigError(f"{named}: cannot write: {exc.strerror or exc}{kept}") from None
+
+
+def _kept(args):
+    """What an interrupted search kept: the layouts simulated so far are in --points (a rerun resumes them), or
+    nowhere (they were in a temporary folder)."""
+    if args.serve:
+        return "nothing kept (a serving search does not resume); rerun the same command"
+    if not args.points:
+        return ("nothing kept (the simulated layouts were in a temporary folder); give --points RESULTS.parquet to "
+                "keep them, and a rerun resumes")
+    rows = _read(args.points) if os.path.exists(args.points) else {}
+    return (f"{len(rows)} simulated layout{'' if len(rows) == 1 else 's'} kept in {args.points}; rerun the same "
+            "command to resume")
 
 
 def _run_search(args):
@@ -278,7 +296,9 @@ def _search_layouts(args):
     source = {**source, **({"seq-len": args.seq_len} if args.seq_len else {}),
               **({"gemm-dtype": "fp8"} if args.gemm_dtype == "fp8" else {})}
     bounds = _bounds(fit, source, platform, args)
-    with tempfile.TemporaryDirectory(prefix="astra-search-") as folder:
+    from astra_sim.generated import private_folder
+
+    with private_folder("astra-search-") as folder:  # named by this process: a SIGKILLed run's is reclaimed
         output = args.points or os.path.join(folder, "results.parquet")
         summary, rows, pruned = _simulate(fit, bounds, source, output, folder, args)
     if bounds:

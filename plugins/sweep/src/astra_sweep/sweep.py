@@ -188,9 +188,8 @@ def _run_sweep(spec_path, output, jobs, dask, executor, point_timeout, retry_err
     finally:
         bar.close()
         results.finish(ids)
-        if stopped is not None:
-            print(f"astra: {stopped.signal_name}: {len(results.rows)} of {len(ids)} points kept; rerun the same "
-                  "command to resume", file=sys.stderr)
+        if stopped is not None:  # what the command says it kept (astra sweep's, astra search's line)
+            stopped.kept = (len(results.rows), len(ids))
     wall = time.perf_counter() - started
     return {"points": len(ids), "earlier": len(earlier), "ran": ran, "wall_s": wall,
             "points_per_minute": ran / wall * 60 if wall > 0 and ran else None, **counts, "output": str(output)}

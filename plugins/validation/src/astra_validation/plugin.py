@@ -84,15 +84,26 @@ def _cmd_validate(args):
         return 0
     chosen = [c for c in cases if (c.name in names if names else (args.all or not c.long))]
     _check_outputs(args)
-    results, failed = _run_cases(args, chosen)
-    summary = summarize(results)
+    plans = {}
     if args.cv:
         from astra_validation.crossval import plan
 
         plans = {c.name: plan(c, cases) for c in chosen}
-        refits, cv_failed = _run_cases(args, [c for c in chosen if plans[c.name][0] == "refit"], cv=True)
-        failed += cv_failed
-        summary["cv"] = _cv_summary(results, plans, {r["name"]: r for r in refits})
+    refitted = [c for c in chosen if plans and plans[c.name][0] == "refit"]
+    from astra_sim.executors import Stopped, stop_on_signals
+
+    finished = []  # every case's row as it finishes, for the line an interrupt prints
+    try:
+        with stop_on_signals():
+            results, failed = _run_cases(args, chosen, finished=finished)
+            summary = summarize(results)
+            if args.cv:
+                refits, cv_failed = _run_cases(args, refitted, cv=True, finished=finished)
+                failed += cv_failed
+                summary["cv"] = _cv_summary(results, plans, {r["name"]: r for r in refits})
+    except Stopped as stop:
+        _interrupted(args, stop, finished, len(chosen) + len(refitted))
+        raise
     text_out = sys.stderr if args.json else sys.stdout  # with --json, stdout carries the JSON alone
     _print_results(results, summary, text_out, stderr=args.json)
     document = json.dumps({"units": {"time": "ns", "memory": "bytes", "error": "fraction"}, "cases": results,
@@ -134,17 +145,41 @@ def _writing(flag, path):
         raise ConfigError(f"{flag} {path}: cannot write: {exc.strerror or exc}") from None
 
 
-def _run_cases(args, chosen, cv=False):
+def _interrupted(args, stop, finished, total):
+    """After a stop signal: the cases finished so far go to -o as a document marked ``complete: false`` (validate
+    does not resume: a rerun runs every case), and one line says what was kept."""
+    line = f"astra validate: {stop.signal_name}: {len(finished)} of {total} case runs finished"
+    if args.output:
+        document = {"units": {"time": "ns", "memory": "bytes", "error": "fraction"}, "complete": False,
+                    "interrupted_by": stop.signal_name, "cases": [r for r in finished if "failed" not in r],
+                    "failed": [r for r in finished if "failed" in r]}
+        try:
+            with _writing("--output", args.output):
+                from astra_sim.safeio import write_text_atomic
+
+                write_text_atomic(args.output, json.dumps(document, indent=1) + "\n")
+            line += f", kept in {args.output} (complete: false); rerun the same command to run them all"
+        except ConfigError as exc:
+            line += f"; nothing kept ({exc})"
+    else:
+        line += "; nothing kept (-o FILE keeps them); rerun the same command to run them all"
+    print(line, file=sys.stderr)
+
+
+def _run_cases(args, chosen, cv=False, finished=None):
     """``(results, failed)``: the cases run here one after the other, or on the kernel's executors; ``cv``: with
-    the constants fitted on each case's source refitted without it."""
+    the constants fitted on each case's source refitted without it. Each row is added to ``finished`` as it
+    comes."""
+    finished = [] if finished is None else finished
     if args.jobs or args.dask or args.executor:
-        results = _run_on_executor(args, chosen, cv)
+        results = _run_on_executor(args, chosen, cv, finished)
     else:
         results = []
         for case in chosen:
             print(f"astra validate: {case.name}{' (without its source)' if cv else ''} ...", file=sys.stderr,
                   flush=True)
             results.append(run_named_case((args.cases, case.name, cv)))
+            finished.append(results[-1])
     return [r for r in results if "failed" not in r], [r for r in results if "failed" in r]
 
 
@@ -222,7 +257,7 @@ def _print_results(results, summary, out, stderr):
             print(f"  {row['name']}: no out-of-source prediction ({row['why']})", file=out)
 
 
-def _run_on_executor(args, chosen, cv=False):
+def _run_on_executor(args, chosen, cv, finished):
     """The cases on the kernel's executors (a local pool, a Dask cluster, a registered one), in registry order."""
     from astra_sim.executors import ExecutorFailure, make_executor
 
@@ -235,6 +270,7 @@ def _run_on_executor(args, chosen, cv=False):
                 result = {"name": name, "failed": result.message}
             print(f"astra validate: {name} done", file=sys.stderr, flush=True)
             results[order[name]] = result
+            finished.append(result)
     return results
 
 
