@@ -185,11 +185,10 @@ def write_workload(mnk_path, config, split: Split, parallel, output, *, version=
     if not chakra:
         write_text_atomic(output, text)
         return {"layers": len(layers), "path": str(output)}
-    import tempfile
-
+    from astra_sim.generated import private_folder
     from astra_workload_generators.text import convert_text
 
-    with tempfile.TemporaryDirectory(prefix="astra-systolic-") as tmp:
+    with private_folder("astra-systolic-") as tmp:  # named by this process: a SIGKILLed run's is reclaimed
         path = os.path.join(tmp, os.path.basename(str(output)) + ".txt")
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(text)

@@ -79,7 +79,9 @@ def evaluate(case, workdir=None) -> dict:
     from astra_sim import simulate
     from astra_workload_generators import LlmSpec, generate_llm_workload
 
-    with tempfile.TemporaryDirectory(dir=workdir) as folder:
+    from astra_sim.generated import private_folder  # named by this process: a SIGKILLed run's is reclaimed
+
+    with private_folder("astra-energy-") if workdir is None else tempfile.TemporaryDirectory(dir=workdir) as folder:
         prefix = os.path.join(folder, "step")
         generate_llm_workload(LlmSpec.from_mapping(case.llm, f"{case.name}: llm"), prefix)
         report = simulate(workload=prefix, platform=case.platform, nodes=case.nodes, **case.options)

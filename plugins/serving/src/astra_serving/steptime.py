@@ -294,12 +294,14 @@ class StepTimer:
     def simulate(self, prefill, decode, context, prefill_done=0, graph=False):
         """Generate and simulate one step of exactly this shape (as a CUDA graph: ``graph``); its time on each
         pipeline stage in ns (a tuple summing to the step's time, see :func:`stage_times`)."""
+        from astra_sim.generated import private_folder
         from astra_sim.runner import run_spec
         from astra_workload_generators.llm.spec import generate_llm_workload
 
         started = time.perf_counter()
         spec = self.layout.llm_spec(**shape_options(prefill, decode, context, prefill_done))
-        with tempfile.TemporaryDirectory(prefix="astra-serve-", dir=self._workdir) as folder:
+        with (private_folder("astra-serve-") if self._workdir is None  # a SIGKILLed run's is reclaimed
+              else tempfile.TemporaryDirectory(prefix="astra-serve-", dir=self._workdir)) as folder:
             prefix = os.path.join(folder, "step")
             try:
                 generate_llm_workload(spec, prefix, on_warning=_quiet)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 
 import yaml
 
@@ -53,7 +52,9 @@ class KvTransferTimer:
         network = yaml.safe_load(network_yaml(platform, nodes))
         if self.nic_gbit is not None:
             network["bandwidth"][-1] = self.nic_gbit * 1e9 / 8 / 2 ** 30  # GiB/s per direction per GPU
-        with tempfile.TemporaryDirectory(prefix="astra-kv-") as folder:
+        from astra_sim.generated import private_folder
+
+        with private_folder("astra-kv-") as folder:  # named by this process: a SIGKILLed run's is reclaimed
             prefix = os.path.join(folder, "kv")
             for rank in range(2 * per_replica):
                 nodes_list = []

@@ -29,7 +29,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from dataclasses import dataclass, replace
 
 from astra_sim.errors import AstraError
@@ -153,7 +152,9 @@ class BoundCache:
         from astra_workload_generators.llm import LlmSpec, generate_llm_workload
 
         mapping = {**self.source, **options, "micro-batches": micro_batches}
-        with tempfile.TemporaryDirectory(prefix="astra-bound-") as folder:
+        from astra_sim.generated import private_folder
+
+        with private_folder("astra-bound-") as folder:  # named by this process: a SIGKILLed run's is reclaimed
             prefix = os.path.join(folder, "w")
             generate_llm_workload(LlmSpec.from_mapping(mapping, "workload.llm"), prefix, on_warning=lambda _: None)
             with open(f"{prefix}.groups.json") as handle:

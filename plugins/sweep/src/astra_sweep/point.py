@@ -8,6 +8,7 @@ cannot exist or does not fit, ``error: ...`` otherwise, ``error: timed out ...``
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import hashlib
@@ -77,8 +78,13 @@ def cache_root(sweep_id):
 
 
 def remove_cache(sweep_id):
-    """Remove this sweep's generated workloads from this machine (executors call it on every worker)."""
-    shutil.rmtree(cache_root(sweep_id), ignore_errors=True)
+    """Remove this sweep's generated workloads from this machine (executors call it on every worker), and the
+    cache folder once no sweep uses it (the temp dir is left as the sweep found it)."""
+    root = cache_root(sweep_id)
+    shutil.rmtree(root, ignore_errors=True)
+    if not os.environ.get("ASTRA_SWEEP_CACHE"):  # the default folder in the temp dir (a chosen one stays)
+        with contextlib.suppress(OSError):  # another sweep's workloads are still there
+            os.rmdir(os.path.dirname(root))
     return True
 
 

@@ -35,7 +35,9 @@ def run_case(case, workdir=None):
     if case.kind == "energy":
         return _run_energy(case)
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+    from astra_sim.generated import private_folder  # named by this process: a SIGKILLed run's is reclaimed
+
+    with private_folder("astra-validate-") if workdir is None else tempfile.TemporaryDirectory(dir=workdir) as tmp:
         prefix = os.path.join(tmp, "w")
         gpus = case.nodes * get_platform(case.platform).gpus_per_node
         if case.kind == "llm_step":
