@@ -50,8 +50,12 @@ def test_each_study_has_its_readme_figure_and_expected_ratio(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_the_small_form_gives_the_expected_ratio_in_under_two_minutes(name, tmp_path, capsys):
+    study = _load(name)
+    missing = [module for module in getattr(study, "REQUIRES", []) if importlib.util.find_spec(module) is None]
+    if missing:
+        pytest.skip(f"{name} needs {', '.join(missing)} (make install installs it)")
     start = time.monotonic()
-    assert _load(name).main_(["--small", "--out", str(tmp_path)]) == 0, capsys.readouterr().out
+    assert study.main_(["--small", "--out", str(tmp_path)]) == 0, capsys.readouterr().out
     assert time.monotonic() - start < 120
     ours = json.loads((tmp_path / "ours.json").read_text())
     assert ours["form"] == "small" and ours["ok"]
@@ -123,3 +127,25 @@ def test_the_moe_step_streams_each_layer_once_per_pass_and_double_buffers(layers
         assert third["data_deps"] == ["load_fwd1", "aten::bmm.down_fwd0"]
     for spec in (remote, hbm):
         assert len(graph_trace(spec, 2).ranks) == 2
+
+
+def test_the_congestion_study_writes_its_step_and_tells_the_all_reduce_from_the_incast(tmp_path):
+    """The ns-3 study's inputs (no ns-3 needed): 12 ranks, the group's all-reduce, the incast's sends and NPU 0's
+    receives only under ``incast``; DCQCN's keys only in DCQCN's config; the all-reduce's end from an fct file."""
+    from astra_sim.chakra import read_et, types as T
+
+    study = _module(STUDIES / "ns3-congestion-control" / "run.py", "case_study_ns3_cc")
+    networks = study.machine(tmp_path)
+    assert "RP_TIMER" in networks["dcqcn"].read_text() and "RP_TIMER" not in networks["dctcp"].read_text()
+    assert "CC_MODE 0" in networks["tcp"].read_text()
+    for scenario, sends in (("quiet", 0), ("incast", 4)):
+        prefix = study.traces(tmp_path, scenario)
+        nodes = [read_et(f"{prefix}.{rank}.et").nodes for rank in range(study.NPUS)]
+        assert sum(n.type == T.COMM_COLL_NODE for rank in nodes for n in rank) == 8
+        assert sum(n.type == T.COMM_SEND_NODE for rank in nodes for n in rank) == sends
+        assert sum(n.type == T.COMM_RECV_NODE for n in nodes[0]) == sends
+    fct = tmp_path / "fct.txt"
+    fct.write_text("0a000002 0a000006 49153 5000 524288 0 12000 11000\n"
+                   "0a000022 0a000002 49153 5000 4194304 0 1180000 90000\n"
+                   "0a000006 0a00000a 49153 5000 524288 500000 26000 11000\n")
+    assert study.all_reduce_ns(study.flows(fct)) == 526000
