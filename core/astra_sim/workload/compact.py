@@ -193,24 +193,51 @@ class Relabeller:
             by_members.setdefault(group_key(self.groups[group_id], "set"), []).append(group_id)
         self._by_members = by_members
         self._images = {}
+        self._cycles = {}  # (shift index, group id) -> (the group's cycle under that shift, its place in it)
 
     def group_image(self, group_id, offsets):
-        """The id of the group holding the images of ``group_id``'s members under ``offsets``."""
+        """The id of the group holding the images of ``group_id``'s members under ``offsets``. The shifts of
+        different digits commute, so the image is taken one digit at a time, along each group's cycle under
+        that digit's shift (built once: a run's images cost its groups' members once per shift, not once per
+        rank)."""
         key = (group_id, offsets)
         image = self._images.get(key)
         if image is None:
-            members = self.groups.get(group_id)
-            if members is None:
-                raise WorkloadError(f"{self.where}: pg_name {group_id} is not a communicator group of the run")
-            moved = group_key([self.symmetry.moved(m, offsets) for m in members], "set")
-            same = self._by_members[group_key(members, "set")]
-            targets = self._by_members.get(moved)
-            if targets is None or len(targets) != len(same):
-                raise WorkloadError(f"{self.where}: communicator group {group_id}, relabelled for another rank of "
-                                    "its class, is not a communicator group (the groups file does not hold the "
-                                    "images of its members)")
-            image = self._images[key] = targets[same.index(group_id)]
+            image = group_id
+            for index, steps in enumerate(offsets):
+                if steps:
+                    image = self._along_cycle(image, index, steps)
+            self._images[key] = image
         return image
+
+    def _along_cycle(self, group_id, index, steps):
+        found = self._cycles.get((index, group_id))
+        if found is None:
+            one_step = tuple(1 if i == index else 0 for i in range(len(self.symmetry.shifts)))
+            cycle = [group_id]
+            while True:
+                nxt = self._image_now(cycle[-1], one_step)
+                if nxt == group_id:
+                    break
+                cycle.append(nxt)
+            for position, member in enumerate(cycle):
+                self._cycles[(index, member)] = (cycle, position)
+            found = self._cycles[(index, group_id)]
+        cycle, position = found
+        return cycle[(position + steps) % len(cycle)]
+
+    def _image_now(self, group_id, offsets):
+        members = self.groups.get(group_id)
+        if members is None:
+            raise WorkloadError(f"{self.where}: pg_name {group_id} is not a communicator group of the run")
+        moved = group_key([self.symmetry.moved(m, offsets) for m in members], "set")
+        same = self._by_members[group_key(members, "set")]
+        targets = self._by_members.get(moved)
+        if targets is None or len(targets) != len(same):
+            raise WorkloadError(f"{self.where}: communicator group {group_id}, relabelled for another rank of "
+                                "its class, is not a communicator group (the groups file does not hold the "
+                                "images of its members)")
+        return targets[same.index(group_id)]
 
     def nodes_for(self, nodes, offsets):
         """The nodes of the rank at ``offsets`` from the representative (nodes without ranks are shared)."""
