@@ -11,12 +11,20 @@ more simply (that script splits each reduction over ``n`` threadblocks, ``n`` ti
 
 from __future__ import annotations
 
-import sys
+import importlib.util
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "msccl"))
 
-from generate import ring_allreduce_xml  # noqa: E402,F401  (the ring: one place for it)
+def _ring_module():
+    """examples/msccl/generate.py, loaded by its path (a module named ``generate`` could be another one)."""
+    path = Path(__file__).resolve().parents[2] / "msccl" / "generate.py"
+    spec = importlib.util.spec_from_file_location("astra_example_msccl_generate", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+ring_allreduce_xml = _ring_module().ring_allreduce_xml  # the ring: one place for it
 
 
 def _step(s, kind, src, soff, dst, doff, depid=-1, deps=-1):
