@@ -149,3 +149,35 @@ def test_the_congestion_study_writes_its_step_and_tells_the_all_reduce_from_the_
                    "0a000022 0a000002 49153 5000 4194304 0 1180000 90000\n"
                    "0a000006 0a00000a 49153 5000 524288 500000 26000 11000\n")
     assert study.all_reduce_ns(study.flows(fct)) == 526000
+
+
+def _shared_msccl():
+    from astra_sim_testing import find_shared_dir
+
+    shared = find_shared_dir()
+    return shared / "samples" / "msccl" if shared else None
+
+
+@pytest.mark.skipif(_shared_msccl() is None or not _shared_msccl().is_dir(), reason="shared/samples/msccl not found")
+def test_the_study_programs_time_like_msccl_tools_own_on_8_gpus(tmp_path):
+    """What the MSCCL-vs-NCCL README says of its programs, at 1 MiB on 8 H100 (its setup): the ring takes exactly
+    msccl-tools' ring's time, and the all-pairs program within 10 % of msccl-tools' all-pairs (whose reduction
+    is split over 8 threadblocks)."""
+    from astra_sim import simulate
+    from astra_workload_generators.micro import generate_micro
+
+    study = _load("msccl-vs-nccl")
+    _, network, systems = study.machine(tmp_path, "h100x8")
+    system = json.loads(Path(systems[0]).read_text())
+    generate_micro(str(tmp_path / "ar"), collective="all_reduce", size="1MiB", npus=8)
+
+    def time_of(xml):
+        path = tmp_path / f"{Path(xml).stem}.json"
+        path.write_text(json.dumps(dict(system, **{"all-reduce-implementation-custom": [str(xml)]})))
+        return simulate(str(tmp_path / "ar"), str(path), str(network), network_backend="flow",
+                        gpu="H100-SXM5-80GB", msccl_protocol=True).max_finish_ns
+
+    samples = _shared_msccl()
+    assert time_of(tmp_path / "h100x8" / "ring_8gpu.xml") == time_of(samples / "allreduce_ring_8gpu_1ch_LL128.xml")
+    ours, theirs = time_of(tmp_path / "h100x8" / "allpairs_8gpu.xml"), time_of(samples / "allreduce_allpairs_8gpu_LL.xml")
+    assert theirs <= ours <= 1.10 * theirs
