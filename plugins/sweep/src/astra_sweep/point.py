@@ -72,19 +72,32 @@ def workload_digest(kind, options, files=None):
     return h.hexdigest()[:20]
 
 
+def cache_base():
+    """Where sweeps keep their generated workloads: $ASTRA_SWEEP_CACHE, else the temp dir."""
+    return os.environ.get("ASTRA_SWEEP_CACHE") or tempfile.gettempdir()
+
+
 def cache_root(sweep_id):
-    base = os.environ.get("ASTRA_SWEEP_CACHE") or os.path.join(tempfile.gettempdir(), f"astra-sweep-{os.getuid()}")
-    return os.path.join(base, sweep_id)
+    return os.path.join(cache_base(), sweep_id)
+
+
+@contextlib.contextmanager
+def sweep_cache(output):
+    """This run's own workload cache (its id): named by this process, so a SIGKILLed sweep's is reclaimed by the
+    next sweep, and removed here however the sweep ends (two sweeps never share one)."""
+    from astra_sim.generated import owned, reclaim_leftovers
+
+    reclaim_leftovers(cache_base(), "astra-sweep-")
+    sweep_id = owned("astra-sweep-") + hashlib.sha256(os.path.abspath(str(output)).encode()).hexdigest()[:12]
+    try:
+        yield sweep_id
+    finally:
+        remove_cache(sweep_id)
 
 
 def remove_cache(sweep_id):
-    """Remove this sweep's generated workloads from this machine (executors call it on every worker), and the
-    cache folder once no sweep uses it (the temp dir is left as the sweep found it)."""
-    root = cache_root(sweep_id)
-    shutil.rmtree(root, ignore_errors=True)
-    if not os.environ.get("ASTRA_SWEEP_CACHE"):  # the default folder in the temp dir (a chosen one stays)
-        with contextlib.suppress(OSError):  # another sweep's workloads are still there
-            os.rmdir(os.path.dirname(root))
+    """Remove this sweep's generated workloads from this machine (executors call it on every worker)."""
+    shutil.rmtree(cache_root(sweep_id), ignore_errors=True)
     return True
 
 

@@ -4,7 +4,6 @@ yet on an executor, and append each row as it comes (see :mod:`.results`)."""
 from __future__ import annotations
 
 import glob
-import hashlib
 import os
 import sys
 import time
@@ -110,14 +109,16 @@ def run_sweep(spec_path, output, *, jobs=None, dask=None, executor=None, point_t
               progress=None, state=None, executor_object=None):
     """Run the sweep; returns a summary dict (counts, ``ran``, ``wall_s``, ``points_per_minute``). SIGINT, SIGTERM
     or SIGHUP stop the workers, keep the finished rows and raise :class:`~astra_sim.executors.Stopped`."""
+    from .point import sweep_cache
+
     results_format(output)
-    with stop_on_signals(), locked(output):
+    with stop_on_signals(), locked(output), sweep_cache(output) as sweep_id:
         return _run_sweep(spec_path, output, jobs, dask, executor, point_timeout, retry_errors, progress, state,
-                          executor_object)
+                          executor_object, sweep_id)
 
 
 def _run_sweep(spec_path, output, jobs, dask, executor, point_timeout, retry_errors, progress, state,
-               executor_object):
+               executor_object, sweep_id):
     from .point import worker_state
 
     if dask and executor:
@@ -125,7 +126,6 @@ def _run_sweep(spec_path, output, jobs, dask, executor, point_timeout, retry_err
     state = state or worker_state()
     spec = load_spec(spec_path, state["parsers"])
     plan = Plan(spec, state["parsers"])
-    sweep_id = hashlib.sha256(os.path.abspath(str(output)).encode()).hexdigest()[:12]
     check_base(plan, sweep_id, state)
     types = {axis: column_type([p.values[axis] for p in spec.points]) for axis in spec.axes}
     columns = ["point", *spec.axes, *RESULT_COLUMNS]
