@@ -154,8 +154,10 @@ def test_report_keys(tmp_path):
     assert report["goodput"]["slo_ttft_ns"] == 200_000_000 and report["goodput"]["slo_tpot_ns"] == 30_000_000
     assert isinstance(report["duration_ns"], int) and isinstance(report["queue"]["mean_wait_ns"], int)
     assert not _ints([t for t, _ in report["kv_cache_utilisation"]["over_time"]])
-    # no time in another unit (wall-clock seconds of the tool itself aside; rates are per second)
-    assert not [k for k in _keys(report) if k.endswith(("_ms", "_us", "_s")) and not k.endswith(("_per_s", "wall_s"))]
+    # no time in another unit (wall-clock and CPU seconds of the tool itself aside; rates are per second)
+    assert not [k for k in _keys(report) if k.endswith(("_ms", "_us", "_s"))
+                and not k.endswith(("_per_s", "wall_s", "cpu_s"))]
+    assert 0 < report["cpu_s"] and 0 < report["wall_s"]
     for key in ("throughput_tokens_per_s", "throughput_requests_per_s", "requests", "goodput",
                 "kv_cache_utilisation", "kv_cache"):
         assert key in report
@@ -183,6 +185,7 @@ def test_json_prints_the_report_and_the_summary_goes_to_stderr(tmp_path, capsys)
     written = json.loads((tmp_path / "r.json").read_text())
     for report in (printed, written):
         report.pop("wall_s")
+        report.pop("cpu_s")
         report["step_simulator"].pop("simulation_wall_s")
     assert printed == written and printed["units"]["time"] == "ns"
     assert "TTFT: p50 " in err and " ms" in err

@@ -103,6 +103,7 @@ def test_serve_api_equals_the_command(tmp_path):
                                     "output-len": "exp:40", "seed": 3})
     for r in (cli, report, again):
         r.pop("wall_s")
+        r.pop("cpu_s")
         r["step_simulator"].pop("simulation_wall_s")
         r["step_simulator"].pop("shapes_simulated")  # the memo is shared: later runs simulate fewer shapes
         r["step_simulator"].pop("shapes_from_cache")  # and the first may read the persistent cache

@@ -17,6 +17,7 @@ request's blocks until it is sent.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import itertools
 
@@ -115,21 +116,38 @@ class Cluster:
         engine.busy_ns += duration
 
     def run(self, requests):
-        """Simulate every request to its end; returns the requests (their times filled in)."""
+        """Simulate every request to its end; returns the requests (their times filled in). Python's cycle
+        collector is paused meanwhile: the loop makes many small objects and no cycles, and its passes took 7 %
+        of the loop's time (10,000 requests at 20 QPS)."""
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._run(requests)
+        finally:
+            if enabled:
+                gc.enable()
+
+    def _run(self, requests):
         for engine in self._all_engines():
             engine.lazy_decodes = self.fast_forward
-        for req in requests:
-            self._push(req.arrival_ns, "arrival", req)
-        while self._events:
-            t, _, kind, data = heapq.heappop(self._events)
-            self.now = t
-            if kind == "arrival":
+        # arrivals are read in time order (ties in request order) beside the heap, which holds the other events: an
+        # arrival goes before another event at its time, as if pushed first (the heap stays a few events long)
+        arrivals = sorted(requests, key=lambda r: r.arrival_ns)
+        events, n = self._events, 0
+        while events or n < len(arrivals):
+            if n < len(arrivals) and (not events or arrivals[n].arrival_ns <= events[0][0]):
+                req = arrivals[n]
+                n += 1
+                self.now = req.arrival_ns
                 self._queue_change(+1)
-                engine = self.route(data, self.engines)
-                data.replica = engine.replica
-                engine.add(Seq(data))
+                engine = self.route(req, self.engines)
+                req.replica = engine.replica
+                engine.add(Seq(req))
                 self._kick(engine)
-            elif kind == "step":
+                continue
+            t, _, kind, data = heapq.heappop(events)
+            self.now = t
+            if kind == "step":
                 engine, batch = data
                 engine.busy = False
                 first, done = engine.complete(batch, t)

@@ -369,7 +369,7 @@ class Engine:
             blocked = "max_num_seqs" if len(self.running) >= cfg.max_num_seqs else "token_budget"
         if blocked is not None:
             self.limited[blocked] += 1
-        steps = self._multi_step(items)
+        steps = self._multi_step(items) if cfg.num_scheduler_steps > 1 else 1
         prefill = done = prefills = 0
         decode, ctx = group, self._ctx_base + group * (self._tick + 1)  # the group's contexts: computed + 1 each
         for seq, n in items:
@@ -390,7 +390,7 @@ class Engine:
         while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
             _, _, seq = self.waiting[0]
             matched, cached = False, 0
-            if seq.computed == 0 and not seq.prefix_done:
+            if seq.computed == 0 and not seq.prefix_done and self.blocks.prefix_caching:
                 cached = self.blocks.match_prefix(seq.req.id, seq.req.prefix_group, seq.req.prefix_tokens)
                 # at least one position is computed in this iteration (a full cache hit recomputes the last)
                 seq.computed = min(cached, seq.tokens - 1)
@@ -456,7 +456,9 @@ class Engine:
         back, alone on the replica or through the stages it shares with its virtual engines (:class:`Pipeline`)."""
         ready = now + self.host_ns(batch) + batch.extra_ns
         if self.pipeline is None:
-            return ready + sum(self.timer.step_ns(*shape, graph=graph) for shape, graph in self._steps(batch))
+            for shape, graph in self._steps(batch):
+                ready += self.timer.step_ns(*shape, graph=graph)
+            return ready
         return self.pipeline.run(ready, [self.timer.stage_ns(*shape, graph=graph)
                                          for shape, graph in self._steps(batch)])
 

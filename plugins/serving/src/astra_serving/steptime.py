@@ -201,7 +201,8 @@ class StepTimer:
         self.from_cache = 0
         self._stages = {}  # the stage times of each shape looked up: a run repeats shapes many times
         self._totals = {}  # the step time of each shape looked up
-        self._grid = {}    # (value, ratio) -> neighbours(): most shapes are new, their terms are not
+        self._grid = {}    # (value, ratio) -> its grid points and weights: most shapes are new, their terms are not
+        self._cells = {}   # (prefill, decode) -> their grid cell's corners and weights
         self.simulated = 0
         self.sim_wall_s = 0.0
         self.lookups = 0
@@ -237,9 +238,9 @@ class StepTimer:
     def _interpolate(self, prefill, decode, context, prefill_done, graph):
         corners = self._corners(prefill, decode, context, prefill_done, graph)
         if self.layout.pp == 1:  # the sums below, with one stage: its time is the step's
-            total = 0.0
+            memo, total = self.memo, 0.0
             for weight, key in corners:
-                total += weight * self._corner(key)[0]
+                total += weight * (memo.get(key) or self._corner(key))[0]
             return (int(round(total)),)
         parts = [0.0] * self.layout.pp
         total = 0.0
@@ -260,22 +261,19 @@ class StepTimer:
         if self.exact:
             return [(1.0, (prefill, decode, context if decode else 0, prefill_done if prefill and decode else 0,
                            graph))]
-        p_lo, p_hi, wp = self._neighbours(prefill, self.ratio)
-        d_lo, d_hi, wd = self._neighbours(decode, self.ratio)
-        c_lo, c_hi, wc = self._neighbours(max(2, context), CONTEXT_RATIO) if decode else (0, 0, 0.0)
-        corners = []
-        for p, a in ((p_lo, 1.0 - wp), (p_hi, wp)):
-            for d, b in ((d_lo, 1.0 - wd), (d_hi, wd)):
-                for c, w in ((c_lo, 1.0 - wc), (c_hi, wc)):
-                    if a * b * w > 0:
-                        corners.append((a * b * w, (p, d, c if d else 0, 0, graph)))
-        return corners
+        contexts = self._points(max(2, context), CONTEXT_RATIO) if decode else ((0, 1.0),)
+        cells = self._cells.get((prefill, decode))
+        if cells is None:  # the (weight, prefill point, decode point) of the shape's prefill and decode terms
+            cells = self._cells[prefill, decode] = [(a * b, p, d) for p, a in self._points(prefill, self.ratio)
+                                                    for d, b in self._points(decode, self.ratio)]
+        return [(ab * w, (p, d, c if d else 0, 0, graph)) for ab, p, d in cells for c, w in contexts]
 
-    def _neighbours(self, value, ratio):
-        """:func:`neighbours`, memoised."""
+    def _points(self, value, ratio):
+        """((grid point, weight), ...) of ``value`` (:func:`neighbours`), those of weight 0 left out, memoised."""
         out = self._grid.get((value, ratio))
         if out is None:
-            out = self._grid[value, ratio] = neighbours(value, ratio)
+            lo, hi, w = neighbours(value, ratio)
+            out = self._grid[value, ratio] = tuple((x, weight) for x, weight in ((lo, 1.0 - w), (hi, w)) if weight > 0)
         return out
 
     def _corner(self, key):
