@@ -110,3 +110,15 @@ def test_composite_rms_norm_runs_one_kernel_per_op_mostly_in_fp32(tmp_path):
 
 def _labelled(prefix, start):
     return [n for n in read_rank_nodes(prefix, 0) if (n.attrs.get("label") or "").startswith(start)]
+
+
+def test_the_hardware_flops_count_torchtitans_recomputed_matmuls():
+    # 2 sequences x 128 tokens, 2 layers, h = 256: wk (128) + wo (256) + w3 (512) = 896 output columns each
+    from astra_workload_generators.llm.generate import step_metadata
+
+    dims = model_dims(**LLAMA)
+    cfg = LlmConfig(dp=2, zero=3, framework="fsdp2", recompute_selective=True, micro_batches=1)
+    meta = step_metadata(dims, cfg, 1_000_000)
+    assert meta["hardware_flops_per_step"] - meta["model_flops_per_step"] == 2 * 2 * 128 * 256 * 896 * 2
+    plain = step_metadata(dims, LlmConfig(dp=2, zero=3, recompute_selective=True, micro_batches=1), 1_000_000)
+    assert plain["hardware_flops_per_step"] == plain["model_flops_per_step"]

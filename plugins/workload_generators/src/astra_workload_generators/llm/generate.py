@@ -110,6 +110,11 @@ def step_metadata(dims, cfg, flops, model_name=None):
     hardware = flops
     if cfg.mode == "train" and cfg.recompute:  # the forward again: a third of 6PT, more of a LoRA step
         hardware += lora_training_flops(dims, cfg, sequences, cfg.tp, forward=True) if cfg.lora_rank else flops // 3
+    elif cfg.mode == "train" and cfg.recompute_selective and cfg.framework == "fsdp2" and not dims.mla:
+        # torchtitan's op-level checkpointing re-runs wk, wo and w3 of every dense layer (layer_recompute_op_sac)
+        dense = sum(1 for i in range(dims.layers) if not dims.is_moe_layer(i))
+        widths = dims.kv_heads * dims.head_dim + dims.o_width + dims.ffn_hidden
+        hardware += 2 * sequences * dims.seq_len * dims.hidden * widths * dense
     # FLOPs as doubles: a large step overflows 64-bit integers (405B x 16M tokens x 6 is 4e22)
     return {"model_flops_per_step": float(flops), "hardware_flops_per_step": float(hardware),
             "tokens_per_step": int(tokens), "sequences_per_step": int(sequences),
