@@ -38,7 +38,7 @@ LLM = ["--layers", "2", "--hidden", "256", "--heads", "8", "--kv-heads", "8", "-
        "--seq-len", "128", "--tp", "2", "--micro-batches", "1"]
 SERVE = ["serve", "--preset", "llama3-8b", "--platform", "hgx-h100", "--qps", "4", "--requests", "2", "-q"]
 SEARCH = ["search", "--preset", "gpt3-13b", "--platform", "hgx-h100", "--gpus", "8", "--global-batch", "8",
-          "--tp", "8", "--pp", "1", "--mbs", "1", "--zero", "1", "--recompute", "none", "--no-progress"]
+          "--tp", "8", "--pp", "1", "--mbs", "1", "--zero", "1", "--recompute", "none", "--exhaustive", "--no-progress"]
 
 
 def _inputs(folder):
