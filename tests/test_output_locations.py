@@ -27,6 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SYSTOLIC_CFG = ROOT / "examples" / "systolic" / "ws_32x32.cfg"
 MSCCL_XML = ROOT / "examples" / "msccl"
 INFRAGRAPH = ROOT / "examples" / "infragraph" / "dgx_h100"
+PYTORCH_HOST = (ROOT / "plugins" / "workload_generators" / "tests" / "data" / "pytorch_public"
+                / "hta_simple_add_et.json.gz")
 SPEC = """
 workload:
   llm: {preset: gpt3-13b, layers: 2, hidden: 256, heads: 8, kv-heads: 8, ffn-hidden: 512, seq-len: 128, tp: 2, pp: 1, dp: 1, micro-batches: 1}
@@ -93,6 +95,10 @@ CASES = [
      "--output", "s"),
     ("workload convert-text", lambda i, o: ["workload", "convert-text", f"{i}/model.txt", "--npus", "2",
                                             "-o", f"{o}/c"], "--output", "c"),
+    ("workload micro --chakra-suite", lambda i, o: ["workload", "micro", "--chakra-suite", "--npus", "2",
+                                                    "-o", f"{o}/suite"], "--output", "suite"),
+    ("workload convert-pytorch", lambda i, o: ["workload", "convert-pytorch", str(PYTORCH_HOST), "--rank", "0",
+                                               "-o", f"{o}/p"], "--output", "p"),
     ("workload expand", lambda i, o: ["workload", "expand", f"{i}/compact", "-o", f"{o}/e"], "--output", "e"),
     ("workload systolic", lambda i, o: ["workload", "systolic", f"{i}/topo.csv", "--config", str(SYSTOLIC_CFG),
                                         "--npus", "4", "--parallel", "DATA", "-o", f"{o}/w.txt"], "--output", "w.txt"),
@@ -152,9 +158,11 @@ def test_an_unwritable_output_folder_is_an_error_before_any_work(case, inputs, t
 
 
 @contextlib.contextmanager
-def _full_disk(monkeypatch, folder):
-    """Every write into ``folder`` through the atomic writer fails with ENOSPC after its first bytes."""
+def _full_disk(monkeypatch, folder, whole_files=0):
+    """Every write into ``folder`` through the atomic writer fails with ENOSPC after its first bytes (after
+    ``whole_files`` whole ones)."""
     real = safeio.atomic_output
+    written = []
 
     class Full:
         def __init__(self, handle):
@@ -172,7 +180,9 @@ def _full_disk(monkeypatch, folder):
     def full(path):
         with real(path) as handle:
             inside = os.path.abspath(os.fspath(path)).startswith(str(folder) + os.sep)
-            yield Full(handle) if inside else handle
+            if inside:
+                written.append(path)
+            yield Full(handle) if inside and len(written) > whole_files else handle
 
     monkeypatch.setattr(safeio, "atomic_output", full)
     yield
@@ -188,8 +198,24 @@ def test_a_full_disk_is_a_one_line_error_and_leaves_no_partial_file(case, inputs
     assert code != 0
     line = _one_line_error(capsys, str(out))
     kept = [p.name for p in out.rglob("*") if p.is_file() and str(p) in line]  # the finished work, named
-    left = sorted(p.name for p in out.rglob("*") if p.is_file() and p.name not in kept)
-    assert not [n for n in left if n.startswith(".tmp-") or n == name or n.startswith(name + ".")], left
+    left = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and p.name not in kept)
+    assert left == [], left  # the folder was empty: no output, no part of one, no partial set of rank files
+
+
+#: the commands that write several files
+MANY_FILES = ["workload llm", "workload micro", "workload micro --chakra-suite", "workload scale",
+              "workload convert-text", "workload expand", "msccl to-chakra"]
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[0] in MANY_FILES], ids=[n for n, *_ in CASES if n in MANY_FILES])
+def test_a_disk_full_after_the_first_file_leaves_no_partial_set(case, inputs, tmp_path, capsys, monkeypatch):
+    _, argv, flag, name = case
+    out = tmp_path / "out"
+    out.mkdir()
+    with _full_disk(monkeypatch, out, whole_files=1):
+        assert main(argv(inputs, out)) != 0
+    _one_line_error(capsys, str(out))
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()) == []
 
 
 _REAL = """
