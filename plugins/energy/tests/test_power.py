@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 from astra_sim.errors import ConfigError
 
-from astra_energy.fit import fit_alpha
+from astra_energy.fit import check, fit_alpha, main as fit_main
 from astra_energy.power import CLASSES, gpu_power, known_gpus, power_data
 from astra_energy.system import default_pue, system_power
 
@@ -116,3 +116,31 @@ def test_alpha_is_the_fit_of_its_published_points():
     assert alpha == pytest.approx(math.log(520 / 620) / math.log(0.875))
     with pytest.raises(ValueError):
         fit_alpha([{"gpu": "H100-SXM5-80GB", "power_limit_w": 800, "relative_throughput": 0.9}])
+
+
+def test_check_points_are_the_model_against_measurements_they_were_not_fitted_on():
+    """The check points never enter the fit; each error is the model's clock ratio over the measured one."""
+    clock_power = power_data()["clock_power"]
+    fit_names = {p.get("name") for p in clock_power["fit_points"]}
+    rows = {r["name"]: r for r in check(clock_power["check_points"])}
+    assert len(rows) >= 3 and not fit_names & set(rows)
+    fp8 = rows["h100-600w-fp8-pretraining"]  # by hand: (520 / 620) ** (1 / 1.32) against 0.825
+    assert fp8["predicted"] == pytest.approx((520 / 620) ** (1 / 1.32))
+    assert fp8["error"] == pytest.approx((520 / 620) ** (1 / 1.32) / 0.825 - 1)
+    assert rows["h100-600w-memory-bound-inference"]["predicted"] == 1.0  # the memory class (301 W) stays under 600 W
+    assert rows["a100-hpl-at-its-400w-limit"]["predicted"] == 1.0  # the model's GEMM class just reaches the TDP
+    # a different alpha moves the compute-bound check, not the saturated ones
+    other = {r["name"]: r for r in check(clock_power["check_points"], alpha=2.0)}
+    assert other["h100-600w-fp8-pretraining"]["predicted"] == pytest.approx((520 / 620) ** 0.5)
+    assert other["h100-600w-memory-bound-inference"]["predicted"] == 1.0
+    for point in clock_power["check_points"]:
+        assert point["source"] and point["quantity"] in ("relative_throughput", "clock_ratio")
+    with pytest.raises(ValueError, match="quantity"):
+        check([{**clock_power["check_points"][0], "quantity": "watts"}])
+
+
+def test_fit_script_prints_alpha_and_the_check_errors(capsys):
+    assert fit_main() == 0
+    out = capsys.readouterr().out
+    assert "alpha = 1.3172 from 1 fit point(s)" in out
+    assert "check a100-hpl-at-its-400w-limit" in out and "error  +8.0%" in out

@@ -1,12 +1,16 @@
-"""Fit the clock-power exponent ``alpha`` from published power-cap measurements (``clock_power.fit_points``).
+"""Fit the clock-power exponent ``alpha`` on ``clock_power.fit_points``; check it on ``clock_power.check_points``.
 
-A point says: GPU ``gpu`` capped at ``power_limit_w`` ran a compute-bound load at ``relative_throughput`` of its
-uncapped speed, i.e. at that clock ratio ``r``. The model says the GEMM class then draws the limit::
+A fit point says: GPU ``gpu`` capped at ``power_limit_w`` ran a compute-bound load at ``relative_throughput`` of
+its uncapped speed, i.e. at that clock ratio ``r``. The model says the GEMM class then draws the limit::
 
     L = P_idle + (P_gemm - P_idle) * r ** alpha   =>   ln y = alpha ln r,  y = (L - P_idle) / (P_gemm - P_idle)
 
-so ``alpha`` is the least-squares slope through the origin of ``ln y`` on ``ln r``. Run ``python -m
-astra_energy.fit`` to print it; ``data/power.json``'s ``clock_power.alpha`` is its answer, rounded to 2 digits.
+so ``alpha`` is the least-squares slope through the origin of ``ln y`` on ``ln r``. Check points never enter the
+fit (docs/validation.md's rule: a constant is judged on cases it was not fitted on). Each names the op class whose
+settled clock stands for it and the quantity measured: ``relative_throughput`` (the capped clock over the uncapped
+one, :meth:`GpuPower.time_clock_ratio`) or ``clock_ratio`` (the clock over the maximum,
+:meth:`GpuPower.settled_clock_ratio`). Run ``python -m astra_energy.fit`` to print alpha and the check errors;
+``data/power.json``'s ``clock_power.alpha`` is the fit, rounded to 2 digits.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from __future__ import annotations
 import math
 
 from astra_energy.power import gpu_power, power_data
+
+CHECK_QUANTITIES = ("relative_throughput", "clock_ratio")
 
 
 def fit_alpha(points) -> float:
@@ -30,11 +36,38 @@ def fit_alpha(points) -> float:
     return num / den
 
 
+def check(points, alpha=None) -> list:
+    """The model's value and error (``predicted / measured - 1``) at each check point, with ``alpha`` (default: the
+    data's) for every GPU: ``[{"name", "quantity", "measured", "predicted", "error", "same_source_as_fit"}]``."""
+    from dataclasses import replace
+
+    rows = []
+    for point in points:
+        if point["quantity"] not in CHECK_QUANTITIES:
+            raise ValueError(f"check point {point['name']}: quantity must be one of {', '.join(CHECK_QUANTITIES)}")
+        power = gpu_power(point["gpu"])
+        if alpha is not None:
+            power = replace(power, alpha=alpha)
+        limit, cls = point["power_limit_w"], point["op_class"]
+        if point["quantity"] == "relative_throughput":
+            predicted = power.time_clock_ratio(cls, limit)
+        else:
+            predicted = power.settled_clock_ratio(cls, limit)
+        rows.append({"name": point["name"], "quantity": point["quantity"], "measured": point["measured"],
+                     "predicted": predicted, "error": predicted / point["measured"] - 1.0,
+                     "same_source_as_fit": bool(point.get("same_source_as_fit", False))})
+    return rows
+
+
 def main():
-    points = power_data()["clock_power"]["fit_points"]
+    clock_power = power_data()["clock_power"]
+    points = clock_power["fit_points"]
     alpha = fit_alpha(points)
-    print(f"alpha = {alpha:.4f} from {len(points)} point(s); data/power.json has "
-          f"{power_data()['clock_power']['alpha']}")
+    print(f"alpha = {alpha:.4f} from {len(points)} fit point(s); data/power.json has {clock_power['alpha']}")
+    for row in check(clock_power["check_points"]):
+        mark = " (same source as the fit: not independent)" if row["same_source_as_fit"] else ""
+        print(f"check {row['name']:34s} {row['quantity']:19s} measured {row['measured']:.3f} model "
+              f"{row['predicted']:.3f} error {100 * row['error']:+5.1f}%{mark}")
     return 0
 
 
