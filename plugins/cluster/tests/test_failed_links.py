@@ -17,8 +17,8 @@ SPEC = """
 system: sys.json
 network: {net}
 gpus_per_node: 1
-network_backend: flow
-run: {{flow_ecmp: split}}
+network_backend: {backend}
+run: {run}
 placement: fixed
 {failed}
 jobs:
@@ -26,16 +26,33 @@ jobs:
 """
 
 
+def spec_text(net, failed, backend="flow", template=SPEC):
+    return template.format(net=net, failed=failed, backend=backend,
+                           run="{flow_ecmp: split}" if backend == "flow" else "{}")
+
+
 @pytest.fixture
 def step_of(ring, write_spec):
     (ring / "ring4.yml").write_text(RING4.format(bw=50.0))
     (ring / "ring4_half.yml").write_text(RING4.format(bw=25.0))
 
-    def step(net="ring4.yml", failed=""):
-        report = run_cluster(write_spec(ring, SPEC.format(net=net, failed=failed)))
+    def step(net="ring4.yml", failed="", backend="flow"):
+        report = run_cluster(write_spec(ring, spec_text(net, failed, backend)))
         return report["corun"]["jobs"][0]["alone_step_ns"], report
 
     return step
+
+
+def test_a_failed_cable_on_analytical_lowers_the_ring_dimension_bandwidth(step_of):
+    """analytical cannot route: the ring's NPUs 0 and 1 keep one of their two links, so the dimension runs at half
+    its bandwidth, and the step is exactly the step on the ring of half the bandwidth (as flow gives here)."""
+    intact, _ = step_of(backend="analytical")
+    failed, report = step_of(failed="failed_links: [[npu0, npu1]]", backend="analytical")
+    assert failed == step_of(net="ring4_half.yml", backend="analytical")[0]
+    assert 1.9 < failed / intact < 2.0
+    assert report["cluster"]["failed_links"] == [["npu0", "npu1"]]
+    with pytest.raises(ConfigError, match="key 'failed_links': no link joins 'npu0' and 'npu2'"):
+        step_of(failed="failed_links: [[npu0, npu2]]", backend="analytical")
 
 
 def test_one_of_two_paths_down_is_half_the_capacity(step_of):
@@ -70,30 +87,31 @@ def test_bad_failed_links_values(ring, write_spec, value, expected):
     from astra_cluster.spec import load_cluster_spec
 
     with pytest.raises(ConfigError, match=expected):
-        load_cluster_spec(write_spec(ring, SPEC.format(net="net.yml", failed=f"failed_links: {value}")))
+        load_cluster_spec(write_spec(ring, spec_text("net.yml", f"failed_links: {value}")))
 
 
-def test_failed_links_need_a_rerouting_backend(ring, write_spec):
+def test_failed_links_are_refused_on_congestion(ring, write_spec):
     from astra_cluster.spec import load_cluster_spec
 
-    text = SPEC.format(net="net.yml", failed="failed_links: [[npu0, npu1]]").replace("network_backend: flow",
-                                                                                     "network_backend: congestion")
-    with pytest.raises(ConfigError, match="key 'failed_links': links reroute on the flow and ns3 backends only"):
+    text = spec_text("net.yml", "failed_links: [[npu0, npu1]]", "congestion")
+    with pytest.raises(ConfigError, match="key 'failed_links': cables fail on the analytical, flow, ns3 backends"):
         load_cluster_spec(write_spec(ring, text))
 
 
 TIMED = SPEC.replace("placement: fixed\n{failed}\n", "placement: fixed\ncorun: false\nhorizon_h: 1\n{failed}\n")
 
 
-def test_a_cable_down_mid_run_reroutes_the_rest_of_the_run(step_of, ring, write_spec):
+@pytest.mark.parametrize("backend", ["flow", "analytical"])
+def test_a_cable_down_mid_run_reroutes_the_rest_of_the_run(step_of, ring, write_spec, backend):
     """The job runs 100 steps; the cable npu0-npu1 goes down after 40 of them and comes back 30 steps later (at the
-    slower step): 40 + 30 steps at the step of half the capacity + 30 intact. No job stops, no work is lost."""
-    intact, _ = step_of()
-    half, _ = step_of(failed="failed_links: [[npu0, npu1]]")
+    slower step): 40 + 30 steps at the step of half the capacity + 30 intact. No job stops, no work is lost (on
+    analytical the ring dimension runs at half its bandwidth meanwhile)."""
+    intact, _ = step_of(backend=backend)
+    half, _ = step_of(failed="failed_links: [[npu0, npu1]]", backend=backend)
     at_ns, down_ns = 40 * intact, 30 * half
     events = ("failures: {events: [{at_h: %r, link: [npu0, npu1], for_h: %r}]}"
               % (at_ns / 3.6e12, down_ns / 3.6e12))
-    text = TIMED.format(net="ring4.yml", failed=events).replace("gpus: 2,", "gpus: 2, steps: 100,")
+    text = spec_text("ring4.yml", events, backend, TIMED).replace("gpus: 2,", "gpus: 2, steps: 100,")
     t = run_cluster(write_spec(ring, text))["timeline"]
     row = t["jobs"][0]
     assert row["completion_ns"] == pytest.approx(70 * intact + 30 * half, abs=3)
@@ -103,13 +121,13 @@ def test_a_cable_down_mid_run_reroutes_the_rest_of_the_run(step_of, ring, write_
     assert row["goodput"] == pytest.approx(100 * row["reference_step_ns"] / row["completion_ns"], rel=1e-12)
 
 
-def test_a_cable_event_needs_a_rerouting_backend_and_a_known_cable(ring, write_spec):
+def test_a_cable_event_needs_a_backend_with_cables_and_a_known_cable(ring, write_spec):
     from astra_cluster.spec import load_cluster_spec
 
     (ring / "ring4.yml").write_text(RING4.format(bw=50.0))
-    text = TIMED.format(net="ring4.yml", failed="failures: {events: [{at_h: 0.1, link: [npu0, npu1]}]}")
-    with pytest.raises(ConfigError, match="a cable .* reroutes on the flow and ns3 backends only"):
-        load_cluster_spec(write_spec(ring, text.replace("network_backend: flow", "network_backend: analytical")))
+    text = spec_text("ring4.yml", "failures: {events: [{at_h: 0.1, link: [npu0, npu1]}]}", template=TIMED)
+    with pytest.raises(ConfigError, match="a cable .* fails on the analytical, flow, ns3 backends only"):
+        load_cluster_spec(write_spec(ring, text.replace("network_backend: flow", "network_backend: congestion")))
     with pytest.raises(ConfigError, match=r"key 'failures.events\[0\]' must be"):
         load_cluster_spec(write_spec(ring, text.replace("link: [npu0, npu1]", "link: [npu0, npu1], node: 1")))
     bad = text.replace("[npu0, npu1]", "[npu0, npu2]")

@@ -24,7 +24,8 @@ jobs:
     checkpoint_bytes: 1e11    # default for llm: 14 bytes per parameter
 stragglers: {sigma: 0.05, draws: 20, slow_gpus: {3: 1.5}}
 failures: {node_mtbf_h: 5000, gpu_mtbf_h: 50000, repair_h: 0, events: [{at_h: 3, node: 1}, {at_h: 4, link: 9}]}
-failed_links: [[npu0, npu1]]  # flow/ns3: cables down throughout (node names of the graph, ns-3 node ids): rerouted
+failed_links: [[npu0, npu1]]  # cables down throughout (node names of the graph, ns-3 node ids): rerouted on
+                              # flow/ns3; on analytical their dimension's bandwidth is lowered
 fabric: {nodes_per_leaf: 16, oversubscription: 2}   # flow/congestion: the scale-out Switch as leaves under a spine
 checkpoint: {interval_steps: young-daly, write_gb_per_s: 10, read_gb_per_s: 10, restart_s: 120,
              storage_write_gb_per_s: 100, node_write_gb_per_s: 5}   # shared by jobs writing at once
@@ -56,8 +57,9 @@ _TOP = {"platform", "nodes", "system", "network", "gpus", "gpus_per_node", "netw
 _FABRIC = {"nodes_per_leaf", "oversubscription"}
 #: the backends that build the last Switch dimension as leaves under a spine (``fabric:``)
 TIERED_BACKENDS = ("flow", "congestion")
-#: the backends that route around a failed link (the others have no links to take away, or fixed routes)
-REROUTING_BACKENDS = ("flow", "ns3")
+#: the backends that take a failed cable out: ``flow`` and ``ns3`` route around it, ``analytical`` lowers its
+#: dimension's bandwidth (``congestion`` routes along fixed paths, so it refuses them)
+FAILED_LINK_BACKENDS = ("analytical", "flow", "ns3")
 _JOB = {"name", "gpus", "steps", "arrival_s", "workload", "place", "checkpoint_bytes"}
 _STRAGGLERS = {"sigma", "draws", "slow_gpus", "table", "min_factor"}
 #: what can fail: a GPU, a node (its GPUs), a GPU's network link (its NIC), a switch (``nodes_per_switch`` nodes)
@@ -208,12 +210,12 @@ def parse_cluster_spec(data, path="<spec>") -> ClusterSpec:
         spec.checkpoint = _checkpoint(where, data["checkpoint"])
     if data.get("failed_links"):
         spec.failed_links = _failed_links(where, "failed_links", data["failed_links"])
-        if spec.network_backend not in REROUTING_BACKENDS:
-            raise ConfigError(f"{path}: key 'failed_links': links reroute on the {' and '.join(REROUTING_BACKENDS)} "
+        if spec.network_backend not in FAILED_LINK_BACKENDS:
+            raise ConfigError(f"{path}: key 'failed_links': cables fail on the {', '.join(FAILED_LINK_BACKENDS)} "
                               f"backends only; network_backend is {spec.network_backend!r}")
-    if spec.failures is not None and spec.failures.cables and spec.network_backend not in REROUTING_BACKENDS:
-        raise ConfigError(f"{path}: key 'failures.events': a cable (link: [a, b]) reroutes on the "
-                          f"{' and '.join(REROUTING_BACKENDS)} backends only; network_backend is "
+    if spec.failures is not None and spec.failures.cables and spec.network_backend not in FAILED_LINK_BACKENDS:
+        raise ConfigError(f"{path}: key 'failures.events': a cable (link: [a, b]) fails on the "
+                          f"{', '.join(FAILED_LINK_BACKENDS)} backends only; network_backend is "
                           f"{spec.network_backend!r} (link: G stops GPU G's job instead)")
     if data.get("fabric") is not None:
         spec.fabric = _fabric(where, data["fabric"])

@@ -12,7 +12,8 @@ up and the bytes stream through once at the slowest crossed dimension's bandwidt
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 
 from astra_sim.errors import ConfigError
 from astra_sim.limits import MAX_TOTAL_NPUS, check_number
@@ -162,11 +163,90 @@ def in_switch_spec(config, dim):
     )
 
 
+_NPU = re.compile(r"npu(\d+)$")
+_SWITCH_NAME = re.compile(r"d(\d+)\.g(\d+)\.switch$")
+
+
+def links_per_npu(config, dim) -> int:
+    """How many links each NPU has in dimension ``dim``, as the flow backend builds it: a ring's two
+    neighbours (one when it has two members), every other member when fully connected, one switch."""
+    kind, count = config.topology[dim], config.npus_count[dim]
+    if kind == "Ring":
+        return 2 if count > 2 else 1
+    return count - 1 if kind == "FullyConnected" else 1
+
+
+def _cable_ends(config, a, b):
+    """The dimension a cable ``a``-``b`` belongs to and the NPUs it leaves (node names as the flow backend
+    gives them: ``npu3``, ``d1.g0.switch``), or None when no link joins them."""
+    ends = [_NPU.match(a), _NPU.match(b)]
+    strides, stride = [], 1
+    for count in config.npus_count:
+        strides.append(stride)
+        stride *= count
+    total = stride
+    npus = [int(m.group(1)) for m in ends if m]
+    if any(n >= total for n in npus):
+        return None
+    coords = [[(n // s) % c for s, c in zip(strides, config.npus_count)] for n in npus]
+    if len(npus) == 2:  # a direct link: a ring's neighbours or two members of a fully connected group
+        differ = [d for d in range(len(strides)) if coords[0][d] != coords[1][d]]
+        if len(differ) != 1:
+            return None
+        dim = differ[0]
+        kind, count = config.topology[dim], config.npus_count[dim]
+        gap = abs(coords[0][dim] - coords[1][dim])
+        linked = kind == "FullyConnected" or (kind == "Ring" and min(gap, count - gap) == 1)
+        return (dim, npus) if linked else None
+    switch = _SWITCH_NAME.match(b if ends[0] else a)
+    if len(npus) != 1 or switch is None:
+        return None
+    dim, group = int(switch.group(1)), int(switch.group(2))
+    if dim >= len(strides) or config.topology[dim] != "Switch":
+        return None
+    npu, span = npus[0], strides[dim] * config.npus_count[dim]
+    return (dim, npus) if (npu // span) * strides[dim] + npu % strides[dim] == group else None
+
+
+def without_links(config, failed, where="option failed_links"):
+    """``config`` with failed cables (``[[a, b], ...]``, the flow backend's node names) taken out.
+
+    The analytical model is symmetric: every NPU of a dimension sends at the dimension's one bandwidth, so a
+    cable cannot be removed on its own. What it can say is that a synchronous collective over the dimension
+    waits for its slowest member: the dimension's bandwidth becomes the share of links left at the NPU that lost
+    the most (a ring NPU with one of its two links down: half). An NPU left with no link in a dimension is a
+    ConfigError: the analytical model cannot route around it (the flow backend can)."""
+    lost = {}  # (dim, npu) -> cables down at it
+    for pair in failed:
+        if not (isinstance(pair, (list, tuple)) and len(pair) == 2):
+            raise ConfigError(f"{where}: each failed link is a pair of node names [a, b], got {brief(pair)}")
+        a, b = (str(end).strip() for end in pair)
+        found = _cable_ends(config, a, b)
+        if found is None:
+            raise ConfigError(f"{where}: no link joins {a!r} and {b!r} in {config.path} (links join npuN to its "
+                              "Ring or FullyConnected neighbours, and npuN to its switch d<dim>.g<group>.switch)")
+        dim, npus = found
+        for npu in npus:
+            lost[(dim, npu)] = lost.get((dim, npu), 0) + 1
+    share = [1.0] * len(config.topology)
+    for (dim, npu), count in sorted(lost.items()):
+        links = links_per_npu(config, dim)
+        if count >= links:
+            raise ConfigError(f"{where}: npu{npu} has no link left in dimension {dim} ({config.topology[dim]}); "
+                              "the analytical model cannot route around it (network_backend flow can)")
+        share[dim] = min(share[dim], (links - count) / links)
+    bandwidth = tuple(bw * s for bw, s in zip(config.bandwidth_gib_per_s, share))
+    return replace(config, bandwidth_gib_per_s=bandwidth)
+
+
 class AnalyticalNetwork:
     """Delay = hops x latency + bytes / bandwidth in the first differing dimension (the reference), or
     summed hop latencies + bytes / the slowest bandwidth over all differing dimensions (``dimension_order``)."""
 
-    def __init__(self, config, engine):
+    def __init__(self, config, engine, failed_links=None):
+        self.failed_links = [list(pair) for pair in failed_links or ()]
+        if self.failed_links:  # each dimension at the share of links its worst-hit NPU has left
+            config = without_links(config, self.failed_links)
         self.config = config
         self.engine = engine
         self.npus_per_dim = list(config.npus_count)
@@ -181,7 +261,8 @@ class AnalyticalNetwork:
 
     @classmethod
     def from_context(cls, context):
-        return cls(parse_network_config(context.network_config_path, getattr(context, "warn", None)), context.engine)
+        config = parse_network_config(context.network_config_path, getattr(context, "warn", None))
+        return cls(config, context.engine, (getattr(context, "options", None) or {}).get("failed_links"))
 
     def delay_ns(self, src, dst, size):
         """Closed-form delivery time of ``size`` bytes from ``src`` to ``dst``.
@@ -233,4 +314,5 @@ class AnalyticalNetwork:
             "latency_ns": list(c.latency_ns),
             **({"cross_dimension_route": c.cross_dimension_route}
                if c.cross_dimension_route != CROSS_DIMENSION_ROUTES[0] else {}),
+            **({"failed_links": self.failed_links} if self.failed_links else {}),
         }
