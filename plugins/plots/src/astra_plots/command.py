@@ -50,26 +50,12 @@ def register(subparsers):
     return parser
 
 
-def _check_writable_folder(folder, what):
-    """Make ``folder`` and check a file can be created in it before anything is drawn; a ConfigError names
-    ``what`` (the plugin's own check: the kernel's timeline helpers are another plugin's now)."""
-    import os
-    import tempfile
-
-    folder = os.path.abspath(os.fspath(folder))
-    try:
-        os.makedirs(folder, exist_ok=True)
-        handle, probe = tempfile.mkstemp(prefix=".astra-probe-", dir=folder)
-        os.close(handle)
-        os.unlink(probe)
-    except OSError as exc:
-        raise ConfigError(f"{what}: cannot write into the folder {folder}: {exc.strerror or exc}") from None
-
-
 def run(args):
     from astra_plots.inputs import read_report, read_timeline
 
-    _check_writable_folder(args.output, f"-o {args.output}")
+    from astra_sim.outputs import check_writable_folder
+
+    check_writable_folder(args.output, f"-o {args.output}")  # before any file is read or figure drawn
     if args.reports[0].endswith((".csv", ".parquet")):
         return _plot_sweep_results(args)
     from astra_plots.cluster import cluster_plan, read_cluster
