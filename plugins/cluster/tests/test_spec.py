@@ -98,7 +98,9 @@ _cable = st.lists(st.text(max_size=4) | st.integers(-2, 9) | st.booleans() | st.
     "fabric": st.fixed_dictionaries({}, optional={"nodes_per_leaf": _values, "oversubscription": _values,
                                                   "x": _values}) | _values,
     "checkpoint": st.fixed_dictionaries({}, optional={"storage_write_gb_per_s": _values,
-                                                      "node_write_gb_per_s": _values}) | _values,
+                                                      "node_write_gb_per_s": _values,
+                                                      "storage_read_gb_per_s": _values,
+                                                      "node_read_gb_per_s": _values}) | _values,
     "failures": st.fixed_dictionaries({}, optional={"events": st.lists(st.fixed_dictionaries(
         {"at_h": _values}, optional={"link": _cable | _values, "for_h": _values, "node": _values}), max_size=3),
         "repair_h": _values}),

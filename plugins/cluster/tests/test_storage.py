@@ -65,3 +65,52 @@ def test_a_lone_job_on_shared_storage_writes_at_its_own_rate(ring, write_spec):
     done, _ = completions(ring, write_spec, 1, ", storage_write_gb_per_s: 1")
     unshared, _ = completions(ring, write_spec, 1)
     assert done == unshared == [19_000_000]
+
+
+READS = """
+system: sys.json
+network: net.yml
+gpus_per_node: 4
+corun: false
+horizon_h: 1
+checkpoint: {{interval_steps: 10, write_gb_per_s: 1, read_gb_per_s: 1{storage}}}
+failures: {{repair_h: 0, events: [{events}]}}
+jobs:
+"""
+
+
+def restarts(ring, write_spec, storage, events):
+    text = READS.format(storage=storage, events=", ".join(f"{{at_h: {ms / 3.6e6!r}, node: {node}}}"
+                                                         for ms, node in events))
+    return run_cluster(write_spec(ring, text + jobs(2)))["timeline"]["jobs"]
+
+
+@pytest.mark.parametrize("storage, both_fail, expected_ms", [
+    ("", True, 21.5),                              # each reads alone at 1 GB/s: 1 ms
+    (", storage_read_gb_per_s: 1", True, 22.5),    # both read at once at half the rate: 2 ms
+    (", storage_read_gb_per_s: 2", True, 21.5),    # storage enough for both
+    (", node_read_gb_per_s: 0.5", True, 22.5),     # one node each, capped at 0.5 GB/s
+    (", storage_read_gb_per_s: 1", False, 21.5),   # one job restarts: it reads alone at its own rate
+])
+def test_restarts_at_once_share_the_storage_s_reads(ring, write_spec, storage, both_fail, expected_ms):
+    """A node failure at 5.5 ms stops each job 1.5 ms into its third segment (segments of 1 ms of steps and 1 ms of
+    write): 1.5 ms lost, then the read of its 1 MB checkpoint, then 80 steps and 7 writes (15 ms)."""
+    events = [(5.5, 0), (5.5, 1)] if both_fail else [(5.5, 0)]
+    rows = restarts(ring, write_spec, storage, events)
+    assert rows[0]["completion_ns"] == pytest.approx(expected_ms * 1e6, abs=10)
+    assert rows[0]["lost_ns"] == 1_500_000 and rows[0]["failures"] == 1
+    assert rows[0]["restart_ns"] == pytest.approx((expected_ms - 20.5) * 1e6, abs=10)
+    if not both_fail:
+        assert rows[1]["completion_ns"] == 19_000_000
+
+
+def test_a_read_cut_short_loses_no_work_and_gives_its_share_back(ring, write_spec):
+    """Both jobs read from 5.5 ms at 0.5 GB/s each. Node 0 fails again at 6 ms, in j0's read: j0 loses no work
+    (it had none since its checkpoint) and starts its read again at once. j1 (0.75 MB left) and j0 (1 MB) share the
+    storage until j1 is done at 7.5 ms; j0 then reads its last 0.25 MB alone: 7.75 ms."""
+    rows = restarts(ring, write_spec, ", storage_read_gb_per_s: 1", [(5.5, 0), (5.5, 1), (6.0, 0)])
+    j0, j1 = rows
+    assert j1["completion_ns"] == pytest.approx(22.5e6, abs=10)
+    assert j0["completion_ns"] == pytest.approx(22.75e6, abs=10)
+    assert j0["failures"] == 2 and j0["lost_ns"] == 1_500_000
+    assert j0["restart_ns"] == pytest.approx(0.5e6 + 1.75e6, abs=10)

@@ -28,7 +28,8 @@ failed_links: [[npu0, npu1]]  # cables down throughout (node names of the graph,
                               # flow/ns3; on analytical their dimension's bandwidth is lowered
 fabric: {nodes_per_leaf: 16, oversubscription: 2}   # flow/congestion: the scale-out Switch as leaves under a spine
 checkpoint: {interval_steps: young-daly, write_gb_per_s: 10, read_gb_per_s: 10, restart_s: 120,
-             storage_write_gb_per_s: 100, node_write_gb_per_s: 5}   # shared by jobs writing at once
+             storage_write_gb_per_s: 100, node_write_gb_per_s: 5,   # shared by jobs writing at once
+             storage_read_gb_per_s: 100, node_read_gb_per_s: 5}     # and by jobs reading at restarts
 horizon_h: 24
 timeline_corun: false         # true: over time, each job's step is its step beside the jobs running with it
 ```
@@ -66,7 +67,7 @@ _STRAGGLERS = {"sigma", "draws", "slow_gpus", "table", "min_factor"}
 FAILURE_KINDS = ("gpu", "node", "link", "switch")
 _FAILURES = {f"{kind}_mtbf_h" for kind in FAILURE_KINDS} | {"repair_h", "events", "nodes_per_switch"}
 _CHECKPOINT = {"interval_steps", "write_gb_per_s", "read_gb_per_s", "restart_s", "storage_write_gb_per_s",
-               "node_write_gb_per_s"}
+               "node_write_gb_per_s", "storage_read_gb_per_s", "node_read_gb_per_s"}
 
 
 @dataclass
@@ -119,11 +120,18 @@ class CheckpointSpec:
     restart_s: float = 0.0
     storage_write_gb_per_s: float | None = None  # the storage's aggregate, shared by jobs writing at once
     node_write_gb_per_s: float | None = None  # what one node can write (a job's cap: its nodes times this)
+    storage_read_gb_per_s: float | None = None  # the same for reading checkpoints back at restarts
+    node_read_gb_per_s: float | None = None
 
     @property
     def shared(self) -> bool:
         """Whether writes share the storage (else each job writes alone at ``write_gb_per_s``)."""
         return self.storage_write_gb_per_s is not None or self.node_write_gb_per_s is not None
+
+    @property
+    def shared_reads(self) -> bool:
+        """Whether restarts' reads share the storage (else each job reads alone at ``read_gb_per_s``)."""
+        return self.storage_read_gb_per_s is not None or self.node_read_gb_per_s is not None
 
 
 @dataclass
@@ -378,7 +386,8 @@ def _checkpoint(where, data):
     key = "checkpoint"
     if not isinstance(data, dict):
         raise where.error(key, "a mapping (interval_steps, write_gb_per_s, read_gb_per_s, restart_s, "
-                          "storage_write_gb_per_s, node_write_gb_per_s)", data)
+                          "storage_write_gb_per_s, node_write_gb_per_s, storage_read_gb_per_s, "
+                          "node_read_gb_per_s)", data)
     where.unknown(key, data, _CHECKPOINT)
     out = CheckpointSpec()
     interval = data.get("interval_steps", YOUNG_DALY)
@@ -390,7 +399,7 @@ def _checkpoint(where, data):
     out.read_gb_per_s = where.number(f"{key}.read_gb_per_s", data.get("read_gb_per_s", 10.0), low=0,
                                      open_low=True)
     out.restart_s = where.number(f"{key}.restart_s", data.get("restart_s", 0.0), low=0)
-    for name in ("storage_write_gb_per_s", "node_write_gb_per_s"):
+    for name in ("storage_write_gb_per_s", "node_write_gb_per_s", "storage_read_gb_per_s", "node_read_gb_per_s"):
         if data.get(name) is not None:
             setattr(out, name, where.number(f"{key}.{name}", data[name], low=0, open_low=True))
     return out

@@ -75,7 +75,8 @@ class _Job:
         self.progress_at = 0
         self.write_ns = 0
         self.write_start = None      # when its checkpoint write began (shared storage)
-        self.write_version = 0       # bumps when the shared storage moves its write's end
+        self.io_version = 0          # bumps when the shared storage moves its write's (or read's) end
+        self.restoring_since = None  # restarting on shared storage: the restart's fixed part, then the read
         self.step_ns = 0
         self.interval = None
         self.started_once = False
@@ -122,6 +123,9 @@ class Timeline:
         aggregate = spec.checkpoint.storage_write_gb_per_s
         self.storage = SharedStorage(float("inf") if aggregate is None else aggregate * _GB / 1e9) \
             if spec.checkpoint.shared else None
+        aggregate = spec.checkpoint.storage_read_gb_per_s  # reads share a storage of their own (not the writes')
+        self.read_storage = SharedStorage(float("inf") if aggregate is None else aggregate * _GB / 1e9) \
+            if spec.checkpoint.shared_reads else None
 
     # ------------------------------------------------------------------ events
     def push(self, time, kind, payload=None):
@@ -157,13 +161,28 @@ class Timeline:
                 if job.epoch != epoch:
                     continue
                 job.write_start = time
-                self._book_writes(self.storage.start(job, job.checkpoint_bytes, self._write_cap(job), time))
+                self._book_io(self.storage.start(job, job.checkpoint_bytes, self._io_cap(job, "write"), time),
+                              "written")
             elif kind == "written":
                 job, epoch, version = payload
-                if job.epoch != epoch or job.write_version != version:
+                if job.epoch != epoch or job.io_version != version:
                     continue
-                self._book_writes(self.storage.stop(job, time))
+                self._book_io(self.storage.stop(job, time), "written")
                 self._segment_done(job)
+            elif kind == "read":  # shared storage: the restart's fixed part is over, the checkpoint's read begins
+                job, epoch = payload
+                if job.epoch != epoch:
+                    continue
+                self._book_io(self.read_storage.start(job, job.checkpoint_bytes, self._io_cap(job, "read"), time),
+                              "restored")
+            elif kind == "restored":
+                job, epoch, version = payload
+                if job.epoch != epoch or job.io_version != version:
+                    continue
+                self._book_io(self.read_storage.stop(job, time), "restored")
+                job.restart_ns += time - job.restoring_since
+                job.restoring_since = None
+                self._begin_segment(job, time)
             elif kind == "fail":
                 unit, index, drawn = payload
                 self._fail(unit, index)
@@ -240,15 +259,21 @@ class Timeline:
         job.placements.append({"at_ns": self.now, "gpus": len(gpus),
                                "nodes": nodes_used(gpus, self.machine.gpus_per_node), "step_ns": job.step_ns})
         job.interval = self._interval(job)
-        restart = 0
-        if job.started_once:
-            restart = int(round(self.spec.checkpoint.restart_s * 1e9)) + self._io_ns(job, "read")
-        else:
+        if not job.started_once:
+            job.started_once = True
             job.first_start = self.now
             job.mtbf_ns = self._job_mtbf_ns(job)
-        job.started_once = True
-        job.restart_ns += restart
-        self._begin_segment(job, self.now + restart)
+            self._begin_segment(job, self.now)
+            return
+        fixed = int(round(self.spec.checkpoint.restart_s * 1e9))
+        if self.read_storage is None:  # the job reads its checkpoint alone, at read_gb_per_s
+            restart = fixed + self._io_ns(job, "read")
+            job.restart_ns += restart
+            self._begin_segment(job, self.now + restart)
+            return
+        job.restoring_since = self.now  # then the read, at the share of the storage it gets ("read", "restored")
+        job.segment_start = self.now + fixed  # no work is lost while restoring; the scheduler's estimate from here
+        self.push(self.now + fixed, "read", (job, job.epoch))
 
     def _io_ns(self, job, what):
         rate = self.spec.checkpoint.write_gb_per_s if what == "write" else self.spec.checkpoint.read_gb_per_s
@@ -295,20 +320,22 @@ class Timeline:
         tau = young_interval_ns(self._io_ns(job, "write"), mtbf)
         return max(1, int(round(tau / job.step_ns)))
 
-    def _write_cap(self, job):
-        """What ``job`` can write alone, bytes per ns: ``write_gb_per_s``, and its nodes times
-        ``node_write_gb_per_s``."""
+    def _io_cap(self, job, what):
+        """What ``job`` can write (``what``: "write") or read ("read") alone, bytes per ns: ``write_gb_per_s``
+        (``read_gb_per_s``), and its nodes times ``node_write_gb_per_s`` (``node_read_gb_per_s``)."""
         checkpoint = self.spec.checkpoint
-        cap = checkpoint.write_gb_per_s
-        if checkpoint.node_write_gb_per_s is not None:
-            cap = min(cap, nodes_used(job.gpus, self.machine.gpus_per_node) * checkpoint.node_write_gb_per_s)
+        cap = getattr(checkpoint, f"{what}_gb_per_s")
+        per_node = getattr(checkpoint, f"node_{what}_gb_per_s")
+        if per_node is not None:
+            cap = min(cap, nodes_used(job.gpus, self.machine.gpus_per_node) * per_node)
         return cap * _GB / 1e9
 
-    def _book_writes(self, ends):
-        """The shared storage moved these writes' ends: book them (older bookings are dropped)."""
+    def _book_io(self, ends, event):
+        """A shared storage moved these writes' (``event`` "written") or reads' ("restored") ends: book them
+        (older bookings are dropped)."""
         for job, end in ends.items():
-            job.write_version += 1
-            self.push(end, "written", (job, job.epoch, job.write_version))
+            job.io_version += 1
+            self.push(end, event, (job, job.epoch, job.io_version))
 
     def _begin_segment(self, job, start):
         k = job.remaining if job.interval is None else min(job.interval, job.remaining)
@@ -332,6 +359,9 @@ class Timeline:
         if step_ns == job.step_ns:
             return
         job.retimes.append({"at_ns": self.now, "step_ns": step_ns})
+        if job.restoring_since is not None:  # still restarting: its segment begins at the new step
+            job.step_ns = step_ns
+            return
         if self.now > job.progress_at:
             job.progress = min(job.segment_steps, job.progress + (self.now - job.progress_at) / job.step_ns)
             job.progress_at = self.now
@@ -366,8 +396,12 @@ class Timeline:
             job.end = self.now
 
     def _stop(self, job, state):
-        if self.storage is not None and job in self.storage.writes:  # a write cut short: the others speed up
-            self._book_writes(self.storage.stop(job, self.now))
+        for storage, event in ((self.storage, "written"), (self.read_storage, "restored")):
+            if storage is not None and job in storage.writes:  # cut short: the others speed up
+                self._book_io(storage.stop(job, self.now), event)
+        if job.restoring_since is not None:
+            job.restart_ns += self.now - job.restoring_since
+            job.restoring_since = None
         job.epoch += 1
         self.free.update(gpu for gpu in job.gpus if gpu not in self.down)
         job.gpus = None
@@ -384,7 +418,8 @@ class Timeline:
         for job in self.jobs:
             if job.state == "running" and any(gpu in job.gpus for gpu in gpus):
                 job.failures += 1
-                job.lost_ns += max(0, self.now - job.segment_start)
+                if job.restoring_since is None:  # restoring, it had no work since its checkpoint to lose
+                    job.lost_ns += max(0, self.now - job.segment_start)
                 self._stop(job, "queued")
         repair_ns = int(round(self.spec.failures.repair_h * 3600e9))
         if repair_ns:
