@@ -102,6 +102,9 @@ CASES = [
     ("workload expand", lambda i, o: ["workload", "expand", f"{i}/compact", "-o", f"{o}/e"], "--output", "e"),
     ("workload systolic", lambda i, o: ["workload", "systolic", f"{i}/topo.csv", "--config", str(SYSTOLIC_CFG),
                                         "--npus", "4", "--parallel", "DATA", "-o", f"{o}/w.txt"], "--output", "w.txt"),
+    ("workload systolic --chakra", lambda i, o: ["workload", "systolic", f"{i}/topo.csv", "--config",
+                                                 str(SYSTOLIC_CFG), "--npus", "4", "--parallel", "DATA", "--chakra",
+                                                 "-o", f"{o}/w"], "--output", "w"),
     ("compute systolic", lambda i, o: ["compute", "systolic", f"{i}/topo.csv", "--gemm", "--config",
                                        str(SYSTOLIC_CFG), "-o", f"{o}/c.csv"], "--output", "c.csv"),
     ("systolic", lambda i, o: ["systolic", f"{i}/topo.csv", "--gemm", "--config", str(SYSTOLIC_CFG),
@@ -204,7 +207,7 @@ def test_a_full_disk_is_a_one_line_error_and_leaves_no_partial_file(case, inputs
 
 #: the commands that write several files
 MANY_FILES = ["workload llm", "workload micro", "workload micro --chakra-suite", "workload scale",
-              "workload convert-text", "workload expand", "msccl to-chakra"]
+              "workload convert-text", "workload expand", "workload systolic --chakra", "msccl to-chakra"]
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c[0] in MANY_FILES], ids=[n for n, *_ in CASES if n in MANY_FILES])

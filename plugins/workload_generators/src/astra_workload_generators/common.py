@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 
 from astra_sim.chakra import ChakraError, write_et
@@ -57,7 +59,10 @@ def write_rank_files(prefix, metadata, nodes_per_rank) -> list:
         meta = metadata[rank] if isinstance(metadata, (list, tuple)) else metadata
         try:
             write_et(path, meta, nodes)
-        except ChakraError as exc:
+        except ChakraError as exc:  # a full disk: no partial set of rank files is left
+            for done in paths:
+                with contextlib.suppress(OSError):
+                    os.unlink(done)
             raise ConfigError(str(exc)) from None
         paths.append(path)
     return paths
