@@ -274,3 +274,61 @@ def test_the_memory_options_read_from_a_mapping_are_checked(framework, loss, zer
         return
     assert summary["memory_peak_bytes"] > 0
     assert summary["memory_framework"] == (framework or {3: "fsdp2", 2: "deepspeed"}.get(zero, "megatron"))
+
+
+def test_nemos_bf16_gradient_buffer_and_fp8_weights():
+    """--grad-buffer same: NeMo's distributed fused Adam keeps gradients in bf16 (2 bytes, not Megatron-LM's fp32
+    4); --fp8-params: a linear weight is its FP8 copy and transpose (2 bytes), without the bf16 weight beside."""
+    dims = model_dims("gpt3-13b", layers=4)
+    base = stage_memory(dims, LlmConfig(dp=8, zero=1, gemm_dtype="fp8"), 0)
+    nemo = stage_memory(dims, LlmConfig(dp=8, zero=1, gemm_dtype="fp8", grad_buffer="same"), 0)
+    fp8 = stage_memory(dims, LlmConfig(dp=8, zero=1, gemm_dtype="fp8", grad_buffer="same", fp8_params=True), 0)
+    params = base.gradients // 4
+    assert nemo.gradients == 2 * params and (nemo.weights, nemo.optimizer) == (base.weights, base.optimizer)
+    # the linear layers' bf16 copy is gone; the embedding (not FP8) keeps its bf16 weight
+    linear = 4 * sum(layer_shards_sizes(dims))
+    assert base.weights - fp8.weights == 2 * linear and fp8.optimizer == base.optimizer
+
+
+def layer_shards_sizes(dims):
+    from astra_workload_generators.llm.model import layer_shards
+
+    return layer_shards(dims, LlmConfig(dp=8), False)
+
+
+def test_grad_buffer_and_fp8_params_end_to_end(capsys):
+    import json
+
+    def peak(*extra):
+        assert main(["workload", "llm", *SMALL_ARGV, "--zero", "1", "--gemm-dtype", "fp8", *extra, "--summary",
+                     "--json"]) == 0
+        return json.loads(capsys.readouterr().out)["memory"]
+
+    base, nemo = peak(), peak("--grad-buffer", "same", "--fp8-params")
+    assert nemo["gradients"] * 2 == base["gradients"] and nemo["weights"] < base["weights"]
+    assert main(["workload", "llm", *SMALL_ARGV, "--zero", "3", "--grad-buffer", "same", "--summary"]) == 2
+    assert "--grad-buffer and --fp8-params are Megatron-LM/NeMo" in capsys.readouterr().err
+    assert main(["workload", "llm", *SMALL_ARGV, "--fp8-params", "--summary"]) == 2
+    assert "--fp8-params needs --gemm-dtype fp8" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["workload", "llm", *SMALL_ARGV, "--grad-buffer", "fp16", "--summary"])
+    assert exc.value.code == 2
+
+
+@given(buffer=st.one_of(st.sampled_from(["fp32", "same"]), st.text(max_size=8)), fp8=st.booleans(),
+       gemm=st.sampled_from(["same", "fp8"]), zero=st.integers(0, 3))
+@settings(max_examples=40, deadline=None)
+def test_grad_buffer_and_fp8_params_read_from_a_mapping_are_checked(buffer, fp8, gemm, zero):
+    """Any --grad-buffer / --fp8-params either resolves or is a ConfigError naming the option."""
+    from astra_sim.errors import ConfigError
+
+    from astra_workload_generators.llm import LlmSpec, llm_summary
+
+    options = {"preset": "gpt3-13b", "layers": 2, "dp": 2, "zero": zero, "grad-buffer": buffer, "fp8-params": fp8,
+               "gemm-dtype": gemm}
+    try:
+        summary = llm_summary(LlmSpec.from_mapping(options))
+    except ConfigError as exc:
+        assert any(word in str(exc) for word in ("grad-buffer", "fp8-params"))
+        return
+    assert summary["memory_peak_bytes"] > 0

@@ -33,6 +33,8 @@ NORM_KERNELS = ("fused", "composite")
 FRAMEWORKS = ("megatron", "fsdp2", "deepspeed")
 #: --loss-dtype choices: the cross entropy upcasts the logits to fp32, or works on them in --dtype
 LOSS_DTYPES = ("fp32", "same")
+#: --grad-buffer choices (Megatron-LM/NeMo memory): fp32 main gradients, or gradients kept in --dtype
+GRAD_BUFFERS = ("fp32", "same")
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,9 @@ class LlmConfig:
     pp_scatter_gather: bool = False  # TP without SP: each TP rank sends 1/TP of a stage boundary, all-gathered after
     framework: str | None = None    # megatron | fsdp2 | deepspeed (memory semantics); None: implied_framework()
     loss_dtype: str = "fp32"        # training memory: the loss works on fp32 logits, or the "same" as --dtype
+    grad_buffer: str = "fp32"       # Megatron/NeMo memory: fp32 main gradients, or the "same" as --dtype (NeMo's
+    #                                 distributed fused Adam, grad_sync_dtype bf16)
+    fp8_params: bool = False        # Megatron/NeMo memory: FP8 primary weights (Transformer Engine), no bf16 copy
     norm_kernel: str = "fused"      # the norms as one kernel each, or eager PyTorch's "composite" fp32 RMSNorm ops
     pipeline_embedding_layer: bool = False  # the embedding counts as one layer of the pipeline split (see .split)
     pipeline_loss_layer: bool = False  # the loss (LM head, cross entropy) counts as one layer of the split
@@ -200,6 +205,13 @@ def _check(dims: ModelDims, cfg: LlmConfig):
     if cfg.reshard_after_forward and (cfg.zero != 3 or cfg.inference):
         raise ConfigError("--reshard-after-forward is for training with --zero 3 (it re-gathers the sharded "
                           "parameters)")
+    if cfg.grad_buffer not in GRAD_BUFFERS:
+        raise ConfigError(f"--grad-buffer must be one of {', '.join(GRAD_BUFFERS)}, got {cfg.grad_buffer!r}")
+    if (cfg.grad_buffer != "fp32" or cfg.fp8_params) and (cfg.inference or implied_framework(cfg) != "megatron"):
+        raise ConfigError("--grad-buffer and --fp8-params are Megatron-LM/NeMo training memory (--framework "
+                          "megatron, --zero 0 or 1)")
+    if cfg.fp8_params and cfg.gemm_dtype != "fp8":
+        raise ConfigError("--fp8-params needs --gemm-dtype fp8 (the FP8 weights are the GEMMs' operands)")
     if cfg.grad_sync_every_micro_batch and cfg.inference:
         raise ConfigError("--grad-sync-every-micro-batch is for --mode train")
     if cfg.tp_comm_overlap and not (cfg.sequence_parallel and cfg.tp > 1):

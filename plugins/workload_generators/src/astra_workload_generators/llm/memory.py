@@ -64,7 +64,8 @@ FRAGMENTATION = 0.05
 UNCERTAINTY = 0.10
 #: fp32 master weights + Adam's two fp32 moments per parameter (mixed precision); fp32 training: moments only
 OPTIMIZER_BYTES = 12
-#: Transformer Engine's cached FP8 copy of a linear layer's weight and of its transpose
+#: Transformer Engine's cached FP8 copy of a linear layer's weight and of its transpose; with --fp8-params (TE's
+#: fp8_model_init, NeMo's fp8_params) they are the weight itself, held without a --dtype copy
 FP8_WEIGHT_BYTES = 2
 RECOMPUTE = ("none", "selective", "full")
 #: the parts of an estimate, in the order terminals list them
@@ -269,8 +270,8 @@ def stage_memory(dims: ModelDims, cfg: LlmConfig, p: int) -> MemoryEstimate:
         q = _lengths(dims, cfg)[0] // cfg.cp
         tokens = cfg.micro_batch_size * q
         buffers += max(moe_dispatch_bytes(dims, cfg, tokens, _moe_rows(dims, cfg, tokens, i)) for i in moe)
-    if cfg.gemm_dtype == "fp8" and framework == "megatron":
-        weights += FP8_WEIGHT_BYTES * linear
+    if cfg.gemm_dtype == "fp8" and framework == "megatron":  # FP8 primary weights replace the --dtype copy
+        weights += FP8_WEIGHT_BYTES * linear - (nb * linear if cfg.fp8_params else 0)
     logits = 0
     if any(last for _, last, _ in units.values()):
         q = _lengths(dims, cfg)[0] // cfg.cp

@@ -18,8 +18,8 @@ from dataclasses import dataclass, fields
 
 from astra_sim.errors import ConfigError
 
-from .config import (ATTENTIONS, DTYPES, FRAMEWORKS, GEMM_DTYPES, LOSS_DTYPES, MODES, NORM_KERNELS, LlmConfig,
-                     check_config)
+from .config import (ATTENTIONS, DTYPES, FRAMEWORKS, GEMM_DTYPES, GRAD_BUFFERS, LOSS_DTYPES, MODES, NORM_KERNELS,
+                     LlmConfig, check_config)
 from .lora import LORA_TARGETS, parse_lora_targets
 from .model import PRESETS, ModelDims, model_dims
 from .overlap import COMM_SMS_GROUPS, load_tp_overlap_sms, parse_comm_sms
@@ -93,6 +93,8 @@ class LlmSpec:
     grad_sync_every_micro_batch: bool = False
     framework: str | None = None        # megatron | fsdp2 | deepspeed; None: implied by the flags
     loss_dtype: str = "fp32"            # fp32 | same: the precision the loss works on the logits in (memory)
+    grad_buffer: str = "fp32"           # fp32 | same: Megatron/NeMo's gradient buffer dtype (memory)
+    fp8_params: bool = False            # Megatron/NeMo: FP8 primary weights (memory)
     norm_kernel: str = "fused"          # fused | composite: how the norms run (see --norm-kernel)
     recompute: str | None = None        # None, "full" or "selective"
     # kernels and precision
@@ -240,6 +242,7 @@ class LlmSpec:
                         gemm_dtype=self.gemm_dtype, inference_elementwise=self.inference_elementwise,
                         overlap_param_gather=self.overlap_param_gather, tp_comm_overlap=self.tp_comm_overlap,
                         reshard_after_forward=reshard, framework=self.framework, loss_dtype=self.loss_dtype,
+                        grad_buffer=self.grad_buffer, fp8_params=self.fp8_params,
                         norm_kernel=self.norm_kernel,
                         grad_sync_every_micro_batch=self.grad_sync_every_micro_batch,
                         moe_capacity_factor=self.moe_capacity_factor,
@@ -508,6 +511,14 @@ def _add_flags(p):
                    help="training memory: the cross entropy works on the logits upcast to fp32 (default: Megatron-LM, "
                    "torchtitan, Hugging Face Llama) or on them in --dtype (same: a loss on half-precision logits, "
                    "e.g. Hugging Face GPT-2 under DeepSpeed fp16); see docs/memory.md")
+    p.add_argument("--grad-buffer", choices=GRAD_BUFFERS, default="fp32",
+                   help="training memory under Megatron-LM/NeMo: fp32 main gradients (default: Megatron-LM "
+                   "accumulates bf16 gradients in fp32) or gradients in --dtype (same: NeMo's distributed fused "
+                   "Adam with grad_sync_dtype bf16, as MLPerf's GPT-3 ran); see docs/memory.md")
+    p.add_argument("--fp8-params", action="store_true",
+                   help="training memory under Megatron-LM/NeMo with --gemm-dtype fp8: the linear layers' weights "
+                   "are held in FP8 only (Transformer Engine's fp8_model_init, NeMo fp8_params), not in --dtype "
+                   "beside their FP8 copy; the fp32 master weights stay in the optimizer")
     p.add_argument("--hbm-gb", type=positive_float, metavar="GB",
                    help="with --summary: the device's memory as its datasheet states it (80 for an 80 GB H100; read "
                    "as GiB, as the GPU presets are) to check the estimate against: the "
