@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 from astra_sim.errors import AstraError, ConfigError, InfeasibleError
 
+from .memory_columns import report_memory_columns
+
 #: rows' result columns, after ``point`` and the axes
 #: the energy plugin's numbers a row keeps (``stats.energy``; see docs/energy.md)
 ENERGY_COLUMNS = ("gpu_energy_mj", "it_energy_mj", "facility_energy_mj", "mean_power_w_per_gpu", "peak_power_w_per_gpu",
@@ -431,9 +433,7 @@ def fill_row(row, report):
         for key in ENERGY_COLUMNS:
             if isinstance(energy.get(key), (int, float)) and not isinstance(energy.get(key), bool):
                 row[key] = energy[key]
-    memory = report.get("settings", {}).get("memory")
-    if isinstance(memory, dict) and isinstance(memory.get("peak_bytes"), int):
-        row["peak_mem_bytes"] = memory["peak_bytes"]
+    row.update(report_memory_columns(report.get("settings", {}).get("memory")))  # peak, parts, capacity, margin
     gpu_model = report.get("settings", {}).get("gpu_model")
     if isinstance(gpu_model, dict) and isinstance(gpu_model.get("calibration_status"), str):
         # whether the GPU's GEMM times rest on its own measurements (fitted) or partly or wholly on another's
