@@ -1,7 +1,7 @@
 """The memory estimate against what really ran: every published peak in the validation registry's memory.yaml
 within 10 %, every training and serving configuration of cases.yaml (which ran) and torchtitan's published runs
 accepted on their GPUs, the configurations published as out of memory refused, the layouts MLPerf submitters used
-kept by astra search's memory filter, and the allocator reserve reproduced by its fitting script."""
+fitting their GPUs, and the allocator reserve reproduced by its fitting script."""
 
 from __future__ import annotations
 
@@ -146,16 +146,26 @@ def test_configurations_reported_out_of_memory_are_refused(name):
     assert verdict(peak_memory(dims, cfg).total, int(capacity)) == "oom"
 
 
-@pytest.mark.parametrize("vp", [2, 3, 4, 6, 12])
-@pytest.mark.parametrize("gemm", ["same", "fp8"])
-def test_search_keeps_the_mlperf_gpt3_layouts(vp, gemm):
-    """GPT-3 175B on 1024 H100-80GB as MLPerf submitters ran it (TP 8, PP 8, interleaved, DP 16, micro-batch 1,
-    the distributed optimizer, global batch 2048): astra search's memory filter keeps every such layout."""
-    dims, cfg = _resolve(["--preset", "gpt3-175b", "--tp", "8", "--pp", "8", "--virtual-stages", str(vp),
-                          "--dp", "16", "--micro-batches", "128", "--micro-batch-size", "1", "--sequence-parallel",
-                          "--zero", "1", "--no-dropout", "--gemm-dtype", gemm])
+# MLPerf Training GPT-3 175B on DGX H100 80 GB as NVIDIA's NeMo submissions ran it: TP 4, PP 8, the distributed
+# optimizer, sequence parallelism, selective recomputation, dropout 0, FP8 GEMMs (mlcommons/training_results_v3.0
+# NVIDIA/benchmarks/gpt3/implementations/pytorch/config_DGXH100_96x8x128x4x8_mbs1.sh and conf/megatron_gpt_config.yaml;
+# training_results_v4.0 .../nemo/config_DGXH100_64x8x128x4x8_mbs2.sh: INTERLEAVED_PIPELINE=4, micro-batch 2, with
+# NeMo's bf16 gradient buffer and FP8_PARAMS). astra search's own enumeration is tested in plugins/sweep
+# (test_memory_columns.py).
+MLPERF_GPT3 = {
+    "v3.0-768-gpus-mbs1": ["--dp", "24", "--micro-batches", "128", "--micro-batch-size", "1"],
+    "v3.x-1024-gpus-mbs1": ["--dp", "32", "--micro-batches", "64", "--micro-batch-size", "1"],
+    "v4.0-512-gpus-vp4-mbs2": ["--dp", "16", "--micro-batches", "64", "--micro-batch-size", "2",
+                               "--virtual-stages", "4", "--grad-buffer", "same", "--fp8-params"],
+}
+
+
+@pytest.mark.parametrize("name", MLPERF_GPT3)
+def test_the_mlperf_gpt3_layouts_fit(name):
+    dims, cfg = _resolve(["--preset", "gpt3-175b", "--tp", "4", "--pp", "8", "--sequence-parallel", "--zero", "1",
+                          "--recompute", "selective", "--no-dropout", "--gemm-dtype", "fp8", *MLPERF_GPT3[name]])
     capacity = get_platform("hgx-h100").device_memory_bytes()
-    assert verdict(peak_memory(dims, cfg).total, capacity) != "oom"
+    assert verdict(peak_memory(dims, cfg).total, capacity) == "fits"
 
 
 def test_the_verdict_has_a_near_miss_band():
