@@ -104,8 +104,10 @@ _cable = st.lists(st.text(max_size=4) | st.integers(-2, 9) | st.booleans() | st.
     "failures": st.fixed_dictionaries({}, optional={"events": st.lists(st.fixed_dictionaries(
         {"at_h": _values}, optional={"link": _cable | _values, "for_h": _values, "node": _values}), max_size=3),
         "repair_h": _values}),
+    "stragglers": st.fixed_dictionaries({}, optional={"op_jitter_sigma": _values, "sigma": _values,
+                                                      "draws": _values}) | _values,
     "network_backend": st.sampled_from(["flow", "ns3", "congestion", "analytical"])}))
-def test_any_failed_links_fabric_or_storage_is_a_spec_or_a_config_error(extra):
+def test_any_failed_links_fabric_storage_or_jitter_is_a_spec_or_a_config_error(extra):
     try:
         spec = parse_cluster_spec(with_(**extra), "c.yaml")
     except ConfigError as exc:

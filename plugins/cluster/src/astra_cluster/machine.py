@@ -102,16 +102,18 @@ class Machine:
                 "failures.events", self.spec.failures is not None and self.spec.failures.cables)) if used)
             raise ConfigError(f"{self.spec.path}: key '{keys}': {message}") from None
 
-    def simulate(self, prefix, comm_groups, factors=None, nodes=None, down=()):
+    def simulate(self, prefix, comm_groups, factors=None, nodes=None, down=(), jitter=None):
         """The report of ``prefix`` on this machine; ``factors`` (``{rank: slowdown}``) slows those ranks' compute;
-        ``down``: cables down now (routed around)."""
+        ``down``: cables down now (routed around); ``jitter``: ``(sigma, seed)`` of every compute op's jitter."""
         from astra_sim.runner import run_spec
 
         spec = self.run_spec(prefix, comm_groups, nodes, down)
-        if factors:
+        if factors or jitter:
             inner = self.inner_compute_model(spec)
-            spec = spec.replace(compute_model=SLOWED, options={"slowed_inner": inner,
-                                                               "slowed_factors": dict(factors)})
+            options = {"slowed_inner": inner, "slowed_factors": dict(factors or {})}
+            if jitter:
+                options.update(slowed_jitter_sigma=jitter[0], slowed_jitter_seed=jitter[1])
+            spec = spec.replace(compute_model=SLOWED, options=options)
         return run_spec(spec, self.pm, on_warning=self._warn)
 
     def _warn(self, message):

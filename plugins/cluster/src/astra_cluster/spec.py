@@ -22,7 +22,7 @@ jobs:
     workload: {llm: {preset: llama3-8b, tp: 8, dp: 2}}   # or {micro: {...}} or {chakra: PREFIX}
     place: [0, 1, 2]          # fixed placement only
     checkpoint_bytes: 1e11    # default for llm: 14 bytes per parameter
-stragglers: {sigma: 0.05, draws: 20, slow_gpus: {3: 1.5}}
+stragglers: {sigma: 0.05, draws: 20, slow_gpus: {3: 1.5}, op_jitter_sigma: 0.02}
 failures: {node_mtbf_h: 5000, gpu_mtbf_h: 50000, repair_h: 0, events: [{at_h: 3, node: 1}, {at_h: 4, link: 9}]}
 failed_links: [[npu0, npu1]]  # cables down throughout (node names of the graph, ns-3 node ids): rerouted on
                               # flow/ns3; on analytical their dimension's bandwidth is lowered
@@ -62,7 +62,7 @@ TIERED_BACKENDS = ("flow", "congestion")
 #: dimension's bandwidth (``congestion`` routes along fixed paths, so it refuses them)
 FAILED_LINK_BACKENDS = ("analytical", "flow", "ns3")
 _JOB = {"name", "gpus", "steps", "arrival_s", "workload", "place", "checkpoint_bytes"}
-_STRAGGLERS = {"sigma", "draws", "slow_gpus", "table", "min_factor"}
+_STRAGGLERS = {"sigma", "draws", "slow_gpus", "table", "min_factor", "op_jitter_sigma"}
 #: what can fail: a GPU, a node (its GPUs), a GPU's network link (its NIC), a switch (``nodes_per_switch`` nodes)
 FAILURE_KINDS = ("gpu", "node", "link", "switch")
 _FAILURES = {f"{kind}_mtbf_h" for kind in FAILURE_KINDS} | {"repair_h", "events", "nodes_per_switch"}
@@ -85,13 +85,15 @@ class JobSpec:
 @dataclass
 class StragglerSpec:
     """Per-GPU slowdown factors: ``sigma`` of a lognormal (median 1), or ``table`` (factors drawn uniformly),
-    clipped below at ``min_factor``; ``slow_gpus`` fixed factors; ``draws`` seeded draws."""
+    clipped below at ``min_factor``; ``slow_gpus`` fixed factors; ``op_jitter_sigma``: every compute op's own
+    lognormal factor (median 1, a new seed per draw); ``draws`` seeded draws."""
 
     sigma: float = 0.0
     table: list | None = None
     slow_gpus: dict = field(default_factory=dict)
     draws: int = 1
     min_factor: float = 1.0
+    op_jitter_sigma: float = 0.0
 
 
 @dataclass
@@ -312,7 +314,7 @@ def _fabric(where, data):
 def _stragglers(where, data):
     key = "stragglers"
     if not isinstance(data, dict):
-        raise where.error(key, "a mapping (sigma, table, slow_gpus, draws, min_factor)", data)
+        raise where.error(key, "a mapping (sigma, table, slow_gpus, draws, min_factor, op_jitter_sigma)", data)
     where.unknown(key, data, _STRAGGLERS)
     out = StragglerSpec()
     out.sigma = where.number(f"{key}.sigma", data.get("sigma", 0.0), low=0)
@@ -332,6 +334,9 @@ def _stragglers(where, data):
             gpu = int(gpu)
         g = where.integer(f"{key}.slow_gpus (a key)", gpu, low=0)
         out.slow_gpus[g] = where.number(f"{key}.slow_gpus.{gpu}", factor, low=0, open_low=True)
+    out.op_jitter_sigma = where.number(f"{key}.op_jitter_sigma", data.get("op_jitter_sigma", 0.0), low=0)
+    if out.op_jitter_sigma >= 10:
+        raise where.error(f"{key}.op_jitter_sigma", "a number in [0, 10)", data["op_jitter_sigma"])
     out.draws = where.integer(f"{key}.draws", data.get("draws", 1), low=1)
     out.min_factor = where.number(f"{key}.min_factor", data.get("min_factor", 1.0), low=0, open_low=True)
     return out

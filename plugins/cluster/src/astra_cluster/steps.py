@@ -39,12 +39,17 @@ class StepTimes:
     def simulated(self) -> int:
         return len(self.memo)
 
-    def step_ns(self, job, gpus, factors=None):
+    def step_ns(self, job, gpus, factors=None, jitter=None):
+        return self.step_and_busiest(job, gpus, factors, jitter)[0]
+
+    def step_and_busiest(self, job, gpus, factors=None, jitter=None):
+        """``(step, i)``: the step, and the position in ``gpus`` of the GPU that computed longest (with per-op
+        ``jitter``, ``(sigma, seed)``, the one that set the pace most)."""
         machine = self.machine
         per_rank = tuple(round((factors or {}).get(gpu, 1.0), 6) for gpu in gpus)
         symmetric = machine.renumberable
         where = shape_key(gpus, machine.gpus_per_node) if symmetric else tuple(gpus)
-        key = (workload_key(job), where, per_rank, self.down)
+        key = (workload_key(job), where, per_rank, self.down, jitter)
         if key not in self.memo:
             if symmetric:
                 nodes = 1 + max(node for node, _ in where)
@@ -55,8 +60,11 @@ class StepTimes:
             prefix = os.path.join(self.folder, "steps", str(len(self.memo)), "trace")
             combined = write_combined(prefix, total, [(self.workloads[job.name], local)])
             slow = {gpu: f for gpu, f in zip(local, per_rank) if f != 1.0}
-            report = machine.simulate(prefix, combined["comm_groups"], slow, nodes=nodes, down=self.down)
-            self.memo[key] = job_step_ns(report, local)
+            report = machine.simulate(prefix, combined["comm_groups"], slow, nodes=nodes, down=self.down,
+                                      jitter=jitter)
+            compute = {rank.rank: rank.compute_ns for rank in report.ranks}
+            busiest = max(range(len(local)), key=lambda i: (compute[local[i]], -i))
+            self.memo[key] = (job_step_ns(report, local), busiest)
         return self.memo[key]
 
     def together_ns(self, items):
@@ -66,7 +74,7 @@ class StepTimes:
             job, gpus, factors = items[0]
             return {job.name: self.step_ns(job, gpus, factors)}
         machine = self.machine
-        key = (frozenset((workload_key(job), tuple(gpus),
+        key = ("together", frozenset((workload_key(job), tuple(gpus),
                           tuple(round((factors or {}).get(gpu, 1.0), 6) for gpu in gpus))
                          for job, gpus, factors in items), self.down)
         if key not in self.memo:

@@ -5,7 +5,9 @@ below at ``min_factor`` (default 1: no GPU runs faster than its model); ``slow_g
 Each draw slows the job's GPUs' compute (the ``slowed`` compute model) and is simulated; a synchronous step
 waits for its slowest rank, so the distribution's tail is the slowest GPU's. The GPUs that set the pace are, per
 draw that is slower than nominal, those with the largest factor (the others wait for them in every collective);
-the report counts them."""
+the report counts them. With ``op_jitter_sigma`` every compute op is also scaled by its own lognormal factor
+(a new seed per draw): each collective waits for the slowest of the N ranks (the max-of-N effect), and the GPU
+that set the pace in a draw is the one that computed longest."""
 
 from __future__ import annotations
 
@@ -44,13 +46,20 @@ def straggler_study(steps, job, gpus, stragglers, rng) -> dict:
     times, pace = [], {}
     for _ in range(stragglers.draws):
         factors = draw_factors(stragglers, gpus, rng)
-        times.append(steps.step_ns(job, gpus, factors))
+        jitter = (stragglers.op_jitter_sigma, rng.randrange(1 << 31)) if stragglers.op_jitter_sigma else None
+        step, busiest = steps.step_and_busiest(job, gpus, factors, jitter)
+        times.append(step)
+        if step <= nominal:
+            continue
+        if jitter:
+            pace[gpus[busiest]] = pace.get(gpus[busiest], 0) + 1
+            continue
         slowest = max((factors.get(gpu, 1.0) for gpu in gpus), default=1.0)
-        if times[-1] > nominal:
-            for gpu in gpus:
-                if factors.get(gpu, 1.0) == slowest:
-                    pace[gpu] = pace.get(gpu, 0) + 1
-    return {"job": job.name, "draws": len(times), "nominal_step_ns": nominal,
+        for gpu in gpus:
+            if factors.get(gpu, 1.0) == slowest:
+                pace[gpu] = pace.get(gpu, 0) + 1
+    return {"job": job.name, "draws": len(times), "op_jitter_sigma": stragglers.op_jitter_sigma,
+            "nominal_step_ns": nominal,
             "median_step_ns": percentile(times, 50), "p95_step_ns": percentile(times, 95),
             "p99_step_ns": percentile(times, 99), "max_step_ns": max(times),
             "mean_slowdown": sum(times) / len(times) / nominal if nominal else 1.0,
