@@ -26,7 +26,8 @@ def config(tmp_path):
     return make
 
 
-RING_SWITCH = "topology: [ Ring, Switch ]\nnpus_count: [ 4, 2 ]\nbandwidth: [ 100.0, 50.0 ]\nlatency: [ 500.0, 1000.0 ]\n"
+RING_SWITCH = ("topology: [ Ring, Switch ]\nnpus_count: [ 4, 2 ]\nbandwidth: [ 100.0, 50.0 ]\n"
+               "latency: [ 500.0, 1000.0 ]\n")
 FULL = "topology: [ FullyConnected ]\nnpus_count: [ 4 ]\nbandwidth: [ 90.0 ]\nlatency: [ 500.0 ]\n"
 
 
