@@ -1,4 +1,4 @@
-"""docs/energy.md's energy-optimal layout script runs and prints what the page shows."""
+"""docs/energy.md's examples (the power cap, the energy-optimal layout, the 100k-GPU site) print what the page shows."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "energy.md"
 
@@ -42,3 +44,29 @@ def test_power_cap_example_prints_what_the_page_shows(tmp_path):
     assert f"{e0['gpu_energy_per_token_mj']:.2f} -> {e1['gpu_energy_per_token_mj']:.2f} mJ" in section
     assert f"{e0['it_energy_per_token_mj']:.2f} -> {e1['it_energy_per_token_mj']:.2f} mJ" in section
     assert f"{e1['clock_mhz']['gemm']:.0f} MHz" in section and f"{e1['clock_mhz']['attention']:.0f} MHz" in section
+
+
+@pytest.mark.slow
+def test_site_example_prints_what_the_page_shows(tmp_path):
+    """The 100k-GPU GB200 site (about 25 s of CPU: one folded rank of 100,008)."""
+    section = DOC.read_text(encoding="utf-8").split("## Example: a 100k-GPU GB200 site at the wall", 1)[1]
+    section = section.split("## Validation", 1)[0]
+    commands = re.search(r"```sh\n(.*?)```", section, re.S).group(1).strip().splitlines()
+    shown = re.search(r"```text\n(.*?)```", section, re.S).group(1)
+    from astra_sim import simulate
+    from astra_workload_generators import LlmSpec, generate_llm_workload
+
+    assert commands == ["astra workload llm --preset llama3-70b --tp 8 --dp 12501 --zero 1 --layers 4 --seq-len 8192 "
+                        "--micro-batches 4 -o site",
+                        "astra run --workload-configuration site --platform gb200-nvl72 --nodes 1389 -o site.json"]
+    prefix = str(tmp_path / "site")
+    generate_llm_workload(LlmSpec(preset="llama3-70b", tp=8, dp=12501, zero=1, layers=4, seq_len=8192,
+                                  micro_batches=4), prefix)
+    e = simulate(workload=prefix, platform="gb200-nvl72", nodes=1389).stats["energy"]
+    assert e["gpus"] == 100008 and e["summary_line"] + "\n" == shown
+    rest = sum(e["system_power_w_per_gpu"].values())
+    assert rest == 390 and e["peak_power_w_cluster"] == pytest.approx(100008 * (1000 + rest))
+    assert f"{e['peak_power_w_cluster'] / 1e6:.1f} MW IT, **{e['peak_power_w_cluster'] * 1.58 / 1e6:.1f} MW at the wall" in section
+    assert f"{e['peak_power_w_cluster'] * 1.1 / 1e6:.1f} MW at a liquid-cooled" in section
+    assert f"{e['mean_power_w_cluster'] / 1e6:.1f} MW IT, **{e['mean_power_w_cluster'] * 1.58 / 1e6:.1f} MW at the wall" in section
+    assert f"GPUs average\n  {e['mean_power_w_per_gpu']:.0f} W" in section
