@@ -40,16 +40,50 @@ def _direct(cache, cfg):
     from astra_sweep.search import _options
 
     ranks = cache._compute(_options(cfg), cfg.micro_batches)
-    return max(max(compute, longest) for compute, longest in ranks.values())
+    edged = cfg.virtual_stages == 1
+    return max(max(compute, longest, compute + edge if edged else 0) for compute, longest, edge in ranks.values())
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(micro_batches=6), dict(virtual_stages=2, micro_batches=4),
-                                dict(tp=4, dp=1, micro_batch_size=2, recompute=True)])
+                                dict(tp=4, dp=1, micro_batch_size=2, recompute=True),
+                                dict(tp=2, pp=4, dp=1, micro_batches=12)])
 def test_terms_extrapolate_to_the_layout(kw, tmp_path):
-    """Two small generations (m = 1, 2, VP 1) give the layout's own bound: linear in m, the same for any VP."""
+    """Two small generations (m = 1, 2, VP 1) give the layout's own bound: linear in m (the pipeline's edge
+    too), the same for any VP (without the edge)."""
     cache = BoundCache(SOURCE, "h100-sxm", 8, disk=False)
     cfg = _cfg(**kw)
-    assert cache.terms(cfg).bound_ns(cfg.micro_batches) == _direct(cache, cfg)
+    assert cache.terms(cfg).bound_ns(cfg.micro_batches, cfg.virtual_stages) == _direct(cache, cfg)
+
+
+def test_the_pipeline_edge_tightens_the_bound():
+    """PP 4: the fill and drain count (the bound rises above the busiest rank's chain); PP 1 has no edge."""
+    cache = BoundCache(SOURCE, "h100-sxm", 8, disk=False)
+    piped = cache.terms(_cfg(tp=2, pp=4, dp=1, micro_batches=8))
+    assert piped.bound_ns(8) > piped.bound_ns(8, 0) > 0
+    flat = cache.terms(_cfg(tp=2, pp=1, dp=4, micro_batches=8))
+    assert flat.bound_ns(8) == flat.bound_ns(8, 0)
+
+
+def _graph(*ranks):
+    """{rank: [(id, cost, on the compute slot, deps, p2p)]} from (id, cost, deps, p2p) tuples; cost > 0 is
+    compute."""
+    return {r: [(i, c, c > 0, tuple(d), p) for i, c, d, p in nodes] for r, nodes in enumerate(ranks)}
+
+
+def test_pipeline_edges_by_hand():
+    """Two stages, one micro-batch: stage 1 waits for stage 0's forward (10) and stage 0 for stage 1's
+    backward (7 + 5): each rank's edge is the other's work on the chain (a cycle gives none; an unmatched
+    receive joins nothing)."""
+    from astra_sweep.bound import pipeline_edges
+
+    stage0 = [(0, 10, [], None), (1, 0, [0], ("send", 0, 1, 0)), (2, 0, [1], ("recv", 1, 0, 1)),
+              (3, 20, [2], None)]
+    stage1 = [(0, 0, [], ("recv", 0, 1, 0)), (1, 7, [0], None), (2, 5, [1], None), (3, 0, [2], ("send", 1, 0, 1))]
+    assert pipeline_edges(_graph(stage0, stage1)) == {0: 12, 1: 30}
+    cycle = [(0, 0, [1], None), (1, 3, [0], None)]
+    assert pipeline_edges(_graph(cycle)) == {}
+    lonely = [(0, 0, [], ("recv", 5, 0, 9)), (1, 4, [0], None)]
+    assert pipeline_edges(_graph(lonely)) == {0: 0}
 
 
 def test_collectives_in_a_node_count_and_others_do_not():
@@ -142,3 +176,31 @@ def test_a_rerun_resumes_its_points_and_keeps_them(tmp_path, capsys):
     again = json.loads(capsys.readouterr().out)
     assert again["ranked"] == first["ranked"] and again["pruned"] == []
     assert sorted(points.read_text().splitlines()) == sorted(before.splitlines())  # same rows, none re-run
+
+
+#: pipeline layouts of the 8-GPU search's model (VP 1: the edge counts), sampled by test_bound_holds_on_random_layouts
+PIPELINES = [dict(tp=tp, pp=pp, dp=8 // (tp * pp), micro_batches=m, micro_batch_size=b)
+             for tp in (1, 2) for pp in (2, 4) for m in (pp, 2 * pp + 1) for b in (1, 2) if tp * pp <= 8]
+
+
+@pytest.mark.parametrize("seed", [pytest.param(0, marks=pytest.mark.slow), pytest.param(1, marks=pytest.mark.slow),
+                                  2])
+def test_bound_holds_on_random_layouts(seed, tmp_path):
+    """A random pipeline layout, simulated as the search does (hgx-h100, NCCL collectives): its bound, with the
+    pipeline's edge, is at most the simulated step, and above the bound without the edge."""
+    import random
+
+    from astra_sim import simulate
+
+    from astra_sweep.search import _options
+    from astra_workload_generators.llm import LlmSpec, generate_llm_workload
+
+    cfg = _cfg(**random.Random(seed).choice(PIPELINES))
+    terms = BoundCache(SOURCE, "h100-sxm", 8, disk=False).terms(cfg)
+    prefix = str(tmp_path / "w")
+    generate_llm_workload(LlmSpec.from_mapping({**SOURCE, **_options(cfg)}, "workload.llm"), prefix,
+                          on_warning=lambda _: None)
+    report = simulate(workload=prefix, platform="hgx-h100", platform_collective="nccl",
+                      comm_groups=f"{prefix}.groups.json", breakdown=False)
+    step = report.max_finish_ns
+    assert terms.bound_ns(cfg.micro_batches, 0) < terms.bound_ns(cfg.micro_batches) <= step, _options(cfg)

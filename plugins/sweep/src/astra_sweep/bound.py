@@ -7,8 +7,12 @@ depends on have finished, so the step lasts at least the rank's longest chain of
 gpu compute model's cost and each collective whose group lies in one node at the NCCL model's time for its size
 (``--platform-collective nccl``, the search's default: the simulated phase waits that time once its peers have
 joined; Megatron's tensor-parallel all-gathers and reduce-scatters block the next GEMM, so they lie on the chain).
-Other communication counts 0; pipeline bubbles, host launches and contention can only add. The bound is the
-busiest rank's ``fixed + m x per_micro_batch``: both sums are linear in the micro-batch count ``m`` (every
+Other communication counts 0; host launches and contention can only add. Across pipeline stages, the
+representative ranks' traces are joined at their sends and receives (:func:`pipeline_edges`): a rank's compute
+cannot start before the first micro-batch has come through the earlier stages, and the step cannot end before the
+last backward has gone back through them, so without virtual stages the bound also holds the rank's compute plus
+that fill and drain (its ``pipeline_*`` terms, linear in ``m`` too). The bound is the
+busiest rank's ``fixed + m x per_micro_batch``: the sums are linear in the micro-batch count ``m`` (every
 micro-batch is the same graph, chained in schedule order; the optimizer and the step's other fixed work come
 once), so two small generations (``m`` = 1 and 2, VP 1) give both terms, whatever ``m`` the layout has; virtual
 stages regroup a rank's layers into chunks without changing them. tests/test_search_bound.py holds these claims
@@ -29,33 +33,110 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from astra_sim.errors import AstraError
 
 #: bumped when what the terms measure changes: the disk cache's entries of another version are not read
-TERMS_VERSION = 2
+TERMS_VERSION = 3
 
 
 @dataclass(frozen=True)
 class StepTerms:
     """Per-rank work of a layout that nothing overlaps (its longest chain, or its compute when that is longer):
     ``fixed_ns`` once per step, ``per_micro_batch_ns`` per micro-batch (each rank class's representative, by
-    rank)."""
+    rank); its compute with the pipeline's edge (:func:`pipeline_edges`; valid without virtual stages) as
+    ``pipeline_fixed_ns`` and ``pipeline_per_micro_batch_ns``."""
 
     fixed_ns: dict
     per_micro_batch_ns: dict
+    pipeline_fixed_ns: dict = field(default_factory=dict)
+    pipeline_per_micro_batch_ns: dict = field(default_factory=dict)
 
-    def bound_ns(self, micro_batches):
-        """The busiest rank's: a lower bound on the simulated step (int ns)."""
-        return max(self.fixed_ns[r] + micro_batches * self.per_micro_batch_ns[r] for r in self.fixed_ns)
+    def bound_ns(self, micro_batches, virtual_stages=1):
+        """The busiest rank's: a lower bound on the simulated step (int ns). With virtual stages (or 0: none
+        asked) the pipeline's edge is not counted (it was measured on whole stages, longer than a virtual
+        stage's chunk)."""
+        out = max(self.fixed_ns[r] + micro_batches * self.per_micro_batch_ns[r] for r in self.fixed_ns)
+        if virtual_stages == 1 and self.pipeline_fixed_ns:
+            out = max(out, max(self.pipeline_fixed_ns[r] + micro_batches * self.pipeline_per_micro_batch_ns[r]
+                               for r in self.pipeline_fixed_ns))
+        return out
+
+
+def pipeline_edges(graphs):
+    """{rank: edge ns}: how much a rank's compute is extended by the time before it can start and after it ends.
+
+    ``graphs``: {rank: [(node id, cost ns, on the GPU-compute slot, deps, p2p key)]} of some ranks (the
+    representatives of a compact workload). A send and a receive with the same (src, dst, tag), the only such pair
+    among these ranks, are joined: the receive completes no earlier than the send is issued, and the send is
+    issued no earlier than its dependencies finish (a send costs 0 here, its time is its issue). Over this graph
+    (dependencies, joined pairs, costs as in :class:`BoundCache`) ``head(n)`` is the longest path before node
+    ``n`` starts and ``tail(n)`` the longest path after it ends: every path is a chain of waits that the
+    simulation also makes, so ``n`` starts no earlier than ``head(n)`` and the step lasts at least
+    ``tail(n)`` after ``n`` ends.
+
+    Why ``min head(S) + cost(S) + min tail(S)`` is a lower bound on the step for any set ``S`` of one rank's
+    compute nodes: they share one GPU-compute slot, so they run one at a time; the first of them starts at
+    ``min head(S)`` or later, the last ends ``cost(S)`` after that or later, and the step lasts its ``tail``
+    more, at least ``min tail(S)``. With ``S`` the ``k`` compute nodes of longest tail (each ``k`` tried), the
+    edge is the best ``min head(S) + min tail(S) - cost(not S)``, so ``edge + compute`` bounds the step. In a
+    1F1B pipeline the last stage's edge is the fill and drain (``pp - 1`` stages' forward of the first
+    micro-batch, their backward of the last) less its optimizer, which ends the step; without joined pairs
+    (one stage) the edge is 0. A cycle (never in a workload that finishes) gives no edge.
+    """
+    sends, recvs = {}, {}
+    for rank, graph in graphs.items():
+        for node_id, _, _, _, p2p in graph:
+            if p2p is not None:
+                (sends if p2p[0] == "send" else recvs).setdefault(p2p[1:], []).append((rank, node_id))
+    joined = {recvs[key][0]: found[0] for key, found in sends.items()
+              if len(found) == 1 and len(recvs.get(key, ())) == 1}
+    cost, preds, succs = {}, {}, {}
+    for rank, graph in graphs.items():
+        ids = {node_id for node_id, *_ in graph}
+        for node_id, c, _, deps, _ in graph:
+            n = (rank, node_id)
+            cost[n] = c
+            preds[n] = [(rank, d) for d in deps if d in ids] + ([joined[n]] if n in joined else [])
+            for p in preds[n]:
+                succs.setdefault(p, []).append(n)
+    waiting = {n: len(p) for n, p in preds.items()}
+    order = [n for n, count in waiting.items() if count == 0]
+    for n in order:  # topological order (the list grows as nodes become free)
+        for s in succs.get(n, ()):
+            waiting[s] -= 1
+            if waiting[s] == 0:
+                order.append(s)
+    if len(order) != len(cost):
+        return {}
+    finish, tail = {}, {}
+    for n in order:
+        finish[n] = max((finish[p] for p in preds[n]), default=0) + cost[n]
+    for n in reversed(order):
+        tail[n] = max((cost[s] + tail[s] for s in succs.get(n, ())), default=0)
+    out = {}
+    for rank, graph in graphs.items():
+        nodes = sorted(((tail[(rank, i)], finish[(rank, i)] - c, c) for i, c, on_slot, _, _ in graph if on_slot),
+                       reverse=True)
+        best, head, outside = 0, None, sum(c for _, _, c in nodes)
+        for t, start, c in nodes:  # S grows by the next longest tail: min tail(S) is t
+            head = start if head is None else min(head, start)
+            outside -= c
+            best = max(best, head + t - outside)
+        out[rank] = int(best)
+    return out
+
+
+#: StepTerms' fields, as the disk cache keeps them
+_FIELDS = ("fixed_ns", "per_micro_batch_ns", "pipeline_fixed_ns", "pipeline_per_micro_batch_ns")
 
 
 def pipeline_estimate(terms, cfg):
-    """The bound plus the pipeline's bubble, ``(pp - 1) / vp`` micro-batches of the least loaded rank's work: an
-    estimate (int ns), for ordering the candidates only."""
+    """The bound without the edge plus the pipeline's bubble, ``(pp - 1) / vp`` micro-batches of the least loaded
+    rank's work, or the bound when that is larger: an estimate (int ns), for ordering the candidates only."""
     bubble = (cfg.pp - 1) * min(terms.per_micro_batch_ns.values()) // cfg.virtual_stages
-    return terms.bound_ns(cfg.micro_batches) + bubble
+    return max(terms.bound_ns(cfg.micro_batches, 0) + bubble, terms.bound_ns(cfg.micro_batches, cfg.virtual_stages))
 
 
 def _cache_dir():
@@ -134,20 +215,22 @@ class BoundCache:
             if set(one) != set(two):
                 self.memory[key] = None
                 return None
-            # a rank's terms: its longest path where it exceeds its compute in both generations, else its compute
+            # a rank's terms: its longest path where it exceeds its compute in both generations, else its compute;
+            # its compute with the pipeline's edge (which grows by the same amount with each micro-batch)
             i = {r: 1 if one[r][1] > one[r][0] and two[r][1] > two[r][0] else 0 for r in one}
+            edged = {r: (one[r][0] + one[r][2], two[r][0] + two[r][2]) for r in one}
             found = StepTerms({r: 2 * one[r][i[r]] - two[r][i[r]] for r in one},
-                              {r: two[r][i[r]] - one[r][i[r]] for r in one})
+                              {r: two[r][i[r]] - one[r][i[r]] for r in one},
+                              {r: 2 * a - b for r, (a, b) in edged.items()}, {r: b - a for r, (a, b) in edged.items()})
             self.generated += 1
             self._store(key, found)
         self.memory[key] = found
         return found
 
     def _compute(self, options, micro_batches):
-        """{rank: (compute ns, longest path ns)} of the layout generated with ``micro_batches``: the GPU-compute
-        slot's sum, and the longest chain of dependencies with compute and in-node collectives at their costs."""
-        from astra_sim.chakra import types as T
-        from astra_sim.chakra.reader import read_et
+        """{rank: (compute ns, longest path ns, edge ns)} of the layout generated with ``micro_batches``: the
+        GPU-compute slot's sum, the rank's longest chain of dependencies with compute and in-node collectives at
+        their costs, and the pipeline's edge (:func:`pipeline_edges`) over the representative ranks' traces."""
         from astra_sim.workload.compact import read_compact_workload
         from astra_workload_generators.llm import LlmSpec, generate_llm_workload
 
@@ -159,20 +242,37 @@ class BoundCache:
             generate_llm_workload(LlmSpec.from_mapping(mapping, "workload.llm"), prefix, on_warning=lambda _: None)
             with open(f"{prefix}.groups.json") as handle:
                 groups = json.load(handle)
-            out = {}
-            for rank, path in read_compact_workload(prefix).traces.items():
-                finish, compute = {}, 0
-                for node in read_et(path, keep_raw=False).nodes:
-                    cost = 0
-                    if node.type == T.COMP_NODE and not node.attrs.get("is_cpu_op"):  # CPU ops use the CPU slot
-                        cost = int(self.model.compute_time_ns(node, rank) or 0)
-                        compute += cost
-                    elif node.type == T.COMM_COLL_NODE:
-                        cost = self._collective_ns(node, groups)
-                    deps = [finish[d] for d in (*node.data_deps, *node.ctrl_deps) if d in finish]
-                    finish[node.id] = max(deps, default=0) + cost
-                out[int(rank)] = (compute, int(max(finish.values(), default=0)))
+            graphs = {int(rank): self._graph(path, int(rank), groups)
+                      for rank, path in read_compact_workload(prefix).traces.items()}
+        edges = pipeline_edges(graphs)
+        out = {}
+        for rank, graph in graphs.items():
+            finish = {}
+            for node_id, cost, is_compute, deps, _ in graph:
+                finish[node_id] = max((finish[d] for d in deps if d in finish), default=0) + cost
+            compute = sum(cost for _, cost, is_compute, _, _ in graph if is_compute)
+            out[rank] = (compute, int(max(finish.values(), default=0)), edges.get(rank, 0))
         return out
+
+    def _graph(self, path, rank, groups):
+        """A rank's trace as [(node id, cost ns, on the GPU-compute slot, deps, p2p key)] in file order; the
+        p2p key is ("send" | "recv", src, dst, tag) for point-to-point nodes, else None."""
+        from astra_sim.chakra import types as T
+        from astra_sim.chakra.reader import read_et
+
+        graph = []
+        for node in read_et(path, keep_raw=False).nodes:
+            cost, is_compute, p2p = 0, False, None
+            if node.type == T.COMP_NODE and not node.attrs.get("is_cpu_op"):  # CPU ops use the CPU slot
+                cost, is_compute = int(self.model.compute_time_ns(node, rank) or 0), True
+            elif node.type == T.COMM_COLL_NODE:
+                cost = self._collective_ns(node, groups)
+            elif node.type in (T.COMM_SEND_NODE, T.COMM_RECV_NODE):
+                send = node.type == T.COMM_SEND_NODE
+                p2p = ("send" if send else "recv", node.attrs.get("comm_src", rank if send else None),
+                       node.attrs.get("comm_dst", None if send else rank), node.attrs.get("comm_tag"))
+            graph.append((node.id, cost, is_compute, (*node.data_deps, *node.ctrl_deps), p2p))
+        return graph
 
     def _collective_ns(self, node, groups):
         """The NCCL model's time of a collective whose group lies in one node (what the simulated phase waits,
@@ -200,8 +300,7 @@ class BoundCache:
         try:
             with open(path) as handle:
                 data = json.load(handle)
-            return StepTerms({int(r): int(v) for r, v in data["fixed_ns"].items()},
-                             {int(r): int(v) for r, v in data["per_micro_batch_ns"].items()})
+            return StepTerms(*({int(r): int(v) for r, v in data[name].items()} for name in _FIELDS))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):  # absent or unreadable: compute it again
             return None
 
@@ -212,7 +311,7 @@ class BoundCache:
 
         path = os.path.join(self.disk, key[:2], key + ".json")
         try:
-            write_text_atomic(path, json.dumps({"units": {"time": "ns"}, "fixed_ns": terms.fixed_ns,
-                                                "per_micro_batch_ns": terms.per_micro_batch_ns}))
+            write_text_atomic(path, json.dumps({"units": {"time": "ns"},
+                                                **{name: getattr(terms, name) for name in _FIELDS}}))
         except OSError:  # a read-only home: the cache is only an optimisation
             pass

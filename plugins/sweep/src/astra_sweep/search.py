@@ -347,7 +347,7 @@ def _bounds(fit, source, platform, args):
     for cfg in fit:
         terms = cache.terms(cfg)
         if terms is not None:
-            out[id(cfg)] = (terms.bound_ns(cfg.micro_batches), pipeline_estimate(terms, cfg))
+            out[id(cfg)] = (terms.bound_ns(cfg.micro_batches, cfg.virtual_stages), pipeline_estimate(terms, cfg))
     print(f"bounded {len(out)} of {len(fit)} layouts in {time.perf_counter() - started:.1f} s (busiest rank's "
           f"compute and in-node collectives; {cache.generated} computed, the rest shared or cached)")
     return out
