@@ -332,3 +332,15 @@ def test_grad_buffer_and_fp8_params_read_from_a_mapping_are_checked(buffer, fp8,
         assert any(word in str(exc) for word in ("grad-buffer", "fp8-params"))
         return
     assert summary["memory_peak_bytes"] > 0
+
+
+def test_serving_keeps_the_logits_of_each_sequences_last_position_only():
+    """--logits last (astra serve, vLLM): fp32 logits of one position per sequence, not of every prompt token."""
+    from astra_workload_generators.llm import LlmSpec
+
+    def activations(logits):
+        dims, cfg = LlmSpec(model="llama3.1-8b", mode="prefill", batch_size=2, prompt_len=1000,
+                            logits=logits).resolve(on_warning=lambda line: None)
+        return peak_memory(dims, cfg).activations
+
+    assert activations("all") - activations("last") == 4 * (2 * 1000 - 2) * 128256

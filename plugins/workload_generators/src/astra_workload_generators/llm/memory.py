@@ -324,7 +324,9 @@ def _activation_peak(dims, cfg, p, units, framework):
     if cfg.inference:  # nothing is kept for a backward pass: one layer's working set, and the logits
         largest = max(layer_bytes(i) for _, _, layers in units.values() for i in layers)
         logits = any(last for _, last, _ in units.values())
-        return largest + (4 * tokens * vocab if logits else 0), 0, 1
+        # fp32 logits of every position, or of each sequence's last one (--logits last: serving, vLLM's profile)
+        rows = cfg.micro_batch_size if cfg.logits == "last" else tokens
+        return largest + (4 * rows * vocab if logits else 0), 0, 1
     # a recomputed layer's full activations exist while it runs its backward (unfused: with its scores)
     full = "none" if cfg.attention == "unfused" else "selective"
     recomputing = max(layer_activation_bytes(dims, cfg, full, dims.is_moe_layer(i), i)
