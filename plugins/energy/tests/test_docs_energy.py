@@ -44,6 +44,17 @@ def test_power_cap_example_prints_what_the_page_shows(tmp_path):
     assert f"{e0['gpu_energy_per_token_mj']:.2f} -> {e1['gpu_energy_per_token_mj']:.2f} mJ" in section
     assert f"{e0['it_energy_per_token_mj']:.2f} -> {e1['it_energy_per_token_mj']:.2f} mJ" in section
     assert f"{e1['clock_mhz']['gemm']:.0f} MHz" in section and f"{e1['clock_mhz']['attention']:.0f} MHz" in section
+    # the 20 % cap bullet (560 W of 700 W)
+    cap20 = simulate(workload=prefix, platform="hgx-h100", power_limit_w=560)
+    e2 = cap20.stats["energy"]
+    t0, t2 = free.max_finish_ns, cap20.max_finish_ns
+    assert (f"GEMMs settle at {e2['clock_mhz']['gemm']:.0f} MHz and attention at {e2['clock_mhz']['attention']:.0f} "
+            "MHz") in section
+    assert f"{t0 / 1e6:.2f} ms -> {t2 / 1e6:.2f} ms ({100 * (t2 / t0 - 1):+.1f} %)" in section
+    assert f"{e0['gpu_energy_mj'] / 1000:.1f} J -> {e2['gpu_energy_mj'] / 1000:.1f} J " \
+           f"({100 * (e2['gpu_energy_mj'] / e0['gpu_energy_mj'] - 1):+.1f} %)" in section
+    it0, it2 = e0["it_energy_per_token_mj"], e2["it_energy_per_token_mj"]
+    assert f"{it0:.2f} -> {it2:.2f} mJ\n  ({100 * (it2 / it0 - 1):+.1f} %)" in section
 
 
 @pytest.mark.slow
