@@ -401,7 +401,9 @@ def _run_round(done, base, source, output, folder, args, state, executor, run_sw
     import yaml
 
     spec = {"workload": {"llm": {**source, **_options(base)}},
-            "run": {"platform": args.platform, "platform-collective": args.platform_collective},
+            # no breakdown: a layout's row needs its step, not where each rank's time went (about a tenth of a
+            # point's time on GPT-3 175B), and the step is the same to the ns
+            "run": {"platform": args.platform, "platform-collective": args.platform_collective, "no-breakdown": True},
             "axes": {"zip": {f"workload.llm.{k}": [_options(c)[k] for c in done] for k in _options(base)}}}
     spec_path = os.path.join(folder, "search.yaml")
     with open(spec_path, "w") as handle:
