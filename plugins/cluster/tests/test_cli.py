@@ -85,3 +85,38 @@ def test_failed_links_and_cable_events_on_the_terminal(ring, write_spec, astra_e
     done = subprocess.run([astra_exe, "cluster", event], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "cables routed around: 1 down, 1 back" in done.stdout
+
+
+ANALYTICAL = """
+system: sys.json
+network: net.yml
+gpus_per_node: 4
+placement: contiguous
+corun: false
+failed_links: [[npu0, npu1]]
+jobs:
+  - {name: a, gpus: 4, steps: 20, checkpoint_bytes: 1e6, workload: {micro: {compute: 100}}}
+  - {name: b, gpus: 4, steps: 20, checkpoint_bytes: 1e6, workload: {micro: {compute: 100}}}
+stragglers: {op_jitter_sigma: 0.05, draws: 3}
+failures: {events: [{at_h: 0.0000005, node: 0}, {at_h: 0.0000005, node: 1}]}
+checkpoint: {interval_steps: 5, restart_s: 0.001, storage_read_gb_per_s: 1}
+horizon_h: 1
+"""
+
+
+def test_failed_cable_on_analytical_jitter_and_shared_reads_end_to_end(ring, write_spec, astra_exe, tmp_path):
+    out = tmp_path / "out.json"
+    done = subprocess.run([astra_exe, "cluster", write_spec(ring, ANALYTICAL), "-o", str(out)], capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr
+    assert "failed links (their dimensions' bandwidth lowered): npu0-npu1" in done.stdout
+    assert "3 draws (per-op jitter sigma 0.05): step median" in done.stdout
+    report = json.loads(out.read_text())
+    assert report["stragglers"][0]["op_jitter_sigma"] == 0.05
+    rows = report["timeline"]["jobs"]
+    # both stopped at once: 1 ms of restart, then 1 MB each read at half of 1 GB/s: 2 ms
+    assert [row["restart_ns"] for row in rows] == [3_000_000, 3_000_000]
+    bad = subprocess.run([astra_exe, "cluster", write_spec(ring, ANALYTICAL.replace("npu1]]", "npu2]]"))],
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1
+    assert "key 'failed_links': no link joins 'npu0' and 'npu2'" in bad.stderr

@@ -50,7 +50,8 @@ def print_report(report, output=None, file=None):
     print(f"cluster: {machine}, {c['gpus']} GPUs ({c['gpus_per_node']} per node), network {c['network_backend']}, "
           f"placement {c['placement']}, scheduler {c['scheduler']}, seed {c['seed']}", file=out)
     if c.get("failed_links"):
-        print("  failed links (routed around): " + ", ".join(f"{a}-{b}" for a, b in c["failed_links"][:6])
+        how = "their dimensions' bandwidth lowered" if c["network_backend"] == "analytical" else "routed around"
+        print(f"  failed links ({how}): " + ", ".join(f"{a}-{b}" for a, b in c["failed_links"][:6])
               + (", ..." if len(c["failed_links"]) > 6 else ""), file=out)
     for row in report["placement"]:
         where = (f"{_count(row['gpus'], 'GPU')} on {_count(row['nodes'], 'node')}" if row["placed"] else
@@ -67,7 +68,8 @@ def print_report(report, output=None, file=None):
                                                                                       else "") + ")"), file=out)
     for row in report.get("stragglers", []):
         pace = ", ".join(f"GPU {p['gpu']} ({p['draws']} draws)" for p in row["pace_setters"][:3]) or "none"
-        print(f"stragglers {row['job']}: {row['draws']} draws: step median {format_ns(row['median_step_ns'])}, "
+        jitter = f" (per-op jitter sigma {row['op_jitter_sigma']:g})" if row.get("op_jitter_sigma") else ""
+        print(f"stragglers {row['job']}: {row['draws']} draws{jitter}: step median {format_ns(row['median_step_ns'])}, "
               f"p95 {format_ns(row['p95_step_ns'])}, p99 {format_ns(row['p99_step_ns'])} (nominal "
               f"{format_ns(row['nominal_step_ns'])}); pace set by {pace}", file=out)
     if "timeline" in report:
@@ -81,8 +83,9 @@ def print_report(report, output=None, file=None):
         cables = t.get("cable_events") or []
         if cables:
             down = sum(1 for event in cables if event["down"])
-            print(f"  cables routed around: {down} down, {len(cables) - down} back (jobs ran on at their new "
-                  "steps)", file=out)
+            how = "lowering their dimensions' bandwidth" if c["network_backend"] == "analytical" else "routed around"
+            print(f"  cables {how}: {down} down, {len(cables) - down} back (jobs ran on at their new steps)",
+                  file=out)
         for row in t["jobs"]:
             done = f"done in {format_ns(row['completion_ns'])}" if row["end_ns"] is not None else row["state"]
             good = f", goodput {row['goodput']:.1%}" if row["goodput"] is not None else ""
