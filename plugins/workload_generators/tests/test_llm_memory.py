@@ -344,3 +344,53 @@ def test_serving_keeps_the_logits_of_each_sequences_last_position_only():
         return peak_memory(dims, cfg).activations
 
     assert activations("all") - activations("last") == 4 * (2 * 1000 - 2) * 128256
+
+
+def test_hsdp_shards_within_its_group_and_prefetch_gathers_more_units():
+    """FSDP2 HSDP (--dp-shard 8 of --dp 64) holds what FULL_SHARD over 8 GPUs holds; each unit prefetched beyond
+    the default one adds one layer's bf16 weights."""
+    from astra_workload_generators.llm.model import layer_shards
+
+    dims = model_dims("llama3-8b", layers=4)
+    fsdp = dict(zero=3, framework="fsdp2", reshard_after_forward=True)
+    hsdp = stage_memory(dims, LlmConfig(dp=64, dp_shard=8, **fsdp), 0)
+    full8 = stage_memory(dims, LlmConfig(dp=8, **fsdp), 0)
+    assert (hsdp.weights, hsdp.gradients, hsdp.optimizer) == (full8.weights, full8.gradients, full8.optimizer)
+    assert stage_memory(dims, LlmConfig(dp=64, **fsdp), 0).optimizer * 8 == pytest.approx(hsdp.optimizer, rel=1e-6)
+    layer = sum(layer_shards(dims, LlmConfig(dp=8), False))
+    deeper = stage_memory(dims, LlmConfig(dp=8, fsdp_prefetch=3, **fsdp), 0)
+    assert deeper.weights - full8.weights == 2 * layer * 2  # two more bf16 units
+
+
+def test_dp_shard_and_fsdp_prefetch_end_to_end(capsys):
+    import json
+
+    fsdp = ["--preset", "llama3-8b", "--layers", "4", "--dp", "16", "--zero", "3", "--summary", "--json"]
+    assert main(["workload", "llm", *fsdp]) == 0
+    full = json.loads(capsys.readouterr().out)["memory"]
+    assert main(["workload", "llm", *fsdp, "--dp-shard", "4", "--fsdp-prefetch", "2"]) == 0
+    hsdp = json.loads(capsys.readouterr().out)["memory"]
+    assert hsdp["optimizer"] > 3 * full["optimizer"] and hsdp["weights"] > full["weights"]
+    assert main(["workload", "llm", *fsdp, "--dp-shard", "5"]) == 2
+    assert "--dp-shard 5: HSDP shards over a divisor of --dp 16" in capsys.readouterr().err
+    assert main(["workload", "llm", *SMALL_ARGV, "--fsdp-prefetch", "2", "--summary"]) == 2
+    assert "FSDP2 training memory" in capsys.readouterr().err
+
+
+@given(shard=st.one_of(st.none(), st.integers(-2, 40), st.text(max_size=4)),
+       prefetch=st.one_of(st.integers(-2, 6), st.text(max_size=4)), zero=st.sampled_from([1, 3]))
+@settings(max_examples=40, deadline=None)
+def test_dp_shard_and_fsdp_prefetch_read_from_a_mapping_are_checked(shard, prefetch, zero):
+    """Any --dp-shard / --fsdp-prefetch either resolves or is a ConfigError naming the option."""
+    from astra_sim.errors import ConfigError
+
+    from astra_workload_generators.llm import LlmSpec, llm_summary
+
+    options = {"preset": "gpt3-13b", "layers": 2, "dp": 8, "zero": zero, "dp-shard": shard,
+               "fsdp-prefetch": prefetch}
+    try:
+        summary = llm_summary(LlmSpec.from_mapping(options))
+    except ConfigError as exc:
+        assert any(word in str(exc) for word in ("dp-shard", "fsdp-prefetch")), str(exc)
+        return
+    assert summary["memory_peak_bytes"] > 0

@@ -83,6 +83,8 @@ class LlmConfig:
     grad_buffer: str = "fp32"       # Megatron/NeMo memory: fp32 main gradients, or the "same" as --dtype (NeMo's
     #                                 distributed fused Adam, grad_sync_dtype bf16)
     fp8_params: bool = False        # Megatron/NeMo memory: FP8 primary weights (Transformer Engine), no bf16 copy
+    dp_shard: int = 0               # FSDP2 memory: HSDP, sharded over this many DP ranks, replicated across the rest
+    fsdp_prefetch: int = 1          # FSDP2 memory: units gathered ahead of the one computing (explicit prefetch)
     norm_kernel: str = "fused"      # the norms as one kernel each, or eager PyTorch's "composite" fp32 RMSNorm ops
     pipeline_embedding_layer: bool = False  # the embedding counts as one layer of the pipeline split (see .split)
     pipeline_loss_layer: bool = False  # the loss (LM head, cross entropy) counts as one layer of the split
@@ -210,6 +212,13 @@ def _check(dims: ModelDims, cfg: LlmConfig):
     if (cfg.grad_buffer != "fp32" or cfg.fp8_params) and (cfg.inference or implied_framework(cfg) != "megatron"):
         raise ConfigError("--grad-buffer and --fp8-params are Megatron-LM/NeMo training memory (--framework "
                           "megatron, --zero 0 or 1)")
+    if (cfg.dp_shard or cfg.fsdp_prefetch != 1) and (cfg.inference or implied_framework(cfg) != "fsdp2"):
+        raise ConfigError("--dp-shard and --fsdp-prefetch are FSDP2 training memory (--framework fsdp2, --zero 3)")
+    if cfg.dp_shard and (cfg.dp % cfg.dp_shard or cfg.ep > 1):
+        raise ConfigError(f"--dp-shard {cfg.dp_shard}: HSDP shards over a divisor of --dp {cfg.dp} (and not with "
+                          "--ep)")
+    if cfg.fsdp_prefetch < 0 or cfg.dp_shard < 0:
+        raise ConfigError("--fsdp-prefetch and --dp-shard take a non-negative integer")
     if cfg.fp8_params and cfg.gemm_dtype != "fp8":
         raise ConfigError("--fp8-params needs --gemm-dtype fp8 (the FP8 weights are the GEMMs' operands)")
     if cfg.grad_sync_every_micro_batch and cfg.inference:

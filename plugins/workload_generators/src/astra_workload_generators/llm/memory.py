@@ -242,7 +242,7 @@ def stage_memory(dims: ModelDims, cfg: LlmConfig, p: int) -> MemoryEstimate:
             dense, expert = dense + dims.mtp_layers * md, expert + dims.mtp_layers * me
             linear += dims.mtp_layers * (md + me)
     params = dense + expert
-    dp_group = cfg.dp * cfg.cp
+    dp_group = (cfg.dp_shard or cfg.dp) * cfg.cp  # HSDP (--dp-shard): sharded within its shard group only
     edp_group = cfg.dp // cfg.ep * cfg.cp
 
     def sharded(count, bytes_per):

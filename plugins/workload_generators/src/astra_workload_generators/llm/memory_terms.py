@@ -80,8 +80,8 @@ def model_states(framework, cfg, params, units, edges, sharded):
         # fp32 sharded parameters (the optimizer's master copy), bf16 compute copies of the root (embedding, LM
         # head) and of the units gathered at a time; fp32 sharded gradients and Adam moments. Beside them, the
         # unit being reduced: its unsharded gradient in --dtype and the fp32 copy reduce-scattered.
-        if cfg.reshard_after_forward:
-            gathered = (edges + 2 * largest) * nb
+        if cfg.reshard_after_forward:  # the unit computing and the --fsdp-prefetch units gathered ahead of it
+            gathered = (edges + (1 + cfg.fsdp_prefetch) * largest) * nb
         else:
             gathered = params * nb
         master = 0 if nb >= 4 else sharded(params, 4)

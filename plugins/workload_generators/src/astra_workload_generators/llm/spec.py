@@ -95,6 +95,8 @@ class LlmSpec:
     loss_dtype: str = "fp32"            # fp32 | same: the precision the loss works on the logits in (memory)
     grad_buffer: str = "fp32"           # fp32 | same: Megatron/NeMo's gradient buffer dtype (memory)
     fp8_params: bool = False            # Megatron/NeMo: FP8 primary weights (memory)
+    dp_shard: int | None = None         # FSDP2 HSDP: the shard group's size (memory)
+    fsdp_prefetch: int = 1              # FSDP2: units prefetched (memory)
     norm_kernel: str = "fused"          # fused | composite: how the norms run (see --norm-kernel)
     recompute: str | None = None        # None, "full" or "selective"
     # kernels and precision
@@ -242,7 +244,8 @@ class LlmSpec:
                         gemm_dtype=self.gemm_dtype, inference_elementwise=self.inference_elementwise,
                         overlap_param_gather=self.overlap_param_gather, tp_comm_overlap=self.tp_comm_overlap,
                         reshard_after_forward=reshard, framework=self.framework, loss_dtype=self.loss_dtype,
-                        grad_buffer=self.grad_buffer, fp8_params=self.fp8_params,
+                        grad_buffer=self.grad_buffer, fp8_params=self.fp8_params, dp_shard=self.dp_shard or 0,
+                        fsdp_prefetch=self.fsdp_prefetch,
                         norm_kernel=self.norm_kernel,
                         grad_sync_every_micro_batch=self.grad_sync_every_micro_batch,
                         moe_capacity_factor=self.moe_capacity_factor,
@@ -519,6 +522,13 @@ def _add_flags(p):
                    help="training memory under Megatron-LM/NeMo with --gemm-dtype fp8: the linear layers' weights "
                    "are held in FP8 only (Transformer Engine's fp8_model_init, NeMo fp8_params), not in --dtype "
                    "beside their FP8 copy; the fp32 master weights stay in the optimizer")
+    p.add_argument("--dp-shard", type=positive_int, default=None, metavar="N",
+                   help="training memory under FSDP2: HSDP, parameters, gradients and optimizer states sharded over "
+                   "N of the --dp ranks and replicated across --dp/N (torchtitan's data_parallel_shard_degree; "
+                   "default: all of them, FULL_SHARD). The generated step's collectives stay FULL_SHARD's")
+    p.add_argument("--fsdp-prefetch", type=non_negative_int, default=1, metavar="N",
+                   help="training memory under FSDP2: units gathered ahead of the one computing (default 1, FSDP2's "
+                   "implicit prefetch; more with set_modules_to_forward_prefetch)")
     p.add_argument("--hbm-gb", type=positive_float, metavar="GB",
                    help="with --summary: the device's memory as its datasheet states it (80 for an 80 GB H100; read "
                    "as GiB, as the GPU presets are) to check the estimate against: the "
