@@ -87,7 +87,7 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
         vocab = padded_vocab(dims, cfg.tp) // cfg.tp
         n, h = self.tokens, dims.hidden
         M = cfg.micro_batches
-        # torchtitan's op-level selective checkpointing: part of each dense layer's forward again (layer_recompute_op_sac)
+        # torchtitan's op-level selective checkpointing: part of each dense layer's forward again
         op_sac = cfg.recompute_selective and cfg.framework == "fsdp2" and not cfg.inference  # (given, not implied)
         # the parameters trained: {unit: (dense, expert) on this rank}; LoRA: the adapters only
         params = {"embedding": (vocab * h, 0), "head": (vocab * h, 0)}
