@@ -19,6 +19,8 @@ def cluster_report(placement, completions, goodputs, corun=True):
     done = [c for c in completions if c is not None]
     report = {"cluster": {"placement": placement, "scheduler": "fifo"}, "placement": [],
               "timeline": {"jobs": jobs, "mean_completion_ns": sum(done) // len(done), "cluster_goodput": 0.5}}
+    report["stragglers"] = [{"job": "j0", "nominal_step_ns": 1_000_000, "p99_step_ns": 1_300_000,
+                             "step_ns_by_draw": [1_100_000, 1_300_000, 1_050_000]}]
     if corun:
         report["corun"] = {"jobs": [{"job": "j0", "slowdown": 1.0}, {"job": "j1", "slowdown": 1.9}],
                            "shared_links": [{"src": "a", "dst": "b"}]}
@@ -32,7 +34,7 @@ def test_two_cluster_reports_side_by_side(tmp_path, capsys):
         path.write_text(json.dumps(cluster_report(name, completions, [1.0, 0.5 if completions[1] else None])))
         paths.append(str(path))
     assert main(["plot", *paths, "-o", str(tmp_path / "figs")]) == 0
-    for name in ("cluster_jobs", "cluster_slowdown"):
+    for name in ("cluster_jobs", "cluster_slowdown", "cluster_steps"):
         assert (tmp_path / "figs" / f"{name}.png").stat().st_size > 1000
     assert "wrote" in capsys.readouterr().out
 

@@ -3,7 +3,9 @@ report, e.g. two placement policies on the same spec).
 
 * ``cluster_jobs.png`` (reports with a ``timeline``): each job's completion time (h) and goodput (%), and the
   cluster's goodput and mean completion;
-* ``cluster_slowdown.png`` (reports with a ``corun``): each job's step together against alone.
+* ``cluster_slowdown.png`` (reports with a ``corun``): each job's step together against alone;
+* ``cluster_steps.png`` (reports with ``stragglers``): each job's step over the draws (stragglers, per-op
+  jitter) against its nominal step, with the p99.
 
 A cluster report is recognised by its ``cluster`` and ``placement`` keys. Reports keep integer ns; the figures
 show hours and percent."""
@@ -101,6 +103,42 @@ def slowdown_figure(reports, labels):
     return fig
 
 
+def steps_figure(reports, labels):
+    """Each job's step (ms) in every draw, its nominal step and its p99, one colour per report; None when no report
+    has a stragglers study."""
+    studies = [(r["stragglers"], label) for r, label in zip(reports, labels) if isinstance(r.get("stragglers"), list)
+               and r["stragglers"]]
+    if not studies:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = []
+    for rows, _label in studies:
+        names += [row["job"] for row in rows if row["job"] not in names]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    width = 0.8 / len(studies)
+    for i, (rows, label) in enumerate(studies):
+        colour = f"C{i}"
+        for row in rows:
+            x = names.index(row["job"]) + (i - (len(studies) - 1) / 2) * width
+            draws = [ns / 1e6 for ns in row.get("step_ns_by_draw") or ()]
+            ax.scatter([x] * len(draws), draws, s=10, alpha=0.5, color=colour,
+                       label=label if row is rows[0] else None)
+            ax.hlines(row["nominal_step_ns"] / 1e6, x - width / 2, x + width / 2, color="black", linewidth=1)
+            ax.scatter([x], [row["p99_step_ns"] / 1e6], marker="_", s=200, color=colour)
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels(names, rotation=20, fontsize=8)
+    ax.set_ylabel("step (ms): each draw; black: nominal; bar: p99")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.suptitle("astra cluster: step-time distribution over straggler draws", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
 def cluster_plan(paths):
     """The figures of the cluster reports of ``paths``: ``(name, draw, note)`` for ``astra plot`` to draw in turn."""
     reports, labels = [], []
@@ -113,7 +151,9 @@ def cluster_plan(paths):
     return [("cluster_jobs", lambda: jobs_figure(reports, labels),
              "no report has a timeline (horizon_h): no cluster_jobs.png"),
             ("cluster_slowdown", lambda: slowdown_figure(reports, labels),
-             "no report has a corun (corun: false): no cluster_slowdown.png")]
+             "no report has a corun (corun: false): no cluster_slowdown.png"),
+            ("cluster_steps", lambda: steps_figure(reports, labels),
+             "no report has a stragglers study: no cluster_steps.png")]
 
 
 def _hours(ns):
