@@ -5,6 +5,7 @@ terms those cases showed missing (a tied LM head held once, the GEMM workspaces)
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -88,9 +89,18 @@ def test_astra_run_accepts_a_published_run_by_default(tmp_path, capsys):
     prefix = str(tmp_path / "w")
     assert main(["workload", "llm", *case.workload, "-o", prefix]) == 0
     report = tmp_path / "r.json"
+    capsys.readouterr()
     assert main(["run", "--platform", case.platform, "--compute-model", "gpu", "--workload-configuration", prefix,
-                 "-q", "--report-json", str(report)]) == 0
-    assert "out of memory" not in capsys.readouterr().err
+                 "--report-json", str(report)]) == 0
+    out = capsys.readouterr()
+    assert "out of memory" not in out.err
+    memory = json.loads(report.read_text())["settings"]["memory"]
+    assert memory["margin_bytes"] == memory["hbm_capacity_bytes"] - memory["peak_bytes"] > 0
+    # the terminal shows the peak with its parts, the capacity and the margin
+    line = " ".join((out.out + out.err).split())
+    assert f"memory: {memory['peak_bytes'] / 1e9:.1f} GB per GPU at the peak" in line
+    assert f"weights {memory['peak_breakdown_bytes']['weights'] / 1e9:.1f}" in line
+    assert f"{memory['margin_bytes'] / 1e9:.1f} GB to spare" in line
 
 
 SMALL = ["--model", "gpt2", "--layers", "1", "--hidden", "64", "--heads", "4", "--kv-heads", "4", "--ffn-hidden",

@@ -5,7 +5,8 @@ A rank over its HBM by more than the estimate's stated uncertainty (``UNCERTAINT
 naming the rank, its estimate by part, the largest part and the one change of the workload's flags that would
 make it fit (the generator lists the candidate changes with their peaks in ``memory_fixes``); ``--allow-oom``
 makes it a warning. A near miss, over by less than the uncertainty, is a warning. The report's
-``settings.memory`` keeps the numbers and the margin. Traces without an estimate are not checked.
+``settings.memory`` keeps the numbers and the margin, and its ``summary_line`` (the peak with its parts, the
+capacity and the margin) is printed after the run. Traces without an estimate are not checked.
 """
 
 from __future__ import annotations
@@ -91,9 +92,13 @@ def check(run, gpu, allow_oom, warn):
                "source": "GlobalMetadata memory_*_bytes (the generator's estimate)"}
     if compact is not None:
         summary["classes"] = {str(r): e["peak"] for r, e in sorted(estimates.items())}
+    listed = ", ".join(f"{p.replace('_', ' ')} {_gb(v)}" for p, v in parts.items() if v)
+    margin = capacity - peak["peak"]
+    summary["summary_line"] = (f"memory: {_gb(peak['peak'])} GB per GPU at the peak (rank {peak_rank}: {listed} GB) of "
+                               f"the {gpu.name}'s {capacity / 1e9:.1f} GB: "
+                               + (f"{_gb(margin)} GB to spare" if margin >= 0 else f"{_gb(-margin)} GB over"))
     if not over:
         return summary
-    listed = ", ".join(f"{p.replace('_', ' ')} {_gb(v)}" for p, v in parts.items() if v)
     largest = max(parts, key=parts.get).replace("_", " ")
     which = (f"rank {peak_rank}" + (" (and the ranks of its class)" if compact is not None else "")
              + (f" and {len(over) - 1} more" if len(over) > 1 else ""))

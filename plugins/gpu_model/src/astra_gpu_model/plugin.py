@@ -77,6 +77,7 @@ def astra_run_finish(run, report):
         memory = run.plugin_state.get("gpu_model", {}).get("memory")
         if memory is not None:
             report.settings["memory"] = memory
+            report.stats["memory"] = {"summary_line": memory["summary_line"]}  # printed after the run
         counts = model.stats()
         if symmetry is not None:
             counts = {how: n * symmetry.order for how, n in counts.items()}
