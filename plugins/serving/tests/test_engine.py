@@ -263,3 +263,35 @@ def test_virtual_engines_overlap_on_the_stages_and_alone_cost_the_whole_pipeline
     _, overlapped = run(2, 40, 0)
     _, one_at_a_time = run(1, 40, 0)
     assert one_at_a_time / overlapped > 1.3
+
+
+def test_grow_each_is_grow_for_each_in_turn():
+    """One more block for each of several sequences at once: the free blocks first, then the least recently used
+    cached prefix blocks, as one grow after the other would take them."""
+    def cache(bm):
+        bm.grow(0, 64)
+        bm.release(0, keep_prefix=("g", 4))  # 4 cached prefix blocks, none referenced
+        for i in (1, 2, 3):
+            bm.grow(i, 16)
+        return bm
+
+    one, each = cache(BlockManager(9, 16, prefix_caching=True)), cache(BlockManager(9, 16, prefix_caching=True))
+    for i in (1, 2, 3):
+        one.grow(i, 32)
+    each.grow_each([1, 2, 3])
+    assert (one.free, dict(one.owned), list(one.evictable), one.refs) == (
+        each.free, dict(each.owned), list(each.evictable), each.refs)
+    assert each.free == 0 and list(each.evictable) == [("g", 1), ("g", 2), ("g", 3)]  # 2 free, ("g", 0) evicted
+    with pytest.raises(RuntimeError):
+        each.grow_each([1, 2, 3, 4])  # 3 available
+
+
+def test_an_arrival_at_an_iteration_end_is_scheduled_by_the_next_pass():
+    """An arrival at the very ns an iteration ends is queued before that iteration completes (the next pass
+    admits it), and requests given out of arrival order are taken in it."""
+    timer, (engine,) = make()
+    end = 1_000_000 + 10_000 * 100  # the first request's prefill alone (LinearTimer)
+    requests = [Request(1, end, 50, 3), Request(0, 0, 100, 3)]
+    Cluster([engine]).run(requests)
+    assert requests[1].first_token_ns == end and requests[0].scheduled_ns == end
+    assert timer.shapes[1] == (50, 1, 101, 0)  # the second prompt with the first's decode
