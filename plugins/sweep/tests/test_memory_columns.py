@@ -101,3 +101,33 @@ def test_search_keeps_the_mlperf_v4_gpt3_layout_with_nemos_optimizer(name):
     dims, cfg = _search_layout(**MLPERF_V4[name], recompute="selective")
     assert not _kept(dims, cfg)  # Megatron-LM's semantics (the search's default today)
     assert _kept(dims, replace(cfg, grad_buffer="same", fp8_params=True))
+
+
+SPEC = """
+workload:
+  llm: {preset: gpt3-13b, layers: 4, hidden: 512, heads: 8, kv-heads: 8, ffn-hidden: 2048, seq-len: 256, tp: 2, dp: 4}
+run: {platform: hgx-h100, compute-model: gpu}
+axes:
+  grid: {workload.llm.zero: [0, 1]}
+"""
+
+
+def test_astra_sweep_rows_carry_the_memory_columns(tmp_path):
+    """End to end: each simulated point's row has the peak, its parts, the H100's capacity and the margin; the
+    distributed optimizer (--zero 1) shrinks the optimizer part and widens the margin."""
+    from astra_sim.cli import main
+    from astra_sweep.results import Results
+
+    (tmp_path / "spec.yaml").write_text(SPEC)
+    out = str(tmp_path / "rows.csv")
+    assert main(["sweep", str(tmp_path / "spec.yaml"), "-o", out, "--jobs", "1", "--no-progress"]) == 0
+    rows = sorted(Results(out, [], {})._read_results(), key=lambda r: r["workload.llm.zero"])
+    assert [r["status"] for r in rows] == ["ok", "ok"]
+    capacity = get_platform("hgx-h100").device_memory_bytes()
+    for r in rows:
+        parts = sum(v for k, v in r.items() if k.startswith("mem_") and k not in ("mem_capacity_bytes",
+                                                                                    "mem_margin_bytes"))
+        assert r["peak_mem_bytes"] == parts and r["mem_capacity_bytes"] == capacity
+        assert r["mem_margin_bytes"] == capacity - r["peak_mem_bytes"]
+    assert rows[1]["mem_optimizer_bytes"] < rows[0]["mem_optimizer_bytes"]
+    assert rows[1]["mem_margin_bytes"] > rows[0]["mem_margin_bytes"]
