@@ -55,6 +55,7 @@ def test_goodput_under_exponential_failures_is_daly_s(ring, write_spec, interval
     expected = daly_goodput(tau, 0.5e9, 1.5e9, 10e9)
     assert row["failures"] > 3000
     assert row["goodput"] == pytest.approx(expected, rel=0.05)
+    assert row["daly_goodput"] == pytest.approx(expected, rel=1e-12)  # the report's closed form, to compare with
 
 
 def test_young_s_interval_beats_longer_and_shorter_ones(ring, write_spec):

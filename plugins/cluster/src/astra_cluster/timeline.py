@@ -492,8 +492,13 @@ class Timeline:
         if job.mtbf_ns is None:
             return {}
         delta = self._io_ns(job, "write")
-        return {"job_mtbf_ns": int(job.mtbf_ns), "young_interval_ns": int(young_interval_ns(delta, job.mtbf_ns)),
-                "daly_interval_ns": int(daly_interval_ns(delta, job.mtbf_ns))}
+        out = {"job_mtbf_ns": int(job.mtbf_ns), "young_interval_ns": int(young_interval_ns(delta, job.mtbf_ns)),
+               "daly_interval_ns": int(daly_interval_ns(delta, job.mtbf_ns))}
+        if job.interval and job.placements:  # the closed form at the interval used, alone on the storage
+            restart = self.spec.checkpoint.restart_s * 1e9 + self._io_ns(job, "read")
+            tau = job.interval * job.placements[0]["step_ns"]
+            out["daly_goodput"] = daly_goodput(tau, delta, restart, job.mtbf_ns)
+        return out
 
     def _report(self, end_ns):
         rows = []
