@@ -12,7 +12,7 @@ from astra_serving.cluster import Cluster
 from astra_serving.engine import VLLM_CUDA_GRAPH_SIZES, Engine, EngineConfig, Pipeline, Seq
 from astra_serving.kvcache import BlockManager
 from astra_serving.requests import Request
-from astra_serving.steptime import Layout, StepTimer
+from astra_serving.steptime import CONTEXT_RATIO, Layout, StepTimer, neighbours
 
 
 class ContextTimer:
@@ -205,6 +205,16 @@ def test_one_stage_interpolation_is_the_stage_sum(prefill, decode, context, done
     first = one.step_ns(*shape)
     assert first == two.step_ns(*shape) == sum(two.stage_ns(*shape)) == one.step_ns(*shape) > 0
     assert one.lookups == 2
+    # the trilinear sum written out: corners of weight 0 left out, prefill outermost, then decode, then context
+    (p_lo, p_hi, wp), (d_lo, d_hi, wd) = neighbours(prefill), neighbours(decode)
+    c_lo, c_hi, wc = neighbours(max(2, context), CONTEXT_RATIO) if decode else (0, 0, 0.0)
+    total = 0.0
+    for p, a in ((p_lo, 1.0 - wp), (p_hi, wp)):
+        for d, b in ((d_lo, 1.0 - wd), (d_hi, wd)):
+            for c, w in ((c_lo, 1.0 - wc), (c_hi, wc)):
+                if a * b * w > 0:
+                    total += a * b * w * one.memo.get((p, d, c if d else 0, 0, graph))[0]
+    assert first == int(round(total))
 
 
 def test_a_sequence_swapped_in_during_its_prefill_holds_the_blocks_it_computes():

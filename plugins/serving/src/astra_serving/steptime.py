@@ -202,7 +202,7 @@ class StepTimer:
         self._stages = {}  # the stage times of each shape looked up: a run repeats shapes many times
         self._totals = {}  # the step time of each shape looked up
         self._grid = {}    # (value, ratio) -> its grid points and weights: most shapes are new, their terms are not
-        self._cells = {}   # (prefill, decode) -> their grid cell's corners and weights
+        self._cells = {}   # (prefill, decode, context cell, graph) -> its corners' times and prefill-decode weights
         self.simulated = 0
         self.sim_wall_s = 0.0
         self.lookups = 0
@@ -236,16 +236,15 @@ class StepTimer:
         return list(out)
 
     def _interpolate(self, prefill, decode, context, prefill_done, graph):
-        corners = self._corners(prefill, decode, context, prefill_done, graph)
+        weighted = self._weighted(prefill, decode, context, prefill_done, graph)
         if self.layout.pp == 1:  # the sums below, with one stage: its time is the step's
-            memo, total = self.memo, 0.0
-            for weight, key in corners:
-                total += weight * (memo.get(key) or self._corner(key))[0]
+            total = 0.0
+            for weight, times in weighted:
+                total += weight * times[0]
             return (int(round(total)),)
         parts = [0.0] * self.layout.pp
         total = 0.0
-        for weight, key in corners:
-            times = self._corner(key)
+        for weight, times in weighted:
             total += weight * sum(times)
             for i, t in enumerate(times):
                 parts[i] += weight * t
@@ -253,20 +252,25 @@ class StepTimer:
         out[-1] += int(round(total)) - sum(out)
         return tuple(out)
 
-    def _corners(self, prefill, decode, context, prefill_done, graph):
-        """[(weight, memo key)] of the grid corners a shape is interpolated from (one, weight 1, when exact)."""
+    def _weighted(self, prefill, decode, context, prefill_done, graph):
+        """[(weight, stage times)] of the grid corners a shape is interpolated from (one, weight 1, when exact),
+        prefill outermost, then decode, then context. The corners of a grid cell are memoised (most shapes are
+        new, but fall in a cell met before); the weights are the shape's."""
         ep = self.layout.ep
         if ep > 1:  # attention DP over the EP ranks: each takes its share of the batch
             prefill, decode = -(-prefill // ep), -(-decode // ep)
         if self.exact:
-            return [(1.0, (prefill, decode, context if decode else 0, prefill_done if prefill and decode else 0,
-                           graph))]
+            return [(1.0, self._corner((prefill, decode, context if decode else 0,
+                                        prefill_done if prefill and decode else 0, graph)))]
         contexts = self._points(max(2, context), CONTEXT_RATIO) if decode else ((0, 1.0),)
-        cells = self._cells.get((prefill, decode))
-        if cells is None:  # the (weight, prefill point, decode point) of the shape's prefill and decode terms
-            cells = self._cells[prefill, decode] = [(a * b, p, d) for p, a in self._points(prefill, self.ratio)
-                                                    for d, b in self._points(decode, self.ratio)]
-        return [(ab * w, (p, d, c if d else 0, 0, graph)) for ab, p, d in cells for c, w in contexts]
+        cell = (prefill, decode, contexts[0][0], contexts[-1][0], graph)
+        rows = self._cells.get(cell)
+        if rows is None:  # (prefill weight x decode weight, which context point, that corner's stage times)
+            rows = self._cells[cell] = [(a * b, i, self._corner((p, d, c if d else 0, 0, graph)))
+                                        for p, a in self._points(prefill, self.ratio)
+                                        for d, b in self._points(decode, self.ratio)
+                                        for i, (c, _) in enumerate(contexts)]
+        return [(ab * contexts[i][1], times) for ab, i, times in rows]
 
     def _points(self, value, ratio):
         """((grid point, weight), ...) of ``value`` (:func:`neighbours`), those of weight 0 left out, memoised."""
