@@ -38,7 +38,7 @@ def run(flags, folder, name, cache):
                          check=True, capture_output=True, text=True)
     wall = time.perf_counter() - started
     for line in out.stderr.splitlines():
-        if line.startswith(("bounded", "simulated")):
+        if line.lstrip().startswith(("bounded", "simulated")) or "refined" in line:
             print(f"  {name}: {line}")
     import pandas as pd
 

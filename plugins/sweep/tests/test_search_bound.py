@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from astra_sim.cli import main
 
 from astra_sweep.bound import BoundCache
+from astra_sweep.search import _options
 from astra_workload_generators.llm import LlmConfig
 
 SOURCE = {"preset": "llama2-7b", "seq-len": 256}
@@ -37,8 +38,6 @@ def _cfg(**kw):
 
 def _direct(cache, cfg):
     """The bound from generating the layout itself (its own micro-batches and virtual stages)."""
-    from astra_sweep.search import _options
-
     ranks = cache._compute(_options(cfg), cfg.micro_batches)
     edged = cfg.virtual_stages == 1
     return max(max(compute, longest, compute + edge if edged else 0) for compute, longest, edge in ranks.values())
@@ -53,6 +52,21 @@ def test_terms_extrapolate_to_the_layout(kw, tmp_path):
     cache = BoundCache(SOURCE, "h100-sxm", 8, disk=False)
     cfg = _cfg(**kw)
     assert cache.terms(cfg).bound_ns(cfg.micro_batches, cfg.virtual_stages) == _direct(cache, cfg)
+
+
+@pytest.mark.parametrize("kw", [dict(pp=2, dp=2, virtual_stages=2, micro_batches=6),
+                                dict(pp=4, dp=1, virtual_stages=2, micro_batches=12)])
+def test_interleaved_terms_extrapolate_to_the_layout(kw):
+    """Virtual stages: generations of pp and 2 pp micro-batches give the layout's own bound with its own chunks'
+    edge, per period of pp micro-batches; it is at least the cheap bound."""
+    cache = BoundCache(SOURCE, "h100-sxm", 8, disk=False)
+    cfg = _cfg(**kw)
+    terms = cache.interleaved_terms(cfg)
+    ranks = cache._compute(_options(cfg), cfg.micro_batches)
+    direct = max(max(compute, longest, compute + edge) for compute, longest, edge in ranks.values())
+    assert terms.bound_ns(cfg.micro_batches // cfg.pp) == direct
+    assert direct >= cache.terms(cfg).bound_ns(cfg.micro_batches, cfg.virtual_stages)
+    assert cache.interleaved_terms(_cfg()) is None
 
 
 def test_the_pipeline_edge_tightens_the_bound():
@@ -139,7 +153,9 @@ def test_pruned_search_finds_the_exhaustive_winner_and_the_bound_holds(capsys):
         cfg = LlmConfig(tp=layout["tp"], pp=layout["pp"], dp=layout["dp"], micro_batches=layout["micro-batches"],
                         micro_batch_size=layout["micro-batch-size"], virtual_stages=layout["virtual-stages"],
                         zero=layout["zero"], sequence_parallel=layout["sequence-parallel"])
-        assert cache.terms(cfg).bound_ns(cfg.micro_batches) <= entry["step_ns"], layout
+        assert cache.terms(cfg).bound_ns(cfg.micro_batches, cfg.virtual_stages) <= entry["step_ns"], layout
+        if cfg.virtual_stages > 1:  # the bound refined with its own chunks
+            assert cache.interleaved_terms(cfg).bound_ns(cfg.micro_batches // cfg.pp) <= entry["step_ns"], layout
     assert main(SEARCH) == 0
     printed = capsys.readouterr()
     pruned = json.loads(printed.out)
@@ -192,7 +208,6 @@ def test_bound_holds_on_random_layouts(seed, tmp_path):
 
     from astra_sim import simulate
 
-    from astra_sweep.search import _options
     from astra_workload_generators.llm import LlmSpec, generate_llm_workload
 
     cfg = _cfg(**random.Random(seed).choice(PIPELINES))
@@ -204,3 +219,19 @@ def test_bound_holds_on_random_layouts(seed, tmp_path):
                       comm_groups=f"{prefix}.groups.json", breakdown=False)
     step = report.max_finish_ns
     assert terms.bound_ns(cfg.micro_batches, 0) < terms.bound_ns(cfg.micro_batches) <= step, _options(cfg)
+
+
+def test_refine_asks_only_where_it_may_prune():
+    """An interleaved layout's bound is refined (once) only when its bound with whole stages' edge reaches the
+    best step; the refined bound is the interleaved terms' and never below the cheap one."""
+    from astra_sweep.search import _Refine
+
+    cache = BoundCache(SOURCE, "h100-sxm", 8, disk=False)
+    cfg = _cfg(pp=2, dp=2, virtual_stages=2, micro_batches=4)
+    terms = cache.terms(cfg)
+    cheap, whole = terms.bound_ns(4, 2), terms.bound_ns(4, 1)
+    refine = _Refine(cache, {id(cfg): (cheap, 0)}, {id(cfg): whole})
+    assert refine(cfg, whole + 1) == cheap and refine.calls == 0
+    refined = refine(cfg, whole)
+    assert refine.calls == 1 and refined == max(cheap, cache.interleaved_terms(cfg).bound_ns(2)) >= cheap
+    assert refine(cfg, whole) == refined and refine.calls == 1

@@ -198,17 +198,31 @@ class BoundCache:
     def terms(self, cfg):
         """The layout's :class:`StepTerms`, or None when the generator refuses its one- and two-micro-batch
         versions (then the layout is simulated whatever its bound)."""
+        return self._terms(replace(cfg, micro_batches=1, virtual_stages=1), (1, 2))
+
+    def interleaved_terms(self, cfg):
+        """A layout with virtual stages: its terms per period of ``pp`` micro-batches (interleaving needs a
+        multiple of ``pp``), from generations of ``pp`` and ``2 pp`` micro-batches with its own virtual stages, so
+        the edge is its own chunks': ``bound_ns(micro_batches // pp)`` bounds its step. Dearer than
+        :meth:`terms` (longer generations, one per virtual-stage count), so the search asks only for the layouts
+        that :meth:`terms` could not prune. None without virtual stages or when the generator refuses."""
+        if cfg.virtual_stages == 1:
+            return None
+        return self._terms(replace(cfg, micro_batches=cfg.pp), (cfg.pp, 2 * cfg.pp))
+
+    def _terms(self, shared, counts):
+        """Terms from generations of ``shared`` with ``counts`` micro-batches, linear from one to the next."""
         from .search import _options
 
-        shared = replace(cfg, micro_batches=1, virtual_stages=1)
         options = _options(shared)
-        key = hashlib.sha256((self._salt + json.dumps(options, sort_keys=True, default=str)).encode()).hexdigest()
+        key = hashlib.sha256((self._salt + json.dumps([options, counts], sort_keys=True, default=str)).encode()
+                             ).hexdigest()
         if key in self.memory:
             return self.memory[key]
         found = self._load(key)
         if found is None:
             try:
-                one, two = (self._compute(options, m) for m in (1, 2))
+                one, two = (self._compute(options, m) for m in counts)
             except AstraError:
                 self.memory[key] = None
                 return None
@@ -216,7 +230,7 @@ class BoundCache:
                 self.memory[key] = None
                 return None
             # a rank's terms: its longest path where it exceeds its compute in both generations, else its compute;
-            # its compute with the pipeline's edge (which grows by the same amount with each micro-batch)
+            # its compute with the pipeline's edge (which grows by the same amount with each micro-batch, or period)
             i = {r: 1 if one[r][1] > one[r][0] and two[r][1] > two[r][0] else 0 for r in one}
             edged = {r: (one[r][0] + one[r][2], two[r][0] + two[r][2]) for r in one}
             found = StepTerms({r: 2 * one[r][i[r]] - two[r][i[r]] for r in one},

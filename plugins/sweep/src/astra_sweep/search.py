@@ -295,15 +295,18 @@ def _search_layouts(args):
         raise ConfigError("no layout fits the GPU's memory; add GPUs, ZeRO stages or recomputation")
     source = {**source, **({"seq-len": args.seq_len} if args.seq_len else {}),
               **({"gemm-dtype": "fp8"} if args.gemm_dtype == "fp8" else {})}
-    bounds = _bounds(fit, source, platform, args)
+    bounds, refine = _bounds(fit, source, platform, args)
     from astra_sim.generated import private_folder
 
     with private_folder("astra-search-") as folder:  # named by this process: a SIGKILLed run's is reclaimed
         output = args.points or os.path.join(folder, "results.parquet")
-        summary, rows, pruned = _simulate(fit, bounds, source, output, folder, args)
+        summary, rows, pruned = _simulate(fit, bounds, source, output, folder, args, refine)
     if bounds:
         print(f"simulated {len(fit) - len(pruned)} layouts; {len(pruned)} skipped: their lower bound is not "
               "below the best simulated step (--exhaustive simulates them)")
+        if refine.calls:
+            print(f"  {refine.calls} interleaved layouts' bounds refined with their own virtual stages in "
+                  f"{refine.seconds:.1f} s")
     flops = training_flops(dims, args.global_batch)
     peak = peak_tflops * 1e12
     ranked, steps = [], {}
@@ -332,30 +335,62 @@ def _search_layouts(args):
 
 
 def _bounds(fit, source, platform, args):
-    """{id(layout): (lower bound ns, estimate ns)}, or {} when the platform's GPU has no gpu compute model (every
-    layout is then simulated) or --exhaustive asks for every one."""
+    """({id(layout): (lower bound ns, estimate ns)}, a :class:`_Refine`), or ({}, None) when the platform's GPU
+    has no gpu compute model (every layout is then simulated) or --exhaustive asks for every one."""
     import time
 
     gpu = getattr(platform, "gpu", None)
     if args.exhaustive or not isinstance(gpu, str):
-        return {}
+        return {}, None
     from .bound import BoundCache, pipeline_estimate
 
     started = time.perf_counter()
     cache = BoundCache(source, gpu, platform.gpus_per_node, nccl=args.platform_collective == "nccl")
-    out = {}
+    out, whole = {}, {}
     for cfg in fit:
         terms = cache.terms(cfg)
         if terms is not None:
             out[id(cfg)] = (terms.bound_ns(cfg.micro_batches, cfg.virtual_stages), pipeline_estimate(terms, cfg))
+            whole[id(cfg)] = terms.bound_ns(cfg.micro_batches, 1)
     print(f"bounded {len(out)} of {len(fit)} layouts in {time.perf_counter() - started:.1f} s (busiest rank's "
-          f"compute and in-node collectives; {cache.generated} computed, the rest shared or cached)")
-    return out
+          f"compute and in-node collectives, pipeline fill and drain; {cache.generated} computed, the rest shared "
+          "or cached)")
+    return out, _Refine(cache, out, whole)
 
 
-def _simulate(fit, bounds, source, output, folder, args):
+class _Refine:
+    """Raises an interleaved layout's bound to its own virtual stages' (:meth:`BoundCache.interleaved_terms`),
+    once, when the cheap bound could not prune it: costlier than the cheap bound (generations of pp and 2 pp
+    micro-batches), far cheaper than simulating. It is asked only where it may prune: where the layout's bound
+    with whole stages' edge (``whole``; an interleaved pipeline's chunks wait less) reaches the best step. That
+    choice only saves time: a refined bound is a bound whatever the choice."""
+
+    def __init__(self, cache, bounds, whole):
+        self.cache, self.bounds, self.whole, self.done = cache, bounds, whole, set()
+        self.calls, self.seconds = 0, 0.0
+
+    def __call__(self, cfg, best):
+        """The layout's bound, refined when it has virtual stages and may reach ``best`` (``bounds`` is
+        updated)."""
+        import time
+
+        key = id(cfg)
+        if cfg.virtual_stages > 1 and key not in self.done and self.whole.get(key, 0) >= best:
+            self.done.add(key)
+            started = time.perf_counter()
+            terms = self.cache.interleaved_terms(cfg)
+            self.calls += 1
+            self.seconds += time.perf_counter() - started
+            if terms is not None:
+                bound, estimate = self.bounds[key]
+                self.bounds[key] = (max(bound, terms.bound_ns(cfg.micro_batches // cfg.pp)), estimate)
+        return self.bounds[key][0]
+
+
+def _simulate(fit, bounds, source, output, folder, args, refine=None):
     """Simulate the layouts in rounds, most promising first, skipping those whose bound is not below the best
-    step simulated so far; (the last round's summary, {layout key: row}, the pruned layouts)."""
+    step simulated so far (an interleaved layout's bound refined first by ``refine``); (the last round's
+    summary, {layout key: row}, the pruned layouts)."""
     from astra_sim.executors import make_executor
 
     from .point import worker_state
@@ -369,13 +404,24 @@ def _simulate(fit, bounds, source, output, folder, args):
         done = [c for c in todo if _key(c) in rows]
         todo = [c for c in todo if _key(c) not in rows]
         best = _best(done, rows, best)
+
+    def could_win(cfg):  # a layout whose bound is not below the best step cannot beat it
+        return id(cfg) not in bounds or bounds[id(cfg)][0] < best and (refine is None or refine(cfg, best) < best)
+
     state = worker_state()
     with make_executor(args.jobs, args.dask, args.executor, state["pm"]) as executor:
         batch = len(todo) if not bounds else max(1, getattr(executor, "workers", None) or args.jobs or 4)
         while todo or summary is None:
-            if best is not None:  # a layout whose bound is not below the best step cannot beat it
-                todo = [c for c in todo if id(c) not in bounds or bounds[id(c)][0] < best]
-            round_, todo = todo[:batch], todo[batch:]
+            if best is not None:
+                round_, rest = [], iter(todo)
+                for cfg in rest:  # refine in order, only as far as this round needs
+                    if could_win(cfg):
+                        round_.append(cfg)
+                        if len(round_) == batch:
+                            break
+                todo = [c for c in rest if id(c) not in bounds or bounds[id(c)][0] < best]
+            else:
+                round_, todo = todo[:batch], todo[batch:]
             if not round_ and summary is not None:
                 break
             done += round_
