@@ -84,16 +84,7 @@ def test_the_next_run_reclaims_what_a_sigkilled_run_left(command, delay_s, input
     assert [p for p in _listing(out) if ".tmp-" in p] == []
 
 
-def _kernel_reclaims_every_kind():
-    import astra_sim.generated
-
-    return hasattr(astra_sim.generated, "reclaim_all_leftovers")
-
-
 @pytest.mark.slow
-@pytest.mark.xfail(not _kernel_reclaims_every_kind(), strict=True,
-                   reason="the kernel reclaims a kind of leftover only when a process makes one of the same kind; "
-                   "every command must call generated.reclaim_all_leftovers at its start (issue 39)")
 @pytest.mark.parametrize("command", COMMANDS, ids=[c[0] for c in COMMANDS])
 def test_the_next_run_of_another_command_reclaims_them_too(command, inputs, tmp_path):
     _, argv = command

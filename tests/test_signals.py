@@ -157,6 +157,7 @@ def test_dask_retries_a_lost_task_a_bounded_number_of_times(monkeypatch):
     monkeypatch.setattr(executors, "_distributed", lambda: Distributed)
     pool = executors.DaskExecutor.__new__(executors.DaskExecutor)
     pool.client = Client({"a": 1, "b": executors.DASK_RETRIES + 1})
+    pool._shared, pool._renewed = {}, {}  # nothing scattered: payloads travel as they are
     results = dict(pool.run(lambda task, payload: task.upper(), [("a", None), ("b", None), ("c", None)]))
     assert results["a"] == "A" and results["c"] == "C"
     assert isinstance(results["b"], executors.ExecutorFailure) and "3 times" in results["b"].message

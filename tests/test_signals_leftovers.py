@@ -102,3 +102,28 @@ def test_a_sigkilled_sweeps_point_folders_are_reclaimed_by_the_next(tmp_path):
     assert done.returncode == 0, done.stderr
     assert not any(p.exists() for p in left)
     assert [p.name for p in tmp.iterdir() if p.name.startswith(("astra-point-", "astra-base-", "astra-run-"))] == []
+
+
+def test_any_command_reclaims_every_kind_of_leftover(tmp_path):
+    """The first command after a SIGKILLed one removes what it left, whatever its kind; live and foreign ones stay."""
+    tmp = tmp_path / "tmp"
+    gone = dead_pid()
+    dead = [tmp / f"astra-serve-{gone}.{_HOST}-a", tmp / f"astra-sweep-{gone}.{_HOST}-b", tmp / f".tmp-{gone}.{_HOST}-c"]
+    kept = [tmp / f"astra-serve-{os.getpid()}.{_HOST}-d", tmp / f"astra-sweep-{gone}.000000-e", tmp / "tmpabc123"]
+    for path in dead + kept:
+        path.mkdir()
+    assert generated.reclaim_all_leftovers(str(tmp)) == len(dead)
+    assert not any(path.exists() for path in dead) and all(path.exists() for path in kept)
+    assert generated.reclaim_all_leftovers(str(tmp / "missing")) == 0
+
+
+def test_a_full_disk_is_refused_before_any_work(tmp_path, monkeypatch):
+    from astra_sim.errors import ConfigError
+    from astra_sim.outputs import check_writable_folder
+
+    class Full:
+        f_bavail = 0
+
+    monkeypatch.setattr(os, "statvfs", lambda path: Full())
+    with pytest.raises(ConfigError, match="full disk"):
+        check_writable_folder(tmp_path / "out", "-o out/r.json")

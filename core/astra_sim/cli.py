@@ -162,6 +162,11 @@ def _main(argv):
     if args.command is None:
         parser.print_help()
         return 2
+    import tempfile
+
+    from astra_sim.generated import reclaim_all_leftovers
+
+    reclaim_all_leftovers(tempfile.gettempdir())  # what a SIGKILLed command of any kind left behind
     if args.command == "plugins":
         return _cmd_plugins(pm, args)
     if args.command == "completion":

@@ -233,6 +233,8 @@ class DaskExecutor(Executor):
     def __init__(self, address):
         distributed = _distributed()
         self._cluster = None
+        self._shared = {}  # scattered key -> the payload (to scatter again when the worker holding it dies)
+        self._renewed = {}  # lost key -> its payload scattered again
         if str(address).startswith("local"):
             _, _, count = str(address).partition(":")
             try:
@@ -252,7 +254,20 @@ class DaskExecutor(Executor):
     def share(self, payload):
         if payload is None:
             return None
-        return self.client.scatter(payload, broadcast=False, hash=True)
+        future = self.client.scatter(payload, broadcast=False, hash=True)
+        self._shared[future.key] = payload
+        return future
+
+    def _share_again(self, handle):
+        """A shared payload scattered anew (once per lost one): the copy a dead worker held died with it."""
+        key = getattr(handle, "key", None)
+        if key not in self._shared:
+            return handle
+        if key not in self._renewed:
+            again = self.client.scatter(self._shared[key], broadcast=False, hash=False)
+            self._shared[again.key] = self._shared[key]
+            self._renewed[key] = again
+        return self._renewed[key]
 
     def run(self, fn, tasks, timeout=None):
         """A task whose worker was lost is submitted again, at most :data:`DASK_RETRIES` times (``fn`` never raises
@@ -268,6 +283,7 @@ class DaskExecutor(Executor):
                 result = future.result()
             except Exception as exc:  # the worker died or the task was lost
                 if retried < DASK_RETRIES:
+                    payload = self._share_again(payload)
                     again = self.client.submit(fn, task, payload, pure=False)
                     futures[again] = (task, payload, retried + 1)
                     pending.add(again)

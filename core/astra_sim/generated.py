@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -131,6 +132,20 @@ def reclaim_leftovers(folder, prefix):
         except OSError:
             continue  # gone meanwhile (another process reclaimed it), or not ours to remove
     return removed
+
+
+#: the names :func:`owned` gives: ``astra-<kind>-<pid>.<host>-...`` folders and ``.tmp-<pid>.<host>-...`` files
+_OWNED_NAME = re.compile(r"^(astra-[a-z0-9]+-|\.tmp-)\d+\.[0-9a-f]+-")
+
+
+def reclaim_all_leftovers(folder):
+    """:func:`reclaim_leftovers` for every kind of owned name in ``folder``: the first command after a SIGKILLed one
+    cleans up what it left, whatever command left it. Returns how many were removed."""
+    try:
+        kinds = {m.group(1) for entry in os.scandir(folder) if (m := _OWNED_NAME.match(entry.name))}
+    except OSError:
+        return 0
+    return sum(reclaim_leftovers(folder, kind) for kind in sorted(kinds))
 
 
 def _running(pid):

@@ -104,8 +104,8 @@ def output_formats(pm=None) -> dict:
 
 
 def check_writable_folder(folder, what):
-    """Make ``folder`` (and its parents) and check a file can be created in it; a ConfigError names ``what``
-    (outputs check this before the run, so a typo does not cost a whole simulation)."""
+    """Make ``folder`` (and its parents) and check a file can be created in it and its disk is not full; a
+    ConfigError names ``what`` (outputs check this before the run, so a typo does not cost a whole simulation)."""
     folder = os.path.abspath(os.fspath(folder))
     try:
         os.makedirs(folder, exist_ok=True)
@@ -117,6 +117,12 @@ def check_writable_folder(folder, what):
         os.unlink(probe)
     except OSError as exc:
         raise ConfigError(f"{what}: cannot write into the folder {folder}: {exc.strerror or exc}") from None
+    try:
+        space = os.statvfs(folder)
+    except (OSError, AttributeError):  # no statvfs here: the write itself will say
+        return
+    if space.f_bavail == 0:
+        raise ConfigError(f"{what}: the folder {folder} is on a full disk (no free space left)")
 
 
 __all__ = ["OutputFormat", "OutputRegistry", "output_registry", "output_formats", "check_writable_folder"]

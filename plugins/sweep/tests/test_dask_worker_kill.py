@@ -33,8 +33,6 @@ def _journal_rows(path):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="kernel bug: DaskExecutor.run resubmits a lost task with its scattered payload, "
-                   "which died with the worker ('lost dependencies'); it must scatter the payload again (issue 39)")
 def test_a_dask_worker_killed_mid_sweep_loses_no_point(tmp_path, capsys):
     spec = tmp_path / "spec.yaml"
     spec.write_text(SPEC)
