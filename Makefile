@@ -17,8 +17,8 @@ $(STAMP): pyproject.toml testing/pyproject.toml $(addsuffix /pyproject.toml,$(PL
 	@echo "make install [3/4]: the test tools (pytest, hypothesis, HolisticTraceAnalysis)"
 	$(BIN)/python -m pip install -q hatchling pytest hypothesis holistictraceanalysis
 	@echo "make install [4/4]: the kernel and its $(words $(PLUGINS)) plugins with their dependencies (numpy, pandas, dask and"
-	@echo "                    ns-3, about 300 MB installed: 2-3 minutes the first time)"
-	$(BIN)/python -m pip install -q -e . -e testing $(addprefix -e ,$(PLUGINS))
+	@echo "                    ns-3, about 1.4 GB installed: 3-5 minutes the first time; pip names each package)"
+	$(BIN)/python -m pip install --progress-bar off -e . -e testing $(addprefix -e ,$(PLUGINS))
 	touch $(STAMP)
 	@echo "make install: done; the command is $(BIN)/astra (docs/first-day.md walks through a first day)"
 

@@ -50,3 +50,12 @@ def test_make_install_names_the_heavy_packages_it_installs():
     assert sorted(installed) == plugins
     assert f"its {len(installed)} plugins" in text
     assert "ns-3" in text
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_the_long_install_step_is_not_silent():
+    """The step that takes minutes lets pip name each package as it goes (no -q), and states the size it reaches."""
+    lines = install_recipe()
+    long_step = next(line for line in lines if "-e plugins/" in line)
+    assert " -q" not in long_step, long_step
+    assert re.search(r"about \d+(\.\d+)? GB installed", "\n".join(lines))
