@@ -60,7 +60,7 @@ def print_summary(report, max_rows, stderr=False):
     caption = (f"{more} more rows not listed (--max-table-ranks; every rank in --report-json)"
                if more > 0 else None)
     simulated = report.stats.get("simulated_ranks", len(ranks))
-    title = f"astra-sim-py: {len(ranks):,} NPUs"
+    title = f"astra-sim-py: {len(ranks):,} NPU{'' if len(ranks) == 1 else 's'}"
     if simulated < len(ranks):
         title += f" ({simulated:,} simulated)"
     console = print_table(title, columns, cells, stderr=stderr, caption=caption)
