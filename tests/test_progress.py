@@ -122,3 +122,16 @@ def test_command_names_include_the_subcommand_only():
     assert _command_name(parser, ["workload", "llm", "--preset", "gpt3-13b"], "workload") == "astra workload llm"
     assert _command_name(parser, ["sweep", "spec.yaml", "-o", "r.csv"], "sweep") == "astra sweep"
     assert _command_name(parser, ["run", "--platform", "hgx-h100"], "run") == "astra run"
+
+
+def test_the_silent_start_counts_from_when_the_command_began(shown):
+    """Time spent before the block (loading plugins) counts: a command that began 2.9 s ago with a 3 s delay
+    speaks at once, not 3 s later, and its elapsed time counts from its start."""
+    stream = io.StringIO()
+    entered = time.monotonic()
+    with progress.activity("astra late", stream=stream, delay_s=3.0, interval_s=0.02, since=entered - 2.9):
+        progress.phase("working hard")
+        assert _wait_for(stream, "working hard", timeout_s=2.0)
+        assert time.monotonic() - entered < 2.0
+    first = stream.getvalue().splitlines()[0]
+    assert first.endswith((" 2 s elapsed", " 3 s elapsed", " 4 s elapsed")), first

@@ -14,10 +14,14 @@ import os
 import signal
 import sys
 import threading
+import time
 
 from astra_sim import __version__
 from astra_sim.cliutil import positive_int
 from astra_sim.errors import AstraError
+
+#: when this process started its command (plugin loading is a wait the progress line counts)
+_STARTED = time.monotonic()
 
 def _plugin_option(parser):
     parser.add_argument(
@@ -178,7 +182,7 @@ def _main(argv):
 
     # A command that may take a while says what it does (stderr); -q and ASTRA_PROGRESS=0 keep it quiet.
     shown = not (getattr(args, "quiet", False) or getattr(args, "own_progress", False))
-    with activity(_command_name(parser, argv, args.command), enabled=shown):
+    with activity(_command_name(parser, argv, args.command), enabled=shown, since=_STARTED):
         if args.command == "run":
             return _cmd_run(pm, args)
         args.plugin_manager = pm  # a plugin command may use the loaded plugins (registries, hooks)

@@ -56,8 +56,9 @@ def enabled_by_environment():
 
 
 @contextlib.contextmanager
-def activity(command, enabled=True, stream=None, delay_s=DELAY_S, interval_s=None):
-    """Show ``command``'s progress while the block runs (see the module docstring)."""
+def activity(command, enabled=True, stream=None, delay_s=DELAY_S, interval_s=None, since=None):
+    """Show ``command``'s progress while the block runs (see the module docstring). ``since``: the
+    ``time.monotonic()`` the command started at (the CLI's process start: plugin loading counts as waiting)."""
     global _current
     if not enabled or not enabled_by_environment() or _current is not None:
         yield None
@@ -65,7 +66,7 @@ def activity(command, enabled=True, stream=None, delay_s=DELAY_S, interval_s=Non
     if interval_s is None:
         interval_s = max(0.05, _seconds_from_environment("ASTRA_PROGRESS_INTERVAL_S", INTERVAL_S))
     delay_s = _seconds_from_environment("ASTRA_PROGRESS_DELAY_S", delay_s)
-    current = _Activity(command, stream or sys.stderr, delay_s, interval_s)
+    current = _Activity(command, stream or sys.stderr, delay_s, interval_s, since)
     _current = current
     current.start()
     try:
@@ -90,7 +91,7 @@ def _seconds(elapsed_s):
 class _Activity:
     """The watcher thread of one command: it only reads ``phase`` and ``detail``; the work never waits on it."""
 
-    def __init__(self, command, stream, delay_s, interval_s):
+    def __init__(self, command, stream, delay_s, interval_s, since=None):
         self.command = command
         self.stream = stream
         self.delay_s = delay_s
@@ -99,7 +100,7 @@ class _Activity:
         self.detail = None
         self.led = None
         self.held = 0
-        self.started = time.monotonic()
+        self.started = time.monotonic() if since is None else since
         self.tty = bool(getattr(stream, "isatty", lambda: False)())
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="astra-progress", daemon=True)
@@ -132,7 +133,7 @@ class _Activity:
                 status.stop()
 
     def _watch(self):
-        if self._stop.wait(self.delay_s):
+        if self._stop.wait(max(0.0, self.delay_s - (time.monotonic() - self.started))):
             return
         poll = 0.25 if self.tty else self.interval_s
         while not self._stop.is_set():
