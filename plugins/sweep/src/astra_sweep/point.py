@@ -40,7 +40,7 @@ class PointTimeout(BaseException):
 class WorkloadRef:
     """What a worker needs to make a workload: a generator's options, or a trace's files as bytes."""
 
-    kind: str                 # llm | micro | trace | serve
+    kind: str                 # llm | micro | trace | serve | cluster
     options: dict             # the generator's (llm, micro) or astra serve's options, as the spec gives them
     digest: str               # content hash: the cache key
     files: dict | None = None  # trace: {file name: bytes}
@@ -345,6 +345,13 @@ def _simulate(point, ref, sweep_id, row):
 
         report, _requests = serve(serve_spec(ref.options, state["pm"]))
         fill_serve_row(row, report)
+        return
+    if ref.kind == "cluster":
+        from astra_cluster import run_cluster
+
+        from .cluster_points import cluster_spec, fill_cluster_row
+
+        fill_cluster_row(row, run_cluster(cluster_spec(ref.options), state["pm"]))
         return
     prefix = materialise(ref, sweep_id)
     row["peak_mem_bytes"] = _estimate(prefix)

@@ -44,7 +44,7 @@ from astra_sim.cliutil import did_you_mean
 from astra_sim.errors import ConfigError
 from astra_sim.limits import MAX_SWEEP_POINTS
 
-WORKLOAD_KINDS = ("trace", "llm", "micro", "serve")
+WORKLOAD_KINDS = ("trace", "llm", "micro", "serve", "cluster")
 TOP_KEYS = ("workload", "run", "axes", "gpu", "platform", "network", "system", "prices")
 AXIS_KINDS = ("grid", "zip", "random")
 #: astra run options the sweep sets itself
@@ -147,9 +147,18 @@ def _parse_spec(data, path, parsers):
             if value:
                 raise ConfigError(f"{path}: {key}: a serving spec (workload.serve) takes astra serve's options "
                                   f"under workload.serve (platform, tp, qps, ...); {key} does not apply")
+    if kind == "cluster":
+        from .cluster_points import cluster_spec, parse_options
+
+        options = parse_options(options, path, _where(path, "workload.cluster"))
+        for key, value in [("run", run), *sections.items()]:
+            if value:
+                raise ConfigError(f"{path}: {key}: a cluster spec (workload.cluster) names its cluster spec file and "
+                                  f"the keys it sets (checkpoint.interval_steps, ...); {key} does not apply")
+        cluster_spec(options, _where(path, "workload.cluster"))
     base = Point({}, kind, dict(options), dict(run), **copy.deepcopy(sections))
     for name, value in base.workload.items():
-        if kind != "trace":
+        if kind not in ("trace", "cluster"):
             _check_workload_option(base, name, value, _where(path, f"workload.{kind}.{name}"))
     if kind == "serve":  # the whole mapping (astra serve requires some options, e.g. --platform)
         _serve_spec(_where(path, "workload.serve")).from_mapping(base.workload, _where(path, "workload.serve"))
@@ -308,6 +317,12 @@ def _check_workload_option(point, name, value, where, axis=False):
     A serving axis value is checked with the point's whole mapping (astra serve requires some options); the
     base mapping is checked whole once."""
     kind = point.workload_kind
+    if kind == "cluster":
+        if axis:
+            from .cluster_points import cluster_spec
+
+            cluster_spec({**point.workload, name: value}, where)
+        return
     if kind == "serve":
         if str(name).replace("_", "-") in RESERVED_SERVE:
             raise ConfigError(f"{where}: {name} is set by the sweep itself (each point's report is its row)")
@@ -324,6 +339,10 @@ def _check_workload_option(point, name, value, where, axis=False):
 def _check_axis_value(parsers, point, axis, value, path):
     where = f"{path}: axis {axis}"
     head, _, rest = axis.partition(".")
+    if point.workload_kind == "cluster" and head != "workload":
+        raise ConfigError(f"{where}: a cluster spec varies keys of its cluster spec (workload.cluster.<key>, e.g. "
+                          "workload.cluster.checkpoint.interval_steps); run, nodes, gpu, platform, network and system "
+                          "do not apply")
     if point.workload_kind == "serve" and head != "workload":
         raise ConfigError(f"{where}: a serving spec varies astra serve's options (workload.serve.<option>, e.g. "
                           "workload.serve.qps); run, nodes, gpu, platform, network and system do not apply")

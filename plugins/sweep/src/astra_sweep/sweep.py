@@ -88,7 +88,7 @@ def check_base(plan, sweep_id, state):
     where = f"{spec.path}: the base case (the spec without its axes)"
     if base.id in plan.early:
         raise ConfigError(f"{where} fails: {plan.early[base.id].partition(': ')[2]}")
-    if base.workload_kind == "serve":  # checked when parsed (options, platform); each point runs astra serve
+    if base.workload_kind in ("serve", "cluster"):  # checked when parsed; each point runs astra serve / cluster
         return
     pm = state["pm"]
     try:
