@@ -200,7 +200,7 @@ def test_cli_lists_the_plugin(plugin_env, cli_ready):
     # blocks one.
     only = {r["name"]: r["status"] for r in json.loads(_astra(plugin_env, "-p", "network_constant", "plugins", "--json").stdout)}
     assert only["network_constant"] == "loaded" and only["builtin"] == "loaded"
-    always = ("builtin", "collectives_native", "network_constant")
+    always = ("builtin", "collectives_native", "folding", "network_constant")
     assert all(status != "loaded" for name, status in only.items() if name not in always)
     blocked = {r["name"]: r["status"] for r in json.loads(_astra(plugin_env, "-p", "no:network_constant", "plugins", "--json").stdout)}
     assert blocked["network_constant"] == "blocked"
