@@ -90,6 +90,8 @@ class TimelineRequest(OutputFormat):
 
     def finish(self, run, report):
         started = time.perf_counter()
+        # the energy plugin's per-class watts, for the timeline's power lane (None: no power data)
+        self.power_w = (getattr(run, "plugin_state", None) or {}).get("energy", {}).get("op_class_power_w")
         try:
             report.timeline = self.write(run.analysis, report)
         except OSError as exc:  # a full disk: a one-line error; the atomic writer left no partial file

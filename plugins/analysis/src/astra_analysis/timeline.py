@@ -14,7 +14,12 @@
   overlaps another: chunks run in parallel), with the collective node, dimension, bytes and communicator;
 * a send and the receive it matched are joined by a flow (``ph: s`` / ``f``) when both ranks are written;
 * backends with links add a ``network`` process with one counter track per link: the share of the link's
-  bandwidth in use, per time bin.
+  bandwidth in use, per time bin;
+* a run with power data (the energy plugin's ``run.plugin_state["energy"]["op_class_power_w"]``: each compute
+  class's, communication's and idle watts at the run's settled clocks) gives each rank a ``power W`` counter: the
+  power of the highest-power activity it runs at each instant (a compute class; exposed communication; remote
+  memory at the element-wise power), else idle, to the step's end. Its integral is the rank's share of the energy
+  plugin's step energy (communication beside compute shows as the compute, as there).
 
 Times are microseconds with three decimals (exact nanoseconds). The file is written as it is generated,
 rank by rank, through a temporary name (gzip when the name ends in ``.gz``): memory does not grow with the
@@ -30,7 +35,7 @@ import os
 from astra_analysis.events import (
     TID_IN_SWITCH, TID_RECV, Messages, NodeDescriber, in_switch_events, recv_lanes, track,
 )
-from astra_sim.analysis.spans import K_RECV, K_SEND
+from astra_sim.analysis.spans import K_COLL, K_COMPUTE, K_MEM, K_RECV, K_SEND
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
@@ -114,6 +119,8 @@ def write_chrome_trace(request, analysis, report):
     total = analysis.total
     flows = 0
     texts = {}  # (representative, node id) -> the event's name, category and static args as JSON
+    watts = getattr(request, "power_w", None)  # set by the output format's finish from run.plugin_state
+    power_counters = 0
     with atomic_output(request.path) as raw:
         out = open_output(raw, request.path)
         stream = EventStream(out)
@@ -160,13 +167,56 @@ def write_chrome_trace(request, analysis, report):
             for tid in sorted(threads):
                 stream.event(metadata("thread_name", rank, {"name": threads[tid]}, tid))
                 stream.event(metadata("thread_sort_index", rank, {"sort_index": tid}, tid))
+            if watts:
+                for t, w in power_steps(analysis, view.rep, records, watts, report.max_finish_ns):
+                    stream.event(f'{{"ph":"C","pid":{rank},"name":"power W","ts":{us(t)},"args":{{"W":{w:.3f}}}}}')
+                    power_counters += 1
         counters = _link_counters(stream, request.link_load, total, report.max_finish_ns)
         stream.end({"otherData": {"generator": "astra-sim-py", "ranks_written": len(written),
                                   "ranks": total, "times": "microseconds, exact to the nanosecond"}})
         if out is not raw:
             out.close()
     return {"path": request.path, "format": "chrome", "ranks_written": len(written), "events": stream.events,
-            "flows": flows, "link_counters": counters, "bytes": os.path.getsize(request.path)}
+            "flows": flows, "link_counters": counters, "power_counters": power_counters,
+            "bytes": os.path.getsize(request.path)}
+
+
+def power_steps(analysis, rep, records, watts, end_ns):
+    """``[(t_ns, W), ...]`` of one rank from 0 to ``end_ns`` (the last entry at ``end_ns``): at each instant the
+    watts of the highest-power activity among its ``records`` (compute by op class, collectives and sends at
+    ``comm``, remote memory at ``elementwise``), else ``idle``; receive waits and CPU ops idle the GPU."""
+    idle = watts["idle"]
+    changes = []
+    for node, start, end in records:
+        if end <= start:
+            continue
+        kind = analysis.kind_of(rep, node)[0]
+        if kind == K_COMPUTE:
+            w = watts.get(analysis.op_class(rep, node), watts["other"])
+        elif kind in (K_COLL, K_SEND):
+            w = watts["comm"]
+        elif kind == K_MEM:
+            w = watts["elementwise"]
+        else:
+            continue
+        changes.append((start, 1, w))
+        changes.append((end, -1, w))
+    changes.sort()
+    running, steps, i = {}, [(0, idle)], 0
+    while i < len(changes):
+        t = changes[i][0]
+        while i < len(changes) and changes[i][0] == t:
+            _, step, w = changes[i]
+            running[w] = running.get(w, 0) + step
+            if not running[w]:
+                del running[w]
+            i += 1
+        level = max(running, default=idle)
+        if level != steps[-1][1]:
+            steps[-1:] = [(t, level)] if t == steps[-1][0] else [steps[-1], (t, level)]
+    if steps[-1][0] < end_ns:  # idle (waiting for the step's end) up to it
+        steps.append((end_ns, idle))
+    return steps
 
 
 def _flow(stream, analysis, messages, view, node, start, end, recv_tid, chosen, flow_id, per_communicator, total):
@@ -206,4 +256,4 @@ def _link_counters(stream, load, total, end_ns):
     return len(series)
 
 
-__all__ = ["write_chrome_trace", "us", "EventStream", "open_output"]
+__all__ = ["write_chrome_trace", "power_steps", "us", "EventStream", "open_output"]
