@@ -222,6 +222,63 @@ def test_the_shipped_cc_mode_12_is_refused_before_ns3_starts(tmp_path, capsys):
     assert "CC_MODE 12" in err[0] and "supported modes: 0 = plain TCP" in err[0] and "8 = DCTCP" in err[0]
 
 
+def test_an_unwritable_fct_file_folder_is_refused_before_ns3_starts(tmp_path, capsys, monkeypatch):
+    """--ns3-fct-file under a regular file (a folder that cannot be made, even for root): one line naming the flag
+    and the path, before ns-3 is loaded (which would take seconds, then the whole packet-level run)."""
+    import astra_network_ns3.backend as backend
+
+    def refused():
+        raise AssertionError("ns-3 was loaded before --ns3-fct-file's folder was checked")
+
+    monkeypatch.setattr(backend, "load_glue", refused)
+    cfg = tmp_path / "cfg.txt"
+    cfg.write_text(CFG.read_text().replace(REF_TOPO, str(TOPO)))
+    (tmp_path / "blocker").write_text("a file, not a folder")
+    fct = tmp_path / "blocker" / "sub" / "fct.txt"
+    code = main(["run", "--workload-configuration", coll_trace(tmp_path, 8, MiB), "--system-configuration",
+                 write_system_config(tmp_path / "sys.json"), "--network-configuration", str(cfg),
+                 "--network-backend", "ns3", "--ns3-fct-file", str(fct), "-q"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"astra: error: --ns3-fct-file {fct}: cannot create the output folder"), err
+    assert (tmp_path / "blocker").read_text() == "a file, not a folder"
+
+
+def test_a_full_disk_at_the_fct_write_is_one_line_and_leaves_no_partial_file(tmp_path, monkeypatch):
+    """The late write goes through the kernel's atomic writer: ENOSPC is a ConfigError naming the flag, and the
+    folder holds neither the file nor a part of it."""
+    import errno
+    import os
+
+    import astra_sim.safeio as safeio
+    from astra_network_ns3.backend import Ns3Network
+
+    real = safeio.atomic_output
+
+    class Full:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def write(self, data):
+            self.handle.write(data[:10])
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    import contextlib
+
+    @contextlib.contextmanager
+    def full(path):
+        with real(path) as handle:
+            yield Full(handle)
+
+    monkeypatch.setattr(safeio, "atomic_output", full)
+    net = Ns3Network.__new__(Ns3Network)  # write_fct reads only the recorded flows (none here)
+    net._fcts = []
+    out = tmp_path / "out"
+    with pytest.raises(ConfigError, match=rf"^--ns3-fct-file {out}/fct.txt: cannot write: No space left on device$"):
+        net.write_fct(str(out / "fct.txt"))
+    assert list(out.iterdir()) == []
+
+
 @pytest.mark.parametrize("edit,expected", [
     (("TOPOLOGY_FILE topo.txt", "TOPOLOGY_FILE missing.txt"), "cfg.txt:4: TOPOLOGY_FILE"),
     (("8 7 400Gbps", "8 9 400Gbps"), "topo.txt:10: link to unknown node 9"),

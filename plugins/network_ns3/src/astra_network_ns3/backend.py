@@ -153,6 +153,11 @@ class Ns3Network:
         check_cc_mode(config)
         topology = read_config_topology(config)
         options = context.options or {}
+        fct_path = options.get("ns3_fct_file")
+        if fct_path:  # before ns-3 starts: a typo must not cost the whole packet-level run
+            from astra_sim.outputs import check_writable_folder
+
+            check_writable_folder(os.path.dirname(os.path.abspath(fct_path)), f"--ns3-fct-file {fct_path}")
         logical = options.get("logical_topology_configuration")
         npus = len(topology.hosts)
         if logical:
@@ -160,7 +165,7 @@ class Ns3Network:
         else:
             dims = [npus]
         return cls(config, topology, dims, context.engine, getattr(context, "warn", print),
-                   fct_path=options.get("ns3_fct_file"), failed_links=options.get("failed_links"))
+                   fct_path=fct_path, failed_links=options.get("failed_links"))
 
     def _warn_unmodelled(self):
         config = self.config
@@ -489,10 +494,12 @@ class Ns3Network:
         for src, dst, sport, size, start, fct in self._fcts:
             rows.append(f"{self._hex_ip(src)} {self._hex_ip(dst)} {sport} 5000 {size} {start} {fct} "
                         f"{self._standalone_ns(src, dst, size)}\n")
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.writelines(rows)
-        os.replace(tmp, path)
+        from astra_sim.safeio import write_text_atomic
+
+        try:
+            write_text_atomic(path, "".join(rows))
+        except OSError as exc:  # late (a full disk): the atomic writer leaves no partial file
+            raise ConfigError(f"--ns3-fct-file {path}: cannot write: {exc.strerror or exc}") from None
 
     def _hex_ip(self, node):
         parts = [int(p) for p in str(self._net.HostAddress(node)).split(".")]
