@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import shutil
 import subprocess
@@ -36,6 +37,20 @@ run: {platform: hgx-h100, compute-model: gpu}
 axes:
   grid: {workload.llm.tp: [1, 2]}
 """
+#: a one-job cluster on a 4-NPU ring (astra cluster), its network and system beside it
+CLUSTER = """
+system: sys.json
+network: net.yml
+gpus_per_node: 2
+jobs:
+  - {name: a, gpus: 4, steps: 2, workload: {micro: {collective: all_reduce, size: 1KiB}}}
+"""
+CLUSTER_NET = "topology: [ Ring ]\nnpus_count: [ 4 ]\nbandwidth: [ 50.0 ]\nlatency: [ 500.0 ]\n"
+CLUSTER_SYS = """{"scheduling-policy": "LIFO", "endpoint-delay": 10, "active-chunks-per-dimension": 1,
+ "preferred-dataset-splits": 1, "collective-optimization": "baseline", "local-mem-bw": 1600,
+ "all-reduce-implementation": ["ring"], "all-gather-implementation": ["ring"],
+ "reduce-scatter-implementation": ["ring"], "all-to-all-implementation": ["direct"]}
+"""
 LLM = ["--layers", "2", "--hidden", "256", "--heads", "8", "--kv-heads", "8", "--ffn-hidden", "512", "--vocab", "1000",
        "--seq-len", "128", "--tp", "2", "--micro-batches", "1"]
 SERVE = ["serve", "--preset", "llama3-8b", "--platform", "hgx-h100", "--qps", "4", "--requests", "2", "-q"]
@@ -52,6 +67,9 @@ def _inputs(folder):
     (folder / "spec.yaml").write_text(SPEC)
     (folder / "model.txt").write_text("DATA\n1\nfc1 -1 5 NONE 0 5 NONE 0 5 ALLREDUCE 1024 1\n")
     (folder / "report.json").write_text(_report_json(folder))
+    (folder / "cluster.yaml").write_text(CLUSTER)
+    (folder / "net.yml").write_text(CLUSTER_NET)
+    (folder / "sys.json").write_text(CLUSTER_SYS)
     assert main(["workload", "llm", *LLM, "-o", str(folder / "compact")]) == 0
     return folder
 
@@ -112,6 +130,7 @@ CASES = [
     ("msccl to-chakra", lambda i, o: ["msccl", "to-chakra", str(next(MSCCL_XML.glob("*.xml"))), "--size", "4096",
                                       "-q", "-o", f"{o}/x"], "--output", "x"),
     ("plot", lambda i, o: ["plot", f"{i}/report.json", "-o", f"{o}/pics"], "--output", "pics"),
+    ("cluster -o", lambda i, o: ["cluster", f"{i}/cluster.yaml", "-o", f"{o}/c.json"], "--output", "c.json"),
     ("infragraph --to-analytical", lambda i, o: ["infragraph", str(next(INFRAGRAPH.glob("*.yaml"))),
                                                  "--to-analytical", "-o", f"{o}/n.yaml"], "--output", "n.yaml"),
 ]
@@ -205,6 +224,31 @@ def test_a_full_disk_is_a_one_line_error_and_leaves_no_partial_file(case, inputs
     assert left == [], left  # the folder was empty: no output, no part of one, no partial set of rank files
 
 
+#: the commands whose whole result is one report written last: a late failure prints it on stdout instead
+REPORT_ON_STDOUT = ["serve -o", "validate -o", "cluster -o"]
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[0] in REPORT_ON_STDOUT], ids=REPORT_ON_STDOUT)
+def test_a_late_write_failure_keeps_the_report_on_stdout(case, inputs, tmp_path, capsys, monkeypatch):
+    """The report is computed (minutes of simulation); a full disk at its write must not lose it: the one error
+    line says where it went, and stdout ends with it whole (the JSON -o would have held)."""
+    _, argv, flag, name = case
+    out = tmp_path / "out"
+    out.mkdir()
+    with _full_disk(monkeypatch, out):
+        assert main(argv(inputs, out)) == 2
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.startswith("astra: error:")]
+    assert len(lines) == 1 and "Traceback" not in captured.err, captured.err
+    assert f"{out / name}: cannot write: No space left on device" in lines[0], lines[0]
+    assert lines[0].endswith("on stdout instead"), lines[0]
+    text = captured.out
+    start = 0 if text.startswith("{") else text.index("\n{\n") + 1  # after validate's table, if any
+    report = json.loads(text[start:])
+    assert isinstance(report, dict) and report  # the whole report, parsed
+    assert list(out.iterdir()) == []
+
+
 #: the commands that write several files
 MANY_FILES = ["workload llm", "workload micro", "workload micro --chakra-suite", "workload scale",
               "workload convert-text", "workload expand", "workload systolic --chakra", "msccl to-chakra"]
@@ -278,7 +322,6 @@ def test_real_read_only_and_full_folders(tmp_path):
     done = subprocess.run(["unshare", "-rm", sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    import json
 
     results = json.loads(done.stdout.strip().splitlines()[-1])
     for key, got in results.items():

@@ -24,6 +24,7 @@ def add_command(sub):
 def _cmd_cluster(args):
     import os
 
+    from astra_sim.errors import ConfigError
     from astra_sim.outputs import check_writable_folder
     from astra_sim.safeio import write_text_atomic
 
@@ -34,7 +35,12 @@ def _cmd_cluster(args):
     report = run_cluster(args.spec)
     text = json.dumps(report, indent=1)
     if args.output:
-        write_text_atomic(args.output, text + "\n")
+        try:
+            write_text_atomic(args.output, text + "\n")
+        except OSError as exc:  # late (a full disk): the atomic writer left no partial file; stdout keeps the report
+            print(text)
+            raise ConfigError(f"-o {args.output}: cannot write: {exc.strerror or exc}; the report is on stdout "
+                              "instead") from None
     if args.json:
         print(text)
     else:

@@ -101,8 +101,12 @@ def _cmd_serve(args):
                 warning(thin)
     out = reports[0] if len(reports) == 1 else {"units": dict(UNITS), "qps_sweep": reports}
     if args.output:
-        with writing(args, "output"):
+        try:
             write_text_atomic(args.output, json.dumps(out, indent=1) + "\n")
+        except OSError as exc:  # late (a full disk): the simulated report is not lost, stdout gets it
+            print(json.dumps(out, indent=1))
+            raise ConfigError(f"--output {args.output}: cannot write: {exc.strerror or exc}; the report is on "
+                              "stdout instead") from None
     if args.requests_csv:
         from .requests import REQUEST_COLUMNS, request_rows
 

@@ -109,8 +109,12 @@ def _cmd_validate(args):
     document = json.dumps({"units": {"time": "ns", "memory": "bytes", "error": "fraction"}, "cases": results,
                            "failed": failed, "summary": summary}, indent=1) + "\n"
     if args.output:
-        with _writing("--output", args.output):
+        try:
             write_text_atomic(args.output, document)
+        except OSError as exc:  # late (a full disk): the cases' results are not lost, stdout gets them
+            sys.stdout.write(document)
+            raise ConfigError(f"--output {args.output}: cannot write: {exc.strerror or exc}; the results are on "
+                              "stdout instead") from None
     if args.save_residuals:
         from astra_validation.intervals import residuals_document
 
