@@ -38,7 +38,8 @@ test: install
 FUZZ_SCALE ?= 50
 fuzz: install
 	ASTRA_FUZZ_SCALE=$(FUZZ_SCALE) $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_fuzz_chakra.py \
-		tests/test_fuzz_configs.py tests/test_fuzz_workloads.py tests/test_fuzz_readers.py
+		tests/test_fuzz_configs.py tests/test_fuzz_workloads.py tests/test_fuzz_readers.py \
+		plugins/folding/tests/test_fuzz_folding.py
 
 benchmark: install
 	$(BIN)/python benchmarks/bench_engine.py
