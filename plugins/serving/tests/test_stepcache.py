@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from astra_serving import steptime
-from astra_serving.stepcache import StepCache, cache_folder, max_entries, prune
+from astra_serving.stepcache import FORMAT, StepCache, StepEnergy, cache_folder, max_entries, prune
 from astra_serving.steptime import Layout, StepTimer
 from astra_sim.cli import main
 from astra_sim.errors import ConfigError
@@ -49,11 +49,13 @@ def test_a_bad_bound_is_an_error_before_any_step(tmp_path, monkeypatch, capsys):
 def test_entries_round_trip_per_layout_and_shape(tmp_path):
     a = StepCache(str(tmp_path), "layout-a", {}, 2)
     assert a.get((8, 0, 0, 0, False)) is None
-    a.put((8, 0, 0, 0, False), (100, 250))
-    assert a.get((8, 0, 0, 0, False)) == (100, 250)
+    a.put((8, 0, 0, 0, False), (100, 250), StepEnergy(5000, 8, 2_960_000))
+    assert a.get((8, 0, 0, 0, False)) == ((100, 250), StepEnergy(5000, 8, 2_960_000))
     assert a.get((8, 0, 0, 0, True)) is None                        # another shape
     assert StepCache(str(tmp_path), "layout-b", {}, 2).get((8, 0, 0, 0, False)) is None  # another layout
-    assert StepCache(str(tmp_path), "layout-a", {}, 2).get((8, 0, 0, 0, False)) == (100, 250)  # another process
+    assert StepCache(str(tmp_path), "layout-a", {}, 2).get((8, 0, 0, 0, False))[0] == (100, 250)  # another process
+    a.put((9, 0, 0, 0, False), (7, 8))                              # a step without stats.energy
+    assert a.get((9, 0, 0, 0, False)) == ((7, 8), None)
 
 
 def test_a_file_named_by_a_run_option_is_keyed_by_its_content(tmp_path):
@@ -61,19 +63,24 @@ def test_a_file_named_by_a_run_option_is_keyed_by_its_content(tmp_path):
     config.write_text("bandwidth: 1\n")
     folder = str(tmp_path / "cache")
     StepCache(folder, "l", {"network": str(config)}, 1).put((1, 0, 0, 0, False), (5,))
-    assert StepCache(folder, "l", {"network": str(config)}, 1).get((1, 0, 0, 0, False)) == (5,)
+    assert StepCache(folder, "l", {"network": str(config)}, 1).get((1, 0, 0, 0, False)) == ((5,), None)
     config.write_text("bandwidth: 2\n")
     assert StepCache(folder, "l", {"network": str(config)}, 1).get((1, 0, 0, 0, False)) is None
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.one_of(st.binary(max_size=200),
-                      st.builds(lambda v: json.dumps({"stages_ns": v}).encode(),
+                      st.builds(lambda v, e: json.dumps({"stages_ns": v, **e}).encode(),
                                 st.one_of(st.none(), st.integers(), st.text(max_size=5),
                                           st.lists(st.one_of(st.integers(-5, 10 ** 12), st.floats(), st.booleans(),
-                                                             st.none()), max_size=4)))))
+                                                             st.none()), max_size=4)),
+                                st.one_of(st.just({}), st.fixed_dictionaries({"energy": st.one_of(
+                                    st.none(), st.integers(), st.lists(st.one_of(st.integers(-5, 10 ** 9),
+                                                                                 st.floats(), st.none()),
+                                                                       max_size=4))})))))
 def test_a_bad_entry_is_ignored(tmp_path, data):
-    """Whatever bytes an entry holds, get() returns None or pp non-negative ints; never raises."""
+    """Whatever bytes an entry holds, get() returns None or (pp non-negative ints, a well-formed StepEnergy or
+    None); never raises. An entry without ``energy`` (format 1's) is not read."""
     cache = StepCache(str(tmp_path), "layout", {}, 2)
     shape = (3, 4, 5, 0, False)
     path = cache._path(shape)
@@ -81,7 +88,17 @@ def test_a_bad_entry_is_ignored(tmp_path, data):
     with open(path, "wb") as handle:
         handle.write(data)
     value = cache.get(shape)
-    assert value is None or (len(value) == 2 and all(type(t) is int and t >= 0 for t in value))
+    if value is not None:
+        times, energy = value
+        assert len(times) == 2 and all(type(t) is int and t >= 0 for t in times)
+        assert energy is None or (all(type(v) is int and v >= 0 for v in energy) and energy.gpus >= 1)
+        assert b'"energy"' in data
+
+
+def test_the_format_is_part_of_every_key(tmp_path):
+    """Entries of another format (format 1 kept times only) live under other keys: never misread."""
+    cache = StepCache(str(tmp_path), "layout", {}, 1)
+    assert json.loads(cache.namespace)[0] == FORMAT >= 2
 
 
 def test_prune_keeps_the_newest(tmp_path):

@@ -54,6 +54,7 @@ class Cluster:
         self.record_iterations = False
         self.fast_forward = True         # the engines' lazy decoders (the module doc)
         self.iterations = []     # (replica, start ns, duration ns, prefill tokens, decode seqs, context), if recorded
+        self.meter = None        # an energy.EnergyMeter charging each iteration's energy to its requests, or None
 
     # ------------------------------------------------------------------ events
     def _push(self, t, kind, data):
@@ -114,6 +115,8 @@ class Cluster:
             self.iterations.append((engine.index, self.now, duration, batch.prefill_tokens, batch.decode_seqs,
                                     batch.context))
         engine.busy_ns += duration
+        if self.meter is not None:
+            self.meter.iteration(engine, batch, self.now, duration)
 
     def run(self, requests):
         """Simulate every request to its end; returns the requests (their times filled in). Python's cycle

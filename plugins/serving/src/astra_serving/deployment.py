@@ -175,6 +175,10 @@ def serve(spec):
         description = f"{replicas} replica{'s' if replicas > 1 else ''} of TP {spec.tp} x PP {spec.pp}" + (
             f" x EP {spec.ep}" if spec.ep > 1 else "")
     cluster.record_iterations = bool(spec.timeline)
+    if virtual_engines == 1:  # a pipeline's virtual engines overlap on the stages: their steps' energy does not add
+        from .energy import EnergyMeter
+
+        cluster.meter = EnergyMeter(min(r.arrival_ns for r in requests))
     cluster.run(requests)
     if cluster.record_iterations:
         from .timeline import write_timeline
@@ -209,6 +213,9 @@ def serve(spec):
                            "preemptions": e.preemptions, "prefill_tokens": e.tokens_prefilled,
                            "decode_tokens": e.tokens_decoded} for e in engines]
     report["step_simulator"] = timer.stats()
+    energy = cluster.meter.finish(requests, engines, max(r.finish_ns for r in requests)) if cluster.meter else None
+    if energy is not None:
+        report["energy"] = energy
     if transfer is not None:
         spans = [t[2] - t[1] for t in cluster.transfers]
         from .metrics import distribution_ns

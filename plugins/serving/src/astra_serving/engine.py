@@ -100,7 +100,7 @@ class Seq:
     """A request's state inside one engine."""
 
     __slots__ = ("req", "computed", "generated", "state", "admitted", "order", "prefix_done", "swapped_positions",
-                 "joined", "phase")
+                 "joined", "phase", "energy_mark")
 
     def __init__(self, req, computed=0, generated=0):
         self.req = req
@@ -113,6 +113,7 @@ class Seq:
         self.swapped_positions = 0
         self.joined = 0               # group tick at which it joined the lazy decoders (computed, generated then)
         self.phase = 0                # its block bucket among the lazy decoders
+        self.energy_mark = 0.0        # the engine's energy per lazy decoder when it joined (energy.py)
 
     @property
     def tokens(self):
@@ -174,6 +175,7 @@ class Engine:
         self._ctx_base = 0     # sum over the group of (computed - joined)
         self._last = []        # heap of (tick of a member's last token, admitted, seq)
         self._grow = {}        # tick % block size -> {member: None}: those that take a KV block in that tick's pass
+        self._member_mj = 0.0  # energy charged to each lazy decoder so far (a member's share: this since it joined)
 
     # ------------------------------------------------------------------ queue
     def _key(self, seq, front=False):
@@ -217,6 +219,7 @@ class Engine:
                 return
             seq.joined = tick
             seq.phase = (tick + ahead) % size
+            seq.energy_mark = self._member_mj
             self._grow.setdefault(seq.phase, {})[seq] = None
             heapq.heappush(self._last, (tick + seq.req.output_tokens - seq.generated, seq.admitted, seq))
             self._ctx_base += computed - tick
@@ -228,6 +231,7 @@ class Engine:
         self._ctx_base -= seq.computed - seq.joined
         seq.computed += moved
         seq.generated += moved
+        seq.req.energy_share_mj += self._member_mj - seq.energy_mark
         del self._grow[seq.phase][seq]
         self._lazy -= 1
 
@@ -238,6 +242,7 @@ class Engine:
             moved = tick - seq.joined
             seq.computed += moved
             seq.generated += moved
+            seq.req.energy_share_mj += self._member_mj - seq.energy_mark
         self._lazy = self._ctx_base = 0
         self._last.clear()
         self._grow.clear()
@@ -461,6 +466,15 @@ class Engine:
             return ready
         return self.pipeline.run(ready, [self.timer.stage_ns(*shape, graph=graph)
                                          for shape, graph in self._steps(batch)])
+
+    def charge(self, batch, energy_mj):
+        """Split an iteration's energy (float mJ) over its sequences by the tokens each was scheduled (a lazy
+        decoder one: its share is added to the running sum each member reads when it leaves the group)."""
+        per_token = energy_mj / (sum(n for _, n in batch.items) + batch.group)
+        for seq, n in batch.items:
+            seq.req.energy_share_mj += n * per_token
+        if batch.group:
+            self._member_mj += per_token
 
     def complete(self, batch, now):
         """Account the finished iteration at ``now``; (sequences that sampled their first token, sequences that

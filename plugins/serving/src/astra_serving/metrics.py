@@ -196,6 +196,10 @@ def describe(report):
         lim = report["limits"]
         lines.append("iterations that left requests waiting, by limit: " + ", ".join(
             f"{k.replace('_', ' ')} {100 * v:.1f} %" for k, v in lim.items()))
+    if report.get("energy"):
+        from .energy import describe_energy
+
+        lines.append(describe_energy(report["energy"], report.get("deployment", {}).get("gpus") or 1))
     if "kv_cache_utilisation" in report:
         k = report["kv_cache_utilisation"]
         lines.append(f"KV cache: {100 * k['mean']:.1f} % used on average, {100 * k['max']:.1f} % at most")

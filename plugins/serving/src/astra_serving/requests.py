@@ -51,6 +51,8 @@ class Request:
     finish_ns: int | None = None
     preemptions: int = 0
     replica: int | None = None
+    energy_share_mj: float = 0.0         # the IT energy charged to it so far (energy.py)
+    energy_mj: int | None = None         # its IT energy once the run is over (None: no power data)
 
 
 # ------------------------------------------------------------------------------------------------ traces
@@ -405,14 +407,16 @@ def write_trace(requests, path):
     write_text_atomic(os.fspath(path), "\n".join(lines) + "\n")
 
 
-#: one row per served request (``--requests-csv``, :func:`requests_frame`): times in integer ns
+#: one row per served request (``--requests-csv``, :func:`requests_frame`): times in integer ns, energy in integer mJ
 REQUEST_COLUMNS = ("id", "replica", "arrival_ns", "prompt_tokens", "output_tokens", "scheduled_ns", "first_token_ns",
-                   "finish_ns", "preemptions")
+                   "finish_ns", "preemptions", "energy_mj")
 
 
 def request_rows(requests):
-    """``[[value per REQUEST_COLUMNS]]`` of served requests, by id."""
-    return [[getattr(r, column) for column in REQUEST_COLUMNS] for r in sorted(requests, key=lambda r: r.id)]
+    """``[[value per REQUEST_COLUMNS]]`` of served requests, by id (``energy_mj`` empty when the run has no power
+    data)."""
+    return [[("" if v is None and column == "energy_mj" else v) for column in REQUEST_COLUMNS
+             for v in (getattr(r, column),)] for r in sorted(requests, key=lambda r: r.id)]
 
 
 def requests_frame(requests):

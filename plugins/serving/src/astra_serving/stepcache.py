@@ -10,10 +10,14 @@ option names, the shape (prefill tokens, decode sequences, context, prefill done
 astra-sim and of every installed plugin, and a fingerprint of their installed code and data files (path, size,
 modification time: an editable install's edits change it, so a changed preset or model never reads a stale
 time; of this plugin only steptime.py and stepcache.py count, the code that makes a step from a shape, so that
-an edit of the engine's scheduler keeps the cache). Its value is the stage times (int ns), one small JSON file per key under ``<folder>/<2 hex>/<key>.json``,
+an edit of the engine's scheduler keeps the cache) and the entries' :data:`FORMAT`. Its value is the stage times
+(int ns) and the step's energy (:class:`StepEnergy`: the simulated nodes' IT energy in int mJ and their idle IT
+power in int mW, or null when the run has no ``stats.energy``), one small JSON file per key under
+``<folder>/<2 hex>/<key>.json``,
 written atomically (a temporary name, then a rename: concurrent writers of one key write the same bytes, and a
-reader sees a whole file or none). A file that does not parse or does not hold ``pp`` non-negative ints is
-ignored (and simulated again). The folder holds at most ``ASTRA_CACHE_MAX_ENTRIES`` entries (default
+reader sees a whole file or none). A file that does not parse, does not hold ``pp`` non-negative ints or has
+no well-formed ``energy`` is ignored (and simulated again). The folder holds at most
+``ASTRA_CACHE_MAX_ENTRIES`` entries (default
 :data:`MAX_ENTRIES`): the first write of a process over the bound deletes the oldest entries (by modification
 time) down to 90 % of it.
 
@@ -28,14 +32,44 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+from typing import NamedTuple
 
 from astra_sim.errors import ConfigError
 
+#: the entries' format, part of every key: 2 added the step's energy (a format-1 entry, times only, is never read)
+FORMAT = 2
 #: default bound on the entries kept (about 100 bytes each, one file system block each on disk)
 MAX_ENTRIES = 50_000
 #: this plugin's files a step's time depends on (the engine, router and metrics do not change it)
 _OWN_STEP_CODE = ("steptime.py", "stepcache.py")
 _FINGERPRINT = []  # the installed code's fingerprint, computed once per process
+
+
+class StepEnergy(NamedTuple):
+    """What a simulated step says about energy (its ``stats.energy``), for the serving run's accounting."""
+
+    it_energy_mj: int     # the step's IT energy on every simulated GPU (the replica's DP copies included)
+    gpus: int             # the GPUs simulated
+    idle_it_mw: int       # their IT power when idle: each GPU's idle power and the rest of the system beside it
+
+    @classmethod
+    def of_stats(cls, stats):
+        """From a run's ``stats`` (None when it has no ``energy``: a GPU without power data)."""
+        e = (stats or {}).get("energy")
+        if not e:
+            return None
+        per_gpu_w = e["class_power_w"]["idle"] + sum(e["system_power_w_per_gpu"].values())
+        return cls(int(e["it_energy_mj"]), int(e["gpus"]), int(round(per_gpu_w * 1000)) * int(e["gpus"]))
+
+
+def _energy_or_bad(value):
+    """A :class:`StepEnergy` (or None) from an entry's ``energy``; False when it is malformed."""
+    if value is None:
+        return None
+    if (not isinstance(value, list) or len(value) != 3 or not all(type(v) is int and v >= 0 for v in value)
+            or value[1] < 1):
+        return False
+    return StepEnergy(*value)
 
 
 def cache_folder(env=None):
@@ -113,7 +147,7 @@ class StepCache:
     def __init__(self, folder, layout_key, run_options, pp):
         self.folder = folder
         self.pp = pp
-        self.namespace = json.dumps([layout_key, _files_named(run_options), code_fingerprint()])
+        self.namespace = json.dumps([FORMAT, layout_key, _files_named(run_options), code_fingerprint()])
         self.limit = max_entries()  # read now: a bad ASTRA_CACHE_MAX_ENTRIES is an error before any step
         self.hits = 0
         self.writes = 0
@@ -124,7 +158,8 @@ class StepCache:
         return os.path.join(self.folder, key[:2], key + ".json")
 
     def get(self, shape):
-        """The stage times (tuple of int ns) stored for ``shape``, or None (absent, unreadable or malformed)."""
+        """``(stage times, StepEnergy or None)`` stored for ``shape`` (times: a tuple of int ns), or None (absent,
+        unreadable or malformed)."""
         try:
             with open(self._path(shape), "rb") as handle:
                 value = json.loads(handle.read())
@@ -132,18 +167,23 @@ class StepCache:
             return None
         times = value.get("stages_ns") if isinstance(value, dict) else None
         if (not isinstance(times, list) or len(times) != self.pp
-                or not all(type(t) is int and t >= 0 for t in times)):
+                or not all(type(t) is int and t >= 0 for t in times) or "energy" not in value):
+            return None
+        energy = _energy_or_bad(value["energy"])
+        if energy is False:
             return None
         self.hits += 1
-        return tuple(times)
+        return tuple(times), energy
 
-    def put(self, shape, times):
-        """Store ``times`` for ``shape`` (atomically); a cache that cannot be written is skipped, not an error
+    def put(self, shape, times, energy=None):
+        """Store ``times`` and ``energy`` (a :class:`StepEnergy` or None) for ``shape`` (atomically); a cache
+        that cannot be written is skipped, not an error
         (the run's result does not depend on it)."""
         from astra_sim.safeio import atomic_output
 
         path = self._path(shape)
-        data = json.dumps({"shape": list(shape), "stages_ns": [int(t) for t in times]}).encode()
+        data = json.dumps({"shape": list(shape), "stages_ns": [int(t) for t in times],
+                           "energy": None if energy is None else [int(v) for v in energy]}).encode()
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with atomic_output(path) as handle:

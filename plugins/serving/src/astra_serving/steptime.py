@@ -48,6 +48,8 @@ DEFAULT_RATIO = 2 ** 0.5
 CONTEXT_RATIO = 2.0
 #: simulated step times of this process, by (layout, shape): a QPS sweep or a test suite simulates a shape once
 _SHARED_MEMO = {}
+#: the same steps' energy (a :class:`~astra_serving.stepcache.StepEnergy` or None), beside their times
+_SHARED_ENERGY = {}
 
 
 def bucket(value, ratio=DEFAULT_RATIO, exact_below=EXACT_BELOW):
@@ -196,6 +198,7 @@ class StepTimer:
         self.ratio = ratio
         self.exact = exact
         self.memo = _SHARED_MEMO.setdefault(layout.key(), {})
+        self.energy_memo = _SHARED_ENERGY.setdefault(layout.key(), {})
         folder = cache_folder() if cache is True else (cache or None)
         self.cache = StepCache(folder, layout.key(), layout.run, layout.pp) if folder else None
         self.from_cache = 0
@@ -203,6 +206,7 @@ class StepTimer:
         self._totals = {}  # the step time of each shape looked up
         self._grid = {}    # (value, ratio) -> its grid points and weights: most shapes are new, their terms are not
         self._cells = {}   # (prefill, decode, context cell, graph) -> its corners' times and prefill-decode weights
+        self._energies = {}  # the IT energy (float mJ, the replica's GPUs) of each shape looked up
         self.simulated = 0
         self.sim_wall_s = 0.0
         self.lookups = 0
@@ -252,25 +256,28 @@ class StepTimer:
         out[-1] += int(round(total)) - sum(out)
         return tuple(out)
 
-    def _weighted(self, prefill, decode, context, prefill_done, graph):
+    def _weighted(self, prefill, decode, context, prefill_done, graph, keys=False):
         """[(weight, stage times)] of the grid corners a shape is interpolated from (one, weight 1, when exact),
         prefill outermost, then decode, then context. The corners of a grid cell are memoised (most shapes are
-        new, but fall in a cell met before); the weights are the shape's."""
+        new, but fall in a cell met before); the weights are the shape's. ``keys``: [(weight, corner key)]."""
         ep = self.layout.ep
         if ep > 1:  # attention DP over the EP ranks: each takes its share of the batch
             prefill, decode = -(-prefill // ep), -(-decode // ep)
         if self.exact:
-            return [(1.0, self._corner((prefill, decode, context if decode else 0,
-                                        prefill_done if prefill and decode else 0, graph)))]
+            key = (prefill, decode, context if decode else 0, prefill_done if prefill and decode else 0, graph)
+            return [(1.0, key if keys else self._corner(key))]
         contexts = self._points(max(2, context), CONTEXT_RATIO) if decode else ((0, 1.0),)
         cell = (prefill, decode, contexts[0][0], contexts[-1][0], graph)
         rows = self._cells.get(cell)
-        if rows is None:  # (prefill weight x decode weight, which context point, that corner's stage times)
-            rows = self._cells[cell] = [(a * b, i, self._corner((p, d, c if d else 0, 0, graph)))
+        if rows is None:  # (prefill weight x decode weight, which context point, that corner's stage times, key)
+            rows = self._cells[cell] = [(a * b, i, self._corner(key), key)
                                         for p, a in self._points(prefill, self.ratio)
                                         for d, b in self._points(decode, self.ratio)
-                                        for i, (c, _) in enumerate(contexts)]
-        return [(ab * contexts[i][1], times) for ab, i, times in rows]
+                                        for i, (c, _) in enumerate(contexts)
+                                        for key in ((p, d, c if d else 0, 0, graph),)]
+        if keys:
+            return [(ab * contexts[i][1], key) for ab, i, _, key in rows]
+        return [(ab * contexts[i][1], times) for ab, i, times, _ in rows]
 
     def _points(self, value, ratio):
         """((grid point, weight), ...) of ``value`` (:func:`neighbours`), those of weight 0 left out, memoised."""
@@ -280,22 +287,60 @@ class StepTimer:
             out = self._grid[value, ratio] = tuple((x, weight) for x, weight in ((lo, 1.0 - w), (hi, w)) if weight > 0)
         return out
 
+    def energy_mj(self, prefill, decode, context, prefill_done=0, graph=False):
+        """The IT energy (float mJ) of one iteration of this shape on the replica's GPUs, interpolated with the
+        weights of :meth:`stage_ns`'s time (the simulated nodes' energy times the replica's share of their GPUs:
+        the copies that fill a node are not the replica's); None when the steps have no ``stats.energy``."""
+        shape = (prefill, decode, context, prefill_done, graph)
+        if shape in self._energies:
+            return self._energies[shape]
+        total = 0.0
+        for weight, key in self._weighted(*shape, keys=True):
+            if key not in self.energy_memo:
+                self._fill(key)
+            energy = self.energy_memo[key]
+            if energy is None:
+                total = None
+                break
+            total += weight * energy.it_energy_mj * self.layout.gpus / energy.gpus
+        self._energies[shape] = total
+        return total
+
+    def idle_mw(self):
+        """The replica's IT power when it runs nothing (int mW: its GPUs' idle power and the rest of the system
+        beside them), from any simulated step's energy; None when the steps have no ``stats.energy``."""
+        for energy in self.energy_memo.values():
+            if energy is not None:
+                return energy.idle_it_mw * self.layout.gpus // energy.gpus
+        return None
+
     def _corner(self, key):
+        """A corner's stage times: memoised, else from the persistent cache, else simulated (its energy kept
+        beside them in ``energy_memo``)."""
         value = self.memo.get(key)
         if value is None:
-            value = self.cache.get(key) if self.cache else None
-            if value is not None:
-                self.from_cache += 1
-            else:
-                value = self.simulate(*key)
-                if self.cache:
-                    self.cache.put(key, value)
-            self.memo[key] = value
+            value = self._fill(key)
         return value
 
-    def simulate(self, prefill, decode, context, prefill_done=0, graph=False):
+    def _fill(self, key):
+        entry = self.cache.get(key) if self.cache else None
+        if entry is not None:
+            self.from_cache += 1
+            value, energy = entry
+        else:
+            value, energy = self.simulate(*key, with_energy=True)
+            if self.cache:
+                self.cache.put(key, value, energy)
+        self.memo[key] = value
+        self.energy_memo[key] = energy
+        return value
+
+    def simulate(self, prefill, decode, context, prefill_done=0, graph=False, with_energy=False):
         """Generate and simulate one step of exactly this shape (as a CUDA graph: ``graph``); its time on each
-        pipeline stage in ns (a tuple summing to the step's time, see :func:`stage_times`)."""
+        pipeline stage in ns (a tuple summing to the step's time, see :func:`stage_times`), and with
+        ``with_energy`` its :class:`~astra_serving.stepcache.StepEnergy` (or None) beside it."""
+        from .stepcache import StepEnergy
+
         from astra_sim.generated import private_folder
         from astra_sim.runner import run_spec
         from astra_workload_generators.llm.spec import generate_llm_workload
@@ -312,9 +357,10 @@ class StepTimer:
                 raise type(exc)(f"astra serve: the step of {prefill} prefill tokens and {decode} decode sequences "
                                 f"(context {context}): {exc}") from None
             value = stage_times(report, self.layout.pp)
+            energy = StepEnergy.of_stats(report.stats)
         self.simulated += 1
         self.sim_wall_s += time.perf_counter() - started
-        return value
+        return (value, energy) if with_energy else value
 
     def stats(self):
         return {"shapes_simulated": self.simulated, "shapes_from_cache": self.from_cache, "lookups": self.lookups,
