@@ -109,4 +109,4 @@ def describe_energy(energy, gpus):
     return (f"energy: {energy['it_energy_mj'] / 1000:,.1f} J IT; per request p50 {p['p50'] / 1000:,.1f} J, "
             f"p90 {p['p90'] / 1000:,.1f} J, p99 {p['p99'] / 1000:,.1f} J; "
             + (f"{per_token / 1000:.3f} J per output token; " if per_token is not None else "")
-            + (f"mean power {power / 1000:,.2f} kW ({power / gpus:,.0f} W per GPU)" if power is not None else ""))
+            + (f"mean IT power {power / 1000:,.2f} kW ({power / gpus:,.0f} W per GPU)" if power is not None else ""))
