@@ -56,9 +56,9 @@ class EnergyMeter:
         """Charge the iteration of ``batch`` on ``engine``, from ``now`` for ``duration`` ns, to its sequences."""
         if not self.available:
             return
-        steps_mj = 0.0
-        for shape, graph in engine._steps(batch):
-            step_mj = engine.timer.energy_mj(*shape, graph=graph)
+        steps_mj, timer = 0.0, engine.timer
+        for shape, graph in batch.shapes:  # what end_ns timed
+            step_mj = timer.energy_mj(*shape, graph=graph)
             if step_mj is None:
                 self.available = False
                 return

@@ -137,6 +137,7 @@ class Batch:
     admitted: tuple = ()        # the items admitted from the waiting queue by this batch (the only ones that
                                 # can be scheduled for the first time)
     group: int = 0              # lazy decoders scheduled before ``items`` (one token each; not in ``items``)
+    shapes: tuple = ()          # the step simulator's shapes it runs (:meth:`Engine._steps`), set by end_ns
 
 
 class Engine:
@@ -460,12 +461,12 @@ class Engine:
         """When ``batch``, scheduled at ``now``, ends: the pass's host time and swap copies, then its steps back to
         back, alone on the replica or through the stages it shares with its virtual engines (:class:`Pipeline`)."""
         ready = now + self.host_ns(batch) + batch.extra_ns
+        batch.shapes = self._steps(batch)
         if self.pipeline is None:
-            for shape, graph in self._steps(batch):
+            for shape, graph in batch.shapes:
                 ready += self.timer.step_ns(*shape, graph=graph)
             return ready
-        return self.pipeline.run(ready, [self.timer.stage_ns(*shape, graph=graph)
-                                         for shape, graph in self._steps(batch)])
+        return self.pipeline.run(ready, [self.timer.stage_ns(*shape, graph=graph) for shape, graph in batch.shapes])
 
     def charge(self, batch, energy_mj):
         """Split an iteration's energy (float mJ) over its sequences by the tokens each was scheduled (a lazy

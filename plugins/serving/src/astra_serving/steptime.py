@@ -50,6 +50,7 @@ CONTEXT_RATIO = 2.0
 _SHARED_MEMO = {}
 #: the same steps' energy (a :class:`~astra_serving.stepcache.StepEnergy` or None), beside their times
 _SHARED_ENERGY = {}
+_UNSEEN = object()
 
 
 def bucket(value, ratio=DEFAULT_RATIO, exact_below=EXACT_BELOW):
@@ -292,8 +293,9 @@ class StepTimer:
         weights of :meth:`stage_ns`'s time (the simulated nodes' energy times the replica's share of their GPUs:
         the copies that fill a node are not the replica's); None when the steps have no ``stats.energy``."""
         shape = (prefill, decode, context, prefill_done, graph)
-        if shape in self._energies:
-            return self._energies[shape]
+        total = self._energies.get(shape, _UNSEEN)
+        if total is not _UNSEEN:
+            return total
         total = 0.0
         for weight, key in self._weighted(*shape, keys=True):
             if key not in self.energy_memo:
