@@ -30,47 +30,12 @@ def _counter(pid, t_ns, watts):
 
 
 def rank_power_steps(analysis, rep, watts):
-    """``[(t_ns, W), ...]``: the representative's power from 0 to its finish (the last entry: idle at the finish)."""
-    from astra_sim.analysis.spans import K_COLL, K_COMPUTE, K_MEM, K_SEND
+    """``[(t_ns, W), ...]``: the representative's power from 0 to its finish (the last entry: idle at the finish),
+    by the rule of ``--timeline``'s power lane (:func:`astra_analysis.timeline.power_steps`: one place for it)."""
+    from astra_analysis.timeline import power_steps
 
     view = analysis.view(rep)
-    events = []
-    for node, start, end in view.records():
-        if end <= start:
-            continue
-        kind = analysis.kind_of(rep, node)[0]
-        if kind == K_COMPUTE:
-            w = watts.get(analysis.op_class(rep, node), watts["other"])
-        elif kind in (K_COLL, K_SEND):
-            w = watts["comm"]
-        elif kind == K_MEM:
-            w = watts["elementwise"]
-        else:  # receive waits and CPU ops: the GPU idles
-            continue
-        events.append((start, 1, w))
-        events.append((end, -1, w))
-    events.sort()
-    running = {}
-    steps = [(0, watts["idle"])]
-    i = 0
-    while i < len(events):
-        t = events[i][0]
-        while i < len(events) and events[i][0] == t:
-            _, step, w = events[i]
-            running[w] = running.get(w, 0) + step
-            if not running[w]:
-                del running[w]
-            i += 1
-        level = max(running, default=watts["idle"])
-        if level != steps[-1][1]:
-            if t == steps[-1][0]:  # a change at 0 replaces the initial idle
-                steps[-1] = (t, level)
-            else:
-                steps.append((t, level))
-    finish = view.finish_ns or 0
-    if steps[-1][1] != watts["idle"]:
-        steps.append((finish, watts["idle"]))
-    return steps
+    return power_steps(analysis, rep, view.records(), watts, view.finish_ns or 0)
 
 
 def cluster_steps(classes):
