@@ -262,6 +262,9 @@ def test_pipeline_parallel_low_qps_matches_single_steps_and_virtual_engines_rais
     two, _ = serve(tmp_path, *common, name="two")
     one, _ = serve(tmp_path, *common, "--virtual-engines", "1", name="one")
     assert two["throughput_tokens_per_s"] > 1.3 * one["throughput_tokens_per_s"]
+    # energy: the virtual engines' steps overlap on the stages (no energy); one engine's add up
+    assert "energy" not in two and all(r["energy_mj"] == "" for r in rows)
+    assert one["energy"]["it_energy_mj"] > 0
 
 
 def test_requests_as_a_dataframe_are_the_csv_rows(tmp_path):
