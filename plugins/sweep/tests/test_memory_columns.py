@@ -131,3 +131,26 @@ def test_astra_sweep_rows_carry_the_memory_columns(tmp_path):
         assert r["mem_margin_bytes"] == capacity - r["peak_mem_bytes"]
     assert rows[1]["mem_optimizer_bytes"] < rows[0]["mem_optimizer_bytes"]
     assert rows[1]["mem_margin_bytes"] > rows[0]["mem_margin_bytes"]
+
+
+@pytest.mark.parametrize("name", MLPERF_V4)
+def test_astra_search_with_nemos_flags_keeps_the_mlperf_v4_layout(name):
+    """`astra search --grad-buffer same --fp8-params` enumerates the layout with NeMo's optimizer memory, and keeps it."""
+    spec = MLPERF_V4[name]
+    dims = model_dims("gpt3-175b")
+    choices = {"tp": [spec["tp"]], "pp": [spec["pp"]], "vp": [spec["vp"]], "mbs": [spec["mbs"]], "zero": [1],
+               "ep": None, "cp": [1], "recompute": ["selective"]}
+    layouts, _ = enumerate_layouts(dims, spec["gpus"], spec["batch"], 8, choices, "fp8", "same", True)
+    cfg = layouts[0][0]
+    assert cfg.grad_buffer == "same" and cfg.fp8_params and _kept(dims, cfg)
+
+
+def test_astra_search_refuses_fp8_params_without_fp8_gemms():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "astra_sim.cli", "search", "--preset", "gpt3-175b", "--gpus", "1024",
+                           "--platform", "hgx-h100", "--global-batch", "1536", "--fp8-params"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "--fp8-params needs --gemm-dtype fp8" in done.stderr
+    assert "Traceback" not in done.stderr

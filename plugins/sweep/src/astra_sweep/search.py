@@ -28,6 +28,8 @@ import sys
 from astra_sim.cliutil import add_executor_flags, add_output_flags, add_platform_flags, positive_int
 from astra_sim.errors import ConfigError
 
+from .memory_columns import estimate_columns
+
 #: what the JSON's numbers are in
 UNITS = {"time": "ns", "size": "bytes"}
 
@@ -74,6 +76,11 @@ def add_search_command(sub):
                    help="recomputation modes to try (default none,full; with FlashAttention none keeps no "
                    "attention scores)")
     p.add_argument("--gemm-dtype", default="same", choices=("same", "fp8"))
+    p.add_argument("--grad-buffer", default="fp32", choices=("fp32", "same"),
+                   help="Megatron/NeMo main gradients: fp32 (Megatron-LM, default) or the model dtype (NeMo's "
+                        "distributed fused Adam), as astra workload llm --grad-buffer")
+    p.add_argument("--fp8-params", action="store_true",
+                   help="with --gemm-dtype fp8: FP8 primary weights (Transformer Engine; MLPerf v4.0's FP8_PARAMS)")
     p.add_argument("--top", type=positive_int, default=10, metavar="K", help="configurations printed (default 10)")
     add_output_flags(p, "the answer", json_help="print the answer as JSON on stdout (the table goes to stderr); "
                      "training: the ranked layouts (step_ns, mfu, peak_mem_bytes) and the drops; --serve: every "
@@ -126,7 +133,8 @@ def _divisors(n):
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def enumerate_layouts(dims, gpus, global_batch, gpus_per_node, choices, gemm_dtype="same"):
+def enumerate_layouts(dims, gpus, global_batch, gpus_per_node, choices, gemm_dtype="same", grad_buffer="fp32",
+                      fp8_params=False):
     """(layouts [(LlmConfig, global batch divides?)], invalid count): every layout the generator accepts."""
     from astra_workload_generators.llm import LlmConfig, check_config
 
@@ -153,7 +161,8 @@ def enumerate_layouts(dims, gpus, global_batch, gpus_per_node, choices, gemm_dty
                                     cfg = LlmConfig(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, micro_batches=m,
                                                     micro_batch_size=mbs, virtual_stages=vp, zero=zero,
                                                     sequence_parallel=tp > 1, recompute=rc == "full",
-                                                    recompute_selective=rc == "selective", gemm_dtype=gemm_dtype)
+                                                    recompute_selective=rc == "selective", gemm_dtype=gemm_dtype,
+                                                    grad_buffer=grad_buffer, fp8_params=fp8_params)
                                     try:
                                         check_config(dims, cfg)
                                     except ConfigError:
@@ -265,8 +274,10 @@ def _search_layouts(args):
     for mode in choices["recompute"]:
         if mode not in ("none", "full", "selective"):
             raise ConfigError(f"--recompute: unknown mode {mode!r} (none, full, selective)")
+    if args.fp8_params and args.gemm_dtype != "fp8":
+        raise ConfigError("--fp8-params needs --gemm-dtype fp8 (the weights are held as their FP8 copies)")
     layouts, invalid = enumerate_layouts(dims, args.gpus, args.global_batch, platform.gpus_per_node, choices,
-                                         args.gemm_dtype)
+                                         args.gemm_dtype, args.grad_buffer, args.fp8_params)
     fit, dropped = [], {}
     estimates = {}
     batch_refused = 0
@@ -294,7 +305,9 @@ def _search_layouts(args):
     if not fit:
         raise ConfigError("no layout fits the GPU's memory; add GPUs, ZeRO stages or recomputation")
     source = {**source, **({"seq-len": args.seq_len} if args.seq_len else {}),
-              **({"gemm-dtype": "fp8"} if args.gemm_dtype == "fp8" else {})}
+              **({"gemm-dtype": "fp8"} if args.gemm_dtype == "fp8" else {}),
+              **({"grad-buffer": args.grad_buffer} if args.grad_buffer != "fp32" else {}),
+              **({"fp8-params": True} if args.fp8_params else {})}
     bounds, refine = _bounds(fit, source, platform, args)
     from astra_sim.generated import private_folder
 
@@ -319,8 +332,8 @@ def _search_layouts(args):
     ranked.sort(key=lambda x: x[0])
     _print_top(ranked[:args.top], args, summary)
     result = {"units": dict(UNITS),
-              "ranked": [{"layout": _options(c), "step_ns": steps[id(c)], "mfu": mfu, "peak_mem_bytes": int(mem)}
-                         for s, mfu, mem, c in ranked],
+              "ranked": [{"layout": _options(c), "step_ns": steps[id(c)], "mfu": mfu,
+                          **estimate_columns(estimates[id(c)], capacity)} for s, mfu, mem, c in ranked],
               "dropped": {why: [_options(c) for c, _ in items] for why, items in dropped.items()},
               "refused": invalid, "batch_refused": batch_refused,
               "pruned": [{"layout": _options(c), "bound_ns": bounds[id(c)][0]} for c in pruned]}
