@@ -20,9 +20,6 @@ from astra_sim import __version__
 from astra_sim.cliutil import positive_int
 from astra_sim.errors import AstraError
 
-#: when this process started its command (plugin loading is a wait the progress line counts)
-_STARTED = time.monotonic()
-
 def _plugin_option(parser):
     parser.add_argument(
         "-p",
@@ -120,12 +117,13 @@ def _plugin_selection(argv):
 
 
 def main(argv=None):
+    started = time.monotonic()  # the command's start: loading the plugins is waiting too (the progress line)
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv == ["--version"]:  # answered before any plugin loads: scripts call it to probe the install
         print(f"astra-sim-py {__version__}")
         return 0
     try:
-        code = _main(argv)
+        code = _main(argv, started)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit flush
         return code
     except AstraError as exc:
@@ -152,7 +150,7 @@ def _stdout_closed():
 from astra_sim.cliutil import warning  # noqa: E402  (kept here for earlier imports)
 
 
-def _main(argv):
+def _main(argv, started=None):
     from astra_sim.plugins import make_plugin_manager
 
     selected, blocked = _plugin_selection(argv)
@@ -182,7 +180,7 @@ def _main(argv):
 
     # A command that may take a while says what it does (stderr); -q and ASTRA_PROGRESS=0 keep it quiet.
     shown = not (getattr(args, "quiet", False) or getattr(args, "own_progress", False))
-    with activity(_command_name(parser, argv, args.command), enabled=shown, since=_STARTED):
+    with activity(_command_name(parser, argv, args.command), enabled=shown, since=started):
         if args.command == "run":
             return _cmd_run(pm, args)
         args.plugin_manager = pm  # a plugin command may use the loaded plugins (registries, hooks)

@@ -73,9 +73,11 @@ SERVING = [c for c in REGISTRY if c["kind"] == "serving"]
 
 @pytest.mark.parametrize("case", TRAINING, ids=[c["name"] for c in TRAINING])
 def test_every_training_case_that_ran_is_accepted(case):
+    """Accepted by default: it fits, or it is a near miss within the estimate's uncertainty (a warning, and the
+    run goes on); never refused as out of memory."""
     dims, cfg = _resolve(case["workload"])
     capacity = get_platform(case["platform"]).device_memory_bytes()
-    assert verdict(peak_memory(dims, cfg).total, capacity) == "fits"
+    assert verdict(peak_memory(dims, cfg).total, capacity) in ("fits", "near")
 
 
 def _flag(argv, name, default=None):

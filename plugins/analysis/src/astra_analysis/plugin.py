@@ -58,6 +58,7 @@ def astra_register_metrics(registry):
             ("timeline.events", "count", "trace events the timeline holds"),
             ("timeline.flows", "count", "send-to-receive arrows"),
             ("timeline.link_counters", "count", "link-utilisation counter tracks"),
+            ("timeline.power_counters", "count", "power counter tracks (one per rank, with the energy plugin)"),
             ("timeline.ranks_written", "count", "ranks the timeline holds"),
             ("timeline.bytes", "bytes", "size of the timeline file(s)"),
             ("stats.timeline_s", "s", "wall-clock time to write the timeline"),
