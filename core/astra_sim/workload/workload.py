@@ -214,14 +214,18 @@ class RankWorkload:
         node, slot = item
         try:
             self._dispatch(node, slot)
-        except ChakraError as exc:
-            raise WorkloadError(str(exc)) from None
-        except AstraError as exc:
-            # Name the trace and node, keeping the error's kind (and exit code).
-            message = str(exc)
-            if not message.startswith(self.path):
-                message = f"{self.path}: node {node.id} ({node.name!r}): {message}"
-            raise type(exc)(message) from None
+        except (ChakraError, AstraError) as exc:
+            raise self._named(node, exc) from None
+
+    def _named(self, node, exc):
+        """The error to raise for ``exc`` at ``node``: it names the trace and the node, keeping its kind (and exit
+        code); a Chakra decoding error becomes a WorkloadError."""
+        if isinstance(exc, ChakraError):
+            return WorkloadError(str(exc))
+        message = str(exc)
+        if not message.startswith(self.path):
+            message = f"{self.path}: node {node.id} ({node.name!r}): {message}"
+        return type(exc)(message)
 
     def _dispatch(self, node, slot):
         shared = self.shared
@@ -263,13 +267,8 @@ class RankWorkload:
         takes no time completes now, as an event (its children are issued as after any completion)."""
         try:
             duration = self.shared.compute_model.compute_time_ns(node, self.rank)
-        except ChakraError as exc:
-            raise WorkloadError(str(exc)) from None
-        except AstraError as exc:
-            message = str(exc)
-            if not message.startswith(self.path):
-                message = f"{self.path}: node {node.id} ({node.name!r}): {message}"
-            raise type(exc)(message) from None
+        except (ChakraError, AstraError) as exc:
+            raise self._named(node, exc) from None
         if duration is None:
             duration = 0
         self.compute_ns += duration
