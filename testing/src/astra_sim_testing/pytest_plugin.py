@@ -39,7 +39,10 @@ _SESSION_CACHE = None
 if "ASTRA_CACHE_DIR" not in os.environ:
     import tempfile
 
-    _SESSION_CACHE = tempfile.mkdtemp(prefix="astra-test-cache-")
+    from astra_sim.generated import owned
+
+    # named by this process: a test run killed before its end leaves it, and the next astra command reclaims it
+    _SESSION_CACHE = tempfile.mkdtemp(prefix=owned("astra-test-cache-"))
     os.environ["ASTRA_CACHE_DIR"] = _SESSION_CACHE
     os.environ.setdefault("ASTRA_SEARCH_CACHE", os.path.join(_SESSION_CACHE, "search"))  # astra search's bounds
 
