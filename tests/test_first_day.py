@@ -7,6 +7,7 @@ the recipe make would run.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -19,7 +20,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def install_recipe():
     """The lines ``make install`` runs from scratch (``-B``: as if nothing were installed), without running them."""
-    out = subprocess.run(["make", "-n", "-B", "install"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    # under `make test` the outer make's flags would reach this one (and it would print "Entering directory")
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
+    out = subprocess.run(["make", "--no-print-directory", "-n", "-B", "install"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60, env=env)
     assert out.returncode == 0, out.stderr
     return out.stdout.splitlines()
 
