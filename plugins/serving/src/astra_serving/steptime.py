@@ -208,6 +208,7 @@ class StepTimer:
         self._grid = {}    # (value, ratio) -> its grid points and weights: most shapes are new, their terms are not
         self._cells = {}   # (prefill, decode, context cell, graph) -> its corners' times and prefill-decode weights
         self._energies = {}  # the IT energy (float mJ, the replica's GPUs) of each shape looked up
+        self._last_rows = None  # (shape, its corners) of the last shape interpolated: its energy reuses them
         self.simulated = 0
         self.sim_wall_s = 0.0
         self.lookups = 0
@@ -241,7 +242,9 @@ class StepTimer:
         return list(out)
 
     def _interpolate(self, prefill, decode, context, prefill_done, graph):
-        weighted = self._weighted(prefill, decode, context, prefill_done, graph)
+        rows = self._weighted_rows(prefill, decode, context, prefill_done, graph)
+        self._last_rows = ((prefill, decode, context, prefill_done, graph), rows)  # energy_mj's, for this shape
+        weighted = [(w, times) for w, times, _ in rows]
         if self.layout.pp == 1:  # the sums below, with one stage: its time is the step's
             total = 0.0
             for weight, times in weighted:
@@ -261,12 +264,17 @@ class StepTimer:
         """[(weight, stage times)] of the grid corners a shape is interpolated from (one, weight 1, when exact),
         prefill outermost, then decode, then context. The corners of a grid cell are memoised (most shapes are
         new, but fall in a cell met before); the weights are the shape's. ``keys``: [(weight, corner key)]."""
+        rows = self._weighted_rows(prefill, decode, context, prefill_done, graph)
+        return [(w, key) for w, _, key in rows] if keys else [(w, times) for w, times, _ in rows]
+
+    def _weighted_rows(self, prefill, decode, context, prefill_done, graph):
+        """[(weight, stage times, corner key)]: :meth:`_weighted`'s corners with both."""
         ep = self.layout.ep
         if ep > 1:  # attention DP over the EP ranks: each takes its share of the batch
             prefill, decode = -(-prefill // ep), -(-decode // ep)
         if self.exact:
             key = (prefill, decode, context if decode else 0, prefill_done if prefill and decode else 0, graph)
-            return [(1.0, key if keys else self._corner(key))]
+            return [(1.0, self._corner(key), key)]
         contexts = self._points(max(2, context), CONTEXT_RATIO) if decode else ((0, 1.0),)
         cell = (prefill, decode, contexts[0][0], contexts[-1][0], graph)
         rows = self._cells.get(cell)
@@ -276,9 +284,7 @@ class StepTimer:
                                         for d, b in self._points(decode, self.ratio)
                                         for i, (c, _) in enumerate(contexts)
                                         for key in ((p, d, c if d else 0, 0, graph),)]
-        if keys:
-            return [(ab * contexts[i][1], key) for ab, i, _, key in rows]
-        return [(ab * contexts[i][1], times) for ab, i, times, _ in rows]
+        return [(ab * contexts[i][1], times, key) for ab, i, times, key in rows]
 
     def _points(self, value, ratio):
         """((grid point, weight), ...) of ``value`` (:func:`neighbours`), those of weight 0 left out, memoised."""
@@ -296,8 +302,10 @@ class StepTimer:
         total = self._energies.get(shape, _UNSEEN)
         if total is not _UNSEEN:
             return total
+        last = self._last_rows
+        rows = last[1] if last is not None and last[0] == shape else self._weighted_rows(*shape)
         total = 0.0
-        for weight, key in self._weighted(*shape, keys=True):
+        for weight, _, key in rows:
             if key not in self.energy_memo:
                 self._fill(key)
             energy = self.energy_memo[key]
