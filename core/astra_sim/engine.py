@@ -25,7 +25,7 @@ class EventEngine:
         self._buckets = {}
         self._times = []
         self.events_run = 0
-        self._end_of_ns = []  # [fn, arg, ...] to run once every event of the current time has run
+        self._end_of_ns = []  # [fn, arg, current, ...] to run once every event of the current time has run
         self.current = None
 
     def schedule(self, delay_ns, fn, arg=None):
@@ -56,9 +56,9 @@ class EventEngine:
     def at_end_of_ns(self, fn, arg=None):
         """Run ``fn(arg)`` after every event of the current time, those it schedules for now included: a
         decision that must not depend on the order of one nanosecond's events (what runs beside a kernel)
-        waits for all of them. What ``fn`` schedules for now runs next, then its own end of the nanosecond."""
-        self._end_of_ns.append(fn)
-        self._end_of_ns.append(arg)
+        waits for all of them. What ``fn`` schedules for now runs next, then its own end of the nanosecond.
+        ``fn`` runs with the :attr:`current` of the event that deferred it (a folded run's history)."""
+        self._end_of_ns += (fn, arg, self.current)
 
     def pending(self):
         """Number of distinct future times with events (cheap emptiness test)."""
@@ -79,9 +79,10 @@ class EventEngine:
         count = 0
         while self._end_of_ns and self.now not in self._buckets:
             late, self._end_of_ns = self._end_of_ns, []
-            for i in range(0, len(late), 2):
+            for i in range(0, len(late), 3):
+                self.current = late[i + 2]
                 late[i](late[i + 1])
-            count += len(late) >> 1
+            count += len(late) // 3
         return count
 
     def is_last_now(self, fn, arg):

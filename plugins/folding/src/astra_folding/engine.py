@@ -112,20 +112,6 @@ class FoldedEventEngine(EventEngine):
         self.events_run += count
         return count
 
-    def at_end_of_ns(self, fn, arg=None):
-        """As the unfolded engine's; what ``fn`` schedules descends from the history that deferred it."""
-        self._end_of_ns.append((fn, arg, self.current))
-
-    def _run_end_of_ns(self):
-        count = 0
-        while self._end_of_ns and self.now not in self._buckets:
-            late, self._end_of_ns = self._end_of_ns, []
-            for fn, arg, history in late:
-                self.current = history
-                fn(arg)
-            count += len(late)
-        return count
-
     # -- the check --------------------------------------------------------------------------------
     def tie_check(self, rank, history, op):
         """A callback ``op`` of ``rank`` (a representative) runs now with ``history``: compare it with the
