@@ -454,10 +454,7 @@ class RankWorkload:
         nodes, children, parents_left = self.nodes, self.children, self.parents_left
         first_children = children[first_id]
         freed_by_first = {c for c in first_children if parents_left[c] == 0}
-        waiting = set(self.fresh)
-        for heap in self.ready:
-            waiting.update(heap)
-        candidates = (waiting - freed_by_first) | {
+        candidates = (self._waiting() - freed_by_first) | {
             c for c in children[second_id] if parents_left[c] == 1 and c not in first_children}
         busy = list(self.slot_busy)
         first_slot = self._slot_peek(nodes[first_id])
@@ -487,16 +484,21 @@ class RankWorkload:
         first_slot = self._slot_peek(first)
         if first_slot is None:
             return False
-        candidates = {c for c in children[second_id] if parents_left[c] == 1}
-        candidates.update(self.fresh)
-        for heap in self.ready:
-            candidates.update(heap)
+        candidates = self._waiting()
+        candidates.update(c for c in children[second_id] if parents_left[c] == 1)
         for node_id in candidates:
             node = nodes[node_id]
             slot = self._slot_peek(node)
             if slot is None or (slot == first_slot and slot != _NONE):
                 return False
         return True
+
+    def _waiting(self):
+        """The ids of the ready nodes not yet issued (fresh, or waiting for their slot), as a new set."""
+        waiting = set(self.fresh)
+        for heap in self.ready:
+            waiting.update(heap)
+        return waiting
 
     def _slot_peek(self, node):
         """:meth:`_slot` without making a communication slot: None when the node's slot does not exist yet."""
