@@ -12,21 +12,18 @@ show hours and percent."""
 
 from __future__ import annotations
 
-import json
 import os
 
 from astra_sim.errors import ConfigError
+
+from .inputs import read_json_or_none
 
 HOUR_NS = 3_600_000_000_000
 
 
 def read_cluster(path):
     """The ``astra cluster`` report in ``path``, or None when it is not one."""
-    try:
-        with open(path, "rb") as handle:
-            data = json.loads(handle.read())
-    except (OSError, ValueError, UnicodeDecodeError):
-        return None  # read_report names the problem
+    data = read_json_or_none(path)  # None: read_report names the problem
     if isinstance(data, dict) and isinstance(data.get("cluster"), dict) and isinstance(data.get("placement"), list):
         return data
     return None

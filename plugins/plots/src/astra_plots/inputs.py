@@ -34,6 +34,16 @@ def read_report(path):
     return report
 
 
+def read_json_or_none(path):
+    """The JSON in ``path``, or None when it cannot be read or is not JSON (another reader then names the problem):
+    how a kind of report is recognised before it is read as one."""
+    try:
+        with open(path, "rb") as handle:
+            return json.loads(handle.read())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+
+
 def _open(path):
     with open(path, "rb") as probe:
         magic = probe.read(2)

@@ -7,10 +7,11 @@ sweep rows keep integer ns; the figures show ms."""
 
 from __future__ import annotations
 
-import json
 import os
 
 from astra_sim.errors import ConfigError
+
+from .inputs import read_json_or_none
 
 MS = 1_000_000
 
@@ -22,11 +23,7 @@ def _ms(ns):
 
 def read_serve(path):
     """The serve reports in ``path`` (one, or a sweep's), or None when it is not a serve report."""
-    try:
-        with open(path, "rb") as handle:
-            data = json.loads(handle.read())
-    except (OSError, ValueError, UnicodeDecodeError):
-        return None  # read_report names the problem
+    data = read_json_or_none(path)  # None: read_report names the problem
     if isinstance(data, dict) and isinstance(data.get("qps_sweep"), list):
         points = data["qps_sweep"]
     elif isinstance(data, dict) and ("ttft_ns" in data or "ttft_ms" in data) and "deployment" in data:
