@@ -41,27 +41,16 @@ def cluster_spec(options, where="workload.cluster"):
         from astra_cluster.spec import parse_cluster_spec
     except ImportError:
         raise ConfigError(f"{where}: cluster points need astra cluster (the astra-cluster plugin)") from None
+    from .point import set_dotted
+
     spec = options.get("spec")
     if not isinstance(spec, dict):
         raise ConfigError(f"{where}.spec: the cluster spec file (YAML), relative to the sweep spec")
     data = copy.deepcopy(spec["data"])
     for key, value in options.items():
         if key != "spec":
-            _set(data, str(key), value, f"{where}.{key}")
+            set_dotted(data, str(key), value, f"{where}.{key} (in the cluster spec)")
     return parse_cluster_spec(data, spec["path"])
-
-
-def _set(data, dotted, value, where):
-    parts = dotted.split(".")
-    node = data
-    for part in parts[:-1]:
-        child = node.get(part) if isinstance(node, dict) else None
-        if child is None and isinstance(node, dict):
-            child = node[part] = {}
-        if not isinstance(child, dict):
-            raise ConfigError(f"{where}: {part!r} is not a mapping in the cluster spec")
-        node = child
-    node[parts[-1]] = value
 
 
 def fill_cluster_row(row, report):

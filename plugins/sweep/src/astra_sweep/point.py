@@ -175,6 +175,21 @@ def _set(data, key, value, where):
     items[int(index)] = value
 
 
+def set_dotted(data, dotted, value, where):
+    """Set the dotted key ``a.b.c`` of a nested mapping to ``value``, making the mappings on the way (over a
+    missing or null entry); a ConfigError naming ``where`` when a part on the way is something else."""
+    parts = dotted.split(".")
+    node = data
+    for part in parts[:-1]:
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        elif not isinstance(child, dict):
+            raise ConfigError(f"{where}: {part!r} is not a mapping")
+        node = child
+    node[parts[-1]] = value
+
+
 def _gpu_yaml(base, overrides, folder):
     """A GPU YAML with ``overrides`` (dotted keys) on the preset or YAML ``base``; its path."""
     import yaml
@@ -185,11 +200,7 @@ def _gpu_yaml(base, overrides, folder):
     data = {"base": spec.name} if spec.path is None else dict(spec.raw)
     data["name"] = f"{spec.name}+" + hashlib.sha256(json.dumps(overrides, sort_keys=True).encode()).hexdigest()[:6]
     for key, value in overrides.items():
-        node = data
-        parts = key.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = value
+        set_dotted(data, key, value, f"gpu.{key}")
     return _write(folder, "gpu.yaml", yaml.safe_dump(data))
 
 
