@@ -17,7 +17,7 @@ from astra_serving.engine import Engine, EngineConfig
 from astra_serving.kvcache import BlockManager
 from astra_serving.requests import Request
 from astra_serving.stepcache import StepEnergy
-from astra_serving.steptime import CONTEXT_RATIO, Layout, StepTimer, neighbours
+from astra_serving.steptime import Layout, StepTimer
 from astra_sim.cli import main
 
 
@@ -148,21 +148,14 @@ class EnergyCorners(dict):
 
 @settings(max_examples=100, deadline=None)
 @given(prefill=st.integers(0, 9000), decode=st.integers(0, 300), context=st.integers(1, 9000))
-def test_the_step_energy_is_interpolated_as_the_time(prefill, decode, context):
+def test_the_step_energy_is_interpolated_as_the_time(trilinear, prefill, decode, context):
     """energy_mj is the trilinear sum of the corners' energies with the time's weights, scaled to the replica's
     share of the simulated GPUs (TP 2 of 8)."""
     if prefill == decode == 0:
         decode = 1
     timer = StepTimer(Layout({"model": "x"}, "p", tp=2), cache=False)
     timer.memo, timer.energy_memo = Corners(), EnergyCorners()
-    (p_lo, p_hi, wp), (d_lo, d_hi, wd) = neighbours(prefill), neighbours(decode)
-    c_lo, c_hi, wc = neighbours(max(2, context), CONTEXT_RATIO) if decode else (0, 0, 0.0)
-    total = 0.0
-    for p, a in ((p_lo, 1.0 - wp), (p_hi, wp)):
-        for d, b in ((d_lo, 1.0 - wd), (d_hi, wd)):
-            for c, w in ((c_lo, 1.0 - wc), (c_hi, wc)):
-                if a * b * w > 0:
-                    total += a * b * w * timer.energy_memo[(p, d, c if d else 0, 0, False)].it_energy_mj
+    total = trilinear(prefill, decode, context, lambda key: timer.energy_memo[key].it_energy_mj)
     assert timer.energy_mj(prefill, decode, context) == pytest.approx(total * 2 / 8, rel=1e-12)
     timer.energy_memo = {(1, 0, 0, 0, False): None, (2, 0, 0, 0, False): StepEnergy(5, 8, 2_000_000)}
     assert timer.idle_mw() == 2_000_000 * 2 // 8  # the replica's share of the simulated GPUs' idle power

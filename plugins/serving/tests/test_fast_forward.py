@@ -12,7 +12,7 @@ from astra_serving.cluster import Cluster
 from astra_serving.engine import VLLM_CUDA_GRAPH_SIZES, Engine, EngineConfig, Pipeline, Seq
 from astra_serving.kvcache import BlockManager
 from astra_serving.requests import Request
-from astra_serving.steptime import CONTEXT_RATIO, Layout, StepTimer, neighbours
+from astra_serving.steptime import Layout, StepTimer
 
 
 class ContextTimer:
@@ -193,7 +193,7 @@ class Corners(dict):
 @settings(max_examples=300, deadline=None)
 @given(prefill=st.integers(0, 9000), decode=st.integers(0, 300), context=st.integers(1, 9000),
        done=st.integers(0, 4000), graph=st.booleans())
-def test_one_stage_interpolation_is_the_stage_sum(prefill, decode, context, done, graph):
+def test_one_stage_interpolation_is_the_stage_sum(trilinear, prefill, decode, context, done, graph):
     """One stage's step time is taken as the plain sum over the corners: the same as the stage sum of two stages
     whose second takes no time, and the same looked up once or again."""
     if prefill == decode == 0:
@@ -206,14 +206,7 @@ def test_one_stage_interpolation_is_the_stage_sum(prefill, decode, context, done
     assert first == two.step_ns(*shape) == sum(two.stage_ns(*shape)) == one.step_ns(*shape) > 0
     assert one.lookups == 2
     # the trilinear sum written out: corners of weight 0 left out, prefill outermost, then decode, then context
-    (p_lo, p_hi, wp), (d_lo, d_hi, wd) = neighbours(prefill), neighbours(decode)
-    c_lo, c_hi, wc = neighbours(max(2, context), CONTEXT_RATIO) if decode else (0, 0, 0.0)
-    total = 0.0
-    for p, a in ((p_lo, 1.0 - wp), (p_hi, wp)):
-        for d, b in ((d_lo, 1.0 - wd), (d_hi, wd)):
-            for c, w in ((c_lo, 1.0 - wc), (c_hi, wc)):
-                if a * b * w > 0:
-                    total += a * b * w * one.memo.get((p, d, c if d else 0, 0, graph))[0]
+    total = trilinear(prefill, decode, context, lambda key: one.memo.get(key)[0], graph)
     assert first == int(round(total))
 
 
