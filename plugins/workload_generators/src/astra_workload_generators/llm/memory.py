@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 
 from .config import DTYPES, LlmConfig, implied_framework
 from .memory_terms import (
-    LOGITS_BYTES, RESERVE_FRACTION, WORKSPACE_BYTES, gemm_workspace_bytes, logits_bytes, model_states,
+    LOGITS_BYTES, RESERVE_FRACTION, WORKSPACE_BYTES, context_bytes, gemm_workspace_bytes, logits_bytes, model_states,
     moe_dispatch_bytes, op_sac_layer_bytes,
 )
 from .lora import adapter_parameters
@@ -281,7 +281,7 @@ def stage_memory(dims: ModelDims, cfg: LlmConfig, p: int) -> MemoryEstimate:
     gemm = gemm_workspace_bytes(framework)
     allocated = weights + gradients + optimizer + activations + logits + buffers + gemm
     return MemoryEstimate(p, weights, gradients, optimizer, activations, 0, logits, buffers,
-                          int(RESERVE_FRACTION * allocated), WORKSPACE_BYTES, in_flight, framework, (dims, cfg), gemm)
+                          int(RESERVE_FRACTION * allocated), context_bytes(cfg), in_flight, framework, (dims, cfg), gemm)
 
 
 def _moe_rows(dims, cfg, tokens, layer):

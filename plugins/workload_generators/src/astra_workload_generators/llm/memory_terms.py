@@ -7,9 +7,25 @@ from __future__ import annotations
 
 from .config import DTYPES
 
-#: outside PyTorch's allocator: the CUDA context (cuBLAS/cuDNN handles, loaded kernels) and NCCL's communicator
-#: buffers -- an allowance, not a measurement (what nvidia-smi shows beyond max_memory_reserved)
+#: outside PyTorch's allocator: the CUDA context (cuBLAS/cuDNN handles, loaded kernels) and one NCCL communicator's
+#: collective buffers. Source: NVIDIA/nccl#1685 (8 x H100, one node): 1.06 GB of GPU memory outside PyTorch's
+#: before the first all_to_all_single; NCCL's buffers grow linearly with its channels, and a ring keeps 2 connections
+#: whatever the scale (sjeaugey in NVIDIA/nccl#864/#986). 1 GiB (1.07 GB) is kept as that measurement.
 WORKSPACE_BYTES = 1 << 30
+#: NCCL's point-to-point buffers an all-to-all adds, per peer on the same node: NVIDIA/nccl#1685 measured 1.06 ->
+#: 4.34 GB outside PyTorch on 8 x H100 after the first all_to_all_single (7 peers, 32 channels per pair over
+#: P2P/CUMEM), i.e. 3.28 GB / 7. Across nodes NCCL's send/receive share one buffer (NVIDIA/nccl#1450), not counted.
+ALL_TO_ALL_PEER_BYTES = 3_280_000_000 // 7
+#: the node size the peer count assumes (8-GPU HGX nodes, where the measurement was taken): the generator does not
+#: know the platform, so an expert-parallel group's peers on the same node are at most 7 -- an assumption
+ALL_TO_ALL_NODE_GPUS = 8
+
+
+def context_bytes(cfg) -> int:
+    """Memory outside the allocator: the CUDA context and NCCL's collective buffers, plus, in training with expert
+    parallelism, the all-to-all dispatcher's point-to-point buffers to the EP peers on the rank's node."""
+    peers = 0 if cfg.inference else min(cfg.ep, ALL_TO_ALL_NODE_GPUS) - 1
+    return WORKSPACE_BYTES + peers * ALL_TO_ALL_PEER_BYTES
 #: one cuBLAS workspace, which the caching allocator holds for the whole run (so max_memory_allocated counts it):
 #: PyTorch's per (cuBLAS handle, stream), 32 MiB on Hopper and later (aten/src/ATen/cuda/CublasHandlePool.cpp,
 #: parseChosenWorkspaceSize: ":4096:8"; 8.125 MiB before Hopper), and Transformer Engine's GEMM workspace
