@@ -71,6 +71,8 @@ Failed links
     The run option ``failed_links`` (pairs of node names) takes those cables out of the graph
     before routing: every route is a fewest-hop path of what is left, so traffic reroutes and
     shares the remaining capacity (two parallel paths, one down: the transfer takes twice as long).
+    The run option ``link_failures`` (``[{link: [a, b], at_ns: T}]``) takes a cable down at ``T`` in the
+    middle of the run: the flows on it reroute then (:mod:`astra_network_congestion.link_failures`).
 """
 
 from __future__ import annotations
@@ -222,6 +224,7 @@ class FlowNetwork:
         self._sat_ns = [0] * n
         self._sat_since = [-1] * n  # -1: not saturated
         self._max_flows = [0] * n
+        self._down = set()  # links down now (link_failures): no route crosses them
         # routing
         self._routes = {}  # (src rank, dst rank) -> [_Route]
         self._rep = self._series_runs()  # link -> the link that stands for its run
@@ -289,6 +292,10 @@ class FlowNetwork:
             description["failed_links"] = [list(pair) for pair in failed]
         network = cls(graph, context.engine, description=description, **_options(context.options or {}))
         network.switch_config = config  # the switches' in-network reduction (inSwitch)
+        if (context.options or {}).get("link_failures"):  # cables that go down mid-run: their flows reroute then
+            from astra_network_congestion.link_failures import arm
+
+            arm(network, context.options["link_failures"])
         return network
 
     # ------------------------------------------------------------------ routing
@@ -390,7 +397,7 @@ class FlowNetwork:
         graph = self.graph
         if self._reverse is None:
             reverse = {}
-            for link in graph.links:
+            for link in (link for link in graph.links if link.index not in self._down):
                 reverse.setdefault(link.dst, []).append(link)
             self._reverse = reverse
         reverse = self._reverse
@@ -424,7 +431,8 @@ class FlowNetwork:
         if out is None:
             # Each node's links, those to switches (and the destination) before those to NPUs.
             out = self._out = {
-                name: sorted(links, key=lambda link: nodes[link.dst] == NPU)
+                name: sorted((link for link in links if link.index not in self._down),
+                             key=lambda link: nodes[link.dst] == NPU)
                 for name, links in graph.out_links.items()
             }
         limit = self.max_paths
