@@ -24,7 +24,9 @@ import functools
 import json
 import os
 import reprlib
+import shutil
 import tempfile
+import time
 import zlib
 
 from astra_sim.errors import ConfigError
@@ -357,3 +359,57 @@ def _umask():
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+
+# ------------------------------------------------------- a write that fails late: keep the result, say where
+def write_or_recover(path, produce, command, flag):
+    """Write ``path`` atomically through ``produce(handle)`` (or these bytes); returns what it returns. When the
+    write fails late (a full disk, a folder turned read-only or removed), :func:`recover` keeps the result."""
+    write = produce if callable(produce) else lambda handle: handle.write(produce)
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(os.fspath(path))), exist_ok=True)
+        with atomic_output(path) as handle:
+            return write(handle)
+    except OSError as exc:
+        failed = f"{command}: could not write {flag} {os.fspath(path)} ({exc.strerror or exc})"
+    recover(failed, os.path.basename(os.fspath(path)), write, command, flag)
+
+
+def recover(failed, name, produce, command, flag, folder=False):
+    """Write the result again, with ``produce(handle)`` into a fresh file (``folder``: ``produce(path)`` into a
+    fresh folder) named ``<time>-<command>-<flag>-<name>`` under ``$ASTRA_RECOVERED_DIR``, else
+    ``$XDG_CACHE_HOME/astra-sim/recovered`` (``~/.cache/...``), else the temp dir; the ConfigError says where."""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    places = [os.environ.get("ASTRA_RECOVERED_DIR") or os.path.join(cache, "astra-sim", "recovered"),
+              tempfile.gettempdir()]
+    stem = f"{time.strftime('%Y%m%d-%H%M%S')}-{'-'.join(w.strip('-') for w in command.split()[1:] + [flag])}"
+    tried = []
+    for place in places:
+        kept = None
+        try:
+            os.makedirs(place, exist_ok=True)
+            for n in range(1, 1000):  # failures in one second get names of their own (O_EXCL, mkdir)
+                candidate = os.path.join(place, f"{stem}-{name}" if n == 1 else f"{stem}-{n}-{name}")
+                with contextlib.suppress(FileExistsError):
+                    if folder:
+                        os.mkdir(candidate)
+                    else:
+                        os.close(os.open(candidate, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+                    kept = candidate
+                    break
+            else:
+                raise FileExistsError(f"no free name {stem}-*")
+            if folder:
+                produce(kept)
+            else:
+                with open(kept, "wb") as handle:
+                    produce(handle)
+        except OSError as exc:
+            tried.append(f"{place}: {exc.strerror or exc}")
+            if kept:  # no part of a result is left
+                with contextlib.suppress(OSError):
+                    shutil.rmtree(kept) if folder else os.unlink(kept)
+            continue
+        raise ConfigError(f"{failed}; kept it {'in' if folder else 'as'} {kept}")
+    raise ConfigError(f"{failed}; could not keep it anywhere ({'; '.join(tried)}): the {flag} output is lost")

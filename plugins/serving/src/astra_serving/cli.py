@@ -73,7 +73,7 @@ def writing(args, *dests):
 def _cmd_serve(args):
     """Run each spec; the summary on stdout (on stderr with --json, whose JSON owns stdout); -o writes the report
     (a QPS sweep's: ``{"qps_sweep": [...]}``)."""
-    from astra_sim.safeio import write_text_atomic
+    from astra_sim.safeio import write_or_recover, write_text_atomic
 
     from .deployment import serve
     from .metrics import UNITS, describe
@@ -107,14 +107,13 @@ def _cmd_serve(args):
             print(json.dumps(out, indent=1))
             raise ConfigError(f"--output {args.output}: cannot write: {exc.strerror or exc}; the report is on "
                               "stdout instead") from None
-    if args.requests_csv:
+    if args.json:
+        print(json.dumps(out, indent=1))
+    if args.requests_csv:  # after the report is out: a late failure keeps the rows in a recovered file
         from .requests import REQUEST_COLUMNS, request_rows
 
         rows = [",".join(REQUEST_COLUMNS)] + [",".join(str(v) for v in row) for row in request_rows(requests)]
-        with writing(args, "requests_csv"):
-            write_text_atomic(args.requests_csv, "\n".join(rows) + "\n")
-    if args.json:
-        print(json.dumps(out, indent=1))
+        write_or_recover(args.requests_csv, ("\n".join(rows) + "\n").encode(), "astra serve", "--requests-csv")
     return 0
 
 

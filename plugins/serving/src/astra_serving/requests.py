@@ -393,8 +393,9 @@ def generate_requests(n, qps, prompt_len, output_len, seed=0, arrival="poisson",
 
 
 def write_trace(requests, path):
-    """The requests as a JSONL trace (what --trace reads), written atomically."""
-    from astra_sim.safeio import write_text_atomic
+    """The requests as a JSONL trace (what --trace reads), written atomically; a write that fails late keeps it in
+    a recovered file (ConfigError saying where)."""
+    from astra_sim.safeio import write_or_recover
 
     lines = []
     for r in requests:
@@ -404,7 +405,7 @@ def write_trace(requests, path):
         if r.prefix_group is not None:
             item.update(prefix_group=r.prefix_group, prefix_tokens=r.prefix_tokens)
         lines.append(json.dumps(item))
-    write_text_atomic(os.fspath(path), "\n".join(lines) + "\n")
+    write_or_recover(os.fspath(path), ("\n".join(lines) + "\n").encode(), "astra serve", "--save-trace")
 
 
 #: one row per served request (``--requests-csv``, :func:`requests_frame`): times in integer ns, energy in integer mJ

@@ -48,9 +48,11 @@ def build_events(cluster, requests):
 
 
 def write_timeline(path, cluster, requests):
-    from astra_sim.safeio import write_bytes_atomic
+    """Written atomically; a write that fails late keeps the timeline in a recovered file (ConfigError saying
+    where)."""
+    from astra_sim.safeio import write_or_recover
 
     data = json.dumps({"traceEvents": build_events(cluster, requests), "displayTimeUnit": "ms"}).encode()
     if str(path).endswith(".gz"):
         data = gzip.compress(data)
-    write_bytes_atomic(str(path), data)
+    write_or_recover(str(path), data, "astra serve", "--timeline")

@@ -1,0 +1,162 @@
+"""A write that fails late keeps the computed result in a recovered file and says where (issue 39): astra serve's
+secondary outputs (--timeline, --save-trace, --requests-csv), and the kernel's helper behind them
+(:func:`astra_sim.safeio.write_or_recover`): fresh names, the temp dir when the cache fails, and a clear "lost"
+when every place fails. A late failure is simulated by the final rename into the output folder failing with
+ENOSPC (a full disk) or EROFS (a folder turned read-only)."""
+
+from __future__ import annotations
+
+import errno
+import gzip
+import os
+
+import pytest
+
+import astra_sim.safeio as safeio
+from astra_sim.cli import main
+from astra_sim.errors import ConfigError
+
+SERVE = ["serve", "--preset", "llama3-8b", "--platform", "hgx-h100", "--qps", "4", "--requests", "3", "-q"]
+
+
+def fail_renames_into(monkeypatch, folder, code=errno.ENOSPC):
+    """Every final rename of an atomic write into ``folder`` fails with ``code``, as a full disk or a folder
+    turned read-only does after the work."""
+    real = os.replace
+
+    def replace(src, dst, *args, **kwargs):
+        if os.path.abspath(os.fspath(dst)).startswith(str(folder) + os.sep):
+            raise OSError(code, os.strerror(code))
+        return real(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+
+
+@pytest.fixture
+def kept(tmp_path, monkeypatch):
+    folder = tmp_path / "kept"
+    monkeypatch.setenv("ASTRA_RECOVERED_DIR", str(folder))
+    return folder
+
+
+def content(path):
+    """The bytes of ``path``, decompressed when gzip (whose header holds the time it was written)."""
+    data = path.read_bytes()
+    return gzip.decompress(data) if path.name.endswith(".gz") else data
+
+
+def the_error(capsys):
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("astra: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+@pytest.mark.parametrize("flag,name", [("--timeline", "t.json"), ("--timeline", "t.json.gz"),
+                                       ("--save-trace", "t.jsonl"), ("--requests-csv", "r.csv")])
+def test_a_late_serve_write_failure_keeps_the_output_whole(flag, name, tmp_path, kept, capsys, monkeypatch):
+    reference = tmp_path / "ref" / name
+    assert main([*SERVE, flag, str(reference)]) == 0
+    out = tmp_path / "out"
+    out.mkdir()
+    fail_renames_into(monkeypatch, out)
+    assert main([*SERVE, flag, str(out / name)]) == 2
+    line = the_error(capsys)
+    [recovered] = kept.iterdir()
+    assert line.endswith(f"astra serve: could not write {flag} {out / name} (No space left on device); kept it as "
+                         f"{recovered}"), line
+    assert recovered.name.endswith(f"-serve-{flag.lstrip('-')}-{name}")
+    assert content(recovered) == content(reference)  # the whole output, byte for byte
+    assert list(out.iterdir()) == []  # no partial file where the output was meant to go
+
+
+def test_the_report_is_printed_before_the_requests_csv_fails(tmp_path, kept, capsys, monkeypatch):
+    """--json's report is on stdout even when the requests' CSV cannot be written."""
+    out = tmp_path / "out"
+    out.mkdir()
+    fail_renames_into(monkeypatch, out, errno.EROFS)
+    assert main([*SERVE, "--json", "--requests-csv", str(out / "r.csv")]) == 2
+    captured = capsys.readouterr()
+    assert '"deployment"' in captured.out
+    assert "(Read-only file system); kept it as" in captured.err
+    assert len(list(kept.iterdir())) == 1
+
+
+# ------------------------------------------------------------------------- the kernel's helper
+def test_two_failures_in_one_second_get_two_files(tmp_path, kept, monkeypatch):
+    monkeypatch.setattr(safeio.time, "strftime", lambda fmt: "20261129-141200")  # the same second, surely
+    out = tmp_path / "out"
+    out.mkdir()
+    fail_renames_into(monkeypatch, out)
+    messages = []
+    for data in (b"first", b"second", b"third"):
+        with pytest.raises(ConfigError) as caught:
+            safeio.write_or_recover(out / "t.json", data, "astra serve", "--timeline")
+        messages.append(str(caught.value))
+    names = sorted(p.name for p in kept.iterdir())
+    assert names == ["20261129-141200-serve-timeline-2-t.json", "20261129-141200-serve-timeline-3-t.json",
+                     "20261129-141200-serve-timeline-t.json"]
+    for message, data in zip(messages, (b"first", b"second", b"third")):
+        path = message.rsplit("kept it as ", 1)[1]
+        assert open(path, "rb").read() == data
+
+
+def test_a_real_failure_falls_back_to_the_temp_dir_then_says_it_is_lost(tmp_path, monkeypatch):
+    """No monkeypatched call: the output folder and the cache are under a regular file (ENOTDIR, which stops
+    root too); the result goes to the temp dir; when that fails too, the error says what was lost."""
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file, not a folder")
+    monkeypatch.setenv("ASTRA_RECOVERED_DIR", str(blocker / "kept"))
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(safeio.tempfile, "gettempdir", lambda: str(temp))
+
+    def produce(handle):
+        handle.write(b"the result")
+    with pytest.raises(ConfigError, match=r"^astra validate: could not write --save-residuals .*blocker/sub/r.json "
+                                          r"\(Not a directory\); kept it as .*temp/.*-validate-save-residuals-r.json$"):
+        safeio.write_or_recover(blocker / "sub" / "r.json", produce, "astra validate", "--save-residuals")
+    [recovered] = temp.iterdir()
+    assert recovered.read_bytes() == b"the result"
+
+    monkeypatch.setattr(safeio.tempfile, "gettempdir", lambda: str(blocker / "tmp"))
+    with pytest.raises(ConfigError) as caught:
+        safeio.write_or_recover(blocker / "sub" / "r.json", b"the result", "astra validate", "--save-residuals")
+    message = str(caught.value)
+    assert message.startswith(f"astra validate: could not write --save-residuals {blocker / 'sub' / 'r.json'} "
+                              "(Not a directory); could not keep it anywhere (")
+    assert message.endswith("): the --save-residuals output is lost"), message
+    assert f"{blocker / 'kept'}: Not a directory" in message and f"{blocker / 'tmp'}: Not a directory" in message
+
+
+def test_a_recovered_result_that_fails_halfway_leaves_no_part(tmp_path, monkeypatch):
+    """The first recovery place fills up while the result is written again: its part is removed, the next place
+    gets the whole result."""
+    first, second = tmp_path / "cache", tmp_path / "temp"
+    monkeypatch.setenv("ASTRA_RECOVERED_DIR", str(first))
+    second.mkdir()
+    monkeypatch.setattr(safeio.tempfile, "gettempdir", lambda: str(second))
+    calls = []
+
+    def produce(handle):
+        calls.append(handle.name)
+        handle.write(b"part")
+        if str(first) in str(handle.name):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        handle.write(b" and the rest")
+
+    out = tmp_path / "out"
+    out.mkdir()
+    fail_renames_into(monkeypatch, out)
+    with pytest.raises(ConfigError, match="kept it as"):
+        safeio.write_or_recover(out / "x.csv", produce, "astra serve", "--requests-csv")
+    assert len(calls) == 3  # the output, the cache (failed), the temp dir
+    assert list(first.iterdir()) == []
+    [recovered] = second.iterdir()
+    assert recovered.read_bytes() == b"part and the rest"
+
+
+def test_a_write_that_works_is_atomic_and_keeps_nothing(tmp_path, kept):
+    assert safeio.write_or_recover(tmp_path / "a" / "x.json", b"{}", "astra serve", "--timeline") == 2
+    assert (tmp_path / "a" / "x.json").read_bytes() == b"{}"
+    assert not kept.exists()
