@@ -66,7 +66,7 @@ def astra_register_metrics(registry):
 
 
 def _cmd_validate(args):
-    from astra_sim.safeio import write_text_atomic
+    from astra_sim.safeio import write_or_recover, write_text_atomic
 
     from astra_validation.registry import load_cases
     from astra_validation.summary import summarize
@@ -115,16 +115,16 @@ def _cmd_validate(args):
             sys.stdout.write(document)
             raise ConfigError(f"--output {args.output}: cannot write: {exc.strerror or exc}; the results are on "
                               "stdout instead") from None
+    if args.json:  # the report is out before the residuals are written
+        sys.stdout.write(document)
     if args.save_residuals:
         from astra_validation.intervals import residuals_document
 
         command = "astra validate --cv " + (f"--only {','.join(c.name for c in chosen)}" if names
                                             else "--all" if args.all else "(the short cases)")
-        with _writing("--save-residuals", args.save_residuals):
-            write_text_atomic(args.save_residuals,
-                              json.dumps(residuals_document(summary["cv"], command), indent=1) + "\n")
-    if args.json:
-        sys.stdout.write(document)
+        write_or_recover(args.save_residuals,  # a late failure keeps them in a recovered file, and says where
+                         (json.dumps(residuals_document(summary["cv"], command), indent=1) + "\n").encode(),
+                         "astra validate", "--save-residuals")
     for r in failed:
         print(f"astra validate: {r['name']} failed: {r['failed']}", file=sys.stderr)
     return 1 if failed else 0
