@@ -34,6 +34,7 @@ rounding errors cancel out instead of adding up. The Chrome timeline keeps exact
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -80,26 +81,43 @@ def device_properties(run):
 
 
 def write_kineto_traces(request, analysis, report):
-    from astra_sim.safeio import atomic_output
+    """One file per rank into the folder ``request.path``, each atomically. A write that fails late (a full disk)
+    removes the files this call wrote (no partial set), writes the whole set again into a recovered folder
+    (:func:`astra_sim.safeio.recover`), and the ConfigError says where."""
+    from astra_sim.safeio import atomic_output, recover
 
-    run = analysis.run
     written = list(request.written_ranks())
     describer = NodeDescriber(analysis)
-    props = device_properties(run)
+    props = device_properties(analysis.run)
+
+    def write_all(folder, files, atomic=True):
+        """Every rank's file into ``folder`` (each appended to ``files`` once whole); returns the events."""
+        events = 0
+        for rank in written:
+            path = os.path.join(folder, f"rank{rank}.pt.trace.json")
+            with atomic_output(path) if atomic else open(path, "wb") as handle:
+                stream = EventStream(handle)
+                stream.begin({"schemaVersion": 1,
+                              "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": analysis.total},
+                              "deviceProperties": props, "baseTimeNanoseconds": 0,
+                              "traceName": f"astra-sim-py rank {rank}"})
+                _rank_events(stream, analysis, describer, rank)
+                stream.end({"displayTimeUnit": "ms"})
+            files.append(path)
+            events += stream.events
+        return events
+
     files = []
-    events = 0
-    for rank in written:
-        path = os.path.join(request.path, f"rank{rank}.pt.trace.json")
-        with atomic_output(path) as handle:
-            stream = EventStream(handle)
-            stream.begin({"schemaVersion": 1,
-                          "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": analysis.total},
-                          "deviceProperties": props, "baseTimeNanoseconds": 0,
-                          "traceName": f"astra-sim-py rank {rank}"})
-            _rank_events(stream, analysis, describer, rank)
-            stream.end({"displayTimeUnit": "ms"})
-        files.append(path)
-        events += stream.events
+    try:
+        os.makedirs(request.path, exist_ok=True)
+        events = write_all(request.path, files)
+    except OSError as exc:
+        for path in files:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        recover(f"astra run: could not write --timeline {request.path} ({exc.strerror or exc})",
+                os.path.basename(os.path.normpath(request.path)), lambda kept: write_all(kept, [], atomic=False),
+                "astra run", "--timeline", folder=True)
     return {"path": request.path, "format": "kineto", "ranks_written": len(written), "files": len(files),
             "events": events}
 

@@ -108,7 +108,9 @@ def node_of(run, rank):
 
 
 def write_chrome_trace(request, analysis, report):
-    from astra_sim.safeio import atomic_output
+    """Streamed into ``request.path`` atomically; a write that fails late (a full disk) streams it again into a
+    recovered file (:func:`astra_sim.safeio.write_or_recover`) and the ConfigError says where."""
+    from astra_sim.safeio import write_or_recover
 
     run = analysis.run
     written = list(request.written_ranks())
@@ -117,11 +119,11 @@ def write_chrome_trace(request, analysis, report):
     messages = Messages(analysis)
     per_communicator = analysis.per_communicator
     total = analysis.total
-    flows = 0
     texts = {}  # (representative, node id) -> the event's name, category and static args as JSON
     watts = getattr(request, "power_w", None)  # set by the output format's finish from run.plugin_state
-    power_counters = 0
-    with atomic_output(request.path) as raw:
+
+    def produce(raw):
+        flows = power_counters = 0
         out = open_output(raw, request.path)
         stream = EventStream(out)
         stream.begin({"displayTimeUnit": "ns"})
@@ -176,8 +178,10 @@ def write_chrome_trace(request, analysis, report):
                                   "ranks": total, "times": "microseconds, exact to the nanosecond"}})
         if out is not raw:
             out.close()
-    return {"path": request.path, "format": "chrome", "ranks_written": len(written), "events": stream.events,
-            "flows": flows, "link_counters": counters, "power_counters": power_counters,
+        return {"events": stream.events, "flows": flows, "link_counters": counters, "power_counters": power_counters}
+
+    written_stats = write_or_recover(request.path, produce, "astra run", "--timeline")
+    return {"path": request.path, "format": "chrome", "ranks_written": len(written), **written_stats,
             "bytes": os.path.getsize(request.path)}
 
 

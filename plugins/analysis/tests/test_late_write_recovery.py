@@ -1,0 +1,95 @@
+"""astra run --timeline is written after the run: a late failure (the final rename into the output folder fails, as
+a full disk or a folder turned read-only does) keeps the timeline whole in a recovered file, or the Kineto traces
+in a recovered folder, and the one error line says where; the output folder keeps no part of it (issue 39)."""
+
+from __future__ import annotations
+
+import errno
+import gzip
+import os
+
+import pytest
+
+from astra_sim.cli import main
+
+
+@pytest.fixture(scope="module")
+def workload(tmp_path_factory):
+    prefix = tmp_path_factory.mktemp("w") / "ar"
+    assert main(["workload", "micro", "--collective", "all_reduce", "--size", "1MiB", "--npus", "4",
+                 "-o", str(prefix)]) == 0
+    return prefix
+
+
+def run(workload, *argv):
+    return main(["run", "--workload-configuration", str(workload), "--platform", "hgx-h100", "-q", *argv])
+
+
+def fail_renames_into(monkeypatch, folder, code):
+    real = os.replace
+
+    def replace(src, dst, *args, **kwargs):
+        if os.path.abspath(os.fspath(dst)).startswith(str(folder) + os.sep):
+            raise OSError(code, os.strerror(code))
+        return real(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+
+
+def error_line(capsys):
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("astra: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+@pytest.mark.parametrize("name", ["t.json", "t.json.gz"])
+def test_a_late_timeline_write_failure_keeps_it(name, workload, tmp_path, capsys, monkeypatch):
+    kept = tmp_path / "kept"
+    monkeypatch.setenv("ASTRA_RECOVERED_DIR", str(kept))
+    reference = tmp_path / name
+    assert run(workload, "--timeline", str(reference)) == 0
+    out = tmp_path / "out"
+    out.mkdir()
+    fail_renames_into(monkeypatch, out, errno.ENOSPC)
+    assert run(workload, "--timeline", str(out / name)) == 2
+    line = error_line(capsys)
+    [recovered] = kept.iterdir()
+    assert line == (f"astra: error: astra run: could not write --timeline {out / name} (No space left on device); "
+                    f"kept it as {recovered}")
+    assert recovered.name.endswith(f"-run-timeline-{name}")
+    unpack = gzip.decompress if name.endswith(".gz") else bytes
+    assert unpack(recovered.read_bytes()) == unpack(reference.read_bytes())  # whole, event for event
+    assert list(out.iterdir()) == []
+
+
+def test_a_late_kineto_write_failure_keeps_every_rank(workload, tmp_path, capsys, monkeypatch):
+    """The second rank's file fails (EROFS): the first one is removed again (no partial set) and every rank's
+    trace is in the recovered folder."""
+    kept = tmp_path / "kept"
+    monkeypatch.setenv("ASTRA_RECOVERED_DIR", str(kept))
+    reference = tmp_path / "ref"
+    assert run(workload, "--timeline", str(reference), "--timeline-format", "kineto") == 0
+    out = tmp_path / "out"
+    real = os.replace
+    renamed = []
+
+    def replace(src, dst, *args, **kwargs):
+        if os.path.abspath(dst).startswith(str(out) + os.sep) and renamed:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+        renamed.append(dst)
+        return real(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+    assert run(workload, "--timeline", str(out), "--timeline-format", "kineto") == 2
+    line = error_line(capsys)
+    [folder] = kept.iterdir()
+    assert line == (f"astra: error: astra run: could not write --timeline {out} (Read-only file system); "
+                    f"kept it in {folder}")
+    assert folder.name.endswith("-run-timeline-out")
+    names = sorted(p.name for p in reference.iterdir())
+    assert names == [f"rank{r}.pt.trace.json" for r in range(4)]
+    assert sorted(p.name for p in folder.iterdir()) == names
+    for n in names:
+        assert (folder / n).read_bytes() == (reference / n).read_bytes()
+    assert list(out.iterdir()) == []
