@@ -191,7 +191,7 @@ def _cv_summary(results, plans, refits):
     """``summary.cv``: each case's leave-one-source-out prediction (the plain run where nothing was fitted on its
     source), and the headline and groups over them (fit and check cases alike: all are out of source now)."""
     from astra_validation.registry import TIME_KINDS
-    from astra_validation.summary import error_stats
+    from astra_validation.summary import error_stats, serving_loso
 
     rows, not_predicted = [], []
     for r in results:
@@ -207,8 +207,8 @@ def _cv_summary(results, plans, refits):
                      **{k: row[k] for k in ("simulated_ns", "simulated_bytes", "simulated_value") if k in row}})
     groups = {kind: error_stats([r for r in rows if r["kind"] == kind]) for kind in dict.fromkeys(
         r["kind"] for r in rows)}
-    return {**error_stats([r for r in rows if r["kind"] in TIME_KINDS]), "groups": groups, "predictions": rows,
-            "not_predicted": not_predicted}
+    return {**error_stats([r for r in rows if r["kind"] in TIME_KINDS]), "groups": groups,
+            "serving": serving_loso(rows, results), "predictions": rows, "not_predicted": not_predicted}
 
 
 def _print_results(results, summary, out, stderr):
@@ -216,7 +216,7 @@ def _print_results(results, summary, out, stderr):
     from astra_sim.humanize import format_ns
     from astra_sim.termtable import Column, print_table
 
-    from astra_validation.summary import describe
+    from astra_validation.summary import cv_lines, describe
 
     cv = {r["name"]: r for r in summary.get("cv", {}).get("predictions", [])}
 
@@ -257,6 +257,8 @@ def _print_results(results, summary, out, stderr):
         print(f"leave one source out: {describe(cv_summary)}; refitted without their source: "
               f"{', '.join(refitted) or 'none'}; every other source: nothing was fitted on it, the plain run",
               file=out)
+        for line in cv_lines(cv_summary):
+            print(line, file=out)
         for row in cv_summary["not_predicted"]:
             print(f"  {row['name']}: no out-of-source prediction ({row['why']})", file=out)
 

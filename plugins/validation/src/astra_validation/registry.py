@@ -1,5 +1,5 @@
-"""The registry of published cases (``cases/cases.yaml``, and ``cases/memory.yaml`` when present): read and checked
-once.
+"""The registry of published cases (``cases/cases.yaml``, and the files of ``EXTRA_FILES`` beside it when present:
+memory peaks, serving measurements from further sources): read and checked once.
 
 Every case has a ``role``: ``fit`` when some constant of the model (or of the case's own inputs) was fitted on or
 tuned to its source's numbers, else ``check``; only ``check`` cases make the headline error, so it says how the
@@ -16,6 +16,8 @@ import yaml
 from astra_sim.errors import ConfigError
 
 CASES_DIR = Path(__file__).with_name("cases")
+#: further case files beside ``cases.yaml``, loaded when present (the same layout; a name must be new)
+EXTRA_FILES = ("memory.yaml", "serving_sources.yaml")
 KINDS = ("llm_step", "collective", "serving", "memory", "energy")
 #: the kinds whose error is on a time (step, collective, serving metric): the headline; memory is its own group
 TIME_KINDS = ("llm_step", "collective", "serving")
@@ -30,6 +32,8 @@ MEMORY_MEASURES = {
 #: what a serving case measured: median time per output token or to first token (ms), or output-token
 #: throughput (tokens/s)
 SERVING_METRICS = ("tpot_p50_ms", "ttft_p50_ms", "output_tokens_per_s")
+#: the metric family of each (``astra validate --cv`` reports serving by family: a TTFT and a throughput err apart)
+SERVING_FAMILIES = {"ttft_p50_ms": "ttft", "tpot_p50_ms": "tpot", "output_tokens_per_s": "throughput"}
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
 
@@ -62,6 +66,13 @@ class Case:
     extra: dict = field(default_factory=dict)
 
     @property
+    def serving_family(self):
+        """``ttft``, ``tpot`` or ``throughput``: what a serving case measured (None for other kinds)."""
+        if self.kind != "serving":
+            return None
+        return next(SERVING_FAMILIES[k] for k in SERVING_METRICS if k in self.measured)
+
+    @property
     def calibration_input(self) -> bool:
         """The older name of ``role == "fit"``."""
         return self.role == "fit"
@@ -88,17 +99,18 @@ class Case:
 
 def load_cases(path=None):
     """Every case of the registry (``path``: another YAML file of the same layout). Without ``path``:
-    ``cases/cases.yaml``, ``cases/memory.yaml`` beside it when it exists, and the energy plugin's published power and
+    ``cases/cases.yaml``, each of ``EXTRA_FILES`` beside it that exists, and the energy plugin's published power and
     energy measurements (:func:`energy_cases`)."""
     if path:
         return _load_file(Path(path))
     cases = _load_file(CASES_DIR / "cases.yaml")
-    memory = CASES_DIR / "memory.yaml"
-    extra = [*(_load_file(memory) if memory.exists() else []), *energy_cases()]
+    extra = [case for name in EXTRA_FILES if (CASES_DIR / name).exists() for case in _load_file(CASES_DIR / name)]
+    extra += energy_cases()
     names = {c.name for c in cases}
     for case in extra:
         if case.name in names:
-            raise ConfigError(f"validation case {case.name!r} ({case.kind}) is also in {CASES_DIR / 'cases.yaml'}")
+            raise ConfigError(f"validation case {case.name!r} ({case.kind}) is also in {CASES_DIR / 'cases.yaml'} "
+                              f"or another of {', '.join(EXTRA_FILES)}")
         names.add(case.name)
         cases.append(case)
     return cases

@@ -79,7 +79,7 @@ def _run_serving(case, workdir=None):
         measured, simulated = float(case.measured["output_tokens_per_s"]), report["throughput_tokens_per_s"]
         unit = "tok/s"
         measured_ns, simulated_ns = round(1e9 / measured), round(1e9 / simulated)  # time per output token
-    return {**_identity(case), "gpus": report["deployment"]["gpus"],
+    return {**_identity(case), "metric": case.serving_family, "gpus": report["deployment"]["gpus"],
             "measured_ns": measured_ns, "simulated_ns": simulated_ns, "measured_value": measured,
             "simulated_value": simulated, "unit": unit, "error": (simulated - measured) / measured,
             "wall_s": round(time.perf_counter() - start, 1), "simulated_ranks": None, "platform_defaults": None}

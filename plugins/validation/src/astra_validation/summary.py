@@ -2,6 +2,8 @@
 
 The headline counts only ``check`` cases of the time kinds (training step, collective, serving): a ``fit`` case's
 error says how well a constant was fitted, not how well the model predicts. Memory cases are their own group.
+Left one source out (``--cv``), serving is reported apart from training steps, per metric family: a TTFT, a TPOT and
+a throughput err for different reasons, and a throughput's error has the opposite sign of a time's.
 """
 
 from __future__ import annotations
@@ -46,6 +48,52 @@ def summarize(results):
     return {**headline, "fit_cases_not_counted": len(results) - len(checks), "groups": groups}
 
 
+#: a serving case's metric family -> (its name in a terminal, the words for a positive and a negative error)
+SERVING_FAMILY_WORDS = {"ttft": ("TTFT", "long", "short"), "tpot": ("TPOT", "long", "short"),
+                        "throughput": ("throughput", "high", "low")}
+
+
+def serving_loso(predictions, results):
+    """``summary.cv.serving``: the serving cases' leave-one-source-out errors, apart from training steps. Over all of
+    them the sign is a time's (a throughput above the measured one counts as too fast, its error negated; the
+    magnitude is the metric's own); per metric family (``ttft``, ``tpot``, ``throughput``) the error is the
+    metric's own, sign included; per source (the one left out) as over all. ``not_predicted``: the serving cases
+    whose source a constant was fitted on that cannot be refitted without it (not counted)."""
+    family = {r["name"]: r.get("metric") for r in results}
+    rows = [r for r in predictions if r["kind"] == "serving"]
+    predicted = {r["name"] for r in rows}
+    as_time = [{**r, "error": -r["error"] if family.get(r["name"]) == "throughput" else r["error"]} for r in rows]
+    return {**error_stats(as_time),
+            "not_predicted": [{"name": r["name"], "source_id": r["source_id"]} for r in results
+                              if r["kind"] == "serving" and r["name"] not in predicted],
+            "families": {f: error_stats([r for r in rows if family.get(r["name"]) == f]) for f in SERVING_FAMILY_WORDS},
+            "sources": {s: error_stats([r for r in as_time if r["source_id"] == s])
+                        for s in dict.fromkeys(r["source_id"] for r in rows)}}
+
+
+def cv_lines(cv):
+    """The terminal lines of ``--cv`` after its headline: training steps, collectives and serving each apart;
+    serving per metric family and per source left out."""
+    groups, lines = cv.get("groups", {}), []
+    for kind, what in (("llm_step", "training steps"), ("collective", "collectives")):
+        if groups.get(kind, {}).get("cases"):
+            lines.append(f"  {what}, source out: {describe(groups[kind])}")
+    serving = cv.get("serving")
+    if serving and serving["cases"]:
+        lines.append(f"  serving, source out: {describe(serving)} (signs on time: a throughput above the "
+                     "measured one counts as fast)")
+        for key, (name, positive, negative) in SERVING_FAMILY_WORDS.items():
+            if serving["families"][key]["cases"]:
+                lines.append(f"    {name}: {describe(serving['families'][key], 'case', positive, negative)}")
+        for source, stats in serving["sources"].items():
+            lines.append(f"    {source} left out: {describe(stats)}")
+    unpredicted = (serving or {}).get("not_predicted", [])
+    if unpredicted:
+        lines.append(f"  serving cases with no out-of-source prediction (not counted): {len(unpredicted)}, from "
+                     f"{', '.join(sorted({r['source_id'] for r in unpredicted}))}")
+    return lines
+
+
 def describe_balance(balance, positive="slow", negative="fast"):
     """``"3 slow, 6 fast: 67 % fast"`` for terminals."""
     if balance["larger_share"] is None:
@@ -65,4 +113,4 @@ def describe(stats, what="case", positive="slow", negative="fast"):
             f"{describe_balance(stats['sign_balance'], positive, negative)}")
 
 
-__all__ = ["sign_balance", "error_stats", "summarize", "describe", "describe_balance"]
+__all__ = ["sign_balance", "error_stats", "summarize", "describe", "describe_balance", "serving_loso", "cv_lines"]
