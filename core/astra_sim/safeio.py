@@ -412,4 +412,4 @@ def recover(failed, name, produce, command, flag, folder=False):
                     shutil.rmtree(kept) if folder else os.unlink(kept)
             continue
         raise ConfigError(f"{failed}; kept it {'in' if folder else 'as'} {kept}")
-    raise ConfigError(f"{failed}; could not keep it anywhere ({'; '.join(tried)}): the {flag} output is lost")
+    raise ConfigError(f"{failed}; could not keep it anywhere either ({'; '.join(tried)}), so it is lost")

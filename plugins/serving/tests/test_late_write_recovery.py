@@ -124,8 +124,8 @@ def test_a_real_failure_falls_back_to_the_temp_dir_then_says_it_is_lost(tmp_path
         safeio.write_or_recover(blocker / "sub" / "r.json", b"the result", "astra validate", "--save-residuals")
     message = str(caught.value)
     assert message.startswith(f"astra validate: could not write --save-residuals {blocker / 'sub' / 'r.json'} "
-                              "(Not a directory); could not keep it anywhere (")
-    assert message.endswith("): the --save-residuals output is lost"), message
+                              "(Not a directory); could not keep it anywhere either (")
+    assert message.endswith("), so it is lost"), message
     assert f"{blocker / 'kept'}: Not a directory" in message and f"{blocker / 'tmp'}: Not a directory" in message
 
 

@@ -111,11 +111,16 @@ def _cmd_workload(args):
     from astra_compute_systolic.config import load_config
     from astra_compute_systolic.workload import Split, write_workload
 
+    from astra_workload_generators.cli import output_prefix
+
     config = load_config(args.config)
     split = Split(args.npus, args.packages, args.datatype_size)
-    with _writing(args.output):
-        summary = write_workload(args.mnk, config, split, args.parallel, args.output, version=args.scalesim,
-                                 same_report=args.exact_generator, chakra=args.chakra, npus_per_dim=args.dims)
+
+    def write(output):
+        return write_workload(args.mnk, config, split, args.parallel, output, version=args.scalesim,
+                              same_report=args.exact_generator, chakra=args.chakra, npus_per_dim=args.dims)
+    with output_prefix(args.output, redo=write, command="astra workload systolic"):  # late failure: kept elsewhere
+        summary = write(args.output)
     if args.chakra:
         print(f"{args.parallel}: {summary['layers']} layers -> {summary['nodes_per_rank']} nodes per rank; wrote "
               f"{args.output}.0.et .. {args.output}.{args.npus - 1}.et")
@@ -137,10 +142,11 @@ def _cmd_report(args):
         if not args.output:
             sys.stdout.write(report_text(layers, configs[0], args.scalesim))
             return 0
-        from astra_sim.safeio import write_text_atomic
+        from astra_sim.safeio import write_or_recover
 
         with _writing(args.output):
-            write_text_atomic(args.output, report_text(layers, configs[0], args.scalesim))
+            text = report_text(layers, configs[0], args.scalesim)
+            write_or_recover(args.output, text.encode(), "astra systolic", "--output")
         return 0
     if args.output:
         raise ConfigError("-o writes one config's report; give one --config")

@@ -35,11 +35,13 @@ def _dims(text):
 
 
 @contextlib.contextmanager
-def output_prefix(prefix, flag="--output", folder=False):
+def output_prefix(prefix, flag="--output", folder=False, redo=None, command="astra workload"):
     """Where a command writes ``PREFIX.*`` (``folder``: into the folder PREFIX) is checked before any work; a write
     that fails later (a full disk) is a one-line error, and the files of PREFIX this command made are removed (no
-    partial set of rank files is left)."""
+    partial set of rank files is left). With ``redo(new_prefix)``, the whole set is written again under a recovered
+    folder (:func:`astra_sim.safeio.recover`) and the error says where: the work is not lost with the write."""
     from astra_sim.outputs import check_writable_folder
+    from astra_sim.safeio import recover
 
     where = os.path.abspath(prefix) if folder else os.path.dirname(os.path.abspath(prefix))
     check_writable_folder(where, f"{flag} {prefix}")
@@ -51,9 +53,31 @@ def output_prefix(prefix, flag="--output", folder=False):
         for name in set(_named(where, start)) - before:
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(where, name))
-        if isinstance(exc, OSError):
-            raise ConfigError(f"{flag} {prefix}: cannot write: {exc.strerror or exc}") from None
-        raise
+        failure = _write_failure(exc, os.path.join(where, start))
+        if failure is None:
+            raise
+        if redo is None:
+            raise ConfigError(f"{flag} {prefix}: cannot write: {failure.strerror or failure}") from None
+        name = os.path.basename(os.path.normpath(prefix))
+
+        def into(kept):  # a place that fails too (the Chakra writer's error included) lets recover try the next
+            try:
+                redo(os.path.join(kept, name))
+            except Exception as again:
+                raise _write_failure(again, kept + os.sep) or again
+        recover(f"{command}: could not write {flag} {prefix} ({failure.strerror or failure})", name, into,
+                command, flag, folder=True)
+
+
+def _write_failure(exc, start):
+    """The OSError of a write that failed: ``exc`` itself, or what the Chakra writer's error about a file whose path
+    starts with ``start`` (one of the output's) came from; None for any other error."""
+    if isinstance(exc, OSError):
+        return exc
+    path = getattr(exc, "path", None)
+    if isinstance(exc.__context__, OSError) and path and os.path.abspath(path).startswith(start):
+        return exc.__context__
+    return None
 
 
 def _named(folder, start):
@@ -64,10 +88,14 @@ def _named(folder, start):
 
 
 def writes_output(command):
-    """``command(args)`` writing -o PREFIX (``--chakra-suite``: into the folder -o) inside :func:`output_prefix`."""
+    """``command(args)`` writing -o PREFIX (``--chakra-suite``: into the folder -o) inside :func:`output_prefix`;
+    a late write failure runs it again into a recovered folder."""
     @functools.wraps(command)
     def run(args):
-        with output_prefix(args.output, folder=bool(getattr(args, "chakra_suite", False))):
+        def redo(prefix):  # after a late write failure: the same command into the recovered folder
+            command(argparse.Namespace(**{**vars(args), "output": prefix}))
+        with output_prefix(args.output, folder=bool(getattr(args, "chakra_suite", False)), redo=redo,
+                           command=f"astra workload {getattr(args, 'workload_command', '')}".strip()):
             return command(args)
     return run
 

@@ -59,10 +59,10 @@ def write_rank_files(prefix, metadata, nodes_per_rank) -> list:
         meta = metadata[rank] if isinstance(metadata, (list, tuple)) else metadata
         try:
             write_et(path, meta, nodes)
-        except ChakraError as exc:  # a full disk: no partial set of rank files is left
+        except ChakraError:  # a full disk: no partial set of rank files is left (the error's context: the OSError)
             for done in paths:
                 with contextlib.suppress(OSError):
                     os.unlink(done)
-            raise ConfigError(str(exc)) from None
+            raise
         paths.append(path)
     return paths

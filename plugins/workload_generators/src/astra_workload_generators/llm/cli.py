@@ -58,7 +58,8 @@ def _cmd_llm(args):
         return 0
     from astra_workload_generators.cli import output_prefix
 
-    with output_prefix(args.output):
+    with output_prefix(args.output, redo=lambda prefix: generate_llm_workload(spec, prefix),
+                       command="astra workload llm"):
         s = generate_llm_workload(spec, args.output)
     if spec.per_rank_files:
         wrote = f"{args.output}.0.et .. {args.output}.{s['npus'] - 1}.et"
