@@ -22,6 +22,7 @@ written, before anything is drawn.
 
 from __future__ import annotations
 
+import functools
 import os
 
 from astra_sim import progress
@@ -204,16 +205,13 @@ def _link_rows(report, timeline):
 def _save(fig, folder, name, svg):
     import matplotlib.pyplot as plt
 
-    from astra_sim.safeio import atomic_output
+    from astra_sim.safeio import write_or_recover
 
     paths = []
     for fmt in ("png", "svg") if svg else ("png",):
         path = os.path.join(folder, f"{name}.{fmt}")
-        try:
-            with atomic_output(path) as handle:
-                fig.savefig(handle, format=fmt)
-        except OSError as exc:  # a full disk: a one-line error, no partial picture (atomic_output removed it)
-            raise ConfigError(f"-o {folder}: cannot write {path}: {exc.strerror or exc}") from None
+        # a full disk: no partial picture; the figure is drawn again into a recovered file, and the error says where
+        write_or_recover(path, functools.partial(fig.savefig, format=fmt), "astra plot", "-o")
         paths.append(path)
     plt.close(fig)
     return paths
