@@ -317,3 +317,37 @@ def test_failed_links_any_input_is_a_topology_or_a_config_error(failed):
         assert "\n" not in str(exc) and "failed_links" in str(exc)
     else:
         assert len(left.links) <= len(topology.links)
+
+
+def test_link_failures_name_a_cable_and_a_time():
+    from astra_network_ns3.inputs import link_failures
+
+    topology = read_config_topology(read_network_cfg(str(CFG)))
+    index = next(i for i, l in enumerate(topology.links) if {l.src, l.dst} == {3, 8})
+    assert link_failures(topology, [{"link": [8, "3"], "at_ns": 1500}]) == [(index, 1500)]
+    for value, expected in (
+            ({"link": [3, 8], "at_ns": 1}, r"option link_failures: expected a list"),
+            ([{"link": [3, 8]}], r"link_failures\[0\]: expected \{link: \[a, b\], at_ns: T\}"),
+            ([{"link": [3, 8], "at_ns": -5}], r"\[0\].at_ns: expected an integer >= 0"),
+            ([{"link": [3, 8], "at_ns": 2.5}], r"\[0\].at_ns: expected an integer >= 0"),
+            ([{"link": [3, True], "at_ns": 5}], r"\[0\].link: a failed link's ends are node ids"),
+            ([{"link": [0, 1], "at_ns": 5}], r"\[0\].link: no link joins nodes 0 and 1 in .*8_nodes")):
+        with pytest.raises(ConfigError, match=expected):
+            link_failures(topology, value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.none(), st.integers(), st.lists(st.dictionaries(
+    st.sampled_from(["link", "at_ns", "x"]),
+    st.one_of(st.none(), st.booleans(), st.integers(-3, 12), st.floats(), st.text(max_size=3),
+              st.lists(st.one_of(st.integers(-3, 12), st.text(max_size=3)), max_size=3)), max_size=3), max_size=3)))
+def test_link_failures_any_input_is_a_list_or_a_config_error(value):
+    from astra_network_ns3.inputs import link_failures
+
+    topology = read_config_topology(read_network_cfg(str(CFG)))
+    try:
+        failures = link_failures(topology, value)
+    except ConfigError as exc:
+        assert "\n" not in str(exc) and "option link_failures" in str(exc)
+    else:
+        assert all(0 <= index < len(topology.links) and at >= 0 for index, at in failures)

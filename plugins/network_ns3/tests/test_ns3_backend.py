@@ -494,3 +494,44 @@ def test_a_failed_link_reroutes_over_the_remaining_capacity(glue, tmp_path):
     assert 3.6 < rerouted / intact < 4.4
     assert net.describe()["failed_links"] == [[1, 2]]
     assert {(row["src"], row["dst"]) for row in net.stats()["links"] if row["bytes"] > MiB} == {(0, 3), (3, 4), (4, 1)}
+
+
+@pytest.mark.slow
+def test_a_link_down_mid_transfer_reroutes_and_tcp_resends_what_it_lost(glue, tmp_path):
+    """The two-path topology above: 4 MiB from host 0 to host 1 over the short 100 Gb/s path, whose cable 2-1 goes
+    down at 150 us (ns-3's LINK_DOWN: both interfaces down, routes computed again). The packets on the cable and
+    those queued towards it are lost; TCP resends them over the 25 Gb/s detour. The message ends after the intact
+    transfer and before the one without the cable from the start, no sooner than the bytes the cable had not
+    carried take at the detour's rate, and within 25 % of that (TCP's recovery). A cable whose loss leaves no route
+    is one clear error naming it, not a hang."""
+    from astra_sim.errors import SimulationError
+    from astra_network_ns3.backend import HEADER_BYTES, Ns3Network
+
+    links = [(0, 2, "100Gbps", "1us"), (2, 1, "100Gbps", "1us"), (0, 3, "100Gbps", "1us"),
+             (3, 4, "25Gbps", "1us"), (4, 1, "100Gbps", "1us")]
+
+    def took(name, links, failed=None, failures=None):
+        folder = tmp_path / name
+        folder.mkdir()
+        config = read_network_cfg(write_inputs(folder, 2, [2, 3, 4], links, cc_mode=0))
+        engine = EventEngine()
+        net = Ns3Network(config, read_config_topology(config), [2], engine, warn=lambda _m: None,
+                         failed_links=failed, failures=failures)
+        (_index, end), = run_messages(net, engine, [(0, 0, 1, 4 * MiB)])
+        return end, net
+
+    at = 150_000
+    intact, _ = took("intact", links)
+    from_start, _ = took("from_start", links, failed=[[2, 1]])
+    mid, net = took("mid", links, failures=[{"link": [1, 2], "at_ns": at}])
+    assert intact < mid < from_start
+    stats = net.stats()
+    carried = {(row["src"], row["dst"]): row["bytes"] for row in stats["links"]}
+    wire = carried[(0, 3)] + carried[(2, 1)]  # every data byte crossed one of the two paths (resent ones too)
+    bound = at + (4 * MiB * (1 + HEADER_BYTES / 1000) - carried[(2, 1)]) * 8 / 25  # bits at 25 bits/ns
+    assert bound <= mid < 1.25 * bound and wire > 4 * MiB
+    failure, = stats["link_failures"]
+    assert failure["link"] == [2, 1] and failure["at_ns"] == at and failure["packets_lost"] > 0
+    assert net.describe()["link_failures"] == [{"link": [2, 1], "at_ns": at}]
+    with pytest.raises(SimulationError, match="link 2-1 went down at 100000 ns and left no route from NPU 0 to NPU 1"):
+        took("cut", links[:2], failures=[{"link": [2, 1], "at_ns": 100_000}])

@@ -21,7 +21,12 @@ Lockstep
 Failed links
     The run option ``failed_links`` (node-id pairs of the topology file, set by ``astra cluster``) leaves those
     cables out of the ns-3 world: the routes are computed over the links left, so traffic goes around them for
-    the whole run. (A link going down in the middle of a run, ns-3's ``LINK_DOWN``, is not modelled.)
+    the whole run. The run option ``link_failures`` (``[{link: [a, b], at_ns: T}]``) takes a cable down in the
+    middle of the run, ns-3's ``LINK_DOWN``: at ``T`` both ends' IPv4 interfaces go down (``Ipv4::SetDown``), so
+    the packets then on the cable or in its ports' queues are lost, and every node's routes are computed again
+    over the links left. TCP retransmits the lost packets over the new routes (the report's ``link_failures``
+    counts them, ``packets_lost``). A connection with bytes in flight and no route left is a SimulationError
+    naming the cable, and so is a loss under DCQCN (``CC_MODE 1``, no retransmission): never a hang.
 
 ns-3 is imported when the backend is built (about 10 s), never when the plugin is loaded.
 """
@@ -38,7 +43,7 @@ from astra_sim.errors import ConfigError, SimulationError
 
 from astra_network_ns3.inputs import (
     SUPPORTED_CC, check_cc_mode, ecn_thresholds, read_config_topology, read_logical_topology, read_network_cfg,
-    without_links,
+    link_failures, without_links,
 )
 
 #: Bytes of headers on every TCP segment: PPP 2 + IPv4 20 + TCP 20 + timestamp option 12.
@@ -118,11 +123,14 @@ class _Message:
 class Ns3Network:
     """A packet-level network on ns-3 over ASTRA-sim's ns-3 inputs (see the module docstring)."""
 
-    def __init__(self, config, topology, npus_per_dim, engine, warn=print, fct_path=None, failed_links=None):
+    def __init__(self, config, topology, npus_per_dim, engine, warn=print, fct_path=None, failed_links=None,
+                 failures=None):
         check_cc_mode(config)
         self.config = config
         self.failed_links = [list(pair) for pair in failed_links or ()]
         self.topology = without_links(topology, failed_links)  # routes are computed over the links left
+        #: cables that go down mid-run (the option link_failures): (index in topology.links, at ns)
+        self.failures = link_failures(self.topology, failures) if failures else []
         self.engine = engine
         self.warn = warn
         self.fct_path = fct_path
@@ -131,6 +139,9 @@ class Ns3Network:
         self._warn_unmodelled()
         self._ports = []  # (node, peer, rate bit/s) per directed link, in the glue's order
         self._net = self._build()
+        for number, (index, at_ns) in enumerate(self.failures):
+            link = self.topology.links[index]
+            self._net.ScheduleLinkDown(link.src, link.dst, at_ns, number)
         self._messages = {}
         self._next_id = 0
         self._pump_fn = self._pump  # one bound method: the engine compares it by identity
@@ -165,7 +176,8 @@ class Ns3Network:
         else:
             dims = [npus]
         return cls(config, topology, dims, context.engine, getattr(context, "warn", print),
-                   fct_path=fct_path, failed_links=options.get("failed_links"))
+                   fct_path=fct_path, failed_links=options.get("failed_links"),
+                   failures=options.get("link_failures"))
 
     def _warn_unmodelled(self):
         config = self.config
@@ -243,10 +255,12 @@ class Ns3Network:
         if src == dst:
             self.engine.schedule(0, fn, arg)
             return
-        if not self._path(src, dst):
+        down = self._down_ports(now)
+        if not self._path(src, dst, down):
+            links = f", with the links down by then: {self._failed_names(now)}" if down else ""
             raise SimulationError(
-                f"ns3 network: no route from NPU {src} to NPU {dst} in {self.topology.path} (paths cross switches "
-                "only; NPUs do not forward, as in ASTRA-sim's ns-3)"
+                f"ns3 network: no route from NPU {src} to NPU {dst} in {self.topology.path}{links} (paths cross "
+                "switches only; NPUs do not forward, as in ASTRA-sim's ns-3)"
             )
         mid = self._next_id
         self._next_id += 1
@@ -281,6 +295,8 @@ class Ns3Network:
         net.RunSlice(-1 if target is None else target)
         if self._link_load is not None:
             self._sample_links()
+        if self.failures:
+            self._check_failures()
         if self.config.cc_mode == 1 and net.Drops():
             raise SimulationError(
                 f"ns3 network: a DCQCN packet was dropped at a full switch queue by {net.NowNs()} ns; DCQCN has no "
@@ -291,7 +307,8 @@ class Ns3Network:
             if target is None:
                 raise SimulationError(
                     f"ns3 network: ns-3 has no events left at {net.NowNs()} ns but {len(self._messages)} "
-                    "message(s) have not arrived"
+                    "message(s) have not arrived" + (f" (links down: {self._failed_names()})" if self.failures
+                                                     else "")
                 )
             if limited:
                 raise SimulationError(
@@ -312,6 +329,33 @@ class Ns3Network:
         if messages:
             self._pump_pending = True
             engine.schedule_at(when, self._pump_fn, object())
+
+    def _failed_names(self, upto=None):
+        """The cables of ``link_failures`` down by ``upto`` ns (all: None), as 'a-b at T ns'."""
+        links = self.topology.links
+        return ", ".join(f"{links[i].src}-{links[i].dst} at {at} ns" for i, at in self.failures
+                         if upto is None or at <= upto)
+
+    def _check_failures(self):
+        """A cable that went down cut a connection off, or lost packets DCQCN cannot resend: one clear error."""
+        net = self._net
+        cut = net.CutLink()
+        if cut >= 0:
+            index, at_ns = self.failures[cut]
+            link = self.topology.links[index]
+            src, dst = self.hosts.index(net.CutSrc()), self.hosts.index(net.CutDst())
+            raise SimulationError(
+                f"ns3 network: link {link.src}-{link.dst} went down at {at_ns} ns and left no route from NPU {src} "
+                f"to NPU {dst}, with a message in flight (routes cross switches only; NPUs do not forward)"
+            )
+        if self.config.cc_mode == 1:
+            for number, (index, at_ns) in enumerate(self.failures):
+                if net.FailureDrops(number):
+                    link = self.topology.links[index]
+                    raise SimulationError(
+                        f"ns3 network: link {link.src}-{link.dst} went down at {at_ns} ns with DCQCN packets on it; "
+                        "DCQCN has no retransmission, so they are lost for good (CC_MODE 8 or 3: TCP resends them)"
+                    )
 
     def _finished(self, message, end, sport):
         hosts = self.hosts
@@ -336,10 +380,15 @@ class Ns3Network:
         self._sampled_at = now
 
     # ------------------------------------------------------------------ paths (timeline, fct.txt)
-    def _path(self, src, dst):
+    def _down_ports(self, now):
+        """The ports (two per cable, in the glue's order) of the cables of ``link_failures`` down by ``now``."""
+        return frozenset(port for index, at_ns in self.failures if at_ns <= now for port in (2 * index, 2 * index + 1))
+
+    def _path(self, src, dst, down=frozenset()):
         """One shortest path from rank ``src`` to rank ``dst`` as port indices (fewest hops through switches; with
-        ECMP ns-3 may take another of equal length): for fct.txt's ideal FCT."""
-        key = (src, dst)
+        ECMP ns-3 may take another of equal length), avoiding the ports ``down``: for fct.txt's ideal FCT (the
+        intact network's) and to refuse a send with no route."""
+        key = (src, dst, down)
         path = self._paths.get(key)
         if path is None:
             out = {}
@@ -356,7 +405,7 @@ class Ns3Network:
                 if node != start and node not in switches:
                     continue  # hosts do not forward
                 for peer, index in out.get(node, ()):
-                    if peer not in previous:
+                    if peer not in previous and index not in down:
                         previous[peer] = (node, index)
                         frontier.append(peer)
             path = []
@@ -439,6 +488,8 @@ class Ns3Network:
             "switch_buffer_bytes": int(config.buffer_mb * (1 << 20)),
             "routing": "shortest paths through switches, per-flow ECMP (hash of addresses and ports)",
             "failed_links": self.failed_links,
+            "link_failures": [{"link": [self.topology.links[i].src, self.topology.links[i].dst], "at_ns": at_ns}
+                              for i, at_ns in self.failures],
             "transport": "one TCP connection per NPU pair; messages in order",
         }
 
@@ -485,6 +536,9 @@ class Ns3Network:
             "ecn_marks": sum(link["ecn_marks"] for link in links),
             "flow_completion": summary,
             "links": links,
+            "link_failures": [{"link": [self.topology.links[i].src, self.topology.links[i].dst], "at_ns": at_ns,
+                               "packets_lost": int(net.FailureDrops(number))}
+                              for number, (i, at_ns) in enumerate(self.failures)],
         }
 
     def write_fct(self, path):

@@ -6,9 +6,16 @@
 // hosts share one TCP connection (CC_MODE 1: one DCQCN rate-paced UDP sender), in order: the receiver
 // completes a message when its last byte has been delivered, so messages of a pair complete in the order
 // they were sent (FIFO).
+//
+// A link that goes down mid-run (ScheduleLinkDown, ns-3's LINK_DOWN): at its time both ends' IPv4 interfaces go
+// down (Ipv4::SetDown: nothing is sent on them, and what still arrives over the cable is dropped,
+// DROP_INTERFACE_DOWN) and every node's routes are computed again over the links left. TCP retransmits what was
+// lost; a connection with bytes in flight and no route left stops the run (CutLink), never a hang.
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -218,14 +225,29 @@ class Net
     void Finish()
     {
         int count = int(m_nodes.GetN());
-        std::vector<Ptr<EcmpRouting>> routing(count);
+        m_routing.assign(count, nullptr);
         for (int n = 0; n < count; n++)
         {
             Ptr<Ipv4> ipv4 = m_nodes.Get(n)->GetObject<Ipv4>();
-            routing[n] = CreateObject<EcmpRouting>();
-            routing[n]->m_salt = uint32_t(n);
+            m_routing[n] = CreateObject<EcmpRouting>();
+            m_routing[n]->m_salt = uint32_t(n);
             Ptr<Ipv4ListRouting> list = DynamicCast<Ipv4ListRouting>(ipv4->GetRoutingProtocol());
-            list->AddRoutingProtocol(routing[n], 100);
+            list->AddRoutingProtocol(m_routing[n], 100);
+            m_nodes.Get(n)->GetObject<Ipv4L3Protocol>()->TraceConnectWithoutContext(
+                "Drop", MakeBoundCallback(&Net::OnIpDrop, this));
+        }
+        ComputeRoutes();
+        Listen();
+    }
+
+    // Every node's routes over the links up now (shortest paths through switches, per-flow ECMP).
+    void ComputeRoutes()
+    {
+        int count = int(m_nodes.GetN());
+        std::vector<Ptr<EcmpRouting>>& routing = m_routing;
+        for (int n = 0; n < count; n++)
+        {
+            routing[n]->m_routes.clear();
         }
         // Per destination host: hop counts over paths that cross switches only; next hops are one hop closer.
         for (int d = 0; d < count; d++)
@@ -246,7 +268,7 @@ class Net
                 }
                 for (const Adjacent& adj : m_adj[node])
                 {
-                    if (dist[adj.peer] < 0)
+                    if (dist[adj.peer] < 0 && !IsDown(node, adj.peer))
                     {
                         dist[adj.peer] = dist[node] + 1;
                         queue.push_back(adj.peer);
@@ -262,7 +284,8 @@ class Net
                 std::vector<std::pair<uint32_t, Ipv4Address>> hops;
                 for (const Adjacent& adj : m_adj[n])
                 {
-                    if (dist[adj.peer] == dist[n] - 1 && (adj.peer == d || m_isSwitch[adj.peer]))
+                    if (dist[adj.peer] == dist[n] - 1 && (adj.peer == d || m_isSwitch[adj.peer]) &&
+                        !IsDown(n, adj.peer))
                     {
                         hops.emplace_back(adj.iface, adj.gateway);
                     }
@@ -273,6 +296,11 @@ class Net
                 }
             }
         }
+    }
+
+    // A listening socket on every host.
+    void Listen()
+    {
         for (uint32_t n = 0; n < m_nodes.GetN(); n++)
         {
             if (m_isSwitch[n])
@@ -306,6 +334,39 @@ class Net
     {
         Time delay = NanoSeconds(atNs) - Simulator::Now();
         Simulator::ScheduleWithContext(m_nodes.Get(src)->GetId(), delay, &Net::DoSend, this, src, dst, bytes, id);
+    }
+
+    // The link a-b goes down at absolute time atNs (failure number `index`, for the statistics and CutLink).
+    void ScheduleLinkDown(int a, int b, int64_t atNs, int index)
+    {
+        if (int(m_failureDrops.size()) <= index)
+        {
+            m_failureDrops.resize(index + 1, 0);
+        }
+        Simulator::Schedule(NanoSeconds(atNs) - Simulator::Now(), &Net::LinkDown, this, a, b, index);
+    }
+
+    // The failure that left a connection with bytes in flight and no route (-1: none), and that connection.
+    int CutLink() const
+    {
+        return m_cutLink;
+    }
+
+    int CutSrc() const
+    {
+        return m_cutSrc;
+    }
+
+    int CutDst() const
+    {
+        return m_cutDst;
+    }
+
+    // Packets failure `index` lost: those that reached its downed interfaces (on the cable or in its ports'
+    // queues), and those that reached a node left with no route on (queued towards the cable before it failed).
+    uint64_t FailureDrops(int index) const
+    {
+        return index < int(m_failureDrops.size()) ? m_failureDrops[index] : 0;
     }
 
     // Run ns-3 until absolute time targetNs (< 0: no bound), or until the event that completed a message.
@@ -435,6 +496,61 @@ class Net
     static void StopNow()
     {
         Simulator::Stop();
+    }
+
+    bool IsDown(int a, int b) const
+    {
+        return m_down.count(std::make_pair(std::min(a, b), std::max(a, b))) > 0;
+    }
+
+    void LinkDown(int a, int b, int index)
+    {
+        m_down.insert(std::make_pair(std::min(a, b), std::max(a, b)));
+        m_lastFailure = index;
+        int ends[2] = {a, b};
+        for (int i = 0; i < 2; i++)
+        {
+            for (const Adjacent& adj : m_adj[ends[i]])
+            {
+                if (adj.peer == ends[1 - i])
+                {
+                    m_ifaceFailure[std::make_pair(ends[i], adj.iface)] = index;
+                    m_nodes.Get(ends[i])->GetObject<Ipv4>()->SetDown(adj.iface);
+                }
+            }
+        }
+        ComputeRoutes();
+        for (const auto& entry : m_conns)
+        {
+            const Conn* c = entry.second;
+            if (c->rx < c->total && m_routing[c->src]->m_routes.count(m_addr[c->dst].Get()) == 0)
+            {
+                m_cutLink = index;
+                m_cutSrc = c->src;
+                m_cutDst = c->dst;
+                Simulator::Stop(); // back to Python, which names the link
+                return;
+            }
+        }
+    }
+
+    static void OnIpDrop(Net* net, const Ipv4Header&, Ptr<const Packet>, Ipv4L3Protocol::DropReason reason,
+                         Ptr<Ipv4> ipv4, uint32_t iface)
+    {
+        if (reason == Ipv4L3Protocol::DROP_INTERFACE_DOWN)
+        {
+            int node = net->m_index[PeekPointer(ipv4->GetObject<Node>())];
+            auto it = net->m_ifaceFailure.find(std::make_pair(node, iface));
+            if (it != net->m_ifaceFailure.end())
+            {
+                net->m_failureDrops[it->second] += 1;
+            }
+        }
+        else if (reason == Ipv4L3Protocol::DROP_NO_ROUTE && net->m_lastFailure >= 0)
+        {
+            // queued for the cable before it went down, now at a node with no way on: lost to the last failure
+            net->m_failureDrops[net->m_lastFailure] += 1;
+        }
     }
 
     void EnableEcn(Ptr<Socket> s)
@@ -738,6 +854,14 @@ class Net
     Ipv4AddressHelper m_ipv4{"10.0.0.0", "255.255.255.252"};
     std::vector<Port> m_ports;
     std::map<std::pair<int, int>, Conn*> m_conns;
+    std::vector<Ptr<EcmpRouting>> m_routing;
+    std::set<std::pair<int, int>> m_down;                  // links down now (smaller node id first)
+    std::map<std::pair<int, uint32_t>, int> m_ifaceFailure; // (node, interface) -> the failure that downed it
+    std::vector<uint64_t> m_failureDrops;
+    int m_cutLink = -1;
+    int m_lastFailure = -1;
+    int m_cutSrc = -1;
+    int m_cutDst = -1;
     std::map<Socket*, Conn*> m_bySocket;
     std::map<Socket*, std::pair<int, int>> m_rxConn;
     std::vector<uint64_t> m_doneId;

@@ -343,23 +343,47 @@ def without_links(topology, failed, where="option failed_links"):
     file's ids), each removing the link between ``a`` and ``b``. The routes ns-3 is given are then computed over
     what is left (the glue's shortest paths through switches), so traffic goes around them. A pair that is no
     link of the file is a ConfigError naming ``where`` and the file."""
-    down = set()
-    for pair in failed or ():
-        if not (isinstance(pair, (list, tuple)) and len(pair) == 2):
-            raise ConfigError(f"{where}: each failed link is a pair of node ids [a, b], got {brief(pair)}")
-        try:
-            a, b = (int(end) for end in pair)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{where}: a failed link's ends are node ids (integers), got {brief(pair)}") from None
-        hits = [i for i, link in enumerate(topology.links) if {link.src, link.dst} == {a, b}]
-        if not hits:
-            raise ConfigError(f"{where}: no link joins nodes {a} and {b} in {topology.path} (its links are its "
-                              "lines 'src dst rate delay error_rate', from line 3)")
-        down.update(hits)
+    down = {_link_index(topology, pair, where) for pair in failed or ()}
     if not down:
         return topology
     return Topology(topology.path, topology.nodes, list(topology.switches),
                     [link for i, link in enumerate(topology.links) if i not in down])
+
+
+def link_failures(topology, value, where="option link_failures"):
+    """``[(link index, at_ns)]`` from the run option ``link_failures``: a list of ``{link: [a, b], at_ns: T}``
+    (node ids of the topology file; T: ns from the run's start), each a cable that goes down at ``T`` in the
+    middle of the run. Anything else is a ConfigError naming ``where`` and the entry."""
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{where}: expected a list of {{link: [a, b], at_ns: T}}, got {brief(value)}")
+    out = []
+    for i, entry in enumerate(value):
+        here = f"{where}[{i}]"
+        if not isinstance(entry, dict) or set(entry) != {"link", "at_ns"}:
+            raise ConfigError(f"{here}: expected {{link: [a, b], at_ns: T}} (T: ns from the run's start), got "
+                              f"{brief(entry)}")
+        at = entry["at_ns"]
+        if isinstance(at, bool) or not isinstance(at, int) or not 0 <= at < 1 << 62:
+            raise ConfigError(f"{here}.at_ns: expected an integer >= 0 (ns), got {brief(at)}")
+        out.append((_link_index(topology, entry["link"], f"{here}.link"), at))
+    return out
+
+
+def _link_index(topology, pair, where):
+    """The index in ``topology.links`` of the cable between the node ids of ``pair``."""
+    if not (isinstance(pair, (list, tuple)) and len(pair) == 2):
+        raise ConfigError(f"{where}: each failed link is a pair of node ids [a, b], got {brief(pair)}")
+    try:
+        if any(isinstance(end, (bool, float)) for end in pair):
+            raise ValueError
+        a, b = (int(end) for end in pair)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}: a failed link's ends are node ids (integers), got {brief(pair)}") from None
+    for i, link in enumerate(topology.links):
+        if {link.src, link.dst} == {a, b}:
+            return i
+    raise ConfigError(f"{where}: no link joins nodes {a} and {b} in {topology.path} (its links are its "
+                      "lines 'src dst rate delay error_rate', from line 3)")
 
 
 def read_logical_topology(path, npus):
