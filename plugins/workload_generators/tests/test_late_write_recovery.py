@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -16,13 +17,14 @@ LLM = ["--layers", "2", "--hidden", "256", "--heads", "8", "--kv-heads", "8", "-
        "--seq-len", "128", "--tp", "2", "--micro-batches", "1"]
 
 
-def fail_after_first_rename_into(monkeypatch, folder, code=errno.ENOSPC):
+def fail_renames_into(monkeypatch, folder, whole_files=1, code=errno.ENOSPC):
+    """The final rename of every file into ``folder`` after the first ``whole_files`` fails (a full disk)."""
     real = os.replace
     renamed = []
 
     def replace(src, dst, *args, **kwargs):
         if os.path.abspath(os.fspath(dst)).startswith(str(folder) + os.sep):
-            if renamed:
+            if len(renamed) >= whole_files:
                 raise OSError(code, os.strerror(code))
             renamed.append(dst)
         return real(src, dst, *args, **kwargs)
@@ -30,14 +32,14 @@ def fail_after_first_rename_into(monkeypatch, folder, code=errno.ENOSPC):
     monkeypatch.setattr(os, "replace", replace)
 
 
-def recovered_after_failure(tmp_path, capsys, monkeypatch, argv, command):
-    """Run ``argv + [-o out/g]`` with the disk full after the first file; the recovered folder and the files it
-    holds (names relative to it)."""
+def recovered_after_failure(tmp_path, capsys, monkeypatch, argv, command, whole_files=1):
+    """Run ``argv + [-o out/g]`` with the disk full after ``whole_files`` files; the recovered folder and the files
+    it holds (names relative to it)."""
     kept = tmp_path / "kept"
     monkeypatch.setenv("ASTRA_RECOVERED_DIR", str(kept))
     out = tmp_path / "out"
     out.mkdir()
-    fail_after_first_rename_into(monkeypatch, out)
+    fail_renames_into(monkeypatch, out, whole_files)
     assert main([*argv, "-o", str(out / "g")]) == 2
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("astra: error:")]
@@ -69,17 +71,24 @@ def test_workload_llm_keeps_a_set_that_runs(tmp_path, capsys, monkeypatch):
     assert step_ns(tmp_path, folder / "g") == step_ns(tmp_path, reference)  # the kept set is the same workload
 
 
+HOST_TRACE = Path(__file__).parent / "data" / "pytorch_public" / "hta_simple_add_et.json.gz"
+
+
 @pytest.mark.parametrize("argv", [["workload", "micro", "--collective", "all_reduce", "--size", "1KiB", "--npus", "4"],
-                                  ["workload", "convert-text", "model.txt", "--npus", "2"]],
-                         ids=["micro", "convert-text"])
+                                  ["workload", "convert-text", "model.txt", "--npus", "2"],
+                                  ["workload", "scale", "ar", "--to-npus", "8"],
+                                  ["workload", "convert-pytorch", str(HOST_TRACE), "--rank", "0"]],
+                         ids=["micro", "convert-text", "scale", "convert-pytorch"])
 def test_the_rank_files_are_kept_whole(argv, tmp_path, capsys, monkeypatch):
     """The Chakra writer's error (whose context is the OSError) is recognised as a failed write too."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "model.txt").write_text("DATA\n1\nfc1 -1 5 NONE 0 5 NONE 0 5 ALLREDUCE 1024 1\n")
+    assert main(["workload", "micro", "--collective", "all_gather", "--size", "1KiB", "--npus", "4", "-o", "ar"]) == 0
     reference = tmp_path / "ref" / "g"
     assert main([*argv, "-o", str(reference)]) == 0
     capsys.readouterr()
-    folder, names = recovered_after_failure(tmp_path, capsys, monkeypatch, argv, f"astra workload {argv[1]}")
+    whole = 0 if "--rank" in argv else 1  # convert-pytorch --rank writes one file
+    folder, names = recovered_after_failure(tmp_path, capsys, monkeypatch, argv, f"astra workload {argv[1]}", whole)
     assert names == sorted(p.name for p in reference.parent.iterdir()) and names
     for name in names:
         assert (folder / name).read_bytes() == (reference.parent / name).read_bytes()
