@@ -33,10 +33,11 @@ def test_serving_loso_groups_by_family_and_source_and_gives_throughput_the_sign_
     assert got["cases"] == 4 and got["max_abs_error"] == pytest.approx(0.20) and got["worst"] == "a-ttft"
     assert got["median_abs_error"] == pytest.approx((0.06 + 0.10) / 2)
     assert (got["sign_balance"]["positive"], got["sign_balance"]["negative"]) == (1, 3)  # b-tput low = slow
-    # per family the metric's own sign
+    # per family, the same time-signed errors
     fam = got["families"]
     assert (fam["ttft"]["cases"], fam["tpot"]["cases"], fam["throughput"]["cases"]) == (1, 1, 2)
     assert (fam["throughput"]["sign_balance"]["positive"], fam["throughput"]["sign_balance"]["negative"]) == (1, 1)
+    assert fam["ttft"]["sign_balance"]["negative"] == 1
     # per source left out; c-ttft had no out-of-source prediction: listed, not counted
     assert list(got["sources"]) == ["A", "B"]
     assert got["sources"]["A"]["max_abs_error"] == pytest.approx(0.20)
@@ -45,7 +46,7 @@ def test_serving_loso_groups_by_family_and_source_and_gives_throughput_the_sign_
     lines = "\n".join(cv_lines({"groups": {}, "serving": got}))
     assert "serving, source out: median |error| 8.0 %, max 20.0 % (a-ttft), 4 cases" in lines
     assert "TTFT: median |error| 20.0 %" in lines and "1 long, 1 short" not in lines
-    assert "throughput: median |error| 8.0 %, max 10.0 % (a-tput), 2 cases; signs: 1 high, 1 low" in lines
+    assert "throughput: median |error| 8.0 %, max 10.0 % (a-tput), 2 cases; signs: 1 low, 1 high" in lines
     assert "A left out:" in lines and "B left out:" in lines and "1, from C" in lines
 
 
@@ -94,9 +95,13 @@ def test_astra_validate_cv_leaves_each_serving_source_out(tmp_path, monkeypatch,
     assert serving["cases"] == 4 and set(serving["sources"]) == {"A", "B", "C"}
     assert serving["sources"]["B"]["cases"] == 2 and serving["not_predicted"] == []
     assert serving["families"]["throughput"]["cases"] == 1
-    # a throughput's error is on the metric; over all serving cases its sign is a time's
-    assert serving["families"]["throughput"]["sign_balance"]["positive"] == (plain["c-tput"]["error"] > 0)
+    # a throughput's error is on the metric; its sign is counted as a time's (below the measured one: slow), in
+    # the serving figures and in the headline over every time kind
+    assert serving["families"]["throughput"]["sign_balance"]["positive"] == (plain["c-tput"]["error"] < 0)
     assert serving["sources"]["C"]["sign_balance"]["positive"] == (plain["c-tput"]["error"] < 0)
+    slow = {r["name"] for r in data["cases"] if (r["error"] < 0 if r["metric"] == "throughput" else r["error"] > 0)}
+    assert cv["sign_balance"]["positive"] == len(slow)  # left one source out, fit and check cases alike
+    assert data["summary"]["sign_balance"]["positive"] == len(slow & {"a-ttft", "c-tput"})  # the check cases
     text = capsys.readouterr().out
     assert "serving, source out:" in text and "TTFT:" in text and "TPOT:" in text and "throughput:" in text
     assert "B left out:" in text and "training steps, source out" not in text

@@ -204,7 +204,8 @@ def _cv_summary(results, plans, refits):
         row = refits[r["name"]] if how == "refit" else r
         rows.append({"name": r["name"], "kind": r["kind"], "source_id": r["source_id"], "role": r["role"],
                      "how": how, "refitted": detail, "error": row["error"],
-                     **{k: row[k] for k in ("simulated_ns", "simulated_bytes", "simulated_value") if k in row}})
+                     **{k: row[k] for k in ("simulated_ns", "simulated_bytes", "simulated_value", "metric")
+                        if k in row}})
     groups = {kind: error_stats([r for r in rows if r["kind"] == kind]) for kind in dict.fromkeys(
         r["kind"] for r in rows)}
     return {**error_stats([r for r in rows if r["kind"] in TIME_KINDS]), "groups": groups,

@@ -2,8 +2,9 @@
 
 The headline counts only ``check`` cases of the time kinds (training step, collective, serving): a ``fit`` case's
 error says how well a constant was fitted, not how well the model predicts. Memory cases are their own group.
-Left one source out (``--cv``), serving is reported apart from training steps, per metric family: a TTFT, a TPOT and
-a throughput err for different reasons, and a throughput's error has the opposite sign of a time's.
+Signs are counted as a time's: positive is slow (a serving throughput's error, on the throughput, counts with its
+sign flipped). Left one source out (``--cv``), serving is reported apart from training steps, per metric family: a
+TTFT, a TPOT and a throughput err for different reasons.
 """
 
 from __future__ import annotations
@@ -27,9 +28,16 @@ def sign_balance(errors):
             "larger_share": max(positive, negative) / len(errors), "larger_side": side}
 
 
+def time_sign_error(row):
+    """A row's error with the sign of a time (positive: the model is slow). A serving throughput's error is on the
+    throughput (``metric: throughput``), whose sign is the opposite: a throughput above the measured one is fast."""
+    return -row["error"] if row.get("metric") == "throughput" else row["error"]
+
+
 def error_stats(results):
-    """``{"cases", "median_abs_error", "max_abs_error", "worst", "sign_balance"}`` of result rows (``error`` each)."""
-    errors = [r["error"] for r in results]
+    """``{"cases", "median_abs_error", "max_abs_error", "worst", "sign_balance"}`` of result rows (``error`` each);
+    the signs are counted as a time's (:func:`time_sign_error`)."""
+    errors = [time_sign_error(r) for r in results]
     if not errors:
         return {"cases": 0, "median_abs_error": None, "max_abs_error": None, "worst": None,
                 "sign_balance": sign_balance([])}
@@ -48,26 +56,24 @@ def summarize(results):
     return {**headline, "fit_cases_not_counted": len(results) - len(checks), "groups": groups}
 
 
-#: a serving case's metric family -> (its name in a terminal, the words for a positive and a negative error)
+#: a serving case's metric family -> (its name in a terminal, the words for a time-signed error above and below 0)
 SERVING_FAMILY_WORDS = {"ttft": ("TTFT", "long", "short"), "tpot": ("TPOT", "long", "short"),
-                        "throughput": ("throughput", "high", "low")}
+                        "throughput": ("throughput", "low", "high")}
 
 
 def serving_loso(predictions, results):
-    """``summary.cv.serving``: the serving cases' leave-one-source-out errors, apart from training steps. Over all of
-    them the sign is a time's (a throughput above the measured one counts as too fast, its error negated; the
-    magnitude is the metric's own); per metric family (``ttft``, ``tpot``, ``throughput``) the error is the
-    metric's own, sign included; per source (the one left out) as over all. ``not_predicted``: the serving cases
-    whose source a constant was fitted on that cannot be refitted without it (not counted)."""
+    """``summary.cv.serving``: the serving cases' leave-one-source-out errors, apart from training steps: over all of
+    them, per metric family (``ttft``, ``tpot``, ``throughput``) and per source (the one left out); signs as a
+    time's (a throughput above the measured one is fast). ``not_predicted``: the serving cases whose source a
+    constant was fitted on that cannot be refitted without it (not counted)."""
     family = {r["name"]: r.get("metric") for r in results}
-    rows = [r for r in predictions if r["kind"] == "serving"]
+    rows = [{**r, "metric": family.get(r["name"])} for r in predictions if r["kind"] == "serving"]
     predicted = {r["name"] for r in rows}
-    as_time = [{**r, "error": -r["error"] if family.get(r["name"]) == "throughput" else r["error"]} for r in rows]
-    return {**error_stats(as_time),
+    return {**error_stats(rows),
             "not_predicted": [{"name": r["name"], "source_id": r["source_id"]} for r in results
                               if r["kind"] == "serving" and r["name"] not in predicted],
-            "families": {f: error_stats([r for r in rows if family.get(r["name"]) == f]) for f in SERVING_FAMILY_WORDS},
-            "sources": {s: error_stats([r for r in as_time if r["source_id"] == s])
+            "families": {f: error_stats([r for r in rows if r["metric"] == f]) for f in SERVING_FAMILY_WORDS},
+            "sources": {s: error_stats([r for r in rows if r["source_id"] == s])
                         for s in dict.fromkeys(r["source_id"] for r in rows)}}
 
 
@@ -80,8 +86,7 @@ def cv_lines(cv):
             lines.append(f"  {what}, source out: {describe(groups[kind])}")
     serving = cv.get("serving")
     if serving and serving["cases"]:
-        lines.append(f"  serving, source out: {describe(serving)} (signs on time: a throughput above the "
-                     "measured one counts as fast)")
+        lines.append(f"  serving, source out: {describe(serving)} (a throughput above the measured one is fast)")
         for key, (name, positive, negative) in SERVING_FAMILY_WORDS.items():
             if serving["families"][key]["cases"]:
                 lines.append(f"    {name}: {describe(serving['families'][key], 'case', positive, negative)}")
@@ -113,4 +118,5 @@ def describe(stats, what="case", positive="slow", negative="fast"):
             f"{describe_balance(stats['sign_balance'], positive, negative)}")
 
 
-__all__ = ["sign_balance", "error_stats", "summarize", "describe", "describe_balance", "serving_loso", "cv_lines"]
+__all__ = ["sign_balance", "time_sign_error", "error_stats", "summarize", "describe", "describe_balance",
+           "serving_loso", "cv_lines"]
