@@ -135,6 +135,8 @@ def test_a_cable_event_needs_a_backend_with_cables_and_a_known_cable(ring, write
         run_cluster(write_spec(ring, bad))
 
 
+#: the ns3 glue's TCP minimum retransmission timeout (astra_network_ns3.backend's _MIN_RTO_US, 1000 us)
+MIN_RTO_NS = 1_000_000
 NS3_CFG = ("TOPOLOGY_FILE topo.txt\nPACKET_PAYLOAD_SIZE 1000\nCC_MODE 0\nENABLE_QCN 0\nBUFFER_SIZE 32\n")
 #: hosts 0 and 1; a short path through switch 2 at 100 Gb/s and a detour through switches 3 and 4 at 25 Gb/s
 NS3_LINKS = [(0, 2, "100Gbps"), (2, 1, "100Gbps"), (0, 3, "100Gbps"), (3, 4, "25Gbps"), (4, 1, "100Gbps")]
@@ -143,11 +145,13 @@ NS3_LINKS = [(0, 2, "100Gbps"), (2, 1, "100Gbps"), (0, 3, "100Gbps"), (3, 4, "25
 @pytest.mark.slow
 def test_a_failed_cable_on_ns3_through_the_cluster(ring, write_spec):
     """The ns3 backend leaves the cable out of the ns-3 world: the job's step is the step on a topology without it,
-    about four times the intact one (a quarter of the capacity); an unknown cable is one line naming the key."""
+    about four times the intact one (a quarter of the capacity); an unknown cable is one line naming the key. A
+    cable that fails a third of the way into the second of 3 steps goes down there in ns-3 (LINK_DOWN): that step
+    takes longer than the intact one (TCP resends what the cable lost), and the third runs without it."""
     pytest.importorskip("ns3")
     tmp_path = ring  # its sys.json: ring collectives
 
-    def step(name, links, failed=""):
+    def step(name, links, failed="", steps=1):
         folder = tmp_path / name
         folder.mkdir()
         (folder / "cfg.txt").write_text(NS3_CFG)
@@ -161,9 +165,10 @@ network_backend: ns3
 placement: fixed
 {failed}
 jobs:
-  - {{name: a, gpus: 2, place: [0, 1], workload: {{micro: {{collective: all_reduce, size: 4MiB}}}}}}
+  - {{name: a, gpus: 2, steps: {steps}, place: [0, 1], workload: {{micro: {{collective: all_reduce, size: 4MiB}}}}}}
 """)
-        return run_cluster(spec)["corun"]["jobs"][0]["alone_step_ns"]
+        report = run_cluster(spec)
+        return report["timeline"] if "timeline" in report else report["corun"]["jobs"][0]["alone_step_ns"]
 
     intact = step("intact", NS3_LINKS)
     rerouted = step("failed", NS3_LINKS, "failed_links: [[2, 1]]")
@@ -171,3 +176,46 @@ jobs:
     assert 3 < rerouted / intact < 4.4
     with pytest.raises(ConfigError, match="key 'failed_links': no link joins nodes 0 and 1"):
         step("unknown", NS3_LINKS, "failed_links: [[0, 1]]")
+    at_ns = intact + intact // 3
+    timeline = step("mid", NS3_LINKS, "corun: false\nhorizon_h: 1\nfailures: {events: [{at_h: %r, link: [2, 1]}]}"
+                    % (at_ns / 3.6e12), steps=3)
+    row = timeline["jobs"][0]
+    change, = row["step_changes"]
+    assert change["step_ns"] == rerouted and abs(change["offset_ns"] - intact // 3) <= 1
+    # TCP resends the packets lost on the cable and queued towards it (switch 2 is a dead end once 2-1 is down); with
+    # hundreds lost it waits out a retransmission timeout, so this step can take longer than the step without the
+    # cable from the start: no longer than the offset, that whole step and one minimum RTO (1 ms, the glue's) more
+    failed = change["failed_step_ns"]
+    # (measured: intact 388,461 ns, without the cable 1,476,542 ns, failed at 129,487 ns into the step: 2,276,062 ns)
+    assert intact < failed < change["offset_ns"] + rerouted + MIN_RTO_NS
+    assert row["completion_ns"] == pytest.approx(intact + change["failed_step_ns"] + rerouted, abs=3)
+
+
+def test_a_cable_down_inside_a_step_fails_at_its_offset_there_on_flow(step_of, ring, write_spec, astra_exe):
+    """`astra cluster` end to end: the cable npu0-npu1 goes down half-way through step 41 of 100 and stays down. On
+    flow that step is simulated with the cable failing 'offset' ns into it (the backend's link_failures): it takes
+    longer than the intact step and less than the step without the cable, as the capacity left predicts; the 59
+    steps after it run without the cable. That step is a distinct step of its own."""
+    import json
+    import subprocess
+
+    intact, _ = step_of()
+    half, _ = step_of(failed="failed_links: [[npu0, npu1]]")
+    at_ns = 40 * intact + intact // 2
+    events = "failures: {events: [{at_h: %r, link: [npu0, npu1]}]}" % (at_ns / 3.6e12)
+    text = spec_text("ring4.yml", events, "flow", TIMED).replace("gpus: 2,", "gpus: 2, steps: 100,")
+    done = subprocess.run([astra_exe, "cluster", write_spec(ring, text), "--json"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    row = report["timeline"]["jobs"][0]
+    change, = row["step_changes"]
+    offset, failed = change["offset_ns"], change["failed_step_ns"]
+    assert abs(offset - intact // 2) <= 1 and change["step_ns"] == half and change["at_ns"] == at_ns
+    assert intact < failed < half
+    # what the remaining capacity predicts: the part of the step before the offset at the intact pace, the rest
+    # (intact - offset of it) at the pace of the step without the cable (measured: 955,256 ns, to the ns)
+    assert failed == pytest.approx(offset + (intact - offset) * half / intact, abs=2)
+    assert row["completion_ns"] == pytest.approx(40 * intact + failed + 59 * half, abs=3)
+    assert row["failures"] == 0 and row["lost_ns"] == 0 and row["useful_steps"] == 100
+    # on GPUs 0 and 2: intact, without the cable and the step it failed in; and the reference (packed: 0 and 1)
+    assert report["distinct_steps_simulated"] == 4

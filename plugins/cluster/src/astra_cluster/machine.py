@@ -10,6 +10,10 @@ from astra_sim.errors import ConfigError
 
 from .slowed import SLOWED
 
+#: the backends on which a cable can go down in the middle of a step (the run option ``link_failures``); on
+#: ``analytical`` a cable changes the bandwidth of whole steps
+MID_STEP_BACKENDS = ("flow", "ns3")
+
 
 class Machine:
     """``total_gpus`` GPUs in ``nodes`` nodes of ``gpus_per_node`` (GPU ``g`` is on node ``g // gpus_per_node``)."""
@@ -53,9 +57,15 @@ class Machine:
         later = [list(cable) for _at, cable, _for in failures.cables] if failures is not None else []
         return [list(pair) for pair in self.spec.failed_links] + later
 
-    def run_spec(self, prefix, comm_groups, nodes=None, down=()):
+    @property
+    def mid_step(self) -> bool:
+        """Whether a cable can fail in the middle of a step here (flow, ns3), not only between steps."""
+        return self.spec.network_backend in MID_STEP_BACKENDS
+
+    def run_spec(self, prefix, comm_groups, nodes=None, down=(), failing=()):
         """The :class:`RunSpec` of ``prefix`` on this machine (``nodes``: fewer nodes of the platform; ``down``:
-        cables down now besides ``failed_links``)."""
+        cables down now besides ``failed_links``; ``failing``: ``((cable, offset ns), ...)``, cables that go down
+        that far into the step)."""
         from astra_sim.spec import RunSpec
 
         mapping = dict(self.spec.run)
@@ -69,6 +79,8 @@ class Machine:
         failed = [list(pair) for pair in self.spec.failed_links] + [list(pair) for pair in down]
         if failed:  # the backend routes around them
             options["failed_links"] = failed
+        if failing:  # the backend takes them down mid-step (flow, ns3)
+            options["link_failures"] = [{"link": list(cable), "at_ns": int(at_ns)} for cable, at_ns in failing]
         if self.spec.fabric:  # the scale-out Switch as leaves under a spine
             options.update(fabric_nodes_per_leaf=self.spec.fabric["nodes_per_leaf"],
                            fabric_oversubscription=self.spec.fabric["oversubscription"])
@@ -102,12 +114,13 @@ class Machine:
                 "failures.events", self.spec.failures is not None and self.spec.failures.cables)) if used)
             raise ConfigError(f"{self.spec.path}: key '{keys}': {message}") from None
 
-    def simulate(self, prefix, comm_groups, factors=None, nodes=None, down=(), jitter=None):
+    def simulate(self, prefix, comm_groups, factors=None, nodes=None, down=(), jitter=None, failing=()):
         """The report of ``prefix`` on this machine; ``factors`` (``{rank: slowdown}``) slows those ranks' compute;
-        ``down``: cables down now (routed around); ``jitter``: ``(sigma, seed)`` of every compute op's jitter."""
+        ``down``: cables down now (routed around); ``jitter``: ``(sigma, seed)`` of every compute op's jitter;
+        ``failing``: cables that go down mid-step, ``((cable, offset ns), ...)``."""
         from astra_sim.runner import run_spec
 
-        spec = self.run_spec(prefix, comm_groups, nodes, down)
+        spec = self.run_spec(prefix, comm_groups, nodes, down, failing)
         if factors or jitter:
             inner = self.inner_compute_model(spec)
             options = {"slowed_inner": inner, "slowed_factors": dict(factors or {})}

@@ -6,7 +6,10 @@ and remembers it; ``simulated`` counts them (the report's ``distinct_steps_simul
 
 On a platform the nodes hang off switches, so renumbering nodes changes no delay: a placement is kept up to
 that (:func:`~astra_cluster.placement.shape_key`) and simulated on as many nodes as it uses. On configuration
-files (any topology) the placement is kept as it is and simulated on the whole network."""
+files (any topology) the placement is kept as it is and simulated on the whole network.
+
+A cable that fails inside a step (flow, ns3) makes that step a distinct step of its own: the condition then holds
+the cables down before it and ``failing``, the cable and how far into the step it goes down."""
 
 from __future__ import annotations
 
@@ -39,17 +42,20 @@ class StepTimes:
     def simulated(self) -> int:
         return len(self.memo)
 
-    def step_ns(self, job, gpus, factors=None, jitter=None):
-        return self.step_and_busiest(job, gpus, factors, jitter)[0]
+    def step_ns(self, job, gpus, factors=None, jitter=None, failing=()):
+        return self.step_and_busiest(job, gpus, factors, jitter, failing)[0]
 
-    def step_and_busiest(self, job, gpus, factors=None, jitter=None):
+    def step_and_busiest(self, job, gpus, factors=None, jitter=None, failing=()):
         """``(step, i)``: the step, and the position in ``gpus`` of the GPU that computed longest (with per-op
-        ``jitter``, ``(sigma, seed)``, the one that set the pace most)."""
+        ``jitter``, ``(sigma, seed)``, the one that set the pace most). ``failing``: ``((cable, offset ns),)``,
+        cables of ``down`` that go down that far into this step (up before it)."""
         machine = self.machine
         per_rank = tuple(round((factors or {}).get(gpu, 1.0), 6) for gpu in gpus)
         symmetric = machine.renumberable
         where = shape_key(gpus, machine.gpus_per_node) if symmetric else tuple(gpus)
-        key = (workload_key(job), where, per_rank, self.down, jitter)
+        failing = tuple(failing)
+        down = tuple(cable for cable in self.down if cable not in {cable for cable, _at in failing})
+        key = (workload_key(job), where, per_rank, down, jitter, failing)
         if key not in self.memo:
             if symmetric:
                 nodes = 1 + max(node for node, _ in where)
@@ -60,8 +66,8 @@ class StepTimes:
             prefix = os.path.join(self.folder, "steps", str(len(self.memo)), "trace")
             combined = write_combined(prefix, total, [(self.workloads[job.name], local)])
             slow = {gpu: f for gpu, f in zip(local, per_rank) if f != 1.0}
-            report = machine.simulate(prefix, combined["comm_groups"], slow, nodes=nodes, down=self.down,
-                                      jitter=jitter)
+            report = machine.simulate(prefix, combined["comm_groups"], slow, nodes=nodes, down=down,
+                                      jitter=jitter, failing=failing)
             compute = {rank.rank: rank.compute_ns for rank in report.ranks}
             busiest = max(range(len(local)), key=lambda i: (compute[local[i]], -i))
             self.memo[key] = (job_step_ns(report, local), busiest)

@@ -4,6 +4,10 @@ A job-level event simulation. A running job alternates compute segments of ``k``
 (``delta``; on shared storage, a write at the rate :class:`~astra_cluster.storage.SharedStorage` gives it); its
 progress counts once the write completes. A cable that goes down (``link: [a, b]``, on ``flow`` and ``ns3``) stops
 no job: from then on every step is simulated on the graph without it, and running jobs go on at their new steps.
+On ``flow`` and ``ns3`` the step a running job is in when the cable fails is simulated with the cable going down
+at that offset into it (the backends' run option ``link_failures``), and the job's next steps without it; on
+``analytical`` (and with ``timeline_corun``) the rest of the job's segment runs at its new step from the cable's
+time, pro rata, as when a cable comes back.
 A failure (a GPU, a node, a GPU's link or a switch going down, at a given time or drawn from MTBFs with the
 cluster's seed) stops every job on it: the work since its
 last checkpoint is lost, its GPUs are freed (the failed ones come back after ``repair_h``), and it queues again;
@@ -295,7 +299,35 @@ class Timeline:
         for job in self.jobs:
             if job.state == "running":
                 factors = {gpu: self.slow[gpu] for gpu in job.gpus if gpu in self.slow}
-                self._retime(job, self.steps.step_ns(job.spec, job.gpus, factors))
+                step_ns = self.steps.step_ns(job.spec, job.gpus, factors)
+                if down and self.machine.mid_step:
+                    self._fail_mid_step(job, cable, factors, step_ns)
+                else:
+                    self._retime(job, step_ns)
+
+    def _fail_mid_step(self, job, cable, factors, step_ns):
+        """``cable`` goes down inside the job's current step: that step is simulated with the cable failing at its
+        offset into it (flow, ns3), and the steps after it run at ``step_ns``, without the cable. At a step's
+        boundary, while restarting, writing a checkpoint or finishing a step that a cable already failed in, the
+        job simply runs on at ``step_ns`` (:meth:`_retime`)."""
+        if job.restoring_since is None and self.now >= job.progress_at:
+            job.progress = min(job.segment_steps, job.progress + (self.now - job.progress_at) / job.step_ns)
+            job.progress_at = self.now
+        done = math.floor(job.progress)
+        offset = int(round((job.progress - done) * job.step_ns))
+        if (job.restoring_since is not None or self.now < job.progress_at or job.progress >= job.segment_steps
+                or not 0 < offset < job.step_ns):
+            self._retime(job, step_ns)
+            return
+        failed = self.steps.step_ns(job.spec, job.gpus, factors, failing=((cable, offset),))
+        if failed == step_ns == job.step_ns:
+            return  # a cable this job does not use
+        job.retimes.append({"at_ns": self.now, "step_ns": step_ns, "failed_step_ns": failed, "offset_ns": offset})
+        job.progress = done + 1  # the step the cable failed in ends when its simulation says
+        job.progress_at = self.now + max(0, failed - offset)
+        job.step_ns = step_ns
+        job.epoch += 1
+        self._push_compute_end(job, job.progress_at + int(round((job.segment_steps - job.progress) * step_ns)))
 
     def _job_mtbf_ns(self, job):
         """The mean time between failures that stop ``job`` where it is: one over the sum, over what can fail,
