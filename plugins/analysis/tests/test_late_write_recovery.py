@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import errno
 import gzip
+import json
 import os
+import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -93,3 +97,46 @@ def test_a_late_kineto_write_failure_keeps_every_rank(workload, tmp_path, capsys
     for n in names:
         assert (folder / n).read_bytes() == (reference / n).read_bytes()
     assert list(out.iterdir()) == []
+
+
+_REAL_FULL_DISK = """
+import contextlib, io, json, os, subprocess, sys
+from astra_sim.cli import main
+
+small = {small!r}
+subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", small], check=True)
+with open(os.path.join(small, "filler"), "wb") as handle:  # one 4 KiB page left: the check before the run passes
+    handle.write(b"x" * 4096)
+err = io.StringIO()
+with contextlib.redirect_stderr(err):
+    code = main(["run", "--workload-configuration", {workload!r}, "--platform", "hgx-h100", "-q",
+                 "--timeline", os.path.join(small, "t.json")])
+print(json.dumps({{"code": code, "err": err.getvalue(), "left": sorted(os.listdir(small))}}))
+"""
+
+
+@pytest.mark.skipif(not shutil.which("unshare") or not shutil.which("mount"), reason="needs unshare and mount")
+def test_a_real_full_disk_during_the_timeline_write_keeps_it(tmp_path):
+    """No monkeypatching: an 8 KiB tmpfs (mounted in a user namespace) with one page free passes the check before
+    the run, then fills up while the 14 KB timeline is written; the timeline is kept whole elsewhere."""
+    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
+        pytest.skip("no user namespaces here")
+    workload = tmp_path / "ar"
+    assert main(["workload", "micro", "--collective", "all_reduce", "--size", "1MiB", "--npus", "16",
+                 "-o", str(workload)]) == 0
+    reference = tmp_path / "t.json"
+    assert run(workload, "--timeline", str(reference)) == 0
+    assert reference.stat().st_size > 8192
+    small, kept = tmp_path / "small", tmp_path / "kept"
+    small.mkdir()
+    script = _REAL_FULL_DISK.format(small=str(small), workload=str(workload))
+    done = subprocess.run(["unshare", "-rm", sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "ASTRA_RECOVERED_DIR": str(kept)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    [recovered] = kept.iterdir()
+    assert got["code"] == 2
+    assert got["err"].strip() == (f"astra: error: astra run: could not write --timeline {small / 't.json'} "
+                                  f"(No space left on device); kept it as {recovered}"), got["err"]
+    assert recovered.read_bytes() == reference.read_bytes()
+    assert got["left"] == ["filler"]  # no part of the timeline on the full disk
