@@ -72,12 +72,24 @@ class StatelessNetwork(Protocol):
 
 @runtime_checkable
 class SymmetricNetwork(Protocol):
-    """A network whose delays depend only on the endpoints (no state shared between messages), and which
-    says which relabellings of each dimension keep them: runs on it may fold (the astra-folding plugin)."""
+    """A network whose delays depend only on the endpoints (no state shared between messages, unless it is a
+    :class:`LinkFoldingNetwork`), and which says which relabellings of each dimension keep them: runs on it may
+    fold (the astra-folding plugin)."""
 
-    def symmetry_dims(self) -> list:
+    def symmetry_dims(self) -> list | None:
         """Per dimension, ``"rotation"`` (only rotating the dimension's coordinates keeps every delay: a
-        ring) or ``"any"`` (every permutation does: a switch, a fully connected dimension)."""
+        ring) or ``"any"`` (every permutation does: a switch, a fully connected dimension); None when this
+        instance cannot fold."""
+
+
+@runtime_checkable
+class LinkFoldingNetwork(Protocol):
+    """A :class:`SymmetricNetwork` whose messages share links, told before a folded run which rank symmetry
+    it runs under: each simulated message then stands for its images, and each link's queue for its orbit's."""
+
+    def fold_links(self, symmetry) -> None:
+        """Fold the links by ``symmetry`` (an :class:`astra_sim.symmetry.RankSymmetry`), or raise
+        :class:`astra_sim.errors.FoldAbandoned` saying why they cannot."""
 
 
 @runtime_checkable
@@ -148,9 +160,10 @@ def delay_function(network):
 
 
 def symmetry_dims(network):
-    """The network's per-dimension symmetry kinds (a list) when it is a :class:`SymmetricNetwork`, else None
-    (the run does not fold)."""
-    return list(network.symmetry_dims()) if isinstance(network, SymmetricNetwork) else None
+    """The network's per-dimension symmetry kinds (a list) when it is a :class:`SymmetricNetwork` that can fold,
+    else None (the run does not fold)."""
+    kinds = network.symmetry_dims() if isinstance(network, SymmetricNetwork) else None
+    return None if kinds is None else list(kinds)
 
 
 def network_stats(network):

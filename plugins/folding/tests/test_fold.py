@@ -260,10 +260,11 @@ def test_random_symmetric_cases_fold_exactly(tmp_path):
     assert partial >= 5, partial
 
 
-def test_random_cases_on_the_congestion_backend_fall_back_and_agree(tmp_path):
-    """The congestion-aware backend keeps link queues shared by every rank's messages: nothing folds, and
-    the run says so (the answers are trivially the unfolded ones; the test guards that it stays so)."""
+def test_random_cases_on_the_congestion_backend_fold_by_link_orbits_and_agree(tmp_path):
+    """The congestion-aware backend's link queues fold by orbit (astra_network_congestion.congestion_fold): the
+    random symmetric cases give exactly the unfolded answers, many of them folded, the others saying why not."""
     rng = random.Random(11)
+    folded = 0
     for case in range(20):
         folder = tmp_path / f"g{case}"
         folder.mkdir()
@@ -271,10 +272,14 @@ def test_random_cases_on_the_congestion_backend_fall_back_and_agree(tmp_path):
         kwargs["network_backend"] = "congestion"
         unfolded, _ = _outcome(args, kwargs, fold=False)
         result, report = _outcome(args, kwargs, fold=True)
-        assert result == unfolded
+        assert result == unfolded, f"case {case}: {args} {kwargs}"
         if report is not None:
-            assert report.stats["simulated_ranks"] == len(report.ranks)
-            assert "congestion" in report.settings["fold"]["reason"]
+            info = report.settings["fold"]
+            if info["simulated_ranks"] < len(report.ranks):
+                folded += 1
+            else:
+                assert info["reason"], "an unfolded run must say why"
+    assert folded >= 5, folded
 
 
 def test_asymmetric_trace_is_not_folded_and_says_why(tmp_path):

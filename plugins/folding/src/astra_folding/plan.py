@@ -3,7 +3,7 @@ collectives keep (:mod:`astra_folding.search`), and what the report says about i
 
 from __future__ import annotations
 
-from astra_sim.api import is_foldable, symmetry_dims
+from astra_sim.api import LinkFoldingNetwork, is_foldable, symmetry_dims
 from astra_folding.engine import FoldedEventEngine
 from astra_folding.matcher import FoldedSendRecvMatcher
 from astra_folding.search import check_declared_symmetry, find_symmetry
@@ -73,7 +73,10 @@ class FoldPlanner:
         FoldedEventEngine.fold(engine, self.symmetry)
 
     def make_matcher(self, engine, network):
-        """The folded run's send/receive matcher (messages to non-simulated ranks are mirrored)."""
+        """The folded run's send/receive matcher (messages to non-simulated ranks are mirrored). A network whose
+        messages share links learns the symmetry first (:class:`astra_sim.api.LinkFoldingNetwork`)."""
+        if isinstance(network, LinkFoldingNetwork):
+            network.fold_links(self.symmetry)
         return FoldedSendRecvMatcher(engine, network, self.symmetry)
 
     # ------------------------------------------------------------ the search

@@ -70,6 +70,11 @@ class CongestionNetwork:
         # (src, dst, size) -> [messages sent, link, trunc(L + m/B), trunc(m/B), link, ...]
         self._hops = {}
         self._max_queue = [0] * len(links)
+        #: ``[(stride, count, topology)]`` per dimension when the graph is the analytical YAML's (one switch per
+        #: group, nothing failed): its relabellings are then known and a run may fold (:meth:`fold_links`)
+        self.fold_layout = None
+        self._canonical = None  # per link, its orbit's canonical link in a folded run
+        self._link_load = None
         self._build_engine()
 
     @classmethod
@@ -105,7 +110,30 @@ class CongestionNetwork:
         }
         network = cls(graph, context.engine, route_fn, list(config.npus_count), description)
         network.switch_config = config  # the switches' in-network reduction (inSwitch)
+        if fabric_options(getattr(context, "options", None))["nodes_per_leaf"] is None:
+            strides = [1]
+            for count in config.npus_count[:-1]:
+                strides.append(strides[-1] * count)
+            network.fold_layout = list(zip(strides, config.npus_count, config.topology))
         return network
+
+    # ------------------------------------------------------------------ folding
+    def symmetry_dims(self):
+        """Per dimension, the relabellings that keep the graph and its routes (a ring's rotations, any
+        permutation of a switch's or fully connected dimension's members); None for other graphs
+        (InfraGraph, a switch in tiers), which do not fold."""
+        from astra_network_congestion.congestion_fold import symmetry_kinds
+
+        return None if self.fold_layout is None else symmetry_kinds(self.fold_layout)
+
+    def fold_links(self, symmetry):
+        """Before a folded run: every link's queue becomes its orbit's under ``symmetry``
+        (:mod:`astra_network_congestion.congestion_fold`)."""
+        from astra_network_congestion.congestion_fold import link_orbits
+
+        self._canonical = link_orbits(self.graph, self.fold_layout, symmetry)
+        self.description["folded_links"] = len(set(self._canonical))
+        self._build_engine(self._link_load)
 
     # ------------------------------------------------------------------ routes
     def route(self, src, dst):
@@ -142,13 +170,20 @@ class CongestionNetwork:
         ``pos`` the index of its current link in it. With ``link_load`` (a timeline was asked for) every
         link's busy intervals are reported to it; without, the handlers are the same as ever.
         """
+        self._link_load = link_load
+        if self._canonical is not None:
+            from astra_network_congestion.congestion_fold import build_folded_handlers
+
+            self.send, self._busy, self._queues = build_folded_handlers(self, self._canonical, link_load)
+            return
         n_links = len(self.graph.links)
         busy = [False] * n_links
         queues = [None] * n_links
+        free_at = [-1] * n_links  # when the message on the link frees it
         max_queue = self._max_queue
-        schedule = self.engine.schedule
+        engine = self.engine
+        schedule = engine.schedule
         if link_load is not None:
-            engine = self.engine
             engine_schedule = schedule
             add = link_load.add
 
@@ -173,10 +208,13 @@ class CongestionNetwork:
                 if queue is None:
                     queue = queues[link] = deque()
                 queue.append(chunk)
-                if len(queue) > max_queue[link]:
-                    max_queue[link] = len(queue)
+                # waiting after this nanosecond's frees (the same whichever of them runs first)
+                waiting = len(queue) - (free_at[link] == engine.now)
+                if waiting > max_queue[link]:
+                    max_queue[link] = waiting
             else:
                 busy[link] = True
+                free_at[link] = engine.now + hops[pos + 2]
                 schedule(hops[pos + 1], arrive, chunk)
                 schedule(hops[pos + 2], free, link)
 
@@ -186,6 +224,7 @@ class CongestionNetwork:
                 chunk = queue.popleft()
                 hops = chunk[0]
                 pos = chunk[1]
+                free_at[link] = engine.now + hops[pos + 2]
                 schedule(hops[pos + 1], arrive, chunk)
                 schedule(hops[pos + 2], free, link)
             else:
@@ -209,7 +248,7 @@ class CongestionNetwork:
 
     def record_link_load(self, link_load):
         """Report every link's busy intervals to ``link_load`` (:class:`astra_analysis.links.LinkLoad`)
-        from now on (called before the run)."""
+        from now on (called before the run). In a folded run only each orbit's canonical link is reported."""
         for link in self.graph.links:
             link_load.names[link.index] = f"{link.src} -> {link.dst}"
         self._build_engine(link_load)
@@ -237,26 +276,33 @@ class CongestionNetwork:
         sent_bytes = [0] * n_links
         busy_ns = [0] * n_links
         messages = [0] * n_links
+        canonical = self._canonical
         for (_src, _dst, size), hops in self._hops.items():
             count = hops[0]
             if not count:
                 continue
             for pos in range(1, len(hops), 3):
-                link = hops[pos]
+                link = hops[pos] if canonical is None else canonical[hops[pos]]
                 sent_bytes[link] += count * size
                 busy_ns[link] += count * hops[pos + 2]
                 messages[link] += count
+        if canonical is not None:  # a folded run: every link carries what its orbit's canonical link does
+            return tuple([column[c] for c in canonical] for column in (sent_bytes, busy_ns, messages))
         return sent_bytes, busy_ns, messages
 
     def stats(self, top=5):
         """Per-link traffic (links that carried any) and the busiest links.
 
         ``busy_ns`` is the sum of the serialization times ``trunc(m/B)`` on the link,
-        ``utilization`` that over the simulated time, ``max_queue`` the longest FIFO seen.
+        ``utilization`` that over the simulated time, ``max_queue`` the most messages waiting at once (after
+        each nanosecond's frees: a message that starts in the nanosecond it arrives does not wait).
         """
         graph = self.graph
         now = self.engine.now
         sent_bytes, busy_ns, messages = self.link_totals()
+        max_queue = self._max_queue
+        if self._canonical is not None:
+            max_queue = [max_queue[c] for c in self._canonical]
         rows = []
         for link in graph.links:
             i = link.index
@@ -268,7 +314,7 @@ class CongestionNetwork:
                 "bytes": sent_bytes[i],
                 "busy_ns": busy_ns[i],
                 "messages": messages[i],
-                "max_queue": self._max_queue[i],
+                "max_queue": max_queue[i],
                 "utilization": round(busy_ns[i] / now, 6) if now > 0 else 0.0,
             })
         ranked = sorted(rows, key=lambda row: (-row["busy_ns"], -row["bytes"]))
