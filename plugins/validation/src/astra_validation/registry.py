@@ -17,8 +17,8 @@ from astra_sim.errors import ConfigError
 
 CASES_DIR = Path(__file__).with_name("cases")
 #: further case files beside ``cases.yaml``, loaded when present (the same layout; a name must be new)
-EXTRA_FILES = ("memory.yaml", "serving_sources.yaml")
-KINDS = ("llm_step", "collective", "serving", "memory", "energy")
+EXTRA_FILES = ("memory.yaml", "serving_sources.yaml", "kv_cache.yaml")
+KINDS = ("llm_step", "collective", "serving", "memory", "energy", "kv_cache")
 #: the kinds whose error is on a time (step, collective, serving metric): the headline; memory is its own group
 TIME_KINDS = ("llm_step", "collective", "serving")
 ROLES = ("fit", "check")
@@ -84,7 +84,7 @@ class Case:
     def measured_s(self, gpus=None):
         """The measured time (s): a step's, a collective's from its bus bandwidth on ``gpus`` GPUs, a serving
         case's median TPOT or TTFT, or its time per output token (1 / output-token throughput)."""
-        if self.kind in ("memory", "energy"):
+        if self.kind in ("memory", "energy", "kv_cache"):
             raise ValueError(f"case {self.name!r} measured {self.kind}, not a time")
         if self.kind == "llm_step":
             return float(self.measured["step_s"])
@@ -155,7 +155,8 @@ def _load_file(path):
         if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
             raise ConfigError(f"{where}: 'nodes' must be a positive integer, got {nodes!r}")
         measured = raw.get("measured")
-        wanted = {"llm_step": "step_s", "memory": "peak_bytes"}.get(kind, "bus_bandwidth_gbps")
+        wanted = {"llm_step": "step_s", "memory": "peak_bytes", "kv_cache": "kv_tokens"}.get(kind,
+                                                                                          "bus_bandwidth_gbps")
         if kind == "serving":
             keys = [k for k in SERVING_METRICS if isinstance(measured, dict) and k in measured]
             if len(keys) != 1:
@@ -163,7 +164,7 @@ def _load_file(path):
                                   f"{', '.join(SERVING_METRICS)}")
             wanted = keys[0]
         value = measured.get(wanted) if isinstance(measured, dict) else None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
             raise ConfigError(f"{where}: 'measured.{wanted}' must be a positive number, got {value!r}")
         fields = dict(name=name, kind=kind, source=raw["source"], hardware=raw["hardware"],
                       platform=raw["platform"], nodes=nodes, measured=dict(measured), long=bool(raw.get("long")),
@@ -180,8 +181,8 @@ def _load_file(path):
             if not isinstance(what, str) or what not in MEMORY_MEASURES:
                 raise ConfigError(f"{where}: 'measured_what' must be one of {', '.join(MEMORY_MEASURES)}, got {what!r}")
             fields["measured_what"] = what
-        if kind == "serving" and not fields["serve"]:
-            raise ConfigError(f"{where}: a serving case needs 'serve' (astra serve's options)")
+        if kind in ("serving", "kv_cache") and not fields["serve"]:
+            raise ConfigError(f"{where}: a {kind} case needs 'serve' (astra serve's options)")
         if kind == "collective":
             if raw.get("collective") not in COLLECTIVES:
                 raise ConfigError(f"{where}: 'collective' must be one of {', '.join(COLLECTIVES)}")

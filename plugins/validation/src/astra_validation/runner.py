@@ -34,6 +34,8 @@ def run_case(case, workdir=None):
         return _run_memory(case)
     if case.kind == "energy":
         return _run_energy(case)
+    if case.kind == "kv_cache":
+        return _run_kv_cache(case)
     start = time.perf_counter()
     from astra_sim.generated import private_folder  # named by this process: a SIGKILLed run's is reclaimed
 
@@ -132,4 +134,18 @@ def _run_memory(case):
     return {**_identity(case), "gpus": case.nodes * get_platform(case.platform).gpus_per_node,
             "measured_bytes": measured, "simulated_bytes": simulated, "compared": attribute,
             "measured_what": case.measured_what, "error": (simulated - measured) / measured,
+            "wall_s": round(time.perf_counter() - start, 1), "simulated_ranks": None, "platform_defaults": None}
+
+
+def _run_kv_cache(case):
+    """A KV-cache case: the blocks ``astra serve <serve> --platform <platform>`` gives its replica
+    (``ServeSpec.resolve``: vLLM's gpu_memory_utilization accounting) against the tokens a vLLM log states."""
+    from astra_serving import ServeSpec
+
+    start = time.perf_counter()
+    spec = ServeSpec.from_argv([*case.serve, "--platform", case.platform], where=f"validation case {case.name}: serve")
+    resolved = spec.resolve()
+    measured, simulated = int(case.measured["kv_tokens"]), resolved.capacity.tokens
+    return {**_identity(case), "gpus": resolved.layout.gpus, "measured_value": measured, "simulated_value": simulated,
+            "unit": "KV tokens", "kv_cache": resolved.capacity.to_dict(), "error": (simulated - measured) / measured,
             "wall_s": round(time.perf_counter() - start, 1), "simulated_ranks": None, "platform_defaults": None}
