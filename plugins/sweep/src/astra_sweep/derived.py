@@ -56,6 +56,11 @@ def load_prices(value, spec_path, known_platforms=None) -> PriceTable:
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(f"{spec_path}: prices must name a price table file (YAML), got {value!r}")
     path = value if os.path.isabs(value) else os.path.join(os.path.dirname(os.path.abspath(spec_path)), value)
+    return read_prices(path, known_platforms)
+
+
+def read_prices(path, known_platforms=None) -> PriceTable:
+    """The price table file ``path`` read and checked (a sweep spec's ``prices:``, ``astra search --prices``)."""
     from astra_sim.safeio import load_yaml
 
     return parse_prices(load_yaml(path, "price table"), path, known_platforms)
@@ -170,4 +175,4 @@ def pricer(spec, columns, types, warn):
 
 
 __all__ = ["COLUMN_TYPES", "Price", "PriceTable", "add_cost", "load_prices", "parse_prices", "point_platform",
-           "price_warnings", "pricer", "tokens_per_s_per_gpu"]
+           "price_warnings", "pricer", "read_prices", "tokens_per_s_per_gpu"]

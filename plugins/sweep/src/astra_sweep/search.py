@@ -11,8 +11,13 @@ from the gpu compute model's per-op costs; the layouts are simulated in rounds (
 first (the bound plus the pipeline's bubble), and a layout whose bound is not below the best simulated step is
 never simulated: it cannot win, so the answer is the exhaustive search's. ``--exhaustive`` simulates them all.
 
-``-o/--output PATH`` writes the answer as JSON (the ranked layouts, the drops; times in integer ns, a ``units``
-key), ``--json`` prints it; ``--points RESULTS`` keeps every simulated point (.parquet or .csv; a rerun resumes).
+``--objective energy`` ranks by IT energy per token and ``--objective cost`` by cost per token (``--prices``, the
+sweep's price table); ``--max-step-time-ms`` ranks out layouts slower than a bound (:mod:`.objective`, which also
+says how the pruning stays exact for each objective).
+
+``-o/--output PATH`` writes the answer as JSON (the ranked layouts, the drops; times in integer ns, energies in
+integer mJ, a ``units`` key), ``--json`` prints it; ``--points RESULTS`` keeps every simulated point (.parquet or
+.csv; a rerun resumes).
 
 MFU = model FLOPs of the step (``6 * P * tokens + 12 * L * s^2 * h * sequences``, Megatron's count, no
 recomputation) / (step time x GPUs x the GPU's dense bf16 peak).
@@ -25,10 +30,11 @@ import json
 import os
 import sys
 
-from astra_sim.cliutil import add_executor_flags, add_output_flags, add_platform_flags, positive_int
+from astra_sim.cliutil import add_executor_flags, add_output_flags, add_platform_flags, positive_float, positive_int
 from astra_sim.errors import ConfigError
 
 from .memory_columns import estimate_columns
+from .objective import OBJECTIVES, Objective
 
 #: what the JSON's numbers are in
 UNITS = {"time": "ns", "size": "bytes"}
@@ -82,6 +88,14 @@ def add_search_command(sub):
     p.add_argument("--fp8-params", action="store_true",
                    help="with --gemm-dtype fp8: FP8 primary weights (Transformer Engine; MLPerf v4.0's FP8_PARAMS)")
     p.add_argument("--top", type=positive_int, default=10, metavar="K", help="configurations printed (default 10)")
+    p.add_argument("--objective", default="time", choices=OBJECTIVES,
+                   help="what to minimise: time (the step, default), energy (IT energy per token: GPUs, host, "
+                        "NVSwitch, NICs, switches; docs/energy.md) or cost (dollars per token, from --prices)")
+    p.add_argument("--max-step-time-ms", type=positive_float, default=None, metavar="MS",
+                   help="rank out layouts whose step takes longer (those whose lower bound does are not simulated)")
+    p.add_argument("--prices", default=None, metavar="FILE.yaml",
+                   help="a price table (as a sweep's prices:, e.g. examples/sweeps/gpu_prices.yaml): adds the cost "
+                        "per token; needed by --objective cost")
     add_output_flags(p, "the answer", json_help="print the answer as JSON on stdout (the table goes to stderr); "
                      "training: the ranked layouts (step_ns, mfu, peak_mem_bytes) and the drops; --serve: every "
                      "candidate and the cheapest (latencies in ns)")
@@ -117,9 +131,12 @@ def _cmd_serve_search(args):
         from astra_serving.search import search_deployments
     except ImportError:
         raise ConfigError("astra search --serve needs the serving plugin (plugins/serving)") from None
-    for flag in ("global_batch", "seq_len", "points", "plot"):
+    for flag in ("global_batch", "seq_len", "points", "plot", "max_step_time_ms", "prices"):
         if getattr(args, flag, None):
             raise ConfigError(f"--{flag.replace('_', '-')} is for training layouts, not --serve")
+    if args.objective != "time":
+        raise ConfigError(f"--objective {args.objective} is for training layouts, not --serve (it finds the fewest "
+                          "GPUs that meet the SLOs)")
     args.max_gpus = args.gpus or 32
     if not (args.jobs or args.dask or args.executor):
         return search_deployments(args)
@@ -276,6 +293,7 @@ def _search_layouts(args):
             raise ConfigError(f"--recompute: unknown mode {mode!r} (none, full, selective)")
     if args.fp8_params and args.gemm_dtype != "fp8":
         raise ConfigError("--fp8-params needs --gemm-dtype fp8 (the weights are held as their FP8 copies)")
+    objective = _objective(args, platform)
     layouts, invalid = enumerate_layouts(dims, args.gpus, args.global_batch, platform.gpus_per_node, choices,
                                          args.gemm_dtype, args.grad_buffer, args.fp8_params)
     fit, dropped = [], {}
@@ -313,38 +331,77 @@ def _search_layouts(args):
 
     with private_folder("astra-search-") as folder:  # named by this process: a SIGKILLed run's is reclaimed
         output = args.points or os.path.join(folder, "results.parquet")
-        summary, rows, pruned = _simulate(fit, bounds, source, output, folder, args, refine)
+        summary, rows, pruned = _simulate(fit, bounds, source, output, folder, args, refine, objective)
+    beyond = {id(c) for c in pruned if not objective.meets_bound(bounds[id(c)][0])}
+    if summary is None:
+        least = min(bounds[id(c)][0] for c in fit) / 1e6
+        raise ConfigError(f"--max-step-time-ms {args.max_step_time_ms:g}: no layout can meet it (the least lower bound "
+                          f"on a layout's step is {least:,.1f} ms); raise it or add GPUs")
     if bounds:
-        print(f"simulated {len(fit) - len(pruned)} layouts; {len(pruned)} skipped: their lower bound is not "
-              "below the best simulated step (--exhaustive simulates them)")
+        print(f"simulated {len(fit) - len(pruned)} layouts; {len(pruned) - len(beyond)} skipped: "
+              f"{objective.pruned_why()} (--exhaustive simulates them)")
         if refine.calls:
             print(f"  {refine.calls} interleaved layouts' bounds refined with their own virtual stages in "
                   f"{refine.seconds:.1f} s")
     flops = training_flops(dims, args.global_batch)
     peak = peak_tflops * 1e12
-    ranked, steps = [], {}
+    ranked, over = [], []
     for cfg, row in zip(fit, [rows.get(_key(c)) for c in fit]):
         if row is None or row.get("status") != "ok":
             continue
-        steps[id(cfg)] = int(row["step_ns"])
+        if not objective.meets_bound(row["step_ns"]):
+            over.append({"layout": _options(cfg), "step_ns": int(row["step_ns"])})
+            continue
         step = row["step_ns"] / 1e9
-        ranked.append((step, flops / (step * args.gpus * peak), estimates[id(cfg)].total, cfg))
-    ranked.sort(key=lambda x: x[0])
-    _print_top(ranked[:args.top], args, summary)
-    result = {"units": dict(UNITS),
-              "ranked": [{"layout": _options(c), "step_ns": steps[id(c)], "mfu": mfu,
-                          **estimate_columns(estimates[id(c)], capacity)} for s, mfu, mem, c in ranked],
+        ranked.append((step, flops / (step * args.gpus * peak), estimates[id(cfg)].total, cfg, row))
+    ranked.sort(key=lambda x: objective.key(x[4]))
+    over += [{"layout": _options(c), "bound_ns": bounds[id(c)][0]} for c in pruned if id(c) in beyond]
+    if objective.max_step_ns is not None:
+        print(f"{len(over)} layouts ranked out: slower than --max-step-time-ms {args.max_step_time_ms:g} "
+              f"({len(beyond)} of them by their lower bound, not simulated)")
+        if not ranked and over:
+            fastest = min(o.get("step_ns", o.get("bound_ns")) for o in over) / 1e6
+            raise ConfigError(f"--max-step-time-ms {args.max_step_time_ms:g}: no layout meets it (the fastest takes "
+                              f"{fastest:,.1f} ms or more); raise it or add GPUs")
+    _print_top(ranked[:args.top], summary, objective)
+    result = {"units": {**UNITS, **objective.units()}, "objective": objective.name,
+              **({"max_step_ns": objective.max_step_ns} if objective.max_step_ns is not None else {}),
+              "ranked": [{"layout": _options(c), "step_ns": int(row["step_ns"]), "mfu": mfu,
+                          **objective.columns(row), **estimate_columns(estimates[id(c)], capacity)}
+                         for s, mfu, mem, c, row in ranked],
               "dropped": {why: [_options(c) for c, _ in items] for why, items in dropped.items()},
               "refused": invalid, "batch_refused": batch_refused,
-              "pruned": [{"layout": _options(c), "bound_ns": bounds[id(c)][0]} for c in pruned]}
+              "pruned": [{"layout": _options(c), "bound_ns": bounds[id(c)][0]} for c in pruned if id(c) not in beyond],
+              **({"over_max_step_time": over} if objective.max_step_ns is not None else {})}
     if args.output:
         from astra_sim.safeio import write_text_atomic
 
         write_text_atomic(args.output, json.dumps(result, indent=1) + "\n")
     if args.plot:
         plot(ranked, {why: [m.total for _, m in items] for why, items in dropped.items()}, capacity, args.plot,
-             f"{name} on {args.gpus} x {device}, batch {args.global_batch}")
+             f"{name} on {args.gpus} x {device}, batch {args.global_batch}", objective.best_label())
     return result
+
+
+def _objective(args, platform):
+    """The search's :class:`.objective.Objective` from its flags (the price table read, its warnings printed)."""
+    prices = None
+    if args.prices:
+        from astra_sim.cliutil import warning
+        from astra_sim.platforms import platforms
+
+        from .derived import price_warnings, read_prices
+
+        prices = read_prices(args.prices, platforms())
+        for line in price_warnings(prices, [platform.name]):
+            warning(line)
+    floor = 0.0
+    if args.objective == "energy":
+        from .objective import energy_floor_w_per_gpu
+
+        floor = energy_floor_w_per_gpu(platform, args.gpus)
+    max_step_ns = round(args.max_step_time_ms * 1e6) if args.max_step_time_ms else None
+    return Objective(args.objective, max_step_ns, args.gpus, floor, prices, platform.name)
 
 
 def _bounds(fit, source, platform, args):
@@ -400,69 +457,77 @@ class _Refine:
         return self.bounds[key][0]
 
 
-def _simulate(fit, bounds, source, output, folder, args, refine=None):
-    """Simulate the layouts in rounds, most promising first, skipping those whose bound is not below the best
-    step simulated so far (an interleaved layout's bound refined first by ``refine``); (the last round's
-    summary, {layout key: row}, the pruned layouts)."""
+def _simulate(fit, bounds, source, output, folder, args, refine=None, objective=None):
+    """Simulate the layouts in rounds, most promising first, skipping those whose bound reaches the objective's
+    limit (:meth:`.objective.Objective.limit_ns`: they cannot beat the best row simulated so far, or cannot meet the
+    step-time bound; an interleaved layout's bound refined first by ``refine``); (the last round's summary, None
+    when no layout could meet the step-time bound, {layout key: row}, the layouts not simulated)."""
     from astra_sim.executors import make_executor
 
     from .point import worker_state
     from .sweep import run_sweep
 
+    objective = objective or Objective()
     never = (float("inf"), float("inf"))
     todo = sorted(fit, key=lambda c: bounds.get(id(c), never)[1] if bounds else 0)
     done, rows, best, summary = [], {}, None, None
     if os.path.exists(output):  # a rerun's --points: its layouts go first (resumed, not simulated again)
         rows = _read(output)
+        objective.check_resumed(rows, output)
         done = [c for c in todo if _key(c) in rows]
         todo = [c for c in todo if _key(c) not in rows]
-        best = _best(done, rows, best)
+        best = _best(done, rows, best, objective)
 
-    def could_win(cfg):  # a layout whose bound is not below the best step cannot beat it
-        return id(cfg) not in bounds or bounds[id(cfg)][0] < best and (refine is None or refine(cfg, best) < best)
+    def could_win(cfg, limit):  # a layout whose bound reaches the limit cannot beat the best (or meet the bound)
+        return id(cfg) not in bounds or bounds[id(cfg)][0] < limit and (refine is None or refine(cfg, limit) < limit)
 
     state = worker_state()
     with make_executor(args.jobs, args.dask, args.executor, state["pm"]) as executor:
         batch = len(todo) if not bounds else max(1, getattr(executor, "workers", None) or args.jobs or 4)
         while todo or summary is None:
-            if best is not None:
+            limit = objective.limit_ns(best) if bounds else None
+            if limit is not None:
                 round_, rest = [], iter(todo)
                 for cfg in rest:  # refine in order, only as far as this round needs
-                    if could_win(cfg):
+                    if could_win(cfg, limit):
                         round_.append(cfg)
                         if len(round_) == batch:
                             break
-                todo = [c for c in rest if id(c) not in bounds or bounds[id(c)][0] < best]
+                todo = [c for c in rest if id(c) not in bounds or bounds[id(c)][0] < limit]
             else:
                 round_, todo = todo[:batch], todo[batch:]
-            if not round_ and summary is not None:
+            if not round_ and (summary is not None or not done):
                 break
             done += round_
-            summary = _run_round(done, (round_ or done)[0], source, output, folder, args, state, executor, run_sweep)
+            summary = _run_round(done, (round_ or done)[0], source, output, folder, args, state, executor, run_sweep,
+                                 objective)
             rows = _read(output)
-            best = _best(round_, rows, best)
+            best = _best(round_, rows, best, objective)
     simulated = {id(c) for c in done}
     return summary, rows, [c for c in fit if id(c) not in simulated]
 
 
-def _best(layouts, rows, best):
-    """The fastest simulated step among ``layouts`` and ``best`` (None before any)."""
+def _best(layouts, rows, best, objective):
+    """The best simulated row by ``objective`` among ``layouts`` and ``best`` (None before any)."""
     for cfg in layouts:
         row = rows.get(_key(cfg))
-        if row is not None and row.get("status") == "ok":
-            best = int(row["step_ns"]) if best is None else min(best, int(row["step_ns"]))
+        key = objective.key(row)
+        if key is not None and (best is None or key < objective.key(best)):
+            best = row
     return best
 
 
-def _run_round(done, base, source, output, folder, args, state, executor, run_sweep):
+def _run_round(done, base, source, output, folder, args, state, executor, run_sweep, objective):
     """One sweep over every layout simulated so far (the earlier ones are resumed from ``output``); the base case
     is one of this round's layouts, whose workload the round makes anyway."""
     import yaml
 
-    spec = {"workload": {"llm": {**source, **_options(base)}},
-            # no breakdown: a layout's row needs its step, not where each rank's time went (about a tenth of a
-            # point's time on GPT-3 175B), and the step is the same to the ns
-            "run": {"platform": args.platform, "platform-collective": args.platform_collective, "no-breakdown": True},
+    run = {"platform": args.platform, "platform-collective": args.platform_collective}
+    if not objective.needs_energy:
+        # no breakdown: a layout's row needs its step, not where each rank's time went (about a tenth of a
+        # point's time on GPT-3 175B), and the step is the same to the ns; the energy accounting needs it
+        run["no-breakdown"] = True
+    spec = {"workload": {"llm": {**source, **_options(base)}}, "run": run,
             "axes": {"zip": {f"workload.llm.{k}": [_options(c)[k] for c in done] for k in _options(base)}}}
     spec_path = os.path.join(folder, "search.yaml")
     with open(spec_path, "w") as handle:
@@ -472,7 +537,13 @@ def _run_round(done, base, source, output, folder, args, state, executor, run_sw
 
 
 def _key(cfg):
-    return tuple(sorted(_options(cfg).items()))
+    return _layout_key(_options(cfg))
+
+
+def _layout_key(options):
+    """A layout's options as a key, its values as text: a Parquet column that mixes types (``recompute``: False,
+    "full") is stored as text, so a row read back says "False" where the layout says False."""
+    return tuple(sorted((k, str(v)) for k, v in options.items()))
 
 
 def _read(path):
@@ -484,7 +555,7 @@ def _read(path):
     out = {}
     for row in rows:
         opts = {k.split(".")[-1]: row[k] for k in row if k.startswith("workload.llm.")}
-        out[tuple(sorted(opts.items()))] = row
+        out[_layout_key(opts)] = row
     return out
 
 
@@ -495,17 +566,38 @@ def _describe(cfg):
             f"ZeRO {cfg.zero} recompute {rc}")
 
 
-def _print_top(ranked, args, summary):
+def _print_top(ranked, summary, objective):
+    """The table: step, MFU and memory; with energy the IT energy per step and token and the GPUs' mean power;
+    with prices the cost per million tokens."""
     from astra_sim.termtable import Column, print_table
 
-    rows = [[str(i + 1), _describe(cfg), f"{step * 1e3:,.1f}", f"{mfu * 100:.1f}", f"{mem / 1e9:.1f}"]
-            for i, (step, mfu, mem, cfg) in enumerate(ranked)]
-    print_table(f"fastest layouts ({summary['ok']} simulated, {summary['error'] + summary['infeasible']} failed)",
-                [Column("#", number=True), Column("layout"), Column("step ms", number=True),
-                 Column("MFU %", number=True), Column("memory GB", number=True)], rows)
+    columns = [Column("#", number=True), Column("layout"), Column("step ms", number=True),
+               Column("MFU %", number=True), Column("memory GB", number=True)]
+    if objective.needs_energy:
+        columns += [Column("IT J/\nstep", number=True), Column("IT mJ/\ntoken", number=True),
+                    Column("W/\nGPU", number=True, drop=1)]
+    if objective.prices is not None:
+        columns.append(Column("$/M\ntokens", number=True))
+    rows = []
+    for i, (step, mfu, mem, cfg, row) in enumerate(ranked):
+        cells = [str(i + 1), _describe(cfg), f"{step * 1e3:,.1f}", f"{mfu * 100:.1f}", f"{mem / 1e9:.1f}"]
+        extra = objective.columns(row)
+        if objective.needs_energy:
+            cells += [_cell(extra.get("it_energy_mj"), 1e-3, ",.1f"),
+                      _cell(extra.get("it_energy_per_token_mj"), 1, ",.2f"),
+                      _cell(extra.get("mean_power_w_per_gpu"), 1, ",.0f")]
+        if objective.prices is not None:
+            cells.append(_cell(extra.get("usd_per_million_tokens"), 1, ",.2f"))
+        rows.append(cells)
+    print_table(f"{objective.title()} ({summary['ok']} simulated, {summary['error'] + summary['infeasible']} failed)",
+                columns, rows)
 
 
-def plot(ranked, dropped, capacity, path, title):
+def _cell(value, scale, fmt):
+    return "" if value is None else format(value * scale, fmt)
+
+
+def plot(ranked, dropped, capacity, path, title, best_label="fastest"):
     """Step time against estimated peak memory for every simulated layout (dropped ones as ticks past the
     HBM line)."""
     import matplotlib
@@ -515,11 +607,10 @@ def plot(ranked, dropped, capacity, path, title):
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     if ranked:
-        ax.scatter([m / 1e9 for _, _, m, _ in ranked], [s * 1e3 for s, _, _, _ in ranked], s=14,
-                   label="simulated layouts")
+        ax.scatter([r[2] / 1e9 for r in ranked], [r[0] * 1e3 for r in ranked], s=14, label="simulated layouts")
         best = ranked[0]
         ax.scatter([best[2] / 1e9], [best[0] * 1e3], s=60, marker="*", color="red",
-                   label=f"fastest: {_describe(best[3])}")
+                   label=f"{best_label}: {_describe(best[3])}")
     ax.axvline(capacity / 1e9, color="grey", linestyle="--", label="HBM capacity")
     total_dropped = sum(len(v) for v in dropped.values())
     if total_dropped:
