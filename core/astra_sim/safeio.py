@@ -362,10 +362,11 @@ def _umask():
 
 
 
+
 # ------------------------------------------------------- a write that fails late: keep the result, say where
 def write_or_recover(path, produce, command, flag):
-    """Write ``path`` atomically through ``produce(handle)`` (or these bytes); returns what it returns. When the
-    write fails late (a full disk, a folder turned read-only or removed), :func:`recover` keeps the result."""
+    """Write ``path`` atomically through ``produce(handle)`` (or these bytes); returns what it returns. A write
+    that fails late (a full disk, a folder turned read-only or removed) is not the result's end: :func:`recover`."""
     write = produce if callable(produce) else lambda handle: handle.write(produce)
     try:
         os.makedirs(os.path.dirname(os.path.abspath(os.fspath(path))), exist_ok=True)
@@ -377,34 +378,24 @@ def write_or_recover(path, produce, command, flag):
 
 
 def recover(failed, name, produce, command, flag, folder=False):
-    """Write the result again, with ``produce(handle)`` into a fresh file (``folder``: ``produce(path)`` into a
-    fresh folder) named ``<time>-<command>-<flag>-<name>`` under ``$ASTRA_RECOVERED_DIR``, else
+    """Write the result again, ``produce(handle)`` into a new file (``folder``: ``produce(path)`` into a new folder)
+    named ``<time>-<command>-<flag>-<random>-<name>`` in ``$ASTRA_RECOVERED_DIR``, else
     ``$XDG_CACHE_HOME/astra-sim/recovered`` (``~/.cache/...``), else the temp dir; the ConfigError says where."""
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    places = [os.environ.get("ASTRA_RECOVERED_DIR") or os.path.join(cache, "astra-sim", "recovered"),
-              tempfile.gettempdir()]
-    stem = f"{time.strftime('%Y%m%d-%H%M%S')}-{'-'.join(w.strip('-') for w in command.split()[1:] + [flag])}"
+    stem = f"{time.strftime('%Y%m%d-%H%M%S')}-{'-'.join(w.strip('-') for w in command.split()[1:] + [flag])}-"
     tried = []
-    for place in places:
+    for place in (os.environ.get("ASTRA_RECOVERED_DIR") or os.path.join(cache, "astra-sim", "recovered"),
+                  tempfile.gettempdir()):
         kept = None
-        try:
+        try:  # mkstemp and mkdtemp never reuse a name, even for two failures in one second
             os.makedirs(place, exist_ok=True)
-            for n in range(1, 1000):  # failures in one second get names of their own (O_EXCL, mkdir)
-                candidate = os.path.join(place, f"{stem}-{name}" if n == 1 else f"{stem}-{n}-{name}")
-                with contextlib.suppress(FileExistsError):
-                    if folder:
-                        os.mkdir(candidate)
-                    else:
-                        os.close(os.open(candidate, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
-                    kept = candidate
-                    break
-            else:
-                raise FileExistsError(f"no free name {stem}-*")
             if folder:
+                kept = tempfile.mkdtemp(prefix=stem, suffix=f"-{name}", dir=place)
                 produce(kept)
             else:
-                with open(kept, "wb") as handle:
-                    produce(handle)
+                handle, kept = tempfile.mkstemp(prefix=stem, suffix=f"-{name}", dir=place)
+                with os.fdopen(handle, "wb") as out:
+                    produce(out)
         except OSError as exc:
             tried.append(f"{place}: {exc.strerror or exc}")
             if kept:  # no part of a result is left

@@ -8,6 +8,7 @@ import errno
 import gzip
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -61,7 +62,7 @@ def test_a_late_timeline_write_failure_keeps_it(name, workload, tmp_path, capsys
     [recovered] = kept.iterdir()
     assert line == (f"astra: error: astra run: could not write --timeline {out / name} (No space left on device); "
                     f"kept it as {recovered}")
-    assert recovered.name.endswith(f"-run-timeline-{name}")
+    assert re.fullmatch(rf"\d{{8}}-\d{{6}}-run-timeline-\w+-{re.escape(name)}", recovered.name), recovered.name
     unpack = gzip.decompress if name.endswith(".gz") else bytes
     assert unpack(recovered.read_bytes()) == unpack(reference.read_bytes())  # whole, event for event
     assert list(out.iterdir()) == []
@@ -90,7 +91,7 @@ def test_a_late_kineto_write_failure_keeps_every_rank(workload, tmp_path, capsys
     [folder] = kept.iterdir()
     assert line == (f"astra: error: astra run: could not write --timeline {out} (Read-only file system); "
                     f"kept it in {folder}")
-    assert folder.name.endswith("-run-timeline-out")
+    assert re.fullmatch(r"\d{8}-\d{6}-run-timeline-\w+-out", folder.name), folder.name
     names = sorted(p.name for p in reference.iterdir())
     assert names == [f"rank{r}.pt.trace.json" for r in range(4)]
     assert sorted(p.name for p in folder.iterdir()) == names

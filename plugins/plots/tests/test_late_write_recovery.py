@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 
 import pytest
 
@@ -38,7 +39,7 @@ def test_a_late_figure_write_failure_keeps_the_figure(tmp_path, capsys, monkeypa
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("astra: error:")]
     [recovered] = kept.iterdir()
-    name = recovered.name.split("-plot-o-", 1)[1]  # the first figure drawn
+    name = re.fullmatch(r"\d{8}-\d{6}-plot-o-[a-z0-9_]+-(.+)", recovered.name).group(1)  # the first figure drawn
     assert lines == [f"astra: error: astra plot: could not write -o {out / name} (No space left on device); "
                      f"kept it as {recovered}"], err
     assert recovered.read_bytes() == (reference / name).read_bytes()  # the same picture, drawn again

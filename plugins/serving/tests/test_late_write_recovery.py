@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import gzip
 import os
+import re
 
 import pytest
 
@@ -65,7 +66,8 @@ def test_a_late_serve_write_failure_keeps_the_output_whole(flag, name, tmp_path,
     [recovered] = kept.iterdir()
     assert line.endswith(f"astra serve: could not write {flag} {out / name} (No space left on device); kept it as "
                          f"{recovered}"), line
-    assert recovered.name.endswith(f"-serve-{flag.lstrip('-')}-{name}")
+    slug = f"serve-{flag.lstrip('-')}"
+    assert re.fullmatch(rf"\d{{8}}-\d{{6}}-{slug}-\w+-{re.escape(name)}", recovered.name), recovered.name
     assert content(recovered) == content(reference)  # the whole output, byte for byte
     assert list(out.iterdir()) == []  # no partial file where the output was meant to go
 
@@ -88,17 +90,14 @@ def test_two_failures_in_one_second_get_two_files(tmp_path, kept, monkeypatch):
     out = tmp_path / "out"
     out.mkdir()
     fail_renames_into(monkeypatch, out)
-    messages = []
-    for data in (b"first", b"second", b"third"):
+    results = (b"first", b"second", b"third")
+    for data in results:
         with pytest.raises(ConfigError) as caught:
             safeio.write_or_recover(out / "t.json", data, "astra serve", "--timeline")
-        messages.append(str(caught.value))
-    names = sorted(p.name for p in kept.iterdir())
-    assert names == ["20261129-141200-serve-timeline-2-t.json", "20261129-141200-serve-timeline-3-t.json",
-                     "20261129-141200-serve-timeline-t.json"]
-    for message, data in zip(messages, (b"first", b"second", b"third")):
-        path = message.rsplit("kept it as ", 1)[1]
+        path = str(caught.value).rsplit("kept it as ", 1)[1]
+        assert re.fullmatch(r"20261129-141200-serve-timeline-\w+-t\.json", os.path.basename(path)), path
         assert open(path, "rb").read() == data
+    assert sorted(p.read_bytes() for p in kept.iterdir()) == sorted(results)  # three files, none overwritten
 
 
 def test_a_real_failure_falls_back_to_the_temp_dir_then_says_it_is_lost(tmp_path, monkeypatch):
@@ -114,7 +113,7 @@ def test_a_real_failure_falls_back_to_the_temp_dir_then_says_it_is_lost(tmp_path
     def produce(handle):
         handle.write(b"the result")
     with pytest.raises(ConfigError, match=r"^astra validate: could not write --save-residuals .*blocker/sub/r.json "
-                                          r"\(Not a directory\); kept it as .*temp/.*-validate-save-residuals-r.json$"):
+                                          r"\(Not a directory\); kept it as .*temp/.*-validate-save-residuals-\w+-r\.json$"):
         safeio.write_or_recover(blocker / "sub" / "r.json", produce, "astra validate", "--save-residuals")
     [recovered] = temp.iterdir()
     assert recovered.read_bytes() == b"the result"
@@ -138,10 +137,10 @@ def test_a_recovered_result_that_fails_halfway_leaves_no_part(tmp_path, monkeypa
     monkeypatch.setattr(safeio.tempfile, "gettempdir", lambda: str(second))
     calls = []
 
-    def produce(handle):
-        calls.append(handle.name)
+    def produce(handle):  # the output (its rename fails), the cache (full halfway), the temp dir
+        calls.append(handle)
         handle.write(b"part")
-        if str(first) in str(handle.name):
+        if len(calls) == 2:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         handle.write(b" and the rest")
 
@@ -150,7 +149,7 @@ def test_a_recovered_result_that_fails_halfway_leaves_no_part(tmp_path, monkeypa
     fail_renames_into(monkeypatch, out)
     with pytest.raises(ConfigError, match="kept it as"):
         safeio.write_or_recover(out / "x.csv", produce, "astra serve", "--requests-csv")
-    assert len(calls) == 3  # the output, the cache (failed), the temp dir
+    assert len(calls) == 3
     assert list(first.iterdir()) == []
     [recovered] = second.iterdir()
     assert recovered.read_bytes() == b"part and the rest"

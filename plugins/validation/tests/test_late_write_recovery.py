@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 
 from astra_sim.cli import main
 
@@ -35,7 +36,7 @@ def test_a_late_residuals_write_failure_keeps_them(tmp_path, capsys, monkeypatch
     lines = [line for line in captured.err.splitlines() if line.startswith("astra: error:")]
     assert lines == [f"astra: error: astra validate: could not write --save-residuals {out / 'res.json'} "
                      f"(No space left on device); kept it as {recovered}"], captured.err
-    assert recovered.name.endswith("-validate-save-residuals-res.json")
+    assert re.fullmatch(r"\d{8}-\d{6}-validate-save-residuals-\w+-res\.json", recovered.name), recovered.name
     assert json.loads(recovered.read_text()) == json.loads(reference.read_text())
     assert json.loads(captured.out)["cases"]  # --json's report came out before the residuals failed
     assert list(out.iterdir()) == []

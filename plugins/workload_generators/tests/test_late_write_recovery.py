@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,8 @@ def recovered_after_failure(tmp_path, capsys, monkeypatch, argv, command, whole_
                      f"kept it in {folder}"], err
     assert "Traceback" not in err
     assert list(out.iterdir()) == []  # no partial set where it was meant to go
-    assert folder.name.endswith(f"-{command.split(' ', 1)[1].replace(' ', '-')}-output-g")
+    slug = command.split(" ", 1)[1].replace(" ", "-")
+    assert re.fullmatch(rf"\d{{8}}-\d{{6}}-{slug}-output-\w+-g", folder.name), folder.name
     monkeypatch.undo()
     return folder, sorted(p.name for p in folder.iterdir())
 
