@@ -7,8 +7,9 @@ For each GPU COMP node (the kernel replays CPU ops itself), in this order:
    from the PyTorch converter (named after the CUDA kernel), on the CPU op that launched it (its
    ``ctrl_deps`` parent). GEMMs use :mod:`astra_gpu_model.gemm`, or :mod:`astra_gpu_model.grouped` for a
    grouped GEMM (a node with ``grouped_gemm_dim``/``grouped_gemm_sizes``: an MoE layer's experts);
-   attention is FLOPs at ``attention_efficiency`` x peak with wave quantisation over ``B*H*ceil(S_q/128)``
-   CTAs, or HBM-bound;
+   attention is FLOPs at ``attention_efficiency`` x peak (or, for a node naming its ``attention_kernel`` on
+   Hopper, that kernel's published efficiency: :mod:`astra_gpu_model.attention`) with wave quantisation over
+   ``B*H*ceil(S_q/128)`` CTAs, or HBM-bound;
    everything else is memory-bound: bytes moved at ``hbm_efficiency`` x the HBM bandwidth. Every kernel
    costs at least ``launch_us``. When one CPU op launched several kernels, each gets an equal share of
    the op's time plus its own launch cost;
@@ -26,6 +27,7 @@ from collections import Counter
 from astra_sim.chakra import types as T
 from astra_sim.compute import node_work
 
+from astra_gpu_model.attention import KERNELS as ATTENTION_KERNELS, is_hopper, kernel_efficiency
 from astra_gpu_model.gemm import gemm_time_s
 from astra_gpu_model.gpu import DTYPE_BYTES, load_gpu
 from astra_gpu_model.grouped import group_shapes, grouped_gemm_time_s, grouped_params
@@ -85,6 +87,7 @@ class GpuComputeModel:
         self._cache = {}
         self.clock_ratios = {}  # set_clock_ratios: a power limit's or clock lock's SM clock, per op kind
         self._grouped_warned = False
+        self._kernel_warned = False
         self._ops = {}  # (name, IOInfo, launched) -> Op or False (op_class, node_details)
         # rank -> {id: EtNode}: lets a GPU kernel node find the CPU op that launched it.
         self._nodes_of = getattr(context, "rank_nodes", None)
@@ -143,7 +146,8 @@ class GpuComputeModel:
         name = node.name
         if name.startswith("aten::"):
             shapes, types, values = node_io(node)
-            seconds = self._op_seconds(name, shapes, types, values, False, self._grouped(node))
+            seconds = self._op_seconds(name, shapes, types, values, False, self._grouped(node),
+                                       self._attention_kernel(node))
             if seconds is not None:
                 self.counts["op_shapes"] += 1
                 return None if seconds == 0.0 else self._ns(seconds)
@@ -266,14 +270,28 @@ class GpuComputeModel:
             return None
         return dim, tuple(sizes)
 
-    def _op_seconds(self, name, shapes, types, values, launched_kernel, grouped=None):
+    def _attention_kernel(self, node):
+        """The node's ``attention_kernel`` attribute (one of :data:`.attention.KERNELS`), or None. Another value is
+        warned about once and the node timed at the preset's ``attention_efficiency``."""
+        kernel = node.attrs.get("attention_kernel")
+        if kernel is None or kernel in ATTENTION_KERNELS:
+            return kernel
+        if not self._kernel_warned:
+            self._kernel_warned = True
+            self._warn(f"gpu model: node {node.id} ({node.name}): attention_kernel must be one of "
+                       f"{', '.join(ATTENTION_KERNELS)}, got {kernel!r}; such nodes are timed at the GPU's "
+                       "attention_efficiency")
+        return None
+
+    def _op_seconds(self, name, shapes, types, values, launched_kernel, grouped=None, kernel=None):
         """Seconds for ATen op ``name`` with these IOInfo strings, or None when they cannot be used
-        (0.0: the op does no GPU work). ``grouped``: ``(dim, sizes)`` of a grouped GEMM (:meth:`_grouped`)."""
+        (0.0: the op does no GPU work). ``grouped``: ``(dim, sizes)`` of a grouped GEMM (:meth:`_grouped`);
+        ``kernel``: the attention kernel the node names (:meth:`_attention_kernel`)."""
         op_name = canonical_name(name)
         if op_name is None:
             return None
         needs_values = op_name in ATTENTION_OPS or op_name in CONV_OPS or op_name.startswith("_to")
-        key = (name, shapes, types, values if needs_values else None, launched_kernel, grouped)
+        key = (name, shapes, types, values if needs_values else None, launched_kernel, grouped, kernel)
         cached = self._cache.get(key)
         if cached is not None:
             return cached if cached >= 0 else None
@@ -292,7 +310,7 @@ class GpuComputeModel:
                            f"{sum(grouped[1])}, not to the GEMM's {grouped[0]} ({total}), or it is no single "
                            "GEMM; timed as one GEMM")
                 grouped = None
-        seconds = self.op_seconds(op, grouped)
+        seconds = self.op_seconds(op, grouped, kernel)
         self._cache[key] = seconds
         return seconds
 
@@ -306,9 +324,10 @@ class GpuComputeModel:
             return used
         return dtype
 
-    def op_seconds(self, op, grouped=None):
+    def op_seconds(self, op, grouped=None, kernel=None):
         """Seconds for an :class:`astra_gpu_model.ops.Op` on this GPU; ``grouped``: ``(dim, sizes)`` when the GEMM
-        is a grouped GEMM (:mod:`astra_gpu_model.grouped`)."""
+        is a grouped GEMM (:mod:`astra_gpu_model.grouped`); ``kernel``: the attention kernel (``fa2``, ``fa3``,
+        ``cudnn``), timed at its published efficiency on Hopper (:mod:`astra_gpu_model.attention`)."""
         gpu = self.gpu
         params = gpu.gemm
         launch = params.launch_us * 1e-6
@@ -335,10 +354,17 @@ class GpuComputeModel:
         if op.kind == "attention":
             waves = -(-op.ctas // gpu.sm_count) if op.ctas else 1
             utilisation = op.ctas / (waves * gpu.sm_count) if op.ctas else 1.0
-            t_c = op.flops / (gpu.attention_efficiency * peak * utilisation)
+            t_c = op.flops / (self._attention_efficiency(op, kernel) * peak * utilisation)
             t_m = op.nbytes / bw
             return launch + max(t_c, t_m)
         raise ValueError(f"unknown op kind {op.kind!r}")
+
+    def _attention_efficiency(self, op, kernel):
+        """The fraction of peak an attention op runs at: the named kernel's published efficiency at the op's key
+        length on Hopper, else the preset's ``attention_efficiency``."""
+        if kernel is None or not is_hopper(self.gpu):
+            return self.gpu.attention_efficiency
+        return kernel_efficiency(kernel, op.backward, op.causal, op.seq_k)
 
     def _memory_rate(self, name, hbm_rate):
         """Bytes/s of a memory-bound op: HBM's (``hbm_rate``) unless its SMs are slower, as measured for

@@ -87,6 +87,9 @@ class Op:
     flops: float = 0.0  # attention FLOPs
     nbytes: float = 0.0  # attention / memory-bound bytes moved
     ctas: int = 0  # attention: number of thread blocks (for wave quantisation)
+    seq_k: int = 0  # attention: keys per query (the kernel tables' sequence length)
+    causal: bool = False  # attention: the causal mask
+    backward: bool = False  # attention: the backward kernel
 
 
 class OpError(ValueError):
@@ -319,7 +322,8 @@ def _attention(name, args, values, default_dtype):
         flops *= 2.5  # FlashAttention-2 backward: 5 matmuls vs 2 (recompute of S included)
         io = io * 2 + _numel(sq) * size  # + grad_out, dq, dk, dv
     ctas = b * h * max(1, -(-s_q // 128))
-    return Op("attention", name, q[1], flops=flops, nbytes=float(io), ctas=ctas, out_bytes=size)
+    return Op("attention", name, q[1], flops=flops, nbytes=float(io), ctas=ctas, out_bytes=size, seq_k=s_k,
+              causal=causal, backward=backward)
 
 
 def _memory(name, args, values, default_dtype):
