@@ -3,6 +3,8 @@ Megatron's unfused QK^T / softmax / AV, and the context-parallel ring of K/V (an
 
 from __future__ import annotations
 
+from .config import attention_kernel
+
 
 BMM = "aten::bmm"
 
@@ -73,6 +75,7 @@ class AttentionOps:
         """Forward FlashAttention (see :meth:`_attn_steps`, or the given ``steps``); ``recvs``: the CP ring's K/V
         receives; ``dv``: the values' head width (MLA: v_head_dim; default ``d``)."""
         dv = dv or d
+        extra = self._kernel_attr(extra)
         node = None
         for j, (k, kf, causal) in enumerate(steps or self._attn_steps(q, layer)):
             label = lab + ".attn" + (f".cp{j}" if self.cfg.cp > 1 else "")
@@ -94,8 +97,14 @@ class AttentionOps:
             nodes.append(self.comp(ATTN_BWD, label, f"[[{b}, {hq}, {q}, {d}], [{b}, {hq}, {q}, {d}], "
                                    f"[{b}, {hkv}, {k}, {d}], [{b}, {hkv}, {k}, {dv}]]",
                                    4 * b * q * kf * (d + dv) * hq, 2 * b * (d + dv) * (q * hq + k * hkv),
-                                   values=f"[[], [], [], [], [], [], None, None, 0, 0, 0.0, {causal}, None, None]"))
+                                   extra=self._kernel_attr(None), values=f"[[], [], [], [], [], [], None, None, 0, 0, 0.0, {causal}, None, None]"))
         return nodes[min(1, len(nodes) - 1)]
+
+    def _kernel_attr(self, extra):
+        """``extra`` with the ``attention_kernel`` attribute the gpu model times the node by (``--attention-kernel``,
+        or its framework's default; none named: no attribute)."""
+        kernel = attention_kernel(self.cfg)
+        return extra if kernel is None else dict(extra or {}, attention_kernel=kernel)
 
     def _cp_ring(self, label, layer, mb, phase, start):
         """Ring exchange over the CP group: CP-1 steps, each sending the chunk held (own K,V chunk first, then the

@@ -29,6 +29,11 @@ ATTENTIONS = ("flash", "unfused")
 
 #: --norm-kernel choices: a norm is one fused kernel, or eager PyTorch's composite RMSNorm (LayerOps.layer_norm)
 NORM_KERNELS = ("fused", "composite")
+#: --attention-kernel choices: the flash attention kernel the gpu model times (astra_gpu_model.attention)
+ATTENTION_KERNELS = ("fa2", "fa3", "cudnn")
+#: --rope choices: no rotary embedding nodes, eager PyTorch's complex-number RoPE (three kernels per tensor) or one
+#: fused kernel per tensor (Transformer Engine / Megatron --apply-rope-fusion); see .rope
+ROPE_KERNELS = ("none", "eager", "fused")
 #: --framework choices: whose memory semantics the estimate follows (docs/memory.md)
 FRAMEWORKS = ("megatron", "fsdp2", "deepspeed")
 #: --loss-dtype choices: the cross entropy upcasts the logits to fp32, or works on them in --dtype
@@ -86,6 +91,8 @@ class LlmConfig:
     dp_shard: int = 0               # FSDP2 memory: HSDP, sharded over this many DP ranks, replicated across the rest
     fsdp_prefetch: int = 1          # FSDP2 memory: units gathered ahead of the one computing (explicit prefetch)
     norm_kernel: str = "fused"      # the norms as one kernel each, or eager PyTorch's "composite" fp32 RMSNorm ops
+    attention_kernel: str | None = None  # fa2 | fa3 | cudnn on the flash nodes; None: attn_kernel's default
+    rope: str | None = None         # none | eager | fused rotary embedding of Q and K; None: rope_kernel's default
     pipeline_embedding_layer: bool = False  # the embedding counts as one layer of the pipeline split (see .split)
     pipeline_loss_layer: bool = False  # the loss (LM head, cross entropy) counts as one layer of the split
     lora_rank: int = 0              # LoRA: adapters of this rank, base weights frozen (0: full training; see .lora)
@@ -115,6 +122,24 @@ class LlmConfig:
         inference with ``inference_elementwise`` (on by default since issue 34, so that a step generated here
         is the step ``astra serve`` times), never with dropout."""
         return self.ew or (self.elementwise and self.inference and self.inference_elementwise)
+
+
+def attention_kernel(cfg: LlmConfig) -> str | None:
+    """The kernel the flash attention nodes name (``attention_kernel`` attribute): ``--attention-kernel`` if given,
+    else FlashAttention-2 under ``--framework fsdp2`` (eager PyTorch's SDPA flash backend), else None (no attribute:
+    the GPU preset's attention efficiency, as every trace written before)."""
+    if cfg.attention_kernel:
+        return cfg.attention_kernel
+    return "fa2" if cfg.framework == "fsdp2" and cfg.attention == "flash" else None
+
+
+def rope_kernel(cfg: LlmConfig, dims=None) -> str:
+    """How the rotary embedding of Q and K runs: ``--rope`` if given, else ``eager`` under ``--framework fsdp2``
+    (torchtitan's ``apply_rotary_emb``; its models are all rotary) except with multi-head latent attention, else
+    ``none`` (no nodes: the traces of releases before, whose Megatron steps leave RoPE out)."""
+    if cfg.rope:
+        return cfg.rope
+    return "eager" if cfg.framework == "fsdp2" and not (dims is not None and dims.mla) else "none"
 
 
 def implied_framework(cfg: LlmConfig) -> str:
@@ -196,6 +221,16 @@ def _check(dims: ModelDims, cfg: LlmConfig):
         raise ConfigError(f"--framework must be one of {', '.join(FRAMEWORKS)}, got {cfg.framework!r}")
     if cfg.norm_kernel not in NORM_KERNELS:
         raise ConfigError(f"--norm-kernel must be one of {', '.join(NORM_KERNELS)}, got {cfg.norm_kernel!r}")
+    if cfg.attention_kernel is not None and cfg.attention_kernel not in ATTENTION_KERNELS:
+        raise ConfigError(f"--attention-kernel must be one of {', '.join(ATTENTION_KERNELS)}, got "
+                          f"{cfg.attention_kernel!r}")
+    if cfg.attention_kernel and cfg.attention != "flash":
+        raise ConfigError("--attention-kernel names the fused attention kernel: it needs --attention flash")
+    if cfg.rope is not None and cfg.rope not in ROPE_KERNELS:
+        raise ConfigError(f"--rope must be one of {', '.join(ROPE_KERNELS)}, got {cfg.rope!r}")
+    if cfg.rope in ("eager", "fused") and dims.mla:
+        raise ConfigError("--rope: multi-head latent attention's rotary part (rope_dim) is not modelled; use "
+                          "--rope none")
     if cfg.loss_dtype not in LOSS_DTYPES:
         raise ConfigError(f"--loss-dtype must be one of {', '.join(LOSS_DTYPES)}, got {cfg.loss_dtype!r}")
     if cfg.framework == "fsdp2" and cfg.zero != 3 and not cfg.inference:

@@ -18,8 +18,8 @@ from dataclasses import dataclass, fields
 
 from astra_sim.errors import ConfigError
 
-from .config import (ATTENTIONS, DTYPES, FRAMEWORKS, GEMM_DTYPES, GRAD_BUFFERS, LOSS_DTYPES, MODES, NORM_KERNELS,
-                     LlmConfig, check_config)
+from .config import (ATTENTION_KERNELS, ATTENTIONS, DTYPES, FRAMEWORKS, GEMM_DTYPES, GRAD_BUFFERS, LOSS_DTYPES,
+                     MODES, NORM_KERNELS, ROPE_KERNELS, LlmConfig, check_config)
 from .lora import LORA_TARGETS, parse_lora_targets
 from .model import PRESETS, ModelDims, model_dims
 from .overlap import COMM_SMS_GROUPS, load_tp_overlap_sms, parse_comm_sms
@@ -98,6 +98,8 @@ class LlmSpec:
     dp_shard: int | None = None         # FSDP2 HSDP: the shard group's size (memory)
     fsdp_prefetch: int = 1              # FSDP2: units prefetched (memory)
     norm_kernel: str = "fused"          # fused | composite: how the norms run (see --norm-kernel)
+    attention_kernel: str | None = None  # fa2 | fa3 | cudnn (see --attention-kernel); None: by --framework
+    rope: str | None = None             # none | eager | fused (see --rope); None: by --framework
     recompute: str | None = None        # None, "full" or "selective"
     # kernels and precision
     elementwise: bool = True
@@ -246,7 +248,7 @@ class LlmSpec:
                         reshard_after_forward=reshard, framework=self.framework, loss_dtype=self.loss_dtype,
                         grad_buffer=self.grad_buffer, fp8_params=self.fp8_params, dp_shard=self.dp_shard or 0,
                         fsdp_prefetch=self.fsdp_prefetch,
-                        norm_kernel=self.norm_kernel,
+                        norm_kernel=self.norm_kernel, attention_kernel=self.attention_kernel, rope=self.rope,
                         grad_sync_every_micro_batch=self.grad_sync_every_micro_batch,
                         moe_capacity_factor=self.moe_capacity_factor,
                         moe_pad_to_capacity=self.moe_pad_to_capacity, moe_imbalance=self.moe_imbalance,
@@ -510,6 +512,18 @@ def _add_flags(p):
                    "composite: RMSNorm as eager PyTorch runs a Python RMSNorm, one kernel per op in fp32 (x.float(), "
                    "x*x, mean, rsqrt, x*r, the cast back, the weight), and autograd's kernels for its backward "
                    "(torchtitan's norm_type = \"rmsnorm\" without torch.compile, Hugging Face's LlamaRMSNorm)")
+    p.add_argument("--attention-kernel", choices=ATTENTION_KERNELS, default=None,
+                   help="the fused attention kernel the gpu model times the flash nodes as, at its published "
+                   "efficiency on Hopper (FlashAttention-3 paper, arXiv:2407.08608, Fig. 5-6): fa2 "
+                   "(FlashAttention-2, what PyTorch's SDPA flash backend runs), fa3 (FlashAttention-3) or cudnn "
+                   "(cuDNN's fused attention, Transformer Engine's default on Hopper); default: fa2 with "
+                   "--framework fsdp2, else none named (the GPU preset's attention efficiency)")
+    p.add_argument("--rope", choices=ROPE_KERNELS, default=None,
+                   help="the rotary position embedding of Q and K, forward and backward: eager (PyTorch's "
+                   "apply_rotary_emb as torchtitan writes it: q.float(), the complex product, the cast back, three "
+                   "memory-bound kernels per tensor each way), fused (one kernel per tensor each way: Transformer "
+                   "Engine, Megatron's --apply-rope-fusion) or none; default: eager with --framework fsdp2, else "
+                   "none (the traces written before)")
     p.add_argument("--loss-dtype", choices=LOSS_DTYPES, default="fp32",
                    help="training memory: the cross entropy works on the logits upcast to fp32 (default: Megatron-LM, "
                    "torchtitan, Hugging Face Llama) or on them in --dtype (same: a loss on half-precision logits, "

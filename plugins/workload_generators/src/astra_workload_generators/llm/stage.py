@@ -13,13 +13,15 @@ from .model import ModelDims, _lengths, layer_shards, mtp_shards, padded_vocab
 from .mla import MlaOps
 from .mtp import MtpOps
 from .moe import MoeOps
+from .rope import RopeOps
 from .routing import routed_rows
 from .schedule import pipeline_schedule
 from .split import stage_layers
 from .zero import DataParallelOps
 
 
-class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps, MtpOps, MoeOps, DataParallelOps):
+class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps, MtpOps, MoeOps, DataParallelOps,
+                    RopeOps):
     """The node graph of one pipeline stage, identical for every rank of the stage except for rank-specific
     attributes (``pg_name``, ``comm_src``/``comm_dst``), which are appended per rank as trailing attributes."""
 
