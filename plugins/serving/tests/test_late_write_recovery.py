@@ -112,8 +112,9 @@ def test_a_real_failure_falls_back_to_the_temp_dir_then_says_it_is_lost(tmp_path
 
     def produce(handle):
         handle.write(b"the result")
-    with pytest.raises(ConfigError, match=r"^astra validate: could not write --save-residuals .*blocker/sub/r.json "
-                                          r"\(Not a directory\); kept it as .*temp/.*-validate-save-residuals-\w+-r\.json$"):
+    expected = (r"^astra validate: could not write --save-residuals .*blocker/sub/r.json \(Not a directory\); "
+                r"kept it as .*temp/.*-validate-save-residuals-\w+-r\.json$")
+    with pytest.raises(ConfigError, match=expected):
         safeio.write_or_recover(blocker / "sub" / "r.json", produce, "astra validate", "--save-residuals")
     [recovered] = temp.iterdir()
     assert recovered.read_bytes() == b"the result"
