@@ -351,3 +351,27 @@ def test_link_failures_any_input_is_a_list_or_a_config_error(value):
         assert "\n" not in str(exc) and "option link_failures" in str(exc)
     else:
         assert all(0 <= index < len(topology.links) and at >= 0 for index, at in failures)
+
+
+def test_link_down_is_read_as_astra_sims_ns3_does(tmp_path):
+    """``LINK_DOWN T A B``: the link A-B goes down at 2 s + T us (ASTRA-sim's ns-3); T = 0 (the shipped line) never."""
+    from astra_network_ns3.inputs import LINK_DOWN_BASE_NS, config_link_failures
+
+    config = read_network_cfg(str(CFG))
+    assert config.link_down is None and "LINK_DOWN" not in config.ignored_keys
+    topology = read_config_topology(config)
+    assert config_link_failures(config, topology) == []
+    path = tmp_path / "cfg.txt"
+    path.write_text(CFG.read_text().replace("LINK_DOWN 0 0 0", "LINK_DOWN 150 8 3"))
+    config = read_network_cfg(str(path))
+    index = next(i for i, l in enumerate(topology.links) if {l.src, l.dst} == {3, 8})
+    assert config_link_failures(config, topology) == [(index, LINK_DOWN_BASE_NS + 150_000)]
+    for line, expected in (("LINK_DOWN 150 8", "expected 'LINK_DOWN time_us node_a node_b'"),
+                           ("LINK_DOWN -1 8 3", "expected a value >= 0"),
+                           ("LINK_DOWN 99999999999999999 8 3", "past what ns-3 counts")):
+        path.write_text(CFG.read_text().replace("LINK_DOWN 0 0 0", line))
+        with pytest.raises(ConfigError, match=expected):
+            read_network_cfg(str(path))
+    path.write_text(CFG.read_text().replace("LINK_DOWN 0 0 0", "LINK_DOWN 5 0 1"))
+    with pytest.raises(ConfigError, match=r"cfg.txt:\d+: LINK_DOWN: no link joins nodes 0 and 1"):
+        config_link_failures(read_network_cfg(str(path)), topology)

@@ -502,23 +502,23 @@ def test_a_link_down_mid_transfer_reroutes_and_tcp_resends_what_it_lost(glue, tm
     down at 150 us (ns-3's LINK_DOWN: both interfaces down, routes computed again). The packets on the cable and
     those queued towards it are lost; TCP resends them over the 25 Gb/s detour. The message ends after the intact
     transfer and before the one without the cable from the start, no sooner than the bytes the cable had not
-    carried take at the detour's rate, and within 25 % of that (TCP's recovery). A cable whose loss leaves no route
-    is one clear error naming it, not a hang."""
+    carried take at the detour's rate, and within 25 % of that (TCP's recovery). network_cfg.txt's LINK_DOWN does
+    the same. A cable whose loss leaves no route is one clear error naming it, not a hang."""
     from astra_sim.errors import SimulationError
     from astra_network_ns3.backend import HEADER_BYTES, Ns3Network
 
     links = [(0, 2, "100Gbps", "1us"), (2, 1, "100Gbps", "1us"), (0, 3, "100Gbps", "1us"),
              (3, 4, "25Gbps", "1us"), (4, 1, "100Gbps", "1us")]
 
-    def took(name, links, failed=None, failures=None):
+    def took(name, links, failed=None, failures=None, extra="", start=0):
         folder = tmp_path / name
         folder.mkdir()
-        config = read_network_cfg(write_inputs(folder, 2, [2, 3, 4], links, cc_mode=0))
+        config = read_network_cfg(write_inputs(folder, 2, [2, 3, 4], links, cc_mode=0, extra=extra))
         engine = EventEngine()
         net = Ns3Network(config, read_config_topology(config), [2], engine, warn=lambda _m: None,
                          failed_links=failed, failures=failures)
-        (_index, end), = run_messages(net, engine, [(0, 0, 1, 4 * MiB)])
-        return end, net
+        (_index, end), = run_messages(net, engine, [(start, 0, 1, 4 * MiB)])
+        return end - start, net
 
     at = 150_000
     intact, _ = took("intact", links)
@@ -533,5 +533,7 @@ def test_a_link_down_mid_transfer_reroutes_and_tcp_resends_what_it_lost(glue, tm
     failure, = stats["link_failures"]
     assert failure["link"] == [2, 1] and failure["at_ns"] == at and failure["packets_lost"] > 0
     assert net.describe()["link_failures"] == [{"link": [2, 1], "at_ns": at}]
+    # network_cfg.txt's LINK_DOWN 150 2 1: at 2 s + 150 us, as ASTRA-sim's ns-3 books it; a message sent at 2 s
+    assert took("key", links, extra="LINK_DOWN 150 2 1\n", start=2_000_000_000)[0] == mid
     with pytest.raises(SimulationError, match="link 2-1 went down at 100000 ns and left no route from NPU 0 to NPU 1"):
         took("cut", links[:2], failures=[{"link": [2, 1], "at_ns": 100_000}])

@@ -22,7 +22,8 @@ Failed links
     The run option ``failed_links`` (node-id pairs of the topology file, set by ``astra cluster``) leaves those
     cables out of the ns-3 world: the routes are computed over the links left, so traffic goes around them for
     the whole run. The run option ``link_failures`` (``[{link: [a, b], at_ns: T}]``) takes a cable down in the
-    middle of the run, ns-3's ``LINK_DOWN``: at ``T`` both ends' IPv4 interfaces go down (``Ipv4::SetDown``), so
+    middle of the run, as ``network_cfg.txt``'s ``LINK_DOWN T_us a b`` does (at 2 s + ``T_us``, as in ASTRA-sim's
+    ns-3; see :data:`~astra_network_ns3.inputs.LINK_DOWN_BASE_NS`): at ``T`` both ends' IPv4 interfaces go down (``Ipv4::SetDown``), so
     the packets then on the cable or in its ports' queues are lost, and every node's routes are computed again
     over the links left. TCP retransmits the lost packets over the new routes (the report's ``link_failures``
     counts them, ``packets_lost``). A connection with bytes in flight and no route left is a SimulationError
@@ -43,7 +44,7 @@ from astra_sim.errors import ConfigError, SimulationError
 
 from astra_network_ns3.inputs import (
     SUPPORTED_CC, check_cc_mode, ecn_thresholds, read_config_topology, read_logical_topology, read_network_cfg,
-    link_failures, without_links,
+    config_link_failures, link_failures, without_links,
 )
 
 #: Bytes of headers on every TCP segment: PPP 2 + IPv4 20 + TCP 20 + timestamp option 12.
@@ -129,8 +130,9 @@ class Ns3Network:
         self.config = config
         self.failed_links = [list(pair) for pair in failed_links or ()]
         self.topology = without_links(topology, failed_links)  # routes are computed over the links left
-        #: cables that go down mid-run (the option link_failures): (index in topology.links, at ns)
-        self.failures = link_failures(self.topology, failures) if failures else []
+        #: cables that go down mid-run (network_cfg.txt's LINK_DOWN, the option link_failures): (link index, at ns)
+        self.failures = config_link_failures(config, self.topology) + (
+            link_failures(self.topology, failures) if failures else [])
         self.engine = engine
         self.warn = warn
         self.fct_path = fct_path

@@ -52,8 +52,13 @@ DCQCN_DEFAULTS = {"rate_ai_bps": 50_000_000, "rate_hai_bps": 100_000_000, "min_r
 
 MODELLED_KEYS = (
     "TOPOLOGY_FILE", "PACKET_PAYLOAD_SIZE", "CC_MODE", "KMIN_MAP", "KMAX_MAP", "PMAX_MAP", "BUFFER_SIZE",
-    "ENABLE_QCN", "SIMULATOR_STOP_TIME", "EWMA_GAIN", "ERROR_RATE_PER_LINK", *DCQCN_KEYS,
+    "ENABLE_QCN", "SIMULATOR_STOP_TIME", "EWMA_GAIN", "ERROR_RATE_PER_LINK", "LINK_DOWN", *DCQCN_KEYS,
 )
+#: ``LINK_DOWN T A B`` takes the link A-B down at this many ns plus T us (T = 0: never), as ASTRA-sim's ns-3 does.
+#: source: astra-sim/astra-network-ns3, scratch/common.h (commit 23b42ac): ReadConf reads ``link_down_time
+#: link_down_A link_down_B``; SetupNetwork books ``TakeDownLink`` at ``Seconds(2) + MicroSeconds(link_down_time)``
+#: when ``link_down_time > 0``.
+LINK_DOWN_BASE_NS = 2_000_000_000
 
 _RATE_UNITS = {"": None, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 _RATE = re.compile(r"^([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)([kKmMgGtT]?)(bps|b/s|Bps|B/s)$")
@@ -81,6 +86,7 @@ class Ns3Config:
     ignored_keys: list = field(default_factory=list)
     dcqcn: dict = field(default_factory=lambda: dict(DCQCN_DEFAULTS))
     dcqcn_keys: list = field(default_factory=list)  # the DCQCN keys the file gives
+    link_down: tuple | None = None  # LINK_DOWN: (node a, node b, at ns, line), when its time is > 0
 
 
 @dataclass
@@ -196,6 +202,15 @@ def read_network_cfg(path):
             if key == "PMAX_MAP" and any(p > 1 for p in parsed.values()):
                 raise ConfigError(f"{where}: P_max is a probability, expected values in [0, 1]")
             setattr(config, {"KMIN_MAP": "kmin_kb", "KMAX_MAP": "kmax_kb", "PMAX_MAP": "pmax"}[key], parsed)
+            continue
+        if key == "LINK_DOWN":
+            if len(values) != 3:
+                raise ConfigError(f"{where}: expected 'LINK_DOWN time_us node_a node_b', got {len(values)} values")
+            at_us, a, b = (_number(value, where, int, 0) for value in values)
+            if LINK_DOWN_BASE_NS + at_us * 1000 >= 1 << 62:
+                raise ConfigError(f"{where}: time {at_us} us is past what ns-3 counts (int64 ns)")
+            if at_us:  # 0: no link goes down (the reference's default line LINK_DOWN 0 0 0)
+                config.link_down = (a, b, LINK_DOWN_BASE_NS + at_us * 1000, number)
             continue
         if len(values) != 1:
             raise ConfigError(f"{where}: expected one value, got {len(values)}")
@@ -367,6 +382,15 @@ def link_failures(topology, value, where="option link_failures"):
             raise ConfigError(f"{here}.at_ns: expected an integer >= 0 (ns), got {brief(at)}")
         out.append((_link_index(topology, entry["link"], f"{here}.link"), at))
     return out
+
+
+def config_link_failures(config, topology):
+    """``[(link index, at_ns)]`` of the file's ``LINK_DOWN`` (empty without one); a link the topology lacks is a
+    ConfigError naming the file and line."""
+    if config.link_down is None:
+        return []
+    a, b, at_ns, line = config.link_down
+    return [(_link_index(topology, (a, b), f"{config.path}:{line}: LINK_DOWN"), at_ns)]
 
 
 def _link_index(topology, pair, where):
