@@ -15,11 +15,43 @@ DOC = Path(__file__).resolve().parents[3] / "docs" / "energy.md"
 def test_layout_example_prints_what_the_page_shows(tmp_path):
     text = DOC.read_text(encoding="utf-8")
     section = text.split("## Example: the energy-optimal layout", 1)[1]
-    script = re.search(r"python - <<'EOF'\n(.*?)\nEOF\n```", section, re.S).group(1)
-    shown = re.search(r"```text\n(.*?)```", section, re.S).group(1)
+    script, shown = re.search(r"python - <<'EOF'\n(.*?)\nEOF\n```\n\n```text\n(.*?)```", section, re.S).groups()
     proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == shown
+
+
+@pytest.mark.slow
+def test_search_example_prints_what_the_page_shows(tmp_path, monkeypatch, capsys):
+    """astra search --objective energy (six layouts' bounds, five simulations: 10-45 s): the page's table and its
+    worked numbers are the answer's."""
+    import json
+    import shlex
+
+    from astra_sim.cli import main
+
+    section = DOC.read_text(encoding="utf-8").split("## Example: the energy-optimal layout", 1)[1]
+    section = section.split("## Example:", 1)[0]
+    command = re.search(r"```sh\n(astra search .*?)```", section, re.S).group(1).replace("\\\n", " ")
+    shown = re.search(r"```text\n(.*?)```", section, re.S).group(1)
+    argv = shlex.split(command)[1:]
+    monkeypatch.chdir(tmp_path)
+    assert main([*argv, "--no-progress"]) == 0
+    answer = json.loads((tmp_path / "least.json").read_text())
+    assert shown.splitlines()[0] in capsys.readouterr().out
+    table = [line for line in shown.splitlines() if line.startswith("│ ")]
+    assert len(table) == len(answer["ranked"])
+    for line, row in zip(table, answer["ranked"]):  # the page's row i is the answer's: step, J, mJ/token, W
+        cells = [c.strip() for c in line.strip("│").split("│")]
+        assert cells[2:3] + cells[5:] == [f"{row['step_ns'] / 1e6:,.1f}", f"{row['it_energy_mj'] / 1e3:,.1f}",
+                                         f"{row['it_energy_per_token_mj']:,.2f}", f"{row['mean_power_w_per_gpu']:,.0f}"]
+    least, fastest = answer["ranked"][0], min(answer["ranked"], key=lambda r: r["step_ns"])
+    assert f"8 x {least['step_ns'] / 1e6:.1f} ms x ({least['mean_power_w_per_gpu']:.0f} + 290) W = " \
+           f"{least['it_energy_mj'] / 1e3:.1f} J" in section
+    assert f"8 x {fastest['step_ns'] / 1e6:.1f} ms x ({fastest['mean_power_w_per_gpu']:.0f} + 290) W = " \
+           f"{fastest['it_energy_mj'] / 1e3:.1f} J" in section
+    (pruned,) = answer["pruned"]
+    assert f"({pruned['bound_ns'] / 1e6:.1f} ms) = {8 * 370 * pruned['bound_ns'] / 1e9:.1f} J" in section
 
 
 def test_power_cap_example_prints_what_the_page_shows(tmp_path):
