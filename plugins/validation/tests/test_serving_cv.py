@@ -152,3 +152,31 @@ def test_the_documented_serving_findings_still_hold():
     assert abs(error["trtllm-v05-llama2-7b-a100-b1-in2048-ttft"]) < 0.10
     assert error["trtllm-v05-llama2-7b-a100-b1-in128-ttft"] < -0.20
     assert abs(error["lmdeploy-llama2-7b-a100-b1-in2048-out2048-tpot"]) < 0.10
+
+
+def test_fit_output_mean_finds_the_lognormal_mean_that_pruning_leaves_at_the_target():
+    from astra_validation.crossval import fit_output_mean
+
+    # nothing pruned: the mean is the target (rounding to whole tokens moves it by less than half a token)
+    assert abs(fit_output_mean(100, 0.5, "10", (1, 10**6, 10**7)) - 100) < 0.5
+    # benchmark_serving's rule drops long requests, so the mean before pruning is above the mean after it; the
+    # page's 194 tokens after pruning at CV 1.4 give back the lognormal mean cases.yaml was written with (207)
+    assert abs(fit_output_mean(194, 1.4, "lognormal:228:1.0", (4, 1024, 2048)) - 207) / 207 < 0.01
+
+
+def test_without_the_sglang_page_the_sharegpt_outputs_come_from_another_published_sample():
+    from astra_validation.crossval import SHAREGPT_PAGE, TUNED, fit_output_mean, plan
+
+    cases = load_cases()
+    case = next(c for c in cases if c.name == "vllm060-llama31-70b-tp4-rps4-tpot")
+    assert plan(case, cases) == ("refit", ["serving.sharegpt_output_lengths"])
+    refit = TUNED["serving.sharegpt_output_lengths"].refit
+    with refit({"some-other-source"}) as adjust:
+        assert adjust is None
+    with refit({SHAREGPT_PAGE}) as adjust:
+        changed = adjust(case)
+    mean = fit_output_mean(198343 / 1000, 1.0, "lognormal:228:1.0", (4, 1024, 2048))
+    i = case.serve.index("--output-len")
+    assert changed.serve[i + 1] == f"lognormal:{mean:g}:1" and case.serve[i + 1] == "lognormal:207:1.4"
+    assert changed.serve[:i + 1] == case.serve[:i + 1] and changed.serve[i + 2:] == case.serve[i + 2:]
+    assert 198.343 < mean < 207

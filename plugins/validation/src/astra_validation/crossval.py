@@ -23,9 +23,10 @@ class TunedConstant:
     name: str
     fit_data: str
     script: str
-    #: ``refit(excluded_source_ids)`` -> a context manager under which the model uses the refitted value;
-    #: None when no data is left to refit it on once its source is out (the cases then have no out-of-source
-    #: prediction, said with ``why_not``)
+    #: ``refit(excluded_source_ids)`` -> a context manager under which the model uses the refitted value (it may
+    #: yield a function that rewrites a case, for a constant that is one of the case's own inputs); None when no
+    #: data is left to refit it on once its source is out (the cases then have no out-of-source prediction, said
+    #: with ``why_not``)
     refit: Callable | None
     why_not: str = ""
     #: the case kinds whose result this constant can change (default: every kind)
@@ -45,6 +46,66 @@ def _nccl_peaks_without(excluded):
         yield
 
 
+#: ShareGPT's output tokens as benchmark_serving keeps them (pruned 4:1024:2048, Llama 3.1's tokenizer, EOS
+#: ignored), published by a source other than SGLang's vLLM v0.6.0 page: vllm-project/vllm#13305 (2025-03-19, Llama
+#: 3.1 8B Instruct, `benchmark_serving.py --dataset-name sharegpt --ignore-eos`, 1000 prompts on an H100): "Total
+#: generated tokens: 198343"
+SHAREGPT_OUTPUTS_ELSEWHERE = {"source": "vllm-project/vllm#13305", "requests": 1000, "output_tokens": 198343}
+#: the source whose rows gave the ShareGPT output lengths of the serving cases (mean and spread)
+SHAREGPT_PAGE = "sglang-benchmark-vllm060"
+#: the outputs' coefficient of variation without that page: its 1.4 came from the page's own medians, and no other
+#: source gives one; 1 is the assumption it replaced (and the prompts' own)
+SHAREGPT_CV_WITHOUT_PAGE = 1.0
+
+
+def fit_output_mean(target_mean, cv, prompt_len, prune, samples=20000, seed=0):
+    """The lognormal mean (before pruning) of outputs of coefficient of variation ``cv`` whose requests, drawn with
+    ``prompt_len``'s prompts and pruned by ``prune`` as astra serve draws them (``generate_requests``), have a mean
+    output of ``target_mean`` tokens: bisection, on the same random draws at every step."""
+    from astra_serving.requests import generate_requests, parse_length
+
+    prompts = parse_length(prompt_len, "--prompt-len")
+
+    def mean_output(mean):
+        requests = generate_requests(samples, 1.0, prompts, ("lognormal", mean, cv), seed=seed, prune=prune)
+        return sum(r.output_tokens for r in requests) / samples
+
+    low, high = target_mean / 4, target_mean * 4
+    for _ in range(16):  # the bracket, 3.75 x the target wide, to 1/65536 of it: well under the 0.1 kept
+        middle = (low + high) / 2
+        low, high = (middle, high) if mean_output(middle) < target_mean else (low, middle)
+    return round((low + high) / 2, 1)
+
+
+def _option(argv, flag):
+    """The value after ``flag`` in a case's command-line words (None when absent)."""
+    words = list(argv)
+    return words[words.index(flag) + 1] if flag in words and words.index(flag) + 1 < len(words) else None
+
+
+@contextmanager
+def _sharegpt_outputs_without(excluded):
+    """ShareGPT's output lengths with SGLang's page left out: the mean from ``SHAREGPT_OUTPUTS_ELSEWHERE`` (198.3
+    tokens after pruning), the spread back to ``SHAREGPT_CV_WITHOUT_PAGE``; yields what rewrites a case's
+    ``--output-len`` (the lognormal's mean refitted by :func:`fit_output_mean` with the case's own prompts and
+    pruning). Nothing changes while another source is out."""
+    if SHAREGPT_PAGE not in excluded:
+        yield None
+        return
+    from astra_serving.requests import parse_prune
+
+    target = SHAREGPT_OUTPUTS_ELSEWHERE["output_tokens"] / SHAREGPT_OUTPUTS_ELSEWHERE["requests"]
+
+    def adjust(case):
+        prompt, prune = _option(case.serve, "--prompt-len"), parse_prune(_option(case.serve, "--prune"))
+        mean = fit_output_mean(target, SHAREGPT_CV_WITHOUT_PAGE, prompt or "512", prune)
+        words = list(case.serve)
+        words[words.index("--output-len") + 1] = f"lognormal:{mean:g}:{SHAREGPT_CV_WITHOUT_PAGE:g}"
+        return replace(case, serve=tuple(words))
+
+    yield adjust
+
+
 #: The constants registry cases name in ``fitted``; ``kinds``: the case kinds whose result the constant can change
 #: (a memory constant fitted on a page does not make that page's step times fit cases).
 TUNED = {
@@ -57,9 +118,9 @@ TUNED = {
     "serving.sharegpt_output_lengths": TunedConstant(
         "serving.sharegpt_output_lengths",
         "sgl-project/sglang benchmark_vllm_060 README: output mean 194 = 3700.64 / 19.04 (offline token over request "
-        "throughput), CV 1.4 from the page's median TTFT, TPOT and E2E", "by hand (docs/serving.md, cause (f))",
-        None, why_not="the output lengths' mean and spread come from this page alone: with it left out there is "
-        "nothing to derive them from", kinds=("serving",)),
+        "throughput), CV 1.4 from the page's median TTFT, TPOT and E2E; without it: vllm-project/vllm#13305's "
+        "198343 output tokens over 1000 ShareGPT requests, CV 1", "by hand (docs/serving.md, cause (f)); without "
+        "the page astra_validation.crossval.fit_output_mean", _sharegpt_outputs_without, kinds=("serving",)),
     "memory.RESERVE_FRACTION": TunedConstant(
         "memory.RESERVE_FRACTION", "pytorch/torchtitan docs/performance.md: the FSDP 8 and FSDP 128 rows without "
         "torch.compile (max_memory_reserved over the estimate's allocated bytes)", "tools/fit_memory_reserve.py",
@@ -107,9 +168,11 @@ def run_case_without_source(case, cases, workdir=None):
         raise ValueError(f"case {case.name!r}: no refit to run ({how})")
     with ExitStack() as stack:
         for name in names:
-            stack.enter_context(TUNED[name].refit({case.source_id}))
+            adjust = stack.enter_context(TUNED[name].refit({case.source_id}))
+            if adjust is not None:  # a refit of the case's own inputs (its request lengths) rewrites the case
+                case = adjust(case)
         result = run_case(case, workdir)
     return {**result, "refitted": names}
 
 
-__all__ = ["TUNED", "TunedConstant", "fitted_on", "plan", "run_case_without_source"]
+__all__ = ["TUNED", "TunedConstant", "fitted_on", "plan", "run_case_without_source", "fit_output_mean"]
