@@ -8,8 +8,9 @@ kernels over Q and K after the QKV projection.
   and the cast back; autograd's backward runs the same three on the gradient (the cast back's backward casts the
   gradient to fp32, the product's multiplies it by the conjugate frequencies, the cast's casts it back).
 - ``fused``: one kernel per tensor each way, reading the tensor and the frequencies and writing the result in
-  ``--dtype`` (Transformer Engine's ``fused_apply_rotary_pos_emb``, which Megatron-LM calls for the query and the
-  key with ``--apply-rope-fusion``).
+  ``--dtype`` (Transformer Engine's ``fused_apply_rotary_pos_emb``, which Megatron-LM's ``apply_rotary_pos_emb(t,
+  freqs, config)`` in ``megatron/core/models/common/embeddings/rope_utils.py`` calls on one tensor, the query or
+  the key, when ``config.apply_rope_fusion``: ``--apply-rope-fusion``).
 
 A complex64 tensor of ``d/2`` entries is written as its fp32 real view of ``d`` (the same bytes); the frequencies
 as one fp32 ``(1, s, 1, d)`` tensor broadcast over batch and heads.
