@@ -108,3 +108,23 @@ def test_the_command_line_flags(tmp_path, capsys):
         main([*base, "--attention-kernel", "fa4", "-o", str(tmp_path / "x")])
     assert stop.value.code != 0
     assert "--attention-kernel" in capsys.readouterr().err
+
+
+def test_astra_run_on_hopper_times_the_named_kernel(tmp_path, capsys):
+    """End to end: ``astra workload llm --attention-kernel ...`` then ``astra run --platform hgx-h100``: FA3 beats
+    FA2 (the paper's rates), and the eager RoPE adds memory-bound time."""
+    import json
+
+    pytest.importorskip("astra_gpu_model")
+    base = ["workload", "llm", "--layers", "2", "--hidden", "1024", "--heads", "8", "--kv-heads", "8",
+            "--ffn-hidden", "2048", "--vocab", "1000", "--seq-len", "4096", "--gated", "--dp", "8"]
+    steps = {}
+    for name, extra in (("fa2", ["--attention-kernel", "fa2"]), ("fa3", ["--attention-kernel", "fa3"]),
+                        ("fa2_rope", ["--attention-kernel", "fa2", "--rope", "eager"])):
+        prefix = str(tmp_path / name)
+        assert main([*base, *extra, "-o", prefix]) == 0
+        capsys.readouterr()
+        assert main(["run", "--workload-configuration", prefix, "--platform", "hgx-h100", "--nodes", "1",
+                     "--json"]) == 0
+        steps[name] = json.loads(capsys.readouterr().out)["summary"]["max_finish_ns"]
+    assert steps["fa3"] < steps["fa2"] < steps["fa2_rope"]
