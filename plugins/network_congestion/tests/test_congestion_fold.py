@@ -114,8 +114,23 @@ def test_a_ring_rotated_in_blocks_or_a_shift_across_dimensions_is_refused(tmp_pa
     graph, _ = _ring_network(tmp_path, 4)
     with pytest.raises(FoldAbandoned, match="ring"):
         link_orbits(graph, [(1, 4, "Ring")], RankSymmetry([BlockShift(1, 4, 2)]))
-    with pytest.raises(FoldAbandoned, match="not one of the network's dimensions"):
+    with pytest.raises(FoldAbandoned, match="ring"):
         link_orbits(graph, [(1, 4, "Ring")], RankSymmetry([BlockShift(2, 2, 2)]))
+    with pytest.raises(FoldAbandoned, match="no single network dimension"):
+        link_orbits(graph, [(1, 2, "Switch"), (2, 2, "Switch")], RankSymmetry([BlockShift(1, 4, 4)]))
+
+
+def test_a_digit_inside_a_switch_dimension_permutes_its_members(tmp_path):
+    config = parse_network_config(_network_yaml(tmp_path / "sw.yml", ["Switch", "Switch"], [4, 2]))
+    graph, _ = from_analytical(config)
+    # rotate the upper digit of dimension 0 (ranks 0,2 <-> 1,3 stay; 0 <-> 2, 1 <-> 3 swap), and dimension 1
+    canonical = link_orbits(graph, [(1, 4, "Switch"), (4, 2, "Switch")],
+                            RankSymmetry([BlockShift(2, 2, 2), BlockShift(4, 2, 2)]))
+    named = {(graph.links[i].src, graph.links[i].dst): (graph.links[c].src, graph.links[c].dst)
+             for i, c in enumerate(canonical)}
+    assert named[("npu2", "d0.g0.switch")] == ("npu0", "d0.g0.switch")
+    assert named[("npu7", "d1.g3.switch")] == ("npu1", "d1.g1.switch")
+    assert named[("d0.g1.switch", "npu7")] == ("d0.g0.switch", "npu1")
 
 
 def test_two_messages_entering_one_orbit_at_once_through_different_links_abandon_the_fold(tmp_path):

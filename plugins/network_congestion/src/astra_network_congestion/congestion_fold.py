@@ -39,17 +39,20 @@ def link_orbits(graph, layout, symmetry):
     """Per link index, the index of its orbit's canonical link: the image of the link under the relabelling
     that takes its NPU end (the source when it is an NPU, else the destination) to its class representative.
 
-    Raises :class:`FoldAbandoned` when a shift is not one of ``layout``'s dimensions (a ring's only as a whole
-    rotation): such a relabelling need not keep the graph or the routes."""
-    dims = {(stride, count): (dim, topology) for dim, (stride, count, topology) in enumerate(layout)}
+    A shift may rotate a digit inside one switch or fully connected dimension (any permutation of its members
+    keeps its links and routes), or a whole ring. Raises :class:`FoldAbandoned` otherwise: such a relabelling
+    need not keep the graph or the routes."""
     for shift in symmetry.shifts:
-        dim, topology = dims.get((shift.stride, shift.radix), (None, None))
-        if dim is None:
+        inside = [(dim, stride, count, topology) for dim, (stride, count, topology) in enumerate(layout)
+                  if stride <= shift.stride and shift.stride * shift.radix <= stride * count
+                  and shift.stride % stride == 0]
+        if not inside:
             raise FoldAbandoned(f"congestion: the symmetry shifts digit (stride {shift.stride}, radix {shift.radix}), "
-                                "which is not one of the network's dimensions")
-        if topology == RING and shift.block != shift.radix:
-            raise FoldAbandoned(f"congestion: dimension {dim} is a ring; the symmetry rotates blocks of {shift.block} "
-                                f"of its {shift.radix} NPUs, which moves its links")
+                                "which lies in no single network dimension")
+        dim, stride, count, topology = inside[0]
+        if topology == RING and not (shift.stride == stride and shift.radix == count == shift.block):
+            raise FoldAbandoned(f"congestion: dimension {dim} is a ring; the symmetry moves blocks of {shift.block} "
+                                f"of its {count} NPUs, not the whole ring, which moves its links")
     node_of_rank = {name: rank for rank, name in enumerate(graph.rank_node)}
     index_of = {(link.src, link.dst): link.index for link in graph.links}
 
