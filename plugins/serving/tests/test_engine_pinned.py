@@ -68,8 +68,8 @@ def digest(reqs, energy, engines, cluster):
     """SHA-256 (16 hex digits) of every request's times and integer mJ, the run's energy, the engines' counters and
     the KV samples."""
     rows = [t + (r.energy_mj,) for t, r in zip(times(reqs), reqs)]
-    counters = [(e.iterations, e.busy_ns, e.preemptions, e.tokens_prefilled, e.tokens_decoded, sorted(e.limited.items()),
-                 e.blocks.free) for e in engines]
+    counters = [(e.iterations, e.busy_ns, e.preemptions, e.tokens_prefilled, e.tokens_decoded,
+                 sorted(e.limited.items()), e.blocks.free) for e in engines]
     text = repr((rows, energy["it_energy_mj"], energy["idle_energy_mj"], counters, cluster.kv_samples))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -56,19 +56,21 @@ class EnergyMeter:
         """Charge the iteration of ``batch`` on ``engine``, from ``now`` for ``duration`` ns, to its sequences."""
         if not self.available:
             return
-        steps_mj, timer = 0.0, engine.timer
-        for shape, graph in batch.shapes:  # what end_ns timed
-            step_mj = timer.energy_mj(*shape, graph=graph)
+        steps_mj, energy_mj = 0.0, engine.timer.energy_mj
+        for shape in batch.shapes:  # what end_ns timed
+            step_mj = energy_mj(*shape)
             if step_mj is None:
                 self.available = False
                 return
             steps_mj += step_mj
-        if self.idle_mw is None:
-            self.idle_mw = engine.timer.idle_mw()
+        idle_mw = self.idle_mw
+        if idle_mw is None:
+            idle_mw = self.idle_mw = engine.timer.idle_mw()
         # idle before the iteration, and in it while the host schedules and the swap copies run (engine.end_ns)
-        gap = max(0, now - self.last_end.get(engine.index, self.start_ns)) + engine.host_ns(batch) + batch.extra_ns
-        idle = self.idle_mw * gap * MJ_PER_MW_NS
-        self.last_end[engine.index] = now + duration
+        last_end, index = self.last_end, engine.index
+        gap = now - last_end.get(index, self.start_ns)
+        idle = idle_mw * ((gap if gap > 0 else 0) + batch.host_ns + batch.extra_ns) * MJ_PER_MW_NS
+        last_end[index] = now + duration
         self.busy_mj += steps_mj
         self.idle_mj += idle
         engine.charge(batch, steps_mj + idle)

@@ -125,7 +125,7 @@ class Seq:
         return self.tokens - self.computed
 
 
-@dataclass
+@dataclass(slots=True)
 class Batch:
     items: list                 # [(seq, tokens scheduled)]
     prefill_tokens: int
@@ -138,6 +138,7 @@ class Batch:
                                 # can be scheduled for the first time)
     group: int = 0              # lazy decoders scheduled before ``items`` (one token each; not in ``items``)
     shapes: tuple = ()          # the step simulator's shapes it runs (:meth:`Engine._steps`), set by end_ns
+    host_ns: int = 0            # the host time of the scheduler pass that made it, set by end_ns
 
 
 class Engine:
@@ -175,8 +176,10 @@ class Engine:
         self._tick = 0         # iterations the group has run
         self._ctx_base = 0     # sum over the group of (computed - joined)
         self._last = []        # heap of (tick of a member's last token, admitted, seq)
-        self._grow = {}        # tick % block size -> {member: None}: those that take a KV block in that tick's pass
+        self._grow = {}        # tick % block size -> {member's request id: None}: those that take a KV block in that
+                               # tick's pass
         self._member_mj = 0.0  # energy charged to each lazy decoder so far (a member's share: this since it joined)
+        self._padded = {}      # decode sequences -> the CUDA graph's batch they run (padded_batch)
 
     # ------------------------------------------------------------------ queue
     def _key(self, seq, front=False):
@@ -221,7 +224,7 @@ class Engine:
             seq.joined = tick
             seq.phase = (tick + ahead) % size
             seq.energy_mark = self._member_mj
-            self._grow.setdefault(seq.phase, {})[seq] = None
+            self._grow.setdefault(seq.phase, {})[seq.req.id] = None
             heapq.heappush(self._last, (tick + seq.req.output_tokens - seq.generated, seq.admitted, seq))
             self._ctx_base += computed - tick
             self._lazy += 1
@@ -233,7 +236,7 @@ class Engine:
         seq.computed += moved
         seq.generated += moved
         seq.req.energy_share_mj += self._member_mj - seq.energy_mark
-        del self._grow[seq.phase][seq]
+        del self._grow[seq.phase][seq.req.id]
         self._lazy -= 1
 
     def _dissolve(self):
@@ -258,7 +261,7 @@ class Engine:
         need = self._grow.get(self._tick % self.blocks.block_size)
         if group <= budget and (not need or self.blocks.available() >= len(need)):
             if need:
-                self.blocks.grow_each([seq.req.id for seq in need])
+                self.blocks.grow_each(need)
             return group
         self._dissolve()
         return 0
@@ -299,7 +302,7 @@ class Engine:
                 return Batch(items, sum(n for _, n in items), 0, 0,
                              sum(seq.computed for seq, _ in items) // len(items), 0, 1, tuple(items))
         budget = cfg.max_num_batched_tokens
-        group = self._schedule_group(budget)
+        group = self._schedule_group(budget) if self._lazy else 0
         budget -= group
         items = []
         extra = [0]
@@ -359,9 +362,11 @@ class Engine:
                 if n > 0:
                     items.append((seq, n))
                     budget -= n
-            first = len(items)
-            budget, blocked = self._admit_waiting(budget, items, blocked)
-            admitted = tuple(items[first:])
+            admitted = ()
+            if self.waiting:
+                first = len(items)
+                budget, blocked = self._admit_waiting(budget, items, blocked)
+                admitted = tuple(items[first:])
         else:
             admitted = ()
         if not items and not group:
@@ -438,40 +443,46 @@ class Engine:
                 self.blocks.grow(seq.req.id, seq.computed + k)
         return max(1, max(left))
 
-    def host_ns(self, batch):
-        """Host time of the scheduler pass that made ``batch`` (once per multi-step run)."""
-        return self.config.host_ns_per_schedule + self.config.host_ns_per_seq * (len(batch.items) + batch.group)
-
     def _steps(self, batch):
-        """The step simulator's shapes of ``batch``, one ``(args, graph)`` per step it runs."""
+        """The step simulator's shapes of ``batch``, one ``(prefill, decode, context, prefill_done, graph)`` per
+        step it runs (the timer's arguments in order)."""
         sizes = self.config.cuda_graph_sizes
         if batch.prefill_tokens == 0 and sizes:
             # a decode-only batch runs the CUDA graph of the next captured size (one launch for the whole step):
             # the padding's slots cost their GEMM rows, not attention (the batch's total context is kept); a batch
             # above the largest size runs eagerly
             d = batch.decode_seqs
-            padded = padded_batch(d, sizes)
+            padded = self._padded.get(d)
+            if padded is None:
+                padded = self._padded[d] = padded_batch(d, sizes)
             graph = padded <= sizes[-1]
-            return [((0, padded, -(-(batch.context + k) * d // padded)), graph) for k in range(batch.steps)]
+            if batch.steps == 1:
+                return [(0, padded, -(-batch.context * d // padded), 0, graph)]
+            return [(0, padded, -(-(batch.context + k) * d // padded), 0, graph) for k in range(batch.steps)]
         if batch.steps > 1:  # the batch stays whole for every step (finished sequences are padding), context grows
-            return [((0, batch.decode_seqs, batch.context + k), False) for k in range(batch.steps)]
-        return [((batch.prefill_tokens, batch.decode_seqs, batch.context, batch.prefill_done), False)]
+            return [(0, batch.decode_seqs, batch.context + k, 0, False) for k in range(batch.steps)]
+        return [(batch.prefill_tokens, batch.decode_seqs, batch.context, batch.prefill_done, False)]
 
     def end_ns(self, batch, now):
-        """When ``batch``, scheduled at ``now``, ends: the pass's host time and swap copies, then its steps back to
-        back, alone on the replica or through the stages it shares with its virtual engines (:class:`Pipeline`)."""
-        ready = now + self.host_ns(batch) + batch.extra_ns
-        batch.shapes = self._steps(batch)
+        """When ``batch``, scheduled at ``now``, ends: the pass's host time (once per multi-step run) and swap
+        copies, then its steps back to back, alone on the replica or through the stages it shares with its virtual
+        engines (:class:`Pipeline`)."""
+        cfg = self.config
+        host = batch.host_ns = cfg.host_ns_per_schedule + cfg.host_ns_per_seq * (len(batch.items) + batch.group)
+        ready = now + host + batch.extra_ns
+        shapes = batch.shapes = self._steps(batch)
         if self.pipeline is None:
-            for shape, graph in batch.shapes:
-                ready += self.timer.step_ns(*shape, graph=graph)
+            step_ns = self.timer.step_ns
+            for shape in shapes:
+                ready += step_ns(*shape)
             return ready
-        return self.pipeline.run(ready, [self.timer.stage_ns(*shape, graph=graph) for shape, graph in batch.shapes])
+        stage_ns = self.timer.stage_ns
+        return self.pipeline.run(ready, [stage_ns(*shape) for shape in shapes])
 
     def charge(self, batch, energy_mj):
         """Split an iteration's energy (float mJ) over its sequences by the tokens each was scheduled (a lazy
         decoder one: its share is added to the running sum each member reads when it leaves the group)."""
-        per_token = energy_mj / (sum(n for _, n in batch.items) + batch.group)
+        per_token = energy_mj / (batch.prefill_tokens + batch.decode_seqs)  # the items' tokens and the group's
         for seq, n in batch.items:
             seq.req.energy_share_mj += n * per_token
         if batch.group:
@@ -510,7 +521,8 @@ class Engine:
                 if seq.generated >= limit:
                     self._finish(seq)
                     done.append(seq)
-        self._join()
+        if self._lazy < len(self.running):
+            self._join()
         return first, done
 
     def _finish(self, seq):

@@ -206,7 +206,7 @@ class StepTimer:
         self._stages = {}  # the stage times of each shape looked up: a run repeats shapes many times
         self._totals = {}  # the step time of each shape looked up
         self._grid = {}    # (value, ratio) -> its grid points and weights: most shapes are new, their terms are not
-        self._cells = {}   # (prefill, decode, context cell, graph) -> its corners' times and prefill-decode weights
+        self._cells = {}   # a grid cell (its prefill, decode and context points, graph) -> its corners' times and keys
         self._energies = {}  # the IT energy (float mJ, the replica's GPUs) of each shape looked up
         self._last_rows = None  # (shape, its corners) of the last shape interpolated: its energy reuses them
         self.simulated = 0
@@ -244,15 +244,14 @@ class StepTimer:
     def _interpolate(self, prefill, decode, context, prefill_done, graph):
         rows = self._weighted_rows(prefill, decode, context, prefill_done, graph)
         self._last_rows = ((prefill, decode, context, prefill_done, graph), rows)  # energy_mj's, for this shape
-        weighted = [(w, times) for w, times, _ in rows]
         if self.layout.pp == 1:  # the sums below, with one stage: its time is the step's
             total = 0.0
-            for weight, times in weighted:
+            for weight, times, _ in rows:
                 total += weight * times[0]
             return (int(round(total)),)
         parts = [0.0] * self.layout.pp
         total = 0.0
-        for weight, times in weighted:
+        for weight, times, _ in rows:
             total += weight * sum(times)
             for i, t in enumerate(times):
                 parts[i] += weight * t
@@ -263,7 +262,7 @@ class StepTimer:
     def _weighted(self, prefill, decode, context, prefill_done, graph, keys=False):
         """[(weight, stage times)] of the grid corners a shape is interpolated from (one, weight 1, when exact),
         prefill outermost, then decode, then context. The corners of a grid cell are memoised (most shapes are
-        new, but fall in a cell met before); the weights are the shape's. ``keys``: [(weight, corner key)]."""
+        new, but fall in a grid cell met before); the weights are the shape's. ``keys``: [(weight, corner key)]."""
         rows = self._weighted_rows(prefill, decode, context, prefill_done, graph)
         return [(w, key) for w, _, key in rows] if keys else [(w, times) for w, times, _ in rows]
 
@@ -276,15 +275,21 @@ class StepTimer:
             key = (prefill, decode, context if decode else 0, prefill_done if prefill and decode else 0, graph)
             return [(1.0, self._corner(key), key)]
         contexts = self._points(max(2, context), CONTEXT_RATIO) if decode else ((0, 1.0),)
-        cell = (prefill, decode, contexts[0][0], contexts[-1][0], graph)
-        rows = self._cells.get(cell)
-        if rows is None:  # (prefill weight x decode weight, which context point, that corner's stage times, key)
-            rows = self._cells[cell] = [(a * b, i, self._corner(key), key)
-                                        for p, a in self._points(prefill, self.ratio)
-                                        for d, b in self._points(decode, self.ratio)
-                                        for i, (c, _) in enumerate(contexts)
-                                        for key in ((p, d, c if d else 0, 0, graph),)]
-        return [(ab * contexts[i][1], times, key) for ab, i, times, key in rows]
+        prefills, decodes = self._points(prefill, self.ratio), self._points(decode, self.ratio)
+        # the points kept (one or two each) name the cell: shapes of one cell share its corners
+        cell = (prefills[0][0], prefills[-1][0], decodes[0][0], decodes[-1][0], contexts[0][0], contexts[-1][0], graph)
+        corners = self._cells.get(cell)
+        if corners is None:  # [(stage times, key)] in the rows' order
+            corners = self._cells[cell] = [(self._corner(key), key) for p, _ in prefills for d, _ in decodes
+                                           for c, _ in contexts for key in ((p, d, c if d else 0, 0, graph),)]
+        rows, corner = [], iter(corners)
+        for _, a in prefills:
+            for _, b in decodes:
+                ab = a * b
+                for _, w in contexts:
+                    times, key = next(corner)
+                    rows.append((ab * w, times, key))
+        return rows
 
     def _points(self, value, ratio):
         """((grid point, weight), ...) of ``value`` (:func:`neighbours`), those of weight 0 left out, memoised."""
@@ -304,15 +309,15 @@ class StepTimer:
             return total
         last = self._last_rows
         rows = last[1] if last is not None and last[0] == shape else self._weighted_rows(*shape)
-        total = 0.0
+        total, memo, gpus = 0.0, self.energy_memo, self.layout.gpus
         for weight, _, key in rows:
-            if key not in self.energy_memo:
+            if key not in memo:
                 self._fill(key)
-            energy = self.energy_memo[key]
+            energy = memo[key]
             if energy is None:
                 total = None
                 break
-            total += weight * energy.it_energy_mj * self.layout.gpus / energy.gpus
+            total += weight * energy.it_energy_mj * gpus / energy.gpus
         self._energies[shape] = total
         return total
 
