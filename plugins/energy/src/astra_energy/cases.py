@@ -19,7 +19,7 @@ CASES_PATH = Path(__file__).with_name("cases.yaml")
 QUANTITIES = ("mean_power_w_per_node", "peak_power_w_per_node", "mean_power_w_per_gpu", "gpu_energy_per_token_mj",
               "it_energy_per_token_mj")
 _KEYS = {"name": str, "source": str, "quantity": str, "measured": (int, float), "platform": str, "nodes": int,
-         "llm": dict, "notes": str, "uses_parameter_source": bool}
+         "llm": dict, "notes": str, "uses_parameter_source": bool, "options": dict}
 _REQUIRED = ("name", "source", "quantity", "measured", "platform", "llm")
 
 
