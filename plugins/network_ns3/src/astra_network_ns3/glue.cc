@@ -24,13 +24,6 @@ namespace astra_ns3
 {
 using namespace ns3;
 
-struct Adjacent
-{
-    int peer;
-    uint32_t iface;     // this node's interface on the link
-    Ipv4Address gateway; // the peer's address on the link
-};
-
 struct Conn
 {
     int src = 0;
@@ -240,62 +233,10 @@ class Net
         Listen();
     }
 
-    // Every node's routes over the links up now (shortest paths through switches, per-flow ECMP).
+    // Every node's routes over the links up now (routing.cc's ComputeRoutes).
     void ComputeRoutes()
     {
-        int count = int(m_nodes.GetN());
-        std::vector<Ptr<EcmpRouting>>& routing = m_routing;
-        for (int n = 0; n < count; n++)
-        {
-            routing[n]->m_routes.clear();
-        }
-        // Per destination host: hop counts over paths that cross switches only; next hops are one hop closer.
-        for (int d = 0; d < count; d++)
-        {
-            if (m_isSwitch[d])
-            {
-                continue;
-            }
-            std::vector<int> dist(count, -1);
-            std::vector<int> queue{d};
-            dist[d] = 0;
-            for (size_t i = 0; i < queue.size(); i++)
-            {
-                int node = queue[i];
-                if (node != d && !m_isSwitch[node])
-                {
-                    continue; // hosts do not forward
-                }
-                for (const Adjacent& adj : m_adj[node])
-                {
-                    if (dist[adj.peer] < 0 && !IsDown(node, adj.peer))
-                    {
-                        dist[adj.peer] = dist[node] + 1;
-                        queue.push_back(adj.peer);
-                    }
-                }
-            }
-            for (int n = 0; n < count; n++)
-            {
-                if (n == d || dist[n] < 0)
-                {
-                    continue;
-                }
-                std::vector<std::pair<uint32_t, Ipv4Address>> hops;
-                for (const Adjacent& adj : m_adj[n])
-                {
-                    if (dist[adj.peer] == dist[n] - 1 && (adj.peer == d || m_isSwitch[adj.peer]) &&
-                        !IsDown(n, adj.peer))
-                    {
-                        hops.emplace_back(adj.iface, adj.gateway);
-                    }
-                }
-                for (const Ipv4Address& addr : m_hostAddrs[d])
-                {
-                    routing[n]->m_routes[addr.Get()] = hops;
-                }
-            }
-        }
+        astra_ns3::ComputeRoutes(m_routing, m_adj, m_isSwitch, m_hostAddrs, m_down);
     }
 
     // A listening socket on every host.
@@ -496,11 +437,6 @@ class Net
     static void StopNow()
     {
         Simulator::Stop();
-    }
-
-    bool IsDown(int a, int b) const
-    {
-        return m_down.count(std::make_pair(std::min(a, b), std::max(a, b))) > 0;
     }
 
     void LinkDown(int a, int b, int index)

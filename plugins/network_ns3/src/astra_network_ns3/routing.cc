@@ -1,7 +1,9 @@
 // Routing for astra_ns3 (compiled at run time with cppyy.cppdef, before glue.cc): shortest paths through
-// switches with per-flow ECMP, as an ns-3 routing protocol.
+// switches with per-flow ECMP, as an ns-3 routing protocol, and the computation of its tables (ComputeRoutes).
+#include <algorithm>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -126,4 +128,71 @@ class EcmpRouting : public Ipv4RoutingProtocol
 
     Ptr<Ipv4> m_ipv4;
 };
+
+struct Adjacent
+{
+    int peer;
+    uint32_t iface;     // this node's interface on the link
+    Ipv4Address gateway; // the peer's address on the link
+};
+
+// Fills every node's EcmpRouting with its next hops towards every host over the links not in `down` (node pairs,
+// smaller id first): per destination host, hop counts over paths that cross switches only (hosts do not
+// forward); a node's next hops are its neighbours one hop closer. Run at the start and after a link goes down.
+void ComputeRoutes(std::vector<Ptr<EcmpRouting>>& routing, std::map<int, std::vector<Adjacent>>& adjacent,
+                   const std::vector<bool>& isSwitch, std::map<int, std::vector<Ipv4Address>>& hostAddrs,
+                   const std::set<std::pair<int, int>>& down)
+{
+    auto isDown = [&down](int a, int b) { return down.count(std::make_pair(std::min(a, b), std::max(a, b))) > 0; };
+    int count = int(routing.size());
+    for (int n = 0; n < count; n++)
+    {
+        routing[n]->m_routes.clear();
+    }
+    for (int d = 0; d < count; d++)
+    {
+        if (isSwitch[d])
+        {
+            continue;
+        }
+        std::vector<int> dist(count, -1);
+        std::vector<int> queue{d};
+        dist[d] = 0;
+        for (size_t i = 0; i < queue.size(); i++)
+        {
+            int node = queue[i];
+            if (node != d && !isSwitch[node])
+            {
+                continue; // hosts do not forward
+            }
+            for (const Adjacent& adj : adjacent[node])
+            {
+                if (dist[adj.peer] < 0 && !isDown(node, adj.peer))
+                {
+                    dist[adj.peer] = dist[node] + 1;
+                    queue.push_back(adj.peer);
+                }
+            }
+        }
+        for (int n = 0; n < count; n++)
+        {
+            if (n == d || dist[n] < 0)
+            {
+                continue;
+            }
+            std::vector<std::pair<uint32_t, Ipv4Address>> hops;
+            for (const Adjacent& adj : adjacent[n])
+            {
+                if (dist[adj.peer] == dist[n] - 1 && (adj.peer == d || isSwitch[adj.peer]) && !isDown(n, adj.peer))
+                {
+                    hops.emplace_back(adj.iface, adj.gateway);
+                }
+            }
+            for (const Ipv4Address& addr : hostAddrs[d])
+            {
+                routing[n]->m_routes[addr.Get()] = hops;
+            }
+        }
+    }
+}
 } // namespace astra_ns3
