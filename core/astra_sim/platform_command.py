@@ -36,8 +36,12 @@ def _cmd_platforms(args):
                Column("bf16\nTFLOP/s", number=True, drop=3),
                # how far the device's GEMM times rest on its own measurements (a GPU preset's calibration_status)
                Column("GEMM\ncalib.", drop=4)]
-    table_rows = [[r["name"], r["gpu"], str(r["gpus_per_node"]), str(r["total_gpus"]),
+    # a device whose GEMM times rest partly on assumptions is marked where every width shows it (issue 40)
+    table_rows = [[r["name"], r["gpu"] + (" *" if r.get("calibration") == "partial" else ""),
+                   str(r["gpus_per_node"]), str(r["total_gpus"]),
                    f"{r['scaleup_gb_per_s_per_direction']:g}", f"{r['nic_gbit_per_s_per_gpu']:g}",
                    f"{r['hbm_bandwidth_gbps']:g}", f"{r['bf16_tflops']:g}", r.get("calibration") or "-"] for r in rows]
-    print_table(f"astra run --platform (nodes={args.nodes}; sources: astra platforms --json)", columns, table_rows)
+    partial = "* GEMM times partly assumed" if any(r.get("calibration") == "partial" for r in rows) else None
+    print_table(f"astra run --platform (nodes={args.nodes}; sources and assumptions: astra platforms --json)",
+                columns, table_rows, caption=partial)
     return 0
