@@ -33,7 +33,10 @@ def apportion(total, shares):
     scaled = [s * total / whole for s in shares] if whole > 0 else [total / len(shares)] * len(shares)
     out = [math.floor(s) for s in scaled]
     left = total - sum(out)
-    order = sorted(range(len(out)), key=lambda i: (-(scaled[i] - out[i]), i))
+    if not left:
+        return out
+    # largest fractional part first, ties by position (the sort is stable); -(s - o) is exactly o - s
+    order = sorted(range(len(out)), key=[o - s for s, o in zip(scaled, out)].__getitem__)
     for k in range(abs(left)):  # |left| < len(out) but for float rounding of the scaled shares
         out[order[k % len(out)] if left > 0 else order[-1 - k % len(out)]] += 1 if left > 0 else -1
     return out

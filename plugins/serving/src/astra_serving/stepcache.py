@@ -103,9 +103,11 @@ def code_fingerprint():
     simulated time of a step depends on besides its inputs."""
     if _FINGERPRINT:
         return _FINGERPRINT[0]
+    from astra_sim.plugins import available_plugins  # the entry points the plugin manager read (cached)
+
     digest = hashlib.sha256()
     packages = {"astra_sim"}
-    for ep in sorted(importlib.metadata.entry_points(group="astra_sim.plugins"), key=lambda e: e.name):
+    for _, ep in sorted(available_plugins().items()):
         packages.add(ep.value.split(":")[0].split(".")[0])
         digest.update(f"{ep.name}={ep.dist.name if ep.dist else ''}:{ep.dist.version if ep.dist else ''}\n".encode())
     try:
