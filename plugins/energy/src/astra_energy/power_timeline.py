@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 
-from astra_sim.errors import ConfigError
 from astra_sim.outputs import OutputFormat, check_writable_folder
 
 
@@ -61,7 +60,7 @@ class PowerTimeline(OutputFormat):
 
     def finish(self, run, report):
         from astra_sim.humanize import rank_ranges
-        from astra_sim.safeio import write_text_atomic
+        from astra_sim.safeio import write_or_recover
 
         state = run.plugin_state.get("energy")
         if not state or run.analysis is None:
@@ -84,10 +83,9 @@ class PowerTimeline(OutputFormat):
                                 else f"rank {ranks[0]} power"))
             events.extend(_counter(pid, t, w) for t, w in steps)
         events.extend(_counter(0, t, w) for t, w in cluster_steps(classes))
-        try:
-            write_text_atomic(self.path, '{"displayTimeUnit":"ns","traceEvents":[\n' + ",\n".join(events) + "\n]}\n")
-        except OSError as exc:  # a full disk: a one-line error; the atomic writer left no partial file
-            raise ConfigError(f"--power-timeline {self.path}: cannot write: {exc.strerror or exc}") from None
+        text = '{"displayTimeUnit":"ns","traceEvents":[\n' + ",\n".join(events) + "\n]}\n"
+        # a late failure (a full disk) keeps the timeline in a recovered file; the ConfigError says where
+        write_or_recover(self.path, text.encode("utf-8"), "astra run", "--power-timeline")
         report.settings["power_timeline"] = {"path": self.path, "tracks": len(classes) + 1, "events": len(events)}
 
 

@@ -550,12 +550,10 @@ class Ns3Network:
         for src, dst, sport, size, start, fct in self._fcts:
             rows.append(f"{self._hex_ip(src)} {self._hex_ip(dst)} {sport} 5000 {size} {start} {fct} "
                         f"{self._standalone_ns(src, dst, size)}\n")
-        from astra_sim.safeio import write_text_atomic
+        from astra_sim.safeio import write_or_recover
 
-        try:
-            write_text_atomic(path, "".join(rows))
-        except OSError as exc:  # late (a full disk): the atomic writer leaves no partial file
-            raise ConfigError(f"--ns3-fct-file {path}: cannot write: {exc.strerror or exc}") from None
+        # late (a full disk): no partial file; the rows are kept in a recovered file and the ConfigError says where
+        write_or_recover(path, "".join(rows).encode("utf-8"), "astra run", "--ns3-fct-file")
 
     def _hex_ip(self, node):
         parts = [int(p) for p in str(self._net.HostAddress(node)).split(".")]
