@@ -167,9 +167,7 @@ def run_command(args):
 
 
 def _write(path, text):
-    from astra_sim.safeio import write_text_atomic
+    """Atomically; a late failure (a full disk) keeps ``text`` in a recovered file and the ConfigError says where."""
+    from astra_sim.safeio import write_or_recover
 
-    try:
-        write_text_atomic(path, text)
-    except OSError as exc:
-        raise ConfigError(f"--output {path}: cannot write: {exc.strerror or exc}") from None
+    write_or_recover(path, text.encode("utf-8"), "astra infragraph", "--output")
