@@ -207,7 +207,8 @@ def _step_parents(tb_id, step):
 
 
 def write_chakra(prefix, algo, nodes_by_gpu, input_text=None):
-    """Write ``<prefix>.<gpu>.et`` for every GPU; returns the paths."""
+    """Write ``<prefix>.<gpu>.et`` for every GPU; returns the paths. A write that fails (a full disk) removes the
+    files it wrote (no partial set is left) and raises its OSError."""
     if input_text is None:
         try:
             with open(algo.path, encoding="utf-8") as handle:
@@ -221,10 +222,12 @@ def write_chakra(prefix, algo, nodes_by_gpu, input_text=None):
         path = f"{prefix}.{gpu_id}.et"
         try:
             write_et(path, metadata, nodes_by_gpu[gpu_id])
-        except ChakraError as exc:  # a full disk: no partial set of GPU files is left
+        except ChakraError as exc:
             for done in paths:
                 with contextlib.suppress(OSError):
                     os.unlink(done)
+            if isinstance(exc.__context__, OSError):  # what write_et could not write
+                raise exc.__context__ from None
             raise ConfigError(str(exc)) from None
         paths.append(path)
     return paths
@@ -295,7 +298,15 @@ def run_to_chakra(args):
     algo = parse_msccl(args.xml)
     nodes = convert_msccl(algo, args.size, reduce_us=args.reduce_us, copy_us=args.copy_us,
                           local_mem_bw=args.local_mem_bw)
-    paths = write_chakra(args.output, algo, nodes)
+    try:
+        paths = write_chakra(args.output, algo, nodes)
+    except OSError as exc:  # late (a full disk): the whole set is written again into a recovered folder
+        from astra_sim.safeio import recover
+
+        name = os.path.basename(args.output)
+        recover(f"astra msccl to-chakra: could not write --output {args.output} ({exc.strerror or exc})", name,
+                lambda kept: write_chakra(os.path.join(kept, name), algo, nodes), "astra msccl to-chakra", "--output",
+                folder=True)
     if not args.quiet:
         counts = {}
         for gpu_nodes in nodes.values():
