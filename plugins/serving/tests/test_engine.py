@@ -265,9 +265,9 @@ def test_virtual_engines_overlap_on_the_stages_and_alone_cost_the_whole_pipeline
     assert one_at_a_time / overlapped > 1.3
 
 
-def test_grow_each_is_grow_for_each_in_turn():
-    """One more block for each of several sequences at once: the free blocks first, then the least recently used
-    cached prefix blocks, as one grow after the other would take them."""
+def test_take_then_assign_is_grow_for_each_in_turn():
+    """The lazy decoders' blocks, taken at once and counted as theirs later (take, assign): the free blocks first,
+    then the least recently used cached prefix blocks, as one grow after the other would take them."""
     def cache(bm):
         bm.grow(0, 64)
         bm.release(0, keep_prefix=("g", 4))  # 4 cached prefix blocks, none referenced
@@ -278,12 +278,13 @@ def test_grow_each_is_grow_for_each_in_turn():
     one, each = cache(BlockManager(9, 16, prefix_caching=True)), cache(BlockManager(9, 16, prefix_caching=True))
     for i in (1, 2, 3):
         one.grow(i, 32)
-    each.grow_each([1, 2, 3])
+    assert each.take(3)
+    for i in (1, 2, 3):
+        each.assign(i, 1)
     assert (one.free, dict(one.owned), list(one.evictable), one.refs) == (
         each.free, dict(each.owned), list(each.evictable), each.refs)
     assert each.free == 0 and list(each.evictable) == [("g", 1), ("g", 2), ("g", 3)]  # 2 free, ("g", 0) evicted
-    with pytest.raises(RuntimeError):
-        each.grow_each([1, 2, 3, 4])  # 3 available
+    assert not each.take(4) and each.available() == 3  # 3 available: nothing taken
 
 
 def test_an_arrival_at_an_iteration_end_is_scheduled_by_the_next_pass():

@@ -18,9 +18,11 @@ iteration, so the work must not grow with the batch). The longest run of decodin
 running list (admission order) is kept as a group whose members are not touched per iteration: a member that
 joined at group tick ``joined`` with ``computed`` and ``generated`` has ``tick - joined`` more of each, its last
 token at a tick known when it joins (a heap) and its next KV block every ``block_size`` ticks from a known one
-(a bucket per tick modulo the block size). A scheduler pass takes the whole group in one go (one token each, the
-blocks of its bucket), then schedules the rest as before; when the budget or the free blocks would not cover the
-group it is dissolved (every member's state written back) and the pass is the plain one, preemptions and all.
+(a bucket per tick modulo the block size: how many members take a block in that tick's pass). A scheduler pass
+takes the whole group in one go (one token each, its bucket's blocks in one take: a member's count of blocks is
+brought up to date when it leaves the group), then schedules the rest as before; when the budget or the free
+blocks would not cover the group it is dissolved (every member's state written back) and the pass is the plain
+one, preemptions and all.
 Every request's times are those of the plain loop (``lazy_decodes = False``; ``tests/test_fast_forward.py``
 compares them on random workloads).
 """
@@ -176,8 +178,7 @@ class Engine:
         self._tick = 0         # iterations the group has run
         self._ctx_base = 0     # sum over the group of (computed - joined)
         self._last = []        # heap of (tick of a member's last token, admitted, seq)
-        self._grow = {}        # tick % block size -> {member's request id: None}: those that take a KV block in that
-                               # tick's pass
+        self._grow = [0] * blocks.block_size  # tick % block size -> members that take a KV block in that tick's pass
         self._member_mj = 0.0  # energy charged to each lazy decoder so far (a member's share: this since it joined)
         self._padded = {}      # decode sequences -> the CUDA graph's batch they run (padded_batch)
 
@@ -224,7 +225,7 @@ class Engine:
             seq.joined = tick
             seq.phase = (tick + ahead) % size
             seq.energy_mark = self._member_mj
-            self._grow.setdefault(seq.phase, {})[seq.req.id] = None
+            self._grow[seq.phase] += 1
             heapq.heappush(self._last, (tick + seq.req.output_tokens - seq.generated, seq.admitted, seq))
             self._ctx_base += computed - tick
             self._lazy += 1
@@ -236,8 +237,16 @@ class Engine:
         seq.computed += moved
         seq.generated += moved
         seq.req.energy_share_mj += self._member_mj - seq.energy_mark
-        del self._grow[seq.phase][seq.req.id]
+        self.blocks.assign(seq.req.id, self._blocks_taken(seq))
+        self._grow[seq.phase] -= 1
         self._lazy -= 1
+
+    def _blocks_taken(self, seq):
+        """The KV blocks a member took in the group's passes so far (ticks ``joined`` to ``tick - 1`` in its
+        bucket)."""
+        size = len(self._grow)
+        first = seq.joined + (seq.phase - seq.joined) % size
+        return 0 if first >= self._tick else (self._tick - 1 - first) // size + 1
 
     def _dissolve(self):
         """Write every member's state back and empty the group: the plain pass follows."""
@@ -247,9 +256,10 @@ class Engine:
             seq.computed += moved
             seq.generated += moved
             seq.req.energy_share_mj += self._member_mj - seq.energy_mark
+            self.blocks.assign(seq.req.id, self._blocks_taken(seq))
         self._lazy = self._ctx_base = 0
         self._last.clear()
-        self._grow.clear()
+        self._grow = [0] * len(self._grow)
 
     def _schedule_group(self, budget):
         """Schedule the whole group (one token each, the blocks of this tick's bucket taken), as the plain pass
@@ -258,10 +268,8 @@ class Engine:
         group = self._lazy
         if not group:
             return 0
-        need = self._grow.get(self._tick % self.blocks.block_size)
-        if group <= budget and (not need or self.blocks.available() >= len(need)):
-            if need:
-                self.blocks.grow_each(need)
+        need = self._grow[self._tick % len(self._grow)]
+        if group <= budget and (not need or self.blocks.take(need)):
             return group
         self._dissolve()
         return 0

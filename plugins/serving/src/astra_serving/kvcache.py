@@ -39,7 +39,10 @@ class BlockManager:
         """More blocks the sequence needs to hold ``positions`` positions."""
         return max(0, -(-positions // self.block_size) - self.blocks_of(seq_id))
 
-    def _take(self, n):
+    def take(self, n):
+        """Take ``n`` blocks, the free ones first, then the least recently used cached prefix blocks; False
+        (nothing taken) when they are not there. :meth:`grow` counts them as a sequence's at once; the engine's
+        lazy decoders count theirs when they leave the group (:meth:`assign`)."""
         if n > self.available():
             return False
         from_free = min(n, self.free)
@@ -53,20 +56,16 @@ class BlockManager:
     def grow(self, seq_id, positions):
         """Hold ``positions`` positions; False (nothing changed) when the blocks are not there."""
         n = self.needed(seq_id, positions)
-        if n and not self._take(n):
+        if n and not self.take(n):
             return False
         if n:
             self.owned[seq_id] = self.owned.get(seq_id, 0) + n
         return True
 
-    def grow_each(self, seq_ids):
-        """One more block for each of ``seq_ids`` (the caller checked that they are available): what :meth:`grow`
-        does for each in turn, in one take."""
-        if not self._take(len(seq_ids)):
-            raise RuntimeError(f"{len(seq_ids)} KV blocks taken but {self.available()} available")
-        owned = self.owned
-        for seq_id in seq_ids:
-            owned[seq_id] = owned.get(seq_id, 0) + 1
+    def assign(self, seq_id, n):
+        """Count ``n`` blocks taken earlier with :meth:`take` as the sequence's own."""
+        if n:
+            self.owned[seq_id] = self.owned.get(seq_id, 0) + n
 
     def release(self, seq_id, keep_prefix=None):
         """Free the sequence's blocks. ``keep_prefix`` (group, full blocks): with prefix caching, its first

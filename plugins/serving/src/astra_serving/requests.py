@@ -316,7 +316,7 @@ def sample_lengths(dist, n, rng, cap=None):
     values = np.maximum(values.astype(np.int64), 1)
     if cap is not None:
         values = np.minimum(values, cap)
-    return [int(v) for v in values]
+    return values.tolist()  # Python ints
 
 
 def parse_prune(text):
@@ -377,7 +377,7 @@ def generate_requests(n, qps, prompt_len, output_len, seed=0, arrival="poisson",
     else:
         raise ConfigError(f"--arrival must be poisson or gamma, got {arrival!r}")
     gaps[0] = 0.0  # the first request arrives at time 0
-    arrivals = np.rint(np.cumsum(gaps) * NS).astype(np.int64)
+    arrivals = np.rint(np.cumsum(gaps) * NS).astype(np.int64).tolist()  # Python ints
     if prune is not None:
         prompts, outputs = _pruned_lengths(prompt_len, output_len, n, rng, prune)
         if max_context is not None:
@@ -388,7 +388,7 @@ def generate_requests(n, qps, prompt_len, output_len, seed=0, arrival="poisson",
     out = []
     for i in range(n):
         o = outputs[i] if max_context is None else max(1, min(outputs[i], max_context - prompts[i]))
-        out.append(Request(i, int(arrivals[i]), prompts[i], o))
+        out.append(Request(i, arrivals[i], prompts[i], o))
     return out
 
 
