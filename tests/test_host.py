@@ -11,14 +11,16 @@ from astra_sim.errors import ConfigError
 from astra_sim.simulation import simulate
 
 
-def _chain(tmp_path, us, count=20, npus=2, p2p=False, cpu=False):
+def _chain(tmp_path, us, count=20, npus=2, p2p=False, cpu=False, graphs=None):
     (tmp_path / "net.yml").write_text(f"topology: [ Switch ]\nnpus_count: [ {npus} ]\nbandwidth: [ 50 ]\n"
                                       "latency: [ 500 ]\n")
     (tmp_path / "sys.json").write_text(json.dumps({"all-reduce-implementation": ["ring"],
                                                    "preferred-dataset-splits": 1}))
     for rank in range(npus):
         nodes = [make_node(i, f"k{i}", T.COMP_NODE, data_deps=[i - 1] if i else [], duration_micros=us,
-                           attrs={"is_cpu_op": cpu and i == 0}) for i in range(count)]
+                           attrs={"is_cpu_op": cpu and i == 0,
+                                  **({"cuda_graph": graphs[i]} if graphs and graphs[i] else {})})
+                 for i in range(count)]
         if p2p:
             peer = 1 - rank
             nodes.append(make_node(count, "send", T.COMM_SEND_NODE, data_deps=[count - 1], attrs={
@@ -43,6 +45,17 @@ def test_long_kernels_hide_the_host(tmp_path):
     report = simulate(*args, options={"host_launch_us": 10})
     assert report.max_finish_ns == 10_000 + 20 * 100_000  # only the first launch shows
     assert report.settings["host"] == {"launch_ns": 10_000, "sync_after_p2p_ns": 0}
+
+
+def test_a_cuda_graph_is_launched_once_for_its_kernels(tmp_path):
+    """20 kernels of 1 us: the first 10 in graph 1, then 5 alone, then 5 in graph 2 (``astra workload llm
+    --cuda-graphs`` numbers each layer pass's graph): the host launches 1 + 5 + 1 times, 10 us each."""
+    graphs = [1] * 10 + [None] * 5 + [2] * 5
+    args = _chain(tmp_path, us=1, graphs=graphs)
+    # graph 1 at 10 us runs its 10 kernels (10 us); the 5 lone kernels are launched at 20 .. 60 us, each running
+    # 1 us after its launch; graph 2 is launched at 70 us and its 5 kernels follow: 75 us
+    assert simulate(*args, options={"host_launch_us": 10}).max_finish_ns == 70_000 + 5 * 1000
+    assert simulate(*args).max_finish_ns == 20 * 1000  # no host model: the graphs change nothing
 
 
 def test_the_host_waits_for_transfers_that_say_so(tmp_path):

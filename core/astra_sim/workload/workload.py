@@ -91,6 +91,7 @@ class RankWorkload:
         if self.host is not None and any(n.attrs.get("is_cpu_op") for n in self.nodes.values()):
             self.host = None
         self.host_clock = 0
+        self.host_graph = 0  # the last CUDA graph launched (node attribute cuda_graph)
         #: COMP nodes are timed at the end of their nanosecond (the model reads the communication beside them)
         self.time_at_end_of_ns = reads_comm_in_flight(shared.compute_model)
         self.issue_log = None  # a list of the issued node ids, in order, when --astra-sim-log needs them
@@ -202,8 +203,13 @@ class RankWorkload:
         if self.issue_log is not None:
             self.issue_log.append(node.id)
         if self.host is not None and slot != _CPU and node.type in _GPU_OPS:
-            launched = self.host_clock + self.host[0]
-            self.host_clock = launched
+            launched = self.host_clock
+            graph = node.attrs.get("cuda_graph")  # a CUDA graph (numbered in trace order) is launched once
+            if graph is None or graph > self.host_graph:
+                launched += self.host[0]
+                self.host_clock = launched
+                if graph is not None:
+                    self.host_graph = graph
             if launched > now:  # the host has not launched it yet: it starts then, its stream held meanwhile
                 self.node_start_ns[node.id] = launched
                 self.sys.register_event(self._launch, (node, slot), launched - now)

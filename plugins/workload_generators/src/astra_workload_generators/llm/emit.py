@@ -3,6 +3,8 @@ collective or a send/receive, appended to a stage's graph with its rank-specific
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 from astra_sim.chakra import types as T
 from astra_sim.chakra.writer import make_node
 
@@ -19,10 +21,27 @@ EW_REPLAY_BYTES_PER_S = 1.5e12
 class NodeEmitter:
     """Node emission for a stage builder (see :class:`.stage._StageBuilder` for the state it keeps)."""
 
+    @contextmanager
+    def graphed(self):
+        """With ``--cuda-graphs``, the nodes emitted inside (one layer's forward, or its backward with what it
+        recomputes) are one CUDA graph: each carries the attribute ``cuda_graph`` (the graph's number in the
+        trace), and astra run's host model launches the graph once for all of them."""
+        if not self.cfg.cuda_graphs:
+            yield
+            return
+        self.graphs += 1
+        self.graph = self.graphs
+        try:
+            yield
+        finally:
+            self.graph = None
+
     # -- node emission ------------------------------------------------------------------------------------
     def _add(self, name, type_, attrs, deps=(), dyn=None, duration=0, shapes=None, types=None, chain=True,
              values=None):
         nid = len(self.items)
+        if self.graph is not None:
+            attrs["cuda_graph"] = self.graph
         deps = list(deps)
         if chain and self.prev is not None:
             deps.insert(0, self.prev)

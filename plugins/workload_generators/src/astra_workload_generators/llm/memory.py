@@ -49,8 +49,8 @@ from dataclasses import dataclass, field
 
 from .config import DTYPES, LlmConfig, implied_framework
 from .memory_terms import (
-    LOGITS_BYTES, RESERVE_FRACTION, WORKSPACE_BYTES, context_bytes, gemm_workspace_bytes, logits_bytes, model_states,
-    moe_dispatch_bytes, op_sac_layer_bytes,
+    CUDA_GRAPH_ACTIVATION_FRACTION, LOGITS_BYTES, RESERVE_FRACTION, WORKSPACE_BYTES, context_bytes,
+    gemm_workspace_bytes, logits_bytes, model_states, moe_dispatch_bytes, op_sac_layer_bytes,
 )
 from .lora import adapter_parameters
 from .model import ModelDims, _lengths, layer_shards, mtp_shards, padded_vocab
@@ -265,6 +265,8 @@ def stage_memory(dims: ModelDims, cfg: LlmConfig, p: int) -> MemoryEstimate:
         weights += params * nb
     else:
         weights, gradients, optimizer, buffers = model_states(framework, cfg, params, unit_sizes, edges, sharded)
+    if cfg.cuda_graphs:  # the graphs' pools keep the captured forward's temporaries too
+        activations += int(CUDA_GRAPH_ACTIVATION_FRACTION * activations)
     moe = [i for _, _, layers in units.values() for i in layers if dims.is_moe_layer(i)]
     if moe:  # one MoE layer's dispatch at a time: the largest
         q = _lengths(dims, cfg)[0] // cfg.cp

@@ -32,6 +32,11 @@ def context_bytes(cfg) -> int:
 #: (transformer_engine/pytorch/module/base.py get_cublas_workspace_size_bytes: 32 MiB from Hopper, 4 MiB before).
 #: The larger, Hopper sizes are used: the estimate does not know the GPU.
 CUBLAS_WORKSPACE_BYTES = 32 << 20
+#: --cuda-graphs (per-layer graphs in training): the graphs' private pools keep the temporaries of the captured
+#: forward that eager PyTorch frees at once, "about 20 %" more activation memory, "10-20 GB" end to end (the CUDA-graph
+#: page proposed for NeMo's docs, github.com/NVIDIA-NeMo/Speech pull request #10500, formerly NVIDIA/NeMo, closed
+#: unmerged: docs/source/performance/cudagraphs.md) -- one statement, not a measurement
+CUDA_GRAPH_ACTIVATION_FRACTION = 0.20
 #: the caching allocator's reserve beyond the allocated bytes in training (max_memory_reserved /
 #: max_memory_allocated - 1): fitted by tools/fit_memory_reserve.py on torchtitan's published pair of Llama 3.1 8B
 #: FSDP runs on 8 and 128 H100 (docs/performance.md, Tables 1 and 3), whose difference is the sharded model states

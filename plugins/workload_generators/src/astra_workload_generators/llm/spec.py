@@ -100,6 +100,7 @@ class LlmSpec:
     norm_kernel: str = "fused"          # fused | composite: how the norms run (see --norm-kernel)
     attention_kernel: str | None = None  # fa2 | fa3 | cudnn (see --attention-kernel); None: by --framework
     rope: str | None = None             # none | eager | fused (see --rope); None: by --framework
+    cuda_graphs: bool = False           # per-layer CUDA graphs (see --cuda-graphs)
     recompute: str | None = None        # None, "full" or "selective"
     # kernels and precision
     elementwise: bool = True
@@ -249,6 +250,7 @@ class LlmSpec:
                         grad_buffer=self.grad_buffer, fp8_params=self.fp8_params, dp_shard=self.dp_shard or 0,
                         fsdp_prefetch=self.fsdp_prefetch,
                         norm_kernel=self.norm_kernel, attention_kernel=self.attention_kernel, rope=self.rope,
+                        cuda_graphs=self.cuda_graphs,
                         grad_sync_every_micro_batch=self.grad_sync_every_micro_batch,
                         moe_capacity_factor=self.moe_capacity_factor,
                         moe_pad_to_capacity=self.moe_pad_to_capacity, moe_imbalance=self.moe_imbalance,
@@ -524,6 +526,12 @@ def _add_flags(p):
                    "memory-bound kernels per tensor each way), fused (one kernel per tensor each way: Transformer "
                    "Engine, Megatron's --apply-rope-fusion) or none; default: eager with --framework fsdp2, else "
                    "none (the traces written before)")
+    p.add_argument("--cuda-graphs", action="store_true",
+                   help="per-layer CUDA graphs (Transformer Engine's make_graphed_callables, Megatron's "
+                   "--cuda-graph-impl transformer_engine, NeMo's per-layer graphs): each layer's forward and backward "
+                   "kernels go to the GPU as one graph, so the host launches one graph per layer pass instead of one "
+                   "kernel at a time (astra run's host model); the graphs' static buffers keep about 20 %% more "
+                   "activation memory (see docs/memory.md)")
     p.add_argument("--loss-dtype", choices=LOSS_DTYPES, default="fp32",
                    help="training memory: the cross entropy works on the logits upcast to fp32 (default: Megatron-LM, "
                    "torchtitan, Hugging Face Llama) or on them in --dtype (same: a loss on half-precision logits, "

@@ -64,6 +64,8 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
         self.comm_sms = dict(cfg.comm_sms)  # --comm-sms: key -> SMs (the comm_sms attribute)
         self.sm_margins = dict(cfg.sm_margins)  # TE overlap name -> its GEMMs' sm_margin
         self.deferred = []   # ZeRO-1/2 parameter all-gathers, issued after the optimizer
+        self.graph = None    # --cuda-graphs: the id of the CUDA graph the nodes emitted now belong to (.emit.graphed)
+        self.graphs = 0      # CUDA graphs so far
 
     def schedule(self):
         """[(kind 'F'/'B', model chunk, micro-batch)] of this pipeline rank, in execution order."""
@@ -137,7 +139,8 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
                         self.ew("aten::embedding", f"fwd.embedding.mb{mb}", [self._t(vocab, h), idx],
                                 deps + emb + (extra if cfg.zero == 3 else []))
                         deps = emb = []  # (the layer's first GEMM still names its ZeRO-3 gathers)
-                    self.layer_forward(layer, mb, (deps if i == 0 else []) + emb + extra)
+                    with self.graphed():
+                        self.layer_forward(layer, mb, (deps if i == 0 else []) + emb + extra)
                 self.fp8_amax(f"{self.fwd_tag}{cs}.mb{mb}", len(layers), backward=False)
                 if last:
                     extra = self._z3(units, "head", store, params, phase) if gather else []
@@ -184,13 +187,14 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
                 for layer in reversed(layers):
                     if gather:
                         deps = deps + self._z3(units, f"l{layer}", store, params, phase)
-                    if cfg.recompute:
-                        self.layer_forward(layer, mb, deps, tag="recompute")
-                        deps = []
-                    elif op_sac and not self.dims.is_moe_layer(layer) and not self.dims.mla:
-                        self.layer_recompute_op_sac(layer, mb, deps)
-                        deps = []
-                    self.layer_backward(layer, mb, deps)
+                    with self.graphed():
+                        if cfg.recompute:
+                            self.layer_forward(layer, mb, deps, tag="recompute")
+                            deps = []
+                        elif op_sac and not self.dims.is_moe_layer(layer) and not self.dims.mla:
+                            self.layer_recompute_op_sac(layer, mb, deps)
+                            deps = []
+                        self.layer_backward(layer, mb, deps)
                     deps = []
                     if sync:
                         lp, elp = params[f"l{layer}"]
