@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import gzip
+import json
 import os
 import re
 
@@ -82,6 +83,52 @@ def test_the_report_is_printed_before_the_requests_csv_fails(tmp_path, kept, cap
     assert '"deployment"' in captured.out
     assert "(Read-only file system); kept it as" in captured.err
     assert len(list(kept.iterdir())) == 1
+
+
+def comparable(report):
+    """The report without what differs between two runs of one spec (times of this process, the step cache's hits)."""
+    return {k: v for k, v in report.items() if k not in ("wall_s", "cpu_s", "step_simulator")}
+
+
+def test_a_late_timeline_failure_keeps_the_report_too(tmp_path, kept, capsys, monkeypatch):
+    """The timeline is written after the report is built: when it fails, -o still gets the whole report, --json
+    prints it, and the one error line says where the timeline was kept."""
+    reference = tmp_path / "ref.json"
+    assert main([*SERVE, "-o", str(reference)]) == 0
+    full, good = tmp_path / "full", tmp_path / "good"
+    full.mkdir()
+    fail_renames_into(monkeypatch, full)
+    capsys.readouterr()
+    assert main([*SERVE, "--timeline", str(full / "t.json"), "-o", str(good / "r.json"), "--json"]) == 2
+    captured = capsys.readouterr()
+    [recovered] = kept.iterdir()
+    lines = [line for line in captured.err.splitlines() if line.startswith("astra: error:")]
+    assert lines == [f"astra: error: astra serve: could not write --timeline {full / 't.json'} (No space left on "
+                     f"device); kept it as {recovered}"], captured.err
+    expected = comparable(json.loads(reference.read_text()))
+    assert comparable(json.loads((good / "r.json").read_text())) == expected
+    assert comparable(json.loads(captured.out)) == expected
+    assert json.loads(recovered.read_text())["traceEvents"]
+    assert list(full.iterdir()) == []
+
+
+def test_a_late_timeline_and_report_failure_prints_the_report_and_names_both(tmp_path, kept, capsys, monkeypatch):
+    """The whole disk fills: the timeline goes to a recovered file, the report to stdout, one line says both."""
+    reference = tmp_path / "ref.json"
+    assert main([*SERVE, "-o", str(reference)]) == 0
+    full = tmp_path / "full"
+    full.mkdir()
+    fail_renames_into(monkeypatch, full)
+    capsys.readouterr()
+    assert main([*SERVE, "--timeline", str(full / "t.json"), "-o", str(full / "r.json")]) == 2
+    captured = capsys.readouterr()
+    [recovered] = kept.iterdir()
+    lines = [line for line in captured.err.splitlines() if line.startswith("astra: error:")]
+    assert lines == [f"astra: error: astra serve: could not write --timeline {full / 't.json'} (No space left on "
+                     f"device); kept it as {recovered}; then --output {full / 'r.json'}: cannot write: No space left "
+                     "on device; the report is on stdout instead"], captured.err
+    assert comparable(json.loads(captured.out)) == comparable(json.loads(reference.read_text()))
+    assert list(full.iterdir()) == []
 
 
 # ------------------------------------------------------------------------- the kernel's helper

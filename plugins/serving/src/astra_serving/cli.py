@@ -73,8 +73,6 @@ def writing(args, *dests):
 def _cmd_serve(args):
     """Run each spec; the summary on stdout (on stderr with --json, whose JSON owns stdout); -o writes the report
     (a QPS sweep's: ``{"qps_sweep": [...]}``)."""
-    from astra_sim.safeio import write_or_recover, write_text_atomic
-
     from .deployment import serve
     from .metrics import UNITS, describe
 
@@ -84,9 +82,15 @@ def _cmd_serve(args):
     if args.requests_csv and len(specs) > 1:
         raise ConfigError("--requests-csv is for one QPS (a sweep has one set of requests per QPS)")
     check_outputs(args)
+    late = None  # a timeline that failed late: its report is still shown and written, then the error
     for spec in specs:
-        with writing(args, "save_trace", "timeline"):
-            report, requests = serve(spec)
+        try:
+            with writing(args, "save_trace", "timeline"):
+                report, requests = serve(spec)
+        except ConfigError as exc:
+            if not hasattr(exc, "served"):
+                raise
+            late, (report, requests) = exc, exc.served
         reports.append(report)
         if not args.quiet:
             d = report["deployment"]
@@ -99,7 +103,25 @@ def _cmd_serve(args):
                 from astra_sim.cliutil import warning
 
                 warning(thin)
+        if late is not None:  # the next rates would fail the same way
+            break
     out = reports[0] if len(reports) == 1 else {"units": dict(UNITS), "qps_sweep": reports}
+    try:
+        _write_report(args, out, requests)
+    except ConfigError as exc:  # one line says where both are
+        if late is None:
+            raise
+        raise ConfigError(f"{late}; then {exc}") from None
+    if late is not None:
+        raise late
+    return 0
+
+
+def _write_report(args, out, requests):
+    """-o, --json and --requests-csv: a late failure of -o prints the report on stdout, of the CSV keeps its rows
+    in a recovered file (a ConfigError says so)."""
+    from astra_sim.safeio import write_or_recover, write_text_atomic
+
     if args.output:
         try:
             write_text_atomic(args.output, json.dumps(out, indent=1) + "\n")
@@ -114,7 +136,6 @@ def _cmd_serve(args):
 
         rows = [",".join(REQUEST_COLUMNS)] + [",".join(str(v) for v in row) for row in request_rows(requests)]
         write_or_recover(args.requests_csv, ("\n".join(rows) + "\n").encode(), "astra serve", "--requests-csv")
-    return 0
 
 
 def serve(args):

@@ -81,7 +81,8 @@ def resolve(spec):
 def serve(spec):
     """``(report dict, requests)`` of the deployment ``spec`` describes (a :class:`ServeSpec`, or a mapping of
     ``astra serve`` options read by :meth:`ServeSpec.from_mapping`): what ``astra serve`` reports for it, every
-    iteration timed by the step simulator in this process. ``spec.timeline`` and ``spec.save_trace`` are written."""
+    iteration timed by the step simulator in this process. ``spec.timeline`` and ``spec.save_trace`` are written;
+    when the timeline's write fails late, the ConfigError carries ``(report, requests)`` as ``served``."""
 
     from .cluster import Cluster
     from .engine import VLLM_CUDA_GRAPH_SIZES, Engine, EngineConfig, Pipeline
@@ -180,10 +181,6 @@ def serve(spec):
 
         cluster.meter = EnergyMeter(min(r.arrival_ns for r in requests))
     cluster.run(requests)
-    if cluster.record_iterations:
-        from .timeline import write_timeline
-
-        write_timeline(spec.timeline, cluster, requests)
     report = build_report(requests, cluster, slos=spec.slo_targets())
     report["qps"] = None if spec.trace else qps
     engines = cluster.engines + cluster.decode_engines
@@ -223,4 +220,12 @@ def serve(spec):
         report["kv_transfer"] = transfer.stats() | {"time_ns": distribution_ns(spans)}
     report["wall_s"] = time.perf_counter() - started
     report["cpu_s"] = time.process_time() - started_cpu  # this process's CPU time: what other jobs do not change
+    if cluster.record_iterations:  # last, once the report exists: a late write failure must not lose it
+        from .timeline import write_timeline
+
+        try:
+            write_timeline(spec.timeline, cluster, requests)
+        except ConfigError as exc:  # the timeline is in a recovered file (the error says where), the report on it
+            exc.served = (report, requests)
+            raise
     return report, requests
