@@ -43,6 +43,9 @@ class BlockManager:
         """Take ``n`` blocks, the free ones first, then the least recently used cached prefix blocks; False
         (nothing taken) when they are not there. :meth:`grow` counts them as a sequence's at once; the engine's
         lazy decoders count theirs when they leave the group (:meth:`assign`)."""
+        if n <= self.free:  # the common case, without evictions
+            self.free -= n
+            return True
         if n > self.available():
             return False
         from_free = min(n, self.free)
@@ -55,11 +58,13 @@ class BlockManager:
     # ------------------------------------------------------------------ sequences
     def grow(self, seq_id, positions):
         """Hold ``positions`` positions; False (nothing changed) when the blocks are not there."""
-        n = self.needed(seq_id, positions)
-        if n and not self.take(n):
+        owned = self.owned.get(seq_id, 0)
+        n = -(-positions // self.block_size) - owned - len(self.shared.get(seq_id, ()))  # needed(), inlined
+        if n <= 0:
+            return True
+        if not self.take(n):
             return False
-        if n:
-            self.owned[seq_id] = self.owned.get(seq_id, 0) + n
+        self.owned[seq_id] = owned + n
         return True
 
     def assign(self, seq_id, n):
