@@ -282,14 +282,8 @@ class StepTimer:
         if corners is None:  # [(stage times, key)] in the rows' order
             corners = self._cells[cell] = [(self._corner(key), key) for p, _ in prefills for d, _ in decodes
                                            for c, _ in contexts for key in ((p, d, c if d else 0, 0, graph),)]
-        rows, corner = [], iter(corners)
-        for _, a in prefills:
-            for _, b in decodes:
-                ab = a * b
-                for _, w in contexts:
-                    times, key = next(corner)
-                    rows.append((ab * w, times, key))
-        return rows
+        weights = [a * b * c for _, a in prefills for _, b in decodes for _, c in contexts]  # (a * b) * c
+        return [(w, times, key) for w, (times, key) in zip(weights, corners)]
 
     def _points(self, value, ratio):
         """((grid point, weight), ...) of ``value`` (:func:`neighbours`), those of weight 0 left out, memoised."""
