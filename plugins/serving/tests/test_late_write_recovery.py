@@ -131,6 +131,33 @@ def test_a_late_timeline_and_report_failure_prints_the_report_and_names_both(tmp
     assert list(full.iterdir()) == []
 
 
+def test_a_late_serve_search_output_failure_keeps_the_answer(tmp_path, kept, capsys, monkeypatch):
+    """astra search --serve -o: --json prints the answer first, -o's late failure keeps it in a recovered file."""
+    argv = ["search", "--serve", "--preset", "llama3-8b", "--platform", "hgx-h100", "--qps", "4", "--requests", "20",
+            "--slo-ttft", "1000", "--tp", "1", "--gpus", "1", "-o"]
+    reference = tmp_path / "ref.json"
+    assert main([*argv, str(reference)]) == 0
+    out = tmp_path / "out"
+    out.mkdir()
+    fail_renames_into(monkeypatch, out, errno.EROFS)
+    capsys.readouterr()
+    assert main([*argv, str(out / "a.json"), "--json"]) == 2
+    captured = capsys.readouterr()
+    [recovered] = kept.iterdir()
+    assert the_error_in(captured.err) == (f"astra: error: astra search: could not write --output {out / 'a.json'} "
+                                          f"(Read-only file system); kept it as {recovered}")
+    assert re.fullmatch(r"\d{8}-\d{6}-search-output-\w+-a\.json", recovered.name), recovered.name
+    assert recovered.read_bytes() == reference.read_bytes()
+    assert json.loads(captured.out) == json.loads(reference.read_text())
+    assert list(out.iterdir()) == []
+
+
+def the_error_in(err):
+    lines = [line for line in err.splitlines() if line.startswith("astra: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
 # ------------------------------------------------------------------------- the kernel's helper
 def test_two_failures_in_one_second_get_two_files(tmp_path, kept, monkeypatch):
     monkeypatch.setattr(safeio.time, "strftime", lambda fmt: "20261129-141200")  # the same second, surely

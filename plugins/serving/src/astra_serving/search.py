@@ -193,7 +193,7 @@ def search_deployments(args, executor=None):
     slos = search_slos(args)
     from astra_sim.cliutil import warning
 
-    from .cli import SLO_TAIL_REQUESTS, check_outputs, small_sample_warning, writing
+    from .cli import SLO_TAIL_REQUESTS, check_outputs, small_sample_warning
 
     check_outputs(args)
 
@@ -249,13 +249,12 @@ def search_deployments(args, executor=None):
     else:
         print(f"cheapest: {answer['deployment']} = {answer['gpus']} GPUs (meets {shown_slos})", file=shown)
     result = {"units": dict(UNITS), "candidates": rows, "answer": answer}
-    if getattr(args, "output", None):
-        from astra_sim.safeio import write_text_atomic
-
-        with writing(args, "output"):
-            write_text_atomic(args.output, json.dumps(result, indent=1) + "\n")
-    if getattr(args, "json", False):
+    if getattr(args, "json", False):  # before -o: a late failure of -o does not take it with it
         print(json.dumps(result, indent=1))
+    if getattr(args, "output", None):  # a late failure keeps it in a recovered file; the ConfigError says where
+        from astra_sim.safeio import write_or_recover
+
+        write_or_recover(args.output, (json.dumps(result, indent=1) + "\n").encode(), "astra search", "--output")
     return 0 if answer is not None else 1
 
 

@@ -241,17 +241,21 @@ def _kept(args):
 def _run_search(args):
     if args.serve:
         return _cmd_serve_search(args)
+    late = []  # -o/--plot writes that failed late, each kept in a recovered file: said once the answer is out
     if not args.json:
-        _search_layouts(args)
-        return 0
-    with contextlib.redirect_stdout(sys.stderr):  # --json owns stdout: the table and the summary go to stderr
-        result = _search_layouts(args)
-    print(json.dumps(result, indent=1))
+        _search_layouts(args, late)
+    else:
+        with contextlib.redirect_stdout(sys.stderr):  # --json owns stdout: the table and the summary go to stderr
+            result = _search_layouts(args, late)
+        print(json.dumps(result, indent=1))
+    if late:
+        raise ConfigError("; ".join(late))
     return 0
 
 
-def _search_layouts(args):
-    """The training search: prints the table, writes -o/--output and --plot; the answer as a mapping."""
+def _search_layouts(args, late):
+    """The training search: prints the table, writes -o/--output and --plot (a late failure of either: its error,
+    saying where the output was kept, goes into ``late``); the answer as a mapping."""
     given = [f for f in _SERVE_ONLY if getattr(args, f, None)]
     if given:
         raise ConfigError(f"--{given[0].replace('_', '-')} is for --serve (serving deployments)")
@@ -374,12 +378,18 @@ def _search_layouts(args):
               "pruned": [{"layout": _options(c), "bound_ns": bounds[id(c)][0]} for c in pruned if id(c) not in beyond],
               **({"over_max_step_time": over} if objective.max_step_ns is not None else {})}
     if args.output:
-        from astra_sim.safeio import write_text_atomic
+        from astra_sim.safeio import write_or_recover
 
-        write_text_atomic(args.output, json.dumps(result, indent=1) + "\n")
+        try:
+            write_or_recover(args.output, (json.dumps(result, indent=1) + "\n").encode(), "astra search", "--output")
+        except ConfigError as exc:
+            late.append(str(exc))
     if args.plot:
-        plot(ranked, {why: [m.total for _, m in items] for why, items in dropped.items()}, capacity, args.plot,
-             f"{name} on {args.gpus} x {device}, batch {args.global_batch}", objective.best_label())
+        try:
+            plot(ranked, {why: [m.total for _, m in items] for why, items in dropped.items()}, capacity, args.plot,
+                 f"{name} on {args.gpus} x {device}, batch {args.global_batch}", objective.best_label())
+        except ConfigError as exc:
+            late.append(str(exc))
     return result
 
 
@@ -620,9 +630,12 @@ def plot(ranked, dropped, capacity, path, title, best_label="fastest"):
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    from astra_sim.safeio import atomic_output
+    from astra_sim.safeio import write_or_recover
 
-    with atomic_output(path) as handle:  # a full disk leaves no partial picture
+    def save(handle):
         fig.savefig(handle, format=os.path.splitext(path)[1].lstrip(".").lower() or "png", dpi=110)
-    plt.close(fig)
+    try:  # a full disk leaves no partial picture, and the picture goes to a recovered file (the ConfigError says where)
+        write_or_recover(path, save, "astra search", "--plot")
+    finally:
+        plt.close(fig)
     print(f"wrote {path}", file=sys.stdout)
