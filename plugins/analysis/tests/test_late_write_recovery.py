@@ -16,6 +16,7 @@ import sys
 import pytest
 
 from astra_sim.cli import main
+from astra_sim_testing import fail_renames_into
 
 
 @pytest.fixture(scope="module")
@@ -28,17 +29,6 @@ def workload(tmp_path_factory):
 
 def run(workload, *argv):
     return main(["run", "--workload-configuration", str(workload), "--platform", "hgx-h100", "-q", *argv])
-
-
-def fail_renames_into(monkeypatch, folder, code):
-    real = os.replace
-
-    def replace(src, dst, *args, **kwargs):
-        if os.path.abspath(os.fspath(dst)).startswith(str(folder) + os.sep):
-            raise OSError(code, os.strerror(code))
-        return real(src, dst, *args, **kwargs)
-
-    monkeypatch.setattr(os, "replace", replace)
 
 
 def error_line(capsys):

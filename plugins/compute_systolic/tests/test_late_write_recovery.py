@@ -5,26 +5,15 @@ file or folder, and the one error line says where (issue 39)."""
 from __future__ import annotations
 
 import errno
-import os
 import re
 from pathlib import Path
 
 import pytest
 
 from astra_sim.cli import main
+from astra_sim_testing import fail_renames_into
 
 CONFIG = Path(__file__).resolve().parents[3] / "examples" / "systolic" / "ws_32x32.cfg"
-
-
-def fail_renames_into(monkeypatch, folder, code=errno.ENOSPC):
-    real = os.replace
-
-    def replace(src, dst, *args, **kwargs):
-        if os.path.abspath(os.fspath(dst)).startswith(str(folder) + os.sep):
-            raise OSError(code, os.strerror(code))
-        return real(src, dst, *args, **kwargs)
-
-    monkeypatch.setattr(os, "replace", replace)
 
 
 @pytest.fixture

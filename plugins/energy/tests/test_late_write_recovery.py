@@ -5,23 +5,12 @@ output folder keeps no part of it (issue 39)."""
 from __future__ import annotations
 
 import errno
-import os
 import re
 
 from astra_sim.chakra import make_node, types as T
 from astra_sim.cli import main
 from astra_sim_testing import write_case
-
-
-def fail_renames_into(monkeypatch, folder, code):
-    real = os.replace
-
-    def replace(src, dst, *args, **kwargs):
-        if os.path.abspath(os.fspath(dst)).startswith(str(folder) + os.sep):
-            raise OSError(code, os.strerror(code))
-        return real(src, dst, *args, **kwargs)
-
-    monkeypatch.setattr(os, "replace", replace)
+from astra_sim_testing import fail_renames_into
 
 
 def test_a_late_power_timeline_write_failure_keeps_it(tmp_path, capsys, monkeypatch):

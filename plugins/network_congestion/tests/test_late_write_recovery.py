@@ -12,19 +12,9 @@ from pathlib import Path
 import pytest
 
 from astra_sim.cli import main
+from astra_sim_testing import fail_renames_into
 
 TORUS = Path(__file__).resolve().parents[3] / "examples" / "infragraph" / "torus_4x4x4" / "network.yaml"
-
-
-def fail_renames_into(monkeypatch, folder, code):
-    real = os.replace
-
-    def replace(src, dst, *args, **kwargs):
-        if os.path.abspath(os.fspath(dst)).startswith(str(folder) + os.sep):
-            raise OSError(code, os.strerror(code))
-        return real(src, dst, *args, **kwargs)
-
-    monkeypatch.setattr(os, "replace", replace)
 
 
 @pytest.mark.parametrize("mode,name,code", [("--to-analytical", "a.yaml", errno.ENOSPC),

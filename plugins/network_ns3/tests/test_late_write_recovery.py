@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import errno
 import importlib.util
-import os
 import re
 
 import pytest
@@ -14,20 +13,10 @@ import pytest
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.cli import main
 from astra_sim_testing import write_system_config
+from astra_sim_testing import fail_renames_into
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("ns3") is None,
                                 reason="the ns3 package is not installed (pip install 'ns3==3.44.post0')")
-
-
-def fail_renames_into(monkeypatch, folder, code):
-    real = os.replace
-
-    def replace(src, dst, *args, **kwargs):
-        if os.path.abspath(os.fspath(dst)).startswith(str(folder) + os.sep):
-            raise OSError(code, os.strerror(code))
-        return real(src, dst, *args, **kwargs)
-
-    monkeypatch.setattr(os, "replace", replace)
 
 
 def two_host_star(tmp_path):

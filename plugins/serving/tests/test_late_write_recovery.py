@@ -17,21 +17,9 @@ import pytest
 import astra_sim.safeio as safeio
 from astra_sim.cli import main
 from astra_sim.errors import ConfigError
+from astra_sim_testing import fail_renames_into
 
 SERVE = ["serve", "--preset", "llama3-8b", "--platform", "hgx-h100", "--qps", "4", "--requests", "3", "-q"]
-
-
-def fail_renames_into(monkeypatch, folder, code=errno.ENOSPC):
-    """Every final rename of an atomic write into ``folder`` fails with ``code``, as a full disk or a folder
-    turned read-only does after the work."""
-    real = os.replace
-
-    def replace(src, dst, *args, **kwargs):
-        if os.path.abspath(os.fspath(dst)).startswith(str(folder) + os.sep):
-            raise OSError(code, os.strerror(code))
-        return real(src, dst, *args, **kwargs)
-
-    monkeypatch.setattr(os, "replace", replace)
 
 
 @pytest.fixture

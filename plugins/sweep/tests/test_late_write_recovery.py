@@ -6,24 +6,13 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 import re
 
 from astra_sim.cli import main
+from astra_sim_testing import fail_renames_into
 
 SEARCH = ["search", "--preset", "gpt3-13b", "--platform", "hgx-h100", "--gpus", "8", "--global-batch", "8",
           "--tp", "8", "--pp", "1", "--mbs", "1", "--zero", "1", "--recompute", "none", "--no-progress"]
-
-
-def fail_renames_into(monkeypatch, folder, code):
-    real = os.replace
-
-    def replace(src, dst, *args, **kwargs):
-        if os.path.abspath(os.fspath(dst)).startswith(str(folder) + os.sep):
-            raise OSError(code, os.strerror(code))
-        return real(src, dst, *args, **kwargs)
-
-    monkeypatch.setattr(os, "replace", replace)
 
 
 def test_a_late_search_write_failure_keeps_the_answer_and_the_plot(tmp_path, capsys, monkeypatch):

@@ -7,6 +7,7 @@ Helpers (configurations, parity cases, the reference material's location) are he
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -138,3 +139,16 @@ def repo_root():
         if (parent / "pyproject.toml").exists() and (parent / "core").is_dir():
             return parent
     return None
+
+
+def fail_renames_into(monkeypatch, folder, code=errno.ENOSPC):
+    """Every final rename of an atomic write into ``folder`` fails with ``code`` (ENOSPC: a full disk; EROFS: a
+    folder turned read-only), as it does when a write fails after the work (the late-write tests of issue 39)."""
+    real = os.replace
+
+    def replace(src, dst, *args, **kwargs):
+        if os.path.abspath(os.fspath(dst)).startswith(str(folder) + os.sep):
+            raise OSError(code, os.strerror(code))
+        return real(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
