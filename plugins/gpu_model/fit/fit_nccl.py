@@ -189,7 +189,8 @@ def main(argv=None):
             "beyond_fit": {"fitted_max_bytes": FIT_MAX_BYTES, "source": "astra_gpu_model.nccl.PEAK_STATEMENTS: "
                            "NVIDIA/nccl-tests#212 (S. Jeaugey): ring 370 GB/s, NVLS all-reduce 480 GB/s bus bandwidth "
                            "on 8 H100, and the ring's 370/450 share of the line rate on A100's 300 GB/s NVLink 3; "
-                           "GTC 2024 S62129: NVLS 480 GB/s",
+                           "GTC 2024 S62129: NVLS 480 GB/s; Blackwell NVLS on 8 GPUs: NVIDIA/nccl#1807 (8 B200, "
+                           "830 GB/s) and lixueduan.com (8 GB200 over MNNVL, 811 GB/s)",
                            "efficiency": beyond},
             "architectures": {
                 arch: {"overhead_us": round(c.overhead_us, 4), "latency_scale": round(c.latency_scale, 5),

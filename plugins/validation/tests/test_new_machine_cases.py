@@ -51,12 +51,12 @@ def test_astra_validate_runs_the_short_new_machine_cases(tmp_path):
     for row in results.values():
         assert row["simulated_ns"] > 0 and row["role"] == "check"
         assert row["error"] == (row["simulated_ns"] - row["measured_ns"]) / row["measured_ns"]
-    # The known misses (docs/validation.md, "The new machines"): NCCL's Blackwell model borrows Hopper's
-    # calibration; on an NVL72 rack its NVLS all-reduce is about twice the measured bus bandwidth, and across two
-    # B200 nodes it picks a ring that the measured run beat.
-    for name in ("nccl-allreduce-gb200-nvl72-1rack", "nccl-allreduce-gb200-nvl72-2racks",
-                 "nccl-allreduce-gb200-nvl72-20racks"):
-        assert results[name]["error"] < -0.2, (name, results[name]["error"])
-    assert results["nccl-allreduce-b200-2node"]["error"] > 0.2
-    # RCCL on MI300X is timed with NCCL's Ampere constants: a 1 MiB all-reduce is far slower than measured
+    # docs/validation.md, "The new machines": Blackwell's NVLS peak is fitted on other sources (NVIDIA/nccl#1807,
+    # lixueduan.com) and NVLSTree runs across nodes, so one and two racks come within 5 % and two B200 nodes within
+    # 15 %; twenty racks stay a known miss (NCCL 2.26's NVLSTree past 2 nodes ran at half the 2-rack bandwidth).
+    for name in ("nccl-allreduce-gb200-nvl72-1rack", "nccl-allreduce-gb200-nvl72-2racks"):
+        assert abs(results[name]["error"]) < 0.05, (name, results[name]["error"])
+    assert abs(results["nccl-allreduce-b200-2node"]["error"]) < 0.15
+    assert results["nccl-allreduce-gb200-nvl72-20racks"]["error"] < -0.3
+    # RCCL on MI300X: MSCCL all-pairs up to 16 MiB, but NCCL's Ampere-fitted overhead and factors: 1 MiB stays slow
     assert results["rccl-allreduce-mi300x-8gpu-1m"]["error"] > 0.2

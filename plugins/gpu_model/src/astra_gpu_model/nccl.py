@@ -31,8 +31,8 @@ from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, RED
 
 LL, LL128, SIMPLE = "LL", "LL128", "Simple"
 PROTOCOLS = (LL, LL128, SIMPLE)
-RING, TREE, NVLS, COLLNET = "ring", "tree", "nvls", "collnet"
-ALGORITHMS = (RING, TREE, NVLS, COLLNET)
+RING, TREE, NVLS, COLLNET, NVLS_TREE = "ring", "tree", "nvls", "collnet", "nvls_tree"
+ALGORITHMS = (RING, TREE, NVLS, COLLNET, NVLS_TREE)
 #: The share of a NIC's line rate an IB SHARP (CollNet) stream gets: NCCL's maintainer's rule of thumb,
 #: "~20 GB/s per NIC" on 200 Gb/s (25 GB/s) HDR (https://github.com/NVIDIA/nccl/issues/320).
 COLLNET_NIC_EFFICIENCY = 0.8
@@ -42,24 +42,47 @@ COLLNET_NIC_EFFICIENCY = 0.8
 COLLNET_NET_LAT_US = 14.0
 
 #: baseLatencies[algo][proto], µs.
-BASE_LAT = {TREE: (6.8, 14.0, 8.4), RING: (6.6, 14.0, 8.4), NVLS: (0.0, 0.0, 0.0)}
+BASE_LAT = {TREE: (6.8, 14.0, 8.4), RING: (6.6, 14.0, 8.4), NVLS: (0.0, 0.0, 0.0), NVLS_TREE: (0.0, 0.0, 0.0)}
 #: hwLatencies[NVLINK][algo][proto] and [PCI], µs (None: the pair is not available).
 HW_LAT = {
-    "nvlink": {TREE: (0.6, 1.25, 4.0), RING: (0.6, 1.9, 3.4), NVLS: (None, None, 25.0)},
-    "pci": {TREE: (1.0, 1.9, 4.0), RING: (1.0, 2.5, 5.7), NVLS: (None, None, 0.0)},
-    "net": {TREE: (5.0, 8.5, 14.0), RING: (2.7, 4.0, 14.0), NVLS: (None, None, 18.0)},
+    "nvlink": {TREE: (0.6, 1.25, 4.0), RING: (0.6, 1.9, 3.4), NVLS: (None, None, 25.0), NVLS_TREE: (None, None, 25.0)},
+    "pci": {TREE: (1.0, 1.9, 4.0), RING: (1.0, 2.5, 5.7), NVLS: (None, None, 0.0), NVLS_TREE: (None, None, 0.0)},
+    "net": {TREE: (5.0, 8.5, 14.0), RING: (2.7, 4.0, 14.0), NVLS: (None, None, 18.0), NVLS_TREE: (None, None, 20.9)},
 }
-#: Per-architecture caps (GB/s), each for nNodes = 1 / 2 / > 2, and the per-link NVLink constant.
+#: Per-architecture caps (GB/s), each for nNodes = 1 / 2 / > 2, and the per-link NVLink constant (``link``: NCCL's
+#: achievable GB/s of one link, ``link_rate``: the datasheet's GB/s per direction of that link). ``nvls_tree``:
+#: NCCL's perChMaxNVLSTreeBws (src/graph/tuning.cc, NVIDIA/nccl master 2026-06). Blackwell's link is NVLink 5's
+#: 50 GB/s per direction (B200 preset: "18 links x 50 GB/s per direction"), so NCCL's 40.1 is 18 x 40.1 = 721.8 GB/s
+#: per GPU, the "maxBw 721.8" NCCL logs on 8 B200 (NVIDIA/nccl#1807).
 ARCH = {
     "volta": dict(ll_max=(39.0, 39.0, 20.4), ring_ll128=(20.0,) * 3, tree_ll128=(20.0,) * 3,
-                  tree=(26.5, 18.5, 10.0), nvls_eff=0.0, link=20.0),
+                  tree=(26.5, 18.5, 10.0), nvls_eff=0.0, link=20.0, link_rate=25.0),
     "ampere": dict(ll_max=(87.7, 22.5, 19.0), ring_ll128=(20.0,) * 3, tree_ll128=(20.0,) * 3,
-                   tree=(24.0, 23.6, 17.8), nvls_eff=0.0, link=20.0),
+                   tree=(24.0, 23.6, 17.8), nvls_eff=0.0, link=20.0, link_rate=25.0),
     "hopper": dict(ll_max=(141.0, 45.0, 35.0), ring_ll128=(36.7,) * 3, tree_ll128=(36.7, 36.7, 29.0),
-                   tree=(38.7, 41.4, 36.0), nvls_eff=0.85, link=20.6),
+                   tree=(38.7, 41.4, 36.0), nvls_eff=0.85, link=20.6, link_rate=25.0, nvls_tree=(0.0, 57.7, 45.5)),
     "blackwell": dict(ll_max=(282.0, 90.0, 70.0), ring_ll128=(40.0,) * 3, tree_ll128=(55.6, 31.67, 20.0),
-                      tree=(70.0, 42.8, 24.0), nvls_eff=0.74, link=40.1),
+                      tree=(70.0, 42.8, 24.0), nvls_eff=0.74, link=40.1, link_rate=50.0, nvls_tree=(0.0, 96.0, 80.0)),
 }
+#: NVLS inside each node and a tree between nodes (NCCL's NVLSTree) is a candidate on these architectures. Hopper
+#: has it in NCCL too; it stays out of this model until its multi-node cases are re-run with it (its calibrated
+#: results are kept as they were).
+NVLS_TREE_ARCHS = ("blackwell",)
+#: RCCL on an 8-GPU AMD Instinct node runs all-reduces up to 16 MiB with MSCCL's all-pairs algorithm (every GPU
+#: exchanges a slice with each of its 7 peers over its own Infinity Fabric link, in two steps: reduce-scatter, then
+#: all-gather) instead of its 14-step ring: RCCL's shipped algorithms (ROCm/rccl tools/msccl-algorithms/
+#: allreduce-allpairs-8n-*.xml at 0cbce2a, 2024-10: proto LL for 0 B - 512 KiB, Simple for 512 KiB - 11 MiB and
+#: 14 - 16 MiB; "the best performing algorithm (xml file) is picked" per size, ROCm/rccl#1088, "msccl algorithms
+#: tuning for allreduce on MI300"). Each window: (min bytes, max bytes, protocol).
+MSCCL_ALLPAIRS = "msccl_allpairs"
+MSCCL_ALLPAIRS_WINDOWS = ((0, 524287, LL), (524288, 11534336, SIMPLE), (14680065, 16777216, SIMPLE))
+MSCCL_ALLPAIRS_RANKS = 8
+#: NCCL_MAX_NVLS_ARITY (src/include/device.h): NVLS has at most 32 heads, each with its NIC (src/graph/search.cc:
+#: "NVLS and COLLNET_DIRECT search must have ngpus heads at most").
+NVLS_MAX_HEADS = 32
+#: The share of a NIC's line rate a stream across nodes gets: "We usually consider 24GB/s is the peak performance
+#: per 200G NIC (12 GB/s for 100G NICs)" (S. Jeaugey, NVIDIA, NVIDIA/nccl-tests#119, 2022-11-17): 24 / 25.
+NIC_EFFICIENCY = 24.0 / 25.0
 #: llMaxBws across nodes is indexed by the CPU, not the GPU: row 0 Intel, row 1 AMD (dossier §4.1).
 LL_MAX_MULTINODE = {"intel": (39.0, 20.4), "amd": (22.5, 19.0)}
 #: NCCL's netOverhead (µs) per CPU vendor, ×3 for Simple.
@@ -77,8 +100,12 @@ PCI_GEN5_BW = 48.0
 BRIDGE_NVLINK_GBPS = 300.0
 
 
-#: Architectures without their own calibration borrow the nearest one (documented in the README).
-CALIBRATION_ARCH = {"volta": "ampere", "ampere": "ampere", "hopper": "hopper", "blackwell": "hopper"}
+#: Architectures without their own calibration borrow the nearest one (documented in the README). Blackwell has no
+#: published sweep up to 64 MB: it borrows Hopper's fitted factors there, and has its own past them (its peak
+#: statements, :data:`PEAK_STATEMENTS`).
+CALIBRATION_ARCH = {"volta": "ampere", "ampere": "ampere", "hopper": "hopper", "blackwell": "blackwell"}
+#: The architecture whose fit up to 64 MB an architecture without a sweep of its own borrows.
+BORROWED_FIT = {"blackwell": "hopper"}
 
 
 @dataclass(frozen=True)
@@ -145,6 +172,13 @@ PEAK_STATEMENTS = (
     PeakStatement("NVIDIA/nccl-tests#212", "ampere", "A100-SXM4-80GB", RING, SIMPLE,
                   round(A100_NVLINK_GBPS * SIMPLE_PROTOCOL_SHARE, 1),
                   "#212's Simple-protocol share of the line rate (370 / 450) on A100's 300 GB/s NVLink 3"),
+    # Blackwell (NVLink 5): two measurements of an 8-GPU NVLS all-reduce, neither from a registry case's source.
+    PeakStatement("NVIDIA/nccl#1807", "blackwell", "B200", NVLS, SIMPLE, 830.0,
+                  "pzcyyj, 2025-08-13, NCCL 2.27.1 on 8 B200 in one machine: 'should the all_reduce_perf performance "
+                  "of 8 B200s in a single machine reach 900+? Ours is 830+.'"),
+    PeakStatement("lixueduan.com GB200 MNNVL", "blackwell", "B200", NVLS, SIMPLE, 811.0,
+                  "https://www.lixueduan.com/posts/ai/13-gb200-mnnvl-nccl-test: 2 GB200 compute trays (8 GPUs) over "
+                  "multi-node NVLink, NCCL micro-benchmark: '2 节点 8 GPU 配置下,MNNVL 实测带宽 811GB/s'"),
 )
 
 
@@ -208,11 +242,13 @@ def load_calibration(path=None):
     with open(source) as fh:
         raw = json.load(fh)
     beyond = raw.get("beyond_fit", {})
+    fits = dict(raw["architectures"])
+    fits.update({arch: raw["architectures"][lender] for arch, lender in BORROWED_FIT.items()})
     out = {arch: NcclCalibration(float(v["overhead_us"]), float(v["latency_scale"]),
                                  {k: float(e) for k, e in v["efficiency"].items()},
                                  int(beyond["fitted_max_bytes"]) if beyond else None,
                                  {k: float(e) for k, e in beyond.get("efficiency", {}).get(arch, {}).items()})
-           for arch, v in raw["architectures"].items()}
+           for arch, v in fits.items()}
     if path is None:
         _CALIBRATION = out
     return out
@@ -240,6 +276,8 @@ class NcclConfig:
     cpu: str = "intel"
     #: The scale-out switches reduce (InfiniBand SHARP): NCCL may choose CollNet for all-reduce across nodes.
     sharp: bool = False
+    #: RCCL's MSCCL all-pairs all-reduce on one 8-GPU node (AMD Instinct: :data:`MSCCL_ALLPAIRS_WINDOWS`).
+    msccl_allpairs: bool = False
 
     def link(self, n, nodes=1):
         """The path a ring of ``n`` ranks on ``nodes`` nodes is bounded by."""
@@ -267,6 +305,8 @@ def config_for_gpu(name=None, **overrides):
     bw = gpu.scaleup_bandwidth_gbps or 450.0
     kw = dict(arch=arch, nvlink_gbps=bw, channels=16 if arch in ("hopper", "blackwell") else 12,
               pci_gbps=PCI_GEN5_BW if arch in ("hopper", "blackwell") else PCI_GEN4_BW)
+    if gpu.vendor.lower() == "amd":  # RCCL: its MSCCL all-pairs all-reduce on the 8-GPU Infinity Fabric mesh
+        kw.update(msccl_allpairs=True)
     if gpu.scaleup_topology == "pairwise":  # PCIe cards: NVLink bridges join pairs, PCIe the rest (no NVLS)
         kw.update(topology="pairwise", pair_nvlink_gbps=bw, nvls=False)
     kw.update(overrides)
@@ -294,12 +334,7 @@ def predict(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
     ppn = -(-n // nodes)  # ranks per node (the fullest node when they are uneven)
     nch = cfg.channels
     link = cfg.link(n if nodes == 1 else ppn)
-    # bwIntra: NCCL's per-link constant over the 25 GB/s datasheet link, or NCCL's PCI_BW per generation.
-    if link == "pcie":
-        bw_intra = cfg.pci_gbps
-    else:
-        nvlink = cfg.pair_nvlink_gbps if link == "bridge" else cfg.nvlink_gbps
-        bw_intra = nvlink * caps["link"] / 25.0
+    bw_intra = intra_bandwidth(cfg, link)
     hw = HW_LAT["pci" if link == "pcie" else "nvlink"]
     if nodes > 1:
         # The ring/tree crosses its node's NICs: one per GPU, rail-optimised.
@@ -322,6 +357,14 @@ def predict(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
                 lat = BASE_LAT[RING][2] + 2 * (ppn - 1) * hw[RING][2] + COLLNET_NET_LAT_US
                 bw_us = n_bytes / (1000.0 * alg_bw)
                 out.append((lat + bw_us, COLLNET, SIMPLE, lat, bw_us))
+            continue
+        if algo == NVLS_TREE:
+            if (cfg.arch in NVLS_TREE_ARCHS and cfg.nvls and nodes > 1 and ppn > 1 and coll == ALL_REDUCE
+                    and link == "nvswitch"):
+                alg_bw = nvls_tree_bus(cfg, bw_intra, ppn, nodes) * n / nsteps
+                lat = hw[NVLS_TREE][2] + 2 * math.log2(nodes) * HW_LAT["net"][NVLS_TREE][2]
+                bw_us = n_bytes / (1000.0 * alg_bw)
+                out.append((lat + bw_us, NVLS_TREE, SIMPLE, lat, bw_us))
             continue
         if algo == NVLS and (not cfg.nvls or caps["nvls_eff"] == 0 or link != "nvswitch" or nodes > 1
                              or coll not in (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER)):
@@ -371,7 +414,47 @@ def predict(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
             bw_us = n_bytes / (1000.0 * alg_bw)
             out.append((lat + bw_us, algo, proto, lat, bw_us))
     out.sort()
+    window = _allpairs_protocol(coll, n_bytes, n, cfg, nodes)
+    if window is not None:
+        # MSCCL replaces RCCL's choice in its windows: the ring's bandwidth of that protocol (the same bytes per
+        # link: each GPU sends 2 (n-1)/n of the buffer over its n-1 links), two steps of latency instead of 2 (n-1).
+        ring = next(c for c in out if c[1] == RING and c[2] == window)
+        p = PROTOCOLS.index(window)
+        lat = BASE_LAT[RING][p] + 2 * hw[RING][p]
+        return [(lat + ring[4], MSCCL_ALLPAIRS, window, lat, ring[4])]
     return out
+
+
+def _allpairs_protocol(coll, n_bytes, n, cfg, nodes):
+    """The protocol of RCCL's MSCCL all-pairs all-reduce at this size, or None where RCCL's own choice runs."""
+    if not (cfg.msccl_allpairs and coll == ALL_REDUCE and nodes == 1 and n == MSCCL_ALLPAIRS_RANKS):
+        return None
+    return next((proto for low, high, proto in MSCCL_ALLPAIRS_WINDOWS if low <= n_bytes <= high), None)
+
+
+def intra_bandwidth(cfg: NcclConfig, link):
+    """NCCL's bwIntra (GB/s per GPU): its per-link constant times the links (the per-direction bandwidth over the
+    datasheet's link rate), or NCCL's PCI_BW per generation."""
+    if link == "pcie":
+        return cfg.pci_gbps
+    caps = ARCH[cfg.arch]
+    nvlink = cfg.pair_nvlink_gbps if link == "bridge" else cfg.nvlink_gbps
+    return nvlink * caps["link"] / caps["link_rate"]
+
+
+def nvls_tree_bus(cfg: NcclConfig, bw_intra, ppn, nodes, nvls_share=None, nic_share=1.0):
+    """Bus bandwidth (GB/s) of NCCL's NVLSTree all-reduce: NVLS reduces inside each node, the node's heads (one GPU
+    and its NIC each, at most :data:`NVLS_MAX_HEADS`) run a tree between nodes. NCCL's model (tuning.cc): the least
+    of NVLS's bus bandwidth, the heads' NICs (twice on 2 nodes, where the tree is one exchange each way; once on
+    more, where a tree node forwards to two children), and ``channels x perChMaxNVLSTreeBw``.
+
+    ``nvls_share``: the factor on NCCL's NVLS bandwidth the calibration found (its peak statement), ``nic_share``:
+    on the NICs' line rate (:data:`NIC_EFFICIENCY`); both 1 for NCCL's own model."""
+    caps = ARCH[cfg.arch]
+    intra = min(bw_intra * caps["nvls_eff"] * (cfg.channels - 1) / cfg.channels * 2, bw_intra * 2)
+    intra *= 1.0 if nvls_share is None else nvls_share
+    inter = min(ppn, NVLS_MAX_HEADS) * cfg.nic_gbps * nic_share * (2 if nodes <= 2 else 1)
+    return min(intra, inter, cfg.channels * caps["nvls_tree"][1 if nodes <= 2 else 2])
 
 
 def collnet_bw(cfg: NcclConfig, ppn, bw_intra):
@@ -401,9 +484,19 @@ def collective_time_us(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
     cal = cfg.correction()
     if cal is None:
         return lat + bw_us, algo, proto
+    if algo == NVLS_TREE:
+        # Each part at its own calibrated rate: NVLS at the share its peak statement gives, the NICs at NCCL's.
+        ppn = -(-n // nodes)
+        nvls = cal.beyond_fit.get("nvswitch/nvls/Simple") or cal.efficiency_for("nvswitch", NVLS, SIMPLE)
+        bus = nvls_tree_bus(cfg, intra_bandwidth(cfg, "nvswitch"), ppn, nodes, nvls, NIC_EFFICIENCY)
+        return cal.overhead_us + cal.latency_scale * lat + n_bytes / (1000.0 * bus * n / _nsteps(coll, n)), algo, proto
     link = cfg.link(n, nodes)
-    eff = cal.efficiency_for(link, algo, proto)
-    beyond = cal.beyond_fit.get(f"{link}/{algo}/{proto}")
+    if algo == MSCCL_ALLPAIRS:  # the ring's bytes per link (its calibrated factor); only its latency differs
+        algo_key = RING
+    else:
+        algo_key = algo
+    eff = cal.efficiency_for(link, algo_key, proto)
+    beyond = cal.beyond_fit.get(f"{link}/{algo_key}/{proto}")
     if beyond is not None and n_bytes > cal.fitted_max_bytes:
         # bw_us is linear in the size: the fitted range at the fitted factor, the rest at the peak's.
         fitted_part = bw_us * cal.fitted_max_bytes / n_bytes
@@ -490,6 +583,8 @@ def nccl_factory(com_type, rank, topo, data_size, direction, window):
 
 
 __all__ = ["NcclConfig", "NcclCalibration", "NcclCollective", "config_for_gpu", "load_calibration", "predict",
+           "intra_bandwidth", "nvls_tree_bus", "NVLS_TREE", "NIC_EFFICIENCY",
+           "MSCCL_ALLPAIRS", "MSCCL_ALLPAIRS_WINDOWS",
            "beyond_fit_efficiency", "calibration_override", "PEAK_BUSBW", "PEAK_BUSBW_SOURCES", "PEAK_STATEMENTS",
            "PeakStatement", "peak_busbw",
            "collnet_bw",

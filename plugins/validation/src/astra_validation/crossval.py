@@ -112,7 +112,8 @@ TUNED = {
     "nccl.PEAK_BUSBW": TunedConstant(
         "nccl.PEAK_BUSBW", "astra_gpu_model.nccl.PEAK_STATEMENTS: NVIDIA/nccl-tests#212 (H100 NVSwitch ring 370 GB/s, "
         "NVLS all-reduce ~480 GB/s bus bandwidth; the ring's 370/450 share of the line rate, applied to A100), "
-        "GTC 2024 S62129 (NVLS 480 GB/s)",
+        "GTC 2024 S62129 (NVLS 480 GB/s); Blackwell NVLS: NVIDIA/nccl#1807 (830 GB/s on 8 B200), lixueduan.com "
+        "(811 GB/s on 8 GB200 over MNNVL)",
         "plugins/gpu_model/fit/fit_nccl.py (astra_gpu_model.nccl.beyond_fit_efficiency)", _nccl_peaks_without,
         kinds=("llm_step", "collective", "serving", "energy")),
     "serving.sharegpt_output_lengths": TunedConstant(
