@@ -7,6 +7,12 @@ simulated; the two runs' per-request times must be identical. Targets: the cold 
 warm simulation >= 1,000x real time (under 0.5 s for 500 s simulated), taken on its CPU time, which other jobs on
 a shared machine do not stretch (on an idle machine its wall time is the same).
 
+Measured (README's table): warm, 0.42-0.44 s of CPU, 1,170-1,235x real time, with the energy per request (0.57 s
+before the speed work of issue 37, the least of 8 fresh processes each, run alternately). CPU time still grows a
+few % with the machine's load: compare two versions in fresh processes run alternately, the least of several runs
+each. The cache's key covers every installed plugin's files (stepcache.py): a file edited between the two runs (by
+another job in the same tree) makes the second run cold as well.
+
     python benchmarks/bench_serve.py [--requests N] [--qps Q] [--model NAME] [--cache-dir DIR]
 
 ``--cache-dir``: the step cache to use (default: a new temporary folder, so that the first run is cold).
