@@ -106,7 +106,8 @@ def build_report(requests, cluster, slo_ttft_ms=None, slo_tpot_ms=None, max_poin
             slo_tpot_ms = target if slo_tpot_ms is None else min(slo_tpot_ms, target)
     ttft = [r.first_token_ns - r.arrival_ns for r in requests]
     e2e = [r.finish_ns - r.arrival_ns for r in requests]
-    tpot = [t for t in (tpot_ns(r) for r in requests) if t is not None]
+    tpot = [(r.finish_ns - r.first_token_ns) / (r.output_tokens - 1) for r in requests
+            if r.output_tokens > 1]  # tpot_ns of each, inline
     queue = [r.scheduled_ns - r.arrival_ns for r in requests]
     start = min(r.arrival_ns for r in requests)
     end = max(r.finish_ns for r in requests)
