@@ -7,7 +7,8 @@ Regenerate the checked-in fit (from the repository root):
         --out plugins/gpu_model/src/astra_gpu_model/data/nccl_fit.json
 
 (the data is ``shared/calibration/vidur_measured_all_reduce_*.csv``, found beside the repository or via
-$ASTRA_SHARED_DIR). It prints the error tables that README.md shows.
+$ASTRA_SHARED_DIR, and, for AMD Instinct's ``cdna3``, the published MI300X RCCL sweep in
+``astra_gpu_model/data/published_rccl_all_reduce_mi300x.csv``). It prints the error tables that README.md shows.
 
 Method. Every single-node row from 2 KB to 64 MB is one point. NCCL's own model (no calibration) picks
 the (algo, proto) pair and gives its two terms, ``lat`` and ``nBytes/algBw``. Per architecture the model
@@ -41,6 +42,9 @@ from astra_gpu_model.nccl import (  # noqa: E402
 )
 
 FIT_MAX_BYTES = 64 << 20
+#: RCCL on 8 MI300X (issue 40): the published sweep the ``cdna3`` calibration is fitted on (its source in the file).
+RCCL_MI300X = HERE.parents[1] / "src" / "astra_gpu_model" / "data" / "published_rccl_all_reduce_mi300x.csv"
+FIT_MIN_BYTES = 2 << 10  # as Vidur's rows: smaller sizes are latency noise
 
 
 def points(cal_dir, max_bytes=FIT_MAX_BYTES, min_bytes=0):
@@ -55,6 +59,25 @@ def points(cal_dir, max_bytes=FIT_MAX_BYTES, min_bytes=0):
             _, algo, proto, lat, bw = predict("all_reduce", size, n, raw)[0]
             out.append(dict(file=stem, preset=preset, topology=topology, arch=CALIBRATION_ARCH[raw.arch], n=n,
                             size=size, measured=measured, lat=lat, bw=bw, key=f"{raw.link(n)}/{algo}/{proto}"))
+    return out
+
+
+def rccl_points(path=RCCL_MI300X, max_bytes=FIT_MAX_BYTES, min_bytes=FIT_MIN_BYTES):
+    """The published MI300X sweep's rows as :func:`points` gives Vidur's: 8 GPUs, one node (MSCCL's all-pairs
+    all-reduce has its own factors: RCCL's ring and the all-pairs kernels are different code)."""
+    import csv
+
+    raw = config_for_gpu("MI300X", calibrated=False)
+    with open(path) as fh:
+        rows = list(csv.DictReader(line for line in fh if not line.startswith("#")))
+    out = []
+    for row in rows:
+        size, measured = int(row["size_bytes"]), float(row["time_us"])
+        if not min_bytes <= size <= max_bytes:
+            continue
+        _, algo, proto, lat, bw = predict("all_reduce", size, 8, raw)[0]
+        out.append(dict(file="rccl_mi300x", preset="MI300X", topology="nvswitch", arch="cdna3", n=8, size=size,
+                        measured=measured, lat=lat, bw=bw, key=f"{raw.link(8)}/{algo}/{proto}"))
     return out
 
 
@@ -177,20 +200,28 @@ def main(argv=None):
     print(table(calibration, big, "Rows above 64 MB (never fitted)"))
     print(multinode_table(cal_dir))
 
+    rccl = rccl_points()
+    calibration["cdna3"] = fit_arch(rccl)
+    err = errors(calibration, rccl)
+    print(f"### RCCL on 8 MI300X (hisohara/ai-scripts, {len(rccl)} rows, 2 KB - 64 MB): median abs err "
+          f"{100 * statistics.median(abs(e) for e in err):.1f}%, max {100 * max(abs(e) for e in err):.1f}%\n")
+
     beyond = beyond_fit_efficiency()
     print("Past 64 MB on NVSwitch (factor on NCCL's algBw from the published peak):", beyond)
     if args.out:
         payload = {
             "generated_by": ".venv/bin/python plugins/gpu_model/fit/fit_nccl.py --out "
                             "plugins/gpu_model/src/astra_gpu_model/data/nccl_fit.json (from the repository root)",
-            "fitting_data": [f"vidur_measured_all_reduce_{s}.csv" for s in VIDUR_ALL_REDUCE],
-            "rows": "num_nodes == 1, 2 KB <= size_bytes <= 64 MB, time_ms_median",
+            "fitting_data": [f"vidur_measured_all_reduce_{s}.csv" for s in VIDUR_ALL_REDUCE]
+            + [f"astra_gpu_model/data/{RCCL_MI300X.name} (cdna3: hisohara/ai-scripts rccl-smoketest, 8 MI300X)"],
+            "rows": "num_nodes == 1, 2 KB <= size_bytes <= 64 MB, time_ms_median (cdna3: time_us, out-of-place)",
             "objective": "sum |predicted - measured| / measured",
             "beyond_fit": {"fitted_max_bytes": FIT_MAX_BYTES, "source": "astra_gpu_model.nccl.PEAK_STATEMENTS: "
                            "NVIDIA/nccl-tests#212 (S. Jeaugey): ring 370 GB/s, NVLS all-reduce 480 GB/s bus bandwidth "
                            "on 8 H100, and the ring's 370/450 share of the line rate on A100's 300 GB/s NVLink 3; "
                            "GTC 2024 S62129: NVLS 480 GB/s; Blackwell NVLS on 8 GPUs: NVIDIA/nccl#1807 (8 B200, "
-                           "830 GB/s) and lixueduan.com (8 GB200 over MNNVL, 811 GB/s)",
+                           "830 GB/s) and lixueduan.com (8 GB200 over MNNVL, 811 GB/s); MI300X (cdna3) ring: hisohara/ai-scripts "
+                           "rccl-smoketest's 8 GiB row, 315.69 GB/s",
                            "efficiency": beyond},
             "architectures": {
                 arch: {"overhead_us": round(c.overhead_us, 4), "latency_scale": round(c.latency_scale, 5),

@@ -58,5 +58,7 @@ def test_astra_validate_runs_the_short_new_machine_cases(tmp_path):
         assert abs(results[name]["error"]) < 0.05, (name, results[name]["error"])
     assert abs(results["nccl-allreduce-b200-2node"]["error"]) < 0.15
     assert results["nccl-allreduce-gb200-nvl72-20racks"]["error"] < -0.3
-    # RCCL on MI300X: MSCCL all-pairs up to 16 MiB, but NCCL's Ampere-fitted overhead and factors: 1 MiB stays slow
-    assert results["rccl-allreduce-mi300x-8gpu-1m"]["error"] > 0.2
+    # RCCL on MI300X: MSCCL all-pairs up to 16 MiB, the cdna3 calibration fitted on another published sweep
+    # (hisohara/ai-scripts): the blog's three sizes within 10 %
+    for name in ("rccl-allreduce-mi300x-8gpu-16g", "rccl-allreduce-mi300x-8gpu-64m", "rccl-allreduce-mi300x-8gpu-1m"):
+        assert abs(results[name]["error"]) < 0.10, (name, results[name]["error"])

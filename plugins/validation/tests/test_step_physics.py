@@ -44,7 +44,8 @@ def test_nccl_peak_statements_average_per_pair_and_leave_a_source_out():
     assert nccl.peak_busbw()["ampere"][1] == {("ring", "Simple"): pytest.approx(246.7)}
     without = nccl.peak_busbw(excluded={"NVIDIA/nccl-tests#212"})
     assert without == {"hopper": ("H100-SXM5-80GB", {("nvls", "Simple"): 480.0}),
-                       "blackwell": ("B200", {("nvls", "Simple"): (830.0 + 811.0) / 2})}  # issue 40's statements
+                       "blackwell": ("B200", {("nvls", "Simple"): (830.0 + 811.0) / 2}),  # issue 40's statements
+                       "cdna3": ("MI300X", {("ring", "Simple"): 315.69})}
     assert nccl.peak_busbw(excluded=set(nccl.PEAK_BUSBW_SOURCES)) == {}
     # two statements of one pair: their mean
     two = [nccl.PeakStatement("a", "hopper", "H100-SXM5-80GB", "nvls", "Simple", 470.0, ""),

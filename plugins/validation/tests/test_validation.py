@@ -259,7 +259,7 @@ def test_the_nccl_peak_refit_is_the_fit_rerun_on_the_other_sources():
     from astra_validation.crossval import TUNED
 
     checked_in = nccl.load_calibration()
-    fitted = ("hopper", "ampere", "blackwell")
+    fitted = ("hopper", "ampere", "blackwell", "cdna3")
     assert nccl.beyond_fit_efficiency() == {a: checked_in[a].beyond_fit for a in fitted}  # the fit
     cfg = nccl.config_for_gpu("H100-SXM5-80GB")
     size = 8 << 30

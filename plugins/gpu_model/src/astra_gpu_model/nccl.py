@@ -64,6 +64,10 @@ ARCH = {
     "blackwell": dict(ll_max=(282.0, 90.0, 70.0), ring_ll128=(40.0,) * 3, tree_ll128=(55.6, 31.67, 20.0),
                       tree=(70.0, 42.8, 24.0), nvls_eff=0.74, link=40.1, link_rate=50.0, nvls_tree=(0.0, 96.0, 80.0)),
 }
+#: AMD Instinct (CDNA 3, and CDNA 4 by ASSUMPTION): RCCL's own tuning model is not reproduced; NCCL's Ampere caps and
+#: per-link constant stand in for its choice (ASSUMPTION), on the preset's aggregate Infinity Fabric bandwidth. The
+#: times have their own calibration, fitted on a published MI300X sweep (``data/published_rccl_all_reduce_mi300x.csv``).
+ARCH["cdna3"] = dict(ARCH["ampere"])
 #: NVLS inside each node and a tree between nodes (NCCL's NVLSTree) is a candidate on these architectures. Hopper
 #: has it in NCCL too; it stays out of this model until its multi-node cases are re-run with it (its calibrated
 #: results are kept as they were).
@@ -103,7 +107,8 @@ BRIDGE_NVLINK_GBPS = 300.0
 #: Architectures without their own calibration borrow the nearest one (documented in the README). Blackwell has no
 #: published sweep up to 64 MB: it borrows Hopper's fitted factors there, and has its own past them (its peak
 #: statements, :data:`PEAK_STATEMENTS`).
-CALIBRATION_ARCH = {"volta": "ampere", "ampere": "ampere", "hopper": "hopper", "blackwell": "blackwell"}
+CALIBRATION_ARCH = {"volta": "ampere", "ampere": "ampere", "hopper": "hopper", "blackwell": "blackwell",
+                    "cdna3": "cdna3"}
 #: The architecture whose fit up to 64 MB an architecture without a sweep of its own borrows.
 BORROWED_FIT = {"blackwell": "hopper"}
 
@@ -172,6 +177,12 @@ PEAK_STATEMENTS = (
     PeakStatement("NVIDIA/nccl-tests#212", "ampere", "A100-SXM4-80GB", RING, SIMPLE,
                   round(A100_NVLINK_GBPS * SIMPLE_PROTOCOL_SHARE, 1),
                   "#212's Simple-protocol share of the line rate (370 / 450) on A100's 300 GB/s NVLink 3"),
+    # AMD Instinct MI300X (RCCL, 8 GPUs, Infinity Fabric mesh): the largest row of the published sweep the cdna3
+    # calibration is fitted on (data/published_rccl_all_reduce_mi300x.csv), not a registry case's source.
+    PeakStatement("hisohara/ai-scripts rccl-smoketest", "cdna3", "MI300X", RING, SIMPLE, 315.69,
+                  "github.com/hisohara/ai-scripts training/01_rccl-smoketest/README.md (3ae89cf), rccl-tests "
+                  "develop:a7809b3 on 8 MI300X, `mpirun -np 8 ... all_reduce_perf -b 8 -e 8G -f 2 -g 1`: 8589934592 B "
+                  "out-of-place 47617 us, busbw 315.69 GB/s"),
     # Blackwell (NVLink 5): two measurements of an 8-GPU NVLS all-reduce, neither from a registry case's source.
     PeakStatement("NVIDIA/nccl#1807", "blackwell", "B200", NVLS, SIMPLE, 830.0,
                   "pzcyyj, 2025-08-13, NCCL 2.27.1 on 8 B200 in one machine: 'should the all_reduce_perf performance "
@@ -300,6 +311,8 @@ def config_for_gpu(name=None, **overrides):
     gpu = load_gpu(name)
     text = f"{gpu.name} {gpu.raw.get('architecture', '')}".lower()
     arch = next((a for a in ("blackwell", "hopper", "ampere", "volta") if a in text), None)
+    if arch is None and "cdna" in text:
+        arch = "cdna3"  # AMD Instinct: RCCL, calibrated on MI300X (CDNA 4's MI355X: ASSUMPTION, the same)
     if arch is None:
         arch = "hopper" if any(k in text for k in ("h100", "h200")) else "ampere"
     bw = gpu.scaleup_bandwidth_gbps or 450.0
@@ -491,12 +504,8 @@ def collective_time_us(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
         bus = nvls_tree_bus(cfg, intra_bandwidth(cfg, "nvswitch"), ppn, nodes, nvls, NIC_EFFICIENCY)
         return cal.overhead_us + cal.latency_scale * lat + n_bytes / (1000.0 * bus * n / _nsteps(coll, n)), algo, proto
     link = cfg.link(n, nodes)
-    if algo == MSCCL_ALLPAIRS:  # the ring's bytes per link (its calibrated factor); only its latency differs
-        algo_key = RING
-    else:
-        algo_key = algo
-    eff = cal.efficiency_for(link, algo_key, proto)
-    beyond = cal.beyond_fit.get(f"{link}/{algo_key}/{proto}")
+    eff = cal.efficiency_for(link, algo, proto)
+    beyond = cal.beyond_fit.get(f"{link}/{algo}/{proto}")
     if beyond is not None and n_bytes > cal.fitted_max_bytes:
         # bw_us is linear in the size: the fitted range at the fitted factor, the rest at the peak's.
         fitted_part = bw_us * cal.fitted_max_bytes / n_bytes
