@@ -10,6 +10,17 @@ from astra_folding.search import check_declared_symmetry, find_symmetry
 from astra_folding.signature import TraceSignature, trace_signature
 from astra_folding.groups import FoldRefused
 
+#: The folded engine's cost per event over the unfolded engine's, per network backend: a folded event also
+#: carries its history for the exactness check (:mod:`astra_folding.engine`) and its messages are mirrored
+#: (:mod:`astra_folding.matcher`). Measured with benchmarks/bench_partial_fold.py (event-loop CPU seconds, min of
+#: 5 alternated runs, folds by 2, 4 and 8; 2026-11-29 on the project's shared 2-core machine): 2.3-3.0x on
+#: hand-made traces whose events are cheap (collectives in many small messages), 1.3-1.6x on generated LLM steps
+#: on hgx-h100 (MoE, pipelines), on both backends. The largest, so that a fold never costs more than no fold.
+#: Backends not measured (they do not fold today) take the largest of these.
+FOLDED_EVENT_COST = {"analytical": 3.0, "congestion": 3.0}
+#: A fold must be expected to save at least this much: measurements on a shared machine vary by about this.
+FOLD_COST_MARGIN = 1.25
+
 
 class FoldPlanner:
     """Decides the symmetry one run folds by.
@@ -19,13 +30,19 @@ class FoldPlanner:
     :class:`astra_sim.run.build.RunSetup`, ``catalogue`` its :class:`astra_sim.run.catalogue.CollectiveCatalogue`.
     After :meth:`plan` or :meth:`plan_compact`: ``symmetry`` (None when every rank is simulated),
     ``canonical_groups`` (communicator id -> the id its class's message tags count from) and ``info`` (the
-    report's ``settings.fold``)."""
+    report's ``settings.fold``).
 
-    def __init__(self, setup, catalogue, requested, refused=None):
+    ``event_cost``: the folded engine's cost per event over the unfolded one's (default: the measured
+    :data:`FOLDED_EVENT_COST` of the run's network backend); a symmetry folds only when its order exceeds it
+    by :data:`FOLD_COST_MARGIN`, since a fold by ``k`` simulates ``1/k`` of the events. 0 folds whenever a
+    symmetry is found (tests and benchmarks of the fold itself)."""
+
+    def __init__(self, setup, catalogue, requested, refused=None, event_cost=None):
         self.setup = setup
         self.catalogue = catalogue
         self.requested = bool(requested)
         self.refused = refused
+        self.event_cost = folded_event_cost(setup.network_backend_name) if event_cost is None else event_cost
         self.symmetry = None
         self.canonical_groups = None
         self.info = {"requested": bool(requested), "simulated_ranks": None}
@@ -60,6 +77,12 @@ class FoldPlanner:
         if symmetry.order == 1:
             reason = "; ".join(plan.notes) or "no symmetry found"
             self.info.update(simulated_ranks=total, reason=reason)
+            return everyone
+        if symmetry.order <= self.event_cost * FOLD_COST_MARGIN:
+            self.info.update(simulated_ranks=total, reason=(
+                f"a fold by {symmetry.order} would be slower than simulating every rank: the folded engine "
+                f"costs about {self.event_cost:g}x per event (folds by more than "
+                f"{self.event_cost * FOLD_COST_MARGIN:g} pay off)"))
             return everyone
         self.symmetry = symmetry
         self.canonical_groups = plan.canonical_groups or None
@@ -127,3 +150,9 @@ class FoldPlanner:
         if any(sig.uses_memory for sig in signatures) and not is_foldable(setup.memory):
             raise FoldRefused(f"remote memory ({setup.memory_backend_name}, "
                               f"{getattr(setup.memory, 'memory_type', 'shared')}) is shared between NPUs")
+
+
+def folded_event_cost(backend_name):
+    """The measured :data:`FOLDED_EVENT_COST` of a network backend (the largest measured for one not measured)."""
+    cost = FOLDED_EVENT_COST.get(backend_name)
+    return max(FOLDED_EVENT_COST.values()) if cost is None else cost
