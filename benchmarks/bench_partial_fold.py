@@ -11,12 +11,13 @@ over folded, in run_s, loop CPU seconds and the whole ``simulate`` call's CPU se
 symmetry search, the report); ``planner`` what the default rule (``FOLDED_EVENT_COST`` x ``FOLD_COST_MARGIN``)
 chooses. Cases:
 
-* ``chakra``: hand-made traces on a Switch x Switch network of 64 ranks, ``k`` x ``64/k``: per layer a kernel whose
-  time grows with the rank's second coordinate (so only the first dimension is symmetric: a fold by ``k``), an
-  all-reduce of every rank and a send/receive to the next rank of the first dimension; ``full``: every rank alike.
-* ``moe``: ``astra workload llm`` (a small Mixtral, TP k, DP 8, EP 8, 4 micro-batches) on ``--platform hgx-h100`` with a Zipf expert
-  load (``moe_expert_load="zipf:1.2:7"``): EP ranks differ, TP ranks do not (a fold by the TP size); ``full``:
-  balanced routing.
+* ``chakra``: hand-made traces on a Switch x Switch network of 48 ranks, ``k`` x ``48/k`` (k = 2, 3, 4, 8): per
+  layer a kernel whose time grows with the rank's second coordinate (so only the first dimension is symmetric: a
+  fold by ``k``), an all-reduce of every rank and a send/receive to the next rank of the first dimension; ``48``:
+  every rank alike.
+* ``moe``: ``astra workload llm`` (a small Mixtral, TP k, DP 8, EP 8, 4 micro-batches) on ``--platform hgx-h100``
+  with a Zipf expert load (``moe_expert_load="zipf:1.2:7"``): EP ranks differ, TP ranks do not (a fold by the TP
+  size); ``full``: balanced routing.
 * ``pipeline``: a dense GPT-3 13B step (PP 4, DP k, 32 micro-batches) on ``--platform hgx-h100``: the stages differ,
   the DP replicas do not (a fold by k); ``full``: PP 1, DP 16.
 
@@ -36,7 +37,7 @@ from astra_sim import hookimpl, simulate
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_folding.plan import FOLD_COST_MARGIN, FoldPlanner, folded_event_cost
 
-RANKS = 64
+RANKS = 48
 
 
 class ForcedFold:
@@ -62,7 +63,7 @@ class ForcedFold:
 
 
 def chakra_case(folder, order, layers):
-    """Traces and configs of a 64-rank run that folds by ``order`` (``RANKS``: every rank alike)."""
+    """Traces and configs of a 48-rank run that folds by ``order`` (``RANKS``: every rank alike)."""
     os.makedirs(folder, exist_ok=True)
     first = order if order < RANKS else 8
     second = RANKS // first
@@ -158,7 +159,7 @@ def main():
     factors = {}
     with tempfile.TemporaryDirectory(prefix="bench_partial_fold_") as tmp:
         for name in opts.cases.split(","):
-            orders = [2, 4, 8, RANKS] if name == "chakra" else [2, 4, 8, "full"]
+            orders = [2, 3, 4, 8, RANKS] if name == "chakra" else [2, 4, 8, "full"]
             for order in orders:
                 folder = os.path.join(tmp, f"{name}{order}")
                 if name == "chakra":

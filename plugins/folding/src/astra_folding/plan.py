@@ -13,7 +13,7 @@ from astra_folding.groups import FoldRefused
 #: The folded engine's cost per event over the unfolded engine's, per network backend: a folded event also
 #: carries its history for the exactness check (:mod:`astra_folding.engine`) and its messages are mirrored
 #: (:mod:`astra_folding.matcher`). Measured with benchmarks/bench_partial_fold.py (event-loop CPU seconds, min of
-#: 5 alternated runs, folds by 2, 4 and 8; 2026-11-29 on the project's shared 2-core machine): 2.3-3.0x on
+#: 5 alternated runs, folds by 2 to 8; 2026-11-29 on the project's shared 2-core machine): 2.3-3.0x on
 #: hand-made traces whose events are cheap (collectives in many small messages), 1.3-1.6x on generated LLM steps
 #: on hgx-h100 (MoE, pipelines), on both backends. The largest, so that a fold never costs more than no fold.
 #: Backends not measured (they do not fold today) take the largest of these.
