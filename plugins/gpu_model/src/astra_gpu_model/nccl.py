@@ -498,11 +498,16 @@ def collective_time_us(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
     if cal is None:
         return lat + bw_us, algo, proto
     if algo == NVLS_TREE:
-        # Each part at its own calibrated rate: NVLS at the share its peak statement gives, the NICs at NCCL's.
-        ppn = -(-n // nodes)
-        nvls = cal.beyond_fit.get("nvswitch/nvls/Simple") or cal.efficiency_for("nvswitch", NVLS, SIMPLE)
-        bus = nvls_tree_bus(cfg, intra_bandwidth(cfg, "nvswitch"), ppn, nodes, nvls, NIC_EFFICIENCY)
-        return cal.overhead_us + cal.latency_scale * lat + n_bytes / (1000.0 * bus * n / _nsteps(coll, n)), algo, proto
+        # Each part at its own calibrated rate: NVLS as on one node (its fitted factor up to the fitted sizes, its
+        # peak statement's past them), the NICs at NCCL's share of their line rate.
+        ppn, bw_intra = -(-n // nodes), intra_bandwidth(cfg, "nvswitch")
+        fitted = cal.efficiency_for("nvswitch", NVLS, SIMPLE)
+        peak = cal.beyond_fit.get("nvswitch/nvls/Simple", fitted)
+        to_alg = n / _nsteps(coll, n) * 1000.0
+        head = min(n_bytes, cal.fitted_max_bytes or n_bytes)
+        bw_us = (head / (to_alg * nvls_tree_bus(cfg, bw_intra, ppn, nodes, fitted, NIC_EFFICIENCY))
+                 + (n_bytes - head) / (to_alg * nvls_tree_bus(cfg, bw_intra, ppn, nodes, peak, NIC_EFFICIENCY)))
+        return cal.overhead_us + cal.latency_scale * lat + bw_us, algo, proto
     link = cfg.link(n, nodes)
     eff = cal.efficiency_for(link, algo, proto)
     beyond = cal.beyond_fit.get(f"{link}/{algo}/{proto}")
