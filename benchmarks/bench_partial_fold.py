@@ -177,7 +177,8 @@ def main():
                     cpu_factor = (folded[3] / folded[0]) / (unfolded[3] / unfolded[0])
                     factors.setdefault(backend, []).append((factor, cpu_factor))
                     fold_by = unfolded[1] // folded[1]
-                    folds = fold_by > folded_event_cost(backend) * FOLD_COST_MARGIN  # the planner's rule
+                    folds = fold_by > folded_event_cost("replay" if name == "chakra" else "gpu", name != "chakra") \
+                        * FOLD_COST_MARGIN  # the planner's rule
                     print(f"{f'{name} {order}':<15}{backend:<12}{fold_by:>4}"
                           f"{folded[0]:>11,}{folded[2]:>8.3f}{folded[3]:>8.3f}{folded[4]:>7.3f}  "
                           f"{unfolded[0]:>11,}{unfolded[2]:>8.3f}{unfolded[3]:>8.3f}{unfolded[4]:>7.3f}"

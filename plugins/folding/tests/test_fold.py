@@ -239,7 +239,8 @@ def fold_whenever_possible(monkeypatch):
     declines by default (it is tested in test_fold_cost.py): 13 of the random cases below fold only by 2 or 3."""
     from astra_folding import plan
 
-    monkeypatch.setattr(plan, "FOLDED_EVENT_COST", {name: 0 for name in plan.FOLDED_EVENT_COST})
+    monkeypatch.setattr(plan, "FOLDED_EVENT_COST", 0)
+    monkeypatch.setattr(plan, "FOLDED_EVENT_COST_PRICED", 0)
 
 
 def test_random_symmetric_cases_fold_exactly(tmp_path, fold_whenever_possible):
@@ -358,10 +359,16 @@ def test_shared_remote_memory_is_not_folded(tmp_path, memory_type, folds):
 
 
 def test_stateful_network_is_not_folded(tmp_path):
+    """The flow backend shares link rates between every rank's flows and declares no symmetry: nothing folds. (The
+    congestion backend's link queues fold by orbit: tests of network_congestion.)"""
     args = _ring_case(tmp_path)
-    report = simulate(*args, network_backend="congestion")
+    report = simulate(*args, network_backend="flow")
     assert report.stats["simulated_ranks"] == 8
-    assert "congestion" in report.settings["fold"]["reason"]
+    assert "flow" in report.settings["fold"]["reason"]
+    folded = simulate(*args, network_backend="congestion")
+    assert folded.stats["simulated_ranks"] < 8
+    assert [r.finish_ns for r in folded.ranks] == [r.finish_ns for r in simulate(*args, network_backend="congestion",
+                                                                                    fold=False).ranks]
 
 
 def test_partial_symmetry_folds_the_symmetric_dimension(tmp_path):

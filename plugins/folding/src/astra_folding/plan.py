@@ -10,16 +10,19 @@ from astra_folding.search import check_declared_symmetry, find_symmetry
 from astra_folding.signature import TraceSignature, trace_signature
 from astra_folding.groups import FoldRefused
 
-#: The folded engine's cost per event over the unfolded engine's, per network backend: a folded event also
-#: carries its history for the exactness check (:mod:`astra_folding.engine`) and its messages are mirrored
-#: (:mod:`astra_folding.matcher`). Measured with benchmarks/bench_partial_fold.py (event-loop CPU seconds, min of
-#: 5 alternated runs, folds by 2 to 8; 2026-11-29 on the project's shared 2-core machine): 2.3-3.0x on
-#: hand-made traces whose events are cheap (collectives in many small messages), 1.3-1.6x on generated LLM steps
-#: on hgx-h100 (MoE, pipelines), on both backends. The largest, so that a fold never costs more than no fold.
-#: Backends not measured (they do not fold today) take the largest of these.
-FOLDED_EVENT_COST = {"analytical": 3.0, "congestion": 3.0}
-#: A fold must be expected to save at least this much: measurements on a shared machine vary by about this.
-FOLD_COST_MARGIN = 1.25
+#: The folded engine's cost per event over the unfolded engine's: a folded event also carries its history for the
+#: exactness check (:mod:`astra_folding.engine`) and its messages are mirrored (:mod:`astra_folding.matcher`). The
+#: overhead is about fixed per event, so the factor depends on what an unfolded event costs. Measured with
+#: benchmarks/bench_partial_fold.py (event-loop CPU seconds, min of 5 alternated runs, folds by 2 to 8; 2026-11-29 on
+#: the project's shared 2-core machine; analytical and congestion within a few percent): 1.3-1.6x on generated LLM
+#: steps (compact workloads) whose kernels the gpu compute model prices from their shapes (MoE, pipelines on
+#: hgx-h100), 2.3-3.0x on hand-made per-rank traces whose kernels replay their durations. Runs of neither kind
+#: take the larger factor, so that a fold never costs more than no fold.
+FOLDED_EVENT_COST_PRICED = 1.6
+FOLDED_EVENT_COST = 3.0
+#: A fold must be expected to save at least this much (a fold by k costs about factor / k of no fold): the LLM steps'
+#: folds by 2 measured 1.41-1.52x faster, the hand-made traces' folds by 3 1.13x.
+FOLD_COST_MARGIN = 1.2
 
 
 class FoldPlanner:
@@ -32,8 +35,8 @@ class FoldPlanner:
     ``canonical_groups`` (communicator id -> the id its class's message tags count from) and ``info`` (the
     report's ``settings.fold``).
 
-    ``event_cost``: the folded engine's cost per event over the unfolded one's (default: the measured
-    :data:`FOLDED_EVENT_COST` of the run's network backend); a symmetry folds only when its order exceeds it
+    ``event_cost``: the folded engine's cost per event over the unfolded one's (default: the measured factor of
+    the run's kind, :func:`folded_event_cost`); a symmetry folds only when its order exceeds it
     by :data:`FOLD_COST_MARGIN`, since a fold by ``k`` simulates ``1/k`` of the events. 0 folds whenever a
     symmetry is found (tests and benchmarks of the fold itself)."""
 
@@ -42,7 +45,7 @@ class FoldPlanner:
         self.catalogue = catalogue
         self.requested = bool(requested)
         self.refused = refused
-        self.event_cost = folded_event_cost(setup.network_backend_name) if event_cost is None else event_cost
+        self.event_cost = event_cost  # None: the measured factor of the run's kind (folded_event_cost)
         self.symmetry = None
         self.canonical_groups = None
         self.info = {"requested": bool(requested), "simulated_ranks": None}
@@ -59,9 +62,9 @@ class FoldPlanner:
 
     def plan_compact(self, compact, class_nodes):
         """A compact workload (its class traces and declared symmetry): the ranks to simulate."""
-        return self._decide(lambda: self._declared(compact, class_nodes))
+        return self._decide(lambda: self._declared(compact, class_nodes), compact=True)
 
-    def _decide(self, make_plan):
+    def _decide(self, make_plan, compact=False):
         total = self.setup.total_npus
         everyone = range(total)
         if not self.active:
@@ -78,11 +81,11 @@ class FoldPlanner:
             reason = "; ".join(plan.notes) or "no symmetry found"
             self.info.update(simulated_ranks=total, reason=reason)
             return everyone
-        if symmetry.order <= self.event_cost * FOLD_COST_MARGIN:
+        cost = folded_event_cost(self.setup.compute_model_name, compact) if self.event_cost is None else self.event_cost
+        if symmetry.order <= cost * FOLD_COST_MARGIN:
             self.info.update(simulated_ranks=total, reason=(
                 f"a fold by {symmetry.order} would be slower than simulating every rank: the folded engine "
-                f"costs about {self.event_cost:g}x per event (folds by more than "
-                f"{self.event_cost * FOLD_COST_MARGIN:g} pay off)"))
+                f"costs about {cost:g}x per event here (folds by more than {cost * FOLD_COST_MARGIN:g} pay off)"))
             return everyone
         self.symmetry = symmetry
         self.canonical_groups = plan.canonical_groups or None
@@ -152,7 +155,7 @@ class FoldPlanner:
                               f"{getattr(setup.memory, 'memory_type', 'shared')}) is shared between NPUs")
 
 
-def folded_event_cost(backend_name):
-    """The measured :data:`FOLDED_EVENT_COST` of a network backend (the largest measured for one not measured)."""
-    cost = FOLDED_EVENT_COST.get(backend_name)
-    return max(FOLDED_EVENT_COST.values()) if cost is None else cost
+def folded_event_cost(compute_model, compact):
+    """The measured cost per event of a folded run over an unfolded one: :data:`FOLDED_EVENT_COST_PRICED` for a
+    compact workload whose kernels the gpu compute model prices, else :data:`FOLDED_EVENT_COST`."""
+    return FOLDED_EVENT_COST_PRICED if compute_model == "gpu" and compact else FOLDED_EVENT_COST
