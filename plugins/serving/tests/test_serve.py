@@ -45,7 +45,9 @@ def test_low_qps_matches_single_steps(tmp_path, host_us, graphs):
     """At very low QPS every request is alone: TTFT is one prefill step and each inter-token gap one decode step
     at batch 1, to the nanosecond, as astra workload llm + astra run give them, each plus the engine's host time
     of its scheduler pass for one sequence (--host-us-per-seq; default vLLM v0.6.0's 42 us). With CUDA graphs
-    (the default) the decode step is one graph launch: astra run --host-launch-us 0."""
+    (the default) the decode step is one graph launch: astra run --host-launch-us 0, and asynchronous output
+    processing is on (off without graphs, as in vLLM): each token arrives when the next step ends, the last one
+    with the extra decode step of the finished sequence."""
     extra = ([] if host_us is None else ["--host-us-per-seq", str(host_us)]) + ["--cuda-graphs", graphs]
     report, rows = serve(tmp_path, "--tp", "8", "--qps", "0.01", "--requests", "3", "--prompt-len", "256",
                          "--output-len", "4", "--exact-shapes", *extra)
@@ -54,13 +56,17 @@ def test_low_qps_matches_single_steps(tmp_path, host_us, graphs):
     prefill = step_ns(tmp_path, "--mode", "prefill", "--batch-size", "1", "--prompt-len", "256") + host_ns
     graph = ["--host-launch-us", "0"] if graphs == "vllm" else []
     decodes = [step_ns(tmp_path, "--mode", "decode", "--batch-size", "1", "--prompt-len", "256", "--decode-len",
-                       str(k), run=graph) + host_ns for k in (1, 2, 3)]
+                       str(k), run=graph) + host_ns for k in (1, 2, 3, 4)]
+    async_output = graphs == "vllm"
+    assert report["deployment"]["engine"]["async_output"] is async_output
+    ttft = prefill + (decodes[0] if async_output else 0)
+    gaps = decodes[1:] if async_output else decodes[:3]
     for row in rows:
-        assert int(row["first_token_ns"]) - int(row["arrival_ns"]) == prefill
-        assert int(row["finish_ns"]) - int(row["first_token_ns"]) == sum(decodes)
+        assert int(row["first_token_ns"]) - int(row["arrival_ns"]) == ttft
+        assert int(row["finish_ns"]) - int(row["first_token_ns"]) == sum(gaps)
     assert report["units"] == {"time": "ns", "size": "bytes"}
-    assert report["ttft_ns"]["p50"] == report["ttft_ns"]["max"] == prefill  # integer ns, to the ns
-    assert report["tpot_ns"]["p50"] == round(sum(decodes) / 3)
+    assert report["ttft_ns"]["p50"] == report["ttft_ns"]["max"] == ttft  # integer ns, to the ns
+    assert report["tpot_ns"]["p50"] == round(sum(gaps) / 3)
     assert report["queueing_delay_ns"]["max"] == 0
 
 
@@ -68,7 +74,7 @@ def test_no_step_elementwise_is_given_to_the_generator(tmp_path):
     """--no-step-elementwise reaches the generator explicitly, whatever astra workload llm's default: a lone
     request's TTFT is the prefill step of astra workload llm --no-inference-elementwise, to the ns."""
     report, rows = serve(tmp_path, "--qps", "0.01", "--requests", "1", "--prompt-len", "200", "--output-len", "2",
-                         "--exact-shapes", "--host-us-per-seq", "0", "--no-step-elementwise")
+                         "--exact-shapes", "--host-us-per-seq", "0", "--no-step-elementwise", "--no-async-output")
     off = step_ns(tmp_path, "--mode", "prefill", "--batch-size", "1", "--prompt-len", "200",
                   "--no-inference-elementwise", tp=1)
     on = step_ns(tmp_path, "--mode", "prefill", "--batch-size", "1", "--prompt-len", "200", tp=1)

@@ -32,6 +32,15 @@ def host_us_per_seq(spec):
     return HOST_US_PER_SEQ_VLLM060 if value is None else value
 
 
+def async_output(spec):
+    """--async-output, or vLLM V0's default: on, but off with pipeline parallelism and with eager execution
+    (--cuda-graphs off), where vLLM turns it off (ModelConfig.verify_async_output_proc: "Async output processing
+    can not be enabled with pipeline parallel"; "Since, enforce-eager is enabled, async output processor cannot be
+    used")."""
+    value = getattr(spec, "async_output", None)
+    return spec.pp == 1 and spec.cuda_graphs == "vllm" if value is None else bool(value)
+
+
 @dataclass
 class ResolvedServe:
     """A spec made concrete, before any request or step: the platform, one replica's layout, its KV cache, the
@@ -67,6 +76,9 @@ def resolve(spec):
     if spec.no_chunked_prefill and spec.max_num_batched_tokens < cap.max_context:
         raise ConfigError(f"--no-chunked-prefill needs --max-num-batched-tokens >= the context ({cap.max_context}; "
                           "--max-model-len lowers it), else a long prompt never fits an iteration")
+    if spec.pp > 1 and getattr(spec, "async_output", None):
+        raise ConfigError(f"--async-output: vLLM runs no asynchronous output processing with pipeline parallelism "
+                          f"(--pp {spec.pp}); drop --async-output")
     virtual_engines = spec.pp if spec.virtual_engines is None else spec.virtual_engines
     if spec.pp == 1 and virtual_engines != 1:
         raise ConfigError(f"--virtual-engines {virtual_engines}: virtual engines are for --pp > 1 (one per stage)")
@@ -141,7 +153,7 @@ def serve(spec):
                               chunked_prefill=not spec.no_chunked_prefill, policy=spec.policy,
                               preemption=spec.preemption, swap_bytes_per_s=spec.swap_gbps * 1e9, role=role,
                               num_scheduler_steps=spec.num_scheduler_steps,
-                              separate_prefills=spec.separate_prefills,
+                              separate_prefills=spec.separate_prefills, async_output=async_output(spec),
                               host_ns_per_schedule=int(round(spec.host_us_per_schedule * 1000)),
                               host_ns_per_seq=int(round(host_us_per_seq(spec) * 1000)),
                               cuda_graph_sizes=VLLM_CUDA_GRAPH_SIZES if spec.cuda_graphs == "vllm" else ())
@@ -196,7 +208,7 @@ def serve(spec):
                    "separate_prefills": spec.separate_prefills,
                    "host_ns_per_seq": int(round(host_us_per_seq(spec) * 1000)),
                    "host_ns_per_schedule": int(round(spec.host_us_per_schedule * 1000)),
-                   "cuda_graphs": spec.cuda_graphs}}
+                   "cuda_graphs": spec.cuda_graphs, "async_output": async_output(spec)}}
     report["kv_cache"] = cap.to_dict()
     if spec.prefix_caching:
         looked = sum(e.blocks.lookups for e in engines)

@@ -25,6 +25,19 @@ blocks would not cover the group it is dissolved (every member's state written b
 one, preemptions and all.
 Every request's times are those of the plain loop (``lazy_decodes = False``; ``tests/test_fast_forward.py``
 compares them on random workloads).
+
+Asynchronous output processing (``EngineConfig.async_output``; vLLM V0 since v0.6.0, vllm-project/vllm#7049, with
+multi-step #7921 and #8050): a step's sampled tokens are processed on the host while the GPU runs the next step,
+so they reach the client when that next step ends. Here every token an iteration delivers (first tokens and
+finishes) is delivered at the end of the engine's next step (the first step of its next batch); when nothing else
+would run, the engine runs the extra decode step vLLM runs for the finished sequences (vLLM's scheduler: "With
+async postprocessor, an extra decode run is done to process the final tokens") and delivers at its end. So TTFT and
+E2E grow by one step and TPOT stays. The finished sequences' extra slot in a step that runs anyway is not added
+(one decode row); their KV blocks are freed when they sample their last token. A multi-step run's tokens, a finish
+inside the run included, are delivered when the next batch's first step ends (as the plain model delivers them
+at the run's end; #8050 may send a finish inside the run one step after its last token: then E2E here is late by
+the rest of the run). Off with pipeline parallelism and for a prefill replica (its KV transfer starts when the
+step ends).
 """
 
 from __future__ import annotations
@@ -50,6 +63,7 @@ class EngineConfig:
     host_ns_per_seq: int = 0        # host time of one scheduler pass per scheduled sequence
     cuda_graph_sizes: tuple = ()    # decode-only batches run as CUDA graphs of these sizes (() = eager, no padding)
     separate_prefills: bool = False  # a batch admitting waiting prompts runs them alone (vLLM V0, no chunking)
+    async_output: bool = False      # tokens delivered when the next step ends (vLLM V0's async output processing)
 
 
 #: vLLM v0.6.0's host time per scheduler pass and scheduled sequence (scheduling, gathering the last step's
@@ -141,6 +155,8 @@ class Batch:
     group: int = 0              # lazy decoders scheduled before ``items`` (one token each; not in ``items``)
     shapes: tuple = ()          # the step simulator's shapes it runs (:meth:`Engine._steps`), set by end_ns
     host_ns: int = 0            # the host time of the scheduler pass that made it, set by end_ns
+    first_end_ns: int = 0       # the end of its first step, set by end_ns (async output: the last batch's tokens)
+    extra_run: bool = False     # async output: the finished sequences' extra decode step (nothing else ran)
 
 
 class Engine:
@@ -181,6 +197,10 @@ class Engine:
         self._grow = [0] * blocks.block_size  # tick % block size -> members that take a KV block in that tick's pass
         self._member_mj = 0.0  # energy charged to each lazy decoder so far (a member's share: this since it joined)
         self._padded = {}      # decode sequences -> the CUDA graph's batch they run (padded_batch)
+        #: asynchronous output processing (the module doc): vLLM turns it off with pipeline parallelism
+        self.async_output = config.async_output and pipeline is None and config.role != "prefill"
+        self._undelivered = None  # (first, finished) sequences of the last iteration, delivered as the next ends
+        self._last_end = 0        # when the last iteration ended
 
     # ------------------------------------------------------------------ queue
     def _key(self, seq, front=False):
@@ -299,7 +319,33 @@ class Engine:
         return int(positions * self.kv_bytes_per_token / self.config.swap_bytes_per_s * 1e9)
 
     def schedule(self):
-        """The next iteration's batch, or None when there is nothing to do."""
+        """The next iteration's batch, or None when there is nothing to do (with async output, the finished
+        sequences' extra decode step when tokens wait for delivery and nothing else would run)."""
+        batch = self._schedule()
+        if batch is None and self._undelivered is not None:
+            return self._extra_run()
+        return batch
+
+    def _extra_run(self):
+        """The extra decode step vLLM runs for the sequences that sampled their last token in the last step (their
+        output is processed during it); without one (only first tokens wait) they are delivered at once."""
+        first, done = self._undelivered
+        if not done:
+            self._deliver(self._last_end)
+            return None
+        context = sum(seq.computed + 1 for seq in done) // len(done)
+        return Batch([(seq, 1) for seq in done], 0, len(done), context, 0, extra_run=True)
+
+    def _deliver(self, t):
+        """Deliver the last iteration's tokens at ``t``: its first tokens and its finishes."""
+        first, done = self._undelivered
+        self._undelivered = None
+        for seq in first:
+            seq.req.first_token_ns = t
+        for seq in done:
+            seq.req.finish_ns = t
+
+    def _schedule(self):
         cfg = self.config
         if cfg.separate_prefills and self.waiting and not self.swapped:
             # vLLM V0's default scheduler: waiting prompts first, and a batch that admits any runs them alone
@@ -386,7 +432,7 @@ class Engine:
         if not items and not group:
             if preempted and not self.running:
                 # the only running sequences preempted themselves: their blocks are free now, admit again
-                return self.schedule()
+                return self._schedule()
             return None
         if preempted:
             blocked = "kv_cache"
@@ -488,11 +534,14 @@ class Engine:
         shapes = batch.shapes = self._steps(batch)
         if self.pipeline is None:
             step_ns = self.timer.step_ns
-            for shape in shapes:
+            ready += step_ns(*shapes[0])
+            batch.first_end_ns = ready
+            for shape in shapes[1:]:
                 ready += step_ns(*shape)
             return ready
         stage_ns = self.timer.stage_ns
-        return self.pipeline.run(ready, [stage_ns(*shape) for shape in shapes])
+        batch.first_end_ns = end = self.pipeline.run(ready, [stage_ns(*shape) for shape in shapes])  # no async
+        return end
 
     def charge(self, batch, energy_mj):
         """Split an iteration's energy (float mJ) over its sequences by the tokens each was scheduled (a lazy
@@ -505,11 +554,23 @@ class Engine:
 
     def complete(self, batch, now):
         """Account the finished iteration at ``now``; (sequences that sampled their first token, sequences that
-        finished)."""
+        finished), whose tokens the caller delivers at ``now``. With async output the engine delivers them itself,
+        when its next step ends (:meth:`_deliver`), and returns two empty lists."""
+        first, done = self._complete(batch)
+        if not self.async_output:
+            return first, done
+        if self._undelivered is not None:
+            self._deliver(batch.first_end_ns)
+        self._last_end = now
+        if first or done:
+            self._undelivered = (first, done)
+        return [], []
+
+    def _complete(self, batch):
         first, done = [], []
         self.iterations += 1
         self.tokens_prefilled += batch.prefill_tokens
-        self.tokens_decoded += batch.decode_seqs
+        self.tokens_decoded += 0 if batch.extra_run else batch.decode_seqs  # an extra run's tokens are dropped
         multi = batch.steps > 1
         if batch.group:  # every member took one token: those at their last leave (in admission order)
             self._tick = tick = self._tick + 1

@@ -87,6 +87,7 @@ class ServeSpec:
     host_us_per_seq: float | None = None
     host_us_per_schedule: float = 0.0
     cuda_graphs: str = "vllm"
+    async_output: bool | None = None  # None: vLLM's default (deployment.async_output)
     # step simulator
     bucket_ratio: float | None = None
     exact_shapes: bool = False
@@ -187,6 +188,11 @@ class ServeSpec:
                          help="vllm (default): decode-only batches run as vLLM's CUDA graphs, padded to the captured "
                               "sizes 1, 2, 4, 8, 16, ..., 256 and launched at once (no per-kernel host launch); off: "
                               "every iteration eager")
+        eng.add_argument("--async-output", action=argparse.BooleanOptionalAction, default=None,
+                         help="vLLM V0's asynchronous output processing (v0.6.0+): a step's tokens reach the client "
+                              "when the next step ends (TTFT and E2E one step longer; docs/serving.md). Default: on, "
+                              "off with --pp > 1 or --cuda-graphs off, where vLLM turns it off; --no-async-output for "
+                              "an engine that delivers a token when its step ends")
         sim = p.add_argument_group("step simulator")
         sim.add_argument("--bucket-ratio", type=positive_float, default=None, metavar="R",
                          help="ratio of the token-count grid of the batch-shape buckets (> 1; default sqrt 2; see "

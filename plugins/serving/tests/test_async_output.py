@@ -1,0 +1,172 @@
+"""Asynchronous output processing (engine.py's module doc, ``EngineConfig.async_output``): a step's tokens reach the
+client when the engine's next step ends; when nothing else runs, the finished sequences' extra decode step is run
+and delivers them. Hand-computed times, the lazy decoders against the plain loop, exact energy, and the option's
+defaults by engine (``astra serve --async-output``)."""
+
+import dataclasses
+import importlib.util
+import json
+import pathlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from astra_serving.cluster import Cluster
+from astra_serving.energy import EnergyMeter
+from astra_serving.engine import Engine, EngineConfig
+from astra_serving.kvcache import BlockManager
+from astra_serving.requests import Request
+from astra_serving.spec import ServeSpec
+
+MS = 1_000_000
+
+
+class FixedTimer:
+    """10 ms for a step with any prefill, 2 ms for a decode-only one; energy 1 mJ per us of step, idle 1 W."""
+
+    def step_ns(self, prefill, decode, context, prefill_done=0, graph=False):
+        return 10 * MS if prefill else 2 * MS
+
+    def energy_mj(self, *shape):
+        return self.step_ns(*shape) / 1000
+
+    def idle_mw(self):
+        return 1000
+
+
+def serve(requests, async_output, energy=False):
+    engine = Engine(0, FixedTimer(), BlockManager(1000, 16), EngineConfig(async_output=async_output), 1000)
+    cluster = Cluster([engine])
+    reqs = [dataclasses.replace(r) for r in requests]
+    if energy:
+        cluster.meter = EnergyMeter(0)
+    cluster.run(reqs)
+    report = cluster.meter.finish(reqs, [engine], max(r.finish_ns for r in reqs)) if energy else None
+    return reqs, engine, report
+
+
+def two_requests():
+    # A: 100-token prompt, 3 output tokens, at 0; B: 100-token prompt, 2 output tokens, at 0.5 ms
+    return [Request(0, 0, 100, 3), Request(1, MS // 2, 100, 2)]
+
+
+def test_two_requests_by_hand():
+    """Steps: [0, 10] A's prefill (A samples token 1); [10, 20] A's decode and B's prefill (A token 2, B token 1);
+    [20, 22] both decode (A token 3 and B token 2: both finish). Without async output each token arrives when its
+    step ends. With it, a step's tokens arrive when the next step ends: A's first at 20, B's at 22; the finishes
+    wait for the extra decode step of the two finished sequences, [22, 24]."""
+    plain, _, _ = serve(two_requests(), False)
+    assert [(r.first_token_ns, r.finish_ns) for r in plain] == [(10 * MS, 22 * MS), (20 * MS, 22 * MS)]
+    reqs, engine, _ = serve(two_requests(), True)
+    a, b = reqs
+    assert a.first_token_ns - a.arrival_ns == 20 * MS  # TTFT: arrival to the end of the step after the prefill
+    assert b.first_token_ns - b.arrival_ns == 22 * MS - MS // 2
+    assert (a.finish_ns, b.finish_ns) == (24 * MS, 24 * MS)
+    assert engine.iterations == 4 and engine.tokens_decoded == 3  # the extra step's tokens are dropped
+    assert engine.busy_ns == 24 * MS
+
+
+def test_equal_steps_keep_tpot_and_add_one_step_to_ttft_and_e2e():
+    """One request alone, every step 2 ms (a decode-only timer): TTFT and E2E one step longer, TPOT the same."""
+
+    class Decode(FixedTimer):
+        def step_ns(self, *shape):
+            return 2 * MS
+
+    out = {}
+    for on in (False, True):
+        engine = Engine(0, Decode(), BlockManager(100, 16), EngineConfig(async_output=on), 1000)
+        r = Request(0, 0, 30, 5)
+        Cluster([engine]).run([r])
+        out[on] = (r.first_token_ns, r.finish_ns, (r.finish_ns - r.first_token_ns) // 4)
+    assert out[False] == (2 * MS, 10 * MS, 2 * MS)
+    assert out[True] == (4 * MS, 12 * MS, 2 * MS)
+
+
+def test_energy_stays_on_the_computation_and_adds_up():
+    """The extra step's energy goes to the sequences it runs; the requests' integer mJ sum to the run's."""
+    reqs, _, report = serve(two_requests(), True, energy=True)
+    assert sum(r.energy_mj for r in reqs) == report["it_energy_mj"]
+    # steps: 10 + 10 + 2 + 2 ms of step energy (1 mJ per us) and no idle gap before the first
+    assert report["it_energy_mj"] == 24_000
+
+
+def test_a_prefill_replica_and_a_pipeline_have_none():
+    """vLLM turns it off with pipeline parallelism; a prefill replica's KV leaves when its step ends."""
+    from astra_serving.engine import Pipeline
+
+    assert not Engine(0, FixedTimer(), BlockManager(10, 16), EngineConfig(async_output=True, role="prefill"),
+                      1000).async_output
+    assert not Engine(0, FixedTimer(), BlockManager(10, 16), EngineConfig(async_output=True), 1000,
+                      pipeline=Pipeline(2)).async_output
+
+
+def _fast_forward_module():
+    path = pathlib.Path(__file__).with_name("test_fast_forward.py")
+    spec = importlib.util.spec_from_file_location("astra_serving_test_fast_forward", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+FF = _fast_forward_module()
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=FF.workloads, blocks=st.integers(30, 120), block_size=st.sampled_from([1, 4, 16]),
+       max_num_seqs=st.integers(1, 16), budget=st.integers(4, 512), steps=st.sampled_from([1, 1, 3]),
+       separate=st.booleans(), disaggregate=st.booleans(), preemption=st.sampled_from(["recompute", "swap"]))
+def test_lazy_decoders_change_nothing_with_async_output(rows, blocks, block_size, max_num_seqs, budget, steps,
+                                                        separate, disaggregate, preemption):
+    """The lazy decoders against the plain loop with async output on: the same times to the nanosecond."""
+    requests = [Request(i, arrival, prompt, output) for i, (arrival, prompt, output, _, _)
+                in enumerate(sorted(rows, key=lambda row: row[0]))]
+    blocks = max(blocks, -(-max(r.prompt_tokens + r.output_tokens for r in requests) // block_size))
+    config = EngineConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, preemption=preemption,
+                          separate_prefills=separate, num_scheduler_steps=steps, async_output=True)
+    kw = dict(replicas=1, blocks=blocks, block_size=block_size, prefix=False, disaggregate=disaggregate,
+              router="round-robin", config=config)
+    assert FF.simulate(requests, True, **kw) == FF.simulate(requests, False, **kw)
+
+
+@pytest.mark.parametrize("words, expected", [
+    ([], True),
+    (["--no-async-output"], False),
+    (["--cuda-graphs", "off"], False),
+    (["--cuda-graphs", "off", "--async-output"], True),
+])
+def test_the_default_is_vllms(words, expected):
+    from astra_serving.deployment import async_output
+
+    spec = ServeSpec.from_argv(["--model", "llama3-8b", "--platform", "dgx-a100", "--qps", "1"] + words)
+    assert async_output(spec) is expected
+
+
+def test_pipeline_parallel_refuses_it():
+    from astra_sim.errors import ConfigError
+
+    spec = ServeSpec.from_argv(["--model", "llama3-8b", "--platform", "dgx-a100", "--qps", "1", "--pp", "2",
+                                "--async-output"])
+    with pytest.raises(ConfigError, match="--async-output"):
+        spec.resolve()
+    from astra_serving.deployment import async_output
+
+    assert async_output(dataclasses.replace(spec, async_output=None)) is False
+
+
+def test_astra_serve_flag_end_to_end(tmp_path):
+    """astra serve --no-async-output: the report says so, and the first token comes one step earlier than by
+    default."""
+    from astra_sim.cli import main
+
+    ttft = {}
+    for flag in ("--async-output", "--no-async-output"):
+        out = tmp_path / f"{flag}.json"
+        assert main(["serve", "--model", "llama3-8b", "--platform", "dgx-a100", "--qps", "0.01", "--requests", "2",
+                     "--prompt-len", "64", "--output-len", "4", "--seed", "1", "--no-cache", flag, "-o",
+                     str(out), "-q"]) in (0, None)
+        report = json.loads(out.read_text())
+        assert report["deployment"]["engine"]["async_output"] is (flag == "--async-output")
+        ttft[flag] = report["ttft_ns"]["p50"]
+    assert ttft["--async-output"] > ttft["--no-async-output"]
