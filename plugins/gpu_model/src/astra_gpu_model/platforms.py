@@ -41,6 +41,35 @@ FABRIC_LATENCY_SOURCE = (
     "ASSUMPTION: ~2 us one-way NIC-to-NIC through the fat tree (1000 ns per analytical hop: NIC, "
     "PCIe and switch traversals); InfiniBand NDR switch port-to-port latency alone is ~0.2-0.5 us"
 )
+#: A platform's default scale-out fabric for ``--fabric`` (flow/congestion backends; the analytical backend keeps
+#: its one Switch dimension): rail-optimised, non-blocking, with leaves of half a leaf switch's ports (the other
+#: half up), by the NIC's line rate in Gb/s: (leaf switch, ports, source)
+LEAF_SWITCHES = {
+    400.0: ("NVIDIA Quantum-2 QM9700", 64, "NVIDIA Quantum-2 QM9700: 64 ports of 400Gb/s NDR InfiniBand "
+            "(itctshop.com/infiniband-switch-guide)"),
+    800.0: ("NVIDIA Quantum-X800 Q3400", 144, "NVIDIA Quantum-X800 Q3400-RA: 144 ports of 800 Gb/s "
+            "(ziash.github.io nvidia-nca-aiio-study-guide 2.9; quantum-computing.news 'What is NVIDIA Quantum X800')"),
+}
+
+
+def default_fabric(nic_gbit_per_gpu) -> dict:
+    """The fabric ``--fabric rail`` builds for a platform whose NICs run at ``nic_gbit_per_gpu`` Gb/s: rail-optimised,
+    oversubscription 1, ``nodes_per_leaf`` half the ports of the leaf switch of that speed (a 400 Gb/s leaf's for
+    other speeds, an assumption)."""
+    switch = LEAF_SWITCHES.get(float(nic_gbit_per_gpu))
+    if switch is None:
+        name, ports, _ = LEAF_SWITCHES[400.0]
+        source = (f"ASSUMPTION: no leaf switch recorded for {nic_gbit_per_gpu:g} Gb/s NICs; "
+                  f"{ports // 2} nodes per leaf as half of a {name}'s {ports} ports")
+    else:
+        name, ports, source = switch
+        source = f"half of a leaf's ports down, half up: {source}"
+    per_leaf = ports // 2
+    return {"kind": "rail", "nic_gbit_per_s": float(nic_gbit_per_gpu), "oversubscription": 1.0,
+            "nodes_per_leaf": per_leaf, "planes": 1, "spec": f"rail:nodes_per_leaf={per_leaf}:over=1",
+            "leaf_switch": name, "source": source}
+
+
 #: the sources every GPU platform shares (the network model's own assumptions): listed in each platform's
 #: ``sources``, left out of its ``assumptions``, which name what is assumed about this machine
 SHARED_SOURCES = ("scaleup_latency", "fabric_latency", "fabric_topology")
@@ -177,6 +206,8 @@ class Platform(_Platform):
             },
             **({"scaleup_note": self.scaleup_note} if self.scaleup_note else {}),
             **({"sharp": True} if self.sharp else {}),
+            # what --fabric builds for the flow/congestion backends (the analytical network above keeps one Switch)
+            "fabric": default_fabric(self.nic_gbit_per_gpu),
         }
 
 
@@ -497,6 +528,11 @@ def resolve_gpu_platform(platform: Platform, nodes: int, options: dict) -> Platf
             contention_model = implied["gpu_contention_model"] = "measured"
         contention = ("measured slowdowns of kernels beside communication (--gpu-contention "
                       f"--gpu-contention-model {contention_model}; implied by --platform)")
+    if options.get("fabric") is not None:  # --fabric: the scale-out as leaves and spines (flow, congestion)
+        if nodes < 2:
+            raise ConfigError(f"--fabric {options['fabric']}: --platform {name} needs --nodes >= 2 (one node has "
+                              "no scale-out fabric)")
+        implied["fabric_defaults"] = default_fabric(implied["nccl_nic_gbps"] * 8.0)
     gpu = implied["gpu"]
     assumed = machine_assumptions(platform.sources, load_gpu(gpu))
     defaults = {
@@ -513,6 +549,11 @@ def resolve_gpu_platform(platform: Platform, nodes: int, options: dict) -> Platf
                        f"nccl (implied by --platform {name}: NCCL's own algorithm choice and timing on every "
                        "dimension; --platform-collective ring for the kernel's packet-level ring)"),
     }
+    if options.get("fabric") is not None:
+        defaults["fabric"] = (f"--fabric {options['fabric']} on the flow and congestion backends (unset keys: "
+                              f"nodes_per_leaf={implied['fabric_defaults']['nodes_per_leaf']}, over=1, the platform's "
+                              "NIC); the analytical backend ignores it (one Switch dimension per rail) and so do "
+                              "NCCL-model collectives (--platform-collective ring puts them on the links)")
     if assumed:  # what about this machine no datasheet or measurement gives
         defaults["assumptions"] = (f"{', '.join(assumed)}: assumed, not published or measured figures "
                                    f"(astra platforms --json gives each one's reason)")

@@ -96,11 +96,15 @@ class CongestionNetwork:
         except ImportError:  # pragma: no cover - the InfraGraph support is optional here
             is_infragraph_config = None
         if is_infragraph_config is not None and is_infragraph_config(path):
+            if (getattr(context, "options", None) or {}).get("fabric") is not None:
+                raise ConfigError(f"--fabric builds the network from the analytical YAML (e.g. --platform's), "
+                                  f"not from the InfraGraph file {path}")
             graph = load_network_graph(path, context)
             description = {"routing": "shortest path (fewest hops, lowest link index first), no transit through NPUs"}
             return cls(graph, context.engine, shortest_path_router(graph), None, description)
+        from astra_network_congestion.fabrics import build_fabric, fabric_from_options
+
         config = parse_network_config(path, getattr(context, "warn", None))
-        graph, route_fn = from_analytical(config, **fabric_options(getattr(context, "options", None)))
         description = {
             "topology": list(config.topology),
             "npus_count": list(config.npus_count),
@@ -108,9 +112,17 @@ class CongestionNetwork:
             "latency_ns": list(config.latency_ns),
             "routing": "dimension-ordered (dim 0 first); Ring: shorter direction, clockwise on ties",
         }
+        fabric = fabric_from_options(getattr(context, "options", None))  # --fabric: rail / multi-plane
+        if fabric is not None:
+            built = build_fabric(config, fabric)
+            graph, route_fn = built.graph, built.route_fn
+            description["fabric"] = built.description
+            description["routing"] = built.description["routing"]
+        else:
+            graph, route_fn = from_analytical(config, **fabric_options(getattr(context, "options", None)))
         network = cls(graph, context.engine, route_fn, list(config.npus_count), description)
         network.switch_config = config  # the switches' in-network reduction (inSwitch)
-        if fabric_options(getattr(context, "options", None))["nodes_per_leaf"] is None:
+        if fabric is None and fabric_options(getattr(context, "options", None))["nodes_per_leaf"] is None:
             strides = [1]
             for count in config.npus_count[:-1]:
                 strides.append(strides[-1] * count)

@@ -270,9 +270,16 @@ class FlowNetwork:
 
             from astra_network_congestion.builders import fabric_options, from_analytical
 
+            from astra_network_congestion.fabrics import build_fabric, fabric_from_options
+
             config = parse_network_config(path, getattr(context, "warn", None))
-            built = from_analytical(config, **fabric_options(getattr(context, "options", None)))
-            graph = built[0] if isinstance(built, tuple) else built
+            fabric = fabric_from_options(getattr(context, "options", None))  # --fabric: rail / multi-plane
+            if fabric is not None:
+                built = build_fabric(config, fabric)
+                graph = built.graph
+            else:
+                built = from_analytical(config, **fabric_options(getattr(context, "options", None)))
+                graph = built[0] if isinstance(built, tuple) else built
             description = {
                 "topology": list(config.topology),
                 "npus_count": list(config.npus_count),
@@ -280,9 +287,14 @@ class FlowNetwork:
                 "latency_ns": list(config.latency_ns),
             }
             tiers = fabric_options(getattr(context, "options", None))
-            if tiers["nodes_per_leaf"] is not None:
+            if fabric is not None:
+                description["fabric"] = built.description
+            elif tiers["nodes_per_leaf"] is not None:
                 description["fabric"] = tiers
         else:
+            if (getattr(context, "options", None) or {}).get("fabric") is not None:
+                raise ConfigError(f"--fabric builds the network from the analytical YAML (e.g. --platform's), "
+                                  f"not from the InfraGraph file {path}")
             from astra_network_congestion.infragraph import load_network_graph
 
             graph = load_network_graph(path, context)

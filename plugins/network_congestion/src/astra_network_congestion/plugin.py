@@ -36,6 +36,20 @@ def astra_register_commands(subparsers):
     register(subparsers)
 
 
+def _fabric_spec(text):
+    """``--fabric``'s value, checked when the command line is read (kept as the string)."""
+    import argparse
+
+    from astra_sim.errors import ConfigError
+    from astra_network_congestion.fabrics import parse_fabric
+
+    try:
+        parse_fabric(text, "--fabric")
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 @hookimpl
 def astra_add_run_options(parser):
     group = parser.add_argument_group("flow network backend (plugin network_congestion)")
@@ -47,6 +61,10 @@ def astra_add_run_options(parser):
                        help="among fewest-hop paths keep the widest (default) or all")
     group.add_argument("--flow-max-paths", type=int, default=None, metavar="N",
                        help="at most N equal-cost paths per pair (default 64)")
+    group.add_argument("--fabric", default=None, metavar="SPEC", type=_fabric_spec,
+                       help="flow/congestion: build the scale-out as a fabric, e.g. rail:nodes_per_leaf=16:over=2 or "
+                            "planes:planes=2:nic_gbps=800 (keys nodes_per_leaf, over, nic_gbps, planes, spines; "
+                            "docs/hardware.md); the analytical backend ignores it")
 
 
 @hookimpl
