@@ -29,10 +29,20 @@ from astra_sim.safeio import brief
 
 from astra_gpu_model.gemm import DEFAULT_TILES, GemmParams
 
-#: Data types the model knows, their element size in bytes.
-DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
-#: Keys allowed under ``tensor_tflops``. ``fp6`` and ``fp4`` (Blackwell, CDNA 4) are the datasheet's rates, shown and
-#: kept in the report; no trace dtype maps to them (their elements are not whole bytes), so no op is timed at them.
+#: Block-scaled GEMM formats (``aten::_scaled_mm`` with block scales, :mod:`astra_gpu_model.ops`): the
+#: ``tensor_tflops`` key each runs at, the elements sharing one 1-byte scale, and an element's bytes. NVFP4: E2M1 with
+#: an FP8 E4M3 scale per 16 elements (NVIDIA developer blog "Introducing NVFP4 for Efficient and Accurate Low-Precision
+#: Inference", 2025); MXFP8 / MXFP4: E4M3 / E2M1 with an E8M0 scale per 32 (OCP Microscaling Formats (MX) v1.0, 2023).
+#: A GPU runs only those its preset lists under ``block_scaled``.
+BLOCK_SCALED = {"nvfp4": ("fp4", 16, 0.5), "mxfp8": ("fp8", 32, 1.0), "mxfp4": ("fp4", 32, 0.5)}
+#: the ``astra workload llm --gemm-dtype`` value that writes each format (for the refusal's hint)
+BLOCK_SCALED_FLAGS = {"nvfp4": "fp4", "mxfp8": "mxfp8", "mxfp4": "mxfp4"}
+#: Data types the model knows, their element size in bytes (a block-scaled format's with its share of a scale:
+#: NVFP4 0.5 + 1/16, MXFP8 1 + 1/32, MXFP4 0.5 + 1/32).
+DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1,
+               **{name: element + 1 / block for name, (_, block, element) in BLOCK_SCALED.items()}}
+#: Keys allowed under ``tensor_tflops``. ``fp4`` (Blackwell, CDNA 4) is the rate block-scaled FP4 GEMMs run at (NVFP4,
+#: MXFP4); ``fp6`` is the datasheet's rate, shown and kept in the report (no trace dtype maps to it).
 TFLOPS_KEYS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp6", "fp4")
 #: When a GPU has no throughput for a dtype, the model uses the first of these that it has.
 DTYPE_FALLBACK = {
@@ -47,7 +57,7 @@ _TOP_KEYS = {
     "boost_clock_mhz": "num", "tensor_tflops": "map", "hbm_bandwidth_gbps": "num", "hbm_capacity_gb": "num",
     "l2_cache_mb": "num", "last_level_cache_mb": "num", "scaleup": "map", "copy_engines": "int",
     "calibration": "str", "efficiency": "map", "gemm_tiles": "list", "sources": "map", "notes": "str",
-    "tdp_w": "num", "calibration_status": "str",
+    "tdp_w": "num", "calibration_status": "str", "block_scaled": "list",
 }
 #: ``calibration_status``: how far the GEMM efficiencies were measured on this GPU. ``fitted``: on its own GEMM
 #: timings (or those of the same die); ``partial``: the large-GEMM efficiency fitted to published peak-GEMM
@@ -87,6 +97,9 @@ class GpuSpec:
     #: FP8 kernels reach a smaller fraction of their doubled peak). Fitted per family where FP8 measurements
     #: exist (``fit/fit_gemm_fp8.py``), else 1.0.
     fp8_gemm_scale: float = 1.0
+    #: the block-scaled GEMM formats its tensor cores run (keys of :data:`BLOCK_SCALED`); FP4 ones run at the FP8
+    #: ones' efficiency (``compute_efficiency x fp8_gemm_scale``): an ASSUMPTION, no FP4 GEMM measurement is fitted
+    block_scaled: tuple = ()
     vendor: str = ""
     architecture: str = ""
     boost_clock_mhz: float | None = None
@@ -126,7 +139,15 @@ class GpuSpec:
         return None if ports is None or bw is None else ports * bw
 
     def rate_dtype(self, dtype: str) -> str:
-        """The dtype whose throughput is used for ``dtype`` (itself, or its fallback when absent)."""
+        """The dtype whose throughput is used for ``dtype`` (itself, or its fallback when absent). A block-scaled
+        format has no fallback: a GPU without it refuses it (ConfigError)."""
+        if dtype in BLOCK_SCALED:
+            if dtype not in self.block_scaled:
+                have = ", ".join(self.block_scaled) or "none"
+                raise ConfigError(f"GPU {self.name} has no {dtype} GEMMs (its block-scaled formats: {have}); a "
+                                  f"trace of `astra workload llm --gemm-dtype {BLOCK_SCALED_FLAGS[dtype]}` needs a GPU "
+                                  "that runs them (e.g. B200, B300, GB200; MI355X for the MX formats)")
+            return BLOCK_SCALED[dtype][0]
         if self.tensor_tflops.get(dtype):
             return dtype
         for other in DTYPE_FALLBACK.get(dtype, ()):
@@ -135,10 +156,18 @@ class GpuSpec:
         return "fp32" if self.tensor_tflops.get("fp32") else next(iter(self.tensor_tflops))
 
     def gemm_params(self, rate_dtype: str) -> GemmParams:
-        """The GEMM parameters for GEMMs timed at ``rate_dtype``'s peak (FP8: scaled compute efficiency)."""
-        if rate_dtype != "fp8" or self.fp8_gemm_scale == 1.0:
+        """The GEMM parameters for GEMMs timed at ``rate_dtype``'s peak (FP8: scaled compute efficiency; FP4 as FP8,
+        an ASSUMPTION: no published FP4 GEMM measurement is fitted)."""
+        if rate_dtype not in ("fp8", "fp4") or self.fp8_gemm_scale == 1.0:
             return self.gemm
         return replace(self.gemm, compute_efficiency=min(1.0, self.gemm.compute_efficiency * self.fp8_gemm_scale))
+
+    def dtype_tflops(self, dtype: str) -> float | None:
+        """The dense peak TFLOP/s of ``dtype`` itself (a block-scaled format: its rate's), None when this GPU has
+        none (no fallback: the peak an MFU is taken against)."""
+        if dtype in BLOCK_SCALED:
+            return self.tensor_tflops.get(BLOCK_SCALED[dtype][0]) if dtype in self.block_scaled else None
+        return self.tensor_tflops.get(dtype)
 
     def peak_flops(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype`` (using the fallback dtype when this GPU has none for it)."""
@@ -166,7 +195,7 @@ class GpuSpec:
             "hbm_bandwidth_gbps": self.hbm_bandwidth_gbps, "calibration": self.calibration,
             "calibration_status": self.calibration_status,
             "gemm": self.gemm.to_dict(), "attention_efficiency": self.attention_efficiency,
-            "fp8_gemm_scale": self.fp8_gemm_scale,
+            "fp8_gemm_scale": self.fp8_gemm_scale, "block_scaled": list(self.block_scaled),
         }
 
 
@@ -392,6 +421,16 @@ def _build(data, where, path=None, fit=None) -> GpuSpec:
             raise ConfigError(f"{where}: key 'gemm_tiles' must not be empty")
         tiles = tuple(tiles)
 
+    block_scaled = []
+    for i, fmt in enumerate(data.get("block_scaled") or []):
+        if fmt not in BLOCK_SCALED:
+            raise ConfigError(f"{where}: key 'block_scaled[{i}]' must be one of {', '.join(BLOCK_SCALED)}, "
+                              f"got {brief(fmt)}")
+        if BLOCK_SCALED[fmt][0] not in tflops:
+            raise ConfigError(f"{where}: key 'block_scaled' lists {fmt}, which runs at tensor_tflops."
+                              f"{BLOCK_SCALED[fmt][0]}: give that rate")
+        block_scaled.append(fmt)
+
     sources = data.get("sources") or {}
     for key, value in sources.items():
         if not isinstance(value, str):
@@ -403,7 +442,7 @@ def _build(data, where, path=None, fit=None) -> GpuSpec:
     return GpuSpec(
         name=data["name"], sm_count=sm_count, tensor_tflops=tflops, hbm_bandwidth_gbps=hbm,
         calibration=calibration, gemm=GemmParams.from_dict(params, where), attention_efficiency=attention,
-        fp8_gemm_scale=fp8_scale, gemm_tiles=tiles, vendor=data.get("vendor") or "",
+        fp8_gemm_scale=fp8_scale, block_scaled=tuple(block_scaled), gemm_tiles=tiles, vendor=data.get("vendor") or "",
         architecture=data.get("architecture") or "",
         boost_clock_mhz=opt("boost_clock_mhz"), hbm_capacity_gb=opt("hbm_capacity_gb"),
         l2_cache_mb=opt("l2_cache_mb"), last_level_cache_mb=opt("last_level_cache_mb"), scaleup=scaleup,
@@ -413,4 +452,4 @@ def _build(data, where, path=None, fit=None) -> GpuSpec:
 
 
 __all__ = ["GpuSpec", "load_gpu", "load_gpu_file", "preset_names", "fitted_parameters", "DTYPE_BYTES",
-           "DEFAULT_GPU", "PRESET_ALIASES", "CALIBRATION_STATUSES"]
+           "DEFAULT_GPU", "PRESET_ALIASES", "CALIBRATION_STATUSES", "BLOCK_SCALED"]

@@ -29,7 +29,7 @@ from astra_sim.compute import node_work
 
 from astra_gpu_model.attention import KERNELS as ATTENTION_KERNELS, is_hopper, kernel_efficiency
 from astra_gpu_model.gemm import gemm_time_s
-from astra_gpu_model.gpu import DTYPE_BYTES, load_gpu
+from astra_gpu_model.gpu import BLOCK_SCALED, DTYPE_BYTES, load_gpu
 from astra_gpu_model.grouped import group_shapes, grouped_gemm_time_s, grouped_params
 from astra_gpu_model.ops import ATTENTION_OPS, CONV_OPS, OpError, canonical_name, classify, node_io
 
@@ -315,6 +315,8 @@ class GpuComputeModel:
         return seconds
 
     def _rate_dtype(self, dtype):
+        if dtype in BLOCK_SCALED:  # its rate, or a ConfigError naming the GPU and the format (no fallback)
+            return self.gpu.rate_dtype(dtype)
         if dtype == "fp32" and self.tf32:
             dtype = "tf32"
         if dtype not in self.gpu.tensor_tflops:

@@ -23,7 +23,7 @@ from astra_sim.ops import CONV_OPS, GEMM_OPS, canonical_name
 _TYPE_MAP = {
     "c10::BFloat16": ("bf16", 2), "c10::Half": ("fp16", 2), "float": ("fp32", 4), "double": ("fp64", 8),
     "c10::Float8_e4m3fn": ("fp8", 1), "c10::Float8_e5m2": ("fp8", 1), "c10::Float8_e4m3fnuz": ("fp8", 1),
-    "c10::Float8_e5m2fnuz": ("fp8", 1), "c10::Float8_e8m0fnu": ("fp8", 1),
+    "c10::Float8_e5m2fnuz": ("fp8", 1), "c10::Float8_e8m0fnu": ("e8m0", 1), "c10::Float4_e2m1fn_x2": ("fp4x2", 1),
     "long int": ("int64", 8), "long": ("int64", 8), "int": ("int32", 4), "short int": ("int16", 2),
     "short": ("int16", 2), "signed char": ("int8", 1), "unsigned char": ("uint8", 1), "bool": ("bool", 1),
     "c10::complex<float>": ("complex64", 8), "c10::complex<double>": ("complex128", 16),
@@ -254,8 +254,23 @@ def _gemm(name, args, values, default_dtype):
     out_size = a[2]
     if name == "_scaled_mm":
         out_size = 2  # bf16 output is the common case
-        dtype = "fp8" if a[1] == "fp8" else a[1]
+        dtype, a, b = _scaled_format(a, b, tensors[2:4])
     return _gemm_from_operands(name, a, b, dtype, out_size)
+
+
+def _scaled_format(a, b, scales):
+    """``(format, a, b)`` of an ``_scaled_mm``: ``fp8`` (per-tensor fp32 scales), ``mxfp8`` (E4M3/E5M2 operands, E8M0
+    block scales), ``mxfp4`` / ``nvfp4`` (E2M1 pairs packed along K, E8M0 / E4M3 block scales); packed operands
+    are returned with K in elements (``[m, k/2] x [k/2, n]`` is a K of ``k``)."""
+    mx = any(s[1] == "e8m0" for s in scales)
+    if a[1] != "fp4x2":
+        return ("mxfp8" if mx and a[1] == "fp8" else a[1]), a, b
+    (sa, _, _), (sb, _, _) = a, b
+    if len(sa) < 2 or len(sb) < 2:
+        raise OpError("_scaled_mm: packed FP4 operands must be matrices")
+    a = (tuple(sa[:-1]) + (2 * sa[-1],), a[1], a[2])
+    b = (tuple(sb[:-2]) + (2 * sb[-2], sb[-1]), b[1], b[2])
+    return ("mxfp4" if mx else "nvfp4"), a, b
 
 
 def _conv(name, args, values):

@@ -124,8 +124,9 @@ class Platform(_Platform):
         return load_gpu(self.gpu).tensor_tflops.get(dtype)
 
     def device_peak_tflops(self, dtype, options) -> float | None:
-        """The peak of the GPU the run uses: the resolved ``gpu`` option (the platform's, or ``--gpu``)."""
-        return load_gpu(options.get("gpu") or self.gpu).tensor_tflops.get(dtype)
+        """The peak of the GPU the run uses: the resolved ``gpu`` option (the platform's, or ``--gpu``); a
+        block-scaled format's (nvfp4, mxfp8, mxfp4) is the rate it runs at (:meth:`GpuSpec.dtype_tflops`)."""
+        return load_gpu(options.get("gpu") or self.gpu).dtype_tflops(dtype)
 
     def variant(self, **changes) -> "Platform":
         """``gpus_per_node``, ``nic_gbps`` (GB/s per GPU, decimal) or ``gpu`` (a preset name or GPU YAML) changed."""

@@ -20,8 +20,9 @@ DTYPES = {"bf16": (2, "c10::BFloat16"), "fp16": (2, "c10::Half"), "fp32": (4, "f
 
 
 #: --gemm-dtype choices: the linear layers' operand type; "fp8" = Transformer Engine's hybrid recipe (E4M3 for
-#: weights/activations, E5M2 for gradients)
-GEMM_DTYPES = ("same", "fp8")
+#: weights/activations, E5M2 for gradients, per-tensor scales); "fp4" (NVFP4), "mxfp8", "mxfp4": block-scaled
+#: formats (.blockscale), on GPUs whose tensor cores scale blocks (Blackwell; AMD CDNA 4 for the MX ones)
+GEMM_DTYPES = ("same", "fp8", "fp4", "mxfp8", "mxfp4")
 
 
 ATTENTIONS = ("flash", "unfused")
@@ -69,7 +70,8 @@ class LlmConfig:
     causal: bool = True             # flash: causal mask (decoder LMs), timed as the lower triangle only
     dropout: bool = True            # training: emit dropout kernels (off: Megatron with hidden/attention dropout 0)
     inference_elementwise: bool = True  # inference: emit the forward's norms, residual adds and activation
-    gemm_dtype: str = "same"        # linear-layer GEMM operands: "same" as dtype, or "fp8" (Transformer Engine)
+    gemm_dtype: str = "same"        # linear-layer GEMM operands: "same" as dtype, "fp8" (Transformer Engine), or a
+    #                                 block-scaled "fp4" (NVFP4) / "mxfp8" / "mxfp4" (see .blockscale)
     overlap_param_gather: bool = False  # ZeRO-1/2: gather updated parameters at the step's start, overlapping it
     reshard_after_forward: bool = False  # ZeRO-3: gather each unit before every micro-batch's forward and backward
     grad_sync_every_micro_batch: bool = False  # reduce gradients after every micro-batch's backward, not the last only

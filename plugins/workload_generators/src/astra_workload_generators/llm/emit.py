@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from astra_sim.chakra import types as T
 from astra_sim.chakra.writer import make_node
 
+from .blockscale import block_format, low_precision_weight_bytes
 from .fp8 import FP8_FWD, FP8_GRAD, SCALED_MM
 
 
@@ -74,9 +75,12 @@ class NodeEmitter:
         ``grouped``: ``(dim, sizes)`` for a grouped GEMM (the routed experts): ``dim`` (``"m"`` or ``"k"``) is
         split into groups of ``sizes`` (adding up to it), each with its own ``[k,n]`` (``"m"``) or ``[m,n]``
         (``"k"``) matrix; the node gets ``grouped_gemm_dim``/``grouped_gemm_sizes`` and its ``tensor_size``
-        counts that matrix once per group with work."""
+        counts that matrix once per group with work. ``--gemm-dtype fp4 | mxfp8 | mxfp4``: see :meth:`_block_mm`."""
         margin = self.sm_margins.get(overlap) if overlap else None
         extra = {"sm_margin": margin} if margin else None
+        fmt = block_format(self.cfg) if linear else None
+        if fmt is not None:
+            return self._block_mm(fmt, label, m, k, n, deps, extra, grouped)
         fp8 = linear and self.cfg.gemm_dtype == "fp8"
         out = 2 if fp8 else 1  # the output's bytes per operand byte (FP8: bf16 output)
         weights, outputs = k * n, out * m * n
@@ -95,6 +99,31 @@ class NodeEmitter:
         b = FP8_GRAD if label.endswith(".wgrad") else FP8_FWD
         return self.comp(SCALED_MM, label, f"[[{m}, {k}], [{k}, {n}], [], []]", 2 * m * k * n, 0, deps, extra,
                          types=[a, b, "Tensor(float)", "Tensor(float)"], nbytes=m * k + weights + outputs)
+
+    def _block_mm(self, fmt, label, m, k, n, deps, extra, grouped):
+        """A block-scaled linear-layer GEMM (:mod:`.blockscale`): ``aten::_scaled_mm`` on ``fmt`` operands (E2M1
+        pairs packed along K: ``[m, k/2] x [k/2, n]``) with their block scales (``[m, k/block]``, ``[k/block, n]``)
+        and a bf16 output; ``tensor_size`` = both operands with their scales + the output. Its activation input is
+        quantized first (:meth:`block_quantize`): a forward GEMM's input, a ``*.dgrad`` GEMM's output gradient; a
+        ``*.wgrad`` GEMM reads the column-wise copies those quantizations wrote. Weights are held quantized."""
+        weights, outputs = k * n, m * n
+        if grouped is not None:
+            dim, sizes = grouped
+            extra = dict(extra or {}, grouped_gemm_dim=dim, grouped_gemm_sizes=list(sizes))
+            active = sum(1 for s in sizes if s > 0)
+            if dim == "m":
+                weights *= active
+            else:
+                outputs *= active
+        if self.cfg.ew_forward and not label.endswith(".wgrad"):  # (the GEMM follows it on the compute chain)
+            self.block_quantize(fmt, label, m, k, deps)
+            deps = ()
+        kp = -(-k // fmt.packing)  # stored elements along K
+        ks = -(-k // fmt.block)  # scales along K
+        nbytes = (low_precision_weight_bytes(fmt, m * k) + low_precision_weight_bytes(fmt, weights) + 2 * outputs)
+        return self.comp(SCALED_MM, label, f"[[{m}, {kp}], [{kp}, {n}], [{m}, {ks}], [{ks}, {n}]]", 2 * m * k * n,
+                         0, deps, extra, types=[fmt.element_type, fmt.element_type, fmt.scale_type, fmt.scale_type],
+                         nbytes=nbytes)
 
     def ew(self, op, label, args, deps=()):
         """An element-wise / memory-bound ATen node. ``args``: per argument ``(shape, type)`` or a list of those

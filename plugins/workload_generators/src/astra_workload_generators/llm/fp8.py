@@ -1,5 +1,6 @@
 """FP8 GEMMs as Transformer Engine runs them: E4M3/E5M2 operand types, the casts and transposes it adds
-around the linear layers, and the amax reductions and scale updates at the end of each FP8 region."""
+around the linear layers, and the amax reductions and scale updates at the end of each FP8 region; and the
+quantization of a block-scaled GEMM's input (``--gemm-dtype fp4 | mxfp8 | mxfp4``, :mod:`.blockscale`)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,11 @@ TE_FP8_TRANSPOSE = "transformer_engine::fp8_transpose"
 
 
 TE_AMAX_UPDATE = "transformer_engine::amax_and_scale_update"
+
+
+#: the kernel quantizing a block-scaled GEMM's input (Transformer Engine's MXFP8/NVFP4 quantize): not an ATen op,
+#: timed from ``tensor_size`` (memory-bound)
+TE_QUANTIZE = "transformer_engine::quantize"
 
 
 #: TE's DelayedScaling amax history length (its default, and MLPerf v3.1 GPT-3's FP8_AMAX_HISTORY)
@@ -56,6 +62,17 @@ class Fp8Ops:
         if not self.te_fp8:
             return None
         return self._te(TE_FP8_TRANSPOSE, label + ".fp8_transpose", rows, cols, FP8_FWD, 2 * rows * cols, deps)
+
+    def block_quantize(self, fmt, label, rows, cols, deps=()):
+        """The quantization of a block-scaled GEMM's ``rows x cols`` activation input (blocks along ``cols``, the
+        GEMM's K): read in ``--dtype``, written in ``fmt`` with one scale byte per block, once for inference and
+        twice in training (row-wise for this GEMM, column-wise for the weight-gradient GEMM that reads it again, as
+        ``fp8_cast`` writes a transpose). NVFP4's per-tensor FP32 scale needs the tensor's amax first: one more
+        read. The block scales need no amax history or reduction (each block's own amax sets its scale)."""
+        copies = 1 if self.cfg.inference else 2
+        reads = 2 if fmt.name == "nvfp4" else 1
+        nbytes = reads * rows * cols * self.nbytes + copies * fmt.nbytes(rows, cols)
+        return self._te(TE_QUANTIZE, label + ".quantize", rows, cols, self.ttype, nbytes, deps)
 
     def _te(self, op, label, rows, cols, ttype, nbytes, deps):
         return self._memory_node(op, label, nbytes, f"[[{rows}, {cols}]]", f"[{ttype!r}]", deps)

@@ -10,6 +10,7 @@ from astra_sim.symmetry import RankSymmetry
 from astra_sim.workload.compact import write_atomically, write_compact_workload
 
 from ..common import ensure_parent
+from .blockscale import block_format
 from .config import LlmConfig, _check
 from .memory import memory_estimate, metadata_attrs
 from .layout import _dyn_bytes, comm_groups, rank_of, rank_symmetry
@@ -118,6 +119,15 @@ def step_metadata(dims, cfg, flops, model_name=None):
     # FLOPs as doubles: a large step overflows 64-bit integers (405B x 16M tokens x 6 is 4e22)
     return {"model_flops_per_step": float(flops), "hardware_flops_per_step": float(hardware),
             "tokens_per_step": int(tokens), "sequences_per_step": int(sequences),
-            "compute_dtype": "fp8" if cfg.gemm_dtype == "fp8" else cfg.dtype, "step_mode": cfg.mode,
+            "compute_dtype": _compute_dtype(cfg), "step_mode": cfg.mode,
             # what the step is, for titles (astra plot): the model as named (--model / --preset) and the layout
             "layout": layout_text(cfg), **({"model_name": str(model_name)} if model_name else {})}
+
+
+def _compute_dtype(cfg):
+    """The GEMMs' dtype as the gpu model names it (the peak MFU is taken against): fp8, nvfp4, mxfp8, mxfp4 or
+    ``--dtype``."""
+    fmt = block_format(cfg)
+    if fmt is not None:
+        return fmt.name
+    return "fp8" if cfg.gemm_dtype == "fp8" else cfg.dtype

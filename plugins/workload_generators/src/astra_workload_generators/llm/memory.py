@@ -14,6 +14,8 @@ The estimate per rank (bytes) is the sum of
   without ``--grad-sync-every-micro-batch`` are reduced once, after the last one, so they stay whole until then.
   ZeRO-3 keeps each unit's gathered weights for the whole step with ``--no-reshard-after-forward``. FP8 GEMMs
   under Megatron add Transformer Engine's cached FP8 copy of each linear weight and its transpose (2 bytes);
+  block-scaled ones (``--gemm-dtype fp4 | mxfp8 | mxfp4``) its two quantized copies with their scales (NVFP4:
+  2 x 9/16 bytes), and in inference hold the linear weights in that format only (NVFP4: 9/16 byte each);
 * **activations** kept for the backward pass: per layer and micro-batch, Korthikanti et al. 2022's count
   (``s*b*h*(34 + 5*a*s/h)`` bytes for a GPT layer in 16 bit without parallelism: ``10 + 24/t`` with tensor
   parallelism, everything ``/t`` with sequence parallelism; the ``5*a*s/h`` attention-score term is not stored
@@ -52,6 +54,7 @@ from .memory_terms import (
     CUDA_GRAPH_ACTIVATION_FRACTION, LOGITS_BYTES, RESERVE_FRACTION, WORKSPACE_BYTES, context_bytes,
     gemm_workspace_bytes, logits_bytes, model_states, moe_dispatch_bytes, op_sac_layer_bytes,
 )
+from .blockscale import block_format, low_precision_weight_bytes
 from .lora import adapter_parameters
 from .model import ModelDims, _lengths, layer_shards, mtp_shards, padded_vocab
 from .routing import ep_loads, routed_rows
@@ -67,6 +70,9 @@ OPTIMIZER_BYTES = 12
 #: Transformer Engine's cached FP8 copy of a linear layer's weight and of its transpose; with --fp8-params (TE's
 #: fp8_model_init, NeMo's fp8_params) they are the weight itself, held without a --dtype copy
 FP8_WEIGHT_BYTES = 2
+#: block-scaled GEMMs (--gemm-dtype fp4 | mxfp8 | mxfp4) in training: the cached quantized copies of a linear
+#: layer's weight, row-wise (forward) and column-wise (data-gradient GEMM), each with its block scales
+BLOCK_WEIGHT_COPIES = 2
 RECOMPUTE = ("none", "selective", "full")
 #: the parts of an estimate, in the order terminals list them
 PARTS = ("weights", "gradients", "optimizer", "activations", "logits", "kv_cache", "buffers", "gemm_workspace",
@@ -253,8 +259,11 @@ def stage_memory(dims: ModelDims, cfg: LlmConfig, p: int) -> MemoryEstimate:
         return -(-d_part * bytes_per // dp_group) + -(-(count - d_part) * bytes_per // edp_group)
 
     activations, recomputing, in_flight = _activation_peak(dims, cfg, p, units, framework)
+    fmt = block_format(cfg)
     if cfg.inference:  # weights only; the logits stay in the activations, the allowance as before
         weights = params * nb
+        if fmt is not None:  # block-scaled GEMMs: the linear layers' weights held in their format only
+            weights += low_precision_weight_bytes(fmt, linear) - linear * nb
         kv = _kv_cache_bytes(dims, cfg, units)
         reserve = int(FRAGMENTATION * (weights + activations + kv))
         return MemoryEstimate(p, weights, 0, 0, activations, kv, reserve=reserve, context=WORKSPACE_BYTES,
@@ -274,6 +283,8 @@ def stage_memory(dims: ModelDims, cfg: LlmConfig, p: int) -> MemoryEstimate:
         buffers += max(moe_dispatch_bytes(dims, cfg, tokens, _moe_rows(dims, cfg, tokens, i)) for i in moe)
     if cfg.gemm_dtype == "fp8" and framework == "megatron":  # FP8 primary weights replace the --dtype copy
         weights += FP8_WEIGHT_BYTES * linear - (nb * linear if cfg.fp8_params else 0)
+    elif fmt is not None and framework == "megatron":  # TE's quantized copies beside the --dtype weights
+        weights += BLOCK_WEIGHT_COPIES * low_precision_weight_bytes(fmt, linear)
     logits = 0
     if any(last for _, last, _ in units.values()):
         q = _lengths(dims, cfg)[0] // cfg.cp

@@ -504,9 +504,12 @@ def _add_flags(p):
                    "models trained with hidden and attention dropout 0, e.g. MLPerf GPT-3)")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="activation/gradient type (default bf16)")
     p.add_argument("--gemm-dtype", choices=GEMM_DTYPES, default="same",
-                   help="operand type of the linear layers' GEMMs: same as --dtype (default), or fp8 "
+                   help="operand type of the linear layers' GEMMs: same as --dtype (default), fp8 "
                    "(Transformer Engine: aten::_scaled_mm with E4M3 weights/activations and E5M2 gradients, bf16 "
-                   "output; the router, LM head and attention stay in --dtype)")
+                   "output; the router, LM head and attention stay in --dtype), or a block-scaled format: fp4 "
+                   "(NVFP4: E2M1, an E4M3 scale per 16 elements; Blackwell), mxfp8 / mxfp4 (OCP MX: E4M3 / E2M1, an "
+                   "E8M0 scale per 32; Blackwell, AMD MI355X), each GEMM's activation input quantized by a "
+                   "memory-bound kernel first")
     p.add_argument("--tflops", type=positive_float, default=312.0,
                    help="peak TFLOP/s for duration_micros (default 312, A100 BF16 dense)")
     p.add_argument("--norm-kernel", choices=NORM_KERNELS, default="fused",
