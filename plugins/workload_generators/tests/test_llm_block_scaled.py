@@ -86,6 +86,15 @@ def test_quantize_bytes(tmp_path, gemm_dtype, reads, per_elem):
     assert Counter(n.name for n in nodes)["transformer_engine::quantize"] == 8 * LLAMA["layers"]
 
 
+def test_tp_overlap_chunks_quantize_their_rows(tmp_path):
+    """--tp-comm-overlap: each GEMM chunk quantizes its own TP row chunk as it arrives; weight gradients none."""
+    nodes = _nodes(tmp_path, "mxfp8", tp=2, sequence_parallel=True, tp_comm_overlap=True)
+    q = _by_label(nodes, "fwd.l0.mb0.qkv.c1.quantize")
+    assert q.attrs["tensor_size"] == (N // 2) * H * 2 + 2 * ((N // 2) * H + (N // 2) * (H // 32))
+    labels = [n.attrs.get("label") or "" for n in nodes if n.name == "transformer_engine::quantize"]
+    assert labels and not any(".wgrad" in label for label in labels)
+
+
 def test_inference_quantizes_once(tmp_path):
     nodes = _nodes(tmp_path, "mxfp4", mode="prefill")
     q = _by_label(nodes, "fwd.l0.mb0.qkv.quantize")

@@ -115,7 +115,7 @@ class NodeEmitter:
                 weights *= active
             else:
                 outputs *= active
-        if self.cfg.ew_forward and not label.endswith(".wgrad"):  # (the GEMM follows it on the compute chain)
+        if self.cfg.ew_forward and ".wgrad" not in label:  # (a chunk too; the GEMM follows it on the compute chain)
             self.block_quantize(fmt, label, m, k, deps)
             deps = ()
         kp = -(-k // fmt.packing)  # stored elements along K
