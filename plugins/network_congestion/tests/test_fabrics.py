@@ -125,17 +125,17 @@ def test_rail_traffic_on_one_leaf_never_reaches_a_spine(tmp_path):
 
 
 def test_two_planes_halve_the_traffic_of_each_plane(tmp_path):
-    """One GPU per node, 4 nodes, two planes (ports of 0.5 byte/ns). Sprayed (--flow-ecmp split), every message puts
-    half its bytes on each plane and takes what it takes on one plane of the whole NIC; by hash each message rides
-    one plane, at half the NIC."""
+    """One GPU per node, 4 nodes, two planes (ports of 0.5 byte/ns). Sprayed (the default for planes), every message
+    puts half its bytes on each plane and takes what it takes on one plane of the whole NIC; by hash
+    (--flow-ecmp hash) each message rides one plane, at half the NIC."""
     pairs = [(a, b, SIZE) for a in range(4) for b in range(4) if a != b]
     rail, engine = network(FlowNetwork, tmp_path, "rail:nodes_per_leaf=2", gpus=1, flow_ecmp="split")
     alone = arrivals(rail, engine, pairs)
     total = link_bytes(rail, "plane0")
-    planes, engine = network(FlowNetwork, tmp_path, "planes:planes=2:nodes_per_leaf=2", gpus=1, flow_ecmp="split")
+    planes, engine = network(FlowNetwork, tmp_path, "planes:planes=2:nodes_per_leaf=2", gpus=1)
     assert arrivals(planes, engine, pairs) == alone
     assert link_bytes(planes, "plane0") == link_bytes(planes, "plane1") == total / 2
-    one, engine = network(FlowNetwork, tmp_path, "planes:planes=2:nodes_per_leaf=2", gpus=1)
+    one, engine = network(FlowNetwork, tmp_path, "planes:planes=2:nodes_per_leaf=2", gpus=1, flow_ecmp="hash")
     assert arrivals(one, engine, [(0, 3, SIZE)]) == [2 * SIZE + 200]
 
 
@@ -249,3 +249,45 @@ def test_any_text_is_a_fabric_or_one_line_error():
         assert parse_fabric(describe_spec(spec)) == spec
 
     check()
+
+
+# ---------------------------------------------------------------- the InfraGraph file and astra fabric
+
+
+def test_the_infragraph_file_runs_as_the_built_fabric(tmp_path):
+    """The same cross-leaf all-to-all on the InfraGraph file that fabric_infragraph writes: the same times as on the
+    graph built directly (4 x SIZE + 200 ns at 2:1), and the same counts of nodes and links."""
+    import yaml
+
+    from astra_network_congestion.fabrics import fabric_infragraph
+
+    config = parse_network_config(yaml_path(tmp_path))
+    spec = parse_fabric("rail:nodes_per_leaf=2:over=2")
+    path = tmp_path / "fabric.yaml"
+    path.write_text(yaml.safe_dump(fabric_infragraph(config, spec)))
+    engine = EventEngine()
+    net = FlowNetwork.from_context(SimpleNamespace(network_config_path=str(path), engine=engine, options={},
+                                                   warn=print))
+    pairs = [(a, b, SIZE) for a in (0, 2) for b in (4, 6)] + [(b, a, SIZE) for a in (0, 2) for b in (4, 6)]
+    assert arrivals(net, engine, pairs) == [4 * SIZE + 200] * 8
+    built = build_fabric(config, spec).graph.describe()
+    assert {k: net.graph.describe()[k] for k in ("npus", "switches", "links", "npus_per_dim")} == {
+        k: built[k] for k in ("npus", "switches", "links", "npus_per_dim")}
+    with pytest.raises(ConfigError, match="not from the InfraGraph file"):
+        FlowNetwork.from_context(SimpleNamespace(network_config_path=str(path), engine=EventEngine(),
+                                                 options={"fabric": "rail"}, warn=print))
+
+
+def test_cli_astra_fabric(tmp_path, capsys):
+    out = tmp_path / "f.yaml"
+    assert main(["fabric", "rail:over=2", "--platform", "hgx-h100", "--nodes", "64", "--json", "-o", str(out)]) == 0
+    info = json.loads(capsys.readouterr().out)
+    # the platform's leaves of 32 nodes; ceil(32 / 2) = 16 spines; uplinks at the 400 Gb/s port speed
+    assert (info["nodes_per_leaf"], info["leaves_per_rail_per_plane"], info["spines_per_plane"]) == (32, 2, 16)
+    assert info["leaf_uplink_gbit_per_s_per_spine"] == pytest.approx(400.0)
+    assert info["switches"] == 64 + 8 * 2 + 16
+    assert main(["infragraph", str(out), "--summary", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["npus"] == 512 and summary["switches"] == info["switches"] and summary["logical_dims"] == [8, 64]
+    assert main(["fabric", "rail:spines=0", "--platform", "hgx-h100"]) != 0
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith("SPEC: spines expects an integer >= 1, got '0'")

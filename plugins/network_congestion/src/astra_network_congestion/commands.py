@@ -1,4 +1,5 @@
-"""``astra`` sub-commands of this plugin: ``astra infragraph`` (see :mod:`.infragraph`)."""
+"""``astra`` sub-commands of this plugin: ``astra infragraph`` (see :mod:`.infragraph`), ``astra fabric``
+(:mod:`.fabric_command`)."""
 
 
 def register(subparsers):
@@ -6,3 +7,6 @@ def register(subparsers):
     from astra_network_congestion.infragraph_command import register_command
 
     register_command(subparsers)
+    from astra_network_congestion.fabric_command import register_command as register_fabric
+
+    register_fabric(subparsers)

@@ -10,8 +10,9 @@ dimension 1 the scale-out Switch with one member per node) and a spec such as
   switches (shared by all rails). Two GPUs on one rail's leaf talk through that leaf only; any other pair of
   nodes crosses leaf -> spine -> leaf (ECMP over the spines).
 * ``planes``: ``planes`` independent copies of that fabric (no switch shared between planes); every GPU's NIC
-  has one port on each plane at ``nic_gbps / planes``. A message takes one plane (ECMP) or, with
-  ``--flow-ecmp split``, is sprayed over all of them.
+  has one port on each plane at ``nic_gbps / planes``. On ``flow`` a message is sprayed over the planes (and
+  spines), as a multi-plane NIC sprays its packets (``--flow-ecmp split``, the default for this kind;
+  ``--flow-ecmp hash`` puts each message on one plane); ``congestion`` takes one plane per pair by hash.
 
 Per plane, a leaf's uplink capacity is its downlink capacity over ``over`` (the oversubscription), spread over
 ``spines`` switches (default ``ceil(nodes_per_leaf / over)``: one uplink per spine at the port speed when that
@@ -132,23 +133,53 @@ class Fabric:
     description: dict
 
 
-def build_fabric(config, spec: FabricSpec) -> Fabric:
+@dataclass(frozen=True)
+class Layout:
+    """The numbers of a fabric over a network's nodes (bandwidths in GiB/s, the analytical YAML's unit)."""
+
+    gpus: int            # GPUs per node (rails)
+    nodes: int
+    scaleup_gib: float   # per GPU per direction, dimension 0 (unused with one GPU per node)
+    scaleup_ns: float
+    nic_gib: float       # per GPU, all planes
+    port_gib: float      # per GPU per plane
+    hop_ns: float        # each NIC-to-leaf link
+    per_leaf: int        # nodes per leaf
+    leaves: int          # per rail per plane
+    spines: int          # per plane
+
+    def members(self, leaf):
+        """The nodes on leaf ``leaf`` of a rail."""
+        return range(leaf * self.per_leaf, min(self.nodes, (leaf + 1) * self.per_leaf))
+
+    def uplink_gib(self, leaf, spec):
+        """One uplink of leaf ``leaf`` to one spine: the leaf's ports over the oversubscription, over the spines."""
+        return len(self.members(leaf)) * self.port_gib / spec.oversubscription / self.spines
+
+
+def layout(config, spec: FabricSpec) -> Layout:
     """The fabric ``spec`` over the nodes of ``config`` (a parsed analytical NetworkConfig: ``[Switch, Switch]``,
-    scale-up then scale-out, or ``[Switch]``, one GPU per node). Rank ``r`` is GPU ``r % G`` of node ``r // G``
-    (dimension 0 the least significant, as the analytical backend numbers them)."""
+    scale-up then scale-out, or ``[Switch]``, one GPU per node)."""
     topology = list(config.topology)
     if len(topology) not in (1, 2) or any(t != SWITCH_TOPOLOGY for t in topology):
         raise ConfigError(f"{config.path}: --fabric needs a network of Switch dimensions [scale-up, scale-out] or "
                           f"[scale-out] (what --platform writes), got topology {topology}")
-    gpus = config.npus_count[0] if len(topology) == 2 else 1
     nodes = config.npus_count[-1]
     nic_gib = (spec.nic_gbit_per_s * 1e9 / 8 / GIB if spec.nic_gbit_per_s is not None
                else config.bandwidth_gib_per_s[-1])
-    port_gib = nic_gib / spec.planes
-    hop_ns = config.latency_ns[-1]
     per_leaf = min(spec.nodes_per_leaf or DEFAULT_NODES_PER_LEAF, nodes)
-    leaves = math.ceil(nodes / per_leaf)
-    spines = spec.spines or max(1, math.ceil(per_leaf / spec.oversubscription))
+    return Layout(gpus=config.npus_count[0] if len(topology) == 2 else 1, nodes=nodes,
+                  scaleup_gib=config.bandwidth_gib_per_s[0], scaleup_ns=config.latency_ns[0], nic_gib=nic_gib,
+                  port_gib=nic_gib / spec.planes, hop_ns=config.latency_ns[-1], per_leaf=per_leaf,
+                  leaves=math.ceil(nodes / per_leaf),
+                  spines=spec.spines or max(1, math.ceil(per_leaf / spec.oversubscription)))
+
+
+def build_fabric(config, spec: FabricSpec) -> Fabric:
+    """The fabric ``spec`` over the nodes of ``config`` (see :func:`layout`) as a NetworkGraph. Rank ``r`` is GPU
+    ``r % G`` of node ``r // G`` (dimension 0 the least significant, as the analytical backend numbers them)."""
+    lay = layout(config, spec)
+    gpus, nodes, per_leaf, spines = lay.gpus, lay.nodes, lay.per_leaf, lay.spines
     graph = NetworkGraph(source=f"--fabric {describe_spec(spec)} over {config.path}")
     ranks = [npu_name(r) for r in range(nodes * gpus)]
     for name in ranks:
@@ -164,21 +195,19 @@ def build_fabric(config, spec: FabricSpec) -> Fabric:
             switch = f"node{node}.scaleup"
             graph.add_node(switch, SWITCH)
             for gpu in range(gpus):
-                connect(ranks[node * gpus + gpu], switch, config.bandwidth_gib_per_s[0], config.latency_ns[0])
+                connect(ranks[node * gpus + gpu], switch, lay.scaleup_gib, lay.scaleup_ns)
     for plane in range(spec.planes):
         spine_names = [f"plane{plane}.spine{s}" for s in range(spines)]
         for name in spine_names:
             graph.add_node(name, SWITCH)
         for rail in range(gpus):
-            for leaf in range(leaves):
+            for leaf in range(lay.leaves):
                 name = leaf_name(plane, rail, leaf)
                 graph.add_node(name, SWITCH)
-                members = range(leaf * per_leaf, min(nodes, (leaf + 1) * per_leaf))
-                for node in members:
-                    connect(ranks[node * gpus + rail], name, port_gib, hop_ns)
-                uplink = len(members) * port_gib / spec.oversubscription / spines
+                for node in lay.members(leaf):
+                    connect(ranks[node * gpus + rail], name, lay.port_gib, lay.hop_ns)
                 for spine in spine_names:
-                    connect(name, spine, uplink, 0.0)
+                    connect(name, spine, lay.uplink_gib(leaf, spec), 0.0)
     graph.set_ranks(ranks)
     graph.npus_per_dim = list(config.npus_count)
 
@@ -202,11 +231,13 @@ def build_fabric(config, spec: FabricSpec) -> Fabric:
 
     description = {
         "kind": spec.kind, "spec": describe_spec(spec), "planes": spec.planes, "nodes": nodes,
-        "gpus_per_node": gpus, "nodes_per_leaf": per_leaf, "leaves_per_rail_per_plane": leaves,
+        "gpus_per_node": gpus, "nodes_per_leaf": per_leaf, "leaves_per_rail_per_plane": lay.leaves,
         "spines_per_plane": spines, "oversubscription": spec.oversubscription,
-        "nic_gbit_per_s": round(nic_gib * GIB * 8 / 1e9, 3), "port_gbit_per_s": round(port_gib * GIB * 8 / 1e9, 3),
+        "nic_gbit_per_s": round(lay.nic_gib * GIB * 8 / 1e9, 3),
+        "port_gbit_per_s": round(lay.port_gib * GIB * 8 / 1e9, 3),
         "routing": "scale-up inside a node; the rail's leaf when both ends are on it; else leaf -> spine -> leaf "
-                   "(flow: ECMP over planes and spines; congestion: one path per pair by a fixed hash)",
+                   "(flow: ECMP over planes and spines, sprayed for planes; congestion: one path per pair by a "
+                   "fixed hash)",
     }
     return Fabric(graph, route_fn, description)
 
@@ -234,3 +265,60 @@ def describe_spec(spec: FabricSpec) -> str:
     if spec.spines is not None:
         parts.append(f"spines={spec.spines}")
     return ":".join(parts)
+
+
+def _gb_per_s(gib_per_s):
+    """An InfraGraph bandwidth (decimal GB/s) from the analytical unit (GiB/s)."""
+    return {"choice": "gigabytes_per_second", "gigabytes_per_second": round(gib_per_s * GIB / 1e9, 6)}
+
+
+def _ns(value):
+    return {"choice": "ns", "ns": float(value)}
+
+
+def fabric_infragraph(config, spec: FabricSpec) -> dict:
+    """The fabric as an InfraGraph wrapper document (an inline ``Infrastructure`` plus ``logical_dims``) that the
+    flow and congestion backends load into the same nodes, links and routes as :func:`build_fabric` (names aside:
+    ``host.<n>.xpu.<i>``, ``leaf.<k>.asic.0`` with ``k = (plane * G + rail) * leaves + leaf``,
+    ``spine.<plane * spines + s>.asic.0``)."""
+    lay = layout(config, spec)
+    host = {"name": "host", "description": f"{lay.gpus} GPUs" + (" on a scale-up switch" if lay.gpus > 1 else ""),
+            "components": [{"name": "xpu", "choice": "xpu", "count": lay.gpus}], "links": [], "edges": []}
+    if lay.gpus > 1:
+        host["components"].append({"name": "sw", "choice": "switch", "count": 1, "description": "scale-up switch"})
+        host["links"] = [{"name": "scaleup", "physical": {"bandwidth": _gb_per_s(lay.scaleup_gib),
+                                                          "latency": _ns(lay.scaleup_ns)}}]
+        host["edges"] = [{"ep1": {"component": "xpu"}, "ep2": {"component": "sw"}, "scheme": "many2many",
+                          "link": "scaleup"}]
+    switch = {"name": "switch", "description": "a leaf or spine switch", "components": [
+        {"name": "asic", "choice": "switch", "count": 1}], "links": [], "edges": []}
+    links = [{"name": "nic_port", "physical": {"bandwidth": _gb_per_s(lay.port_gib), "latency": _ns(lay.hop_ns)}}]
+    sizes = sorted({len(lay.members(leaf)) for leaf in range(lay.leaves)})
+    for size in sizes:  # a last leaf with fewer nodes has thinner uplinks
+        links.append({"name": f"uplink_{size}", "physical": {
+            "bandwidth": _gb_per_s(size * lay.port_gib / spec.oversubscription / lay.spines), "latency": _ns(0)}})
+    edges = []
+    for plane in range(spec.planes):
+        spines = f"spine[{plane * lay.spines}:{(plane + 1) * lay.spines}]"
+        for rail in range(lay.gpus):
+            for leaf in range(lay.leaves):
+                index = (plane * lay.gpus + rail) * lay.leaves + leaf
+                members = lay.members(leaf)
+                for node in members:
+                    edges.append({"ep1": {"instance": f"host[{node}]", "component": f"xpu[{rail}]"},
+                                  "ep2": {"instance": f"leaf[{index}]", "component": "asic[0]"},
+                                  "scheme": "one2one", "link": "nic_port"})
+                edges.append({"ep1": {"instance": f"leaf[{index}]", "component": "asic[0]"},
+                              "ep2": {"instance": spines, "component": "asic[0]"}, "scheme": "many2many",
+                              "link": f"uplink_{len(members)}"})
+    infrastructure = {
+        "name": f"fabric-{spec.kind}",
+        "description": f"--fabric {describe_spec(spec)}: {lay.nodes} nodes x {lay.gpus} GPUs (astra fabric)",
+        "devices": [host, switch],
+        "links": links,
+        "instances": [{"name": "host", "device": "host", "count": lay.nodes},
+                      {"name": "leaf", "device": "switch", "count": spec.planes * lay.gpus * lay.leaves},
+                      {"name": "spine", "device": "switch", "count": spec.planes * lay.spines}],
+        "edges": edges,
+    }
+    return {"infrastructure": infrastructure, "logical_dims": list(config.npus_count)}

@@ -264,12 +264,11 @@ class FlowNetwork:
         if path is None:
             raise ConfigError("the flow network backend needs a network configuration file")
         description = {}
-        config = None
+        config = fabric = None
         if _is_analytical_yaml(path):
             from astra_network_analytical import parse_network_config
 
             from astra_network_congestion.builders import fabric_options, from_analytical
-
             from astra_network_congestion.fabrics import build_fabric, fabric_from_options
 
             config = parse_network_config(path, getattr(context, "warn", None))
@@ -302,7 +301,10 @@ class FlowNetwork:
         if failed:  # links down for the whole run: routes go around them (ECMP over what is left)
             graph = graph.without_links(failed, "option failed_links")
             description["failed_links"] = [list(pair) for pair in failed]
-        network = cls(graph, context.engine, description=description, **_options(context.options or {}))
+        settings = _options(context.options or {})
+        if fabric is not None and fabric.kind == "planes":
+            settings.setdefault("ecmp", "split")  # a multi-plane NIC sprays a message over its planes
+        network = cls(graph, context.engine, description=description, **settings)
         network.switch_config = config  # the switches' in-network reduction (inSwitch)
         if (context.options or {}).get("link_failures"):  # cables that go down mid-run: their flows reroute then
             from astra_network_congestion.link_failures import arm
