@@ -32,6 +32,9 @@ ATTENTIONS = ("flash", "unfused")
 NORM_KERNELS = ("fused", "composite")
 #: --attention-kernel choices: the flash attention kernel the gpu model times (astra_gpu_model.attention)
 ATTENTION_KERNELS = ("fa2", "fa3", "cudnn")
+#: --fp8-recipe choices: Transformer Engine's DelayedScaling (scales from an amax history: a LayerNorm or GeLU casts
+#: its output to FP8 itself) or Float8CurrentScaling (each tensor's own amax first: a separate amax pass and cast)
+FP8_RECIPES = ("delayed", "current")
 #: --rope choices: no rotary embedding nodes, eager PyTorch's complex-number RoPE (three kernels per tensor) or one
 #: fused kernel per tensor (Transformer Engine / Megatron --apply-rope-fusion); see .rope
 ROPE_KERNELS = ("none", "eager", "fused")
@@ -96,6 +99,7 @@ class LlmConfig:
     attention_kernel: str | None = None  # fa2 | fa3 | cudnn on the flash nodes; None: attn_kernel's default
     rope: str | None = None         # none | eager | fused rotary embedding of Q and K; None: rope_kernel's default
     cuda_graphs: bool = False       # per-layer CUDA graphs: one host launch per layer pass; activations +20 % (memory)
+    fp8_recipe: str = "delayed"     # --gemm-dtype fp8: Transformer Engine's delayed (amax history) or current scaling
     pipeline_embedding_layer: bool = False  # the embedding counts as one layer of the pipeline split (see .split)
     pipeline_loss_layer: bool = False  # the loss (LM head, cross entropy) counts as one layer of the split
     lora_rank: int = 0              # LoRA: adapters of this rank, base weights frozen (0: full training; see .lora)
@@ -257,6 +261,10 @@ def _check(dims: ModelDims, cfg: LlmConfig):
                           "--ep)")
     if cfg.fsdp_prefetch < 0 or cfg.dp_shard < 0:
         raise ConfigError("--fsdp-prefetch and --dp-shard take a non-negative integer")
+    if cfg.fp8_recipe not in FP8_RECIPES:
+        raise ConfigError(f"--fp8-recipe must be one of {', '.join(FP8_RECIPES)}, got {cfg.fp8_recipe!r}")
+    if cfg.fp8_recipe != "delayed" and cfg.gemm_dtype != "fp8":
+        raise ConfigError("--fp8-recipe current needs --gemm-dtype fp8 (the recipe scales the FP8 GEMMs' operands)")
     if cfg.fp8_params and cfg.gemm_dtype != "fp8":
         raise ConfigError("--fp8-params needs --gemm-dtype fp8 (the FP8 weights are the GEMMs' operands)")
     if cfg.grad_sync_every_micro_batch and cfg.inference:

@@ -47,19 +47,37 @@ class Fp8Ops:
         """Transformer Engine's FP8 casts and transposes are emitted: FP8 linear layers, element-wise nodes on."""
         return self.cfg.gemm_dtype == "fp8" and self.cfg.ew
 
+    @property
+    def fp8_current(self):
+        """``--fp8-recipe current``: Transformer Engine's Float8CurrentScaling (each tensor scaled by its own amax)."""
+        return self.te_fp8 and self.cfg.fp8_recipe == "current"
+
     def fp8_cast(self, label, rows, cols, deps=()):
         """TE's fused cast + transpose of a ``rows x cols`` GEMM operand to FP8 before an FP8 linear layer:
         read once in ``--dtype``, written as FP8 and as its FP8 transpose (Hopper's FP8 GEMMs take only the
-        TN layout, so the weight-gradient GEMM needs the transposed copy). Memory-bound."""
+        TN layout, so the weight-gradient GEMM needs the transposed copy). Under current scaling the operand's
+        amax is read first: one more read. Memory-bound."""
         if not self.te_fp8:
             return None
+        reads = 2 if self.fp8_current else 1
         return self._te(TE_CAST_TRANSPOSE, label + ".fp8_cast", rows, cols, self.ttype,
-                        rows * cols * (self.nbytes + 2), deps)
+                        rows * cols * (reads * self.nbytes + 2), deps)
+
+    def fp8_norm_cast(self, label, rows, cols, deps=()):
+        """Current scaling only: a LayerNorm's or GeLU's output cannot be cast inside that kernel (its scale needs
+        its own amax), so it is written in ``--dtype``, then read for its amax and read again to be written as FP8
+        and as its transpose (which the backward then reuses: no :meth:`fp8_transpose`). Under delayed scaling the
+        kernel writes FP8 itself and nothing is emitted."""
+        if not self.fp8_current:
+            return None
+        return self._te(TE_CAST_TRANSPOSE, label + ".fp8_cast", rows, cols, self.ttype,
+                        rows * cols * (2 * self.nbytes + 2), deps)
 
     def fp8_transpose(self, label, rows, cols, deps=()):
         """TE's transpose of an FP8 operand that was cast without one (a LayerNorm or GeLU output, cast inside
-        that kernel), for the weight-gradient GEMM: read and write ``rows x cols`` bytes."""
-        if not self.te_fp8:
+        that kernel under delayed scaling), for the weight-gradient GEMM: read and write ``rows x cols`` bytes.
+        Current scaling made the transpose with the cast (:meth:`fp8_norm_cast`): nothing."""
+        if not self.te_fp8 or self.fp8_current:
             return None
         return self._te(TE_FP8_TRANSPOSE, label + ".fp8_transpose", rows, cols, FP8_FWD, 2 * rows * cols, deps)
 
@@ -81,8 +99,8 @@ class Fp8Ops:
         """The end of an FP8 region (one model chunk's forward or backward): TE all-reduces (max) the amaxes of
         its FP8 tensors over the amax group, on the compute stream, then updates the amax histories and scales
         (one kernel over ``FP8_AMAX_HISTORY`` x tensors fp32 values)."""
-        if self.cfg.gemm_dtype != "fp8" or self.cfg.inference:
-            return
+        if self.cfg.gemm_dtype != "fp8" or self.cfg.inference or self.cfg.fp8_recipe == "current":
+            return  # (current scaling keeps no amax history: each cast read its tensor's own amax)
         linears = 4 * layers  # QKV, projection, FC1, FC2 (MoE experts: counted as one FC1/FC2 pair)
         tensors = linears * (FP8_AMAX_BWD if backward else FP8_AMAX_FWD)
         if _amax_reduction(self.cfg):

@@ -182,6 +182,7 @@ class LayerOps:
         if dims.mla:
             qkv_node = self.mla_forward(lab, deps)
         else:
+            self.fp8_norm_cast(lab + ".qkv", self.ln_rows, h)  # (--fp8-recipe current: the LayerNorm output)
             qkv_node = self.ag_mm(lab + ".attn_in", lab + ".qkv", n, h, qkv, deps)
             qkv_node = self.lora_forward(lab + ".qkv", "qkv", qkv_node)
         hq, hkv = dims.heads // tp, dims.kv_heads // tp
@@ -219,8 +220,10 @@ class LayerOps:
             self.moe_forward(lab, layer)
             self._tp("rs" if sp else "ar", lab + ".mlp_out")
         else:
+            self.fp8_norm_cast(lab + ".fc1", self.ln_rows, h)
             self.lora_forward(lab + ".fc1", "fc1", self.ag_mm(lab + ".mlp_in", lab + ".fc1", n, h, f1))
             self.act_fwd(lab + ".fc1", n, dims.ffn_hidden // tp)
+            self.fp8_norm_cast(lab + ".fc2", n, dims.ffn_hidden // tp)  # (the GeLU / SwiGLU output)
             self.mm_rs(lab + ".fc2", lab + ".mlp_out", n, dims.ffn_hidden // tp, h, lora="fc2")
         if ew:
             self.dropout_add(lab + ".mlp_out")

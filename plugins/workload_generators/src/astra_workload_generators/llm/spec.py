@@ -18,8 +18,8 @@ from dataclasses import dataclass, fields
 
 from astra_sim.errors import ConfigError
 
-from .config import (ATTENTION_KERNELS, ATTENTIONS, DTYPES, FRAMEWORKS, GEMM_DTYPES, GRAD_BUFFERS, LOSS_DTYPES,
-                     MODES, NORM_KERNELS, ROPE_KERNELS, LlmConfig, check_config)
+from .config import (ATTENTION_KERNELS, ATTENTIONS, DTYPES, FP8_RECIPES, FRAMEWORKS, GEMM_DTYPES, GRAD_BUFFERS,
+                     LOSS_DTYPES, MODES, NORM_KERNELS, ROPE_KERNELS, LlmConfig, check_config)
 from .lora import LORA_TARGETS, parse_lora_targets
 from .model import PRESETS, ModelDims, model_dims
 from .overlap import COMM_SMS_GROUPS, load_tp_overlap_sms, parse_comm_sms
@@ -101,6 +101,7 @@ class LlmSpec:
     attention_kernel: str | None = None  # fa2 | fa3 | cudnn (see --attention-kernel); None: by --framework
     rope: str | None = None             # none | eager | fused (see --rope); None: by --framework
     cuda_graphs: bool = False           # per-layer CUDA graphs (see --cuda-graphs)
+    fp8_recipe: str = "delayed"         # delayed | current FP8 scaling (see --fp8-recipe)
     recompute: str | None = None        # None, "full" or "selective"
     # kernels and precision
     elementwise: bool = True
@@ -250,7 +251,7 @@ class LlmSpec:
                         grad_buffer=self.grad_buffer, fp8_params=self.fp8_params, dp_shard=self.dp_shard or 0,
                         fsdp_prefetch=self.fsdp_prefetch,
                         norm_kernel=self.norm_kernel, attention_kernel=self.attention_kernel, rope=self.rope,
-                        cuda_graphs=self.cuda_graphs,
+                        cuda_graphs=self.cuda_graphs, fp8_recipe=self.fp8_recipe,
                         grad_sync_every_micro_batch=self.grad_sync_every_micro_batch,
                         moe_capacity_factor=self.moe_capacity_factor,
                         moe_pad_to_capacity=self.moe_pad_to_capacity, moe_imbalance=self.moe_imbalance,
@@ -529,6 +530,12 @@ def _add_flags(p):
                    "memory-bound kernels per tensor each way), fused (one kernel per tensor each way: Transformer "
                    "Engine, Megatron's --apply-rope-fusion) or none; default: eager with --framework fsdp2, else "
                    "none (the traces written before)")
+    p.add_argument("--fp8-recipe", choices=FP8_RECIPES, default="delayed",
+                   help="with --gemm-dtype fp8, Transformer Engine's scaling recipe: delayed (DelayedScaling, the "
+                   "default: scales from an amax history, a LayerNorm or GeLU writes its output in FP8 itself) or "
+                   "current (Float8CurrentScaling, e.g. Megatron-Bridge's bf16_with_fp8_current_scaling_mixed: each "
+                   "tensor's own amax is read first, so every cast reads its input twice and the LayerNorm and GeLU "
+                   "outputs get their own amax-and-cast kernel; no amax history)")
     p.add_argument("--cuda-graphs", action="store_true",
                    help="per-layer CUDA graphs (Transformer Engine's make_graphed_callables, Megatron's "
                    "--cuda-graph-impl transformer_engine, NeMo's per-layer graphs): each layer's forward and backward "
