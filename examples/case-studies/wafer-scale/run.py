@@ -37,11 +37,11 @@ GIB_PER_GB = 1e9 / (1 << 30)  # the analytical YAML takes GiB/s (2^30 bytes per 
 #: scale-up inside a node: NVLink 4, 450 GB/s per GPU and direction (NVIDIA H100 SXM datasheet; the hgx-h100
 #: platform's own figure, `astra platforms`)
 NVLINK_GBPS = 450
-#: on-wafer link: Tesla's D1 die has "4 TB/s of off-chip bandwidth" and a training tile joins 25 of them as a
-#: 5 x 5 mesh with "36 TB/s of off-tile bandwidth" (Tesla AI Day 2021, as reported by tesmanian.com,
-#: "Tesla Unveils Powerful Dojo D1 Chip & 'training tiles' During AI Day"; semiwiki.com's Tesla Dojo chip wiki:
-#: "I/O Bandwidth 4 TB/s (mesh edge-to-edge)", "25 D1 chips in a 5x5 mesh grid"). ASSUMPTION: the 4 TB/s is
-#: split evenly over the die's four mesh edges, 1 TB/s per link and direction.
+#: on-wafer link: Tesla's D1 die has "10tbps of on-chip bandwidth/4tbps of off-chip bandwidth" and a training
+#: tile of 25 of them "36tbps of off-tile bandwidth" (Tesla AI Day 2021, as tesmanian.com reports it: "Tesla
+#: Unveils Powerfull Dojo D1 Chip & 'training tiles' During AI Day"); semiwiki.com's Tesla Dojo chip wiki: "I/O
+#: Bandwidth 4 TB/s (mesh edge-to-edge)", "25 D1 chips in a 5x5 mesh grid". ASSUMPTION: the 4 TB/s is split
+#: evenly over the die's four mesh edges, 1 TB/s per link and direction.
 ON_WAFER_LINK_GBPS = 1000
 WAFER_SIDE = 4  # ASSUMPTION: 4 x 4 NPUs per wafer (Dojo's tile is 5 x 5; 16 keeps power-of-two layouts whole)
 NODE_NPUS = 8
