@@ -133,6 +133,8 @@ CASES = [
     ("cluster -o", lambda i, o: ["cluster", f"{i}/cluster.yaml", "-o", f"{o}/c.json"], "--output", "c.json"),
     ("infragraph --to-analytical", lambda i, o: ["infragraph", str(next(INFRAGRAPH.glob("*.yaml"))),
                                                  "--to-analytical", "-o", f"{o}/n.yaml"], "--output", "n.yaml"),
+    ("fabric -o", lambda i, o: ["fabric", "rail:nodes_per_leaf=2", "--platform", "hgx-h100", "--nodes", "4",
+                                "-o", f"{o}/f.yaml"], "--output", "f.yaml"),
 ]
 IDS = [case[0] for case in CASES]
 
