@@ -27,6 +27,7 @@ from astra_sim.errors import ConfigError
 from astra_sim.platforms import Platform as _Platform, PlatformSetup, check_nodes
 
 from astra_gpu_model.gpu import load_gpu
+from astra_gpu_model.grace_memory import GB200_GRACE, GB300_GRACE, GraceMemory
 
 GIB = 1 << 30
 
@@ -108,8 +109,14 @@ class Platform(_Platform):
     #: the scale-out switches reduce (InfiniBand SHARP): NCCL's model may use CollNet across nodes, and the
     #: network YAML lets ``inSwitch`` run on the fabric dimension
     sharp: bool = False
+    #: a Grace superchip's CPU memory over NVLink-C2C, the run's remote memory (MEM_LOAD/MEM_STORE nodes)
+    grace_memory: GraceMemory | None = None
 
     family = "gpu"
+
+    def all_sources(self) -> dict:
+        """The platform's sources with its Grace memory's (``grace_memory.<number>``)."""
+        return {**self.sources, **(self.grace_memory.all_sources() if self.grace_memory else {})}
 
     def describe(self, nodes: int = 1) -> dict:
         return self.numbers(nodes)
@@ -193,11 +200,11 @@ class Platform(_Platform):
             # how far the GPU's GEMM efficiencies were measured on it (gpu.CALIBRATION_STATUSES)
             "calibration": gpu.calibration_status,
             # this machine's numbers whose source is an assumption (each one's why is in sources)
-            "assumptions": machine_assumptions(self.sources, gpu),
+            "assumptions": machine_assumptions(self.all_sources(), gpu),
             "sources": {
                 "gpu": f"astra_gpu_model preset {gpu.name} (its own `sources:`)",
                 "scaleup": gpu.raw.get("sources", {}).get("scaleup", ""),
-                **self.sources,
+                **self.all_sources(),
                 "scaleup_latency": NVLINK_LATENCY_SOURCE,
                 "fabric_latency": FABRIC_LATENCY_SOURCE,
                 "fabric_topology": "ASSUMPTION: non-blocking rail-optimised fat tree between nodes, modelled as one "
@@ -207,6 +214,7 @@ class Platform(_Platform):
             },
             **({"scaleup_note": self.scaleup_note} if self.scaleup_note else {}),
             **({"sharp": True} if self.sharp else {}),
+            **({"grace_memory": self.grace_memory.numbers()} if self.grace_memory else {}),
             # what --fabric builds for the flow/congestion backends (the analytical network above keeps one Switch)
             "fabric": default_fabric(self.nic_gbit_per_gpu),
         }
@@ -316,6 +324,7 @@ PLATFORMS = {
                     "GPUs, i.e. one 400 Gb/s NIC per GPU",
              "gpu_proxy": "ASSUMPTION: the GB200 superchip's Blackwell GPU is modelled with the HGX B200 preset "
                           "(GB200 runs at a higher power limit; its published dense FP16/BF16 rate is ~10% higher)"},
+            grace_memory=GB200_GRACE,
         ),
         Platform(
             "gb200-nvl72-64", "NVIDIA GB200 NVL72 racks used as 64-GPU NVLink domains (16 of 18 compute trays per "
@@ -329,6 +338,24 @@ PLATFORMS = {
                     "GPUs, i.e. one 400 Gb/s NIC per GPU",
              "gpu_proxy": "ASSUMPTION: the GB200 superchip's Blackwell GPU is modelled with the HGX B200 preset "
                           "(GB200 runs at a higher power limit; its published dense FP16/BF16 rate is ~10% higher)"},
+            grace_memory=GB200_GRACE,
+        ),
+        Platform(
+            "gb300-nvl72", "NVIDIA GB300 NVL72: one 72-GPU NVLink 5 domain of Blackwell Ultra per rack (node = rack), "
+            "1 x 800 Gb/s per GPU, Grace memory over NVLink-C2C", "B300", 72, 800.0,
+            "ConnectX-8 SuperNIC 800 Gb/s (4 per compute tray)",
+            {"gpus_per_node": "NVIDIA Enterprise Reference Architecture, NVL72 AI factory, 'System Hardware & "
+                              "Components' (docs.nvidia.com/enterprise-reference-architectures/nvl72-ai-factory): "
+                              "'9 NVSwitch trays for full non-blocking P2P connectivity of all 72 Blackwell Ultra "
+                              "GPUs, with a total aggregated bandwidth of 130 TB/s'; compute tray: '4 Blackwell Ultra "
+                              "GPUs and 2 Grace CPUs per tray'",
+             "nic": "the same page: 'each compute tray includes 2 Mezzanine Network Boards with 2 ConnectX-8 silicon "
+                    "chips in each, for a total of 4 ConnectX-8 Host Channel Adapters' for 4 GPUs; NVIDIA's GB300 "
+                    "NVL72 launch figures (vendordeep.com): 'each GPU has ConnectX-8 SuperNIC at 800 Gb/s'",
+             "gpu_proxy": "ASSUMPTION: the GB300 superchip's Blackwell Ultra GPU is modelled with the HGX B300 preset "
+                          "(awesomeagents.ai 'NVIDIA GB300 NVL72': 1,400W TDP per GPU, above the preset's; verda.com "
+                          "'GB300 NVL72 architecture': FP16/BF16 2.5 PFLOPS dense for GB300 vs 2.25 for B300)"},
+            grace_memory=GB300_GRACE,
         ),
         Platform(
             "hgx-b200", "NVIDIA HGX/DGX B200: 8 x B200, NVSwitch (NVLink 5), 8 x 400 Gb/s", "B200", 8, 400.0,
@@ -471,6 +498,9 @@ def generate(name, nodes=1, collective="ring", directory=None) -> dict:
             "system.json", json.dumps(system_json(platform, nodes, collective), indent=1) + "\n", origin),
         "network_configuration": GeneratedFile("network.yml", network_yaml(platform, nodes), origin),
     }
+    if platform.grace_memory is not None:  # the superchip's Grace memory: the remote-memory backend's tier
+        files["remote_memory_configuration"] = GeneratedFile(
+            "memory.json", platform.grace_memory.config_text(platform.gpus_per_node * nodes), origin)
     if directory is not None:
         files = write_generated(files, directory)
     return {
@@ -535,7 +565,7 @@ def resolve_gpu_platform(platform: Platform, nodes: int, options: dict) -> Platf
                               "no scale-out fabric)")
         implied["fabric_defaults"] = default_fabric(implied["nccl_nic_gbps"] * 8.0)
     gpu = implied["gpu"]
-    assumed = machine_assumptions(platform.sources, load_gpu(gpu))
+    assumed = machine_assumptions(platform.all_sources(), load_gpu(gpu))
     defaults = {
         "compute_model": (f"gpu (implied by --platform {name}: compute nodes are timed on its GPU; "
                           "--compute-model replay replays the traced durations)"
@@ -555,8 +585,15 @@ def resolve_gpu_platform(platform: Platform, nodes: int, options: dict) -> Platf
                               f"nodes_per_leaf={implied['fabric_defaults']['nodes_per_leaf']}, over=1, the platform's "
                               "NIC); the analytical backend ignores it (one Switch dimension per rail) and so do "
                               "NCCL-model collectives (--platform-collective ring puts them on the links)")
+    if platform.grace_memory is not None:
+        grace = platform.grace_memory
+        defaults["remote_memory"] = (
+            f"{grace.superchip} Grace memory over NVLink-C2C: MEM_LOAD/MEM_STORE take {grace.latency_ns} ns + size / "
+            f"{grace.bandwidth_bytes_per_ns()} GB/s, one FIFO per Grace shared by its {grace.gpus_per_cpu} GPUs "
+            "(--remote-memory-configuration replaces it)")
     if assumed:  # what about this machine no datasheet or measurement gives
         defaults["assumptions"] = (f"{', '.join(assumed)}: assumed, not published or measured figures "
                                    f"(astra platforms --json gives each one's reason)")
-    return PlatformSetup(provided["system_configuration"], provided["network_configuration"], options=implied,
+    return PlatformSetup(provided["system_configuration"], provided["network_configuration"],
+                         remote_memory_configuration=provided.get("remote_memory_configuration"), options=implied,
                          compute_model="gpu", defaults=defaults)
