@@ -13,7 +13,7 @@ from astra_sim_testing import write_network_config
 
 from astra_gpu_model.platforms import PLATFORMS, generate, get_platform
 
-NAMES = ["dgx-a100", "dgx-a100-40gb", "hgx-h100", "h100-sharp", "hgx-h200", "h100-pcie", "h100-nvl", "hgx-h20",
+NAMES = ["dgx-a100", "dgx-a100-40gb", "hgx-h100", "h100-sharp", "hgx-h200", "h100-pcie", "h100-nvl", "pcie-l40s", "hgx-h20",
          "hgx-h800", "grand-teton-h100", "gb200-nvl72", "gb200-nvl72-64", "gb300-nvl72", "hgx-b200", "hgx-b300", "mi300x", "mi325x",
          "mi355x"]
 GIB = 1 << 30

@@ -291,6 +291,21 @@ PLATFORMS = {
             scaleup_note=_BRIDGED_PAIRS_NOTE,
         ),
         Platform(
+            "pcie-l40s", "8 x L40S (48 GB GDDR6) in a PCIe Gen4 server, no NVLink: the cards talk through PCIe, "
+            "2 x 200 Gb/s NICs per node (50 Gb/s per GPU)", "L40S", 8, 50.0,
+            "2 x 200 Gb/s RoCE/InfiniBand per node (ASSUMPTION: one per PCIe switch of 4 GPUs)",
+            {"gpus_per_node": "NADDOD 'High-Performance GPU Server Hardware Topology and Cluster Networking-L40S' "
+                              "(naddod.com/blog, 2023): 'Typical 4*L40S/8*L40S main unit', PCIe Gen4 switches, no "
+                              "NVLink; NVIDIA L40S datasheet: PCIe Gen4 x16, NVLink not supported",
+             "nic": "ASSUMPTION: 2 x 200 Gb/s per 8-GPU node, one per PCIe switch of 4 GPUs (the same NADDOD page: "
+                    "'it is crucial to have a 200Gbps RoCE or IB network', host architecture '2-2-4': 2 CPUs, 2 PCIe "
+                    "switches, 4 GPUs); modelled as 400 Gb/s / 8 = 50 Gb/s per GPU. No vendor's 8 x L40S server "
+                    "NIC configuration was found; --nccl-nic-gbps changes it"},
+            scaleup_note="No NVLink: the node's network dimension is PCIe Gen4 (32 GB/s per direction per card, the "
+                         "preset's ASSUMPTION of one switch joining all eight); NCCL's model prices it as its "
+                         "intra-node link at that rate (Ampere's tuning: Ada is not in its tables), without NVLS",
+        ),
+        Platform(
             "hgx-h20", "NVIDIA HGX H20: 8 x H20 (96 GB), NVSwitch (NVLink 4), 8 x 400 Gb/s NDR", "H20", 8, 400.0,
             "ConnectX-7 NDR InfiniBand 400 Gb/s (ASSUMPTION)",
             {"gpus_per_node": "HGX H20 8-GPU baseboard (press reports of NVIDIA's HGX H20: 8 GPUs, NVLink 900 GB/s "
