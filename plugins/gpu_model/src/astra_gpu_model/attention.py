@@ -13,11 +13,18 @@ the bars are labelled. Their setup (Sec. 4.1): batch x sequence = 16k tokens, hi
 FLOPs 4 x seqlen^2 x head_dim x heads, halved with the causal mask, x 2.5 for the backward -- the FLOPs
 ``ops._attention`` counts. The head-dimension-128 rows are used at every head dimension (ASSUMPTION; FA2's
 forward without the mask at 8k reaches 322 TFLOP/s at head dim 64 and 324 at 256, Fig. 5(a) and (e), against 370).
+
+FP8 attention (a node whose Q, K, V are ``Float8_e4m3fn``: ``astra workload llm --attention-dtype fp8``) is timed
+from the same paper's FP8 forward figure (Figure 7: FlashAttention-3, cuDNN and Triton at head dimensions 64, 128
+and 256, with and without the causal mask, same setup) on Hopper, and on Blackwell at that FP8 efficiency against
+Blackwell's FP8 peak (ASSUMPTION: no published Blackwell FP8 attention sweep is used). See :func:`fp8_efficiency`.
 """
 
 from __future__ import annotations
 
 import math
+
+from astra_sim.errors import ConfigError
 
 KERNELS = ("fa2", "fa3", "cudnn")
 
@@ -45,6 +52,27 @@ MEASURED_PEAK_TFLOPS = 989.4
 #: queries at every length; on the H100's 132 SMs that is 16 waves, the last one 68 % full
 MEASURED_CTAS = 2048
 MEASURED_SMS = 132
+
+
+#: (kernel, causal, head dim) -> FP8 (E4M3) forward TFLOP/s at SEQ_LENS on an H100 80GB SXM5 (arXiv:2407.08608 v2,
+#: Figure 7, as the bars are labelled; read from the transcriptions of its panels at
+#: https://subtext.edge.nugit.net/image/c33ff2e13f4bb6e7197b8bd6416abdbe6f2123c229c60407af47e89c60dcf3b8 (head dim 128),
+#: .../32f2f2fec0fa3843531d75854adc12b775b435f234a01edd2e63c4c71c1ed980 (256) and
+#: .../f474e7f251aa9be1b1c05f2d7976fe4f4c44c3e740ec1e6d0e3c04145aa34c16 (256, causal); which panel is causal is
+#: told by the short-sequence bars, lower with the mask as in Fig. 5). The causal head-dim-128 panel was not found:
+#: :func:`fp8_kernel_tflops` derives it (ASSUMPTION).
+FP8_MEASURED_TFLOPS = {
+    ("fa3", False, 128): (348, 596, 733, 918, 974, 1008),
+    ("fa3", False, 256): (510, 744, 931, 966, 1151, 1171),
+    ("fa3", True, 256): (329, 521, 703, 856, 960, 1024),
+    ("cudnn", False, 128): (617, 751, 886, 864, 971, 1005),
+    ("cudnn", False, 256): (686, 878, 1001, 1087, 1122, 1139),
+    ("cudnn", True, 256): (304, 449, 768, 1015, 1056, 1099),
+}
+#: the head dimensions of the FP8 rows
+FP8_HEAD_DIMS = (128, 256)
+#: the H100 80GB SXM5's dense FP8 peak (NVIDIA H100 datasheet: 3,958 TFLOPS with sparsity)
+MEASURED_FP8_PEAK_TFLOPS = 1978.9
 
 
 def measured_utilisation():
@@ -91,4 +119,58 @@ def kernel_efficiency(kernel, backward, causal, seq_len):
     return kernel_tflops(kernel, backward, causal, seq_len) / MEASURED_PEAK_TFLOPS / measured_utilisation()
 
 
-__all__ = ["KERNELS", "MEASURED_TFLOPS", "is_hopper", "kernel_efficiency", "kernel_tflops", "measured_utilisation"]
+def _fp8_row(kernel, causal, head_dim):
+    """The FP8 TFLOP/s at :data:`SEQ_LENS` of ``kernel`` at head dim 128 or 256. Causal at 128 is not in the figure:
+    ASSUMPTION, it loses to the mask what 256 loses (128 without the mask x 256 causal / 256 without)."""
+    if causal and head_dim == 128:
+        return tuple(a * c / n for a, c, n in zip(FP8_MEASURED_TFLOPS[(kernel, False, 128)],
+                                                   FP8_MEASURED_TFLOPS[(kernel, True, 256)],
+                                                   FP8_MEASURED_TFLOPS[(kernel, False, 256)]))
+    return FP8_MEASURED_TFLOPS[(kernel, causal, head_dim)]
+
+
+def fp8_kernel_tflops(kernel, causal, seq_len, head_dim):
+    """FP8 forward TFLOP/s of ``kernel`` (``fa3`` or ``cudnn``) on the H100 SXM5 at ``seq_len`` keys: the head-dim-128
+    row up to 128, the 256 row from 256, linear in the head dimension between (MLA's 192: halfway)."""
+    lo, hi = (_interpolate(_fp8_row(kernel, causal, dim), seq_len) for dim in FP8_HEAD_DIMS)
+    t = min(max((head_dim - FP8_HEAD_DIMS[0]) / (FP8_HEAD_DIMS[1] - FP8_HEAD_DIMS[0]), 0.0), 1.0)
+    return lo + t * (hi - lo)
+
+
+def fp8_kernel_efficiency(kernel, causal, seq_len, head_dim):
+    """The fraction of the FP8 peak ``kernel`` reaches (before the model's wave quantisation): the measured TFLOP/s
+    over the H100 SXM5's FP8 peak, over the paper's wave utilisation (the same at head dim 256: 8 heads of 256 give
+    1024 thread blocks, 8 waves of 132, 97 %)."""
+    return fp8_kernel_tflops(kernel, causal, seq_len, head_dim) / MEASURED_FP8_PEAK_TFLOPS / measured_utilisation()
+
+
+def check_fp8_attention(gpu, kernel, backward):
+    """Refuse FP8 attention (one line, ConfigError) where nothing times it: a GPU without FP8 tensor cores
+    (``tensor_tflops.fp8``: A100, MI250...), FlashAttention-2 (no FP8 kernel), or an FP8 backward (the paper has no
+    FP8 backward figure; the generator keeps the backward in ``--dtype``)."""
+    if not gpu.tensor_tflops.get("fp8"):
+        raise ConfigError(f"GPU {gpu.name} has no FP8 tensor cores (no tensor_tflops.fp8): a trace of `astra workload "
+                          "llm --attention-dtype fp8` needs a GPU with FP8 (e.g. H100, H200, B200, GB200, MI300X)")
+    if kernel == "fa2":
+        raise ConfigError("FP8 attention node names attention_kernel fa2: FlashAttention-2 has no FP8 kernel (fa3 or "
+                          "cudnn)")
+    if backward:
+        raise ConfigError("FP8 attention backward (Float8 query/key/value on a flash attention backward node) has no "
+                          "published rate in the gpu model; `astra workload llm --attention-dtype fp8` keeps the "
+                          "backward in --dtype")
+
+
+def fp8_efficiency(gpu, kernel, causal, seq_len, head_dim):
+    """The fraction of the FP8 peak a forward FP8 attention runs at on ``gpu``: Figure 7's rate of ``kernel``
+    (``cudnn``, else FlashAttention-3's) on Hopper and on Blackwell (ASSUMPTION there: Hopper's efficiency at
+    Blackwell's FP8 peak); on another GPU with FP8 (Ada, AMD CDNA 3/4) the preset's ``attention_efficiency``
+    (ASSUMPTION: no FP8 attention measurement of those GPUs is used)."""
+    arch = gpu.architecture.lower()
+    if arch.startswith("hopper") or arch.startswith("blackwell"):
+        return fp8_kernel_efficiency("cudnn" if kernel == "cudnn" else "fa3", causal, seq_len, head_dim)
+    return gpu.attention_efficiency
+
+
+__all__ = ["FP8_MEASURED_TFLOPS", "KERNELS", "check_fp8_attention", "fp8_efficiency", "fp8_kernel_efficiency",
+           "fp8_kernel_tflops", "MEASURED_TFLOPS", "is_hopper", "kernel_efficiency", "kernel_tflops",
+           "measured_utilisation"]

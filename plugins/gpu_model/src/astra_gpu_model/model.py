@@ -27,7 +27,8 @@ from collections import Counter
 from astra_sim.chakra import types as T
 from astra_sim.compute import node_work
 
-from astra_gpu_model.attention import KERNELS as ATTENTION_KERNELS, is_hopper, kernel_efficiency
+from astra_gpu_model.attention import (KERNELS as ATTENTION_KERNELS, check_fp8_attention, fp8_efficiency, is_hopper,
+                                       kernel_efficiency)
 from astra_gpu_model.gemm import gemm_time_s
 from astra_gpu_model.gpu import BLOCK_SCALED, DTYPE_BYTES, load_gpu
 from astra_gpu_model.grouped import group_shapes, grouped_gemm_time_s, grouped_params
@@ -339,6 +340,8 @@ class GpuComputeModel:
         if op.kind == "memory":
             return launch + op.nbytes / self._memory_rate(op.name, bw)
         dtype = op.dtype if op.dtype in DTYPE_BYTES else self.default_dtype
+        if op.kind == "attention" and dtype == "fp8":
+            check_fp8_attention(gpu, kernel, op.backward)  # (no fallback to another dtype's rate)
         rate = self._rate_dtype(dtype)
         peak = gpu.peak_flops(rate) * self.clock_ratios.get(op.kind, 1.0)
         if op.kind == "gemm" and grouped is not None:
@@ -363,7 +366,10 @@ class GpuComputeModel:
 
     def _attention_efficiency(self, op, kernel):
         """The fraction of peak an attention op runs at: the named kernel's published efficiency at the op's key
-        length on Hopper, else the preset's ``attention_efficiency``."""
+        length on Hopper, else the preset's ``attention_efficiency``; FP8 attention:
+        :func:`.attention.fp8_efficiency`."""
+        if op.dtype == "fp8":
+            return fp8_efficiency(self.gpu, kernel, op.causal, op.seq_k, op.head_dim)
         if kernel is None or not is_hopper(self.gpu):
             return self.gpu.attention_efficiency
         return kernel_efficiency(kernel, op.backward, op.causal, op.seq_k)

@@ -4,6 +4,7 @@ Megatron's unfused QK^T / softmax / AV, and the context-parallel ring of K/V (an
 from __future__ import annotations
 
 from .config import attention_kernel
+from .fp8 import FP8_FWD, TE_QUANTIZE
 
 
 BMM = "aten::bmm"
@@ -13,6 +14,10 @@ ATTN = "aten::_scaled_dot_product_flash_attention"
 
 
 ATTN_BWD = "aten::_scaled_dot_product_flash_attention_backward"
+
+
+#: Transformer Engine's dequantize of an FP8 tensor back to --dtype (memory-bound, timed from ``tensor_size``)
+TE_DEQUANTIZE = "transformer_engine::dequantize"
 
 
 CP_TAG_BASE = 1 << 24  # comm_tag of context-parallel ring messages: CP_TAG_BASE + ((phase*L + layer)*M + mb)*CP + j
@@ -73,17 +78,41 @@ class AttentionOps:
 
     def flash_fwd(self, lab, b, hq, hkv, q, d, recvs, extra=None, steps=None, dv=None, layer=None):
         """Forward FlashAttention (see :meth:`_attn_steps`, or the given ``steps``); ``recvs``: the CP ring's K/V
-        receives; ``dv``: the values' head width (MLA: v_head_dim; default ``d``)."""
+        receives; ``dv``: the values' head width (MLA: v_head_dim; default ``d``). ``--attention-dtype fp8``: each
+        call is preceded by the cast of its Q, K, V to FP8 (:meth:`_fp8_attention_cast`), takes E4M3 operands and,
+        under delayed scaling, is followed by the dequantize of its FP8 output."""
         dv = dv or d
         extra = self._kernel_attr(extra)
+        fp8 = self.cfg.attention_dtype == "fp8"
         node = None
         for j, (k, kf, causal) in enumerate(steps or self._attn_steps(q, layer)):
             label = lab + ".attn" + (f".cp{j}" if self.cfg.cp > 1 else "")
+            elems = b * (d + dv) * (q * hq + k * hkv)
+            deps = recvs[j - 1:j]
+            if fp8:
+                self._fp8_attention_cast(label, b, hq * q * d if j == 0 else 0, hkv * k * (d + dv), deps)
+                deps = ()
             # _scaled_dot_product_flash_attention(query, key, value, dropout_p, is_causal, return_debug_mask)
             node = self.comp(ATTN, label, f"[[{b}, {hq}, {q}, {d}], [{b}, {hkv}, {k}, {d}], [{b}, {hkv}, {k}, {dv}]]",
-                             2 * b * q * kf * (d + dv) * hq, b * (d + dv) * (q * hq + k * hkv), recvs[j - 1:j],
-                             extra=extra, values=f"[[], [], [], 0.0, {causal}, False]")
+                             2 * b * q * kf * (d + dv) * hq, elems, deps, extra=extra,
+                             types=[FP8_FWD] * 3 if fp8 else None, nbytes=elems if fp8 else None,
+                             values=f"[[], [], [], 0.0, {causal}, False]")
+            if fp8 and self.cfg.fp8_recipe == "delayed":
+                # DelayedScaling's kernel writes O in FP8; TE hands the projection --dtype (fp8_mha off)
+                rows = b * hq * q
+                node = self._te(TE_DEQUANTIZE, label + ".fp8_dequantize", rows, dv, FP8_FWD,
+                                rows * dv * (1 + self.nbytes), ())
         return node
+
+    def _fp8_attention_cast(self, label, b, q_elems, kv_elems, deps):
+        """Transformer Engine's quantize of Q, K and V (``q_elems`` + ``kv_elems`` per sequence) to FP8 E4M3 before
+        its FP8 attention (``fp8_dpa``, inputs not already FP8: ``fp8_mha`` off): read in ``--dtype`` (twice under
+        ``--fp8-recipe current``: the amax first), written as one byte per element. Memory-bound; one kernel per
+        call: a CP step after the first casts only the K/V it reads of the chunk received (its Q is already FP8)."""
+        cols = q_elems + kv_elems
+        reads = 2 if self.cfg.fp8_recipe == "current" else 1
+        return self._te(TE_QUANTIZE, label + ".fp8_cast", b, cols, self.ttype, b * cols * (reads * self.nbytes + 1),
+                        deps)
 
     def flash_bwd(self, lab, b, hq, hkv, q, d, dv=None, layer=None):
         """Backward FlashAttention, one call per forward call. Returns the node after which the CP ring can send

@@ -35,6 +35,9 @@ ATTENTION_KERNELS = ("fa2", "fa3", "cudnn")
 #: --fp8-recipe choices: Transformer Engine's DelayedScaling (scales from an amax history: a LayerNorm or GeLU casts
 #: its output to FP8 itself) or Float8CurrentScaling (each tensor's own amax first: a separate amax pass and cast)
 FP8_RECIPES = ("delayed", "current")
+#: --attention-dtype choices: the flash attention's operand type, the step's --dtype ("same") or FP8 E4M3 (Transformer
+#: Engine's fp8_dpa forward: Q, K, V cast to FP8 first; see .attention)
+ATTENTION_DTYPES = ("same", "fp8")
 #: --rope choices: no rotary embedding nodes, eager PyTorch's complex-number RoPE (three kernels per tensor) or one
 #: fused kernel per tensor (Transformer Engine / Megatron --apply-rope-fusion); see .rope
 ROPE_KERNELS = ("none", "eager", "fused")
@@ -100,6 +103,7 @@ class LlmConfig:
     rope: str | None = None         # none | eager | fused rotary embedding of Q and K; None: rope_kernel's default
     cuda_graphs: bool = False       # per-layer CUDA graphs: one host launch per layer pass; activations +20 % (memory)
     fp8_recipe: str = "delayed"     # --gemm-dtype fp8: Transformer Engine's delayed (amax history) or current scaling
+    attention_dtype: str = "same"   # same | fp8: the flash attention forward's operands (see .attention)
     pipeline_embedding_layer: bool = False  # the embedding counts as one layer of the pipeline split (see .split)
     pipeline_loss_layer: bool = False  # the loss (LM head, cross entropy) counts as one layer of the split
     lora_rank: int = 0              # LoRA: adapters of this rank, base weights frozen (0: full training; see .lora)
@@ -233,6 +237,18 @@ def _check(dims: ModelDims, cfg: LlmConfig):
                           f"{cfg.attention_kernel!r}")
     if cfg.attention_kernel and cfg.attention != "flash":
         raise ConfigError("--attention-kernel names the fused attention kernel: it needs --attention flash")
+    if cfg.attention_dtype not in ATTENTION_DTYPES:
+        raise ConfigError(f"--attention-dtype must be one of {', '.join(ATTENTION_DTYPES)}, got "
+                          f"{cfg.attention_dtype!r}")
+    if cfg.attention_dtype == "fp8" and cfg.attention != "flash":
+        raise ConfigError("--attention-dtype fp8 runs the fused (flash) attention kernel in FP8: it needs --attention "
+                          "flash")
+    if cfg.attention_dtype == "fp8" and attention_kernel(cfg) == "fa2":
+        raise ConfigError("--attention-dtype fp8: FlashAttention-2 has no FP8 kernel; give --attention-kernel fa3 or "
+                          "cudnn")
+    if cfg.attention_dtype == "fp8" and cfg.mode in ("decode", "mixed"):
+        raise ConfigError(f"--attention-dtype fp8 with --mode {cfg.mode}: FP8 attention over the KV cache needs an FP8 "
+                          "cache, which is not modelled; use --mode train or prefill")
     if cfg.rope is not None and cfg.rope not in ROPE_KERNELS:
         raise ConfigError(f"--rope must be one of {', '.join(ROPE_KERNELS)}, got {cfg.rope!r}")
     if cfg.rope in ("eager", "fused") and dims.mla:

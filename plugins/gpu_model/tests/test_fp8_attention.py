@@ -1,0 +1,104 @@
+"""FP8 attention (Float8 Q, K, V on a flash attention node: ``astra workload llm --attention-dtype fp8``): the
+FlashAttention-3 paper's FP8 forward rates (arXiv:2407.08608 v2, Fig. 7) on Hopper, the same efficiency at
+Blackwell's FP8 peak, and one-line refusals where nothing times it, by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from astra_sim.chakra import make_node, types as T
+from astra_sim.errors import ConfigError
+
+from astra_gpu_model.attention import (FP8_MEASURED_TFLOPS, fp8_kernel_efficiency, fp8_kernel_tflops,
+                                      measured_utilisation)
+from astra_gpu_model.model import GpuComputeModel
+
+FP8 = "'Tensor(c10::Float8_e4m3fn)'"
+
+
+def fp8_node(b=2, h=32, s=8192, d=128, causal=False, kernel="fa3", backward=False, element=FP8):
+    """A flash attention node with FP8 E4M3 query, key and value (or ``element``), as the LLM generator writes it."""
+    q = f"[{b}, {h}, {s}, {d}]"
+    if backward:
+        name, shapes = "aten::_scaled_dot_product_flash_attention_backward", f"[{q}, {q}, {q}, {q}]"
+        values = f"[[], [], [], [], [], [], None, None, 0, 0, 0.0, {causal}, None, None]"
+    else:
+        name, shapes = "aten::_scaled_dot_product_flash_attention", f"[{q}, {q}, {q}]"
+        values = f"[[], [], [], 0.0, {causal}, False]"
+    attrs = {"is_cpu_op": False, "inputs_shapes": shapes, "inputs_types": "[" + ", ".join([element] * 4) + "]",
+             "inputs_values": values}
+    if kernel is not None:
+        attrs["attention_kernel"] = kernel
+    return make_node(0, name, T.COMP_NODE, attrs=attrs)
+
+
+def test_the_table_is_the_figures_bars_by_head_dimension():
+    assert fp8_kernel_tflops("fa3", False, 16384, 128) == 1008  # Fig. 7, head dim 128, no mask, 16k
+    assert fp8_kernel_tflops("fa3", False, 16384, 256) == 1171  # the paper's "close to 1.2 PFLOPS"
+    assert fp8_kernel_tflops("cudnn", True, 512, 256) == 304
+    assert fp8_kernel_tflops("fa3", False, 8192, 64) == 974  # below 128: the 128 row
+    assert fp8_kernel_tflops("fa3", False, 8192, 192) == pytest.approx((974 + 1151) / 2)  # halfway 128..256
+    # no causal head-dim-128 panel: 128 without the mask x (256 causal / 256 without)
+    assert fp8_kernel_tflops("fa3", True, 8192, 128) == pytest.approx(974 * 960 / 1151)
+    # against the H100's dense FP8 peak (1,978.9 TFLOP/s), over the paper's wave utilisation
+    assert fp8_kernel_efficiency("fa3", False, 8192, 128) == pytest.approx(974 / 1978.9 / (2048 / 2112))
+    assert measured_utilisation() == pytest.approx(2048 / 2112)
+
+
+def test_an_h100_times_fp8_attention_at_the_figures_rate():
+    """b 2, 32 heads of 128, 8k queries and keys, no mask: 2 x 32 x 64 = 4096 blocks, 32 waves of 132 SMs, the
+    paper's 97 % utilisation, so FA3 runs at exactly Fig. 7's 974 TFLOP/s and cuDNN at 971; bf16 FA3 at 646."""
+    model = GpuComputeModel(None, "H100")
+    flops = 2 * 2 * 32 * 8192 * 8192 * 256
+    launch = model.gpu.gemm.launch_us * 1e-6
+    assert model.compute_time_ns(fp8_node(), 0) == math.ceil((launch + flops / 974e12) * 1e9)
+    assert model.compute_time_ns(fp8_node(kernel="cudnn"), 0) == math.ceil((launch + flops / 971e12) * 1e9)
+    # no kernel named: FlashAttention-3's figures
+    assert model.compute_time_ns(fp8_node(kernel=None), 0) == model.compute_time_ns(fp8_node(), 0)
+    bf16 = model.compute_time_ns(fp8_node(element="'Tensor(c10::BFloat16)'"), 0)  # Fig. 5(c): FA3 at 646
+    assert bf16 == math.ceil((launch + flops / 646e12) * 1e9)
+
+
+def test_blackwell_runs_hoppers_fp8_efficiency_at_its_own_peak():
+    model = GpuComputeModel(None, "B200")
+    gpu = model.gpu
+    ctas = 2 * 32 * 64
+    utilisation = ctas / (-(-ctas // gpu.sm_count) * gpu.sm_count)
+    flops = 2 * 2 * 32 * 8192 * 8192 * 256
+    rate = fp8_kernel_efficiency("fa3", False, 8192, 128) * gpu.tensor_tflops["fp8"] * 1e12 * utilisation
+    assert model.compute_time_ns(fp8_node(), 0) == math.ceil((gpu.gemm.launch_us * 1e-6 + flops / rate) * 1e9)
+
+
+def test_another_fp8_gpu_keeps_its_presets_efficiency_at_the_fp8_peak():
+    model = GpuComputeModel(None, "MI300X")
+    gpu = model.gpu
+    ctas = 2 * 32 * 64
+    utilisation = ctas / (-(-ctas // gpu.sm_count) * gpu.sm_count)
+    flops = 2 * 2 * 32 * 8192 * 8192 * 256
+    rate = gpu.attention_efficiency * gpu.tensor_tflops["fp8"] * 1e12 * utilisation
+    assert model.compute_time_ns(fp8_node(), 0) == math.ceil((gpu.gemm.launch_us * 1e-6 + flops / rate) * 1e9)
+
+
+def test_fp8_attention_is_refused_where_nothing_times_it():
+    with pytest.raises(ConfigError, match=r"A100.* has no FP8 tensor cores"):
+        GpuComputeModel(None, "A100").compute_time_ns(fp8_node(), 0)
+    h100 = GpuComputeModel(None, "H100")
+    with pytest.raises(ConfigError, match="FlashAttention-2 has no FP8 kernel"):
+        h100.compute_time_ns(fp8_node(kernel="fa2"), 0)
+    with pytest.raises(ConfigError, match="FP8 attention backward"):
+        h100.compute_time_ns(fp8_node(backward=True), 0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(kernel=st.sampled_from(("fa3", "cudnn")), causal=st.booleans(), seq_len=st.integers(1, 1 << 22),
+       head_dim=st.integers(1, 1024))
+def test_any_shape_lies_within_the_measured_bars(kernel, causal, seq_len, head_dim):
+    rows = [v for (k, c, _), v in FP8_MEASURED_TFLOPS.items() if k == kernel and c == causal]
+    share = min(a / b for a, b in zip(FP8_MEASURED_TFLOPS[(kernel, True, 256)],
+                                      FP8_MEASURED_TFLOPS[(kernel, False, 256)]))
+    low = min(min(r) for r in FP8_MEASURED_TFLOPS.values() if r) * (share if causal else 1.0)
+    value = fp8_kernel_tflops(kernel, causal, seq_len, head_dim)
+    assert low * 0.999 <= value <= max(max(r) for r in rows) * 1.001
