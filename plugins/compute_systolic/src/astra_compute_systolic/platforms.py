@@ -1,6 +1,6 @@
-"""TPU-like platforms for ``astra run --platform tpu-v3 | tpu-v4``: a systolic chip + its ICI torus.
+"""TPU-like platforms for ``astra run --platform tpu-v3 | tpu-v4 | tpu-v5p | tpu-v6e``: a systolic chip + its ICI torus.
 
-A platform is a slice of chips joined by ICI in a torus (v3: 2D, v4: 3D; ``--tpu-topology AxB[xC]``), and
+A platform is a slice of chips joined by ICI in a torus (v3, v6e: 2D; v4, v5p: 3D; ``--tpu-topology AxB[xC]``), and
 ``--nodes N`` slices joined by the data-centre network (DCN). The generated analytical network has one
 ``Ring`` dimension per torus dimension (a torus is a ring per dimension; bandwidth = one ICI link, per
 direction) and, for N > 1, a ``Switch`` dimension for the DCN. The compute side is a SCALE-sim config
@@ -27,6 +27,8 @@ GIB = 1 << 30
 
 CLOUD_V3 = "Google Cloud TPU docs, 'TPU v3' (cloud.google.com/tpu/docs/v3): "
 CLOUD_V4 = "Google Cloud TPU docs, 'TPU v4' (cloud.google.com/tpu/docs/v4): "
+CLOUD_V5P = "Google Cloud TPU docs, 'TPU v5p' (cloud.google.com/tpu/docs/v5p): "
+CLOUD_V6E = "Google Cloud TPU docs, 'TPU v6e' (docs.cloud.google.com/tpu/docs/v6e): "
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,9 @@ class TpuPreset(Platform):
             "sram_kib": {"ifmap": cfg.ifmap_sram_kb, "filter": cfg.filter_sram_kb, "ofmap": cfg.ofmap_sram_kb},
             "sram_words_per_cycle": cfg.ifmap_read_bw,
             "ici_hop_latency_ns": self.ici_hop_latency_ns,
+            # the numbers no Google document gives (their source says ASSUMPTION or UNVERIFIED: why, in sources)
+            "assumptions": [key for key, text in self.sources.items()
+                            if str(text).lstrip().upper().startswith(("ASSUMPTION", "UNVERIFIED"))],
             "sources": dict(self.sources),
         }
 
@@ -181,6 +186,50 @@ PRESETS = {
                                      "ICI provides 400G bandwidth in each direction (per link: 50 GB/s)",
                 "dcn": "ASSUMPTION: 100 Gb/s of data-centre network per chip (Google publishes 50 Gb/s for v5p)",
                 "ici_latency": _LAT, "array": _MODEL, "sram": _SRAM, "sram_bandwidth": _SPLIT,
+            },
+        ),
+        TpuPreset(
+            "tpu-v5p", "TPU v5p: 2 TensorCores x 4 MXUs (128x128), 95 GiB HBM2e, ICI 3D torus",
+            "TPU v5p (8 MXUs)", 8, 128, 459.0, 2765.0, 95, 3, (4, 4, 4), 100.0, 500.0, 50.0,
+            (32768, 32768, 8192),
+            {
+                "mxus": CLOUD_V5P + "'Number of TensorCores per chip 2'; 'Each TensorCore has four Matrix Multiply "
+                                    "Units (MXU)'",
+                "peak_bf16_tflops": CLOUD_V5P + "'Peak compute per chip (BF16) (TFLOPs) 459'",
+                "hbm": CLOUD_V5P + "'HBM capacity per chip (GiB) 95', 'HBM bandwidth per chip (GBps) 2765'",
+                "clock": "derived: 459e12 / (2 x 8 MXUs x 128 x 128) = 1.75 GHz (Google publishes no clock)",
+                "torus": CLOUD_V5P + "'Interconnect topology 3D torus'; slices AxBxC, a 4x4x4 cube (64 chips) the "
+                                     "unit, 8960 chips per pod",
+                "ici_gbps_per_link": CLOUD_V5P + "'Bidirectional inter-chip interconnect (ICI) bandwidth per chip "
+                                                 "(GBps) 1200' (older revision: 'Interchip Interconnect BW 4800 "
+                                                 "Gbps'); over a 3D torus's 6 links, both directions: "
+                                                 "1200 / 6 / 2 = 100 GB/s per link and direction",
+                "dcn": CLOUD_V5P + "'Data center network (DCN) bandwidth per chip (Gbps) 50'",
+                "ici_latency": _LAT, "array": _MODEL, "sram": _SRAM + " (as tpu-v4)", "sram_bandwidth": _SPLIT,
+            },
+        ),
+        TpuPreset(
+            "tpu-v6e", "TPU v6e (Trillium): 1 TensorCore x 2 MXUs (256x256), 32 GB HBM, ICI 2D torus",
+            "TPU v6e (2 MXUs)", 2, 256, 918.0, 1638.0, 32, 2, (16, 16), 100.0, 500.0, 25.0,
+            (32768, 32768, 8192),
+            {
+                "mxus": CLOUD_V6E + "'Each v6e chip contains one TensorCore'; 'Each TensorCore contains two "
+                                    "256x256 matrix-multiply units (MXU)'",
+                "peak_bf16_tflops": CLOUD_V6E + "'Peak compute per chip (bf16) 918 TFLOPs'",
+                "hbm": CLOUD_V6E + "'HBM capacity per chip 32 GB', 'HBM bandwidth per chip 1638 GBps' (capacity "
+                                   "taken as 32 GiB, as for the other TPUs)",
+                "clock": "ASSUMPTION (derived): 918e12 / (2 x 2 MXUs x 256 x 256) = 3.50 GHz makes the array's peak "
+                         "the published one; Google publishes no clock, and the real clock is likely lower with more "
+                         "MAC units than the documented MXUs give",
+                "torus": CLOUD_V6E + "'Interconnect topology 2D torus', 'TPU Pod size 256 chips' (default slice "
+                                     "16x16, the pod)",
+                "ici_gbps_per_link": CLOUD_V6E + "'Bidirectional inter-chip interconnect (ICI) bandwidth (per chip) "
+                                                 "800 GBps', 'ICI ports per chip 4': 800 / 4 / 2 = 100 GB/s per link "
+                                                 "and direction",
+                "dcn": "ASSUMPTION: 25 Gb/s of data-centre network per chip, v5e's published 'Per-host NIC "
+                       "configuration 2 x 100 Gbps NIC' over its 8 chips per host (Google Cloud TPU docs, 'TPU "
+                       "v5e'); v6e's NICs are not in its page",
+                "ici_latency": _LAT, "array": _MODEL, "sram": _SRAM + " (as tpu-v4)", "sram_bandwidth": _SPLIT,
             },
         ),
     )
