@@ -120,3 +120,15 @@ def test_astra_run_fp8_attention_saves_its_forward_share_at_a_long_sequence(tmp_
     saved = attention["bf16"] - attention["fp8"]
     assert attention["fp8"] < 0.7 * attention["bf16"]
     assert steps["bf16"] - steps["fp8"] == pytest.approx(saved, rel=0.01)
+
+
+def test_astra_run_refuses_fp8_attention_on_an_a100(tmp_path, capsys):
+    pytest.importorskip("astra_gpu_model")
+    prefix = str(tmp_path / "w")
+    assert main(["workload", "llm", "--layers", "2", "--hidden", "256", "--heads", "8", "--kv-heads", "4",
+                 "--ffn-hidden", "512", "--vocab", "1000", "--seq-len", "128", "--gated", "--dp", "8",
+                 "--attention-dtype", "fp8", "-o", prefix]) == 0
+    capsys.readouterr()
+    assert main(["run", "--workload-configuration", prefix, "--platform", "dgx-a100", "--nodes", "1"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "GPU A100-SXM4-80GB has no FP8 tensor cores" in err
