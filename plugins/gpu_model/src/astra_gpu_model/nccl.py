@@ -4,9 +4,10 @@ Two steps, kept apart on purpose:
 
 1. **Choice** (what NCCL would run): NCCL's tuning model, ``src/graph/tuning.cc`` (NCCL 2.x; dossier §4.1),
    with NCCL's own constants and nothing fitted. For every (algorithm, protocol) pair it predicts
-   ``lat + nBytes / algBw`` and picks the fastest. Algorithms RING, TREE, NVLS, and COLLNET (InfiniBand
-   SHARP across nodes, only where the platform declares SHARP-capable switches, :func:`collnet_bw`);
-   protocols LL, LL128, SIMPLE. One node or several (a node = the network's first dimension; NCCL's multi-node terms).
+   ``lat + nBytes / algBw`` and picks the fastest. Algorithms RING, TREE, NVLS, COLLNET (InfiniBand
+   SHARP across nodes, only where the platform declares SHARP-capable switches, :func:`collnet_bw`), NVLS_TREE and
+   PAT (all-gather / reduce-scatter at one rank per node, :func:`pat_terms`); protocols LL, LL128, SIMPLE.
+   One node or several (a node = the network's first dimension; NCCL's multi-node terms).
 2. **Time** (how long the chosen pair really takes): NCCL's latency and ``nBytes / algBw`` terms of that
    pair, corrected by a calibration fitted on measured all-reduce times (``data/nccl_fit.json``, written
    by ``fit/fit_nccl.py``)::
@@ -31,8 +32,8 @@ from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, RED
 
 LL, LL128, SIMPLE = "LL", "LL128", "Simple"
 PROTOCOLS = (LL, LL128, SIMPLE)
-RING, TREE, NVLS, COLLNET, NVLS_TREE = "ring", "tree", "nvls", "collnet", "nvls_tree"
-ALGORITHMS = (RING, TREE, NVLS, COLLNET, NVLS_TREE)
+RING, TREE, NVLS, COLLNET, NVLS_TREE, PAT = "ring", "tree", "nvls", "collnet", "nvls_tree", "pat"
+ALGORITHMS = (RING, TREE, NVLS, COLLNET, NVLS_TREE, PAT)
 #: The share of a NIC's line rate an IB SHARP (CollNet) stream gets: NCCL's maintainer's rule of thumb,
 #: "~20 GB/s per NIC" on 200 Gb/s (25 GB/s) HDR (https://github.com/NVIDIA/nccl/issues/320).
 COLLNET_NIC_EFFICIENCY = 0.8
@@ -81,6 +82,16 @@ NVLS_TREE_ARCHS = ("blackwell",)
 MSCCL_ALLPAIRS = "msccl_allpairs"
 MSCCL_ALLPAIRS_WINDOWS = ((0, 524287, LL), (524288, 11534336, SIMPLE), (14680065, 16777216, SIMPLE))
 MSCCL_ALLPAIRS_RANKS = 8
+#: PAT ("Parallel Aggregated Trees", NCCL 2.23.4: "variation of Bruck algorithm", "Logarithmic number of network
+#: steps for small sizes at scale", "Only supports one rank per node"; release commit 68b5423 of NVIDIA/nccl). Its
+#: terms in src/graph/tuning.cc (NVIDIA/nccl master 5067397): baseLatencies[PAT] 8.0 µs, then log2i(nNodes) steps
+#: of the network latency / 3.5 and a still linear 2.8 µs per rank; busBw x 0.75 (0.85 in 2.23.4; 2.24.3 "Adjust
+#: PAT tuning: Improve transition between PAT and ring at scale"), used as algBw unconverted (tuning.cc converts
+#: bus to algorithm bandwidth only for the ring among all-gather / reduce-scatter algorithms).
+PAT_BASE_LAT_US = 8.0
+PAT_LOG_STEP_DIVISOR = 3.5
+PAT_PER_RANK_US = 2.8
+PAT_BUS_SHARE = 0.75
 #: NCCL_MAX_NVLS_ARITY (src/include/device.h): NVLS has at most 32 heads, each with its NIC (src/graph/search.cc:
 #: "NVLS and COLLNET_DIRECT search must have ngpus heads at most").
 NVLS_MAX_HEADS = 32
@@ -289,6 +300,9 @@ class NcclConfig:
     sharp: bool = False
     #: RCCL's MSCCL all-pairs all-reduce on one 8-GPU node (AMD Instinct: :data:`MSCCL_ALLPAIRS_WINDOWS`).
     msccl_allpairs: bool = False
+    #: NCCL >= 2.23 with NCCL_PAT_ENABLE at its default: PAT is a candidate for all-gather and reduce-scatter at one
+    #: rank per node. False: an older NCCL, NCCL_PAT_ENABLE=0, or RCCL (its PAT_ENABLE defaults to 0, ROCm/rccl#1756).
+    pat: bool = True
 
     def link(self, n, nodes=1):
         """The path a ring of ``n`` ranks on ``nodes`` nodes is bounded by."""
@@ -319,7 +333,7 @@ def config_for_gpu(name=None, **overrides):
     kw = dict(arch=arch, nvlink_gbps=bw, channels=16 if arch in ("hopper", "blackwell") else 12,
               pci_gbps=PCI_GEN5_BW if arch in ("hopper", "blackwell") else PCI_GEN4_BW)
     if gpu.vendor.lower() == "amd":  # RCCL: its MSCCL all-pairs all-reduce on the 8-GPU Infinity Fabric mesh
-        kw.update(msccl_allpairs=True)
+        kw.update(msccl_allpairs=True, pat=False)
     if gpu.scaleup_topology == "pairwise":  # PCIe cards: NVLink bridges join pairs, PCIe the rest (no NVLS)
         kw.update(topology="pairwise", pair_nvlink_gbps=bw, nvls=False)
     kw.update(overrides)
@@ -378,6 +392,12 @@ def predict(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
                 lat = hw[NVLS_TREE][2] + 2 * math.log2(nodes) * HW_LAT["net"][NVLS_TREE][2]
                 bw_us = n_bytes / (1000.0 * alg_bw)
                 out.append((lat + bw_us, NVLS_TREE, SIMPLE, lat, bw_us))
+            continue
+        if algo == PAT:
+            if cfg.pat and nodes == n and coll in (ALL_GATHER, REDUCE_SCATTER):
+                lat, alg_bw = pat_terms(n, bw_bus)
+                bw_us = n_bytes / (1000.0 * alg_bw)
+                out.append((lat + bw_us, PAT, SIMPLE, lat, bw_us))
             continue
         if algo == NVLS and (not cfg.nvls or caps["nvls_eff"] == 0 or link != "nvswitch" or nodes > 1
                              or coll not in (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER)):
@@ -443,6 +463,16 @@ def _allpairs_protocol(coll, n_bytes, n, cfg, nodes):
     if not (cfg.msccl_allpairs and coll == ALL_REDUCE and nodes == 1 and n == MSCCL_ALLPAIRS_RANKS):
         return None
     return next((proto for low, high, proto in MSCCL_ALLPAIRS_WINDOWS if low <= n_bytes <= high), None)
+
+
+def pat_terms(n, bw_bus):
+    """``(lat_us, alg_bw)`` of NCCL's PAT all-gather / reduce-scatter over ``n`` nodes of one rank each (Simple only):
+    log2(n) network steps, which is why it beats the ring's n - 1 steps at scale for small sizes, but at 0.75 of the
+    bus bandwidth, so the ring wins again past a size that grows with ``n``. The network latency is the one the ring
+    pays per step at one rank per node (the tree's net Simple latency, doubled for Simple as there)."""
+    inter = HW_LAT["net"][TREE][2] * 2
+    lat = PAT_BASE_LAT_US + (int(n).bit_length() - 1) * inter / PAT_LOG_STEP_DIVISOR + n * PAT_PER_RANK_US
+    return lat, bw_bus * PAT_BUS_SHARE
 
 
 def intra_bandwidth(cfg: NcclConfig, link):
@@ -597,7 +627,7 @@ def nccl_factory(com_type, rank, topo, data_size, direction, window):
 
 
 __all__ = ["NcclConfig", "NcclCalibration", "NcclCollective", "config_for_gpu", "load_calibration", "predict",
-           "intra_bandwidth", "nvls_tree_bus", "NVLS_TREE", "NIC_EFFICIENCY",
+           "intra_bandwidth", "nvls_tree_bus", "NVLS_TREE", "NIC_EFFICIENCY", "PAT", "pat_terms",
            "MSCCL_ALLPAIRS", "MSCCL_ALLPAIRS_WINDOWS",
            "beyond_fit_efficiency", "calibration_override", "PEAK_BUSBW", "PEAK_BUSBW_SOURCES", "PEAK_STATEMENTS",
            "PeakStatement", "peak_busbw",
