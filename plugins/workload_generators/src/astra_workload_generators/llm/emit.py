@@ -83,15 +83,7 @@ class NodeEmitter:
             return self._block_mm(fmt, label, m, k, n, deps, extra, grouped)
         fp8 = linear and self.cfg.gemm_dtype == "fp8"
         out = 2 if fp8 else 1  # the output's bytes per operand byte (FP8: bf16 output)
-        weights, outputs = k * n, out * m * n
-        if grouped is not None:
-            dim, sizes = grouped
-            extra = dict(extra or {}, grouped_gemm_dim=dim, grouped_gemm_sizes=list(sizes))
-            active = sum(1 for s in sizes if s > 0)
-            if dim == "m":
-                weights *= active
-            else:
-                outputs *= active
+        extra, weights, outputs = _grouped(grouped, extra, k * n, out * m * n)
         if not fp8:
             return self.comp(MM, label, f"[[{m}, {k}], [{k}, {n}]]", 2 * m * k * n, m * k + weights + outputs,
                              deps, extra)
@@ -106,15 +98,7 @@ class NodeEmitter:
         and a bf16 output; ``tensor_size`` = both operands with their scales + the output. Its activation input is
         quantized first (:meth:`block_quantize`): a forward GEMM's input, a ``*.dgrad`` GEMM's output gradient; a
         ``*.wgrad`` GEMM reads the column-wise copies those quantizations wrote. Weights are held quantized."""
-        weights, outputs = k * n, m * n
-        if grouped is not None:
-            dim, sizes = grouped
-            extra = dict(extra or {}, grouped_gemm_dim=dim, grouped_gemm_sizes=list(sizes))
-            active = sum(1 for s in sizes if s > 0)
-            if dim == "m":
-                weights *= active
-            else:
-                outputs *= active
+        extra, weights, outputs = _grouped(grouped, extra, k * n, m * n)
         if self.cfg.ew_forward and ".wgrad" not in label:  # (a chunk too; the GEMM follows it on the compute chain)
             self.block_quantize(fmt, label, m, k, deps)
             deps = ()
@@ -226,3 +210,15 @@ class NodeEmitter:
         group's ranks, rounded up (Chakra's and the reference's meaning: the output is group size x comm_size)."""
         n = self._group_size(group)
         return -(-total_bytes // n)
+
+
+def _grouped(grouped, extra, weights, outputs):
+    """A grouped GEMM's (``grouped = (dim, sizes)``: the experts' GEMMs as one) attributes and the weights and
+    outputs it touches: every active expert's weights when the groups split M, every active expert's outputs
+    when they split another dimension. ``(extra, weights, outputs)`` unchanged without it."""
+    if grouped is None:
+        return extra, weights, outputs
+    dim, sizes = grouped
+    extra = dict(extra or {}, grouped_gemm_dim=dim, grouped_gemm_sizes=list(sizes))
+    active = sum(1 for s in sizes if s > 0)
+    return (extra, weights * active, outputs) if dim == "m" else (extra, weights, outputs * active)
