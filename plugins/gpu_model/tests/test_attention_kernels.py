@@ -8,29 +8,17 @@ import math
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from astra_sim.chakra import make_node, types as T
-
 from astra_gpu_model.attention import (KERNELS, MEASURED_TFLOPS, kernel_efficiency, kernel_tflops,
                                       measured_utilisation)
 from astra_gpu_model.model import GpuComputeModel
+from astra_sim_testing import flash_attention_node
 
 BF = "'Tensor(c10::BFloat16)'"
 
 
 def attention_node(b=2, h=32, s=8192, d=128, causal=True, kernel=None, backward=False):
-    """A SDPA flash node as the LLM generator writes it (BHSD; ``is_causal`` in ``inputs.values``)."""
-    q = f"[{b}, {h}, {s}, {d}]"
-    if backward:
-        name, shapes = "aten::_scaled_dot_product_flash_attention_backward", f"[{q}, {q}, {q}, {q}]"
-        values = f"[[], [], [], [], [], [], None, None, 0, 0, 0.0, {causal}, None, None]"
-    else:
-        name, shapes = "aten::_scaled_dot_product_flash_attention", f"[{q}, {q}, {q}]"
-        values = f"[[], [], [], 0.0, {causal}, False]"
-    attrs = {"is_cpu_op": False, "inputs_shapes": shapes, "inputs_types": "[" + ", ".join([BF] * 4) + "]",
-             "inputs_values": values}
-    if kernel is not None:
-        attrs["attention_kernel"] = kernel
-    return make_node(0, name, T.COMP_NODE, attrs=attrs)
+    """A bf16 SDPA flash node as the LLM generator writes it."""
+    return flash_attention_node(b, h, s, d, causal, kernel, backward, element=BF)
 
 
 def test_the_table_is_the_papers_bars_and_interpolates_in_log_length():

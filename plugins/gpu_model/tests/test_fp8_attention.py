@@ -15,24 +15,14 @@ from astra_sim.errors import ConfigError
 from astra_gpu_model.attention import (FP8_MEASURED_TFLOPS, fp8_kernel_efficiency, fp8_kernel_tflops,
                                       measured_utilisation)
 from astra_gpu_model.model import GpuComputeModel
+from astra_sim_testing import flash_attention_node
 
 FP8 = "'Tensor(c10::Float8_e4m3fn)'"
 
 
 def fp8_node(b=2, h=32, s=8192, d=128, causal=False, kernel="fa3", backward=False, element=FP8):
     """A flash attention node with FP8 E4M3 query, key and value (or ``element``), as the LLM generator writes it."""
-    q = f"[{b}, {h}, {s}, {d}]"
-    if backward:
-        name, shapes = "aten::_scaled_dot_product_flash_attention_backward", f"[{q}, {q}, {q}, {q}]"
-        values = f"[[], [], [], [], [], [], None, None, 0, 0, 0.0, {causal}, None, None]"
-    else:
-        name, shapes = "aten::_scaled_dot_product_flash_attention", f"[{q}, {q}, {q}]"
-        values = f"[[], [], [], 0.0, {causal}, False]"
-    attrs = {"is_cpu_op": False, "inputs_shapes": shapes, "inputs_types": "[" + ", ".join([element] * 4) + "]",
-             "inputs_values": values}
-    if kernel is not None:
-        attrs["attention_kernel"] = kernel
-    return make_node(0, name, T.COMP_NODE, attrs=attrs)
+    return flash_attention_node(b, h, s, d, causal, kernel, backward, element)
 
 
 def test_the_table_is_the_figures_bars_by_head_dimension():

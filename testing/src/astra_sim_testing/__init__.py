@@ -152,3 +152,23 @@ def fail_renames_into(monkeypatch, folder, code=errno.ENOSPC):
         return real(src, dst, *args, **kwargs)
 
     monkeypatch.setattr(os, "replace", replace)
+
+
+def flash_attention_node(b=2, h=32, s=8192, d=128, causal=True, kernel=None, backward=False,
+                         element="'Tensor(c10::BFloat16)'"):
+    """A SDPA flash-attention COMP node as the LLM generator writes it (BHSD shapes, ``is_causal`` in
+    ``inputs_values``, every operand of type ``element``, the ``attention_kernel`` attribute when given)."""
+    from astra_sim.chakra import make_node, types as T
+
+    q = f"[{b}, {h}, {s}, {d}]"
+    if backward:
+        name, shapes = "aten::_scaled_dot_product_flash_attention_backward", f"[{q}, {q}, {q}, {q}]"
+        values = f"[[], [], [], [], [], [], None, None, 0, 0, 0.0, {causal}, None, None]"
+    else:
+        name, shapes = "aten::_scaled_dot_product_flash_attention", f"[{q}, {q}, {q}]"
+        values = f"[[], [], [], 0.0, {causal}, False]"
+    attrs = {"is_cpu_op": False, "inputs_shapes": shapes, "inputs_types": "[" + ", ".join([element] * 4) + "]",
+             "inputs_values": values}
+    if kernel is not None:
+        attrs["attention_kernel"] = kernel
+    return make_node(0, name, T.COMP_NODE, attrs=attrs)
