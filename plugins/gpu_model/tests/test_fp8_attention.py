@@ -9,7 +9,6 @@ import math
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from astra_sim.chakra import make_node, types as T
 from astra_sim.errors import ConfigError
 
 from astra_gpu_model.attention import (FP8_MEASURED_TFLOPS, fp8_kernel_efficiency, fp8_kernel_tflops,
