@@ -66,16 +66,7 @@ def test_a_late_kineto_write_failure_keeps_every_rank(workload, tmp_path, capsys
     reference = tmp_path / "ref"
     assert run(workload, "--timeline", str(reference), "--timeline-format", "kineto") == 0
     out = tmp_path / "out"
-    real = os.replace
-    renamed = []
-
-    def replace(src, dst, *args, **kwargs):
-        if os.path.abspath(dst).startswith(str(out) + os.sep) and renamed:
-            raise OSError(errno.EROFS, os.strerror(errno.EROFS))
-        renamed.append(dst)
-        return real(src, dst, *args, **kwargs)
-
-    monkeypatch.setattr(os, "replace", replace)
+    fail_renames_into(monkeypatch, out, errno.EROFS, after=1)  # the first rank's file is in place
     assert run(workload, "--timeline", str(out), "--timeline-format", "kineto") == 2
     line = error_line(capsys)
     [folder] = kept.iterdir()

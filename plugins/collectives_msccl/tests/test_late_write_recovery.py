@@ -4,12 +4,11 @@ the whole set in a recovered folder, and the one error line says where (issue 39
 
 from __future__ import annotations
 
-import errno
-import os
 import re
 from pathlib import Path
 
 from astra_sim.cli import main
+from astra_sim_testing import fail_renames_into
 
 XML = Path(__file__).resolve().parents[3] / "examples" / "msccl" / "allreduce_ring_8gpu.xml"
 
@@ -22,16 +21,7 @@ def test_a_late_to_chakra_write_failure_keeps_every_gpu_file(tmp_path, capsys, m
     assert main([*argv, str(reference / "conv")]) == 0
     out = tmp_path / "out"
     out.mkdir()
-    real = os.replace
-    renamed = []
-
-    def replace(src, dst, *args, **kwargs):  # the third GPU's file fails: two are already in place
-        if os.path.abspath(dst).startswith(str(out) + os.sep) and len(renamed) == 2:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        renamed.append(dst)
-        return real(src, dst, *args, **kwargs)
-
-    monkeypatch.setattr(os, "replace", replace)
+    fail_renames_into(monkeypatch, out, after=2)  # the third GPU's file fails: two are already in place
     assert main([*argv, str(out / "conv")]) == 2
     err = capsys.readouterr().err
     [folder] = kept.iterdir()

@@ -3,13 +3,12 @@ does) draws the figure again into a recovered file, and the one error line says 
 
 from __future__ import annotations
 
-import errno
-import os
 import re
 
 import pytest
 
 from astra_sim.cli import main
+from astra_sim_testing import fail_renames_into
 
 pytest.importorskip("matplotlib")
 
@@ -26,14 +25,7 @@ def test_a_late_figure_write_failure_keeps_the_figure(tmp_path, capsys, monkeypa
     assert main(["plot", str(report), "-o", str(reference)]) == 0
     out = tmp_path / "out"
     out.mkdir()
-    real = os.replace
-
-    def replace(src, dst, *args, **kwargs):
-        if os.path.dirname(os.path.abspath(dst)) == str(out):
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return real(src, dst, *args, **kwargs)
-
-    monkeypatch.setattr(os, "replace", replace)
+    fail_renames_into(monkeypatch, out)
     capsys.readouterr()
     assert main(["plot", str(report), "-o", str(out)]) == 2
     err = capsys.readouterr().err

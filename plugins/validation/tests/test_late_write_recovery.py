@@ -4,12 +4,11 @@ where (issue 39)."""
 
 from __future__ import annotations
 
-import errno
 import json
-import os
 import re
 
 from astra_sim.cli import main
+from astra_sim_testing import fail_renames_into
 
 CASE = ["validate", "--only", "nccl-allreduce-h100-8gpu-nvls", "--cv"]
 
@@ -22,14 +21,7 @@ def test_a_late_residuals_write_failure_keeps_them(tmp_path, capsys, monkeypatch
     capsys.readouterr()
     out = tmp_path / "out"
     out.mkdir()
-    real = os.replace
-
-    def replace(src, dst, *args, **kwargs):
-        if os.path.dirname(os.path.abspath(dst)) == str(out):
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return real(src, dst, *args, **kwargs)
-
-    monkeypatch.setattr(os, "replace", replace)
+    fail_renames_into(monkeypatch, out)
     assert main([*CASE, "--json", "--save-residuals", str(out / "res.json")]) == 2
     captured = capsys.readouterr()
     [recovered] = kept.iterdir()

@@ -13,24 +13,10 @@ from pathlib import Path
 import pytest
 
 from astra_sim.cli import main
+from astra_sim_testing import fail_renames_into
 
 LLM = ["--layers", "2", "--hidden", "256", "--heads", "8", "--kv-heads", "8", "--ffn-hidden", "512", "--vocab", "1000",
        "--seq-len", "128", "--tp", "2", "--micro-batches", "1"]
-
-
-def fail_renames_into(monkeypatch, folder, whole_files=1, code=errno.ENOSPC):
-    """The final rename of every file into ``folder`` after the first ``whole_files`` fails (a full disk)."""
-    real = os.replace
-    renamed = []
-
-    def replace(src, dst, *args, **kwargs):
-        if os.path.abspath(os.fspath(dst)).startswith(str(folder) + os.sep):
-            if len(renamed) >= whole_files:
-                raise OSError(code, os.strerror(code))
-            renamed.append(dst)
-        return real(src, dst, *args, **kwargs)
-
-    monkeypatch.setattr(os, "replace", replace)
 
 
 def recovered_after_failure(tmp_path, capsys, monkeypatch, argv, command, whole_files=1):
@@ -40,7 +26,7 @@ def recovered_after_failure(tmp_path, capsys, monkeypatch, argv, command, whole_
     monkeypatch.setenv("ASTRA_RECOVERED_DIR", str(kept))
     out = tmp_path / "out"
     out.mkdir()
-    fail_renames_into(monkeypatch, out, whole_files)
+    fail_renames_into(monkeypatch, out, after=whole_files)
     assert main([*argv, "-o", str(out / "g")]) == 2
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("astra: error:")]

@@ -141,14 +141,18 @@ def repo_root():
     return None
 
 
-def fail_renames_into(monkeypatch, folder, code=errno.ENOSPC):
-    """Every final rename of an atomic write into ``folder`` fails with ``code`` (ENOSPC: a full disk; EROFS: a
-    folder turned read-only), as it does when a write fails after the work (the late-write tests of issue 39)."""
+def fail_renames_into(monkeypatch, folder, code=errno.ENOSPC, after=0):
+    """Every final rename of an atomic write into ``folder`` after the first ``after`` fails with ``code`` (ENOSPC:
+    a full disk; EROFS: a folder turned read-only), as it does when a write fails after the work (the late-write
+    tests of issue 39; ``after`` > 0: a set of files whose first ones are already in place)."""
     real = os.replace
+    renamed = []
 
     def replace(src, dst, *args, **kwargs):
         if os.path.abspath(os.fspath(dst)).startswith(str(folder) + os.sep):
-            raise OSError(code, os.strerror(code))
+            if len(renamed) >= after:
+                raise OSError(code, os.strerror(code))
+            renamed.append(dst)
         return real(src, dst, *args, **kwargs)
 
     monkeypatch.setattr(os, "replace", replace)
