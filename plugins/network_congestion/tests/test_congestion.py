@@ -17,7 +17,9 @@ from astra_sim.engine import EventEngine
 from astra_sim.errors import ConfigError, SimulationError
 from astra_sim.plugins import build_registry, make_plugin_manager
 from astra_sim.simulation import simulate
-from astra_sim_testing import handwritten_infragraph, write_network_config, write_system_config
+from astra_sim_testing import (
+    arrival_times as deliver, handwritten_infragraph, write_network_config, write_system_config,
+)
 
 from astra_network_analytical import parse_network_config
 from astra_network_congestion.builders import from_analytical, shortest_path_router
@@ -34,19 +36,6 @@ def network(tmp_path, topology=("Ring",), npus=(8,), bandwidth=(50.0,), latency=
     path = write_network_config(tmp_path / "net.yml", topology, npus, bandwidth, latency)
     engine = EventEngine()
     return CongestionNetwork.from_context(SimpleNamespace(network_config_path=path, engine=engine)), engine
-
-
-def deliver(net, engine, messages):
-    """Send ``(src, dst, size)`` messages at t=0 in order; return each one's arrival time."""
-    arrivals = {}
-
-    def arrived(index):
-        arrivals[index] = engine.now
-
-    for index, (src, dst, size) in enumerate(messages):
-        net.send(src, dst, size, arrived, index)
-    engine.run()
-    return [arrivals[i] for i in range(len(messages))]
 
 
 def route_names(net, src, dst):

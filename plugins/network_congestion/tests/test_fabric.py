@@ -9,7 +9,7 @@ import pytest
 
 from astra_sim.engine import EventEngine
 from astra_sim.errors import ConfigError
-from astra_sim_testing import write_network_config
+from astra_sim_testing import arrival_times as arrivals, write_network_config
 
 from astra_network_analytical import parse_network_config
 from astra_network_congestion.builders import from_analytical
@@ -30,14 +30,6 @@ def network(cls, tmp_path, **options):
     engine = EventEngine()
     context = SimpleNamespace(network_config_path=path, engine=engine, options=options, warn=print)
     return cls.from_context(context), engine
-
-
-def arrivals(net, engine, messages):
-    got = {}
-    for index, (src, dst, size) in enumerate(messages):
-        net.send(src, dst, size, lambda i: got.__setitem__(i, engine.now), index)
-    engine.run()
-    return [got[i] for i in range(len(messages))]
 
 
 def test_the_last_switch_dimension_becomes_leaves_under_a_spine(tmp_path):

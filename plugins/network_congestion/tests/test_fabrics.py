@@ -13,7 +13,7 @@ from astra_sim.cli import main
 from astra_sim.engine import EventEngine
 from astra_sim.errors import ConfigError
 from astra_sim.simulation import simulate
-from astra_sim_testing import write_network_config
+from astra_sim_testing import arrival_times as arrivals, write_network_config
 
 from astra_network_analytical import parse_network_config
 from astra_network_congestion.congestion import CongestionNetwork
@@ -38,14 +38,6 @@ def network(cls, tmp_path, fabric, gpus=2, nodes=4, **options):
     context = SimpleNamespace(network_config_path=yaml_path(tmp_path, gpus, nodes), engine=engine,
                               options={"fabric": fabric, **options}, warn=print)
     return cls.from_context(context), engine
-
-
-def arrivals(net, engine, messages):
-    got = {}
-    for index, (src, dst, size) in enumerate(messages):
-        net.send(src, dst, size, lambda i: got.__setitem__(i, engine.now), index)
-    engine.run()
-    return [got[i] for i in range(len(messages))]
 
 
 def link_bytes(net, word):

@@ -176,3 +176,12 @@ def flash_attention_node(b=2, h=32, s=8192, d=128, causal=True, kernel=None, bac
     if kernel is not None:
         attrs["attention_kernel"] = kernel
     return make_node(0, name, T.COMP_NODE, attrs=attrs)
+
+
+def arrival_times(network, engine, messages):
+    """Send ``(src, dst, size)`` messages through a network backend at t=0, in order; each one's arrival time (ns)."""
+    arrived = {}
+    for index, (src, dst, size) in enumerate(messages):
+        network.send(src, dst, size, lambda i: arrived.__setitem__(i, engine.now), index)
+    engine.run()
+    return [arrived[i] for i in range(len(messages))]
