@@ -220,10 +220,11 @@ class CongestionNetwork:
                 if queue is None:
                     queue = queues[link] = deque()
                 queue.append(chunk)
-                # waiting after this nanosecond's frees (the same whichever of them runs first)
-                waiting = len(queue) - (free_at[link] == engine.now)
-                if waiting > max_queue[link]:
-                    max_queue[link] = waiting
+                if len(queue) > max_queue[link]:  # (a new maximum needs a longer queue: the clock read only then)
+                    # waiting after this nanosecond's frees (the same whichever of them runs first)
+                    waiting = len(queue) - (free_at[link] == engine.now)
+                    if waiting > max_queue[link]:
+                        max_queue[link] = waiting
             else:
                 busy[link] = True
                 free_at[link] = engine.now + hops[pos + 2]
