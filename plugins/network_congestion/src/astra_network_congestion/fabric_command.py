@@ -100,7 +100,8 @@ def format_summary(info) -> str:
         f"{info['nodes']} nodes x {info['gpus_per_node']} GPUs",
         f"  NIC {info['nic_gbit_per_s']:g} Gb/s per GPU ({info['port_gbit_per_s']:g} Gb/s per plane port)",
         f"  per rail and plane: {info['leaves_per_rail_per_plane']} leaves of {info['nodes_per_leaf']} nodes; "
-        f"{info['spines_per_plane']} spines per plane; a leaf's uplink to each spine "
+        f"{info['spines_per_plane']} spine{'s' if info['spines_per_plane'] != 1 else ''} per plane; a leaf's uplink "
+        f"to each spine "
         f"{info['leaf_uplink_gbit_per_s_per_spine']:g} Gb/s (oversubscription {info['oversubscription']:g})",
         f"  {info['switches']} switches, {info['directed_links']} directed links",
         f"  routing: {info['routing']}",
