@@ -170,6 +170,16 @@ def astra_run_start(run):
     """
 
 
+@hookspec(firstresult=True)
+def astra_report_breakdown(run, report):
+    """Fill in where every rank's time went (each ``report.ranks[i].breakdown`` and the summary
+    ``report.breakdown``) from the recorded spans (``run.analysis``), and return True; None leaves it to the next
+    plugin. Called once per run that asked for a breakdown (``breakdown=True``, the default; ``--no-breakdown``
+    turns it off), after its last event and its checks, before the output formats finish. The astra-analysis
+    plugin implements it; with none the report has no breakdown and a warning says why.
+    """
+
+
 @hookspec
 def astra_run_finish(run, report):
     """Called once per run, after its last event and its checks, with the same read-only ``run`` as

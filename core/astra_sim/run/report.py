@@ -1,6 +1,7 @@
 """A run's :class:`~astra_sim.report.Report`: its settings (the inputs and choices that produced it), per-rank
 numbers (a folded run's non-representatives get their class representative's), statistics, and the
-breakdown derived from the recorded spans (output formats add their own parts: :mod:`astra_sim.outputs`)."""
+breakdown a plugin derives from the recorded spans (``astra_report_breakdown``; output formats add their own
+parts: :mod:`astra_sim.outputs`)."""
 
 from __future__ import annotations
 
@@ -100,17 +101,20 @@ def final_report(sim, build_s, run_s, peak_bytes):
     return report
 
 
+#: the warning of a run that asked for a breakdown when no loaded plugin computes one
+NO_BREAKDOWN = ("no breakdown in the report: no loaded plugin computes it (the astra-analysis plugin does: it is "
+                "blocked with -p no:analysis, or not installed)")
+
+
 def analyse(sim, report):
-    """The breakdown from the recorded spans (astra_sim.analysis); ``sim.analysis`` is what output formats read."""
+    """``sim.analysis`` from the recorded spans (what output formats read), and the breakdown a plugin derives from
+    it (the hook ``astra_report_breakdown``: the analysis plugin's)."""
     from astra_sim.analysis.spans import Analysis
 
     started = time.perf_counter()
-    sim.analysis = analysis = Analysis(sim, sim.recorder)
-    if sim.want_breakdown:
-        from astra_sim.analysis.breakdown import breakdowns, summary
-
-        per_rank = breakdowns(analysis)
-        for rank, result in zip(report.ranks, per_rank):
-            rank.breakdown = result
-        report.breakdown = summary(per_rank, [r.finish_ns for r in report.ranks])
+    sim.analysis = Analysis(sim, sim.recorder)
+    if sim.want_breakdown and not sim.pm.hook.astra_report_breakdown(run=sim.view, report=report):
+        sim.warn(NO_BREAKDOWN)
+        if NO_BREAKDOWN not in report.warnings:
+            report.warnings.append(NO_BREAKDOWN)
     report.stats["analysis_s"] = round(time.perf_counter() - started, 6)

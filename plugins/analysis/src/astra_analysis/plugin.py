@@ -1,4 +1,5 @@
-"""The analysis plugin's hooks: ``astra run``'s output flags and the output formats that read them."""
+"""The analysis plugin's hooks: the report's breakdown, ``astra run``'s output flags and the output formats that read
+them."""
 
 from astra_sim import hookimpl
 
@@ -32,6 +33,18 @@ def astra_register_output_formats(registry):
                            description="the chain of nodes and waits that sets the last finish time")
     registry.output_format("astra_sim_log", ReferenceLogRequest.from_options, options=("astra_sim_log",),
                            description="the reference simulator's stdout, line for line (--astra-sim-log)")
+
+
+@hookimpl
+def astra_report_breakdown(run, report):
+    """Every rank's breakdown and the report's summary of it (:mod:`astra_analysis.breakdown`)."""
+    from astra_analysis.breakdown import breakdowns, summary
+
+    per_rank = breakdowns(run.analysis)
+    for rank, result in zip(report.ranks, per_rank):
+        rank.breakdown = result
+    report.breakdown = summary(per_rank, [r.finish_ns for r in report.ranks])
+    return True
 
 
 @hookimpl

@@ -1,4 +1,5 @@
-"""Where a rank's time goes: parts that add up exactly to its finish time.
+"""Where a rank's time goes: parts that add up exactly to its finish time (the report's breakdown, filled in through
+the hook ``astra_report_breakdown`` from the spans the kernel records, :mod:`astra_sim.analysis.spans`).
 
 Every nanosecond of ``[0, finish]`` goes to exactly one part, the first of these that is running then:
 

@@ -1,0 +1,90 @@
+"""The report's breakdown is this plugin's (the hook ``astra_report_breakdown``): loaded whenever installed, even when
+``-p`` names other plugins; blocked (``-p no:analysis``) the report has no breakdown and a warning says why; another
+plugin's implementation that returns True takes its place."""
+
+from __future__ import annotations
+
+import json
+import re
+import types
+from pathlib import Path
+
+from astra_sim.chakra import make_metadata, make_node, types as T, write_et
+from astra_sim.cli import main
+from astra_sim.plugins import make_plugin_manager
+from astra_sim.run.report import NO_BREAKDOWN
+from astra_sim.simulation import simulate
+from astra_sim_testing import write_network_config, write_system_config
+
+HOOKS_MD = Path(__file__).resolve().parents[3] / "docs" / "plugins" / "hooks.md"
+
+
+def _case(tmp_path, npus=4):
+    """Rank r: a GEMM of (2 + r) us, then a 64 KiB all-reduce: ranks differ, every part is known to be there."""
+    (tmp_path / "t").mkdir()
+    for rank in range(npus):
+        nodes = [make_node(0, "aten::mm", T.COMP_NODE, attrs={"is_cpu_op": False}, duration_micros=2 + rank),
+                 make_node(1, "ar", T.COMM_COLL_NODE, data_deps=[0],
+                           attrs={"is_cpu_op": False, "comm_type": T.ALL_REDUCE, "comm_size": 1 << 16})]
+        write_et(tmp_path / "t" / f"w.{rank}.et", make_metadata(), nodes)
+    system = write_system_config(tmp_path / "sys.json")
+    network = write_network_config(tmp_path / "net.yml", npus=(npus,))
+    return str(tmp_path / "t" / "w"), str(system), str(network)
+
+
+def test_selecting_other_plugins_keeps_the_breakdown(tmp_path):
+    report = simulate(*_case(tmp_path), plugins=["network_analytical"])
+    assert "analysis" in report.settings["plugins"]
+    for rank in report.ranks:
+        assert sum(rank.breakdown["parts"].values()) == rank.finish_ns
+        assert rank.breakdown["parts"]["compute:gemm"] == (2 + rank.rank) * 1000
+    assert report.breakdown["slowest_rank"] == max(report.ranks, key=lambda r: (r.finish_ns, -r.rank)).rank
+    assert NO_BREAKDOWN not in report.warnings
+
+
+def test_blocked_the_report_has_no_breakdown_and_says_why(tmp_path):
+    args = _case(tmp_path)
+    report = simulate(*args, block=("analysis",))
+    assert report.breakdown is None and all(r.breakdown is None for r in report.ranks)
+    assert report.warnings == [NO_BREAKDOWN]
+    assert "-p no:analysis" in NO_BREAKDOWN
+    # the same numbers otherwise; nothing to say when no breakdown was asked for
+    full = simulate(*args)
+    assert [r.finish_ns for r in report.ranks] == [r.finish_ns for r in full.ranks]
+    assert simulate(*args, block=("analysis",), breakdown=False).warnings == []
+
+
+def test_cli_with_the_plugin_blocked(tmp_path, capsys):
+    workload, system, network = _case(tmp_path)
+    argv = ["run", "--workload-configuration", workload, "--system-configuration", system,
+            "--network-configuration", network, "--json"]
+    assert main(["-p", "no:analysis", *argv]) == 0
+    printed = capsys.readouterr()
+    data = json.loads(printed.out)
+    assert "breakdown" not in data and all("breakdown" not in r for r in data.get("ranks", data.get("rank_classes")))
+    assert data["warnings"] == [NO_BREAKDOWN] and NO_BREAKDOWN in printed.err
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["breakdown"]["parts"] and data["warnings"] == []
+
+
+def _hooks_md_example():
+    text = HOOKS_MD.read_text(encoding="utf-8")
+    section = re.split(r"^### `astra_report_breakdown\(run, report\)`$", text, flags=re.M)[1]
+    section = re.split(r"^### `", section, flags=re.M)[0]
+    block = re.findall(r"^```python\n(.*?)^```", section, flags=re.M | re.S)[0]
+    module = types.ModuleType("hooks_md_breakdown")
+    exec(compile(block, "hooks.md (astra_report_breakdown)", "exec"), module.__dict__)
+    return module
+
+
+def test_another_plugin_can_take_the_breakdown_over(tmp_path):
+    """The hooks.md example: with its option, its coarse parts replace this plugin's; without, it leaves it."""
+    args = _case(tmp_path)
+    pm = make_plugin_manager(extra_plugins=[_hooks_md_example()])
+    coarse = simulate(*args, plugin_manager=pm, options={"coarse_breakdown": True})
+    assert coarse.breakdown is None
+    assert [r.breakdown["parts"] for r in coarse.ranks] == [
+        {"compute": r.compute_ns, "other": r.finish_ns - r.compute_ns} for r in coarse.ranks]
+    fine = simulate(*args, plugin_manager=pm)
+    assert fine.ranks[1].breakdown["parts"]["compute:gemm"] == 3000 and fine.breakdown is not None
