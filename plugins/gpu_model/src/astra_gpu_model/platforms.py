@@ -217,7 +217,20 @@ class Platform(_Platform):
             **({"grace_memory": self.grace_memory.numbers()} if self.grace_memory else {}),
             # what --fabric builds for the flow/congestion backends (the analytical network above keeps one Switch)
             "fabric": default_fabric(self.nic_gbit_per_gpu),
+            # the fabric technology the NIC names, and what --scale-out offers (the generic model without it)
+            "scale_out": _scale_out_numbers(self, nodes),
         }
+
+
+def _scale_out_numbers(platform: Platform, nodes: int) -> dict:
+    """``astra platforms --json``'s ``scale_out``: the kind the platform's NIC names (its numbers on ``nodes``
+    nodes) or None, and the kinds ``--scale-out`` accepts."""
+    from astra_gpu_model.scale_out import KINDS, native_kind, scale_out
+
+    kind = native_kind(platform.nic)
+    return {"kind": kind, "choices": list(KINDS),
+            "note": "the run uses the generic model (line rate, fabric_latency) unless --scale-out KIND is given",
+            **({"numbers": scale_out(kind, nodes, platform.nic_gbit_per_gpu).numbers()} if kind else {})}
 
 
 #: the PCIe H100 platforms' shared assumptions (h100-pcie, h100-nvl)
@@ -439,8 +452,10 @@ def get_platform(name) -> Platform:
     return PLATFORMS[key]
 
 
-def network_yaml(platform: Platform, nodes: int) -> str:
-    """The analytical-network YAML for ``nodes`` nodes of ``platform`` (bandwidth in GiB/s)."""
+def network_yaml(platform: Platform, nodes: int, scale_out=None) -> str:
+    """The analytical-network YAML for ``nodes`` nodes of ``platform`` (bandwidth in GiB/s). ``scale_out``: the
+    fabric dimension's ``(Gb/s per GPU, ns per hop, label)`` from ``--scale-out`` (:mod:`astra_gpu_model.scale_out`)
+    instead of the NIC's line rate and :data:`FABRIC_HOP_LATENCY_NS`."""
     numbers = platform.numbers(nodes)
     topology = ["Switch"]
     npus = [platform.gpus_per_node]
@@ -453,8 +468,14 @@ def network_yaml(platform: Platform, nodes: int) -> str:
                  "cross_dimension_route: dimension_order\n")
         topology.append("Switch")
         npus.append(nodes)
-        bandwidth.append(numbers["nic_gib_per_s_per_gpu"])
-        latency.append(FABRIC_HOP_LATENCY_NS)
+        if scale_out is None:
+            bandwidth.append(numbers["nic_gib_per_s_per_gpu"])
+            latency.append(FABRIC_HOP_LATENCY_NS)
+        else:
+            gbit, hop_ns, label = scale_out
+            route += f"# scale-out {label}: {gbit:g} Gb/s per GPU, {hop_ns:g} ns per hop\n"
+            bandwidth.append(round(gbit * 1e9 / 8 / GIB, 6))
+            latency.append(hop_ns)
     return (
         f"# astra run --platform {platform.name} --nodes {nodes}: {platform.description}\n"
         "# bandwidth: GB/s with GB = 2**30 bytes, per direction per GPU; latency: ns per hop\n"
@@ -499,7 +520,7 @@ def system_json(platform: Platform, nodes: int, collective: str = "ring") -> dic
     return config
 
 
-def generate(name, nodes=1, collective="ring", directory=None) -> dict:
+def generate(name, nodes=1, collective="ring", directory=None, scale_out=None) -> dict:
     """The platform's system JSON and network YAML as a dict (its Platform.resolve makes the PlatformSetup): in memory
     (:class:`astra_sim.generated.GeneratedFile`, which ``astra run`` writes to a private folder only while
     it runs, and records inline in the report), or, with ``directory``, written there (paths)."""
@@ -511,7 +532,7 @@ def generate(name, nodes=1, collective="ring", directory=None) -> dict:
     files = {
         "system_configuration": GeneratedFile(
             "system.json", json.dumps(system_json(platform, nodes, collective), indent=1) + "\n", origin),
-        "network_configuration": GeneratedFile("network.yml", network_yaml(platform, nodes), origin),
+        "network_configuration": GeneratedFile("network.yml", network_yaml(platform, nodes, scale_out), origin),
     }
     if platform.grace_memory is not None:  # the superchip's Grace memory: the remote-memory backend's tier
         files["remote_memory_configuration"] = GeneratedFile(
@@ -541,6 +562,18 @@ def host_launch_defaults():
     return {"host_launch_us": data["host_launch_us"], "host_sync_us": data["host_sync_us"]}
 
 
+def _scale_out(platform: Platform, nodes: int, options: dict):
+    """``--scale-out KIND`` (option ``scale_out``) on ``nodes`` nodes of ``platform``: a ScaleOut, or None."""
+    if options.get("scale_out") is None:
+        return None
+    from astra_gpu_model.scale_out import scale_out
+
+    if nodes < 2:
+        raise ConfigError(f"--scale-out {options['scale_out']}: --platform {platform.name} needs --nodes >= 2 "
+                          "(one node has no scale-out fabric)")
+    return scale_out(options["scale_out"], nodes, platform.nic_gbit_per_gpu)
+
+
 def resolve_gpu_platform(platform: Platform, nodes: int, options: dict) -> PlatformSetup:
     """:meth:`Platform.resolve`: the generated configurations plus the options and defaults the platform
     implies, each explicit option (``--gpu``, ``--nccl-nic-gbps``, ``--host-*-us``, ``--gpu-contention*``,
@@ -549,9 +582,16 @@ def resolve_gpu_platform(platform: Platform, nodes: int, options: dict) -> Platf
 
     name = platform.name
     collective = options.get("platform_collective")
-    provided = generate(platform, nodes, collective or "nccl")
+    scale = _scale_out(platform, nodes, options)
+    provided = generate(platform, nodes, collective or "nccl", scale_out=scale and (
+        # with --fabric the flow/congestion backends route over leaves and spines: the load is simulated there
+        scale.achievable_gbit_per_s() if options.get("fabric") is not None else scale.effective_gbit_per_s(),
+        scale.hop_latency_ns(), scale.kind.name))
     implied = dict(provided["options"])
     platform_gpu = implied["gpu"]
+    if scale is not None:
+        implied["nccl_nic_gbps"] = scale.nccl_gb_per_s()
+        implied["scale_out_applied"] = scale.kind.name
     if options.get("gpu") not in (None, DEFAULT_GPU):  # an explicit --gpu wins over the platform's GPU
         implied["gpu"] = options["gpu"]
     if options.get("nccl_nic_gbps") is not None:  # so does an explicit --nccl-nic-gbps
@@ -579,6 +619,14 @@ def resolve_gpu_platform(platform: Platform, nodes: int, options: dict) -> Platf
             raise ConfigError(f"--fabric {options['fabric']}: --platform {name} needs --nodes >= 2 (one node has "
                               "no scale-out fabric)")
         implied["fabric_defaults"] = default_fabric(implied["nccl_nic_gbps"] * 8.0)
+        if scale is not None:  # the kind's leaf switch and line rate; its routing on the flow backend
+            implied["fabric_defaults"] = {
+                **default_fabric(scale.line_gbit_per_s), "nodes_per_leaf": scale.nodes_per_leaf,
+                "spec": f"rail:nodes_per_leaf={scale.nodes_per_leaf}:over=1", "leaf_switch": scale.leaf_switch,
+                "source": f"--scale-out {scale.kind.name}: {scale.kind.sources['leaf_ports']}",
+                "scale_out": scale.numbers()}
+            if options.get("flow_ecmp") is None:
+                implied["flow_ecmp"] = scale.flow_ecmp()
     gpu = implied["gpu"]
     assumed = machine_assumptions(platform.all_sources(), load_gpu(gpu))
     defaults = {
@@ -600,6 +648,19 @@ def resolve_gpu_platform(platform: Platform, nodes: int, options: dict) -> Platf
                               f"nodes_per_leaf={implied['fabric_defaults']['nodes_per_leaf']}, over=1, the platform's "
                               "NIC); the analytical backend ignores it (one Switch dimension per rail) and so do "
                               "NCCL-model collectives (--platform-collective ring puts them on the links)")
+    if scale is not None:
+        info = scale.numbers()
+        defaults["scale_out"] = (
+            f"--scale-out {scale.kind.name}: {info['line_gbit_per_s']:g} Gb/s x {info['nic_achievable_share']:g} "
+            f"achievable x {info['loaded_share_applied']:g} under load ("
+            + ("past one leaf of " if scale.at_scale else "within one leaf of ") + f"{scale.nodes_per_leaf} nodes) = "
+            f"{info['effective_gbit_per_s']:g} Gb/s per GPU on the analytical network"
+            + (" (with --fabric: the achievable rate, the load simulated by the routing, --flow-ecmp "
+               f"{scale.flow_ecmp()})" if options.get("fabric") is not None else "")
+            + f"; NCCL's model {scale.nccl_gb_per_s():g} GB/s (line x under load)"
+            + (" but --nccl-nic-gbps given wins" if options.get("nccl_nic_gbps") is not None else "")
+            + f"; one-way {info['one_way_latency_ns']} ns; assumed: {', '.join(info['assumptions'])} (astra fabric "
+            "--scale-out gives each source)")
     if platform.grace_memory is not None:
         grace = platform.grace_memory
         defaults["remote_memory"] = (

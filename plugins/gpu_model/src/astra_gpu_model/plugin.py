@@ -53,6 +53,11 @@ def astra_add_run_options(parser):
 
 @hookimpl
 def astra_run_start(run):
+    if run.options.get("scale_out") is not None and not run.options.get("scale_out_applied"):
+        from astra_sim.errors import ConfigError
+
+        raise ConfigError(f"--scale-out {run.options['scale_out']}: needs a GPU --platform with --nodes >= 2 (it sets "
+                          "the platform's generated scale-out network and NCCL's NIC rate)")
     model = run.compute_model
     if isinstance(model, GpuComputeModel):
         from astra_gpu_model.capacity import check
@@ -141,6 +146,12 @@ def platform_run_options(parser):
                        help="NIC bandwidth per GPU (GB/s per direction) that the nccl collective uses when its "
                             "ranks span several nodes (scale-up domains = the network's first dimension); "
                             "--platform sets it; default 50 (400 Gb/s)")
+    from astra_gpu_model.scale_out import KINDS
+
+    group.add_argument("--scale-out", default=None, choices=tuple(KINDS), metavar="KIND",
+                       help=f"the scale-out fabric's technology ({', '.join(KINDS)}): its NIC rate, achievable share, "
+                            "share under load past one leaf switch and per-switch latency (sourced, or marked "
+                            "ASSUMPTION: astra fabric --scale-out); default: the generic model (line rate, no load)")
 
 
 @hookimpl

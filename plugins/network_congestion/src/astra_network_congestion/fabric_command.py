@@ -30,6 +30,10 @@ def register_command(subparsers):
     parser.add_argument("-o", "--output", metavar="PATH",
                         help="write the fabric as an InfraGraph wrapper YAML (inline infrastructure, logical_dims)")
     parser.add_argument("--json", action="store_true", help="print the numbers as JSON on stdout")
+    parser.add_argument("--scale-out", metavar="KIND", default=None,
+                        help="with --platform: the fabric technology (ib-ndr, ib-xdr, roce, spectrum-x) as `astra run "
+                             "--scale-out` takes it: its leaf switch, NIC rate, routing and latency, each number's "
+                             "source (ASSUMPTION where none was found)")
     parser.set_defaults(run_command=run_command)
     return parser
 
@@ -55,7 +59,7 @@ def run_command(args):
             fabric = build_fabric(config, spec)
         except ConfigError as exc:  # a platform's network is a file of ours: name the platform instead
             raise ConfigError(str(exc).replace(path, label)) from None
-        info = summary(config, spec, fabric, label)
+        info = summary(config, spec, fabric, label, (options.get("fabric_defaults") or {}).get("scale_out"))
         if args.output:
             import yaml
 
@@ -72,26 +76,33 @@ def run_command(args):
 def _network(args, spec, folder):
     """The analytical network YAML's path and the run options a platform implies (its default leaf size)."""
     if args.network_configuration:
+        if args.scale_out is not None:
+            raise ConfigError("--scale-out: needs --platform NAME --nodes N (a platform's NICs), not "
+                              "--network-configuration")
         return args.network_configuration, {}
     from astra_sim.platforms import get_platform
 
     if args.nodes < 2:
         raise ConfigError(f"--nodes: a fabric joins nodes, expected an integer >= 2, got {args.nodes}")
-    setup = get_platform(args.platform).resolve(args.nodes, {"fabric": args.spec})
+    setup = get_platform(args.platform).resolve(
+        args.nodes, {"fabric": args.spec, **({"scale_out": args.scale_out} if args.scale_out is not None else {})})
+    if args.scale_out is not None and "scale_out" not in (setup.options.get("fabric_defaults") or {}):
+        raise ConfigError(f"--scale-out {args.scale_out}: platform {args.platform} does not take a scale-out kind")
     path = os.path.join(folder, "network.yml")
     with open(path, "w") as handle:
         handle.write(setup.network_configuration.text)
     return path, {"fabric_defaults": setup.options.get("fabric_defaults")}
 
 
-def summary(config, spec, fabric, network) -> dict:
+def summary(config, spec, fabric, network, scale_out=None) -> dict:
     """The fabric's description plus where its nodes come from (``network``), its size (switches, directed links)
     and a full leaf's uplink to each spine."""
     lay = layout(config, spec)
     graph = fabric.graph.describe()
     return {"units": {"time": "ns", "size": "bytes"}, **fabric.description, "network": network,
             "nic_hop_latency_ns": int(lay.hop_ns), "switches": graph["switches"], "directed_links": graph["links"],
-            "leaf_uplink_gbit_per_s_per_spine": round(lay.uplink_gib(0, spec) * GIB * 8 / 1e9, 3)}
+            "leaf_uplink_gbit_per_s_per_spine": round(lay.uplink_gib(0, spec) * GIB * 8 / 1e9, 3),
+            **({"scale_out": scale_out} if scale_out else {})}
 
 
 def format_summary(info) -> str:
@@ -105,4 +116,26 @@ def format_summary(info) -> str:
         f"{info['leaf_uplink_gbit_per_s_per_spine']:g} Gb/s (oversubscription {info['oversubscription']:g})",
         f"  {info['switches']} switches, {info['directed_links']} directed links",
         f"  routing: {info['routing']}",
-    ])
+    ] + (_scale_out_lines(info["scale_out"]) if "scale_out" in info else []))
+
+
+def _scale_out_lines(kind) -> list:
+    """The --scale-out kind's numbers (from the platform's resolution), an assumed one marked (ASSUMPTION)."""
+    assumed = set(kind["assumptions"])
+
+    def mark(key):
+        return " (ASSUMPTION)" if key in assumed else ""
+
+    load = (f"past one leaf: x{kind['loaded_share']:g} under load{mark('loaded_share')}" if kind["at_scale"]
+            else f"within one leaf: no spine crossing (x{kind['loaded_share']:g}{mark('loaded_share')} past one)")
+    return [
+        f"  scale-out {kind['kind']}: {kind['description']}",
+        f"    NIC {kind['line_gbit_per_s']:g} Gb/s x {kind['nic_achievable_share']:g} achievable; {load}; effective "
+        f"{kind['effective_gbit_per_s']:g} Gb/s per GPU on the analytical network; leaves of "
+        f"{kind['nodes_per_leaf']} nodes "
+        f"({kind['leaf_switch']}{mark('leaf_ports')}); routing {kind['routing']} (--flow-ecmp {kind['flow_ecmp']})",
+        f"    one-way {kind['one_way_latency_ns']} ns = endpoints {kind['endpoint_latency_ns']}"
+        f"{mark('endpoint_latency_ns')} + {kind['switches_crossed']} x switch {kind['switch_latency_ns']}"
+        f"{mark('switch_latency_ns')} ns",
+        "    sources: astra fabric --json (scale_out.sources)",
+    ]
