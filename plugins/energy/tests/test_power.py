@@ -40,6 +40,27 @@ def test_a_cap_settles_the_clock_where_the_class_draws_the_limit():
     assert h100.settled_clock_ratio("idle", 300, 990) == 0.5
 
 
+def test_grand_tetons_500_w_default_limit_slows_gemm_and_attention_without_a_flag():
+    # torchtitan: "We used the default 500W power limit, although tuning it up to 700W TDP can ..."; the rates the
+    # gpu model times it with are the H100 SXM5's at 700 W, so the time ratio is the clock at 500 W over 700 W's
+    gt = gpu_power("H100-SXM-96GB-HBM2e")
+    assert (gt.tdp_w, gt.default_limit, gt.idle_w, gt.max_clock_mhz) == (700, 500, 80, 1980)
+    # GEMMs draw 700 W at full clock: 80 + 620 r ** 1.32 = 500 -> r = (420 / 620) ** (1 / 1.32) = 0.74450
+    assert gt.time_clock_ratio("gemm") == pytest.approx(0.74450, abs=1e-5)
+    assert gt.time_clock_ratio("gemm") == pytest.approx((420 / 620) ** (1 / 1.32))
+    # attention draws 0.9 x 700 = 630 W: (420 / 550) ** (1 / 1.32) = 0.81523
+    assert gt.time_clock_ratio("attention") == pytest.approx(0.81523, abs=1e-5)
+    # memory-bound kernels draw 0.43 x 700 = 301 W < 500 W: full clock
+    assert gt.time_clock_ratio("memory") == 1.0
+    # --power-limit-w 700 (the TDP) gives the rates back; the flag still accepts up to the TDP only
+    assert gt.time_clock_ratio("gemm", 700) == 1.0
+    with pytest.raises(ConfigError, match="--power-limit-w"):
+        gt.check_limits(701)
+    # every other GPU's default limit is its TDP: no change without a flag
+    assert gpu_power("H100-SXM5-80GB").default_limit == 700
+    assert gpu_power("H100-SXM5-80GB").time_clock_ratio("gemm") == 1.0
+
+
 @settings(max_examples=200, deadline=None)
 @given(limit=st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)),
        clock=st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)))
@@ -59,8 +80,9 @@ def test_any_limit_is_accepted_or_a_config_error_naming_its_flag(limit, clock):
 def test_every_gpu_and_system_number_names_its_source():
     data = power_data()
     for name, entry in data["gpus"].items():
-        assert set(entry["sources"]) == {"tdp_w", "idle_w", "max_clock_mhz"}, name
-        assert 0 < entry["idle_w"] < entry["tdp_w"]
+        numbers = {"tdp_w", "idle_w", "max_clock_mhz"} | ({"default_power_limit_w"} & set(entry))
+        assert set(entry["sources"]) == numbers, name
+        assert 0 < entry["idle_w"] < entry.get("default_power_limit_w", entry["tdp_w"]) <= entry["tdp_w"]
     for cls in ("gemm", "gemm_fp32", "attention", "memory", "comm"):
         assert data["class_fraction_of_tdp"]["sources"][cls]
     for name, entry in data["systems"].items():

@@ -32,10 +32,11 @@ DATASHEETS = {
                           dense={"fp32": 60, "fp64": 60}, hbm_gbps=3900, hbm_gb=94, tdp=400, scaleup=300,
                           topology="pairwise"),
     # press reports of NVIDIA's H20 specification (dense figures)
-    # pytorch/torchtitan docs/performance.md (memory, bandwidth, power); peaks: the H100 NVL's (an assumption)
-    "H100-SXM-96GB-HBM2e": dict(sm=132, clock=None, sparse={"tf32": 835, "bf16": 1671, "fp16": 1671, "fp8": 3341,
-                                                             "int8": 3341},
-                                dense={"fp32": 60, "fp64": 60}, hbm_gbps=2400, hbm_gb=96, tdp=500, scaleup=450,
+    # pytorch/torchtitan docs/performance.md (memory, bandwidth, the 700 W TDP; an SXM H100: the SXM5's peaks and
+    # clock, its 500 W default limit applied by the energy plugin's clock-power model)
+    "H100-SXM-96GB-HBM2e": dict(sm=132, clock=1980, sparse={"tf32": 989.4, "bf16": 1978.8, "fp16": 1978.8,
+                                                             "fp8": 3957.8, "int8": 3957.8},
+                                dense={"fp32": 60, "fp64": 60}, hbm_gbps=2400, hbm_gb=96, tdp=700, scaleup=450,
                                 topology="nvswitch"),
     # NVIDIA's H800 specification as reported: the H100 SXM's rates (sparse 989 / 1,979 / 3,958), NVLink 400 GB/s
     "H800-SXM5-80GB": dict(sm=132, clock=1980, sparse={"tf32": 989.4, "bf16": 1978.8, "fp16": 1978.8, "fp8": 3957.8,

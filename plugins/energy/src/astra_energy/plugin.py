@@ -87,7 +87,7 @@ def astra_run_start(run):
     ratios = {"gemm": power.time_clock_ratio(gemm_class, limit, clock),
               "attention": power.time_clock_ratio("attention", limit, clock),
               "memory": power.time_clock_ratio("memory", limit, clock)}
-    if capped:
+    if capped or any(r != 1.0 for r in ratios.values()):  # (a board whose default limit is below its TDP)
         model.set_clock_ratios(ratios)
     watts = {cls: power.watts(cls, power.settled_clock_ratio(cls, limit, clock))
              for cls in (gemm_class, "attention", "memory", "comm", "idle")}

@@ -6,10 +6,11 @@ The clock-power curve (``data/power.json``, ``clock_power``)::
 
 ``P_class`` is what the class draws fully busy at the maximum clock with no limit (a fraction of the TDP per class,
 ``class_fraction_of_tdp``). Under a power limit ``L`` a class whose ``P_class`` exceeds ``L`` runs at the clock
-where ``P = L``; a clock lock caps ``f`` too (``nvidia-smi -lgc``), and the limit still applies. The gpu compute
-model's rates were calibrated on GPUs at their default limit (the TDP), so its times are scaled by the settled clock
-over the default one (:meth:`GpuPower.time_clock_ratio`), for compute-bound work only (the gpu model applies it to
-the FLOP rate, not to HBM bandwidth).
+where ``P = L``; a clock lock caps ``f`` too (``nvidia-smi -lgc``), and the limit still applies. Without a flag the
+limit is the board's default: its TDP, or a lower ``default_power_limit_w`` where the machine ships with one (Grand
+Teton's H100s run at 500 W of 700). The gpu compute model's rates were calibrated on GPUs at their TDP, so its times
+are scaled by the settled clock over the clock at the TDP (:meth:`GpuPower.time_clock_ratio`), for compute-bound work
+only (the gpu model applies it to the FLOP rate, not to HBM bandwidth).
 """
 
 from __future__ import annotations
@@ -42,6 +43,12 @@ class GpuPower:
     max_clock_mhz: float
     class_w: dict = field(default_factory=dict)
     alpha: float = 1.0
+    default_limit_w: float | None = None  # the board's default limit where it is below the TDP (None: the TDP)
+
+    @property
+    def default_limit(self) -> float:
+        """The limit a run gets without ``--power-limit-w``: the board's default (watts)."""
+        return self.tdp_w if self.default_limit_w is None else self.default_limit_w
 
     def watts(self, cls: str, clock_ratio: float = 1.0) -> float:
         """Power of ``cls`` running at ``clock_ratio`` x the maximum clock (``idle`` is the idle power)."""
@@ -50,8 +57,9 @@ class GpuPower:
         return self.idle_w + (self.class_w[cls] - self.idle_w) * clock_ratio ** self.alpha
 
     def settled_clock_ratio(self, cls: str, power_limit_w: float | None = None, clock_mhz: float | None = None) -> float:
-        """The clock (over the maximum) ``cls`` runs at under ``power_limit_w`` (None: the TDP) and a clock lock."""
-        limit = self.tdp_w if power_limit_w is None else power_limit_w
+        """The clock (over the maximum) ``cls`` runs at under ``power_limit_w`` (None: the default limit) and a clock
+        lock."""
+        limit = self.default_limit if power_limit_w is None else power_limit_w
         ratio = 1.0 if clock_mhz is None else min(1.0, clock_mhz / self.max_clock_mhz)
         if cls == "idle":
             return ratio
@@ -61,8 +69,9 @@ class GpuPower:
         return ratio
 
     def time_clock_ratio(self, cls: str, power_limit_w=None, clock_mhz=None) -> float:
-        """Settled clock over the default one (the TDP limit, no lock): what the gpu model's rates are scaled by."""
-        return self.settled_clock_ratio(cls, power_limit_w, clock_mhz) / self.settled_clock_ratio(cls)
+        """Settled clock over the clock at the TDP with no lock (where the gpu model's rates were calibrated): what
+        its rates are scaled by. Below 1 without flags where the board's default limit is below its TDP."""
+        return self.settled_clock_ratio(cls, power_limit_w, clock_mhz) / self.settled_clock_ratio(cls, self.tdp_w)
 
     def check_limits(self, power_limit_w=None, clock_mhz=None):
         """ConfigError naming the flag when a limit is outside what the GPU accepts."""
@@ -83,7 +92,9 @@ def gpu_power(name: str) -> GpuPower | None:
     entry = power_data()["gpus"].get(name)
     if entry is None:
         return None
-    return _build(name, float(entry["tdp_w"]), float(entry["idle_w"]), float(entry["max_clock_mhz"]))
+    default = entry.get("default_power_limit_w")
+    return _build(name, float(entry["tdp_w"]), float(entry["idle_w"]), float(entry["max_clock_mhz"]),
+                  None if default is None else float(default))
 
 
 def gpu_power_of(spec) -> GpuPower | None:
@@ -96,12 +107,12 @@ def gpu_power_of(spec) -> GpuPower | None:
     return _build(spec.name, float(spec.tdp_w), idle, float(spec.boost_clock_mhz))
 
 
-def _build(name, tdp, idle, clock):
+def _build(name, tdp, idle, clock, default_limit=None):
     data = power_data()
     fractions = data["class_fraction_of_tdp"]
     class_w = {cls: fractions[cls] * tdp for cls in CLASSES if cls != "idle"}
     return GpuPower(name=name, tdp_w=tdp, idle_w=idle, max_clock_mhz=clock, class_w=class_w,
-                    alpha=float(data["clock_power"]["alpha"]))
+                    alpha=float(data["clock_power"]["alpha"]), default_limit_w=default_limit)
 
 
 __all__ = ["CLASSES", "GpuPower", "gpu_power", "gpu_power_of", "known_gpus", "power_data"]
