@@ -11,8 +11,8 @@ from hypothesis import given, settings, strategies as st
 
 from astra_sim.errors import ConfigError
 
-from astra_gpu_model.attention import (FP8_MEASURED_TFLOPS, fp8_kernel_efficiency, fp8_kernel_tflops,
-                                      measured_utilisation)
+from astra_gpu_model.attention import (FP8_MEASURED_TFLOPS, fp8_backward_kernel_efficiency, fp8_kernel_efficiency,
+                                      fp8_kernel_tflops, kernel_tflops, measured_utilisation)
 from astra_gpu_model.model import GpuComputeModel
 from astra_sim_testing import flash_attention_node
 
@@ -77,8 +77,35 @@ def test_fp8_attention_is_refused_where_nothing_times_it():
     h100 = GpuComputeModel(None, "H100")
     with pytest.raises(ConfigError, match="FlashAttention-2 has no FP8 kernel"):
         h100.compute_time_ns(fp8_node(kernel="fa2"), 0)
-    with pytest.raises(ConfigError, match="FP8 attention backward"):
+    with pytest.raises(ConfigError, match="FlashAttention-3 has an FP8 forward only"):
         h100.compute_time_ns(fp8_node(backward=True), 0)
+    with pytest.raises(ConfigError, match="has no FP8 tensor cores"):
+        GpuComputeModel(None, "A100").compute_time_ns(fp8_node(kernel="cudnn", backward=True), 0)
+
+
+def test_the_fp8_backward_is_cudnns_losing_what_bf16_loses():
+    """b 2, 32 heads of 128, 8k, no mask, backward (2.5 x the forward's FLOPs), at the paper's 97 % utilisation: the
+    FP8 backward runs at cuDNN's FP8 forward (Fig. 7: 971 TFLOP/s) x its BF16 backward over forward (Fig. 6(b) 518 /
+    Fig. 5(c) 600) = 838.3 TFLOP/s, 1.62x cuDNN's BF16 backward (518)."""
+    model = GpuComputeModel(None, "H100")
+    flops = 2.5 * 2 * 2 * 32 * 8192 * 8192 * 256
+    launch = model.gpu.gemm.launch_us * 1e-6
+    fp8 = model.compute_time_ns(fp8_node(kernel="cudnn", backward=True), 0)
+    assert fp8 == math.ceil((launch + flops / (971e12 * 518 / 600)) * 1e9)
+    assert model.compute_time_ns(fp8_node(kernel=None, backward=True), 0) == fp8  # no kernel named: cuDNN's
+    bf16 = model.compute_time_ns(fp8_node(kernel="cudnn", backward=True, element="'Tensor(c10::BFloat16)'"), 0)
+    assert bf16 == math.ceil((launch + flops / 518e12) * 1e9)
+    # causal: the forward's causal FP8 row x the BF16 backward's (causal, assumed) over the causal forward
+    causal = fp8_backward_kernel_efficiency(True, 8192, 128)
+    keeps = kernel_tflops("cudnn", True, True, 8192) / kernel_tflops("cudnn", False, True, 8192)
+    assert causal == pytest.approx(fp8_kernel_efficiency("cudnn", True, 8192, 128) * keeps)
+    # Blackwell: the same efficiency at its FP8 peak
+    b200 = GpuComputeModel(None, "B200")
+    ctas = 2 * 32 * 64
+    utilisation = ctas / (-(-ctas // b200.gpu.sm_count) * b200.gpu.sm_count)
+    rate = fp8_backward_kernel_efficiency(False, 8192, 128) * b200.gpu.tensor_tflops["fp8"] * 1e12 * utilisation
+    assert b200.compute_time_ns(fp8_node(kernel="cudnn", backward=True), 0) == math.ceil(
+        (b200.gpu.gemm.launch_us * 1e-6 + flops / rate) * 1e9)
 
 
 @settings(max_examples=60, deadline=None)

@@ -18,6 +18,15 @@ FP8 attention (a node whose Q, K, V are ``Float8_e4m3fn``: ``astra workload llm 
 from the same paper's FP8 forward figure (Figure 7: FlashAttention-3, cuDNN and Triton at head dimensions 64, 128
 and 256, with and without the causal mask, same setup) on Hopper, and on Blackwell at that FP8 efficiency against
 Blackwell's FP8 peak (ASSUMPTION: no published Blackwell FP8 attention sweep is used). See :func:`fp8_efficiency`.
+
+FP8 attention backward (Transformer Engine's FP8 DPA with ``NVTE_FP8_DPA_BWD=1``, its default: the backward's Q, K,
+V, O and dO in FP8) runs cuDNN's fused attention: cuDNN frontend v1.3.0 added ``sdpa_fp8_backward`` ("Added new
+operations sdpa_fp8_forward and sdpa_fp8_backward", NVIDIA/cudnn-frontend release notes) and its support matrix lists
+fp8 for Hopper and Blackwell "Bprop" (docs.nvidia.com/deeplearning/cudnn/frontend/latest/operations/Attention.html).
+FlashAttention-3 has none ("Currently released: FP16 / BF16 forward and backward, FP8 forward", Dao-AILab/
+flash-attention README). No published FP8 backward rate was found: ASSUMPTION, cuDNN's FP8 backward loses to its FP8
+forward what its BF16 backward loses to its BF16 forward at the same length (Fig. 6(b) over Fig. 5(c)/(d)); see
+:func:`fp8_backward_kernel_efficiency`.
 """
 
 from __future__ import annotations
@@ -144,33 +153,46 @@ def fp8_kernel_efficiency(kernel, causal, seq_len, head_dim):
     return fp8_kernel_tflops(kernel, causal, seq_len, head_dim) / MEASURED_FP8_PEAK_TFLOPS / measured_utilisation()
 
 
+def fp8_backward_kernel_efficiency(causal, seq_len, head_dim):
+    """The fraction of the FP8 peak cuDNN's FP8 attention backward reaches (before the model's wave quantisation).
+    ASSUMPTION (no published FP8 backward rate): its FP8 forward's (Fig. 7) times what the backward keeps of the
+    forward in BF16 (cuDNN's bars: Fig. 6(b) over Fig. 5(c), causal through :func:`kernel_tflops`'s own assumption).
+    No mask, 8k, head dim 128: 971 x 518 / 600 = 838 TFLOP/s."""
+    keeps = kernel_tflops("cudnn", True, causal, seq_len) / kernel_tflops("cudnn", False, causal, seq_len)
+    return fp8_kernel_efficiency("cudnn", causal, seq_len, head_dim) * keeps
+
+
 def check_fp8_attention(gpu, kernel, backward):
     """Refuse FP8 attention (one line, ConfigError) where nothing times it: a GPU without FP8 tensor cores
-    (``tensor_tflops.fp8``: A100, MI250...), FlashAttention-2 (no FP8 kernel), or an FP8 backward (the paper has no
-    FP8 backward figure; the generator keeps the backward in ``--dtype``)."""
+    (``tensor_tflops.fp8``: A100, MI250...), FlashAttention-2 (no FP8 kernel), or an FP8 backward named
+    FlashAttention-3 (FA3 has an FP8 forward only; TE's FP8 backward is cuDNN's)."""
     if not gpu.tensor_tflops.get("fp8"):
         raise ConfigError(f"GPU {gpu.name} has no FP8 tensor cores (no tensor_tflops.fp8): a trace of `astra workload "
                           "llm --attention-dtype fp8` needs a GPU with FP8 (e.g. H100, H200, B200, GB200, MI300X)")
     if kernel == "fa2":
         raise ConfigError("FP8 attention node names attention_kernel fa2: FlashAttention-2 has no FP8 kernel (fa3 or "
                           "cudnn)")
-    if backward:
-        raise ConfigError("FP8 attention backward (Float8 query/key/value on a flash attention backward node) has no "
-                          "published rate in the gpu model; `astra workload llm --attention-dtype fp8` keeps the "
-                          "backward in --dtype")
+    if backward and kernel == "fa3":
+        raise ConfigError("FP8 attention backward node names attention_kernel fa3: FlashAttention-3 has an FP8 "
+                          "forward only (Dao-AILab/flash-attention README); an FP8 backward is cuDNN's "
+                          "(attention_kernel cudnn, Transformer Engine's FP8 DPA)")
 
 
-def fp8_efficiency(gpu, kernel, causal, seq_len, head_dim):
-    """The fraction of the FP8 peak a forward FP8 attention runs at on ``gpu``: Figure 7's rate of ``kernel``
-    (``cudnn``, else FlashAttention-3's) on Hopper and on Blackwell (ASSUMPTION there: Hopper's efficiency at
+def fp8_efficiency(gpu, kernel, causal, seq_len, head_dim, backward=False):
+    """The fraction of the FP8 peak an FP8 attention runs at on ``gpu``: the forward at Figure 7's rate of ``kernel``
+    (``cudnn``, else FlashAttention-3's), the backward at :func:`fp8_backward_kernel_efficiency` (cuDNN's, whatever
+    the node names: the only FP8 backward), on Hopper and on Blackwell (ASSUMPTION there: Hopper's efficiency at
     Blackwell's FP8 peak); on another GPU with FP8 (Ada, AMD CDNA 3/4) the preset's ``attention_efficiency``
     (ASSUMPTION: no FP8 attention measurement of those GPUs is used)."""
     arch = gpu.architecture.lower()
     if arch.startswith("hopper") or arch.startswith("blackwell"):
+        if backward:
+            return fp8_backward_kernel_efficiency(causal, seq_len, head_dim)
         return fp8_kernel_efficiency("cudnn" if kernel == "cudnn" else "fa3", causal, seq_len, head_dim)
     return gpu.attention_efficiency
 
 
-__all__ = ["FP8_MEASURED_TFLOPS", "KERNELS", "check_fp8_attention", "fp8_efficiency", "fp8_kernel_efficiency",
+__all__ = ["FP8_MEASURED_TFLOPS", "KERNELS", "check_fp8_attention", "fp8_backward_kernel_efficiency", "fp8_efficiency",
+           "fp8_kernel_efficiency",
            "fp8_kernel_tflops", "MEASURED_TFLOPS", "is_hopper", "kernel_efficiency", "kernel_tflops",
            "measured_utilisation"]

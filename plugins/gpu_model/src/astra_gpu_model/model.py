@@ -369,7 +369,7 @@ class GpuComputeModel:
         length on Hopper, else the preset's ``attention_efficiency``; FP8 attention:
         :func:`.attention.fp8_efficiency`."""
         if op.dtype == "fp8":
-            return fp8_efficiency(self.gpu, kernel, op.causal, op.seq_k, op.head_dim)
+            return fp8_efficiency(self.gpu, kernel, op.causal, op.seq_k, op.head_dim, op.backward)
         if kernel is None or not is_hopper(self.gpu):
             return self.gpu.attention_efficiency
         return kernel_efficiency(kernel, op.backward, op.causal, op.seq_k)
