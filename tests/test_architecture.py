@@ -111,5 +111,7 @@ def test_kernel_modules_stay_small_and_the_kernel_does_not_grow():
     # of leftover and the full-disk check; + 6 for a progress line that counts from the process start (38); + 13
     # for the LinkFoldingNetwork capability (a network with shared links that folds by link orbits, 37); + 55 for
     # safe I/O's recovered files (a write that fails late keeps its result, 39); + 7 for the host model's CUDA
-    # graphs (one launch per graph, 35) and the platform table's mark of partly assumed GEMM times (40).
-    assert sum(sizes.values()) <= 10_280, sum(sizes.values())
+    # graphs (one launch per graph, 35) and the platform table's mark of partly assumed GEMM times (40); 9,929 once
+    # the breakdown moved to plugins/analysis (hook astra_report_breakdown) and the Dask executor to
+    # plugins/executor_dask (34).
+    assert sum(sizes.values()) <= 9_934, sum(sizes.values())

@@ -11,11 +11,10 @@ An executor is a small interface, so another scheduler (Ray, Slurm, ...) is one 
   ``(task, ExecutorFailure(message))`` and goes on;
 * ``broadcast(fn, *args)`` runs ``fn`` once on every worker machine (clean-up); ``close()``.
 
-Built in: ``local`` (:class:`LocalPool`, ``--jobs N`` processes on this machine) and ``dask``
-(:class:`DaskExecutor`, ``--dask tcp://HOST:8786`` or ``--dask local:N``; Dask is imported only when one is
-made, so the kernel does not need it). A plugin adds one with the hook ``astra_register_executors(registry)``:
-``registry.executor("ray", factory)``, where ``factory(arg)`` gets the text after ``NAME:`` in ``--executor
-NAME[:ARG]`` (None without one) and returns an :class:`Executor`.
+Built in: ``local`` (:class:`LocalPool`, ``--jobs N`` processes on this machine). A plugin adds one with the hook
+``astra_register_executors(registry)``: ``registry.executor("ray", factory)``, where ``factory(arg)`` gets the text
+after ``NAME:`` in ``--executor NAME[:ARG]`` (None without one) and returns an :class:`Executor`. ``dask`` is the
+astra-executor-dask plugin's (``plugins/executor_dask``); ``--dask ADDRESS`` is ``--executor dask:ADDRESS``.
 """
 
 from __future__ import annotations
@@ -33,8 +32,6 @@ from astra_sim.errors import ConfigError, PluginError
 
 #: how much longer than the task timeout a local worker may stay silent before it is killed
 KILL_GRACE_S = 10.0
-#: how many more times a task a Dask worker lost (it died, or its connection did) is submitted again
-DASK_RETRIES = 2
 #: the signals that stop a command running workers (Ctrl-C, kill, a closed terminal)
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -213,94 +210,6 @@ class LocalPool(Executor):
         self._procs = []
 
 
-def _distributed():
-    """The ``distributed`` package, imported only when a Dask executor is made."""
-    try:
-        import distributed
-    except ImportError:
-        raise ConfigError("a Dask executor needs dask[distributed] (pip install 'dask[distributed]')") from None
-    return distributed
-
-
-class DaskExecutor(Executor):
-    """Tasks of a Dask distributed cluster: ``tcp://HOST:8786`` (``dask scheduler`` and ``dask worker``
-    processes anywhere; workers need only the installed packages) or ``local:N`` (a LocalCluster of N
-    single-threaded worker processes here). Workloads travel as bytes (scattered once) or as generator
-    arguments, never as paths."""
-
-    name = "dask"
-
-    def __init__(self, address):
-        distributed = _distributed()
-        self._cluster = None
-        self._shared = {}  # scattered key -> the payload (to scatter again when the worker holding it dies)
-        self._renewed = {}  # lost key -> its payload scattered again
-        if str(address).startswith("local"):
-            _, _, count = str(address).partition(":")
-            try:
-                n = int(count) if count else (os.cpu_count() or 1)
-            except ValueError:
-                raise ConfigError(f"--dask {address}: expected local:N (N workers) or tcp://HOST:PORT") from None
-            self._cluster = distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                                                     dashboard_address=None)
-            self.client = distributed.Client(self._cluster)
-        else:
-            try:
-                self.client = distributed.Client(address, timeout="20s")
-            except (OSError, TimeoutError) as exc:
-                raise ConfigError(f"--dask {address}: cannot reach the scheduler: {exc}") from None
-        self.workers = max(1, sum(w.get("nthreads", 1) for w in self.client.scheduler_info()["workers"].values()))
-
-    def share(self, payload):
-        if payload is None:
-            return None
-        future = self.client.scatter(payload, broadcast=False, hash=True)
-        self._shared[future.key] = payload
-        return future
-
-    def _share_again(self, handle):
-        """A shared payload scattered anew (once per lost one): the copy a dead worker held died with it."""
-        key = getattr(handle, "key", None)
-        if key not in self._shared:
-            return handle
-        if key not in self._renewed:
-            again = self.client.scatter(self._shared[key], broadcast=False, hash=False)
-            self._shared[again.key] = self._shared[key]
-            self._renewed[key] = again
-        return self._renewed[key]
-
-    def run(self, fn, tasks, timeout=None):
-        """A task whose worker was lost is submitted again, at most :data:`DASK_RETRIES` times (``fn`` never raises
-        for the task's own failure, so an exception here is the cluster's)."""
-        distributed = _distributed()
-        futures = {}
-        for task, payload in tasks:
-            futures[self.client.submit(fn, task, payload, pure=False)] = (task, payload, 0)
-        pending = distributed.as_completed(list(futures))
-        for future in pending:
-            task, payload, retried = futures.pop(future)
-            try:
-                result = future.result()
-            except Exception as exc:  # the worker died or the task was lost
-                if retried < DASK_RETRIES:
-                    payload = self._share_again(payload)
-                    again = self.client.submit(fn, task, payload, pure=False)
-                    futures[again] = (task, payload, retried + 1)
-                    pending.add(again)
-                    continue
-                result = ExecutorFailure(f"Dask task failed {retried + 1} times: {type(exc).__name__}: {exc}")
-            yield task, result
-
-    def broadcast(self, fn, *args):
-        self.client.run(fn, *args)
-        fn(*args)  # the client's machine too (the base case was made here)
-
-    def close(self):
-        self.client.close()
-        if self._cluster is not None:
-            self._cluster.close()
-
-
 # ------------------------------------------------------------------------------------------------ registry
 @dataclass
 class ExecutorRegistration:
@@ -347,16 +256,9 @@ def _local(arg):
     return LocalPool(jobs)
 
 
-def _dask(arg):
-    if not arg:
-        raise ConfigError("--executor dask: give the scheduler, dask:tcp://HOST:8786 or dask:local:N")
-    return DaskExecutor(arg)
-
-
 def register_builtin_executors(registry):
     """The kernel's own executors (called directly by :func:`executor_registry`, before the plugins')."""
     registry.executor("local", _local, "worker processes on this machine (local[:N], --jobs N)")
-    registry.executor("dask", _dask, "a Dask distributed cluster (dask:tcp://HOST:8786 or dask:local:N; --dask)")
 
 
 def executor_registry(pm=None) -> ExecutorRegistry:
@@ -380,13 +282,18 @@ def executors(pm=None) -> dict:
 
 def make_executor(jobs=None, dask=None, executor=None, pm=None) -> Executor:
     """The executor the command line asks for: ``--executor NAME[:ARG]`` (a registered one), else ``--dask
-    ADDRESS``, else a local pool of ``--jobs`` processes (default: one per core)."""
+    ADDRESS`` (``--executor dask:ADDRESS``: the astra-executor-dask plugin's), else a local pool of ``--jobs``
+    processes (default: one per core)."""
     if executor and dask:
         raise ConfigError("give --dask or --executor, not both")
-    if not executor:
-        return DaskExecutor(dask) if dask else LocalPool(jobs)
-    name, colon, arg = str(executor).partition(":")
+    if not executor and not dask:
+        return LocalPool(jobs)
+    name, colon, arg = str(executor).partition(":") if executor else ("dask", ":", str(dask))
     registry = executor_registry(pm)
+    if name == "dask" and name not in registry.entries:
+        flag = f"--executor {executor}" if executor else f"--dask {dask}"
+        raise ConfigError(f"{flag}: the dask executor is the astra-executor-dask plugin's, which is not loaded "
+                          "(pip install -e plugins/executor_dask; -p no:executor_dask blocks it)")
     if name not in registry.entries:
         from astra_sim.cliutil import did_you_mean
 
@@ -402,5 +309,5 @@ def make_executor(jobs=None, dask=None, executor=None, pm=None) -> Executor:
     return made
 
 
-__all__ = ["Executor", "ExecutorFailure", "Stopped", "stop_on_signals", "LocalPool", "DaskExecutor", "ExecutorRegistry",
+__all__ = ["Executor", "ExecutorFailure", "Stopped", "stop_on_signals", "LocalPool", "ExecutorRegistry",
            "executor_registry", "executors", "make_executor", "register_builtin_executors"]

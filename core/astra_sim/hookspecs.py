@@ -105,8 +105,8 @@ def astra_register_executors(registry):
     """Register executors (where a sweep's points, a search's candidates run): ``registry.executor(name, factory)``.
 
     ``factory(arg)`` returns an :class:`astra_sim.executors.Executor`; ``arg`` is the text after ``NAME:`` in
-    ``--executor NAME[:ARG]`` (None without it). The kernel's ``local`` and ``dask`` are built in
-    (:mod:`astra_sim.executors`).
+    ``--executor NAME[:ARG]`` (None without it). The kernel's ``local`` is built in (:mod:`astra_sim.executors`);
+    ``dask`` (``--dask ADDRESS``) is the astra-executor-dask plugin's.
     """
 
 

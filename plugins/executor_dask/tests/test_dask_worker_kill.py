@@ -1,5 +1,5 @@
-"""A Dask worker killed (SIGKILL) while it runs a sweep's point: the lost point is submitted again (the executor's
-bounded retry) and the sweep ends with every point ok, one row each."""
+"""A Dask worker killed (SIGKILL) while it runs a sweep's point (``astra sweep --dask``): the lost point is submitted
+again (the executor's bounded retry) and the sweep ends with every point ok, one row each."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 from astra_sim.cli import main
 
 distributed = pytest.importorskip("distributed")
+pytest.importorskip("astra_sweep")  # the sweep command drives the executor here
 
 SPEC = """
 workload:
