@@ -51,6 +51,12 @@ SAMPLER_BYTES_PER_LOGIT = 2 + 3 * 4
 #: TP 2), #15815 (0.30, L40S TP 2) and #16570 (0.34, 0.38, 0.43, A100 40GB TP 4)
 NON_TORCH_BYTES = round(0.16 * GIB)
 NON_TORCH_TP_BYTES = round(0.34 * GIB)
+#: vLLM's ``--kv-cache-dtype`` -> bytes per cached element; ``auto``: the model's dtype (None here). vLLM's engine
+#: arguments: ``--kv-cache-dtype {auto,fp8,fp8_e5m2,fp8_e4m3}``, "If 'auto', will use model data type" (docs.vllm.ai
+#: engine_args); an FP8 cache stores 1-byte E4M3 or E5M2 values ("fp8" is E4M3 on CUDA) with one scalar scale per
+#: layer's K and V ("For now, only per-tensor (scalar) scaling factors are supported", docs.vllm.ai v0.6.6, "FP8 E4M3
+#: KV Cache"): the scales' bytes are negligible and not counted
+KV_CACHE_DTYPE_BYTES = {"auto": None, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 
 
 def model_of(layout, **shape):
@@ -102,10 +108,12 @@ def non_torch_bytes(tp):
 
 
 def kv_capacity(layout, gpu_memory_utilization=0.9, block_size=16, max_num_batched_tokens=2048,
-                max_model_len=None, max_num_seqs=256):
+                max_model_len=None, max_num_seqs=256, kv_cache_dtype="auto"):
     """The KV-cache blocks of one replica (every GPU holds ``blocks`` blocks of its share), by vLLM's accounting
     (module docstring): the profiling run is ``max_num_batched_tokens`` tokens, its sampler ``max_num_seqs``
-    rows."""
+    rows; ``kv_cache_dtype`` as vLLM's ``--kv-cache-dtype`` (:data:`KV_CACHE_DTYPE_BYTES`)."""
+    if kv_cache_dtype not in KV_CACHE_DTYPE_BYTES:
+        raise ConfigError(f"--kv-cache-dtype must be one of {', '.join(KV_CACHE_DTYPE_BYTES)}, got {kv_cache_dtype!r}")
     from astra_sim.platforms import get_platform
     from astra_workload_generators.llm.config import DTYPES
     from astra_workload_generators.llm.memory import memory_estimate
@@ -126,7 +134,7 @@ def kv_capacity(layout, gpu_memory_utilization=0.9, block_size=16, max_num_batch
     sampler = min(max_num_seqs, max_num_batched_tokens) * dims.vocab * SAMPLER_BYTES_PER_LOGIT
     kv = min(usable - m.weights - m.activations - non_torch - (sampler if m.stage == layout.pp - 1 else 0)
              for m in stages)
-    nb = DTYPES[cfg.dtype][0]
+    nb = KV_CACHE_DTYPE_BYTES[kv_cache_dtype] or DTYPES[cfg.dtype][0]
     if dims.mla:
         per_position = (dims.kv_lora_rank + dims.rope_dim) * nb
         per_position_model = per_position
