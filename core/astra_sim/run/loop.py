@@ -11,8 +11,9 @@ from astra_sim.errors import DeadlockError, FoldAbandoned
 from astra_sim.unmatched import describe_unmatched, lines as unmatched_lines, unmatched_error, unmatched_warning
 
 
-def run_events(engine, workloads, folded):
-    """Start every simulated rank (in rank order) and run the engine until no event is left."""
+def run_events(engine, workloads, folded, drive=None):
+    """Start every simulated rank (in rank order) and run the engine until no event is left: ``drive()`` when
+    given (the fold planner's time folding, which may jump over a pipeline's repeats), else ``engine.run()``."""
     # The event loop allocates millions of short-lived, acyclic objects; the cyclic collector would walk
     # the whole (large) live heap over and over. Reference counting frees them; collect once at the end.
     gc_was_enabled = gc.isenabled()
@@ -23,7 +24,7 @@ def run_events(engine, workloads, folded):
                 if folded:
                     engine.start_rank(workload.rank)
                 workload.start()
-        engine.run()
+        (engine.run if drive is None else drive)()
     finally:
         if gc_was_enabled:
             gc.enable()

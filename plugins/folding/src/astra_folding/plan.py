@@ -98,6 +98,20 @@ class FoldPlanner:
         """Turn the (empty) engine into the folded run's engine, in place (backends keep their reference)."""
         FoldedEventEngine.fold(engine, self.symmetry)
 
+    def time_fold_driver(self, sim):
+        """What runs the built simulation's engine when it may fold in time (:mod:`astra_folding.time_fold`), or
+        None; the report's ``settings.fold.time`` says whether it jumped and why not."""
+        if not self.active:
+            return None
+        from astra_folding.time_fold import TimeFolder, refusal
+
+        info = self.info["time"] = {}
+        reason = refusal(sim)
+        if reason is not None:
+            info.update(folded=False, reason=reason)
+            return None
+        return TimeFolder(sim, info).run
+
     def make_matcher(self, engine, network):
         """The folded run's send/receive matcher (messages to non-simulated ranks are mirrored). A network whose
         messages share links learns the symmetry first (:class:`astra_sim.api.LinkFoldingNetwork`)."""

@@ -1,0 +1,568 @@
+"""Time folding: jump over the repeats of a pipeline's steady state, to the ns (issue 37).
+
+Design. A 1F1B or interleaved pipeline's steady state repeats: after a period of ``P`` ns every rank is
+``D_r`` nodes further in its trace and the whole simulation state is the same, moved on. The run is then
+determined: the next period does what the last did, ``D_r`` nodes and ``P`` ns on. So the run is simulated
+up to a second occurrence of one state, the repeats that follow are jumped over (their finished nodes are
+reported as the simulated period's, moved on), and the rest (the cool-down) is simulated as usual.
+
+*What is compared.* At anchor points (the end of a nanosecond in which the first rank with sends or receives
+finished one), the whole state is written canonically, with every time relative to now and every node id of
+rank ``r`` relative to the number of nodes ``f_r`` it has finished:
+
+* the engine's pending events (time, then ``(fn, arg)`` in order): a system layer's batch of its tick, a node's
+  completion or launch, a message's arrival; anything else (a collective's step, a backend's event) cannot be
+  compared and no jump is made there;
+* per rank its system layer (the batches waiting for their ticks, the stream counters and queue allocators; no
+  collective may be running) and its workload (ready nodes in heap order, busy slots, running nodes with their
+  start times, the nodes with some but not all parents finished and their counts, the host's clock);
+* the matcher's waiting messages (ends, size, which node sent or will receive them, arrived or not), the tag
+  taken relative to that node's ``comm_tag``.
+
+*Why that suffices.* Two anchor states A (at ``t_A``) and B (at ``t_B``) that are equal so written differ by
+``σ``: node ``n`` of rank ``r`` -> ``n + D_r`` (``D_r = f_r(B) - f_r(A)``), time + ``P``, message tags + ``T``.
+The run is deterministic, and what it does from a state depends on that state and on the trace nodes it
+touches (type, attributes, duration, children, number of parents). So if every node the run touched from A
+to B (those it finished, their children, and those in A's state) equals its image under ``σ^j`` for
+``j = 1..k`` (same type, name, duration, attributes, children and parents moved by ``j D_r``, ``comm_tag`` +
+``j T``), the run from B repeats the run from A ``k`` times, moved by ``σ``: the state after them is
+``σ^k(B)`` at ``t_B + k P``. Ranks are not relabelled, so delays between the same ranks stay the same.
+Only what nothing else reads is left out: a communication node's name (the system layer and the stateless
+networks never read it), accumulators (compute, communication and CPU time, messages, bytes, events), which
+move on by ``k`` times their change over the period, and the order of the matcher's keys (read only to
+list unmatched messages at the end).
+
+*The jump.* Every node finished from A to B is reported again ``k`` times (``record_node``, moved by
+``j D_r`` and ``j P``, in the same order as the unfolded run reports them), its children's parent counts
+are decremented, the state B is moved by ``σ^k`` (events, batches, ready and running nodes, messages), and
+the accumulators move on. The run then goes on as usual.
+
+*When it does not jump* (``settings.fold.time.reason`` says why): ranks folded by symmetry (the folded
+engine's tie histories are not compared), a network backend with its own state (congestion queues, flows,
+packets), rendezvous messages, a compute model not known to be a function of the node (the gpu model keeps
+per-kernel counts and contention intervals a jump would skip), the reference log (it records every issue),
+or a state that never repeated (collectives running through the steady state advance stream counters, so
+it never does).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from heapq import heapify, heappop
+
+from astra_sim.api import delay_function
+from astra_sim.chakra import types as T
+from astra_sim.compute import ReplayModel, RooflineModel
+from astra_sim.errors import FoldAbandoned
+from astra_sim.system.frontend import COLLECTIVE_TAG_BASE, NATIVE_TAG_BASE, Message, SendRecvMatcher
+from astra_sim.system.sys import Sys
+from astra_sim.workload.workload import RankWorkload
+
+#: compute models whose time for a node depends on the node only and that keep no per-node records
+STATELESS_COMPUTE = (ReplayModel, RooflineModel)
+#: anchor snapshots kept before they are dropped (and the finished-node log with them)
+MAX_SNAPSHOTS = 512
+_P2P = (T.COMM_SEND_NODE, T.COMM_RECV_NODE)
+_COMM_NODES = (T.COMM_SEND_NODE, T.COMM_RECV_NODE, T.COMM_COLL_NODE)
+_NODE_DONE = RankWorkload._node_done
+_LAUNCH = RankWorkload._launch
+_CALL_EVENTS = Sys._call_events
+_ARRIVED = SendRecvMatcher._arrived
+
+
+class Incomparable(Exception):
+    """A piece of the state that the time fold cannot compare (the message says which)."""
+
+
+def refusal(sim):
+    """Why the run must not fold in time (a sentence), or None."""
+    if sim.symmetry is not None:
+        return ("ranks are folded by symmetry: the folded engine's tie histories are not compared, so time "
+                "folding runs only where every rank is simulated")
+    if delay_function(sim.network) is None:
+        return (f"the {sim.network_backend_name} network backend keeps its own state (queues, flows or packets), "
+                "which is not compared")
+    if sim.rendezvous:
+        return "rendezvous messages wait on handshakes that are not compared"
+    model = sim.compute_model
+    if not isinstance(model, STATELESS_COMPUTE):
+        return (f"the {sim.compute_model_name} compute model is not known to time a node from the node alone "
+                "without per-node records (the gpu model keeps kernel counts and contention intervals a jump "
+                "would skip)")
+    if any(w is not None and w.issue_log is not None for w in sim.workloads):
+        return "the reference log records every issued node"
+    return None
+
+
+class TimeFolder:
+    """Runs a built simulation's engine, jumping over the repeats of a steady state (see the module docstring).
+    ``info`` is the report's ``settings.fold.time``."""
+
+    def __init__(self, sim, info):
+        self.sim = sim
+        self.engine = sim.engine
+        self.workloads = [w for w in sim.workloads if w is not None]
+        self.by_rank = {w.rank: w for w in self.workloads}
+        self.systems = {s.rank: s for s in sim.systems if s is not None}
+        self.matcher = sim.matcher
+        self.shared = sim.ranks.shared
+        self.info = info
+        self.anchor = next((w.rank for w in self.workloads
+                            if any(n.type in _P2P for n in w.nodes.values())), None)
+        self.record = self.shared.record_node
+        self.log = []  # (rank, node id, start, end) of the nodes finished since the oldest snapshot
+        self.touched = {w.rank: set() for w in self.workloads}  # children of finished nodes (partial counts)
+        self.snapshots = {}
+        self.hit = False
+        self.reason = None  # why a repeated state was not jumped over
+        self.incomparable = None  # the first piece of state that could not be compared
+        self.looks = 0
+        self.count = 0  # events run
+        self.parents = {w.rank: _parent_counts(w.children) for w in self.workloads}
+        #: receives without parents: issued at the start, they wait for their message (see ``_preposted``)
+        self.root_recvs = {w.rank: {i for i, n in w.nodes.items() if n.type == T.COMM_RECV_NODE
+                                    and not self.parents[w.rank].get(i)} for w in self.workloads}
+        self.signatures = {}  # (rank, node id) -> what must match under a shift
+
+    # ------------------------------------------------------------ the event loop
+    def run(self):
+        """:meth:`astra_sim.engine.EventEngine.run`, with a look at the state at the end of every anchor's
+        nanosecond."""
+        engine = self.engine
+        if self.anchor is None:
+            self.info.update(folded=False, reason="no rank sends or receives: there is no pipeline to fold")
+            return engine.run()
+        self.shared.record_node = self._record
+        try:
+            times, buckets = engine._times, engine._buckets
+            count = engine._run_end_of_ns() if engine._end_of_ns else 0
+            while times:
+                time_ns = heappop(times)
+                engine.now = time_ns
+                bucket = buckets[time_ns]
+                i = 0
+                while i < len(bucket):
+                    bucket[i](bucket[i + 1])
+                    i += 2
+                count += i >> 1
+                del buckets[time_ns]
+                if engine._end_of_ns:
+                    count += engine._run_end_of_ns()
+                if self.hit:
+                    self.hit = False
+                    count += self._at_anchor(count)
+        finally:
+            self.shared.record_node = self.record
+        engine.events_run += count
+        if "periods" not in self.info:
+            reason = self.reason or f"the state never repeated at the {self.looks:,} points it was compared"
+            if self.incomparable is not None and self.reason is None:
+                reason += f" (at some it could not be: {self.incomparable})"
+            self.info.update(folded=False, reason=reason)
+        return count
+
+    def _record(self, rank, node, start_ns, end_ns):
+        self.log.append((rank, node.id, start_ns, end_ns))
+        touched = self.touched[rank]
+        for child in self.by_rank[rank].children[node.id]:
+            touched.add(child)
+        if rank == self.anchor and node.type in _P2P:
+            self.hit = True
+        self.record(rank, node, start_ns, end_ns)
+
+    # ------------------------------------------------------------ snapshots
+    def _at_anchor(self, count):
+        """Write the state canonically; on a repeat, jump. Returns the events jumped over."""
+        if any(w.finish_ns is not None for w in self.workloads):
+            return 0  # the cool-down: nothing repeats any more
+        self.looks += 1
+        try:
+            key, refs = self._canonical()
+        except Incomparable as exc:
+            if self.incomparable is None:
+                self.incomparable = str(exc)
+            return 0
+        snap = (self.engine.now, {w.rank: self._finished(w) for w in self.workloads}, len(self.log), count,
+                self._accumulators(), refs)
+        earlier = self.snapshots.get(key)
+        self.snapshots[key] = snap
+        if earlier is None:
+            if len(self.snapshots) > MAX_SNAPSHOTS:
+                self.snapshots = {key: (snap[0], snap[1], 0, snap[3], snap[4], snap[5])}
+                del self.log[:snap[2]]
+            return 0
+        return self._try_jump(earlier, snap)
+
+    @staticmethod
+    def _finished(w):
+        return w.issued - len(w.node_start_ns)
+
+    def _accumulators(self):
+        m = self.matcher
+        return ({w.rank: (w.compute_ns, w.cpu_ns, w.comm_ns, w.issued) for w in self.workloads},
+                m.messages, m.bytes)
+
+    def _canonical(self):
+        """(the state written relative to now and to each rank's finished count, the node ids it names per rank)."""
+        engine = self.engine
+        now = engine.now
+        if engine._end_of_ns:
+            raise Incomparable("something waits for the end of the nanosecond")
+        if self.shared.algorithm_state:
+            raise Incomparable("a collective algorithm keeps state shared between ranks")
+        self._now = now
+        self._f = {w.rank: self._finished(w) for w in self.workloads}
+        self._refs = {w.rank: set() for w in self.workloads}
+        self._seen = {}
+        self._inert = self.inert_receives()
+        events = tuple((t - now, self._events(engine._buckets[t])) for t in sorted(engine._buckets))
+        ranks = tuple(self._rank(w) for w in self.workloads)
+        waiting = []
+        for (_tag, src, dst, size), head in self.matcher._waiting.items():
+            messages = [m for m in ([head] if head.__class__ is Message else head) if not self._preposted(m)]
+            if messages:
+                waiting.append((src, dst, size, tuple(self._message(m) for m in messages)))
+        waiting.sort(key=repr)
+        return (events, ranks, tuple(waiting)), self._refs
+
+    def _preposted(self, m):
+        """Whether ``m`` is a receive without parents still waiting for its send. A trace may post all its
+        receives at the start (the LLM generator does): they are the trace's future, not the state, and stay
+        out of it. Their start times are their own (the jump keeps them); :meth:`_repeats` checks that the
+        sends of the repeats find the same ones, moved."""
+        return (not m.posted and getattr(m.recv_fn, "__func__", None) is _NODE_DONE
+                and m.recv_arg in self.root_recvs[m.key[2]])
+
+    def inert_receives(self):
+        """Per rank the pre-posted receives still waiting (:meth:`_preposted`): {rank: {node id: key}}."""
+        out = {w.rank: {} for w in self.workloads}
+        for key, head in self.matcher._waiting.items():
+            for m in ([head] if head.__class__ is Message else head):
+                if self._preposted(m):
+                    out[key[2]][m.recv_arg] = key
+        return out
+
+    def _events(self, flat):
+        return tuple(self._event(flat[i], flat[i + 1]) for i in range(0, len(flat), 2))
+
+    def _node(self, rank, node_id):
+        rel = node_id - self._f[rank]
+        self._refs[rank].add(rel)
+        return rel
+
+    def _event(self, fn, arg):
+        func = getattr(fn, "__func__", None)
+        owner = getattr(fn, "__self__", None)
+        if func is _NODE_DONE:
+            return ("done", owner.rank, self._node(owner.rank, arg))
+        if func is _CALL_EVENTS:
+            return ("tick", owner.rank, arg - self._now)
+        if func is _LAUNCH:
+            return ("launch", owner.rank, self._node(owner.rank, arg[0].id), arg[1])
+        if func is _ARRIVED:
+            return ("arrive", self._message(arg))
+        raise Incomparable(f"an event of {getattr(fn, '__qualname__', repr(fn))} is pending")
+
+    def _message(self, m):
+        seen = self._seen.get(id(m))
+        if seen is not None:
+            return ("same", seen)
+        self._seen[id(m)] = len(self._seen)
+        tag, src, dst, size = m.key
+        ends = []
+        tag_rel = None
+        for fn, arg, rank in ((m.send_fn, m.send_arg, src), (m.recv_fn, m.recv_arg, dst)):
+            if fn is None:
+                ends.append(None)
+                continue
+            if getattr(fn, "__func__", None) is not _NODE_DONE:
+                raise Incomparable(f"a message completes {getattr(fn, '__qualname__', repr(fn))}")
+            ends.append(self._node(rank, arg))
+            tag_rel = tag - fn.__self__.nodes[arg].attrs.get("comm_tag", 0)
+        if tag_rel is None:
+            raise Incomparable("a message names no node")
+        return (src, dst, size, tag_rel, m.posted, m.arrived, tuple(ends))
+
+    def _rank(self, w):
+        rank, now = w.rank, self._now
+        sys = self.systems[rank]
+        if any(sys.active_streams) or any(sys.running_streams):
+            raise Incomparable(f"a collective is running on rank {rank}")
+        node = self._node
+        roots = self.root_recvs[rank]
+        touched = self.touched[rank]
+        left = w.parents_left
+        for child in [c for c in touched if left[c] == 0]:
+            touched.discard(child)
+        partial = tuple(sorted((node(rank, c), left[c]) for c in touched))
+        batches = tuple((tick - now, self._events(sys._pending[tick])) for tick in sorted(sys._pending))
+        levels = tuple((lv.allocator, lv.first_allocator, lv.last_allocator) for lv in sys.levels)
+        group_levels = (tuple((g, tuple((lv.allocator, lv.first_allocator, lv.last_allocator) for lv in lvs))
+                              for g, lvs in sys.group_levels.items()) if sys.group_levels else None)
+        return (
+            rank, batches, sys.num_streams, sys.priority_counter, levels, group_levels,
+            tuple(node(rank, n) for n in w.fresh), tuple(tuple(node(rank, n) for n in heap) for heap in w.ready),
+            w.ready_count, tuple(w.slot_busy), tuple(w.comm_slots.items()) if w.comm_slots else None,
+            tuple(sorted((node(rank, n), None if n in roots else start - now) for n, start in w.node_start_ns.items()
+                         if n not in roots or n not in self._inert[rank])),
+            tuple(sorted(node(rank, n) for n in w.comm_running)) if w.comm_running else (),
+            None if w.host is None else (w.host_clock - now, w.host_graph),
+            tuple((g, group.num_streams) for g, group in w.comm_groups.items()), partial,
+        )
+
+    # ------------------------------------------------------------ the repeat check
+    def _try_jump(self, a, b):
+        t_a, f_a, log_a, count_a, acc_a, refs = a
+        t_b, f_b, log_b, count_b, acc_b, _ = b
+        period = t_b - t_a
+        shift = {r: f_b[r] - f_a[r] for r in f_b}
+        # the nodes the period touched: those named by the state at A and at B (its own and its images' are
+        # the same relative to the finished counts), those it finished, and their children
+        touched = {r: {f_a[r] + rel for rel in rels} | {f_b[r] + rel for rel in rels} for r, rels in refs.items()}
+        for rank, node_id, _s, _e in self.log[log_a:log_b]:
+            ids = touched[rank]
+            ids.add(node_id)
+            ids.update(self.by_rank[rank].children[node_id])
+        inert = self.inert_receives()
+        try:
+            repeats, tag_step = self._repeats(touched, shift)
+            if repeats:
+                repeats = self._preposted_repeats(repeats, touched, shift, tag_step, inert, self.log[log_a:log_b])
+        except Incomparable as exc:
+            self.reason = f"the state repeated after {period:,} ns but the trace does not: {exc}"
+            return 0
+        if repeats < 1:
+            self.reason = f"the state repeated after {period:,} ns but the trace does not repeat further"
+            return 0
+        self._jump(repeats, period, shift, tag_step, self.log[log_a:log_b], acc_a, acc_b, inert)
+        skipped = repeats * (count_b - count_a)
+        self.info.update(folded=True, period_ns=period, periods=repeats, from_ns=t_b,
+                         skipped_ns=repeats * period, skipped_events=skipped)
+        self.info.pop("reason", None)
+        self.snapshots = {}
+        self.log = []
+        return skipped
+
+    def _signature(self, rank, node_id):
+        """What must match between a node and its image: (type, name, duration, attributes without
+        ``comm_tag``, children relative to the node, number of parents), and its ``comm_tag`` (or None)."""
+        key = (rank, node_id)
+        sig = self.signatures.get(key)
+        if sig is None:
+            w = self.by_rank[rank]
+            node = w.nodes.get(node_id)
+            if node is None:
+                return None
+            if node.type in (T.MEM_LOAD_NODE, T.MEM_STORE_NODE):
+                raise Incomparable(f"rank {rank} loads or stores remote memory, whose backend's state is not compared")
+            parents = self.parents[rank]
+            attrs = tuple(sorted((k, _frozen(v)) for k, v in node.attrs.items() if k != "comm_tag"))
+            sig = self.signatures[key] = (
+                (node.type, None if node.type in _COMM_NODES else node.name, node.duration_micros, attrs,
+                 node.inputs_values, tuple(c - node_id for c in w.children[node_id]), parents.get(node_id, 0)),
+                node.attrs.get("comm_tag"))
+        return sig
+
+    def _repeats(self, touched, shift):
+        """How many times the nodes touched over the period repeat, moved by ``shift`` (per rank), with one
+        step of ``comm_tag`` for all ranks; and that step."""
+        limit = None
+        tag_step = None
+        for rank, ids in touched.items():
+            step = shift[rank]
+            if step > 0 and ids:  # a rank that finished nothing in the period keeps its (equal) state as it is
+                bound = (max(self.by_rank[rank].nodes) - min(ids)) // step
+                limit = bound if limit is None else min(limit, bound)
+        if limit is None:
+            return 0, 0
+        for rank, ids in touched.items():
+            step = shift[rank]
+            if step <= 0:
+                continue
+            for node_id in ids:
+                base = self._signature(rank, node_id)
+                if base is None:
+                    return 0, 0
+                body, tag = base
+                j = 1
+                while j <= limit:
+                    image = self._signature(rank, node_id + j * step)
+                    if image is None or image[0] != body or (tag is None) != (image[1] is None):
+                        break
+                    if tag is not None:
+                        if tag_step is None:
+                            if j != 1:
+                                break
+                            tag_step = image[1] - tag
+                        if image[1] - tag != j * tag_step:
+                            break
+                    j += 1
+                limit = j - 1
+                if limit < 1:
+                    return 0, 0
+        return limit, tag_step or 0
+
+    def _preposted_repeats(self, limit, touched, shift, tag_step, inert, log):
+        """How many repeats the pre-posted receives allow: every pre-posted receive a repeat's node finishes or
+        matches must be waiting now (posted at the start, not yet used), and a pre-posted receive that a repeat's
+        send or receive looks up (its key is a key the period looked up, moved) must be the image of a node the
+        period touched, with the same signature: then every lookup of the repeats finds what the period's found,
+        moved. Returns ``limit`` or fewer."""
+        looked_up = set()
+        for rank, ids in touched.items():
+            nodes = self.by_rank[rank].nodes
+            for node_id in ids:
+                key = _key(rank, nodes.get(node_id))
+                if key is not None:
+                    looked_up.add(key)
+        for dst, keys in inert.items():
+            for y, (tag, src, _dst, size) in keys.items():
+                j = 1
+                while j <= limit:
+                    if (tag - j * tag_step, src, dst, size) in looked_up:
+                        x = y - j * shift[dst]
+                        sx, sy = self._signature(dst, x), self._signature(dst, y)
+                        if (x not in touched[dst] or sx is None or sy is None or sx[0] != sy[0]
+                                or sy[1] - sx[1] != j * tag_step):
+                            break
+                    j += 1
+                limit = min(limit, j - 1)
+        running = {w.rank: w.node_start_ns for w in self.workloads}
+        ends = [(rank, n) for rank, n, _s, _e in log if n in self.root_recvs[rank]]
+        ends += [(w.rank, n) for w in self.workloads for n in w.node_start_ns
+                 if n in self.root_recvs[w.rank] and n not in inert[w.rank]]
+        for rank, n in ends:
+            j = 1
+            while j <= limit and n + j * shift[rank] in running[rank]:
+                j += 1
+            limit = min(limit, j - 1)
+        return limit
+
+    # ------------------------------------------------------------ the jump
+    def _jump(self, k, period, shift, tag_step, log, acc_a, acc_b, inert):
+        """Report the ``k`` repeats' nodes, then move the state by ``σ^k`` (see the module docstring)."""
+        record = self.record
+        used = {w.rank: set() for w in self.workloads}  # pre-posted receives the repeats finish or match
+        for j in range(1, k + 1):
+            dt = j * period
+            for rank, node_id, start, end in log:
+                w = self.by_rank[rank]
+                moved = node_id + j * shift[rank]
+                if moved in self.root_recvs[rank]:  # posted at the start: its own start time
+                    start = w.node_start_ns[moved] - dt
+                    used[rank].add(moved)
+                record(rank, w.nodes[moved], start + dt, end + dt)
+                left = w.parents_left
+                touched = self.touched[rank]
+                for child in w.children[moved]:
+                    left[child] -= 1
+                    touched.add(child)
+        dt = k * period
+        dn = {r: k * s for r, s in shift.items()}
+        dtag = k * tag_step
+        self._moved = set()
+        self._used = used
+        engine = self.engine
+        buckets = {t + dt: self._move_events(flat, dt, dn, dtag) for t, flat in engine._buckets.items()}
+        engine._buckets.clear()
+        engine._buckets.update(buckets)
+        engine._times[:] = list(buckets)
+        heapify(engine._times)
+        for w in self.workloads:
+            rank, d = w.rank, dn[w.rank]
+            sys = self.systems[rank]
+            sys._pending = {t + dt: self._move_events(flat, dt, dn, dtag) for t, flat in sys._pending.items()}
+            w.fresh = [n + d for n in w.fresh]
+            w.ready = [[n + d for n in heap] for heap in w.ready]  # a heap moved by a constant stays a heap
+            old, roots, waiting = w.node_start_ns, self.root_recvs[rank], inert[rank]
+            running = {}
+            for n, start in old.items():
+                if n not in waiting:
+                    running[n + d] = old[n + d] if n in roots else start + dt
+                    if n in roots:
+                        used[rank].add(n + d)
+            for n in waiting:
+                if n not in used[rank]:
+                    running[n] = old[n]
+            w.node_start_ns = running
+            if w.comm_running:
+                w.comm_running = {n + d for n in w.comm_running}
+            if w.host is not None:
+                w.host_clock += dt
+            before, after = acc_a[0][rank], acc_b[0][rank]
+            w.compute_ns += k * (after[0] - before[0])
+            w.cpu_ns += k * (after[1] - before[1])
+            w.comm_ns += k * (after[2] - before[2])
+            w.issued += k * (after[3] - before[3])
+        matcher = self.matcher
+        waiting = {}
+        for key, head in matcher._waiting.items():
+            for m in ([head] if head.__class__ is Message else head):
+                if self._preposted(m):
+                    if m.recv_arg in used[key[2]]:
+                        continue  # finished or matched by the repeats
+                    new_key = key
+                else:
+                    self._move_message(m, dn, dtag)
+                    new_key = m.key
+                waiting.setdefault(new_key, []).append(m)
+        for key, messages in waiting.items():
+            if len({m.posted for m in messages}) > 1:  # a send and a receive of one key would have met
+                raise FoldAbandoned("time folding left a send and a receive of one message unmatched")
+            waiting[key] = messages[0] if len(messages) == 1 else deque(messages)
+        matcher._waiting = waiting
+        matcher.messages += k * (acc_b[1] - acc_a[1])
+        matcher.bytes += k * (acc_b[2] - acc_a[2])
+        engine.now += dt
+
+    def _move_events(self, flat, dt, dn, dtag):
+        out = []
+        for i in range(0, len(flat), 2):
+            fn, arg = flat[i], flat[i + 1]
+            func = fn.__func__
+            if func is _NODE_DONE:
+                arg += dn[fn.__self__.rank]
+            elif func is _CALL_EVENTS:
+                arg += dt
+            elif func is _LAUNCH:
+                w = fn.__self__
+                arg = (w.nodes[arg[0].id + dn[w.rank]], arg[1])
+            else:  # _ARRIVED (the only other kind a compared state holds)
+                self._move_message(arg, dn, dtag)
+            out.append(fn)
+            out.append(arg)
+        return out
+
+    def _move_message(self, m, dn, dtag):
+        if id(m) in self._moved:
+            return
+        self._moved.add(id(m))
+        tag, src, dst, size = m.key
+        m.key = (tag + dtag, src, dst, size)
+        if m.send_fn is not None:
+            m.send_arg += dn[src]
+        if m.recv_fn is not None:
+            m.recv_arg += dn[dst]
+
+
+def _key(rank, node):
+    """The matcher's key (tag, src, dst, size) a send or receive node of ``rank`` looks up, or None."""
+    if node is None or node.type not in _P2P:
+        return None
+    attrs = node.attrs
+    tag = attrs.get("comm_tag", 0) % (COLLECTIVE_TAG_BASE - NATIVE_TAG_BASE) + NATIVE_TAG_BASE
+    if node.type == T.COMM_SEND_NODE:
+        return tag, rank, attrs.get("comm_dst"), attrs.get("comm_size")
+    return tag, attrs.get("comm_src"), rank, attrs.get("comm_size")
+
+
+def _parent_counts(children):
+    counts = {}
+    for kids in children.values():
+        for child in kids:
+            counts[child] = counts.get(child, 0) + 1
+    return counts
+
+
+def _frozen(value):
+    return tuple(_frozen(v) for v in value) if isinstance(value, list) else value

@@ -1,0 +1,185 @@
+"""Time folding (issue 37): a pipeline's steady state is simulated once per period and its repeats jumped
+over; every rank's numbers are the same, to the ns, as when every event is simulated."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import tempfile
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from astra_sim import hookimpl, simulate
+from astra_sim.chakra import make_metadata, make_node, types as T, write_et
+
+
+def schedule(stages, micro_batches, chunks, p):
+    """[(kind, chunk, micro-batch)] of stage ``p``: 1F1B (``chunks`` 1) or the interleaved 1F1B (micro-batches a
+    multiple of ``stages``), written from the schedules' definitions (forwards in warm-up, then one forward
+    and one backward, then the backwards)."""
+    total = micro_batches * chunks
+    if chunks == 1:
+        warmup = min(stages - p - 1, micro_batches)
+    else:
+        warmup = min((stages - p - 1) * 2 + (chunks - 1) * stages, total)
+
+    def item(kind, k):
+        group, within = divmod(k, stages * chunks)
+        chunk = within // stages
+        return kind, chunk if kind == "F" else chunks - 1 - chunk, group * stages + k % stages
+
+    order = [item("F", k) for k in range(warmup)]
+    for i in range(total - warmup):
+        order += [item("F", warmup + i), item("B", i)]
+    return order + [item("B", k) for k in range(total - warmup, total)]
+
+
+def write_pipeline(folder, stages, micro_batches, chunks=1, layers=2, forward_us=10, backward_us=20,
+                   size=1 << 20, preposted=True, last_us=None):
+    """One trace per stage: per (forward or backward, chunk, micro-batch) a receive from the previous (next)
+    virtual stage, ``layers`` kernels and a send on; virtual stage ``chunk * stages + p``. Receives have no
+    parents (posted at the start, as the LLM generator writes them) unless ``preposted`` is False (then each
+    waits for the node before it). ``last_us``: the last stage's kernels take that long instead."""
+    virtual = stages * chunks
+    for p in range(stages):
+        nodes = []
+        last = None
+
+        def add(name, node_type, deps, **attrs):
+            nonlocal last
+            node_id = len(nodes)
+            nodes.append(make_node(node_id, name, node_type, data_deps=deps, **attrs))
+            last = node_id
+            return node_id
+
+        for kind, chunk, mb in schedule(stages, micro_batches, chunks, p):
+            v = chunk * stages + p
+            forward = kind == "F"
+            edge_in = v - 1 if forward else v  # the edge (u, u + 1) the input comes over
+            has_in = v > 0 if forward else v < virtual - 1
+            has_out = v < virtual - 1 if forward else v > 0
+            deps = [] if last is None else [last]
+            if has_in:
+                peer = (p - 1) % stages if forward else (p + 1) % stages
+                tag = 2 * (mb * virtual + edge_in) + (0 if forward else 1)
+                recv = add(f"recv.{kind}{mb}", T.COMM_RECV_NODE, [] if preposted else list(deps),
+                           attrs={"comm_src": peer, "comm_dst": p, "comm_size": size, "comm_tag": tag})
+                deps = deps + [recv]
+            us = (forward_us if forward else backward_us) if last_us is None or p < stages - 1 else last_us
+            for layer in range(layers):
+                add("k", T.COMP_NODE, deps, duration_micros=us)
+                deps = [last]
+            if has_out:
+                peer = (p + 1) % stages if forward else (p - 1) % stages
+                edge = v if forward else v - 1
+                tag = 2 * (mb * virtual + edge) + (0 if forward else 1)
+                add(f"send.{kind}{mb}", T.COMM_SEND_NODE, deps,
+                    attrs={"comm_src": p, "comm_dst": peer, "comm_size": size, "comm_tag": tag})
+        write_et(f"{folder}/t.{p}.et", make_metadata(), nodes)
+    (folder / "net.yml").write_text(f"topology: [ Ring ]\nnpus_count: [ {stages} ]\nbandwidth: [ 50 ]\n"
+                                    "latency: [ 500 ]\n")
+    (folder / "sys.json").write_text(json.dumps({"all-reduce-implementation": ["ring"], "local-mem-bw": 50}))
+    return str(folder / "t"), str(folder / "sys.json"), str(folder / "net.yml")
+
+
+def numbers(report):
+    return [(r.rank, r.finish_ns, r.compute_ns, r.exposed_comm_ns, r.comm_ns, r.nodes) for r in report.ranks]
+
+
+def report_json(report):
+    """The report as JSON, less what differs between two runs of one simulation (wall times, the fold line)."""
+    data = json.loads(json.dumps(report.to_dict()))
+    data["settings"].pop("fold")
+    data["stats"] = {k: v for k, v in data["stats"].items() if not k.endswith("_s")}
+    return json.dumps(data, sort_keys=True)
+
+
+def check_exact(args, **kwargs):
+    folded = simulate(*args, **kwargs)
+    plain = simulate(*args, fold=False, **kwargs)
+    assert numbers(folded) == numbers(plain)
+    assert report_json(folded) == report_json(plain)
+    assert "time" not in plain.settings["fold"]  # --no-fold: no folding of either kind
+    return folded.settings["fold"]["time"]
+
+
+@pytest.mark.parametrize("stages,micro_batches", [(2, 8), (4, 16), (6, 32)])
+@pytest.mark.parametrize("preposted", [True, False])
+def test_1f1b_jumps_over_its_steady_state_to_the_ns(tmp_path, stages, micro_batches, preposted):
+    info = check_exact(write_pipeline(tmp_path, stages, micro_batches, preposted=preposted))
+    assert info["folded"] is True, info
+    # the period is one forward and one backward of the slowest stage and its transfers; most of the
+    # steady state (micro-batches minus the warm-up) is jumped over
+    assert 60_000 < info["period_ns"] < 110_000
+    assert info["periods"] >= micro_batches - 2 * stages
+    assert info["skipped_ns"] == info["periods"] * info["period_ns"]
+
+
+@pytest.mark.parametrize("stages,micro_batches,chunks", [(4, 16, 2), (2, 8, 3), (4, 32, 2)])
+def test_interleaved_1f1b_jumps_to_the_ns(tmp_path, stages, micro_batches, chunks):
+    info = check_exact(write_pipeline(tmp_path, stages, micro_batches, chunks))
+    assert info["folded"] is True, info
+
+
+def test_a_slower_last_stage_still_folds_and_the_numbers_match(tmp_path):
+    info = check_exact(write_pipeline(tmp_path, 4, 16, last_us=37))
+    assert info["folded"] is True
+
+
+def test_no_steady_state_no_jump_and_why(tmp_path):
+    """Two micro-batches on four stages: all warm-up and cool-down; nothing repeats."""
+    info = check_exact(write_pipeline(tmp_path, 4, 2))
+    assert info["folded"] is False and info["reason"]
+
+
+@pytest.mark.parametrize("kwargs,why", [
+    ({"network_backend": "congestion"}, "congestion network backend keeps its own state"),
+    ({"rendezvous": True}, "rendezvous"),
+])
+def test_what_cannot_be_compared_is_not_folded_and_the_report_says_why(tmp_path, kwargs, why):
+    info = check_exact(write_pipeline(tmp_path, 4, 16), **kwargs)
+    assert info["folded"] is False and why in info["reason"]
+
+
+class _CountingModel:
+    """A compute model that keeps a per-node record (how many kernels it timed): a jump would skip it."""
+
+    name = "counting"
+
+    def __init__(self, context=None):
+        self.timed = 0
+
+    def compute_time_ns(self, node, rank):
+        self.timed += 1
+        return node.duration_micros * 1000
+
+
+class _CountingPlugin:
+    @staticmethod
+    @hookimpl
+    def astra_register_compute_models(registry):
+        registry.compute_model("counting", _CountingModel, "times a node from its duration and counts it")
+
+
+def test_a_compute_model_not_known_to_be_stateless_is_not_folded(tmp_path):
+    info = check_exact(write_pipeline(tmp_path, 4, 16), compute_model="counting", extra_plugins=(_CountingPlugin,))
+    assert info["folded"] is False and "counting compute model is not known" in info["reason"]
+
+
+@settings(max_examples=int(os.environ.get("TIME_FOLD_EXAMPLES", 25)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stages=st.integers(2, 5), groups=st.integers(1, 6), chunks=st.integers(1, 3), layers=st.integers(1, 3),
+       forward_us=st.integers(1, 30), backward_us=st.integers(1, 40), last_us=st.none() | st.integers(1, 50),
+       preposted=st.booleans(), size=st.sampled_from([1024, 1 << 20, 3 * (1 << 20) + 7]))
+def test_random_pipelines_give_the_same_numbers_folded_in_time_or_not(stages, groups, chunks, layers, forward_us,
+                                                                       backward_us, last_us, preposted, size):
+    with tempfile.TemporaryDirectory() as folder:
+        check_exact(write_pipeline(pathlib.Path(folder), stages, stages * groups, chunks, layers, forward_us,
+                                   backward_us, size, preposted, last_us))
+
+
+@pytest.mark.parametrize("launch_us", [1, 7])
+def test_the_host_launch_model_folds_to_the_ns(tmp_path, launch_us):
+    """Kernels launched by a host that runs ahead (``host_launch_us``): launches wait as events of their own."""
+    check_exact(write_pipeline(tmp_path, 4, 16), host_launch_us=launch_us)
