@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.cli import main
@@ -13,7 +14,7 @@ from astra_sim.errors import ConfigError
 from astra_sim.simulation import simulate
 
 from astra_gpu_model.platforms import FABRIC_HOP_LATENCY_NS, get_platform
-from astra_gpu_model.scale_out import KINDS, NIC_ACHIEVABLE, native_kind, scale_out
+from astra_gpu_model.scale_out import KINDS, NIC_ACHIEVABLE, get_kind, native_kind, scale_out
 
 GIB = 1 << 30
 
@@ -178,3 +179,14 @@ def test_cli_end_to_end(tmp_path, capsys):
     assert rc != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].endswith("--platform hgx-h100 needs --nodes >= 2 (one node has no scale-out fabric)")
+
+
+@settings(max_examples=80, deadline=None)
+@given(text=st.text(max_size=20))
+def test_any_kind_name_is_a_kind_or_one_line_error(text):
+    try:
+        kind = get_kind(text)
+    except ConfigError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith("--scale-out: unknown scale-out kind")
+    else:
+        assert kind.name == text.strip().lower() and kind.name in KINDS
