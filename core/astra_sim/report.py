@@ -18,7 +18,7 @@ class RankReport:
     cpu_ns: int
     comm_ns: int
     nodes: int
-    #: where the time went (``astra_sim.analysis.breakdown``): parts adding up to ``finish_ns``, per
+    #: where the time went (the analysis plugin's ``astra_analysis.breakdown``): parts adding up to ``finish_ns``, per
     #: communicator busy/overlapped/exposed times; None when the run did not record spans
     breakdown: dict | None = None
 
