@@ -45,6 +45,7 @@ if "ASTRA_CACHE_DIR" not in os.environ:
     _SESSION_CACHE = tempfile.mkdtemp(prefix=owned("astra-test-cache-"))
     os.environ["ASTRA_CACHE_DIR"] = _SESSION_CACHE
     os.environ.setdefault("ASTRA_SEARCH_CACHE", os.path.join(_SESSION_CACHE, "search"))  # astra search's bounds
+    os.environ.setdefault("ASTRA_NS3_CACHE", os.path.join(_SESSION_CACHE, "ns3"))  # the ns3 backend's compiled glue
     # results a late write failure keeps (astra_sim.safeio.recover) stay out of ~/.cache too
     os.environ.setdefault("ASTRA_RECOVERED_DIR", os.path.join(_SESSION_CACHE, "recovered"))
 

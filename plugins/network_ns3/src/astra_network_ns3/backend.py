@@ -13,9 +13,9 @@ Model
     the order they were sent (the reference's FIFO receive order).
 
 Lockstep
-    The C++ glue (``glue.cc``, compiled with ``cppyy.cppdef``) owns every packet. Python enters ns-3 once
-    per message (the flow starts at exactly the send's time) and once per slice: a ``pump`` event, booked
-    last at its time, runs ns-3 up to the engine's next event time, or up to the first message completion,
+    The C++ glue (``glue.cc``, compiled once and cached, or by cppyy: see :mod:`~astra_network_ns3.glue`) owns
+    every packet. Python enters ns-3 once per message (the flow starts at exactly the send's time) and once per
+    slice: a ``pump`` event, booked last at its time, runs ns-3 up to the engine's next event time, or up to the first message completion,
     which is booked on the engine at its exact ns. So kernel time and ns-3 time never pass each other.
 
 Failed links
@@ -29,19 +29,19 @@ Failed links
     counts them, ``packets_lost``). A connection with bytes in flight and no route left is a SimulationError
     naming the cable, and so is a loss under DCQCN (``CC_MODE 1``, no retransmission): never a hang.
 
-ns-3 is imported when the backend is built (about 10 s), never when the plugin is loaded.
+ns-3 is loaded when the backend is built (the cached compiled glue: well under a second; cppyy: about 10 s), never
+when the plugin is loaded.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import statistics
-import sys
 from collections import deque
 
 from astra_sim.errors import ConfigError, SimulationError
 
+from astra_network_ns3.glue import load_glue
 from astra_network_ns3.inputs import (
     SUPPORTED_CC, check_cc_mode, ecn_thresholds, read_config_topology, read_logical_topology, read_network_cfg,
     config_link_failures, link_failures, without_links,
@@ -55,59 +55,6 @@ _MIN_RTO_US = 1000
 DCQCN_CNP_INTERVAL_US = 50
 #: ns-3 keeps time in int64 ns: a stop time past this is no bound (the reference's configs say 4e13 s).
 _NS_LIMIT = 1 << 62
-
-_GLUE = None
-
-
-def load_glue():
-    """Import ns-3 (slow: ~10 s) and compile the C++ glue once per process; returns the glue namespace."""
-    global _GLUE
-    if _GLUE is None:
-        from astra_sim.progress import phase
-
-        phase("importing ns-3 and compiling its C++ glue (once per process: 10 s on a quiet machine, up to 90 s on a "
-              "busy one)")
-        try:
-            with _quiet_static_init():
-                from ns import ns  # noqa: F401  (loads every ns-3 module into cppyy)
-        except ImportError as exc:
-            raise ConfigError(
-                f"the ns3 network backend needs the ns3 package (pip install 'ns3==3.44.post0'): {exc}"
-            ) from None
-        import cppyy
-
-        for name in ("routing.cc", "glue.cc"):
-            with open(os.path.join(os.path.dirname(__file__), name), encoding="utf-8") as handle:
-                cppyy.cppdef(handle.read())
-        _GLUE = cppyy.gbl.astra_ns3
-    return _GLUE
-
-
-#: What cling prints on stderr for every ns-3 import: a header's static initialiser (``g_timeInitHelper``) that
-#: the ns-3 libraries have already run. Harmless, and dropped; anything else on stderr is passed on.
-_CLING_NOISE = "[runStaticInitializersOnce]: Failed to materialize symbols"
-
-
-@contextlib.contextmanager
-def _quiet_static_init():
-    """Capture file descriptor 2 while ns-3 loads; write back every line but cling's known static-init notice."""
-    import tempfile
-
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as capture:
-        os.dup2(capture.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            capture.seek(0)
-            text = capture.read().decode("utf-8", "replace")
-            kept = [line for line in text.splitlines() if line and not line.startswith(_CLING_NOISE)]
-            if kept:
-                print("\n".join(kept), file=sys.stderr)
-
 
 class _Message:
     __slots__ = ("fn", "arg", "src", "dst", "size", "start")
@@ -556,8 +503,7 @@ class Ns3Network:
         write_or_recover(path, "".join(rows).encode("utf-8"), "astra run", "--ns3-fct-file")
 
     def _hex_ip(self, node):
-        parts = [int(p) for p in str(self._net.HostAddress(node)).split(".")]
-        return "%08x" % ((parts[0] << 24) | (parts[1] << 16) | (parts[2] << 8) | parts[3])
+        return "%08x" % int(self._net.HostIp(node))
 
     def _standalone_ns(self, src_node, dst_node, size):
         """The ideal FCT: propagation + bytes with headers / the path's slowest rate. (The reference adds a

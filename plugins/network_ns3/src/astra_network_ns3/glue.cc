@@ -1,5 +1,5 @@
-// C++ glue between astra-sim-py's event loop and ns-3 (compiled at run time with cppyy.cppdef, after
-// routing.cc, whose EcmpRouting it installs on every node).
+// C++ glue between astra-sim-py's event loop and ns-3 (compiled after routing.cc, whose EcmpRouting it installs
+// on every node: once into a cached shared library, or at run time with cppyy.cppdef; see glue.py).
 //
 // Everything per packet stays here; Python calls in once per message (Send), once per slice of
 // simulated time (RunSlice) and reads the completions a slice produced. Messages between one pair of
@@ -406,11 +406,10 @@ class Net
         return m_ports[i].qdisc->GetStats().nTotalMarkedPackets;
     }
 
-    std::string HostAddress(int node) const
+    // The host's first address as a 32-bit number (fct.txt writes it in hex).
+    uint32_t HostIp(int node) const
     {
-        std::ostringstream out;
-        m_addr[node].Print(out);
-        return out.str();
+        return m_addr[node].Get();
     }
 
     uint64_t Drops() const

@@ -1,4 +1,4 @@
-// Routing for astra_ns3 (compiled at run time with cppyy.cppdef, before glue.cc): shortest paths through
+// Routing for astra_ns3 (compiled before glue.cc; see glue.py): shortest paths through
 // switches with per-flow ECMP, as an ns-3 routing protocol, and the computation of its tables (ComputeRoutes).
 #include <algorithm>
 #include <cstdint>
