@@ -119,10 +119,10 @@ class TimeFolder:
         self.looks = 0
         self.count = 0  # events run
         self.parents = {w.rank: _parent_counts(w.children) for w in self.workloads}
+        self.signatures = {w.rank: {} for w in self.workloads}  # see _signature
         #: receives without parents: issued at the start, they wait for their message (see ``_preposted``)
         self.root_recvs = {w.rank: {i for i, n in w.nodes.items() if n.type == T.COMM_RECV_NODE
                                     and not self.parents[w.rank].get(i)} for w in self.workloads}
-        self.signatures = {}  # (rank, node id) -> what must match under a shift
 
     # ------------------------------------------------------------ the event loop
     def run(self):
@@ -214,7 +214,6 @@ class TimeFolder:
         self._f = {w.rank: self._finished(w) for w in self.workloads}
         self._refs = {w.rank: set() for w in self.workloads}
         self._seen = {}
-        self._inert = self.inert_receives()
         events = tuple((t - now, self._events(engine._buckets[t])) for t in sorted(engine._buckets))
         ranks = tuple(self._rank(w) for w in self.workloads)
         waiting = []
@@ -290,6 +289,7 @@ class TimeFolder:
             raise Incomparable(f"a collective is running on rank {rank}")
         node = self._node
         roots = self.root_recvs[rank]
+        running = w.node_start_ns
         touched = self.touched[rank]
         left = w.parents_left
         for child in [c for c in touched if left[c] == 0]:
@@ -303,8 +303,8 @@ class TimeFolder:
             rank, batches, sys.num_streams, sys.priority_counter, levels, group_levels,
             tuple(node(rank, n) for n in w.fresh), tuple(tuple(node(rank, n) for n in heap) for heap in w.ready),
             w.ready_count, tuple(w.slot_busy), tuple(w.comm_slots.items()) if w.comm_slots else None,
-            tuple(sorted((node(rank, n), None if n in roots else start - now) for n, start in w.node_start_ns.items()
-                         if n not in roots or n not in self._inert[rank])),
+            # receives without parents are named by their messages' events when matched, else pre-posted
+            tuple(sorted((node(rank, n), running[n] - now) for n in running.keys() - roots)),
             tuple(sorted(node(rank, n) for n in w.comm_running)) if w.comm_running else (),
             None if w.host is None else (w.host_clock - now, w.host_graph),
             tuple((g, group.num_streams) for g, group in w.comm_groups.items()), partial,
@@ -344,30 +344,49 @@ class TimeFolder:
         return skipped
 
     def _signature(self, rank, node_id):
-        """What must match between a node and its image: (type, name, duration, attributes without
-        ``comm_tag``, children relative to the node, number of parents), and its ``comm_tag`` (or None)."""
-        key = (rank, node_id)
-        sig = self.signatures.get(key)
-        if sig is None:
+        """(what must match between a node and its image, its ``comm_tag`` or None), or None for no node: the
+        type, name (a communication node's is never read), duration, attributes but ``comm_tag``, children
+        relative to the node and number of parents. Kept per node (each is looked at about once a jump)."""
+        sigs = self.signatures[rank]
+        sig = sigs.get(node_id)
+        if sig is None and node_id not in sigs:
             w = self.by_rank[rank]
             node = w.nodes.get(node_id)
-            if node is None:
-                return None
-            if node.type in (T.MEM_LOAD_NODE, T.MEM_STORE_NODE):
-                raise Incomparable(f"rank {rank} loads or stores remote memory, whose backend's state is not compared")
-            parents = self.parents[rank]
-            attrs = tuple(sorted((k, _frozen(v)) for k, v in node.attrs.items() if k != "comm_tag"))
-            sig = self.signatures[key] = (
-                (node.type, None if node.type in _COMM_NODES else node.name, node.duration_micros, attrs,
-                 node.inputs_values, tuple(c - node_id for c in w.children[node_id]), parents.get(node_id, 0)),
-                node.attrs.get("comm_tag"))
+            if node is not None:
+                if node.type in (T.MEM_LOAD_NODE, T.MEM_STORE_NODE):
+                    raise Incomparable(f"rank {rank} loads or stores remote memory, whose backend's state is not "
+                                       "compared")
+                attrs = node.attrs
+                sig = ((node.type, None if node.type in _COMM_NODES else node.name, node.duration_micros,
+                        node.inputs_values, tuple(item for item in attrs.items() if item[0] != "comm_tag"),
+                        tuple(c - node_id for c in w.children[node_id]), self.parents[rank].get(node_id, 0)),
+                       attrs.get("comm_tag"))
+            sigs[node_id] = sig
         return sig
+
+    def _alike(self, rank, a, b, tag_step):
+        """Whether node ``b`` of ``rank`` is node ``a`` moved by ``b - a`` (:meth:`_signature`), its ``comm_tag``
+        by ``tag_step``."""
+        sa, sb = self._signature(rank, a), self._signature(rank, b)
+        if sa is None or sb is None or sa[0] != sb[0]:
+            return False
+        return sa[1] == sb[1] if sa[1] is None or sb[1] is None else sb[1] - sa[1] == tag_step
+
+    def _tag_step(self, touched, shift):
+        """How much ``comm_tag`` moves per period: that of the first touched node with a tag and an image."""
+        for rank, ids in touched.items():
+            nodes = self.by_rank[rank].nodes
+            for node_id in ids:
+                tag = nodes[node_id].attrs.get("comm_tag") if node_id in nodes else None
+                image = nodes.get(node_id + shift[rank])
+                if tag is not None and image is not None and image.attrs.get("comm_tag") is not None:
+                    return image.attrs["comm_tag"] - tag
+        return 0
 
     def _repeats(self, touched, shift):
         """How many times the nodes touched over the period repeat, moved by ``shift`` (per rank), with one
         step of ``comm_tag`` for all ranks; and that step."""
         limit = None
-        tag_step = None
         for rank, ids in touched.items():
             step = shift[rank]
             if step > 0 and ids:  # a rank that finished nothing in the period keeps its (equal) state as it is
@@ -375,32 +394,52 @@ class TimeFolder:
                 limit = bound if limit is None else min(limit, bound)
         if limit is None:
             return 0, 0
+        tag_step = self._tag_step(touched, shift)
         for rank, ids in touched.items():
             step = shift[rank]
             if step <= 0:
                 continue
-            for node_id in ids:
-                base = self._signature(rank, node_id)
-                if base is None:
+            w = self.by_rank[rank]
+            nodes, children, parents = w.nodes, w.children, self.parents[rank]
+            for node_id in ids:  # inline (this loop runs once per node jumped over): what _alike compares
+                a = nodes.get(node_id)
+                if a is None:
                     return 0, 0
-                body, tag = base
+                if a.type in (T.MEM_LOAD_NODE, T.MEM_STORE_NODE):
+                    raise Incomparable(f"rank {rank} loads or stores remote memory, whose backend's state is not "
+                                       "compared")
+                kind, name, duration, values = a.type, a.name, a.duration_micros, a.inputs_values
+                check_name = kind not in _COMM_NODES
+                attrs = a.attrs
+                tag = attrs.get("comm_tag")
+                plain = tag is None and "comm_tag" not in attrs
+                kids = children[node_id]
+                n_parents = parents.get(node_id, 0)
                 j = 1
                 while j <= limit:
-                    image = self._signature(rank, node_id + j * step)
-                    if image is None or image[0] != body or (tag is None) != (image[1] is None):
+                    moved = node_id + j * step
+                    b = nodes.get(moved)
+                    if (b is None or b.type != kind or b.duration_micros != duration or b.inputs_values != values
+                            or (check_name and b.name != name) or parents.get(moved, 0) != n_parents):
                         break
-                    if tag is not None:
-                        if tag_step is None:
-                            if j != 1:
-                                break
-                            tag_step = image[1] - tag
-                        if image[1] - tag != j * tag_step:
+                    if plain:
+                        if b.attrs != attrs:
                             break
+                    elif not self._alike(rank, node_id, moved, j * tag_step):
+                        break
+                    kids_b = children[moved]
+                    if len(kids_b) != len(kids):
+                        break
+                    if len(kids) == 1:
+                        if kids_b[0] - kids[0] != j * step:
+                            break
+                    elif any(y - x != j * step for x, y in zip(kids, kids_b)):
+                        break
                     j += 1
                 limit = j - 1
                 if limit < 1:
                     return 0, 0
-        return limit, tag_step or 0
+        return limit, tag_step
 
     def _preposted_repeats(self, limit, touched, shift, tag_step, inert, log):
         """How many repeats the pre-posted receives allow: every pre-posted receive a repeat's node finishes or
@@ -415,18 +454,21 @@ class TimeFolder:
                 key = _key(rank, nodes.get(node_id))
                 if key is not None:
                     looked_up.add(key)
+        tags_of = {}
+        for tag, src, dst, size in looked_up:
+            tags_of.setdefault((src, dst, size), []).append(tag)
         for dst, keys in inert.items():
             for y, (tag, src, _dst, size) in keys.items():
-                j = 1
-                while j <= limit:
-                    if (tag - j * tag_step, src, dst, size) in looked_up:
-                        x = y - j * shift[dst]
-                        sx, sy = self._signature(dst, x), self._signature(dst, y)
-                        if (x not in touched[dst] or sx is None or sy is None or sx[0] != sy[0]
-                                or sy[1] - sx[1] != j * tag_step):
-                            break
-                    j += 1
-                limit = min(limit, j - 1)
+                if tag_step == 0:  # the same keys every period: every repeat looks them up
+                    hits = range(1, limit + 1) if tag in tags_of.get((src, dst, size), ()) else ()
+                else:
+                    hits = sorted((tag - t) // tag_step for t in tags_of.get((src, dst, size), ())
+                                  if (tag - t) % tag_step == 0 and 0 < (tag - t) // tag_step <= limit)
+                for j in hits:
+                    x = y - j * shift[dst]
+                    if x not in touched[dst] or not self._alike(dst, x, y, j * tag_step):
+                        limit = j - 1
+                        break
         running = {w.rank: w.node_start_ns for w in self.workloads}
         ends = [(rank, n) for rank, n, _s, _e in log if n in self.root_recvs[rank]]
         ends += [(w.rank, n) for w in self.workloads for n in w.node_start_ns
@@ -562,7 +604,3 @@ def _parent_counts(children):
         for child in kids:
             counts[child] = counts.get(child, 0) + 1
     return counts
-
-
-def _frozen(value):
-    return tuple(_frozen(v) for v in value) if isinstance(value, list) else value
