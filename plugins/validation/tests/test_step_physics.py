@@ -124,3 +124,58 @@ def test_the_hardware_flops_count_torchtitans_recomputed_matmuls():
     assert meta["hardware_flops_per_step"] - meta["model_flops_per_step"] == 2 * 2 * 128 * 256 * 896 * 2
     plain = step_metadata(dims, LlmConfig(dp=2, zero=3, recompute_selective=True, micro_batches=1), 1_000_000)
     assert plain["hardware_flops_per_step"] == plain["model_flops_per_step"]
+
+
+def test_torchtitans_eager_loss_repeat_kv_and_foreach_adamw_as_the_gpu_model_counts_them(tmp_path):
+    # llm.eager_step under --framework fsdp2 (vocabulary 1024, 128 tokens, 8 query and 4 KV heads of 32):
+    # the loss moves 6 + 8 B per logit forward (cast, fp32 log-softmax) and 4 + 12 + 6 backward (the zero-filled
+    # fp32 gradient, the fp32 log-softmax backward, the cast back) against 4 + 6 in bf16; repeat_kv reads 4 heads
+    # and writes 8 (or the reverse) in bf16; clipping and AdamW move 4 + 8 + 84 = 96 B per fp32 parameter
+    from astra_gpu_model.ops import classify
+
+    llama = {**LLAMA, "vocab": 1024}
+    generate_llm(model_dims(**llama), LlmConfig(dp=2, zero=3, framework="fsdp2", micro_batches=1), tmp_path / "t")
+    nodes = read_rank_nodes(tmp_path / "t", 0)
+
+    def moved(node):
+        return classify(node.name, node.inputs_shapes, node.inputs_types, None).nbytes
+
+    def labelled(part):
+        return [n for n in nodes if part in (n.attrs.get("label") or "")]
+
+    logits = 128 * 1024
+    assert sum(moved(n) for n in labelled("fwd.head.mb0.cross_entropy")) == 14 * logits
+    assert sum(moved(n) for n in labelled("bwd.head.mb0.cross_entropy")) == 22 * logits
+    for n in labelled(".repeat_kv."):
+        assert moved(n) == (128 * 4 * 32 + 128 * 8 * 32) * 2
+    assert len(labelled(".repeat_kv.")) == 2 * 2 * 2  # K and V, forward and backward, 2 layers
+    optimizer = [n for n in labelled("optimizer.") if n.name.startswith("aten::")]
+    params = optimizer[0].attrs["tensor_size"] // 8  # (the emitter counts the norm's read and a written copy)
+    assert sum(moved(n) for n in optimizer) == 96 * params
+
+
+def test_grand_teton_runs_at_its_500_w_default_limit(tmp_path):
+    # torchtitan's Grand Teton H100s run at the default 500 W of a 700 W TDP: GEMMs settle at
+    # (420 / 620) ** (1 / 1.32) = 0.74450 of the clock the SXM5 rates were calibrated at; --power-limit-w 700 gives
+    # them back. One 8k x 8k x 8k-sized layer: a launch (4.3 us) is 0.3 % of each GEMM, so the GEMM time ratio is
+    # 1 / 0.74450 = 1.3432 within 0.5 %.
+    import json
+
+    from astra_sim.cli import main
+
+    big = dict(layers=1, hidden=8192, heads=64, kv_heads=8, ffn_hidden=8192 * 3, vocab=1024, seq_len=8192, gated=True)
+    generate_llm(model_dims(**big), LlmConfig(dp=8, zero=3, framework="fsdp2", micro_batches=1), tmp_path / "w")
+    parts, ratios = {}, {}
+    for name, extra in (("default", []), ("700", ["--power-limit-w", "700"])):
+        out = tmp_path / f"{name}.json"
+        assert main(["run", "--platform", "grand-teton-h100", "--nodes", "1", "--workload-configuration",
+                     str(tmp_path / "w"), "-q", "-o", str(out), *extra]) == 0
+        report = json.loads(out.read_text())
+        parts[name] = report["breakdown"]["parts"]
+        ratios[name] = (report["stats"]["energy"]["power_limit_w"], report["stats"]["energy"]["time_clock_ratio"])
+    assert ratios["default"][0] == 500 and ratios["700"][0] == 700
+    assert ratios["default"][1]["gemm"] == pytest.approx((420 / 620) ** (1 / 1.32))
+    assert ratios["700"][1]["gemm"] == 1.0
+    slow = parts["default"]["compute:gemm"] / parts["700"]["compute:gemm"]
+    assert slow == pytest.approx(1 / 0.74450, rel=0.005)
+    assert parts["default"]["compute:elementwise"] == parts["700"]["compute:elementwise"]  # memory-bound: 301 W

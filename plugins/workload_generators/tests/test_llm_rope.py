@@ -49,8 +49,9 @@ def test_rope_runs_before_the_attention_and_its_backward_before_the_qkv_gradient
     assert ids["fwd.l0.mb0.qkv"] < ids["fwd.l0.mb0.rope.q.float"] < ids["fwd.l0.mb0.rope.k.type_as"] \
         < ids["fwd.l0.mb0.attn"]
     assert ids["bwd.l0.mb0.attn"] < ids["bwd.l0.mb0.rope.k.float.bwd"] < ids["bwd.l0.mb0.qkv.dgrad"]
-    # the chain: the attention waits for the rotated keys
-    assert ids["fwd.l0.mb0.rope.k.type_as"] in nodes["fwd.l0.mb0.attn"].data_deps
+    # the chain: the attention waits for the rotated keys (through eager repeat_kv's K and V copies, .eager_step)
+    assert ids["fwd.l0.mb0.rope.k.type_as"] in nodes["fwd.l0.mb0.repeat_kv.k"].data_deps
+    assert ids["fwd.l0.mb0.repeat_kv.v"] in nodes["fwd.l0.mb0.attn"].data_deps
 
 
 def test_op_level_checkpointing_recomputes_the_rotation(tmp_path):

@@ -188,6 +188,8 @@ class LayerOps:
         hq, hkv = dims.heads // tp, dims.kv_heads // tp
         rope = self.rope_fwd(lab, b, q, hq, hkv, d)  # (--rope: before the K/V cache and the CP ring)
         qkv_node = qkv_node if rope is None else rope
+        if not dims.mla:  # (--framework fsdp2: eager repeat_kv copies of K and V)
+            qkv_node = self.repeat_kv_fwd(lab, b, q, hq, hkv, d) or qkv_node
         if cfg.inference:  # this step's keys and values go into the KV cache (K and V as one copy; MLA: latent)
             kv_new = self._t(b, q, dims.kv_lora_rank + dims.rope_dim) if dims.mla else self._t(2, b, hkv, q, d)
             qkv_node = self.ew("aten::copy_", lab + ".kv_write", [kv_new, kv_new])
@@ -244,6 +246,8 @@ class LayerOps:
         self.mm(lab + ".wk", n, h, dims.kv_heads * dims.head_dim // tp, deps)
         # the rotated queries and keys the attention's backward reads are recomputed (only its output is saved)
         self.rope_fwd(lab, cfg.micro_batch_size, self.seq, dims.heads // tp, dims.kv_heads // tp, dims.head_dim)
+        # and so are the keys and values repeat_kv expanded for the attention's backward (.eager_step)
+        self.repeat_kv_fwd(lab, cfg.micro_batch_size, self.seq, dims.heads // tp, dims.kv_heads // tp, dims.head_dim)
         self.mm(lab + ".wo", n, dims.o_width // tp, h)
         if cfg.ew_forward:
             self.dropout_add(lab + ".attn_out")
@@ -311,6 +315,8 @@ class LayerOps:
             attn = self.attn_unfused_bwd(lab, b, hq, q, s, d)
         else:  # (CP: the dK/dV ring starts when the first remote chunk's gradients are done)
             attn = self.flash_bwd(lab, b, hq, hkv, q, d, dv=dims.v_dim, layer=layer)
+        if not dims.mla:  # (--framework fsdp2: dK and dV summed over repeat_kv's copies)
+            attn = self.repeat_kv_bwd(lab, b, q, hq, hkv, d) or attn
         rope = self.rope_bwd(lab, b, q, hq, hkv, d)  # (--rope: dQ and dK back through the rotation)
         attn = attn if rope is None else rope
         ring = self._cp_ring(lab + ".dkv", layer, mb, 2, attn)  # dK, dV back to their owners

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from .attention import AttentionOps
 from .config import DTYPES, LlmConfig
+from .eager_step import EagerStepOps
 from .emit import NodeEmitter
 from .fp8 import Fp8Ops
 from .layers import LayerOps
@@ -21,7 +22,7 @@ from .zero import DataParallelOps
 
 
 class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps, MtpOps, MoeOps, DataParallelOps,
-                    RopeOps):
+                    RopeOps, EagerStepOps):
     """The node graph of one pipeline stage, identical for every rank of the stage except for rank-specific
     attributes (``pg_name``, ``comm_src``/``comm_dst``), which are appended per rank as trailing attributes."""
 
@@ -151,7 +152,7 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
                         rows = cfg.micro_batch_size + (1 if cfg.mode == "mixed" else 0)
                     self.mm(f"{self.fwd_tag}.head.mb{mb}", rows, h, vocab, extra, linear=False)
                     if cfg.ew:  # vocab-parallel cross entropy over this rank's logits
-                        self.ew("aten::_log_softmax", f"fwd.head.mb{mb}.cross_entropy", [self._t(n, vocab)])
+                        self.loss_fwd(mb, n, vocab)
                     if mtp:
                         self.mtp_forward(mb, vocab)
                 if last and step + 1 < steps and P > 1:
@@ -175,8 +176,7 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
                         self.mtp_backward(mb, vocab, deps + extra, sync, smb, params)
                         deps, extra = [], []
                     if cfg.ew:
-                        self.ew("aten::_log_softmax_backward_data", f"bwd.head.mb{mb}.cross_entropy",
-                                [self._t(n, vocab), self._t(n, vocab)], deps + extra)
+                        self.loss_bwd(mb, n, vocab, deps + extra)
                         deps, extra = [], []
                     self.mm(f"bwd.head.mb{mb}.dgrad", n, vocab, h, deps + extra, linear=False)
                     if not self.frozen:

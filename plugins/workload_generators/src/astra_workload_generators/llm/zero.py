@@ -26,7 +26,10 @@ class DataParallelOps:
 
     def optimizer(self, params):
         """Adam over this rank's ``params`` (fp32 master weights, grads, two moments): one ``_fused_adam_``
-        node after every gradient reduction of the step; ZeRO-1/2 parameter all-gathers follow it."""
+        node after every gradient reduction of the step; ZeRO-1/2 parameter all-gathers follow it. Under
+        ``--framework fsdp2``: torchtitan's clipping and foreach AdamW instead (:mod:`.eager_step`)."""
+        if self._eager():
+            return self.eager_optimizer(params)
         f = "Tensor(float)"
         one = [((params,), f)]
         node = self.ew("aten::_fused_adam_", "optimizer.adam", [one, one, one, one], self.syncs)
