@@ -105,8 +105,8 @@ def astra_run_finish(run, report):
     if not state:
         return
     if any(r.breakdown is None for r in report.ranks):
-        report.warnings.append("energy: the run recorded no breakdown (--no-breakdown); the report has no "
-                               "stats.energy")
+        report.warnings.append("energy: the run has no per-rank breakdown (--no-breakdown, or the analysis "
+                               "plugin blocked with -p no:analysis); the report has no stats.energy")
         return
     from astra_energy.report import energy_stats
     from astra_energy.system import default_pue, system_power
