@@ -62,7 +62,8 @@ def test_astra_search_serve_finds_the_cheapest_deployment(tmp_path, capsys):
     capsys.readouterr()
     code = main(["search", "--serve", "--model", "llama3-8b", "--platform", "hgx-h100", "--qps", "60",
                  "--requests", "200", "--prompt-len", "1000", "--output-len", "100", "--slo-ttft-p99", "80", "--tp",
-                 "1", "--pp", "1,2", "--gpus", "4", "--disaggregate-ratios", "1:1", "--json"])
+                 "1", "--pp", "1,2", "--gpus", "4", "--disaggregate-ratios", "1:1", "--serve-arg=--frontend=none",
+                 "--json"])
     printed = capsys.readouterr()
     data = json.loads(printed.out)
     assert "cheapest: " in printed.err and "deprecated" not in printed.err

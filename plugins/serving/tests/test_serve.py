@@ -44,11 +44,13 @@ def step_ns(tmp_path, *argv, run=(), tp=8):
 def test_low_qps_matches_single_steps(tmp_path, host_us, graphs):
     """At very low QPS every request is alone: TTFT is one prefill step and each inter-token gap one decode step
     at batch 1, to the nanosecond, as astra workload llm + astra run give them, each plus the engine's host time
-    of its scheduler pass for one sequence (--host-us-per-seq; default vLLM v0.6.0's 42 us). With CUDA graphs
+    of its scheduler pass for one sequence (--host-us-per-seq; default vLLM v0.6.0's 42 us), without the request's
+    path outside the engine (--frontend none; test_frontend.py adds it). With CUDA graphs
     (the default) the decode step is one graph launch: astra run --host-launch-us 0, and asynchronous output
     processing is on (off without graphs, as in vLLM): each token arrives when the next step ends, the last one
     with the extra decode step of the finished sequence."""
-    extra = ([] if host_us is None else ["--host-us-per-seq", str(host_us)]) + ["--cuda-graphs", graphs]
+    extra = ([] if host_us is None else ["--host-us-per-seq", str(host_us)]) + ["--cuda-graphs", graphs, "--frontend",
+                                                                               "none"]
     report, rows = serve(tmp_path, "--tp", "8", "--qps", "0.01", "--requests", "3", "--prompt-len", "256",
                          "--output-len", "4", "--exact-shapes", *extra)
     host_ns = round((HOST_US_PER_SEQ_VLLM060 if host_us is None else host_us) * 1000)
@@ -74,7 +76,8 @@ def test_no_step_elementwise_is_given_to_the_generator(tmp_path):
     """--no-step-elementwise reaches the generator explicitly, whatever astra workload llm's default: a lone
     request's TTFT is the prefill step of astra workload llm --no-inference-elementwise, to the ns."""
     report, rows = serve(tmp_path, "--qps", "0.01", "--requests", "1", "--prompt-len", "200", "--output-len", "2",
-                         "--exact-shapes", "--host-us-per-seq", "0", "--no-step-elementwise", "--no-async-output")
+                         "--exact-shapes", "--host-us-per-seq", "0", "--no-step-elementwise", "--no-async-output",
+                         "--frontend", "none")
     off = step_ns(tmp_path, "--mode", "prefill", "--batch-size", "1", "--prompt-len", "200",
                   "--no-inference-elementwise", tp=1)
     on = step_ns(tmp_path, "--mode", "prefill", "--batch-size", "1", "--prompt-len", "200", tp=1)
@@ -255,7 +258,7 @@ def test_pipeline_parallel_low_qps_matches_single_steps_and_virtual_engines_rais
             return json.load(handle)["summary"]["max_finish_ns"]
 
     report, rows = serve(tmp_path, "--tp", "4", "--pp", "2", "--qps", "0.01", "--requests", "2", "--prompt-len", "128",
-                         "--output-len", "3", "--exact-shapes", "--host-us-per-seq", "0")
+                         "--output-len", "3", "--exact-shapes", "--host-us-per-seq", "0", "--frontend", "none")
     assert report["deployment"]["virtual_engines"] == 2 and len(report["replicas"]) == 2
     prefill = step("--mode", "prefill", "--batch-size", "1", "--prompt-len", "128")
     decodes = [step("--mode", "decode", "--batch-size", "1", "--prompt-len", "128", "--decode-len", str(k), graph=True)

@@ -13,6 +13,10 @@ samples the first token; its KV cache then goes over the network to a decode rep
 the first token is delivered when it has arrived (TTFT includes the transfer). A prefill replica sends one
 transfer at a time (FIFO), a decode replica receives one at a time, and the prefill replica holds the
 request's blocks until it is sent.
+
+``frontend`` (a :class:`~astra_serving.frontend.Frontend`, or None): a routed request reaches its replica's engine
+when that replica's frontend has parsed and tokenised it (one request at a time), and every delivered token
+reaches the client the frontend's ``deliver_ns`` later (frontend.py).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ ROUTERS = ("round-robin", "least-loaded", "kv-aware")
 
 class Cluster:
     def __init__(self, engines, router="round-robin", decode_engines=None, transfer=None, kv_bytes_per_token=0,
-                 sample_every_ns=None):
+                 sample_every_ns=None, frontend=None):
         if router not in ROUTERS:
             raise ConfigError(f"--router must be one of {', '.join(ROUTERS)}, got {router!r}")
         self.engines = engines                 # serving replicas, or the prefill pool
@@ -55,6 +59,12 @@ class Cluster:
         self.fast_forward = True         # the engines' lazy decoders (the module doc)
         self.iterations = []     # (replica, start ns, duration ns, prefill tokens, decode seqs, context), if recorded
         self.meter = None        # an energy.EnergyMeter charging each iteration's energy to its requests, or None
+        self.frontend = frontend if frontend is not None and frontend.active else None
+        self._frontends = None
+        if self.frontend is not None:
+            from .frontend import FrontendQueue
+
+            self._frontends = FrontendQueue(self.frontend)
 
     # ------------------------------------------------------------------ events
     def _push(self, t, kind, data):
@@ -145,6 +155,10 @@ class Cluster:
                 self._queue_change(+1)
                 engine = self.route(req, self.engines)
                 req.replica = engine.replica
+                if self._frontends is not None:  # through the replica's frontend first
+                    self._push(self._frontends.enter_ns(engine.replica, self.now, req.prompt_tokens), "enter",
+                               (engine, req))
+                    continue
                 engine.add(Seq(req))
                 self._kick(engine)
                 continue
@@ -164,6 +178,10 @@ class Cluster:
                         seq.req.finish_ns = t
                 self._sample_kv()
                 self._kick(engine)
+            elif kind == "enter":
+                engine, req = data
+                engine.add(Seq(req))
+                self._kick(engine)
             elif kind == "kv":
                 engine, seq, target = data
                 engine.blocks.release(seq.req.id)
@@ -175,6 +193,12 @@ class Cluster:
                     self._kick(target)
                 self._kick(engine)
         self._queue_change(0)
+        if self.frontend is not None and self.frontend.deliver_ns:
+            for r in requests:  # the way out: detokenised and streamed to the client
+                if r.first_token_ns is not None:
+                    r.first_token_ns += self.frontend.deliver_ns
+                if r.finish_ns is not None:
+                    r.finish_ns += self.frontend.deliver_ns
         unfinished = [r for r in requests if r.finish_ns is None]
         if unfinished:  # a bug, not bad input: never report a partial run as a result
             raise RuntimeError(f"{len(unfinished)} requests never finished (first: {unfinished[0]})")

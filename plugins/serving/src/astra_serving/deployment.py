@@ -98,6 +98,7 @@ def serve(spec):
 
     from .cluster import Cluster
     from .engine import VLLM_CUDA_GRAPH_SIZES, Engine, EngineConfig, Pipeline
+    from .frontend import get_frontend
     from .kvcache import BlockManager
     from .metrics import build_report
     from .requests import generate_requests, parse_length, parse_prune, read_trace, write_trace
@@ -108,6 +109,7 @@ def serve(spec):
     if isinstance(spec, Mapping):
         spec = ServeSpec.from_mapping(spec, where="serve()")
     resolved = resolve(spec)
+    frontend = get_frontend(spec.frontend)
     platform, layout, cap = resolved.platform, resolved.layout, resolved.capacity
     virtual_engines, ratio = resolved.virtual_engines, resolved.bucket_ratio
     max_context = cap.max_context
@@ -175,7 +177,7 @@ def serve(spec):
         transfer = KvTransferTimer(layout, spec.nic_gbit, ratio=ratio, exact=spec.exact_shapes)
         prefill = [e for i in range(n_p) for e in replica_engines(i, "prefill")]
         decode = [e for i in range(n_d) for e in replica_engines(n_p + i, "decode")]
-        cluster = Cluster(prefill, spec.router, decode, transfer, cap.kv_bytes_per_token, sample_ns)
+        cluster = Cluster(prefill, spec.router, decode, transfer, cap.kv_bytes_per_token, sample_ns, frontend)
         replicas = n_p + n_d
         description = f"{n_p} prefill + {n_d} decode replicas of TP {spec.tp} x PP {spec.pp}" + (
             f" x EP {spec.ep}" if spec.ep > 1 else "")
@@ -183,7 +185,7 @@ def serve(spec):
         if spec.nic_gbit is not None:
             raise ConfigError("--nic-gbit is for --disaggregate (the KV transfer's network)")
         cluster = Cluster([e for i in range(spec.replicas) for e in replica_engines(i, "both")], spec.router,
-                          sample_every_ns=sample_ns)
+                          sample_every_ns=sample_ns, frontend=frontend)
         replicas = spec.replicas
         description = f"{replicas} replica{'s' if replicas > 1 else ''} of TP {spec.tp} x PP {spec.pp}" + (
             f" x EP {spec.ep}" if spec.ep > 1 else "")
@@ -208,7 +210,8 @@ def serve(spec):
                    "separate_prefills": spec.separate_prefills,
                    "host_ns_per_seq": int(round(host_us_per_seq(spec) * 1000)),
                    "host_ns_per_schedule": int(round(spec.host_us_per_schedule * 1000)),
-                   "cuda_graphs": spec.cuda_graphs, "async_output": async_output(spec)}}
+                   "cuda_graphs": spec.cuda_graphs, "async_output": async_output(spec),
+                   "frontend": frontend.to_dict()}}
     report["kv_cache"] = cap.to_dict()
     if spec.prefix_caching:
         looked = sum(e.blocks.lookups for e in engines)

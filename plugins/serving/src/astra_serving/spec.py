@@ -88,6 +88,7 @@ class ServeSpec:
     host_us_per_schedule: float = 0.0
     cuda_graphs: str = "vllm"
     async_output: bool | None = None  # None: vLLM's default (deployment.async_output)
+    frontend: str = "vllm"  # the request's path outside the engine step (frontend.py)
     # step simulator
     bucket_ratio: float | None = None
     exact_shapes: bool = False
@@ -193,6 +194,11 @@ class ServeSpec:
                               "when the next step ends (TTFT and E2E one step longer; docs/serving.md). Default: on, "
                               "off with --pp > 1 or --cuda-graphs off, where vLLM turns it off; --no-async-output for "
                               "an engine that delivers a token when its step ends")
+        eng.add_argument("--frontend", default="vllm", choices=("vllm", "none"),
+                         help="the request's path outside the engine step: vllm (default): vLLM's OpenAI server, "
+                              "2.53 ms + 2.20 us per prompt token to parse and tokenise a request (one at a time per "
+                              "replica) and 3.9 us to detokenise and stream a token, as published "
+                              "(docs/serving.md); none: token ids straight into the engine (an in-process benchmark)")
         sim = p.add_argument_group("step simulator")
         sim.add_argument("--bucket-ratio", type=positive_float, default=None, metavar="R",
                          help="ratio of the token-count grid of the batch-shape buckets (> 1; default sqrt 2; see "
