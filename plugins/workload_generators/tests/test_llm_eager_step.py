@@ -70,6 +70,8 @@ def test_repeat_kv_copies_k_and_v_and_its_backward_sums_them(tmp_path):
     generate_llm(model_dims(**{**LLAMA, "kv_heads": 8}), LlmConfig(dp=2, zero=3, framework="fsdp2"), tmp_path / "m")
     assert not _labelled(read_rank_nodes(tmp_path / "m", 0), "fwd.l0.mb0.repeat_kv")
     assert not [n for n in _nodes(tmp_path, "z", framework=None) if ".repeat_kv." in (n.attrs.get("label") or "")]
+    # nor with the memory-bound nodes off (--no-elementwise), as the loss and the optimizer
+    assert not [n for n in _nodes(tmp_path, "e", elementwise=False) if ".repeat_kv." in (n.attrs.get("label") or "")]
 
 
 def test_clipping_and_foreach_adamw_move_96_bytes_per_parameter(tmp_path):

@@ -71,8 +71,9 @@ class EagerStepOps:
         return self.ew("aten::copy_", label + ".float", [logits32, self._t(n, vocab)])
 
     def repeat_kv_fwd(self, lab, b, s, hq, hkv, d):
-        """The keys' and values' copies to ``hq`` heads (grouped-query attention only)."""
-        if not self._eager() or hkv >= hq:
+        """The keys' and values' copies to ``hq`` heads (grouped-query attention only; memory-bound nodes, so not
+        with ``elementwise`` off, as the loss and the optimizer)."""
+        if not (self._eager() and self.cfg.ew) or hkv >= hq:  # (--no-elementwise: none)
             return None
         node = None
         for name in ("k", "v"):
@@ -82,7 +83,7 @@ class EagerStepOps:
     def repeat_kv_bwd(self, lab, b, s, hq, hkv, d):
         """Their backward: each gradient summed over its ``hq / hkv`` copies (the reduced output is listed as a
         second argument so that its write is counted beside the read)."""
-        if not self._eager() or hkv >= hq:
+        if not (self._eager() and self.cfg.ew) or hkv >= hq:  # (--no-elementwise: none)
             return None
         node = None
         for name in ("k", "v"):
