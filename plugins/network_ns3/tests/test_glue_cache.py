@@ -138,15 +138,15 @@ def test_the_folder_keeps_the_newest_libraries(tmp_path, monkeypatch):
 
 
 def test_a_failing_compiler_says_so_and_falls_back_to_cppyy(tmp_path, monkeypatch, capsys):
-    """A compiler that fails: one line naming it and the fallback; then cppyy's path (ns-3 blocked here, so its
+    """A compiler that fails: one line naming it and the fallback; then cppyy's path (cppyy blocked here, so its
     error ends the attempt at once)."""
     if importlib.util.find_spec("ns3") is None:
         pytest.skip("the ns3 package is not installed")
     monkeypatch.setattr(glue, "_GLUE", None)
     monkeypatch.setenv("ASTRA_NS3_CACHE", str(tmp_path))
     monkeypatch.setattr(glue, "find_compiler", lambda: "/bin/false")
-    monkeypatch.setitem(sys.modules, "ns", None)
-    with pytest.raises(glue.ConfigError, match="needs the ns3 package"):
+    monkeypatch.setitem(sys.modules, "cppyy", None)
+    with pytest.raises(glue.ConfigError, match="needs cppyy"):
         glue.load_glue()
     err = capsys.readouterr().err
     assert "compiling the glue with /bin/false failed" in err and "cppyy" in err

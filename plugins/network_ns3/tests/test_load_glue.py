@@ -18,13 +18,13 @@ def said(monkeypatch):
 
     monkeypatch.setattr(progress, "phase", lambda text, *a, **k: lines.append(text))
     monkeypatch.setattr(glue, "_GLUE", None)
-    monkeypatch.setitem(sys.modules, "ns", None)  # cppyy's import then fails at once: we see what came before it
+    monkeypatch.setitem(sys.modules, "cppyy", None)  # cppyy's import then fails at once: we see what came before it
     return lines
 
 
 def test_the_cppyy_import_names_its_one_time_compile_before_it_starts(said, monkeypatch):
     monkeypatch.setenv("ASTRA_NS3_GLUE", "cppyy")
-    with pytest.raises(ConfigError, match="needs the ns3 package"):
+    with pytest.raises(ConfigError, match="needs cppyy"):
         glue.load_glue()
     assert said and "once per process" in said[0] and "ns-3" in said[0]
 
@@ -35,7 +35,7 @@ def test_the_compiled_glue_names_its_build_and_its_cache_before_it_starts(said, 
     monkeypatch.setenv("ASTRA_NS3_CACHE", str(tmp_path))
     monkeypatch.setattr(glue, "find_compiler", lambda: "/bin/false")
     monkeypatch.setattr(glue, "_ns3_install", lambda: ("/p", "/p/lib64", "ns3.44", "3.44.post0"))
-    with pytest.raises(ConfigError, match="needs the ns3 package"):
+    with pytest.raises(ConfigError, match="needs cppyy"):
         glue.load_glue()
     assert "compiling the ns-3 glue with false" in said[1] and str(tmp_path) in said[1]
     assert "with cppyy" in said[-1]

@@ -26,7 +26,6 @@ import contextlib
 import ctypes
 import glob
 import hashlib
-import importlib
 import importlib.metadata
 import importlib.util
 import os
@@ -144,7 +143,7 @@ def _ns3_install():
         if cores:
             stem = os.path.basename(cores[0])[len("lib"):-len("-core.so")]
             return prefix, os.path.join(prefix, sub), stem, importlib.metadata.version("ns3")
-    raise _BuildFailed(f"no libns3*-core.so under {prefix}/lib64 or lib")
+    raise ConfigError(f"the ns3 package at {prefix} has no libns3*-core.so under lib64/ or lib/ (reinstall it)")
 
 
 def c_layer():
@@ -290,15 +289,21 @@ def _compiled_namespace(lib, built):
 
 # ---------------------------------------------------------------------------------------------- cppyy's JIT
 def _load_cppyy():
+    """cling parses the headers of :data:`NS3_MODULES` (not the ``ns`` package's 42 modules: a third of the
+    time), loads their libraries, then compiles the glue; its methods are JIT-compiled at their first call."""
+    ns3 = _ns3_install()
     try:
-        with _quiet_static_init():
-            importlib.import_module("ns")  # loads every ns-3 module into cppyy (ns3's own loader)
+        import cppyy
     except ImportError as exc:
-        raise ConfigError(
-            f"the ns3 network backend needs the ns3 package (pip install 'ns3==3.44.post0'): {exc}"
-        ) from None
-    import cppyy
+        raise ConfigError(f"the ns3 network backend needs cppyy, which the ns3 package brings (pip install "
+                          f"'ns3==3.44.post0'): {exc}") from None
 
+    with _quiet_static_init():
+        cppyy.add_include_path(os.path.join(ns3[0], "include"))
+        for module in NS3_MODULES:
+            cppyy.include(f"ns3/{module}-module.h")
+        for module in NS3_MODULES:
+            cppyy.load_library(os.path.join(ns3[1], f"lib{ns3[2]}-{module}.so"))
     for name in SOURCES:
         with open(os.path.join(_HERE, name), encoding="utf-8") as handle:
             cppyy.cppdef(handle.read())
