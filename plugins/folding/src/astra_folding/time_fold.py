@@ -24,11 +24,12 @@ rank ``r`` relative to the number of nodes ``f_r`` it has finished:
 The run is deterministic, and what it does from a state depends on that state and on the trace nodes it
 touches (type, attributes, duration, children, number of parents). So if every node the run touched from A
 to B (those it finished, their children, and those in A's state) equals its image under ``σ^j`` for
-``j = 1..k`` (same type, name, duration, attributes, children and parents moved by ``j D_r``, ``comm_tag`` +
+``j = 1..k`` (same type, duration, attributes, children and parents moved by ``j D_r``, ``comm_tag`` +
 ``j T``), the run from B repeats the run from A ``k`` times, moved by ``σ``: the state after them is
 ``σ^k(B)`` at ``t_B + k P``. Ranks are not relabelled, so delays between the same ranks stay the same.
-Only what nothing else reads is left out: a communication node's name (the system layer and the stateless
-networks never read it), accumulators (compute, communication and CPU time, messages, bytes, events), which
+Only what the simulation never reads is left out: node names and ``label`` attributes (outputs read them, and
+see the real nodes; the compute models allowed here time a node from its duration or its ``num_ops`` and
+``tensor_size``), accumulators (compute, communication and CPU time, messages, bytes, events), which
 move on by ``k`` times their change over the period, and the order of the matcher's keys (read only to
 list unmatched messages at the end).
 
@@ -60,10 +61,17 @@ from astra_sim.workload.workload import RankWorkload
 
 #: compute models whose time for a node depends on the node only and that keep no per-node records
 STATELESS_COMPUTE = (ReplayModel, RooflineModel)
-#: anchor snapshots kept before they are dropped (and the finished-node log with them)
-MAX_SNAPSHOTS = 512
+#: node attributes that only outputs read (the critical path, timelines: they see the real nodes, replayed); a
+#: node's name is not compared either (outputs and error messages read it; the compute models above do not)
+UNREAD_ATTRS = frozenset(("label",))
+#: anchor snapshots kept before they are dropped (and the finished-node log with them), and per state
+MAX_SNAPSHOTS = 4096
+MAX_OCCURRENCES = 256
+#: looking for repeats may cost this many units (a node named by a state, a node pair compared x 8) per event
+#: simulated so far, plus the floor: it stays a small part of a run that never repeats
+LOOK_WORK_PER_EVENT = 2
+LOOK_WORK_FLOOR = 50_000
 _P2P = (T.COMM_SEND_NODE, T.COMM_RECV_NODE)
-_COMM_NODES = (T.COMM_SEND_NODE, T.COMM_RECV_NODE, T.COMM_COLL_NODE)
 _NODE_DONE = RankWorkload._node_done
 _LAUNCH = RankWorkload._launch
 _CALL_EVENTS = Sys._call_events
@@ -109,6 +117,9 @@ class TimeFolder:
         self.info = info
         self.anchor = next((w.rank for w in self.workloads
                             if any(n.type in _P2P for n in w.nodes.values())), None)
+        # look at the state once per repeat of the anchor's sends and receives (every one when they do not repeat)
+        self.every = _p2p_period(self.by_rank[self.anchor]) if self.anchor is not None else 1
+        self.anchor_p2p = 0
         self.record = self.shared.record_node
         self.log = []  # (rank, node id, start, end) of the nodes finished since the oldest snapshot
         self.touched = {w.rank: set() for w in self.workloads}  # children of finished nodes (partial counts)
@@ -117,6 +128,8 @@ class TimeFolder:
         self.reason = None  # why a repeated state was not jumped over
         self.incomparable = None  # the first piece of state that could not be compared
         self.looks = 0
+        self.kept = 0  # snapshots kept
+        self.work = 0  # what looking for repeats has cost (see LOOK_WORK_PER_EVENT)
         self.count = 0  # events run
         self.parents = {w.rank: _parent_counts(w.children) for w in self.workloads}
         self.signatures = {w.rank: {} for w in self.workloads}  # see _signature
@@ -167,31 +180,46 @@ class TimeFolder:
         for child in self.by_rank[rank].children[node.id]:
             touched.add(child)
         if rank == self.anchor and node.type in _P2P:
-            self.hit = True
+            self.anchor_p2p += 1
+            if self.anchor_p2p % self.every == 0:
+                self.hit = True
         self.record(rank, node, start_ns, end_ns)
 
     # ------------------------------------------------------------ snapshots
     def _at_anchor(self, count):
-        """Write the state canonically; on a repeat, jump. Returns the events jumped over."""
+        """Write the state canonically; when it was seen before (the shortest period first), try to jump.
+        Returns the events jumped over."""
         if any(w.finish_ns is not None for w in self.workloads):
             return 0  # the cool-down: nothing repeats any more
+        if self.work > LOOK_WORK_PER_EVENT * count + LOOK_WORK_FLOOR:
+            return 0  # looking has cost its share of the run so far: skip this one
         self.looks += 1
         try:
-            key, refs = self._canonical()
+            key, refs, tags = self._canonical()
         except Incomparable as exc:
             if self.incomparable is None:
                 self.incomparable = str(exc)
             return 0
         snap = (self.engine.now, {w.rank: self._finished(w) for w in self.workloads}, len(self.log), count,
-                self._accumulators(), refs)
-        earlier = self.snapshots.get(key)
-        self.snapshots[key] = snap
-        if earlier is None:
-            if len(self.snapshots) > MAX_SNAPSHOTS:
-                self.snapshots = {key: (snap[0], snap[1], 0, snap[3], snap[4], snap[5])}
-                del self.log[:snap[2]]
-            return 0
-        return self._try_jump(earlier, snap)
+                self._accumulators(), refs, tags)
+        seen = self.snapshots.setdefault(key, [])
+        for earlier in reversed(seen):
+            if self.work > LOOK_WORK_PER_EVENT * count + LOOK_WORK_FLOOR:
+                break
+            # the tags the two states name must all have moved by one step: a cheap test before the trace's
+            if len(earlier[6]) == len(tags) and len({y - x for x, y in zip(earlier[6], tags)}) <= 1:
+                skipped = self._try_jump(earlier, snap)
+                if skipped:
+                    return skipped
+        seen.append(snap)
+        if len(seen) > MAX_OCCURRENCES:
+            del seen[0]
+        self.kept += 1
+        if self.kept > MAX_SNAPSHOTS:  # start again from this one; the finished-node log with it
+            self.snapshots = {key: [snap[:2] + (0,) + snap[3:]]}
+            del self.log[:snap[2]]
+            self.kept = 1
+        return 0
 
     @staticmethod
     def _finished(w):
@@ -213,6 +241,7 @@ class TimeFolder:
         self._now = now
         self._f = {w.rank: self._finished(w) for w in self.workloads}
         self._refs = {w.rank: set() for w in self.workloads}
+        self._tags = []  # the comm_tag of every send or receive named, in the order named
         self._seen = {}
         events = tuple((t - now, self._events(engine._buckets[t])) for t in sorted(engine._buckets))
         ranks = tuple(self._rank(w) for w in self.workloads)
@@ -222,7 +251,9 @@ class TimeFolder:
             if messages:
                 waiting.append((src, dst, size, tuple(self._message(m) for m in messages)))
         waiting.sort(key=repr)
-        return (events, ranks, tuple(waiting)), self._refs
+        self.work += (len(self._tags) + 4 * len(self.matcher._waiting) + sum(len(r) for r in self._refs.values())
+                      + sum(len(w.node_start_ns) for w in self.workloads))
+        return (events, ranks, tuple(waiting)), self._refs, self._tags
 
     def _preposted(self, m):
         """Whether ``m`` is a receive without parents still waiting for its send. A trace may post all its
@@ -245,6 +276,9 @@ class TimeFolder:
         return tuple(self._event(flat[i], flat[i + 1]) for i in range(0, len(flat), 2))
 
     def _node(self, rank, node_id):
+        tag = self.by_rank[rank].nodes[node_id].attrs.get("comm_tag")
+        if tag is not None:
+            self._tags.append(tag)
         rel = node_id - self._f[rank]
         self._refs[rank].add(rel)
         return rel
@@ -312,13 +346,14 @@ class TimeFolder:
 
     # ------------------------------------------------------------ the repeat check
     def _try_jump(self, a, b):
-        t_a, f_a, log_a, count_a, acc_a, refs = a
-        t_b, f_b, log_b, count_b, acc_b, _ = b
+        t_a, f_a, log_a, count_a, acc_a, refs, _ = a
+        t_b, f_b, log_b, count_b, acc_b, _, _ = b
         period = t_b - t_a
         shift = {r: f_b[r] - f_a[r] for r in f_b}
         # the nodes the period touched: those named by the state at A and at B (its own and its images' are
         # the same relative to the finished counts), those it finished, and their children
         touched = {r: {f_a[r] + rel for rel in rels} | {f_b[r] + rel for rel in rels} for r, rels in refs.items()}
+        self.work += 3 * (log_b - log_a) + len(self.matcher._waiting)
         for rank, node_id, _s, _e in self.log[log_a:log_b]:
             ids = touched[rank]
             ids.add(node_id)
@@ -341,11 +376,12 @@ class TimeFolder:
         self.info.pop("reason", None)
         self.snapshots = {}
         self.log = []
+        self.kept = 0
         return skipped
 
     def _signature(self, rank, node_id):
         """(what must match between a node and its image, its ``comm_tag`` or None), or None for no node: the
-        type, name (a communication node's is never read), duration, attributes but ``comm_tag``, children
+        type, duration, attributes but those only outputs read (:data:`UNREAD_ATTRS`) and ``comm_tag``, children
         relative to the node and number of parents. Kept per node (each is looked at about once a jump)."""
         sigs = self.signatures[rank]
         sig = sigs.get(node_id)
@@ -357,8 +393,7 @@ class TimeFolder:
                     raise Incomparable(f"rank {rank} loads or stores remote memory, whose backend's state is not "
                                        "compared")
                 attrs = node.attrs
-                sig = ((node.type, None if node.type in _COMM_NODES else node.name, node.duration_micros,
-                        node.inputs_values, tuple(item for item in attrs.items() if item[0] != "comm_tag"),
+                sig = ((node.type, node.duration_micros, node.inputs_values, _read_attrs(attrs),
                         tuple(c - node_id for c in w.children[node_id]), self.parents[rank].get(node_id, 0)),
                        attrs.get("comm_tag"))
             sigs[node_id] = sig
@@ -408,11 +443,10 @@ class TimeFolder:
                 if a.type in (T.MEM_LOAD_NODE, T.MEM_STORE_NODE):
                     raise Incomparable(f"rank {rank} loads or stores remote memory, whose backend's state is not "
                                        "compared")
-                kind, name, duration, values = a.type, a.name, a.duration_micros, a.inputs_values
-                check_name = kind not in _COMM_NODES
+                kind, duration, values = a.type, a.duration_micros, a.inputs_values
                 attrs = a.attrs
+                core = _read_attrs(attrs)
                 tag = attrs.get("comm_tag")
-                plain = tag is None and "comm_tag" not in attrs
                 kids = children[node_id]
                 n_parents = parents.get(node_id, 0)
                 j = 1
@@ -420,12 +454,13 @@ class TimeFolder:
                     moved = node_id + j * step
                     b = nodes.get(moved)
                     if (b is None or b.type != kind or b.duration_micros != duration or b.inputs_values != values
-                            or (check_name and b.name != name) or parents.get(moved, 0) != n_parents):
+                            or parents.get(moved, 0) != n_parents):
                         break
-                    if plain:
-                        if b.attrs != attrs:
-                            break
-                    elif not self._alike(rank, node_id, moved, j * tag_step):
+                    b_attrs = b.attrs
+                    if b_attrs is not attrs and not _same_read_attrs(attrs, b_attrs, core):
+                        break
+                    b_tag = b_attrs.get("comm_tag")
+                    if b_tag != tag if tag is None or b_tag is None else b_tag - tag != j * tag_step:
                         break
                     kids_b = children[moved]
                     if len(kids_b) != len(kids):
@@ -436,6 +471,7 @@ class TimeFolder:
                     elif any(y - x != j * step for x, y in zip(kids, kids_b)):
                         break
                     j += 1
+                self.work += 8 * j
                 limit = j - 1
                 if limit < 1:
                     return 0, 0
@@ -456,14 +492,13 @@ class TimeFolder:
                     looked_up.add(key)
         tags_of = {}
         for tag, src, dst, size in looked_up:
-            tags_of.setdefault((src, dst, size), []).append(tag)
+            tags_of.setdefault((src, dst, size), set()).add(tag)
         for dst, keys in inert.items():
             for y, (tag, src, _dst, size) in keys.items():
-                if tag_step == 0:  # the same keys every period: every repeat looks them up
-                    hits = range(1, limit + 1) if tag in tags_of.get((src, dst, size), ()) else ()
-                else:
-                    hits = sorted((tag - t) // tag_step for t in tags_of.get((src, dst, size), ())
-                                  if (tag - t) % tag_step == 0 and 0 < (tag - t) // tag_step <= limit)
+                tags = tags_of.get((src, dst, size))
+                if not tags:
+                    continue
+                hits = [j for j in range(1, limit + 1) if tag - j * tag_step in tags]
                 for j in hits:
                     x = y - j * shift[dst]
                     if x not in touched[dst] or not self._alike(dst, x, y, j * tag_step):
@@ -485,17 +520,17 @@ class TimeFolder:
         """Report the ``k`` repeats' nodes, then move the state by ``σ^k`` (see the module docstring)."""
         record = self.record
         used = {w.rank: set() for w in self.workloads}  # pre-posted receives the repeats finish or match
+        rows = [(rank, node_id, start, end, shift[rank], self.by_rank[rank], self.root_recvs[rank], used[rank],
+                 self.touched[rank]) for rank, node_id, start, end in log]
         for j in range(1, k + 1):
             dt = j * period
-            for rank, node_id, start, end in log:
-                w = self.by_rank[rank]
-                moved = node_id + j * shift[rank]
-                if moved in self.root_recvs[rank]:  # posted at the start: its own start time
+            for rank, node_id, start, end, step, w, roots, used_here, touched in rows:
+                moved = node_id + j * step
+                if moved in roots:  # posted at the start: its own start time
                     start = w.node_start_ns[moved] - dt
-                    used[rank].add(moved)
+                    used_here.add(moved)
                 record(rank, w.nodes[moved], start + dt, end + dt)
                 left = w.parents_left
-                touched = self.touched[rank]
                 for child in w.children[moved]:
                     left[child] -= 1
                     touched.add(child)
@@ -585,6 +620,37 @@ class TimeFolder:
             m.send_arg += dn[src]
         if m.recv_fn is not None:
             m.recv_arg += dn[dst]
+
+
+def _read_attrs(attrs):
+    """A node's attributes that the simulation reads (all but :data:`UNREAD_ATTRS` and ``comm_tag``)."""
+    return {k: v for k, v in attrs.items() if k not in UNREAD_ATTRS and k != "comm_tag"}
+
+
+_SKIPPED_ATTRS = UNREAD_ATTRS | {"comm_tag"}
+
+
+def _same_read_attrs(attrs, other, read):
+    """Whether ``other`` has the attributes ``read`` (``_read_attrs(attrs)``) the simulation reads of ``attrs``."""
+    try:  # hashable values (the usual case): compare the item sets, in C
+        return all(key in _SKIPPED_ATTRS for key, _ in attrs.items() ^ other.items())
+    except TypeError:  # a list value (involved_dim, shapes)
+        return _read_attrs(other) == read
+
+
+def _p2p_period(w):
+    """How many sends and receives the trace of ``w`` has per repeat of its middle third: the smallest ``d``
+    with every send or receive like the one ``d`` before it (type, peers, size) and its tag one step on; 1 when
+    none. Only where the state is looked at depends on it, never what a jump does."""
+    rows = [(n.type, n.attrs.get("comm_src"), n.attrs.get("comm_dst"), n.attrs.get("comm_size"),
+             n.attrs.get("comm_tag", 0)) for _, n in sorted(w.nodes.items()) if n.type in _P2P]
+    third = len(rows) // 3
+    for d in range(1, third + 1):
+        step = rows[third + d][4] - rows[third][4]
+        if all(rows[i + d][:4] == rows[i][:4] and rows[i + d][4] - rows[i][4] == step
+               for i in range(third, 2 * third)):
+            return d
+    return 1
 
 
 def _key(rank, node):
