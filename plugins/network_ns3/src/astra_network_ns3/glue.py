@@ -16,8 +16,9 @@ bytes, and a reader sees a whole library or none. The file ends with the SHA-256
 does not match it (truncated, overwritten) is compiled again, never loaded. The folder keeps the :data:`KEEP`
 newest libraries.
 
-Without a compiler (or when it fails, which is said), the glue is compiled by cppyy as before: ``from ns import
-ns``, then ``cppyy.cppdef`` (``ASTRA_NS3_GLUE=cppyy`` asks for that path).
+Without a compiler (or when it fails, which is said on one line), cppyy compiles the glue in every process, after
+parsing the headers of only the ns-3 modules it uses (:data:`NS3_MODULES`); ``ASTRA_NS3_GLUE=cppyy`` asks for
+that path.
 """
 
 from __future__ import annotations
@@ -103,8 +104,8 @@ def load_glue():
                 print(f"ns3 network: compiling the glue with {compiler} failed ({exc}); using cppyy's JIT instead "
                       "(set ASTRA_NS3_GLUE=cppyy to skip the attempt)", file=sys.stderr)
         if _GLUE is None:
-            phase("importing ns-3 and compiling its C++ glue with cppyy (once per process: 10 s on a quiet machine, "
-                  "up to 90 s on a busy one; a C++ compiler on the PATH makes it a one-time cost)")
+            phase("loading ns-3 and compiling its C++ glue with cppyy (once per process: about 6 s of CPU; a C++ "
+                  "compiler on the PATH makes it a one-time cost)")
             _GLUE = _load_cppyy()
     return _GLUE
 
