@@ -64,7 +64,7 @@ TINY = 'extern "C" __attribute__((visibility("default"))) int astra_ns3_answer()
 def tiny_builder(value, calls):
     def build(path):
         calls.append(path)
-        subprocess.run([CXX, "-shared", "-fPIC", "-x", "c++", "-", "-o", path], input=TINY % value, text=True,
+        subprocess.run([*CXX, "-shared", "-fPIC", "-x", "c++", "-", "-o", path], input=TINY % value, text=True,
                        check=True)
     return build
 
@@ -144,7 +144,7 @@ def test_a_failing_compiler_says_so_and_falls_back_to_cppyy(tmp_path, monkeypatc
         pytest.skip("the ns3 package is not installed")
     monkeypatch.setattr(glue, "_GLUE", None)
     monkeypatch.setenv("ASTRA_NS3_CACHE", str(tmp_path))
-    monkeypatch.setattr(glue, "find_compiler", lambda: "/bin/false")
+    monkeypatch.setattr(glue, "find_compiler", lambda: ["/bin/false"])
     monkeypatch.setitem(sys.modules, "cppyy", None)
     with pytest.raises(glue.ConfigError, match="needs cppyy"):
         glue.load_glue()

@@ -33,7 +33,7 @@ def test_the_compiled_glue_names_its_build_and_its_cache_before_it_starts(said, 
     """A compiler that fails at once (/bin/false): the build's phase line came first, naming the cache folder."""
     monkeypatch.delenv("ASTRA_NS3_GLUE", raising=False)
     monkeypatch.setenv("ASTRA_NS3_CACHE", str(tmp_path))
-    monkeypatch.setattr(glue, "find_compiler", lambda: "/bin/false")
+    monkeypatch.setattr(glue, "find_compiler", lambda: ["/bin/false"])
     monkeypatch.setattr(glue, "_ns3_install", lambda: ("/p", "/p/lib64", "ns3.44", "3.44.post0"))
     with pytest.raises(ConfigError, match="needs cppyy"):
         glue.load_glue()
@@ -45,3 +45,19 @@ def test_an_unknown_glue_choice_is_one_line_naming_the_variable(said, monkeypatc
     monkeypatch.setenv("ASTRA_NS3_GLUE", "jit")
     with pytest.raises(ConfigError, match="ASTRA_NS3_GLUE: expected 'compiled' or 'cppyy', got 'jit'"):
         glue.load_glue()
+
+
+def test_a_cxx_that_is_not_a_command_says_so_and_uses_cppyy(said, monkeypatch, capsys):
+    monkeypatch.delenv("ASTRA_NS3_GLUE", raising=False)
+    monkeypatch.setenv("CXX", "no-such-compiler-37 --flag")
+    assert glue.find_compiler() is None
+    with pytest.raises(ConfigError, match="needs cppyy"):
+        glue.load_glue()
+    assert "CXX='no-such-compiler-37 --flag' is not a command on the PATH" in capsys.readouterr().err
+
+
+def test_cxx_is_split_as_a_shell_would(monkeypatch):
+    monkeypatch.setenv("CXX", "env CCACHE_DISABLE=1 c++")
+    found = glue.find_compiler()
+    assert found[0].endswith("/env") and found[1:] == ["CCACHE_DISABLE=1", "c++"]
+    assert glue.compile_command(found, ("/p", "/p/lib64", "ns3.44", "3.44"))[:3] == found

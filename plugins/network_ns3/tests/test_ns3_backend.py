@@ -1,5 +1,6 @@
 """The ``ns3`` backend on the real ns-3: line rate, incast, the flow tier, ASTRA-sim's example inputs, FIFO,
-lockstep, statistics. ns-3's import (~10 s) is paid once, by the module-scoped fixture ``glue``."""
+lockstep, statistics. Loading the glue (compiled once per test session, or cppyy's ~6 s of CPU) is paid once, by
+the module-scoped fixture ``glue``."""
 
 from __future__ import annotations
 

@@ -30,6 +30,7 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -97,12 +98,15 @@ def load_glue():
         if choice not in ("compiled", "cppyy"):
             raise ConfigError(f"ASTRA_NS3_GLUE: expected 'compiled' or 'cppyy', got {choice!r}")
         compiler = find_compiler() if choice == "compiled" else None
+        if choice == "compiled" and compiler is None and os.environ.get("CXX"):
+            print(f"ns3 network: CXX={os.environ['CXX']!r} is not a command on the PATH; using cppyy's JIT instead",
+                  file=sys.stderr)
         if compiler is not None:
             try:
                 _GLUE = _load_compiled(_ns3_install(), compiler, phase)
             except _BuildFailed as exc:
-                print(f"ns3 network: compiling the glue with {compiler} failed ({exc}); using cppyy's JIT instead "
-                      "(set ASTRA_NS3_GLUE=cppyy to skip the attempt)", file=sys.stderr)
+                print(f"ns3 network: compiling the glue with {' '.join(compiler)} failed ({exc}); using cppyy's JIT "
+                      "instead (set ASTRA_NS3_GLUE=cppyy to skip the attempt)", file=sys.stderr)
         if _GLUE is None:
             phase("loading ns-3 and compiling its C++ glue with cppyy (once per process: about 6 s of CPU; a C++ "
                   "compiler on the PATH makes it a one-time cost)")
@@ -116,11 +120,16 @@ class _BuildFailed(Exception):
 
 
 def find_compiler():
-    """``$CXX``, else the first of ``c++``, ``g++``, ``clang++`` on the PATH; None when there is none."""
-    for name in ([os.environ["CXX"]] if os.environ.get("CXX") else ["c++", "g++", "clang++"]):
+    """The compiler's command as a list: ``$CXX`` (split as a shell would: ``ccache g++`` works), else the first
+    of ``c++``, ``g++``, ``clang++`` on the PATH; None when there is none."""
+    if os.environ.get("CXX"):
+        words = shlex.split(os.environ["CXX"])
+        path = shutil.which(words[0]) if words else None
+        return [path, *words[1:]] if path else None
+    for name in ("c++", "g++", "clang++"):
         path = shutil.which(name)
         if path:
-            return path
+            return [path]
     return None
 
 
@@ -175,7 +184,7 @@ def compile_command(compiler, ns3):
     """The compiler's arguments, reading the unit on stdin; the output path goes last."""
     prefix, libdir, stem, _version = ns3
     libs = [f"-l{stem}-{module}" for module in NS3_MODULES]
-    return [compiler, *CXX_FLAGS, "-I", os.path.join(prefix, "include"), "-x", "c++", "-", "-x", "none",
+    return [*compiler, *CXX_FLAGS, "-I", os.path.join(prefix, "include"), "-x", "c++", "-", "-x", "none",
             "-L", libdir, *libs, f"-Wl,-rpath,{libdir}", "-Wl,-z,defs", "-o"]
 
 
@@ -246,7 +255,7 @@ def _load_compiled(ns3, compiler, phase):
     folder = cache_folder()
 
     def build(path):
-        phase(f"compiling the ns-3 glue with {os.path.basename(compiler)} (once per glue and ns-3 version; "
+        phase(f"compiling the ns-3 glue with {os.path.basename(compiler[0])} (once per glue and ns-3 version; "
               f"cached in {folder})")
         done = subprocess.run([*command, path], input=unit, capture_output=True, text=True)
         if done.returncode != 0:
