@@ -128,6 +128,16 @@ def test_concurrent_first_loads_all_succeed_and_leave_one_library(tmp_path):
 
 
 @needs_cxx
+def test_a_killed_builds_old_temporary_file_goes_and_a_fresh_one_stays(tmp_path):
+    old, fresh = tmp_path / ".glue-old.so.tmp", tmp_path / ".glue-fresh.so.tmp"
+    old.write_bytes(b"half a library")
+    fresh.write_bytes(b"a build under way")
+    os.utime(old, (1000, 1000))
+    glue.cached_library(str(tmp_path), "h" * 64, tiny_builder(1, []))
+    assert not old.exists() and fresh.exists()
+
+
+@needs_cxx
 def test_the_folder_keeps_the_newest_libraries(tmp_path, monkeypatch):
     monkeypatch.setattr(glue, "KEEP", 2)
     for number, letter in enumerate("def"):

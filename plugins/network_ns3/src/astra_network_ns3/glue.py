@@ -35,6 +35,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import types
 
 from astra_sim.errors import ConfigError
@@ -238,7 +239,12 @@ def _intact(path):
 
 
 def _prune(folder, keep):
-    """Delete all but the :data:`KEEP` newest libraries (another process's loaded library stays mapped)."""
+    """Delete all but the :data:`KEEP` newest libraries (another process's loaded library stays mapped), and the
+    temporary files of builds killed over an hour ago (a build under way is younger)."""
+    for path in glob.glob(os.path.join(folder, ".glue-*.so.tmp")):
+        with contextlib.suppress(OSError):
+            if os.stat(path).st_mtime < time.time() - 3600:
+                os.unlink(path)
     entries = []
     for path in glob.glob(os.path.join(folder, "glue-*.so")):
         with contextlib.suppress(OSError):
