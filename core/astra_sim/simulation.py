@@ -272,8 +272,8 @@ class Simulation:
                 output.start(self.view)
             self.pm.hook.astra_run_start(run=self.view)
             progress.phase("simulating", self._progress_figure)
-            time_fold = getattr(self.folding, "time_fold_driver", None)  # astra-folding: jumps over repeats
-            run_events(self.engine, self.workloads, self.symmetry is not None, time_fold and time_fold(self))
+            drive = getattr(self.folding, "time_fold_driver", None)  # astra-folding's jumps over repeats
+            run_events(self.engine, self.workloads, self.symmetry is not None, drive and drive(self))
         except ChakraError as exc:
             raise WorkloadError(str(exc)) from None
         except OverflowError:  # a time past int64 in a phase that is no node's end (check_step names those)

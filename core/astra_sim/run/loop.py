@@ -12,8 +12,7 @@ from astra_sim.unmatched import describe_unmatched, lines as unmatched_lines, un
 
 
 def run_events(engine, workloads, folded, drive=None):
-    """Start every simulated rank (in rank order) and run the engine until no event is left: ``drive()`` when
-    given (the fold planner's time folding, which may jump over a pipeline's repeats), else ``engine.run()``."""
+    """Start every simulated rank (in rank order) and run the engine (or ``drive()`` it) until no event is left."""
     # The event loop allocates millions of short-lived, acyclic objects; the cyclic collector would walk
     # the whole (large) live heap over and over. Reference counting frees them; collect once at the end.
     gc_was_enabled = gc.isenabled()

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from astra_sim import hookimpl, simulate
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
+from astra_sim.cli import main
 
 
 def schedule(stages, micro_batches, chunks, p):
@@ -92,7 +93,7 @@ def report_json(report):
     """The report as JSON, less what differs between two runs of one simulation (wall times, the fold line)."""
     data = json.loads(json.dumps(report.to_dict()))
     data["settings"].pop("fold")
-    data["stats"] = {k: v for k, v in data["stats"].items() if not k.endswith("_s")}
+    data["stats"] = {k: v for k, v in data["stats"].items() if not k.endswith("_s") and k != "time_fold"}
     return json.dumps(data, sort_keys=True)
 
 
@@ -183,3 +184,16 @@ def test_random_pipelines_give_the_same_numbers_folded_in_time_or_not(stages, gr
 def test_the_host_launch_model_folds_to_the_ns(tmp_path, launch_us):
     """Kernels launched by a host that runs ahead (``host_launch_us``): launches wait as events of their own."""
     check_exact(write_pipeline(tmp_path, 4, 16), host_launch_us=launch_us)
+
+
+def test_astra_run_says_what_it_jumped_over_and_no_fold_simulates_it(tmp_path, capsys):
+    prefix, system, network = write_pipeline(tmp_path, 4, 16)
+    argv = ["run", "--workload-configuration", prefix, "--system-configuration", system, "--network-configuration",
+            network, "--report-json", str(tmp_path / "r.json")]
+    assert main(argv) == 0
+    out = capsys.readouterr().out.replace("\n", " ")
+    info = json.loads((tmp_path / "r.json").read_text())["settings"]["fold"]["time"]
+    assert info["folded"] is True and f"time folded: {info['periods']:,} repeats of" in out
+    assert main(argv + ["--no-fold"]) == 0
+    assert "time folded" not in capsys.readouterr().out
+    assert "time" not in json.loads((tmp_path / "r.json").read_text())["settings"]["fold"]

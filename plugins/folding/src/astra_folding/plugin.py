@@ -1,4 +1,5 @@
-"""Registers the fold planner: a run whose inputs keep a symmetry simulates one rank per class."""
+"""Registers the fold planner: a run whose inputs keep a symmetry simulates one rank per class; a pipeline's
+steady state is jumped over (time folding), and the summary says so."""
 
 from __future__ import annotations
 
@@ -10,3 +11,14 @@ from astra_folding.plan import FoldPlanner
 @hookimpl
 def astra_fold_planner(setup, catalogue, requested, refused):
     return FoldPlanner(setup, catalogue, requested, refused)
+
+
+@hookimpl
+def astra_run_finish(run, report):
+    """The terminal's line for a run folded in time (``stats.time_fold.summary_line``; the numbers are in
+    ``settings.fold.time``)."""
+    from astra_folding.time_fold import summary_line
+
+    info = (report.settings.get("fold") or {}).get("time") or {}
+    if info.get("folded"):
+        report.stats["time_fold"] = {"summary_line": summary_line(info)}

@@ -67,10 +67,12 @@ UNREAD_ATTRS = frozenset(("label",))
 #: anchor snapshots kept before they are dropped (and the finished-node log with them), and per state
 MAX_SNAPSHOTS = 4096
 MAX_OCCURRENCES = 256
+#: finished nodes kept for a jump (from the oldest snapshot on) before the snapshots start again
+MAX_LOG = 1 << 21
 #: looking for repeats may cost this many units (a node named by a state, a node pair compared x 8) per event
 #: simulated so far, plus the floor: it stays a small part of a run that never repeats
-LOOK_WORK_PER_EVENT = 2
-LOOK_WORK_FLOOR = 50_000
+LOOK_WORK_PER_EVENT = 1
+LOOK_WORK_FLOOR = 20_000
 _P2P = (T.COMM_SEND_NODE, T.COMM_RECV_NODE)
 _NODE_DONE = RankWorkload._node_done
 _LAUNCH = RankWorkload._launch
@@ -131,11 +133,9 @@ class TimeFolder:
         self.kept = 0  # snapshots kept
         self.work = 0  # what looking for repeats has cost (see LOOK_WORK_PER_EVENT)
         self.count = 0  # events run
-        self.parents = {w.rank: _parent_counts(w.children) for w in self.workloads}
         self.signatures = {w.rank: {} for w in self.workloads}  # see _signature
-        #: receives without parents: issued at the start, they wait for their message (see ``_preposted``)
-        self.root_recvs = {w.rank: {i for i, n in w.nodes.items() if n.type == T.COMM_RECV_NODE
-                                    and not self.parents[w.rank].get(i)} for w in self.workloads}
+        self.parents = self.root_recvs = None  # see _trace_facts
+        self.scanned = 0  # how much of the log _scan_log has seen
 
     # ------------------------------------------------------------ the event loop
     def run(self):
@@ -176,9 +176,6 @@ class TimeFolder:
 
     def _record(self, rank, node, start_ns, end_ns):
         self.log.append((rank, node.id, start_ns, end_ns))
-        touched = self.touched[rank]
-        for child in self.by_rank[rank].children[node.id]:
-            touched.add(child)
         if rank == self.anchor and node.type in _P2P:
             self.anchor_p2p += 1
             if self.anchor_p2p % self.every == 0:
@@ -191,6 +188,11 @@ class TimeFolder:
         Returns the events jumped over."""
         if any(w.finish_ns is not None for w in self.workloads):
             return 0  # the cool-down: nothing repeats any more
+        if len(self.log) > MAX_LOG:  # too long since the oldest snapshot: start again from here
+            self._scan_log()
+            self.snapshots = {}
+            self.kept = self.scanned = 0
+            self.log = []
         if self.work > LOOK_WORK_PER_EVENT * count + LOOK_WORK_FLOOR:
             return 0  # looking has cost its share of the run so far: skip this one
         self.looks += 1
@@ -203,9 +205,9 @@ class TimeFolder:
         snap = (self.engine.now, {w.rank: self._finished(w) for w in self.workloads}, len(self.log), count,
                 self._accumulators(), refs, tags)
         seen = self.snapshots.setdefault(key, [])
-        for earlier in reversed(seen):
-            if self.work > LOOK_WORK_PER_EVENT * count + LOOK_WORK_FLOOR:
-                break
+        for tries, earlier in enumerate(reversed(seen)):
+            if tries and self.work > LOOK_WORK_PER_EVENT * count + LOOK_WORK_FLOOR:
+                break  # the nearest earlier occurrence is always tried; older ones within the budget
             # the tags the two states name must all have moved by one step: a cheap test before the trace's
             if len(earlier[6]) == len(tags) and len({y - x for x, y in zip(earlier[6], tags)}) <= 1:
                 skipped = self._try_jump(earlier, snap)
@@ -218,8 +220,24 @@ class TimeFolder:
         if self.kept > MAX_SNAPSHOTS:  # start again from this one; the finished-node log with it
             self.snapshots = {key: [snap[:2] + (0,) + snap[3:]]}
             del self.log[:snap[2]]
+            self.scanned -= snap[2]
             self.kept = 1
         return 0
+
+    def _trace_facts(self):
+        """Per rank each node's number of parents, and the receives without any (issued at the start, they wait
+        for their message: see :meth:`_preposted`): worked out at the first look."""
+        if self.parents is None:
+            self.parents = {w.rank: _parent_counts(w.children) for w in self.workloads}
+            self.root_recvs = {w.rank: {i for i, n in w.nodes.items() if n.type == T.COMM_RECV_NODE
+                                        and not self.parents[w.rank].get(i)} for w in self.workloads}
+
+    def _scan_log(self):
+        """Note the children of the nodes finished since the last look (those with some parents finished)."""
+        by_rank, touched = self.by_rank, self.touched
+        for rank, node_id, _s, _e in self.log[self.scanned:]:
+            touched[rank].update(by_rank[rank].children[node_id])
+        self.scanned = len(self.log)
 
     @staticmethod
     def _finished(w):
@@ -232,6 +250,8 @@ class TimeFolder:
 
     def _canonical(self):
         """(the state written relative to now and to each rank's finished count, the node ids it names per rank)."""
+        self._trace_facts()
+        self._scan_log()
         engine = self.engine
         now = engine.now
         if engine._end_of_ns:
@@ -376,7 +396,7 @@ class TimeFolder:
         self.info.pop("reason", None)
         self.snapshots = {}
         self.log = []
-        self.kept = 0
+        self.kept = self.scanned = 0
         return skipped
 
     def _signature(self, rank, node_id):
@@ -670,3 +690,11 @@ def _parent_counts(children):
         for child in kids:
             counts[child] = counts.get(child, 0) + 1
     return counts
+
+
+def summary_line(info):
+    """What the terminal says about a run folded in time (``info``: ``settings.fold.time``)."""
+    from astra_sim.humanize import format_ns
+
+    return (f"time folded: {info['periods']:,} repeats of {format_ns(info['period_ns'])} jumped over from "
+            f"{format_ns(info['from_ns'])} (--no-fold simulates them)")
