@@ -4,7 +4,7 @@ Megatron's unfused QK^T / softmax / AV, and the context-parallel ring of K/V (an
 from __future__ import annotations
 
 from .config import attention_kernel
-from .fp8 import FP8_FWD, TE_QUANTIZE
+from .fp8 import FP8_FWD, FP8_GRAD, TE_QUANTIZE
 
 
 BMM = "aten::bmm"
@@ -116,23 +116,53 @@ class AttentionOps:
 
     def flash_bwd(self, lab, b, hq, hkv, q, d, dv=None, layer=None):
         """Backward FlashAttention, one call per forward call. Returns the node after which the CP ring can send
-        dK/dV back (step 1's, the first remote chunk; without CP the only node)."""
+        dK/dV back (step 1's, the first remote chunk; without CP the only node). :attr:`fp8_backward`: dO is
+        quantized first (:meth:`_fp8_grad_cast`), each call takes E5M2 dO and E4M3 Q, K, V (named ``cudnn``: TE's
+        FP8 backward is cuDNN's) and is followed by the dequantize of its dQ, dK, dV."""
         dv = dv or d
+        fp8 = self.fp8_backward
         nodes = []
         for j, (k, kf, causal) in enumerate(self._attn_steps(q, layer)):
             label = lab + ".attn" + (f".cp{j}" if self.cfg.cp > 1 else "")
+            elems = 2 * b * (d + dv) * (q * hq + k * hkv)
+            if fp8 and j == 0:
+                self._fp8_grad_cast(label, b, hq * q * dv)
             # _scaled_dot_product_flash_attention_backward(grad_out, query, key, value, out, logsumexp,
             #     cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset)
-            nodes.append(self.comp(ATTN_BWD, label, f"[[{b}, {hq}, {q}, {d}], [{b}, {hq}, {q}, {d}], "
-                                   f"[{b}, {hkv}, {k}, {d}], [{b}, {hkv}, {k}, {dv}]]",
-                                   4 * b * q * kf * (d + dv) * hq, 2 * b * (d + dv) * (q * hq + k * hkv),
-                                   extra=self._kernel_attr(None), values=f"[[], [], [], [], [], [], None, None, 0, 0, 0.0, {causal}, None, None]"))
+            node = self.comp(ATTN_BWD, label, f"[[{b}, {hq}, {q}, {d}], [{b}, {hq}, {q}, {d}], "
+                             f"[{b}, {hkv}, {k}, {d}], [{b}, {hkv}, {k}, {dv}]]",
+                             4 * b * q * kf * (d + dv) * hq, elems,
+                             extra=self._kernel_attr(None, "cudnn" if fp8 else None),
+                             types=[FP8_GRAD] + [FP8_FWD] * 3 if fp8 else None, nbytes=elems if fp8 else None,
+                             values=f"[[], [], [], [], [], [], None, None, 0, 0, 0.0, {causal}, None, None]")
+            if fp8:  # dQ, dK, dV come out in E5M2; TE hands --dtype back (Q, K, V were not FP8 tensors)
+                cols = hq * q * d + hkv * k * (d + dv)
+                node = self._te(TE_DEQUANTIZE, label + ".fp8_dequantize", b, cols, FP8_GRAD,
+                                b * cols * (1 + self.nbytes), ())
+            nodes.append(node)
         return nodes[min(1, len(nodes) - 1)]
 
-    def _kernel_attr(self, extra):
-        """``extra`` with the ``attention_kernel`` attribute the gpu model times the node by (``--attention-kernel``,
-        or its framework's default; none named: no attribute)."""
-        kernel = attention_kernel(self.cfg)
+    @property
+    def fp8_backward(self):
+        """The attention backward runs in FP8: ``--attention-dtype fp8`` with ``--fp8-attention-backward on`` (the
+        default, as Transformer Engine's ``NVTE_FP8_DPA_BWD`` defaults to 1: "FP8 forward and backward", TE
+        docs/envvars.rst). TE's FP8 backward is cuDNN's fused attention (FusedAttnFunc.backward in
+        transformer_engine/pytorch/attention/dot_product_attention/backends.py): the forward's E4M3 Q, K, V, O,
+        dO quantized to E5M2, dQ, dK, dV written in E5M2 and dequantized to --dtype."""
+        return self.cfg.attention_dtype == "fp8" and self.cfg.fp8_attention_backward
+
+    def _fp8_grad_cast(self, label, b, elems):
+        """TE's quantize of the attention output's gradient dO (``elems`` per sequence, --dtype from the
+        projection's dgrad) to E5M2 before the FP8 backward: read once (twice under ``--fp8-recipe current``: the
+        amax first), written as one byte per element; once per layer (the CP steps reuse it)."""
+        reads = 2 if self.cfg.fp8_recipe == "current" else 1
+        return self._te(TE_QUANTIZE, label + ".fp8_grad_cast", b, elems, self.ttype,
+                        b * elems * (reads * self.nbytes + 1), ())
+
+    def _kernel_attr(self, extra, kernel=None):
+        """``extra`` with the ``attention_kernel`` attribute the gpu model times the node by (``kernel``, else
+        ``--attention-kernel`` or its framework's default; none named: no attribute)."""
+        kernel = kernel or attention_kernel(self.cfg)
         return extra if kernel is None else dict(extra or {}, attention_kernel=kernel)
 
     def _cp_ring(self, label, layer, mb, phase, start):

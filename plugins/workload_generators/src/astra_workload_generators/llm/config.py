@@ -38,6 +38,9 @@ FP8_RECIPES = ("delayed", "current")
 #: --attention-dtype choices: the flash attention's operand type, the step's --dtype ("same") or FP8 E4M3 (Transformer
 #: Engine's fp8_dpa forward: Q, K, V cast to FP8 first; see .attention)
 ATTENTION_DTYPES = ("same", "fp8")
+#: --fp8-attention-backward choices: with --attention-dtype fp8, the backward in FP8 too ("on", Transformer Engine's
+#: default NVTE_FP8_DPA_BWD=1) or in --dtype ("off", NVTE_FP8_DPA_BWD=0); see .attention
+FP8_ATTENTION_BACKWARDS = ("on", "off")
 #: --rope choices: no rotary embedding nodes, eager PyTorch's complex-number RoPE (three kernels per tensor) or one
 #: fused kernel per tensor (Transformer Engine / Megatron --apply-rope-fusion); see .rope
 ROPE_KERNELS = ("none", "eager", "fused")
@@ -104,6 +107,7 @@ class LlmConfig:
     cuda_graphs: bool = False       # per-layer CUDA graphs: one host launch per layer pass; activations +20 % (memory)
     fp8_recipe: str = "delayed"     # --gemm-dtype fp8: Transformer Engine's delayed (amax history) or current scaling
     attention_dtype: str = "same"   # same | fp8: the flash attention forward's operands (see .attention)
+    fp8_attention_backward: bool = True  # attention_dtype fp8: the backward in FP8 too (TE's NVTE_FP8_DPA_BWD=1)
     pipeline_embedding_layer: bool = False  # the embedding counts as one layer of the pipeline split (see .split)
     pipeline_loss_layer: bool = False  # the loss (LM head, cross entropy) counts as one layer of the split
     lora_rank: int = 0              # LoRA: adapters of this rank, base weights frozen (0: full training; see .lora)
@@ -246,6 +250,9 @@ def _check(dims: ModelDims, cfg: LlmConfig):
     if cfg.attention_dtype == "fp8" and attention_kernel(cfg) == "fa2":
         raise ConfigError("--attention-dtype fp8: FlashAttention-2 has no FP8 kernel; give --attention-kernel fa3 or "
                           "cudnn")
+    if not cfg.fp8_attention_backward and cfg.attention_dtype != "fp8":
+        raise ConfigError("--fp8-attention-backward off needs --attention-dtype fp8 (it keeps an FP8 attention's "
+                          "backward in --dtype)")
     if cfg.attention_dtype == "fp8" and cfg.mode in ("decode", "mixed"):
         raise ConfigError(f"--attention-dtype fp8 with --mode {cfg.mode}: FP8 attention over the KV cache needs an FP8 "
                           "cache, which is not modelled; use --mode train or prefill")

@@ -18,8 +18,9 @@ from dataclasses import dataclass, fields
 
 from astra_sim.errors import ConfigError
 
-from .config import (ATTENTION_DTYPES, ATTENTION_KERNELS, ATTENTIONS, DTYPES, FP8_RECIPES, FRAMEWORKS, GEMM_DTYPES,
-                     GRAD_BUFFERS, LOSS_DTYPES, MODES, NORM_KERNELS, ROPE_KERNELS, LlmConfig, check_config)
+from .config import (ATTENTION_DTYPES, ATTENTION_KERNELS, ATTENTIONS, DTYPES, FP8_ATTENTION_BACKWARDS, FP8_RECIPES,
+                     FRAMEWORKS, GEMM_DTYPES, GRAD_BUFFERS, LOSS_DTYPES, MODES, NORM_KERNELS, ROPE_KERNELS, LlmConfig,
+                     check_config)
 from .lora import LORA_TARGETS, parse_lora_targets
 from .model import PRESETS, ModelDims, model_dims
 from .overlap import COMM_SMS_GROUPS, load_tp_overlap_sms, parse_comm_sms
@@ -103,6 +104,7 @@ class LlmSpec:
     cuda_graphs: bool = False           # per-layer CUDA graphs (see --cuda-graphs)
     fp8_recipe: str = "delayed"         # delayed | current FP8 scaling (see --fp8-recipe)
     attention_dtype: str = "same"       # same | fp8: the flash attention forward's operands (see --attention-dtype)
+    fp8_attention_backward: str = "on"  # on | off: an FP8 attention's backward in FP8 (see --fp8-attention-backward)
     recompute: str | None = None        # None, "full" or "selective"
     # kernels and precision
     elementwise: bool = True
@@ -254,6 +256,7 @@ class LlmSpec:
                         norm_kernel=self.norm_kernel, attention_kernel=self.attention_kernel, rope=self.rope,
                         cuda_graphs=self.cuda_graphs, fp8_recipe=self.fp8_recipe,
                         attention_dtype=self.attention_dtype,
+                        fp8_attention_backward=self.fp8_attention_backward == "on",
                         grad_sync_every_micro_batch=self.grad_sync_every_micro_batch,
                         moe_capacity_factor=self.moe_capacity_factor,
                         moe_pad_to_capacity=self.moe_pad_to_capacity, moe_imbalance=self.moe_imbalance,
@@ -527,10 +530,14 @@ def _add_flags(p):
                    "(cuDNN's fused attention, Transformer Engine's default on Hopper); default: fa2 with "
                    "--framework fsdp2, else none named (the GPU preset's attention efficiency)")
     p.add_argument("--attention-dtype", choices=ATTENTION_DTYPES, default="same",
-                   help="the flash attention forward's operand type: same as --dtype (default) or fp8 (Transformer "
-                   "Engine's fp8_dpa: Q, K, V cast to E4M3 by a memory-bound kernel first; the backward stays in "
-                   "--dtype, as NVTE_FP8_DPA_BWD=0 runs it); needs --attention flash and --attention-kernel fa3 or "
+                   help="the flash attention's operand type: same as --dtype (default) or fp8 (Transformer "
+                   "Engine's fp8_dpa: Q, K, V cast to E4M3 by a memory-bound kernel first; the backward in FP8 too "
+                   "unless --fp8-attention-backward off); needs --attention flash and --attention-kernel fa3 or "
                    "cudnn (or none named); train and prefill only; the gpu model refuses it on GPUs without FP8")
+    p.add_argument("--fp8-attention-backward", choices=FP8_ATTENTION_BACKWARDS, default="on",
+                   help="with --attention-dtype fp8: on (default, Transformer Engine's NVTE_FP8_DPA_BWD=1 default: "
+                   "cuDNN's FP8 backward on the forward's E4M3 Q, K, V, O and an E5M2 dO, its dQ, dK, dV "
+                   "dequantized to --dtype) or off (NVTE_FP8_DPA_BWD=0: the backward in --dtype)")
     p.add_argument("--rope", choices=ROPE_KERNELS, default=None,
                    help="the rotary position embedding of Q and K, forward and backward: eager (PyTorch's "
                    "apply_rotary_emb as torchtitan writes it: q.float(), the complex product, the cast back, three "
