@@ -40,7 +40,7 @@ def _direct(cache, cfg):
     """The bound from generating the layout itself (its own micro-batches and virtual stages)."""
     ranks = cache._compute(_options(cfg), cfg.micro_batches)
     edged = cfg.virtual_stages == 1
-    return max(max(compute, longest, compute + edge if edged else 0) for compute, longest, edge in ranks.values())
+    return max(max(compute, longest, compute + edge if edged else 0) for compute, longest, edge, *_ in ranks.values())
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(micro_batches=6), dict(virtual_stages=2, micro_batches=4),
@@ -54,19 +54,38 @@ def test_terms_extrapolate_to_the_layout(kw, tmp_path):
     assert cache.terms(cfg).bound_ns(cfg.micro_batches, cfg.virtual_stages) == _direct(cache, cfg)
 
 
-@pytest.mark.parametrize("kw", [dict(pp=2, dp=2, virtual_stages=2, micro_batches=6),
-                                dict(pp=4, dp=1, virtual_stages=2, micro_batches=12)])
-def test_interleaved_terms_extrapolate_to_the_layout(kw):
-    """Virtual stages: generations of pp and 2 pp micro-batches give the layout's own bound with its own chunks'
-    edge, per period of pp micro-batches; it is at least the cheap bound."""
+def test_interleaved_bound_by_its_own_chunks():
+    """PP 4 VP 2: the bound from the 8-stage layout's terms counts the interleaved fill and drain (above the
+    busiest rank's chain) and stays at most the edge of the layout's own generation (:func:`pipeline_edges` over
+    its true graph); a layout without virtual stages or with ZeRO-3 gets none. Against simulation:
+    test_search_bound_interleaved.py."""
+    from astra_sweep.bound import interleaved_bound_ns
+
     cache = BoundCache(SOURCE, "h100-sxm", 8, disk=False)
-    cfg = _cfg(**kw)
-    terms = cache.interleaved_terms(cfg)
-    ranks = cache._compute(_options(cfg), cfg.micro_batches)
-    direct = max(max(compute, longest, compute + edge) for compute, longest, edge in ranks.values())
-    assert terms.bound_ns(cfg.micro_batches // cfg.pp) == direct
-    assert direct >= cache.terms(cfg).bound_ns(cfg.micro_batches, cfg.virtual_stages)
-    assert cache.interleaved_terms(_cfg()) is None
+    cfg = _cfg(tp=2, pp=4, dp=1, virtual_stages=2, micro_batches=8)
+    cheap = cache.terms(cfg).bound_ns(8, 2)
+    bound = interleaved_bound_ns(cfg, cache.virtual_stage_terms(cfg), 8)
+    direct = max(compute + edge for compute, _, edge, *_ in cache._compute(_options(cfg), 8).values())
+    assert cheap < bound <= max(direct, cheap)
+    assert cache.virtual_stage_terms(_cfg()) is None and cache.virtual_stage_terms(_cfg(virtual_stages=2, zero=3)) is None
+    assert interleaved_bound_ns(_cfg(), cache.terms(_cfg()), 4) is None
+
+
+def test_prefetch_on_workers_gives_the_terms_computed_here():
+    """The bounds' generations run on the search's pool: the same terms as computed in this process, and each
+    shared layout once."""
+    from astra_sim.executors import LocalPool
+
+    layouts = [_cfg(), _cfg(micro_batches=8, virtual_stages=2)]
+    here = BoundCache(SOURCE, "h100-sxm", 8, disk=False)
+    pooled = BoundCache(SOURCE, "h100-sxm", 8, disk=False)
+    shared = [pooled.terms_layout(c) for c in layouts] + [pooled.virtual_stage_layout(layouts[1])]
+    with LocalPool(2) as pool:
+        assert pooled.prefetch(shared, pool) == 2  # the first two are one layout
+    assert pooled.generated == 2 and pooled.prefetch(shared, None) == 0
+    for cfg in layouts:
+        assert pooled.terms(cfg) == here.terms(cfg)
+    assert pooled.virtual_stage_terms(layouts[1]) == here.virtual_stage_terms(layouts[1])
 
 
 def test_the_pipeline_edge_tightens_the_bound():
@@ -147,6 +166,8 @@ def test_pruned_search_finds_the_exhaustive_winner_and_the_bound_holds(capsys):
     assert main(SEARCH + ["--exhaustive"]) == 0
     exhaustive = json.loads(capsys.readouterr().out)
     assert exhaustive["pruned"] == [] and len(exhaustive["ranked"]) >= 6
+    from astra_sweep.bound import interleaved_bound_ns
+
     cache = BoundCache(SOURCE, "h100-sxm", 8, disk=False)
     for entry in exhaustive["ranked"]:
         layout = entry["layout"]
@@ -154,8 +175,8 @@ def test_pruned_search_finds_the_exhaustive_winner_and_the_bound_holds(capsys):
                         micro_batch_size=layout["micro-batch-size"], virtual_stages=layout["virtual-stages"],
                         zero=layout["zero"], sequence_parallel=layout["sequence-parallel"])
         assert cache.terms(cfg).bound_ns(cfg.micro_batches, cfg.virtual_stages) <= entry["step_ns"], layout
-        if cfg.virtual_stages > 1:  # the bound refined with its own chunks
-            assert cache.interleaved_terms(cfg).bound_ns(cfg.micro_batches // cfg.pp) <= entry["step_ns"], layout
+        if cfg.virtual_stages > 1:  # the bound by its own chunks
+            assert interleaved_bound_ns(cfg, cache.virtual_stage_terms(cfg), cfg.micro_batches) <= entry["step_ns"]
     assert main(SEARCH) == 0
     printed = capsys.readouterr()
     pruned = json.loads(printed.out)
@@ -221,17 +242,37 @@ def test_bound_holds_on_random_layouts(seed, tmp_path):
     assert terms.bound_ns(cfg.micro_batches, 0) < terms.bound_ns(cfg.micro_batches) <= step, _options(cfg)
 
 
-def test_refine_asks_only_where_it_may_prune():
-    """An interleaved layout's bound is refined (once) only when its bound with whole stages' edge reaches the
-    best step; the refined bound is the interleaved terms' and never below the cheap one."""
-    from astra_sweep.search import _Refine
+class _Inline:
+    """An executor that runs each task here, in order (the kernel's interface: run yields (task, result))."""
+
+    workers = 1
+
+    def share(self, payload):
+        return payload
+
+    def run(self, fn, tasks, timeout=None):
+        for task, payload in tasks:
+            yield task, fn(task, payload)
+
+
+def test_interleaved_bounds_are_raised_only_where_they_may_prune():
+    """An interleaved layout's bound is raised (once) only when its cheap bound is below the best step and its
+    bound with whole stages' edge reaches it; the raised bound is interleaved_bound_ns's and never below the
+    cheap one."""
+    from astra_sweep.bound import interleaved_bound_ns
+    from astra_sweep.search import _Interleaved
 
     cache = BoundCache(SOURCE, "h100-sxm", 8, disk=False)
-    cfg = _cfg(pp=2, dp=2, virtual_stages=2, micro_batches=4)
+    cfg = _cfg(tp=2, pp=4, dp=1, virtual_stages=2, micro_batches=8)
     terms = cache.terms(cfg)
-    cheap, whole = terms.bound_ns(4, 2), terms.bound_ns(4, 1)
-    refine = _Refine(cache, {id(cfg): (cheap, 0)}, {id(cfg): whole})
-    assert refine(cfg, whole + 1) == cheap and refine.calls == 0
-    refined = refine(cfg, whole)
-    assert refine.calls == 1 and refined == max(cheap, cache.interleaved_terms(cfg).bound_ns(2)) >= cheap
-    assert refine(cfg, whole) == refined and refine.calls == 1
+    cheap, whole = terms.bound_ns(8, 2), terms.bound_ns(8, 1)
+    bounds = {id(cfg): (cheap, 0)}
+    raise_ = _Interleaved(cache, bounds, {id(cfg): whole}, _Inline())
+    raise_([cfg], whole + 1)
+    assert bounds[id(cfg)][0] == cheap and not raise_.done and cache.generated == 1
+    raise_([cfg], whole)
+    raised = bounds[id(cfg)][0]
+    assert raise_.done == {id(cfg)} and raised == max(cheap, interleaved_bound_ns(cfg, cache.virtual_stage_terms(cfg), 8))
+    assert raised > cheap and cache.generated == 2
+    raise_([cfg], whole)
+    assert cache.generated == 2

@@ -15,10 +15,13 @@ that fill and drain (its ``pipeline_*`` terms, linear in ``m`` too). The bound i
 busiest rank's ``fixed + m x per_micro_batch``: the sums are linear in the micro-batch count ``m`` (every
 micro-batch is the same graph, chained in schedule order; the optimizer and the step's other fixed work come
 once), so two small generations (``m`` = 1 and 2, VP 1) give both terms, whatever ``m`` the layout has; virtual
-stages regroup a rank's layers into chunks without changing them. tests/test_search_bound.py holds these claims
-against direct generation, and the bound against simulation.
+stages regroup a rank's layers into chunks without changing them. An interleaved layout's own fill and drain come
+from the same layout with ``pp x virtual_stages`` whole stages (:func:`interleaved_bound_ns`, which says why).
+tests/test_search_bound.py holds these claims against direct generation, and the bound against simulation;
+tests/test_search_bound_interleaved.py the interleaved bound against simulation on random layouts.
 
-Work is shared across layouts and processes: one compute model per GPU caches each op's cost by shape, and each
+Work is shared across layouts and processes: the generations run side by side on the search's workers
+(:meth:`BoundCache.prefetch`), one compute model per GPU and worker caches each op's cost by shape, and each
 layout's terms are kept in memory and on disk, content-addressed by the layout, the GPU's description and the
 generator's and compute model's files (``ASTRA_SEARCH_CACHE``, default ``~/.cache/astra-sim/search``; written
 atomically, so concurrent searches never read half a file).
@@ -38,7 +41,7 @@ from dataclasses import dataclass, field, replace
 from astra_sim.errors import AstraError
 
 #: bumped when what the terms measure changes: the disk cache's entries of another version are not read
-TERMS_VERSION = 3
+TERMS_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -46,12 +49,18 @@ class StepTerms:
     """Per-rank work of a layout that nothing overlaps (its longest chain, or its compute when that is longer):
     ``fixed_ns`` once per step, ``per_micro_batch_ns`` per micro-batch (each rank class's representative, by
     rank); its compute with the pipeline's edge (:func:`pipeline_edges`; valid without virtual stages) as
-    ``pipeline_fixed_ns`` and ``pipeline_per_micro_batch_ns``."""
+    ``pipeline_fixed_ns`` and ``pipeline_per_micro_batch_ns``; for :func:`interleaved_bound_ns`, each rank's compute
+    per micro-batch and, in the one-micro-batch generation, its ``fill_ns`` (the longest path before its first
+    compute node) and ``drain_ns`` (the longest path after its last send to a lower rank, its backward's)."""
 
     fixed_ns: dict
     per_micro_batch_ns: dict
     pipeline_fixed_ns: dict = field(default_factory=dict)
     pipeline_per_micro_batch_ns: dict = field(default_factory=dict)
+    compute_per_micro_batch_ns: dict = field(default_factory=dict)
+    chain_per_micro_batch_ns: dict = field(default_factory=dict)
+    fill_ns: dict = field(default_factory=dict)
+    drain_ns: dict = field(default_factory=dict)
 
     def bound_ns(self, micro_batches, virtual_stages=1):
         """The busiest rank's: a lower bound on the simulated step (int ns). With virtual stages (or 0: none
@@ -64,27 +73,10 @@ class StepTerms:
         return out
 
 
-def pipeline_edges(graphs):
-    """{rank: edge ns}: how much a rank's compute is extended by the time before it can start and after it ends.
-
-    ``graphs``: {rank: [(node id, cost ns, on the GPU-compute slot, deps, p2p key)]} of some ranks (the
-    representatives of a compact workload). A send and a receive with the same (src, dst, tag), the only such pair
-    among these ranks, are joined: the receive completes no earlier than the send is issued, and the send is
-    issued no earlier than its dependencies finish (a send costs 0 here, its time is its issue). Over this graph
-    (dependencies, joined pairs, costs as in :class:`BoundCache`) ``head(n)`` is the longest path before node
-    ``n`` starts and ``tail(n)`` the longest path after it ends: every path is a chain of waits that the
-    simulation also makes, so ``n`` starts no earlier than ``head(n)`` and the step lasts at least
-    ``tail(n)`` after ``n`` ends.
-
-    Why ``min head(S) + cost(S) + min tail(S)`` is a lower bound on the step for any set ``S`` of one rank's
-    compute nodes: they share one GPU-compute slot, so they run one at a time; the first of them starts at
-    ``min head(S)`` or later, the last ends ``cost(S)`` after that or later, and the step lasts its ``tail``
-    more, at least ``min tail(S)``. With ``S`` the ``k`` compute nodes of longest tail (each ``k`` tried), the
-    edge is the best ``min head(S) + min tail(S) - cost(not S)``, so ``edge + compute`` bounds the step. In a
-    1F1B pipeline the last stage's edge is the fill and drain (``pp - 1`` stages' forward of the first
-    micro-batch, their backward of the last) less its optimizer, which ends the step; without joined pairs
-    (one stage) the edge is 0. A cycle (never in a workload that finishes) gives no edge.
-    """
+def _paths(graphs):
+    """The representative ranks' traces joined at their sends and receives (see :func:`pipeline_edges`):
+    ({node: longest path before it starts}, {node: longest path after it ends}), nodes as (rank, id); None for a
+    cycle (never in a workload that finishes)."""
     sends, recvs = {}, {}
     for rank, graph in graphs.items():
         for node_id, _, _, _, p2p in graph:
@@ -109,27 +101,123 @@ def pipeline_edges(graphs):
             if waiting[s] == 0:
                 order.append(s)
     if len(order) != len(cost):
-        return {}
-    finish, tail = {}, {}
+        return None
+    start, tail = {}, {}
     for n in order:
-        finish[n] = max((finish[p] for p in preds[n]), default=0) + cost[n]
+        start[n] = max((start[p] + cost[p] for p in preds[n]), default=0)
     for n in reversed(order):
         tail[n] = max((cost[s] + tail[s] for s in succs.get(n, ())), default=0)
+    return start, tail
+
+
+def pipeline_edges(graphs, paths=None):
+    """{rank: edge ns}: how much a rank's compute is extended by the time before it can start and after it ends.
+
+    ``graphs``: {rank: [(node id, cost ns, on the GPU-compute slot, deps, p2p key)]} of some ranks (the
+    representatives of a compact workload). A send and a receive with the same (src, dst, tag), the only such pair
+    among these ranks, are joined: the receive completes no earlier than the send is issued, and the send is
+    issued no earlier than its dependencies finish (a send costs 0 here, its time is its issue). Over this graph
+    (dependencies, joined pairs, costs as in :class:`BoundCache`) ``head(n)`` is the longest path before node
+    ``n`` starts and ``tail(n)`` the longest path after it ends: every path is a chain of waits that the
+    simulation also makes, so ``n`` starts no earlier than ``head(n)`` and the step lasts at least
+    ``tail(n)`` after ``n`` ends.
+
+    Why ``min head(S) + cost(S) + min tail(S)`` is a lower bound on the step for any set ``S`` of one rank's
+    compute nodes: they share one GPU-compute slot, so they run one at a time; the first of them starts at
+    ``min head(S)`` or later, the last ends ``cost(S)`` after that or later, and the step lasts its ``tail``
+    more, at least ``min tail(S)``. With ``S`` the ``k`` compute nodes of longest tail (each ``k`` tried), the
+    edge is the best ``min head(S) + min tail(S) - cost(not S)``, so ``edge + compute`` bounds the step. In a
+    1F1B pipeline the last stage's edge is the fill and drain (``pp - 1`` stages' forward of the first
+    micro-batch, their backward of the last) less its optimizer, which ends the step; without joined pairs
+    (one stage) the edge is 0. A cycle (never in a workload that finishes) gives no edge.
+    """
+    paths = _paths(graphs) if paths is None else paths
+    if paths is None:
+        return {}
+    start, tail = paths
     out = {}
     for rank, graph in graphs.items():
-        nodes = sorted(((tail[(rank, i)], finish[(rank, i)] - c, c) for i, c, on_slot, _, _ in graph if on_slot),
+        nodes = sorted(((tail[(rank, i)], start[(rank, i)], c) for i, c, on_slot, _, _ in graph if on_slot),
                        reverse=True)
         best, head, outside = 0, None, sum(c for _, _, c in nodes)
-        for t, start, c in nodes:  # S grows by the next longest tail: min tail(S) is t
-            head = start if head is None else min(head, start)
+        for t, begin, c in nodes:  # S grows by the next longest tail: min tail(S) is t
+            head = begin if head is None else min(head, begin)
             outside -= c
             best = max(best, head + t - outside)
         out[rank] = int(best)
     return out
 
 
+def fill_and_drain(graphs, paths=None):
+    """{rank: (fill ns, drain ns)}: the longest path before the rank's first compute node starts, and the longest
+    path after its last send to a lower rank is issued (0 without one), over the joined graph of
+    :func:`pipeline_edges`; {} for a cycle. :func:`interleaved_bound_ns` reads them."""
+    paths = _paths(graphs) if paths is None else paths
+    if paths is None:
+        return {}
+    start, tail = paths
+    out = {}
+    for rank, graph in graphs.items():
+        fill = min((start[(rank, i)] for i, _, on_slot, _, _ in graph if on_slot), default=0)
+        drains = [tail[(rank, i)] for i, _, _, _, p2p in graph
+                  if p2p is not None and p2p[0] == "send" and isinstance(p2p[2], int) and p2p[2] < rank]
+        out[rank] = (int(fill), int(min(drains, default=0)))
+    return out
+
+
+def interleaved_bound_ns(cfg, stages, micro_batches):
+    """A lower bound (int ns) on the step of ``cfg``, a layout with ``V = cfg.virtual_stages > 1``, from ``stages``:
+    the :class:`StepTerms` of the same layout with ``P x V`` whole stages (VP 1, the same TP, DP, CP, EP, micro-batch
+    size, ZeRO and recomputation: :meth:`BoundCache.virtual_stage_terms`); None when they do not cover every stage.
+
+    Why: virtual stage ``u = c x P + q`` (chunk ``c`` of pipeline rank ``q``) holds the same layers as stage ``u``
+    of the ``P x V``-stage layout (:func:`astra_workload_generators.llm.split.stage_layers` splits ``P x V`` ways in
+    both), so a micro-batch's forward or backward of one chunk is the same nodes, at the same costs, as that stage's.
+    Rank ``q`` runs chunk 0's forward of micro-batch 0 first and chunk 0's backward of the last micro-batch last
+    (Megatron's interleaved order), and its compute nodes are chained in that order. So (with ``S`` the compute of
+    its micro-batches, everything but the step's once-only work such as the optimizer):
+
+    * every node of ``S`` starts after micro-batch 0's forward went through virtual stages ``0 .. q-1`` (chunk 0 of
+      ranks ``0 .. q-1``): at least stage ``q``'s ``fill_ns`` in the ``P x V``-stage generation, the same path;
+    * after every node of ``S`` the last micro-batch's backward still goes back through virtual stages
+      ``q-1 .. 0``: at least stage ``q``'s ``drain_ns`` there, the path after its backward's send (the stages
+      after it run the same nodes; their once-only work, over one chunk's parameters, is no more than a rank's
+      over all its chunks');
+    * ``S`` runs one node at a time on the GPU-compute slot, and costs ``micro_batches`` times the sum over the
+      rank's chunks ``c`` of stage ``c x P + q``'s compute per micro-batch; and the nodes of its micro-batches
+      are chained (each waits for the one before), compute and in-node collectives alike, so from the first to
+      the last they take at least ``micro_batches`` times the sum of those stages' longest path per micro-batch
+      (the chain's, as the whole-stage terms count it, :class:`BoundCache`).
+
+    So the step is at least ``fill + micro_batches x per micro-batch + drain`` of every rank ``q``, per
+    micro-batch the larger of the two sums: the interleaved pipeline's fill and drain of ``(P - 1) / V``
+    micro-batches, from its own chunks. A layout with ZeRO-3 has no such bound (its first micro-batch gathers the
+    parameters again in the backward, which the last one does not), nor one whose stages' generation was refused.
+    """
+    P, V = cfg.pp, cfg.virtual_stages
+    if V == 1 or cfg.zero == 3 or stages is None:
+        return None
+    per_stage = cfg.tp * cfg.cp * cfg.dp  # ranks of a stage: rank = t + TP (c + CP (d + DP p))
+    by_stage = {}
+    for rank, compute in stages.compute_per_micro_batch_ns.items():
+        here = (compute, stages.chain_per_micro_batch_ns.get(rank, 0), stages.fill_ns.get(rank, 0),
+                stages.drain_ns.get(rank, 0))
+        u = rank // per_stage
+        # several representatives of a stage: the least of each term holds for all of them
+        by_stage[u] = here if u not in by_stage else tuple(map(min, by_stage[u], here))
+    if set(by_stage) != set(range(P * V)):
+        return None
+    out = 0
+    for q in range(P):
+        chunks = [by_stage[c * P + q] for c in range(V)]
+        per_mb = max(sum(c[0] for c in chunks), sum(c[1] for c in chunks))
+        out = max(out, by_stage[q][2] + micro_batches * per_mb + by_stage[q][3])
+    return int(out)
+
+
 #: StepTerms' fields, as the disk cache keeps them
-_FIELDS = ("fixed_ns", "per_micro_batch_ns", "pipeline_fixed_ns", "pipeline_per_micro_batch_ns")
+_FIELDS = ("fixed_ns", "per_micro_batch_ns", "pipeline_fixed_ns", "pipeline_per_micro_batch_ns",
+           "compute_per_micro_batch_ns", "chain_per_micro_batch_ns", "fill_ns", "drain_ns")
 
 
 def pipeline_estimate(terms, cfg):
@@ -181,6 +269,7 @@ class BoundCache:
         from astra_gpu_model.nccl import config_for_gpu
 
         self.source = dict(source)
+        self.gpu = gpu
         self.model = GpuComputeModel(gpu=gpu)  # its per-op cache is shared by every layout of the search
         self.nccl = config_for_gpu(gpu) if nccl else None
         self.gpus_per_node = int(gpus_per_node)
@@ -198,53 +287,81 @@ class BoundCache:
     def terms(self, cfg):
         """The layout's :class:`StepTerms`, or None when the generator refuses its one- and two-micro-batch
         versions (then the layout is simulated whatever its bound)."""
-        return self._terms(replace(cfg, micro_batches=1, virtual_stages=1), (1, 2))
+        return self._terms(self.terms_layout(cfg))
 
-    def interleaved_terms(self, cfg):
-        """A layout with virtual stages: its terms per period of ``pp`` micro-batches (interleaving needs a
-        multiple of ``pp``), from generations of ``pp`` and ``2 pp`` micro-batches with its own virtual stages, so
-        the edge is its own chunks': ``bound_ns(micro_batches // pp)`` bounds its step. Dearer than
-        :meth:`terms` (longer generations, one per virtual-stage count), so the search asks only for the layouts
-        that :meth:`terms` could not prune. None without virtual stages or when the generator refuses."""
-        if cfg.virtual_stages == 1:
+    def virtual_stage_terms(self, cfg):
+        """A layout with virtual stages: the :class:`StepTerms` of the same layout with ``pp x virtual_stages``
+        whole stages, which :func:`interleaved_bound_ns` reads (None without virtual stages, or when the generator
+        refuses it)."""
+        shared = self.virtual_stage_layout(cfg)
+        return None if shared is None else self._terms(shared)
+
+    @staticmethod
+    def terms_layout(cfg):
+        """The one-micro-batch, whole-stage layout :meth:`terms` generates (with one more micro-batch)."""
+        return replace(cfg, micro_batches=1, virtual_stages=1)
+
+    @staticmethod
+    def virtual_stage_layout(cfg):
+        """The layout :meth:`virtual_stage_terms` generates: ``pp x virtual_stages`` whole stages, one micro-batch
+        (and two); None without virtual stages or with ZeRO-3 (:func:`interleaved_bound_ns`)."""
+        if cfg.virtual_stages == 1 or cfg.zero == 3:
             return None
-        return self._terms(replace(cfg, micro_batches=cfg.pp), (cfg.pp, 2 * cfg.pp))
+        return replace(cfg, pp=cfg.pp * cfg.virtual_stages, virtual_stages=1, micro_batches=1)
 
-    def _terms(self, shared, counts):
-        """Terms from generations of ``shared`` with ``counts`` micro-batches, linear from one to the next."""
+    def _key(self, shared):
         from .search import _options
 
-        options = _options(shared)
-        key = hashlib.sha256((self._salt + json.dumps([options, counts], sort_keys=True, default=str)).encode()
-                             ).hexdigest()
-        if key in self.memory:
-            return self.memory[key]
-        found = self._load(key)
-        if found is None:
-            try:
-                one, two = (self._compute(options, m) for m in counts)
-            except AstraError:
-                self.memory[key] = None
-                return None
-            if set(one) != set(two):
-                self.memory[key] = None
-                return None
-            # a rank's terms: its longest path where it exceeds its compute in both generations, else its compute;
-            # its compute with the pipeline's edge (which grows by the same amount with each micro-batch, or period)
-            i = {r: 1 if one[r][1] > one[r][0] and two[r][1] > two[r][0] else 0 for r in one}
-            edged = {r: (one[r][0] + one[r][2], two[r][0] + two[r][2]) for r in one}
-            found = StepTerms({r: 2 * one[r][i[r]] - two[r][i[r]] for r in one},
-                              {r: two[r][i[r]] - one[r][i[r]] for r in one},
-                              {r: 2 * a - b for r, (a, b) in edged.items()}, {r: b - a for r, (a, b) in edged.items()})
-            self.generated += 1
-            self._store(key, found)
-        self.memory[key] = found
-        return found
+        return hashlib.sha256((self._salt + json.dumps([_options(shared), (1, 2)], sort_keys=True, default=str)
+                               ).encode()).hexdigest()
+
+    def _terms(self, shared):
+        """Terms from generations of ``shared`` with one and two micro-batches, linear from one to the next: from
+        memory, else from disk, else computed here."""
+        key = self._key(shared)
+        if key not in self.memory:
+            found = self._load(key)
+            if found is None:
+                found = compute_terms(self, shared)
+                if found is not None:
+                    self.generated += 1
+                    self._store(key, found)
+            self.memory[key] = found
+        return self.memory[key]
+
+    def prefetch(self, layouts, executor):
+        """Compute the terms of ``layouts`` (the shared layouts of :meth:`terms_layout` /
+        :meth:`virtual_stage_layout`) that neither memory nor disk holds, side by side on ``executor``'s workers
+        (each generates and reads its own traces), and keep them; returns how many were computed. The terms do not
+        depend on where they were computed."""
+        todo = {}
+        for shared in layouts:
+            key = self._key(shared)
+            if key in self.memory or key in todo:
+                continue
+            found = self._load(key)
+            if found is not None:
+                self.memory[key] = found
+            else:
+                todo[key] = shared
+        if not todo:
+            return 0
+        payload = executor.share((self.source, self.gpu, self.gpus_per_node, self.nccl is not None))
+        tasks = [((key, shared), payload) for key, shared in todo.items()]
+        for (key, _), found in executor.run(terms_task, tasks):
+            if not isinstance(found, (StepTerms, type(None))):  # a worker that died: computed here instead
+                found = compute_terms(self, todo[key])
+            self.memory[key] = found
+            if found is not None:
+                self.generated += 1
+                self._store(key, found)
+        return len(todo)
 
     def _compute(self, options, micro_batches):
-        """{rank: (compute ns, longest path ns, edge ns)} of the layout generated with ``micro_batches``: the
-        GPU-compute slot's sum, the rank's longest chain of dependencies with compute and in-node collectives at
-        their costs, and the pipeline's edge (:func:`pipeline_edges`) over the representative ranks' traces."""
+        """{rank: (compute ns, longest path ns, edge ns, fill ns, drain ns)} of the layout generated with
+        ``micro_batches``: the GPU-compute slot's sum, the rank's longest chain of dependencies with compute and
+        in-node collectives at their costs, the pipeline's edge (:func:`pipeline_edges`) and the fill and drain
+        (:func:`fill_and_drain`) over the representative ranks' traces."""
         from astra_sim.workload.compact import read_compact_workload
         from astra_workload_generators.llm import LlmSpec, generate_llm_workload
 
@@ -258,14 +375,16 @@ class BoundCache:
                 groups = json.load(handle)
             graphs = {int(rank): self._graph(path, int(rank), groups)
                       for rank, path in read_compact_workload(prefix).traces.items()}
-        edges = pipeline_edges(graphs)
+        paths = _paths(graphs)
+        edges = pipeline_edges(graphs, paths)
+        ends = fill_and_drain(graphs, paths)
         out = {}
         for rank, graph in graphs.items():
             finish = {}
             for node_id, cost, is_compute, deps, _ in graph:
                 finish[node_id] = max((finish[d] for d in deps if d in finish), default=0) + cost
             compute = sum(cost for _, cost, is_compute, _, _ in graph if is_compute)
-            out[rank] = (compute, int(max(finish.values(), default=0)), edges.get(rank, 0))
+            out[rank] = (compute, int(max(finish.values(), default=0)), edges.get(rank, 0), *ends.get(rank, (0, 0)))
         return out
 
     def _graph(self, path, rank, groups):
@@ -329,3 +448,42 @@ class BoundCache:
                                                 **{name: getattr(terms, name) for name in _FIELDS}}))
         except OSError:  # a read-only home: the cache is only an optimisation
             pass
+
+
+def compute_terms(cache, shared):
+    """The :class:`StepTerms` of ``shared`` from its generations with one and two micro-batches (None when the
+    generator refuses either): a rank's terms are its longest path where that exceeds its compute in both, else its
+    compute; its compute with the pipeline's edge (which grows by the same amount with each micro-batch); its
+    compute and longest path per micro-batch; the fill and drain of the one-micro-batch generation."""
+    from .search import _options
+
+    options = _options(shared)
+    try:
+        one, two = (cache._compute(options, m) for m in (1, 2))
+    except AstraError:
+        return None
+    if set(one) != set(two):
+        return None
+    i = {r: 1 if one[r][1] > one[r][0] and two[r][1] > two[r][0] else 0 for r in one}
+    edged = {r: (one[r][0] + one[r][2], two[r][0] + two[r][2]) for r in one}
+    return StepTerms({r: 2 * one[r][i[r]] - two[r][i[r]] for r in one},
+                     {r: two[r][i[r]] - one[r][i[r]] for r in one},
+                     {r: 2 * a - b for r, (a, b) in edged.items()}, {r: b - a for r, (a, b) in edged.items()},
+                     {r: two[r][0] - one[r][0] for r in one}, {r: two[r][1] - one[r][1] for r in one},
+                     {r: one[r][3] for r in one},
+                     {r: one[r][4] for r in one})
+
+
+#: a worker process's caches by their settings (a worker computes many layouts' terms with one compute model)
+_WORKER_CACHES = {}
+
+
+def terms_task(task, payload):
+    """An executor task of :meth:`BoundCache.prefetch`: (key, shared layout) -> its :class:`StepTerms` or None,
+    computed in this worker (no disk: the search's process keeps them)."""
+    _key, shared = task
+    source, gpu, gpus_per_node, nccl = payload
+    ident = json.dumps([source, gpu, gpus_per_node, nccl], sort_keys=True, default=str)
+    if ident not in _WORKER_CACHES:
+        _WORKER_CACHES[ident] = BoundCache(source, gpu, gpus_per_node, nccl=nccl, disk=False)
+    return compute_terms(_WORKER_CACHES[ident], shared)

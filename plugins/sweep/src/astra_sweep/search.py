@@ -330,12 +330,19 @@ def _search_layouts(args, late):
               **({"gemm-dtype": "fp8"} if args.gemm_dtype == "fp8" else {}),
               **({"grad-buffer": args.grad_buffer} if args.grad_buffer != "fp32" else {}),
               **({"fp8-params": True} if args.fp8_params else {})}
-    bounds, refine = _bounds(fit, source, platform, args)
+    from astra_sim.executors import make_executor
     from astra_sim.generated import private_folder
 
-    with private_folder("astra-search-") as folder:  # named by this process: a SIGKILLed run's is reclaimed
+    from .point import worker_state
+
+    state = worker_state()
+    # one pool for the bounds' generations and the simulations (its workers are started once)
+    with make_executor(args.jobs, args.dask, args.executor, state["pm"]) as executor, \
+            private_folder("astra-search-") as folder:  # named by this process: a SIGKILLed run's is reclaimed
+        bounds, interleaved = _bounds(fit, source, platform, args, executor)
         output = args.points or os.path.join(folder, "results.parquet")
-        summary, rows, pruned = _simulate(fit, bounds, source, output, folder, args, refine, objective)
+        summary, rows, pruned = _simulate(fit, bounds, source, output, folder, args, objective, executor, state,
+                                          interleaved)
     beyond = {id(c) for c in pruned if not objective.meets_bound(bounds[id(c)][0])}
     if summary is None:
         least = min(bounds[id(c)][0] for c in fit) / 1e6
@@ -344,9 +351,9 @@ def _search_layouts(args, late):
     if bounds:
         print(f"simulated {len(fit) - len(pruned)} layouts; {len(pruned) - len(beyond)} skipped: "
               f"{objective.pruned_why()} (--exhaustive simulates them)")
-        if refine.calls:
-            print(f"  {refine.calls} interleaved layouts' bounds refined with their own virtual stages in "
-                  f"{refine.seconds:.1f} s")
+        if interleaved.done:
+            print(f"  {len(interleaved.done)} interleaved layouts' bounds raised by their own chunks in "
+                  f"{interleaved.seconds:.1f} s")
     flops = training_flops(dims, args.global_batch)
     peak = peak_tflops * 1e12
     ranked, over = [], []
@@ -414,9 +421,11 @@ def _objective(args, platform):
     return Objective(args.objective, max_step_ns, args.gpus, floor, prices, platform.name)
 
 
-def _bounds(fit, source, platform, args):
-    """({id(layout): (lower bound ns, estimate ns)}, a :class:`_Refine`), or ({}, None) when the platform's GPU
-    has no gpu compute model (every layout is then simulated) or --exhaustive asks for every one."""
+def _bounds(fit, source, platform, args, executor):
+    """({id(layout): (lower bound ns, estimate ns)}, an :class:`_Interleaved` that raises interleaved layouts'
+    bounds when asked), or ({}, None) when the platform's GPU has no gpu compute model (every layout is then
+    simulated) or --exhaustive asks for every one. The generations behind the bounds run side by side on
+    ``executor``'s workers."""
     import time
 
     gpu = getattr(platform, "gpu", None)
@@ -426,6 +435,7 @@ def _bounds(fit, source, platform, args):
 
     started = time.perf_counter()
     cache = BoundCache(source, gpu, platform.gpus_per_node, nccl=args.platform_collective == "nccl")
+    cache.prefetch([cache.terms_layout(c) for c in fit], executor)
     out, whole = {}, {}
     for cfg in fit:
         terms = cache.terms(cfg)
@@ -433,51 +443,49 @@ def _bounds(fit, source, platform, args):
             out[id(cfg)] = (terms.bound_ns(cfg.micro_batches, cfg.virtual_stages), pipeline_estimate(terms, cfg))
             whole[id(cfg)] = terms.bound_ns(cfg.micro_batches, 1)
     print(f"bounded {len(out)} of {len(fit)} layouts in {time.perf_counter() - started:.1f} s (busiest rank's "
-          f"compute and in-node collectives, pipeline fill and drain; {cache.generated} computed, the rest shared "
-          "or cached)")
-    return out, _Refine(cache, out, whole)
+          f"compute and in-node collectives, pipeline fill and drain; {cache.generated} computed on "
+          f"{getattr(executor, 'workers', 1)} workers, the rest shared or cached)")
+    return out, _Interleaved(cache, out, whole, executor)
 
 
-class _Refine:
-    """Raises an interleaved layout's bound to its own virtual stages' (:meth:`BoundCache.interleaved_terms`),
-    once, when the cheap bound could not prune it: costlier than the cheap bound (generations of pp and 2 pp
-    micro-batches), far cheaper than simulating. It is asked only where it may prune: where the layout's bound
-    with whole stages' edge (``whole``; an interleaved pipeline's chunks wait less) reaches the best step. That
-    choice only saves time: a refined bound is a bound whatever the choice."""
+class _Interleaved:
+    """Raises interleaved layouts' bounds to :func:`.bound.interleaved_bound_ns` (their own chunks' fill and
+    drain), computed side by side on the search's workers, once per layout, and only for layouts that the cheap
+    bound could not prune and whose bound with whole stages' edge (``whole``; a chunk's fill and drain are
+    shorter) reaches the best step: that choice only saves time, a raised bound is a bound whatever the choice."""
 
-    def __init__(self, cache, bounds, whole):
-        self.cache, self.bounds, self.whole, self.done = cache, bounds, whole, set()
-        self.calls, self.seconds = 0, 0.0
+    def __init__(self, cache, bounds, whole, executor):
+        self.cache, self.bounds, self.whole, self.executor = cache, bounds, whole, executor
+        self.done, self.seconds = set(), 0.0
 
-    def __call__(self, cfg, best):
-        """The layout's bound, refined when it has virtual stages and may reach ``best`` (``bounds`` is
-        updated)."""
+    def __call__(self, layouts, limit):
+        """Raise the bounds of those of ``layouts`` that may be pruned below ``limit`` (``bounds`` is updated)."""
         import time
 
-        key = id(cfg)
-        if cfg.virtual_stages > 1 and key not in self.done and self.whole.get(key, 0) >= best:
-            self.done.add(key)
-            started = time.perf_counter()
-            terms = self.cache.interleaved_terms(cfg)
-            self.calls += 1
-            self.seconds += time.perf_counter() - started
-            if terms is not None:
-                bound, estimate = self.bounds[key]
-                self.bounds[key] = (max(bound, terms.bound_ns(cfg.micro_batches // cfg.pp)), estimate)
-        return self.bounds[key][0]
+        from .bound import interleaved_bound_ns
+
+        ask = [c for c in layouts if c.virtual_stages > 1 and id(c) not in self.done and id(c) in self.bounds
+               and self.bounds[id(c)][0] < limit <= self.whole[id(c)]]
+        if not ask:
+            return
+        started = time.perf_counter()
+        self.cache.prefetch([v for v in map(self.cache.virtual_stage_layout, ask) if v is not None], self.executor)
+        for cfg in ask:
+            self.done.add(id(cfg))
+            raised = interleaved_bound_ns(cfg, self.cache.virtual_stage_terms(cfg), cfg.micro_batches)
+            bound, estimate = self.bounds[id(cfg)]
+            self.bounds[id(cfg)] = (max(bound, raised or 0), estimate)
+        self.seconds += time.perf_counter() - started
 
 
-def _simulate(fit, bounds, source, output, folder, args, refine=None, objective=None):
-    """Simulate the layouts in rounds, most promising first, skipping those whose bound reaches the objective's
-    limit (:meth:`.objective.Objective.limit_ns`: they cannot beat the best row simulated so far, or cannot meet the
-    step-time bound; an interleaved layout's bound refined first by ``refine``); (the last round's summary, None
-    when no layout could meet the step-time bound, {layout key: row}, the layouts not simulated)."""
-    from astra_sim.executors import make_executor
-
-    from .point import worker_state
+def _simulate(fit, bounds, source, output, folder, args, objective, executor, state, interleaved=None):
+    """Simulate the layouts in rounds on ``executor``, most promising first, skipping those whose bound reaches
+    the objective's limit (:meth:`.objective.Objective.limit_ns`: they cannot beat the best row simulated so far,
+    or cannot meet the step-time bound; interleaved layouts' bounds raised first by ``interleaved``); (the last
+    round's summary, None when no layout could meet the step-time bound, {layout key: row}, the layouts not
+    simulated)."""
     from .sweep import run_sweep
 
-    objective = objective or Objective()
     never = (float("inf"), float("inf"))
     todo = sorted(fit, key=lambda c: bounds.get(id(c), never)[1] if bounds else 0)
     done, rows, best, summary = [], {}, None, None
@@ -489,30 +497,27 @@ def _simulate(fit, bounds, source, output, folder, args, refine=None, objective=
         best = _best(done, rows, best, objective)
 
     def could_win(cfg, limit):  # a layout whose bound reaches the limit cannot beat the best (or meet the bound)
-        return id(cfg) not in bounds or bounds[id(cfg)][0] < limit and (refine is None or refine(cfg, limit) < limit)
+        return id(cfg) not in bounds or bounds[id(cfg)][0] < limit
 
-    state = worker_state()
-    with make_executor(args.jobs, args.dask, args.executor, state["pm"]) as executor:
-        batch = len(todo) if not bounds else max(1, getattr(executor, "workers", None) or args.jobs or 4)
-        while todo or summary is None:
-            limit = objective.limit_ns(best) if bounds else None
-            if limit is not None:
-                round_, rest = [], iter(todo)
-                for cfg in rest:  # refine in order, only as far as this round needs
-                    if could_win(cfg, limit):
-                        round_.append(cfg)
-                        if len(round_) == batch:
-                            break
-                todo = [c for c in rest if id(c) not in bounds or bounds[id(c)][0] < limit]
-            else:
-                round_, todo = todo[:batch], todo[batch:]
-            if not round_ and (summary is not None or not done):
-                break
-            done += round_
-            summary = _run_round(done, (round_ or done)[0], source, output, folder, args, state, executor, run_sweep,
-                                 objective)
-            rows = _read(output)
-            best = _best(round_, rows, best, objective)
+    workers = max(1, getattr(executor, "workers", None) or args.jobs or 4)
+    while todo or summary is None:
+        limit = objective.limit_ns(best) if bounds else None
+        if limit is not None:
+            todo = [c for c in todo if could_win(c, limit)]
+            if interleaved is not None:
+                interleaved(todo, limit)
+                todo = [c for c in todo if could_win(c, limit)]
+        # the first round one layout per worker (the most promising: a best step to prune with, soon); later
+        # rounds two per worker, so that a worker that finishes early takes the next one instead of waiting
+        batch = len(todo) if not bounds else workers * (1 if best is None else 2)
+        round_, todo = todo[:batch], todo[batch:]
+        if not round_ and (summary is not None or not done):
+            break
+        done += round_
+        summary = _run_round(done, (round_ or done)[0], source, output, folder, args, state, executor, run_sweep,
+                             objective)
+        rows = _read(output)
+        best = _best(round_, rows, best, objective)
     simulated = {id(c) for c in done}
     return summary, rows, [c for c in fit if id(c) not in simulated]
 
@@ -528,8 +533,10 @@ def _best(layouts, rows, best, objective):
 
 
 def _run_round(done, base, source, output, folder, args, state, executor, run_sweep, objective):
-    """One sweep over every layout simulated so far (the earlier ones are resumed from ``output``); the base case
-    is one of this round's layouts, whose workload the round makes anyway."""
+    """One sweep over every layout simulated so far (the earlier ones are resumed from ``output``). The base case,
+    which the sweep makes and resolves in this process before any point runs (configurations, options, backends:
+    the same for every layout of the search), is one of this round's layouts with the fewest micro-batches it
+    allows (one, or ``pp`` with virtual stages): a full one's generation here would keep a worker waiting."""
     import yaml
 
     run = {"platform": args.platform, "platform-collective": args.platform_collective}
@@ -537,7 +544,9 @@ def _run_round(done, base, source, output, folder, args, state, executor, run_sw
         # no breakdown: a layout's row needs its step, not where each rank's time went (about a tenth of a
         # point's time on GPT-3 175B), and the step is the same to the ns; the energy accounting needs it
         run["no-breakdown"] = True
-    spec = {"workload": {"llm": {**source, **_options(base)}}, "run": run,
+    quick = _options(base)
+    quick["micro-batches"] = base.pp if base.virtual_stages > 1 else 1
+    spec = {"workload": {"llm": {**source, **quick}}, "run": run,
             "axes": {"zip": {f"workload.llm.{k}": [_options(c)[k] for c in done] for k in _options(base)}}}
     spec_path = os.path.join(folder, "search.yaml")
     with open(spec_path, "w") as handle:
