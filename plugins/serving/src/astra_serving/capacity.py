@@ -80,6 +80,7 @@ class KvCapacity:
     max_context: int
     visible_bytes: int = 0        # total_gpu_memory: what CUDA reports of the HBM
     sampler_bytes: int = 0        # the sampler's logits of max_num_seqs rows (last stage)
+    kv_cache_dtype: str = "auto"  # vLLM's --kv-cache-dtype the cache is sized in (KV_CACHE_DTYPE_BYTES)
 
     @property
     def tokens(self):
@@ -89,7 +90,8 @@ class KvCapacity:
         return {k: getattr(self, k) for k in ("hbm_bytes", "visible_bytes", "usable_bytes", "weights_bytes",
                                               "activations_bytes", "sampler_bytes", "workspace_bytes",
                                               "kv_bytes", "kv_bytes_per_token", "kv_bytes_per_token_model",
-                                              "block_size", "blocks", "max_context")} | {"tokens": self.tokens}
+                                              "block_size", "blocks", "max_context", "kv_cache_dtype")} | {
+            "tokens": self.tokens}
 
 
 def visible_memory_bytes(platform):
@@ -151,4 +153,5 @@ def kv_capacity(layout, gpu_memory_utilization=0.9, block_size=16, max_num_batch
                               f"run's activations {activations / 1e9:.1f} GB and its sampler {sampler / 1e9:.1f} "
                               "GB per GPU")
     return KvCapacity(hbm, usable, weights, activations, non_torch, max(kv, 0), per_token,
-                      per_position_model * dims.layers, block_size, int(blocks), max_context, visible, sampler)
+                      per_position_model * dims.layers, block_size, int(blocks), max_context, visible, sampler,
+                      kv_cache_dtype)

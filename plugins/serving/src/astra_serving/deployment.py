@@ -72,7 +72,7 @@ def resolve(spec):
         raise ConfigError(f"--nodes {spec.nodes}: a replica of TP {spec.tp} x PP {spec.pp} x EP {spec.ep} = "
                           f"{layout.gpus} GPUs takes {layout.nodes} node(s) of {platform.name}")
     cap = kv_capacity(layout, spec.gpu_memory_utilization, spec.block_size, spec.max_num_batched_tokens,
-                      spec.max_model_len, spec.max_num_seqs)
+                      spec.max_model_len, spec.max_num_seqs, spec.kv_cache_dtype)
     if spec.no_chunked_prefill and spec.max_num_batched_tokens < cap.max_context:
         raise ConfigError(f"--no-chunked-prefill needs --max-num-batched-tokens >= the context ({cap.max_context}; "
                           "--max-model-len lowers it), else a long prompt never fits an iteration")

@@ -77,6 +77,7 @@ class ServeSpec:
     no_chunked_prefill: bool = False
     block_size: int = 16
     gpu_memory_utilization: float = 0.9
+    kv_cache_dtype: str = "auto"  # vLLM's --kv-cache-dtype: auto (the model's dtype) or an FP8 cache (capacity.py)
     max_model_len: int | None = None
     policy: str = "fcfs"
     preemption: str = "recompute"
@@ -109,6 +110,8 @@ class ServeSpec:
         per replica here."""
         from astra_sim.cliutil import add_platform_flags, non_negative_float, positive_float, positive_int
         from astra_workload_generators.llm.spec import add_model_flags
+
+        from .capacity import KV_CACHE_DTYPE_BYTES
 
         add_model_flags(p, required=True, help_suffix=" (the serving steps' model)")
         add_platform_flags(p, required=True, nodes=False)
@@ -167,6 +170,10 @@ class ServeSpec:
                          help="admit a prompt only whole (needs --max-num-batched-tokens >= the model's context)")
         eng.add_argument("--block-size", type=positive_int, default=16, help="KV-cache block (tokens)")
         eng.add_argument("--gpu-memory-utilization", type=positive_float, default=0.9)
+        eng.add_argument("--kv-cache-dtype", default="auto", choices=tuple(KV_CACHE_DTYPE_BYTES),
+                         help="the KV cache's element type, as vLLM's --kv-cache-dtype: auto (default: the model's "
+                         "--dtype) or fp8 / fp8_e4m3 / fp8_e5m2 (one byte per element: the same memory holds twice "
+                         "the tokens of a bf16 cache; decode attention is still timed on a --dtype cache)")
         eng.add_argument("--max-model-len", type=positive_int, help="context limit (default: the model's)")
         eng.add_argument("--policy", default="fcfs", choices=("fcfs", "priority"))
         eng.add_argument("--preemption", default="recompute", choices=("recompute", "swap"))
