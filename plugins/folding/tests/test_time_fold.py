@@ -98,11 +98,12 @@ def report_json(report):
 
 
 def check_exact(args, **kwargs):
-    folded = simulate(*args, **kwargs)
-    plain = simulate(*args, fold=False, **kwargs)
+    folded = simulate(*args, time_fold=True, **kwargs)
+    plain = simulate(*args, **kwargs)
     assert numbers(folded) == numbers(plain)
     assert report_json(folded) == report_json(plain)
-    assert "time" not in plain.settings["fold"]  # --no-fold: no folding of either kind
+    assert "time" not in plain.settings["fold"]  # without --time-fold every event is simulated
+    assert "time" not in simulate(*args, time_fold=True, fold=False, **kwargs).settings["fold"]  # nor with --no-fold
     return folded.settings["fold"]["time"]
 
 
@@ -192,14 +193,15 @@ def test_the_host_launch_model_folds_to_the_ns(tmp_path, launch_us):
     check_exact(write_pipeline(tmp_path, 4, 16), host_launch_us=launch_us)
 
 
-def test_astra_run_says_what_it_jumped_over_and_no_fold_simulates_it(tmp_path, capsys):
+def test_astra_run_time_fold_says_what_it_jumped_over_and_is_off_by_default(tmp_path, capsys):
     prefix, system, network = write_pipeline(tmp_path, 4, 16)
     argv = ["run", "--workload-configuration", prefix, "--system-configuration", system, "--network-configuration",
             network, "--report-json", str(tmp_path / "r.json")]
-    assert main(argv) == 0
+    assert main(argv + ["--time-fold"]) == 0
     out = capsys.readouterr().out.replace("\n", " ")
     info = json.loads((tmp_path / "r.json").read_text())["settings"]["fold"]["time"]
     assert info["folded"] is True and f"time folded: {info['periods']:,} repeats of" in out
-    assert main(argv + ["--no-fold"]) == 0
-    assert "time folded" not in capsys.readouterr().out
-    assert "time" not in json.loads((tmp_path / "r.json").read_text())["settings"]["fold"]
+    for off in ([], ["--time-fold", "--no-fold"]):
+        assert main(argv + off) == 0
+        assert "time folded" not in capsys.readouterr().out
+        assert "time" not in json.loads((tmp_path / "r.json").read_text())["settings"]["fold"]

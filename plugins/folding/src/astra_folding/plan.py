@@ -99,9 +99,10 @@ class FoldPlanner:
         FoldedEventEngine.fold(engine, self.symmetry)
 
     def time_fold_driver(self, sim):
-        """What runs the built simulation's engine when it may fold in time (:mod:`astra_folding.time_fold`), or
-        None; the report's ``settings.fold.time`` says whether it jumped and why not."""
-        if not self.active:
+        """What runs the built simulation's engine when it may fold in time (``--time-fold``:
+        :mod:`astra_folding.time_fold`), or None; the report's ``settings.fold.time`` says whether it jumped and why
+        not."""
+        if not self.active or not sim.options.get("time_fold"):
             return None
         from astra_folding.time_fold import TimeFolder, refusal
 

@@ -1,11 +1,19 @@
 """Registers the fold planner: a run whose inputs keep a symmetry simulates one rank per class; a pipeline's
-steady state is jumped over (time folding), and the summary says so."""
+steady state is jumped over with ``--time-fold`` (time folding), and the summary says so."""
 
 from __future__ import annotations
 
 from astra_sim import hookimpl
 
 from astra_folding.plan import FoldPlanner
+
+
+@hookimpl
+def astra_add_run_options(parser):
+    parser.add_argument(
+        "--time-fold", action="store_true",
+        help="jump over the repeats of a pipeline's steady state, to the ns (astra-folding; settings.fold.time says "
+             "what was jumped over, or why not). Off by default: a jump costs about what simulating costs here")
 
 
 @hookimpl

@@ -1,4 +1,6 @@
-"""Time folding: jump over the repeats of a pipeline's steady state, to the ns (issue 37).
+"""Time folding: jump over the repeats of a pipeline's steady state, to the ns (issue 37; ``astra run
+--time-fold``, off by default: in this pure-Python kernel a jump costs about what simulating costs, see the
+plugin's README).
 
 Design. A 1F1B or interleaved pipeline's steady state repeats: after a period of ``P`` ns every rank is
 ``D_r`` nodes further in its trace and the whole simulation state is the same, moved on. The run is then
@@ -7,7 +9,8 @@ up to a second occurrence of one state, the repeats that follow are jumped over 
 reported as the simulated period's, moved on), and the rest (the cool-down) is simulated as usual.
 
 *What is compared.* At anchor points (the end of a nanosecond in which the first rank with sends or receives
-finished one), the whole state is written canonically, with every time relative to now and every node id of
+finished one; once per repeat of its trace's sends and receives, and within a budget of work per event
+simulated), the whole state is written canonically, with every time relative to now and every node id of
 rank ``r`` relative to the number of nodes ``f_r`` it has finished:
 
 * the engine's pending events (time, then ``(fn, arg)`` in order): a system layer's batch of its tick, a node's
@@ -17,7 +20,12 @@ rank ``r`` relative to the number of nodes ``f_r`` it has finished:
   collective may be running) and its workload (ready nodes in heap order, busy slots, running nodes with their
   start times, the nodes with some but not all parents finished and their counts, the host's clock);
 * the matcher's waiting messages (ends, size, which node sent or will receive them, arrived or not), the tag
-  taken relative to that node's ``comm_tag``.
+  taken relative to that node's ``comm_tag``;
+* but not the receives without parents still waiting for their message (a trace may post them all at the
+  start, as the LLM generator does): they are the trace's future. The jump checks instead that every one the
+  repeats finish is still waiting, and that every one a repeat's send or receive could find (its key one
+  step on from a key the period looked up) is the image of one the period touched; their start times are
+  their own.
 
 *Why that suffices.* Two anchor states A (at ``t_A``) and B (at ``t_B``) that are equal so written differ by
 ``σ``: node ``n`` of rank ``r`` -> ``n + D_r`` (``D_r = f_r(B) - f_r(A)``), time + ``P``, message tags + ``T``.
@@ -132,7 +140,6 @@ class TimeFolder:
         self.looks = 0
         self.kept = 0  # snapshots kept
         self.work = 0  # what looking for repeats has cost (see LOOK_WORK_PER_EVENT)
-        self.count = 0  # events run
         self.signatures = {w.rank: {} for w in self.workloads}  # see _signature
         self.parents = self.root_recvs = None  # see _trace_facts
         self.scanned = 0  # how much of the log _scan_log has seen
@@ -697,4 +704,4 @@ def summary_line(info):
     from astra_sim.humanize import format_ns
 
     return (f"time folded: {info['periods']:,} repeats of {format_ns(info['period_ns'])} jumped over from "
-            f"{format_ns(info['from_ns'])} (--no-fold simulates them)")
+            f"{format_ns(info['from_ns'])} (--time-fold; without it every event is simulated)")
