@@ -32,16 +32,25 @@ def _cmd_platforms(args):
                Column("devices/\nnode", number=True, drop=None if one_node else 1),
                Column("total\ndevices", number=True, drop=1 if one_node else None),
                Column("scale-up\nGB/s/dir", number=True),
-               Column("NIC Gb/s\nper device", number=True), Column("HBM\nGB/s", number=True, drop=2),
+               # the NIC's scale-out kind (--scale-out's name for it) beside its rate: no column of its own, so
+               # that the table still fits 80 columns (issue 40)
+               Column("NIC Gb/s\nper device\n(scale-out)", number=True), Column("HBM\nGB/s", number=True, drop=2),
                Column("bf16\nTFLOP/s", number=True, drop=3),
                # how far the device's GEMM times rest on its own measurements (a GPU preset's calibration_status)
                Column("GEMM\ncalib.", drop=4)]
     # a device whose GEMM times rest partly on assumptions is marked where every width shows it (issue 40)
     table_rows = [[r["name"], r["gpu"] + (" *" if r.get("calibration") == "partial" else ""),
                    str(r["gpus_per_node"]), str(r["total_gpus"]),
-                   f"{r['scaleup_gb_per_s_per_direction']:g}", f"{r['nic_gbit_per_s_per_gpu']:g}",
+                   f"{r['scaleup_gb_per_s_per_direction']:g}", _nic(r),
                    f"{r['hbm_bandwidth_gbps']:g}", f"{r['bf16_tflops']:g}", r.get("calibration") or "-"] for r in rows]
     partial = "* GEMM times partly assumed" if any(r.get("calibration") == "partial" for r in rows) else None
     print_table(f"astra run --platform (nodes={args.nodes}; sources and assumptions: astra platforms --json)",
                 columns, table_rows, caption=partial)
     return 0
+
+
+def _nic(row):
+    """The NIC cell: Gb/s per device, and the NIC's scale-out kind when the platform names one (``400 (ib-ndr)``)."""
+    kind = (row.get("scale_out") or {}).get("kind")
+    rate = f"{row['nic_gbit_per_s_per_gpu']:g}"
+    return f"{rate} ({kind})" if kind else rate
