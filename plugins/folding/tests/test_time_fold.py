@@ -179,12 +179,15 @@ def test_a_compute_model_not_known_to_be_stateless_is_not_folded(tmp_path):
 @settings(max_examples=int(os.environ.get("TIME_FOLD_EXAMPLES", 25)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(stages=st.integers(2, 5), groups=st.integers(1, 6), chunks=st.integers(1, 3), layers=st.integers(1, 3),
        forward_us=st.integers(1, 30), backward_us=st.integers(1, 40), last_us=st.none() | st.integers(1, 50),
-       preposted=st.booleans(), size=st.sampled_from([1024, 1 << 20, 3 * (1 << 20) + 7]))
+       preposted=st.booleans(), size=st.sampled_from([1024, 1 << 20, 3 * (1 << 20) + 7]),
+       launch_us=st.sampled_from([None, None, 1, 4]))
 def test_random_pipelines_give_the_same_numbers_folded_in_time_or_not(stages, groups, chunks, layers, forward_us,
-                                                                       backward_us, last_us, preposted, size):
+                                                                       backward_us, last_us, preposted, size,
+                                                                       launch_us):
+    options = {} if launch_us is None else {"host_launch_us": launch_us}
     with tempfile.TemporaryDirectory() as folder:
         check_exact(write_pipeline(pathlib.Path(folder), stages, stages * groups, chunks, layers, forward_us,
-                                   backward_us, size, preposted, last_us))
+                                   backward_us, size, preposted, last_us), **options)
 
 
 @pytest.mark.parametrize("launch_us", [1, 7])
