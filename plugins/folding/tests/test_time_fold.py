@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from astra_sim import hookimpl, simulate
-from astra_sim.chakra import make_metadata, make_node, types as T, write_et
+from astra_sim.chakra import make_metadata, make_node, read_et, types as T, write_et
 from astra_sim.cli import main
 
 
@@ -208,3 +208,34 @@ def test_astra_run_time_fold_says_what_it_jumped_over_and_is_off_by_default(tmp_
         assert main(argv + off) == 0
         assert "time folded" not in capsys.readouterr().out
         assert "time" not in json.loads((tmp_path / "r.json").read_text())["settings"]["fold"]
+
+
+class _AlwaysFold:
+    """The fold planner with the cost rule off (folds whenever a symmetry is found)."""
+
+    @staticmethod
+    @hookimpl
+    def astra_fold_planner(setup, catalogue, requested, refused):
+        from astra_folding.plan import FoldPlanner
+
+        return FoldPlanner(setup, catalogue, requested, refused, event_cost=0)
+
+
+def test_a_run_folded_by_symmetry_is_not_folded_in_time_and_says_why(tmp_path):
+    """Two identical pipelines side by side (ranks 0-3 and 4-7): a symmetry; the folded engine is not compared."""
+    first = write_pipeline(tmp_path, 4, 16)
+    for rank in range(4):  # the second pipeline: the same traces, peers moved by 4
+        trace = read_et(f"{first[0]}.{rank}.et")
+        nodes = trace[1] if isinstance(trace, tuple) else trace.nodes
+        for node in nodes:
+            for key in ("comm_src", "comm_dst"):
+                if key in node.attrs:
+                    node.attrs[key] += 4
+        write_et(f"{first[0]}.{rank + 4}.et", make_metadata(), nodes)
+    (tmp_path / "net.yml").write_text("topology: [ Ring, Ring ]\nnpus_count: [ 4, 2 ]\nbandwidth: [ 50, 50 ]\n"
+                                      "latency: [ 500, 500 ]\n")
+    (tmp_path / "sys.json").write_text(json.dumps({"all-reduce-implementation": ["ring", "ring"], "local-mem-bw": 50}))
+    report = simulate(*first, time_fold=True, extra_plugins=(_AlwaysFold,))
+    assert report.stats["simulated_ranks"] == 4
+    assert "ranks are folded by symmetry" in report.settings["fold"]["time"]["reason"]
+    assert numbers(report) == numbers(simulate(*first, fold=False))
