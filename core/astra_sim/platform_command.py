@@ -32,8 +32,7 @@ def _cmd_platforms(args):
                Column("devices/\nnode", number=True, drop=None if one_node else 1),
                Column("total\ndevices", number=True, drop=1 if one_node else None),
                Column("scale-up\nGB/s/dir", number=True),
-               # the NIC's scale-out kind (--scale-out's name for it) beside its rate: no column of its own, so
-               # that the table still fits 80 columns (issue 40)
+               # the NIC's scale-out kind beside its rate, so that the table still fits 80 columns (issue 40)
                Column("NIC Gb/s\nper device\n(scale-out)", number=True), Column("HBM\nGB/s", number=True, drop=2),
                Column("bf16\nTFLOP/s", number=True, drop=3),
                # how far the device's GEMM times rest on its own measurements (a GPU preset's calibration_status)
@@ -52,5 +51,4 @@ def _cmd_platforms(args):
 def _nic(row):
     """The NIC cell: Gb/s per device, and the NIC's scale-out kind when the platform names one (``400 (ib-ndr)``)."""
     kind = (row.get("scale_out") or {}).get("kind")
-    rate = f"{row['nic_gbit_per_s_per_gpu']:g}"
-    return f"{rate} ({kind})" if kind else rate
+    return f"{row['nic_gbit_per_s_per_gpu']:g}" + (f" ({kind})" if kind else "")
