@@ -535,8 +535,8 @@ def _best(layouts, rows, best, objective):
 def _run_round(done, base, source, output, folder, args, state, executor, run_sweep, objective):
     """One sweep over every layout simulated so far (the earlier ones are resumed from ``output``). The base case,
     which the sweep makes and resolves in this process before any point runs (configurations, options, backends:
-    the same for every layout of the search), is one of this round's layouts with the fewest micro-batches it
-    allows (one, or ``pp`` with virtual stages): a full one's generation here would keep a worker waiting."""
+    the same for every layout of the search), is one of this round's layouts with one micro-batch and no virtual
+    stages (as the bound's terms generate it): a full one's generation here would keep a worker waiting."""
     import yaml
 
     run = {"platform": args.platform, "platform-collective": args.platform_collective}
@@ -544,8 +544,7 @@ def _run_round(done, base, source, output, folder, args, state, executor, run_sw
         # no breakdown: a layout's row needs its step, not where each rank's time went (about a tenth of a
         # point's time on GPT-3 175B), and the step is the same to the ns; the energy accounting needs it
         run["no-breakdown"] = True
-    quick = _options(base)
-    quick["micro-batches"] = base.pp if base.virtual_stages > 1 else 1
+    quick = {**_options(base), "micro-batches": 1, "virtual-stages": 1}
     spec = {"workload": {"llm": {**source, **quick}}, "run": run,
             "axes": {"zip": {f"workload.llm.{k}": [_options(c)[k] for c in done] for k in _options(base)}}}
     spec_path = os.path.join(folder, "search.yaml")
