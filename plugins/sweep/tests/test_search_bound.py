@@ -119,6 +119,33 @@ def test_pipeline_edges_by_hand():
     assert pipeline_edges(_graph(lonely)) == {0: 0}
 
 
+def test_fill_and_drain_by_hand():
+    """The same two stages: stage 1's first compute waits for stage 0's forward (10), and after its send to
+    stage 0 the backward there takes 20 more; stage 0 starts at once and sends nothing down."""
+    from astra_sweep.bound import fill_and_drain
+
+    stage0 = [(0, 10, [], None), (1, 0, [0], ("send", 0, 1, 0)), (2, 0, [1], ("recv", 1, 0, 1)),
+              (3, 20, [2], None)]
+    stage1 = [(0, 0, [], ("recv", 0, 1, 0)), (1, 7, [0], None), (2, 5, [1], None), (3, 0, [2], ("send", 1, 0, 1))]
+    assert fill_and_drain(_graph(stage0, stage1)) == {0: (0, 0), 1: (10, 20)}
+    assert fill_and_drain(_graph([(0, 0, [1], None), (1, 3, [0], None)])) == {}
+
+
+def test_interleaved_bound_by_hand():
+    """PP 2 VP 2 from the 4-stage terms (one rank per stage): rank q's fill + micro-batches x (its chunks' stages
+    q and q + 2, per micro-batch the larger of compute and chain) + drain, the largest over q."""
+    from astra_sweep.bound import StepTerms, interleaved_bound_ns
+
+    stages = StepTerms({}, {}, compute_per_micro_batch_ns={0: 10, 1: 11, 2: 10, 3: 12},
+                       chain_per_micro_batch_ns={0: 9, 1: 13, 2: 10, 3: 12}, fill_ns={0: 0, 1: 6, 2: 17, 3: 29},
+                       drain_ns={0: 0, 1: 8, 2: 20, 3: 33})
+    cfg = _cfg(tp=1, pp=2, dp=1, virtual_stages=2, micro_batches=4)
+    assert interleaved_bound_ns(cfg, stages, 4) == max(0 + 4 * 20 + 0, 6 + 4 * 25 + 8) == 114
+    partial = StepTerms({}, {}, compute_per_micro_batch_ns={0: 10, 1: 11, 2: 10}, chain_per_micro_batch_ns={0: 9},
+                        fill_ns={0: 0}, drain_ns={0: 0})
+    assert interleaved_bound_ns(cfg, partial, 4) is None  # stage 3 missing: no bound
+
+
 def test_collectives_in_a_node_count_and_others_do_not():
     """TP 2 layouts: the in-node all-gathers / reduce-scatters lengthen the chain beyond compute; with the ring
     collective (simulated packets, not the NCCL model) only compute counts."""
