@@ -225,6 +225,12 @@ def serve(spec):
                            "preemptions": e.preemptions, "prefill_tokens": e.tokens_prefilled,
                            "decode_tokens": e.tokens_decoded} for e in engines]
     report["step_simulator"] = timer.stats()
+    from .intervals import report_intervals
+    from .steptime import _pm
+
+    intervals = report_intervals(report, _pm())  # from astra-validation's cross-validated serving errors
+    if intervals is not None:
+        report["interval_90"] = intervals
     energy = cluster.meter.finish(requests, engines, max(r.finish_ns for r in requests)) if cluster.meter else None
     if energy is not None:
         report["energy"] = energy

@@ -164,6 +164,8 @@ def build_report(requests, cluster, slo_ttft_ms=None, slo_tpot_ms=None, max_poin
 
 def describe(report):
     """Terminal lines (human units: ms and s)."""
+    from .intervals import describe_interval
+
     slos = report.get("slo") or []
 
     def d(name, key):
@@ -174,13 +176,16 @@ def describe(report):
         for s in slos:  # the percentiles the SLOs ask for, too
             if f"{s['metric']}_ns" == key and s["value_ns"] is not None:
                 shown.setdefault(s["percentile"], s["value_ns"])
-        return f"{name}: " + ", ".join(f"{percentile_label(p)} {ns / MS:.1f} ms" for p, ns in sorted(shown.items()))
+        interval = describe_interval(report, name.lower(), lambda ns: f"{ns / MS:.1f} ms")
+        return f"{name}: " + ", ".join(f"{percentile_label(p)} {ns / MS:.1f} ms" + (interval if p == 50 else "")
+                                       for p, ns in sorted(shown.items()))
 
     def ms(ns):
         return "-" if ns is None else f"{ns / MS:g}"
 
     lines = [f"{report['requests']} requests in {report['duration_ns'] / NS:.2f} s: "
-             f"{report['throughput_requests_per_s']:.2f} req/s, {report['throughput_tokens_per_s']:.0f} output tok/s "
+             f"{report['throughput_requests_per_s']:.2f} req/s, {report['throughput_tokens_per_s']:.0f} output tok/s"
+             f"{describe_interval(report, 'throughput', lambda v: f'{v:.0f} tok/s')} "
              f"({report['throughput_input_tokens_per_s']:.0f} input tok/s), {report['preemptions']} preemptions",
              d("TTFT", "ttft_ns"), d("TPOT", "tpot_ns"), d("E2E", "e2e_ns"), d("queueing", "queueing_delay_ns")]
     if "goodput" in report:

@@ -8,21 +8,29 @@ order statistics) of measured / simulated over that regime's cases, each predict
 It is **empirical**: no distribution is assumed, and it says how the model did on the registry's cases, no more.
 With n cases the interval is never wider than their extremes, so with few cases it understates the tails, and it
 covers the kind of run the cases are (their hardware, scale and software), not every run.
+
+Serving is one regime of three metric families (median TTFT, median TPOT, output-token throughput), which err for
+different reasons: each family's interval comes from its own cases' errors (:func:`serving_intervals`, behind the
+serving plugin's ``astra_serve_intervals`` hook). A throughput's error is on the throughput, so measured =
+simulated / (1 + error) holds for it as for a time.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
 from astra_sim.errors import ConfigError
 
-from astra_validation.registry import CASES_DIR, TIME_KINDS
+from astra_validation.registry import CASES_DIR, SERVING_FAMILIES, TIME_KINDS
 
 RESIDUALS = CASES_DIR / "residuals.json"
 COVERAGE = 0.9
 #: fewer cross-validated cases than this in a regime: no interval (one or two errors say nothing of a spread)
 MIN_CASES = 3
+#: the serving regime's metric families: ttft, tpot, throughput
+SERVING_FAMILY_NAMES = tuple(dict.fromkeys(SERVING_FAMILIES.values()))
 
 
 def quantile(values, q):
@@ -36,13 +44,19 @@ def quantile(values, q):
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-def interval_ns(simulated_ns, errors, coverage=COVERAGE):
-    """``(low_ns, high_ns)``: where the measured time lies for a simulated ``simulated_ns``, by the central
-    ``coverage`` of measured / simulated = 1 / (1 + error) over ``errors`` (error = (simulated - measured) /
-    measured)."""
+def interval(simulated, errors, coverage=COVERAGE):
+    """``(low, high)``: where the measured value lies for a ``simulated`` one (a time, or a throughput), by the
+    central ``coverage`` of measured / simulated = 1 / (1 + error) over ``errors`` (error = (simulated - measured)
+    / measured)."""
     ratios = [1.0 / (1.0 + e) for e in errors]
     tail = (1.0 - coverage) / 2.0
-    return round(simulated_ns * quantile(ratios, tail)), round(simulated_ns * quantile(ratios, 1.0 - tail))
+    return simulated * quantile(ratios, tail), simulated * quantile(ratios, 1.0 - tail)
+
+
+def interval_ns(simulated_ns, errors, coverage=COVERAGE):
+    """:func:`interval` of a time, in integer ns."""
+    low, high = interval(simulated_ns, errors, coverage)
+    return round(low), round(high)
 
 
 def residuals_document(cv_summary, command):
@@ -53,6 +67,8 @@ def residuals_document(cv_summary, command):
             regime = regimes.setdefault(row["kind"], {"errors": [], "cases": [], "sources": []})
             regime["errors"].append(row["error"])
             regime["cases"].append(row["name"])
+            if row["kind"] == "serving":  # each case's metric family: its errors make that family's interval
+                regime.setdefault("metrics", []).append(row.get("metric"))
             if row["source_id"] not in regime["sources"]:
                 regime["sources"].append(row["source_id"])
     return {"generated_by": command, "what": "error = (simulated - measured) / measured of each case, predicted with "
@@ -71,6 +87,11 @@ def load_residuals(path=None):
         for name, regime in regimes.items():
             if not all(isinstance(e, (int, float)) and e > -1 for e in regime["errors"]):
                 raise ValueError(f"regime {name!r}: errors must be numbers above -1")
+            metrics = regime.get("metrics")
+            if metrics is not None and (not isinstance(metrics, list) or len(metrics) != len(regime["errors"])
+                                        or not set(metrics) <= set(SERVING_FAMILY_NAMES)):
+                raise ValueError(f"regime {name!r}: metrics must list one of {', '.join(SERVING_FAMILY_NAMES)} "
+                                 "per error")
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ConfigError(f"{path}: not a residuals file of astra validate --save-residuals ({exc})") from None
     return data
@@ -86,5 +107,46 @@ def step_interval(simulated_ns, regime="llm_step", path=None):
     return {"interval_ns": list(interval_ns(simulated_ns, errors)), "cases": len(errors)}
 
 
-__all__ = ["quantile", "interval_ns", "residuals_document", "load_residuals", "step_interval", "RESIDUALS",
+def serving_family_errors(data):
+    """``{family: [error, ...]}`` of the serving regime of a residuals document: each case's family from the file's
+    ``metrics`` (written since they were added), else from the registry by case name (a name it does not hold is
+    left out)."""
+    regime = (data or {}).get("regimes", {}).get("serving") or {}
+    errors = regime.get("errors", [])
+    metrics = regime.get("metrics")
+    if metrics is None:
+        families = _registry_families()
+        metrics = [families.get(name) for name in regime.get("cases", [])]
+    out = {family: [] for family in SERVING_FAMILY_NAMES}
+    for metric, error in zip(metrics, errors):
+        if metric in out:
+            out[metric].append(error)
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _registry_families():
+    """``{case name: family}`` of the registry's serving cases (read once per process)."""
+    from astra_validation.registry import load_cases
+
+    return {c.name: c.serving_family for c in load_cases() if c.kind == "serving"}
+
+
+def serving_intervals(values, path=None):
+    """``{family: {"interval": [low, high] or None, "cases": n}}`` for simulated serving metrics ``values``
+    (``{"ttft": ns, "tpot": ns, "throughput": tokens/s}``; a None value has no interval), each from its own
+    family's cross-validated errors (None with fewer than MIN_CASES); None when there is no residuals file."""
+    data = load_residuals(path)
+    if data is None:
+        return None
+    errors = serving_family_errors(data)
+    out = {}
+    for family, value in values.items():
+        found = errors.get(family, [])
+        usable = value is not None and len(found) >= MIN_CASES
+        out[family] = {"interval": list(interval(value, found)) if usable else None, "cases": len(found)}
+    return out
+
+
+__all__ = ["quantile", "interval", "interval_ns", "serving_family_errors", "serving_intervals", "residuals_document", "load_residuals", "step_interval", "RESIDUALS",
            "COVERAGE", "MIN_CASES"]

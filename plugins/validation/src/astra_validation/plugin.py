@@ -56,6 +56,16 @@ def astra_run_finish(run, report):
         report.stats["step_interval_90_cases"] = found["cases"]
 
 
+@hookimpl(optionalhook=True)
+def astra_serve_intervals(values):
+    """The serving plugin's hook (``astra_serving.intervals``; optional: declared when serving asks): the empirical
+    90 % interval of each serving metric from its family's cross-validated errors
+    (``astra_validation.intervals.serving_intervals``)."""
+    from astra_validation.intervals import serving_intervals
+
+    return serving_intervals(values)
+
+
 @hookimpl
 def astra_register_metrics(registry):
     registry.metric("stats.step_interval_90_ns.*", "ns", "empirical 90 % interval of the measured step time: the "
