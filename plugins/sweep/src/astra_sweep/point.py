@@ -387,10 +387,18 @@ def serve_spec(options, pm=None):
 SERVE_LATENCIES = (("ttft", "ttft_ns"), ("tpot", "tpot_ns"), ("e2e", "e2e_ns"), ("queueing", "queueing_delay_ns"))
 
 
+#: serving rows: the report's 90 % intervals (``interval_90``) as low and high columns, ns kept integer
+SERVE_INTERVALS = {
+    "ttft_p50_ns": ("ttft_p50_interval_90_low_ns", "ttft_p50_interval_90_high_ns"),
+    "tpot_p50_ns": ("tpot_p50_interval_90_low_ns", "tpot_p50_interval_90_high_ns"),
+    "throughput_tokens_per_s": ("throughput_interval_90_low_tokens_per_s", "throughput_interval_90_high_tokens_per_s")}
+
+
 def fill_serve_row(row, report):
     """A serving point's row: TTFT, TPOT, end-to-end and queueing p50/p90/p99 (integer ns, as the report keeps
-    them), output and request throughput, the makespan (ns), the GPUs of the deployment and, with an SLO, goodput
-    (requests/s meeting it)."""
+    them), output and request throughput, the makespan (ns), the GPUs of the deployment, the 90 % intervals of the
+    median TTFT and TPOT and of the throughput when the report has them and, with an SLO, goodput (requests/s
+    meeting it)."""
     for name, key in SERVE_LATENCIES:
         dist = report.get(key) or {}
         for stat in ("p50", "p90", "p99"):
@@ -399,6 +407,10 @@ def fill_serve_row(row, report):
                 "preemptions", "duration_ns"):
         row[key] = report.get(key)
     row["gpus"] = (report.get("deployment") or {}).get("gpus")
+    for key, (low, high) in SERVE_INTERVALS.items():  # the report's interval_90 (astra-validation's residuals)
+        found = (report.get("interval_90") or {}).get(key)
+        if found is not None:
+            row[low], row[high] = found
     goodput = report.get("goodput")
     if isinstance(goodput, dict):
         row["goodput_requests_per_s"] = goodput.get("requests_per_s")
@@ -427,7 +439,8 @@ def fill_row(row, report):
     """The step (max finish), compute and exposed communication of the rank that sets it, and, when the report
     has a breakdown (astra run's default), the slowest rank's parts as ``part_<name>_ns`` columns
     (``part_compute_gemm_ns``, ``part_exposed_tp_ns``, ``part_recv_wait_pp_ns``, ...) with its communication
-    busy and overlapped time."""
+    busy and overlapped time; a training step on a platform, its empirical 90 % interval
+    (``step_interval_90_low_ns``, ``step_interval_90_high_ns``)."""
     ranks = report["ranks"]
     critical = max(ranks, key=lambda r: (r["finish_ns"], -r["rank"]))
     row["step_ns"] = critical["finish_ns"]
@@ -446,6 +459,9 @@ def fill_row(row, report):
         for key in ("mfu", "hfu", "model_flop_per_s_per_gpu", "tokens_per_s", "tokens_per_s_per_gpu"):
             if isinstance(throughput.get(key), (int, float)):
                 row[key] = throughput[key]
+    interval = report.get("stats", {}).get("step_interval_90_ns")
+    if isinstance(interval, list) and len(interval) == 2:  # the validation plugin's, for a training step on a platform
+        row["step_interval_90_low_ns"], row["step_interval_90_high_ns"] = interval
     energy = report.get("stats", {}).get("energy")
     if isinstance(energy, dict):  # the energy plugin's joules (integer mJ) and watts
         for key in ENERGY_COLUMNS:
