@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from astra_sim.cli import main
 from astra_sim.errors import ConfigError
@@ -84,3 +85,25 @@ def test_astra_serve_prints_and_writes_the_intervals(tmp_path, monkeypatch, caps
     assert f"(90 %: {low}-{high}, empirical over 3 validated cases)" in text
     assert "(90 %: none, 2 validated cases)" in text
     assert f"(90 %: {throughput / 1.1:.0f} tok/s-{throughput / 1.1:.0f} tok/s, empirical over 4" in text
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.floats(-0.9, 3, allow_nan=False), max_size=6),
+       st.none() | st.text(max_size=5) | st.lists(st.sampled_from(["ttft", "tpot", "throughput", "e2e", "", 3]),
+                                                  max_size=7))
+def test_a_serving_regimes_metrics_either_load_and_give_ordered_intervals_or_are_a_config_error(tmp_path, errors,
+                                                                                                metrics):
+    path = tmp_path / "fuzz.json"
+    regime = {"errors": errors, "cases": [f"c{i}" for i in range(len(errors))]}
+    if metrics is not None:
+        regime["metrics"] = metrics
+    path.write_text(json.dumps({"regimes": {"serving": regime}}))
+    try:
+        found = serving_intervals({"ttft": 10**8, "tpot": 10**7, "throughput": 500.0}, path)
+    except ConfigError as exc:
+        assert str(path) in str(exc) and metrics is not None
+        return
+    for family, entry in found.items():
+        assert entry["cases"] <= len(errors)
+        if entry["interval"] is not None:
+            assert entry["cases"] >= intervals.MIN_CASES and entry["interval"][0] <= entry["interval"][1]
