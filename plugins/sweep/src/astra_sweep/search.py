@@ -374,12 +374,20 @@ def _search_layouts(args, late):
             fastest = min(o.get("step_ns", o.get("bound_ns")) for o in over) / 1e6
             raise ConfigError(f"--max-step-time-ms {args.max_step_time_ms:g}: no layout meets it (the fastest takes "
                               f"{fastest:,.1f} ms or more); raise it or add GPUs")
-    _print_top(ranked[:args.top], summary, objective)
+    overlaps = _overlapping_the_best(ranked, objective)
+    _print_top(ranked[:args.top], summary, objective, overlaps)
+    inside = _skipped_inside(ranked[0][4], [bounds[id(c)][0] for c in pruned if id(c) not in beyond]) if overlaps \
+        else 0
+    if len(overlaps) > 1 or inside:
+        print(f"{len(overlaps) - 1} of the {len(ranked) - 1} other simulated layouts have 90 % intervals that overlap "
+              f"the fastest's (the model cannot tell them apart)"
+              + (f"; {inside} skipped layouts' lower bounds lie inside it" if inside else ""))
     result = {"units": {**UNITS, **objective.units()}, "objective": objective.name,
               **({"max_step_ns": objective.max_step_ns} if objective.max_step_ns is not None else {}),
               "ranked": [{"layout": _options(c), "step_ns": int(row["step_ns"]), "mfu": mfu,
+                          **_interval_columns(row, (i in overlaps and i > 0) if overlaps else None),
                           **objective.columns(row), **estimate_columns(estimates[id(c)], capacity)}
-                         for s, mfu, mem, c, row in ranked],
+                         for i, (s, mfu, mem, c, row) in enumerate(ranked)],
               "dropped": {why: [_options(c) for c, _ in items] for why, items in dropped.items()},
               "refused": invalid, "batch_refused": batch_refused,
               "pruned": [{"layout": _options(c), "bound_ns": bounds[id(c)][0]} for c in pruned if id(c) not in beyond],
@@ -584,13 +592,51 @@ def _describe(cfg):
             f"ZeRO {cfg.zero} recompute {rc}")
 
 
-def _print_top(ranked, summary, objective):
-    """The table: step, MFU and memory; with energy the IT energy per step and token and the GPUs' mean power;
-    with prices the cost per million tokens."""
+def _interval(row):
+    """A simulated layout's empirical 90 % interval of its step, ``(low_ns, high_ns)`` (the validation plugin's,
+    from the registry's cross-validated steps), or None when the run got none."""
+    low, high = row.get("step_interval_90_low_ns"), row.get("step_interval_90_high_ns")
+    if low is None or high is None or low != low or high != high:  # NaN: a Parquet row without one
+        return None
+    return int(low), int(high)
+
+
+def _overlapping_the_best(ranked, objective):
+    """Indexes of the ranked layouts whose 90 % interval overlaps the fastest's (the fastest included), when ranking
+    by step time and every row has an interval; else an empty set. Such a layout may be the faster on hardware."""
+    if objective.name != "time" or not ranked:
+        return set()
+    intervals = [_interval(item[4]) for item in ranked]
+    if any(i is None for i in intervals):
+        return set()
+    best_high = intervals[0][1]
+    return {i for i, (low, _high) in enumerate(intervals) if low <= best_high}
+
+
+def _skipped_inside(best_row, skipped_bounds_ns):
+    """How many layouts skipped by their lower bound could still overlap the fastest's interval: a skipped
+    layout's step is at least its bound, so its interval starts at or above bound x (low / step) of the fastest
+    (every step's interval is the step scaled by the same two factors)."""
+    low, high = _interval(best_row)
+    low_factor = low / best_row["step_ns"]
+    return sum(1 for bound in skipped_bounds_ns if bound * low_factor <= high)
+
+
+def _interval_columns(row, overlaps_best):
+    found = _interval(row)
+    if found is None:
+        return {}
+    return {"step_interval_90_ns": list(found),
+            **({"overlaps_fastest": overlaps_best} if overlaps_best is not None else {})}
+
+
+def _print_top(ranked, summary, objective, overlaps=frozenset()):
+    """The table: step (with its 90 % interval, and ``~`` where that overlaps the fastest's), MFU and memory; with
+    energy the IT energy per step and token and the GPUs' mean power; with prices the cost per million tokens."""
     from astra_sim.termtable import Column, print_table
 
     columns = [Column("#", number=True), Column("layout"), Column("step ms", number=True),
-               Column("MFU %", number=True), Column("memory GB", number=True)]
+               Column("90 % ms", number=True, drop=1), Column("MFU %", number=True), Column("memory GB", number=True)]
     if objective.needs_energy:
         columns += [Column("IT J/\nstep", number=True), Column("IT mJ/\ntoken", number=True),
                     Column("W/\nGPU", number=True, drop=1)]
@@ -598,7 +644,10 @@ def _print_top(ranked, summary, objective):
         columns.append(Column("$/M\ntokens", number=True))
     rows = []
     for i, (step, mfu, mem, cfg, row) in enumerate(ranked):
-        cells = [str(i + 1), _describe(cfg), f"{step * 1e3:,.1f}", f"{mfu * 100:.1f}", f"{mem / 1e9:.1f}"]
+        interval = _interval(row)
+        cells = [str(i + 1) + (" ~" if i in overlaps and i else ""), _describe(cfg), f"{step * 1e3:,.1f}",
+                 f"{interval[0] / 1e6:,.0f}-{interval[1] / 1e6:,.0f}" if interval else "",
+                 f"{mfu * 100:.1f}", f"{mem / 1e9:.1f}"]
         extra = objective.columns(row)
         if objective.needs_energy:
             cells += [_cell(extra.get("it_energy_mj"), 1e-3, ",.1f"),
@@ -608,7 +657,7 @@ def _print_top(ranked, summary, objective):
             cells.append(_cell(extra.get("usd_per_million_tokens"), 1, ",.2f"))
         rows.append(cells)
     print_table(f"{objective.title()} ({summary['ok']} simulated, {summary['error'] + summary['infeasible']} failed)",
-                columns, rows)
+                columns, rows, caption="~ its 90 % interval overlaps the fastest's" if len(overlaps) > 1 else None)
 
 
 def _cell(value, scale, fmt):
