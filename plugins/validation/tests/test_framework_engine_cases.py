@@ -61,6 +61,7 @@ def test_astra_validate_runs_them_and_the_known_misses_stay_misses(tmp_path):
         simulated = row.get("simulated_value", row["simulated_ns"])
         assert row["error"] == (simulated - measured) / measured
     assert results[MAXTEXT]["role"] == results[DEEPSPEED]["role"] == "check"
+    assert (results[MAXTEXT]["gpus"], results[DEEPSPEED]["gpus"]) == (8, 4)  # the job's ranks, not the node's GPUs
     # docs/validation.md, "MaxText, DeepSpeed and SGLang": both training steps come out fast (MaxText -13.6 %,
     # DeepSpeed's eager ZeRO-3 under Lightning -43.4 %), and SGLang's median TTFT short (-18.0 %) while its TPOT is
     # within 5 % at RPS 4.

@@ -56,6 +56,8 @@ def run_case(case, workdir=None):
         steady = ["--host-launch-us", "0", "--host-sync-us", "0"] if case.kind == "collective" else []
         report = run_spec(_run_spec(case, prefix, steady))
     simulated = report.max_finish_ns
+    if case.kind == "llm_step":  # the step's own ranks: a job may use part of a node (4 of a DGX's 8 GPUs)
+        gpus = len(report.ranks)
     measured = case.measured_ns(gpus)
     return {**_identity(case), "gpus": gpus, "measured_ns": measured,
             "simulated_ns": simulated, "error": (simulated - measured) / measured,
