@@ -196,11 +196,11 @@ def test_cli_lists_the_plugin(plugin_env, cli_ready):
     rows = {row["name"]: row for row in json.loads(listing)}
     assert rows["network_constant"]["status"] == "loaded"
     assert rows["network_constant"]["provides"] == ["network_backend:constant"]
-    # Selection: -p loads only the named plugins (builtin and the default collectives_native always), -p no:NAME
-    # blocks one.
+    # Selection: -p loads only the named plugins (builtin and the default plugins always: collectives_native,
+    # folding, analysis), -p no:NAME blocks one.
     only = {r["name"]: r["status"] for r in json.loads(_astra(plugin_env, "-p", "network_constant", "plugins", "--json").stdout)}
     assert only["network_constant"] == "loaded" and only["builtin"] == "loaded"
-    always = ("builtin", "collectives_native", "folding", "network_constant")
+    always = ("builtin", "collectives_native", "folding", "analysis", "network_constant")
     assert all(status != "loaded" for name, status in only.items() if name not in always)
     blocked = {r["name"]: r["status"] for r in json.loads(_astra(plugin_env, "-p", "no:network_constant", "plugins", "--json").stdout)}
     assert blocked["network_constant"] == "blocked"
