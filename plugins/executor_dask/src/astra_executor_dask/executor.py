@@ -23,6 +23,9 @@ def _distributed():
     return distributed
 
 
+#: how long a client waits to reach a --dask scheduler before the run stops with a clear error
+CONNECT_TIMEOUT_S = 20
+
 class DaskExecutor(Executor):
     """Tasks of a Dask distributed cluster: ``tcp://HOST:8786`` (``dask scheduler`` and ``dask worker``
     processes anywhere; workers need only the installed packages) or ``local:N`` (a LocalCluster of N
@@ -47,7 +50,7 @@ class DaskExecutor(Executor):
             self.client = distributed.Client(self._cluster)
         else:
             try:
-                self.client = distributed.Client(address, timeout="20s")
+                self.client = distributed.Client(address, timeout=f"{CONNECT_TIMEOUT_S}s")
             except (OSError, TimeoutError) as exc:
                 raise ConfigError(f"--dask {address}: cannot reach the scheduler: {exc}") from None
         self.workers = max(1, sum(w.get("nthreads", 1) for w in self.client.scheduler_info()["workers"].values()))
