@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from astra_sim import simulate
+from astra_sim_testing import all_reduce_trace
 
 from astra_compute_systolic.platforms import generate, get_preset
 
@@ -45,18 +46,8 @@ def test_networks_are_the_tori():
     assert v6e["topology"] == ["Ring", "Ring"] and v6e["npus_count"] == [16, 16]
 
 
-def _all_reduce_trace(tmp_path, ranks, size):
-    from astra_sim.chakra import make_metadata, make_node, types, write_et
-
-    node = make_node(1, "ar", types.COMM_COLL_NODE,
-                     attrs={"is_cpu_op": False, "comm_type": types.ALL_REDUCE, "comm_size": size})
-    for rank in range(ranks):
-        write_et(str(tmp_path / f"t.{rank}.et"), make_metadata(), [node])
-    return str(tmp_path / "t")
-
-
 def test_faster_ici_makes_a_v5p_all_reduce_faster_than_v4(tmp_path):
-    prefix = _all_reduce_trace(tmp_path, 64, 64 << 20)
+    prefix = all_reduce_trace(tmp_path, 64, 64 << 20)
     v4 = simulate(workload=prefix, platform="tpu-v4").max_finish_ns
     v5p = simulate(workload=prefix, platform="tpu-v5p").max_finish_ns
     # the same 4x4x4 torus, links of 100 instead of 50 GB/s per direction: a bandwidth-bound all-reduce halves

@@ -12,6 +12,7 @@ from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.cli import main
 from astra_sim.errors import ConfigError
 from astra_sim.simulation import simulate
+from astra_sim_testing import all_reduce_trace
 
 from astra_gpu_model.platforms import FABRIC_HOP_LATENCY_NS, get_platform
 from astra_gpu_model.scale_out import KINDS, NIC_ACHIEVABLE, get_kind, native_kind, scale_out
@@ -117,16 +118,6 @@ def test_platforms_json_names_the_nics_kind():
     json.dumps(h100)
 
 
-def _all_reduce(tmp_path, npus, size):
-    prefix = tmp_path / "ar" / "t"
-    prefix.parent.mkdir(parents=True)
-    node = make_node(1, "ar", T.COMM_COLL_NODE, attrs={"is_cpu_op": False, "comm_type": T.ALL_REDUCE,
-                                                       "comm_size": size})
-    for rank in range(npus):
-        write_et(f"{prefix}.{rank}.et", make_metadata(), [node])
-    return str(prefix)
-
-
 def _send(tmp_path, size):
     """16 ranks (2 hgx-h100 nodes): rank 0 sends ``size`` bytes to rank 8, GPU 0 of the other node."""
     prefix = tmp_path / "p2p" / "t"
@@ -164,7 +155,7 @@ def test_a_send_across_nodes_pays_the_kinds_latency_and_rate(tmp_path):
 
 
 def test_cli_end_to_end(tmp_path, capsys):
-    workload = _all_reduce(tmp_path, 16, 1 << 20)
+    workload = all_reduce_trace(tmp_path, 16, 1 << 20)
     out = tmp_path / "r.json"
     assert main(["run", "--platform", "hgx-h100", "--nodes", "2", "--scale-out", "spectrum-x",
                  "--workload-configuration", workload, "-o", str(out), "-q"]) == 0
@@ -175,7 +166,7 @@ def test_cli_end_to_end(tmp_path, capsys):
               "--workload-configuration", workload])
     assert exit_.value.code != 0 and "--scale-out" in capsys.readouterr().err
     rc = main(["run", "--platform", "hgx-h100", "--nodes", "1", "--scale-out", "roce",
-               "--workload-configuration", _all_reduce(tmp_path / "one", 8, 1 << 20), "-q"])
+               "--workload-configuration", all_reduce_trace(tmp_path / "one", 8, 1 << 20), "-q"])
     assert rc != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].endswith("--platform hgx-h100 needs --nodes >= 2 (one node has no scale-out fabric)")

@@ -8,12 +8,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.cli import main
 from astra_sim.engine import EventEngine
 from astra_sim.errors import ConfigError
 from astra_sim.simulation import simulate
-from astra_sim_testing import arrival_times as arrivals, write_network_config
+from astra_sim_testing import all_reduce_trace, arrival_times as arrivals, write_network_config
 
 from astra_network_analytical import parse_network_config
 from astra_network_congestion.congestion import CongestionNetwork
@@ -149,20 +148,10 @@ def test_fabric_and_astra_clusters_tiers_do_not_mix(tmp_path):
 # ---------------------------------------------------------------- whole runs
 
 
-def _all_reduce(tmp_path, npus, size):
-    prefix = tmp_path / "ar" / "t"
-    prefix.parent.mkdir(parents=True)
-    node = make_node(1, "ar", T.COMM_COLL_NODE, attrs={"is_cpu_op": False, "comm_type": T.ALL_REDUCE,
-                                                       "comm_size": size})
-    for rank in range(npus):
-        write_et(f"{prefix}.{rank}.et", make_metadata(), [node])
-    return str(prefix)
-
-
 def test_a_two_node_rail_all_reduce_stays_on_the_leaves(tmp_path):
     """hgx-h100 x 2 nodes, ring collectives over the links: every byte between the nodes goes GPU i -> rail i's
     leaf -> GPU i; no spine carries any."""
-    report = simulate(workload=_all_reduce(tmp_path, 16, 1 << 24), platform="hgx-h100", nodes=2,
+    report = simulate(workload=all_reduce_trace(tmp_path, 16, 1 << 24), platform="hgx-h100", nodes=2,
                       network_backend="flow", platform_collective="ring", fabric="rail")
     links = report.network_stats["links"]
     assert sum(row["bytes"] for row in links if "leaf" in row["dst"]) > 0
@@ -171,7 +160,7 @@ def test_a_two_node_rail_all_reduce_stays_on_the_leaves(tmp_path):
 
 
 def test_cli_fabric_flag_end_to_end(tmp_path, capsys):
-    prefix = _all_reduce(tmp_path, 16, 1 << 20)
+    prefix = all_reduce_trace(tmp_path, 16, 1 << 20)
     out = tmp_path / "r.json"
     rc = main(["run", "--platform", "hgx-h100", "--nodes", "2", "--network-backend", "congestion",
                "--platform-collective", "ring", "--fabric", "rail:nodes_per_leaf=1:over=2",

@@ -57,6 +57,19 @@ def write_case(directory, nodes, npus=2, name="trace", **system_overrides):
     return str(prefix), system, network
 
 
+def all_reduce_trace(directory, npus, size_bytes, name="ar"):
+    """Every rank's trace ``directory/name/t.<rank>.et``: one all-reduce of ``size_bytes``; returns the prefix."""
+    from astra_sim.chakra import make_metadata, make_node, types, write_et
+
+    node = make_node(1, "ar", types.COMM_COLL_NODE,
+                     attrs={"is_cpu_op": False, "comm_type": types.ALL_REDUCE, "comm_size": size_bytes})
+    prefix = Path(directory) / name / "t"
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    for rank in range(npus):
+        write_et(f"{prefix}.{rank}.et", make_metadata(), [node])
+    return str(prefix)
+
+
 def find_shared_dir():
     """The reference material folder: $ASTRA_SHARED_DIR, else ``../shared`` beside the repo."""
     env = os.environ.get("ASTRA_SHARED_DIR")
