@@ -9,31 +9,16 @@ import re
 import types
 from pathlib import Path
 
-from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.cli import main
 from astra_sim.plugins import make_plugin_manager
 from astra_sim.run.report import NO_BREAKDOWN
 from astra_sim.simulation import simulate
-from astra_sim_testing import write_network_config, write_system_config
 
 HOOKS_MD = Path(__file__).resolve().parents[3] / "docs" / "plugins" / "hooks.md"
 
 
-def _case(tmp_path, npus=4):
-    """Rank r: a GEMM of (2 + r) us, then a 64 KiB all-reduce: ranks differ, every part is known to be there."""
-    (tmp_path / "t").mkdir()
-    for rank in range(npus):
-        nodes = [make_node(0, "aten::mm", T.COMP_NODE, attrs={"is_cpu_op": False}, duration_micros=2 + rank),
-                 make_node(1, "ar", T.COMM_COLL_NODE, data_deps=[0],
-                           attrs={"is_cpu_op": False, "comm_type": T.ALL_REDUCE, "comm_size": 1 << 16})]
-        write_et(tmp_path / "t" / f"w.{rank}.et", make_metadata(), nodes)
-    system = write_system_config(tmp_path / "sys.json")
-    network = write_network_config(tmp_path / "net.yml", npus=(npus,))
-    return str(tmp_path / "t" / "w"), str(system), str(network)
-
-
-def test_selecting_other_plugins_keeps_the_breakdown(tmp_path):
-    report = simulate(*_case(tmp_path), plugins=["network_analytical"])
+def test_selecting_other_plugins_keeps_the_breakdown(gemm_then_all_reduce):
+    report = simulate(*gemm_then_all_reduce, plugins=["network_analytical"])
     assert "analysis" in report.settings["plugins"]
     for rank in report.ranks:
         assert sum(rank.breakdown["parts"].values()) == rank.finish_ns
@@ -42,8 +27,8 @@ def test_selecting_other_plugins_keeps_the_breakdown(tmp_path):
     assert NO_BREAKDOWN not in report.warnings
 
 
-def test_blocked_the_report_has_no_breakdown_and_says_why(tmp_path):
-    args = _case(tmp_path)
+def test_blocked_the_report_has_no_breakdown_and_says_why(gemm_then_all_reduce):
+    args = gemm_then_all_reduce
     report = simulate(*args, block=("analysis",))
     assert report.breakdown is None and all(r.breakdown is None for r in report.ranks)
     assert report.warnings == [NO_BREAKDOWN]
@@ -54,8 +39,8 @@ def test_blocked_the_report_has_no_breakdown_and_says_why(tmp_path):
     assert simulate(*args, block=("analysis",), breakdown=False).warnings == []
 
 
-def test_cli_with_the_plugin_blocked(tmp_path, capsys):
-    workload, system, network = _case(tmp_path)
+def test_cli_with_the_plugin_blocked(capsys, gemm_then_all_reduce):
+    workload, system, network = gemm_then_all_reduce
     argv = ["run", "--workload-configuration", workload, "--system-configuration", system,
             "--network-configuration", network, "--json"]
     assert main(["-p", "no:analysis", *argv]) == 0
@@ -78,9 +63,9 @@ def _hooks_md_example():
     return module
 
 
-def test_another_plugin_can_take_the_breakdown_over(tmp_path):
+def test_another_plugin_can_take_the_breakdown_over(gemm_then_all_reduce):
     """The hooks.md example: with its option, its coarse parts replace this plugin's; without, it leaves it."""
-    args = _case(tmp_path)
+    args = gemm_then_all_reduce
     pm = make_plugin_manager(extra_plugins=[_hooks_md_example()])
     coarse = simulate(*args, plugin_manager=pm, options={"coarse_breakdown": True})
     assert coarse.breakdown is None

@@ -15,23 +15,9 @@ from astra_sim.outputs import output_formats, output_registry
 from astra_sim.plugins import make_plugin_manager
 from astra_sim.simulation import Simulation
 from astra_sim.spec import RunSpec
-from astra_sim_testing import write_network_config, write_system_config
 
-from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 
 HOOKS_MD = Path(__file__).resolve().parents[3] / "docs" / "plugins" / "hooks.md"
-
-
-def _case(tmp_path, npus=4):
-    (tmp_path / "t").mkdir()
-    for rank in range(npus):
-        nodes = [make_node(0, "gemm", T.COMP_NODE, attrs={"is_cpu_op": False}, duration_micros=2 + rank),
-                 make_node(1, "ar", T.COMM_COLL_NODE, data_deps=[0],
-                           attrs={"is_cpu_op": False, "comm_type": T.ALL_REDUCE, "comm_size": 1 << 16})]
-        write_et(tmp_path / "t" / f"w.{rank}.et", make_metadata(), nodes)
-    system = write_system_config(tmp_path / "sys.json")
-    network = write_network_config(tmp_path / "net.yml", npus=(npus,))
-    return str(tmp_path / "t" / "w"), str(system), str(network)
 
 
 def test_the_plugin_registers_its_formats_and_flags():
@@ -41,8 +27,8 @@ def test_the_plugin_registers_its_formats_and_flags():
     assert not hasattr(spec, "timeline")
 
 
-def test_keywords_without_the_plugin_are_an_error(tmp_path):
-    args = _case(tmp_path)
+def test_keywords_without_the_plugin_are_an_error(tmp_path, gemm_then_all_reduce):
+    args = gemm_then_all_reduce
     with pytest.raises(ConfigError, match="timeline"):
         Simulation(*args, block=("analysis",), timeline=str(tmp_path / "t.json"))
     # without any output the run does not need the plugin (it then has no breakdown either: the plugin computes it)
@@ -50,8 +36,8 @@ def test_keywords_without_the_plugin_are_an_error(tmp_path):
     assert report.timeline is None and report.critical_path is None and report.astra_sim_log is None
 
 
-def test_options_and_keywords_ask_for_the_same_outputs(tmp_path):
-    args = _case(tmp_path)
+def test_options_and_keywords_ask_for_the_same_outputs(gemm_then_all_reduce):
+    args = gemm_then_all_reduce
     by_keyword = simulate(*args, critical_path=True, breakdown=False)
     by_option = simulate(*args, options={"critical_path": True}, breakdown=False)
     assert by_keyword.critical_path == by_option.critical_path and by_keyword.critical_path["items"]
@@ -68,11 +54,11 @@ def _hooks_md_example():
     return module
 
 
-def test_the_documented_example_writes_its_file(tmp_path):
+def test_the_documented_example_writes_its_file(tmp_path, gemm_then_all_reduce):
     pm = make_plugin_manager(select=["network_analytical"], extra_plugins=[_hooks_md_example()])
     assert "finish_times" in output_registry(pm).names()
     out = tmp_path / "out" / "finish.csv"
-    report = simulate(*_case(tmp_path), plugin_manager=pm, options={"finish_times_csv": str(out)})
+    report = simulate(*gemm_then_all_reduce, plugin_manager=pm, options={"finish_times_csv": str(out)})
     rows = out.read_text().splitlines()
     assert rows[0] == "rank,finish_ns" and len(rows) == 5
     assert [int(r.split(",")[1]) for r in rows[1:]] == [report.ranks[int(r.split(",")[0])].finish_ns
