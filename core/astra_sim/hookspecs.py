@@ -116,8 +116,8 @@ def astra_register_output_formats(registry):
     options=(), description="")``.
 
     ``factory(options, total_npus)`` gets a run's options (by argparse dest) before the run is built and
-    returns None (not asked for) or an :class:`astra_sim.outputs.OutputFormat`: ``needs_spans``,
-    ``needs_every_rank`` (None or why the run must not fold), ``start(run)`` before the first event and
+    returns None (not asked for) or an :class:`astra_sim.outputs.OutputFormat`: ``needs_every_rank``
+    (None or why the run must not fold), ``start(run)`` before the first event (``run.record_spans()`` there) and
     ``finish(run, report)`` after the last (write files, add report keys). ``options`` names the run options
     the format reads. Raise a ConfigError in the factory for an output that cannot be written.
     """
@@ -173,7 +173,7 @@ def astra_run_start(run):
 @hookspec(firstresult=True)
 def astra_report_breakdown(run, report):
     """Fill in where every rank's time went (each ``report.ranks[i].breakdown`` and the summary
-    ``report.breakdown``) from the recorded spans (``run.analysis``), and return True; None leaves it to the next
+    ``report.breakdown``) from the spans it asked for (``run.record_spans()``, ``run.spans``), and return True; None leaves it to the next
     plugin. Called once per run that asked for a breakdown (``breakdown=True``, the default; ``--no-breakdown``
     turns it off), after its last event and its checks, before the output formats finish. The astra-analysis
     plugin implements it; with none the report has no breakdown and a warning says why.

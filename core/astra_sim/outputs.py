@@ -23,15 +23,12 @@ from astra_sim.errors import ConfigError, PluginError
 class OutputFormat:
     """One requested output of one run (what a factory returns). Override what you need.
 
-    * ``needs_spans``: the format reads the recorded spans (``run.analysis`` after the run), so the run records
-      them even with ``breakdown=False``;
     * ``needs_every_rank``: None, or why the run must not fold (every rank simulated with its own nodes);
-    * :meth:`start` runs before the first event (add observers, ask a backend to record), :meth:`finish` after
-      the last event and the checks, with the report (write files, add report keys), before
-      ``astra_run_finish``.
+    * :meth:`start` runs before the first event (add observers, ask a backend to record, ask the run to record
+      its spans with ``run.record_spans()`` when the format reads them), :meth:`finish` after the last event and
+      the checks, with the report (write files, add report keys), before ``astra_run_finish``.
     """
 
-    needs_spans = False
     needs_every_rank = None
 
     def start(self, run):

@@ -24,7 +24,7 @@ import tracemalloc
 
 from astra_sim import progress
 from astra_sim.chakra import ChakraError
-from astra_sim.errors import FoldAbandoned, WorkloadError
+from astra_sim.errors import FoldAbandoned, PluginError, WorkloadError
 from astra_sim.humanize import format_ns
 from astra_sim.limits import LONG_STEP_NS, MAX_TIME_NS, check_step, time_overflow
 from astra_sim.outputs import output_registry
@@ -117,12 +117,9 @@ class Simulation:
         self.folding = (self.pm.hook.astra_fold_planner(setup=setup, catalogue=self.catalogue, requested=bool(fold),
                                                         refused=every_rank)
                         or Unfolded(setup.total_npus, fold, every_rank))
-        # What the run records (astra_sim.analysis): spans of every executed node, kept only when something
-        # derives from them (the breakdown, an output format that reads them).
         self.want_breakdown = bool(breakdown)
-        self.want_spans = self.want_breakdown or any(o.needs_spans for _, o in self.outputs)
+        #: the spans of every executed node (astra_sim.spans), recorded only when a plugin asks (record_spans)
         self.recorder = None
-        self.analysis = None
         #: what the lifecycle hooks get (astra_run_start / astra_run_finish)
         self.view = RunView(self)
 
@@ -213,6 +210,20 @@ class Simulation:
         """``fn(rank, node, start_ns, end_ns)`` for every finished node (timelines, utilisation, logs)."""
         self._node_observers.append(fn)
 
+    def record_spans(self):
+        """Record every simulated node's span from now on (:class:`astra_sim.spans.SpanRecorder`); before the
+        first event only (a later start would leave holes)."""
+        if self.recorder is None:
+            if self.engine.events_run:
+                raise PluginError("record_spans() after the first event: call it from astra_run_start or an "
+                                  "output format's start")
+            from astra_sim.spans import SpanRecorder
+
+            self.recorder = SpanRecorder([w.rank for w in self.workloads if w is not None])
+            self._node_observers.append(self.recorder.observer())
+            self.ranks.shared.recorder = self.recorder
+        return self.recorder
+
     # The backends' RunContext reaches the built ranks through these (some per node: no property on the way).
     def _rank_nodes(self, rank):
         return self.ranks.workloads[rank].nodes
@@ -261,13 +272,8 @@ class Simulation:
                 progress.phase(f"reading the traces of {self.total_npus:,} ranks")
                 self.build()
             built = time.perf_counter()
-            if self.want_spans:
-                from astra_sim.analysis.spans import SpanRecorder
-
-                self.recorder = SpanRecorder([w.rank for w in self.workloads if w is not None])
-                self._node_observers.append(self.recorder.observer())
-                if self.ranks is not None:
-                    self.ranks.shared.recorder = self.recorder
+            if self.want_breakdown:
+                self.record_spans()
             for _, output in self.outputs:
                 output.start(self.view)
             self.pm.hook.astra_run_start(run=self.view)

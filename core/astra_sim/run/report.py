@@ -96,8 +96,8 @@ def final_report(sim, build_s, run_s, peak_bytes):
         stats["peak_python_memory_bytes"] = peak_bytes
     report = Report(ranks, run_settings, stats, list(sim.warnings), finish_order, network_stats(sim.network),
                     unmatched_messages=list(sim.unmatched_messages))
-    if sim.recorder is not None:
-        analyse(sim, report)
+    if sim.want_breakdown:
+        breakdown(sim, report)
     return report
 
 
@@ -106,14 +106,11 @@ NO_BREAKDOWN = ("no breakdown in the report: no loaded plugin computes it (the a
                 "blocked with -p no:analysis, or not installed)")
 
 
-def analyse(sim, report):
-    """``sim.analysis`` from the recorded spans (what output formats read), and the breakdown a plugin derives from
-    it (the hook ``astra_report_breakdown``: the analysis plugin's)."""
-    from astra_sim.analysis.spans import Analysis
-
+def breakdown(sim, report):
+    """The breakdown a plugin derives from the spans it asked the run to record (the hook
+    ``astra_report_breakdown``: the analysis plugin's)."""
     started = time.perf_counter()
-    sim.analysis = Analysis(sim, sim.recorder)
-    if sim.want_breakdown and not sim.pm.hook.astra_report_breakdown(run=sim.view, report=report):
+    if not sim.pm.hook.astra_report_breakdown(run=sim.view, report=report):
         sim.warn(NO_BREAKDOWN)
         if NO_BREAKDOWN not in report.warnings:
             report.warnings.append(NO_BREAKDOWN)

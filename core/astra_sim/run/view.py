@@ -72,11 +72,31 @@ class RunView:
         """The simulated ranks in the order they finished (so far)."""
         return tuple(self._sim.finish_order)
 
+    # ------------------------------------------------------------ spans (what the analyses read)
+    def record_spans(self):
+        """Ask the run to record every simulated node's span (:class:`astra_sim.spans.SpanRecorder`; one array append
+        per node). A run records none unless a plugin asks: call it from ``astra_run_start`` or an output format's
+        ``start`` (before the first event; calling it again returns the same recorder)."""
+        return self._sim.record_spans()
+
     @property
-    def analysis(self):
-        """After the run, when it recorded spans (the breakdown, or an output format with ``needs_spans``):
-        the :class:`astra_sim.analysis.spans.Analysis` of every rank (read it, do not change it); else None."""
-        return self._sim.analysis
+    def spans(self):
+        """The :class:`astra_sim.spans.SpanRecorder` when a plugin asked for spans (read it, do not change it), else
+        None."""
+        return self._sim.recorder
+
+    @property
+    def wants_breakdown(self) -> bool:
+        """Whether the run asked for a breakdown (``astra_report_breakdown`` is then called after the last event)."""
+        return self._sim.want_breakdown
+
+    def rank_nodes(self, rank) -> dict:
+        """``{node id: node}`` of a simulated rank's trace (read it, do not change it)."""
+        return self._sim.workloads[rank].nodes
+
+    def rank_finish_ns(self, rank):
+        """A simulated rank's finish time (None while it runs)."""
+        return self._sim.workloads[rank].finish_ns
 
     def algorithm_spec(self, name):
         """The collective catalogue's entry for an implementation name of the system configuration
@@ -113,6 +133,11 @@ class RunView:
     def system_config(self):
         """The parsed system configuration (:class:`astra_sim.config.SystemConfig`; do not modify)."""
         return self._sim.setup.system_config
+
+    @property
+    def comm_group_path(self):
+        """The ``--comm-group-configuration`` file (None without one)."""
+        return self._sim.setup.comm_group_path
 
     @property
     def comm_groups(self):

@@ -293,6 +293,12 @@ def read_rank_nodes(prefix, rank):
     return relabeller.nodes_for(nodes, compact.symmetry.offsets(rank))
 
 
+def roles_path(groups_path):
+    """The role names of a groups file live beside it: ``X.groups.json`` -> ``X.groups.roles.json``."""
+    path = str(groups_path)
+    return (path[:-5] if path.endswith(".json") else path) + ".roles.json"
+
+
 def expand_workload(prefix, out_prefix):
     """Write ``OUT.<rank>.et`` for every rank of the compact workload ``prefix`` (and ``OUT.groups.json``,
     with its roles file ``OUT.groups.roles.json`` when there is one,
@@ -310,8 +316,6 @@ def expand_workload(prefix, out_prefix):
         nodes = relabeller.nodes_for(trace.nodes, compact.symmetry.offsets(rank))
         write_atomically(f"{out_prefix}.{rank}.et", encode_et(trace.metadata, nodes))
     if compact.comm_groups is not None:
-        from astra_sim.analysis.spans import roles_path
-
         with open(compact.comm_groups, "rb") as handle:
             write_atomically(f"{out_prefix}.groups.json", handle.read())
         roles = roles_path(compact.comm_groups)

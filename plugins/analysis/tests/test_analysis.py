@@ -1,5 +1,5 @@
 """Where the time goes: the breakdown, the critical path and the timelines, on cases whose answers are known
-by hand, folded and unfolded (astra_sim.analysis)."""
+by hand, folded and unfolded (astra_analysis.views)."""
 
 from __future__ import annotations
 

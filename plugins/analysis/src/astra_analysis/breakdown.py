@@ -1,5 +1,6 @@
 """Where a rank's time goes: parts that add up exactly to its finish time (the report's breakdown, filled in through
-the hook ``astra_report_breakdown`` from the spans the kernel records, :mod:`astra_sim.analysis.spans`).
+the hook ``astra_report_breakdown`` from the spans the kernel records, :mod:`astra_sim.spans`, seen through
+:mod:`astra_analysis.views`).
 
 Every nanosecond of ``[0, finish]`` goes to exactly one part, the first of these that is running then:
 
@@ -25,7 +26,7 @@ and ``in_switch_exposed_ns``.
 
 from __future__ import annotations
 
-from astra_sim.analysis.spans import K_COLL, K_COMPUTE, K_CPU, K_MEM, K_RECV, K_SEND
+from astra_analysis.views import K_COLL, K_COMPUTE, K_CPU, K_MEM, K_RECV, K_SEND
 
 COMPUTE_CLASSES = ("gemm", "attention", "elementwise", "other")
 _C_COMPUTE, _C_COMM, _C_MEM, _C_RECV, _C_CPU, _C_SWITCH = range(6)
@@ -220,7 +221,7 @@ def labelled(parts, view):
 def breakdowns(analysis):
     """Every rank's breakdown (JSON), computed once per simulated rank and relabelled for the others.
     Ranks whose breakdowns come out equal share one dict (:func:`summary` groups them by it)."""
-    from astra_sim.analysis.spans import RankView
+    from astra_analysis.views import RankView
 
     by_rep = {}
     by_groups = {}

@@ -35,7 +35,7 @@ import re
 from bisect import bisect_left
 
 from astra_analysis.events import Messages, track
-from astra_sim.analysis.spans import K_COLL, K_COMPUTE, K_CPU, K_INSTANT, K_MEM, K_RECV, K_SEND, WORLD, node_group
+from astra_analysis.views import K_COLL, K_COMPUTE, K_CPU, K_INSTANT, K_MEM, K_RECV, K_SEND, WORLD, node_group
 
 TOP = 10
 
@@ -58,8 +58,9 @@ class _RankIndex:
 
 
 class CriticalPath:
-    def __init__(self, analysis):
+    def __init__(self, analysis, host_model=False):
         self.analysis = analysis
+        self.host_model = host_model  # the run models the host's kernel launches (a wait is then a launch)
         self.messages = Messages(analysis)
         self._index = {}
 
@@ -178,7 +179,7 @@ class CriticalPath:
                 pick = [i for i in ended if self._stream(view, view.nodes[i]) == stream] or ended
             return view, max(pick, key=lambda i: (index.times[i][1] - index.times[i][0], -i))
         # nothing ended then: the latest end before (with the host model, the kernel waited for its launch)
-        kind = "host_launch" if getattr(self.analysis.run, "host_issue", None) else "gap"
+        kind = "host_launch" if self.host_model else "gap"
         ends = [(e, i) for i, (s, e) in index.times.items() if e < start]
         if not ends:
             items.append({"rank": view.rank, "kind": kind, "name": kind, "start_ns": 0, "end_ns": start})
@@ -245,7 +246,7 @@ def critical_path(analysis, report):
     if not finishes:
         return None
     last = max(range(len(finishes)), key=lambda r: (finishes[r], -r))
-    items = CriticalPath(analysis).walk(last, finishes[last])
+    items = CriticalPath(analysis, "host" in report.settings).walk(last, finishes[last])
     totals, layers, contributors = {}, {}, {}
     for item in items:
         length = item["end_ns"] - item["start_ns"]

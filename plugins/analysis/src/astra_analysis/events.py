@@ -7,7 +7,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from heapq import heappop, heappush
 
-from astra_sim.analysis.spans import (
+from astra_analysis.views import (
     K_COLL, K_COMPUTE, K_CPU, K_INSTANT, K_MEM, K_RECV, K_SEND, KIND_NAMES, WORLD, node_group,
 )
 from astra_sim.chakra import types as T
@@ -147,7 +147,7 @@ def phase_lanes(intervals):
 def in_switch_events(view):
     """The rank's in-switch phases as timeline slices: ``(lane, start, end, name, args)``, one per phase of a
     collective that a switch reduced or multicast (``inSwitch``); lanes keep overlapping chunks apart."""
-    from astra_sim.analysis.spans import IN_SWITCH_OP_NAMES as OP_NAMES
+    from astra_sim.spans import IN_SWITCH_OP_NAMES as OP_NAMES
 
     phases = list(view.in_switch_phases())
     if not phases:

@@ -40,8 +40,8 @@ import os
 import re
 
 from astra_analysis.events import TID_COMM, NodeDescriber, in_switch_events, recv_lanes, track
-from astra_sim.analysis.spans import K_COLL, K_COMPUTE, K_CPU, K_MEM, K_RECV, K_SEND
 from astra_analysis.timeline import EventStream
+from astra_analysis.views import K_COLL, K_COMPUTE, K_CPU, K_MEM, K_RECV, K_SEND
 from astra_sim.chakra import types as T
 
 HOST_PID, DEVICE_PID = 1, 0

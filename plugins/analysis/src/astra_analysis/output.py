@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import time
 
+from astra_analysis.views import analysis_of
 from astra_sim.api import link_load_recorder
 from astra_sim.errors import ConfigError
 from astra_sim.outputs import OutputFormat, check_writable_folder
@@ -24,8 +25,6 @@ TIMELINE_OPTIONS = ("timeline", "timeline_format", "timeline_ranks")
 class TimelineRequest(OutputFormat):
     """A timeline to write: ``chrome`` (one Chrome trace-event JSON, ``.json`` or ``.json.gz``) or
     ``kineto`` (a folder with one PyTorch-profiler-shaped trace per rank)."""
-
-    needs_spans = True
 
     def __init__(self, path, fmt, ranks, total):
         self.path = os.fspath(path)
@@ -80,7 +79,8 @@ class TimelineRequest(OutputFormat):
         return range(self.total) if self.ranks is None else self.ranks
 
     def start(self, run):
-        """Before the run: ask a network backend with links to record their use over time."""
+        """Before the run: ask for the spans, and a network backend with links to record their use over time."""
+        run.record_spans()
         record = link_load_recorder(run.network)
         if record is not None:
             from astra_analysis.links import LinkLoad
@@ -93,7 +93,7 @@ class TimelineRequest(OutputFormat):
         # the energy plugin's per-class watts, for the timeline's power lane (None: no power data)
         self.power_w = (getattr(run, "plugin_state", None) or {}).get("energy", {}).get("op_class_power_w")
         try:
-            report.timeline = self.write(run.analysis, report)
+            report.timeline = self.write(analysis_of(run), report)
         except OSError as exc:  # a full disk: a one-line error; the atomic writer left no partial file
             raise ConfigError(f"--timeline {self.path}: cannot write: {exc.strerror or exc}") from None
         report.stats["timeline_s"] = round(time.perf_counter() - started, 6)
@@ -115,17 +115,18 @@ class TimelineRequest(OutputFormat):
 class CriticalPathRequest(OutputFormat):
     """``--critical-path``: the report's ``critical_path`` from the recorded spans."""
 
-    needs_spans = True
-
     @classmethod
     def from_options(cls, options, total):
         return cls() if options.get("critical_path") else None
+
+    def start(self, run):
+        run.record_spans()
 
     def finish(self, run, report):
         from astra_analysis.critical_path import critical_path
 
         started = time.perf_counter()
-        report.critical_path = critical_path(run.analysis, report)
+        report.critical_path = critical_path(analysis_of(run), report)
         report.stats["analysis_s"] = round(report.stats.get("analysis_s", 0) + time.perf_counter() - started, 6)
 
 

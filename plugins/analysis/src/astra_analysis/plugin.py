@@ -39,8 +39,9 @@ def astra_register_output_formats(registry):
 def astra_report_breakdown(run, report):
     """Every rank's breakdown and the report's summary of it (:mod:`astra_analysis.breakdown`)."""
     from astra_analysis.breakdown import breakdowns, summary
+    from astra_analysis.views import analysis_of
 
-    per_rank = breakdowns(run.analysis)
+    per_rank = breakdowns(analysis_of(run))
     for rank, result in zip(report.ranks, per_rank):
         rank.breakdown = result
     report.breakdown = summary(per_rank, [r.finish_ns for r in report.ranks])

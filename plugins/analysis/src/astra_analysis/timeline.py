@@ -35,7 +35,7 @@ import os
 from astra_analysis.events import (
     TID_IN_SWITCH, TID_RECV, Messages, NodeDescriber, in_switch_events, recv_lanes, track,
 )
-from astra_sim.analysis.spans import K_COLL, K_COMPUTE, K_MEM, K_RECV, K_SEND
+from astra_analysis.views import K_COLL, K_COMPUTE, K_MEM, K_RECV, K_SEND
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 

@@ -53,22 +53,25 @@ def cluster_steps(classes):
 
 
 class PowerTimeline(OutputFormat):
-    needs_spans = True
-
     def __init__(self, path):
         self.path = path
+
+    def start(self, run):
+        run.record_spans()
 
     def finish(self, run, report):
         from astra_sim.humanize import rank_ranges
         from astra_sim.safeio import write_or_recover
 
+        from astra_analysis.views import analysis_of
+
         state = run.plugin_state.get("energy")
-        if not state or run.analysis is None:
+        analysis = analysis_of(run)
+        if not state or analysis is None:
             report.warnings.append(f"--power-timeline {self.path}: no power for this run (it needs the gpu compute "
                                    "model on a GPU with power data); nothing written")
             return
         watts = state["op_class_power_w"]
-        analysis = run.analysis
         symmetry = run.symmetry
         members = {}
         for rank in range(run.total_npus):

@@ -28,7 +28,7 @@ all-reduce; there the message goes as :data:`STREAM_SEGMENTS` back-to-back segme
 switch: ``(1 + (hops - 1) / STREAM_SEGMENTS) m / B``, within 4 % of ``m / B`` through one switch.
 
 When the run records spans (breakdown, timeline), each phase is also recorded as an in-switch phase
-(:meth:`astra_sim.analysis.spans.SpanRecorder.in_switch_phase`): the breakdown counts its exposed time
+(:meth:`astra_sim.spans.SpanRecorder.in_switch_phase`): the breakdown counts its exposed time
 as in-switch communication and the timelines draw it as an in-switch reduce / multicast slice.
 
 The switch itself is the shared :class:`SwitchReduction` record of the phase. In a folded run
@@ -38,14 +38,14 @@ mirror images and arrive at the same time.
 
 from __future__ import annotations
 
-from astra_sim.analysis.spans import (
+from astra_sim.api import InSwitchSpec, in_switch_query
+from astra_sim.errors import ConfigError
+from astra_sim.spans import (
     IN_SWITCH_ALL_REDUCE as OP_ALL_REDUCE,
     IN_SWITCH_MULTICAST as OP_MULTICAST,
     IN_SWITCH_OP_NAMES as OP_NAMES,
     IN_SWITCH_REDUCE as OP_REDUCE,
 )
-from astra_sim.api import InSwitchSpec, in_switch_query
-from astra_sim.errors import ConfigError
 from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, Algorithm
 from astra_sim.system.topology import CLOCKWISE, differing_dims
 

@@ -1,20 +1,20 @@
-"""What every rank ran and when: one span (node id, start, end) per executed node, and views of any rank.
+"""Views of any rank over the spans the kernel records (:mod:`astra_sim.spans`), what every analysis of this plugin
+reads.
 
-Recording costs one array append per finished node (never per event) and only for the simulated ranks.
-Every other rank of a folded run does what its class representative does with peers and communicator
-groups relabelled (:mod:`astra_sim.symmetry`), so :class:`RankView` serves it from the representative's
-spans: node ids and times are the representative's, peers are moved by the rank's offsets and groups are
-mapped to their images (the rule of ``docs/compact-workload.md``).
+Every other rank of a folded run does what its class representative does with peers and communicator groups
+relabelled (:mod:`astra_sim.symmetry`), so :class:`RankView` serves it from the representative's spans: node ids and
+times are the representative's, peers are moved by the rank's offsets and groups are mapped to their images (the
+rule of ``docs/compact-workload.md``).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from array import array
 
 from astra_sim.chakra import types as T
 from astra_sim.ops import op_class
+from astra_sim.workload.compact import roles_path
 
 #: What a node does, for the breakdown, the critical path and the timeline tracks.
 K_COMPUTE, K_CPU, K_COLL, K_SEND, K_RECV, K_MEM, K_INSTANT = range(7)
@@ -24,16 +24,17 @@ _DEFAULT_PG = ("", "0", None, 0)
 #: communicator keys that are no group of the groups file: the default group, and point-to-point
 #: messages between ranks that share no group
 WORLD, P2P = 0, -1
-#: What a switch did in a recorded in-switch phase (the ``op`` of :meth:`SpanRecorder.in_switch_phase`): any
-#: collective algorithm whose switches reduce or multicast records its phases with these codes.
-IN_SWITCH_ALL_REDUCE, IN_SWITCH_REDUCE, IN_SWITCH_MULTICAST = range(3)
-IN_SWITCH_OP_NAMES = ("in-switch reduce + multicast", "in-switch reduce", "in-switch multicast")
 
 
-def name_op_class(name):
-    """Op class from a node name alone (when the compute model does not classify): ``gemm``,
-    ``attention``, ``elementwise`` (any other ATen op) or ``other`` (:func:`astra_sim.ops.op_class`)."""
-    return op_class(name)
+def analysis_of(run):
+    """The :class:`Analysis` of a run (its read-only ``RunView``) after its last event, built once and kept in
+    ``run.plugin_state["analysis"]``; None when the run recorded no spans (nothing called ``run.record_spans()``)."""
+    if run.spans is None:
+        return None
+    state = run.plugin_state.setdefault("analysis", {})
+    if "analysis" not in state:
+        state["analysis"] = Analysis(run)
+    return state["analysis"]
 
 
 def node_kind(node):
@@ -62,37 +63,6 @@ def node_group(node):
         return int(pg)
     except (TypeError, ValueError):
         return WORLD
-
-
-class SpanRecorder:
-    """Per simulated rank a flat ``array('q')`` of ``node id, start ns, end ns`` triples, in finish order;
-    and, for the phases of a collective that a switch reduces or multicasts (``inSwitch``), a second one of
-    ``node id, op, dimensions (bit mask), bytes, start ns, end ns`` sextets (``op``: an ``IN_SWITCH_*`` code;
-    the ``inSwitch`` algorithm lives in the network_analytical plugin)."""
-
-    def __init__(self, ranks):
-        self.spans = {rank: array("q") for rank in ranks}
-        self.in_switch = {}
-
-    def in_switch_phase(self, rank, node_id, op, dim, size_bytes, start_ns, end_ns):
-        phases = self.in_switch.get(rank)
-        if phases is None:
-            phases = self.in_switch[rank] = array("q")
-        phases.extend((node_id, op, dim, size_bytes, start_ns, end_ns))
-
-    def observer(self):
-        spans = self.spans
-
-        def observe(rank, node, start_ns, end_ns):
-            spans[rank].extend((node.id, start_ns, end_ns))
-
-        return observe
-
-
-def roles_path(groups_path):
-    """The role names of a groups file live beside it: ``X.groups.json`` -> ``X.groups.roles.json``."""
-    path = str(groups_path)
-    return (path[:-5] if path.endswith(".json") else path) + ".roles.json"
 
 
 def read_roles(groups_path):
@@ -153,11 +123,11 @@ class Communicators:
 
 
 class Analysis:
-    """Everything derived from a run's spans; built by :class:`astra_sim.simulation.Simulation` after the run."""
+    """Everything derived from a run's spans (:func:`analysis_of`); ``run`` is the run's read-only ``RunView``."""
 
-    def __init__(self, run, recorder):
+    def __init__(self, run):
         self.run = run
-        self.recorder = recorder
+        self.recorder = run.spans
         self.symmetry = run.symmetry
         self.total = run.total_npus
         self.communicators = Communicators(run.comm_groups, read_roles(run.comm_group_path))
@@ -204,16 +174,17 @@ class Analysis:
         return found
 
     def op_class(self, rep, node):
-        """GEMM / attention / elementwise / other, from the compute model (``op_class``) or the name. Kept per node
-        object: the ranks of one trace class share their compute nodes (an unfolded run of a compact workload
-        relabels only the communication nodes), so each is classified once, not once per rank."""
+        """GEMM / attention / elementwise / other, from the compute model (``op_class``) or the name
+        (:func:`astra_sim.ops.op_class`). Kept per node object: the ranks of one trace class share their compute
+        nodes (an unfolded run of a compact workload relabels only the communication nodes), so each is classified
+        once, not once per rank."""
         key = id(node)  # the node lives as long as the run, and this analysis with it
         found = self._classes.get(key)
         if found is None:
             classify = getattr(self.run.compute_model, "op_class", None)
             found = classify(node, rep) if classify is not None else None
             if found is None:
-                found = name_op_class(node.name)
+                found = op_class(node.name)
             self._classes[key] = found
         return found
 
@@ -231,9 +202,8 @@ class RankView:
         self.rank = rank
         self.rep = rep
         self.offsets = symmetry.offsets(rank) if symmetry is not None else ()
-        workload = run.workloads[rep]
-        self.nodes = workload.nodes
-        self.finish_ns = workload.finish_ns
+        self.nodes = run.rank_nodes(rep)
+        self.finish_ns = run.rank_finish_ns(rep)
         self.spans = analysis.recorder.spans[rep]
         self._images = {}
 
