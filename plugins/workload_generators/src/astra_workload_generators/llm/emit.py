@@ -13,6 +13,9 @@ from .fp8 import FP8_FWD, FP8_GRAD, SCALED_MM
 
 
 MM = "aten::mm"
+#: reductions to a scalar the builders emit: they read their input and write (next to) nothing, as the gpu model
+#: counts them (its ``REDUCTION_OPS``)
+REDUCTIONS = ("any", "linalg_vector_norm")
 
 
 #: Bandwidth used only for the nodes' ``duration_micros`` (replay); the gpu model times them from their shapes.
@@ -109,10 +112,11 @@ class NodeEmitter:
                          0, deps, extra, types=[fmt.element_type, fmt.element_type, fmt.scale_type, fmt.scale_type],
                          nbytes=nbytes)
 
-    def ew(self, op, label, args, deps=()):
+    def ew(self, op, label, args, deps=(), chain=True):
         """An element-wise / memory-bound ATen node. ``args``: per argument ``(shape, type)`` or a list of those
         (a tensor list). ``num_ops = 0`` (FLOP totals stay the matmul/attention FLOPs); ``tensor_size`` = the
-        bytes moved as the gpu model counts them (it re-derives them from ``inputs_shapes``/``inputs_types``)."""
+        bytes moved as the gpu model counts them (it re-derives them from ``inputs_shapes``/``inputs_types``).
+        ``chain=False``: off the compute chain (a side stream's kernel, waiting on ``deps`` only)."""
         shapes, types, tensors = [], [], []
         for a in args:
             if isinstance(a, list):
@@ -123,7 +127,7 @@ class NodeEmitter:
                 shapes.append(list(a[0]))
                 types.append(a[1])
                 tensors.append(a)
-        size = {"Tensor(float)": 4, "Tensor(long int)": 8, "Tensor(bool)": 1}
+        size = {"Tensor(float)": 4, "Tensor(double)": 8, "Tensor(long int)": 8, "Tensor(bool)": 1}
 
         def nb(t):
             sh, ty = t
@@ -135,6 +139,8 @@ class NodeEmitter:
         first = args[0] if isinstance(args[0], list) else [args[0]]
         name = op.split("::")[-1]
         if name == "copy_":  # read src, write dst (dst's old content is not read)
+            nbytes = read
+        elif name in REDUCTIONS:  # (a scalar out)
             nbytes = read
         elif name.endswith("_"):
             nbytes = read + sum(nb(t) for t in first)
@@ -150,13 +156,13 @@ class NodeEmitter:
                     j = ndim - len(sh) + i
                     out[j] = v if out[j] == 1 else (out[j] if v == 1 else max(out[j], v))
             nbytes = read + nb((out, first[0][1]))
-        return self._memory_node(op, label, nbytes, repr(shapes), repr(types), deps)
+        return self._memory_node(op, label, nbytes, repr(shapes), repr(types), deps, chain)
 
-    def _memory_node(self, op, label, nbytes, shapes, types, deps):
+    def _memory_node(self, op, label, nbytes, shapes, types, deps, chain=True):
         """A memory-bound COMP node moving ``nbytes`` (``tensor_size``; replayed at ``EW_REPLAY_BYTES_PER_S``)."""
         dur = max(1, round(nbytes / EW_REPLAY_BYTES_PER_S * 1e6))
         attrs = {"is_cpu_op": False, "num_ops": 0, "tensor_size": nbytes, "label": label}
-        return self._add(op, T.COMP_NODE, attrs, deps, duration=dur, shapes=shapes, types=types)
+        return self._add(op, T.COMP_NODE, attrs, deps, duration=dur, shapes=shapes, types=types, chain=chain)
 
     def _t(self, *shape):
         return (tuple(shape), self.ttype)

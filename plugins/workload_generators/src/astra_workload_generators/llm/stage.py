@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from .attention import AttentionOps
 from .config import DTYPES, LlmConfig
+from .deepspeed_step import DeepSpeedStepOps
 from .eager_step import EagerStepOps
 from .emit import NodeEmitter
 from .fp8 import Fp8Ops
@@ -22,7 +23,7 @@ from .zero import DataParallelOps
 
 
 class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps, MtpOps, MoeOps, DataParallelOps,
-                    RopeOps, EagerStepOps):
+                    RopeOps, EagerStepOps, DeepSpeedStepOps):
     """The node graph of one pipeline stage, identical for every rank of the stage except for rank-specific
     attributes (``pg_name``, ``comm_src``/``comm_dst``), which are appended per rank as trailing attributes."""
 
@@ -65,6 +66,9 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
         self.comm_sms = dict(cfg.comm_sms)  # --comm-sms: key -> SMs (the comm_sms attribute)
         self.sm_margins = dict(cfg.sm_margins)  # TE overlap name -> its GEMMs' sm_margin
         self.deferred = []   # ZeRO-1/2 parameter all-gathers, issued after the optimizer
+        # DeepSpeed ZeRO-3 (.deepspeed_step): the open gradient bucket [(unit, elements)], the last node on its
+        # reduce stream, buckets reduced so far
+        self._ds_bucket, self._ds_stream, self._ds_buckets = [], None, 0
         self.graph = None    # --cuda-graphs: the id of the CUDA graph the nodes emitted now belong to (.emit.graphed)
         self.graphs = 0      # CUDA graphs so far
 

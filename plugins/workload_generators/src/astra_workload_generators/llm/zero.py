@@ -30,6 +30,8 @@ class DataParallelOps:
         ``--framework fsdp2``: torchtitan's clipping and foreach AdamW instead (:mod:`.eager_step`)."""
         if self._eager():
             return self.eager_optimizer(params)
+        if self._deepspeed():
+            return self.ds_optimizer(params)
         f = "Tensor(float)"
         one = [((params,), f)]
         node = self.ew("aten::_fused_adam_", "optimizer.adam", [one, one, one, one], self.syncs)
@@ -60,6 +62,8 @@ class DataParallelOps:
             copy = self.ew("aten::copy_", f"fsdp_copy_in.{label}", [src, dst])
             self.syncs.append(self.coll(f"{group}_rs.{label}", T.REDUCE_SCATTER, params * reduce_bytes, group,
                                         [copy], chain=False))
+        elif cfg.zero == 3 and self._deepspeed() and group == self.dgroup:  # in DeepSpeed's buckets
+            self.ds_grad_sync(label, params, group)
         elif cfg.zero == 3:  # parameters stay sharded: gradients are only reduce-scattered
             self.syncs.append(self.coll(f"{group}_rs.{label}", T.REDUCE_SCATTER, size, group, [self.prev],
                                         chain=False))
@@ -85,6 +89,9 @@ class DataParallelOps:
         for group, params in ((self.dgroup, dense), ("edp", expert)):
             if params and self._group_size(group) > 1:
                 deps = [] if self.prev is None else [self.prev]
+                if self._deepspeed():  # (with its copy-in and copy-out)
+                    out.append(self.ds_gather(label, params, group, deps))
+                    continue
                 out.append(self.coll(f"{group}_ag.{label}", T.ALL_GATHER, params * self.nbytes, group, deps,
                                      chain=False))
         return out

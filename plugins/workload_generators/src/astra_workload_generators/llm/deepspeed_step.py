@@ -1,0 +1,151 @@
+"""What DeepSpeed ZeRO-3 runs in a training step besides the generic ZeRO-3 step's per-unit gathers and
+reduce-scatters (``--framework deepspeed --zero 3``): the gathers' copies, the gradients reduced in buckets with
+the fp16 overflow check on each reduced partition, and its optimizer step's own passes and small collectives.
+Every other framework, and DeepSpeed at ZeRO 0-2, keep the step they had.
+
+Sources: microsoft/DeepSpeed at tag v0.7.0 (2022-07-31; the release of the period of the registry's DeepSpeed case,
+which does not state its version: an **assumption**), ``deepspeed/runtime/zero/``:
+
+- the gathers (``partition_parameters.py``, ``all_gather_coalesced``): this rank's shards are ``torch.cat``-ed into
+  the flat send buffer ("copy-in"), all-gathered in one call, and ``AllGatherCoalescedHandle.wait`` rebuilds each
+  parameter with ``torch.cat`` of its gathered pieces ("copy-out"), on the coordinator's all-gather stream. The
+  coordinator (``partitioned_param_coordinator.py``, ``fetch_sub_module``) coalesces its prefetches up to
+  ``stage3_prefetch_bucket_size`` (5e7 elements) per call, so a steady-state step gathers about a layer or two at a
+  time, not one submodule at a time: the generic step's one gather per unit is kept.
+- the gradients (``stage3.py``): each parameter's gradient is copied into the flat reduce bucket
+  (``__add_grad_to_ipg_bucket``, ``contiguous_gradients``), and when the next would overflow ``reduce_bucket_size``
+  (``reduce_independent_p_g_buckets_and_remove_grads``) the bucket is interleaved by rank (``torch.cat``),
+  pre-divided (``div_``) and reduce-scattered in one call (``comm/coalesced_collectives.py``,
+  ``reduce_scatter_coalesced``); the reduced partition is copied into the gradient partition and checked for
+  overflow, ``isinf(...).any()`` and ``isnan(...).any()`` (``__partition_grads``), all on its reduce stream; the
+  backward's end reduces what is left (``independent_gradient_partition_epilogue``).
+- the step (``stage3.py``, ``step``): the fp16 loss scaler's overflow flag all-reduced (``has_overflow``, one byte,
+  MAX over DP); the gradient norm, every step even without clipping (``get_grad_norm_direct``: each gradient
+  partition ``.double().norm(2)``, then an all-reduce of the sum); the fp32 gradient made from the fp16 partitions
+  (``_prepare_fp32_grad_for_sub_group``: ``flatten`` and ``.to(fp32)``); unscaled in place (``unscale_and_clip_grads``,
+  ``mul_``); the optimizer (FusedAdam, the generic ``_fused_adam_`` node); the fp32 master weights copied to the fp16
+  partition (``_reassign_or_swap_out_partitioned_parameters``); and the persistent parameters (those of fewer than
+  ``stage3_param_persistence_threshold`` = 1e5 elements, kept whole on every rank) all-gathered one by one
+  (``_post_step`` -> ``_allgather_params_coalesced``: one ``all_gather_base`` per parameter).
+
+The reduce and all-gather streams' copies run beside the compute stream on the GPU; here they are memory-bound nodes
+off the compute chain, which the simulator runs on the one compute slot when their inputs are ready (an
+**assumption**: they share the GPU's memory bandwidth with the compute stream).
+"""
+
+from __future__ import annotations
+
+from astra_sim.chakra import types as T
+
+from .memory_terms import DS_REDUCE_BUCKET
+
+F32 = "Tensor(float)"
+F64 = "Tensor(double)"
+BOOL = "Tensor(bool)"
+#: DeepSpeed's ``stage3_param_persistence_threshold`` default (elements; v0.7.0 ``runtime/zero/config.py``:
+#: ``param_persistence_threshold: int = Field(1e5, ...)``): smaller parameters are not partitioned
+PARAM_PERSISTENCE_THRESHOLD = 100_000
+#: the gradient bucket (elements): DeepSpeed's ``reduce_bucket_size`` default (:data:`.memory_terms.DS_REDUCE_BUCKET`;
+#: PyTorch Lightning's ``DeepSpeedStrategy`` passes 2e8, which no flag expresses)
+REDUCE_BUCKET_ELEMS = DS_REDUCE_BUCKET
+
+
+def persistent_parameters(dims):
+    """The sizes (elements) of the parameters ZeRO-3 keeps whole, one list entry each: per layer the two norms'
+    weights, and for a non-gated (GPT-2-style) model also the norms' biases and the four linear layers' biases
+    (Hugging Face's GPT-2 ``Conv1D`` and ``LayerNorm``); a gated (Llama-style) model has RMSNorm weights and no
+    biases (an **assumption** per family: the model dimensions do not say). Plus the final norm. Only those under
+    ``PARAM_PERSISTENCE_THRESHOLD``."""
+    h = dims.hidden
+    per_layer = [h, h]
+    final = [h]
+    if not dims.gated:
+        qkv = dims.heads * dims.head_dim + 2 * dims.kv_heads * dims.head_dim
+        per_layer += [h, h, qkv, h, dims.ffn_hidden, h]
+        final += [h]
+    sizes = per_layer * dims.layers + final
+    return [n for n in sizes if n < PARAM_PERSISTENCE_THRESHOLD]
+
+
+class DeepSpeedStepOps:
+    """DeepSpeed ZeRO-3's copies, bucketed gradient reduction and optimizer step (a stage-builder mixin)."""
+
+    def _deepspeed(self):
+        """Only under ``--framework deepspeed --zero 3`` in a training step."""
+        cfg = self.cfg
+        return not cfg.inference and cfg.framework == "deepspeed" and cfg.zero == 3
+
+    def _ds_side(self, op, label, args, deps):
+        """A memory-bound node on one of DeepSpeed's side streams (off the compute chain)."""
+        return self.ew(op, label, args, deps, chain=False)
+
+    def ds_gather(self, label, elems, group, deps):
+        """One ``all_gather_coalesced`` of ``elems`` parameters over ``group``: the copy-in of this rank's shard,
+        the gather, the copy-out of the whole parameters; returns the copy-out (what compute waits on)."""
+        shard = ((-(-elems // self._group_size(group)),), self.ttype)
+        whole = ((elems,), self.ttype)
+        copy_in = self._ds_side("aten::cat", f"ds_ag_copy_in.{label}", [[shard]], deps)
+        gather = self.coll(f"{group}_ag.{label}", T.ALL_GATHER, elems * self.nbytes, group, [copy_in], chain=False)
+        return self._ds_side("aten::cat", f"ds_ag_copy_out.{label}", [[whole]], [gather])
+
+    def ds_grad_sync(self, label, params, group):
+        """A unit's gradients (``params`` elements, produced now) copied into the open reduce bucket; the bucket is
+        reduced first if it holds something and they would take it past ``REDUCE_BUCKET_ELEMS`` (stage3.py
+        ``reduce_independent_p_g_buckets_and_remove_grads``)."""
+        total = sum(n for _, n in self._ds_bucket)
+        if self._ds_bucket and total + params > REDUCE_BUCKET_ELEMS:
+            self.ds_flush(group)
+        t = ((params,), self.ttype)
+        deps = [self.prev] + ([self._ds_stream] if self._ds_stream is not None else [])
+        self._ds_stream = self._ds_side("aten::copy_", f"ds_ipg_copy.{label}", [t, t], deps)
+        self._ds_bucket.append((label, params))
+
+    def ds_flush(self, group="dp"):
+        """Reduce the open bucket: interleave by rank, pre-divide, reduce-scatter, copy the partition out and check
+        it for inf and nan; the last node joins the gradient reductions the optimizer waits for."""
+        bucket = self._ds_bucket
+        if not bucket:
+            return
+        group = self.dgroup if group == "dp" else group
+        k = self._ds_buckets
+        self._ds_buckets += 1
+        n = sum(p for _, p in bucket)
+        flat = ((n,), self.ttype)
+        part = ((-(-n // self._group_size(group)),), self.ttype)
+        flags = ((part[0][0],), BOOL)
+        node = self._ds_side("aten::cat", f"ds_rs_interleave.b{k}", [[flat]], [self._ds_stream])
+        node = self._ds_side("aten::div_", f"ds_rs_predivide.b{k}", [flat], [node])
+        node = self.coll(f"{group}_rs.ds_bucket{k}", T.REDUCE_SCATTER, n * self.nbytes, group, [node], chain=False)
+        node = self._ds_side("aten::copy_", f"ds_grad_partition.b{k}", [part, part], [node])
+        for check in ("isinf", "isnan"):
+            node = self._ds_side(f"aten::{check}", f"ds_overflow.{check}.b{k}", [part], [node])
+            node = self._ds_side("aten::any", f"ds_overflow.{check}.any.b{k}", [flags], [node])
+        self._ds_stream = node
+        self.syncs.append(node)
+        self._ds_bucket = []
+
+    def ds_optimizer(self, params):
+        """DeepSpeed ZeRO-3's ``step`` over this rank's ``params`` partition (see the module's docstring); returns
+        the last node."""
+        self.ds_flush()
+        g = ((params,), self.ttype)
+        g32, g64 = ((params,), F32), ((params,), F64)
+        dp = self._group_size(self.dgroup) > 1
+        node = None
+        if dp:  # has_overflow: the local flag, MAX over DP
+            node = self.coll("optimizer.ds_overflow_all_reduce", T.ALL_REDUCE, 1, self.dgroup, self.syncs)
+        deps = [] if node is not None else self.syncs
+        self.ew("aten::copy_", "optimizer.ds_norm.double", [g, g64], deps)
+        node = self.ew("aten::linalg_vector_norm", "optimizer.ds_norm", [g64])
+        if dp:
+            self.coll("optimizer.ds_norm_all_reduce", T.ALL_REDUCE, 8, self.dgroup)
+        self.ew("aten::cat", "optimizer.ds_flatten_grads", [[g]])
+        self.ew("aten::copy_", "optimizer.ds_grads_fp32", [g, g32])
+        self.ew("aten::mul_", "optimizer.ds_unscale", [g32])
+        one = [g32]
+        self.ew("aten::_fused_adam_", "optimizer.adam", [one, one, one, one])
+        node = self.ew("aten::copy_", "optimizer.ds_fp16_params", [g32, g])
+        if dp:  # _post_step: the persistent parameters, one all-gather each
+            for i, n in enumerate(persistent_parameters(self.dims)):
+                node = self.coll(f"optimizer.ds_persistent_ag.{i}", T.ALL_GATHER, n * self.nbytes, self.dgroup)
+        return node
