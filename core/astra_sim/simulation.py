@@ -272,8 +272,6 @@ class Simulation:
                 progress.phase(f"reading the traces of {self.total_npus:,} ranks")
                 self.build()
             built = time.perf_counter()
-            if self.want_breakdown:
-                self.record_spans()
             for _, output in self.outputs:
                 output.start(self.view)
             self.pm.hook.astra_run_start(run=self.view)

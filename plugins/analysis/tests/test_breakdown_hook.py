@@ -1,6 +1,6 @@
 """The report's breakdown is this plugin's (the hook ``astra_report_breakdown``): loaded whenever installed, even when
-``-p`` names other plugins; blocked (``-p no:analysis``) the report has no breakdown and a warning says why; another
-plugin's implementation that returns True takes its place."""
+``-p`` names other plugins; blocked (``-p no:analysis``) the run records no spans, the report has no breakdown and a
+warning says why; another plugin's implementation that returns True takes its place."""
 
 from __future__ import annotations
 
@@ -9,7 +9,11 @@ import re
 import types
 from pathlib import Path
 
+import pytest
+
+from astra_sim import hookimpl
 from astra_sim.cli import main
+from astra_sim.errors import PluginError
 from astra_sim.plugins import make_plugin_manager
 from astra_sim.run.report import NO_BREAKDOWN
 from astra_sim.simulation import simulate
@@ -73,3 +77,35 @@ def test_another_plugin_can_take_the_breakdown_over(gemm_then_all_reduce):
         {"compute": r.compute_ns, "other": r.finish_ns - r.compute_ns} for r in coarse.ranks]
     fine = simulate(*args, plugin_manager=pm)
     assert fine.ranks[1].breakdown["parts"]["compute:gemm"] == 3000 and fine.breakdown is not None
+
+
+def _spans_probe():
+    """A plugin that keeps what ``run.spans`` was at the end of each run (None: nothing was recorded)."""
+    module = types.ModuleType("spans_probe")
+    module.seen = []
+    module.astra_run_finish = hookimpl(lambda run, report: module.seen.append(run.spans))
+    return module
+
+
+def test_spans_are_recorded_only_when_a_plugin_asks(gemm_then_all_reduce):
+    """The analysis plugin asks for the spans when the run wants a breakdown; blocked, or with no breakdown and no
+    output that reads spans, the run records none (and the report says there is no breakdown)."""
+    args = gemm_then_all_reduce
+    probe = _spans_probe()
+    simulate(*args, extra_plugins=[probe])
+    assert {rank: len(spans) // 3 for rank, spans in probe.seen[-1].spans.items()} == {r: 2 for r in range(4)}
+    report = simulate(*args, extra_plugins=[probe], block=("analysis",))
+    assert probe.seen[-1] is None
+    assert report.breakdown is None and report.warnings == [NO_BREAKDOWN]
+    simulate(*args, extra_plugins=[probe], breakdown=False)
+    assert probe.seen[-1] is None
+    simulate(*args, extra_plugins=[probe], breakdown=False, critical_path=True)  # an output that reads spans asks
+    assert probe.seen[-1] is not None
+
+
+def test_spans_asked_for_after_the_first_event_are_an_error(gemm_then_all_reduce):
+    """Spans asked for once the run has started would miss its first nodes: a PluginError, not a partial record."""
+    module = types.ModuleType("late_spans")
+    module.astra_run_finish = hookimpl(lambda run, report: run.record_spans())
+    with pytest.raises(PluginError, match="after the first event"):
+        simulate(*gemm_then_all_reduce, extra_plugins=[module], breakdown=False)

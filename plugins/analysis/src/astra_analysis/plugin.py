@@ -36,6 +36,13 @@ def astra_register_output_formats(registry):
 
 
 @hookimpl
+def astra_run_start(run):
+    """The breakdown reads the spans: ask for them when the run wants one (a run records none unless asked)."""
+    if run.wants_breakdown:
+        run.record_spans()
+
+
+@hookimpl
 def astra_report_breakdown(run, report):
     """Every rank's breakdown and the report's summary of it (:mod:`astra_analysis.breakdown`)."""
     from astra_analysis.breakdown import breakdowns, summary
