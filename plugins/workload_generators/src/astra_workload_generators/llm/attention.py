@@ -28,11 +28,14 @@ class AttentionOps:
 
     def attn_unfused_fwd(self, lab, b, hq, q, c, d, deps=()):
         """Megatron-LM (2021) attention without FlashAttention: QK^T bmm, fused scale-mask-softmax and dropout on
-        the b*heads*q*c scores, AV bmm (GQA: K/V heads repeated to hq)."""
+        the b*heads*q*c scores, AV bmm (GQA: K/V heads repeated to hq). ``--softmax-kernel eager``: Hugging Face's
+        scale and masks before the softmax, each its own kernel."""
         bh = b * hq
         sc = (b, hq, q, c)
         self.comp(BMM, lab + ".attn.qk", f"[[{bh}, {q}, {d}], [{bh}, {d}, {c}]]", 2 * bh * q * c * d,
                   bh * (q * d + d * c + q * c), deps)
+        if self.cfg.softmax_kernel == "eager":  # Hugging Face's scale and masks, each its own kernel (.hf_eager)
+            self.attn_mask_fwd(lab, b, hq, q, c)
         self.ew("aten::_softmax", lab + ".attn.softmax", [self._t(*sc)])
         if self.cfg.dropout:
             self.ew("aten::native_dropout", lab + ".attn.dropout", [self._t(*sc)])
@@ -49,6 +52,8 @@ class AttentionOps:
         if self.cfg.dropout:
             self.ew("aten::native_dropout_backward", lab + ".attn.dropout", [self._t(*sc), (sc, "Tensor(bool)")])
         self.ew("aten::_softmax_backward_data", lab + ".attn.softmax", [self._t(*sc), self._t(*sc)])
+        if self.cfg.softmax_kernel == "eager":
+            self.attn_mask_bwd(lab, b, hq, q, c)
         self.comp(BMM, lab + ".attn.dq", f"[[{bh}, {q}, {c}], [{bh}, {c}, {d}]]", f, e)
         return self.comp(BMM, lab + ".attn.dk", f"[[{bh}, {c}, {q}], [{bh}, {q}, {d}]]", f, e)
 

@@ -30,6 +30,12 @@ ATTENTIONS = ("flash", "unfused")
 
 #: --norm-kernel choices: a norm is one fused kernel, or eager PyTorch's composite RMSNorm (LayerOps.layer_norm)
 NORM_KERNELS = ("fused", "composite")
+#: --activation-kernel choices: a GeLU FFN's activation as one fused kernel each way, or Hugging Face's gelu_new as
+#: eager PyTorch runs it (.hf_eager)
+ACTIVATION_KERNELS = ("fused", "eager")
+#: --softmax-kernel choices: the unfused attention's scale, masks and softmax as Megatron's one fused kernel, or as
+#: Hugging Face's eager ops (.hf_eager)
+SOFTMAX_KERNELS = ("fused", "eager")
 #: --attention-kernel choices: the flash attention kernel the gpu model times (astra_gpu_model.attention)
 ATTENTION_KERNELS = ("fa2", "fa3", "cudnn")
 #: --fp8-recipe choices: Transformer Engine's DelayedScaling (scales from an amax history: a LayerNorm or GeLU casts
@@ -102,6 +108,8 @@ class LlmConfig:
     dp_shard: int = 0               # FSDP2 memory: HSDP, sharded over this many DP ranks, replicated across the rest
     fsdp_prefetch: int = 1          # FSDP2 memory: units gathered ahead of the one computing (explicit prefetch)
     norm_kernel: str = "fused"      # the norms as one kernel each, or eager PyTorch's "composite" fp32 RMSNorm ops
+    activation_kernel: str = "fused"  # a GeLU FFN's activation fused, or Hugging Face's "eager" gelu_new ops
+    softmax_kernel: str = "fused"   # --attention unfused: fused scale-mask-softmax, or Hugging Face's "eager" ops
     attention_kernel: str | None = None  # fa2 | fa3 | cudnn on the flash nodes; None: attn_kernel's default
     rope: str | None = None         # none | eager | fused rotary embedding of Q and K; None: rope_kernel's default
     cuda_graphs: bool = False       # per-layer CUDA graphs: one host launch per layer pass; activations +20 % (memory)
@@ -236,6 +244,17 @@ def _check(dims: ModelDims, cfg: LlmConfig):
         raise ConfigError(f"--framework must be one of {', '.join(FRAMEWORKS)}, got {cfg.framework!r}")
     if cfg.norm_kernel not in NORM_KERNELS:
         raise ConfigError(f"--norm-kernel must be one of {', '.join(NORM_KERNELS)}, got {cfg.norm_kernel!r}")
+    if cfg.activation_kernel not in ACTIVATION_KERNELS:
+        raise ConfigError(f"--activation-kernel must be one of {', '.join(ACTIVATION_KERNELS)}, got "
+                          f"{cfg.activation_kernel!r}")
+    if cfg.activation_kernel == "eager" and dims.gated:
+        raise ConfigError("--activation-kernel eager is Hugging Face's gelu_new of a GeLU FFN; a gated (SwiGLU) FFN's "
+                          "SiLU runs as one kernel")
+    if cfg.softmax_kernel not in SOFTMAX_KERNELS:
+        raise ConfigError(f"--softmax-kernel must be one of {', '.join(SOFTMAX_KERNELS)}, got {cfg.softmax_kernel!r}")
+    if cfg.softmax_kernel == "eager" and cfg.attention != "unfused":
+        raise ConfigError("--softmax-kernel eager is the unfused attention's scale, masks and softmax: it needs "
+                          "--attention unfused")
     if cfg.attention_kernel is not None and cfg.attention_kernel not in ATTENTION_KERNELS:
         raise ConfigError(f"--attention-kernel must be one of {', '.join(ATTENTION_KERNELS)}, got "
                           f"{cfg.attention_kernel!r}")

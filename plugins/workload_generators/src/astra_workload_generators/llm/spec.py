@@ -18,9 +18,9 @@ from dataclasses import dataclass, fields
 
 from astra_sim.errors import ConfigError
 
-from .config import (ATTENTION_DTYPES, ATTENTION_KERNELS, ATTENTIONS, DTYPES, FP8_ATTENTION_BACKWARDS, FP8_RECIPES,
-                     FRAMEWORKS, GEMM_DTYPES, GRAD_BUFFERS, LOSS_DTYPES, MODES, NORM_KERNELS, ROPE_KERNELS, LlmConfig,
-                     check_config)
+from .config import (ACTIVATION_KERNELS, ATTENTION_DTYPES, ATTENTION_KERNELS, ATTENTIONS, DTYPES,
+                     FP8_ATTENTION_BACKWARDS, FP8_RECIPES, FRAMEWORKS, GEMM_DTYPES, GRAD_BUFFERS, LOSS_DTYPES, MODES,
+                     NORM_KERNELS, ROPE_KERNELS, SOFTMAX_KERNELS, LlmConfig, check_config)
 from .lora import LORA_TARGETS, parse_lora_targets
 from .model import PRESETS, ModelDims, model_dims
 from .overlap import COMM_SMS_GROUPS, load_tp_overlap_sms, parse_comm_sms
@@ -99,6 +99,8 @@ class LlmSpec:
     dp_shard: int | None = None         # FSDP2 HSDP: the shard group's size (memory)
     fsdp_prefetch: int = 1              # FSDP2: units prefetched (memory)
     norm_kernel: str = "fused"          # fused | composite: how the norms run (see --norm-kernel)
+    activation_kernel: str = "fused"    # fused | eager: how a GeLU FFN's activation runs (see --activation-kernel)
+    softmax_kernel: str = "fused"       # fused | eager: the unfused attention's scale and masks (see --softmax-kernel)
     attention_kernel: str | None = None  # fa2 | fa3 | cudnn (see --attention-kernel); None: by --framework
     rope: str | None = None             # none | eager | fused (see --rope); None: by --framework
     cuda_graphs: bool = False           # per-layer CUDA graphs (see --cuda-graphs)
@@ -254,6 +256,7 @@ class LlmSpec:
                         grad_buffer=self.grad_buffer, fp8_params=self.fp8_params, dp_shard=self.dp_shard or 0,
                         fsdp_prefetch=self.fsdp_prefetch,
                         norm_kernel=self.norm_kernel, attention_kernel=self.attention_kernel, rope=self.rope,
+                        activation_kernel=self.activation_kernel, softmax_kernel=self.softmax_kernel,
                         cuda_graphs=self.cuda_graphs, fp8_recipe=self.fp8_recipe,
                         attention_dtype=self.attention_dtype,
                         fp8_attention_backward=self.fp8_attention_backward == "on",
@@ -523,6 +526,14 @@ def _add_flags(p):
                    "composite: RMSNorm as eager PyTorch runs a Python RMSNorm, one kernel per op in fp32 (x.float(), "
                    "x*x, mean, rsqrt, x*r, the cast back, the weight), and autograd's kernels for its backward "
                    "(torchtitan's norm_type = \"rmsnorm\" without torch.compile, Hugging Face's LlamaRMSNorm)")
+    p.add_argument("--activation-kernel", choices=ACTIVATION_KERNELS, default="fused",
+                   help="a GeLU FFN's activation: fused (default; bias and GeLU one kernel each way), or eager: Hugging "
+                   "Face's gelu_new (NewGELUActivation, GPT-2's activation_function) as eager PyTorch runs it, eight "
+                   "kernels forward and autograd's eleven backward")
+    p.add_argument("--softmax-kernel", choices=SOFTMAX_KERNELS, default="fused",
+                   help="with --attention unfused: fused (default; Megatron's scale-mask-softmax), or eager: Hugging "
+                   "Face's GPT-2 attention, the scale, the causal mask (where) and the padding mask (add) each its own "
+                   "kernel over the scores before the softmax, and the scale's and the mask's backward")
     p.add_argument("--attention-kernel", choices=ATTENTION_KERNELS, default=None,
                    help="the fused attention kernel the gpu model times the flash nodes as, at its published "
                    "efficiency on Hopper (FlashAttention-3 paper, arXiv:2407.08608, Fig. 5-6): fa2 "

@@ -9,6 +9,7 @@ from .deepspeed_step import DeepSpeedStepOps
 from .eager_step import EagerStepOps
 from .emit import NodeEmitter
 from .fp8 import Fp8Ops
+from .hf_eager import HfEagerOps
 from .layers import LayerOps
 from .lora import LoraOps, adapter_parameters
 from .model import ModelDims, _lengths, layer_shards, mtp_shards, padded_vocab
@@ -23,7 +24,7 @@ from .zero import DataParallelOps
 
 
 class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps, MtpOps, MoeOps, DataParallelOps,
-                    RopeOps, EagerStepOps, DeepSpeedStepOps):
+                    RopeOps, EagerStepOps, DeepSpeedStepOps, HfEagerOps):
     """The node graph of one pipeline stage, identical for every rank of the stage except for rank-specific
     attributes (``pg_name``, ``comm_src``/``comm_dst``), which are appended per rank as trailing attributes."""
 
