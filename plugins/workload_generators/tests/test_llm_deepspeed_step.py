@@ -128,3 +128,19 @@ def test_other_frameworks_and_stages_keep_their_step(tmp_path):
     assert [lab for lab in plain if lab.startswith("dp_rs")] == [
         "dp_rs.head", "dp_rs.l1", "dp_rs.l0", "dp_rs.embedding"]
     assert [lab for lab in plain if lab.startswith("optimizer")] == ["optimizer.adam"]
+
+
+def test_without_memory_bound_nodes_the_buckets_are_still_reduced(tmp_path, monkeypatch):
+    # --no-elementwise: no copies, no checks, no optimizer; the two buckets' reduce-scatters remain, the last one
+    # issued at the backward's end, after the embedding's backward
+    monkeypatch.setattr(deepspeed_step, "REDUCE_BUCKET_ELEMS", 90_000)
+    nodes = _nodes(tmp_path, elementwise=False)
+    labels = [_label(n) for n in nodes]
+    assert not [lab for lab in labels if lab.startswith(("ds_", "optimizer"))]
+    rs = [n for n in nodes if _label(n).startswith("dp_rs")]
+    assert [(_label(n), n.attrs["comm_size"]) for n in rs] == [
+        ("dp_rs.ds_bucket0", 2 * (VOCAB + LAYER)), ("dp_rs.ds_bucket1", 2 * (LAYER + VOCAB))]
+    last_compute = max(n.id for n in nodes if n.type == T.COMP_NODE)
+    assert last_compute in rs[-1].data_deps
+    # the gathers stay, without their copies
+    assert "dp_ag.l0.fwd" in labels

@@ -75,18 +75,22 @@ class DeepSpeedStepOps:
         cfg = self.cfg
         return not cfg.inference and cfg.framework == "deepspeed" and cfg.zero == 3
 
-    def _ds_side(self, op, label, args, deps):
-        """A memory-bound node on one of DeepSpeed's side streams (off the compute chain)."""
-        return self.ew(op, label, args, deps, chain=False)
+    def _ds_side(self, op, label, args, dep):
+        """A memory-bound node on one of DeepSpeed's side streams (off the compute chain) after ``dep`` (a node id
+        or None); with the memory-bound nodes off (``--no-elementwise``) none, and ``dep`` is what follows waits on."""
+        if not self.cfg.ew:
+            return dep
+        return self.ew(op, label, args, [] if dep is None else [dep], chain=False)
 
     def ds_gather(self, label, elems, group, deps):
         """One ``all_gather_coalesced`` of ``elems`` parameters over ``group``: the copy-in of this rank's shard,
         the gather, the copy-out of the whole parameters; returns the copy-out (what compute waits on)."""
         shard = ((-(-elems // self._group_size(group)),), self.ttype)
         whole = ((elems,), self.ttype)
-        copy_in = self._ds_side("aten::cat", f"ds_ag_copy_in.{label}", [[shard]], deps)
-        gather = self.coll(f"{group}_ag.{label}", T.ALL_GATHER, elems * self.nbytes, group, [copy_in], chain=False)
-        return self._ds_side("aten::cat", f"ds_ag_copy_out.{label}", [[whole]], [gather])
+        copy_in = self._ds_side("aten::cat", f"ds_ag_copy_in.{label}", [[shard]], deps[0] if deps else None)
+        gather = self.coll(f"{group}_ag.{label}", T.ALL_GATHER, elems * self.nbytes, group,
+                           [] if copy_in is None else [copy_in], chain=False)
+        return self._ds_side("aten::cat", f"ds_ag_copy_out.{label}", [[whole]], gather)
 
     def ds_grad_sync(self, label, params, group):
         """A unit's gradients (``params`` elements, produced now) copied into the open reduce bucket; the bucket is
@@ -96,8 +100,9 @@ class DeepSpeedStepOps:
         if self._ds_bucket and total + params > REDUCE_BUCKET_ELEMS:
             self.ds_flush(group)
         t = ((params,), self.ttype)
-        deps = [self.prev] + ([self._ds_stream] if self._ds_stream is not None else [])
-        self._ds_stream = self._ds_side("aten::copy_", f"ds_ipg_copy.{label}", [t, t], deps)
+        if self.cfg.ew:  # (after the unit's backward and, on the reduce stream, the previous copy)
+            deps = [self.prev] + ([self._ds_stream] if self._ds_stream is not None else [])
+            self._ds_stream = self.ew("aten::copy_", f"ds_ipg_copy.{label}", [t, t], deps, chain=False)
         self._ds_bucket.append((label, params))
 
     def ds_flush(self, group="dp"):
@@ -113,21 +118,23 @@ class DeepSpeedStepOps:
         flat = ((n,), self.ttype)
         part = ((-(-n // self._group_size(group)),), self.ttype)
         flags = ((part[0][0],), BOOL)
-        node = self._ds_side("aten::cat", f"ds_rs_interleave.b{k}", [[flat]], [self._ds_stream])
-        node = self._ds_side("aten::div_", f"ds_rs_predivide.b{k}", [flat], [node])
-        node = self.coll(f"{group}_rs.ds_bucket{k}", T.REDUCE_SCATTER, n * self.nbytes, group, [node], chain=False)
-        node = self._ds_side("aten::copy_", f"ds_grad_partition.b{k}", [part, part], [node])
+        # the bucket's gradients are ready after the copies into it (without them: now, on the compute chain)
+        node = self._ds_stream if self.cfg.ew else self.prev
+        node = self._ds_side("aten::cat", f"ds_rs_interleave.b{k}", [[flat]], node)
+        node = self._ds_side("aten::div_", f"ds_rs_predivide.b{k}", [flat], node)
+        node = self.coll(f"{group}_rs.ds_bucket{k}", T.REDUCE_SCATTER, n * self.nbytes, group,
+                         [] if node is None else [node], chain=False)
+        node = self._ds_side("aten::copy_", f"ds_grad_partition.b{k}", [part, part], node)
         for check in ("isinf", "isnan"):
-            node = self._ds_side(f"aten::{check}", f"ds_overflow.{check}.b{k}", [part], [node])
-            node = self._ds_side("aten::any", f"ds_overflow.{check}.any.b{k}", [flags], [node])
+            node = self._ds_side(f"aten::{check}", f"ds_overflow.{check}.b{k}", [part], node)
+            node = self._ds_side("aten::any", f"ds_overflow.{check}.any.b{k}", [flags], node)
         self._ds_stream = node
         self.syncs.append(node)
         self._ds_bucket = []
 
     def ds_optimizer(self, params):
         """DeepSpeed ZeRO-3's ``step`` over this rank's ``params`` partition (see the module's docstring); returns
-        the last node."""
-        self.ds_flush()
+        the last node (the backward's end reduced the last gradient bucket: ``_StageBuilder.build``)."""
         g = ((params,), self.ttype)
         g32, g64 = ((params,), F32), ((params,), F64)
         dp = self._group_size(self.dgroup) > 1

@@ -217,6 +217,8 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
                         self._z3(units, "embedding", store, params, phase)
                     if sync:
                         self.grad_sync("embedding", params["embedding"][0], mb=smb)
+        if self._deepspeed():  # DeepSpeed reduces its last gradient bucket at the backward's end
+            self.ds_flush()
         if cfg.ew:
             self.optimizer(self.optimizer_params(params))
         return self.items
