@@ -144,3 +144,15 @@ def test_without_memory_bound_nodes_the_buckets_are_still_reduced(tmp_path, monk
     assert last_compute in rs[-1].data_deps
     # the gathers stay, without their copies
     assert "dp_ag.l0.fwd" in labels
+
+
+def test_each_pipeline_stage_gathers_its_own_persistent_parameters(tmp_path):
+    # PP 2 (DeepSpeed itself runs ZeRO-3 without a pipeline; the generator still splits): one layer a stage, 8 small
+    # parameters each, and the final LayerNorm's 2 on the last stage
+    cfg = LlmConfig(dp=2, pp=2, zero=3, framework="deepspeed", dtype="fp16")
+    generate_llm(model_dims(**GPT), cfg, tmp_path / "pp")
+    counts = []
+    for rank in (0, 2):  # the first rank of each stage (ranks are DP-major within a stage)
+        nodes = read_rank_nodes(tmp_path / "pp", rank)
+        counts.append(len([n for n in nodes if _label(n).startswith("optimizer.ds_persistent_ag")]))
+    assert sorted(counts) == [8, 10]

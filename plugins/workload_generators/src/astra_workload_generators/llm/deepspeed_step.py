@@ -38,6 +38,7 @@ from __future__ import annotations
 from astra_sim.chakra import types as T
 
 from .memory_terms import DS_REDUCE_BUCKET
+from .split import stage_layers
 
 F32 = "Tensor(float)"
 F64 = "Tensor(double)"
@@ -50,20 +51,20 @@ PARAM_PERSISTENCE_THRESHOLD = 100_000
 REDUCE_BUCKET_ELEMS = DS_REDUCE_BUCKET
 
 
-def persistent_parameters(dims):
+def persistent_parameters(dims, layers=None, final=True):
     """The sizes (elements) of the parameters ZeRO-3 keeps whole, one list entry each: per layer the two norms'
     weights, and for a non-gated (GPT-2-style) model also the norms' biases and the four linear layers' biases
     (Hugging Face's GPT-2 ``Conv1D`` and ``LayerNorm``); a gated (Llama-style) model has RMSNorm weights and no
-    biases (an **assumption** per family: the model dimensions do not say). Plus the final norm. Only those under
-    ``PARAM_PERSISTENCE_THRESHOLD``."""
+    biases (an **assumption** per family: the model dimensions do not say). Plus the final norm (``final``). Only
+    those under ``PARAM_PERSISTENCE_THRESHOLD``. ``layers``: how many layers (default: the model's)."""
     h = dims.hidden
     per_layer = [h, h]
-    final = [h]
+    final_norm = [h]
     if not dims.gated:
         qkv = dims.heads * dims.head_dim + 2 * dims.kv_heads * dims.head_dim
         per_layer += [h, h, qkv, h, dims.ffn_hidden, h]
-        final += [h]
-    sizes = per_layer * dims.layers + final
+        final_norm += [h]
+    sizes = per_layer * (dims.layers if layers is None else layers) + (final_norm if final else [])
     return [n for n in sizes if n < PARAM_PERSISTENCE_THRESHOLD]
 
 
@@ -152,7 +153,11 @@ class DeepSpeedStepOps:
         one = [g32]
         self.ew("aten::_fused_adam_", "optimizer.adam", [one, one, one, one])
         node = self.ew("aten::copy_", "optimizer.ds_fp16_params", [g32, g])
-        if dp:  # _post_step: the persistent parameters, one all-gather each
-            for i, n in enumerate(persistent_parameters(self.dims)):
+        if dp:  # _post_step: this stage's persistent parameters, one all-gather each
+            P, V = self.cfg.pp, self.cfg.virtual_stages
+            mine = range(self.p, P * V, P)  # this rank's virtual stages
+            split = stage_layers(self.dims.layers, self.cfg)
+            layers = sum(len(split[v]) for v in mine)
+            for i, n in enumerate(persistent_parameters(self.dims, layers, final=P * V - 1 in mine)):
                 node = self.coll(f"optimizer.ds_persistent_ag.{i}", T.ALL_GATHER, n * self.nbytes, self.dgroup)
         return node
