@@ -461,7 +461,9 @@ def _add_flags(p):
                    "recomputation) or deepspeed (ZeRO 1/2/3 with its buckets); default: implied by --zero "
                    "(3: fsdp2, 2: deepspeed, else megatron). Given as fsdp2, the step is also FSDP2's under "
                    "torchtitan: each gathered unit copied out, gradients copied in and reduce-scattered in fp32, "
-                   "and --recompute selective re-runs every second matmul of a layer")
+                   "and --recompute selective re-runs every second matmul of a layer. Given as deepspeed with --zero "
+                   "3, the step is also DeepSpeed ZeRO-3's: the gathers' copies, gradients reduced in its buckets "
+                   "with the fp16 overflow check, and its optimizer step's passes and small all-gathers")
     p.add_argument("--grad-sync-every-micro-batch", action="store_true",
                    help="reduce the gradients after every micro-batch's backward (all-reduce, or reduce-scatter with "
                    "--zero; DDP/FSDP without no_sync, DeepSpeed) instead of after the last one only")
