@@ -15,13 +15,13 @@ from astra_validation.registry import load_cases
 #: the platforms of issue 40's machines (HGX B200/B300, GB200/GB300 NVL72 racks, AMD Instinct, H200)
 NEW_MACHINES = ("hgx-b200", "hgx-b300", "gb200-nvl72", "gb200-nvl72-64", "gb300-nvl72", "mi300x", "mi325x", "mi355x",
                 "hgx-h200")
-#: the 8B steps added from Megatron-Bridge's GB300/GB200 rows and MLPerf Training v5.1, on 8 GPUs or one NVL72 rack
-#: (under 3 s each); the 64- and 256-GPU 70B steps (about 40 s each on 2 cores) are left to ``astra validate``
+#: the 8B steps added from Megatron-Bridge's GB300/GB200 rows and MLPerf Training v5.1, on 8 GPUs, one NVL72 rack
+#: or 64 H200 (under 3 s each); the 64- and 256-GPU 70B steps (about 40 s each on 2 cores) are left to ``astra validate``
 CHEAP_NEWEST = ("megatron-bridge-gb300-llama3-8b-fp8", "megatron-bridge-gb200-llama3-8b-fp8",
                 "mlperf-v5.1-llama31-8b-gb300-8gpu-fp4", "mlperf-v5.1-llama31-8b-gb200-8gpu-fp4",
                 "mlperf-v5.1-llama31-8b-b300-fp4", "mlperf-v5.1-llama31-8b-b300-fp8",
                 "mlperf-v5.1-llama31-8b-mi355x-fp8", "mlperf-v5.1-llama31-8b-gb300-rack-fp8",
-                "mlperf-v5.1-llama31-8b-gb200-rack-fp8")
+                "mlperf-v5.1-llama31-8b-gb200-rack-fp8", "mlperf-v5.1-llama31-8b-h200-64gpu-fp8")
 #: every case added from the newest machines' sources (GB300, B300, GB200 in part, MI355X, H200)
 NEWEST = CHEAP_NEWEST + ("megatron-bridge-gb200-llama3-70b-mxfp8", "gpu-recipes-a3ultra-h200-llama31-70b-fp8")
 
@@ -91,14 +91,15 @@ def test_astra_validate_runs_the_short_new_machine_cases(tmp_path):
         assert abs(results[name]["error"]) < 0.10, (name, results[name]["error"])
 
 
-@pytest.mark.slow  # nine 8B steps through astra validate: about 15 s on 2 cores
+@pytest.mark.slow  # ten 8B steps through astra validate: about 15 s on 2 cores
 def test_astra_validate_runs_the_cheap_newest_machine_steps(tmp_path):
     out = tmp_path / "r.json"
     assert main(["validate", "--only", ",".join(CHEAP_NEWEST), "-o", str(out)]) == 0
     results = {r["name"]: r for r in json.loads(out.read_text())["cases"]}
     assert set(results) == set(CHEAP_NEWEST)
     for name, row in results.items():
-        assert row["gpus"] == (72 if "-rack-" in name else 8) and row["simulated_ns"] > 0 and row["role"] == "check"
+        gpus = 72 if "-rack-" in name else 64 if "-64gpu-" in name else 8
+        assert row["gpus"] == gpus and row["simulated_ns"] > 0 and row["role"] == "check"
     error = {name: row["error"] for name, row in results.items()}
     # docs/validation.md, "The newest machines": MI355X's MLPerf step and GB300's Megatron-Bridge 8B step come
     # within 5 %; GB200's 8B step is 12 % fast, like the B200 row
@@ -111,6 +112,8 @@ def test_astra_validate_runs_the_cheap_newest_machine_steps(tmp_path):
         assert -0.35 < error[name] < -0.10, (name, error[name])
     assert abs(error["mlperf-v5.1-llama31-8b-gb300-rack-fp8"]) < 0.05
     assert -0.15 < error["mlperf-v5.1-llama31-8b-gb200-rack-fp8"] < -0.05
+    # H200's MLPerf 8B step on 8 nodes (FP8 with FP8 attention, CP 2, one micro-batch) is 20 % fast
+    assert -0.30 < error["mlperf-v5.1-llama31-8b-h200-64gpu-fp8"] < -0.10
     # GB300 runs on the HGX B300 preset (gpu_proxy): the same FP4 recipe simulates alike on both, while the measured
     # HGX B300 (Lenovo) step is 17 % longer than GB300's
     gb300, b300 = (results[f"mlperf-v5.1-llama31-8b-{m}"] for m in ("gb300-8gpu-fp4", "b300-fp4"))
