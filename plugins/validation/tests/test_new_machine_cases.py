@@ -16,13 +16,15 @@ from astra_validation.registry import load_cases
 NEW_MACHINES = ("hgx-b200", "hgx-b300", "gb200-nvl72", "gb200-nvl72-64", "gb300-nvl72", "mi300x", "mi325x", "mi355x",
                 "hgx-h200")
 #: the 8B steps added from Megatron-Bridge's GB300/GB200 rows and MLPerf Training v5.1, on 8 GPUs, one NVL72 rack
-#: or 64 H200 (under 3 s each); the 64- and 256-GPU 70B steps (about 40 s each on 2 cores) are left to ``astra validate``
+#: or 64 H200 (under 3 s each); the 64- and 256-GPU 70B steps (about 40 s each on 2 cores) are left to
+#: ``astra validate``
 CHEAP_NEWEST = ("megatron-bridge-gb300-llama3-8b-fp8", "megatron-bridge-gb200-llama3-8b-fp8",
                 "mlperf-v5.1-llama31-8b-gb300-8gpu-fp4", "mlperf-v5.1-llama31-8b-gb200-8gpu-fp4",
                 "mlperf-v5.1-llama31-8b-b300-fp4", "mlperf-v5.1-llama31-8b-b300-fp8",
-                "mlperf-v5.1-llama31-8b-mi355x-fp8", "mlperf-v5.1-llama31-8b-gb300-rack-fp8",
-                "mlperf-v5.1-llama31-8b-gb200-rack-fp8", "mlperf-v5.1-llama31-8b-h200-64gpu-fp8")
-#: every case added from the newest machines' sources (GB300, B300, GB200 in part, MI355X, H200)
+                "mlperf-v5.1-llama31-8b-b200-fp4", "mlperf-v5.1-llama31-8b-mi355x-fp8",
+                "mlperf-v5.1-llama31-8b-gb300-rack-fp8", "mlperf-v5.1-llama31-8b-gb200-rack-fp8",
+                "mlperf-v5.1-llama31-8b-h200-64gpu-fp8")
+#: every case added from the newest machines' sources (GB300, B300, GB200 in part, MI355X, H200; and HGX B200's FP4)
 NEWEST = CHEAP_NEWEST + ("megatron-bridge-gb200-llama3-70b-mxfp8", "gpu-recipes-a3ultra-h200-llama31-70b-fp8")
 
 
@@ -91,7 +93,7 @@ def test_astra_validate_runs_the_short_new_machine_cases(tmp_path):
         assert abs(results[name]["error"]) < 0.10, (name, results[name]["error"])
 
 
-@pytest.mark.slow  # ten 8B steps through astra validate: about 15 s on 2 cores
+@pytest.mark.slow  # eleven 8B steps through astra validate: about 15 s on 2 cores
 def test_astra_validate_runs_the_cheap_newest_machine_steps(tmp_path):
     out = tmp_path / "r.json"
     assert main(["validate", "--only", ",".join(CHEAP_NEWEST), "-o", str(out)]) == 0
@@ -108,7 +110,7 @@ def test_astra_validate_runs_the_cheap_newest_machine_steps(tmp_path):
     assert -0.20 < error["megatron-bridge-gb200-llama3-8b-fp8"] < -0.05
     # the known miss: Blackwell's MLPerf 8B steps on 8 GPUs (NVFP4 or FP8, GBS 16, one micro-batch) are 10-35 % fast;
     # on a whole rack (FP8, CP 2, GBS 36) GB300's comes within 5 % and GB200's is 10 % fast
-    for name in CHEAP_NEWEST[2:6]:
+    for name in CHEAP_NEWEST[2:7]:
         assert -0.35 < error[name] < -0.10, (name, error[name])
     assert abs(error["mlperf-v5.1-llama31-8b-gb300-rack-fp8"]) < 0.05
     assert -0.15 < error["mlperf-v5.1-llama31-8b-gb200-rack-fp8"] < -0.05
@@ -119,3 +121,7 @@ def test_astra_validate_runs_the_cheap_newest_machine_steps(tmp_path):
     gb300, b300 = (results[f"mlperf-v5.1-llama31-8b-{m}"] for m in ("gb300-8gpu-fp4", "b300-fp4"))
     assert abs(gb300["simulated_ns"] - b300["simulated_ns"]) < 0.01 * b300["simulated_ns"]
     assert b300["measured_ns"] > 1.1 * gb300["measured_ns"]
+    # likewise GB200 and HGX B200 (the B200 preset): the same FP4 recipe, measured 12 % apart, simulated alike
+    gb200, b200 = (results[f"mlperf-v5.1-llama31-8b-{m}"] for m in ("gb200-8gpu-fp4", "b200-fp4"))
+    assert abs(gb200["simulated_ns"] - b200["simulated_ns"]) < 0.01 * b200["simulated_ns"]
+    assert b200["measured_ns"] > 1.1 * gb200["measured_ns"]
