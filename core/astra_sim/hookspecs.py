@@ -173,10 +173,10 @@ def astra_run_start(run):
 @hookspec(firstresult=True)
 def astra_report_breakdown(run, report):
     """Fill in where every rank's time went (each ``report.ranks[i].breakdown`` and the summary
-    ``report.breakdown``) from the spans it asked for (``run.record_spans()``, ``run.spans``), and return True; None leaves it to the next
-    plugin. Called once per run that asked for a breakdown (``breakdown=True``, the default; ``--no-breakdown``
-    turns it off), after its last event and its checks, before the output formats finish. The astra-analysis
-    plugin implements it; with none the report has no breakdown and a warning says why.
+    ``report.breakdown``) from the spans it asked for (``run.record_spans()``, ``run.spans``), and return True;
+    None leaves it to the next plugin. Called once per run that asked for a breakdown (``breakdown=True``, the
+    default; ``--no-breakdown`` turns it off), after its last event and its checks, before the output formats
+    finish. The astra-analysis plugin implements it; with none the report has no breakdown and a warning says why.
     """
 
 

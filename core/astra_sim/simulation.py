@@ -124,49 +124,22 @@ class Simulation:
         self.view = RunView(self)
 
     # ------------------------------------------------------------ the run's inputs (see RunSetup)
-    registry = _of("setup", "registry")
     engine = _of("setup", "engine")
-    context = _of("setup", "context")
     options = _of("setup", "options")
-    system_config = _of("setup", "system_config")
-    system_config_path = _of("setup", "system_config_path")
-    network_config_path = _of("setup", "network_config_path")
-    memory_config_path = _of("setup", "memory_config_path")
-    comm_group_path = _of("setup", "comm_group_path")
-    comm_groups = _of("setup", "comm_groups")
-    host_issue = _of("setup", "host_issue")
     network = _of("setup", "network")
     network_backend_name = _of("setup", "network_backend_name")
-    npus_per_dim = _of("setup", "npus_per_dim")
     total_npus = _of("setup", "total_npus")
-    memory = _of("setup", "memory")
-    memory_backend_name = _of("setup", "memory_backend_name")
     compute_model = _of("setup", "compute_model")
     compute_model_name = _of("setup", "compute_model_name")
-    queues_per_dim = _of("setup", "queues_per_dim")
     rendezvous = _of("setup", "rendezvous")
-    injection_scale = _of("setup", "injection_scale")
-    workload_prefix = _of("setup", "workload_prefix")
-    workload_format_name = _of("setup", "workload_format_name")
     workload_format = _of("setup", "workload_format", settable=True)
-    compact = _of("setup", "compact")
     # ------------------------------------------------------------ the fold decision (the fold planner)
     symmetry = _of("folding", "symmetry")
     fold_info = _of("folding", "info")
-    group_stream_ids = _of("folding", "canonical_groups")
-    # ------------------------------------------------------------ the collective catalogue
-    algorithm_spec = _of("catalogue", "algorithm_spec")
-    native_impls = _of("catalogue", "native_impls")
-    custom_impl = _of("catalogue", "custom_impl")
-    check_dimensions_covered = _of("catalogue", "check_dimensions_covered")
 
     def output(self, name):
         """The requested output format ``name`` (an :class:`astra_sim.outputs.OutputFormat`), or None."""
         return next((output for found, output in self.outputs if found == name), None)
-
-    @property
-    def fold_requested(self):
-        return self.folding.active
 
     # ------------------------------------------------------------ the built ranks
     @property

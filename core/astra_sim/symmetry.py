@@ -77,12 +77,6 @@ class RankSymmetry:
     def representatives(self, total):
         return [r for r in range(total) if self.is_representative(r)]
 
-    def apply_generator(self, index, rank):
-        """The image of ``rank`` under generator ``index`` (one step)."""
-        offsets = [0] * len(self.shifts)
-        offsets[index] = 1
-        return self.moved(rank, offsets)
-
     def describe(self):
         return [s.describe() for s in self.shifts]
 

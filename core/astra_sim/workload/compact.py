@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from astra_sim.chakra import EtNode
 from astra_sim.errors import ConfigError, WorkloadError
 from astra_sim.limits import MAX_TOTAL_NPUS
-from astra_sim.safeio import brief, load_json
+from astra_sim.safeio import brief, load_json, write_bytes_atomic
 from astra_sim.symmetry import BlockShift, RankSymmetry, group_key
 
 FORMAT = "astra-sim-compact-workload"
@@ -161,7 +161,7 @@ def write_compact_workload(prefix, npus, symmetry, classes, *, comm_groups=None,
     entries = []
     for i, (rep, data) in enumerate(classes):
         name = f"{prefix}.class{i}.et"
-        write_atomically(name, data)
+        write_bytes_atomic(name, data)
         entries.append({"representative": rep, "trace": os.path.relpath(os.path.abspath(name), base)})
     manifest = {"format": FORMAT, "version": VERSION, "npus": npus,
                 "symmetry": [s.describe() for s in symmetry], "classes": entries}
@@ -170,15 +170,8 @@ def write_compact_workload(prefix, npus, symmetry, classes, *, comm_groups=None,
     if generator is not None:
         manifest["generator"] = generator
     path = manifest_path(prefix)
-    write_atomically(path, (json.dumps(manifest, indent=1) + "\n").encode())
+    write_bytes_atomic(path, (json.dumps(manifest, indent=1) + "\n").encode())
     return path
-
-
-def write_atomically(path, data):
-    """Write ``data`` (bytes) to ``path`` atomically (the kernel's one helper for it)."""
-    from astra_sim.safeio import write_bytes_atomic
-
-    write_bytes_atomic(path, data)
 
 
 class Relabeller:
@@ -314,14 +307,14 @@ def expand_workload(prefix, out_prefix):
     for rank in range(compact.npus):
         trace = traces[compact.symmetry.representative(rank)]
         nodes = relabeller.nodes_for(trace.nodes, compact.symmetry.offsets(rank))
-        write_atomically(f"{out_prefix}.{rank}.et", encode_et(trace.metadata, nodes))
+        write_bytes_atomic(f"{out_prefix}.{rank}.et", encode_et(trace.metadata, nodes))
     if compact.comm_groups is not None:
         with open(compact.comm_groups, "rb") as handle:
-            write_atomically(f"{out_prefix}.groups.json", handle.read())
+            write_bytes_atomic(f"{out_prefix}.groups.json", handle.read())
         roles = roles_path(compact.comm_groups)
         if os.path.isfile(roles):  # the groups' role names (tp, dp, ...) travel with them
             with open(roles, "rb") as handle:
-                write_atomically(roles_path(f"{out_prefix}.groups.json"), handle.read())
+                write_bytes_atomic(roles_path(f"{out_prefix}.groups.json"), handle.read())
     return compact.npus
 
 

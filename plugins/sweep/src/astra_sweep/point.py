@@ -128,11 +128,11 @@ def _make(ref, prefix):
     """Write the workload at ``prefix`` through the generators' public calls (what ``astra workload llm|micro``
     writes for the same options)."""
     if ref.kind == "trace":
-        from astra_sim.workload.compact import write_atomically
+        from astra_sim.safeio import write_bytes_atomic
 
         folder = os.path.dirname(prefix)
         for name, data in ref.files.items():
-            write_atomically(os.path.join(folder, name), data)
+            write_bytes_atomic(os.path.join(folder, name), data)
     elif ref.kind == "llm":
         from astra_workload_generators.llm import LlmSpec, generate_llm_workload
 

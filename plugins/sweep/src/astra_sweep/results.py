@@ -146,10 +146,10 @@ class Results:
     def flush(self, order=None):
         if not self._dirty and os.path.exists(self.path):
             return
-        from astra_sim.workload.compact import write_atomically
+        from astra_sim.safeio import write_bytes_atomic
 
         rows = [self.rows[p] for p in (order or self.rows) if p in self.rows]
-        write_atomically(self.path, self._encode(rows))
+        write_bytes_atomic(self.path, self._encode(rows))
         self._written = time.monotonic()
         self._dirty = False
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 
 from astra_sim.chakra.writer import encode_varint, make_metadata
+from astra_sim.safeio import write_bytes_atomic
 from astra_sim.symmetry import RankSymmetry
-from astra_sim.workload.compact import write_atomically, write_compact_workload
+from astra_sim.workload.compact import write_compact_workload
 
 from ..common import ensure_parent
 from .blockscale import block_format
@@ -35,11 +36,11 @@ def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True, per_ran
     prefix = str(prefix)
     if write:
         ensure_parent(prefix)
-        write_atomically(f"{prefix}.groups.json", json.dumps(groups).encode())
+        write_bytes_atomic(f"{prefix}.groups.json", json.dumps(groups).encode())
         # what each group is for, for the breakdown's communicator names (read beside the groups file)
         roles = {str(gid): role for role, by_key in gids.items() for gid in by_key.values()}
-        write_atomically(f"{prefix}.groups.roles.json",
-                         json.dumps(dict(sorted(roles.items(), key=lambda kv: int(kv[0])))).encode())
+        write_bytes_atomic(f"{prefix}.groups.roles.json",
+                           json.dumps(dict(sorted(roles.items(), key=lambda kv: int(kv[0])))).encode())
     memory = memory_estimate(dims, cfg)
     sequences = cfg.dp * cfg.micro_batches * cfg.micro_batch_size
     if cfg.inference:
@@ -75,7 +76,7 @@ def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True, per_ran
             if not write:
                 continue
             if per_rank_files:
-                write_atomically(f"{prefix}.{rank}.et", b"".join(chunks))
+                write_bytes_atomic(f"{prefix}.{rank}.et", b"".join(chunks))
             else:
                 classes.append((rank, b"".join(chunks)))
     if write and not per_rank_files:
