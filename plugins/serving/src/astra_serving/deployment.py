@@ -79,6 +79,9 @@ def resolve(spec):
     if spec.pp > 1 and getattr(spec, "async_output", None):
         raise ConfigError(f"--async-output: vLLM runs no asynchronous output processing with pipeline parallelism "
                           f"(--pp {spec.pp}); drop --async-output")
+    if spec.disaggregate and spec.first_token_from == "decode":
+        raise ConfigError("--first-token-from decode with --disaggregate: a prefill replica samples the first token "
+                          "itself (not modelled otherwise); drop one of them")
     virtual_engines = spec.pp if spec.virtual_engines is None else spec.virtual_engines
     if spec.pp == 1 and virtual_engines != 1:
         raise ConfigError(f"--virtual-engines {virtual_engines}: virtual engines are for --pp > 1 (one per stage)")
@@ -156,6 +159,7 @@ def serve(spec):
                               preemption=spec.preemption, swap_bytes_per_s=spec.swap_gbps * 1e9, role=role,
                               num_scheduler_steps=spec.num_scheduler_steps,
                               separate_prefills=spec.separate_prefills, async_output=async_output(spec),
+                              first_token_from_decode=spec.first_token_from == "decode",
                               host_ns_per_schedule=int(round(spec.host_us_per_schedule * 1000)),
                               host_ns_per_seq=int(round(host_us_per_seq(spec) * 1000)),
                               cuda_graph_sizes=VLLM_CUDA_GRAPH_SIZES if spec.cuda_graphs == "vllm" else ())
@@ -211,6 +215,7 @@ def serve(spec):
                    "host_ns_per_seq": int(round(host_us_per_seq(spec) * 1000)),
                    "host_ns_per_schedule": int(round(spec.host_us_per_schedule * 1000)),
                    "cuda_graphs": spec.cuda_graphs, "async_output": async_output(spec),
+                   "first_token_from": spec.first_token_from,
                    "frontend": frontend.to_dict()}}
     report["kv_cache"] = cap.to_dict()
     if spec.prefix_caching:

@@ -11,7 +11,9 @@ again) or by swap (its blocks copied to host memory at ``swap_bytes_per_s`` and 
 time is added to the iteration that does it).
 
 A sequence whose positions are all computed at the end of an iteration samples one token (vLLM's rule): the
-last chunk of a prefill gives the first token, each decode one more.
+last chunk of a prefill gives the first token, each decode one more. With ``first_token_from_decode``
+(TurboMind's rule, ``FIRST_TOKEN_FROM``) a prefill computes the prompt but its last position, which the
+sequence's first decode step computes, sampling the first token.
 
 Lazy decoders (``Engine.lazy_decodes``, on by default; why: at 20 QPS an arrival or a finish comes about every
 iteration, so the work must not grow with the batch). The longest run of decoding sequences at the head of the
@@ -64,6 +66,7 @@ class EngineConfig:
     cuda_graph_sizes: tuple = ()    # decode-only batches run as CUDA graphs of these sizes (() = eager, no padding)
     separate_prefills: bool = False  # a batch admitting waiting prompts runs them alone (vLLM V0, no chunking)
     async_output: bool = False      # tokens delivered when the next step ends (vLLM V0's async output processing)
+    first_token_from_decode: bool = False  # a prompt's last position waits for a decode step (TurboMind), see below
 
 
 #: vLLM v0.6.0's host time per scheduler pass and scheduled sequence (scheduling, gathering the last step's
@@ -76,6 +79,15 @@ class EngineConfig:
 #: Python work over the scheduled sequences, hence per sequence. Output processing is not charged: v0.6.0
 #: overlaps it with the next step (asynchronous output processing), and the API server is its own process.
 HOST_US_PER_SEQ_VLLM060 = 42.0
+#: Where a prompt's first token is sampled (``--first-token-from``). vLLM and TensorRT-LLM sample it from the
+#: prefill's last position ("prefill", the default). LMDeploy's TurboMind (v0.1.0a1, the registry's LMDeploy rows)
+#: prefills the prompt but its last token and computes that token in the next decode step, which samples the
+#: first token ("decode"): src/turbomind/models/llama/LlamaBatch.cc, LlamaBatch::ContextDecode at tag v0.1.0a1:
+#: "subtract input/context len by 1 to skip last input token (will process with decoder later)", and
+#: ``cache_len = h_context_length - 1;  // -1 since we skip last token``; the loop then runs ``Generate`` for
+#: ``step_length`` steps (1 by default, lmdeploy/turbomind/deploy/target_model/base.py) before it signals the
+#: outputs. So its TTFT is the prefill of P - 1 tokens plus one decode step.
+FIRST_TOKEN_FROM = ("prefill", "decode")
 #: vLLM v0.6's CUDA-graph batch sizes (vllm/worker/model_runner.py _BATCH_SIZES_TO_CAPTURE: 1, 2, 4, then
 #: multiples of 8 up to max_num_seqs, at most 256): a decode-only batch runs the graph of the next size up.
 VLLM_CUDA_GRAPH_SIZES = (1, 2, 4) + tuple(range(8, 257, 8))
@@ -199,6 +211,8 @@ class Engine:
         self._padded = {}      # decode sequences -> the CUDA graph's batch they run (padded_batch)
         #: asynchronous output processing (the module doc): vLLM turns it off with pipeline parallelism
         self.async_output = config.async_output and pipeline is None and config.role != "prefill"
+        #: a prompt's last position waits for a decode step (FIRST_TOKEN_FROM); a prefill replica samples itself
+        self.decode_first = config.first_token_from_decode and config.role != "prefill"
         self._undelivered = None  # (first, finished) sequences of the last iteration, delivered as the next ends
         self._last_end = 0        # when the last iteration ended
 
@@ -368,11 +382,14 @@ class Engine:
         extra = [0]
         preempted = False
         running, block_size, chunked = self.running, self.blocks.block_size, cfg.chunked_prefill
+        decode_first = self.decode_first
         i = group
         while i < len(running) and budget > 0:
             seq = running[i]
             computed = seq.computed
             pending = seq.req.prompt_tokens + seq.generated - computed
+            if decode_first and pending > 1 and not seq.generated:
+                pending -= 1  # the prompt's last position waits for a decode step (FIRST_TOKEN_FROM)
             n = pending if pending < budget else budget
             if n <= 0 or (not chunked and n < pending):
                 i += 1
@@ -408,7 +425,7 @@ class Engine:
             # swapped sequences come back first (whole: their KV is copied in)
             while self.swapped and budget > 0 and len(self.running) < cfg.max_num_seqs:
                 seq = self.swapped[0]
-                n = min(seq.pending, budget)
+                n = min(self._to_compute(seq), budget)
                 # the blocks of the positions it has and of those it computes now (a sequence swapped out during
                 # its prefill has more than one to compute)
                 if not self.blocks.grow(seq.req.id, seq.swapped_positions + max(1, n)):
@@ -444,7 +461,9 @@ class Engine:
         prefill = done = prefills = 0
         decode, ctx = group, self._ctx_base + group * (self._tick + 1)  # the group's contexts: computed + 1 each
         for seq, n in items:
-            if n == 1 and seq.generated > 0 and seq.req.prompt_tokens + seq.generated - seq.computed == 1:
+            # a decode: one position, the sequence's last (with decode_first, also a prompt's last one)
+            if n == 1 and (seq.generated > 0 or decode_first) and \
+                    seq.req.prompt_tokens + seq.generated - seq.computed == 1:
                 decode += 1
                 ctx += seq.computed + 1
             else:
@@ -468,7 +487,7 @@ class Engine:
                 # at least one position is computed in this iteration (a full cache hit recomputes the last)
                 seq.computed = min(cached, seq.tokens - 1)
                 seq.prefix_done = matched = True
-            n = req.prompt_tokens + seq.generated - seq.computed  # its pending positions
+            n = self._to_compute(seq)  # its pending positions
             if (not chunked and n > budget) or not blocks.grow(req.id, seq.computed + min(n, budget)):
                 blocked = "token_budget" if not chunked and n > budget else "kv_cache"
                 if matched:  # a waiting sequence holds no blocks: give the prefix back until it is admitted
@@ -485,6 +504,14 @@ class Engine:
             items.append((seq, n))
             budget -= n
         return budget, blocked
+
+    def _to_compute(self, seq):
+        """Positions of ``seq`` an iteration may compute now: every one not computed yet, but a prompt's last when
+        the first token comes from a decode step (``first_token_from_decode``: then it waits for one)."""
+        pending = seq.req.prompt_tokens + seq.generated - seq.computed
+        if self.decode_first and pending > 1 and not seq.generated:
+            return pending - 1
+        return pending
 
     def _multi_step(self, items):
         """Steps of a decode-only batch under multi-step scheduling (1 otherwise, or when the cache cannot hold

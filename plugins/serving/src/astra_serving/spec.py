@@ -90,6 +90,7 @@ class ServeSpec:
     cuda_graphs: str = "vllm"
     async_output: bool | None = None  # None: vLLM's default (deployment.async_output)
     frontend: str = "vllm"  # the request's path outside the engine step (frontend.py)
+    first_token_from: str = "prefill"  # prefill (vLLM) | decode (TurboMind): engine.FIRST_TOKEN_FROM
     # step simulator
     bucket_ratio: float | None = None
     exact_shapes: bool = False
@@ -206,6 +207,11 @@ class ServeSpec:
                               "2.53 ms + 2.20 us per prompt token to parse and tokenise a request (one at a time per "
                               "replica) and 3.9 us to detokenise and stream a token, as published "
                               "(docs/serving.md); none: token ids straight into the engine (an in-process benchmark)")
+        eng.add_argument("--first-token-from", default="prefill", choices=("prefill", "decode"),
+                         help="where a prompt's first token is sampled: prefill (default; vLLM's and TensorRT-LLM's: "
+                              "the prefill's last position) or decode (LMDeploy TurboMind's: the prefill computes the "
+                              "prompt but its last token, which the next decode step computes and samples from; TTFT "
+                              "is one decode step longer; docs/serving.md)")
         sim = p.add_argument_group("step simulator")
         sim.add_argument("--bucket-ratio", type=positive_float, default=None, metavar="R",
                          help="ratio of the token-count grid of the batch-shape buckets (> 1; default sqrt 2; see "
