@@ -14,10 +14,7 @@ from heapq import heappop, heappush
 class EventEngine:
     """Single global event queue; ``now`` is the current time in ns."""
 
-    # The last six belong to a folded run's engine (astra_folding.engine.FoldedEventEngine), which an
-    # engine turns into in place, before the run, so that backends keep their reference to it.
-    __slots__ = ("now", "_buckets", "_times", "events_run", "_end_of_ns",
-                 "current", "symmetry", "_identity", "_ties", "_significance", "_links")
+    __slots__ = ("now", "_buckets", "_times", "events_run", "_end_of_ns", "current", "fold")
 
     def __init__(self):
         self.now = 0
@@ -27,12 +24,26 @@ class EventEngine:
         self.events_run = 0
         self._end_of_ns = []  # [fn, arg, current, ...] to run once every event of the current time has run
         self.current = None
+        # A folded run's event order (astra_folding.engine.FoldedEvents), or None. Set on this engine before
+        # anything is scheduled (use_fold), since the backends, built before the fold is decided, keep it.
+        self.fold = None
+
+    def use_fold(self, fold):
+        """Hand the order of this (empty) engine's events to a folded run's ``fold``: its ``schedule_at(time_ns,
+        fn, arg)`` and ``run(until_ns)`` then replace this engine's (each event carries its history, for the fold's
+        exactness check); the run's loop calls its ``start_rank(rank)``, the ranks its ``tie_check``."""
+        if self._times or self._end_of_ns:
+            raise ValueError("an engine can only be folded before anything is scheduled")
+        self.fold = fold
 
     def schedule(self, delay_ns, fn, arg=None):
         """Run ``fn(arg)`` ``delay_ns`` (an int >= 0) after now."""
         if delay_ns < 0:
             raise ValueError(f"cannot schedule {delay_ns} ns in the past")
         time_ns = self.now + delay_ns
+        if self.fold is not None:
+            self.fold.schedule_at(time_ns, fn, arg)
+            return
         bucket = self._buckets.get(time_ns)
         if bucket is None:
             self._buckets[time_ns] = [fn, arg]
@@ -45,6 +56,9 @@ class EventEngine:
         """Run ``fn(arg)`` at absolute time ``time_ns`` (>= now)."""
         if time_ns < self.now:
             raise ValueError(f"cannot schedule at {time_ns} ns, before now ({self.now} ns)")
+        if self.fold is not None:
+            self.fold.schedule_at(time_ns, fn, arg)
+            return
         bucket = self._buckets.get(time_ns)
         if bucket is None:
             self._buckets[time_ns] = [fn, arg]
@@ -93,6 +107,8 @@ class EventEngine:
 
     def run(self, until_ns=None):
         """Run events until none are left (or the next is after ``until_ns``)."""
+        if self.fold is not None:
+            return self.fold.run(until_ns)
         times = self._times
         buckets = self._buckets
         count = self._run_end_of_ns() if self._end_of_ns else 0  # deferred before the first event (rank starts)

@@ -21,7 +21,7 @@ def run_events(engine, workloads, folded, drive=None):
         for workload in workloads:
             if workload is not None:
                 if folded:
-                    engine.start_rank(workload.rank)
+                    engine.fold.start_rank(workload.rank)
                 workload.start()
         (engine.run if drive is None else drive)()
     finally:

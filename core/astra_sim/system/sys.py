@@ -189,7 +189,7 @@ class Sys:
 
     def _call_events_folded(self, tick):
         """A folded run's batch: shown to the engine's tie check first (the astra-folding plugin)."""
-        self.engine.tie_check(self.rank, self.engine.current, (self._call_events_fn, tick))
+        self.engine.fold.tie_check(self.rank, self.engine.current, (self._call_events_fn, tick))
         self._call_events(tick)
 
     def _call_events(self, tick):

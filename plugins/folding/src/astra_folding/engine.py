@@ -1,12 +1,11 @@
-"""The event engine of a folded run (:mod:`astra_folding`): the unfolded engine's order of the events
-of one nanosecond, and the check that a representative's ties are ordered as in the unfolded run, or
-:class:`FoldTieBroken` (the run is then simulated unfolded)."""
+"""The event order of a folded run (:mod:`astra_folding`), which the run's engine delegates to: the
+unfolded engine's order of the events of one nanosecond, and the check that a representative's ties are
+ordered as in the unfolded run, or :class:`FoldTieBroken` (the run is then simulated unfolded)."""
 
 from __future__ import annotations
 
 from heapq import heappop, heappush
 
-from astra_sim.engine import EventEngine
 from astra_sim.errors import FoldAbandoned
 
 
@@ -17,7 +16,7 @@ class FoldTieBroken(FoldAbandoned):
 
 class EventHistory:
     """What decides an event's place among the events of its nanosecond, as the unfolded engine orders
-    them (:class:`FoldedEventEngine`): ``times``, a digest of the chain of times at which its ancestors
+    them (:class:`FoldedEvents`): ``times``, a digest of the chain of times at which its ancestors
     were scheduled; ``root``, the rank whose start the chain goes back to, in the folded run; ``rel``, the
     relabelling (offsets of the symmetry) that maps the folded chain to the real one; ``taint``, a cell
     shared with its descendants, set when the real root is not known (see ``tie_check``)."""
@@ -39,8 +38,8 @@ class EventHistory:
         return EventHistory(self.times, self.root, rel, self.taint)
 
 
-class FoldedEventEngine(EventEngine):
-    """The event engine of a folded run: the unfolded engine's order, plus a check that it is exact.
+class FoldedEvents:
+    """The event order of a folded run's engine: the unfolded engine's order, plus a check that it is exact.
 
     The unfolded engine runs the events of one nanosecond in the order they were scheduled; events
     scheduled at the same time are in the order of the events that scheduled them, and so on back to the
@@ -50,66 +49,69 @@ class FoldedEventEngine(EventEngine):
     (:meth:`tie_check`) makes sure that whenever such an order decides something, the folded run has
     the real order and every member of the class has the same order (relabelled). Otherwise it raises
     :class:`FoldTieBroken` and the run is simulated unfolded.
+
+    The run's :class:`~astra_sim.engine.EventEngine` (which the backends keep) hands its ``schedule_at`` and
+    ``run`` to this object (:meth:`~astra_sim.engine.EventEngine.use_fold`); an event is ``fn, arg, history``
+    in the engine's buckets, and the engine's ``current`` is the history of the event running.
     """
 
-    __slots__ = ()
+    __slots__ = ("engine", "symmetry", "_identity", "_ties", "_links", "_significance")
+
+    def __init__(self, engine, symmetry):
+        self.engine = engine
+        self.symmetry = symmetry
+        self._identity = tuple(0 for _ in symmetry.shifts)
+        self._ties = {}  # rank -> (time, {history digest: [(history, op), ...]})
+        self._links = (-1, [])  # (now, [(taint cell, cell copied from it), ...]) for this nanosecond
+        # The shifted digits, most significant first (for the order of two ranks under every relabelling).
+        self._significance = sorted(symmetry.shifts, key=lambda sh: -sh.stride)
 
     @classmethod
     def fold(cls, engine, symmetry):
-        """Turn an (empty) :class:`~astra_sim.engine.EventEngine` into a folded one, in place."""
-        if engine.pending():
-            raise ValueError("an engine can only be folded before anything is scheduled")
-        engine.__class__ = cls
-        engine.symmetry = symmetry
-        engine._identity = tuple(0 for _ in symmetry.shifts)
+        """Fold an (empty) :class:`~astra_sim.engine.EventEngine` by ``symmetry``: the object now ordering its events."""
+        fold = cls(engine, symmetry)
+        engine.use_fold(fold)
         engine.current = None
-        engine._ties = {}  # rank -> (time, {history digest: [(history, op), ...]})
-        engine._links = (-1, [])  # (now, [(taint cell, cell copied from it), ...]) for this nanosecond
-        # The shifted digits, most significant first (for the order of two ranks under every relabelling).
-        engine._significance = sorted(symmetry.shifts, key=lambda sh: -sh.stride)
-        return engine
+        return fold
 
     def start_rank(self, rank):
         """Events scheduled now belong to ``rank``'s start (the roots of every history)."""
-        self.current = EventHistory(0, rank, self._identity, [False])
+        self.engine.current = EventHistory(0, rank, self._identity, [False])
 
-    def schedule(self, delay_ns, fn, arg=None):
-        if delay_ns < 0:
-            raise ValueError(f"cannot schedule {delay_ns} ns in the past")
-        self.schedule_at(self.now + delay_ns, fn, arg)
-
-    def schedule_at(self, time_ns, fn, arg=None):
-        if time_ns < self.now:
-            raise ValueError(f"cannot schedule at {time_ns} ns, before now ({self.now} ns)")
-        history = self.current.child(self.now)
-        bucket = self._buckets.get(time_ns)
+    def schedule_at(self, time_ns, fn, arg):
+        """The engine's ``schedule_at`` (checked there): the event carries its history."""
+        engine = self.engine
+        history = engine.current.child(engine.now)
+        bucket = engine._buckets.get(time_ns)
         if bucket is None:
-            self._buckets[time_ns] = [fn, arg, history]
-            heappush(self._times, time_ns)
+            engine._buckets[time_ns] = [fn, arg, history]
+            heappush(engine._times, time_ns)
         else:
             bucket.extend((fn, arg, history))
 
     def run(self, until_ns=None):
-        times = self._times
-        buckets = self._buckets
-        count = self._run_end_of_ns() if self._end_of_ns else 0  # deferred before the first event (rank starts)
+        """The engine's ``run``: each event runs with its history as the engine's ``current``."""
+        engine = self.engine
+        times = engine._times
+        buckets = engine._buckets
+        count = engine._run_end_of_ns() if engine._end_of_ns else 0  # deferred before the first event (rank starts)
         while times:
             time_ns = times[0]
             if until_ns is not None and time_ns > until_ns:
                 break
             heappop(times)
-            self.now = time_ns
+            engine.now = time_ns
             bucket = buckets[time_ns]
             i = 0
             while i < len(bucket):
-                self.current = bucket[i + 2]
+                engine.current = bucket[i + 2]
                 bucket[i](bucket[i + 1])
                 i += 3
             count += i // 3
             del buckets[time_ns]
-            if self._end_of_ns:
-                count += self._run_end_of_ns()
-        self.events_run += count
+            if engine._end_of_ns:
+                count += engine._run_end_of_ns()
+        engine.events_run += count
         return count
 
     # -- the check --------------------------------------------------------------------------------
@@ -124,19 +126,20 @@ class FoldedEventEngine(EventEngine):
         (the workload proves it: ``completions_commute``). Only which real event comes first is unknown
         then, so the histories of what they schedule are marked (tainted) and any later tie that would
         need them must again be one of these, or it breaks the fold."""
+        now = self.engine.now
         cell = [history.taint[0]]
         links = self._links
-        if links[0] != self.now:
-            links = self._links = (self.now, [])
+        if links[0] != now:
+            links = self._links = (now, [])
         links[1].append((history.taint, cell))
         history = EventHistory(history.times, history.root, history.rel, cell)
-        self.current = history
+        self.engine.current = history
         owner = getattr(op[0], "__self__", None) if op.__class__ is tuple else None
         issued = getattr(owner, "issued", None)
         record = (history, op, issued)
         entry = self._ties.get(rank)
-        if entry is None or entry[0] != self.now:
-            self._ties[rank] = (self.now, {history.times: [record]})
+        if entry is None or entry[0] != now:
+            self._ties[rank] = (now, {history.times: [record]})
             return
         same = entry[1].get(history.times)
         if same is None:
@@ -152,7 +155,7 @@ class FoldedEventEngine(EventEngine):
                 self._taint(history.taint)
                 continue
             raise FoldTieBroken(
-                f"rank {rank}: two events at {self.now} ns ({_op_name(earlier_op)}, {_op_name(op)}) were "
+                f"rank {rank}: two events at {now} ns ({_op_name(earlier_op)}, {_op_name(op)}) were "
                 "scheduled at the same time by histories that differ only in rank numbering, so their order "
                 "may differ between ranks of a class")
         same.append(record)
@@ -161,7 +164,7 @@ class FoldedEventEngine(EventEngine):
         """Mark a history's cell and the cells of its descendants that already ran at this nanosecond
         (later ones copy the mark when they run)."""
         cell[0] = True
-        links = self._links[1] if self._links[0] == self.now else ()
+        links = self._links[1] if self._links[0] == self.engine.now else ()
         marked = [cell]
         while marked:
             parent = marked.pop()
@@ -198,11 +201,12 @@ def _completions_commute(earlier_op, earlier_issued, op, owner):
     when the earlier one started."""
     if owner is None or earlier_op.__class__ is not tuple or getattr(earlier_op[0], "__self__", None) is not owner:
         return False
-    func = getattr(op[0], "__func__", None)
+    # Both are methods of ``owner`` (its __self__): the same one when their names are. By name, since a method of a
+    # mypyc-compiled class (tools/compile_core.py) has no __func__.
     check = getattr(owner, "completions_commute", None)
-    if check is None or func is None or func is not getattr(earlier_op[0], "__func__", None):
+    if check is None or getattr(op[0], "__name__", None) != "_node_done":
         return False
-    if getattr(func, "__name__", "") != "_node_done":
+    if getattr(earlier_op[0], "__name__", None) != "_node_done":
         return False
     return check(earlier_op[1], op[1], owner.issued - earlier_issued)
 

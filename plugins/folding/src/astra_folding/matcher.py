@@ -13,7 +13,7 @@ class FoldedSendRecvMatcher(SendRecvMatcher):
     real one arrives, to ``q``'s representative, as coming from the rank that plays the sender's part
     there (the sender relabelled by the inverse of the relabelling that maps the representative to
     ``q``). The send side keeps the real endpoints, so the network times the real path. Every callback
-    is shown to the engine's tie check (:class:`astra_folding.engine.FoldedEventEngine`) first."""
+    is shown to the engine's tie check (:class:`astra_folding.engine.FoldedEvents`) first."""
 
     __slots__ = ("symmetry",)
 
@@ -41,7 +41,7 @@ class FoldedSendRecvMatcher(SendRecvMatcher):
 
     def _received_now(self, item):
         rank, fn, arg = item
-        self.engine.tie_check(rank, self.engine.current, (fn, arg))
+        self.engine.fold.tie_check(rank, self.engine.current, (fn, arg))
         fn(arg)
 
     def _arrived(self, message):
@@ -49,13 +49,13 @@ class FoldedSendRecvMatcher(SendRecvMatcher):
         context = engine.current
         sender, offsets = message.route
         if message.send_fn is not None:
-            engine.tie_check(sender, context, (message.send_fn, message.send_arg))
+            engine.fold.tie_check(sender, context, (message.send_fn, message.send_arg))
             message.send_fn(message.send_arg)
         # The receive side is the real message into the receiver's representative: its history is the
         # sender's relabelled by the inverse of the receiver's offsets.
         if offsets is not None:
             context = context.relabelled(self.symmetry, offsets)
-        engine.tie_check(message.key[2], context,
+        engine.fold.tie_check(message.key[2], context,
                          (message.recv_fn, message.recv_arg) if message.recv_fn is not None else message)
         if message.recv_fn is not None:
             message.recv_fn(message.recv_arg)

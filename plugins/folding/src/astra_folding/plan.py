@@ -4,7 +4,7 @@ collectives keep (:mod:`astra_folding.search`), and what the report says about i
 from __future__ import annotations
 
 from astra_sim.api import LinkFoldingNetwork, is_foldable, symmetry_dims
-from astra_folding.engine import FoldedEventEngine
+from astra_folding.engine import FoldedEvents
 from astra_folding.matcher import FoldedSendRecvMatcher
 from astra_folding.search import check_declared_symmetry, find_symmetry
 from astra_folding.signature import TraceSignature, trace_signature
@@ -95,8 +95,9 @@ class FoldPlanner:
         return reps
 
     def fold_engine(self, engine):
-        """Turn the (empty) engine into the folded run's engine, in place (backends keep their reference)."""
-        FoldedEventEngine.fold(engine, self.symmetry)
+        """Hand the (empty) engine's event order to the folded run's :class:`FoldedEvents` (the backends keep their
+        reference to the engine, made before the fold was decided)."""
+        FoldedEvents.fold(engine, self.symmetry)
 
     def time_fold_driver(self, sim):
         """What runs the built simulation's engine when it may fold in time (``--time-fold``:

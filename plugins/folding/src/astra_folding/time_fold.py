@@ -82,10 +82,16 @@ MAX_LOG = 1 << 21
 LOOK_WORK_PER_EVENT = 1
 LOOK_WORK_FLOOR = 20_000
 _P2P = (T.COMM_SEND_NODE, T.COMM_RECV_NODE)
-_NODE_DONE = RankWorkload._node_done
-_LAUNCH = RankWorkload._launch
-_CALL_EVENTS = Sys._call_events
-_ARRIVED = SendRecvMatcher._arrived
+#: the kernel's methods a compared state may hold as events, by (class, name): a method of a mypyc-compiled class
+#: (tools/compile_core.py) has no __func__ to compare
+_NODE_DONE, _LAUNCH, _CALL_EVENTS, _ARRIVED = "done", "launch", "tick", "arrive"
+_METHODS = {(RankWorkload, "_node_done"): _NODE_DONE, (RankWorkload, "_launch"): _LAUNCH,
+            (Sys, "_call_events"): _CALL_EVENTS, (SendRecvMatcher, "_arrived"): _ARRIVED}
+
+
+def _method(fn):
+    """Which of the kernel's methods ``fn`` is bound from (:data:`_METHODS`), or None."""
+    return _METHODS.get((getattr(fn, "__self__", None).__class__, getattr(fn, "__name__", None)))
 
 
 class Incomparable(Exception):
@@ -287,7 +293,7 @@ class TimeFolder:
         receives at the start (the LLM generator does): they are the trace's future, not the state, and stay
         out of it. Their start times are their own (the jump keeps them); :meth:`_repeats` checks that the
         sends of the repeats find the same ones, moved."""
-        return (not m.posted and getattr(m.recv_fn, "__func__", None) is _NODE_DONE
+        return (not m.posted and _method(m.recv_fn) is _NODE_DONE
                 and m.recv_arg in self.root_recvs[m.key[2]])
 
     def inert_receives(self):
@@ -311,7 +317,7 @@ class TimeFolder:
         return rel
 
     def _event(self, fn, arg):
-        func = getattr(fn, "__func__", None)
+        func = _method(fn)
         owner = getattr(fn, "__self__", None)
         if func is _NODE_DONE:
             return ("done", owner.rank, self._node(owner.rank, arg))
@@ -335,7 +341,7 @@ class TimeFolder:
             if fn is None:
                 ends.append(None)
                 continue
-            if getattr(fn, "__func__", None) is not _NODE_DONE:
+            if _method(fn) is not _NODE_DONE:
                 raise Incomparable(f"a message completes {getattr(fn, '__qualname__', repr(fn))}")
             ends.append(self._node(rank, arg))
             tag_rel = tag - fn.__self__.nodes[arg].attrs.get("comm_tag", 0)
@@ -623,7 +629,7 @@ class TimeFolder:
         out = []
         for i in range(0, len(flat), 2):
             fn, arg = flat[i], flat[i + 1]
-            func = fn.__func__
+            func = _method(fn)
             if func is _NODE_DONE:
                 arg += dn[fn.__self__.rank]
             elif func is _CALL_EVENTS:
