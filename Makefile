@@ -14,8 +14,8 @@ $(STAMP): pyproject.toml testing/pyproject.toml $(addsuffix /pyproject.toml,$(PL
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "make install [2/4]: the newest pip"
 	$(BIN)/python -m pip install -q --upgrade pip
-	@echo "make install [3/4]: the test tools (pytest, hypothesis, HolisticTraceAnalysis)"
-	$(BIN)/python -m pip install -q hatchling pytest hypothesis holistictraceanalysis
+	@echo "make install [3/4]: the test tools (pytest, pytest-xdist, hypothesis, HolisticTraceAnalysis)"
+	$(BIN)/python -m pip install -q hatchling pytest pytest-xdist hypothesis holistictraceanalysis
 	@echo "make install [4/4]: the kernel and its $(words $(PLUGINS)) plugins with their dependencies (numpy, pandas, dask and"
 	@echo "                    ns-3, about 1.4 GB installed: 3-5 minutes the first time; pip names each package)"
 	$(BIN)/python -m pip install --progress-bar off -e . -e testing $(addprefix -e ,$(PLUGINS))
@@ -30,8 +30,10 @@ demo: install
 		--remote-memory-configuration examples/data_parallel/memory.json \
 		-o demo.report.json
 
+# Every suite, on one worker per core (pytest-xdist; at most 4), so CI's 2 cores both run tests. The few tests
+# that time themselves leave room for a busy machine (they pass beside other jobs at a load of 10 and more).
 test: install
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --maxprocesses 4 --dist worksteal
 
 # The fuzz tests (tests/test_fuzz_*.py) with 50 x the examples `make test` runs (about 225,000), random
 # instead of reproducible; failures are printed with the input that caused them (keep it in tests/fuzz_corpus).
