@@ -307,8 +307,8 @@ def _check(dims: ModelDims, cfg: LlmConfig):
         raise ConfigError(f"--fp8-recipe must be one of {', '.join(FP8_RECIPES)}, got {cfg.fp8_recipe!r}")
     if cfg.fp8_recipe != "delayed" and cfg.gemm_dtype != "fp8":
         raise ConfigError("--fp8-recipe current needs --gemm-dtype fp8 (the recipe scales the FP8 GEMMs' operands)")
-    if cfg.fp8_params and cfg.gemm_dtype != "fp8":
-        raise ConfigError("--fp8-params needs --gemm-dtype fp8 (the FP8 weights are the GEMMs' operands)")
+    if cfg.fp8_params and cfg.gemm_dtype not in ("fp8", "mxfp8"):
+        raise ConfigError("--fp8-params needs --gemm-dtype fp8 or mxfp8 (the FP8 weights are the GEMMs' operands)")
     if cfg.grad_sync_every_micro_batch and cfg.inference:
         raise ConfigError("--grad-sync-every-micro-batch is for --mode train")
     if cfg.tp_comm_overlap and not (cfg.sequence_parallel and cfg.tp > 1):

@@ -578,9 +578,10 @@ def _add_flags(p):
                    "accumulates bf16 gradients in fp32) or gradients in --dtype (same: NeMo's distributed fused "
                    "Adam with grad_sync_dtype bf16, as MLPerf's GPT-3 ran); see docs/memory.md")
     p.add_argument("--fp8-params", action="store_true",
-                   help="training memory under Megatron-LM/NeMo with --gemm-dtype fp8: the linear layers' weights "
-                   "are held in FP8 only (Transformer Engine's fp8_model_init, NeMo fp8_params), not in --dtype "
-                   "beside their FP8 copy; the fp32 master weights stay in the optimizer")
+                   help="training memory under Megatron-LM/NeMo with --gemm-dtype fp8 or mxfp8: the linear layers' "
+                   "weights are held in FP8 only (Transformer Engine's fp8_model_init, NeMo fp8_params; MXFP8: "
+                   "fp8_param_gather with reuse_grad_buf_for_mxfp8_param_ag), not in --dtype beside their FP8 copy; "
+                   "the fp32 master weights stay in the optimizer; with --lora-rank the frozen base in FP8")
     p.add_argument("--dp-shard", type=positive_int, default=None, metavar="N",
                    help="training memory under FSDP2: HSDP, parameters, gradients and optimizer states sharded over "
                    "N of the --dp ranks and replicated across --dp/N (torchtitan's data_parallel_shard_degree; "
