@@ -108,10 +108,14 @@ def test_astra_validate_runs_the_cheap_newest_machine_steps(tmp_path):
     assert abs(error["mlperf-v5.1-llama31-8b-mi355x-fp8"]) < 0.05
     assert abs(error["megatron-bridge-gb300-llama3-8b-fp8"]) < 0.05
     assert -0.20 < error["megatron-bridge-gb200-llama3-8b-fp8"] < -0.05
-    # the known miss: Blackwell's MLPerf 8B steps on 8 GPUs (NVFP4 or FP8, GBS 16, one micro-batch) are 10-35 % fast;
-    # on a whole rack (FP8, CP 2, GBS 36) GB300's comes within 5 % and GB200's is 10 % fast
-    for name in CHEAP_NEWEST[2:7]:
-        assert -0.35 < error[name] < -0.10, (name, error[name])
+    # Blackwell's MLPerf 8B steps on 8 GPUs (GBS 16, one micro-batch): with the NVFP4 GEMMs at B200's published
+    # efficiency (pytorch/ao#2427) the GB300 and GB200 FP4 steps are 8-9 % fast; the known miss is the HGX parts
+    # (B300 in FP4 and FP8, B200 in FP4), 17-22 % fast; on a whole rack (FP8, CP 2, GBS 36) GB300's comes within 5 %
+    # and GB200's is 10 % fast
+    for name in CHEAP_NEWEST[2:4]:
+        assert -0.12 < error[name] < -0.04, (name, error[name])
+    for name in CHEAP_NEWEST[4:7]:
+        assert -0.30 < error[name] < -0.12, (name, error[name])
     assert abs(error["mlperf-v5.1-llama31-8b-gb300-rack-fp8"]) < 0.05
     assert -0.15 < error["mlperf-v5.1-llama31-8b-gb200-rack-fp8"] < -0.05
     # H200's MLPerf 8B step on 8 nodes (FP8 with FP8 attention, CP 2, one micro-batch) is 20 % fast

@@ -185,8 +185,8 @@ def _best_on_grid(loss, low, high, steps=100, rounds=4):
 def fit_peak_efficiency(gpu_name, points=None):
     """``{"compute_efficiency": eta, "fp8_gemm_scale": s or None, "loss_bf16", "loss_fp8"}`` for ``gpu_name``: eta
     minimises the mean |log(predicted / published)| over its bf16 rows, with the other GEMM parameters its
-    ``calibration`` family's; then ``s`` over its fp8 rows (None without fp8 rows). Rounded to 4 decimals, as the
-    presets hold them."""
+    ``calibration`` family's; then ``s`` over its fp8 rows (None without fp8 rows), and, where it has nvfp4 rows,
+    ``fp4_gemm_scale`` and ``loss_fp4`` over those. Rounded to 4 decimals, as the presets hold them."""
     import numpy as np
     from dataclasses import replace
 
@@ -214,6 +214,11 @@ def fit_peak_efficiency(gpu_name, points=None):
             lambda s: loss("fp8", replace(fitted, compute_efficiency=min(1.0, eta * s))), 0.3, 1.0 / eta), 4)
         out["fp8_gemm_scale"] = scale
         out["loss_fp8"] = round(loss("fp8", replace(fitted, compute_efficiency=min(1.0, eta * scale))), 6)
+    if any(p["dtype"] == "nvfp4" for p in rows):  # block-scaled FP4 GEMMs, at the FP4 peak
+        scale = round(_best_on_grid(
+            lambda s: loss("nvfp4", replace(fitted, compute_efficiency=min(1.0, eta * s))), 0.3, 1.0 / eta), 4)
+        out["fp4_gemm_scale"] = scale
+        out["loss_fp4"] = round(loss("nvfp4", replace(fitted, compute_efficiency=min(1.0, eta * scale))), 6)
     return out
 
 

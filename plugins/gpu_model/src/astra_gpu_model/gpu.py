@@ -50,7 +50,7 @@ DTYPE_FALLBACK = {
     "tf32": ("fp32",), "fp64": ("fp32",), "fp32": (),
 }
 EFFICIENCY_KEYS = ("compute_efficiency", "tile_penalty", "k_overhead", "hbm_efficiency", "launch_us",
-                   "overlap_exponent", "attention_efficiency", "fp8_gemm_scale")
+                   "overlap_exponent", "attention_efficiency", "fp8_gemm_scale", "fp4_gemm_scale")
 
 _TOP_KEYS = {
     "name": "str", "base": "str", "vendor": "str", "architecture": "str", "sm_count": "int",
@@ -97,8 +97,10 @@ class GpuSpec:
     #: FP8 kernels reach a smaller fraction of their doubled peak). Fitted per family where FP8 measurements
     #: exist (``fit/fit_gemm_fp8.py``), else 1.0.
     fp8_gemm_scale: float = 1.0
-    #: the block-scaled GEMM formats its tensor cores run (keys of :data:`BLOCK_SCALED`); FP4 ones run at the FP8
-    #: ones' efficiency (``compute_efficiency x fp8_gemm_scale``): an ASSUMPTION, no FP4 GEMM measurement is fitted
+    #: FP4 GEMMs (NVFP4, MXFP4) run at ``fp4_gemm_scale x compute_efficiency`` of the FP4 peak, fitted where published
+    #: FP4 GEMM measurements exist (``calibration.fit_peak_efficiency``); None: at the FP8 GEMMs' (an ASSUMPTION)
+    fp4_gemm_scale: float | None = None
+    #: the block-scaled GEMM formats its tensor cores run (keys of :data:`BLOCK_SCALED`)
     block_scaled: tuple = ()
     vendor: str = ""
     architecture: str = ""
@@ -156,11 +158,12 @@ class GpuSpec:
         return "fp32" if self.tensor_tflops.get("fp32") else next(iter(self.tensor_tflops))
 
     def gemm_params(self, rate_dtype: str) -> GemmParams:
-        """The GEMM parameters for GEMMs timed at ``rate_dtype``'s peak (FP8: scaled compute efficiency; FP4 as FP8,
-        an ASSUMPTION: no published FP4 GEMM measurement is fitted)."""
-        if rate_dtype not in ("fp8", "fp4") or self.fp8_gemm_scale == 1.0:
+        """The GEMM parameters for GEMMs timed at ``rate_dtype``'s peak (FP8: scaled compute efficiency; FP4 by
+        ``fp4_gemm_scale``, else as FP8, an ASSUMPTION where no published FP4 GEMM measurement is fitted)."""
+        scale = self.fp4_gemm_scale if rate_dtype == "fp4" and self.fp4_gemm_scale is not None else self.fp8_gemm_scale
+        if rate_dtype not in ("fp8", "fp4") or scale == 1.0:
             return self.gemm
-        return replace(self.gemm, compute_efficiency=min(1.0, self.gemm.compute_efficiency * self.fp8_gemm_scale))
+        return replace(self.gemm, compute_efficiency=min(1.0, self.gemm.compute_efficiency * scale))
 
     def dtype_tflops(self, dtype: str) -> float | None:
         """The dense peak TFLOP/s of ``dtype`` itself (a block-scaled format: its rate's), None when this GPU has
@@ -196,6 +199,7 @@ class GpuSpec:
             "calibration_status": self.calibration_status,
             "gemm": self.gemm.to_dict(), "attention_efficiency": self.attention_efficiency,
             "fp8_gemm_scale": self.fp8_gemm_scale, "block_scaled": list(self.block_scaled),
+            **({} if self.fp4_gemm_scale is None else {"fp4_gemm_scale": self.fp4_gemm_scale}),
         }
 
 
@@ -388,6 +392,7 @@ def _build(data, where, path=None, fit=None) -> GpuSpec:
     params = dict(fit[calibration]["params"])
     attention = fit[calibration].get("attention_efficiency", 0.5)
     fp8_scale = fit[calibration].get("fp8_gemm_scale", 1.0)
+    fp4_scale = None
     for key, value in (data.get("efficiency") or {}).items():
         if key not in EFFICIENCY_KEYS:
             raise _unknown(where, key, EFFICIENCY_KEYS, "efficiency.")
@@ -404,6 +409,8 @@ def _build(data, where, path=None, fit=None) -> GpuSpec:
             attention = number
         elif key == "fp8_gemm_scale":
             fp8_scale = number
+        elif key == "fp4_gemm_scale":
+            fp4_scale = number
         else:
             params[key] = number
 
@@ -442,7 +449,8 @@ def _build(data, where, path=None, fit=None) -> GpuSpec:
     return GpuSpec(
         name=data["name"], sm_count=sm_count, tensor_tflops=tflops, hbm_bandwidth_gbps=hbm,
         calibration=calibration, gemm=GemmParams.from_dict(params, where), attention_efficiency=attention,
-        fp8_gemm_scale=fp8_scale, block_scaled=tuple(block_scaled), gemm_tiles=tiles, vendor=data.get("vendor") or "",
+        fp8_gemm_scale=fp8_scale, fp4_gemm_scale=fp4_scale, block_scaled=tuple(block_scaled), gemm_tiles=tiles,
+        vendor=data.get("vendor") or "",
         architecture=data.get("architecture") or "",
         boost_clock_mhz=opt("boost_clock_mhz"), hbm_capacity_gb=opt("hbm_capacity_gb"),
         l2_cache_mb=opt("l2_cache_mb"), last_level_cache_mb=opt("last_level_cache_mb"), scaleup=scaleup,
