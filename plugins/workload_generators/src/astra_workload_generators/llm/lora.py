@@ -68,6 +68,18 @@ def replicated_adapter_parameters(dims, cfg) -> int:
     return r * h * len(cfg.lora_targets)
 
 
+def frozen_input_elements(dims, cfg) -> tuple:
+    """(replicated, TP-sharded) elements per token of a layer's linear inputs that full training keeps for the base
+    weights' gradients and LoRA does not: Transformer Engine saves a linear layer's input only when its weight
+    needs a gradient (``backward_needs_input = is_grad_enabled and weight.requires_grad``, NVIDIA/TransformerEngine
+    transformer_engine/pytorch/module/linear.py and layernorm_linear.py), so a frozen target without an adapter
+    keeps none. The QKV and FC1 inputs (LayerNorm outputs, ``h`` wide) and FC2's (the activation's output,
+    ``ffn_hidden`` wide); the projection's input is the attention's output, which the attention's backward keeps."""
+    replicated = dims.hidden * sum(1 for t in ("qkv", "fc1") if t not in cfg.lora_targets)
+    sharded = dims.ffn_hidden if "fc2" not in cfg.lora_targets else 0
+    return replicated, sharded
+
+
 def lora_training_flops(dims, cfg, sequences: int, tp: int = 1, forward: bool = False) -> int:
     """A LoRA step's FLOPs over all ranks: the base forward (2PT) and input gradients (2PT, no weight gradients),
     the adapters' 6 x parameters x tokens, and the attention's forward and backward (as in full training).

@@ -15,7 +15,10 @@ The estimate per rank (bytes) is the sum of
   ZeRO-3 keeps each unit's gathered weights for the whole step with ``--no-reshard-after-forward``. FP8 GEMMs
   under Megatron add Transformer Engine's cached FP8 copy of each linear weight and its transpose (2 bytes);
   block-scaled ones (``--gemm-dtype fp4 | mxfp8 | mxfp4``) its two quantized copies with their scales (NVFP4:
-  2 x 9/16 bytes), and in inference hold the linear weights in that format only (NVFP4: 9/16 byte each);
+  2 x 9/16 bytes), and in inference hold the linear weights in that format only (NVFP4: 9/16 byte each); with
+  ``--fp8-params`` (FP8: TE's fp8_model_init; MXFP8: Megatron's parameter gather into the gradient buffer) the FP8
+  weights replace the ``--dtype`` copy. LoRA keeps its frozen base in ``--dtype``, or in FP8 (1 byte) with
+  ``--fp8-params``, and its frozen linear layers keep no inputs for a weight gradient;
 * **activations** kept for the backward pass: per layer and micro-batch, Korthikanti et al. 2022's count
   (``s*b*h*(34 + 5*a*s/h)`` bytes for a GPT layer in 16 bit without parallelism: ``10 + 24/t`` with tensor
   parallelism, everything ``/t`` with sequence parallelism; the ``5*a*s/h`` attention-score term is not stored
@@ -55,7 +58,7 @@ from .memory_terms import (
     gemm_workspace_bytes, logits_bytes, model_states, moe_dispatch_bytes, op_sac_layer_bytes,
 )
 from .blockscale import block_format, low_precision_weight_bytes
-from .lora import adapter_parameters
+from .lora import adapter_parameters, frozen_input_elements
 from .model import ModelDims, _lengths, layer_shards, mtp_shards, padded_vocab
 from .routing import ep_loads, routed_rows
 from .schedule import pipeline_schedule
@@ -70,6 +73,12 @@ OPTIMIZER_BYTES = 12
 #: Transformer Engine's cached FP8 copy of a linear layer's weight and of its transpose; with --fp8-params (TE's
 #: fp8_model_init, NeMo's fp8_params) they are the weight itself, held without a --dtype copy
 FP8_WEIGHT_BYTES = 2
+#: LoRA with --fp8-params: a frozen linear weight held in FP8 (1 byte; NeMo's fp8_params, TE's fp8_model_init:
+#: AMD's and NVIDIA's MLPerf Training v5.1 llama2_70b_lora recipes) and no cached transpose: no optimizer step
+#: re-casts it, and AMD's recipe disables the cache (disable_parameter_transpose_cache: True,
+#: ENABLE_TRANSPOSE_CACHE=0). NVIDIA's H200 run (TP 1) is the other evidence: 69 GB of FP8 weights and their
+#: transposes would fill its 141 GB before any activation. docs/memory.md, "LoRA's frozen base"
+FROZEN_FP8_WEIGHT_BYTES = 1
 #: block-scaled GEMMs (--gemm-dtype fp4 | mxfp8 | mxfp4) in training: the cached quantized copies of a linear
 #: layer's weight, row-wise (forward) and column-wise (data-gradient GEMM), each with its block scales
 BLOCK_WEIGHT_COPIES = 2
@@ -203,6 +212,10 @@ def layer_activation_bytes(dims: ModelDims, cfg: LlmConfig, mode: str | None = N
     else:
         sharded += tokens * dims.ffn_hidden * (m1 + 1) * nb
         expert_inputs = router = 0
+    if cfg.lora_rank:  # the frozen base keeps no inputs for its weight gradients (adapters' targets excepted)
+        frozen_replicated, frozen_sharded = frozen_input_elements(dims, cfg)
+        replicated -= tokens * frozen_replicated * nb
+        sharded -= tokens * frozen_sharded * nb
     scores = 0
     if mode == "none":  # softmax output, dropout mask and output of the attention scores
         scores = a * b * q * c * (nb + mask * (1 + nb))
@@ -268,10 +281,10 @@ def stage_memory(dims: ModelDims, cfg: LlmConfig, p: int) -> MemoryEstimate:
         reserve = int(FRAGMENTATION * (weights + activations + kv))
         return MemoryEstimate(p, weights, 0, 0, activations, kv, reserve=reserve, context=WORKSPACE_BYTES,
                               in_flight=in_flight, framework=framework, source=(dims, cfg))
-    if cfg.lora_rank:  # LoRA: the frozen base in --dtype beside the adapters' full model states
+    if cfg.lora_rank:  # LoRA: the frozen base beside the adapters' full model states
         adapters = sum(len(layers) for _, _, layers in units.values()) * adapter_parameters(dims, cfg)
         weights, gradients, optimizer, buffers = model_states(framework, cfg, adapters, [], 0, sharded)
-        weights += params * nb
+        weights += _frozen_base_bytes(cfg, params, linear, nb)
     else:
         weights, gradients, optimizer, buffers = model_states(framework, cfg, params, unit_sizes, edges, sharded)
     if cfg.cuda_graphs:  # the graphs' pools keep the captured forward's temporaries too
@@ -281,10 +294,13 @@ def stage_memory(dims: ModelDims, cfg: LlmConfig, p: int) -> MemoryEstimate:
         q = _lengths(dims, cfg)[0] // cfg.cp
         tokens = cfg.micro_batch_size * q
         buffers += max(moe_dispatch_bytes(dims, cfg, tokens, _moe_rows(dims, cfg, tokens, i)) for i in moe)
-    if cfg.gemm_dtype == "fp8" and framework == "megatron":  # FP8 primary weights replace the --dtype copy
-        weights += FP8_WEIGHT_BYTES * linear - (nb * linear if cfg.fp8_params else 0)
-    elif fmt is not None and framework == "megatron":  # TE's quantized copies beside the --dtype weights
-        weights += BLOCK_WEIGHT_COPIES * low_precision_weight_bytes(fmt, linear)
+    frozen_fp8 = cfg.lora_rank and cfg.fp8_params  # (the frozen base's FP8 weights: _frozen_base_bytes)
+    if cfg.gemm_dtype == "fp8" and framework == "megatron" and not frozen_fp8:  # FP8 primary weights replace the
+        weights += FP8_WEIGHT_BYTES * linear - (nb * linear if cfg.fp8_params else 0)  # --dtype copy
+    elif fmt is not None and framework == "megatron" and not frozen_fp8:  # TE's quantized copies beside the
+        # --dtype weights; with --fp8-params (MXFP8 parameter gather) instead of them
+        weights += BLOCK_WEIGHT_COPIES * low_precision_weight_bytes(fmt, linear) - (nb * linear if cfg.fp8_params
+                                                                                     else 0)
     logits = 0
     if any(last for _, last, _ in units.values()):
         q = _lengths(dims, cfg)[0] // cfg.cp
@@ -295,6 +311,14 @@ def stage_memory(dims: ModelDims, cfg: LlmConfig, p: int) -> MemoryEstimate:
     allocated = weights + gradients + optimizer + activations + logits + buffers + gemm
     return MemoryEstimate(p, weights, gradients, optimizer, activations, 0, logits, buffers,
                           int(RESERVE_FRACTION * allocated), context_bytes(cfg), in_flight, framework, (dims, cfg), gemm)
+
+
+def _frozen_base_bytes(cfg, params, linear, nb) -> int:
+    """LoRA's frozen base weights: in --dtype, or with --fp8-params its linear layers' weights in FP8 only
+    (:data:`FROZEN_FP8_WEIGHT_BYTES`; the embedding, LM head and norms stay in --dtype)."""
+    if cfg.fp8_params:
+        return (params - linear) * nb + FROZEN_FP8_WEIGHT_BYTES * linear
+    return params * nb
 
 
 def _moe_rows(dims, cfg, tokens, layer):
