@@ -212,14 +212,6 @@ class LocalPool(Executor):
 
 # ------------------------------------------------------------------------------------------------ registry
 @dataclass
-class ExecutorRegistration:
-    name: str
-    factory: object
-    plugin: str
-    description: str = ""
-
-
-@dataclass
 class ExecutorRegistry:
     """Executors by name, filled by :func:`register_builtin_executors` and every plugin's
     ``astra_register_executors`` hook."""
@@ -235,10 +227,9 @@ class ExecutorRegistry:
         if not callable(factory):
             raise PluginError(f"plugin {self.current_plugin!r} registered executor {name!r} with {factory!r}; "
                               "expected a callable factory(arg)")
-        if name in self.entries:
-            raise PluginError(f"executor {name!r} is registered by two plugins: {self.entries[name].plugin!r} "
-                              f"and {self.current_plugin!r}; block one with -p no:NAME")
-        self.entries[name] = ExecutorRegistration(name, factory, self.current_plugin, description)
+        from astra_sim.plugins import Registration, register
+
+        register(self.entries, Registration("executor", name, factory, self.current_plugin, description))
 
     def names(self):
         return sorted(self.entries)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import dataclass
 
 from astra_sim.errors import ConfigError, PluginError
 
@@ -38,15 +37,6 @@ class OutputFormat:
         """Write the output; add what it says to ``report``."""
 
 
-@dataclass
-class OutputRegistration:
-    name: str
-    factory: object
-    options: tuple
-    plugin: str
-    description: str = ""
-
-
 class OutputRegistry:
     """Output formats by name, filled by ``astra_register_output_formats``."""
 
@@ -57,15 +47,13 @@ class OutputRegistry:
     def output_format(self, name, factory, options=(), description=""):
         """``factory(options, total_npus)`` -> an :class:`OutputFormat` or None; ``options``: the run option
         dests it reads."""
-        if not isinstance(name, str) or not name:
-            raise PluginError(f"plugin {self.current_plugin!r} registered an output format with an empty name")
         if not callable(factory):
             raise PluginError(f"plugin {self.current_plugin!r} registered output format {name!r} with {factory!r}; "
                               "expected a callable factory(options, total_npus)")
-        if name in self.entries:
-            raise PluginError(f"output format {name!r} is registered by two plugins: {self.entries[name].plugin!r} "
-                              f"and {self.current_plugin!r}; block one with -p no:NAME")
-        self.entries[name] = OutputRegistration(name, factory, tuple(options), self.current_plugin, description)
+        from astra_sim.plugins import Registration, register
+
+        register(self.entries, Registration("output_format", name, factory, self.current_plugin, description,
+                                            tuple(options)))
 
     def names(self):
         return sorted(self.entries)

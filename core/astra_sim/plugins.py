@@ -49,11 +49,27 @@ _REGISTRATION_HOOKS = {
 
 @dataclass
 class Registration:
+    """One named entry of a registry (a backend, a platform, an executor, an output format)."""
+
     role: str
     name: str
     factory: object
     plugin: str
     description: str = ""
+    #: an output format's run options (astra_sim.outputs)
+    options: tuple = ()
+
+
+def register(entries, registration):
+    """``entries[name] = registration``; an empty name, or a name two plugins register, is a PluginError naming
+    them (every registry's one rule)."""
+    role, name, plugin = registration.role.replace("_", " "), registration.name, registration.plugin
+    if not isinstance(name, str) or not name:
+        raise PluginError(f"plugin {plugin!r} registered the {role} {name!r}: expected a non-empty name")
+    if name in entries:
+        raise PluginError(f"{role} {name!r} is registered by two plugins: {entries[name].plugin!r} and {plugin!r}; "
+                          "block one with -p no:NAME")
+    entries[name] = registration
 
 
 @dataclass
@@ -64,16 +80,7 @@ class Registry:
     current_plugin: str = "?"
 
     def _add(self, role, name, factory, description):
-        if not isinstance(name, str) or not name:
-            raise PluginError(f"plugin {self.current_plugin!r} registered a {role} with an empty name")
-        table = self.entries[role]
-        if name in table:
-            other = table[name].plugin
-            raise PluginError(
-                f"{role.replace('_', ' ')} {name!r} is registered by two plugins: "
-                f"{other!r} and {self.current_plugin!r}; block one with -p no:NAME"
-            )
-        table[name] = Registration(role, name, factory, self.current_plugin, description)
+        register(self.entries[role], Registration(role, name, factory, self.current_plugin, description))
 
     def workload_format(self, name, factory, description=""):
         self._add("workload_format", name, factory, description)

@@ -10,7 +10,7 @@ Times are printed with :func:`astra_sim.humanize.format_ns` (3-4 significant dig
 
 from __future__ import annotations
 
-from astra_sim.humanize import format_ns, format_share, rank_ranges
+from astra_sim.humanize import format_ns, format_share, parse_rank_ranges, rank_ranges
 from astra_sim.termtable import Column, print_table
 
 _RANK_FIELDS = ("finish_ns", "compute_ns", "exposed_comm_ns", "comm_ns", "cpu_ns")
@@ -111,7 +111,8 @@ def _print_breakdown(report, console, stderr):
     if not b:
         return
     finish = b["finish_ns"]
-    like = next((g for g in b["rank_groups"] if b["slowest_rank"] in _expand(g["ranks"])), None)
+    total = len(report.ranks)
+    like = next((g for g in b["rank_groups"] if b["slowest_rank"] in parse_rank_ranges(g["ranks"], total)), None)
     who = f"rank {b['slowest_rank']}"
     if like and like["count"] > 1:
         who += f" (and every rank of {like['ranks']})"
@@ -138,11 +139,3 @@ def _print_critical_path(report, console, stderr):
                 "top items (indented)",
                 [Column("on the path"), Column("time", number=True), Column("share", number=True)], rows,
                 stderr=stderr, out=console)
-
-
-def _expand(text):
-    out = set()
-    for item in text.split(","):
-        low, dash, high = item.partition("-")
-        out.update(range(int(low), int(high) + 1) if dash else [int(low)])
-    return out
