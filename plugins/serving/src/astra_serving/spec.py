@@ -113,6 +113,7 @@ class ServeSpec:
         from astra_workload_generators.llm.spec import add_model_flags
 
         from .capacity import KV_CACHE_DTYPE_BYTES
+        from .engine import FIRST_TOKEN_FROM
 
         add_model_flags(p, required=True, help_suffix=" (the serving steps' model)")
         add_platform_flags(p, required=True, nodes=False)
@@ -207,7 +208,7 @@ class ServeSpec:
                               "2.53 ms + 2.20 us per prompt token to parse and tokenise a request (one at a time per "
                               "replica) and 3.9 us to detokenise and stream a token, as published "
                               "(docs/serving.md); none: token ids straight into the engine (an in-process benchmark)")
-        eng.add_argument("--first-token-from", default="prefill", choices=("prefill", "decode"),
+        eng.add_argument("--first-token-from", default="prefill", choices=FIRST_TOKEN_FROM,
                          help="where a prompt's first token is sampled: prefill (default; vLLM's and TensorRT-LLM's: "
                               "the prefill's last position) or decode (LMDeploy TurboMind's: the prefill computes the "
                               "prompt but its last token, which the next decode step computes and samples from; TTFT "
