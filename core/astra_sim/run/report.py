@@ -40,15 +40,9 @@ def settings(sim):
     }
 
 
-def _rank_report(rank, w, finish):
-    return RankReport(rank=rank, finish_ns=finish, compute_ns=w.compute_ns,
-                      exposed_comm_ns=None if finish is None else finish - w.compute_ns,
-                      cpu_ns=w.cpu_ns, comm_ns=w.comm_ns, nodes=len(w.nodes))
-
-
-def partial_report(sim, reason):
-    """What an interrupted run knew: the ranks so far (``finish_ns`` None for those still running), marked
-    ``complete: False``."""
+def _rank_reports(sim):
+    """Every built rank's numbers so far (``finish_ns`` None while it runs); a folded run's non-representatives get
+    their class representative's."""
     ranks = []
     workloads, symmetry = sim.workloads, sim.symmetry
     for rank, w in enumerate(workloads):
@@ -56,21 +50,27 @@ def partial_report(sim, reason):
             w = workloads[symmetry.representative(rank)]
         if w is None:
             continue
-        ranks.append(_rank_report(rank, w, w.finish_ns))
+        finish = w.finish_ns
+        ranks.append(RankReport(rank=rank, finish_ns=finish, compute_ns=w.compute_ns,
+                                exposed_comm_ns=None if finish is None else finish - w.compute_ns,
+                                cpu_ns=w.cpu_ns, comm_ns=w.comm_ns, nodes=len(w.nodes)))
+    return ranks
+
+
+def partial_report(sim, reason):
+    """What an interrupted run knew: the ranks so far (``finish_ns`` None for those still running), marked
+    ``complete: False``."""
+    ranks = _rank_reports(sim)
     stats = {"interrupted": reason, "simulated_ns": sim.engine.now,
              "ranks_finished": sum(r.finish_ns is not None for r in ranks),
-             "stage": "simulating" if workloads else "reading the workload"}
+             "stage": "simulating" if sim.workloads else "reading the workload"}
     return Report(ranks, settings(sim), stats, list(sim.warnings), complete=False)
 
 
 def final_report(sim, build_s, run_s, peak_bytes):
     """The report of a run that ended (every rank finished, messages checked)."""
     workloads, symmetry = sim.workloads, sim.symmetry
-    ranks = []
-    for rank, w in enumerate(workloads):
-        if w is None:  # folded: the class representative's numbers
-            w = workloads[symmetry.representative(rank)]
-        ranks.append(_rank_report(rank, w, w.finish_ns))
+    ranks = _rank_reports(sim)
     finish_order = list(sim.finish_order)
     scale = 1
     if symmetry is not None:
