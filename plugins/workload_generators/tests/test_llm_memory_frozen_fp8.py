@@ -77,10 +77,13 @@ LORA_70B = ["--model", "llama2-70b", "--seq-len", "8192", "--tp", "1", "--pp", "
 def test_mlperf_lora_70b_layouts_are_accepted(capsys):
     """MLPerf Training v5.1 llama2_70b_lora: AMD's MI325X (TP 1, CP 1, DP 8) and Dell's H200 (CP 2, DP 4, two
     micro-batches), FP8 with fp8_params; both ran, so neither may be refused (near misses warn)."""
-    mi325x = _peak(capsys, [*LORA_70B, "--dp", "8", "--micro-batches", "1"])
-    h200 = _peak(capsys, [*LORA_70B, "--cp", "2", "--dp", "4", "--micro-batches", "2"])
-    assert verdict(mi325x, int(MI325X_GB * 1e9)) == "fits"
-    assert verdict(h200, int(H200_GB * 1e9)) != "oom"
+    mi325x = [*LORA_70B, "--dp", "8", "--micro-batches", "1"]
+    h200 = [*LORA_70B, "--cp", "2", "--dp", "4", "--micro-batches", "2"]
+    assert verdict(_peak(capsys, mi325x), int(MI325X_GB * 1e9)) == "fits"
+    assert verdict(_peak(capsys, h200), int(H200_GB * 1e9)) != "oom"
+    # with the runs' activation_func_fp8_input_store as well: both fit outright
+    for argv, gb in ((mi325x, MI325X_GB), (h200, H200_GB)):
+        assert verdict(_peak(capsys, [*argv, "--fp8-activation-input"]), int(gb * 1e9)) == "fits"
 
 
 def test_gb300_70b_tp1_mxfp8_layout_is_accepted(capsys):
@@ -104,3 +107,23 @@ def test_peak_memory_of_the_h200_lora_by_parts():
     per_token = (3 * 8192 + (8192 + 2 * 1024) + 8192 + 2 * 28672) * 2
     assert per_token == 200_704
     assert peak_memory(dims, cfg).activations == 80 * 4096 * per_token + 2 * 4096 * 8192 * 2
+
+
+def test_fp8_activation_input_keeps_fc1_outputs_in_one_byte():
+    dims = model_dims(**SMALL)
+    base = layer_activation_bytes(dims, _cfg(gemm_dtype="fp8"))
+    fp8 = layer_activation_bytes(dims, _cfg(gemm_dtype="fp8", fp8_activation_input=True))
+    assert base - fp8 == S * 2 * FFN * (2 - 1)  # gated FC1's two outputs, 2 bytes -> 1
+    tp2 = layer_activation_bytes(dims, _cfg(tp=2, gemm_dtype="fp8")) - layer_activation_bytes(
+        dims, _cfg(tp=2, gemm_dtype="fp8", fp8_activation_input=True))
+    assert tp2 == S * 2 * (FFN // 2)  # split over TP
+
+
+def test_fp8_activation_input_cli(capsys):
+    small = ["--layers", str(L), "--hidden", str(H), "--heads", str(HEADS), "--kv-heads", str(KV), "--ffn-hidden",
+             str(FFN), "--vocab", str(VOCAB), "--seq-len", str(S), "--gated", "--dp", "2", "--no-dropout"]
+    with_fp8 = _peak(capsys, [*small, "--gemm-dtype", "fp8", "--fp8-activation-input"])
+    assert _peak(capsys, [*small, "--gemm-dtype", "fp8"]) > with_fp8
+    assert main(["workload", "llm", *small, "--fp8-activation-input", "--summary"]) == 2
+    assert "--fp8-activation-input is Megatron-LM/NeMo training memory with --gemm-dtype fp8" in \
+        capsys.readouterr().err

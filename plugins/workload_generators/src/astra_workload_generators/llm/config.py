@@ -105,6 +105,7 @@ class LlmConfig:
     grad_buffer: str = "fp32"       # Megatron/NeMo memory: fp32 main gradients, or the "same" as --dtype (NeMo's
     #                                 distributed fused Adam, grad_sync_dtype bf16)
     fp8_params: bool = False        # Megatron/NeMo memory: FP8 primary weights (Transformer Engine), no bf16 copy
+    fp8_activation_input: bool = False  # Megatron memory: the FFN activation's input kept in FP8 for its backward
     dp_shard: int = 0               # FSDP2 memory: HSDP, sharded over this many DP ranks, replicated across the rest
     fsdp_prefetch: int = 1          # FSDP2 memory: units gathered ahead of the one computing (explicit prefetch)
     norm_kernel: str = "fused"      # the norms as one kernel each, or eager PyTorch's "composite" fp32 RMSNorm ops
@@ -307,6 +308,8 @@ def _check(dims: ModelDims, cfg: LlmConfig):
         raise ConfigError(f"--fp8-recipe must be one of {', '.join(FP8_RECIPES)}, got {cfg.fp8_recipe!r}")
     if cfg.fp8_recipe != "delayed" and cfg.gemm_dtype != "fp8":
         raise ConfigError("--fp8-recipe current needs --gemm-dtype fp8 (the recipe scales the FP8 GEMMs' operands)")
+    if cfg.fp8_activation_input and (cfg.gemm_dtype != "fp8" or cfg.inference or implied_framework(cfg) != "megatron"):
+        raise ConfigError("--fp8-activation-input is Megatron-LM/NeMo training memory with --gemm-dtype fp8")
     if cfg.fp8_params and cfg.gemm_dtype not in ("fp8", "mxfp8"):
         raise ConfigError("--fp8-params needs --gemm-dtype fp8 or mxfp8 (the FP8 weights are the GEMMs' operands)")
     if cfg.grad_sync_every_micro_batch and cfg.inference:

@@ -79,6 +79,10 @@ FP8_WEIGHT_BYTES = 2
 #: ENABLE_TRANSPOSE_CACHE=0). NVIDIA's H200 run (TP 1) is the other evidence: 69 GB of FP8 weights and their
 #: transposes would fill its 141 GB before any activation. docs/memory.md, "LoRA's frozen base"
 FROZEN_FP8_WEIGHT_BYTES = 1
+#: --fp8-activation-input: Megatron-LM's activation_func_fp8_input_store ("Store the input of MLP activation
+#: function in FP8 for backprop to save memory", megatron/core/transformer/transformer_config.py) keeps a dense
+#: FFN's FC1 output in 1 byte; both MLPerf Training v5.1 llama2_70b_lora runs of docs/memory.md set it
+FP8_ACTIVATION_INPUT_BYTES = 1
 #: block-scaled GEMMs (--gemm-dtype fp4 | mxfp8 | mxfp4) in training: the cached quantized copies of a linear
 #: layer's weight, row-wise (forward) and column-wise (data-gradient GEMM), each with its block scales
 BLOCK_WEIGHT_COPIES = 2
@@ -209,8 +213,9 @@ def layer_activation_bytes(dims: ModelDims, cfg: LlmConfig, mode: str | None = N
         sharded += rows * f * (m1 + 1) * nb  # routed experts, on the token copies this rank computes
         expert_inputs = rows * h * nb  # the dispatched tokens (FC1 input), whole on every TP rank
         router = tokens * dims.experts * 4  # fp32 routing probabilities
-    else:
-        sharded += tokens * dims.ffn_hidden * (m1 + 1) * nb
+    else:  # FC1's outputs (the activation's input: 1 byte with --fp8-activation-input) and FC2's input
+        fc1_out = FP8_ACTIVATION_INPUT_BYTES if cfg.fp8_activation_input else nb
+        sharded += tokens * dims.ffn_hidden * (m1 * fc1_out + nb)
         expert_inputs = router = 0
     if cfg.lora_rank:  # the frozen base keeps no inputs for its weight gradients (adapters' targets excepted)
         frozen_replicated, frozen_sharded = frozen_input_elements(dims, cfg)

@@ -96,6 +96,7 @@ class LlmSpec:
     loss_dtype: str = "fp32"            # fp32 | same: the precision the loss works on the logits in (memory)
     grad_buffer: str = "fp32"           # fp32 | same: Megatron/NeMo's gradient buffer dtype (memory)
     fp8_params: bool = False            # Megatron/NeMo: FP8 primary weights (memory)
+    fp8_activation_input: bool = False  # Megatron/NeMo: the FFN activation's input kept in FP8 (memory)
     dp_shard: int | None = None         # FSDP2 HSDP: the shard group's size (memory)
     fsdp_prefetch: int = 1              # FSDP2: units prefetched (memory)
     norm_kernel: str = "fused"          # fused | composite: how the norms run (see --norm-kernel)
@@ -254,6 +255,7 @@ class LlmSpec:
                         overlap_param_gather=self.overlap_param_gather, tp_comm_overlap=self.tp_comm_overlap,
                         reshard_after_forward=reshard, framework=self.framework, loss_dtype=self.loss_dtype,
                         grad_buffer=self.grad_buffer, fp8_params=self.fp8_params, dp_shard=self.dp_shard or 0,
+                        fp8_activation_input=self.fp8_activation_input,
                         fsdp_prefetch=self.fsdp_prefetch,
                         norm_kernel=self.norm_kernel, attention_kernel=self.attention_kernel, rope=self.rope,
                         activation_kernel=self.activation_kernel, softmax_kernel=self.softmax_kernel,
@@ -582,6 +584,9 @@ def _add_flags(p):
                    "weights are held in FP8 only (Transformer Engine's fp8_model_init, NeMo fp8_params; MXFP8: "
                    "fp8_param_gather with reuse_grad_buf_for_mxfp8_param_ag), not in --dtype beside their FP8 copy; "
                    "the fp32 master weights stay in the optimizer; with --lora-rank the frozen base in FP8")
+    p.add_argument("--fp8-activation-input", action="store_true",
+                   help="training memory under Megatron-LM/NeMo with --gemm-dtype fp8: the FFN activation's input "
+                   "(FC1's output) kept for its backward in FP8, 1 byte (Megatron's activation_func_fp8_input_store)")
     p.add_argument("--dp-shard", type=positive_int, default=None, metavar="N",
                    help="training memory under FSDP2: HSDP, parameters, gradients and optimizer states sharded over "
                    "N of the --dp ranks and replicated across --dp/N (torchtitan's data_parallel_shard_degree; "
