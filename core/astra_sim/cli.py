@@ -17,7 +17,7 @@ import threading
 import time
 
 from astra_sim import __version__
-from astra_sim.cliutil import positive_int
+from astra_sim.cliutil import positive_int, subcommand_action
 from astra_sim.errors import AstraError
 
 def _plugin_option(parser):
@@ -192,17 +192,15 @@ def _command_name(parser, argv, command):
     words = ["astra", command]
     chosen = _subcommand_choices(parser).get(command)
     after = argv[argv.index(command) + 1:] if command in argv else []
-    if chosen is not None and after and after[0] in _subcommand_choices(chosen, flat=True):
+    if chosen is not None and after and after[0] in _subcommand_choices(chosen):
         words.append(after[0])
     return " ".join(words)
 
 
-def _subcommand_choices(parser, flat=False):
-    """The parser's subcommands: ``{name: subparser}`` (``flat``: their names)."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return set(action.choices) if flat else dict(action.choices)
-    return set() if flat else {}
+def _subcommand_choices(parser):
+    """The parser's subcommands: ``{name: subparser}``."""
+    action = subcommand_action(parser)
+    return dict(action.choices) if action is not None else {}
 
 
 def _cmd_plugins(pm, args):

@@ -48,10 +48,12 @@ def subcommands(subparsers, name, dest, **parser_kwargs):
             return 2
 
         parser.set_defaults(run_command=usage)
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return parser, action
-    return parser, parser.add_subparsers(dest=dest, metavar="SUBCOMMAND")
+    return parser, subcommand_action(parser) or parser.add_subparsers(dest=dest, metavar="SUBCOMMAND")
+
+
+def subcommand_action(parser):
+    """The parser's sub-command collection (argparse keeps no public handle on it), or None."""
+    return next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
 
 
 def did_you_mean(name, known):
