@@ -127,3 +127,18 @@ def test_fp8_activation_input_cli(capsys):
     assert main(["workload", "llm", *small, "--fp8-activation-input", "--summary"]) == 2
     assert "--fp8-activation-input is Megatron-LM/NeMo training memory with --gemm-dtype fp8" in \
         capsys.readouterr().err
+
+
+@pytest.mark.parametrize("gemm,per_token", [
+    ("same", 4 * H * 2 + (QKV + H) * 2 + FFN * 3 * 2),           # bf16: Korthikanti's count
+    # FP8: the QKV and FC1 inputs and FC2's in 1 byte, the projection's a 1-byte copy beside the attention output
+    ("fp8", 2 * H * 2 + 2 * H + (QKV + H) * 2 + H + 2 * FFN * 2 + FFN),
+    # MXFP8: 1 + 1/32 byte each (an E8M0 scale per 32)
+    ("mxfp8", 2 * H * 2 + 2 * H * 33 // 32 + (QKV + H) * 2 + H * 33 // 32 + 2 * FFN * 2 + FFN * 33 // 32),
+])
+def test_megatron_keeps_linear_inputs_quantized(gemm, per_token):
+    dims = model_dims(**SMALL)
+    assert layer_activation_bytes(dims, _cfg(gemm_dtype=gemm)) == S * per_token
+    # not under FSDP2 (torchao's float8, not Transformer Engine's) nor LoRA (the adapters keep theirs in bf16)
+    fsdp = LlmConfig(dp=2, dropout=False, framework="fsdp2", zero=3, gemm_dtype=gemm)
+    assert layer_activation_bytes(dims, fsdp) == S * (4 * H * 2 + (QKV + H) * 2 + FFN * 3 * 2)

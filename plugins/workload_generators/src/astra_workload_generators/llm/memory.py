@@ -45,7 +45,9 @@ The estimate per rank (bytes) is the sum of
 uncertainty is ``UNCERTAINTY``: a configuration that misses the device by less is a warning, not a refusal.
 
 Not counted: temporary buffers inside a kernel, CUDA-graph pools, the activation gradients alive during one
-layer's backward, FP8 activations saved in 1 byte (counted in ``--dtype``), HSDP replication and CPU offload.
+layer's backward, the quantized inputs of MoE layers and of FSDP2's and DeepSpeed's FP8 linears (counted in
+``--dtype``; Megatron's dense layers keep theirs quantized, :func:`_saved_input_bytes`), HSDP replication and CPU
+offload.
 """
 
 from __future__ import annotations
@@ -204,6 +206,11 @@ def layer_activation_bytes(dims: ModelDims, cfg: LlmConfig, mode: str | None = N
     m1 = 2 if dims.gated else 1  # FC1 outputs: gate and up for a gated FFN
     # Q, K, V; the output projection's input
     sharded = tokens * (dims.q_width + kv * (d + dims.v_dim)) * nb + tokens * dims.o_width * nb
+    quantized = None if moe else _saved_input_bytes(cfg)
+    if quantized:  # Transformer Engine keeps the linear layers' inputs quantized for their weight gradients
+        replicated += 2 * quantized(tokens * h) - 2 * tokens * h * nb  # the QKV and FC1 inputs
+        # the projection's: a quantized copy beside the attention output FlashAttention's backward keeps
+        sharded += quantized(tokens * dims.o_width) - (tokens * dims.o_width * nb if cfg.attention == "unfused" else 0)
     if moe:
         f = dims.expert_ffn
         rows = routed_rows(dims, cfg, tokens)
@@ -215,7 +222,8 @@ def layer_activation_bytes(dims: ModelDims, cfg: LlmConfig, mode: str | None = N
         router = tokens * dims.experts * 4  # fp32 routing probabilities
     else:  # FC1's outputs (the activation's input: 1 byte with --fp8-activation-input) and FC2's input
         fc1_out = FP8_ACTIVATION_INPUT_BYTES if cfg.fp8_activation_input else nb
-        sharded += tokens * dims.ffn_hidden * (m1 * fc1_out + nb)
+        fc2_in = quantized(tokens * dims.ffn_hidden) if quantized else tokens * dims.ffn_hidden * nb
+        sharded += tokens * dims.ffn_hidden * m1 * fc1_out + fc2_in
         expert_inputs = router = 0
     if cfg.lora_rank:  # the frozen base keeps no inputs for its weight gradients (adapters' targets excepted)
         frozen_replicated, frozen_sharded = frozen_input_elements(dims, cfg)
@@ -225,6 +233,24 @@ def layer_activation_bytes(dims: ModelDims, cfg: LlmConfig, mode: str | None = N
     if mode == "none":  # softmax output, dropout mask and output of the attention scores
         scores = a * b * q * c * (nb + mask * (1 + nb))
     return replicated // replicated_div + (sharded + scores) // t + expert_inputs + router
+
+
+def _saved_input_bytes(cfg: LlmConfig):
+    """``elements -> bytes`` of a linear layer's input kept for its weight gradient in Megatron's FP8 or
+    block-scaled training, or None where it is kept in ``--dtype``. Transformer Engine quantizes the input for
+    the forward GEMM and keeps that copy, not the high-precision one ("By default, TE saves the columnwise quantized
+    input for the backward pass", TE docs/features/low_precision_training/performance_considerations): FP8 1 byte,
+    MXFP8 1 + 1/32, NVFP4 9/16. Not under LoRA (a frozen base keeps no inputs, the adapters theirs in
+    ``--dtype``), FSDP2 or DeepSpeed (their FP8 paths are not Transformer Engine's), nor in inference."""
+    if cfg.inference or cfg.lora_rank or implied_framework(cfg) != "megatron":
+        return None
+    if cfg.gemm_dtype == "fp8":
+        return lambda elements: elements
+    fmt = block_format(cfg)
+    if fmt is None:
+        return None
+    num, den = fmt.bytes_per_element()
+    return lambda elements: -(-elements * num // den)
 
 
 def _stage_units(dims: ModelDims, cfg: LlmConfig, p: int):
