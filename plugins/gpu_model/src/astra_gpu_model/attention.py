@@ -16,8 +16,14 @@ forward without the mask at 8k reaches 322 TFLOP/s at head dim 64 and 324 at 256
 
 FP8 attention (a node whose Q, K, V are ``Float8_e4m3fn``: ``astra workload llm --attention-dtype fp8``) is timed
 from the same paper's FP8 forward figure (Figure 7: FlashAttention-3, cuDNN and Triton at head dimensions 64, 128
-and 256, with and without the causal mask, same setup) on Hopper, and on Blackwell at that FP8 efficiency against
-Blackwell's FP8 peak (ASSUMPTION: no published Blackwell FP8 attention sweep is used). See :func:`fp8_efficiency`.
+and 256, with and without the causal mask, same setup) on Hopper. See :func:`fp8_efficiency`.
+
+On Blackwell, cuDNN's fused attention (what Transformer Engine runs there; a node naming ``cudnn`` or no kernel)
+is timed from NVIDIA's own published cuDNN measurements of the B200, GB200 and GB300, BF16 and FP8, forward and
+backward, by sequence length (``data/published_attention_blackwell.csv``, NVIDIA/cudnn-frontend's
+``benchmark/sdpa_benchmark_training``): :func:`blackwell_efficiency`. They are causal at head dimension 128; a
+non-causal node or another head dimension is timed at the same rows (ASSUMPTION). A Blackwell node naming ``fa2``
+or ``fa3`` keeps the preset's ``attention_efficiency`` (no measurement of those kernels on Blackwell is used).
 
 FP8 attention backward (Transformer Engine's FP8 DPA with ``NVTE_FP8_DPA_BWD=1``, its default: the backward's Q, K,
 V, O and dO in FP8) runs cuDNN's fused attention: cuDNN frontend v1.3.0 added ``sdpa_fp8_backward`` ("Added new
@@ -31,7 +37,10 @@ forward what its BF16 backward loses to its BF16 forward at the same length (Fig
 
 from __future__ import annotations
 
+import csv
+import functools
 import math
+from importlib import resources
 
 from astra_sim.errors import ConfigError
 
@@ -96,10 +105,11 @@ def is_hopper(gpu):
     return gpu.architecture.lower().startswith("hopper")
 
 
-def _interpolate(points, seq_len):
-    """``points`` at :data:`SEQ_LENS`, linear in log2(sequence length), clamped to the measured range."""
-    x = math.log2(min(max(seq_len, SEQ_LENS[0]), SEQ_LENS[-1]))
-    xs = [math.log2(s) for s in SEQ_LENS]
+def _interpolate(points, seq_len, lengths=SEQ_LENS):
+    """``points`` at ``lengths`` (:data:`SEQ_LENS` by default), linear in log2(sequence length), clamped to the
+    measured range."""
+    x = math.log2(min(max(seq_len, lengths[0]), lengths[-1]))
+    xs = [math.log2(s) for s in lengths]
     for i in range(len(xs) - 1):
         if x <= xs[i + 1]:
             t = (x - xs[i]) / (xs[i + 1] - xs[i])
@@ -179,12 +189,17 @@ def check_fp8_attention(gpu, kernel, backward):
 
 
 def fp8_efficiency(gpu, kernel, causal, seq_len, head_dim, backward=False):
-    """The fraction of the FP8 peak an FP8 attention runs at on ``gpu``: the forward at Figure 7's rate of ``kernel``
-    (``cudnn``, else FlashAttention-3's), the backward at :func:`fp8_backward_kernel_efficiency` (cuDNN's, whatever
-    the node names: the only FP8 backward), on Hopper and on Blackwell (ASSUMPTION there: Hopper's efficiency at
-    Blackwell's FP8 peak); on another GPU with FP8 (Ada, AMD CDNA 3/4) the preset's ``attention_efficiency``
-    (ASSUMPTION: no FP8 attention measurement of those GPUs is used)."""
+    """The fraction of the FP8 peak an FP8 attention runs at on ``gpu``: on a Blackwell GPU with published cuDNN
+    measurements, theirs (:func:`blackwell_efficiency`: FP8 attention there is cuDNN's, whatever the node names);
+    on Hopper (and a Blackwell GPU without them: ASSUMPTION, Hopper's efficiency at its FP8 peak) the forward at
+    Figure 7's rate of ``kernel`` (``cudnn``, else FlashAttention-3's), the backward at
+    :func:`fp8_backward_kernel_efficiency` (cuDNN's, whatever the node names: the only FP8 backward); on another GPU
+    with FP8 (Ada, AMD CDNA 3/4) the preset's ``attention_efficiency`` (ASSUMPTION: no FP8 attention measurement of
+    those GPUs is used)."""
     arch = gpu.architecture.lower()
+    measured = blackwell_efficiency(gpu, "cudnn", "fp8", backward, seq_len)
+    if measured is not None:
+        return measured
     if arch.startswith("hopper") or arch.startswith("blackwell"):
         if backward:
             return fp8_backward_kernel_efficiency(causal, seq_len, head_dim)
@@ -192,7 +207,47 @@ def fp8_efficiency(gpu, kernel, causal, seq_len, head_dim, backward=False):
     return gpu.attention_efficiency
 
 
-__all__ = ["FP8_MEASURED_TFLOPS", "KERNELS", "check_fp8_attention", "fp8_backward_kernel_efficiency", "fp8_efficiency",
+#: NVIDIA's cuDNN SDPA measurements on Blackwell (shipped with the plugin; sources in its header)
+BLACKWELL_ATTENTION = "published_attention_blackwell.csv"
+#: the benchmark's shape: batch 1, 128 query heads (of dimension 128): 128 x s/128 thread blocks of 128 queries
+BLACKWELL_BENCH_HEADS = 128
+
+
+@functools.lru_cache(maxsize=1)
+def blackwell_attention_table():
+    """``{preset: {(precision, "fwd" | "bwd"): (lengths, tflops)}}`` from :data:`BLACKWELL_ATTENTION`."""
+    text = (resources.files("astra_gpu_model") / "data" / BLACKWELL_ATTENTION).read_text(encoding="utf-8")
+    rows = list(csv.DictReader(line for line in text.splitlines() if not line.startswith("#")))
+    table = {}
+    for preset in {r["preset"] for r in rows}:
+        table[preset] = {}
+        for precision in ("bf16", "fp8"):
+            sel = sorted((int(r["seq_len"]), r) for r in rows if r["preset"] == preset and r["precision"] == precision)
+            lengths = tuple(n for n, _ in sel)
+            for way in ("fwd", "bwd"):
+                table[preset][(precision, way)] = (lengths, tuple(float(r[f"{way}_tflops"]) for _, r in sel))
+    return table
+
+
+def blackwell_efficiency(gpu, kernel, dtype, backward, seq_len):
+    """The fraction of ``gpu``'s ``dtype`` (``bf16`` or ``fp8``) peak cuDNN's fused attention reaches on it (before the
+    model's wave quantisation), from NVIDIA's published measurements of that GPU (:data:`BLACKWELL_ATTENTION`); None
+    where there are none (not Blackwell, no rows for the preset) or the node names ``fa2`` / ``fa3``. The measured
+    TFLOP/s over the preset's peak, over the benchmark's own wave utilisation on the preset's SMs."""
+    if kernel not in (None, "cudnn") or not gpu.architecture.lower().startswith("blackwell"):
+        return None
+    rows = blackwell_attention_table().get(gpu.name)
+    peak = gpu.tensor_tflops.get(dtype)
+    if rows is None or not peak:
+        return None
+    lengths, tflops = rows[(dtype, "bwd" if backward else "fwd")]
+    length = min(max(seq_len, lengths[0]), lengths[-1])
+    ctas = BLACKWELL_BENCH_HEADS * -(-length // 128)
+    utilisation = ctas / (-(-ctas // gpu.sm_count) * gpu.sm_count)
+    return _interpolate(tflops, seq_len, lengths) / peak / utilisation
+
+
+__all__ = ["BLACKWELL_ATTENTION", "blackwell_attention_table", "blackwell_efficiency", "FP8_MEASURED_TFLOPS", "KERNELS", "check_fp8_attention", "fp8_backward_kernel_efficiency", "fp8_efficiency",
            "fp8_kernel_efficiency",
            "fp8_kernel_tflops", "MEASURED_TFLOPS", "is_hopper", "kernel_efficiency", "kernel_tflops",
            "measured_utilisation"]
