@@ -43,7 +43,7 @@ class SendRecvMatcher:
 
     __slots__ = ("engine", "network", "_delay", "_delays", "_waiting", "messages", "bytes", "_arrived_fn")
 
-    def __init__(self, engine, network):
+    def __init__(self, engine, network) -> None:  # annotated for mypyc (a compiled subclass calls it)
         self.engine = engine
         self.network = network
         # Stateless networks give a closed-form delay; the matcher then
