@@ -72,6 +72,8 @@ def test_presets_hold_the_fit_of_the_published_gemms(name):
         assert gpu.fp8_gemm_scale == fit["fp8_gemm_scale"]
     if fit.get("fp4_gemm_scale") is not None:  # B200's NVFP4 rows (pytorch/ao#2427)
         assert gpu.fp4_gemm_scale == fit["fp4_gemm_scale"]
+    if fit.get("mxfp8_gemm_scale") is not None:  # B200's MXFP8 rows (flashinfer#2464)
+        assert gpu.mxfp8_gemm_scale == fit["mxfp8_gemm_scale"]
     # a dtype's only published GEMM comes back within 1 %; where two (from different libraries) disagree by 6-7 %
     # (MI300X, MI325X bf16) each comes back within 8 %
     points = [p for p in load_published_peak_gemm() if p["gpu"] == name]

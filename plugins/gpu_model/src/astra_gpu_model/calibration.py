@@ -104,13 +104,15 @@ def predict_gemm_s(gpu, m, n, k, dtype="fp16", batch=None, params=None, out_dtyp
     import numpy as np
 
     from astra_gpu_model.gemm import gemm_time_s_np
+    from astra_gpu_model.gpu import BLOCK_SCALED
 
     m = np.asarray(m, dtype=np.float64)
     return gemm_time_s_np(
         m, n, k, np.ones_like(m) if batch is None else batch,
         peak_flops=gpu.peak_flops(dtype), sm_count=gpu.sm_count, hbm_bytes_per_s=gpu.hbm_bytes_per_s,
         in_bytes=gpu.dtype_bytes(dtype), out_bytes=gpu.dtype_bytes(out_dtype or dtype),
-        params=params or gpu.gemm_params(gpu.rate_dtype(dtype)), tiles=gpu.gemm_tiles,
+        params=params or gpu.gemm_params(dtype if dtype in BLOCK_SCALED else gpu.rate_dtype(dtype)),
+        tiles=gpu.gemm_tiles,
     )
 
 
@@ -185,8 +187,8 @@ def _best_on_grid(loss, low, high, steps=100, rounds=4):
 def fit_peak_efficiency(gpu_name, points=None):
     """``{"compute_efficiency": eta, "fp8_gemm_scale": s or None, "loss_bf16", "loss_fp8"}`` for ``gpu_name``: eta
     minimises the mean |log(predicted / published)| over its bf16 rows, with the other GEMM parameters its
-    ``calibration`` family's; then ``s`` over its fp8 rows (None without fp8 rows), and, where it has nvfp4 rows,
-    ``fp4_gemm_scale`` and ``loss_fp4`` over those. Rounded to 4 decimals, as the presets hold them."""
+    ``calibration`` family's; then ``s`` over its fp8 rows (None without fp8 rows), and, where it has nvfp4 or mxfp8
+    rows, ``fp4_gemm_scale`` / ``mxfp8_gemm_scale`` and ``loss_fp4`` / ``loss_mxfp8`` over those. Rounded to 4 decimals, as the presets hold them."""
     import numpy as np
     from dataclasses import replace
 
@@ -214,11 +216,12 @@ def fit_peak_efficiency(gpu_name, points=None):
             lambda s: loss("fp8", replace(fitted, compute_efficiency=min(1.0, eta * s))), 0.3, 1.0 / eta), 4)
         out["fp8_gemm_scale"] = scale
         out["loss_fp8"] = round(loss("fp8", replace(fitted, compute_efficiency=min(1.0, eta * scale))), 6)
-    if any(p["dtype"] == "nvfp4" for p in rows):  # block-scaled FP4 GEMMs, at the FP4 peak
-        scale = round(_best_on_grid(
-            lambda s: loss("nvfp4", replace(fitted, compute_efficiency=min(1.0, eta * s))), 0.3, 1.0 / eta), 4)
-        out["fp4_gemm_scale"] = scale
-        out["loss_fp4"] = round(loss("nvfp4", replace(fitted, compute_efficiency=min(1.0, eta * scale))), 6)
+    for fmt, key in (("nvfp4", "fp4"), ("mxfp8", "mxfp8")):  # block-scaled GEMMs, at the FP4 / FP8 peak
+        if any(p["dtype"] == fmt for p in rows):
+            scale = round(_best_on_grid(
+                lambda s: loss(fmt, replace(fitted, compute_efficiency=min(1.0, eta * s))), 0.3, 1.0 / eta), 4)
+            out[f"{key}_gemm_scale"] = scale
+            out[f"loss_{key}"] = round(loss(fmt, replace(fitted, compute_efficiency=min(1.0, eta * scale))), 6)
     return out
 
 

@@ -50,7 +50,8 @@ DTYPE_FALLBACK = {
     "tf32": ("fp32",), "fp64": ("fp32",), "fp32": (),
 }
 EFFICIENCY_KEYS = ("compute_efficiency", "tile_penalty", "k_overhead", "hbm_efficiency", "launch_us",
-                   "overlap_exponent", "attention_efficiency", "fp8_gemm_scale", "fp4_gemm_scale")
+                   "overlap_exponent", "attention_efficiency", "fp8_gemm_scale", "fp4_gemm_scale",
+                   "mxfp8_gemm_scale")
 
 _TOP_KEYS = {
     "name": "str", "base": "str", "vendor": "str", "architecture": "str", "sm_count": "int",
@@ -100,6 +101,8 @@ class GpuSpec:
     #: FP4 GEMMs (NVFP4, MXFP4) run at ``fp4_gemm_scale x compute_efficiency`` of the FP4 peak, fitted where published
     #: FP4 GEMM measurements exist (``calibration.fit_peak_efficiency``); None: at the FP8 GEMMs' (an ASSUMPTION)
     fp4_gemm_scale: float | None = None
+    #: MXFP8 GEMMs likewise, at ``mxfp8_gemm_scale x compute_efficiency`` of the FP8 peak; None: at the FP8 GEMMs'
+    mxfp8_gemm_scale: float | None = None
     #: the block-scaled GEMM formats its tensor cores run (keys of :data:`BLOCK_SCALED`)
     block_scaled: tuple = ()
     vendor: str = ""
@@ -157,10 +160,16 @@ class GpuSpec:
                 return other
         return "fp32" if self.tensor_tflops.get("fp32") else next(iter(self.tensor_tflops))
 
-    def gemm_params(self, rate_dtype: str) -> GemmParams:
-        """The GEMM parameters for GEMMs timed at ``rate_dtype``'s peak (FP8: scaled compute efficiency; FP4 by
-        ``fp4_gemm_scale``, else as FP8, an ASSUMPTION where no published FP4 GEMM measurement is fitted)."""
-        scale = self.fp4_gemm_scale if rate_dtype == "fp4" and self.fp4_gemm_scale is not None else self.fp8_gemm_scale
+    def gemm_params(self, dtype: str) -> GemmParams:
+        """The GEMM parameters for GEMMs of ``dtype`` (a rate dtype, or a block-scaled format) at its rate's peak
+        (FP8: scaled compute efficiency; FP4 by ``fp4_gemm_scale`` and MXFP8 by ``mxfp8_gemm_scale``, else as FP8, an
+        ASSUMPTION where no published GEMM measurement of that format is fitted)."""
+        rate_dtype = BLOCK_SCALED[dtype][0] if dtype in BLOCK_SCALED else dtype
+        scale = self.fp8_gemm_scale
+        if rate_dtype == "fp4" and self.fp4_gemm_scale is not None:
+            scale = self.fp4_gemm_scale
+        elif dtype == "mxfp8" and self.mxfp8_gemm_scale is not None:
+            scale = self.mxfp8_gemm_scale
         if rate_dtype not in ("fp8", "fp4") or scale == 1.0:
             return self.gemm
         return replace(self.gemm, compute_efficiency=min(1.0, self.gemm.compute_efficiency * scale))
@@ -200,6 +209,7 @@ class GpuSpec:
             "gemm": self.gemm.to_dict(), "attention_efficiency": self.attention_efficiency,
             "fp8_gemm_scale": self.fp8_gemm_scale, "block_scaled": list(self.block_scaled),
             **({} if self.fp4_gemm_scale is None else {"fp4_gemm_scale": self.fp4_gemm_scale}),
+            **({} if self.mxfp8_gemm_scale is None else {"mxfp8_gemm_scale": self.mxfp8_gemm_scale}),
         }
 
 
@@ -392,7 +402,7 @@ def _build(data, where, path=None, fit=None) -> GpuSpec:
     params = dict(fit[calibration]["params"])
     attention = fit[calibration].get("attention_efficiency", 0.5)
     fp8_scale = fit[calibration].get("fp8_gemm_scale", 1.0)
-    fp4_scale = None
+    fp4_scale = mxfp8_scale = None
     for key, value in (data.get("efficiency") or {}).items():
         if key not in EFFICIENCY_KEYS:
             raise _unknown(where, key, EFFICIENCY_KEYS, "efficiency.")
@@ -411,6 +421,8 @@ def _build(data, where, path=None, fit=None) -> GpuSpec:
             fp8_scale = number
         elif key == "fp4_gemm_scale":
             fp4_scale = number
+        elif key == "mxfp8_gemm_scale":
+            mxfp8_scale = number
         else:
             params[key] = number
 
@@ -449,7 +461,8 @@ def _build(data, where, path=None, fit=None) -> GpuSpec:
     return GpuSpec(
         name=data["name"], sm_count=sm_count, tensor_tflops=tflops, hbm_bandwidth_gbps=hbm,
         calibration=calibration, gemm=GemmParams.from_dict(params, where), attention_efficiency=attention,
-        fp8_gemm_scale=fp8_scale, fp4_gemm_scale=fp4_scale, block_scaled=tuple(block_scaled), gemm_tiles=tiles,
+        fp8_gemm_scale=fp8_scale, fp4_gemm_scale=fp4_scale, mxfp8_gemm_scale=mxfp8_scale,
+        block_scaled=tuple(block_scaled), gemm_tiles=tiles,
         vendor=data.get("vendor") or "",
         architecture=data.get("architecture") or "",
         boost_clock_mhz=opt("boost_clock_mhz"), hbm_capacity_gb=opt("hbm_capacity_gb"),
