@@ -188,7 +188,8 @@ def fit_peak_efficiency(gpu_name, points=None):
     """``{"compute_efficiency": eta, "fp8_gemm_scale": s or None, "loss_bf16", "loss_fp8"}`` for ``gpu_name``: eta
     minimises the mean |log(predicted / published)| over its bf16 rows, with the other GEMM parameters its
     ``calibration`` family's; then ``s`` over its fp8 rows (None without fp8 rows), and, where it has nvfp4 or mxfp8
-    rows, ``fp4_gemm_scale`` / ``mxfp8_gemm_scale`` and ``loss_fp4`` / ``loss_mxfp8`` over those. Rounded to 4 decimals, as the presets hold them."""
+    rows, ``fp4_gemm_scale`` / ``mxfp8_gemm_scale`` and ``loss_fp4`` / ``loss_mxfp8`` over those. Rounded to 4
+    decimals, as the presets hold them."""
     import numpy as np
     from dataclasses import replace
 

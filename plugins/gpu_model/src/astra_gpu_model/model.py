@@ -349,7 +349,8 @@ class GpuComputeModel:
             return grouped_gemm_time_s(group_shapes(op.m, op.n, op.k, *grouped), peak_flops=peak,
                                        sm_count=gpu.sm_count, hbm_bytes_per_s=gpu.hbm_bytes_per_s,
                                        in_bytes=DTYPE_BYTES.get(dtype, 2), out_bytes=op.out_bytes,
-                                       params=gpu.gemm_params(dtype if dtype in BLOCK_SCALED else rate), tiles=gpu.gemm_tiles, group_us=fit.group_us,
+                                       params=gpu.gemm_params(dtype if dtype in BLOCK_SCALED else rate),
+                                       tiles=gpu.gemm_tiles, group_us=fit.group_us,
                                        stream_bytes_per_s=fit.stream_rate(gpu.sm_count, gpu.boost_clock_mhz))
         if op.kind == "gemm":
             in_bytes = DTYPE_BYTES.get(dtype, 2)
