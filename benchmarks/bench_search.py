@@ -48,7 +48,7 @@ def run(flags, folder, name, cache):
     wall = time.perf_counter() - started
     print(f"  {name}: {wall:.0f} s wall, {_children_cpu_s() - cpu:.0f} s CPU (the search and its workers)")
     for line in out.stderr.splitlines():
-        if line.lstrip().startswith(("bounded", "simulated")) or "raised" in line:
+        if line.lstrip().startswith(("bounded", "simulated", "lower bound")) or "raised" in line:
             print(f"  {name}: {line}")
     import pandas as pd
 

@@ -40,7 +40,8 @@ def _direct(cache, cfg):
     """The bound from generating the layout itself (its own micro-batches and virtual stages)."""
     ranks = cache._compute(_options(cfg), cfg.micro_batches)
     edged = cfg.virtual_stages == 1
-    return max(max(compute, longest, compute + edge if edged else 0) for compute, longest, edge, *_ in ranks.values())
+    return max(max(compute, longest, compute + edge if edged else 0, serial if edged else 0)
+               for compute, longest, edge, _fill, _drain, serial, _post in ranks.values())
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(micro_batches=6), dict(virtual_stages=2, micro_batches=4),
@@ -94,7 +95,19 @@ def test_the_pipeline_edge_tightens_the_bound():
     piped = cache.terms(_cfg(tp=2, pp=4, dp=1, micro_batches=8))
     assert piped.bound_ns(8) > piped.bound_ns(8, 0) > 0
     flat = cache.terms(_cfg(tp=2, pp=1, dp=4, micro_batches=8))
-    assert flat.bound_ns(8) == flat.bound_ns(8, 0)
+    assert all(flat.pipeline_fixed_ns[r] + 8 * flat.pipeline_per_micro_batch_ns[r] <= flat.bound_ns(8, 0)
+               for r in flat.fixed_ns)
+
+
+def test_the_communicators_serial_work_tightens_the_bound():
+    """PP 1, ZeRO-1 over DP 4: after the optimizer the rank still all-gathers every layer's parameters, one at a
+    time on its data-parallel communicator (post_ns), so the bound rises above the busiest rank's chain; with
+    virtual stages it is not counted."""
+    cache = BoundCache(SOURCE, "h100-sxm", 8, disk=False)
+    flat = cache.terms(_cfg(tp=2, pp=1, dp=4, micro_batches=8))
+    assert flat.bound_ns(8) > flat.bound_ns(8, 0) > 0
+    assert min(flat.post_ns.values()) > 0
+    assert flat.bound_ns(8, 2) == flat.bound_ns(8, 0)
 
 
 def _graph(*ranks):
@@ -212,6 +225,24 @@ def test_pruned_search_finds_the_exhaustive_winner_and_the_bound_holds(capsys):
     assert "skipped: their lower bound is not below" in printed.err
     best = pruned["ranked"][0]["step_ns"]
     assert all(p["bound_ns"] >= best for p in pruned["pruned"])
+    error = pruned["bound_error"]  # stated: bound / simulated step over the simulated layouts
+    assert error["layouts"] == len(pruned["ranked"]) and 0 < error["min"] <= error["median"] <= error["max"] <= 1
+    assert f"lower bound / simulated step over the {error['layouts']} simulated layouts" in printed.err
+
+
+def test_bound_error_by_hand():
+    """bound / simulated step over the layouts simulated with a bound (a failed point and one without a bound
+    left out): min, median (the middle two's mean for an even count), max."""
+    from astra_sweep.search import _key, bound_error
+
+    layouts = [_cfg(micro_batches=m) for m in (4, 8, 12, 16, 20)]
+    rows = {_key(c): {"status": "ok", "step_ns": 100} for c in layouts}
+    rows[_key(layouts[3])] = {"status": "error: boom", "step_ns": None}
+    bounds = {id(layouts[0]): (80, 0), id(layouts[1]): (90, 0), id(layouts[2]): (60, 0), id(layouts[3]): (99, 0)}
+    assert bound_error(layouts, rows, bounds) == {"layouts": 3, "min": 0.6, "median": 0.8, "max": 0.9}
+    bounds[id(layouts[4])] = (70, 0)
+    assert bound_error(layouts, rows, bounds) == {"layouts": 4, "min": 0.6, "median": 0.75, "max": 0.9}
+    assert bound_error(layouts, rows, {}) is None
 
 
 @pytest.mark.slow

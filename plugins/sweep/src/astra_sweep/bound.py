@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, replace
 from astra_sim.errors import AstraError
 
 #: bumped when what the terms measure changes: the disk cache's entries of another version are not read
-TERMS_VERSION = 4
+TERMS_VERSION = 5
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,10 @@ class StepTerms:
     rank); its compute with the pipeline's edge (:func:`pipeline_edges`; valid without virtual stages) as
     ``pipeline_fixed_ns`` and ``pipeline_per_micro_batch_ns``; for :func:`interleaved_bound_ns`, each rank's compute
     per micro-batch and, in the one-micro-batch generation, its ``fill_ns`` (the longest path before its first
-    compute node) and ``drain_ns`` (the longest path after its last send to a lower rank, its backward's)."""
+    compute node) and ``drain_ns`` (the longest path after its last send to a lower rank, its backward's); the
+    serial work of its communicators (:func:`communicator_bounds`; valid without virtual stages) as
+    ``slot_fixed_ns`` and ``slot_per_micro_batch_ns``, and ``post_ns``, the most collective time one communicator
+    runs after the rank's last compute node (:func:`communicator_bounds`, for :func:`interleaved_bound_ns`)."""
 
     fixed_ns: dict
     per_micro_batch_ns: dict
@@ -61,15 +64,20 @@ class StepTerms:
     chain_per_micro_batch_ns: dict = field(default_factory=dict)
     fill_ns: dict = field(default_factory=dict)
     drain_ns: dict = field(default_factory=dict)
+    slot_fixed_ns: dict = field(default_factory=dict)
+    slot_per_micro_batch_ns: dict = field(default_factory=dict)
+    post_ns: dict = field(default_factory=dict)
 
     def bound_ns(self, micro_batches, virtual_stages=1):
         """The busiest rank's: a lower bound on the simulated step (int ns). With virtual stages (or 0: none
-        asked) the pipeline's edge is not counted (it was measured on whole stages, longer than a virtual
-        stage's chunk)."""
+        asked) the pipeline's edge and the communicators' serial work are not counted (they were measured on
+        whole stages, whose waits differ from a virtual stage's chunk's)."""
         out = max(self.fixed_ns[r] + micro_batches * self.per_micro_batch_ns[r] for r in self.fixed_ns)
-        if virtual_stages == 1 and self.pipeline_fixed_ns:
-            out = max(out, max(self.pipeline_fixed_ns[r] + micro_batches * self.pipeline_per_micro_batch_ns[r]
-                               for r in self.pipeline_fixed_ns))
+        if virtual_stages == 1:
+            for fixed, per in ((self.pipeline_fixed_ns, self.pipeline_per_micro_batch_ns),
+                               (self.slot_fixed_ns, self.slot_per_micro_batch_ns)):
+                if fixed:
+                    out = max(out, max(fixed[r] + micro_batches * per[r] for r in fixed))
         return out
 
 
@@ -80,7 +88,7 @@ def _paths(graphs):
     sends, recvs = {}, {}
     for rank, graph in graphs.items():
         for node_id, _, _, _, p2p in graph:
-            if p2p is not None:
+            if p2p is not None and p2p[0] in ("send", "recv"):
                 (sends if p2p[0] == "send" else recvs).setdefault(p2p[1:], []).append((rank, node_id))
     joined = {recvs[key][0]: found[0] for key, found in sends.items()
               if len(found) == 1 and len(recvs.get(key, ())) == 1}
@@ -165,6 +173,72 @@ def fill_and_drain(graphs, paths=None):
     return out
 
 
+def communicator_bounds(graphs, paths=None):
+    """{rank: (serial ns, post ns)} over the joined graph of :func:`pipeline_edges` (a collective's key is
+    ("coll", its communicator)); {} for a cycle.
+
+    Why ``serial`` is a lower bound on the step: a rank's collectives on one communicator run one at a time (the
+    workload gives each communicator one communication slot under ``comm-streams: per-communicator``, the
+    platforms' setting, and all of them one slot otherwise; :mod:`astra_sim.workload.workload`), each for at
+    least its cost here. So for any set ``S`` of them the first starts at ``min head(S)`` or later, the last
+    ends ``cost(S)`` after that or later, and the step lasts ``min tail(S)`` more: ``min head(S) + cost(S) +
+    min tail(S)``, tried for ``S`` the ``k`` of longest tail and the ``k`` of latest head, every ``k``, every
+    communicator. A data-parallel step's gradient reduce-scatters and parameter all-gathers across nodes are the
+    largest such sets.
+
+    ``post``: the most collective time one communicator runs after the rank's last compute node (in trace
+    order, the end of its chain of compute: the optimizer), its own descendants: they start after it ends and
+    run one at a time, so the step lasts at least that long after it (ZeRO-1/2's parameter all-gathers)."""
+    paths = _paths(graphs) if paths is None else paths
+    if paths is None:
+        return {}
+    start, tail = paths
+    out = {}
+    for rank, graph in graphs.items():
+        by_comm = {}
+        for node_id, cost, _, _, key in graph:
+            if key is not None and key[0] == "coll" and cost > 0:
+                by_comm.setdefault(key[1], []).append((start[(rank, node_id)], cost, tail[(rank, node_id)]))
+        serial = 0
+        for items in by_comm.values():
+            for order in (sorted(items, key=lambda x: -x[2]), sorted(items, key=lambda x: -x[0])):
+                head = least_tail = None
+                total = 0
+                for h, c, t in order:
+                    head = h if head is None else min(head, h)
+                    least_tail = t if least_tail is None else min(least_tail, t)
+                    total += c
+                    serial = max(serial, head + total + least_tail)
+        out[rank] = (int(serial), _post(graph))
+    return out
+
+
+def _post(graph):
+    """The most collective time one communicator of a rank runs among the descendants of its last compute
+    node (see :func:`communicator_bounds`)."""
+    last = None
+    for node_id, _, on_slot, _, _ in graph:
+        if on_slot:
+            last = node_id
+    if last is None:
+        return 0
+    children = {}
+    for node_id, _, _, deps, _ in graph:
+        for d in deps:
+            children.setdefault(d, []).append(node_id)
+    seen, todo = {last}, [last]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in seen:
+                seen.add(child)
+                todo.append(child)
+    by_comm = {}
+    for node_id, cost, _, _, key in graph:
+        if node_id in seen and key is not None and key[0] == "coll":
+            by_comm[key[1]] = by_comm.get(key[1], 0) + cost
+    return int(max(by_comm.values(), default=0))
+
+
 def interleaved_bound_ns(cfg, stages, micro_batches):
     """A lower bound (int ns) on the step of ``cfg``, a layout with ``V = cfg.virtual_stages > 1``, from ``stages``:
     the :class:`StepTerms` of the same layout with ``P x V`` whole stages (VP 1, the same TP, DP, CP, EP, micro-batch
@@ -189,6 +263,13 @@ def interleaved_bound_ns(cfg, stages, micro_batches):
       the last they take at least ``micro_batches`` times the sum of those stages' longest path per micro-batch
       (the chain's, as the whole-stage terms count it, :class:`BoundCache`).
 
+    * after every node of ``S`` the rank still runs its optimizer (chained after ``S``) and then, one at a time
+      on its data-parallel communicator, the parameter all-gathers of every one of its chunks' layers (ZeRO-1/2):
+      at least the sum over its chunks ``c`` of stage ``c x P + q``'s ``post_ns`` (:func:`communicator_bounds`;
+      the same layers' all-gathers, of the same sizes, on a communicator of the same ranks and nodes, when
+      stages fill whole nodes: :meth:`BoundCache._collective_ns`), so the larger of that and ``drain_ns`` follows
+      ``S``.
+
     So the step is at least ``fill + micro_batches x per micro-batch + drain`` of every rank ``q``, per
     micro-batch the larger of the two sums: the interleaved pipeline's fill and drain of ``(P - 1) / V``
     micro-batches, from its own chunks. A layout with ZeRO-3 has no such bound (its first micro-batch gathers the
@@ -201,7 +282,7 @@ def interleaved_bound_ns(cfg, stages, micro_batches):
     by_stage = {}
     for rank, compute in stages.compute_per_micro_batch_ns.items():
         here = (compute, stages.chain_per_micro_batch_ns.get(rank, 0), stages.fill_ns.get(rank, 0),
-                stages.drain_ns.get(rank, 0))
+                stages.drain_ns.get(rank, 0), stages.post_ns.get(rank, 0))
         u = rank // per_stage
         # several representatives of a stage: the least of each term holds for all of them
         by_stage[u] = here if u not in by_stage else tuple(map(min, by_stage[u], here))
@@ -211,13 +292,15 @@ def interleaved_bound_ns(cfg, stages, micro_batches):
     for q in range(P):
         chunks = [by_stage[c * P + q] for c in range(V)]
         per_mb = max(sum(c[0] for c in chunks), sum(c[1] for c in chunks))
-        out = max(out, by_stage[q][2] + micro_batches * per_mb + by_stage[q][3])
+        after = max(by_stage[q][3], sum(c[4] for c in chunks))
+        out = max(out, by_stage[q][2] + micro_batches * per_mb + after)
     return int(out)
 
 
 #: StepTerms' fields, as the disk cache keeps them
 _FIELDS = ("fixed_ns", "per_micro_batch_ns", "pipeline_fixed_ns", "pipeline_per_micro_batch_ns",
-           "compute_per_micro_batch_ns", "chain_per_micro_batch_ns", "fill_ns", "drain_ns")
+           "compute_per_micro_batch_ns", "chain_per_micro_batch_ns", "fill_ns", "drain_ns", "slot_fixed_ns",
+           "slot_per_micro_batch_ns", "post_ns")
 
 
 def pipeline_estimate(terms, cfg):
@@ -261,17 +344,22 @@ def _code_digest():
 class BoundCache:
     """Each layout's :class:`StepTerms` on one GPU, computed once per search (and once per machine on disk)."""
 
-    def __init__(self, source, gpu, gpus_per_node, *, nccl=True, disk=True):
+    def __init__(self, source, gpu, gpus_per_node, *, nccl=True, disk=True, nic_gbps=None, sharp=False):
         """``source``: the workload options naming the model (``{"preset": ...}`` or ``{"model": path}``, with
         ``seq-len`` / ``gemm-dtype`` when given); ``gpu``: the platform's GPU preset name or YAML; ``nccl``: the
-        run times collectives with the NCCL model (``--platform-collective nccl``), so in-node ones count."""
+        run times collectives with the NCCL model (``--platform-collective nccl``), so in-node ones count;
+        ``nic_gbps`` and ``sharp``: the NIC rate (GB/s per GPU and direction) and SHARP the run's NCCL model
+        prices the fabric with (the platform's ``nccl_nic_gbps`` and ``nccl_sharp`` options), so collectives
+        across nodes count too (None: they count 0)."""
         from astra_gpu_model import GpuComputeModel
         from astra_gpu_model.nccl import config_for_gpu
 
         self.source = dict(source)
         self.gpu = gpu
         self.model = GpuComputeModel(gpu=gpu)  # its per-op cache is shared by every layout of the search
-        self.nccl = config_for_gpu(gpu) if nccl else None
+        self.nic_gbps, self.sharp = (float(nic_gbps) if nic_gbps else None), bool(sharp)
+        overrides = {**({"nic_gbps": self.nic_gbps} if self.nic_gbps else {}), **({"sharp": True} if sharp else {})}
+        self.nccl = config_for_gpu(gpu, **overrides) if nccl else None  # as the run's (nccl._config_for_options)
         self.gpus_per_node = int(gpus_per_node)
         self.disk = _cache_dir() if disk else None
         self.memory = {}
@@ -282,7 +370,16 @@ class BoundCache:
             with open(model_file, "rb") as handle:
                 model_digest = hashlib.sha256(handle.read()).hexdigest()
         self._salt = json.dumps([self.source, model_digest, self.model.describe(), bool(nccl), self.gpus_per_node,
-                                 TERMS_VERSION, _code_digest()], sort_keys=True, default=str)
+                                 self.nic_gbps, self.sharp, TERMS_VERSION, _code_digest()], sort_keys=True,
+                                default=str)
+
+    @classmethod
+    def for_platform(cls, source, platform, gpus, *, nccl=True, disk=True):
+        """The cache of a search on ``gpus`` GPUs of ``platform`` (a GPU platform: its GPU, node size, and the
+        NIC rate and SHARP its runs' NCCL model prices collectives across nodes with, from its implied options)."""
+        implied = platform.resolve(max(1, gpus // platform.gpus_per_node), {"platform_collective": "nccl"}).options
+        return cls(source, platform.gpu, platform.gpus_per_node, nccl=nccl, disk=disk,
+                   nic_gbps=implied.get("nccl_nic_gbps"), sharp=bool(implied.get("nccl_sharp")))
 
     def terms(self, cfg):
         """The layout's :class:`StepTerms`, or None when the generator refuses its one- and two-micro-batch
@@ -346,7 +443,8 @@ class BoundCache:
                 todo[key] = shared
         if not todo:
             return 0
-        payload = executor.share((self.source, self.gpu, self.gpus_per_node, self.nccl is not None))
+        payload = executor.share((self.source, self.gpu, self.gpus_per_node, self.nccl is not None, self.nic_gbps,
+                                  self.sharp))
         tasks = [((key, shared), payload) for key, shared in todo.items()]
         for (key, _), found in executor.run(terms_task, tasks):
             if not isinstance(found, (StepTerms, type(None))):  # a worker that died: computed here instead
@@ -358,58 +456,73 @@ class BoundCache:
         return len(todo)
 
     def _compute(self, options, micro_batches):
-        """{rank: (compute ns, longest path ns, edge ns, fill ns, drain ns)} of the layout generated with
-        ``micro_batches``: the GPU-compute slot's sum, the rank's longest chain of dependencies with compute and
-        in-node collectives at their costs, the pipeline's edge (:func:`pipeline_edges`) and the fill and drain
-        (:func:`fill_and_drain`) over the representative ranks' traces."""
+        """{rank: (compute ns, longest path ns, edge ns, fill ns, drain ns, serial ns, post ns)} of the layout
+        generated with ``micro_batches``: the GPU-compute slot's sum, the rank's longest chain of dependencies with
+        compute and collectives at their costs, the pipeline's edge (:func:`pipeline_edges`), the fill and drain
+        (:func:`fill_and_drain`) and its communicators' serial work (:func:`communicator_bounds`) over the
+        representative ranks' traces."""
         from astra_sim.workload.compact import read_compact_workload
         from astra_workload_generators.llm import LlmSpec, generate_llm_workload
 
         mapping = {**self.source, **options, "micro-batches": micro_batches}
         from astra_sim.generated import private_folder
 
+        # stages of whole nodes: a group spans the same nodes in a layout and in its P x V whole-stage twin
+        whole_nodes = (options["tp"] * options["cp"] * options["dp"]) % self.gpus_per_node == 0
         with private_folder("astra-bound-") as folder:  # named by this process: a SIGKILLed run's is reclaimed
             prefix = os.path.join(folder, "w")
             generate_llm_workload(LlmSpec.from_mapping(mapping, "workload.llm"), prefix, on_warning=lambda _: None)
             with open(f"{prefix}.groups.json") as handle:
                 groups = json.load(handle)
-            graphs = {int(rank): self._graph(path, int(rank), groups)
-                      for rank, path in read_compact_workload(prefix).traces.items()}
+            workload = read_compact_workload(prefix)
+            across = workload.npus if whole_nodes else None
+            graphs = {int(rank): self._graph(path, int(rank), groups, across)
+                      for rank, path in workload.traces.items()}
         paths = _paths(graphs)
         edges = pipeline_edges(graphs, paths)
         ends = fill_and_drain(graphs, paths)
+        slots = communicator_bounds(graphs, paths)
         out = {}
         for rank, graph in graphs.items():
             finish = {}
             for node_id, cost, is_compute, deps, _ in graph:
                 finish[node_id] = max((finish[d] for d in deps if d in finish), default=0) + cost
             compute = sum(cost for _, cost, is_compute, _, _ in graph if is_compute)
-            out[rank] = (compute, int(max(finish.values(), default=0)), edges.get(rank, 0), *ends.get(rank, (0, 0)))
+            out[rank] = (compute, int(max(finish.values(), default=0)), edges.get(rank, 0), *ends.get(rank, (0, 0)),
+                         *slots.get(rank, (0, 0)))
         return out
 
-    def _graph(self, path, rank, groups):
-        """A rank's trace as [(node id, cost ns, on the GPU-compute slot, deps, p2p key)] in file order; the
-        p2p key is ("send" | "recv", src, dst, tag) for point-to-point nodes, else None."""
+    def _graph(self, path, rank, groups, npus=None):
+        """A rank's trace as [(node id, cost ns, on the GPU-compute slot, deps, key)] in file order; the key is
+        ("send" | "recv", src, dst, tag) for point-to-point nodes, ("coll", communicator) for collectives, else
+        None. ``npus``: the workload's ranks, when collectives across nodes count (:meth:`_collective_ns`)."""
         from astra_sim.chakra import types as T
         from astra_sim.chakra.reader import read_et
 
         graph = []
         for node in read_et(path, keep_raw=False).nodes:
-            cost, is_compute, p2p = 0, False, None
+            cost, is_compute, key = 0, False, None
             if node.type == T.COMP_NODE and not node.attrs.get("is_cpu_op"):  # CPU ops use the CPU slot
                 cost, is_compute = int(self.model.compute_time_ns(node, rank) or 0), True
             elif node.type == T.COMM_COLL_NODE:
-                cost = self._collective_ns(node, groups)
+                cost = self._collective_ns(node, groups, npus)
+                key = ("coll", str(node.attrs.get("pg_name", "")))
             elif node.type in (T.COMM_SEND_NODE, T.COMM_RECV_NODE):
                 send = node.type == T.COMM_SEND_NODE
-                p2p = ("send" if send else "recv", node.attrs.get("comm_src", rank if send else None),
+                key = ("send" if send else "recv", node.attrs.get("comm_src", rank if send else None),
                        node.attrs.get("comm_dst", None if send else rank), node.attrs.get("comm_tag"))
-            graph.append((node.id, cost, is_compute, (*node.data_deps, *node.ctrl_deps), p2p))
+            graph.append((node.id, cost, is_compute, (*node.data_deps, *node.ctrl_deps), key))
         return graph
 
-    def _collective_ns(self, node, groups):
-        """The NCCL model's time of a collective whose group lies in one node (what the simulated phase waits,
-        at least: it also waits for its peers); 0 for any other (a lower bound needs no more)."""
+    def _collective_ns(self, node, groups, npus=None):
+        """The NCCL model's time of a collective (what the simulated phase waits, at least: it also waits for its
+        peers and its communicator's earlier collectives): with ``--platform-collective nccl`` a communicator
+        group's collective is one phase of :class:`astra_gpu_model.nccl.NcclCollective` over the group's ranks
+        and the nodes they span, timed by ``collective_time_us`` with the run's NCCL configuration (the GPU, the
+        platform's NIC rate and SHARP: ``self.nccl``). Counted when the group lies in one node, or, given the
+        workload's ``npus`` and the NIC rate, spans several nodes without being every rank (the default group,
+        and a group of every rank, run one phase per network dimension instead); 0 otherwise (a lower bound
+        needs no more)."""
         from astra_gpu_model.nccl import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, collective_time_us
         from astra_sim.chakra import types as T
 
@@ -421,10 +534,12 @@ class BoundCache:
         size = node.attrs.get("comm_size")
         if kind is None or not members or not isinstance(size, int) or size <= 0 or len(members) < 2:
             return 0
-        if len({m // self.gpus_per_node for m in members}) != 1:
+        nodes = len({m // self.gpus_per_node for m in members})
+        if nodes > 1 and (npus is None or self.nic_gbps is None or len(members) >= npus
+                          or str(node.attrs.get("pg_name")) in ("", "0")):
             return 0
         n_bytes = size * len(members) if kind == ALL_GATHER else size  # NCCL's nBytes, as the simulated phase's
-        return int(collective_time_us(kind, n_bytes, len(members), self.nccl, 1)[0] * 1000)
+        return int(collective_time_us(kind, n_bytes, len(members), self.nccl, nodes)[0] * 1000)
 
     def _load(self, key):
         if not self.disk:
@@ -454,7 +569,9 @@ def compute_terms(cache, shared):
     """The :class:`StepTerms` of ``shared`` from its generations with one and two micro-batches (None when the
     generator refuses either): a rank's terms are its longest path where that exceeds its compute in both, else its
     compute; its compute with the pipeline's edge (which grows by the same amount with each micro-batch); its
-    compute and longest path per micro-batch; the fill and drain of the one-micro-batch generation."""
+    compute and longest path per micro-batch; the fill and drain of the one-micro-batch generation; its
+    communicators' serial work, linear from one generation to the next as the edge is; the work after its last
+    compute node, of the one-micro-batch generation."""
     from .search import _options
 
     options = _options(shared)
@@ -471,7 +588,9 @@ def compute_terms(cache, shared):
                      {r: 2 * a - b for r, (a, b) in edged.items()}, {r: b - a for r, (a, b) in edged.items()},
                      {r: two[r][0] - one[r][0] for r in one}, {r: two[r][1] - one[r][1] for r in one},
                      {r: one[r][3] for r in one},
-                     {r: one[r][4] for r in one})
+                     {r: one[r][4] for r in one},
+                     {r: 2 * one[r][5] - two[r][5] for r in one}, {r: two[r][5] - one[r][5] for r in one},
+                     {r: one[r][6] for r in one})
 
 
 #: a worker process's caches by their settings (a worker computes many layouts' terms with one compute model)
@@ -482,8 +601,9 @@ def terms_task(task, payload):
     """An executor task of :meth:`BoundCache.prefetch`: (key, shared layout) -> its :class:`StepTerms` or None,
     computed in this worker (no disk: the search's process keeps them)."""
     _key, shared = task
-    source, gpu, gpus_per_node, nccl = payload
-    ident = json.dumps([source, gpu, gpus_per_node, nccl], sort_keys=True, default=str)
+    source, gpu, gpus_per_node, nccl, nic_gbps, sharp = payload
+    ident = json.dumps(payload, sort_keys=True, default=str)
     if ident not in _WORKER_CACHES:
-        _WORKER_CACHES[ident] = BoundCache(source, gpu, gpus_per_node, nccl=nccl, disk=False)
+        _WORKER_CACHES[ident] = BoundCache(source, gpu, gpus_per_node, nccl=nccl, disk=False, nic_gbps=nic_gbps,
+                                           sharp=sharp)
     return compute_terms(_WORKER_CACHES[ident], shared)

@@ -341,16 +341,17 @@ def _search_layouts(args, late):
             private_folder("astra-search-") as folder:  # named by this process: a SIGKILLed run's is reclaimed
         bounds, interleaved = _bounds(fit, source, platform, args, executor)
         output = args.points or os.path.join(folder, "results.parquet")
+        rounds = []
         summary, rows, pruned = _simulate(fit, bounds, source, output, folder, args, objective, executor, state,
-                                          interleaved)
+                                          interleaved, rounds)
     beyond = {id(c) for c in pruned if not objective.meets_bound(bounds[id(c)][0])}
     if summary is None:
         least = min(bounds[id(c)][0] for c in fit) / 1e6
         raise ConfigError(f"--max-step-time-ms {args.max_step_time_ms:g}: no layout can meet it (the least lower bound "
                           f"on a layout's step is {least:,.1f} ms); raise it or add GPUs")
     if bounds:
-        print(f"simulated {len(fit) - len(pruned)} layouts; {len(pruned) - len(beyond)} skipped: "
-              f"{objective.pruned_why()} (--exhaustive simulates them)")
+        print(f"simulated {len(fit) - len(pruned)} layouts in {len(rounds)} rounds ({sum(rounds):.1f} s); "
+              f"{len(pruned) - len(beyond)} skipped: {objective.pruned_why()} (--exhaustive simulates them)")
         if interleaved.done:
             print(f"  {len(interleaved.done)} interleaved layouts' bounds raised by their own chunks in "
                   f"{interleaved.seconds:.1f} s")
@@ -376,6 +377,10 @@ def _search_layouts(args, late):
                               f"{fastest:,.1f} ms or more); raise it or add GPUs")
     overlaps = _overlapping_the_best(ranked, objective)
     _print_top(ranked[:args.top], summary, objective, overlaps)
+    error = bound_error(fit, rows, bounds)
+    if error is not None:
+        print(f"lower bound / simulated step over the {error['layouts']} simulated layouts: min {error['min']:.3f}, "
+              f"median {error['median']:.3f}, max {error['max']:.3f} (each layout's bound as the search used it)")
     inside = _skipped_inside(ranked[0][4], [bounds[id(c)][0] for c in pruned if id(c) not in beyond]) if overlaps \
         else 0
     if len(overlaps) > 1 or inside:
@@ -391,6 +396,7 @@ def _search_layouts(args, late):
               "dropped": {why: [_options(c) for c, _ in items] for why, items in dropped.items()},
               "refused": invalid, "batch_refused": batch_refused,
               "pruned": [{"layout": _options(c), "bound_ns": bounds[id(c)][0]} for c in pruned if id(c) not in beyond],
+              **({"bound_error": error} if error is not None else {}),
               **({"over_max_step_time": over} if objective.max_step_ns is not None else {})}
     if args.output:
         from astra_sim.safeio import write_or_recover
@@ -442,7 +448,7 @@ def _bounds(fit, source, platform, args, executor):
     from .bound import BoundCache, pipeline_estimate
 
     started = time.perf_counter()
-    cache = BoundCache(source, gpu, platform.gpus_per_node, nccl=args.platform_collective == "nccl")
+    cache = BoundCache.for_platform(source, platform, args.gpus, nccl=args.platform_collective == "nccl")
     cache.prefetch([cache.terms_layout(c) for c in fit], executor)
     out, whole = {}, {}
     for cfg in fit:
@@ -486,12 +492,14 @@ class _Interleaved:
         self.seconds += time.perf_counter() - started
 
 
-def _simulate(fit, bounds, source, output, folder, args, objective, executor, state, interleaved=None):
+def _simulate(fit, bounds, source, output, folder, args, objective, executor, state, interleaved=None, rounds=None):
     """Simulate the layouts in rounds on ``executor``, most promising first, skipping those whose bound reaches
     the objective's limit (:meth:`.objective.Objective.limit_ns`: they cannot beat the best row simulated so far,
     or cannot meet the step-time bound; interleaved layouts' bounds raised first by ``interleaved``); (the last
     round's summary, None when no layout could meet the step-time bound, {layout key: row}, the layouts not
-    simulated)."""
+    simulated). Each round's wall seconds are appended to ``rounds``."""
+    import time
+
     from .sweep import run_sweep
 
     never = (float("inf"), float("inf"))
@@ -508,6 +516,7 @@ def _simulate(fit, bounds, source, output, folder, args, objective, executor, st
         return id(cfg) not in bounds or bounds[id(cfg)][0] < limit
 
     workers = max(1, getattr(executor, "workers", None) or args.jobs or 4)
+    batch = workers
     while todo or summary is None:
         limit = objective.limit_ns(best) if bounds else None
         if limit is not None:
@@ -515,19 +524,39 @@ def _simulate(fit, bounds, source, output, folder, args, objective, executor, st
             if interleaved is not None:
                 interleaved(todo, limit)
                 todo = [c for c in todo if could_win(c, limit)]
-        # the first round one layout per worker (the most promising: a best step to prune with, soon); later
-        # rounds two per worker, so that a worker that finishes early takes the next one instead of waiting
-        batch = len(todo) if not bounds else workers * (1 if best is None else 2)
-        round_, todo = todo[:batch], todo[batch:]
+        # the first round one layout per worker (the most promising: a best step to prune with, soon); each later
+        # round twice the one before (a round waits for its slowest layout, and its base case is checked with the
+        # workers idle, so few rounds keep the workers busy; a layout that a better step found in its own round
+        # would have pruned is simulated all the same, and the answer is the same)
+        round_, todo = (todo[:batch], todo[batch:]) if bounds else (todo, [])
+        batch *= 2
         if not round_ and (summary is not None or not done):
             break
+        # the longest first (a point's time grows with its micro-batches), so that the round ends with short ones
+        round_.sort(key=lambda c: (-c.micro_batches, -c.virtual_stages))
         done += round_
+        started = time.perf_counter()
         summary = _run_round(done, (round_ or done)[0], source, output, folder, args, state, executor, run_sweep,
                              objective)
+        if rounds is not None:
+            rounds.append(time.perf_counter() - started)
         rows = _read(output)
         best = _best(round_, rows, best, objective)
     simulated = {id(c) for c in done}
     return summary, rows, [c for c in fit if id(c) not in simulated]
+
+
+def bound_error(fit, rows, bounds):
+    """How far below the simulated steps the lower bounds lay: ``{"layouts": n, "min", "median", "max"}`` of
+    bound / simulated step over the layouts simulated with a bound (as the search used it: an interleaved
+    layout's raised only where that was asked), or None without any."""
+    ratios = sorted(bounds[id(c)][0] / rows[_key(c)]["step_ns"] for c in fit
+                    if id(c) in bounds and rows.get(_key(c), {}).get("status") == "ok" and rows[_key(c)]["step_ns"])
+    if not ratios:
+        return None
+    n = len(ratios)
+    median = ratios[n // 2] if n % 2 else (ratios[n // 2 - 1] + ratios[n // 2]) / 2
+    return {"layouts": n, "min": round(ratios[0], 4), "median": round(median, 4), "max": round(ratios[-1], 4)}
 
 
 def _best(layouts, rows, best, objective):
