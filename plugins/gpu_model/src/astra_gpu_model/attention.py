@@ -33,6 +33,12 @@ FlashAttention-3 has none ("Currently released: FP16 / BF16 forward and backward
 flash-attention README). No published FP8 backward rate was found: ASSUMPTION, cuDNN's FP8 backward loses to its FP8
 forward what its BF16 backward loses to its BF16 forward at the same length (Fig. 6(b) over Fig. 5(c)/(d)); see
 :func:`fp8_backward_kernel_efficiency`.
+
+That assumption (838 TFLOP/s at 8k without the mask) is replaced where a measurement exists: NVIDIA's own cuDNN
+measurements of the H200 (``data/published_attention_hopper.csv``, NVIDIA/cudnn-frontend's
+``sdpa_benchmark_training``, cuDNN 9.19, Llama 3.1's 64/8 heads of 128) time FP8 attention on the H200 and the H100
+SXM5 (same GH100 compute: ASSUMPTION) by mask and length, forward and backward: :func:`hopper_fp8_efficiency`. The
+measured FP8 backward is far slower than assumed (8k: 430 TFLOP/s causal, 636 without the mask).
 """
 
 from __future__ import annotations
@@ -191,13 +197,16 @@ def check_fp8_attention(gpu, kernel, backward):
 def fp8_efficiency(gpu, kernel, causal, seq_len, head_dim, backward=False):
     """The fraction of the FP8 peak an FP8 attention runs at on ``gpu``: on a Blackwell GPU with published cuDNN
     measurements, theirs (:func:`blackwell_efficiency`: FP8 attention there is cuDNN's, whatever the node names);
-    on Hopper (and a Blackwell GPU without them: ASSUMPTION, Hopper's efficiency at its FP8 peak) the forward at
+    on the H200 and H100 SXM5, cuDNN's measured H200 rates (:func:`hopper_fp8_efficiency`; a forward naming fa3
+    keeps Figure 7's); on other Hopper GPUs (and a Blackwell GPU without them: ASSUMPTION, Hopper's efficiency at its FP8 peak) the forward at
     Figure 7's rate of ``kernel`` (``cudnn``, else FlashAttention-3's), the backward at
     :func:`fp8_backward_kernel_efficiency` (cuDNN's, whatever the node names: the only FP8 backward); on another GPU
     with FP8 (Ada, AMD CDNA 3/4) the preset's ``attention_efficiency`` (ASSUMPTION: no FP8 attention measurement of
     those GPUs is used)."""
     arch = gpu.architecture.lower()
     measured = blackwell_efficiency(gpu, "cudnn", "fp8", backward, seq_len)
+    if measured is None:
+        measured = hopper_fp8_efficiency(gpu, kernel, causal, backward, seq_len, head_dim)
     if measured is not None:
         return measured
     if arch.startswith("hopper") or arch.startswith("blackwell"):
@@ -205,6 +214,43 @@ def fp8_efficiency(gpu, kernel, causal, seq_len, head_dim, backward=False):
             return fp8_backward_kernel_efficiency(causal, seq_len, head_dim)
         return fp8_kernel_efficiency("cudnn" if kernel == "cudnn" else "fa3", causal, seq_len, head_dim)
     return gpu.attention_efficiency
+
+
+#: NVIDIA's cuDNN SDPA measurements of the H200 (shipped with the plugin; sources in its header)
+HOPPER_ATTENTION = "published_attention_hopper.csv"
+#: that benchmark's shape: batch 1, 64 query heads (of dimension 128): 64 x s/128 thread blocks of 128 queries
+HOPPER_BENCH_HEADS = 64
+
+
+@functools.lru_cache(maxsize=1)
+def hopper_attention_table():
+    """``{preset: {(precision, causal, "fwd" | "bwd"): (lengths, tflops)}}`` from :data:`HOPPER_ATTENTION`."""
+    text = (resources.files("astra_gpu_model") / "data" / HOPPER_ATTENTION).read_text(encoding="utf-8")
+    rows = list(csv.DictReader(line for line in text.splitlines() if not line.startswith("#")))
+    table = {}
+    for r in rows:
+        for way in ("fwd", "bwd"):
+            key = (r["precision"], r["mask"] == "causal", way)
+            table.setdefault(r["preset"], {}).setdefault(key, []).append((int(r["seq_len"]), float(r[f"{way}_tflops"])))
+    return {preset: {key: tuple(zip(*sorted(points))) for key, points in rows_.items()}
+            for preset, rows_ in table.items()}
+
+
+def hopper_fp8_efficiency(gpu, kernel, causal, backward, seq_len, head_dim):
+    """The fraction of ``gpu``'s FP8 peak cuDNN's FP8 attention reaches on it (before the model's wave quantisation),
+    from NVIDIA's measurements of the H200 (:data:`HOPPER_ATTENTION`), by mask and key length; None where there are
+    none (no rows for the preset, a head dimension above the measured 128) or for a forward naming ``fa3``
+    (FlashAttention-3's own FP8 forward: Fig. 7). The measured TFLOP/s over the preset's FP8 peak, over the
+    benchmark's wave utilisation on the preset's SMs (8k: 64 x 64 = 4096 blocks, 32 waves of 132, 97 %)."""
+    rows = hopper_attention_table().get(gpu.name)
+    peak = gpu.tensor_tflops.get("fp8")
+    if rows is None or not peak or head_dim > 128 or (kernel == "fa3" and not backward):
+        return None
+    lengths, tflops = rows[("fp8", bool(causal), "bwd" if backward else "fwd")]
+    length = min(max(seq_len, lengths[0]), lengths[-1])
+    ctas = HOPPER_BENCH_HEADS * -(-length // 128)
+    utilisation = ctas / (-(-ctas // gpu.sm_count) * gpu.sm_count)
+    return _interpolate(tflops, seq_len, lengths) / peak / utilisation
 
 
 #: NVIDIA's cuDNN SDPA measurements on Blackwell (shipped with the plugin; sources in its header)
@@ -247,7 +293,7 @@ def blackwell_efficiency(gpu, kernel, dtype, backward, seq_len):
     return _interpolate(tflops, seq_len, lengths) / peak / utilisation
 
 
-__all__ = ["BLACKWELL_ATTENTION", "blackwell_attention_table", "blackwell_efficiency", "FP8_MEASURED_TFLOPS", "KERNELS", "check_fp8_attention", "fp8_backward_kernel_efficiency", "fp8_efficiency",
+__all__ = ["BLACKWELL_ATTENTION", "HOPPER_ATTENTION", "hopper_attention_table", "hopper_fp8_efficiency", "blackwell_attention_table", "blackwell_efficiency", "FP8_MEASURED_TFLOPS", "KERNELS", "check_fp8_attention", "fp8_backward_kernel_efficiency", "fp8_efficiency",
            "fp8_kernel_efficiency",
            "fp8_kernel_tflops", "MEASURED_TFLOPS", "is_hopper", "kernel_efficiency", "kernel_tflops",
            "measured_utilisation"]
