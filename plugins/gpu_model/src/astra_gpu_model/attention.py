@@ -39,6 +39,11 @@ measurements of the H200 (``data/published_attention_hopper.csv``, NVIDIA/cudnn-
 ``sdpa_benchmark_training``, cuDNN 9.19, Llama 3.1's 64/8 heads of 128) time FP8 attention on the H200 and the H100
 SXM5 (same GH100 compute: ASSUMPTION) by mask and length, forward and backward: :func:`hopper_fp8_efficiency`. The
 measured FP8 backward is far slower than assumed (8k: 430 TFLOP/s causal, 636 without the mask).
+
+On AMD's MI300X, MI325X (the MI300X's rows: ASSUMPTION) and MI355X, BF16/FP16 attention is timed from AMD's own
+aiter FMHA measurements (``data/published_attention_amd.csv``, ROCm/aiter ``op_tests/cpp/mha/README.md``): forward
+and the FP32-atomic backward Transformer Engine on ROCm runs, by mask and length (:func:`amd_efficiency`), not at the
+preset's assumed ``attention_efficiency``; FP8 attention there keeps the preset's (no measurement used).
 """
 
 from __future__ import annotations
@@ -253,6 +258,42 @@ def hopper_fp8_efficiency(gpu, kernel, causal, backward, seq_len, head_dim):
     return _interpolate(tflops, seq_len, lengths) / peak / utilisation
 
 
+#: AMD's aiter FMHA measurements of the MI300X and MI355X (shipped with the plugin; sources in its header)
+AMD_ATTENTION = "published_attention_amd.csv"
+#: that table's shape: batch 1, 64 query heads (of dimension 128): 64 x s/128 thread blocks of 128 queries
+AMD_BENCH_HEADS = 64
+
+
+@functools.lru_cache(maxsize=1)
+def amd_attention_table():
+    """``{preset: {(causal, "fwd" | "bwd"): (lengths, tflops)}}`` from :data:`AMD_ATTENTION`."""
+    text = (resources.files("astra_gpu_model") / "data" / AMD_ATTENTION).read_text(encoding="utf-8")
+    table = {}
+    for r in csv.DictReader(line for line in text.splitlines() if not line.startswith("#")):
+        for way in ("fwd", "bwd"):
+            points = table.setdefault(r["preset"], {}).setdefault((r["mask"] == "causal", way), [])
+            points.append((int(r["seq_len"]), float(r[f"{way}_tflops"])))
+    return {preset: {key: tuple(zip(*sorted(points))) for key, points in rows.items()}
+            for preset, rows in table.items()}
+
+
+def amd_efficiency(gpu, causal, backward, seq_len):
+    """The fraction of ``gpu``'s BF16 peak a BF16/FP16 attention reaches on an AMD GPU with AMD's published aiter
+    measurements (:data:`AMD_ATTENTION`: the forward and the FP32-atomic backward Transformer Engine on ROCm runs), by
+    mask and key length (before the model's wave quantisation); None for a preset without rows. The measured TFLOP/s
+    over the preset's BF16 peak, over the table's wave utilisation on the preset's CUs (MI300X, 8k: 64 x 64 = 4096
+    blocks, 14 waves of 304, 96.2 %). Every head dimension is timed at the 128 rows (ASSUMPTION)."""
+    rows = amd_attention_table().get(gpu.name)
+    peak = gpu.tensor_tflops.get("bf16")
+    if rows is None or not peak:
+        return None
+    lengths, tflops = rows[(bool(causal), "bwd" if backward else "fwd")]
+    length = min(max(seq_len, lengths[0]), lengths[-1])
+    ctas = AMD_BENCH_HEADS * -(-length // 128)
+    utilisation = ctas / (-(-ctas // gpu.sm_count) * gpu.sm_count)
+    return _interpolate(tflops, seq_len, lengths) / peak / utilisation
+
+
 #: NVIDIA's cuDNN SDPA measurements on Blackwell (shipped with the plugin; sources in its header)
 BLACKWELL_ATTENTION = "published_attention_blackwell.csv"
 #: the benchmark's shape: batch 1, 128 query heads (of dimension 128): 128 x s/128 thread blocks of 128 queries
@@ -293,7 +334,7 @@ def blackwell_efficiency(gpu, kernel, dtype, backward, seq_len):
     return _interpolate(tflops, seq_len, lengths) / peak / utilisation
 
 
-__all__ = ["BLACKWELL_ATTENTION", "HOPPER_ATTENTION", "hopper_attention_table", "hopper_fp8_efficiency", "blackwell_attention_table", "blackwell_efficiency", "FP8_MEASURED_TFLOPS", "KERNELS", "check_fp8_attention", "fp8_backward_kernel_efficiency", "fp8_efficiency",
+__all__ = ["AMD_ATTENTION", "amd_attention_table", "amd_efficiency", "BLACKWELL_ATTENTION", "HOPPER_ATTENTION", "hopper_attention_table", "hopper_fp8_efficiency", "blackwell_attention_table", "blackwell_efficiency", "FP8_MEASURED_TFLOPS", "KERNELS", "check_fp8_attention", "fp8_backward_kernel_efficiency", "fp8_efficiency",
            "fp8_kernel_efficiency",
            "fp8_kernel_tflops", "MEASURED_TFLOPS", "is_hopper", "kernel_efficiency", "kernel_tflops",
            "measured_utilisation"]

@@ -27,7 +27,7 @@ from collections import Counter
 from astra_sim.chakra import types as T
 from astra_sim.compute import node_work
 
-from astra_gpu_model.attention import (KERNELS as ATTENTION_KERNELS, blackwell_efficiency, check_fp8_attention,
+from astra_gpu_model.attention import (KERNELS as ATTENTION_KERNELS, amd_efficiency, blackwell_efficiency, check_fp8_attention,
                                        fp8_efficiency, is_hopper, kernel_efficiency)
 from astra_gpu_model.gemm import gemm_time_s
 from astra_gpu_model.gpu import BLOCK_SCALED, DTYPE_BYTES, load_gpu
@@ -373,6 +373,8 @@ class GpuComputeModel:
             return fp8_efficiency(self.gpu, kernel, op.causal, op.seq_k, op.head_dim, op.backward)
         dtype = op.dtype if op.dtype in DTYPE_BYTES else self.default_dtype
         measured = blackwell_efficiency(self.gpu, kernel, "bf16", op.backward, op.seq_k)
+        if measured is None:
+            measured = amd_efficiency(self.gpu, op.causal, op.backward, op.seq_k)  # (None off AMD's measured GPUs)
         if measured is not None and dtype in ("bf16", "fp16"):
             return measured
         if kernel is None or not is_hopper(self.gpu):
