@@ -203,8 +203,8 @@ def fp8_efficiency(gpu, kernel, causal, seq_len, head_dim, backward=False):
     """The fraction of the FP8 peak an FP8 attention runs at on ``gpu``: on a Blackwell GPU with published cuDNN
     measurements, theirs (:func:`blackwell_efficiency`: FP8 attention there is cuDNN's, whatever the node names);
     on the H200 and H100 SXM5, cuDNN's measured H200 rates (:func:`hopper_fp8_efficiency`; a forward naming fa3
-    keeps Figure 7's); on other Hopper GPUs (and a Blackwell GPU without them: ASSUMPTION, Hopper's efficiency at its FP8 peak) the forward at
-    Figure 7's rate of ``kernel`` (``cudnn``, else FlashAttention-3's), the backward at
+    keeps Figure 7's); on other Hopper GPUs (and a Blackwell GPU without them: ASSUMPTION, Hopper's efficiency at
+    its FP8 peak) the forward at Figure 7's rate of ``kernel`` (``cudnn``, else FlashAttention-3's), the backward at
     :func:`fp8_backward_kernel_efficiency` (cuDNN's, whatever the node names: the only FP8 backward); on another GPU
     with FP8 (Ada, AMD CDNA 3/4) the preset's ``attention_efficiency`` (ASSUMPTION: no FP8 attention measurement of
     those GPUs is used)."""
@@ -334,7 +334,8 @@ def blackwell_efficiency(gpu, kernel, dtype, backward, seq_len):
     return _interpolate(tflops, seq_len, lengths) / peak / utilisation
 
 
-__all__ = ["AMD_ATTENTION", "amd_attention_table", "amd_efficiency", "BLACKWELL_ATTENTION", "HOPPER_ATTENTION", "hopper_attention_table", "hopper_fp8_efficiency", "blackwell_attention_table", "blackwell_efficiency", "FP8_MEASURED_TFLOPS", "KERNELS", "check_fp8_attention", "fp8_backward_kernel_efficiency", "fp8_efficiency",
-           "fp8_kernel_efficiency",
-           "fp8_kernel_tflops", "MEASURED_TFLOPS", "is_hopper", "kernel_efficiency", "kernel_tflops",
-           "measured_utilisation"]
+__all__ = ["AMD_ATTENTION", "amd_attention_table", "amd_efficiency", "BLACKWELL_ATTENTION", "HOPPER_ATTENTION",
+           "hopper_attention_table", "hopper_fp8_efficiency", "blackwell_attention_table", "blackwell_efficiency",
+           "FP8_MEASURED_TFLOPS", "KERNELS", "check_fp8_attention", "fp8_backward_kernel_efficiency",
+           "fp8_efficiency", "fp8_kernel_efficiency", "fp8_kernel_tflops", "MEASURED_TFLOPS", "is_hopper",
+           "kernel_efficiency", "kernel_tflops", "measured_utilisation"]

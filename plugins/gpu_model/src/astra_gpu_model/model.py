@@ -27,8 +27,8 @@ from collections import Counter
 from astra_sim.chakra import types as T
 from astra_sim.compute import node_work
 
-from astra_gpu_model.attention import (KERNELS as ATTENTION_KERNELS, amd_efficiency, blackwell_efficiency, check_fp8_attention,
-                                       fp8_efficiency, is_hopper, kernel_efficiency)
+from astra_gpu_model.attention import (KERNELS as ATTENTION_KERNELS, amd_efficiency, blackwell_efficiency,
+                                       check_fp8_attention, fp8_efficiency, is_hopper, kernel_efficiency)
 from astra_gpu_model.gemm import gemm_time_s
 from astra_gpu_model.gpu import BLOCK_SCALED, DTYPE_BYTES, load_gpu
 from astra_gpu_model.grouped import group_shapes, grouped_gemm_time_s, grouped_params
