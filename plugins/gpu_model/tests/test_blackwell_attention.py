@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from astra_gpu_model.attention import blackwell_attention_table, blackwell_efficiency
+from astra_gpu_model.attention import BLACKWELL_ATTENTION, blackwell_efficiency, published_attention
 from astra_gpu_model.gpu import load_gpu
 from astra_gpu_model.model import GpuComputeModel
 from astra_sim_testing import flash_attention_node
@@ -23,14 +23,14 @@ def _bench_utilisation(seq, sms):
 
 
 def test_the_table_is_nvidias_published_rows():
-    table = blackwell_attention_table()
+    table = published_attention(BLACKWELL_ATTENTION)  # causal rows: no mask column
     assert set(table) == {"B200", "GB200", "B300"}
-    lengths, fwd = table["B200"][("bf16", "fwd")]
+    lengths, fwd = table["B200"][("bf16", True, "fwd")]
     assert lengths == (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
     assert fwd[4] == 1384.231  # sdpa_fp8_benchmark_results_NVIDIA_B200.csv: 8192, bf16, fwd
-    assert table["B200"][("fp8", "bwd")][1][4] == 1254.687
-    assert table["GB200"][("fp8", "fwd")][1][4] == 1894.0
-    assert table["B300"][("bf16", "bwd")][1][4] == 1150.498  # the GB300 rows (HGX B300: an assumption)
+    assert table["B200"][("fp8", True, "bwd")][1][4] == 1254.687
+    assert table["GB200"][("fp8", True, "fwd")][1][4] == 1894.0
+    assert table["B300"][("bf16", True, "bwd")][1][4] == 1150.498  # the GB300 rows (HGX B300: an assumption)
 
 
 def test_bf16_attention_on_b200_by_hand():
@@ -55,14 +55,14 @@ def test_bf16_attention_on_b200_by_hand():
 
 def test_between_measured_lengths_and_outside_them():
     b200 = load_gpu("B200")
-    fwd = blackwell_attention_table()["B200"][("fp8", "fwd")][1]
+    fwd = published_attention(BLACKWELL_ATTENTION)["B200"][("fp8", True, "fwd")][1]
     # 2^12.5 keys: halfway (in log2) between the 4k and 8k rows
     mid = blackwell_efficiency(b200, "cudnn", "fp8", False, round(2 ** 12.5))
     low = fwd[3] / 4500 / _bench_utilisation(4096, 148)
     high = fwd[4] / 4500 / _bench_utilisation(8192, 148)
     assert min(low, high) * 0.98 < mid < max(low, high) * 1.02
     # below 512 or past 128k: the end rows
-    first_bwd = blackwell_attention_table()["B200"][("fp8", "bwd")][1][0]
+    first_bwd = published_attention(BLACKWELL_ATTENTION)["B200"][("fp8", True, "bwd")][1][0]
     assert blackwell_efficiency(b200, None, "fp8", True, 64) == pytest.approx(
         first_bwd / 4500 / _bench_utilisation(512, 148))
 

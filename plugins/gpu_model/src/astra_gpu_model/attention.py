@@ -221,121 +221,72 @@ def fp8_efficiency(gpu, kernel, causal, seq_len, head_dim, backward=False):
     return gpu.attention_efficiency
 
 
-#: NVIDIA's cuDNN SDPA measurements of the H200 (shipped with the plugin; sources in its header)
+#: Published attention measurements shipped with the plugin (sources in each file's header): NVIDIA's cuDNN SDPA on
+#: the H200, AMD's aiter FMHA on the MI300X and MI355X, NVIDIA's cuDNN SDPA on Blackwell. A table without a
+#: ``precision`` column measured BF16; one without a ``mask`` column, causal attention.
 HOPPER_ATTENTION = "published_attention_hopper.csv"
-#: that benchmark's shape: batch 1, 64 query heads (of dimension 128): 64 x s/128 thread blocks of 128 queries
-HOPPER_BENCH_HEADS = 64
+AMD_ATTENTION = "published_attention_amd.csv"
+BLACKWELL_ATTENTION = "published_attention_blackwell.csv"
+#: each benchmark's shape: batch 1, this many query heads (of dimension 128), so heads x s/128 thread blocks of 128
+#: queries (what its wave utilisation on the measured GPU is computed from)
+BENCH_HEADS = {HOPPER_ATTENTION: 64, AMD_ATTENTION: 64, BLACKWELL_ATTENTION: 128}
 
 
-@functools.lru_cache(maxsize=1)
-def hopper_attention_table():
-    """``{preset: {(precision, causal, "fwd" | "bwd"): (lengths, tflops)}}`` from :data:`HOPPER_ATTENTION`."""
-    text = (resources.files("astra_gpu_model") / "data" / HOPPER_ATTENTION).read_text(encoding="utf-8")
-    rows = list(csv.DictReader(line for line in text.splitlines() if not line.startswith("#")))
+@functools.lru_cache(maxsize=None)
+def published_attention(file):
+    """``{preset: {(precision, causal, "fwd" | "bwd"): (lengths, tflops)}}`` from the shipped table ``file``."""
+    text = (resources.files("astra_gpu_model") / "data" / file).read_text(encoding="utf-8")
     table = {}
-    for r in rows:
+    for r in csv.DictReader(line for line in text.splitlines() if not line.startswith("#")):
         for way in ("fwd", "bwd"):
-            key = (r["precision"], r["mask"] == "causal", way)
+            key = (r.get("precision", "bf16"), r.get("mask", "causal") == "causal", way)
             table.setdefault(r["preset"], {}).setdefault(key, []).append((int(r["seq_len"]), float(r[f"{way}_tflops"])))
-    return {preset: {key: tuple(zip(*sorted(points))) for key, points in rows_.items()}
-            for preset, rows_ in table.items()}
+    return {preset: {key: tuple(zip(*sorted(points))) for key, points in rows.items()} for preset, rows in table.items()}
 
 
-def hopper_fp8_efficiency(gpu, kernel, causal, backward, seq_len, head_dim):
-    """The fraction of ``gpu``'s FP8 peak cuDNN's FP8 attention reaches on it (before the model's wave quantisation),
-    from NVIDIA's measurements of the H200 (:data:`HOPPER_ATTENTION`), by mask and key length; None where there are
-    none (no rows for the preset, a head dimension above the measured 128) or for a forward naming ``fa3``
-    (FlashAttention-3's own FP8 forward: Fig. 7). The measured TFLOP/s over the preset's FP8 peak, over the
-    benchmark's wave utilisation on the preset's SMs (8k: 64 x 64 = 4096 blocks, 32 waves of 132, 97 %)."""
-    rows = hopper_attention_table().get(gpu.name)
-    peak = gpu.tensor_tflops.get("fp8")
-    if rows is None or not peak or head_dim > 128 or (kernel == "fa3" and not backward):
+def published_efficiency(file, gpu, precision, causal, backward, seq_len):
+    """The fraction of ``gpu``'s ``precision`` peak the attention measured in ``file`` reaches on it, by mask and key
+    length (before the model's wave quantisation): the measured TFLOP/s over the preset's peak, over the benchmark's
+    wave utilisation on the preset's SMs (e.g. 64 heads at 8k: 4096 blocks, 32 waves of 132 SMs, 97 %). None where the
+    table has no rows for the preset or the preset no such peak."""
+    rows = published_attention(file).get(gpu.name)
+    peak = gpu.tensor_tflops.get(precision)
+    if rows is None or not peak:
         return None
-    lengths, tflops = rows[("fp8", bool(causal), "bwd" if backward else "fwd")]
+    lengths, tflops = rows[(precision, bool(causal), "bwd" if backward else "fwd")]
     length = min(max(seq_len, lengths[0]), lengths[-1])
-    ctas = HOPPER_BENCH_HEADS * -(-length // 128)
+    ctas = BENCH_HEADS[file] * -(-length // 128)
     utilisation = ctas / (-(-ctas // gpu.sm_count) * gpu.sm_count)
     return _interpolate(tflops, seq_len, lengths) / peak / utilisation
 
 
-#: AMD's aiter FMHA measurements of the MI300X and MI355X (shipped with the plugin; sources in its header)
-AMD_ATTENTION = "published_attention_amd.csv"
-#: that table's shape: batch 1, 64 query heads (of dimension 128): 64 x s/128 thread blocks of 128 queries
-AMD_BENCH_HEADS = 64
-
-
-@functools.lru_cache(maxsize=1)
-def amd_attention_table():
-    """``{preset: {(causal, "fwd" | "bwd"): (lengths, tflops)}}`` from :data:`AMD_ATTENTION`."""
-    text = (resources.files("astra_gpu_model") / "data" / AMD_ATTENTION).read_text(encoding="utf-8")
-    table = {}
-    for r in csv.DictReader(line for line in text.splitlines() if not line.startswith("#")):
-        for way in ("fwd", "bwd"):
-            points = table.setdefault(r["preset"], {}).setdefault((r["mask"] == "causal", way), [])
-            points.append((int(r["seq_len"]), float(r[f"{way}_tflops"])))
-    return {preset: {key: tuple(zip(*sorted(points))) for key, points in rows.items()}
-            for preset, rows in table.items()}
+def hopper_fp8_efficiency(gpu, kernel, causal, backward, seq_len, head_dim):
+    """The fraction of ``gpu``'s FP8 peak cuDNN's FP8 attention reaches on it, from NVIDIA's measurements of the H200
+    (:data:`HOPPER_ATTENTION`); None where there are none (no rows for the preset, a head dimension above the
+    measured 128) or for a forward naming ``fa3`` (FlashAttention-3's own FP8 forward: Fig. 7)."""
+    if head_dim > 128 or (kernel == "fa3" and not backward):
+        return None
+    return published_efficiency(HOPPER_ATTENTION, gpu, "fp8", causal, backward, seq_len)
 
 
 def amd_efficiency(gpu, causal, backward, seq_len):
     """The fraction of ``gpu``'s BF16 peak a BF16/FP16 attention reaches on an AMD GPU with AMD's published aiter
-    measurements (:data:`AMD_ATTENTION`: the forward and the FP32-atomic backward Transformer Engine on ROCm runs), by
-    mask and key length (before the model's wave quantisation); None for a preset without rows. The measured TFLOP/s
-    over the preset's BF16 peak, over the table's wave utilisation on the preset's CUs (MI300X, 8k: 64 x 64 = 4096
-    blocks, 14 waves of 304, 96.2 %). Every head dimension is timed at the 128 rows (ASSUMPTION)."""
-    rows = amd_attention_table().get(gpu.name)
-    peak = gpu.tensor_tflops.get("bf16")
-    if rows is None or not peak:
-        return None
-    lengths, tflops = rows[(bool(causal), "bwd" if backward else "fwd")]
-    length = min(max(seq_len, lengths[0]), lengths[-1])
-    ctas = AMD_BENCH_HEADS * -(-length // 128)
-    utilisation = ctas / (-(-ctas // gpu.sm_count) * gpu.sm_count)
-    return _interpolate(tflops, seq_len, lengths) / peak / utilisation
-
-
-#: NVIDIA's cuDNN SDPA measurements on Blackwell (shipped with the plugin; sources in its header)
-BLACKWELL_ATTENTION = "published_attention_blackwell.csv"
-#: the benchmark's shape: batch 1, 128 query heads (of dimension 128): 128 x s/128 thread blocks of 128 queries
-BLACKWELL_BENCH_HEADS = 128
-
-
-@functools.lru_cache(maxsize=1)
-def blackwell_attention_table():
-    """``{preset: {(precision, "fwd" | "bwd"): (lengths, tflops)}}`` from :data:`BLACKWELL_ATTENTION`."""
-    text = (resources.files("astra_gpu_model") / "data" / BLACKWELL_ATTENTION).read_text(encoding="utf-8")
-    rows = list(csv.DictReader(line for line in text.splitlines() if not line.startswith("#")))
-    table = {}
-    for preset in {r["preset"] for r in rows}:
-        table[preset] = {}
-        for precision in ("bf16", "fp8"):
-            sel = sorted((int(r["seq_len"]), r) for r in rows if r["preset"] == preset and r["precision"] == precision)
-            lengths = tuple(n for n, _ in sel)
-            for way in ("fwd", "bwd"):
-                table[preset][(precision, way)] = (lengths, tuple(float(r[f"{way}_tflops"]) for _, r in sel))
-    return table
+    measurements (:data:`AMD_ATTENTION`: the forward and the FP32-atomic backward Transformer Engine on ROCm runs);
+    None for a preset without rows. Every head dimension is timed at the 128 rows (ASSUMPTION)."""
+    return published_efficiency(AMD_ATTENTION, gpu, "bf16", causal, backward, seq_len)
 
 
 def blackwell_efficiency(gpu, kernel, dtype, backward, seq_len):
-    """The fraction of ``gpu``'s ``dtype`` (``bf16`` or ``fp8``) peak cuDNN's fused attention reaches on it (before the
-    model's wave quantisation), from NVIDIA's published measurements of that GPU (:data:`BLACKWELL_ATTENTION`); None
-    where there are none (not Blackwell, no rows for the preset) or the node names ``fa2`` / ``fa3``. The measured
-    TFLOP/s over the preset's peak, over the benchmark's own wave utilisation on the preset's SMs."""
+    """The fraction of ``gpu``'s ``dtype`` (``bf16`` or ``fp8``) peak cuDNN's fused attention reaches on it, from
+    NVIDIA's published measurements of that GPU (:data:`BLACKWELL_ATTENTION`, causal: every mask is timed at those
+    rows); None where there are none (not Blackwell, no rows for the preset) or the node names ``fa2`` / ``fa3``."""
     if kernel not in (None, "cudnn") or not gpu.architecture.lower().startswith("blackwell"):
         return None
-    rows = blackwell_attention_table().get(gpu.name)
-    peak = gpu.tensor_tflops.get(dtype)
-    if rows is None or not peak:
-        return None
-    lengths, tflops = rows[(dtype, "bwd" if backward else "fwd")]
-    length = min(max(seq_len, lengths[0]), lengths[-1])
-    ctas = BLACKWELL_BENCH_HEADS * -(-length // 128)
-    utilisation = ctas / (-(-ctas // gpu.sm_count) * gpu.sm_count)
-    return _interpolate(tflops, seq_len, lengths) / peak / utilisation
+    return published_efficiency(BLACKWELL_ATTENTION, gpu, dtype, True, backward, seq_len)
 
 
-__all__ = ["AMD_ATTENTION", "amd_attention_table", "amd_efficiency", "BLACKWELL_ATTENTION", "HOPPER_ATTENTION",
-           "hopper_attention_table", "hopper_fp8_efficiency", "blackwell_attention_table", "blackwell_efficiency",
+__all__ = ["AMD_ATTENTION", "amd_efficiency", "BENCH_HEADS", "BLACKWELL_ATTENTION", "HOPPER_ATTENTION",
+           "hopper_fp8_efficiency", "blackwell_efficiency", "published_attention", "published_efficiency",
            "FP8_MEASURED_TFLOPS", "KERNELS", "check_fp8_attention", "fp8_backward_kernel_efficiency",
            "fp8_efficiency", "fp8_kernel_efficiency", "fp8_kernel_tflops", "MEASURED_TFLOPS", "is_hopper",
            "kernel_efficiency", "kernel_tflops", "measured_utilisation"]
