@@ -11,7 +11,9 @@ machine is shared, so CPU seconds, not wall time. Every run's per-rank finish ti
   worst case: one event per distinct time).
 * ``allreduce``: one 256 MiB all-reduce on 1,024 ranks (Ring 8 x FullyConnected 8 x Switch 16), ``fold=False``.
 * ``training``: a 20-layer data-parallel step on 256 ranks (Ring 8 x FullyConnected 8 x Switch 4), ``fold=False``.
-* ``congestion``: the same step on 256 ranks on the ``congestion`` backend (which never folds).
+* ``congestion``: the same step on 256 ranks on the ``congestion`` backend.
+* ``allreduce-4096``, ``training-1024``: ``benchmarks/bench_scale.py``'s two reference cases (the C++ reference took
+  13 s and 16 s), unfolded (``--check`` runs them so).
 
     python benchmarks/bench_compiled.py --compiled build/compiled [--against DIR] [--repeats N] [CASE ...]
 
@@ -32,7 +34,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-CASES = ("engine", "allreduce", "training", "congestion")
+CASES = ("engine", "allreduce", "training", "congestion", "allreduce-4096", "training-1024")
 
 
 def _child(case, folder):
@@ -61,6 +63,10 @@ def _child(case, folder):
     backend = "congestion" if case == "congestion" else "analytical"
     if case == "allreduce":
         inputs = workloads.all_reduce(folder, npus=(8, 8, 16), size=256 << 20)
+    elif case == "allreduce-4096":
+        inputs = workloads.all_reduce(folder)
+    elif case == "training-1024":
+        inputs = workloads.data_parallel_training(folder)
     else:
         inputs = workloads.data_parallel_training(folder, npus=(8, 8, 4))
     sim = Simulation(*inputs, network_backend=backend, fold=False, breakdown=False)

@@ -130,3 +130,24 @@ def test_the_compiled_core_gives_the_pure_kernels_ns(compiled_tree, tmp_path):
             assert (max(a["ns"]), min(a["ns"])) == reference, case
     folds = [run["simulated"] < len(run["ns"]) for run in pure["runs"]]
     assert any(folds) and not all(folds)  # a folded run and an unfolded one
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--module", "astra_sim.no_such_module"], "--module astra_sim.no_such_module: no such module"),
+    (["--module", "no_such_package.engine"], "--module no_such_package.engine: no such module"),
+    (["--out", str(ROOT / "core" / "compiled")], "must be outside the source trees"),
+])
+def test_compile_core_names_a_bad_flag(argv, says, tmp_path, capsys):
+    argv = argv if "--out" in argv else [*argv, "--out", str(tmp_path / "out")]
+    assert _compile_core().main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("compile_core: ") and says in err and len(err.strip().splitlines()) == 1
+
+
+def test_compile_core_replaces_only_a_compiled_tree(tmp_path, capsys):
+    """A folder that holds anything but an earlier compiled tree is never removed."""
+    (tmp_path / "notes.txt").write_text("mine")
+    assert _compile_core().main(["--out", str(tmp_path)]) == 2
+    assert "exists and is not a compiled tree" in capsys.readouterr().err
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+

@@ -85,8 +85,6 @@ def source_digest(modules):
 
 def compile_core(out=DEFAULT_OUT, modules=DEFAULT_MODULES, opt_level="3", quiet=False):
     """Build the compiled tree in ``out`` (replaced if it holds an earlier one); returns its path."""
-    if importlib.util.find_spec("mypyc") is None:
-        raise CompileError("mypyc is not installed: pip install mypy (it brings mypyc); a C compiler is needed too")
     out = Path(out).resolve()
     for root in SOURCE_ROOTS:
         if out == root or root in out.parents or out in root.parents:
@@ -94,9 +92,11 @@ def compile_core(out=DEFAULT_OUT, modules=DEFAULT_MODULES, opt_level="3", quiet=
     bad = [m for m in modules if package_source(m) is None or not module_path(package_source(m).parent, m).is_file()]
     if bad:
         raise CompileError(f"--module {', '.join(bad)}: no such module under core/ or plugins/*/src/")
+    if out.exists() and (not out.is_dir() or any(out.iterdir()) and not (out / MARKER).is_file()):
+        raise CompileError(f"--out {out}: exists and is not a compiled tree (no {MARKER}); give an empty folder")
+    if importlib.util.find_spec("mypyc") is None:
+        raise CompileError("mypyc is not installed: pip install mypy (it brings mypyc); a C compiler is needed too")
     if out.exists():
-        if any(out.iterdir()) and not (out / MARKER).is_file():
-            raise CompileError(f"--out {out}: exists and is not a compiled tree (no {MARKER}); give an empty folder")
         shutil.rmtree(out)
     out.mkdir(parents=True)
     digest = source_digest(modules)
