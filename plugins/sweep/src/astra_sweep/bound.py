@@ -4,10 +4,11 @@ collective times, without simulating.
 Why it is a lower bound: a rank has one GPU-compute slot (:mod:`astra_sim.workload.workload`), so its compute
 nodes run one at a time and the step lasts at least the sum of their costs; and no node starts before the nodes it
 depends on have finished, so the step lasts at least the rank's longest chain of dependencies, with compute at the
-gpu compute model's cost and each collective whose group lies in one node at the NCCL model's time for its size
+gpu compute model's cost and each collective at the NCCL model's time for its size, group and the nodes it spans
 (``--platform-collective nccl``, the search's default: the simulated phase waits that time once its peers have
-joined; Megatron's tensor-parallel all-gathers and reduce-scatters block the next GEMM, so they lie on the chain).
-Other communication counts 0; host launches and contention can only add. Across pipeline stages, the
+joined; Megatron's tensor-parallel all-gathers and reduce-scatters block the next GEMM, so they lie on the chain;
+:meth:`BoundCache._collective_ns` says which groups count). A rank's collectives on one communicator also run one at
+a time (:func:`communicator_bounds`). Point-to-point transfers count 0; host launches and contention can only add. Across pipeline stages, the
 representative ranks' traces are joined at their sends and receives (:func:`pipeline_edges`): a rank's compute
 cannot start before the first micro-batch has come through the earlier stages, and the step cannot end before the
 last backward has gone back through them, so without virtual stages the bound also holds the rank's compute plus
