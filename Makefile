@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PLUGINS := plugins/collectives_native plugins/folding plugins/network_analytical plugins/memory_analytical plugins/network_congestion plugins/collectives_msccl plugins/workload_generators plugins/gpu_model plugins/compute_systolic plugins/validation plugins/executor_dask plugins/sweep plugins/plots plugins/network_ns3 plugins/serving plugins/analysis plugins/cluster plugins/energy
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test fuzz benchmark proto clean
+.PHONY: install demo test fuzz benchmark proto clean compiled
 
 install: $(STAMP)
 
@@ -14,8 +14,8 @@ $(STAMP): pyproject.toml testing/pyproject.toml $(addsuffix /pyproject.toml,$(PL
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "make install [2/4]: the newest pip"
 	$(BIN)/python -m pip install -q --upgrade pip
-	@echo "make install [3/4]: the test tools (pytest, pytest-xdist, hypothesis, HolisticTraceAnalysis)"
-	$(BIN)/python -m pip install -q hatchling pytest pytest-xdist hypothesis holistictraceanalysis
+	@echo "make install [3/4]: the test tools (pytest, pytest-xdist, hypothesis, HolisticTraceAnalysis, mypy's mypyc)"
+	$(BIN)/python -m pip install -q hatchling pytest pytest-xdist hypothesis holistictraceanalysis mypy
 	@echo "make install [4/4]: the kernel and its $(words $(PLUGINS)) plugins with their dependencies (numpy, pandas, dask and"
 	@echo "                    ns-3, about 1.4 GB installed: 3-5 minutes the first time; pip names each package)"
 	$(BIN)/python -m pip install --progress-bar off -e . -e testing $(addprefix -e ,$(PLUGINS))
@@ -34,6 +34,11 @@ demo: install
 # that time themselves leave room for a busy machine (they pass beside other jobs at a load of 10 and more).
 test: install
 	$(BIN)/python -m pytest -n auto --maxprocesses 4 --dist worksteal
+
+# The event loop compiled with mypyc, opt-in (build/compiled; the pure kernel stays the default and the reference):
+# PYTHONPATH=build/compiled .venv/bin/astra run ... loads it; tests/test_compiled_core.py checks it gives the same ns.
+compiled: install
+	$(BIN)/python tools/compile_core.py
 
 # The fuzz tests (tests/test_fuzz_*.py) with 50 x the examples `make test` runs (about 225,000), random
 # instead of reproducible; failures are printed with the input that caused them (keep it in tests/fuzz_corpus).
@@ -54,4 +59,4 @@ proto:
 	scripts/gen_chakra_proto.sh
 
 clean:
-	rm -rf $(VENV) .pytest_cache demo.report.json
+	rm -rf $(VENV) .pytest_cache demo.report.json build/compiled
