@@ -66,7 +66,7 @@ def test_collectives_across_nodes_count():
 
 
 @pytest.mark.slow
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.filter_too_much])
 @given(LAYOUTS)
 def test_bound_is_at_most_the_simulated_step_across_nodes(tmp_path_factory, cfg):
