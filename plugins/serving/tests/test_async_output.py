@@ -4,13 +4,9 @@ and delivers them. Hand-computed times, the lazy decoders against the plain loop
 defaults by engine (``astra serve --async-output``)."""
 
 import dataclasses
-import importlib.util
 import json
-import pathlib
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from astra_serving.cluster import Cluster
 from astra_serving.energy import EnergyMeter
@@ -100,34 +96,6 @@ def test_a_prefill_replica_and_a_pipeline_have_none():
                       1000).async_output
     assert not Engine(0, FixedTimer(), BlockManager(10, 16), EngineConfig(async_output=True), 1000,
                       pipeline=Pipeline(2)).async_output
-
-
-def _fast_forward_module():
-    path = pathlib.Path(__file__).with_name("test_fast_forward.py")
-    spec = importlib.util.spec_from_file_location("astra_serving_test_fast_forward", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-FF = _fast_forward_module()
-
-
-@settings(max_examples=60, deadline=None)
-@given(rows=FF.workloads, blocks=st.integers(30, 120), block_size=st.sampled_from([1, 4, 16]),
-       max_num_seqs=st.integers(1, 16), budget=st.integers(4, 512), steps=st.sampled_from([1, 1, 3]),
-       separate=st.booleans(), disaggregate=st.booleans(), preemption=st.sampled_from(["recompute", "swap"]))
-def test_lazy_decoders_change_nothing_with_async_output(rows, blocks, block_size, max_num_seqs, budget, steps,
-                                                        separate, disaggregate, preemption):
-    """The lazy decoders against the plain loop with async output on: the same times to the nanosecond."""
-    requests = [Request(i, arrival, prompt, output) for i, (arrival, prompt, output, _, _)
-                in enumerate(sorted(rows, key=lambda row: row[0]))]
-    blocks = max(blocks, -(-max(r.prompt_tokens + r.output_tokens for r in requests) // block_size))
-    config = EngineConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, preemption=preemption,
-                          separate_prefills=separate, num_scheduler_steps=steps, async_output=True)
-    kw = dict(replicas=1, blocks=blocks, block_size=block_size, prefix=False, disaggregate=disaggregate,
-              router="round-robin", config=config)
-    assert FF.simulate(requests, True, **kw) == FF.simulate(requests, False, **kw)
 
 
 @pytest.mark.parametrize("words, expected", [

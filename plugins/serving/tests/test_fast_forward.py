@@ -221,3 +221,44 @@ def test_a_sequence_swapped_in_during_its_prefill_holds_the_blocks_it_computes()
     engine.swapped.append(seq)
     (scheduled, n), = engine.schedule().items
     assert scheduled is seq and n == 32 and engine.blocks.blocks_of(0) * 4 >= 8 + 32
+
+
+def _plain_requests(rows, blocks, block_size):
+    """The workload's requests in arrival order (no priorities, no shared prefixes), and enough KV blocks for the
+    longest of them."""
+    requests = [Request(i, arrival, prompt, output) for i, (arrival, prompt, output, _, _)
+                in enumerate(sorted(rows, key=lambda row: row[0]))]
+    return requests, max(blocks, -(-max(r.prompt_tokens + r.output_tokens for r in requests) // block_size))
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=workloads, blocks=st.integers(30, 120), block_size=st.sampled_from([1, 4, 16]),
+       max_num_seqs=st.integers(1, 16), budget=st.integers(4, 512), steps=st.sampled_from([1, 1, 3]),
+       separate=st.booleans(), disaggregate=st.booleans(), preemption=st.sampled_from(["recompute", "swap"]))
+def test_lazy_decoders_change_nothing_with_async_output(rows, blocks, block_size, max_num_seqs, budget, steps,
+                                                        separate, disaggregate, preemption):
+    """The lazy decoders against the plain loop with async output on: the same times to the nanosecond."""
+    requests, blocks = _plain_requests(rows, blocks, block_size)
+    config = EngineConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, preemption=preemption,
+                          separate_prefills=separate, num_scheduler_steps=steps, async_output=True)
+    kw = dict(replicas=1, blocks=blocks, block_size=block_size, prefix=False, disaggregate=disaggregate,
+              router="round-robin", config=config)
+    assert simulate(requests, True, **kw) == simulate(requests, False, **kw)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=workloads, blocks=st.integers(30, 120), block_size=st.sampled_from([1, 4, 16]),
+       max_num_seqs=st.integers(1, 16), budget=st.integers(4, 512), separate=st.booleans(),
+       preemption=st.sampled_from(["recompute", "swap"]), async_output=st.booleans())
+def test_lazy_decoders_change_nothing_with_the_first_token_from_decode(rows, blocks, block_size, max_num_seqs, budget,
+                                                                        separate, preemption, async_output):
+    """The lazy decoders against the plain loop with the first token from a decode step: the same times to the
+    nanosecond, and every request gets all its tokens."""
+    requests, blocks = _plain_requests(rows, blocks, block_size)
+    config = EngineConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, preemption=preemption,
+                          separate_prefills=separate, async_output=async_output, first_token_from_decode=True)
+    kw = dict(replicas=1, blocks=blocks, block_size=block_size, prefix=False, disaggregate=False,
+              router="round-robin", config=config)
+    fast = simulate(requests, True, **kw)
+    assert fast == simulate(requests, False, **kw)
+    assert all(first is not None and finish >= first for _, _, _, first, finish, _ in fast[0])

@@ -4,13 +4,9 @@ last token, which the next decode step computes and samples from (engine.FIRST_T
 lazy decoders against the plain loop, the refusal with --disaggregate, and the flag end to end."""
 
 import dataclasses
-import importlib.util
 import json
-import pathlib
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from astra_serving.cluster import Cluster
 from astra_serving.engine import Engine, EngineConfig
@@ -79,37 +75,6 @@ def test_separate_prefills_and_a_one_token_prompt():
     assert shapes == [(39, 0, 0), (0, 1, 40), (0, 1, 41)] and r.first_token_ns == 12 * MS
     (r,), _, shapes = serve([Request(0, 0, 1, 2)], True)
     assert shapes[0] == (0, 1, 1) and r.first_token_ns == 2 * MS
-
-
-def _fast_forward_module():
-    path = pathlib.Path(__file__).with_name("test_fast_forward.py")
-    spec = importlib.util.spec_from_file_location("astra_serving_test_fast_forward_ftf", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-FF = _fast_forward_module()
-
-
-@settings(max_examples=60, deadline=None)
-@given(rows=FF.workloads, blocks=st.integers(30, 120), block_size=st.sampled_from([1, 4, 16]),
-       max_num_seqs=st.integers(1, 16), budget=st.integers(4, 512), separate=st.booleans(),
-       preemption=st.sampled_from(["recompute", "swap"]), async_output=st.booleans())
-def test_lazy_decoders_change_nothing(rows, blocks, block_size, max_num_seqs, budget, separate, preemption,
-                                      async_output):
-    """The lazy decoders against the plain loop with the first token from a decode step: the same times to the
-    nanosecond, and every request gets all its tokens."""
-    requests = [Request(i, arrival, prompt, output) for i, (arrival, prompt, output, _, _)
-                in enumerate(sorted(rows, key=lambda row: row[0]))]
-    blocks = max(blocks, -(-max(r.prompt_tokens + r.output_tokens for r in requests) // block_size))
-    config = EngineConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, preemption=preemption,
-                          separate_prefills=separate, async_output=async_output, first_token_from_decode=True)
-    kw = dict(replicas=1, blocks=blocks, block_size=block_size, prefix=False, disaggregate=False,
-              router="round-robin", config=config)
-    fast = FF.simulate(requests, True, **kw)
-    assert fast == FF.simulate(requests, False, **kw)
-    assert all(first is not None and finish >= first for _, _, _, first, finish, _ in fast[0])
 
 
 def test_disaggregation_refuses_it():
