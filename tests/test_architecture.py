@@ -116,5 +116,6 @@ def test_kernel_modules_stay_small_and_the_kernel_does_not_grow():
     # plugins/executor_dask (34); + 8 for the time-fold driver's entry in the event loop (37) and the scale-out
     # kind in the platform table (40); + 16 for folding as composition (37); 9,668 once the views of the spans moved to
     # plugins/analysis (astra_analysis.views; the kernel keeps the recording, astra_sim.spans, made only when a plugin
-    # asks) and dead and duplicated kernel code went (34).
-    assert sum(sizes.values()) <= 9_668, sum(sizes.values())
+    # asks) and dead and duplicated kernel code went (34); + 2 for the run's own "the loop has started" flag, which
+    # record_spans checks (the engine counts its events only when its loop returns, so a mid-run call slipped by).
+    assert sum(sizes.values()) <= 9_670, sum(sizes.values())

@@ -120,6 +120,7 @@ class Simulation:
         self.want_breakdown = bool(breakdown)
         #: the spans of every executed node (astra_sim.spans), recorded only when a plugin asks (record_spans)
         self.recorder = None
+        self.loop_started = False  # the engine counts its events only when its loop returns
         #: what the lifecycle hooks get (astra_run_start / astra_run_finish)
         self.view = RunView(self)
 
@@ -187,7 +188,7 @@ class Simulation:
         """Record every simulated node's span from now on (:class:`astra_sim.spans.SpanRecorder`); before the
         first event only (a later start would leave holes)."""
         if self.recorder is None:
-            if self.engine.events_run:
+            if self.loop_started:
                 raise PluginError("record_spans() after the first event: call it from astra_run_start or an "
                                   "output format's start")
             from astra_sim.spans import SpanRecorder
@@ -250,6 +251,7 @@ class Simulation:
             self.pm.hook.astra_run_start(run=self.view)
             progress.phase("simulating", self._progress_figure)
             drive = getattr(self.folding, "time_fold_driver", None)  # astra-folding's jumps over repeats
+            self.loop_started = True
             run_events(self.engine, self.workloads, self.symmetry is not None, drive and drive(self))
         except ChakraError as exc:
             raise WorkloadError(str(exc)) from None

@@ -109,3 +109,8 @@ def test_spans_asked_for_after_the_first_event_are_an_error(gemm_then_all_reduce
     module.astra_run_finish = hookimpl(lambda run, report: run.record_spans())
     with pytest.raises(PluginError, match="after the first event"):
         simulate(*gemm_then_all_reduce, extra_plugins=[module], breakdown=False)
+    # in the middle of the loop too (a node observer asking when the first node ends)
+    mid = types.ModuleType("mid_spans")
+    mid.astra_run_start = hookimpl(lambda run: run.add_node_observer(lambda *_: run.record_spans()))
+    with pytest.raises(PluginError, match="after the first event"):
+        simulate(*gemm_then_all_reduce, extra_plugins=[mid], breakdown=False)
