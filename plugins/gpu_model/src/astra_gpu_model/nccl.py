@@ -562,7 +562,7 @@ class NcclCollective(TimedCollective):
     def bind(self, stream):
         super().bind(stream)
         if self.config is None:
-            self.config = _config_for_options(self.options)
+            self.config = config_for_options(self.options)
 
     def duration_ns(self):
         # NCCL's nBytes: the per-rank buffer (all-gather counts the gathered output).
@@ -614,8 +614,10 @@ _TIME_CACHE_MAX = 65536
 _CONFIG_CACHE = {}
 
 
-def _config_for_options(options):
-    """The run's ``--gpu`` (default H100) and ``--nccl-nic-gbps`` options."""
+def config_for_options(options):
+    """The :class:`NcclConfig` a run's collectives use, from its ``gpu`` (default H100), ``nccl_nic_gbps`` and
+    ``nccl_sharp`` options (one object per combination: what else prices a run's collectives, e.g. astra search's
+    lower bound, gets the same)."""
     name = options.get("gpu")
     nic = options.get("nccl_nic_gbps")
     sharp = bool(options.get("nccl_sharp"))
@@ -639,7 +641,8 @@ def nccl_factory(com_type, rank, topo, data_size, direction, window):
     return NcclCollective(com_type, rank, topo, data_size)
 
 
-__all__ = ["NcclConfig", "NcclCalibration", "NcclCollective", "config_for_gpu", "load_calibration", "predict",
+__all__ = ["NcclConfig", "NcclCalibration", "NcclCollective", "config_for_gpu", "config_for_options", "load_calibration",
+           "predict",
            "intra_bandwidth", "nvls_tree_bus", "NVLS_TREE", "NIC_EFFICIENCY", "PAT", "pat_terms",
            "MSCCL_ALLPAIRS", "MSCCL_ALLPAIRS_WINDOWS",
            "beyond_fit_efficiency", "calibration_override", "PEAK_BUSBW", "PEAK_BUSBW_SOURCES", "PEAK_STATEMENTS",

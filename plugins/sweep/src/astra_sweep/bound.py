@@ -353,14 +353,14 @@ class BoundCache:
         prices the fabric with (the platform's ``nccl_nic_gbps`` and ``nccl_sharp`` options), so collectives
         across nodes count too (None: they count 0)."""
         from astra_gpu_model import GpuComputeModel
-        from astra_gpu_model.nccl import config_for_gpu
+        from astra_gpu_model.nccl import config_for_options
 
         self.source = dict(source)
         self.gpu = gpu
         self.model = GpuComputeModel(gpu=gpu)  # its per-op cache is shared by every layout of the search
         self.nic_gbps, self.sharp = (float(nic_gbps) if nic_gbps else None), bool(sharp)
-        overrides = {**({"nic_gbps": self.nic_gbps} if self.nic_gbps else {}), **({"sharp": True} if sharp else {})}
-        self.nccl = config_for_gpu(gpu, **overrides) if nccl else None  # as the run's (nccl._config_for_options)
+        run_options = {"gpu": gpu, "nccl_nic_gbps": self.nic_gbps, "nccl_sharp": self.sharp}
+        self.nccl = config_for_options(run_options) if nccl else None  # the run's own
         self.gpus_per_node = int(gpus_per_node)
         self.disk = _cache_dir() if disk else None
         self.memory = {}
