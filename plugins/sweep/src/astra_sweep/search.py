@@ -28,7 +28,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import statistics
 import sys
+import time
 
 from astra_sim.cliutil import add_executor_flags, add_output_flags, add_platform_flags, positive_float, positive_int
 from astra_sim.errors import ConfigError
@@ -440,8 +442,6 @@ def _bounds(fit, source, platform, args, executor):
     bounds when asked), or ({}, None) when the platform's GPU has no gpu compute model (every layout is then
     simulated) or --exhaustive asks for every one. The generations behind the bounds run side by side on
     ``executor``'s workers."""
-    import time
-
     gpu = getattr(platform, "gpu", None)
     if args.exhaustive or not isinstance(gpu, str):
         return {}, None
@@ -474,8 +474,6 @@ class _Interleaved:
 
     def __call__(self, layouts, limit):
         """Raise the bounds of those of ``layouts`` that may be pruned below ``limit`` (``bounds`` is updated)."""
-        import time
-
         from .bound import interleaved_bound_ns
 
         ask = [c for c in layouts if c.virtual_stages > 1 and id(c) not in self.done and id(c) in self.bounds
@@ -498,8 +496,6 @@ def _simulate(fit, bounds, source, output, folder, args, objective, executor, st
     or cannot meet the step-time bound; interleaved layouts' bounds raised first by ``interleaved``); (the last
     round's summary, None when no layout could meet the step-time bound, {layout key: row}, the layouts not
     simulated). Each round's wall seconds are appended to ``rounds``."""
-    import time
-
     from .sweep import run_sweep
 
     never = (float("inf"), float("inf"))
@@ -554,9 +550,8 @@ def bound_error(fit, rows, bounds):
                     if id(c) in bounds and rows.get(_key(c), {}).get("status") == "ok" and rows[_key(c)]["step_ns"])
     if not ratios:
         return None
-    n = len(ratios)
-    median = ratios[n // 2] if n % 2 else (ratios[n // 2 - 1] + ratios[n // 2]) / 2
-    return {"layouts": n, "min": round(ratios[0], 4), "median": round(median, 4), "max": round(ratios[-1], 4)}
+    return {"layouts": len(ratios), "min": round(ratios[0], 4), "median": round(statistics.median(ratios), 4),
+            "max": round(ratios[-1], 4)}
 
 
 def _best(layouts, rows, best, objective):
