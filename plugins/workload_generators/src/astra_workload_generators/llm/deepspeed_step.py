@@ -144,7 +144,7 @@ class DeepSpeedStepOps:
             node = self.coll("optimizer.ds_overflow_all_reduce", T.ALL_REDUCE, 1, self.dgroup, self.syncs)
         deps = [] if node is not None else self.syncs
         self.ew("aten::copy_", "optimizer.ds_norm.double", [g, g64], deps)
-        node = self.ew("aten::linalg_vector_norm", "optimizer.ds_norm", [g64])
+        self.ew("aten::linalg_vector_norm", "optimizer.ds_norm", [g64])
         if dp:
             self.coll("optimizer.ds_norm_all_reduce", T.ALL_REDUCE, 8, self.dgroup)
         self.ew("aten::cat", "optimizer.ds_flatten_grads", [[g]])

@@ -138,9 +138,7 @@ class NodeEmitter:
         read = sum(nb(t) for t in tensors)
         first = args[0] if isinstance(args[0], list) else [args[0]]
         name = op.split("::")[-1]
-        if name == "copy_":  # read src, write dst (dst's old content is not read)
-            nbytes = read
-        elif name in REDUCTIONS:  # (a scalar out)
+        if name == "copy_" or name in REDUCTIONS:  # read src, write dst (its old content is not read) or a scalar
             nbytes = read
         elif name.endswith("_"):
             nbytes = read + sum(nb(t) for t in first)
