@@ -344,19 +344,18 @@ class GpuComputeModel:
             check_fp8_attention(gpu, kernel, op.backward)  # (no fallback to another dtype's rate)
         rate = self._rate_dtype(dtype)
         peak = gpu.peak_flops(rate) * self.clock_ratios.get(op.kind, 1.0)
-        if op.kind == "gemm" and grouped is not None:
-            fit = grouped_params()
-            return grouped_gemm_time_s(group_shapes(op.m, op.n, op.k, *grouped), peak_flops=peak,
-                                       sm_count=gpu.sm_count, hbm_bytes_per_s=gpu.hbm_bytes_per_s,
-                                       in_bytes=DTYPE_BYTES.get(dtype, 2), out_bytes=op.out_bytes,
-                                       params=gpu.gemm_params(dtype if dtype in BLOCK_SCALED else rate),
-                                       tiles=gpu.gemm_tiles, group_us=fit.group_us,
-                                       stream_bytes_per_s=fit.stream_rate(gpu.sm_count, gpu.boost_clock_mhz))
         if op.kind == "gemm":
-            in_bytes = DTYPE_BYTES.get(dtype, 2)
+            gemm_params = gpu.gemm_params(dtype if dtype in BLOCK_SCALED else rate)  # a block-scaled format: its own
+            if grouped is not None:
+                fit = grouped_params()
+                return grouped_gemm_time_s(group_shapes(op.m, op.n, op.k, *grouped), peak_flops=peak,
+                                           sm_count=gpu.sm_count, hbm_bytes_per_s=gpu.hbm_bytes_per_s,
+                                           in_bytes=DTYPE_BYTES.get(dtype, 2), out_bytes=op.out_bytes,
+                                           params=gemm_params, tiles=gpu.gemm_tiles, group_us=fit.group_us,
+                                           stream_bytes_per_s=fit.stream_rate(gpu.sm_count, gpu.boost_clock_mhz))
             return gemm_time_s(op.m, op.n, op.k, op.batch, peak_flops=peak, sm_count=gpu.sm_count,
-                               hbm_bytes_per_s=gpu.hbm_bytes_per_s, in_bytes=in_bytes, out_bytes=op.out_bytes,
-                               params=gpu.gemm_params(dtype if dtype in BLOCK_SCALED else rate), tiles=gpu.gemm_tiles)
+                               hbm_bytes_per_s=gpu.hbm_bytes_per_s, in_bytes=DTYPE_BYTES.get(dtype, 2),
+                               out_bytes=op.out_bytes, params=gemm_params, tiles=gpu.gemm_tiles)
         if op.kind == "attention":
             waves = -(-op.ctas // gpu.sm_count) if op.ctas else 1
             utilisation = op.ctas / (waves * gpu.sm_count) if op.ctas else 1.0
