@@ -370,12 +370,12 @@ class GpuComputeModel:
         preset's ``attention_efficiency``; FP8 attention: :func:`.attention.fp8_efficiency`."""
         if op.dtype == "fp8":
             return fp8_efficiency(self.gpu, kernel, op.causal, op.seq_k, op.head_dim, op.backward)
-        dtype = op.dtype if op.dtype in DTYPE_BYTES else self.default_dtype
-        measured = blackwell_efficiency(self.gpu, kernel, "bf16", op.backward, op.seq_k)
-        if measured is None:
-            measured = amd_efficiency(self.gpu, op.causal, op.backward, op.seq_k)  # (None off AMD's measured GPUs)
-        if measured is not None and dtype in ("bf16", "fp16"):
-            return measured
+        if (op.dtype if op.dtype in DTYPE_BYTES else self.default_dtype) in ("bf16", "fp16"):
+            measured = blackwell_efficiency(self.gpu, kernel, "bf16", op.backward, op.seq_k)
+            if measured is None:
+                measured = amd_efficiency(self.gpu, op.causal, op.backward, op.seq_k)  # (None off AMD's measured GPUs)
+            if measured is not None:
+                return measured
         if kernel is None or not is_hopper(self.gpu):
             return self.gpu.attention_efficiency
         return kernel_efficiency(kernel, op.backward, op.causal, op.seq_k)
