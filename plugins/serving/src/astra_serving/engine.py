@@ -382,14 +382,12 @@ class Engine:
         extra = [0]
         preempted = False
         running, block_size, chunked = self.running, self.blocks.block_size, cfg.chunked_prefill
-        decode_first = self.decode_first
+        decode_first, to_compute = self.decode_first, self._to_compute
         i = group
         while i < len(running) and budget > 0:
             seq = running[i]
             computed = seq.computed
-            pending = seq.req.prompt_tokens + seq.generated - computed
-            if decode_first and pending > 1 and not seq.generated:
-                pending -= 1  # the prompt's last position waits for a decode step (FIRST_TOKEN_FROM)
+            pending = to_compute(seq)
             n = pending if pending < budget else budget
             if n <= 0 or (not chunked and n < pending):
                 i += 1
