@@ -56,7 +56,7 @@ class FoldedSendRecvMatcher(SendRecvMatcher):
         if offsets is not None:
             context = context.relabelled(self.symmetry, offsets)
         engine.fold.tie_check(message.key[2], context,
-                         (message.recv_fn, message.recv_arg) if message.recv_fn is not None else message)
+                              (message.recv_fn, message.recv_arg) if message.recv_fn is not None else message)
         if message.recv_fn is not None:
             message.recv_fn(message.recv_arg)
         else:

@@ -148,5 +148,5 @@ def serving_intervals(values, path=None):
     return out
 
 
-__all__ = ["quantile", "interval", "interval_ns", "serving_family_errors", "serving_intervals", "residuals_document", "load_residuals", "step_interval", "RESIDUALS",
-           "COVERAGE", "MIN_CASES"]
+__all__ = ["quantile", "interval", "interval_ns", "serving_family_errors", "serving_intervals", "residuals_document",
+           "load_residuals", "step_interval", "RESIDUALS", "COVERAGE", "MIN_CASES"]
