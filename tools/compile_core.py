@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+from astra_sim.safeio import write_text_atomic
+
 ROOT = Path(__file__).resolve().parents[1]
 #: where the packages of the modules to compile live: the kernel, and each plugin's src/ (opt-in: --module)
 SOURCE_ROOTS = (ROOT / "core", *sorted(ROOT.glob("plugins/*/src")))
@@ -100,7 +102,7 @@ def compile_core(out=DEFAULT_OUT, modules=DEFAULT_MODULES, opt_level="3", quiet=
         shutil.rmtree(out)
     out.mkdir(parents=True)
     digest = source_digest(modules)
-    (out / MARKER).write_text(json.dumps({"modules": list(modules), "complete": False}) + "\n")  # ours, if it fails
+    write_text_atomic(out / MARKER, json.dumps({"modules": list(modules), "complete": False}) + "\n")  # ours, if it fails
     for top in packages(modules):
         shutil.copytree(package_source(top), out / top, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
     paths = [str(module_path("", m)) for m in modules]
@@ -121,7 +123,7 @@ def compile_core(out=DEFAULT_OUT, modules=DEFAULT_MODULES, opt_level="3", quiet=
     shutil.rmtree(out / ".build", ignore_errors=True)
     shutil.rmtree(out / "build", ignore_errors=True)  # mypyc's generated C
     (out / "setup_compiled.py").unlink()
-    (out / MARKER).write_text(json.dumps({
+    write_text_atomic(out / MARKER, json.dumps({
         "modules": list(modules), "complete": True, "source_digest": digest, "opt_level": str(opt_level),
         "python": sys.version.split()[0], "compile_s": round(time.perf_counter() - started, 1)}, indent=1) + "\n")
     return out
