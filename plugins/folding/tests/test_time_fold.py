@@ -239,3 +239,83 @@ def test_a_run_folded_by_symmetry_is_not_folded_in_time_and_says_why(tmp_path):
     assert report.stats["simulated_ranks"] == 4
     assert "ranks are folded by symmetry" in report.settings["fold"]["time"]["reason"]
     assert numbers(report) == numbers(simulate(*first, fold=False))
+
+
+class _Spans:
+    """Keeps every rank's spans (node id, start, end in finish order) as the run left them, and, with ``observe``,
+    every finished node as an observer of its own sees it (which makes a jump report its nodes one by one)."""
+
+    def __init__(self, observe=False):
+        self.spans, self.seen, self.observe = None, [], observe
+
+    @hookimpl
+    def astra_run_start(self, run):
+        run.record_spans()
+        if self.observe:
+            run.add_node_observer(lambda rank, node, start, end: self.seen.append((rank, node.id, start, end)))
+
+    @hookimpl
+    def astra_run_finish(self, run, report):
+        self.spans = {rank: bytes(spans) for rank, spans in run.spans.spans.items()}
+
+
+@pytest.mark.parametrize("chunks", [1, 2])
+def test_a_jump_reports_in_bulk_the_spans_each_node_would_have(tmp_path, chunks):
+    """No output observes the nodes one by one: the repeats' spans are written in bulk, and are the unfolded run's
+    byte for byte; with an observer of its own every node is reported to it, in the unfolded run's order."""
+    args = write_pipeline(tmp_path, 4, 32, chunks)
+    bulk, each, plain, plain_seen = _Spans(), _Spans(observe=True), _Spans(), _Spans(observe=True)
+    info = simulate(*args, time_fold=True, extra_plugins=(bulk,)).settings["fold"]["time"]
+    assert info["folded"] is True, info
+    assert simulate(*args, time_fold=True, extra_plugins=(each,)).settings["fold"]["time"]["folded"] is True
+    simulate(*args, extra_plugins=(plain,))
+    simulate(*args, extra_plugins=(plain_seen,))
+    assert bulk.spans == plain.spans == each.spans
+    assert each.seen == plain_seen.seen
+
+
+GPU_MM = {"is_cpu_op": False, "inputs_shapes": "[[2048, 2048], [2048, 2048]]",
+          "inputs_types": "['Tensor(c10::BFloat16)', 'Tensor(c10::BFloat16)']"}
+
+
+def _as_aten_ops(prefix, stages, odd=None):
+    """Every kernel of the pipeline an ``aten::mm`` with shapes (the gpu model times it from them), but those
+    whose id is in ``odd`` (per rank a range), which become ``aten::relu`` with the same attributes: only the
+    name tells them apart."""
+    for rank in range(stages):
+        trace = read_et(f"{prefix}.{rank}.et")
+        nodes = trace[1] if isinstance(trace, tuple) else trace.nodes
+        for node in nodes:
+            if node.type == T.COMP_NODE:
+                node.name = "aten::relu" if odd is not None and node.id in odd[rank] else "aten::mm"
+                node.attrs.update(GPU_MM)
+        write_et(f"{prefix}.{rank}.et", make_metadata(), nodes)
+
+
+@pytest.mark.parametrize("chunks", [1, 2])
+def test_the_gpu_model_folds_in_time_to_the_ns(tmp_path, chunks):
+    """The gpu model times a kernel from its node alone (name, shapes; its counts move on with the jump)."""
+    args = write_pipeline(tmp_path, 4, 32, chunks)
+    _as_aten_ops(args[0], 4)
+    info = check_exact(args, compute_model="gpu")
+    assert info["folded"] is True, info
+
+
+def test_the_gpu_model_reads_a_kernels_name_and_a_jump_does_not_skip_a_renamed_one(tmp_path):
+    """Kernels of the steady state that differ from their neighbours by their ATen name only: a jump over them
+    would time them as the others; the numbers stay the unfolded run's."""
+    args = write_pipeline(tmp_path, 4, 48)
+    odd = {}
+    for rank in range(4):
+        trace = read_et(f"{args[0]}.{rank}.et")
+        count = len(trace[1] if isinstance(trace, tuple) else trace.nodes)
+        odd[rank] = range(count * 6 // 10, count * 6 // 10 + 4)
+    _as_aten_ops(args[0], 4, odd)
+    check_exact(args, compute_model="gpu")
+
+
+def test_gpu_contention_is_not_folded_in_time_and_says_why(tmp_path):
+    args = write_pipeline(tmp_path, 4, 16)
+    _as_aten_ops(args[0], 4)
+    info = check_exact(args, compute_model="gpu", gpu_contention=True)
+    assert info["folded"] is False and "--gpu-contention" in info["reason"]

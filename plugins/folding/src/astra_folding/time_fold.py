@@ -36,33 +36,50 @@ to B (those it finished, their children, and those in A's state) equals its imag
 ``j T``), the run from B repeats the run from A ``k`` times, moved by ``σ``: the state after them is
 ``σ^k(B)`` at ``t_B + k P``. Ranks are not relabelled, so delays between the same ranks stay the same.
 Only what the simulation never reads is left out: node names and ``label`` attributes (outputs read them, and
-see the real nodes; the compute models allowed here time a node from its duration or its ``num_ops`` and
-``tensor_size``), accumulators (compute, communication and CPU time, messages, bytes, events), which
-move on by ``k`` times their change over the period, and the order of the matcher's keys (read only to
+see the real nodes; ``replay`` and ``roofline`` time a node from its duration or its ``num_ops`` and
+``tensor_size``), accumulators (compute, communication and CPU time, messages, bytes, events, node counts),
+which move on by ``k`` times their change over the period, and the order of the matcher's keys (read only to
 list unmatched messages at the end).
 
-*The jump.* Every node finished from A to B is reported again ``k`` times (``record_node``, moved by
-``j D_r`` and ``j P``, in the same order as the unfolded run reports them), its children's parent counts
-are decremented, the state B is moved by ``σ^k`` (events, batches, ready and running nodes, messages), and
-the accumulators move on. The run then goes on as usual.
+*The gpu compute model* (``--compute-model gpu``, without ``--gpu-contention``) times a kernel at its issue
+from the node: its attributes and ``inputs_values`` (compared), its name when it is an ATen op's (the op it
+is timed as: compared then, :func:`_gpu_name_key`) and, for a kernel with ``ctrl_deps``, the CPU op that
+launched it and that op's other kernels (not compared: such a node stops the jump). What it keeps besides
+is memoised (per op and shapes: the same answer again) or counted (``counts``, how nodes were timed: an
+accumulator, moved on by ``k`` times the period's change); its warnings are once per op and shapes, so
+the repeats, timing the period's images, warn nothing new. So its time for a node is a function of what is
+compared, and the argument above holds. ``--gpu-contention`` is refused: a kernel's time there reads the
+communication running beside it and the model keeps every interval for its report.
+
+*The jump.* The repeats' finished nodes are reported: when nothing but the span recorder observes finished
+nodes (the breakdown, timelines and the critical path read spans), in bulk: each rank's spans get the
+period's, moved by ``j D_r`` and ``j P`` (numpy, in the rank's finish order, which is the unfolded run's),
+the node counts move on by ``k`` times the period's, and the parent counts are set to those of ``σ^k(B)``
+(:meth:`TimeFolder._report_in_bulk`), O(period) rather than O(nodes jumped over) calls; otherwise (an
+observer of its own: the gpu model's contention, a plugin's) every one is reported again, ``k`` times, in
+the order the unfolded run reports them. Then the state B is moved by ``σ^k`` (events, batches, ready and
+running nodes, messages) and the accumulators move on. The run then goes on as usual.
 
 *When it does not jump* (``settings.fold.time.reason`` says why): ranks folded by symmetry (the folded
 engine's tie histories are not compared), a network backend with its own state (congestion queues, flows,
-packets), rendezvous messages, a compute model not known to be a function of the node (the gpu model keeps
-per-kernel counts and contention intervals a jump would skip), the reference log (it records every issue),
+packets), rendezvous messages, a compute model not known to be a function of the node (any but ``replay``,
+``roofline`` and ``gpu``; the gpu model's ``--gpu-contention``), the reference log (it records every issue),
 or a state that never repeated (collectives running through the steady state advance stream counters, so
 it never does).
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from heapq import heapify, heappop
+
+import numpy as np
 
 from astra_sim.api import delay_function
 from astra_sim.chakra import types as T
 from astra_sim.compute import ReplayModel, RooflineModel
 from astra_sim.errors import FoldAbandoned
+from astra_sim.limits import LONG_STEP_NS
 from astra_sim.system.frontend import COLLECTIVE_TAG_BASE, NATIVE_TAG_BASE, Message, SendRecvMatcher
 from astra_sim.system.sys import Sys
 from astra_sim.workload.workload import RankWorkload
@@ -94,6 +111,21 @@ def _method(fn):
     return _METHODS.get((getattr(fn, "__self__", None).__class__, getattr(fn, "__name__", None)))
 
 
+def _is_gpu_model(sim):
+    """Whether the run times its kernels with the gpu plugin's model (``--compute-model gpu``): see
+    :func:`_gpu_name_key` for what it reads of a node."""
+    return sim.compute_model_name == "gpu" and hasattr(sim.compute_model, "counts")
+
+
+def _gpu_name_key(node):
+    """What the gpu model reads of a node beyond the compared signature: its name when it is an ATen op's (the op
+    it times the node as: ``aten::...``), else only that it is not one. A node launched by a CPU op (``ctrl_deps``)
+    is timed from that op and its other kernels, which are not compared."""
+    if node.ctrl_deps:
+        raise Incomparable(f"node {node.id} is launched by a CPU op (ctrl_deps), which the gpu model times it from")
+    return node.name if node.name.startswith("aten::") else None
+
+
 class Incomparable(Exception):
     """A piece of the state that the time fold cannot compare (the message says which)."""
 
@@ -109,10 +141,12 @@ def refusal(sim):
     if sim.rendezvous:
         return "rendezvous messages wait on handshakes that are not compared"
     model = sim.compute_model
-    if not isinstance(model, STATELESS_COMPUTE):
+    if _is_gpu_model(sim) and model.reads_comm_in_flight:
+        return ("the gpu model's --gpu-contention times a kernel from the communication beside it and keeps its "
+                "intervals, which are not compared")
+    if not isinstance(model, STATELESS_COMPUTE) and not _is_gpu_model(sim):
         return (f"the {sim.compute_model_name} compute model is not known to time a node from the node alone "
-                "without per-node records (the gpu model keeps kernel counts and contention intervals a jump "
-                "would skip)")
+                "without per-node records")
     if any(w is not None and w.issue_log is not None for w in sim.workloads):
         return "the reference log records every issued node"
     return None
@@ -137,6 +171,8 @@ class TimeFolder:
         self.every = _p2p_period(self.by_rank[self.anchor]) if self.anchor is not None else 1
         self.anchor_p2p = 0
         self.record = self.shared.record_node
+        self.gpu = sim.compute_model if _is_gpu_model(sim) else None  # its counts move on with the jumps
+        self.name_key = _gpu_name_key if self.gpu is not None else None  # what else of a node it reads
         self.log = []  # (rank, node id, start, end) of the nodes finished since the oldest snapshot
         self.touched = {w.rank: set() for w in self.workloads}  # children of finished nodes (partial counts)
         self.snapshots = {}
@@ -259,7 +295,7 @@ class TimeFolder:
     def _accumulators(self):
         m = self.matcher
         return ({w.rank: (w.compute_ns, w.cpu_ns, w.comm_ns, w.issued) for w in self.workloads},
-                m.messages, m.bytes)
+                m.messages, m.bytes, None if self.gpu is None else dict(self.gpu.counts))
 
     def _canonical(self):
         """(the state written relative to now and to each rank's finished count, the node ids it names per rank)."""
@@ -427,8 +463,8 @@ class TimeFolder:
                                        "compared")
                 attrs = node.attrs
                 sig = ((node.type, node.duration_micros, node.inputs_values, _read_attrs(attrs),
-                        tuple(c - node_id for c in w.children[node_id]), self.parents[rank].get(node_id, 0)),
-                       attrs.get("comm_tag"))
+                        tuple(c - node_id for c in w.children[node_id]), self.parents[rank].get(node_id, 0),
+                        self.name_key and self.name_key(node)), attrs.get("comm_tag"))
             sigs[node_id] = sig
         return sig
 
@@ -463,6 +499,7 @@ class TimeFolder:
         if limit is None:
             return 0, 0
         tag_step = self._tag_step(touched, shift)
+        name_key = self.name_key
         for rank, ids in touched.items():
             step = shift[rank]
             if step <= 0:
@@ -482,6 +519,7 @@ class TimeFolder:
                 tag = attrs.get("comm_tag")
                 kids = children[node_id]
                 n_parents = parents.get(node_id, 0)
+                name = name_key and name_key(a)
                 j = 1
                 while j <= limit:
                     moved = node_id + j * step
@@ -491,6 +529,8 @@ class TimeFolder:
                         break
                     b_attrs = b.attrs
                     if b_attrs is not attrs and not _same_read_attrs(attrs, b_attrs, core):
+                        break
+                    if name_key is not None and name_key(b) != name:
                         break
                     b_tag = b_attrs.get("comm_tag")
                     if b_tag != tag if tag is None or b_tag is None else b_tag - tag != j * tag_step:
@@ -551,22 +591,11 @@ class TimeFolder:
     # ------------------------------------------------------------ the jump
     def _jump(self, k, period, shift, tag_step, log, acc_a, acc_b, inert):
         """Report the ``k`` repeats' nodes, then move the state by ``σ^k`` (see the module docstring)."""
-        record = self.record
         used = {w.rank: set() for w in self.workloads}  # pre-posted receives the repeats finish or match
-        rows = [(rank, node_id, start, end, shift[rank], self.by_rank[rank], self.root_recvs[rank], used[rank],
-                 self.touched[rank]) for rank, node_id, start, end in log]
-        for j in range(1, k + 1):
-            dt = j * period
-            for rank, node_id, start, end, step, w, roots, used_here, touched in rows:
-                moved = node_id + j * step
-                if moved in roots:  # posted at the start: its own start time
-                    start = w.node_start_ns[moved] - dt
-                    used_here.add(moved)
-                record(rank, w.nodes[moved], start + dt, end + dt)
-                left = w.parents_left
-                for child in w.children[moved]:
-                    left[child] -= 1
-                    touched.add(child)
+        if self._in_bulk(k, period, log):
+            self._report_in_bulk(k, period, shift, log, used)
+        else:
+            self._report_each(k, period, shift, log, used)
         dt = k * period
         dn = {r: k * s for r, s in shift.items()}
         dtag = k * tag_step
@@ -623,7 +652,77 @@ class TimeFolder:
         matcher._waiting = waiting
         matcher.messages += k * (acc_b[1] - acc_a[1])
         matcher.bytes += k * (acc_b[2] - acc_a[2])
+        if self.gpu is not None:  # how the gpu model timed its kernels
+            for how, n in acc_b[3].items():
+                self.gpu.counts[how] += k * (n - acc_a[3].get(how, 0))
         engine.now += dt
+
+    def _report_each(self, k, period, shift, log, used):
+        """Report every repeat's nodes one by one (``record_node``, in the unfolded run's order) and free their
+        children: what an output that reads each finished node (an observer of its own) needs."""
+        record = self.record
+        rows = [(rank, node_id, start, end, shift[rank], self.by_rank[rank], self.root_recvs[rank], used[rank],
+                 self.touched[rank]) for rank, node_id, start, end in log]
+        for j in range(1, k + 1):
+            dt = j * period
+            for rank, node_id, start, end, step, w, roots, used_here, touched in rows:
+                moved = node_id + j * step
+                if moved in roots:  # posted at the start: its own start time
+                    start = w.node_start_ns[moved] - dt
+                    used_here.add(moved)
+                record(rank, w.nodes[moved], start + dt, end + dt)
+                left = w.parents_left
+                for child in w.children[moved]:
+                    left[child] -= 1
+                    touched.add(child)
+
+    def _in_bulk(self, k, period, log):
+        """Whether the repeats can be reported in bulk (:meth:`_report_in_bulk`): nothing but the span recorder
+        observes finished nodes, and no repeated node can end past a year (``record_node``'s step check, which
+        needs ``end - start`` over :data:`LONG_STEP_NS` or ``end`` over :data:`MAX_TIME_NS`, then cannot fire:
+        every start is >= 0)."""
+        sim = self.sim
+        if self.record != sim.record_node or len(sim._node_observers) != (sim.recorder is not None):
+            return False
+        return not log or max(row[3] for row in log) + k * period <= LONG_STEP_NS
+
+    def _report_in_bulk(self, k, period, shift, log, used):
+        """What reporting every repeat's node would leave, made in O(state + period): the node counts move on by
+        ``k`` times the period's, each rank's spans get the period's moved by ``j`` periods (in its order: a
+        rank's spans are in its finish order), and the parent counts are those of the state ``σ^k(B)``: 0 for
+        the nodes the repeats finish and their children, but for ``σ^k`` of the nodes partly freed at B, which
+        keep B's counts (any node with a finished parent is finished, ready, running or partly freed then)."""
+        sim = self.sim
+        types = Counter(self.by_rank[rank].nodes[node_id].type for rank, node_id, _s, _e in log)
+        for node_type, n in types.items():
+            sim.node_counts[node_type] = sim.node_counts.get(node_type, 0) + k * n
+        rows = {}
+        for row in log:
+            rows.setdefault(row[0], []).append(row[1:])
+        spans = sim.recorder.spans if sim.recorder is not None else None
+        steps = np.arange(1, k + 1, dtype=np.int64)
+        for rank, triples in rows.items():
+            w, step, roots = self.by_rank[rank], shift[rank], self.root_recvs[rank]
+            base = np.array(triples, dtype=np.int64)
+            ids = base[:, 0]
+            children = w.children
+            freed = np.unique(np.fromiter((c for n in ids.tolist() for c in children[n]), np.int64))
+            freed = np.union1d(freed, ids)
+            left = w.parents_left
+            partial = {c + k * step: left[c] for c in self.touched[rank]}
+            left.update(dict.fromkeys((freed[None, :] + (steps * step)[:, None]).ravel().tolist(), 0))
+            left.update(partial)
+            self.touched[rank] = set(partial)
+            root_rows = [i for i, n in enumerate(ids.tolist()) if n in roots]
+            moved = base[None, :, :] + steps[:, None, None] * np.array([step, period, period], dtype=np.int64)
+            starts = w.node_start_ns
+            for j in range(1, k + 1):  # posted at the start: its own start time
+                for i in root_rows:
+                    node_id = int(moved[j - 1, i, 0])
+                    moved[j - 1, i, 1] = starts[node_id]
+                    used[rank].add(node_id)
+            if spans is not None:
+                spans[rank].frombytes(moved.tobytes())  # native int64, as array("q") holds them
 
     def _move_events(self, flat, dt, dn, dtag):
         out = []
