@@ -74,14 +74,14 @@ def test_presets_hold_the_fit_of_the_published_gemms(name):
         assert gpu.fp4_gemm_scale == fit["fp4_gemm_scale"]
     if fit.get("mxfp8_gemm_scale") is not None:  # B200's MXFP8 rows (flashinfer#2464)
         assert gpu.mxfp8_gemm_scale == fit["mxfp8_gemm_scale"]
-    # a dtype's only published GEMM comes back within 1 %; where two (from different libraries) disagree by 6-7 %
-    # (MI300X, MI325X bf16) each comes back within 8 %
+    # every published GEMM comes back at most its dtype's published maximum (no modelled shape runs faster:
+    # tests/test_gemm_tiles.py) and within 13 % below it (GB200's BF16 point, whose 608 tiles fill 8.2 waves)
     points = [p for p in load_published_peak_gemm() if p["gpu"] == name]
     for point in points:
         seconds = predict_gemm_s(gpu, [point["m"]], point["n"], point["k"], dtype=point["dtype"])[0]
         achieved = 2.0 * point["m"] * point["n"] * point["k"] / seconds / 1e12
-        alone = sum(p["dtype"] == point["dtype"] for p in points) == 1
-        assert achieved == pytest.approx(point["tflops"], rel=0.01 if alone else 0.08), point
+        top = max(p["tflops"] for p in points if p["dtype"] == point["dtype"])
+        assert 0.87 * point["tflops"] <= achieved <= top, point
 
 
 def test_the_fit_follows_the_published_numbers():

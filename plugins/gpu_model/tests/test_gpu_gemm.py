@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from astra_gpu_model.gemm import gemm_time_s, gemm_time_s_np
+from astra_gpu_model.gemm import gemm_time_s, gemm_time_s_np, tile_config, tile_slots
 from astra_gpu_model.gpu import load_gpu
 
 GPUS = ["A100-SXM4-80GB", "H100-SXM5-80GB", "H200-SXM", "B200", "MI300X"]
@@ -42,13 +42,14 @@ def test_time_is_monotonic_in_every_dimension(name):
 @pytest.mark.parametrize("name", GPUS)
 def test_one_tile_past_a_full_wave_costs_a_noticeably_longer_time(name):
     gpu = load_gpu(name)
-    sms = gpu.sm_count
-    a = max(d for d in range(1, int(sms ** 0.5) + 1) if sms % d == 0)  # a x b = SMs tiles of 128 x 256
-    m, n, k = 128 * a, 256 * (sms // a), 8192
+    tm, tn, occ, sms = tile_config(gpu.gemm_tiles[0])  # the set's largest tile (128 x 256 on Hopper)
+    slots = tile_slots(gpu.sm_count, occ, sms)
+    a = max(d for d in range(1, int(slots ** 0.5) + 1) if slots % d == 0)  # a x b = one wave of tiles
+    m, n, k = tm * a, tn * (slots // a), 8192
     full, info = gemm(gpu, m, n, k, detail=True)
-    assert info["waves"] == 1 and info["tile"] == (128, 256)
-    more = gemm(gpu, m, n + 256, k)  # one more column of tiles: a more tiles than one wave holds
-    flops_ratio = (n + 256) / n
+    assert info["waves"] == 1 and info["tile"] == (tm, tn)
+    more = gemm(gpu, m, n + tn, k)  # one more column of tiles: a more tiles than one wave holds
+    flops_ratio = (n + tn) / n
     # the work grows by 3-8 %; the time by at least twice as much (a partial extra wave)
     assert more / full - 1 > 2 * (flops_ratio - 1), (name, more / full, flops_ratio)
 

@@ -184,21 +184,34 @@ def _best_on_grid(loss, low, high, steps=100, rounds=4):
     return best
 
 
+def _floor4(x):
+    """``x`` rounded down to 4 decimals (a ceiling stays a ceiling once rounded as the presets hold it)."""
+    import math
+
+    return math.floor(x * 1e4) / 1e4
+
+
 def fit_peak_efficiency(gpu_name, points=None):
-    """``{"compute_efficiency": eta, "fp8_gemm_scale": s or None, "loss_bf16", "loss_fp8"}`` for ``gpu_name``: eta
-    minimises the mean |log(predicted / published)| over its bf16 rows, with the other GEMM parameters its
-    ``calibration`` family's; then ``s`` over its fp8 rows (None without fp8 rows), and, where it has nvfp4 or mxfp8
-    rows, ``fp4_gemm_scale`` / ``mxfp8_gemm_scale`` and ``loss_fp4`` / ``loss_mxfp8`` over those. Rounded to 4
-    decimals, as the presets hold them."""
+    """``{"compute_efficiency": eta, "fp8_gemm_scale": s or None, "loss_bf16", "loss_fp8", "ceiling_tflops"}`` for
+    ``gpu_name``, with its preset's tile set (``gemm_tiles``) and the other GEMM parameters its ``calibration``
+    family's: eta minimises the mean |log(predicted / published)| over its bf16 rows, then ``s`` over its fp8 rows
+    (None without fp8 rows), and, where it has nvfp4 or mxfp8 rows, ``fp4_gemm_scale`` / ``mxfp8_gemm_scale`` and
+    ``loss_fp4`` / ``loss_mxfp8`` over those.
+
+    Each is then held so that no GEMM shape runs faster than the dtype's published maximum achievable rate (its
+    rows' largest TFLOP/s: a brute-force search's best shape, or AMD's max-achievable FLOPs): the model's best rate,
+    ``gemm.peak_fraction_bound x peak``, is at most that (``ceiling_tflops``: the model's best rate per dtype, after
+    the fit). Rounded to 4 decimals, as the presets hold them (a held value rounded down)."""
     import numpy as np
     from dataclasses import replace
 
     from astra_gpu_model.gpu import fitted_parameters, load_gpu
-    from astra_gpu_model.gemm import GemmParams
+    from astra_gpu_model.gemm import GemmParams, peak_fraction_bound
 
     gpu = load_gpu(gpu_name)
     base = GemmParams.from_dict(fitted_parameters()["families"][gpu.calibration]["params"])
     rows = [p for p in (points if points is not None else load_published_peak_gemm()) if p["gpu"] == gpu.name]
+    best_tile = peak_fraction_bound(replace(base, compute_efficiency=1.0), gpu.gemm_tiles)  # max e_tile
 
     def loss(dtype, params):
         sel = [p for p in rows if p["dtype"] == dtype]
@@ -206,23 +219,28 @@ def fit_peak_efficiency(gpu_name, points=None):
         measured = 2.0 * m * n * k / (np.array([p["tflops"] for p in sel]) * 1e12)
         return float(np.mean(np.abs(np.log(predict_gemm_s(gpu, m, n, k, dtype=dtype, params=params) / measured))))
 
+    def ceiling(dtype):
+        """The largest efficiency (fraction of the dtype's peak) whose best shape stays at the published maximum."""
+        top = max(p["tflops"] for p in rows if p["dtype"] == dtype) * 1e12
+        return min(1.0, top / (gpu.peak_flops(dtype) * best_tile))
+
     if not any(p["dtype"] == "bf16" for p in rows):
         raise ValueError(f"no published bf16 GEMM for {gpu.name} in {PUBLISHED_PEAK_GEMM}")
     eta = round(_best_on_grid(lambda x: loss("bf16", replace(base, compute_efficiency=x)), 0.2, 1.0), 4)
+    eta = min(eta, _floor4(ceiling("bf16")))
     fitted = replace(base, compute_efficiency=eta)
     out = {"compute_efficiency": eta, "fp8_gemm_scale": None, "loss_bf16": round(loss("bf16", fitted), 6),
-           "loss_fp8": None}
-    if any(p["dtype"] == "fp8" for p in rows):
+           "loss_fp8": None, "ceiling_tflops": {"bf16": round(gpu.peak_flops("bf16") * eta * best_tile / 1e12, 1)}}
+    for fmt, key in (("fp8", "fp8"), ("nvfp4", "fp4"), ("mxfp8", "mxfp8")):  # block-scaled: at the FP4 / FP8 peak
+        if not any(p["dtype"] == fmt for p in rows):
+            continue
         scale = round(_best_on_grid(
-            lambda s: loss("fp8", replace(fitted, compute_efficiency=min(1.0, eta * s))), 0.3, 1.0 / eta), 4)
-        out["fp8_gemm_scale"] = scale
-        out["loss_fp8"] = round(loss("fp8", replace(fitted, compute_efficiency=min(1.0, eta * scale))), 6)
-    for fmt, key in (("nvfp4", "fp4"), ("mxfp8", "mxfp8")):  # block-scaled GEMMs, at the FP4 / FP8 peak
-        if any(p["dtype"] == fmt for p in rows):
-            scale = round(_best_on_grid(
-                lambda s: loss(fmt, replace(fitted, compute_efficiency=min(1.0, eta * s))), 0.3, 1.0 / eta), 4)
-            out[f"{key}_gemm_scale"] = scale
-            out[f"loss_{key}"] = round(loss(fmt, replace(fitted, compute_efficiency=min(1.0, eta * scale))), 6)
+            lambda s: loss(fmt, replace(fitted, compute_efficiency=min(1.0, eta * s))), 0.3, 1.0 / eta), 4)
+        scale = min(scale, _floor4(ceiling(fmt) / eta))
+        efficiency = min(1.0, eta * scale)
+        out[f"{key}_gemm_scale"] = scale
+        out[f"loss_{key}"] = round(loss(fmt, replace(fitted, compute_efficiency=efficiency)), 6)
+        out["ceiling_tflops"][fmt] = round(gpu.peak_flops(fmt) * efficiency * best_tile / 1e12, 1)
     return out
 
 

@@ -1,13 +1,14 @@
 """Analytical GEMM time: tiles, waves, split-K, a size-dependent efficiency, and HBM traffic.
 
 A GEMM ``C[b, M, N] = A[b, M, K] @ B[b, K, N]`` is modelled the way a tuned library (cuBLAS, hipBLASLt)
-runs it. For every candidate kernel configuration (CTA tile ``tm x tn`` with ``occ`` CTAs resident per SM,
-split-K factor ``s``):
+runs it. For every candidate kernel configuration (tile ``tm x tn`` with ``occ`` tiles resident per SM, or one
+tile on a pair of SMs (``sms = 2``: Blackwell's 2-SM MMA), split-K factor ``s``):
 
-* ``ctas  = b * ceil(M / tm) * ceil(N / tn) * s`` thread blocks run in
-  ``waves = ceil(ctas / (SMs * occ))`` waves (**wave quantisation**: a GEMM one tile larger than a full
-  wave pays a whole extra wave; **tile quantisation**: partial edge tiles cost as much as full ones);
-* one wave keeps every SM busy for ``occ * 2 * tm * tn * (Ks + k0) / (eta * e_tile * peak_per_SM)`` where
+* ``ctas  = b * ceil(M / tm) * ceil(N / tn) * s`` tiles run in
+  ``waves = ceil(ctas / slots)`` waves, ``slots = floor(SMs * occ / sms)`` (**wave quantisation**: a GEMM one
+  tile larger than a full wave pays a whole extra wave; **tile quantisation**: partial edge tiles cost as much
+  as full ones);
+* one wave keeps every SM busy for ``occ * 2 * tm * tn * (Ks + k0) / (eta * e_tile * sms * peak_per_SM)`` where
   ``Ks = ceil(K / s)`` rounded up to the K step (64), ``k0`` is the fixed per-tile cost (prologue, epilogue,
   pipeline fill) in units of K, ``eta`` the achievable fraction of the dense tensor peak and
   ``e_tile = (1 + c / 128 + c / 256) / (1 + c / tm + c / tn)`` the relative efficiency of smaller tiles
@@ -21,6 +22,13 @@ split-K factor ``s``):
   configuration's time grows with M, N, K and b and the set of configurations does not depend on the
   shape, so the chosen (minimum) time is monotonic in every dimension.
 
+No shape runs faster than ``eta * max(e_tile) * peak`` (:func:`peak_fraction_bound`): a wave's
+``slots * 2 * tm * tn * Ks`` FLOPs take at least ``unit * Ks``. ``calibration.fit_peak_efficiency`` holds that
+bound to a GPU's published maximum achievable rate.
+
+The tile set is the GPU's libraries' (``GpuSpec.gemm_tiles``, the preset's ``gemm_tiles``); the default is the
+Ampere/Hopper one below. ``docs/hardware.md`` (GEMM section) names each vendor's set and its source.
+
 The parameters (``GemmParams``) are fitted per GPU family on measured GEMM times
 (``fit/fit_gemm.py``). :func:`gemm_time_s` is the scalar version the compute model calls;
 :func:`gemm_time_s_np` is the same formula over numpy arrays (used by the fit and the error tables).
@@ -32,7 +40,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 #: Candidate CTA tiles ``(tm, tn, CTAs resident per SM)``: the shapes cuBLAS/CUTLASS tensor-core kernels
-#: use on Ampere and Hopper (smaller tiles allow more resident CTAs).
+#: use on Ampere and Hopper (smaller tiles allow more resident CTAs). A tile may carry a fourth element, the SMs
+#: one tile runs on (2: a Blackwell 2-SM MMA tile, CUTLASS ``KernelTmaWarpSpecialized2SmSm100``); absent, 1.
 DEFAULT_TILES = ((128, 256, 1), (256, 128, 1), (128, 128, 1), (128, 64, 2), (64, 128, 2), (64, 64, 4))
 #: Split-K factors the model may choose.
 DEFAULT_SPLITS = (1, 2, 4, 8, 16)
@@ -70,9 +79,27 @@ def _tile_efficiency(c, tm, tn):
     return (1.0 + c / rm + c / rn) / (1.0 + c / tm + c / tn)
 
 
-def wave_seconds_per_k(params, tm, tn, occ, peak_sm):
-    """Seconds one wave of ``tm x tn`` tiles (``occ`` per SM) takes per element of K (times ``Ks + k0``)."""
-    return occ * 2.0 * tm * tn / (params.compute_efficiency * _tile_efficiency(params.tile_penalty, tm, tn) * peak_sm)
+def tile_config(tile):
+    """``(tm, tn, occ, sms)`` of a tile given as ``(tm, tn, occ)`` or ``(tm, tn, occ, sms)``."""
+    return (tile[0], tile[1], tile[2], tile[3] if len(tile) > 3 else 1)
+
+
+def tile_slots(sm_count, occ, sms):
+    """Tiles one wave runs: ``occ`` per SM, each on ``sms`` SMs."""
+    return max(1, (sm_count * occ) // sms)
+
+
+def wave_seconds_per_k(params, tm, tn, occ, peak_sm, sms=1):
+    """Seconds one wave of ``tm x tn`` tiles (``occ`` per SM, each on ``sms`` SMs) takes per element of K
+    (times ``Ks + k0``)."""
+    return occ * 2.0 * tm * tn / (params.compute_efficiency * _tile_efficiency(params.tile_penalty, tm, tn)
+                                  * sms * peak_sm)
+
+
+def peak_fraction_bound(params, tiles=DEFAULT_TILES):
+    """The largest fraction of the dense peak any GEMM shape reaches in this model: ``eta * max(e_tile)`` over
+    ``tiles`` (reached only by a shape of whole waves of the best tile, K -> infinity, no memory time)."""
+    return params.compute_efficiency * max(_tile_efficiency(params.tile_penalty, t[0], t[1]) for t in tiles)
 
 
 def gemm_time_s(m, n, k, batch, *, peak_flops, sm_count, hbm_bytes_per_s, in_bytes, out_bytes, params,
@@ -92,10 +119,11 @@ def gemm_time_s(m, n, k, batch, *, peak_flops, sm_count, hbm_bytes_per_s, in_byt
     peak_sm = peak_flops / sm_count
     base_bytes = batch * ((m * k + k * n) * in_bytes + m * n * out_bytes)
     best = None
-    for tm, tn, occ in tiles:
-        unit = wave_seconds_per_k(params, tm, tn, occ, peak_sm)
+    for tile in tiles:
+        tm, tn, occ, sms = tile_config(tile)
+        unit = wave_seconds_per_k(params, tm, tn, occ, peak_sm, sms)
         tiles_mn = batch * (-(-m // tm)) * (-(-n // tn))
-        slots = sm_count * occ
+        slots = tile_slots(sm_count, occ, sms)
         for s in splits:
             ks = -(-k // s)
             ks = -(-ks // K_STEP) * K_STEP
@@ -105,12 +133,12 @@ def gemm_time_s(m, n, k, batch, *, peak_flops, sm_count, hbm_bytes_per_s, in_byt
             t_m = nbytes / bw
             t = (t_c ** p + t_m ** p) ** (1.0 / p)
             if best is None or t < best[0]:
-                best = (t, tm, tn, occ, s, waves, t_c, t_m)
+                best = (t, tm, tn, occ, sms, s, waves, t_c, t_m)
     total = best[0] + params.launch_us * 1e-6
     if not detail:
         return total
-    t, tm, tn, occ, s, waves, t_c, t_m = best
-    return total, {"tile": (tm, tn), "ctas_per_sm": occ, "split_k": s, "waves": waves,
+    t, tm, tn, occ, sms, s, waves, t_c, t_m = best
+    return total, {"tile": (tm, tn), "ctas_per_sm": occ, "sms_per_tile": sms, "split_k": s, "waves": waves,
                    "compute_s": t_c, "memory_s": t_m}
 
 
@@ -129,10 +157,11 @@ def gemm_time_s_np(m, n, k, batch, *, peak_flops, sm_count, hbm_bytes_per_s, in_
     peak_sm = peak_flops / sm_count
     base_bytes = batch * ((m * k + k * n) * in_bytes + m * n * out_bytes)
     best = np.full(m.shape, np.inf)
-    for tm, tn, occ in tiles:
-        unit = wave_seconds_per_k(params, tm, tn, occ, peak_sm)
+    for tile in tiles:
+        tm, tn, occ, sms = tile_config(tile)
+        unit = wave_seconds_per_k(params, tm, tn, occ, peak_sm, sms)
         tiles_mn = batch * np.ceil(m / tm) * np.ceil(n / tn)
-        slots = sm_count * occ
+        slots = tile_slots(sm_count, occ, sms)
         for s in splits:
             ks = np.ceil(np.ceil(k / s) / K_STEP) * K_STEP
             waves = np.ceil(tiles_mn * s / slots)
@@ -148,6 +177,6 @@ def gemm_flops(m, n, k, batch=1):
     return 2.0 * m * n * k * batch
 
 
-__all__ = ["GemmParams", "gemm_time_s", "gemm_time_s_np", "gemm_flops", "wave_seconds_per_k", "DEFAULT_TILES",
-           "DEFAULT_SPLITS", "K_STEP"]
+__all__ = ["GemmParams", "gemm_time_s", "gemm_time_s_np", "gemm_flops", "wave_seconds_per_k", "tile_config",
+           "tile_slots", "peak_fraction_bound", "DEFAULT_TILES", "DEFAULT_SPLITS", "K_STEP"]
 

@@ -430,12 +430,13 @@ def _build(data, where, path=None, fit=None) -> GpuSpec:
     if data.get("gemm_tiles") is not None:
         tiles = []
         for i, tile in enumerate(data["gemm_tiles"]):
-            ok = isinstance(tile, list) and len(tile) in (2, 3) and all(
+            ok = isinstance(tile, list) and len(tile) in (2, 3, 4) and all(
                 isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in tile)
             if not ok:
-                raise ConfigError(f"{where}: key 'gemm_tiles[{i}]' must be [tile_m, tile_n] or "
-                                  f"[tile_m, tile_n, ctas_per_sm] of positive integers, got {tile!r}")
-            tiles.append((tile[0], tile[1], tile[2] if len(tile) == 3 else 1))
+                raise ConfigError(f"{where}: key 'gemm_tiles[{i}]' must be [tile_m, tile_n], "
+                                  f"[tile_m, tile_n, ctas_per_sm] or [tile_m, tile_n, ctas_per_sm, sms_per_tile] "
+                                  f"of positive integers, got {tile!r}")
+            tiles.append((tile[0], tile[1], tile[2] if len(tile) > 2 else 1) + tuple(tile[3:]))
         if not tiles:
             raise ConfigError(f"{where}: key 'gemm_tiles' must not be empty")
         tiles = tuple(tiles)

@@ -3,11 +3,12 @@
 A grouped GEMM runs G independent GEMMs ``C_g[M_g, N_g] = A_g[M_g, K_g] @ B_g[K_g, N_g]`` in one launch
 (CUTLASS's grouped / ptr-array kernels, ``torch._grouped_mm``, Megatron's GroupedMLP, DeepGEMM's contiguous
 layout). It is timed from the per-group shapes with the fitted dense-GEMM parameters of :mod:`.gemm`, for every
-candidate CTA tile ``tm x tn`` with ``occ`` CTAs per SM (one tile for all groups, as these kernels are built):
+candidate tile ``tm x tn`` with ``occ`` per SM, each on ``sms`` SMs (one tile for all groups, as these kernels are
+built):
 
 * **tile quantisation per group**: group g has ``ceil(M_g / tm) * ceil(N_g / tn)`` tiles, so an expert with 3
   tokens pays a whole ``tm``-row tile, and a batch of small experts costs far more than one GEMM of their rows;
-* **wave quantisation across all groups**: the ``T`` tiles of every group share the ``SMs * occ`` slots of one
+* **wave quantisation across all groups**: the ``T`` tiles of every group share the ``SMs * occ / sms`` slots of one
   persistent kernel, ``waves = ceil(T / slots)``, each wave as long as the average tile
   (``unit * (ceil(K_g / 64) * 64 + k0)`` for a tile of group g, as in :mod:`.gemm`), and never shorter than the
   longest tile;
@@ -47,7 +48,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from astra_gpu_model.gemm import DEFAULT_TILES, K_STEP, wave_seconds_per_k
+from astra_gpu_model.gemm import DEFAULT_TILES, K_STEP, tile_config, tile_slots, wave_seconds_per_k
 
 
 #: The grouped kernels the model times (see the module docstring).
@@ -123,8 +124,9 @@ def grouped_gemm_time_s(shapes, *, peak_flops, sm_count, hbm_bytes_per_s, in_byt
     nbytes = sum(g * ((m * k + k * n) * in_bytes + m * n * out_bytes) for (m, n, k), g in counts.items())
     t_m = nbytes / bw
     best = None
-    for tm, tn, occ in tiles:
-        unit = wave_seconds_per_k(params, tm, tn, occ, peak_sm)
+    for tile in tiles:
+        tm, tn, occ, sms = tile_config(tile)
+        unit = wave_seconds_per_k(params, tm, tn, occ, peak_sm, sms)
         n_tiles, work, longest = 0, 0.0, 0.0
         for (m, n, k), g in counts.items():
             per_group = (-(-m // tm)) * (-(-n // tn))
@@ -132,16 +134,16 @@ def grouped_gemm_time_s(shapes, *, peak_flops, sm_count, hbm_bytes_per_s, in_byt
             n_tiles += g * per_group
             work += g * per_group * cost
             longest = max(longest, cost)
-        waves = -(-n_tiles // (sm_count * occ))
+        waves = -(-n_tiles // tile_slots(sm_count, occ, sms))
         t_c = unit * max(waves * work / n_tiles, longest)
         t = (t_c ** p + t_m ** p) ** (1.0 / p)
         if best is None or t < best[0]:
-            best = (t, tm, tn, occ, waves, t_c)
+            best = (t, tm, tn, occ, sms, waves, t_c)
     total = best[0] + launch + active * group_us * 1e-6
     if not detail:
         return total
-    t, tm, tn, occ, waves, t_c = best
-    return total, {"tile": (tm, tn), "ctas_per_sm": occ, "waves": waves, "groups": active, "compute_s": t_c,
+    t, tm, tn, occ, sms, waves, t_c = best
+    return total, {"tile": (tm, tn), "ctas_per_sm": occ, "sms_per_tile": sms, "waves": waves, "groups": active, "compute_s": t_c,
                    "memory_s": t_m, "bytes": nbytes}
 
 
