@@ -38,11 +38,12 @@ def schedule(stages, micro_batches, chunks, p):
 
 
 def write_pipeline(folder, stages, micro_batches, chunks=1, layers=2, forward_us=10, backward_us=20,
-                   size=1 << 20, preposted=True, last_us=None):
+                   size=1 << 20, preposted=True, last_us=None, overlap=False):
     """One trace per stage: per (forward or backward, chunk, micro-batch) a receive from the previous (next)
     virtual stage, ``layers`` kernels and a send on; virtual stage ``chunk * stages + p``. Receives have no
     parents (posted at the start, as the LLM generator writes them) unless ``preposted`` is False (then each
-    waits for the node before it). ``last_us``: the last stage's kernels take that long instead."""
+    waits for the node before it). ``last_us``: the last stage's kernels take that long instead. ``overlap``: the
+    next pass waits for the last kernel, not for the send (which then runs beside its kernels)."""
     virtual = stages * chunks
     for p in range(stages):
         nodes = []
@@ -76,8 +77,11 @@ def write_pipeline(folder, stages, micro_batches, chunks=1, layers=2, forward_us
                 peer = (p + 1) % stages if forward else (p - 1) % stages
                 edge = v if forward else v - 1
                 tag = 2 * (mb * virtual + edge) + (0 if forward else 1)
+                kernel = last
                 add(f"send.{kind}{mb}", T.COMM_SEND_NODE, deps,
                     attrs={"comm_src": p, "comm_dst": peer, "comm_size": size, "comm_tag": tag})
+                if overlap:
+                    last = kernel
         write_et(f"{folder}/t.{p}.et", make_metadata(), nodes)
     (folder / "net.yml").write_text(f"topology: [ Ring ]\nnpus_count: [ {stages} ]\nbandwidth: [ 50 ]\n"
                                     "latency: [ 500 ]\n")
@@ -190,10 +194,19 @@ def test_random_pipelines_give_the_same_numbers_folded_in_time_or_not(stages, gr
                                    backward_us, size, preposted, last_us), **options)
 
 
-@pytest.mark.parametrize("launch_us", [1, 7])
+@pytest.mark.parametrize("launch_us", [1, 7, 30])
 def test_the_host_launch_model_folds_to_the_ns(tmp_path, launch_us):
     """Kernels launched by a host that runs ahead (``host_launch_us``): launches wait as events of their own."""
     check_exact(write_pipeline(tmp_path, 4, 16), host_launch_us=launch_us)
+
+
+@pytest.mark.parametrize("launch_us", [1, 6])
+def test_a_host_behind_its_gpu_is_not_compared_by_its_clock_and_the_run_folds_to_the_ns(tmp_path, launch_us):
+    """A host that launches faster than the GPU runs falls further behind every period (its clock is not the same
+    relative to now, and these runs never repeated before): once it can delay no launch it is left out of the
+    compared state, and a jump moves its clock on by its own drift."""
+    info = check_exact(write_pipeline(tmp_path, 4, 48, layers=4), host_launch_us=launch_us, host_sync_us=0)
+    assert info["folded"] is True, info
 
 
 def test_astra_run_time_fold_says_what_it_jumped_over_and_is_off_by_default(tmp_path, capsys):
@@ -314,8 +327,47 @@ def test_the_gpu_model_reads_a_kernels_name_and_a_jump_does_not_skip_a_renamed_o
     check_exact(args, compute_model="gpu")
 
 
-def test_gpu_contention_is_not_folded_in_time_and_says_why(tmp_path):
+@pytest.mark.parametrize("mode", ["sm-hbm", "measured"])
+@pytest.mark.parametrize("observe", [False, True])
+def test_gpu_contention_folds_in_time_to_the_ns(tmp_path, mode, observe):
+    """--gpu-contention: a kernel's time reads the sends running beside it (compared state); the model's intervals
+    (its utilisation report) are the unfolded run's, replayed in bulk or, with an observer of its own, its
+    communication intervals seen node by node."""
+    args = write_pipeline(tmp_path, 4, 48, size=64 << 20, overlap=True)
+    _as_aten_ops(args[0], 4)
+    extra = (_Spans(observe=True),) if observe else ()
+    info = check_exact(args, compute_model="gpu", gpu_contention=True, gpu_contention_model=mode, extra_plugins=extra)
+    assert info["folded"] is True, info
+    report = simulate(*args, compute_model="gpu", gpu_contention=True, gpu_contention_model=mode)
+    assert any(r["contended_compute_ns"] for r in report.stats["gpu_utilization"].values())  # it did contend
+
+
+def test_gpu_contention_with_per_transfer_hbm_shares_is_not_folded_and_says_why(tmp_path):
     args = write_pipeline(tmp_path, 4, 16)
     _as_aten_ops(args[0], 4)
-    info = check_exact(args, compute_model="gpu", gpu_contention=True)
-    assert info["folded"] is False and "--gpu-contention" in info["reason"]
+    info = check_exact(args, compute_model="gpu", gpu_contention=True, nccl_nic_gbps=50)
+    assert info["folded"] is False and "per-transfer HBM shares" in info["reason"]
+
+
+@pytest.mark.parametrize("change", ["value", "extra", "missing"])
+def test_a_kernel_whose_read_attributes_differ_is_not_jumped_over(tmp_path, change):
+    """Roofline kernels (timed from ``num_ops`` and ``tensor_size``); a few in the steady state differ from their
+    neighbours by one attribute's value, by one more attribute or by one fewer: the numbers stay the unfolded run's."""
+    args = write_pipeline(tmp_path, 4, 48)
+    for rank in range(4):
+        trace = read_et(f"{args[0]}.{rank}.et")
+        nodes = trace[1] if isinstance(trace, tuple) else trace.nodes
+        odd = range(len(nodes) * 6 // 10, len(nodes) * 6 // 10 + 4)
+        for node in nodes:
+            if node.type == T.COMP_NODE:
+                node.attrs.update(num_ops=1 << 30, tensor_size=1 << 20, label=f"k{node.id}")
+                if node.id in odd and change == "value":
+                    node.attrs["num_ops"] = 1 << 32
+                elif node.id in odd and change == "extra":
+                    node.attrs["is_cpu_op"] = True  # timed as a CPU op, on its own slot
+                elif node.id not in odd and change == "missing":
+                    node.attrs["is_cpu_op"] = False
+        write_et(f"{args[0]}.{rank}.et", make_metadata(), nodes)
+    pathlib.Path(args[1]).write_text(json.dumps({"all-reduce-implementation": ["ring"], "local-mem-bw": 50,
+                                                 "peak-perf": 100}))
+    check_exact(args, compute_model="roofline")

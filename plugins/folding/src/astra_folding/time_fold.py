@@ -72,6 +72,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from heapq import heapify, heappop
+from operator import itemgetter
 
 import numpy as np
 
@@ -99,6 +100,8 @@ MAX_LOG = 1 << 21
 LOOK_WORK_PER_EVENT = 1
 LOOK_WORK_FLOOR = 20_000
 _P2P = (T.COMM_SEND_NODE, T.COMM_RECV_NODE)
+#: a host far enough behind its GPU never to delay a launch again (TimeFolder._host_behind)
+_HOST_BEHIND = "behind"
 #: the kernel's methods a compared state may hold as events, by (class, name): a method of a mypyc-compiled class
 #: (tools/compile_core.py) has no __func__ to compare
 _NODE_DONE, _LAUNCH, _CALL_EVENTS, _ARRIVED = "done", "launch", "tick", "arrive"
@@ -141,9 +144,11 @@ def refusal(sim):
     if sim.rendezvous:
         return "rendezvous messages wait on handshakes that are not compared"
     model = sim.compute_model
-    if _is_gpu_model(sim) and model.reads_comm_in_flight:
-        return ("the gpu model's --gpu-contention times a kernel from the communication beside it and keeps its "
-                "intervals, which are not compared")
+    contention = getattr(model, "contention", None) if _is_gpu_model(sim) else None
+    if contention is not None and contention.mode == "sm-hbm" and contention.per_transfer:
+        return ("the gpu model's --gpu-contention with per-transfer HBM shares adds the running transfers' shares as "
+                "floats in the order of a set, which a jump does not keep (--gpu-comm-hbm-share or "
+                "--gpu-contention-model measured fold)")
     if not isinstance(model, STATELESS_COMPUTE) and not _is_gpu_model(sim):
         return (f"the {sim.compute_model_name} compute model is not known to time a node from the node alone "
                 "without per-node records")
@@ -172,6 +177,7 @@ class TimeFolder:
         self.anchor_p2p = 0
         self.record = self.shared.record_node
         self.gpu = sim.compute_model if _is_gpu_model(sim) else None  # its counts move on with the jumps
+        self.contention = getattr(self.gpu, "contention", None)  # --gpu-contention: its intervals too
         self.name_key = _gpu_name_key if self.gpu is not None else None  # what else of a node it reads
         self.log = []  # (rank, node id, start, end) of the nodes finished since the oldest snapshot
         self.touched = {w.rank: set() for w in self.workloads}  # children of finished nodes (partial counts)
@@ -185,6 +191,7 @@ class TimeFolder:
         self.signatures = {w.rank: {} for w in self.workloads}  # see _signature
         self.parents = self.root_recvs = None  # see _trace_facts
         self.scanned = 0  # how much of the log _scan_log has seen
+        self.host_waits = {}  # rank -> whether a node of its trace makes its host wait (see _host_behind)
 
     # ------------------------------------------------------------ the event loop
     def run(self):
@@ -294,8 +301,9 @@ class TimeFolder:
 
     def _accumulators(self):
         m = self.matcher
-        return ({w.rank: (w.compute_ns, w.cpu_ns, w.comm_ns, w.issued) for w in self.workloads},
-                m.messages, m.bytes, None if self.gpu is None else dict(self.gpu.counts))
+        return ({w.rank: (w.compute_ns, w.cpu_ns, w.comm_ns, w.issued, w.host_clock) for w in self.workloads},
+                m.messages, m.bytes, None if self.gpu is None else dict(self.gpu.counts),
+                None if self.contention is None else _interval_marks(self.contention))
 
     def _canonical(self):
         """(the state written relative to now and to each rank's finished count, the node ids it names per rank)."""
@@ -323,6 +331,18 @@ class TimeFolder:
         self.work += (len(self._tags) + 4 * len(self.matcher._waiting) + sum(len(r) for r in self._refs.values())
                       + sum(len(w.node_start_ns) for w in self.workloads))
         return (events, ranks, tuple(waiting)), self._refs, self._tags
+
+    def _host_behind(self, w):
+        """Whether the host that launches the rank's kernels (``host_launch_us``) can no longer delay one: it would
+        have launched every node left (at most all not issued yet, one ``host_launch_ns`` each) by now, and no
+        node left makes it wait (``host_waits``, checked for the whole trace). Its clock only adds one launch
+        per GPU op from then on and nothing reads it (a launch is delayed only when the host's clock is past
+        the issue time), so the state holds :data:`_HOST_BEHIND` instead of its clock, and a jump moves the
+        clock on by ``k`` times its change over the period (its drift: launches, not time)."""
+        waits = self.host_waits.get(w.rank)
+        if waits is None:
+            waits = self.host_waits[w.rank] = any(n.attrs.get("host_waits") for n in w.nodes.values())
+        return not waits and w.host_clock + (len(w.nodes) - w.issued) * w.host[0] <= self._now
 
     def _preposted(self, m):
         """Whether ``m`` is a receive without parents still waiting for its send. A trace may post all its
@@ -409,7 +429,7 @@ class TimeFolder:
             # receives without parents are named by their messages' events when matched, else pre-posted
             tuple(sorted((node(rank, n), running[n] - now) for n in running.keys() - roots)),
             tuple(sorted(node(rank, n) for n in w.comm_running)) if w.comm_running else (),
-            None if w.host is None else (w.host_clock - now, w.host_graph),
+            None if w.host is None else (_HOST_BEHIND if self._host_behind(w) else w.host_clock - now, w.host_graph),
             tuple((g, group.num_streams) for g, group in w.comm_groups.items()), partial,
         )
 
@@ -515,7 +535,10 @@ class TimeFolder:
                                        "compared")
                 kind, duration, values = a.type, a.duration_micros, a.inputs_values
                 attrs = a.attrs
-                core = _read_attrs(attrs)
+                keys = [key for key in attrs if key not in _SKIPPED_ATTRS]  # what the simulation reads
+                n_read = len(keys)
+                read = itemgetter(*keys) if keys else None
+                wanted = read(attrs) if keys else None
                 tag = attrs.get("comm_tag")
                 kids = children[node_id]
                 n_parents = parents.get(node_id, 0)
@@ -528,8 +551,14 @@ class TimeFolder:
                             or parents.get(moved, 0) != n_parents):
                         break
                     b_attrs = b.attrs
-                    if b_attrs is not attrs and not _same_read_attrs(attrs, b_attrs, core):
-                        break
+                    if b_attrs is not attrs:  # the same read attributes: as many, and the same values
+                        if len(b_attrs) - ("label" in b_attrs) - ("comm_tag" in b_attrs) != n_read:
+                            break
+                        try:
+                            if n_read and read(b_attrs) != wanted:
+                                break
+                        except KeyError:
+                            break
                     if name_key is not None and name_key(b) != name:
                         break
                     b_tag = b_attrs.get("comm_tag")
@@ -592,7 +621,8 @@ class TimeFolder:
     def _jump(self, k, period, shift, tag_step, log, acc_a, acc_b, inert):
         """Report the ``k`` repeats' nodes, then move the state by ``σ^k`` (see the module docstring)."""
         used = {w.rank: set() for w in self.workloads}  # pre-posted receives the repeats finish or match
-        if self._in_bulk(k, period, log):
+        bulk = self._in_bulk(k, period, log)
+        if bulk:
             self._report_in_bulk(k, period, shift, log, used)
         else:
             self._report_each(k, period, shift, log, used)
@@ -626,8 +656,8 @@ class TimeFolder:
             w.node_start_ns = running
             if w.comm_running:
                 w.comm_running = {n + d for n in w.comm_running}
-            if w.host is not None:
-                w.host_clock += dt
+            if w.host is not None:  # P when compared; its own drift when behind (see _host_behind)
+                w.host_clock += k * (acc_b[0][rank][4] - acc_a[0][rank][4])
             before, after = acc_a[0][rank], acc_b[0][rank]
             w.compute_ns += k * (after[0] - before[0])
             w.cpu_ns += k * (after[1] - before[1])
@@ -655,6 +685,8 @@ class TimeFolder:
         if self.gpu is not None:  # how the gpu model timed its kernels
             for how, n in acc_b[3].items():
                 self.gpu.counts[how] += k * (n - acc_a[3].get(how, 0))
+        if self.contention is not None:
+            self._repeat_intervals(k, period, acc_a[4], acc_b[4], bulk)
         engine.now += dt
 
     def _report_each(self, k, period, shift, log, used):
@@ -682,7 +714,9 @@ class TimeFolder:
         needs ``end - start`` over :data:`LONG_STEP_NS` or ``end`` over :data:`MAX_TIME_NS`, then cannot fire:
         every start is >= 0)."""
         sim = self.sim
-        if self.record != sim.record_node or len(sim._node_observers) != (sim.recorder is not None):
+        observers = [fn for fn in sim._node_observers
+                     if self.contention is None or fn != self.contention.record_node]  # replayed in bulk too
+        if self.record != sim.record_node or len(observers) != (sim.recorder is not None):
             return False
         return not log or max(row[3] for row in log) + k * period <= LONG_STEP_NS
 
@@ -724,6 +758,31 @@ class TimeFolder:
             if spans is not None:
                 spans[rank].frombytes(moved.tobytes())  # native int64, as array("q") holds them
 
+    def _repeat_intervals(self, k, period, marks_a, marks_b, comm_too):
+        """The gpu model's ``--gpu-contention`` records: per rank an interval per kernel timed (at its issue) and,
+        when the repeats were reported in bulk, per collective or send finished (its node observer's). The
+        repeats time and finish the period's images, so each rank's intervals since A are appended again ``k``
+        times, moved by ``j P``, in their order; and the count of contended kernels moves on."""
+        contention = self.contention
+        contention.contended_nodes += k * (marks_b[0] - marks_a[0])
+        steps = np.arange(1, k + 1, dtype=np.int64) * period
+        for table, a_of, b_of in ((contention.compute, marks_a[1], marks_b[1]),
+                                  (contention.comm, marks_a[2], marks_b[2])):
+            if table is contention.comm and not comm_too:
+                continue  # reported one by one: the observer saw them
+            for rank, b in b_of.items():
+                a = a_of.get(rank, 0)
+                if b <= a:
+                    continue
+                intervals = table[rank]
+                for name in ("start", "end"):
+                    column = getattr(intervals, name)
+                    part = np.frombuffer(column[a:b], dtype=np.int64)
+                    column.frombytes((part[None, :] + steps[:, None]).tobytes())
+                for name in ("compute_sms", "comm_sms", "hbm"):
+                    column = getattr(intervals, name)
+                    column.extend(column[a:b] * k)
+
     def _move_events(self, flat, dt, dn, dtag):
         out = []
         for i in range(0, len(flat), 2):
@@ -754,20 +813,21 @@ class TimeFolder:
             m.recv_arg += dn[dst]
 
 
+def _interval_marks(contention):
+    """How far the gpu model's contention records are: (contended kernels, per rank its compute intervals, per
+    rank its communication intervals)."""
+    return (contention.contended_nodes, {r: len(iv.start) for r, iv in contention.compute.items()},
+            {r: len(iv.start) for r, iv in contention.comm.items()})
+
+
 def _read_attrs(attrs):
     """A node's attributes that the simulation reads (all but :data:`UNREAD_ATTRS` and ``comm_tag``)."""
     return {k: v for k, v in attrs.items() if k not in UNREAD_ATTRS and k != "comm_tag"}
 
 
+#: attributes a node and its image may differ by (TimeFolder._repeats counts ``label`` and ``comm_tag`` by name: an
+#: attribute added to UNREAD_ATTRS is then still compared, never skipped)
 _SKIPPED_ATTRS = UNREAD_ATTRS | {"comm_tag"}
-
-
-def _same_read_attrs(attrs, other, read):
-    """Whether ``other`` has the attributes ``read`` (``_read_attrs(attrs)``) the simulation reads of ``attrs``."""
-    try:  # hashable values (the usual case): compare the item sets, in C
-        return all(key in _SKIPPED_ATTRS for key, _ in attrs.items() ^ other.items())
-    except TypeError:  # a list value (involved_dim, shapes)
-        return _read_attrs(other) == read
 
 
 def _p2p_period(w):
