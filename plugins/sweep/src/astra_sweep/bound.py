@@ -8,7 +8,9 @@ gpu compute model's cost and each collective at the NCCL model's time for its si
 (``--platform-collective nccl``, the search's default: the simulated phase waits that time once its peers have
 joined; Megatron's tensor-parallel all-gathers and reduce-scatters block the next GEMM, so they lie on the chain;
 :meth:`BoundCache._collective_ns` says which groups count). A rank's collectives on one communicator also run one at
-a time (:func:`communicator_bounds`). Point-to-point transfers count 0; host launches and contention can only add. Across pipeline stages, the
+a time (:func:`communicator_bounds`). A compute node that the run's measured contention model slows in every run
+(issued with a collective that waits on the same node: :func:`beside_collectives`) counts at its least slowed
+cost. Point-to-point transfers count 0; host launches and other contention can only add. Across pipeline stages, the
 representative ranks' traces are joined at their sends and receives (:func:`pipeline_edges`): a rank's compute
 cannot start before the first micro-batch has come through the earlier stages, and the step cannot end before the
 last backward has gone back through them, so without virtual stages the bound also holds the rank's compute plus
@@ -36,13 +38,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass, field, replace
 
 from astra_sim.errors import AstraError
 
 #: bumped when what the terms measure changes: the disk cache's entries of another version are not read
-TERMS_VERSION = 5
+TERMS_VERSION = 6
 
 
 @dataclass(frozen=True)
@@ -240,6 +243,103 @@ def _post(graph):
     return int(max(by_comm.values(), default=0))
 
 
+@dataclass(frozen=True)
+class Contention:
+    """What the run's ``--gpu-contention-model measured`` (implied by the GPU platforms) needs for
+    :func:`beside_collectives`: the SMs a collective or send takes without a ``comm_sms`` attribute
+    (``--gpu-comm-sms``), the GPU's SMs, and the host model's launch interval (``--host-launch-us``, in ns as the
+    kernel rounds it; 0 without a host model)."""
+
+    comm_sms: int
+    sm_count: int
+    host_launch_ns: int = 0
+
+
+def contention_of(options, gpu):
+    """The :class:`Contention` of a run's options (a platform's implied ones) on the GPU preset or YAML ``gpu``, or
+    None when the run has no measured contention model (``--gpu-contention`` with another model: not counted)."""
+    from astra_gpu_model.contention import DEFAULT_COMM_SMS
+    from astra_gpu_model.gpu import load_gpu
+
+    if not options.get("gpu_contention") or options.get("gpu_contention_model") != "measured":
+        return None
+    launch = options.get("host_launch_us") or 0
+    comm_sms = options.get("gpu_comm_sms")
+    return Contention(int(DEFAULT_COMM_SMS if comm_sms is None else comm_sms), int(load_gpu(gpu).sm_count),
+                      int(round(launch * 1000)))
+
+
+def beside_collectives(graph, info, contention):
+    """{node id: raised cost}: the compute nodes that the run's measured contention model slows in every run, each
+    at its least slowed cost, ``floor(cost x measured_slowdown(kind, s / SMs))``.
+
+    ``graph``: a rank's [(node id, cost, on the GPU-compute slot, deps, key)] (:meth:`BoundCache._graph`);
+    ``info``: {node id: (name, comm_sms attribute or None, has an sm_margin attribute)}.
+
+    Why: the model times a compute node ``G`` once every event of the nanosecond it starts has run, slowed for its
+    whole duration when a collective or send of the rank is running then (``comm_nodes_in_flight``: from its issue
+    to its completion), by ``measured_slowdown(kind, SMs taken / SMs)``, never decreasing in the SMs taken. Take
+    ``G`` whose only dependency is ``P``, the compute node before it, on a rank whose compute nodes form one chain
+    (each descends from the one before: no other compute node can be ready when ``P`` ends), and a collective
+    ``C`` whose only dependency is also ``P`` and whose NCCL time is ``d > 0``. When ``P`` ends (at ``t``) both are
+    free; one pass in id order issues ``G`` (its slot is free: ``P`` just left it) and ``C`` (or, if ``C``'s
+    communication slot is busy, the collectives or sends ahead of it run back to back, each issued in the
+    nanosecond the one before completes, until ``C`` runs: so from ``t`` to ``C``'s end one of them is always in
+    flight). ``G`` starts at ``g = max(t, L_G)``, ``L_G`` its launch by the host model, which launches the issued
+    GPU operations one per interval ``i`` in issue order; ``C`` ends no earlier than ``max(t, L_C) + d``. If ``C``
+    is issued after ``G`` (a higher id, or after the ones ahead of it), ``L_C > L_G`` and ``C`` ends after ``g``.
+    If before, ``L_G <= L_C + k x i`` with ``k`` the ids from ``C`` to ``G``, so ``d > k x i`` makes ``C`` end after
+    ``g``. Either way some operation taking at least ``s`` SMs (the fewest any collective or send of the rank
+    takes) runs when ``G`` is timed, so ``G`` lasts at least its slowed cost (``kind``: ``compute`` for a
+    compute-bound ATen op, ``memory`` for another, the smaller factor when the name is not an ATen op's; the run
+    rounds, the bound floors). A node launched with an ``sm_margin`` is left as it is. Megatron's sequence-parallel
+    backward re-gathers a layer's input (a tensor-parallel all-gather) beside its data-gradient GEMM: those GEMMs
+    are the nodes raised."""
+    if contention is None or not contention.sm_count:
+        return {}
+    deps_of = {node_id: tuple(deps) for node_id, _, _, deps, _ in graph}
+    cost_of = {node_id: cost for node_id, cost, _, _, _ in graph}
+    chain = sorted(node_id for node_id, _, on_slot, _, _ in graph if on_slot)
+    on_slot = set(chain)
+    top = {}  # node -> the highest compute node id among its ancestors (-1: none)
+    for node_id in sorted(deps_of):
+        best = -1
+        for d in deps_of[node_id]:
+            if d not in deps_of or d >= node_id:  # not in id order: no claim
+                return {}
+            best = max(best, d if d in on_slot else top[d])
+        top[node_id] = best
+    if any(top[b] != a for a, b in zip(chain, chain[1:])):
+        return {}
+    sms = [info[n][1] if isinstance(info[n][1], int) else contention.comm_sms
+           for n, _, _, _, key in graph if key is not None and key[0] in ("coll", "send")]
+    least = min(min(sms, default=0), contention.sm_count - 1)
+    if least <= 0:
+        return {}
+    from astra_gpu_model.contention import measured_slowdown
+    from astra_sim.ops import COMPUTE_BOUND_OPS, canonical_name
+
+    fraction = least / contention.sm_count
+    factor = {kind: measured_slowdown(kind, fraction) for kind in ("compute", "memory")}
+    hanging = {}  # compute node -> [(collective id, its cost)] that depend on it alone
+    for node_id, cost, _, deps, key in graph:
+        if key is not None and key[0] == "coll" and cost > 0 and len(deps) == 1 and deps[0] in on_slot:
+            hanging.setdefault(deps[0], []).append((node_id, cost))
+    out = {}
+    for p, g in zip(chain, chain[1:]):
+        name, _, margin = info[g]
+        if deps_of[g] != (p,) or margin or not cost_of[g]:
+            continue
+        if any(c > g or d > (g - c) * contention.host_launch_ns for c, d in hanging.get(p, ())):
+            if name.startswith("aten::"):
+                op = canonical_name(name)
+                f = factor["compute" if op is None or op in COMPUTE_BOUND_OPS else "memory"]
+            else:
+                f = min(factor.values())
+            out[g] = max(cost_of[g], math.floor(cost_of[g] * f))
+    return out
+
+
 def interleaved_bound_ns(cfg, stages, micro_batches):
     """A lower bound (int ns) on the step of ``cfg``, a layout with ``V = cfg.virtual_stages > 1``, from ``stages``:
     the :class:`StepTerms` of the same layout with ``P x V`` whole stages (VP 1, the same TP, DP, CP, EP, micro-batch
@@ -345,13 +445,15 @@ def _code_digest():
 class BoundCache:
     """Each layout's :class:`StepTerms` on one GPU, computed once per search (and once per machine on disk)."""
 
-    def __init__(self, source, gpu, gpus_per_node, *, nccl=True, disk=True, nic_gbps=None, sharp=False):
+    def __init__(self, source, gpu, gpus_per_node, *, nccl=True, disk=True, nic_gbps=None, sharp=False,
+                 contention=None):
         """``source``: the workload options naming the model (``{"preset": ...}`` or ``{"model": path}``, with
         ``seq-len`` / ``gemm-dtype`` when given); ``gpu``: the platform's GPU preset name or YAML; ``nccl``: the
         run times collectives with the NCCL model (``--platform-collective nccl``), so in-node ones count;
         ``nic_gbps`` and ``sharp``: the NIC rate (GB/s per GPU and direction) and SHARP the run's NCCL model
         prices the fabric with (the platform's ``nccl_nic_gbps`` and ``nccl_sharp`` options), so collectives
-        across nodes count too (None: they count 0)."""
+        across nodes count too (None: they count 0); ``contention``: the run's measured contention model
+        (:class:`Contention`), whose certain slowdowns count (:func:`beside_collectives`; None: none counts)."""
         from astra_gpu_model import GpuComputeModel
         from astra_gpu_model.nccl import config_for_options
 
@@ -359,6 +461,7 @@ class BoundCache:
         self.gpu = gpu
         self.model = GpuComputeModel(gpu=gpu)  # its per-op cache is shared by every layout of the search
         self.nic_gbps, self.sharp = (float(nic_gbps) if nic_gbps else None), bool(sharp)
+        self.contention = contention
         run_options = {"gpu": gpu, "nccl_nic_gbps": self.nic_gbps, "nccl_sharp": self.sharp}
         self.nccl = config_for_options(run_options) if nccl else None  # the run's own
         self.gpus_per_node = int(gpus_per_node)
@@ -371,16 +474,19 @@ class BoundCache:
             with open(model_file, "rb") as handle:
                 model_digest = hashlib.sha256(handle.read()).hexdigest()
         self._salt = json.dumps([self.source, model_digest, self.model.describe(), bool(nccl), self.gpus_per_node,
-                                 self.nic_gbps, self.sharp, TERMS_VERSION, _code_digest()], sort_keys=True,
+                                 self.nic_gbps, self.sharp, contention, TERMS_VERSION, _code_digest()],
+                                sort_keys=True,
                                 default=str)
 
     @classmethod
     def for_platform(cls, source, platform, gpus, *, nccl=True, disk=True):
         """The cache of a search on ``gpus`` GPUs of ``platform`` (a GPU platform: its GPU, node size, and the
-        NIC rate and SHARP its runs' NCCL model prices collectives across nodes with, from its implied options)."""
+        NIC rate and SHARP its runs' NCCL model prices collectives across nodes with, and its measured contention
+        model and host launches, from its implied options)."""
         implied = platform.resolve(max(1, gpus // platform.gpus_per_node), {"platform_collective": "nccl"}).options
         return cls(source, platform.gpu, platform.gpus_per_node, nccl=nccl, disk=disk,
-                   nic_gbps=implied.get("nccl_nic_gbps"), sharp=bool(implied.get("nccl_sharp")))
+                   nic_gbps=implied.get("nccl_nic_gbps"), sharp=bool(implied.get("nccl_sharp")),
+                   contention=contention_of(implied, platform.gpu))
 
     def terms(self, cfg):
         """The layout's :class:`StepTerms`, or None when the generator refuses its one- and two-micro-batch
@@ -445,7 +551,7 @@ class BoundCache:
         if not todo:
             return 0
         payload = executor.share((self.source, self.gpu, self.gpus_per_node, self.nccl is not None, self.nic_gbps,
-                                  self.sharp))
+                                  self.sharp, self.contention))
         tasks = [((key, shared), payload) for key, shared in todo.items()]
         for (key, _), found in executor.run(terms_task, tasks):
             if not isinstance(found, (StepTerms, type(None))):  # a worker that died: computed here instead
@@ -500,8 +606,9 @@ class BoundCache:
         from astra_sim.chakra import types as T
         from astra_sim.chakra.reader import read_et
 
-        graph = []
+        graph, info = [], {}
         for node in read_et(path, keep_raw=False).nodes:
+            info[node.id] = (node.name, node.attrs.get("comm_sms"), "sm_margin" in node.attrs)
             cost, is_compute, key = 0, False, None
             if node.type == T.COMP_NODE and not node.attrs.get("is_cpu_op"):  # CPU ops use the CPU slot
                 cost, is_compute = int(self.model.compute_time_ns(node, rank) or 0), True
@@ -513,6 +620,9 @@ class BoundCache:
                 key = ("send" if send else "recv", node.attrs.get("comm_src", rank if send else None),
                        node.attrs.get("comm_dst", None if send else rank), node.attrs.get("comm_tag"))
             graph.append((node.id, cost, is_compute, (*node.data_deps, *node.ctrl_deps), key))
+        raised = beside_collectives(graph, info, self.contention)
+        if raised:
+            graph = [(i, raised.get(i, c), *rest) for i, c, *rest in graph]
         return graph
 
     def _collective_ns(self, node, groups, npus=None):
@@ -602,9 +712,9 @@ def terms_task(task, payload):
     """An executor task of :meth:`BoundCache.prefetch`: (key, shared layout) -> its :class:`StepTerms` or None,
     computed in this worker (no disk: the search's process keeps them)."""
     _key, shared = task
-    source, gpu, gpus_per_node, nccl, nic_gbps, sharp = payload
+    source, gpu, gpus_per_node, nccl, nic_gbps, sharp, contention = payload
     ident = json.dumps(payload, sort_keys=True, default=str)
     if ident not in _WORKER_CACHES:
         _WORKER_CACHES[ident] = BoundCache(source, gpu, gpus_per_node, nccl=nccl, disk=False, nic_gbps=nic_gbps,
-                                           sharp=sharp)
+                                           sharp=sharp, contention=contention)
     return compute_terms(_WORKER_CACHES[ident], shared)
