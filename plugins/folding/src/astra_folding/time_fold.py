@@ -95,10 +95,12 @@ MAX_SNAPSHOTS = 4096
 MAX_OCCURRENCES = 256
 #: finished nodes kept for a jump (from the oldest snapshot on) before the snapshots start again
 MAX_LOG = 1 << 21
-#: looking for repeats may cost this many units (a node named by a state, a node pair compared x 8) per event
-#: simulated so far, plus the floor: it stays a small part of a run that never repeats
+#: looking for repeats may cost this many units (a node or waiting message named by a state, a node pair compared
+#: x 8) per event simulated so far, plus the floor: it stays a small part of a run that never repeats (measured on
+#: benchmarks/bench_time_fold.py 1f1b: a unit about 0.6 us of CPU, an event 4-7 us; the floor about 30 ms). The
+#: floor lets the first looks come one anchor apart, where the shortest period shows
 LOOK_WORK_PER_EVENT = 1
-LOOK_WORK_FLOOR = 20_000
+LOOK_WORK_FLOOR = 50_000
 _P2P = (T.COMM_SEND_NODE, T.COMM_RECV_NODE)
 #: a host far enough behind its GPU never to delay a launch again (TimeFolder._host_behind)
 _HOST_BEHIND = "behind"
@@ -173,7 +175,7 @@ class TimeFolder:
         self.anchor = next((w.rank for w in self.workloads
                             if any(n.type in _P2P for n in w.nodes.values())), None)
         # look at the state once per repeat of the anchor's sends and receives (every one when they do not repeat)
-        self.every = _p2p_period(self.by_rank[self.anchor]) if self.anchor is not None else 1
+        self.every = _p2p_period(self.by_rank[self.anchor]) if self.anchor is not None else None
         self.anchor_p2p = 0
         self.record = self.shared.record_node
         self.gpu = sim.compute_model if _is_gpu_model(sim) else None  # its counts move on with the jumps
@@ -200,6 +202,10 @@ class TimeFolder:
         engine = self.engine
         if self.anchor is None:
             self.info.update(folded=False, reason="no rank sends or receives: there is no pipeline to fold")
+            return engine.run()
+        if self.every is None:  # a repeat of the whole state repeats the anchor's sends and receives
+            self.info.update(folded=False, reason=f"rank {self.anchor}'s sends and receives do not repeat over the "
+                             "middle third of its trace: no steady state long enough to jump over")
             return engine.run()
         self.shared.record_node = self._record
         try:
@@ -328,7 +334,7 @@ class TimeFolder:
             if messages:
                 waiting.append((src, dst, size, tuple(self._message(m) for m in messages)))
         waiting.sort(key=repr)
-        self.work += (len(self._tags) + 4 * len(self.matcher._waiting) + sum(len(r) for r in self._refs.values())
+        self.work += (len(self._tags) + len(self.matcher._waiting) + sum(len(r) for r in self._refs.values())
                       + sum(len(w.node_start_ns) for w in self.workloads))
         return (events, ranks, tuple(waiting)), self._refs, self._tags
 
@@ -832,8 +838,9 @@ _SKIPPED_ATTRS = UNREAD_ATTRS | {"comm_tag"}
 
 def _p2p_period(w):
     """How many sends and receives the trace of ``w`` has per repeat of its middle third: the smallest ``d``
-    with every send or receive like the one ``d`` before it (type, peers, size) and its tag one step on; 1 when
-    none. Only where the state is looked at depends on it, never what a jump does."""
+    with every send or receive like the one ``d`` before it (type, peers, size) and its tag one step on; None
+    when none (then no state can repeat over that third: see :meth:`TimeFolder.run`). Only where (and whether)
+    the state is looked at depends on it, never what a jump does."""
     rows = [(n.type, n.attrs.get("comm_src"), n.attrs.get("comm_dst"), n.attrs.get("comm_size"),
              n.attrs.get("comm_tag", 0)) for _, n in sorted(w.nodes.items()) if n.type in _P2P]
     third = len(rows) // 3
@@ -842,7 +849,7 @@ def _p2p_period(w):
         if all(rows[i + d][:4] == rows[i][:4] and rows[i + d][4] - rows[i][4] == step
                for i in range(third, 2 * third)):
             return d
-    return 1
+    return None
 
 
 def _key(rank, node):
