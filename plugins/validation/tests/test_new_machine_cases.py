@@ -142,7 +142,8 @@ def test_the_tpu_v6e_case_is_sourced_and_a_known_miss(tmp_path):
     assert main(["validate", "--only", case.name, "-o", str(out)]) == 0
     row = json.loads(out.read_text())["cases"][0]
     assert row["gpus"] == 256
-    # docs/issue-40-audit.md, "A TPU v5p or v6e validation case": the systolic model's GEMMs stall on its assumed
-    # memory interface (HBM split over three SRAM interfaces at the derived 3.5 GHz clock), so the step is about
-    # 4x slow; the page is revisited when this moves
-    assert row["error"] > 1.0, row["error"]
+    # docs/validation.md, "TPU v6e: one check case": the array is fed from VMEM (the scaling book's ~22x HBM) since
+    # 2026-11-29; before, HBM's rate stalled its GEMMs (74.80 s, +335.4 %). The band is what that sourced model
+    # gives (12.93 s, -24.8 %), nothing fitted: a known miss, too fast (FSDP gathers busy 10.6 s of the 12.9 s step
+    # and assumed hidden; fp32 weights, XLA's fusions and the VPU's share not modelled). Revisit when it moves.
+    assert -0.30 < row["error"] < -0.20, row["error"]

@@ -4,7 +4,8 @@ A node's operator and shapes are read exactly as the ``gpu`` model reads them (`
 
 * GEMMs (``aten::mm``, ``addmm``, ``bmm``, ``matmul``, ``linear``, ``_scaled_mm``, ``mv``) and convolutions
   (as their implicit GEMM, batch = groups) cost ``batch x`` SCALE-sim's cycles of ``M x N x K``, mapped the
-  way SCALE-sim and ASTRA-sim 1.0 map a GEMM;
+  way SCALE-sim and ASTRA-sim 1.0 map a GEMM; with ``--systolic-hbm-gbps``, at least the time HBM takes to
+  carry each operand once (``gemm_hbm_floor_ns``: a TPU platform feeds the array from VMEM, so HBM enters here);
 * attention (flash / efficient / cuDNN SDPA) is its GEMMs per batch x head: ``QK^T`` and ``PV`` forward,
   five GEMMs backward (``S`` recomputed, ``dP``, ``dV``, ``dQ``, ``dK``); a causal mask saves nothing (the
   array computes the full tile);
@@ -182,7 +183,8 @@ class SystolicComputeModel:
                     if min(op.m, op.n, op.k, op.batch) < 1:
                         result = ("none", None)
                     else:
-                        result = ("gemm", self.array.ns(op.batch * self.array.gemm_cycles(op.m, op.n, op.k)))
+                        ns = self.array.ns(op.batch * self.array.gemm_cycles(op.m, op.n, op.k))
+                        result = ("gemm", max(ns, self.gemm_hbm_floor_ns(op)))
                 elif op.kind == "none":
                     result = ("none", None)
                 elif op.kind == "memory" and self.hbm_gbps is not None:
@@ -193,6 +195,16 @@ class SystolicComputeModel:
                            "to num_ops/tensor_size or duration_micros")
         self._ops[key] = result
         return result
+
+    def gemm_hbm_floor_ns(self, op) -> int:
+        """The least time HBM needs for a GEMM: ``batch x (M K + K N + M N)`` elements read or written once, at
+        the output's element size (the inputs' for every GEMM but ``_scaled_mm``), over ``--systolic-hbm-gbps``
+        (GB/s = bytes per ns); 0 without it. A compiler's tiles reuse an operand out of on-chip memory, so this
+        is a floor, not an estimate: it matters where a GEMM is too thin to be compute-bound."""
+        if self.hbm_gbps is None:
+            return 0
+        elements = op.batch * (op.m * op.k + op.k * op.n + op.m * op.n)
+        return math.ceil(elements * op.out_bytes / self.hbm_gbps)
 
     def _roofline(self, node):
         work = node_work(node)

@@ -4,9 +4,11 @@ A platform is a slice of chips joined by ICI in a torus (v3, v6e: 2D; v4, v5p: 3
 ``--nodes N`` slices joined by the data-centre network (DCN). The generated analytical network has one
 ``Ring`` dimension per torus dimension (a torus is a ring per dimension; bandwidth = one ICI link, per
 direction) and, for N > 1, a ``Switch`` dimension for the DCN. The compute side is a SCALE-sim config
-written from the preset: the chip's MXUs side by side as one array, weight stationary, SRAMs, and HBM
-bandwidth split over the SRAM interfaces (words are bytes, SCALE-sim's word size). Every number has a
-source or is marked ASSUMPTION / UNVERIFIED in ``sources``.
+written from the preset: the chip's MXUs side by side as one array, weight stationary, SRAMs, and the
+array's operand feed split over the SRAM interfaces (words are bytes, SCALE-sim's word size). On a TPU every MXU
+operand comes out of VMEM, whose bandwidth to the MXUs is about 22 times HBM's (the scaling book), so that is the
+feed; HBM bounds a GEMM from below through the bytes it must move at least once (the ``systolic`` model's
+``--systolic-hbm-gbps`` floor). Every number has a source or is marked ASSUMPTION / UNVERIFIED in ``sources``.
 
 Bandwidths in the network YAML are GiB/s (the analytical backend's GB = 2**30 bytes), converted from the
 vendors' decimal figures.
@@ -29,6 +31,14 @@ CLOUD_V3 = "Google Cloud TPU docs, 'TPU v3' (cloud.google.com/tpu/docs/v3): "
 CLOUD_V4 = "Google Cloud TPU docs, 'TPU v4' (cloud.google.com/tpu/docs/v4): "
 CLOUD_V5P = "Google Cloud TPU docs, 'TPU v5p' (cloud.google.com/tpu/docs/v5p): "
 CLOUD_V6E = "Google Cloud TPU docs, 'TPU v6e' (docs.cloud.google.com/tpu/docs/v6e): "
+SCALING_BOOK = ("Austin et al., 'How to Scale Your Model', part 2 'How to Think About TPUs' "
+                "(jax-ml.github.io/scaling-book/tpus; jax-ml/scaling-book tpus.md at 0819a7d): ")
+TPU_INFO = "jax-ml/jax jax/_src/pallas/mosaic/tpu_info.py (at 4f32df24), per TensorCore: "
+
+#: VMEM's bandwidth to the MXUs over HBM's. The scaling book: "VMEM bandwidth is around 22x higher than HBM bandwidth"
+#: (and, in its worked problem, "let's consider VMEM bandwidth to the MXU as 22 times the HBM <-> VMEM bandwidth").
+#: It states one ratio for TPUs, worked on v5e; each preset applies it to its own HBM bandwidth.
+VMEM_OVER_HBM = 22
 
 
 @dataclass(frozen=True)
@@ -110,9 +120,20 @@ class TpuPreset(Platform):
         hz = self.peak_bf16_tflops * 1e12 / (2 * self.mxus * self.mxu_dim * self.mxu_dim)
         return Fraction(round(hz / 1e7), 100)
 
+    @property
+    def vmem_gbps(self) -> float:
+        """VMEM's bandwidth to the MXUs, decimal GB/s: ``VMEM_OVER_HBM`` x HBM's (the scaling book's ratio)."""
+        return VMEM_OVER_HBM * self.hbm_gbps
+
     def config(self) -> SystolicConfig:
-        """The SCALE-sim config of one chip (USER bandwidth: HBM bytes per cycle, split in three)."""
-        per_cycle = Fraction(self.hbm_gbps) / self.ghz            # bytes (= words) per cycle
+        """The SCALE-sim config of one chip (USER bandwidth: VMEM's bytes per cycle to the MXUs, split in three).
+
+        The interfaces feed the array, and a TPU's MXUs read their operands from VMEM, not HBM (the scaling book:
+        "Data in HBM needs to be copied into VMEM before the TensorCore can do any computation with it"). Fed at
+        HBM's rate, SCALE-sim re-streams a large GEMM's IFMAP from HBM for every column fold and stalls the array
+        (v6e: a 6144 x 49152 x 12288 GEMM at 12.9 % of peak); XLA tiles a GEMM so that HBM carries each operand
+        about once, which the ``systolic`` model's HBM floor counts instead."""
+        per_cycle = Fraction(self.vmem_gbps) / self.ghz           # bytes (= words) per cycle
         share = max(1, int(per_cycle / 3))
         ikb, fkb, okb = self.sram_kib
         return SystolicConfig(self.mxu_dim, self.mxu_dim * self.mxus, ikb, fkb, okb, "ws", "USER", (share,),
@@ -136,7 +157,7 @@ class TpuPreset(Platform):
             "bf16_tflops": self.peak_bf16_tflops, "clock_ghz": float(self.ghz),
             "systolic_array": f"{cfg.rows}x{cfg.cols}", "dataflow": cfg.dataflow,
             "sram_kib": {"ifmap": cfg.ifmap_sram_kb, "filter": cfg.filter_sram_kb, "ofmap": cfg.ofmap_sram_kb},
-            "sram_words_per_cycle": cfg.ifmap_read_bw,
+            "sram_words_per_cycle": cfg.ifmap_read_bw, "vmem_to_mxu_gbps": self.vmem_gbps,
             "ici_hop_latency_ns": self.ici_hop_latency_ns,
             # the numbers no Google document gives (their source says ASSUMPTION or UNVERIFIED: why, in sources)
             "assumptions": [key for key, text in self.sources.items()
@@ -147,9 +168,13 @@ class TpuPreset(Platform):
 
 _MODEL = ("ASSUMPTION: the chip's MXUs side by side as one 128 x (128 x MXUs) SCALE-sim array, weight stationary "
           "(each MXU holds weights; the compiler splits a GEMM's output columns over them); one layer at a time")
-_SRAM = ("ASSUMPTION: IFMAP/filter/OFMAP scratchpads of the sizes given (the chips' vector memories are in this "
-         "range; Google publishes no per-operand split)")
-_SPLIT = "ASSUMPTION: the HBM bytes per cycle split equally over the IFMAP, filter and OFMAP SRAM interfaces"
+_SRAM = ("ASSUMPTION: IFMAP/filter/OFMAP scratchpads of the sizes given (the chips' VMEM, in 'vmem', is 32-128 MiB "
+         "a chip; no per-operand split is published; with VMEM's feed, VMEM-sized thirds move a large GEMM's "
+         "utilisation by at most 0.1 point)")
+_SPLIT = ("ASSUMPTION in part: the interfaces carry VMEM's bandwidth to the MXUs, " + SCALING_BOOK +
+          "'VMEM bandwidth is around 22x higher than HBM bandwidth' (one ratio for TPUs, worked on v5e; applied "
+          "to this chip's HBM), split equally over the IFMAP, filter and OFMAP SRAM interfaces (the split is the "
+          "assumption; a large GEMM does not stall at either half of it)")
 _LAT = "ASSUMPTION: 500 ns per ICI hop (Google publishes no per-hop latency)"
 
 PRESETS = {
@@ -169,6 +194,7 @@ PRESETS = {
                                      "TPUv3', IEEE Micro 2021; not in the sources available to this project",
                 "dcn": "ASSUMPTION: 100 Gb/s of data-centre network per chip (one host NIC shared by 4 chips)",
                 "ici_latency": _LAT, "array": _MODEL, "sram": _SRAM, "sram_bandwidth": _SPLIT,
+                "vmem": TPU_INFO + "TPU v3 'vmem_capacity_bytes=16 * 1024 * 1024' (2 TensorCores: 32 MiB a chip)",
             },
         ),
         TpuPreset(
@@ -186,6 +212,8 @@ PRESETS = {
                                      "ICI provides 400G bandwidth in each direction (per link: 50 GB/s)",
                 "dcn": "ASSUMPTION: 100 Gb/s of data-centre network per chip (Google publishes 50 Gb/s for v5p)",
                 "ici_latency": _LAT, "array": _MODEL, "sram": _SRAM, "sram_bandwidth": _SPLIT,
+                "vmem": TPU_INFO + "TPU v4 'vmem_capacity_bytes=16 * 1024 * 1024' (2 TensorCores: 32 MiB a chip), "
+                                   "'cmem_capacity_bytes=134_000_000 // num_chip_cores'",
             },
         ),
         TpuPreset(
@@ -206,6 +234,7 @@ PRESETS = {
                                                  "1200 / 6 / 2 = 100 GB/s per link and direction",
                 "dcn": CLOUD_V5P + "'Data center network (DCN) bandwidth per chip (Gbps) 50'",
                 "ici_latency": _LAT, "array": _MODEL, "sram": _SRAM + " (as tpu-v4)", "sram_bandwidth": _SPLIT,
+                "vmem": TPU_INFO + "TPU v5p 'vmem_capacity_bytes=64 * 1024 * 1024' (2 TensorCores: 128 MiB a chip)",
             },
         ),
         TpuPreset(
@@ -230,6 +259,7 @@ PRESETS = {
                        "configuration 2 x 100 Gbps NIC' over its 8 chips per host (Google Cloud TPU docs, 'TPU "
                        "v5e'); v6e's NICs are not in its page",
                 "ici_latency": _LAT, "array": _MODEL, "sram": _SRAM + " (as tpu-v4)", "sram_bandwidth": _SPLIT,
+                "vmem": TPU_INFO + "TPU v6e 'vmem_capacity_bytes=128 * 1024 * 1024' (1 TensorCore: 128 MiB a chip)",
             },
         ),
     )
