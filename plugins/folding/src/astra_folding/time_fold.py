@@ -565,8 +565,8 @@ class TimeFolder:
                                 break
                         except KeyError:
                             break
-                    if name_key is not None and name_key(b) != name:
-                        break
+                    if name_key is not None and (b.name != a.name or b.ctrl_deps) and name_key(b) != name:
+                        break  # (the same name and no launcher: the same key, without the call)
                     b_tag = b_attrs.get("comm_tag")
                     if b_tag != tag if tag is None or b_tag is None else b_tag - tag != j * tag_step:
                         break
