@@ -239,7 +239,7 @@ PRESETS = {
         ),
         TpuPreset(
             "tpu-v6e", "TPU v6e (Trillium): 1 TensorCore x 2 MXUs (256x256), 32 GB HBM, ICI 2D torus",
-            "TPU v6e (2 MXUs)", 2, 256, 918.0, 1638.0, 32, 2, (16, 16), 100.0, 500.0, 25.0,
+            "TPU v6e (2 MXUs)", 2, 256, 918.0, 1638.0, 32, 2, (16, 16), 100.0, 500.0, 100.0,
             (32768, 32768, 8192),
             {
                 "mxus": CLOUD_V6E + "'Each v6e chip contains one TensorCore'; 'Each TensorCore contains two "
@@ -255,9 +255,9 @@ PRESETS = {
                 "ici_gbps_per_link": CLOUD_V6E + "'Bidirectional inter-chip interconnect (ICI) bandwidth (per chip) "
                                                  "800 GBps', 'ICI ports per chip 4': 800 / 4 / 2 = 100 GB/s per link "
                                                  "and direction",
-                "dcn": "ASSUMPTION: 25 Gb/s of data-centre network per chip, v5e's published 'Per-host NIC "
-                       "configuration 2 x 100 Gbps NIC' over its 8 chips per host (Google Cloud TPU docs, 'TPU "
-                       "v5e'); v6e's NICs are not in its page",
+                "dcn": CLOUD_V6E + "(the revision that lists hosts) 'Per-host NIC configuration 4 x 200 Gbps NIC', "
+                                   "'Chips per host 8', 'Data center network bandwidth per Pod 25.6 Tbps': "
+                                   "800 / 8 = 25,600 / 256 = 100 Gb/s per chip",
                 "ici_latency": _LAT, "array": _MODEL, "sram": _SRAM + " (as tpu-v4)", "sram_bandwidth": _SPLIT,
                 "vmem": TPU_INFO + "TPU v6e 'vmem_capacity_bytes=128 * 1024 * 1024' (1 TensorCore: 128 MiB a chip)",
             },
