@@ -100,7 +100,8 @@ def load_vidur_all_reduce(path, max_bytes=None, single_node=True, with_layout=Fa
 
 def predict_gemm_s(gpu, m, n, k, dtype="fp16", batch=None, params=None, out_dtype=None):
     """Model times (seconds, numpy array) of GEMMs ``(m x k) @ (k x n)`` on ``gpu`` (a :class:`GpuSpec`), as the
-    compute model times them (``params`` overrides the GPU's; output in ``out_dtype``, default ``dtype``)."""
+    compute model times them, with its tiles and schedule (``params`` overrides the GPU's; output in ``out_dtype``,
+    default ``dtype``)."""
     import numpy as np
 
     from astra_gpu_model.gemm import gemm_time_s_np
@@ -112,7 +113,7 @@ def predict_gemm_s(gpu, m, n, k, dtype="fp16", batch=None, params=None, out_dtyp
         peak_flops=gpu.peak_flops(dtype), sm_count=gpu.sm_count, hbm_bytes_per_s=gpu.hbm_bytes_per_s,
         in_bytes=gpu.dtype_bytes(dtype), out_bytes=gpu.dtype_bytes(out_dtype or dtype),
         params=params or gpu.gemm_params(dtype if dtype in BLOCK_SCALED else gpu.rate_dtype(dtype)),
-        tiles=gpu.gemm_tiles,
+        tiles=gpu.gemm_tiles, schedule=gpu.gemm_schedule,
     )
 
 

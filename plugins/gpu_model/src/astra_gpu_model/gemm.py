@@ -29,6 +29,19 @@ bound to a GPU's published maximum achievable rate.
 The tile set is the GPU's libraries' (``GpuSpec.gemm_tiles``, the preset's ``gemm_tiles``); the default is the
 Ampere/Hopper one below. ``docs/hardware.md`` (GEMM section) names each vendor's set and its source.
 
+**The last partial wave** (``schedule``, the preset's ``gemm_schedule``). ``data-parallel`` (the default) runs one
+tile per slot, wave after wave, as above. A stream-K library (Osama et al., PPoPP 2023) shares the last partial wave
+and one full wave before it (``dp_waves = floor(ctas / slots) - 1`` full waves stay data-parallel) as an even share
+of their ``sk_tiles * L`` K iterations (``L = Ks / 64``) over ``sk_units`` slots; the longest share takes
+``unit * (ceil(sk_tiles * L / sk_units) * 64 + touched * k0)``, ``touched`` the tiles it works on (each pays its
+fixed cost), and every share leaves one fp32 partial tile that another reads back (the fix-up):
+``8 * tm * tn`` bytes of HBM traffic each. Split-K configurations stay candidates. :data:`STREAM_K_CUTLASS` is
+CUTLASS's SM90/SM100 ``StreamKScheduler`` heuristic (data-parallel when the tail is at least half a wave or
+``L <= 8``; ``sk_units = min(slots, sk_tiles * L / 8)``); :data:`STREAM_K_HIPBLASLT` is hipBLASLt's stream-K kernels
+(every slot shares the tiles, and its grid model keeps the faster of that and data-parallel). Sources:
+``docs/hardware.md``, GEMM section. A stream-K shape is never faster than ``peak_fraction_bound``: the longest share
+is at least the average, ``sk_tiles * L / slots``.
+
 The parameters (``GemmParams``) are fitted per GPU family on measured GEMM times
 (``fit/fit_gemm.py``). :func:`gemm_time_s` is the scalar version the compute model calls;
 :func:`gemm_time_s_np` is the same formula over numpy arrays (used by the fit and the error tables).
@@ -49,6 +62,12 @@ DEFAULT_SPLITS = (1, 2, 4, 8, 16)
 K_STEP = 64
 #: The reference tile whose efficiency is ``eta``.
 REF_TILE = (128, 256)
+#: How a library schedules the tiles of one GEMM (the module docstring; ``docs/hardware.md``, GEMM section).
+DATA_PARALLEL, STREAM_K_CUTLASS, STREAM_K_HIPBLASLT = "data-parallel", "stream-k-cutlass", "stream-k-hipblaslt"
+SCHEDULES = (DATA_PARALLEL, STREAM_K_CUTLASS, STREAM_K_HIPBLASLT)
+#: CUTLASS's least K iterations per stream-K unit (``min_iters_per_sk_unit_ = 8u``,
+#: include/cutlass/gemm/kernel/tile_scheduler_params.h, NVIDIA/cutlass at 7107b05)
+SK_MIN_ITERS = 8
 
 
 @dataclass(frozen=True)
@@ -102,13 +121,41 @@ def peak_fraction_bound(params, tiles=DEFAULT_TILES):
     return params.compute_efficiency * max(_tile_efficiency(params.tile_penalty, t[0], t[1]) for t in tiles)
 
 
+def stream_k_split(schedule, ctas, slots, k_iters):
+    """``(dp_waves, sk_tiles, sk_units)``: how ``schedule`` shares ``ctas`` tiles of ``k_iters`` K steps over ``slots``
+    slots, or None where it runs them data-parallel (whole waves, ``schedule`` data-parallel, or CUTLASS's heuristic
+    declines: ``get_num_sk_tiles`` / ``get_num_sk_units`` in CUTLASS's tile_scheduler_params.h)."""
+    full, tail = divmod(ctas, slots)
+    if schedule == DATA_PARALLEL or tail == 0:
+        return None
+    if schedule not in SCHEDULES:
+        raise ValueError(f"GEMM schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+    dp_waves = full - 1 if full >= 1 else 0  # the tail and one full wave are shared
+    sk_tiles = ctas - dp_waves * slots
+    if schedule == STREAM_K_HIPBLASLT:  # TENSILE_STREAMK_FULL_TILES = 1: the remainder and one full grid
+        return dp_waves, sk_tiles, slots
+    if k_iters <= SK_MIN_ITERS or 2 * tail >= slots:
+        return None
+    sk_units = min(slots, sk_tiles * k_iters // SK_MIN_ITERS)
+    return (dp_waves, sk_tiles, sk_units) if sk_units else None
+
+
+def stream_k_steps(dp_waves, sk_tiles, sk_units, k_iters, k0):
+    """The longest slot's time in elements of K (times :func:`wave_seconds_per_k`'s unit): its data-parallel waves,
+    then its share of the stream-K iterations plus one fixed cost ``k0`` per tile the share touches."""
+    share = -(-(sk_tiles * k_iters) // sk_units)
+    touched = -(-share // k_iters) + (1 if share % k_iters else 0)
+    return dp_waves * (k_iters * K_STEP + k0) + share * K_STEP + touched * k0
+
+
 def gemm_time_s(m, n, k, batch, *, peak_flops, sm_count, hbm_bytes_per_s, in_bytes, out_bytes, params,
-                tiles=DEFAULT_TILES, splits=DEFAULT_SPLITS, detail=False):
+                tiles=DEFAULT_TILES, splits=DEFAULT_SPLITS, schedule=DATA_PARALLEL, detail=False):
     """Seconds for ``batch`` GEMMs of ``(m x k) @ (k x n)``.
 
     ``peak_flops``: dense peak FLOP/s for the operand dtype; ``hbm_bytes_per_s``: peak HBM bandwidth;
-    ``in_bytes``/``out_bytes``: element sizes. With ``detail=True`` returns ``(seconds, info)`` where
-    ``info`` names the chosen tile, split, waves and the compute / memory times.
+    ``in_bytes``/``out_bytes``: element sizes; ``schedule``: one of :data:`SCHEDULES` (the last partial wave).
+    With ``detail=True`` returns ``(seconds, info)`` where ``info`` names the chosen tile, split, waves
+    (stream-K: ``stream_k`` = ``(dp_waves, sk_tiles, sk_units)``) and the compute / memory times.
     """
     if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
         t = params.launch_us * 1e-6
@@ -124,6 +171,8 @@ def gemm_time_s(m, n, k, batch, *, peak_flops, sm_count, hbm_bytes_per_s, in_byt
         unit = wave_seconds_per_k(params, tm, tn, occ, peak_sm, sms)
         tiles_mn = batch * (-(-m // tm)) * (-(-n // tn))
         slots = tile_slots(sm_count, occ, sms)
+        k_iters = -(-k // K_STEP)
+        shared = stream_k_split(schedule, tiles_mn, slots, k_iters)
         for s in splits:
             ks = -(-k // s)
             ks = -(-ks // K_STEP) * K_STEP
@@ -132,21 +181,33 @@ def gemm_time_s(m, n, k, batch, *, peak_flops, sm_count, hbm_bytes_per_s, in_byt
             nbytes = base_bytes + (8.0 * s * batch * m * n if s > 1 else 0.0)
             t_m = nbytes / bw
             t = (t_c ** p + t_m ** p) ** (1.0 / p)
+            sk = None
+            if s == 1 and shared is not None:
+                sk_c = unit * stream_k_steps(*shared, k_iters, k0)
+                sk_m = (base_bytes + 8.0 * tm * tn * shared[2]) / bw  # the fix-up's partial tiles
+                sk_t = (sk_c ** p + sk_m ** p) ** (1.0 / p)
+                if schedule == STREAM_K_CUTLASS or sk_t < t:  # CUTLASS's heuristic decides; hipBLASLt's grid the faster
+                    t, t_c, t_m, waves, sk = sk_t, sk_c, sk_m, shared[0] + shared[1] / slots, shared
             if best is None or t < best[0]:
-                best = (t, tm, tn, occ, sms, s, waves, t_c, t_m)
+                best = (t, tm, tn, occ, sms, s, waves, t_c, t_m, sk)
     total = best[0] + params.launch_us * 1e-6
     if not detail:
         return total
-    t, tm, tn, occ, sms, s, waves, t_c, t_m = best
-    return total, {"tile": (tm, tn), "ctas_per_sm": occ, "sms_per_tile": sms, "split_k": s, "waves": waves,
-                   "compute_s": t_c, "memory_s": t_m}
+    t, tm, tn, occ, sms, s, waves, t_c, t_m, shared = best
+    info = {"tile": (tm, tn), "ctas_per_sm": occ, "sms_per_tile": sms, "split_k": s, "waves": waves,
+            "compute_s": t_c, "memory_s": t_m}
+    if shared is not None:
+        info["stream_k"] = shared
+    return total, info
 
 
 def gemm_time_s_np(m, n, k, batch, *, peak_flops, sm_count, hbm_bytes_per_s, in_bytes, out_bytes, params,
-                   tiles=DEFAULT_TILES, splits=DEFAULT_SPLITS):
+                   tiles=DEFAULT_TILES, splits=DEFAULT_SPLITS, schedule=DATA_PARALLEL):
     """:func:`gemm_time_s` over numpy arrays ``m, n, k, batch`` (same shape); returns seconds."""
     import numpy as np
 
+    if schedule not in SCHEDULES:
+        raise ValueError(f"GEMM schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
     m = np.asarray(m, dtype=np.float64)
     n = np.asarray(n, dtype=np.float64)
     k = np.asarray(k, dtype=np.float64)
@@ -156,12 +217,30 @@ def gemm_time_s_np(m, n, k, batch, *, peak_flops, sm_count, hbm_bytes_per_s, in_
     bw = params.hbm_efficiency * hbm_bytes_per_s
     peak_sm = peak_flops / sm_count
     base_bytes = batch * ((m * k + k * n) * in_bytes + m * n * out_bytes)
+    k_iters = np.ceil(k / K_STEP)
     best = np.full(m.shape, np.inf)
     for tile in tiles:
         tm, tn, occ, sms = tile_config(tile)
         unit = wave_seconds_per_k(params, tm, tn, occ, peak_sm, sms)
         tiles_mn = batch * np.ceil(m / tm) * np.ceil(n / tn)
         slots = tile_slots(sm_count, occ, sms)
+        sk_t = None
+        if schedule != DATA_PARALLEL:  # stream_k_split and stream_k_steps, elementwise
+            full = np.floor(tiles_mn / slots)
+            tail = tiles_mn - full * slots
+            dp_waves = np.maximum(full - 1.0, 0.0)
+            sk_tiles = tiles_mn - dp_waves * slots
+            if schedule == STREAM_K_HIPBLASLT:
+                units = np.full(m.shape, float(slots))
+                on = tail > 0
+            else:
+                units = np.minimum(slots, np.floor(sk_tiles * k_iters / SK_MIN_ITERS))
+                on = (tail > 0) & (k_iters > SK_MIN_ITERS) & (2.0 * tail < slots) & (units > 0)
+            share = np.ceil(sk_tiles * k_iters / np.maximum(units, 1.0))
+            touched = np.ceil(share / k_iters) + (np.mod(share, k_iters) != 0)
+            sk_c = unit * (dp_waves * (k_iters * K_STEP + k0) + share * K_STEP + touched * k0)
+            sk_m = (base_bytes + 8.0 * tm * tn * units) / bw
+            sk_t = (sk_c ** p + sk_m ** p) ** (1.0 / p)
         for s in splits:
             ks = np.ceil(np.ceil(k / s) / K_STEP) * K_STEP
             waves = np.ceil(tiles_mn * s / slots)
@@ -169,6 +248,8 @@ def gemm_time_s_np(m, n, k, batch, *, peak_flops, sm_count, hbm_bytes_per_s, in_
             nbytes = base_bytes + (8.0 * s * batch * m * n if s > 1 else 0.0)
             t_m = nbytes / bw
             t = (t_c ** p + t_m ** p) ** (1.0 / p)
+            if s == 1 and sk_t is not None:
+                t = np.where(on & ((schedule == STREAM_K_CUTLASS) | (sk_t < t)), sk_t, t)
             best = np.minimum(best, t)
     return best + params.launch_us * 1e-6
 
@@ -178,5 +259,6 @@ def gemm_flops(m, n, k, batch=1):
 
 
 __all__ = ["GemmParams", "gemm_time_s", "gemm_time_s_np", "gemm_flops", "wave_seconds_per_k", "tile_config",
-           "tile_slots", "peak_fraction_bound", "DEFAULT_TILES", "DEFAULT_SPLITS", "K_STEP"]
+           "tile_slots", "peak_fraction_bound", "stream_k_split", "stream_k_steps", "DEFAULT_TILES", "DEFAULT_SPLITS",
+           "K_STEP", "SCHEDULES", "DATA_PARALLEL", "STREAM_K_CUTLASS", "STREAM_K_HIPBLASLT", "SK_MIN_ITERS"]
 

@@ -27,7 +27,7 @@ from astra_sim.errors import ConfigError
 from astra_sim.limits import check_number
 from astra_sim.safeio import brief
 
-from astra_gpu_model.gemm import DEFAULT_TILES, GemmParams
+from astra_gpu_model.gemm import DATA_PARALLEL, DEFAULT_TILES, SCHEDULES, GemmParams
 
 #: Block-scaled GEMM formats (``aten::_scaled_mm`` with block scales, :mod:`astra_gpu_model.ops`): the
 #: ``tensor_tflops`` key each runs at, the elements sharing one 1-byte scale, and an element's bytes. NVFP4: E2M1 with
@@ -57,7 +57,8 @@ _TOP_KEYS = {
     "name": "str", "base": "str", "vendor": "str", "architecture": "str", "sm_count": "int",
     "boost_clock_mhz": "num", "tensor_tflops": "map", "hbm_bandwidth_gbps": "num", "hbm_capacity_gb": "num",
     "l2_cache_mb": "num", "last_level_cache_mb": "num", "scaleup": "map", "copy_engines": "int",
-    "calibration": "str", "efficiency": "map", "gemm_tiles": "list", "sources": "map", "notes": "str",
+    "calibration": "str", "efficiency": "map", "gemm_tiles": "list", "gemm_schedule": "str",
+    "sources": "map", "notes": "str",
     "tdp_w": "num", "calibration_status": "str", "block_scaled": "list",
 }
 #: ``calibration_status``: how far the GEMM efficiencies were measured on this GPU. ``fitted``: on its own GEMM
@@ -94,6 +95,8 @@ class GpuSpec:
     gemm: GemmParams
     attention_efficiency: float
     gemm_tiles: tuple = DEFAULT_TILES
+    #: how the GPU's GEMM library schedules a last partial wave of tiles (one of ``gemm.SCHEDULES``)
+    gemm_schedule: str = DATA_PARALLEL
     #: FP8 GEMMs run at ``fp8_gemm_scale x compute_efficiency`` of the FP8 peak (the fit is on fp16/bf16 GEMMs;
     #: FP8 kernels reach a smaller fraction of their doubled peak). Fitted per family where FP8 measurements
     #: exist (``fit/fit_gemm_fp8.py``), else 1.0.
@@ -440,6 +443,9 @@ def _build(data, where, path=None, fit=None) -> GpuSpec:
         if not tiles:
             raise ConfigError(f"{where}: key 'gemm_tiles' must not be empty")
         tiles = tuple(tiles)
+    schedule = data.get("gemm_schedule", DATA_PARALLEL)
+    if schedule not in SCHEDULES:
+        raise ConfigError(f"{where}: key 'gemm_schedule' must be one of {', '.join(SCHEDULES)}, got {brief(schedule)}")
 
     block_scaled = []
     for i, fmt in enumerate(data.get("block_scaled") or []):
@@ -463,7 +469,7 @@ def _build(data, where, path=None, fit=None) -> GpuSpec:
         name=data["name"], sm_count=sm_count, tensor_tflops=tflops, hbm_bandwidth_gbps=hbm,
         calibration=calibration, gemm=GemmParams.from_dict(params, where), attention_efficiency=attention,
         fp8_gemm_scale=fp8_scale, fp4_gemm_scale=fp4_scale, mxfp8_gemm_scale=mxfp8_scale,
-        block_scaled=tuple(block_scaled), gemm_tiles=tiles,
+        block_scaled=tuple(block_scaled), gemm_tiles=tiles, gemm_schedule=schedule,
         vendor=data.get("vendor") or "",
         architecture=data.get("architecture") or "",
         boost_clock_mhz=opt("boost_clock_mhz"), hbm_capacity_gb=opt("hbm_capacity_gb"),

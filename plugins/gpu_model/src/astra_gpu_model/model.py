@@ -355,7 +355,8 @@ class GpuComputeModel:
                                            stream_bytes_per_s=fit.stream_rate(gpu.sm_count, gpu.boost_clock_mhz))
             return gemm_time_s(op.m, op.n, op.k, op.batch, peak_flops=peak, sm_count=gpu.sm_count,
                                hbm_bytes_per_s=gpu.hbm_bytes_per_s, in_bytes=DTYPE_BYTES.get(dtype, 2),
-                               out_bytes=op.out_bytes, params=gemm_params, tiles=gpu.gemm_tiles)
+                               out_bytes=op.out_bytes, params=gemm_params, tiles=gpu.gemm_tiles,
+                               schedule=gpu.gemm_schedule)
         if op.kind == "attention":
             waves = -(-op.ctas // gpu.sm_count) if op.ctas else 1
             utilisation = op.ctas / (waves * gpu.sm_count) if op.ctas else 1.0
