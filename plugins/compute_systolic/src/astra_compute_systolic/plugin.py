@@ -26,7 +26,8 @@ def astra_add_run_options(parser):
                        help="SCALE-sim's 'Total Cycles (incl. prefetch)' (default) or 'Total Cycles' (stalls, no "
                             "initial SRAM fill)")
     group.add_argument("--systolic-hbm-gbps", type=float, default=None, metavar="GB_S",
-                       help="HBM bandwidth (10^9 B/s) for memory-bound ops; without it they replay their duration")
+                       help="HBM bandwidth (10^9 B/s) for memory-bound ops, and a floor under each GEMM (its "
+                            "operands and output moved once); without it memory-bound ops replay their duration")
     group.add_argument("--tpu-topology", default=None, metavar="AxB[xC]",
                        help="--platform tpu-*: chips per ICI torus dimension (default tpu-v3 4x4, tpu-v4 4x4x4)")
 
