@@ -1,6 +1,6 @@
 """Time folding: jump over the repeats of a pipeline's steady state, to the ns (issue 37; ``astra run
---time-fold``, off by default: in this pure-Python kernel a jump costs about what simulating costs, see the
-plugin's README).
+--time-fold``, off by default: it pays only where the steady state is several periods long, see the plugin's
+README for what it measured and what bounds it).
 
 Design. A 1F1B or interleaved pipeline's steady state repeats: after a period of ``P`` ns every rank is
 ``D_r`` nodes further in its trace and the whole simulation state is the same, moved on. The run is then
@@ -18,7 +18,8 @@ rank ``r`` relative to the number of nodes ``f_r`` it has finished:
   compared and no jump is made there;
 * per rank its system layer (the batches waiting for their ticks, the stream counters and queue allocators; no
   collective may be running) and its workload (ready nodes in heap order, busy slots, running nodes with their
-  start times, the nodes with some but not all parents finished and their counts, the host's clock);
+  start times, the nodes with some but not all parents finished and their counts, the host's clock relative
+  to now, or that the host is behind, see below);
 * the matcher's waiting messages (ends, size, which node sent or will receive them, arrived or not), the tag
   taken relative to that node's ``comm_tag``;
 * but not the receives without parents still waiting for their message (a trace may post them all at the
@@ -41,15 +42,28 @@ see the real nodes; ``replay`` and ``roofline`` time a node from its duration or
 which move on by ``k`` times their change over the period, and the order of the matcher's keys (read only to
 list unmatched messages at the end).
 
-*The gpu compute model* (``--compute-model gpu``, without ``--gpu-contention``) times a kernel at its issue
+*The gpu compute model* (``--compute-model gpu``) times a kernel at its issue
 from the node: its attributes and ``inputs_values`` (compared), its name when it is an ATen op's (the op it
 is timed as: compared then, :func:`_gpu_name_key`) and, for a kernel with ``ctrl_deps``, the CPU op that
 launched it and that op's other kernels (not compared: such a node stops the jump). What it keeps besides
 is memoised (per op and shapes: the same answer again) or counted (``counts``, how nodes were timed: an
 accumulator, moved on by ``k`` times the period's change); its warnings are once per op and shapes, so
 the repeats, timing the period's images, warn nothing new. So its time for a node is a function of what is
-compared, and the argument above holds. ``--gpu-contention`` is refused: a kernel's time there reads the
-communication running beside it and the model keeps every interval for its report.
+compared, and the argument above holds. With ``--gpu-contention`` (every ``--platform`` run's default, the
+``measured`` model) a kernel's time also reads the rank's collectives and sends running then: their nodes
+are in the compared state (running nodes) and their attributes compared, and what is read of them is a sum
+of integer SM counts (or a fixed HBM share), whatever order the running set is iterated in; ``sm-hbm`` with
+per-transfer HBM shares adds floats in that order, which a jump does not keep, and is refused. The model's
+records, an interval per kernel timed and per collective or send finished, and its count of contended
+kernels, are the period's images: they are replayed per rank (``_repeat_intervals``), ``k`` times moved by
+``j P``.
+
+*A host behind its GPU* (``host_launch_us``, every ``--platform`` run's default): the host's clock advances by
+one launch per GPU op, so a host faster than its GPU falls behind by more every period and its clock is
+never the same relative to now. Once it would have launched every node the rank has left by now (at most
+one launch each) and no node left makes it wait (``host_waits``), it can delay no launch again and nothing
+reads its clock: the state says so instead of holding the clock, and the jump moves the clock on by ``k``
+times its change over the period, which is what the repeats' launches add.
 
 *The jump.* The repeats' finished nodes are reported: when nothing but the span recorder observes finished
 nodes (the breakdown, timelines and the critical path read spans), in bulk: each rank's spans get the
@@ -61,29 +75,26 @@ the order the unfolded run reports them. Then the state B is moved by ``σ^k`` (
 running nodes, messages) and the accumulators move on. The run then goes on as usual.
 
 *When it does not jump* (``settings.fold.time.reason`` says why): ranks folded by symmetry (the folded
-engine's tie histories are not compared), a network backend with its own state (congestion queues, flows,
-packets), rendezvous messages, a compute model not known to be a function of the node (any but ``replay``,
-``roofline`` and ``gpu``; the gpu model's ``--gpu-contention``), the reference log (it records every issue),
-or a state that never repeated (collectives running through the steady state advance stream counters, so
-it never does).
+engine's events carry digests of their absolute scheduling histories, which its tie check compares; moving
+them on is not shown to keep the check's answers), a network backend with its own state (congestion queues,
+flows, packets), rendezvous messages, a compute model not known to be a function of the node (any but
+``replay``, ``roofline`` and ``gpu``; ``gpu`` with per-transfer float HBM shares), the reference log (it
+records every issue), an anchor rank whose sends and receives do not repeat over the middle third of its
+trace (no steady state: nothing is looked at), or a state that never repeated (collectives running through
+the steady state advance stream counters, so it never does: the MLPerf layouts' TP collectives).
 """
 
 from __future__ import annotations
 
-from collections import Counter, deque
-from heapq import heapify, heappop
+from heapq import heappop
 from operator import itemgetter
-
-import numpy as np
 
 from astra_sim.api import delay_function
 from astra_sim.chakra import types as T
 from astra_sim.compute import ReplayModel, RooflineModel
-from astra_sim.errors import FoldAbandoned
-from astra_sim.limits import LONG_STEP_NS
-from astra_sim.system.frontend import COLLECTIVE_TAG_BASE, NATIVE_TAG_BASE, Message, SendRecvMatcher
-from astra_sim.system.sys import Sys
-from astra_sim.workload.workload import RankWorkload
+from astra_sim.system.frontend import COLLECTIVE_TAG_BASE, NATIVE_TAG_BASE, Message
+
+from astra_folding.time_jump import ARRIVED, CALL_EVENTS, LAUNCH, NODE_DONE, JumpMixin, interval_marks, kernel_method
 
 #: compute models whose time for a node depends on the node only and that keep no per-node records
 STATELESS_COMPUTE = (ReplayModel, RooflineModel)
@@ -104,18 +115,6 @@ LOOK_WORK_FLOOR = 50_000
 _P2P = (T.COMM_SEND_NODE, T.COMM_RECV_NODE)
 #: a host far enough behind its GPU never to delay a launch again (TimeFolder._host_behind)
 _HOST_BEHIND = "behind"
-#: the kernel's methods a compared state may hold as events, by (class, name): a method of a mypyc-compiled class
-#: (tools/compile_core.py) has no __func__ to compare
-_NODE_DONE, _LAUNCH, _CALL_EVENTS, _ARRIVED = "done", "launch", "tick", "arrive"
-_METHODS = {(RankWorkload, "_node_done"): _NODE_DONE, (RankWorkload, "_launch"): _LAUNCH,
-            (Sys, "_call_events"): _CALL_EVENTS, (SendRecvMatcher, "_arrived"): _ARRIVED}
-
-
-def _method(fn):
-    """Which of the kernel's methods ``fn`` is bound from (:data:`_METHODS`), or None."""
-    return _METHODS.get((getattr(fn, "__self__", None).__class__, getattr(fn, "__name__", None)))
-
-
 def _is_gpu_model(sim):
     """Whether the run times its kernels with the gpu plugin's model (``--compute-model gpu``): see
     :func:`_gpu_name_key` for what it reads of a node."""
@@ -159,7 +158,7 @@ def refusal(sim):
     return None
 
 
-class TimeFolder:
+class TimeFolder(JumpMixin):
     """Runs a built simulation's engine, jumping over the repeats of a steady state (see the module docstring).
     ``info`` is the report's ``settings.fold.time``."""
 
@@ -309,7 +308,7 @@ class TimeFolder:
         m = self.matcher
         return ({w.rank: (w.compute_ns, w.cpu_ns, w.comm_ns, w.issued, w.host_clock) for w in self.workloads},
                 m.messages, m.bytes, None if self.gpu is None else dict(self.gpu.counts),
-                None if self.contention is None else _interval_marks(self.contention))
+                None if self.contention is None else interval_marks(self.contention))
 
     def _canonical(self):
         """(the state written relative to now and to each rank's finished count, the node ids it names per rank)."""
@@ -355,7 +354,7 @@ class TimeFolder:
         receives at the start (the LLM generator does): they are the trace's future, not the state, and stay
         out of it. Their start times are their own (the jump keeps them); :meth:`_repeats` checks that the
         sends of the repeats find the same ones, moved."""
-        return (not m.posted and _method(m.recv_fn) is _NODE_DONE
+        return (not m.posted and kernel_method(m.recv_fn) is NODE_DONE
                 and m.recv_arg in self.root_recvs[m.key[2]])
 
     def inert_receives(self):
@@ -379,15 +378,15 @@ class TimeFolder:
         return rel
 
     def _event(self, fn, arg):
-        func = _method(fn)
+        func = kernel_method(fn)
         owner = getattr(fn, "__self__", None)
-        if func is _NODE_DONE:
+        if func is NODE_DONE:
             return ("done", owner.rank, self._node(owner.rank, arg))
-        if func is _CALL_EVENTS:
+        if func is CALL_EVENTS:
             return ("tick", owner.rank, arg - self._now)
-        if func is _LAUNCH:
+        if func is LAUNCH:
             return ("launch", owner.rank, self._node(owner.rank, arg[0].id), arg[1])
-        if func is _ARRIVED:
+        if func is ARRIVED:
             return ("arrive", self._message(arg))
         raise Incomparable(f"an event of {getattr(fn, '__qualname__', repr(fn))} is pending")
 
@@ -403,7 +402,7 @@ class TimeFolder:
             if fn is None:
                 ends.append(None)
                 continue
-            if _method(fn) is not _NODE_DONE:
+            if kernel_method(fn) is not NODE_DONE:
                 raise Incomparable(f"a message completes {getattr(fn, '__qualname__', repr(fn))}")
             ends.append(self._node(rank, arg))
             tag_rel = tag - fn.__self__.nodes[arg].attrs.get("comm_tag", 0)
@@ -622,209 +621,6 @@ class TimeFolder:
                 j += 1
             limit = min(limit, j - 1)
         return limit
-
-    # ------------------------------------------------------------ the jump
-    def _jump(self, k, period, shift, tag_step, log, acc_a, acc_b, inert):
-        """Report the ``k`` repeats' nodes, then move the state by ``σ^k`` (see the module docstring)."""
-        used = {w.rank: set() for w in self.workloads}  # pre-posted receives the repeats finish or match
-        bulk = self._in_bulk(k, period, log)
-        if bulk:
-            self._report_in_bulk(k, period, shift, log, used)
-        else:
-            self._report_each(k, period, shift, log, used)
-        dt = k * period
-        dn = {r: k * s for r, s in shift.items()}
-        dtag = k * tag_step
-        self._moved = set()
-        self._used = used
-        engine = self.engine
-        buckets = {t + dt: self._move_events(flat, dt, dn, dtag) for t, flat in engine._buckets.items()}
-        engine._buckets.clear()
-        engine._buckets.update(buckets)
-        engine._times[:] = list(buckets)
-        heapify(engine._times)
-        for w in self.workloads:
-            rank, d = w.rank, dn[w.rank]
-            sys = self.systems[rank]
-            sys._pending = {t + dt: self._move_events(flat, dt, dn, dtag) for t, flat in sys._pending.items()}
-            w.fresh = [n + d for n in w.fresh]
-            w.ready = [[n + d for n in heap] for heap in w.ready]  # a heap moved by a constant stays a heap
-            old, roots, waiting = w.node_start_ns, self.root_recvs[rank], inert[rank]
-            running = {}
-            for n, start in old.items():
-                if n not in waiting:
-                    running[n + d] = old[n + d] if n in roots else start + dt
-                    if n in roots:
-                        used[rank].add(n + d)
-            for n in waiting:
-                if n not in used[rank]:
-                    running[n] = old[n]
-            w.node_start_ns = running
-            if w.comm_running:
-                w.comm_running = {n + d for n in w.comm_running}
-            if w.host is not None:  # P when compared; its own drift when behind (see _host_behind)
-                w.host_clock += k * (acc_b[0][rank][4] - acc_a[0][rank][4])
-            before, after = acc_a[0][rank], acc_b[0][rank]
-            w.compute_ns += k * (after[0] - before[0])
-            w.cpu_ns += k * (after[1] - before[1])
-            w.comm_ns += k * (after[2] - before[2])
-            w.issued += k * (after[3] - before[3])
-        matcher = self.matcher
-        waiting = {}
-        for key, head in matcher._waiting.items():
-            for m in ([head] if head.__class__ is Message else head):
-                if self._preposted(m):
-                    if m.recv_arg in used[key[2]]:
-                        continue  # finished or matched by the repeats
-                    new_key = key
-                else:
-                    self._move_message(m, dn, dtag)
-                    new_key = m.key
-                waiting.setdefault(new_key, []).append(m)
-        for key, messages in waiting.items():
-            if len({m.posted for m in messages}) > 1:  # a send and a receive of one key would have met
-                raise FoldAbandoned("time folding left a send and a receive of one message unmatched")
-            waiting[key] = messages[0] if len(messages) == 1 else deque(messages)
-        matcher._waiting = waiting
-        matcher.messages += k * (acc_b[1] - acc_a[1])
-        matcher.bytes += k * (acc_b[2] - acc_a[2])
-        if self.gpu is not None:  # how the gpu model timed its kernels
-            for how, n in acc_b[3].items():
-                self.gpu.counts[how] += k * (n - acc_a[3].get(how, 0))
-        if self.contention is not None:
-            self._repeat_intervals(k, period, acc_a[4], acc_b[4], bulk)
-        engine.now += dt
-
-    def _report_each(self, k, period, shift, log, used):
-        """Report every repeat's nodes one by one (``record_node``, in the unfolded run's order) and free their
-        children: what an output that reads each finished node (an observer of its own) needs."""
-        record = self.record
-        rows = [(rank, node_id, start, end, shift[rank], self.by_rank[rank], self.root_recvs[rank], used[rank],
-                 self.touched[rank]) for rank, node_id, start, end in log]
-        for j in range(1, k + 1):
-            dt = j * period
-            for rank, node_id, start, end, step, w, roots, used_here, touched in rows:
-                moved = node_id + j * step
-                if moved in roots:  # posted at the start: its own start time
-                    start = w.node_start_ns[moved] - dt
-                    used_here.add(moved)
-                record(rank, w.nodes[moved], start + dt, end + dt)
-                left = w.parents_left
-                for child in w.children[moved]:
-                    left[child] -= 1
-                    touched.add(child)
-
-    def _in_bulk(self, k, period, log):
-        """Whether the repeats can be reported in bulk (:meth:`_report_in_bulk`): nothing but the span recorder
-        observes finished nodes, and no repeated node can end past a year (``record_node``'s step check, which
-        needs ``end - start`` over :data:`LONG_STEP_NS` or ``end`` over :data:`MAX_TIME_NS`, then cannot fire:
-        every start is >= 0)."""
-        sim = self.sim
-        observers = [fn for fn in sim._node_observers
-                     if self.contention is None or fn != self.contention.record_node]  # replayed in bulk too
-        if self.record != sim.record_node or len(observers) != (sim.recorder is not None):
-            return False
-        return not log or max(row[3] for row in log) + k * period <= LONG_STEP_NS
-
-    def _report_in_bulk(self, k, period, shift, log, used):
-        """What reporting every repeat's node would leave, made in O(state + period): the node counts move on by
-        ``k`` times the period's, each rank's spans get the period's moved by ``j`` periods (in its order: a
-        rank's spans are in its finish order), and the parent counts are those of the state ``σ^k(B)``: 0 for
-        the nodes the repeats finish and their children, but for ``σ^k`` of the nodes partly freed at B, which
-        keep B's counts (any node with a finished parent is finished, ready, running or partly freed then)."""
-        sim = self.sim
-        types = Counter(self.by_rank[rank].nodes[node_id].type for rank, node_id, _s, _e in log)
-        for node_type, n in types.items():
-            sim.node_counts[node_type] = sim.node_counts.get(node_type, 0) + k * n
-        rows = {}
-        for row in log:
-            rows.setdefault(row[0], []).append(row[1:])
-        spans = sim.recorder.spans if sim.recorder is not None else None
-        steps = np.arange(1, k + 1, dtype=np.int64)
-        for rank, triples in rows.items():
-            w, step, roots = self.by_rank[rank], shift[rank], self.root_recvs[rank]
-            base = np.array(triples, dtype=np.int64)
-            ids = base[:, 0]
-            children = w.children
-            freed = np.unique(np.fromiter((c for n in ids.tolist() for c in children[n]), np.int64))
-            freed = np.union1d(freed, ids)
-            left = w.parents_left
-            partial = {c + k * step: left[c] for c in self.touched[rank]}
-            left.update(dict.fromkeys((freed[None, :] + (steps * step)[:, None]).ravel().tolist(), 0))
-            left.update(partial)
-            self.touched[rank] = set(partial)
-            root_rows = [i for i, n in enumerate(ids.tolist()) if n in roots]
-            moved = base[None, :, :] + steps[:, None, None] * np.array([step, period, period], dtype=np.int64)
-            starts = w.node_start_ns
-            for j in range(1, k + 1):  # posted at the start: its own start time
-                for i in root_rows:
-                    node_id = int(moved[j - 1, i, 0])
-                    moved[j - 1, i, 1] = starts[node_id]
-                    used[rank].add(node_id)
-            if spans is not None:
-                spans[rank].frombytes(moved.tobytes())  # native int64, as array("q") holds them
-
-    def _repeat_intervals(self, k, period, marks_a, marks_b, comm_too):
-        """The gpu model's ``--gpu-contention`` records: per rank an interval per kernel timed (at its issue) and,
-        when the repeats were reported in bulk, per collective or send finished (its node observer's). The
-        repeats time and finish the period's images, so each rank's intervals since A are appended again ``k``
-        times, moved by ``j P``, in their order; and the count of contended kernels moves on."""
-        contention = self.contention
-        contention.contended_nodes += k * (marks_b[0] - marks_a[0])
-        steps = np.arange(1, k + 1, dtype=np.int64) * period
-        for table, a_of, b_of in ((contention.compute, marks_a[1], marks_b[1]),
-                                  (contention.comm, marks_a[2], marks_b[2])):
-            if table is contention.comm and not comm_too:
-                continue  # reported one by one: the observer saw them
-            for rank, b in b_of.items():
-                a = a_of.get(rank, 0)
-                if b <= a:
-                    continue
-                intervals = table[rank]
-                for name in ("start", "end"):
-                    column = getattr(intervals, name)
-                    part = np.frombuffer(column[a:b], dtype=np.int64)
-                    column.frombytes((part[None, :] + steps[:, None]).tobytes())
-                for name in ("compute_sms", "comm_sms", "hbm"):
-                    column = getattr(intervals, name)
-                    column.extend(column[a:b] * k)
-
-    def _move_events(self, flat, dt, dn, dtag):
-        out = []
-        for i in range(0, len(flat), 2):
-            fn, arg = flat[i], flat[i + 1]
-            func = _method(fn)
-            if func is _NODE_DONE:
-                arg += dn[fn.__self__.rank]
-            elif func is _CALL_EVENTS:
-                arg += dt
-            elif func is _LAUNCH:
-                w = fn.__self__
-                arg = (w.nodes[arg[0].id + dn[w.rank]], arg[1])
-            else:  # _ARRIVED (the only other kind a compared state holds)
-                self._move_message(arg, dn, dtag)
-            out.append(fn)
-            out.append(arg)
-        return out
-
-    def _move_message(self, m, dn, dtag):
-        if id(m) in self._moved:
-            return
-        self._moved.add(id(m))
-        tag, src, dst, size = m.key
-        m.key = (tag + dtag, src, dst, size)
-        if m.send_fn is not None:
-            m.send_arg += dn[src]
-        if m.recv_fn is not None:
-            m.recv_arg += dn[dst]
-
-
-def _interval_marks(contention):
-    """How far the gpu model's contention records are: (contended kernels, per rank its compute intervals, per
-    rank its communication intervals)."""
-    return (contention.contended_nodes, {r: len(iv.start) for r, iv in contention.compute.items()},
-            {r: len(iv.start) for r, iv in contention.comm.items()})
-
 
 def _read_attrs(attrs):
     """A node's attributes that the simulation reads (all but :data:`UNREAD_ATTRS` and ``comm_tag``)."""

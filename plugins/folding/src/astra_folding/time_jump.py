@@ -1,0 +1,234 @@
+"""The jump of a run folded in time (:mod:`astra_folding.time_fold`, whose docstring says why it is exact): the
+``k`` repeats' finished nodes reported (in bulk, or one by one to an observer of its own), the gpu model's
+contention records replayed, and the state moved on by ``k`` periods. :class:`JumpMixin` is the half of
+:class:`~astra_folding.time_fold.TimeFolder` that does it; the kernel's event methods that a compared state may
+hold are named here, for both halves."""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from heapq import heapify
+
+import numpy as np
+
+from astra_sim.errors import FoldAbandoned
+from astra_sim.limits import LONG_STEP_NS
+from astra_sim.system.frontend import Message, SendRecvMatcher
+from astra_sim.system.sys import Sys
+from astra_sim.workload.workload import RankWorkload
+
+#: the kernel's methods a compared state may hold as events, by (class, name): a method of a mypyc-compiled class
+#: (tools/compile_core.py) has no __func__ to compare
+NODE_DONE, LAUNCH, CALL_EVENTS, ARRIVED = "done", "launch", "tick", "arrive"
+KERNEL_METHODS = {(RankWorkload, "_node_done"): NODE_DONE, (RankWorkload, "_launch"): LAUNCH,
+                  (Sys, "_call_events"): CALL_EVENTS, (SendRecvMatcher, "_arrived"): ARRIVED}
+
+
+def kernel_method(fn):
+    """Which of the kernel's methods ``fn`` is bound from (:data:`KERNEL_METHODS`), or None."""
+    return KERNEL_METHODS.get((getattr(fn, "__self__", None).__class__, getattr(fn, "__name__", None)))
+
+
+def interval_marks(contention):
+    """How far the gpu model's contention records are: (contended kernels, per rank its compute intervals, per
+    rank its communication intervals)."""
+    return (contention.contended_nodes, {r: len(iv.start) for r, iv in contention.compute.items()},
+            {r: len(iv.start) for r, iv in contention.comm.items()})
+
+
+class JumpMixin:
+    """Moves a :class:`~astra_folding.time_fold.TimeFolder`'s run on by ``k`` periods (its ``_jump``)."""
+
+    def _jump(self, k, period, shift, tag_step, log, acc_a, acc_b, inert):
+        """Report the ``k`` repeats' nodes, then move the state by ``σ^k`` (see the module docstring)."""
+        used = {w.rank: set() for w in self.workloads}  # pre-posted receives the repeats finish or match
+        bulk = self._in_bulk(k, period, log)
+        if bulk:
+            self._report_in_bulk(k, period, shift, log, used)
+        else:
+            self._report_each(k, period, shift, log, used)
+        dt = k * period
+        dn = {r: k * s for r, s in shift.items()}
+        dtag = k * tag_step
+        self._moved = set()
+        self._used = used
+        engine = self.engine
+        buckets = {t + dt: self._move_events(flat, dt, dn, dtag) for t, flat in engine._buckets.items()}
+        engine._buckets.clear()
+        engine._buckets.update(buckets)
+        engine._times[:] = list(buckets)
+        heapify(engine._times)
+        for w in self.workloads:
+            rank, d = w.rank, dn[w.rank]
+            sys = self.systems[rank]
+            sys._pending = {t + dt: self._move_events(flat, dt, dn, dtag) for t, flat in sys._pending.items()}
+            w.fresh = [n + d for n in w.fresh]
+            w.ready = [[n + d for n in heap] for heap in w.ready]  # a heap moved by a constant stays a heap
+            old, roots, waiting = w.node_start_ns, self.root_recvs[rank], inert[rank]
+            running = {}
+            for n, start in old.items():
+                if n not in waiting:
+                    running[n + d] = old[n + d] if n in roots else start + dt
+                    if n in roots:
+                        used[rank].add(n + d)
+            for n in waiting:
+                if n not in used[rank]:
+                    running[n] = old[n]
+            w.node_start_ns = running
+            if w.comm_running:
+                w.comm_running = {n + d for n in w.comm_running}
+            if w.host is not None:  # P when compared; its own drift when behind (see _host_behind)
+                w.host_clock += k * (acc_b[0][rank][4] - acc_a[0][rank][4])
+            before, after = acc_a[0][rank], acc_b[0][rank]
+            w.compute_ns += k * (after[0] - before[0])
+            w.cpu_ns += k * (after[1] - before[1])
+            w.comm_ns += k * (after[2] - before[2])
+            w.issued += k * (after[3] - before[3])
+        matcher = self.matcher
+        waiting = {}
+        for key, head in matcher._waiting.items():
+            for m in ([head] if head.__class__ is Message else head):
+                if self._preposted(m):
+                    if m.recv_arg in used[key[2]]:
+                        continue  # finished or matched by the repeats
+                    new_key = key
+                else:
+                    self._move_message(m, dn, dtag)
+                    new_key = m.key
+                waiting.setdefault(new_key, []).append(m)
+        for key, messages in waiting.items():
+            if len({m.posted for m in messages}) > 1:  # a send and a receive of one key would have met
+                raise FoldAbandoned("time folding left a send and a receive of one message unmatched")
+            waiting[key] = messages[0] if len(messages) == 1 else deque(messages)
+        matcher._waiting = waiting
+        matcher.messages += k * (acc_b[1] - acc_a[1])
+        matcher.bytes += k * (acc_b[2] - acc_a[2])
+        if self.gpu is not None:  # how the gpu model timed its kernels
+            for how, n in acc_b[3].items():
+                self.gpu.counts[how] += k * (n - acc_a[3].get(how, 0))
+        if self.contention is not None:
+            self._repeat_intervals(k, period, acc_a[4], acc_b[4], bulk)
+        engine.now += dt
+
+    def _report_each(self, k, period, shift, log, used):
+        """Report every repeat's nodes one by one (``record_node``, in the unfolded run's order) and free their
+        children: what an output that reads each finished node (an observer of its own) needs."""
+        record = self.record
+        rows = [(rank, node_id, start, end, shift[rank], self.by_rank[rank], self.root_recvs[rank], used[rank],
+                 self.touched[rank]) for rank, node_id, start, end in log]
+        for j in range(1, k + 1):
+            dt = j * period
+            for rank, node_id, start, end, step, w, roots, used_here, touched in rows:
+                moved = node_id + j * step
+                if moved in roots:  # posted at the start: its own start time
+                    start = w.node_start_ns[moved] - dt
+                    used_here.add(moved)
+                record(rank, w.nodes[moved], start + dt, end + dt)
+                left = w.parents_left
+                for child in w.children[moved]:
+                    left[child] -= 1
+                    touched.add(child)
+
+    def _in_bulk(self, k, period, log):
+        """Whether the repeats can be reported in bulk (:meth:`_report_in_bulk`): nothing but the span recorder
+        observes finished nodes, and no repeated node can end past a year (``record_node``'s step check, which
+        needs ``end - start`` over :data:`LONG_STEP_NS` or ``end`` over :data:`MAX_TIME_NS`, then cannot fire:
+        every start is >= 0)."""
+        sim = self.sim
+        observers = [fn for fn in sim._node_observers
+                     if self.contention is None or fn != self.contention.record_node]  # replayed in bulk too
+        if self.record != sim.record_node or len(observers) != (sim.recorder is not None):
+            return False
+        return not log or max(row[3] for row in log) + k * period <= LONG_STEP_NS
+
+    def _report_in_bulk(self, k, period, shift, log, used):
+        """What reporting every repeat's node would leave, made in O(state + period): the node counts move on by
+        ``k`` times the period's, each rank's spans get the period's moved by ``j`` periods (in its order: a
+        rank's spans are in its finish order), and the parent counts are those of the state ``σ^k(B)``: 0 for
+        the nodes the repeats finish and their children, but for ``σ^k`` of the nodes partly freed at B, which
+        keep B's counts (any node with a finished parent is finished, ready, running or partly freed then)."""
+        sim = self.sim
+        types = Counter(self.by_rank[rank].nodes[node_id].type for rank, node_id, _s, _e in log)
+        for node_type, n in types.items():
+            sim.node_counts[node_type] = sim.node_counts.get(node_type, 0) + k * n
+        rows = {}
+        for row in log:
+            rows.setdefault(row[0], []).append(row[1:])
+        spans = sim.recorder.spans if sim.recorder is not None else None
+        steps = np.arange(1, k + 1, dtype=np.int64)
+        for rank, triples in rows.items():
+            w, step, roots = self.by_rank[rank], shift[rank], self.root_recvs[rank]
+            base = np.array(triples, dtype=np.int64)
+            ids = base[:, 0]
+            children = w.children
+            freed = np.unique(np.fromiter((c for n in ids.tolist() for c in children[n]), np.int64))
+            freed = np.union1d(freed, ids)
+            left = w.parents_left
+            partial = {c + k * step: left[c] for c in self.touched[rank]}
+            left.update(dict.fromkeys((freed[None, :] + (steps * step)[:, None]).ravel().tolist(), 0))
+            left.update(partial)
+            self.touched[rank] = set(partial)
+            root_rows = [i for i, n in enumerate(ids.tolist()) if n in roots]
+            moved = base[None, :, :] + steps[:, None, None] * np.array([step, period, period], dtype=np.int64)
+            starts = w.node_start_ns
+            for j in range(1, k + 1):  # posted at the start: its own start time
+                for i in root_rows:
+                    node_id = int(moved[j - 1, i, 0])
+                    moved[j - 1, i, 1] = starts[node_id]
+                    used[rank].add(node_id)
+            if spans is not None:
+                spans[rank].frombytes(moved.tobytes())  # native int64, as array("q") holds them
+
+    def _repeat_intervals(self, k, period, marks_a, marks_b, comm_too):
+        """The gpu model's ``--gpu-contention`` records: per rank an interval per kernel timed (at its issue) and,
+        when the repeats were reported in bulk, per collective or send finished (its node observer's). The
+        repeats time and finish the period's images, so each rank's intervals since A are appended again ``k``
+        times, moved by ``j P``, in their order; and the count of contended kernels moves on."""
+        contention = self.contention
+        contention.contended_nodes += k * (marks_b[0] - marks_a[0])
+        steps = np.arange(1, k + 1, dtype=np.int64) * period
+        for table, a_of, b_of in ((contention.compute, marks_a[1], marks_b[1]),
+                                  (contention.comm, marks_a[2], marks_b[2])):
+            if table is contention.comm and not comm_too:
+                continue  # reported one by one: the observer saw them
+            for rank, b in b_of.items():
+                a = a_of.get(rank, 0)
+                if b <= a:
+                    continue
+                intervals = table[rank]
+                for name in ("start", "end"):
+                    column = getattr(intervals, name)
+                    part = np.frombuffer(column[a:b], dtype=np.int64)
+                    column.frombytes((part[None, :] + steps[:, None]).tobytes())
+                for name in ("compute_sms", "comm_sms", "hbm"):
+                    column = getattr(intervals, name)
+                    column.extend(column[a:b] * k)
+
+    def _move_events(self, flat, dt, dn, dtag):
+        out = []
+        for i in range(0, len(flat), 2):
+            fn, arg = flat[i], flat[i + 1]
+            func = kernel_method(fn)
+            if func is NODE_DONE:
+                arg += dn[fn.__self__.rank]
+            elif func is CALL_EVENTS:
+                arg += dt
+            elif func is LAUNCH:
+                w = fn.__self__
+                arg = (w.nodes[arg[0].id + dn[w.rank]], arg[1])
+            else:  # ARRIVED (the only other kind a compared state holds)
+                self._move_message(arg, dn, dtag)
+            out.append(fn)
+            out.append(arg)
+        return out
+
+    def _move_message(self, m, dn, dtag):
+        if id(m) in self._moved:
+            return
+        self._moved.add(id(m))
+        tag, src, dst, size = m.key
+        m.key = (tag + dtag, src, dst, size)
+        if m.send_fn is not None:
+            m.send_arg += dn[src]
+        if m.recv_fn is not None:
+            m.recv_arg += dn[dst]
