@@ -16,6 +16,7 @@ from astra_gpu_model.gpu import BLOCK_SCALED, DTYPE_BYTES, load_gpu, load_gpu_fi
 from astra_gpu_model.model import GpuComputeModel
 from astra_gpu_model.ops import classify
 from astra_gpu_model.platforms import PLATFORMS
+from astra_gpu_model.power_clock import sustained_gemm_factor
 
 FP4, E4M3, E8M0 = "Tensor(c10::Float4_e2m1fn_x2)", "Tensor(c10::Float8_e4m3fn)", "Tensor(c10::Float8_e8m0fnu)"
 
@@ -70,7 +71,9 @@ def test_gemm_time_by_hand():
     nv = _scaled_mm(m, k, n, FP4, E4M3, 2, 16)
     assert b200.fp4_gemm_scale == 0.788
     params = replace(b200.gemm, compute_efficiency=b200.gemm.compute_efficiency * b200.fp4_gemm_scale)
-    expected = gemm_time_s(m, n, k, 1, peak_flops=9000e12, sm_count=148, hbm_bytes_per_s=8000e9,
+    # at the sustained rate of a long GEMM phase on the 1,000 W board (power_clock: 0.821082 of the burst-fitted peak)
+    peak = 9000e12 * sustained_gemm_factor(b200, "nvfp4", 1000.0)
+    expected = gemm_time_s(m, n, k, 1, peak_flops=peak, sm_count=148, hbm_bytes_per_s=8000e9,
                            in_bytes=0.5625, out_bytes=2, params=params, tiles=b200.gemm_tiles)
     assert model.op_seconds(nv) == pytest.approx(expected, rel=1e-12)
     fp8 = classify("aten::_scaled_mm", f"[[{m}, {k}], [{k}, {n}], [], []]",

@@ -114,19 +114,23 @@ def test_astra_validate_runs_the_cheap_newest_machine_steps(tmp_path):
         assert abs(error[name]) < 0.08, (name, error[name])
     assert 0.08 < error["mlperf-v5.1-llama31-8b-gb300-rack-fp8"] < 0.20
     assert -0.20 < error["megatron-bridge-gb200-llama3-8b-fp8"] < -0.08
-    # the known miss: the HGX parts' steps (B300 in FP4 and FP8, B200 in FP4) are 12-22 % fast
-    for name in CHEAP_NEWEST[4:7]:
-        assert -0.30 < error[name] < -0.10, (name, error[name])
+    # the known miss: the HGX B300 steps (FP4 and FP8) are 11-14 % fast with their GEMMs at the sustained rate of
+    # their 1,100 W boards (astra_gpu_model.power_clock; 16-18 % at the burst rate they were fitted on), B200's FP4
+    # step 4 % (12 %)
+    for name in CHEAP_NEWEST[4:6]:
+        assert -0.25 < error[name] < -0.08, (name, error[name])
+    assert -0.10 < error["mlperf-v5.1-llama31-8b-b200-fp4"] < 0
     # H200's MLPerf 8B step on 8 nodes (FP8 with FP8 attention, CP 2, one micro-batch) is 20 % fast
     assert -0.30 < error["mlperf-v5.1-llama31-8b-h200-64gpu-fp8"] < -0.10
-    # GB300 runs on the HGX B300 preset (gpu_proxy): the same FP4 recipe simulates alike on both, while the measured
-    # HGX B300 (Lenovo) step is 17 % longer than GB300's
+    # GB300 runs on the HGX B300 preset (gpu_proxy), at its rack's 1,400 W against the HGX board's 1,100 W: the same
+    # FP4 recipe simulates 4 % longer on HGX B300 (its GEMMs' sustained clock), while the measured HGX B300 (Lenovo)
+    # step is 17 % longer than GB300's
     gb300, b300 = (results[f"mlperf-v5.1-llama31-8b-{m}"] for m in ("gb300-8gpu-fp4", "b300-fp4"))
-    assert abs(gb300["simulated_ns"] - b300["simulated_ns"]) < 0.01 * b300["simulated_ns"]
+    assert 1.02 * gb300["simulated_ns"] < b300["simulated_ns"] < 1.1 * gb300["simulated_ns"]
     assert b300["measured_ns"] > 1.1 * gb300["measured_ns"]
-    # likewise GB200 and HGX B200 (the B200 preset): the same FP4 recipe, measured 12 % apart, simulated alike
+    # likewise GB200 and HGX B200 (the B200 preset, 1,200 W against 1,000 W): measured 12 % apart, simulated 7 %
     gb200, b200 = (results[f"mlperf-v5.1-llama31-8b-{m}"] for m in ("gb200-8gpu-fp4", "b200-fp4"))
-    assert abs(gb200["simulated_ns"] - b200["simulated_ns"]) < 0.01 * b200["simulated_ns"]
+    assert 1.04 * gb200["simulated_ns"] < b200["simulated_ns"] < 1.1 * gb200["simulated_ns"]
     assert b200["measured_ns"] > 1.1 * gb200["measured_ns"]
 
 

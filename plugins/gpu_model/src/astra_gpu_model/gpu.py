@@ -59,7 +59,7 @@ _TOP_KEYS = {
     "l2_cache_mb": "num", "last_level_cache_mb": "num", "scaleup": "map", "copy_engines": "int",
     "calibration": "str", "efficiency": "map", "gemm_tiles": "list", "gemm_schedule": "str",
     "sources": "map", "notes": "str",
-    "tdp_w": "num", "calibration_status": "str", "block_scaled": "list",
+    "tdp_w": "num", "calibration_status": "str", "block_scaled": "list", "sustained_gemm": "str",
 }
 #: ``calibration_status``: how far the GEMM efficiencies were measured on this GPU. ``fitted``: on its own GEMM
 #: timings (or those of the same die); ``partial``: the large-GEMM efficiency fitted to published peak-GEMM
@@ -116,8 +116,12 @@ class GpuSpec:
     last_level_cache_mb: float | None = None
     scaleup: dict = field(default_factory=dict)
     copy_engines: int | None = None
-    #: the board's power limit (W), as the vendor states it; informational (the model does not throttle)
+    #: the board's power limit (W), as the vendor states it: the limit a sustained GEMM phase settles its clock
+    #: under (:mod:`astra_gpu_model.power_clock`; a platform's board may differ) and the energy plugin's TDP
     tdp_w: float | None = None
+    #: the GPU whose published sustained/burst GEMM pair moves this preset's burst-fitted GEMM rates to a sustained
+    #: phase's (a key of ``power_clock.SUSTAINED_GEMM``); None: the fit is sustained already, or its state unknown
+    sustained_gemm: str | None = None
     #: one of :data:`CALIBRATION_STATUSES`, or ``unstated``
     calibration_status: str = "unstated"
     path: str | None = None
@@ -465,6 +469,14 @@ def _build(data, where, path=None, fit=None) -> GpuSpec:
     def opt(key, integer=False):
         return _number(where, key, data.get(key), integer=integer, allow_none=True)
 
+    from astra_gpu_model.power_clock import SUSTAINED_GEMM
+
+    sustained = data.get("sustained_gemm")
+    if sustained is not None and sustained not in {silicon for silicon, _ in SUSTAINED_GEMM}:
+        raise ConfigError(f"{where}: key 'sustained_gemm' must name a GPU with a published sustained GEMM rate "
+                          f"({', '.join(sorted({silicon for silicon, _ in SUSTAINED_GEMM}))}) or be null, "
+                          f"got {brief(sustained)}")
+
     return GpuSpec(
         name=data["name"], sm_count=sm_count, tensor_tflops=tflops, hbm_bandwidth_gbps=hbm,
         calibration=calibration, gemm=GemmParams.from_dict(params, where), attention_efficiency=attention,
@@ -474,8 +486,8 @@ def _build(data, where, path=None, fit=None) -> GpuSpec:
         architecture=data.get("architecture") or "",
         boost_clock_mhz=opt("boost_clock_mhz"), hbm_capacity_gb=opt("hbm_capacity_gb"),
         l2_cache_mb=opt("l2_cache_mb"), last_level_cache_mb=opt("last_level_cache_mb"), scaleup=scaleup,
-        copy_engines=opt("copy_engines", integer=True), tdp_w=opt("tdp_w"), calibration_status=status, path=path,
-        raw=data,
+        copy_engines=opt("copy_engines", integer=True), tdp_w=opt("tdp_w"), sustained_gemm=sustained,
+        calibration_status=status, path=path, raw=data,
     )
 
 

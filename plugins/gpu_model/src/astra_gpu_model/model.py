@@ -33,6 +33,7 @@ from astra_gpu_model.gemm import gemm_time_s
 from astra_gpu_model.gpu import BLOCK_SCALED, DTYPE_BYTES, load_gpu
 from astra_gpu_model.grouped import group_shapes, grouped_gemm_time_s, grouped_params
 from astra_gpu_model.ops import ATTENTION_OPS, CONV_OPS, OpError, canonical_name, classify, node_io
+from astra_gpu_model.power_clock import board_power_w, sustained_gemm_factor
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 #: Op.kind -> the breakdown's compute class
@@ -87,6 +88,11 @@ class GpuComputeModel:
         self._warn = getattr(context, "warn", None) or (lambda message: None)
         self._cache = {}
         self.clock_ratios = {}  # set_clock_ratios: a power limit's or clock lock's SM clock, per op kind
+        # A sustained GEMM phase's rate over a burst-fitted one at the board's limit (power_clock); under
+        # --power-limit-w the energy plugin scales from the preset's TDP, so this is taken at the TDP then.
+        self.board_power_w = (board_power_w(self.gpu, options.get("platform")) if options.get("power_limit_w") is None
+                              else self.gpu.tdp_w)
+        self._sustained = {}  # dtype -> power_clock.sustained_gemm_factor
         self._grouped_warned = False
         self._kernel_warned = False
         self._ops = {}  # (name, IOInfo, launched) -> Op or False (op_class, node_details)
@@ -120,6 +126,9 @@ class GpuComputeModel:
             d["contention"] = self.contention.describe()
         if self.clock_ratios:
             d["clock_ratios"] = dict(self.clock_ratios)  # a power limit's or clock lock's (set_clock_ratios)
+        factors = {dtype: self._sustained_factor(dtype) for dtype in ("bf16", "fp8")}
+        if any(f != 1.0 for f in factors.values()):
+            d["sustained_gemm"] = {"board_power_w": self.board_power_w, "factor": factors}
         return d
 
     def stats(self):
@@ -136,6 +145,13 @@ class GpuComputeModel:
                 raise ValueError(f"clock ratio {kind}={ratio!r}: kinds gemm, attention, memory; 0 < ratio <= 1")
         self.clock_ratios = dict(ratios)
         self._cache.clear()
+
+    def _sustained_factor(self, dtype):
+        """The fitted GEMM peak's multiplier in a sustained phase of ``dtype`` GEMMs (power_clock)."""
+        factor = self._sustained.get(dtype)
+        if factor is None:
+            factor = self._sustained[dtype] = sustained_gemm_factor(self.gpu, dtype, self.board_power_w)
+        return factor
 
     # ------------------------------------------------------------------ the compute model interface
     def compute_time_ns(self, node, rank):
@@ -345,6 +361,7 @@ class GpuComputeModel:
         rate = self._rate_dtype(dtype)
         peak = gpu.peak_flops(rate) * self.clock_ratios.get(op.kind, 1.0)
         if op.kind == "gemm":
+            peak *= self._sustained_factor(dtype if dtype in BLOCK_SCALED else rate)
             gemm_params = gpu.gemm_params(dtype if dtype in BLOCK_SCALED else rate)  # a block-scaled format: its own
             if grouped is not None:
                 fit = grouped_params()
@@ -404,7 +421,8 @@ class GpuComputeModel:
             return None
         gpu = self.gpu
         params = gpu.gemm
-        peak = gpu.peak_flops(self._rate_dtype(self.default_dtype)) * self.clock_ratios.get("gemm", 1.0)
+        rate = self._rate_dtype(self.default_dtype)
+        peak = gpu.peak_flops(rate) * self.clock_ratios.get("gemm", 1.0) * self._sustained_factor(rate)
         t_c = num_ops / (params.compute_efficiency * peak)
         t_m = tensor_size / (params.hbm_efficiency * gpu.hbm_bytes_per_s)
         return params.launch_us * 1e-6 + max(t_c, t_m)

@@ -1,0 +1,153 @@
+"""Sustained clocks under the board's power limit: how fast a long GEMM phase runs, against the short bursts a GEMM
+calibration may have been timed in.
+
+A dense GEMM that fills the SMs draws more than the board's limit at the boost clock, so the clock settles lower; a
+short burst after an idle gap runs at the boost clock. Stas Bekman's mamf-finder v4 measured both on one node and one
+software stack (stas00/ml-engineering, branch ``fast-mamf``, commit 082816f, 2026-08-10, compute/accelerator/README.md,
+"Maximum Achievable Matmul FLOPS comparison table"): MAMF, a boost-validated burst, and MSMF, the rate a GEMM holds
+"once the GPU is saturated at ~TDP and the clock has settled", with its power and clock (:data:`SUSTAINED_GEMM`).
+
+**What the calibration already contains** (a preset's ``sustained_gemm`` key): the Blackwell presets' GEMM efficiencies
+are fitted to the MAMF table's earlier rows (``data/published_peak_gemm.csv``: B200 1,745 BF16 and 3,432.5 FP8), which
+match the boost-validated burst of the same GPU (1,770.9 and 3,435.2) and sit 17-19 % above its sustained rate (1,456.3
+and 2,795.7): a burst state, so a sustained phase is slower than the fit by :func:`sustained_gemm_factor`. The Hopper
+and Ampere presets are fitted on per-layer timings (Vidur's profiler, LLMCompass); at the MSMF shapes the model gives
+an H200 753.6 BF16 and 1,261.9 FP8 TFLOP/s, at the measured sustained rates (708.5, 1,288.7) and far below the burst
+(841.9, 1,491.9): already sustained, so nothing is applied there (it would be counted twice). No AMD GPU has a
+sustained measurement: nothing is applied to them either (their fit is a burst too; the gap is not known).
+
+**The DVFS law** (the energy plugin's, docs/energy.md, ``astra_energy`` data/power.json ``clock_power``)::
+
+    P(f) = P_idle + (P_boost - P_idle) * (f / f_max) ** ALPHA
+
+dynamic power C V^2 f with the voltage rising with the clock, one exponent for both. Under a limit L a phase whose
+P_boost exceeds L settles at f / f_max = ((L - P_idle) / (P_boost - P_idle)) ** (1 / ALPHA). A GEMM's rate is
+proportional to its settled clock, so between two limits of one GPU it scales by ((L - P_idle) / (L0 - P_idle)) **
+(1 / ALPHA), P_boost cancelling: one measured sustained point (L0, its rate) gives the rate at any other limit, capped
+at the burst rate (the clock cannot pass the boost).
+
+Reuse by the energy plugin: :func:`gemm_boost_power_w` is the power a sustained GEMM would draw at the boost clock
+(1,557 W for B200 BF16, not the TDP that ``class_fraction_of_tdp.gemm = 1.0`` assumes), and
+:func:`settled_clock_ratio` the clock its phase settles at under a limit; ``astra_energy.power`` could take both from
+here for the burst-calibrated GPUs and its ``ALPHA`` from this module (it keeps its own copy today, the same 1.32).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: the DVFS exponent: the energy plugin's fit (``python -m astra_energy.fit`` on factryze.ai's published "capping an H100
+#: at 600 W typically loses 10 to 15 % step throughput", data/power.json ``clock_power.alpha``); the same number, so
+#: the two models agree on a power limit's effect
+ALPHA = 1.32
+#: idle power as a fraction of the board's limit: ASSUMPTION, the energy plugin's (data/power.json ``unknown_gpu``:
+#: "the presets' idle powers lie between 0.11 and 0.15 of their TDPs")
+IDLE_FRACTION = 0.14
+
+
+@dataclass(frozen=True)
+class SustainedGemm:
+    """One published pair: a GPU's best burst GEMM rate and the rate, power and clock a saturated GEMM settles at."""
+
+    burst_tflops: float
+    sustained_tflops: float
+    sustained_w: float
+    sustained_clock_mhz: float
+    boost_clock_mhz: float
+    limit_w: float
+    source: str
+
+    @property
+    def rate_ratio(self) -> float:
+        """Sustained over burst rate at the measured board's limit."""
+        return self.sustained_tflops / self.burst_tflops
+
+    @property
+    def idle_w(self) -> float:
+        return IDLE_FRACTION * self.limit_w
+
+
+_MSMF = ("stas00/ml-engineering fast-mamf 082816f, compute/accelerator/README.md MAMF/MSMF table (torch 2.13.0+cu130, "
+         "one GPU, siblings idle): ")
+#: (silicon, GEMM class) -> the measured pair. GEMM class: ``bf16`` (BF16/FP16/TF32 inputs) or ``fp8`` (FP8, MXFP8,
+#: FP4: ASSUMPTION for the block-scaled formats, which have no sustained measurement).
+SUSTAINED_GEMM = {
+    ("B200", "bf16"): SustainedGemm(1770.9, 1456.3, 994.0, 1339.0, 1965.0, 1000.0,
+                                    _MSMF + "'NVIDIA B200 SXM | 1770.9 | 1456.3 | 2250 ... MAMF ~295 W @ 1965 MHz; "
+                                    "MSMF 1456.3 @ 9472x8192x20480, ~994 W @ 1339 MHz' (HGX B200, 1000 W)"),
+    ("B200", "fp8"): SustainedGemm(3435.2, 2795.7, 990.0, 1331.0, 1965.0, 1000.0,
+                                   _MSMF + "'NVIDIA B200 SXM | 3435.2 | 2795.7 | 4500 ... MAMF ~287 W @ 1965 MHz; MSMF "
+                                   "2795.7 @ 9472x8192x16384, ~990 W @ 1331 MHz'"),
+    ("H200-SXM", "bf16"): SustainedGemm(841.9, 708.5, 693.0, 1465.0, 1980.0, 700.0,
+                                        _MSMF + "'NVIDIA H200 SXM | 841.9 | 708.5 | 989 ... MAMF ~176 W @ 1980 MHz; "
+                                        "MSMF 708.5 @ 8192x8448x20480, ~693 W @ 1465 MHz'"),
+    ("H200-SXM", "fp8"): SustainedGemm(1491.9, 1288.7, 693.0, 1374.0, 1980.0, 700.0,
+                                       _MSMF + "'NVIDIA H200 SXM | 1491.9 | 1288.7 | 1979 ... MAMF ~172 W @ 1980 MHz; "
+                                       "MSMF 1288.7 @ 8448x8192x16384, ~693 W @ 1374 MHz'"),
+}
+
+#: Which presets name a pair (their ``sustained_gemm`` key, :class:`astra_gpu_model.gpu.GpuSpec`): B200 its own; B300
+#: and GB200 B200's (ASSUMPTION: the same BF16/FP8 peaks and bursts, no sustained measurement of their own). Hopper and
+#: Ampere name none (their fit is sustained already), nor the AMD parts (no sustained measurement); a user's YAML
+#: inherits its ``base:``'s.
+
+#: The board limit of the platforms whose GPU runs above its preset's TDP (the rack trays: their presets are the HGX
+#: parts, ``gpu_proxy`` in astra_gpu_model.platforms). A platform not named runs at the preset's ``tdp_w``.
+PLATFORM_BOARD_POWER_W = {
+    "gb200-nvl72": 1200.0,     # NVIDIA GB200 NVL72 / HGX B200 spec table: "Max Thermal Design Power (TDP) |
+    "gb200-nvl72-64": 1200.0,  # Configurable up to 1,200W | Configurable up to 1,000W" (GB200 | HGX B200)
+    "gb300-nvl72": 1400.0,     # glennklockwood.com/garden/processors/B300: "Upgrade to 1400 W (from 1200W)", "1400 W
+                               # maximum"; awesomeagents.ai 'NVIDIA GB300 NVL72': 1,400 W per GPU (platforms.py)
+}
+
+_GEMM_CLASS = {"bf16": "bf16", "fp16": "bf16", "tf32": "bf16", "fp8": "fp8", "int8": "fp8", "mxfp8": "fp8",
+               "nvfp4": "fp8", "mxfp4": "fp8", "fp4": "fp8"}
+
+
+def settled_clock_ratio(boost_power_w: float, idle_w: float, limit_w: float, alpha: float = ALPHA) -> float:
+    """The clock over the boost clock that a phase drawing ``boost_power_w`` at the boost clock settles at under
+    ``limit_w`` (1 when it fits)."""
+    if boost_power_w <= limit_w:
+        return 1.0
+    return ((limit_w - idle_w) / (boost_power_w - idle_w)) ** (1.0 / alpha)
+
+
+def gemm_boost_power_w(point: SustainedGemm, alpha: float = ALPHA) -> float:
+    """The power a saturated GEMM would draw at the boost clock, from its measured settled point (the DVFS law
+    solved for P_boost)."""
+    clock = point.sustained_clock_mhz / point.boost_clock_mhz
+    return point.idle_w + (point.sustained_w - point.idle_w) / clock ** alpha
+
+
+def sustained_rate_ratio(point: SustainedGemm, board_power_w: float, alpha: float = ALPHA) -> float:
+    """A sustained GEMM phase's rate over the burst rate at limit ``board_power_w``: the measured ratio, moved to that
+    limit by the DVFS law (the rate follows the settled clock), at most 1."""
+    idle = point.idle_w
+    if board_power_w <= idle:
+        raise ValueError(f"board power {board_power_w:g} W: must be above the idle power ({idle:g} W)")
+    gain = ((board_power_w - idle) / (point.sustained_w - idle)) ** (1.0 / alpha)
+    return min(1.0, point.rate_ratio * gain)
+
+
+def board_power_w(gpu, platform=None) -> float | None:
+    """The limit ``gpu`` (a GpuSpec) runs at: its platform's board (:data:`PLATFORM_BOARD_POWER_W`), else its
+    ``tdp_w``. ``platform``: a name or a Platform object."""
+    name = getattr(platform, "name", platform)
+    if isinstance(name, str) and name.lower() in PLATFORM_BOARD_POWER_W:
+        return PLATFORM_BOARD_POWER_W[name.lower()]
+    return gpu.tdp_w
+
+
+def sustained_gemm_factor(gpu, dtype: str, board_w: float | None) -> float:
+    """What the fitted GEMM peak of ``gpu`` (a GpuSpec) is multiplied by in a sustained phase of ``dtype`` GEMMs at
+    limit ``board_w``: below 1 only where the fit was a burst (the preset's ``sustained_gemm`` names the measured
+    pair)."""
+    gemm_class = _GEMM_CLASS.get(dtype)
+    if gpu.sustained_gemm is None or gemm_class is None or not board_w:
+        return 1.0
+    return sustained_rate_ratio(SUSTAINED_GEMM[(gpu.sustained_gemm, gemm_class)], float(board_w))
+
+
+__all__ = ["ALPHA", "PLATFORM_BOARD_POWER_W", "SUSTAINED_GEMM", "SustainedGemm",
+           "board_power_w", "gemm_boost_power_w", "settled_clock_ratio", "sustained_gemm_factor",
+           "sustained_rate_ratio"]
