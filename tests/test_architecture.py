@@ -117,5 +117,6 @@ def test_kernel_modules_stay_small_and_the_kernel_does_not_grow():
     # kind in the platform table (40); + 16 for folding as composition (37); 9,668 once the views of the spans moved to
     # plugins/analysis (astra_analysis.views; the kernel keeps the recording, astra_sim.spans, made only when a plugin
     # asks) and dead and duplicated kernel code went (34); + 2 for the run's own "the loop has started" flag, which
-    # record_spans checks (the engine counts its events only when its loop returns, so a mid-run call slipped by).
-    assert sum(sizes.values()) <= 9_670, sum(sizes.values())
+    # record_spans checks (the engine counts its events only when its loop returns, so a mid-run call slipped by);
+    # + 18 for the platform table's default scale-out fabric, a column or at 80 columns a note (40).
+    assert sum(sizes.values()) <= 9_688, sum(sizes.values())

@@ -23,7 +23,7 @@ def _cmd_platforms(args):
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    from astra_sim.termtable import Column, print_table
+    from astra_sim.termtable import Column, console, fit_columns, print_table
 
     # at 80 columns one device count goes: the total when it equals the per-node count
     # (a "node" is a GPU machine's scale-up domain, or a TPU slice)
@@ -36,15 +36,23 @@ def _cmd_platforms(args):
                Column("NIC Gb/s\nper device\n(scale-out)", number=True), Column("HBM\nGB/s", number=True, drop=2),
                Column("bf16\nTFLOP/s", number=True, drop=3),
                # how far the device's GEMM times rest on its own measurements (a GPU preset's calibration_status)
-               Column("GEMM\ncalib.", drop=4)]
+               Column("GEMM\ncalib.", drop=4),
+               # the scale-out fabric --fabric builds by default (issue 40); at 80 columns a note says it instead
+               Column("scale-out fabric\n(--fabric)", drop=5)]
     # a device whose GEMM times rest partly on assumptions is marked where every width shows it (issue 40)
     table_rows = [[r["name"], r["gpu"] + (" *" if r.get("calibration") == "partial" else ""),
                    str(r["gpus_per_node"]), str(r["total_gpus"]),
                    f"{r['scaleup_gb_per_s_per_direction']:g}", _nic(r),
-                   f"{r['hbm_bandwidth_gbps']:g}", f"{r['bf16_tflops']:g}", r.get("calibration") or "-"] for r in rows]
-    partial = "* GEMM times partly assumed" if any(r.get("calibration") == "partial" for r in rows) else None
+                   f"{r['hbm_bandwidth_gbps']:g}", f"{r['bf16_tflops']:g}", r.get("calibration") or "-", _fabric(r)]
+                  for r in rows]
+    notes = ["* GEMM times partly assumed"] if any(r.get("calibration") == "partial" for r in rows) else []
+    out = console()
+    cells = [_fabric(r) for r in rows if r.get("fabric")]
+    if cells and len(columns) - 1 not in fit_columns(columns, table_rows, out.width):  # the fabric column left out
+        notes.append("scale-out fabric (--fabric): " + ", ".join(f"{c} on {cells.count(c)} platforms"
+                                                                 for c in dict.fromkeys(cells)))
     print_table(f"astra run --platform (nodes={args.nodes}; sources and assumptions: astra platforms --json)",
-                columns, table_rows, caption=partial)
+                columns, table_rows, caption="; ".join(notes) or None, out=out)
     return 0
 
 
@@ -52,3 +60,13 @@ def _nic(row):
     """The NIC cell: Gb/s per device, and the NIC's scale-out kind when the platform names one (``400 (ib-ndr)``)."""
     kind = (row.get("scale_out") or {}).get("kind")
     return f"{row['nic_gbit_per_s_per_gpu']:g}" + (f" ({kind})" if kind else "")
+
+
+def _fabric(row):
+    """The fabric cell: the kind, oversubscription and planes of the fabric ``--fabric`` builds (``rail 1:1, 1 plane``;
+    its leaves in ``--json``), or - (a TPU slice: none)."""
+    fabric = row.get("fabric")
+    if not fabric:
+        return "-"
+    planes = fabric["planes"]
+    return f"{fabric['kind']} {fabric['oversubscription']:g}:1, {planes} plane{'s' if planes > 1 else ''}"
