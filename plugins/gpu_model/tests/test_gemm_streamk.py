@@ -105,3 +105,15 @@ def test_a_yaml_schedule(tmp_path):
     with pytest.raises(ConfigError, match=r"key 'gemm_schedule' must be one of data-parallel, stream-k-cutlass"):
         load_gpu_file(path)
 
+
+
+def test_cutlass_heuristic_is_not_monotonic_but_data_parallel_is():
+    # the gemm module docstring's example: at N = 128, 32 tiles of 256 x 128 fill under half of the 74 slot pairs, so
+    # CUTLASS shares them all and pays 74 fp32 partial tiles of fix-up traffic; at N = 200, 64 tiles, it stays
+    # data-parallel. Data-parallel times only grow.
+    b200 = load_gpu("B200")
+    kw = dict(peak_flops=b200.peak_flops("bf16"), sm_count=b200.sm_count, hbm_bytes_per_s=b200.hbm_bytes_per_s,
+              in_bytes=2, out_bytes=2, params=b200.gemm, tiles=b200.gemm_tiles)
+    narrow, wide = (gemm_time_s(8192, n, 1280, 1, schedule=STREAM_K_CUTLASS, **kw) for n in (128, 200))
+    assert wide < 0.92 * narrow
+    assert gemm_time_s(8192, 128, 1280, 1, **kw) < gemm_time_s(8192, 200, 1280, 1, **kw)
