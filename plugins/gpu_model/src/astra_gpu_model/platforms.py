@@ -2,10 +2,10 @@
 
 A platform is ``nodes`` scale-up domains of ``gpus_per_node`` GPUs. The generated analytical network is
 
-* dimension 1, ``Switch``: the scale-up domain (NVSwitch; for MI300X an equivalent switch, see below) with
-  the GPU's per-direction scale-up bandwidth (from the gpu_model preset's ``scaleup``); for PCIe cards
-  (``scaleup.topology: pairwise``: H100 PCIe, H100 NVL) the server's PCIe switch at ``scaleup.pcie_gbps``,
-  their NVLink-bridged pairs being NCCL's model's;
+* dimension 1, ``Switch``: the scale-up domain (NVSwitch) with the GPU's per-direction scale-up bandwidth (from
+  the gpu_model preset's ``scaleup``); for PCIe cards (``scaleup.topology: pairwise``: H100 PCIe, H100 NVL) the
+  server's PCIe switch at ``scaleup.pcie_gbps``, their NVLink-bridged pairs being NCCL's model's; for AMD's
+  8-GPU xGMI full mesh (``scaleup_mesh``) ``FullyConnected`` at one link's bandwidth per pair of GPUs;
 * dimension 2, ``Switch``: the scale-out fabric, a non-blocking (full-bisection) fat tree between the
   nodes, rail-optimised: GPU ``i`` of every node talks through its own NIC, so the dimension has ``nodes``
   members and the per-GPU NIC bandwidth. Only written when ``nodes > 1`` (the analytical backend needs
@@ -111,6 +111,10 @@ class Platform(_Platform):
     sharp: bool = False
     #: a Grace superchip's CPU memory over NVLink-C2C, the run's remote memory (MEM_LOAD/MEM_STORE nodes)
     grace_memory: GraceMemory | None = None
+    #: the node's GPUs are a full mesh, one link per pair (AMD's xGMI): the network's first dimension is
+    #: FullyConnected at one link's bandwidth (the preset's ``scaleup.bandwidth_per_port_gbps``), so that a send
+    #: between two GPUs gets one link; collectives keep NCCL's (RCCL's) model over all links (:func:`network_yaml`)
+    scaleup_mesh: bool = False
 
     family = "gpu"
 
@@ -215,6 +219,8 @@ class Platform(_Platform):
             **({"scaleup_note": self.scaleup_note} if self.scaleup_note else {}),
             **({"sharp": True} if self.sharp else {}),
             **({"grace_memory": self.grace_memory.numbers()} if self.grace_memory else {}),
+            **({"scaleup_link_gb_per_s_per_direction": float(gpu.scaleup["bandwidth_per_port_gbps"])}
+               if self.scaleup_mesh else {}),
             # what --fabric builds for the flow/congestion backends (the analytical network above keeps one Switch)
             "fabric": default_fabric(self.nic_gbit_per_gpu),
             # the fabric technology the NIC names, and what --scale-out offers (the generic model without it)
@@ -240,6 +246,13 @@ _BRIDGED_PAIRS_NOTE = ("No NVSwitch: the node's network dimension is the PCIe Ge
                        "GPU), which prices sends and receives; NCCL's model times the collectives over the "
                        "NVLink-bridged pairs (300 GB/s per direction) and PCIe between them (topology pairwise, no "
                        "NVLS). A send between the two GPUs of a pair is priced at PCIe, not at the bridge")
+
+#: the AMD platforms' note on their Infinity Fabric (xGMI) mesh
+_XGMI_MESH_NOTE = ("{gpu} has no switch: 7 point-to-point Infinity Fabric links per GPU, a full mesh. The network's "
+                   "scale-up dimension is FullyConnected at one link's {link} GB/s per direction per pair of GPUs, so "
+                   "a send between two GPUs gets one link; collectives are RCCL's model over all 7 links (7 x {link} "
+                   "GB/s, the scale-up column), as RCCL's rings and MSCCL's all-pairs spread them; with --fabric the "
+                   "node is the equivalent switch of 7 x {link} GB/s")
 
 PLATFORMS = {
     p.name: p
@@ -407,11 +420,14 @@ PLATFORMS = {
             {"gpus_per_node": "AMD Instinct MI300X Platform datasheet: 8x MI300X OAM on a UBB 2.0 baseboard",
              "nic": "Typical deployment, not an AMD part: Microsoft Azure ND MI300X v5 (8x 400 Gb/s NVIDIA "
                     "Quantum-2 ConnectX-7 InfiniBand per VM, one per GPU); Dell PowerEdge XE9680 MI300X offers "
-                    "the same 8x 400G"},
-            scaleup_note="MI300X has no switch: 7 point-to-point Infinity Fabric links per GPU (full mesh). "
-                         "It is modelled as an equivalent Switch with the aggregate 7 x 64 GB/s per direction, "
-                         "which is what collectives spread over all 7 links (RCCL's multiple rings) approach; "
-                         "a single ring on one link would get 64 GB/s",
+                    "the same 8x 400G",
+             "scaleup_mesh": "AMD ROCm blog 'Understanding RCCL Bandwidth and xGMI Performance on AMD Instinct "
+                             "MI300X' (2025-03-02, ROCm/rocm-blogs blogs/software-tools-optimization/mi300x-rccl-xgmi): "
+                             "'Each AMD Instinct MI300X system GPU is connected to its seven peer GPUs via xGMI links, "
+                             "forming a fully connected mesh'; 'xGMI's raw bandwidth is rated up to 64 GB/s for each "
+                             "point-to-point link between GPUs' (448 GB/s = 7 x 64 GB/s per GPU)"},
+            scaleup_note=_XGMI_MESH_NOTE.format(gpu="MI300X", link="64"),
+            scaleup_mesh=True,
         ),
         Platform(
             "mi325x", "AMD Instinct MI325X platform: 8 x MI325X, Infinity Fabric mesh, 8 x 400 Gb/s",
@@ -420,9 +436,11 @@ PLATFORMS = {
                               "8x MI325X OAM on a UBB 2.0 baseboard, fully meshed Infinity Fabric, a drop-in "
                               "replacement for the MI300X platform",
              "nic": "ASSUMPTION: one 400 Gb/s NIC per GPU, as the MI300X platform's deployments (Azure ND MI300X v5); "
-                    "not an AMD part"},
-            scaleup_note="As MI300X: 7 point-to-point Infinity Fabric links per GPU (full mesh), modelled as an "
-                         "equivalent Switch with the aggregate 7 x 64 GB/s per direction",
+                    "not an AMD part",
+             "scaleup_mesh": "the MI325X platform's fully meshed Infinity Fabric (gpus_per_node's source); one link "
+                             "of 64 GB/s per direction per pair as MI300X (the preset's scaleup source)"},
+            scaleup_note=_XGMI_MESH_NOTE.format(gpu="MI325X", link="64"),
+            scaleup_mesh=True,
         ),
         Platform(
             "mi355x", "AMD Instinct MI355X platform: 8 x MI355X, Infinity Fabric mesh, 8 x 400 Gb/s",
@@ -430,9 +448,12 @@ PLATFORMS = {
             {"gpus_per_node": "AMD MI350-series platform (Tom's Hardware, ISC 2025): 8-GPU MI350X/MI355X platforms; "
                               "jaredwatkins.com MI350 notes: 8-GPU OCP platform trays",
              "nic": "ASSUMPTION: one 400 Gb/s NIC per GPU (jaredwatkins.com MI350 notes: a 400 Gbps network per GPU); "
-                    "deployments vary (--nccl-nic-gbps)"},
-            scaleup_note="7 point-to-point Infinity Fabric links per GPU (full mesh, ASSUMPTION as MI300X), modelled "
-                         "as an equivalent Switch with the aggregate 7 x 76.8 GB/s per direction",
+                    "deployments vary (--nccl-nic-gbps)",
+             "scaleup_mesh": "ASSUMPTION: a full mesh of 7 links per GPU as MI300X (no AMD figure for the MI355X "
+                             "platform's topology was found); 76.8 GB/s per direction per link (the preset's scaleup "
+                             "source)"},
+            scaleup_note=_XGMI_MESH_NOTE.format(gpu="MI355X", link="76.8"),
+            scaleup_mesh=True,
         ),
     )
 }
@@ -452,18 +473,23 @@ def get_platform(name) -> Platform:
     return PLATFORMS[key]
 
 
-def network_yaml(platform: Platform, nodes: int, scale_out=None) -> str:
+def network_yaml(platform: Platform, nodes: int, scale_out=None, mesh=True) -> str:
     """The analytical-network YAML for ``nodes`` nodes of ``platform`` (bandwidth in GiB/s). ``scale_out``: the
     fabric dimension's ``(Gb/s per GPU, ns per hop, label)`` from ``--scale-out`` (:mod:`astra_gpu_model.scale_out`)
-    instead of the NIC's line rate and :data:`FABRIC_HOP_LATENCY_NS`."""
+    instead of the NIC's line rate and :data:`FABRIC_HOP_LATENCY_NS`. ``mesh`` False: a ``scaleup_mesh`` node as
+    its equivalent switch (all links' bandwidth), what ``--fabric``'s builder takes."""
     numbers = platform.numbers(nodes)
     topology = ["Switch"]
     npus = [platform.gpus_per_node]
     bandwidth = [numbers["scaleup_gib_per_s_per_direction"]]
     latency = [NVLINK_HOP_LATENCY_NS]
+    if platform.scaleup_mesh and mesh:  # one link per pair, one hop of the switch's two hops' latency (~0.5 us)
+        topology = ["FullyConnected"]
+        bandwidth = [round(numbers["scaleup_link_gb_per_s_per_direction"] * 1e9 / GIB, 6)]
+        latency = [2 * NVLINK_HOP_LATENCY_NS]
     route = ""
     if nodes > 1:
-        route = ("# messages crossing both dimensions go through NVSwitch and the NIC (not the reference's\n"
+        route = ("# messages crossing both dimensions go through the scale-up link and the NIC (not the reference's\n"
                  "# charge in the lowest differing dimension only)\n"
                  "cross_dimension_route: dimension_order\n")
         topology.append("Switch")
@@ -520,7 +546,7 @@ def system_json(platform: Platform, nodes: int, collective: str = "ring") -> dic
     return config
 
 
-def generate(name, nodes=1, collective="ring", directory=None, scale_out=None) -> dict:
+def generate(name, nodes=1, collective="ring", directory=None, scale_out=None, mesh=True) -> dict:
     """The platform's system JSON and network YAML as a dict (its Platform.resolve makes the PlatformSetup): in memory
     (:class:`astra_sim.generated.GeneratedFile`, which ``astra run`` writes to a private folder only while
     it runs, and records inline in the report), or, with ``directory``, written there (paths)."""
@@ -532,7 +558,7 @@ def generate(name, nodes=1, collective="ring", directory=None, scale_out=None) -
     files = {
         "system_configuration": GeneratedFile(
             "system.json", json.dumps(system_json(platform, nodes, collective), indent=1) + "\n", origin),
-        "network_configuration": GeneratedFile("network.yml", network_yaml(platform, nodes, scale_out), origin),
+        "network_configuration": GeneratedFile("network.yml", network_yaml(platform, nodes, scale_out, mesh), origin),
     }
     if platform.grace_memory is not None:  # the superchip's Grace memory: the remote-memory backend's tier
         files["remote_memory_configuration"] = GeneratedFile(
@@ -586,7 +612,7 @@ def resolve_gpu_platform(platform: Platform, nodes: int, options: dict) -> Platf
     provided = generate(platform, nodes, collective or "nccl", scale_out=scale and (
         # with --fabric the flow/congestion backends route over leaves and spines: the load is simulated there
         scale.achievable_gbit_per_s() if options.get("fabric") is not None else scale.effective_gbit_per_s(),
-        scale.hop_latency_ns(), scale.kind.name))
+        scale.hop_latency_ns(), scale.kind.name), mesh=options.get("fabric") is None)
     implied = dict(provided["options"])
     platform_gpu = implied["gpu"]
     if scale is not None:
@@ -647,7 +673,9 @@ def resolve_gpu_platform(platform: Platform, nodes: int, options: dict) -> Platf
         defaults["fabric"] = (f"--fabric {options['fabric']} on the flow and congestion backends (unset keys: "
                               f"nodes_per_leaf={implied['fabric_defaults']['nodes_per_leaf']}, over=1, the platform's "
                               "NIC); the analytical backend ignores it (one Switch dimension per rail) and so do "
-                              "NCCL-model collectives (--platform-collective ring puts them on the links)")
+                              "NCCL-model collectives (--platform-collective ring puts them on the links)"
+                              + ("; the node's xGMI mesh is its equivalent switch (all its links)"
+                                 if platform.scaleup_mesh else ""))
     if scale is not None:
         info = scale.numbers()
         defaults["scale_out"] = (
