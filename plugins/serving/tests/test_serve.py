@@ -8,10 +8,13 @@ import random
 import pytest
 
 from astra_serving.engine import HOST_US_PER_SEQ_VLLM060
-from astra_serving.steptime import Layout, StepTimer, graph_gaps
+from astra_gpu_model.model import GRAPH_KERNEL_GAP_NS
+from astra_serving.steptime import Layout, StepTimer
 from astra_sim.cli import main
 
 MODEL = ["--model", "llama3-8b"]
+#: a step replayed as a CUDA graph, as astra run takes it: one launch, and the GPU's gap between the graph's kernels
+GRAPH = ["--host-launch-us", "0", "--gpu-kernel-gap-ns", str(GRAPH_KERNEL_GAP_NS)]
 
 
 def astra(argv):
@@ -28,27 +31,16 @@ def serve(tmp_path, *argv, name="r"):
         return json.loads(report.read_text()), list(csv.DictReader(handle))
 
 
-def graph_gap_ns(report, pp=1):
-    """The GPU's gaps between a CUDA graph's kernels (steptime.GRAPH_NODE_GAP_NS per kernel) of a step's astra run
-    report, summed over its stages: what astra serve adds to a graph step."""
-    ranks = [{"finish_ns": c["finish_ns"], "nodes": c["nodes"]} for c in report["rank_classes"]
-             for _ in range(c["count"])]
-    return sum(graph_gaps({"ranks": ranks}, pp))
-
-
 def step_ns(tmp_path, *argv, run=(), tp=8):
     """One step as a user gets it: astra workload llm ... then astra run --platform hgx-h100 [run flags] (TP 1:
-    eight copies fill the node, as astra serve lays them out); a graph step (--host-launch-us 0) with the GPU's
-    gaps between the graph's kernels that astra serve adds to it."""
+    eight copies fill the node, as astra serve lays them out)."""
     prefix, report = str(tmp_path / "ref"), str(tmp_path / "ref.json")
     astra(["workload", "llm", *MODEL, "--tp", str(tp), "--dp", str(8 // tp), "--logits", "last",
            "--inference-elementwise", *argv, "-o", prefix])
     astra(["run", "--workload-configuration", prefix, "--platform", "hgx-h100", "--allow-oom", *run,
            "--report-json", report, "-q"])
     with open(report) as handle:
-        data = json.load(handle)
-    graph = "--host-launch-us" in run
-    return data["summary"]["max_finish_ns"] + (graph_gap_ns(data) if graph else 0)
+        return json.load(handle)["summary"]["max_finish_ns"]
 
 
 @pytest.mark.parametrize("host_us,graphs", [(None, "vllm"), (0.0, "off"), (120.0, "vllm")])
@@ -57,8 +49,8 @@ def test_low_qps_matches_single_steps(tmp_path, host_us, graphs):
     at batch 1, to the nanosecond, as astra workload llm + astra run give them, each plus the engine's host time
     of its scheduler pass for one sequence (--host-us-per-seq; default vLLM v0.6.0's 42 us), without the request's
     path outside the engine (--frontend none; test_frontend.py adds it). With CUDA graphs
-    (the default) the decode step is one graph launch: astra run --host-launch-us 0 plus the GPU's gap between the
-    graph's kernels (steptime.GRAPH_NODE_GAP_NS per kernel of the report), and asynchronous output
+    (the default) the decode step is one graph launch: astra run --host-launch-us 0 --gpu-kernel-gap-ns 376 (the
+    GPU's idle time between the graph's kernels, GRAPH_KERNEL_GAP_NS), and asynchronous output
     processing is on (off without graphs, as in vLLM): each token arrives when the next step ends, the last one
     with the extra decode step of the finished sequence."""
     extra = ([] if host_us is None else ["--host-us-per-seq", str(host_us)]) + ["--cuda-graphs", graphs, "--frontend",
@@ -68,7 +60,7 @@ def test_low_qps_matches_single_steps(tmp_path, host_us, graphs):
     host_ns = round((HOST_US_PER_SEQ_VLLM060 if host_us is None else host_us) * 1000)
     assert report["deployment"]["engine"]["host_ns_per_seq"] == host_ns
     prefill = step_ns(tmp_path, "--mode", "prefill", "--batch-size", "1", "--prompt-len", "256") + host_ns
-    graph = ["--host-launch-us", "0"] if graphs == "vllm" else []
+    graph = GRAPH if graphs == "vllm" else []
     decodes = [step_ns(tmp_path, "--mode", "decode", "--batch-size", "1", "--prompt-len", "256", "--decode-len",
                        str(k), run=graph) + host_ns for k in (1, 2, 3, 4)]
     async_output = graphs == "vllm"
@@ -264,11 +256,10 @@ def test_pipeline_parallel_low_qps_matches_single_steps_and_virtual_engines_rais
     def step(*argv, graph=False):
         astra(["workload", "llm", *MODEL, "--tp", "4", "--pp", "2", "--logits", "last", "--inference-elementwise",
                *argv, "-o", prefix])
-        astra(["run", "--workload-configuration", prefix, "--platform", "hgx-h100", *(
-            ["--host-launch-us", "0"] if graph else []), "--report-json", out, "-q"])
+        astra(["run", "--workload-configuration", prefix, "--platform", "hgx-h100", *(GRAPH if graph else []),
+               "--report-json", out, "-q"])
         with open(out) as handle:
-            data = json.load(handle)
-        return data["summary"]["max_finish_ns"] + (graph_gap_ns(data, pp=2) if graph else 0)
+            return json.load(handle)["summary"]["max_finish_ns"]
 
     report, rows = serve(tmp_path, "--tp", "4", "--pp", "2", "--qps", "0.01", "--requests", "2", "--prompt-len", "128",
                          "--output-len", "3", "--exact-shapes", "--host-us-per-seq", "0", "--frontend", "none")

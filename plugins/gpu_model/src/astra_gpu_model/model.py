@@ -36,6 +36,14 @@ from astra_gpu_model.ops import ATTENTION_OPS, CONV_OPS, OpError, canonical_name
 from astra_gpu_model.power_clock import board_power_w, sustained_gemm_factor
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+#: The GPU's idle time between two consecutive kernels of a replayed CUDA graph (ns; ``--gpu-kernel-gap-ns``, which
+#: astra serve's graph steps set to it). Source: sgl-project/sglang-omni issue #760 (2026-06-14, "decode-only nsys
+#: split", a steady decode step replayed as a CUDA graph, nsys --cuda-graph-trace=node): "1065 graph nodes/step",
+#: "wall time / step 18.6 ms", "GPU-busy (union) 18.2 ms (98%)", "inter-kernel gap 0.40 ms": 0.40 ms / 1065 = 376 ns.
+#: Corroborated by NVIDIA/Megatron-LM PR #6064 (4 x GB200 decode): "855 of ~900 per-step gaps are sub-microsecond
+#: and sum to ~0.45 ms" (about 500 ns). Neither is an A100 or an H100 (their front end is assumed alike). The
+#: kernels' fitted times (Vidur's record_function profiles, the GEMM fit's data) are kernel durations alone.
+GRAPH_KERNEL_GAP_NS = 376
 #: Op.kind -> the breakdown's compute class
 _OP_CLASSES = {"gemm": "gemm", "attention": "attention", "memory": "elementwise", "none": "other"}
 
@@ -85,6 +93,11 @@ class GpuComputeModel:
         # Memory-bound ops run at most at their measured SM-side rate, scaled by SMs x clock (memops_fit.json);
         # --gpu-memory-op-rates off streams every one at hbm_efficiency x HBM as before.
         self.memory_op_rates = options.get("gpu_memory_op_rates", "measured") != "off"
+        self.kernel_gap_ns = int(options.get("gpu_kernel_gap_ns") or 0)
+        if self.kernel_gap_ns < 0:
+            from astra_sim.errors import ConfigError
+
+            raise ConfigError(f"--gpu-kernel-gap-ns must be 0 or more, got {self.kernel_gap_ns}")
         self._warn = getattr(context, "warn", None) or (lambda message: None)
         self._cache = {}
         self.clock_ratios = {}  # set_clock_ratios: a power limit's or clock lock's SM clock, per op kind
@@ -124,6 +137,8 @@ class GpuComputeModel:
                                     "hbm_efficiency x HBM")
         if self.contention is not None:
             d["contention"] = self.contention.describe()
+        if self.kernel_gap_ns:
+            d["kernel_gap_ns"] = self.kernel_gap_ns
         if self.clock_ratios:
             d["clock_ratios"] = dict(self.clock_ratios)  # a power limit's or clock lock's (set_clock_ratios)
         factors = {dtype: self._sustained_factor(dtype) for dtype in ("bf16", "fp8")}
@@ -155,9 +170,15 @@ class GpuComputeModel:
 
     # ------------------------------------------------------------------ the compute model interface
     def compute_time_ns(self, node, rank):
+        """The node's time in ns, with ``--gpu-kernel-gap-ns`` before it (a node that runs no kernel, None, has
+        none). Collectives keep NCCL's own fixed latency, which covers their kernels' start."""
         if self.contention is not None:
-            return self.contention.time_node(self, node, rank)
-        return self._compute_time_ns(node, rank)
+            ns = self.contention.time_node(self, node, rank)
+        else:
+            ns = self._compute_time_ns(node, rank)
+        if self.kernel_gap_ns and ns is not None:
+            ns += self.kernel_gap_ns
+        return ns
 
     def _compute_time_ns(self, node, rank):
         name = node.name

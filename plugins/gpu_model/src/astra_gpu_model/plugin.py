@@ -46,6 +46,10 @@ def astra_add_run_options(parser):
                        help="one HBM bandwidth share for whatever communication runs under --gpu-contention "
                             "(default: per transfer, 2 x its link's rate (NVLink, or the NIC across nodes) / HBM "
                             "bandwidth, added up to at most 0.5; without a NIC rate 2 x scale-up / HBM)")
+    group.add_argument("--gpu-kernel-gap-ns", type=int, default=0, metavar="NS",
+                       help="the GPU's idle time before each compute kernel it starts back to back, as in a "
+                            "replayed CUDA graph (astra serve's graph steps: 376, measured; default: 0, the "
+                            "kernels' fitted times only)")
     group.add_argument("--allow-oom", action="store_true",
                        help="a rank whose estimated peak memory (the generator's, in the trace's metadata) exceeds "
                             "the GPU's HBM is a warning, not an error")

@@ -31,10 +31,10 @@ How a shape maps onto the generator's options (whose inference steps batch seque
 The replica's GPUs fill whole nodes of the platform: TP x PP x EP GPUs on fewer GPUs than a node run as
 ``--dp`` copies side by side (inference has no DP collective, so the copies do not interact).
 
-A step run as a CUDA graph (``graph``) has no per-kernel host launch, but the GPU still idles between two of the
-graph's kernels: :data:`GRAPH_NODE_GAP_NS` per kernel (every node of a stage's trace is one kernel or one
-collective), added to the simulated step (:func:`graph_gaps`). The step simulator's kernels are timed as they
-run alone, back to back without that gap.
+A step run as a CUDA graph (``graph``) has no per-kernel host launch (``--host-launch-us 0``), but the GPU still
+idles between two of the graph's kernels: the run's ``--gpu-kernel-gap-ns`` is
+:data:`~astra_gpu_model.model.GRAPH_KERNEL_GAP_NS` (measured), so ``astra run`` with the same two flags gives the
+same step.
 """
 
 from __future__ import annotations
@@ -56,13 +56,6 @@ _SHARED_MEMO = {}
 #: the same steps' energy (a :class:`~astra_serving.stepcache.StepEnergy` or None), beside their times
 _SHARED_ENERGY = {}
 _UNSEEN = object()
-#: The GPU's idle time between two consecutive kernels of a replayed CUDA graph, per kernel (ns). Source:
-#: sgl-project/sglang-omni issue #760 (2026-06-14, "decode-only nsys split", a steady decode step replayed as a CUDA
-#: graph, nsys --cuda-graph-trace=node): "1065 graph nodes/step", "wall time / step 18.6 ms", "GPU-busy (union)
-#: 18.2 ms (98%)", "inter-kernel gap 0.40 ms": 0.40 ms / 1065 = 376 ns. Corroborated by NVIDIA/Megatron-LM PR
-#: #6064 (4 x GB200 decode): "855 of ~900 per-step gaps are sub-microsecond and sum to ~0.45 ms" (about 500 ns).
-#: Neither is an A100 or an H100 (the GPU front end that starts a graph's next kernel is assumed alike).
-GRAPH_NODE_GAP_NS = 376
 
 
 def bucket(value, ratio=DEFAULT_RATIO, exact_below=EXACT_BELOW):
@@ -149,7 +142,8 @@ class Layout:
         """The :class:`~astra_sim.spec.RunSpec` of one step's workload on the replica's nodes: ``--allow-oom``
         (the engine's paged cache is the memory model here, capacity.py: a grid corner above the batch actually
         run may hold more KV than fits, and its time is still what the interpolation needs), the layout's
-        ``run`` options, and with ``graph`` no per-kernel host launch (``--host-launch-us 0``)."""
+        ``run`` options, and with ``graph`` no per-kernel host launch (``--host-launch-us 0``) and the GPU's idle time
+        between two of the graph's kernels (``--gpu-kernel-gap-ns``, :data:`~astra_gpu_model.model.GRAPH_KERNEL_GAP_NS`)."""
         base = self.__dict__.get("_run")
         if base is None:
             from astra_sim.spec import RunSpec
@@ -158,7 +152,11 @@ class Layout:
                 {"workload": "step", "platform": self.platform, "nodes": self.nodes, "allow_oom": True, **self.run},
                 _pm(), where="astra serve: run")
         spec = base.replace(workload=workload)
-        return spec.replace(host_launch_us=0.0) if graph else spec
+        if not graph:
+            return spec
+        from astra_gpu_model.model import GRAPH_KERNEL_GAP_NS
+
+        return spec.replace(host_launch_us=0.0, gpu_kernel_gap_ns=GRAPH_KERNEL_GAP_NS)
 
 
 def stage_times(report, pp):
@@ -179,25 +177,6 @@ def stage_times(report, pp):
     if ends[-1] != step:
         return _equal_split(step, pp)
     return tuple(end - (ends[s - 1] if s else 0) for s, end in enumerate(ends))
-
-
-def graph_gaps(report, pp, gap_ns=GRAPH_NODE_GAP_NS):
-    """(stage 0 gap, ..., stage PP-1 gap) in ns: ``gap_ns`` times the kernels of each stage's busiest rank (its
-    trace's nodes), for a step replayed as a CUDA graph. The ranks are grouped into stages as :func:`stage_times`
-    groups them (sorted by finish time); ranks that do not split into PP groups share the busiest rank's kernels
-    equally."""
-    if isinstance(report, dict):
-        ranks = sorted((int(r["finish_ns"]), int(r["nodes"])) for r in report.get("ranks") or [])
-    else:  # an astra_sim.report.Report
-        ranks = sorted((int(r.finish_ns), int(r.nodes)) for r in report.ranks if r.finish_ns is not None)
-    if not ranks:
-        return (0,) * max(1, pp)
-    if pp <= 1:
-        return (gap_ns * max(n for _, n in ranks),)
-    if len(ranks) % pp:
-        return _equal_split(gap_ns * max(n for _, n in ranks), pp)
-    per = len(ranks) // pp
-    return tuple(gap_ns * max(n for _, n in ranks[s * per:(s + 1) * per]) for s in range(pp))
 
 
 def _equal_split(step, pp):
@@ -250,7 +229,7 @@ class StepTimer:
         the decode sequences between the corners of its grid cell (context and prefill_done rounded to theirs);
         each corner is simulated once. ``graph``: the step runs as one CUDA graph, which the host launches at
         once, so ``astra run`` has no per-kernel host launch (``--host-launch-us 0``) and the GPU idles
-        :data:`GRAPH_NODE_GAP_NS` between two of its kernels; else eager, each kernel launched by the host at the
+        ``--gpu-kernel-gap-ns`` between two of its kernels; else eager, each kernel launched by the host at the
         platform's measured rate."""
         shape = (prefill, decode, context, prefill_done, graph)
         total = self._totals.get(shape)
@@ -377,8 +356,7 @@ class StepTimer:
         return value
 
     def simulate(self, prefill, decode, context, prefill_done=0, graph=False, with_energy=False):
-        """Generate and simulate one step of exactly this shape (as a CUDA graph: ``graph``, with the GPU's gap
-        between the graph's kernels, :func:`graph_gaps`); its time on each pipeline stage in ns (a tuple summing to
+        """Generate and simulate one step of exactly this shape (as a CUDA graph: ``graph``, see :meth:`Layout.run_spec`); its time on each pipeline stage in ns (a tuple summing to
         the step's time, see :func:`stage_times`), and with
         ``with_energy`` its :class:`~astra_serving.stepcache.StepEnergy` (or None) beside it."""
         from .stepcache import StepEnergy
@@ -399,8 +377,6 @@ class StepTimer:
                 raise type(exc)(f"astra serve: the step of {prefill} prefill tokens and {decode} decode sequences "
                                 f"(context {context}): {exc}") from None
             value = stage_times(report, self.layout.pp)
-            if graph:  # the GPU's idle time between the graph's kernels (GRAPH_NODE_GAP_NS)
-                value = tuple(t + g for t, g in zip(value, graph_gaps(report, self.layout.pp)))
             energy = StepEnergy.of_stats(report.stats)
         self.simulated += 1
         self.sim_wall_s += time.perf_counter() - started
