@@ -166,3 +166,16 @@ def test_fit_script_prints_alpha_and_the_check_errors(capsys):
     out = capsys.readouterr().out
     assert "alpha = 1.3172 from 1 fit point(s)" in out
     assert "check a100-hpl-at-its-400w-limit" in out and "error  +8.0%" in out
+
+
+def test_the_gpu_models_dvfs_exponent_is_this_plugins_fit():
+    """power_clock (gpu model) slows burst-fitted GEMMs by the same law with its own constant: it must be the alpha
+    astra_energy.fit gives (data/power.json), or the two would disagree on one GPU's clock."""
+    import json
+    from pathlib import Path
+
+    import astra_energy
+    from astra_gpu_model.power_clock import ALPHA
+
+    data = json.loads((Path(astra_energy.__file__).parent / "data" / "power.json").read_text())
+    assert data["clock_power"]["alpha"] == ALPHA

@@ -20,6 +20,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from astra_gpu_model.power_clock import settled_clock_ratio
 from astra_sim.errors import ConfigError
 
 #: the op classes that have a power (the breakdown's parts map onto them in :mod:`astra_energy.account`)
@@ -63,10 +64,9 @@ class GpuPower:
         ratio = 1.0 if clock_mhz is None else min(1.0, clock_mhz / self.max_clock_mhz)
         if cls == "idle":
             return ratio
-        active = self.class_w[cls] - self.idle_w
-        if active > 0 and self.idle_w + active * ratio ** self.alpha > limit:
-            ratio = ((limit - self.idle_w) / active) ** (1.0 / self.alpha)
-        return ratio
+        # the DVFS law is the gpu model's (power_clock, which slows burst-fitted GEMMs by it); a lock below the
+        # settled clock keeps the lock
+        return min(ratio, settled_clock_ratio(self.class_w[cls], self.idle_w, limit, self.alpha))
 
     def time_clock_ratio(self, cls: str, power_limit_w=None, clock_mhz=None) -> float:
         """Settled clock over the clock at the TDP with no lock (where the gpu model's rates were calibrated): what
