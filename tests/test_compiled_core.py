@@ -22,12 +22,17 @@ from astra_sim_testing import find_shared_dir, parity_cases, parity_kwargs
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = find_shared_dir()
 #: parity rows (shared/parity/cases.csv) and whether each may fold: a collective over a 4 x 4 ring-switch network
-#: folded and unfolded, compute overlapping communication, and congestion cases folded and unfolded
+#: folded and unfolded, compute overlapping communication, congestion cases folded and unfolded, and each compiled
+#: native collective (direct, halving-doubling, double binary tree) unfolded
 PARITY = [("Ring_Switch_4x4__all_reduce__64MB__unaware", True), ("Ring_Switch_4x4__all_reduce__64MB__unaware", False),
           ("overlap_8npus__Ring_8__sys_ring_1d__mem_NO_MEMORY_EXPANSION__unaware", True),
           ("p2p_shift_8npus__Switch_8__sys_ring_1d__mem_NO_MEMORY_EXPANSION__aware", True),
           ("p2p_shift_8npus__Switch_8__sys_ring_1d__mem_NO_MEMORY_EXPANSION__aware", False),
-          ("Switch_8__all_to_all__1GB__aware", False)]
+          ("Switch_8__all_to_all__1GB__aware", False),
+          ("Ring_8__direct__all_reduce__64MB__unaware", False), ("Ring_8__direct__reduce_scatter__64MB__aware", False),
+          ("Ring_8__halvingDoubling__all_reduce__64MB__unaware", False),
+          ("Ring_8__halvingDoubling__all_gather__64MB__aware", False),
+          ("Ring_8__doubleBinaryTree__all_reduce__64MB__unaware", False)]
 #: a small dense Llama (a Hugging Face config.json) as tests/test_one_engine.py steps it
 LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 512, "num_hidden_layers": 2,
          "num_attention_heads": 8, "num_key_value_heads": 8, "intermediate_size": 1536, "vocab_size": 1024,
@@ -48,8 +53,8 @@ for case in json.load(open(sys.argv[1])):
     else:
         report = simulate(*case["args"], **case["kwargs"])
     out.append({"ns": [r.finish_ns for r in report.ranks], "simulated": report.settings["fold"]["simulated_ranks"]})
-compiled = sorted(n for n, m in sys.modules.items() if n.startswith(("astra_sim", "astra_folding"))
-                  and not (getattr(m, "__file__", None) or ".py").endswith(".py"))
+compiled = sorted(n for n, m in sys.modules.items()
+                  if n.startswith(("astra_sim", "astra_folding", "astra_collectives_native")) and not (getattr(m, "__file__", None) or ".py").endswith(".py"))
 json.dump({"runs": out, "compiled": compiled}, open(sys.argv[2], "w"))
 """
 

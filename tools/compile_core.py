@@ -9,9 +9,10 @@ mypyc) and a C compiler.
     PYTHONPATH=build/compiled astra run ...
 
 The tree is a copy of ``core/astra_sim`` (the modules not compiled are its pure-Python files) plus one extension
-per compiled module and mypyc's shared runtime. A plugin's module (the default list has the folded run's matcher)
-brings its package into the tree too, found there before the installed one. The tree is a snapshot: compile again
-after editing ``core/`` or those packages (``COMPILED.json`` names the modules and the digest of the sources).
+per compiled module and mypyc's shared runtime. A plugin's module (the default list has the folded run's matcher
+and the native collectives) brings its package into the tree too, found there before the installed one. The tree
+is a snapshot: compile again after editing ``core/`` or those packages (``COMPILED.json`` names the modules and the
+digest of the sources).
 """
 
 from __future__ import annotations
@@ -34,17 +35,24 @@ SOURCE_ROOTS = (ROOT / "core", *sorted(ROOT.glob("plugins/*/src")))
 DEFAULT_OUT = ROOT / "build" / "compiled"
 MARKER = "COMPILED.json"
 
-#: What an unfolded run spends its event loop in (issue 37's trial: the engine, the system layer, the matcher,
-#: the workload), compiled untyped, and the folded run's matcher: it subclasses the kernel's, and an interpreted class
-#: cannot subclass a compiled one. Left out: astra_sim.system.collectives (about 5 % of a run), whose Algorithm the
-#: collective plugins subclass (it would need mypyc_attr(allow_interpreted_subclasses=True) and its attributes
-#: declared), and astra_sim.system.topology (about 1 %; mypyc stops on its untyped super().__init__ call).
+#: What an unfolded run spends its event loop in: the engine, the system layer, the matcher, the workload, the
+#: collectives' base (Algorithm) and the native collectives' packet state machines (a quarter of an unfolded
+#: all-reduce's time), and the folded run's matcher: it subclasses the kernel's, and an interpreted class cannot
+#: subclass a compiled one. Algorithm and the native collectives are declared mypyc_attr(allow_interpreted_subclasses)
+#: (other plugins subclass them); their hot attributes and those of Sys and the matcher are typed (native ints and
+#: containers), the rest compiles untyped. Left out: astra_sim.system.topology (about 1 %; mypyc stops on a
+#: property without a return annotation) and astra_network_congestion.congestion (it sets its own ``send`` on the
+#: instance, which a compiled class refuses).
 DEFAULT_MODULES = (
     "astra_sim.engine",
     "astra_sim.system.sys",
     "astra_sim.system.frontend",
+    "astra_sim.system.collectives",
     "astra_sim.workload.workload",
     "astra_folding.matcher",
+    "astra_collectives_native.ring",
+    "astra_collectives_native.halving_doubling",
+    "astra_collectives_native.double_binary_tree",
 )
 
 #: mypy's options for the compile: the modules are mostly untyped; what they import from modules not compiled is

@@ -9,6 +9,17 @@ ones (ring, direct, halving-doubling, double binary tree) live in ``plugins/coll
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only (a compiled run calls the rank's methods directly)
+    from astra_sim.system.sys import Sys
+
+try:
+    from mypy_extensions import mypyc_attr
+except ImportError:  # the decorator only speaks to mypyc (tools/compile_core.py); a pure install has no mypy
+    def mypyc_attr(*_args, **_kwargs):  # type: ignore[misc]
+        return lambda cls: cls
+
 #: What a communicator group's collectives run when the system config lists several implementations (the
 #: reference's rule); the collectives_native plugin registers it.
 GROUP_FALLBACK_ALGORITHM = "ring"
@@ -19,12 +30,19 @@ REDUCE_SCATTER = "reduce_scatter"
 ALL_TO_ALL = "all_to_all"
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Algorithm:
     """Shared fields: the stream it serves and the sizes the system layer reads.
 
     ``bind`` caches the rank's message and event functions and the bound
-    methods used as callbacks: they are used for every packet.
+    methods used as callbacks: they are used for every packet. The subclass sets the three sizes (declared here
+    so that a compiled Algorithm has them; plugins subclass it, compiled or not).
     """
+
+    com_type: str
+    data_size: int
+    final_data_size: int
+    sys: Sys
 
     __slots__ = (
         "stream", "sys", "com_type", "data_size", "final_data_size",
@@ -44,17 +62,17 @@ class Algorithm:
         self._received = self.run_received
         self._reduce = self._reduce_then_general
 
-    def bundle(self, size, processed):
+    def bundle(self, size: int, processed: bool) -> None:
         """A packet bundle: endpoint delay, the reduction if ``processed``, then General."""
         if processed:
             self._register(self._reduce, size, self._bus_delay)
         else:
             self._register(self._general, None, self._bus_delay)
 
-    def _reduce_then_general(self, size):
+    def _reduce_then_general(self, size: int) -> None:
         self._register(self._general, None, self.sys.reduction_delay_ns(size))
 
-    def finish(self):
+    def finish(self) -> None:
         """This phase is over: the stream moves on.
 
         The cached bound methods refer back to this object; dropping them lets
@@ -64,6 +82,7 @@ class Algorithm:
         self.sys.proceed_to_next_phase(self.stream)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class TimedCollective(Algorithm):
     """A collective phase whose time comes from a model instead of packets (e.g. NCCL's cost model).
 
@@ -90,7 +109,7 @@ class TimedCollective(Algorithm):
         self.time_ns = None
 
     @property
-    def options(self):
+    def options(self) -> dict:
         """The run's options (``astra run`` flags by ``dest``, or ``simulate(options=...)``)."""
         options = self.sys.shared.options
         return options if isinstance(options, dict) else {}

@@ -10,9 +10,10 @@ arrival runs at once (through a zero-delay event).
 from __future__ import annotations
 
 from collections import deque
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from astra_sim.api import delay_function
+from astra_sim.engine import EventEngine
 from astra_sim.errors import SimulationError
 
 # Tag spaces, as in the reference: native send/recv, collectives, rendezvous.
@@ -26,6 +27,8 @@ class Message:
     """One send and (once matched) its receive."""
 
     __slots__ = ("key", "send_fn", "send_arg", "recv_fn", "recv_arg", "arrived", "posted", "route")
+    arrived: bool  # typed for mypyc (tools/compile_core.py), as the matcher's hot attributes
+    posted: bool
 
     def __init__(self, key, posted, send_fn, send_arg, recv_fn, recv_arg):
         self.key = key
@@ -42,6 +45,11 @@ class SendRecvMatcher:
     """Matches sends and receives and delivers messages through the network backend."""
 
     __slots__ = ("engine", "network", "_delay", "_delays", "_waiting", "messages", "bytes", "_arrived_fn")
+    engine: EventEngine
+    _delays: dict[tuple, int]
+    _waiting: dict[tuple, Any]  # a Message or a deque of them
+    messages: int
+    bytes: int
 
     def __init__(self, engine, network) -> None:  # annotated for mypyc (a compiled subclass calls it)
         self.engine = engine
@@ -56,7 +64,7 @@ class SendRecvMatcher:
         self.messages = 0
         self.bytes = 0
 
-    def send(self, src, dst, size, tag, fn, arg):
+    def send(self, src, dst, size, tag, fn, arg) -> None:
         """Post a send; ``fn(arg)`` (if fn is not None) runs when the message has arrived at ``dst``."""
         if size <= 0:
             raise SimulationError(
@@ -64,7 +72,7 @@ class SendRecvMatcher:
             )
         self._post_send((tag, src, dst, size), src, dst, size, fn, arg)
 
-    def _post_send(self, key, src, dst, size, fn, arg):
+    def _post_send(self, key, src, dst, size, fn, arg) -> Message:
         """Post a send whose receive side is ``key`` and deliver it from ``src`` to ``dst``."""
         waiting = self._waiting
         head = waiting.get(key)
@@ -110,7 +118,7 @@ class SendRecvMatcher:
         self.engine.schedule(delay, self._arrived_fn, message)
         return message
 
-    def recv(self, src, dst, size, tag, fn, arg):
+    def recv(self, src, dst, size, tag, fn, arg) -> None:
         """Post a receive at ``dst``; ``fn(arg)`` runs when the matching message arrives."""
         key = (tag, src, dst, size)
         waiting = self._waiting
@@ -137,11 +145,11 @@ class SendRecvMatcher:
             message.recv_fn = fn
             message.recv_arg = arg
 
-    def _deliver_now(self, dst, fn, arg):
+    def _deliver_now(self, dst, fn, arg) -> None:
         """A receive posted after its message arrived completes at once (a zero-delay event)."""
         self.engine.schedule(0, fn, arg)
 
-    def _arrived(self, message):
+    def _arrived(self, message: Message) -> None:
         if message.send_fn is not None:
             message.send_fn(message.send_arg)
         if message.recv_fn is not None:

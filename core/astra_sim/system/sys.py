@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
+from astra_sim.engine import EventEngine
 from astra_sim.errors import ConfigError, SimulationError
 from astra_sim.system.collectives import (
     ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, GROUP_FALLBACK_ALGORITHM, REDUCE_SCATTER,
@@ -37,6 +38,7 @@ class DataSet:
     """All chunks of one collective; tells the workload when the last one ends."""
 
     __slots__ = ("total_streams", "finished_streams", "notifier", "creation_ns", "active", "node_id")
+    finished_streams: int  # typed for mypyc (tools/compile_core.py), as the hot attributes below
 
     def __init__(self, total_streams, creation_ns, node_id=-1):
         self.node_id = node_id  # the collective's trace node (timelines label its phases with it)
@@ -46,7 +48,7 @@ class DataSet:
         self.creation_ns = creation_ns
         self.active = True
 
-    def stream_finished(self, now_ns):
+    def stream_finished(self, now_ns) -> None:
         self.finished_streams += 1
         if self.finished_streams == self.total_streams and self.notifier is not None:
             notifier, self.notifier = self.notifier, None
@@ -60,6 +62,11 @@ class Stream:
         "sys", "stream_id", "tag", "priority", "phases", "dataset", "current_queue_id",
         "initialized", "algorithm",
     )
+    sys: Sys
+    phases: deque
+    dataset: DataSet
+    current_queue_id: int
+    initialized: bool
 
     def __init__(self, sys, stream_id, phases, priority, dataset):
         self.sys = sys
@@ -74,7 +81,7 @@ class Stream:
         for _queue, algorithm in phases:
             algorithm.bind(self)
 
-    def init(self):
+    def init(self) -> None:
         self.initialized = True
         self.algorithm.run_init()
 
@@ -140,6 +147,11 @@ class Sys:
         "_call_events_fn", "num_streams", "priority_counter", "_topologies", "levels",
         "active_streams", "running_streams", "queue_threshold", "msg_send", "msg_recv", "group_levels",
     )
+    engine: EventEngine
+    _pending: dict[int, list]
+    active_streams: list[list[Stream]]
+    running_streams: list[int]
+    queue_threshold: int
 
     def __init__(self, shared, rank):
         self.shared = shared
@@ -172,7 +184,7 @@ class Sys:
             self.msg_recv = shared.matcher.recv
 
     # ------------------------------------------------------------ events
-    def register_event(self, fn, arg, delay_ns):
+    def register_event(self, fn, arg, delay_ns) -> None:
         """Run ``fn(arg)`` after ``delay_ns``, batched per tick like the reference.
 
         The first event of a tick schedules one engine event (``_call_events``)
@@ -192,7 +204,7 @@ class Sys:
         self.engine.fold.tie_check(self.rank, self.engine.current, (self._call_events_fn, tick))
         self._call_events(tick)
 
-    def _call_events(self, tick):
+    def _call_events(self, tick: int) -> None:
         batch = self._pending[tick]
         i = 0
         while i < len(batch):
@@ -201,7 +213,7 @@ class Sys:
         del self._pending[tick]
 
     # ------------------------------------------------------------ packets
-    def reduction_delay_ns(self, size):
+    def reduction_delay_ns(self, size: int) -> int:
         """Write + two reads of ``size`` bytes at local-mem-bw, truncated separately."""
         bw = self.local_mem_bw
         if bw <= 0:
@@ -492,7 +504,7 @@ class Sys:
             raise ConfigError(f"{path}: {exc}") from None
 
     # ------------------------------------------------------------ scheduling
-    def _insert_stream(self, queue, stream):
+    def _insert_stream(self, queue: list[Stream], stream: Stream) -> None:
         i = 0
         n = len(queue)
         priority = stream.priority
@@ -504,7 +516,7 @@ class Sys:
             break
         queue.insert(i, stream)
 
-    def _start_waiting(self, vnet):
+    def _start_waiting(self, vnet: int) -> None:
         queue = self.active_streams[vnet]
         running = self.running_streams[vnet]
         threshold = self.queue_threshold
@@ -513,7 +525,7 @@ class Sys:
             running += 1
             self.running_streams[vnet] = running
 
-    def proceed_to_next_phase(self, stream):
+    def proceed_to_next_phase(self, stream: Stream) -> None:
         """A phase ended (or the stream is new): move the stream to its next queue."""
         previous = stream.current_queue_id
         if not stream.phases:

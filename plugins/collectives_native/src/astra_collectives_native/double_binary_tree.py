@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from astra_sim.system.collectives import ALL_REDUCE, Algorithm
+from astra_sim.system.collectives import ALL_REDUCE, Algorithm, mypyc_attr
 
 # Double-binary-tree states.
 _BEGIN, _TO_PARENT, _FROM_PARENT, _END, _TWO_CHILDREN, _ONE_CHILD, _TO_CHILDREN = range(7)
 _EV_INIT, _EV_GENERAL, _EV_RECEIVED = range(3)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class DoubleBinaryTree(Algorithm):
     """Tree all-reduce (the collective type is ignored, as in the reference)."""
 

@@ -6,12 +6,13 @@ import math
 from collections import deque
 
 from astra_sim.errors import ConfigError
-from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
+from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, mypyc_attr
 from astra_sim.system.topology import ANTICLOCKWISE, CLOCKWISE, DIM_LOCAL
 
 from astra_collectives_native.ring import Ring
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class HalvingDoubling(Ring):
     """Recursive halving (reduce-scatter) then doubling (all-gather) along the ring index."""
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, Algorithm
+from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, Algorithm, mypyc_attr
 from astra_sim.system.topology import DIM_LOCAL
 
 #: Memory-bus delay on a communicator-group ("local") ring, in ns (the
@@ -12,6 +12,7 @@ from astra_sim.system.topology import DIM_LOCAL
 LOCAL_RING_DELAY_NS = 10
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Ring(Algorithm):
     """Ring algorithm: every step sends one message to the ring neighbour.
 
@@ -26,6 +27,17 @@ class Ring(Algorithm):
         "parallel_reduce", "stream_count", "msg_size", "zero_latency_packets",
         "non_zero_latency_packets", "toggle", "free_packets", "total_received", "packets", "fast",
     )
+    #: typed for mypyc (tools/compile_core.py): native ints for the counters of every packet
+    parallel_reduce: int
+    stream_count: int
+    msg_size: int
+    zero_latency_packets: int
+    non_zero_latency_packets: int
+    free_packets: int
+    total_received: int
+    toggle: bool
+    fast: bool
+    packets: deque
 
     def __init__(self, com_type, rank, topo, data_size, direction):
         self.com_type = com_type
@@ -70,11 +82,11 @@ class Ring(Algorithm):
             self._bus_delay = LOCAL_RING_DELAY_NS
 
     # -- events ---------------------------------------------------------
-    def run_init(self):
+    def run_init(self) -> None:
         for _ in range(self.parallel_reduce):
             self.insert_packet()
 
-    def run_general(self, _arg=None):
+    def run_general(self, _arg: object = None) -> None:
         self.free_packets += 1
         if self.packets and self.stream_count and self.free_packets:
             self.send_next()
@@ -82,15 +94,15 @@ class Ring(Algorithm):
             self.packets.clear()
             self.finish()
 
-    def run_received(self, _arg=None):
+    def run_received(self, _arg: object = None) -> None:
         self.total_received += 1
         self.insert_packet()
 
     # -- internals ------------------------------------------------------
-    def non_zero_latency_packets_count(self):
+    def non_zero_latency_packets_count(self) -> int:
         return (self.nodes_in_ring - 1) * self.parallel_reduce
 
-    def insert_packet(self):
+    def insert_packet(self) -> None:
         """Queue the next packet and release it to the memory bus.
 
         The first ``parallel_reduce`` packets of every round are
@@ -114,10 +126,10 @@ class Ring(Algorithm):
         self.packets.append((self.curr_sender, self.curr_receiver, self.msg_size))
         self.release(processed)
 
-    def release(self, processed):
+    def release(self, processed: bool) -> None:
         self.bundle(self.msg_size, processed)
 
-    def send_next(self):
+    def send_next(self) -> None:
         """Send the oldest packet to its receiver and post the matching receive."""
         src, dst, size = self.packets.popleft()
         rank = self.rank
@@ -127,6 +139,7 @@ class Ring(Algorithm):
         self.free_packets -= 1
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Direct(Ring):
     """Direct algorithm: messages to every peer, ``window`` of them in flight."""
 
@@ -140,7 +153,7 @@ class Direct(Ring):
         if com_type == ALL_TO_ALL:
             self.stream_count = n - 1
 
-    def run_general(self, _arg=None):
+    def run_general(self, _arg: object = None) -> None:
         self.free_packets += 1
         if self.com_type == ALL_REDUCE and self.stream_count <= self.middle_point:
             # All-reduce: the second half starts once every first-half message arrived.
@@ -155,7 +168,7 @@ class Direct(Ring):
             self.packets.clear()
             self.finish()
 
-    def release(self, processed):
+    def release(self, processed: bool) -> None:
         self.bundle(self.msg_size, processed)
         topo, rank, direction = self.topo, self.rank, self.direction
         receiver = topo.get_receiver(self.curr_receiver, direction)
@@ -167,7 +180,7 @@ class Direct(Ring):
             sender = topo.get_sender(sender, direction)
         self.curr_sender = sender
 
-    def non_zero_latency_packets_count(self):
+    def non_zero_latency_packets_count(self) -> int:
         if self.topo.dimension != DIM_LOCAL:
             return self.parallel_reduce
         return (self.nodes_in_ring - 1) * self.parallel_reduce
