@@ -59,3 +59,25 @@ def test_search_output_is_the_json_answer(tmp_path, capsys):
     assert main(["search", "--preset", "gpt3-13b", "--gpus", "8", "--platform", "hgx-h100", "--global-batch", "8",
                  "-o", str(tmp_path / "r.parquet")]) == 2
     assert "--points" in capsys.readouterr().err
+
+
+def test_a_point_runs_with_few_collections_and_restores_them():
+    """A search's (or sweep's) point runs with the garbage collector's first threshold raised and the thresholds
+    restored afterwards, also when the point fails; the collection after it frees the cycles it left."""
+    import gc
+
+    from astra_sweep.point import POINT_GC_THRESHOLD, few_collections
+
+    before = gc.get_threshold()
+    with few_collections():
+        assert gc.get_threshold()[0] == POINT_GC_THRESHOLD
+        cycle = []
+        cycle.append(cycle)
+        del cycle
+    assert gc.get_threshold() == before and gc.get_count()[0] < 50
+    try:
+        with few_collections():
+            raise ValueError("a failing point")
+    except ValueError:
+        pass
+    assert gc.get_threshold() == before
