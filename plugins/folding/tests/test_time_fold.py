@@ -184,14 +184,21 @@ def test_a_compute_model_not_known_to_be_stateless_is_not_folded(tmp_path):
 @given(stages=st.integers(2, 5), groups=st.integers(1, 6), chunks=st.integers(1, 3), layers=st.integers(1, 3),
        forward_us=st.integers(1, 30), backward_us=st.integers(1, 40), last_us=st.none() | st.integers(1, 50),
        preposted=st.booleans(), size=st.sampled_from([1024, 1 << 20, 3 * (1 << 20) + 7]),
-       launch_us=st.sampled_from([None, None, 1, 4]))
+       launch_us=st.sampled_from([None, None, 1, 4]), overlap=st.booleans(),
+       model=st.sampled_from(["replay", "replay", "gpu", "gpu-contention"]))
 def test_random_pipelines_give_the_same_numbers_folded_in_time_or_not(stages, groups, chunks, layers, forward_us,
                                                                        backward_us, last_us, preposted, size,
-                                                                       launch_us):
+                                                                       launch_us, overlap, model):
+    """``model``: kernels replayed, or ATen GEMMs timed by the gpu model (with its measured contention)."""
     options = {} if launch_us is None else {"host_launch_us": launch_us}
+    if model != "replay":
+        options.update(compute_model="gpu", gpu_contention=model == "gpu-contention", gpu_contention_model="measured")
     with tempfile.TemporaryDirectory() as folder:
-        check_exact(write_pipeline(pathlib.Path(folder), stages, stages * groups, chunks, layers, forward_us,
-                                   backward_us, size, preposted, last_us), **options)
+        args = write_pipeline(pathlib.Path(folder), stages, stages * groups, chunks, layers, forward_us, backward_us,
+                              size, preposted, last_us, overlap)
+        if model != "replay":
+            _as_aten_ops(args[0], stages)
+        check_exact(args, **options)
 
 
 @pytest.mark.parametrize("launch_us", [1, 7, 30])
@@ -378,3 +385,17 @@ def test_a_trace_whose_sends_do_not_repeat_is_run_as_it_is_and_says_why(tmp_path
     trace, so no state can: the run is not looked at (no cost) and says why."""
     info = check_exact(write_pipeline(tmp_path, 4, 3))
     assert info["folded"] is False and "do not repeat over the middle third" in info["reason"]
+
+
+@pytest.mark.parametrize("layers,chunks,micro_batches", [
+    (8, 1, 32), pytest.param(16, 2, 64, marks=pytest.mark.slow)])
+def test_gpt3_layers_on_a_platform_fold_in_time_to_the_ns(tmp_path, layers, chunks, micro_batches):
+    """GPT-3 175B's layers from ``astra workload llm`` (FP8 GEMMs, PP 8, 1F1B or interleaved) on ``--platform
+    hgx-h100``: the gpu model with its measured contention and the host launch model, as every platform run."""
+    prefix = str(tmp_path / "g")
+    assert main(["workload", "llm", "--preset", "gpt3-175b", "--layers", str(layers), "--tp", "1", "--pp", "8",
+                 "--virtual-stages", str(chunks), "--micro-batches", str(micro_batches), "--micro-batch-size", "1",
+                 "--gemm-dtype", "fp8", "--no-dropout", "-o", prefix]) == 0
+    info = check_exact((), workload=prefix, platform="hgx-h100", nodes=1, comm_groups=prefix + ".groups.json",
+                       allow_oom=True)
+    assert info["folded"] is True, info
