@@ -9,7 +9,7 @@ ones (ring, direct, halving-doubling, double binary tree) live in ``plugins/coll
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:  # annotations only (a compiled run calls the rank's methods directly)
     from astra_sim.system.sys import Sys
@@ -24,10 +24,10 @@ except ImportError:  # the decorator only speaks to mypyc (tools/compile_core.py
 #: reference's rule); the collectives_native plugin registers it.
 GROUP_FALLBACK_ALGORITHM = "ring"
 
-ALL_REDUCE = "all_reduce"
-ALL_GATHER = "all_gather"
-REDUCE_SCATTER = "reduce_scatter"
-ALL_TO_ALL = "all_to_all"
+ALL_REDUCE: Final = "all_reduce"  # Final: a compiled module inlines them
+ALL_GATHER: Final = "all_gather"
+REDUCE_SCATTER: Final = "reduce_scatter"
+ALL_TO_ALL: Final = "all_to_all"
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)

@@ -17,6 +17,8 @@ class HalvingDoubling(Ring):
     """Recursive halving (reduce-scatter) then doubling (all-gather) along the ring index."""
 
     __slots__ = ("rank_offset", "offset_multiplier")
+    rank_offset: int  # typed for mypyc (tools/compile_core.py), as Ring's counters
+    offset_multiplier: float
 
     def __init__(self, com_type, rank, topo, data_size):
         # Ring.__init__ is not reused: the sizes and counts differ.
@@ -64,17 +66,17 @@ class HalvingDoubling(Ring):
         self.curr_sender = self.curr_receiver
         self.packets = deque()
 
-    def specify_direction(self):
+    def specify_direction(self) -> int:
         if self.rank_offset == 0:
             return CLOCKWISE
         if (self.topo.index_in_ring // self.rank_offset) % 2 == 0:
             return CLOCKWISE
         return ANTICLOCKWISE
 
-    def non_zero_latency_packets_count(self):
+    def non_zero_latency_packets_count(self) -> int:
         return int(math.log2(self.nodes_in_ring) - 1 * self.parallel_reduce)
 
-    def release(self, processed):
+    def release(self, processed: bool) -> None:
         """Release, then move to the next partner (distance and size halve or double)."""
         self.bundle(self.msg_size, processed)
         self.rank_offset = int(self.rank_offset * self.offset_multiplier)

@@ -144,6 +144,7 @@ class Direct(Ring):
     """Direct algorithm: messages to every peer, ``window`` of them in flight."""
 
     __slots__ = ("middle_point",)
+    middle_point: int
 
     def __init__(self, com_type, rank, topo, data_size, direction, window):
         super().__init__(com_type, rank, topo, data_size, direction)
