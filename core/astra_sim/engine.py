@@ -14,13 +14,14 @@ from heapq import heappop, heappush
 class EventEngine:
     """Single global event queue; ``now`` is the current time in ns."""
 
-    __slots__ = ("now", "_buckets", "_times", "events_run", "_end_of_ns", "current", "fold")
+    __slots__ = ("now", "buckets", "times", "events_run", "_end_of_ns", "current", "fold")
 
     def __init__(self):
         self.now = 0
-        # time -> flat list [fn, arg, fn, arg, ...]; _times is a heap of the keys.
-        self._buckets = {}
-        self._times = []
+        # The queue: time -> flat list [fn, arg, fn, arg, ...], and a heap of its keys. Public for an event-order
+        # strategy that runs or moves the events itself (astra_folding's folded and time-folded runs).
+        self.buckets = {}
+        self.times = []
         self.events_run = 0
         self._end_of_ns = []  # [fn, arg, current, ...] to run once every event of the current time has run
         self.current = None
@@ -32,7 +33,7 @@ class EventEngine:
         """Hand the order of this (empty) engine's events to a folded run's ``fold``: its ``schedule_at(time_ns,
         fn, arg)`` and ``run(until_ns)`` then replace this engine's (each event carries its history, for the fold's
         exactness check); the run's loop calls its ``start_rank(rank)``, the ranks its ``tie_check``."""
-        if self._times or self._end_of_ns:
+        if self.times or self._end_of_ns:
             raise ValueError("an engine can only be folded before anything is scheduled")
         self.fold = fold
 
@@ -44,10 +45,10 @@ class EventEngine:
         if self.fold is not None:
             self.fold.schedule_at(time_ns, fn, arg)
             return
-        bucket = self._buckets.get(time_ns)
+        bucket = self.buckets.get(time_ns)
         if bucket is None:
-            self._buckets[time_ns] = [fn, arg]
-            heappush(self._times, time_ns)
+            self.buckets[time_ns] = [fn, arg]
+            heappush(self.times, time_ns)
         else:
             bucket.append(fn)
             bucket.append(arg)
@@ -59,10 +60,10 @@ class EventEngine:
         if self.fold is not None:
             self.fold.schedule_at(time_ns, fn, arg)
             return
-        bucket = self._buckets.get(time_ns)
+        bucket = self.buckets.get(time_ns)
         if bucket is None:
-            self._buckets[time_ns] = [fn, arg]
-            heappush(self._times, time_ns)
+            self.buckets[time_ns] = [fn, arg]
+            heappush(self.times, time_ns)
         else:
             bucket.append(fn)
             bucket.append(arg)
@@ -76,12 +77,12 @@ class EventEngine:
 
     def pending(self):
         """Number of distinct future times with events (cheap emptiness test)."""
-        return len(self._times)
+        return len(self.times)
 
     def next_time(self):
         """The earliest time after the batch now running that has events (None when none): lets a
         co-simulator (the ns-3 backend) advance its own clock exactly up to the engine's next event."""
-        return self._times[0] if self._times else None
+        return self.times[0] if self.times else None
 
     def has_end_of_ns(self):
         """Whether something waits for the end of the current nanosecond (:meth:`at_end_of_ns`)."""
@@ -91,7 +92,7 @@ class EventEngine:
         """Run what waits for the end of now, round after round, until something is scheduled for now
         (that batch runs first, then this again) or nothing waits."""
         count = 0
-        while self._end_of_ns and self.now not in self._buckets:
+        while self._end_of_ns and self.now not in self.buckets:
             late, self._end_of_ns = self._end_of_ns, []
             for i in range(0, len(late), 3):
                 self.current = late[i + 2]
@@ -102,15 +103,15 @@ class EventEngine:
     def is_last_now(self, fn, arg):
         """Whether ``(fn, arg)`` is the last event booked for the current time (nothing after it in the
         batch now running)."""
-        bucket = self._buckets.get(self.now)
+        bucket = self.buckets.get(self.now)
         return not self._end_of_ns and bucket is not None and bucket[-2] is fn and bucket[-1] is arg
 
     def run(self, until_ns=None):
         """Run events until none are left (or the next is after ``until_ns``)."""
         if self.fold is not None:
             return self.fold.run(until_ns)
-        times = self._times
-        buckets = self._buckets
+        times = self.times
+        buckets = self.buckets
         count = self._run_end_of_ns() if self._end_of_ns else 0  # deferred before the first event (rank starts)
         while times:
             time_ns = times[0]

@@ -184,6 +184,11 @@ class Simulation:
         """``fn(rank, node, start_ns, end_ns)`` for every finished node (timelines, utilisation, logs)."""
         self._node_observers.append(fn)
 
+    @property
+    def node_observers(self):
+        """The observers of finished nodes, in the order they are called (the span recorder's among them)."""
+        return tuple(self._node_observers)
+
     def record_spans(self):
         """Record every simulated node's span from now on (:class:`astra_sim.spans.SpanRecorder`); before the
         first event only (a later start would leave holes)."""

@@ -82,18 +82,18 @@ class FoldedEvents:
         """The engine's ``schedule_at`` (checked there): the event carries its history."""
         engine = self.engine
         history = engine.current.child(engine.now)
-        bucket = engine._buckets.get(time_ns)
+        bucket = engine.buckets.get(time_ns)
         if bucket is None:
-            engine._buckets[time_ns] = [fn, arg, history]
-            heappush(engine._times, time_ns)
+            engine.buckets[time_ns] = [fn, arg, history]
+            heappush(engine.times, time_ns)
         else:
             bucket.extend((fn, arg, history))
 
     def run(self, until_ns=None):
         """The engine's ``run``: each event runs with its history as the engine's ``current``."""
         engine = self.engine
-        times = engine._times
-        buckets = engine._buckets
+        times = engine.times
+        buckets = engine.buckets
         count = engine._run_end_of_ns() if engine._end_of_ns else 0  # deferred before the first event (rank starts)
         while times:
             time_ns = times[0]

@@ -208,7 +208,7 @@ class TimeFolder(JumpMixin):
             return engine.run()
         self.shared.record_node = self._record
         try:
-            times, buckets = engine._times, engine._buckets
+            times, buckets = engine.times, engine.buckets
             count = engine._run_end_of_ns() if engine._end_of_ns else 0
             while times:
                 time_ns = heappop(times)
@@ -325,7 +325,7 @@ class TimeFolder(JumpMixin):
         self._refs = {w.rank: set() for w in self.workloads}
         self._tags = []  # the comm_tag of every send or receive named, in the order named
         self._seen = {}
-        events = tuple((t - now, self._events(engine._buckets[t])) for t in sorted(engine._buckets))
+        events = tuple((t - now, self._events(engine.buckets[t])) for t in sorted(engine.buckets))
         ranks = tuple(self._rank(w) for w in self.workloads)
         waiting = []
         for (_tag, src, dst, size), head in self.matcher._waiting.items():

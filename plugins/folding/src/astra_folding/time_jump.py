@@ -53,11 +53,11 @@ class JumpMixin:
         self._moved = set()
         self._used = used
         engine = self.engine
-        buckets = {t + dt: self._move_events(flat, dt, dn, dtag) for t, flat in engine._buckets.items()}
-        engine._buckets.clear()
-        engine._buckets.update(buckets)
-        engine._times[:] = list(buckets)
-        heapify(engine._times)
+        buckets = {t + dt: self._move_events(flat, dt, dn, dtag) for t, flat in engine.buckets.items()}
+        engine.buckets.clear()
+        engine.buckets.update(buckets)
+        engine.times[:] = list(buckets)
+        heapify(engine.times)
         for w in self.workloads:
             rank, d = w.rank, dn[w.rank]
             sys = self.systems[rank]
@@ -135,7 +135,7 @@ class JumpMixin:
         needs ``end - start`` over :data:`LONG_STEP_NS` or ``end`` over :data:`MAX_TIME_NS`, then cannot fire:
         every start is >= 0)."""
         sim = self.sim
-        observers = [fn for fn in sim._node_observers
+        observers = [fn for fn in sim.node_observers
                      if self.contention is None or fn != self.contention.record_node]  # replayed in bulk too
         if self.record != sim.record_node or len(observers) != (sim.recorder is not None):
             return False
