@@ -3,7 +3,9 @@
 A platform is a slice of chips joined by ICI in a torus (v3, v6e: 2D; v4, v5p: 3D; ``--tpu-topology AxB[xC]``), and
 ``--nodes N`` slices joined by the data-centre network (DCN). The generated analytical network has one
 ``Ring`` dimension per torus dimension (a torus is a ring per dimension; bandwidth = one ICI link, per
-direction) and, for N > 1, a ``Switch`` dimension for the DCN. The compute side is a SCALE-sim config
+direction) and, for N > 1, a ``Switch`` dimension for the DCN. One slice's collectives are the ``torus`` algorithm
+(:mod:`.torus`: every axis the group spans at once, both directions, the scaling book's rule); several slices keep
+the kernel's ``ring``. The compute side is a SCALE-sim config
 written from the preset: the chip's MXUs side by side as one array, weight stationary, SRAMs, and the
 array's operand feed split over the SRAM interfaces (words are bytes, SCALE-sim's word size). On a TPU every MXU
 operand comes out of VMEM, whose bandwidth to the MXUs is about 22 times HBM's (the scaling book), so that is the
@@ -317,10 +319,14 @@ def network_yaml(preset: TpuPreset, topology, nodes: int) -> str:
     )
 
 
-def system_json(preset: TpuPreset, dims: int) -> dict:
+def system_json(preset: TpuPreset, dims: int, nodes: int = 1) -> dict:
+    """One slice: the ``torus`` collective (:mod:`.torus`, every axis at once in both directions, the scaling book's
+    rule); several slices over DCN keep the kernel's ``ring`` on every dimension (the torus rule has no DCN term)."""
     from astra_sim.config import default_system_config as system_config
 
-    config = system_config(dims, "ring", local_mem_bw=int(preset.hbm_gbps), peak_perf=int(preset.peak_bf16_tflops))
+    algorithm = "torus" if nodes == 1 else "ring"
+    config = system_config(dims, algorithm, local_mem_bw=int(preset.hbm_gbps),
+                           peak_perf=int(preset.peak_bf16_tflops))
     config["comm-streams"] = "per-communicator"
     return config
 
@@ -337,8 +343,8 @@ def generate(name, nodes=1, topology=None, directory=None) -> dict:
     dims = len(topo) + (1 if nodes > 1 else 0)
     origin = f"--platform {preset.name} --nodes {nodes}" + (f" --tpu-topology {topology}" if topology else "")
     files = {
-        "system_configuration": GeneratedFile("system.json", json.dumps(system_json(preset, dims), indent=1) + "\n",
-                                              origin),
+        "system_configuration": GeneratedFile("system.json",
+                                              json.dumps(system_json(preset, dims, nodes), indent=1) + "\n", origin),
         "network_configuration": GeneratedFile("network.yml", network_yaml(preset, topo, nodes), origin),
         "systolic_config": GeneratedFile(f"{preset.name}.cfg", write_config(preset.config()), origin),
     }
@@ -348,7 +354,9 @@ def generate(name, nodes=1, topology=None, directory=None) -> dict:
         "system_configuration": files["system_configuration"],
         "network_configuration": files["network_configuration"],
         "options": {"systolic_config": files["systolic_config"], "systolic_ghz": str(float(preset.ghz)),
-                    "systolic_hbm_gbps": preset.hbm_gbps},
+                    "systolic_hbm_gbps": preset.hbm_gbps,
+                    # what the torus collective prices the ICI with (decimal GB/s per link and direction; ns)
+                    "tpu_ici_gbps_per_link": preset.ici_gbps_per_link, "tpu_ici_hop_ns": preset.ici_hop_latency_ns},
     }
 
 

@@ -15,6 +15,21 @@ def astra_register_compute_models(registry):
 
 
 @hookimpl
+def astra_register_collective_algorithms(registry):
+    from astra_sim.api import CollectiveAlgorithmSpec
+
+    from astra_compute_systolic.torus import torus_factory
+
+    # The time depends on the group's size per torus axis only: any permutation of an axis' coordinates keeps it.
+    registry.collective_algorithm(
+        "torus", CollectiveAlgorithmSpec("one", torus_factory, whole_group=True, symmetry="any",
+                                         exchanges_messages=False),
+        "a TPU slice's ICI torus: every axis the group spans at once, each a bidirectional ring (the scaling "
+        "book's cost rule); link rate and hop latency from --platform tpu-*",
+    )
+
+
+@hookimpl
 def astra_add_run_options(parser):
     group = parser.add_argument_group("systolic compute model (--compute-model systolic)")
     group.add_argument("--systolic-config", default=None, metavar="FILE.cfg",
