@@ -134,7 +134,7 @@ def test_astra_validate_runs_the_cheap_newest_machine_steps(tmp_path):
     assert b200["measured_ns"] > 1.1 * gb200["measured_ns"]
 
 
-@pytest.mark.slow  # GPT-3 175B on 256 TPU v6e chips through astra validate: about 8 s of CPU, 20 s on a busy machine
+@pytest.mark.slow  # GPT-3 175B on 256 TPU v6e chips through astra validate: about 2 s of CPU, more on a busy machine
 def test_the_tpu_v6e_case_is_sourced_and_a_known_miss(tmp_path):
     case = next(c for c in load_cases() if c.name == "maxtext-v6e-256-gpt3-175b")
     assert case.platform == "tpu-v6e" and case.role == "check" and not case.fitted
@@ -147,7 +147,11 @@ def test_the_tpu_v6e_case_is_sourced_and_a_known_miss(tmp_path):
     row = json.loads(out.read_text())["cases"][0]
     assert row["gpus"] == 256
     # docs/validation.md, "TPU v6e: one check case": the array is fed from VMEM (the scaling book's ~22x HBM) since
-    # 2026-11-29; before, HBM's rate stalled its GEMMs (74.80 s, +335.4 %). The band is what that sourced model
-    # gives (12.93 s, -24.8 %), nothing fitted: a known miss, too fast (FSDP gathers busy 10.6 s of the 12.9 s step
-    # and assumed hidden; fp32 weights, XLA's fusions and the VPU's share not modelled). Revisit when it moves.
-    assert -0.30 < row["error"] < -0.20, row["error"]
+    # 2026-11-29; before, HBM's rate stalled its GEMMs (74.80 s, +335.4 %). The slice's collectives are the torus
+    # rule (the scaling book: every axis at once, both directions; 400 GB/s a chip on this pod, Google's all-reduce
+    # bandwidth per Pod), not the kernel's one-direction ring (105 GB/s): 12.93 s (-24.8 %) -> 12.71 s (-26.0 %).
+    # The band is what that sourced model gives, nothing fitted: a known miss, too fast. FSDP's traffic (2.6 s of
+    # ICI time) hides under 12.7 s of compute; even fully exposed it would give 15.3 s, so most of the miss is
+    # compute time per FLOP the model lacks (no published v6e GEMM or flash-attention rate found). Revisit when it
+    # moves.
+    assert -0.31 < row["error"] < -0.21, row["error"]
