@@ -69,6 +69,7 @@ def test_an_all_reduce_on_a_v6e_4x4_runs_at_the_rule(tmp_path):
     prefix = all_reduce_trace(tmp_path, 16, 64 << 20)
     report = simulate(workload=prefix, platform="tpu-v6e", tpu_topology="4x4")
     assert report.max_finish_ns == pytest.approx(314_572.8, abs=100)
+    assert report.settings["platform_defaults"]["collective"].startswith("torus (implied by --platform tpu-v6e")
 
 
 def test_torus_without_a_tpu_platform_is_a_clear_error(tmp_path, capsys):

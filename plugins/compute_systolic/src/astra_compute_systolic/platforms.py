@@ -113,6 +113,11 @@ class TpuPreset(Platform):
                               if options.get("compute_model") is None
                               else f"{options['compute_model']} (--compute-model)"),
         }
+        defaults["collective"] = (
+            f"torus (implied by --platform {self.name} on one slice: every torus axis the group spans at once, both "
+            "directions, the scaling book's cost rule; an explicit --system-configuration wins)" if nodes == 1 else
+            f"ring (implied by --platform {self.name} on {nodes} slices: the kernel's ring on every dimension; the "
+            "torus rule has no DCN term)")
         return PlatformSetup(provided["system_configuration"], provided["network_configuration"], options=implied,
                              compute_model="systolic", defaults=defaults)
 
