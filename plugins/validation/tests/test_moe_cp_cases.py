@@ -1,0 +1,90 @@
+"""The registry's MoE training steps and long-sequence steps with context parallelism (issue 36): the regimes where
+held-back measurements came out 7-24 % too fast while the registry had no case to see it. Each case is a published
+row (Megatron-Bridge's DGX H100 MoE rows, torchtitan's Grand Teton CP table) with the flags its source states; the
+misses docs/validation.md ("MoE and long context, the regimes the registry lacked") explains are asserted to still
+be misses, so the page is revisited when the model moves."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from astra_sim.cli import main
+from astra_validation.registry import load_cases
+
+#: Megatron-Bridge's DGX H100 rows of Qwen3 30B-A3B (EP 16 over two nodes) and GPT-OSS 120B (PP 4, EP 8)
+MOE = ("megatron-bridge-h100-qwen3-30b-a3b-fp8-ep16", "megatron-bridge-h100-gpt-oss-120b-bf16-pp4-ep8")
+#: torchtitan's Table 2: Llama 3.1 8B on 8 Grand Teton H100s at 32k (CP 1, the reference), 64k, 128k and 256k tokens
+LONG_CONTEXT = ("torchtitan-h100-llama3.1-8b-fsdp8-cp1-32k-fp8", "torchtitan-h100-llama3.1-8b-fsdp4-cp2-64k-fp8",
+                "torchtitan-h100-llama3.1-8b-fsdp2-cp4-128k-fp8", "torchtitan-h100-llama3.1-8b-fsdp1-cp8-256k-fp8")
+
+
+def _flag(case, name):
+    """The value after ``name`` in the case's workload words (None when absent)."""
+    words = list(case.workload)
+    return words[words.index(name) + 1] if name in words else None
+
+
+def _cases():
+    by_name = {c.name: c for c in load_cases()}
+    return {name: by_name[name] for name in MOE + LONG_CONTEXT}
+
+
+def test_the_cases_load_are_sourced_checks_and_cover_both_regimes():
+    cases = _cases()
+    for name, case in cases.items():
+        assert case.kind == "llm_step" and case.role == "check" and not case.fitted, name
+        assert case.source and case.source_id and case.hardware, name
+        # each cites the commit at which its row was read
+        assert any(commit in case.source for commit in ("067f987d", "eaea6f6a")), case.source
+        assert case.measured_s() > 0
+    moe = [cases[n] for n in MOE]
+    assert all(int(_flag(c, "--ep")) > 1 for c in moe)
+    assert {c.source_id for c in moe} == {"NVIDIA-NeMo/Megatron-Bridge performance-summary"}
+    cp = [cases[n] for n in LONG_CONTEXT if _flag(cases[n], "--cp")]
+    assert len(cp) >= 2 and all(int(_flag(c, "--cp")) > 1 and int(_flag(c, "--seq-len")) >= 16384 for c in cp)
+    # what each source states and nothing tuned: no SM budgets, efficiencies or overlap knobs beyond the recipe's
+    for case in cases.values():
+        assert not {"--comm-sms", "--tflops", "--moe-imbalance", "--tp-comm-overlap"} & set(case.workload), case.name
+
+
+def test_the_measured_steps_are_the_published_rows_converted():
+    cases = _cases()
+    # Megatron-Bridge: GBS x sequence / (tokens/s/GPU x GPUs)
+    assert cases[MOE[0]].measured_s() == pytest.approx(1024 * 4096 / (8826 * 16), abs=1e-3)
+    assert cases[MOE[1]].measured_s() == pytest.approx(1280 * 4096 / (5824 * 64), abs=1e-3)
+    # torchtitan 9dec370 divides the whole sequence's tokens by CP x TP x PP: a step is seq / (TPS x CP)
+    for name, seq, tps, cp in zip(LONG_CONTEXT, (32768, 65536, 131072, 262144), (3890, 2540, 1071, 548), (1, 2, 4, 8)):
+        assert cases[name].measured_s() == pytest.approx(seq / (tps * cp), abs=1e-3)
+        assert int(_flag(cases[name], "--cp") or 1) == cp and int(_flag(cases[name], "--dp")) * cp == 8
+
+
+@pytest.mark.slow  # four 8B steps at 32k-256k tokens on 8 GPUs: about 4 s on 2 cores
+def test_long_context_steps_run_and_the_cp_miss_grows_with_the_cp_degree(tmp_path):
+    out = tmp_path / "r.json"
+    assert main(["validate", "--only", ",".join(LONG_CONTEXT), "-o", str(out)]) == 0
+    error = {r["name"]: r["error"] for r in json.loads(out.read_text())["cases"]}
+    assert set(error) == set(LONG_CONTEXT)
+    ref, cp2, cp4, cp8 = (error[name] for name in LONG_CONTEXT)
+    # docs/validation.md, "MoE and long context": at 32k without CP and at 64k with CP 2 the step is within 10 %
+    # (attention is 62 and 78 % of it); at CP 4 and CP 8 it is a known miss, too fast, and the miss grows with the
+    # CP degree (the per-GPU attention FLOPs double each row; measured, the step grows faster than they do)
+    assert abs(ref) < 0.10 and abs(cp2) < 0.10, (ref, cp2)
+    assert -0.36 < cp4 < -0.16, cp4
+    assert -0.42 < cp8 < -0.22, cp8
+    assert cp8 < cp4 < cp2
+
+
+@pytest.mark.slow  # a 16-GPU and a 64-GPU MoE step through astra validate: about 70 s on 2 cores
+def test_moe_steps_run_and_are_a_known_miss_too_fast(tmp_path):
+    out = tmp_path / "r.json"
+    assert main(["validate", "--only", ",".join(MOE), "-o", str(out)]) == 0
+    rows = {r["name"]: r for r in json.loads(out.read_text())["cases"]}
+    assert set(rows) == set(MOE)
+    assert rows[MOE[0]]["gpus"] == 16 and rows[MOE[1]]["gpus"] == 64
+    # docs/validation.md, "MoE and long context": both are about 45 % too fast. In Qwen3 30B-A3B's step the expert
+    # all-to-all across two nodes is timed at 0.45 ms for 128 MiB, faster than one node's, where NCCL's maintainers
+    # say a multi-node all-to-all runs at one NIC's rate (NVIDIA/nccl-tests#267)
+    assert -0.55 < rows[MOE[0]]["error"] < -0.33, rows[MOE[0]]["error"]
+    assert -0.57 < rows[MOE[1]]["error"] < -0.35, rows[MOE[1]]["error"]
