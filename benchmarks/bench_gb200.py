@@ -10,6 +10,11 @@ minute on 2 cores (workload generation timed apart).
   FP8 GEMMs, on ``gb200-nvl72-64`` (64 GPUs of each rack: an expert group is one NVLink domain, as deployments
   place it; on all 72, groups of 64 straddle racks and the ranks differ, so the run cannot fold); 1,024 and 16,384
   GPUs.
+* DeepSeek-V3 decode on plain ``gb200-nvl72`` (all 72 GPUs of each rack): EP 8, the largest expert group that
+  divides both 72 and the 256 experts, so that groups tile the racks and the ranks fold; attention data-parallel
+  as the generator lays it out; the weights as DeepSeek ships them, FP8 E4M3 with an FP32 scale per 128x128 block
+  (``--fp8-params``; deepseek-ai/DeepSeek-V3 README_WEIGHTS.md): in bf16, EP 8's 32 experts per layer need
+  228 GB per GPU against 192 GB. 1,152 and 16,128 GPUs.
 
     python benchmarks/bench_gb200.py [small|large|all]
 """
@@ -29,12 +34,16 @@ LLAMA405 = ["--model", "llama3.1-405b", "--seq-len", "8192", "--tp", "4", "--pp"
             "full"]
 DSV3 = ["--model", "deepseek-v3", "--mode", "decode", "--tp", "1", "--ep", "64", "--batch-size", "64",
         "--prompt-len", "4096", "--decode-len", "1", "--gemm-dtype", "fp8"]
+DSV3_EP8 = ["--model", "deepseek-v3", "--mode", "decode", "--tp", "1", "--ep", "8", "--batch-size", "64",
+            "--prompt-len", "4096", "--decode-len", "1", "--gemm-dtype", "fp8", "--fp8-params"]
 #: name -> (workload flags, DP, platform, nodes)
 CASES = {
     "small": [("gpt3-175b", GPT3, 36, "gb200-nvl72", 16), ("llama3.1-405b", LLAMA405, 18, "gb200-nvl72", 16),
-              ("deepseek-v3-decode", DSV3, 1024, "gb200-nvl72-64", 16)],
+              ("deepseek-v3-decode", DSV3, 1024, "gb200-nvl72-64", 16),
+              ("deepseek-v3-decode-ep8", DSV3_EP8, 1152, "gb200-nvl72", 16)],
     "large": [("gpt3-175b", GPT3, 504, "gb200-nvl72", 224), ("llama3.1-405b", LLAMA405, 252, "gb200-nvl72", 224),
-              ("deepseek-v3-decode", DSV3, 16384, "gb200-nvl72-64", 256)],
+              ("deepseek-v3-decode", DSV3, 16384, "gb200-nvl72-64", 256),
+              ("deepseek-v3-decode-ep8", DSV3_EP8, 16128, "gb200-nvl72", 224)],
 }
 BUDGET_S = 60.0
 

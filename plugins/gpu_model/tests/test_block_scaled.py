@@ -123,7 +123,7 @@ def _yaml(tmp_path, block_scaled):
 
 
 def test_yaml_errors(tmp_path):
-    with pytest.raises(ConfigError, match=r"block_scaled\[1\]' must be one of nvfp4, mxfp8, mxfp4"):
+    with pytest.raises(ConfigError, match=r"block_scaled\[1\]' must be one of nvfp4, mxfp8, mxfp6, mxfp4"):
         load_gpu_file(_yaml(tmp_path, "[nvfp4, fp4]"))
     path = tmp_path / "nofp4.yaml"
     path.write_text("name: Y\nbase: H100\nblock_scaled: [mxfp4]\n")

@@ -35,7 +35,7 @@ def _by_label(nodes, label):
 
 def test_gemm_dtype_choices():
     cfg = LlmConfig(gemm_dtype="fp6")
-    with pytest.raises(ConfigError, match="--gemm-dtype must be one of same, fp8, fp4, mxfp8, mxfp4"):
+    with pytest.raises(ConfigError, match="--gemm-dtype must be one of same, fp8, fp4, mxfp8, mxfp6, mxfp4"):
         generate_llm(model_dims(**LLAMA), cfg, "/nonexistent/never-written", write=False)
 
 

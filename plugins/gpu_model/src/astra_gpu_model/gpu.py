@@ -32,17 +32,19 @@ from astra_gpu_model.gemm import DATA_PARALLEL, DEFAULT_TILES, SCHEDULES, GemmPa
 #: Block-scaled GEMM formats (``aten::_scaled_mm`` with block scales, :mod:`astra_gpu_model.ops`): the
 #: ``tensor_tflops`` key each runs at, the elements sharing one 1-byte scale, and an element's bytes. NVFP4: E2M1 with
 #: an FP8 E4M3 scale per 16 elements (NVIDIA developer blog "Introducing NVFP4 for Efficient and Accurate Low-Precision
-#: Inference", 2025); MXFP8 / MXFP4: E4M3 / E2M1 with an E8M0 scale per 32 (OCP Microscaling Formats (MX) v1.0, 2023).
+#: Inference", 2025); MXFP8 / MXFP6 / MXFP4: E4M3 / E2M3 / E2M1 with an E8M0 scale per 32 (OCP Microscaling Formats
+#: (MX) v1.0, 2023), MXFP6 at the datasheets' FP6 rate (B200, B300, GB200: the FP8 rate; MI355X: the FP4 rate).
 #: A GPU runs only those its preset lists under ``block_scaled``.
-BLOCK_SCALED = {"nvfp4": ("fp4", 16, 0.5), "mxfp8": ("fp8", 32, 1.0), "mxfp4": ("fp4", 32, 0.5)}
+BLOCK_SCALED = {"nvfp4": ("fp4", 16, 0.5), "mxfp8": ("fp8", 32, 1.0), "mxfp6": ("fp6", 32, 0.75),
+                "mxfp4": ("fp4", 32, 0.5)}
 #: the ``astra workload llm --gemm-dtype`` value that writes each format (for the refusal's hint)
-BLOCK_SCALED_FLAGS = {"nvfp4": "fp4", "mxfp8": "mxfp8", "mxfp4": "mxfp4"}
+BLOCK_SCALED_FLAGS = {"nvfp4": "fp4", "mxfp8": "mxfp8", "mxfp6": "mxfp6", "mxfp4": "mxfp4"}
 #: Data types the model knows, their element size in bytes (a block-scaled format's with its share of a scale:
-#: NVFP4 0.5 + 1/16, MXFP8 1 + 1/32, MXFP4 0.5 + 1/32).
+#: NVFP4 0.5 + 1/16, MXFP8 1 + 1/32, MXFP6 0.75 + 1/32, MXFP4 0.5 + 1/32).
 DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1,
                **{name: element + 1 / block for name, (_, block, element) in BLOCK_SCALED.items()}}
 #: Keys allowed under ``tensor_tflops``. ``fp4`` (Blackwell, CDNA 4) is the rate block-scaled FP4 GEMMs run at (NVFP4,
-#: MXFP4); ``fp6`` is the datasheet's rate, shown and kept in the report (no trace dtype maps to it).
+#: MXFP4); ``fp6`` the rate MXFP6 GEMMs run at.
 TFLOPS_KEYS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp6", "fp4")
 #: When a GPU has no throughput for a dtype, the model uses the first of these that it has.
 DTYPE_FALLBACK = {
@@ -170,14 +172,15 @@ class GpuSpec:
     def gemm_params(self, dtype: str) -> GemmParams:
         """The GEMM parameters for GEMMs of ``dtype`` (a rate dtype, or a block-scaled format) at its rate's peak
         (FP8: scaled compute efficiency; FP4 by ``fp4_gemm_scale`` and MXFP8 by ``mxfp8_gemm_scale``, else as FP8, an
-        ASSUMPTION where no published GEMM measurement of that format is fitted)."""
+        ASSUMPTION where no published GEMM measurement of that format is fitted). MXFP6 takes MXFP8's (else FP8's):
+        an ASSUMPTION everywhere, no published FP6 GEMM measurement was found."""
         rate_dtype = BLOCK_SCALED[dtype][0] if dtype in BLOCK_SCALED else dtype
         scale = self.fp8_gemm_scale
         if rate_dtype == "fp4" and self.fp4_gemm_scale is not None:
             scale = self.fp4_gemm_scale
-        elif dtype == "mxfp8" and self.mxfp8_gemm_scale is not None:
+        elif dtype in ("mxfp8", "mxfp6") and self.mxfp8_gemm_scale is not None:
             scale = self.mxfp8_gemm_scale
-        if rate_dtype not in ("fp8", "fp4") or scale == 1.0:
+        if rate_dtype not in ("fp8", "fp6", "fp4") or scale == 1.0:
             return self.gemm
         return replace(self.gemm, compute_efficiency=min(1.0, self.gemm.compute_efficiency * scale))
 

@@ -24,6 +24,7 @@ _TYPE_MAP = {
     "c10::BFloat16": ("bf16", 2), "c10::Half": ("fp16", 2), "float": ("fp32", 4), "double": ("fp64", 8),
     "c10::Float8_e4m3fn": ("fp8", 1), "c10::Float8_e5m2": ("fp8", 1), "c10::Float8_e4m3fnuz": ("fp8", 1),
     "c10::Float8_e5m2fnuz": ("fp8", 1), "c10::Float8_e8m0fnu": ("e8m0", 1), "c10::Float4_e2m1fn_x2": ("fp4x2", 1),
+    "float6_e2m3fn_x4": ("fp6x4", 3),  # MXFP6 operands: four E2M3 elements in 3 bytes (astra workload llm's name)
     "long int": ("int64", 8), "long": ("int64", 8), "int": ("int32", 4), "short int": ("int16", 2),
     "short": ("int16", 2), "signed char": ("int8", 1), "unsigned char": ("uint8", 1), "bool": ("bool", 1),
     "c10::complex<float>": ("complex64", 8), "c10::complex<double>": ("complex128", 16),
@@ -261,16 +262,22 @@ def _gemm(name, args, values, default_dtype):
 
 def _scaled_format(a, b, scales):
     """``(format, a, b)`` of an ``_scaled_mm``: ``fp8`` (per-tensor fp32 scales), ``mxfp8`` (E4M3/E5M2 operands, E8M0
-    block scales), ``mxfp4`` / ``nvfp4`` (E2M1 pairs packed along K, E8M0 / E4M3 block scales); packed operands
-    are returned with K in elements (``[m, k/2] x [k/2, n]`` is a K of ``k``)."""
+    block scales), ``mxfp4`` / ``nvfp4`` (E2M1 pairs packed along K, E8M0 / E4M3 block scales), ``mxfp6`` (four
+    E2M3 elements in 3 bytes along K, E8M0 scales only); packed operands are returned with K in elements
+    (``[m, k/2] x [k/2, n]`` is a K of ``k``, FP6's ``[m, k/4]`` too)."""
     mx = any(s[1] == "e8m0" for s in scales)
-    if a[1] != "fp4x2":
+    if a[1] not in ("fp4x2", "fp6x4"):
         return ("mxfp8" if mx and a[1] == "fp8" else a[1]), a, b
     (sa, _, _), (sb, _, _) = a, b
     if len(sa) < 2 or len(sb) < 2:
-        raise OpError("_scaled_mm: packed FP4 operands must be matrices")
-    a = (tuple(sa[:-1]) + (2 * sa[-1],), a[1], a[2])
-    b = (tuple(sb[:-2]) + (2 * sb[-2], sb[-1]), b[1], b[2])
+        raise OpError("_scaled_mm: packed FP4 / FP6 operands must be matrices")
+    if a[1] == "fp6x4" and not mx:
+        raise OpError("_scaled_mm: FP6 operands need E8M0 block scales (MXFP6); no other FP6 scaling is modelled")
+    per = 4 if a[1] == "fp6x4" else 2
+    a = (tuple(sa[:-1]) + (per * sa[-1],), a[1], a[2])
+    b = (tuple(sb[:-2]) + (per * sb[-2], sb[-1]), b[1], b[2])
+    if per == 4:
+        return "mxfp6", a, b
     return ("mxfp4" if mx else "nvfp4"), a, b
 
 

@@ -101,7 +101,7 @@ PLATFORM_BOARD_POWER_W = {
 }
 
 _GEMM_CLASS = {"bf16": "bf16", "fp16": "bf16", "tf32": "bf16", "fp8": "fp8", "int8": "fp8", "mxfp8": "fp8",
-               "nvfp4": "fp8", "mxfp4": "fp8", "fp4": "fp8"}
+               "nvfp4": "fp8", "mxfp4": "fp8", "fp4": "fp8", "mxfp6": "fp8", "fp6": "fp8"}
 
 
 def settled_clock_ratio(boost_power_w: float, idle_w: float, limit_w: float, alpha: float = ALPHA) -> float:

@@ -20,9 +20,9 @@ DTYPES = {"bf16": (2, "c10::BFloat16"), "fp16": (2, "c10::Half"), "fp32": (4, "f
 
 
 #: --gemm-dtype choices: the linear layers' operand type; "fp8" = Transformer Engine's hybrid recipe (E4M3 for
-#: weights/activations, E5M2 for gradients, per-tensor scales); "fp4" (NVFP4), "mxfp8", "mxfp4": block-scaled
+#: weights/activations, E5M2 for gradients, per-tensor scales); "fp4" (NVFP4), "mxfp8", "mxfp6", "mxfp4": block-scaled
 #: formats (.blockscale), on GPUs whose tensor cores scale blocks (Blackwell; AMD CDNA 4 for the MX ones)
-GEMM_DTYPES = ("same", "fp8", "fp4", "mxfp8", "mxfp4")
+GEMM_DTYPES = ("same", "fp8", "fp4", "mxfp8", "mxfp6", "mxfp4")
 
 
 ATTENTIONS = ("flash", "unfused")
@@ -86,7 +86,7 @@ class LlmConfig:
     dropout: bool = True            # training: emit dropout kernels (off: Megatron with hidden/attention dropout 0)
     inference_elementwise: bool = True  # inference: emit the forward's norms, residual adds and activation
     gemm_dtype: str = "same"        # linear-layer GEMM operands: "same" as dtype, "fp8" (Transformer Engine), or a
-    #                                 block-scaled "fp4" (NVFP4) / "mxfp8" / "mxfp4" (see .blockscale)
+    #                                 block-scaled "fp4" (NVFP4) / "mxfp8" / "mxfp6" / "mxfp4" (see .blockscale)
     overlap_param_gather: bool = False  # ZeRO-1/2: gather updated parameters at the step's start, overlapping it
     reshard_after_forward: bool = False  # ZeRO-3: gather each unit before every micro-batch's forward and backward
     grad_sync_every_micro_batch: bool = False  # reduce gradients after every micro-batch's backward, not the last only
@@ -294,9 +294,13 @@ def _check(dims: ModelDims, cfg: LlmConfig):
                           "parameters)")
     if cfg.grad_buffer not in GRAD_BUFFERS:
         raise ConfigError(f"--grad-buffer must be one of {', '.join(GRAD_BUFFERS)}, got {cfg.grad_buffer!r}")
-    if (cfg.grad_buffer != "fp32" or cfg.fp8_params) and (cfg.inference or implied_framework(cfg) != "megatron"):
+    if (cfg.grad_buffer != "fp32" or cfg.fp8_params and not cfg.inference) and (
+            cfg.inference or implied_framework(cfg) != "megatron"):
         raise ConfigError("--grad-buffer and --fp8-params are Megatron-LM/NeMo training memory (--framework "
-                          "megatron, --zero 0 or 1)")
+                          "megatron, --zero 0 or 1); --fp8-params also an FP8 checkpoint in inference")
+    if cfg.fp8_params and cfg.inference and cfg.gemm_dtype != "fp8":
+        raise ConfigError("--fp8-params in inference needs --gemm-dtype fp8 (an FP8 checkpoint's weights are the "
+                          "GEMMs' E4M3 operands)")
     if (cfg.dp_shard or cfg.fsdp_prefetch != 1) and (cfg.inference or implied_framework(cfg) != "fsdp2"):
         raise ConfigError("--dp-shard and --fsdp-prefetch are FSDP2 training memory (--framework fsdp2, --zero 3)")
     if cfg.dp_shard and (cfg.dp % cfg.dp_shard or cfg.ep > 1):

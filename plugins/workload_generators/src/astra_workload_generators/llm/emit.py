@@ -78,7 +78,8 @@ class NodeEmitter:
         ``grouped``: ``(dim, sizes)`` for a grouped GEMM (the routed experts): ``dim`` (``"m"`` or ``"k"``) is
         split into groups of ``sizes`` (adding up to it), each with its own ``[k,n]`` (``"m"``) or ``[m,n]``
         (``"k"``) matrix; the node gets ``grouped_gemm_dim``/``grouped_gemm_sizes`` and its ``tensor_size``
-        counts that matrix once per group with work. ``--gemm-dtype fp4 | mxfp8 | mxfp4``: see :meth:`_block_mm`."""
+        counts that matrix once per group with work. ``--gemm-dtype fp4 | mxfp8 | mxfp6 | mxfp4``: see
+        :meth:`_block_mm`."""
         margin = self.sm_margins.get(overlap) if overlap else None
         extra = {"sm_margin": margin} if margin else None
         fmt = block_format(self.cfg) if linear else None
@@ -97,10 +98,11 @@ class NodeEmitter:
 
     def _block_mm(self, fmt, label, m, k, n, deps, extra, grouped):
         """A block-scaled linear-layer GEMM (:mod:`.blockscale`): ``aten::_scaled_mm`` on ``fmt`` operands (E2M1
-        pairs packed along K: ``[m, k/2] x [k/2, n]``) with their block scales (``[m, k/block]``, ``[k/block, n]``)
-        and a bf16 output; ``tensor_size`` = both operands with their scales + the output. Its activation input is
-        quantized first (:meth:`block_quantize`): a forward GEMM's input, a ``*.dgrad`` GEMM's output gradient; a
-        ``*.wgrad`` GEMM reads the column-wise copies those quantizations wrote. Weights are held quantized."""
+        pairs packed along K: ``[m, k/2] x [k/2, n]``; FP6: four in three bytes, ``[m, k/4]``) with their block
+        scales (``[m, k/block]``, ``[k/block, n]``) and a bf16 output; ``tensor_size`` = both operands with their
+        scales + the output. Its activation input is quantized first (:meth:`block_quantize`): a forward GEMM's
+        input, a ``*.dgrad`` GEMM's output gradient; a ``*.wgrad`` GEMM reads the column-wise copies those
+        quantizations wrote. Weights are held quantized."""
         extra, weights, outputs = _grouped(grouped, extra, k * n, m * n)
         if self.cfg.ew_forward and ".wgrad" not in label:  # (a chunk too; the GEMM follows it on the compute chain)
             self.block_quantize(fmt, label, m, k, deps)

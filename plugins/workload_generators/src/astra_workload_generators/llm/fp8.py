@@ -1,6 +1,6 @@
 """FP8 GEMMs as Transformer Engine runs them: E4M3/E5M2 operand types, the casts and transposes it adds
 around the linear layers, and the amax reductions and scale updates at the end of each FP8 region; and the
-quantization of a block-scaled GEMM's input (``--gemm-dtype fp4 | mxfp8 | mxfp4``, :mod:`.blockscale`)."""
+quantization of a block-scaled GEMM's input (``--gemm-dtype fp4 | mxfp8 | mxfp6 | mxfp4``, :mod:`.blockscale`)."""
 
 from __future__ import annotations
 

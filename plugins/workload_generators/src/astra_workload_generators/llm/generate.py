@@ -126,7 +126,7 @@ def step_metadata(dims, cfg, flops, model_name=None):
 
 
 def _compute_dtype(cfg):
-    """The GEMMs' dtype as the gpu model names it (the peak MFU is taken against): fp8, nvfp4, mxfp8, mxfp4 or
+    """The GEMMs' dtype as the gpu model names it (the peak MFU is taken against): fp8, nvfp4, mxfp8, mxfp6, mxfp4 or
     ``--dtype``."""
     fmt = block_format(cfg)
     if fmt is not None:

@@ -36,7 +36,8 @@ FAMILIES = {
 #: Keys that change the compute or the memory and that the generator does not model (warned about when set).
 UNMODELLED = {
     "attn_logit_softcapping": "attention logit soft-capping (its element-wise ops)",
-    "quantization_config": "quantized weights (weights are --dtype)",
+    "quantization_config": "quantized weights (weights are --dtype unless --gemm-dtype fp8 --fp8-params: an FP8 "
+                           "checkpoint in inference)",
     "vision_config": "the vision encoder (the text decoder only is generated)",
     "mlp_only_layers": "dense layers listed in mlp_only_layers (every layer is MoE)",
 }

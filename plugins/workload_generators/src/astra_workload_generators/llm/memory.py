@@ -14,7 +14,7 @@ The estimate per rank (bytes) is the sum of
   without ``--grad-sync-every-micro-batch`` are reduced once, after the last one, so they stay whole until then.
   ZeRO-3 keeps each unit's gathered weights for the whole step with ``--no-reshard-after-forward``. FP8 GEMMs
   under Megatron add Transformer Engine's cached FP8 copy of each linear weight and its transpose (2 bytes);
-  block-scaled ones (``--gemm-dtype fp4 | mxfp8 | mxfp4``) its two quantized copies with their scales (NVFP4:
+  block-scaled ones (``--gemm-dtype fp4 | mxfp8 | mxfp6 | mxfp4``) its two quantized copies with their scales (NVFP4:
   2 x 9/16 bytes), and in inference hold the linear weights in that format only (NVFP4: 9/16 byte each); with
   ``--fp8-params`` (FP8: TE's fp8_model_init; MXFP8: Megatron's parameter gather into the gradient buffer) the FP8
   weights replace the ``--dtype`` copy. LoRA keeps its frozen base in ``--dtype``, or in FP8 (1 byte) with
@@ -59,7 +59,7 @@ from .memory_terms import (
     CUDA_GRAPH_ACTIVATION_FRACTION, LOGITS_BYTES, RESERVE_FRACTION, WORKSPACE_BYTES, context_bytes,
     gemm_workspace_bytes, logits_bytes, model_states, moe_dispatch_bytes, op_sac_layer_bytes,
 )
-from .blockscale import block_format, low_precision_weight_bytes
+from .blockscale import block_format, fp8_checkpoint_weight_bytes, low_precision_weight_bytes
 from .lora import adapter_parameters, frozen_input_elements
 from .model import ModelDims, _lengths, layer_shards, mtp_shards, padded_vocab
 from .routing import ep_loads, routed_rows
@@ -85,7 +85,7 @@ FROZEN_FP8_WEIGHT_BYTES = 1
 #: function in FP8 for backprop to save memory", megatron/core/transformer/transformer_config.py) keeps a dense
 #: FFN's FC1 output in 1 byte; both MLPerf Training v5.1 llama2_70b_lora runs of docs/memory.md set it
 FP8_ACTIVATION_INPUT_BYTES = 1
-#: block-scaled GEMMs (--gemm-dtype fp4 | mxfp8 | mxfp4) in training: the cached quantized copies of a linear
+#: block-scaled GEMMs (--gemm-dtype fp4 | mxfp8 | mxfp6 | mxfp4) in training: the cached quantized copies of a linear
 #: layer's weight, row-wise (forward) and column-wise (data-gradient GEMM), each with its block scales
 BLOCK_WEIGHT_COPIES = 2
 RECOMPUTE = ("none", "selective", "full")
@@ -308,6 +308,8 @@ def stage_memory(dims: ModelDims, cfg: LlmConfig, p: int) -> MemoryEstimate:
         weights = params * nb
         if fmt is not None:  # block-scaled GEMMs: the linear layers' weights held in their format only
             weights += low_precision_weight_bytes(fmt, linear) - linear * nb
+        elif cfg.fp8_params:  # an FP8 checkpoint (--gemm-dtype fp8): the linear layers' weights in E4M3 only
+            weights += fp8_checkpoint_weight_bytes(linear) - linear * nb
         kv = _kv_cache_bytes(dims, cfg, units)
         reserve = int(FRAGMENTATION * (weights + activations + kv))
         return MemoryEstimate(p, weights, 0, 0, activations, kv, reserve=reserve, context=WORKSPACE_BYTES,

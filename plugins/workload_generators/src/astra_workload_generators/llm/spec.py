@@ -520,9 +520,9 @@ def _add_flags(p):
                    help="operand type of the linear layers' GEMMs: same as --dtype (default), fp8 "
                    "(Transformer Engine: aten::_scaled_mm with E4M3 weights/activations and E5M2 gradients, bf16 "
                    "output; the router, LM head and attention stay in --dtype), or a block-scaled format: fp4 "
-                   "(NVFP4: E2M1, an E4M3 scale per 16 elements; Blackwell), mxfp8 / mxfp4 (OCP MX: E4M3 / E2M1, an "
-                   "E8M0 scale per 32; Blackwell, AMD MI355X), each GEMM's activation input quantized by a "
-                   "memory-bound kernel first")
+                   "(NVFP4: E2M1, an E4M3 scale per 16 elements; Blackwell), mxfp8 / mxfp6 / mxfp4 (OCP MX: E4M3 / "
+                   "E2M3 / E2M1, an E8M0 scale per 32; Blackwell, AMD MI355X), each GEMM's activation input "
+                   "quantized by a memory-bound kernel first")
     p.add_argument("--tflops", type=positive_float, default=312.0,
                    help="peak TFLOP/s for duration_micros (default 312, A100 BF16 dense)")
     p.add_argument("--norm-kernel", choices=NORM_KERNELS, default="fused",
@@ -583,7 +583,10 @@ def _add_flags(p):
                    help="training memory under Megatron-LM/NeMo with --gemm-dtype fp8 or mxfp8: the linear layers' "
                    "weights are held in FP8 only (Transformer Engine's fp8_model_init, NeMo fp8_params; MXFP8: "
                    "fp8_param_gather with reuse_grad_buf_for_mxfp8_param_ag), not in --dtype beside their FP8 copy; "
-                   "the fp32 master weights stay in the optimizer; with --lora-rank the frozen base in FP8")
+                   "the fp32 master weights stay in the optimizer; with --lora-rank the frozen base in FP8. Inference "
+                   "(--mode prefill/decode/mixed) with --gemm-dtype fp8: an FP8 checkpoint, its linear layers' "
+                   "weights held in E4M3 with an FP32 scale per 128x128 block, as DeepSeek-V3 ships them "
+                   "(README_WEIGHTS.md, config.json quantization_config), not in --dtype")
     p.add_argument("--fp8-activation-input", action="store_true",
                    help="training memory under Megatron-LM/NeMo with --gemm-dtype fp8: the FFN activation's input "
                    "(FC1's output) kept for its backward in FP8, 1 byte (Megatron's activation_func_fp8_input_store)")
