@@ -9,10 +9,7 @@ ones (ring, direct, halving-doubling, double binary tree) live in ``plugins/coll
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
-
-if TYPE_CHECKING:  # annotations only (a compiled run calls the rank's methods directly)
-    from astra_sim.system.sys import Sys
+from typing import Final
 
 try:
     from mypy_extensions import mypyc_attr
@@ -42,7 +39,6 @@ class Algorithm:
     com_type: str
     data_size: int
     final_data_size: int
-    sys: Sys
 
     __slots__ = (
         "stream", "sys", "com_type", "data_size", "final_data_size",
