@@ -7,7 +7,7 @@ from astra_sim.api import LinkFoldingNetwork, is_foldable, symmetry_dims
 from astra_folding.engine import FoldedEvents
 from astra_folding.matcher import FoldedSendRecvMatcher
 from astra_folding.search import check_declared_symmetry, find_symmetry
-from astra_folding.signature import TraceSignature, trace_signature
+from astra_folding.signature import LazySignature, NodeCache
 from astra_folding.groups import FoldRefused
 
 #: The folded engine's cost per event over the unfolded engine's: a folded event also carries its history for the
@@ -57,7 +57,9 @@ class FoldPlanner:
 
     def plan(self, traces):
         """Per-rank traces (``[path, nodes, signature or the entry it shares, key]``, as the builder reads
-        them): the ranks to simulate."""
+        them): the ranks to simulate. Each distinct trace gets a :class:`LazySignature`: the search digests
+        traces only where they hold different node objects and only until they differ, so a run whose ranks all
+        differ costs little."""
         return self._decide(lambda: self._find(traces))
 
     def plan_compact(self, compact, class_nodes):
@@ -125,11 +127,11 @@ class FoldPlanner:
     def _find(self, traces):
         kinds = self._preconditions()
         signatures = []
-        parts = {}  # node -> its part of a signature (ranks share node objects: parse_et(shared=...))
+        cache = NodeCache()  # ranks share node objects (parse_et(shared=...)): each is read once
         for entry in traces:
-            first = entry if entry[2] is None or isinstance(entry[2], TraceSignature) else entry[2]
-            if not isinstance(first[2], TraceSignature):
-                first[2] = trace_signature(first[1], parts)
+            first = entry[2] if isinstance(entry[2], list) else entry  # a rank sharing another's parsed trace
+            if first[2] is None:
+                first[2] = LazySignature(first[1], cache)
             signatures.append(first[2])
         self._check_memory(signatures)
         native_impls, group_impl = self.catalogue.by_comm_type()
@@ -139,8 +141,8 @@ class FoldPlanner:
 
     def _declared(self, compact, class_nodes):
         kinds = self._preconditions()
-        parts = {}
-        signatures = [trace_signature(nodes, parts) for nodes in class_nodes.values()]
+        cache = NodeCache()  # only what the traces tell of their collectives is read: classes are equivariant
+        signatures = [LazySignature(nodes, cache) for nodes in class_nodes.values()]
         self._check_memory(signatures)
         native_impls, group_impl = self.catalogue.by_comm_type()
         setup = self.setup
