@@ -67,7 +67,11 @@ def test_the_reserve_fraction_is_what_its_fitting_script_gives():
 
 
 REGISTRY = _cases("cases.yaml")
-TRAINING = [c for c in REGISTRY if c["kind"] == "llm_step"]
+#: The estimate is PyTorch's on a GPU (allocator reserve, CUDA context, FSDP2's buffers); a TPU step runs under XLA,
+#: whose memory it does not model, and astra run on a TPU platform checks none (docs/memory.md, "What is not
+#: modelled"): the TPU case is left out here, and its estimate is pinned as the known miss it is below.
+TRAINING = [c for c in REGISTRY if c["kind"] == "llm_step" and get_platform(c["platform"]).family == "gpu"]
+TPU_TRAINING = [c for c in REGISTRY if c["kind"] == "llm_step" and get_platform(c["platform"]).family == "tpu"]
 SERVING = [c for c in REGISTRY if c["kind"] == "serving"]
 
 
@@ -175,3 +179,13 @@ def test_the_verdict_has_a_near_miss_band():
     assert verdict(101, 100) == "near"
     assert verdict(int(100 * (1 + UNCERTAINTY)), 100) == "near"
     assert verdict(int(100 * (1 + UNCERTAINTY)) + 1, 100) == "oom"
+
+
+@pytest.mark.parametrize("case", TPU_TRAINING, ids=[c["name"] for c in TPU_TRAINING])
+def test_a_tpu_case_is_a_known_miss_of_the_gpu_estimate(case):
+    """MaxText's GPT-3 175B on v6e-256 ran in 32 GiB a chip; the GPU frameworks' estimate gives about 56 GB (10.9 GB of
+    FSDP2 buffers, 4.9 GB of allocator reserve and 1 GiB of CUDA context among them). Pinned so that a change to
+    either side is seen; the day an XLA estimate exists this becomes an acceptance test."""
+    dims, cfg = _resolve(case["workload"])
+    capacity = get_platform(case["platform"]).device_memory_bytes()
+    assert verdict(peak_memory(dims, cfg).total, capacity) == "oom"
