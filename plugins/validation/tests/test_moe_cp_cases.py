@@ -77,14 +77,15 @@ def test_long_context_steps_run_and_the_cp_miss_grows_with_the_cp_degree(tmp_pat
 
 
 @pytest.mark.slow  # a 16-GPU and a 64-GPU MoE step through astra validate: about 70 s on 2 cores
-def test_moe_steps_run_and_are_a_known_miss_too_fast(tmp_path):
+def test_moe_steps_run_qwen3_within_reach_and_gpt_oss_a_known_miss(tmp_path):
     out = tmp_path / "r.json"
     assert main(["validate", "--only", ",".join(MOE), "-o", str(out)]) == 0
     rows = {r["name"]: r for r in json.loads(out.read_text())["cases"]}
     assert set(rows) == set(MOE)
     assert rows[MOE[0]]["gpus"] == 16 and rows[MOE[1]]["gpus"] == 64
-    # docs/validation.md, "MoE and long context": both are about 45 % too fast. In Qwen3 30B-A3B's step the expert
-    # all-to-all across two nodes is timed at 0.45 ms for 128 MiB, faster than one node's, where NCCL's maintainers
-    # say a multi-node all-to-all runs at one NIC's rate (NVIDIA/nccl-tests#267)
-    assert -0.55 < rows[MOE[0]]["error"] < -0.33, rows[MOE[0]]["error"]
+    # docs/validation.md, "MoE and long context": Qwen3 30B-A3B's expert all-to-all crosses two nodes; timed as NCCL
+    # runs it (each GPU's off-node half through its own NIC, NVIDIA/nccl-tests#130 and #267) the step is -3.8 %
+    # (it was -43.9 % while the all-to-all was a ring over the node's eight NICs). GPT-OSS 120B's EP 8 stays in one
+    # node: still about 46 % too fast (compute and the pipeline, not the exchange)
+    assert -0.09 < rows[MOE[0]]["error"] < 0.02, rows[MOE[0]]["error"]
     assert -0.57 < rows[MOE[1]]["error"] < -0.35, rows[MOE[1]]["error"]

@@ -7,7 +7,8 @@ Two steps, kept apart on purpose:
    ``lat + nBytes / algBw`` and picks the fastest. Algorithms RING, TREE, NVLS, COLLNET (InfiniBand
    SHARP across nodes, only where the platform declares SHARP-capable switches, :func:`collnet_bw`), NVLS_TREE and
    PAT (all-gather / reduce-scatter at one rank per node, :func:`pat_terms`); protocols LL, LL128, SIMPLE.
-   One node or several (a node = the network's first dimension; NCCL's multi-node terms).
+   One node or several (a node = the network's first dimension; NCCL's multi-node terms). An all-to-all across
+   nodes is not in NCCL's tuning: it is timed as the per-peer sends NCCL runs (:func:`alltoall_across_nodes_us`).
 2. **Time** (how long the chosen pair really takes): NCCL's latency and ``nBytes / algBw`` terms of that
    pair, corrected by a calibration fitted on measured all-reduce times (``data/nccl_fit.json``, written
    by ``fit/fit_nccl.py``)::
@@ -351,7 +352,9 @@ def _nsteps(coll, n):
 def predict(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
     """NCCL's own model: all (algo, proto) candidates as ``(time_us, algo, proto, lat_us, bw_us)``,
     fastest first (``time_us = lat_us + bw_us``). ``n_bytes`` is NCCL's nBytes: the per-rank buffer
-    (all-gather: the output size). ``nodes``: the ``n`` ranks sit on that many nodes, ``n / nodes`` each."""
+    (all-gather: the output size). ``nodes``: the ``n`` ranks sit on that many nodes, ``n / nodes`` each.
+    NCCL's tuning has no all-to-all: its ring here stands for one node's; across nodes
+    :func:`collective_time_us` times an all-to-all with :func:`alltoall_across_nodes_us` instead."""
     if n <= 1:
         return [(0.0, RING, SIMPLE, 0.0, 0.0)]
     if nodes < 1 or nodes > n:
@@ -475,6 +478,39 @@ def pat_terms(n, bw_bus):
     return lat, bw_bus * PAT_BUS_SHARE
 
 
+#: NCCL's all-to-all is not a ring: it is one send/receive pair per peer (``ncclFuncAlltoAll`` falls back to
+#: "legacy sendrecv", src/enqueue.cc; nccl-tests' alltoall_perf posts ncclSend/ncclRecv to every peer in one group),
+#: scheduled in rounds of peer deltas that interleave the nodes (``p2pSchedule``, src/init.cc; NVIDIA/nccl at
+#: 5067397). Its choice label here; NCCL's tuning model has no all-to-all term of its own.
+P2P = "p2p"
+
+
+def alltoall_across_nodes_us(n_bytes, n, cfg: NcclConfig, nodes):
+    """``(on_node_us, off_node_us)`` of an all-to-all of ``n_bytes`` per rank over ``n`` ranks on ``nodes`` nodes.
+    The slower part sets its time: both run at once, over their own paths.
+
+    Each GPU sends ``n_bytes / n`` to every peer. Off its node it sends ``(n - its node's ranks) / n`` of its buffer
+    through *its own* NIC (one per GPU, rail-optimised): an all-to-all "cannot aggregate the bandwidth of multiple
+    NICs, so the performance you should see is the performance of a single NIC" (S. Jeaugey, NVIDIA,
+    NVIDIA/nccl-tests#267, 2024-11-19); "the portion that's going through the network will determine the global
+    time ... On 2 nodes, 50% of the traffic is inter-node so you should see BusBW = 2x network bandwidth per GPU"
+    (S. Jeaugey, NVIDIA/nccl-tests#130, 2023-02-03). The NIC runs at its achievable share
+    (:data:`NIC_EFFICIENCY`; "CX-7 NICs at NDR rate (400Gbps) should achieve up to 48-49GB/s per NIC", A. Laddy,
+    NVIDIA, nccl-tests#267), plus one network step's latency (NCCL's hwLat net ring Simple; ASSUMPTION: the sends
+    to every off-node peer are in flight together, so the latency is paid once, not per peer).
+    On its node it sends the node's share, ``ranks per node / n`` of its buffer, to its node's ranks: the one-node
+    all-to-all of that share, timed as before (calibrated like the other one-node collectives)."""
+    ppn = -(-n // nodes)  # the fullest node: its GPUs have the most on-node traffic
+    least = n // nodes  # the emptiest node: its GPUs send the most off-node
+    share = n_bytes * ppn // n
+    on_node = collective_time_us(ALL_TO_ALL, share, ppn, cfg, 1)[0] if ppn > 1 else 0.0
+    cal = cfg.correction()
+    overhead = cal.overhead_us if cal is not None else 0.0
+    off_bytes = n_bytes * (n - least) / n
+    off_node = overhead + HW_LAT["net"][RING][2] + off_bytes / (1000.0 * cfg.nic_gbps * NIC_EFFICIENCY)
+    return on_node, off_node
+
+
 def intra_bandwidth(cfg: NcclConfig, link):
     """NCCL's bwIntra (GB/s per GPU): its per-link constant times the links (the per-direction bandwidth over the
     datasheet's link rate), or NCCL's PCI_BW per generation."""
@@ -521,6 +557,8 @@ def collnet_bw(cfg: NcclConfig, ppn, bw_intra):
 
 def collective_time_us(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
     """``(time_us, algo, proto)``: the pair NCCL picks, timed with the measured-time calibration."""
+    if coll == ALL_TO_ALL and nodes > 1 and n > 1:
+        return max(alltoall_across_nodes_us(n_bytes, n, cfg, nodes)), P2P, SIMPLE
     _, algo, proto, lat, bw_us = predict(coll, n_bytes, n, cfg, nodes)[0]
     if n <= 1:
         return 0.0, algo, proto
@@ -647,6 +685,6 @@ __all__ = ["NcclConfig", "NcclCalibration", "NcclCollective", "config_for_gpu", 
            "MSCCL_ALLPAIRS", "MSCCL_ALLPAIRS_WINDOWS",
            "beyond_fit_efficiency", "calibration_override", "PEAK_BUSBW", "PEAK_BUSBW_SOURCES", "PEAK_STATEMENTS",
            "PeakStatement", "peak_busbw",
-           "collnet_bw",
+           "collnet_bw", "alltoall_across_nodes_us", "P2P",
            "collective_time_us", "nccl_factory",
            "ALL_REDUCE", "ALL_GATHER", "REDUCE_SCATTER", "ALL_TO_ALL"]
