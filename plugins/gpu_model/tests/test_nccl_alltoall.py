@@ -115,3 +115,36 @@ def test_monotonic_in_size_across_nodes():
     cfg = _h100()
     times = [collective_time_us(ALL_TO_ALL, 1 << k, 16, cfg, nodes=2)[0] for k in range(10, 32)]
     assert all(b >= a for a, b in zip(times, times[1:]))
+
+
+def test_the_nic_rate_is_the_scale_out_models_effective_rate_for_one_nic():
+    """With --scale-out the run's NCCL NIC rate is the line rate under load (scale_out.ScaleOut.nccl_gb_per_s); the
+    all-to-all's off-node part then runs at the kind's effective rate per GPU (achievable x under load): RoCE's ECMP
+    past one leaf, 400 x 0.96 x 0.60 Gb/s = 28.8 GB/s."""
+    from astra_gpu_model.scale_out import scale_out
+
+    so = scale_out("roce", 128, 400.0)
+    assert so.at_scale
+    cfg = _h100(calibrated=False, nic_gbps=so.nccl_gb_per_s())
+    off = alltoall_across_nodes_us(GIB, 16, cfg, 2)[1] - NET_LAT_US
+    assert so.effective_gbit_per_s() / 8 == pytest.approx(28.8)
+    assert off == pytest.approx(GIB / 2 / (28.8 * 1000.0))
+
+
+def test_a_whole_simulation_times_the_all_to_all_across_two_nodes(tmp_path):
+    """16 ranks on a (8, 2) network: the nccl collective sees 2 nodes and waits the per-NIC time."""
+    from astra_sim.chakra import make_metadata, make_node, types as T, write_et
+    from astra_sim.simulation import simulate
+    from astra_sim_testing import write_network_config, write_system_config
+
+    size = 128 * MIB
+    sys_path = write_system_config(tmp_path / "sys.json", algorithm="nccl", preferred_dataset_splits=1)
+    net = write_network_config(tmp_path / "net.yml", ("Switch", "Switch"), (8, 2), (450.0, 50.0), (500.0, 2000.0))
+    nodes = [make_node(1, "a2a", T.COMM_COLL_NODE,
+                       attrs={"is_cpu_op": False, "comm_type": T.ALL_TO_ALL, "comm_size": size})]
+    for rank in range(16):
+        write_et(str(tmp_path / f"t.{rank}.et"), make_metadata(), nodes)
+    report = simulate(str(tmp_path / "t"), sys_path, net, options={"nccl_nic_gbps": 50.0})
+    expected_us = collective_time_us(ALL_TO_ALL, size, 16, config_for_gpu(None), nodes=2)[0]
+    assert expected_us == pytest.approx(1414.4, abs=0.5)  # 64 MiB at 48 GB/s + 14 us + the fitted overhead
+    assert report.max_finish_ns == pytest.approx(expected_us * 1000, rel=0.05, abs=20_000)
