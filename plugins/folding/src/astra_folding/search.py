@@ -126,10 +126,11 @@ def find_symmetry(npus_per_dim, dim_kinds, signatures, groups, native_impls, gro
 
     ``dim_kinds``: per network dimension, ``"rotation"`` (only cyclic shifts of the whole dimension keep
     its delays, e.g. a ring) or ``"any"`` (every permutation of its coordinates does: a switch, a fully
-    connected dimension). ``signatures``: per rank, its :class:`TraceSignature`. ``groups``: the
-    communicator groups ``{id: [npu, ...]}``. ``native_impls(comm_type)``: the ``(spec, window)`` list of a
-    collective on the default group; ``group_impl(comm_type)``: the spec a communicator-group collective
-    runs. Raises :class:`FoldRefused` when nothing may fold at all.
+    connected dimension). ``signatures``: per rank, its :class:`TraceSignature` or :class:`LazySignature`
+    (the same object for ranks that share a trace). ``groups``: the communicator groups
+    ``{id: [npu, ...]}``. ``native_impls(comm_type)``: the ``(spec, window)`` list of a collective on the
+    default group; ``group_impl(comm_type)``: the spec a communicator-group collective runs. Raises
+    :class:`FoldRefused` when nothing may fold at all.
     """
     notes = []
     native, needs = _collective_needs(signatures, native_impls, group_impl)
