@@ -16,7 +16,7 @@ from astra_folding.signature import trace_signature
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.errors import AstraError
 from astra_sim.simulation import Simulation
-from astra_sim_testing import find_shared_dir, parity_cases, parity_kwargs
+from astra_sim_testing import parity_cases, parity_kwargs
 
 _spec = importlib.util.spec_from_file_location("folding_test_fold", pathlib.Path(__file__).with_name("test_fold.py"))
 test_fold = importlib.util.module_from_spec(_spec)
@@ -64,8 +64,8 @@ def test_random_cases_get_the_same_decision_as_whole_signatures(tmp_path, monkey
     assert folded >= 16 or asymmetric, folded  # the last rank's extra node breaks every shift that moves it
 
 
-def test_every_parity_case_gets_the_same_decision_as_whole_signatures(monkeypatch):
-    shared = find_shared_dir()
+def test_every_parity_case_gets_the_same_decision_as_whole_signatures(monkeypatch, shared_dir):
+    shared = shared_dir  # the fixture skips without ../shared (a clean clone, as CI runs)
     parity = shared / "parity"
     configs = parity / "configs"
     cases = [c for c in parity_cases(shared) if c["finishes"] == "1"]
