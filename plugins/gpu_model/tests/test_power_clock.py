@@ -4,6 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 from astra_sim.errors import ConfigError
+from astra_sim.platforms import get_platform
 
 from astra_gpu_model.gpu import load_gpu
 from astra_gpu_model.model import GpuComputeModel
@@ -73,7 +74,7 @@ def test_board_power_comes_from_the_platform_else_the_preset():
     assert board_power_w(b200) == 1000.0
     assert board_power_w(b200, "hgx-b200") == 1000.0
     assert board_power_w(b200, "gb200-nvl72") == 1200.0
-    assert board_power_w(b200, SimpleNamespace(name="gb200-nvl72-64")) == 1200.0  # a Platform object
+    assert board_power_w(b200, get_platform("gb200-nvl72-64")) == 1200.0  # a Platform object
     assert board_power_w(load_gpu("B300"), "gb300-nvl72") == 1400.0
 
 
@@ -83,13 +84,15 @@ def _model(gpu, **options):
 
 def test_the_model_slows_a_compute_bound_gemm_by_the_factor():
     gemm = Op("gemm", "aten::mm", dtype="bf16", m=16384, n=16384, k=16384)
-    hgx, rack = _model("B200", platform="hgx-b200"), _model("B200", platform="gb200-nvl72")
+    # the options each platform implies (resolve_gpu_platform: a rack tray's gpu_board_power_w)
+    rack_w = get_platform("gb200-nvl72").board_power_w
+    hgx, rack = _model("B200", platform="hgx-b200"), _model("B200", platform="gb200-nvl72", gpu_board_power_w=rack_w)
     # compute-bound: the time follows 1 / factor, 0.968621 / 0.826723 = 1.171639 (the memory part is 0.1 %)
     assert hgx.op_seconds(gemm) / rack.op_seconds(gemm) == pytest.approx(1.171639, rel=2e-3)
     assert hgx.describe()["sustained_gemm"] == {"board_power_w": 1000.0,
                                                 "factor": {"bf16": pytest.approx(0.826723, rel=1e-5),
                                                            "fp8": pytest.approx(0.821082, rel=1e-5)}}
     # under --power-limit-w the energy plugin scales from the TDP, so the factor is the TDP's
-    assert _model("B200", platform="gb200-nvl72", power_limit_w=900.0).board_power_w == 1000.0
+    assert _model("B200", platform="gb200-nvl72", gpu_board_power_w=rack_w, power_limit_w=900.0).board_power_w == 1000.0
     h100 = _model("H100")
     assert "sustained_gemm" not in h100.describe() and h100.board_power_w == 700.0

@@ -33,7 +33,7 @@ from astra_gpu_model.gemm import gemm_time_s
 from astra_gpu_model.gpu import BLOCK_SCALED, DTYPE_BYTES, load_gpu
 from astra_gpu_model.grouped import group_shapes, grouped_gemm_time_s, grouped_params
 from astra_gpu_model.ops import ATTENTION_OPS, CONV_OPS, OpError, canonical_name, classify, node_io
-from astra_gpu_model.power_clock import board_power_w, sustained_gemm_factor
+from astra_gpu_model.power_clock import sustained_gemm_factor
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 #: The GPU's idle time between two consecutive kernels of a replayed CUDA graph (ns; ``--gpu-kernel-gap-ns``, which
@@ -101,10 +101,11 @@ class GpuComputeModel:
         self._warn = getattr(context, "warn", None) or (lambda message: None)
         self._cache = {}
         self.clock_ratios = {}  # set_clock_ratios: a power limit's or clock lock's SM clock, per op kind
-        # A sustained GEMM phase's rate over a burst-fitted one at the board's limit (power_clock); under
-        # --power-limit-w the energy plugin scales from the preset's TDP, so this is taken at the TDP then.
-        self.board_power_w = (board_power_w(self.gpu, options.get("platform")) if options.get("power_limit_w") is None
-                              else self.gpu.tdp_w)
+        # A sustained GEMM phase's rate over a burst-fitted one at the board's limit (power_clock): the platform's
+        # (a rack tray's, which it implies as gpu_board_power_w), else the preset's TDP; under --power-limit-w the
+        # energy plugin scales from the preset's TDP, so this is taken at the TDP then.
+        self.board_power_w = ((options.get("gpu_board_power_w") or self.gpu.tdp_w)
+                              if options.get("power_limit_w") is None else self.gpu.tdp_w)
         self._sustained = {}  # dtype -> power_clock.sustained_gemm_factor
         self._grouped_warned = False
         self._kernel_warned = False

@@ -115,6 +115,10 @@ class Platform(_Platform):
     #: FullyConnected at one link's bandwidth (the preset's ``scaleup.bandwidth_per_port_gbps``), so that a send
     #: between two GPUs gets one link; collectives keep NCCL's (RCCL's) model over all links (:func:`network_yaml`)
     scaleup_mesh: bool = False
+    #: the GPUs' board power limit (W) where the machine runs them above their preset's ``tdp_w`` (a rack's compute
+    #: trays, whose presets are the HGX parts: ``gpu_proxy``), with its source in ``sources["board_power_w"]``; None:
+    #: the preset's TDP. The gpu model's sustained GEMM clock is taken at it (astra_gpu_model.power_clock)
+    board_power_w: float | None = None
 
     family = "gpu"
 
@@ -201,6 +205,7 @@ class Platform(_Platform):
             "hbm_capacity_gb": gpu.hbm_capacity_gb,
             "bf16_tflops": gpu.tensor_tflops.get("bf16"),
             "tdp_w": gpu.tdp_w,
+            "board_power_w": self.board_power_w or gpu.tdp_w,  # the limit the GPU runs at on this machine
             # how far the GPU's GEMM efficiencies were measured on it (gpu.CALIBRATION_STATUSES)
             "calibration": gpu.calibration_status,
             # this machine's numbers whose source is an assumption (each one's why is in sources)
@@ -364,8 +369,10 @@ PLATFORMS = {
              "nic": "NVIDIA GB200 NVL72 compute tray (reference design): 4x ConnectX-7 400Gb/s for 4 Blackwell "
                     "GPUs, i.e. one 400 Gb/s NIC per GPU",
              "gpu_proxy": "ASSUMPTION: the GB200 superchip's Blackwell GPU is modelled with the HGX B200 preset "
-                          "(GB200 runs at a higher power limit; its published dense FP16/BF16 rate is ~10% higher)"},
-            grace_memory=GB200_GRACE,
+                          "(GB200 runs at a higher power limit; its published dense FP16/BF16 rate is ~10% higher)",
+             "board_power_w": "NVIDIA GB200 NVL72 / HGX B200 spec table: 'Max Thermal Design Power (TDP) | "
+                              "Configurable up to 1,200W | Configurable up to 1,000W' (GB200 | HGX B200)"},
+            grace_memory=GB200_GRACE, board_power_w=1200.0,
         ),
         Platform(
             "gb200-nvl72-64", "NVIDIA GB200 NVL72 racks used as 64-GPU NVLink domains (16 of 18 compute trays per "
@@ -378,8 +385,10 @@ PLATFORMS = {
              "nic": "NVIDIA GB200 NVL72 compute tray (reference design): 4x ConnectX-7 400Gb/s for 4 Blackwell "
                     "GPUs, i.e. one 400 Gb/s NIC per GPU",
              "gpu_proxy": "ASSUMPTION: the GB200 superchip's Blackwell GPU is modelled with the HGX B200 preset "
-                          "(GB200 runs at a higher power limit; its published dense FP16/BF16 rate is ~10% higher)"},
-            grace_memory=GB200_GRACE,
+                          "(GB200 runs at a higher power limit; its published dense FP16/BF16 rate is ~10% higher)",
+             "board_power_w": "NVIDIA GB200 NVL72 / HGX B200 spec table: 'Max Thermal Design Power (TDP) | "
+                              "Configurable up to 1,200W | Configurable up to 1,000W' (GB200 | HGX B200)"},
+            grace_memory=GB200_GRACE, board_power_w=1200.0,
         ),
         Platform(
             "gb300-nvl72", "NVIDIA GB300 NVL72: one 72-GPU NVLink 5 domain of Blackwell Ultra per rack (node = rack), "
@@ -395,8 +404,10 @@ PLATFORMS = {
                     "NVL72 launch figures (vendordeep.com): 'each GPU has ConnectX-8 SuperNIC at 800 Gb/s'",
              "gpu_proxy": "ASSUMPTION: the GB300 superchip's Blackwell Ultra GPU is modelled with the HGX B300 preset "
                           "(awesomeagents.ai 'NVIDIA GB300 NVL72': 1,400W TDP per GPU, above the preset's; verda.com "
-                          "'GB300 NVL72 architecture': FP16/BF16 2.5 PFLOPS dense for GB300 vs 2.25 for B300)"},
-            grace_memory=GB300_GRACE,
+                          "'GB300 NVL72 architecture': FP16/BF16 2.5 PFLOPS dense for GB300 vs 2.25 for B300)",
+             "board_power_w": "glennklockwood.com/garden/processors/B300: 'Upgrade to 1400 W (from 1200W)', "
+                              "'1400 W maximum'; awesomeagents.ai 'NVIDIA GB300 NVL72': 1,400 W per GPU"},
+            grace_memory=GB300_GRACE, board_power_w=1400.0,
         ),
         Platform(
             "hgx-b200", "NVIDIA HGX/DGX B200: 8 x B200, NVSwitch (NVLink 5), 8 x 400 Gb/s", "B200", 8, 400.0,
@@ -629,6 +640,8 @@ def resolve_gpu_platform(platform: Platform, nodes: int, options: dict) -> Platf
             launch = implied["host_launch_us"] = host["host_launch_us"]
         if sync is None:
             sync = implied["host_sync_us"] = host["host_sync_us"]
+    if platform.board_power_w:  # a rack tray's limit, above its preset's TDP: the gpu model's sustained GEMM clock
+        implied["gpu_board_power_w"] = platform.board_power_w
     contention_model = options.get("gpu_contention_model")
     if contention_model == "off":
         contention = "off (--gpu-contention-model off: overlap is free)"

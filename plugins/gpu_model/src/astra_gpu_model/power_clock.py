@@ -91,15 +91,6 @@ SUSTAINED_GEMM = {
 #: Ampere name none (their fit is sustained already), nor the AMD parts (no sustained measurement); a user's YAML
 #: inherits its ``base:``'s.
 
-#: The board limit of the platforms whose GPU runs above its preset's TDP (the rack trays: their presets are the HGX
-#: parts, ``gpu_proxy`` in astra_gpu_model.platforms). A platform not named runs at the preset's ``tdp_w``.
-PLATFORM_BOARD_POWER_W = {
-    "gb200-nvl72": 1200.0,     # NVIDIA GB200 NVL72 / HGX B200 spec table: "Max Thermal Design Power (TDP) |
-    "gb200-nvl72-64": 1200.0,  # Configurable up to 1,200W | Configurable up to 1,000W" (GB200 | HGX B200)
-    "gb300-nvl72": 1400.0,     # glennklockwood.com/garden/processors/B300: "Upgrade to 1400 W (from 1200W)", "1400 W
-                               # maximum"; awesomeagents.ai 'NVIDIA GB300 NVL72': 1,400 W per GPU (platforms.py)
-}
-
 _GEMM_CLASS = {"bf16": "bf16", "fp16": "bf16", "tf32": "bf16", "fp8": "fp8", "int8": "fp8", "mxfp8": "fp8",
                "nvfp4": "fp8", "mxfp4": "fp8", "fp4": "fp8", "mxfp6": "fp8", "fp6": "fp8"}
 
@@ -130,12 +121,14 @@ def sustained_rate_ratio(point: SustainedGemm, board_power_w: float, alpha: floa
 
 
 def board_power_w(gpu, platform=None) -> float | None:
-    """The limit ``gpu`` (a GpuSpec) runs at: its platform's board (:data:`PLATFORM_BOARD_POWER_W`), else its
-    ``tdp_w``. ``platform``: a name or a Platform object."""
-    name = getattr(platform, "name", platform)
-    if isinstance(name, str) and name.lower() in PLATFORM_BOARD_POWER_W:
-        return PLATFORM_BOARD_POWER_W[name.lower()]
-    return gpu.tdp_w
+    """The limit ``gpu`` (a GpuSpec) runs at: its platform's ``board_power_w`` (a rack tray's,
+    :class:`astra_gpu_model.platforms.Platform`, which a run on it implies as the option ``gpu_board_power_w``), else
+    its ``tdp_w``. ``platform``: a registered name or a Platform object (None: the preset alone)."""
+    if isinstance(platform, str):
+        from astra_sim.platforms import get_platform
+
+        platform = get_platform(platform)
+    return getattr(platform, "board_power_w", None) or gpu.tdp_w
 
 
 def sustained_gemm_factor(gpu, dtype: str, board_w: float | None) -> float:
@@ -148,6 +141,6 @@ def sustained_gemm_factor(gpu, dtype: str, board_w: float | None) -> float:
     return sustained_rate_ratio(SUSTAINED_GEMM[(gpu.sustained_gemm, gemm_class)], float(board_w))
 
 
-__all__ = ["ALPHA", "PLATFORM_BOARD_POWER_W", "SUSTAINED_GEMM", "SustainedGemm",
+__all__ = ["ALPHA", "SUSTAINED_GEMM", "SustainedGemm",
            "board_power_w", "gemm_boost_power_w", "settled_clock_ratio", "sustained_gemm_factor",
            "sustained_rate_ratio"]
