@@ -28,3 +28,28 @@ def small_spec(tmp_path):
     path = tmp_path / "spec.yaml"
     path.write_text(SMALL_SPEC)
     return str(path)
+
+
+@pytest.fixture
+def simulated_step():
+    """The bound tests' reference: ``step(source, cfg, folder)``, a layout's simulated step as the search runs it
+    (hgx-h100, NCCL); a layout that does not fit the GPU's memory is not drawn (hypothesis ``assume``)."""
+
+    def step(source, cfg, folder):
+        from hypothesis import assume
+
+        from astra_sim import simulate
+        from astra_sim.errors import InfeasibleError
+        from astra_sweep.search import _options
+        from astra_workload_generators.llm import LlmSpec, generate_llm_workload
+
+        prefix = str(folder / "w")
+        generate_llm_workload(LlmSpec.from_mapping({**source, **_options(cfg)}, "workload.llm"), prefix,
+                              on_warning=lambda _: None)
+        try:
+            return simulate(workload=prefix, platform="hgx-h100", platform_collective="nccl",
+                            comm_groups=f"{prefix}.groups.json", breakdown=False).max_finish_ns
+        except InfeasibleError:
+            assume(False)
+
+    return step

@@ -6,7 +6,7 @@ virtual stages."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from astra_sim.platforms import get_platform
@@ -38,23 +38,6 @@ LAYOUTS = st.builds(
     st.sampled_from([1, 2]), st.sampled_from([0, 1]), st.booleans())
 
 
-def _step(cfg, folder):
-    """The simulated step, as the search runs it; a layout that does not fit the GPU's memory is not drawn."""
-    from astra_sim import simulate
-    from astra_sim.errors import InfeasibleError
-
-    from astra_workload_generators.llm import LlmSpec, generate_llm_workload
-
-    prefix = str(folder / "w")
-    generate_llm_workload(LlmSpec.from_mapping({**SOURCE, **_options(cfg)}, "workload.llm"), prefix,
-                          on_warning=lambda _: None)
-    try:
-        return simulate(workload=prefix, platform="hgx-h100", platform_collective="nccl",
-                        comm_groups=f"{prefix}.groups.json", breakdown=False).max_finish_ns
-    except InfeasibleError:
-        assume(False)
-
-
 def test_collectives_across_nodes_count():
     """DP 8 over two nodes (TP 2): the data-parallel reduce-scatters and all-gathers get the NCCL model's time
     across nodes, so the bound rises above the one that counts only groups inside a node."""
@@ -69,9 +52,9 @@ def test_collectives_across_nodes_count():
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.filter_too_much])
 @given(LAYOUTS)
-def test_bound_is_at_most_the_simulated_step_across_nodes(tmp_path_factory, cfg):
+def test_bound_is_at_most_the_simulated_step_across_nodes(tmp_path_factory, simulated_step, cfg):
     cache = _cache()
-    step = _step(cfg, tmp_path_factory.mktemp("w"))
+    step = simulated_step(SOURCE, cfg, tmp_path_factory.mktemp("w"))
     assert cache.terms(cfg).bound_ns(cfg.micro_batches, cfg.virtual_stages) <= step, _options(cfg)
     if cfg.virtual_stages > 1 and cfg.zero != 3:
         bound = interleaved_bound_ns(cfg, cache.virtual_stage_terms(cfg), cfg.micro_batches)
