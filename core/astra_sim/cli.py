@@ -72,9 +72,6 @@ def build_parser(pm=None):
     plugins = sub.add_parser("plugins", help="list installed plugins and what they provide")
     _plugin_option(plugins)
     plugins.add_argument("--json", action="store_true", help="machine-readable output")
-    from astra_sim.platform_command import add_platforms_command
-
-    add_platforms_command(sub)
     completion = sub.add_parser("completion", help="print the shell completion script for bash, zsh or fish",
                                 description="Print the script that completes astra's commands, flags and choices "
                                             "in your shell. bash/zsh: eval \"$(astra completion bash)\" in "

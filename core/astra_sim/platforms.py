@@ -145,12 +145,5 @@ def get_platform(name, pm=None) -> Platform:
     return known[key]
 
 
-def describe_platforms(nodes=1, pm=None) -> list:
-    """Every platform's :meth:`Platform.describe` rows, GPU machines first (``astra platforms``)."""
-    rows = [dict(p.describe(nodes), family=p.family) for p in platforms(pm).values()]
-    rows.sort(key=lambda row: row.get("family", "gpu") != "gpu")
-    return rows
-
-
-__all__ = ["Platform", "PlatformSetup", "check_nodes", "describe_platforms", "fit_workload", "get_platform",
+__all__ = ["Platform", "PlatformSetup", "check_nodes", "fit_workload", "get_platform",
            "platforms"]

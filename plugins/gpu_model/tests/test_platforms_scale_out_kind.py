@@ -4,7 +4,7 @@ beside the NIC rate, in a table that still fits 80 columns, and the default fabr
 import json
 
 from astra_sim.cli import main
-from astra_sim.platform_command import _fabric, _nic
+from astra_gpu_model.platform_command import _fabric, _nic
 
 
 def test_the_table_shows_each_platforms_scale_out_kind_in_80_columns(capsys, monkeypatch):

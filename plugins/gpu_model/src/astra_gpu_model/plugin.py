@@ -159,6 +159,13 @@ def platform_run_options(parser):
 
 
 @hookimpl
+def astra_register_commands(subparsers):
+    from astra_gpu_model.platform_command import add_platforms_command
+
+    add_platforms_command(subparsers)
+
+
+@hookimpl
 def astra_register_platforms(registry):
     from astra_gpu_model.platforms import PLATFORMS
 

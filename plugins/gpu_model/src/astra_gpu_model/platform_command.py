@@ -1,4 +1,8 @@
-"""``astra platforms``: every registered platform (:mod:`astra_sim.platforms`) with its numbers and sources."""
+"""``astra platforms``: every registered platform (:mod:`astra_sim.platforms`) with its numbers and sources.
+
+The kernel owns ``--platform`` and the registry; this listing is the gpu model's (registered with
+``astra_register_commands``), as its columns are the numbers its platforms describe: NIC kind, GEMM calibration,
+scale-out fabric. TPU platforms (astra-compute-systolic, which depends on this plugin) are listed too."""
 
 from __future__ import annotations
 
@@ -16,8 +20,6 @@ def add_platforms_command(subparsers):
 
 def _cmd_platforms(args):
     import json
-
-    from astra_sim.platforms import describe_platforms
 
     rows = describe_platforms(args.nodes, getattr(args, "plugin_manager", None))
     if args.json:
@@ -54,6 +56,15 @@ def _cmd_platforms(args):
     print_table(f"astra run --platform (nodes={args.nodes}; sources and assumptions: astra platforms --json)",
                 columns, table_rows, caption="; ".join(notes) or None, out=out)
     return 0
+
+
+def describe_platforms(nodes=1, pm=None) -> list:
+    """Every platform's :meth:`~astra_sim.platforms.Platform.describe` rows, GPU machines first."""
+    from astra_sim.platforms import platforms
+
+    rows = [dict(p.describe(nodes), family=p.family) for p in platforms(pm).values()]
+    rows.sort(key=lambda row: row.get("family", "gpu") != "gpu")
+    return rows
 
 
 def _nic(row):
