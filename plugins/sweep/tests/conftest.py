@@ -31,11 +31,11 @@ def small_spec(tmp_path):
 
 
 @pytest.fixture
-def simulated_step():
-    """The bound tests' reference: ``step(source, cfg, folder)``, a layout's simulated step as the search runs it
-    (hgx-h100, NCCL); a layout that does not fit the GPU's memory is not drawn (hypothesis ``assume``)."""
+def simulated_step_on():
+    """The bound tests' reference: ``step(platform, source, cfg, folder)``, a layout's simulated step as the search
+    runs it (NCCL); a layout that does not fit the GPU's memory is not drawn (hypothesis ``assume``)."""
 
-    def step(source, cfg, folder):
+    def step(platform, source, cfg, folder):
         from hypothesis import assume
 
         from astra_sim import simulate
@@ -47,9 +47,15 @@ def simulated_step():
         generate_llm_workload(LlmSpec.from_mapping({**source, **_options(cfg)}, "workload.llm"), prefix,
                               on_warning=lambda _: None)
         try:
-            return simulate(workload=prefix, platform="hgx-h100", platform_collective="nccl",
+            return simulate(workload=prefix, platform=platform, platform_collective="nccl",
                             comm_groups=f"{prefix}.groups.json", breakdown=False).max_finish_ns
         except InfeasibleError:
             assume(False)
 
     return step
+
+
+@pytest.fixture
+def simulated_step(simulated_step_on):
+    """:func:`simulated_step_on` on hgx-h100: ``step(source, cfg, folder)``."""
+    return lambda source, cfg, folder: simulated_step_on("hgx-h100", source, cfg, folder)

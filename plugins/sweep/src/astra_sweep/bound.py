@@ -446,20 +446,28 @@ class BoundCache:
     """Each layout's :class:`StepTerms` on one GPU, computed once per search (and once per machine on disk)."""
 
     def __init__(self, source, gpu, gpus_per_node, *, nccl=True, disk=True, nic_gbps=None, sharp=False,
-                 contention=None):
+                 contention=None, board_power_w=None):
         """``source``: the workload options naming the model (``{"preset": ...}`` or ``{"model": path}``, with
         ``seq-len`` / ``gemm-dtype`` when given); ``gpu``: the platform's GPU preset name or YAML; ``nccl``: the
         run times collectives with the NCCL model (``--platform-collective nccl``), so in-node ones count;
         ``nic_gbps`` and ``sharp``: the NIC rate (GB/s per GPU and direction) and SHARP the run's NCCL model
         prices the fabric with (the platform's ``nccl_nic_gbps`` and ``nccl_sharp`` options), so collectives
         across nodes count too (None: they count 0); ``contention``: the run's measured contention model
-        (:class:`Contention`), whose certain slowdowns count (:func:`beside_collectives`; None: none counts)."""
+        (:class:`Contention`), whose certain slowdowns count (:func:`beside_collectives`; None: none counts);
+        ``board_power_w``: the GPUs' board power limit where the platform sets one (its implied
+        ``gpu_board_power_w``: a rack tray's, above the preset's TDP), at which the run's gpu model takes its
+        sustained GEMM clock; the bound's GEMMs must use the same clock, or they would be slower than the run's."""
+        from types import SimpleNamespace
+
         from astra_gpu_model import GpuComputeModel
         from astra_gpu_model.nccl import config_for_options
 
         self.source = dict(source)
         self.gpu = gpu
-        self.model = GpuComputeModel(gpu=gpu)  # its per-op cache is shared by every layout of the search
+        self.board_power_w = float(board_power_w) if board_power_w else None
+        options = {"gpu_board_power_w": self.board_power_w} if self.board_power_w else {}
+        # its per-op cache is shared by every layout of the search
+        self.model = GpuComputeModel(SimpleNamespace(options=options), gpu=gpu)
         self.nic_gbps, self.sharp = (float(nic_gbps) if nic_gbps else None), bool(sharp)
         self.contention = contention
         run_options = {"gpu": gpu, "nccl_nic_gbps": self.nic_gbps, "nccl_sharp": self.sharp}
@@ -486,7 +494,7 @@ class BoundCache:
         implied = platform.resolve(max(1, gpus // platform.gpus_per_node), {"platform_collective": "nccl"}).options
         return cls(source, platform.gpu, platform.gpus_per_node, nccl=nccl, disk=disk,
                    nic_gbps=implied.get("nccl_nic_gbps"), sharp=bool(implied.get("nccl_sharp")),
-                   contention=contention_of(implied, platform.gpu))
+                   contention=contention_of(implied, platform.gpu), board_power_w=implied.get("gpu_board_power_w"))
 
     def terms(self, cfg):
         """The layout's :class:`StepTerms`, or None when the generator refuses its one- and two-micro-batch
@@ -551,7 +559,7 @@ class BoundCache:
         if not todo:
             return 0
         payload = executor.share((self.source, self.gpu, self.gpus_per_node, self.nccl is not None, self.nic_gbps,
-                                  self.sharp, self.contention))
+                                  self.sharp, self.contention, self.board_power_w))
         tasks = [((key, shared), payload) for key, shared in todo.items()]
         for (key, _), found in executor.run(terms_task, tasks):
             if not isinstance(found, (StepTerms, type(None))):  # a worker that died: computed here instead
@@ -568,7 +576,7 @@ class BoundCache:
         compute and collectives at their costs, the pipeline's edge (:func:`pipeline_edges`), the fill and drain
         (:func:`fill_and_drain`) and its communicators' serial work (:func:`communicator_bounds`) over the
         representative ranks' traces."""
-        from astra_sim.workload.compact import read_compact_workload
+        from astra_workload_compact import read_compact_workload
         from astra_workload_generators.llm import LlmSpec, generate_llm_workload
 
         mapping = {**self.source, **options, "micro-batches": micro_batches}
@@ -712,9 +720,9 @@ def terms_task(task, payload):
     """An executor task of :meth:`BoundCache.prefetch`: (key, shared layout) -> its :class:`StepTerms` or None,
     computed in this worker (no disk: the search's process keeps them)."""
     _key, shared = task
-    source, gpu, gpus_per_node, nccl, nic_gbps, sharp, contention = payload
+    source, gpu, gpus_per_node, nccl, nic_gbps, sharp, contention, board_power_w = payload
     ident = json.dumps(payload, sort_keys=True, default=str)
     if ident not in _WORKER_CACHES:
         _WORKER_CACHES[ident] = BoundCache(source, gpu, gpus_per_node, nccl=nccl, disk=False, nic_gbps=nic_gbps,
-                                           sharp=sharp, contention=contention)
+                                           sharp=sharp, contention=contention, board_power_w=board_power_w)
     return compute_terms(_WORKER_CACHES[ident], shared)
