@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-PLUGINS := plugins/collectives_native plugins/folding plugins/network_analytical plugins/memory_analytical plugins/network_congestion plugins/collectives_msccl plugins/workload_generators plugins/gpu_model plugins/compute_systolic plugins/validation plugins/executor_dask plugins/sweep plugins/plots plugins/network_ns3 plugins/serving plugins/analysis plugins/cluster plugins/energy
+PLUGINS := plugins/collectives_native plugins/folding plugins/workload_compact plugins/network_analytical plugins/memory_analytical plugins/network_congestion plugins/collectives_msccl plugins/workload_generators plugins/gpu_model plugins/compute_systolic plugins/validation plugins/executor_dask plugins/sweep plugins/plots plugins/network_ns3 plugins/serving plugins/analysis plugins/cluster plugins/energy
 STAMP := $(VENV)/.installed
 
 .PHONY: install demo test fuzz benchmark proto clean compiled

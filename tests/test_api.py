@@ -16,7 +16,7 @@ from astra_sim.errors import ConfigError
 from astra_sim.report import read_report
 from astra_sim.spec import RunSpec
 from astra_sim.symmetry import BlockShift
-from astra_sim.workload.compact import write_compact_workload
+from astra_workload_compact import write_compact_workload
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "data_parallel"

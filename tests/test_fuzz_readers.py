@@ -317,7 +317,7 @@ def _compact_traces(folder):
 
 def _read_compact(prefix):
     from astra_sim.limits import MAX_TOTAL_NPUS
-    from astra_sim.workload.compact import read_compact_workload, read_rank_nodes
+    from astra_workload_compact import read_compact_workload, read_rank_nodes
 
     compact = read_compact_workload(prefix)
     assert 1 <= compact.npus <= MAX_TOTAL_NPUS and len(compact.traces) == compact.npus // compact.symmetry.order

@@ -207,6 +207,24 @@ class WorkloadFormat(Protocol):
     # Optional: ``rank_digest(prefix, rank) -> (path, digest)``, a cheap fingerprint of the rank's
     # trace (e.g. a hash of its file). Ranks with equal digests share one parsed trace and its
     # dependency graph, which the run only reads (data-parallel traces are often identical).
+    # Optional: ``ranks(prefix) -> int | None``, the workload's rank count (``--platform`` fits its nodes to it).
+    # Optional: ``compact(prefix) -> CompactWorkload | None`` with ``load_trace(path) -> nodes``: the workload is
+    # one trace per class of ranks, read once each, instead of ``load_rank`` per rank.
+
+
+class CompactWorkload(Protocol):
+    """A workload stored as one trace per class of ranks and a rank map (the workload_compact plugin's
+    ``PREFIX.workload.json``). Rank ``q`` runs its class representative's trace relabelled for it."""
+
+    path: str  #: the file errors name
+    npus: int
+    symmetry: object  #: an :class:`astra_sim.symmetry.RankSymmetry`: the classes, which folding may use
+    traces: dict  #: ``{representative rank: trace path}``
+    comm_groups: str | None  #: its groups file, used when the run names none
+
+    def relabeller(self, groups):
+        """An object whose ``nodes_for(nodes, offsets)`` gives a representative's ``nodes`` as the rank at
+        ``offsets`` (``symmetry.offsets(rank)``) runs them, communicators mapped through ``groups``."""
 
 
 class CustomCollectiveFormat(Protocol):

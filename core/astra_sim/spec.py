@@ -216,10 +216,8 @@ class RunSpec:
         nodes = self.nodes
         if self.platform is not None:
             from astra_sim.platforms import fit_workload, get_platform
-            from astra_sim.workload.compact import workload_ranks
-
             platform, nodes = fit_workload(get_platform(self.platform, pm), self.nodes,
-                                           workload_ranks(self.workload), options)
+                                           workload_ranks(self.workload, pm, self.workload_format), options)
             setup = platform.resolve(nodes, {**options, "compute_model": self.compute_model})
             for key in CONFIG_KEYS:
                 value = getattr(setup, key)
@@ -259,6 +257,22 @@ class ResolvedRun:
     devices_per_node: int | None = None
 
 
+def workload_ranks(prefix, pm=None, workload_format=None):
+    """How many ranks the workload at ``prefix`` has, as the first format that reads it counts them (a format's
+    optional ``ranks(prefix)``); None when none knows (another format, or a typo: the run then says what is
+    missing). ``workload_format``: that format only."""
+    from astra_sim.plugins import registry_of
+
+    registry = registry_of(pm)
+    names = registry.names("workload_format")
+    for name in [workload_format] if workload_format in names else names:
+        fmt = registry.get("workload_format", name).factory
+        count = getattr(fmt, "ranks", None)
+        if count is not None and fmt.matches(prefix):
+            return count(prefix)
+    return None
+
+
 def run_parser(pm=None):
     """``astra run``'s parser with every loaded plugin's options (``pm``: default every installed plugin), made once
     per plugin manager."""
@@ -283,4 +297,4 @@ def add_plugin_run_options(pm, parser):
         raise PluginError(f"a plugin's astra_add_run_options failed: {exc}") from None
 
 
-__all__ = ["RunSpec", "ResolvedRun", "run_parser", "parse_bool"]
+__all__ = ["RunSpec", "ResolvedRun", "run_parser", "parse_bool", "workload_ranks"]

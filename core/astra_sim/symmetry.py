@@ -1,7 +1,7 @@
 """Rank symmetries: groups of rank relabellings (block shifts of the rank's digits) that leave a run's inputs
 invariant.
 
-A compact workload (:mod:`astra_sim.workload.compact`) declares one, and a fold planner (the astra-folding
+A compact workload (:class:`astra_sim.api.CompactWorkload`) declares one, and a fold planner (the astra-folding
 plugin) may simulate one rank per class of such a group. This module holds only the description; finding and
 checking symmetries is the plugin's.
 """

@@ -12,7 +12,6 @@ from astra_sim.plugins import BACKEND_ROLES, build_registry
 from astra_sim.system.context import SharedContext
 from astra_sim.system.frontend import SendRecvMatcher
 from astra_sim.system.sys import Sys
-from astra_sim.workload.compact import Relabeller
 from astra_sim.workload.graph import build_graph
 from astra_sim.workload.workload import RankWorkload
 
@@ -77,8 +76,8 @@ class RunSetup:
         prepare = getattr(self.workload_format, "prepare", None)
         if prepare is not None:
             prepare(context)
-        # A compact workload (each distinct trace once and a rank map, astra_sim.workload.compact) may name
-        # its communicator groups file.
+        # A format may read the workload as compact (each distinct trace once and a rank map, api.CompactWorkload:
+        # the workload_compact plugin), which may name its communicator groups file.
         compact_of = getattr(self.workload_format, "compact", None)
         self.compact = compact_of(self.workload_prefix) if compact_of is not None else None
         if self.compact is not None and self.comm_group_path is None and self.compact.comm_groups:
@@ -103,7 +102,8 @@ class RunSetup:
                 return name
         raise WorkloadError(
             f"workload {self.workload_prefix!r}: no trace found (for Chakra, expected files "
-            f"{self.workload_prefix}.0.et ... {self.workload_prefix}.<N-1>.et)"
+            f"{self.workload_prefix}.0.et ... {self.workload_prefix}.<N-1>.et; a compact "
+            f"{self.workload_prefix}.workload.json needs the workload_compact plugin)"
         )
 
 
@@ -238,7 +238,7 @@ def _read_compact(setup, workload_format, folding, warn):
         class_nodes[rep] = load(path)
     declared = compact.symmetry
     simulated = folding.plan_compact(compact, class_nodes)
-    relabeller = Relabeller(declared, setup.comm_groups, compact.path)
+    relabeller = compact.relabeller(setup.comm_groups)
     graphs = {}
 
     def rank_trace(rank):

@@ -125,8 +125,8 @@ class RunView:
 
     @property
     def compact(self):
-        """The compact workload (:class:`astra_sim.workload.compact.CompactWorkload`: class traces, rank map,
-        declared symmetry), or None for per-rank traces."""
+        """The compact workload (:class:`astra_sim.api.CompactWorkload`: class traces, rank map, declared
+        symmetry), or None for per-rank traces."""
         return self._sim.setup.compact
 
     @property

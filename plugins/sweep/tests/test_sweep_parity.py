@@ -32,7 +32,7 @@ def _all_reduce(prefix, ranks):
     """A compact trace: one all-reduce of SIZE_BYTES on ``ranks`` ranks (one class of symmetric ranks)."""
     from astra_sim.chakra import encode_et, make_metadata, make_node, types as T
     from astra_sim.symmetry import BlockShift
-    from astra_sim.workload.compact import write_compact_workload
+    from astra_workload_compact import write_compact_workload
 
     node = make_node(0, "all_reduce", T.COMM_COLL_NODE,
                      attrs={"is_cpu_op": False, "comm_type": T.ALL_REDUCE, "comm_size": SIZE_BYTES})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from astra_sim.workload.compact import read_rank_nodes
+from astra_workload_compact import read_rank_nodes
 
 from astra_workload_generators.llm import LlmConfig, generate_llm, model_dims
 

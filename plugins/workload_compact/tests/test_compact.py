@@ -12,7 +12,7 @@ from astra_sim.cli import main
 from astra_sim.errors import WorkloadError
 from astra_sim.simulation import simulate
 from astra_sim.symmetry import BlockShift
-from astra_sim.workload.compact import (
+from astra_workload_compact import (
     expand_workload, read_compact_workload, read_rank_nodes, write_compact_workload,
 )
 
@@ -222,7 +222,7 @@ def test_any_manifest_reads_or_fails_with_a_workload_error(tmp_path, data):
 
 
 def test_class_traces_are_parsed_once_per_process(workload):
-    from astra_sim.builtin import PARSED_TRACES
+    from astra_workload_compact.plugin import PARSED_TRACES
 
     net, system = str(workload / "net.yml"), str(workload / "sys.json")
     first = simulate(str(workload / "compact"), system, net)

@@ -8,7 +8,7 @@ from collections import defaultdict
 
 import pytest
 
-from astra_sim.workload.compact import read_rank_nodes
+from astra_workload_compact import read_rank_nodes
 from astra_sim.chakra import read_et, types as T
 from astra_sim.cli import main
 from astra_sim.errors import ConfigError

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from astra_sim import simulate
-from astra_sim.workload.compact import read_rank_nodes
+from astra_workload_compact import read_rank_nodes
 from astra_workload_generators.llm import LlmConfig, generate_llm, model_dims
 from astra_workload_generators.llm.memory import peak_memory
 from astra_workload_generators.llm.memory_terms import CUDA_GRAPH_ACTIVATION_FRACTION

@@ -5,7 +5,7 @@ and small collectives, by hand; absent from every other step."""
 from __future__ import annotations
 
 from astra_sim.chakra import types as T
-from astra_sim.workload.compact import read_rank_nodes
+from astra_workload_compact import read_rank_nodes
 
 from astra_workload_generators.llm import LlmConfig, generate_llm, model_dims
 from astra_workload_generators.llm import deepspeed_step

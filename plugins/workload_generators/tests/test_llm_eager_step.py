@@ -4,7 +4,7 @@ copies of K and V and the foreach clipping and AdamW, by hand; absent without ``
 from __future__ import annotations
 
 from astra_sim.chakra import types as T
-from astra_sim.workload.compact import read_rank_nodes
+from astra_workload_compact import read_rank_nodes
 
 from astra_workload_generators.llm import LlmConfig, generate_llm, model_dims
 

@@ -11,7 +11,7 @@ import pytest
 
 from astra_sim.chakra import read_metadata
 from astra_sim.cli import main
-from astra_sim.workload.compact import read_rank_nodes
+from astra_workload_compact import read_rank_nodes
 
 from astra_workload_generators.llm import LlmConfig, generate_llm, model_dims
 from astra_workload_generators.llm.blockscale import FORMATS

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from astra_sim.errors import ConfigError
-from astra_sim.workload.compact import read_rank_nodes
+from astra_workload_compact import read_rank_nodes
 from astra_workload_generators.llm import LlmConfig, generate_llm, model_dims
 
 LLAMA = dict(layers=1, hidden=256, heads=8, kv_heads=4, ffn_hidden=512, vocab=1000, seq_len=128, gated=True)

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from astra_sim.workload.compact import read_rank_nodes
+from astra_workload_compact import read_rank_nodes
 
 from astra_workload_generators.llm import LlmConfig, generate_llm, model_dims
 from astra_workload_generators.llm.routing import expert_copies, parse_expert_load, split_evenly

@@ -8,7 +8,7 @@ import pytest
 
 from astra_sim.cli import main
 from astra_sim.errors import ConfigError
-from astra_sim.workload.compact import read_rank_nodes
+from astra_workload_compact import read_rank_nodes
 
 from astra_workload_generators.llm import LlmConfig, LlmSpec, generate_llm, model_dims
 

@@ -12,7 +12,7 @@ from astra_sim.chakra import types as T
 from astra_sim.cli import main
 from astra_sim.errors import ConfigError
 from astra_sim.simulation import simulate
-from astra_sim.workload.compact import read_rank_nodes
+from astra_workload_compact import read_rank_nodes
 from astra_sim_testing import write_network_config, write_system_config
 
 from astra_workload_generators.llm import LlmConfig, generate_llm, model_dims

@@ -14,7 +14,7 @@ import os
 
 from astra_sim.chakra import types as T
 from astra_sim.ops import op_class
-from astra_sim.workload.compact import roles_path
+from astra_workload_compact import roles_path
 
 #: What a node does, for the breakdown, the critical path and the timeline tracks.
 K_COMPUTE, K_CPU, K_COLL, K_SEND, K_RECV, K_MEM, K_INSTANT = range(7)
@@ -151,7 +151,7 @@ class Analysis:
         if group_id <= 0 or not any(offsets):
             return group_id
         if self._relabeller is None:
-            from astra_sim.workload.compact import Relabeller
+            from astra_workload_compact import Relabeller
 
             self._relabeller = Relabeller(self.symmetry, self.run.comm_groups, self.run.workload_prefix)
         return self._relabeller.group_image(group_id, offsets)

@@ -35,7 +35,7 @@ class JobWorkload:
 def materialize(job, folder, base_dir) -> JobWorkload:
     """Write (generators) or find (Chakra) ``job``'s workload; ``folder``: where generated traces go;
     ``base_dir``: what relative Chakra prefixes are relative to."""
-    from astra_sim.workload.compact import workload_ranks
+    from astra_sim.spec import workload_ranks
 
     kind, value = job.workload_kind, job.workload
     where = f"jobs.{job.name}.workload.{kind}"
@@ -77,7 +77,7 @@ def workload_key(job):
 
 def _groups_of(prefix, given):
     """The groups file of a workload: ``given``, else a compact workload's own, else ``PREFIX.groups.json``."""
-    from astra_sim.workload.compact import is_compact, read_compact_workload
+    from astra_workload_compact import is_compact, read_compact_workload
 
     if given is not None:
         return given
@@ -91,7 +91,7 @@ class _RankReader:
     """A job's rank traces (``nodes(rank)``) and their metadata, each distinct file parsed once."""
 
     def __init__(self, workload):
-        from astra_sim.workload.compact import Relabeller, is_compact, read_compact_workload
+        from astra_workload_compact import Relabeller, is_compact, read_compact_workload
 
         self.prefix = workload.prefix
         self.compact = read_compact_workload(self.prefix) if is_compact(self.prefix) else None

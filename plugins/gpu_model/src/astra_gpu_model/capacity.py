@@ -53,7 +53,7 @@ def rank_estimates(run):
     compact workload's class representatives; every rank of per-rank files)."""
     from astra_sim.chakra import ChakraError, read_metadata
 
-    if run.workload_format_name != "chakra":
+    if run.compact is None and run.workload_format_name != "chakra":  # Chakra files, per rank or per class
         return {}
     out = {}
     for rank, path in _trace_paths(run).items():

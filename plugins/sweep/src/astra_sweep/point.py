@@ -151,7 +151,7 @@ def _quiet(_line):
 
 def trace_npus(prefix):
     """The workload's ranks (the kernel's count; 0 when there is none)."""
-    from astra_sim.workload.compact import workload_ranks
+    from astra_sim.spec import workload_ranks
 
     return workload_ranks(prefix) or 0
 
@@ -441,7 +441,7 @@ def fill_serve_row(row, report):
 def _estimate(prefix):
     """The workload's largest per-rank memory estimate (its traces' GlobalMetadata), or None."""
     from astra_sim.chakra import ChakraError, read_metadata
-    from astra_sim.workload.compact import is_compact, read_compact_workload
+    from astra_workload_compact import is_compact, read_compact_workload
 
     paths = (read_compact_workload(prefix).traces.values() if is_compact(prefix)
              else [f"{prefix}.{r}.et" for r in range(trace_npus(prefix))])

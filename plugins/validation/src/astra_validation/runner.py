@@ -8,7 +8,7 @@ import time
 
 from astra_sim.chakra import encode_et, make_metadata, make_node, types as T
 from astra_sim.symmetry import BlockShift
-from astra_sim.workload.compact import write_compact_workload
+from astra_workload_compact import write_compact_workload
 
 _COMM_TYPES = {"all_reduce": T.ALL_REDUCE, "all_gather": T.ALL_GATHER, "reduce_scatter": T.REDUCE_SCATTER,
                "all_to_all": T.ALL_TO_ALL}

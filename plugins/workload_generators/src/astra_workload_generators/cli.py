@@ -234,7 +234,7 @@ def add_commands(subparsers):
 
 
 def _cmd_expand(args):
-    from astra_sim.workload.compact import expand_workload, is_compact
+    from astra_workload_compact import expand_workload, is_compact
 
     if not is_compact(args.prefix):
         raise ConfigError(f"{args.prefix}.workload.json does not exist: not a compact workload")

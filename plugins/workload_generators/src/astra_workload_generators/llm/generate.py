@@ -8,7 +8,7 @@ import json
 from astra_sim.chakra.writer import encode_varint, make_metadata
 from astra_sim.safeio import write_bytes_atomic
 from astra_sim.symmetry import RankSymmetry
-from astra_sim.workload.compact import write_compact_workload
+from astra_workload_compact import write_compact_workload
 
 from ..common import ensure_parent
 from .blockscale import block_format
@@ -28,7 +28,7 @@ def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True, per_ran
     Ranks of one pipeline stage share their graph: it is encoded once per stage and each rank only appends its
     own ``pg_name`` / ``comm_src`` / ``comm_dst`` attributes. With ``--moe-expert-load`` each EP index of a stage
     has its own graph (its experts compute their own rows). By default the workload is compact
-    (:mod:`astra_sim.workload.compact`): one trace per class of ranks that :func:`rank_symmetry` relates
+    (:mod:`astra_workload_compact`): one trace per class of ranks that :func:`rank_symmetry` relates
     (``PREFIX.class<i>.et``) and ``PREFIX.workload.json``; ``per_rank_files`` writes ``PREFIX.<rank>.et``
     for every rank instead."""
     _check(dims, cfg)

@@ -11,7 +11,7 @@ def step_metadata_of(run):
     """The step's attributes (``model_flops_per_step``, ...) from rank 0's trace, or None (another workload)."""
     from astra_sim.chakra import ChakraError, read_metadata
 
-    if run.workload_format_name != "chakra":
+    if run.compact is None and run.workload_format_name != "chakra":  # Chakra files, per rank or per class
         return None
     compact = run.compact
     path = (compact.traces.get(0) if compact is not None else f"{run.workload_prefix}.0.et")
