@@ -25,8 +25,9 @@ BUILTIN = "builtin"
 
 #: Plugins loaded whenever installed, even when ``-p`` names only others (``-p no:NAME`` still blocks them):
 #: every reference system config names the native collectives, and communicator groups fall back to their ring;
-#: folding is every run's fast path (the same ns as unfolded); analysis computes every report's breakdown.
-DEFAULT_PLUGINS = ("collectives_native", "folding", "analysis")
+#: folding is every run's fast path (the same ns as unfolded); analysis computes every report's breakdown;
+#: workload_compact reads the compact workloads `astra workload llm` writes by default.
+DEFAULT_PLUGINS = ("collectives_native", "folding", "analysis", "workload_compact")
 
 ROLES = (
     "workload_format",
