@@ -8,17 +8,16 @@ the plugin manager is built from them, plugins add ``run`` options through
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import signal
 import sys
-import threading
 import time
 
 from astra_sim import __version__
-from astra_sim.cliutil import positive_int, subcommand_action
+from astra_sim.cliutil import positive_int, subcommand_action, warning
 from astra_sim.errors import AstraError
+
 
 def _plugin_option(parser):
     parser.add_argument(
@@ -144,9 +143,6 @@ def _stdout_closed():
     return 141
 
 
-from astra_sim.cliutil import warning  # noqa: E402  (kept here for earlier imports)
-
-
 def _main(argv, started=None):
     from astra_sim.plugins import make_plugin_manager
 
@@ -246,6 +242,7 @@ def _no_effect_warnings(args):
 
 
 def _cmd_run(pm, args):
+    from astra_sim.executors import Stopped, stop_on_signals
     from astra_sim.runner import Run
     from astra_sim.spec import RunSpec
 
@@ -259,11 +256,13 @@ def _cmd_run(pm, args):
 
         check_writable_folder(os.path.dirname(os.path.abspath(args.report_json)), f"--output {args.report_json}")
     run = None
-    with _interruptible() as interrupt:
+    # SIGINT and SIGTERM stop the run at once (SIGTERM would otherwise kill it without cleaning up); every
+    # signal stops it, even during the clean-up
+    with stop_on_signals((signal.SIGINT, signal.SIGTERM), once=False) as interrupt:
         try:
             run = Run(RunSpec.from_cli_args(args), pm, on_warning=say)
             report = run.execute()
-        except Interrupted as stop:
+        except Stopped as stop:
             return _interrupted(stop, run, args, early)
         interrupt.deferred = True  # from here on a signal waits until the report is written
         report.warnings[:0] = [m for m in early if m not in report.warnings]
@@ -284,47 +283,6 @@ def _cmd_run(pm, args):
 
         print_summary(report, args.max_table_ranks, stderr=reference_log)
     return 0
-
-
-class Interrupted(KeyboardInterrupt):
-    """Ctrl-C (SIGINT) or SIGTERM during ``astra run``: raised in the main thread at once, so the run
-    stops within a moment and every ``finally`` (temporary files, generated configurations) runs."""
-
-    def __init__(self, signum):
-        super().__init__(signum)
-        self.signum = signum
-        self.signal_name = signal.Signals(signum).name
-        self.exit_code = 128 + signum
-
-
-class _InterruptState:
-    deferred = False  # set once the run is over: a first signal then waits until the report is written
-    pending = None
-
-
-@contextlib.contextmanager
-def _interruptible():
-    """SIGINT and SIGTERM raise :class:`Interrupted` inside the block (SIGTERM would otherwise kill the
-    process without cleaning up); the previous handlers come back after it."""
-    state = _InterruptState()
-    if threading.current_thread() is not threading.main_thread():
-        yield state  # signal handlers belong to the main thread; leave them alone
-        return
-
-    def handler(signum, _frame):
-        if state.deferred and state.pending is None:
-            state.pending = Interrupted(signum)
-            return
-        raise Interrupted(signum)
-
-    previous = {}
-    try:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            previous[signum] = signal.signal(signum, handler)
-        yield state
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)
 
 
 def _write_report(report, path, per_rank=False):

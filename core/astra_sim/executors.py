@@ -45,25 +45,35 @@ class Stopped(KeyboardInterrupt):
         self.exit_code = 128 + signum
 
 
+class _StopState:
+    raised = False
+    deferred = False  # set by the block once its work is done: a first signal then waits in ``pending``
+    pending = None
+
+
 @contextlib.contextmanager
-def stop_on_signals():
-    """Inside the block SIGINT, SIGTERM and SIGHUP raise :class:`Stopped` in the main thread, so every ``finally``
-    (closing the executor: no worker outlives the command) runs; a second signal while it does is ignored."""
+def stop_on_signals(signals=STOP_SIGNALS, once=True):
+    """Inside the block ``signals`` (SIGINT, SIGTERM and SIGHUP) raise :class:`Stopped` in the main thread, so every
+    ``finally`` (closing the executor: no worker outlives the command) runs; with ``once`` a second signal while it
+    does is ignored. Yields a state: once the block sets ``deferred``, a first signal is kept in ``pending`` instead
+    (``astra run`` finishes writing its report)."""
+    state = _StopState()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield state  # signal handlers belong to the main thread; leave them alone
         return
-    stopped = []
 
     def handler(signum, _frame):
-        if not stopped:
-            stopped.append(signum)
+        if state.deferred and state.pending is None:
+            state.pending = Stopped(signum)
+        elif not (once and state.raised):
+            state.raised = True
             raise Stopped(signum)
 
     previous = {}
     try:
-        for signum in STOP_SIGNALS:
+        for signum in signals:
             previous[signum] = signal.signal(signum, handler)
-        yield
+        yield state
     finally:
         for signum, old in previous.items():
             signal.signal(signum, old)
