@@ -10,7 +10,7 @@ import pytest
 
 from astra_sim.errors import ConfigError
 from astra_sim.safeio import write_bytes_atomic, write_text_atomic
-from astra_sim.safeio import gunzip, load_json, parse_json, parse_xml, parse_yaml, read_bytes
+from astra_sim.safeio import gunzip, load_json, parse_json, parse_yaml, read_bytes
 
 
 def test_gunzip_members_padding_and_limits():
@@ -57,13 +57,6 @@ def test_yaml_is_safe_and_bounded():
         parse_yaml("!!python/object/apply:os.system ['true']", "p.yml")
     with pytest.raises(ConfigError, match=r"t.yml: unreadable value"):
         parse_yaml("a: 2001-13-45", "t.yml")
-
-
-def test_xml_without_entities():
-    root = parse_xml(b'<algo name="x"><gpu id="0"/></algo>', "a.xml")
-    assert root.tag == "algo" and root[0].attrib == {"id": "0"}
-    with pytest.raises(ConfigError, match=r"b.xml: not well-formed XML: mismatched tag: line 1"):
-        parse_xml(b"<a><b></a>", "b.xml")
 
 
 def test_write_bytes_atomic_makes_folders_and_keeps_the_usual_permissions(tmp_path):

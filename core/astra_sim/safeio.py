@@ -10,9 +10,10 @@ and bound every size before it is allocated:
   filling memory;
 * :func:`load_json` / :func:`load_yaml` parse with the standard JSON reader and PyYAML's *safe*
   loader (no Python objects), and refuse nesting too deep to walk and YAML aliases that expand to
-  more nodes than :data:`MAX_YAML_NODES` (the "billion laughs" alias bomb);
-* :func:`parse_xml` parses with expat but refuses every DTD entity declaration, so neither entity
-  expansion bombs nor external entities are possible (what defusedxml does, without the dependency).
+  more nodes than :data:`MAX_YAML_NODES` (the "billion laughs" alias bomb).
+
+A plugin reading another format builds on :func:`read_bytes` (the MSCCL-IR plugin's XML reader refuses
+entity declarations: ``astra_collectives_msccl.safe_xml``).
 
 Outputs are written here too, by the one atomic writer (:func:`write_bytes_atomic`, :func:`atomic_output`).
 """
@@ -264,47 +265,6 @@ def parse_yaml(text, path, what=""):
 def load_yaml(path, what="", limit=None):
     """Read ``path`` as YAML (bounded, UTF-8, safe loader); every failure a ConfigError naming it."""
     return parse_yaml(read_text(path, what, limit), os.fspath(path), what)
-
-
-def parse_xml(data: bytes, path, what=""):
-    """The root element of XML ``data``, parsed by expat with every DTD entity declaration refused
-    (no entity expansion, no external entities); ConfigError naming ``path`` otherwise."""
-    import xml.etree.ElementTree as ET
-    from xml.parsers import expat
-
-    class _Forbidden(Exception):
-        pass
-
-    def refuse(*_args):
-        raise _Forbidden
-
-    builder = ET.TreeBuilder()
-    parser = expat.ParserCreate()
-    parser.StartElementHandler = builder.start
-    parser.EndElementHandler = builder.end
-    parser.CharacterDataHandler = builder.data
-    parser.EntityDeclHandler = refuse
-    parser.UnparsedEntityDeclHandler = refuse
-    parser.ExternalEntityRefHandler = refuse
-    parser.SetParamEntityParsing(expat.XML_PARAM_ENTITY_PARSING_NEVER)
-    try:
-        parser.Parse(data, True)
-        return builder.close()
-    except _Forbidden:
-        raise ConfigError(f"{_named(path, what)}: declares a DTD entity (line {parser.CurrentLineNumber}); "
-                          "entities are not expanded, for safety: remove the <!ENTITY> declarations") from None
-    except expat.ExpatError as exc:
-        raise ConfigError(f"{_named(path, what)}: not well-formed XML: {expat.ErrorString(exc.code)}: "
-                          f"line {exc.lineno}, column {exc.offset + 1}") from None
-    except RecursionError:
-        raise ConfigError(f"{_named(path, what)}: nested too deeply") from None
-    except AssertionError as exc:  # TreeBuilder: mismatched end tag (expat reports these first)
-        raise ConfigError(f"{_named(path, what)}: not well-formed XML: {exc}") from None
-
-
-def load_xml(path, what="", limit=None):
-    """Read ``path`` (bounded) and parse it with :func:`parse_xml`."""
-    return parse_xml(read_bytes(path, what, limit), os.fspath(path), what)
 
 
 # ------------------------------------------------------------------ writing: whole files or nothing

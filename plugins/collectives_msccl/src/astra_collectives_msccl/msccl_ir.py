@@ -42,7 +42,9 @@ from dataclasses import dataclass, field
 
 from astra_sim.errors import ConfigError
 from astra_sim.limits import MAX_TOTAL_NPUS
-from astra_sim.safeio import brief, load_xml
+from astra_sim.safeio import brief
+
+from astra_collectives_msccl.safe_xml import load_xml
 
 __all__ = [
     "OPCODES",
@@ -176,7 +178,7 @@ def _int(el, attr, where, default=None):
 
 
 def _read_root(path):
-    """The root element, read bounded and without entity expansion (:func:`astra_sim.safeio.parse_xml`)."""
+    """The root element, read bounded and without entity expansion (:func:`astra_collectives_msccl.safe_xml.parse_xml`)."""
     return load_xml(path, "MSCCL-IR")
 
 
