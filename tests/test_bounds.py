@@ -15,9 +15,10 @@ from hypothesis import example, given, strategies as st
 import astra_serving.requests as requests_module
 import astra_sweep.spec as sweep_spec
 import astra_workload_generators.micro as micro
-from astra_serving.requests import generate_requests, read_trace
+from astra_serving.requests import MAX_REQUESTS, generate_requests, read_trace
 from astra_sim.errors import ConfigError
-from astra_sim.limits import MAX_MICRO_NPUS, MAX_REQUESTS, MAX_SWEEP_POINTS
+from astra_sweep.spec import MAX_SWEEP_POINTS
+from astra_workload_generators.micro import MAX_MICRO_NPUS
 from astra_sim_testing.fuzzing import fuzz_settings
 
 

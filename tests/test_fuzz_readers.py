@@ -87,7 +87,7 @@ SWEEP = _sweep_seeds()
 def _sweep_reader():
     from astra_sweep.commands import command_parsers
     from astra_sweep.spec import load_spec
-    from astra_sim.limits import MAX_SWEEP_POINTS
+    from astra_sweep.spec import MAX_SWEEP_POINTS
 
     parsers = command_parsers()["parsers"]
 

@@ -56,23 +56,15 @@ LONG_STEP_NS = 365 * 24 * 3600 * 10**9
 MAX_TOTAL_NPUS = 10_000_000
 
 
-def _env_limit(name, default):
-    """A bound that an environment variable raises (or lowers), read once at import."""
+def env_limit(name, default):
+    """A bound that an environment variable raises (or lowers), read once at import (each command's own bounds,
+    e.g. ``astra serve``'s ``ASTRA_MAX_REQUESTS``, are defined by its plugin with this)."""
     try:
         return max(1, int(os.environ.get(name, default)))
     except ValueError:
         raise ConfigError(f"environment variable {name} must be an integer, got {os.environ[name]!r}") from None
 
 
-# Bounds on what a generator or reader builds, checked before the work starts (each error names its variable).
-#: Most requests ``astra serve`` generates or reads from a trace (~310 bytes of memory each: 620 MB).
-MAX_REQUESTS = _env_limit("ASTRA_MAX_REQUESTS", 2_000_000)
-#: Largest request trace ``astra serve`` reads (line by line: its memory follows the requests kept).
-MAX_REQUEST_TRACE_BYTES = _env_limit("ASTRA_MAX_TRACE_BYTES", 8 << 30)
-#: Most points one sweep runs (each is a simulation and a row of the results file).
-MAX_SWEEP_POINTS = _env_limit("ASTRA_MAX_SWEEP_POINTS", 100_000)
-#: Most NPUs ``astra workload micro`` writes traces for (one file per rank: far fewer than a run may simulate).
-MAX_MICRO_NPUS = _env_limit("ASTRA_MAX_MICRO_NPUS", 65_536)
 #: Ranges of the numeric keys of the reference's configuration files.
 LIMITS = {
     # system JSON

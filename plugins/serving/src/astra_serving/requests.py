@@ -21,10 +21,15 @@ import os
 from dataclasses import dataclass
 
 from astra_sim.errors import ConfigError
-from astra_sim.limits import MAX_REQUEST_TRACE_BYTES as MAX_TRACE_BYTES, MAX_REQUESTS
+from astra_sim.limits import env_limit
 from astra_sim.safeio import brief
 
 NS = 1_000_000_000
+# Bounds on what a generator or reader builds, checked before the work starts (each error names its variable).
+#: Most requests ``astra serve`` generates or reads from a trace (~310 bytes of memory each: 620 MB).
+MAX_REQUESTS = env_limit("ASTRA_MAX_REQUESTS", 2_000_000)
+#: Largest request trace ``astra serve`` reads (line by line: its memory follows the requests kept).
+MAX_TRACE_BYTES = env_limit("ASTRA_MAX_TRACE_BYTES", 8 << 30)
 #: time stamps are int64 ns (about 292 years either side of zero), as in a Chakra trace
 MAX_ABS_NS = 2 ** 63
 #: Longest line of a trace (a request is a line of ~100 characters).

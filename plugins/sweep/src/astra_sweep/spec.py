@@ -42,8 +42,10 @@ from dataclasses import dataclass, field
 
 from astra_sim.cliutil import did_you_mean
 from astra_sim.errors import ConfigError
-from astra_sim.limits import MAX_SWEEP_POINTS
+from astra_sim.limits import env_limit
 
+#: Most points one sweep runs (each is a simulation and a row of the results file).
+MAX_SWEEP_POINTS = env_limit("ASTRA_MAX_SWEEP_POINTS", 100_000)
 WORKLOAD_KINDS = ("trace", "llm", "micro", "serve", "cluster")
 TOP_KEYS = ("workload", "run", "axes", "gpu", "platform", "network", "system", "prices")
 AXIS_KINDS = ("grid", "zip", "random")

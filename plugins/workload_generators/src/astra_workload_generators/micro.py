@@ -19,9 +19,12 @@ import os
 
 from astra_sim.chakra import make_metadata, make_node, types as T
 from astra_sim.errors import ConfigError
-from astra_sim.limits import MAX_MICRO_NPUS
+from astra_sim.limits import env_limit
 
 from .common import parse_size, size_label, write_rank_files
+
+#: Most NPUs ``astra workload micro`` writes traces for (one file per rank: far fewer than a run may simulate).
+MAX_MICRO_NPUS = env_limit("ASTRA_MAX_MICRO_NPUS", 65_536)
 
 __all__ = [
     "COLLECTIVES", "P2P_PATTERNS", "STYLES", "Trace", "collective_trace", "p2p_trace", "compute_trace",
