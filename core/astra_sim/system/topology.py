@@ -16,17 +16,19 @@ DIM_NATIVE = 0
 DIM_LOCAL = 1
 
 
+def coordinates(npu, npus_per_dim):
+    """``npu``'s coordinate in each network dimension (dimension 0 varies fastest)."""
+    out = []
+    for count in npus_per_dim:
+        out.append(npu % count)
+        npu //= count
+    return out
+
+
 def differing_dims(npus, npus_per_dim):
     """The network dimensions in which the coordinates of ``npus`` differ (sorted)."""
-    first = npus[0]
-    out = set()
-    for npu in npus[1:]:
-        stride = 1
-        for dim, count in enumerate(npus_per_dim):
-            if (npu // stride) % count != (first // stride) % count:
-                out.add(dim)
-            stride *= count
-    return sorted(out)
+    first = coordinates(npus[0], npus_per_dim)
+    return sorted({dim for npu in npus[1:] for dim, c in enumerate(coordinates(npu, npus_per_dim)) if c != first[dim]})
 
 
 class RingTopology:
@@ -99,10 +101,8 @@ def box_dims(npus, npus_per_dim):
     each dimension is one of its NPUs), else None."""
     coords = [set() for _ in npus_per_dim]
     for npu in npus:
-        stride = 1
-        for dim, count in enumerate(npus_per_dim):
-            coords[dim].add((npu // stride) % count)
-            stride *= count
+        for dim, coordinate in enumerate(coordinates(npu, npus_per_dim)):
+            coords[dim].add(coordinate)
     size = 1
     for used in coords:
         size *= len(used)
@@ -119,17 +119,11 @@ class GroupGridTopology:
     __slots__ = ("dims",)
 
     def __init__(self, rank, npus, npus_per_dim):
-        def coords(npu):
-            out = []
-            for count in npus_per_dim:
-                out.append(npu % count)
-                npu //= count
-            return out
-
-        mine = coords(rank)
+        mine = coordinates(rank, npus_per_dim)
         self.dims = []
         for dim in range(len(npus_per_dim)):
-            members = sorted(n for n in npus if all(c == m for d, (c, m) in enumerate(zip(coords(n), mine)) if d != dim))
+            members = sorted(n for n in npus if all(c == m for d, (c, m) in
+                                                    enumerate(zip(coordinates(n, npus_per_dim), mine)) if d != dim))
             ring = RingTopology(rank, members, DIM_LOCAL)
             ring.native_dim = dim
             self.dims.append(ring)
