@@ -78,3 +78,33 @@ def test_bad_host_values_are_errors(tmp_path, value):
     args = _chain(tmp_path, us=1)
     with pytest.raises(ConfigError, match="host_launch_us"):
         simulate(*args, options={"host_launch_us": value})
+
+
+def test_the_host_waits_for_a_collective_or_kernel_that_says_so(tmp_path):
+    """host_waits on a collective (the MoE dispatcher's count all-gather) or a kernel: when it ends the host waits
+    host_sync_us more before launching the next kernel, as after a transfer. Two ranks, kernel 100 us, an
+    all-gather (or a 5 us kernel), kernel 100 us: the synced run is the plain one + 50 us."""
+    for kind in ("coll", "comp"):
+        (tmp_path / kind).mkdir()
+        base = tmp_path / kind
+        (base / "net.yml").write_text("topology: [ Switch ]\nnpus_count: [ 2 ]\nbandwidth: [ 50 ]\nlatency: [ 500 ]\n")
+        (base / "sys.json").write_text(json.dumps({"all-reduce-implementation": ["ring"],
+                                                   "all-gather-implementation": ["ring"],
+                                                   "preferred-dataset-splits": 1}))
+        for rank in range(2):
+            middle = (make_node(1, "ag", T.COMM_COLL_NODE, data_deps=[0], attrs={
+                "is_cpu_op": False, "comm_type": T.ALL_GATHER, "comm_size": 1 << 10, "host_waits": True})
+                if kind == "coll" else
+                make_node(1, "count", T.COMP_NODE, data_deps=[0], duration_micros=5,
+                          attrs={"is_cpu_op": False, "host_waits": True}))
+            nodes = [make_node(0, "k0", T.COMP_NODE, duration_micros=100, attrs={"is_cpu_op": False}), middle,
+                     make_node(2, "k2", T.COMP_NODE, data_deps=[1], duration_micros=100, attrs={"is_cpu_op": False})]
+            write_et(f"{base}/t.{rank}.et", make_metadata(), nodes)
+        args = (str(base / "t"), str(base / "sys.json"), str(base / "net.yml"))
+        plain = simulate(*args, options={"host_launch_us": 1})
+        synced = simulate(*args, options={"host_launch_us": 1, "host_sync_us": 50})
+        # the middle node ends at the same time; the host then waits 50 us before launching k2 (its 1 us launch
+        # after a node's end is in the plain run too)
+        assert synced.max_finish_ns == plain.max_finish_ns + 50_000, kind
+        assert simulate(*args, options={"host_launch_us": 1, "host_sync_us": 50}, fold=False).max_finish_ns == \
+            synced.max_finish_ns

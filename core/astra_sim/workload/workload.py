@@ -33,9 +33,8 @@ _COLLECTIVES = {
     T.ALL_TO_ALL: ALL_TO_ALL,
 }
 _CPU, _COMP, _COMM, _NONE = range(4)
-#: node types a host launches on the GPU (host_issue), and the transfers it waits for
+#: node types a host launches on the GPU (host_issue), and whose end it waits for when they carry host_waits
 _GPU_OPS = frozenset((T.COMP_NODE, T.COMM_COLL_NODE, T.COMM_SEND_NODE, T.COMM_RECV_NODE))
-_P2P = frozenset((T.COMM_SEND_NODE, T.COMM_RECV_NODE))
 #: ``pg_name`` values that mean the default all-NPU group (the reference's rule; backends that look at a
 #: node's group, e.g. the gpu model's contention, use it too)
 DEFAULT_PG_NAMES = ("", "0", None)
@@ -84,8 +83,8 @@ class RankWorkload:
         self.issued = 0
         # The host that launches the rank's kernels (run option host_launch_us / host_sync_us): it issues
         # one GPU operation per host_launch_ns, in order, running ahead of the GPU; a kernel cannot start
-        # before it is launched. It waits for a send or receive whose node says so (attribute host_waits:
-        # Megatron synchronises after its pipeline transfers) and then host_sync_ns more. None: kernels
+        # before it is launched. It waits for a GPU op whose node says so (attribute host_waits: Megatron syncs
+        # after its pipeline transfers, and on the MoE token counts) and then host_sync_ns more. None: kernels
         # start when their inputs are ready. Traces with CPU ops time the host themselves and do not get it.
         self.host = shared.host_issue
         if self.host is not None and any(n.attrs.get("is_cpu_op") for n in self.nodes.values()):
@@ -430,7 +429,7 @@ class RankWorkload:
             return
         if self.host is not None:
             node = self.nodes[node_id]
-            if node.type in _P2P and node.attrs.get("host_waits"):
+            if node.type in _GPU_OPS and node.attrs.get("host_waits"):
                 self.host_clock = max(self.host_clock, self.shared.engine.now + self.host[1])
         self._release(self.nodes[node_id])
         self._finish_node(node_id)
@@ -485,7 +484,7 @@ class RankWorkload:
         first = nodes[first_id]
         if any(parents_left[c] == 0 for c in children[first_id]):
             return False
-        if self.host is not None and first.type in _P2P and first.attrs.get("host_waits"):
+        if self.host is not None and first.type in _GPU_OPS and first.attrs.get("host_waits"):
             return False
         first_slot = self._slot_peek(first)
         if first_slot is None:

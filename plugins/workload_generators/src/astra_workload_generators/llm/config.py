@@ -96,6 +96,9 @@ class LlmConfig:
     moe_imbalance: float = 1.0      # MoE dropless: busiest EP rank's token copies / the balanced share (>= 1)
     moe_expert_load: tuple = ()     # MoE: the experts' relative loads, one tuple of E for every MoE layer or one
     #                                 per MoE layer (see parse_expert_load); () = balanced routing
+    moe_dispatcher: str = "exchange"  # MoE: the all-to-alls alone, or Megatron-Core's "alltoall" dispatcher (.moe)
+    moe_grouped_gemm: str = "grouped"  # MoE: one grouped kernel, or TE's per-expert "cublas-streams" GEMMs (.moe)
+    recompute_modules: tuple = ()   # Megatron's output-discarding recompute of "layernorm" / "moe_act" (.moe)
     comm_sms: tuple = ()            # ((key, SMs), ...): comm_sms attribute per kind of communication (see --comm-sms)
     sm_margins: tuple = ()          # ((TE overlap name, SMs), ...): its GEMMs' sm_margin (TE's set_sm_margin)
     logits: str = "all"             # inference: LM head on "all" positions, or the "last" of each sequence (serving)
@@ -359,6 +362,9 @@ def _check(dims: ModelDims, cfg: LlmConfig):
             raise ConfigError(f"--moe-capacity-factor must be a number > 0, got {c!r}")
     if cfg.moe_pad_to_capacity and c is None:
         raise ConfigError("--moe-pad-to-capacity needs --moe-capacity-factor")
+    from .moe import check_moe_kernels  # (--moe-dispatcher, --moe-grouped-gemm, --recompute-modules)
+
+    check_moe_kernels(dims, cfg)
     f = cfg.moe_imbalance
     if isinstance(f, bool) or not isinstance(f, (int, float)) or not f >= 1:
         raise ConfigError(f"--moe-imbalance must be a number >= 1 (busiest EP rank's load / the mean), got {f!r}")

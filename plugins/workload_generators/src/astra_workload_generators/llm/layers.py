@@ -268,7 +268,7 @@ class LayerOps:
         qkv = (dims.q_width + 2 * dims.kv_heads * d) // tp
         f1 = (2 if dims.gated else 1) * dims.ffn_hidden // tp
         ff = dims.ffn_hidden // tp
-        deps = list(deps)
+        deps = self.norms_recompute(lab, list(deps))  # (--recompute-modules layernorm, .moe)
         ew = cfg.ew
         if ew:  # the residual stream's gradient through the MLP branch's dropout (before any SP gather)
             self.dropout_bwd(lab + ".mlp_out", deps)

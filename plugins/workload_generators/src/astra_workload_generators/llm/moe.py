@@ -1,11 +1,86 @@
 """A mixture-of-experts FFN: the router, shared experts, the expert all-to-alls and the routed experts'
-grouped GEMMs, forward and backward (routing arithmetic: :mod:`.routing`)."""
+grouped GEMMs, forward and backward (routing arithmetic: :mod:`.routing`).
+
+Three options shape what Megatron-Core and Transformer Engine run around the experts (docs/validation.md, "MoE:
+the dispatcher, per-expert GEMMs and selective recompute"); their defaults keep the step as it was:
+
+* ``--moe-dispatcher alltoall``: Megatron-Core's ``MoEAlltoAllTokenDispatcher`` with ``moe_permute_fusion``
+  (NVIDIA/Megatron-LM 2a75ac12, ``megatron/core/transformer/moe/token_dispatcher.py``): the tokens-per-expert count
+  (``routing_map.sum``), its all-gather over EP, the host synchronisation on those counts before the expert
+  all-to-all ("A synchronization is needed before expert parallel AlltoAll communication": the node carries
+  ``host_waits``), the fused permute (tokens to their expert copies) and, with more than one local expert, the
+  chunk sort by local expert after the dispatch and its inverse before the combine, the fused unpermute, the
+  probabilities' own all-to-all, and the backward of each. Default ``exchange``: the two all-to-alls alone.
+* ``--moe-grouped-gemm cublas-streams``: Transformer Engine's grouped linear on Hopper without
+  ``NVTE_USE_CUTLASS_GROUPED_GEMM``: one cuBLAS GEMM per local expert (TransformerEngine e7c550c5,
+  ``transformer_engine/common/gemm/cublaslt_gemm.cu``, ``nvte_multi_tensor_gemm`` -> ``multi_stream_cublas_gemm``)
+  emitted as one dense GEMM node each, timed by the gpu model's dense (cuBLAS) GEMM model and launched one by one by
+  the host. ASSUMPTION: TE spreads them over 4 side streams (``util/multi_stream.cpp``, ``num_compute_streams = 4``)
+  whose concurrent GEMMs share the SMs; the trace runs them one after another on the compute stream. Default
+  ``grouped``: one grouped kernel node.
+* ``--recompute-modules layernorm,moe_act``: Megatron's output-discarding recompute
+  (``transformer_config.py`` ``recompute_modules``: "layernorm": the input_layernorm and pre_mlp_layernorm;
+  "moe_act": the MoE MLP activation) re-runs those kernels before the layer's backward uses their outputs.
+"""
 
 from __future__ import annotations
 
 from astra_sim.chakra import types as T
+from astra_sim.errors import ConfigError
 
 from .routing import ep_loads, local_expert_rows
+
+#: --moe-dispatcher: the expert exchange alone, or Megatron-Core's alltoall token dispatcher (fused permutes)
+MOE_DISPATCHERS = ("exchange", "alltoall")
+#: --moe-grouped-gemm: one grouped kernel, or Transformer Engine's one cuBLAS GEMM per local expert
+MOE_GROUPED_GEMMS = ("grouped", "cublas-streams")
+#: --recompute-modules: the Megatron-Core recompute_modules the generator emits
+RECOMPUTE_MODULES = ("layernorm", "moe_act")
+#: Bytes of one token copy's routing probability in the dispatcher's probabilities all-to-all (fp32;
+#: ASSUMPTION: Megatron's router keeps its probabilities in fp32; the exchange is 1/(h x bytes/4) of the tokens')
+PROB_BYTES = 4
+#: Bytes of one tokens-per-expert count (``routing_map.sum(dim=0).long()``: int64)
+COUNT_BYTES = 8
+
+
+def parse_recompute_modules(text):
+    """``--recompute-modules a,b``: the module names as a tuple (each one of :data:`RECOMPUTE_MODULES`)."""
+    names = tuple(part.strip() for part in str(text).split(",") if part.strip())
+    for name in names:
+        if name not in RECOMPUTE_MODULES:
+            raise ConfigError(f"--recompute-modules: {name!r} is not one of {', '.join(RECOMPUTE_MODULES)} (Megatron's "
+                              "other modules are not emitted; --recompute full or selective covers the attention)")
+    if not names:
+        raise ConfigError("--recompute-modules needs at least one of " + ", ".join(RECOMPUTE_MODULES))
+    return names
+
+
+def check_moe_kernels(dims, cfg):
+    """ConfigErrors for --moe-dispatcher, --moe-grouped-gemm and --recompute-modules (called by check_config)."""
+    if cfg.moe_dispatcher not in MOE_DISPATCHERS:
+        raise ConfigError(f"--moe-dispatcher must be one of {', '.join(MOE_DISPATCHERS)}, got {cfg.moe_dispatcher!r}")
+    if cfg.moe_grouped_gemm not in MOE_GROUPED_GEMMS:
+        raise ConfigError(f"--moe-grouped-gemm must be one of {', '.join(MOE_GROUPED_GEMMS)}, got "
+                          f"{cfg.moe_grouped_gemm!r}")
+    for flag, value, default in (("--moe-dispatcher", cfg.moe_dispatcher, "exchange"),
+                                 ("--moe-grouped-gemm", cfg.moe_grouped_gemm, "grouped")):
+        if value != default and not dims.moe:
+            raise ConfigError(f"{flag} {value} needs a mixture-of-experts model (--experts)")
+    if cfg.moe_dispatcher == "alltoall" and (cfg.moe_capacity_factor is not None or cfg.moe_expert_load):
+        raise ConfigError("--moe-dispatcher alltoall is emitted for dropless balanced routing (no "
+                          "--moe-capacity-factor or --moe-expert-load)")
+    modules = cfg.recompute_modules
+    if modules:
+        bad = [m for m in modules if m not in RECOMPUTE_MODULES]
+        if bad:
+            raise ConfigError(f"--recompute-modules: {bad[0]!r} is not one of {', '.join(RECOMPUTE_MODULES)}")
+        if cfg.inference:
+            raise ConfigError("--recompute-modules is for training (the backward's recomputation)")
+        if cfg.recompute:
+            raise ConfigError("--recompute-modules is Megatron's selective recompute; --recompute full already "
+                              "re-runs whole layers")
+        if "moe_act" in modules and not dims.moe:
+            raise ConfigError("--recompute-modules moe_act needs a mixture-of-experts model (--experts)")
 
 
 class MoeOps:
@@ -60,7 +135,91 @@ class MoeOps:
         dimension split over the experts) and ``grouped_gemm_sizes`` (that dimension per expert) for the gpu
         compute model's grouped-GEMM time."""
         groups = self.expert_groups(layer)
+        if groups is not None and self.cfg.moe_grouped_gemm == "cublas-streams":
+            return self._per_expert_mm(label, m, k, n, dim, groups, deps)
         return self.mm(label, m, k, n, deps, grouped=None if groups is None else (dim, groups))
+
+    def _per_expert_mm(self, label, m, k, n, dim, groups, deps):
+        """``--moe-grouped-gemm cublas-streams``: the grouped GEMM as Transformer Engine runs it on Hopper, one cuBLAS
+        GEMM per local expert with work (``[m_g, k] x [k, n]`` when the experts split M, ``[m, k_g] x [k_g, n]``
+        for a weight gradient), one node each on the compute chain (see the module docstring)."""
+        node = None
+        for rows in groups:
+            if rows <= 0:
+                continue
+            gm, gk = (rows, k) if dim == "m" else (m, rows)
+            node = self.mm(label, gm, gk, n, deps)
+            deps = ()
+        return node
+
+    # -- --moe-dispatcher alltoall (Megatron-Core's MoEAlltoAllTokenDispatcher, moe_permute_fusion) -------------
+    def _dispatch_prepare(self, lab):
+        """Before the dispatch: the tokens-per-expert count (``routing_map.sum(dim=0)``: the ``rows x E`` boolean
+        map read once), with EP > 1 its all-gather over EP (``gather_from_sequence_parallel_region`` of the E int64
+        counts), the host synchronisation on the counts' copy to the host (``host_waits`` on the gather, or on the
+        count with EP 1, whose sync point is "before_finish"), and the fused permute of the ``tokens x h``
+        activation into its ``routed`` expert copies (read both, Transformer Engine's ``moe_permute_with_probs``)."""
+        if self.cfg.moe_dispatcher != "alltoall":
+            return
+        dims, cfg = self.dims, self.cfg
+        rows, E = self.ln_rows, dims.experts
+        shapes = repr([[rows, E]])
+        types = repr(["Tensor(bool)"])
+        attrs = {"is_cpu_op": False, "num_ops": 0, "tensor_size": rows * E, "label": lab + ".dispatch.counts"}
+        if cfg.ep == 1:
+            attrs["host_waits"] = True
+        self._add("aten::sum", T.COMP_NODE, attrs, duration=1, shapes=shapes, types=types)
+        if cfg.ep > 1:
+            gather = {"is_cpu_op": False, "comm_type": T.ALL_GATHER, "comm_size": E * COUNT_BYTES,
+                      "host_waits": True}
+            self._sms(gather, "ep")
+            self._add(lab + ".dispatch.counts_ag", T.COMM_COLL_NODE, gather, dyn=("ep",))
+        self._permute(lab + ".dispatch.permute", self.routed, self.tokens)
+
+    def _permute(self, label, out_rows, in_rows, deps=()):
+        """A fused (un)permute: ``in_rows x h`` read, ``out_rows x h`` written (the copies gathered or scattered by
+        the row map; ``aten::copy_`` of the two, the bytes it moves). None without the alltoall dispatcher."""
+        if self.cfg.moe_dispatcher != "alltoall":
+            return None
+        h = self.dims.hidden
+        return self.ew("aten::copy_", label, [self._t(out_rows, h), self._t(in_rows, h)], deps)
+
+    def _sort_chunks(self, label, layer, deps=()):
+        """The chunk sort by local expert (``sort_chunks_by_idxs``, fused) of the ``rows x h`` copies this rank's
+        experts compute: after the dispatch, its inverse before the combine, and each one's backward; only with
+        more than one local expert (the dispatcher skips it otherwise). None when not emitted."""
+        if self.cfg.moe_dispatcher != "alltoall" or self.dims.experts // self.cfg.ep < 2:
+            return None
+        rows = self.expert_rows(layer)
+        h = self.dims.hidden
+        return self.ew("aten::copy_", label, [self._t(rows, h), self._t(rows, h)], deps)
+
+    def _probs_a2a(self, label):
+        """The dispatcher's second all-to-all: the routing probabilities of the token copies (PROB_BYTES each)."""
+        if self.cfg.moe_dispatcher == "alltoall":
+            self.coll(f"ep_a2a.{label}.probs", T.ALL_TO_ALL, self.routed * PROB_BYTES, "ep")
+
+    def _act_recompute(self, label, rows, cols, deps):
+        """``--recompute-modules moe_act``: the experts' activation forward again before its backward (SiLU x up for
+        a gated FFN, else the GeLU). Returns whether nodes were emitted."""
+        if not self.cfg.ew:
+            return False
+        t = self._t(rows, cols)
+        if self.dims.gated:
+            self.ew("aten::silu", label + ".recompute.silu", [t], deps)
+            self.ew("aten::mul", label + ".recompute.mul", [t, t])
+        else:
+            self.ew("aten::gelu", label + ".recompute.gelu", [t, self._t(cols)], deps)
+        return True
+
+    def norms_recompute(self, lab, deps=()):
+        """``--recompute-modules layernorm``: the layer's two norms (input_layernorm, pre_mlp_layernorm) forward
+        again at the start of its backward. Returns the deps left for the next node (``[]`` once used)."""
+        if "layernorm" not in self.cfg.recompute_modules or not self.cfg.ew:
+            return deps
+        self.layer_norm(lab + ".recompute.ln1", deps)
+        self.layer_norm(lab + ".recompute.ln2")
+        return []
 
     def moe_forward(self, lab, layer):
         """The router (gate GEMM + softmax over the experts) on this rank's tokens (split over TP with sequence
@@ -74,6 +233,7 @@ class MoeOps:
         self.mm(lab + ".router", self.ln_rows, h, dims.experts, linear=False)
         if self.cfg.ew:
             self.ew("aten::_softmax", lab + ".router.softmax", [self._t(self.ln_rows, dims.experts)])
+        self._dispatch_prepare(lab)
         if dims.shared_experts:
             sf = dims.shared_experts * mf
             self.fp8_cast(lab + ".shared.fc1", n, h)  # (FP8: the expert MLPs are plain TE linears, no fused casts)
@@ -81,21 +241,31 @@ class MoeOps:
             self.act_fwd(lab + ".shared.fc1", n, sf)
             self.fp8_cast(lab + ".shared.fc2", n, sf)
             self.mm(lab + ".shared.fc2", n, sf, h)
-        self._a2a(lab + ".dispatch", layer)
+        if self._a2a(lab + ".dispatch", layer):
+            self._probs_a2a(lab + ".dispatch")
         nk = self.expert_rows(layer)
+        self._sort_chunks(lab + ".dispatch.sort", layer)
         self.fp8_cast(lab + ".experts.fc1", nk, h)
         self.expert_mm(lab + ".experts.fc1", nk, h, gm * mf, layer, "m")
         self.act_fwd(lab + ".experts.fc1", nk, mf)
         self.fp8_cast(lab + ".experts.fc2", nk, mf)
         self.expert_mm(lab + ".experts.fc2", nk, mf, h, layer, "m")
+        self._sort_chunks(lab + ".combine.unsort", layer)
         self._a2a(lab + ".combine", layer)
+        self._permute(lab + ".combine.unpermute", self.tokens, self.routed)
 
     def moe_backward(self, lab, layer, deps=()):
         dims, tp, n, h = self.dims, self.cfg.tp, self.tokens, self.dims.hidden
         mf = dims.expert_ffn // tp
         f1 = (2 if dims.gated else 1) * mf
         nk = self.expert_rows(layer)
+        if self._permute(lab + ".combine.unpermute.bwd", self.routed, self.tokens, deps) is not None:
+            deps = ()
         if self._a2a(lab + ".combine", layer, deps):
+            deps = ()
+        if self._sort_chunks(lab + ".combine.unsort.bwd", layer, deps) is not None:
+            deps = ()
+        if "moe_act" in self.cfg.recompute_modules and self._act_recompute(lab + ".experts.fc1", nk, mf, deps):
             deps = ()
         if self.fp8_cast(lab + ".experts.fc2.dgrad", nk, h, deps) is not None:  # FP8: the output gradients
             deps = ()
@@ -105,7 +275,10 @@ class MoeOps:
         self.fp8_cast(lab + ".experts.fc1.dgrad", nk, f1)
         self.expert_mm(lab + ".experts.fc1.dgrad", nk, f1, h, layer, "m")
         self.expert_mm(lab + ".experts.fc1.wgrad", h, nk, f1, layer, "k")
-        self._a2a(lab + ".dispatch", layer)
+        self._sort_chunks(lab + ".dispatch.sort.bwd", layer)
+        if self._a2a(lab + ".dispatch", layer):
+            self._probs_a2a(lab + ".dispatch")
+        self._permute(lab + ".dispatch.permute.bwd", self.tokens, self.routed)
         if dims.shared_experts:
             sf, sf1 = dims.shared_experts * mf, dims.shared_experts * f1
             self.fp8_cast(lab + ".shared.fc2.dgrad", n, h)

@@ -23,6 +23,7 @@ from .config import (ACTIVATION_KERNELS, ATTENTION_DTYPES, ATTENTION_KERNELS, AT
                      NORM_KERNELS, ROPE_KERNELS, SOFTMAX_KERNELS, LlmConfig, check_config)
 from .lora import LORA_TARGETS, parse_lora_targets
 from .model import PRESETS, ModelDims, model_dims
+from .moe import MOE_DISPATCHERS, MOE_GROUPED_GEMMS, parse_recompute_modules
 from .overlap import COMM_SMS_GROUPS, load_tp_overlap_sms, parse_comm_sms
 from .routing import parse_expert_load
 
@@ -60,6 +61,9 @@ class LlmSpec:
     moe_pad_to_capacity: bool = False
     moe_imbalance: float = 1.0
     moe_expert_load: str | None = None  # SPEC: "a,b,...", "zipf:S[:SEED]" or a .json file
+    moe_dispatcher: str = "exchange"    # exchange | alltoall (see --moe-dispatcher)
+    moe_grouped_gemm: str = "grouped"   # grouped | cublas-streams (see --moe-grouped-gemm)
+    recompute_modules: str | None = None  # "layernorm,moe_act" (see --recompute-modules)
     # layout
     tp: int = 1
     pp: int = 1
@@ -266,6 +270,9 @@ class LlmSpec:
                         moe_capacity_factor=self.moe_capacity_factor,
                         moe_pad_to_capacity=self.moe_pad_to_capacity, moe_imbalance=self.moe_imbalance,
                         moe_expert_load=load, logits=self.logits, pp_scatter_gather=self.pp_scatter_gather,
+                        moe_dispatcher=self.moe_dispatcher, moe_grouped_gemm=self.moe_grouped_gemm,
+                        recompute_modules=(() if self.recompute_modules is None
+                                           else parse_recompute_modules(self.recompute_modules)),
                         comm_sms=tuple(sorted(comm_sms.items())), sm_margins=tuple(sorted(margins.items())))
         check_config(dims, cfg)
         return dims, cfg
@@ -397,6 +404,18 @@ def _add_flags(p):
     p.add_argument("--moe-imbalance", type=float, default=1.0, metavar="F",
                    help="dropless MoE: the busiest EP rank gets F x the balanced token copies; every rank is timed "
                    "as that straggler (expert rows and all-to-all bytes x F; default 1, balanced)")
+    p.add_argument("--moe-dispatcher", choices=MOE_DISPATCHERS, default="exchange",
+                   help="MoE: exchange (default: the expert all-to-alls alone) or alltoall (Megatron-Core's alltoall "
+                   "token dispatcher with fused permutes: the tokens-per-expert count and its all-gather over EP, "
+                   "the host's synchronisation on it before the dispatch, the permute, the chunk sort by local "
+                   "expert, the probabilities' all-to-all, the unsort and unpermute, and their backward)")
+    p.add_argument("--moe-grouped-gemm", choices=MOE_GROUPED_GEMMS, default="grouped",
+                   help="MoE: the routed experts' GEMMs as one grouped kernel (default), or cublas-streams: one "
+                   "cuBLAS GEMM per local expert, as Transformer Engine's grouped linear runs on Hopper without "
+                   "NVTE_USE_CUTLASS_GROUPED_GEMM (each its own node and host launch)")
+    p.add_argument("--recompute-modules", metavar="M[,M]",
+                   help="Megatron's selective recompute of named modules (recompute_modules): layernorm (the two "
+                   "norms of each layer) and/or moe_act (the experts' activation), re-run before the backward")
     p.add_argument("--pp-scatter-gather", action="store_true",
                    help="TP without sequence parallelism: each TP rank sends 1/TP of the stage-boundary tensor and the "
                    "receiving stage all-gathers it over TP (Megatron-LM's scatter/gather optimisation, its 2021 "
