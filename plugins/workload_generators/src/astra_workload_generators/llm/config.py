@@ -124,6 +124,7 @@ class LlmConfig:
     pipeline_loss_layer: bool = False  # the loss (LM head, cross entropy) counts as one layer of the split
     lora_rank: int = 0              # LoRA: adapters of this rank, base weights frozen (0: full training; see .lora)
     lora_targets: tuple = ()        # LoRA: the linear layers with adapters (names of lora.LORA_TARGETS)
+    lora_dropout: float = 0.0       # LoRA: the adapters' input dropout probability (0: none; see .lora)
 
     @property
     def npus(self):

@@ -12,8 +12,17 @@ like the base weight's; a row-parallel target (projection, FC2) splits A's input
 keeps B whole, its partial output added to the base's before the TP reduction. The forward and the input
 gradients then need no TP communication of their own; the whole factors' gradients are partial sums over TP,
 all-reduced over TP once per layer when the gradients are synchronised (as Megatron all-reduces the
-sequence-parallel LayerNorm gradients). The adapters' dropout and scaling (element-wise, on ``x`` and ``x A``)
-are not emitted.
+sequence-parallel LayerNorm gradients). The adapters' scaling (element-wise, on ``x A``) is not emitted.
+
+``--lora-dropout P``: NeMo's LoRA drops each adapter's input, not the base's (``dropout_position="pre"``:
+``linear_out(linear_in(dropout(x)))``; NVIDIA/NeMo nemo/collections/llm/peft/utils.py at 0cdc2a00,
+``ParallelLinearAdapter.forward``: ``if self.dropout is not None and self.dropout_position == 'pre'``), so a
+forward runs one dropout over the target's input ``x`` (tokens x adapter inputs) before A, and the backward its
+``native_dropout_backward`` on the gradient A's input gradient gives, before it is added to the base's: two memory-bound
+passes per target and layer, as :meth:`.layers.LayerOps.dropout_add` times the residual stream's. Its saved
+output and mask are not in the memory estimate. MLPerf's Llama 2 70B LoRA runs it at 0.1 (mlcommons/
+training_results_v5.1 441d65f4: NVIDIA's code ``LoRA(dim=16, alpha=32, dropout=0.1, dropout_position="pre", ...)``
+in train.py, AMD's ``adapter_dropout: ${oc.env:LORA_DROPOUT,0.1}`` with LORA_DROPOUT unset).
 """
 
 from __future__ import annotations
@@ -101,6 +110,11 @@ def check_lora(dims, cfg) -> None:
     """What LoRA is modelled with (clear errors for the rest)."""
     if cfg.lora_targets and not cfg.lora_rank:
         raise ConfigError("--lora-targets needs --lora-rank")
+    p = cfg.lora_dropout
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
+        raise ConfigError(f"--lora-dropout must be a probability in [0, 1), got {p!r}")
+    if p and not cfg.lora_rank:
+        raise ConfigError("--lora-dropout needs --lora-rank")
     if not cfg.lora_rank:
         return
     if isinstance(cfg.lora_rank, bool) or not isinstance(cfg.lora_rank, int) or cfg.lora_rank < 0:
@@ -140,6 +154,8 @@ class LoraOps:
             return node
         k, n = adapter_dims(self.dims, self.cfg.tp, target)
         r, m = self.cfg.lora_rank, self.tokens
+        if self.cfg.lora_dropout and self.cfg.ew:  # --lora-dropout: the adapter's input dropped before A
+            self.ew("aten::native_dropout", f"{label}.lora_dropout", [self._t(self._lora_rows(target), k)])
         self.mm(f"{label}.lora_a", m, k, r, linear=False)
         return self.mm(f"{label}.lora_b", m, r, n, linear=False)
 
@@ -155,6 +171,16 @@ class LoraOps:
         self.mm(f"{lab}.{target}.lora_b.dgrad", m, n, r, linear=False)
         self.mm(f"{lab}.{target}.lora_a.wgrad", k, m, r, gathered, linear=False)
         self.mm(f"{lab}.{target}.lora_a.dgrad", m, r, k, linear=False)
+        if self.cfg.lora_dropout and self.cfg.ew:  # the gradient through the input dropout (grad and mask read)
+            rows = self._lora_rows(target)
+            self.ew("aten::native_dropout_backward", f"{lab}.{target}.lora_dropout",
+                    [self._t(rows, k), ((rows, k), "Tensor(bool)")])
+
+    def _lora_rows(self, target):
+        """Rows of ``target``'s adapter input where the dropout runs: a column-parallel target's input is the
+        (sequence-parallel: this TP rank's rows of the) LayerNorm output, dropped before the adapter's gather;
+        a row-parallel target's is the TP-sharded activation of all the rank's tokens."""
+        return self.ln_rows if LORA_TARGETS[target] else self.tokens
 
     def lora_tp_sync(self, layer, mb=None):
         """The TP all-reduce of the whole (TP-replicated) factors' partial gradients of ``layer``, off the

@@ -76,6 +76,7 @@ class LlmSpec:
     pp_scatter_gather: bool = False
     lora_rank: int | None = None        # LoRA fine-tuning: adapter rank (None: full training)
     lora_targets: str | None = None     # "qkv,proj,fc1,fc2" (default with --lora-rank: all four)
+    lora_dropout: float = 0.0           # the adapters' input dropout probability (see --lora-dropout)
     sequence_parallel: bool = False
     tp_comm_overlap: bool = False
     comm_sms: str | None = None         # "KEY=N[,KEY=N...]"
@@ -253,7 +254,7 @@ class LlmSpec:
                         virtual_stages=self.virtual_stages,
                         pipeline_embedding_layer=self.pipeline_embedding_layer,
                         pipeline_loss_layer=self.pipeline_loss_layer, lora_rank=self.lora_rank or 0,
-                        lora_targets=lora_targets, elementwise=self.elementwise,
+                        lora_targets=lora_targets, lora_dropout=self.lora_dropout, elementwise=self.elementwise,
                         attention=self.attention, causal=self.causal, dropout=self.dropout,
                         gemm_dtype=self.gemm_dtype, inference_elementwise=self.inference_elementwise,
                         overlap_param_gather=self.overlap_param_gather, tp_comm_overlap=self.tp_comm_overlap,
@@ -501,6 +502,10 @@ def _add_flags(p):
     p.add_argument("--lora-targets", metavar="LIST",
                    help="with --lora-rank: the linear layers with adapters, comma-separated from "
                    f"{','.join(LORA_TARGETS)} (default: all four)")
+    p.add_argument("--lora-dropout", type=float, default=0.0, metavar="P",
+                   help="with --lora-rank: dropout of probability P on each adapter's input (NeMo's LoRA "
+                   "dropout_position 'pre'): a dropout over the target's input before A in forward and its backward "
+                   "after A's input gradient, each a memory-bound pass (default 0: none)")
     p.add_argument("--pipeline-embedding-layer", action="store_true",
                    help="the pipeline split counts the embedding as one layer: layers + 1 (+ 1 with "
                    "--pipeline-loss-layer) split evenly over --pp x --virtual-stages, the first virtual stage holding "
