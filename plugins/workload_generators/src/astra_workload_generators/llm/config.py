@@ -79,6 +79,8 @@ class LlmConfig:
     prefill_chunk: int = 0          # mixed: prompt tokens prefilled per micro-batch beside its decode tokens
     prefill_done: int = 0           # mixed: tokens of that prompt already in the KV cache (earlier chunks)
     cp: int = 1                     # context parallelism (sequence split over CP ranks; training, prefill)
+    cp_rotate: str | None = None    # ring | allgather | alltoall: the CP K/V exchange (.torch_cp); None: cp_rotate()
+    cp_compile: bool = False        # allgather | alltoall: the ring attention compiled (torch.compile, .torch_cp)
     virtual_stages: int = 1         # interleaved 1F1B: model chunks per pipeline rank (training only)
     elementwise: bool = True        # training: emit norms, activations, dropout, residual adds, CE, optimizer
     attention: str = "flash"        # flash (one fused node) | unfused (bmm + softmax + dropout + bmm; training)
@@ -152,6 +154,25 @@ class LlmConfig:
         return self.ew or (self.elementwise and self.inference and self.inference_elementwise)
 
 
+def _check_cp_rotate(cfg: LlmConfig):
+    """``--cp-rotate``: one of :data:`.torch_cp.CP_ROTATES`; PyTorch's context_parallel (allgather, alltoall) only
+    as torch runs it: flash SDPA, causal (its load balancing raises "Load balancing requires `is_causal=True`"),
+    operands in --dtype."""
+    from .torch_cp import CP_ROTATES, cp_rotate
+
+    if cfg.cp_rotate is not None and cfg.cp_rotate not in CP_ROTATES:
+        raise ConfigError(f"--cp-rotate must be one of {', '.join(CP_ROTATES)}, got {cfg.cp_rotate!r}")
+    if cp_rotate(cfg) == "ring":
+        if cfg.cp_compile:
+            raise ConfigError("--cp-compile is PyTorch's context_parallel under torch.compile: it needs --cp-rotate "
+                              "allgather or alltoall (the default with --framework fsdp2)")
+        return
+    if cfg.attention != "flash" or not cfg.causal or cfg.attention_dtype != "same":
+        raise ConfigError(f"--cp-rotate {cp_rotate(cfg)} (PyTorch's context_parallel) needs --attention flash, "
+                          "--causal (its load balancing requires is_causal=True) and --attention-dtype same; "
+                          "use --cp-rotate ring")
+
+
 def attention_kernel(cfg: LlmConfig) -> str | None:
     """The kernel the flash attention nodes name (``attention_kernel`` attribute): ``--attention-kernel`` if given,
     else FlashAttention-2 under ``--framework fsdp2`` (eager PyTorch's SDPA flash backend), else None (no attribute:
@@ -207,6 +228,7 @@ def _check(dims: ModelDims, cfg: LlmConfig):
         seq, what = (dims.seq_len, "seq len") if cfg.mode == "train" else (_lengths(dims, cfg)[0], "prompt len")
         if seq % cfg.cp:
             raise ConfigError(f"{what} {seq} is not divisible by --cp {cfg.cp}")
+        _check_cp_rotate(cfg)
         if cfg.causal and cfg.attention == "flash" and seq % (2 * cfg.cp):
             raise ConfigError(f"{what} {seq} is not divisible by 2 x --cp {cfg.cp}: causal context "
                               "parallelism splits the sequence into 2 x CP load-balanced chunks (Megatron-LM's "

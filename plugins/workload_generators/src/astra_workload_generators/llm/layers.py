@@ -201,8 +201,11 @@ class LayerOps:
                 kv_chunk = (self._t(1, cfg.prefill_chunk, dims.kv_lora_rank + dims.rope_dim) if dims.mla
                             else self._t(2, 1, hkv, cfg.prefill_chunk, d))
                 qkv_node = self.ew("aten::copy_", lab + ".prefill.kv_write", [kv_chunk, kv_chunk])
-        ring = self._cp_ring(lab + ".kv", layer, mb, 1 if tag == "recompute" else 0, qkv_node)
-        if cfg.attention == "unfused":
+        phase = 1 if tag == "recompute" else 0
+        ring = [] if self.torch_cp else self._cp_ring(lab + ".kv", layer, mb, phase, qkv_node)
+        if self.torch_cp:  # PyTorch's context_parallel (--cp-rotate allgather | alltoall: .torch_cp)
+            self.torch_cp_fwd(lab, b, hq, hkv, q, d, dims.v_dim or d, layer, mb, phase, [qkv_node])
+        elif cfg.attention == "unfused":
             self.attn_unfused_fwd(lab, b, hq, q, c, d, ring)
         else:
             decode = cfg.mode in ("decode", "mixed")
@@ -317,13 +320,15 @@ class LayerOps:
         hq, hkv = dims.heads // tp, dims.kv_heads // tp
         if cfg.attention == "unfused":
             attn = self.attn_unfused_bwd(lab, b, hq, q, s, d)
+        elif self.torch_cp:  # (its dK/dV come home inside the SDPA backward: .torch_cp)
+            attn = self.torch_cp_bwd(lab, layer, mb, b, hq, hkv, q, d, dims.v_dim or d)
         else:  # (CP: the dK/dV ring starts when the first remote chunk's gradients are done)
             attn = self.flash_bwd(lab, b, hq, hkv, q, d, dv=dims.v_dim, layer=layer)
         if not dims.mla:  # (--framework fsdp2: dK and dV summed over repeat_kv's copies)
             attn = self.repeat_kv_bwd(lab, b, q, hq, hkv, d) or attn
         rope = self.rope_bwd(lab, b, q, hq, hkv, d)  # (--rope: dQ and dK back through the rotation)
         attn = attn if rope is None else rope
-        ring = self._cp_ring(lab + ".dkv", layer, mb, 2, attn)  # dK, dV back to their owners
+        ring = [attn] if self.torch_cp else self._cp_ring(lab + ".dkv", layer, mb, 2, attn)  # dK, dV home
         gathered = self._regather(lab + ".attn_in", ring) if self.needs_input("qkv") else []
         if not dims.mla and self.fp8_cast(lab + ".qkv.dgrad", n, qkv, ring) is not None:
             ring = []

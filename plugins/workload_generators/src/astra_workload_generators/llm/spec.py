@@ -26,6 +26,7 @@ from .model import PRESETS, ModelDims, model_dims
 from .moe import MOE_DISPATCHERS, MOE_GROUPED_GEMMS, parse_recompute_modules
 from .overlap import COMM_SMS_GROUPS, load_tp_overlap_sms, parse_comm_sms
 from .routing import parse_expert_load
+from .torch_cp import CP_ROTATES
 
 __all__ = ["LlmSpec", "add_model_flags", "generate_llm_workload", "llm_summary"]
 
@@ -109,6 +110,8 @@ class LlmSpec:
     softmax_kernel: str = "fused"       # fused | eager: the unfused attention's scale and masks (see --softmax-kernel)
     attention_kernel: str | None = None  # fa2 | fa3 | cudnn (see --attention-kernel); None: by --framework
     rope: str | None = None             # none | eager | fused (see --rope); None: by --framework
+    cp_rotate: str | None = None        # ring | allgather | alltoall (see --cp-rotate); None: by --framework
+    cp_compile: bool = False            # PyTorch's CP under torch.compile (see --cp-compile)
     cuda_graphs: bool = False           # per-layer CUDA graphs (see --cuda-graphs)
     fp8_recipe: str = "delayed"         # delayed | current FP8 scaling (see --fp8-recipe)
     attention_dtype: str = "same"       # same | fp8: the flash attention forward's operands (see --attention-dtype)
@@ -251,6 +254,7 @@ class LlmSpec:
                         dtype=self.dtype, tflops=self.tflops, ep=self.ep, mode=self.mode,
                         prompt_len=self.prompt_len, decode_len=self.decode_len, decode_steps=self.decode_steps,
                         prefill_chunk=self.prefill_chunk or 0, prefill_done=self.prefill_done, cp=self.cp,
+                        cp_rotate=self.cp_rotate, cp_compile=self.cp_compile,
                         virtual_stages=self.virtual_stages,
                         pipeline_embedding_layer=self.pipeline_embedding_layer,
                         pipeline_loss_layer=self.pipeline_loss_layer, lora_rank=self.lora_rank or 0,
@@ -492,6 +496,18 @@ def _add_flags(p):
     p.add_argument("--cp", type=positive_int, default=1,
                    help="context-parallel size, training and prefill (sequence split; ring K/V exchange; "
                    "rank = t + TP*(c + CP*(d + DP*p)))")
+    p.add_argument("--cp-rotate", choices=CP_ROTATES, default=None,
+                   help="how --cp exchanges K/V: ring (Megatron-LM / Transformer Engine: CP-1 send/recv steps, "
+                   "dK/dV sent back the same way), allgather or alltoall (PyTorch's context_parallel, as torchtitan "
+                   "runs it: K/V all-gathered once per pass, or passed on by a permute each step; one SDPA call per "
+                   "step, fp32 merges of the outputs, dK/dV accumulated in fp32 and passed on each step); default: "
+                   "allgather with --framework fsdp2 (torchtitan's context_parallel_rotate_method default), else ring")
+    p.add_argument("--cp-compile", action="store_true",
+                   help="with --cp-rotate allgather or alltoall: the ring attention runs compiled (torch.compile, as "
+                   "torchtitan's --training.compile compiles every TransformerBlock): each K/V and dK/dV exchange is "
+                   "waited for where it is issued (functional collectives under tracing; Inductor does not move "
+                   "the waits by default), the merges and accumulations fused into one kernel per step; default: "
+                   "eager (each exchange waited for at its first use)")
     p.add_argument("--virtual-stages", type=positive_int, default=1, metavar="V",
                    help="interleaved 1F1B: model chunks per pipeline rank (micro-batches a multiple of --pp)")
     p.add_argument("--lora-rank", type=positive_int, metavar="R",

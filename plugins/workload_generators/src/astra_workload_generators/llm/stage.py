@@ -20,11 +20,12 @@ from .rope import RopeOps
 from .routing import routed_rows
 from .schedule import pipeline_schedule
 from .split import stage_layers
+from .torch_cp import TorchCpOps
 from .zero import DataParallelOps
 
 
 class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps, MtpOps, MoeOps, DataParallelOps,
-                    RopeOps, EagerStepOps, DeepSpeedStepOps, HfEagerOps):
+                    RopeOps, EagerStepOps, DeepSpeedStepOps, HfEagerOps, TorchCpOps):
     """The node graph of one pipeline stage, identical for every rank of the stage except for rank-specific
     attributes (``pg_name``, ``comm_src``/``comm_dst``), which are appended per rank as trailing attributes."""
 
