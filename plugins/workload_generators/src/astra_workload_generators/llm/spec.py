@@ -494,7 +494,8 @@ def _add_flags(p):
                    help="reduce the gradients after every micro-batch's backward (all-reduce, or reduce-scatter with "
                    "--zero; DDP/FSDP without no_sync, DeepSpeed) instead of after the last one only")
     p.add_argument("--cp", type=positive_int, default=1,
-                   help="context-parallel size, training and prefill (sequence split; ring K/V exchange; "
+                   help="context-parallel size, training and prefill (sequence split; K/V exchanged as --cp-rotate "
+                   "says; "
                    "rank = t + TP*(c + CP*(d + DP*p)))")
     p.add_argument("--cp-rotate", choices=CP_ROTATES, default=None,
                    help="how --cp exchanges K/V: ring (Megatron-LM / Transformer Engine: CP-1 send/recv steps, "
