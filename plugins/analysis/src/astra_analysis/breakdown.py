@@ -51,43 +51,75 @@ class RankParts:
         self.in_switch_busy = {}
 
 
-def rank_parts(view):
-    """Sweep the rank's spans once (see the module docstring)."""
+#: spans from which a rank's sweep runs in numpy (:func:`_sweep_arrays`); fewer run in Python (:func:`_sweep`)
+ARRAY_SWEEP_MIN_SPANS = 2000
+
+
+def rank_parts(view, arrays=None):
+    """Sweep the rank's spans once (see the module docstring). ``arrays``: sweep in numpy (True), in Python
+    (False) or by size (None, the default); both give the same parts (integers: nothing is rounded)."""
     parts = RankParts(view.finish_ns or 0)
     analysis = view.analysis
     rep = view.rep
     categories = {}  # (class, key) -> index
     cat_class = []
     cat_key = []
-    events = []
-    for node, _op, _dim, _size, start, end in view.in_switch_phases():
-        if end > start:
-            events.append((start, end, (_C_SWITCH, analysis.kind_of(rep, node)[1])))
-    for node, start, end in view.records():
-        if end <= start:
-            continue
-        kind, comm = analysis.kind_of(rep, node)
-        if kind == K_COMPUTE:
-            cat = (_C_COMPUTE, analysis.op_class(rep, node))
-        elif kind in (K_COLL, K_SEND):
-            cat = (_C_COMM, comm)
-        elif kind == K_RECV:
-            cat = (_C_RECV, comm)
-        elif kind == K_MEM:
-            cat = (_C_MEM, None)
-        elif kind == K_CPU:
-            cat = (_C_CPU, None)
-        else:
-            continue
-        events.append((start, end, cat))
-    spans = events
-    events = []
-    for start, end, cat in spans:
+    starts = []
+    ends = []
+    cats = []
+
+    def index_of(cat):
         index = categories.get(cat)
         if index is None:
             index = categories[cat] = len(cat_class)
             cat_class.append(cat[0])
             cat_key.append(cat[1])
+        return index
+
+    for node, _op, _dim, _size, start, end in view.in_switch_phases():
+        if end > start:
+            starts.append(start)
+            ends.append(end)
+            cats.append(index_of((_C_SWITCH, analysis.kind_of(rep, node)[1])))
+    kind_of = analysis.kind_of
+    op_class = analysis.op_class
+    comm_index = {}  # kind, communicator -> index (the same categories as index_of, looked up once per pair)
+    for node, start, end in view.records():
+        if end <= start:
+            continue
+        kind, comm = kind_of(rep, node)
+        if kind == K_COMPUTE:
+            index = index_of((_C_COMPUTE, op_class(rep, node)))
+        else:
+            index = comm_index.get((kind, comm))
+            if index is None:
+                if kind in (K_COLL, K_SEND):
+                    cat = (_C_COMM, comm)
+                elif kind == K_RECV:
+                    cat = (_C_RECV, comm)
+                elif kind == K_MEM:
+                    cat = (_C_MEM, None)
+                elif kind == K_CPU:
+                    cat = (_C_CPU, None)
+                else:
+                    continue
+                index = comm_index[(kind, comm)] = index_of(cat)
+        starts.append(start)
+        ends.append(end)
+        cats.append(index)
+    if arrays is None:
+        arrays = len(starts) >= ARRAY_SWEEP_MIN_SPANS
+    if arrays and len(cat_class) <= 62 and (not starts or min(starts) >= 0):
+        _sweep_arrays(parts, starts, ends, cats, cat_class, cat_key)
+    else:
+        _sweep(parts, starts, ends, cats, cat_class, cat_key)
+    return parts
+
+
+def _sweep(parts, starts, ends, cats, cat_class, cat_key):
+    """The sweep in Python: the events in time order, each elementary interval assigned (:func:`_assign`)."""
+    events = []
+    for start, end, index in zip(starts, ends, cats):
         events.append((start, 1, index))
         events.append((end, -1, index))
     events.sort()
@@ -113,7 +145,108 @@ def rank_parts(view):
             i += 1
     if parts.finish_ns > now:
         parts.idle += parts.finish_ns - now
-    return parts
+
+
+def _sweep_arrays(parts, starts, ends, cats, cat_class, cat_key):
+    """:func:`_sweep` in numpy, for the same parts: the elementary intervals (between consecutive span ends,
+    from 0) are grouped by the set of categories running in them (a bit mask), and each set is assigned as
+    :func:`_assign` would, its intervals' lengths summed (integers); an even share over several communicators
+    is taken interval by interval (quotients and remainders of arrays), since the remainders do not add up."""
+    import numpy as np
+
+    if not starts:
+        if parts.finish_ns > 0:
+            parts.idle += parts.finish_ns
+        return
+    start = np.asarray(starts, dtype=np.int64)
+    end = np.asarray(ends, dtype=np.int64)
+    index = np.asarray(cats, dtype=np.int64)
+    times = np.unique(np.concatenate((start, end)))
+    first = int(times[0])
+    if first > 0:  # nothing runs before the first span
+        parts.idle += first
+    lengths = np.diff(times)
+    masks = np.zeros(len(times), dtype=np.int64)
+    at_start = np.searchsorted(times, start)
+    at_end = np.searchsorted(times, end)
+    for cat in range(len(cat_class)):
+        chosen = index == cat
+        delta = np.bincount(at_start[chosen], minlength=len(times)) - np.bincount(at_end[chosen], minlength=len(times))
+        masks |= (np.cumsum(delta) > 0).astype(np.int64) << cat
+    masks = masks[:-1]  # interval i is [times[i], times[i + 1])
+    now = int(times[-1])
+    if parts.finish_ns > now:
+        parts.idle += parts.finish_ns - now
+    if not len(lengths):
+        return
+    kinds, inverse = np.unique(masks, return_inverse=True)
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.searchsorted(inverse[order], np.arange(len(kinds) + 1))
+    sorted_lengths = lengths[order]
+    for k, mask in enumerate(kinds.tolist()):
+        group = sorted_lengths[bounds[k]:bounds[k + 1]]
+        running = [[], [], [], [], [], []]  # per class: the active categories, ascending
+        bit = 0
+        while mask >> bit:
+            if mask >> bit & 1:
+                running[cat_class[bit]].append(bit)
+            bit += 1
+        _assign_group(parts, group, running, cat_key)
+
+
+def _assign_group(parts, lengths, running, cat_key):
+    """:func:`_assign` for every interval of ``lengths`` (an int64 array) with the same categories ``running``."""
+    total = int(lengths.sum())
+    comm = running[_C_COMM]
+    recv = running[_C_RECV]
+    switch = running[_C_SWITCH]
+    both = comm + recv
+    if both:
+        parts.comm_busy += total
+        busy = parts.busy
+        for index in both:
+            key = cat_key[index]
+            busy[key] = busy.get(key, 0) + total
+    if switch:
+        in_switch_busy = parts.in_switch_busy
+        for key in {cat_key[i] for i in switch}:
+            in_switch_busy[key] = in_switch_busy.get(key, 0) + total
+    if running[_C_COMPUTE]:
+        parts.compute[cat_key[running[_C_COMPUTE][0]]] += total
+        if both:
+            parts.comm_overlapped += total
+            overlapped = parts.overlapped
+            for index in both:
+                key = cat_key[index]
+                overlapped[key] = overlapped.get(key, 0) + total
+    elif comm:
+        keys = sorted(cat_key[i] for i in comm)
+        switch_keys = {cat_key[i] for i in switch}
+        for key, ns in zip(keys, _shares(lengths, total, len(keys))):
+            target = parts.in_switch_exposed if key in switch_keys else parts.exposed
+            target[key] = target.get(key, 0) + ns
+    elif running[_C_MEM]:
+        parts.memory += total
+    elif recv:
+        keys = sorted(cat_key[i] for i in recv)
+        recv_wait = parts.recv_wait
+        for key, ns in zip(keys, _shares(lengths, total, len(keys))):
+            recv_wait[key] = recv_wait.get(key, 0) + ns
+    elif running[_C_CPU]:
+        parts.cpu += total
+    else:
+        parts.idle += total
+
+
+def _shares(lengths, total, count):
+    """What :func:`_share` gives each of ``count`` keys over every interval of ``lengths``, summed."""
+    if count == 1:
+        return [total]
+    import numpy as np
+
+    each = int((lengths // count).sum())
+    extra = lengths % count
+    return [each + int(np.count_nonzero(extra > j)) for j in range(count)]
 
 
 def _assign(parts, t0, t1, running, cat_key, compute, exposed, recv_wait, busy, overlapped):
