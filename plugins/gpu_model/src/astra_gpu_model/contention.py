@@ -406,66 +406,175 @@ class Contention:
             intervals.add(start_ns, end_ns, 0, self.node_sms(node, rank), self.node_hbm_share(node, rank))
 
     # ------------------------------------------------------------------ report
-    def summary(self, finish_ns_of_rank):
+    def summary(self, finish_ns_of_rank, arrays=None):
         """``{rank: {sm_busy_fraction, hbm_busy_fraction, contended_compute_ns, timeline, ...}}``.
 
         Timeline rows ``[start_ns, end_ns, compute_sms, comm_sms, hbm_share]`` (comm_sms: the running
         collectives' and sends' SMs; hbm_share: comm's share when any communication runs plus
         the compute kernel's estimated share), consecutive segments where something runs, capped at
-        :data:`TIMELINE_CAP` rows per rank. Fractions are over ``[0, rank finish]``."""
+        :data:`TIMELINE_CAP` rows per rank. Fractions are over ``[0, rank finish]``. ``arrays``: sweep in numpy
+        (True), in Python (False), or by size (None: numpy from :data:`ARRAY_SUMMARY_MIN_ROWS` intervals); both
+        give the same numbers, to the bit (:meth:`_rank_summary_arrays`)."""
         out = {}
-        sms = self.gpu.sm_count
         for rank, finish in finish_ns_of_rank.items():
             compute = self.compute.get(rank, _NO_INTERVALS)
             comm = self.comm.get(rank, _NO_INTERVALS)
-            events = {}
-            for start, end, c_sms, _k, c_hbm in compute.rows():
-                for t, sign in ((start, 1), (end, -1)):
-                    e = events.setdefault(t, [0, 0.0, 0, 0, 0.0])
-                    e[0] += sign * c_sms
-                    e[1] += sign * c_hbm
-            for start, end, _c, k, k_hbm in comm.rows():
-                for t, sign in ((start, 1), (end, -1)):
-                    e = events.setdefault(t, [0, 0.0, 0, 0, 0.0])
-                    e[2] += sign
-                    e[3] += sign * k
-                    e[4] += sign * k_hbm
-            points = sorted(events)
-            rows = []
-            sm_time = hbm_time = 0.0
-            c_sms = n_comm = comm_sms = 0
-            c_hbm = k_hbm = 0.0
-            for a, b in zip(points, points[1:]):
-                d = events[a]
-                c_sms += d[0]
-                c_hbm += d[1]
-                n_comm += d[2]
-                comm_sms += d[3]
-                k_hbm += d[4]
-                comm_on = n_comm > 0
-                k_sms = min(sms - 1, comm_sms) if comm_on else 0
-                if not c_sms and not k_sms:
-                    continue
-                comm_hbm = (min(MAX_DEFAULT_HBM_SHARE, max(0.0, k_hbm)) if self.per_transfer else self.hbm_share) \
-                    if comm_on else 0.0
-                hbm = min(1.0, max(0.0, c_hbm) + comm_hbm)
-                sm_time += min(sms, c_sms + k_sms) * (b - a)
-                hbm_time += hbm * (b - a)
-                row = [a, b, min(c_sms, sms), k_sms, round(hbm, 4)]
-                if rows and rows[-1][1] == a and rows[-1][2:] == row[2:]:
-                    rows[-1][1] = b
-                else:
-                    rows.append(row)
-            span = finish or (points[-1] if points else 0)
-            out[rank] = {
-                "sm_busy_fraction": round(sm_time / (sms * span), 4) if span else 0.0,
-                "hbm_busy_fraction": round(hbm_time / span, 4) if span else 0.0,
-                "contended_compute_ns": sum(e - b for b, e, _c, k, _h in compute.rows() if k >= 0),
-                "compute_ns": sum(e - b for b, e, *_ in compute.rows()),
-                "timeline": rows[:TIMELINE_CAP],
-                "timeline_truncated": len(rows) > TIMELINE_CAP,
-            }
+            use = arrays if arrays is not None else len(compute.start) + len(comm.start) >= ARRAY_SUMMARY_MIN_ROWS
+            summarise = self._rank_summary_arrays if use else self._rank_summary
+            out[rank] = summarise(compute, comm, finish)
         return out
+
+    def _rank_summary(self, compute, comm, finish):
+        """One rank's :meth:`summary`, swept in Python."""
+        sms = self.gpu.sm_count
+        events = {}
+        for start, end, c_sms, _k, c_hbm in compute.rows():
+            for t, sign in ((start, 1), (end, -1)):
+                e = events.setdefault(t, [0, 0.0, 0, 0, 0.0])
+                e[0] += sign * c_sms
+                e[1] += sign * c_hbm
+        for start, end, _c, k, k_hbm in comm.rows():
+            for t, sign in ((start, 1), (end, -1)):
+                e = events.setdefault(t, [0, 0.0, 0, 0, 0.0])
+                e[2] += sign
+                e[3] += sign * k
+                e[4] += sign * k_hbm
+        points = sorted(events)
+        rows = []
+        sm_time = hbm_time = 0.0
+        c_sms = n_comm = comm_sms = 0
+        c_hbm = k_hbm = 0.0
+        for a, b in zip(points, points[1:]):
+            d = events[a]
+            c_sms += d[0]
+            c_hbm += d[1]
+            n_comm += d[2]
+            comm_sms += d[3]
+            k_hbm += d[4]
+            comm_on = n_comm > 0
+            k_sms = min(sms - 1, comm_sms) if comm_on else 0
+            if not c_sms and not k_sms:
+                continue
+            comm_hbm = (min(MAX_DEFAULT_HBM_SHARE, max(0.0, k_hbm)) if self.per_transfer else self.hbm_share) \
+                if comm_on else 0.0
+            hbm = min(1.0, max(0.0, c_hbm) + comm_hbm)
+            sm_time += min(sms, c_sms + k_sms) * (b - a)
+            hbm_time += hbm * (b - a)
+            row = [a, b, min(c_sms, sms), k_sms, round(hbm, 4)]
+            if rows and rows[-1][1] == a and rows[-1][2:] == row[2:]:
+                rows[-1][1] = b
+            else:
+                rows.append(row)
+        span = finish or (points[-1] if points else 0)
+        return _rank_entry(sms, sm_time, hbm_time, span, compute, rows[:TIMELINE_CAP], len(rows) > TIMELINE_CAP)
+
+    def _rank_summary_arrays(self, compute, comm, finish):
+        """:meth:`_rank_summary` in numpy, the same floats to the bit: a time's float changes are summed in the
+        Python sweep's order (intervals in order, start before end; position by position in numpy, so each
+        sum is the same sequence of additions), the running sums are sequential (``cumsum``), the products and
+        bounds elementwise, and the timeline's rows (Python's ``round``) are built only up to the cap."""
+        import numpy as np
+
+        sms = self.gpu.sm_count
+        c_start, c_end = np.frombuffer(compute.start, np.int64), np.frombuffer(compute.end, np.int64)
+        k_start, k_end = np.frombuffer(comm.start, np.int64), np.frombuffer(comm.end, np.int64)
+        durations = c_end - c_start
+        totals = (int(durations[np.frombuffer(compute.comm_sms, np.int16) >= 0].sum()), int(durations.sum()))
+        points = np.unique(np.concatenate((c_start, c_end, k_start, k_end)))
+        n = len(points)
+        if n < 2:
+            span = finish or (int(points[-1]) if n else 0)
+            return _rank_entry(sms, 0.0, 0.0, span, totals, [], False)
+        c_sms_d = _at_points(points, c_start, c_end, np.frombuffer(compute.compute_sms, np.int16).astype(np.int64))
+        c_hbm_d = _float_at_points(points, c_start, c_end, np.frombuffer(compute.hbm, np.float32).astype(np.float64))
+        n_comm_d = _at_points(points, k_start, k_end, np.ones(len(k_start), np.int64))
+        k_sms_d = _at_points(points, k_start, k_end, np.frombuffer(comm.comm_sms, np.int16).astype(np.int64))
+        k_hbm_d = _float_at_points(points, k_start, k_end, np.frombuffer(comm.hbm, np.float32).astype(np.float64))
+        # the running values over each interval [points[i], points[i + 1])
+        c_sms = np.cumsum(c_sms_d)[:-1]
+        c_hbm = np.cumsum(c_hbm_d)[:-1]
+        comm_on = np.cumsum(n_comm_d)[:-1] > 0
+        k_sms = np.where(comm_on, np.minimum(sms - 1, np.cumsum(k_sms_d)[:-1]), 0)
+        k_hbm = np.cumsum(k_hbm_d)[:-1]
+        lengths = np.diff(points)
+        kept = (c_sms != 0) | (k_sms != 0)
+        if self.per_transfer:
+            comm_hbm = np.minimum(MAX_DEFAULT_HBM_SHARE, np.maximum(0.0, k_hbm))
+        else:
+            comm_hbm = np.full(len(k_hbm), self.hbm_share, dtype=np.float64)
+        comm_hbm = np.where(comm_on, comm_hbm, 0.0)
+        hbm = np.minimum(1.0, np.maximum(0.0, c_hbm) + comm_hbm)
+        sm_time = float(int((np.minimum(sms, c_sms + k_sms) * lengths)[kept].sum()))
+        hbm_time = float(np.cumsum(hbm[kept] * lengths[kept])[-1]) if kept.any() else 0.0
+        rows = []
+        starts, ends = points[:-1], points[1:]
+        for i in np.flatnonzero(kept).tolist():
+            a = int(starts[i])
+            row = [a, int(ends[i]), min(int(c_sms[i]), sms), int(k_sms[i]), round(float(hbm[i]), 4)]
+            if rows and rows[-1][1] == a and rows[-1][2:] == row[2:]:
+                rows[-1][1] = row[1]
+            else:
+                if len(rows) == TIMELINE_CAP:  # one row more: the timeline is truncated, the kept rows final
+                    return _rank_entry(sms, sm_time, hbm_time, finish or int(points[-1]), totals, rows, True)
+                rows.append(row)
+        return _rank_entry(sms, sm_time, hbm_time, finish or int(points[-1]), totals, rows, False)
+
+
+#: intervals (compute kernels and communication) from which a rank's summary is swept in numpy
+ARRAY_SUMMARY_MIN_ROWS = 4096
+
+
+def _rank_entry(sms, sm_time, hbm_time, span, compute, timeline, truncated):
+    """One rank's summary entry (:meth:`Contention.summary`); ``compute``: its kernels' intervals, or their
+    ``(contended_compute_ns, compute_ns)``."""
+    if isinstance(compute, tuple):
+        contended, busy = compute
+    else:
+        contended = sum(e - b for b, e, _c, k, _h in compute.rows() if k >= 0)
+        busy = sum(e - b for b, e, *_ in compute.rows())
+    return {
+        "sm_busy_fraction": round(sm_time / (sms * span), 4) if span else 0.0,
+        "hbm_busy_fraction": round(hbm_time / span, 4) if span else 0.0,
+        "contended_compute_ns": contended,
+        "compute_ns": busy,
+        "timeline": timeline,
+        "timeline_truncated": truncated,
+    }
+
+
+def _at_points(points, starts, ends, values):
+    """The integer change at each of ``points``: + ``values`` at the starts, - at the ends."""
+    import numpy as np
+
+    out = np.zeros(len(points), np.int64)
+    np.add.at(out, np.searchsorted(points, starts), values)
+    np.add.at(out, np.searchsorted(points, ends), -values)
+    return out
+
+
+def _float_at_points(points, starts, ends, values):
+    """The float change at each of ``points`` as the Python sweep sums it: from 0.0, interval by interval, the
+    start's + value before the end's - value; equal times are summed one position at a time, in that order."""
+    import numpy as np
+
+    count = len(starts)
+    at = np.empty(2 * count, np.int64)
+    at[0::2] = np.searchsorted(points, starts)
+    at[1::2] = np.searchsorted(points, ends)
+    change = np.empty(2 * count, np.float64)
+    change[0::2] = values
+    change[1::2] = -values
+    order = np.argsort(at, kind="stable")  # by point, in the sweep's order within one
+    at, change = at[order], change[order]
+    first = np.searchsorted(at, at)  # where each event's point begins in the sorted list
+    position = np.arange(2 * count) - first
+    out = np.zeros(len(points), np.float64)
+    by_position = np.argsort(position, kind="stable")
+    bounds = np.searchsorted(position[by_position], np.arange(int(position.max(initial=-1)) + 2))
+    for k in range(len(bounds) - 1):
+        chosen = by_position[bounds[k]:bounds[k + 1]]
+        out[at[chosen]] += change[chosen]  # at most one event per point at each position
+    return out
 
 
 __all__ = ["Contention", "contended_gpu", "default_hbm_share", "link_hbm_share", "DEFAULT_COMM_SMS"]
