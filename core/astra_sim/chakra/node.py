@@ -223,19 +223,20 @@ def _describe(node, key, value):
     return f"is {type(value).__name__} {value!r}"
 
 
-def _lookup(node, key, default, expected):
+def _get(node, key, default, expected, convert):
+    """Attribute ``key`` as ``convert(value)`` gives it (None: a kind the getter refuses, a ChakraError naming file,
+    node and key); ``default`` when absent, or a ChakraError when no default is given."""
     value = node.attrs.get(key, MISSING)
     if value is MISSING:
         if default is MISSING:
             raise ChakraError(f"{node.where}: attribute {key!r} missing (expected {expected})",
                               path=node.path, node_id=node.id, node_name=node.name)
-        return MISSING
-    return value
-
-
-def _bad(node, key, value, expected):
-    return ChakraError(f"{node.where}: attribute {key!r} {_describe(node, key, value)}, expected {expected}",
-                       path=node.path, node_id=node.id, node_name=node.name)
+        return default
+    out = convert(value)
+    if out is None:
+        raise ChakraError(f"{node.where}: attribute {key!r} {_describe(node, key, value)}, expected {expected}",
+                          path=node.path, node_id=node.id, node_name=node.name)
+    return out
 
 
 def get_int(node, key, default=MISSING):
@@ -244,73 +245,41 @@ def get_int(node, key, default=MISSING):
     Returns ``default`` when the attribute is absent; raises :class:`ChakraError` (naming file, node and key)
     when it is absent and no default is given, or when it holds a float, string, bytes or list.
     """
-    expected = "an integer"
-    value = _lookup(node, key, default, expected)
-    if value is MISSING:
-        return default
-    if value.__class__ is int:
-        return value
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int):
-        return int(value)
-    raise _bad(node, key, value, expected)
+    return _get(node, key, default, "an integer", lambda v: int(v) if isinstance(v, int) else None)
 
 
 def get_bool(node, key, default=MISSING):
     """Boolean attribute ``key``: ``bool_val``, or any integer member (non-zero is True)."""
-    expected = "a bool (or an integer)"
-    value = _lookup(node, key, default, expected)
-    if value is MISSING:
-        return default
-    if isinstance(value, int):  # bool is an int
-        return bool(value)
-    raise _bad(node, key, value, expected)
+    return _get(node, key, default, "a bool (or an integer)", lambda v: bool(v) if isinstance(v, int) else None)
 
 
 def get_bool_list(node, key, default=MISSING):
     """``bool_list`` attribute ``key`` (e.g. ``involved_dim``) as a list of bool. Any other kind is an error,
     as in ASTRA-sim."""
-    expected = "a bool_list"
-    value = _lookup(node, key, default, expected)
-    if value is MISSING:
-        return default
-    kind = attr_kind(node, key)
-    if isinstance(value, list) and (kind == "bool_list" or (kind is None and all(isinstance(v, bool) for v in value))):
-        return list(value)
-    raise _bad(node, key, value, expected)
+    def convert(value):
+        if not isinstance(value, list):
+            return None
+        kind = attr_kind(node, key)
+        bools = kind == "bool_list" or (kind is None and all(isinstance(v, bool) for v in value))
+        return list(value) if bools else None
+
+    return _get(node, key, default, "a bool_list", convert)
 
 
 def get_float(node, key, default=MISSING):
     """Numeric attribute ``key`` as float: ``double_val``/``float_val`` or any integer member."""
-    expected = "a number"
-    value = _lookup(node, key, default, expected)
-    if value is MISSING:
-        return default
-    if isinstance(value, (int, float)):
-        return float(value)
-    raise _bad(node, key, value, expected)
+    return _get(node, key, default, "a number", lambda v: float(v) if isinstance(v, (int, float)) else None)
 
 
 def get_str(node, key, default=MISSING):
     """``string_val`` attribute ``key`` (e.g. ``pg_name``); any other kind is an error, as in FeederV3."""
-    expected = "a string (string_val)"
-    value = _lookup(node, key, default, expected)
-    if value is MISSING:
-        return default
-    if isinstance(value, str):
-        return value
-    raise _bad(node, key, value, expected)
+    return _get(node, key, default, "a string (string_val)", lambda v: v if isinstance(v, str) else None)
 
 
 def get_str_list(node, key, default=MISSING):
     """``string_list`` attribute ``key`` as a list of str."""
-    expected = "a string_list"
-    value = _lookup(node, key, default, expected)
-    if value is MISSING:
-        return default
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        kind = attr_kind(node, key)
-        if kind in (None, "string_list"):
-            return list(value)
-    raise _bad(node, key, value, expected)
+    def convert(value):
+        strings = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        return list(value) if strings and attr_kind(node, key) in (None, "string_list") else None
+
+    return _get(node, key, default, "a string_list", convert)
