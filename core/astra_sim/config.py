@@ -214,8 +214,8 @@ def default_system_config(dims=1, algorithm="ring", **overrides):
         "roofline-enabled": 0,
         "peak-perf": 900,
     }
-    for key in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all"):
-        config[f"{key}-implementation"] = [algorithm] * dims
+    for key in COLLECTIVE_KEYS.values():
+        config[key] = [algorithm] * dims
     for key, value in overrides.items():
         config[key.replace("_", "-")] = value
     return config
