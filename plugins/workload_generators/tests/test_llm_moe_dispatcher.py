@@ -144,6 +144,9 @@ def test_the_flags_on_the_command_line():
     _, cfg = spec.resolve()
     assert (cfg.moe_dispatcher, cfg.moe_grouped_gemm, cfg.recompute_modules) == (
         "alltoall", "cublas-streams", ("layernorm", "moe_act"))
+    mapped = LlmSpec.from_mapping({"preset": "mixtral-8x7b", "recompute-modules": ["layernorm", "moe_act"],
+                                   "moe_dispatcher": "alltoall"})  # (a sweep's llm: block)
+    assert mapped.recompute_modules == "layernorm,moe_act" and mapped.moe_dispatcher == "alltoall"
     _, cfg = LlmSpec(preset="mixtral-8x7b").resolve()
     assert (cfg.moe_dispatcher, cfg.moe_grouped_gemm, cfg.recompute_modules) == ("exchange", "grouped", ())
 

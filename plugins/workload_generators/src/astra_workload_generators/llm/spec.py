@@ -355,7 +355,7 @@ def _plain(dest, value):
     """A typed value as the command line would give it (the few options whose CLI form is a string)."""
     if dest == "recompute" and isinstance(value, bool):
         return "full" if value else None
-    if dest == "lora_targets" and isinstance(value, (list, tuple)):
+    if dest in ("lora_targets", "recompute_modules") and isinstance(value, (list, tuple)):
         return ",".join(str(x) for x in value)
     if dest == "comm_sms" and isinstance(value, Mapping):
         return ",".join(f"{k}={v}" for k, v in value.items())
