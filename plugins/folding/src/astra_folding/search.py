@@ -191,6 +191,7 @@ def check_declared_symmetry(declared, npus_per_dim, dim_kinds, signatures, group
     native, needs = _collective_needs(signatures, native_impls, group_impl)
     equivalence = needs[0]
     shifts = []
+    named = {}  # what each class trace names (sub_shift_is_equivariant), read once for every part tried
 
     def accept(shift):
         why = shift_refuses(shift, npus_per_dim, dim_kinds, native, native_impls)
@@ -208,7 +209,7 @@ def check_declared_symmetry(declared, npus_per_dim, dim_kinds, signatures, group
         kept = []
         for part in parts:
             part_why = accept(part)
-            if part_why is None and not sub_shift_is_equivariant(part, shift, declared, class_nodes, groups):
+            if part_why is None and not sub_shift_is_equivariant(part, shift, declared, class_nodes, groups, named):
                 part_why = "the traces are not equivariant under it"
             if part_why is None:
                 kept.append(part)
@@ -238,30 +239,27 @@ def split_by_dimensions(shift, npus_per_dim):
     return parts if covered == shift.radix else []
 
 
-def sub_shift_is_equivariant(part, whole, declared, class_nodes, groups):
+def sub_shift_is_equivariant(part, whole, declared, class_nodes, groups, named=None):
     """Whether the traces of a compact workload (each rank's is its class trace relabelled by the declared
     symmetry) are equivariant under ``part``, a shift of a part of the declared shift ``whole``'s digit.
 
     Rank ``r``'s trace is ``h_r`` of its class's, so equivariance at ``r`` means ``u = h_{part(r)}^-1 part h_r``
     fixes every rank its class trace names as a peer and maps every communicator group it names onto itself.
-    ``u`` depends only on ``r``'s offset in ``whole``'s digit: one check per offset and class."""
+    ``u`` depends only on ``r``'s offset in ``whole``'s digit: one check per offset and class. ``named``: a
+    dict that keeps what each class trace names (:func:`_named_ranks`) for the next call (the traces are read
+    once for every part tried)."""
     import numpy as np  # here, not at import: every astra command loads this module, few need numpy
 
     index = declared.shifts.index(whole)
     for rep, nodes in class_nodes.items():
-        peers, pgs = set(), set()
-        for node in nodes:
-            attrs = node.attrs
-            for key in ("comm_src", "comm_dst"):
-                value = attrs.get(key)
-                if isinstance(value, int) and not isinstance(value, bool):
-                    peers.add(value)
-            pg = attrs.get("pg_name")
-            if pg not in _DEFAULT_PG:
-                try:
-                    pgs.add(int(pg))
-                except (TypeError, ValueError):
-                    return False
+        found = named.get(rep) if named is not None else None
+        if found is None:
+            found = _named_ranks(nodes)
+            if named is not None:
+                named[rep] = found
+        if found is False:
+            return False
+        peers, pgs = found
         members = {}
         for group_id in pgs:
             if group_id not in groups:
@@ -269,7 +267,7 @@ def sub_shift_is_equivariant(part, whole, declared, class_nodes, groups):
             members[group_id] = np.array(sorted(groups[group_id]), dtype=np.int64)
         if not peers and not members:
             continue  # nothing in the trace names a rank: every relabelling leaves it as it is
-        named = np.array(sorted(peers), dtype=np.int64)
+        peer_ranks = np.array(sorted(peers), dtype=np.int64)
 
         def u(ranks, offsets, back):
             moved = declared.moved_array(ranks, offsets)
@@ -281,12 +279,40 @@ def sub_shift_is_equivariant(part, whole, declared, class_nodes, groups):
             offsets = [0] * len(declared.shifts)
             offsets[index] = k
             back = declared.offsets(shift_image(part, declared.moved(rep, offsets)))
-            if len(named) and not np.array_equal(u(named, offsets, back), named):
+            if len(peer_ranks) and not np.array_equal(u(peer_ranks, offsets, back), peer_ranks):
                 return False
             for group in members.values():
                 if not np.array_equal(np.sort(u(group, offsets, back)), group):
                     return False
     return True
+
+
+_NAMING_KEYS = frozenset(("comm_src", "comm_dst", "pg_name"))
+
+
+def _named_ranks(nodes):
+    """``(peers, process groups)`` a class trace names (its nodes' ``comm_src``, ``comm_dst`` and non-default
+    ``pg_name``), or False when a ``pg_name`` is not a group id. Only the nodes that hold one of those keys
+    are read in Python (picked in C: most nodes, kernels, hold none)."""
+    from itertools import compress
+    from operator import attrgetter, methodcaller, not_
+
+    keys = map(methodcaller("keys"), map(attrgetter("attrs"), nodes))
+    naming = map(not_, map(methodcaller("isdisjoint", _NAMING_KEYS), keys))
+    peers, pgs = set(), set()
+    for node in compress(nodes, naming):
+        attrs = node.attrs
+        for key in ("comm_src", "comm_dst"):
+            value = attrs.get(key)
+            if isinstance(value, int) and not isinstance(value, bool):
+                peers.add(value)
+        pg = attrs.get("pg_name")
+        if pg not in _DEFAULT_PG:
+            try:
+                pgs.add(int(pg))
+            except (TypeError, ValueError):
+                return False
+    return peers, pgs
 
 
 def shift_refuses(shift, npus_per_dim, dim_kinds, native, native_impls):
