@@ -475,3 +475,19 @@ def test_version_answers_before_any_plugin_loads(monkeypatch, capsys):
     monkeypatch.setattr(plugins_module, "make_plugin_manager", refuse)
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.startswith("astra-sim-py ")
+
+
+def test_astra_run_builds_no_plugin_command_parsers():
+    """``astra run`` needs none of the plugins' commands; building their parsers imports their modules."""
+    from astra_sim.cli import _command_word, build_parser
+    from astra_sim.cliutil import subcommand_action
+    from astra_sim.plugins import make_plugin_manager
+
+    assert _command_word(["-p", "gpu_model", "run", "--platform", "hgx-h100"]) == "run"
+    assert _command_word(["--plugin", "run", "serve"]) == "serve"
+    assert _command_word(["-q"]) is None
+    pm = make_plugin_manager()
+    full = subcommand_action(build_parser(pm)).choices
+    slim = subcommand_action(build_parser(pm, plugin_commands=False)).choices
+    assert "serve" in full and "serve" not in slim
+    assert {"run", "plugins", "completion"} <= set(slim)

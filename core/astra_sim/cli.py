@@ -53,7 +53,9 @@ def _add_run_arguments(run):
     out.add_argument("-q", "--quiet", action="store_true", help="no summary table")
 
 
-def build_parser(pm=None):
+def build_parser(pm=None, plugin_commands=True):
+    """The ``astra`` parser; ``plugin_commands=False`` leaves out the plugins' commands (``astra run`` needs none of
+    them, and building their parsers imports their modules: a quarter of a short run's start-up)."""
     parser = argparse.ArgumentParser(
         prog="astra",
         description="astra-sim-py: simulate distributed ML workloads (Chakra traces) on modelled systems.",
@@ -76,7 +78,7 @@ def build_parser(pm=None):
                                             "in your shell. bash/zsh: eval \"$(astra completion bash)\" in "
                                             "~/.bashrc or ~/.zshrc; fish: astra completion fish | source.")
     completion.add_argument("shell", choices=("bash", "zsh", "fish"))
-    if pm is not None:
+    if pm is not None and plugin_commands:
         try:
             pm.hook.astra_register_commands(subparsers=sub)
         except argparse.ArgumentError as exc:
@@ -148,8 +150,9 @@ def _main(argv, started=None):
 
     selected, blocked = _plugin_selection(argv)
     pm = make_plugin_manager(selected, blocked)
-    parser = build_parser(pm)
-    if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (`astra completion`): answer, then exit
+    completing = "_ARGCOMPLETE" in os.environ
+    parser = build_parser(pm, plugin_commands=completing or _command_word(argv) != "run")
+    if completing:  # the shell asks for completions (`astra completion`): answer, then exit
         import argcomplete
 
         argcomplete.autocomplete(parser)
@@ -178,6 +181,19 @@ def _main(argv, started=None):
             return _cmd_run(pm, args)
         args.plugin_manager = pm  # a plugin command may use the loaded plugins (registries, hooks)
         return args.run_command(args)
+
+
+def _command_word(argv):
+    """The command ``argv`` names (its first word that is not an option or a -p/--plugin value), or None."""
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("-p", "--plugin"):
+            skip = True
+        elif not arg.startswith("-"):
+            return arg
+    return None
 
 
 def _command_name(parser, argv, command):
