@@ -64,6 +64,7 @@ class RankWorkload:
         self.fresh = list(roots)
         self.ready = [[], [], [], []]
         self.ready_count = len(self.fresh)
+        self.passes = 0  # passes over the ready nodes started (_issue_dep_free_nodes)
         self.slot_busy = [0, 0, 0, 0]
         # comm-streams per-communicator: (pg_name, send destination or None) -> an extra
         # communication slot, appended to ``ready`` and ``slot_busy`` when first needed.
@@ -153,17 +154,28 @@ class RankWorkload:
         ready = self.ready
         nodes = self.nodes
         fresh = self.fresh
+        slots = None  # the slots that may hold ids: all, or (heaps empty before) those the fresh ids went to
         if fresh:
             self.fresh = []
             slot_of = self._slot
-            for node_id in fresh:
-                heappush(ready[slot_of(nodes[node_id])], node_id)
+            if self.ready_count == len(fresh):  # nothing waits in a heap
+                slots = set()
+                for node_id in fresh:
+                    slot = slot_of(nodes[node_id])
+                    heappush(ready[slot], node_id)
+                    slots.add(slot)
+            else:
+                for node_id in fresh:
+                    heappush(ready[slot_of(nodes[node_id])], node_id)
+        self.passes += 1
+        passes = self.passes
         busy = self.slot_busy
         passed = -1  # the last id issued in this pass
         set_aside = None
         while True:
             best = best_slot = None
-            for slot in range(len(ready)):
+            # The order of the slots does not matter: ids are unique, the smallest head wins.
+            for slot in range(len(ready)) if slots is None else slots:
                 heap = ready[slot]
                 if not heap or (slot != _NONE and busy[slot]):
                     continue
@@ -185,6 +197,8 @@ class RankWorkload:
             self.ready_count -= 1
             passed = best
             self._issue(nodes[best], best_slot)
+            if self.passes != passes:  # a node that finished at once started a pass of its own: look at all
+                slots = None
         if set_aside:
             self.fresh.extend(set_aside)
 
