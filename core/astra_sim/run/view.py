@@ -98,6 +98,12 @@ class RunView:
         """A simulated rank's finish time (None while it runs)."""
         return self._sim.workloads[rank].finish_ns
 
+    def collective_end_ns(self, rank, node_id):
+        """When a simulated rank's running collective (trace node ``node_id``) ends, where its system layer has
+        already fixed it (every chunk in a last, timed phase: :meth:`astra_sim.system.sys.Sys.collective_end_ns`);
+        None otherwise."""
+        return self._sim.ranks.systems[rank].collective_end_ns(node_id)
+
     def algorithm_spec(self, name):
         """The collective catalogue's entry for an implementation name of the system configuration
         (``[CollectiveAlgorithmSpec, ...]``; an AstraError for an unknown name)."""

@@ -20,7 +20,7 @@ from collections import deque
 from astra_sim.engine import EventEngine
 from astra_sim.errors import ConfigError, SimulationError
 from astra_sim.system.collectives import (
-    ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, GROUP_FALLBACK_ALGORITHM, REDUCE_SCATTER,
+    ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, GROUP_FALLBACK_ALGORITHM, REDUCE_SCATTER, TimedCollective,
 )
 from astra_sim.system.frontend import (
     COLLECTIVE_TAG_BASE,
@@ -37,7 +37,8 @@ from astra_sim.system.topology import (
 class DataSet:
     """All chunks of one collective; tells the workload when the last one ends."""
 
-    __slots__ = ("total_streams", "finished_streams", "notifier", "creation_ns", "active", "node_id")
+    __slots__ = ("total_streams", "finished_streams", "notifier", "creation_ns", "active", "node_id",
+                 "timed_streams", "timed_end_ns")
     finished_streams: int  # typed for mypyc (tools/compile_core.py), as the hot attributes below
 
     def __init__(self, total_streams, creation_ns, node_id=-1):
@@ -47,6 +48,14 @@ class DataSet:
         self.notifier = None
         self.creation_ns = creation_ns
         self.active = True
+        # streams whose last phase is a running TimedCollective, and the latest of their ends (end_ns)
+        self.timed_streams = 0
+        self.timed_end_ns = 0
+
+    def end_ns(self):
+        """When the collective will end, once every chunk runs its last phase as a :class:`TimedCollective`
+        (whose end is fixed when it starts: NCCL's model); None while that is not known."""
+        return self.timed_end_ns if self.active and self.timed_streams == self.total_streams else None
 
     def stream_finished(self, now_ns) -> None:
         self.finished_streams += 1
@@ -83,7 +92,14 @@ class Stream:
 
     def init(self) -> None:
         self.initialized = True
-        self.algorithm.run_init()
+        algorithm = self.algorithm
+        algorithm.run_init()
+        if not self.phases and isinstance(algorithm, TimedCollective):  # the last phase, over at a known time
+            dataset = self.dataset
+            dataset.timed_streams += 1
+            end = self.sys.engine.now + algorithm.time_ns
+            if end > dataset.timed_end_ns:
+                dataset.timed_end_ns = end
 
 
 
@@ -146,6 +162,7 @@ class Sys:
         "shared", "rank", "engine", "endpoint_delay_ns", "local_mem_bw", "_pending", "_schedule",
         "_call_events_fn", "num_streams", "priority_counter", "_topologies", "levels",
         "active_streams", "running_streams", "queue_threshold", "msg_send", "msg_recv", "group_levels",
+        "collectives",
     )
     engine: EventEngine
     _pending: dict[int, list]
@@ -176,6 +193,7 @@ class Sys:
         self.queue_threshold = math.ceil(shared.system_config.active_chunks_per_dimension / queues_per_dim[0])
         # comm-streams per-communicator: group id -> its own QueueLevel per dimension
         self.group_levels = {} if shared.system_config.comm_streams == "per-communicator" else None
+        self.collectives = {}  # trace node id -> DataSet of its running collective (collective_end_ns)
         if shared.rendezvous:
             self.msg_send = self._rendezvous_send
             self.msg_recv = self._rendezvous_recv
@@ -444,12 +462,21 @@ class Sys:
             self.proceed_to_next_phase(stream)
         if dataset.active:
             dataset.total_streams = count
+            if node_id >= 0 and dataset.finished_streams < count:
+                self.collectives[node_id] = dataset
         else:
             # Nothing to communicate (every dimension has one NPU or is not
             # involved): the reference hangs here; we finish at once.
             dataset.notifier = None
             self.register_event(lambda _arg: notifier(0), None, 0)
         return dataset
+
+    def collective_end_ns(self, node_id):
+        """When the running collective of trace node ``node_id`` ends (int ns), where that is already fixed (every
+        chunk in its last phase, a :class:`TimedCollective`: ``--platform-collective nccl``); None otherwise (a
+        phase still waiting or to come, packets of a native algorithm, a custom collective, not running)."""
+        dataset = self.collectives.get(node_id)
+        return None if dataset is None else dataset.end_ns()
 
     def _queue_levels(self, group, ndims):
         """The QueueLevel per dimension a collective of ``group`` uses: the rank's own, or with
@@ -529,7 +556,10 @@ class Sys:
         """A phase ended (or the stream is new): move the stream to its next queue."""
         previous = stream.current_queue_id
         if not stream.phases:
-            stream.dataset.stream_finished(self.engine.now)
+            dataset = stream.dataset
+            if dataset.finished_streams + 1 == dataset.total_streams and dataset.node_id >= 0:
+                self.collectives.pop(dataset.node_id, None)
+            dataset.stream_finished(self.engine.now)
         if previous >= 0:
             self.active_streams[previous].remove(stream)
         if not stream.phases:

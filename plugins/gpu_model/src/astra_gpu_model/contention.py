@@ -203,6 +203,7 @@ class Contention:
         self._bytes_cache = {}  # (op name, shapes, types, values, launched, grouped) -> HBM bytes (-1: unknown)
         self._engine = getattr(context, "engine", None)
         self._nodes_in_flight = getattr(context, "comm_nodes_in_flight", None)
+        self._end_of = None  # (rank, node id) -> when a running collective ends, or None (bind_run)
         self.compute = {}  # rank -> _Intervals of its compute kernels (comm_sms -1: not contended)
         self.comm = {}  # rank -> _Intervals of its collectives and sends (their comm_sms)
         self.contended_nodes = 0
@@ -274,13 +275,46 @@ class Contention:
         the running collectives and sends (capped at ``sm_count - 1``), and so do per-transfer HBM shares
         (capped at :data:`MAX_DEFAULT_HBM_SHARE`)."""
         nodes = self._nodes_in_flight(rank) if self._nodes_in_flight is not None else None
-        if not nodes:
-            return None
+        return self._state(nodes, rank) if nodes else None
+
+    def _state(self, nodes, rank):
+        """:meth:`busy` of the communication ``nodes`` (not empty)."""
         sms = min(self.gpu.sm_count - 1, sum(self.node_sms(n, rank) for n in nodes))
         if not self.per_transfer:
             return sms, self.hbm_share
         share = sum(self.node_hbm_share(n, rank) for n in nodes)
         return sms, round(min(MAX_DEFAULT_HBM_SHARE, share), 4)
+
+    def bind_run(self, run):
+        """Read the running collectives' ends from the run (``run.collective_end_ns``, the lifecycle hooks'
+        view): without it every kernel issued beside communication is slowed for its whole duration."""
+        self._end_of = getattr(run, "collective_end_ns", None)
+
+    def segments(self, rank):
+        """``[(state, until_ns), ...]``: the rank's running communication (:meth:`busy`'s state, None when none
+        runs) from now on, changing at each running collective's end where that is already fixed (a timed
+        phase: ``--platform-collective nccl``); the last entry's ``until_ns`` is None. An operation whose end is
+        not known (a send, a collective of packets or still to start) runs to the end of the kernel."""
+        nodes = self._nodes_in_flight(rank) if self._nodes_in_flight is not None else None
+        if not nodes:
+            return [(None, None)]
+        end_of = self._end_of
+        now = self._engine.now if self._engine is not None else None
+        ends = {}
+        if end_of is not None and now is not None:
+            for n in nodes:
+                if n.type == T.COMM_COLL_NODE:
+                    end = end_of(rank, n.id)
+                    if end is not None and end > now:
+                        ends[n.id] = end
+        if not ends:
+            return [(self._state(nodes, rank), None)]
+        out = []
+        for until in sorted(set(ends.values())):
+            out.append((self._state(nodes, rank), until))
+            nodes = [n for n in nodes if ends.get(n.id, until + 1) > until]
+        out.append((self._state(nodes, rank) if nodes else None, None))
+        return out
 
     def _contended(self, state):
         entry = self._slowed.get(state)
@@ -295,64 +329,70 @@ class Contention:
         return _sm_attr(node, "sm_margin", rank, "compute", self.gpu.sm_count - 1, "SMs the kernel leaves free")
 
     def time_node(self, model, node, rank):
-        """Time ``node`` with ``model`` on the whole or the contended GPU; record the interval."""
-        if self.mode == "measured":
-            return self._time_measured(model, node, rank)
-        state = self.busy(rank)
+        """Time ``node`` with ``model`` on the whole or the contended GPU, piecewise over :meth:`segments` (it
+        progresses at each state's rate while that state lasts); record the pieces it ran."""
+        segments = self.segments(rank)
         margin = self.node_margin(node, rank)
-        if margin and (state is None or state[0] < margin):
-            state = (margin, 0.0 if state is None else state[1])
-        sms, share = state if state is not None else (None, 0.0)
-        if state is not None:
-            saved = model.gpu, model._cache
-            model.gpu, model._cache = self._contended(state)
-            try:
-                duration = model._compute_time_ns(node, rank)
-            finally:
-                model.gpu, model._cache = saved
+        measured = self.mode == "measured"
+        full = model._compute_time_ns(node, rank) if measured or segments[-1][0] is None and not margin else None
+        durations = {}
+
+        def timed(state):  # (duration, SMs the kernel leaves to the state, HBM share) on one state
+            if state not in durations:
+                durations[state] = (self._measured(model, node, rank, state, margin, full) if measured
+                                    else self._on_state(model, node, rank, state, margin, full))
+            return durations[state]
+
+        first = timed(segments[0][0])
+        if first[0] is None:  # the node runs no kernel
+            return None
+        start = self._engine.now if self._engine is not None else 0
+        pieces = piecewise(start, [(timed(state), until) for state, until in segments])
+        duration = pieces[-1][2] - start
+        if any(sms is not None for (_d, sms, _s), _a, _b in pieces):
             self.contended_nodes += 1
-        else:
-            duration = model._compute_time_ns(node, rank)
         if duration and self._engine is not None:
-            start = self._engine.now
-            nbytes = self._bytes(model, node, rank)
-            hbm = 0.0
-            if nbytes:
-                hbm = min(1.0 - share, nbytes / (duration * 1e-9 * self.gpu.hbm_bytes_per_s))
+            nbytes = 0 if measured else self._bytes(model, node, rank)
             intervals = self.compute.get(rank)
             if intervals is None:
                 intervals = self.compute[rank] = _Intervals()
-            intervals.add(start, start + duration, self.gpu.sm_count - (sms or 0), -1 if sms is None else sms, hbm)
+            for (d, sms, share), a, b in pieces:
+                if b > a:
+                    hbm = min(1.0 - share, nbytes / (d * 1e-9 * self.gpu.hbm_bytes_per_s)) if nbytes and d else 0.0
+                    intervals.add(a, b, self.gpu.sm_count - (sms or 0), -1 if sms is None else sms, hbm)
         return duration
 
-    def _time_measured(self, model, node, rank):
-        """``--gpu-contention-model measured``: the whole GPU's time, slowed by the measured factor for the SMs
-        the running communication takes (compute-bound and memory-bound kernels apart), or, for a kernel
-        launched leaving SMs free (``sm_margin``) at least as many as the communication takes, by the
-        measured cost of that carve-out."""
-        state = self.busy(rank)
-        margin = self.node_margin(node, rank)
-        duration = model._compute_time_ns(node, rank)
-        if duration is None or (state is None and not margin):
-            sms = None
+    def _on_state(self, model, node, rank, state, margin, full):
+        """(duration, SMs taken or None, HBM share) of ``node`` on the GPU that ``state``'s communication and
+        its own ``sm_margin`` leave."""
+        if margin and (state is None or state[0] < margin):
+            state = (margin, 0.0 if state is None else state[1])
+        if state is None:
+            return (model._compute_time_ns(node, rank) if full is None else full), None, 0.0
+        saved = model.gpu, model._cache
+        model.gpu, model._cache = self._contended(state)
+        try:
+            duration = model._compute_time_ns(node, rank)
+        finally:
+            model.gpu, model._cache = saved
+        return duration, state[0], state[1]
+
+    def _measured(self, model, node, rank, state, margin, full):
+        """``--gpu-contention-model measured`` on one state: the whole GPU's time ``full``, slowed by the measured
+        factor for the SMs the running communication takes (compute-bound and memory-bound kernels apart), or,
+        for a kernel launched leaving SMs free (``sm_margin``) at least as many as the communication takes, by
+        the measured cost of that carve-out."""
+        if full is None or (state is None and not margin):
+            return full, None, 0.0
+        taken = state[0] if state is not None else 0
+        kind = self._kind(model, node, rank)
+        if margin and margin >= taken:
+            factor = measured_slowdown("carveout", margin / self.gpu.sm_count) if kind == "compute" else 1.0
+            sms = margin
         else:
-            taken = state[0] if state is not None else 0
-            kind = self._kind(model, node, rank)
-            if margin and margin >= taken:
-                factor = measured_slowdown("carveout", margin / self.gpu.sm_count) if kind == "compute" else 1.0
-                sms = margin
-            else:
-                factor = measured_slowdown(kind, taken / self.gpu.sm_count)
-                sms = taken
-            duration = int(round(duration * factor))
-            self.contended_nodes += 1
-        if duration and self._engine is not None:
-            intervals = self.compute.get(rank)
-            if intervals is None:
-                intervals = self.compute[rank] = _Intervals()
-            start = self._engine.now
-            intervals.add(start, start + duration, self.gpu.sm_count - (sms or 0), -1 if sms is None else sms, 0.0)
-        return duration
+            factor = measured_slowdown(kind, taken / self.gpu.sm_count)
+            sms = taken
+        return int(round(full * factor)), sms, 0.0
 
     def _kind(self, model, node, rank):
         """``compute`` (GEMMs, attention, convolutions, kernels of unknown ops) or ``memory``."""
@@ -520,6 +560,32 @@ class Contention:
         return _rank_entry(sms, sm_time, hbm_time, finish or int(points[-1]), totals, rows, False)
 
 
+def piecewise(start, segments):
+    """The pieces ``[(timing, a, b), ...]`` a kernel issued at ``start`` runs: ``segments`` is ``[((duration, ...),
+    until_ns), ...]``, the kernel's whole duration on each state of the GPU and when that state ends (None for the
+    last). The kernel does ``1 / duration`` of its work per ns of each state, so it ends in the first state where
+    its remaining work fits; the time in that last piece is rounded to the nearest ns (halves up), the others are
+    whole. Exact (fractions), deterministic, and the one state's duration when the kernel ends before the first
+    change."""
+    from fractions import Fraction
+
+    pieces = []
+    done = Fraction(0)  # fraction of the work done
+    at = start
+    for timing, until in segments:
+        duration = timing[0]
+        rest = duration if not done else (1 - done) * duration
+        if until is None or rest <= until - at:
+            if done:
+                rest = (2 * rest.numerator + rest.denominator) // (2 * rest.denominator)
+            pieces.append((timing, at, at + rest))
+            return pieces
+        pieces.append((timing, at, until))
+        done += Fraction(until - at, duration)
+        at = until
+    raise ValueError("segments must end with an open state (until None)")
+
+
 #: intervals (compute kernels and communication) from which a rank's summary is swept in numpy
 ARRAY_SUMMARY_MIN_ROWS = 4096
 
@@ -577,4 +643,4 @@ def _float_at_points(points, starts, ends, values):
     return out
 
 
-__all__ = ["Contention", "contended_gpu", "default_hbm_share", "link_hbm_share", "DEFAULT_COMM_SMS"]
+__all__ = ["Contention", "contended_gpu", "piecewise", "default_hbm_share", "link_hbm_share", "DEFAULT_COMM_SMS"]

@@ -66,6 +66,8 @@ def astra_run_start(run):
     if isinstance(model, GpuComputeModel):
         from astra_gpu_model.capacity import check
 
+        if model.contention is not None:  # kernels slowed only until the running collectives' known ends
+            model.contention.bind_run(run)
         # a GPU whose GEMM efficiencies are borrowed says so in the terminal and the report's warnings
         calibration = model.gpu.calibration_warning()
         if calibration:
