@@ -2,18 +2,19 @@
 system (:func:`system_power`), a report's ``stats.energy`` (:func:`energy_stats`) and the published measurements
 (:func:`load_cases`, :func:`evaluate`). Other plugins use these, never the CLI."""
 
-from astra_energy.account import millijoules, step_energy
-from astra_energy.power import GpuPower, gpu_power, gpu_power_of, known_gpus
-from astra_energy.report import energy_stats
-from astra_energy.system import SystemPower, default_pue, system_power
+#: each public name's module, imported on first use (the plugin's hooks load for every run; the power data and the
+#: gpu model it reads only matter to a run on the gpu model). The cases module runs as a script too.
+_MODULES = {"account": ("millijoules", "step_energy"), "power": ("GpuPower", "gpu_power", "gpu_power_of", "known_gpus"),
+            "report": ("energy_stats",), "system": ("SystemPower", "default_pue", "system_power"),
+            "cases": ("load_cases", "evaluate")}
 
 
 def __getattr__(name):
-    # the cases module runs as a script (python -m astra_energy.cases): imported on first use only
-    if name in ("load_cases", "evaluate"):
-        from astra_energy import cases
+    for module, names in _MODULES.items():
+        if name in names:
+            import importlib
 
-        return getattr(cases, name)
+            return getattr(importlib.import_module(f"astra_energy.{module}"), name)
     raise AttributeError(f"module 'astra_energy' has no attribute {name!r}")
 
 

@@ -31,12 +31,12 @@ def astra_add_run_options(parser):
 
 
 def _gpu_model(run):
-    try:
-        from astra_gpu_model.model import GpuComputeModel
-    except ImportError:  # gpu_model is a dependency, but a broken install should not break every run
-        return None
+    import sys
+
+    # a run on the gpu model has imported its module; other runs need not pay for importing it here
+    module = sys.modules.get("astra_gpu_model.model")
     model = run.compute_model
-    return model if isinstance(model, GpuComputeModel) else None
+    return model if module is not None and isinstance(model, module.GpuComputeModel) else None
 
 
 def _platform(run):
@@ -61,8 +61,6 @@ def _gemm_class(model, dtype):
 
 @hookimpl
 def astra_run_start(run):
-    from astra_energy.power import gpu_power_of
-
     options = run.options
     limit, clock, pue = options.get("power_limit_w"), options.get("gpu_clock_mhz"), options.get("pue")
     if pue is not None and not 1.0 <= pue < float("inf"):
@@ -74,6 +72,8 @@ def astra_run_start(run):
             raise ConfigError("--power-limit-w / --gpu-clock-mhz need the gpu compute model (--compute-model gpu or a "
                               "GPU --platform): it scales the compute rates with the clock")
         return
+    from astra_energy.power import gpu_power_of  # (only a run on the gpu model has energy)
+
     power = gpu_power_of(model.gpu)
     if power is None:  # no preset with power data, and a GPU YAML without tdp_w and boost_clock_mhz: no stats.energy
         if capped:

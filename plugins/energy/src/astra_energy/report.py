@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 
 from astra_energy.account import millijoules, step_energy
-from astra_energy.power import CLASSES
 
 #: the numbers of ``stats.energy`` (declared with astra_register_metrics)
 METRICS = (
@@ -45,6 +44,8 @@ METRICS = (
 def energy_stats(report, power, system, *, pue, power_limit_w=None, clock_mhz=None, gemm_class="gemm", tokens=0,
                  mode=None) -> dict:
     """The report's ``stats.energy`` (see :data:`METRICS`)."""
+    from astra_energy.power import CLASSES  # (not at import: metrics registration needs no power data)
+
     ratios = {cls: power.settled_clock_ratio(cls, power_limit_w, clock_mhz) for cls in CLASSES}
     class_w = {cls: power.watts(cls, ratios[cls]) for cls in CLASSES}
     class_mw = {cls: int(round(w * 1000)) for cls, w in class_w.items()}

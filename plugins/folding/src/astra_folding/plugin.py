@@ -25,8 +25,8 @@ def astra_fold_planner(setup, catalogue, requested, refused):
 def astra_run_finish(run, report):
     """The terminal's line for a run folded in time (``stats.time_fold.summary_line``; the numbers are in
     ``settings.fold.time``)."""
-    from astra_folding.time_fold import summary_line
-
     info = (report.settings.get("fold") or {}).get("time") or {}
     if info.get("folded"):
+        from astra_folding.time_fold import summary_line  # (numpy: imported only when a run folded in time)
+
         report.stats["time_fold"] = {"summary_line": summary_line(info)}

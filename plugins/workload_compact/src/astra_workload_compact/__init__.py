@@ -34,12 +34,20 @@ reads it through the format's ``compact(prefix)`` (:class:`astra_sim.api.Compact
 :func:`expand_workload`, :class:`Relabeller`.
 """
 
-from astra_workload_compact.expand import expand_workload, read_rank_nodes
 from astra_workload_compact.manifest import (
     FORMAT, MANIFEST_SUFFIX, VERSION, CompactWorkload, is_compact, manifest_path, read_compact_workload, roles_path,
     write_compact_workload,
 )
 from astra_workload_compact.relabel import RANK_ATTRS, Relabeller
+
+
+def __getattr__(name):
+    # the expansion (per-rank files from a manifest) loads on first use: a run reads the manifest only
+    if name in ("expand_workload", "read_rank_nodes"):
+        from astra_workload_compact import expand
+
+        return getattr(expand, name)
+    raise AttributeError(f"module 'astra_workload_compact' has no attribute {name!r}")
 
 __all__ = ["CompactWorkload", "FORMAT", "MANIFEST_SUFFIX", "RANK_ATTRS", "Relabeller", "VERSION", "expand_workload",
            "is_compact", "manifest_path", "read_compact_workload", "read_rank_nodes", "roles_path",

@@ -9,7 +9,6 @@ import os
 from astra_sim import hookimpl
 from astra_sim.errors import WorkloadError
 
-from astra_workload_compact.expand import read_rank_nodes
 from astra_workload_compact.manifest import is_compact, read_compact_workload
 
 
@@ -100,6 +99,8 @@ class CompactFormat:
     def load_rank(self, prefix, rank):
         """``(path, nodes)`` of one rank: its class trace relabelled with the manifest's groups (a run reads the class
         traces through ``compact`` and ``load_trace`` instead)."""
+        from astra_workload_compact.expand import read_rank_nodes  # (loads only when a rank's nodes are read)
+
         nodes = read_rank_nodes(prefix, rank)  # a rank out of range is a WorkloadError naming the manifest
         compact = read_compact_workload(prefix)
         return f"{compact.traces[compact.symmetry.representative(rank)]} (as rank {rank})", nodes

@@ -4,9 +4,6 @@ astra-sim-py (``astra workload ...`` and the ``text`` workload format).
 The Python API other tools call instead of the command lines: :class:`LlmSpec`, :func:`generate_llm_workload` and
 :func:`llm_summary` (``astra workload llm``), :func:`generate_micro` (``astra workload micro``)."""
 
-from .micro import chakra_suite, collective_trace, compute_trace, generate_micro, graph_trace, memory_trace, p2p_trace
-from .scale import check_replicable, scale_trace
-from .text import convert_text, parse_text, parse_text_file
 
 __all__ = [
     "convert_text", "parse_text", "parse_text_file",
@@ -15,13 +12,17 @@ __all__ = [
 ]
 
 
-_LLM = ("LlmSpec", "generate_llm_workload", "llm_summary")
+#: each public name's module, imported on first use (loading the plugin for a run or another command stays cheap)
+_MODULES = {"llm": ("LlmSpec", "generate_llm_workload", "llm_summary"),
+            "micro": ("chakra_suite", "collective_trace", "compute_trace", "generate_micro", "graph_trace",
+                      "memory_trace", "p2p_trace"),
+            "scale": ("check_replicable", "scale_trace"), "text": ("convert_text", "parse_text", "parse_text_file")}
 
 
 def __getattr__(name):
-    """The LLM generator's API, imported on first use (loading the plugin for other commands stays cheap)."""
-    if name in _LLM:
-        from . import llm
+    for module, names in _MODULES.items():
+        if name in names:
+            import importlib
 
-        return getattr(llm, name)
+            return getattr(importlib.import_module(f".{module}", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

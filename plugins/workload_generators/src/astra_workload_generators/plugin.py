@@ -21,7 +21,7 @@ def astra_run_start(run):
 @hookimpl
 def astra_run_finish(run, report):
     """An LLM step's MFU, model FLOP/s per GPU and tokens/s (``stats.throughput``), when its traces carry them."""
-    from .llm.throughput import step_throughput
+    from .throughput import step_throughput
 
     throughput = step_throughput(run, report.max_finish_ns)
     if throughput is not None:
@@ -30,7 +30,7 @@ def astra_run_finish(run, report):
 
 @hookimpl
 def astra_register_metrics(registry):
-    from .llm.throughput import METRICS
+    from .throughput import METRICS
 
     for key, unit, what in METRICS:
         registry.metric(f"stats.throughput.{key}", unit, what)

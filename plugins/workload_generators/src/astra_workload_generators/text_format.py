@@ -6,10 +6,7 @@ import os
 
 from astra_sim.errors import WorkloadError
 
-from .text import (
-    build_graph, finalize, looks_like_text_workload, model_parallel_boundary, parse_text_file, rank_nodes,
-    _split_dims,
-)
+# (the text module loads on first use: the format is registered for every run, and asked only when no other matches)
 
 
 class TextFormat:
@@ -26,9 +23,13 @@ class TextFormat:
         self._pending = []  # (EtNode, 'model'|'data', TextWorkload)
 
     def matches(self, prefix):
+        from .text import looks_like_text_workload
+
         return looks_like_text_workload(prefix)
 
     def load_rank(self, prefix, rank):
+        from .text import build_graph, finalize, parse_text_file, rank_nodes
+
         key = os.path.abspath(os.fspath(prefix))
         entry = self._graphs.get(key)
         if entry is None:
@@ -45,6 +46,8 @@ class TextFormat:
 
     def bind_network(self, npus_per_dim):
         """Give the transformer collectives their ``involved_dim`` for a network of ``npus_per_dim``."""
+        from .text import _split_dims, model_parallel_boundary
+
         boundaries = {}
         for node, role, workload in self._pending:
             key = id(workload)
