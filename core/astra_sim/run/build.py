@@ -97,9 +97,13 @@ class RunSetup:
                 )
 
     def _detect_format(self):
-        for name in self.registry.names("workload_format"):
-            if self.registry.get("workload_format", name).factory.matches(self.workload_prefix):
-                return name
+        found = [name for name in self.registry.names("workload_format")
+                 if self.registry.get("workload_format", name).factory.matches(self.workload_prefix)]
+        if len(found) > 1:  # e.g. per-rank files and a compact manifest left by two generations into one prefix
+            raise WorkloadError(f"workload {self.workload_prefix!r} reads as {' and as '.join(found)}: pass "
+                                f"--workload-format {found[0]}|{found[1]}, or remove the files of the one not meant")
+        if found:
+            return found[0]
         raise WorkloadError(
             f"workload {self.workload_prefix!r}: no trace found (for Chakra, expected files "
             f"{self.workload_prefix}.0.et ... {self.workload_prefix}.<N-1>.et; a compact "

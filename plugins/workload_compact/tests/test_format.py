@@ -96,3 +96,15 @@ def test_blocked_a_compact_workload_is_no_trace_naming_the_plugin(job, capsys):
     assert main(["-p", "no:workload_compact", *_args(job, "c")]) == 2
     err = capsys.readouterr().err
     assert "no trace found" in err and "workload_compact plugin" in err and "Traceback" not in err
+
+
+def test_a_prefix_with_both_layouts_is_refused_unless_one_is_named(job, capsys):
+    """Per-rank files and a manifest under one prefix (two generations into it): which one is meant is not
+    guessed; ``--workload-format`` names it."""
+    for rank in range(NPUS):
+        (job / f"c.{rank}.et").write_bytes((job / f"per.{rank}.et").read_bytes())
+    assert main(_args(job, "c")) == 2
+    err = capsys.readouterr().err
+    assert "reads as chakra and as compact" in err and "--workload-format" in err
+    assert main([*_args(job, "c"), "--workload-format", "compact"]) == 0
+    assert main([*_args(job, "c"), "--workload-format", "chakra"]) == 0
