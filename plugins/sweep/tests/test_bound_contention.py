@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 from astra_gpu_model.contention import measured_slowdown
 from astra_sim.platforms import get_platform
 
-from astra_sweep.bound import BoundCache, Contention, beside_collectives, interleaved_bound_ns
+from astra_sweep.bound import (
+    BoundCache, Contention, beside_collectives, interleaved_bound_ns, least_piecewise_ns,
+)
 from astra_sweep.search import _options
 from astra_workload_generators.llm import LlmConfig
 
@@ -37,22 +39,54 @@ def _graph(c_cost=100_000, c_id=1, g_deps=(0,), c_deps=(0,), margin=False, comm_
 
 def test_beside_collectives_by_hand():
     """The GEMM issued with a collective that depends on the same compute node alone gets its least slowed cost
-    (32 of 132 SMs taken); nothing else does, and nothing when a condition of the proof is missing."""
-    graph, info = _graph()
-    assert beside_collectives(graph, info, RUN) == {2: math.floor(2_000_000 * measured_slowdown("compute", 32 / 132))}
-    assert measured_slowdown("compute", 32 / 132) > 1.4
-    graph, info = _graph(c_id=4)  # issued after the GEMM: it runs when the GEMM is timed, whatever its length
-    assert set(beside_collectives(graph, info, RUN)) == {2}
+    (32 of 132 SMs taken) for the time the collective surely runs beside it, its whole-GPU cost after; nothing else
+    does, and nothing when a condition of the proof is missing."""
+    f = measured_slowdown("compute", 32 / 132)
+    assert f > 1.4
+    graph, info = _graph()  # C (id 1) launched one interval before G: beside it for 100 - 26.2 us at least
+    overlap = 100_000 - 26_200
+    least = least_piecewise_ns(2_000_000, f, overlap)
+    assert beside_collectives(graph, info, RUN) == {2: least}
+    slowed = 2_000_000 * f - 0.5
+    assert least == math.floor(overlap + (1 - overlap / slowed) * 2_000_000) - 1
+    graph, info = _graph(c_id=4)  # issued after the GEMM: beside it for its whole NCCL time
+    assert beside_collectives(graph, info, RUN) == {2: least_piecewise_ns(2_000_000, f, 100_000)}
+    graph, info = _graph(c_id=4, c_cost=10_000_000)  # longer than the slowed GEMM: the slowed GEMM
+    assert beside_collectives(graph, info, RUN) == {2: math.floor(2_000_000 * f - 0.5) - 1}
     for kw in (dict(c_cost=26_200), dict(g_deps=(0, 1)), dict(c_deps=(0, 3)), dict(margin=True), dict(comm_sms=0),
                dict(chained=False), dict(c_cost=0)):
         graph, info = _graph(**kw)
         assert beside_collectives(graph, info, RUN) == {}, kw
     graph, info = _graph(c_cost=26_201)  # one id apart: longer than one launch interval is enough
-    assert set(beside_collectives(graph, info, RUN)) == {2}
+    assert beside_collectives(graph, info, RUN) == {2: least_piecewise_ns(2_000_000, f, 1)}
     assert beside_collectives(graph, info, None) == {}
     graph, info = _graph()
     info[2] = ("aten::native_layer_norm", None, False)  # a memory-bound kernel: the memory factor
-    assert beside_collectives(graph, info, RUN) == {2: math.floor(2_000_000 * measured_slowdown("memory", 32 / 132))}
+    assert beside_collectives(graph, info, RUN) == {
+        2: least_piecewise_ns(2_000_000, measured_slowdown("memory", 32 / 132), overlap)}
+
+
+def test_another_collective_of_the_communicator_may_hold_the_slot():
+    """A collective of C's communicator that nothing orders before P may still run when P ends: C then waits, and
+    the GEMM is slowed only until that one's end (unknown here): no raise. Ordered before P (used by P), or after
+    G (waiting for it), it cannot."""
+    graph, info = _graph(c_id=4)
+    graph.append((5, 100_000, False, (), ("coll", "1")))  # free-standing, same communicator
+    info[5] = ("tp_rs.y", None, False)
+    assert beside_collectives(sorted(graph), info, RUN) == {}
+    graph[-1] = (5, 100_000, False, (3,), ("coll", "1"))  # waits for the GEMM after G
+    assert set(beside_collectives(sorted(graph), info, RUN)) == {2}
+    graph[-1] = (5, 100_000, False, (), ("coll", "2"))  # another communicator: its own slot
+    assert set(beside_collectives(sorted(graph), info, RUN)) == {2}
+    early = [(0, 1_000_000, True, (6,), None), (4, 100_000, False, (0,), ("coll", "1")),
+             (2, 2_000_000, True, (0,), None), (3, 500_000, True, (2,), None), (6, 50_000, False, (), ("coll", "1"))]
+    info = {0: ("aten::mm", None, False), 4: ("ag", None, False), 2: ("aten::mm", None, False),
+            3: ("aten::add_", None, False), 6: ("ag0", None, False)}
+    assert beside_collectives(sorted(early), info, RUN) == {}  # ids out of order: no claim at all
+    early = [(1, 50_000, False, (), ("coll", "1")), (2, 1_000_000, True, (1,), None),
+             (4, 100_000, False, (2,), ("coll", "1")), (5, 2_000_000, True, (2,), None)]
+    info = {1: ("ag0", None, False), 2: ("aten::mm", None, False), 4: ("ag", None, False), 5: ("aten::mm", None, False)}
+    assert set(beside_collectives(early, info, RUN)) == {5}  # the earlier one is used by P: over before P began
 
 
 def _cache():

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field, replace
 from astra_sim.errors import AstraError
 
 #: bumped when what the terms measure changes: the disk cache's entries of another version are not read
-TERMS_VERSION = 6
+TERMS_VERSION = 7
 
 
 @dataclass(frozen=True)
@@ -271,30 +271,32 @@ def contention_of(options, gpu):
 
 def beside_collectives(graph, info, contention):
     """{node id: raised cost}: the compute nodes that the run's measured contention model slows in every run, each
-    at its least slowed cost, ``floor(cost x measured_slowdown(kind, s / SMs))``.
+    at its least slowed cost (:func:`least_piecewise_ns`).
 
     ``graph``: a rank's [(node id, cost, on the GPU-compute slot, deps, key)] (:meth:`BoundCache._graph`);
     ``info``: {node id: (name, comm_sms attribute or None, has an sm_margin attribute)}.
 
-    Why: the model times a compute node ``G`` once every event of the nanosecond it starts has run, slowed for its
-    whole duration when a collective or send of the rank is running then (``comm_nodes_in_flight``: from its issue
-    to its completion), by ``measured_slowdown(kind, SMs taken / SMs)``, never decreasing in the SMs taken. Take
-    ``G`` whose only dependency is ``P``, the compute node before it, on a rank whose compute nodes form one chain
-    (each descends from the one before: no other compute node can be ready when ``P`` ends), and a collective
-    ``C`` whose only dependency is also ``P`` and whose NCCL time is ``d > 0``. When ``P`` ends (at ``t``) both are
-    free; one pass in id order issues ``G`` (its slot is free: ``P`` just left it) and ``C`` (or, if ``C``'s
-    communication slot is busy, the collectives or sends ahead of it run back to back, each issued in the
-    nanosecond the one before completes, until ``C`` runs: so from ``t`` to ``C``'s end one of them is always in
-    flight). ``G`` starts at ``g = max(t, L_G)``, ``L_G`` its launch by the host model, which launches the issued
-    GPU operations one per interval ``i`` in issue order; ``C`` ends no earlier than ``max(t, L_C) + d``. If ``C``
-    is issued after ``G`` (a higher id, or after the ones ahead of it), ``L_C > L_G`` and ``C`` ends after ``g``.
-    If before, ``L_G <= L_C + k x i`` with ``k`` the ids from ``C`` to ``G``, so ``d > k x i`` makes ``C`` end after
-    ``g``. Either way some operation taking at least ``s`` SMs (the fewest any collective or send of the rank
-    takes) runs when ``G`` is timed, so ``G`` lasts at least its slowed cost (``kind``: ``compute`` for a
-    compute-bound ATen op, ``memory`` for another, the smaller factor when the name is not an ATen op's; the run
-    rounds, the bound floors). A node launched with an ``sm_margin`` is left as it is. Megatron's sequence-parallel
-    backward re-gathers a layer's input (a tensor-parallel all-gather) beside its data-gradient GEMM: those GEMMs
-    are the nodes raised."""
+    Why: the model times a compute node ``G`` once every event of the nanosecond it starts has run, piecewise: while
+    a collective or send of the rank runs, at ``1 / (cost x measured_slowdown(kind, SMs taken / SMs))`` of its work
+    per ns (never decreasing in the SMs taken), until that operation's end where it is already fixed (a collective's
+    NCCL phase, once launched), for the rest of ``G`` otherwise. Take ``G`` whose only dependency is ``P``, the compute
+    node before it, on a rank whose compute nodes form one chain (each descends from the one before: no other compute
+    node can be ready when ``P`` ends), and a collective ``C`` whose only dependency is also ``P`` and whose NCCL time
+    is ``d > 0``, and no other collective of ``C``'s communicator (its own communication slot: the GPU platforms run
+    ``comm-streams: per-communicator``) can hold that slot when ``P`` ends (each is used by a compute node up to
+    ``P``, so it ended before ``P`` started, or waits for ``C``, ``G`` or a later compute node, or for ``P`` with a
+    higher id than ``C``). When ``P`` ends (at ``t``) one pass in id order issues ``G`` (its slot is free: ``P`` just
+    left it) and ``C``. ``G`` starts at ``g = max(t, L_G)``, ``L_G`` its launch by the host model, which launches the
+    issued GPU operations one per interval ``i`` in issue order; ``C``'s phase starts at ``max(t, L_C)`` (its
+    communicator's queue is free) and ends ``d`` or more later. If ``C`` is issued after ``G`` (a higher id), either it
+    is not launched when ``G`` is timed (its end unknown: ``G`` slowed throughout) or it starts at ``g``: ``C`` runs
+    for at least ``w = d`` of ``G``. If before, ``L_G <= L_C + k x i`` with ``k`` the ids from ``C`` to ``G``, so it
+    runs for at least ``w = d - k x i`` of ``G`` (counted when positive). Some operation taking at least ``s`` SMs
+    (the fewest any collective or send of the rank takes) thus runs during ``G``'s first ``w`` ns, and afterwards
+    ``G`` progresses at most at its whole-GPU rate (``kind``: ``compute`` for a compute-bound ATen op, ``memory`` for
+    another, the smaller factor when the name is not an ATen op's). A node launched with an ``sm_margin`` is left as
+    it is. Megatron's sequence-parallel backward re-gathers a layer's input (a tensor-parallel all-gather) beside its
+    data-gradient GEMM: those GEMMs are the nodes raised."""
     if contention is None or not contention.sm_count:
         return {}
     deps_of = {node_id: tuple(deps) for node_id, _, _, deps, _ in graph}
@@ -322,22 +324,64 @@ def beside_collectives(graph, info, contention):
     fraction = least / contention.sm_count
     factor = {kind: measured_slowdown(kind, fraction) for kind in ("compute", "memory")}
     hanging = {}  # compute node -> [(collective id, its cost)] that depend on it alone
+    by_comm = {}  # communicator -> its collectives' ids
+    used_by = {}  # collective -> the lowest compute node that depends on it directly
     for node_id, cost, _, deps, key in graph:
-        if key is not None and key[0] == "coll" and cost > 0 and len(deps) == 1 and deps[0] in on_slot:
-            hanging.setdefault(deps[0], []).append((node_id, cost))
+        if key is not None and key[0] == "coll":
+            by_comm.setdefault(_communicator(key[1]), []).append(node_id)
+            if cost > 0 and len(deps) == 1 and deps[0] in on_slot:
+                hanging.setdefault(deps[0], []).append((node_id, cost))
+        if node_id in on_slot:
+            for d in deps:
+                if d not in on_slot and used_by.get(d, node_id + 1) > node_id:
+                    used_by[d] = node_id
+
+    def slot_free(c, p, g):
+        """No other collective of ``c``'s communicator can hold its slot when ``p`` ends."""
+        for x in by_comm[_communicator(graph_key[c][1])]:
+            if x == c:
+                continue
+            deps = deps_of[x]
+            if used_by.get(x, g) <= p:  # used by a compute node up to p: over before p started
+                continue
+            if any(d == c or (d in on_slot and d >= g) for d in deps) or (x > c and p in deps):
+                continue
+            return False
+        return True
+
+    graph_key = {node_id: key for node_id, _, _, _, key in graph}
     out = {}
     for p, g in zip(chain, chain[1:]):
         name, _, margin = info[g]
         if deps_of[g] != (p,) or margin or not cost_of[g]:
             continue
-        if any(c > g or d > (g - c) * contention.host_launch_ns for c, d in hanging.get(p, ())):
+        overlap = max((d if c > g else d - (g - c) * contention.host_launch_ns
+                       for c, d in hanging.get(p, ()) if slot_free(c, p, g)), default=0)
+        if overlap > 0:
             if name.startswith("aten::"):
                 op = canonical_name(name)
                 f = factor["compute" if op is None or op in COMPUTE_BOUND_OPS else "memory"]
             else:
                 f = min(factor.values())
-            out[g] = max(cost_of[g], math.floor(cost_of[g] * f))
+            out[g] = least_piecewise_ns(cost_of[g], f, overlap)
     return out
+
+
+def _communicator(pg_name):
+    """A collective's communication slot as the workload keys it (the default group's names are one)."""
+    from astra_sim.workload.workload import DEFAULT_PG_NAMES
+
+    return "" if pg_name in DEFAULT_PG_NAMES else pg_name
+
+
+def least_piecewise_ns(cost, factor, overlap):
+    """The least time (int ns) of a kernel of whole-GPU time ``cost`` that runs ``factor`` times slower for at least
+    its first ``overlap`` ns and then at most at its whole-GPU rate: ``overlap + (1 - overlap / slowed) x cost``, or
+    ``slowed`` when it ends within the overlap, with ``slowed = cost x factor - 1/2`` (the run rounds the slowed
+    time and the last piece to the nearest ns), less 1 ns for floats; never below ``cost``."""
+    slowed = cost * factor - 0.5
+    least = slowed if overlap >= slowed else overlap + (1.0 - overlap / slowed) * cost
+    return max(cost, math.floor(least) - 1)
 
 
 def interleaved_bound_ns(cfg, stages, micro_batches):
