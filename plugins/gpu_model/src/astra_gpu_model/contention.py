@@ -8,12 +8,25 @@ The model, kept simple and explicit:
 
 * **when**: the decision is made at the nanosecond a COMP node is *issued*, once every event of that
   nanosecond has run (the model declares ``reads_comm_in_flight``, and the workload times the node at
-  the end of its nanosecond: ``EventEngine.at_end_of_ns``). If a collective or send of the rank is
-  running then (``context.comm_nodes_in_flight(rank)``; a posted receive does not count), the node
-  is timed on the contended GPU for its whole duration; otherwise on the whole GPU. A collective that
-  starts at the kernel's nanosecond slows it and one that ends then does not, whatever the order of
-  that nanosecond's events; a kernel issued during a collective stays slowed even if the collective
-  ends first (no re-timing mid-kernel);
+  the end of its nanosecond: ``EventEngine.at_end_of_ns``), from the collectives and sends of the rank
+  running then (``context.comm_nodes_in_flight(rank)``; a posted receive does not count). A collective that
+  starts at the kernel's nanosecond slows it and one that ends then does not, whatever the order of that
+  nanosecond's events;
+* **for how long** (piecewise, :func:`piecewise`): a running collective whose end is already fixed, every chunk
+  in a last phase that is a timed model (``--platform-collective nccl``, the GPU platforms' default: the
+  NCCL phase's end is set when it starts; ``Sys.collective_end_ns``, read through the run's
+  ``collective_end_ns``), slows the kernel until that end only: the kernel does ``1 / duration`` of its work per
+  ns of each state (its whole duration on the GPU that state leaves), the state changing at each such end, and
+  runs the rest on what is left (the whole GPU when nothing else runs). Exact fractions; the last piece is
+  rounded to the nearest ns. A collective or send whose end is not known then (a send through the network
+  backend, a collective of packets, i.e. a native algorithm, a custom one, or one issued but not yet launched
+  by the host model) slows it for the rest of its duration, as before; nothing is re-timed mid-kernel.
+  Why: NCCL's channels are CTAs that hold their SMs and stream HBM only while the collective's kernel runs;
+  when it exits the SMs take the waiting CTAs of the running GEMM (the hardware block scheduler assigns
+  CTAs to SMs as they free) and the HBM bandwidth is the kernel's again. Our own interference measurements
+  (``fit/fit_contention.py``: ``calibration/nvidia-h200-2026-11-26/interference.csv``) time a kernel with a
+  memory-streaming kernel of k CTAs beside it for the whole kernel, so they give the rate while both run,
+  which is the rate used for the overlap only;
 * **SMs**: every running collective or send occupies SMs for its whole duration: the number in its
   ``comm_sms`` node attribute when it has one (NCCL's CTAs of that communicator, e.g. ``NCCL_MAX_CTAS``;
   0 for a copy-engine transfer, as Transformer Engine's ``ring_exchange`` userbuffers use), otherwise
@@ -47,6 +60,7 @@ from __future__ import annotations
 
 import dataclasses
 from array import array
+from fractions import Fraction
 
 from astra_sim.chakra import types as T
 from astra_sim.errors import WorkloadError
@@ -334,7 +348,7 @@ class Contention:
         segments = self.segments(rank)
         margin = self.node_margin(node, rank)
         measured = self.mode == "measured"
-        full = model._compute_time_ns(node, rank) if measured or segments[-1][0] is None and not margin else None
+        full = model._compute_time_ns(node, rank) if measured else None  # the whole GPU's time
         durations = {}
 
         def timed(state):  # (duration, SMs the kernel leaves to the state, HBM share) on one state
@@ -347,7 +361,10 @@ class Contention:
         if first[0] is None:  # the node runs no kernel
             return None
         start = self._engine.now if self._engine is not None else 0
-        pieces = piecewise(start, [(timed(state), until) for state, until in segments])
+        if len(segments) == 1 or first[0] <= segments[0][1] - start:  # over before the first change
+            pieces = [(first, start, start + first[0])]
+        else:
+            pieces = piecewise(start, [(timed(state), until) for state, until in segments])
         duration = pieces[-1][2] - start
         if any(sms is not None for (_d, sms, _s), _a, _b in pieces):
             self.contended_nodes += 1
@@ -362,13 +379,13 @@ class Contention:
                     intervals.add(a, b, self.gpu.sm_count - (sms or 0), -1 if sms is None else sms, hbm)
         return duration
 
-    def _on_state(self, model, node, rank, state, margin, full):
+    def _on_state(self, model, node, rank, state, margin, _full):
         """(duration, SMs taken or None, HBM share) of ``node`` on the GPU that ``state``'s communication and
         its own ``sm_margin`` leave."""
         if margin and (state is None or state[0] < margin):
             state = (margin, 0.0 if state is None else state[1])
         if state is None:
-            return (model._compute_time_ns(node, rank) if full is None else full), None, 0.0
+            return model._compute_time_ns(node, rank), None, 0.0
         saved = model.gpu, model._cache
         model.gpu, model._cache = self._contended(state)
         try:
@@ -567,8 +584,6 @@ def piecewise(start, segments):
     its remaining work fits; the time in that last piece is rounded to the nearest ns (halves up), the others are
     whole. Exact (fractions), deterministic, and the one state's duration when the kernel ends before the first
     change."""
-    from fractions import Fraction
-
     pieces = []
     done = Fraction(0)  # fraction of the work done
     at = start
