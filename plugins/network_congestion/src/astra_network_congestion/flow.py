@@ -79,7 +79,7 @@ from __future__ import annotations
 
 from heapq import heapify, heappop, heappush
 
-from astra_sim.errors import ConfigError
+from astra_sim.errors import ConfigError, FoldAbandoned
 
 from astra_network_congestion.flow_routing import FlowRouting, ecmp_index  # noqa: F401 (ecmp_index: re-exported)
 
@@ -92,33 +92,38 @@ PATH_SELECTIONS = ("widest", "all")
 
 
 class _Message:
-    __slots__ = ("fn", "arg", "pending", "arrival")
+    __slots__ = ("fn", "arg", "pending", "arrival", "history")
 
-    def __init__(self, fn, arg, pending):
+    def __init__(self, fn, arg, pending, history=None):
         self.fn = fn
         self.arg = arg
         self.pending = pending
         self.arrival = 0
+        self.history = history  # a folded run: the sending event's history (its arrival descends from it)
 
 
 class _Single:
     """The callback of a message that travels as one flow."""
 
-    __slots__ = ("fn", "arg")
+    __slots__ = ("fn", "arg", "history")
 
-    def __init__(self, fn, arg):
+    def __init__(self, fn, arg, history=None):
         self.fn = fn
         self.arg = arg
+        self.history = history
 
 
 class _Flow:
     __slots__ = ("fid", "links", "path", "size", "left", "rate", "t_base", "end_ns", "ver", "latency", "message",
-                 "mark")
+                 "mark", "lw", "pw", "wmap")
 
-    def __init__(self, fid, links, path, size, latency, message, now):
+    def __init__(self, fid, route, size, latency, message, now, folded):
         self.fid = fid
-        self.links = links  # the links that constrain its rate (Route.fill)
-        self.path = path  # every link it crosses
+        self.links = route.cfill  # the links that constrain its rate (Route.fill; canonical links when folded) ...
+        self.lw = route.cfill_w  # ... and how many flows it counts for on each (1 unfolded)
+        self.path = route.cpath  # every link it crosses (canonical when folded) ...
+        self.pw = route.cpath_w  # ... and its weight on each
+        self.wmap = dict(zip(route.cfill, route.cfill_w)) if folded else None
         self.size = size
         self.left = float(size)  # bytes left at t_base
         self.rate = 0.0  # bytes/ns; 0 until the first recomputation
@@ -218,6 +223,12 @@ class FlowNetwork(FlowRouting):
         self.recomputations = 0
         self.flows_rated = 0  # flow rate assignments over all recomputations
         self._link_load = None  # a LinkLoad when a timeline records link use (record_link_load)
+        # a folded run (fold_links): per link its orbit's canonical link and weight, the group's order
+        self._canonical = None
+        self._weight = None
+        self._order = 1
+        self._fold_kinds = None  # (kinds, notes) of symmetry_dims, computed once
+        self._no_fold = None  # why this instance cannot fold at all (fixed routes, links failing mid-run)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -281,6 +292,7 @@ class FlowNetwork(FlowRouting):
             from astra_network_congestion.link_failures import arm
 
             arm(network, context.options["link_failures"])
+            network._no_fold = "links fail mid-run (link_failures): the flows on them reroute asymmetrically"
         return network
 
     # ------------------------------------------------------------------ hot path
@@ -290,25 +302,31 @@ class FlowNetwork(FlowRouting):
         if routes is None:
             routes = self.routes(src, dst)
         self.messages += 1
-        now = self.engine.now
+        engine = self.engine
+        now = engine.now
         segment = self.segment_bytes
+        history = engine.current if self._canonical is not None else None
         if len(routes) == 1 or self.ecmp == "hash":
             if len(routes) == 1:
                 route = routes[0]
             else:
+                if self._canonical is not None:
+                    raise FoldAbandoned(f"flow: ECMP hash picks one of the {len(routes)} paths from {src} to {dst} "
+                                        "by a hash of the rank numbers, which relabelled ranks do not keep "
+                                        "(ecmp split, or single-path routes, fold)")
                 key = (src, dst)
                 k = self._pair_count.get(key, 0)
                 self._pair_count[key] = k + 1
                 route = routes[ecmp_index(src, dst, k, len(routes))]
-            self._start(route, size, _Single(fn, arg), now, segment)
+            self._start(route, size, _Single(fn, arg, history), now, segment)
         else:  # split evenly over every path
             n = len(routes)
-            message = _Message(fn, arg, n)
+            message = _Message(fn, arg, n, history)
             for route in routes:
                 self._start(route, size / n, message, now, segment)
         if not self._recompute_pending:
             self._recompute_pending = True
-            self.engine.schedule(0, self._recompute)
+            engine.at_end_of_ns(self._recompute)
 
     def _start(self, route, size, message, now, segment):
         latency = route.latency
@@ -317,22 +335,23 @@ class FlowNetwork(FlowRouting):
             latency += s * (route.inv_sum - route.inv_max)
         fid = self._next_fid
         self._next_fid = fid + 1
-        path = route.links
-        flow = _Flow(fid, route.fill, path, size, latency, message, now)
+        flow = _Flow(fid, route, size, latency, message, now, self._canonical is not None)
         self._active[fid] = flow
         self._new.append(flow)
         self.flows_started += 1
         nflows = self._nflows
         nbytes = self._bytes
         max_flows = self._max_flows
-        for link in path:
-            c = nflows[link] + 1
-            nflows[link] = c
-            if c == 1:
+        for link, w in zip(flow.path, flow.pw):
+            c = nflows[link]
+            if not c:
                 self._busy_since[link] = now
+            c += w
+            nflows[link] = c
             if c > max_flows[link]:
                 max_flows[link] = c
-            nbytes[link] += size
+            for _ in range(w):  # one addition per flow, as unfolded
+                nbytes[link] += size
 
     def _recompute(self, _arg=None):
         """New max-min fair rates after flows started or ended (progressive filling).
@@ -349,6 +368,14 @@ class FlowNetwork(FlowRouting):
         within 1e-9 (relative) below ``theta`` count as ``theta``: equal rates on paper may
         differ in their last bits. Per link, flows are kept grouped by rate so the slower ones
         are skipped in bulk.
+
+        The floats depend only on each link's capacity and (weighted) flow count, not on link or
+        flow numbering: every link whose share equals the lowest one is frozen in the same step at
+        that level, and a link's capacity drops by ``level x flows frozen on it`` in one operation
+        (what lets a folded run give every flow the rate its images get unfolded:
+        :mod:`astra_network_congestion.flow_fold`). It runs once at the end of a nanosecond with
+        changes (``EventEngine.at_end_of_ns``), so the flows one recomputation sees do not depend on
+        the order of that nanosecond's events.
         """
         self._recompute_pending = False
         new = self._new
@@ -387,48 +414,73 @@ class FlowNetwork(FlowRouting):
             c = cnt[link]
             if not c:
                 continue
-            cur = cap[link] / c
-            if cur > share:
-                heappush(heap, (cur, link))
+            level = cap[link] / c
+            if level > share:
+                heappush(heap, (level, link))
                 continue
-            if cur <= 0.0:  # only through rounding: keep every flow moving
-                cur = share if share > 0.0 else self._bw[link] * 1e-12
-            for flow in hl[link]:
-                if flow.mark != visited:
+            # Every other link whose share is this level now is frozen with it.
+            batch = [link]
+            lower = None
+            while heap and heap[0][0] <= level:
+                _key, other = heappop(heap)
+                c = cnt[other]
+                if not c:
                     continue
-                flow.mark = frozen
-                for other in flow.links:
-                    cap[other] -= cur
-                    cnt[other] -= 1
-                old = flow.rate
-                if old == cur:
-                    continue  # same rate: same end time
-                links = flow.links
-                fid = flow.fid
-                if old:
-                    if link_load is not None:
-                        self._load(flow, now)
-                    left = flow.left - old * (now - flow.t_base)
-                    flow.left = left if left > 0.0 else 0.0
-                    flow.t_base = now
+                cur = cap[other] / c
+                if cur == level:
+                    batch.append(other)
+                elif cur > level:
+                    heappush(heap, (cur, other))
+                else:  # only through rounding: a lower share than the level found; start again from it
+                    lower = (cur, other)
+                    break
+            if lower is not None:
+                heappush(heap, lower)
+                for other in batch:
+                    heappush(heap, (level, other))
+                continue
+            if level <= 0.0:  # only through rounding: keep every flow moving
+                level = share if share > 0.0 else bw[link] * 1e-12
+            drop = {}
+            for blink in batch:
+                for flow in hl[blink]:
+                    if flow.mark != visited:
+                        continue
+                    flow.mark = frozen
+                    for other, w in zip(flow.links, flow.lw):
+                        drop[other] = drop.get(other, 0) + w
+                    old = flow.rate
+                    if old == level:
+                        continue  # same rate: same end time
+                    links = flow.links
+                    fid = flow.fid
+                    if old:
+                        if link_load is not None:
+                            self._load(flow, now)
+                        left = flow.left - old * (now - flow.t_base)
+                        flow.left = left if left > 0.0 else 0.0
+                        flow.t_base = now
+                        for other in links:
+                            by_rate = groups[other]
+                            group = by_rate[old]
+                            del group[fid]
+                            if not group:
+                                del by_rate[old]
                     for other in links:
                         by_rate = groups[other]
-                        group = by_rate[old]
-                        del group[fid]
-                        if not group:
-                            del by_rate[old]
-                for other in links:
-                    by_rate = groups[other]
-                    group = by_rate.get(cur)
-                    if group is None:
-                        by_rate[cur] = {fid: flow}
-                    else:
-                        group[fid] = flow
-                flow.rate = cur
-                end = now + int(flow.left / cur)
-                flow.end_ns = end
-                flow.ver += 1
-                heappush(events, (end, fid, flow.ver))
+                        group = by_rate.get(level)
+                        if group is None:
+                            by_rate[level] = {fid: flow}
+                        else:
+                            group[fid] = flow
+                    flow.rate = level
+                    end = now + int(flow.left / level)
+                    flow.end_ns = end
+                    flow.ver += 1
+                    heappush(events, (end, fid, flow.ver))
+            for other, n in drop.items():
+                cap[other] -= level * n
+                cnt[other] -= n
         self.flows_rated += len(hflows)
         # Saturated (bottleneck) links: all of their bandwidth is allocated.
         sat_since = self._sat_since
@@ -450,31 +502,40 @@ class FlowNetwork(FlowRouting):
     def _select(self, theta, dirty, new):
         """The flows to refill (rate >= theta, connected to the change), the links they and the
         change touch, and the progressive-filling heap of those links; None when the capacity the
-        slower flows leave on such a link is not positive (only possible through rounding)."""
+        slower flows leave on such a link is not positive (only possible through rounding). The
+        slower flows' allocation is summed in increasing rate order (independent of history)."""
         self._epoch += 2
         visited = self._epoch
         bw = self._bw
         groups = self._groups
-        # H: the flows to refill; ``touched``: the links explored, and hl[link]: its flows in H.
+        # H: the flows to refill; ``touched``: the links explored, hl[link]: its flows in H, cnt[link]: their weight.
         lmark = self._lmark
         hl = self._hl
+        cnt = self._cnt
         hflows = []
         touched = []
         for link in dirty:
             if lmark[link] != visited:
                 lmark[link] = visited
                 hl[link] = []
+                cnt[link] = 0
                 touched.append(link)
-        for flow in new:
+
+        def add(flow):
             flow.mark = visited
             hflows.append(flow)
-            for link in flow.links:
+            for link, w in zip(flow.links, flow.lw):
                 if lmark[link] != visited:
                     lmark[link] = visited
                     hl[link] = [flow]
+                    cnt[link] = w
                     touched.append(link)
                 else:
                     hl[link].append(flow)
+                    cnt[link] += w
+
+        for flow in new:
+            add(flow)
         i = 0
         while i < len(touched):
             link = touched[i]
@@ -483,29 +544,26 @@ class FlowNetwork(FlowRouting):
                 if rate < theta:
                     continue
                 for flow in group.values():
-                    if flow.mark == visited:
-                        continue
-                    flow.mark = visited
-                    hflows.append(flow)
-                    for other in flow.links:
-                        if lmark[other] != visited:
-                            lmark[other] = visited
-                            hl[other] = [flow]
-                            touched.append(other)
-                        else:
-                            hl[other].append(flow)
+                    if flow.mark != visited:
+                        add(flow)
         # The capacity the flows below theta leave on those links.
         cap = self._cap
-        cnt = self._cnt
         heap = []
+        folded = self._canonical is not None
         for link in touched:
             left = bw[link]
-            for rate, group in groups[link].items():
-                if rate < theta:
-                    left -= rate * len(group)
+            by_rate = groups[link]
+            if by_rate:
+                for rate in sorted(by_rate):
+                    if rate >= theta:
+                        break
+                    group = by_rate[rate]
+                    if folded:
+                        left -= rate * sum(flow.wmap[link] for flow in group.values())
+                    else:
+                        left -= rate * len(group)
             cap[link] = left
-            c = len(hl[link])
-            cnt[link] = c
+            c = cnt[link]
             if c:
                 if left <= 0.0:
                     for link in touched:
@@ -536,7 +594,9 @@ class FlowNetwork(FlowRouting):
 
     def _wake(self, when):
         self._wakeups.discard(when)
-        now = self.engine.now
+        engine = self.engine
+        now = engine.now
+        woke = engine.current
         events = self._heap
         active = self._active
         groups = self._groups
@@ -566,13 +626,15 @@ class FlowNetwork(FlowRouting):
                 if not group:
                     del by_rate[rate]
                 dirty.append(link)
-            for link in flow.path:
-                c = nflows[link] - 1
+            for link, w in zip(flow.path, flow.pw):
+                c = nflows[link] - w
                 nflows[link] = c
                 if not c:
                     busy_ns[link] += now - busy_since[link]
             message = flow.message
             arrival = flow.t_base + int(flow.latency + flow.left / rate)
+            if message.history is not None:  # a folded run: the arrival descends from the send
+                engine.current = message.history
             if message.__class__ is _Single:
                 schedule(arrival - now if arrival > now else 0, message.fn, message.arg)
                 continue
@@ -583,16 +645,19 @@ class FlowNetwork(FlowRouting):
                 delay = message.arrival - now
                 schedule(delay if delay > 0 else 0, message.fn, message.arg)
         self._theta = theta
+        engine.current = woke
         if done:
             if not self._recompute_pending:
                 self._recompute_pending = True
-                schedule(0, self._recompute)
+                engine.at_end_of_ns(self._recompute)
         else:
             self._arm()
 
     def record_link_load(self, link_load):
         """Report the bandwidth every flow takes on its links to ``link_load``
         (:class:`astra_analysis.links.LinkLoad`) from now on (called before the run)."""
+        if self._canonical is not None:
+            raise FoldAbandoned("flow: a timeline's link-load tracks need every link's own flows")
         for link in self.graph.links:
             link_load.names[link.index] = link.name or f"{link.src} -> {link.dst}"
         self._link_load = link_load
@@ -604,6 +669,41 @@ class FlowNetwork(FlowRouting):
         bw = self._bw
         for link in flow.path:
             add(link, flow.t_base, now, rate / bw[link])
+
+    # ------------------------------------------------------------------ folding
+    def symmetry_dims(self):
+        """Per dimension, which relabellings of its coordinates extend to automorphisms of the graph
+        (:func:`astra_network_congestion.flow_fold.symmetry_kinds`: ``"any"``, ``"rotation"`` or ``"none"``); None
+        with fixed routes or links that fail mid-run. Why a dimension is not ``"any"`` goes to ``describe()``."""
+        if self._no_fold is not None or self.route_fn is not None:
+            return None
+        if self._fold_kinds is None:
+            from astra_network_congestion.flow_fold import symmetry_kinds
+
+            self._fold_kinds = symmetry_kinds(self.graph, self.npus_per_dim)
+            if self._fold_kinds[1]:
+                self.description["fold_notes"] = list(self._fold_kinds[1])
+        return list(self._fold_kinds[0])
+
+    def fold_links(self, symmetry):
+        """Before a folded run: each simulated flow stands for its images under ``symmetry``, each link for its
+        orbit (:mod:`astra_network_congestion.flow_fold`); raises FoldAbandoned where that is not exact."""
+        if self._no_fold is not None:
+            raise FoldAbandoned(f"flow: {self._no_fold}")
+        if self._link_load is not None:
+            raise FoldAbandoned("flow: a timeline's link-load tracks need every link's own flows")
+        if self.ecmp == "hash":  # fail fast on a fabric with several paths (a send would find them later)
+            far = len(self.graph.rank_node) - 1
+            if far > 0 and len(self.routes(0, far)) > 1:
+                raise FoldAbandoned(f"flow: ECMP hash picks one of the {len(self.routes(0, far))} paths from 0 to "
+                                    f"{far} by a hash of the rank numbers, which relabelled ranks do not keep "
+                                    "(ecmp split, or single-path routes, fold)")
+        from astra_network_congestion.flow_fold import link_orbits
+
+        self._canonical, self._weight = link_orbits(self.graph, symmetry)
+        self._order = symmetry.order
+        self._routes = {}  # routes are weighted by orbit from now on
+        self.description["folded_links"] = len(set(self._canonical))
 
     # ------------------------------------------------------------------ report
     def flow_rates(self):
@@ -636,18 +736,21 @@ class FlowNetwork(FlowRouting):
         """Per-link traffic and the bottleneck links (see the module docstring)."""
         now = self.engine.now
         graph = self.graph
+        canonical = self._canonical  # a folded run: every link carries what its orbit's canonical link does
         rows = []
         for link in graph.links:
             i = link.index
-            if not self._bytes[i]:
+            c = i if canonical is None else canonical[i]
+            if not self._bytes[c]:
                 continue
-            busy = self._busy_ns[i] + (now - self._busy_since[i] if self._nflows[i] else 0)
+            busy = self._busy_ns[c] + (now - self._busy_since[c] if self._nflows[c] else 0)
             r = self._rep[i]  # a link left out of the max-min computation is as full as its run's
             if r == i or self._bw[i] <= self._bw[r] * (1.0 + _SATURATION_SLACK):
+                r = r if canonical is None else canonical[r]
                 sat = self._sat_ns[r] + (now - self._sat_since[r] if self._sat_since[r] >= 0 else 0)
             else:
                 sat = 0
-            nbytes = self._bytes[i]
+            nbytes = self._bytes[c]
             rows.append({
                 "link": i,
                 "name": link.name,
@@ -657,16 +760,17 @@ class FlowNetwork(FlowRouting):
                 "bytes": int(nbytes) if float(nbytes).is_integer() else nbytes,
                 "busy_ns": busy,
                 "saturated_ns": sat,
-                "max_concurrent_flows": self._max_flows[i],
+                "max_concurrent_flows": self._max_flows[c],
                 "utilization": round(nbytes / (link.bandwidth_bytes_per_ns * busy), 6) if busy else None,
             })
         ranked = sorted(rows, key=lambda r: (-r["saturated_ns"], -r["busy_ns"], -r["bytes"], r["link"]))
+        order = self._order  # a folded run's flows stand for this many each
         return {
             "backend": "flow",
-            "messages": self.messages,
-            "flows": self.flows_started,
+            "messages": self.messages * order,
+            "flows": self.flows_started * order,
             "recomputations": self.recomputations,
-            "flow_rate_assignments": self.flows_rated,
+            "flow_rate_assignments": self.flows_rated * order,
             "links": rows,
             "bottleneck": [
                 {k: r[k] for k in ("link", "name", "src", "dst", "bytes", "busy_ns", "saturated_ns",

@@ -28,16 +28,33 @@ def ecmp_index(src, dst, k, n):
 class _Route:
     """One candidate path: link indices, the links that constrain its rate (``fill``: one per
     run of links in series, see :meth:`FlowNetwork._series_runs`), latency (links + switches),
-    1/bandwidth sums."""
+    1/bandwidth sums. ``cfill``/``cfill_w`` and ``cpath``/``cpath_w``: the links a flow on it counts on and
+    with which weights: ``fill`` and ``links`` with weight 1, or in a folded run their orbits' canonical links
+    with multiplicities (:mod:`astra_network_congestion.flow_fold`)."""
 
-    __slots__ = ("links", "fill", "latency", "inv_sum", "inv_max")
+    __slots__ = ("links", "fill", "latency", "inv_sum", "inv_max", "cfill", "cfill_w", "cpath", "cpath_w")
 
-    def __init__(self, links, fill, latency, inv_sum, inv_max):
+    def __init__(self, links, fill, latency, inv_sum, inv_max, canonical=None, weight=None):
         self.links = links
         self.fill = fill
         self.latency = latency
         self.inv_sum = inv_sum
         self.inv_max = inv_max
+        if canonical is None:
+            self.cfill, self.cfill_w = fill, (1,) * len(fill)
+            self.cpath, self.cpath_w = links, (1,) * len(links)
+        else:
+            self.cfill, self.cfill_w = _weighted(fill, canonical, weight)
+            self.cpath, self.cpath_w = _weighted(links, canonical, weight)
+
+
+def _weighted(links, canonical, weight):
+    """``links`` as their canonical links (first-seen order) and the summed weights of each."""
+    total = {}
+    for link in links:
+        c = canonical[link]
+        total[c] = total.get(c, 0) + weight[c]
+    return tuple(total), tuple(total.values())
 
 
 class FlowRouting:
@@ -84,7 +101,7 @@ class FlowRouting:
                 r = self._rep[i]
                 if r not in fill:
                     fill.append(r)
-            routes.append(_Route(p, tuple(fill), latency, sum(inv), max(inv)))
+            routes.append(_Route(p, tuple(fill), latency, sum(inv), max(inv), self._canonical, self._weight))
         return routes
 
     def _series_runs(self):
@@ -181,6 +198,7 @@ class FlowRouting:
             }
         limit = self.max_paths
         paths = []
+        truncated = self._canonical is not None
         prefix = []
 
         def walk(node, d, npus):
@@ -197,5 +215,10 @@ class FlowRouting:
                         return
 
         walk(src, dist[src], 0)
+        if truncated and len(paths) >= limit:
+            from astra_sim.errors import FoldAbandoned
+
+            raise FoldAbandoned(f"flow: the paths from {src} to {dst} reach max_paths ({limit}): which are kept "
+                                "depends on link numbering, not on the graph alone")
         fewest = min(npus for npus, _ in paths)
         return [path for npus, path in paths if npus == fewest]
