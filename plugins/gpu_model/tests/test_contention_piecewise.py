@@ -146,3 +146,19 @@ def test_a_send_keeps_the_old_rule(tmp_path):
     assert report.ranks[0].compute_ns == expected
     rows = [row[:4] for row in report.stats["gpu_utilization"][0]["timeline"]]
     assert rows[0] == [0, rows[0][1], 68, 64] and rows[-1][2] == 100
+
+
+def test_a_wrapped_model_reads_the_ends_too():
+    """A compute model wrapping the gpu model (astra-cluster's slowed ranks forward its attributes) still gets the
+    run's collective ends at the run's start."""
+    from types import SimpleNamespace
+
+    from astra_gpu_model.contention import Contention
+    from astra_gpu_model.plugin import astra_run_start
+
+    contention = Contention(load_gpu("H100"))
+    wrapper = SimpleNamespace(contention=contention)
+    ends = lambda rank, node_id: 7  # noqa: E731
+    astra_run_start(SimpleNamespace(options={}, compute_model=wrapper, collective_end_ns=ends))
+    assert contention._end_of is ends
+    astra_run_start(SimpleNamespace(options={}, compute_model=SimpleNamespace(contention=None)))  # nothing to bind

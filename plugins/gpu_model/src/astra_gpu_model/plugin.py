@@ -63,11 +63,15 @@ def astra_run_start(run):
         raise ConfigError(f"--scale-out {run.options['scale_out']}: needs a GPU --platform with --nodes >= 2 (it sets "
                           "the platform's generated scale-out network and NCCL's NIC rate)")
     model = run.compute_model
+    contention = getattr(model, "contention", None)  # also through a wrapper (astra-cluster's slowed ranks)
+    if contention is not None:
+        from astra_gpu_model.contention import Contention
+
+        if isinstance(contention, Contention):  # kernels slowed only until the running collectives' known ends
+            contention.bind_run(run)
     if isinstance(model, GpuComputeModel):
         from astra_gpu_model.capacity import check
 
-        if model.contention is not None:  # kernels slowed only until the running collectives' known ends
-            model.contention.bind_run(run)
         # a GPU whose GEMM efficiencies are borrowed says so in the terminal and the report's warnings
         calibration = model.gpu.calibration_warning()
         if calibration:
