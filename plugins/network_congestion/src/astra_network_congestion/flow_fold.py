@@ -151,7 +151,7 @@ def symmetry_kinds(graph, npus_per_dim):
 
         def swap(rank):
             digit = (rank // stride) % count
-            return rank + ((1 - digit) * stride if digit < 2 else 0)
+            return rank + ((1 - 2 * digit) * stride if digit < 2 else 0)
 
         try:
             extend(graph, [swap(r) for r in range(total)], adj)
