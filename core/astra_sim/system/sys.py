@@ -97,9 +97,7 @@ class Stream:
         if not self.phases and isinstance(algorithm, TimedCollective):  # the last phase, over at a known time
             dataset = self.dataset
             dataset.timed_streams += 1
-            end = self.sys.engine.now + algorithm.time_ns
-            if end > dataset.timed_end_ns:
-                dataset.timed_end_ns = end
+            dataset.timed_end_ns = max(dataset.timed_end_ns, self.sys.engine.now + algorithm.time_ns)
 
 
 

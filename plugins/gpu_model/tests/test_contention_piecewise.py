@@ -134,6 +134,7 @@ def test_a_send_keeps_the_old_rule(tmp_path):
     recv = make_node(1, "recv", T.COMM_RECV_NODE,
                      attrs={"is_cpu_op": False, "comm_src": 0, "comm_dst": 1, "comm_size": 1 << 20, "comm_tag": 7})
     from astra_sim.chakra import make_metadata, write_et
+
     prefix, sys_path, network = write_case(tmp_path, [], 2, "send", **NCCL)
     write_et(f"{prefix}.0.et", make_metadata(), [all_reduce(0, 64 << 20), send, mm(2)])
     write_et(f"{prefix}.1.et", make_metadata(), [all_reduce(0, 64 << 20), recv])
@@ -158,7 +159,9 @@ def test_a_wrapped_model_reads_the_ends_too():
 
     contention = Contention(load_gpu("H100"))
     wrapper = SimpleNamespace(contention=contention)
-    ends = lambda rank, node_id: 7  # noqa: E731
+    def ends(rank, node_id):
+        return 7
+
     astra_run_start(SimpleNamespace(options={}, compute_model=wrapper, collective_end_ns=ends))
     assert contention._end_of is ends
     astra_run_start(SimpleNamespace(options={}, compute_model=SimpleNamespace(contention=None)))  # nothing to bind
