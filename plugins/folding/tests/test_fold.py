@@ -358,17 +358,15 @@ def test_shared_remote_memory_is_not_folded(tmp_path, memory_type, folds):
     assert [r.finish_ns for r in report.ranks] == [r.finish_ns for r in simulate(*args, fold=False).ranks]
 
 
-def test_stateful_network_is_not_folded(tmp_path):
-    """The flow backend shares link rates between every rank's flows and declares no symmetry: nothing folds. (The
-    congestion backend's link queues fold by orbit: tests of network_congestion.)"""
+def test_stateful_networks_fold_by_link_orbit(tmp_path):
+    """The congestion backend's link queues and the flow backend's max-min rates fold by link orbit (they declare
+    it: LinkFoldingNetwork) and give the unfolded finish times (their own tests: network_congestion)."""
     args = _ring_case(tmp_path)
-    report = simulate(*args, network_backend="flow")
-    assert report.stats["simulated_ranks"] == 8
-    assert "flow" in report.settings["fold"]["reason"]
-    folded = simulate(*args, network_backend="congestion")
-    assert folded.stats["simulated_ranks"] < 8
-    assert [r.finish_ns for r in folded.ranks] == [r.finish_ns for r in simulate(*args, network_backend="congestion",
-                                                                                    fold=False).ranks]
+    for backend in ("flow", "congestion"):
+        folded = simulate(*args, network_backend=backend)
+        assert folded.stats["simulated_ranks"] < 8
+        assert [r.finish_ns for r in folded.ranks] == [r.finish_ns for r in simulate(*args, network_backend=backend,
+                                                                                        fold=False).ranks]
 
 
 def test_partial_symmetry_folds_the_symmetric_dimension(tmp_path):
