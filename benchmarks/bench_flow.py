@@ -18,6 +18,14 @@ Target: under 60 s on the 2-core development machine.
 InfraGraph model of that fabric (every component a node: NVSwitch chips, PCIe, NICs, switch ports).
 
 Prints wall time, simulated time, messages/flows per second, rate recomputations and peak RSS.
+
+    python benchmarks/bench_flow.py --fold GPUS [GPUS ...] [--repeat 3] [--nodes-per-leaf 16]
+
+compares a folded run with ``--no-fold`` instead (issue 37): one all-reduce of ``--size-mib`` (default 64 MiB) per
+rank, ring per dimension, on a 2-tier rail fabric (``--fabric rail:nodes_per_leaf=16``: 8 GPUs per host on an
+NVSwitch at 450 GB/s, each GPU on its rail's leaf at 50 GB/s, leaves under spines) with ``--flow-ecmp split``;
+each run is a fresh ``astra run`` process, alternated, the minimum wall time of ``--repeat`` kept. Checks that
+the reports' finish times, breakdown and per-link statistics are identical.
 """
 
 import argparse
@@ -79,8 +87,60 @@ def write_workload(folder, ranks, size, algorithm):
     return prefix, system, network
 
 
+def fold_compare(gpus_list, repeat, size_mib, nodes_per_leaf):
+    """Folded vs --no-fold wall times of an all-reduce on a rail fat tree (see the module docstring)."""
+    import subprocess
+
+    astra = os.path.join(os.path.dirname(sys.executable), "astra")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for gpus in gpus_list:
+            folder = os.path.join(tmp, str(gpus))
+            os.makedirs(folder)
+            prefix = os.path.join(folder, "w")
+            subprocess.run([astra, "workload", "micro", "--collective", "all_reduce", "--npus", str(gpus), "--size",
+                            f"{int(size_mib)}MiB", "-o", prefix], check=True, capture_output=True)
+            system = os.path.join(folder, "sys.json")
+            config = system_config(2, "ring")
+            with open(system, "w") as handle:
+                json.dump(config, handle)
+            network = os.path.join(folder, "net.yml")
+            with open(network, "w") as handle:
+                handle.write(f"topology: [ Switch, Switch ]\nnpus_count: [ 8, {gpus // 8} ]\n"
+                             "bandwidth: [ 450.0, 50.0 ]\nlatency: [ 100.0, 500.0 ]\n")
+            base = [astra, "run", "--workload-configuration", prefix, "--system-configuration", system,
+                    "--network-configuration", network, "--network-backend", "flow", "--flow-ecmp", "split",
+                    "--fabric", f"rail:nodes_per_leaf={nodes_per_leaf}", "-q"]
+            walls = {"folded": [], "unfolded": []}
+            reports = {}
+            for _ in range(repeat):
+                for name, extra in (("folded", []), ("unfolded", ["--no-fold"])):
+                    out = os.path.join(folder, f"{name}.json")
+                    start = time.perf_counter()
+                    subprocess.run(base + extra + ["-o", out], check=True, capture_output=True)
+                    walls[name].append(time.perf_counter() - start)
+                    with open(out) as handle:
+                        reports[name] = json.load(handle)
+            folded, unfolded = reports["folded"], reports["unfolded"]
+            same = all(folded.get(key) == unfolded.get(key)
+                       for key in ("summary", "network_stats", "ranks", "rank_classes", "breakdown"))
+            fold = folded["settings"]["fold"]
+            rows.append((gpus, fold.get("simulated_ranks"), min(walls["folded"]), min(walls["unfolded"]),
+                         folded["stats"]["run_s"], unfolded["stats"]["run_s"], folded["summary"]["max_finish_ns"],
+                         same))
+            print(f"{gpus} GPUs: simulated {fold.get('simulated_ranks')} ranks folded; wall {min(walls['folded']):.2f} s "
+                  f"folded vs {min(walls['unfolded']):.2f} s --no-fold (run {folded['stats']['run_s']:.2f} vs "
+                  f"{unfolded['stats']['run_s']:.2f} s); finish {folded['summary']['max_finish_ns']:,} ns; "
+                  f"reports identical: {same}", flush=True)
+    return 0 if all(row[-1] for row in rows) else 1
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fold", type=int, nargs="+", metavar="GPUS",
+                        help="compare folded and --no-fold runs of an all-reduce on a rail fat tree of GPUS GPUs")
+    parser.add_argument("--repeat", type=int, default=3, help="with --fold: runs of each, the minimum kept")
+    parser.add_argument("--nodes-per-leaf", type=int, default=16, help="with --fold: hosts per rail leaf")
     parser.add_argument("--algorithm", default="direct", help="all-to-all implementation (default direct)")
     parser.add_argument("--size-mib", type=float, default=64.0, help="all-to-all size per rank (MiB)")
     parser.add_argument("--ecmp", default="hash", choices=["hash", "split"])
@@ -90,6 +150,8 @@ def main():
                         help="leaf-spine bandwidth in GB/s (default 100 = 800 Gb/s; 25 makes the fabric 2:1 oversubscribed)")
     parser.add_argument("--top", type=int, default=5, help="bottleneck links to print")
     args = parser.parse_args()
+    if args.fold:
+        return fold_compare(args.fold, args.repeat, args.size_mib, args.nodes_per_leaf)
 
     if args.infragraph:
         from astra_network_congestion.infragraph import load_infragraph

@@ -228,14 +228,22 @@ def test_an_asymmetric_placement_does_not_fold(tmp_path):
     assert kinds == ["none"] and "not an automorphism" in notes[0]
 
 
-def test_hash_ecmp_fixed_routes_failures_and_link_load_timelines_refuse(tmp_path):
+def test_hash_ecmp_and_fixed_routes_refuse(tmp_path):
     graph = _tree(tmp_path, [2, 2], None)  # two Switch dimensions: two equal paths between diagonal NPUs
     symmetry = RankSymmetry([BlockShift(1, 2, 2)])
     with pytest.raises(FoldAbandoned, match="ECMP hash"):
         FlowNetwork(graph, EventEngine(), ecmp="hash").fold_links(symmetry)
-    network = FlowNetwork(graph, EventEngine(), ecmp="split")
-    network.fold_links(symmetry)
-    with pytest.raises(FoldAbandoned, match="link-load"):
-        network.record_link_load(object())
+    FlowNetwork(graph, EventEngine(), ecmp="split").fold_links(symmetry)
     fixed = FlowNetwork(graph, EventEngine(), route_fn=lambda s, d: [])
     assert fixed.symmetry_dims() is None
+
+
+@pytest.mark.parametrize("failure", [{"failed_links": [["npu0", "d0.g0.switch"]]},
+                                     {"link_failures": [{"link": ["npu0", "d1.g0.switch"], "at_ns": 2000}]}])
+def test_failed_links_do_not_fold_and_say_why(tmp_path, failure):
+    folded, unfolded, total = _folded_and_unfolded(tmp_path, ["Switch", "Switch"], [4, 2], "all_reduce", "1MiB",
+                                                   extra=failure)
+    assert folded["settings"]["fold"]["simulated_ranks"] == total
+    notes = " ".join(folded["settings"]["network"]["fold_notes"])
+    assert ("not an automorphism" in notes) if "failed_links" in failure else ("link_failures" in notes)
+    assert_same(folded, unfolded)

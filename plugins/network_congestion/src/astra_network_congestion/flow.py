@@ -293,6 +293,7 @@ class FlowNetwork(FlowRouting):
 
             arm(network, context.options["link_failures"])
             network._no_fold = "links fail mid-run (link_failures): the flows on them reroute asymmetrically"
+            network.description["fold_notes"] = [network._no_fold]
         return network
 
     # ------------------------------------------------------------------ hot path
@@ -655,9 +656,8 @@ class FlowNetwork(FlowRouting):
 
     def record_link_load(self, link_load):
         """Report the bandwidth every flow takes on its links to ``link_load``
-        (:class:`astra_analysis.links.LinkLoad`) from now on (called before the run)."""
-        if self._canonical is not None:
-            raise FoldAbandoned("flow: a timeline's link-load tracks need every link's own flows")
+        (:class:`astra_analysis.links.LinkLoad`) from now on (called before the run). In a folded run only each
+        orbit's canonical link is reported (with the load of all the flows it stands for)."""
         for link in self.graph.links:
             link_load.names[link.index] = link.name or f"{link.src} -> {link.dst}"
         self._link_load = link_load
@@ -667,8 +667,8 @@ class FlowNetwork(FlowRouting):
         rate = flow.rate
         add = self._link_load.add
         bw = self._bw
-        for link in flow.path:
-            add(link, flow.t_base, now, rate / bw[link])
+        for link, w in zip(flow.path, flow.pw):  # w: the flows it stands for (folded), else 1
+            add(link, flow.t_base, now, rate * w / bw[link])
 
     # ------------------------------------------------------------------ folding
     def symmetry_dims(self):
@@ -690,8 +690,6 @@ class FlowNetwork(FlowRouting):
         orbit (:mod:`astra_network_congestion.flow_fold`); raises FoldAbandoned where that is not exact."""
         if self._no_fold is not None:
             raise FoldAbandoned(f"flow: {self._no_fold}")
-        if self._link_load is not None:
-            raise FoldAbandoned("flow: a timeline's link-load tracks need every link's own flows")
         if self.ecmp == "hash":  # fail fast on a fabric with several paths (a send would find them later)
             far = len(self.graph.rank_node) - 1
             if far > 0 and len(self.routes(0, far)) > 1:

@@ -34,7 +34,7 @@ group acting as ``G`` (checked: :func:`extend`, :func:`link_orbits`). Then
 What it refuses (the run is then simulated unfolded, the report's ``settings.fold`` says why): hash ECMP on a
 pair with several paths, a graph that no relabelling of the symmetry maps onto itself (an asymmetric placement,
 failed links, a rotation of hosts across the leaves of a 2-tier tree), fixed routes (``route_fn``), links that
-fail mid-run, timelines' link-load tracks.
+fail mid-run. A timeline's link-load tracks show each orbit's canonical link only (as the ``congestion`` backend's).
 
 Per dimension :func:`symmetry_kinds` tells the fold planner which relabellings the graph keeps: ``"any"`` when
 the whole rotation and a transposition of the dimension's coordinates are automorphisms, ``"rotation"`` when
