@@ -21,7 +21,8 @@ _attrs = st.one_of(
     st.fixed_dictionaries({"comm_dst": st.integers(0, 15)}),
     st.fixed_dictionaries({"pg_name": st.sampled_from(["", "0", "1", "2", "3", "x"])}),
     st.fixed_dictionaries({"comm_src": st.booleans(), "other": st.integers()}),
-    st.fixed_dictionaries({"pg_name": st.sampled_from([None, 2, "3"]), "comm_dst": st.integers(0, 15)}),
+    st.fixed_dictionaries({"pg_name": st.sampled_from([None, 2, "3", 1.0, True, float("nan"), [1]]),
+                           "comm_dst": st.sampled_from([1, True, 1.0, 2, [3], "4"])}),
     st.just({}),
     st.just({"comm_type": 1}),
 )
