@@ -124,6 +124,13 @@ class GpuComputeModel:
             observe(self.contention.record_node)  # communication intervals for the utilisation report
 
     # ------------------------------------------------------------------ binding to a run
+    def rank_node(self, rank, node_id):
+        """Node ``node_id`` of ``rank``'s trace, or None when the run gave no access to the nodes (the NCCL
+        collective reads its node's ``comm_sms`` CTA cap through this)."""
+        if self._nodes_of is None:
+            return None
+        return self._nodes_of(rank).get(node_id)
+
     def bind_nodes(self, nodes_of_rank):
         """``nodes_of_rank(rank) -> {id: EtNode}``: lets a GPU kernel node find the CPU op that launched it."""
         self._nodes_of = nodes_of_rank

@@ -555,13 +555,41 @@ def collnet_bw(cfg: NcclConfig, ppn, bw_intra):
     return min(intra, ppn * cfg.nic_gbps * COLLNET_NIC_EFFICIENCY)
 
 
-def collective_time_us(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
-    """``(time_us, algo, proto)``: the pair NCCL picks, timed with the measured-time calibration."""
+#: Algorithms whose bandwidth NCCL's model takes as channels x a channel's bandwidth (tuning.cc ``busBw =
+#: graphs[a]->nChannels * bw``, and ``nChannels x perChMax...Bw`` caps) and which run on the communicator's
+#: ``nChannels`` CTAs, the count ``maxCTAs`` / NCCL_MAX_CTAS / NCCL_MAX_NCHANNELS cap (src/graph/connect.cc
+#: ncclTopoPostset: ``comm->nChannels = min(ncclMaxNchannels(), nChannels, comm->config.maxCTAs)``, NVIDIA/nccl
+#: v2.18.3-1 line 416, v2.27.7-1 line 483). NVLS and NVLS_TREE are left out: their graph's channels are the NVLS
+#: heads, and the NVLS CTAs (``nvlsChannels``, src/transport/nvls.cc) enter no bandwidth term of NCCL's model.
+#: All-to-all is send/receive, whose CTAs maxCTAs does not cap (NVIDIA/nccl#2421, #1598).
+CTA_SCALED = (RING, TREE, COLLNET, PAT)
+
+
+def cta_share(algo, cfg: NcclConfig, ctas):
+    """The share of its bandwidth a collective of ``algo`` keeps on a communicator capped at ``ctas`` CTAs: NCCL's
+    own rule for a collective on fewer channels than its tuning assumed, ``bw = bw / comm->nChannels *
+    info->nChannels`` (src/graph/tuning.cc ncclTopoGetAlgoTime, NVIDIA/nccl v2.18.3-1 line 389), with
+    ``min(channels, ctas)`` of the model's ``channels``: one channel runs on one CTA. 1.0 without a cap (None or
+    0: 0 SMs is a copy-engine transfer, which no CTA count limits)."""
+    if not ctas or ctas >= cfg.channels or algo not in CTA_SCALED:
+        return 1.0
+    return ctas / cfg.channels
+
+
+def collective_time_us(coll, n_bytes, n, cfg: NcclConfig, nodes=1, ctas=None):
+    """``(time_us, algo, proto)``: the pair NCCL picks, timed with the measured-time calibration.
+
+    ``ctas``: the communicator's CTA cap (the trace node's ``comm_sms``; None: NCCL's default channels). NCCL picks
+    the pair from bandwidths computed once, at init, from the search's uncapped channels (ncclTopoTuneModel reads
+    ``graphs[a]->nChannels``, which maxCTAs does not change), so the choice is the same; the chosen pair then runs
+    on ``min(channels, ctas)`` CTAs, and its bandwidth term is divided by :func:`cta_share`."""
     if coll == ALL_TO_ALL and nodes > 1 and n > 1:
         return max(alltoall_across_nodes_us(n_bytes, n, cfg, nodes)), P2P, SIMPLE
     _, algo, proto, lat, bw_us = predict(coll, n_bytes, n, cfg, nodes)[0]
     if n <= 1:
         return 0.0, algo, proto
+    if coll != ALL_TO_ALL:
+        bw_us /= cta_share(algo, cfg, ctas)
     cal = cfg.correction()
     if cal is None:
         return lat + bw_us, algo, proto
@@ -607,18 +635,38 @@ class NcclCollective(TimedCollective):
         n_bytes = self.final_data_size if self.com_type == ALL_GATHER else self.data_size
         n = self.nodes_in_ring
         nodes = self._nodes_spanned()
+        ctas = self._cta_cap()
         # A run asks for a handful of distinct collectives many times (every chunk of every rank): one model
         # evaluation each. The entry keeps its config alive, so its id is not reused while the entry exists.
-        key = (self.com_type, int(n_bytes), n, nodes, id(self.config))
+        key = (self.com_type, int(n_bytes), n, nodes, id(self.config), ctas)
         hit = _TIME_CACHE.get(key)
         if hit is None or hit[0] is not self.config:
             if len(_TIME_CACHE) >= _TIME_CACHE_MAX:  # bounded across runs (sweeps in one process)
                 _TIME_CACHE.clear()
-            hit = (self.config, collective_time_us(self.com_type, int(n_bytes), n, self.config, nodes))
+            hit = (self.config, collective_time_us(self.com_type, int(n_bytes), n, self.config, nodes, ctas))
             _TIME_CACHE[key] = hit
         t_us, algo, proto = hit[1]
         self.choice = (algo, proto)
         return t_us * 1000.0
+
+    def _cta_cap(self):
+        """The CTA cap of this collective's communicator: its trace node's ``comm_sms`` attribute (``astra workload
+        llm --comm-sms``: NCCL_MAX_CTAS / a communicator's ``maxCTAs``), or None where the node has none or the run's
+        compute model cannot show the node (only the ``gpu`` model keeps the ranks' nodes)."""
+        node_id = getattr(getattr(self.stream, "dataset", None), "node_id", -1)
+        lookup = getattr(self.sys.shared.compute_model, "rank_node", None)
+        if node_id is None or node_id < 0 or lookup is None:
+            return None
+        node = lookup(self.rank, node_id)
+        if node is None or "comm_sms" not in node.attrs:
+            return None
+        value = node.attrs["comm_sms"]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            from astra_sim.errors import WorkloadError
+
+            raise WorkloadError(f"collective node {node_id} ({node.name!r}) of rank {self.rank}: attribute "
+                                f"'comm_sms' must be an integer >= 0 (its communicator's CTAs), got {value!r}")
+        return value or None
 
     def _nodes_spanned(self):
         """Nodes the collective's ranks sit on: a node is one scale-up domain, the network's first
