@@ -466,8 +466,9 @@ def _add_flags(p):
                    help="with --sequence-parallel: each TP all-gather / reduce-scatter runs as a ring of TP-1 "
                    "send/recv steps pipelined with TP row chunks of its GEMM (Transformer Engine userbuffers)")
     p.add_argument("--comm-sms", metavar="KEY=N[,KEY=N...]",
-                   help="SMs each kind of communication kernel occupies, written as the nodes' comm_sms attribute "
-                   "for the gpu model's --gpu-contention (nodes without it take --gpu-comm-sms). Keys: "
+                   help="SMs (NCCL CTAs) each kind of communication kernel occupies, written as the nodes' comm_sms "
+                   "attribute: the gpu model's --gpu-contention leaves the rest to compute (nodes without it take "
+                   "--gpu-comm-sms), and its NCCL model runs a capped collective on as many channels. Keys: "
                    f"{', '.join(COMM_SMS_GROUPS)} (NCCL communicators, e.g. Megatron's *_MAX_CTAS) and, with "
                    "--tp-comm-overlap, Transformer Engine's userbuffers names (qkv_fprop, proj_fprop, fc1_fprop, "
                    "fc2_fprop, qkv_dgrad, fc1_dgrad, qkv_wgrad, fc1_wgrad, proj_dgrad, fc2_dgrad); 0 = copy engine")
