@@ -191,6 +191,7 @@ class FlowNetwork(FlowRouting):
         self._nflows = [0] * n  # link -> flows on it (rated or not)
         self._cap = [0.0] * n  # scratch for progressive filling
         self._cnt = [0] * n
+        self._drop = [0] * n
         self._lmark = [0] * n
         self._hl = [None] * n
         # statistics
@@ -343,7 +344,17 @@ class FlowNetwork(FlowRouting):
         nflows = self._nflows
         nbytes = self._bytes
         max_flows = self._max_flows
-        for link, w in zip(flow.path, flow.pw):
+        if self._canonical is None:
+            for link in flow.path:
+                c = nflows[link] + 1
+                nflows[link] = c
+                if c == 1:
+                    self._busy_since[link] = now
+                if c > max_flows[link]:
+                    max_flows[link] = c
+                nbytes[link] += size
+            return
+        for link, w in zip(flow.path, flow.pw):  # folded: the flow counts for w flows on the canonical link
             c = nflows[link]
             if not c:
                 self._busy_since[link] = now
@@ -407,6 +418,7 @@ class FlowNetwork(FlowRouting):
         hl = self._hl
         cap = self._cap
         cnt = self._cnt
+        drop = self._drop  # per link: the weight of the flows frozen on it in this step (0 between steps)
         heapify(heap)
         events = self._heap
         link_load = self._link_load
@@ -442,14 +454,17 @@ class FlowNetwork(FlowRouting):
                 continue
             if level <= 0.0:  # only through rounding: keep every flow moving
                 level = share if share > 0.0 else bw[link] * 1e-12
-            drop = {}
+            dropped = []
+            mark_dropped = dropped.append
             for blink in batch:
                 for flow in hl[blink]:
                     if flow.mark != visited:
                         continue
                     flow.mark = frozen
                     for other, w in zip(flow.links, flow.lw):
-                        drop[other] = drop.get(other, 0) + w
+                        if not drop[other]:
+                            mark_dropped(other)
+                        drop[other] += w
                     old = flow.rate
                     if old == level:
                         continue  # same rate: same end time
@@ -479,7 +494,9 @@ class FlowNetwork(FlowRouting):
                     flow.end_ns = end
                     flow.ver += 1
                     heappush(events, (end, fid, flow.ver))
-            for other, n in drop.items():
+            for other in dropped:
+                n = drop[other]
+                drop[other] = 0
                 cap[other] -= level * n
                 cnt[other] -= n
         self.flows_rated += len(hflows)
@@ -521,8 +538,7 @@ class FlowNetwork(FlowRouting):
                 hl[link] = []
                 cnt[link] = 0
                 touched.append(link)
-
-        def add(flow):
+        for flow in new:
             flow.mark = visited
             hflows.append(flow)
             for link, w in zip(flow.links, flow.lw):
@@ -534,9 +550,6 @@ class FlowNetwork(FlowRouting):
                 else:
                     hl[link].append(flow)
                     cnt[link] += w
-
-        for flow in new:
-            add(flow)
         i = 0
         while i < len(touched):
             link = touched[i]
@@ -545,8 +558,19 @@ class FlowNetwork(FlowRouting):
                 if rate < theta:
                     continue
                 for flow in group.values():
-                    if flow.mark != visited:
-                        add(flow)
+                    if flow.mark == visited:
+                        continue
+                    flow.mark = visited
+                    hflows.append(flow)
+                    for other, w in zip(flow.links, flow.lw):
+                        if lmark[other] != visited:
+                            lmark[other] = visited
+                            hl[other] = [flow]
+                            cnt[other] = w
+                            touched.append(other)
+                        else:
+                            hl[other].append(flow)
+                            cnt[other] += w
         # The capacity the flows below theta leave on those links.
         cap = self._cap
         heap = []
@@ -555,7 +579,7 @@ class FlowNetwork(FlowRouting):
             left = bw[link]
             by_rate = groups[link]
             if by_rate:
-                for rate in sorted(by_rate):
+                for rate in (by_rate if len(by_rate) == 1 else sorted(by_rate)):
                     if rate >= theta:
                         break
                     group = by_rate[rate]
@@ -607,6 +631,7 @@ class FlowNetwork(FlowRouting):
         schedule = self.engine.schedule
         dirty = self._dirty
         theta = self._theta
+        folded = self._canonical is not None
         done = False
         while events and events[0][0] <= now:
             end, fid, ver = heappop(events)
@@ -627,11 +652,18 @@ class FlowNetwork(FlowRouting):
                 if not group:
                     del by_rate[rate]
                 dirty.append(link)
-            for link, w in zip(flow.path, flow.pw):
-                c = nflows[link] - w
-                nflows[link] = c
-                if not c:
-                    busy_ns[link] += now - busy_since[link]
+            if folded:
+                for link, w in zip(flow.path, flow.pw):
+                    c = nflows[link] - w
+                    nflows[link] = c
+                    if not c:
+                        busy_ns[link] += now - busy_since[link]
+            else:
+                for link in flow.path:
+                    c = nflows[link] - 1
+                    nflows[link] = c
+                    if not c:
+                        busy_ns[link] += now - busy_since[link]
             message = flow.message
             arrival = flow.t_base + int(flow.latency + flow.left / rate)
             if message.history is not None:  # a folded run: the arrival descends from the send
