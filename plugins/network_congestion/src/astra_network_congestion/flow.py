@@ -81,6 +81,7 @@ from heapq import heapify, heappop, heappush
 
 from astra_sim.errors import ConfigError, FoldAbandoned
 
+from astra_network_congestion.flow_config import _is_analytical_yaml, _options
 from astra_network_congestion.flow_routing import FlowRouting, ecmp_index  # noqa: F401 (ecmp_index: re-exported)
 
 #: A link is saturated when less than this fraction of its bandwidth is left unallocated.
@@ -704,36 +705,19 @@ class FlowNetwork(FlowRouting):
 
     # ------------------------------------------------------------------ folding
     def symmetry_dims(self):
-        """Per dimension, which relabellings of its coordinates extend to automorphisms of the graph
-        (:func:`astra_network_congestion.flow_fold.symmetry_kinds`: ``"any"``, ``"rotation"`` or ``"none"``); None
-        with fixed routes or links that fail mid-run. Why a dimension is not ``"any"`` goes to ``describe()``."""
-        if self._no_fold is not None or self.route_fn is not None:
-            return None
-        if self._fold_kinds is None:
-            from astra_network_congestion.flow_fold import symmetry_kinds
+        """Per dimension, which relabellings of its coordinates extend to automorphisms of the graph (``"any"``,
+        ``"rotation"`` or ``"none"``); None with fixed routes or links that fail mid-run
+        (:func:`astra_network_congestion.flow_fold.network_kinds`)."""
+        from astra_network_congestion.flow_fold import network_kinds
 
-            self._fold_kinds = symmetry_kinds(self.graph, self.npus_per_dim)
-            if self._fold_kinds[1]:
-                self.description["fold_notes"] = list(self._fold_kinds[1])
-        return list(self._fold_kinds[0])
+        return network_kinds(self)
 
     def fold_links(self, symmetry):
         """Before a folded run: each simulated flow stands for its images under ``symmetry``, each link for its
-        orbit (:mod:`astra_network_congestion.flow_fold`); raises FoldAbandoned where that is not exact."""
-        if self._no_fold is not None:
-            raise FoldAbandoned(f"flow: {self._no_fold}")
-        if self.ecmp == "hash":  # fail fast on a fabric with several paths (a send would find them later)
-            far = len(self.graph.rank_node) - 1
-            if far > 0 and len(self.routes(0, far)) > 1:
-                raise FoldAbandoned(f"flow: ECMP hash picks one of the {len(self.routes(0, far))} paths from 0 to "
-                                    f"{far} by a hash of the rank numbers, which relabelled ranks do not keep "
-                                    "(ecmp split, or single-path routes, fold)")
-        from astra_network_congestion.flow_fold import link_orbits
+        orbit (:func:`astra_network_congestion.flow_fold.fold_network`); raises FoldAbandoned where not exact."""
+        from astra_network_congestion.flow_fold import fold_network
 
-        self._canonical, self._weight = link_orbits(self.graph, symmetry)
-        self._order = symmetry.order
-        self._routes = {}  # routes are weighted by orbit from now on
-        self.description["folded_links"] = len(set(self._canonical))
+        fold_network(self, symmetry)
 
     # ------------------------------------------------------------------ report
     def flow_rates(self):
@@ -808,35 +792,6 @@ class FlowNetwork(FlowRouting):
                 for r in ranked[:top]
             ],
         }
-
-
-def _is_analytical_yaml(path):
-    """Whether the network file is the analytical YAML (top-level ``topology:`` and ``npus_count:``)."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read(1 << 16)
-    except FileNotFoundError:
-        raise ConfigError(f"network configuration file {path!r} does not exist") from None
-    except IsADirectoryError:
-        raise ConfigError(f"network configuration file {path!r} is a directory") from None
-    except UnicodeDecodeError:
-        return False
-    keys = set()
-    for line in text.splitlines():
-        if line[:1].isalpha():
-            keys.add(line.split(":", 1)[0].strip())
-    return "topology" in keys and "npus_count" in keys
-
-
-def _options(options):
-    """FlowNetwork keyword arguments from run options (``flow_ecmp``, ``flow_segment_bytes``, ...)."""
-    out = {}
-    for key, name in (("flow_ecmp", "ecmp"), ("flow_segment_bytes", "segment_bytes"),
-                      ("flow_path_selection", "path_selection"), ("flow_max_paths", "max_paths")):
-        value = options.get(key)
-        if value is not None:
-            out[name] = value
-    return out
 
 
 __all__ = ["FlowNetwork", "ecmp_index"]

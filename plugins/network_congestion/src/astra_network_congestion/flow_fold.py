@@ -149,7 +149,7 @@ def symmetry_kinds(graph, npus_per_dim):
             kinds.append("any")
             continue
 
-        def swap(rank):
+        def swap(rank, stride=stride, count=count):
             digit = (rank // stride) % count
             return rank + ((1 - 2 * digit) * stride if digit < 2 else 0)
 
@@ -212,3 +212,33 @@ def link_orbits(graph, symmetry):
                                 f"order {order}")
         weight[root] = order // size
     return roots, weight
+
+
+def network_kinds(network):
+    """:meth:`FlowNetwork.symmetry_dims`: :func:`symmetry_kinds` of its graph (computed once; why a dimension is
+    not ``"any"`` goes to ``describe()``'s ``fold_notes``), or None with fixed routes or links failing mid-run."""
+    if network._no_fold is not None or network.route_fn is not None:
+        return None
+    if network._fold_kinds is None:
+        network._fold_kinds = symmetry_kinds(network.graph, network.npus_per_dim)
+        if network._fold_kinds[1]:
+            network.description["fold_notes"] = list(network._fold_kinds[1])
+    return list(network._fold_kinds[0])
+
+
+def fold_network(network, symmetry):
+    """:meth:`FlowNetwork.fold_links`: weigh every route by link orbit (:func:`link_orbits`), or raise
+    :class:`FoldAbandoned` (links failing mid-run; hash ECMP where rank 0 already has several paths to the last
+    rank: a send finds the others)."""
+    if network._no_fold is not None:
+        raise FoldAbandoned(f"flow: {network._no_fold}")
+    if network.ecmp == "hash":
+        far = len(network.graph.rank_node) - 1
+        if far > 0 and len(network.routes(0, far)) > 1:
+            raise FoldAbandoned(f"flow: ECMP hash picks one of the {len(network.routes(0, far))} paths from 0 to {far} "
+                                "by a hash of the rank numbers, which relabelled ranks do not keep (ecmp split, or "
+                                "single-path routes, fold)")
+    network._canonical, network._weight = link_orbits(network.graph, symmetry)
+    network._order = symmetry.order
+    network._routes = {}  # routes are weighted by orbit from now on
+    network.description["folded_links"] = len(set(network._canonical))
