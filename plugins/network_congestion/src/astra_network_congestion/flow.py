@@ -73,6 +73,9 @@ Failed links
     shares the remaining capacity (two parallel paths, one down: the transfer takes twice as long).
     The run option ``link_failures`` (``[{link: [a, b], at_ns: T}]``) takes a cable down at ``T`` in the
     middle of the run: the flows on it reroute then (:mod:`astra_network_congestion.link_failures`).
+
+Folding
+    Runs of symmetric ranks fold where the graph and the routes are symmetric (:mod:`astra_network_congestion.flow_fold`).
 """
 
 from __future__ import annotations
