@@ -6,7 +6,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 from astra_sim.chakra import types as T
-from astra_sim.chakra.writer import make_node
+from astra_sim.chakra.writer import encode_node
 
 from .blockscale import block_format, low_precision_weight_bytes
 from .fp8 import FP8_FWD, FP8_GRAD, SCALED_MM
@@ -49,9 +49,10 @@ class NodeEmitter:
         deps = list(deps)
         if chain and self.prev is not None:
             deps.insert(0, self.prev)
-        node = make_node(nid, name, type_, data_deps=deps, duration_micros=duration, attrs=attrs,
-                         inputs_shapes=shapes, inputs_types=types, inputs_values=values)
-        self.items.append((node._raw, dyn))
+        # (encode_node: the bytes make_node(...)._raw has, written directly; test_llm_encode compares them)
+        raw = encode_node(nid, name, type_, data_deps=deps, duration_micros=duration, attrs=attrs,
+                          inputs_shapes=shapes, inputs_types=types, inputs_values=values)
+        self.items.append((raw, dyn))
         if chain:
             self.prev = nid
         return nid
