@@ -11,6 +11,38 @@ time and exposed communication. The reference is never part of this repository: 
 ``--backend congestion`` compares the ``congestion`` backend with the reference's congestion-aware
 binaries: mode ``aware`` (official, 1-D only) for 1-dimensional networks, ``aware_md`` (the
 multi-dimensional branch) otherwise and for a 1-D 2-NPU Ring, on which the official binary aborts.
+
+Building the reference (done 2026-11-30 on this 2-core Debian 12 machine, about 7 min; never inside the repo):
+
+* Sources: astra-sim/astra-sim at 518bd513ae110428cd62eb60efc0f3993fd53c70 (the semantics this project follows)
+  with its submodules under ``extern/`` at their pinned commits: fmt 7e73566, remote_memory_backend/analytical
+  (astra-sim/astra-memory-analytical) 641cce8; and yaml-cpp (jbeder/yaml-cpp) a83cd31, which the top
+  CMakeLists.txt fetches with FetchContent. Three pins were not in the snapshots at hand, so their nearest
+  versions were used: graph_frontend/chakra (pinned astra-sim/chakra 0e3cd40) at 90630caa992a, the pin one update
+  earlier (astra-sim 41fbd27; taken from the EricDinging/chakra_fix fork, which holds it: ``git archive
+  90630caa992a schema src``); network_backend/analytical (pinned e8c5119) at 599a0473a9a7, the previous pin
+  (e8c5119 only moved yaml-cpp up to astra-sim), with its ``add_subdirectory(.../extern/yaml-cpp yaml-cpp)``
+  wrapped in ``if (NOT TARGET yaml-cpp) ... endif ()``; spdlog (pinned 63f0875) at 62302019 (1.13.0). ns-3,
+  csg-htsim and googletest are not needed.
+* Packages: Debian's g++ 12, cmake 3.25 and ``apt-get install protobuf-compiler libprotobuf-dev`` (3.21.12).
+* Build::
+
+      cd astra-sim/extern/graph_frontend/chakra/schema/protobuf && protoc et_def.proto --proto_path=. --cpp_out=.
+      mkdir astra-sim/build/astra_analytical/build && cd astra-sim/build/astra_analytical/build
+      cmake .. -DBUILDTARGET=all -DFETCHCONTENT_SOURCE_DIR_YAML-CPP=/path/to/yaml-cpp \
+            -DFETCHCONTENT_FULLY_DISCONNECTED=ON
+      nice -n 10 make -j2
+
+  The binaries land in ``astra-sim/build/astra_analytical/build/bin/``: ``AstraSim_Analytical_Congestion_Unaware``
+  and ``AstraSim_Analytical_Congestion_Aware`` (official, 1-D). ``aware_md`` needs network_backend/analytical's
+  unmerged branch ``will/congestion-multidim`` (a035d9e, March 2024, older than the frontend above): not built.
+* ``--reference`` script: ``run_reference.sh MODE FLAGS...`` runs the binary for MODE (``unaware``, ``aware``;
+  exit 2 for a mode it lacks) with the flags as given, under ``timeout "${REF_TIMEOUT:-60}"``, printing
+  ``TIMEOUT`` when it fires and exiting with the binary's status. Run from a scratch folder: the reference writes
+  ``log/`` into its working directory.
+* Checked with this build: ``--cases 15 --seed 7`` 12 same, 0 different (3 the reference crashed or hung on);
+  ``--backend congestion --cases 30 --seed 3`` 9 same, 0 different (the rest need ``aware_md``).
+  ``benchmarks/bench_reference.py`` times this build beside astra-sim-py.
 """
 
 from __future__ import annotations
