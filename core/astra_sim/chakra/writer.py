@@ -21,6 +21,8 @@ def encode_varint(n: int) -> bytes:
         if n >= 0:
             return _SMALL_VARINTS[n]
         return bytes((n,))  # (raises ValueError)
+    if n < 0x200000:
+        return bytes(((n & 0x7F) | 0x80, ((n >> 7) & 0x7F) | 0x80, n >> 14))
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
@@ -303,7 +305,8 @@ def _attr_frame(name, value):
     cls = value.__class__
     if cls is str:  # (choose_kind gives string_val for every str; labels are distinct, so they are not cached)
         data = value.encode("utf-8")
-        return _len_field(b"\x52", name_field + _len_field(b"\xea\x01", data))
+        body = name_field + b"\xea\x01" + encode_varint(len(data)) + data
+        return b"\x52" + encode_varint(len(body)) + body
     key = (name, cls, value) if cls is int or cls is bool else None  # (floats: -0.0 == 0.0; lists: unhashable)
     if key is not None:
         frame = _ATTR_FRAMES.get(key)
@@ -325,13 +328,22 @@ def _varint_u64(n):
     return encode_varint(n)
 
 
+def _packed_u64(tag, deps):
+    """A packed repeated uint64 field (the deps)."""
+    if len(deps) == 1:
+        data = _varint_u64(deps[0])
+    else:
+        data = b"".join([_varint_u64(d) for d in deps])
+    return tag + encode_varint(len(data)) + data
+
+
 def encode_node(id, name="", type=0, *, data_deps=(), ctrl_deps=(), duration_micros=0, attrs=None,
                 inputs_values=None, inputs_shapes=None, inputs_types=None) -> bytes:
     """The serialized Node that ``make_node(...)._raw`` gives for the same arguments, written directly (fields in
     number order, proto3 defaults omitted, packed deps: chakra-format.md section 4) instead of through a protobuf
     message and a parse back. What it does not write itself (an unusual value type or member, a value make_node
-    refuses) it hands to make_node, so the bytes and the errors are make_node's. test_chakra_encode checks both
-    give the same bytes."""
+    refuses) it hands to make_node, so the bytes and the errors are make_node's. Tested against make_node in
+    plugins/workload_generators/tests/test_llm_encode.py."""
     try:
         parts = [b"\x08", _varint_u64(id)] if id else []
         head = _HEADS.get((name, type))
@@ -342,9 +354,9 @@ def encode_node(id, name="", type=0, *, data_deps=(), ctrl_deps=(), duration_mic
                            + (b"\x18" + encode_varint(type) if type else b""))
         parts.append(head)
         if ctrl_deps:
-            parts.append(_len_field(b"\x22", b"".join([_varint_u64(d) for d in ctrl_deps])))
+            parts.append(_packed_u64(b"\x22", ctrl_deps))
         if data_deps:
-            parts.append(_len_field(b"\x2a", b"".join([_varint_u64(d) for d in data_deps])))
+            parts.append(_packed_u64(b"\x2a", data_deps))
         if duration_micros:
             parts.append(b"\x38")
             parts.append(_varint_u64(duration_micros))
@@ -357,8 +369,11 @@ def encode_node(id, name="", type=0, *, data_deps=(), ctrl_deps=(), duration_mic
                      ((b"\x0a", inputs_values), (b"\x12", inputs_shapes), (b"\x1a", inputs_types)) if s])))
             parts.append(io)
         if attrs:
+            frames = _ATTR_FRAMES
             for attr_name, value in attrs.items():
-                parts.append(_attr_frame(attr_name, value))
+                cls = value.__class__
+                frame = frames.get((attr_name, cls, value)) if cls is int or cls is bool else None
+                parts.append(frame if frame is not None else _attr_frame(attr_name, value))
         return b"".join(parts)
     except (TypeError, ValueError, OverflowError, AttributeError):
         return make_node(id, name, type, data_deps=data_deps, ctrl_deps=ctrl_deps, duration_micros=duration_micros,

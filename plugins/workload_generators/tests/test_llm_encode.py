@@ -1,12 +1,14 @@
-"""The LLM generator's direct node encoder (``astra_sim.chakra.writer.encode_node``, issue 37) writes the bytes of
-the reference path it replaced (``make_node(...)._raw``: a protobuf message, serialized and parsed back).
+"""The LLM generator's fast paths (issue 37) write the bytes of the reference paths they replaced: the direct node
+encoder ``astra_sim.chakra.writer.encode_node`` those of ``make_node(...)._raw`` (a protobuf message, serialized and
+parsed back), and the element-wise nodes' shapes computed once per (op, arguments) those computed for every node.
 
 Two checks:
 
 * every file of a spread of workloads (dense and MoE; TP, PP, VP, CP, EP; ZeRO 0-3; recompute; FP8 and MXFP8;
   per-rank and compact; training, prefill, decode and mixed; FSDP2, DeepSpeed, LoRA, CUDA graphs) is byte-identical
-  when the generator's encoder is swapped for the reference one (the same code otherwise: the slow path stays
-  callable, so the test needs no stored digests; test_llm_golden.py keeps the digests of older code);
+  when the generator's encoder is swapped for the reference one and its element-wise cache remembers nothing (the
+  same code otherwise: the slow paths stay callable, so the test needs no stored digests; test_llm_golden.py keeps
+  the digests of older code);
 * ``encode_node`` equals ``make_node(...)._raw`` (or raises the same error) on random nodes (Hypothesis).
 """
 
@@ -22,7 +24,7 @@ from astra_sim.chakra.errors import ChakraError
 from astra_sim.chakra.writer import encode_node, make_node
 from astra_sim.cli import main
 
-from astra_workload_generators.llm import emit
+from astra_workload_generators.llm import emit, stage
 
 SMALL = ["--layers", "4", "--hidden", "256", "--heads", "8", "--vocab", "1000", "--seq-len", "128"]
 MOE = SMALL + ["--experts", "8", "--top-k", "2", "--moe-ffn", "512"]
@@ -68,6 +70,20 @@ def _reference_encode(*args, **kwargs):
     return make_node(*args, **kwargs)._raw
 
 
+class _Forgetful(dict):
+    """An element-wise cache that remembers nothing: every ew() node computes its shapes again."""
+
+    def __setitem__(self, key, value):
+        pass
+
+
+def _reference_builder_init(init):
+    def wrapped(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.ew_cache = _Forgetful()
+    return wrapped
+
+
 def _files(folder):
     out = {}
     for name in sorted(os.listdir(folder)):
@@ -96,6 +112,7 @@ def test_every_file_is_what_the_reference_encoder_writes(tmp_path, monkeypatch, 
     fast = _generate(tmp_path, name, "fast")
     with monkeypatch.context() as patch:
         patch.setattr(emit, "encode_node", _reference_encode)
+        patch.setattr(stage._StageBuilder, "__init__", _reference_builder_init(stage._StageBuilder.__init__))
         slow = _generate(tmp_path, name, "slow")
     assert sorted(fast) == sorted(slow)
     assert any(f.endswith(".et") for f in fast)
@@ -103,16 +120,25 @@ def test_every_file_is_what_the_reference_encoder_writes(tmp_path, monkeypatch, 
         assert hashlib.sha256(fast[file_name]).hexdigest() == hashlib.sha256(slow[file_name]).hexdigest(), file_name
 
 
-def test_the_reference_encoder_is_really_swapped_in(tmp_path, monkeypatch, capsys):
-    """The swap above reaches the generator: a reference that writes other bytes changes the traces."""
+def test_the_reference_paths_are_really_swapped_in(tmp_path, monkeypatch, capsys):
+    """The swaps above reach the generator: a reference that writes other bytes changes the traces, and the
+    forgetful cache is the one ew() uses."""
     def other(*args, **kwargs):
         return _reference_encode(*args, **kwargs) + b"\x30\x01"  # start_time_micros = 1
+    caches = []
+
+    def init(self, *args, **kwargs):
+        _reference_builder_init(original)(self, *args, **kwargs)
+        caches.append(self.ew_cache)
+    original = stage._StageBuilder.__init__
     monkeypatch.setattr(emit, "encode_node", other)
+    monkeypatch.setattr(stage._StageBuilder, "__init__", init)
     changed = _generate(tmp_path, "dense_tp_pp_dp", "other")
     monkeypatch.undo()
     plain = _generate(tmp_path, "dense_tp_pp_dp", "plain")
     traces = [f for f in plain if f.endswith(".et")]
     assert traces and all(changed[f] != plain[f] for f in traces)
+    assert caches and all(isinstance(c, _Forgetful) and not c for c in caches)
 
 
 # -- random nodes ---------------------------------------------------------------------------------------------

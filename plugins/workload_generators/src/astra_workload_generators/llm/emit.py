@@ -4,6 +4,7 @@ collective or a send/receive, appended to a stage's graph with its rank-specific
 from __future__ import annotations
 
 from contextlib import contextmanager
+from functools import lru_cache
 
 from astra_sim.chakra import types as T
 from astra_sim.chakra.writer import encode_node
@@ -61,9 +62,7 @@ class NodeEmitter:
         """A compute node; ``elems`` counts ``--dtype`` elements (``tensor_size = elems * bytes`` unless
         ``nbytes`` gives it); ``types``: the inputs' types (default: every input ``--dtype``); ``values``: the
         ``inputs.values`` text (the op's non-tensor arguments, e.g. attention's ``is_causal``)."""
-        if types is None:
-            types = [self.ttype] * (shapes.count("[") - 1)
-        types = "[" + ", ".join(repr(t) for t in types) + "]"
+        types = _types_text(tuple(types) if types is not None else (self.ttype,) * (shapes.count("[") - 1))
         dur = max(1, round(flops / (self.cfg.tflops * 1e12) * 1e6))
         attrs = {"is_cpu_op": False, "num_ops": flops, "tensor_size": elems * self.nbytes if nbytes is None else nbytes,
                  "label": label}
@@ -120,6 +119,17 @@ class NodeEmitter:
         (a tensor list). ``num_ops = 0`` (FLOP totals stay the matmul/attention FLOPs); ``tensor_size`` = the
         bytes moved as the gpu model counts them (it re-derives them from ``inputs_shapes``/``inputs_types``).
         ``chain=False``: off the compute chain (a side stream's kernel, waiting on ``deps`` only)."""
+        # the layers repeat the same ops on the same shapes for every micro-batch: computed once per (op, args)
+        # (repr: exact for the ints and strings of args, where 2 == 2.0 == True would not be)
+        key = (op, repr(args))
+        known = self.ew_cache.get(key)
+        if known is None:
+            known = self.ew_cache[key] = self._ew_shapes(op, args)
+        nbytes, shapes, types = known
+        return self._memory_node(op, label, nbytes, shapes, types, deps, chain)
+
+    def _ew_shapes(self, op, args):
+        """``(tensor_size, inputs_shapes, inputs_types)`` of :meth:`ew`'s node."""
         shapes, types, tensors = [], [], []
         for a in args:
             if isinstance(a, list):
@@ -157,7 +167,7 @@ class NodeEmitter:
                     j = ndim - len(sh) + i
                     out[j] = v if out[j] == 1 else (out[j] if v == 1 else max(out[j], v))
             nbytes = read + nb((out, first[0][1]))
-        return self._memory_node(op, label, nbytes, repr(shapes), repr(types), deps, chain)
+        return nbytes, repr(shapes), repr(types)
 
     def _memory_node(self, op, label, nbytes, shapes, types, deps, chain=True):
         """A memory-bound COMP node moving ``nbytes`` (``tensor_size``; replayed at ``EW_REPLAY_BYTES_PER_S``)."""
@@ -217,6 +227,12 @@ class NodeEmitter:
         group's ranks, rounded up (Chakra's and the reference's meaning: the output is group size x comm_size)."""
         n = self._group_size(group)
         return -(-total_bytes // n)
+
+
+@lru_cache(maxsize=1024)
+def _types_text(types):
+    """The ``inputs_types`` text of a node whose inputs have ``types``: ``['Tensor(c10::BFloat16)', ...]``."""
+    return "[" + ", ".join(repr(t) for t in types) + "]"
 
 
 def _grouped(grouped, extra, weights, outputs):

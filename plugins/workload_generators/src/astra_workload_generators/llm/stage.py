@@ -38,6 +38,7 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
         self.nbytes, tname = DTYPES[cfg.dtype]
         self.ttype = f"Tensor({tname})"
         self.items = []  # (static bytes, dynamic key or None)
+        self.ew_cache = {}  # (op, repr(args)) -> what .emit's ew computes from them
         self.prev = None  # last node of the compute chain
         self.seq, self.ctx = _lengths(dims, cfg)
         self.seq //= cfg.cp  # context parallelism: this rank's query chunk (keys/values: the whole sequence)
