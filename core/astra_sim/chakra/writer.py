@@ -323,6 +323,11 @@ def _attr_frame(name, value):
 
 
 def _varint_u64(n):
+    """encode_varint of a uint64 field's value; ValueError for what protobuf would refuse."""
+    if n.__class__ is int and 0 <= n < 0x200000:  # (ids, deps, durations: one to three bytes)
+        if n < 0x4000:
+            return _SMALL_VARINTS[n]
+        return bytes(((n & 0x7F) | 0x80, ((n >> 7) & 0x7F) | 0x80, n >> 14))
     if n.__class__ is not int or not 0 <= n <= _U64:
         raise ValueError
     return encode_varint(n)
