@@ -249,7 +249,7 @@ _LEN_TAGS = {"string_val": b"\xea\x01", "bytes_val": b"\xfa\x01"}
 _LIST_TAGS = {"int64_list": b"\x52", "uint64_list": b"\x72", "bool_list": b"\xe2\x01", "double_list": b"\x22",
               "string_list": b"\xf2\x01", "bytes_list": b"\x82\x02"}
 _U64 = (1 << 64) - 1
-_CACHE_MAX = 1 << 16  # entries per cache below (they are cleared when full: generators repeat few distinct values)
+_CACHE_MAX = 1 << 14  # entries per cache below (they are cleared when full: generators repeat few distinct values)
 _ATTR_FRAMES = {}  # (name, value class, value) -> the attr entry's bytes (tag 0x52, length, AttributeProto)
 _NAME_FIELDS = {}  # attribute name -> its AttributeProto name field (0a <len> name)
 _HEADS = {}  # (node name, type) -> their fields

@@ -62,19 +62,19 @@ def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True, per_ran
         head = encode_varint(len(meta)) + meta
         nodes_per_stage.append(len(graphs[0]))
         keys = sorted({dyn for items in graphs for _, dyn in items if dyn is not None})
-        # each node's frame (length + body) when it has no rank-specific part: the same in every rank's trace
-        frames = [[None if dyn is not None else encode_varint(len(raw)) + raw for raw, dyn in items]
+        # a node without a rank-specific part is framed (length + body) once: the same frame in every rank's trace
+        graphs = [[(raw, dyn) if dyn is not None else (encode_varint(len(raw)) + raw, None) for raw, dyn in items]
                   for items in graphs]
         for t, d, c in ((t, d, c) for t in range(cfg.tp) for d in range(cfg.dp) for c in range(cfg.cp)):
             rank = rank_of(cfg, t, d, p, c)
             if not per_rank_files and not symmetry.is_representative(rank):
                 continue
-            items, static = graphs[d % per_ep], frames[d % per_ep]
+            items = graphs[d % per_ep]
             suffix = {k: _dyn_bytes(k, rank, cfg, gids) for k in keys}
             chunks = [head]
-            for (raw, dyn), frame in zip(items, static):
-                if frame is not None:
-                    chunks.append(frame)
+            for raw, dyn in items:
+                if dyn is None:  # (framed above)
+                    chunks.append(raw)
                 else:
                     body = raw + suffix[dyn]
                     chunks.append(encode_varint(len(body)))
