@@ -351,9 +351,11 @@ def encode_node(id, name="", type=0, *, data_deps=(), ctrl_deps=(), duration_mic
     plugins/workload_generators/tests/test_llm_encode.py."""
     try:
         parts = [b"\x08", _varint_u64(id)] if id else []
+        if type.__class__ is not int:  # (before the cache: 4.0 and True would find 4's and 1's entry)
+            raise TypeError
         head = _HEADS.get((name, type))
         if head is None:
-            if type.__class__ is not int or not 0 <= type <= 0x7FFFFFFF:
+            if not 0 <= type <= 0x7FFFFFFF:
                 raise ValueError
             head = _cached(_HEADS, (name, type), (_len_field(b"\x12", name.encode("utf-8")) if name else b"")
                            + (b"\x18" + encode_varint(type) if type else b""))

@@ -162,7 +162,8 @@ def _outcome(fn, kwargs):
 
 
 @settings(max_examples=400, deadline=None)
-@given(id=_IDS, name=st.text(max_size=10), type=st.one_of(st.integers(0, 7), st.integers(-3, 1 << 31)),
+@given(id=_IDS, name=st.text(max_size=10),
+       type=st.one_of(st.integers(0, 7), st.integers(-3, 1 << 31), st.sampled_from([True, 4.0])),
        data_deps=st.lists(_IDS, max_size=3), ctrl_deps=st.lists(_IDS, max_size=2),
        duration_micros=st.one_of(st.integers(0, 1 << 20), st.integers(-1, 1 << 65)),
        attrs=st.dictionaries(_NAMES, _VALUES, max_size=6), inputs_values=_TEXT, inputs_shapes=_TEXT,
