@@ -121,9 +121,9 @@ def test_kernel_modules_stay_small_and_the_kernel_does_not_grow():
     # + 18 for the platform table's default scale-out fabric, a column or at 80 columns a note (40); + 35 for the
     # compiled core's typed hot attributes and Algorithm's mypyc_attr (issue 37, tools/compile_core.py); + 6 for the
     # engine's queue made public to the folding plugin (it read the privates) and Simulation.node_observers.
-    # 9,164 once the compact workload format moved to plugins/workload_compact, `astra platforms` to gpu_model, the
-    # safe XML reader to collectives_msccl and one-command limits to their commands, and duplicates merged (34);
-    # + 155 for the Chakra writer's direct node encoder (encode_node: astra workload llm 2.9x faster, 37), + 34 for
-    # the system layer's known collective ends (piecewise contention, 36), + 34 for astra run without the plugins'
-    # command parsers and the refusal of a prefix two formats read.
+    # 9,387 after one session: - 565 for the compact workload format (to plugins/workload_compact), `astra platforms`
+    # (to gpu_model), the safe XML reader (to collectives_msccl), one-command limits (to their commands) and merged
+    # duplicates (34); + 155 for the Chakra writer's direct node encoder (encode_node, 37); the rest for the system
+    # layer's known collective ends (piecewise contention, 36), astra run without the plugins' command parsers and
+    # the refusal of a workload prefix that two formats read.
     assert sum(sizes.values()) <= 9_387, sum(sizes.values())
