@@ -48,7 +48,14 @@ The model, kept simple and explicit:
   SMs (Transformer Engine's ``set_sm_margin``: a GEMM beside a userbuffers overlap leaves that overlap's
   SMs free for its whole duration, whether the overlap's transfer runs then or not), so it is timed with
   at most that many SMs, and with fewer if the running communication takes more;
-* the collective itself is **not** slowed by the compute kernel (its time comes from the network model).
+* **the collective, slowed by compute** (``--gpu-contention-model measured`` only, the GPU platforms' default;
+  :meth:`Contention.slowed_collective_ns`): a timed NCCL collective (``--platform-collective nccl``) that starts
+  while compute kernels of its rank run (issued in an earlier nanosecond, so their ends are known) has its
+  *bandwidth* part stretched by :data:`COMM_SLOWDOWN_BESIDE_COMPUTE` until the last of those kernels ends, then runs
+  at full speed; decided when it starts (exact fractions, rounded half up to the ns). Kernels issued after it starts
+  do not re-time it, and a collective of packets, a custom one or a send is not slowed. ASSUMPTION: the factor is
+  the median ``comm_slowdown`` of our H200 ``stream`` rows (``interference.csv``: an HBM copy kernel of 2-64 CTAs
+  beside GEMMs, attention, norms and adds), a stand-in for NCCL's channels, not a measurement of NCCL over NVLink.
 
 Utilisation: the model records per-rank intervals — compute kernels (when issued, with the SMs they
 ran on and an estimate of their HBM use: bytes moved / (duration x HBM bandwidth)), and collectives and
@@ -76,6 +83,11 @@ FALLBACK_HBM_SHARE = 0.1
 MAX_DEFAULT_HBM_SHARE = 0.5
 TIMELINE_CAP = 256
 COMM_TYPES = (T.COMM_COLL_NODE, T.COMM_SEND_NODE)
+#: ASSUMPTION (a stand-in, not NCCL): how much slower a communication kernel streams beside a running compute kernel,
+#: the median ``comm_slowdown`` (throughput alone / beside the kernel) of the 47 ``stream`` rows with ``overlap_ok`` of
+#: ``calibration/nvidia-h200-2026-11-26/interference.csv`` (an HBM copy kernel of 2-64 CTAs beside GEMMs, attention,
+#: norms and adds on an H200; range 1.11-2.63); ``tests/test_comm_slowed_by_compute.py`` recomputes it from the file.
+COMM_SLOWDOWN_BESIDE_COMPUTE = Fraction(226964, 100000)
 
 
 #: how a kernel beside communication is timed: the SMs and HBM share the communication leaves ("sm-hbm"), or
@@ -221,6 +233,7 @@ class Contention:
         self.compute = {}  # rank -> _Intervals of its compute kernels (comm_sms -1: not contended)
         self.comm = {}  # rank -> _Intervals of its collectives and sends (their comm_sms)
         self.contended_nodes = 0
+        self._running = {}  # rank -> [(issued_ns, end_ns)] of its compute kernels not yet known to have ended
         self.mode = "sm-hbm"
 
     @classmethod
@@ -369,6 +382,11 @@ class Contention:
         if any(sms is not None for (_d, sms, _s), _a, _b in pieces):
             self.contended_nodes += 1
         if duration and self._engine is not None:
+            running = self._running.get(rank)
+            if running is None:
+                running = self._running[rank] = []
+            running[:] = [k for k in running if k[1] > start]  # bounded by the kernels running at once
+            running.append((start, start + duration))
             nbytes = 0 if measured else self._bytes(model, node, rank)
             intervals = self.compute.get(rank)
             if intervals is None:
@@ -378,6 +396,34 @@ class Contention:
                     hbm = min(1.0 - share, nbytes / (d * 1e-9 * self.gpu.hbm_bytes_per_s)) if nbytes and d else 0.0
                     intervals.add(a, b, self.gpu.sm_count - (sms or 0), -1 if sms is None else sms, hbm)
         return duration
+
+    def compute_busy_until(self, rank):
+        """When the last compute kernel of ``rank`` running now ends, or None: kernels issued before this
+        nanosecond (a kernel issued in it is timed at its end, after the events that may start a collective, so it
+        is left out whatever the order of the nanosecond's events)."""
+        running = self._running.get(rank)
+        if not running or self._engine is None:
+            return None
+        now = self._engine.now
+        ends = [end for issued, end in running if issued < now < end]
+        return max(ends) if ends else None
+
+    def slowed_collective_ns(self, rank, total_ns, bandwidth_ns):
+        """The time of a collective starting now on ``rank`` that takes ``total_ns`` alone, ``bandwidth_ns`` of it
+        its bandwidth part: unchanged unless the measured model runs and compute kernels of the rank run now
+        (:meth:`compute_busy_until`). Then, until they end (``W`` ns), the collective does its work at the rate of
+        ``S = total + (f - 1) x bandwidth`` ns for the whole (``f`` = :data:`COMM_SLOWDOWN_BESIDE_COMPUTE`: its latency
+        part unslowed, spread evenly), and the rest at full speed: ``S`` when ``S <= W``, else
+        ``W + total x (1 - W / S)``, rounded half up to the ns."""
+        if self.mode != "measured" or total_ns <= 0 or bandwidth_ns <= 0:
+            return total_ns
+        until = self.compute_busy_until(rank)
+        if until is None:
+            return total_ns
+        window = until - self._engine.now
+        slowed = total_ns + (COMM_SLOWDOWN_BESIDE_COMPUTE - 1) * min(bandwidth_ns, total_ns)
+        span = slowed if slowed <= window else window + total_ns * (1 - Fraction(window) / slowed)
+        return (2 * span.numerator + span.denominator) // (2 * span.denominator)
 
     def _on_state(self, model, node, rank, state, margin, _full):
         """(duration, SMs taken or None, HBM share) of ``node`` on the GPU that ``state``'s communication and
@@ -658,4 +704,5 @@ def _float_at_points(points, starts, ends, values):
     return out
 
 
-__all__ = ["Contention", "contended_gpu", "piecewise", "default_hbm_share", "link_hbm_share", "DEFAULT_COMM_SMS"]
+__all__ = ["Contention", "contended_gpu", "piecewise", "default_hbm_share", "link_hbm_share", "DEFAULT_COMM_SMS",
+           "COMM_SLOWDOWN_BESIDE_COMPUTE"]

@@ -615,6 +615,17 @@ def collective_time_us(coll, n_bytes, n, cfg: NcclConfig, nodes=1, ctas=None):
     return cal.overhead_us + cal.latency_scale * lat + bw_us / eff, algo, proto
 
 
+def latency_us(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
+    """The latency part of :func:`collective_time_us` (the rest is its bandwidth part): the chosen pair's latency,
+    calibrated as there (overhead + scale x NCCL's latency). An all-to-all across nodes counts none (all of it taken
+    as bandwidth)."""
+    if n <= 1 or (coll == ALL_TO_ALL and nodes > 1):
+        return 0.0
+    lat = predict(coll, n_bytes, n, cfg, nodes)[0][3]
+    cal = cfg.correction()
+    return lat if cal is None else cal.overhead_us + cal.latency_scale * lat
+
+
 class NcclCollective(TimedCollective):
     """Waits the NCCL model's time for its chunk, then finishes: no packets."""
 
@@ -647,7 +658,18 @@ class NcclCollective(TimedCollective):
             _TIME_CACHE[key] = hit
         t_us, algo, proto = hit[1]
         self.choice = (algo, proto)
-        return t_us * 1000.0
+        contention = getattr(self.sys.shared.compute_model, "contention", None)
+        if contention is None or contention.mode != "measured" or contention.compute_busy_until(self.rank) is None:
+            return t_us * 1000.0
+        # compute kernels of this rank run now: the bandwidth part is slowed while they do (contention.py)
+        total = max(0, int(round(t_us * 1000.0)))
+        lat = _LAT_CACHE.get(key)
+        if lat is None or lat[0] is not self.config:
+            if len(_LAT_CACHE) >= _TIME_CACHE_MAX:
+                _LAT_CACHE.clear()
+            lat = _LAT_CACHE[key] = (self.config, latency_us(self.com_type, int(n_bytes), n, self.config, nodes))
+        latency = int(round(lat[1] * 1000.0))
+        return contention.slowed_collective_ns(self.rank, total, total - min(total, latency))
 
     def _cta_cap(self):
         """The CTA cap of this collective's communicator: its trace node's ``comm_sms`` attribute (``astra workload
@@ -695,6 +717,7 @@ _NODES_CACHE_MAX = 4096
 #: after they are made (dataclasses.replace makes new ones).
 _TIME_CACHE = {}
 _TIME_CACHE_MAX = 65536
+_LAT_CACHE = {}  # the same keys -> (config, latency_us's answer)
 
 
 _CONFIG_CACHE = {}
@@ -734,5 +757,5 @@ __all__ = ["NcclConfig", "NcclCalibration", "NcclCollective", "config_for_gpu", 
            "beyond_fit_efficiency", "calibration_override", "PEAK_BUSBW", "PEAK_BUSBW_SOURCES", "PEAK_STATEMENTS",
            "PeakStatement", "peak_busbw",
            "collnet_bw", "alltoall_across_nodes_us", "P2P",
-           "collective_time_us", "nccl_factory",
+           "collective_time_us", "latency_us", "nccl_factory",
            "ALL_REDUCE", "ALL_GATHER", "REDUCE_SCATTER", "ALL_TO_ALL"]
