@@ -14,7 +14,9 @@ finish time must be the same on every side (exit status 1 otherwise).
 * ``congestion-N`` (N = 256, 512, 1024): ``bench_scale.py``'s 20-layer data-parallel step (50 us compute,
   16 MiB all-reduces) on a 1-D Switch of N NPUs (50 GB/s, 500 ns; halving-doubling all-reduce, 4 splits) on the
   official congestion-aware binary (1-D only), against ``astra run --network-backend congestion`` folded and
-  ``--no-fold``.
+  ``--no-fold`` (halving-doubling declares no symmetry: nothing folds).
+* ``congestion-ring-N``: a 1 GiB all-reduce on a 1-D Ring of N NPUs (50 GB/s, 500 ns, ring algorithm, 4 splits),
+  which the congestion backend folds to one rank.
 
     python benchmarks/bench_reference.py --reference-bin DIR [--compiled build/compiled] [--repeats 3] [CASE ...]
 """
@@ -33,7 +35,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-CASES = ("allreduce-4096", "training-1024", "congestion-256", "congestion-512", "congestion-1024")
+CASES = ("allreduce-4096", "training-1024", "congestion-256", "congestion-512", "congestion-1024",
+         "congestion-ring-256", "congestion-ring-512", "congestion-ring-1024")
 BINARIES = {"unaware": "AstraSim_Analytical_Congestion_Unaware", "aware": "AstraSim_Analytical_Congestion_Aware"}
 LINE = re.compile(r"sys\[(\d+)\] finished, (\d+) cycles")
 ASTRA = os.path.join(os.path.dirname(sys.executable), "astra")
@@ -48,7 +51,12 @@ def _inputs(case, folder):
         return (*workloads.all_reduce(folder), "unaware")
     if case == "training-1024":
         return (*workloads.data_parallel_training(folder), "unaware")
-    npus = int(case.split("-")[1])
+    npus = int(case.rsplit("-", 1)[1])
+    if case.startswith("congestion-ring-"):
+        prefix, system, network, memory = workloads.all_reduce(folder, npus=(1, 1, npus))
+        write_network_config(network, topology=("Ring",), npus=(npus,), bandwidth_gbps=(50.0,), latency_ns=(500.0,))
+        write_system_config(system, dims=1, algorithm="ring")
+        return prefix, system, network, memory, "aware"
     prefix, system, network, memory = workloads.data_parallel_training(folder, npus=(1, 1, npus))
     write_network_config(network, topology=("Switch",), npus=(npus,), bandwidth_gbps=(50.0,), latency_ns=(500.0,))
     write_system_config(system, dims=1, algorithm="halvingDoubling", **{"all-to-all-implementation": ["ring"]})
