@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from astra_sim_testing import write_network_config, write_system_config
 from astra_sim import simulate
 from astra_sim.engine import EventEngine
 from astra_sim.errors import FoldAbandoned
@@ -36,19 +37,11 @@ def run_cli(argv, capsys=None):
 
 
 def _network_yaml(path, topology, counts):
-    path.write_text(f"topology: [ {', '.join(topology)} ]\nnpus_count: [ {', '.join(map(str, counts))} ]\n"
-                    f"bandwidth: [ {', '.join(['50.0'] * len(counts))} ]\n"
-                    f"latency: [ {', '.join(['500.0'] * len(counts))} ]\n")
-    return str(path)
+    return write_network_config(path, topology, counts, [50.0] * len(counts), [500.0] * len(counts))
 
 
 def _system_json(path, dims, all_to_all="direct"):
-    path.write_text(json.dumps({
-        "scheduling-policy": "LIFO", "endpoint-delay": 10, "active-chunks-per-dimension": 1,
-        "preferred-dataset-splits": 4, "collective-optimization": "localBWAware", "local-mem-bw": 1600,
-        "all-reduce-implementation": ["ring"] * dims, "all-gather-implementation": ["ring"] * dims,
-        "reduce-scatter-implementation": ["ring"] * dims, "all-to-all-implementation": [all_to_all] * dims}))
-    return str(path)
+    return write_system_config(path, dims, all_to_all_implementation=[all_to_all] * dims)
 
 
 def _folded_and_unfolded(tmp_path, topology, counts, collective, size):

@@ -5,12 +5,12 @@ why (:mod:`astra_network_congestion.flow_fold`)."""
 from __future__ import annotations
 
 import itertools
-import json
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from astra_sim_testing import write_network_config, write_system_config
 from astra_sim import simulate
 from astra_sim.cli import main
 from astra_sim.engine import EventEngine
@@ -32,20 +32,11 @@ def assert_same(folded, unfolded):
 
 
 def _network_yaml(path, topology, counts, bandwidth=None):
-    bandwidth = bandwidth or [50.0] * len(counts)
-    path.write_text(f"topology: [ {', '.join(topology)} ]\nnpus_count: [ {', '.join(map(str, counts))} ]\n"
-                    f"bandwidth: [ {', '.join(map(str, bandwidth))} ]\n"
-                    f"latency: [ {', '.join(['500.0'] * len(counts))} ]\n")
-    return str(path)
+    return write_network_config(path, topology, counts, bandwidth or [50.0] * len(counts), [500.0] * len(counts))
 
 
 def _system_json(path, dims, all_to_all="direct"):
-    path.write_text(json.dumps({
-        "scheduling-policy": "LIFO", "endpoint-delay": 10, "active-chunks-per-dimension": 1,
-        "preferred-dataset-splits": 4, "collective-optimization": "localBWAware", "local-mem-bw": 1600,
-        "all-reduce-implementation": ["ring"] * dims, "all-gather-implementation": ["ring"] * dims,
-        "reduce-scatter-implementation": ["ring"] * dims, "all-to-all-implementation": [all_to_all] * dims}))
-    return str(path)
+    return write_system_config(path, dims, all_to_all_implementation=[all_to_all] * dims)
 
 
 def _workload(tmp_path, collective, total, size):
