@@ -197,10 +197,10 @@ def test_cli_lists_the_plugin(plugin_env, cli_ready):
     assert rows["network_constant"]["status"] == "loaded"
     assert rows["network_constant"]["provides"] == ["network_backend:constant"]
     # Selection: -p loads only the named plugins (builtin and the default plugins always: collectives_native,
-    # folding, analysis), -p no:NAME blocks one.
+    # folding, analysis, workload_compact), -p no:NAME blocks one.
     only = {r["name"]: r["status"] for r in json.loads(_astra(plugin_env, "-p", "network_constant", "plugins", "--json").stdout)}
     assert only["network_constant"] == "loaded" and only["builtin"] == "loaded"
-    always = ("builtin", "collectives_native", "folding", "analysis", "network_constant")
+    always = ("builtin", "collectives_native", "folding", "analysis", "workload_compact", "network_constant")
     assert all(status != "loaded" for name, status in only.items() if name not in always)
     blocked = {r["name"]: r["status"] for r in json.loads(_astra(plugin_env, "-p", "no:network_constant", "plugins", "--json").stdout)}
     assert blocked["network_constant"] == "blocked"

@@ -23,6 +23,8 @@ class TextFormat:
         self._pending = []  # (EtNode, 'model'|'data', TextWorkload)
 
     def matches(self, prefix):
+        if not os.fspath(prefix).lower().endswith(".txt"):  # (every run asks: no import for a prefix that is not one)
+            return False
         from .text import looks_like_text_workload
 
         return looks_like_text_workload(prefix)
