@@ -105,3 +105,23 @@ def test_serve_figures_name_the_model_and_gpu():
     assert serve_title([point, other]) == ""
     fig = cdf_figure([point], ["a"])
     assert fig._suptitle.get_text() == "latency CDFs (astra serve): llama3-8b on H100-SXM5-80GB"
+
+
+def test_latency_axes_are_log_only_over_a_decade_and_label_plain_numbers():
+    """A CDF spanning 16-18 ms stays linear (a log axis over less than a decade labelled its minor ticks 1.6x10^1 ...
+    and they overlapped); one spanning 1-1000 ms is log with plain major labels and no minor labels."""
+    from astra_plots.serving import cdf_figure
+
+    def point(lo_ms, hi_ms):
+        values = [int((lo_ms + (hi_ms - lo_ms) * i / 100) * 1_000_000) for i in range(101)]
+        return {"deployment": {}, "cdf_ns": {"ttft": values, "tpot": values, "e2e": values}}
+
+    narrow = cdf_figure([point(16, 18)], ["a"])
+    assert [ax.get_xscale() for ax in narrow.axes] == ["linear"] * 3
+    wide = cdf_figure([point(1, 1000)], ["a"])
+    wide.canvas.draw()
+    ax = wide.axes[0]
+    assert ax.get_xscale() == "log"
+    labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+    assert labels and all("10^" not in t and "times" not in t for t in labels), labels
+    assert not [t.get_text() for t in ax.get_xticklabels(minor=True) if t.get_text()]

@@ -21,6 +21,20 @@ def _ms(ns):
     return None if ns is None else ns / MS
 
 
+def latency_scale(ax, values, axis="x"):
+    """A log axis with plain-number labels where the latencies span a decade or more, else a linear one: on a log
+    axis that spans less, matplotlib labels the minor ticks in scientific notation, and they overlap."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    positive = [v for v in values if v is not None and v > 0]
+    if not positive or max(positive) < 10 * min(positive):
+        return
+    getattr(ax, f"set_{axis}scale")("log")
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    target.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    target.set_minor_formatter(NullFormatter())
+
+
 def read_serve(path):
     """The serve reports in ``path`` (one, or a sweep's), or None when it is not a serve report."""
     data = read_json_or_none(path)  # None: read_report names the problem
@@ -62,13 +76,15 @@ def cdf_figure(points, labels):
     quantiles = [q / 100 for q in range(101)]
     for ax, key, title in zip(axes, ("ttft", "tpot", "e2e"), ("time to first token", "time per output token",
                                                                "end-to-end latency")):
+        shown = []
         for point, label in zip(points, labels):
-            values = point["cdf_ns"].get(key) or []
+            values = [_ms(v) for v in point["cdf_ns"].get(key) or []]
             if values:
-                ax.plot([_ms(v) for v in values], quantiles[:len(values)], label=label)
+                ax.plot(values, quantiles[:len(values)], label=label)
+                shown += values
         ax.set_xlabel(f"{title} (ms)")
         ax.set_ylabel("fraction of requests")
-        ax.set_xscale("log")
+        latency_scale(ax, shown, "x")
         ax.grid(True, alpha=0.3)
     axes[0].legend(fontsize=7)
     fig.suptitle(f"latency CDFs (astra serve){serve_title(points)}", fontsize=10)
@@ -98,7 +114,7 @@ def _throughput_latency(curves, suptitle, figsize):
                                 xytext=(3, 3))
         ax.set_xlabel("output throughput (tokens/s)")
         ax.set_ylabel(f"{title} (ms)")
-        ax.set_yscale("log")
+        latency_scale(ax, [v for _name, points in curves for p in points for v in p[key]], "y")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle(suptitle, fontsize=10)
