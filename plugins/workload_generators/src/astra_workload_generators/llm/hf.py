@@ -47,7 +47,8 @@ UNMODELLED = {
 APPROXIMATED = {
     "gpt_oss": ("attention sinks (one learned logit per head added to each softmax: no GEMM, not timed), the "
                 "clamped SwiGLU (swiglu_limit) timed as SwiGLU, and the attention and expert biases (not counted: "
-                "under 0.1 % of the parameters) are approximated"),
+                "under 0.1 % of the parameters; in training the experts' fc2 bias is added per expert outside the "
+                "GEMM, as Megatron-Core does) are approximated"),
 }
 
 
@@ -212,6 +213,8 @@ def _read(r: _Reader, model_type):
     if family == "mixtral":
         dims.update(experts=r.int("num_local_experts"), top_k=r.int("num_experts_per_tok"),
                     moe_ffn=dims["ffn_hidden"])
+        if model_type == "gpt_oss":  # (Hugging Face's GptOssExperts: gate_up_proj_bias, down_proj_bias)
+            dims["expert_bias"] = True
     elif family == "qwen_moe":
         dims.update(experts=r.int("num_experts"), top_k=r.int("num_experts_per_tok"),
                     moe_ffn=r.int("moe_intermediate_size"), moe_layer_freq=r.int("decoder_sparse_step", 1))

@@ -81,6 +81,7 @@ class ModelDims:
     mtp_layers: int = 0        # multi-token-prediction modules (DeepSeek-V3): counted by --summary, not emitted
     window: int = 0            # sliding-window attention: a local layer's queries see the last `window` keys
     window_pattern: int = 0    # 0: every layer local; N: layer i global when (i + 1) % N == 0 (Gemma 2: 2, 3: 6)
+    expert_bias: bool = False  # the routed experts' linears have biases (GPT-OSS; Megatron adds fc2's outside the GEMM)
 
     @property
     def head_dim(self):
@@ -163,7 +164,7 @@ def model_dims(preset=None, base=None, **overrides) -> ModelDims:
                  "window_pattern"):
             if not isinstance(v, int) or v < 0:
                 raise ConfigError(f"{k} must be a non-negative integer, got {v!r}")
-        elif k not in ("gated", "tied_embeddings") and (not isinstance(v, int) or v < 1):
+        elif k not in ("gated", "tied_embeddings", "expert_bias") and (not isinstance(v, int) or v < 1):
             raise ConfigError(f"{k} must be a positive integer, got {v!r}")
     if dims.moe and dims.top_k > dims.experts:
         raise ConfigError(f"top-k {dims.top_k} exceeds the {dims.experts} experts")
