@@ -298,7 +298,8 @@ def test_fp8_transformer_engine_kernels(tmp_path, overlap):
     generate_llm(dims, LlmConfig(gemm_dtype="fp8", elementwise=False, **kw), tmp_path / "bare")
     te = lambda prefix: Counter(n.name for n in _nodes(prefix) if n.name.startswith("transformer_engine::"))
     assert te(tmp_path / "bf16") == Counter() and te(tmp_path / "bare") == Counter()
-    assert te(tmp_path / "fp8") == {"transformer_engine::cast_transpose": 4 * L * M,
+    # (+ each layer's four bf16 weights cast once a step, on micro-batch 0: test_small_weight_quantize.py)
+    assert te(tmp_path / "fp8") == {"transformer_engine::cast_transpose": 4 * L * M + 4 * L,
                                     "transformer_engine::fp8_transpose": 3 * L * M,
                                     "transformer_engine::amax_and_scale_update": 2 * M}
     assert _comp_ops(tmp_path / "bf16", 4) == _comp_ops(tmp_path / "fp8", 4)  # no FLOPs added
@@ -339,6 +340,12 @@ def test_fp8_moe_expert_casts(tmp_path):
     nodes = _nodes(tmp_path / "moe")
     by_id = {x.id: x for x in nodes}
     casts = [x for x in nodes if x.name == "transformer_engine::cast_transpose"]
+    # the weights' casts, once a step on micro-batch 0 (test_small_weight_quantize.py), apart
+    weights = [x for x in casts if ".weight." in x.attrs["label"]]
+    assert Counter(x.attrs["label"].split(".", 3)[3] for x in weights if ".l0." in x.attrs["label"]) == {
+        f"{part}.weight.fp8_cast": 1 for part in ("qkv", "proj", "experts.fc1", "experts.fc2", "shared.fc1",
+                                                  "shared.fc2")}
+    casts = [x for x in casts if x not in weights]
     per_layer = Counter(x.attrs["label"].split(".", 3)[3] for x in casts if ".l0.mb0." in x.attrs["label"])
     assert per_layer == {f"{part}.fp8_cast": 1 for part in (
         "proj", "experts.fc1", "experts.fc2", "shared.fc1", "shared.fc2",  # forward
@@ -349,8 +356,11 @@ def test_fp8_moe_expert_casts(tmp_path):
         gemm = _by_label(nodes, cast.attrs["label"][:-len(".fp8_cast")])
         assert gemm.name == "aten::_scaled_mm"
         assert json.loads(cast.inputs_shapes)[0] == json.loads(gemm.inputs_shapes)[0]
-        # right before it on the chain, or before the sequence-parallel all-gather of its operand
-        before = [d for d in gemm.data_deps if by_id[d].type != T.COMM_COLL_NODE] + \
-            [e for d in gemm.data_deps if by_id[d].type == T.COMM_COLL_NODE for e in by_id[d].data_deps]
+        # right before it on the chain, or before the sequence-parallel all-gather of its operand (on micro-batch
+        # 0: or before its weight's cast, which TE makes after the input's)
+        deps = list(gemm.data_deps) + [e for d in gemm.data_deps if ".weight." in by_id[d].attrs.get("label", "")
+                                       for e in by_id[d].data_deps]
+        before = [d for d in deps if by_id[d].type != T.COMM_COLL_NODE] + \
+            [e for d in deps if by_id[d].type == T.COMM_COLL_NODE for e in by_id[d].data_deps]
         assert cast.id in before, cast.attrs["label"]
     assert _by_label(nodes, "fwd.l0.mb0.router").name == "aten::mm"

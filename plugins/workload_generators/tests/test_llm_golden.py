@@ -7,7 +7,9 @@ The MoE cases' hashes were renewed once, on purpose (issue 24): their routed-exp
 weights; the dense cases are unchanged. The four inference cases (prefill_cp_logits, decode_steps_moe, mixed_chunk,
 llama2_70b_decode_preset) were renewed on purpose for issue 34: ``--inference-elementwise`` became the default, so
 they gained each layer's norms, residual adds and activation (their new hashes are those the code before gave with
-``--inference-elementwise``); every training case is unchanged.
+``--inference-elementwise``); every training case is unchanged. The two FP8 training cases
+(gpt_sp_overlap_fp8_vp_zero1, moe_expert_load_fp8) were renewed on purpose for issue 36: each linear weight held
+in bf16 is cast to FP8 once a step, before micro-batch 0's forward GEMM (``Fp8Ops.weight_quantize``).
 
 Regenerate (only when a change of the traces is intended)::
 

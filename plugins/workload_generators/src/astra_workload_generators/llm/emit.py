@@ -83,6 +83,10 @@ class NodeEmitter:
         margin = self.sm_margins.get(overlap) if overlap else None
         extra = {"sm_margin": margin} if margin else None
         fmt = block_format(self.cfg) if linear else None
+        if linear and (fmt is not None or self.cfg.gemm_dtype == "fp8"):  # (the weight, once a step: .fp8)
+            groups = sum(1 for s in grouped[1] if s > 0) if grouped and grouped[0] == "m" else 1
+            if self.weight_quantize(fmt, label, groups * n, k, deps) is not None:
+                deps = ()  # (the GEMM follows it on the compute chain)
         if fmt is not None:
             return self._block_mm(fmt, label, m, k, n, deps, extra, grouped)
         fp8 = linear and self.cfg.gemm_dtype == "fp8"

@@ -4,8 +4,11 @@ quantization of a block-scaled GEMM's input (``--gemm-dtype fp4 | mxfp8 | mxfp6 
 
 from __future__ import annotations
 
+import re
+
 from astra_sim.chakra import types as T
 
+from .config import implied_framework
 from .layout import _amax_reduction
 
 
@@ -33,6 +36,11 @@ TE_QUANTIZE = "transformer_engine::quantize"
 
 #: TE's DelayedScaling amax history length (its default, and MLPerf v3.1 GPT-3's FP8_AMAX_HISTORY)
 FP8_AMAX_HISTORY = 1024
+
+
+#: a training forward GEMM of the first micro-batch (``fwd.l<i>.mb0.<name>``, ``fwd.mtp<k>.mb0.<name>``), not a later
+#: chunk of a TP-overlapped one (``.c1`` ...): where Transformer Engine quantizes a linear layer's weight
+_FIRST_FORWARD = re.compile(r"^fwd\.[^.]+\.mb0\.(?!.*\.c[1-9]\d*$)")
 
 
 #: FP8 tensors with an amax per linear layer: input, weight, output in forward; grad output, grad input in backward
@@ -91,6 +99,30 @@ class Fp8Ops:
         reads = 2 if fmt.name == "nvfp4" else 1
         nbytes = reads * rows * cols * self.nbytes + copies * fmt.nbytes(rows, cols)
         return self._te(TE_QUANTIZE, label + ".quantize", rows, cols, self.ttype, nbytes, deps)
+
+    def weight_quantize(self, fmt, label, rows, cols, deps=()):
+        """The quantization of a linear layer's ``rows x cols`` weight (``cols``: the GEMM's K) that is held in
+        ``--dtype``, once a step: Megatron-Core tells Transformer Engine which micro-batch is the first
+        (``TELinear.forward`` passes ``is_first_microbatch``, ``forward_step`` calls ``set_is_first_microbatch``),
+        and TE quantizes the weight into its cached workspace on that one and reuses it on the others
+        (``Linear``: ``get_weight_workspace(..., cache_name="weight", update_workspace=is_first_microbatch)``),
+        row-wise for the forward and column-wise for the input-gradient GEMM. So: before the first micro-batch's
+        forward GEMM (``label`` = ``fwd.<unit>.mb0.<name>``), in a Megatron training step (no other framework's
+        step), with element-wise nodes on. ``fmt`` None: an FP8 weight cast as :meth:`fp8_cast` casts an input
+        (under current scaling its own amax first), nothing with ``--fp8-params`` (the weights are FP8 already);
+        a block format as :meth:`block_quantize` quantizes an input (NVFP4: the amax first), nothing for MXFP8
+        with ``--fp8-params`` (held in MXFP8). Memory-bound."""
+        cfg = self.cfg
+        if cfg.inference or not cfg.ew or implied_framework(cfg) != "megatron" or not _FIRST_FORWARD.match(label):
+            return None
+        label = label[:-3] if label.endswith(".c0") else label  # (a TP-overlapped GEMM's weight: once, whole)
+        if fmt is None:
+            if cfg.fp8_params:
+                return None
+            return self.fp8_cast(label + ".weight", rows, cols, deps)
+        if cfg.fp8_params and fmt.name == "mxfp8":
+            return None
+        return self.block_quantize(fmt, label + ".weight", rows, cols, deps)
 
     def _te(self, op, label, rows, cols, ttype, nbytes, deps):
         return self._memory_node(op, label, nbytes, f"[[{rows}, {cols}]]", f"[{ttype!r}]", deps)
