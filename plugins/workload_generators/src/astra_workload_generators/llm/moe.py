@@ -21,6 +21,14 @@ the dispatcher, per-expert GEMMs and selective recompute"); their defaults keep 
 * ``--recompute-modules layernorm,moe_act``: Megatron's output-discarding recompute
   (``transformer_config.py`` ``recompute_modules``: "layernorm": the input_layernorm and pre_mlp_layernorm;
   "moe_act": the MoE MLP activation) re-runs those kernels before the layer's backward uses their outputs.
+
+A model whose experts have biases (GPT-OSS: ``ModelDims.expert_bias``) gets, in training, the fc2 bias as
+Megatron-Core adds it: ``TEGroupedMLP`` builds ``linear_fc2`` with ``skip_bias_add=True`` and its unfused path
+(``use_transformer_engine_op_fuser`` off, as Megatron-Bridge's benchmark recipes set it) adds
+``b_e * p`` to each local expert's rows in a Python loop and concatenates them (``_apply_bias``; NVIDIA/Megatron-LM
+2a75ac12 ``megatron/core/transformer/moe/experts.py``): two kernels per local expert and a cat forward, four per
+expert and three more backward (:meth:`MoeOps.expert_bias_fwd`, :meth:`MoeOps.expert_bias_bwd`). fc1's bias is
+in its GEMM (``skip_bias_add=False``: the cuBLAS epilogue) and costs nothing extra.
 """
 
 from __future__ import annotations
@@ -199,6 +207,64 @@ class MoeOps:
         if self.cfg.moe_dispatcher == "alltoall":
             self.coll(f"ep_a2a.{label}.probs", T.ALL_TO_ALL, self.routed * PROB_BYTES, "ep")
 
+    # -- GPT-OSS's expert biases (Megatron-Core TEGroupedMLP, linear_fc2 skip_bias_add=True: _apply_bias) ------
+    def _bias_groups(self, layer):
+        """The local experts' token copies for ``_apply_bias`` (one group with one local expert), or None when the
+        model has no expert biases or element-wise nodes are not emitted (training only)."""
+        if not getattr(self.dims, "expert_bias", False) or not self.cfg.ew:
+            return None
+        groups = self.expert_groups(layer) or (self.expert_rows(layer),)
+        return [rows for rows in groups if rows > 0]
+
+    def expert_bias_fwd(self, lab, layer):
+        """The fc2 biases as Megatron-Core adds them outside the grouped GEMM (``TEGroupedMLP._apply_bias``: per
+        local expert ``t + b * p`` on its rows of the fc2 output, the bias scaled by each copy's routing
+        probability, then ``torch.cat`` of the pieces): per expert with work an ``aten::mul`` (``[h] x [rows, 1]``)
+        and an ``aten::add`` (``[rows, h]`` twice), then one ``aten::cat``. Returns whether nodes were emitted."""
+        groups = self._bias_groups(layer)
+        if not groups:
+            return False
+        h = self.dims.hidden
+        for rows in groups:
+            self.ew("aten::mul", lab + ".experts.fc2.bias.scale", [self._t(h), self._t(rows, 1)])
+            self.ew("aten::add", lab + ".experts.fc2.bias.add", [self._t(rows, h), self._t(rows, h)])
+        self._cat(lab + ".experts.fc2.bias.cat", groups, h)
+        return True
+
+    def expert_bias_bwd(self, lab, layer, deps=()):
+        """The backward of :meth:`expert_bias_fwd` as autograd runs it: per expert ``b * p``'s two gradients
+        (``grad * p`` summed over the rows for the bias, ``grad * b`` summed over ``h`` for the probability: an
+        ``aten::mul`` and an ``aten::sum`` each), then ``torch.split``'s backward on the fc2 output (``aten::cat`` of
+        the rows' gradients) and on the probabilities (``aten::cat`` of the ``[rows, 1]`` pieces), which autograd
+        adds to the activation's gradient of the same probabilities (``aten::add``). Returns whether nodes were
+        emitted (the first waits on ``deps``)."""
+        groups = self._bias_groups(layer)
+        if not groups:
+            return False
+        h, lab = self.dims.hidden, lab + ".experts.fc2.bias"
+        for rows in groups:
+            self.ew("aten::mul", lab + ".dbias.mul", [self._t(rows, h), self._t(rows, 1)], deps)
+            deps = ()
+            self._reduce(lab + ".dbias.sum", (rows, h))
+            self.ew("aten::mul", lab + ".dprob.mul", [self._t(rows, h), self._t(h)])
+            self._reduce(lab + ".dprob.sum", (rows, h))
+        self._cat(lab + ".split.bwd", groups, h)
+        self._cat(lab + ".dprob.cat", groups, 1)
+        total = sum(groups)
+        self.ew("aten::add", lab + ".dprob.accumulate", [self._t(total, 1), self._t(total, 1)])
+        return True
+
+    def _cat(self, label, groups, cols):
+        """``torch.cat`` of ``[rows, cols]`` pieces, one per group: reads and writes them all (2 x their bytes)."""
+        nbytes = 2 * sum(groups) * cols * self.nbytes
+        self._memory_node("aten::cat", label, nbytes, repr([[[rows, cols] for rows in groups]]),
+                          repr(["GenericList[" + ",".join([self.ttype] * len(groups)) + "]"]), ())
+
+    def _reduce(self, label, shape):
+        """An ``aten::sum`` over ``shape`` (a reduction: the gpu model moves its input once)."""
+        self._memory_node("aten::sum", label, shape[0] * shape[1] * self.nbytes, repr([list(shape)]),
+                          repr([self.ttype]), ())
+
     def _act_recompute(self, label, rows, cols, deps):
         """``--recompute-modules moe_act``: the experts' activation forward again before its backward (SiLU x up for
         a gated FFN, else the GeLU). Returns whether nodes were emitted."""
@@ -250,6 +316,7 @@ class MoeOps:
         self.act_fwd(lab + ".experts.fc1", nk, mf)
         self.fp8_cast(lab + ".experts.fc2", nk, mf)
         self.expert_mm(lab + ".experts.fc2", nk, mf, h, layer, "m")
+        self.expert_bias_fwd(lab, layer)
         self._sort_chunks(lab + ".combine.unsort", layer)
         self._a2a(lab + ".combine", layer)
         self._permute(lab + ".combine.unpermute", self.tokens, self.routed)
@@ -264,6 +331,8 @@ class MoeOps:
         if self._a2a(lab + ".combine", layer, deps):
             deps = ()
         if self._sort_chunks(lab + ".combine.unsort.bwd", layer, deps) is not None:
+            deps = ()
+        if self.expert_bias_bwd(lab, layer, deps):
             deps = ()
         if "moe_act" in self.cfg.recompute_modules and self._act_recompute(lab + ".experts.fc1", nk, mf, deps):
             deps = ()
