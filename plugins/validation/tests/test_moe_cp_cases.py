@@ -87,6 +87,8 @@ def test_moe_steps_run_qwen3_within_reach_and_gpt_oss_a_known_miss(tmp_path):
     # runs it (each GPU's off-node half through its own NIC, NVIDIA/nccl-tests#130 and #267) the step is -3.8 %
     # (it was -43.9 % while the all-to-all was a ring over the node's eight NICs). GPT-OSS 120B's EP 8 stays in one
     # node: still about 45 % too fast (compute and the pipeline, not the exchange). Its case now states the
-    # attention kernel and the unfused RoPE its source runs (--attention-kernel cudnn --rope eager): -46.1 -> -44.7 %
+    # attention kernel and the unfused RoPE its source runs (--attention-kernel cudnn --rope eager): -46.1 -> -44.7 %;
+    # the dispatcher, per-expert GEMMs and selective recompute: -36.0 %; the experts' fc2 bias added per expert
+    # outside the GEMM (Megatron's TEGroupedMLP._apply_bias): -31.5 %
     assert -0.09 < rows[MOE[0]]["error"] < 0.02, rows[MOE[0]]["error"]
-    assert -0.55 < rows[MOE[1]]["error"] < -0.35, rows[MOE[1]]["error"]
+    assert -0.40 < rows[MOE[1]]["error"] < -0.22, rows[MOE[1]]["error"]
