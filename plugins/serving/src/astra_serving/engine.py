@@ -79,6 +79,23 @@ class EngineConfig:
 #: Python work over the scheduled sequences, hence per sequence. Output processing is not charged: v0.6.0
 #: overlaps it with the next step (asynchronous output processing), and the API server is its own process.
 HOST_US_PER_SEQ_VLLM060 = 42.0
+#: TensorRT-LLM's Python runtime (``tensorrt_llm.runtime.GenerationSession``): host time per generation step, in us
+#: (``--host-us-per-schedule trtllm-python``). Source: NVIDIA/TensorRT-LLM benchmarks/python/README.md (read at
+#: 05316d33), the Python runtime benchmark's "Expected outputs": GPT-350M (24 layers, hidden 1024, 16 heads, vocab
+#: 51200), FP16, plugin mode, batch 1, 60 prompt and 20 output tokens: "latency(ms) 41.362", "compute_cap sm80".
+#: That latency times GenerationSession.setup() and decode() (benchmarks/python/gpt_benchmark.py ``run``): a context
+#: step and 19 generation steps, no CUDA graph (``--enable_cuda_graph`` is off by default). This simulator's GPU time
+#: of those 20 steps on dgx-a100, each run without host launches and with the graph gap (as serve's graph steps),
+#: is 24.69 ms, so the host's share is 16.67 ms, 834 us a step (the README's batch-8 row gives 901, its batch-64 row
+#: 517; tests/test_host_presets.py re-derives it). It is the Python loop, TensorRT's enqueue and the per-call
+#: setup, charged per step (each such row has 20). ASSUMPTIONS: sm80 is the A100 SXM 80 GB; the per-step host work
+#: does not grow with the model (the same Python ops each step); the README's host CPU stands for the measured
+#: system's. NeMo's inference path ran this runtime (NVIDIA/NeMo nemo/export/trt_llm/tensorrt_llm_run.py at
+#: 97d1abb2, 2024-04-06: ``tensorrt_llm.runtime.GenerationSession(model_config, engine_buffer, runtime_mapping,
+#: debug_mode=False)``, then ``setup()`` and ``decode()`` per call), so the registry's NeMo rows state it.
+HOST_US_PER_STEP_TRTLLM_PYTHON = 834.0
+#: named values of ``--host-us-per-schedule`` (published runtimes' per-step host time, us)
+HOST_US_PER_SCHEDULE_PRESETS = {"trtllm-python": HOST_US_PER_STEP_TRTLLM_PYTHON}
 #: Where a prompt's first token is sampled (``--first-token-from``). vLLM and TensorRT-LLM sample it from the
 #: prefill's last position ("prefill", the default). LMDeploy's TurboMind (v0.1.0a1, the registry's LMDeploy rows)
 #: prefills the prompt but its last token and computes that token in the next decode step, which samples the

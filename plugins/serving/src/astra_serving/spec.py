@@ -34,6 +34,24 @@ def qps_list(text):
     return values
 
 
+def host_us_per_schedule(text):
+    """``--host-us-per-schedule``'s type: microseconds (a number >= 0) or the name of a published runtime's value
+    (:data:`.engine.HOST_US_PER_SCHEDULE_PRESETS`: ``trtllm-python``, TensorRT-LLM's Python runtime)."""
+    from .engine import HOST_US_PER_SCHEDULE_PRESETS
+
+    name = str(text).strip().lower()
+    if name in HOST_US_PER_SCHEDULE_PRESETS:
+        return HOST_US_PER_SCHEDULE_PRESETS[name]
+    try:
+        value = float(name)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"expected microseconds >= 0 or one of "
+                                         f"{', '.join(sorted(HOST_US_PER_SCHEDULE_PRESETS))}, got {text!r}")
+    return value
+
+
 def qps_text(text):
     """``--qps``'s type: the text, checked by :func:`qps_list` (a list of rates is the command's QPS sweep)."""
     qps_list(text)
@@ -192,8 +210,10 @@ class ServeSpec:
         eng.add_argument("--host-us-per-seq", type=non_negative_float, default=None, metavar="US",
                          help="host time of a scheduler pass per scheduled sequence (scheduling, input preparation; "
                               "once per multi-step run); default 42, vLLM v0.6.0's (docs/serving.md)")
-        eng.add_argument("--host-us-per-schedule", type=non_negative_float, default=0.0, metavar="US",
-                         help="fixed host time of a scheduler pass (default 0)")
+        eng.add_argument("--host-us-per-schedule", type=host_us_per_schedule, default=0.0, metavar="US",
+                         help="fixed host time of a scheduler pass (default 0), or trtllm-python: TensorRT-LLM's "
+                              "Python runtime's host time per step, 834 us (its published GPT-350M benchmark; "
+                              "docs/serving.md)")
         eng.add_argument("--cuda-graphs", default="vllm", choices=("vllm", "off"),
                          help="vllm (default): decode-only batches run as vLLM's CUDA graphs, padded to the captured "
                               "sizes 1, 2, 4, 8, 16, ..., 256 and launched at once (no per-kernel host launch); off: "
