@@ -70,10 +70,13 @@ ARCH = {
 #: per-link constant stand in for its choice (ASSUMPTION), on the preset's aggregate Infinity Fabric bandwidth. The
 #: times have their own calibration, fitted on a published MI300X sweep (``data/published_rccl_all_reduce_mi300x.csv``).
 ARCH["cdna3"] = dict(ARCH["ampere"])
-#: NVLS inside each node and a tree between nodes (NCCL's NVLSTree) is a candidate on these architectures. Hopper
-#: has it in NCCL too; it stays out of this model until its multi-node cases are re-run with it (its calibrated
-#: results are kept as they were).
-NVLS_TREE_ARCHS = ("blackwell",)
+#: NVLS inside each node and a tree between nodes (NCCL's NVLSTree) is a candidate on these architectures: NCCL's
+#: perChMaxNVLSTreeBws has non-zero 2-node and >2-node entries for Hopper (57.7, 45.5) and Blackwell (96.0, 80.0)
+#: (src/graph/tuning.cc, NVIDIA/nccl 5067397), and NVIDIA says of 8-GPU H100 hosts with IB: "You should see NVLS
+#: being used with single-node runs, NVLSTree with multi-node" (kiskra-nvidia, NVIDIA/nccl-tests#309, 2025-05-21;
+#: that thread's 2-host sweep is a registry check, nccl-allreduce-h100-2node-ib-*: 468 GB/s busbw at 8 GiB, where the
+#: ring this model ran before Hopper had the candidate gave 369).
+NVLS_TREE_ARCHS = ("hopper", "blackwell")
 #: RCCL on an 8-GPU AMD Instinct node runs all-reduces up to 16 MiB with MSCCL's all-pairs algorithm (every GPU
 #: exchanges a slice with each of its 7 peers over its own Infinity Fabric link, in two steps: reduce-scatter, then
 #: all-gather) instead of its 14-step ring: RCCL's shipped algorithms (ROCm/rccl tools/msccl-algorithms/
@@ -103,6 +106,21 @@ NIC_EFFICIENCY = 24.0 / 25.0
 LL_MAX_MULTINODE = {"intel": (39.0, 20.4), "amd": (22.5, 19.0)}
 #: NCCL's netOverhead (µs) per CPU vendor, ×3 for Simple.
 NET_OVERHEAD_US = {"intel": 1.0, "amd": 2.0}
+#: The network plugin's own latency (µs) NCCL adds to hwLatencies[NET] across nodes (``graph->latencyInter``, the
+#: net device's ``props.latency``), twice for Simple ("the flush extra latency"): src/graph/tuning.cc ``interLat +=
+#: graphs[a]->latencyInter; if (p == NCCL_PROTO_SIMPLE) interLat += graphs[a]->latencyInter;`` (NVIDIA/nccl
+#: v2.18.1-1 through master 5067397; in 2.13-2.17 a non-zero plugin latency replaced hwLatencies instead).
+#: NCCL's InfiniBand/RoCE transport reports 0 ("props->latency = 0; // Not set", src/transport/net_ib.cc v2.26.2-1,
+#: net_ib/init.cc at 5067397), and so does its socket transport: Simple's network step costs hwLatencies[NET] once,
+#: not twice.
+NET_PLUGIN_LATENCY_US = 0.0
+
+
+def net_inter_lat(proto):
+    """What NCCL adds to a network step's hwLatencies[NET] for ``proto``: the plugin's latency, twice for Simple."""
+    return NET_PLUGIN_LATENCY_US * (2 if proto == SIMPLE else 1)
+
+
 #: treeCorrectionFactor[proto][log2(nBytes/64)], 64 B to 512 MB.
 TREE_CORRECTION = (
     (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0),
@@ -432,7 +450,7 @@ def predict(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
             if algo == RING:
                 lat = BASE_LAT[RING][p] + nsteps * intra
                 if nodes > 1:
-                    inter = HW_LAT["net"][TREE if ppn == 1 else RING][p] * (2 if proto == SIMPLE else 1)
+                    inter = HW_LAT["net"][TREE if ppn == 1 else RING][p] + net_inter_lat(proto)
                     overhead = net_overhead * (3 if proto == SIMPLE else 1)
                     lat = BASE_LAT[RING][p] + (nsteps - n_inter) * max(intra, overhead) + n_inter * inter
                     if proto == SIMPLE and coll == ALL_REDUCE and n_bytes / (nch * n) >= 64:
@@ -440,7 +458,7 @@ def predict(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
             elif algo == TREE:
                 lat = BASE_LAT[TREE][p] + 2 * (ppn - 1) * intra
                 if nodes > 1:
-                    lat += 2 * math.log2(nodes) * HW_LAT["net"][TREE][p] * (2 if proto == SIMPLE else 1)
+                    lat += 2 * math.log2(nodes) * (HW_LAT["net"][TREE][p] + net_inter_lat(proto))
             else:
                 lat = intra
             if algo == TREE:
@@ -472,8 +490,8 @@ def pat_terms(n, bw_bus):
     """``(lat_us, alg_bw)`` of NCCL's PAT all-gather / reduce-scatter over ``n`` nodes of one rank each (Simple only):
     log2(n) network steps, which is why it beats the ring's n - 1 steps at scale for small sizes, but at 0.75 of the
     bus bandwidth, so the ring wins again past a size that grows with ``n``. The network latency is the one the ring
-    pays per step at one rank per node (the tree's net Simple latency, doubled for Simple as there)."""
-    inter = HW_LAT["net"][TREE][2] * 2
+    pays per step at one rank per node (the tree's net Simple latency, plus the plugin's: :func:`net_inter_lat`)."""
+    inter = HW_LAT["net"][TREE][2] + net_inter_lat(SIMPLE)
     lat = PAT_BASE_LAT_US + (int(n).bit_length() - 1) * inter / PAT_LOG_STEP_DIVISOR + n * PAT_PER_RANK_US
     return lat, bw_bus * PAT_BUS_SHARE
 
