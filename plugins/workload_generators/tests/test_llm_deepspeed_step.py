@@ -82,7 +82,7 @@ def test_a_bucket_is_reduced_when_the_next_unit_would_overflow_it(tmp_path, monk
 def test_the_optimizer_step_runs_deepspeeds_passes_and_small_collectives(tmp_path):
     # this rank's partition: 163,840 / 2 = 81,920 parameters. The overflow flag's all-reduce (1 B); the norm of the
     # fp16 gradient partition through double (read 2, write 8; read 8) and its all-reduce (8 B); the fp32 gradient
-    # (flatten: 2 x 2 B; .to(fp32): 2 + 4 B); unscaled (mul_: 4 + 4 B); FusedAdam (20 B); the fp16 copy (4 + 2 B);
+    # (flatten: 2 x 2 B; .to(fp32): 2 + 4 B); unscaled (mul_: 4 + 4 B); FusedAdam (28 B: p, g, m, v read, p, m, v written); the fp16 copy (4 + 2 B);
     # then the persistent parameters gathered one by one (each rank's share of 2 B per element)
     nodes = _nodes(tmp_path)
     p = 81_920
@@ -91,7 +91,7 @@ def test_the_optimizer_step_runs_deepspeeds_passes_and_small_collectives(tmp_pat
     assert sized[:9] == [
         ("optimizer.ds_overflow_all_reduce", 1), ("optimizer.ds_norm.double", 10 * p), ("optimizer.ds_norm", 8 * p),
         ("optimizer.ds_norm_all_reduce", 8), ("optimizer.ds_flatten_grads", 4 * p), ("optimizer.ds_grads_fp32", 6 * p),
-        ("optimizer.ds_unscale", 8 * p), ("optimizer.adam", 20 * p), ("optimizer.ds_fp16_params", 6 * p)]
+        ("optimizer.ds_unscale", 8 * p), ("optimizer.adam", 28 * p), ("optimizer.ds_fp16_params", 6 * p)]
     gathers = sized[9:]
     # per layer: LayerNorm 1 and 2 (weight, bias: 64 each), the QKV bias (192), the projection's (64), FC1's
     # (256), FC2's (64); then the final LayerNorm's weight and bias

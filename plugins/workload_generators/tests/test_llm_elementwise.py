@@ -157,7 +157,7 @@ def test_optimizer_bytes_per_rank(tmp_path, tp, pp, dp, zero):
         if zero:
             params = -(-params // dp)
         assert adam[0].inputs_shapes == repr([[[params]]] * 4)
-        assert adam[0].attrs["tensor_size"] == params * ADAM_BYTES_PER_PARAM == params * (4 * 4 + 4)
+        assert adam[0].attrs["tensor_size"] == params * ADAM_BYTES_PER_PARAM == params * (4 * 4 + 3 * 4)
         assert adam[0].attrs["num_ops"] == 0
 
 

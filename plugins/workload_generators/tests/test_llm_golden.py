@@ -9,7 +9,9 @@ llama2_70b_decode_preset) were renewed on purpose for issue 34: ``--inference-el
 they gained each layer's norms, residual adds and activation (their new hashes are those the code before gave with
 ``--inference-elementwise``); every training case is unchanged. The two FP8 training cases
 (gpt_sp_overlap_fp8_vp_zero1, moe_expert_load_fp8) were renewed on purpose for issue 36: each linear weight held
-in bf16 is cast to FP8 once a step, before micro-batch 0's forward GEMM (``Fp8Ops.weight_quantize``).
+in bf16 is cast to FP8 once a step, before micro-batch 0's forward GEMM (``Fp8Ops.weight_quantize``). Then every
+training case with element-wise nodes, on purpose (issue 36): the ``_fused_adam_`` node's ``tensor_size`` counts
+the two moments written back (28 bytes per parameter, as the gpu model counts it); nothing else in them changed.
 
 Regenerate (only when a change of the traces is intended)::
 

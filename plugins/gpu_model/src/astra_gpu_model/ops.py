@@ -68,6 +68,12 @@ NO_WORK_OPS = {
 REDUCTION_OPS = {"sum", "mean", "amax", "amin", "max", "min", "norm", "linalg_vector_norm", "var", "std",
                  "argmax", "argmin", "all", "any", "prod", "logsumexp", "var_mean", "std_mean", "nansum",
                  "count_nonzero", "_foreach_norm"}
+#: PyTorch's fused Adam/AdamW (``torch._fused_adam_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs,
+#: state_steps, ...)``; Transformer Engine's and Apex's FusedAdam the same): they read every list and write three back,
+#: the parameters and both moments (AdamW's 28 bytes per fp32 parameter, as fit/measure_gpu.py times it)
+FUSED_ADAM_OPS = {"_fused_adam_", "_fused_adamw_"}
+#: the tensor-list arguments a fused Adam writes: params, exp_avgs, exp_avg_sqs
+FUSED_ADAM_WRITTEN = (0, 2, 3)
 #: Ops that only write their first argument.
 FILL_OPS = {"fill_", "zero_", "zeros_like", "ones_like", "full_like", "normal_", "uniform_", "bernoulli_",
             "random_"}
@@ -363,6 +369,9 @@ def _memory(name, args, values, default_dtype):
         nbytes = read  # read src + write self (self's old content is not read)
     elif name in REDUCTION_OPS:
         nbytes = read
+    elif name in FUSED_ADAM_OPS:
+        lists = [a for a in args if isinstance(a, list)]
+        nbytes = read + sum(_numel(s) * size for i in FUSED_ADAM_WRITTEN if i < len(lists) for s, _, size in lists[i])
     elif name.endswith("_"):
         nbytes = read + first_bytes  # in place (also _foreach_*_ / _fused_*_): write the first argument back
     elif name == "cat" or name == "stack":

@@ -115,7 +115,7 @@ class Fp8Ops:
         cfg = self.cfg
         if cfg.inference or not cfg.ew or implied_framework(cfg) != "megatron" or not _FIRST_FORWARD.match(label):
             return None
-        label = label[:-3] if label.endswith(".c0") else label  # (a TP-overlapped GEMM's weight: once, whole)
+        label = label.removesuffix(".c0")  # (a TP-overlapped GEMM's weight: once, whole)
         if fmt is None:
             if cfg.fp8_params:
                 return None

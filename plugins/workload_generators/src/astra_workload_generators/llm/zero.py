@@ -8,10 +8,10 @@ from astra_sim.chakra import types as T
 from .split import stage_layers
 
 
-#: Bytes per parameter the optimizer node moves (as the gpu model counts an in-place ``_fused_adam_``): it reads
-#: fp32 master weights, fp32 gradients and the two fp32 Adam moments (16 B) and writes the weights back (4 B).
-#: A real kernel also writes the two moments (+8 B) and the fp16/bf16 model copy (+2 B), which is not counted.
-ADAM_BYTES_PER_PARAM = 20
+#: Bytes per parameter the optimizer node moves (as the gpu model counts ``_fused_adam_``): it reads fp32 master
+#: weights, fp32 gradients and the two fp32 Adam moments (16 B) and writes the weights and both moments back (12 B),
+#: the 28 B fit/measure_gpu.py timed AdamW at. The fp16/bf16 model copy (+2 B) is not counted.
+ADAM_BYTES_PER_PARAM = 28
 #: FSDP2 under torchtitan's mixed precision (bf16 parameters, ``mixed_precision_reduce = "float32"``) reduce-scatters
 #: gradients in fp32: 4 bytes per parameter (the memory estimate keeps the same fp32 copy, ``memory_terms``).
 FSDP2_REDUCE_BYTES = 4
