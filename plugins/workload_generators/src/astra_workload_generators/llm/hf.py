@@ -46,7 +46,8 @@ UNMODELLED = {
 #: What a model type has that the generator approximates (warned about whenever such a config is read).
 APPROXIMATED = {
     "gpt_oss": ("attention sinks (one learned logit per head added to each softmax: no GEMM, not timed), the "
-                "clamped SwiGLU (swiglu_limit) timed as SwiGLU, and the attention and expert biases (not counted: "
+                "clamped SwiGLU (swiglu_limit: its clamps are emitted with --bias-activation-fusion, else it is timed "
+                "as SwiGLU), and the attention and expert biases (not counted: "
                 "under 0.1 % of the parameters; in training the experts' fc2 bias is added per expert outside the "
                 "GEMM, as Megatron-Core does) are approximated"),
 }
@@ -215,6 +216,10 @@ def _read(r: _Reader, model_type):
                     moe_ffn=dims["ffn_hidden"])
         if model_type == "gpt_oss":  # (Hugging Face's GptOssExperts: gate_up_proj_bias, down_proj_bias)
             dims["expert_bias"] = True
+            limit = r.data.get("swiglu_limit")  # (Megatron-Bridge: activation_func_clamp_value 7.0)
+            if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float))):
+                r._fail("swiglu_limit", "a number", limit)
+            dims["glu_clamp"] = bool(limit and limit > 0)
     elif family == "qwen_moe":
         dims.update(experts=r.int("num_experts"), top_k=r.int("num_experts_per_tok"),
                     moe_ffn=r.int("moe_intermediate_size"), moe_layer_freq=r.int("decoder_sparse_step", 1))

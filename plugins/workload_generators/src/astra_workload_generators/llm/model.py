@@ -82,6 +82,8 @@ class ModelDims:
     window: int = 0            # sliding-window attention: a local layer's queries see the last `window` keys
     window_pattern: int = 0    # 0: every layer local; N: layer i global when (i + 1) % N == 0 (Gemma 2: 2, 3: 6)
     expert_bias: bool = False  # the routed experts' linears have biases (GPT-OSS; Megatron adds fc2's outside the GEMM)
+    glu_clamp: bool = False    # the gated activation clamps both halves first (GPT-OSS swiglu_limit; Megatron's
+    #                            activation_func_clamp_value): fused, two clamps and a cat run before the kernel (.moe)
 
     @property
     def head_dim(self):
@@ -164,7 +166,7 @@ def model_dims(preset=None, base=None, **overrides) -> ModelDims:
                  "window_pattern"):
             if not isinstance(v, int) or v < 0:
                 raise ConfigError(f"{k} must be a non-negative integer, got {v!r}")
-        elif k not in ("gated", "tied_embeddings", "expert_bias") and (not isinstance(v, int) or v < 1):
+        elif k not in ("gated", "tied_embeddings", "expert_bias", "glu_clamp") and (not isinstance(v, int) or v < 1):
             raise ConfigError(f"{k} must be a positive integer, got {v!r}")
     if dims.moe and dims.top_k > dims.experts:
         raise ConfigError(f"top-k {dims.top_k} exceeds the {dims.experts} experts")
