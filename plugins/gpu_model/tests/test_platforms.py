@@ -90,7 +90,9 @@ def test_nccl_on_every_dimension(tmp_path):
     rc, slow = _run(tmp_path, "--platform", "hgx-h100", "--nodes", "2", "--platform-collective", "nccl",
                     "--nccl-nic-gbps", "5", ranks=16, name="slow")
     assert rc == 0
-    assert max(_finish_times(slow)) > 2 * max(_finish_times(report))
+    # (NCCL's NVLSTree on two Hopper nodes counts each NIC twice, one tree exchange each way: 10x slower NICs cost
+    # ~1.7x at 4 MiB, not the ring's 2x+)
+    assert max(_finish_times(slow)) > 1.5 * max(_finish_times(report))
 
 
 def test_platforms_json_lists_all_with_numbers_and_sources(capsys):
