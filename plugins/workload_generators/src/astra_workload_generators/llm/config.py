@@ -101,6 +101,8 @@ class LlmConfig:
     moe_dispatcher: str = "exchange"  # MoE: the all-to-alls alone, or Megatron-Core's "alltoall" dispatcher (.moe)
     moe_grouped_gemm: str = "grouped"  # MoE: one grouped kernel, or TE's per-expert "cublas-streams" GEMMs (.moe)
     recompute_modules: tuple = ()   # Megatron's output-discarding recompute of "layernorm" / "moe_act" (.moe)
+    bias_activation_fusion: bool = False  # MoE: the experts' activation as Megatron's fused weighted GLU kernels (.moe)
+    moe_router_dtype: str | None = None  # MoE: Megatron's router dtype, fp32 | fp64; None: the input's (--dtype)
     comm_sms: tuple = ()            # ((key, SMs), ...): comm_sms attribute per kind of communication (see --comm-sms)
     sm_margins: tuple = ()          # ((TE overlap name, SMs), ...): its GEMMs' sm_margin (TE's set_sm_margin)
     logits: str = "all"             # inference: LM head on "all" positions, or the "last" of each sequence (serving)

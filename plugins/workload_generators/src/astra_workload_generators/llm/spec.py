@@ -23,7 +23,7 @@ from .config import (ACTIVATION_KERNELS, ATTENTION_DTYPES, ATTENTION_KERNELS, AT
                      NORM_KERNELS, ROPE_KERNELS, SOFTMAX_KERNELS, LlmConfig, check_config)
 from .lora import LORA_TARGETS, parse_lora_targets
 from .model import PRESETS, ModelDims, model_dims
-from .moe import MOE_DISPATCHERS, MOE_GROUPED_GEMMS, parse_recompute_modules
+from .moe import MOE_DISPATCHERS, MOE_GROUPED_GEMMS, MOE_ROUTER_DTYPES, parse_recompute_modules
 from .overlap import COMM_SMS_GROUPS, load_tp_overlap_sms, parse_comm_sms
 from .routing import parse_expert_load
 from .torch_cp import CP_ROTATES
@@ -65,6 +65,8 @@ class LlmSpec:
     moe_dispatcher: str = "exchange"    # exchange | alltoall (see --moe-dispatcher)
     moe_grouped_gemm: str = "grouped"   # grouped | cublas-streams (see --moe-grouped-gemm)
     recompute_modules: str | None = None  # "layernorm,moe_act" (see --recompute-modules)
+    bias_activation_fusion: bool = False  # the experts' fused activation (see --bias-activation-fusion)
+    moe_router_dtype: str | None = None  # fp32 | fp64; None: --dtype (see --moe-router-dtype)
     # layout
     tp: int = 1
     pp: int = 1
@@ -276,6 +278,8 @@ class LlmSpec:
                         moe_pad_to_capacity=self.moe_pad_to_capacity, moe_imbalance=self.moe_imbalance,
                         moe_expert_load=load, logits=self.logits, pp_scatter_gather=self.pp_scatter_gather,
                         moe_dispatcher=self.moe_dispatcher, moe_grouped_gemm=self.moe_grouped_gemm,
+                        bias_activation_fusion=self.bias_activation_fusion,
+                        moe_router_dtype=self.moe_router_dtype,
                         recompute_modules=(() if self.recompute_modules is None
                                            else parse_recompute_modules(self.recompute_modules)),
                         comm_sms=tuple(sorted(comm_sms.items())), sm_margins=tuple(sorted(margins.items())))
@@ -418,6 +422,16 @@ def _add_flags(p):
                    help="MoE: the routed experts' GEMMs as one grouped kernel (default), or cublas-streams: one "
                    "cuBLAS GEMM per local expert, as Transformer Engine's grouped linear runs on Hopper without "
                    "NVTE_USE_CUTLASS_GROUPED_GEMM (each its own node and host launch)")
+    p.add_argument("--bias-activation-fusion", action="store_true",
+                   help="MoE, gated experts: Megatron-Core's bias_activation_fusion (Megatron-LM's default, turned off "
+                   "by --no-bias-swiglu-fusion; Megatron-Bridge's GPT-OSS bridge and Qwen3 recipes set it) as "
+                   "TEGroupedMLP runs it: the experts' SwiGLU or clamped quick-GeGLU (GPT-OSS) with the routing "
+                   "probabilities in one fused kernel each way, the clamps and their cat before it (default: SiLU "
+                   "and product, unfused). The dense FFN is not changed by it")
+    p.add_argument("--moe-router-dtype", choices=MOE_ROUTER_DTYPES, default=None,
+                   help="MoE: Megatron's --moe-router-dtype, the router's logits and probabilities in fp32 or fp64 "
+                   "(the probabilities' all-to-all carries 4 or 8 B a copy); default: the input's dtype (--dtype), "
+                   "as Megatron-Core's TopKRouter.gating runs without it")
     p.add_argument("--recompute-modules", metavar="M[,M]",
                    help="Megatron's selective recompute of named modules (recompute_modules): layernorm (the two "
                    "norms of each layer) and/or moe_act (the experts' activation), re-run before the backward")
