@@ -47,7 +47,8 @@ def test_alltoall_dispatcher_forward_by_hand(tmp_path):
     """Forward of one MoE layer: the count reads the 128 x 8 boolean routing map (1,024 B); its all-gather over EP
     carries the 8 int64 counts (64 B per rank) and makes the host wait; the permute reads 128 x 256 and writes
     256 x 256 bf16 (196,608 B); with 4 local experts the chunk sort reads and writes 256 x 256 (262,144 B) after
-    the dispatch and again (unsort) before the combine; the probabilities' all-to-all is 256 copies x 4 B; the
+    the dispatch and again (unsort) before the combine; the probabilities' all-to-all is 256 copies x 2 B (bf16:
+    no --moe-router-dtype, so Megatron's router runs in the input's dtype); the
     unpermute reads 256 x 256 and writes 128 x 256 (196,608 B)."""
     generate_llm(model_dims(**MOE), LlmConfig(dp=2, ep=2, moe_dispatcher="alltoall"), tmp_path / "w")
     items = _layer(tmp_path / "w", "fwd")
@@ -65,7 +66,7 @@ def test_alltoall_dispatcher_forward_by_hand(tmp_path):
     assert node["dispatch.permute"].attrs["tensor_size"] == (R + N) * H * 2 == 196_608
     assert node["dispatch.sort"].attrs["tensor_size"] == node["combine.unsort"].attrs["tensor_size"] == 2 * R * H * 2
     assert node["combine.unpermute"].attrs["tensor_size"] == 196_608
-    assert node["a2a:dispatch.probs"].attrs["comm_size"] == R * 4
+    assert node["a2a:dispatch.probs"].attrs["comm_size"] == R * 2 == 512
     assert node["a2a:dispatch"].attrs["comm_size"] == R * H * 2  # the tokens' exchange as before
 
 
@@ -163,3 +164,29 @@ def test_the_flags_on_the_command_line():
 def test_bad_combinations_are_errors(argv, match):
     with pytest.raises(ConfigError, match=match):
         LlmSpec.from_argv(argv).resolve()
+
+
+def test_router_dtype_sets_the_probabilities_bytes(tmp_path):
+    """--moe-router-dtype (Megatron's moe_router_dtype; TopKRouter.gating at Megatron-LM 2a75ac12): the router's
+    logits and probabilities in fp32 (4 B) or fp64 (8 B); without it in --dtype (bf16: 2 B, fp16 too). The
+    probabilities' all-to-all: 256 copies x those bytes, forward and backward; the router's softmax on its
+    128 x 8 logits reads and writes them in that dtype (128 x 8 x 2 x 4 = 8,192 B in fp32)."""
+    dims = model_dims(**MOE)
+    for router, dtype, nbytes in ((None, "bf16", 2), ("fp32", "bf16", 4), ("fp64", "bf16", 8), (None, "fp32", 4)):
+        folder = tmp_path / f"{router}-{dtype}"
+        generate_llm(dims, LlmConfig(dp=2, ep=2, moe_dispatcher="alltoall", moe_router_dtype=router, dtype=dtype),
+                     folder)
+        fwd, bwd = dict(_layer(folder, "fwd")), dict(_layer(folder, "bwd"))
+        assert fwd["a2a:dispatch.probs"].attrs["comm_size"] == bwd["a2a:dispatch.probs"].attrs["comm_size"] \
+            == R * nbytes
+        assert fwd["router.softmax"].attrs["tensor_size"] == 2 * N * E * nbytes
+    assert LlmSpec.from_mapping({"preset": None, **MOE, "dp": 2, "ep": 2,
+                                 "moe_router_dtype": "fp32"}).resolve()[1].moe_router_dtype == "fp32"
+
+
+def test_router_dtype_is_checked():
+    with pytest.raises(ConfigError, match="moe-router-dtype must be one of"):
+        generate_llm(model_dims(**MOE), LlmConfig(dp=2, ep=2, moe_router_dtype="bf16"), "unused")
+    dense = {k: v for k, v in MOE.items() if k not in ("experts", "top_k", "moe_ffn")}
+    with pytest.raises(ConfigError, match="needs a mixture-of-experts model"):
+        generate_llm(model_dims(**dense), LlmConfig(moe_router_dtype="fp32"), "unused")

@@ -21,6 +21,13 @@ the dispatcher, per-expert GEMMs and selective recompute"); their defaults keep 
 * ``--recompute-modules layernorm,moe_act``: Megatron's output-discarding recompute
   (``transformer_config.py`` ``recompute_modules``: "layernorm": the input_layernorm and pre_mlp_layernorm;
   "moe_act": the MoE MLP activation) re-runs those kernels before the layer's backward uses their outputs.
+* ``--bias-activation-fusion``: Megatron-Core's ``bias_activation_fusion`` for gated experts: ``TEGroupedMLP`` runs
+  the activation and the routing probabilities' product as one compiled kernel each way
+  (``weighted_bias_swiglu_impl``, or ``weighted_bias_quick_geglu_impl`` with GPT-OSS's clamp and its cat before it;
+  :meth:`MoeOps._fused_act_fwd`). Default: the SiLU and the product (two kernels forward, three backward).
+* ``--moe-router-dtype fp32|fp64``: Megatron's ``moe_router_dtype``; without it the router's logits and
+  probabilities are in the input's dtype (``TopKRouter.gating``), so the probabilities' all-to-all carries
+  ``--dtype``'s bytes a copy (:attr:`MoeOps.prob_bytes`). The router GEMM itself is timed in ``--dtype`` either way.
 
 A model whose experts have biases (GPT-OSS: ``ModelDims.expert_bias``) gets, in training, the fc2 bias as
 Megatron-Core adds it: ``TEGroupedMLP`` builds ``linear_fc2`` with ``skip_bias_add=True`` and its unfused path
@@ -44,9 +51,11 @@ MOE_DISPATCHERS = ("exchange", "alltoall")
 MOE_GROUPED_GEMMS = ("grouped", "cublas-streams")
 #: --recompute-modules: the Megatron-Core recompute_modules the generator emits
 RECOMPUTE_MODULES = ("layernorm", "moe_act")
-#: Bytes of one token copy's routing probability in the dispatcher's probabilities all-to-all (fp32;
-#: ASSUMPTION: Megatron's router keeps its probabilities in fp32; the exchange is 1/(h x bytes/4) of the tokens')
-PROB_BYTES = 4
+#: --moe-router-dtype: Megatron's moe_router_dtype choices; without it the router runs in the input's dtype
+MOE_ROUTER_DTYPES = ("fp32", "fp64")
+#: Bytes of one routing probability per router dtype (Megatron-Core's TopKRouter: the logits in the router dtype,
+#: the probabilities cast back "to the same dtype as the logits"; NVIDIA/Megatron-LM 2a75ac12 router.py, moe_utils.py)
+ROUTER_DTYPE_BYTES = {"fp32": 4, "fp64": 8}
 #: Bytes of one tokens-per-expert count (``routing_map.sum(dim=0).long()``: int64)
 COUNT_BYTES = 8
 
@@ -77,6 +86,16 @@ def check_moe_kernels(dims, cfg):
     if cfg.moe_dispatcher == "alltoall" and (cfg.moe_capacity_factor is not None or cfg.moe_expert_load):
         raise ConfigError("--moe-dispatcher alltoall is emitted for dropless balanced routing (no "
                           "--moe-capacity-factor or --moe-expert-load)")
+    if cfg.moe_router_dtype is not None:
+        if cfg.moe_router_dtype not in MOE_ROUTER_DTYPES:
+            raise ConfigError(f"--moe-router-dtype must be one of {', '.join(MOE_ROUTER_DTYPES)}, got "
+                              f"{cfg.moe_router_dtype!r}")
+        if not dims.moe:
+            raise ConfigError("--moe-router-dtype needs a mixture-of-experts model (--experts)")
+    if cfg.bias_activation_fusion and not (dims.moe and dims.gated):
+        raise ConfigError("--bias-activation-fusion is emitted for a mixture-of-experts model with gated experts "
+                          "(Megatron's TEGroupedMLP fuses SwiGLU and quick-GeGLU only; the dense FFN is not changed "
+                          "by it)")
     modules = cfg.recompute_modules
     if modules:
         bad = [m for m in modules if m not in RECOMPUTE_MODULES]
@@ -202,10 +221,28 @@ class MoeOps:
         h = self.dims.hidden
         return self.ew("aten::copy_", label, [self._t(rows, h), self._t(rows, h)], deps)
 
+    @property
+    def prob_bytes(self):
+        """Bytes of one routing probability: the router dtype's (``--moe-router-dtype``), else the input's
+        (``--dtype``): Megatron-Core's ``TopKRouter.gating`` sets ``router_dtype = input.dtype`` unless
+        ``moe_router_dtype`` is fp32 or fp64, its GEMM writes the logits in that dtype and ``topk_routing_with_
+        score_function`` casts the probabilities back to the logits' dtype (NVIDIA/Megatron-LM 2a75ac12
+        ``megatron/core/transformer/moe/router.py``, ``moe_utils.py``)."""
+        router = self.cfg.moe_router_dtype
+        return ROUTER_DTYPE_BYTES[router] if router else self.nbytes
+
+    def _router_t(self, rows, cols):
+        """A ``[rows, cols]`` tensor of the router's logits or probabilities, in the router dtype."""
+        router = self.cfg.moe_router_dtype
+        if not router:
+            return self._t(rows, cols)
+        return ((rows, cols), {"fp32": "Tensor(float)", "fp64": "Tensor(double)"}[router])
+
     def _probs_a2a(self, label):
-        """The dispatcher's second all-to-all: the routing probabilities of the token copies (PROB_BYTES each)."""
+        """The dispatcher's second all-to-all: the routing probabilities of the token copies (:attr:`prob_bytes`
+        each)."""
         if self.cfg.moe_dispatcher == "alltoall":
-            self.coll(f"ep_a2a.{label}.probs", T.ALL_TO_ALL, self.routed * PROB_BYTES, "ep")
+            self.coll(f"ep_a2a.{label}.probs", T.ALL_TO_ALL, self.routed * self.prob_bytes, "ep")
 
     # -- GPT-OSS's expert biases (Megatron-Core TEGroupedMLP, linear_fc2 skip_bias_add=True: _apply_bias) ------
     def _bias_groups(self, layer):
@@ -265,11 +302,63 @@ class MoeOps:
         self._memory_node("aten::sum", label, shape[0] * shape[1] * self.nbytes, repr([list(shape)]),
                           repr([self.ttype]), ())
 
+    # -- --bias-activation-fusion: the experts' activation as TEGroupedMLP runs it fused ----------------------------
+    def _fused_act_fwd(self, label, rows, cols, deps=()):
+        """The experts' fused activation forward (Megatron-Core ``TEGroupedMLP.bias_act_func`` with
+        ``bias_activation_fusion``; NVIDIA/Megatron-LM 2a75ac12 ``megatron/core/transformer/moe/experts.py``):
+        SwiGLU runs ``weighted_bias_swiglu_impl`` and GPT-OSS's quick-GeGLU ``weighted_bias_quick_geglu_impl``
+        (``megatron/core/fusions/fused_bias_swiglu.py``, ``fused_bias_geglu.py``), each one ``jit_fuser``
+        (torch.compile) kernel that reads the ``[rows, 2 x cols]`` fc1 output and the ``[rows, 1]`` routing
+        probabilities and writes ``[rows, cols]``: an ``aten::mul`` node of the two halves and the probabilities.
+        With a clamp (``dims.glu_clamp``: ``activation_func_clamp_value``) ``weighted_bias_quick_geglu_impl`` first
+        clamps each half outside the compiled function (``x_glu.clamp(max=v)``, ``x_linear.clamp(-v, v)``: an
+        ``aten::clamp`` each) and concatenates them (``aten::cat``). fc1's bias is in its GEMM (no bias here).
+        Returns whether nodes were emitted (the first waits on ``deps``)."""
+        if not self.cfg.ew_forward:
+            return False
+        half = self._t(rows, cols)
+        if self.dims.glu_clamp:
+            self.ew("aten::clamp", label + ".act.clamp.glu", [half], deps)
+            deps = ()
+            self.ew("aten::clamp", label + ".act.clamp.linear", [half])
+            self._cat(label + ".act.cat", (rows, rows), cols)
+        self.ew("aten::mul", label + ".act.fused", [half, half, self._router_t(rows, 1)], deps)
+        return True
+
+    def _fused_act_bwd(self, label, rows, cols):
+        """The backward of :meth:`_fused_act_fwd`: the compiled backward (``weighted_swiglu_back`` /
+        ``weighted_quick_geglu_back``: reads the ``[rows, cols]`` gradient, the saved ``[rows, 2 x cols]`` input
+        and the probabilities, writes the input's ``[rows, 2 x cols]`` gradient and the probabilities' one kernel);
+        with a clamp, autograd's backward of the two clamps (``clamp_backward``: ``where(mask, grad, 0)``, the mask
+        ``x <= v`` for the gate half, ``(x >= -v).logical_and_(x <= v)`` for the linear half; ASSUMPTION: PyTorch's
+        ``FunctionsManual.cpp`` as read, its one-element zero tensors not emitted) and of ``chunk``
+        (``split_backward``: the two halves' gradients concatenated). The cat's backward is views. The comparisons'
+        bool outputs are counted at their input's size and ``where``'s at its bool condition's (the gpu model
+        sizes an element-wise output like its first argument); per clamp the two errors cancel to 0.5 x
+        ``rows x cols`` bytes."""
+        if not self.cfg.ew:
+            return
+        half, full = self._t(rows, cols), self._t(rows, 2 * cols)
+        self.ew("aten::mul", label + ".act.fused.bwd", [half, full, self._router_t(rows, 1)])
+        if not self.dims.glu_clamp:
+            return
+        mask = ((rows, cols), "Tensor(bool)")
+        self.ew("aten::le", label + ".act.clamp.glu.mask", [half])
+        self.ew("aten::where", label + ".act.clamp.glu.bwd", [mask, half])
+        self.ew("aten::ge", label + ".act.clamp.linear.mask_lo", [half])
+        self.ew("aten::le", label + ".act.clamp.linear.mask_hi", [half])
+        self.ew("aten::logical_and_", label + ".act.clamp.linear.mask", [mask, mask])
+        self.ew("aten::where", label + ".act.clamp.linear.bwd", [mask, half])
+        self._cat(label + ".act.chunk.bwd", (rows, rows), cols)
+
     def _act_recompute(self, label, rows, cols, deps):
         """``--recompute-modules moe_act``: the experts' activation forward again before its backward (SiLU x up for
-        a gated FFN, else the GeLU). Returns whether nodes were emitted."""
+        a gated FFN, else the GeLU; with ``--bias-activation-fusion`` :meth:`_fused_act_fwd`). Returns whether
+        nodes were emitted."""
         if not self.cfg.ew:
             return False
+        if self.cfg.bias_activation_fusion:
+            return self._fused_act_fwd(label + ".recompute", rows, cols, deps)
         t = self._t(rows, cols)
         if self.dims.gated:
             self.ew("aten::silu", label + ".recompute.silu", [t], deps)
@@ -298,7 +387,7 @@ class MoeOps:
         gm = 2 if dims.gated else 1
         self.mm(lab + ".router", self.ln_rows, h, dims.experts, linear=False)
         if self.cfg.ew:
-            self.ew("aten::_softmax", lab + ".router.softmax", [self._t(self.ln_rows, dims.experts)])
+            self.ew("aten::_softmax", lab + ".router.softmax", [self._router_t(self.ln_rows, dims.experts)])
         self._dispatch_prepare(lab)
         if dims.shared_experts:
             sf = dims.shared_experts * mf
@@ -313,7 +402,10 @@ class MoeOps:
         self._sort_chunks(lab + ".dispatch.sort", layer)
         self.fp8_cast(lab + ".experts.fc1", nk, h)
         self.expert_mm(lab + ".experts.fc1", nk, h, gm * mf, layer, "m")
-        self.act_fwd(lab + ".experts.fc1", nk, mf)
+        if self.cfg.bias_activation_fusion:
+            self._fused_act_fwd(lab + ".experts.fc1", nk, mf)
+        else:
+            self.act_fwd(lab + ".experts.fc1", nk, mf)
         self.fp8_cast(lab + ".experts.fc2", nk, mf)
         self.expert_mm(lab + ".experts.fc2", nk, mf, h, layer, "m")
         self.expert_bias_fwd(lab, layer)
@@ -340,7 +432,10 @@ class MoeOps:
             deps = ()
         self.expert_mm(lab + ".experts.fc2.dgrad", nk, h, mf, layer, "m", deps)
         self.expert_mm(lab + ".experts.fc2.wgrad", mf, nk, h, layer, "k")
-        self.act_bwd(lab + ".experts.fc1", nk, mf)
+        if self.cfg.bias_activation_fusion:
+            self._fused_act_bwd(lab + ".experts.fc1", nk, mf)
+        else:
+            self.act_bwd(lab + ".experts.fc1", nk, mf)
         self.fp8_cast(lab + ".experts.fc1.dgrad", nk, f1)
         self.expert_mm(lab + ".experts.fc1.dgrad", nk, f1, h, layer, "m")
         self.expert_mm(lab + ".experts.fc1.wgrad", h, nk, f1, layer, "k")
@@ -360,6 +455,6 @@ class MoeOps:
         rows, E = self.ln_rows, dims.experts
         if self.cfg.ew:
             self.ew("aten::_softmax_backward_data", lab + ".router.softmax",
-                    [self._t(rows, E), self._t(rows, E)])
+                    [self._router_t(rows, E), self._router_t(rows, E)])
         self.mm(lab + ".router.dgrad", rows, E, h, linear=False)
         self.mm(lab + ".router.wgrad", h, rows, E, linear=False)
