@@ -80,7 +80,7 @@ def _expected(node, groups):
         return groups["pp"]
     if name.startswith("amax."):
         return groups["amax"]
-    if name.startswith("dp_"):
+    if name.startswith("dp_") or name == "optimizer.clip.norm_all_reduce":  # (Megatron's grad norm, over DP)
         return groups["dp"]
     raise AssertionError(f"unexpected communication node {name!r}")
 

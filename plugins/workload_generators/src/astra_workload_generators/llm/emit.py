@@ -17,6 +17,8 @@ MM = "aten::mm"
 #: reductions to a scalar the builders emit: they read their input and write (next to) nothing, as the gpu model
 #: counts them (its ``REDUCTION_OPS``)
 REDUCTIONS = ("any", "linalg_vector_norm")
+#: fills the builders emit (a memset): they write their argument and read nothing, as the gpu model's ``FILL_OPS``
+FILLS = ("zero_", "fill_")
 #: fused Adam/AdamW: read every tensor list, write the parameters and both moments (the gpu model's count)
 FUSED_ADAM = ("_fused_adam_", "_fused_adamw_")
 
@@ -159,6 +161,8 @@ class NodeEmitter:
         name = op.split("::")[-1]
         if name == "copy_" or name in REDUCTIONS:  # read src, write dst (its old content is not read) or a scalar
             nbytes = read
+        elif name in FILLS:  # a memset: writes its argument, reads nothing
+            nbytes = sum(nb(t) for t in first)
         elif name in FUSED_ADAM:  # (params, grads, exp_avgs, exp_avg_sqs): writes the params and both moments
             lists = [a for a in args if isinstance(a, list)]
             nbytes = read + sum(nb(t) for i in (0, 2, 3) if i < len(lists) for t in lists[i])

@@ -118,6 +118,7 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
         token_tags = 2 * M * V * steps  # decode: next-token messages (last stage -> first) use tags from here
         token_bytes = cfg.micro_batch_size * 8  # one int64 token id per sequence
         pg = self.param_gathers(params)
+        self.zero_grad_buffer(self.optimizer_params(params, sharded=False))  # (Megatron's step starts with it)
         for step, (kind, ch, mb) in self._steps():
             base = 2 * M * V * step  # p2p tags of this decode step
             v = ch * P + p  # virtual stage

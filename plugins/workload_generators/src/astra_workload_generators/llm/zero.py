@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from astra_sim.chakra import types as T
 
+from .config import implied_framework
 from .split import stage_layers
 
 
@@ -34,10 +35,64 @@ class DataParallelOps:
             return self.ds_optimizer(params)
         f = "Tensor(float)"
         one = [((params,), f)]
-        node = self.ew("aten::_fused_adam_", "optimizer.adam", [one, one, one, one], self.syncs)
+        mega = self._megatron_optimizer()
+        deps = [self.megatron_grad_norm(params)] if mega else self.syncs
+        node = self.ew("aten::_fused_adam_", "optimizer.adam", [one, one, one, one], deps)
+        if mega:
+            node = self.megatron_params_back(params)
         for label, size, group in self.deferred:
             self.coll(label, T.ALL_GATHER, size, group, [node], chain=False)
         return node
+
+    # -- Megatron-Core's optimizer step around Adam (Megatron-LM core_r0.14.0: MixedPrecisionOptimizer.step, the
+    # distributed optimizer's copies, DistributedDataParallel.zero_grad_buffer) ----------------------------------
+    def _megatron_optimizer(self):
+        """Megatron-Core's step: a training step of the generic (Megatron) framework, ZeRO below 3, element-wise
+        nodes on. FSDP2/torchtitan and DeepSpeed have their own (:mod:`.eager_step`, :mod:`.deepspeed_step`)."""
+        cfg = self.cfg
+        return not cfg.inference and cfg.ew and cfg.zero < 3 and implied_framework(cfg) == "megatron"
+
+    def zero_grad_buffer(self, elements):
+        """``DistributedDataParallel.zero_grad_buffer()`` at the start of every step (``train_step``): each
+        gradient buffer's ``reset()``, ``self.grad_data.zero_()``: the whole buffer of this rank's ``elements``
+        parameters (ZeRO-1 shards the optimizer, not the buffer), fp32 main gradients or ``--grad-buffer same``'s
+        ``--dtype``. A memset: the gpu model counts its writes."""
+        if not self._megatron_optimizer():
+            return None
+        dtype = self.ttype if self.cfg.grad_buffer == "same" else "Tensor(float)"
+        return self.ew("aten::zero_", "zero_grad_buffer", [((elements,), dtype)])
+
+    def megatron_grad_norm(self, params):
+        """Before Adam, over this rank's ``params`` shard: with gradients kept in ``--dtype`` (``--grad-buffer
+        same``: ``grad_reduce_in_fp32`` off) ``_copy_model_grads_to_main_grads``'s ``shard_model_grad.float()`` (read
+        the shard in --dtype, write fp32; with fp32 main gradients ``.float()`` copies nothing); then
+        ``clip_grad_norm`` (``clip_grad`` 1.0 by default): ``get_grad_norm_fp32``'s ``multi_tensor_l2norm`` over the
+        fp32 main gradients (read 4 B each) and the all-reduce of the squared norm (one fp32) over the data-parallel
+        group. ``clip_grad_by_total_norm_fp32`` rescales only when the norm exceeds ``clip_grad``
+        (``if clip_coeff < 1.0``): not emitted. Returns the last node (Adam waits on it)."""
+        f32 = [((params,), "Tensor(float)")]
+        deps = self.syncs
+        if self.cfg.grad_buffer == "same" and self.nbytes != 4:
+            self.ew("aten::copy_", "optimizer.main_grads", [((params,), self.ttype), f32[0]], deps)
+            deps = ()
+        node = self.ew("aten::linalg_vector_norm", "optimizer.clip.norm", f32, deps)  # (the shard as one tensor)
+        if self._group_size(self.dgroup) > 1:
+            node = self.coll("optimizer.clip.norm_all_reduce", T.ALL_REDUCE, 4, self.dgroup, [node])
+        return node
+
+    def megatron_params_back(self, params):
+        """After Adam, ``_copy_main_params_to_model_params``: the fp32 shard written into the model's parameters
+        (which ZeRO-1's all-gather then sends): a copy to ``--dtype`` (read 4, write 2 B), or with ``--fp8-params``
+        ``quantize_param_shard`` (Transformer Engine's ``cast_master_weights_to_fp8``: under current scaling the
+        shard's amax first, then the cast: read 4 + 4, write 1 B; delayed: read 4, write 1). ASSUMPTION: with
+        ``--fp8-params`` every parameter of the shard is taken as FP8 (the norms' and the embedding's are kept
+        in --dtype: 1 or 2 B more each, under 15 % of an 8B Llama's). Returns the node."""
+        f32 = ((params,), "Tensor(float)")
+        if not self.cfg.fp8_params:
+            return self.ew("aten::copy_", "optimizer.params", [f32, ((params,), self.ttype)])
+        reads = 2 if self.cfg.fp8_recipe == "current" else 1
+        return self._memory_node("transformer_engine::quantize", "optimizer.params_fp8", params * (4 * reads + 1),
+                                 f"[[{params}]]", "['Tensor(float)']", ())
 
     def grad_sync(self, label, params, group="dp", mb=None):
         """Gradient synchronisation of ``params`` (this rank's shard) over the DP group (or, for expert weights,
@@ -143,10 +198,10 @@ class DataParallelOps:
             out[unit] = ids
         return out
 
-    def optimizer_params(self, params):
+    def optimizer_params(self, params, sharded=True):
         """Parameters this rank updates: its stage's units (layers; embedding on the first, LM head on the last
         virtual stage; ``params``: build()'s {unit: (dense, expert) shard}), TP-sharded, and under ZeRO >= 1 also
-        sharded over the (expert-)DP group."""
+        sharded over the (expert-)DP group (``sharded=False``: not that: the gradient buffer's)."""
         dims, cfg, p, P, V = self.dims, self.cfg, self.p, self.cfg.pp, self.cfg.virtual_stages
         split = stage_layers(dims.layers, cfg)
         dense = expert = 0
@@ -159,7 +214,7 @@ class DataParallelOps:
             for unit in units:
                 dense += params[unit][0]
                 expert += params[unit][1]
-        if cfg.zero:
+        if cfg.zero and sharded:
             dense = -(-dense // self._group_size(self.dgroup))
             if expert:
                 expert = -(-expert // self._group_size("edp"))
