@@ -330,8 +330,9 @@ class MoeOps:
         ``weighted_quick_geglu_back``: reads the ``[rows, cols]`` gradient, the saved ``[rows, 2 x cols]`` input
         and the probabilities, writes the input's ``[rows, 2 x cols]`` gradient and the probabilities' one kernel);
         with a clamp, autograd's backward of the two clamps (``clamp_backward``: ``where(mask, grad, 0)``, the mask
-        ``x <= v`` for the gate half, ``(x >= -v).logical_and_(x <= v)`` for the linear half; ASSUMPTION: PyTorch's
-        ``FunctionsManual.cpp`` as read, its one-element zero tensors not emitted) and of ``chunk``
+        ``x <= v`` for the gate half, ``(x >= -v).logical_and_(x <= v)`` for the linear half: PyTorch's
+        ``torch/csrc/autograd/FunctionsManual.cpp`` ``clamp_backward``; ASSUMPTION: the recipe's container runs that
+        formula, read in current copies, not at its torch commit; its one-element zero tensors are not emitted) and of ``chunk``
         (``split_backward``: the two halves' gradients concatenated). The cat's backward is views. The comparisons'
         bool outputs are counted at their input's size and ``where``'s at its bool condition's (the gpu model
         sizes an element-wise output like its first argument); per clamp the two errors cancel to 0.5 x
