@@ -102,6 +102,7 @@ class LlmConfig:
     moe_grouped_gemm: str = "grouped"  # MoE: one grouped kernel, or TE's per-expert "cublas-streams" GEMMs (.moe)
     recompute_modules: tuple = ()   # Megatron's output-discarding recompute of "layernorm" / "moe_act" (.moe)
     bias_activation_fusion: bool = False  # MoE: the experts' activation as Megatron's fused weighted GLU kernels (.moe)
+    bias_swiglu_fusion: bool = True  # Megatron training: the dense gated FFN's SwiGLU as one kernel each way (.layers)
     moe_router_dtype: str | None = None  # MoE: Megatron's router dtype, fp32 | fp64; None: the input's (--dtype)
     comm_sms: tuple = ()            # ((key, SMs), ...): comm_sms attribute per kind of communication (see --comm-sms)
     sm_margins: tuple = ()          # ((TE overlap name, SMs), ...): its GEMMs' sm_margin (TE's set_sm_margin)
@@ -342,6 +343,12 @@ def _check(dims: ModelDims, cfg: LlmConfig):
         raise ConfigError("--fp8-recipe current needs --gemm-dtype fp8 (the recipe scales the FP8 GEMMs' operands)")
     if cfg.fp8_activation_input and (cfg.gemm_dtype != "fp8" or cfg.inference or implied_framework(cfg) != "megatron"):
         raise ConfigError("--fp8-activation-input is Megatron-LM/NeMo training memory with --gemm-dtype fp8")
+    if not cfg.bias_swiglu_fusion and (cfg.inference or implied_framework(cfg) != "megatron"):
+        raise ConfigError("--no-bias-swiglu-fusion is Megatron-LM's flag (--framework megatron training); the other "
+                          "frameworks run the SwiGLU unfused anyway")
+    if cfg.fp8_activation_input and dims.gated and not cfg.bias_swiglu_fusion:
+        raise ConfigError("--fp8-activation-input with --no-bias-swiglu-fusion: Megatron keeps the activation's "
+                          "input in FP8 only inside its fused SwiGLU (bias_swiglu_impl's fp8_input_store)")
     if cfg.fp8_params and cfg.gemm_dtype not in ("fp8", "mxfp8"):
         raise ConfigError("--fp8-params needs --gemm-dtype fp8 or mxfp8 (the FP8 weights are the GEMMs' operands)")
     if cfg.grad_sync_every_micro_batch and cfg.inference:

@@ -66,6 +66,7 @@ class LlmSpec:
     moe_grouped_gemm: str = "grouped"   # grouped | cublas-streams (see --moe-grouped-gemm)
     recompute_modules: str | None = None  # "layernorm,moe_act" (see --recompute-modules)
     bias_activation_fusion: bool = False  # the experts' fused activation (see --bias-activation-fusion)
+    bias_swiglu_fusion: bool = True     # Megatron training: the dense gated FFN's fused SwiGLU (--no-bias-swiglu-fusion)
     moe_router_dtype: str | None = None  # fp32 | fp64; None: --dtype (see --moe-router-dtype)
     # layout
     tp: int = 1
@@ -279,6 +280,7 @@ class LlmSpec:
                         moe_expert_load=load, logits=self.logits, pp_scatter_gather=self.pp_scatter_gather,
                         moe_dispatcher=self.moe_dispatcher, moe_grouped_gemm=self.moe_grouped_gemm,
                         bias_activation_fusion=self.bias_activation_fusion,
+                        bias_swiglu_fusion=self.bias_swiglu_fusion,
                         moe_router_dtype=self.moe_router_dtype,
                         recompute_modules=(() if self.recompute_modules is None
                                            else parse_recompute_modules(self.recompute_modules)),
@@ -428,6 +430,12 @@ def _add_flags(p):
                    "TEGroupedMLP runs it: the experts' SwiGLU or clamped quick-GeGLU (GPT-OSS) with the routing "
                    "probabilities in one fused kernel each way, the clamps and their cat before it (default: SiLU "
                    "and product, unfused). The dense FFN is not changed by it")
+    p.add_argument("--no-bias-swiglu-fusion", dest="bias_swiglu_fusion", action="store_false",
+                   help="Megatron training (--framework megatron, the default), a gated FFN: run the dense FFN's "
+                   "SwiGLU unfused, as Megatron-LM's --no-bias-swiglu-fusion does (MLP.forward's glu(): SiLU and "
+                   "product, and in backward their gradients and the chunk's cat). Default: Megatron-Core's "
+                   "bias_swiglu_impl, one compiled kernel each way (read [rows, 2f], write [rows, f]; backward "
+                   "read both, write [rows, 2f]). Other frameworks run the SiLU and the product unfused anyway")
     p.add_argument("--moe-router-dtype", choices=MOE_ROUTER_DTYPES, default=None,
                    help="MoE: Megatron's --moe-router-dtype, the router's logits and probabilities in fp32 or fp64 "
                    "(the probabilities' all-to-all carries 4 or 8 B a copy); default: the input's dtype (--dtype), "
