@@ -69,8 +69,9 @@ def test_layer_nodes_and_shard_shapes(tmp_path, sp):
     assert ids["fwd.l0.mb0.ln1.ln"] < ids["fwd.l0.mb0.qkv"]
     assert ids["fwd.l0.mb0.fc1"] < ids["fwd.l0.mb0.fc1.gelu"] < ids["fwd.l0.mb0.fc2"]
     assert ids["bwd.l0.mb0.fc2.dgrad"] < ids["bwd.l0.mb0.fc1.gelu"] < ids["bwd.l0.mb0.fc1.dgrad"]
-    # Megatron's step ends with Adam and the fp32 shard copied back into the parameters (test_small_optimizer_tail.py)
-    assert [x.name for x in nodes[-2:]] == ["aten::_fused_adam_", "aten::copy_"]
+    # Megatron's step ends with Adam, the fp32 shard copied back into the parameters and the gradient buffer's
+    # memset (test_small_optimizer_tail.py)
+    assert [x.name for x in nodes[-3:]] == ["aten::_fused_adam_", "aten::zero_", "aten::copy_"]
 
 
 def test_gated_cp_shapes_and_no_elementwise(tmp_path):

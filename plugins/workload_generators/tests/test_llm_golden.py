@@ -12,9 +12,9 @@ they gained each layer's norms, residual adds and activation (their new hashes a
 in bf16 is cast to FP8 once a step, before micro-batch 0's forward GEMM (``Fp8Ops.weight_quantize``). Then every
 training case with element-wise nodes, on purpose (issue 36): the ``_fused_adam_`` node's ``tensor_size`` counts
 the two moments written back (28 bytes per parameter, as the gpu model counts it); nothing else in them changed.
-Then the Megatron training cases with element-wise nodes (not ZeRO-2/3), on purpose (issue 36): Megatron-Core's step
-starts with ``zero_grad_buffer`` and has the gradient norm (and its all-reduce) before Adam and the parameters'
-copy back after it (``DataParallelOps.megatron_grad_norm``/``megatron_params_back``).
+Then the Megatron training cases with element-wise nodes (not ZeRO-2/3), on purpose (issue 36): Megatron-Core's
+gradient norm (and its all-reduce) before Adam, and after it the gradient buffer's ``zero_grad_buffer`` and the
+parameters' copy back (``DataParallelOps.megatron_grad_norm``/``zero_grad_buffer``/``megatron_params_back``).
 
 Regenerate (only when a change of the traces is intended)::
 

@@ -1,5 +1,5 @@
-"""Megatron-Core's optimizer step around Adam (Megatron-LM core_r0.14.0): the step starts with
-``zero_grad_buffer()`` (a memset of the whole gradient buffer), and around Adam the distributed optimizer copies the
+"""Megatron-Core's optimizer step around Adam (Megatron-LM core_r0.14.0): every step starts with
+``zero_grad_buffer()`` (a memset of the whole gradient buffer; emitted at the step's end), and around Adam the distributed optimizer copies the
 gradients to fp32 when they are kept in --dtype, takes the gradient norm for clipping (read the fp32 shard, an
 all-reduce of one fp32 over DP), and after Adam writes the fp32 shard back into the parameters (a copy to --dtype,
 or Transformer Engine's FP8 cast with --fp8-params). Only in a Megatron step: FSDP2/torchtitan and DeepSpeed keep
@@ -42,9 +42,8 @@ def test_zero_1_bf16_step_hand_computed(tmp_path):
     assert zero.name == "aten::zero_" and zero.inputs_types == "['Tensor(float)']"
     assert zero.inputs_shapes == f"[[{whole}]]" and -(-whole // 4) == shard
     assert _bytes(zero) == zero.attrs["tensor_size"] == 4 * whole  # a memset: writes only
-    assert nodes[0].id == zero.id  # the step starts with it; the first forward waits on it
-    first_fwd = next(n for n in nodes if n.attrs.get("label", "").startswith("fwd."))
-    assert zero.id in first_fwd.data_deps
+    # Megatron's next step starts with it: emitted after Adam, before the copy back, on the compute chain
+    assert by["optimizer.adam"].id in zero.data_deps
     # before Adam: the norm over the fp32 shard (read 4 B each), its all-reduce (one fp32) over DP, no fp32 copy
     norm = by["optimizer.clip.norm"]
     assert norm.name == "aten::linalg_vector_norm" and _bytes(norm) == norm.attrs["tensor_size"] == 4 * shard
@@ -57,7 +56,11 @@ def test_zero_1_bf16_step_hand_computed(tmp_path):
     # after Adam: the shard copied back into the bf16 parameters (read 4, write 2 B), then the ZeRO-1 gathers
     back = by["optimizer.params"]
     assert back.name == "aten::copy_" and _bytes(back) == back.attrs["tensor_size"] == 6 * shard
-    assert adam.id in back.data_deps
+    assert zero.id in back.data_deps
+    # the last compute node: the ZeRO-1 all-gathers of the updated parameters wait on it
+    assert max(n.id for n in nodes if n.type == T.COMP_NODE) == back.id
+    gathers = [n for n in nodes if n.name.startswith("dp_ag.")]
+    assert gathers and all(back.id in n.data_deps or n.data_deps[0] in {g.id for g in gathers} for n in gathers)
 
 
 def test_bf16_gradients_are_copied_to_fp32_first(tmp_path):

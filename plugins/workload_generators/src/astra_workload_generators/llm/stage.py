@@ -118,7 +118,6 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
         token_tags = 2 * M * V * steps  # decode: next-token messages (last stage -> first) use tags from here
         token_bytes = cfg.micro_batch_size * 8  # one int64 token id per sequence
         pg = self.param_gathers(params)
-        self.zero_grad_buffer(self.optimizer_params(params, sharded=False))  # (Megatron's step starts with it)
         for step, (kind, ch, mb) in self._steps():
             base = 2 * M * V * step  # p2p tags of this decode step
             v = ch * P + p  # virtual stage
@@ -223,5 +222,5 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
         if self._deepspeed():  # DeepSpeed reduces its last gradient bucket at the backward's end
             self.ds_flush()
         if cfg.ew:
-            self.optimizer(self.optimizer_params(params))
+            self.optimizer(self.optimizer_params(params), self.optimizer_params(params, sharded=False))
         return self.items

@@ -25,10 +25,12 @@ class _CopiedOut(list):
 class DataParallelOps:
     """Gradient and parameter synchronisation over DP (a stage-builder mixin)."""
 
-    def optimizer(self, params):
+    def optimizer(self, params, buffer=None):
         """Adam over this rank's ``params`` (fp32 master weights, grads, two moments): one ``_fused_adam_``
-        node after every gradient reduction of the step; ZeRO-1/2 parameter all-gathers follow it. Under
-        ``--framework fsdp2``: torchtitan's clipping and foreach AdamW instead (:mod:`.eager_step`)."""
+        node after every gradient reduction of the step; ZeRO-1/2 parameter all-gathers follow it. In a Megatron
+        step also what Megatron-Core runs around it (:meth:`megatron_grad_norm`, :meth:`zero_grad_buffer` of the
+        ``buffer`` parameters' gradients, :meth:`megatron_params_back`). Under ``--framework fsdp2``:
+        torchtitan's clipping and foreach AdamW instead (:mod:`.eager_step`)."""
         if self._eager():
             return self.eager_optimizer(params)
         if self._deepspeed():
@@ -39,6 +41,7 @@ class DataParallelOps:
         deps = [self.megatron_grad_norm(params)] if mega else self.syncs
         node = self.ew("aten::_fused_adam_", "optimizer.adam", [one, one, one, one], deps)
         if mega:
+            self.zero_grad_buffer(params if buffer is None else buffer)
             node = self.megatron_params_back(params)
         for label, size, group in self.deferred:
             self.coll(label, T.ALL_GATHER, size, group, [node], chain=False)
@@ -56,7 +59,11 @@ class DataParallelOps:
         """``DistributedDataParallel.zero_grad_buffer()`` at the start of every step (``train_step``): each
         gradient buffer's ``reset()``, ``self.grad_data.zero_()``: the whole buffer of this rank's ``elements``
         parameters (ZeRO-1 shards the optimizer, not the buffer), fp32 main gradients or ``--grad-buffer same``'s
-        ``--dtype``. A memset: the gpu model counts its writes."""
+        ``--dtype``. A memset: the gpu model counts its writes. Emitted after Adam (which read the gradients),
+        before the parameters' copy back: the next step's first node, on the same chain (one step's span is the
+        same: in a pipeline the first stage, which the others wait on first, also ends last). astra search's
+        bound counts once-only work after the micro-batches: a node before them would hide the pipeline's fill
+        from it, and the copy back stays the last compute node the ZeRO-1 gathers follow."""
         if not self._megatron_optimizer():
             return None
         dtype = self.ttype if self.cfg.grad_buffer == "same" else "Tensor(float)"
