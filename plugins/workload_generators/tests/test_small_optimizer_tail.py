@@ -89,3 +89,15 @@ def test_a_single_gpu_has_no_norm_all_reduce_and_other_frameworks_keep_their_ste
                      ("ds", {"zero": 3, "framework": "deepspeed"}), ("noew", {"elementwise": False})):
         labels = set(_by_label(_nodes(tmp_path, name, **kw)))
         assert not labels & {"zero_grad_buffer", "optimizer.params", "optimizer.params_fp8"}, name
+
+
+def test_with_overlapped_parameter_gathers_the_memset_starts_the_step(tmp_path):
+    """--overlap-param-gather: the step starts with the ZeRO-1 all-gathers of the updated parameters, and the
+    memset runs first on the compute chain while the first layer waits for its gather (as Megatron's train_step
+    zeroes the buffer before the forward); Adam is then followed by the copy back only."""
+    nodes = _nodes(tmp_path, "ovl", overlap_param_gather=True)
+    by = _by_label(nodes)
+    first = next(n for n in nodes if n.type == T.COMP_NODE)
+    assert first.attrs["label"] == "zero_grad_buffer" and not first.data_deps
+    assert by["optimizer.adam"].id in by["optimizer.params"].data_deps
+    assert [n.attrs["label"] for n in nodes if n.type == T.COMP_NODE][-2:] == ["optimizer.adam", "optimizer.params"]

@@ -118,6 +118,8 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
         token_tags = 2 * M * V * steps  # decode: next-token messages (last stage -> first) use tags from here
         token_bytes = cfg.micro_batch_size * 8  # one int64 token id per sequence
         pg = self.param_gathers(params)
+        if cfg.overlap_param_gather:  # Megatron's step starts with the gradient buffer's memset (beside the gathers)
+            self.zero_grad_buffer(self.optimizer_params(params, sharded=False))
         for step, (kind, ch, mb) in self._steps():
             base = 2 * M * V * step  # p2p tags of this decode step
             v = ch * P + p  # virtual stage

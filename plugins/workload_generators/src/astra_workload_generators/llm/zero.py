@@ -41,7 +41,8 @@ class DataParallelOps:
         deps = [self.megatron_grad_norm(params)] if mega else self.syncs
         node = self.ew("aten::_fused_adam_", "optimizer.adam", [one, one, one, one], deps)
         if mega:
-            self.zero_grad_buffer(params if buffer is None else buffer)
+            if not self.cfg.overlap_param_gather:  # (with it, the step's start: build())
+                self.zero_grad_buffer(params if buffer is None else buffer)
             node = self.megatron_params_back(params)
         for label, size, group in self.deferred:
             self.coll(label, T.ALL_GATHER, size, group, [node], chain=False)
@@ -59,11 +60,13 @@ class DataParallelOps:
         """``DistributedDataParallel.zero_grad_buffer()`` at the start of every step (``train_step``): each
         gradient buffer's ``reset()``, ``self.grad_data.zero_()``: the whole buffer of this rank's ``elements``
         parameters (ZeRO-1 shards the optimizer, not the buffer), fp32 main gradients or ``--grad-buffer same``'s
-        ``--dtype``. A memset: the gpu model counts its writes. Emitted after Adam (which read the gradients),
-        before the parameters' copy back: the next step's first node, on the same chain (one step's span is the
-        same: in a pipeline the first stage, which the others wait on first, also ends last). astra search's
-        bound counts once-only work after the micro-batches: a node before them would hide the pipeline's fill
-        from it, and the copy back stays the last compute node the ZeRO-1 gathers follow."""
+        ``--dtype``. A memset: the gpu model counts its writes. With ``--overlap-param-gather`` it is the step's
+        first node (:meth:`.stage._StageBuilder.build`), where it runs while the first layer waits for its
+        parameters' all-gather, as in Megatron. Without, the step starts with nothing to wait beside, so it is
+        emitted after Adam (which read the gradients), before the parameters' copy back: the next step's first
+        node, on the same chain (one step's span is the same: in a pipeline the first stage, which the others
+        wait on first, also ends last); the copy back stays the last compute node the ZeRO-1 gathers follow (as
+        astra search's bound reads a step)."""
         if not self._megatron_optimizer():
             return None
         dtype = self.ttype if self.cfg.grad_buffer == "same" else "Tensor(float)"
