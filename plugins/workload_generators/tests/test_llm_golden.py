@@ -15,6 +15,9 @@ the two moments written back (28 bytes per parameter, as the gpu model counts it
 Then the Megatron training cases with element-wise nodes (not ZeRO-2/3), on purpose (issue 36): Megatron-Core's
 gradient norm (and its all-reduce) before Adam, and after it the gradient buffer's ``zero_grad_buffer`` and the
 parameters' copy back (``DataParallelOps.megatron_grad_norm``/``zero_grad_buffer``/``megatron_params_back``).
+Then llama3_8b_preset, on purpose (issue 36): its dense gated FFN's SwiGLU is Megatron-Core's default fused kernel
+(``bias_swiglu_fusion``: one kernel each way, ``LayerOps.dense_act_fwd``/``dense_act_bwd``); no other case has a
+dense gated FFN in a Megatron training step.
 
 Regenerate (only when a change of the traces is intended)::
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from astra_sim.chakra import types as T
 
+from .config import implied_framework
+from .fp8 import FP8_FWD
 from .overlap import _te_overlap
 
 
@@ -86,7 +88,7 @@ class LayerOps:
 
     def act_fwd(self, label, rows, cols):
         """FFN activation on this rank's ``rows x cols`` (cols: the FFN inner size shard): bias + GeLU (fused,
-        GPT) or SiLU(gate) * up (gated)."""
+        GPT) or SiLU(gate) * up (gated: two kernels; the dense FFN's in a Megatron step: :meth:`dense_act_fwd`)."""
         if not self.cfg.ew_forward:
             return
         if self.dims.gated:
@@ -108,6 +110,78 @@ class LayerOps:
             self.gelu_new_bwd(label + ".gelu", rows, cols)
         else:
             self.ew("aten::gelu_backward", label + ".gelu", [self._t(rows, cols), self._t(rows, cols)])
+
+    # -- Megatron-Core's fused SwiGLU (bias_swiglu_fusion, on by default) -----------------------------------------
+    def dense_act_fwd(self, label, rows, cols):
+        """The dense FFN's activation: :meth:`_fused_swiglu_fwd` where Megatron fuses it (:attr:`swiglu_fused`),
+        else :meth:`act_fwd` (the routed experts' activation is .moe's: ``--bias-activation-fusion``)."""
+        if self.swiglu_fused:
+            if self.cfg.ew_forward:
+                self._fused_swiglu_fwd(label, rows, cols)
+            return
+        self.act_fwd(label, rows, cols)
+
+    def dense_act_bwd(self, label, rows, cols):
+        """The backward of :meth:`dense_act_fwd`. Megatron's unfused ``glu()`` (``--no-bias-swiglu-fusion``)
+        splits fc1's one ``[rows, 2 x cols]`` output with ``torch.chunk``, whose backward concatenates the two
+        halves' gradients (``aten::cat``: read both, write ``[rows, 2 x cols]``) after :meth:`act_bwd`'s three
+        kernels; torchtitan and Hugging Face run two GEMMs (w1, w3), no chunk."""
+        if not self.cfg.ew:
+            return
+        if self.swiglu_fused:
+            self._fused_swiglu_bwd(label, rows, cols)
+            return
+        self.act_bwd(label, rows, cols)
+        if self.dims.gated and self.megatron_training:
+            self._memory_node("aten::cat", label + ".chunk.bwd", 4 * rows * cols * self.nbytes,
+                              repr([[[rows, cols], [rows, cols]]]), repr([f"GenericList[{self.ttype},{self.ttype}]"]),
+                              ())
+
+    @property
+    def megatron_training(self):
+        """A Megatron-LM / NeMo / Megatron-Bridge training step (``--framework megatron``, also implied)."""
+        return not self.cfg.inference and implied_framework(self.cfg) == "megatron"
+
+    @property
+    def swiglu_fused(self):
+        """Megatron-LM's ``bias_swiglu_fusion``, on unless ``--no-bias-swiglu-fusion`` (NVIDIA/Megatron-LM
+        core_r0.14.0 32ad5c89 ``megatron/training/arguments.py``: ``--no-bias-swiglu-fusion`` is ``store_false``,
+        and ``--swiglu`` sets ``TransformerConfig.bias_activation_fusion`` from it; NeMo's ``LlamaConfig`` and
+        Megatron-Bridge's Llama bridge set ``bias_activation_fusion=True`` too). Only in a Megatron training step:
+        torchtitan and Hugging Face run ``F.silu(w1(x)) * w3(x)``, two kernels, and DeepSpeed runs the model's."""
+        return self.dims.gated and self.cfg.bias_swiglu_fusion and self.megatron_training
+
+    def _fused_swiglu_fwd(self, label, rows, cols):
+        """The dense gated FFN's activation as Megatron-Core runs it by default (``MLP.forward`` with
+        ``bias_activation_fusion`` -> ``bias_swiglu_impl`` -> ``SwiGLUFunction``, ``megatron/core/fusions/
+        fused_bias_swiglu.py`` at core_r0.14.0): ``swiglu(y)`` is one ``jit_fuser`` (compiled) kernel that reads fc1's
+        ``[rows, 2 x cols]`` output (the gate and the up halves) and writes ``[rows, cols]``: an ``aten::mul`` of the
+        two halves (3 x rows x cols elements moved, against 5 for SiLU then product). With
+        ``--fp8-activation-input`` (``activation_func_fp8_input_store``) the function first keeps its input for the
+        backward as ``input.to(torch.float8_e4m3fn)``: one more kernel, read 2 B and write 1 B per element."""
+        if self.cfg.fp8_activation_input:
+            self._fp8_store_cast(label + ".swiglu.fp8_store", rows, 2 * cols, to_fp8=True)
+        half = self._t(rows, cols)
+        self.ew("aten::mul", label + ".swiglu", [half, half])
+
+    def _fused_swiglu_bwd(self, label, rows, cols):
+        """The backward of :meth:`_fused_swiglu_fwd`: ``SwiGLUFunction.backward`` runs ``swiglu_back(g, y)``, one
+        compiled kernel that reads the ``[rows, cols]`` gradient and the saved ``[rows, 2 x cols]`` input and writes
+        the input's ``[rows, 2 x cols]`` gradient (the ``torch.cat`` of the two halves' gradients inside the compiled
+        function: 5 x rows x cols elements moved, against 9 for the three unfused kernels and the chunk's cat's 4).
+        With ``--fp8-activation-input`` the FP8 copy is cast back first (``input.to(ctx.ori_input_dtype)``)."""
+        if self.cfg.fp8_activation_input:
+            self._fp8_store_cast(label + ".swiglu.fp8_load", rows, 2 * cols, to_fp8=False)
+        self.ew("aten::mul", label + ".swiglu.bwd", [self._t(rows, 2 * cols), self._t(rows, cols)])
+
+    def _fp8_store_cast(self, label, rows, cols, to_fp8):
+        """A ``rows x cols`` cast between ``--dtype`` and FP8 E4M3 (``aten::copy_`` into the destination: reads the
+        source, writes the destination; the gpu model sizes each by its type)."""
+        nb = self.nbytes
+        src, dst = ((self.ttype, FP8_FWD) if to_fp8 else (FP8_FWD, self.ttype))
+        shape = [rows, cols]
+        self._memory_node("aten::copy_", label, rows * cols * (nb + 1), repr([shape, shape]),
+                          repr([dst, src]), ())
 
     def _tp_ring_step(self, label, j, deps, gathered_bytes):
         """One step of a TP ring (``--tp-comm-overlap``): send one shard (``gathered_bytes/TP``: ``b*s*h``
@@ -231,7 +305,7 @@ class LayerOps:
         else:
             self.fp8_norm_cast(lab + ".fc1", self.ln_rows, h)
             self.lora_forward(lab + ".fc1", "fc1", self.ag_mm(lab + ".mlp_in", lab + ".fc1", n, h, f1))
-            self.act_fwd(lab + ".fc1", n, dims.ffn_hidden // tp)
+            self.dense_act_fwd(lab + ".fc1", n, dims.ffn_hidden // tp)
             self.fp8_norm_cast(lab + ".fc2", n, dims.ffn_hidden // tp)  # (the GeLU / SwiGLU output)
             self.mm_rs(lab + ".fc2", lab + ".mlp_out", n, dims.ffn_hidden // tp, h, lora="fc2")
         if ew:
@@ -282,7 +356,7 @@ class LayerOps:
             self.ag_mm(lab + ".mlp_out", lab + ".fc2.dgrad", n, h, ff, deps)
             self.fp8_transpose(lab + ".fc2.wgrad", n, ff)  # the GeLU output, cast in forward
             self.mm(lab + ".fc2.wgrad", ff, n, h)
-            self.act_bwd(lab + ".fc1", n, ff)  # (FP8: the cast of its output is fused into it)
+            self.dense_act_bwd(lab + ".fc1", n, ff)  # (FP8: the cast of its output is fused into it)
             gathered = self._regather(lab + ".mlp_in")
             self.mm_rs(lab + ".fc1.dgrad", lab + ".mlp_in", n, f1, h)
             self.fp8_transpose(lab + ".fc1.wgrad", n, h, gathered)  # the LayerNorm output
@@ -300,7 +374,7 @@ class LayerOps:
                 if not self.frozen:
                     self.fp8_transpose(lab + ".fc2.wgrad", n, ff)
                     self.mm(lab + ".fc2.wgrad", ff, n, h)
-                self.act_bwd(lab + ".fc1", n, ff)
+                self.dense_act_bwd(lab + ".fc1", n, ff)
                 gathered = self._regather(lab + ".mlp_in") if self.needs_input("fc1") else []
                 self.mm(lab + ".fc1.dgrad", n, f1, h)
                 self.lora_backward(lab, "fc1", gathered)
