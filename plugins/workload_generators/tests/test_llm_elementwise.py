@@ -49,14 +49,12 @@ def test_layer_nodes_and_shard_shapes(tmp_path, sp):
     gelu = _by_label(nodes, "fwd.l0.mb0.fc1.gelu")
     assert gelu.name == "aten::gelu" and gelu.inputs_shapes == f"[[{n}, {ff}], [{ff}]]"  # fused bias + GeLU
     assert _by_label(nodes, "bwd.l0.mb0.fc1.gelu").inputs_shapes == f"[[{n}, {ff}], [{n}, {ff}]]"
-    drop = _by_label(nodes, "fwd.l0.mb0.mlp_out.dropout")
-    assert drop.name == "aten::native_dropout" and drop.inputs_shapes == f"[[{rows}, {h}]]"
-    add = _by_label(nodes, "fwd.l0.mb0.mlp_out.residual")
-    assert add.name == "aten::add_" and add.inputs_shapes == f"[[{rows}, {h}], [{rows}, {h}], [{h}]]"
+    add = _by_label(nodes, "fwd.l0.mb0.mlp_out.residual")  # Megatron's fused bias-dropout-add (+ its mask)
+    assert add.name == "aten::add_" and add.inputs_shapes == f"[[{rows}, {h}], [{rows}, {h}], [{h}], [{rows}, {h}]]"
     counts = Counter(x.name for x in nodes if x.type == T.COMP_NODE)
     L = dims.layers
     assert counts["aten::native_layer_norm"] == 2 * L and counts["aten::native_layer_norm_backward"] == 2 * L
-    assert counts["aten::native_dropout"] == 2 * L and counts["aten::native_dropout_backward"] == 2 * L
+    assert counts["aten::native_dropout"] == 0 and counts["aten::native_dropout_backward"] == 2 * L
     assert counts["aten::add_"] == 4 * L  # 2 residual adds forward, 2 residual-gradient adds backward
     assert counts["aten::gelu"] == counts["aten::gelu_backward"] == L
     assert counts["aten::_log_softmax"] == counts["aten::_log_softmax_backward_data"] == 1
@@ -83,7 +81,8 @@ def test_gated_cp_shapes_and_no_elementwise(tmp_path):
     assert _by_label(nodes, "fwd.l0.mb0.fc1.swiglu").inputs_shapes == f"[[{n}, {ff}], [{n}, {ff}]]"
     assert _by_label(nodes, "bwd.l0.mb0.fc1.swiglu.bwd").inputs_shapes == f"[[{n}, {2 * ff}], [{n}, {ff}]]"
     assert _by_label(nodes, "fwd.l0.mb0.ln1.ln").inputs_shapes == f"[[{n}, 256], [256], [256]]"
-    assert _by_label(nodes, "fwd.l0.mb0.attn_out.residual").inputs_shapes == f"[[{n}, 256], [{n}, 256]]"  # no bias
+    assert _by_label(nodes, "fwd.l0.mb0.attn_out.residual").inputs_shapes == \
+        f"[[{n}, 256], [{n}, 256], [{n}, 256]]"  # no bias; the fused bias-dropout-add's mask
     generate_llm(dims, LlmConfig(tp=2, cp=2, micro_batches=1, elementwise=False), tmp_path / "o")
     names = {x.name for x in _nodes(tmp_path / "o") if x.type == T.COMP_NODE}
     assert names == {"aten::mm", "aten::_scaled_dot_product_flash_attention",
@@ -223,10 +222,11 @@ def test_no_dropout_drops_only_the_dropout_kernels(tmp_path):
     for r in range(4):
         on = Counter(x.name for x in _nodes(tmp_path / "on", r))
         off = Counter(x.name for x in _nodes(tmp_path / "off", r))
+        # (the residual stream's forward dropout is inside Megatron's fused bias-dropout-add; the attention's stays)
         assert on["aten::native_dropout"] > 0 and on["aten::native_dropout_backward"] > 0
         assert off["aten::native_dropout"] == off["aten::native_dropout_backward"] == 0
         del on["aten::native_dropout"], on["aten::native_dropout_backward"]
-        assert on == off  # everything else is unchanged
+        assert on == off  # everything else is unchanged (node counts)
     # the residual add still follows the branch output it adds (bias included)
     nodes = _nodes(tmp_path / "off")
     add = _by_label(nodes, "fwd.l0.mb0.mlp_out.residual")

@@ -17,7 +17,10 @@ gradient norm (and its all-reduce) before Adam, and after it the gradient buffer
 parameters' copy back (``DataParallelOps.megatron_grad_norm``/``zero_grad_buffer``/``megatron_params_back``).
 Then llama3_8b_preset, on purpose (issue 36): its dense gated FFN's SwiGLU is Megatron-Core's default fused kernel
 (``bias_swiglu_fusion``: one kernel each way, ``LayerOps.dense_act_fwd``/``dense_act_bwd``); no other case has a
-dense gated FFN in a Megatron training step.
+dense gated FFN in a Megatron training step. Then the Megatron training cases with dropout (cp_causal_unfused,
+dense_tp_pp_dp, gpt3_13b_preset, llama3_8b_preset, moe_expert_load_fp8, moe_imbalance_cp_ep, per_rank_files), on
+purpose (issue 36): the residual stream's dropout and add are Megatron's fused bias-dropout-add, one node
+(``LayerOps.dropout_add``).
 
 Regenerate (only when a change of the traces is intended)::
 

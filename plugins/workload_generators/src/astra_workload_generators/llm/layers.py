@@ -64,13 +64,23 @@ class LayerOps:
         return self.ew("aten::copy_", label + ".float.bwd", [x32, x])
 
     def dropout_add(self, label, deps=()):
-        """Bias (GPT) + dropout + residual add on the residual stream (Megatron's fused bias-dropout-add, as two
-        nodes: ``native_dropout`` of the branch output, then the in-place residual ``add_``)."""
+        """Bias (GPT) + dropout + residual add on the residual stream: in a Megatron training step Megatron's fused
+        bias-dropout-add (one kernel), else ``native_dropout`` of the branch output, then the in-place residual
+        ``add_`` (without dropout: the ``add_`` alone)."""
         h, r = self.dims.hidden, self.ln_rows
+        bias = [] if self.dims.gated else [self._t(h)]
+        if self.cfg.dropout and self.megatron_training:
+            # Megatron's bias_dropout_fusion (on unless --no-bias-dropout-fusion; NVIDIA/Megatron-LM core_r0.14.0
+            # megatron/core/fusions/fused_bias_dropout.py bias_dropout_add_fused_train, a jit_fuser function of
+            # x + bias, dropout and the residual add): one kernel reading the branch output, the residual and the
+            # bias and writing the sum and the dropout mask kept for the backward (bool, 1 B an element; listed
+            # as an argument of the in-place add_ so that the gpu model counts its byte). ASSUMPTION: the compiled
+            # function keeps the mask rather than regenerating it from the RNG seed in the backward.
+            return self.ew("aten::add_", label + ".residual",
+                           [self._t(r, h), self._t(r, h)] + bias + [((r, h), "Tensor(bool)")], deps)
         if self.cfg.dropout and not self.cfg.inference:
             self.ew("aten::native_dropout", label + ".dropout", [self._t(r, h)], deps)
             deps = ()
-        bias = [] if self.dims.gated else [self._t(h)]
         return self.ew("aten::add_", label + ".residual", [self._t(r, h), self._t(r, h)] + bias, deps)
 
     def dropout_bwd(self, label, deps=()):
