@@ -103,6 +103,7 @@ class LlmConfig:
     recompute_modules: tuple = ()   # Megatron's output-discarding recompute of "layernorm" / "moe_act" (.moe)
     bias_activation_fusion: bool = False  # MoE: the experts' activation as Megatron's fused weighted GLU kernels (.moe)
     bias_swiglu_fusion: bool = True  # Megatron training: the dense gated FFN's SwiGLU as one kernel each way (.layers)
+    bias_dropout_fusion: bool = True  # Megatron training: bias + dropout + residual add as one kernel (.layers)
     moe_router_dtype: str | None = None  # MoE: Megatron's router dtype, fp32 | fp64; None: the input's (--dtype)
     comm_sms: tuple = ()            # ((key, SMs), ...): comm_sms attribute per kind of communication (see --comm-sms)
     sm_margins: tuple = ()          # ((TE overlap name, SMs), ...): its GEMMs' sm_margin (TE's set_sm_margin)
@@ -346,6 +347,9 @@ def _check(dims: ModelDims, cfg: LlmConfig):
     if not cfg.bias_swiglu_fusion and (cfg.inference or implied_framework(cfg) != "megatron"):
         raise ConfigError("--no-bias-swiglu-fusion is Megatron-LM's flag (--framework megatron training); the other "
                           "frameworks run the SwiGLU unfused anyway")
+    if not cfg.bias_dropout_fusion and (cfg.inference or implied_framework(cfg) != "megatron"):
+        raise ConfigError("--no-bias-dropout-fusion is Megatron-LM's flag (--framework megatron training); the other "
+                          "frameworks run dropout and add unfused anyway")
     if cfg.fp8_activation_input and dims.gated and not cfg.bias_swiglu_fusion:
         raise ConfigError("--fp8-activation-input with --no-bias-swiglu-fusion: Megatron keeps the activation's "
                           "input in FP8 only inside its fused SwiGLU (bias_swiglu_impl's fp8_input_store)")

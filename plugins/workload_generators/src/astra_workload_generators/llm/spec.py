@@ -67,6 +67,7 @@ class LlmSpec:
     recompute_modules: str | None = None  # "layernorm,moe_act" (see --recompute-modules)
     bias_activation_fusion: bool = False  # the experts' fused activation (see --bias-activation-fusion)
     bias_swiglu_fusion: bool = True     # Megatron training: the dense gated FFN's fused SwiGLU (--no-bias-swiglu-fusion)
+    bias_dropout_fusion: bool = True    # Megatron training: the fused bias-dropout-add (--no-bias-dropout-fusion)
     moe_router_dtype: str | None = None  # fp32 | fp64; None: --dtype (see --moe-router-dtype)
     # layout
     tp: int = 1
@@ -281,6 +282,7 @@ class LlmSpec:
                         moe_dispatcher=self.moe_dispatcher, moe_grouped_gemm=self.moe_grouped_gemm,
                         bias_activation_fusion=self.bias_activation_fusion,
                         bias_swiglu_fusion=self.bias_swiglu_fusion,
+                        bias_dropout_fusion=self.bias_dropout_fusion,
                         moe_router_dtype=self.moe_router_dtype,
                         recompute_modules=(() if self.recompute_modules is None
                                            else parse_recompute_modules(self.recompute_modules)),
@@ -436,6 +438,10 @@ def _add_flags(p):
                    "product, and in backward their gradients and the chunk's cat). Default: Megatron-Core's "
                    "bias_swiglu_impl, one compiled kernel each way (read [rows, 2f], write [rows, f]; backward "
                    "read both, write [rows, 2f]). Other frameworks run the SiLU and the product unfused anyway")
+    p.add_argument("--no-bias-dropout-fusion", dest="bias_dropout_fusion", action="store_false",
+                   help="Megatron training with dropout: the residual stream's dropout and add as two kernels "
+                   "(native_dropout, then add_), as Megatron-LM's --no-bias-dropout-fusion runs them. Default: "
+                   "Megatron's fused bias-dropout-add, one kernel (the other frameworks: two anyway)")
     p.add_argument("--moe-router-dtype", choices=MOE_ROUTER_DTYPES, default=None,
                    help="MoE: Megatron's --moe-router-dtype, the router's logits and probabilities in fp32 or fp64 "
                    "(the probabilities' all-to-all carries 4 or 8 B a copy); default: the input's dtype (--dtype), "
