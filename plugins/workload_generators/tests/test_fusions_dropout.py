@@ -5,6 +5,9 @@ residual add in one ``jit_fuser`` function). Checked on a small hand-computed ca
 
 from __future__ import annotations
 
+import pytest
+
+from astra_sim.errors import ConfigError
 from astra_workload_compact import read_rank_nodes
 from astra_gpu_model.ops import classify
 
@@ -39,6 +42,15 @@ def test_megatron_fuses_bias_dropout_and_residual_add(tmp_path):
         node = fwd[f"{branch}.residual"]
         assert node.name == "aten::add_"
         assert _gpu_bytes(node) == 3 * X + 512 + 128 * 256 == 229_888
+
+
+def test_no_bias_dropout_fusion_is_two_kernels(tmp_path):
+    """--no-bias-dropout-fusion: native_dropout (reads and writes 65,536 B) then add_ (3 x 65,536 + 512 B)."""
+    fwd = _fwd(tmp_path, dp=1, bias_dropout_fusion=False)
+    assert _gpu_bytes(fwd["mlp_out.dropout"]) == 2 * X
+    assert _gpu_bytes(fwd["mlp_out.residual"]) == 3 * X + 512
+    with pytest.raises(ConfigError, match="no-bias-dropout-fusion"):
+        _fwd(tmp_path, dp=2, zero=3, framework="fsdp2", bias_dropout_fusion=False)
 
 
 def test_without_dropout_or_outside_megatron_unchanged(tmp_path):

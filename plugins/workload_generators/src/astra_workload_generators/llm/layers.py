@@ -69,7 +69,7 @@ class LayerOps:
         ``add_`` (without dropout: the ``add_`` alone)."""
         h, r = self.dims.hidden, self.ln_rows
         bias = [] if self.dims.gated else [self._t(h)]
-        if self.cfg.dropout and self.megatron_training:
+        if self.cfg.dropout and self.cfg.bias_dropout_fusion and self.megatron_training:
             # Megatron's bias_dropout_fusion (on unless --no-bias-dropout-fusion; NVIDIA/Megatron-LM core_r0.14.0
             # megatron/core/fusions/fused_bias_dropout.py bias_dropout_add_fused_train, a jit_fuser function of
             # x + bias, dropout and the residual add): one kernel reading the branch output, the residual and the
