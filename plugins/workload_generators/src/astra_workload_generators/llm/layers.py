@@ -231,7 +231,11 @@ class LayerOps:
         then the TP reduction of its output (reduce-scatter with sequence parallelism, all-reduce without). With
         ``--tp-comm-overlap``: the GEMM runs in TP row chunks, and a ring accumulates the partial sums (send the
         partial of the previous chunk, receive one, add it to this chunk's: ``aten::add_`` of one shard)
-        while the next chunk computes."""
+        while the next chunk computes. torchtitan's AsyncTP (``--framework fsdp2``) does not accumulate along the
+        ring: PyTorch's ``fused_matmul_reduce_scatter`` computes each peer's partial, the peer copies it out, and
+        one ``torch.sum`` over the TP stacked partials ``[tp, rows, n] -> [rows, n]`` ends it ("a single reduction
+        kernel"; pytorch/pytorch 0e9ed9cf torch/distributed/_symmetric_memory/__init__.py
+        ``_fused_matmul_reduce_scatter_impl`` / ``_pipelined_produce_and_all2all``): it waits for every copy."""
         if not self.cfg.tp_comm_overlap:
             node = self.lora_forward(mm_label, lora, self.mm(mm_label, m, k, n, deps))
             self._tp("rs" if self.cfg.sequence_parallel else "ar", rs_label)
@@ -239,11 +243,19 @@ class LayerOps:
         tp = self.cfg.tp
         rows = m // tp
         overlap = _te_overlap(f"rs.{rs_label}")
+        stacked = implied_framework(self.cfg) == "fsdp2"
         node = self.mm(f"{mm_label}.c0", rows, k, n, deps, overlap=overlap)
+        received = []
         for j in range(1, tp):
             recv = self._tp_ring_step(f"rs.{rs_label}", j, [node], self.act_bytes)
+            if stacked:
+                node = self.mm(f"{mm_label}.c{j}", rows, k, n, overlap=overlap)
+                received.append(recv)
+                continue
             self.mm(f"{mm_label}.c{j}", rows, k, n, overlap=overlap)
             node = self.ew("aten::add_", f"{rs_label}.rs_add{j}", [self._t(rows, n), self._t(rows, n)], [recv])
+        if stacked:
+            node = self.ew("aten::sum", f"{rs_label}.rs_sum", [self._t(tp, rows, n), self._t(rows, n)], received)
         return node
 
     # -- the model ------------------------------------------------------------------------------------------
