@@ -20,7 +20,8 @@ Then llama3_8b_preset, on purpose (issue 36): its dense gated FFN's SwiGLU is Me
 dense gated FFN in a Megatron training step. Then the Megatron training cases with dropout (cp_causal_unfused,
 dense_tp_pp_dp, gpt3_13b_preset, llama3_8b_preset, moe_expert_load_fp8, moe_imbalance_cp_ep, per_rank_files), on
 purpose (issue 36): the residual stream's dropout and add are Megatron's fused bias-dropout-add, one node
-(``LayerOps.dropout_add``).
+(``LayerOps.dropout_add``). Then the Megatron ZeRO-0 training cases, on purpose (issue 36): without the distributed
+optimizer the gradient norm is not all-reduced over DP (Megatron-Core's grad-stats group is the model-parallel one).
 
 Regenerate (only when a change of the traces is intended)::
 

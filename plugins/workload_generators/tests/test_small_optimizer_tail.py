@@ -101,3 +101,12 @@ def test_with_overlapped_parameter_gathers_the_memset_starts_the_step(tmp_path):
     assert first.attrs["label"] == "zero_grad_buffer" and not first.data_deps
     assert by["optimizer.adam"].id in by["optimizer.params"].data_deps
     assert [n.attrs["label"] for n in nodes if n.type == T.COMP_NODE][-2:] == ["optimizer.adam", "optimizer.params"]
+
+
+def test_without_the_distributed_optimizer_the_norm_is_not_reduced_over_dp(tmp_path):
+    """ZeRO 0: every DP rank holds the whole gradients after their all-reduce, so Megatron-Core reduces the squared
+    norm over the model-parallel group only (its grad-stats group), not over DP; ZeRO 1 shards them over DP."""
+    plain = _by_label(_nodes(tmp_path, "z0", dp=4, zero=0, micro_batches=1))
+    assert "optimizer.clip.norm" in plain and "optimizer.clip.norm_all_reduce" not in plain
+    sharded = _by_label(_nodes(tmp_path, "z1", dp=4, zero=1, micro_batches=1))
+    assert sharded["optimizer.clip.norm_all_reduce"].attrs["comm_size"] == 4

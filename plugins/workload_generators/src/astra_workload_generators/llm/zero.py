@@ -77,8 +77,12 @@ class DataParallelOps:
         same``: ``grad_reduce_in_fp32`` off) ``_copy_model_grads_to_main_grads``'s ``shard_model_grad.float()`` (read
         the shard in --dtype, write fp32; with fp32 main gradients ``.float()`` copies nothing); then
         ``clip_grad_norm`` (``clip_grad`` 1.0 by default): ``get_grad_norm_fp32``'s ``multi_tensor_l2norm`` over the
-        fp32 main gradients (read 4 B each) and the all-reduce of the squared norm (one fp32) over the data-parallel
-        group. ``clip_grad_by_total_norm_fp32`` rescales only when the norm exceeds ``clip_grad``
+        fp32 main gradients (read 4 B each) and the all-reduce of the squared norm (one fp32) over the optimizer's
+        grad-stats group: with the distributed optimizer (ZeRO >= 1) every rank of its instance, since each holds a
+        DP shard, emitted over the data-parallel group; without it (ZeRO 0) the model-parallel group only, as the
+        gradients are whole on every DP rank: nothing over DP. ASSUMPTION: the model-parallel (TP x PP) part of
+        that reduction, a 4-byte all-reduce, is left out (the trace has no such group).
+        ``clip_grad_by_total_norm_fp32`` rescales only when the norm exceeds ``clip_grad``
         (``if clip_coeff < 1.0``): not emitted. Returns the last node (Adam waits on it)."""
         f32 = [((params,), "Tensor(float)")]
         deps = self.syncs
@@ -86,7 +90,7 @@ class DataParallelOps:
             self.ew("aten::copy_", "optimizer.main_grads", [((params,), self.ttype), f32[0]], deps)
             deps = ()
         node = self.ew("aten::linalg_vector_norm", "optimizer.clip.norm", f32, deps)  # (the shard as one tensor)
-        if self._group_size(self.dgroup) > 1:
+        if self.cfg.zero >= 1 and self._group_size(self.dgroup) > 1:
             node = self.coll("optimizer.clip.norm_all_reduce", T.ALL_REDUCE, 4, self.dgroup, [node])
         return node
 
