@@ -40,30 +40,6 @@ TE_OVERLAP_KEYS = ("method", "num_sm", "cga_size", "set_sm_margin", "num_splits"
                    "use_ce", "fp8_buf", "is_reduce_scatter")
 
 
-#: The SMs of the ring steps' transfers (``tp_send``/``tp_recv`` of ``--tp-comm-overlap``) by framework, when neither
-#: ``--comm-sms`` nor ``--tp-overlap-config`` names them (without an attribute the gpu model's contention gives a
-#: transfer ``--gpu-comm-sms``, NCCL's 32 channels on H100, for the whole GEMM chunk it runs beside). torchtitan's
-#: AsyncTP (``--framework fsdp2``: torch.compile's micro-pipeline TP, PyTorch's symmetric-memory
-#: ``fused_all_gather_matmul`` / ``fused_matmul_reduce_scatter``) moves every ring step's shard with
-#: ``Tensor.copy_`` between peer-mapped symmetric-memory buffers, a device-to-device ``cudaMemcpyAsync`` the copy
-#: engines run: ``copy_shard`` in ``_pipelined_multi_all_gather_and_consume`` and ``out_chunks[remote_rank].copy_``
-#: in ``_pipelined_produce_and_all2all`` (pytorch/pytorch 0e9ed9cf, torch/distributed/_symmetric_memory/__init__.py);
-#: its only kernels are the one-block ``symm_mem.barrier``s. So 0 SMs (the copies still stream through HBM: the
-#: contention model's HBM share stays). Megatron / Transformer Engine keep the gpu model's default (TE's own
-#: ``initialize_ub`` defaults are not modelled here: give ``--tp-overlap-config``).
-RING_SMS_BY_FRAMEWORK = {"fsdp2": 0}
-
-
-def default_ring_sms(framework):
-    """``{TE overlap name: SMs}`` of the TP ring steps (the ``ag``/``rs`` entries of :data:`TE_OVERLAPS`, the keys
-    ``tp_send``/``tp_recv`` look up) that ``framework`` implies (:data:`RING_SMS_BY_FRAMEWORK`), under what
-    ``--comm-sms`` / ``--tp-overlap-config`` give; ``{}`` for a framework with no default."""
-    sms = RING_SMS_BY_FRAMEWORK.get(framework)
-    if sms is None:
-        return {}
-    return {name: sms for (kind, _), name in TE_OVERLAPS.items() if kind in ("ag", "rs")}
-
-
 def parse_comm_sms(spec):
     """``--comm-sms "dp=8,pp=2,qkv_fprop=0"`` -> ``{"dp": 8, "pp": 2, "qkv_fprop": 0}`` (checked by the config)."""
     out = {}

@@ -4,7 +4,7 @@ sends and receives, the gradient synchronisation and the optimizer."""
 from __future__ import annotations
 
 from .attention import AttentionOps
-from .config import DTYPES, LlmConfig, implied_framework
+from .config import DTYPES, LlmConfig
 from .deepspeed_step import DeepSpeedStepOps
 from .eager_step import EagerStepOps
 from .emit import NodeEmitter
@@ -16,7 +16,6 @@ from .model import ModelDims, _lengths, layer_shards, mtp_shards, padded_vocab
 from .mla import MlaOps
 from .mtp import MtpOps
 from .moe import MoeOps
-from .overlap import default_ring_sms
 from .rope import RopeOps
 from .routing import routed_rows
 from .schedule import pipeline_schedule
@@ -67,9 +66,7 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
         self.fwd_tag = "fwd"  # label prefix of forward nodes ("fwd.s<i>" for decode step i of several)
         self.syncs = []      # gradient reductions the optimizer waits for
         self.tp_tags = 0     # --tp-comm-overlap ring messages so far (their tags; identical on every TP rank)
-        # --comm-sms: key -> SMs (the comm_sms attribute), over the framework's ring-step default (.overlap)
-        self.comm_sms = {**(default_ring_sms(implied_framework(cfg)) if cfg.tp_comm_overlap else {}),
-                         **dict(cfg.comm_sms)}
+        self.comm_sms = dict(cfg.comm_sms)  # --comm-sms: key -> SMs (the comm_sms attribute)
         self.sm_margins = dict(cfg.sm_margins)  # TE overlap name -> its GEMMs' sm_margin
         self.deferred = []   # ZeRO-1/2 parameter all-gathers, issued after the optimizer
         # DeepSpeed ZeRO-3 (.deepspeed_step): the open gradient bucket [(unit, elements)], the last node on its
