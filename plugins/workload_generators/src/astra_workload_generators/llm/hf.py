@@ -241,6 +241,9 @@ def _read(r: _Reader, model_type):
             dims.update(kv_lora_rank=r.int("kv_lora_rank"), q_lora_rank=r.int("q_lora_rank", 0, minimum=0),
                         rope_dim=rope, head_size=rope + nope, v_head_dim=r.int("v_head_dim"),
                         kv_heads=dims["heads"])
+    # RoPE on the whole of Q and K: every family but GPT-2's learned positions, and MLA's decoupled rotary part
+    # (rope_dim, its own nodes); GPT-NeoX rotates rotary_pct of each head (timed over the whole head: ASSUMPTION)
+    dims["rotary"] = family != "gpt2" and not dims.get("kv_lora_rank")
     warnings = []
     if dims.get("moe_layer_freq", 1) > 1 and family == "qwen_moe":
         warnings.append(f"{r.path}: key 'decoder_sparse_step': MoE layers are modelled as layers 0, N, 2N, ... "
