@@ -19,15 +19,9 @@ ROWS = (("torchtitan-h100-llama3.1-405b-fsdp8-cp1-32k-fp8", 32768, 76, 1),
         ("torchtitan-h100-llama3.1-405b-fsdp1-cp8-256k-fp8", 262144, 16, 8))
 
 
-def _flag(case, name):
-    words = list(case.workload)
-    return words[words.index(name) + 1] if name in words else None
-
-
 @pytest.fixture(scope="module")
-def cases():
-    by_name = {c.name: c for c in load_cases()}
-    return [by_name[name] for name, *_ in ROWS]
+def cases(registry_cases):
+    return [registry_cases[name] for name, *_ in ROWS]
 
 
 def test_the_rows_are_sourced_checks_on_the_grand_teton_machines(cases):
@@ -39,7 +33,7 @@ def test_the_rows_are_sourced_checks_on_the_grand_teton_machines(cases):
         assert case.platform == "grand-teton-h100" and case.nodes * 8 == 512
 
 
-def test_the_measured_steps_are_the_published_tps_converted(cases):
+def test_the_measured_steps_are_the_published_tps_converted(cases, flag):
     # tps = local batch 8 x seq (counted before the CP split) / (time x CP x TP 8 x PP 8): step = 8 seq / (TPS CP 64)
     hand = (53.8947, 87.1489, 132.1290, 256.0)  # 262144/4864, 524288/6016, 1048576/7936, 2097152/8192
     for case, (_, seq, tps, cp), step in zip(cases, ROWS, hand):
@@ -47,20 +41,20 @@ def test_the_measured_steps_are_the_published_tps_converted(cases):
         assert case.measured_s() == pytest.approx(step, abs=1e-4)
         # every row's step is the same 2,097,152 tokens: local batch 8 x FSDP (8 / CP) sequences of seq
         assert 8 * (8 // cp) * seq == 2_097_152
-        assert int(_flag(case, "--seq-len")) == seq and int(_flag(case, "--cp")) == cp
-        assert int(_flag(case, "--dp")) * cp == 8 and _flag(case, "--tp") == "8" and _flag(case, "--pp") == "8"
+        assert int(flag(case, "--seq-len")) == seq and int(flag(case, "--cp")) == cp
+        assert int(flag(case, "--dp")) * cp == 8 and flag(case, "--tp") == "8" and flag(case, "--pp") == "8"
         # local batch 8 = PP (the default micro-batch count at 9dec370) micro-batches of 1
-        assert int(_flag(case, "--micro-batches")) * int(_flag(case, "--micro-batch-size")) == 8
+        assert int(flag(case, "--micro-batches")) * int(flag(case, "--micro-batch-size")) == 8
 
 
-def test_the_flags_are_the_tables_and_torchtitans_and_nothing_tuned(cases):
+def test_the_flags_are_the_tables_and_torchtitans_and_nothing_tuned(cases, flag):
     for case in cases:
         words = set(case.workload)
         # stated by the table: Float8, AsyncTP (with the SP that torchtitan's TP plan always applies), full AC
         assert {"--tp-comm-overlap", "--sequence-parallel", "--recompute", "--cp-compile"} <= words
-        assert _flag(case, "--gemm-dtype") == "fp8" and _flag(case, "--recompute") == "full"
+        assert flag(case, "--gemm-dtype") == "fp8" and flag(case, "--recompute") == "full"
         # torchtitan 9dec370 apply_fsdp: reshard_after_forward=False under PP
-        assert "--no-reshard-after-forward" in words and _flag(case, "--framework") == "fsdp2"
+        assert "--no-reshard-after-forward" in words and flag(case, "--framework") == "fsdp2"
         assert not {"--comm-sms", "--tflops", "--moe-imbalance", "--virtual-stages"} & words, case.name
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pytest
 
-from astra_validation.registry import load_cases
 from astra_workload_generators.llm import LlmSpec
 from astra_workload_generators.llm.split import stage_layers
 
@@ -26,15 +25,9 @@ ROWS = (("torchtitan-h100-llama3.1-8b-fsdp8-sac-bs2-compile", "Table 1", 6667, 2
 HAND = (2.4575, 1.9203, 2.5152, 1.9551, 19.7636, 18.7032, 40.96, 32.0)
 
 
-def _flag(case, name):
-    words = list(case.workload)
-    return words[words.index(name) + 1] if name in words else None
-
-
 @pytest.fixture(scope="module")
-def cases():
-    by_name = {c.name: c for c in load_cases()}
-    return [by_name[name] for name, *_ in ROWS]
+def cases(registry_cases):
+    return [registry_cases[name] for name, *_ in ROWS]
 
 
 def test_the_rows_are_sourced_checks_on_the_grand_teton_machines(cases):
@@ -46,35 +39,35 @@ def test_the_rows_are_sourced_checks_on_the_grand_teton_machines(cases):
         assert case.platform == "grand-teton-h100" and case.nodes * 8 == gpus
 
 
-def test_the_measured_steps_are_the_published_tps_converted(cases):
+def test_the_measured_steps_are_the_published_tps_converted(cases, flag):
     # tps = labels.numel() of the local batch / (time x CP x TP x PP): step = local batch x seq / (TPS x TP x PP)
     for case, (_, _t, tps, batch, seq, non_dp, gpus), step in zip(cases, ROWS, HAND):
         assert case.measured_s() == pytest.approx(batch * seq / (tps * non_dp), abs=1e-4)
         assert case.measured_s() == pytest.approx(step, abs=1e-4)
-        assert int(_flag(case, "--seq-len")) == seq
+        assert int(flag(case, "--seq-len")) == seq
         # the local batch is one data-parallel rank's: micro-batches x micro-batch size
-        assert int(_flag(case, "--micro-batches")) * int(_flag(case, "--micro-batch-size")) == batch
-        tp, pp = int(_flag(case, "--tp") or 1), int(_flag(case, "--pp") or 1)
-        assert tp * pp == non_dp and int(_flag(case, "--dp")) * tp * pp == gpus and _flag(case, "--cp") is None
+        assert int(flag(case, "--micro-batches")) * int(flag(case, "--micro-batch-size")) == batch
+        tp, pp = int(flag(case, "--tp") or 1), int(flag(case, "--pp") or 1)
+        assert tp * pp == non_dp and int(flag(case, "--dp")) * tp * pp == gpus and flag(case, "--cp") is None
 
 
-def test_the_flags_are_the_tables_and_torchtitans_and_nothing_tuned(cases):
+def test_the_flags_are_the_tables_and_torchtitans_and_nothing_tuned(cases, flag):
     for case, (name, table, *_rest) in zip(cases, ROWS):
         words = set(case.workload)
-        assert _flag(case, "--framework") == "fsdp2" and _flag(case, "--zero") == "3" and "--no-dropout" in words
+        assert flag(case, "--framework") == "fsdp2" and flag(case, "--zero") == "3" and "--no-dropout" in words
         # compiled: the norm is one kernel (no --norm-kernel composite, which is the eager rows' Python RMSNorm)
-        assert _flag(case, "--norm-kernel") is None
+        assert flag(case, "--norm-kernel") is None
         # Float8 where the row says it (every row of Tables 4 and 5)
-        assert (_flag(case, "--gemm-dtype") == "fp8") == (name.endswith("fp8") or table in ("Table 4", "Table 5"))
-        assert _flag(case, "--recompute") == ("selective" if table in ("Table 1", "Table 3") else "full")
+        assert (flag(case, "--gemm-dtype") == "fp8") == (name.endswith("fp8") or table in ("Table 4", "Table 5"))
+        assert flag(case, "--recompute") == ("selective" if table in ("Table 1", "Table 3") else "full")
         # AsyncTP -> --tp-comm-overlap: Table 4's second row and all of Table 5 (the table's title)
         assert ("--tp-comm-overlap" in words) == (name.endswith("asynctp") or table == "Table 5")
         # TP shards the norms in torchtitan's plan
-        assert ("--sequence-parallel" in words) == (_flag(case, "--tp") is not None)
+        assert ("--sequence-parallel" in words) == (flag(case, "--tp") is not None)
         # 9dec370 apply_fsdp: reshard_after_forward=False under PP only
         assert ("--no-reshard-after-forward" in words) == (table == "Table 5")
         # Interleaved 1F1B: two stages per rank (generate_split_points for a PipelineScheduleMulti)
-        assert _flag(case, "--virtual-stages") == ("2" if "interleaved" in name else None)
+        assert flag(case, "--virtual-stages") == ("2" if "interleaved" in name else None)
         assert not {"--comm-sms", "--tflops", "--moe-imbalance", "--tp-overlap-config"} & words, case.name
 
 

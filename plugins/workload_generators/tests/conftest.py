@@ -1,10 +1,14 @@
-"""Shared helpers for the workload-generator tests (fixtures ``shared_dir``/``parity_dir`` come from the kernel)."""
+"""Shared helpers for the workload-generator tests (fixtures ``shared_dir``/``parity_dir`` come from the kernel).
+
+Tests run with ``--import-mode=importlib`` and cannot import each other, so a helper two test modules need is a
+fixture here that returns it (``layer_nodes``, ``gpu_bytes``)."""
 
 from __future__ import annotations
 
 import pytest
 
 from astra_sim_testing import write_network_config, write_system_config
+from astra_workload_compact import read_rank_nodes
 
 
 @pytest.fixture
@@ -20,3 +24,35 @@ def configs(tmp_path):
         "net42": write_network_config(d / "net42.yml", topology=("Ring", "Ring"), npus=(4, 2),
                                       bandwidth_gbps=(50.0, 25.0), latency_ns=(500.0, 500.0)),
     }
+
+
+def _layer_nodes(folder, phase, layer=0):
+    """[(label suffix, node)] of rank 0's ``phase`` ("fwd"/"bwd"/"recompute") of ``layer``, micro-batch 0, in trace
+    order."""
+    out = []
+    for n in read_rank_nodes(folder, 0):
+        label = n.attrs.get("label") or n.name
+        prefix = f"{phase}.l{layer}.mb0."
+        if label.startswith(prefix):
+            out.append((label[len(prefix):], n))
+    return out
+
+
+def _gpu_bytes(node):
+    """The bytes the gpu model moves for ``node`` (from its shapes and types, as it times it)."""
+    from astra_gpu_model.ops import classify  # the gpu-model plugin: only the tests that ask for this need it
+
+    return classify(node.name, node.inputs_shapes, node.inputs_types, node.inputs_values).nbytes
+
+
+@pytest.fixture
+def layer_nodes():
+    """``layer_nodes(folder, phase, layer=0)``: one layer's nodes of rank 0's trace, micro-batch 0, with the
+    ``{phase}.l{layer}.mb0.`` prefix taken off their labels."""
+    return _layer_nodes
+
+
+@pytest.fixture
+def gpu_bytes():
+    """``gpu_bytes(node)``: the bytes the gpu model moves for a trace node."""
+    return _gpu_bytes
