@@ -22,6 +22,11 @@ dense_tp_pp_dp, gpt3_13b_preset, llama3_8b_preset, moe_expert_load_fp8, moe_imba
 purpose (issue 36): the residual stream's dropout and add are Megatron's fused bias-dropout-add, one node
 (``LayerOps.dropout_add``). Then the Megatron ZeRO-0 training cases, on purpose (issue 36): without the distributed
 optimizer the gradient norm is not all-reduced over DP (Megatron-Core's grad-stats group is the model-parallel one).
+Then the two preset cases, whose models are rotary (llama3_8b_preset, llama2_70b_decode_preset), on purpose (issue
+36): RoPE on Q and K is emitted by default (``config.rope_kernel``): Transformer Engine's fused kernel, one per
+tensor each way, in the Megatron training step (Megatron-LM's ``apply_rope_fusion`` default), vLLM's in-place
+``rotary_embedding``, one per layer, in the decode step; the other cases give dimensions without a model (not
+rotary: Megatron-LM's learned_absolute default) and are unchanged.
 
 Regenerate (only when a change of the traces is intended)::
 

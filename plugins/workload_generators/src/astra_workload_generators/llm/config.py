@@ -187,12 +187,27 @@ def attention_kernel(cfg: LlmConfig) -> str | None:
 
 
 def rope_kernel(cfg: LlmConfig, dims=None) -> str:
-    """How the rotary embedding of Q and K runs: ``--rope`` if given, else ``eager`` under ``--framework fsdp2``
-    (torchtitan's ``apply_rotary_emb``; its models are all rotary) except with multi-head latent attention, else
-    ``none`` (no nodes: the traces of releases before, whose Megatron steps leave RoPE out)."""
+    """How the rotary embedding of Q and K runs (see .rope): ``--rope`` if given; else none with multi-head latent
+    attention (its decoupled rope_dim part is not modelled); else ``eager`` under ``--framework fsdp2``
+    (torchtitan's ``apply_rotary_emb``; its models are all rotary); else, for a rotary model (``dims.rotary``: its
+    Hugging Face config or preset) whose element-wise nodes are emitted, what the framework runs: ``fused`` in a
+    Megatron training step (Megatron-LM's ``--no-rope-fusion`` is store_false: ``apply_rope_fusion`` defaults on,
+    Transformer Engine's fused RoPE, one kernel per tensor each way) and in inference (vLLM's ``rotary_embedding``
+    custom op, one in-place kernel on Q and K per layer; ASSUMPTION: the engine is vLLM-like: TensorRT-LLM and
+    LMDeploy apply RoPE inside their QKV-preparation / attention kernels, no separate kernel); ``none`` otherwise
+    (a non-rotary model: GPT-2/3, or dimensions given without a model, Megatron-LM's learned_absolute default;
+    DeepSpeed / Hugging Face eager: its ``apply_rotary_pos_emb`` is not modelled)."""
     if cfg.rope:
         return cfg.rope
-    return "eager" if cfg.framework == "fsdp2" and not (dims is not None and dims.mla) else "none"
+    if dims is not None and dims.mla:
+        return "none"
+    if cfg.framework == "fsdp2":
+        return "eager"
+    if dims is None or not dims.rotary or not cfg.ew_forward:
+        return "none"
+    if cfg.inference or implied_framework(cfg) == "megatron":
+        return "fused"
+    return "none"
 
 
 def implied_framework(cfg: LlmConfig) -> str:

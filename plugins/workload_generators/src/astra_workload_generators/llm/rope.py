@@ -7,10 +7,18 @@ kernels over Q and K after the QKV projection.
   The reshapes and views launch nothing, so each tensor costs three kernels: the cast to fp32, the complex product
   and the cast back; autograd's backward runs the same three on the gradient (the cast back's backward casts the
   gradient to fp32, the product's multiplies it by the conjugate frequencies, the cast's casts it back).
-- ``fused``: one kernel per tensor each way, reading the tensor and the frequencies and writing the result in
-  ``--dtype`` (Transformer Engine's ``fused_apply_rotary_pos_emb``, which Megatron-LM's ``apply_rotary_pos_emb(t,
-  freqs, config)`` in ``megatron/core/models/common/embeddings/rope_utils.py`` calls on one tensor, the query or
-  the key, when ``config.apply_rope_fusion``: ``--apply-rope-fusion``).
+- ``fused`` in training: one kernel per tensor each way, reading the tensor and the frequencies and writing the
+  result in ``--dtype`` (Transformer Engine's ``fused_apply_rotary_pos_emb``, which Megatron-LM's
+  ``apply_rotary_pos_emb(t, freqs, config)`` in ``megatron/core/models/common/embeddings/rope_utils.py`` calls on
+  one tensor, the query or the key, when ``config.apply_rope_fusion``; Megatron-LM's ``--no-rope-fusion`` is
+  store_false, so it is on by default; NeMo's and Megatron-Bridge's Llama-style configs set it True). The
+  backward is TE's fused backward, again one kernel per tensor. Full recompute reruns it with the layer's forward;
+  selective recompute (core attention) does not, the rotated Q and K being the attention's saved inputs.
+- ``fused`` in inference: vLLM's ``rotary_embedding`` custom op (vllm-project/vllm v0.6.0
+  ``vllm/model_executor/layers/rotary_embedding.py``, ``RotaryEmbedding.forward_cuda``:
+  ``ops.rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox_style)`` after
+  ``cos_sin_cache.to(..., dtype=query.dtype)``): one kernel per layer, in place on Q and K, reading each token's
+  int64 position and its ``head_dim`` row of the cos/sin cache in ``--dtype``.
 
 A complex64 tensor of ``d/2`` entries is written as its fp32 real view of ``d`` (the same bytes); the frequencies
 as one fp32 ``(1, s, 1, d)`` tensor broadcast over batch and heads.
@@ -37,6 +45,10 @@ class RopeOps:
         kind = rope_kernel(self.cfg, self.dims)
         if kind == "none":
             return None
+        if kind == "fused" and self.cfg.inference:  # vLLM: Q and K rotated in place by one kernel
+            tokens = b * s
+            return self.ew("aten::mul_", f"{lab}.qk", [[self._t(b, s, hq, d), self._t(b, s, hkv, d)],
+                                                        ((tokens,), "Tensor(long int)"), self._t(tokens, d)], deps)
         freqs = ((1, s, 1, d), "Tensor(float)")
         node = None
         for name, heads in (("q", hq), ("k", hkv)):
