@@ -626,9 +626,12 @@ def _add_flags(p):
     p.add_argument("--rope", choices=ROPE_KERNELS, default=None,
                    help="the rotary position embedding of Q and K, forward and backward: eager (PyTorch's "
                    "apply_rotary_emb as torchtitan writes it: q.float(), the complex product, the cast back, three "
-                   "memory-bound kernels per tensor each way), fused (one kernel per tensor each way: Transformer "
-                   "Engine, Megatron's --apply-rope-fusion) or none; default: eager with --framework fsdp2, else "
-                   "none (the traces written before)")
+                   "memory-bound kernels per tensor each way), fused (training: one kernel per tensor each way, "
+                   "Transformer Engine's fused RoPE, Megatron's apply_rope_fusion; inference: vLLM's in-place "
+                   "rotary_embedding, one kernel on Q and K per layer) or none; default: none for a model without "
+                   "RoPE (GPT-2/3, dimensions given without --model or --preset) or with MLA, eager with "
+                   "--framework fsdp2, fused for a rotary model's Megatron training step or inference step (the "
+                   "engine taken to be vLLM-like), else none (DeepSpeed)")
     p.add_argument("--fp8-recipe", choices=FP8_RECIPES, default="delayed",
                    help="with --gemm-dtype fp8, Transformer Engine's scaling recipe: delayed (DelayedScaling, the "
                    "default: scales from an amax history, a LayerNorm or GeLU writes its output in FP8 itself) or "
