@@ -120,11 +120,13 @@ def _layout(row):
 
 @pytest.mark.slow
 def test_energy_cost_and_the_step_time_bound_end_to_end(tmp_path, capsys):
-    """On 8 H100s the fastest layout, TP 2 DP 4 with micro-batches of 2, is not the least-energy one: TP 2 PP 2
-    DP 2 is slower (its pipeline of two micro-batches leaves GPUs idle at 80 W part of the step) but draws so much
-    less power per GPU that its IT energy per token is lower. TP 8 with micro-batches of 1 is never simulated: its
-    lower bound on the IT energy is above the best, its step's bound above the fastest step and above
-    --max-step-time-ms 85, which ranks every other layout but the fastest out."""
+    """On 8 H100s TP 2 PP 2 DP 2 with micro-batches of 2 is both the fastest and the least-energy layout (its
+    pipeline leaves GPUs idle at 80 W part of the step, and since Megatron's optimizer step around Adam is modelled,
+    TP 2 DP 4's unsharded optimizer costs it more than the pipeline's wait: docs/energy.md). Energy does not rank as
+    the step does: PP 2 with micro-batches of 1 is slower than TP 2 DP 4 with micro-batches of 2 but needs less
+    energy, its GPUs drawing less. TP 8 with micro-batches of 1 is never simulated: its lower bound on the IT energy
+    is above the best, its step's bound above the fastest step and above --max-step-time-ms 97, which ranks every
+    other layout but the fastest out."""
     points = str(tmp_path / "points.csv")
     energy_json, cost_json, bound_json = (tmp_path / f"{n}.json" for n in ("energy", "cost", "bound"))
     assert main([*LAYOUTS, "--objective", "energy", "--points", points, "-o", str(energy_json)]) == 0
@@ -142,11 +144,13 @@ def test_energy_cost_and_the_step_time_bound_end_to_end(tmp_path, capsys):
                                                     / 1e6, abs=8)
     assert [r["it_energy_mj"] for r in ranked] == sorted(r["it_energy_mj"] for r in ranked)
     least, fastest = ranked[0], min(ranked, key=lambda r: r["step_ns"])
-    assert _layout(least) == (2, 2, 2) and _layout(fastest) == (2, 1, 2)
-    assert fastest["step_ns"] < least["step_ns"] and least["it_energy_mj"] < fastest["it_energy_mj"]
+    assert _layout(least) == (2, 2, 2) and _layout(fastest) == (2, 2, 2)
+    by_layout = {_layout(r): r for r in ranked}
+    slower, faster = by_layout[(2, 2, 1)], by_layout[(2, 1, 2)]
+    assert slower["step_ns"] > faster["step_ns"] and slower["it_energy_mj"] < faster["it_energy_mj"]
     # why: the slower layout's power is lower by more than its step is longer
-    assert least["mean_power_w_per_gpu"] + SYSTEM_W < (fastest["mean_power_w_per_gpu"] + SYSTEM_W) * (
-        fastest["step_ns"] / least["step_ns"])
+    assert slower["mean_power_w_per_gpu"] + SYSTEM_W < (faster["mean_power_w_per_gpu"] + SYSTEM_W) * (
+        faster["step_ns"] / slower["step_ns"])
     # pruned: a bound of at least the least energy over 8 x 370 W (idle GPU and system), plus the rounding slack
     assert [_layout(p) for p in answer["pruned"]] == [(8, 1, 1)]
     limit = (least["it_energy_mj"] + 8 * ROUNDING_SLACK_MJ_PER_GPU) * 1e6 / (8 * 370)
@@ -157,19 +161,19 @@ def test_energy_cost_and_the_step_time_bound_end_to_end(tmp_path, capsys):
                  str(cost_json)]) == 0
     assert "$/M" in capsys.readouterr().out
     cost = json.loads(cost_json.read_text())
-    assert cost["units"]["cost"] == "USD" and _layout(cost["ranked"][0]) == (2, 1, 2)
+    assert cost["units"]["cost"] == "USD" and _layout(cost["ranked"][0]) == (2, 2, 2)
     dollars = [r["usd_per_million_tokens"] for r in cost["ranked"]]
     assert dollars == sorted(dollars) and [_layout(p) for p in cost["pruned"]] == [(8, 1, 1)]
 
     # the step-time bound: the slower layouts are ranked out, TP 8 with micro-batches of 1 by its lower bound
-    assert main([*LAYOUTS, "--objective", "energy", "--max-step-time-ms", "85", "--points", points, "-o",
+    assert main([*LAYOUTS, "--objective", "energy", "--max-step-time-ms", "97", "--points", points, "-o",
                  str(bound_json)]) == 0
-    assert "5 layouts ranked out: slower than --max-step-time-ms 85 (1 of them by their lower bound, not " \
+    assert "5 layouts ranked out: slower than --max-step-time-ms 97 (1 of them by their lower bound, not " \
            "simulated)" in capsys.readouterr().out
     bound = json.loads(bound_json.read_text())
-    assert bound["max_step_ns"] == 85_000_000 and [_layout(r) for r in bound["ranked"]] == [(2, 1, 2)]
+    assert bound["max_step_ns"] == 97_000_000 and [_layout(r) for r in bound["ranked"]] == [(2, 2, 2)]
     over = {_layout(o): o for o in bound["over_max_step_time"]}
-    assert over[(2, 2, 2)]["step_ns"] > 85_000_000 and over[(8, 1, 1)]["bound_ns"] > 85_000_000
+    assert over[(2, 1, 2)]["step_ns"] > 97_000_000 and over[(8, 1, 1)]["bound_ns"] > 97_000_000
     assert bound["pruned"] == []
 
 
