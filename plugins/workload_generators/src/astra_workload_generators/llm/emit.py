@@ -21,6 +21,10 @@ REDUCTIONS = ("any", "linalg_vector_norm")
 FILLS = ("zero_", "fill_")
 #: fused Adam/AdamW: read every tensor list, write the parameters and both moments (the gpu model's count)
 FUSED_ADAM = ("_fused_adam_", "_fused_adamw_")
+#: the tensor-list arguments a fused Adam writes: params, exp_avgs, exp_avg_sqs (the gpu model's FUSED_ADAM_WRITTEN)
+FUSED_ADAM_WRITTEN = (0, 2, 3)
+#: concatenations: read every piece and write the joined tensor (the gpu model's count of cat and stack)
+CONCATS = ("cat", "stack")
 
 
 #: Bandwidth used only for the nodes' ``duration_micros`` (replay); the gpu model times them from their shapes.
@@ -165,7 +169,9 @@ class NodeEmitter:
             nbytes = sum(nb(t) for t in first)
         elif name in FUSED_ADAM:  # (params, grads, exp_avgs, exp_avg_sqs): writes the params and both moments
             lists = [a for a in args if isinstance(a, list)]
-            nbytes = read + sum(nb(t) for i in (0, 2, 3) if i < len(lists) for t in lists[i])
+            nbytes = read + sum(nb(t) for i in FUSED_ADAM_WRITTEN if i < len(lists) for t in lists[i])
+        elif name in CONCATS:  # reads its pieces, writes them all once more (joined)
+            nbytes = 2 * read
         elif name.endswith("_"):
             nbytes = read + sum(nb(t) for t in first)
         elif name == "embedding":

@@ -143,9 +143,7 @@ class LayerOps:
             return
         self.act_bwd(label, rows, cols)
         if self.dims.gated and self.megatron_training:
-            self._memory_node("aten::cat", label + ".chunk.bwd", 4 * rows * cols * self.nbytes,
-                              repr([[[rows, cols], [rows, cols]]]), repr([f"GenericList[{self.ttype},{self.ttype}]"]),
-                              ())
+            self.ew("aten::cat", label + ".chunk.bwd", [[self._t(rows, cols), self._t(rows, cols)]])
 
     @property
     def megatron_training(self):

@@ -293,9 +293,7 @@ class MoeOps:
 
     def _cat(self, label, groups, cols):
         """``torch.cat`` of ``[rows, cols]`` pieces, one per group: reads and writes them all (2 x their bytes)."""
-        nbytes = 2 * sum(groups) * cols * self.nbytes
-        self._memory_node("aten::cat", label, nbytes, repr([[[rows, cols] for rows in groups]]),
-                          repr(["GenericList[" + ",".join([self.ttype] * len(groups)) + "]"]), ())
+        self.ew("aten::cat", label, [[self._t(rows, cols) for rows in groups]])
 
     def _reduce(self, label, shape):
         """An ``aten::sum`` over ``shape`` (a reduction: the gpu model moves its input once)."""
