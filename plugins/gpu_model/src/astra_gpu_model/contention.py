@@ -234,6 +234,7 @@ class Contention:
         self.comm = {}  # rank -> _Intervals of its collectives and sends (their comm_sms)
         self.contended_nodes = 0
         self._running = {}  # rank -> [(issued_ns, end_ns)] of its compute kernels not yet known to have ended
+        #                     (kept by the measured model only)
         self.mode = "sm-hbm"
 
     @classmethod
@@ -382,11 +383,12 @@ class Contention:
         if any(sms is not None for (_d, sms, _s), _a, _b in pieces):
             self.contended_nodes += 1
         if duration and self._engine is not None:
-            running = self._running.get(rank)
-            if running is None:
-                running = self._running[rank] = []
-            running[:] = [k for k in running if k[1] > start]  # bounded by the kernels running at once
-            running.append((start, start + duration))
+            if measured:  # (only the measured model slows a collective beside running kernels: compute_busy_until)
+                running = self._running.get(rank)
+                if running is None:
+                    running = self._running[rank] = []
+                running[:] = [k for k in running if k[1] > start]  # bounded by the kernels running at once
+                running.append((start, start + duration))
             nbytes = 0 if measured else self._bytes(model, node, rank)
             intervals = self.compute.get(rank)
             if intervals is None:
@@ -398,7 +400,8 @@ class Contention:
         return duration
 
     def compute_busy_until(self, rank):
-        """When the last compute kernel of ``rank`` running now ends, or None: kernels issued before this
+        """When the last compute kernel of ``rank`` running now ends, or None (always None outside the measured
+        model, which alone records them): kernels issued before this
         nanosecond (a kernel issued in it is timed at its end, after the events that may start a collective, so it
         is left out whatever the order of the nanosecond's events)."""
         running = self._running.get(rank)
