@@ -19,6 +19,7 @@ import copy
 import difflib
 import json
 import math
+import re
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -135,6 +136,14 @@ class GpuSpec:
         nvidia-smi shows 81,920 MiB on an A100 80GB and 81,559 MiB on an H100 80GB, the driver keeping the rest,
         which the memory estimate's ``context`` part holds. Read as 80e9 bytes, every GPU lost 7 % of its memory."""
         return None if self.hbm_capacity_gb is None else int(self.hbm_capacity_gb * 2**30)
+
+    @property
+    def compute_capability(self) -> tuple[int, int] | None:
+        """``(major, minor)`` of an NVIDIA GPU, as its preset's ``architecture`` states it ("..., compute capability
+        10.0)"); None when it states none (AMD, or a user YAML without it). What a framework's GPU-specific kernel
+        choice reads (Transformer Engine's FP8 transposes: ``astra_workload_generators.llm.fp8``)."""
+        found = re.search(r"compute capability (\d+)\.(\d+)", self.architecture)
+        return (int(found.group(1)), int(found.group(2))) if found else None
 
     @property
     def hbm_bytes_per_s(self) -> float:

@@ -186,6 +186,9 @@ class Platform(_Platform):
             "name": self.name,
             "description": self.description,
             "gpu": gpu.name,
+            # (major, minor) of an NVIDIA GPU (its preset's architecture), None otherwise: what the LLM generator's
+            # GPU-specific kernels read (LlmSpec's platform: Transformer Engine's FP8 transposes)
+            "compute_capability": list(gpu.compute_capability) if gpu.compute_capability else None,
             "gpus_per_node": self.gpus_per_node,
             "nodes": nodes,
             "total_gpus": self.gpus_per_node * nodes,
