@@ -124,6 +124,9 @@ class LlmConfig:
     rope: str | None = None         # none | eager | fused rotary embedding of Q and K; None: rope_kernel's default
     cuda_graphs: bool = False       # per-layer CUDA graphs: one host launch per layer pass; activations +20 % (memory)
     fp8_recipe: str = "delayed"     # --gemm-dtype fp8: Transformer Engine's delayed (amax history) or current scaling
+    fp8_transpose: bool | None = None  # --gemm-dtype fp8: TE writes FP8 transposes (the GPU's FP8 GEMMs take only TN:
+    #                                 Hopper) or not (False: Blackwell); None: no platform given, casts with transposes
+    #                                 but none for FP8 weights (.fp8.fp8_transpose_for)
     attention_dtype: str = "same"   # same | fp8: the flash attention forward's operands (see .attention)
     fp8_attention_backward: bool = True  # attention_dtype fp8: the backward in FP8 too (TE's NVTE_FP8_DPA_BWD=1)
     pipeline_embedding_layer: bool = False  # the embedding counts as one layer of the pipeline split (see .split)

@@ -43,6 +43,32 @@ FP8_AMAX_HISTORY = 1024
 _FIRST_FORWARD = re.compile(r"^fwd\.[^.]+\.mb0\.(?!.*\.c[1-9]\d*$)")
 
 
+#: Transformer Engine's rule for which GPUs' FP8 GEMMs take operands in any layout (no FP8 transpose needed): TE v2.7
+#: (fedd9ddc) ``transformer_engine/pytorch/utils.py`` ``is_non_tn_fp8_gemm_supported``: ``(10, 0) <= device_capability
+#: < (12, 0) or device_capability >= (13, 0)`` (the same in ``common/transformer_engine.cpp``
+#: ``nvte_is_non_tn_fp8_gemm_supported``); Hopper (9.0) and Ada (8.9) take only the TN layout
+def non_tn_fp8_gemm(capability) -> bool:
+    """TE's ``is_non_tn_fp8_gemm_supported`` for a GPU of compute capability ``(major, minor)``."""
+    capability = tuple(capability)
+    return (10, 0) <= capability < (12, 0) or capability >= (13, 0)
+
+
+def fp8_transpose_for(platform) -> bool | None:
+    """Whether Transformer Engine writes FP8 transposes on the GPU of ``platform`` (a registered platform's name or
+    object, :func:`astra_sim.platforms.get_platform`), from the compute capability its ``describe()`` states:
+    True where its FP8 GEMMs take only the TN layout (Hopper), False where they take any (Blackwell: TE's quantizers
+    then write no transpose, ``csrc/quantizer.cpp`` ``Float8CurrentScalingQuantizer::create_tensor``: ``with_transpose
+    = columnwise_usage && !nvte_is_non_tn_fp8_gemm_supported()``); None when there is no platform or it states no
+    compute capability (AMD: ROCm's TE was not checked), which keeps the generator's GPU-agnostic step: a transpose
+    with every cast, none for FP8 weights (see :meth:`Fp8Ops.weight_quantize`)."""
+    if platform is None:
+        return None
+    from astra_sim.platforms import get_platform
+
+    capability = get_platform(platform).describe().get("compute_capability")
+    return None if not capability else not non_tn_fp8_gemm(capability)
+
+
 #: FP8 tensors with an amax per linear layer: input, weight, output in forward; grad output, grad input in backward
 FP8_AMAX_FWD, FP8_AMAX_BWD = 3, 2
 
@@ -60,14 +86,25 @@ class Fp8Ops:
         """``--fp8-recipe current``: Transformer Engine's Float8CurrentScaling (each tensor scaled by its own amax)."""
         return self.te_fp8 and self.cfg.fp8_recipe == "current"
 
+    @property
+    def fp8_transposes(self):
+        """TE writes FP8 transposes: the step's GPU takes only TN FP8 GEMMs (``cfg.fp8_transpose`` True), or it is
+        not known (None: Hopper's layout, the generator's behaviour without a platform). False on Blackwell."""
+        return self.cfg.fp8_transpose is not False
+
     def fp8_cast(self, label, rows, cols, deps=()):
         """TE's fused cast + transpose of a ``rows x cols`` GEMM operand to FP8 before an FP8 linear layer:
         read once in ``--dtype``, written as FP8 and as its FP8 transpose (Hopper's FP8 GEMMs take only the
         TN layout, so the weight-gradient GEMM needs the transposed copy). Under current scaling the operand's
-        amax is read first: one more read. Memory-bound."""
+        amax is read first: one more read. On a GPU whose FP8 GEMMs take any layout (``cfg.fp8_transpose`` False:
+        Blackwell) TE writes the FP8 copy only (a quantize, no transpose: :func:`fp8_transpose_for`).
+        Memory-bound."""
         if not self.te_fp8:
             return None
         reads = 2 if self.fp8_current else 1
+        if not self.fp8_transposes:
+            return self._te(TE_QUANTIZE, label + ".fp8_cast", rows, cols, self.ttype,
+                            rows * cols * (reads * self.nbytes + 1), deps)
         return self._te(TE_CAST_TRANSPOSE, label + ".fp8_cast", rows, cols, self.ttype,
                         rows * cols * (reads * self.nbytes + 2), deps)
 
@@ -78,14 +115,18 @@ class Fp8Ops:
         kernel writes FP8 itself and nothing is emitted."""
         if not self.fp8_current:
             return None
+        if not self.fp8_transposes:  # (Blackwell: the FP8 copy only)
+            return self._te(TE_QUANTIZE, label + ".fp8_cast", rows, cols, self.ttype,
+                            rows * cols * (2 * self.nbytes + 1), deps)
         return self._te(TE_CAST_TRANSPOSE, label + ".fp8_cast", rows, cols, self.ttype,
                         rows * cols * (2 * self.nbytes + 2), deps)
 
     def fp8_transpose(self, label, rows, cols, deps=()):
         """TE's transpose of an FP8 operand that was cast without one (a LayerNorm or GeLU output, cast inside
         that kernel under delayed scaling), for the weight-gradient GEMM: read and write ``rows x cols`` bytes.
-        Current scaling made the transpose with the cast (:meth:`fp8_norm_cast`): nothing."""
-        if not self.te_fp8 or self.fp8_current:
+        Current scaling made the transpose with the cast (:meth:`fp8_norm_cast`): nothing. Nothing on a GPU whose FP8
+        GEMMs take any layout (Blackwell: the wgrad GEMM reads the FP8 copy itself)."""
+        if not self.te_fp8 or self.fp8_current or not self.fp8_transposes:
             return None
         return self._te(TE_FP8_TRANSPOSE, label + ".fp8_transpose", rows, cols, FP8_FWD, 2 * rows * cols, deps)
 
@@ -111,14 +152,26 @@ class Fp8Ops:
         step), with element-wise nodes on. ``fmt`` None: an FP8 weight cast as :meth:`fp8_cast` casts an input
         (under current scaling its own amax first), nothing with ``--fp8-params`` (the weights are FP8 already);
         a block format as :meth:`block_quantize` quantizes an input (NVFP4: the amax first), nothing for MXFP8
-        with ``--fp8-params`` (held in MXFP8). Memory-bound."""
+        with ``--fp8-params`` (held in MXFP8). Memory-bound.
+
+        With ``--fp8-params`` on a GPU known to take only TN FP8 GEMMs (``cfg.fp8_transpose`` True: Hopper), the FP8
+        weight's transpose instead, once a step: the optimizer's cast of the master weights resets it (TE v2.7
+        ``tensor/utils.py`` ``cast_master_weights_to_fp8``: ``model_weight._reset_caches()``, which sets
+        ``_transpose_invalid``), and the first forward remakes it (``module/linear.py``: ``if inp.requires_grad:
+        weightmat.update_usage(columnwise_usage=True)``; ``Float8TensorBase.update_usage`` ->
+        ``_create_transpose()``, kept valid until the next reset): read and write 1 B an element. Not for a LoRA
+        step's frozen base (no optimizer step resets it), nor on Blackwell (``update_usage`` keeps no transpose
+        there), nor without a platform (None: as before the generator knew its GPU)."""
         cfg = self.cfg
         if cfg.inference or not cfg.ew or implied_framework(cfg) != "megatron" or not _FIRST_FORWARD.match(label):
             return None
         label = label.removesuffix(".c0")  # (a TP-overlapped GEMM's weight: once, whole)
         if fmt is None:
             if cfg.fp8_params:
-                return None
+                if cfg.fp8_transpose is not True or cfg.lora_rank or not self.te_fp8:
+                    return None
+                return self._te(TE_FP8_TRANSPOSE, label + ".weight.fp8_transpose", rows, cols, FP8_FWD,
+                                2 * rows * cols, deps)
             return self.fp8_cast(label + ".weight", rows, cols, deps)
         if cfg.fp8_params and fmt.name == "mxfp8":
             return None

@@ -21,6 +21,7 @@ from astra_sim.errors import ConfigError
 from .config import (ACTIVATION_KERNELS, ATTENTION_DTYPES, ATTENTION_KERNELS, ATTENTIONS, DTYPES,
                      FP8_ATTENTION_BACKWARDS, FP8_RECIPES, FRAMEWORKS, GEMM_DTYPES, GRAD_BUFFERS, LOSS_DTYPES, MODES,
                      NORM_KERNELS, ROPE_KERNELS, SOFTMAX_KERNELS, LlmConfig, check_config)
+from .fp8 import fp8_transpose_for
 from .lora import LORA_TARGETS, parse_lora_targets
 from .model import PRESETS, ModelDims, model_dims
 from .moe import MOE_DISPATCHERS, MOE_GROUPED_GEMMS, MOE_ROUTER_DTYPES, parse_recompute_modules
@@ -130,6 +131,8 @@ class LlmSpec:
     dtype: str = "bf16"
     gemm_dtype: str = "same"
     tflops: float = 312.0
+    # the machine the step is generated for (a registered platform's name): its GPU's FP8 GEMM layouts
+    platform: str | None = None
     # output layout
     per_rank_files: bool = False
     # --summary: the device memory (decimal GB) the estimate is checked against
@@ -273,6 +276,7 @@ class LlmSpec:
                         norm_kernel=self.norm_kernel, attention_kernel=self.attention_kernel, rope=self.rope,
                         activation_kernel=self.activation_kernel, softmax_kernel=self.softmax_kernel,
                         cuda_graphs=self.cuda_graphs, fp8_recipe=self.fp8_recipe,
+                        fp8_transpose=fp8_transpose_for(self.platform),
                         attention_dtype=self.attention_dtype,
                         fp8_attention_backward=self.fp8_attention_backward == "on",
                         grad_sync_every_micro_batch=self.grad_sync_every_micro_batch,
@@ -375,7 +379,7 @@ def _plain(dest, value):
 
 def _add_flags(p):
     """``astra workload llm``'s model, layout, precision and mode flags (defaults: :class:`LlmSpec`'s)."""
-    from astra_sim.cliutil import non_negative_int, positive_float, positive_int
+    from astra_sim.cliutil import non_negative_int, platform_names, positive_float, positive_int
 
     add_model_flags(p, help_suffix="; the flags below override its values")
     for flag, what in (("layers", "transformer layers"), ("hidden", "hidden size h"), ("heads", "attention heads"),
@@ -638,6 +642,13 @@ def _add_flags(p):
                    "current (Float8CurrentScaling, e.g. Megatron-Bridge's bf16_with_fp8_current_scaling_mixed: each "
                    "tensor's own amax is read first, so every cast reads its input twice and the LayerNorm and GeLU "
                    "outputs get their own amax-and-cast kernel; no amax history)")
+    p.add_argument("--platform", default=None, metavar="NAME",
+                   help="the registered platform (`astra platforms`) the step is generated for; its GPU's compute "
+                   "capability decides where Transformer Engine writes FP8 transposes (--gemm-dtype fp8): with each "
+                   "cast on Hopper, where FP8 GEMMs take only the TN layout, plus each --fp8-params weight's once a "
+                   "step; none on Blackwell (TE's is_non_tn_fp8_gemm_supported). Default: no platform, a transpose "
+                   "with each cast and none for FP8 weights (the step as generated before the generator knew its "
+                   "GPU); also on a GPU that states no compute capability (AMD)").completer = platform_names
     p.add_argument("--cuda-graphs", action="store_true",
                    help="per-layer CUDA graphs (Transformer Engine's make_graphed_callables, Megatron's "
                    "--cuda-graph-impl transformer_engine, NeMo's per-layer graphs): each layer's forward and backward "
