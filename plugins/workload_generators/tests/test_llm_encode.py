@@ -1,6 +1,7 @@
 """The LLM generator's fast paths (issue 37) write the bytes of the reference paths they replaced: the direct node
-encoder ``astra_sim.chakra.writer.encode_node`` those of ``make_node(...)._raw`` (a protobuf message, serialized and
-parsed back), and the element-wise nodes' shapes computed once per (op, arguments) those computed for every node.
+encoder ``astra_workload_generators.llm.encode.encode_node`` those of ``make_node(...)._raw`` (a protobuf message,
+serialized and parsed back), and the element-wise nodes' shapes computed once per (op, arguments) those computed
+for every node.
 
 Two checks:
 
@@ -21,10 +22,11 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from astra_sim.chakra.errors import ChakraError
-from astra_sim.chakra.writer import encode_node, make_node
+from astra_sim.chakra.writer import make_node
 from astra_sim.cli import main
 
 from astra_workload_generators.llm import emit, stage
+from astra_workload_generators.llm.encode import encode_node
 
 SMALL = ["--layers", "4", "--hidden", "256", "--heads", "8", "--vocab", "1000", "--seq-len", "128"]
 MOE = SMALL + ["--experts", "8", "--top-k", "2", "--moe-ffn", "512"]

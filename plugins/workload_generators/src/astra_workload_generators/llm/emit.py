@@ -7,9 +7,9 @@ from contextlib import contextmanager
 from functools import lru_cache
 
 from astra_sim.chakra import types as T
-from astra_sim.chakra.writer import encode_node
 
 from .blockscale import block_format, low_precision_weight_bytes
+from .encode import encode_node
 from .fp8 import FP8_FWD, FP8_GRAD, SCALED_MM
 
 
