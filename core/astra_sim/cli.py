@@ -110,8 +110,7 @@ def _plugin_selection(argv):
             return [], []
     from astra_sim.plugins import parse_plugin_args
 
-    selected, blocked = parse_plugin_args(values)
-    return selected, blocked
+    return parse_plugin_args(values)
 
 
 def main(argv=None):

@@ -82,9 +82,6 @@ def output_registry(pm) -> OutputRegistry:
 
 def output_formats(pm=None) -> dict:
     """``{name: description}`` of every registered output format."""
-    from astra_sim.plugins import default_plugin_manager
-
-    pm = pm if pm is not None else default_plugin_manager()
     return {name: reg.description for name, reg in sorted(output_registry(pm).entries.items())}
 
 

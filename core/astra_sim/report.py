@@ -104,14 +104,16 @@ class Report:
     def ranks_frame(self):
         """One row per rank: rank, finish_ns, compute_ns, exposed_comm_ns, cpu_ns, comm_ns, nodes (a pandas DataFrame,
         integer ns)."""
-        pd = _pandas()
+        import pandas as pd  # imported only when a table is asked for: ``import astra_sim`` stays cheap
+
         columns = [f.name for f in fields(RankReport) if f.name != "breakdown"]
         return pd.DataFrame([[getattr(r, c) for c in columns] for r in self.ranks], columns=columns)
 
     def breakdown_frame(self):
         """Where each rank's time went: one row per (rank, part) with ``time_ns`` (parts add up to the rank's
         finish_ns); empty when the run recorded no breakdown."""
-        pd = _pandas()
+        import pandas as pd
+
         rows = []
         for r in self.ranks:
             parts = (r.breakdown or {}).get("parts") or {}
@@ -272,14 +274,3 @@ def spdlog_line(logger, level, message, now=None):
     now = time.time() if now is None else now
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
     return f"[{stamp}.{int(now * 1000) % 1000:03d}] [{logger}] [{level}] {message}"
-
-
-def _pandas():
-    """pandas, imported only when a table is asked for (``import astra_sim`` stays cheap)."""
-    try:
-        import pandas
-    except ImportError:  # pragma: no cover - a kernel dependency
-        from astra_sim.errors import AstraError
-
-        raise AstraError("results as tables need pandas (pip install pandas)") from None
-    return pandas

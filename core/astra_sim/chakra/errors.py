@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-try:  # the kernel's base class of user-caused errors (the CLI prints those without a traceback)
-    from astra_sim.errors import AstraError as _Base
-except ImportError:  # pragma: no cover - standalone use of this package
-    _Base = Exception
+from astra_sim.errors import AstraError
 
 __all__ = ["ChakraError", "where"]
 
 
-class ChakraError(_Base):
+class ChakraError(AstraError):
     """A problem with a Chakra execution-trace file or node.
 
     The message is meant for users as is: it always starts with the file (``<memory>`` for nodes that were
@@ -20,7 +17,7 @@ class ChakraError(_Base):
     The pieces are also available as attributes: ``path``, ``node_id``, ``node_name``, ``offset`` (byte
     offset in the file, or None).
 
-    It is an ``Exception`` and, inside astra-sim-py, an ``astra_sim.errors.AstraError``.
+    It is an :class:`astra_sim.errors.AstraError` (the CLI prints it without a traceback).
     """
 
     def __init__(self, message: str, *, path=None, node_id=None, node_name=None, offset=None):

@@ -11,17 +11,16 @@ import os
 
 from google.protobuf.message import DecodeError
 
+from astra_sim import safeio
+from astra_sim.safeio import GZIP_MAGIC
+
 from . import et_def_pb2 as pb
 from .attrs import attrs_from_proto
 from .errors import ChakraError
 from .node import EtFile, EtNode
-from .types import ATTR_LIST_KINDS
 
 __all__ = ["read_et", "read_metadata", "parse_et", "parse_node", "GZIP_MAGIC"]
 
-GZIP_MAGIC = b"\x1f\x8b"
-
-_LIST_KINDS = frozenset(ATTR_LIST_KINDS)
 _MAX_VARINT_BYTES = 10
 
 
@@ -47,7 +46,7 @@ def read_et(path, *, keep_raw: bool = True) -> EtFile:
     halved and nodes are re-encoded from their fields when written.
     """
     name = os.fspath(path)
-    limit = _input_limit()
+    limit = safeio.MAX_INPUT_BYTES
     try:
         with open(name, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -71,13 +70,13 @@ def read_metadata(path) -> dict:
         with open(name, "rb") as f:
             head = f.read(1 << 16)
             if head[:2] == GZIP_MAGIC:
-                head = _gunzip(head + f.read(_input_limit()), name)  # bounded, as read_et
+                head = _gunzip(head + f.read(safeio.MAX_INPUT_BYTES), name)  # bounded, as read_et
             else:
                 frames = _frames(head, name) if head else iter(())
                 try:
                     _, _, end = next(frames)
                 except ChakraError:  # a metadata frame longer than the first read
-                    head += f.read(_input_limit())
+                    head += f.read(safeio.MAX_INPUT_BYTES)
     except OSError as exc:
         raise ChakraError(f"{name}: cannot read Chakra ET file: {exc.strerror or exc}", path=name) from None
     first = next(_frames(head, name), None)
@@ -93,20 +92,10 @@ def read_metadata(path) -> dict:
     return attrs_from_proto(metadata.attr)[0]
 
 
-def _input_limit():
-    try:
-        from astra_sim.safeio import MAX_INPUT_BYTES
-    except ImportError:  # pragma: no cover - standalone use of this package
-        return 1 << 40
-    return MAX_INPUT_BYTES
-
-
 def _gunzip(data: bytes, path) -> bytes:
     """Decompressed in bounded steps: a gzip bomb stops at the input limit instead of filling memory."""
-    from astra_sim.safeio import gunzip
-
-    return gunzip(data, path, "Chakra ET file", _input_limit(),
-                  error=lambda message, offset: ChakraError(message, path=path, offset=offset))
+    return safeio.gunzip(data, path, "Chakra ET file", safeio.MAX_INPUT_BYTES,
+                         error=lambda message, offset: ChakraError(message, path=path, offset=offset))
 
 
 def _frames(data: bytes, path):
