@@ -56,6 +56,14 @@ def _number(path, data, key, default, *, integer=False):
     return int(value) if integer else value
 
 
+def _choice(path, data, key, allowed, default):
+    """A key whose value is one of ``allowed`` (``default`` when absent)."""
+    value = data.get(key, default)
+    if value not in allowed:
+        raise ConfigError(f"{path}: {key!r} must be {', '.join(allowed[:-1])} or {allowed[-1]}, got {brief(value)}")
+    return value
+
+
 def _flag(path, data, key):
     if key not in data:
         return False
@@ -98,16 +106,9 @@ def parse_system_config(path, injection_scale=1.0, data=None):
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the system configuration must be a JSON object")
     cfg = SystemConfig(path=str(path), raw=data)
-    if "scheduling-policy" in data:
-        policy = data["scheduling-policy"]
-        if policy not in ("LIFO", "FIFO", "EXPLICIT"):
-            raise ConfigError(f"{path}: 'scheduling-policy' must be LIFO, FIFO or EXPLICIT, got {brief(policy)}")
-        cfg.scheduling_policy = policy
-    if "collective-optimization" in data:
-        opt = data["collective-optimization"]
-        if opt not in ("baseline", "localBWAware"):
-            raise ConfigError(f"{path}: 'collective-optimization' must be baseline or localBWAware, got {brief(opt)}")
-        cfg.collective_optimization = opt
+    cfg.scheduling_policy = _choice(path, data, "scheduling-policy", ("LIFO", "FIFO", "EXPLICIT"), "LIFO")
+    cfg.collective_optimization = _choice(path, data, "collective-optimization", ("baseline", "localBWAware"),
+                                          "baseline")
     cfg.active_chunks_per_dimension = _number(path, data, "active-chunks-per-dimension", 1, integer=True)
     endpoint = _number(path, data, "endpoint-delay", 10, integer=True)
     # The reference stores int(int(endpoint-delay) * injection-scale).
@@ -121,11 +122,7 @@ def parse_system_config(path, injection_scale=1.0, data=None):
         _number(path, data, key, 0)
     cfg.roofline_enabled = _flag(path, data, "roofline-enabled")
     cfg.replay_only = _flag(path, data, "replay-only")
-    if "comm-streams" in data:
-        streams = data["comm-streams"]
-        if streams not in COMM_STREAMS:
-            raise ConfigError(f"{path}: 'comm-streams' must be {' or '.join(COMM_STREAMS)}, got {brief(streams)}")
-        cfg.comm_streams = streams
+    cfg.comm_streams = _choice(path, data, "comm-streams", COMM_STREAMS, "single")
     if _flag(path, data, "model-shared-bus"):
         raise ConfigError(
             f"{path}: 'model-shared-bus: 1' (the LogGP shared-bus model) is not supported; set it to 0"

@@ -145,23 +145,17 @@ def available_plugins():
     found = {}
     for ep in _entry_points():
         if ep.name in found:
-            dist_a = _dist_name(found[ep.name])
-            dist_b = _dist_name(ep)
             raise PluginError(
-                f"plugin name {ep.name!r} is declared by two distributions: {dist_a} and {dist_b}"
+                f"plugin name {ep.name!r} is declared by two distributions: {_dist(found[ep.name])} and {_dist(ep)}"
             )
         found[ep.name] = ep
     return found
 
 
-def _dist_name(ep):
+def _dist(ep, field="name"):
+    """The ``name`` or ``version`` of the distribution that declares ``ep`` ("?" when unknown)."""
     dist = getattr(ep, "dist", None)
-    return dist.name if dist is not None else "?"
-
-
-def _dist_version(ep):
-    dist = getattr(ep, "dist", None)
-    return dist.version if dist is not None else "?"
+    return getattr(dist, field) if dist is not None else "?"
 
 
 def parse_plugin_args(values):
@@ -210,14 +204,14 @@ def make_plugin_manager(select=None, block=(), extra_plugins=()):
             module = ep.load()
         except Exception as exc:  # a broken plugin must not look like a kernel crash
             raise PluginError(
-                f"plugin {name!r} (distribution {_dist_name(ep)}, entry point {ep.value}) "
+                f"plugin {name!r} (distribution {_dist(ep)}, entry point {ep.value}) "
                 f"failed to import: {exc}; use -p no:{name} to skip it"
             ) from exc
         try:
             pm.register(module, name=name)
         except pluggy.PluginValidationError as exc:
             raise PluginError(
-                f"plugin {name!r} (distribution {_dist_name(ep)}) is invalid: {exc}; use -p no:{name} to skip it"
+                f"plugin {name!r} (distribution {_dist(ep)}) is invalid: {exc}; use -p no:{name} to skip it"
             ) from None
     try:
         for impl_plugin in list(extra_plugins):
@@ -294,7 +288,6 @@ def registry_of(pm=None):
 
 def describe_plugins(pm=None):
     """Rows for ``astra plugins``: one per installed (or blocked) plugin and builtin."""
-    rows = []
     available = available_plugins()
     if pm is None:
         pm = make_plugin_manager()
@@ -315,33 +308,14 @@ def describe_plugins(pm=None):
             provided.setdefault(metric.plugin, []).append(f"metric:{key}")
     from astra_sim import __version__
 
-    rows.append(
-        {
-            "name": BUILTIN,
-            "distribution": "astra-sim",
-            "version": __version__,
-            "hooks": sorted(h.name for h in pm.get_hookcallers(pm.get_plugin(BUILTIN)) or ()),
-            "provides": sorted(provided.get(BUILTIN, [])),
-            "status": "loaded",
-        }
-    )
+    def row(name, distribution, version, plugin, status):
+        hooks = sorted(h.name for h in (pm.get_hookcallers(plugin) or ())) if plugin is not None else []
+        return {"name": name, "distribution": distribution, "version": version, "hooks": hooks,
+                "provides": sorted(provided.get(name, [])), "status": status}
+
+    rows = [row(BUILTIN, "astra-sim", __version__, pm.get_plugin(BUILTIN), "loaded")]
     for name, ep in sorted(available.items()):
         plugin = pm.get_plugin(name)
-        if pm.is_blocked(name):
-            status = "blocked"
-        elif plugin is None:
-            status = "not selected"
-        else:
-            status = "loaded"
-        hooks = sorted(h.name for h in (pm.get_hookcallers(plugin) or ())) if plugin is not None else []
-        rows.append(
-            {
-                "name": name,
-                "distribution": _dist_name(ep),
-                "version": _dist_version(ep),
-                "hooks": hooks,
-                "provides": sorted(provided.get(name, [])),
-                "status": status,
-            }
-        )
+        status = "blocked" if pm.is_blocked(name) else "not selected" if plugin is None else "loaded"
+        rows.append(row(name, _dist(ep), _dist(ep, "version"), plugin, status))
     return rows

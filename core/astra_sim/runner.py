@@ -107,8 +107,7 @@ def make_spec(args, kwargs):
             raise ConfigError(f"simulate(): {name} given twice")
         mapping[name] = value
     raw_options = kwargs.pop("options", None) or {}
-    for name, value in kwargs.items():
-        mapping[name] = value
+    mapping.update(kwargs)
     if mapping.get("workload") is None:
         raise ConfigError("simulate(): the workload (a trace prefix) is required")
     mapping = {k: (str(v) if k in names and v is not None else v) for k, v in mapping.items()}

@@ -84,8 +84,7 @@ def read_bytes(path, what="", limit=None) -> bytes:
 
 def read_text(path, what="", limit=None) -> str:
     """:func:`read_bytes` decoded as UTF-8 (a leading BOM is dropped); ConfigError on other encodings."""
-    data = read_bytes(path, what, limit)
-    return decode_utf8(data, path, what)
+    return decode_utf8(read_bytes(path, what, limit), path, what)
 
 
 def decode_utf8(data: bytes, path, what="") -> str:
@@ -319,8 +318,6 @@ def _umask():
     mask = os.umask(0)
     os.umask(mask)
     return mask
-
-
 
 
 # ------------------------------------------------------- a write that fails late: keep the result, say where

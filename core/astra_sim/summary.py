@@ -33,19 +33,17 @@ def rank_rows(ranks):
     return [(text, first) for _, text, first in rows]
 
 
+_PART_LABELS = {"exposed": "exposed comm: {}", "exposed_in_switch": "exposed in-switch comm: {}",
+                "recv_wait": "recv wait: {} (bubble)"}
+
+
 def part_label(name):
     """``exposed:dp`` -> ``exposed comm: dp``; ``exposed_in_switch:dp`` -> ``exposed in-switch comm: dp``;
-    ``recv_wait:pp`` -> ``recv wait: pp (bubble)``."""
+    ``recv_wait:pp`` -> ``recv wait: pp (bubble)``; ``host_launch`` -> ``host launch``."""
     kind, _, what = name.partition(":")
-    if kind == "exposed":
-        return f"exposed comm: {what}"
-    if kind == "exposed_in_switch":
-        return f"exposed in-switch comm: {what}"
-    if kind == "recv_wait":
-        return f"recv wait: {what} (bubble)"
-    if what:
-        return f"{kind.replace('_', ' ')}: {what}"
-    return name.replace("_", " ")
+    if kind in _PART_LABELS:
+        return _PART_LABELS[kind].format(what)
+    return f"{kind.replace('_', ' ')}: {what}" if what else name.replace("_", " ")
 
 
 def print_summary(report, max_rows, stderr=False):

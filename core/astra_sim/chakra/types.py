@@ -6,6 +6,8 @@ value of the ``comm_type`` attribute.
 
 from __future__ import annotations
 
+from . import et_def_pb2 as _pb
+
 __all__ = [
     "INVALID_NODE", "METADATA_NODE", "MEM_LOAD_NODE", "MEM_STORE_NODE", "COMP_NODE",
     "COMM_SEND_NODE", "COMM_RECV_NODE", "COMM_COLL_NODE",
@@ -27,16 +29,7 @@ COMM_SEND_NODE = 5
 COMM_RECV_NODE = 6
 COMM_COLL_NODE = 7
 
-NODE_TYPE_NAMES = {
-    INVALID_NODE: "INVALID_NODE",
-    METADATA_NODE: "METADATA_NODE",
-    MEM_LOAD_NODE: "MEM_LOAD_NODE",
-    MEM_STORE_NODE: "MEM_STORE_NODE",
-    COMP_NODE: "COMP_NODE",
-    COMM_SEND_NODE: "COMM_SEND_NODE",
-    COMM_RECV_NODE: "COMM_RECV_NODE",
-    COMM_COLL_NODE: "COMM_COLL_NODE",
-}
+NODE_TYPE_NAMES = {value: name for name, value in _pb.NodeType.items()}
 NODE_TYPE_VALUES = {name: value for value, name in NODE_TYPE_NAMES.items()}
 
 # --- CollectiveCommType (value of the `comm_type` attribute) ---------------------------------------------
@@ -51,30 +44,17 @@ REDUCE_SCATTER = 7
 REDUCE_SCATTER_BLOCK = 8
 BARRIER = 9
 
-COMM_TYPE_NAMES = {
-    ALL_REDUCE: "ALL_REDUCE",
-    REDUCE: "REDUCE",
-    ALL_GATHER: "ALL_GATHER",
-    GATHER: "GATHER",
-    SCATTER: "SCATTER",
-    BROADCAST: "BROADCAST",
-    ALL_TO_ALL: "ALL_TO_ALL",
-    REDUCE_SCATTER: "REDUCE_SCATTER",
-    REDUCE_SCATTER_BLOCK: "REDUCE_SCATTER_BLOCK",
-    BARRIER: "BARRIER",
-}
+COMM_TYPE_NAMES = {value: name for name, value in _pb.CollectiveCommType.items()}
 
 
 def node_type_name(value: int) -> str:
     """``4 -> 'COMP_NODE'``; unknown values give ``'UNKNOWN_NODE_TYPE(<n>)'``."""
-    name = NODE_TYPE_NAMES.get(value)
-    return name if name is not None else f"UNKNOWN_NODE_TYPE({value})"
+    return NODE_TYPE_NAMES.get(value) or f"UNKNOWN_NODE_TYPE({value})"
 
 
 def comm_type_name(value: int) -> str:
     """``0 -> 'ALL_REDUCE'``; unknown values give ``'UNKNOWN_COMM_TYPE(<n>)'``."""
-    name = COMM_TYPE_NAMES.get(value)
-    return name if name is not None else f"UNKNOWN_COMM_TYPE({value})"
+    return COMM_TYPE_NAMES.get(value) or f"UNKNOWN_COMM_TYPE({value})"
 
 
 # --- AttributeProto oneof members ---------------------------------------------------------------------------

@@ -4,6 +4,8 @@ simulated rank)."""
 
 from __future__ import annotations
 
+import math
+
 from astra_sim.api import RunContext
 from astra_sim.config import ignored_key_messages, parse_comm_groups, parse_memory_config, parse_system_config
 from astra_sim.engine import EventEngine
@@ -54,11 +56,7 @@ class RunSetup:
         self.network_backend_name = network_backend
         self.network = registry.get("network_backend", network_backend).factory(context)
         self.npus_per_dim = list(self.network.npus_per_dim)
-        total = 1
-        for count in self.npus_per_dim:
-            total *= count
-        self.total_npus = total
-        context.total_npus = total
+        self.total_npus = context.total_npus = math.prod(self.npus_per_dim)
         context.npus_per_dim = list(self.npus_per_dim)
         self._check_group_members()
         context.memory_config = parse_memory_config(self.memory_config_path)

@@ -7,6 +7,7 @@ run and answers the system layer (:class:`astra_sim.system.sys.Sys`) and the fol
 
 from __future__ import annotations
 
+import math
 import os
 
 from astra_sim.config import COLLECTIVE_KEYS
@@ -30,10 +31,7 @@ class CollectiveCatalogue:
         self.system_config = system_config
         self.config_path = config_path
         self.npus_per_dim = list(npus_per_dim)
-        total = 1
-        for count in self.npus_per_dim:
-            total *= count
-        self.total_npus = total
+        self.total_npus = math.prod(self.npus_per_dim)
         self._warn = warn
         self._context = context
         self._impls = {}
@@ -87,9 +85,7 @@ class CollectiveCatalogue:
         dims = self.npus_per_dim
         if len(kinds) >= len(dims) or "one" in kinds:
             return
-        covered = 1
-        for count in dims[:len(kinds)]:
-            covered *= count
+        covered = math.prod(dims[:len(kinds)])
         key = COLLECTIVE_KEYS[com_type]
         names = self.system_config.implementations.get(com_type, [])
         which = "dimension 0" if len(kinds) == 1 else f"dimensions 0-{len(kinds) - 1}"

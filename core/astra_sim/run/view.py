@@ -5,6 +5,11 @@ from __future__ import annotations
 from types import MappingProxyType
 
 
+def _setup(name, doc=None):
+    """A read-only attribute of the view: the run's ``setup.<name>`` (:class:`astra_sim.run.build.RunSetup`)."""
+    return property(lambda view: getattr(view._sim.setup, name), doc=doc)
+
+
 class RunView:
     """A read-only view of one simulation run, the ``run`` argument of the lifecycle hooks.
 
@@ -116,34 +121,14 @@ class RunView:
         read-only."""
         return MappingProxyType(self._sim.setup.options)
 
-    @property
-    def workload_prefix(self) -> str:
-        return self._sim.setup.workload_prefix
-
-    @property
-    def workload_format_name(self) -> str:
-        return self._sim.setup.workload_format_name
-
-    @property
-    def workload_format(self):
-        """The registered workload format object that reads the traces."""
-        return self._sim.setup.workload_format
-
-    @property
-    def compact(self):
-        """The compact workload (:class:`astra_sim.api.CompactWorkload`: class traces, rank map, declared
-        symmetry), or None for per-rank traces."""
-        return self._sim.setup.compact
-
-    @property
-    def system_config(self):
-        """The parsed system configuration (:class:`astra_sim.config.SystemConfig`; do not modify)."""
-        return self._sim.setup.system_config
-
-    @property
-    def comm_group_path(self):
-        """The ``--comm-group-configuration`` file (None without one)."""
-        return self._sim.setup.comm_group_path
+    workload_prefix = _setup("workload_prefix")
+    workload_format_name = _setup("workload_format_name")
+    workload_format = _setup("workload_format", "The registered workload format object that reads the traces.")
+    compact = _setup("compact", "The compact workload (:class:`astra_sim.api.CompactWorkload`: class traces, rank "
+                                "map, declared symmetry), or None for per-rank traces.")
+    system_config = _setup("system_config", "The parsed system configuration (:class:`astra_sim.config.SystemConfig`; "
+                                            "do not modify).")
+    comm_group_path = _setup("comm_group_path", "The ``--comm-group-configuration`` file (None without one).")
 
     @property
     def comm_groups(self):
@@ -155,36 +140,14 @@ class RunView:
     def npus_per_dim(self) -> tuple:
         return tuple(self._sim.setup.npus_per_dim)
 
-    @property
-    def total_npus(self) -> int:
-        return self._sim.setup.total_npus
-
-    @property
-    def network(self):
-        """The network backend object (its optional capabilities: :mod:`astra_sim.api`)."""
-        return self._sim.setup.network
-
-    @property
-    def network_backend_name(self) -> str:
-        return self._sim.setup.network_backend_name
-
-    @property
-    def memory(self):
-        """The remote-memory backend object."""
-        return self._sim.setup.memory
-
-    @property
-    def memory_backend_name(self) -> str:
-        return self._sim.setup.memory_backend_name
-
-    @property
-    def compute_model(self):
-        """The compute model object (e.g. to find one's own model with ``isinstance``)."""
-        return self._sim.setup.compute_model
-
-    @property
-    def compute_model_name(self) -> str:
-        return self._sim.setup.compute_model_name
+    total_npus = _setup("total_npus")
+    network = _setup("network", "The network backend object (its optional capabilities: :mod:`astra_sim.api`).")
+    network_backend_name = _setup("network_backend_name")
+    memory = _setup("memory", "The remote-memory backend object.")
+    memory_backend_name = _setup("memory_backend_name")
+    compute_model = _setup("compute_model", "The compute model object (e.g. to find one's own model with "
+                                            "``isinstance``).")
+    compute_model_name = _setup("compute_model_name")
 
     # ------------------------------------------------------------ folding
     @property

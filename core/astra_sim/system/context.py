@@ -8,6 +8,8 @@ It is ``Sys.shared`` and ``RankWorkload.run``; collective algorithms (plugins in
 
 from __future__ import annotations
 
+import math
+
 
 class SharedContext:
     """The narrow context of the system and workload layers (built once per run, after the fold decision).
@@ -39,10 +41,7 @@ class SharedContext:
         self.engine = engine
         self.system_config = system_config
         self.npus_per_dim = list(npus_per_dim)
-        total = 1
-        for count in self.npus_per_dim:
-            total *= count
-        self.total_npus = total
+        self.total_npus = math.prod(self.npus_per_dim)
         self.queues_per_dim = list(queues_per_dim)
         self.rendezvous = rendezvous
         self.matcher = matcher

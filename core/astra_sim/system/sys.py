@@ -402,6 +402,14 @@ class Sys:
             # reference reads past its vector there, which in practice gives False).
             return dim < len(involved_dims) and bool(involved_dims[dim])
 
+        def add_phase(phases, d, kind, allocate, size):
+            """Append a chunk's phase in dimension ``d`` (its queue from ``allocate``, one of the dimension's three
+            allocators); returns the size the next phase gets."""
+            queue, direction = allocate()
+            algorithm = self._make_algorithm(kind, topology.basic_topology(d, kind), size, direction, impls[d])
+            phases.append((queue, algorithm))
+            return algorithm.final_data_size
+
         count = 0
         levels = self._queue_levels(group, ndims)
         local_bw_aware = self.shared.system_config.collective_optimization == "localBWAware"
@@ -416,12 +424,8 @@ class Sys:
             if com_type != ALL_REDUCE or not local_bw_aware:
                 for dim in range(ndims):
                     d = dim_mapper[dim]
-                    if not active(d):
-                        continue
-                    queue, direction = levels[d].next_queue()
-                    algorithm = self._make_algorithm(com_type, topology.basic_topology(d, com_type), remain, direction, impls[d])
-                    phases.append((queue, algorithm))
-                    remain = algorithm.final_data_size
+                    if active(d):
+                        remain = add_phase(phases, d, com_type, levels[d].next_queue, remain)
             else:
                 last_active_dim = 0
                 for dim in range(ndims):
@@ -429,29 +433,19 @@ class Sys:
                         last_active_dim = dim
                 for dim in range(last_active_dim):
                     d = dim_mapper[dim]
-                    if not active(d):
-                        continue
-                    queue, direction = levels[d].next_queue_first()
-                    algorithm = self._make_algorithm(REDUCE_SCATTER, topology.basic_topology(d, REDUCE_SCATTER), remain, direction, impls[d])
-                    phases.append((queue, algorithm))
-                    remain = algorithm.final_data_size
+                    if active(d):
+                        remain = add_phase(phases, d, REDUCE_SCATTER, levels[d].next_queue_first, remain)
                 dim = last_active_dim
                 while dim > 0 and not active(dim_mapper[dim]):
                     dim -= 1
                 d = dim_mapper[dim]
                 if active(d):
-                    queue, direction = levels[d].next_queue_first()
-                    algorithm = self._make_algorithm(ALL_REDUCE, topology.basic_topology(d, ALL_REDUCE), remain, direction, impls[d])
-                    phases.append((queue, algorithm))
-                    remain = algorithm.final_data_size
+                    remain = add_phase(phases, d, ALL_REDUCE, levels[d].next_queue_first, remain)
                 dim -= 1
                 while dim >= 0:
                     d = dim_mapper[dim]
                     if active(d):
-                        queue, direction = levels[d].next_queue_last()
-                        algorithm = self._make_algorithm(ALL_GATHER, topology.basic_topology(d, ALL_GATHER), remain, direction, impls[d])
-                        phases.append((queue, algorithm))
-                        remain = algorithm.final_data_size
+                        remain = add_phase(phases, d, ALL_GATHER, levels[d].next_queue_last, remain)
                     dim -= 1
             if not phases:
                 dataset.active = False

@@ -8,6 +8,8 @@ communicators use a "local" ring over the group's members.
 
 from __future__ import annotations
 
+import math
+
 CLOCKWISE = 0
 ANTICLOCKWISE = 1
 
@@ -103,10 +105,7 @@ def box_dims(npus, npus_per_dim):
     for npu in npus:
         for dim, coordinate in enumerate(coordinates(npu, npus_per_dim)):
             coords[dim].add(coordinate)
-    size = 1
-    for used in coords:
-        size *= len(used)
-    if size != len(set(npus)):
+    if math.prod(len(used) for used in coords) != len(set(npus)):
         return None
     return [dim for dim, used in enumerate(coords) if len(used) > 1]
 
@@ -244,10 +243,7 @@ class GeneralComplexTopology:
                 ring.native_dim = dim
                 self.dims.append(ring)
             elif kind == "one":
-                total = 1
-                for d in npus_per_dim:
-                    total *= d
-                self.dims.append(RingTopology.homogeneous(rank, total, 1))
+                self.dims.append(RingTopology.homogeneous(rank, math.prod(npus_per_dim), 1))
                 return
             elif kind == "tree":
                 if dim == last_dim:
