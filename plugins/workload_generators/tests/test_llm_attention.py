@@ -88,9 +88,11 @@ def test_causal_cp_steps_do_the_load_balanced_share(tmp_path, cp):
         back = _attn(nodes, BWD, "bwd.l0.mb0")
         assert len(back) == cp
         assert sum(_flops(n) for n in back) == 2.5 * 2 * b * hq * _pairs(mine) * 2 * D
-        # the dK/dV ring starts once the first remote chunk's gradients are done
+        # the dK/dV ring starts once the first remote chunk's gradients are done and accumulated (TE's dV add_
+        # after step 1's backward: test_llm_te_cp_merges.py)
         first_send = next(n for n in nodes if n.name == "cp_send.bwd.l0.mb0.dkv.1")
-        assert first_send.data_deps == [back[1].id]
+        accumulated = next(n for n in nodes if n.attrs.get("label") == "bwd.l0.mb0.attn.cp1.dv_accumulate")
+        assert first_send.data_deps == [accumulated.id] and back[1].id < accumulated.id
     # the whole mask is covered exactly once over the CP ranks of one TP index
     total = sum(_flops(n) for r in range(0, tp * cp, tp) for n in _attn(ranks[r], FWD, "fwd.l0.mb0"))
     assert total == 2 * b * hq * _pairs(range(S)) * 2 * D

@@ -75,7 +75,9 @@ def test_context_parallel_quantizes_do_once_and_dequantizes_each_step(tmp_path):
     assert by_label["bwd.l0.mb0.attn.cp1.fp8_dequantize"].attrs["tensor_size"] == (Q // 2 + KV // 4) * 3
     # the dK/dV ring starts after step 1's gradients are dequantized
     send = next(n for n in nodes if n.name == "cp_send.bwd.l0.mb0.dkv.1")
-    assert by_label["bwd.l0.mb0.attn.cp1.fp8_dequantize"].id in send.data_deps
+    # (the send waits for the step's dK/dV accumulated after the dequantize: test_llm_te_cp_merges.py)
+    assert by_label["bwd.l0.mb0.attn.cp1.fp8_dequantize"].id < by_label["bwd.l0.mb0.attn.cp1.dv_accumulate"].id
+    assert by_label["bwd.l0.mb0.attn.cp1.dv_accumulate"].id in send.data_deps
 
 
 def test_off_without_fp8_attention_is_a_config_error():

@@ -26,7 +26,10 @@ Then the two preset cases, whose models are rotary (llama3_8b_preset, llama2_70b
 36): RoPE on Q and K is emitted by default (``config.rope_kernel``): Transformer Engine's fused kernel, one per
 tensor each way, in the Megatron training step (Megatron-LM's ``apply_rope_fusion`` default), vLLM's in-place
 ``rotary_embedding``, one per layer, in the decode step; the other cases give dimensions without a model (not
-rotary: Megatron-LM's learned_absolute default) and are unchanged.
+rotary: Megatron-LM's learned_absolute default) and are unchanged. Then the two Megatron training cases with context
+parallelism (cp_causal_unfused, moe_imbalance_cp_ep), on purpose (issue 36): Transformer Engine's ring attention merges
+the CP steps' outputs (LSE and output corrections) and accumulates their dQ, dK, dV in kernels of its own
+(``AttentionOps.te_ring_merges``); the inference case with CP (prefill_cp_logits) is unchanged.
 
 Regenerate (only when a change of the traces is intended)::
 

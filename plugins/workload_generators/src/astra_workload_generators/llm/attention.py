@@ -1,4 +1,5 @@
-"""Attention: FlashAttention (one node per call, causal or not, one call per context-parallel ring step) or
+"""Attention: FlashAttention (one node per call, causal or not, one call per context-parallel ring step, with
+Transformer Engine's merges of the ring steps) or
 Megatron's unfused QK^T / softmax / AV, and the context-parallel ring of K/V (and dK/dV) messages."""
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ ATTN_BWD = "aten::_scaled_dot_product_flash_attention_backward"
 
 #: Transformer Engine's dequantize of an FP8 tensor back to --dtype (memory-bound, timed from ``tensor_size``)
 TE_DEQUANTIZE = "transformer_engine::dequantize"
+
+
+#: fp32 tensors of Transformer Engine's CP merges and accumulations
+TE_F32 = "Tensor(float)"
 
 
 CP_TAG_BASE = 1 << 24  # comm_tag of context-parallel ring messages: CP_TAG_BASE + ((phase*L + layer)*M + mb)*CP + j
@@ -107,6 +112,60 @@ class AttentionOps:
                 rows = b * hq * q
                 node = self._te(TE_DEQUANTIZE, label + ".fp8_dequantize", rows, dv, FP8_FWD,
                                 rows * dv * (1 + self.nbytes), ())
+            if self.te_ring_merges:
+                self._te_ring_step_fwd(label, j, b, hq, q, dv)
+        if self.te_ring_merges:
+            node = self._te_ring_out_correction(lab + ".attn", b, hq, q, dv, j + 1)
+        return node
+
+    @property
+    def te_ring_merges(self):
+        """Transformer Engine's ring (``AttnFuncWithCPAndKVP2P``, ``--cp-rotate ring``) merges the CP steps' partial
+        outputs and accumulates their gradients in memory-bound kernels of its own: emitted in training steps with
+        element-wise nodes (:meth:`_te_ring_step_fwd`, :meth:`_te_ring_out_correction`, :meth:`_te_ring_bwd_step`).
+        Source: NVIDIA/TransformerEngine ``transformer_engine/pytorch/attention/dot_product_attention/
+        context_parallel.py`` read at tag v2.8 (the same kernels at d0067d0, 2026), bshd/sbhd layouts."""
+        return self.cfg.cp > 1 and self.cfg.ew and not self.torch_cp
+
+    def _te_ring_acc(self, *shape, fp8=None):
+        """The dtype TE merges and accumulates the CP steps in (``fp8``: the pass runs in FP8; default the
+        forward's ``--attention-dtype``): fp32 with FP8 attention ("out in torch.float32",
+        "dq, dk, dv are reduced across steps in higher precision"), else ``--dtype`` (``out = torch.zeros_like(q)``,
+        ``dq_buffer = torch.empty_like(q)``, the dK/dV ring buffers in the K/V's dtype)."""
+        fp8 = self.cfg.attention_dtype == "fp8" if fp8 is None else fp8
+        return (tuple(shape), TE_F32) if fp8 else self._t(*shape)
+
+    def _te_ring_step_fwd(self, label, j, b, hq, q, dv):
+        """After CP step ``j``'s forward (TE v2.8 ``AttnFuncWithCPAndKVP2P.forward``): under FP8 current scaling the
+        step's FP8 output (``cp_p2p_fwd_fused_attn`` passes the O quantizer) converted ``.to(torch.float32)`` (under
+        delayed scaling the dequantize emitted after the call stands for TE's ``dequantize(dtype=torch.float32)``);
+        from step 1 on, ``flash_attn_fwd_softmax_lse_correction`` (one fused kernel: TE's ``jit_fuser`` is
+        ``torch.compile``) merging the step's fp32 LSE into the running one."""
+        if self.cfg.attention_dtype == "fp8" and self.cfg.fp8_recipe == "current":
+            shape = [b, hq, q, dv]  # (read one byte an element, write four; ew counts FP8 at --dtype's width)
+            self._memory_node("aten::copy_", label + ".out_to_f32", b * hq * q * dv * (1 + 4), repr([shape, shape]),
+                              repr([TE_F32, FP8_FWD]), ())
+        if j > 0:
+            lse = ((b, hq, q), TE_F32)
+            self.ew("aten::add_", label + ".lse_correction", [lse, lse])
+
+    def _te_ring_out_correction(self, lab, b, hq, q, dv, steps):
+        """TE's output correction after the ring (TE v2.8 ``AttnFuncWithCPAndKVP2P.forward``, bshd/sbhd): step 0's
+        output scaled by ``exp(lse_step - lse)`` into the running output (``flash_attn_fwd_out_correction_init``),
+        each later step's scaled and added to it (``flash_attn_fwd_out_correction``), one fused kernel each; under
+        FP8 the fp32 output cast back, ``out.to(fwd_nominal_dtype)`` (in ``--dtype`` it is a no-op: no kernel).
+        ASSUMPTION (the symmetric trace of :meth:`_attn_steps`): every rank is timed as the last CP rank, whose every
+        step takes TE's ``i <= rank`` branch (full-size corrections; ranks with ``i > rank`` correct half)."""
+        out, lse = self._te_ring_acc(b, hq, q, dv), ((b, hq, q, 1), TE_F32)
+        node = None
+        for j in range(steps):  # (one per CP step; a sliding-window layer's single call: one)
+            label = f"{lab}.cp{j}.out_correction"
+            if j == 0:
+                node = self.ew("aten::mul", label, [out, lse, lse])
+            else:
+                node = self.ew("aten::add_", label, [out, out, lse, lse])
+        if self.cfg.attention_dtype == "fp8":
+            node = self.ew("aten::copy_", lab + ".out_to_dtype", [self._t(b, hq, q, dv), out])
         return node
 
     def _fp8_attention_cast(self, label, b, q_elems, kv_elems, deps):
@@ -144,8 +203,31 @@ class AttentionOps:
                 cols = hq * q * d + hkv * k * (d + dv)
                 node = self._te(TE_DEQUANTIZE, label + ".fp8_dequantize", b, cols, FP8_GRAD,
                                 b * cols * (1 + self.nbytes), ())
+            if self.te_ring_merges:
+                node = self._te_ring_bwd_step(label, j, b, hq, hkv, q, k, d, dv)
             nodes.append(node)
+        if self.te_ring_merges and fp8:
+            # the fp32 dQ, dK, dV cast to the inputs' --dtype (autograd casts a gradient to its input's dtype)
+            kv_home = hkv * q * (d + dv)
+            self.ew("aten::copy_", lab + ".attn.dq_to_dtype", [self._t(b, hq, q, d), ((b, hq, q, d), TE_F32)])
+            self.ew("aten::copy_", lab + ".attn.dkv_to_dtype", [self._t(b, kv_home), ((b, kv_home), TE_F32)])
         return nodes[min(1, len(nodes) - 1)]
+
+    def _te_ring_bwd_step(self, label, j, b, hq, hkv, q, k, d, dv):
+        """TE's accumulation of CP step ``j``'s gradients (TE v2.8 ``AttnFuncWithCPAndKVP2P.backward``): dQ copied at
+        step 0 and added after (``dq.copy_(dq_)``, ``dq.add_(dq_)``), dK and dV of the step's ``k`` keys likewise into
+        the dK/dV ring buffer (``dk.copy_(dk_)`` / ``dk.add_(dk_)``, the same for dV); under FP8 current scaling
+        into zeroed fp32 buffers, always added (the ``.to(torch.float32)`` of each step's gradients: the dequantize
+        emitted after the call; the fp32 buffer's zeroing is not emitted). One kernel each; returns the last."""
+        fp8 = self.fp8_backward
+        op = "aten::copy_" if j == 0 and not fp8 else "aten::add_"
+        dq = self._te_ring_acc(b, hq, q, d, fp8=fp8)
+        self.ew(op, label + ".dq_accumulate", [dq, dq])
+        node = None
+        for name, width in (("dk", d), ("dv", dv)):
+            grad = self._te_ring_acc(b, hkv, k, width, fp8=fp8)
+            node = self.ew(op, f"{label}.{name}_accumulate", [grad, grad])
+        return node
 
     @property
     def fp8_backward(self):
