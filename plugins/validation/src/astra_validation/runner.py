@@ -45,8 +45,9 @@ def run_case(case, workdir=None):
         if case.kind == "llm_step":
             from astra_workload_generators.llm import LlmSpec, generate_llm_workload
 
-            generate_llm_workload(LlmSpec.from_argv(case.workload, where=f"validation case {case.name}: workload"),
-                                  prefix, on_warning=lambda line: None)
+            # generated for the case's platform (its GPU: where Transformer Engine writes FP8 transposes)
+            spec = LlmSpec.from_argv(case.workload, where=f"validation case {case.name}: workload")
+            generate_llm_workload(spec.replace(platform=case.platform), prefix, on_warning=lambda line: None)
         else:
             node = make_node(0, case.collective, T.COMM_COLL_NODE, attrs={
                 "is_cpu_op": False, "comm_type": _COMM_TYPES[case.collective], "comm_size": case.size_bytes})
