@@ -82,20 +82,11 @@ class EtNode:
 
     def __repr__(self):
         parts = [f"id={self.id}", f"name={self.name!r}", f"type={self.type_name}"]
-        if self.data_deps:
-            parts.append(f"data_deps={self.data_deps!r}")
-        if self.ctrl_deps:
-            parts.append(f"ctrl_deps={self.ctrl_deps!r}")
-        if self.duration_micros:
-            parts.append(f"duration_micros={self.duration_micros}")
-        if self.inputs_values:
-            parts.append(f"inputs_values={self.inputs_values!r}")
-        if self.inputs_shapes:
-            parts.append(f"inputs_shapes={self.inputs_shapes!r}")
-        if self.inputs_types:
-            parts.append(f"inputs_types={self.inputs_types!r}")
-        if self.attrs:
-            parts.append(f"attrs={self.attrs!r}")
+        for field in ("data_deps", "ctrl_deps", "duration_micros", "inputs_values", "inputs_shapes", "inputs_types",
+                      "attrs"):
+            value = getattr(self, field)
+            if value:
+                parts.append(f"{field}={value!r}")
         return f"EtNode({', '.join(parts)})"
 
     def _key(self):

@@ -223,18 +223,11 @@ def make_node(id, name="", type=0, *, data_deps=(), ctrl_deps=(), duration_micro
         m.data_deps.extend(data_deps)
         m.start_time_micros = start_time_micros
         m.duration_micros = duration_micros
-        if inputs_values:
-            m.inputs.values = inputs_values
-        if inputs_shapes:
-            m.inputs.shapes = inputs_shapes
-        if inputs_types:
-            m.inputs.types = inputs_types
-        if outputs_values:
-            m.outputs.values = outputs_values
-        if outputs_shapes:
-            m.outputs.shapes = outputs_shapes
-        if outputs_types:
-            m.outputs.types = outputs_types
+        for io, values, shapes, types in ((m.inputs, inputs_values, inputs_shapes, inputs_types),
+                                          (m.outputs, outputs_values, outputs_shapes, outputs_types)):
+            for field, text in (("values", values), ("shapes", shapes), ("types", types)):
+                if text:  # (an IOInfo field set to "" would still mark the IOInfo present)
+                    setattr(io, field, text)
     except (TypeError, ValueError, OverflowError) as exc:
         raise ChakraError(f"{where}: cannot build node: {exc}") from None
     _fill_attrs(m.attr, dict(attrs or {}), dict(attr_types or {}), dict(attr_docs or {}), where, strict=True)

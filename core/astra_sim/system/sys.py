@@ -240,18 +240,10 @@ class Sys:
         return 3 * int(size / bw * 1e9)
 
     def native_send(self, dst, size, tag, fn, arg):
-        tag = tag % (COLLECTIVE_TAG_BASE - NATIVE_TAG_BASE) + NATIVE_TAG_BASE
-        self.front_end_send(dst, size, tag, fn, arg)
+        self.msg_send(self.rank, dst, size, tag % (COLLECTIVE_TAG_BASE - NATIVE_TAG_BASE) + NATIVE_TAG_BASE, fn, arg)
 
     def native_recv(self, src, size, tag, fn, arg):
-        tag = tag % (COLLECTIVE_TAG_BASE - NATIVE_TAG_BASE) + NATIVE_TAG_BASE
-        self.front_end_recv(src, size, tag, fn, arg)
-
-    def front_end_send(self, dst, size, tag, fn, arg):
-        self.msg_send(self.rank, dst, size, tag, fn, arg)
-
-    def front_end_recv(self, src, size, tag, fn, arg):
-        self.msg_recv(src, self.rank, size, tag, fn, arg)
+        self.msg_recv(src, self.rank, size, tag % (COLLECTIVE_TAG_BASE - NATIVE_TAG_BASE) + NATIVE_TAG_BASE, fn, arg)
 
     def _rendezvous_send(self, src, dst, size, tag, fn, arg):
         """Wait for the receiver's 8 KiB handshake, then send for real."""
