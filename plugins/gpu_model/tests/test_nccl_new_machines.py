@@ -54,10 +54,11 @@ def test_blackwell_factor_is_its_own_and_hopper_unchanged():
 
 def test_nvls_tree_bus_by_hand():
     """2 HGX B200 nodes, 8 x 400 Gb/s: NCCL's NVLSTree is the least of NVLS (1001.5), the heads' NICs twice
-    (8 x 50 x 2 = 800) and 16 channels x 96; calibrated: NVLS at its peak (820.5), the NICs at 24/25 (768)."""
+    (8 x 50 x 2 = 800) and 8 NVLS channels (one per head) x 96 = 768; calibrated: NVLS at its peak (820.5), the NICs
+    at 24/25 (768), the cap 768."""
     cfg = config_for_gpu("B200")
     bw = intra_bandwidth(cfg, "nvswitch")
-    assert nvls_tree_bus(cfg, bw, 8, 2) == pytest.approx(800.0)
+    assert nvls_tree_bus(cfg, bw, 8, 2) == pytest.approx(768.0)
     factor = load_calibration()["blackwell"].beyond_fit["nvswitch/nvls/Simple"]
     assert nvls_tree_bus(cfg, bw, 8, 2, factor, NIC_EFFICIENCY) == pytest.approx(768.0)
     # More than 2 nodes: the heads' NICs once, not twice (8 x 50 = 400 raw).

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 
 from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, TimedCollective
 
+from astra_gpu_model.nccl_graph import ring_graph
+
 LL, LL128, SIMPLE = "LL", "LL128", "Simple"
 PROTOCOLS = (LL, LL128, SIMPLE)
 RING, TREE, NVLS, COLLNET, NVLS_TREE, PAT = "ring", "tree", "nvls", "collnet", "nvls_tree", "pat"
@@ -388,6 +390,11 @@ def predict(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
         # The ring/tree crosses its node's NICs: one per GPU, rail-optimised.
         bw_inter = cfg.nic_gbps * ppn
         bw_bus = bw_inter if ppn == 1 else min(bw_intra, bw_inter)
+        if link == "nvswitch":
+            # NCCL's per-channel caps (perChMax...Bw) count its search's channels, one per NIC at the first speed
+            # the GPU -> NIC path allows (nccl_graph.ring_graph: 8 on 8 H100 with 8 NICs), not the communicator's
+            # duplicated ones (cfg.channels, 16).
+            nch = ring_graph(cfg.arch, ppn, cfg.nic_gbps, cfg.pci_gbps, bw_intra)[0]
         ll_max = LL_MAX_MULTINODE[cfg.cpu][col - 1]
         net_overhead = NET_OVERHEAD_US[cfg.cpu]
     else:
@@ -435,13 +442,16 @@ def predict(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
             elif algo == RING and proto == LL128:
                 bus = min(0.92 * bus, nch * caps["ring_ll128"][col])
             elif algo == TREE:
-                if proto == SIMPLE:
-                    bus = min(0.92 * bus, nch * caps["tree"][col])
-                elif proto == LL:
+                # tuning.cc: the 0.92 and perChMaxTreeBw cap hold for every protocol of an all-reduce tree, then LL
+                # and LL128 their own; x0.85 only for NCCL_TOPO_PATTERN_TREE, which the search uses on one GPU per
+                # node (search.cc: "if (ngpus == 1) ... pattern = NCCL_TOPO_PATTERN_TREE"; else a balanced tree)
+                bus = min(0.92 * bw_bus, nch * caps["tree"][col])
+                if proto == LL:
                     bus = min(bus / 3.8, ll_max)
-                else:
+                elif proto == LL128:
                     bus = min(bus * (7 / 9 if nodes == 1 else 120 / 128), nch * caps["tree_ll128"][col])
-                bus *= 0.85
+                if ppn == 1:
+                    bus *= 0.85
             elif algo == NVLS:
                 bus = bw_intra * caps["nvls_eff"] * (nch - 1) / nch
                 bus *= 2 if coll == ALL_REDUCE else (n - 1) / n
@@ -543,7 +553,10 @@ def nvls_tree_bus(cfg: NcclConfig, bw_intra, ppn, nodes, nvls_share=None, nic_sh
     """Bus bandwidth (GB/s) of NCCL's NVLSTree all-reduce: NVLS reduces inside each node, the node's heads (one GPU
     and its NIC each, at most :data:`NVLS_MAX_HEADS`) run a tree between nodes. NCCL's model (tuning.cc): the least
     of NVLS's bus bandwidth, the heads' NICs (twice on 2 nodes, where the tree is one exchange each way; once on
-    more, where a tree node forwards to two children), and ``channels x perChMaxNVLSTreeBw``.
+    more, where a tree node forwards to two children), and ``channels x perChMaxNVLSTreeBw``, ``channels`` being the
+    NVLS graph's: one per head (search.cc: "NVLS and COLLNET_DIRECT search must have ngpus heads at most",
+    ``maxChannels = min(NCCL_MAX_NVLS_ARITY, ngpus)``), not the communicator's NVLS CTAs (8 H100: 8 x 45.5 = 364 GB/s
+    on more than 2 nodes, 8 x 57.7 = 461.6 on 2; measured 365 and 468, NVIDIA/nccl-tests#309).
 
     ``nvls_share``: the factor on NCCL's NVLS bandwidth the calibration found (its peak statement), ``nic_share``:
     on the NICs' line rate (:data:`NIC_EFFICIENCY`); both 1 for NCCL's own model."""
@@ -551,7 +564,7 @@ def nvls_tree_bus(cfg: NcclConfig, bw_intra, ppn, nodes, nvls_share=None, nic_sh
     intra = min(bw_intra * caps["nvls_eff"] * (cfg.channels - 1) / cfg.channels * 2, bw_intra * 2)
     intra *= 1.0 if nvls_share is None else nvls_share
     inter = min(ppn, NVLS_MAX_HEADS) * cfg.nic_gbps * nic_share * (2 if nodes <= 2 else 1)
-    return min(intra, inter, cfg.channels * caps["nvls_tree"][1 if nodes <= 2 else 2])
+    return min(intra, inter, min(ppn, NVLS_MAX_HEADS) * caps["nvls_tree"][1 if nodes <= 2 else 2])
 
 
 def collnet_bw(cfg: NcclConfig, ppn, bw_intra):
