@@ -130,3 +130,37 @@ def test_a_serving_step_gives_the_same_step(tmp_path, model, name):
     llm = {"model": model, "tp": tp, "dp": platform.gpus_per_node // tp, "logits": "last", "mode": "prefill",
            "batch_size": 1, "prompt_len": 100}
     assert served == api_step_ns(tmp_path, llm, {"platform": name, "nodes": 1}) > 0
+
+
+@pytest.mark.parametrize("name", ["hgx-h100", "hgx-b200"])
+def test_an_fp8_step_is_generated_for_its_platform_through_every_door(tmp_path, model, name):
+    """Transformer Engine writes FP8 transposes on Hopper and not on Blackwell, so an FP8 step depends on the GPU it
+    is generated for: a sweep row and a validation case generate it for their platform, as the API does when told
+    (LlmSpec's ``platform``), and on Blackwell that differs from the step generated without a platform."""
+    from astra_sweep import Executor, run_sweep
+    from astra_sweep.results import Results
+    from astra_validation.registry import Case
+    from astra_validation.runner import run_case
+
+    platform = get_platform(name)
+    llm = {**training_step(platform, model), "gemm_dtype": "fp8"}
+    run = {"platform": name, "nodes": 1}
+    for_platform = api_step_ns(tmp_path / "api", {**llm, "platform": name}, run)
+    without = api_step_ns(tmp_path / "plain", llm, run)
+    assert (for_platform != without) == (name == "hgx-b200")
+
+    class InProcess(Executor):
+        def run(self, fn, tasks, timeout=None):
+            for task, payload in tasks:
+                yield task, fn(task, payload)
+
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"workload": {"llm": llm}, "run": {"platform": name}}))
+    out = tmp_path / "rows.csv"
+    run_sweep(str(spec), str(out), progress=False, executor_object=InProcess())
+    (row,) = Results(str(out), [], {})._read_results()
+    assert row["status"] == "ok" and row["step_ns"] == for_platform
+
+    case = Case(name=f"one-engine-fp8-{name}", kind="llm_step", source="this test", hardware=name, platform=name,
+                nodes=1, measured={"step_s": 1.0}, workload=tuple(argv_of(llm)))
+    assert run_case(case)["simulated_ns"] == for_platform

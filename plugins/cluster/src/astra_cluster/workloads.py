@@ -32,9 +32,10 @@ class JobWorkload:
         self.summary = summary
 
 
-def materialize(job, folder, base_dir) -> JobWorkload:
+def materialize(job, folder, base_dir, platform=None) -> JobWorkload:
     """Write (generators) or find (Chakra) ``job``'s workload; ``folder``: where generated traces go;
-    ``base_dir``: what relative Chakra prefixes are relative to."""
+    ``base_dir``: what relative Chakra prefixes are relative to; ``platform``: the cluster's registered platform,
+    which an LLM job is generated for (its GPU's kernels) unless the job names one."""
     from astra_sim.spec import workload_ranks
 
     kind, value = job.workload_kind, job.workload
@@ -44,6 +45,8 @@ def materialize(job, folder, base_dir) -> JobWorkload:
         from astra_workload_generators.llm import LlmSpec, generate_llm_workload
 
         spec = LlmSpec.from_mapping(value, where=where)
+        if spec.platform is None and platform is not None:
+            spec = spec.replace(platform=platform)
         summary = generate_llm_workload(spec, prefix)
         workload = JobWorkload(prefix, summary["npus"], _groups_of(prefix, None), summary)
     elif kind == "micro":

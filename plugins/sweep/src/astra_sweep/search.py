@@ -328,7 +328,7 @@ def _search_layouts(args, late):
               f"{m.describe()})")
     if not fit:
         raise ConfigError("no layout fits the GPU's memory; add GPUs, ZeRO stages or recomputation")
-    source = {**source, **({"seq-len": args.seq_len} if args.seq_len else {}),
+    source = {**source, "platform": platform.name, **({"seq-len": args.seq_len} if args.seq_len else {}),
               **({"gemm-dtype": "fp8"} if args.gemm_dtype == "fp8" else {}),
               **({"grad-buffer": args.grad_buffer} if args.grad_buffer != "fp32" else {}),
               **({"fp8-params": True} if args.fp8_params else {})}

@@ -51,6 +51,10 @@ class Plan:
                 self.refs[point.id] = trace_cache[prefix]
                 continue
             options = dict(point.workload)
+            if point.workload_kind == "llm" and "platform" not in options and point.run.get("platform"):
+                # generated for the machine it runs on (its GPU's kernels: Transformer Engine's FP8 transposes),
+                # as `astra validate` generates a case for its platform
+                options["platform"] = point.run["platform"]
             if point.workload_kind == "serve":
                 from .point import serve_spec
 
