@@ -8,7 +8,8 @@ import math
 
 import pytest
 
-from astra_gpu_model.attention import BLACKWELL_ATTENTION, blackwell_efficiency, published_attention
+from astra_gpu_model.attention import (BLACKWELL_ATTENTION, blackwell_efficiency, blackwell_mask_ratio,
+                                      published_attention)
 from astra_gpu_model.gpu import load_gpu
 from astra_gpu_model.model import GpuComputeModel
 from astra_sim_testing import flash_attention_node
@@ -90,3 +91,49 @@ def test_each_blackwell_preset_runs_its_own_rows():
     b300 = load_gpu("B300")
     assert blackwell_efficiency(b300, None, "bf16", True, 8192) == pytest.approx(
         1150.498 / 2250 / _bench_utilisation(8192, b300.sm_count))
+
+
+def test_without_the_mask_cudnn_runs_at_nvidias_measured_ratio():
+    """The published Blackwell rows are causal; a non-causal node runs at them times NVIDIA's cuDNN 9.22 no-mask over
+    causal TFLOP/s of the same GPU (published_attention_blackwell_masks.csv): GB200 BF16 at 2k, forward 1,433 / 1,097
+    and backward 1,124 / 885; B200 takes GB200's ratio, B300 GB300's (FP8 forward at 8k: 3,160 / 2,897)."""
+    gb200, b200, b300 = load_gpu("GB200"), load_gpu("B200"), load_gpu("B300")
+    assert blackwell_mask_ratio(gb200, "bf16", False, 2048) == pytest.approx(1433 / 1097)  # 1.306
+    assert blackwell_mask_ratio(b200, "bf16", True, 2048) == pytest.approx(1124 / 885)  # 1.270
+    assert blackwell_mask_ratio(b300, "fp8", False, 8192) == pytest.approx(3160 / 2897)  # 1.091
+    # between lengths: each row interpolated in log2 length, then divided (2^11.5: halfway between 2k and 4k)
+    assert blackwell_mask_ratio(gb200, "bf16", False, round(2 ** 11.5)) == pytest.approx(
+        ((1433 + 1599) / 2) / ((1097 + 1408) / 2), rel=1e-3)
+    # below 2k: the 2k ratio; a GPU without a measured counterpart: 1
+    assert blackwell_mask_ratio(gb200, "bf16", False, 512) == pytest.approx(1433 / 1097)
+    assert blackwell_mask_ratio(load_gpu("H100"), "bf16", False, 8192) == 1.0
+    assert blackwell_efficiency(b200, None, "bf16", False, 2048, causal=False) == pytest.approx(
+        blackwell_efficiency(b200, None, "bf16", False, 2048) * 1433 / 1097)
+
+
+def test_a_non_causal_node_on_b200_by_hand():
+    """b 1, 32 heads of 128, 4k queries against 2k keys without the mask (a Megatron CP step): the B200's causal 2k
+    rows (907.547 forward, 545.088 backward TFLOP/s) over the benchmark's utilisation, times GB200's ratio at 2k
+    (1,433 / 1,097 and 1,124 / 885), times the node's own utilisation (32 x 4096/128 = 1024 blocks on 148 SMs)."""
+    model = GpuComputeModel(None, "B200")
+    from astra_sim.chakra import make_node, types as T
+
+    flops = 2.0 * 1 * 32 * 4096 * 2048 * 256
+    ctas = 32 * 4096 // 128
+    utilisation = ctas / (-(-ctas // 148) * 148)  # 1024 / 1036
+    bench = _bench_utilisation(2048, 148)  # 2048 / 2072
+    launch = model.gpu.gemm.launch_us * 1e-6
+    for backward, tflops, ratio in ((False, 907.547, 1433 / 1097), (True, 545.088, 1124 / 885)):
+        q, k = "[1, 32, 4096, 128]", "[1, 32, 2048, 128]"
+        if backward:
+            name, shapes = "aten::_scaled_dot_product_flash_attention_backward", f"[{q}, {q}, {k}, {k}]"
+            values = "[[], [], [], [], [], [], None, None, 0, 0, 0.0, False, None, None]"
+        else:
+            name, shapes, values = "aten::_scaled_dot_product_flash_attention", f"[{q}, {k}, {k}]", \
+                "[[], [], [], 0.0, False, False]"
+        node = make_node(0, name, T.COMP_NODE, attrs={"is_cpu_op": False, "inputs_shapes": shapes,
+                                                      "inputs_types": "[" + ", ".join([BF16] * 4) + "]",
+                                                      "inputs_values": values})
+        work = flops * (2.5 if backward else 1.0)
+        expected = math.ceil((launch + work / (tflops * 1e12 / bench * ratio * utilisation)) * 1e9)
+        assert model.compute_time_ns(node, 0) == expected, backward

@@ -107,12 +107,13 @@ def test_astra_validate_runs_the_cheap_newest_machine_steps(tmp_path):
     # measurements (NVFP4 GEMMs: pytorch/ao#2427; attention: NVIDIA's cuDNN SDPA benchmark of B200, GB200, GB300)
     # the GB parts' steps come within 8 %, but GB200's Megatron-Bridge 8B row (14 % fast, like the HGX B200 row) and
     # the GB300 rack: since the GEMM tile sets and the published FP8 ceiling of the B300 preset (docs/validation.md,
-    # "GEMM tile sets and the published maximum achievable rate") it is 12.5 % slow, a known miss
+    # "GEMM tile sets and the published maximum achievable rate") it is 12.5 % slow, a known miss (7.6 % since its CP
+    # step without the mask runs at NVIDIA's measured cuDNN no-mask rate, attention.blackwell_mask_ratio)
     assert abs(error["mlperf-v5.1-llama31-8b-mi355x-fp8"]) < 0.05
     for name in ("megatron-bridge-gb300-llama3-8b-fp8", "mlperf-v5.1-llama31-8b-gb300-8gpu-fp4",
                  "mlperf-v5.1-llama31-8b-gb200-8gpu-fp4", "mlperf-v5.1-llama31-8b-gb200-rack-fp8"):
         assert abs(error[name]) < 0.08, (name, error[name])
-    assert 0.08 < error["mlperf-v5.1-llama31-8b-gb300-rack-fp8"] < 0.20
+    assert 0.05 < error["mlperf-v5.1-llama31-8b-gb300-rack-fp8"] < 0.20
     assert -0.20 < error["megatron-bridge-gb200-llama3-8b-fp8"] < -0.08
     # the known miss: the HGX B300 steps (FP4 and FP8) are 11-14 % fast with their GEMMs at the sustained rate of
     # their 1,100 W boards (astra_gpu_model.power_clock; 16-18 % at the burst rate they were fitted on), B200's FP4

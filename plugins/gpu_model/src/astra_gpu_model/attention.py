@@ -22,7 +22,9 @@ On Blackwell, cuDNN's fused attention (what Transformer Engine runs there; a nod
 is timed from NVIDIA's own published cuDNN measurements of the B200, GB200 and GB300, BF16 and FP8, forward and
 backward, by sequence length (``data/published_attention_blackwell.csv``, NVIDIA/cudnn-frontend's
 ``benchmark/sdpa_benchmark_training``): :func:`blackwell_efficiency`. They are causal at head dimension 128; a
-non-causal node or another head dimension is timed at the same rows (ASSUMPTION). A Blackwell node naming ``fa2``
+non-causal node runs faster by the ratio NVIDIA measured without and with the mask on GB200 / GB300
+(``data/published_attention_blackwell_masks.csv``: :func:`blackwell_mask_ratio`); another head dimension is timed
+at the same rows (ASSUMPTION). A Blackwell node naming ``fa2``
 or ``fa3`` keeps the preset's ``attention_efficiency`` (no measurement of those kernels on Blackwell is used).
 
 FP8 attention backward (Transformer Engine's FP8 DPA with ``NVTE_FP8_DPA_BWD=1``, its default: the backward's Q, K,
@@ -209,7 +211,7 @@ def fp8_efficiency(gpu, kernel, causal, seq_len, head_dim, backward=False):
     with FP8 (Ada, AMD CDNA 3/4) the preset's ``attention_efficiency`` (ASSUMPTION: no FP8 attention measurement of
     those GPUs is used)."""
     arch = gpu.architecture.lower()
-    measured = blackwell_efficiency(gpu, "cudnn", "fp8", backward, seq_len)
+    measured = blackwell_efficiency(gpu, "cudnn", "fp8", backward, seq_len, causal)
     if measured is None:
         measured = hopper_fp8_efficiency(gpu, kernel, causal, backward, seq_len, head_dim)
     if measured is not None:
@@ -276,16 +278,55 @@ def amd_efficiency(gpu, causal, backward, seq_len):
     return published_efficiency(AMD_ATTENTION, gpu, "bf16", causal, backward, seq_len)
 
 
-def blackwell_efficiency(gpu, kernel, dtype, backward, seq_len):
+def blackwell_efficiency(gpu, kernel, dtype, backward, seq_len, causal=True):
     """The fraction of ``gpu``'s ``dtype`` (``bf16`` or ``fp8``) peak cuDNN's fused attention reaches on it, from
-    NVIDIA's published measurements of that GPU (:data:`BLACKWELL_ATTENTION`, causal: every mask is timed at those
-    rows); None where there are none (not Blackwell, no rows for the preset) or the node names ``fa2`` / ``fa3``."""
+    NVIDIA's published measurements of that GPU (:data:`BLACKWELL_ATTENTION`, causal); without the mask those rows
+    times :func:`blackwell_mask_ratio`. None where there are none (not Blackwell, no rows for the preset) or the node
+    names ``fa2`` / ``fa3``."""
     if kernel not in (None, "cudnn") or not gpu.architecture.lower().startswith("blackwell"):
         return None
-    return published_efficiency(BLACKWELL_ATTENTION, gpu, dtype, True, backward, seq_len)
+    measured = published_efficiency(BLACKWELL_ATTENTION, gpu, dtype, True, backward, seq_len)
+    if measured is None or causal:
+        return measured
+    return measured * blackwell_mask_ratio(gpu, dtype, backward, seq_len)
 
 
-__all__ = ["AMD_ATTENTION", "amd_efficiency", "BENCH_HEADS", "BLACKWELL_ATTENTION", "HOPPER_ATTENTION",
+#: NVIDIA's cuDNN 9.22 measurements of GB200 and GB300 with and without the causal mask (sources in its header)
+BLACKWELL_MASKS = "published_attention_blackwell_masks.csv"
+#: the Blackwell preset -> the GPU whose measurements give its ratio (B200 takes GB200's, B300 GB300's: ASSUMPTION,
+#: the same dies; no such measurement of the HGX parts was found)
+MASK_RATIO_GPU = {"GB200": "GB200", "B200": "GB200", "B300": "GB300"}
+
+
+@functools.lru_cache(maxsize=None)
+def blackwell_masks():
+    """``{(measured_on, precision, causal, "fwd" | "bwd"): (lengths, tflops)}`` from :data:`BLACKWELL_MASKS`."""
+    text = (resources.files("astra_gpu_model") / "data" / BLACKWELL_MASKS).read_text(encoding="utf-8")
+    table = {}
+    for r in csv.DictReader(line for line in text.splitlines() if not line.startswith("#")):
+        for way in ("fwd", "bwd"):
+            key = (r["measured_on"], r["precision"], r["mask"] == "causal", way)
+            table.setdefault(key, []).append((int(r["seq_len"]), float(r[f"{way}_tflops"])))
+    return {key: tuple(zip(*sorted(points))) for key, points in table.items()}
+
+
+def blackwell_mask_ratio(gpu, dtype, backward, seq_len):
+    """How much faster cuDNN runs attention without the causal mask than with it on ``gpu`` at ``seq_len`` keys:
+    NVIDIA's measured no-mask over causal TFLOP/s (both interpolated in log length, clamped to 2k-32k) of the same
+    cuDNN on the same GPU (:data:`BLACKWELL_MASKS`; e.g. GB200 BF16 forward at 2k: 1,433 / 1,097 = 1.306). This
+    replaces the ASSUMPTION that a non-causal node runs at the causal rows (the rows of
+    :data:`BLACKWELL_ATTENTION` are causal only); 1 for a preset without a measured counterpart."""
+    measured = MASK_RATIO_GPU.get(gpu.name)
+    if measured is None:
+        return 1.0
+    table, way = blackwell_masks(), "bwd" if backward else "fwd"
+    lengths, none = table[(measured, dtype, False, way)]
+    _, causal = table[(measured, dtype, True, way)]
+    return _interpolate(none, seq_len, lengths) / _interpolate(causal, seq_len, lengths)
+
+
+__all__ = ["AMD_ATTENTION", "amd_efficiency", "BENCH_HEADS", "BLACKWELL_ATTENTION", "BLACKWELL_MASKS",
+           "blackwell_mask_ratio", "blackwell_masks", "HOPPER_ATTENTION", "MASK_RATIO_GPU",
            "hopper_fp8_efficiency", "blackwell_efficiency", "published_attention", "published_efficiency",
            "FP8_MEASURED_TFLOPS", "KERNELS", "check_fp8_attention", "fp8_backward_kernel_efficiency",
            "fp8_efficiency", "fp8_kernel_efficiency", "fp8_kernel_tflops", "MEASURED_TFLOPS", "is_hopper",

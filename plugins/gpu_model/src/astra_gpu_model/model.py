@@ -418,7 +418,7 @@ class GpuComputeModel:
         if op.dtype == "fp8":
             return fp8_efficiency(self.gpu, kernel, op.causal, op.seq_k, op.head_dim, op.backward)
         if (op.dtype if op.dtype in DTYPE_BYTES else self.default_dtype) in ("bf16", "fp16"):
-            measured = blackwell_efficiency(self.gpu, kernel, "bf16", op.backward, op.seq_k)
+            measured = blackwell_efficiency(self.gpu, kernel, "bf16", op.backward, op.seq_k, op.causal)
             if measured is None:
                 measured = amd_efficiency(self.gpu, op.causal, op.backward, op.seq_k)  # (None off AMD's measured GPUs)
             if measured is not None:
