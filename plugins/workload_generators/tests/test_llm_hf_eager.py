@@ -1,6 +1,7 @@
 """Hugging Face GPT-2's eager kernels (``llm.hf_eager``): ``gelu_new`` as eight kernels forward and eleven backward
 (``--activation-kernel eager``), and the attention's scale, causal mask and padding mask before its softmax
-(``--softmax-kernel eager``), by hand; absent by default."""
+(``--softmax-kernel eager``) with ``torch.matmul``'s copies of the permuted heads around it, by hand; absent by
+default."""
 
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def test_the_attention_scales_and_masks_its_scores_before_the_softmax(tmp_path):
     # softmax's: the where's and the division's
     nodes = _nodes(tmp_path, softmax_kernel="eager")
     labels = [n.attrs.get("label") for n in nodes]
-    fwd = _labelled(nodes, "fwd.l0.mb0.attn.")
+    fwd = [n for n in _labelled(nodes, "fwd.l0.mb0.attn.") if ".heads_copy." not in n.attrs["label"]]
     assert (fwd[0].attrs["label"], fwd[0].name) == ("fwd.l0.mb0.attn.qk", "aten::bmm")
     assert [(n.attrs["label"].split("attn.")[1], n.name, n.attrs["tensor_size"]) for n in fwd][1:5] == [
         ("scale", "aten::div", 4 * SCORES),
@@ -71,6 +72,38 @@ def test_the_attention_scales_and_masks_its_scores_before_the_softmax(tmp_path):
     # the default: Megatron's fused scale-mask-softmax alone
     plain = _nodes(tmp_path, "p")
     assert not _labelled(plain, "fwd.l0.mb0.attn.scale") and not _labelled(plain, "bwd.l0.mb0.attn.causal_mask")
+
+
+def test_the_attention_copies_its_heads_around_torch_matmul(tmp_path):
+    # b = 2 sequences: torch.matmul's reshape of the permuted Q, K^T and V cannot fold batch and heads into a view,
+    # so each is copied, and _merge_heads copies the output: each tensor 2 x 4 heads x 32 x 16 = 4096 fp16
+    # elements, read and written: 2 x 4096 x 2 B = 16,384 B
+    one = 2 * (2 * 4 * 32 * 16) * 2
+    nodes = _nodes(tmp_path, softmax_kernel="eager")
+    fwd = _labelled(nodes, "fwd.l0.mb0.attn.heads_copy.")
+    assert [(n.attrs["label"].rsplit(".", 1)[1], n.name, n.attrs["tensor_size"]) for n in fwd] == [
+        ("q", "aten::copy_", one), ("k", "aten::copy_", one), ("v", "aten::copy_", one),
+        ("merge_heads", "aten::copy_", one)]
+    # backward: the output gradient reshaped for the bmm backward, dQ, dK, dV back to b x s x h (one copy each),
+    # and split's backward: cat of the three 2 x 32 x 64 gradients (read 3 x 8,192 B, write 24,576 B = 49,152 B)
+    bwd = _labelled(nodes, "bwd.l0.mb0.attn.heads_copy.")
+    assert [(n.attrs["label"].rsplit(".", 1)[1], n.attrs["tensor_size"]) for n in bwd] == [
+        ("out_grad", one), ("dq", one), ("dk", one), ("dv", one)]
+    cat = _labelled(nodes, "bwd.l0.mb0.attn.split_backward")
+    assert [(n.name, n.attrs["tensor_size"]) for n in cat] == [("aten::cat", 2 * 3 * (2 * 32 * 64) * 2)]
+    # the recomputation (none here) aside, a step adds 8 x 16,384 + 49,152 = 180,224 B a layer
+    assert sum(n.attrs["tensor_size"] for n in fwd + bwd + cat) == 180_224
+    # one sequence: the reshapes are views; the merge, dQ, dK, dV copies and the cat remain (1 x 4 x 32 x 16 x 2 x 2
+    # = 8,192 B a copy; the cat 2 x 3 x 2,048 x 2 = 24,576 B)
+    single = _nodes(tmp_path, "one", softmax_kernel="eager", micro_batch_size=1)
+    sizes = [(n.attrs["label"].split("attn.")[1], n.attrs["tensor_size"])
+             for n in _labelled(single, "fwd.l0.mb0.attn.") + _labelled(single, "bwd.l0.mb0.attn.")
+             if ".heads_copy." in n.attrs["label"] or "split_backward" in n.attrs["label"]]
+    assert sizes == [("heads_copy.merge_heads", 8192), ("heads_copy.dq", 8192), ("heads_copy.dk", 8192),
+                     ("heads_copy.dv", 8192), ("split_backward", 24576)]
+    # the default (Megatron's attention on its [s, b, h] views): no copies
+    plain = _nodes(tmp_path, "p")
+    assert not [n for n in plain if ".heads_copy." in (n.attrs.get("label") or "")]
 
 
 def test_the_flags_are_checked():

@@ -19,6 +19,19 @@ Sources:
   collators and the registry's DeepSpeed benchmark pass one), then the softmax; the backward runs
   ``div_tensor_self_backward`` (``grad / other``) and the ``where``'s (``tools/autograd/derivatives.yaml``,
   ``where.self``: ``self: where(condition, grad, 0)``); the addition passes the gradient through.
+- the attention's head copies (same file, ``_split_heads``, ``_attn``, ``_merge_heads``): ``c_attn``'s output is
+  ``split`` into Q, K and V, each ``view``-ed to ``b x s x heads x d`` and ``permute``-d to ``b x heads x s x d``
+  (strides ``s*3h, d, 3h, 1``), then multiplied by ``torch.matmul``. For 4-D operands ATen's ``matmul``
+  (pytorch/pytorch ``aten/src/ATen/native/LinearAlgebra.cpp``, ``_matmul_impl``) runs
+  ``tensor.expand(...).reshape({batch * heads, n, m})`` and ``bmm``: batch and heads fold into a view only when the
+  batch's stride is ``heads`` times the heads' (``d``); here it is ``s * 3h``, so with more than one sequence
+  ``reshape`` copies Q, K^T and V (one ``b x s x h`` tensor each), and ``_merge_heads``' ``permute(0, 2, 1,
+  3).contiguous()`` copies the attention output back to ``b x s x h`` at any batch size. Backward: the output
+  gradient, permuted by ``_merge_heads``' backward, is reshaped (copied, with more than one sequence) for the two
+  ``bmm`` backward products; ``_split_heads``' ``view`` backward reshapes each of dQ, dK and dV from the permuted
+  layout (three copies, at any batch size), and ``split``'s backward (``split_with_sizes_backward``) is
+  ``at::cat`` of the three into the ``b x s x 3h`` gradient of ``c_attn``'s output. An AOTAutograd graph of GPT-2
+  at one sequence shows the same ``clone`` / ``cat`` nodes (the one-sequence reshapes are views there).
 """
 
 from __future__ import annotations
@@ -56,16 +69,40 @@ class HfEagerOps:
         self.ew("aten::add", label + ".accumulate", [x, x])
         return self.ew("aten::add", label + ".accumulate2", [x, x])
 
+    def attn_heads_fwd(self, lab, b, hq, q, c):
+        """``torch.matmul``'s copies of Q, K^T and V (with more than one sequence) and ``_merge_heads``' copy of
+        the output, each ``b x heads x tokens x d`` in ``--dtype``: read and written (``copy_``). Emitted with the
+        masks, between the two ``bmm`` of the same stream (the step's time is the same as where PyTorch runs them)."""
+        d = self.dims.head_dim
+        names = (("q", q), ("k", c), ("v", c)) if b > 1 else ()
+        for name, rows in names + (("merge_heads", q),):
+            t = self._t(b, hq, rows, d)
+            self.ew("aten::copy_", f"{lab}.attn.heads_copy.{name}", [t, t])
+
+    def attn_heads_bwd(self, lab, b, hq, q, c):
+        """Their backward: the output gradient reshaped for the ``bmm`` backward (a copy with more than one
+        sequence), dQ, dK and dV copied from the heads' layout back to ``b x tokens x h`` (three copies), and
+        ``split``'s backward joining the three (``aten::cat``: read them, write ``b x tokens x 3h``)."""
+        d = self.dims.head_dim
+        names = (("out_grad", q),) if b > 1 else ()
+        for name, rows in names + (("dq", q), ("dk", c), ("dv", c)):
+            t = self._t(b, hq, rows, d)
+            self.ew("aten::copy_", f"{lab}.attn.heads_copy.{name}", [t, t])
+        return self.ew("aten::cat", f"{lab}.attn.split_backward",
+                       [[self._t(b, q, hq * d), self._t(b, c, hq * d), self._t(b, c, hq * d)]])
+
     def attn_mask_fwd(self, lab, b, hq, q, c):
         """The scale, the causal mask and the padding mask on the ``b x hq x q x c`` scores, before the softmax
-        (the scores are listed first: the output is theirs in size and type)."""
+        (the scores are listed first: the output is theirs in size and type), after :meth:`attn_heads_fwd`."""
+        self.attn_heads_fwd(lab, b, hq, q, c)
         sc = self._t(b, hq, q, c)
         self.ew("aten::div", lab + ".attn.scale", [sc])
         self.ew("aten::where", lab + ".attn.causal_mask", [sc, ((1, 1, q, c), BOOL)])
         return self.ew("aten::add", lab + ".attn.padding_mask", [sc, self._t(b, 1, 1, c)])
 
     def attn_mask_bwd(self, lab, b, hq, q, c):
-        """Their backward, after the softmax's: the ``where``'s, then the scale's."""
+        """Their backward, after the softmax's: the ``where``'s, then the scale's; then :meth:`attn_heads_bwd`."""
         sc = self._t(b, hq, q, c)
         self.ew("aten::where", lab + ".attn.causal_mask", [sc, ((1, 1, q, c), BOOL)])
-        return self.ew("aten::div", lab + ".attn.scale", [sc])
+        self.ew("aten::div", lab + ".attn.scale", [sc])
+        return self.attn_heads_bwd(lab, b, hq, q, c)

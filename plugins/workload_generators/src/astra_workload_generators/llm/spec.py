@@ -611,7 +611,8 @@ def _add_flags(p):
     p.add_argument("--softmax-kernel", choices=SOFTMAX_KERNELS, default="fused",
                    help="with --attention unfused: fused (default; Megatron's scale-mask-softmax), or eager: Hugging "
                    "Face's GPT-2 attention, the scale, the causal mask (where) and the padding mask (add) each its own "
-                   "kernel over the scores before the softmax, and the scale's and the mask's backward")
+                   "kernel over the scores before the softmax, and the scale's and the mask's backward, and torch.matmul's "
+                   "copies of the permuted heads (Q, K, V and the output; their gradients and split's cat backward)")
     p.add_argument("--attention-kernel", choices=ATTENTION_KERNELS, default=None,
                    help="the fused attention kernel the gpu model times the flash nodes as, at its published "
                    "efficiency on Hopper (FlashAttention-3 paper, arXiv:2407.08608, Fig. 5-6): fa2 "
