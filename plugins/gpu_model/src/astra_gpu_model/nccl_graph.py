@@ -19,6 +19,10 @@ node (one NIC per GPU, behind the GPU's PCIe switch) comes down to:
   more than 4 channels (8 H100 with 8 x 400 Gb/s NICs: 8 channels at 48 GB/s, busBw 384 GB/s);
 * a GPU forwards every channel over NVLink but those it sends to its own NIC, which bounds the channels too.
 
+Published NCCL logs show the inputs: an 8-GPU Hopper (H20) node with 400 Gb/s NICs logs "System : maxBw 48.0 totalBw
+370.8", "PCI[48.0]" GPU -> NIC and "NET[50.0]" (NVIDIA/nccl#1189), and an 8 H100 node's NVLS graph "Pattern 5 ...
+nChannels 7" with one NET per head GPU, one channel per head with a NIC (NVIDIA/nccl#1519).
+
 Used for the channel count (the per-channel caps in :func:`astra_gpu_model.nccl.predict`): the bus bandwidth stays
 the NVLink / NIC bound, NCCL's speeds being that bound quantized (48 GB/s per channel for a 50 GB/s NIC; 8 x 48 =
 384 against the 370.8 GB/s of NVLink on 8 H100). Not modelled: pass 2's raise of a tree graph's bwIntra on <= 2
