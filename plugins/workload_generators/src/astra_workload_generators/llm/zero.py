@@ -161,6 +161,8 @@ class DataParallelOps:
                 if self._deepspeed():  # (with its copy-in and copy-out)
                     out.append(self.ds_gather(label, params, group, deps))
                     continue
+                if self._fsdp2():  # (the shard cast and copied into the gather's buffer first)
+                    deps = self.fsdp2_gather_copy_in(label, -(-params // self._group_size(group)), deps)
                 out.append(self.coll(f"{group}_ag.{label}", T.ALL_GATHER, params * self.nbytes, group, deps,
                                      chain=False))
         return out
@@ -179,6 +181,23 @@ class DataParallelOps:
             store[name] = _CopiedOut([self.ew("aten::copy_", f"fsdp_copy_out.{name}.{phase}", [t, t],
                                               store[name])])
         return store[name]
+
+    def fsdp2_gather_copy_in(self, label, shard, deps):
+        """FSDP2's all-gather copy-in of this rank's ``shard`` parameters, on its all-gather copy-in stream (off
+        the compute chain) before the gather: ``foreach_all_gather`` (pytorch/pytorch
+        ``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``) first takes ``_get_param_all_gather_inputs``,
+        whose fast path for bf16/fp32 mixed precision ("foreach copy for lower CPU overhead and more efficient
+        copying in eager") ``torch._foreach_copy_``-s the fp32 shards into one flat buffer in the parameter dtype
+        (read 4 B, write 2 B an element), then ``all_gather_copy_in`` ``_foreach_copy_``-s those into this rank's
+        slice of the all-gather output (read and write 2 B); with ``--dtype fp32`` (no mixed precision) only the
+        second copy. Returns the ids the gather waits on; none with the memory-bound nodes off."""
+        if not self.cfg.ew:
+            return deps
+        dep, t = list(deps), ((shard,), self.ttype)
+        if self.nbytes != 4:  # (each foreach copy as one copy_ node over the shard: read src, write dst)
+            dep = [self.ew("aten::copy_", f"fsdp_ag_cast.{label}", [((shard,), "Tensor(float)"), t], dep,
+                           chain=False)]
+        return [self.ew("aten::copy_", f"fsdp_ag_copy_in.{label}", [t, t], dep, chain=False)]
 
     def _fsdp2(self):
         """FSDP2's per-unit copies and fp32 reduction in a training step: only with ``--framework fsdp2`` given (a
