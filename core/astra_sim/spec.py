@@ -152,7 +152,6 @@ class RunSpec:
         spec's field names: ``workload``, ``system``, ...), read by ``astra run``'s own parser: the same types,
         checks and defaults as the command line. ``where`` names the mapping in errors."""
         from astra_sim.cliutil import mapping_to_argv, parse_or_raise
-
         from astra_sim.platforms import Platform
 
         parser = run_parser(pm)
