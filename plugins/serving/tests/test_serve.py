@@ -8,6 +8,7 @@ import random
 import pytest
 
 from astra_serving.engine import HOST_US_PER_SEQ_VLLM060
+from astra_serving.sampler import SamplerTimer
 from astra_gpu_model.model import GRAPH_KERNEL_GAP_NS
 from astra_serving.steptime import Layout, StepTimer
 from astra_sim.cli import main
@@ -47,8 +48,9 @@ def step_ns(tmp_path, *argv, run=(), tp=8):
 def test_low_qps_matches_single_steps(tmp_path, host_us, graphs):
     """At very low QPS every request is alone: TTFT is one prefill step and each inter-token gap one decode step
     at batch 1, to the nanosecond, as astra workload llm + astra run give them, each plus the engine's host time
-    of its scheduler pass for one sequence (--host-us-per-seq; default vLLM v0.6.0's 42 us), without the request's
-    path outside the engine (--frontend none; test_frontend.py adds it). With CUDA graphs
+    of its scheduler pass for one sequence (--host-us-per-seq; default vLLM v0.6.0's 42 us) and the sampler's
+    kernels on its one row (--sampler vllm-v0, the default: sampler.py; test_sampler.py times them by hand), without
+    the request's path outside the engine (--frontend none; test_frontend.py adds it). With CUDA graphs
     (the default) the decode step is one graph launch: astra run --host-launch-us 0 --gpu-kernel-gap-ns 376 (the
     GPU's idle time between the graph's kernels, GRAPH_KERNEL_GAP_NS), and asynchronous output
     processing is on (off without graphs, as in vLLM): each token arrives when the next step ends, the last one
@@ -59,6 +61,7 @@ def test_low_qps_matches_single_steps(tmp_path, host_us, graphs):
                          "--output-len", "4", "--exact-shapes", *extra)
     host_ns = round((HOST_US_PER_SEQ_VLLM060 if host_us is None else host_us) * 1000)
     assert report["deployment"]["engine"]["host_ns_per_seq"] == host_ns
+    host_ns += SamplerTimer("H100-SXM5-80GB", 128256)(1)  # after each step, one row of Llama 3's logits
     prefill = step_ns(tmp_path, "--mode", "prefill", "--batch-size", "1", "--prompt-len", "256") + host_ns
     graph = GRAPH if graphs == "vllm" else []
     decodes = [step_ns(tmp_path, "--mode", "decode", "--batch-size", "1", "--prompt-len", "256", "--decode-len",
@@ -81,7 +84,7 @@ def test_no_step_elementwise_is_given_to_the_generator(tmp_path):
     request's TTFT is the prefill step of astra workload llm --no-inference-elementwise, to the ns."""
     report, rows = serve(tmp_path, "--qps", "0.01", "--requests", "1", "--prompt-len", "200", "--output-len", "2",
                          "--exact-shapes", "--host-us-per-seq", "0", "--no-step-elementwise", "--no-async-output",
-                         "--frontend", "none")
+                         "--frontend", "none", "--sampler", "none")
     off = step_ns(tmp_path, "--mode", "prefill", "--batch-size", "1", "--prompt-len", "200",
                   "--no-inference-elementwise", tp=1)
     on = step_ns(tmp_path, "--mode", "prefill", "--batch-size", "1", "--prompt-len", "200", tp=1)
@@ -249,8 +252,9 @@ def test_stage_times_split_a_pipelined_step_at_its_stages_ends():
 def test_pipeline_parallel_low_qps_matches_single_steps_and_virtual_engines_raise_throughput(tmp_path):
     """PP 2: alone, a request's TTFT is one prefill step of the whole pipeline and its token gaps decode steps,
     to the ns, as astra workload llm --pp 2 + astra run give them (the virtual engines' stage times sum to the
-    step); saturated, vLLM V0's two virtual engines overlap on the stages and serve more than one batch at a
-    time through the pipeline (--virtual-engines 1)."""
+    step), each plus the sampler's kernels on its one row (on the last stage; sampler.py); saturated, vLLM V0's
+    two virtual engines overlap on the stages and serve more than one batch at a time through the pipeline
+    (--virtual-engines 1)."""
     prefix, out = str(tmp_path / "pp"), str(tmp_path / "pp.json")
 
     def step(*argv, graph=False):
@@ -264,9 +268,10 @@ def test_pipeline_parallel_low_qps_matches_single_steps_and_virtual_engines_rais
     report, rows = serve(tmp_path, "--tp", "4", "--pp", "2", "--qps", "0.01", "--requests", "2", "--prompt-len", "128",
                          "--output-len", "3", "--exact-shapes", "--host-us-per-seq", "0", "--frontend", "none")
     assert report["deployment"]["virtual_engines"] == 2 and len(report["replicas"]) == 2
-    prefill = step("--mode", "prefill", "--batch-size", "1", "--prompt-len", "128")
+    sample = SamplerTimer("H100-SXM5-80GB", 128256)(1)
+    prefill = step("--mode", "prefill", "--batch-size", "1", "--prompt-len", "128") + sample
     decodes = [step("--mode", "decode", "--batch-size", "1", "--prompt-len", "128", "--decode-len", str(k), graph=True)
-               for k in (1, 2)]
+               + sample for k in (1, 2)]
     for row in rows:
         assert int(row["first_token_ns"]) - int(row["arrival_ns"]) == prefill
         assert int(row["finish_ns"]) - int(row["first_token_ns"]) == sum(decodes)

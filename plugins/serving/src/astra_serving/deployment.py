@@ -105,6 +105,7 @@ def serve(spec):
     from .kvcache import BlockManager
     from .metrics import build_report
     from .requests import generate_requests, parse_length, parse_prune, read_trace, write_trace
+    from .sampler import sampler_timer
     from .steptime import StepTimer
     from .transfer import KvTransferTimer
 
@@ -146,6 +147,7 @@ def serve(spec):
                           f"cache holds {engine_tokens}{share} ({cap.blocks} blocks of {cap.block_size}); use more "
                           "GPUs per replica or a smaller --max-model-len")
     timer = StepTimer(layout, ratio=ratio, exact=spec.exact_shapes, cache=not spec.no_cache)
+    sampler = sampler_timer(spec.sampler, layout, platform)
     progress.phase(f"serving {len(requests):,} requests",
                    lambda: f"{timer.simulated:,} batch shapes simulated, {timer.lookups:,} iterations timed", lead=True)
 
@@ -162,7 +164,8 @@ def serve(spec):
                               first_token_from_decode=spec.first_token_from == "decode",
                               host_ns_per_schedule=int(round(spec.host_us_per_schedule * 1000)),
                               host_ns_per_seq=int(round(host_us_per_seq(spec) * 1000)),
-                              cuda_graph_sizes=VLLM_CUDA_GRAPH_SIZES if spec.cuda_graphs == "vllm" else ())
+                              cuda_graph_sizes=VLLM_CUDA_GRAPH_SIZES if spec.cuda_graphs == "vllm" else (),
+                              sampler=sampler)
         pipeline = Pipeline(spec.pp) if virtual_engines > 1 else None
         return [Engine(next(counter), timer, BlockManager(cap.blocks // virtual_engines, cap.block_size,
                                                           spec.prefix_caching), config, cap.kv_bytes_per_token,
@@ -216,6 +219,7 @@ def serve(spec):
                    "host_ns_per_schedule": int(round(spec.host_us_per_schedule * 1000)),
                    "cuda_graphs": spec.cuda_graphs, "async_output": async_output(spec),
                    "first_token_from": spec.first_token_from,
+                   "sampler": {"name": spec.sampler, **sampler.to_dict()} if sampler is not None else None,
                    "frontend": frontend.to_dict()}}
     report["kv_cache"] = cap.to_dict()
     if spec.prefix_caching:

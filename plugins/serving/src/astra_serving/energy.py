@@ -3,11 +3,12 @@
 Why here: a serving run times its iterations from memoised step shapes (steptime.py), so the energy plugin's
 ``stats.energy`` of each simulated step is kept beside its time and interpolated with the same weights
 (:meth:`StepTimer.energy_mj`). An iteration's energy is its steps' IT energy on the replica's GPUs, plus the
-replica's idle IT power over the rest of the iteration (the scheduler pass's host time, swap copies) and over the
-gap before it (the replica waited for that work). It is split over the iteration's sequences by the tokens each was
-scheduled (a decode one, a prefill chunk its tokens); the lazy decoders (engine.py) take theirs through a running
-sum per engine (:meth:`Engine.charge`). The idle power after a replica's last iteration to the run's end (and of a
-replica that ran nothing) is split over every request by its tokens (prompt and output).
+replica's idle IT power over the rest of the iteration (the scheduler pass's host time, swap copies, the sampler's
+kernels: a lower bound for those) and over the gap before it (the replica waited for that work). It is split over
+the iteration's sequences by the tokens each was scheduled (a decode one, a prefill chunk its tokens); the lazy
+decoders (engine.py) take theirs through a running sum per engine (:meth:`Engine.charge`). The idle power after a
+replica's last iteration to the run's end (and of a replica that ran nothing) is split over every request by its
+tokens (prompt and output).
 
 Energy adds up exactly: the run's total, rounded once to an integer mJ, is apportioned over the requests (each its
 share's floor, the remainder one mJ each to the largest fractional parts, ties by request id), so the requests'
@@ -69,10 +70,11 @@ class EnergyMeter:
         idle_mw = self.idle_mw
         if idle_mw is None:
             idle_mw = self.idle_mw = engine.timer.idle_mw()
-        # idle before the iteration, and in it while the host schedules and the swap copies run (engine.end_ns)
+        # idle before the iteration, and in it while the host schedules and the swap copies run (engine.end_ns); the
+        # sampler's kernels (sampler.py) at the idle power too: a lower bound (their own power is not simulated)
         last_end, index = self.last_end, engine.index
         gap = now - last_end.get(index, self.start_ns)
-        idle = idle_mw * ((gap if gap > 0 else 0) + batch.host_ns + batch.extra_ns) * MJ_PER_MW_NS
+        idle = idle_mw * ((gap if gap > 0 else 0) + batch.host_ns + batch.extra_ns + batch.sampler_ns) * MJ_PER_MW_NS
         last_end[index] = now + duration
         self.busy_mj += steps_mj
         self.idle_mj += idle

@@ -67,6 +67,7 @@ class EngineConfig:
     separate_prefills: bool = False  # a batch admitting waiting prompts runs them alone (vLLM V0, no chunking)
     async_output: bool = False      # tokens delivered when the next step ends (vLLM V0's async output processing)
     first_token_from_decode: bool = False  # a prompt's last position waits for a decode step (TurboMind), see below
+    sampler: object = None          # rows -> the sampler's GPU time (int ns) after each step (sampler.py); None: none
 
 
 #: vLLM v0.6.0's host time per scheduler pass and scheduled sequence (scheduling, gathering the last step's
@@ -186,6 +187,8 @@ class Batch:
     host_ns: int = 0            # the host time of the scheduler pass that made it, set by end_ns
     first_end_ns: int = 0       # the end of its first step, set by end_ns (async output: the last batch's tokens)
     extra_run: bool = False     # async output: the finished sequences' extra decode step (nothing else ran)
+    prompts_sampled: int = 0    # prefilled prompts whose last position it computes (each samples a token)
+    sampler_ns: int = 0         # the sampler's GPU time over its steps (sampler.py), set by end_ns
 
 
 class Engine:
@@ -388,7 +391,8 @@ class Engine:
                 if blocked is not None:
                     self.limited[blocked] += 1
                 return Batch(items, sum(n for _, n in items), 0, 0,
-                             sum(seq.computed for seq, _ in items) // len(items), 0, 1, tuple(items))
+                             sum(seq.computed for seq, _ in items) // len(items), 0, 1, tuple(items),
+                             prompts_sampled=sum(1 for seq, n in items if seq.computed + n >= seq.tokens))
         budget = cfg.max_num_batched_tokens
         group = self._schedule_group(budget) if self._lazy else 0
         if group and group == len(self.running) and not self.waiting and not self.swapped:
@@ -473,7 +477,7 @@ class Engine:
         if blocked is not None:
             self.limited[blocked] += 1
         steps = self._multi_step(items) if cfg.num_scheduler_steps > 1 else 1
-        prefill = done = prefills = 0
+        prefill = done = prefills = sampled = 0
         decode, ctx = group, self._ctx_base + group * (self._tick + 1)  # the group's contexts: computed + 1 each
         for seq, n in items:
             # a decode: one position, the sequence's last (with decode_first, also a prompt's last one)
@@ -485,8 +489,10 @@ class Engine:
                 prefill += n
                 done += seq.computed
                 prefills += 1
+                if seq.computed + n >= seq.req.prompt_tokens + seq.generated:  # its last chunk: it samples
+                    sampled += 1
         return Batch(items, prefill, decode, ctx // decode if decode else 0, done // prefills if prefills else 0,
-                     extra[0], steps, admitted, group)
+                     extra[0], steps, admitted, group, prompts_sampled=sampled)
 
     def _admit_waiting(self, budget, items, blocked=None):
         """Admit waiting sequences in policy order while the budget, the sequence limit and the KV cache allow;
@@ -574,15 +580,25 @@ class Engine:
         host = batch.host_ns = cfg.host_ns_per_schedule + cfg.host_ns_per_seq * (len(batch.items) + batch.group)
         ready = now + host + batch.extra_ns
         shapes = batch.shapes = self._steps(batch)
+        # the sampler's kernels after each step (sampler.py): the first step's rows are its decodes and the prompts
+        # it ends, a multi-step run's later steps sample its decodes again (the batch stays whole)
+        sampler = cfg.sampler
+        first_sample = sampler(batch.decode_seqs + batch.prompts_sampled) if sampler is not None else 0
+        next_sample = sampler(batch.decode_seqs) if sampler is not None and len(shapes) > 1 else 0
+        batch.sampler_ns = first_sample + next_sample * (len(shapes) - 1)
         if self.pipeline is None:
             step_ns = self.timer.step_ns
-            ready += step_ns(*shapes[0])
+            ready += step_ns(*shapes[0]) + first_sample
             batch.first_end_ns = ready
             for shape in shapes[1:]:
-                ready += step_ns(*shape)
+                ready += step_ns(*shape) + next_sample
             return ready
         stage_ns = self.timer.stage_ns
-        batch.first_end_ns = end = self.pipeline.run(ready, [stage_ns(*shape) for shape in shapes])  # no async
+        steps = [stage_ns(*shape) for shape in shapes]
+        if sampler is not None:  # on the last stage (its driver samples)
+            for k, stages in enumerate(steps):
+                stages[-1] += first_sample if k == 0 else next_sample
+        batch.first_end_ns = end = self.pipeline.run(ready, steps)  # no async
         return end
 
     def charge(self, batch, energy_mj):

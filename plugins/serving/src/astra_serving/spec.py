@@ -109,6 +109,7 @@ class ServeSpec:
     async_output: bool | None = None  # None: vLLM's default (deployment.async_output)
     frontend: str = "vllm"  # the request's path outside the engine step (frontend.py)
     first_token_from: str = "prefill"  # prefill (vLLM) | decode (TurboMind): engine.FIRST_TOKEN_FROM
+    sampler: str = "vllm-v0"  # the sampler's kernels after each step (sampler.py): vllm-v0 | none
     # step simulator
     bucket_ratio: float | None = None
     exact_shapes: bool = False
@@ -132,6 +133,7 @@ class ServeSpec:
 
         from .capacity import KV_CACHE_DTYPE_BYTES
         from .engine import FIRST_TOKEN_FROM
+        from .sampler import SAMPLERS
 
         add_model_flags(p, required=True, help_suffix=" (the serving steps' model)")
         add_platform_flags(p, required=True, nodes=False)
@@ -233,6 +235,11 @@ class ServeSpec:
                               "the prefill's last position) or decode (LMDeploy TurboMind's: the prefill computes the "
                               "prompt but its last token, which the next decode step computes and samples from; TTFT "
                               "is one decode step longer; docs/serving.md)")
+        eng.add_argument("--sampler", default="vllm-v0", choices=SAMPLERS,
+                         help="the sampler's GPU kernels after each step, on every row that samples: vllm-v0 "
+                              "(default): vLLM V0's greedy Sampler.forward, six passes over the fp32 logits (to "
+                              "float, temperature, softmax, log-softmax, the rows' gather, argmax), timed by the GPU "
+                              "model; none: not timed (docs/serving.md)")
         sim = p.add_argument_group("step simulator")
         sim.add_argument("--bucket-ratio", type=positive_float, default=None, metavar="R",
                          help="ratio of the token-count grid of the batch-shape buckets (> 1; default sqrt 2; see "
