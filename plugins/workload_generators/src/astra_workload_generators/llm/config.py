@@ -122,6 +122,9 @@ class LlmConfig:
     softmax_kernel: str = "fused"   # --attention unfused: fused scale-mask-softmax, or Hugging Face's "eager" ops
     attention_kernel: str | None = None  # fa2 | fa3 | cudnn on the flash nodes; None: attn_kernel's default
     rope: str | None = None         # none | eager | fused rotary embedding of Q and K; None: rope_kernel's default
+    remat_policy: str | None = None  # MaxText's JAX remat policy "minimal_flash": element-wise ops again in the
+    #                                 backward (.maxtext_step); None: none
+    iota_embed: bool = False        # MaxText's use_iota_embed: the embedding as a one-hot matmul (.maxtext_step)
     cuda_graphs: bool = False       # per-layer CUDA graphs: one host launch per layer pass; activations +20 % (memory)
     fp8_recipe: str = "delayed"     # --gemm-dtype fp8: Transformer Engine's delayed (amax history) or current scaling
     fp8_transpose: bool | None = None  # --gemm-dtype fp8: TE writes FP8 transposes (the GPU's FP8 GEMMs take only TN:
@@ -229,6 +232,14 @@ def _check(dims: ModelDims, cfg: LlmConfig):
             raise ConfigError(f"{name.replace('_', '-')} must be a positive integer, got {v!r}")
     if cfg.recompute and cfg.recompute_selective:
         raise ConfigError("--recompute is full or selective, not both")
+    if cfg.remat_policy not in (None, "minimal_flash"):
+        raise ConfigError(f"--remat-policy must be minimal_flash, got {cfg.remat_policy!r}")
+    if cfg.remat_policy and (cfg.inference or cfg.recompute or cfg.recompute_selective or cfg.recompute_modules
+                             or dims.experts or dims.mla):
+        raise ConfigError("--remat-policy minimal_flash is MaxText's recomputation of a dense model's training step, "
+                          "instead of --recompute / --recompute-modules (not with MoE or MLA layers)")
+    if cfg.iota_embed and cfg.inference:
+        raise ConfigError("--iota-embed is for --mode train")
     if cfg.recompute_selective and cfg.attention == "unfused":
         raise ConfigError("--recompute selective with --attention unfused is not emitted (the attention core's "
                           "recomputation); FlashAttention recomputes it anyway, so use --attention flash")

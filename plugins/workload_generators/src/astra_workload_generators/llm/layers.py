@@ -366,6 +366,7 @@ class LayerOps:
         f1 = (2 if dims.gated else 1) * dims.ffn_hidden // tp
         ff = dims.ffn_hidden // tp
         deps = self.norms_recompute(lab, list(deps))  # (--recompute-modules layernorm, .moe)
+        deps = self.maxtext_recompute(lab, deps)  # (--remat-policy minimal_flash, .maxtext_step)
         ew = cfg.ew
         if ew:  # the residual stream's gradient through the MLP branch's dropout (before any SP gather)
             self.dropout_bwd(lab + ".mlp_out", deps)

@@ -115,6 +115,8 @@ class LlmSpec:
     softmax_kernel: str = "fused"       # fused | eager: the unfused attention's scale and masks (see --softmax-kernel)
     attention_kernel: str | None = None  # fa2 | fa3 | cudnn (see --attention-kernel); None: by --framework
     rope: str | None = None             # none | eager | fused (see --rope); None: by --framework
+    remat_policy: str | None = None     # MaxText's remat policy: minimal_flash (see --remat-policy)
+    iota_embed: bool = False            # MaxText's use_iota_embed (see --iota-embed)
     cp_rotate: str | None = None        # ring | allgather | alltoall (see --cp-rotate); None: by --framework
     cp_compile: bool = False            # PyTorch's CP under torch.compile (see --cp-compile)
     cuda_graphs: bool = False           # per-layer CUDA graphs (see --cuda-graphs)
@@ -274,6 +276,7 @@ class LlmSpec:
                         fp8_activation_input=self.fp8_activation_input,
                         fsdp_prefetch=self.fsdp_prefetch,
                         norm_kernel=self.norm_kernel, attention_kernel=self.attention_kernel, rope=self.rope,
+                        remat_policy=self.remat_policy, iota_embed=self.iota_embed,
                         activation_kernel=self.activation_kernel, softmax_kernel=self.softmax_kernel,
                         cuda_graphs=self.cuda_graphs, fp8_recipe=self.fp8_recipe,
                         fp8_transpose=fp8_transpose_for(self.platform),
@@ -637,6 +640,16 @@ def _add_flags(p):
                    "RoPE (GPT-2/3, dimensions given without --model or --preset) or with MLA, eager with "
                    "--framework fsdp2, fused for a rotary model's Megatron training step or inference step (the "
                    "engine taken to be vLLM-like), else none (DeepSpeed)")
+    p.add_argument("--remat-policy", choices=("minimal_flash",), default=None,
+                   help="MaxText's remat_policy (JAX/XLA training step): minimal_flash saves the weight matmuls' "
+                   "outputs and the attention's (jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims and the "
+                   "name 'context', which Transformer Engine's fused attention gives its output and softmax "
+                   "statistics), so each layer's backward first runs its element-wise forward again: both norms, "
+                   "the residual add, RoPE (with --rope) and the activation; instead of --recompute")
+    p.add_argument("--iota-embed", action="store_true",
+                   help="MaxText's use_iota_embed: the embedding as a one-hot matmul (the tokens compared with an iota "
+                   "of the vocabulary, one-hot [tokens, vocab] x [vocab, hidden]) and its weight gradient as the "
+                   "transposed matmul, instead of a lookup and its scatter-add")
     p.add_argument("--fp8-recipe", choices=FP8_RECIPES, default="delayed",
                    help="with --gemm-dtype fp8, Transformer Engine's scaling recipe: delayed (DelayedScaling, the "
                    "default: scales from an amax history, a LayerNorm or GeLU writes its output in FP8 itself) or "

@@ -12,6 +12,7 @@ from .fp8 import Fp8Ops
 from .hf_eager import HfEagerOps
 from .layers import LayerOps
 from .lora import LoraOps, adapter_parameters
+from .maxtext_step import MaxTextOps
 from .model import ModelDims, _lengths, layer_shards, mtp_shards, padded_vocab
 from .mla import MlaOps
 from .mtp import MtpOps
@@ -25,7 +26,7 @@ from .zero import DataParallelOps
 
 
 class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps, MtpOps, MoeOps, DataParallelOps,
-                    RopeOps, EagerStepOps, DeepSpeedStepOps, HfEagerOps, TorchCpOps):
+                    RopeOps, EagerStepOps, DeepSpeedStepOps, HfEagerOps, TorchCpOps, MaxTextOps):
     """The node graph of one pipeline stage, identical for every rank of the stage except for rank-specific
     attributes (``pg_name``, ``comm_src``/``comm_dst``), which are appended per rank as trailing attributes."""
 
@@ -144,7 +145,10 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
                         if first and i == 0:
                             extra += self._z3(units, "embedding", store, params, phase)
                         extra += self._z3(units, f"l{layer}", store, params, phase)
-                    if i == 0 and first and cfg.ew:  # the embedding lookup
+                    if i == 0 and first and cfg.iota_embed:  # (MaxText's one-hot matmul, .maxtext_step)
+                        self.iota_embed_fwd(mb, vocab, deps + emb + (extra if cfg.zero == 3 else []))
+                        deps = emb = []
+                    elif i == 0 and first and cfg.ew:  # the embedding lookup
                         idx = ((cfg.micro_batch_size, self.seq), "Tensor(long int)")
                         self.ew("aten::embedding", f"fwd.embedding.mb{mb}", [self._t(vocab, h), idx],
                                 deps + emb + (extra if cfg.zero == 3 else []))
@@ -214,7 +218,9 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
                 if not first:
                     self.send(f"send_grad{cs}.mb{mb}", -1, 2 * (ch * M + mb) + 1, [self.prev])
                 else:
-                    if cfg.ew and not self.frozen:  # (the embedding's weight gradient)
+                    if cfg.iota_embed and not self.frozen:  # (the one-hot matmul's, .maxtext_step)
+                        self.iota_embed_bwd(mb, vocab)
+                    elif cfg.ew and not self.frozen:  # (the embedding's weight gradient)
                         idx = ((cfg.micro_batch_size, self.seq), "Tensor(long int)")
                         self.ew("aten::embedding_dense_backward", f"bwd.embedding.mb{mb}", [self._t(n, h), idx])
                     if gather:  # FSDP gathers every unit before its backward (the embedding's needs no weights)
