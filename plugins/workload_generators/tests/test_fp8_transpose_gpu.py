@@ -93,3 +93,19 @@ def test_the_platform_says_where_te_writes_transposes():
     assert LlmSpec.from_argv(["--preset", "llama3-8b", "--platform", "hgx-h100"]).resolve()[1].fp8_transpose is True
     with pytest.raises(ConfigError, match="unknown --platform"):
         base.replace(platform="no-such-machine").resolve()
+
+
+@pytest.mark.parametrize("fp8_params", [False, True])
+def test_the_memory_estimate_keeps_a_weights_fp8_transpose_on_hopper_only(fp8_params):
+    from astra_workload_generators.llm import peak_memory
+
+    dims = model_dims(**LLAMA)
+
+    def weights(transpose):
+        cfg = LlmConfig(dp=2, micro_batches=1, zero=1, gemm_dtype="fp8", fp8_params=fp8_params,
+                        fp8_transpose=transpose)
+        return peak_memory(dims, cfg).weights
+
+    # Hopper (and no platform) caches each linear weight's FP8 copy and its transpose (1 + 1 B an element);
+    # Blackwell the copy only: 589,824 bytes less, one per linear weight element
+    assert weights(True) == weights(None) == weights(False) + WEIGHT_ELEMENTS

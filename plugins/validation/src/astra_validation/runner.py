@@ -129,8 +129,9 @@ def _run_memory(case):
     from astra_validation.registry import MEMORY_MEASURES
 
     start = time.perf_counter()
-    dims, cfg = LlmSpec.from_argv(case.workload, where=f"validation case {case.name}: workload").resolve(
-        on_warning=lambda line: None)
+    spec = LlmSpec.from_argv(case.workload, where=f"validation case {case.name}: workload")
+    # for the case's platform, as its step would be generated (its GPU: whether TE caches FP8 weight transposes)
+    dims, cfg = spec.replace(platform=case.platform).resolve(on_warning=lambda line: None)
     estimate = peak_memory(dims, cfg)
     attribute = next(a for a in MEMORY_MEASURES[case.measured_what] if hasattr(estimate, a))
     simulated, measured = int(getattr(estimate, attribute)), int(case.measured["peak_bytes"])

@@ -73,7 +73,8 @@ UNCERTAINTY = 0.10
 #: fp32 master weights + Adam's two fp32 moments per parameter (mixed precision); fp32 training: moments only
 OPTIMIZER_BYTES = 12
 #: Transformer Engine's cached FP8 copy of a linear layer's weight and of its transpose; with --fp8-params (TE's
-#: fp8_model_init, NeMo's fp8_params) they are the weight itself, held without a --dtype copy
+#: fp8_model_init, NeMo's fp8_params) they are the weight itself, held without a --dtype copy. On a GPU whose FP8
+#: GEMMs take any layout (Blackwell, ``cfg.fp8_transpose`` False) TE keeps no transpose: the copy alone, 1 byte
 FP8_WEIGHT_BYTES = 2
 #: LoRA with --fp8-params: a frozen linear weight held in FP8 (1 byte; NeMo's fp8_params, TE's fp8_model_init:
 #: AMD's and NVIDIA's MLPerf Training v5.1 llama2_70b_lora recipes) and no cached transpose: no optimizer step
@@ -329,7 +330,8 @@ def stage_memory(dims: ModelDims, cfg: LlmConfig, p: int) -> MemoryEstimate:
         buffers += max(moe_dispatch_bytes(dims, cfg, tokens, _moe_rows(dims, cfg, tokens, i)) for i in moe)
     frozen_fp8 = cfg.lora_rank and cfg.fp8_params  # (the frozen base's FP8 weights: _frozen_base_bytes)
     if cfg.gemm_dtype == "fp8" and framework == "megatron" and not frozen_fp8:  # FP8 primary weights replace the
-        weights += FP8_WEIGHT_BYTES * linear - (nb * linear if cfg.fp8_params else 0)  # --dtype copy
+        fp8_bytes = FP8_WEIGHT_BYTES if cfg.fp8_transpose is not False else FP8_WEIGHT_BYTES - 1
+        weights += fp8_bytes * linear - (nb * linear if cfg.fp8_params else 0)  # --dtype copy
     elif fmt is not None and framework == "megatron" and not frozen_fp8:  # TE's quantized copies beside the
         # --dtype weights; with --fp8-params (MXFP8 parameter gather) instead of them
         weights += BLOCK_WEIGHT_COPIES * low_precision_weight_bytes(fmt, linear) - (nb * linear if cfg.fp8_params
