@@ -246,3 +246,22 @@ def fit_peak_efficiency(gpu_name, points=None):
 
 
 __all__ += ["PUBLISHED_PEAK_GEMM", "load_published_peak_gemm", "fit_peak_efficiency"]
+
+
+# ------------------------------------------------------------------ published per-shape GEMMs (check data, never fitted)
+#: Shipped with the plugin: published GEMM TFLOP/s at training shapes (M = tokens >= 1024) on H100/H800 and B200, each
+#: row naming its thread and kernel. Check data: no fit reads it (``fit/check_gemm_shapes.py`` prints the model beside it).
+PUBLISHED_GEMM_SHAPES = "published_gemm_shapes.csv"
+
+
+def load_published_gemm_shapes(path=None):
+    """``[{"gpu", "dtype", "kernel", "m", "n", "k", "tflops", "source"}]`` from the published per-shape table."""
+    if path is None:
+        from importlib import resources
+
+        path = resources.files("astra_gpu_model") / "data" / PUBLISHED_GEMM_SHAPES
+    return [{"gpu": r["gpu"], "dtype": r["dtype"], "kernel": r["kernel"], "m": int(r["m"]), "n": int(r["n"]),
+             "k": int(r["k"]), "tflops": float(r["tflops"]), "source": r["source"]} for r in _rows(path)]
+
+
+__all__ += ["PUBLISHED_GEMM_SHAPES", "load_published_gemm_shapes"]
