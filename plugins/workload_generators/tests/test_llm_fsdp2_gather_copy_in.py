@@ -1,6 +1,8 @@
-"""FSDP2's all-gather copy-in (``--framework fsdp2``, ``llm.zero.fsdp2_gather_copy_in``): before each unit's
-all-gather, this rank's fp32 shard cast into a flat bf16 buffer, then copied into its slice of the gather's output,
-on a side stream; by hand. A plain ``--zero 3`` and DeepSpeed keep their own gathers."""
+"""FSDP2 under torchtitan (``--framework fsdp2``, ``llm.zero``): before each unit's all-gather this rank's fp32
+shard cast into a flat bf16 buffer and copied into its slice of the gather's output, on a side stream
+(``fsdp2_gather_copy_in``); the embedding and the LM head as one root unit, gathered once and reduce-scattered at
+the backward's end, the root and the last block not gathered again for the backward (``_fsdp2_root``); by hand. A
+plain ``--zero 3`` and DeepSpeed keep their own gathers."""
 
 from __future__ import annotations
 
@@ -34,3 +36,30 @@ def test_each_gather_first_casts_and_copies_this_ranks_shard(tmp_path):
     # without --framework fsdp2 (the generic ZeRO-3 step) and without the memory-bound nodes: none
     for name, kw in (("z", {}), ("d", {"framework": "deepspeed"}), ("n", {"framework": "fsdp2", "elementwise": False})):
         assert not [label for label in _by_label(tmp_path, name, **kw) if label.startswith("fsdp_ag_")]
+
+
+def test_the_root_unit_is_gathered_once_and_reduced_at_the_backwards_end(tmp_path):
+    # torchtitan's fully_shard(model): the embedding (1000 x 256 = 256,000) and the LM head (256,000) form the root,
+    # 512,000 parameters: one all-gather (each rank's bf16 share of 512,000 x 2 B over DP 2 = 512,000 B), one
+    # copy-out (read and write 512,000 x 2 B = 2,048,000 B), one fp32 reduce-scatter (512,000 x 4 = 2,048,000 B)
+    nodes = read_rank_nodes(_gen(tmp_path, "r", framework="fsdp2"), 0)
+    by = {n.attrs.get("label", n.name): n for n in nodes}
+    labels = [n.attrs.get("label", n.name) for n in nodes]
+    assert by["dp_ag.root.fwd"].attrs["comm_size"] == 512_000
+    assert by["fsdp_copy_out.root.fwd"].attrs["tensor_size"] == 2_048_000
+    assert by["fsdp_ag_cast.root.fwd"].attrs["tensor_size"] == 256_000 * (4 + 2)  # (this rank's shard)
+    assert by["dp_rs.root"].attrs["comm_size"] == 2_048_000
+    # nothing of the root gathered or reduced apart, and the reduce-scatter after the embedding's backward
+    assert not [x for x in labels if x.startswith(("dp_ag.embedding", "dp_ag.head", "dp_rs.embedding", "dp_rs.head"))]
+    assert labels.index("bwd.embedding.mb0") < labels.index("dp_rs.root")
+    # the backward gathers the first block again, not the last (kept unsharded after the forward) nor the root
+    assert "dp_ag.l0.bwd" in by and "dp_ag.l1.bwd" not in by and "dp_ag.root.bwd" not in by
+    # with pipeline stages (torchtitan's PP wrapping is not this), and in the generic ZeRO-3 step: units apart
+    for name, kw in (("p", {"framework": "fsdp2", "pp": 2, "micro_batches": 2}), ("z", {})):
+        labels = [n.attrs.get("label", n.name) for n in read_rank_nodes(_gen(tmp_path, name, **kw), 0)]
+        assert not [x for x in labels if ".root" in x] and [x for x in labels if x.startswith("dp_ag.embedding")]
+
+
+def _gen(tmp_path, name, **kw):
+    generate_llm(model_dims(**LLAMA), LlmConfig(dp=2, zero=3, **kw), tmp_path / name)
+    return tmp_path / name

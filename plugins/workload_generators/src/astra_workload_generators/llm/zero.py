@@ -16,6 +16,8 @@ ADAM_BYTES_PER_PARAM = 28
 #: FSDP2 under torchtitan's mixed precision (bf16 parameters, ``mixed_precision_reduce = "float32"``) reduce-scatters
 #: gradients in fp32: 4 bytes per parameter (the memory estimate keeps the same fp32 copy, ``memory_terms``).
 FSDP2_REDUCE_BYTES = 4
+#: the units torchtitan leaves to FSDP2's root module (the token embedding and, with the final norm, the LM head)
+ROOT_UNITS = ("embedding", "head")
 
 
 class _CopiedOut(list):
@@ -117,6 +119,12 @@ class DataParallelOps:
         group = self.dgroup if group == "dp" else group
         if cfg.inference or self._group_size(group) == 1 or params == 0:
             return
+        if self._fsdp2_root() and label in ROOT_UNITS and group == self.dgroup:
+            # the root's gradients are reduced together once its backward (the embedding's, the last) is done
+            self._root_grads = getattr(self, "_root_grads", 0) + params
+            if label != "embedding":
+                return
+            label, params, self._root_grads = "root", self._root_grads, 0
         size = params * self.nbytes
         last = mb is None or mb == cfg.micro_batches - 1
         ag_label = f"{group}_ag.{label}"
@@ -168,19 +176,53 @@ class DataParallelOps:
         return out
 
     def _z3(self, units, name, store, params, phase):
-        """Gather ``name`` (if not yet) and prefetch the next unit of ``units``; the ids ``name``'s compute needs."""
+        """Gather ``name`` (if not yet) and prefetch the next unit of ``units``; the ids ``name``'s compute needs.
+        Under :meth:`_fsdp2_root` the embedding and the LM head are gathered as one root unit, and the units
+        FSDP2 keeps unsharded after the forward (:meth:`_fsdp2_kept`) are not gathered again for the backward."""
         i = units.index(name)
+        kept = self._fsdp2_kept(phase)
+        root = self._fsdp2_root()
         for u in units[i:i + 2]:
-            if u not in store:
+            if u in store or u in kept:
+                continue
+            if root and u in ROOT_UNITS:  # (one gather of both, whichever is asked first)
+                dense, expert = (sum(params[r][k] for r in ROOT_UNITS) for k in (0, 1))
+                store["embedding"] = store["head"] = self._gather(f"root.{phase}", dense, expert)
+            else:
                 store[u] = self._gather(f"{u}.{phase}", *params[u])
+        if name in kept:
+            return []
         if self._fsdp2() and store[name] and not isinstance(store[name], _CopiedOut):
             # FSDP2's foreach_all_gather_copy_out: the gathered buffer split into each parameter's unsharded
             # tensor, on the compute stream once the gather is done (read and write of the unit's parameters)
-            dense, expert = params[name]
-            t = ((dense + expert,), self.ttype)
-            store[name] = _CopiedOut([self.ew("aten::copy_", f"fsdp_copy_out.{name}.{phase}", [t, t],
-                                              store[name])])
+            together = ROOT_UNITS if root and name in ROOT_UNITS else (name,)
+            elems = sum(sum(params[u]) for u in together)
+            t = ((elems,), self.ttype)
+            unit = "root" if len(together) > 1 else name
+            out = _CopiedOut([self.ew("aten::copy_", f"fsdp_copy_out.{unit}.{phase}", [t, t], store[name])])
+            for u in together:
+                store[u] = out
         return store[name]
+
+    def _fsdp2_root(self):
+        """torchtitan's FSDP2 wrapping without pipeline parallelism (``apply_fsdp``: ``fully_shard`` of each
+        transformer block, then ``fully_shard(model)``): the parameters left to the root, the token embedding, the
+        final norm and the LM head, form one unit, gathered together before the first layer and reduce-scattered
+        together when the whole backward is done (FSDP2's post-backward of a group runs when its module's backward
+        ends: the root's, after the embedding's). Only with --framework fsdp2, one stage, no virtual stages."""
+        cfg = self.cfg
+        return self._fsdp2() and cfg.zero == 3 and cfg.pp == 1 and cfg.virtual_stages == 1
+
+    def _fsdp2_kept(self, phase):
+        """The units FSDP2 under torchtitan does not reshard after the forward, so the backward (``phase``
+        ``bwd...``) gathers nothing for them: the root (FSDP2's ``_lazy_init``: "For the root, do not reshard after
+        forward since for training, the parameters would be freed and all-gathered immediately",
+        ``post_forward_mesh_info = None``) and the last transformer block (torchtitan's ``apply_fsdp``:
+        ``reshard_after_forward = int(layer_id) < len(model.layers) - 1``, "do not reshard after forward for the
+        last transformer block since FSDP would prefetch it immediately"). Empty otherwise."""
+        if not (self._fsdp2_root() and phase.startswith("bwd")):
+            return ()
+        return ROOT_UNITS + (f"l{self.dims.layers - 1}",)
 
     def fsdp2_gather_copy_in(self, label, shard, deps):
         """FSDP2's all-gather copy-in of this rank's ``shard`` parameters, on its all-gather copy-in stream (off
