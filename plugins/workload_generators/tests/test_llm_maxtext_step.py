@@ -63,7 +63,8 @@ def test_the_iota_embedding_is_a_one_hot_matmul_each_way(tmp_path):
 def test_the_flags_are_checked():
     base = ["--model", "llama2-7b", "--dp", "8", "--zero", "3"]
     assert LlmSpec.from_argv([*base, "--remat-policy", "minimal_flash", "--iota-embed"]).resolve(on_warning=print)
-    for extra in (["--recompute"], ["--recompute-modules", "layernorm"], ["--mode", "decode"]):
+    for extra in (["--recompute"], ["--recompute-modules", "layernorm"], ["--mode", "decode"],
+                  ["--attention", "unfused"]):
         with pytest.raises(ConfigError, match="--remat-policy minimal_flash is MaxText's"):
             LlmSpec.from_argv([*base, "--remat-policy", "minimal_flash", *extra]).resolve(on_warning=print)
     with pytest.raises(ConfigError, match="--remat-policy minimal_flash is MaxText's"):

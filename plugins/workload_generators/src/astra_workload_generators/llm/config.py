@@ -235,9 +235,11 @@ def _check(dims: ModelDims, cfg: LlmConfig):
     if cfg.remat_policy not in (None, "minimal_flash"):
         raise ConfigError(f"--remat-policy must be minimal_flash, got {cfg.remat_policy!r}")
     if cfg.remat_policy and (cfg.inference or cfg.recompute or cfg.recompute_selective or cfg.recompute_modules
-                             or dims.experts or dims.mla):
-        raise ConfigError("--remat-policy minimal_flash is MaxText's recomputation of a dense model's training step, "
-                          "instead of --recompute / --recompute-modules (not with MoE or MLA layers)")
+                             or dims.experts or dims.mla or cfg.attention != "flash"):
+        raise ConfigError("--remat-policy minimal_flash is MaxText's recomputation of a dense model's training step "
+                          "with fused (flash) attention, whose saved 'context' spares the attention, instead of "
+                          "--recompute / --recompute-modules (not with MoE or MLA layers or --attention unfused, "
+                          "whose score matmuls the policy would recompute)")
     if cfg.iota_embed and cfg.inference:
         raise ConfigError("--iota-embed is for --mode train")
     if cfg.recompute_selective and cfg.attention == "unfused":
