@@ -109,3 +109,28 @@ def test_the_memory_estimate_keeps_a_weights_fp8_transpose_on_hopper_only(fp8_pa
     # Hopper (and no platform) caches each linear weight's FP8 copy and its transpose (1 + 1 B an element);
     # Blackwell the copy only: 589,824 bytes less, one per linear weight element
     assert weights(True) == weights(None) == weights(False) + WEIGHT_ELEMENTS
+
+
+def test_astra_run_warns_when_the_fp8_step_was_generated_for_another_gpu(tmp_path):
+    """The trace says which layout its FP8 casts were written for; a run on a platform whose GPU wants the other
+    one warns (the same step through `astra validate` or a sweep is generated for the platform)."""
+    from astra_sim import simulate
+    from astra_sim.chakra import read_metadata
+    from astra_workload_compact import read_compact_workload
+    from astra_workload_generators.llm import generate_llm_workload
+
+    warnings = {}
+    for name, platform in (("plain", None), ("blackwell", "hgx-b200")):
+        spec = LlmSpec(layers=1, hidden=256, heads=8, ffn_hidden=512, vocab=1000, seq_len=128, tp=1, dp=8,
+                       micro_batches=1, gemm_dtype="fp8", platform=platform)
+        prefix = str(tmp_path / name)
+        generate_llm_workload(spec, prefix, on_warning=lambda line: None)
+        trace = read_compact_workload(prefix).traces[0]
+        assert read_metadata(trace)["te_fp8_transposes"] is (platform is None)
+        for run_on in ("hgx-h100", "hgx-b200"):
+            seen = []
+            simulate(workload=prefix, platform=run_on, nodes=1, on_warning=seen.append)
+            warnings[name, run_on] = [w for w in seen if "FP8 transposes" in w]
+    assert not warnings["plain", "hgx-h100"] and not warnings["blackwell", "hgx-b200"]
+    assert "astra workload llm --platform hgx-b200" in warnings["plain", "hgx-b200"][0]
+    assert "generated without" in warnings["blackwell", "hgx-h100"][0]

@@ -16,6 +16,17 @@ def astra_run_start(run):
     fmt = getattr(run, "workload_format", None)
     if isinstance(fmt, TextFormat):
         fmt.bind_network(run.npus_per_dim)
+    platform = run.options.get("platform")
+    if platform is not None:  # an LLM step's FP8 casts written for another GPU than the platform's: say so
+        from .throughput import step_metadata_of
+
+        attrs = step_metadata_of(run) or {}
+        if isinstance(attrs.get("te_fp8_transposes"), bool):
+            from .llm.fp8 import fp8_layout_mismatch
+
+            message = fp8_layout_mismatch(attrs["te_fp8_transposes"], platform)
+            if message:
+                run.warn(message)
 
 
 @hookimpl

@@ -69,6 +69,19 @@ def fp8_transpose_for(platform) -> bool | None:
     return None if not capability else not non_tn_fp8_gemm(capability)
 
 
+def fp8_layout_mismatch(transposes, platform):
+    """The warning for a step whose FP8 casts were written ``transposes`` (with TE's transposes or without: the
+    trace's ``te_fp8_transposes``) run on ``platform``, whose GPU wants the other layout; None when they agree or
+    the platform states no compute capability."""
+    wanted = fp8_transpose_for(platform)
+    if wanted is None or wanted == bool(transposes):
+        return None
+    written, gpu = ("with", "Blackwell: its FP8 GEMMs take any layout") if transposes else ("without", "Hopper")
+    return (f"the step's FP8 casts were generated {written} Transformer Engine's FP8 transposes, but --platform "
+            f"{platform}'s GPU is {gpu}; generate it for this platform (astra workload llm --platform {platform}) "
+            "for the step Transformer Engine runs there")
+
+
 #: FP8 tensors with an amax per linear layer: input, weight, output in forward; grad output, grad input in backward
 FP8_AMAX_FWD, FP8_AMAX_BWD = 3, 2
 
