@@ -285,6 +285,23 @@ class CollectiveAlgorithmSpec:
     #: implementation list naming this algorithm for that dimension runs it there (instead of the reference's
     #: fallback to ``ring``). Only ``inSwitch`` sets it, so the reference's configurations are unchanged.
     per_dimension_groups: bool = False
+    #: On a communicator group spanning several network dimensions, with this algorithm listed for one of them:
+    #: the :class:`GroupPlanner` that plans the group (``inSwitch``'s hierarchical reduction), instead of the
+    #: reference's fallback to ``ring``.
+    group_planner: "GroupPlanner | None" = None
+
+
+class GroupPlanner(Protocol):
+    """How an algorithm runs on a communicator group that spans several network dimensions (a
+    :class:`CollectiveAlgorithmSpec`'s ``group_planner``; e.g. the network_analytical plugin's in-switch
+    aggregation trees)."""
+
+    def plan(self, rank: int, group, com_type: str, impls: list, dims: list, npus_per_dim: list, warn):
+        """``rank``'s plan for ``group`` (``group_id``, ``npus``): ``(topology, implementations, involved
+        dimensions)``, as the system layer walks a collective (``topology`` has ``num_dimensions()``,
+        ``nodes_in_dimension(d)`` and ``basic_topology(d, com_type)``; ``impls`` is the system config's
+        ``[(spec, window)]`` per dimension; ``dims`` the dimensions the group spans). None runs ``ring``
+        (say why with ``warn``)."""
 
 
 @dataclass(frozen=True)

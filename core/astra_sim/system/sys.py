@@ -29,8 +29,7 @@ from astra_sim.system.frontend import (
     RENDEZVOUS_TAG_BASE,
 )
 from astra_sim.system.topology import (
-    ANTICLOCKWISE, CLOCKWISE, DIM_LOCAL, GeneralComplexTopology, GroupGridTopology, RingTopology, TreeRingTopology,
-    box_dims, differing_dims,
+    ANTICLOCKWISE, CLOCKWISE, DIM_LOCAL, GeneralComplexTopology, RingTopology, differing_dims,
 )
 
 
@@ -290,14 +289,16 @@ class Sys:
             if len(impls) > 1:
                 # the reference's rule (ring), unless the first algorithm prices the whole group itself, or
                 # the group lies in one dimension whose listed algorithm runs on groups (inSwitch), or spans
-                # several dimensions as a box with inSwitch listed for one of them (_multi_dim_group_plan)
-                whole = getattr(impls[0][0], "whole_group", False)
+                # several dimensions and an algorithm listed for one of them plans such groups itself
+                whole = impls[0][0].whole_group
                 dims = differing_dims(group.npus, self.shared.npus_per_dim) if not whole else []
-                if len(dims) == 1 and dims[0] < len(impls) and getattr(impls[dims[0]][0], "per_dimension_groups", False):
+                planner = next((impls[d][0].group_planner for d in dims
+                                if d < len(impls) and impls[d][0].group_planner is not None), None)
+                if len(dims) == 1 and dims[0] < len(impls) and impls[dims[0]][0].per_dimension_groups:
                     impls = [impls[dims[0]]]
-                elif len(dims) > 1 and any(d < len(impls) and getattr(impls[d][0], "per_dimension_groups", False)
-                                           for d in dims):
-                    plan = self._multi_dim_group_plan(group, com_type, impls, dims)
+                elif len(dims) > 1 and planner is not None:
+                    plan = planner.plan(self.rank, group, com_type, impls, dims, self.shared.npus_per_dim,
+                                        self.shared.warn)
                     if plan is not None:
                         group.plans[com_type] = plan
                         return plan
@@ -312,33 +313,6 @@ class Sys:
             plan = (RingTopology(self.rank, group.npus, DIM_LOCAL), impls, [True])
         group.plans[com_type] = plan
         return plan
-
-    def _multi_dim_group_plan(self, group, com_type, impls, dims):
-        """A group spanning several dimensions with ``inSwitch`` listed for some of them (hierarchical in-network
-        reduction). When every dimension it spans lists ``inSwitch``: one in-switch phase over the whole group
-        (an aggregation tree: each switch tier reduces once, :class:`TreeRingTopology`). Otherwise the group is
-        walked per dimension like the whole network (:class:`GroupGridTopology`: e.g. reduce-scatter in the
-        leaf switch, ring across the spine, multicast back). None (with a warning; the caller runs ``ring``)
-        when the group is not a box of the dimensions."""
-        npus_per_dim = self.shared.npus_per_dim
-        if box_dims(group.npus, npus_per_dim) is None:
-            self.shared.warn(
-                f"communicator group {group.group_id} spans network dimensions {dims} but is not a box of them "
-                "(not every combination of its coordinates is a member): its collectives run ring, not inSwitch"
-            )
-            return None
-        if com_type != ALL_TO_ALL and all(d < len(impls) and getattr(impls[d][0], "per_dimension_groups", False)
-                                          for d in dims):
-            topology = TreeRingTopology(self.rank, sorted(group.npus), dims)
-            return (topology, [impls[dims[0]]], [True])
-        if any(d >= len(impls) or impls[d][0].topology != "ring" for d in dims):
-            self.shared.warn(
-                f"communicator group {group.group_id} spans network dimensions {dims}, and one of their listed "
-                "algorithms does not walk a ring of its own dimension: its collectives run ring, not inSwitch"
-            )
-            return None
-        involved = [d in dims for d in range(len(npus_per_dim))]
-        return (GroupGridTopology(self.rank, group.npus, npus_per_dim), impls, involved)
 
     def get_priority(self, explicit_priority):
         policy = self.shared.system_config.scheduling_policy

@@ -86,57 +86,6 @@ class RingTopology:
         return self
 
 
-class TreeRingTopology(RingTopology):
-    """A communicator group spanning several switch dimensions that all reduce: one in-switch phase over the
-    whole group (the leaf switches reduce their members, the next tier the leaves, as SHARP aggregation trees
-    do). ``switch_dims``: the network dimensions of the tree, lowest first."""
-
-    __slots__ = ("switch_dims",)
-
-    def __init__(self, rank, members, switch_dims):
-        super().__init__(rank, members, DIM_LOCAL)
-        self.switch_dims = tuple(switch_dims)
-
-
-def box_dims(npus, npus_per_dim):
-    """The dimensions a group of NPUs spans when it is a box (every combination of the coordinates it uses in
-    each dimension is one of its NPUs), else None."""
-    coords = [set() for _ in npus_per_dim]
-    for npu in npus:
-        for dim, coordinate in enumerate(coordinates(npu, npus_per_dim)):
-            coords[dim].add(coordinate)
-    if math.prod(len(used) for used in coords) != len(set(npus)):
-        return None
-    return [dim for dim, used in enumerate(coords) if len(used) > 1]
-
-
-class GroupGridTopology:
-    """A communicator group that is a box of the network's dimensions, walked one dimension at a time like the
-    whole network (so per-dimension algorithm lists apply to it): along each dimension the ring of the group's
-    NPUs that share this rank's other coordinates (one NPU, i.e. inactive, where the group does not spread)."""
-
-    __slots__ = ("dims",)
-
-    def __init__(self, rank, npus, npus_per_dim):
-        mine = coordinates(rank, npus_per_dim)
-        self.dims = []
-        for dim in range(len(npus_per_dim)):
-            members = sorted(n for n in npus if all(c == m for d, (c, m) in
-                                                    enumerate(zip(coordinates(n, npus_per_dim), mine)) if d != dim))
-            ring = RingTopology(rank, members, DIM_LOCAL)
-            ring.native_dim = dim
-            self.dims.append(ring)
-
-    def num_dimensions(self):
-        return len(self.dims)
-
-    def nodes_in_dimension(self, dim):
-        return self.dims[dim].nodes_in_ring
-
-    def basic_topology(self, dim, com_type):
-        return self.dims[dim]
-
-
 class BinaryTree:
     """An in-order-numbered binary tree with a root that has a single subtree.
 

@@ -2,8 +2,9 @@
 
 It lives with the backends that declare switches (``in_switch(dim)`` -> :class:`astra_sim.api.InSwitchSpec`:
 analytical here, congestion / flow and ns-3 elsewhere) and is registered by this plugin; the kernel keeps only
-the generic pieces it uses (the span recorder's in-switch phases, ``shared.algorithm_state`` and
-``per_dimension_groups`` in :class:`astra_sim.api.CollectiveAlgorithmSpec`).
+the generic pieces it uses (the span recorder's in-switch phases, ``shared.algorithm_state``, and
+``per_dimension_groups`` and ``group_planner`` in :class:`astra_sim.api.CollectiveAlgorithmSpec`; the groups
+spanning several dimensions are planned in :mod:`astra_network_analytical.group_plan`).
 
 Each NPU streams its data up to the switch of the dimension; the switch reduces the N streams at its
 reduction rate and multicasts the result down. One phase on one rank:
@@ -174,7 +175,7 @@ def segment_sizes(size, segments):
 
 def _dimension_of(sys, topo):
     """The network dimension a ring runs along (a group's ring: the one dimension its members differ in), or
-    the dimensions of an aggregation tree (a tuple; :class:`astra_sim.system.topology.TreeRingTopology`)."""
+    the dimensions of an aggregation tree (a tuple; :class:`astra_network_analytical.group_plan.TreeRingTopology`)."""
     if topo.native_dim is not None:
         return topo.native_dim
     tree = getattr(topo, "switch_dims", None)

@@ -3,6 +3,7 @@
 from astra_sim import hookimpl
 from astra_sim.api import CollectiveAlgorithmSpec
 
+from astra_network_analytical.group_plan import IN_SWITCH_GROUP_PLANNER
 from astra_network_analytical.model import AnalyticalNetwork
 
 
@@ -27,6 +28,7 @@ def astra_register_collective_algorithms(registry):
     # any backend that declares switches (astra_sim.api.SwitchNetwork): analytical, congestion / flow, ns-3.
     registry.collective_algorithm(
         "inSwitch",
-        CollectiveAlgorithmSpec("ring", _in_switch, symmetry="rotation", per_dimension_groups=True),
+        CollectiveAlgorithmSpec("ring", _in_switch, symmetry="rotation", per_dimension_groups=True,
+                                group_planner=IN_SWITCH_GROUP_PLANNER),
         "the Switch dimension's switch reduces (in-network)",
     )
