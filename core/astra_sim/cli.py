@@ -287,16 +287,15 @@ def _cmd_run(pm, args):
         return _interrupted(interrupt.pending, None, args, early, written=bool(args.report_json))
     if args.json:
         sys.stdout.write(json.dumps(report.to_dict(per_rank=args.per_rank), indent=1) + "\n")
-    reference_log = report.astra_sim_log is not None  # an output format collected the reference's stdout
-    if reference_log:
-        # stdout carries exactly the reference's lines, so scripts that diff them keep working;
-        # the summary goes to stderr then.
-        sys.stdout.write("".join(line + "\n" for line in report.astra_sim_log_lines(prefixed=True)))
+    lines = report.stdout_lines  # an output format's (the reference log's)
+    if lines is not None:
+        # stdout carries exactly those lines, so scripts that diff them keep working; the summary goes to stderr
+        sys.stdout.write("".join(line + "\n" for line in lines))
         sys.stdout.flush()
     if not quiet:
         from astra_sim.summary import print_summary
 
-        print_summary(report, args.max_table_ranks, stderr=reference_log)
+        print_summary(report, args.max_table_ranks, stderr=lines is not None)
     return 0
 
 

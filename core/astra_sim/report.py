@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass, field, fields
 
 
@@ -45,8 +44,11 @@ class Report:
     network_stats: dict = field(default_factory=dict)
     #: ``(logger, level, message)`` for every line the reference would print, in its order; None
     #: unless the run collected them (``astra_sim_log=True``, ``astra run --astra-sim-log``: the
-    #: astra-analysis plugin's reference log; ``astra run`` then prints them on stdout).
+    #: astra-analysis plugin's reference log).
     astra_sim_log: list | None = None
+    #: the lines an output format hands ``astra run`` to print on stdout (the reference log's, with spdlog's
+    #: prefixes), which then prints its summary on stderr; None: stdout has the summary
+    stdout_lines: list | None = None
     #: every message left unmatched at the end (only a run with ``allow_unmatched`` gets a report
     #: with any): dicts with src, dst, size, tag, kind, state and, for trace nodes, node/trace
     unmatched_messages: list = field(default_factory=list)
@@ -125,32 +127,6 @@ class Report:
         from astra_sim.safeio import write_text_atomic
 
         write_text_atomic(path, json.dumps(self.to_dict(per_rank), indent=1) + "\n")
-
-    def astra_sim_log_lines(self, prefixed=False):
-        """The reference's stdout lines for this run.
-
-        With the full log collected (``astra_sim_log=True``): every line the reference prints
-        (rings, ``sys[i] finished``, statistics, ``Exiting``); ``prefixed`` adds spdlog's
-        ``[time] [logger] [level] `` prefixes, as the reference prints them. Otherwise only the
-        ``sys[i] finished, ...`` lines, in the order ranks finished.
-
-        The reference prints exposed communication as an unsigned 64-bit number, so a negative
-        value (possible with ``replay-only``, where overlapping communication counts as compute)
-        wraps around; these lines do the same so scripts that parse them see identical text. The
-        report itself keeps the signed value.
-        """
-        if self.astra_sim_log is not None:
-            if not prefixed:
-                return [message for _, _, message in self.astra_sim_log]
-            now = time.time()
-            return [spdlog_line(logger, level, message, now) for logger, level, message in self.astra_sim_log]
-        by_rank = {r.rank: r for r in self.ranks}
-        lines = []
-        for rank in self.finish_order:
-            r = by_rank[rank]
-            exposed = r.exposed_comm_ns % (1 << 64)
-            lines.append(f"sys[{r.rank}] finished, {r.finish_ns} cycles, exposed communication {exposed} cycles.")
-        return lines
 
 
 def _grouped(items):
@@ -267,10 +243,3 @@ def read_report(source, where=None):
     out = {k: v for k, v in source.items() if k not in ("rank_classes", "layout", "units", "complete", "stats")}
     return {"units": source.get("units", UNITS), "layout": "per-rank", "complete": source.get("complete", True),
             "ranks": ranks, **out, "stats": stats}
-
-
-def spdlog_line(logger, level, message, now=None):
-    """``message`` behind spdlog's default prefixes: ``[date time.ms] [logger] [level] ``."""
-    now = time.time() if now is None else now
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
-    return f"[{stamp}.{int(now * 1000) % 1000:03d}] [{logger}] [{level}] {message}"

@@ -16,7 +16,7 @@ from astra_sim import simulate
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.cli import main
 from astra_analysis.reference_log import (
-    LIBSTDCXX_BUCKET_COUNTS, libstdcxx_iteration_order, merged_length, spdlog_line,
+    LIBSTDCXX_BUCKET_COUNTS, libstdcxx_iteration_order, log_lines, merged_length, spdlog_line,
 )
 from astra_sim_testing import system_config
 
@@ -249,11 +249,11 @@ def test_stdout_is_only_the_log_and_the_table_goes_to_stderr(capsys, env):
 def test_python_api_lines(env):
     prefix = env.trace("ar", lambda r: [coll(1)], 4)
     report = simulate(prefix, env.system(), env.network([4]), astra_sim_log=True)
-    assert report.astra_sim_log_lines()[-1] == "Exiting"
-    assert all(PREFIX.match(line) for line in report.astra_sim_log_lines(prefixed=True))
+    assert log_lines(report)[-1] == "Exiting"
+    assert all(PREFIX.match(line) for line in log_lines(report, prefixed=True))
     plain = simulate(prefix, env.system(), env.network([4]))
     assert plain.astra_sim_log is None
-    assert all(line.startswith("sys[") for line in plain.astra_sim_log_lines())
+    assert all(line.startswith("sys[") for line in log_lines(plain))
 
 
 def test_subprocess_log_is_the_whole_stdout(env):
@@ -276,4 +276,4 @@ def test_log_simulates_every_rank(env):
     assert logged.settings["fold"]["simulated_ranks"] == 4
     assert "--astra-sim-log" in logged.settings["fold"]["reason"]
     assert [r.finish_ns for r in logged.ranks] == [r.finish_ns for r in folded.ranks]
-    assert sum(" finished, " in line for line in logged.astra_sim_log_lines()) == 4
+    assert sum(" finished, " in line for line in log_lines(logged)) == 4

@@ -131,7 +131,8 @@ class CriticalPathRequest(OutputFormat):
 
 
 class ReferenceLogRequest(OutputFormat):
-    """``--astra-sim-log``: the report's ``astra_sim_log`` (the lines ``astra run`` prints on stdout)."""
+    """``--astra-sim-log``: the report's ``astra_sim_log`` and, spdlog's prefixes added, its ``stdout_lines``
+    (what ``astra run`` prints on stdout)."""
 
     needs_every_rank = "not folded: --astra-sim-log prints every rank's own statistics"
 
@@ -148,7 +149,10 @@ class ReferenceLogRequest(OutputFormat):
         self.log = ReferenceLog(run)
 
     def finish(self, run, report):
+        from astra_analysis.reference_log import log_lines
+
         report.astra_sim_log = self.log.records(report.ranks, report.finish_order)
+        report.stdout_lines = log_lines(report, prefixed=True)
 
 
 __all__ = ["TimelineRequest", "CriticalPathRequest", "ReferenceLogRequest", "TIMELINE_OPTIONS", "FORMATS"]

@@ -22,9 +22,9 @@ lines (and the summation order of the roofline averages) is libstdc++'s iteratio
 from __future__ import annotations
 
 import math
+import time
 
 from astra_sim.chakra import types as T
-from astra_sim.report import spdlog_line  # noqa: F401  (the prefixes astra run prints the lines with)
 
 #: Bucket counts a libstdc++ ``std::unordered_map`` takes as it grows from empty: 13 at the first
 #: insertion, then the next of these when an insertion would exceed one element per bucket
@@ -293,3 +293,36 @@ def _ring_record(nodes, offset):
     return ("system::topology::RingTopology", "info",
             f"ring of node 0, id: 0 dimension: local total nodes in ring: {nodes} index in ring: 0 "
             f"offset: {offset} total nodes in ring: {nodes}")
+
+
+def spdlog_line(logger, level, message, now=None):
+    """``message`` behind spdlog's default prefixes: ``[date time.ms] [logger] [level] ``."""
+    now = time.time() if now is None else now
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
+    return f"[{stamp}.{int(now * 1000) % 1000:03d}] [{logger}] [{level}] {message}"
+
+
+def log_lines(report, prefixed=False):
+    """The reference's stdout lines for ``report``'s run.
+
+    With the full log collected (``astra_sim_log=True``): every line the reference prints (rings,
+    ``sys[i] finished``, statistics, ``Exiting``); ``prefixed`` adds spdlog's ``[time] [logger] [level] ``
+    prefixes, as the reference prints them. Otherwise only the ``sys[i] finished, ...`` lines, in the order ranks
+    finished.
+
+    The reference prints exposed communication as an unsigned 64-bit number, so a negative value (possible with
+    ``replay-only``, where overlapping communication counts as compute) wraps around; these lines do the same so
+    scripts that parse them see identical text. The report itself keeps the signed value.
+    """
+    if report.astra_sim_log is not None:
+        if not prefixed:
+            return [message for _, _, message in report.astra_sim_log]
+        now = time.time()
+        return [spdlog_line(logger, level, message, now) for logger, level, message in report.astra_sim_log]
+    by_rank = {r.rank: r for r in report.ranks}
+    lines = []
+    for rank in report.finish_order:
+        r = by_rank[rank]
+        lines.append(f"sys[{r.rank}] finished, {r.finish_ns} cycles, exposed communication "
+                     f"{r.exposed_comm_ns % _WRAP} cycles.")
+    return lines
