@@ -256,9 +256,9 @@ class CollectiveAlgorithmSpec:
     """A collective algorithm the system config can name.
 
     ``topology``: which logical topology the algorithm walks: ``"ring"`` (one
-    ring per network dimension), ``"one"`` (one ring over every NPU),
-    ``"tree"`` (two binary trees per dimension), or ``"custom"`` for a custom
-    collective format (then ``factory`` is a :class:`CustomCollectiveFormat`). ``factory(com_type, rank,
+    ring per network dimension), ``"one"`` (one ring over every NPU), ``"custom"`` for a custom
+    collective format (then ``factory`` is a :class:`CustomCollectiveFormat`), or a name of the algorithm's
+    own (``"tree"``) with ``dimension_topology`` building it (a :class:`DimensionTopology`). ``factory(com_type, rank,
     topology, data_size, direction, window)`` returns an algorithm object with
     ``bind``, ``run_init``, ``run_general``, ``run_received``, ``data_size`` and
     ``final_data_size`` (see :mod:`astra_sim.system.collectives`).
@@ -289,6 +289,20 @@ class CollectiveAlgorithmSpec:
     #: the :class:`GroupPlanner` that plans the group (``inSwitch``'s hierarchical reduction), instead of the
     #: reference's fallback to ``ring``.
     group_planner: "GroupPlanner | None" = None
+    #: The algorithm's own topology of each network dimension (a :class:`DimensionTopology`; e.g.
+    #: collectives_native's double binary trees); None walks ``topology``'s rings. Such an algorithm does not run
+    #: on a communicator group that is a subset of the NPUs.
+    dimension_topology: "DimensionTopology | None" = None
+
+
+class DimensionTopology(Protocol):
+    """Builds an algorithm's topology of one network dimension (:class:`CollectiveAlgorithmSpec`'s
+    ``dimension_topology``)."""
+
+    def __call__(self, rank: int, npus: int, stride: int, last: bool):
+        """``rank``'s topology along a dimension of ``npus`` NPUs ``stride`` apart (``last``: the implementation
+        list's last dimension). It has ``num_nodes()`` and ``basic_topology(dim, com_type)``, which gives each
+        phase of a collective what its algorithm object walks (asked once per phase, in order)."""
 
 
 class GroupPlanner(Protocol):

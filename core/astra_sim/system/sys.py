@@ -267,7 +267,7 @@ class Sys:
         topo = self._topologies.get(com_type)
         if topo is None:
             impls = self.shared.native_impls(com_type)
-            kinds = [spec.topology for spec, _window in impls]
+            kinds = [spec.dimension_topology or spec.topology for spec, _window in impls]
             self.shared.check_dimensions_covered(com_type, kinds)
             topo = GeneralComplexTopology(self.rank, self.shared.npus_per_dim, kinds)
             self._topologies[com_type] = topo
@@ -305,9 +305,10 @@ class Sys:
                     impls = [self.shared.algorithm_spec(GROUP_FALLBACK_ALGORITHM)]
                 else:
                     impls = [impls[0] if whole else self.shared.algorithm_spec(GROUP_FALLBACK_ALGORITHM)]
-            if impls[0][0].topology == "tree":
+            if impls[0][0].dimension_topology is not None:  # only one algorithm is listed: the one named
+                name = self.shared.system_config.implementations[com_type][0]
                 raise ConfigError(
-                    f"{self.shared.system_config.path}: doubleBinaryTree cannot run on communicator "
+                    f"{self.shared.system_config.path}: {name} cannot run on communicator "
                     f"group {group.group_id} (a subset of the NPUs); use ring or direct"
                 )
             plan = (RingTopology(self.rank, group.npus, DIM_LOCAL), impls, [True])

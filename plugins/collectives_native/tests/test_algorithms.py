@@ -11,10 +11,11 @@ from collections import defaultdict, deque
 import pytest
 from astra_sim.errors import ConfigError
 from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER
-from astra_sim.system.topology import CLOCKWISE, DIM_LOCAL, BinaryTree, RingTopology
+from astra_sim.system.topology import CLOCKWISE, DIM_LOCAL, RingTopology
 from hypothesis import given, settings, strategies as st
 
 from astra_collectives_native import LOCAL_RING_DELAY_NS, Direct, DoubleBinaryTree, HalvingDoubling, Ring
+from astra_collectives_native.tree_topology import BinaryTree
 
 LINK_NS = 100
 ENDPOINT_NS = 25  # not LOCAL_RING_DELAY_NS (10), so a test can tell the two apart

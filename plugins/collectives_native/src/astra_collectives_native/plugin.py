@@ -9,6 +9,7 @@ from astra_sim.errors import ConfigError
 from astra_collectives_native.double_binary_tree import DoubleBinaryTree
 from astra_collectives_native.halving_doubling import HalvingDoubling
 from astra_collectives_native.ring import Direct, Ring
+from astra_collectives_native.tree_topology import tree_dimension
 
 
 def _ring(com_type, rank, topo, size, direction, window):
@@ -48,4 +49,5 @@ def astra_register_collective_algorithms(registry):
         "direct over all NPUs")
     add("halvingDoubling", CollectiveAlgorithmSpec("ring", _halving_doubling), "recursive halving/doubling")
     add("oneHalvingDoubling", CollectiveAlgorithmSpec("one", _halving_doubling), "halving/doubling over all NPUs")
-    add("doubleBinaryTree", CollectiveAlgorithmSpec("tree", _double_binary_tree), "double binary tree all-reduce")
+    add("doubleBinaryTree", CollectiveAlgorithmSpec("tree", _double_binary_tree, dimension_topology=tree_dimension),
+        "double binary tree all-reduce")
