@@ -29,7 +29,13 @@ tensor each way, in the Megatron training step (Megatron-LM's ``apply_rope_fusio
 rotary: Megatron-LM's learned_absolute default) and are unchanged. Then the two Megatron training cases with context
 parallelism (cp_causal_unfused, moe_imbalance_cp_ep), on purpose (issue 36): Transformer Engine's ring attention merges
 the CP steps' outputs (LSE and output corrections) and accumulates their dQ, dK, dV in kernels of its own
-(``AttentionOps.te_ring_merges``); the inference case with CP (prefill_cp_logits) is unchanged.
+(``AttentionOps.te_ring_merges``); the inference case with CP (prefill_cp_logits) is unchanged. Then the training cases
+of a non-gated (biased) model with element-wise nodes on linears that are not Transformer Engine's (cp_causal_unfused,
+dense_tp_pp_dp, gpt3_13b_preset, moe_imbalance_cp_ep, per_rank_files: Megatron-LM's own linears; moe_ep_capacity:
+``--zero 2``, DeepSpeed), on purpose (issue 36): each linear layer's bias gradient is an ``aten::sum`` of its output
+gradient in the backward (``LayerOps.bias_grad``); the FP8 / TP-overlap case (Transformer Engine fuses it), the gated
+and inference cases are unchanged. In the same change the emitter counts a reduction's ``tensor_size`` as the gpu
+model does (its arguments read once, not twice): no case here has a reduction node other than those new sums.
 
 Regenerate (only when a change of the traces is intended)::
 

@@ -14,9 +14,14 @@ from .fp8 import FP8_FWD, FP8_GRAD, SCALED_MM
 
 
 MM = "aten::mm"
-#: reductions to a scalar the builders emit: they read their input and write (next to) nothing, as the gpu model
-#: counts them (its ``REDUCTION_OPS``)
-REDUCTIONS = ("any", "linalg_vector_norm")
+#: reductions: ``tensor_size`` is the bytes of their arguments, read once, as the gpu model counts them (its
+#: ``REDUCTION_OPS``, the same names; astra_gpu_model/ops.py ``_memory``); a builder that wants the (not negligible)
+#: output's write counted lists the output as a further argument (read the input, write the output). Before issue 36
+#: ``sum`` and ``mean`` fell through to the broadcast rule here (input + an output as large as the input: twice what
+#: the gpu model moves), which only the replay's compute model (``duration_micros`` from ``tensor_size``) saw
+REDUCTIONS = ("sum", "mean", "amax", "amin", "max", "min", "norm", "linalg_vector_norm", "var", "std", "argmax",
+              "argmin", "all", "any", "prod", "logsumexp", "var_mean", "std_mean", "nansum", "count_nonzero",
+              "_foreach_norm")
 #: fills the builders emit (a memset): they write their argument and read nothing, as the gpu model's ``FILL_OPS``
 FILLS = ("zero_", "fill_")
 #: fused Adam/AdamW: read every tensor list, write the parameters and both moments (the gpu model's count)
@@ -163,7 +168,7 @@ class NodeEmitter:
         read = sum(nb(t) for t in tensors)
         first = args[0] if isinstance(args[0], list) else [args[0]]
         name = op.split("::")[-1]
-        if name == "copy_" or name in REDUCTIONS:  # read src, write dst (its old content is not read) or a scalar
+        if name == "copy_" or name in REDUCTIONS:  # read src, write dst (its old content is not read); reductions
             nbytes = read
         elif name in FILLS:  # a memset: writes its argument, reads nothing
             nbytes = sum(nb(t) for t in first)

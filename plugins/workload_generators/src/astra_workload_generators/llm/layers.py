@@ -191,6 +191,56 @@ class LayerOps:
         self._memory_node("aten::copy_", label, rows * cols * (nb + 1), repr([shape, shape]),
                           repr([dst, src]), ())
 
+    # -- bias gradients reduced outside the GEMMs --------------------------------------------------------------
+    @property
+    def separate_bias_grads(self):
+        """Whether a training step reduces each linear layer's bias gradient in a kernel of its own (an
+        ``aten::sum`` of the ``[rows, out]`` output gradient over its rows, :meth:`bias_grad`). Only a model with
+        biased linears: a non-gated (GPT-2-style) model, the same **assumption** per family as
+        :func:`.deepspeed_step.persistent_parameters` (gated Llama-style models have none). Then:
+
+        - ``--framework deepspeed`` (a Hugging Face model under eager autograd): GPT-2's ``Conv1D`` runs
+          ``torch.addmm(self.bias, x, self.weight)`` (huggingface/transformers ``pytorch_utils.py``); autograd's
+          ``addmm`` backward gives ``self`` the whole ``[rows, out]`` gradient (``tools/autograd/derivatives.yaml``:
+          ``self: maybe_multiply(grad, beta.conj())``) and the engine's ``validate_outputs`` reduces it to the bias's
+          shape with ``at::sum_to`` (``torch/csrc/autograd/engine.cpp``): one reduction kernel per linear.
+        - a Megatron-LM training step on its own linears (no Transformer Engine: neither ``--gemm-dtype`` FP8/FP4
+          nor ``--tp-comm-overlap``, the registry's SC'21 rows, Megatron-LM of 2021): QKV's ``ColumnParallelLinear``
+          (``LinearWithGradAccumulationAndAsyncCommunication.backward``: ``grad_bias = grad_output.sum(dim=0) if
+          use_bias``, NVIDIA/Megatron-LM ``megatron/core/tensor_parallel/layers.py``; in 2021 ``F.linear`` whose
+          broadcast bias add autograd reduces the same way); FC1's bias through the fused bias-GeLU
+          (``GeLUFunction.backward`` returns the ``[rows, ffn]`` gradient ``tmp`` for the bias too, ``megatron/model/
+          fused_bias_gelu.py``, which the engine's ``sum_to`` reduces); the projection's and FC2's
+          (``skip_bias_add``) through the scripted bias-dropout-add, whose autodiff reduces ``x + bias``'s gradient
+          to the bias's shape (``_grad_sum_to_size``). **Assumption**: TorchScript's fuser of the time left that
+          reduction a kernel of its own (its fusion groups were element-wise).
+        - Transformer Engine's linears: none separate: without FP8 the bias gradient comes out of the weight-gradient
+          GEMM (cuBLASLt's BGRADB epilogue: ``grad_output_preprocess`` returns no bias gradient, "bgrad is fused with
+          wgrad", and the wgrad ``general_gemm`` is called with ``bias`` and ``grad=True``), with FP8 out of the
+          gradient's cast (``tex.bgrad_quantize``, "fused bgrad + cast + transpose"); NVIDIA/TransformerEngine
+          d0067d0 ``transformer_engine/pytorch/module/base.py`` ``grad_output_preprocess``, ``module/linear.py``
+          ``wgrad_gemm``. (FP8 with a sequence-parallel gather of the gradient, a row-parallel layer's, reduces it
+          unfused, ``grad_output.sum(dim=0)``; Megatron's row-parallel layers return their bias instead,
+          ``skip_bias_add``: not emitted, see the issue-36 notes.)
+        - torchtitan (``--framework fsdp2``): its models' linears have no bias; MaxText's (also ``--zero 3``) are
+          XLA's fusions: none."""
+        cfg = self.cfg
+        if self.dims.gated or cfg.inference or not cfg.ew or self.frozen:
+            return False
+        framework = implied_framework(cfg)
+        if framework == "deepspeed":
+            return True
+        return framework == "megatron" and cfg.gemm_dtype == "same" and not cfg.tp_comm_overlap
+
+    def bias_grad(self, label, rows, cols, deps=()):
+        """The bias gradient of a linear layer whose output gradient is ``[rows, cols]`` on this rank, reduced over
+        the rows where the framework does it in a kernel of its own (:attr:`separate_bias_grads`): ``aten::sum``
+        reading the gradient and writing the ``[cols]`` bias gradient (both listed, so the gpu model, which counts a
+        reduction's arguments once, moves ``(rows + 1) x cols`` elements). None where it is fused or absent."""
+        if not self.separate_bias_grads:
+            return None
+        return self.ew("aten::sum", label + ".bias_grad", [self._t(rows, cols), self._t(cols)], deps)
+
     def _tp_ring_step(self, label, j, deps, gathered_bytes):
         """One step of a TP ring (``--tp-comm-overlap``): send one shard (``gathered_bytes/TP``: ``b*s*h``
         elements) to TP index t+1 after ``deps``, receive one from t-1. Returns the receive's id."""
@@ -395,6 +445,7 @@ class LayerOps:
                 if not self.frozen:
                     self.fp8_transpose(lab + ".fc2.wgrad", n, ff)
                     self.mm(lab + ".fc2.wgrad", ff, n, h)
+                self.bias_grad(lab + ".fc2", self.ln_rows, h)  # (the residual stream's rows: SP's shard)
                 self.dense_act_bwd(lab + ".fc1", n, ff)
                 gathered = self._regather(lab + ".mlp_in") if self.needs_input("fc1") else []
                 self.mm(lab + ".fc1.dgrad", n, f1, h)
@@ -402,6 +453,7 @@ class LayerOps:
                 if not self.frozen:
                     self.fp8_transpose(lab + ".fc1.wgrad", n, h, gathered)
                     self.mm(lab + ".fc1.wgrad", h, n, f1, gathered)
+                self.bias_grad(lab + ".fc1", n, f1)
             self._tp("rs" if sp else "ar", lab + ".mlp_in")
         if ew:
             self.layer_norm_bwd(lab + ".ln2")
@@ -412,6 +464,7 @@ class LayerOps:
         self.lora_backward(lab, "proj")
         if not self.frozen:
             self.mm(lab + ".proj.wgrad", dims.o_width // tp, n, h)  # (its input's transpose: the forward cast's)
+        self.bias_grad(lab + ".proj", self.ln_rows, h)
         hq, hkv = dims.heads // tp, dims.kv_heads // tp
         if cfg.attention == "unfused":
             attn = self.attn_unfused_bwd(lab, b, hq, q, s, d)
@@ -440,6 +493,7 @@ class LayerOps:
             if not self.frozen:
                 self.fp8_transpose(lab + ".qkv.wgrad", n, h, gathered)
                 self.mm(lab + ".qkv.wgrad", h, n, qkv, gathered)
+            self.bias_grad(lab + ".qkv", n, qkv)
             out = self._tp("rs" if sp else "ar", lab + ".attn_in")
         if ew:
             self.layer_norm_bwd(lab + ".ln1")
