@@ -325,7 +325,40 @@ def blackwell_mask_ratio(gpu, dtype, backward, seq_len):
     return _interpolate(none, seq_len, lengths) / _interpolate(causal, seq_len, lengths)
 
 
-__all__ = ["AMD_ATTENTION", "amd_efficiency", "BENCH_HEADS", "BLACKWELL_ATTENTION", "BLACKWELL_MASKS",
+#: measured paged decode attention's fitted fixed time and HBM rate per GPU (fit/fit_decode_attention.py)
+DECODE_FIT = "decode_attention_fit.json"
+#: the architecture (the preset's ``architecture`` up to its first space) -> the measured GPU whose fit it takes
+#: (the same SMs and front end: ASSUMPTION for the other Hopper and GA100 parts; their own HBM sets the rate)
+DECODE_FIT_GPU = {"ampere": "A100-SXM4-80GB", "hopper": "H100-SXM5-80GB"}
+
+
+@functools.lru_cache(maxsize=None)
+def decode_fit():
+    """``{measured preset: {"floor_us", "hbm_fraction", ...}}`` from :data:`DECODE_FIT`."""
+    import json
+
+    text = (resources.files("astra_gpu_model") / "data" / DECODE_FIT).read_text(encoding="utf-8")
+    return json.loads(text)["gpus"]
+
+
+def decode_params(gpu):
+    """``(floor_s, bytes_per_s)`` of paged decode attention on ``gpu`` (a query of one token a sequence against its
+    KV cache), or None where no measurement covers its architecture (Ada, Blackwell, AMD: the node keeps the
+    general attention model). Measured (``data/measured_decode_attention.csv``): on an A100, FlashInfer's
+    BatchDecodeWithPagedKVCache (microsoft/vidur's Llama-3-8B profile, 53 rows), on an H100 SXM, FlashAttention-2's
+    paged batch decode (microsoft/onnxruntime PR #21414's nvbench table, 4 rows). Each thread block takes one
+    (sequence, KV head) group and a small batch is split along the keys and merged in a second pass, so a few MB
+    cost far more than their bytes: 14.8 us + bytes at 78.7 % of HBM on the A100, 16.5 us + bytes at 80.1 % on the
+    H100. The kernel the engine runs (FlashInfer, FlashAttention-2, TurboMind's or TensorRT-LLM's own) is not
+    told apart: the architecture's measured kernel stands for all (ASSUMPTION)."""
+    measured = DECODE_FIT_GPU.get(gpu.architecture.split(" ", 1)[0].lower())
+    if measured is None:
+        return None
+    fit = decode_fit()[measured]
+    return fit["floor_us"] * 1e-6, fit["hbm_fraction"] * gpu.hbm_bytes_per_s
+
+
+__all__ = ["AMD_ATTENTION", "DECODE_FIT", "DECODE_FIT_GPU", "decode_fit", "decode_params", "amd_efficiency", "BENCH_HEADS", "BLACKWELL_ATTENTION", "BLACKWELL_MASKS",
            "blackwell_mask_ratio", "blackwell_masks", "HOPPER_ATTENTION", "MASK_RATIO_GPU",
            "hopper_fp8_efficiency", "blackwell_efficiency", "published_attention", "published_efficiency",
            "FP8_MEASURED_TFLOPS", "KERNELS", "check_fp8_attention", "fp8_backward_kernel_efficiency",

@@ -28,7 +28,8 @@ from astra_sim.chakra import types as T
 from astra_sim.compute import node_work
 
 from astra_gpu_model.attention import (KERNELS as ATTENTION_KERNELS, amd_efficiency, blackwell_efficiency,
-                                       check_fp8_attention, fp8_efficiency, is_hopper, kernel_efficiency)
+                                       check_fp8_attention, decode_params, fp8_efficiency, is_hopper,
+                                       kernel_efficiency)
 from astra_gpu_model.gemm import gemm_time_s
 from astra_gpu_model.gpu import BLOCK_SCALED, DTYPE_BYTES, load_gpu
 from astra_gpu_model.grouped import group_shapes, grouped_gemm_time_s, grouped_params
@@ -65,6 +66,22 @@ def memory_op_rates():
         rates = {name.split("::", 1)[1]: float(rate) for name, rate in data["rates_bytes_per_s"].items()}
         _MEMORY_RATES = (rates, data["reference"])
     return _MEMORY_RATES
+
+
+_MEMORY_FLOORS = None
+
+
+def memory_op_floors():
+    """``{"floors_us": {ATen op: us}, "default_us": us}``: the fixed time of a small memory-bound kernel on Hopper,
+    measured on one H200 in a CUDA graph (``data/memops_floor.json``, written by ``fit/fit_memops_floor.py``)."""
+    global _MEMORY_FLOORS
+    if _MEMORY_FLOORS is None:
+        import json
+        from pathlib import Path
+
+        with open(Path(__file__).with_name("data") / "memops_floor.json") as handle:
+            _MEMORY_FLOORS = json.load(handle)
+    return _MEMORY_FLOORS
 
 
 class GpuComputeModel:
@@ -383,7 +400,7 @@ class GpuComputeModel:
         if op.kind == "none":
             return 0.0
         if op.kind == "memory":
-            return launch + op.nbytes / self._memory_rate(op.name, bw)
+            return self._memory_floor(op.name, launch) + op.nbytes / self._memory_rate(op.name, bw)
         dtype = op.dtype if op.dtype in DTYPE_BYTES else self.default_dtype
         if op.kind == "attention" and dtype == "fp8":
             check_fp8_attention(gpu, kernel, op.backward)  # (no fallback to another dtype's rate)
@@ -407,6 +424,10 @@ class GpuComputeModel:
             waves = -(-op.ctas // gpu.sm_count) if op.ctas else 1
             utilisation = op.ctas / (waves * gpu.sm_count) if op.ctas else 1.0
             t_c = op.flops / (self._attention_efficiency(op, kernel) * peak * utilisation)
+            decode = decode_params(gpu) if op.seq_q == 1 and not op.backward and dtype != "fp8" else None
+            if decode is not None:  # paged decode attention: its measured fixed time + the cache at its rate
+                floor, rate = decode
+                return max(floor + op.nbytes / rate, launch + t_c)
             t_m = op.nbytes / bw
             return launch + max(t_c, t_m)
         raise ValueError(f"unknown op kind {op.kind!r}")
@@ -426,6 +447,15 @@ class GpuComputeModel:
         if kernel is None or not is_hopper(self.gpu):
             return self.gpu.attention_efficiency
         return kernel_efficiency(kernel, op.backward, op.causal, op.seq_k)
+
+    def _memory_floor(self, name, launch):
+        """Seconds a memory-bound kernel costs besides its bytes: on Hopper, the op's floor measured on the H200 in a
+        CUDA graph (``data/memops_floor.json``, ``fit/fit_memops_floor.py``: an add 0.79 us, a LayerNorm 6.92 us, an
+        op not measured the median 2.26 us), else ``launch`` (the GEMM fit's ``launch_us``, 2.34 us on the A100)."""
+        floors = memory_op_floors() if self.gpu.architecture.lower().startswith("hopper") else None
+        if floors is None:
+            return launch
+        return floors["floors_us"].get(name, floors["default_us"]) * 1e-6
 
     def _memory_rate(self, name, hbm_rate):
         """Bytes/s of a memory-bound op: HBM's (``hbm_rate``) unless its SMs are slower, as measured for

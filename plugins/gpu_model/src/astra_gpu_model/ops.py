@@ -95,6 +95,7 @@ class Op:
     nbytes: float = 0.0  # attention / memory-bound bytes moved
     ctas: int = 0  # attention: number of thread blocks (for wave quantisation)
     seq_k: int = 0  # attention: keys per query (the kernel tables' sequence length)
+    seq_q: int = 0  # attention: queries per sequence and head (1: a decode step's attention)
     causal: bool = False  # attention: the causal mask
     backward: bool = False  # attention: the backward kernel
     head_dim: int = 0  # attention: the query/key head width (the FP8 kernel tables' head dimension)
@@ -352,7 +353,7 @@ def _attention(name, args, values, default_dtype):
         io = io * 2 + _numel(sq) * size  # + grad_out, dq, dk, dv
     ctas = b * h * max(1, -(-s_q // 128))
     return Op("attention", name, q[1], flops=flops, nbytes=float(io), ctas=ctas, out_bytes=size, seq_k=s_k,
-              causal=causal, backward=backward, head_dim=d)
+              seq_q=s_q, causal=causal, backward=backward, head_dim=d)
 
 
 def _memory(name, args, values, default_dtype):
