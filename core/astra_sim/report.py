@@ -60,6 +60,10 @@ class Report:
     critical_path: dict | None = None
     #: the timeline files written (``timeline=PATH``; astra-analysis)
     timeline: dict | None = None
+    #: what output formats add to ``astra run``'s terminal summary (not to the JSON): tables after the breakdown,
+    #: ``(title, columns, rows)`` as :func:`astra_sim.termtable.print_table` takes them, and lines at its end
+    summary_tables: list = field(default_factory=list)
+    summary_lines: list = field(default_factory=list)
 
     # (a partial report's ranks still running have None; the summary counts the finished ones)
     @property

@@ -2,8 +2,10 @@
 
 * the ranks, with ranks whose numbers are identical collapsed into one row (``0-127 x128``);
 * where the slowest rank's time went (the breakdown's parts, with their share of its finish time);
-* with ``--critical-path``, what the critical path is made of and its biggest items;
-* the step time, the run's speed and whether symmetric ranks were folded.
+* the tables output formats add (``report.summary_tables``: with ``--critical-path``, what the critical path is
+  made of and its biggest items);
+* the step time, the run's speed and whether symmetric ranks were folded, then the output formats' lines
+  (``report.summary_lines``: the timeline's files).
 
 Times are printed with :func:`astra_sim.humanize.format_ns` (3-4 significant digits).
 """
@@ -63,7 +65,8 @@ def print_summary(report, max_rows, stderr=False):
         title += f" ({simulated:,} simulated)"
     console = print_table(title, columns, cells, stderr=stderr, caption=caption)
     _print_breakdown(report, console, stderr)
-    _print_critical_path(report, console, stderr)
+    for title, table_columns, table_rows in report.summary_tables:  # an output format's (the critical path's)
+        print_table(title, table_columns, table_rows, stderr=stderr, out=console)
     stats = report.stats
     slowest = max(ranks, key=lambda r: r.finish_ns) if ranks else None
     interval = stats.get("step_interval_90_ns")  # set by the validation plugin: empirical, from its residuals
@@ -85,10 +88,8 @@ def print_summary(report, max_rows, stderr=False):
                       "--no-fold simulates all)", highlight=False)
     elif fold.get("requested") and fold.get("reason") and len(ranks) > 1:
         console.print(f"all {len(ranks):,} ranks simulated: {fold['reason']}", highlight=False)
-    if report.timeline:
-        info = report.timeline
-        console.print(f"timeline: {info['path']} ({info['format']}, {info['ranks_written']:,} ranks, "
-                      f"{info['events']:,} events)", highlight=False)
+    for line in report.summary_lines:  # an output format's (the timeline's files)
+        console.print(line, highlight=False)
     return console
 
 
@@ -118,22 +119,4 @@ def _print_breakdown(report, console, stderr):
             for name, ns in b["parts"].items() if ns or name == "idle"]
     print_table(f"where the time went: {who}, {format_ns(finish)}",
                 [Column("part"), Column("time", number=True), Column("share", number=True)], rows,
-                stderr=stderr, out=console)
-
-
-def _print_critical_path(report, console, stderr):
-    c = report.critical_path
-    if not c:
-        return
-    length = c["length_ns"]
-    kinds = c.get("by_kind") or [{"name": k, "ns": ns} for k, ns in c["totals"].items()]
-    rows = [[part_label(g["name"]), format_ns(g["ns"]), format_share(g["ns"], length)] for g in kinds[:8]]
-    layers = [g for g in c.get("by_layer") or [] if g["name"] != "other" or len(c["by_layer"]) > 1]
-    rows += [[f"by layer: {g['name']}", format_ns(g["ns"]), format_share(g["ns"], length)] for g in layers[:6]]
-    rows += [[f"  {item['name']} ({part_label(item['kind'])})", format_ns(item["ns"]), format_share(item["ns"], length)]
-             for item in c["top"][:5]]
-    print_table(f"critical path: {format_ns(length)} to the end of rank {c['rank']} ({len(c['items']):,} items "
-                f"on {c['ranks_visited']} rank{'s' if c['ranks_visited'] != 1 else ''}): by kind, by layer, then the "
-                "top items (indented)",
-                [Column("on the path"), Column("time", number=True), Column("share", number=True)], rows,
                 stderr=stderr, out=console)

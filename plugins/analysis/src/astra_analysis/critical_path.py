@@ -264,3 +264,23 @@ def critical_path(analysis, report):
             "top": [{"kind": k, "name": n, "ns": ns, "share": round(ns / path, 6) if path else 0.0}
                     for (k, n), ns in top],
             "ranks_visited": len({item["rank"] for item in items})}
+
+
+def summary_table(c):
+    """The critical path ``c`` as ``astra run``'s summary shows it (``(title, columns, rows)``): by kind, by layer,
+    then the top items (indented)."""
+    from astra_sim.humanize import format_ns, format_share
+    from astra_sim.summary import part_label
+    from astra_sim.termtable import Column
+
+    length = c["length_ns"]
+    kinds = c.get("by_kind") or [{"name": k, "ns": ns} for k, ns in c["totals"].items()]
+    rows = [[part_label(g["name"]), format_ns(g["ns"]), format_share(g["ns"], length)] for g in kinds[:8]]
+    layers = [g for g in c.get("by_layer") or [] if g["name"] != "other" or len(c["by_layer"]) > 1]
+    rows += [[f"by layer: {g['name']}", format_ns(g["ns"]), format_share(g["ns"], length)] for g in layers[:6]]
+    rows += [[f"  {item['name']} ({part_label(item['kind'])})", format_ns(item["ns"]), format_share(item["ns"], length)]
+             for item in c["top"][:5]]
+    title = (f"critical path: {format_ns(length)} to the end of rank {c['rank']} ({len(c['items']):,} items "
+             f"on {c['ranks_visited']} rank{'s' if c['ranks_visited'] != 1 else ''}): by kind, by layer, then the "
+             "top items (indented)")
+    return title, [Column("on the path"), Column("time", number=True), Column("share", number=True)], rows

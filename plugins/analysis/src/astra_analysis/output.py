@@ -97,6 +97,9 @@ class TimelineRequest(OutputFormat):
         except OSError as exc:  # a full disk: a one-line error; the atomic writer left no partial file
             raise ConfigError(f"--timeline {self.path}: cannot write: {exc.strerror or exc}") from None
         report.stats["timeline_s"] = round(time.perf_counter() - started, 6)
+        info = report.timeline
+        report.summary_lines.append(f"timeline: {info['path']} ({info['format']}, {info['ranks_written']:,} ranks, "
+                                    f"{info['events']:,} events)")
         if self.link_load is not None and self.link_load.bins:
             from astra_analysis.links import utilisation_summary
 
@@ -123,10 +126,12 @@ class CriticalPathRequest(OutputFormat):
         run.record_spans()
 
     def finish(self, run, report):
-        from astra_analysis.critical_path import critical_path
+        from astra_analysis.critical_path import critical_path, summary_table
 
         started = time.perf_counter()
         report.critical_path = critical_path(analysis_of(run), report)
+        if report.critical_path:
+            report.summary_tables.append(summary_table(report.critical_path))
         report.stats["analysis_s"] = round(report.stats.get("analysis_s", 0) + time.perf_counter() - started, 6)
 
 
