@@ -35,20 +35,21 @@ def test_the_preset_is_the_readme_latency_less_the_simulated_gpu_time_over_its_2
 
     timer = StepTimer(Layout(model=GPT_350M, platform="dgx-a100"), exact=True, cache=False, workdir=str(tmp_path))
     per_step_us = {b: (README_LATENCY_MS[b] - _gpu_ms(timer, b)) / 20 * 1000 for b in (1, 8)}
-    # the constant is the batch-1 row's (24.69 ms simulated: 834 us a step); batch 8 gives about 900
+    # the constant is the batch-1 row's (30.38 ms simulated: (41.362 - 30.38) / 20 = 549 us a step); batch 8 gives
+    # (46.013 - 33.65) / 20 = 618
     assert per_step_us[1] == pytest.approx(HOST_US_PER_STEP_TRTLLM_PYTHON, abs=25.0)
-    assert 800.0 < per_step_us[8] < 1000.0
-    assert HOST_US_PER_SCHEDULE_PRESETS["trtllm-python"] == HOST_US_PER_STEP_TRTLLM_PYTHON == 834.0
+    assert 580.0 < per_step_us[8] < 660.0
+    assert HOST_US_PER_SCHEDULE_PRESETS["trtllm-python"] == HOST_US_PER_STEP_TRTLLM_PYTHON == 549.0
 
 
 def test_the_flag_takes_the_runtime_name_or_microseconds():
     base = ["--model", "llama2-7b", "--platform", "dgx-a100", "--qps", "1"]
     assert ServeSpec.from_argv(base).host_us_per_schedule == 0.0
-    assert ServeSpec.from_argv(base + ["--host-us-per-schedule", "trtllm-python"]).host_us_per_schedule == 834.0
-    assert ServeSpec.from_argv(base + ["--host-us-per-schedule", "TRTLLM-Python"]).host_us_per_schedule == 834.0
+    assert ServeSpec.from_argv(base + ["--host-us-per-schedule", "trtllm-python"]).host_us_per_schedule == 549.0
+    assert ServeSpec.from_argv(base + ["--host-us-per-schedule", "TRTLLM-Python"]).host_us_per_schedule == 549.0
     assert ServeSpec.from_argv(base + ["--host-us-per-schedule", "12.5"]).host_us_per_schedule == 12.5
     assert ServeSpec.from_mapping({"model": "llama2-7b", "platform": "dgx-a100", "qps": 1,
-                                   "host_us_per_schedule": "trtllm-python"}).host_us_per_schedule == 834.0
+                                   "host_us_per_schedule": "trtllm-python"}).host_us_per_schedule == 549.0
     for bad in ("-1", "nan", "vllm", ""):
         with pytest.raises(ConfigError, match="host-us-per-schedule"):
             ServeSpec.from_argv(base + ["--host-us-per-schedule", bad])
@@ -70,7 +71,7 @@ def _isolated(host_ns_per_schedule):
 
 
 def test_an_isolated_request_pays_it_once_in_each_of_its_20_steps():
-    host = int(HOST_US_PER_STEP_TRTLLM_PYTHON * 1000)  # 834,000 ns
+    host = int(HOST_US_PER_STEP_TRTLLM_PYTHON * 1000)  # 549,000 ns
     plain, charged = _isolated(0), _isolated(host)
     prefill = 1_000_000 + 10_000 * 128
     decode = 1_000_000 + 20_000

@@ -87,14 +87,15 @@ HOST_US_PER_SEQ_VLLM060 = 42.0
 #: That latency times GenerationSession.setup() and decode() (benchmarks/python/gpt_benchmark.py ``run``): a context
 #: step and 19 generation steps, no CUDA graph (``--enable_cuda_graph`` is off by default). This simulator's GPU time
 #: of those 20 steps on dgx-a100, each run without host launches and with the graph gap (as serve's graph steps),
-#: is 24.69 ms, so the host's share is 16.67 ms, 834 us a step (the README's batch-8 row gives 901, its batch-64 row
-#: 517; tests/test_host_presets.py re-derives it). It is the Python loop, TensorRT's enqueue and the per-call
+#: is 30.38 ms, so the host's share is 10.99 ms, 549 us a step (the README's batch-8 row gives 618, its batch-64 row
+#: 248; tests/test_host_presets.py re-derives it). It followed the GPU model: 834 us before decode attention got its
+#: measured floor (astra_gpu_model.attention.decode_params: 24.69 ms of GPU time then). It is the Python loop, TensorRT's enqueue and the per-call
 #: setup, charged per step (each such row has 20). ASSUMPTIONS: sm80 is the A100 SXM 80 GB; the per-step host work
 #: does not grow with the model (the same Python ops each step); the README's host CPU stands for the measured
 #: system's. NeMo's inference path ran this runtime (NVIDIA/NeMo nemo/export/trt_llm/tensorrt_llm_run.py at
 #: 97d1abb2, 2024-04-06: ``tensorrt_llm.runtime.GenerationSession(model_config, engine_buffer, runtime_mapping,
 #: debug_mode=False)``, then ``setup()`` and ``decode()`` per call), so the registry's NeMo rows state it.
-HOST_US_PER_STEP_TRTLLM_PYTHON = 834.0
+HOST_US_PER_STEP_TRTLLM_PYTHON = 549.0
 #: named values of ``--host-us-per-schedule`` (published runtimes' per-step host time, us)
 HOST_US_PER_SCHEDULE_PRESETS = {"trtllm-python": HOST_US_PER_STEP_TRTLLM_PYTHON}
 #: Where a prompt's first token is sampled (``--first-token-from``). vLLM and TensorRT-LLM sample it from the

@@ -214,7 +214,7 @@ class ServeSpec:
                               "once per multi-step run); default 42, vLLM v0.6.0's (docs/serving.md)")
         eng.add_argument("--host-us-per-schedule", type=host_us_per_schedule, default=0.0, metavar="US",
                          help="fixed host time of a scheduler pass (default 0), or trtllm-python: TensorRT-LLM's "
-                              "Python runtime's host time per step, 834 us (its published GPT-350M benchmark; "
+                              "Python runtime's host time per step, 549 us (its published GPT-350M benchmark; "
                               "docs/serving.md)")
         eng.add_argument("--cuda-graphs", default="vllm", choices=("vllm", "off"),
                          help="vllm (default): decode-only batches run as vLLM's CUDA graphs, padded to the captured "
