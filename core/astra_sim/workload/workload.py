@@ -33,6 +33,8 @@ _COLLECTIVES = {
     T.ALL_TO_ALL: ALL_TO_ALL,
 }
 _CPU, _COMP, _COMM, _NONE = range(4)
+#: the slot of a node that needs none (a receive), as :meth:`RankWorkload.slot_of` gives it
+NO_SLOT = _NONE
 #: node types a host launches on the GPU (host_issue), and whose end it waits for when they carry host_waits
 _GPU_OPS = frozenset((T.COMP_NODE, T.COMM_COLL_NODE, T.COMM_SEND_NODE, T.COMM_RECV_NODE))
 #: ``pg_name`` values that mean the default all-NPU group (the reference's rule; backends that look at a
@@ -441,10 +443,8 @@ class RankWorkload:
     def _node_done(self, node_id):
         if self.finish_ns is not None:
             return
-        if self.host is not None:
-            node = self.nodes[node_id]
-            if node.type in _GPU_OPS and node.attrs.get("host_waits"):
-                self.host_clock = max(self.host_clock, self.shared.engine.now + self.host[1])
+        if self.host is not None and self.moves_host_clock(node_id):
+            self.host_clock = max(self.host_clock, self.shared.engine.now + self.host[1])
         self._release(self.nodes[node_id])
         self._finish_node(node_id)
         self._issue_ready()
@@ -455,77 +455,34 @@ class RankWorkload:
             self.finish_ns = self.shared.engine.now
             self.shared.rank_finished(self)
 
-    def completions_commute(self, first_id, second_id, issued_by_first):
-        """Whether completing nodes ``first_id`` and ``second_id`` at one nanosecond gives the same state in
-        either order (for a folded run's ties: the astra-folding plugin). ``first_id`` has completed,
-        issuing ``issued_by_first`` nodes; ``second_id`` is still running.
-
-        It does when neither completion, coming first, lets the rank issue a node: then after both the
-        ready nodes and the free slots are the same whichever came first. The first did not (nothing was
-        issued); the second, first, would have had its own slot and children free but the first's slot
-        busy and the first's children waiting. It does too when the second, first, issues nodes that see
-        the same state either way (:meth:`_issues_alike`)."""
-        if issued_by_first or first_id not in self.nodes or second_id not in self.node_start_ns:
-            return False
-        return self._issues_nothing(first_id, second_id) or self._issues_alike(first_id, second_id)
-
-    def _issues_nothing(self, first_id, second_id):
-        nodes, children, parents_left = self.nodes, self.children, self.parents_left
-        first_children = children[first_id]
-        freed_by_first = {c for c in first_children if parents_left[c] == 0}
-        candidates = (self._waiting() - freed_by_first) | {
-            c for c in children[second_id] if parents_left[c] == 1 and c not in first_children}
-        busy = list(self.slot_busy)
-        first_slot = self._slot_peek(nodes[first_id])
-        second_slot = self._slot_peek(nodes[second_id])
-        if first_slot is None or second_slot is None:
-            return False
-        if first_slot != _NONE:
-            busy[first_slot] += 1
-        if second_slot != _NONE:
-            busy[second_slot] -= 1
-        for node_id in candidates:
-            slot = self._slot_peek(nodes[node_id])
-            if slot is None or slot == _NONE or not busy[slot]:
-                return False
-        return True
-
-    def _issues_alike(self, first_id, second_id):
-        """The second completion, coming first, issues nodes; they see the same state as after both: the first
-        freed no children, holds no slot they use and did not move the host clock. (A compute model that reads
-        the communication in flight times nodes at the end of the nanosecond, after both.)"""
-        nodes, children, parents_left = self.nodes, self.children, self.parents_left
-        first = nodes[first_id]
-        if any(parents_left[c] == 0 for c in children[first_id]):
-            return False
-        if self.host is not None and first.type in _GPU_OPS and first.attrs.get("host_waits"):
-            return False
-        first_slot = self._slot_peek(first)
-        if first_slot is None:
-            return False
-        candidates = self._waiting()
-        candidates.update(c for c in children[second_id] if parents_left[c] == 1)
-        for node_id in candidates:
-            node = nodes[node_id]
-            slot = self._slot_peek(node)
-            if slot is None or (slot == first_slot and slot != _NONE):
-                return False
-        return True
-
-    def _waiting(self):
+    # ------------------------------------------------------------ queries (a folded run's tie check, astra-folding)
+    def waiting(self):
         """The ids of the ready nodes not yet issued (fresh, or waiting for their slot), as a new set."""
         waiting = set(self.fresh)
         for heap in self.ready:
             waiting.update(heap)
         return waiting
 
-    def _slot_peek(self, node):
-        """:meth:`_slot` without making a communication slot: None when the node's slot does not exist yet."""
+    def slot_of(self, node_id):
+        """The slot node ``node_id`` is issued on (:data:`NO_SLOT`: a receive, which needs none), without making a
+        communication slot: None when its slot does not exist yet."""
+        node = self.nodes[node_id]
         if (self.comm_slots is not None and node.type in (T.COMM_COLL_NODE, T.COMM_SEND_NODE)
                 and not node.attrs.get("is_cpu_op")):
             key = _comm_slot_key(node)
             return _COMM if key == ("", None) else self.comm_slots.get(key)
         return self._slot(node)
+
+    def could_issue(self, node_id, busy):
+        """Whether ready node ``node_id`` would be issued were the slots' occupancy ``busy`` (a list like
+        ``slot_busy``): it needs no slot or its slot is free (a slot not made yet counts as free)."""
+        slot = self.slot_of(node_id)
+        return slot is None or slot == _NONE or not busy[slot]
+
+    def moves_host_clock(self, node_id):
+        """Whether node ``node_id``'s completion moves the host's launch clock (it waits for it: ``host_waits``)."""
+        node = self.nodes[node_id]
+        return self.host is not None and node.type in _GPU_OPS and bool(node.attrs.get("host_waits"))
 
     def comm_in_flight(self):
         """Communication operations running now (the GPU-communication slots)."""

@@ -7,6 +7,9 @@ from __future__ import annotations
 from heapq import heappop, heappush
 
 from astra_sim.errors import FoldAbandoned
+from astra_sim.workload.workload import RankWorkload
+
+from astra_folding.ties import completions_commute
 
 
 class FoldTieBroken(FoldAbandoned):
@@ -123,9 +126,9 @@ class FoldedEvents:
         Two callbacks that are one and the same call (``op``: the function and its argument, e.g. the
         arrivals of a direct collective's messages from several peers) leave the same state in either
         order; so do two completions of one rank's nodes when neither, run first, would issue anything
-        (the workload proves it: ``completions_commute``). Only which real event comes first is unknown
-        then, so the histories of what they schedule are marked (tainted) and any later tie that would
-        need them must again be one of these, or it breaks the fold."""
+        (:func:`astra_folding.ties.completions_commute` proves it from the workload). Only which real event
+        comes first is unknown then, so the histories of what they schedule are marked (tainted) and any later
+        tie that would need them must again be one of these, or it breaks the fold."""
         now = self.engine.now
         cell = [history.taint[0]]
         links = self._links
@@ -197,18 +200,17 @@ class FoldedEvents:
 
 def _completions_commute(earlier_op, earlier_issued, op, owner):
     """Whether two node completions of one rank's workload (``RankWorkload._node_done``) leave the same state in
-    either order (see ``RankWorkload.completions_commute``); ``earlier_issued``: the workload's issue count
+    either order (:func:`astra_folding.ties.completions_commute`); ``earlier_issued``: the workload's issue count
     when the earlier one started."""
     if owner is None or earlier_op.__class__ is not tuple or getattr(earlier_op[0], "__self__", None) is not owner:
         return False
     # Both are methods of ``owner`` (its __self__): the same one when their names are. By name, since a method of a
     # mypyc-compiled class (tools/compile_core.py) has no __func__.
-    check = getattr(owner, "completions_commute", None)
-    if check is None or getattr(op[0], "__name__", None) != "_node_done":
+    if not isinstance(owner, RankWorkload) or getattr(op[0], "__name__", None) != "_node_done":
         return False
     if getattr(earlier_op[0], "__name__", None) != "_node_done":
         return False
-    return check(earlier_op[1], op[1], owner.issued - earlier_issued)
+    return completions_commute(owner, earlier_op[1], op[1], owner.issued - earlier_issued)
 
 
 def _op_name(op):
