@@ -39,8 +39,10 @@ def test_a_capped_compute_bound_gemm_by_hand(tmp_path):
     assert r == pytest.approx(0.6763, abs=1e-4)
     launch_ns = GpuComputeModel(None, "H100").gpu.gemm.launch_us * 1000
     t0, t1 = free.max_finish_ns, capped.max_finish_ns
-    # the FLOP rate falls by r; the small HBM term of the GEMM model does not scale, hence 0.5 %
-    assert (t1 - launch_ns) == pytest.approx((t0 - launch_ns) / r, rel=5e-3)
+    # the FLOP rate falls by r; the small HBM term of the GEMM model does not scale, and at the slower rate the
+    # GEMM model's best split changes (split-K 4 in 63 waves instead of 16 whole waves, at the H100's sustained cap
+    # of astra_gpu_model.power_clock), hence 0.6 %
+    assert (t1 - launch_ns) == pytest.approx((t0 - launch_ns) / r, rel=8e-3)
     flops = 2 * 2 * N ** 3  # two ranks
     e0, e1 = free.stats["energy"], capped.stats["energy"]
     assert e0["class_power_w"]["gemm"] == 700 and e1["class_power_w"]["gemm"] == pytest.approx(450)

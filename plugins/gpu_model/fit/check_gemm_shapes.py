@@ -7,8 +7,9 @@ Run (from the repository root):
 
 Data: ``astra_gpu_model/data/published_gemm_shapes.csv`` (H100/H800 and B200 rows from float8_experimental, vLLM and
 DeepGEMM threads; each row names its source and kernel). For each row it prints the model's TFLOP/s on that row's
-preset, as the compute model times one GEMM: E4M3 in and bf16 out for fp8, the preset's tiles and schedule. Where the
-preset's fit is a burst (``sustained_gemm``: B200) it also prints the sustained rate at the preset's TDP.
+preset, as the compute model times one GEMM: E4M3 in and bf16 out for fp8, the preset's tiles and schedule. It
+also prints the sustained rate at the preset's TDP: the burst fits (``sustained_gemm``: B200) scaled, the Hopper SXM
+fits (``sustained_gemm_cap``) capped for BF16.
 ``model vs measured`` is model rate / measured rate - 1, so + means the model is faster. Issue 36: the small dense
 models' GEMMs at their real shapes.
 """
@@ -27,7 +28,8 @@ from astra_gpu_model.power_clock import sustained_gemm_factor  # noqa: E402
 
 
 def model_tflops(gpu, row):
-    """The model's TFLOP/s for one published row on ``gpu`` (a GpuSpec): burst and sustained at the preset's TDP."""
+    """The model's TFLOP/s for one published row on ``gpu`` (a GpuSpec): as fitted, and sustained at the preset's
+    TDP (power_clock.sustained_gemm_factor)."""
     out = "bf16" if row["dtype"] == "fp8" else row["dtype"]
     seconds = predict_gemm_s(gpu, [row["m"]], row["n"], row["k"], dtype=row["dtype"], out_dtype=out)[0]
     burst = 2.0 * row["m"] * row["n"] * row["k"] / seconds / 1e12

@@ -13,6 +13,7 @@ import pytest
 from astra_gpu_model import GpuComputeModel, ops
 from astra_gpu_model.calibration import FP8_FIT_MIN_M, error_stats, load_deepgemm_fp8, predict_gemm_s
 from astra_gpu_model.gpu import fitted_parameters, load_gpu, load_gpu_file
+from astra_gpu_model.power_clock import sustained_gemm_factor
 
 FIT_SCRIPT = Path(__file__).resolve().parents[1] / "fit" / "fit_gemm_fp8.py"
 FP8 = "['Tensor(c10::Float8_e4m3fn)', 'Tensor(c10::Float8_e4m3fn)', 'Tensor(float)', 'Tensor(float)']"
@@ -64,8 +65,11 @@ def test_compute_model_scales_fp8_gemms_only(tmp_path):
     bf16 = ops.classify("aten::mm", "[[8192, 8192], [8192, 8192]]", str(["Tensor(c10::BFloat16)"] * 2), "")
     model = GpuComputeModel(gpu="H100-SXM5-80GB")
     t_fp8, t_bf16 = model.op_seconds(fp8), model.op_seconds(bf16)
-    # compute-bound: FP8 peak is 2x bf16, at `scale` of the efficiency -> about 2 * scale times faster
-    assert t_bf16 / t_fp8 == pytest.approx(2 * scale, rel=0.03)
+    # compute-bound: FP8 peak is 2x bf16, at `scale` of the efficiency -> about 2 * scale times faster; the BF16
+    # GEMM also runs at the sustained cap (power_clock.sustained_gemm_factor, 0.94856 at 700 W), FP8 under it
+    cap = sustained_gemm_factor(gpu, "bf16", 700.0)
+    assert cap == pytest.approx(0.94856, abs=2e-4) and sustained_gemm_factor(gpu, "fp8", 700.0) == 1.0
+    assert t_bf16 / t_fp8 == pytest.approx(2 * scale / cap, rel=0.03)
     # a GPU description can override it (here: back to the fp16 efficiency)
     yaml = tmp_path / "gpu.yaml"
     yaml.write_text("base: H100-SXM5-80GB\nname: H100-unscaled\nefficiency:\n  fp8_gemm_scale: 1.0\n")

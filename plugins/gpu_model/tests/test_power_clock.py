@@ -9,8 +9,8 @@ from astra_sim.platforms import get_platform
 from astra_gpu_model.gpu import load_gpu
 from astra_gpu_model.model import GpuComputeModel
 from astra_gpu_model.ops import Op
-from astra_gpu_model.power_clock import (SUSTAINED_GEMM, board_power_w, gemm_boost_power_w, settled_clock_ratio,
-                                         sustained_gemm_factor, sustained_rate_ratio)
+from astra_gpu_model.power_clock import (SUSTAINED_GEMM, board_power_w, gemm_boost_power_w, model_tflops_at_shape,
+                                         settled_clock_ratio, sustained_gemm_factor, sustained_rate_ratio)
 
 B200_BF16 = SUSTAINED_GEMM[("B200", "bf16")]
 B200_FP8 = SUSTAINED_GEMM[("B200", "fp8")]
@@ -52,9 +52,9 @@ def test_the_factor_applies_only_to_burst_fitted_presets(tmp_path):
     for dtype in ("fp8", "nvfp4", "mxfp8"):
         assert sustained_gemm_factor(b200, dtype, 1000.0) == pytest.approx(0.821082, rel=1e-5)
     assert sustained_gemm_factor(load_gpu("B300"), "bf16", 1200.0) == pytest.approx(0.968621, rel=1e-5)  # B200's
-    # fitted on per-layer timings already at the sustained rate, or no sustained measurement: untouched
-    for name in ("H100-SXM5-80GB", "H200-SXM", "A100-SXM4-80GB", "MI300X", "MI355X", "L40S"):
-        assert load_gpu(name).sustained_gemm is None
+    # no sustained measurement of the GPU or its die: untouched (the Hopper SXM parts are capped, below)
+    for name in ("A100-SXM4-80GB", "MI300X", "MI355X", "L40S", "H100-PCIe-80GB", "H100-NVL-94GB", "H20"):
+        assert load_gpu(name).sustained_gemm is None and load_gpu(name).sustained_gemm_cap is None
         assert sustained_gemm_factor(load_gpu(name), "bf16", 700.0) == 1.0
     assert sustained_gemm_factor(b200, "fp32", 1000.0) == 1.0  # CUDA-core GEMMs: no measured pair
     assert sustained_gemm_factor(b200, "bf16", None) == 1.0
@@ -94,5 +94,104 @@ def test_the_model_slows_a_compute_bound_gemm_by_the_factor():
                                                            "fp8": pytest.approx(0.821082, rel=1e-5)}}
     # under --power-limit-w the energy plugin scales from the TDP, so the factor is the TDP's
     assert _model("B200", platform="gb200-nvl72", gpu_board_power_w=rack_w, power_limit_w=900.0).board_power_w == 1000.0
-    h100 = _model("H100")
-    assert "sustained_gemm" not in h100.describe() and h100.board_power_w == 700.0
+    a100 = _model("A100")
+    assert "sustained_gemm" not in a100.describe() and a100.board_power_w == 400.0
+
+
+H200_BF16 = SUSTAINED_GEMM[("H200-SXM", "bf16")]
+H200_FP8 = SUSTAINED_GEMM[("H200-SXM", "fp8")]
+
+
+def test_the_model_rate_at_msmf_shape_by_hand():
+    # H200 BF16 at MSMF's 8192 x 8448 x 20480: 2 x 8192 x 8448 x 20480 = 2.834678e12 FLOP; tiles 128 x 256:
+    # 64 x 33 = 2,112 = 16 waves of 132 SMs, whole (tile efficiency 1 at the reference tile). Compute time
+    # 2.834678e12 / (0.762556 x 989.4e12) x (20480 + 0.023747) / 20480 = 3.757152 ms; memory (8192 x 20480 + 20480 x
+    # 8448 + 8192 x 8448) x 2 B = 819,986,432 B at 0.93495 x 4.8 TB/s = 0.182720 ms, (0.18272 / 3.757152) ** 3.3 =
+    # 4.64e-5, so x 1.0000141 (p-norm, p 3.3): 3.757205 ms; + launch 4.334782 us = 3.761540 ms -> 753.59 TFLOP/s
+    assert model_tflops_at_shape(load_gpu("H200-SXM"), "bf16", H200_BF16.shape) == pytest.approx(753.59, rel=2e-4)
+    # FP8 at 8448 x 8192 x 16384: 0.762556 x 0.8383 (fp8_gemm_scale) x 1978.9 = 1,265.0 bound, 16 whole waves again:
+    # 1,261.9 after K overhead, memory and launch
+    assert model_tflops_at_shape(load_gpu("H200-SXM"), "fp8", H200_FP8.shape) == pytest.approx(1261.9, rel=2e-4)
+
+
+def test_a_per_layer_fit_is_capped_at_the_sustained_rate():
+    h200 = load_gpu("H200-SXM")
+    assert h200.sustained_gemm is None and h200.sustained_gemm_cap == "H200-SXM"
+    # the sustained rate at 700 W: idle 0.14 x 700 = 98 W; (700 - 98) / (693 - 98) = 602 / 595 = 1.0117647, ln =
+    # 0.0116960, / 1.32 = 0.0088606, exp = 1.0089000: 708.5 x 1.0089 = 714.806 TFLOP/s (at most the 841.9 burst)
+    assert H200_BF16.sustained_tflops_at(700.0) == pytest.approx(714.806, rel=1e-5)
+    # capped: 714.806 / 753.59 (the model there, above) = 0.94853
+    assert sustained_gemm_factor(h200, "bf16", 700.0) == pytest.approx(0.94853, rel=2e-4)
+    for dtype in ("fp16", "tf32"):  # the BF16 class's factor (ASSUMPTION for TF32: no measurement of its own)
+        assert sustained_gemm_factor(h200, dtype, 700.0) == sustained_gemm_factor(h200, "bf16", 700.0)
+    # FP8: 1288.7 x 1.0089 = 1300.17 over the model's 1,261.9 = 1.0303 > 1: under the sustained rate, left as fitted
+    assert H200_FP8.sustained_tflops_at(700.0) == pytest.approx(1300.17, rel=1e-5)
+    assert sustained_gemm_factor(h200, "fp8", 700.0) == 1.0
+    # a lower limit: (600 - 98) / 595 = 0.8436975, ln = -0.1699755, / 1.32 = -0.1287693, exp = 0.8791765:
+    # 708.5 x 0.8791765 = 622.897 / 753.59 = 0.82658
+    assert sustained_gemm_factor(h200, "bf16", 600.0) == pytest.approx(0.82658, rel=2e-4)
+    # a limit high enough for the boost clock: capped at the burst, 841.9 / 753.59 > 1 -> 1
+    assert sustained_gemm_factor(h200, "bf16", 1000.0) == 1.0
+    # the H100 SXM5, H800 and Grand Teton's H100 take H200's measurement (ASSUMPTION: the same GH100 at 700 W)
+    for name in ("H100-SXM5-80GB", "H800-SXM5-80GB", "H100-SXM-96GB-HBM2e"):
+        assert load_gpu(name).sustained_gemm_cap == "H200-SXM"
+        assert sustained_gemm_factor(load_gpu(name), "bf16", 700.0) == pytest.approx(0.9485, abs=3e-4)
+
+
+def test_the_cap_slows_compute_bound_gemms_and_not_memory_bound_ones(tmp_path):
+    (tmp_path / "uncapped.yaml").write_text("base: H100-SXM5-80GB\nname: h100-uncapped\nsustained_gemm_cap: null\n")
+    capped, uncapped = _model("H100"), _model(str(tmp_path / "uncapped.yaml"))
+    big = Op("gemm", "aten::mm", dtype="bf16", m=16384, n=16384, k=16384)
+    # compute-bound: time / 0.94856 -> x 1.05424 (the memory part is under 0.1 %)
+    assert capped.op_seconds(big) / uncapped.op_seconds(big) == pytest.approx(1 / 0.94856, rel=2e-3)
+    fp8 = Op("gemm", "aten::_scaled_mm", dtype="fp8", m=16384, n=16384, k=16384)
+    assert capped.op_seconds(fp8) == uncapped.op_seconds(fp8)  # FP8: no cap
+    # a decode GEMM (8 tokens x 8192 x 8192 bf16, 64 x 128 tiles split 4 ways in K, one wave): memory 43.61 us
+    # (weights), compute 14.19 us (the padded tiles) -> 14.96 us capped. p-norm (p 3.3): (14.19 / 43.61) ** 3.3 =
+    # 0.02460, 43.61 x 1.02460 ** (1 / 3.3) = 43.932 us; capped (14.96 / 43.61) ** 3.3 = 0.02930, 43.61 x 1.02930 **
+    # (1 / 3.3) = 43.994 us; + launch 4.335 us: 48.267 -> 48.329 us, +0.13 %: the memory hides almost all of it
+    decode = Op("gemm", "aten::mm", dtype="bf16", m=8, n=8192, k=8192)
+    assert capped.op_seconds(decode) / uncapped.op_seconds(decode) == pytest.approx(1.00128, abs=2e-4)
+    assert capped.describe()["sustained_gemm"] == {"board_power_w": 700.0,
+                                                   "factor": {"bf16": pytest.approx(0.94856, abs=2e-4), "fp8": 1.0}}
+
+
+def test_the_burst_and_cap_keys_exclude_each_other(tmp_path):
+    (tmp_path / "both.yaml").write_text("base: H100-SXM5-80GB\nname: both\nsustained_gemm: B200\n")
+    with pytest.raises(ConfigError, match="exclude each other"):
+        load_gpu(str(tmp_path / "both.yaml"))
+    (tmp_path / "bad.yaml").write_text("base: H100-SXM5-80GB\nname: bad\nsustained_gemm_cap: H100\n")
+    with pytest.raises(ConfigError, match="key 'sustained_gemm_cap' must name a GPU with a published sustained"):
+        load_gpu(str(tmp_path / "bad.yaml"))
+
+
+def test_the_cap_is_the_whole_boards_under_contention():
+    from astra_gpu_model.contention import contended_gpu
+
+    h100 = load_gpu("H100")
+    # 32 SMs taken by NCCL: the copy has 100 SMs and 100 / 132 of the peaks, but its cap stays the board's
+    # (the reference rate is computed once as the preset loads): 0.94856 either way
+    slowed = contended_gpu(h100, 32, 0.2)
+    assert slowed.sm_count == 100 and slowed.sustained_cap_tflops == h100.sustained_cap_tflops
+    assert sustained_gemm_factor(slowed, "bf16", 700.0) == sustained_gemm_factor(h100, "bf16", 700.0)
+    assert sustained_gemm_factor(h100, "bf16", 700.0) == pytest.approx(0.94856, abs=2e-4)
+
+
+def test_the_check_script_lists_each_rule():
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "fit" / "check_sustained_gemm.py"
+    spec = importlib.util.spec_from_file_location("check_sustained_gemm", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows = {(r[0], r[2]): r for r in module.rows()}
+    # H200 BF16: model 753.59 at the shape, sustained 714.806 at 700 W (both by hand above): factor 0.94853
+    name, rule, _, model, sustained, burst, limit, factor = rows[("H200-SXM", "bf16")]
+    assert rule == "cap at MSMF" and limit == 700 and burst == 841.9
+    assert (model, sustained, factor) == (pytest.approx(753.59, rel=2e-4), pytest.approx(714.806, rel=1e-5),
+                                          pytest.approx(0.94853, rel=2e-4))
+    assert rows[("B200", "bf16")][1] == "burst x MSMF/MAMF" and rows[("B200", "bf16")][7] == pytest.approx(0.826723,
+                                                                                                          rel=1e-5)
+    assert {r[0] for r in rows.values()} == {"B200", "B300", "GB200", "H100-SXM-96GB-HBM2e", "H100-SXM5-80GB",
+                                            "H200-SXM", "H800-SXM5-80GB"}

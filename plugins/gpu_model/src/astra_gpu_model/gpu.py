@@ -63,6 +63,7 @@ _TOP_KEYS = {
     "calibration": "str", "efficiency": "map", "gemm_tiles": "list", "gemm_schedule": "str",
     "sources": "map", "notes": "str",
     "tdp_w": "num", "calibration_status": "str", "block_scaled": "list", "sustained_gemm": "str",
+    "sustained_gemm_cap": "str",
 }
 #: ``calibration_status``: how far the GEMM efficiencies were measured on this GPU. ``fitted``: on its own GEMM
 #: timings (or those of the same die); ``partial``: the large-GEMM efficiency fitted to published peak-GEMM
@@ -125,6 +126,14 @@ class GpuSpec:
     #: the GPU whose published sustained/burst GEMM pair moves this preset's burst-fitted GEMM rates to a sustained
     #: phase's (a key of ``power_clock.SUSTAINED_GEMM``); None: the fit is sustained already, or its state unknown
     sustained_gemm: str | None = None
+    #: the GPU whose published sustained GEMM rate caps this preset's GEMM rate at the shape it was measured at
+    #: (a key of ``power_clock.SUSTAINED_GEMM``), for a fit that is neither burst nor sustained (per-layer timings):
+    #: :func:`astra_gpu_model.power_clock.sustained_gemm_factor`; None: no cap
+    sustained_gemm_cap: str | None = None
+    #: with ``sustained_gemm_cap``: the model's uncapped TFLOP/s at MSMF's shape per GEMM class, computed once as the
+    #: preset loads (``power_clock.cap_reference_tflops``), so a copy with SMs taken by communication
+    #: (``contention.contended_gpu``) keeps the whole board's cap
+    sustained_cap_tflops: dict = field(default_factory=dict)
     #: one of :data:`CALIBRATION_STATUSES`, or ``unstated``
     calibration_status: str = "unstated"
     path: str | None = None
@@ -483,13 +492,18 @@ def _build(data, where, path=None, fit=None) -> GpuSpec:
 
     from astra_gpu_model.power_clock import SUSTAINED_GEMM
 
-    sustained = data.get("sustained_gemm")
-    if sustained is not None and sustained not in {silicon for silicon, _ in SUSTAINED_GEMM}:
-        raise ConfigError(f"{where}: key 'sustained_gemm' must name a GPU with a published sustained GEMM rate "
-                          f"({', '.join(sorted({silicon for silicon, _ in SUSTAINED_GEMM}))}) or be null, "
-                          f"got {brief(sustained)}")
+    measured = {silicon for silicon, _ in SUSTAINED_GEMM}
+    for key in ("sustained_gemm", "sustained_gemm_cap"):
+        value = data.get(key)
+        if value is not None and value not in measured:
+            raise ConfigError(f"{where}: key '{key}' must name a GPU with a published sustained GEMM rate "
+                              f"({', '.join(sorted(measured))}) or be null, got {brief(value)}")
+    sustained, sustained_cap = data.get("sustained_gemm"), data.get("sustained_gemm_cap")
+    if sustained is not None and sustained_cap is not None:
+        raise ConfigError(f"{where}: keys 'sustained_gemm' (a burst fit, scaled) and 'sustained_gemm_cap' (a fit "
+                          "capped at the sustained rate) exclude each other: set the other to null")
 
-    return GpuSpec(
+    spec = GpuSpec(
         name=data["name"], sm_count=sm_count, tensor_tflops=tflops, hbm_bandwidth_gbps=hbm,
         calibration=calibration, gemm=GemmParams.from_dict(params, where), attention_efficiency=attention,
         fp8_gemm_scale=fp8_scale, fp4_gemm_scale=fp4_scale, mxfp8_gemm_scale=mxfp8_scale,
@@ -499,8 +513,14 @@ def _build(data, where, path=None, fit=None) -> GpuSpec:
         boost_clock_mhz=opt("boost_clock_mhz"), hbm_capacity_gb=opt("hbm_capacity_gb"),
         l2_cache_mb=opt("l2_cache_mb"), last_level_cache_mb=opt("last_level_cache_mb"), scaleup=scaleup,
         copy_engines=opt("copy_engines", integer=True), tdp_w=opt("tdp_w"), sustained_gemm=sustained,
+        sustained_gemm_cap=sustained_cap,
         calibration_status=status, path=path, raw=data,
     )
+    if sustained_cap is None:
+        return spec
+    from astra_gpu_model.power_clock import cap_reference_tflops
+
+    return replace(spec, sustained_cap_tflops=cap_reference_tflops(spec))
 
 
 __all__ = ["GpuSpec", "load_gpu", "load_gpu_file", "preset_names", "fitted_parameters", "DTYPE_BYTES",

@@ -7,14 +7,21 @@ software stack (stas00/ml-engineering, branch ``fast-mamf``, commit 082816f, 202
 "Maximum Achievable Matmul FLOPS comparison table"): MAMF, a boost-validated burst, and MSMF, the rate a GEMM holds
 "once the GPU is saturated at ~TDP and the clock has settled", with its power and clock (:data:`SUSTAINED_GEMM`).
 
-**What the calibration already contains** (a preset's ``sustained_gemm`` key): the Blackwell presets' GEMM efficiencies
-are fitted to the MAMF table's earlier rows (``data/published_peak_gemm.csv``: B200 1,745 BF16 and 3,432.5 FP8), which
-match the boost-validated burst of the same GPU (1,770.9 and 3,435.2) and sit 17-19 % above its sustained rate (1,456.3
-and 2,795.7): a burst state, so a sustained phase is slower than the fit by :func:`sustained_gemm_factor`. The Hopper
-and Ampere presets are fitted on per-layer timings (Vidur's profiler, LLMCompass); at the MSMF shapes the model gives
-an H200 753.6 BF16 and 1,261.9 FP8 TFLOP/s, at the measured sustained rates (708.5, 1,288.7) and far below the burst
-(841.9, 1,491.9): already sustained, so nothing is applied there (it would be counted twice). No AMD GPU has a
-sustained measurement: nothing is applied to them either (their fit is a burst too; the gap is not known).
+**What the calibration already contains** decides the rule (a preset's ``sustained_gemm`` or ``sustained_gemm_cap``
+key). The Blackwell presets' GEMM efficiencies are fitted to the MAMF table's earlier rows
+(``data/published_peak_gemm.csv``: B200 1,745 BF16 and 3,432.5 FP8), which match the boost-validated burst of the same
+GPU (1,770.9 and 3,435.2) and sit 17-19 % above its sustained rate (1,456.3 and 2,795.7): a burst state, so a sustained
+phase is slower than the fit by the measured ratio (``sustained_gemm``). The Hopper SXM presets are fitted on Vidur's
+per-layer timings (short kernels; FP8's scale on DeepGEMM's H800 block-scaled table), neither a validated burst nor a
+soaked phase: at the MSMF shapes the model gives 753.6 BF16 and 1,261.9 FP8 TFLOP/s, between the H200's sustained rates
+(708.5 and 1,288.7 at ~693 W; 714.8 and 1,300.2 moved to its 700 W limit) and its bursts (841.9, 1,491.9). So the rule
+there is a cap (``sustained_gemm_cap``): the model's rate at the shape MSMF measured may not exceed the sustained rate
+at the board's limit, per GEMM class, and the factor that enforces it applies to every GEMM of the class (BF16 0.9485 at
+700 W; FP8 sits 3 % under and is left: a power limit slows a kernel, it does not speed a slower one up). A GEMM the
+memory bounds (a decode step's) barely moves: its time is HBM's. The Ampere presets (Vidur, LLMCompass) and the other
+Hopper boards (PCIe, NVL, H20) have no sustained measurement of their silicon and limit, nor do the AMD parts: nothing
+is applied to them (the A100 model at 8192^3, 237 TFLOP/s, is under a randn cuBLAS run on a 400 W A100, 257: Horace He,
+thonking.ai "Strangely, Matrix Multiplications on GPUs Run Faster When Given 'Predictable' Data!").
 
 **The DVFS law** (the energy plugin's, docs/energy.md, ``astra_energy`` data/power.json ``clock_power``)::
 
@@ -56,6 +63,8 @@ class SustainedGemm:
     boost_clock_mhz: float
     limit_w: float
     source: str
+    #: MSMF's shape (M, N, K): where a per-layer fit's rate is capped (:func:`sustained_gemm_factor`)
+    shape: tuple = ()
 
     @property
     def rate_ratio(self) -> float:
@@ -66,6 +75,11 @@ class SustainedGemm:
     def idle_w(self) -> float:
         return IDLE_FRACTION * self.limit_w
 
+    def sustained_tflops_at(self, board_power_w: float, alpha: float = ALPHA) -> float:
+        """The sustained rate at limit ``board_power_w``: the measured one moved there by the DVFS law, at most the
+        burst."""
+        return self.burst_tflops * sustained_rate_ratio(self, board_power_w, alpha)
+
 
 _MSMF = ("stas00/ml-engineering fast-mamf 082816f, compute/accelerator/README.md MAMF/MSMF table (torch 2.13.0+cu130, "
          "one GPU, siblings idle): ")
@@ -74,22 +88,27 @@ _MSMF = ("stas00/ml-engineering fast-mamf 082816f, compute/accelerator/README.md
 SUSTAINED_GEMM = {
     ("B200", "bf16"): SustainedGemm(1770.9, 1456.3, 994.0, 1339.0, 1965.0, 1000.0,
                                     _MSMF + "'NVIDIA B200 SXM | 1770.9 | 1456.3 | 2250 ... MAMF ~295 W @ 1965 MHz; "
-                                    "MSMF 1456.3 @ 9472x8192x20480, ~994 W @ 1339 MHz' (HGX B200, 1000 W)"),
+                                    "MSMF 1456.3 @ 9472x8192x20480, ~994 W @ 1339 MHz' (HGX B200, 1000 W)",
+                                    shape=(9472, 8192, 20480)),
     ("B200", "fp8"): SustainedGemm(3435.2, 2795.7, 990.0, 1331.0, 1965.0, 1000.0,
                                    _MSMF + "'NVIDIA B200 SXM | 3435.2 | 2795.7 | 4500 ... MAMF ~287 W @ 1965 MHz; MSMF "
-                                   "2795.7 @ 9472x8192x16384, ~990 W @ 1331 MHz'"),
+                                   "2795.7 @ 9472x8192x16384, ~990 W @ 1331 MHz'",
+                                   shape=(9472, 8192, 16384)),
     ("H200-SXM", "bf16"): SustainedGemm(841.9, 708.5, 693.0, 1465.0, 1980.0, 700.0,
                                         _MSMF + "'NVIDIA H200 SXM | 841.9 | 708.5 | 989 ... MAMF ~176 W @ 1980 MHz; "
-                                        "MSMF 708.5 @ 8192x8448x20480, ~693 W @ 1465 MHz'"),
+                                        "MSMF 708.5 @ 8192x8448x20480, ~693 W @ 1465 MHz'",
+                                        shape=(8192, 8448, 20480)),
     ("H200-SXM", "fp8"): SustainedGemm(1491.9, 1288.7, 693.0, 1374.0, 1980.0, 700.0,
                                        _MSMF + "'NVIDIA H200 SXM | 1491.9 | 1288.7 | 1979 ... MAMF ~172 W @ 1980 MHz; "
-                                       "MSMF 1288.7 @ 8448x8192x16384, ~693 W @ 1374 MHz'"),
+                                       "MSMF 1288.7 @ 8448x8192x16384, ~693 W @ 1374 MHz'",
+                                       shape=(8448, 8192, 16384)),
 }
 
-#: Which presets name a pair (their ``sustained_gemm`` key, :class:`astra_gpu_model.gpu.GpuSpec`): B200 its own; B300
-#: and GB200 B200's (ASSUMPTION: the same BF16/FP8 peaks and bursts, no sustained measurement of their own). Hopper and
-#: Ampere name none (their fit is sustained already), nor the AMD parts (no sustained measurement); a user's YAML
-#: inherits its ``base:``'s.
+#: Which presets name a pair: ``sustained_gemm`` (burst fits, :class:`astra_gpu_model.gpu.GpuSpec`): B200 its own; B300
+#: and GB200 B200's (ASSUMPTION: the same BF16/FP8 peaks and bursts, no sustained measurement of their own).
+#: ``sustained_gemm_cap`` (per-layer fits): H200 SXM its own; H100 SXM5, H800 SXM5 and Grand Teton's H100 96 GB H200's
+#: (ASSUMPTION: the same GH100 die, SMs, clocks and 700 W limit; no MSMF of theirs is published). Ampere, the other
+#: Hopper boards and the AMD parts name none (no sustained measurement); a user's YAML inherits its ``base:``'s.
 
 _GEMM_CLASS = {"bf16": "bf16", "fp16": "bf16", "tf32": "bf16", "fp8": "fp8", "int8": "fp8", "mxfp8": "fp8",
                "nvfp4": "fp8", "mxfp4": "fp8", "fp4": "fp8", "mxfp6": "fp8", "fp6": "fp8"}
@@ -131,16 +150,48 @@ def board_power_w(gpu, platform=None) -> float | None:
     return getattr(platform, "board_power_w", None) or gpu.tdp_w
 
 
+def model_tflops_at_shape(gpu, gemm_class: str, shape) -> float:
+    """The GEMM model's TFLOP/s on ``gpu`` (a GpuSpec) at ``shape`` (M, N, K) for ``gemm_class`` (``bf16``: BF16 in
+    and out, as MSMF's ``torch.mm``; ``fp8``: E4M3 in and out, as its ``torch._scaled_mm``), with no sustained
+    factor: the rate a cap compares with the measured one."""
+    from astra_gpu_model.gemm import gemm_time_s
+
+    dtype = gpu.rate_dtype(gemm_class)
+    m, n, k = shape
+    seconds = gemm_time_s(m, n, k, 1, peak_flops=gpu.peak_flops(dtype), sm_count=gpu.sm_count,
+                          hbm_bytes_per_s=gpu.hbm_bytes_per_s, in_bytes=gpu.dtype_bytes(dtype),
+                          out_bytes=gpu.dtype_bytes(dtype), params=gpu.gemm_params(dtype), tiles=gpu.gemm_tiles,
+                          schedule=gpu.gemm_schedule)
+    return 2.0 * m * n * k / seconds / 1e12
+
+
+def cap_reference_tflops(gpu) -> dict:
+    """``{GEMM class: the model's TFLOP/s at MSMF's shape}`` for a preset with ``sustained_gemm_cap`` (its whole
+    board, as it loads), for the classes measured and rated on it."""
+    return {gemm_class: model_tflops_at_shape(gpu, gemm_class, point.shape)
+            for (silicon, gemm_class), point in SUSTAINED_GEMM.items()
+            if silicon == gpu.sustained_gemm_cap and gemm_class in gpu.tensor_tflops}
+
+
 def sustained_gemm_factor(gpu, dtype: str, board_w: float | None) -> float:
     """What the fitted GEMM peak of ``gpu`` (a GpuSpec) is multiplied by in a sustained phase of ``dtype`` GEMMs at
-    limit ``board_w``: below 1 only where the fit was a burst (the preset's ``sustained_gemm`` names the measured
-    pair)."""
+    limit ``board_w``. A burst fit (the preset's ``sustained_gemm`` names the measured pair): the measured sustained
+    over burst ratio at that limit. A per-layer fit (``sustained_gemm_cap``): the fit's rate at the shape MSMF
+    measured may not exceed the sustained rate there, so ``min(1, sustained rate at the limit / the model's rate
+    at that shape)``, one factor per GEMM class (a fit below the sustained rate is left: a power limit slows a
+    kernel, it does not speed one up). Else 1."""
     gemm_class = _GEMM_CLASS.get(dtype)
-    if gpu.sustained_gemm is None or gemm_class is None or not board_w:
+    if gemm_class is None or not board_w:
         return 1.0
-    return sustained_rate_ratio(SUSTAINED_GEMM[(gpu.sustained_gemm, gemm_class)], float(board_w))
+    if gpu.sustained_gemm is not None:
+        return sustained_rate_ratio(SUSTAINED_GEMM[(gpu.sustained_gemm, gemm_class)], float(board_w))
+    model_tflops = (getattr(gpu, "sustained_cap_tflops", None) or {}).get(gemm_class)
+    if model_tflops is None:
+        return 1.0
+    point = SUSTAINED_GEMM[(gpu.sustained_gemm_cap, gemm_class)]
+    return min(1.0, point.sustained_tflops_at(float(board_w)) / model_tflops)
 
 
 __all__ = ["ALPHA", "SUSTAINED_GEMM", "SustainedGemm",
-           "board_power_w", "gemm_boost_power_w", "settled_clock_ratio", "sustained_gemm_factor",
-           "sustained_rate_ratio"]
+           "board_power_w", "cap_reference_tflops", "gemm_boost_power_w", "model_tflops_at_shape",
+           "settled_clock_ratio", "sustained_gemm_factor", "sustained_rate_ratio"]
