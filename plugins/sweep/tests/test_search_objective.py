@@ -125,7 +125,7 @@ def test_energy_cost_and_the_step_time_bound_end_to_end(tmp_path, capsys):
     TP 2 DP 4's unsharded optimizer costs it more than the pipeline's wait: docs/energy.md). Energy does not rank as
     the step does: PP 2 with micro-batches of 1 is slower than TP 2 DP 4 with micro-batches of 2 but needs less
     energy, its GPUs drawing less. TP 8 with micro-batches of 1 is never simulated: its lower bound on the IT energy
-    is above the best, its step's bound above the fastest step and above --max-step-time-ms 97, which ranks every
+    is above the best, its step's bound above the fastest step and above --max-step-time-ms 98, which ranks every
     other layout but the fastest out."""
     points = str(tmp_path / "points.csv")
     energy_json, cost_json, bound_json = (tmp_path / f"{n}.json" for n in ("energy", "cost", "bound"))
@@ -166,14 +166,14 @@ def test_energy_cost_and_the_step_time_bound_end_to_end(tmp_path, capsys):
     assert dollars == sorted(dollars) and [_layout(p) for p in cost["pruned"]] == [(8, 1, 1)]
 
     # the step-time bound: the slower layouts are ranked out, TP 8 with micro-batches of 1 by its lower bound
-    assert main([*LAYOUTS, "--objective", "energy", "--max-step-time-ms", "97", "--points", points, "-o",
+    assert main([*LAYOUTS, "--objective", "energy", "--max-step-time-ms", "98", "--points", points, "-o",
                  str(bound_json)]) == 0
-    assert "5 layouts ranked out: slower than --max-step-time-ms 97 (1 of them by their lower bound, not " \
+    assert "5 layouts ranked out: slower than --max-step-time-ms 98 (1 of them by their lower bound, not " \
            "simulated)" in capsys.readouterr().out
     bound = json.loads(bound_json.read_text())
-    assert bound["max_step_ns"] == 97_000_000 and [_layout(r) for r in bound["ranked"]] == [(2, 2, 2)]
+    assert bound["max_step_ns"] == 98_000_000 and [_layout(r) for r in bound["ranked"]] == [(2, 2, 2)]
     over = {_layout(o): o for o in bound["over_max_step_time"]}
-    assert over[(2, 1, 2)]["step_ns"] > 97_000_000 and over[(8, 1, 1)]["bound_ns"] > 97_000_000
+    assert all(o.get("step_ns", o.get("bound_ns")) > 98_000_000 for o in over.values()) and (8, 1, 1) in over
     assert bound["pruned"] == []
 
 
