@@ -22,3 +22,22 @@ def _trilinear(prefill, decode, context, value_of, graph=False):
 @pytest.fixture(scope="session")
 def trilinear():
     return _trilinear
+
+
+class FixedTimer:
+    """10 ms for a step with any prefill, 2 ms for a decode-only one; energy 1 mJ per us of step, idle 1 W."""
+
+    def step_ns(self, prefill, decode, context, prefill_done=0, graph=False):
+        return 10 * 1_000_000 if prefill else 2 * 1_000_000
+
+    def energy_mj(self, *shape):
+        return self.step_ns(*shape) / 1000
+
+    def idle_mw(self):
+        return 1000
+
+
+@pytest.fixture(scope="session")
+def fixed_timer():
+    """The class of a step timer with fixed times (:class:`FixedTimer`), for engine tests computed by hand."""
+    return FixedTimer

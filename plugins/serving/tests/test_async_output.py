@@ -18,21 +18,8 @@ from astra_serving.spec import ServeSpec
 MS = 1_000_000
 
 
-class FixedTimer:
-    """10 ms for a step with any prefill, 2 ms for a decode-only one; energy 1 mJ per us of step, idle 1 W."""
-
-    def step_ns(self, prefill, decode, context, prefill_done=0, graph=False):
-        return 10 * MS if prefill else 2 * MS
-
-    def energy_mj(self, *shape):
-        return self.step_ns(*shape) / 1000
-
-    def idle_mw(self):
-        return 1000
-
-
-def serve(requests, async_output, energy=False):
-    engine = Engine(0, FixedTimer(), BlockManager(1000, 16), EngineConfig(async_output=async_output), 1000)
+def serve(timer, requests, async_output, energy=False):
+    engine = Engine(0, timer(), BlockManager(1000, 16), EngineConfig(async_output=async_output), 1000)
     cluster = Cluster([engine])
     reqs = [dataclasses.replace(r) for r in requests]
     if energy:
@@ -47,14 +34,14 @@ def two_requests():
     return [Request(0, 0, 100, 3), Request(1, MS // 2, 100, 2)]
 
 
-def test_two_requests_by_hand():
+def test_two_requests_by_hand(fixed_timer):
     """Steps: [0, 10] A's prefill (A samples token 1); [10, 20] A's decode and B's prefill (A token 2, B token 1);
     [20, 22] both decode (A token 3 and B token 2: both finish). Without async output each token arrives when its
     step ends. With it, a step's tokens arrive when the next step ends: A's first at 20, B's at 22; the finishes
     wait for the extra decode step of the two finished sequences, [22, 24]."""
-    plain, _, _ = serve(two_requests(), False)
+    plain, _, _ = serve(fixed_timer, two_requests(), False)
     assert [(r.first_token_ns, r.finish_ns) for r in plain] == [(10 * MS, 22 * MS), (20 * MS, 22 * MS)]
-    reqs, engine, _ = serve(two_requests(), True)
+    reqs, engine, _ = serve(fixed_timer, two_requests(), True)
     a, b = reqs
     assert a.first_token_ns - a.arrival_ns == 20 * MS  # TTFT: arrival to the end of the step after the prefill
     assert b.first_token_ns - b.arrival_ns == 22 * MS - MS // 2
@@ -63,10 +50,10 @@ def test_two_requests_by_hand():
     assert engine.busy_ns == 24 * MS
 
 
-def test_equal_steps_keep_tpot_and_add_one_step_to_ttft_and_e2e():
+def test_equal_steps_keep_tpot_and_add_one_step_to_ttft_and_e2e(fixed_timer):
     """One request alone, every step 2 ms (a decode-only timer): TTFT and E2E one step longer, TPOT the same."""
 
-    class Decode(FixedTimer):
+    class Decode(fixed_timer):
         def step_ns(self, *shape):
             return 2 * MS
 
@@ -80,21 +67,21 @@ def test_equal_steps_keep_tpot_and_add_one_step_to_ttft_and_e2e():
     assert out[True] == (4 * MS, 12 * MS, 2 * MS)
 
 
-def test_energy_stays_on_the_computation_and_adds_up():
+def test_energy_stays_on_the_computation_and_adds_up(fixed_timer):
     """The extra step's energy goes to the sequences it runs; the requests' integer mJ sum to the run's."""
-    reqs, _, report = serve(two_requests(), True, energy=True)
+    reqs, _, report = serve(fixed_timer, two_requests(), True, energy=True)
     assert sum(r.energy_mj for r in reqs) == report["it_energy_mj"]
     # steps: 10 + 10 + 2 + 2 ms of step energy (1 mJ per us) and no idle gap before the first
     assert report["it_energy_mj"] == 24_000
 
 
-def test_a_prefill_replica_and_a_pipeline_have_none():
+def test_a_prefill_replica_and_a_pipeline_have_none(fixed_timer):
     """vLLM turns it off with pipeline parallelism; a prefill replica's KV leaves when its step ends."""
     from astra_serving.engine import Pipeline
 
-    assert not Engine(0, FixedTimer(), BlockManager(10, 16), EngineConfig(async_output=True, role="prefill"),
+    assert not Engine(0, fixed_timer(), BlockManager(10, 16), EngineConfig(async_output=True, role="prefill"),
                       1000).async_output
-    assert not Engine(0, FixedTimer(), BlockManager(10, 16), EngineConfig(async_output=True), 1000,
+    assert not Engine(0, fixed_timer(), BlockManager(10, 16), EngineConfig(async_output=True), 1000,
                       pipeline=Pipeline(2)).async_output
 
 

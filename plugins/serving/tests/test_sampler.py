@@ -42,26 +42,13 @@ def test_vllm_v0_greedy_pass_on_an_a100_by_hand():
     assert abs(SamplerTimer("A100-SXM4-80GB", 128256, memory_op_rates=False)(10) - 49_508) <= 2
 
 
-class FixedTimer:
-    """10 ms for a step with any prefill, 2 ms for a decode-only one; energy 1 mJ per us of step, idle 1 W."""
-
-    def step_ns(self, prefill, decode, context, prefill_done=0, graph=False):
-        return 10 * MS if prefill else 2 * MS
-
-    def energy_mj(self, *shape):
-        return self.step_ns(*shape) / 1000
-
-    def idle_mw(self):
-        return 1000
-
-
 def per_row(rows):
     """A stand-in sampler: 0.2 ms per sampled row."""
     return rows * MS // 5
 
 
-def serve(requests, sampler, **config):
-    engine = Engine(0, FixedTimer(), BlockManager(1000, 16), EngineConfig(sampler=sampler, **config), 1000)
+def serve(timer, requests, sampler, **config):
+    engine = Engine(0, timer(), BlockManager(1000, 16), EngineConfig(sampler=sampler, **config), 1000)
     cluster = Cluster([engine])
     cluster.meter = EnergyMeter(0)
     reqs = [dataclasses.replace(r) for r in requests]
@@ -70,31 +57,31 @@ def serve(requests, sampler, **config):
     return reqs, engine, report
 
 
-def test_each_step_pays_for_the_rows_it_samples():
+def test_each_step_pays_for_the_rows_it_samples(fixed_timer):
     """A: 100-token prompt, 3 outputs, at 0; B: 100-token prompt, 2 outputs, at 0.5 ms (chunked prefill, vLLM's
     default: B joins A's decode). [0, 10.2] A's prefill, 1 row (10 + 0.2); [10.2, 20.6] A's decode and B's prefill,
     2 rows (10 + 0.4); [20.6, 23.0] both decode, 2 rows (2 + 0.4). Without the sampler: 10, 20, 22."""
     requests = [Request(0, 0, 100, 3), Request(1, MS // 2, 100, 2)]
-    plain, _, _ = serve(requests, None)
+    plain, _, _ = serve(fixed_timer, requests, None)
     assert [(r.first_token_ns, r.finish_ns) for r in plain] == [(10 * MS, 22 * MS), (20 * MS, 22 * MS)]
-    reqs, engine, report = serve(requests, per_row)
+    reqs, engine, report = serve(fixed_timer, requests, per_row)
     assert [(r.first_token_ns, r.finish_ns) for r in reqs] == [(10_200_000, 23 * MS), (20_600_000, 23 * MS)]
     assert engine.busy_ns == 23 * MS
     # energy: the steps' 10,000 + 10,000 + 2,000 mJ, and the sampler's 1.0 ms at the idle 1 W: 1 mJ
     assert (report["it_energy_mj"], report["idle_energy_mj"]) == (22_001, 1)
 
 
-def test_a_prefill_chunk_that_does_not_end_its_prompt_samples_nothing():
+def test_a_prefill_chunk_that_does_not_end_its_prompt_samples_nothing(fixed_timer):
     """--no-chunked-prefill off, a 48-token budget: a 100-token prompt in chunks of 48, 48 and 4 (3 steps of 10 ms);
     only the last samples (0.2 ms): the first token at 30.2 ms; then 1 decode (2 + 0.2): 32.4 ms."""
-    (r,), _, _ = serve([Request(0, 0, 100, 2)], per_row, max_num_batched_tokens=48)
+    (r,), _, _ = serve(fixed_timer, [Request(0, 0, 100, 2)], per_row, max_num_batched_tokens=48)
     assert (r.first_token_ns, r.finish_ns) == (30_200_000, 32_400_000)
 
 
-def test_every_step_of_a_multi_step_run_samples():
+def test_every_step_of_a_multi_step_run_samples(fixed_timer):
     """A 100-token prompt, 4 outputs, at 0; --num-scheduler-steps 3: [0, 10.2] its prefill (1 row), then one run of 3
     decode steps, each 2 ms + 1 row x 0.2 ms: 6.6 ms, to 16.8 ms (its tokens delivered at its end)."""
-    (r,), engine, _ = serve([Request(0, 0, 100, 4)], per_row, num_scheduler_steps=3)
+    (r,), engine, _ = serve(fixed_timer, [Request(0, 0, 100, 4)], per_row, num_scheduler_steps=3)
     assert (r.first_token_ns, r.finish_ns) == (10_200_000, 16_800_000)
     assert engine.iterations == 2
 
