@@ -1,22 +1,19 @@
 """The published per-shape GEMM check table (data/published_gemm_shapes.csv) and its printer (fit/check_gemm_shapes.py):
 check data, read by no fit."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from astra_gpu_model.calibration import load_published_gemm_shapes, load_published_peak_gemm
 from astra_gpu_model.gpu import load_gpu
+from astra_sim_testing import load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "fit" / "check_gemm_shapes.py"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("check_gemm_shapes", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def test_rows_parse_and_time_rows_are_converted_by_hand():

@@ -3,7 +3,6 @@ plugin), reproducible from it, and used by the compute model for FP8 GEMMs only.
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,16 +13,14 @@ from astra_gpu_model import GpuComputeModel, ops
 from astra_gpu_model.calibration import FP8_FIT_MIN_M, error_stats, load_deepgemm_fp8, predict_gemm_s
 from astra_gpu_model.gpu import fitted_parameters, load_gpu, load_gpu_file
 from astra_gpu_model.power_clock import sustained_gemm_factor
+from astra_sim_testing import load_script
 
 FIT_SCRIPT = Path(__file__).resolve().parents[1] / "fit" / "fit_gemm_fp8.py"
 FP8 = "['Tensor(c10::Float8_e4m3fn)', 'Tensor(c10::Float8_e4m3fn)', 'Tensor(float)', 'Tensor(float)']"
 
 
 def _fit_module():
-    spec = importlib.util.spec_from_file_location("fit_gemm_fp8", FIT_SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(FIT_SCRIPT)
 
 
 def test_table_loads():

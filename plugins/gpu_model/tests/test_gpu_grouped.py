@@ -187,13 +187,10 @@ def test_tile_quantisation_per_expert_and_idle_experts():
 def test_the_fit_reproduces_its_file_and_beats_the_dense_timing():
     """The stored parameters are what fit/fit_grouped_gemm.py finds on the measured H200 grouped GEMMs, its
     predictions are the model's, and the grouped model's mean error is a fraction of the dense timing's."""
-    import importlib.util
+    from astra_sim_testing import load_script
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[1] / "fit" / "fit_grouped_gemm.py"
-    spec = importlib.util.spec_from_file_location("fit_grouped_gemm", script)
-    fit_mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fit_mod)
+    fit_mod = load_script(Path(__file__).resolve().parents[1] / "fit" / "fit_grouped_gemm.py")
     data = json.loads(FIT_FILE.read_text())
     gpu = load_gpu(data["gpu_preset"])
     rows = fit_mod.read_rows(fit_mod.DEFAULT_DATA)

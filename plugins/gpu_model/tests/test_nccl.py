@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import statistics
 import subprocess
@@ -14,7 +13,7 @@ import pytest
 
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.simulation import simulate
-from astra_sim_testing import find_shared_dir, write_network_config, write_system_config
+from astra_sim_testing import find_shared_dir, load_script, write_network_config, write_system_config
 
 from astra_gpu_model.calibration import VIDUR_ALL_REDUCE, load_vidur_all_reduce
 from astra_gpu_model.nccl import NVLS, RING, TREE, LL, LL128, SIMPLE, collective_time_us, config_for_gpu, predict
@@ -30,10 +29,7 @@ FIT_JSON = Path(__file__).resolve().parents[1] / "src" / "astra_gpu_model" / "da
 
 def _fit_module():
     """``fit/fit_nccl.py`` imported as a module (it is a script, not part of the package)."""
-    spec = importlib.util.spec_from_file_location("fit_nccl", FIT_SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(FIT_SCRIPT)
 
 
 def _errors(name, max_bytes=64 << 20, min_bytes=0):

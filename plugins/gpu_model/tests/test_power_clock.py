@@ -178,13 +178,10 @@ def test_the_cap_is_the_whole_boards_under_contention():
 
 
 def test_the_check_script_lists_each_rule():
-    import importlib.util
+    from astra_sim_testing import load_script
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[1] / "fit" / "check_sustained_gemm.py"
-    spec = importlib.util.spec_from_file_location("check_sustained_gemm", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(Path(__file__).resolve().parents[1] / "fit" / "check_sustained_gemm.py")
     rows = {(r[0], r[2]): r for r in module.rows()}
     # H200 BF16: model 753.59 at the shape, sustained 714.806 at 700 W (both by hand above): factor 0.94853
     name, rule, _, model, sustained, burst, limit, factor = rows[("H200-SXM", "bf16")]

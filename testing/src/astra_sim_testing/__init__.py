@@ -154,6 +154,17 @@ def repo_root():
     return None
 
 
+def load_script(path):
+    """A script that is not part of any package (a plugin's ``fit/*.py``) imported as a module, named by its file."""
+    import importlib.util
+
+    path = Path(path)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def fail_renames_into(monkeypatch, folder, code=errno.ENOSPC, after=0):
     """Every final rename of an atomic write into ``folder`` after the first ``after`` fails with ``code`` (ENOSPC:
     a full disk; EROFS: a folder turned read-only), as it does when a write fails after the work (the late-write
