@@ -21,6 +21,7 @@ For each GPU COMP node (the kernel replays CPU ops itself), in this order:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 
@@ -49,39 +50,30 @@ GRAPH_KERNEL_GAP_NS = 376
 _OP_CLASSES = {"gemm": "gemm", "attention": "attention", "memory": "elementwise", "none": "other"}
 
 
-_MEMORY_RATES = None
+@functools.lru_cache(maxsize=None)
+def _data_json(name):
+    """``data/NAME`` of this package, parsed once per process."""
+    import json
+    from pathlib import Path
+
+    with open(Path(__file__).with_name("data") / name) as handle:
+        return json.load(handle)
 
 
+@functools.lru_cache(maxsize=None)
 def memory_op_rates():
     """``(rates, reference)``: the measured SM-side rate (bytes/s) of memory-bound ATen ops and the GPU they
     were measured on (``data/memops_fit.json``, written by ``fit/fit_memops.py`` from one H200's
     measurements)."""
-    global _MEMORY_RATES
-    if _MEMORY_RATES is None:
-        import json
-        from pathlib import Path
-
-        with open(Path(__file__).with_name("data") / "memops_fit.json") as handle:
-            data = json.load(handle)
-        rates = {name.split("::", 1)[1]: float(rate) for name, rate in data["rates_bytes_per_s"].items()}
-        _MEMORY_RATES = (rates, data["reference"])
-    return _MEMORY_RATES
-
-
-_MEMORY_FLOORS = None
+    data = _data_json("memops_fit.json")
+    rates = {name.split("::", 1)[1]: float(rate) for name, rate in data["rates_bytes_per_s"].items()}
+    return rates, data["reference"]
 
 
 def memory_op_floors():
     """``{"floors_us": {ATen op: us}, "default_us": us}``: the fixed time of a small memory-bound kernel on Hopper,
     measured on one H200 in a CUDA graph (``data/memops_floor.json``, written by ``fit/fit_memops_floor.py``)."""
-    global _MEMORY_FLOORS
-    if _MEMORY_FLOORS is None:
-        import json
-        from pathlib import Path
-
-        with open(Path(__file__).with_name("data") / "memops_floor.json") as handle:
-            _MEMORY_FLOORS = json.load(handle)
-    return _MEMORY_FLOORS
+    return _data_json("memops_floor.json")
 
 
 class GpuComputeModel:
@@ -452,9 +444,9 @@ class GpuComputeModel:
         """Seconds a memory-bound kernel costs besides its bytes: on Hopper, the op's floor measured on the H200 in a
         CUDA graph (``data/memops_floor.json``, ``fit/fit_memops_floor.py``: an add 0.79 us, a LayerNorm 6.92 us, an
         op not measured the median 2.26 us), else ``launch`` (the GEMM fit's ``launch_us``, 2.34 us on the A100)."""
-        floors = memory_op_floors() if self.gpu.architecture.lower().startswith("hopper") else None
-        if floors is None:
+        if not is_hopper(self.gpu):
             return launch
+        floors = memory_op_floors()
         return floors["floors_us"].get(name, floors["default_us"]) * 1e-6
 
     def _memory_rate(self, name, hbm_rate):
