@@ -246,14 +246,16 @@ BENCH_HEADS = {HOPPER_ATTENTION: 64, AMD_ATTENTION: 64, BLACKWELL_ATTENTION: 128
 
 
 @functools.lru_cache(maxsize=None)
-def published_attention(file):
-    """``{preset: {(precision, causal, "fwd" | "bwd"): (lengths, tflops)}}`` from the shipped table ``file``."""
+def published_attention(file, gpu_column="preset"):
+    """``{GPU: {(precision, causal, "fwd" | "bwd"): (lengths, tflops)}}`` from the shipped table ``file``, its GPUs
+    named by column ``gpu_column`` (``preset``, or ``measured_on`` in :data:`BLACKWELL_MASKS`)."""
     text = (resources.files("astra_gpu_model") / "data" / file).read_text(encoding="utf-8")
     table = {}
     for r in csv.DictReader(line for line in text.splitlines() if not line.startswith("#")):
         for way in ("fwd", "bwd"):
             key = (r.get("precision", "bf16"), r.get("mask", "causal") == "causal", way)
-            table.setdefault(r["preset"], {}).setdefault(key, []).append((int(r["seq_len"]), float(r[f"{way}_tflops"])))
+            table.setdefault(r[gpu_column], {}).setdefault(key, []).append((int(r["seq_len"]),
+                                                                            float(r[f"{way}_tflops"])))
     return {preset: {key: tuple(zip(*sorted(points))) for key, points in rows.items()} for preset, rows in table.items()}
 
 
@@ -309,18 +311,6 @@ BLACKWELL_MASKS = "published_attention_blackwell_masks.csv"
 MASK_RATIO_GPU = {"GB200": "GB200", "B200": "GB200", "B300": "GB300"}
 
 
-@functools.lru_cache(maxsize=None)
-def blackwell_masks():
-    """``{(measured_on, precision, causal, "fwd" | "bwd"): (lengths, tflops)}`` from :data:`BLACKWELL_MASKS`."""
-    text = (resources.files("astra_gpu_model") / "data" / BLACKWELL_MASKS).read_text(encoding="utf-8")
-    table = {}
-    for r in csv.DictReader(line for line in text.splitlines() if not line.startswith("#")):
-        for way in ("fwd", "bwd"):
-            key = (r["measured_on"], r["precision"], r["mask"] == "causal", way)
-            table.setdefault(key, []).append((int(r["seq_len"]), float(r[f"{way}_tflops"])))
-    return {key: tuple(zip(*sorted(points))) for key, points in table.items()}
-
-
 def blackwell_mask_ratio(gpu, dtype, backward, seq_len):
     """How much faster cuDNN runs attention without the causal mask than with it on ``gpu`` at ``seq_len`` keys:
     NVIDIA's measured no-mask over causal TFLOP/s (both interpolated in log length, clamped to 2k-32k) of the same
@@ -330,9 +320,9 @@ def blackwell_mask_ratio(gpu, dtype, backward, seq_len):
     measured = MASK_RATIO_GPU.get(gpu.name)
     if measured is None:
         return 1.0
-    table, way = blackwell_masks(), "bwd" if backward else "fwd"
-    lengths, none = table[(measured, dtype, False, way)]
-    _, causal = table[(measured, dtype, True, way)]
+    table, way = published_attention(BLACKWELL_MASKS, "measured_on")[measured], "bwd" if backward else "fwd"
+    lengths, none = table[(dtype, False, way)]
+    _, causal = table[(dtype, True, way)]
     return _interpolate(none, seq_len, lengths) / _interpolate(causal, seq_len, lengths)
 
 
@@ -370,7 +360,7 @@ def decode_params(gpu):
 
 
 __all__ = ["AMD_ATTENTION", "DECODE_FIT", "DECODE_FIT_GPU", "decode_fit", "decode_params", "amd_efficiency", "BENCH_HEADS", "BLACKWELL_ATTENTION", "BLACKWELL_MASKS",
-           "blackwell_mask_ratio", "blackwell_masks", "HOPPER_ATTENTION", "MASK_RATIO_GPU",
+           "blackwell_mask_ratio", "HOPPER_ATTENTION", "MASK_RATIO_GPU",
            "hopper_fp8_efficiency", "blackwell_efficiency", "published_attention", "published_efficiency",
            "FP8_MEASURED_TFLOPS", "KERNELS", "check_fp8_attention", "fp8_backward_kernel_efficiency",
            "fp8_efficiency", "fp8_kernel_efficiency", "fp8_kernel_tflops", "MEASURED_TFLOPS", "is_hopper",
