@@ -114,12 +114,15 @@ class Fp8Ops:
         Memory-bound."""
         if not self.te_fp8:
             return None
-        reads = 2 if self.fp8_current else 1
-        if not self.fp8_transposes:
-            return self._te(TE_QUANTIZE, label + ".fp8_cast", rows, cols, self.ttype,
-                            rows * cols * (reads * self.nbytes + 1), deps)
-        return self._te(TE_CAST_TRANSPOSE, label + ".fp8_cast", rows, cols, self.ttype,
-                        rows * cols * (reads * self.nbytes + 2), deps)
+        return self._cast_to_fp8(label, rows, cols, 2 if self.fp8_current else 1, deps)
+
+    def _cast_to_fp8(self, label, rows, cols, reads, deps):
+        """TE's cast of a ``rows x cols`` ``--dtype`` tensor read ``reads`` times: written as FP8 and its FP8
+        transpose (``transformer_engine::cast_transpose``), or as the FP8 copy alone where the GPU's FP8 GEMMs take
+        any layout (``transformer_engine::quantize``, Blackwell)."""
+        op, written = (TE_CAST_TRANSPOSE, 2) if self.fp8_transposes else (TE_QUANTIZE, 1)
+        return self._te(op, label + ".fp8_cast", rows, cols, self.ttype, rows * cols * (reads * self.nbytes + written),
+                        deps)
 
     def fp8_norm_cast(self, label, rows, cols, deps=()):
         """Current scaling only: a LayerNorm's or GeLU's output cannot be cast inside that kernel (its scale needs
@@ -128,11 +131,7 @@ class Fp8Ops:
         kernel writes FP8 itself and nothing is emitted."""
         if not self.fp8_current:
             return None
-        if not self.fp8_transposes:  # (Blackwell: the FP8 copy only)
-            return self._te(TE_QUANTIZE, label + ".fp8_cast", rows, cols, self.ttype,
-                            rows * cols * (2 * self.nbytes + 1), deps)
-        return self._te(TE_CAST_TRANSPOSE, label + ".fp8_cast", rows, cols, self.ttype,
-                        rows * cols * (2 * self.nbytes + 2), deps)
+        return self._cast_to_fp8(label, rows, cols, 2, deps)
 
     def fp8_transpose(self, label, rows, cols, deps=()):
         """TE's transpose of an FP8 operand that was cast without one (a LayerNorm or GeLU output, cast inside
