@@ -44,10 +44,7 @@ def materialize(job, folder, base_dir, platform=None) -> JobWorkload:
     if kind == "llm":
         from astra_workload_generators.llm import LlmSpec, generate_llm_workload
 
-        spec = LlmSpec.from_mapping(value, where=where)
-        if spec.platform is None and platform is not None:
-            spec = spec.replace(platform=platform)
-        summary = generate_llm_workload(spec, prefix)
+        summary = generate_llm_workload(LlmSpec.from_mapping(value, where=where).for_platform(platform), prefix)
         workload = JobWorkload(prefix, summary["npus"], _groups_of(prefix, None), summary)
     elif kind == "micro":
         from astra_workload_generators import generate_micro

@@ -83,8 +83,7 @@ def evaluate(case, workdir=None) -> dict:
 
     with private_folder("astra-energy-") if workdir is None else tempfile.TemporaryDirectory(dir=workdir) as folder:
         prefix = os.path.join(folder, "step")
-        spec = LlmSpec.from_mapping(case.llm, f"{case.name}: llm")
-        generate_llm_workload(spec if spec.platform else spec.replace(platform=case.platform), prefix)
+        generate_llm_workload(LlmSpec.from_mapping(case.llm, f"{case.name}: llm").for_platform(case.platform), prefix)
         report = simulate(workload=prefix, platform=case.platform, nodes=case.nodes, **case.options)
     energy = report.stats.get("energy")
     if not energy or case.quantity not in energy:

@@ -47,7 +47,7 @@ def run_case(case, workdir=None):
 
             # generated for the case's platform (its GPU: where Transformer Engine writes FP8 transposes)
             spec = LlmSpec.from_argv(case.workload, where=f"validation case {case.name}: workload")
-            generate_llm_workload(spec.replace(platform=case.platform), prefix, on_warning=lambda line: None)
+            generate_llm_workload(spec.for_platform(case.platform), prefix, on_warning=lambda line: None)
         else:
             node = make_node(0, case.collective, T.COMM_COLL_NODE, attrs={
                 "is_cpu_op": False, "comm_type": _COMM_TYPES[case.collective], "comm_size": case.size_bytes})
@@ -131,7 +131,7 @@ def _run_memory(case):
     start = time.perf_counter()
     spec = LlmSpec.from_argv(case.workload, where=f"validation case {case.name}: workload")
     # for the case's platform, as its step would be generated (its GPU: whether TE caches FP8 weight transposes)
-    dims, cfg = spec.replace(platform=case.platform).resolve(on_warning=lambda line: None)
+    dims, cfg = spec.for_platform(case.platform).resolve(on_warning=lambda line: None)
     estimate = peak_memory(dims, cfg)
     attribute = next(a for a in MEMORY_MEASURES[case.measured_what] if hasattr(estimate, a))
     simulated, measured = int(getattr(estimate, attribute)), int(case.measured["peak_bytes"])

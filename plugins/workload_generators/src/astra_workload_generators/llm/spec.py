@@ -206,6 +206,12 @@ class LlmSpec:
         current.update(changes)
         return type(self).from_mapping(current, where="LlmSpec.replace")
 
+    def for_platform(self, platform) -> "LlmSpec":
+        """The spec generated for ``platform`` (a registered platform's name: its GPU's kernels, e.g. Transformer
+        Engine's FP8 transposes), as every command that runs the step there generates it; unchanged when the spec
+        names its own platform or ``platform`` is None."""
+        return self if self.platform is not None or platform is None else self.replace(platform=platform)
+
     # ------------------------------------------------------------------------------------------------ resolve
     def resolve(self, on_warning=None) -> tuple[ModelDims, LlmConfig]:
         """``(dims, cfg)``: the model dimensions and the step's settings, checked against each other
