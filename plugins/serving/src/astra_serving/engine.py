@@ -273,7 +273,7 @@ class Engine:
         while lazy < len(running):
             seq = running[lazy]
             computed, generated, req = seq.computed, seq.generated, seq.req
-            if generated == 0 or req.prompt_tokens + generated - computed != 1:
+            if generated == 0 or seq.pending != 1:
                 break
             ahead = blocks.blocks_of(req.id) * size - computed  # ticks before it needs a new block
             if not 0 <= ahead < size or seq.state != "running":
@@ -482,15 +482,14 @@ class Engine:
         decode, ctx = group, self._ctx_base + group * (self._tick + 1)  # the group's contexts: computed + 1 each
         for seq, n in items:
             # a decode: one position, the sequence's last (with decode_first, also a prompt's last one)
-            if n == 1 and (seq.generated > 0 or decode_first) and \
-                    seq.req.prompt_tokens + seq.generated - seq.computed == 1:
+            if n == 1 and (seq.generated > 0 or decode_first) and seq.pending == 1:
                 decode += 1
                 ctx += seq.computed + 1
             else:
                 prefill += n
                 done += seq.computed
                 prefills += 1
-                if seq.computed + n >= seq.req.prompt_tokens + seq.generated:  # its last chunk: it samples
+                if seq.computed + n >= seq.tokens:  # its last chunk: it samples
                     sampled += 1
         return Batch(items, prefill, decode, ctx // decode if decode else 0, done // prefills if prefills else 0,
                      extra[0], steps, admitted, group, prompts_sampled=sampled)
@@ -530,7 +529,7 @@ class Engine:
     def _to_compute(self, seq):
         """Positions of ``seq`` an iteration may compute now: every one not computed yet, but a prompt's last when
         the first token comes from a decode step (``first_token_from_decode``: then it waits for one)."""
-        pending = seq.req.prompt_tokens + seq.generated - seq.computed
+        pending = seq.pending
         if self.decode_first and pending > 1 and not seq.generated:
             return pending - 1
         return pending
@@ -650,7 +649,7 @@ class Engine:
                 seq.generated += k - 1
                 self.tokens_decoded += k - 1
             seq.computed += n
-            if seq.computed >= req.prompt_tokens + seq.generated:
+            if seq.computed >= seq.tokens:
                 seq.generated += 1
                 if seq.generated == 1:
                     first.append(seq)
