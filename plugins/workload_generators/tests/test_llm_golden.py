@@ -36,6 +36,10 @@ dense_tp_pp_dp, gpt3_13b_preset, moe_imbalance_cp_ep, per_rank_files: Megatron-L
 gradient in the backward (``LayerOps.bias_grad``); the FP8 / TP-overlap case (Transformer Engine fuses it), the gated
 and inference cases are unchanged. In the same change the emitter counts a reduction's ``tensor_size`` as the gpu
 model does (its arguments read once, not twice): no case here has a reduction node other than those new sums.
+Then the two preset cases, whose models are RMSNorm models (llama3_8b_preset, llama2_70b_decode_preset), on purpose
+(issue 36): their norms are ATen's ``_fused_rms_norm`` / ``_fused_rms_norm_backward`` (``ModelDims.rms_norm``,
+``LayerOps.layer_norm``), not ``native_layer_norm``; every other case gives dimensions without a model (LayerNorm,
+Megatron-LM's default) or has no element-wise nodes, and is unchanged.
 
 Regenerate (only when a change of the traces is intended)::
 

@@ -244,6 +244,11 @@ def _read(r: _Reader, model_type):
     # RoPE on the whole of Q and K: every family but GPT-2's learned positions, and MLA's decoupled rotary part
     # (rope_dim, its own nodes); GPT-NeoX rotates rotary_pct of each head (timed over the whole head: ASSUMPTION)
     dims["rotary"] = family != "gpt2" and not dims.get("kv_lora_rank")
+    # the norms: nn.LayerNorm in GPT-2's and GPT-NeoX's modeling files (huggingface/transformers v4.55.0
+    # models/gpt2/modeling_gpt2.py ln_1/ln_2, models/gpt_neox/modeling_gpt_neox.py input_layernorm), RMSNorm in every
+    # other family's (LlamaRMSNorm, MistralRMSNorm, Qwen2/3RMSNorm, Phi3RMSNorm, MixtralRMSNorm, GptOssRMSNorm,
+    # Qwen2Moe/Qwen3MoeRMSNorm, Gemma2/3RMSNorm, DeepseekV2/V3RMSNorm: their configs' rms_norm_eps)
+    dims["rms_norm"] = family not in ("gpt2", "neox")
     warnings = []
     if dims.get("moe_layer_freq", 1) > 1 and family == "qwen_moe":
         warnings.append(f"{r.path}: key 'decoder_sparse_step': MoE layers are modelled as layers 0, N, 2N, ... "

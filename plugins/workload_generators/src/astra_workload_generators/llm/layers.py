@@ -1,6 +1,6 @@
-"""The transformer layer: LayerNorm, attention block, dense FFN, residual stream, and its tensor-parallel
-communication (all-reduces, sequence-parallel all-gathers / reduce-scatters, Transformer Engine's overlapped
-rings), forward and backward."""
+"""The transformer layer: its norms (LayerNorm or RMSNorm), attention block, dense FFN, residual stream, and its
+tensor-parallel communication (all-reduces, sequence-parallel all-gathers / reduce-scatters, Transformer Engine's
+overlapped rings), forward and backward."""
 
 from __future__ import annotations
 
@@ -18,15 +18,32 @@ class LayerOps:
     """One transformer layer, forward and backward (a stage-builder mixin)."""
 
     def layer_norm(self, label, deps=()):
+        """The layer's norm on this rank's ``r x h`` rows, one fused kernel: the model's own kind
+        (``dims.rms_norm``). LayerNorm is ATen's ``native_layer_norm(input, normalized_shape, weight, bias, eps)``;
+        RMSNorm is ``_fused_rms_norm(input, normalized_shape, weight, eps)``, the op ``torch.nn.functional.rms_norm``
+        runs on CUDA (pytorch/pytorch v2.8.0 ``tools/autograd/derivatives.yaml``: ``_fused_rms_norm(Tensor input,
+        int[] normalized_shape, Tensor? weight, float? eps) -> (Tensor, Tensor)``, the output and the fp32 rstd):
+        the same rows read and written without the bias (and without the mean it does not compute). Transformer
+        Engine's ``LayerNormLinear`` / ``RMSNorm`` run their own kernels (``tex.layernorm_fwd`` / ``tex.rmsnorm_fwd``)
+        and vLLM its ``rms_norm`` custom op: ASSUMPTION, timed as PyTorch's kernel of the same kind, whose rate and
+        floor were measured (the gpu model's ``data/memops_fit.json`` / ``memops_floor.json``)."""
         h, r = self.dims.hidden, self.ln_rows
         if self.cfg.norm_kernel == "composite":
             return self._composite_rms_norm(label + ".ln", deps)
+        if self.dims.rms_norm:
+            return self.ew("aten::_fused_rms_norm", label + ".ln", [self._t(r, h), self._t(h)], deps)
         return self.ew("aten::native_layer_norm", label + ".ln", [self._t(r, h), self._t(h), self._t(h)], deps)
 
     def layer_norm_bwd(self, label, deps=()):
+        """The norm's backward: ``native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight,
+        bias, output_mask)``, or for RMSNorm ``_fused_rms_norm_backward(grad_out, input, normalized_shape, rstd,
+        weight, output_mask)`` (derivatives.yaml as above): no mean, no bias; the statistics in fp32."""
         h, r, f = self.dims.hidden, self.ln_rows, "Tensor(float)"
         if self.cfg.norm_kernel == "composite":
             return self._composite_rms_norm_bwd(label + ".ln", deps)
+        if self.dims.rms_norm:
+            return self.ew("aten::_fused_rms_norm_backward", label + ".ln",
+                           [self._t(r, h), self._t(r, h), ((r, 1), f), self._t(h)], deps)
         return self.ew("aten::native_layer_norm_backward", label + ".ln",
                        [self._t(r, h), self._t(r, h), ((r, 1), f), ((r, 1), f), self._t(h), self._t(h)], deps)
 

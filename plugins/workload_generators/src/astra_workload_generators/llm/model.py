@@ -35,21 +35,21 @@ PRESETS = {
     "gpt3-13b": dict(layers=40, hidden=5120, heads=40, kv_heads=40, ffn_hidden=20480, vocab=50257, seq_len=2048,
                      gated=False),
     "llama2-7b": dict(layers=32, hidden=4096, heads=32, kv_heads=32, ffn_hidden=11008, vocab=32000, seq_len=4096,
-                      gated=True, rotary=True),
+                      gated=True, rotary=True, rms_norm=True),
     "llama2-70b": dict(layers=80, hidden=8192, heads=64, kv_heads=8, ffn_hidden=28672, vocab=32000, seq_len=4096,
-                       gated=True, rotary=True),
+                       gated=True, rotary=True, rms_norm=True),
     "llama3-8b": dict(layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, vocab=128256, seq_len=8192,
-                      gated=True, rotary=True),
+                      gated=True, rotary=True, rms_norm=True),
     "llama3-70b": dict(layers=80, hidden=8192, heads=64, kv_heads=8, ffn_hidden=28672, vocab=128256, seq_len=8192,
-                       gated=True, rotary=True),
+                       gated=True, rotary=True, rms_norm=True),
     # Mixture of experts: 8 experts, top-2, every layer MoE (Mixtral 8x7B).
     "mixtral-8x7b": dict(layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, vocab=32000, seq_len=4096,
-                         gated=True, experts=8, top_k=2, moe_ffn=14336, rotary=True),
+                         gated=True, experts=8, top_k=2, moe_ffn=14336, rotary=True, rms_norm=True),
     # DeepSeekMoE 16B: 64 fine-grained routed experts (top-6) + 2 shared, expert inner size 1408; the first layer
     # keeps a dense FFN of 10944 (its config's first_k_dense_replace = 1).
     "deepseek-moe-16b": dict(layers=28, hidden=2048, heads=16, kv_heads=16, ffn_hidden=10944, vocab=102400,
                              seq_len=4096, gated=True, experts=64, top_k=6, moe_ffn=1408, shared_experts=2,
-                             moe_dense_layers=1, rotary=True),
+                             moe_dense_layers=1, rotary=True, rms_norm=True),
 }
 
 
@@ -87,6 +87,9 @@ class ModelDims:
     rotary: bool = False       # rotary position embedding of Q and K (Llama, Mistral, Qwen, GPT-NeoX, ...; a Hugging
     #                            Face config's model_type, see .hf); False: learned absolute positions (GPT-2/3, and
     #                            Megatron-LM's --position-embedding-type default, learned_absolute) or MLA (rope_dim)
+    rms_norm: bool = False     # the layers' norms are RMSNorm (Llama, Mistral, Qwen, Gemma, DeepSeek, GPT-OSS, ...: a
+    #                            Hugging Face config's model_type, see .hf; Megatron-LM's --normalization RMSNorm);
+    #                            False: LayerNorm (GPT-2/3, GPT-NeoX; Megatron-LM's default)
 
     @property
     def head_dim(self):
@@ -169,7 +172,7 @@ def model_dims(preset=None, base=None, **overrides) -> ModelDims:
                  "window_pattern"):
             if not isinstance(v, int) or v < 0:
                 raise ConfigError(f"{k} must be a non-negative integer, got {v!r}")
-        elif k not in ("gated", "tied_embeddings", "expert_bias", "glu_clamp", "rotary") and (
+        elif k not in ("gated", "tied_embeddings", "expert_bias", "glu_clamp", "rotary", "rms_norm") and (
                 not isinstance(v, int) or v < 1):
             raise ConfigError(f"{k} must be a positive integer, got {v!r}")
     if dims.moe and dims.top_k > dims.experts:
