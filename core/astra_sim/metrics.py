@@ -36,7 +36,7 @@ class Metric:
         return len(parts) == len(path) and all(p == "*" or p == str(q) for p, q in zip(parts, path))
 
 
-#: the kernel's own metrics (the run, the ranks, the breakdown)
+#: the kernel's own metrics (the run, the ranks; the breakdown's are the analysis plugin's, which computes it)
 KERNEL_METRICS = (
     ("summary.npus", "count", "NPUs (ranks) in the run"),
     ("summary.max_finish_ns", "ns", "the step time: the last rank's finish"),
@@ -49,27 +49,6 @@ KERNEL_METRICS = (
     ("ranks.*.cpu_ns", "ns", "CPU (host) node time of the rank"),
     ("ranks.*.comm_ns", "ns", "time the rank's communication was in flight"),
     ("ranks.*.nodes", "count", "trace nodes the rank ran"),
-    ("ranks.*.breakdown.parts.*", "ns", "where the rank's time went: parts that add up to its finish"),
-    ("ranks.*.breakdown.comm_busy_ns", "ns", "time any communication of the rank was in flight"),
-    ("ranks.*.breakdown.comm_overlapped_ns", "ns", "communication time hidden behind compute"),
-    ("ranks.*.breakdown.communicators.*.busy_ns", "ns", "time the communicator's operations were in flight"),
-    ("ranks.*.breakdown.communicators.*.exposed_ns", "ns", "the communicator's time not hidden behind compute"),
-    ("ranks.*.breakdown.communicators.*.overlapped_ns", "ns", "the communicator's time hidden behind compute"),
-    ("ranks.*.breakdown.communicators.*.recv_wait_ns", "ns", "time waiting for the communicator's receives"),
-    ("ranks.*.breakdown.communicators.*.groups.*", "id", "the communicator's group ids"),
-    ("breakdown.slowest_rank", "id", "the rank whose breakdown the summary shows"),
-    ("breakdown.finish_ns", "ns", "the slowest rank's finish"),
-    ("breakdown.parts.*", "ns", "where the slowest rank's time went"),
-    ("breakdown.comm_busy_ns", "ns", "the slowest rank's communication busy time"),
-    ("breakdown.comm_overlapped_ns", "ns", "the slowest rank's communication hidden behind compute"),
-    ("breakdown.communicators.*.busy_ns", "ns", "per communicator: in flight"),
-    ("breakdown.communicators.*.exposed_ns", "ns", "per communicator: not hidden"),
-    ("breakdown.communicators.*.overlapped_ns", "ns", "per communicator: hidden behind compute"),
-    ("breakdown.communicators.*.recv_wait_ns", "ns", "per communicator: waiting for receives"),
-    ("breakdown.communicators.*.groups.*", "id", "per communicator: its group ids"),
-    ("breakdown.rank_groups.*.count", "count", "ranks with this breakdown"),
-    ("breakdown.rank_groups.*.finish_ns", "ns", "their finish"),
-    ("breakdown.rank_groups.*.parts.*", "ns", "their parts"),
     ("stats.events", "count", "events the engine ran"),
     ("stats.simulated_ranks", "count", "ranks simulated (fewer than the NPUs when symmetric ranks are folded)"),
     ("stats.messages", "count", "messages sent (every rank's, folded runs included)"),

@@ -57,8 +57,29 @@ def astra_report_breakdown(run, report):
 
 @hookimpl
 def astra_register_metrics(registry):
-    """The numbers the analyses add to the report (critical path, timeline files, link utilisation)."""
+    """The numbers the analyses add to the report (the breakdown, critical path, timeline files, link utilisation)."""
     for key, unit, what in (
+            ("ranks.*.breakdown.parts.*", "ns", "where the rank's time went: parts that add up to its finish"),
+            ("ranks.*.breakdown.comm_busy_ns", "ns", "time any communication of the rank was in flight"),
+            ("ranks.*.breakdown.comm_overlapped_ns", "ns", "communication time hidden behind compute"),
+            ("ranks.*.breakdown.communicators.*.busy_ns", "ns", "time the communicator's operations were in flight"),
+            ("ranks.*.breakdown.communicators.*.exposed_ns", "ns", "the communicator's time not hidden behind compute"),
+            ("ranks.*.breakdown.communicators.*.overlapped_ns", "ns", "the communicator's time hidden behind compute"),
+            ("ranks.*.breakdown.communicators.*.recv_wait_ns", "ns", "time waiting for the communicator's receives"),
+            ("ranks.*.breakdown.communicators.*.groups.*", "id", "the communicator's group ids"),
+            ("breakdown.slowest_rank", "id", "the rank whose breakdown the summary shows"),
+            ("breakdown.finish_ns", "ns", "the slowest rank's finish"),
+            ("breakdown.parts.*", "ns", "where the slowest rank's time went"),
+            ("breakdown.comm_busy_ns", "ns", "the slowest rank's communication busy time"),
+            ("breakdown.comm_overlapped_ns", "ns", "the slowest rank's communication hidden behind compute"),
+            ("breakdown.communicators.*.busy_ns", "ns", "per communicator: in flight"),
+            ("breakdown.communicators.*.exposed_ns", "ns", "per communicator: not hidden"),
+            ("breakdown.communicators.*.overlapped_ns", "ns", "per communicator: hidden behind compute"),
+            ("breakdown.communicators.*.recv_wait_ns", "ns", "per communicator: waiting for receives"),
+            ("breakdown.communicators.*.groups.*", "id", "per communicator: its group ids"),
+            ("breakdown.rank_groups.*.count", "count", "ranks with this breakdown"),
+            ("breakdown.rank_groups.*.finish_ns", "ns", "their finish"),
+            ("breakdown.rank_groups.*.parts.*", "ns", "their parts"),
             ("critical_path.rank", "id", "the rank that finishes last (where the path ends)"),
             ("critical_path.length_ns", "ns", "the path's length: that rank's finish"),
             ("critical_path.ranks_visited", "count", "ranks the path crosses"),
