@@ -53,15 +53,6 @@ class RankSymmetry:
                 rank += ((within + sign * k) % s.block - within) * s.stride
         return rank
 
-    def moved_array(self, ranks, offsets, sign=1):
-        """:meth:`moved` over a numpy array of ranks."""
-        ranks = ranks.copy()
-        for s, k in zip(self.shifts, offsets):
-            if k:
-                within = (ranks // s.stride) % s.radix % s.block
-                ranks += ((within + sign * k) % s.block - within) * s.stride
-        return ranks
-
     def representative(self, rank):
         """The smallest rank of ``rank``'s class (every shifted digit at its block's start)."""
         for s in self.shifts:

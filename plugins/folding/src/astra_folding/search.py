@@ -239,6 +239,16 @@ def split_by_dimensions(shift, npus_per_dim):
     return parts if covered == shift.radix else []
 
 
+def _moved_array(symmetry, ranks, offsets, sign=1):
+    """:meth:`astra_sim.symmetry.RankSymmetry.moved` over a numpy array of ranks."""
+    ranks = ranks.copy()
+    for s, k in zip(symmetry.shifts, offsets):
+        if k:
+            within = (ranks // s.stride) % s.radix % s.block
+            ranks += ((within + sign * k) % s.block - within) * s.stride
+    return ranks
+
+
 def sub_shift_is_equivariant(part, whole, declared, class_nodes, groups, named=None):
     """Whether the traces of a compact workload (each rank's is its class trace relabelled by the declared
     symmetry) are equivariant under ``part``, a shift of a part of the declared shift ``whole``'s digit.
@@ -270,10 +280,10 @@ def sub_shift_is_equivariant(part, whole, declared, class_nodes, groups, named=N
         peer_ranks = np.array(sorted(peers), dtype=np.int64)
 
         def u(ranks, offsets, back):
-            moved = declared.moved_array(ranks, offsets)
+            moved = _moved_array(declared, ranks, offsets)
             within = (moved // part.stride) % part.radix % part.block
             moved += ((within + 1) % part.block - within) * part.stride
-            return declared.moved_array(moved, back, -1)
+            return _moved_array(declared, moved, back, -1)
 
         for k in range(whole.block):
             offsets = [0] * len(declared.shifts)
