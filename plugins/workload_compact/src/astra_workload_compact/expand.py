@@ -9,6 +9,7 @@ from astra_sim.errors import WorkloadError
 from astra_sim.safeio import write_bytes_atomic
 
 from astra_workload_compact.manifest import is_compact, read_compact_workload, roles_path
+from astra_workload_compact.memory import ensure_written
 
 
 def _load_groups(compact):
@@ -30,6 +31,7 @@ def read_rank_nodes(prefix, rank):
     if not 0 <= rank < compact.npus:
         raise WorkloadError(f"{compact.path}: no rank {rank} (the workload has {compact.npus} NPUs)")
     rep = compact.symmetry.representative(rank)
+    ensure_written(compact.traces[rep])  # (a trace held in memory: its file first)
     nodes = read_et(compact.traces[rep]).nodes
     return compact.relabeller(_load_groups(compact)).nodes_for(nodes, compact.symmetry.offsets(rank))
 
@@ -45,6 +47,8 @@ def expand_workload(prefix, out_prefix):
     relabeller = compact.relabeller(_load_groups(compact))
     folder = os.path.dirname(os.path.abspath(str(out_prefix)))
     os.makedirs(folder, exist_ok=True)
+    for path in compact.traces.values():  # (traces held in memory: their files first)
+        ensure_written(path)
     traces = {rep: read_et(path) for rep, path in compact.traces.items()}
     for rank in range(compact.npus):
         trace = traces[compact.symmetry.representative(rank)]

@@ -10,6 +10,7 @@ from astra_sim import hookimpl
 from astra_sim.errors import WorkloadError
 
 from astra_workload_compact.manifest import is_compact, read_compact_workload
+from astra_workload_compact.memory import held_nodes
 
 
 class _ParsedTraces:
@@ -74,7 +75,8 @@ class CompactFormat:
         return read_compact_workload(prefix)
 
     def load_trace(self, path):
-        """The nodes of one class trace (a Chakra ET file), parsed once per process while it is unchanged."""
+        """The nodes of one class trace (a Chakra ET file), parsed once per process while it is unchanged; a trace
+        this process generated and holds (:mod:`astra_workload_compact.memory`) is not parsed at all."""
         from astra_sim.chakra import ChakraError, parse_et
 
         if not os.path.exists(path):
@@ -86,6 +88,9 @@ class CompactFormat:
         try:
             with open(path, "rb") as handle:
                 data = handle.read()
+            held = held_nodes(data, path)
+            if held is not None:  # generated in this process and held: the nodes as parsing would give them
+                return held
             trace = parse_et(data, path, keep_raw=False, shared=self._shared_nodes)
         except ChakraError as exc:
             raise WorkloadError(str(exc)) from None

@@ -9,7 +9,7 @@ from functools import lru_cache
 from astra_sim.chakra import types as T
 
 from .blockscale import block_format, low_precision_weight_bytes
-from .encode import encode_node
+from .encode import encode_node, memory_node
 from .fp8 import FP8_FWD, FP8_GRAD, SCALED_MM
 
 
@@ -37,7 +37,11 @@ EW_REPLAY_BYTES_PER_S = 1.5e12
 
 
 class NodeEmitter:
-    """Node emission for a stage builder (see :class:`.stage._StageBuilder` for the state it keeps)."""
+    """Node emission for a stage builder (see :class:`.stage._StageBuilder` for the state it keeps).
+
+    ``in_memory``: each node is the :class:`~astra_sim.chakra.EtNode` its bytes read back as, not the bytes."""
+
+    in_memory = False
 
     @contextmanager
     def graphed(self):
@@ -63,10 +67,12 @@ class NodeEmitter:
         deps = list(deps)
         if chain and self.prev is not None:
             deps.insert(0, self.prev)
-        # (encode_node: the bytes make_node(...)._raw has, written directly; test_llm_encode compares them)
-        raw = encode_node(nid, name, type_, data_deps=deps, duration_micros=duration, attrs=attrs,
-                          inputs_shapes=shapes, inputs_types=types, inputs_values=values)
-        self.items.append((raw, dyn))
+        if self.in_memory:  # the EtNode reading the bytes back gives (test_llm_in_memory compares them)
+            item = memory_node(nid, name, type_, deps, duration, attrs, shapes, types, values)
+        else:  # (encode_node: the bytes make_node(...)._raw has, written directly; test_llm_encode compares them)
+            item = encode_node(nid, name, type_, data_deps=deps, duration_micros=duration, attrs=attrs,
+                               inputs_shapes=shapes, inputs_types=types, inputs_values=values)
+        self.items.append((item, dyn))
         if chain:
             self.prev = nid
         return nid

@@ -1,5 +1,7 @@
-"""The LLM generator's direct node encoder (issue 37, its hot path): :func:`encode_node` writes the bytes the kernel's
-``make_node(...)._raw`` has without building a protobuf message and parsing it back."""
+"""The LLM generator's nodes in either form (issue 37, its hot path): :func:`encode_node` writes the bytes the kernel's
+``make_node(...)._raw`` has without building a protobuf message and parsing it back; :func:`memory_node` makes the
+:class:`~astra_sim.chakra.EtNode` that reading those bytes back gives, without the bytes (a run in the generating
+process takes the nodes as they are: :func:`.generate.generate_llm` with ``in_memory``)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,8 @@ import struct
 
 from astra_sim.chakra.attrs import choose_kind
 from astra_sim.chakra.errors import ChakraError
+from astra_sim.chakra.node import EtNode
+from astra_sim.chakra.types import INT_KINDS
 from astra_sim.chakra.writer import SMALL_VARINTS, encode_varint, make_node
 
 #: tag bytes of the AttributeProto members encode_node writes itself (chakra-format.md section 2.3); any other
@@ -153,3 +157,112 @@ def encode_node(id, name="", type=0, *, data_deps=(), ctrl_deps=(), duration_mic
         return make_node(id, name, type, data_deps=data_deps, ctrl_deps=ctrl_deps, duration_micros=duration_micros,
                          attrs=attrs, inputs_values=inputs_values, inputs_shapes=inputs_shapes,
                          inputs_types=inputs_types)._raw
+
+
+# -- the node in memory ----------------------------------------------------------------------------------------------
+_INT_RULES = {}  # attribute name -> (member, low, high): choose_kind's member for its int values in [low, high]
+_BOOL_KINDS = {}  # attribute name -> choose_kind's member for its bool values
+#: the integer members choose_kind gives an int (conventional or inferred) and their ranges
+_INT_RANGES = {"int32_val": (-(1 << 31), (1 << 31) - 1), "int64_val": (-(1 << 63), (1 << 63) - 1),
+               "uint64_val": (0, (1 << 64) - 1)}
+_KIND_TUPLES = {}  # (name, member, name, member, ...) -> one EtNode._kinds tuple for them (as the reader shares them)
+_F32 = struct.Struct("<f")
+
+
+def _read_back(kind, value):
+    """``value`` as the reader gives attribute member ``kind`` back (attrs_from_proto of what fill_attr stored): an
+    int for every integer member (True -> 1), a float for double/float (float: rounded to 32 bits), lists as lists."""
+    if kind is None:
+        return None
+    if kind in INT_KINDS:
+        return int(value)
+    if kind == "bool_val":
+        return bool(value)
+    if kind == "double_val":
+        return float(value)
+    if kind == "float_val":
+        return _F32.unpack(_F32.pack(float(value)))[0]
+    if kind == "bytes_val":
+        return bytes(value)
+    if kind == "string_val":
+        return value
+    base = kind[:-5] + "_val"  # a list: each item as its scalar member
+    return [_read_back(base, v) for v in value]
+
+
+def _int_rule(name):
+    """``(member, low, high)``: choose_kind's member for attribute ``name``'s int values in ``[low, high]`` (the
+    member 0 takes, over its whole range: the conventional member, else int64; an empty range for any other)."""
+    kind = choose_kind(name, 0, None, "<generated node>")
+    low, high = _INT_RANGES.get(kind, (1, 0))
+    return _cached(_INT_RULES, name, (kind, low, high))
+
+
+def memory_attrs(attrs):
+    """``(attrs, kinds)`` of a node whose ``attrs`` :func:`encode_node` writes, as the reader gives them back
+    (``EtNode.attrs`` and ``EtNode._kinds``): the oneof member choose_kind picks, the value converted to it. A value
+    no member takes is make_node's ChakraError."""
+    out = {}
+    flat = []  # name, member, name, member, ...: the key of the kinds tuple (cheaper to hash than pairs)
+    rules, bools = _INT_RULES, _BOOL_KINDS
+    for name, value in attrs.items():
+        cls = value.__class__
+        if cls is str:  # (a str fits string_val only: choose_kind's answer for every name)
+            kind = "string_val"
+        elif cls is int:
+            rule = rules.get(name)
+            if rule is None:
+                rule = _int_rule(name)
+            kind, low, high = rule
+            if not low <= value <= high:  # (outside the range of the member 0 takes: choose_kind's own answer)
+                kind = choose_kind(name, value, None, "<generated node>")
+                if kind not in INT_KINDS:
+                    value = _read_back(kind, value)
+        elif cls is bool:
+            kind = bools.get(name)
+            if kind is None:  # (a bool fits every integer member: its member does not depend on its value)
+                kind = _cached(bools, name, choose_kind(name, True, None, "<generated node>"))
+            if kind != "bool_val":
+                value = int(value)
+        else:
+            kind = choose_kind(name, value, None, "<generated node>")
+            value = _read_back(kind, value)
+        out[name] = value
+        flat.append(name)
+        flat.append(kind)
+    flat = tuple(flat)
+    kinds = _KIND_TUPLES.get(flat)
+    if kinds is None:
+        kinds = _cached(_KIND_TUPLES, flat, tuple(zip(flat[::2], flat[1::2])))
+    return out, kinds
+
+
+def memory_node(id, name, type, deps, duration_micros, attrs, inputs_shapes=None, inputs_types=None,
+                inputs_values=None):
+    """The :class:`EtNode` that parsing ``encode_node(id, name, type, data_deps=deps, ...)`` gives (``keep_raw=False``;
+    ``path`` None until the trace it is in is named): the same fields, attributes and attribute members. Tested node
+    for node against the parsed traces in plugins/workload_generators/tests/test_llm_in_memory.py."""
+    attrs, kinds = memory_attrs(attrs) if attrs else ({}, ())
+    return EtNode(id, name or "", type, [], deps, duration_micros, inputs_values or "", attrs, None, kinds, None,
+                  inputs_shapes or "", inputs_types or "")
+
+
+def with_rank_attrs(node, extra, path):
+    """``node`` (a stage's, shared by its ranks) with one rank's attributes ``extra`` (an EtNode: the parsed
+    suffix the file's trace appends) after its own; a name it has already keeps its first value (the reader's rule)."""
+    attrs = dict(node.attrs)
+    kinds = list(node._kinds)
+    for name, kind in extra._kinds:
+        if name not in attrs:
+            attrs[name] = extra.attrs[name]
+            kinds.append((name, kind))
+    return EtNode(node.id, node.name, node.type, node.ctrl_deps, node.data_deps, node.duration_micros,
+                  node.inputs_values, attrs, path, tuple(kinds), None, node.inputs_shapes, node.inputs_types)
+
+
+def encode_memory_node(node):
+    """The bytes of the file's frame body for a node made by :func:`memory_node` / :func:`with_rank_attrs`: what the
+    generator writes for it (a trace held in memory is written out with them when it must be a file)."""
+    return encode_node(node.id, node.name, node.type, data_deps=node.data_deps, ctrl_deps=node.ctrl_deps,
+                       duration_micros=node.duration_micros, attrs=node.attrs, inputs_values=node.inputs_values,
+                       inputs_shapes=node.inputs_shapes, inputs_types=node.inputs_types)

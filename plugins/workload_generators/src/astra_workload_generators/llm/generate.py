@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import json
 
+from astra_sim.chakra.reader import parse_node
 from astra_sim.chakra.writer import encode_varint, make_metadata
 from astra_sim.safeio import write_bytes_atomic
 from astra_sim.symmetry import RankSymmetry
-from astra_workload_compact import write_compact_workload
+from astra_workload_compact import hold_compact_workload, write_compact_workload
 
 from ..common import ensure_parent
 from .blockscale import block_format
 from .config import LlmConfig, _check
+from .encode import encode_memory_node, with_rank_attrs
 from .memory import memory_estimate, metadata_attrs
 from .layout import _dyn_bytes, comm_groups, rank_of, rank_symmetry
 from .model import ModelDims, activated_parameter_count, inference_flops, parameter_count, training_flops
@@ -21,7 +23,7 @@ from .stage import _StageBuilder
 
 
 def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True, per_rank_files=False,
-                 model_name=None):
+                 model_name=None, in_memory=False):
     """Write the workload, ``PREFIX.groups.json`` and ``PREFIX.groups.roles.json`` (each group's role: tp, dp,
     pp, ...); returns a summary dict.
 
@@ -30,7 +32,16 @@ def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True, per_ran
     has its own graph (its experts compute their own rows). By default the workload is compact
     (:mod:`astra_workload_compact`): one trace per class of ranks that :func:`rank_symmetry` relates
     (``PREFIX.class<i>.et``) and ``PREFIX.workload.json``; ``per_rank_files`` writes ``PREFIX.<rank>.et``
-    for every rank instead."""
+    for every rank instead.
+
+    ``in_memory`` (compact only; issue 37): the class traces are not encoded. Each is held in this process as the
+    nodes reading its file would give (:mod:`astra_workload_compact.memory`), and its file holds only the
+    GlobalMetadata and a frame that no reader takes for a node: a run in this process reads the nodes as they are,
+    skipping the encode and the parse; anything else that needs the file gets it written, byte for byte what
+    ``in_memory=False`` writes (:func:`astra_workload_compact.ensure_written`)."""
+    if in_memory and per_rank_files:
+        raise ValueError("generate_llm: in_memory holds a compact workload's class traces; per_rank_files writes "
+                         "every rank's file")
     _check(dims, cfg)
     gids, groups = comm_groups(cfg)
     prefix = str(prefix)
@@ -55,13 +66,21 @@ def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True, per_ran
     symmetry = RankSymmetry(rank_symmetry(cfg))
     classes = []
     for p in range(cfg.pp):
-        graphs = [_StageBuilder(dims, cfg, p, e).build() for e in range(per_ep)]
+        graphs = [_build(dims, cfg, p, e, in_memory) for e in range(per_ep)]
         # the stage's memory estimate travels in its traces' GlobalMetadata (astra run checks it against HBM)
         meta = make_metadata(attrs={"generator": "astra workload llm",
                                     **metadata_attrs(memory[p]), **step_attrs}).SerializeToString()
         head = encode_varint(len(meta)) + meta
         nodes_per_stage.append(len(graphs[0]))
         keys = sorted({dyn for items in graphs for _, dyn in items if dyn is not None})
+        if in_memory:
+            for t, d, c in ((t, d, c) for t in range(cfg.tp) for d in range(cfg.dp) for c in range(cfg.cp)):
+                rank = rank_of(cfg, t, d, p, c)
+                if symmetry.is_representative(rank):
+                    extra = {k: parse_node(_dyn_bytes(k, rank, cfg, gids), keep_raw=False) for k in keys}
+                    classes.append((rank, head, [node if dyn is None else with_rank_attrs(node, extra[dyn], None)
+                                                 for node, dyn in graphs[d % per_ep]]))
+            continue
         # a node without a rank-specific part is framed (length + body) once: the same frame in every rank's trace
         graphs = [[(raw, dyn) if dyn is not None else (encode_varint(len(raw)) + raw, None) for raw, dyn in items]
                   for items in graphs]
@@ -85,7 +104,11 @@ def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True, per_ran
                 write_bytes_atomic(f"{prefix}.{rank}.et", b"".join(chunks))
             else:
                 classes.append((rank, b"".join(chunks)))
-    if write and not per_rank_files:
+    if write and in_memory:
+        classes.sort(key=lambda item: item[0])
+        hold_compact_workload(prefix, cfg.npus, symmetry.shifts, classes, encode_memory_node,
+                              comm_groups=f"{prefix}.groups.json", generator="astra workload llm")
+    elif write and not per_rank_files:
         classes.sort()
         write_compact_workload(prefix, cfg.npus, symmetry.shifts, classes, comm_groups=f"{prefix}.groups.json",
                                generator="astra workload llm")
@@ -93,6 +116,13 @@ def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True, per_ran
             "parameters": parameter_count(dims, cfg.tp), "classes": cfg.npus // symmetry.order,
             "activated_parameters": activated_parameter_count(dims, cfg.tp), "flops": flops,
             "memory": memory, "peak_memory_bytes": max(m.total for m in memory)}
+
+
+def _build(dims, cfg, stage, ep_index, in_memory):
+    """One stage's graph (for one EP index): ``(bytes or EtNode, rank-specific key or None)`` per node."""
+    builder = _StageBuilder(dims, cfg, stage, ep_index)
+    builder.in_memory = in_memory
+    return builder.build()
 
 
 def layout_text(cfg):

@@ -313,19 +313,28 @@ def _spec_of(spec) -> LlmSpec:
     raise ConfigError(f"expected an LlmSpec or a mapping of astra workload llm options, got {type(spec).__name__}")
 
 
-def generate_llm_workload(spec, prefix, per_rank_files=None, *, on_warning=None) -> dict:
+def generate_llm_workload(spec, prefix, per_rank_files=None, *, on_warning=None, in_memory=False) -> dict:
     """Write the workload ``astra workload llm`` writes for ``spec`` (an :class:`LlmSpec` or a mapping of its
     options) under ``prefix``: byte for byte the command's files. ``per_rank_files`` (None: the spec's) writes
     ``PREFIX.<rank>.et`` for every rank instead of the compact workload (``PREFIX.workload.json`` plus one trace
     per class of symmetric ranks). Returns the summary dict: ``npus``, ``nodes_per_stage``, ``groups``,
     ``parameters``, ``activated_parameters`` (matmul weights, per TP rank), ``flops``, ``classes``, ``steps``,
-    ``memory`` (a :class:`~.memory.MemoryEstimate` per stage) and ``peak_memory_bytes``."""
+    ``memory`` (a :class:`~.memory.MemoryEstimate` per stage) and ``peak_memory_bytes``.
+
+    ``in_memory=True`` (the compact workload only), for a run in this process: the class traces are held as the
+    nodes a run reads instead of being encoded and parsed back; their files hold only their GlobalMetadata until
+    something other than the run needs them (:func:`astra_workload_compact.ensure_written` writes them out, byte
+    for byte the files above). The run's reports are the same to the ns."""
     from .generate import generate_llm
 
     spec = _spec_of(spec)
     dims, cfg = spec.resolve(on_warning)
     per_rank = spec.per_rank_files if per_rank_files is None else bool(per_rank_files)
-    summary = generate_llm(dims, cfg, prefix, per_rank_files=per_rank, model_name=spec.model or spec.preset)
+    if in_memory and per_rank:
+        raise ConfigError("generate_llm_workload: in_memory=True holds a compact workload; per-rank files are "
+                          "written as files")
+    summary = generate_llm(dims, cfg, prefix, per_rank_files=per_rank, model_name=spec.model or spec.preset,
+                           in_memory=bool(in_memory))
     summary["steps"] = cfg.steps
     return summary
 
