@@ -107,3 +107,27 @@ def test_nothing_running_or_off_or_sm_hbm_keeps_the_time(tmp_path):
     for mode in ("off", "sm-hbm"):
         report, a, b = _case(tmp_path, size, mode)
         assert report.ranks[0].comm_ns == a + b
+
+
+def test_whether_a_kernel_runs_is_asked_once_per_collective(tmp_path, monkeypatch):
+    """The measured model's one test of "a compute kernel of this rank runs now" (``compute_busy_until``) is asked
+    once per timed collective, by NCCL's collective, which hands its answer to ``slowed_collective_ns`` (the two
+    had each asked it)."""
+    from astra_gpu_model.contention import Contention
+    from astra_gpu_model.nccl import NcclCollective
+
+    calls = {"busy": 0, "timed": 0, "slowed": 0}
+    busy, timed, slowed = Contention.compute_busy_until, NcclCollective.duration_ns, Contention.slowed_collective_ns
+
+    def counted(name, method):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return method(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(Contention, "compute_busy_until", counted("busy", busy))
+    monkeypatch.setattr(NcclCollective, "duration_ns", counted("timed", timed))
+    monkeypatch.setattr(Contention, "slowed_collective_ns", counted("slowed", slowed))
+    report, t1, t2 = _case(tmp_path, 4 << 20, "measured")
+    assert report.ranks[0].comm_ns > t1 + t2  # the second all-gather was slowed
+    assert calls["slowed"] >= 1 and calls["busy"] == calls["timed"]

@@ -400,30 +400,28 @@ class Contention:
         return duration
 
     def compute_busy_until(self, rank):
-        """When the last compute kernel of ``rank`` running now ends, or None (always None outside the measured
-        model, which alone records them): kernels issued before this
-        nanosecond (a kernel issued in it is timed at its end, after the events that may start a collective, so it
-        is left out whatever the order of the nanosecond's events)."""
+        """When the last compute kernel of ``rank`` running now ends, or None: the one test of whether a collective
+        starting now is slowed (:meth:`slowed_collective_ns`). None outside the measured model (which alone records
+        the kernels) and when none runs; kernels issued before this nanosecond only (a kernel issued in it is timed
+        at its end, after the events that may start a collective, so it is left out whatever the order of the
+        nanosecond's events)."""
         running = self._running.get(rank)
-        if not running or self._engine is None:
+        if not running or self._engine is None:  # (empty outside the measured model: _on_node records none)
             return None
         now = self._engine.now
         ends = [end for issued, end in running if issued < now < end]
         return max(ends) if ends else None
 
-    def slowed_collective_ns(self, rank, total_ns, bandwidth_ns):
-        """The time of a collective starting now on ``rank`` that takes ``total_ns`` alone, ``bandwidth_ns`` of it
-        its bandwidth part: unchanged unless the measured model runs and compute kernels of the rank run now
-        (:meth:`compute_busy_until`). Then, until they end (``W`` ns), the collective does its work at the rate of
+    def slowed_collective_ns(self, until_ns, total_ns, bandwidth_ns):
+        """The time of a collective starting now that takes ``total_ns`` alone, ``bandwidth_ns`` of it its bandwidth
+        part, beside compute kernels of its rank that run until ``until_ns`` (:meth:`compute_busy_until`, not None:
+        the caller asked it once). Until then (``W`` ns) the collective does its work at the rate of
         ``S = total + (f - 1) x bandwidth`` ns for the whole (``f`` = :data:`COMM_SLOWDOWN_BESIDE_COMPUTE`: its latency
         part unslowed, spread evenly), and the rest at full speed: ``S`` when ``S <= W``, else
         ``W + total x (1 - W / S)``, rounded half up to the ns."""
-        if self.mode != "measured" or total_ns <= 0 or bandwidth_ns <= 0:
+        if total_ns <= 0 or bandwidth_ns <= 0:
             return total_ns
-        until = self.compute_busy_until(rank)
-        if until is None:
-            return total_ns
-        window = until - self._engine.now
+        window = until_ns - self._engine.now
         slowed = total_ns + (COMM_SLOWDOWN_BESIDE_COMPUTE - 1) * min(bandwidth_ns, total_ns)
         span = slowed if slowed <= window else window + total_ns * (1 - Fraction(window) / slowed)
         return (2 * span.numerator + span.denominator) // (2 * span.denominator)

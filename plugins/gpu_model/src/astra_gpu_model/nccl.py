@@ -690,7 +690,8 @@ class NcclCollective(TimedCollective):
         t_us, algo, proto = hit[1]
         self.choice = (algo, proto)
         contention = getattr(self.sys.shared.compute_model, "contention", None)
-        if contention is None or contention.mode != "measured" or contention.compute_busy_until(self.rank) is None:
+        until = None if contention is None else contention.compute_busy_until(self.rank)  # (None unless measured)
+        if until is None:
             return t_us * 1000.0
         # compute kernels of this rank run now: the bandwidth part is slowed while they do (contention.py)
         total = max(0, int(round(t_us * 1000.0)))
@@ -700,7 +701,7 @@ class NcclCollective(TimedCollective):
                 _LAT_CACHE.clear()
             lat = _LAT_CACHE[key] = (self.config, latency_us(self.com_type, int(n_bytes), n, self.config, nodes))
         latency = int(round(lat[1] * 1000.0))
-        return contention.slowed_collective_ns(self.rank, total, total - min(total, latency))
+        return contention.slowed_collective_ns(until, total, total - min(total, latency))
 
     def _cta_cap(self):
         """The CTA cap of this collective's communicator: its trace node's ``comm_sms`` attribute (``astra workload
