@@ -197,8 +197,14 @@ def test_a_validation_case_gives_the_same_ns_both_ways(tmp_path, monkeypatch):
     from astra_validation import runner
     from astra_validation.registry import load_cases
 
+    from astra_workload_generators.llm import generate as generate_module
+
     case = next(c for c in load_cases() if c.name == "megatron-sc21-gpt-1.7b")
+    calls = []
+    hold = generate_module.hold_compact_workload
+    monkeypatch.setattr(generate_module, "hold_compact_workload", lambda *a, **k: calls.append(1) or hold(*a, **k))
     held = runner.run_case(case)["simulated_ns"]
+    assert calls  # (the case's workload was held, not written)
     prefix = str(tmp_path / "w")
     spec = LlmSpec.from_argv(case.workload, where="test").for_platform(case.platform)
     generate_llm_workload(spec, prefix, on_warning=lambda _line: None)  # the files, parsed by the run

@@ -45,9 +45,11 @@ def run_case(case, workdir=None):
         if case.kind == "llm_step":
             from astra_workload_generators.llm import LlmSpec, generate_llm_workload
 
-            # generated for the case's platform (its GPU: where Transformer Engine writes FP8 transposes)
+            # generated for the case's platform (its GPU: where Transformer Engine writes FP8 transposes); held in
+            # memory for the run below, in this process (issue 37: no encode and parse back; the same ns)
             spec = LlmSpec.from_argv(case.workload, where=f"validation case {case.name}: workload")
-            generate_llm_workload(spec.for_platform(case.platform), prefix, on_warning=lambda line: None)
+            generate_llm_workload(spec.for_platform(case.platform), prefix, on_warning=lambda line: None,
+                                  in_memory=True)
         else:
             node = make_node(0, case.collective, T.COMM_COLL_NODE, attrs={
                 "is_cpu_op": False, "comm_type": _COMM_TYPES[case.collective], "comm_size": case.size_bytes})
