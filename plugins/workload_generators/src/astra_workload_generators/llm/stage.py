@@ -226,7 +226,7 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
                     if gather:  # FSDP gathers every unit before its backward (the embedding's needs no weights)
                         self._z3(units, "embedding", store, params, phase)
                     if sync:
-                        self.grad_sync("embedding", params["embedding"][0], mb=smb)
+                        self.grad_sync("embedding", params["embedding"][0], mb=smb, table=params)
         if self._deepspeed():  # DeepSpeed reduces its last gradient bucket at the backward's end
             self.ds_flush()
         if cfg.ew:

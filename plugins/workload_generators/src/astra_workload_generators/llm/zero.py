@@ -110,21 +110,22 @@ class DataParallelOps:
         return self._memory_node("transformer_engine::quantize", "optimizer.params_fp8", params * (4 * reads + 1),
                                  f"[[{params}]]", "['Tensor(float)']", ())
 
-    def grad_sync(self, label, params, group="dp", mb=None):
+    def grad_sync(self, label, params, group="dp", mb=None, table=None):
         """Gradient synchronisation of ``params`` (this rank's shard) over the DP group (or, for expert weights,
         the expert-data-parallel group of DP/EP ranks), off the compute chain. ``mb``: with
         ``--grad-sync-every-micro-batch``, the micro-batch whose gradients these are (label ``.mb<k>``); ZeRO-1/2
-        gather the updated parameters once, after the last one."""
+        gather the updated parameters once, after the last one. Under :meth:`_fsdp2_root` the root's units
+        (:data:`ROOT_UNITS`) are reduced as one, ``label`` "root", when the embedding's backward (the last) is done:
+        the LM head's call emits nothing, the embedding's sends the root's dense parameters, read from ``table``
+        (build()'s {unit: (dense, expert)}, which the embedding's call passes)."""
         cfg = self.cfg
         group = self.dgroup if group == "dp" else group
         if cfg.inference or self._group_size(group) == 1 or params == 0:
             return
         if self._fsdp2_root() and label in ROOT_UNITS and group == self.dgroup:
-            # the root's gradients are reduced together once its backward (the embedding's, the last) is done
-            self._root_grads = getattr(self, "_root_grads", 0) + params
             if label != "embedding":
                 return
-            label, params, self._root_grads = "root", self._root_grads, 0
+            label, params = "root", sum(table[u][0] for u in ROOT_UNITS)
         size = params * self.nbytes
         last = mb is None or mb == cfg.micro_batches - 1
         ag_label = f"{group}_ag.{label}"
