@@ -1,7 +1,7 @@
 """FSDP2's root unit (the token embedding and the LM head under torchtitan, ``DataParallelOps._fsdp2_root``) has its
 gradients reduce-scattered as one, after the embedding's backward: its size is read from the step's parameter table
 (``grad_sync(..., table=)``), not added up in the stage builder as the head's and the embedding's syncs pass (issue
-36). The traces are byte for byte those of the code that added them up (digests below, made with it at ad76f55)."""
+36). The traces are byte for byte those of the code that added them up (digests below, made with it at f1dbf98)."""
 
 from __future__ import annotations
 
