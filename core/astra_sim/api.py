@@ -338,10 +338,3 @@ class InSwitchSpec:
     latency_ns: int = 0
     buffer_bytes: int = 0
     link_latency_ns: float = 0.0
-
-    def effective_rate(self):
-        """The reduction rate the buffer allows (bytes per ns)."""
-        loop = 2 * self.link_latency_ns + self.latency_ns
-        if self.buffer_bytes > 0 and loop > 0:
-            return min(self.reduce_rate, self.buffer_bytes / loop)
-        return self.reduce_rate

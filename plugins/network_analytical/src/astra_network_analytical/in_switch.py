@@ -158,7 +158,7 @@ class InSwitch(Algorithm):
         if not self.reduced_bytes:
             return 0
         spec = self.spec
-        slower = self.reduced_bytes / spec.effective_rate() - self.msg_size / spec.line_rate
+        slower = self.reduced_bytes / effective_rate(spec) - self.msg_size / spec.line_rate
         return int(spec.latency_ns) + max(0, int(slower))
 
     def _landed(self, _arg=None):
@@ -203,12 +203,21 @@ def switch_spec(sys, topo):
     return _one_switch(sys, dim)
 
 
+def effective_rate(spec):
+    """The reduction rate the switch's buffer allows (bytes per ns): a buffer smaller than ``reduce_rate`` x the
+    credit loop (two link latencies + ``latency_ns``) caps it at buffer / loop (:class:`astra_sim.api.InSwitchSpec`)."""
+    loop = 2 * spec.link_latency_ns + spec.latency_ns
+    if spec.buffer_bytes > 0 and loop > 0:
+        return min(spec.reduce_rate, spec.buffer_bytes / loop)
+    return spec.reduce_rate
+
+
 def tree_spec(specs):
     """An aggregation tree of switch tiers as one switch: each tier reduces once (latencies add up), the data
     cross every tier's links (link latencies add up), and the slowest tier's rates and smallest buffer bind."""
     buffers = [s.buffer_bytes for s in specs if s.buffer_bytes]
     return InSwitchSpec(can_reduce=True, line_rate=min(s.line_rate for s in specs),
-                        reduce_rate=min(s.effective_rate() for s in specs),
+                        reduce_rate=min(effective_rate(s) for s in specs),
                         latency_ns=sum(int(s.latency_ns) for s in specs), buffer_bytes=min(buffers) if buffers else 0,
                         link_latency_ns=sum(s.link_latency_ns for s in specs))
 
