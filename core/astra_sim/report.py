@@ -64,6 +64,8 @@ class Report:
     #: ``(title, columns, rows)`` as :func:`astra_sim.termtable.print_table` takes them, and lines at its end
     summary_tables: list = field(default_factory=list)
     summary_lines: list = field(default_factory=list)
+    #: lines a plugin adds right after the summary's step time (the workload generator's LLM throughput)
+    step_lines: list = field(default_factory=list)
 
     # (a partial report's ranks still running have None; the summary counts the finished ones)
     @property

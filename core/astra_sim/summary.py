@@ -4,8 +4,9 @@
 * where the slowest rank's time went (the breakdown's parts, with their share of its finish time);
 * the tables output formats add (``report.summary_tables``: with ``--critical-path``, what the critical path is
   made of and its biggest items);
-* the step time, the run's speed and whether symmetric ranks were folded, then the output formats' lines
-  (``report.summary_lines``: the timeline's files).
+* the step time and the lines plugins add after it (``report.step_lines``: an LLM step's throughput), the run's
+  speed and whether symmetric ranks were folded, then the output formats' lines (``report.summary_lines``: the
+  timeline's files).
 
 Times are printed with :func:`astra_sim.humanize.format_ns` (3-4 significant digits).
 """
@@ -78,7 +79,8 @@ def print_summary(report, max_rows, stderr=False):
         + f", fastest rank {format_ns(report.min_finish_ns)}, max exposed communication "
         f"{format_ns(report.max_exposed_comm_ns)} | {stats.get('events', 0):,} events in "
         f"{stats.get('run_s', 0):.3f} s", highlight=False)
-    _print_throughput(stats.get("throughput"), console)
+    for line in report.step_lines:  # a plugin's (an LLM step's throughput)
+        console.print(line, highlight=False)
     for key, value in stats.items():  # a plugin's own line (e.g. the energy plugin's stats.energy.summary_line)
         if isinstance(value, dict) and isinstance(value.get("summary_line"), str):
             console.print(value["summary_line"], highlight=False)
@@ -91,18 +93,6 @@ def print_summary(report, max_rows, stderr=False):
     for line in report.summary_lines:  # an output format's (the timeline's files)
         console.print(line, highlight=False)
     return console
-
-
-def _print_throughput(t, console):
-    """An LLM step's throughput (``stats.throughput``, from the workload generator): model TFLOP/s per GPU, MFU,
-    tokens/s."""
-    if not isinstance(t, dict):
-        return
-    mfu = (f" = {100 * t['mfu']:.1f} % MFU of {t['peak_flop_per_s_per_gpu'] / 1e12:g} {t['dtype']} TFLOP/s"
-           + (f", {100 * t['hfu']:.1f} % HFU" if abs(t["hfu"] - t["mfu"]) > 1e-9 else "") if "mfu" in t else "")
-    console.print(f"model {t['model_flop_per_s_per_gpu'] / 1e12:.1f} TFLOP/s per GPU{mfu}; "
-                  f"{t['tokens_per_s']:,.0f} tokens/s ({t['tokens_per_s_per_gpu']:,.0f} per GPU), "
-                  f"{t['sequences_per_step']:,} sequences per step", highlight=False)
 
 
 def _print_breakdown(report, console, stderr):

@@ -31,12 +31,14 @@ def astra_run_start(run):
 
 @hookimpl
 def astra_run_finish(run, report):
-    """An LLM step's MFU, model FLOP/s per GPU and tokens/s (``stats.throughput``), when its traces carry them."""
-    from .throughput import step_throughput
+    """An LLM step's MFU, model FLOP/s per GPU and tokens/s (``stats.throughput``, and a line of ``astra run``'s
+    summary), when its traces carry them."""
+    from .throughput import step_throughput, summary_line
 
     throughput = step_throughput(run, report.max_finish_ns)
     if throughput is not None:
         report.stats["throughput"] = throughput
+        report.step_lines.append(summary_line(throughput))
 
 
 @hookimpl

@@ -50,6 +50,16 @@ def step_throughput(run, step_ns):
     return out
 
 
+def summary_line(t):
+    """The throughput as ``astra run``'s summary shows it: model TFLOP/s per GPU, MFU (and HFU where the recompute
+    makes it differ), tokens/s."""
+    mfu = (f" = {100 * t['mfu']:.1f} % MFU of {t['peak_flop_per_s_per_gpu'] / 1e12:g} {t['dtype']} TFLOP/s"
+           + (f", {100 * t['hfu']:.1f} % HFU" if abs(t["hfu"] - t["mfu"]) > 1e-9 else "") if "mfu" in t else "")
+    return (f"model {t['model_flop_per_s_per_gpu'] / 1e12:.1f} TFLOP/s per GPU{mfu}; "
+            f"{t['tokens_per_s']:,.0f} tokens/s ({t['tokens_per_s_per_gpu']:,.0f} per GPU), "
+            f"{t['sequences_per_step']:,} sequences per step")
+
+
 def _peak_tflops(run, dtype):
     from astra_sim.errors import AstraError
     from astra_sim.platforms import get_platform
