@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from astra_sim.chakra import ChakraError, parse_et, read_et, read_metadata
 from astra_sim.errors import ConfigError, WorkloadError
-from astra_workload_compact import ensure_written, memory, read_compact_workload
+from astra_workload_compact import ensure_written, memory, read_compact_workload, trace_nodes
 from astra_workload_compact.plugin import CompactFormat
 from astra_workload_generators.llm import LlmSpec, generate_llm_workload
 
@@ -234,9 +234,12 @@ def test_a_held_trace_fails_loudly_outside_its_process(tmp_path, monkeypatch):
     assert read_metadata(path)["generator"] == "astra workload llm"
     with pytest.raises(ChakraError, match="not a valid Node"):  # any other reader: not a trace of no nodes
         read_et(path)
+    assert trace_nodes(path) is CompactFormat().load_trace(path)  # (held here: the same nodes, not parsed)
     monkeypatch.setattr(memory, "_HELD", {})  # as another process sees it
     with pytest.raises(WorkloadError, match="generated in memory"):
         CompactFormat().load_trace(path)
+    with pytest.raises(WorkloadError, match="generated in memory"):
+        trace_nodes(path)
 
 
 def test_held_traces_are_forgotten_with_their_files_and_written_out_beyond_the_budget(tmp_path, monkeypatch):
@@ -255,8 +258,10 @@ def test_held_traces_are_forgotten_with_their_files_and_written_out_beyond_the_b
     generate_llm_workload(spec, file_prefix)
     monkeypatch.setattr(memory, "MAX_HELD_NODES", 0)
     generate_llm_workload(spec, str(tmp_path / "c"), in_memory=True)
-    assert memory.held_count() == 0  # over the budget: every held trace written out, byte for byte
-    for prefix in (str(tmp_path / "b"), str(tmp_path / "c")):
+    assert memory.held_count() == classes  # over the budget: the older ones written out, the new one kept for its run
+    generate_llm_workload(spec, str(tmp_path / "d"), in_memory=True)
+    assert memory.held_count() == classes
+    for prefix in (str(tmp_path / "b"), str(tmp_path / "c")):  # written out byte for byte
         for rep, path in read_compact_workload(prefix).traces.items():
             with open(path, "rb") as a, open(read_compact_workload(file_prefix).traces[rep], "rb") as b:
                 assert a.read() == b.read()
@@ -279,3 +284,27 @@ def test_expansion_and_one_ranks_nodes_write_a_held_trace_out_first(tmp_path):
     for rank in range(8):
         with open(tmp_path / "x" / f"m.{rank}.et", "rb") as a, open(tmp_path / "x" / f"f.{rank}.et", "rb") as b:
             assert a.read() == b.read()
+
+
+def test_the_search_bound_is_the_same_from_held_traces(monkeypatch, tmp_path):
+    """A layout search's lower bound generates each layout in memory and reads its class traces back
+    (astra_workload_compact.trace_nodes): the same terms as from the files."""
+    import astra_workload_generators.llm as llm
+    from astra_sweep.bound import BoundCache
+    from astra_sweep.search import _options
+    from astra_workload_generators.llm import LlmConfig
+
+    monkeypatch.setenv("ASTRA_SEARCH_CACHE", str(tmp_path / "bounds"))
+    cfg = LlmConfig(tp=2, pp=2, dp=2, micro_batches=4, micro_batch_size=1, virtual_stages=2, zero=1,
+                    sequence_parallel=True)
+    cache = BoundCache({"preset": "llama2-7b", "seq-len": 256}, "h100-sxm", 8, disk=False)
+    held = cache._compute(_options(cfg), 4)
+    calls = []
+    generate = llm.generate_llm_workload
+
+    def from_files(*args, **kwargs):
+        calls.append(kwargs.pop("in_memory", False))
+        return generate(*args, **kwargs)
+    monkeypatch.setattr(llm, "generate_llm_workload", from_files)
+    assert cache._compute(_options(cfg), 4) == held and held
+    assert calls == [True]  # (the bound asked for the held workload; this run got the files)

@@ -630,7 +630,9 @@ class BoundCache:
         whole_nodes = (options["tp"] * options["cp"] * options["dp"]) % self.gpus_per_node == 0
         with private_folder("astra-bound-") as folder:  # named by this process: a SIGKILLed run's is reclaimed
             prefix = os.path.join(folder, "w")
-            generate_llm_workload(LlmSpec.from_mapping(mapping, "workload.llm"), prefix, on_warning=lambda _: None)
+            # held in memory (issue 37): the traces are read right here, in this process (no encode, no parse)
+            generate_llm_workload(LlmSpec.from_mapping(mapping, "workload.llm"), prefix, on_warning=lambda _: None,
+                                  in_memory=True)
             with open(f"{prefix}.groups.json") as handle:
                 groups = json.load(handle)
             workload = read_compact_workload(prefix)
@@ -656,10 +658,10 @@ class BoundCache:
         ("send" | "recv", src, dst, tag) for point-to-point nodes, ("coll", communicator) for collectives, else
         None. ``npus``: the workload's ranks, when collectives across nodes count (:meth:`_collective_ns`)."""
         from astra_sim.chakra import types as T
-        from astra_sim.chakra.reader import read_et
+        from astra_workload_compact import trace_nodes
 
         graph, info = [], {}
-        for node in read_et(path, keep_raw=False).nodes:
+        for node in trace_nodes(path):  # (the nodes read_et(path, keep_raw=False) gives, held or parsed)
             info[node.id] = (node.name, node.attrs.get("comm_sms"), "sm_margin" in node.attrs)
             cost, is_compute, key = 0, False, None
             if node.type == T.COMP_NODE and not node.attrs.get("is_cpu_op"):  # CPU ops use the CPU slot

@@ -31,15 +31,16 @@ for the second group with the same members, and so on). ``comm_groups``, optiona
 The format is registered as ``compact`` (hook ``astra_register_workload_formats``, :mod:`.plugin`); the kernel
 reads it through the format's ``compact(prefix)`` (:class:`astra_sim.api.CompactWorkload`). Python:
 :func:`write_compact_workload`, :func:`read_compact_workload`, :func:`read_rank_nodes` (either layout),
-:func:`expand_workload`, :class:`Relabeller`; :func:`hold_compact_workload` and :func:`ensure_written` for class
-traces a generator holds in memory for a run in its own process (:mod:`astra_workload_compact.memory`).
+:func:`expand_workload`, :class:`Relabeller`; :func:`hold_compact_workload`, :func:`trace_nodes` and
+:func:`ensure_written` for class traces a generator holds in memory for a run in its own process
+(:mod:`astra_workload_compact.memory`).
 """
 
 from astra_workload_compact.manifest import (
     FORMAT, MANIFEST_SUFFIX, VERSION, CompactWorkload, is_compact, manifest_path, read_compact_workload, roles_path,
     write_compact_workload,
 )
-from astra_workload_compact.memory import ensure_written, hold_compact_workload
+from astra_workload_compact.memory import ensure_written, hold_compact_workload, trace_nodes
 from astra_workload_compact.relabel import RANK_ATTRS, Relabeller
 
 
@@ -53,4 +54,4 @@ def __getattr__(name):
 
 __all__ = ["CompactWorkload", "FORMAT", "MANIFEST_SUFFIX", "RANK_ATTRS", "Relabeller", "VERSION", "ensure_written",
            "expand_workload", "hold_compact_workload", "is_compact", "manifest_path", "read_compact_workload",
-           "read_rank_nodes", "roles_path", "write_compact_workload"]
+           "read_rank_nodes", "roles_path", "trace_nodes", "write_compact_workload"]

@@ -12,7 +12,8 @@ no protobuf reader accepts, naming the process that holds the nodes and a token 
   rank's nodes) and anyone calling :func:`ensure_written` first get the whole file written, byte for byte what the
   generator writes without holding (``encode``, the generator's own encoder, is kept for that);
 * a held trace is dropped when its file is removed or replaced (validation's private folders), and the oldest are
-  written out and dropped when more than :data:`MAX_HELD_NODES` nodes are held.
+  written out and dropped when more than :data:`MAX_HELD_NODES` nodes are held (never those just held: their run
+  needs them in memory anyway).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from astra_sim.errors import WorkloadError
 
 #: The start of a held frame's body: byte 0 is a protobuf tag of field 0, which every protobuf parser rejects.
 HELD_FRAME = b"\x00astra-sim held trace: the nodes are in the memory of process "
-#: Nodes held at most (counted per class trace, shared nodes included); the oldest traces are written out beyond.
+#: Nodes held at most (each node object once); the oldest traces are written out beyond (the newest workload stays).
 MAX_HELD_NODES = 3_000_000
 
 _LOCK = threading.RLock()
@@ -34,11 +35,12 @@ _HELD = {}  # token -> _Held, oldest first
 
 
 class _Held:
-    __slots__ = ("path", "head", "nodes", "encode", "identity")
+    __slots__ = ("path", "head", "nodes", "encode", "identity", "own_nodes")
 
-    def __init__(self, path, head, nodes, encode):
+    def __init__(self, path, head, nodes, encode, own_nodes):
         self.path, self.head, self.nodes, self.encode = path, head, nodes, encode
         self.identity = None  # (inode, size, mtime) of the held file once written
+        self.own_nodes = own_nodes  # nodes no earlier class trace of its workload holds (what it costs in memory)
 
     def data(self):
         """The whole trace file: the GlobalMetadata frame and every node's frame."""
@@ -72,10 +74,12 @@ def hold_compact_workload(prefix, npus, symmetry, classes, encode, *, comm_group
         body = HELD_FRAME + token.encode()
         stubs.append((rep, head + encode_varint(len(body)) + body))
         path = os.path.abspath(f"{prefix}.class{i}.et")  # (write_compact_workload's name; the manifest's path)
+        own = 0
         for node in nodes:  # the reader names a node's first file
             if node.path is None:
                 node.path = path
-        held.append((token, _Held(path, head, nodes, encode)))
+                own += 1
+        held.append((token, _Held(path, head, nodes, encode, own)))
     with _LOCK:
         _prune()
         _HELD.update(held)  # (before the files: a held frame always finds its nodes in this process)
@@ -83,29 +87,33 @@ def hold_compact_workload(prefix, npus, symmetry, classes, encode, *, comm_group
                                           generator=generator)
         for _, entry in held:
             entry.identity = _identity(entry.path)
-        _write_out_beyond(MAX_HELD_NODES)
+        _write_out_beyond(MAX_HELD_NODES, keep={token for token, _ in held})
     return manifest
+
+
+def _varint(data, pos):
+    """``(value, position after it)`` of the varint at ``pos``; None when cut off or longer than 10 bytes."""
+    value = shift = 0
+    for i in range(pos, min(pos + 10, len(data))):
+        value |= (data[i] & 0x7F) << shift
+        shift += 7
+        if data[i] < 0x80:
+            return value, i + 1
+    return None
 
 
 def _token_of(data):
     """The token of a held trace's bytes (a GlobalMetadata frame, then a held frame, then nothing), else None."""
-    pos = 0
-    for _ in range(2):
-        length, shift, start = 0, 0, pos
-        while pos < len(data) and pos - start < 10:
-            byte = data[pos]
-            pos += 1
-            length |= (byte & 0x7F) << shift
-            shift += 7
-            if byte < 0x80:
-                break
-        else:
-            return None
-        if _ == 0:
-            pos += length
-        elif pos + length == len(data) and data.startswith(HELD_FRAME, pos):
-            return data[pos + len(HELD_FRAME):].decode("utf-8", "replace")
-    return None
+    first = _varint(data, 0)
+    if first is None:
+        return None
+    second = _varint(data, first[1] + first[0])
+    if second is None:
+        return None
+    length, start = second
+    if start + length != len(data) or not data.startswith(HELD_FRAME, start):
+        return None
+    return data[start + len(HELD_FRAME):].decode("utf-8", "replace")
 
 
 def held_nodes(data, path):
@@ -125,6 +133,29 @@ def held_nodes(data, path):
                         "(astra workload llm, generate_llm_workload(..., in_memory=False))")
 
 
+def trace_nodes(path):
+    """The nodes of the class trace file ``path``: those this process holds for it, else the file parsed
+    (``read_et(path, keep_raw=False)``): for a tool that reads a workload it generated in memory (a layout search's
+    bound). Errors are the reader's ChakraError, or the WorkloadError of a trace held by another process."""
+    from astra_sim.chakra import ChakraError, read_et
+
+    real = os.path.abspath(str(path))
+    identity = _identity(real)
+    with _LOCK:
+        for entry in _HELD.values():
+            if entry.path == real and entry.identity is not None and entry.identity == identity:
+                return entry.nodes
+    try:
+        return read_et(path, keep_raw=False).nodes
+    except ChakraError:
+        try:
+            with open(real, "rb") as handle:
+                held_nodes(handle.read(), path)  # (a trace another process holds: says so)
+        except OSError:
+            pass
+        raise
+
+
 def ensure_written(path):
     """Write the held trace ``path`` (a class trace file of this process's :func:`hold_compact_workload`) out
     as the whole file, byte for byte the generator's, and stop holding it; nothing for any other file."""
@@ -142,13 +173,16 @@ def _write_out(token, entry):
     del _HELD[token]
 
 
-def _write_out_beyond(limit):
-    """Write out the oldest held traces until at most ``limit`` nodes are held."""
-    held = sum(len(entry.nodes) for entry in _HELD.values())
+def _write_out_beyond(limit, keep=()):
+    """Write out the oldest held traces (but those of ``keep``: the workload just held, for its run) until at most
+    ``limit`` nodes are held."""
+    held = sum(entry.own_nodes for entry in _HELD.values())
     for token, entry in list(_HELD.items()):
         if held <= limit:
             break
-        held -= len(entry.nodes)
+        if token in keep:
+            continue
+        held -= entry.own_nodes
         if entry.identity is not None and entry.identity == _identity(entry.path):
             _write_out(token, entry)
         else:
