@@ -56,6 +56,8 @@ def _add_run_arguments(run):
 def build_parser(pm=None, plugin_commands=True):
     """The ``astra`` parser; ``plugin_commands=False`` leaves out the plugins' commands (``astra run`` needs none of
     them, and building their parsers imports their modules: a quarter of a short run's start-up)."""
+    from astra_sim.spec import call_parser_hook
+
     parser = argparse.ArgumentParser(
         prog="astra",
         description="astra-sim-py: simulate distributed ML workloads (Chakra traces) on modelled systems.",
@@ -67,9 +69,7 @@ def build_parser(pm=None, plugin_commands=True):
     _plugin_option(run)
     _add_run_arguments(run)
     if pm is not None:
-        from astra_sim.spec import add_plugin_run_options
-
-        add_plugin_run_options(pm, run)
+        call_parser_hook(pm, "astra_add_run_options", parser=run)
     plugins = sub.add_parser("plugins", help="list installed plugins and what they provide")
     _plugin_option(plugins)
     plugins.add_argument("--json", action="store_true", help="machine-readable output")
@@ -79,12 +79,7 @@ def build_parser(pm=None, plugin_commands=True):
                                             "~/.bashrc or ~/.zshrc; fish: astra completion fish | source.")
     completion.add_argument("shell", choices=("bash", "zsh", "fish"))
     if pm is not None and plugin_commands:
-        try:
-            pm.hook.astra_register_commands(subparsers=sub)
-        except argparse.ArgumentError as exc:
-            from astra_sim.errors import PluginError
-
-            raise PluginError(f"a plugin's astra_register_commands failed: {exc}") from None
+        call_parser_hook(pm, "astra_register_commands", subparsers=sub)
     return parser
 
 

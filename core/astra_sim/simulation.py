@@ -48,6 +48,12 @@ def _of(part, name, settable=False):
     return property(get, put if settable else None, doc=f"``{part}.{name}``")
 
 
+def _built(name, before, doc=None):
+    """A read-only attribute of the Simulation that is ``self.ranks.<name>`` once :meth:`Simulation.build` made the
+    ranks, ``before()`` until then."""
+    return property(lambda self: getattr(self.ranks, name) if self.ranks is not None else before(), doc=doc)
+
+
 class Simulation:
     """One simulation run (the kernel's own object; hooks get :attr:`view`, ranks a SharedContext)."""
 
@@ -143,24 +149,11 @@ class Simulation:
         return next((output for found, output in self.outputs if found == name), None)
 
     # ------------------------------------------------------------ the built ranks
-    @property
-    def workloads(self):
-        """Per rank its :class:`~astra_sim.workload.workload.RankWorkload` (None for a folded run's
-        non-representatives); empty before :meth:`build`."""
-        return self.ranks.workloads if self.ranks is not None else []
-
-    @property
-    def systems(self):
-        return self.ranks.systems if self.ranks is not None else []
-
-    @property
-    def matcher(self):
-        return self.ranks.matcher if self.ranks is not None else None
-
-    @property
-    def traces_parsed(self):
-        """Distinct traces read by :meth:`build` (identical ones are shared)."""
-        return self.ranks.traces_parsed if self.ranks is not None else 0
+    workloads = _built("workloads", list, "Per rank its :class:`~astra_sim.workload.workload.RankWorkload` (None for "
+                                          "a folded run's non-representatives); empty before :meth:`build`.")
+    systems = _built("systems", list)
+    matcher = _built("matcher", lambda: None)
+    traces_parsed = _built("traces_parsed", int, "Distinct traces read by :meth:`build` (identical ones are shared).")
 
     # ------------------------------------------------------------ what the ranks report back
     def warn(self, message):

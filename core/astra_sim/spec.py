@@ -280,20 +280,21 @@ def run_parser(pm=None):
     def make(pm):
         parser = argparse.ArgumentParser(prog="astra run", description="Run a simulation.")
         RunSpec.add_cli_args(parser)
-        add_plugin_run_options(pm, parser)
+        call_parser_hook(pm, "astra_add_run_options", parser=parser)
         return parser
 
     return registry_once(pm, "_astra_run_parser", make)
 
 
-def add_plugin_run_options(pm, parser):
-    """Every plugin's ``astra_add_run_options`` on ``parser``; a clash is a PluginError."""
+def call_parser_hook(pm, name, **kwargs):
+    """Every plugin's hook ``name``, which adds to a parser (``astra_add_run_options``, ``astra_register_commands``);
+    a clash is a PluginError."""
     try:
-        pm.hook.astra_add_run_options(parser=parser)
+        getattr(pm.hook, name)(**kwargs)
     except argparse.ArgumentError as exc:
         from astra_sim.errors import PluginError
 
-        raise PluginError(f"a plugin's astra_add_run_options failed: {exc}") from None
+        raise PluginError(f"a plugin's {name} failed: {exc}") from None
 
 
 __all__ = ["RunSpec", "ResolvedRun", "run_parser", "parse_bool", "workload_ranks"]
