@@ -83,7 +83,9 @@ def evaluate(case, workdir=None) -> dict:
 
     with private_folder("astra-energy-") if workdir is None else tempfile.TemporaryDirectory(dir=workdir) as folder:
         prefix = os.path.join(folder, "step")
-        generate_llm_workload(LlmSpec.from_mapping(case.llm, f"{case.name}: llm").for_platform(case.platform), prefix)
+        # for the case's platform and the GPU its options compute on (a gpu option replaces the platform's)
+        spec = LlmSpec.from_mapping(case.llm, f"{case.name}: llm").for_platform(case.platform, case.options)
+        generate_llm_workload(spec, prefix)
         report = simulate(workload=prefix, platform=case.platform, nodes=case.nodes, **case.options)
     energy = report.stats.get("energy")
     if not energy or case.quantity not in energy:

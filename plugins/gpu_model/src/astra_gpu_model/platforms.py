@@ -160,6 +160,12 @@ class Platform(_Platform):
             fields["gpu"] = changes["gpu"]
         return replace(self, **fields)
 
+    def gpu_of(self, options: dict) -> str:
+        """The GPU a run with ``options`` computes on: its explicit ``--gpu`` (:func:`explicit_gpu`) instead of the
+        platform's; what :func:`resolve_gpu_platform` times the run on and the LLM generator generates for
+        (``LlmSpec.for_platform``)."""
+        return explicit_gpu(options) or self.gpu
+
     def resolve(self, nodes: int, options: dict) -> PlatformSetup:
         """The platform as the machine it names: its GPU timing the compute, NCCL's model for the collectives,
         a host launching kernels at the measured rate and communication kernels slowing the kernels beside them
@@ -614,12 +620,19 @@ def _scale_out(platform: Platform, nodes: int, options: dict):
     return scale_out(options["scale_out"], nodes, platform.nic_gbit_per_gpu)
 
 
+def explicit_gpu(options: dict) -> str | None:
+    """A run's ``--gpu`` where it was given (a preset name or GPU YAML other than the option's default, which a run
+    without ``--gpu`` has), else None: the GPU that replaces a platform's."""
+    from astra_gpu_model.gpu import DEFAULT_GPU
+
+    gpu = options.get("gpu")
+    return None if gpu in (None, DEFAULT_GPU) else gpu
+
+
 def resolve_gpu_platform(platform: Platform, nodes: int, options: dict) -> PlatformSetup:
     """:meth:`Platform.resolve`: the generated configurations plus the options and defaults the platform
     implies, each explicit option (``--gpu``, ``--nccl-nic-gbps``, ``--host-*-us``, ``--gpu-contention*``,
     ``--compute-model``, ``--platform-collective``) winning over the platform's value."""
-    from astra_gpu_model.gpu import DEFAULT_GPU
-
     name = platform.name
     collective = options.get("platform_collective")
     scale = _scale_out(platform, nodes, options)
@@ -632,8 +645,8 @@ def resolve_gpu_platform(platform: Platform, nodes: int, options: dict) -> Platf
     if scale is not None:
         implied["nccl_nic_gbps"] = scale.nccl_gb_per_s()
         implied["scale_out_applied"] = scale.kind.name
-    if options.get("gpu") not in (None, DEFAULT_GPU):  # an explicit --gpu wins over the platform's GPU
-        implied["gpu"] = options["gpu"]
+    if explicit_gpu(options) is not None:  # an explicit --gpu wins over the platform's GPU (Platform.gpu_of)
+        implied["gpu"] = explicit_gpu(options)
     if options.get("nccl_nic_gbps") is not None:  # so does an explicit --nccl-nic-gbps
         implied["nccl_nic_gbps"] = options["nccl_nic_gbps"]
     launch, sync = options.get("host_launch_us"), options.get("host_sync_us")

@@ -42,22 +42,24 @@ def run_case(case, workdir=None):
     with private_folder("astra-validate-") if workdir is None else tempfile.TemporaryDirectory(dir=workdir) as tmp:
         prefix = os.path.join(tmp, "w")
         gpus = case.nodes * get_platform(case.platform).gpus_per_node
+        # nccl-tests time collectives back to back on the GPU: no host launch gap before them.
+        steady = ["--host-launch-us", "0", "--host-sync-us", "0"] if case.kind == "collective" else []
+        run = _run_spec(case, prefix, steady)
         if case.kind == "llm_step":
             from astra_workload_generators.llm import LlmSpec, generate_llm_workload
 
-            # generated for the case's platform (its GPU: where Transformer Engine writes FP8 transposes); held in
-            # memory for the run below, in this process (issue 37: no encode and parse back; the same ns)
+            # generated for the case's platform and the GPU its run computes on (a --gpu in its run words replaces
+            # the platform's: where Transformer Engine writes FP8 transposes); held in memory for the run below,
+            # in this process (issue 37: no encode and parse back; the same ns)
             spec = LlmSpec.from_argv(case.workload, where=f"validation case {case.name}: workload")
-            generate_llm_workload(spec.for_platform(case.platform), prefix, on_warning=lambda line: None,
-                                  in_memory=True)
+            generate_llm_workload(spec.for_platform(case.platform, run.options), prefix,
+                                  on_warning=lambda line: None, in_memory=True)
         else:
             node = make_node(0, case.collective, T.COMM_COLL_NODE, attrs={
                 "is_cpu_op": False, "comm_type": _COMM_TYPES[case.collective], "comm_size": case.size_bytes})
             write_compact_workload(prefix, gpus, [BlockShift(1, gpus, gpus)],
                                    [(0, encode_et(make_metadata(), [node]))], generator="astra validate")
-        # nccl-tests time collectives back to back on the GPU: no host launch gap before them.
-        steady = ["--host-launch-us", "0", "--host-sync-us", "0"] if case.kind == "collective" else []
-        report = run_spec(_run_spec(case, prefix, steady))
+        report = run_spec(run)
     simulated = report.max_finish_ns
     if case.kind == "llm_step":  # the step's own ranks: a job may use part of a node (4 of a DGX's 8 GPUs)
         gpus = len(report.ranks)
@@ -132,8 +134,10 @@ def _run_memory(case):
 
     start = time.perf_counter()
     spec = LlmSpec.from_argv(case.workload, where=f"validation case {case.name}: workload")
-    # for the case's platform, as its step would be generated (its GPU: whether TE caches FP8 weight transposes)
-    dims, cfg = spec.for_platform(case.platform).resolve(on_warning=lambda line: None)
+    # for the case's platform and run, as its step would be generated (its GPU: whether TE caches FP8 weight
+    # transposes)
+    run = _run_spec(case, "memory", [])
+    dims, cfg = spec.for_platform(case.platform, run.options).resolve(on_warning=lambda line: None)
     estimate = peak_memory(dims, cfg)
     attribute = next(a for a in MEMORY_MEASURES[case.measured_what] if hasattr(estimate, a))
     simulated, measured = int(getattr(estimate, attribute)), int(case.measured["peak_bytes"])

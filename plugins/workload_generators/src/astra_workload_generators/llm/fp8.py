@@ -53,9 +53,34 @@ def non_tn_fp8_gemm(capability) -> bool:
     return (10, 0) <= capability < (12, 0) or capability >= (13, 0)
 
 
-def fp8_transpose_for(platform) -> bool | None:
+def run_gpu(platform, options) -> str | None:
+    """The GPU a run with ``options`` (``astra run``'s, as a mapping: a door's run words) uses on ``platform`` where
+    it is not the platform's own (an explicit ``--gpu``: the platform's ``gpu_of``), else None; None also without a
+    platform or for a platform whose device cannot be replaced (no ``gpu_of``: a TPU slice)."""
+    if platform is None or not options:
+        return None
+    from astra_sim.platforms import get_platform
+
+    machine = get_platform(platform)
+    gpu_of = getattr(machine, "gpu_of", None)
+    if gpu_of is None:
+        return None
+    gpu = gpu_of(options)
+    return None if gpu == machine.gpu else gpu
+
+
+def _machine(platform, gpu):
+    """``platform`` (a name or object) with its GPU replaced by ``gpu`` where given (its ``variant``)."""
+    from astra_sim.platforms import get_platform
+
+    machine = get_platform(platform)
+    return machine if gpu is None else machine.variant(gpu=gpu)
+
+
+def fp8_transpose_for(platform, gpu=None) -> bool | None:
     """Whether Transformer Engine writes FP8 transposes on the GPU of ``platform`` (a registered platform's name or
-    object, :func:`astra_sim.platforms.get_platform`), from the compute capability its ``describe()`` states:
+    object, :func:`astra_sim.platforms.get_platform`), or on ``gpu`` where a run replaces the platform's with it
+    (``astra run --gpu``: a preset name or GPU YAML), from the compute capability its ``describe()`` states:
     True where its FP8 GEMMs take only the TN layout (Hopper), False where they take any (Blackwell: TE's quantizers
     then write no transpose, ``csrc/quantizer.cpp`` ``Float8CurrentScalingQuantizer::create_tensor``: ``with_transpose
     = columnwise_usage && !nvte_is_non_tn_fp8_gemm_supported()``); None when there is no platform or it states no
@@ -63,23 +88,31 @@ def fp8_transpose_for(platform) -> bool | None:
     with every cast, none for FP8 weights (see :meth:`Fp8Ops.weight_quantize`)."""
     if platform is None:
         return None
-    from astra_sim.platforms import get_platform
-
-    capability = get_platform(platform).describe().get("compute_capability")
+    capability = _machine(platform, gpu).describe().get("compute_capability")
     return None if not capability else not non_tn_fp8_gemm(capability)
 
 
-def fp8_layout_mismatch(transposes, platform):
+def fp8_layout_mismatch(transposes, platform, gpu=None):
     """The warning for a step whose FP8 casts were written ``transposes`` (with TE's transposes or without: the
-    trace's ``te_fp8_transposes``) run on ``platform``, whose GPU wants the other layout; None when they agree or
-    the platform states no compute capability."""
-    wanted = fp8_transpose_for(platform)
+    trace's ``te_fp8_transposes``) run on ``platform``, or on ``gpu`` where the run replaces the platform's GPU with
+    it (the run's resolved ``gpu`` option), whose GPU wants the other layout; None when they agree or the GPU states
+    no compute capability."""
+    from astra_sim.platforms import get_platform
+
+    name = getattr(platform, "name", platform)
+    if gpu is not None and gpu == getattr(get_platform(platform), "gpu", None):
+        gpu = None  # (the platform's own)
+    wanted = fp8_transpose_for(platform, gpu)
     if wanted is None or wanted == bool(transposes):
         return None
-    written, gpu = ("with", "Blackwell: its FP8 GEMMs take any layout") if transposes else ("without", "Hopper")
-    return (f"the step's FP8 casts were generated {written} Transformer Engine's FP8 transposes, but --platform "
-            f"{platform}'s GPU is {gpu}; generate it for this platform (astra workload llm --platform {platform}) "
-            "for the step Transformer Engine runs there")
+    written, kind = ("with", "Blackwell: its FP8 GEMMs take any layout") if transposes else ("without", "Hopper")
+    if gpu is None:
+        return (f"the step's FP8 casts were generated {written} Transformer Engine's FP8 transposes, but --platform "
+                f"{name}'s GPU is {kind}; generate it for this platform (astra workload llm --platform {name}) "
+                "for the step Transformer Engine runs there")
+    return (f"the step's FP8 casts were generated {written} Transformer Engine's FP8 transposes, but the run's GPU, "
+            f"--gpu {gpu} (instead of --platform {name}'s), is {kind}; generate it for that GPU (astra workload llm "
+            f"--platform {name} --gpu {gpu}) for the step Transformer Engine runs there")
 
 
 #: FP8 tensors with an amax per linear layer: input, weight, output in forward; grad output, grad input in backward

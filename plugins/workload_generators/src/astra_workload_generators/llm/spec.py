@@ -21,7 +21,7 @@ from astra_sim.errors import ConfigError
 from .config import (ACTIVATION_KERNELS, ATTENTION_DTYPES, ATTENTION_KERNELS, ATTENTIONS, DTYPES,
                      FP8_ATTENTION_BACKWARDS, FP8_RECIPES, FRAMEWORKS, GEMM_DTYPES, GRAD_BUFFERS, LOSS_DTYPES, MODES,
                      NORM_KERNELS, ROPE_KERNELS, SOFTMAX_KERNELS, LlmConfig, check_config)
-from .fp8 import fp8_transpose_for
+from .fp8 import fp8_transpose_for, run_gpu
 from .lora import LORA_TARGETS, parse_lora_targets
 from .model import PRESETS, ModelDims, model_dims
 from .moe import MOE_DISPATCHERS, MOE_GROUPED_GEMMS, MOE_ROUTER_DTYPES, parse_recompute_modules
@@ -135,6 +135,7 @@ class LlmSpec:
     tflops: float = 312.0
     # the machine the step is generated for (a registered platform's name): its GPU's FP8 GEMM layouts
     platform: str | None = None
+    gpu: str | None = None              # the GPU that replaces the platform's (astra run --gpu): a preset or YAML
     # output layout
     per_rank_files: bool = False
     # --summary: the device memory (decimal GB) the estimate is checked against
@@ -206,17 +207,22 @@ class LlmSpec:
         current.update(changes)
         return type(self).from_mapping(current, where="LlmSpec.replace")
 
-    def for_platform(self, platform) -> "LlmSpec":
+    def for_platform(self, platform, options=None) -> "LlmSpec":
         """The spec generated for ``platform`` (a registered platform's name: its GPU's kernels, e.g. Transformer
-        Engine's FP8 transposes), as every command that runs the step there generates it; unchanged when the spec
-        names its own platform or ``platform`` is None."""
-        return self if self.platform is not None or platform is None else self.replace(platform=platform)
+        Engine's FP8 transposes), as every command that runs the step there generates it, on the GPU a run with
+        ``options`` (``astra run``'s, a mapping) computes on: an explicit ``--gpu`` replaces the platform's
+        (:func:`.fp8.run_gpu`); unchanged when the spec names its own platform or ``platform`` is None."""
+        if self.platform is not None or platform is None:
+            return self
+        return self.replace(platform=platform, gpu=run_gpu(platform, options))
 
     # ------------------------------------------------------------------------------------------------ resolve
     def resolve(self, on_warning=None) -> tuple[ModelDims, LlmConfig]:
         """``(dims, cfg)``: the model dimensions and the step's settings, checked against each other
         (:func:`check_config`). ``on_warning(line)`` gets what a Hugging Face config sets that the generator does
         not model (default: printed as ``astra: warning: ...``)."""
+        if self.gpu is not None and self.platform is None:
+            raise ConfigError(f"--gpu {self.gpu}: replaces a platform's GPU; give --platform too")
         base = None
         if self.model:
             from astra_sim.cliutil import warning
@@ -285,7 +291,7 @@ class LlmSpec:
                         remat_policy=self.remat_policy, iota_embed=self.iota_embed,
                         activation_kernel=self.activation_kernel, softmax_kernel=self.softmax_kernel,
                         cuda_graphs=self.cuda_graphs, fp8_recipe=self.fp8_recipe,
-                        fp8_transpose=fp8_transpose_for(self.platform),
+                        fp8_transpose=fp8_transpose_for(self.platform, self.gpu),
                         attention_dtype=self.attention_dtype,
                         fp8_attention_backward=self.fp8_attention_backward == "on",
                         grad_sync_every_micro_batch=self.grad_sync_every_micro_batch,
@@ -678,6 +684,9 @@ def _add_flags(p):
                    "step; none on Blackwell (TE's is_non_tn_fp8_gemm_supported). Default: no platform, a transpose "
                    "with each cast and none for FP8 weights (the step as generated before the generator knew its "
                    "GPU); also on a GPU that states no compute capability (AMD)").completer = platform_names
+    p.add_argument("--gpu", default=None, metavar="NAME_OR_YAML",
+                   help="with --platform: the GPU that runs the step instead of the platform's (astra run --platform "
+                   "P --gpu G: a gpu model preset or GPU YAML); its compute capability decides the FP8 layouts")
     p.add_argument("--cuda-graphs", action="store_true",
                    help="per-layer CUDA graphs (Transformer Engine's make_graphed_callables, Megatron's "
                    "--cuda-graph-impl transformer_engine, NeMo's per-layer graphs): each layer's forward and backward "
