@@ -92,9 +92,12 @@ from operator import itemgetter
 from astra_sim.api import delay_function
 from astra_sim.chakra import types as T
 from astra_sim.compute import ReplayModel, RooflineModel
-from astra_sim.system.frontend import COLLECTIVE_TAG_BASE, NATIVE_TAG_BASE, Message
+from astra_sim.system.frontend import Message
 
-from astra_folding.time_jump import ARRIVED, CALL_EVENTS, LAUNCH, NODE_DONE, JumpMixin, interval_marks, kernel_method
+from astra_folding.time_collectives import CollectiveCanon, Incomparable, counters
+from astra_folding.time_jump import (
+    ARRIVED, CALL_EVENTS, LAUNCH, NODE_DONE, TIMED_OUT, JumpMixin, channel, interval_marks, kernel_method, wrap_tag,
+)
 
 #: compute models whose time for a node depends on the node only and that keep no per-node records
 STATELESS_COMPUTE = (ReplayModel, RooflineModel)
@@ -128,10 +131,6 @@ def _gpu_name_key(node):
     if node.ctrl_deps:
         raise Incomparable(f"node {node.id} is launched by a CPU op (ctrl_deps), which the gpu model times it from")
     return node.name if node.name.startswith("aten::") else None
-
-
-class Incomparable(Exception):
-    """A piece of the state that the time fold cannot compare (the message says which)."""
 
 
 def refusal(sim):
@@ -270,7 +269,7 @@ class TimeFolder(JumpMixin):
             if tries and self.work > LOOK_WORK_PER_EVENT * count + LOOK_WORK_FLOOR:
                 break  # the nearest earlier occurrence is always tried; older ones within the budget
             # the tags the two states name must all have moved by one step: a cheap test before the trace's
-            if len(earlier[6]) == len(tags) and len({y - x for x, y in zip(earlier[6], tags)}) <= 1:
+            if _moved_evenly(earlier[6], tags):
                 skipped = self._try_jump(earlier, snap)
                 if skipped:
                     return skipped
@@ -306,7 +305,8 @@ class TimeFolder(JumpMixin):
 
     def _accumulators(self):
         m = self.matcher
-        return ({w.rank: (w.compute_ns, w.cpu_ns, w.comm_ns, w.issued, w.host_clock) for w in self.workloads},
+        return ({w.rank: (w.compute_ns, w.cpu_ns, w.comm_ns, w.issued, w.host_clock,
+                          counters(self.systems[w.rank], w)) for w in self.workloads},
                 m.messages, m.bytes, None if self.gpu is None else dict(self.gpu.counts),
                 None if self.contention is None else interval_marks(self.contention))
 
@@ -323,7 +323,7 @@ class TimeFolder(JumpMixin):
         self._now = now
         self._f = {w.rank: self._finished(w) for w in self.workloads}
         self._refs = {w.rank: set() for w in self.workloads}
-        self._tags = []  # the comm_tag of every send or receive named, in the order named
+        self._tags = []  # (channel, comm_tag) of every node with a tag named, in the order named
         self._seen = {}
         events = tuple((t - now, self._events(engine.buckets[t])) for t in sorted(engine.buckets))
         ranks = tuple(self._rank(w) for w in self.workloads)
@@ -370,9 +370,10 @@ class TimeFolder(JumpMixin):
         return tuple(self._event(flat[i], flat[i + 1]) for i in range(0, len(flat), 2))
 
     def _node(self, rank, node_id):
-        tag = self.by_rank[rank].nodes[node_id].attrs.get("comm_tag")
+        node = self.by_rank[rank].nodes[node_id]
+        tag = node.attrs.get("comm_tag")
         if tag is not None:
-            self._tags.append(tag)
+            self._tags.append((channel(rank, node), tag))
         rel = node_id - self._f[rank]
         self._refs[rank].add(rel)
         return rel
@@ -388,6 +389,8 @@ class TimeFolder(JumpMixin):
             return ("launch", owner.rank, self._node(owner.rank, arg[0].id), arg[1])
         if func is ARRIVED:
             return ("arrive", self._message(arg))
+        if func is TIMED_OUT:
+            return ("timed out", owner.sys.rank, CollectiveCanon.timed_out(owner))
         raise Incomparable(f"an event of {getattr(fn, '__qualname__', repr(fn))} is pending")
 
     def _message(self, m):
@@ -413,8 +416,6 @@ class TimeFolder(JumpMixin):
     def _rank(self, w):
         rank, now = w.rank, self._now
         sys = self.systems[rank]
-        if any(sys.active_streams) or any(sys.running_streams):
-            raise Incomparable(f"a collective is running on rank {rank}")
         node = self._node
         roots = self.root_recvs[rank]
         running = w.node_start_ns
@@ -428,14 +429,14 @@ class TimeFolder(JumpMixin):
         group_levels = (tuple((g, tuple((lv.allocator, lv.first_allocator, lv.last_allocator) for lv in lvs))
                               for g, lvs in sys.group_levels.items()) if sys.group_levels else None)
         return (
-            rank, batches, sys.num_streams, sys.priority_counter, levels, group_levels,
+            rank, batches, CollectiveCanon(node, now).system(sys), levels, group_levels,
             tuple(node(rank, n) for n in w.fresh), tuple(tuple(node(rank, n) for n in heap) for heap in w.ready),
             w.ready_count, tuple(w.slot_busy), tuple(w.comm_slots.items()) if w.comm_slots else None,
             # receives without parents are named by their messages' events when matched, else pre-posted
             tuple(sorted((node(rank, n), running[n] - now) for n in running.keys() - roots)),
             tuple(sorted(node(rank, n) for n in w.comm_running)) if w.comm_running else (),
             None if w.host is None else (_HOST_BEHIND if self._host_behind(w) else w.host_clock - now, w.host_graph),
-            tuple((g, group.num_streams) for g, group in w.comm_groups.items()), partial,
+            tuple(w.comm_groups), partial,
         )
 
     # ------------------------------------------------------------ the repeat check
@@ -454,16 +455,16 @@ class TimeFolder(JumpMixin):
             ids.update(self.by_rank[rank].children[node_id])
         inert = self.inert_receives()
         try:
-            repeats, tag_step = self._repeats(touched, shift)
+            repeats, tag_steps = self._repeats(touched, shift)
             if repeats:
-                repeats = self._preposted_repeats(repeats, touched, shift, tag_step, inert, self.log[log_a:log_b])
+                repeats = self._preposted_repeats(repeats, touched, shift, tag_steps, inert, self.log[log_a:log_b])
         except Incomparable as exc:
             self.reason = f"the state repeated after {period:,} ns but the trace does not: {exc}"
             return 0
         if repeats < 1:
             self.reason = f"the state repeated after {period:,} ns but the trace does not repeat further"
             return 0
-        self._jump(repeats, period, shift, tag_step, self.log[log_a:log_b], acc_a, acc_b, inert)
+        self._jump(repeats, period, shift, tag_steps, self.log[log_a:log_b], acc_a, acc_b, inert)
         skipped = repeats * (count_b - count_a)
         self.info.update(folded=True, period_ns=period, periods=repeats, from_ns=t_b,
                          skipped_ns=repeats * period, skipped_events=skipped)
@@ -495,26 +496,31 @@ class TimeFolder(JumpMixin):
 
     def _alike(self, rank, a, b, tag_step):
         """Whether node ``b`` of ``rank`` is node ``a`` moved by ``b - a`` (:meth:`_signature`), its ``comm_tag``
-        by ``tag_step``."""
+        by ``tag_step`` (that of ``a``'s channel)."""
         sa, sb = self._signature(rank, a), self._signature(rank, b)
         if sa is None or sb is None or sa[0] != sb[0]:
             return False
         return sa[1] == sb[1] if sa[1] is None or sb[1] is None else sb[1] - sa[1] == tag_step
 
-    def _tag_step(self, touched, shift):
-        """How much ``comm_tag`` moves per period: that of the first touched node with a tag and an image."""
+    def _tag_steps(self, touched, shift):
+        """How much ``comm_tag`` moves per period, per channel (:func:`~astra_folding.time_jump.channel`): that of
+        the first touched node of the channel with a tag and an image (:meth:`_repeats` checks the others). A
+        channel's messages match among themselves only, so each may number its own (a pipeline's transfers by
+        micro-batch, tensor-parallel exchanges by a running count)."""
+        steps = {}
         for rank, ids in touched.items():
             nodes = self.by_rank[rank].nodes
             for node_id in ids:
-                tag = nodes[node_id].attrs.get("comm_tag") if node_id in nodes else None
+                node = nodes.get(node_id)
+                tag = node.attrs.get("comm_tag") if node is not None else None
                 image = nodes.get(node_id + shift[rank])
                 if tag is not None and image is not None and image.attrs.get("comm_tag") is not None:
-                    return image.attrs["comm_tag"] - tag
-        return 0
+                    steps.setdefault(channel(rank, node), image.attrs["comm_tag"] - tag)
+        return steps
 
     def _repeats(self, touched, shift):
         """How many times the nodes touched over the period repeat, moved by ``shift`` (per rank), with one
-        step of ``comm_tag`` for all ranks; and that step."""
+        step of ``comm_tag`` per channel for all ranks; and those steps."""
         limit = None
         for rank, ids in touched.items():
             step = shift[rank]
@@ -522,8 +528,8 @@ class TimeFolder(JumpMixin):
                 bound = (max(self.by_rank[rank].nodes) - min(ids)) // step
                 limit = bound if limit is None else min(limit, bound)
         if limit is None:
-            return 0, 0
-        tag_step = self._tag_step(touched, shift)
+            return 0, {}
+        tag_steps = self._tag_steps(touched, shift)
         name_key = self.name_key
         for rank, ids in touched.items():
             step = shift[rank]
@@ -534,7 +540,7 @@ class TimeFolder(JumpMixin):
             for node_id in ids:  # inline (this loop runs once per node jumped over): what _alike compares
                 a = nodes.get(node_id)
                 if a is None:
-                    return 0, 0
+                    return 0, {}
                 if a.type in (T.MEM_LOAD_NODE, T.MEM_STORE_NODE):
                     raise Incomparable(f"rank {rank} loads or stores remote memory, whose backend's state is not "
                                        "compared")
@@ -545,6 +551,7 @@ class TimeFolder(JumpMixin):
                 read = itemgetter(*keys) if keys else None
                 wanted = read(attrs) if keys else None
                 tag = attrs.get("comm_tag")
+                tag_step = None if tag is None else tag_steps.get(channel(rank, a))
                 kids = children[node_id]
                 n_parents = parents.get(node_id, 0)
                 name = name_key and name_key(a)
@@ -567,7 +574,8 @@ class TimeFolder(JumpMixin):
                     if name_key is not None and (b.name != a.name or b.ctrl_deps) and name_key(b) != name:
                         break  # (the same name and no launcher: the same key, without the call)
                     b_tag = b_attrs.get("comm_tag")
-                    if b_tag != tag if tag is None or b_tag is None else b_tag - tag != j * tag_step:
+                    if ((b_tag != tag) if tag is None or b_tag is None
+                            else tag_step is None or b_tag - tag != j * tag_step):
                         break
                     kids_b = children[moved]
                     if len(kids_b) != len(kids):
@@ -581,21 +589,33 @@ class TimeFolder(JumpMixin):
                 self.work += 8 * j
                 limit = j - 1
                 if limit < 1:
-                    return 0, 0
-        return limit, tag_step
+                    return 0, {}
+        return limit, tag_steps
 
-    def _preposted_repeats(self, limit, touched, shift, tag_step, inert, log):
+    def _preposted_repeats(self, limit, touched, shift, tag_steps, inert, log):
         """How many repeats the pre-posted receives allow: every pre-posted receive a repeat's node finishes or
         matches must be waiting now (posted at the start, not yet used), and a pre-posted receive that a repeat's
         send or receive looks up (its key is a key the period looked up, moved) must be the image of a node the
         period touched, with the same signature: then every lookup of the repeats finds what the period's found,
-        moved. Returns ``limit`` or fewer."""
+        moved. Returns ``limit`` or fewer.
+
+        The keys the period looked up are taken as those of the touched sends and receives dispatched by now (B):
+        every node the period dispatched is touched (finished since A, or running at B), and a node not dispatched
+        yet (not issued, or waiting for its host's launch) looks its key up in a repeat, as the image of one the
+        period dispatched: counting it too would ask a pre-posted receive that a repeat finds to be the image of
+        one touched one period too late."""
+        now = self.engine.now
         looked_up = set()
         for rank, ids in touched.items():
-            nodes = self.by_rank[rank].nodes
+            w = self.by_rank[rank]
+            nodes, starts, left, waiting = w.nodes, w.node_start_ns, w.parents_left, None
             for node_id in ids:
                 key = _key(rank, nodes.get(node_id))
-                if key is not None:
+                if key is None or starts.get(node_id, now) > now or left.get(node_id, 0) > 0:
+                    continue  # not a send or receive, or waiting for its launch or its parents
+                if waiting is None:
+                    waiting = w.waiting()
+                if node_id not in waiting:  # (a ready node waits for its slot)
                     looked_up.add(key)
         tags_of = {}
         for tag, src, dst, size in looked_up:
@@ -605,10 +625,13 @@ class TimeFolder(JumpMixin):
                 tags = tags_of.get((src, dst, size))
                 if not tags:
                     continue
-                hits = [j for j in range(1, limit + 1) if tag - j * tag_step in tags]
+                step = tag_steps.get((src, dst, size))  # a touched node looked the channel up: it has one
+                if step is None:
+                    return 0
+                hits = [j for j in range(1, limit + 1) if wrap_tag(tag - j * step) in tags]
                 for j in hits:
                     x = y - j * shift[dst]
-                    if x not in touched[dst] or not self._alike(dst, x, y, j * tag_step):
+                    if x not in touched[dst] or not self._alike(dst, x, y, j * step):
                         limit = j - 1
                         break
         running = {w.rank: w.node_start_ns for w in self.workloads}
@@ -634,18 +657,34 @@ _SKIPPED_ATTRS = UNREAD_ATTRS | {"comm_tag"}
 
 def _p2p_period(w):
     """How many sends and receives the trace of ``w`` has per repeat of its middle third: the smallest ``d``
-    with every send or receive like the one ``d`` before it (type, peers, size) and its tag one step on; None
-    when none (then no state can repeat over that third: see :meth:`TimeFolder.run`). Only where (and whether)
-    the state is looked at depends on it, never what a jump does."""
+    with every send or receive like the one ``d`` before it (type, peers, size) and its tag one step on, one
+    step per kind of row (type, peers, size: its channel); None when none (then no state can repeat over that
+    third: see :meth:`TimeFolder.run`). Only where (and whether) the state is looked at depends on it, never
+    what a jump does."""
     rows = [(n.type, n.attrs.get("comm_src"), n.attrs.get("comm_dst"), n.attrs.get("comm_size"),
              n.attrs.get("comm_tag", 0)) for _, n in sorted(w.nodes.items()) if n.type in _P2P]
     third = len(rows) // 3
     for d in range(1, third + 1):
-        step = rows[third + d][4] - rows[third][4]
-        if all(rows[i + d][:4] == rows[i][:4] and rows[i + d][4] - rows[i][4] == step
-               for i in range(third, 2 * third)):
+        steps = {}
+        for i in range(third, 2 * third):
+            a, b = rows[i], rows[i + d]
+            if b[:4] != a[:4] or steps.setdefault(a[:4], b[4] - a[4]) != b[4] - a[4]:
+                break
+        else:
             return d
     return None
+
+
+def _moved_evenly(before, after):
+    """Whether the ``(channel, tag)`` lists two states name have the same channels, each tag moved by one step per
+    channel: a cheap test before the trace's (:meth:`TimeFolder._repeats`)."""
+    if len(before) != len(after):
+        return False
+    steps = {}
+    for (ca, x), (cb, y) in zip(before, after):
+        if ca != cb or steps.setdefault(ca, y - x) != y - x:
+            return False
+    return True
 
 
 def _key(rank, node):
@@ -653,7 +692,7 @@ def _key(rank, node):
     if node is None or node.type not in _P2P:
         return None
     attrs = node.attrs
-    tag = attrs.get("comm_tag", 0) % (COLLECTIVE_TAG_BASE - NATIVE_TAG_BASE) + NATIVE_TAG_BASE
+    tag = wrap_tag(attrs.get("comm_tag", 0))
     if node.type == T.COMM_SEND_NODE:
         return tag, rank, attrs.get("comm_dst"), attrs.get("comm_size")
     return tag, attrs.get("comm_src"), rank, attrs.get("comm_size")

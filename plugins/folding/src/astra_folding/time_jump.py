@@ -11,22 +11,49 @@ from heapq import heapify
 
 import numpy as np
 
+from astra_sim.chakra import types as T
 from astra_sim.errors import FoldAbandoned
 from astra_sim.limits import LONG_STEP_NS
-from astra_sim.system.frontend import Message, SendRecvMatcher
+from astra_sim.system.collectives import TimedCollective
+from astra_sim.system.frontend import COLLECTIVE_TAG_BASE, NATIVE_TAG_BASE, Message, SendRecvMatcher
 from astra_sim.system.sys import Sys
 from astra_sim.workload.workload import RankWorkload
 
+from astra_folding.time_collectives import move_contention, move_system
+
 #: the kernel's methods a compared state may hold as events, by (class, name): a method of a mypyc-compiled class
 #: (tools/compile_core.py) has no __func__ to compare
-NODE_DONE, LAUNCH, CALL_EVENTS, ARRIVED = "done", "launch", "tick", "arrive"
+NODE_DONE, LAUNCH, CALL_EVENTS, ARRIVED, TIMED_OUT = "done", "launch", "tick", "arrive", "timed out"
 KERNEL_METHODS = {(RankWorkload, "_node_done"): NODE_DONE, (RankWorkload, "_launch"): LAUNCH,
                   (Sys, "_call_events"): CALL_EVENTS, (SendRecvMatcher, "_arrived"): ARRIVED}
 
 
 def kernel_method(fn):
-    """Which of the kernel's methods ``fn`` is bound from (:data:`KERNEL_METHODS`), or None."""
-    return KERNEL_METHODS.get((getattr(fn, "__self__", None).__class__, getattr(fn, "__name__", None)))
+    """Which of the kernel's methods ``fn`` is bound from (:data:`KERNEL_METHODS`; :data:`TIMED_OUT`: the end of a
+    timed collective phase, of any subclass), or None."""
+    owner, name = getattr(fn, "__self__", None), getattr(fn, "__name__", None)
+    found = KERNEL_METHODS.get((owner.__class__, name))
+    if found is None and name == "_timed_out" and isinstance(owner, TimedCollective):
+        return TIMED_OUT
+    return found
+
+
+def wrap_tag(tag):
+    """The tag the matcher keys a send or receive of ``comm_tag`` ``tag`` by (``Sys.native_send``)."""
+    return tag % (COLLECTIVE_TAG_BASE - NATIVE_TAG_BASE) + NATIVE_TAG_BASE
+
+
+def channel(rank, node):
+    """The channel of a node of ``rank`` with a ``comm_tag``: (src, dst, size) of the messages a send or receive
+    keys (its tag steps per period on its own, :meth:`~astra_folding.time_fold.TimeFolder._tag_steps`), None for
+    any other node (their tags, which nothing matches, step together)."""
+    if node.type == T.COMM_SEND_NODE:
+        attrs = node.attrs
+        return rank, attrs.get("comm_dst"), attrs.get("comm_size")
+    if node.type == T.COMM_RECV_NODE:
+        attrs = node.attrs
+        return attrs.get("comm_src"), rank, attrs.get("comm_size")
+    return None
 
 
 def interval_marks(contention):
@@ -39,7 +66,7 @@ def interval_marks(contention):
 class JumpMixin:
     """Moves a :class:`~astra_folding.time_fold.TimeFolder`'s run on by ``k`` periods (its ``_jump``)."""
 
-    def _jump(self, k, period, shift, tag_step, log, acc_a, acc_b, inert):
+    def _jump(self, k, period, shift, tag_steps, log, acc_a, acc_b, inert):
         """Report the ``k`` repeats' nodes, then move the state by ``σ^k`` (see the module docstring)."""
         used = {w.rank: set() for w in self.workloads}  # pre-posted receives the repeats finish or match
         bulk = self._in_bulk(k, period, log)
@@ -49,7 +76,7 @@ class JumpMixin:
             self._report_each(k, period, shift, log, used)
         dt = k * period
         dn = {r: k * s for r, s in shift.items()}
-        dtag = k * tag_step
+        dtag = {c: k * step for c, step in tag_steps.items()}
         self._moved = set()
         self._used = used
         engine = self.engine
@@ -77,9 +104,10 @@ class JumpMixin:
             w.node_start_ns = running
             if w.comm_running:
                 w.comm_running = {n + d for n in w.comm_running}
-            if w.host is not None:  # P when compared; its own drift when behind (see _host_behind)
-                w.host_clock += k * (acc_b[0][rank][4] - acc_a[0][rank][4])
             before, after = acc_a[0][rank], acc_b[0][rank]
+            if w.host is not None:  # P when compared; its own drift when behind (see _host_behind)
+                w.host_clock += k * (after[4] - before[4])
+            move_system(sys, w, k, dt, d, before[5], after[5])
             w.compute_ns += k * (after[0] - before[0])
             w.cpu_ns += k * (after[1] - before[1])
             w.comm_ns += k * (after[2] - before[2])
@@ -108,6 +136,7 @@ class JumpMixin:
                 self.gpu.counts[how] += k * (n - acc_a[3].get(how, 0))
         if self.contention is not None:
             self._repeat_intervals(k, period, acc_a[4], acc_b[4], bulk)
+            move_contention(self.contention, dt)
         engine.now += dt
 
     def _report_each(self, k, period, shift, log, used):
@@ -216,8 +245,9 @@ class JumpMixin:
             elif func is LAUNCH:
                 w = fn.__self__
                 arg = (w.nodes[arg[0].id + dn[w.rank]], arg[1])
-            else:  # ARRIVED (the only other kind a compared state holds)
+            elif func is ARRIVED:
                 self._move_message(arg, dn, dtag)
+            # TIMED_OUT (the only other kind a compared state holds): its stream and dataset move with the system
             out.append(fn)
             out.append(arg)
         return out
@@ -227,7 +257,10 @@ class JumpMixin:
             return
         self._moved.add(id(m))
         tag, src, dst, size = m.key
-        m.key = (tag + dtag, src, dst, size)
+        step = dtag.get((src, dst, size))
+        if step is None:  # its node was touched, so its channel has a step: not reached
+            raise FoldAbandoned(f"time folding found no tag step for the messages {src} -> {dst} of {size} bytes")
+        m.key = (wrap_tag(tag + step), src, dst, size)
         if m.send_fn is not None:
             m.send_arg += dn[src]
         if m.recv_fn is not None:
