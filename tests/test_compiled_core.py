@@ -1,6 +1,7 @@
 """The mypyc-compiled event loop (tools/compile_core.py) gives the pure-Python kernel's ns: parity cases (analytical
-folded and unfolded, congestion) and a generated ``--platform hgx-h100`` step run under the compiled tree in a
-subprocess, and every rank's finish time must equal the pure run's (and the reference's, for the parity cases).
+folded and unfolded, congestion's compiled link queues, with a timeline's link load too) and a generated ``--platform
+hgx-h100`` step run under the compiled tree in a subprocess, and every rank's finish time must equal the pure run's
+(and the reference's, for the parity cases); the two timelines are the same bytes.
 
 Opt-in like the build itself: skipped when mypyc (``pip install mypy``) or a C compiler is missing."""
 
@@ -32,14 +33,24 @@ PARITY = [("Ring_Switch_4x4__all_reduce__64MB__unaware", True), ("Ring_Switch_4x
           ("Ring_8__direct__all_reduce__64MB__unaware", False), ("Ring_8__direct__reduce_scatter__64MB__aware", False),
           ("Ring_8__halvingDoubling__all_reduce__64MB__unaware", False),
           ("Ring_8__halvingDoubling__all_gather__64MB__aware", False),
-          ("Ring_8__doubleBinaryTree__all_reduce__64MB__unaware", False)]
+          ("Ring_8__doubleBinaryTree__all_reduce__64MB__unaware", False),
+          # the congestion backend's compiled link queues (astra_network_congestion.links): multi-hop routes and
+          # queues on a 4 x 4 ring-switch, each native collective on it, and a ring folded and unfolded
+          ("Ring_Switch_4x4__all_to_all__64MB__aware_md", False),
+          ("Ring_Switch_4x4__all_reduce__1GB__aware_md", False),
+          ("Ring_8__halvingDoubling__all_reduce__64MB__aware", False),
+          ("Ring_8__direct__all_to_all__64MB__aware", False),
+          ("Ring_8__doubleBinaryTree__all_reduce__64MB__aware", False),
+          ("Ring_8__all_reduce__1GB__aware", True), ("Ring_8__all_reduce__1GB__aware", False)]
+#: the congestion case also run with a timeline (the link-load recording variant of the link queues)
+TIMELINE = "Ring_Switch_4x4__all_to_all__64MB__aware_md"
 #: a small dense Llama (a Hugging Face config.json) as tests/test_one_engine.py steps it
 LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 512, "num_hidden_layers": 2,
          "num_attention_heads": 8, "num_key_value_heads": 8, "intermediate_size": 1536, "vocab_size": 1024,
          "max_position_embeddings": 256, "torch_dtype": "bfloat16", "tie_word_embeddings": False}
 
 #: what the subprocess runs: each case of the JSON file argv[1], written to argv[2] as per-rank finish times, with
-#: the kernel modules that were loaded compiled
+#: the kernel modules that were loaded compiled; "{side}" in an option's value is argv[3] (a timeline's file)
 CHILD = """
 import json, sys
 from astra_sim import simulate
@@ -51,10 +62,11 @@ for case in json.load(open(sys.argv[1])):
     if "spec" in case:
         report = run_spec(RunSpec.from_mapping(case["spec"]))
     else:
-        report = simulate(*case["args"], **case["kwargs"])
+        kwargs = {k: v.replace("{side}", sys.argv[3]) if isinstance(v, str) else v for k, v in case["kwargs"].items()}
+        report = simulate(*case["args"], **kwargs)
     out.append({"ns": [r.finish_ns for r in report.ranks], "simulated": report.settings["fold"]["simulated_ranks"]})
 compiled = sorted(n for n, m in sys.modules.items()
-                  if n.startswith(("astra_sim", "astra_folding", "astra_collectives_native")) and not (getattr(m, "__file__", None) or ".py").endswith(".py"))
+                  if n.startswith(("astra_sim", "astra_folding", "astra_collectives_native", "astra_network_congestion")) and not (getattr(m, "__file__", None) or ".py").endswith(".py"))
 json.dump({"runs": out, "compiled": compiled}, open(sys.argv[2], "w"))
 """
 
@@ -95,6 +107,9 @@ def _cases(tmp_path):
         kwargs = dict(network_backend=row["backend"], fold=fold, **parity_kwargs(row["extra"]))
         cases.append({"args": args, "kwargs": kwargs})
         expected.append((int(row["max_ns"]), int(row["min_ns"])))
+        if case_id == TIMELINE:  # again with a timeline: the link queues report every link's busy intervals
+            cases.append({"args": args, "kwargs": {**kwargs, "timeline": str(tmp_path / "timeline-{side}.json")}})
+            expected.append(expected[-1])
     from astra_workload_generators.llm import LlmSpec, generate_llm_workload
 
     model = tmp_path / "config.json"
@@ -115,7 +130,8 @@ def _run(cases, tmp_path, tree=None):
     env = dict(os.environ)
     if tree is not None:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tree), env.get("PYTHONPATH")) if p)
-    done = subprocess.run([sys.executable, "-c", CHILD, str(given), str(got)], env=env, capture_output=True,
+    side = "compiled" if tree else "pure"
+    done = subprocess.run([sys.executable, "-c", CHILD, str(given), str(got), side], env=env, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(got.read_text())
@@ -133,6 +149,8 @@ def test_the_compiled_core_gives_the_pure_kernels_ns(compiled_tree, tmp_path):
         assert b["simulated"] == a["simulated"], case  # the same fold decision
         if reference is not None:
             assert (max(a["ns"]), min(a["ns"])) == reference, case
+    timelines = [(tmp_path / f"timeline-{side}.json").read_bytes() for side in ("pure", "compiled")]
+    assert b'"network links"' in timelines[0] and timelines[1] == timelines[0]  # the same link load, every interval
     folds = [run["simulated"] < len(run["ns"]) for run in pure["runs"]]
     assert any(folds) and not all(folds)  # a folded run and an unfolded one
 

@@ -9,6 +9,7 @@ same instant, so bucketing by time keeps heap traffic low.
 """
 
 from heapq import heappop, heappush
+from typing import Any
 
 
 class EventEngine:
@@ -16,18 +17,18 @@ class EventEngine:
 
     __slots__ = ("now", "buckets", "times", "events_run", "_end_of_ns", "current", "fold")
 
-    def __init__(self):
-        self.now = 0
+    def __init__(self) -> None:  # typed (int times, typed containers) for tools/compile_core.py's mypyc
+        self.now: int = 0
         # The queue: time -> flat list [fn, arg, fn, arg, ...], and a heap of its keys. Public for an event-order
         # strategy that runs or moves the events itself (astra_folding's folded and time-folded runs).
-        self.buckets = {}
-        self.times = []
-        self.events_run = 0
-        self._end_of_ns = []  # [fn, arg, current, ...] to run once every event of the current time has run
-        self.current = None
+        self.buckets: dict[int, list[Any]] = {}
+        self.times: list[int] = []
+        self.events_run: int = 0
+        self._end_of_ns: list[Any] = []  # [fn, arg, current, ...] to run once every event of the current time has run
+        self.current: Any = None
         # A folded run's event order (astra_folding.engine.FoldedEvents), or None. Set on this engine before
         # anything is scheduled (use_fold), since the backends, built before the fold is decided, keep it.
-        self.fold = None
+        self.fold: Any = None
 
     def use_fold(self, fold):
         """Hand the order of this (empty) engine's events to a folded run's ``fold``: its ``schedule_at(time_ns,
@@ -37,7 +38,7 @@ class EventEngine:
             raise ValueError("an engine can only be folded before anything is scheduled")
         self.fold = fold
 
-    def schedule(self, delay_ns, fn, arg=None):
+    def schedule(self, delay_ns: int, fn: Any, arg: Any = None) -> None:
         """Run ``fn(arg)`` ``delay_ns`` (an int >= 0) after now."""
         if delay_ns < 0:
             raise ValueError(f"cannot schedule {delay_ns} ns in the past")
@@ -53,7 +54,7 @@ class EventEngine:
             bucket.append(fn)
             bucket.append(arg)
 
-    def schedule_at(self, time_ns, fn, arg=None):
+    def schedule_at(self, time_ns: int, fn: Any, arg: Any = None) -> None:
         """Run ``fn(arg)`` at absolute time ``time_ns`` (>= now)."""
         if time_ns < self.now:
             raise ValueError(f"cannot schedule at {time_ns} ns, before now ({self.now} ns)")
@@ -68,14 +69,14 @@ class EventEngine:
             bucket.append(fn)
             bucket.append(arg)
 
-    def at_end_of_ns(self, fn, arg=None):
+    def at_end_of_ns(self, fn: Any, arg: Any = None) -> None:
         """Run ``fn(arg)`` after every event of the current time, those it schedules for now included: a
         decision that must not depend on the order of one nanosecond's events (what runs beside a kernel)
         waits for all of them. What ``fn`` schedules for now runs next, then its own end of the nanosecond.
         ``fn`` runs with the :attr:`current` of the event that deferred it (a folded run's history)."""
         self._end_of_ns += (fn, arg, self.current)
 
-    def pending(self):
+    def pending(self) -> int:
         """Number of distinct future times with events (cheap emptiness test)."""
         return len(self.times)
 
@@ -88,7 +89,7 @@ class EventEngine:
         """Whether something waits for the end of the current nanosecond (:meth:`at_end_of_ns`)."""
         return bool(self._end_of_ns)
 
-    def _run_end_of_ns(self):
+    def _run_end_of_ns(self) -> int:
         """Run what waits for the end of now, round after round, until something is scheduled for now
         (that batch runs first, then this again) or nothing waits."""
         count = 0
@@ -106,7 +107,7 @@ class EventEngine:
         bucket = self.buckets.get(self.now)
         return not self._end_of_ns and bucket is not None and bucket[-2] is fn and bucket[-1] is arg
 
-    def run(self, until_ns=None):
+    def run(self, until_ns: int | None = None) -> int:
         """Run events until none are left (or the next is after ``until_ns``)."""
         if self.fold is not None:
             return self.fold.run(until_ns)
@@ -114,11 +115,9 @@ class EventEngine:
         buckets = self.buckets
         count = self._run_end_of_ns() if self._end_of_ns else 0  # deferred before the first event (rank starts)
         while times:
-            time_ns = times[0]
-            if until_ns is not None and time_ns > until_ns:
+            if until_ns is not None and times[0] > until_ns:
                 break
-            heappop(times)
-            self.now = time_ns
+            self.now = time_ns = heappop(times)
             bucket = buckets[time_ns]
             i = 0
             # The bucket may grow while it runs (events for "now").

@@ -15,11 +15,10 @@ Without contention a message takes ``sum over hops of trunc(L + m / B)``.
 
 from __future__ import annotations
 
-from collections import deque
-
 from astra_sim.errors import ConfigError
 
 from astra_network_congestion.graph import SWITCH
+from astra_network_congestion.links import LinkQueues
 
 
 class CongestionNetwork:
@@ -176,88 +175,23 @@ class CongestionNetwork:
 
     # ------------------------------------------------------------------ hot path
     def _build_engine(self, link_load=None):
-        """The event handlers as closures over flat per-link lists (the hot path).
-
-        A chunk in flight is ``[hops, pos, fn, arg]``: ``hops`` as cached by ``_make_hops`` and
-        ``pos`` the index of its current link in it. With ``link_load`` (a timeline was asked for) every
-        link's busy intervals are reported to it; without, the handlers are the same as ever.
-        """
+        """The hot path: :class:`~astra_network_congestion.links.LinkQueues` (or a folded run's handlers), whose
+        ``send`` becomes this network's. With ``link_load`` (a timeline was asked for) every link's busy intervals
+        are reported to it; without, the handlers are the same as ever."""
         self._link_load = link_load
         if self._canonical is not None:
             from astra_network_congestion.congestion_fold import build_folded_handlers
 
             self.send, self._busy, self._queues = build_folded_handlers(self, self._canonical, link_load)
             return
-        n_links = len(self.graph.links)
-        busy = [False] * n_links
-        queues = [None] * n_links
-        free_at = [-1] * n_links  # when the message on the link frees it
-        max_queue = self._max_queue
-        engine = self.engine
-        schedule = engine.schedule
-        if link_load is not None:
-            engine_schedule = schedule
-            add = link_load.add
+        links = LinkQueues(self, self.engine, len(self.graph.links), link_load)
+        self._busy = links.busy
+        self._queues = links.queues
+        self.send = links.send
 
-            def schedule(delay, fn, arg):  # noqa: F811 - the recording variant
-                if fn is free:  # a link starts a chunk: busy for the chunk's serialization time
-                    add(arg, engine.now, engine.now + delay)
-                engine_schedule(delay, fn, arg)
-
-        cache = self._hops
-        make_hops = self._make_hops
-
-        def arrive(chunk):
-            hops = chunk[0]
-            pos = chunk[1] + 3
-            if pos == len(hops):
-                chunk[2](chunk[3])
-                return
-            chunk[1] = pos
-            link = hops[pos]
-            if busy[link]:
-                queue = queues[link]
-                if queue is None:
-                    queue = queues[link] = deque()
-                queue.append(chunk)
-                if len(queue) > max_queue[link]:  # (a new maximum needs a longer queue: the clock read only then)
-                    # waiting after this nanosecond's frees (the same whichever of them runs first)
-                    waiting = len(queue) - (free_at[link] == engine.now)
-                    if waiting > max_queue[link]:
-                        max_queue[link] = waiting
-            else:
-                busy[link] = True
-                free_at[link] = engine.now + hops[pos + 2]
-                schedule(hops[pos + 1], arrive, chunk)
-                schedule(hops[pos + 2], free, link)
-
-        def free(link):
-            queue = queues[link]
-            if queue:
-                chunk = queue.popleft()
-                hops = chunk[0]
-                pos = chunk[1]
-                free_at[link] = engine.now + hops[pos + 2]
-                schedule(hops[pos + 1], arrive, chunk)
-                schedule(hops[pos + 2], free, link)
-            else:
-                busy[link] = False
-
-        def send(src, dst, size, fn, arg):
-            hops = cache.get((src, dst, size))
-            if hops is None:
-                hops = make_hops(src, dst, size)
-            hops[0] += 1
-            # A chunk "arriving" at position -2 enters its first link (position 1) like any hop.
-            arrive([hops, -2, fn, arg])
-
-        self._busy = busy
-        self._queues = queues
-        self.send = send
-
-    def send(self, src, dst, size, fn, arg):  # replaced per instance by _build_engine
-        """Route ``size`` bytes from rank ``src`` to rank ``dst``; ``fn(arg)`` runs on arrival."""
-        raise NotImplementedError
+    #: ``send(src, dst, size, fn, arg)``: route ``size`` bytes from rank ``src`` to rank ``dst``; ``fn(arg)`` runs on
+    #: arrival (set per instance by ``_build_engine``: the hot path's own, called without a wrapper)
+    send = None
 
     def record_link_load(self, link_load):
         """Report every link's busy intervals to ``link_load`` (:class:`astra_analysis.links.LinkLoad`)

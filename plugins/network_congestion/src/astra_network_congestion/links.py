@@ -1,0 +1,101 @@
+"""The ``congestion`` backend's hot path: one FIFO queue per directed link, driven by the event engine.
+
+Kept apart from :mod:`astra_network_congestion.congestion` (setup, routes, report) so that ``tools/compile_core.py``
+can compile it with mypyc: a native class with typed attributes (int lists, the engine's class), called by the
+compiled engine and matcher without Python's call overhead. The pure-Python module is the reference; both give the
+same events in the same order (``tests/test_compiled_core.py``).
+
+A chunk in flight is ``[hops, pos, fn, arg]``: ``hops`` as cached by ``CongestionNetwork._make_hops`` (``[messages
+sent, link, trunc(L + m/B), trunc(m/B), link, ...]``) and ``pos`` the index of its current link in it. A link that
+starts a chunk schedules two events, the chunk's arrival at the link's far end, then the link's free, in that order
+(the reference's); the engine is called directly (its ``schedule``), so a folded engine still sees every event.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Callable
+
+from astra_sim.engine import EventEngine
+
+
+class LinkQueues:
+    """Per-link busy flags and FIFO queues of the unfolded ``congestion`` network (``send``, ``arrive``, ``free``).
+
+    ``network``: the :class:`~astra_network_congestion.congestion.CongestionNetwork` (its hop cache ``_hops``,
+    ``_make_hops`` and per-link ``_max_queue``, updated here); ``link_load``: with a timeline asked for, every link's
+    busy intervals are reported to its ``add(link, start_ns, end_ns)``.
+    """
+
+    __slots__ = ("engine", "busy", "queues", "free_at", "max_queue", "cache", "make_hops", "link_load", "_arrive",
+                 "_free")
+
+    def __init__(self, network: Any, engine: EventEngine, n_links: int, link_load: Any = None) -> None:
+        self.engine = engine
+        self.busy: list[bool] = [False] * n_links
+        self.queues: list[Any] = [None] * n_links  # a deque of waiting chunks, made on the link's first wait
+        self.free_at: list[int] = [-1] * n_links  # when the chunk on the link frees it
+        self.max_queue: list[int] = network._max_queue
+        self.cache: dict[tuple[int, int, int], list[int]] = network._hops
+        self.make_hops: Callable[[int, int, int], list[int]] = network._make_hops
+        self.link_load = link_load
+        # the bound methods the engine calls, made once (not per event)
+        self._arrive: Callable[[list[Any]], None] = self.arrive
+        self._free: Callable[[int], None] = self.free
+
+    def send(self, src: int, dst: int, size: int, fn: Any, arg: Any) -> None:
+        """Route ``size`` bytes from rank ``src`` to rank ``dst``; ``fn(arg)`` runs on arrival."""
+        hops = self.cache.get((src, dst, size))
+        if hops is None:
+            hops = self.make_hops(src, dst, size)
+        hops[0] += 1
+        # A chunk "arriving" at position -2 enters its first link (position 1) like any hop.
+        self.arrive([hops, -2, fn, arg])
+
+    def arrive(self, chunk: list[Any]) -> None:
+        """The chunk reached the far end of its link: deliver it, or enter (or queue at) its next link."""
+        hops: list[int] = chunk[0]
+        pos: int = chunk[1] + 3
+        if pos == len(hops):
+            # at the destination the delivery runs inside the arrival event (the reference's Chunk::invoke_callback)
+            chunk[2](chunk[3])
+            return
+        chunk[1] = pos
+        link = hops[pos]
+        engine = self.engine
+        if self.busy[link]:
+            queue = self.queues[link]
+            if queue is None:
+                queue = self.queues[link] = deque()
+            queue.append(chunk)
+            max_queue = self.max_queue
+            if len(queue) > max_queue[link]:  # (a new maximum needs a longer queue: the clock read only then)
+                # waiting after this nanosecond's frees (the same whichever of them runs first)
+                waiting = len(queue) - (self.free_at[link] == engine.now)
+                if waiting > max_queue[link]:
+                    max_queue[link] = waiting
+            return
+        self.busy[link] = True
+        busy_ns = hops[pos + 2]
+        self.free_at[link] = engine.now + busy_ns
+        if self.link_load is not None:
+            self.link_load.add(link, engine.now, engine.now + busy_ns)
+        engine.schedule(hops[pos + 1], self._arrive, chunk)
+        engine.schedule(busy_ns, self._free, link)
+
+    def free(self, link: int) -> None:
+        """The link finished serializing its chunk: start the head of its queue, or go idle."""
+        queue = self.queues[link]
+        if not queue:
+            self.busy[link] = False
+            return
+        chunk = queue.popleft()
+        hops: list[int] = chunk[0]
+        pos: int = chunk[1]
+        engine = self.engine
+        busy_ns = hops[pos + 2]
+        self.free_at[link] = engine.now + busy_ns
+        if self.link_load is not None:
+            self.link_load.add(link, engine.now, engine.now + busy_ns)
+        engine.schedule(hops[pos + 1], self._arrive, chunk)
+        engine.schedule(busy_ns, self._free, link)
