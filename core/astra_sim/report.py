@@ -60,8 +60,9 @@ class Report:
     critical_path: dict | None = None
     #: the timeline files written (``timeline=PATH``; astra-analysis)
     timeline: dict | None = None
-    #: what output formats add to ``astra run``'s terminal summary (not to the JSON): tables after the breakdown,
-    #: ``(title, columns, rows)`` as :func:`astra_sim.termtable.print_table` takes them, and lines at its end
+    #: what plugins add to ``astra run``'s terminal summary (not to the JSON): tables after the rank table (the
+    #: breakdown's, then output formats'), ``(title, columns, rows)`` as :func:`astra_sim.termtable.print_table`
+    #: takes them, and lines at its end
     summary_tables: list = field(default_factory=list)
     summary_lines: list = field(default_factory=list)
     #: lines a plugin adds right after the summary's step time (the workload generator's LLM throughput)

@@ -1,9 +1,8 @@
 """The terminal summary of ``astra run``: one screen for people (JSON keeps the integer nanoseconds).
 
 * the ranks, with ranks whose numbers are identical collapsed into one row (``0-127 x128``);
-* where the slowest rank's time went (the breakdown's parts, with their share of its finish time);
-* the tables output formats add (``report.summary_tables``: with ``--critical-path``, what the critical path is
-  made of and its biggest items);
+* the tables plugins add (``report.summary_tables``: where the slowest rank's time went, the analysis plugin's
+  breakdown; with ``--critical-path``, what the critical path is made of and its biggest items);
 * the step time and the lines plugins add after it (``report.step_lines``: an LLM step's throughput), the run's
   speed and whether symmetric ranks were folded, then the output formats' lines (``report.summary_lines``: the
   timeline's files).
@@ -13,7 +12,7 @@ Times are printed with :func:`astra_sim.humanize.format_ns` (3-4 significant dig
 
 from __future__ import annotations
 
-from astra_sim.humanize import format_ns, format_share, parse_rank_ranges, rank_ranges
+from astra_sim.humanize import format_ns, rank_ranges
 from astra_sim.termtable import Column, print_table
 
 _RANK_FIELDS = ("finish_ns", "compute_ns", "exposed_comm_ns", "comm_ns", "cpu_ns")
@@ -36,19 +35,6 @@ def rank_rows(ranks):
     return [(text, first) for _, text, first in rows]
 
 
-_PART_LABELS = {"exposed": "exposed comm: {}", "exposed_in_switch": "exposed in-switch comm: {}",
-                "recv_wait": "recv wait: {} (bubble)"}
-
-
-def part_label(name):
-    """``exposed:dp`` -> ``exposed comm: dp``; ``exposed_in_switch:dp`` -> ``exposed in-switch comm: dp``;
-    ``recv_wait:pp`` -> ``recv wait: pp (bubble)``; ``host_launch`` -> ``host launch``."""
-    kind, _, what = name.partition(":")
-    if kind in _PART_LABELS:
-        return _PART_LABELS[kind].format(what)
-    return f"{kind.replace('_', ' ')}: {what}" if what else name.replace("_", " ")
-
-
 def print_summary(report, max_rows, stderr=False):
     ranks = report.ranks
     rows = rank_rows(ranks)
@@ -65,8 +51,7 @@ def print_summary(report, max_rows, stderr=False):
     if simulated < len(ranks):
         title += f" ({simulated:,} simulated)"
     console = print_table(title, columns, cells, stderr=stderr, caption=caption)
-    _print_breakdown(report, console, stderr)
-    for title, table_columns, table_rows in report.summary_tables:  # an output format's (the critical path's)
+    for title, table_columns, table_rows in report.summary_tables:  # plugins' (the breakdown's, the critical path's)
         print_table(title, table_columns, table_rows, stderr=stderr, out=console)
     stats = report.stats
     slowest = max(ranks, key=lambda r: r.finish_ns) if ranks else None
@@ -93,20 +78,3 @@ def print_summary(report, max_rows, stderr=False):
     for line in report.summary_lines:  # an output format's (the timeline's files)
         console.print(line, highlight=False)
     return console
-
-
-def _print_breakdown(report, console, stderr):
-    b = report.breakdown
-    if not b:
-        return
-    finish = b["finish_ns"]
-    total = len(report.ranks)
-    like = next((g for g in b["rank_groups"] if b["slowest_rank"] in parse_rank_ranges(g["ranks"], total)), None)
-    who = f"rank {b['slowest_rank']}"
-    if like and like["count"] > 1:
-        who += f" (and every rank of {like['ranks']})"
-    rows = [[part_label(name), format_ns(ns), format_share(ns, finish)]
-            for name, ns in b["parts"].items() if ns or name == "idle"]
-    print_table(f"where the time went: {who}, {format_ns(finish)}",
-                [Column("part"), Column("time", number=True), Column("share", number=True)], rows,
-                stderr=stderr, out=console)

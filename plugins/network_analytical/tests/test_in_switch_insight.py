@@ -121,6 +121,6 @@ def test_kineto_traces_carry_the_phases_as_gpu_annotations(tmp_path):
 
 
 def test_the_terminal_names_the_part():
-    from astra_sim.summary import part_label
+    from astra_analysis.breakdown import part_label
 
     assert part_label("exposed_in_switch:dp") == "exposed in-switch comm: dp"

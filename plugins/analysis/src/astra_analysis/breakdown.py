@@ -400,3 +400,35 @@ def summary(per_rank, finish_ns):
     return {"slowest_rank": slowest, "finish_ns": finish_ns[slowest], "parts": dict(best["parts"]),
             "communicators": best["communicators"], "comm_busy_ns": best["comm_busy_ns"],
             "comm_overlapped_ns": best["comm_overlapped_ns"], "rank_groups": groups}
+
+
+_PART_LABELS = {"exposed": "exposed comm: {}", "exposed_in_switch": "exposed in-switch comm: {}",
+                "recv_wait": "recv wait: {} (bubble)"}
+
+
+def part_label(name):
+    """``exposed:dp`` -> ``exposed comm: dp``; ``exposed_in_switch:dp`` -> ``exposed in-switch comm: dp``;
+    ``recv_wait:pp`` -> ``recv wait: pp (bubble)``; ``host_launch`` -> ``host launch``."""
+    kind, _, what = name.partition(":")
+    if kind in _PART_LABELS:
+        return _PART_LABELS[kind].format(what)
+    return f"{kind.replace('_', ' ')}: {what}" if what else name.replace("_", " ")
+
+
+def summary_table(report):
+    """Where the slowest rank's time went (``report.breakdown``), as ``astra run``'s summary shows it after the rank
+    table (``(title, columns, rows)``, for ``report.summary_tables``): its parts with their share of its finish."""
+    from astra_sim.humanize import format_ns, format_share, parse_rank_ranges
+    from astra_sim.termtable import Column
+
+    b = report.breakdown
+    finish = b["finish_ns"]
+    total = len(report.ranks)
+    like = next((g for g in b["rank_groups"] if b["slowest_rank"] in parse_rank_ranges(g["ranks"], total)), None)
+    who = f"rank {b['slowest_rank']}"
+    if like and like["count"] > 1:
+        who += f" (and every rank of {like['ranks']})"
+    rows = [[part_label(name), format_ns(ns), format_share(ns, finish)]
+            for name, ns in b["parts"].items() if ns or name == "idle"]
+    return (f"where the time went: {who}, {format_ns(finish)}",
+            [Column("part"), Column("time", number=True), Column("share", number=True)], rows)

@@ -44,14 +44,17 @@ def astra_run_start(run):
 
 @hookimpl
 def astra_report_breakdown(run, report):
-    """Every rank's breakdown and the report's summary of it (:mod:`astra_analysis.breakdown`)."""
-    from astra_analysis.breakdown import breakdowns, summary
+    """Every rank's breakdown, the report's summary of it (:mod:`astra_analysis.breakdown`) and its table in ``astra
+    run``'s terminal summary."""
+    from astra_analysis.breakdown import breakdowns, summary, summary_table
     from astra_analysis.views import analysis_of
 
     per_rank = breakdowns(analysis_of(run))
     for rank, result in zip(report.ranks, per_rank):
         rank.breakdown = result
     report.breakdown = summary(per_rank, [r.finish_ns for r in report.ranks])
+    if report.breakdown:
+        report.summary_tables.append(summary_table(report))
     return True
 
 
