@@ -97,3 +97,61 @@ def test_energy_door_generates_for_the_options_gpu(monkeypatch):
     with pytest.raises(_Generated):
         cases.evaluate(case)
     assert seen[0].gpu == "B200" and _transposes(seen[0]) is False
+
+
+def test_cli_generate_and_run_on_a_replaced_gpu(tmp_path, capsys):
+    """``astra workload llm --platform hgx-h100 --gpu B200`` writes Blackwell's layout (no FP8 transposes), and
+    ``astra run --platform hgx-h100 --gpu B200`` warns about a step written for the platform's H100 (naming the GPU
+    that runs), not about the one written for the B200; with the platform's own GPU the other way round."""
+    from astra_sim.chakra import read_metadata
+    from astra_sim.cli import main
+    from astra_workload_compact import read_compact_workload
+
+    small = ["--layers", "1", "--hidden", "256", "--heads", "8", "--ffn-hidden", "512", "--vocab", "1000",
+             "--seq-len", "128", "--dp", "8", "--gemm-dtype", "fp8", "--platform", "hgx-h100"]
+    warned = {}
+    for name, extra in (("h100", []), ("b200", ["--gpu", "B200"])):
+        prefix = str(tmp_path / name)
+        assert main(["workload", "llm", *small, *extra, "-o", prefix]) == 0
+        assert read_metadata(read_compact_workload(prefix).traces[0])["te_fp8_transposes"] is (name == "h100")
+        for run_on in ([], ["--gpu", "B200"]):
+            capsys.readouterr()
+            assert main(["run", "--workload-configuration", prefix, "--platform", "hgx-h100", *run_on]) == 0
+            warned[name, bool(run_on)] = [line for line in capsys.readouterr().err.splitlines()
+                                          if "FP8 transposes" in line]
+    assert not warned["h100", False] and not warned["b200", True]
+    assert "--gpu B200 (instead of --platform hgx-h100's), is Blackwell" in warned["h100", True][0]
+    assert "generated without" in warned["b200", False][0]
+
+
+def test_cluster_and_serve_doors_generate_for_the_runs_gpu(tmp_path, monkeypatch):
+    workloads = pytest.importorskip("astra_cluster.workloads")
+    spec_mod = pytest.importorskip("astra_cluster.spec")
+    steptime = pytest.importorskip("astra_serving.steptime")
+    seen = _capture(monkeypatch)
+    job = spec_mod.JobSpec(name="j", gpus=8, steps=1, arrival_ns=0, workload_kind="llm",
+                           workload={"preset": "llama3-8b", "layers": 2, "gemm_dtype": "fp8", "dp": 8})
+    with pytest.raises(_Generated):
+        workloads.materialize(job, str(tmp_path), str(tmp_path), "hgx-h100", {"gpu": "B200"})
+    assert (seen[0].platform, seen[0].gpu) == ("hgx-h100", "B200") and _transposes(seen[0]) is False
+    layout = steptime.Layout(model={"preset": "llama3-8b", "layers": 2}, platform="hgx-h100", run={"gpu": "B200"})
+    assert (layout.llm_spec().platform, layout.llm_spec().gpu) == ("hgx-h100", "B200")
+    plain = steptime.Layout(model={"preset": "llama3-8b", "layers": 2}, platform="hgx-h100").llm_spec()
+    assert (plain.platform, plain.gpu) == ("hgx-h100", None)
+
+
+def test_sweep_door_generates_for_the_runs_gpu(tmp_path):
+    commands = pytest.importorskip("astra_sweep.commands")
+    from astra_sweep.spec import load_spec
+    from astra_sweep.sweep import Plan
+
+    path = tmp_path / "s.yaml"
+    path.write_text("workload:\n  llm: {preset: llama3-8b, layers: 2, gemm-dtype: fp8, dp: 8}\n"
+                    "run: {platform: hgx-h100}\naxes:\n  grid: {run.gpu: [H100-SXM5-80GB, B200]}\n")
+    parsers = commands.command_parsers()["parsers"]
+    spec = load_spec(str(path), parsers)
+    plan = Plan(spec, parsers)
+    gpus = {point.run["gpu"]: plan.refs[point.id].options for point in spec.points}
+    assert gpus["B200"]["gpu"] == "B200" and "gpu" not in gpus["H100-SXM5-80GB"]
+    assert _transposes(LlmSpec.from_mapping(gpus["B200"])) is False
+    assert _transposes(LlmSpec.from_mapping(gpus["H100-SXM5-80GB"])) is True

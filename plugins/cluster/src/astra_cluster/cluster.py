@@ -49,7 +49,7 @@ def _run(spec, pm, folder):
     for job in spec.jobs:  # jobs with the same workload share its traces (and its simulated steps)
         key = workload_key(job)
         if key not in by_key:
-            by_key[key] = materialize(job, folder, spec.base_dir, spec.platform)
+            by_key[key] = materialize(job, folder, spec.base_dir, spec.platform, spec.run)
         workloads[job.name] = by_key[key]
     steps = StepTimes(machine, workloads, folder)
     out = {"units": {"time": "ns", "size": "bytes"}, "spec": spec.path, "cluster": {

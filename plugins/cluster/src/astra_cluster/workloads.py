@@ -32,10 +32,11 @@ class JobWorkload:
         self.summary = summary
 
 
-def materialize(job, folder, base_dir, platform=None) -> JobWorkload:
+def materialize(job, folder, base_dir, platform=None, run=None) -> JobWorkload:
     """Write (generators) or find (Chakra) ``job``'s workload; ``folder``: where generated traces go;
     ``base_dir``: what relative Chakra prefixes are relative to; ``platform``: the cluster's registered platform,
-    which an LLM job is generated for (its GPU's kernels) unless the job names one."""
+    which an LLM job is generated for (its GPU's kernels, or those of the GPU a ``gpu`` in the cluster's ``run``
+    options puts in its place) unless the job names one."""
     from astra_sim.spec import workload_ranks
 
     kind, value = job.workload_kind, job.workload
@@ -44,7 +45,8 @@ def materialize(job, folder, base_dir, platform=None) -> JobWorkload:
     if kind == "llm":
         from astra_workload_generators.llm import LlmSpec, generate_llm_workload
 
-        summary = generate_llm_workload(LlmSpec.from_mapping(value, where=where).for_platform(platform), prefix)
+        spec = LlmSpec.from_mapping(value, where=where).for_platform(platform, run)
+        summary = generate_llm_workload(spec, prefix)
         workload = JobWorkload(prefix, summary["npus"], _groups_of(prefix, None), summary)
     elif kind == "micro":
         from astra_workload_generators import generate_micro

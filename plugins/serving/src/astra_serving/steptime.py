@@ -128,14 +128,16 @@ class Layout:
 
     def llm_spec(self, **shape):
         """The :class:`~astra_workload_generators.llm.spec.LlmSpec` of one step of this layout: the model on
-        the replica's TP/PP/DP/EP, the last token's logits, and ``shape`` (mode, batch size, lengths)."""
+        the replica's TP/PP/DP/EP, the last token's logits, and ``shape`` (mode, batch size, lengths); generated for
+        the layout's platform and the GPU its run options compute on (``LlmSpec.for_platform``: a ``gpu`` option
+        replaces the platform's), as every door generates a step for the machine that runs it."""
         base = self.__dict__.get("_llm")
         if base is None:
             from astra_workload_generators.llm.spec import LlmSpec
 
             base = self.__dict__["_llm"] = LlmSpec.from_mapping(
                 {**self.model, "tp": self.tp, "pp": self.pp, "dp": self.dp, "ep": self.ep, "logits": "last"},
-                where="astra serve: the model")
+                where="astra serve: the model").for_platform(self.platform, self.run)
         return base.replace(**shape) if shape else base
 
     def run_spec(self, workload, graph=False):

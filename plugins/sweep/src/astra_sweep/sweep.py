@@ -55,6 +55,13 @@ class Plan:
                 # generated for the machine it runs on (its GPU's kernels: Transformer Engine's FP8 transposes),
                 # as `astra validate` generates a case for its platform
                 options["platform"] = point.run["platform"]
+                from astra_workload_generators.llm.fp8 import run_gpu
+
+                # and for the GPU the run computes on, where its --gpu (a name or path) replaces the platform's
+                gpu = point.run.get("gpu")
+                gpu = run_gpu(point.run["platform"], {"gpu": gpu}) if isinstance(gpu, str) else None
+                if gpu is not None:
+                    options["gpu"] = gpu
             if point.workload_kind == "serve":
                 from .point import serve_spec
 

@@ -24,7 +24,8 @@ def astra_run_start(run):
         if isinstance(attrs.get("te_fp8_transposes"), bool):
             from .llm.fp8 import fp8_layout_mismatch
 
-            message = fp8_layout_mismatch(attrs["te_fp8_transposes"], platform)
+            # against the GPU that runs: the run's resolved gpu option (an explicit --gpu replaces the platform's)
+            message = fp8_layout_mismatch(attrs["te_fp8_transposes"], platform, run.options.get("gpu"))
             if message:
                 run.warn(message)
 
