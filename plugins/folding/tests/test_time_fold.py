@@ -38,14 +38,22 @@ def schedule(stages, micro_batches, chunks, p):
 
 
 def write_pipeline(folder, stages, micro_batches, chunks=1, layers=2, forward_us=10, backward_us=20,
-                   size=1 << 20, preposted=True, last_us=None, overlap=False):
+                   size=1 << 20, preposted=True, last_us=None, overlap=False, tp=1, tp_bytes=None, splits=1,
+                   policy="LIFO", tp_overlap=False):
     """One trace per stage: per (forward or backward, chunk, micro-batch) a receive from the previous (next)
     virtual stage, ``layers`` kernels and a send on; virtual stage ``chunk * stages + p``. Receives have no
     parents (posted at the start, as the LLM generator writes them) unless ``preposted`` is False (then each
     waits for the node before it). ``last_us``: the last stage's kernels take that long instead. ``overlap``: the
-    next pass waits for the last kernel, not for the send (which then runs beside its kernels)."""
+    next pass waits for the last kernel, not for the send (which then runs beside its kernels).
+
+    ``tp``: ranks per stage (rank ``p * tp + t``, its peers ``t`` of the next and previous stages), each stage a
+    communicator group (``{prefix}.groups.json``, group ``p + 1``); ``tp_bytes``: after every kernel an all-reduce
+    of that many bytes on the stage's group, priced by NCCL's model (the system config's ``nccl``, ``splits``
+    chunks per collective, ``policy`` the scheduling policy, per-communicator streams), the next kernel after it
+    (``tp_overlap``: beside it, the pass's send after them all)."""
     virtual = stages * chunks
-    for p in range(stages):
+    for rank in range(stages * tp):
+        p, t = divmod(rank, tp)
         nodes = []
         last = None
 
@@ -64,28 +72,44 @@ def write_pipeline(folder, stages, micro_batches, chunks=1, layers=2, forward_us
             has_out = v < virtual - 1 if forward else v > 0
             deps = [] if last is None else [last]
             if has_in:
-                peer = (p - 1) % stages if forward else (p + 1) % stages
+                peer = ((p - 1) % stages if forward else (p + 1) % stages) * tp + t
                 tag = 2 * (mb * virtual + edge_in) + (0 if forward else 1)
                 recv = add(f"recv.{kind}{mb}", T.COMM_RECV_NODE, [] if preposted else list(deps),
-                           attrs={"comm_src": peer, "comm_dst": p, "comm_size": size, "comm_tag": tag})
+                           attrs={"comm_src": peer, "comm_dst": rank, "comm_size": size, "comm_tag": tag})
                 deps = deps + [recv]
             us = (forward_us if forward else backward_us) if last_us is None or p < stages - 1 else last_us
+            side = []
             for layer in range(layers):
                 add("k", T.COMP_NODE, deps, duration_micros=us)
                 deps = [last]
+                if tp_bytes:
+                    add("ar", T.COMM_COLL_NODE, deps,
+                        attrs={"comm_type": T.ALL_REDUCE, "comm_size": tp_bytes, "pg_name": str(p + 1)})
+                    if tp_overlap:
+                        side.append(last)
+                    else:
+                        deps = [last]
+            deps = deps + side
             if has_out:
-                peer = (p + 1) % stages if forward else (p - 1) % stages
+                peer = ((p + 1) % stages if forward else (p - 1) % stages) * tp + t
                 edge = v if forward else v - 1
                 tag = 2 * (mb * virtual + edge) + (0 if forward else 1)
                 kernel = last
                 add(f"send.{kind}{mb}", T.COMM_SEND_NODE, deps,
-                    attrs={"comm_src": p, "comm_dst": peer, "comm_size": size, "comm_tag": tag})
+                    attrs={"comm_src": rank, "comm_dst": peer, "comm_size": size, "comm_tag": tag})
                 if overlap:
                     last = kernel
-        write_et(f"{folder}/t.{p}.et", make_metadata(), nodes)
-    (folder / "net.yml").write_text(f"topology: [ Ring ]\nnpus_count: [ {stages} ]\nbandwidth: [ 50 ]\n"
+        write_et(f"{folder}/t.{rank}.et", make_metadata(), nodes)
+    (folder / "net.yml").write_text(f"topology: [ Ring ]\nnpus_count: [ {stages * tp} ]\nbandwidth: [ 50 ]\n"
                                     "latency: [ 500 ]\n")
-    (folder / "sys.json").write_text(json.dumps({"all-reduce-implementation": ["ring"], "local-mem-bw": 50}))
+    system = {"all-reduce-implementation": ["ring"], "local-mem-bw": 50}
+    if tp_bytes:
+        system.update({"all-reduce-implementation": ["nccl"], "preferred-dataset-splits": splits,
+                       "comm-streams": "per-communicator", "scheduling-policy": policy})
+    (folder / "sys.json").write_text(json.dumps(system))
+    if tp > 1:
+        groups = {str(p + 1): list(range(p * tp, (p + 1) * tp)) for p in range(stages)}
+        (folder / "t.groups.json").write_text(json.dumps(groups))
     return str(folder / "t"), str(folder / "sys.json"), str(folder / "net.yml")
 
 
@@ -185,19 +209,25 @@ def test_a_compute_model_not_known_to_be_stateless_is_not_folded(tmp_path):
        forward_us=st.integers(1, 30), backward_us=st.integers(1, 40), last_us=st.none() | st.integers(1, 50),
        preposted=st.booleans(), size=st.sampled_from([1024, 1 << 20, 3 * (1 << 20) + 7]),
        launch_us=st.sampled_from([None, None, 1, 4]), overlap=st.booleans(),
-       model=st.sampled_from(["replay", "replay", "gpu", "gpu-contention"]))
+       model=st.sampled_from(["replay", "replay", "gpu", "gpu-contention"]),
+       tp_bytes=st.sampled_from([None, None, 1 << 20, 48 << 20]), splits=st.integers(1, 3), tp_overlap=st.booleans())
 def test_random_pipelines_give_the_same_numbers_folded_in_time_or_not(stages, groups, chunks, layers, forward_us,
                                                                        backward_us, last_us, preposted, size,
-                                                                       launch_us, overlap, model):
-    """``model``: kernels replayed, or ATen GEMMs timed by the gpu model (with its measured contention)."""
+                                                                       launch_us, overlap, model, tp_bytes, splits,
+                                                                       tp_overlap):
+    """``model``: kernels replayed, or ATen GEMMs timed by the gpu model (with its measured contention);
+    ``tp_bytes``: TP 2 with an all-reduce after every kernel (NCCL's model), before the next one or beside it."""
+    tp = 2 if tp_bytes else 1
     options = {} if launch_us is None else {"host_launch_us": launch_us}
     if model != "replay":
         options.update(compute_model="gpu", gpu_contention=model == "gpu-contention", gpu_contention_model="measured")
     with tempfile.TemporaryDirectory() as folder:
         args = write_pipeline(pathlib.Path(folder), stages, stages * groups, chunks, layers, forward_us, backward_us,
-                              size, preposted, last_us, overlap)
+                              size, preposted, last_us, overlap, tp, tp_bytes, splits, tp_overlap=tp_overlap)
         if model != "replay":
-            _as_aten_ops(args[0], stages)
+            _as_aten_ops(args[0], stages * tp)
+        if tp > 1:
+            options["comm_groups"] = args[0] + ".groups.json"
         check_exact(args, **options)
 
 
@@ -399,3 +429,76 @@ def test_gpt3_layers_on_a_platform_fold_in_time_to_the_ns(tmp_path, layers, chun
     info = check_exact((), workload=prefix, platform="hgx-h100", nodes=1, comm_groups=prefix + ".groups.json",
                        allow_oom=True)
     assert info["folded"] is True, info
+
+
+@pytest.mark.parametrize("stages,micro_batches,chunks,splits,policy", [
+    (4, 16, 1, 1, "LIFO"), (4, 32, 2, 1, "LIFO"), (4, 24, 1, 4, "FIFO"), (2, 16, 3, 2, "EXPLICIT")])
+def test_tensor_parallel_collectives_in_the_steady_state_fold_in_time_to_the_ns(tmp_path, stages, micro_batches, chunks,
+                                                                               splits, policy):
+    """TP 2: after every kernel an all-reduce on the stage's two ranks, timed by NCCL's model (1F1B and interleaved;
+    one or several chunks per collective; the three scheduling policies). Their stream counters move on every
+    period; the state is compared without them and the jump moves them on."""
+    args = write_pipeline(tmp_path, stages, micro_batches, chunks, tp=2, tp_bytes=8 << 20, splits=splits,
+                          policy=policy)
+    info = check_exact(args, comm_groups=args[0] + ".groups.json")
+    assert info["folded"] is True, info
+
+
+@pytest.mark.parametrize("chunks,micro_batches,layers", [(1, 32, 3), (2, 64, 2)])
+def test_tensor_parallel_collectives_beside_kernels_fold_in_time_with_the_measured_contention(tmp_path, chunks,
+                                                                                             micro_batches, layers):
+    """The all-reduces run beside the next kernels (the gpu model's measured contention: a collective that starts
+    beside a kernel is slowed until it ends, which reads the kernels running then; a kernel beside a collective
+    whose end is known, read from its dataset). Every number is the unfolded run's."""
+    args = write_pipeline(tmp_path, 4, micro_batches, chunks, layers=layers, tp=2, tp_bytes=64 << 20, tp_overlap=True)
+    _as_aten_ops(args[0], 8)
+    options = dict(comm_groups=args[0] + ".groups.json", compute_model="gpu", gpu_contention=True,
+                   gpu_contention_model="measured")
+    info = check_exact(args, **options)
+    assert info["folded"] is True, info
+    report = simulate(*args, **options)
+    assert any(r["contended_compute_ns"] for r in report.stats["gpu_utilization"].values())  # it did contend
+
+
+@pytest.mark.parametrize("tp_bytes", [1 << 10, 64 << 20])
+def test_collectives_of_packets_fold_in_time_only_where_none_runs_at_the_compared_points(tmp_path, tp_bytes):
+    """The native ring sends packets whose handlers are its own: a state where one runs is not compared (the
+    report says so). Where none runs at the compared points (small ones) the state compares without them, and the
+    counters that number their packets move on with the jump: the same numbers either way."""
+    args = write_pipeline(tmp_path, 4, 16, tp=2, tp_bytes=tp_bytes, overlap=True)
+    pathlib.Path(args[1]).write_text(json.dumps({"all-reduce-implementation": ["ring"], "local-mem-bw": 50,
+                                                 "preferred-dataset-splits": 2}))
+    info = check_exact(args, comm_groups=args[0] + ".groups.json")
+    assert info["folded"] is True or info["reason"], info
+
+
+class _NoRankFold:
+    """The fold planner that never folds ranks (the cost rule at its most expensive): every rank is simulated."""
+
+    @staticmethod
+    @hookimpl
+    def astra_fold_planner(setup, catalogue, requested, refused):
+        from astra_folding.plan import FoldPlanner
+
+        return FoldPlanner(setup, catalogue, requested, refused, event_cost=float("inf"))
+
+
+MLPERF_OVERLAP = pathlib.Path(__file__).parents[2] / "validation/src/astra_validation/cases/mlperf_v31_gpt3_tp_overlap.yaml"
+
+
+@pytest.mark.parametrize("layers,micro_batches", [(16, 32), pytest.param(None, 32, marks=pytest.mark.slow)])
+def test_the_mlperf_gpt3_layout_at_small_scale_folds_in_time_to_the_ns(tmp_path, layers, micro_batches):
+    """The validation case mlperf-v3.1-gpt3-512's flags (sequence parallelism, TP communication overlap in
+    userbuffers exchanges, ZeRO-1 with overlapped parameter all-gather, FP8, the amax all-reduces, the case's SM
+    budgets) at TP 2, PP 4, VP 2, DP 2 on hgx-h100 (2 nodes), every rank simulated: tensor-parallel exchanges,
+    pipeline transfers and collectives in the steady state."""
+    prefix = str(tmp_path / "g")
+    assert main(["workload", "llm", "--preset", "gpt3-175b", *(["--layers", str(layers)] if layers else []),
+                 "--tp", "2", "--pp", "4", "--virtual-stages", "2", "--micro-batch-size", "1", "--sequence-parallel",
+                 "--zero", "1", "--overlap-param-gather", "--tp-comm-overlap", "--gemm-dtype", "fp8", "--no-dropout",
+                 "--dtype", "bf16", "--dp", "2", "--micro-batches", str(micro_batches), "--comm-sms",
+                 "tp=8,dp=8,pp=2,amax=1", "--tp-overlap-config", str(MLPERF_OVERLAP), "-o", prefix]) == 0
+    info = check_exact((), workload=prefix, platform="hgx-h100", nodes=2, comm_groups=prefix + ".groups.json",
+                       allow_oom=True, extra_plugins=(_NoRankFold,))
+    assert info["folded"] is True, info
+    assert info["skipped_events"] > 0
