@@ -65,7 +65,9 @@ class Report:
     #: takes them, and lines at its end
     summary_tables: list = field(default_factory=list)
     summary_lines: list = field(default_factory=list)
-    #: lines a plugin adds right after the summary's step time (the workload generator's LLM throughput)
+    #: what plugins add to the summary's step time: notes in parentheses after it (validation's 90 % interval) and
+    #: lines right after it (the workload generator's LLM throughput)
+    step_notes: list = field(default_factory=list)
     step_lines: list = field(default_factory=list)
 
     # (a partial report's ranks still running have None; the summary counts the finished ones)

@@ -3,9 +3,9 @@
 * the ranks, with ranks whose numbers are identical collapsed into one row (``0-127 x128``);
 * the tables plugins add (``report.summary_tables``: where the slowest rank's time went, the analysis plugin's
   breakdown; with ``--critical-path``, what the critical path is made of and its biggest items);
-* the step time and the lines plugins add after it (``report.step_lines``: an LLM step's throughput), the run's
-  speed and whether symmetric ranks were folded, then the output formats' lines (``report.summary_lines``: the
-  timeline's files).
+* the step time (with the notes plugins add, ``report.step_notes``: validation's 90 % interval) and the lines
+  plugins add after it (``report.step_lines``: an LLM step's throughput), the run's speed and whether symmetric
+  ranks were folded, then the output formats' lines (``report.summary_lines``: the timeline's files).
 
 Times are printed with :func:`astra_sim.humanize.format_ns` (3-4 significant digits).
 """
@@ -55,11 +55,8 @@ def print_summary(report, max_rows, stderr=False):
         print_table(title, table_columns, table_rows, stderr=stderr, out=console)
     stats = report.stats
     slowest = max(ranks, key=lambda r: r.finish_ns) if ranks else None
-    interval = stats.get("step_interval_90_ns")  # set by the validation plugin: empirical, from its residuals
     console.print(
-        f"step time {format_ns(report.max_finish_ns)}"
-        + (f" (90 %: {format_ns(interval[0])}-{format_ns(interval[1])}, empirical over "
-           f"{stats.get('step_interval_90_cases')} validated steps)" if interval else "")
+        f"step time {format_ns(report.max_finish_ns)}" + "".join(f" ({note})" for note in report.step_notes)
         + (f" (rank {slowest.rank})" if slowest is not None and len(ranks) > 1 else "")
         + f", fastest rank {format_ns(report.min_finish_ns)}, max exposed communication "
         f"{format_ns(report.max_exposed_comm_ns)} | {stats.get('events', 0):,} events in "
