@@ -9,6 +9,9 @@ communicators use a "local" ring over the group's members.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+
+from astra_sim.system.collectives import mypyc_attr
 
 CLOCKWISE = 0
 ANTICLOCKWISE = 1
@@ -33,6 +36,7 @@ def differing_dims(npus, npus_per_dim):
     return sorted({dim for npu in npus[1:] for dim, c in enumerate(coordinates(npu, npus_per_dim)) if c != first[dim]})
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled (tools/compile_core.py); TreeRingTopology subclasses it
 class RingTopology:
     """A ring of NPUs: either ``base + k*offset`` (native) or an explicit member list."""
 
@@ -57,21 +61,17 @@ class RingTopology:
         return cls(rank, [base + k * offset for k in range(nodes_in_ring)])
 
     @property
-    def members(self):
+    def members(self) -> Sequence[int]:
         """The ring's NPUs in ring order (do not modify)."""
         return self._members
 
     def get_receiver(self, node, direction):
-        i = self._index_of[node]
-        n = self.nodes_in_ring
-        i = i + 1 if direction == CLOCKWISE else i - 1
-        return self._members[i % n]
+        i = self._index_of[node] + (1 if direction == CLOCKWISE else -1)
+        return self._members[i % self.nodes_in_ring]
 
     def get_sender(self, node, direction):
-        i = self._index_of[node]
-        n = self.nodes_in_ring
-        i = i - 1 if direction == CLOCKWISE else i + 1
-        return self._members[i % n]
+        i = self._index_of[node] + (-1 if direction == CLOCKWISE else 1)
+        return self._members[i % self.nodes_in_ring]
 
     def num_nodes(self):
         return self.nodes_in_ring
