@@ -14,12 +14,14 @@ simulated), the whole state is written canonically, with every time relative to 
 rank ``r`` relative to the number of nodes ``f_r`` it has finished:
 
 * the engine's pending events (time, then ``(fn, arg)`` in order): a system layer's batch of its tick, a node's
-  completion or launch, a message's arrival; anything else (a collective's step, a backend's event) cannot be
-  compared and no jump is made there;
-* per rank its system layer (the batches waiting for their ticks, the stream counters and queue allocators; no
-  collective may be running) and its workload (ready nodes in heap order, busy slots, running nodes with their
-  start times, the nodes with some but not all parents finished and their counts, the host's clock relative
-  to now, or that the host is behind, see below);
+  completion or launch, a message's arrival, the end of a timed collective phase; anything else (a packet of a
+  native collective, a backend's event) cannot be compared and no jump is made there;
+* per rank its system layer (the batches waiting for their ticks, the queue allocators, and its collectives:
+  every stream in its queues with its phases and dataset, written relative by
+  :mod:`astra_folding.time_collectives`, whose docstring says why its stream counters need not be compared) and
+  its workload (ready nodes in heap order, busy slots, running nodes with their start times, the nodes with some
+  but not all parents finished and their counts, the host's clock relative to now, or that the host is behind,
+  see below);
 * the matcher's waiting messages (ends, size, which node sent or will receive them, arrived or not), the tag
   taken relative to that node's ``comm_tag``;
 * but not the receives without parents still waiting for their message (a trace may post them all at the
@@ -29,18 +31,22 @@ rank ``r`` relative to the number of nodes ``f_r`` it has finished:
   their own.
 
 *Why that suffices.* Two anchor states A (at ``t_A``) and B (at ``t_B``) that are equal so written differ by
-``σ``: node ``n`` of rank ``r`` -> ``n + D_r`` (``D_r = f_r(B) - f_r(A)``), time + ``P``, message tags + ``T``.
+``σ``: node ``n`` of rank ``r`` -> ``n + D_r`` (``D_r = f_r(B) - f_r(A)``), time + ``P``, the tags of the
+messages of channel ``c`` (sender, receiver, size) + ``T_c``. Messages match only within a channel (the key
+holds it), so moving each channel's tags by its own step is a bijection of the keys that keeps every match: a
+pipeline's transfers (numbered by micro-batch) and tensor-parallel exchanges (numbered by a running count) may
+step differently.
 The run is deterministic, and what it does from a state depends on that state and on the trace nodes it
 touches (type, attributes, duration, children, number of parents). So if every node the run touched from A
 to B (those it finished, their children, and those in A's state) equals its image under ``σ^j`` for
 ``j = 1..k`` (same type, duration, attributes, children and parents moved by ``j D_r``, ``comm_tag`` +
-``j T``), the run from B repeats the run from A ``k`` times, moved by ``σ``: the state after them is
+``j T_c``), the run from B repeats the run from A ``k`` times, moved by ``σ``: the state after them is
 ``σ^k(B)`` at ``t_B + k P``. Ranks are not relabelled, so delays between the same ranks stay the same.
 Only what the simulation never reads is left out: node names and ``label`` attributes (outputs read them, and
 see the real nodes; ``replay`` and ``roofline`` time a node from its duration or its ``num_ops`` and
 ``tensor_size``), accumulators (compute, communication and CPU time, messages, bytes, events, node counts),
-which move on by ``k`` times their change over the period, and the order of the matcher's keys (read only to
-list unmatched messages at the end).
+which move on by ``k`` times their change over the period (so do the system layer's stream counters), and the
+order of the matcher's keys (read only to list unmatched messages at the end).
 
 *The gpu compute model* (``--compute-model gpu``) times a kernel at its issue
 from the node: its attributes and ``inputs_values`` (compared), its name when it is an ATen op's (the op it
@@ -79,9 +85,9 @@ engine's events carry digests of their absolute scheduling histories, which its 
 them on is not shown to keep the check's answers), a network backend with its own state (congestion queues,
 flows, packets), rendezvous messages, a compute model not known to be a function of the node (any but
 ``replay``, ``roofline`` and ``gpu``; ``gpu`` with per-transfer float HBM shares), the reference log (it
-records every issue), an anchor rank whose sends and receives do not repeat over the middle third of its
-trace (no steady state: nothing is looked at), or a state that never repeated (collectives running through
-the steady state advance stream counters, so it never does: the MLPerf layouts' TP collectives).
+records every issue) or another observer of collective plans, an anchor rank whose sends and receives do not
+repeat over the middle third of its trace (no steady state: nothing is looked at), or a state that never
+repeated or could not be compared where it did (a native collective's packets in flight at every anchor).
 """
 
 from __future__ import annotations
@@ -154,6 +160,8 @@ def refusal(sim):
                 "without per-node records")
     if any(w is not None and w.issue_log is not None for w in sim.workloads):
         return "the reference log records every issued node"
+    if sim.ranks.shared.plan_observers:
+        return "an observer of collective plans sees every collective, which a jump does not plan again"
     return None
 
 
