@@ -271,9 +271,12 @@ class _AlwaysFold:
         return FoldPlanner(setup, catalogue, requested, refused, event_cost=0)
 
 
-def test_a_run_folded_by_symmetry_is_not_folded_in_time_and_says_why(tmp_path):
-    """Two identical pipelines side by side (ranks 0-3 and 4-7): a symmetry; the folded engine is not compared."""
-    first = write_pipeline(tmp_path, 4, 16)
+@pytest.mark.parametrize("chunks", [1, 2])
+def test_a_run_folded_by_symmetry_folds_in_time_too_to_the_ns(tmp_path, chunks):
+    """Two identical pipelines side by side (ranks 0-3 and 4-7): a symmetry, 4 ranks simulated. The folded engine's
+    histories are reset at the compared points (astra_folding.time_ties): the report is the one without the time
+    fold, and the unfolded run's."""
+    first = write_pipeline(tmp_path, 4, 32, chunks)
     for rank in range(4):  # the second pipeline: the same traces, peers moved by 4
         trace = read_et(f"{first[0]}.{rank}.et")
         nodes = trace[1] if isinstance(trace, tuple) else trace.nodes
@@ -287,7 +290,10 @@ def test_a_run_folded_by_symmetry_is_not_folded_in_time_and_says_why(tmp_path):
     (tmp_path / "sys.json").write_text(json.dumps({"all-reduce-implementation": ["ring", "ring"], "local-mem-bw": 50}))
     report = simulate(*first, time_fold=True, extra_plugins=(_AlwaysFold,))
     assert report.stats["simulated_ranks"] == 4
-    assert "ranks are folded by symmetry" in report.settings["fold"]["time"]["reason"]
+    assert report.settings["fold"]["time"]["folded"] is True, report.settings["fold"]
+    plain = simulate(*first, extra_plugins=(_AlwaysFold,))
+    assert plain.stats["simulated_ranks"] == 4
+    assert report_json(report) == report_json(plain)
     assert numbers(report) == numbers(simulate(*first, fold=False))
 
 

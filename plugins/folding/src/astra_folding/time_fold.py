@@ -101,6 +101,7 @@ from astra_sim.compute import ReplayModel, RooflineModel
 from astra_sim.system.frontend import Message
 
 from astra_folding.time_collectives import CollectiveCanon, Incomparable, counters
+from astra_folding.time_ties import RESET_TIMES
 from astra_folding.time_jump import (
     ARRIVED, CALL_EVENTS, LAUNCH, NODE_DONE, TIMED_OUT, JumpMixin, channel, interval_marks, kernel_method, wrap_tag,
 )
@@ -141,9 +142,6 @@ def _gpu_name_key(node):
 
 def refusal(sim):
     """Why the run must not fold in time (a sentence), or None."""
-    if sim.symmetry is not None:
-        return ("ranks are folded by symmetry: the folded engine's tie histories are not compared, so time "
-                "folding runs only where every rank is simulated")
     if delay_function(sim.network) is None:
         return (f"the {sim.network_backend_name} network backend keeps its own state (queues, flows or packets), "
                 "which is not compared")
@@ -200,6 +198,8 @@ class TimeFolder(JumpMixin):
         self.parents = self.root_recvs = None  # see _trace_facts
         self.scanned = 0  # how much of the log _scan_log has seen
         self.host_waits = {}  # rank -> whether a node of its trace makes its host wait (see _host_behind)
+        self.symmetry = sim.symmetry  # ranks folded by symmetry: see _histories
+        self.width = 2 if self.engine.fold is None else 3  # an engine event: fn, arg (and its history)
 
     # ------------------------------------------------------------ the event loop
     def run(self):
@@ -222,10 +222,16 @@ class TimeFolder(JumpMixin):
                 engine.now = time_ns
                 bucket = buckets[time_ns]
                 i = 0
-                while i < len(bucket):
-                    bucket[i](bucket[i + 1])
-                    i += 2
-                count += i >> 1
+                if self.width == 2:
+                    while i < len(bucket):
+                        bucket[i](bucket[i + 1])
+                        i += 2
+                else:  # a folded engine's events carry their histories (FoldedEvents.run)
+                    while i < len(bucket):
+                        engine.current = bucket[i + 2]
+                        bucket[i](bucket[i + 1])
+                        i += 3
+                count += i // self.width
                 del buckets[time_ns]
                 if engine._end_of_ns:
                     count += engine._run_end_of_ns()
@@ -333,7 +339,8 @@ class TimeFolder(JumpMixin):
         self._refs = {w.rank: set() for w in self.workloads}
         self._tags = []  # (channel, comm_tag) of every node with a tag named, in the order named
         self._seen = {}
-        events = tuple((t - now, self._events(engine.buckets[t])) for t in sorted(engine.buckets))
+        histories = self._histories() if self.width == 3 else None
+        events = tuple((t - now, self._events(engine.buckets[t], self.width)) for t in sorted(engine.buckets))
         ranks = tuple(self._rank(w) for w in self.workloads)
         waiting = []
         for (_tag, src, dst, size), head in self.matcher._waiting.items():
@@ -343,7 +350,7 @@ class TimeFolder(JumpMixin):
         waiting.sort(key=repr)
         self.work += (len(self._tags) + len(self.matcher._waiting) + sum(len(r) for r in self._refs.values())
                       + sum(len(w.node_start_ns) for w in self.workloads))
-        return (events, ranks, tuple(waiting)), self._refs, self._tags
+        return (events, histories, ranks, tuple(waiting)), self._refs, self._tags
 
     def _host_behind(self, w):
         """Whether the host that launches the rank's kernels (``host_launch_us``) can no longer delay one: it would
@@ -374,14 +381,30 @@ class TimeFolder(JumpMixin):
                     out[key[2]][m.recv_arg] = key
         return out
 
-    def _events(self, flat):
-        return tuple(self._event(flat[i], flat[i + 1]) for i in range(0, len(flat), 2))
+    def _events(self, flat, width=2):
+        return tuple(self._event(flat[i], flat[i + 1]) for i in range(0, len(flat), width))
+
+    def _histories(self):
+        """A folded run's pending events' histories (:class:`~astra_folding.engine.EventHistory`), written for
+        the state: per event in the engine's order its root, relabelling, taint and which taint cell it shares
+        (by first appearance). Their ``times`` (a digest of the absolute times of their ancestors' scheduling) are
+        first reset to one value: see :mod:`astra_folding.time_ties` for why that keeps the run exact."""
+        cells = {}
+        out = []
+        for t in sorted(self.engine.buckets):
+            bucket = self.engine.buckets[t]
+            for i in range(2, len(bucket), 3):
+                history = bucket[i]
+                history.times = RESET_TIMES
+                cell = cells.setdefault(id(history.taint), len(cells))
+                out.append((history.root, history.rel, history.taint[0], cell))
+        return tuple(out)
 
     def _node(self, rank, node_id):
         node = self.by_rank[rank].nodes[node_id]
         tag = node.attrs.get("comm_tag")
         if tag is not None:
-            self._tags.append((channel(rank, node), tag))
+            self._tags.append((channel(rank, node, self.symmetry), tag))
         rel = node_id - self._f[rank]
         self._refs[rank].add(rel)
         return rel
@@ -409,17 +432,18 @@ class TimeFolder(JumpMixin):
         tag, src, dst, size = m.key
         ends = []
         tag_rel = None
-        for fn, arg, rank in ((m.send_fn, m.send_arg, src), (m.recv_fn, m.recv_arg, dst)):
+        for fn, arg in ((m.send_fn, m.send_arg), (m.recv_fn, m.recv_arg)):
             if fn is None:
                 ends.append(None)
                 continue
             if kernel_method(fn) is not NODE_DONE:
                 raise Incomparable(f"a message completes {getattr(fn, '__qualname__', repr(fn))}")
-            ends.append(self._node(rank, arg))
+            rank = fn.__self__.rank  # (a folded run keys a message by its receiver's representative's view)
+            ends.append((rank, self._node(rank, arg)))
             tag_rel = tag - fn.__self__.nodes[arg].attrs.get("comm_tag", 0)
         if tag_rel is None:
             raise Incomparable("a message names no node")
-        return (src, dst, size, tag_rel, m.posted, m.arrived, tuple(ends))
+        return (src, dst, size, tag_rel, m.posted, m.arrived, tuple(ends), m.route)
 
     def _rank(self, w):
         rank, now = w.rank, self._now
@@ -523,7 +547,7 @@ class TimeFolder(JumpMixin):
                 tag = node.attrs.get("comm_tag") if node is not None else None
                 image = nodes.get(node_id + shift[rank])
                 if tag is not None and image is not None and image.attrs.get("comm_tag") is not None:
-                    steps.setdefault(channel(rank, node), image.attrs["comm_tag"] - tag)
+                    steps.setdefault(channel(rank, node, self.symmetry), image.attrs["comm_tag"] - tag)
         return steps
 
     def _repeats(self, touched, shift):
@@ -559,7 +583,7 @@ class TimeFolder(JumpMixin):
                 read = itemgetter(*keys) if keys else None
                 wanted = read(attrs) if keys else None
                 tag = attrs.get("comm_tag")
-                tag_step = None if tag is None else tag_steps.get(channel(rank, a))
+                tag_step = None if tag is None else tag_steps.get(channel(rank, a, self.symmetry))
                 kids = children[node_id]
                 n_parents = parents.get(node_id, 0)
                 name = name_key and name_key(a)
@@ -618,7 +642,7 @@ class TimeFolder(JumpMixin):
             w = self.by_rank[rank]
             nodes, starts, left, waiting = w.nodes, w.node_start_ns, w.parents_left, None
             for node_id in ids:
-                key = _key(rank, nodes.get(node_id))
+                key = _key(rank, nodes.get(node_id), self.symmetry)
                 if key is None or starts.get(node_id, now) > now or left.get(node_id, 0) > 0:
                     continue  # not a send or receive, or waiting for its launch or its parents
                 if waiting is None:
@@ -695,15 +719,11 @@ def _moved_evenly(before, after):
     return True
 
 
-def _key(rank, node):
+def _key(rank, node, symmetry=None):
     """The matcher's key (tag, src, dst, size) a send or receive node of ``rank`` looks up, or None."""
     if node is None or node.type not in _P2P:
         return None
-    attrs = node.attrs
-    tag = wrap_tag(attrs.get("comm_tag", 0))
-    if node.type == T.COMM_SEND_NODE:
-        return tag, rank, attrs.get("comm_dst"), attrs.get("comm_size")
-    return tag, attrs.get("comm_src"), rank, attrs.get("comm_size")
+    return (wrap_tag(node.attrs.get("comm_tag", 0)),) + channel(rank, node, symmetry)
 
 
 def _parent_counts(children):

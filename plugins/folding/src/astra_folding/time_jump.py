@@ -19,13 +19,15 @@ from astra_sim.system.frontend import COLLECTIVE_TAG_BASE, NATIVE_TAG_BASE, Mess
 from astra_sim.system.sys import Sys
 from astra_sim.workload.workload import RankWorkload
 
+from astra_folding.matcher import FoldedSendRecvMatcher
 from astra_folding.time_collectives import move_contention, move_system
 
 #: the kernel's methods a compared state may hold as events, by (class, name): a method of a mypyc-compiled class
 #: (tools/compile_core.py) has no __func__ to compare
 NODE_DONE, LAUNCH, CALL_EVENTS, ARRIVED, TIMED_OUT = "done", "launch", "tick", "arrive", "timed out"
 KERNEL_METHODS = {(RankWorkload, "_node_done"): NODE_DONE, (RankWorkload, "_launch"): LAUNCH,
-                  (Sys, "_call_events"): CALL_EVENTS, (SendRecvMatcher, "_arrived"): ARRIVED}
+                  (Sys, "_call_events"): CALL_EVENTS, (Sys, "_call_events_folded"): CALL_EVENTS,
+                  (SendRecvMatcher, "_arrived"): ARRIVED, (FoldedSendRecvMatcher, "_arrived"): ARRIVED}
 
 
 def kernel_method(fn):
@@ -43,13 +45,19 @@ def wrap_tag(tag):
     return tag % (COLLECTIVE_TAG_BASE - NATIVE_TAG_BASE) + NATIVE_TAG_BASE
 
 
-def channel(rank, node):
+def channel(rank, node, symmetry=None):
     """The channel of a node of ``rank`` with a ``comm_tag``: (src, dst, size) of the messages a send or receive
     keys (its tag steps per period on its own, :meth:`~astra_folding.time_fold.TimeFolder._tag_steps`), None for
-    any other node (their tags, which nothing matches, step together)."""
+    any other node (their tags, which nothing matches, step together). Ranks folded by ``symmetry``: a send to a
+    rank not simulated is keyed as its receiver's representative sees it (``FoldedSendRecvMatcher.send``)."""
     if node.type == T.COMM_SEND_NODE:
         attrs = node.attrs
-        return rank, attrs.get("comm_dst"), attrs.get("comm_size")
+        dst = attrs.get("comm_dst")
+        if symmetry is not None and dst is not None:
+            offsets = symmetry.offsets(dst)
+            if any(offsets):
+                return symmetry.moved(rank, offsets, -1), symmetry.moved(dst, offsets, -1), attrs.get("comm_size")
+        return rank, dst, attrs.get("comm_size")
     if node.type == T.COMM_RECV_NODE:
         attrs = node.attrs
         return attrs.get("comm_src"), rank, attrs.get("comm_size")
@@ -80,7 +88,7 @@ class JumpMixin:
         self._moved = set()
         self._used = used
         engine = self.engine
-        buckets = {t + dt: self._move_events(flat, dt, dn, dtag) for t, flat in engine.buckets.items()}
+        buckets = {t + dt: self._move_events(flat, dt, dn, dtag, self.width) for t, flat in engine.buckets.items()}
         engine.buckets.clear()
         engine.buckets.update(buckets)
         engine.times[:] = list(buckets)
@@ -233,9 +241,9 @@ class JumpMixin:
                     column = getattr(intervals, name)
                     column.extend(column[a:b] * k)
 
-    def _move_events(self, flat, dt, dn, dtag):
+    def _move_events(self, flat, dt, dn, dtag, width=2):
         out = []
-        for i in range(0, len(flat), 2):
+        for i in range(0, len(flat), width):
             fn, arg = flat[i], flat[i + 1]
             func = kernel_method(fn)
             if func is NODE_DONE:
@@ -250,6 +258,8 @@ class JumpMixin:
             # TIMED_OUT (the only other kind a compared state holds): its stream and dataset move with the system
             out.append(fn)
             out.append(arg)
+            if width == 3:  # a folded run's history: its times were reset at B's look (astra_folding.time_ties)
+                out.append(flat[i + 2])
         return out
 
     def _move_message(self, m, dn, dtag):
@@ -261,7 +271,7 @@ class JumpMixin:
         if step is None:  # its node was touched, so its channel has a step: not reached
             raise FoldAbandoned(f"time folding found no tag step for the messages {src} -> {dst} of {size} bytes")
         m.key = (wrap_tag(tag + step), src, dst, size)
-        if m.send_fn is not None:
-            m.send_arg += dn[src]
+        if m.send_fn is not None:  # (a folded run keys a message by its receiver's representative's view)
+            m.send_arg += dn[m.send_fn.__self__.rank]
         if m.recv_fn is not None:
-            m.recv_arg += dn[dst]
+            m.recv_arg += dn[m.recv_fn.__self__.rank]
