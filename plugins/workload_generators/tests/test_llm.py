@@ -49,10 +49,10 @@ def _comp_ops(ranks):
     return sum(n.attrs["num_ops"] for nodes in ranks for n in nodes if n.type == T.COMP_NODE)
 
 
-def _spec_dims(spec, rotary=False):
+def _spec_dims(spec, rotary=False, rms_norm=False):
     L, h, heads, kv, ffn, vocab, s, gated = spec
     return model_dims(layers=L, hidden=h, heads=heads, kv_heads=kv, ffn_hidden=ffn, vocab=vocab, seq_len=s,
-                      gated=gated, rotary=rotary)
+                      gated=gated, rotary=rotary, rms_norm=rms_norm)
 
 
 @pytest.mark.parametrize("preset,spec,cfg", [
@@ -65,8 +65,10 @@ def test_flops_per_step(tmp_path, preset, spec, cfg):
     total = _comp_ops(_read_all(tmp_path / "t", cfg.npus))
     expected = _expected_flops(spec, cfg.dp * cfg.micro_batches * cfg.micro_batch_size)
     assert abs(total - expected) / expected < 0.01
-    # Presets match the published numbers (Llama's positions are rotary, GPT-3's learned)
-    assert _spec_dims(spec, rotary=preset.startswith("llama")) == model_dims(preset)
+    # Presets match the published numbers (Llama's positions are rotary and its norms RMSNorm, GPT-3's learned and
+    # LayerNorm)
+    llama = preset.startswith("llama")
+    assert _spec_dims(spec, rotary=llama, rms_norm=llama) == model_dims(preset)
 
 
 def test_gpt3_175b_parameters():
