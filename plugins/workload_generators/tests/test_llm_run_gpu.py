@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from astra_sim.errors import ConfigError
+from astra_sim.platforms import platforms
 
 from astra_workload_generators.llm import LlmSpec
 from astra_workload_generators.llm.fp8 import fp8_layout_mismatch, fp8_transpose_for, run_gpu
@@ -53,6 +54,9 @@ def test_layout_mismatch_names_the_gpu_that_runs():
     assert fp8_layout_mismatch(False, "hgx-h100", "B200") is None
     assert fp8_layout_mismatch(True, "hgx-h100", "H100-SXM5-80GB") is None  # the platform's own GPU
     assert "--platform hgx-b200's GPU is Blackwell" in fp8_layout_mismatch(True, "hgx-b200")  # (no --gpu: as before)
+    # a TPU slice: no GPU to replace (a run's gpu option is its default there), no FP8 layout to check
+    tpu = next(name for name, p in platforms().items() if getattr(p, "gpu", None) is None)
+    assert fp8_layout_mismatch(True, tpu, "H100-SXM5-80GB") is None
 
 
 class _Generated(Exception):

@@ -100,8 +100,9 @@ def fp8_layout_mismatch(transposes, platform, gpu=None):
     from astra_sim.platforms import get_platform
 
     name = getattr(platform, "name", platform)
-    if gpu is not None and gpu == getattr(get_platform(platform), "gpu", None):
-        gpu = None  # (the platform's own)
+    own = getattr(get_platform(platform), "gpu", None)
+    if own is None or gpu == own:
+        gpu = None  # the platform's own GPU, or a platform whose device a --gpu does not replace (a TPU slice)
     wanted = fp8_transpose_for(platform, gpu)
     if wanted is None or wanted == bool(transposes):
         return None
