@@ -1,6 +1,6 @@
 """Asynchronous output processing (engine.py's module doc, ``EngineConfig.async_output``): a step's tokens reach the
-client when the engine's next step ends; when nothing else runs, the finished sequences' extra decode step is run
-and delivers them. Hand-computed times, the lazy decoders against the plain loop, exact energy, and the option's
+client when the engine's next step ends (or starts, when it is a multi-step run's CUDA-graph step); when nothing else
+runs, the finished sequences' extra decode step is run and delivers them. Hand-computed times, the lazy decoders against the plain loop, exact energy, and the option's
 defaults by engine (``astra serve --async-output``)."""
 
 import dataclasses
@@ -125,3 +125,33 @@ def test_astra_serve_flag_end_to_end(tmp_path):
         assert report["deployment"]["engine"]["async_output"] is (flag == "--async-output")
         ttft[flag] = report["ttft_ns"]["p50"]
     assert ttft["--async-output"] > ttft["--no-async-output"]
+
+
+@pytest.mark.parametrize("graphs, expected", [
+    # a multi-step run launched as a CUDA graph returns at once: the last batch's tokens leave at its start
+    ((1, 2, 4, 8), [(12 * MS, 31 * MS), (32 * MS, 35 * MS)]),
+    # eager steps return when they end (the one-step rule)
+    ((), [(14 * MS, 31 * MS), (34 * MS, 37 * MS)]),
+])
+def test_multi_step_runs_deliver_when_their_first_step_returns(fixed_timer, graphs, expected):
+    """vLLM v0.6.0 (engine.py's module doc): the callback that hands the last step's tokens to their streams runs
+    inside the next step's execute_model, which returns at once for a multi-step run's first step launched as a CUDA
+    graph and when it ends otherwise. A (100 + 5 tokens) at 0, B (100 + 2) at 13 ms; 4 scheduler steps, admitted
+    prompts alone, 1 ms of host time a pass. By hand: [1, 11] A's prefill; [12, 20] A's 4-step run (A's first token
+    leaves at 12 with graphs, at the end of the run's first step, 14, without; A finishes in the run); [21, 31] B's
+    prefill, eager (A's finish leaves when it ends, 31); [32, 34] B's decode, a multi-step batch of one step (B's first
+    token at 32 or 34); nothing else runs: B's extra decode step [35, 37] (its finish at 35 or 37). Without async
+    output each token leaves when its own step ends."""
+    def run(async_output):
+        config = EngineConfig(async_output=async_output, num_scheduler_steps=4, cuda_graph_sizes=graphs,
+                              separate_prefills=True, host_ns_per_schedule=MS)
+        engine = Engine(0, fixed_timer(), BlockManager(1000, 16), config, 1000)
+        reqs = [Request(0, 0, 100, 5), Request(1, 13 * MS, 100, 2)]
+        Cluster([engine]).run(reqs)
+        return [(r.first_token_ns, r.finish_ns) for r in reqs], engine
+
+    plain, _ = run(False)
+    assert plain == [(11 * MS, 20 * MS), (31 * MS, 34 * MS)]
+    times, engine = run(True)
+    assert times == expected
+    assert engine.iterations == 5

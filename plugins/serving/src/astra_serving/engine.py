@@ -29,17 +29,30 @@ Every request's times are those of the plain loop (``lazy_decodes = False``; ``t
 compares them on random workloads).
 
 Asynchronous output processing (``EngineConfig.async_output``; vLLM V0 since v0.6.0, vllm-project/vllm#7049, with
-multi-step #7921 and #8050): a step's sampled tokens are processed on the host while the GPU runs the next step,
-so they reach the client when that next step ends. Here every token an iteration delivers (first tokens and
-finishes) is delivered at the end of the engine's next step (the first step of its next batch); when nothing else
-would run, the engine runs the extra decode step vLLM runs for the finished sequences (vLLM's scheduler: "With
-async postprocessor, an extra decode run is done to process the final tokens") and delivers at its end. So TTFT and
-E2E grow by one step and TPOT stays. The finished sequences' extra slot in a step that runs anyway is not added
-(one decode row); their KV blocks are freed when they sample their last token. A multi-step run's tokens, a finish
-inside the run included, are delivered when the next batch's first step ends (as the plain model delivers them
-at the run's end; #8050 may send a finish inside the run one step after its last token: then E2E here is late by
-the rest of the run). Off with pipeline parallelism and for a prefill replica (its KV transfer starts when the
-step ends).
+multi-step #7921 and #8050): a step's sampled tokens are processed on the host during the engine's next step, and
+reach the request's stream when that step's call returns. Source, the v0.6.0 release (PyPI vllm==0.6.0, wheel
+sha256 6d68104d...): ``ModelRunner.execute_model`` (vllm/worker/model_runner.py) calls ``async_callback()`` after
+launching the forward and the logits, before sampling; the callback (``LLMEngine._process_model_outputs``,
+vllm/engine/llm_engine.py) processes the previous step's outputs and hands them to their streams at once
+("Immediately process request outputs here (if callback is given)"; ``AsyncLLMEngine`` sets
+``process_request_outputs_callback``: "This ensures quick processing of request outputs so the append to asyncio
+queues is not delayed, especially for multi-step"). The streams are asyncio queues of the engine process's loop,
+which runs their readers when the step's ``execute_model`` (run in a worker thread, ``make_async``) returns. A step
+that ends a batch returns when its outputs are on the host (``MultiStepModelRunner._final_process_outputs``
+pythonizes them, blocking), i.e. when it ends; a multi-step run's first step returns as soon as it is launched
+(its outputs are pythonized later, without blocking: the host runs ahead). Here: every token an iteration delivers
+(first tokens and finishes) is delivered when the engine's next batch's first step call returns
+(``Batch.deliver_ns``): at the start of that step's GPU time (its scheduler pass done) for a multi-step run
+(``num_scheduler_steps`` > 1, decode only) launched as a CUDA graph, at that step's end otherwise (a prefill or an
+eager step is launched kernel by kernel, a single step returns when it ends). Not added: the callback's own host
+time and the launch. When nothing else would run, the engine runs the extra decode step vLLM runs for the finished
+sequences (vLLM's scheduler: "With async postprocessor, an extra decode run is done to process the final tokens")
+and delivers by the same rule. So TTFT and E2E grow by one step (one-step engines) or by the next pass's host time
+(a prompt followed by a multi-step run), and TPOT stays. The finished sequences' extra slot in a step that runs
+anyway is not added (one decode row); their KV blocks are freed when they sample their last token. A multi-step
+run's tokens, a finish inside the run included, are delivered by the rule above with the next batch (#8050 may send
+a finish inside the run one step after its last token: then E2E here is late by the rest of the run). Off with
+pipeline parallelism and for a prefill replica (its KV transfer starts when the step ends).
 """
 
 from __future__ import annotations
@@ -65,7 +78,7 @@ class EngineConfig:
     host_ns_per_seq: int = 0        # host time of one scheduler pass per scheduled sequence
     cuda_graph_sizes: tuple = ()    # decode-only batches run as CUDA graphs of these sizes (() = eager, no padding)
     separate_prefills: bool = False  # a batch admitting waiting prompts runs them alone (vLLM V0, no chunking)
-    async_output: bool = False      # tokens delivered when the next step ends (vLLM V0's async output processing)
+    async_output: bool = False      # tokens delivered when the next step's call returns (vLLM V0's async output)
     first_token_from_decode: bool = False  # a prompt's last position waits for a decode step (TurboMind), see below
     sampler: object = None          # rows -> the sampler's GPU time (int ns) after each step (sampler.py); None: none
 
@@ -186,7 +199,8 @@ class Batch:
     group: int = 0              # lazy decoders scheduled before ``items`` (one token each; not in ``items``)
     shapes: tuple = ()          # the step simulator's shapes it runs (:meth:`Engine._steps`), set by end_ns
     host_ns: int = 0            # the host time of the scheduler pass that made it, set by end_ns
-    first_end_ns: int = 0       # the end of its first step, set by end_ns (async output: the last batch's tokens)
+    first_end_ns: int = 0       # the end of its first step, set by end_ns
+    deliver_ns: int = 0         # async output: when the last batch's tokens reach their streams (end_ns; module doc)
     extra_run: bool = False     # async output: the finished sequences' extra decode step (nothing else ran)
     prompts_sampled: int = 0    # prefilled prompts whose last position it computes (each samples a token)
     sampler_ns: int = 0         # the sampler's GPU time over its steps (sampler.py), set by end_ns
@@ -588,8 +602,14 @@ class Engine:
         batch.sampler_ns = first_sample + next_sample * (len(shapes) - 1)
         if self.pipeline is None:
             step_ns = self.timer.step_ns
+            start = ready
             ready += step_ns(*shapes[0]) + first_sample
             batch.first_end_ns = ready
+            # async output (the module doc): the last batch's tokens reach their streams when this batch's first
+            # step call returns: at once for a multi-step run's first step launched as a CUDA graph, at its end
+            # otherwise
+            multi_graph = cfg.num_scheduler_steps > 1 and batch.prefill_tokens == 0 and shapes[0][4]
+            batch.deliver_ns = start if multi_graph else ready
             for shape in shapes[1:]:
                 ready += step_ns(*shape) + next_sample
             return ready
@@ -598,7 +618,7 @@ class Engine:
         if sampler is not None:  # on the last stage (its driver samples)
             for k, stages in enumerate(steps):
                 stages[-1] += first_sample if k == 0 else next_sample
-        batch.first_end_ns = end = self.pipeline.run(ready, steps)  # no async
+        batch.first_end_ns = batch.deliver_ns = end = self.pipeline.run(ready, steps)  # no async
         return end
 
     def charge(self, batch, energy_mj):
@@ -613,12 +633,13 @@ class Engine:
     def complete(self, batch, now):
         """Account the finished iteration at ``now``; (sequences that sampled their first token, sequences that
         finished), whose tokens the caller delivers at ``now``. With async output the engine delivers them itself,
-        when its next step ends (:meth:`_deliver`), and returns two empty lists."""
+        when its next batch's first step call returns (``Batch.deliver_ns``, :meth:`_deliver`), and returns two
+        empty lists."""
         first, done = self._complete(batch)
         if not self.async_output:
             return first, done
         if self._undelivered is not None:
-            self._deliver(batch.first_end_ns)
+            self._deliver(batch.deliver_ns)
         self._last_end = now
         if first or done:
             self._undelivered = (first, done)

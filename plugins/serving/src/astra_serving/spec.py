@@ -222,7 +222,8 @@ class ServeSpec:
                               "every iteration eager")
         eng.add_argument("--async-output", action=argparse.BooleanOptionalAction, default=None,
                          help="vLLM V0's asynchronous output processing (v0.6.0+): a step's tokens reach the client "
-                              "when the next step ends (TTFT and E2E one step longer; docs/serving.md). Default: on, "
+                              "when the next step ends (TTFT and E2E one step longer), or as soon as it starts when it "
+                              "is a multi-step run's graph step (docs/serving.md). Default: on, "
                               "off with --pp > 1 or --cuda-graphs off, where vLLM turns it off; --no-async-output for "
                               "an engine that delivers a token when its step ends")
         eng.add_argument("--frontend", default="vllm", choices=("vllm", "none"),
