@@ -308,3 +308,19 @@ def test_the_search_bound_is_the_same_from_held_traces(monkeypatch, tmp_path):
     monkeypatch.setattr(llm, "generate_llm_workload", from_files)
     assert cache._compute(_options(cfg), 4) == held and held
     assert calls == [True]  # (the bound asked for the held workload; this run got the files)
+
+
+def test_the_collector_is_as_it_was_after_holding(tmp_path):
+    """Holding pauses the cyclic garbage collector while the nodes are made, and leaves it as it found it."""
+    import gc
+
+    spec = LlmSpec.from_argv(LAYOUTS["dense_tp_pp_dp"])
+    assert gc.isenabled()
+    generate_llm_workload(spec, str(tmp_path / "a"), in_memory=True)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        generate_llm_workload(spec, str(tmp_path / "b"), in_memory=True)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

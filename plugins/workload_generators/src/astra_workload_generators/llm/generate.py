@@ -3,7 +3,9 @@ group ids and peers appended, the groups file and the manifest."""
 
 from __future__ import annotations
 
+import gc
 import json
+from contextlib import contextmanager
 
 from astra_sim.chakra.reader import parse_node
 from astra_sim.chakra.writer import encode_varint, make_metadata
@@ -65,45 +67,48 @@ def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True, per_ran
     per_ep = cfg.ep if cfg.moe_expert_load else 1
     symmetry = RankSymmetry(rank_symmetry(cfg))
     classes = []
-    for p in range(cfg.pp):
-        graphs = [_build(dims, cfg, p, e, in_memory) for e in range(per_ep)]
-        # the stage's memory estimate travels in its traces' GlobalMetadata (astra run checks it against HBM)
-        meta = make_metadata(attrs={"generator": "astra workload llm",
-                                    **metadata_attrs(memory[p]), **step_attrs}).SerializeToString()
-        head = encode_varint(len(meta)) + meta
-        nodes_per_stage.append(len(graphs[0]))
-        keys = sorted({dyn for items in graphs for _, dyn in items if dyn is not None})
-        if in_memory:
+    # held nodes are a million small objects that cannot form cycles: the cyclic GC re-scanning them while they
+    # are made took more than the making (13 of 23 CPU seconds of the MLPerf GPT-3 step), as in parse_et
+    with _gc_paused(in_memory):
+        for p in range(cfg.pp):
+            graphs = [_build(dims, cfg, p, e, in_memory) for e in range(per_ep)]
+            # the stage's memory estimate travels in its traces' GlobalMetadata (astra run checks it against HBM)
+            meta = make_metadata(attrs={"generator": "astra workload llm",
+                                        **metadata_attrs(memory[p]), **step_attrs}).SerializeToString()
+            head = encode_varint(len(meta)) + meta
+            nodes_per_stage.append(len(graphs[0]))
+            keys = sorted({dyn for items in graphs for _, dyn in items if dyn is not None})
+            if in_memory:
+                for t, d, c in ((t, d, c) for t in range(cfg.tp) for d in range(cfg.dp) for c in range(cfg.cp)):
+                    rank = rank_of(cfg, t, d, p, c)
+                    if symmetry.is_representative(rank):
+                        extra = {k: parse_node(_dyn_bytes(k, rank, cfg, gids), keep_raw=False) for k in keys}
+                        classes.append((rank, head, [node if dyn is None else with_rank_attrs(node, extra[dyn], None)
+                                                     for node, dyn in graphs[d % per_ep]]))
+                continue
+            # a node without a rank-specific part is framed (length + body) once: the same frame in every rank's trace
+            graphs = [[(raw, dyn) if dyn is not None else (encode_varint(len(raw)) + raw, None) for raw, dyn in items]
+                      for items in graphs]
             for t, d, c in ((t, d, c) for t in range(cfg.tp) for d in range(cfg.dp) for c in range(cfg.cp)):
                 rank = rank_of(cfg, t, d, p, c)
-                if symmetry.is_representative(rank):
-                    extra = {k: parse_node(_dyn_bytes(k, rank, cfg, gids), keep_raw=False) for k in keys}
-                    classes.append((rank, head, [node if dyn is None else with_rank_attrs(node, extra[dyn], None)
-                                                 for node, dyn in graphs[d % per_ep]]))
-            continue
-        # a node without a rank-specific part is framed (length + body) once: the same frame in every rank's trace
-        graphs = [[(raw, dyn) if dyn is not None else (encode_varint(len(raw)) + raw, None) for raw, dyn in items]
-                  for items in graphs]
-        for t, d, c in ((t, d, c) for t in range(cfg.tp) for d in range(cfg.dp) for c in range(cfg.cp)):
-            rank = rank_of(cfg, t, d, p, c)
-            if not per_rank_files and not symmetry.is_representative(rank):
-                continue
-            items = graphs[d % per_ep]
-            suffix = {k: _dyn_bytes(k, rank, cfg, gids) for k in keys}
-            chunks = [head]
-            for raw, dyn in items:
-                if dyn is None:  # (framed above)
-                    chunks.append(raw)
+                if not per_rank_files and not symmetry.is_representative(rank):
+                    continue
+                items = graphs[d % per_ep]
+                suffix = {k: _dyn_bytes(k, rank, cfg, gids) for k in keys}
+                chunks = [head]
+                for raw, dyn in items:
+                    if dyn is None:  # (framed above)
+                        chunks.append(raw)
+                    else:
+                        body = raw + suffix[dyn]
+                        chunks.append(encode_varint(len(body)))
+                        chunks.append(body)
+                if not write:
+                    continue
+                if per_rank_files:
+                    write_bytes_atomic(f"{prefix}.{rank}.et", b"".join(chunks))
                 else:
-                    body = raw + suffix[dyn]
-                    chunks.append(encode_varint(len(body)))
-                    chunks.append(body)
-            if not write:
-                continue
-            if per_rank_files:
-                write_bytes_atomic(f"{prefix}.{rank}.et", b"".join(chunks))
-            else:
-                classes.append((rank, b"".join(chunks)))
+                    classes.append((rank, b"".join(chunks)))
     if write and in_memory:
         classes.sort(key=lambda item: item[0])
         hold_compact_workload(prefix, cfg.npus, symmetry.shifts, classes, encode_memory_node,
@@ -116,6 +121,19 @@ def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True, per_ran
             "parameters": parameter_count(dims, cfg.tp), "classes": cfg.npus // symmetry.order,
             "activated_parameters": activated_parameter_count(dims, cfg.tp), "flops": flops,
             "memory": memory, "peak_memory_bytes": max(m.total for m in memory)}
+
+
+@contextmanager
+def _gc_paused(pause):
+    """The cyclic garbage collector paused inside (when ``pause``), as it was after."""
+    was_enabled = gc.isenabled()
+    if pause:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if pause and was_enabled:
+            gc.enable()
 
 
 def _build(dims, cfg, stage, ep_index, in_memory):
