@@ -324,3 +324,22 @@ def test_the_collector_is_as_it_was_after_holding(tmp_path):
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_a_serving_step_shape_times_the_same_both_ways(monkeypatch):
+    """astra serve times a new batch shape by generating and running it in its process (held in memory): the same
+    stage times and energy as from the files."""
+    import astra_workload_generators.llm.spec as spec_module
+    from astra_serving.steptime import Layout, StepTimer
+
+    timer = StepTimer(Layout({"model": "llama3-8b", "inference_elementwise": True}, "hgx-h100", tp=8), cache=False)
+    held = timer.simulate(96, 8, 512, with_energy=True)
+    calls = []
+    generate = spec_module.generate_llm_workload
+
+    def from_files(*args, **kwargs):
+        calls.append(kwargs.pop("in_memory", False))
+        return generate(*args, **kwargs)
+    monkeypatch.setattr(spec_module, "generate_llm_workload", from_files)
+    assert timer.simulate(96, 8, 512, with_energy=True) == held and held[0]
+    assert calls == [True]

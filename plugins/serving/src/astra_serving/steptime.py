@@ -373,7 +373,8 @@ class StepTimer:
               else tempfile.TemporaryDirectory(prefix="astra-serve-", dir=self._workdir)) as folder:
             prefix = os.path.join(folder, "step")
             try:
-                generate_llm_workload(spec, prefix, on_warning=_quiet)
+                # held in memory for the run just below (issue 37: no encode and parse back; the same ns)
+                generate_llm_workload(spec, prefix, on_warning=_quiet, in_memory=True)
                 report = run_spec(self.layout.run_spec(prefix, graph), _pm(), on_warning=_quiet)
             except AstraError as exc:
                 raise type(exc)(f"astra serve: the step of {prefill} prefill tokens and {decode} decode sequences "
