@@ -551,7 +551,11 @@ class Engine:
     def _multi_step(self, items):
         """Steps of a decode-only batch under multi-step scheduling (1 otherwise, or when the cache cannot hold
         every sequence's next steps): vLLM v0.6 runs ``num_scheduler_steps`` decode steps without scheduling in
-        between, so arrivals wait for the whole run and its tokens are delivered at its end."""
+        between, so arrivals wait for the whole run and its tokens are delivered at its end. The run has all its
+        steps even when every sequence ends sooner (v0.6.0: ``Scheduler._append_slots`` calls
+        ``seq_group.init_multi_step(num_scheduler_steps=num_lookahead_slots + 1)`` for every decode, the engine steps
+        until ``remaining_steps`` is 0, and ``MultiStepOutputProcessor`` drops the tokens past ``max_tokens``); the
+        KV blocks taken are those of the tokens kept (vLLM also reserves the dropped ones' slots for the run)."""
         steps = self.config.num_scheduler_steps
         if steps <= 1 or self.config.role == "prefill":
             return 1
@@ -564,7 +568,7 @@ class Engine:
                 return 1
             for (seq, _), k in zip(items, left):
                 self.blocks.grow(seq.req.id, seq.computed + k)
-        return max(1, max(left))
+        return steps
 
     def _steps(self, batch):
         """The step simulator's shapes of ``batch``, one ``(prefill, decode, context, prefill_done, graph)`` per
