@@ -353,16 +353,26 @@ class TimeFolder(JumpMixin):
         return (events, histories, ranks, tuple(waiting)), self._refs, self._tags
 
     def _host_behind(self, w):
-        """Whether the host that launches the rank's kernels (``host_launch_us``) can no longer delay one: it would
-        have launched every node left (at most all not issued yet, one ``host_launch_ns`` each) by now, and no
-        node left makes it wait (``host_waits``, checked for the whole trace). Its clock only adds one launch
-        per GPU op from then on and nothing reads it (a launch is delayed only when the host's clock is past
-        the issue time), so the state holds :data:`_HOST_BEHIND` instead of its clock, and a jump moves the
-        clock on by ``k`` times its change over the period (its drift: launches, not time)."""
+        """Whether the host that launches the rank's kernels (``host_launch_us``) is behind its GPU (its clock at or
+        before now) and no node of the trace makes it wait (``host_waits``). Its clock then only adds one launch per
+        GPU op, and a launch is delayed only when the clock passes the op's issue time: the state holds
+        :data:`_HOST_BEHIND` instead of the clock, a jump moves the clock on by ``k`` times its change over the
+        period (its drift: launches, not time), and :meth:`_host_keeps_behind` makes sure, before a jump, that no
+        launch of the period or of its repeats was or would be delayed."""
         waits = self.host_waits.get(w.rank)
         if waits is None:
             waits = self.host_waits[w.rank] = any(n.attrs.get("host_waits") for n in w.nodes.values())
-        return not waits and w.host_clock + (len(w.nodes) - w.issued) * w.host[0] <= self._now
+        return not waits and w.host_clock <= self._now
+
+    def _host_keeps_behind(self, w, t_a, t_b, clock_a):
+        """Whether a host behind at A and B (:meth:`_host_behind`) delays no launch of the period or its repeats:
+        it would launch every node left by now (B), or its clock at B is at or before ``t_a`` and moved on less than
+        the period. Then each repeat's launches are at most its clock at B plus ``j`` times that change, at or
+        before ``t_a + j P``, the repeat's start: never past an op's issue (the period's launches likewise)."""
+        clock = w.host_clock
+        if clock + (len(w.nodes) - w.issued) * w.host[0] <= t_b:
+            return True
+        return clock <= t_a and clock - clock_a <= t_b - t_a
 
     def _preposted(self, m):
         """Whether ``m`` is a receive without parents still waiting for its send. A trace may post all its
@@ -486,6 +496,13 @@ class TimeFolder(JumpMixin):
             ids.add(node_id)
             ids.update(self.by_rank[rank].children[node_id])
         inert = self.inert_receives()
+        self._now = t_b
+        for w in self.workloads:
+            if w.host is not None and self._host_behind(w) and not self._host_keeps_behind(
+                    w, t_a, t_b, acc_a[0][w.rank][4]):
+                self.reason = (f"the state repeated after {period:,} ns but rank {w.rank}'s host, behind its GPU, is "
+                               "not far enough behind to launch every repeat's kernels in time")
+                return 0
         try:
             repeats, tag_steps = self._repeats(touched, shift)
             if repeats:
