@@ -100,11 +100,13 @@ def write_pipeline(folder, stages, micro_batches, chunks=1, layers=2, forward_us
                 if overlap:
                     last = kernel
         write_et(f"{folder}/t.{rank}.et", make_metadata(), nodes)
-    (folder / "net.yml").write_text(f"topology: [ Ring ]\nnpus_count: [ {stages * tp} ]\nbandwidth: [ 50 ]\n"
-                                    "latency: [ 500 ]\n")
-    system = {"all-reduce-implementation": ["ring"], "local-mem-bw": 50}
+    dims = 1 if tp == 1 else 2  # a stage's ranks along the first dimension (a symmetry: ranks may fold)
+    counts = [stages] if tp == 1 else [tp, stages]
+    (folder / "net.yml").write_text(f"topology: [ {', '.join(['Ring'] * dims)} ]\nnpus_count: {counts}\n"
+                                    f"bandwidth: {[50] * dims}\nlatency: {[500] * dims}\n")
+    system = {"all-reduce-implementation": ["ring"] * dims, "local-mem-bw": 50}
     if tp_bytes:
-        system.update({"all-reduce-implementation": ["nccl"], "preferred-dataset-splits": splits,
+        system.update({"all-reduce-implementation": ["nccl"] * dims, "preferred-dataset-splits": splits,
                        "comm-streams": "per-communicator", "scheduling-policy": policy})
     (folder / "sys.json").write_text(json.dumps(system))
     if tp > 1:
@@ -210,13 +212,15 @@ def test_a_compute_model_not_known_to_be_stateless_is_not_folded(tmp_path):
        preposted=st.booleans(), size=st.sampled_from([1024, 1 << 20, 3 * (1 << 20) + 7]),
        launch_us=st.sampled_from([None, None, 1, 4]), overlap=st.booleans(),
        model=st.sampled_from(["replay", "replay", "gpu", "gpu-contention"]),
-       tp_bytes=st.sampled_from([None, None, 1 << 20, 48 << 20]), splits=st.integers(1, 3), tp_overlap=st.booleans())
+       tp_bytes=st.sampled_from([None, None, 1 << 20, 48 << 20]), splits=st.integers(1, 3), tp_overlap=st.booleans(),
+       rank_fold=st.booleans())
 def test_random_pipelines_give_the_same_numbers_folded_in_time_or_not(stages, groups, chunks, layers, forward_us,
                                                                        backward_us, last_us, preposted, size,
                                                                        launch_us, overlap, model, tp_bytes, splits,
-                                                                       tp_overlap):
+                                                                       tp_overlap, rank_fold):
     """``model``: kernels replayed, or ATen GEMMs timed by the gpu model (with its measured contention);
-    ``tp_bytes``: TP 2 with an all-reduce after every kernel (NCCL's model), before the next one or beside it."""
+    ``tp_bytes``: TP 2 with an all-reduce after every kernel (NCCL's model), before the next one or beside it;
+    ``rank_fold``: then the two ranks of a stage folded by symmetry (one simulated)."""
     tp = 2 if tp_bytes else 1
     options = {} if launch_us is None else {"host_launch_us": launch_us}
     if model != "replay":
@@ -228,6 +232,8 @@ def test_random_pipelines_give_the_same_numbers_folded_in_time_or_not(stages, gr
             _as_aten_ops(args[0], stages * tp)
         if tp > 1:
             options["comm_groups"] = args[0] + ".groups.json"
+            if rank_fold:
+                options["extra_plugins"] = (_AlwaysFold,)
         check_exact(args, **options)
 
 
@@ -508,3 +514,17 @@ def test_the_mlperf_gpt3_layout_at_small_scale_folds_in_time_to_the_ns(tmp_path,
                        allow_oom=True, extra_plugins=(_NoRankFold,))
     assert info["folded"] is True, info
     assert info["skipped_events"] > 0
+
+
+@pytest.mark.parametrize("chunks,tp_overlap", [(1, False), (2, True)])
+def test_tensor_parallel_ranks_folded_by_symmetry_fold_in_time_too(tmp_path, chunks, tp_overlap):
+    """TP 2 along the network's first dimension: each stage's two ranks fold into one (4 of 8 simulated), the
+    all-reduces between them mirrored; the time fold jumps over the folded run's repeats, and the numbers are the
+    folded run's and the unfolded run's."""
+    args = write_pipeline(tmp_path, 4, 32, chunks, tp=2, tp_bytes=8 << 20, tp_overlap=tp_overlap)
+    groups = args[0] + ".groups.json"
+    info = check_exact(args, comm_groups=groups, extra_plugins=(_AlwaysFold,))
+    assert info["folded"] is True, info
+    report = simulate(*args, comm_groups=groups, extra_plugins=(_AlwaysFold,), time_fold=True)
+    assert report.stats["simulated_ranks"] == 4
+    assert numbers(report) == numbers(simulate(*args, comm_groups=groups, fold=False))
