@@ -89,8 +89,8 @@ def link_orbits(graph, layout, symmetry):
 
 
 def build_folded_handlers(network, canonical, link_load=None):
-    """``send`` for a folded run: as :meth:`CongestionNetwork._build_engine`'s, with every hop's queue the queue
-    of the link's orbit (``canonical``) and the check that decides the order of same-nanosecond entries."""
+    """``send`` for a folded run: as :class:`~astra_network_congestion.links.LinkQueues`', with every hop's queue the
+    queue of the link's orbit (``canonical``) and the check that decides the order of same-nanosecond entries."""
     n_links = len(canonical)
     busy = [False] * n_links
     queues = [None] * n_links
