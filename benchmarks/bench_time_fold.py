@@ -11,9 +11,11 @@ whether the two reports are the same, to the ns (every rank's numbers and every 
   ``benchmarks/validate_mlperf_gpt3.py`` (PP 8, 12 virtual stages, micro-batch 1, ZeRO-1 with overlapped
   parameter all-gather, FP8 GEMMs, no dropout) at TP 1 and DP 1 on ``--platform hgx-h100`` (one node: the gpu
   model on H100-SXM5-80GB, its measured contention and host launch model, ``--platform-collective ring``,
-  ``--allow-oom``). The validation's own layout (TP 4, DP 1-24, 32 ranks and more) is not folded in time: its
-  TP collectives run through the steady state and its ranks fold by symmetry (see the folding README). TP 1 is
-  the closest layout the time fold takes: the same pipeline schedule, kernels and transfers, without them.
+  ``--allow-oom``);
+* ``mlperf-tp4-m32`` / ``-m64`` / ``-m128``: the validation case ``mlperf-v3.1-gpt3-512``'s own flags (TP 4, sequence
+  parallelism, TP communication overlap, the case's SM budgets and userbuffers configuration) at DP 1: 32 ranks
+  on 4 nodes of ``--platform hgx-h100`` with its defaults (NCCL's model for the collectives), folded by symmetry
+  to 8 simulated; tensor-parallel exchanges and the amax all-reduces run through the steady state.
 
     python benchmarks/bench_time_fold.py [CASE ...|all] [--rounds N]
 """
@@ -32,11 +34,19 @@ from test_time_fold import write_pipeline  # noqa: E402
 
 from astra_sim.report import read_report  # noqa: E402
 
-CASES = ("1f1b", "gpt3-pp8-m16", "gpt3-pp8-m64", "mlperf-tp1-m16", "mlperf-tp1-m64", "mlperf-tp1-m128")
+CASES = ("1f1b", "gpt3-pp8-m16", "gpt3-pp8-m64", "mlperf-tp1-m16", "mlperf-tp1-m64", "mlperf-tp1-m128",
+         "mlperf-tp4-m32", "mlperf-tp4-m64", "mlperf-tp4-m128")
 #: validate_mlperf_gpt3.LLM_FLAGS at TP 1 (--sequence-parallel and --tp-comm-overlap have no TP group to act on)
 MLPERF_TP1 = ["--preset", "gpt3-175b", "--tp", "1", "--pp", "8", "--virtual-stages", "12", "--micro-batch-size", "1",
               "--zero", "1", "--overlap-param-gather", "--gemm-dtype", "fp8", "--no-dropout", "--dtype", "bf16",
               "--dp", "1"]
+#: the validation case mlperf-v3.1-gpt3-512's workload flags at DP 1 (plugins/validation/.../cases.yaml)
+OVERLAP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plugins", "validation", "src",
+                       "astra_validation", "cases", "mlperf_v31_gpt3_tp_overlap.yaml")
+MLPERF_TP4 = ["--preset", "gpt3-175b", "--tp", "4", "--pp", "8", "--virtual-stages", "12", "--micro-batch-size", "1",
+              "--sequence-parallel", "--zero", "1", "--overlap-param-gather", "--tp-comm-overlap", "--gemm-dtype", "fp8",
+              "--no-dropout", "--dtype", "bf16", "--dp", "1", "--comm-sms", "tp=8,dp=8,pp=2,amax=1",
+              "--tp-overlap-config", OVERLAP]
 
 
 def _exe(name):
@@ -64,6 +74,11 @@ def _inputs(case, folder):
         return ["--workload-configuration", prefix, "--system-configuration", os.path.join(folder, "sys.json"),
                 "--network-configuration", os.path.join(folder, "net.yml"), "--comm-group-configuration",
                 prefix + ".groups.json"]
+    if case.startswith("mlperf-tp4"):
+        subprocess.run([_exe("astra"), "workload", "llm", *MLPERF_TP4, "--micro-batches", micro_batches, "-o", prefix],
+                       check=True, stdout=subprocess.DEVNULL)
+        return ["--platform", "hgx-h100", "--nodes", "4", "--workload-configuration", prefix,
+                "--comm-group-configuration", prefix + ".groups.json", "--allow-oom"]
     subprocess.run([_exe("astra"), "workload", "llm", *MLPERF_TP1, "--micro-batches", micro_batches, "-o", prefix],
                    check=True, stdout=subprocess.DEVNULL)
     return ["--platform", "hgx-h100", "--nodes", "1", "--compute-model", "gpu", "--gpu", "H100-SXM5-80GB",
