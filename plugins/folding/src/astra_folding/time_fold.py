@@ -399,6 +399,8 @@ class TimeFolder(JumpMixin):
         the state: per event in the engine's order its root, relabelling, taint and which taint cell it shares
         (by first appearance). Their ``times`` (a digest of the absolute times of their ancestors' scheduling) are
         first reset to one value: see :mod:`astra_folding.time_ties` for why that keeps the run exact."""
+        if self._now in self.engine.buckets:  # (a reset needs every event after it to run after its nanosecond)
+            raise Incomparable("events are pending at the nanosecond just run (a folded run's histories)")
         cells = {}
         out = []
         for t in sorted(self.engine.buckets):

@@ -16,7 +16,8 @@ decide no order, only whether the check raises), and its check is at least as st
 
 1. Two events compared by the folded run are compared by the reset run. Their chains are
    ``tail ++ chain(x)``, ``x`` their nearest ancestor pending at the reset. Every time in a tail is after the
-   reset's nanosecond, every time in ``chain(x)`` at or before it, so equal chains have equal tails and equal
+   reset's nanosecond (no reset is made while an event is pending at that nanosecond), every time in
+   ``chain(x)`` at or before it, so equal chains have equal tails and equal
    ``chain(x)``: the reset chains (``tail ++ [RESET_TIMES]``) are equal too.
 2. A pair both compare passes in the folded run when it passes in the reset run, by induction on the events of
    the run: the check passes a pair when its ``rel`` are equal and neither is tainted, or when neither is tainted
