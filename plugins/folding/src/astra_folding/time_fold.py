@@ -671,6 +671,7 @@ class TimeFolder(JumpMixin):
         tags_of = {}
         for tag, src, dst, size in looked_up:
             tags_of.setdefault((src, dst, size), set()).add(tag)
+        bounds = {channel: (min(tags), max(tags)) for channel, tags in tags_of.items()}
         for dst, keys in inert.items():
             for y, (tag, src, _dst, size) in keys.items():
                 tags = tags_of.get((src, dst, size))
@@ -679,7 +680,12 @@ class TimeFolder(JumpMixin):
                 step = tag_steps.get((src, dst, size))  # a touched node looked the channel up: it has one
                 if step is None:
                     return 0
-                hits = [j for j in range(1, limit + 1) if wrap_tag(tag - j * step) in tags]
+                if step > 0 and tag - limit * step >= 0:  # no wrap: only the j that land between the period's tags
+                    low, high = bounds[(src, dst, size)]
+                    steps = range(max(1, -((high - tag) // step)), min(limit, (tag - low) // step) + 1)
+                else:
+                    steps = range(1, limit + 1)
+                hits = [j for j in steps if wrap_tag(tag - j * step) in tags]
                 for j in hits:
                     x = y - j * shift[dst]
                     if x not in touched[dst] or not self._alike(dst, x, y, j * step):
