@@ -99,7 +99,6 @@ class Stream:
             dataset.timed_end_ns = max(dataset.timed_end_ns, self.sys.engine.now + algorithm.time_ns)
 
 
-
 class QueueLevel:
     """The queues of one dimension and the reference's three allocators."""
 
@@ -156,7 +155,7 @@ class Sys:
     """The system layer of one rank."""
 
     __slots__ = (
-        "shared", "rank", "engine", "endpoint_delay_ns", "local_mem_bw", "_pending", "_schedule",
+        "shared", "rank", "engine", "endpoint_delay_ns", "local_mem_bw", "_pending",
         "_call_events_fn", "num_streams", "priority_counter", "_topologies", "levels",
         "active_streams", "running_streams", "queue_threshold", "msg_send", "msg_recv", "group_levels",
         "collectives",
@@ -174,7 +173,6 @@ class Sys:
         self.endpoint_delay_ns = shared.system_config.endpoint_delay_ns
         self.local_mem_bw = shared.system_config.local_mem_bw_bytes_per_s
         self._pending = {}
-        self._schedule = self.engine.schedule
         self._call_events_fn = self._call_events if shared.symmetry is None else self._call_events_folded
         self.num_streams = 0
         self.priority_counter = 0
@@ -199,17 +197,18 @@ class Sys:
             self.msg_recv = shared.matcher.recv
 
     # ------------------------------------------------------------ events
-    def register_event(self, fn, arg, delay_ns) -> None:
+    def register_event(self, fn: object, arg: object, delay_ns: int) -> None:
         """Run ``fn(arg)`` after ``delay_ns``, batched per tick like the reference.
 
         The first event of a tick schedules one engine event (``_call_events``)
         that runs the whole batch.
         """
-        tick = self.engine.now + delay_ns
+        engine = self.engine  # typed: compiled, engine.schedule is a native call
+        tick = engine.now + delay_ns
         batch = self._pending.get(tick)
         if batch is None:
             self._pending[tick] = [fn, arg]
-            self._schedule(delay_ns, self._call_events_fn, tick)
+            engine.schedule(delay_ns, self._call_events_fn, tick)
         else:
             batch.append(fn)
             batch.append(arg)
