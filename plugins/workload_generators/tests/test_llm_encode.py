@@ -28,14 +28,14 @@ from astra_sim.cli import main
 from astra_workload_generators.llm import emit, stage
 from astra_workload_generators.llm.encode import encode_node
 
-SMALL = ["--layers", "4", "--hidden", "256", "--heads", "8", "--vocab", "1000", "--seq-len", "128"]
-MOE = SMALL + ["--experts", "8", "--top-k", "2", "--moe-ffn", "512"]
+from astra_sim_testing.llm_layouts import MOE, SHARED_LAYOUTS, SMALL
+
 TE_YAML = "qkv_fprop:\n  method: ring_exchange\n  set_sm_margin: 1\n  use_ce: false\n  num_sm: 8\n" \
           "proj_fprop:\n  method: pipeline\n  num_sm: 24\n  set_sm_margin: 1\n"
 
 #: name -> astra workload llm arguments (without -o)
 LAYOUTS = {
-    "dense_tp_pp_dp": SMALL + ["--tp", "2", "--pp", "2", "--dp", "2", "--micro-batches", "4"],
+    **SHARED_LAYOUTS,
     "vp_sp_overlap_fp8_zero1": SMALL + ["--tp", "2", "--pp", "2", "--dp", "2", "--micro-batches", "4",
                                         "--sequence-parallel", "--tp-comm-overlap", "--gemm-dtype", "fp8",
                                         "--virtual-stages", "2", "--zero", "1", "--overlap-param-gather",
@@ -44,26 +44,11 @@ LAYOUTS = {
                                             "--micro-batches", "2", "--recompute", "--zero", "3",
                                             "--reshard-after-forward", "--grad-sync-every-micro-batch"],
     "zero2_per_rank": SMALL + ["--dp", "4", "--zero", "2", "--micro-batches", "2", "--per-rank-files"],
-    "fsdp2_selective": SMALL + ["--gated", "--dp", "4", "--zero", "3", "--framework", "fsdp2", "--micro-batches",
-                                "2", "--recompute", "selective"],
-    "deepspeed_zero3": SMALL + ["--dp", "4", "--zero", "3", "--framework", "deepspeed", "--micro-batches", "2"],
-    "cp_pp": SMALL + ["--tp", "2", "--cp", "2", "--pp", "2", "--dp", "2", "--micro-batches", "2"],
-    "moe_ep_alltoall": MOE + ["--tp", "2", "--dp", "4", "--ep", "2", "--micro-batches", "2", "--sequence-parallel",
-                              "--moe-dispatcher", "alltoall"],
     "moe_expert_load_cublas": MOE + ["--dp", "4", "--ep", "4", "--micro-batches", "2", "--moe-expert-load",
                                      "zipf:1.2:3", "--moe-grouped-gemm", "cublas-streams", "--per-rank-files"],
     "moe_capacity_zero2": MOE + ["--pp", "2", "--dp", "4", "--ep", "2", "--micro-batches", "2",
                                  "--moe-capacity-factor", "1.25", "--moe-pad-to-capacity", "--zero", "2"],
-    "mxfp8_cuda_graphs": SMALL + ["--tp", "2", "--dp", "2", "--micro-batches", "2", "--gemm-dtype", "mxfp8",
-                                  "--cuda-graphs"],
     "lora": SMALL + ["--gated", "--dp", "2", "--micro-batches", "2", "--lora-rank", "8"],
-    "prefill_cp": SMALL + ["--mode", "prefill", "--tp", "2", "--cp", "2", "--pp", "2", "--batch-size", "4",
-                           "--micro-batches", "2", "--prompt-len", "64"],
-    "decode_moe": MOE + ["--mode", "decode", "--tp", "2", "--pp", "2", "--dp", "2", "--ep", "2", "--batch-size",
-                         "4", "--micro-batches", "2", "--decode-steps", "3", "--decode-len", "5", "--logits",
-                         "last"],
-    "mixed_chunk": SMALL + ["--mode", "mixed", "--tp", "2", "--pp", "2", "--batch-size", "4", "--prefill-chunk",
-                            "32", "--prefill-done", "16"],
 }
 
 

@@ -17,38 +17,22 @@ from astra_workload_compact import ensure_written, memory, read_compact_workload
 from astra_workload_compact.plugin import CompactFormat
 from astra_workload_generators.llm import LlmSpec, generate_llm_workload
 
-SMALL = ["--layers", "4", "--hidden", "256", "--heads", "8", "--vocab", "1000", "--seq-len", "128"]
-MOE = SMALL + ["--experts", "8", "--top-k", "2", "--moe-ffn", "512"]
+from astra_sim_testing.llm_layouts import MOE, SHARED_LAYOUTS, SMALL
 
 #: name -> astra workload llm arguments: TP, PP, VP, CP, EP, FP8 and block-scaled, MoE, ZeRO and FSDP2, DeepSpeed,
 #: LoRA, CUDA graphs, and the serving modes (prefill, decode, mixed)
 LAYOUTS = {
-    "dense_tp_pp_dp": SMALL + ["--tp", "2", "--pp", "2", "--dp", "2", "--micro-batches", "4"],
+    **SHARED_LAYOUTS,
     "vp_sp_overlap_fp8_zero1": SMALL + ["--tp", "2", "--pp", "2", "--dp", "2", "--micro-batches", "4",
                                         "--sequence-parallel", "--tp-comm-overlap", "--gemm-dtype", "fp8",
                                         "--virtual-stages", "2", "--zero", "1", "--overlap-param-gather",
                                         "--comm-sms", "tp=8,dp=8,pp=2,amax=1"],
     "gqa_recompute_zero3": SMALL + ["--kv-heads", "4", "--gated", "--tp", "2", "--dp", "2", "--micro-batches", "2",
                                     "--recompute", "--zero", "3", "--reshard-after-forward"],
-    "fsdp2_selective": SMALL + ["--gated", "--dp", "4", "--zero", "3", "--framework", "fsdp2", "--micro-batches",
-                                "2", "--recompute", "selective"],
-    "deepspeed_zero3": SMALL + ["--dp", "4", "--zero", "3", "--framework", "deepspeed", "--micro-batches", "2"],
-    "cp_pp": SMALL + ["--tp", "2", "--cp", "2", "--pp", "2", "--dp", "2", "--micro-batches", "2"],
-    "moe_ep_alltoall": MOE + ["--tp", "2", "--dp", "4", "--ep", "2", "--micro-batches", "2", "--sequence-parallel",
-                              "--moe-dispatcher", "alltoall"],
     "moe_expert_load": MOE + ["--dp", "4", "--ep", "4", "--micro-batches", "2", "--moe-expert-load", "zipf:1.2:3"],
     "moe_capacity_pp_zero2": MOE + ["--pp", "2", "--dp", "4", "--ep", "2", "--micro-batches", "2",
                                     "--moe-capacity-factor", "1.25", "--moe-pad-to-capacity", "--zero", "2"],
-    "mxfp8_cuda_graphs": SMALL + ["--tp", "2", "--dp", "2", "--micro-batches", "2", "--gemm-dtype", "mxfp8",
-                                  "--cuda-graphs"],
     "lora": SMALL + ["--gated", "--dp", "2", "--lora-rank", "8", "--micro-batches", "2"],
-    "prefill_cp": SMALL + ["--mode", "prefill", "--tp", "2", "--cp", "2", "--pp", "2", "--batch-size", "4",
-                           "--micro-batches", "2", "--prompt-len", "64"],
-    "decode_moe": MOE + ["--mode", "decode", "--tp", "2", "--pp", "2", "--dp", "2", "--ep", "2", "--batch-size",
-                         "4", "--micro-batches", "2", "--decode-steps", "3", "--decode-len", "5", "--logits",
-                         "last"],
-    "mixed_chunk": SMALL + ["--mode", "mixed", "--tp", "2", "--pp", "2", "--batch-size", "4", "--prefill-chunk",
-                            "32", "--prefill-done", "16"],
 }
 
 

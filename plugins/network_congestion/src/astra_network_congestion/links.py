@@ -90,6 +90,7 @@ class LinkQueues:
             self.busy[link] = False
             return
         chunk = queue.popleft()
+        # start it as send() starts a chunk on an idle link (the same lines, kept inline: this is the hot path)
         hops: list[int] = chunk[0]
         pos: int = chunk[1]
         engine = self.engine
