@@ -39,7 +39,6 @@ class Algorithm:
     com_type: str
     data_size: int
     final_data_size: int
-    _tag: int; _bus_delay: int  # noqa: E702 (typed: every packet reads them; native ints compiled)
 
     __slots__ = (
         "stream", "sys", "com_type", "data_size", "final_data_size",

@@ -197,13 +197,13 @@ class Sys:
             self.msg_recv = shared.matcher.recv
 
     # ------------------------------------------------------------ events
-    def register_event(self, fn: object, arg: object, delay_ns: int) -> None:
+    def register_event(self, fn, arg, delay_ns) -> None:
         """Run ``fn(arg)`` after ``delay_ns``, batched per tick like the reference.
 
         The first event of a tick schedules one engine event (``_call_events``)
         that runs the whole batch.
         """
-        engine = self.engine  # typed: compiled, engine.schedule is a native call
+        engine = self.engine  # typed: compiled, engine.schedule is a native call (the ticks stay boxed: dict keys)
         tick = engine.now + delay_ns
         batch = self._pending.get(tick)
         if batch is None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import deque
 
 from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, Algorithm, mypyc_attr
+from astra_sim.system.frontend import SendRecvMatcher
+from astra_sim.system.sys import Sys
 from astra_sim.system.topology import DIM_LOCAL
 
 #: Memory-bus delay on a communicator-group ("local") ring, in ns (the
@@ -26,12 +28,14 @@ class Ring(Algorithm):
         "rank", "topo", "direction", "nodes_in_ring", "curr_receiver", "curr_sender",
         "parallel_reduce", "stream_count", "msg_size", "zero_latency_packets",
         "non_zero_latency_packets", "toggle", "free_packets", "total_received", "packets", "fast",
+        "_sys_layer", "_matcher",
     )
-    #: typed for mypyc (tools/compile_core.py): native ints for the counters of every packet
-    rank: int
-    nodes_in_ring: int
-    curr_receiver: int
-    curr_sender: int
+    #: the rank's Sys and matcher, typed: compiled, every packet's calls into them are native calls (issue 37);
+    #: None where they are stand-ins (tests) or the sends go through a rendezvous: then the cached bound methods
+    _sys_layer: Sys | None
+    _matcher: SendRecvMatcher | None
+    #: typed for mypyc (tools/compile_core.py): native ints for the counters of every packet (not the ranks, nor
+    #: Algorithm's tag and bus delay: they only go to Python calls, and a native int is boxed again for every one)
     parallel_reduce: int
     stream_count: int
     msg_size: int
@@ -82,6 +86,10 @@ class Ring(Algorithm):
 
     def bind(self, stream):
         super().bind(stream)
+        self._sys_layer = stream.sys if isinstance(stream.sys, Sys) else None
+        matcher = getattr(self._send, "__self__", None)
+        both = isinstance(matcher, SendRecvMatcher) and getattr(self._recv, "__self__", None) is matcher
+        self._matcher = matcher if both else None
         if self.fast:
             self._bus_delay = LOCAL_RING_DELAY_NS
 
@@ -131,18 +139,26 @@ class Ring(Algorithm):
         self.release(processed)
 
     def release(self, processed: bool) -> None:
-        """:meth:`Algorithm.bundle` of ``msg_size``, inlined (one call less for every packet)."""
-        if processed:
-            self._register(self._reduce, self.msg_size, self._bus_delay)
+        """:meth:`Algorithm.bundle` of ``msg_size``, inlined (one call less for every packet; native compiled)."""
+        sys = self._sys_layer
+        if sys is None:
+            self.bundle(self.msg_size, processed)
+        elif processed:
+            sys.register_event(self._reduce, self.msg_size, self._bus_delay)
         else:
-            self._register(self._general, None, self._bus_delay)
+            sys.register_event(self._general, None, self._bus_delay)
 
     def send_next(self) -> None:
         """Send the oldest packet to its receiver and post the matching receive."""
         src, dst, size = self.packets.popleft()
         rank = self.rank
-        self._send(rank, dst, size, self._tag, None, None)
-        self._recv(src, rank, size, self._tag, self._received, None)
+        m = self._matcher
+        if m is None:
+            self._send(rank, dst, size, self._tag, None, None)
+            self._recv(src, rank, size, self._tag, self._received, None)
+        else:
+            m.send(rank, dst, size, self._tag, None, None)
+            m.recv(src, rank, size, self._tag, self._received, None)
         self.stream_count -= 1
         self.free_packets -= 1
 
