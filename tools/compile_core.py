@@ -41,7 +41,9 @@ MARKER = "COMPILED.json"
 #: subclass a compiled one), and the congestion backend's link queues (astra_network_congestion.links: its hot path,
 #: kept apart from the network's setup and report). Algorithm and the native collectives are declared
 #: mypyc_attr(allow_interpreted_subclasses) (other plugins subclass them); the engine's attributes, the link queues'
-#: and the hot ones of Sys and the matcher are typed (native ints and containers), the rest compiles untyped. Left
+#: and the hot ones of Sys and the matcher are typed (native ints and containers), the rest compiles untyped; the
+#: ring's packets reach Sys and the matcher through typed references (native calls), while an int that only goes to
+#: Python calls stays untyped (typed, it is boxed anew for each: +2 % instructions on congestion-ring-128). Left
 #: out: astra_sim.system.topology: it compiles (``--module``), but once halvingDoubling finds its partner in one step
 #: it gains nothing measurable (congestion-ring-256: the same CPU seconds).
 DEFAULT_MODULES = (
