@@ -1,15 +1,10 @@
 """One rank's system layer (the reference's ``Sys``).
 
-It turns a collective into chunks (streams) and each chunk into phases, one
-per logical dimension; keeps per-dimension queues where at most
-``ceil(active-chunks-per-dimension / queues)`` streams run at once; models
-the endpoint (memory-bus) delay and the reduction cost of every packet bundle;
-and batches its own events per tick exactly like the reference, which
-schedules a single engine event per distinct tick and rank.
-
-With ``comm-streams: per-communicator`` (not the reference's) each communicator
-group's collectives get queues of their own, so collectives of different groups,
-which the workload layer then lets overlap, do not wait for each other's chunks.
+It turns a collective into chunks (streams) and each chunk into phases, one per logical dimension; keeps
+per-dimension queues where at most ``ceil(active-chunks-per-dimension / queues)`` streams run at once; models the
+endpoint delay and reduction cost of every packet bundle; and batches its events per tick as the reference does (one
+engine event per distinct tick and rank). With ``comm-streams: per-communicator`` (not the reference's) each
+group's collectives get queues of their own, so groups the workload lets overlap do not wait for each other's chunks.
 """
 
 from __future__ import annotations
@@ -52,8 +47,8 @@ class DataSet:
         self.timed_end_ns = 0
 
     def end_ns(self):
-        """When the collective will end, once every chunk runs its last phase as a :class:`TimedCollective`
-        (whose end is fixed when it starts: NCCL's model); None while that is not known."""
+        """The collective's end once every chunk runs its last phase as a :class:`TimedCollective` (NCCL's model,
+        whose end is fixed when it starts); None until then."""
         return self.timed_end_ns if self.active and self.timed_streams == self.total_streams else None
 
     def stream_finished(self, now_ns) -> None:
@@ -145,8 +140,8 @@ class CommunicatorGroup:
         self.npus = list(npus)
         ordered = sorted(npus)
         self.position = ordered.index(rank) if rank in ordered else -1
-        # Stream ids (message tags) count from the group id; a folded run counts all groups of one
-        # class from one id so that mirrored messages carry the tags their receivers expect.
+        # Stream ids (message tags) count from the group id; a folded run counts all groups of one class from one id
+        # so that mirrored messages carry the tags their receivers expect.
         self.num_streams = (group_id if stream_base_id is None else stream_base_id) * 1_000_000
         self.plans = {}
 
@@ -198,11 +193,8 @@ class Sys:
 
     # ------------------------------------------------------------ events
     def register_event(self, fn, arg, delay_ns) -> None:
-        """Run ``fn(arg)`` after ``delay_ns``, batched per tick like the reference.
-
-        The first event of a tick schedules one engine event (``_call_events``)
-        that runs the whole batch.
-        """
+        """Run ``fn(arg)`` after ``delay_ns``, batched per tick like the reference: the first event of a tick
+        schedules the one engine event that runs the batch."""
         engine = self.engine  # typed: compiled, engine.schedule is a native call (the ticks stay boxed: dict keys)
         tick = engine.now + delay_ns
         batch = self._pending.get(tick)
@@ -286,9 +278,9 @@ class Sys:
                     f"but is not one of its NPUs {group.npus}"
                 )
             if len(impls) > 1:
-                # the reference's rule (ring), unless the first algorithm prices the whole group itself, or
-                # the group lies in one dimension whose listed algorithm runs on groups (inSwitch), or spans
-                # several dimensions and an algorithm listed for one of them plans such groups itself
+                # the reference's rule (ring), unless the first algorithm prices the whole group itself, the group
+                # lies in one dimension whose algorithm runs on groups (inSwitch), or spans several and an algorithm
+                # listed for one of them plans such groups itself
                 whole = impls[0][0].whole_group
                 dims = differing_dims(group.npus, self.shared.npus_per_dim) if not whole else []
                 planner = next((impls[d][0].group_planner for d in dims
@@ -364,13 +356,12 @@ class Sys:
                 return False
             if involved_dims is None:
                 return True
-            # Dimensions past the end of involved_dim are not involved (the
-            # reference reads past its vector there, which in practice gives False).
+            # Dimensions past the end of involved_dim are not involved (the reference reads past its vector there,
+            # which in practice gives False).
             return dim < len(involved_dims) and bool(involved_dims[dim])
 
         def add_phase(phases, d, kind, allocate, size):
-            """Append a chunk's phase in dimension ``d`` (its queue from ``allocate``, one of the dimension's three
-            allocators); returns the size the next phase gets."""
+            """Append a chunk's phase in dimension ``d`` (queue from ``allocate``); returns the next phase's size."""
             queue, direction = allocate()
             algorithm = self._make_algorithm(kind, topology.basic_topology(d, kind), size, direction, impls[d])
             phases.append((queue, algorithm))
@@ -423,23 +414,21 @@ class Sys:
             if node_id >= 0 and dataset.finished_streams < count:
                 self.collectives[node_id] = dataset
         else:
-            # Nothing to communicate (every dimension has one NPU or is not
-            # involved): the reference hangs here; we finish at once.
+            # Nothing to communicate (every dimension has one NPU or is not involved): the reference hangs here; we
+            # finish at once.
             dataset.notifier = None
             self.register_event(lambda _arg: notifier(0), None, 0)
         return dataset
 
     def collective_end_ns(self, node_id):
-        """When the running collective of trace node ``node_id`` ends (int ns), where that is already fixed (every
-        chunk in its last phase, a :class:`TimedCollective`: ``--platform-collective nccl``); None otherwise (a
-        phase still waiting or to come, packets of a native algorithm, a custom collective, not running)."""
+        """When the running collective of trace node ``node_id`` ends (:meth:`DataSet.end_ns`; ``--platform-collective
+        nccl``), or None (a phase to come, a native algorithm's packets, a custom collective, not running)."""
         dataset = self.collectives.get(node_id)
         return None if dataset is None else dataset.end_ns()
 
     def _queue_levels(self, group, ndims):
-        """The QueueLevel per dimension a collective of ``group`` uses: the rank's own, or with
-        ``comm-streams: per-communicator`` the group's own, made on first use with as many queues as the
-        native dimension has."""
+        """The QueueLevel per dimension of ``group``'s collectives: the rank's, or with ``comm-streams:
+        per-communicator`` the group's own, made on first use (as many queues as the native dimension)."""
         if group is None or self.group_levels is None:
             return self.levels
         levels = self.group_levels.setdefault(group.group_id, [])
@@ -452,13 +441,9 @@ class Sys:
         return levels
 
     def _generate_custom(self, custom, com_type, size, group, explicit_priority, notifier):
-        """A custom collective is one stream with one phase (queue 0, or the group's first queue with
-        ``comm-streams: per-communicator``) covering the whole size.
-
-        (The reference creates its dataset expecting one stream per chunk but makes only one, so
-        it waits forever unless preferred-dataset-splits is 1, and it needs that key even though
-        nothing is chunked; here the dataset expects one stream and the key is not needed.)
-        """
+        """A custom collective is one stream with one phase (the level's first queue) covering the whole size. (The
+        reference's dataset expects one stream per chunk but gets one, so it waits forever unless
+        preferred-dataset-splits is 1; here it expects one stream and the key is not needed.)"""
         dataset = DataSet(1, self.engine.now)
         dataset.notifier = notifier
         priority = self.get_priority(explicit_priority)

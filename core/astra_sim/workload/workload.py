@@ -1,18 +1,13 @@
 """One rank's workload: issues Chakra nodes as their dependencies finish.
 
-Reference semantics: the dependency-free nodes are examined in ascending id
-order after every completion; per rank there is one CPU slot, one GPU-compute
-slot and one GPU-communication slot (receives occupy none), so two collectives
-never overlap on one rank, while compute and communication can. With the system
-key ``comm-streams: per-communicator`` (not the reference's) every communicator
-group gets its own communication slot, and sends one per (group, destination),
-as NCCL gives each communicator its own CUDA stream: collectives of different
-groups overlap, those of one group still run one at a time.
+Reference semantics: the dependency-free nodes are examined in ascending id order after every completion; a rank
+has one CPU slot, one GPU-compute slot and one GPU-communication slot (receives occupy none), so two collectives
+never overlap on one rank while compute and communication can. With ``comm-streams: per-communicator`` (not the
+reference's) each communicator group gets its own communication slot, and sends one per (group, destination), as
+NCCL gives each communicator its own CUDA stream.
 
-The dependency-free nodes are kept in one id-ordered heap per slot, so a pass
-looks only at the heads of the free slots instead of sorting every waiting
-node after every completion (traces with thousands of ready sends queued
-behind one busy communication slot made that quadratic).
+The ready nodes are kept in one id-ordered heap per slot, so a pass looks only at the heads of the free slots
+(sorting every waiting node after every completion was quadratic with thousands of sends behind one busy slot).
 """
 
 from __future__ import annotations
@@ -35,10 +30,9 @@ _COLLECTIVES = {
 _CPU, _COMP, _COMM, _NONE = range(4)
 #: the slot of a node that needs none (a receive), as :meth:`RankWorkload.slot_of` gives it
 NO_SLOT = _NONE
-#: node types a host launches on the GPU (host_issue), and whose end it waits for when they carry host_waits
+#: node types the host launches on the GPU (host_issue), and waits for when they carry host_waits
 _GPU_OPS = frozenset((T.COMP_NODE, T.COMM_COLL_NODE, T.COMM_SEND_NODE, T.COMM_RECV_NODE))
-#: ``pg_name`` values that mean the default all-NPU group (the reference's rule; backends that look at a
-#: node's group, e.g. the gpu model's contention, use it too)
+#: ``pg_name`` values of the default all-NPU group (the reference's rule; backends reading a node's group use it)
 DEFAULT_PG_NAMES = ("", "0", None)
 
 
@@ -60,16 +54,14 @@ class RankWorkload:
         self.path = path
         self.sys = sys
         self.nodes, self.children, self.parents_left, roots = graph
-        # Dependency-free nodes: ``fresh`` (freed since the last pass began, not
-        # yet examined, as the reference examines a copy of its set) and one
-        # id heap per slot; ``ready_count`` counts both.
+        # Dependency-free nodes: ``fresh`` (freed since the last pass began, not yet examined: the reference
+        # examines a copy of its set) and one id heap per slot; ``ready_count`` counts both.
         self.fresh = list(roots)
         self.ready = [[], [], [], []]
         self.ready_count = len(self.fresh)
         self.passes = 0  # passes over the ready nodes started (_issue_dep_free_nodes)
         self.slot_busy = [0, 0, 0, 0]
-        # comm-streams per-communicator: (pg_name, send destination or None) -> an extra
-        # communication slot, appended to ``ready`` and ``slot_busy`` when first needed.
+        # comm-streams per-communicator: (pg_name, send destination or None) -> a slot made on first use
         self.comm_slots = {} if shared.system_config.comm_streams == "per-communicator" else None
         self.compute_ns = 0  # GPU compute time (replay or model)
         self.cpu_ns = 0
@@ -84,11 +76,9 @@ class RankWorkload:
             for group_id, npus in groups.items():
                 self.comm_groups[group_id] = CommunicatorGroup(group_id, npus, rank, stream_ids.get(group_id))
         self.issued = 0
-        # The host that launches the rank's kernels (run option host_launch_us / host_sync_us): it issues
-        # one GPU operation per host_launch_ns, in order, running ahead of the GPU; a kernel cannot start
-        # before it is launched. It waits for a GPU op whose node says so (attribute host_waits: Megatron syncs
-        # after its pipeline transfers, and on the MoE token counts) and then host_sync_ns more. None: kernels
-        # start when their inputs are ready. Traces with CPU ops time the host themselves and do not get it.
+        # The host (host_launch_us / host_sync_us) launches one GPU op per host_launch_ns, in order, ahead of the
+        # GPU; it waits for an op marked host_waits (Megatron syncs after pipeline transfers and on MoE token
+        # counts), then host_sync_ns more. Traces with CPU ops time the host themselves and do not get it.
         self.host = shared.host_issue
         if self.host is not None and any(n.attrs.get("is_cpu_op") for n in self.nodes.values()):
             self.host = None
@@ -144,15 +134,13 @@ class RankWorkload:
 
     def _issue_ready(self):
         self._issue_dep_free_nodes()
-        # The reference stops here even when a node that finished at issue time
-        # (INVALID, METADATA, zero-size roofline) freed new nodes while nothing
-        # else is running; that is a silent hang. Keep issuing instead.
+        # The reference stops here even when a node that finished at issue time (INVALID, METADATA, zero-size
+        # roofline) freed new nodes while nothing else runs: a silent hang. Keep issuing instead.
         while not self.node_start_ns and self.ready_count:
             self._issue_dep_free_nodes()
 
     def _issue_dep_free_nodes(self):
-        """One pass in ascending id order over the nodes dependency-free when it
-        began, issuing each whose slot is free (receives always)."""
+        """One pass in ascending id order over the nodes ready when it began, issuing each whose slot is free."""
         ready = self.ready
         nodes = self.nodes
         fresh = self.fresh
@@ -182,8 +170,7 @@ class RankWorkload:
                 if not heap or (slot != _NONE and busy[slot]):
                     continue
                 if heap[0] < passed:
-                    # The slot was busy when the pass went by these ids and has
-                    # freed since: they wait for the next pass.
+                    # The slot was busy when the pass went by these ids: they wait for the next pass.
                     if set_aside is None:
                         set_aside = []
                     while heap and heap[0] < passed:
@@ -239,8 +226,7 @@ class RankWorkload:
             raise self._named(node, exc) from None
 
     def _named(self, node, exc):
-        """The error to raise for ``exc`` at ``node``: it names the trace and the node, keeping its kind (and exit
-        code); a Chakra decoding error becomes a WorkloadError."""
+        """``exc`` naming the trace and node, of the same kind (exit code); a ChakraError becomes a WorkloadError."""
         if isinstance(exc, ChakraError):
             return WorkloadError(str(exc))
         message = str(exc)
@@ -283,9 +269,8 @@ class RankWorkload:
         raise self._error(node, f"unknown node type {node_type}")
 
     def _time_compute(self, node):
-        """A COMP node timed once every event of its nanosecond has run (``reads_comm_in_flight``): the
-        communication beside it is then the same whatever the order of that nanosecond's events. A node that
-        takes no time completes now, as an event (its children are issued as after any completion)."""
+        """A COMP node timed once every event of its nanosecond has run (``reads_comm_in_flight``), so that the
+        order of that nanosecond's events does not change it; one that takes no time completes now, as an event."""
         try:
             duration = self.shared.compute_model.compute_time_ns(node, self.rank)
         except (ChakraError, AstraError) as exc:
@@ -323,8 +308,8 @@ class RankWorkload:
         size = self._int_attr(node, "comm_size")
         priority = self._int_attr(node, "comm_priority", 0)
         if comm_type in _COLLECTIVES:
-            # comm_size 0 runs as the reference runs it: inflated to the smallest collective
-            # (preferred-dataset-splits x NPUs bytes); an empty all-gather would never end there.
+            # comm_size 0 runs as in the reference: inflated to preferred-dataset-splits x NPUs bytes (an empty
+            # all-gather would never end there).
             if size < 0 or (size == 0 and comm_type == T.ALL_GATHER):
                 raise self._error(node, f"comm_size must be > 0 bytes for this collective, got {size}")
             def done(elapsed_ns, node_id=node.id):
@@ -419,8 +404,7 @@ class RankWorkload:
 
     # ------------------------------------------------------------ completion
     def _finish_now(self, node):
-        """A node that takes no time; like the reference it frees its children
-        without re-examining the ready set."""
+        """A node that takes no time frees its children without re-examining the ready set (the reference)."""
         self._release(node)
         self._finish_node(node.id)
 
@@ -464,8 +448,7 @@ class RankWorkload:
         return waiting
 
     def slot_of(self, node_id):
-        """The slot node ``node_id`` is issued on (:data:`NO_SLOT`: a receive, which needs none), without making a
-        communication slot: None when its slot does not exist yet."""
+        """The slot node ``node_id`` is issued on (:data:`NO_SLOT` for a receive); None for a slot not made yet."""
         node = self.nodes[node_id]
         if (self.comm_slots is not None and node.type in (T.COMM_COLL_NODE, T.COMM_SEND_NODE)
                 and not node.attrs.get("is_cpu_op")):
@@ -474,8 +457,7 @@ class RankWorkload:
         return self._slot(node)
 
     def could_issue(self, node_id, busy):
-        """Whether ready node ``node_id`` would be issued were the slots' occupancy ``busy`` (a list like
-        ``slot_busy``): it needs no slot or its slot is free (a slot not made yet counts as free)."""
+        """Whether ready node ``node_id`` would be issued were the slots' occupancy ``busy`` (like ``slot_busy``)."""
         slot = self.slot_of(node_id)
         return slot is None or slot == _NONE or not busy[slot]
 
