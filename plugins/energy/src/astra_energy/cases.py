@@ -74,8 +74,10 @@ def load_cases(path=CASES_PATH) -> list:
     return parse_cases(parse_yaml(read_text(path, "energy cases"), str(path)), str(path))
 
 
-def evaluate(case, workdir=None) -> dict:
-    """Simulate ``case``: ``{"name", "quantity", "measured", "simulated", "error"}`` (error = simulated/measured - 1)."""
+def step_report(case, workdir=None, *, in_memory=True):
+    """The run report of ``case``'s step (its ``astra workload llm`` spec on its platform, through the public API).
+    The step is held in memory for the run, in this process (issue 37: no encode and parse back);
+    ``in_memory=False`` writes its Chakra files and parses them back instead: the same ns and joules."""
     from astra_sim import simulate
     from astra_workload_generators import LlmSpec, generate_llm_workload
 
@@ -85,8 +87,13 @@ def evaluate(case, workdir=None) -> dict:
         prefix = os.path.join(folder, "step")
         # for the case's platform and the GPU its options compute on (a gpu option replaces the platform's)
         spec = LlmSpec.from_mapping(case.llm, f"{case.name}: llm").for_platform(case.platform, case.options)
-        generate_llm_workload(spec, prefix)
-        report = simulate(workload=prefix, platform=case.platform, nodes=case.nodes, **case.options)
+        generate_llm_workload(spec, prefix, in_memory=in_memory)
+        return simulate(workload=prefix, platform=case.platform, nodes=case.nodes, **case.options)
+
+
+def evaluate(case, workdir=None) -> dict:
+    """Simulate ``case``: ``{"name", "quantity", "measured", "simulated", "error"}`` (error = simulated/measured - 1)."""
+    report = step_report(case, workdir)
     energy = report.stats.get("energy")
     if not energy or case.quantity not in energy:
         raise ConfigError(f"energy case {case.name}: the run has no stats.energy.{case.quantity}")
