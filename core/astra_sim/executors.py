@@ -1,20 +1,14 @@
-"""Where independent simulations run (a sweep's points, a search's candidates, validation cases): executors, as
-one registered role.
+"""Where independent simulations run (a sweep's points, a search's candidates, validation cases): executors, one
+registered role. The interface is small, so another scheduler (Ray, Slurm, ...) is one class:
 
-An executor is a small interface, so another scheduler (Ray, Slurm, ...) is one class:
-
-* ``share(payload)`` -> a handle the tasks receive instead of the payload (a workload's files, once per
-  workload: Dask scatters it to the workers; the local pool passes it as it is);
-* ``run(fn, tasks, timeout=None)`` -> yields ``(task, result)`` as each finishes, in any order; ``fn(task,
-  payload)`` is an importable function that never raises for a task's own failure (its result says it). When
-  the executor itself loses a task (a worker died, a task outlived ``timeout`` and was killed) it yields
-  ``(task, ExecutorFailure(message))`` and goes on;
+* ``share(payload)`` -> the handle tasks get instead of the payload (a workload's files, once: Dask scatters it);
+* ``run(fn, tasks, timeout=None)`` yields ``(task, result)`` as each finishes; ``fn(task, payload)`` is importable
+  and never raises for a task's own failure. A task the executor loses (a dead worker, a task killed past
+  ``timeout``) yields ``(task, ExecutorFailure(message))``;
 * ``broadcast(fn, *args)`` runs ``fn`` once on every worker machine (clean-up); ``close()``.
 
-Built in: ``local`` (:class:`LocalPool`, ``--jobs N`` processes on this machine). A plugin adds one with the hook
-``astra_register_executors(registry)``: ``registry.executor("ray", factory)``, where ``factory(arg)`` gets the text
-after ``NAME:`` in ``--executor NAME[:ARG]`` (None without one) and returns an :class:`Executor`. ``dask`` is the
-astra-executor-dask plugin's (``plugins/executor_dask``); ``--dask ADDRESS`` is ``--executor dask:ADDRESS``.
+``local`` (:class:`LocalPool`, ``--jobs N``) is built in; plugins add others with ``astra_register_executors``
+(``dask``, ``--dask ADDRESS``: plugins/executor_dask).
 """
 
 from __future__ import annotations
@@ -53,10 +47,9 @@ class _StopState:
 
 @contextlib.contextmanager
 def stop_on_signals(signals=STOP_SIGNALS, once=True):
-    """Inside the block ``signals`` (SIGINT, SIGTERM and SIGHUP) raise :class:`Stopped` in the main thread, so every
-    ``finally`` (closing the executor: no worker outlives the command) runs; with ``once`` a second signal while it
-    does is ignored. Yields a state: once the block sets ``deferred``, a first signal is kept in ``pending`` instead
-    (``astra run`` finishes writing its report)."""
+    """Inside the block ``signals`` raise :class:`Stopped` in the main thread, so every ``finally`` runs (no worker
+    outlives the command); with ``once`` a second signal meanwhile is ignored. Once the block sets the yielded state's
+    ``deferred``, a first signal waits in ``pending`` instead (``astra run`` finishes writing its report)."""
     state = _StopState()
     if threading.current_thread() is not threading.main_thread():
         yield state  # signal handlers belong to the main thread; leave them alone
@@ -96,8 +89,7 @@ class Executor:
     workers = 1
 
     def __enter__(self):
-        """``with make_executor(...) as ex:``: a stop signal inside the block raises :class:`Stopped`, and the
-        executor is closed (its workers stopped) before the command exits."""
+        """``with make_executor(...) as ex:``: a stop signal raises :class:`Stopped`; the workers stop at exit."""
         self._signals = stop_on_signals()
         self._signals.__enter__()
         return self
@@ -122,8 +114,8 @@ class Executor:
 
 
 def _worker_main(inbox, outbox):
-    """A local pool process: run tasks until told to stop (None). Ctrl-C reaches the whole process group: the
-    parent stops the workers, which ignore it (no traceback from each)."""
+    """A local pool process: run tasks until told to stop (None). It ignores Ctrl-C, which reaches the whole process
+    group: the parent stops it (no traceback from each worker)."""
     import importlib
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -141,9 +133,8 @@ def _worker_main(inbox, outbox):
 
 
 class LocalPool(Executor):
-    """``jobs`` worker processes on this machine, each running one task at a time and kept between tasks
-    (a worker parses a shared workload once). A worker that dies, or stays silent ``KILL_GRACE_S`` past the
-    task's timeout, is replaced and its task yielded as an :class:`ExecutorFailure`."""
+    """``jobs`` worker processes, kept between tasks (a worker parses a shared workload once). One that dies, or stays
+    silent ``KILL_GRACE_S`` past the timeout, is replaced and its task yielded as an :class:`ExecutorFailure`."""
 
     name = "local"
 
@@ -199,8 +190,7 @@ class LocalPool(Executor):
                 time.sleep(0.02)
 
     def close(self):
-        """Idle workers are told to stop; busy ones (their results will never be read: the command stops, or
-        left the loop) are killed at once."""
+        """Stop idle workers; kill busy ones at once (their results will never be read)."""
         for worker in self._procs:
             if worker["task"] is None:
                 try:
@@ -223,8 +213,7 @@ class LocalPool(Executor):
 # ------------------------------------------------------------------------------------------------ registry
 @dataclass
 class ExecutorRegistry:
-    """Executors by name, filled by :func:`register_builtin_executors` and every plugin's
-    ``astra_register_executors`` hook."""
+    """Executors by name: the kernel's and every plugin's ``astra_register_executors``."""
 
     entries: dict = field(default_factory=dict)
     current_plugin: str = "?"
@@ -263,8 +252,7 @@ def register_builtin_executors(registry):
 
 
 def executor_registry(pm=None) -> ExecutorRegistry:
-    """Every executor of ``pm`` (default: every installed plugin), built once per plugin manager; entries
-    are attributed to the plugin that registered them."""
+    """Every executor of ``pm`` (default: every installed plugin), built once per plugin manager."""
     from astra_sim.plugins import BUILTIN, call_registration_hook, registry_once
 
     def make(pm):
@@ -282,9 +270,8 @@ def executors(pm=None) -> dict:
 
 
 def make_executor(jobs=None, dask=None, executor=None, pm=None) -> Executor:
-    """The executor the command line asks for: ``--executor NAME[:ARG]`` (a registered one), else ``--dask
-    ADDRESS`` (``--executor dask:ADDRESS``: the astra-executor-dask plugin's), else a local pool of ``--jobs``
-    processes (default: one per core)."""
+    """The executor the command line asks for: ``--executor NAME[:ARG]``, else ``--dask ADDRESS`` (``--executor
+    dask:ADDRESS``), else a local pool of ``--jobs`` processes (default: one per core)."""
     if executor and dask:
         raise ConfigError("give --dask or --executor, not both")
     if not executor and not dask:

@@ -1,14 +1,10 @@
-"""Output formats: what a run writes or adds to its report beyond the kernel's own numbers (timelines, the
-critical path, the reference simulator's log, ...), as one registered role.
+"""Output formats: what a run writes or adds to its report beyond the kernel's numbers (timelines, the critical
+path, the reference's log), one registered role (``astra_register_output_formats``).
 
-A plugin registers one with the hook ``astra_register_output_formats(registry)``:
-``registry.output_format(name, factory, options=(...), description="")``. For every run the kernel calls
-``factory(options, total_npus)`` with the run's options (by argparse dest; the plugin adds its flags through
-``astra_add_run_options``); it returns None when the options do not ask for the format, else an
-:class:`OutputFormat`. The factory runs before the run is built, so an output that cannot be written is an
-error (a ConfigError) before any event. ``options`` names the run options the format reads, so that
-``Simulation(timeline=...)`` and ``simulate(timeline=...)`` without a plugin that reads them are an error, not a
-silently missing file.
+For every run the kernel calls each ``factory(options, total_npus)``, which returns None (not asked for) or an
+:class:`OutputFormat`. It runs before the run is built, so an unwritable output is a ConfigError before any event.
+The registered ``options`` (the run options a format reads) make ``simulate(timeline=...)`` without the plugin that
+reads them an error, not a silently missing file.
 """
 
 from __future__ import annotations
@@ -20,12 +16,9 @@ from astra_sim.errors import ConfigError, PluginError
 
 
 class OutputFormat:
-    """One requested output of one run (what a factory returns). Override what you need.
-
-    * ``needs_every_rank``: None, or why the run must not fold (every rank simulated with its own nodes);
-    * :meth:`start` runs before the first event (add observers, ask a backend to record, ask the run to record
-      its spans with ``run.record_spans()`` when the format reads them), :meth:`finish` after the last event and
-      the checks, with the report (write files, add report keys), before ``astra_run_finish``.
+    """One requested output of one run; override what you need. ``needs_every_rank``: None, or why the run must not
+    fold. :meth:`start` runs before the first event (add observers, ``run.record_spans()``), :meth:`finish` after the
+    last event and checks, before ``astra_run_finish`` (write files, add report keys).
     """
 
     needs_every_rank = None
@@ -86,8 +79,8 @@ def output_formats(pm=None) -> dict:
 
 
 def check_writable_folder(folder, what):
-    """Make ``folder`` (and its parents) and check a file can be created in it and its disk is not full; a
-    ConfigError names ``what`` (outputs check this before the run, so a typo does not cost a whole simulation)."""
+    """Make ``folder`` and check a file can be created there on a disk not full, else a ConfigError naming ``what``
+    (checked before the run, so that a typo does not cost a whole simulation)."""
     folder = os.path.abspath(os.fspath(folder))
     try:
         os.makedirs(folder, exist_ok=True)

@@ -1,9 +1,5 @@
-"""Plugin discovery, selection and the backend registry.
-
-Plugins are found through the ``astra_sim.plugins`` entry-point group. A new
-plugin manager is built per run (no global state). Backends are chosen by name
-for each role; two plugins registering the same name for a role is an error.
-"""
+"""Plugin discovery (the ``astra_sim.plugins`` entry-point group), selection and the backend registry. Backends are
+chosen by name per role; two plugins registering one name for a role is an error."""
 
 from __future__ import annotations
 
@@ -23,10 +19,9 @@ GROUP = "astra_sim.plugins"
 #: Name of the kernel's own plugin (replay/roofline compute, Chakra format); it is always loaded.
 BUILTIN = "builtin"
 
-#: Plugins loaded whenever installed, even when ``-p`` names only others (``-p no:NAME`` still blocks them):
-#: every reference system config names the native collectives, and communicator groups fall back to their ring;
-#: folding is every run's fast path (the same ns as unfolded); analysis computes every report's breakdown;
-#: workload_compact reads the compact workloads `astra workload llm` writes by default.
+#: Plugins loaded whenever installed, even when ``-p`` names others (``-p no:NAME`` still blocks them): every
+#: reference system config names the native collectives (groups fall back to their ring); folding is every run's fast
+#: path (the same ns); analysis computes every breakdown; workload_compact reads what `astra workload llm` writes.
 DEFAULT_PLUGINS = ("collectives_native", "folding", "analysis", "workload_compact")
 
 ROLES = (
@@ -62,8 +57,8 @@ class Registration:
 
 
 def register(entries, registration):
-    """``entries[name] = registration``; an empty name, or a name two plugins register, is a PluginError naming
-    them (every registry's one rule)."""
+    """``entries[name] = registration``; an empty name, or one two plugins register, is a PluginError (every
+    registry's rule)."""
     role, name, plugin = registration.role.replace("_", " "), registration.name, registration.plugin
     if not isinstance(name, str) or not name:
         raise PluginError(f"plugin {plugin!r} registered the {role} {name!r}: expected a non-empty name")
@@ -123,9 +118,8 @@ _ENTRY_POINTS = {}
 
 
 def _entry_points():
-    """The installed plugins' entry points, read again only when a folder on ``sys.path`` changed (installing or
-    removing a distribution changes its site-packages folder): reading every distribution's metadata takes
-    milliseconds, and the Python API asks on every run."""
+    """The installed plugins' entry points, read again only when a ``sys.path`` folder changed (an install does):
+    reading every distribution's metadata takes milliseconds, and the Python API asks on every run."""
     stamp = tuple(_mtime_ns(path) for path in sys.path)
     if _ENTRY_POINTS.get("stamp") != stamp:
         _ENTRY_POINTS["points"] = list(importlib.metadata.entry_points(group=GROUP))
@@ -174,12 +168,8 @@ def parse_plugin_args(values):
 
 
 def make_plugin_manager(select=None, block=(), extra_plugins=()):
-    """Build a plugin manager with the kernel's builtin plugin and the chosen ones.
-
-    ``select``: names to load (None = every installed plugin; :data:`DEFAULT_PLUGINS` are loaded
-    either way); ``block``: names never imported; ``extra_plugins``: objects or modules to register
-    directly (used by tests and the Python API).
-    """
+    """A plugin manager with the builtin plugin and the chosen ones: ``select`` (None: every installed plugin;
+    :data:`DEFAULT_PLUGINS` either way), less ``block`` (never imported), plus ``extra_plugins`` (objects or modules)."""
     from astra_sim import builtin
 
     pm = pluggy.PluginManager(PROJECT_NAME)
@@ -224,8 +214,8 @@ def make_plugin_manager(select=None, block=(), extra_plugins=()):
 
 
 def call_registration_hook(pm, hook_name, registry):
-    """Call every plugin's ``hook_name(registry=...)``, one plugin at a time, so that each entry is credited to the
-    plugin that made it (``registry.current_plugin``). get_hookimpls() is in registration order (builtin first)."""
+    """Every plugin's ``hook_name(registry=...)``, one at a time (registration order, builtin first), so that each
+    entry is credited to its plugin (``registry.current_plugin``)."""
     caller = getattr(pm.hook, hook_name, None)
     for impl in (caller.get_hookimpls() if caller is not None else ()):
         registry.current_plugin = pm.get_name(impl.plugin) or repr(impl.plugin)
@@ -235,8 +225,7 @@ def call_registration_hook(pm, hook_name, registry):
 
 
 def registry_once(pm, attribute, make):
-    """The registry ``make(pm)`` builds, made once per plugin manager (kept on it as ``attribute``);
-    ``pm`` None: :func:`default_plugin_manager`."""
+    """``make(pm)``, made once per plugin manager (kept on it as ``attribute``; None: the default one)."""
     pm = pm if pm is not None else default_plugin_manager()
     registry = getattr(pm, attribute, None)
     if registry is None:
@@ -262,8 +251,7 @@ _DEFAULT = {}
 
 def default_plugin_manager():
     """The plugin manager of every installed plugin, shared by the Python API and the commands that run many
-    simulations (sweep workers, serving) instead of being made per run; made again when the installed plugins
-    change (a plugin installed or removed while the process runs)."""
+    simulations instead of one per run; made again when the installed plugins change."""
     key = tuple(sorted((ep.name, ep.value) for ep in _entry_points()))
     if _DEFAULT.get("key") != key:
         _DEFAULT["pm"] = make_plugin_manager()
@@ -272,8 +260,7 @@ def default_plugin_manager():
 
 
 def plugin_manager_for(plugins=None, block=(), extra_plugins=(), plugin_manager=None):
-    """The plugin manager a run asked for: ``plugin_manager`` itself, the shared :func:`default_plugin_manager` when
-    no plugin choice is made, else a new one of the chosen plugins."""
+    """``plugin_manager``, else the shared default when no plugin is chosen, else a new one of the chosen plugins."""
     if plugin_manager is not None:
         return plugin_manager
     if plugins is None and not block and not extra_plugins:

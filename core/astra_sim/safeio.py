@@ -1,21 +1,12 @@
-"""Reading the user's files safely: bounded, and without code execution or entity expansion.
+"""Reading the user's files safely (bounded, no code execution or entity expansion), and writing outputs whole.
 
-Every input file may be hostile or just broken (a truncated copy, the wrong file, a fuzzer's output).
-The readers here turn each failure into a :class:`~astra_sim.errors.ConfigError` that names the file,
-and bound every size before it is allocated:
-
-* :func:`read_bytes` refuses files larger than :data:`MAX_CONFIG_BYTES` (configurations) or the
-  caller's limit, and names missing files, folders and unreadable files;
-* :func:`gunzip` decompresses in bounded steps, so a gzip bomb stops at the limit instead of
-  filling memory;
-* :func:`load_json` / :func:`load_yaml` parse with the standard JSON reader and PyYAML's *safe*
-  loader (no Python objects), and refuse nesting too deep to walk and YAML aliases that expand to
-  more nodes than :data:`MAX_YAML_NODES` (the "billion laughs" alias bomb).
-
-A plugin reading another format builds on :func:`read_bytes` (the MSCCL-IR plugin's XML reader refuses
-entity declarations: ``astra_collectives_msccl.safe_xml``).
-
-Outputs are written here too, by the one atomic writer (:func:`write_bytes_atomic`, :func:`atomic_output`).
+Every input may be hostile or just broken (a truncated copy, the wrong file, a fuzzer's output): each failure is a
+:class:`~astra_sim.errors.ConfigError` naming the file, and every size is bounded before it is allocated.
+:func:`read_bytes` refuses files over :data:`MAX_CONFIG_BYTES` (or the caller's limit); :func:`gunzip` stops a gzip
+bomb at the limit; :func:`load_json` / :func:`load_yaml` (PyYAML's *safe* loader) refuse nesting too deep to walk and
+aliases expanding past :data:`MAX_YAML_NODES` (the "billion laughs" bomb). Other formats build on :func:`read_bytes`
+(``astra_collectives_msccl.safe_xml`` refuses XML entities). Every output goes through one atomic writer
+(:func:`atomic_output`).
 """
 
 from __future__ import annotations
@@ -99,10 +90,8 @@ GZIP_MAGIC = b"\x1f\x8b"
 
 
 def gunzip(data: bytes, path, what="", limit=None, error=None) -> bytes:
-    """Decompress gzip ``data`` (one or more members) to at most ``limit`` bytes (default
-    :data:`MAX_INPUT_BYTES`), in bounded steps. Corrupt, truncated or too large input raises
-    ``error(message, offset)`` (default: a ConfigError), the offset being the compressed byte where
-    it showed."""
+    """Decompress gzip ``data`` (one or more members) to at most ``limit`` bytes (default :data:`MAX_INPUT_BYTES`), in
+    bounded steps; corrupt, truncated or too large input raises ``error(message, compressed offset)`` (a ConfigError)."""
     limit = MAX_INPUT_BYTES if limit is None else limit
     name = os.fspath(path)
     kind = f"gzip-compressed {what or 'file'}"
@@ -146,8 +135,7 @@ def _depth_error(path, what):
 
 
 def _nesting_ok(value, limit=MAX_NESTING) -> bool:
-    """Whether JSON ``value`` (lists and dicts, never shared) nests at most ``limit`` levels, so that
-    code walking it recursively cannot run out of stack (checked iteratively)."""
+    """Whether JSON ``value`` nests at most ``limit`` levels (so recursive walkers keep their stack), iteratively."""
     stack = [(value, 0)]
     while stack:
         item, depth = stack.pop()
@@ -159,8 +147,7 @@ def _nesting_ok(value, limit=MAX_NESTING) -> bool:
 
 
 def parse_json(text, path, what=""):
-    """``text`` as JSON; ConfigError naming ``path`` and the line/column when it is not.
-    ``NaN``/``Infinity`` are read (the range checks reject them with the key's name)."""
+    """``text`` as JSON, else a ConfigError naming ``path``, line and column (``NaN`` is read: range checks name it)."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -185,8 +172,7 @@ def _yaml_loader():
     import yaml
 
     class BoundedSafeLoader(yaml.SafeLoader):
-        """PyYAML's safe loader that checks the composed document before building Python objects:
-        aliases may not expand it past MAX_YAML_NODES nodes, nor nest it past MAX_NESTING levels."""
+        """PyYAML's safe loader, checking the composed document (:func:`_check_yaml_size`) before building it."""
 
         def construct_document(self, node):
             _check_yaml_size(node, self.name)
@@ -200,8 +186,8 @@ class _YamlTooLarge(Exception):
 
 
 def _check_yaml_size(root, name):
-    """Count the nodes of the composed document with every alias expanded (memoised per shared
-    node, so a bomb is measured without being expanded); refuse cycles and deep nesting."""
+    """Count the document's nodes with aliases expanded, memoised per shared node (a bomb is measured without being
+    expanded); refuse cycles and deep nesting."""
     import yaml
 
     sizes = {}
@@ -242,8 +228,7 @@ def _yaml_children(node, yaml):
 
 
 def parse_yaml(text, path, what=""):
-    """``text`` as YAML with a bounded safe loader (see the module docstring); ConfigError naming
-    ``path`` (and the line) when it is not YAML, too large once expanded, or too deep."""
+    """``text`` as YAML (bounded safe loader), else a ConfigError naming ``path`` and the line."""
     import yaml
 
     try:
@@ -268,8 +253,7 @@ def load_yaml(path, what="", limit=None):
 
 # ------------------------------------------------------------------ writing: whole files or nothing
 def ensure_parent_dir(path):
-    """Create the folder ``path`` goes into, as every ``-o``/``--report-json`` does; a
-    ConfigError names the folder when it cannot be made."""
+    """Create the folder ``path`` goes into (every ``-o`` does), else a ConfigError naming it."""
     parent = os.path.dirname(os.path.abspath(os.fspath(path)))
     try:
         os.makedirs(parent, exist_ok=True)
@@ -291,11 +275,9 @@ def write_bytes_atomic(path, data):
 
 @contextlib.contextmanager
 def atomic_output(path):
-    """A binary file to write ``path`` through: a temporary file in the same folder, renamed over ``path``
-    when the ``with`` block ends without an error (removed otherwise). Readers see the old file or the
-    whole new one, never a part; a killed writer leaves no half-written file. The one place every output
-    file is written from (reports, traces, timelines streamed piece by piece, plots). The file gets the
-    permissions ``open()`` would give it (``mkstemp`` makes 0600)."""
+    """A binary file writing ``path`` through a temporary file in its folder, renamed over ``path`` when the block
+    ends without an error (removed otherwise): readers see the old file or the whole new one, and a killed writer
+    leaves no part. It gets the permissions ``open()`` would give (``mkstemp`` makes 0600)."""
     from astra_sim.generated import owned, reclaim_leftovers
 
     folder = os.path.dirname(os.path.abspath(os.fspath(path)))
@@ -322,8 +304,8 @@ def _umask():
 
 # ------------------------------------------------------- a write that fails late: keep the result, say where
 def write_or_recover(path, produce, command, flag):
-    """Write ``path`` atomically through ``produce(handle)`` (or these bytes); returns what it returns. A write
-    that fails late (a full disk, a folder turned read-only or removed) is not the result's end: :func:`recover`."""
+    """Write ``path`` atomically through ``produce(handle)`` (or these bytes); a write failing late (a full disk, a
+    folder removed) does not lose the result (:func:`recover`)."""
     write = produce if callable(produce) else lambda handle: handle.write(produce)
     try:
         os.makedirs(os.path.dirname(os.path.abspath(os.fspath(path))), exist_ok=True)
@@ -336,8 +318,8 @@ def write_or_recover(path, produce, command, flag):
 
 def recover(failed, name, produce, command, flag, folder=False):
     """Write the result again, ``produce(handle)`` into a new file (``folder``: ``produce(path)`` into a new folder)
-    named ``<time>-<command>-<flag>-<random>-<name>`` in ``$ASTRA_RECOVERED_DIR``, else
-    ``$XDG_CACHE_HOME/astra-sim/recovered`` (``~/.cache/...``), else the temp dir; the ConfigError says where."""
+    ``<time>-<command>-<flag>-<random>-<name>`` in ``$ASTRA_RECOVERED_DIR``, ``$XDG_CACHE_HOME/astra-sim/recovered``
+    or the temp dir; the ConfigError says where."""
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     stem = f"{time.strftime('%Y%m%d-%H%M%S')}-{'-'.join(w.strip('-') for w in command.split()[1:] + [flag])}-"
     tried = []

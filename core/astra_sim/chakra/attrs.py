@@ -11,28 +11,16 @@ __all__ = ["attrs_from_proto", "fill_attr", "choose_kind", "kind_fits"]
 
 _LIST_KINDS = frozenset(ATTR_LIST_KINDS)
 _KIND_SET = frozenset(ATTR_KINDS)
-_INT_RANGES = {
-    "int32": (-(1 << 31), (1 << 31) - 1),
-    "sint32": (-(1 << 31), (1 << 31) - 1),
-    "sfixed32": (-(1 << 31), (1 << 31) - 1),
-    "int64": (-(1 << 63), (1 << 63) - 1),
-    "sint64": (-(1 << 63), (1 << 63) - 1),
-    "sfixed64": (-(1 << 63), (1 << 63) - 1),
-    "uint32": (0, (1 << 32) - 1),
-    "fixed32": (0, (1 << 32) - 1),
-    "uint64": (0, (1 << 64) - 1),
-    "fixed64": (0, (1 << 64) - 1),
-}
+_INT_RANGES = {**{kind + bits: (-(1 << (int(bits) - 1)), (1 << (int(bits) - 1)) - 1)
+                   for kind in ("int", "sint", "sfixed") for bits in ("32", "64")},
+               **{kind + bits: (0, (1 << int(bits)) - 1) for kind in ("uint", "fixed") for bits in ("32", "64")}}
 _FLOAT32_MAX = 3.4028234663852886e38
 
 
 def attrs_from_proto(attr_list, strings=None):
-    """Repeated AttributeProto -> (dict name -> Python value, tuple of (name, kind)).
-
-    First occurrence of a name wins (FeederV3 semantics). ``strings``: a dict
-    shared across the nodes of a file; attribute names and string values are
-    looked up there so that equal strings are one object (traces repeat them
-    on every node, and a million copies cost tens of megabytes)."""
+    """Repeated AttributeProto -> (name -> Python value, tuple of (name, kind)); a name's first occurrence wins
+    (FeederV3). ``strings``, shared by a file's nodes, makes equal names and values one object (traces repeat them
+    on every node: a million copies cost tens of megabytes)."""
     attrs = {}
     kinds = []
     for a in attr_list:
@@ -115,14 +103,11 @@ def _infer_kind(value):
 
 
 def choose_kind(name, value, preferred, where, strict=False):
-    """The oneof member for attribute ``name`` = ``value``.
-
-    ``preferred`` (the kind the user asked for, or the kind the attribute had) wins when the value fits it; with
-    ``strict`` it must fit. Otherwise: the conventional kind of Chakra's writers for known names
-    (``CONVENTIONAL_ATTR_KINDS``: comm_size int64, tensor_size uint64, comm_src/dst/tag/priority int32, ...) when
-    the value fits, else by Python type: bool -> bool_val, int -> int64_val (uint64_val above 2**63-1),
-    float -> double_val, str -> string_val, bytes -> bytes_val, lists -> bool/int64/uint64/double/string/
-    bytes_list. An empty list needs an explicit kind (except for conventional names such as involved_dim).
+    """The oneof member for attribute ``name`` = ``value``: ``preferred`` (asked for, or the attribute's) when the
+    value fits it (with ``strict`` it must); else the conventional kind of Chakra's writers for the names ASTRA-sim
+    reads (``CONVENTIONAL_ATTR_KINDS``: comm_size int64, tensor_size uint64, comm_src/dst/tag/priority int32, ...)
+    when it fits; else by Python type: bool_val, int64_val (uint64_val above 2**63-1), double_val, string_val,
+    bytes_val, or the matching ``*_list``. An empty list needs an explicit kind unless its name is conventional.
     """
     if preferred is not None:
         if preferred not in _KIND_SET:

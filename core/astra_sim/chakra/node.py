@@ -26,25 +26,20 @@ MISSING = _Missing()
 
 
 class EtNode:
-    """One Chakra ``Node``: a light object with ``__slots__`` (created by the million).
+    """One Chakra ``Node``, with ``__slots__`` (created by the million). Fields are plain Python values; mutate them
+    freely (:func:`write_et` notices changes):
 
-    Fields (all plain Python values; mutate them freely, :func:`write_et` notices changes):
+    * ``id``, ``name``, ``type`` (a NodeType value), ``ctrl_deps`` / ``data_deps`` (ids in file order, unchecked),
+      ``duration_micros``;
+    * ``inputs_values`` / ``inputs_shapes`` / ``inputs_types``: the IOInfo's strings (the METADATA node's process
+      groups; the PyTorch converter's ``'[[4096, 8192], [8192, 4096]]'``), ``''`` if absent;
+    * ``attrs`` (name -> value, in file order): int for every integer oneof member, bool, float, str, bytes, a list
+      for ``*_list`` members, None for an unset oneof. Of a repeated name the **first** is kept (ASTRA-sim's
+      FeederV3); the others survive a round trip only while the node is unchanged;
+    * ``path``: the file it was read from (None when built in memory), for error messages.
 
-    * ``id`` (int), ``name`` (str), ``type`` (int, a NodeType value from :mod:`astra_sim.chakra.types`);
-    * ``ctrl_deps``, ``data_deps`` (lists of int, in file order; ids are not checked against the file);
-    * ``duration_micros`` (int);
-    * ``inputs_values`` (str): ``inputs.values`` of the IOInfo (the METADATA node's process groups), ``''`` if
-      absent; ``inputs_shapes`` and ``inputs_types`` (str): its ``shapes`` and ``types`` as written by the
-      PyTorch converter (e.g. ``'[[4096, 8192], [8192, 4096]]'``), ``''`` if absent;
-    * ``attrs`` (dict name -> value, in file order): int for every integer oneof member (int32/int64/uint*/
-      sint*/fixed*/sfixed*), bool for ``bool_val``, float for ``float_val``/``double_val``, str for
-      ``string_val``, bytes for ``bytes_val``, a list for every ``*_list`` member; None for an attribute whose
-      oneof is unset. When a name occurs more than once the **first** one is kept (what ASTRA-sim's FeederV3
-      does); the others survive a round trip only while the node is unchanged.
-    * ``path``: the file it was read from (None when built in memory), used in error messages.
-
-    Private: ``_kinds`` (tuple of ``(name, oneof member)`` pairs parallel to ``attrs``, interned) and ``_raw``
-    (the node's original serialized bytes, used to write it back byte for byte; None when not kept).
+    Private: ``_kinds`` (interned ``(name, oneof member)`` pairs parallel to ``attrs``) and ``_raw`` (the original
+    serialized bytes, to write the node back byte for byte; None when not kept).
     """
 
     __slots__ = (
@@ -107,9 +102,8 @@ class EtNode:
         return attr_kind(self, key)
 
     def set_attr(self, key, value, kind=None):
-        """Set attribute ``key``. ``kind`` (an AttributeProto oneof member such as ``'int32_val'``) chooses
-        the wire type; by default an existing attribute keeps its kind when the value still fits, and a new
-        one gets the conventional kind (see :func:`astra_sim.chakra.make_node`)."""
+        """Set attribute ``key``; ``kind`` (e.g. ``'int32_val'``) chooses the wire type, else an existing attribute
+        keeps its kind when the value fits and a new one gets the conventional kind (:func:`make_node`)."""
         from .attrs import choose_kind
 
         old = dict(self._kinds) if self._kinds else {}
@@ -140,22 +134,16 @@ class EtNode:
         return get_str_list(self, key, default)
 
     def to_proto(self):
-        """This node as an ``et_def_pb2.Node`` message (including fields EtNode does not model, such as
-        ``start_time_micros`` or ``outputs``, when the node was read with its raw bytes)."""
+        """This node as an ``et_def_pb2.Node`` (with the fields EtNode does not model when it kept its raw bytes)."""
         from .writer import node_to_proto
 
         return node_to_proto(self)
 
 
 class EtFile:
-    """A whole ``.et`` file as read by :func:`read_et`.
-
-    * ``path`` (str): the file name given to :func:`read_et`;
-    * ``metadata``: the ``GlobalMetadata`` protobuf message (``.version`` str, ``.attr`` repeated
-      AttributeProto), or **None for an empty file** (0 bytes: no GlobalMetadata at all);
-    * ``nodes``: list of :class:`EtNode` in file order (duplicates, dangling and cyclic deps are kept as
-      they are: graph checks belong to the workload layer);
-    * ``gzipped`` (bool): the file was gzip-compressed on disk.
+    """A whole ``.et`` file as :func:`read_et` read it: ``path``; ``metadata``, the ``GlobalMetadata`` message, or
+    **None for an empty file**; ``nodes`` in file order (duplicates, dangling and cyclic deps kept: graph checks are
+    the workload layer's); ``gzipped``: the file was gzip-compressed.
     """
 
     __slots__ = ("path", "metadata", "nodes", "gzipped")
@@ -191,9 +179,7 @@ class EtFile:
                 f"{', gzipped' if self.gzipped else ''})")
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Typed getters (semantics of ASTRA-sim FeederV3's get_attr<T>(name[, default]))
-# ---------------------------------------------------------------------------------------------------------
+# ------------------------------------------------ typed getters (ASTRA-sim FeederV3's get_attr<T>(name[, default]))
 
 def attr_kind(node, key):
     """The oneof member name of ``node``'s attribute ``key`` (None if absent or unknown)."""
@@ -215,8 +201,7 @@ def _describe(node, key, value):
 
 
 def _get(node, key, default, expected, convert):
-    """Attribute ``key`` as ``convert(value)`` gives it (None: a kind the getter refuses, a ChakraError naming file,
-    node and key); ``default`` when absent, or a ChakraError when no default is given."""
+    """Attribute ``key`` as ``convert`` gives it (None: refused), ``default`` when absent; else a ChakraError."""
     value = node.attrs.get(key, MISSING)
     if value is MISSING:
         if default is MISSING:
@@ -231,11 +216,8 @@ def _get(node, key, default, expected, convert):
 
 
 def get_int(node, key, default=MISSING):
-    """Integer attribute ``key``: accepts every integer oneof member and ``bool_val`` (as 0/1), like FeederV3.
-
-    Returns ``default`` when the attribute is absent; raises :class:`ChakraError` (naming file, node and key)
-    when it is absent and no default is given, or when it holds a float, string, bytes or list.
-    """
+    """Integer attribute ``key``: every integer oneof member and ``bool_val`` (as 0/1), like FeederV3; a
+    :class:`ChakraError` naming file, node and key when absent without ``default``, or not an integer."""
     return _get(node, key, default, "an integer", lambda v: int(v) if isinstance(v, int) else None)
 
 
@@ -245,8 +227,7 @@ def get_bool(node, key, default=MISSING):
 
 
 def get_bool_list(node, key, default=MISSING):
-    """``bool_list`` attribute ``key`` (e.g. ``involved_dim``) as a list of bool. Any other kind is an error,
-    as in ASTRA-sim."""
+    """``bool_list`` attribute ``key`` (``involved_dim``); any other kind is an error, as in ASTRA-sim."""
     def convert(value):
         if not isinstance(value, list):
             return None

@@ -1,8 +1,5 @@
-"""Reading Chakra ET files (schema v0.0.4 wire format).
-
-An ``.et`` file is a plain stream of ``varint(length) + message`` frames: first a ``GlobalMetadata``, then one
-``Node`` per frame, up to end of file. There is no magic number, header or trailer.
-"""
+"""Reading Chakra ET files (schema v0.0.4 wire format): a plain stream of ``varint(length) + message`` frames, a
+``GlobalMetadata`` then one ``Node`` each, without magic number, header or trailer."""
 
 from __future__ import annotations
 
@@ -25,25 +22,19 @@ _MAX_VARINT_BYTES = 10
 
 
 def read_et(path, *, keep_raw: bool = True) -> EtFile:
-    """Read the Chakra ET file ``path`` and return an :class:`EtFile` (``.path``, ``.metadata``, ``.nodes``).
+    """Read the Chakra ET file ``path`` into an :class:`EtFile`.
 
-    * Framing: varint length-prefixed messages; the first is the GlobalMetadata, every later one a Node.
-    * **gzip-compressed files are read transparently**: a file starting with the gzip magic ``1f 8b`` is
-      decompressed first (as Chakra's Python tools and its v1 C++ feeder do; ASTRA-sim's FeederV3 cannot read
-      them). ``EtFile.gzipped`` tells which it was; byte offsets in errors then refer to the decompressed stream.
-    * An empty (0-byte) file gives ``metadata=None`` and no nodes; a file with only the GlobalMetadata gives no
-      nodes. Rejecting these (as ASTRA-sim does) is up to the caller.
-    * A 0-byte frame inside the file is an all-default Node (id 0, type INVALID_NODE), as the C++ feeders read
-      it (Chakra's Python tools stop reading there instead).
-    * Nodes are returned in file order, as they are: duplicate ids, deps on absent ids and cycles are not
-      checked here.
-    * Truncated files, bad length prefixes and frames that are not valid protobuf raise :class:`ChakraError`
-      naming the file and the byte offset, never a raw protobuf error.
+    * **gzip-compressed files are read transparently** (as Chakra's Python tools and v1 C++ feeder do; ASTRA-sim's
+      FeederV3 cannot): ``EtFile.gzipped`` says so, and byte offsets in errors refer to the decompressed stream.
+    * An empty file gives ``metadata=None`` and no nodes; rejecting it (as ASTRA-sim does) is the caller's choice.
+    * A 0-byte frame is an all-default Node (id 0, INVALID_NODE), as the C++ feeders read it (Chakra's Python tools
+      stop there instead).
+    * Nodes come in file order, unchecked (duplicate ids, absent deps, cycles).
+    * Truncated files, bad length prefixes and invalid frames raise :class:`ChakraError` naming the file and the
+      byte offset, never a raw protobuf error.
 
-    ``keep_raw`` (default True) keeps each node's serialized bytes so that :func:`write_et` reproduces the file
-    byte for byte, including fields EtNode does not model (start_time_micros, outputs, IOInfo shapes/types,
-    attribute doc strings, repeated attribute names, unknown fields). With ``keep_raw=False`` memory use is about
-    halved and nodes are re-encoded from their fields when written.
+    ``keep_raw`` keeps each node's bytes so that :func:`write_et` reproduces the file byte for byte, fields EtNode
+    does not model included; without it memory use is about halved and nodes are re-encoded when written.
     """
     name = os.fspath(path)
     limit = safeio.MAX_INPUT_BYTES
@@ -62,9 +53,8 @@ def read_et(path, *, keep_raw: bool = True) -> EtFile:
 
 
 def read_metadata(path) -> dict:
-    """The GlobalMetadata attributes of the Chakra ET file ``path`` ({name: value}), reading only the first
-    frame (a plugin checking what a generator wrote there, e.g. a memory estimate, need not parse the nodes).
-    An empty file gives {}; errors are :class:`ChakraError` naming the file."""
+    """The GlobalMetadata attributes of ``path`` ({name: value}; {} for an empty file), from the first frame only:
+    reading what a generator wrote there (a memory estimate) need not parse the nodes."""
     name = os.fspath(path)
     try:
         with open(name, "rb") as f:
@@ -142,12 +132,11 @@ def _frames(data: bytes, path):
 
 
 def parse_et(data: bytes, path="<bytes>", *, keep_raw: bool = True, shared: dict | None = None) -> EtFile:
-    """Parse the bytes of a Chakra ET file (see :func:`read_et`); ``path`` is only used in messages.
+    """Parse the bytes of a Chakra ET file (:func:`read_et`); ``path`` names it in messages.
 
-    ``shared``: a dict kept across the files of one workload, serialized node -> :class:`EtNode`. A node
-    whose bytes were seen in an earlier file is that file's object (not parsed again; its ``path`` names
-    the earlier file): the ranks of a data-parallel job repeat most of their nodes byte for byte. The
-    nodes are then shared between files and must not be modified."""
+    ``shared`` (serialized node -> :class:`EtNode`, kept across one workload's files): a node seen in an earlier file
+    is that file's object, not parsed again (a data-parallel job's ranks repeat most nodes byte for byte); such
+    nodes must not be modified."""
     if not isinstance(data, bytes):
         data = bytes(data)
     gzipped = False
@@ -155,8 +144,7 @@ def parse_et(data: bytes, path="<bytes>", *, keep_raw: bool = True, shared: dict
         data = _gunzip(data, path)
         gzipped = True
 
-    # Millions of small containers are created below; the cyclic GC would re-scan them over and over (making
-    # reading quadratic-ish). None of them can form cycles, so pause it while parsing.
+    # Millions of acyclic containers are made below; the cyclic GC would re-scan them over and over: pause it.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:

@@ -52,13 +52,8 @@ def _fill_attrs(attr_field, attrs: dict, kinds: dict, docs: dict, where, strict=
 
 
 def node_to_proto(node: EtNode, *, reencode: bool = False) -> pb.Node:
-    """The ``pb.Node`` message for ``node``.
-
-    Fields EtNode does not model (start_time_micros, outputs, attribute doc strings) are
-    taken from the node's raw bytes when it has them. Unchanged attributes keep their exact encoding
-    (including repeated names) unless ``reencode`` is set; changed ones are rebuilt, each keeping its previous
-    oneof member when the new value still fits it.
-    """
+    """The ``pb.Node`` of ``node``: fields EtNode does not model come from its raw bytes; unchanged attributes keep
+    their exact encoding unless ``reencode``, changed ones keep their oneof member when the value still fits."""
     where = _node_where(node)
     raw = node._raw
     m = pb.Node.FromString(raw) if raw is not None else pb.Node()
@@ -141,24 +136,18 @@ def encode_et(metadata, nodes, *, reencode: bool = False) -> bytes:
 
 
 def write_et(path, metadata, nodes, *, reencode: bool = False, compress=None) -> int:
-    """Write a Chakra ET file: ``varint(len) + GlobalMetadata``, then ``varint(len) + Node`` per node.
+    """Write a Chakra ET file (``varint(len) + GlobalMetadata``, then ``varint(len) + Node`` each); returns its size.
 
-    * ``metadata``: a ``GlobalMetadata`` message (``EtFile.metadata``, or :func:`make_metadata`). None writes an
-      empty file when there are no nodes (what :func:`read_et` returns for one), otherwise
-      ``GlobalMetadata(version="0.0.4")``.
-    * ``nodes``: :class:`EtNode` (read or built with :func:`make_node`) or ``et_def_pb2.Node`` messages.
-      Writing back what :func:`read_et` returned reproduces the file byte for byte: unchanged nodes are
-      written from their raw bytes. Changed nodes are re-encoded following protobuf's canonical rules (fields in
-      number order, proto3 defaults omitted, set oneof members always written, packed deps), which is exactly
-      what Chakra's writers produce. ``reencode=True`` re-encodes every node from its fields (for testing).
-    * ``compress``: gzip the output (as Chakra's C++ writer does for ``.gz`` names); default: when ``path``
-      ends with ``.gz``. Gzip output uses mtime 0, so it is reproducible. Note that ASTRA-sim's FeederV3 cannot
-      read gzip files.
+    * ``metadata``: a ``GlobalMetadata`` (:func:`make_metadata`); None writes an empty file when there are no nodes,
+      else ``GlobalMetadata(version="0.0.4")``.
+    * ``nodes``: :class:`EtNode` or ``et_def_pb2.Node``. What :func:`read_et` returned is written back byte for byte
+      (unchanged nodes from their raw bytes); changed ones are re-encoded by protobuf's canonical rules, exactly as
+      Chakra's writers do (``reencode=True``: every node, for testing).
+    * ``compress``: gzip (with mtime 0: reproducible), as Chakra's C++ writer does for ``.gz`` names (the default);
+      ASTRA-sim's FeederV3 cannot read gzip files.
 
-    Note: a Node with every field at its default serializes to 0 bytes; Chakra's Python tools take such a frame
-    for end-of-file (the C++ feeders and :func:`read_et` do not).
-
-    Returns the number of bytes written.
+    An all-default Node serializes to 0 bytes, which Chakra's Python tools take for end-of-file (the C++ feeders and
+    :func:`read_et` do not).
     """
     name = os.fspath(path)
     data = encode_et(metadata, nodes, reencode=reencode)
@@ -189,26 +178,14 @@ def make_node(id, name="", type=0, *, data_deps=(), ctrl_deps=(), duration_micro
               attr_types=None, attr_docs=None, inputs_values=None, start_time_micros=0,
               inputs_shapes=None, inputs_types=None, outputs_values=None, outputs_shapes=None,
               outputs_types=None) -> EtNode:
-    """Build an :class:`EtNode` the way Chakra's own generator would encode it.
+    """An :class:`EtNode` encoded as Chakra's own generator would (a :class:`ChakraError` for values that do not fit).
 
-    ``type`` is a NodeType value or name (``'COMP_NODE'``). ``attrs`` maps names to Python values, written in
-    dict order. The oneof member of each value is, in this order:
-
-    1. ``attr_types[name]`` when given (e.g. ``{'comm_size': 'uint64_val'}``, any AttributeProto member name);
-    2. Chakra's convention for the names ASTRA-sim reads: ``comm_type``/``comm_size``/``num_ops`` int64_val,
-       ``tensor_size`` uint64_val, ``comm_src``/``comm_dst``/``comm_tag``/``comm_priority`` int32_val,
-       ``is_cpu_op`` bool_val, ``pg_name`` string_val, ``involved_dim`` bool_list (when the value fits);
-    3. by Python type: bool -> bool_val, int -> int64_val (uint64_val above 2**63-1), float -> double_val,
-       str -> string_val, bytes -> bytes_val; lists of bool/int/float/str/bytes -> bool_list/int64_list/
-       double_list/string_list/bytes_list.
-
-    ``attr_docs`` sets AttributeProto.doc_string; ``inputs_values`` sets ``inputs.values`` (the METADATA node's
-    process groups); ``inputs_shapes`` / ``inputs_types`` set ``inputs.shapes`` / ``inputs.types`` (as the PyTorch
-    converter writes them, e.g. ``"[[4096, 8192], [8192, 4096]]"``); ``outputs_values`` / ``outputs_shapes`` /
-    ``outputs_types`` set the ``outputs`` IOInfo (field 9) the same way (EtNode does not model it; it travels in the
-    node's raw bytes, see :meth:`EtNode.to_proto`); ``start_time_micros`` is written but never read by any
-    simulator.
-    Raises :class:`ChakraError` for values that do not fit.
+    ``type``: a NodeType value or name (``'COMP_NODE'``). ``attrs`` are written in dict order, each as
+    ``attr_types[name]`` when given, else Chakra's conventional member for the names ASTRA-sim reads
+    (``CONVENTIONAL_ATTR_KINDS``) when the value fits, else by Python type (:func:`astra_sim.chakra.attrs.choose_kind`).
+    ``attr_docs`` sets doc strings; ``inputs_*`` / ``outputs_*`` the IOInfo strings (the METADATA node's process
+    groups; shapes and types as the PyTorch converter writes them; ``outputs`` travels in the raw bytes only);
+    ``start_time_micros`` is written but no simulator reads it.
     """
     from .reader import parse_node
 
@@ -235,9 +212,8 @@ def make_node(id, name="", type=0, *, data_deps=(), ctrl_deps=(), duration_micro
 
 
 def make_metadata(version: str = DEFAULT_VERSION, attrs=None, attr_types=None, attr_docs=None) -> pb.GlobalMetadata:
-    """A ``GlobalMetadata`` message. ``version`` is "0.0.4" by default (ASTRA-sim's generator scripts; Chakra's
-    1.0.0 generator writes "1.0.0", its converters leave it empty and put a ``schema`` string attribute instead).
-    ``attrs``/``attr_types``/``attr_docs`` as in :func:`make_node`."""
+    """A ``GlobalMetadata``: ``version`` "0.0.4" as ASTRA-sim's generator scripts write (Chakra 1.0.0's generator
+    writes "1.0.0", its converters a ``schema`` attribute instead); attributes as in :func:`make_node`."""
     gm = pb.GlobalMetadata()
     where = "GlobalMetadata"
     try:
