@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from astra_compute_systolic.platforms import generate
+from astra_compute_systolic.platforms import PRESETS, generate, get_preset
 from astra_compute_systolic.torus import group_axes, torus_time_ns
 from astra_sim import simulate
 from astra_sim.cli import main
@@ -53,6 +53,29 @@ def test_small_collectives_are_latency_bound():
     # 1 KiB: the bandwidth term is tiny; 16 + 16 chips, half of them hops each way: 16 x 500 ns = 8,000 ns
     assert torus_time_ns(ALL_REDUCE, 1024, [16, 16], 100.0, 500.0) == 8_000.0
     assert torus_time_ns(ALL_GATHER, 1024, [], 100.0, 500.0) == 0.0
+
+
+def test_the_presets_hop_is_the_scaling_books_microsecond():
+    # sharding.md at 0819a7d: "This is typically around 1us"; no longer an assumption of the presets
+    for preset in PRESETS.values():
+        n = preset.numbers()
+        assert preset.ici_hop_latency_ns == 1000.0 and "scaling-book" in n["sources"]["ici_latency"]
+        assert "ici_latency" not in n["assumptions"]
+    v6e = get_preset("tpu-v6e")
+    assert generate(v6e, 1)["options"]["tpu_ici_hop_ns"] == 1000.0
+    # 1 KiB over the full pod: 16 + 16 chips, half of them hops each way: 16 x 1,000 ns
+    assert torus_time_ns(ALL_REDUCE, 1024, [16, 16], v6e.ici_gbps_per_link, v6e.ici_hop_latency_ns) == 16_000.0
+
+
+def test_googles_v6e_256_psum_by_hand():
+    """The check case tpu-recipes-v6e-256-psum-606m: a 17408 x 17408 bf16 all-reduce over the 16 x 16 pod.
+    2 x 606,076,928 B x 255/256 = 1,207,418,880 B at 2 axes x 2 directions x 100 GB/s = 400 B/ns (Google's
+    'All-reduce bandwidth per Pod 102.4 TB/s' over 256 chips): 3,018,547.2 ns; the latency term, 16 us, is under
+    it. Google measured 5.121 ms (235.76 GB/s of bus bandwidth, 59 % of its own pod figure)."""
+    v6e = get_preset("tpu-v6e")
+    assert 256 * 4 * v6e.ici_gbps_per_link == 102_400          # GB/s: the page's all-reduce bandwidth per pod
+    ns = torus_time_ns(ALL_REDUCE, 606_076_928, [16, 16], v6e.ici_gbps_per_link, v6e.ici_hop_latency_ns)
+    assert ns == pytest.approx(3_018_547.2)
 
 
 def test_one_slice_uses_torus_and_several_slices_keep_the_ring():

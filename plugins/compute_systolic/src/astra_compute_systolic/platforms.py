@@ -182,14 +182,19 @@ _SPLIT = ("ASSUMPTION in part: the interfaces carry VMEM's bandwidth to the MXUs
           "'VMEM bandwidth is around 22x higher than HBM bandwidth' (one ratio for TPUs, worked on v5e; applied "
           "to this chip's HBM), split equally over the IFMAP, filter and OFMAP SRAM interfaces (the split is the "
           "assumption; a large GEMM does not stall at either half of it)")
-_LAT = "ASSUMPTION: 500 ns per ICI hop (Google publishes no per-hop latency)"
+_LAT = ("Austin et al., 'How to Scale Your Model', part 3 'Sharded Matrices' (jax-ml/scaling-book sharding.md "
+        "at 0819a7d): 'Each hop over an ICI link has some intrinsic overhead regardless of the data volume. This "
+        "is typically around 1us' (tpus.md, Question 5: 'the per-hop latency for TPU v5e is 1us'); one figure for "
+        "TPUs, applied to each preset; Google publishes no per-hop latency (500 ns, unsourced, before 2026-11-30)")
+#: One ICI hop (ns): the scaling book's typical figure (``_LAT``).
+ICI_HOP_NS = 1000.0
 
 PRESETS = {
     p.name: p
     for p in (
         TpuPreset(
             "tpu-v3", "TPU v3-like chip: 2 TensorCores x 2 MXUs (128x128), 32 GiB HBM2, ICI 2D torus",
-            "TPU v3 (4 MXUs)", 4, 128, 123.0, 900.0, 32, 2, (4, 4), 82.0, 500.0, 100.0, (16384, 16384, 4096),
+            "TPU v3 (4 MXUs)", 4, 128, 123.0, 900.0, 32, 2, (4, 4), 82.0, ICI_HOP_NS, 100.0, (16384, 16384, 4096),
             {
                 "mxus": CLOUD_V3 + "each chip has two TensorCores, each with two MXUs",
                 "peak_bf16_tflops": CLOUD_V3 + "peak compute per chip 123 teraflops (bf16)",
@@ -206,7 +211,7 @@ PRESETS = {
         ),
         TpuPreset(
             "tpu-v4", "TPU v4-like chip: 2 TensorCores x 4 MXUs (128x128), 32 GiB HBM2, ICI 3D torus",
-            "TPU v4 (8 MXUs)", 8, 128, 275.0, 1200.0, 32, 3, (4, 4, 4), 50.0, 500.0, 100.0,
+            "TPU v4 (8 MXUs)", 8, 128, 275.0, 1200.0, 32, 3, (4, 4, 4), 50.0, ICI_HOP_NS, 100.0,
             (32768, 32768, 8192),
             {
                 "mxus": CLOUD_V4 + "each chip contains two TensorCores, each with four MXUs",
@@ -225,7 +230,7 @@ PRESETS = {
         ),
         TpuPreset(
             "tpu-v5p", "TPU v5p: 2 TensorCores x 4 MXUs (128x128), 95 GiB HBM2e, ICI 3D torus",
-            "TPU v5p (8 MXUs)", 8, 128, 459.0, 2765.0, 95, 3, (4, 4, 4), 100.0, 500.0, 50.0,
+            "TPU v5p (8 MXUs)", 8, 128, 459.0, 2765.0, 95, 3, (4, 4, 4), 100.0, ICI_HOP_NS, 50.0,
             (32768, 32768, 8192),
             {
                 "mxus": CLOUD_V5P + "'Number of TensorCores per chip 2'; 'Each TensorCore has four Matrix Multiply "
@@ -246,7 +251,7 @@ PRESETS = {
         ),
         TpuPreset(
             "tpu-v6e", "TPU v6e (Trillium): 1 TensorCore x 2 MXUs (256x256), 32 GB HBM, ICI 2D torus",
-            "TPU v6e (2 MXUs)", 2, 256, 918.0, 1638.0, 32, 2, (16, 16), 100.0, 500.0, 100.0,
+            "TPU v6e (2 MXUs)", 2, 256, 918.0, 1638.0, 32, 2, (16, 16), 100.0, ICI_HOP_NS, 100.0,
             (32768, 32768, 8192),
             {
                 "mxus": CLOUD_V6E + "'Each v6e chip contains one TensorCore'; 'Each TensorCore contains two "
@@ -258,10 +263,17 @@ PRESETS = {
                          "the published one; Google publishes no clock, and the real clock is likely lower with more "
                          "MAC units than the documented MXUs give",
                 "torus": CLOUD_V6E + "'Interconnect topology 2D torus', 'TPU Pod size 256 chips' (default slice "
-                                     "16x16, the pod)",
+                                     "16x16, the pod); wraparound on both axes of 16: " + SCALING_BOOK +
+                         "'For TPU v5e and Trillium we have pods which consist of a 16x16 2D torus', 'smaller "
+                         "topologies can be requested without wraps on dims < 16'",
                 "ici_gbps_per_link": CLOUD_V6E + "'Bidirectional inter-chip interconnect (ICI) bandwidth (per chip) "
                                                  "800 GBps', 'ICI ports per chip 4': 800 / 4 / 2 = 100 GB/s per link "
-                                                 "and direction",
+                                                 "and direction. Earlier revisions of the page: 'Inter-chip "
+                                                 "interconnect (ICI) bandwidth 3584 Gbps' (112 GB/s a port, "
+                                                 "superseded), then '3200 Gbps' (v5e: 1600), one direction: 4 x 100 "
+                                                 "GB/s; 'All-reduce bandwidth per Pod 102.4 TB/s' is 256 x 4 x 100 "
+                                                 "GB/s. The scaling book's table (tpus.md at 0819a7d) gives 9e10 "
+                                                 "one-way a link (not used: Google's page is the chip's source)",
                 "dcn": CLOUD_V6E + "(the revision that lists hosts) 'Per-host NIC configuration 4 x 200 Gbps NIC', "
                                    "'Chips per host 8', 'Data center network bandwidth per Pod 25.6 Tbps': "
                                    "800 / 8 = 25,600 / 256 = 100 Gb/s per chip",
