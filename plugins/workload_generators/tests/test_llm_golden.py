@@ -40,6 +40,10 @@ Then the two preset cases, whose models are RMSNorm models (llama3_8b_preset, ll
 (issue 36): their norms are ATen's ``_fused_rms_norm`` / ``_fused_rms_norm_backward`` (``ModelDims.rms_norm``,
 ``LayerOps.layer_norm``), not ``native_layer_norm``; every other case gives dimensions without a model (LayerNorm,
 Megatron-LM's default) or has no element-wise nodes, and is unchanged.
+Then every case with element-wise nodes (all but unfused_scatter_gather and deepseek_preset), on purpose (issue 36):
+the stage that holds the LM head runs the model's final norm before it, forward and backward (``LayerOps.final_norm``,
+the layers' norm kind and rows); only the last stage's files changed, and with the final norm switched off every
+hash is the one before.
 
 Regenerate (only when a change of the traces is intended)::
 

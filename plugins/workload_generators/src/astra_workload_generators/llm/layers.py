@@ -47,6 +47,31 @@ class LayerOps:
         return self.ew("aten::native_layer_norm_backward", label + ".ln",
                        [self._t(r, h), self._t(r, h), ((r, 1), f), ((r, 1), f), self._t(h), self._t(h)], deps)
 
+    def final_norm(self, mb, deps=()):
+        """The model's final norm, between the last layer and the LM head, on the stage that holds the head:
+        :meth:`layer_norm` (the same kind, rows and kernel timing as the layers' norms), on every position of the
+        stage's output. Megatron-Core's ``TransformerBlock.final_layernorm`` (built only where ``post_process``,
+        applied after the layers, outside ``_checkpointed_forward``; NVIDIA/Megatron-LM core_r0.14.0 32ad5c89
+        ``megatron/core/transformer/transformer_block.py``); torchtitan's ``Transformer.norm`` (``h = self.norm(h)
+        if self.norm else h``, outside the blocks ``apply_ac`` wraps; pytorch/torchtitan 9dec370
+        ``torchtitan/models/llama/model.py``); Hugging Face's ``model.norm`` / GPT-2's ``ln_f``; MaxText's
+        ``decoder_norm`` (after the ``nn.remat``-ed layers; AI-Hypercomputer/maxtext b8bbe21c
+        ``MaxText/layers/models.py``). Serving with ``--logits last``: vLLM's ``LlamaModel.forward`` ends with
+        ``self.norm(hidden_states, residual)`` over every token of the batch and ``LogitsProcessor`` picks the
+        sampled rows only afterwards (``_prune_hidden_states``), SGLang's ``LogitsProcessor`` likewise
+        (``hidden_states[last_index]`` after the model's norm): the norm runs on all rows. Not recomputed by any
+        recomputation (none of them checkpoints it). ``None`` with the forward's memory-bound nodes off."""
+        if not self.cfg.ew_forward:
+            return None
+        return self.layer_norm(f"{self.fwd_tag}.final_norm.mb{mb}", deps)
+
+    def final_norm_bwd(self, mb, deps=()):
+        """The final norm's backward (:meth:`layer_norm_bwd`), after the LM head's; ``None`` without the
+        memory-bound nodes."""
+        if not self.cfg.ew:
+            return None
+        return self.layer_norm_bwd(f"bwd.final_norm.mb{mb}", deps)
+
     def _composite_rms_norm(self, label, deps=()):
         """``--norm-kernel composite``: a Python RMSNorm in eager PyTorch, ``(x.float() * rsqrt(mean(x.float()**2)
         + eps)).type_as(x) * weight`` (torchtitan's ``RMSNorm``, Hugging Face's ``LlamaRMSNorm``): one kernel per op,

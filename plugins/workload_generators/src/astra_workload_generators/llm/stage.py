@@ -160,6 +160,10 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
                     extra = self._z3(units, "head", store, params, phase) if gather else []
                     if pg and mb == 0:
                         extra += pg["head"]
+                    # the final norm, on every position (.layers final_norm); its weight is gathered with the head's
+                    # unit (torchtitan's FSDP root: embedding, norm and output)
+                    if self.final_norm(mb, extra) is not None:
+                        extra = []
                     rows = n
                     if cfg.logits == "last":  # serving: only each sequence's last position (and the chunk's) is sampled
                         rows = cfg.micro_batch_size + (1 if cfg.mode == "mixed" else 0)
@@ -194,6 +198,7 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
                     self.mm(f"bwd.head.mb{mb}.dgrad", n, vocab, h, deps + extra, linear=False)
                     if not self.frozen:
                         self.mm(f"bwd.head.mb{mb}.wgrad", h, n, vocab, linear=False)
+                    self.final_norm_bwd(mb)  # (after the head's backward, before the last layer's)
                     deps = []
                     if sync:
                         self.grad_sync("head", params["head"][0], mb=smb)
