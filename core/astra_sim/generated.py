@@ -1,10 +1,8 @@
 """Configurations a plugin generates for one run (``--platform``): held in memory, never left behind.
 
-A platform's ``resolve`` (:mod:`astra_sim.platforms`) may give a :class:`GeneratedFile` (name and text) instead
-of a path. ``astra run`` writes such files into a private temporary folder only for as long as the run
-reads them (:func:`materialized`), and removes it at exit: on success, on error, on Ctrl-C and on
-SIGTERM. A sweep of 10,000 runs leaves nothing in the temporary directory, and the report keeps the
-configuration itself (:func:`inline_settings`) instead of a path that no longer exists.
+A platform's ``resolve`` may give a :class:`GeneratedFile` instead of a path; it is written into a private temporary
+folder only while the run reads it (:func:`materialized`), removed however the run ends, so that a sweep of 10,000
+runs leaves nothing behind; the report keeps the configuration itself (:func:`inline_settings`).
 """
 
 from __future__ import annotations
@@ -19,16 +17,15 @@ import socket
 import tempfile
 from dataclasses import dataclass
 
-#: The ``astra run`` inputs a plugin may generate, by option name (any value of its ``options`` may be a
-#: GeneratedFile too).
+#: The ``astra run`` inputs a plugin may generate, by option name (any of its ``options`` too).
 CONFIG_KEYS = ("system_configuration", "network_configuration", "remote_memory_configuration",
                "comm_group_configuration")
 
 
 @dataclass(frozen=True)
 class GeneratedFile:
-    """A configuration file's content: ``name`` (e.g. ``system.json``; its suffix tells the readers the
-    format), ``text`` and ``origin`` (what generated it, e.g. ``--platform hgx-h100 --nodes 1``)."""
+    """A configuration file's ``name`` (its suffix tells readers the format), ``text`` and ``origin`` (what generated
+    it, e.g. ``--platform hgx-h100 --nodes 1``)."""
 
     name: str
     text: str
@@ -45,8 +42,7 @@ class GeneratedFile:
 
 
 def write_generated(files, directory):
-    """``{key: GeneratedFile}`` written into ``directory`` (each atomically, under its own name) ->
-    ``{key: path}``: a plugin's configurations kept on disk instead of in memory (``--platform ... --output``)."""
+    """``{key: GeneratedFile}`` written atomically into ``directory`` -> ``{key: path}`` (kept: ``--output``)."""
     from pathlib import Path
 
     from astra_sim.safeio import write_text_atomic
@@ -61,9 +57,8 @@ def write_generated(files, directory):
 
 @contextlib.contextmanager
 def materialized(files):
-    """``{key: GeneratedFile}`` -> ``{key: path}`` of the files written into a fresh private folder,
-    removed when the block ends, however it ends (an exception, KeyboardInterrupt, or SIGTERM once the
-    CLI has turned it into an exception); a SIGKILLed run's folder is reclaimed by the next (:func:`private_folder`)."""
+    """``{key: GeneratedFile}`` -> ``{key: path}`` in a fresh private folder, removed however the block ends; a
+    SIGKILLed run's folder is reclaimed by the next (:func:`private_folder`)."""
     if not files:
         yield {}
         return
@@ -81,9 +76,8 @@ def materialized(files):
 
 @contextlib.contextmanager
 def private_folder(prefix):
-    """A fresh private temporary folder ``<prefix><pid>.<host>-<random>``, removed when the block ends. A process killed
-    without a chance to clean up (SIGKILL, a lost machine) leaves it: the next process making one with the same
-    prefix removes those of processes that no longer run (:func:`reclaim_leftovers`)."""
+    """A fresh private temporary folder ``<prefix><pid>.<host>-<random>``, removed when the block ends; one a killed
+    process left is removed by the next process making one with the same prefix (:func:`reclaim_leftovers`)."""
     reclaim_leftovers(tempfile.gettempdir(), prefix)
     folder = tempfile.mkdtemp(prefix=owned(prefix))
     try:
@@ -93,21 +87,18 @@ def private_folder(prefix):
 
 
 _RECLAIMED = set()
-#: this machine, in the names of leftovers: a process id means something only on the machine that has it (an NFS
-#: folder, a TMPDIR shared with a container)
+#: this machine, in leftovers' names: a pid means something only on its machine (an NFS or shared TMPDIR)
 _HOST = hashlib.blake2b(socket.gethostname().encode(), digest_size=3).hexdigest()
 
 
 def owned(prefix):
-    """``<prefix><pid>.<host>-``: the start of a temporary name that :func:`reclaim_leftovers` can trace to its
-    process."""
+    """``<prefix><pid>.<host>-``: a temporary name :func:`reclaim_leftovers` can trace to its process."""
     return f"{prefix}{os.getpid()}.{_HOST}-"
 
 
 def reclaim_leftovers(folder, prefix):
-    """Remove the entries of ``folder`` named by :func:`owned` with ``prefix`` that belong to this user and this
-    machine and whose process no longer runs (a killed run's temporary folder or half-written file); once per
-    process, folder and prefix. Returns how many were removed."""
+    """Remove ``folder``'s :func:`owned` entries with ``prefix`` of this user and machine whose process no longer runs
+    (a killed run's folder or half-written file), once per process, folder and prefix; returns how many."""
     if (folder, prefix) in _RECLAIMED:
         return 0
     _RECLAIMED.add((folder, prefix))
@@ -139,8 +130,7 @@ _OWNED_NAME = re.compile(r"^(astra-[a-z0-9]+-|\.tmp-)\d+\.[0-9a-f]+-")
 
 
 def reclaim_all_leftovers(folder):
-    """:func:`reclaim_leftovers` for every kind of owned name in ``folder``: the first command after a SIGKILLed one
-    cleans up what it left, whatever command left it. Returns how many were removed."""
+    """:func:`reclaim_leftovers` for every kind of owned name: the next command cleans up after any killed one."""
     try:
         kinds = {m.group(1) for entry in os.scandir(folder) if (m := _OWNED_NAME.match(entry.name))}
     except OSError:
@@ -164,10 +154,8 @@ def _running(pid):
 
 
 def inline_settings(settings, files, paths=None):
-    """Replace a generated file's path in a report's ``settings`` by the file itself,
-    ``{"generated_by": origin, "file": name, "content": ...}``: under its own key, and wherever else the
-    settings name its temporary path (``paths``, as :func:`materialized` gave them; e.g. a compute model
-    describing its options)."""
+    """Replace a generated file's path in a report's ``settings`` by ``{"generated_by", "file", "content"}``: under its
+    own key, and wherever else the settings name its temporary path (``paths``, from :func:`materialized`)."""
     inline = {key: {"generated_by": generated.origin, "file": generated.name, "content": generated.content()}
               for key, generated in files.items()}
     for key, value in inline.items():
@@ -189,6 +177,5 @@ def _replace_paths(value, by_path):
 
 
 def generated_options(options):
-    """``{"option:<name>": GeneratedFile}`` for the run options a plugin generated (e.g. a compute model's
-    configuration file), to materialize with the configurations."""
+    """``{"option:<name>": GeneratedFile}`` of the generated run options, materialized with the configurations."""
     return {f"option:{name}": value for name, value in options.items() if isinstance(value, GeneratedFile)}

@@ -1,15 +1,9 @@
-"""Platforms: the machines ``--platform NAME`` stands for, as one registered role.
+"""Platforms: the machines ``--platform NAME`` stands for, one registered role (``astra_register_platforms``).
 
-A platform plugin registers objects with ``astra_register_platforms(registry)``
-(``registry.platform(obj)``). Every command (``astra run``, ``sweep``, ``search``,
-``serve``, ``validate``) and the Python API resolves a name through the same
-registry, so the same platform gives the same system, network and defaults
-whichever door a question comes through.
-
-A platform object says what it is (:meth:`Platform.describe`) and what a run on
-``nodes`` of it uses (:meth:`Platform.resolve`): generated system and network
-configurations, the run options it implies (its GPU, NIC rate, host model) and
-the defaults it chose, each with why (the report's ``settings.platform_defaults``).
+Every command and the Python API resolve a name through this registry, so a platform gives the same system, network
+and defaults whichever door a question comes through. A platform says what it is (:meth:`Platform.describe`) and what
+a run on ``nodes`` of it uses (:meth:`Platform.resolve`): generated configurations, the options it implies (GPU, NIC
+rate, host model) and the defaults it chose, with why (the report's ``settings.platform_defaults``).
 """
 
 from __future__ import annotations
@@ -21,10 +15,8 @@ from astra_sim.errors import ConfigError
 
 @dataclass
 class PlatformSetup:
-    """What a platform gives one run: configurations (a path or an
-    :class:`astra_sim.generated.GeneratedFile`), run options it implies (values
-    may be GeneratedFiles too, e.g. a compute model's config), the compute model
-    it implies, and ``defaults``: what it chose and why, for the report."""
+    """What a platform gives one run: configurations (paths or :class:`astra_sim.generated.GeneratedFile`), the options
+    and compute model it implies (option values may be GeneratedFiles too), and ``defaults``: what it chose and why."""
 
     system_configuration: object
     network_configuration: object
@@ -36,11 +28,9 @@ class PlatformSetup:
 
 
 class Platform:
-    """A machine: ``nodes`` scale-up domains (or slices) of ``gpus_per_node`` devices.
-
-    Subclasses (often frozen dataclasses) have ``name``, ``description``, ``family`` (``gpu``, ``tpu``, ...)
-    and ``gpus_per_node`` and implement :meth:`describe` and :meth:`resolve`. (No defaults here: a dataclass
-    subclass would take them as its fields' defaults.)"""
+    """A machine: ``nodes`` scale-up domains (or slices) of ``gpus_per_node`` devices. Subclasses (often frozen
+    dataclasses) have ``name``, ``description``, ``family`` and ``gpus_per_node`` and implement :meth:`describe` and
+    :meth:`resolve`. (No defaults here: a dataclass subclass would take them as its fields' defaults.)"""
 
     name: str
     description: str
@@ -48,14 +38,14 @@ class Platform:
     family = "gpu"
 
     def describe(self, nodes: int = 1) -> dict:
-        """The numbers ``astra platforms`` shows for ``nodes`` nodes: ``name``, ``description``,
-        ``family``, ``gpu``, ``gpus_per_node``, ``total_gpus``, ``scaleup_gb_per_s_per_direction``,
-        ``nic_gbit_per_s_per_gpu``, ``hbm_bandwidth_gbps``, ``bf16_tflops`` and ``sources``."""
+        """What ``astra platforms`` shows for ``nodes`` nodes: ``name``, ``description``, ``family``, ``gpu``,
+        ``gpus_per_node``, ``total_gpus``, ``scaleup_gb_per_s_per_direction``, ``nic_gbit_per_s_per_gpu``,
+        ``hbm_bandwidth_gbps``, ``bf16_tflops`` and ``sources``."""
         raise NotImplementedError
 
     def resolve(self, nodes: int, options: dict) -> PlatformSetup:
-        """The run's configurations and implied options on ``nodes`` nodes; ``options`` are the run's
-        options as parsed (an option the user gave explicitly wins over the platform's value)."""
+        """The run's configurations and implied options on ``nodes`` nodes; ``options`` as parsed (an option the user
+        gave wins over the platform's)."""
         raise NotImplementedError
 
     def devices_per_node(self, options) -> int:
@@ -63,8 +53,8 @@ class Platform:
         return self.gpus_per_node
 
     def device_memory_bytes(self) -> int | None:
-        """Memory of one device (HBM), bytes: what memory checks (``astra search``'s layouts, a serving engine's
-        KV cache) hold a rank's estimate against; None when the platform does not say."""
+        """One device's memory (HBM) in bytes, which memory checks (search layouts, a KV cache) hold estimates
+        against; None when unknown."""
         return None
 
     def peak_tflops(self, dtype="bf16") -> float | None:
@@ -72,13 +62,11 @@ class Platform:
         return None
 
     def device_peak_tflops(self, dtype, options) -> float | None:
-        """:meth:`peak_tflops` of the device a run with these (resolved) ``options`` uses (a GPU platform's
-        ``--gpu`` may replace its GPU)."""
+        """:meth:`peak_tflops` of the device a run with these ``options`` uses (``--gpu`` may replace it)."""
         return self.peak_tflops(dtype)
 
     def variant(self, **changes) -> "Platform":
-        """The same platform with some of its numbers changed (a sweep's ``platform.<key>`` axes);
-        platforms that cannot vary raise ConfigError naming the keys."""
+        """The platform with some numbers changed (a sweep's ``platform.<key>`` axes), or a ConfigError naming them."""
         raise ConfigError(f"platform {self.name!r} has no variable numbers ({', '.join(sorted(changes))})")
 
     def __repr__(self):
@@ -100,10 +88,9 @@ def platforms(pm=None) -> dict:
 
 
 def fit_workload(platform, nodes, ranks, options):
-    """``(platform, nodes)`` for a workload of ``ranks`` ranks (None: not known) on ``platform``: whole nodes, or one
-    partial node (the same node with as many devices as the job has: a 1-, 2- or 4-GPU job on an 8-GPU machine).
-    ``nodes`` None follows the workload; an explicit ``nodes`` that disagrees with it is a ConfigError saying what
-    would fit."""
+    """``(platform, nodes)`` for a workload of ``ranks`` ranks (None: unknown): whole nodes, or one partial node (a 1-,
+    2- or 4-GPU job on an 8-GPU machine). ``nodes`` None follows the workload; one that disagrees is a ConfigError
+    saying what would fit."""
     per_node = platform.devices_per_node(options)
     name = platform.name
     if nodes is not None:

@@ -1,20 +1,10 @@
-"""One simulation run: built from its inputs, run, and reported (the kernel behind ``astra run`` and
-:func:`astra_sim.simulate`).
+"""One simulation run, built, run and reported (the kernel behind ``astra run`` and :func:`astra_sim.simulate`).
 
-:class:`Simulation` ties the pieces of :mod:`astra_sim.run` together and owns the run's state (warnings,
-counts, the built ranks):
-
-* :class:`astra_sim.run.build.RunSetup`: registry resolution, configurations, backends, workload format;
-* :class:`astra_sim.run.catalogue.CollectiveCatalogue`: which collective algorithm runs where;
-* the fold planner (hook ``astra_fold_planner``; the astra-folding plugin): whether the run folds;
-* :func:`astra_sim.run.build.build_ranks`: traces, system layers and workloads, which share a
-  :class:`astra_sim.system.context.SharedContext` (not this object);
-* :mod:`astra_sim.run.loop`: the event loop and the deadlock / unmatched-message checks;
-* :mod:`astra_sim.run.report`: the report;
-* :mod:`astra_sim.outputs`: what the run's options ask to be written besides (timelines, the critical path,
-  the reference log: registered output formats).
-
-Lifecycle hooks see the run through :class:`astra_sim.run.view.RunView` (read-only).
+:class:`Simulation` ties the pieces of :mod:`astra_sim.run` together (setup, collective catalogue, the fold planner
+of hook ``astra_fold_planner``, the ranks, loop and report) and owns the run's state: warnings, counts, the built
+ranks, which share a :class:`astra_sim.system.context.SharedContext` (not this object). Output formats
+(:mod:`astra_sim.outputs`) write what the options ask for besides; hooks see a read-only
+:class:`astra_sim.run.view.RunView`.
 """
 
 from __future__ import annotations
@@ -37,7 +27,7 @@ from astra_sim.run.view import RunView
 
 
 def _of(part, name, settable=False):
-    """A read-only attribute of the Simulation that is ``self.<part>.<name>`` (a setter too if ``settable``)."""
+    """An attribute that is ``self.<part>.<name>`` (read-only unless ``settable``)."""
 
     def get(self):
         return getattr(getattr(self, part), name)
@@ -49,8 +39,7 @@ def _of(part, name, settable=False):
 
 
 def _built(name, before, doc=None):
-    """A read-only attribute of the Simulation that is ``self.ranks.<name>`` once :meth:`Simulation.build` made the
-    ranks, ``before()`` until then."""
+    """A read-only attribute: ``self.ranks.<name>`` once the ranks are built, ``before()`` until then."""
     return property(lambda self: getattr(self.ranks, name) if self.ranks is not None else before(), doc=doc)
 
 
@@ -117,8 +106,7 @@ class Simulation:
                                              setup.npus_per_dim, self.warn, setup.context)
         #: ``[(name, OutputFormat)]`` the options ask for (astra_sim.outputs); an unwritable one fails here
         self.outputs = outputs.requested(setup.options, setup.total_npus)
-        #: fold symmetric ranks (simulate one per class); ``fold_info`` says what happened and why. An output
-        #: that needs every rank's own nodes (the reference log) turns folding off.
+        #: fold symmetric ranks (simulate one per class) unless an output needs every rank's nodes (the reference log)
         every_rank = next((o.needs_every_rank for _, o in self.outputs if o.needs_every_rank), None)
         self.folding = (self.pm.hook.astra_fold_planner(setup=setup, catalogue=self.catalogue, requested=bool(fold),
                                                         refused=every_rank)
@@ -183,8 +171,8 @@ class Simulation:
         return tuple(self._node_observers)
 
     def record_spans(self):
-        """Record every simulated node's span from now on (:class:`astra_sim.spans.SpanRecorder`); before the
-        first event only (a later start would leave holes)."""
+        """Record every simulated node's span (:class:`astra_sim.spans.SpanRecorder`); before the first event only (a
+        later start would leave holes)."""
         if self.recorder is None:
             if self.loop_started:
                 raise PluginError("record_spans() after the first event: call it from astra_run_start or an "
@@ -211,9 +199,7 @@ class Simulation:
 
     # ------------------------------------------------------------ run
     def build(self):
-        """Read every rank's trace and check its graph; decide whether the run folds (:func:`build_ranks`).
-        When it folds, only class representatives get a workload and a system layer; the other entries of
-        ``systems`` and ``workloads`` are None."""
+        """Read and check every rank's trace (:func:`build_ranks`); a folded run's non-representatives get None."""
         self.ranks = build_ranks(self.setup, self.setup.workload_format, self.catalogue, self.folding,
                                  warn=self.warn, record_node=self.record_node, rank_finished=self.rank_finished)
 
@@ -276,19 +262,17 @@ class Simulation:
         return report
 
     def _progress_figure(self):
-        """How far the event loop is, for the progress line (read from another thread: only plain reads)."""
+        """How far the loop is, for the progress line (read from another thread: plain reads only)."""
         simulated = sum(w is not None for w in self.workloads)
         return f"{format_ns(self.engine.now)} simulated, {len(self.finish_order):,} of {simulated:,} ranks done"
 
     def partial_report(self, reason):
-        """What an interrupted run knew (``astra run --partial-report``): the ranks so far (``finish_ns``
-        None for those still running), marked ``complete: False``. The run is not resumable."""
+        """What an interrupted run knew (``astra run --partial-report``), marked ``complete: False``."""
         return partial_report(self._active, reason)
 
 
 def _with_output_options(options, given, outputs):
-    """``options`` with the output keywords given to :class:`Simulation` (``timeline=``, ``critical_path=``, ...)
-    added; a keyword no registered output format reads is a ConfigError (its plugin is not loaded)."""
+    """``options`` plus the output keywords (``timeline=``, ...); one no output format reads is a ConfigError."""
     given = {k: v for k, v in given.items() if v is not None and v is not False}
     if not given:
         return options

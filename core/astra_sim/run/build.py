@@ -19,12 +19,8 @@ from astra_sim.workload.workload import RankWorkload
 
 
 class RunSetup:
-    """A run's resolved inputs: the configurations read, the backends built from the registry, the workload
-    format chosen. Made once per run, before any trace is read.
-
-    ``callbacks``: what the backends' :class:`~astra_sim.api.RunContext` reaches the built ranks through
-    (``schedule_for_rank``, ``comm_in_flight``, ``comm_nodes_in_flight``, ``rank_nodes``,
-    ``add_node_observer``)."""
+    """A run's resolved inputs (configurations, backends from the registry, workload format), made before any trace
+    is read. ``callbacks``: how the backends' :class:`~astra_sim.api.RunContext` reaches the built ranks."""
 
     def __init__(self, workload, system, network, memory, comm_groups, *, pm, network_backend, memory_backend,
                  compute_model, workload_format, num_queues_per_dim, injection_scale, rendezvous, options, warn,
@@ -74,8 +70,7 @@ class RunSetup:
         prepare = getattr(self.workload_format, "prepare", None)
         if prepare is not None:
             prepare(context)
-        # A format may read the workload as compact (each distinct trace once and a rank map, api.CompactWorkload:
-        # the workload_compact plugin), which may name its communicator groups file.
+        # A compact workload (api.CompactWorkload: each distinct trace once and a rank map) may name its groups file.
         compact_of = getattr(self.workload_format, "compact", None)
         self.compact = compact_of(self.workload_prefix) if compact_of is not None else None
         if self.compact is not None and self.comm_group_path is None and self.compact.comm_groups:
@@ -145,7 +140,7 @@ class Unfolded:
 
 class BuiltRanks:
     """What :func:`build_ranks` made: per rank its system layer and workload (None for a folded run's
-    non-representatives), the context they share, the matcher, and how many distinct traces were parsed."""
+    non-representatives), their shared context, the matcher, and the count of distinct traces parsed."""
 
     __slots__ = ("systems", "workloads", "shared", "matcher", "traces_parsed")
 
@@ -158,12 +153,9 @@ class BuiltRanks:
 
 
 def build_ranks(setup, workload_format, catalogue, folding, *, warn, record_node, rank_finished):
-    """Read every rank's trace and check its graph; decide whether the run folds (``folding``, the
-    fold planner: hook ``astra_fold_planner``, or :class:`Unfolded`); give each simulated rank its system layer and workload.
-
-    Ranks whose traces the format fingerprints as identical (``rank_digest``) share the nodes and graph of
-    the first one (only the count of unfinished parents is per rank): parsed once, held once. When the run
-    folds, only class representatives get a workload and a system layer."""
+    """Read and check every rank's trace, let ``folding`` (the fold planner, or :class:`Unfolded`) choose the ranks to
+    simulate, and give each its system layer and workload. Ranks whose traces the format fingerprints as identical
+    (``rank_digest``) share the first one's nodes and graph (only the unfinished-parent counts are per rank)."""
     if setup.compact is not None:
         simulated, rank_traces, parsed = _read_compact(setup, workload_format, folding, warn)
     else:
@@ -228,8 +220,7 @@ def _read_per_rank(setup, workload_format, folding, warn):
 
 
 def _read_compact(setup, workload_format, folding, warn):
-    """A compact workload: parse each class trace once; every simulated rank runs its class's trace
-    relabelled for it (the representatives run it as it is)."""
+    """A compact workload: each class trace parsed once; a simulated rank runs its class's trace relabelled for it."""
     compact = setup.compact
     if compact.npus != setup.total_npus:
         raise WorkloadError(f"{compact.path}: the workload has {compact.npus} NPUs but the network has "
@@ -260,8 +251,7 @@ def _read_compact(setup, workload_format, folding, warn):
 
 
 def _check_rank_count(setup, workload_format, warn):
-    """Warn when the workload has traces for more ranks than the network has NPUs: the reference
-    (and this run) simulate ranks 0 .. NPUs-1 and ignore the others."""
+    """Warn about traces beyond the network's NPUs, which the reference (and this run) ignore."""
     beyond = getattr(workload_format, "ranks_beyond", None)
     total, prefix = setup.total_npus, setup.workload_prefix
     extra = beyond(prefix, total) if beyond is not None else 0

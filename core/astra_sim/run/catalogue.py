@@ -1,9 +1,6 @@
-"""The collective catalogue: which registered algorithm runs each collective of a run.
-
-The system config names implementations (``all-reduce-implementation: [ring, direct4]``, custom files,
-a per-node custom map); this resolves the names against the registered collective algorithms once per
-run and answers the system layer (:class:`astra_sim.system.sys.Sys`) and the fold planner.
-"""
+"""The collective catalogue: the system config's implementation names (``all-reduce-implementation: [ring,
+direct4]``, custom files, a per-node custom map) resolved against the registered algorithms once per run, for the
+system layer and the fold planner."""
 
 from __future__ import annotations
 
@@ -21,10 +18,8 @@ _COLLECTIVE_NAMES = dict(_COLLECTIVES)
 
 
 class CollectiveCatalogue:
-    """The run's collective algorithms (native lists, custom files), resolved lazily and cached.
-
-    ``config_path`` is the system configuration as the user named it (for messages); ``context`` is the
-    backends' :class:`~astra_sim.api.RunContext`, which custom collective formats load with."""
+    """The run's collective algorithms, resolved lazily and cached. ``config_path``: the system configuration as the
+    user named it (for messages); ``context``: the RunContext custom formats load with."""
 
     def __init__(self, registry, system_config, config_path, npus_per_dim, warn, context):
         self._entries = registry.entries["collective_algorithm"]
@@ -79,9 +74,8 @@ class CollectiveCatalogue:
         return impls
 
     def check_dimensions_covered(self, com_type, kinds):
-        """Warn when a collective over all NPUs covers only the first dimensions: an implementation
-        list shorter than the network's dimensions (and no one* algorithm spanning every NPU) runs
-        it there only, as in the reference, which silently gives a much shorter time."""
+        """Warn when a list shorter than the network's dimensions (no one* algorithm) runs a collective over all NPUs
+        in the first dimensions only, as the reference does silently (a much shorter time)."""
         dims = self.npus_per_dim
         if len(kinds) >= len(dims) or "one" in kinds:
             return
@@ -98,9 +92,8 @@ class CollectiveCatalogue:
         )
 
     def by_comm_type(self):
-        """``native_impls(comm_type)`` and ``group_impl(comm_type)`` keyed by Chakra comm_type values (what
-        the fold planner reads traces with): the default group's list, and what a communicator-group
-        collective runs (the reference's fallback to ``ring`` when several are listed)."""
+        """``native_impls`` and ``group_impl`` by Chakra comm_type (as the fold planner reads traces): the default
+        group's list, and what a communicator group runs (the reference's fallback to ``ring`` for several)."""
         cfg = self.system_config
 
         def native_impls(comm_type):
@@ -126,8 +119,7 @@ class CollectiveCatalogue:
         return bool(cfg.custom_implementations or cfg.per_node_custom_implementation)
 
     def custom_impl(self, com_type, node_id):
-        """The custom collective for this node (per-node map first, then per collective type),
-        or None for the native algorithms."""
+        """The node's custom collective (per-node map first, then per type), or None for the native ones."""
         path = self._per_node_custom().get(node_id)
         if path is None:
             path = self.system_config.custom_implementations.get(com_type)
@@ -140,8 +132,7 @@ class CollectiveCatalogue:
         return loaded
 
     def _custom_path(self, path):
-        """Relative paths are relative to the system config (then, like the reference, the
-        working directory)."""
+        """Relative to the system config, then (like the reference) to the working directory."""
         if os.path.isabs(path):
             return path
         beside = os.path.join(self.system_config.base_dir, path)

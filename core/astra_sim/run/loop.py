@@ -1,7 +1,6 @@
-"""The event loop of a built run, and the checks after its last event: every rank finished (else a
-deadlock, naming the stuck ranks) and every message met its receive (else an error, or a warning with
-``allow_unmatched``). A folded run that ends either way is simulated again unfolded
-(:class:`~astra_sim.errors.FoldAbandoned`), so that the message names real ranks."""
+"""The event loop of a built run, and the checks after it: every rank finished (else a deadlock naming the stuck
+ranks) and every message met its receive (else an error, or a warning with ``allow_unmatched``). A folded run that
+fails either is simulated again unfolded (:class:`~astra_sim.errors.FoldAbandoned`) to name real ranks."""
 
 from __future__ import annotations
 
@@ -13,8 +12,7 @@ from astra_sim.unmatched import describe_unmatched, lines as unmatched_lines, un
 
 def run_events(engine, workloads, folded, drive=None):
     """Start every simulated rank (in rank order) and run the engine (or ``drive()`` it) until no event is left."""
-    # The event loop allocates millions of short-lived, acyclic objects; the cyclic collector would walk
-    # the whole (large) live heap over and over. Reference counting frees them; collect once at the end.
+    # Millions of short-lived acyclic objects: the cyclic collector would walk the large live heap over and over.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -30,8 +28,7 @@ def run_events(engine, workloads, folded, drive=None):
 
 
 def check_all_finished(engine, workloads, matcher, folded):
-    """Raise :class:`DeadlockError` naming the stuck ranks (and unmatched messages) when a simulated rank
-    has not finished."""
+    """A :class:`DeadlockError` naming the stuck ranks (and unmatched messages) when a rank has not finished."""
     stuck = [w for w in workloads if w is not None and w.finish_ns is None]
     if not stuck:
         return
@@ -53,10 +50,9 @@ def check_all_finished(engine, workloads, matcher, folded):
 
 
 def check_all_matched(workloads, matcher, folded, allow_unmatched, warn):
-    """Every rank finished: any message still waiting is a send never received (or the reverse). Returns the
-    unmatched messages (described) when ``allow_unmatched`` (after ``warn`` named them); raises otherwise.
-    A folded run's messages are mirrored (keyed at representatives), so it runs again unfolded to name the
-    real ranks exactly."""
+    """Any message still waiting is a send never received (or the reverse): an error, or with ``allow_unmatched``
+    a warning and the described messages. A folded run's messages are keyed at representatives: it runs again
+    unfolded to name the real ranks."""
     waiting = matcher.unmatched()
     if not waiting:
         return []

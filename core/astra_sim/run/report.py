@@ -1,7 +1,5 @@
-"""A run's :class:`~astra_sim.report.Report`: its settings (the inputs and choices that produced it), per-rank
-numbers (a folded run's non-representatives get their class representative's), statistics, and the
-breakdown a plugin derives from the recorded spans (``astra_report_breakdown``; output formats add their own
-parts: :mod:`astra_sim.outputs`)."""
+"""A run's :class:`~astra_sim.report.Report`: settings, per-rank numbers, statistics, and the breakdown a plugin
+derives from the recorded spans (``astra_report_breakdown``)."""
 
 from __future__ import annotations
 
@@ -41,8 +39,7 @@ def settings(sim):
 
 
 def _rank_reports(sim):
-    """Every built rank's numbers so far (``finish_ns`` None while it runs); a folded run's non-representatives get
-    their class representative's."""
+    """Every rank's numbers so far (``finish_ns`` None while running; a folded run's from its representatives)."""
     ranks = []
     workloads, symmetry = sim.workloads, sim.symmetry
     for rank, w in enumerate(workloads):
@@ -58,8 +55,7 @@ def _rank_reports(sim):
 
 
 def partial_report(sim, reason):
-    """What an interrupted run knew: the ranks so far (``finish_ns`` None for those still running), marked
-    ``complete: False``."""
+    """What an interrupted run knew, marked ``complete: False``."""
     ranks = _rank_reports(sim)
     stats = {"interrupted": reason, "simulated_ns": sim.engine.now,
              "ranks_finished": sum(r.finish_ns is not None for r in ranks),
@@ -82,8 +78,7 @@ def final_report(sim, build_s, run_s, peak_bytes):
     stats = {
         "events": engine.events_run,
         "simulated_ranks": sum(w is not None for w in workloads),
-        # folded runs count the messages and nodes of every rank (each class's representative's times the
-        # class size)
+        # a folded run counts every rank's messages and nodes (its representative's times the class size)
         "messages": matcher.messages * scale,
         "message_bytes": matcher.bytes * scale,
         "build_s": round(build_s, 6),
@@ -107,8 +102,7 @@ NO_BREAKDOWN = ("no breakdown in the report: no loaded plugin computes it (the a
 
 
 def breakdown(sim, report):
-    """The breakdown a plugin derives from the spans it asked the run to record (the hook
-    ``astra_report_breakdown``: the analysis plugin's)."""
+    """The breakdown a plugin derives from its spans (``astra_report_breakdown``: the analysis plugin's)."""
     started = time.perf_counter()
     if not sim.pm.hook.astra_report_breakdown(run=sim.view, report=report):
         sim.warn(NO_BREAKDOWN)

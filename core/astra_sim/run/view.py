@@ -11,12 +11,9 @@ def _setup(name, doc=None):
 
 
 class RunView:
-    """A read-only view of one simulation run, the ``run`` argument of the lifecycle hooks.
-
-    The same object is passed to ``astra_run_start`` and ``astra_run_finish`` of one run. Its attributes
-    cannot be set; what a plugin wants to carry from start to finish goes in :attr:`plugin_state`, the one
-    mutable part (a dict per run; key it by the plugin's name). A folded run that is simulated again
-    unfolded is a new run: a new view, both hooks again.
+    """A read-only view of one run, the ``run`` of ``astra_run_start`` and ``astra_run_finish`` (the same object for
+    both). What a plugin carries from start to finish goes in :attr:`plugin_state` (a dict per run, keyed by plugin
+    name), the one mutable part. A folded run simulated again unfolded is a new run: a new view.
     """
 
     __slots__ = ("_sim", "plugin_state")
@@ -43,21 +40,18 @@ class RunView:
         self._sim.warn(message)
 
     def add_node_observer(self, fn) -> None:
-        """``fn(rank, node, start_ns, end_ns)`` runs whenever a node finishes (call it from
-        ``astra_run_start``; keep ``fn`` cheap, it runs once per node). A folded run calls it for the
-        simulated ranks only (:attr:`symmetry`)."""
+        """``fn(rank, node, start_ns, end_ns)`` per finished node of a simulated rank (call it from
+        ``astra_run_start``; keep ``fn`` cheap)."""
         self._sim.add_node_observer(fn)
 
     def add_plan_observer(self, fn) -> None:
-        """``fn(rank, group, com_type)`` runs whenever a simulated rank plans a collective on a communicator
-        group (``group.npus``, ``group.group_id``), before its streams are made (the reference log's
-        ``custom ring`` lines). Call it from ``astra_run_start`` or an output format's ``start``."""
+        """``fn(rank, group, com_type)`` whenever a simulated rank plans a collective on a communicator group, before
+        its streams are made (the reference log's ``custom ring`` lines); call it before the first event."""
         self._sim.ranks.shared.plan_observers.append(fn)
 
     def record_issue_order(self) -> dict:
-        """``{rank: [node id, ...]}`` for the simulated ranks, each list filled with the ids in the order the
-        rank issues its nodes from now on (the reference log's statistics order). Call it before the first
-        event; calling it again returns the same lists."""
+        """``{rank: [node id, ...]}`` of the simulated ranks, filled in the order each issues its nodes from now on (the
+        reference log's statistics order); call it before the first event (again: the same lists)."""
         out = {}
         for workload in self._sim.workloads:
             if workload is not None:
@@ -79,15 +73,13 @@ class RunView:
 
     # ------------------------------------------------------------ spans (what the analyses read)
     def record_spans(self):
-        """Ask the run to record every simulated node's span (:class:`astra_sim.spans.SpanRecorder`; one array append
-        per node). A run records none unless a plugin asks: call it from ``astra_run_start`` or an output format's
-        ``start`` (before the first event; calling it again returns the same recorder)."""
+        """Record every simulated node's span (:class:`astra_sim.spans.SpanRecorder`: one array append per node; none
+        unless a plugin asks); call it before the first event (again: the same recorder)."""
         return self._sim.record_spans()
 
     @property
     def spans(self):
-        """The :class:`astra_sim.spans.SpanRecorder` when a plugin asked for spans (read it, do not change it), else
-        None."""
+        """The :class:`astra_sim.spans.SpanRecorder` (read-only) when a plugin asked for spans, else None."""
         return self._sim.recorder
 
     @property
@@ -104,21 +96,18 @@ class RunView:
         return self._sim.workloads[rank].finish_ns
 
     def collective_end_ns(self, rank, node_id):
-        """When a simulated rank's running collective (trace node ``node_id``) ends, where its system layer has
-        already fixed it (every chunk in a last, timed phase: :meth:`astra_sim.system.sys.Sys.collective_end_ns`);
-        None otherwise."""
+        """When a simulated rank's running collective ends, once fixed (else None;
+        :meth:`astra_sim.system.sys.Sys.collective_end_ns`)."""
         return self._sim.ranks.systems[rank].collective_end_ns(node_id)
 
     def algorithm_spec(self, name):
-        """The collective catalogue's entry for an implementation name of the system configuration
-        (``[CollectiveAlgorithmSpec, ...]``; an AstraError for an unknown name)."""
+        """The catalogue's ``(CollectiveAlgorithmSpec, window)`` of an implementation name (unknown: an AstraError)."""
         return self._sim.catalogue.algorithm_spec(name)
 
     # ------------------------------------------------------------ inputs
     @property
     def options(self):
-        """Every run option by argparse dest (``astra run`` flags, platform-implied ones, ``simulate(options=)``),
-        read-only."""
+        """Every run option by argparse dest (flags, platform-implied, ``simulate(options=)``), read-only."""
         return MappingProxyType(self._sim.setup.options)
 
     workload_prefix = _setup("workload_prefix")
@@ -152,9 +141,8 @@ class RunView:
     # ------------------------------------------------------------ folding
     @property
     def symmetry(self):
-        """The symmetry the run folds by (:class:`astra_sim.symmetry.RankSymmetry`: ``order`` ranks per class,
-        ``representative(rank)``, ``is_representative(rank)``), or None when every rank is simulated. Counts a
-        backend keeps for a folded run cover the representatives only: multiply by ``symmetry.order``."""
+        """The :class:`astra_sim.symmetry.RankSymmetry` the run folds by, or None: every rank is simulated. A backend's
+        counts then cover the representatives only: multiply by ``symmetry.order``."""
         return self._sim.symmetry
 
     @property
