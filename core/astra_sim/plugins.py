@@ -169,7 +169,7 @@ def parse_plugin_args(values):
 
 def make_plugin_manager(select=None, block=(), extra_plugins=()):
     """A plugin manager with the builtin plugin and the chosen ones: ``select`` (None: every installed plugin;
-    :data:`DEFAULT_PLUGINS` either way), less ``block`` (never imported), plus ``extra_plugins`` (objects or modules)."""
+    :data:`DEFAULT_PLUGINS` either way), less ``block`` (never imported), plus ``extra_plugins`` (objects, modules)."""
     from astra_sim import builtin
 
     pm = pluggy.PluginManager(PROJECT_NAME)

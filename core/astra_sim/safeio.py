@@ -91,7 +91,7 @@ GZIP_MAGIC = b"\x1f\x8b"
 
 def gunzip(data: bytes, path, what="", limit=None, error=None) -> bytes:
     """Decompress gzip ``data`` (one or more members) to at most ``limit`` bytes (default :data:`MAX_INPUT_BYTES`), in
-    bounded steps; corrupt, truncated or too large input raises ``error(message, compressed offset)`` (a ConfigError)."""
+    bounded steps; corrupt, truncated or too large input raises ``error(message, compressed offset)`` (ConfigError)."""
     limit = MAX_INPUT_BYTES if limit is None else limit
     name = os.fspath(path)
     kind = f"gzip-compressed {what or 'file'}"
