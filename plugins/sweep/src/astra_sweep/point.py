@@ -8,6 +8,7 @@ cannot exist or does not fit, ``error: ...`` otherwise, ``error: timed out ...``
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import fcntl
@@ -99,14 +100,29 @@ def sweep_cache(output):
 
 
 def remove_cache(sweep_id):
-    """Remove this sweep's generated workloads from this machine (executors call it on every worker)."""
-    shutil.rmtree(cache_root(sweep_id), ignore_errors=True)
+    """Remove this sweep's generated workloads from this machine (executors call it on every worker), and forget
+    the ones this process holds in memory (their nodes are freed when the next workload is held)."""
+    root = cache_root(sweep_id)
+    shutil.rmtree(root, ignore_errors=True)
+    for prefix in [p for p in _HELD_WORKLOADS if p.startswith(root + os.sep)]:
+        del _HELD_WORKLOADS[prefix]
     return True
+
+
+#: whether a point's LLM workload is held in its process's memory (issue 37); False: written to the shared cache
+#: and parsed back by every worker (the same rows, to the ns; for the tests)
+HOLD_LLM_WORKLOADS = True
+#: nodes of held LLM workloads one process keeps; beyond, the least recently used are dropped (as the parsed
+#: traces of :data:`astra_workload_compact.plugin.PARSED_TRACES`, which the files' path keeps)
+HELD_NODES = 1_000_000
+_HELD_WORKLOADS = collections.OrderedDict()  # prefix -> nodes held, least recently used first
 
 
 def materialise(ref: WorkloadRef, sweep_id):
     """The workload's prefix in this machine's cache, generated or written once (a file lock keeps concurrent
-    workers from doing it twice)."""
+    workers from doing it twice); an LLM workload is generated in memory for this process (:func:`_held`)."""
+    if ref.kind == "llm" and HOLD_LLM_WORKLOADS:
+        return _held(ref, sweep_id)
     folder = os.path.join(cache_root(sweep_id), ref.digest)
     prefix = os.path.join(folder, ref.prefix_name)
     done = os.path.join(folder, ".complete")
@@ -122,6 +138,34 @@ def materialise(ref: WorkloadRef, sweep_id):
                     pass
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+    return prefix
+
+
+def _held(ref, sweep_id):
+    """An LLM workload generated in memory (issue 37): its class traces are held as the nodes a run reads, not
+    encoded and parsed back. Only the process that holds them can run them, so each process generates it once
+    in a folder of its own (a worker generates what it would otherwise have parsed from another's files, about
+    the same CPU; the process that generated it no longer also encodes and parses it) and keeps it while it is
+    among the :data:`HELD_NODES` most recently used nodes; a dropped one's folder is removed (its nodes are freed
+    when the next workload is held)."""
+    from astra_workload_compact import read_compact_workload, trace_nodes
+    from astra_workload_generators.llm import LlmSpec, generate_llm_workload
+
+    folder = os.path.join(cache_root(sweep_id), ref.digest, f"held-{os.getpid()}")
+    prefix = os.path.join(folder, ref.prefix_name)
+    if prefix in _HELD_WORKLOADS:
+        _HELD_WORKLOADS.move_to_end(prefix)
+        return prefix
+    shutil.rmtree(folder, ignore_errors=True)  # an earlier process's of the same id, or one stopped half-way
+    os.makedirs(folder)
+    # (the model config's warnings were shown once, when the sweep was planned)
+    generate_llm_workload(LlmSpec.from_mapping(ref.options, "workload.llm"), prefix, on_warning=_quiet,
+                          in_memory=True)
+    nodes = {id(node) for path in read_compact_workload(prefix).traces.values() for node in trace_nodes(path)}
+    _HELD_WORKLOADS[prefix] = len(nodes)
+    while len(_HELD_WORKLOADS) > 1 and sum(_HELD_WORKLOADS.values()) > HELD_NODES:
+        old, _ = _HELD_WORKLOADS.popitem(last=False)
+        shutil.rmtree(os.path.dirname(old), ignore_errors=True)
     return prefix
 
 
