@@ -7,10 +7,7 @@ import math
 
 
 def number(kind=int, minimum=None, exclusive=False, what="a number"):
-    """An argparse ``type``: ``kind(text)`` at least ``minimum`` (above it when ``exclusive``).
-
-    ``what`` names the expected value in the error, e.g. ``number(int, 1, what="chunks")``.
-    """
+    """An argparse ``type``: ``kind(text)`` at least ``minimum`` (above it when ``exclusive``); ``what`` names it."""
     bound = "" if minimum is None else (f" > {minimum}" if exclusive else f" >= {minimum}")
 
     def parse(text):
@@ -34,11 +31,8 @@ positive_float = number(float, 0, exclusive=True, what="a number")
 
 
 def subcommands(subparsers, name, dest, **parser_kwargs):
-    """``(parser, its sub-command collection)`` for ``astra NAME SUBCOMMAND``, created on first use.
-
-    Several plugins may add sub-commands to one group (``astra workload llm`` comes from one plugin,
-    ``astra workload systolic`` from another); each calls this with the same ``name`` and gets the same
-    collection, whichever plugin registers first. Without a sub-command the group prints its help."""
+    """``(parser, its sub-commands)`` of ``astra NAME SUBCOMMAND``, made on first use: several plugins add to one group
+    (``astra workload llm``, ``astra workload systolic``). Without a sub-command the group prints its help."""
     parser = subparsers.choices.get(name)
     if parser is None:
         parser = subparsers.add_parser(name, **parser_kwargs)
@@ -57,8 +51,7 @@ def subcommand_action(parser):
 
 
 def did_you_mean(name, known):
-    """`` (did you mean 'x'?)`` for the known name nearest ``name``, or ``""``: the hint every unknown-name error
-    gives."""
+    """`` (did you mean 'x'?)`` for the known name nearest ``name``, or ``""``."""
     import difflib
 
     close = difflib.get_close_matches(str(name), sorted(known), n=1)
@@ -91,8 +84,8 @@ def option_names(parser):
 
 
 def option_argv(parser, name, value, where="option"):
-    """The command-line words for option ``name`` = ``value`` (booleans for flags; None: not given), checked against
-    the option's type and choices; a ConfigError names ``where`` and what was expected."""
+    """The words of option ``name`` = ``value`` (booleans for flags; None: not given), checked against its type and
+    choices; a ConfigError names ``where``."""
     from astra_sim.errors import ConfigError
 
     action = option_action(parser, name)
@@ -159,9 +152,8 @@ def parse_or_raise(parser, argv, where="options"):
 
 # ------------------------------------------------------------------ the flags every command shares
 def add_output_flags(parser, what="the results", json_help=None, aliases=(), required=False):
-    """``-o/--output PATH`` (always writes a file, atomically) and ``--json`` (always prints JSON on stdout): the one
-    output vocabulary of every command. ``aliases``: earlier names of ``--output`` kept working (e.g.
-    ``--report-json``)."""
+    """``-o/--output PATH`` (always writes a file) and ``--json`` (always prints JSON on stdout): every command's output
+    vocabulary. ``aliases``: earlier names of ``--output`` (``--report-json``)."""
     group = parser.add_argument_group("output")
     group.add_argument("-o", "--output", *aliases, dest="output", metavar="PATH", required=required,
                        help=f"write {what} as JSON to PATH (times in integer ns)")
@@ -187,8 +179,7 @@ def platform_names(**_context):
 
 
 def add_executor_flags(parser):
-    """``--jobs N`` / ``--dask ADDRESS`` / ``--executor NAME[:ARG]``: where independent simulations run
-    (:mod:`astra_sim.executors`)."""
+    """``--jobs N`` / ``--dask ADDRESS`` / ``--executor NAME[:ARG]`` (:mod:`astra_sim.executors`)."""
     group = parser.add_argument_group("executors")
     group.add_argument("--jobs", type=positive_int, default=None, metavar="N",
                        help="run on N local processes")

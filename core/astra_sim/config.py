@@ -1,10 +1,6 @@
-"""Parsing of the system JSON, remote-memory JSON and communicator-group JSON.
-
-Keys and units are those of the reference simulator (so existing configs work
-unchanged); each parsed value is stored under a name that says its unit.
-Unknown keys are ignored like the reference does, but listed in
-``SystemConfig.ignored_keys`` so the report can show them.
-"""
+"""Parsing of the system, remote-memory and communicator-group JSON, with the reference's keys and units (existing
+configs work unchanged); values are stored under names that say their unit. Unknown keys are ignored as by the
+reference, but listed in ``SystemConfig.ignored_keys`` for the report."""
 
 from __future__ import annotations
 
@@ -31,11 +27,9 @@ KNOWN_SYSTEM_KEYS = {
     "roofline-enabled", "trace-enabled", "replay-only", "track-local-mem",
     "local-mem-trace-filename", "per-node-custom-implementation",
     *COLLECTIVE_KEYS.values(), *(k + "-custom" for k in COLLECTIVE_KEYS.values()),
-    # Not the reference's: the logical dimensions collectives use on a graph
-    # network (InfraGraph), read by the graph-based network backends.
-    "logical-dims",
-    # Not the reference's: how many communication operations a rank runs at once.
-    "comm-streams",
+    # Not the reference's: collectives' logical dimensions on a graph network (InfraGraph), and how many
+    # communication operations a rank runs at once.
+    "logical-dims", "comm-streams",
 }
 #: ``comm-streams`` values: the reference's one in-flight communication operation per NPU, or one per
 #: communicator (collectives of different groups, and sends to different peers, overlap).
@@ -48,8 +42,7 @@ IGNORED_BY_REFERENCE = {
 
 
 def _number(path, data, key, default, *, integer=False):
-    """A numeric key within its physical range (``astra_sim.limits``); ``integer`` truncates it,
-    as the reference stores these keys in ints."""
+    """A numeric key within its range (``astra_sim.limits``); ``integer`` truncates it (the reference's ints)."""
     if key not in data:
         return default
     value = check_number(path, key, data[key])
@@ -146,8 +139,8 @@ def parse_system_config(path, injection_scale=1.0, data=None):
 
 
 def ignored_key_messages(cfg):
-    """One warning per key of the system JSON that nothing reads: keys the reference documents but
-    ignores, and unknown keys (often a misspelt known key, which would silently keep its default)."""
+    """A warning per system key nothing reads: those the reference ignores, and unknown ones (often a misspelt key,
+    which would silently keep its default)."""
     out = []
     for key in cfg.ignored_keys:
         if key in IGNORED_BY_REFERENCE:
@@ -160,10 +153,7 @@ def ignored_key_messages(cfg):
 
 
 def parse_comm_groups(path):
-    """``{"<id>": [npu, ...]}`` -> {int id: [npus]}; None when disabled.
-
-    Like the reference, any path containing ``empty`` disables groups.
-    """
+    """``{"<id>": [npu, ...]}`` -> {int id: [npus]}; None when disabled (a path with ``empty``, as in the reference)."""
     if path is None or "empty" in str(path):
         return None
     data = load_json(path, "communicator-group configuration")
@@ -196,11 +186,8 @@ def parse_memory_config(path):
 
 
 def default_system_config(dims=1, algorithm="ring", **overrides):
-    """The reference's usual system configuration (shared/parity/configs/sys_ring_1d.json) with
-    ``algorithm`` on ``dims`` dimensions for every collective: what the platforms start from.
-
-    Keyword overrides use underscores for dashes: ``local_mem_bw=50``.
-    """
+    """The reference's usual system configuration (shared/parity/configs/sys_ring_1d.json) with ``algorithm`` on
+    ``dims`` dimensions for every collective (what platforms start from); overrides take underscores: local_mem_bw."""
     config = {
         "scheduling-policy": "LIFO",
         "endpoint-delay": 10,

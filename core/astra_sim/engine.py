@@ -1,11 +1,8 @@
 """The discrete-event engine: integer nanoseconds, FIFO among equal times.
 
-Events are ``(fn, arg)`` pairs kept in one list per distinct time, with a heap
-of the distinct times. Events at the same time run in the order they were
-scheduled, and an event scheduled for the current time while that time's list
-is running is appended to it and runs in the same batch (the reference
-simulator's event-queue semantics). Collectives make many ranks act at the
-same instant, so bucketing by time keeps heap traffic low.
+Events are ``(fn, arg)`` pairs in one list per distinct time, with a heap of the times; an event scheduled for now
+while now's list runs joins that batch (the reference's event-queue semantics). Collectives make many ranks act at
+one instant, so bucketing by time keeps heap traffic low.
 """
 
 from heapq import heappop, heappush
@@ -19,21 +16,19 @@ class EventEngine:
 
     def __init__(self) -> None:  # typed (int times, typed containers) for tools/compile_core.py's mypyc
         self.now: int = 0
-        # The queue: time -> flat list [fn, arg, fn, arg, ...], and a heap of its keys. Public for an event-order
-        # strategy that runs or moves the events itself (astra_folding's folded and time-folded runs).
+        # time -> flat [fn, arg, fn, arg, ...] and a heap of its keys, public for astra_folding's own event orders
         self.buckets: dict[int, list[Any]] = {}
         self.times: list[int] = []
         self.events_run: int = 0
         self._end_of_ns: list[Any] = []  # [fn, arg, current, ...] to run once every event of the current time has run
         self.current: Any = None
-        # A folded run's event order (astra_folding.engine.FoldedEvents), or None. Set on this engine before
-        # anything is scheduled (use_fold), since the backends, built before the fold is decided, keep it.
+        # A folded run's event order (astra_folding's FoldedEvents), set before anything is scheduled (use_fold):
+        # the backends, built before the fold is decided, keep this engine.
         self.fold: Any = None
 
     def use_fold(self, fold):
-        """Hand the order of this (empty) engine's events to a folded run's ``fold``: its ``schedule_at(time_ns,
-        fn, arg)`` and ``run(until_ns)`` then replace this engine's (each event carries its history, for the fold's
-        exactness check); the run's loop calls its ``start_rank(rank)``, the ranks its ``tie_check``."""
+        """Hand this empty engine's event order to a folded run's ``fold``, whose ``schedule_at`` and ``run`` replace
+        its own (each event carries its history, for the fold's exactness check)."""
         if self.times or self._end_of_ns:
             raise ValueError("an engine can only be folded before anything is scheduled")
         self.fold = fold
@@ -70,10 +65,9 @@ class EventEngine:
             bucket.append(arg)
 
     def at_end_of_ns(self, fn: Any, arg: Any = None) -> None:
-        """Run ``fn(arg)`` after every event of the current time, those it schedules for now included: a
-        decision that must not depend on the order of one nanosecond's events (what runs beside a kernel)
-        waits for all of them. What ``fn`` schedules for now runs next, then its own end of the nanosecond.
-        ``fn`` runs with the :attr:`current` of the event that deferred it (a folded run's history)."""
+        """Run ``fn(arg)`` after every event of now, those they schedule included: a decision that must not depend on
+        the order of one nanosecond's events (what runs beside a kernel) waits for all of them. ``fn`` runs with the
+        deferring event's :attr:`current` (a folded run's history)."""
         self._end_of_ns += (fn, arg, self.current)
 
     def pending(self) -> int:
@@ -81,8 +75,7 @@ class EventEngine:
         return len(self.times)
 
     def next_time(self):
-        """The earliest time after the batch now running that has events (None when none): lets a
-        co-simulator (the ns-3 backend) advance its own clock exactly up to the engine's next event."""
+        """The next time with events (None: none), up to which a co-simulator (ns-3) may advance its own clock."""
         return self.times[0] if self.times else None
 
     def has_end_of_ns(self):
@@ -90,8 +83,7 @@ class EventEngine:
         return bool(self._end_of_ns)
 
     def _run_end_of_ns(self) -> int:
-        """Run what waits for the end of now, round after round, until something is scheduled for now
-        (that batch runs first, then this again) or nothing waits."""
+        """Run what waits for the end of now until something is scheduled for now (it runs first) or nothing waits."""
         count = 0
         while self._end_of_ns and self.now not in self.buckets:
             late, self._end_of_ns = self._end_of_ns, []
@@ -102,8 +94,7 @@ class EventEngine:
         return count
 
     def is_last_now(self, fn, arg):
-        """Whether ``(fn, arg)`` is the last event booked for the current time (nothing after it in the
-        batch now running)."""
+        """Whether ``(fn, arg)`` is the last event booked for now."""
         bucket = self.buckets.get(self.now)
         return not self._end_of_ns and bucket is not None and bucket[-2] is fn and bucket[-1] is arg
 

@@ -1,11 +1,8 @@
-"""The range every number in a configuration file must lie in: what hardware can have.
+"""The range every number of a configuration file must lie in: what hardware can have.
 
-The reference accepts any number, so a sign slip (``latency: -500``) or a stray exponent
-(``bandwidth: 1e308``) runs and prints a time that means nothing, or wraps around. Each key's range
-is wide enough for any machine being built or planned, and narrow enough to catch such slips; a
-value outside it is a :class:`~astra_sim.errors.ConfigError` naming the file, the key and the
-range. The kernel checks the system JSON; the network and memory plugins check their own files
-with :func:`check_number`.
+The reference accepts any number, so a sign slip (``latency: -500``) or a stray exponent (``bandwidth: 1e308``) runs
+and prints a meaningless or wrapped time. Each range holds any machine built or planned and catches such slips; a
+value outside is a :class:`~astra_sim.errors.ConfigError` naming file, key and range (:func:`check_number`).
 """
 
 from __future__ import annotations
@@ -26,8 +23,7 @@ class Limit:
     unit: str
     low_open: bool = False
     integer: bool = False
-    #: below this the value is legal but absurd (a bandwidth under 1 B/s): a warning, once per key and file,
-    #: saying ``warn_note`` (what ``warn_below`` is in words)
+    #: below this the value is legal but absurd (under 1 B/s): a warning, once, saying ``warn_note`` (it in words)
     warn_below: float = 0.0
     warn_note: str = ""
 
@@ -46,19 +42,17 @@ def _show(x):
 
 
 SECOND_NS = 1e9
-#: The latest simulated time a report can hold: readers of its JSON and the sweeps' Parquet columns keep ns
-#: in int64 (2^63-1 ns, about 292 years). A node ending later is an error naming it, never a wrapped number.
+#: The latest time a report holds (readers of its JSON and sweeps' Parquet keep int64 ns: about 292 years); a node
+#: ending later is an error naming it, never a wrapped number.
 MAX_TIME_NS = (1 << 63) - 1
 #: A single node running longer than this (a year) is legal but almost surely a slip: a warning, once.
 LONG_STEP_NS = 365 * 24 * 3600 * 10**9
-#: Most NPUs a run may have (the product of a network's dimensions, a compact workload's ``npus``):
-#: per-rank tables are allocated for every NPU, so a stray exponent must not reach the allocator.
+#: Most NPUs a run may have: per-rank tables are allocated for every NPU, so a stray exponent must not reach them.
 MAX_TOTAL_NPUS = 10_000_000
 
 
 def env_limit(name, default):
-    """A bound that an environment variable raises (or lowers), read once at import (each command's own bounds,
-    e.g. ``astra serve``'s ``ASTRA_MAX_REQUESTS``, are defined by its plugin with this)."""
+    """A bound an environment variable changes, read once at import (plugins define theirs with it)."""
     try:
         return max(1, int(os.environ.get(name, default)))
     except ValueError:
@@ -96,8 +90,7 @@ LIMITS = {
 
 
 def check_number(where, key, value, limit=None, *, label=None):
-    """``value`` if it is a finite number in ``limit`` (default: ``LIMITS[key]``), else a
-    ConfigError: ``<where>: key '<label>' must be <range>, got <value>``."""
+    """``value`` if a finite number in ``limit`` (default ``LIMITS[key]``), else a ConfigError naming the range."""
     limit = limit or LIMITS[key]
     label = label or key
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -126,8 +119,7 @@ def _warn_once(message):
 
 
 def check_step(rank, node, start_ns, end_ns, warn):
-    """A finished node's times against :data:`MAX_TIME_NS` (a SimulationError naming the rank and node) and
-    :data:`LONG_STEP_NS` (``warn``, once per process); the run calls this only when one of them is exceeded."""
+    """A finished node past :data:`MAX_TIME_NS` (an error) or :data:`LONG_STEP_NS` (a warning, once); called only so."""
     where = f"{node.where} of rank {rank}"
     if end_ns > MAX_TIME_NS:
         raise time_overflow(where)
@@ -138,7 +130,7 @@ def check_step(rank, node, start_ns, end_ns, warn):
 
 
 def time_overflow(where):
-    """The SimulationError of a time past :data:`MAX_TIME_NS`, naming ``where`` it happened (a node, a phase)."""
+    """The SimulationError of a time past :data:`MAX_TIME_NS` at ``where`` (a node, a phase)."""
     from astra_sim.errors import SimulationError
 
     return SimulationError(f"{where} ends after {MAX_TIME_NS:,} ns (2^63-1, 292 years), the latest time a report "

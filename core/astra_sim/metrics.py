@@ -1,15 +1,12 @@
 """The report's schema: every metric a report can hold, declared once with its unit and meaning.
 
-A metric is a number at a place in the report's JSON (``summary.max_finish_ns``, ``ranks.*.compute_ns``,
-``stats.gpu_model_nodes.*``), named by a dotted key where ``*`` stands for any one level (a rank's index, a
-communicator, a link). The kernel declares its own; a plugin that adds numbers to the report (in
-``astra_run_finish``) declares them with the hook ``astra_register_metrics(registry)``:
-``registry.metric("stats.my_plugin.flits", "count", "flits the model sent")``. ``tests/test_metrics.py`` checks that
-every number in real reports is declared exactly once, so a new metric has one place: its declaration.
+A metric is a number at a dotted place in the report's JSON (``ranks.*.compute_ns``; ``*`` is any one level). The
+kernel declares its own, plugins theirs with ``astra_register_metrics`` (``registry.metric("stats.my_plugin.flits",
+"count", "flits the model sent")``); ``tests/test_metrics.py`` checks every number of real reports is declared once.
 
-Units: ``ns`` (simulated time, integer), ``bytes``, ``count``, ``fraction`` (0..1), ``s`` (wall-clock seconds of the
-tool itself), ``per_s`` (a rate per wall-clock second), ``bytes_per_ns``, ``bits_per_s`` (a line rate), ``flop``, ``flop_per_s`` (per simulated second), ``id`` (a number that names something: a rank,
-a link), ``mj`` (millijoules of simulated energy), ``w`` (watts), ``mhz`` (a clock), ``ratio`` (a positive
+Units: ``ns`` (simulated, integer), ``bytes``, ``count``, ``fraction`` (0..1), ``s`` (the tool's wall-clock seconds),
+``per_s`` (per wall-clock second), ``bytes_per_ns``, ``bits_per_s`` (a line rate), ``flop``, ``flop_per_s`` (per
+simulated second), ``id`` (names a rank, a link), ``mj`` (simulated millijoules), ``w``, ``mhz``, ``ratio`` (a positive
 quotient not bounded by 1, such as a PUE).
 """
 

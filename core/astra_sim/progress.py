@@ -1,13 +1,9 @@
 """What a long command is doing, on stderr, so that no one waits in silence.
 
-Every ``astra`` command runs inside one :func:`activity`. It stays silent for its first ``delay_s`` (a quick
-command prints nothing), then shows the command, its current phase and the time elapsed: a status line on a
-terminal, or a line every ``interval_s`` otherwise (logs, notebooks, ``nohup``). The code doing the work names
-its phases with :func:`phase`, which costs nothing when no activity is open (the Python API, tests).
-
-``ASTRA_PROGRESS=0`` turns it off; ``ASTRA_PROGRESS_DELAY_S`` and ``ASTRA_PROGRESS_INTERVAL_S`` set the silent
-start and the interval of the plain lines. A
-command with a progress display of its own (``astra sweep``'s bar) calls :func:`hold` while it shows it.
+Every ``astra`` command runs in one :func:`activity`: silent for ``delay_s`` (a quick command prints nothing), then
+the command, its phase and the time elapsed, as a status line on a terminal or a line every ``interval_s`` (logs,
+``nohup``). Work names its phases with :func:`phase`, free without an activity (the Python API). ``ASTRA_PROGRESS=0``,
+``ASTRA_PROGRESS_DELAY_S`` and ``ASTRA_PROGRESS_INTERVAL_S`` set it; a command with its own display calls :func:`hold`.
 """
 
 from __future__ import annotations
@@ -25,9 +21,8 @@ _current = None
 
 
 def phase(text, detail=None, lead=False):
-    """Name what the command does now; ``detail`` (optional) is a callable polled for a live figure, e.g. the
-    simulated time so far. Free when no activity is open. ``lead``: the command's own phase, which the phases of
-    the runs it makes (a serving step's ``astra run``) do not replace; the first lead keeps the line."""
+    """Name what the command does now; ``detail``: a callable polled for a live figure. ``lead``: the command's own
+    phase, which the phases of the runs it makes (a serving step's) do not replace."""
     current = _current
     if current is None or current.led and not (lead and current.led == text):
         return
@@ -57,8 +52,8 @@ def enabled_by_environment():
 
 @contextlib.contextmanager
 def activity(command, enabled=True, stream=None, delay_s=DELAY_S, interval_s=None, since=None):
-    """Show ``command``'s progress while the block runs (see the module docstring). ``since``: the
-    ``time.monotonic()`` the command started at (the CLI's process start: plugin loading counts as waiting)."""
+    """Show ``command``'s progress while the block runs; ``since``: its start (``time.monotonic()``: plugin loading
+    counts as waiting)."""
     global _current
     if not enabled or not enabled_by_environment() or _current is not None:
         yield None

@@ -17,8 +17,7 @@ class RankReport:
     cpu_ns: int
     comm_ns: int
     nodes: int
-    #: where the time went (the analysis plugin's ``astra_analysis.breakdown``): parts adding up to ``finish_ns``, per
-    #: communicator busy/overlapped/exposed times; None when the run did not record spans
+    #: where the time went (``astra_analysis.breakdown``): parts adding up to ``finish_ns``, per-communicator times
     breakdown: dict | None = None
 
 
@@ -42,15 +41,11 @@ class Report:
     warnings: list = field(default_factory=list)
     finish_order: list = field(default_factory=list)
     network_stats: dict = field(default_factory=dict)
-    #: ``(logger, level, message)`` for every line the reference would print, in its order; None
-    #: unless the run collected them (``astra_sim_log=True``, ``astra run --astra-sim-log``: the
-    #: astra-analysis plugin's reference log).
+    #: ``(logger, level, message)`` of every line the reference would print, in order (``--astra-sim-log``)
     astra_sim_log: list | None = None
-    #: the lines an output format hands ``astra run`` to print on stdout (the reference log's, with spdlog's
-    #: prefixes), which then prints its summary on stderr; None: stdout has the summary
+    #: lines an output format has ``astra run`` print on stdout (the reference log's), the summary then on stderr
     stdout_lines: list | None = None
-    #: every message left unmatched at the end (only a run with ``allow_unmatched`` gets a report
-    #: with any): dicts with src, dst, size, tag, kind, state and, for trace nodes, node/trace
+    #: every message left unmatched (``allow_unmatched``): src, dst, size, tag, kind, state, node/trace
     unmatched_messages: list = field(default_factory=list)
     #: False for the partial report of an interrupted run (``astra run --partial-report``)
     complete: bool = True
@@ -60,13 +55,11 @@ class Report:
     critical_path: dict | None = None
     #: the timeline files written (``timeline=PATH``; astra-analysis)
     timeline: dict | None = None
-    #: what plugins add to ``astra run``'s terminal summary (not to the JSON): tables after the rank table (the
-    #: breakdown's, then output formats'), ``(title, columns, rows)`` as :func:`astra_sim.termtable.print_table`
-    #: takes them, and lines at its end
+    #: what plugins add to the terminal summary (not the JSON): ``(title, columns, rows)`` tables after the rank
+    #: table (:func:`astra_sim.termtable.print_table`), and lines at its end
     summary_tables: list = field(default_factory=list)
     summary_lines: list = field(default_factory=list)
-    #: what plugins add to the summary's step time: notes in parentheses after it (validation's 90 % interval) and
-    #: lines right after it (the workload generator's LLM throughput)
+    #: the summary's step time: notes after it (validation's 90 % interval), lines below it (an LLM's throughput)
     step_notes: list = field(default_factory=list)
     step_lines: list = field(default_factory=list)
 
@@ -84,9 +77,8 @@ class Report:
         return max((r.exposed_comm_ns for r in self.ranks if r.exposed_comm_ns is not None), default=0)
 
     def to_dict(self, per_rank=True):
-        """The report as JSON-ready data. ``per_rank=False`` gives the compact layout (``astra run``'s default file):
-        ranks with equal numbers as one ``rank_classes`` entry, and every per-rank table in ``stats`` the same way;
-        :func:`read_report` turns either layout back into the per-rank one."""
+        """The report as JSON-ready data; ``per_rank=False``: the compact layout (``astra run``'s file), ranks with
+        equal numbers (and per-rank ``stats`` tables) as ``rank_classes`` entries; :func:`read_report` reads both."""
         ranked = {"ranks": [_rank_dict(r) for r in self.ranks]} if per_rank else {"rank_classes": _classes(self.ranks)}
         out = {
             "units": UNITS,
@@ -113,16 +105,14 @@ class Report:
 
     # ------------------------------------------------------------------ tables
     def ranks_frame(self):
-        """One row per rank: rank, finish_ns, compute_ns, exposed_comm_ns, cpu_ns, comm_ns, nodes (a pandas DataFrame,
-        integer ns)."""
+        """A pandas DataFrame, one row per rank of its numbers (integer ns)."""
         import pandas as pd  # imported only when a table is asked for: ``import astra_sim`` stays cheap
 
         columns = [f.name for f in fields(RankReport) if f.name != "breakdown"]
         return pd.DataFrame([[getattr(r, c) for c in columns] for r in self.ranks], columns=columns)
 
     def breakdown_frame(self):
-        """Where each rank's time went: one row per (rank, part) with ``time_ns`` (parts add up to the rank's
-        finish_ns); empty when the run recorded no breakdown."""
+        """Where each rank's time went: a row per (rank, part) with ``time_ns`` (empty without a breakdown)."""
         import pandas as pd
 
         rows = []
@@ -139,8 +129,7 @@ class Report:
 
 
 def _grouped(items):
-    """``[(rank, value)]`` -> ``[(ranks, value)]``: ranks with equal values together, in the order of their first rank.
-    Equal objects (a folded run's ranks share their representative's) are compared once."""
+    """``[(rank, value)]`` -> ``[(ranks, value)]``: equal values together, by first rank (an object compared once)."""
     by_key, by_id = {}, {}
     for rank, value in items:
         key = by_id.get(id(value))
@@ -155,8 +144,7 @@ def _grouped(items):
 
 
 def _classes(ranks):
-    """The compact layout's ``rank_classes``: one entry per distinct rank record, with its ranks as ranges (the
-    breakdown's communicators without their per-rank ``groups`` ids)."""
+    """The compact layout's ``rank_classes``: one entry per distinct rank record, its ranks as ranges."""
     from astra_sim.humanize import rank_ranges
 
     records, anonymous = [], {}
@@ -165,8 +153,7 @@ def _classes(ranks):
         del record["rank"]
         breakdown = record.get("breakdown")
         if breakdown is not None and breakdown.get("communicators"):
-            # a rank's communicators by kind, without the group ids that differ from rank to rank (the groups
-            # file has them): symmetric ranks then share one entry
+            # without the group ids, which differ from rank to rank, so that symmetric ranks share one entry
             shared = anonymous.get(id(breakdown))
             if shared is None:
                 shared = anonymous[id(breakdown)] = {**breakdown, "communicators": [
@@ -183,8 +170,7 @@ def _rank_table(value, rank_keys):
 
 
 def _compact_stats(stats, ranks):
-    """``stats`` with every per-rank table (``{rank: value}`` for every rank, e.g. ``gpu_utilization``) as
-    ``{"rank_classes": [{"ranks": "0-7", "value": ...}]}``."""
+    """``stats`` with every per-rank table as ``{"rank_classes": [{"ranks": "0-7", "value": ...}]}``."""
     from astra_sim.humanize import rank_ranges
 
     rank_keys = {str(r.rank) for r in ranks}
@@ -198,9 +184,8 @@ def _compact_stats(stats, ranks):
 
 
 def read_report(source, where=None):
-    """A report's JSON (a path, or the parsed dict) in the per-rank layout, whichever layout it was written in:
-    tools read ``ranks`` and per-rank ``stats`` tables from it without caring how ``astra run`` stored them. A
-    malformed compact layout is a ConfigError naming ``where`` (the file)."""
+    """A report's JSON (a path or the dict) in the per-rank layout, whichever it was written in; a malformed compact
+    layout is a ConfigError naming ``where``."""
     from astra_sim.errors import ConfigError
     from astra_sim.humanize import parse_rank_ranges
 

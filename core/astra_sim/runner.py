@@ -1,8 +1,6 @@
-"""Running a :class:`~astra_sim.spec.RunSpec`: the one path from a spec to a report, behind ``astra run``, the
-Python API (:func:`astra_sim.simulate`) and every command that simulates (sweep, search, serving, validation).
-
-Generated configurations (``--platform``) exist on disk only while the simulation reads them
-(:func:`astra_sim.generated.materialized`); the report records them inline, with what the platform implied.
+"""Running a :class:`~astra_sim.spec.RunSpec`: the one path from a spec to a report, behind ``astra run``,
+:func:`astra_sim.simulate` and every command that simulates. Generated configurations exist on disk only while the
+run reads them; the report records them inline, with what the platform implied.
 """
 
 from __future__ import annotations
@@ -14,8 +12,7 @@ CONTROL_KEYWORDS = ("plugins", "block", "extra_plugins", "plugin_manager", "on_w
 
 
 class Run:
-    """One spec being simulated: :meth:`execute` gives its report; after an interrupt, :meth:`partial_report`
-    gives what was known (``astra run --partial-report``)."""
+    """One spec being simulated: :meth:`execute` gives its report, :meth:`partial_report` what an interrupt left."""
 
     def __init__(self, spec: RunSpec, pm=None, on_warning=None):
         from astra_sim.plugins import plugin_manager_for
@@ -28,8 +25,7 @@ class Run:
         self.paths = {}
 
     def execute(self, measure_memory=False):
-        """Simulate and return the :class:`~astra_sim.report.Report` (settings name the platform's defaults and
-        hold its generated configurations inline)."""
+        """Simulate and return the :class:`~astra_sim.report.Report`."""
         from astra_sim.generated import materialized
 
         with materialized(self.resolved.generated) as paths:
@@ -83,9 +79,8 @@ def run_spec(spec: RunSpec, pm=None, on_warning=None, measure_memory=False):
 
 
 def make_spec(args, kwargs):
-    """``(spec, pm, control keywords)`` of :func:`astra_sim.simulate`'s arguments: a RunSpec, or the workload and
-    configuration paths positionally (``workload, system, network, memory, comm_groups``) and keywords (RunSpec
-    fields, ``astra run`` options by dest or flag name, ``options={dest: value}`` taken as they are)."""
+    """``(spec, pm, control keywords)`` of :func:`astra_sim.simulate`'s arguments: a RunSpec, or paths positionally
+    (``workload, system, network, memory, comm_groups``) and keywords (fields, options; ``options=`` taken as is)."""
     from astra_sim.errors import ConfigError
     from astra_sim.plugins import plugin_manager_for
 

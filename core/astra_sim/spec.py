@@ -1,10 +1,8 @@
-"""``RunSpec``: one simulation, as every door states it (``astra run``, sweeps, search, serving, validation, Python).
+"""``RunSpec``: one simulation as every door states it (``astra run``, sweeps, search, serving, validation, Python).
 
-The spec owns its flags: :meth:`RunSpec.add_cli_args` defines ``astra run``'s options, :meth:`RunSpec.from_cli_args`
-reads them back, and :meth:`RunSpec.from_mapping` turns a mapping (a sweep's ``run:``, Python keywords) into the
-same spec through the same parser, so types, checks and defaults are identical whichever door a question comes
-through. :meth:`RunSpec.resolve` gives the concrete run (configurations, options, backends), resolving
-``--platform`` through the platform registry.
+The spec owns its flags (:meth:`RunSpec.add_cli_args`, :meth:`RunSpec.from_cli_args`), and :meth:`RunSpec.from_mapping`
+reads a mapping (a sweep's ``run:``, Python keywords) through the same parser, so types, checks and defaults are the
+same through every door. :meth:`RunSpec.resolve` gives the concrete run, resolving ``--platform`` in the registry.
 """
 
 from __future__ import annotations
@@ -19,8 +17,7 @@ from astra_sim.errors import ConfigError
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
-#: Reference flags that are accepted for script compatibility but have no effect
-#: (they have none in the reference's analytical binaries either).
+#: Reference flags accepted for script compatibility, without effect (as in the reference's analytical binaries).
 IGNORED_REFERENCE_FLAGS = ("--logging-configuration", "--logging-folder", "--comm-scale", "--compute-scale")
 
 #: ``astra run`` options that say how to show or write the result, not what to simulate (not part of a spec).
@@ -47,9 +44,8 @@ def parse_bool(text):
 
 @dataclass
 class RunSpec:
-    """One simulation: the workload, the machine (configuration files, or a platform and its nodes), the backends
-    and the run's options. ``options`` holds every plugin option by its ``dest`` (``gpu``, ``host_launch_us``, ...);
-    a spec made by :meth:`from_cli_args` or :meth:`from_mapping` carries every option with its default."""
+    """One simulation: the workload, the machine (configuration files, or a platform and its nodes), the backends and
+    ``options``, every plugin option by ``dest`` (with its default in a spec made from arguments or a mapping)."""
 
     workload: str
     system: str | None = None
@@ -148,9 +144,8 @@ class RunSpec:
 
     @classmethod
     def from_mapping(cls, mapping, pm=None, where="run") -> "RunSpec":
-        """The spec of ``{option: value}`` (``astra run``'s option names, with dashes or underscores, or the
-        spec's field names: ``workload``, ``system``, ...), read by ``astra run``'s own parser: the same types,
-        checks and defaults as the command line. ``where`` names the mapping in errors."""
+        """The spec of ``{option: value}`` (``astra run``'s option names or the spec's fields), read by ``astra run``'s
+        parser: the command line's types, checks and defaults. ``where`` names the mapping in errors."""
         from astra_sim.cliutil import mapping_to_argv, parse_or_raise
         from astra_sim.platforms import Platform
 
@@ -170,8 +165,7 @@ class RunSpec:
 
     @classmethod
     def from_argv(cls, argv, pm=None, where="astra run") -> "RunSpec":
-        """The spec of ``astra run``'s command-line words (a registry's or script's options, as a user writes them);
-        what the parser refuses is a ConfigError naming ``where``."""
+        """The spec of ``astra run``'s command-line words; what the parser refuses is a ConfigError naming ``where``."""
         from astra_sim.cliutil import parse_or_raise
 
         return cls.from_cli_args(parse_or_raise(run_parser(pm), [str(word) for word in argv], where))
@@ -201,8 +195,8 @@ class RunSpec:
 
     # ------------------------------------------------------------------ resolution
     def resolve(self, pm=None) -> "ResolvedRun":
-        """The concrete run: configurations (files or generated), every option, the compute model and, with a
-        platform, what it implied (``platform_defaults``). Files the user named explicitly win."""
+        """The concrete run: configurations (files or generated), options, compute model and what a platform implied
+        (``platform_defaults``); files the user named win."""
         from astra_sim.generated import CONFIG_KEYS, GeneratedFile, generated_options
 
         options = dict(self.options)
@@ -241,8 +235,8 @@ class RunSpec:
 
 @dataclass
 class ResolvedRun:
-    """A spec made concrete: ``configs`` (paths or None), ``generated`` ({key: GeneratedFile}: configurations and
-    ``option:<name>`` files written only while the run reads them), every option, and the compute model."""
+    """A spec made concrete: ``configs`` (paths or None), ``generated`` ({key: GeneratedFile}, written only while the
+    run reads them), every option, and the compute model."""
 
     spec: RunSpec
     configs: dict
@@ -257,9 +251,8 @@ class ResolvedRun:
 
 
 def workload_ranks(prefix, pm=None, workload_format=None):
-    """How many ranks the workload at ``prefix`` has, as the first format that reads it counts them (a format's
-    optional ``ranks(prefix)``); None when none knows (another format, or a typo: the run then says what is
-    missing). ``workload_format``: that format only."""
+    """The workload's rank count, as the first format reading it counts them (``ranks(prefix)``; ``workload_format``:
+    that format only); None when none knows (a typo: the run then says what is missing)."""
     from astra_sim.plugins import registry_of
 
     registry = registry_of(pm)
@@ -273,8 +266,7 @@ def workload_ranks(prefix, pm=None, workload_format=None):
 
 
 def run_parser(pm=None):
-    """``astra run``'s parser with every loaded plugin's options (``pm``: default every installed plugin), made once
-    per plugin manager."""
+    """``astra run``'s parser with every loaded plugin's options, made once per plugin manager."""
     from astra_sim.plugins import registry_once
 
     def make(pm):
@@ -287,8 +279,7 @@ def run_parser(pm=None):
 
 
 def call_parser_hook(pm, name, **kwargs):
-    """Every plugin's hook ``name``, which adds to a parser (``astra_add_run_options``, ``astra_register_commands``);
-    a clash is a PluginError."""
+    """Every plugin's parser hook ``name``; a clash of options is a PluginError."""
     try:
         getattr(pm.hook, name)(**kwargs)
     except argparse.ArgumentError as exc:

@@ -1,13 +1,6 @@
-"""The terminal summary of ``astra run``: one screen for people (JSON keeps the integer nanoseconds).
-
-* the ranks, with ranks whose numbers are identical collapsed into one row (``0-127 x128``);
-* the tables plugins add (``report.summary_tables``: where the slowest rank's time went, the analysis plugin's
-  breakdown; with ``--critical-path``, what the critical path is made of and its biggest items);
-* the step time (with the notes plugins add, ``report.step_notes``: validation's 90 % interval) and the lines
-  plugins add after it (``report.step_lines``: an LLM step's throughput), the run's speed and whether symmetric
-  ranks were folded, then the output formats' lines (``report.summary_lines``: the timeline's files).
-
-Times are printed with :func:`astra_sim.humanize.format_ns` (3-4 significant digits).
+"""The terminal summary of ``astra run``, one screen for people (JSON keeps integer ns): the ranks (identical ones
+as one row, ``0-127 x128``), the tables, notes and lines plugins add (``report.summary_tables``, ``step_notes``,
+``step_lines``, ``summary_lines``), the step time, the run's speed and whether it folded.
 """
 
 from __future__ import annotations

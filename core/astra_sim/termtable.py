@@ -1,25 +1,21 @@
 """Terminal tables that fit the terminal without cutting a number.
 
-rich shrinks every column of a table wider than the terminal, numbers included, and ends what no
-longer fits with an ellipsis: ``1,082,551,…``. Here numbers never wrap and keep their full width;
-text wraps (long words fold); and when the numbers alone do not fit, whole columns are left out,
-least important first, with a note naming them. Every ``astra`` command prints its tables with
-:func:`print_table`, on a console whose broken pipe reaches the CLI (exit 141, no traceback).
+rich shrinks every column of a table wider than the terminal and ends what does not fit with an ellipsis
+(``1,082,551,…``). Here numbers keep their full width, text wraps, and when the numbers alone do not fit whole columns
+are left out, least important first, with a note. A broken pipe reaches the CLI (exit 141, no traceback).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: Columns are left out before a column of text gets narrower than its longest word (up to this
-#: many characters; longer words fold).
+#: Columns are left out before a text column gets narrower than its longest word (up to this; longer words fold).
 TEXT_WORD_WIDTH = 24
 
 
 @dataclass
 class Column:
-    """``number``: cells are kept whole on one line. ``drop``: columns with a rank are left out,
-    lowest rank first, when the table cannot fit; None keeps the column."""
+    """``number``: cells kept whole on one line; ``drop``: its rank in being left out (lowest first; None: never)."""
 
     header: str
     number: bool = False
@@ -28,8 +24,7 @@ class Column:
 
 
 def console(stderr=False):
-    """A rich console that raises :class:`BrokenPipeError` when its reader goes away (rich's own
-    console exits with status 1 instead; the CLI turns the error into a quiet exit 141)."""
+    """A rich console raising :class:`BrokenPipeError` when its reader goes away (rich's exits 1 instead)."""
     from rich.console import Console
 
     class _Console(Console):
@@ -41,8 +36,7 @@ def console(stderr=False):
 
 
 def _min_width(column, cells):
-    """The narrowest the column should be, padding excluded: a number's full width; a text's
-    longest word (rich folds words only when the kept columns still do not fit)."""
+    """The column's narrowest width without padding: a number's full width, a text's longest word."""
     if column.number:  # a header may be split over lines ("scale-up\nGB/s")
         return max([len(line) for line in column.header.splitlines()] + [len(c) for c in cells])
     longest = max([len(w) for c in [column.header, *cells] for w in c.split()] or [1])
@@ -56,8 +50,7 @@ def table_width(columns, rows, keep):
 
 
 def fit_columns(columns, rows, width):
-    """Indices of the columns to show so that the table fits ``width`` characters (when the columns that
-    are never left out do not fit on their own, the table is printed wider: see :func:`print_table`)."""
+    """Indices of the columns to show so that the table fits ``width`` (or the ones never left out)."""
     keep = list(range(len(columns)))
     droppable = sorted((c.drop, i) for i, c in enumerate(columns) if c.drop is not None)
     while table_width(columns, rows, keep) > width and droppable:

@@ -1,9 +1,8 @@
 """Messages left without their other half when a run ends, described for people.
 
-A real NCCL or MPI job whose send is never received hangs; the reference's analytical frontend
-completes the send when the data arrives and exits 0, as if the job were correct. A run here that
-ends with such messages is an error (exit 3) naming every one, or, with ``--allow-unmatched``, a
-warning whose list is kept in the report's ``unmatched_messages``.
+A real NCCL or MPI job whose send is never received hangs; the reference's analytical frontend completes the send
+and exits 0, as if the job were correct. Here such a run is an error (exit 3) naming every one, or with
+``--allow-unmatched`` a warning, the list kept in the report's ``unmatched_messages``.
 """
 
 from __future__ import annotations
@@ -20,8 +19,7 @@ class UnmatchedMessagesError(SimulationError):
 
 
 def describe_unmatched(unmatched, workloads):
-    """One dict per :class:`~astra_sim.system.frontend.Unmatched` message, naming the trace node
-    that posted it where there is one (sends and receives of the workload)."""
+    """A dict per :class:`~astra_sim.system.frontend.Unmatched` message, naming the trace node that posted it if any."""
     out = []
     for item in unmatched:
         message = item.message

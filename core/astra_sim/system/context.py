@@ -1,9 +1,6 @@
-"""What every rank's system layer (:class:`astra_sim.system.sys.Sys`) and workload
-(:class:`astra_sim.workload.workload.RankWorkload`) share: the run's engine, configuration, backends and
-collective catalogue, and the callbacks through which they report back. Nothing else of the run reaches them.
-
-It is ``Sys.shared`` and ``RankWorkload.run``; collective algorithms (plugins included) read it through
-``self.sys.shared`` (``npus_per_dim``, ``total_npus``, ``options``, ...).
+"""What every rank's system layer and workload share (``Sys.shared``, ``RankWorkload.shared``; collective algorithms
+read ``self.sys.shared``): the run's engine, configuration, backends, collective catalogue and the callbacks through
+which they report back. Nothing else of the run reaches them.
 """
 
 from __future__ import annotations
@@ -12,13 +9,10 @@ import math
 
 
 class SharedContext:
-    """The narrow context of the system and workload layers (built once per run, after the fold decision).
-
-    Read on the hot path, so plain slots. ``plan_observers`` are ``fn(rank, group, com_type)`` called when a
-    rank plans a collective on a communicator group (:meth:`astra_sim.run.view.RunView.add_plan_observer`;
-    empty unless an output asks). ``recorder`` is set when the run records spans (before the first
-    event); ``algorithm_state`` is the one place collective algorithms keep state shared between ranks
-    (keyed by the algorithm, e.g. the in-switch reductions waiting for their members)."""
+    """The narrow context of the system and workload layers, built after the fold decision; plain slots (the hot
+    path). ``plan_observers``: :meth:`astra_sim.run.view.RunView.add_plan_observer`'s; ``recorder``: the span
+    recorder, if any; ``algorithm_state``: the one place collective algorithms keep state shared between ranks
+    (keyed by algorithm, e.g. in-switch reductions waiting for their members)."""
 
     __slots__ = (
         # the machine and its backends

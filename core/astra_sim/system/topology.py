@@ -1,9 +1,6 @@
-"""Logical topologies the native collective algorithms walk.
-
-NPU ids map to coordinates with dimension 0 varying fastest. A dimension's
-ring is the NPUs that differ only in that coordinate; its index in the ring is
-that coordinate. ``one*`` algorithms use one ring over every NPU; sub-group
-communicators use a "local" ring over the group's members.
+"""Logical topologies the native collective algorithms walk. NPU ids map to coordinates with dimension 0 varying
+fastest; a dimension's ring is the NPUs differing only in that coordinate (their index). ``one*`` algorithms use one
+ring over every NPU, communicator groups a "local" ring over their members.
 """
 
 from __future__ import annotations
@@ -92,8 +89,7 @@ class GeneralComplexTopology:
     __slots__ = ("dims",)
 
     def __init__(self, rank, npus_per_dim, impl_kinds):
-        """``impl_kinds``: per logical dim, ``'ring'``, ``'one'`` or an algorithm's own dimension topology
-        (a :class:`astra_sim.api.DimensionTopology`: e.g. collectives_native's double binary trees)."""
+        """``impl_kinds``: per logical dim, ``'ring'``, ``'one'`` or a :class:`astra_sim.api.DimensionTopology`."""
         self.dims = []
         offset = 1
         last_dim = len(impl_kinds) - 1

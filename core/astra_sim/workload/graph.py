@@ -1,13 +1,9 @@
-"""Dependency graph of one rank's trace, checked before the run starts.
+"""Dependency graph of one rank's trace, checked before the run starts. Data and control dependencies are alike (a
+node is issuable once all its parents finished), as in the reference's FeederV3.
 
-Data and control dependencies are treated alike (a node is issuable once all
-its parents of either kind finished), like the reference's FeederV3.
-
-One missing parent is tolerated: Chakra's PyTorch converter drops the process
-root ``[pytorch|profiler|execution_trace|process]`` (a node with no data
-dependencies and no dependants) but keeps each thread root's control
-dependency on it. Such a dependency is ignored with a warning, as the
-reference's v1 feeder (which ignores control dependencies) runs these traces.
+One missing parent is tolerated: Chakra's PyTorch converter drops the process root
+``[pytorch|profiler|execution_trace|process]`` but keeps each thread root's control dependency on it. That
+dependency is ignored with a warning, as the reference's v1 feeder (which ignores control dependencies) runs them.
 """
 
 from __future__ import annotations
@@ -20,14 +16,9 @@ THREAD_ROOTS = ("[pytorch|profiler|execution_trace|thread]", "[pytorch|profiler|
 
 
 def build_graph(path, nodes, warn=None):
-    """Index ``nodes``: returns (by_id, children, parents_left, roots).
-
-    A duplicated id keeps the later node's content and the union of both
-    nodes' dependencies (what the reference does). A dependency on an absent
-    node or a cycle is a :class:`WorkloadError` naming the file and nodes,
-    except a PyTorch thread root's control dependency on the absent process
-    root (see the module docstring): it is dropped and reported through
-    ``warn(message)`` when given.
+    """Index ``nodes``: (by_id, children, parents_left, roots). A duplicated id keeps the later node and the union of
+    both's dependencies (as the reference). An absent parent or a cycle is a :class:`WorkloadError` naming file and
+    nodes, but for the thread roots' dependency on the process root (dropped, with ``warn``).
     """
     by_id = {}
     parents = {}
@@ -73,11 +64,8 @@ def build_graph(path, nodes, warn=None):
 
 
 def check_acyclic(path, children, parents_left, roots, name_of, what="the dependency graph"):
-    """Raise a WorkloadError naming the nodes that can never run when ``what`` has a cycle.
-
-    ``children``: id -> child ids; ``parents_left``: id -> number of parents; ``roots``: ids with
-    none; ``name_of(id)``: the node's name for the message.
-    """
+    """A WorkloadError naming the nodes that can never run when ``what`` (``children``, ``parents_left`` counts,
+    ``roots``) has a cycle; ``name_of(id)`` names a node."""
     left = dict(parents_left)
     stack = list(roots)
     seen = 0
