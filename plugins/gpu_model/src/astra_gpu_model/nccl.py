@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, TimedCollective
 
+from astra_gpu_model import nccl_tuning
 from astra_gpu_model.nccl_graph import ring_graph
 
 LL, LL128, SIMPLE = "LL", "LL128", "Simple"
@@ -324,6 +325,9 @@ class NcclConfig:
     #: NCCL >= 2.23 with NCCL_PAT_ENABLE at its default: PAT is a candidate for all-gather and reduce-scatter at one
     #: rank per node. False: an older NCCL, NCCL_PAT_ENABLE=0, or RCCL (its PAT_ENABLE defaults to 0, ROCm/rccl#1756).
     pat: bool = True
+    #: Whose tuning model picks the pair across nodes (``--nccl-version``, :mod:`astra_gpu_model.nccl_tuning`); the
+    #: picked pair is timed with master's terms either way.
+    tuning: str = nccl_tuning.MASTER
 
     def link(self, n, nodes=1):
         """The path a ring of ``n`` ranks on ``nodes`` nodes is bounded by."""
@@ -379,12 +383,12 @@ def predict(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
         return [(0.0, RING, SIMPLE, 0.0, 0.0)]
     if nodes < 1 or nodes > n:
         raise ValueError(f"nccl: {n} ranks cannot sit on {nodes} nodes")
-    caps = ARCH[cfg.arch]
+    caps = nccl_tuning.caps(ARCH[cfg.arch], cfg.arch, cfg.tuning, nodes)
     col = 0 if nodes == 1 else (1 if nodes == 2 else 2)
     ppn = -(-n // nodes)  # ranks per node (the fullest node when they are uneven)
     nch = cfg.channels
     link = cfg.link(n if nodes == 1 else ppn)
-    bw_intra = intra_bandwidth(cfg, link)
+    bw_intra = intra_bandwidth(cfg, link, caps)
     hw = HW_LAT["pci" if link == "pcie" else "nvlink"]
     if nodes > 1:
         # The ring/tree crosses its node's NICs: one per GPU, rail-optimised.
@@ -394,7 +398,8 @@ def predict(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
             # NCCL's per-channel caps (perChMax...Bw) count its search's channels, one per NIC at the first speed
             # the GPU -> NIC path allows (nccl_graph.ring_graph: 8 on 8 H100 with 8 NICs), not the communicator's
             # duplicated ones (cfg.channels, 16).
-            nch = ring_graph(cfg.arch, ppn, cfg.nic_gbps, cfg.pci_gbps, bw_intra)[0]
+            nch = ring_graph(cfg.arch, ppn, cfg.nic_gbps, cfg.pci_gbps, bw_intra,
+                             nccl_tuning.speed_array(cfg.arch, cfg.tuning))[0]
         ll_max = LL_MAX_MULTINODE[cfg.cpu][col - 1]
         net_overhead = NET_OVERHEAD_US[cfg.cpu]
     else:
@@ -418,6 +423,8 @@ def predict(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
                     and link == "nvswitch"):
                 alg_bw = nvls_tree_bus(cfg, bw_intra, ppn, nodes) * n / nsteps
                 lat = hw[NVLS_TREE][2] + 2 * math.log2(nodes) * HW_LAT["net"][NVLS_TREE][2]
+                if cfg.tuning != nccl_tuning.MASTER:
+                    lat, alg_bw = nccl_tuning.nvls_tree_terms(cfg.arch, ppn, nodes, cfg.nic_gbps, cfg.pci_gbps, bw_intra)
                 bw_us = n_bytes / (1000.0 * alg_bw)
                 out.append((lat + bw_us, NVLS_TREE, SIMPLE, lat, bw_us))
             continue
@@ -539,12 +546,12 @@ def alltoall_across_nodes_us(n_bytes, n, cfg: NcclConfig, nodes):
     return on_node, off_node
 
 
-def intra_bandwidth(cfg: NcclConfig, link):
+def intra_bandwidth(cfg: NcclConfig, link, caps=None):
     """NCCL's bwIntra (GB/s per GPU): its per-link constant times the links (the per-direction bandwidth over the
-    datasheet's link rate), or NCCL's PCI_BW per generation."""
+    datasheet's link rate), or NCCL's PCI_BW per generation. ``caps``: another release's constants (its ``link``)."""
     if link == "pcie":
         return cfg.pci_gbps
-    caps = ARCH[cfg.arch]
+    caps = ARCH[cfg.arch] if caps is None else caps
     nvlink = cfg.pair_nvlink_gbps if link == "bridge" else cfg.nvlink_gbps
     return nvlink * caps["link"] / caps["link_rate"]
 
@@ -616,7 +623,7 @@ def collective_time_us(coll, n_bytes, n, cfg: NcclConfig, nodes=1, ctas=None):
     on ``min(channels, ctas)`` CTAs, and its bandwidth term is divided by :func:`cta_share`."""
     if coll == ALL_TO_ALL and nodes > 1 and n > 1:
         return max(alltoall_across_nodes_us(n_bytes, n, cfg, nodes)), P2P, SIMPLE
-    _, algo, proto, lat, bw_us = predict(coll, n_bytes, n, cfg, nodes)[0]
+    _, algo, proto, lat, bw_us = _chosen(coll, n_bytes, n, cfg, nodes)
     if n <= 1:
         return 0.0, algo, proto
     if coll != ALL_TO_ALL:
@@ -646,13 +653,22 @@ def collective_time_us(coll, n_bytes, n, cfg: NcclConfig, nodes=1, ctas=None):
     return cal.overhead_us + cal.latency_scale * lat + bw_us / eff, algo, proto
 
 
+def _chosen(coll, n_bytes, n, cfg: NcclConfig, nodes):
+    """The candidate NCCL runs: the pair ``cfg.tuning``'s model picks, with master's latency and bandwidth terms."""
+    pick = predict(coll, n_bytes, n, cfg, nodes)[0]
+    if cfg.tuning == nccl_tuning.MASTER or n <= 1:
+        return pick
+    master = predict(coll, n_bytes, n, replace(cfg, tuning=nccl_tuning.MASTER), nodes)
+    return next(c for c in master if c[1:3] == pick[1:3])
+
+
 def latency_us(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
     """The latency part of :func:`collective_time_us` (the rest is its bandwidth part): the chosen pair's latency,
     calibrated as there (overhead + scale x NCCL's latency). An all-to-all across nodes counts none (all of it taken
     as bandwidth)."""
     if n <= 1 or (coll == ALL_TO_ALL and nodes > 1):
         return 0.0
-    lat = predict(coll, n_bytes, n, cfg, nodes)[0][3]
+    lat = _chosen(coll, n_bytes, n, cfg, nodes)[3]
     cal = cfg.correction()
     return lat if cal is None else cal.overhead_us + cal.latency_scale * lat
 
@@ -762,9 +778,10 @@ def config_for_options(options):
     name = options.get("gpu")
     nic = options.get("nccl_nic_gbps")
     sharp = bool(options.get("nccl_sharp"))
-    key = (str(name), nic, sharp)
+    tuning = nccl_tuning.tuning_for_version(options.get("nccl_version"))
+    key = (str(name), nic, sharp, tuning)
     if key not in _CONFIG_CACHE:
-        overrides = {}
+        overrides = {} if tuning == nccl_tuning.MASTER else {"tuning": tuning}
         if nic is not None:
             nic = float(nic)
             if not nic > 0:
@@ -783,11 +800,8 @@ def nccl_factory(com_type, rank, topo, data_size, direction, window):
 
 
 __all__ = ["NcclConfig", "NcclCalibration", "NcclCollective", "config_for_gpu", "config_for_options", "load_calibration",
-           "predict",
-           "intra_bandwidth", "nvls_tree_bus", "NVLS_TREE", "NIC_EFFICIENCY", "PAT", "pat_terms",
-           "MSCCL_ALLPAIRS", "MSCCL_ALLPAIRS_WINDOWS",
-           "beyond_fit_efficiency", "calibration_override", "PEAK_BUSBW", "PEAK_BUSBW_SOURCES", "PEAK_STATEMENTS",
-           "PeakStatement", "peak_busbw",
-           "collnet_bw", "alltoall_across_nodes_us", "P2P",
-           "collective_time_us", "latency_us", "nccl_factory",
-           "ALL_REDUCE", "ALL_GATHER", "REDUCE_SCATTER", "ALL_TO_ALL"]
+           "predict", "intra_bandwidth", "nvls_tree_bus", "NVLS_TREE", "NIC_EFFICIENCY", "PAT", "pat_terms",
+           "MSCCL_ALLPAIRS", "MSCCL_ALLPAIRS_WINDOWS", "beyond_fit_efficiency", "calibration_override", "PEAK_BUSBW",
+           "PEAK_BUSBW_SOURCES", "PEAK_STATEMENTS", "PeakStatement", "peak_busbw", "collnet_bw",
+           "alltoall_across_nodes_us", "P2P", "collective_time_us", "latency_us", "nccl_factory", "ALL_REDUCE",
+           "ALL_GATHER", "REDUCE_SCATTER", "ALL_TO_ALL"]

@@ -60,14 +60,15 @@ def search_speed(arch, path_gbps):
     return next((s for s in arr if s <= path_gbps), arr[-1])
 
 
-def ring_graph(arch, nics, nic_gbps, pci_gbps, nvlink_gbps=None):
+def ring_graph(arch, nics, nic_gbps, pci_gbps, nvlink_gbps=None, speeds=None):
     """``(channels, GB/s per channel)`` of NCCL's ring (and tree) graph on a node whose ``nics`` GPUs each have a NIC
     of ``nic_gbps`` behind a PCIe link of ``pci_gbps``: the first speed the path allows, as many channels as the NICs
     and PCIe links carry at it, then ncclTopoDupChannels. ``nvlink_gbps``: NCCL's NVLink bandwidth per GPU (its
     bwIntra): a GPU forwards every channel over NVLink but those it sends to its own NIC, ``channels x (1 - 1/nics)
-    x speed`` of it, which bounds the channels too (NVL72: 721.8 / (48 x 71/72) -> 15)."""
+    x speed`` of it, which bounds the channels too (NVL72: 721.8 / (48 x 71/72) -> 15). ``speeds``: another
+    release's speed array (:func:`astra_gpu_model.nccl_tuning.speed_array`), else master's."""
     path = min(nic_gbps, pci_gbps)
-    speed = search_speed(arch, path)
+    speed = search_speed(arch, path) if speeds is None else next((s for s in speeds if s <= path), speeds[-1])
     per_nic = max(1, int(math.floor(path / speed + 1e-9)))
     channels = min(RING_MAX_CHANNELS, max(1, nics) * per_nic)
     if nvlink_gbps and nics > 1:

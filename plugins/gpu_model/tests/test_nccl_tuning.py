@@ -1,0 +1,76 @@
+"""NCCL 2.26's choice across nodes (``--nccl-version``), hand-computed from NVIDIA/nccl v2.26.2-1's tuning.cc/search.cc."""
+
+import pytest
+
+from astra_gpu_model import nccl, nccl_tuning
+from astra_sim.errors import ConfigError
+
+H100 = "H100-SXM5-80GB"
+SM90 = nccl_tuning.SPEEDS_INTER_226["sm90"]
+
+
+def test_versions():
+    assert nccl_tuning.tuning_for_version(None) == nccl_tuning.MASTER
+    assert nccl_tuning.tuning_for_version("2.26.2") == nccl_tuning.V2_26
+    assert nccl_tuning.tuning_for_version("v2.26.6-1") == nccl_tuning.V2_26
+    with pytest.raises(ConfigError):
+        nccl_tuning.tuning_for_version("2.27.3")
+
+
+def test_nvls_graph_h100_eight_nics():
+    # NVL 18 x 20.6 = 370.8 GB/s, path min(NIC 50, PCIe Gen5 48) = 48. (n + 1) x speed <= 370.8: 48 -> 6 channels,
+    # 45 -> 7 (more: kept), 42 -> 7, 40 -> 8 = every GPU (perfect, stop). Pass 2: bwInter 40 -> 42 -> 45 -> 48.
+    assert nccl_tuning.nvls_graph(SM90, 8, 50.0, 48.0, 370.8) == (8, 40.0, 48.0)
+
+
+def test_nvls_graph_nvl72():
+    # 72 GPUs, NVL 18 x 40.0 = 720: 48 -> 14, 45 -> 15, 42 -> 16, 40 -> 17, 30 -> 23, 24 -> 29, 22 -> 31, 20 -> 35,
+    # capped at 32 (NCCL_MAX_NVLS_ARITY): perfect at 20. Pass 2 raises bwInter to 40 (not below 2 x 20).
+    assert nccl_tuning.nvls_graph(SM90, 72, 50.0, 48.0, 720.0) == (32, 20.0, 40.0)
+
+
+def test_nvls_tree_terms_hopper():
+    # 4 nodes: 25 + 2 x log2i(4) x 14 = 81 us; 8 x min(40, 48 / 2) x 5/6 = 160 GB/s.
+    lat, alg = nccl_tuning.nvls_tree_terms("hopper", 8, 4, 50.0, 48.0, 370.8)
+    assert lat == pytest.approx(81.0)
+    assert alg == pytest.approx(160.0)
+    # 2 nodes: 25 + 2 x 14 = 53 us; 8 x min(40, 48) x 5/6 = 266.67 GB/s.
+    lat, alg = nccl_tuning.nvls_tree_terms("hopper", 8, 2, 50.0, 48.0, 370.8)
+    assert lat == pytest.approx(53.0)
+    assert alg == pytest.approx(8 * 40 * 5 / 6)
+
+
+def test_pick_by_2_26_timed_by_master():
+    # 4 x 8 H100, 4 MiB. NCCL 2.26: NVLSTree 81 + 4194304 / 160e3 = 107.2 us beats tree LL128 (110.7 us, the same
+    # terms in both releases): NVLSTree runs. Master's model picks tree LL128 (its NVLSTree: 108.6 us latency).
+    raw = nccl.config_for_gpu(H100, calibrated=False, tuning=nccl_tuning.V2_26)
+    top = nccl.predict("all_reduce", 4 << 20, 32, raw, 4)[0]
+    assert top[1:3] == (nccl.NVLS_TREE, nccl.SIMPLE)
+    assert top[0] == pytest.approx(81.0 + (4 << 20) / 160e3)
+    master = nccl.config_for_gpu(H100)
+    assert nccl.collective_time_us("all_reduce", 4 << 20, 32, master, 4)[1] == nccl.TREE
+    cfg = nccl.config_for_gpu(H100, tuning=nccl_tuning.V2_26)
+    t_us, algo, proto = nccl.collective_time_us("all_reduce", 4 << 20, 32, cfg, 4)
+    assert (algo, proto) == (nccl.NVLS_TREE, nccl.SIMPLE)
+    cal = cfg.correction()
+    # the latency it is timed with is master's: 25 + 2 x 2 x 20.9 = 108.6 us, calibrated
+    assert nccl.latency_us("all_reduce", 4 << 20, 32, cfg, 4) == pytest.approx(cal.overhead_us + cal.latency_scale * 108.6)
+    assert t_us > nccl.collective_time_us("all_reduce", 4 << 20, 32, master, 4)[0]
+
+
+def test_one_node_and_default_unchanged():
+    cfg = nccl.config_for_gpu(H100, tuning=nccl_tuning.V2_26)
+    master = nccl.config_for_gpu(H100)
+    for size in (1 << 10, 1 << 20, 1 << 30):
+        assert nccl.collective_time_us("all_reduce", size, 8, cfg, 1) == nccl.collective_time_us("all_reduce", size, 8,
+                                                                                                  master, 1)
+    assert nccl.config_for_options({}).tuning == nccl_tuning.MASTER
+    assert nccl.config_for_options({"nccl_version": "2.26.2"}).tuning == nccl_tuning.V2_26
+
+
+def test_blackwell_caps_2_26():
+    caps = nccl_tuning.caps(nccl.ARCH["blackwell"], "blackwell", nccl_tuning.V2_26, 2)
+    assert caps["ring_ll128"] == (73.4, 73.4, 73.4)
+    assert caps["tree_ll128"][2] == pytest.approx(58.0)
+    assert caps["link"] == 40.0
+    assert nccl_tuning.caps(nccl.ARCH["blackwell"], "blackwell", nccl_tuning.V2_26, 1) is nccl.ARCH["blackwell"]
