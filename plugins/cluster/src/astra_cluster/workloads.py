@@ -21,15 +21,22 @@ from astra_sim.errors import ConfigError
 DEFAULT_PG_NAMES = ("", "0", None, 0)
 
 
+#: whether an ``llm:`` job's workload is generated in memory (issue 37); False: written and parsed back (the same
+#: combined traces, byte for byte; for the tests)
+HOLD_LLM_WORKLOADS = True
+
+
 class JobWorkload:
     """A job's traces: ``prefix`` (per-rank files or a compact workload), ``ranks``, ``comm_groups`` (a path or
-    None) and ``summary`` (the generator's, or None)."""
+    None) and ``summary`` (the generator's, or None). Its traces are read once, by the first combined workload that
+    places it (they are not to change after)."""
 
     def __init__(self, prefix, ranks, comm_groups=None, summary=None):
         self.prefix = prefix
         self.ranks = ranks
         self.comm_groups = comm_groups
         self.summary = summary
+        self.reader = None  # its _RankReader, made by the first write_combined that places it
 
 
 def materialize(job, folder, base_dir, platform=None, run=None) -> JobWorkload:
@@ -46,7 +53,9 @@ def materialize(job, folder, base_dir, platform=None, run=None) -> JobWorkload:
         from astra_workload_generators.llm import LlmSpec, generate_llm_workload
 
         spec = LlmSpec.from_mapping(value, where=where).for_platform(platform, run)
-        summary = generate_llm_workload(spec, prefix)
+        # held in memory (issue 37): the combined workloads are written from its nodes in this process, with no
+        # encode and parse of the job's own traces
+        summary = generate_llm_workload(spec, prefix, in_memory=HOLD_LLM_WORKLOADS)
         workload = JobWorkload(prefix, summary["npus"], _groups_of(prefix, None), summary)
     elif kind == "micro":
         from astra_workload_generators import generate_micro
@@ -90,7 +99,8 @@ def _groups_of(prefix, given):
 
 
 class _RankReader:
-    """A job's rank traces (``nodes(rank)``) and their metadata, each distinct file parsed once."""
+    """A job's rank traces (``trace(rank)``: metadata and nodes), each distinct file read once, and the frame
+    (length prefix and body) ``write_et`` writes for each of their nodes, encoded once (``frame(node)``)."""
 
     def __init__(self, workload):
         from astra_workload_compact import Relabeller, is_compact, read_compact_workload
@@ -98,26 +108,80 @@ class _RankReader:
         self.prefix = workload.prefix
         self.compact = read_compact_workload(self.prefix) if is_compact(self.prefix) else None
         self._traces = {}
+        self._frames = {}  # id(node) -> its frame, for the nodes of self._traces (kept alive there: ids stay theirs)
         if self.compact is not None:
             groups = _read_groups(self.compact.comm_groups)
             self._relabeller = Relabeller(self.compact.symmetry, groups, self.compact.path)
 
     def _read(self, path):
-        from astra_sim.chakra import read_et
-
         trace = self._traces.get(path)
         if trace is None:
-            trace = self._traces[path] = read_et(path)
+            trace = self._traces[path] = _read_trace(path)
+            self._frames.update((id(node), None) for node in trace[1])
         return trace
 
     def trace(self, rank):
         """``(metadata, nodes)`` of ``rank``."""
         if self.compact is None:
-            trace = self._read(f"{self.prefix}.{rank}.et")
-            return trace.metadata, trace.nodes
+            return self._read(f"{self.prefix}.{rank}.et")
         symmetry = self.compact.symmetry
-        trace = self._read(self.compact.traces[symmetry.representative(rank)])
-        return trace.metadata, self._relabeller.nodes_for(trace.nodes, symmetry.offsets(rank))
+        metadata, nodes = self._read(self.compact.traces[symmetry.representative(rank)])
+        return metadata, self._relabeller.nodes_for(nodes, symmetry.offsets(rank))
+
+    def frame(self, node):
+        """The frame of ``node``: one of this job's own nodes (unchanged for the rank it runs on) encoded once,
+        any other (a rank's or the cluster's relabelled copy) each time."""
+        key = id(node)
+        if key not in self._frames:
+            return node_frame(node)
+        found = self._frames[key]
+        if found is None:
+            found = self._frames[key] = node_frame(node)
+        return found
+
+
+def _read_trace(path):
+    """``(GlobalMetadata, nodes)`` of a trace file: parsed with each node's bytes (``write_et`` writes an unchanged
+    node as it was), or, for a trace this process generated and holds (an ``llm:`` job, issue 37), its held nodes
+    (what parsing would give; the generator's encoding is canonical, so they are written the same) and the
+    GlobalMetadata its file keeps."""
+    from astra_sim.chakra import ChakraError, parse_et, read_et
+    from astra_workload_compact import trace_nodes
+
+    try:
+        trace = read_et(path)
+        return trace.metadata, trace.nodes
+    except ChakraError:
+        nodes = trace_nodes(path)  # held here; else the reader's error (or where the trace is held) again
+    with open(path, "rb") as handle:
+        data = handle.read()
+    length, start = _varint(data)
+    return parse_et(data[:start + length], path).metadata, nodes
+
+
+def _varint(data):
+    """``(value, position after it)`` of the varint that starts ``data`` (a frame's length prefix)."""
+    value = shift = 0
+    for i, byte in enumerate(data[:10]):
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return value, i + 1
+    raise ConfigError("a trace file's first frame has no valid length prefix")
+
+
+_EMPTY_HEAD = []  # [(GlobalMetadata, its frame)] of the empty metadata node_frame encodes beside a node
+
+
+def node_frame(node):
+    """The frame (length prefix and body) :func:`astra_sim.chakra.write_et` writes for ``node``."""
+    from astra_sim.chakra import encode_et, make_metadata
+
+    if not _EMPTY_HEAD:
+        empty = make_metadata()
+        _EMPTY_HEAD.append((empty, encode_et(empty, [])))
+    empty, head = _EMPTY_HEAD[0]
+    return encode_et(empty, [node])[len(head):]
 
 
 def _read_groups(path):
@@ -131,8 +195,9 @@ def write_combined(prefix, total_gpus, placed):
     cluster of ``total_gpus`` GPUs: ``PREFIX.<gpu>.et`` for every GPU and ``PREFIX.groups.json`` (each written
     atomically). Returns ``{"prefix", "comm_groups", "groups": [{job group id: cluster group id} per job],
     "worlds": [the cluster group of each job's default group, None for a job on every GPU]}``."""
-    from astra_sim.chakra import make_metadata, write_et
+    from astra_sim.chakra import ChakraError, encode_et, make_metadata, write_et
     from astra_sim.chakra import types as T
+    from astra_sim.safeio import write_bytes_atomic
 
     rank_of = {}  # cluster GPU -> (job index, job rank)
     for index, (_workload, gpus) in enumerate(placed):
@@ -160,17 +225,32 @@ def write_combined(prefix, total_gpus, placed):
             next_id += 1
         maps.append(mapping)
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
-    readers = [_RankReader(workload) for workload, _ in placed]
+    readers = []
+    for workload, _ in placed:
+        if workload.reader is None:
+            workload.reader = _RankReader(workload)
+        readers.append(workload.reader)
     empty = make_metadata()
     for gpu in range(total_gpus):
+        path = f"{prefix}.{gpu}.et"
         if gpu not in rank_of:
-            write_et(f"{prefix}.{gpu}.et", empty, [])
+            write_et(path, empty, [])
             continue
         index, rank = rank_of[gpu]
         metadata, nodes = readers[index].trace(rank)
         gpus = placed[index][1]
         out = [_moved(node, gpus, maps[index], worlds[index], T) for node in nodes]
-        write_et(f"{prefix}.{gpu}.et", metadata, out)
+        if metadata is None:  # (an empty trace file: write_et's rules for it)
+            write_et(path, metadata, out)
+            continue
+        # write_et's bytes, the job's own nodes framed once for every rank and step that runs them
+        frame = readers[index].frame
+        chunks = [encode_et(metadata, [])]
+        chunks.extend(frame(node) for node in out)
+        try:
+            write_bytes_atomic(path, b"".join(chunks))
+        except OSError as exc:
+            raise ChakraError(f"{path}: cannot write Chakra ET file: {exc.strerror or exc}", path=path) from None
     groups_path = f"{prefix}.groups.json"
     from astra_sim.safeio import write_text_atomic
 
