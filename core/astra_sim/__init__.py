@@ -1,9 +1,5 @@
-"""astra-sim-py: a Python simulator of distributed machine-learning systems.
-
-The kernel owns the event engine, the Chakra reader/writer, the workload layer
-and the system layer; every network, memory and compute backend comes from a
-plugin found through the ``astra_sim.plugins`` entry-point group.
-"""
+"""astra-sim-py: a Python simulator of distributed machine-learning systems. The kernel owns the event engine, Chakra
+I/O and the workload and system layers; every backend comes from a plugin (entry-point group ``astra_sim.plugins``)."""
 
 import pluggy
 
@@ -17,14 +13,12 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
 def simulate(*args, **kwargs):
-    """Run one simulation and return its :class:`astra_sim.report.Report`, exactly as ``astra run`` does.
+    """Run one simulation and return its :class:`astra_sim.report.Report`, as ``astra run`` does to the ns.
 
-    ``simulate(spec)`` runs a :class:`astra_sim.spec.RunSpec`; otherwise the arguments say the same as
-    ``astra run``'s flags: ``simulate(workload, system, network, memory, comm_groups)`` for configuration files,
-    or ``simulate(workload=PREFIX, platform="hgx-h100", nodes=2)`` for a registered platform, plus any run option
-    by name (``network_backend="congestion"``, ``gpu="B200"``, ``host_launch_us=0``, ``fold=False``). Options
-    take ``astra run``'s defaults, so the answer is the command line's to the ns. ``options={dest: value}``
-    passes options as they are; ``plugins``/``block``/``extra_plugins``/``plugin_manager`` choose plugins;
+    ``simulate(spec)`` runs a :class:`astra_sim.spec.RunSpec`; else the arguments are ``astra run``'s flags:
+    ``simulate(workload, system, network, memory, comm_groups)``, or ``simulate(workload=PREFIX, platform="hgx-h100",
+    nodes=2)``, plus any run option by name with its defaults (``gpu="B200"``, ``fold=False``). ``options={dest:
+    value}`` is taken as is; ``plugins``/``block``/``extra_plugins``/``plugin_manager`` choose plugins;
     ``on_warning(message)`` sees each warning; ``measure_memory=True`` records peak Python memory.
     """
     from astra_sim.runner import make_spec, run_spec

@@ -1,6 +1,5 @@
-"""The kernel's own plugin: Chakra traces, replay/roofline compute, no remote memory.
-
-The native collective algorithms are the collectives_native plugin (plugins/collectives_native)."""
+"""The kernel's own plugin: Chakra traces, replay/roofline compute, no remote memory (the native collectives are
+plugins/collectives_native's)."""
 
 from __future__ import annotations
 
@@ -13,9 +12,7 @@ from astra_sim.errors import WorkloadError
 
 
 class ChakraFormat:
-    """Chakra ET protobuf traces: rank r reads ``<prefix>.<r>.et``.
-
-    One instance serves one simulation (the registry is built per run)."""
+    """Chakra ET protobuf traces: rank r reads ``<prefix>.<r>.et``."""
 
     def __init__(self):
         self._last_read = None  # (path, bytes) read by rank_digest, parsed by the load_rank that follows
@@ -29,8 +26,7 @@ class ChakraFormat:
         return self.ranks_beyond(prefix, 0) or None
 
     def rank_digest(self, prefix, rank):
-        """``(path, hash of the file's bytes)``: ranks whose files are byte-identical share one parse.
-        The bytes are kept for ``load_rank`` of the same file, so each file is read once."""
+        """``(path, hash of its bytes)``: byte-identical ranks share one parse; the bytes are kept for ``load_rank``."""
         path = f"{prefix}.{rank}.et"
         try:
             with open(path, "rb") as f:

@@ -1,9 +1,5 @@
-"""The ``astra`` command: ``astra run`` (reference-compatible flags) and ``astra plugins``.
-
-Parsing is two-phase, as in pytest: ``-p/--plugin`` values are read first,
-the plugin manager is built from them, plugins add ``run`` options through
-``astra_add_run_options``, then the full command line is parsed.
-"""
+"""The ``astra`` command: ``astra run`` (reference-compatible flags), ``astra plugins``, plugins' commands. Parsing is
+two-phase, as in pytest: ``-p/--plugin`` values first, then the full command line with the plugins' options."""
 
 from __future__ import annotations
 
@@ -54,8 +50,8 @@ def _add_run_arguments(run):
 
 
 def build_parser(pm=None, plugin_commands=True):
-    """The ``astra`` parser; ``plugin_commands=False`` leaves out the plugins' commands (``astra run`` needs none of
-    them, and building their parsers imports their modules: a quarter of a short run's start-up)."""
+    """The ``astra`` parser; ``plugin_commands=False`` leaves out the plugins' commands (building their parsers is a
+    quarter of a short ``astra run``'s start-up)."""
     from astra_sim.spec import call_parser_hook
 
     parser = argparse.ArgumentParser(
@@ -129,8 +125,7 @@ def main(argv=None):
 
 
 def _stdout_closed():
-    """The reader of stdout went away (``astra run ... | head -1``): stop quietly, as a command
-    killed by SIGPIPE would (exit 141), without a traceback now or at interpreter exit."""
+    """The reader of stdout went away (``| head -1``): stop quietly as SIGPIPE would (exit 141), without traceback."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -191,7 +186,7 @@ def _command_word(argv):
 
 
 def _command_name(parser, argv, command):
-    """``astra workload llm`` / ``astra run``: the command and its subcommand, as the progress line names them."""
+    """The command and its subcommand (``astra workload llm``), as the progress line names them."""
     words = ["astra", command]
     chosen = _subcommand_choices(parser).get(command)
     after = argv[argv.index(command) + 1:] if command in argv else []
@@ -230,8 +225,7 @@ def _cmd_plugins(pm, args):
     return 0
 
 
-#: Reference flags whose value changes nothing here (nor in the reference's analytical binaries),
-#: with the value that is the reference's default.
+#: Reference flags whose value changes nothing (nor in the reference's analytical binaries)
 _NO_EFFECT_FLAGS = {"comm_scale": "--comm-scale", "compute_scale": "--compute-scale"}
 
 
@@ -302,8 +296,8 @@ def _write_report(report, path, per_rank=False):
 
 
 def _interrupted(stop, run, args, early, written=False):
-    """Ctrl-C or SIGTERM: nothing half-done is written. With --partial-report, --output gets what
-    the run knew so far, marked ``"complete": false``; otherwise no report at all."""
+    """Ctrl-C or SIGTERM: nothing half-done is written; --partial-report writes what the run knew, marked
+    ``"complete": false``."""
     what = f"interrupted by {stop.signal_name}"
     partial = run.partial_report(what) if (args.report_json and args.partial_report and run is not None) else None
     if written:

@@ -6,9 +6,8 @@ from astra_sim.errors import ConfigError, WorkloadError
 
 
 def node_work(node):
-    """A COMP node's ``(num_ops, tensor_size)`` (a missing one counts 0), or None when it has neither: for
-    compute models that time nodes from these two attributes when they know nothing better. A value that is
-    not a non-negative integer is a WorkloadError naming the node."""
+    """A COMP node's ``(num_ops, tensor_size)`` (a missing one 0; None without both), for models that know nothing
+    better; a value that is not a non-negative integer is a WorkloadError naming the node."""
     attrs = node.attrs
     num_ops, tensor_size = attrs.get("num_ops"), attrs.get("tensor_size")
     if num_ops is None and tensor_size is None:
@@ -34,11 +33,8 @@ class ReplayModel:
 
 
 class RooflineModel:
-    """``t = num_ops / min(local_mem_bw x num_ops / tensor_size, peak_perf)``, truncated to ns.
-
-    Units as in the reference: ``local-mem-bw`` GB/s (x 1e9) and ``peak-perf``
-    TFLOP/s (x 1e12). A node with ``tensor_size`` 0 takes no time at all.
-    """
+    """``t = num_ops / min(local_mem_bw x num_ops / tensor_size, peak_perf)``, truncated to ns, in the reference's
+    units (``local-mem-bw`` GB/s, ``peak-perf`` TFLOP/s); a node with ``tensor_size`` 0 takes no time at all."""
 
     name = "roofline"
     foldable = True
@@ -65,8 +61,7 @@ class RooflineModel:
         if tensor_size == 0:
             return None
         if num_ops == 0:
-            # 0 / 0 in the reference (undefined); converted PyTorch traces often
-            # carry num_ops 0: no operations take no time.
+            # 0 / 0 in the reference (undefined); converted PyTorch traces often carry it: no operations, no time
             return 0
         intensity = float(num_ops) / float(tensor_size)
         perf = min(self.bandwidth * intensity, self.peak)

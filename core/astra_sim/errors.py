@@ -1,9 +1,5 @@
-"""User-facing errors.
-
-Every error a user can cause is an :class:`AstraError`: the CLI prints its
-message (which names the file, node or key and what was expected) and exits
-non-zero, without a traceback.
-"""
+"""User-facing errors: every error a user can cause is an :class:`AstraError`, whose message (naming the file, node
+or key and what was expected) the CLI prints without a traceback, exiting non-zero."""
 
 
 class AstraError(Exception):
@@ -17,8 +13,8 @@ class ConfigError(AstraError):
 
 
 class InfeasibleError(ConfigError):
-    """The configuration is valid but cannot run on the machine described (e.g. a rank needs more memory than
-    its GPU has); a sweep records such a point as infeasible rather than as an error."""
+    """A valid configuration the machine cannot run (a rank needs more memory than its GPU has): a sweep records
+    the point as infeasible, not as an error."""
 
 
 class WorkloadError(AstraError):
@@ -40,6 +36,5 @@ class DeadlockError(SimulationError):
 
 
 class FoldAbandoned(Exception):
-    """A folded run cannot finish exactly (a tie it cannot order, or stuck ranks and unmatched messages
-    whose report needs real rank numbers): :class:`astra_sim.simulation.Simulation` runs it again unfolded.
-    Not an :class:`AstraError`: the user never sees it."""
+    """A folded run cannot finish exactly (a tie it cannot order; stuck ranks or unmatched messages to name): the run
+    is simulated again unfolded. Not an :class:`AstraError`: the user never sees it."""

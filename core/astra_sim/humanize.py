@@ -1,7 +1,4 @@
-"""Numbers for people: times in s/ms/µs/ns with 3-4 significant digits, rank lists as ranges.
-
-Terminals show these; JSON keeps integer nanoseconds.
-"""
+"""Numbers for people (terminals; JSON keeps integer ns): times with 3-4 significant digits, ranks as ranges."""
 
 from __future__ import annotations
 

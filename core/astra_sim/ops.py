@@ -1,19 +1,7 @@
-"""Which operator a node runs and what class of work it is: the one place that names ATen ops.
-
-A Chakra node from PyTorch names its operator ``aten::<op>[.<overload>]``. Compute models that time an op from
-its shapes (the ``gpu`` and ``systolic`` models) and the breakdown (which splits compute time into ``gemm``,
-``attention``, ``elementwise`` and ``other``) must agree on which names are matrix multiplies, convolutions and
-attention; so the names live here and the models keep only their per-op details (argument layouts, byte
-counts), keyed by these names.
-
-:func:`op_class` is the breakdown's rule when the compute model does not classify a node itself:
-
-1. an ATen op listed here: ``attention`` for :data:`ATTENTION_OPS`, ``gemm`` for :data:`GEMM_OPS` and
-   :data:`CONV_OPS`;
-2. any other name by its words (backward variants such as ``aten::convolution_backward``, the converters'
-   ``aten::mm(0)``, kernel names, generator labels such as ``COMP_NODE_conv1_FWD``): ``attention`` when it says
-   attention / attn / sdpa / flash, ``gemm`` when it says mm, matmul, gemm, linear, conv... as a word;
-3. otherwise ``elementwise`` for an ATen op and ``other`` for the rest.
+"""Which operator a node runs and what class of work it is: the one place that names ATen ops
+(``aten::<op>[.<overload>]``). The compute models that time ops from their shapes (``gpu``, ``systolic``) and the
+breakdown must agree on which names are matrix multiplies, convolutions and attention; the models keep only per-op
+details, keyed by these names.
 """
 
 from __future__ import annotations
@@ -53,8 +41,9 @@ def canonical_name(name):
 
 
 def op_class(name):
-    """``gemm``, ``attention``, ``elementwise`` (any other ATen op) or ``other`` for a node name (any string, or
-    None); the rule is in the module docstring."""
+    """The breakdown's class of a node name when the compute model does not classify it: a listed ATen op's class;
+    else by its words (``aten::convolution_backward``, the converters' ``aten::mm(0)``, ``COMP_NODE_conv1_FWD``)
+    ``attention`` or ``gemm``; else ``elementwise`` for an ATen op and ``other`` for the rest."""
     op = canonical_name(name)
     if op is not None:
         if op in ATTENTION_OPS:

@@ -1,10 +1,5 @@
 """Rank symmetries: groups of rank relabellings (block shifts of the rank's digits) that leave a run's inputs
-invariant.
-
-A compact workload (:class:`astra_sim.api.CompactWorkload`) declares one, and a fold planner (the astra-folding
-plugin) may simulate one rank per class of such a group. This module holds only the description; finding and
-checking symmetries is the plugin's.
-"""
+invariant, as a compact workload declares them; finding and checking them is the astra-folding plugin's."""
 
 from __future__ import annotations
 
@@ -40,8 +35,7 @@ class RankSymmetry:
         self.order = order
 
     def offsets(self, rank):
-        """The in-block offset of every shifted digit: which element of the group maps the class
-        representative to ``rank``."""
+        """The in-block offset of every shifted digit: the element mapping the class representative to ``rank``."""
         return tuple(((rank // s.stride) % s.radix) % s.block for s in self.shifts)
 
     def moved(self, rank, offsets, sign=1):
@@ -80,9 +74,8 @@ def shift_image(shift, rank):
 
 
 def group_key(members, equivalence):
-    """A hashable form of a member list under ``equivalence``: ``exact`` keeps the order, ``rotation``
-    rotates the list to start at its smallest member (a ring is the same ring from any start), ``set``
-    sorts it."""
+    """A hashable member list under ``equivalence``: ``exact`` as is, ``rotation`` from its smallest member (a ring is
+    the same from any start), ``set`` sorted."""
     if equivalence == SET:
         return tuple(sorted(members))
     if equivalence == ROTATION:

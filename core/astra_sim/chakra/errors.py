@@ -8,16 +8,9 @@ __all__ = ["ChakraError", "where"]
 
 
 class ChakraError(AstraError):
-    """A problem with a Chakra execution-trace file or node.
-
-    The message is meant for users as is: it always starts with the file (``<memory>`` for nodes that were
-    built in memory), then, where relevant, the node id and name and what was expected, e.g.
-    ``t.3.et: node 17 ('allreduce'): attribute 'comm_size' missing (expected an integer)``.
-
-    The pieces are also available as attributes: ``path``, ``node_id``, ``node_name``, ``offset`` (byte
-    offset in the file, or None).
-
-    It is an :class:`astra_sim.errors.AstraError` (the CLI prints it without a traceback).
+    """A problem with a Chakra trace file or node; the message names the file (``<memory>`` for built nodes), then the
+    node and what was expected (``t.3.et: node 17 ('allreduce'): attribute 'comm_size' missing (expected an
+    integer)``). Its pieces are attributes too: ``path``, ``node_id``, ``node_name``, ``offset`` (bytes, or None).
     """
 
     def __init__(self, message: str, *, path=None, node_id=None, node_name=None, offset=None):

@@ -1,8 +1,5 @@
-"""Chakra ET enum values as plain ints (schema v0.0.4), with names for messages.
-
-``NodeType`` is the ``Node.type`` field; ``CollectiveCommType`` is never a field type, it travels as the integer
-value of the ``comm_type`` attribute.
-"""
+"""Chakra ET enum values as plain ints (schema v0.0.4), with names for messages. ``CollectiveCommType`` is never a
+field type: it travels as the integer value of the ``comm_type`` attribute."""
 
 from __future__ import annotations
 
@@ -71,8 +68,8 @@ INT_KINDS = frozenset(
      "fixed64_val", "sfixed32_val", "sfixed64_val")
 )
 
-# Which oneof member Chakra's own writers (generator, text converter, ASTRA-sim scripts) use for the attribute
-# names the simulator reads (format dossier section 5.2). The builder uses these unless told otherwise.
+# The oneof member Chakra's own writers (generator, text converter, ASTRA-sim scripts) use for the names the
+# simulator reads (format dossier section 5.2); the builder uses them unless told otherwise.
 CONVENTIONAL_ATTR_KINDS = {
     "is_cpu_op": "bool_val",
     "comm_type": "int64_val",
@@ -87,6 +84,5 @@ CONVENTIONAL_ATTR_KINDS = {
     "involved_dim": "bool_list",
 }
 
-# GlobalMetadata.version used when a trace is written without explicit metadata (what ASTRA-sim's own
-# generator scripts write).
+# GlobalMetadata.version of a trace written without metadata (what ASTRA-sim's generator scripts write)
 DEFAULT_VERSION = "0.0.4"
