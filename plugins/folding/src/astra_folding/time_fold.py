@@ -95,12 +95,15 @@ from __future__ import annotations
 from heapq import heappop
 from operator import itemgetter
 
+import numpy as np
+
 from astra_sim.api import delay_function
 from astra_sim.chakra import types as T
 from astra_sim.compute import ReplayModel, RooflineModel
 from astra_sim.system.frontend import Message
 
 from astra_folding.time_collectives import CollectiveCanon, Incomparable, counters
+from astra_folding.time_inert import InertReceives
 from astra_folding.time_ties import RESET_TIMES
 from astra_folding.time_jump import (
     ARRIVED, CALL_EVENTS, LAUNCH, NODE_DONE, TIMED_OUT, JumpMixin, channel, interval_marks, kernel_method, wrap_tag,
@@ -123,6 +126,11 @@ MAX_LOG = 1 << 21
 LOOK_WORK_PER_EVENT = 1
 LOOK_WORK_FLOOR = 50_000
 _P2P = (T.COMM_SEND_NODE, T.COMM_RECV_NODE)
+#: the shortest run of alike sends and receives (:func:`_p2p_period`) that counts as a steady state
+MIN_P2P_RUN = 24
+MAX_P2P_PERIOD = 2048
+#: the rows of the trace that choice reads (its cost stays within a second on the MLPerf layout at 128 micro-batches)
+P2P_ROWS_READ = 1 << 15
 #: a host far enough behind its GPU never to delay a launch again (TimeFolder._host_behind)
 _HOST_BEHIND = "behind"
 def _is_gpu_model(sim):
@@ -195,7 +203,8 @@ class TimeFolder(JumpMixin):
         self.kept = 0  # snapshots kept
         self.work = 0  # what looking for repeats has cost (see LOOK_WORK_PER_EVENT)
         self.signatures = {w.rank: {} for w in self.workloads}  # see _signature
-        self.parents = self.root_recvs = None  # see _trace_facts
+        self.parents = self.root_recvs = self.inert_cache = None  # see _trace_facts
+        self._live = ()  # the matcher's keys the last look found not all pre-posted (see _canonical)
         self.scanned = 0  # how much of the log _scan_log has seen
         self.host_waits = {}  # rank -> whether a node of its trace makes its host wait (see _host_behind)
         self.symmetry = sim.symmetry  # ranks folded by symmetry: see _histories
@@ -241,6 +250,7 @@ class TimeFolder(JumpMixin):
         finally:
             self.shared.record_node = self.record
         engine.events_run += count
+        self.info.pop("_most", None)
         if "periods" not in self.info:
             reason = self.reason or f"the state never repeated at the {self.looks:,} points it was compared"
             if self.incomparable is not None and self.reason is None:
@@ -279,14 +289,18 @@ class TimeFolder(JumpMixin):
         snap = (self.engine.now, {w.rank: self._finished(w) for w in self.workloads}, len(self.log), count,
                 self._accumulators(), refs, tags)
         seen = self.snapshots.setdefault(key, [])
+        best = None
         for tries, earlier in enumerate(reversed(seen)):
             if tries and self.work > LOOK_WORK_PER_EVENT * count + LOOK_WORK_FLOOR:
                 break  # the nearest earlier occurrence is always tried; older ones within the budget
             # the tags the two states name must all have moved by one step: a cheap test before the trace's
             if _moved_evenly(earlier[6], tags):
-                skipped = self._try_jump(earlier, snap)
-                if skipped:
-                    return skipped
+                found = self._plan_jump(earlier, snap)
+                if found is not None and (best is None or found[0] > best[0]):
+                    best = found  # the earlier state whose repeats skip the most events
+        if best is not None:  # its check is paid by the events it skips (it costs less per event than simulating)
+            self.work -= best[-1]
+            return self._take_jump(*best[1:-1])
         seen.append(snap)
         if len(seen) > MAX_OCCURRENCES:
             del seen[0]
@@ -305,6 +319,7 @@ class TimeFolder(JumpMixin):
             self.parents = {w.rank: _parent_counts(w.children) for w in self.workloads}
             self.root_recvs = {w.rank: {i for i, n in w.nodes.items() if n.type == T.COMM_RECV_NODE
                                         and not self.parents[w.rank].get(i)} for w in self.workloads}
+            self.inert_cache = InertReceives(self.matcher, self._preposted, [w.rank for w in self.workloads])
 
     def _scan_log(self):
         """Note the children of the nodes finished since the last look (those with some parents finished)."""
@@ -343,13 +358,15 @@ class TimeFolder(JumpMixin):
         events = tuple((t - now, self._events(engine.buckets[t], self.width)) for t in sorted(engine.buckets))
         ranks = tuple(self._rank(w) for w in self.workloads)
         waiting = []
-        for (_tag, src, dst, size), head in self.matcher._waiting.items():
+        self._live = self.inert_cache.update()  # the keys of messages that are not pre-posted receives (and rare others)
+        for key in self._live:
+            head = self.matcher._waiting[key]
             messages = [m for m in ([head] if head.__class__ is Message else head) if not self._preposted(m)]
             if messages:
-                waiting.append((src, dst, size, tuple(self._message(m) for m in messages)))
+                waiting.append((key[1], key[2], key[3], tuple(self._message(m) for m in messages)))
         waiting.sort(key=repr)
-        self.work += (len(self._tags) + len(self.matcher._waiting) + sum(len(r) for r in self._refs.values())
-                      + sum(len(w.node_start_ns) for w in self.workloads))
+        self.work += (len(self._tags) + len(self._live) + sum(len(r) for r in self._refs.values())
+                      + len(self.matcher._waiting) // 32 + sum(len(w.node_start_ns) for w in self.workloads) // 32)
         return (events, histories, ranks, tuple(waiting)), self._refs, self._tags
 
     def _host_behind(self, w):
@@ -383,13 +400,9 @@ class TimeFolder(JumpMixin):
                 and m.recv_arg in self.root_recvs[m.key[2]])
 
     def inert_receives(self):
-        """Per rank the pre-posted receives still waiting (:meth:`_preposted`): {rank: {node id: key}}."""
-        out = {w.rank: {} for w in self.workloads}
-        for key, head in self.matcher._waiting.items():
-            for m in ([head] if head.__class__ is Message else head):
-                if self._preposted(m):
-                    out[key[2]][m.recv_arg] = key
-        return out
+        """Per rank the pre-posted receives still waiting (:meth:`_preposted`): {rank: {node id: key}}, as the
+        last look found them (:class:`InertReceives`; read, not changed)."""
+        return self.inert_cache.receives(self._live)
 
     def _events(self, flat, width=2):
         return tuple(self._event(flat[i], flat[i + 1]) for i in range(0, len(flat), width))
@@ -484,10 +497,13 @@ class TimeFolder(JumpMixin):
         )
 
     # ------------------------------------------------------------ the repeat check
-    def _try_jump(self, a, b):
+    def _plan_jump(self, a, b):
+        """How far the repeats of the period from state ``a`` to state ``b`` (equal, written canonically) go:
+        (events they skip, what :meth:`_take_jump` needs, the work the check cost), or None (``reason`` says why)."""
         t_a, f_a, log_a, count_a, acc_a, refs, _ = a
         t_b, f_b, log_b, count_b, acc_b, _, _ = b
         period = t_b - t_a
+        work = self.work
         shift = {r: f_b[r] - f_a[r] for r in f_b}
         # the nodes the period touched: those named by the state at A and at B (its own and its images' are
         # the same relative to the finished counts), those it finished, and their children
@@ -504,22 +520,32 @@ class TimeFolder(JumpMixin):
                     w, t_a, t_b, acc_a[0][w.rank][4]):
                 self.reason = (f"the state repeated after {period:,} ns but rank {w.rank}'s host, behind its GPU, is "
                                "not far enough behind to launch every repeat's kernels in time")
-                return 0
+                return None
         try:
             repeats, tag_steps = self._repeats(touched, shift)
             if repeats:
                 repeats = self._preposted_repeats(repeats, touched, shift, tag_steps, inert, self.log[log_a:log_b])
         except Incomparable as exc:
             self.reason = f"the state repeated after {period:,} ns but the trace does not: {exc}"
-            return 0
+            return None
         if repeats < 1:
             self.reason = f"the state repeated after {period:,} ns but the trace does not repeat further"
-            return 0
-        self._jump(repeats, period, shift, tag_steps, self.log[log_a:log_b], acc_a, acc_b, inert)
+            return None
         skipped = repeats * (count_b - count_a)
-        self.info.update(folded=True, period_ns=period, periods=repeats, from_ns=t_b,
-                         skipped_ns=repeats * period, skipped_events=skipped)
-        self.info.pop("reason", None)
+        return skipped, repeats, period, shift, tag_steps, log_a, log_b, acc_a, acc_b, inert, skipped, self.work - work
+
+    def _take_jump(self, repeats, period, shift, tag_steps, log_a, log_b, acc_a, acc_b, inert, skipped):
+        """Jump over the repeats :meth:`_plan_jump` found; ``settings.fold.time`` adds them up over the run's
+        jumps (``period_ns``, ``periods`` and ``from_ns``: the jump that skipped the most events). Returns the
+        events skipped."""
+        t_b = self.engine.now
+        self._jump(repeats, period, shift, tag_steps, self.log[log_a:log_b], acc_a, acc_b, inert)
+        info = self.info
+        if skipped > info.get("_most", 0):
+            info.update(period_ns=period, periods=repeats, from_ns=t_b, _most=skipped)
+        info.update(folded=True, jumps=info.get("jumps", 0) + 1, skipped_ns=info.get("skipped_ns", 0) + repeats * period,
+                    skipped_events=info.get("skipped_events", 0) + skipped)
+        info.pop("reason", None)
         self.snapshots = {}
         self.log = []
         self.kept = self.scanned = 0
@@ -672,35 +698,51 @@ class TimeFolder(JumpMixin):
         for tag, src, dst, size in looked_up:
             tags_of.setdefault((src, dst, size), set()).add(tag)
         bounds = {channel: (min(tags), max(tags)) for channel, tags in tags_of.items()}
-        for dst, keys in inert.items():
-            for y, (tag, src, _dst, size) in keys.items():
-                tags = tags_of.get((src, dst, size))
-                if not tags:
-                    continue
-                step = tag_steps.get((src, dst, size))  # a touched node looked the channel up: it has one
-                if step is None:
-                    return 0
-                if step > 0 and tag - limit * step >= 0:  # no wrap: only the j that land between the period's tags
-                    low, high = bounds[(src, dst, size)]
-                    steps = range(max(1, -((high - tag) // step)), min(limit, (tag - low) // step) + 1)
-                else:
-                    steps = range(1, limit + 1)
-                hits = [j for j in steps if wrap_tag(tag - j * step) in tags]
-                for j in hits:
-                    x = y - j * shift[dst]
-                    if x not in touched[dst] or not self._alike(dst, x, y, j * step):
-                        limit = j - 1
-                        break
+        for (src, dst, size), tag, y in self._inert_to_check(inert, tags_of, tag_steps, bounds, limit):
+            tags = tags_of[(src, dst, size)]
+            step = tag_steps.get((src, dst, size))  # a touched node looked the channel up: it has one
+            if step is None:
+                return 0
+            if step > 0 and tag - limit * step >= 0:  # no wrap: only the j that land between the period's tags
+                low, high = bounds[(src, dst, size)]
+                steps = range(max(1, -((high - tag) // step)), min(limit, (tag - low) // step) + 1)
+            else:
+                steps = range(1, limit + 1)
+            hits = [j for j in steps if wrap_tag(tag - j * step) in tags]
+            for j in hits:
+                x = y - j * shift[dst]
+                if x not in touched[dst] or not self._alike(dst, x, y, j * step):
+                    limit = j - 1
+                    break
         running = {w.rank: w.node_start_ns for w in self.workloads}
         ends = [(rank, n) for rank, n, _s, _e in log if n in self.root_recvs[rank]]
-        ends += [(w.rank, n) for w in self.workloads for n in w.node_start_ns
-                 if n in self.root_recvs[w.rank] and n not in inert[w.rank]]
+        ends += [(w.rank, n) for w in self.workloads  # (set operations in C: the trace posts thousands at the start)
+                 for n in (w.node_start_ns.keys() & self.root_recvs[w.rank]) - inert[w.rank].keys()]
         for rank, n in ends:
             j = 1
             while j <= limit and n + j * shift[rank] in running[rank]:
                 j += 1
             limit = min(limit, j - 1)
         return limit
+
+    def _inert_to_check(self, inert, tags_of, tag_steps, bounds, limit):
+        """The pre-posted receives :meth:`_preposted_repeats` checks, as ((src, dst, size), tag, node id): every
+        one on a channel the period looked up, but, from the cache (:class:`InertReceives`), on a channel whose
+        tags step up only those whose range of periods is not empty (the others are skipped there too)."""
+        cache = self.inert_cache
+        if inert is not cache.by_rank:  # a pre-posted receive shares its key with another message: all of them
+            return [((src, dst, size), tag, y) for dst, keys in inert.items()
+                    for y, (tag, src, _dst, size) in keys.items() if tags_of.get((src, dst, size))]
+        out = []
+        for channel in tags_of:
+            step = tag_steps.get(channel)
+            if step is not None and step > 0:
+                low, high = bounds[channel]
+                out += [(channel, tag, y) for tag, y in cache.candidates(channel, low, high, step, limit)]
+            else:
+                out += [(channel, tag, y) for tag, y in cache.by_channel.get(channel, {}).items()]
+        return out
+
 
 def _read_attrs(attrs):
     """A node's attributes that the simulation reads (all but :data:`UNREAD_ATTRS` and ``comm_tag``)."""
@@ -713,19 +755,49 @@ _SKIPPED_ATTRS = UNREAD_ATTRS | {"comm_tag"}
 
 
 def _p2p_period(w):
-    """How many sends and receives the trace of ``w`` has per repeat of its middle third: the smallest ``d``
-    with every send or receive like the one ``d`` before it (type, peers, size) and its tag one step on, one
-    step per kind of row (type, peers, size: its channel); None when none (then no state can repeat over that
-    third: see :meth:`TimeFolder.run`). Only where (and whether) the state is looked at depends on it, never
+    """How many sends and receives of the trace of ``w`` apart to look at the state (at most
+    :data:`MAX_P2P_PERIOD`): the ``d`` whose runs of rows alike ``d`` apart promise the most repeats to jump over,
+    the sum over its runs of their length less ``2 d`` (a period to reach a state that repeats, one to see it
+    repeat), counting runs of at least ``max(3 d, MIN_P2P_RUN)``; None when no ``d`` has one (no steady state:
+    see :meth:`TimeFolder.run`). A row is alike when the one ``d`` on and the one ``2 d`` on have its type, peers
+    and size and its tag moved by the same step twice (a jump's tags move by one step per channel). Every run,
+    not the one over the middle third: an interleaved pipeline's tags take another step at each chunk boundary,
+    so a period of one pass of each chunk (8 micro-batches at PP 8) holds only between the chunks that differ,
+    and the jumps between them add up. Only where (and whether) the state is looked at depends on it, never
     what a jump does."""
-    rows = [(n.type, n.attrs.get("comm_src"), n.attrs.get("comm_dst"), n.attrs.get("comm_size"),
-             n.attrs.get("comm_tag", 0)) for _, n in sorted(w.nodes.items()) if n.type in _P2P]
-    third = len(rows) // 3
+    kinds = {}
+    pairs = [(kinds.setdefault((n.type, n.attrs.get("comm_src"), n.attrs.get("comm_dst"), n.attrs.get("comm_size")),
+                               len(kinds)), n.attrs.get("comm_tag") or 0)
+             for _, n in sorted(w.nodes.items()) if n.type in _P2P][:P2P_ROWS_READ]
+    if len(pairs) < 3:
+        return None
+    kind, tag = np.array(pairs, dtype=np.int64).T
+    best, most = None, 0
+    for d in range(1, min(len(kind) // 3, MAX_P2P_PERIOD) + 1):
+        if 2 * np.count_nonzero(kind[d:] == kind[:-d]) < len(kind) - d:
+            continue  # most rows unlike the one d on: no long run here (a cheap test first)
+        n = len(kind) - 2 * d
+        step = tag[d:d + n] - tag[:n]
+        same = ((kind[d:d + n] == kind[:n]) & (kind[2 * d:] == kind[:n]) & (tag[2 * d:] - tag[d:d + n] == step))
+        edges = np.flatnonzero(np.diff(np.concatenate(([False], same, [False])).astype(np.int8)))
+        runs = edges[1::2] - edges[::2]  # (starts and ends of the runs, alternately)
+        runs = runs[runs >= max(3 * d, MIN_P2P_RUN)]
+        gain = int((runs - 2 * d).sum())
+        if gain > most:
+            best, most = d, gain
+    return best if best is not None else _middle_period(pairs)
+
+
+def _middle_period(pairs):
+    """The smallest ``d`` with every send or receive of the middle third like the one ``d`` on (kind, its tag one
+    step on per kind): what looks were spaced by before :func:`_p2p_period`, kept for short traces (whose runs are
+    shorter than ``MIN_P2P_RUN``); None when none."""
+    third = len(pairs) // 3
     for d in range(1, third + 1):
         steps = {}
         for i in range(third, 2 * third):
-            a, b = rows[i], rows[i + d]
-            if b[:4] != a[:4] or steps.setdefault(a[:4], b[4] - a[4]) != b[4] - a[4]:
+            (ka, ta), (kb, tb) = pairs[i], pairs[i + d]
+            if kb != ka or steps.setdefault(ka, tb - ta) != tb - ta:
                 break
         else:
             return d

@@ -106,7 +106,7 @@ class JumpMixin:
                     running[n + d] = old[n + d] if n in roots else start + dt
                     if n in roots:
                         used[rank].add(n + d)
-            for n in waiting:
+            for n in [n for n in old if n in waiting]:  # (in the rank's own order)
                 if n not in used[rank]:
                     running[n] = old[n]
             w.node_start_ns = running

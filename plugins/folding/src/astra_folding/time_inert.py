@@ -1,0 +1,87 @@
+"""The pre-posted receives still waiting, kept from look to look (time folding: they are the trace's future, not
+the state, :meth:`~astra_folding.time_fold.TimeFolder._preposted`). The LLM generator posts every receive at the
+start, tens of thousands a run: sorting them out of the matcher's waiting messages at every look made a look cost
+about 60 ms on the MLPerf GPT-3 layout (8 ranks, 16 micro-batches), so looks came many passes apart and the
+shorter periods were never seen. Kept here, a look costs the state's size plus set operations done in C."""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from itertools import filterfalse
+
+from astra_sim.system.frontend import Message
+
+
+class InertReceives:
+    """The lone pre-posted receive waiting under each key of the matcher, per rank and per channel. A message waits
+    unchanged while it is the lone value of its key (the matcher replaces the value, by a deque or by nothing, when
+    another message of the key comes), so a key whose value is still the same object is still inert; those that
+    are gone (matched) or changed are found by a membership test in C. The set only shrinks: receives without
+    parents are posted at the start (and a jump keeps the same objects under the same keys)."""
+
+    def __init__(self, matcher, preposted, ranks):
+        self.matcher = matcher
+        self.preposted = preposted  # TimeFolder._preposted
+        self.known = {}  # key -> the lone pre-posted Message waiting under it
+        self.by_rank = {r: {} for r in ranks}  # rank -> {node id: key}
+        self.by_channel = {}  # (src, dst, size) -> {tag: node id}
+        self._sorted = {}  # (src, dst, size) -> the channel's tags ever known, sorted (see candidates)
+
+    def update(self):
+        """Bring the cache to the matcher's waiting messages. Returns the keys whose messages are not all cached:
+        the state's, and any pre-posted receive that shares its key with another message (then in a deque)."""
+        waiting, known = self.matcher._waiting, self.known
+        if known:
+            for key, m in list(filterfalse(waiting.items().__contains__, known.items())):
+                del known[key]
+                del self.by_rank[key[2]][m.recv_arg]
+                del self.by_channel[key[1:]][key[0]]
+        live = []
+        for key in waiting.keys() - known.keys():
+            head = waiting[key]
+            if head.__class__ is Message and self.preposted(head):
+                known[key] = head
+                self.by_rank[key[2]][head.recv_arg] = key
+                self.by_channel.setdefault(key[1:], {})[key[0]] = head.recv_arg
+                self._sorted.pop(key[1:], None)
+            else:
+                live.append(key)
+        return live
+
+    def receives(self, live):
+        """Per rank the pre-posted receives still waiting: {rank: {node id: key}} (the cached ones, plus those in
+        the ``live`` keys' deques, in a copy then)."""
+        extra = [(key, m) for key in live for m in _messages(self.matcher._waiting[key]) if self.preposted(m)]
+        if not extra:
+            return self.by_rank
+        out = {r: dict(d) for r, d in self.by_rank.items()}
+        for key, m in extra:
+            out[key[2]][m.recv_arg] = key
+        return out
+
+    def candidates(self, channel, low, high, step, limit):
+        """The (tag, node id) of the channel's cached receives that a repeat's lookup may find when the period looked
+        tags ``low..high`` up and they step by ``step`` (> 0) per period, ``limit`` periods at most: those between
+        ``low + step`` and ``high + limit * step`` and those below ``limit * step`` (where a tag moved back may
+        wrap); every other one is found by none (TimeFolder._preposted_repeats' ranges are empty there)."""
+        tags = self.by_channel.get(channel)
+        if not tags:
+            return []
+        order = self._sorted.get(channel)
+        if order is None:
+            order = self._sorted[channel] = sorted(tags)
+        spans = ((bisect_left(order, low + step), bisect_right(order, high + limit * step)),
+                 (0, bisect_left(order, limit * step)))
+        seen = set()
+        out = []
+        for start, end in spans:
+            for tag in order[start:end]:
+                y = tags.get(tag)
+                if y is not None and tag not in seen:
+                    seen.add(tag)
+                    out.append((tag, y))
+        return out
+
+
+def _messages(head):
+    return [head] if head.__class__ is Message else list(head)
