@@ -44,7 +44,7 @@ class Message:
 class SendRecvMatcher:
     """Matches sends and receives and delivers messages through the network backend."""
 
-    __slots__ = ("engine", "network", "_delay", "_delays", "_waiting", "messages", "bytes", "_arrived_fn")
+    __slots__ = ("engine", "network", "_delay", "_delays", "_waiting", "messages", "bytes", "_arrived_fn", "_keys")
     engine: EventEngine
     _delays: dict[tuple, int]
     _waiting: dict[tuple, Any]  # a Message or a deque of them
@@ -61,6 +61,7 @@ class SendRecvMatcher:
         self._arrived_fn = self._arrived
         # key -> the unmatched Message, or a deque of them (see send()).
         self._waiting = {}
+        self._keys = {}  # key -> itself: the one tuple shared_key hands every poster of that key
         self.messages = 0
         self.bytes = 0
 
@@ -118,9 +119,21 @@ class SendRecvMatcher:
         self.engine.schedule(delay, self._arrived_fn, message)
         return message
 
+    def shared_key(self, tag, src, dst, size) -> tuple:
+        """``(tag, src, dst, size)`` as one tuple shared by every caller: an algorithm that posts a key many times
+        (a ring's every step) passes it to ``_post_send``/``_post_recv``, and the dict finds it by identity."""
+        key = (tag, src, dst, size)
+        return self._keys.setdefault(key, key)
+
+    def drop_key(self, key) -> None:
+        """A poster is done with a shared key (the one still posting it keeps its tuple)."""
+        self._keys.pop(key, None)
+
     def recv(self, src, dst, size, tag, fn, arg) -> None:
         """Post a receive at ``dst``; ``fn(arg)`` runs when the matching message arrives."""
-        key = (tag, src, dst, size)
+        self._post_recv((tag, src, dst, size), dst, fn, arg)
+
+    def _post_recv(self, key, dst, fn, arg) -> None:
         waiting = self._waiting
         head = waiting.get(key)
         if head is None:
