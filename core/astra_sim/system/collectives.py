@@ -9,13 +9,16 @@ ones (ring, direct, halving-doubling, double binary tree) live in ``plugins/coll
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 try:
     from mypy_extensions import mypyc_attr
 except ImportError:  # the decorator only speaks to mypyc (tools/compile_core.py); a pure install has no mypy
     def mypyc_attr(*_args, **_kwargs):  # type: ignore[misc]
         return lambda cls: cls
+
+if TYPE_CHECKING:
+    from astra_sim.system.sys import Sys
 
 #: What a communicator group's collectives run when the system config lists several implementations (the
 #: reference's rule); the collectives_native plugin registers it.
@@ -39,16 +42,22 @@ class Algorithm:
     com_type: str
     data_size: int
     final_data_size: int
+    #: the rank's system layer, typed: compiled, every packet's ``register_event`` is a native call (issue 37); None
+    #: where the stream's ``sys`` is a stand-in (tests): then the cached bound method ``_register``
+    _sys_layer: Sys | None
 
     __slots__ = (
-        "stream", "sys", "com_type", "data_size", "final_data_size",
+        "stream", "sys", "com_type", "data_size", "final_data_size", "_sys_layer",
         "_send", "_recv", "_register", "_tag", "_bus_delay", "_general", "_received", "_reduce",
     )
 
     def bind(self, stream):
+        from astra_sim.system.sys import Sys  # (here: sys.py imports this module)
+
         sys = stream.sys
         self.stream = stream
         self.sys = sys
+        self._sys_layer = sys if isinstance(sys, Sys) else None
         self._send = sys.msg_send
         self._recv = sys.msg_recv
         self._register = sys.register_event
@@ -60,13 +69,23 @@ class Algorithm:
 
     def bundle(self, size: int, processed: bool) -> None:
         """A packet bundle: endpoint delay, the reduction if ``processed``, then General."""
-        if processed:
-            self._register(self._reduce, size, self._bus_delay)
+        sys = self._sys_layer
+        if sys is None:
+            if processed:
+                self._register(self._reduce, size, self._bus_delay)
+            else:
+                self._register(self._general, None, self._bus_delay)
+        elif processed:
+            sys.register_event(self._reduce, size, self._bus_delay)
         else:
-            self._register(self._general, None, self._bus_delay)
+            sys.register_event(self._general, None, self._bus_delay)
 
     def _reduce_then_general(self, size: int) -> None:
-        self._register(self._general, None, self.sys.reduction_delay_ns(size))
+        sys = self._sys_layer
+        if sys is None:
+            self._register(self._general, None, self.sys.reduction_delay_ns(size))
+        else:
+            sys.register_event(self._general, None, sys.reduction_delay_ns(size))
 
     def finish(self) -> None:
         """This phase is over: the stream moves on.

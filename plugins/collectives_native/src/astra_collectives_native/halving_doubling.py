@@ -61,6 +61,7 @@ class HalvingDoubling(Ring):
             raise ConfigError("halvingDoubling does not implement all-to-all; choose ring or direct")
         self.direction = self.specify_direction()
         self.curr_receiver = self.curr_sender = self.partner(self.direction)
+        self.queued = 0
         self.packets = deque()
 
     def specify_direction(self) -> int:
@@ -73,9 +74,11 @@ class HalvingDoubling(Ring):
     def non_zero_latency_packets_count(self) -> int:
         return int(math.log2(self.nodes_in_ring) - 1 * self.parallel_reduce)
 
-    def release(self, processed: bool) -> None:
-        """Release, then move to the next partner (distance and size halve or double)."""
-        self.bundle(self.msg_size, processed)
+    def bundle(self, size: int, processed: bool) -> None:
+        """Queue the packet's partner, release it, then move to the next partner (distance and size halve or
+        double)."""
+        self.packets.append((self.curr_sender, self.curr_receiver, size))
+        super().bundle(size, processed)
         self.rank_offset = int(self.rank_offset * self.offset_multiplier)
         self.msg_size = int(self.msg_size / self.offset_multiplier)
         if self.rank_offset == self.nodes_in_ring and self.com_type == ALL_REDUCE:

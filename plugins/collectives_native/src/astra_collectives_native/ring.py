@@ -21,19 +21,24 @@ class Ring(Algorithm):
     The reference's per-packet counters ``max_count`` and
     ``remained_packets_per_*`` never change what happens (each inserted packet
     is released at once, each send takes one step off ``stream_count``), so
-    they are not kept.
+    they are not kept. Every packet of a ring has the same sender, receiver and size, so a count of the packets
+    waiting to be sent is kept (``queued``), not a copy of each; its subclasses, whose partners or sizes move,
+    queue each packet's ``(sender, receiver, size)`` in ``packets``.
     """
 
     __slots__ = (
         "rank", "topo", "direction", "nodes_in_ring", "curr_receiver", "curr_sender",
         "parallel_reduce", "stream_count", "msg_size", "zero_latency_packets",
-        "non_zero_latency_packets", "toggle", "free_packets", "total_received", "packets", "fast",
-        "_sys_layer", "_matcher",
+        "non_zero_latency_packets", "toggle", "free_packets", "total_received", "queued", "packets", "fast",
+        "_matcher", "_send_key", "_recv_key",
     )
-    #: the rank's Sys and matcher, typed: compiled, every packet's calls into them are native calls (issue 37);
-    #: None where they are stand-ins (tests) or the sends go through a rendezvous: then the cached bound methods
-    _sys_layer: Sys | None
+    #: the rank's matcher, typed: compiled, every packet's calls into it are native calls (issue 37); None where it
+    #: is a stand-in (tests) or the sends go through a rendezvous: then the cached bound methods
     _matcher: SendRecvMatcher | None
+    #: the matcher's keys of this ring's sends and receives, one tuple each shared with the peers that post them
+    #: (``SendRecvMatcher.shared_key``): no tuple built, hashed twice or compared per message; None: the plain calls
+    _send_key: tuple | None
+    _recv_key: tuple | None
     #: typed for mypyc (tools/compile_core.py): native ints for the counters of every packet (not the ranks, nor
     #: Algorithm's tag and bus delay: they only go to Python calls, and a native int is boxed again for every one)
     parallel_reduce: int
@@ -43,6 +48,7 @@ class Ring(Algorithm):
     non_zero_latency_packets: int
     free_packets: int
     total_received: int
+    queued: int
     toggle: bool
     fast: bool
     packets: deque
@@ -82,14 +88,19 @@ class Ring(Algorithm):
         else:  # all-to-all
             self.final_data_size = data_size
             self.msg_size = data_size // n
+        self.queued = 0
         self.packets = deque()
 
     def bind(self, stream):
         super().bind(stream)
-        self._sys_layer = stream.sys if isinstance(stream.sys, Sys) else None
         matcher = getattr(self._send, "__self__", None)
         both = isinstance(matcher, SendRecvMatcher) and getattr(self._recv, "__self__", None) is matcher
         self._matcher = matcher if both else None
+        self._send_key = self._recv_key = None
+        # shared keys: the kernel's own matcher (a folded run's relabels sends), a ring (its partners stay), sizes > 0
+        if both and type(matcher) is SendRecvMatcher and type(self) is Ring and self.msg_size > 0:
+            self._send_key = matcher.shared_key(self._tag, self.rank, self.curr_receiver, self.msg_size)
+            self._recv_key = matcher.shared_key(self._tag, self.curr_sender, self.rank, self.msg_size)
         if self.fast:
             self._bus_delay = LOCAL_RING_DELAY_NS
 
@@ -100,11 +111,10 @@ class Ring(Algorithm):
 
     def run_general(self, _arg: object = None) -> None:
         self.free_packets += 1
-        if self.packets and self.stream_count and self.free_packets:
+        if self.queued and self.stream_count and self.free_packets:
             self.send_next()
         if self.stream_count == 0 and self.free_packets == self.parallel_reduce:
-            self.packets.clear()
-            self.finish()
+            self.end()
 
     def run_received(self, _arg: object = None) -> None:
         self.total_received += 1
@@ -115,7 +125,7 @@ class Ring(Algorithm):
         return (self.nodes_in_ring - 1) * self.parallel_reduce
 
     def insert_packet(self) -> None:
-        """Queue the next packet and release it to the memory bus.
+        """Queue the next packet and release it to the memory bus (:meth:`bundle`).
 
         The first ``parallel_reduce`` packets of every round are
         "zero-latency" (no reduction); the rest reduce on reduce-scatter and
@@ -135,32 +145,41 @@ class Ring(Algorithm):
             processed = com_type == REDUCE_SCATTER or (com_type == ALL_REDUCE and self.toggle)
         else:
             raise AssertionError("collective algorithm asked to inject a packet it does not have")
-        self.packets.append((self.curr_sender, self.curr_receiver, self.msg_size))
-        self.release(processed)
-
-    def release(self, processed: bool) -> None:
-        """:meth:`Algorithm.bundle` of ``msg_size``, inlined (one call less for every packet; native compiled)."""
-        sys = self._sys_layer
-        if sys is None:
-            self.bundle(self.msg_size, processed)
-        elif processed:
-            sys.register_event(self._reduce, self.msg_size, self._bus_delay)
-        else:
-            sys.register_event(self._general, None, self._bus_delay)
+        self.queued += 1
+        self.bundle(self.msg_size, processed)
 
     def send_next(self) -> None:
-        """Send the oldest packet to its receiver and post the matching receive."""
-        src, dst, size = self.packets.popleft()
+        """Send the next packet to its receiver and post the matching receive (a subclass's packet as queued)."""
         rank = self.rank
         m = self._matcher
-        if m is None:
-            self._send(rank, dst, size, self._tag, None, None)
-            self._recv(src, rank, size, self._tag, self._received, None)
+        key = self._send_key
+        if key is not None and m is not None:
+            m._post_send(key, rank, self.curr_receiver, self.msg_size, None, None)
+            m._post_recv(self._recv_key, rank, self._received, None)
         else:
-            m.send(rank, dst, size, self._tag, None, None)
-            m.recv(src, rank, size, self._tag, self._received, None)
+            if self.packets:
+                src, dst, size = self.packets.popleft()
+            else:
+                src, dst, size = self.curr_sender, self.curr_receiver, self.msg_size
+            if m is None:
+                self._send(rank, dst, size, self._tag, None, None)
+                self._recv(src, rank, size, self._tag, self._received, None)
+            else:
+                m.send(rank, dst, size, self._tag, None, None)
+                m.recv(src, rank, size, self._tag, self._received, None)
+        self.queued -= 1
         self.stream_count -= 1
         self.free_packets -= 1
+
+    def end(self) -> None:
+        """The last packet is back: drop what is left and the shared keys, and finish."""
+        self.packets.clear()
+        self.queued = 0
+        m = self._matcher
+        if self._send_key is not None and m is not None:
+            m.drop_key(self._send_key)
+            m.drop_key(self._recv_key)
+        self.finish()
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -185,16 +204,17 @@ class Direct(Ring):
             if self.total_received < self.middle_point:
                 return
             for _ in range(self.parallel_reduce):
-                if self.packets and self.stream_count and self.free_packets:
+                if self.queued and self.stream_count and self.free_packets:
                     self.send_next()
-        elif self.packets and self.stream_count and self.free_packets:
+        elif self.queued and self.stream_count and self.free_packets:
             self.send_next()
         if self.stream_count == 0 and self.free_packets == self.parallel_reduce:
-            self.packets.clear()
-            self.finish()
+            self.end()
 
-    def release(self, processed: bool) -> None:
-        self.bundle(self.msg_size, processed)
+    def bundle(self, size: int, processed: bool) -> None:
+        """Queue the packet's partners, release it, then move to the next peer."""
+        self.packets.append((self.curr_sender, self.curr_receiver, size))
+        super().bundle(size, processed)
         topo, rank, direction = self.topo, self.rank, self.direction
         receiver = topo.get_receiver(self.curr_receiver, direction)
         if receiver == rank:

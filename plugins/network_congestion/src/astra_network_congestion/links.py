@@ -28,7 +28,7 @@ class LinkQueues:
     """
 
     __slots__ = ("engine", "busy", "queues", "free_at", "max_queue", "cache", "make_hops", "link_load", "_arrive",
-                 "_free")
+                 "_free", "last_dst", "last_size", "last_hops")
 
     def __init__(self, network: Any, engine: EventEngine, n_links: int, link_load: Any = None) -> None:
         self.engine = engine
@@ -39,15 +39,28 @@ class LinkQueues:
         self.cache: dict[tuple[int, int, int], list[int]] = network._hops
         self.make_hops: Callable[[int, int, int], list[int]] = network._make_hops
         self.link_load = link_load
+        # per sender, the receiver and size of its last message and their hops: a ring sends the same chunk to the
+        # same neighbour at every step, found here without a (src, dst, size) tuple built, hashed and compared
+        n_ranks = len(network.graph.rank_node)
+        self.last_dst: list[int] = [-1] * n_ranks
+        self.last_size: list[int] = [-1] * n_ranks
+        self.last_hops: list[Any] = [None] * n_ranks
         # the bound methods the engine calls, made once (not per event)
         self._arrive: Callable[[list[Any]], None] = self.arrive
         self._free: Callable[[int], None] = self.free
 
     def send(self, src: int, dst: int, size: int, fn: Any, arg: Any) -> None:
         """Route ``size`` bytes from rank ``src`` to rank ``dst``; ``fn(arg)`` runs on arrival."""
-        hops = self.cache.get((src, dst, size))
-        if hops is None:
-            hops = self.make_hops(src, dst, size)
+        known = 0 <= src < len(self.last_dst)
+        if known and self.last_dst[src] == dst and self.last_size[src] == size:
+            hops: list[int] = self.last_hops[src]
+        else:
+            cached = self.cache.get((src, dst, size))
+            hops = self.make_hops(src, dst, size) if cached is None else cached
+            if known:
+                self.last_dst[src] = dst
+                self.last_size[src] = size
+                self.last_hops[src] = hops
         hops[0] += 1
         # A chunk "arriving" at position -2 enters its first link (position 1) like any hop.
         self.arrive([hops, -2, fn, arg])
