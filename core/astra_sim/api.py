@@ -20,15 +20,13 @@ class RunContext:
     npus_per_dim: list = field(default_factory=list)
     options: dict = field(default_factory=dict)
     warn: Callable[[str], None] = print
-    #: ``schedule_for_rank(rank, delay_ns, fn, arg)``: run ``fn(arg)`` through the rank's system layer, batched per
-    #: tick like the reference's ``Sys::register_event`` (where the reference books an event on the rank).
+    #: ``schedule_for_rank(rank, delay_ns, fn, arg)``: an event on the rank, as the reference's ``Sys::register_event``
     schedule_for_rank: Callable = None
     #: ``comm_in_flight(rank) -> int``: collectives and sends the rank runs now (a compute model's contention).
     comm_in_flight: Callable = None
     #: ``comm_nodes_in_flight(rank) -> [EtNode]``: those operations as trace nodes (e.g. their ``comm_sms``).
     comm_nodes_in_flight: Callable = None
-    #: ``{group id: [NPU, ...]}`` of ``--comm-group-configuration`` (a collective's ``pg_name`` is the id); not the
-    #: groups a trace declares in its own METADATA nodes.
+    #: ``{group id (a collective's pg_name): [NPU, ...]}`` of ``--comm-group-configuration`` (not a trace's own)
     comm_groups: dict = field(default_factory=dict)
     #: ``rank_nodes(rank) -> {node id: EtNode}``: a rank's trace (once the run is built).
     rank_nodes: Callable = None
@@ -37,9 +35,8 @@ class RunContext:
 
 
 class NetworkBackend(Protocol):
-    """A network model; ``npus_per_dim`` fixes the number of simulated NPUs. Optional capabilities are the protocols
-    below, each asked for through one helper (:func:`delay_function`, :func:`symmetry_dims`, ...); setting a
-    capability's attribute to None withdraws it."""
+    """A network model (``npus_per_dim``: the simulated NPUs). Its optional capabilities are the protocols below, each
+    asked for through one helper; setting a capability's attribute to None withdraws it."""
 
     npus_per_dim: list
 
@@ -52,8 +49,7 @@ class NetworkBackend(Protocol):
 
 @runtime_checkable
 class StatelessNetwork(Protocol):
-    """A delay that is a closed form of the endpoints and the size: the kernel memoises it per ``(src, dst, size)``
-    and schedules arrivals itself, skipping ``send()``."""
+    """A closed-form delay, memoised per ``(src, dst, size)``: the kernel schedules arrivals, skipping ``send``."""
 
     def delay_ns(self, src: int, dst: int, size_bytes: int) -> int:
         """The message's delay in ns (an int)."""
@@ -61,22 +57,19 @@ class StatelessNetwork(Protocol):
 
 @runtime_checkable
 class SymmetricNetwork(Protocol):
-    """Delays that depend only on the endpoints (no state shared between messages, unless a
-    :class:`LinkFoldingNetwork`), with the relabellings of each dimension that keep them: runs on it may fold."""
+    """Delays that depend only on the endpoints (no shared state but a :class:`LinkFoldingNetwork`'s), with the
+    relabellings that keep them: runs on it may fold."""
 
     def symmetry_dims(self) -> list | None:
-        """Per dimension ``"rotation"`` (a ring: only rotations keep every delay) or ``"any"`` (a switch, a fully
-        connected dimension: every permutation does); None when this instance cannot fold."""
+        """Per dimension ``"rotation"`` (a ring) or ``"any"`` (a switch: any permutation); None: cannot fold."""
 
 
 @runtime_checkable
 class LinkFoldingNetwork(Protocol):
-    """A :class:`SymmetricNetwork` whose messages share links, told the rank symmetry of a folded run: each
-    simulated message then stands for its images, each link's queue for its orbit's."""
+    """A :class:`SymmetricNetwork` with shared links, told a folded run's symmetry: a message stands for its images."""
 
     def fold_links(self, symmetry) -> None:
-        """Fold the links by ``symmetry`` (a :class:`astra_sim.symmetry.RankSymmetry`), or raise
-        :class:`astra_sim.errors.FoldAbandoned` saying why not."""
+        """Fold the links by ``symmetry``, or raise :class:`astra_sim.errors.FoldAbandoned` saying why not."""
 
 
 @runtime_checkable
@@ -104,16 +97,14 @@ class LinkLoadRecorder(Protocol):
 
 
 class MemoryBackend(Protocol):
-    """Remote (expanded) memory for MEM_LOAD / MEM_STORE nodes; :class:`Foldable` when every NPU's accesses are
-    independent of the others' (no shared server)."""
+    """Remote memory for MEM_LOAD / MEM_STORE nodes; :class:`Foldable` without a server the NPUs share."""
 
     def issue(self, rank: int, is_store: bool, size_bytes: int, fn, arg) -> None:
         """Schedule ``fn(arg)`` when the access completes; raise AstraError if unsupported."""
 
 
 class ComputeModel(Protocol):
-    """Times the GPU's COMP nodes; :class:`Foldable` when a node's time does not depend on the rank's number (only
-    on the node and the rank's own state)."""
+    """Times the GPU's COMP nodes; :class:`Foldable` when a node's time does not depend on the rank's number."""
 
     def compute_time_ns(self, node, rank: int):
         """Duration in ns (int), or None for a node that takes no time at all."""
@@ -121,17 +112,15 @@ class ComputeModel(Protocol):
 
 @runtime_checkable
 class Foldable(Protocol):
-    """A compute model or memory backend whose answers for a rank do not depend on the rank's number when
-    ``foldable`` (a class attribute or property) is true; without it, runs are not folded."""
+    """A backend whose answers do not depend on the rank's number when ``foldable``; without it runs do not fold."""
 
     foldable: bool
 
 
 @runtime_checkable
 class CommAwareCompute(Protocol):
-    """A compute model whose node times depend on the communication running beside the node (the gpu model's
-    contention): the workload times each COMP node once every event of its nanosecond has run, so that the order of
-    those events does not decide it."""
+    """A compute model whose times depend on the communication beside a node (contention): a COMP node is timed once
+    every event of its nanosecond has run, so that their order does not decide it."""
 
     reads_comm_in_flight: bool
 
@@ -186,16 +175,13 @@ class WorkloadFormat(Protocol):
     def load_rank(self, prefix: str, rank: int):
         """``(path, nodes)`` of ``rank``: its file and its list of Chakra nodes."""
 
-    # Optional: ``rank_digest(prefix, rank) -> (path, digest)``, a cheap fingerprint (e.g. a hash of the file):
-    # ranks with equal digests share one parsed trace and dependency graph (data-parallel traces often are equal).
-    # Optional: ``ranks(prefix) -> int | None``, the workload's rank count (``--platform`` fits its nodes to it).
-    # Optional: ``compact(prefix) -> CompactWorkload | None`` with ``load_trace(path) -> nodes``: one trace per class
-    # of ranks, read once each, instead of ``load_rank`` per rank.
+    # Optional: ``rank_digest(prefix, rank) -> (path, digest)``: ranks with equal digests share one parsed trace;
+    # ``ranks(prefix)``: the rank count (``--platform`` fits its nodes to it); ``compact(prefix)`` and
+    # ``load_trace(path)``: a :class:`CompactWorkload`, one trace per class of ranks instead of one per rank.
 
 
 class CompactWorkload(Protocol):
-    """One trace per class of ranks and a rank map (the workload_compact plugin's ``PREFIX.workload.json``): rank
-    ``q`` runs its class representative's trace relabelled for it."""
+    """One trace per class of ranks and a rank map (``PREFIX.workload.json``): a rank runs its class's relabelled."""
 
     path: str  #: the file errors name
     npus: int
@@ -204,15 +190,12 @@ class CompactWorkload(Protocol):
     comm_groups: str | None  #: its groups file, used when the run names none
 
     def relabeller(self, groups):
-        """An object whose ``nodes_for(nodes, offsets)`` gives a representative's ``nodes`` as the rank at
-        ``offsets`` (``symmetry.offsets(rank)``) runs them, communicators mapped through ``groups``."""
+        """An object whose ``nodes_for(nodes, offsets)`` relabels a representative's nodes for the rank at offsets."""
 
 
 class CustomCollectiveFormat(Protocol):
-    """A file format of custom collective algorithms (MSCCL-IR XML, Chakra-ET prefixes, ...), registered as
-    ``CollectiveAlgorithmSpec(topology="custom", factory=<format>)``. A path the system config names
-    (``all-reduce-implementation-custom: [path]``, ``per-node-custom-implementation``) is loaded by the first
-    format whose ``matches(path)`` says yes."""
+    """A file format of custom collectives (MSCCL-IR XML, ...), registered as ``CollectiveAlgorithmSpec(topology=
+    "custom", factory=<format>)``: a path the system config names is loaded by the first format that ``matches`` it."""
 
     def matches(self, path: str) -> bool:
         """Whether this format reads ``path`` (a file, or a prefix of per-rank files)."""
@@ -223,25 +206,19 @@ class CustomCollectiveFormat(Protocol):
 
 class CustomCollective(Protocol):
     def make_algorithm(self, com_type: str, rank: int, position: int, group_npus, data_size: int):
-        """The one-phase algorithm of ``rank`` (``position`` in the communicator; ``group_npus`` the group's NPUs
-        in order, or None for all), with a native algorithm's interface; it calls ``finish()`` when done."""
+        """``rank``'s one-phase algorithm (a native one's interface; ``group_npus`` None: all NPUs)."""
 
 
 @dataclass(frozen=True)
 class CollectiveAlgorithmSpec:
-    """A collective algorithm the system config can name.
+    """A collective algorithm the system config can name (fields in docs/plugins/hooks.md).
 
-    ``topology``: the logical topology it walks: ``"ring"`` (one ring per network dimension), ``"one"`` (one ring
-    over every NPU), ``"custom"`` (``factory`` is a :class:`CustomCollectiveFormat`), or a name of its own
-    (``"tree"``) built by ``dimension_topology``. ``factory(com_type, rank, topology, data_size, direction, window)``
-    returns an algorithm object (``bind``, ``run_init``, ``run_general``, ``run_received``, ``data_size``,
-    ``final_data_size``: :mod:`astra_sim.system.collectives`). ``takes_window``: the name may carry a numeric
-    suffix (``direct4``). ``whole_group``: on a communicator group that is a subset of the NPUs, a list of several
-    implementations falls back to ``ring`` (the reference's rule), but an algorithm that prices the whole group
-    itself (``nccl``) is kept when listed first. ``symmetry``: the relabellings of its ranks that leave what every
-    rank does unchanged, so that a run may fold: ``"rotation"`` (it looks only at each rank's ring neighbours),
-    ``"any"`` (only at the group's size and shape), or None (it depends on each rank's position, e.g.
-    halving-doubling partners or tree roles: not folded).
+    ``topology``: ``"ring"``, ``"one"``, ``"custom"`` (``factory`` is a :class:`CustomCollectiveFormat`) or its own
+    (``"tree"``, built by ``dimension_topology``). ``whole_group``: kept first on a subset group where several listed
+    algorithms fall back to ``ring`` (the reference's rule), as it prices the group itself (``nccl``). ``symmetry``:
+    the relabellings leaving what every rank does unchanged, so that a run may fold: ``"rotation"`` (it looks only at
+    ring neighbours), ``"any"`` (only at the group's size and shape), or None (rank positions matter: halving-doubling
+    partners, tree roles).
     """
 
     topology: str
@@ -249,8 +226,7 @@ class CollectiveAlgorithmSpec:
     takes_window: bool = False
     whole_group: bool = False
     symmetry: str | None = None
-    #: False for an algorithm timed by a model without messages (NCCL's cost model): its tags never meet, which a
-    #: folded run need not keep apart.
+    #: False for one timed without messages (NCCL's cost model): tags a folded run need not keep apart
     exchanges_messages: bool = True
     #: A group whose NPUs differ in one network dimension only runs this algorithm when the list names it for that
     #: dimension (instead of the reference's fallback to ``ring``); only ``inSwitch`` sets it.
@@ -267,8 +243,7 @@ class DimensionTopology(Protocol):
     """Builds an algorithm's topology of one network dimension (``CollectiveAlgorithmSpec.dimension_topology``)."""
 
     def __call__(self, rank: int, npus: int, stride: int, last: bool):
-        """``rank``'s topology along a dimension of ``npus`` NPUs ``stride`` apart (``last``: the list's last
-        dimension), with ``num_nodes()`` and ``basic_topology(dim, com_type)`` (asked once per phase, in order)."""
+        """``rank``'s topology along ``npus`` NPUs ``stride`` apart, with ``num_nodes`` and ``basic_topology``."""
 
 
 class GroupPlanner(Protocol):
@@ -276,20 +251,16 @@ class GroupPlanner(Protocol):
     (``CollectiveAlgorithmSpec.group_planner``; e.g. network_analytical's in-switch aggregation trees)."""
 
     def plan(self, rank: int, group, com_type: str, impls: list, dims: list, npus_per_dim: list, warn):
-        """``rank``'s plan for ``group``: ``(topology, implementations, involved dimensions)`` as the system layer
-        walks a collective (``impls``: the config's ``[(spec, window)]`` per dimension; ``dims``: those the group
-        spans). None runs ``ring`` (say why with ``warn``)."""
+        """``rank``'s ``(topology, implementations, involved dimensions)`` for ``group``; None runs ``ring`` (say why
+        with ``warn``)."""
 
 
 @dataclass(frozen=True)
 class InSwitchSpec:
-    """What the switch of one network dimension offers ``inSwitch`` (a :class:`SwitchNetwork`'s answer).
-
-    Rates in bytes per ns, times ns, sizes bytes. ``can_reduce``: False refuses ``inSwitch`` there. ``line_rate``:
-    the NPU <-> switch link bandwidth. ``reduce_rate``: the reduction throughput of one collective, in output bytes
-    per ns. ``latency_ns``: added once per reduction. ``buffer_bytes``: the reduction buffer per collective (0:
-    unlimited); one smaller than ``reduce_rate`` x the credit loop (two link latencies + ``latency_ns``) caps the
-    rate at buffer / loop. ``link_latency_ns``: one NPU <-> switch link's latency.
+    """What the switch of one network dimension offers ``inSwitch`` (bytes per ns, ns, bytes): ``line_rate`` and
+    ``link_latency_ns`` of an NPU <-> switch link; ``reduce_rate``: one collective's reduction throughput (output bytes
+    per ns); ``latency_ns`` per reduction; ``buffer_bytes`` per collective (0: unlimited), which caps the rate at
+    buffer / credit loop (two link latencies + ``latency_ns``) when smaller than ``reduce_rate`` x the loop.
     """
 
     can_reduce: bool

@@ -1,14 +1,8 @@
-"""Where independent simulations run (a sweep's points, a search's candidates, validation cases): executors, one
-registered role. The interface is small, so another scheduler (Ray, Slurm, ...) is one class:
-
-* ``share(payload)`` -> the handle tasks get instead of the payload (a workload's files, once: Dask scatters it);
-* ``run(fn, tasks, timeout=None)`` yields ``(task, result)`` as each finishes; ``fn(task, payload)`` is importable
-  and never raises for a task's own failure. A task the executor loses (a dead worker, a task killed past
-  ``timeout``) yields ``(task, ExecutorFailure(message))``;
-* ``broadcast(fn, *args)`` runs ``fn`` once on every worker machine (clean-up); ``close()``.
-
-``local`` (:class:`LocalPool`, ``--jobs N``) is built in; plugins add others with ``astra_register_executors``
-(``dask``, ``--dask ADDRESS``: plugins/executor_dask).
+"""Where independent simulations run (sweep points, search candidates, validation cases): executors, one registered
+role with a small interface, so another scheduler (Ray, Slurm) is one class. ``share(payload)``: the handle tasks get
+(Dask scatters a workload once); ``run(fn, tasks, timeout)`` yields ``(task, result)`` as each finishes (``fn`` never
+raises for a task's own failure; a lost task yields an :class:`ExecutorFailure`); ``broadcast(fn, *args)`` runs on
+every worker machine; ``close()``. ``local`` (``--jobs N``) is built in, ``dask`` is plugins/executor_dask's.
 """
 
 from __future__ import annotations

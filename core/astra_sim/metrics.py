@@ -1,13 +1,8 @@
-"""The report's schema: every metric a report can hold, declared once with its unit and meaning.
-
-A metric is a number at a dotted place in the report's JSON (``ranks.*.compute_ns``; ``*`` is any one level). The
-kernel declares its own, plugins theirs with ``astra_register_metrics`` (``registry.metric("stats.my_plugin.flits",
-"count", "flits the model sent")``); ``tests/test_metrics.py`` checks every number of real reports is declared once.
-
-Units: ``ns`` (simulated, integer), ``bytes``, ``count``, ``fraction`` (0..1), ``s`` (the tool's wall-clock seconds),
-``per_s`` (per wall-clock second), ``bytes_per_ns``, ``bits_per_s`` (a line rate), ``flop``, ``flop_per_s`` (per
-simulated second), ``id`` (names a rank, a link), ``mj`` (simulated millijoules), ``w``, ``mhz``, ``ratio`` (a positive
-quotient not bounded by 1, such as a PUE).
+"""The report's schema: every metric (a number at a dotted place of the report's JSON, ``*`` any one level) declared
+once with its unit and meaning, by the kernel or a plugin (``astra_register_metrics``); tests/test_metrics.py checks
+real reports. Units: simulated ``ns`` (integer), ``bytes``, ``count``, ``fraction`` (0..1), the tool's wall-clock
+``s`` and ``per_s``, ``bytes_per_ns``, ``bits_per_s``, ``flop``, ``flop_per_s`` (simulated), ``id`` (names a rank, a
+link), ``mj`` (simulated), ``w``, ``mhz``, ``ratio`` (a positive quotient not bounded by 1, such as a PUE).
 """
 
 from __future__ import annotations

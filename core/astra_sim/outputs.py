@@ -1,10 +1,6 @@
-"""Output formats: what a run writes or adds to its report beyond the kernel's numbers (timelines, the critical
-path, the reference's log), one registered role (``astra_register_output_formats``).
-
-For every run the kernel calls each ``factory(options, total_npus)``, which returns None (not asked for) or an
-:class:`OutputFormat`. It runs before the run is built, so an unwritable output is a ConfigError before any event.
-The registered ``options`` (the run options a format reads) make ``simulate(timeline=...)`` without the plugin that
-reads them an error, not a silently missing file.
+"""Output formats (timelines, the critical path, the reference's log), one registered role: each run calls every
+``factory(options, total_npus)`` before it is built, so that an unwritable output fails before any event. The
+registered ``options`` make ``simulate(timeline=...)`` without the plugin reading them an error, not a missing file.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""Reading the user's files safely (bounded, no code execution or entity expansion), and writing outputs whole.
-
-Every input may be hostile or just broken (a truncated copy, the wrong file, a fuzzer's output): each failure is a
-:class:`~astra_sim.errors.ConfigError` naming the file, and every size is bounded before it is allocated.
-:func:`read_bytes` refuses files over :data:`MAX_CONFIG_BYTES` (or the caller's limit); :func:`gunzip` stops a gzip
-bomb at the limit; :func:`load_json` / :func:`load_yaml` (PyYAML's *safe* loader) refuse nesting too deep to walk and
-aliases expanding past :data:`MAX_YAML_NODES` (the "billion laughs" bomb). Other formats build on :func:`read_bytes`
-(``astra_collectives_msccl.safe_xml`` refuses XML entities). Every output goes through one atomic writer
-(:func:`atomic_output`).
+"""Reading the user's files safely and writing outputs whole (:func:`atomic_output`). Every input may be hostile or
+broken (a truncated copy, a fuzzer's output): each failure is a ConfigError naming the file, and every size is
+bounded before it is allocated (files, gunzipped data, JSON/YAML nesting, YAML aliases: the "billion laughs" bomb).
+YAML uses PyYAML's *safe* loader; other formats build on :func:`read_bytes` (``astra_collectives_msccl.safe_xml``).
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""One simulation run, built, run and reported (the kernel behind ``astra run`` and :func:`astra_sim.simulate`).
-
-:class:`Simulation` ties the pieces of :mod:`astra_sim.run` together (setup, collective catalogue, the fold planner
-of hook ``astra_fold_planner``, the ranks, loop and report) and owns the run's state: warnings, counts, the built
-ranks, which share a :class:`astra_sim.system.context.SharedContext` (not this object). Output formats
-(:mod:`astra_sim.outputs`) write what the options ask for besides; hooks see a read-only
-:class:`astra_sim.run.view.RunView`.
+"""One simulation run, built, run and reported: :class:`Simulation` ties :mod:`astra_sim.run`'s pieces together and
+owns the run's state (the ranks share a SharedContext, hooks see a read-only RunView, not this object).
 """
 
 from __future__ import annotations

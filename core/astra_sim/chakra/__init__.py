@@ -1,21 +1,7 @@
-"""Chakra execution-trace (ET) reader and writer, schema v0.0.4 wire format (unchanged through Chakra 1.0.0).
-
-Public API::
-
-    read_et(path, *, keep_raw=True) -> EtFile      # .path, .metadata (GlobalMetadata pb or None), .nodes
-    read_metadata(path) -> dict                    # the GlobalMetadata's attributes only
-    parse_et(data, path="<bytes>") -> EtFile       # same, from bytes
-    write_et(path, metadata, nodes, *, reencode=False, compress=None) -> int
-    encode_et(metadata, nodes) -> bytes
-    make_node(id, name, type, *, data_deps=(), ctrl_deps=(), duration_micros=0, attrs=None,
-              attr_types=None, attr_docs=None, inputs_values=None) -> EtNode
-    make_metadata(version="0.0.4", attrs=None, attr_types=None) -> GlobalMetadata
-    get_int / get_bool / get_bool_list / get_float / get_str / get_str_list(node, key, default=MISSING)
-    ChakraError, EtNode, EtFile, MISSING
-    types: node-type and collective constants (COMP_NODE, ALL_REDUCE, ...) and their names
-
-Errors are always :class:`ChakraError` with a message naming the file (and node / byte offset).
-The protobuf bindings are in :mod:`astra_sim.chakra.et_def_pb2` (regenerate with scripts/gen_chakra_proto.sh).
+"""Chakra execution-trace (ET) reader and writer, schema v0.0.4 wire format (unchanged through Chakra 1.0.0):
+``read_et`` / ``parse_et`` / ``read_metadata``, ``write_et`` / ``encode_et``, ``make_node`` / ``make_metadata``, the
+typed getters (``get_int``, ...) and ``types``' constants. Every error is a :class:`ChakraError` naming the file (and
+node / byte offset). The protobuf bindings :mod:`astra_sim.chakra.et_def_pb2` come from scripts/gen_chakra_proto.sh.
 """
 
 from . import et_def_pb2, types

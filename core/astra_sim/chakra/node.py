@@ -26,20 +26,12 @@ MISSING = _Missing()
 
 
 class EtNode:
-    """One Chakra ``Node``, with ``__slots__`` (created by the million). Fields are plain Python values; mutate them
-    freely (:func:`write_et` notices changes):
-
-    * ``id``, ``name``, ``type`` (a NodeType value), ``ctrl_deps`` / ``data_deps`` (ids in file order, unchecked),
-      ``duration_micros``;
-    * ``inputs_values`` / ``inputs_shapes`` / ``inputs_types``: the IOInfo's strings (the METADATA node's process
-      groups; the PyTorch converter's ``'[[4096, 8192], [8192, 4096]]'``), ``''`` if absent;
-    * ``attrs`` (name -> value, in file order): int for every integer oneof member, bool, float, str, bytes, a list
-      for ``*_list`` members, None for an unset oneof. Of a repeated name the **first** is kept (ASTRA-sim's
-      FeederV3); the others survive a round trip only while the node is unchanged;
-    * ``path``: the file it was read from (None when built in memory), for error messages.
-
-    Private: ``_kinds`` (interned ``(name, oneof member)`` pairs parallel to ``attrs``) and ``_raw`` (the original
-    serialized bytes, to write the node back byte for byte; None when not kept).
+    """One Chakra ``Node`` with ``__slots__`` (made by the million), its fields plain Python values to mutate freely
+    (:func:`write_et` notices). ``inputs_*``: the IOInfo strings ('' if absent). ``attrs``: name -> value in file
+    order (None for an unset oneof); of a repeated name the **first** is kept (ASTRA-sim's FeederV3), the others
+    survive a round trip only while the node is unchanged. ``path``: its file (None when built), for messages.
+    Private: ``_kinds``, interned ``(name, oneof member)`` pairs parallel to ``attrs``, and ``_raw``, the original
+    bytes to write it back byte for byte (None when not kept).
     """
 
     __slots__ = (

@@ -22,19 +22,12 @@ _MAX_VARINT_BYTES = 10
 
 
 def read_et(path, *, keep_raw: bool = True) -> EtFile:
-    """Read the Chakra ET file ``path`` into an :class:`EtFile`.
-
-    * **gzip-compressed files are read transparently** (as Chakra's Python tools and v1 C++ feeder do; ASTRA-sim's
-      FeederV3 cannot): ``EtFile.gzipped`` says so, and byte offsets in errors refer to the decompressed stream.
-    * An empty file gives ``metadata=None`` and no nodes; rejecting it (as ASTRA-sim does) is the caller's choice.
-    * A 0-byte frame is an all-default Node (id 0, INVALID_NODE), as the C++ feeders read it (Chakra's Python tools
-      stop there instead).
-    * Nodes come in file order, unchecked (duplicate ids, absent deps, cycles).
-    * Truncated files, bad length prefixes and invalid frames raise :class:`ChakraError` naming the file and the
-      byte offset, never a raw protobuf error.
-
-    ``keep_raw`` keeps each node's bytes so that :func:`write_et` reproduces the file byte for byte, fields EtNode
-    does not model included; without it memory use is about halved and nodes are re-encoded when written.
+    """Read the Chakra ET file ``path`` into an :class:`EtFile`. gzip is read transparently (as Chakra's Python tools
+    and v1 C++ feeder do; ASTRA-sim's FeederV3 cannot; offsets in errors are then decompressed). An empty file gives
+    ``metadata=None`` (rejecting it, as ASTRA-sim does, is the caller's choice); a 0-byte frame is an all-default
+    Node, as the C++ feeders read it (Chakra's Python tools stop there). Nodes come unchecked, in file order. Every
+    malformed input is a :class:`ChakraError` naming the byte offset. ``keep_raw`` keeps each node's bytes, so that
+    :func:`write_et` reproduces the file byte for byte; without it, memory is about halved.
     """
     name = os.fspath(path)
     limit = safeio.MAX_INPUT_BYTES

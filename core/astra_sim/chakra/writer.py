@@ -136,18 +136,11 @@ def encode_et(metadata, nodes, *, reencode: bool = False) -> bytes:
 
 
 def write_et(path, metadata, nodes, *, reencode: bool = False, compress=None) -> int:
-    """Write a Chakra ET file (``varint(len) + GlobalMetadata``, then ``varint(len) + Node`` each); returns its size.
-
-    * ``metadata``: a ``GlobalMetadata`` (:func:`make_metadata`); None writes an empty file when there are no nodes,
-      else ``GlobalMetadata(version="0.0.4")``.
-    * ``nodes``: :class:`EtNode` or ``et_def_pb2.Node``. What :func:`read_et` returned is written back byte for byte
-      (unchanged nodes from their raw bytes); changed ones are re-encoded by protobuf's canonical rules, exactly as
-      Chakra's writers do (``reencode=True``: every node, for testing).
-    * ``compress``: gzip (with mtime 0: reproducible), as Chakra's C++ writer does for ``.gz`` names (the default);
-      ASTRA-sim's FeederV3 cannot read gzip files.
-
-    An all-default Node serializes to 0 bytes, which Chakra's Python tools take for end-of-file (the C++ feeders and
-    :func:`read_et` do not).
+    """Write a Chakra ET file; returns its size. ``metadata`` None: an empty file without nodes, else version 0.0.4.
+    What :func:`read_et` returned is written back byte for byte; changed nodes are re-encoded by protobuf's canonical
+    rules, exactly as Chakra's writers do (``reencode``: every node). ``compress`` (default: a ``.gz`` name, as
+    Chakra's C++ writer does) gzips with mtime 0, reproducibly; ASTRA-sim's FeederV3 cannot read it. An all-default
+    Node is 0 bytes, which Chakra's Python tools take for end-of-file (the C++ feeders and :func:`read_et` do not).
     """
     name = os.fspath(path)
     data = encode_et(metadata, nodes, reencode=reencode)

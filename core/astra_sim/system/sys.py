@@ -1,10 +1,7 @@
-"""One rank's system layer (the reference's ``Sys``).
-
-It turns a collective into chunks (streams) and each chunk into phases, one per logical dimension; keeps
-per-dimension queues where at most ``ceil(active-chunks-per-dimension / queues)`` streams run at once; models the
-endpoint delay and reduction cost of every packet bundle; and batches its events per tick as the reference does (one
-engine event per distinct tick and rank). With ``comm-streams: per-communicator`` (not the reference's) each
-group's collectives get queues of their own, so groups the workload lets overlap do not wait for each other's chunks.
+"""One rank's system layer (the reference's ``Sys``): a collective in chunks (streams), each in phases per logical
+dimension, on per-dimension queues running at most ``ceil(active-chunks-per-dimension / queues)`` streams; endpoint
+and reduction delays; events batched per tick as the reference does. ``comm-streams: per-communicator`` (not the
+reference's) gives each group queues of its own, so that overlapping groups do not wait for each other's chunks.
 """
 
 from __future__ import annotations

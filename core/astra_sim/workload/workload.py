@@ -1,13 +1,9 @@
-"""One rank's workload: issues Chakra nodes as their dependencies finish.
-
-Reference semantics: the dependency-free nodes are examined in ascending id order after every completion; a rank
-has one CPU slot, one GPU-compute slot and one GPU-communication slot (receives occupy none), so two collectives
-never overlap on one rank while compute and communication can. With ``comm-streams: per-communicator`` (not the
-reference's) each communicator group gets its own communication slot, and sends one per (group, destination), as
-NCCL gives each communicator its own CUDA stream.
-
-The ready nodes are kept in one id-ordered heap per slot, so a pass looks only at the heads of the free slots
-(sorting every waiting node after every completion was quadratic with thousands of sends behind one busy slot).
+"""One rank's workload, issuing Chakra nodes as their dependencies finish. As in the reference, ready nodes are
+examined in ascending id order after every completion, on one CPU, one GPU-compute and one GPU-communication slot
+(receives need none): collectives never overlap on a rank, compute and communication can. ``comm-streams:
+per-communicator`` (not the reference's) gives each group a slot, and sends one per (group, destination), as NCCL
+gives each communicator its own CUDA stream. One id heap per slot: a pass looks only at the free slots' heads
+(sorting every waiting node was quadratic with thousands of sends behind one busy slot).
 """
 
 from __future__ import annotations
