@@ -51,8 +51,10 @@ def test_groups_add_up_to_the_path_and_name_the_layers(llm_run, capsys):
     assert {g["name"]: g["ns"] for g in path["by_kind"]} == path["totals"]
     layers = {g["name"] for g in path["by_layer"]}
     # the last stage's layers 2-3 and its head, where the path ends; the optimizer step; no layer of another model
+    # (the final norm before the head, ``fwd.final_norm...``, is a part of its own)
     assert {"layer 2", "layer 3", "head", "optimizer"} <= layers
-    assert layers <= {"layer 0", "layer 1", "layer 2", "layer 3", "embedding", "head", "optimizer", "other"}
+    assert layers <= {"layer 0", "layer 1", "layer 2", "layer 3", "embedding", "final_norm", "head", "optimizer",
+                      "other"}
     assert {"compute:gemm", "collective:tp"} <= {g["name"] for g in path["by_kind"]}
     # the terminal: groups first (with their shares), the per-node top list after them
     table = out[out.index("critical path:"):]
