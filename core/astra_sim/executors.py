@@ -187,10 +187,8 @@ class LocalPool(Executor):
         """Stop idle workers; kill busy ones at once (their results will never be read)."""
         for worker in self._procs:
             if worker["task"] is None:
-                try:
+                with contextlib.suppress(OSError, ValueError):
                     worker["inbox"].put(None)
-                except (OSError, ValueError):
-                    pass
         for worker in self._procs:
             proc = worker["proc"]
             if worker["task"] is None:

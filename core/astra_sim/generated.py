@@ -34,10 +34,8 @@ class GeneratedFile:
     def content(self):
         """What the report records: the parsed object for JSON, else the text."""
         if self.name.endswith(".json"):
-            try:
+            with contextlib.suppress(ValueError):
                 return json.loads(self.text)
-            except ValueError:
-                pass
         return self.text
 
 

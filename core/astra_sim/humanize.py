@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 _UNITS = ((1, "ns"), (1_000, "µs"), (1_000_000, "ms"), (1_000_000_000, "s"))
 
 
@@ -39,15 +41,10 @@ def format_share(part, whole):
 
 def rank_ranges(ranks):
     """``[0, 1, 2, 3, 8, 10, 11]`` -> ``'0-3,8,10-11'`` (sorted, duplicates ignored)."""
-    ranks = sorted(set(ranks))
     out = []
-    i = 0
-    while i < len(ranks):
-        j = i
-        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
-            j += 1
-        out.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
-        i = j + 1
+    for _, run in itertools.groupby(enumerate(sorted(set(ranks))), lambda pair: pair[1] - pair[0]):
+        run = [rank for _, rank in run]
+        out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
     return ",".join(out)
 
 

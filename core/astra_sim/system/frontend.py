@@ -1,10 +1,7 @@
-"""Send/receive matching between ranks (the reference's analytical frontend).
-
-A message is identified by ``(tag, src, dst, size)``; the k-th send of a key
-meets the k-th receive of that key (the reference numbers them; matching two
-FIFO queues is the same thing). When a message arrives, the send handler runs
-first, then the receive handler if one is posted; a receive posted after the
-arrival runs at once (through a zero-delay event).
+"""Send/receive matching between ranks (the reference's analytical frontend). A message is keyed by ``(tag, src,
+dst, size)``; the k-th send of a key meets its k-th receive (the reference numbers them: two FIFO queues are the
+same). On arrival the send handler runs, then the receive handler if posted; a later receive runs at once (a
+zero-delay event).
 """
 
 from __future__ import annotations
@@ -54,8 +51,7 @@ class SendRecvMatcher:
     def __init__(self, engine, network) -> None:  # annotated for mypyc (a compiled subclass calls it)
         self.engine = engine
         self.network = network
-        # Stateless networks give a closed-form delay; the matcher then
-        # schedules the arrival itself (one call less per message).
+        # A stateless network's closed-form delay: the matcher schedules arrivals itself (a call less per message)
         self._delay = delay_function(network)
         self._delays = {}  # (src, dst, size) -> ns, memoised closed-form delays
         self._arrived_fn = self._arrived
@@ -77,8 +73,7 @@ class SendRecvMatcher:
         """Post a send whose receive side is ``key`` and deliver it from ``src`` to ``dst``."""
         waiting = self._waiting
         head = waiting.get(key)
-        # ``waiting[key]`` is one unmatched Message or, rarely, a deque of them;
-        # all of one kind (sends without receive, or receives without send).
+        # ``waiting[key]``: one unmatched Message or, rarely, a deque of them, all sends or all receives
         if head is None:
             message = waiting[key] = Message(key, True, fn, arg, None, None)
         elif head.__class__ is Message:
@@ -171,8 +166,7 @@ class SendRecvMatcher:
             message.arrived = True
 
     def unmatched(self):
-        """Messages still waiting, in the order their keys were first posted: a list of
-        :class:`Unmatched` (tag, src, dst, size, what is missing, the Message)."""
+        """The messages still waiting, as :class:`Unmatched`, in the order their keys were first posted."""
         out = []
         for (tag, src, dst, size), head in self._waiting.items():
             for message in ([head] if head.__class__ is Message else head):
