@@ -63,10 +63,7 @@ ATTR_SCALAR_KINDS = (
 ATTR_LIST_KINDS = tuple(k[:-4] + "_list" for k in ATTR_SCALAR_KINDS)
 # in field-number order (double_val=3, double_list=4, ...)
 ATTR_KINDS = tuple(k for pair in zip(ATTR_SCALAR_KINDS, ATTR_LIST_KINDS) for k in pair)
-INT_KINDS = frozenset(
-    ("int32_val", "int64_val", "uint32_val", "uint64_val", "sint32_val", "sint64_val", "fixed32_val",
-     "fixed64_val", "sfixed32_val", "sfixed64_val")
-)
+INT_KINDS = frozenset(k for k in ATTR_SCALAR_KINDS if "int" in k or "fixed" in k)
 
 # The oneof member Chakra's own writers (generator, text converter, ASTRA-sim scripts) use for the names the
 # simulator reads (format dossier section 5.2); the builder uses them unless told otherwise.
