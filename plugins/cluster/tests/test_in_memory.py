@@ -82,3 +82,29 @@ def test_raw_nodes_of_chakra_jobs_are_written_as_they_were(tmp_path):
     workloads.write_combined(str(tmp_path / "c" / "t"), 2, [(job, [1, 0])])
     for rank in range(2):
         assert (tmp_path / "c" / f"t.{1 - rank}.et").read_bytes() == (tmp_path / f"j.{rank}.et").read_bytes()
+
+
+def test_a_combined_workload_is_written_once_for_every_condition(tmp_path, monkeypatch):
+    """The straggler draws run the nominal step's traces: written once per placement, the same answer as written
+    anew for every draw."""
+    from astra_cluster import steps
+
+    spec = parse_cluster_spec(SPEC, str(tmp_path / "c.yaml"))
+    calls = []
+    real = steps.write_combined
+    monkeypatch.setattr(steps, "write_combined", lambda *a: calls.append(a[0]) or real(*a))
+    once = run_cluster(spec)
+    assert len(calls) == 2  # one placement per job (3 steps each: nominal and 2 draws)
+    assert once["distinct_steps_simulated"] == 6
+
+    def anew(self, total, jobs):
+        self.written.clear()
+        return written_once(self, total, jobs)
+
+    written_once = steps.StepTimes._combined
+    monkeypatch.setattr(steps.StepTimes, "_combined", anew)
+    every = run_cluster(spec)
+    assert len(calls) == 2 + 6
+    for out in (once, every):
+        out.pop("wall_s")
+    assert once == every

@@ -35,6 +35,10 @@ class StepTimes:
         self.workloads = workloads
         self.folder = folder
         self.memo = {}
+        #: combined workloads already written: (its jobs' workloads and GPUs, GPUs in all) -> (prefix, groups file);
+        #: a step of the same jobs on the same GPUs under another condition (slow GPUs, jitter, cables down) runs
+        #: the same traces (issue 37: written once, not once per straggler draw or timeline condition)
+        self.written = {}
         #: cables down now (failure events on flow / ns3): part of every step's condition, routed around
         self.down = ()
 
@@ -63,11 +67,9 @@ class StepTimes:
             else:
                 nodes, local = None, list(gpus)
             total = (nodes or machine.nodes) * machine.gpus_per_node
-            prefix = os.path.join(self.folder, "steps", str(len(self.memo)), "trace")
-            combined = write_combined(prefix, total, [(self.workloads[job.name], local)])
+            prefix, groups = self._combined(total, [(job, local)])
             slow = {gpu: f for gpu, f in zip(local, per_rank) if f != 1.0}
-            report = machine.simulate(prefix, combined["comm_groups"], slow, nodes=nodes, down=down,
-                                      jitter=jitter, failing=failing)
+            report = machine.simulate(prefix, groups, slow, nodes=nodes, down=down, jitter=jitter, failing=failing)
             compute = {rank.rank: rank.compute_ns for rank in report.ranks}
             busiest = max(range(len(local)), key=lambda i: (compute[local[i]], -i))
             self.memo[key] = (job_step_ns(report, local), busiest)
@@ -84,11 +86,19 @@ class StepTimes:
                           tuple(round((factors or {}).get(gpu, 1.0), 6) for gpu in gpus))
                          for job, gpus, factors in items), self.down)
         if key not in self.memo:
-            prefix = os.path.join(self.folder, "steps", str(len(self.memo)), "trace")
-            combined = write_combined(prefix, machine.total_gpus,
-                                      [(self.workloads[job.name], gpus) for job, gpus, _f in items])
+            prefix, groups = self._combined(machine.total_gpus, [(job, gpus) for job, gpus, _f in items])
             slow = {gpu: f for _job, gpus, factors in items for gpu, f in (factors or {}).items() if f != 1.0}
-            report = machine.simulate(prefix, combined["comm_groups"], slow, down=self.down)
+            report = machine.simulate(prefix, groups, slow, down=self.down)
             self.memo[key] = {(workload_key(job), tuple(gpus)): job_step_ns(report, gpus) for job, gpus, _f in items}
         found = self.memo[key]
         return {job.name: found[(workload_key(job), tuple(gpus))] for job, gpus, _f in items}
+
+    def _combined(self, total, jobs):
+        """``(prefix, groups file)`` of the combined workload of ``jobs`` (``[(job, GPUs)]``, in this order) on
+        ``total`` GPUs, written the first time it is asked."""
+        key = (total, tuple((workload_key(job), tuple(gpus)) for job, gpus in jobs))
+        if key not in self.written:
+            prefix = os.path.join(self.folder, "steps", str(len(self.written)), "trace")
+            combined = write_combined(prefix, total, [(self.workloads[job.name], gpus) for job, gpus in jobs])
+            self.written[key] = (prefix, combined["comm_groups"])
+        return self.written[key]
