@@ -88,11 +88,7 @@ class EtNode:
 
     __hash__ = None
 
-    # -- attributes -----------------------------------------------------------------------------------------
-    def attr_kind(self, key):
-        """The AttributeProto oneof member (e.g. ``'int64_val'``) of attribute ``key``, or None if unknown."""
-        return attr_kind(self, key)
-
+    # -- attributes (and, as methods, the typed getters below: ``node.get_int(key)``) --------------------------
     def set_attr(self, key, value, kind=None):
         """Set attribute ``key``; ``kind`` (e.g. ``'int32_val'``) chooses the wire type, else an existing attribute
         keeps its kind when the value fits and a new one gets the conventional kind (:func:`make_node`)."""
@@ -106,24 +102,6 @@ class EtNode:
         self.attrs[key] = value
         old[key] = kind
         self._kinds = tuple((k, old.get(k)) for k in self.attrs)
-
-    def get_int(self, key, default=MISSING):
-        return get_int(self, key, default)
-
-    def get_bool(self, key, default=MISSING):
-        return get_bool(self, key, default)
-
-    def get_bool_list(self, key, default=MISSING):
-        return get_bool_list(self, key, default)
-
-    def get_float(self, key, default=MISSING):
-        return get_float(self, key, default)
-
-    def get_str(self, key, default=MISSING):
-        return get_str(self, key, default)
-
-    def get_str_list(self, key, default=MISSING):
-        return get_str_list(self, key, default)
 
     def to_proto(self):
         """This node as an ``et_def_pb2.Node`` (with the fields EtNode does not model when it kept its raw bytes)."""
@@ -247,3 +225,8 @@ def get_str_list(node, key, default=MISSING):
         return list(value) if strings and attr_kind(node, key) in (None, "string_list") else None
 
     return _get(node, key, default, "a string_list", convert)
+
+
+# The getters take the node first, so they are EtNode's methods as they are (``node.get_int(key, default)``).
+for _getter in (attr_kind, get_int, get_bool, get_bool_list, get_float, get_str, get_str_list):
+    setattr(EtNode, _getter.__name__, _getter)
