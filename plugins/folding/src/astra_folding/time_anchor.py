@@ -20,8 +20,8 @@ def p2p_period(w):
     :data:`MAX_P2P_PERIOD`): the ``d`` whose runs of rows alike ``d`` apart promise the most repeats to jump over,
     the sum over its runs of their length less ``2 d`` (a period to reach a state that repeats, one to see it
     repeat), counting runs of at least ``max(3 d, MIN_P2P_RUN)``; None when no ``d`` has one (no steady state:
-    see :meth:`~astra_folding.time_fold.TimeFolder.run`). A row is alike when the one ``d`` on and the one ``2 d`` on have its type, peers
-    and size and its tag moved by the same step twice (a jump's tags move by one step per channel). Every run,
+    see :meth:`~astra_folding.time_fold.TimeFolder.run`). A row is alike when the one ``d`` on and the one ``2 d``
+    on have its type, peers and size and its tag moved by the same step twice (a jump's tags move by one step per channel). Every run,
     not the one over the middle third: an interleaved pipeline's tags take another step at each chunk boundary,
     so a period of one pass of each chunk (8 micro-batches at PP 8) holds only between the chunks that differ,
     and the jumps between them add up. Only where (and whether) the state is looked at depends on it, never

@@ -199,6 +199,7 @@ class TimeFolder(JumpMixin):
         self.signatures = {w.rank: {} for w in self.workloads}  # see _signature
         self.parents = self.root_recvs = self.inert_cache = None  # see _trace_facts
         self._live = ()  # the matcher's keys the last look found not all pre-posted (see _canonical)
+        self._posted_keys = set()  # the keys sends and receives finished since the last look looked up (_scan_log)
         self.scanned = 0  # how much of the log _scan_log has seen
         self.host_waits = {}  # rank -> whether a node of its trace makes its host wait (see _host_behind)
         self.symmetry = sim.symmetry  # ranks folded by symmetry: see _histories
@@ -317,9 +318,13 @@ class TimeFolder(JumpMixin):
 
     def _scan_log(self):
         """Note the children of the nodes finished since the last look (those with some parents finished)."""
-        by_rank, touched = self.by_rank, self.touched
+        by_rank, touched, keys, symmetry = self.by_rank, self.touched, self._posted_keys, self.symmetry
         for rank, node_id, _s, _e in self.log[self.scanned:]:
-            touched[rank].update(by_rank[rank].children[node_id])
+            w = by_rank[rank]
+            touched[rank].update(w.children[node_id])
+            node = w.nodes[node_id]
+            if node.type in _P2P:  # its key may have changed in the matcher (InertReceives.update)
+                keys.add(_key(rank, node, symmetry))
         self.scanned = len(self.log)
 
     @staticmethod
@@ -348,11 +353,18 @@ class TimeFolder(JumpMixin):
         self._refs = {w.rank: set() for w in self.workloads}
         self._tags = []  # (channel, comm_tag) of every node with a tag named, in the order named
         self._seen = {}
+        self._running = {}  # per rank its running nodes but the pre-posted receives (see _rank)
         histories = self._histories() if self.width == 3 else None
         events = tuple((t - now, self._events(engine.buckets[t], self.width)) for t in sorted(engine.buckets))
         ranks = tuple(self._rank(w) for w in self.workloads)
         waiting = []
-        self._live = self.inert_cache.update()  # the keys of messages that are not pre-posted receives (and rare others)
+        for w in self.workloads:  # the sends and receives running now (what _scan_log saw has finished)
+            nodes = w.nodes
+            self._posted_keys.update(_key(w.rank, nodes[n], self.symmetry) for n in self._running[w.rank]
+                                     if nodes[n].type in _P2P)
+        # the keys of messages that are not pre-posted receives (and rare others)
+        self._live = self.inert_cache.update(self._posted_keys)
+        self._posted_keys = set()
         for key in self._live:
             head = self.matcher._waiting[key]
             messages = [m for m in ([head] if head.__class__ is Message else head) if not self._preposted(m)]
@@ -484,7 +496,8 @@ class TimeFolder(JumpMixin):
             tuple(node(rank, n) for n in w.fresh), tuple(tuple(node(rank, n) for n in heap) for heap in w.ready),
             w.ready_count, tuple(w.slot_busy), tuple(w.comm_slots.items()) if w.comm_slots else None,
             # receives without parents are named by their messages' events when matched, else pre-posted
-            tuple(sorted((node(rank, n), running[n] - now) for n in running.keys() - roots)),
+            tuple(sorted((node(rank, n), running[n] - now)
+                         for n in self._running.setdefault(rank, running.keys() - roots))),
             tuple(sorted(node(rank, n) for n in w.comm_running)) if w.comm_running else (),
             None if w.host is None else (_HOST_BEHIND if self._host_behind(w) else w.host_clock - now, w.host_graph),
             tuple(w.comm_groups), partial,
@@ -537,9 +550,11 @@ class TimeFolder(JumpMixin):
         info = self.info
         if skipped > info.get("_most", 0):
             info.update(period_ns=period, periods=repeats, from_ns=t_b, _most=skipped)
-        info.update(folded=True, jumps=info.get("jumps", 0) + 1, skipped_ns=info.get("skipped_ns", 0) + repeats * period,
+        info.update(folded=True, jumps=info.get("jumps", 0) + 1,
+                    skipped_ns=info.get("skipped_ns", 0) + repeats * period,
                     skipped_events=info.get("skipped_events", 0) + skipped)
         info.pop("reason", None)
+        self.inert_cache.after_jump(self._used, self.moved_keys)  # the jump rebuilt the matcher's waiting messages
         self.snapshots = {}
         self.log = []
         self.kept = self.scanned = 0

@@ -17,7 +17,9 @@ class InertReceives:
     unchanged while it is the lone value of its key (the matcher replaces the value, by a deque or by nothing, when
     another message of the key comes), so a key whose value is still the same object is still inert; those that
     are gone (matched) or changed are found by a membership test in C. The set only shrinks: receives without
-    parents are posted at the start (and a jump keeps the same objects under the same keys)."""
+    parents are posted at the start (and a jump keeps the same objects under the same keys). Between looks only
+    the keys that a send or receive posted since looked up can have changed (and those not cached then): a look
+    reads those, and the count of waiting keys checks that nothing else did."""
 
     def __init__(self, matcher, preposted, ranks):
         self.matcher = matcher
@@ -26,18 +28,31 @@ class InertReceives:
         self.by_rank = {r: {} for r in ranks}  # rank -> {node id: key}
         self.by_channel = {}  # (src, dst, size) -> {tag: node id}
         self._sorted = {}  # (src, dst, size) -> the channel's tags ever known, sorted (see candidates)
+        self.live = set()  # the keys the last update found not cached
+        self.full = True  # the next update looks at every key (the first, and the first after a jump)
 
-    def update(self):
-        """Bring the cache to the matcher's waiting messages. Returns the keys whose messages are not all cached:
-        the state's, and any pre-posted receive that shares its key with another message (then in a deque)."""
+    def update(self, changed=None):
+        """Bring the cache to the matcher's waiting messages. ``changed``: the keys that may have changed since the
+        last update (every key a send or receive posted since then looks up: :meth:`TimeFolder._changed_keys`), or
+        None for a full pass (in C, but for the new keys). Returns the keys whose messages are not all cached: the
+        state's, and any pre-posted receive that shares its key with another message (then in a deque)."""
         waiting, known = self.matcher._waiting, self.known
-        if known:
-            for key, m in list(filterfalse(waiting.items().__contains__, known.items())):
-                del known[key]
-                del self.by_rank[key[2]][m.recv_arg]
-                del self.by_channel[key[1:]][key[0]]
-        live = []
-        for key in waiting.keys() - known.keys():
+        if changed is None or self.full:
+            self.full = False
+            if known:
+                for key, _m in list(filterfalse(waiting.items().__contains__, known.items())):
+                    self._drop(key)
+            fresh = waiting.keys() - known.keys()
+        else:
+            fresh = set()
+            for key in changed | self.live:
+                m = known.get(key)
+                if m is not None and waiting.get(key) is not m:
+                    self._drop(key)  # matched, or another message came under its key
+                if key in waiting and key not in known:
+                    fresh.add(key)
+        live = set()
+        for key in fresh:
             head = waiting[key]
             if head.__class__ is Message and self.preposted(head):
                 known[key] = head
@@ -45,8 +60,30 @@ class InertReceives:
                 self.by_channel.setdefault(key[1:], {})[key[0]] = head.recv_arg
                 self._sorted.pop(key[1:], None)
             else:
-                live.append(key)
+                live.add(key)
+        if len(known) + len(live) != len(waiting):  # a change no poster since the last look made: look at every key
+            self.full = True
+            return self.update()
+        self.live = live
         return live
+
+    def after_jump(self, used, moved_keys):
+        """A jump rebuilt the matcher's waiting messages: the pre-posted receives it ``used`` (per rank, node ids)
+        are gone, the other messages waiting moved to ``moved_keys``; every other cached one stayed as it was (the
+        same object under the same key). The next update checks the count, and looks at every key if it is off."""
+        for rank, nodes in used.items():
+            keys = self.by_rank[rank]
+            for n in nodes:
+                key = keys.get(n)
+                if key is not None:
+                    self._drop(key)
+        self.live = set(moved_keys)
+        self.full = False
+
+    def _drop(self, key):
+        m = self.known.pop(key)
+        del self.by_rank[key[2]][m.recv_arg]
+        del self.by_channel[key[1:]][key[0]]
 
     def receives(self, live):
         """Per rank the pre-posted receives still waiting: {rank: {node id: key}} (the cached ones, plus those in

@@ -122,6 +122,7 @@ class JumpMixin:
             w.issued += k * (after[3] - before[3])
         matcher = self.matcher
         waiting = {}
+        moved_keys = self.moved_keys = set()  # the keys of the messages moved (InertReceives.after_jump)
         for key, head in matcher._waiting.items():
             for m in ([head] if head.__class__ is Message else head):
                 if self._preposted(m):
@@ -131,6 +132,7 @@ class JumpMixin:
                 else:
                     self._move_message(m, dn, dtag)
                     new_key = m.key
+                    moved_keys.add(new_key)
                 waiting.setdefault(new_key, []).append(m)
         for key, messages in waiting.items():
             if len({m.posted for m in messages}) > 1:  # a send and a receive of one key would have met
