@@ -84,8 +84,7 @@ def option_names(parser):
 
 
 def option_argv(parser, name, value, where="option"):
-    """The words of option ``name`` = ``value`` (booleans for flags; None: not given), checked against its type and
-    choices; a ConfigError names ``where``."""
+    """The words of option ``name`` = ``value`` (None: not given), checked; a ConfigError names ``where``."""
     from astra_sim.errors import ConfigError
 
     action = option_action(parser, name)

@@ -13,8 +13,7 @@ class ConfigError(AstraError):
 
 
 class InfeasibleError(ConfigError):
-    """A valid configuration the machine cannot run (a rank needs more memory than its GPU has): a sweep records
-    the point as infeasible, not as an error."""
+    """A valid configuration the machine cannot run (a rank needs more memory than its GPU has): infeasible."""
 
 
 class WorkloadError(AstraError):

@@ -262,8 +262,7 @@ def executors(pm=None) -> dict:
 
 
 def make_executor(jobs=None, dask=None, executor=None, pm=None) -> Executor:
-    """The executor the command line asks for: ``--executor NAME[:ARG]``, else ``--dask ADDRESS`` (``--executor
-    dask:ADDRESS``), else a local pool of ``--jobs`` processes (default: one per core)."""
+    """The executor of ``--executor NAME[:ARG]``, else ``--dask ADDRESS``, else a pool of ``--jobs`` (one per core)."""
     if executor and dask:
         raise ConfigError("give --dask or --executor, not both")
     if not executor and not dask:

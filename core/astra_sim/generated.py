@@ -24,8 +24,7 @@ CONFIG_KEYS = ("system_configuration", "network_configuration", "remote_memory_c
 
 @dataclass(frozen=True)
 class GeneratedFile:
-    """A configuration file's ``name`` (its suffix tells readers the format), ``text`` and ``origin`` (what generated
-    it, e.g. ``--platform hgx-h100 --nodes 1``)."""
+    """A configuration file's ``name`` (its suffix tells readers the format), ``text`` and ``origin`` (what made it)."""
 
     name: str
     text: str
@@ -55,8 +54,7 @@ def write_generated(files, directory):
 
 @contextlib.contextmanager
 def materialized(files):
-    """``{key: GeneratedFile}`` -> ``{key: path}`` in a fresh private folder, removed however the block ends; a
-    SIGKILLed run's folder is reclaimed by the next (:func:`private_folder`)."""
+    """``{key: GeneratedFile}`` -> ``{key: path}`` in a fresh :func:`private_folder`, removed however the block ends."""
     if not files:
         yield {}
         return

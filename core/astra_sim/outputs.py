@@ -34,8 +34,7 @@ class OutputRegistry:
         self.current_plugin = "?"
 
     def output_format(self, name, factory, options=(), description=""):
-        """``factory(options, total_npus)`` -> an :class:`OutputFormat` or None; ``options``: the run option
-        dests it reads."""
+        """``factory(options, total_npus)`` -> an :class:`OutputFormat` or None; ``options``: the dests it reads."""
         if not callable(factory):
             raise PluginError(f"plugin {self.current_plugin!r} registered output format {name!r} with {factory!r}; "
                               "expected a callable factory(options, total_npus)")

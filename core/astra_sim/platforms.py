@@ -44,8 +44,7 @@ class Platform:
         raise NotImplementedError
 
     def resolve(self, nodes: int, options: dict) -> PlatformSetup:
-        """The run's configurations and implied options on ``nodes`` nodes; ``options`` as parsed (an option the user
-        gave wins over the platform's)."""
+        """The run's configurations and implied options on ``nodes`` nodes (an option the user gave wins)."""
         raise NotImplementedError
 
     def devices_per_node(self, options) -> int:
@@ -53,8 +52,7 @@ class Platform:
         return self.gpus_per_node
 
     def device_memory_bytes(self) -> int | None:
-        """One device's memory (HBM) in bytes, which memory checks (search layouts, a KV cache) hold estimates
-        against; None when unknown."""
+        """One device's memory (HBM) in bytes, for memory checks (layouts, a KV cache); None when unknown."""
         return None
 
     def peak_tflops(self, dtype="bf16") -> float | None:

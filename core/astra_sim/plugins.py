@@ -57,8 +57,7 @@ class Registration:
 
 
 def register(entries, registration):
-    """``entries[name] = registration``; an empty name, or one two plugins register, is a PluginError (every
-    registry's rule)."""
+    """``entries[name] = registration``; an empty name, or one two plugins register, is a PluginError."""
     role, name, plugin = registration.role.replace("_", " "), registration.name, registration.plugin
     if not isinstance(name, str) or not name:
         raise PluginError(f"plugin {plugin!r} registered the {role} {name!r}: expected a non-empty name")
@@ -214,8 +213,7 @@ def make_plugin_manager(select=None, block=(), extra_plugins=()):
 
 
 def call_registration_hook(pm, hook_name, registry):
-    """Every plugin's ``hook_name(registry=...)``, one at a time (registration order, builtin first), so that each
-    entry is credited to its plugin (``registry.current_plugin``)."""
+    """Every plugin's ``hook_name(registry=...)``, one at a time, so that each entry is credited to its plugin."""
     caller = getattr(pm.hook, hook_name, None)
     for impl in (caller.get_hookimpls() if caller is not None else ()):
         registry.current_plugin = pm.get_name(impl.plugin) or repr(impl.plugin)
@@ -250,8 +248,7 @@ _DEFAULT = {}
 
 
 def default_plugin_manager():
-    """The plugin manager of every installed plugin, shared by the Python API and the commands that run many
-    simulations instead of one per run; made again when the installed plugins change."""
+    """The plugin manager of every installed plugin, shared instead of one per run; remade when they change."""
     key = tuple(sorted((ep.name, ep.value) for ep in _entry_points()))
     if _DEFAULT.get("key") != key:
         _DEFAULT["pm"] = make_plugin_manager()

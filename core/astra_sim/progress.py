@@ -52,8 +52,7 @@ def enabled_by_environment():
 
 @contextlib.contextmanager
 def activity(command, enabled=True, stream=None, delay_s=DELAY_S, interval_s=None, since=None):
-    """Show ``command``'s progress while the block runs; ``since``: its start (``time.monotonic()``: plugin loading
-    counts as waiting)."""
+    """Show ``command``'s progress while the block runs; ``since``: its start (plugin loading counts as waiting)."""
     global _current
     if not enabled or not enabled_by_environment() or _current is not None:
         yield None

@@ -184,8 +184,7 @@ def _compact_stats(stats, ranks):
 
 
 def read_report(source, where=None):
-    """A report's JSON (a path or the dict) in the per-rank layout, whichever it was written in; a malformed compact
-    layout is a ConfigError naming ``where``."""
+    """A report's JSON (a path or the dict) in the per-rank layout, whichever layout it was written in."""
     from astra_sim.errors import ConfigError
     from astra_sim.humanize import parse_rank_ranges
 

@@ -79,8 +79,7 @@ def run_spec(spec: RunSpec, pm=None, on_warning=None, measure_memory=False):
 
 
 def make_spec(args, kwargs):
-    """``(spec, pm, control keywords)`` of :func:`astra_sim.simulate`'s arguments: a RunSpec, or paths positionally
-    (``workload, system, network, memory, comm_groups``) and keywords (fields, options; ``options=`` taken as is)."""
+    """``(spec, pm, control keywords)`` of :func:`astra_sim.simulate`'s arguments."""
     from astra_sim.errors import ConfigError
     from astra_sim.plugins import plugin_manager_for
 

@@ -44,8 +44,7 @@ def parse_bool(text):
 
 @dataclass
 class RunSpec:
-    """One simulation: the workload, the machine (configuration files, or a platform and its nodes), the backends and
-    ``options``, every plugin option by ``dest`` (with its default in a spec made from arguments or a mapping)."""
+    """One simulation; ``options``: every plugin option by ``dest`` (defaults included when parsed)."""
 
     workload: str
     system: str | None = None
@@ -195,8 +194,7 @@ class RunSpec:
 
     # ------------------------------------------------------------------ resolution
     def resolve(self, pm=None) -> "ResolvedRun":
-        """The concrete run: configurations (files or generated), options, compute model and what a platform implied
-        (``platform_defaults``); files the user named win."""
+        """The concrete run, with what a platform implied (``platform_defaults``); files the user named win."""
         from astra_sim.generated import CONFIG_KEYS, GeneratedFile, generated_options
 
         options = dict(self.options)
@@ -235,8 +233,7 @@ class RunSpec:
 
 @dataclass
 class ResolvedRun:
-    """A spec made concrete: ``configs`` (paths or None), ``generated`` ({key: GeneratedFile}, written only while the
-    run reads them), every option, and the compute model."""
+    """A spec made concrete; ``generated``: {key: GeneratedFile}, written only while the run reads them."""
 
     spec: RunSpec
     configs: dict

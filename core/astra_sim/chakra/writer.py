@@ -42,8 +42,7 @@ def _node_where(node):
 
 
 def _fill_attrs(attr_field, attrs: dict, kinds: dict, docs: dict, where, strict=False):
-    """Add ``attrs`` to the repeated AttributeProto ``attr_field``. ``kinds``: preferred oneof member per name
-    (``strict``: it was asked for explicitly and the value must fit it)."""
+    """Add ``attrs`` to ``attr_field``; ``kinds``: the preferred member per name (``strict``: the value must fit)."""
     for name, value in attrs.items():
         if not isinstance(name, str):
             raise ChakraError(f"{where}: attribute name {name!r} is not a string")

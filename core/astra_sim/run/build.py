@@ -139,8 +139,7 @@ class Unfolded:
 
 
 class BuiltRanks:
-    """What :func:`build_ranks` made: per rank its system layer and workload (None for a folded run's
-    non-representatives), their shared context, the matcher, and the count of distinct traces parsed."""
+    """What :func:`build_ranks` made (a folded run's non-representatives: None)."""
 
     __slots__ = ("systems", "workloads", "shared", "matcher", "traces_parsed")
 

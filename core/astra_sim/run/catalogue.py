@@ -18,8 +18,7 @@ _COLLECTIVE_NAMES = dict(_COLLECTIVES)
 
 
 class CollectiveCatalogue:
-    """The run's collective algorithms, resolved lazily and cached. ``config_path``: the system configuration as the
-    user named it (for messages); ``context``: the RunContext custom formats load with."""
+    """The run's collective algorithms, resolved lazily and cached (``config_path`` as the user named it)."""
 
     def __init__(self, registry, system_config, config_path, npus_per_dim, warn, context):
         self._entries = registry.entries["collective_algorithm"]

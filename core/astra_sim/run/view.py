@@ -40,8 +40,7 @@ class RunView:
         self._sim.warn(message)
 
     def add_node_observer(self, fn) -> None:
-        """``fn(rank, node, start_ns, end_ns)`` per finished node of a simulated rank (call it from
-        ``astra_run_start``; keep ``fn`` cheap)."""
+        """``fn(rank, node, start_ns, end_ns)`` per finished node of a simulated rank (keep it cheap; call it early)."""
         self._sim.add_node_observer(fn)
 
     def add_plan_observer(self, fn) -> None:
