@@ -13,7 +13,7 @@ class ConfigError(AstraError):
 
 
 class InfeasibleError(ConfigError):
-    """A valid configuration the machine cannot run (a rank needs more memory than its GPU has): infeasible."""
+    """A valid configuration the machine cannot run (more memory than its GPU has): a sweep's infeasible point."""
 
 
 class WorkloadError(AstraError):
