@@ -153,7 +153,7 @@ class Sys:
         "collectives",
     )
     engine: EventEngine
-    _pending: dict[int, list]
+    _pending: dict[object, list]  # tick -> batch; not dict[int]: compiled, each lookup would box the tick anew
     active_streams: list[list[Stream]]
     running_streams: list[int]
     queue_threshold: int
@@ -207,7 +207,7 @@ class Sys:
         self.engine.fold.tie_check(self.rank, self.engine.current, (self._call_events_fn, tick))
         self._call_events(tick)
 
-    def _call_events(self, tick: int) -> None:
+    def _call_events(self, tick) -> None:
         batch = self._pending[tick]
         i = 0
         while i < len(batch):
