@@ -7,6 +7,7 @@ import importlib.metadata
 import os
 import sys
 from dataclasses import dataclass, field
+from functools import partialmethod
 
 import pluggy
 
@@ -74,23 +75,15 @@ class Registry:
     entries: dict = field(default_factory=lambda: {role: {} for role in ROLES})
     current_plugin: str = "?"
 
-    def _add(self, role, name, factory, description):
+    def _add(self, role, name, factory, description=""):
         register(self.entries[role], Registration(role, name, factory, self.current_plugin, description))
 
-    def workload_format(self, name, factory, description=""):
-        self._add("workload_format", name, factory, description)
-
-    def collective_algorithm(self, name, factory, description=""):
-        self._add("collective_algorithm", name, factory, description)
-
-    def compute_model(self, name, factory, description=""):
-        self._add("compute_model", name, factory, description)
-
-    def network_backend(self, name, factory, description=""):
-        self._add("network_backend", name, factory, description)
-
-    def memory_backend(self, name, factory, description=""):
-        self._add("memory_backend", name, factory, description)
+    # ``registry.<role>(name, factory, description="")``, one per backend role
+    workload_format = partialmethod(_add, "workload_format")
+    collective_algorithm = partialmethod(_add, "collective_algorithm")
+    compute_model = partialmethod(_add, "compute_model")
+    network_backend = partialmethod(_add, "network_backend")
+    memory_backend = partialmethod(_add, "memory_backend")
 
     def platform(self, platform, description=""):
         """A :class:`astra_sim.platforms.Platform` object, registered under its ``name``."""
