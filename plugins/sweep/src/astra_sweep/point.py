@@ -1,5 +1,5 @@
 """Running one point, on whatever worker an executor picked: materialise its workload (generated once per
-content hash in the worker's cache) and its machine (platform, GPU, network and system with the point's
+content hash in the machine's cache; an LLM workload once per process, held in its memory) and its machine (platform, GPU, network and system with the point's
 overrides, in a private folder removed afterwards), simulate it, and return its row.
 
 A point never raises: what went wrong is its row's ``status`` (``infeasible: ...`` when the configuration
