@@ -4,6 +4,11 @@ field type: it travels as the integer value of the ``comm_type`` attribute."""
 from __future__ import annotations
 
 from . import et_def_pb2 as _pb
+from .et_def_pb2 import (  # the schema's NodeType and CollectiveCommType values, as et_def.proto numbers them
+    ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BARRIER, BROADCAST, COMM_COLL_NODE, COMM_RECV_NODE, COMM_SEND_NODE, COMP_NODE,
+    GATHER, INVALID_NODE, MEM_LOAD_NODE, MEM_STORE_NODE, METADATA_NODE, REDUCE, REDUCE_SCATTER, REDUCE_SCATTER_BLOCK,
+    SCATTER,
+)
 
 __all__ = [
     "INVALID_NODE", "METADATA_NODE", "MEM_LOAD_NODE", "MEM_STORE_NODE", "COMP_NODE",
@@ -16,31 +21,8 @@ __all__ = [
     "DEFAULT_VERSION",
 ]
 
-# --- NodeType -------------------------------------------------------------------------------------------
-INVALID_NODE = 0
-METADATA_NODE = 1
-MEM_LOAD_NODE = 2
-MEM_STORE_NODE = 3
-COMP_NODE = 4
-COMM_SEND_NODE = 5
-COMM_RECV_NODE = 6
-COMM_COLL_NODE = 7
-
 NODE_TYPE_NAMES = {value: name for name, value in _pb.NodeType.items()}
 NODE_TYPE_VALUES = {name: value for value, name in NODE_TYPE_NAMES.items()}
-
-# --- CollectiveCommType (value of the `comm_type` attribute) ---------------------------------------------
-ALL_REDUCE = 0
-REDUCE = 1
-ALL_GATHER = 2
-GATHER = 3
-SCATTER = 4
-BROADCAST = 5
-ALL_TO_ALL = 6
-REDUCE_SCATTER = 7
-REDUCE_SCATTER_BLOCK = 8
-BARRIER = 9
-
 COMM_TYPE_NAMES = {value: name for name, value in _pb.CollectiveCommType.items()}
 
 
