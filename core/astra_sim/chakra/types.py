@@ -37,14 +37,10 @@ def comm_type_name(value: int) -> str:
 
 
 # --- AttributeProto oneof members ---------------------------------------------------------------------------
-ATTR_SCALAR_KINDS = (
-    "double_val", "float_val", "int32_val", "int64_val", "uint32_val", "uint64_val", "sint32_val",
-    "sint64_val", "fixed32_val", "fixed64_val", "sfixed32_val", "sfixed64_val", "bool_val", "string_val",
-    "bytes_val",
-)
-ATTR_LIST_KINDS = tuple(k[:-4] + "_list" for k in ATTR_SCALAR_KINDS)
-# in field-number order (double_val=3, double_list=4, ...)
-ATTR_KINDS = tuple(k for pair in zip(ATTR_SCALAR_KINDS, ATTR_LIST_KINDS) for k in pair)
+# AttributeProto's ``value`` oneof members as the schema orders them (double_val=3, double_list=4, ...)
+ATTR_KINDS = tuple(f.name for f in _pb.AttributeProto.DESCRIPTOR.oneofs_by_name["value"].fields)
+ATTR_SCALAR_KINDS = tuple(k for k in ATTR_KINDS if k.endswith("_val"))
+ATTR_LIST_KINDS = tuple(k for k in ATTR_KINDS if k.endswith("_list"))
 INT_KINDS = frozenset(k for k in ATTR_SCALAR_KINDS if "int" in k or "fixed" in k)
 
 # The oneof member Chakra's own writers (generator, text converter, ASTRA-sim scripts) use for the names the
