@@ -11,7 +11,7 @@ workload:
   llm: {preset: gpt3-13b, layers: 2, hidden: 512, heads: 8, kv-heads: 8, ffn-hidden: 2048, seq-len: 256, tp: 2, pp: 2, dp: 2, micro-batches: 2}
 run: {platform: hgx-h100, compute-model: gpu}
 axes:
-  grid: {workload.llm.tp: [2, 4], run.platform-collective: [ring, nccl]}
+  grid: {run.platform-collective: [ring, nccl], workload.llm.tp: [2, 4]}
 """
 
 
@@ -36,12 +36,16 @@ def _rows(tmp_path, name, **how):
 
 
 def test_held_rows_are_the_written_rows_in_process_and_in_workers(tmp_path, monkeypatch):
-    held = []
-    make = point._held
-    monkeypatch.setattr(point, "_held", lambda ref, sweep_id: held.append(ref.digest) or make(ref, sweep_id))
+    import astra_workload_generators.llm as llm
+
+    made = []
+    generate = llm.generate_llm_workload
+    monkeypatch.setattr(llm, "generate_llm_workload",
+                        lambda *a, **k: made.append(k.get("in_memory")) or generate(*a, **k))
     in_memory = _rows(tmp_path, "held", executor_object=InProcess())
-    # the base case's workload and the other layout's, each generated once in this process and reused
-    assert len(held) == 5 and len(set(held)) == 2
+    # the base case's layout (also two points') and the other layout, each generated once in this process, held
+    assert made == [True, True]
+    monkeypatch.setattr(llm, "generate_llm_workload", generate)
     assert not point._HELD_WORKLOADS  # forgotten with the sweep's cache
     workers = _rows(tmp_path, "workers", jobs=2)  # the base held here, every point's in its worker's own memory
     monkeypatch.setattr(point, "HOLD_LLM_WORKLOADS", False)
@@ -52,7 +56,14 @@ def test_held_rows_are_the_written_rows_in_process_and_in_workers(tmp_path, monk
 
 
 def test_held_workloads_beyond_the_budget_are_dropped(tmp_path, monkeypatch):
+    import astra_workload_generators.llm as llm
+
     monkeypatch.setattr(point, "HELD_NODES", 1)  # keep only the most recent workload
+    made = []
+    generate = llm.generate_llm_workload
+    monkeypatch.setattr(llm, "generate_llm_workload", lambda *a, **k: made.append(1) or generate(*a, **k))
     rows = _rows(tmp_path, "small-budget", executor_object=InProcess())
+    assert len(made) == 4  # base 2, (2), 4, 2 again, 4 again: a dropped layout is generated again
+    monkeypatch.setattr(llm, "generate_llm_workload", generate)
     monkeypatch.setattr(point, "HOLD_LLM_WORKLOADS", False)
     assert rows == _rows(tmp_path, "written", executor_object=InProcess())
