@@ -67,7 +67,7 @@ class Algorithm:
         self._received = self.run_received
         self._reduce = self._reduce_then_general
 
-    def bundle(self, size: int, processed: bool) -> None:
+    def bundle(self, size, processed: bool) -> None:
         """A packet bundle: endpoint delay, the reduction if ``processed``, then General."""
         sys = self._sys_layer
         if sys is None:

@@ -74,7 +74,7 @@ class HalvingDoubling(Ring):
     def non_zero_latency_packets_count(self) -> int:
         return int(math.log2(self.nodes_in_ring) - 1 * self.parallel_reduce)
 
-    def bundle(self, size: int, processed: bool) -> None:
+    def bundle(self, size, processed: bool) -> None:
         """Queue the packet's partner, release it, then move to the next partner (distance and size halve or
         double)."""
         self.packets.append((self.curr_sender, self.curr_receiver, size))

@@ -39,11 +39,11 @@ class Ring(Algorithm):
     #: (``SendRecvMatcher.shared_key``): no tuple built, hashed twice or compared per message; None: the plain calls
     _send_key: tuple | None
     _recv_key: tuple | None
-    #: typed for mypyc (tools/compile_core.py): native ints for the counters of every packet (not the ranks, nor
-    #: Algorithm's tag and bus delay: they only go to Python calls, and a native int is boxed again for every one)
+    #: typed for mypyc (tools/compile_core.py): native ints for the counters of every packet (not the ranks, the
+    #: message size, nor Algorithm's tag and bus delay: they only go to Python calls, and a native int is boxed again
+    #: for every one)
     parallel_reduce: int
     stream_count: int
-    msg_size: int
     zero_latency_packets: int
     non_zero_latency_packets: int
     free_packets: int
@@ -211,7 +211,7 @@ class Direct(Ring):
         if self.stream_count == 0 and self.free_packets == self.parallel_reduce:
             self.end()
 
-    def bundle(self, size: int, processed: bool) -> None:
+    def bundle(self, size, processed: bool) -> None:
         """Queue the packet's partners, release it, then move to the next peer."""
         self.packets.append((self.curr_sender, self.curr_receiver, size))
         super().bundle(size, processed)
