@@ -108,3 +108,17 @@ def test_a_combined_workload_is_written_once_for_every_condition(tmp_path, monke
     for out in (once, every):
         out.pop("wall_s")
     assert once == every
+
+
+def test_a_kept_work_dir_keeps_the_jobs_traces_as_files(tmp_path):
+    from astra_workload_compact import read_compact_workload
+
+    spec = parse_cluster_spec({k: v for k, v in SPEC.items() if k != "stragglers"}, str(tmp_path / "c.yaml"))
+    kept = run_cluster(spec, work_dir=tmp_path / "work")
+    for job in ("a", "b"):
+        for path in read_compact_workload(str(tmp_path / "work" / job / "trace")).traces.values():
+            assert read_et(path).nodes  # parsed by any process
+    held = run_cluster(spec)
+    for out in (kept, held):
+        out.pop("wall_s")
+    assert kept == held

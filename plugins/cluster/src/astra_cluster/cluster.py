@@ -33,12 +33,12 @@ def run_cluster(spec, pm=None, work_dir=None) -> dict:
         spec = load_cluster_spec(spec)
     if work_dir is not None:
         os.makedirs(work_dir, exist_ok=True)
-        return _run(spec, pm, str(work_dir))
+        return _run(spec, pm, str(work_dir), hold=False)  # (the jobs' traces written: kept as files)
     with tempfile.TemporaryDirectory(prefix="astra-cluster-") as folder:
         return _run(spec, pm, folder)
 
 
-def _run(spec, pm, folder):
+def _run(spec, pm, folder, hold=None):
     started = time.perf_counter()
     machine = Machine(spec, pm)
     _check_fits(spec, machine)
@@ -49,7 +49,7 @@ def _run(spec, pm, folder):
     for job in spec.jobs:  # jobs with the same workload share its traces (and its simulated steps)
         key = workload_key(job)
         if key not in by_key:
-            by_key[key] = materialize(job, folder, spec.base_dir, spec.platform, spec.run)
+            by_key[key] = materialize(job, folder, spec.base_dir, spec.platform, spec.run, hold)
         workloads[job.name] = by_key[key]
     steps = StepTimes(machine, workloads, folder)
     out = {"units": {"time": "ns", "size": "bytes"}, "spec": spec.path, "cluster": {

@@ -39,11 +39,12 @@ class JobWorkload:
         self.reader = None  # its _RankReader, made by the first write_combined that places it
 
 
-def materialize(job, folder, base_dir, platform=None, run=None) -> JobWorkload:
+def materialize(job, folder, base_dir, platform=None, run=None, hold=None) -> JobWorkload:
     """Write (generators) or find (Chakra) ``job``'s workload; ``folder``: where generated traces go;
     ``base_dir``: what relative Chakra prefixes are relative to; ``platform``: the cluster's registered platform,
     which an LLM job is generated for (its GPU's kernels, or those of the GPU a ``gpu`` in the cluster's ``run``
-    options puts in its place) unless the job names one."""
+    options puts in its place) unless the job names one. ``hold``: whether an LLM job is held in memory rather than
+    written (None: :data:`HOLD_LLM_WORKLOADS`; False where its traces are to be kept)."""
     from astra_sim.spec import workload_ranks
 
     kind, value = job.workload_kind, job.workload
@@ -55,7 +56,7 @@ def materialize(job, folder, base_dir, platform=None, run=None) -> JobWorkload:
         spec = LlmSpec.from_mapping(value, where=where).for_platform(platform, run)
         # held in memory (issue 37): the combined workloads are written from its nodes in this process, with no
         # encode and parse of the job's own traces
-        summary = generate_llm_workload(spec, prefix, in_memory=HOLD_LLM_WORKLOADS)
+        summary = generate_llm_workload(spec, prefix, in_memory=HOLD_LLM_WORKLOADS if hold is None else hold)
         workload = JobWorkload(prefix, summary["npus"], _groups_of(prefix, None), summary)
     elif kind == "micro":
         from astra_workload_generators import generate_micro
