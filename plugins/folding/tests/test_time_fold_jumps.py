@@ -49,6 +49,12 @@ def test_looks_come_once_per_pass_of_each_chunk_of_an_interleaved_pipeline():
     assert p2p_period(_trace(_interleaved_rows(8, 12, 2))) == 16
 
 
+def test_a_long_steady_state_is_looked_at_once_per_whole_period():
+    # 8 groups: the tags step evenly over a whole group (96 passes) through the middle third and beyond, for at least
+    # LONG_STEADY_PERIODS of it: fewer, longer jumps
+    assert p2p_period(_trace(_interleaved_rows(8, 12, 8))) == 8 * 12 * 2
+
+
 def test_a_short_trace_is_looked_at_as_before():
     # runs shorter than MIN_P2P_RUN: the period over the middle third, as before
     rows = [(T.COMM_SEND_NODE, 0, 1, 64, 2 * i) if i % 2 == 0 else (T.COMM_RECV_NODE, 1, 0, 64, 2 * i)
@@ -149,9 +155,9 @@ def test_candidates_are_every_receive_a_repeat_can_find():
 
 
 def test_an_interleaved_pipeline_jumps_more_than_once_to_the_ns(tmp_path):
-    """12 chunks of 8 stages, 64 micro-batches: the tags step evenly only between chunk boundaries, so each stretch
+    """12 chunks of 8 stages, 48 micro-batches: the tags step evenly only between chunk boundaries, so each stretch
     of the steady state is a jump of its own; every number as without the flag."""
-    info = check_exact(write_pipeline(tmp_path, 8, 64, 12))
+    info = check_exact(write_pipeline(tmp_path, 8, 48, 12))
     assert info["folded"] is True, info
     assert info["jumps"] >= 2, info
     assert info["skipped_ns"] >= info["periods"] * info["period_ns"]
