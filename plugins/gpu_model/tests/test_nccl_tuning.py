@@ -74,3 +74,35 @@ def test_blackwell_caps_2_26():
     assert caps["tree_ll128"][2] == pytest.approx(58.0)
     assert caps["link"] == 40.0
     assert nccl_tuning.caps(nccl.ARCH["blackwell"], "blackwell", nccl_tuning.V2_26, 1) is nccl.ARCH["blackwell"]
+
+
+def test_size_channels():
+    from astra_gpu_model.nccl_graph import size_channels
+
+    # tree LL: 512 threads x 8 B a channel: 8 KiB < 3 x 4096 -> 2 channels; 64 KiB = 16 x 4096 -> all 16; 1 KiB -> 1.
+    assert size_channels("tree", "LL", 8192, 16, 16) == 2
+    assert size_channels("tree", "LL", 65536, 16, 16) == 16
+    assert size_channels("tree", "LL", 1024, 16, 16) == 1
+    # ring LL's threshold is per rank: 16 ranks, 512 KiB < 9 x 512 x 8 x 16 -> 8; ring Simple 512 x 64: 256 KiB -> 8.
+    assert size_channels("ring", "LL", 512 << 10, 16, 16) == 8
+    assert size_channels("ring", "Simple", 256 << 10, 16, 16) == 8
+    # LL128 640 x 8: 512 KiB keeps 16; NVLSTree is not a ring or tree: its channels are the NVLS CTAs
+    assert size_channels("tree", "LL128", 512 << 10, 16, 16) == 16
+    assert size_channels("nvls_tree", "Simple", 1024, 16, 16) == 16
+
+
+def test_small_allreduce_across_nodes_runs_on_fewer_channels():
+    # 2 x 8 H100, 8 KiB: tree LL, its bus bandwidth min(min(0.92 x 370.8, 8 x 41.4) / 3.8, llMax 39) = 39 GB/s,
+    # algBw 19.5 x treeCorrection LL[7] 0.7 = 13.65 GB/s: 0.6001 us on NCCL's 16 channels, 8 x that on the 2 it runs.
+    cfg = nccl.config_for_gpu(H100)
+    _, algo, proto, lat, bw_us = nccl.predict("all_reduce", 8192, 16, cfg, 2)[0]
+    assert (algo, proto) == (nccl.TREE, nccl.LL)
+    assert bw_us == pytest.approx(8192 / 13650.0)
+    cal = cfg.correction()
+    t_us = nccl.collective_time_us("all_reduce", 8192, 16, cfg, 2)[0]
+    assert t_us == pytest.approx(cal.overhead_us + cal.latency_scale * lat + 8 * bw_us)
+    # one node keeps the calibrated time (the fit's sweeps ran on NCCL's own channels)
+    one = nccl.predict("all_reduce", 8192, 8, cfg, 1)[0]
+    eff = cal.efficiency_for("nvswitch", one[1], one[2])
+    assert nccl.collective_time_us("all_reduce", 8192, 8, cfg, 1)[0] == pytest.approx(
+        cal.overhead_us + cal.latency_scale * one[3] + one[4] / eff)

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, TimedCollective
 
 from astra_gpu_model import nccl_tuning
-from astra_gpu_model.nccl_graph import ring_graph
+from astra_gpu_model.nccl_graph import ring_graph, size_channels
 
 LL, LL128, SIMPLE = "LL", "LL128", "Simple"
 PROTOCOLS = (LL, LL128, SIMPLE)
@@ -628,6 +628,9 @@ def collective_time_us(coll, n_bytes, n, cfg: NcclConfig, nodes=1, ctas=None):
         return 0.0, algo, proto
     if coll != ALL_TO_ALL:
         bw_us /= cta_share(algo, cfg, ctas)
+    if nodes > 1 and coll != ALL_TO_ALL:  # NCCL's channels by size, as cta_share scales them (one node: in the fit)
+        start = min(cfg.channels, ctas) if ctas else cfg.channels
+        bw_us *= start / size_channels(algo, proto, n_bytes, n, start)
     cal = cfg.correction()
     if cal is None:
         return lat + bw_us, algo, proto

@@ -81,4 +81,29 @@ def ring_graph(arch, nics, nic_gbps, pci_gbps, nvlink_gbps=None, speeds=None):
     return channels, speed
 
 
-__all__ = ["RING_MAX_CHANNELS", "SPEED_INTER", "ring_graph", "search_speed", "speed_array"]
+#: What a ring or tree collective's channel count at run time depends on (src/enqueue.cc topoGetAlgoInfo, "Ring/Tree
+#: channel tuning", the same in NVIDIA/nccl v2.26.2-1 and master 5067397): a channel's threads (tuning.cc maxThreads:
+#: NCCL_LL_MAX_NTHREADS 512, NCCL_LL128_MAX_NTHREADS 640, NCCL_SIMPLE_MAX_NTHREADS 512 (a ring's 256 only where
+#: ``bwIntra x nChannels <= PCI_BW``, 12 GB/s, never on NVLink) and its bytes per thread (src/include/comm.h
+#: NCCL_{LL,LL128,SIMPLE}_THREAD_THRESHOLD 8 / 8 / 64; tuning.cc ``threadThresholds[RING][LL] *= nRanks``).
+SIZE_MAX_THREADS = {"LL": 512, "LL128": 640, "Simple": 512}
+SIZE_THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}
+
+
+def size_channels(algo, proto, n_bytes, n_ranks, channels):
+    """The channels NCCL runs a ring or tree collective of ``n_bytes`` (NCCL's nBytes) on, out of the communicator's
+    ``channels``: ``while (nBytes < nc * nt * threadThreshold) { if (nc >= 2) nc--; else break; }`` after the pair is
+    picked (the pick itself assumes every channel). 16 channels, tree LL: 8 KiB -> 2 (8192 < 3 x 512 x 8), 64 KiB ->
+    16; ring LL on 16 ranks: 1 MiB -> 16, 512 KiB -> 8. Other algorithms keep ``channels``."""
+    if algo not in ("ring", "tree") or proto not in SIZE_MAX_THREADS:
+        return channels
+    per_channel = SIZE_MAX_THREADS[proto] * SIZE_THREAD_THRESHOLD[proto] * (n_ranks if algo == "ring" and proto == "LL"
+                                                                            else 1)
+    nc = channels
+    while nc >= 2 and n_bytes < nc * per_channel:
+        nc -= 1
+    return nc
+
+
+__all__ = ["RING_MAX_CHANNELS", "SPEED_INTER", "ring_graph", "search_speed", "speed_array", "size_channels",
+           "SIZE_MAX_THREADS", "SIZE_THREAD_THRESHOLD"]
