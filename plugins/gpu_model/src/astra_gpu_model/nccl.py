@@ -394,10 +394,8 @@ def predict(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
         # The ring/tree crosses its node's NICs: one per GPU, rail-optimised.
         bw_inter = cfg.nic_gbps * ppn
         bw_bus = bw_inter if ppn == 1 else min(bw_intra, bw_inter)
-        if link == "nvswitch":
-            # NCCL's per-channel caps (perChMax...Bw) count its search's channels, one per NIC at the first speed
-            # the GPU -> NIC path allows (nccl_graph.ring_graph: 8 on 8 H100 with 8 NICs), not the communicator's
-            # duplicated ones (cfg.channels, 16).
+        if link == "nvswitch":  # NCCL's perChMax...Bw caps count its search's channels (nccl_graph.ring_graph: 8 on
+            # 8 H100 with 8 NICs, one per NIC at the first speed the path allows), not the communicator's 16.
             nch = ring_graph(cfg.arch, ppn, cfg.nic_gbps, cfg.pci_gbps, bw_intra,
                              nccl_tuning.speed_array(cfg.arch, cfg.tuning))[0]
         ll_max = LL_MAX_MULTINODE[cfg.cpu][col - 1]
@@ -424,7 +422,8 @@ def predict(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
                 alg_bw = nvls_tree_bus(cfg, bw_intra, ppn, nodes) * n / nsteps
                 lat = hw[NVLS_TREE][2] + 2 * math.log2(nodes) * HW_LAT["net"][NVLS_TREE][2]
                 if cfg.tuning != nccl_tuning.MASTER:
-                    lat, alg_bw = nccl_tuning.nvls_tree_terms(cfg.arch, ppn, nodes, cfg.nic_gbps, cfg.pci_gbps, bw_intra)
+                    lat, alg_bw = nccl_tuning.nvls_tree_terms(cfg.arch, ppn, nodes, cfg.nic_gbps, cfg.pci_gbps,
+                                                              bw_intra)
                 bw_us = n_bytes / (1000.0 * alg_bw)
                 out.append((lat + bw_us, NVLS_TREE, SIMPLE, lat, bw_us))
             continue
