@@ -6,7 +6,6 @@ from collections import deque
 
 from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, Algorithm, mypyc_attr
 from astra_sim.system.frontend import SendRecvMatcher
-from astra_sim.system.sys import Sys
 from astra_sim.system.topology import DIM_LOCAL
 
 #: Memory-bus delay on a communicator-group ("local") ring, in ns (the
