@@ -102,3 +102,21 @@ def test_cli_blocked_is_a_one_line_error(case, capsys):
     assert rc == 2
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert "sys.json" in err and "install" in err and "collectives_native" in err
+
+
+@pytest.mark.parametrize("backend", ["analytical", "congestion"])
+def test_an_unfolded_ring_posts_under_shared_keys_and_drops_them(case, backend, monkeypatch):
+    """Issue 37: a ring posts every step under one matcher key per direction (``SendRecvMatcher.shared_key``), the
+    same tuple on the sender's and the receiver's side, and drops them when its phase ends; the ns are the hand-counted
+    ones on either backend (one hop per message: the congestion backend's link is never busy here)."""
+    from astra_sim.system.frontend import SendRecvMatcher
+
+    handed, dropped = [], []
+    shared_key, drop_key = SendRecvMatcher.shared_key, SendRecvMatcher.drop_key
+    monkeypatch.setattr(SendRecvMatcher, "shared_key", lambda self, *a: handed.append(shared_key(self, *a)) or handed[-1])
+    monkeypatch.setattr(SendRecvMatcher, "drop_key", lambda self, key: dropped.append(key) or drop_key(self, key))
+    report = simulate(*case, network_backend=backend, fold=False)
+    assert {rank.finish_ns for rank in report.ranks} == {ring_all_reduce_ns()}
+    # 4 ranks x 4 chunks, a send key and a receive key each; rank r's send key is rank r+1's receive key (one tuple)
+    assert len(handed) == 32 and len({id(key) for key in handed}) == 16
+    assert {id(key) for key in dropped} == {id(key) for key in handed}
