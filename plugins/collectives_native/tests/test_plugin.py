@@ -113,7 +113,8 @@ def test_an_unfolded_ring_posts_under_shared_keys_and_drops_them(case, backend, 
 
     handed, dropped = [], []
     shared_key, drop_key = SendRecvMatcher.shared_key, SendRecvMatcher.drop_key
-    monkeypatch.setattr(SendRecvMatcher, "shared_key", lambda self, *a: handed.append(shared_key(self, *a)) or handed[-1])
+    monkeypatch.setattr(SendRecvMatcher, "shared_key",
+                        lambda self, *a: handed.append(shared_key(self, *a)) or handed[-1])
     monkeypatch.setattr(SendRecvMatcher, "drop_key", lambda self, key: dropped.append(key) or drop_key(self, key))
     report = simulate(*case, network_backend=backend, fold=False)
     assert {rank.finish_ns for rank in report.ranks} == {ring_all_reduce_ns()}
