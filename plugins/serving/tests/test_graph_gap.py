@@ -27,8 +27,9 @@ def test_a_graph_step_pays_the_gap_before_each_compute_kernel_and_an_eager_step_
     gapped = run_spec(graph, _pm())
     plain = run_spec(graph.replace(gpu_kernel_gap_ns=0), _pm())
     kernels = max(r.nodes for r in plain.ranks)
-    # 2 layers of 13 compute kernels (12, and vLLM's rotary embedding of q and k; TP 1: no all-reduce) and the LM head
-    assert kernels == 2 * 13 + 1
+    # 2 layers of 13 compute kernels (12, and vLLM's rotary embedding of q and k; TP 1: no all-reduce), the final norm
+    # and the LM head
+    assert kernels == 2 * 13 + 2
     # one GPU stream, the kernels back to back: each starts GRAPH_KERNEL_GAP_NS after the one before it ends
     assert gapped.max_finish_ns == plain.max_finish_ns + kernels * GRAPH_KERNEL_GAP_NS
     assert timer.simulate(0, 8, 256, graph=True) == (gapped.max_finish_ns,)
