@@ -113,9 +113,9 @@ def bench(case, rounds):
                 reports[fold] = report
     info = reports[True]["settings"]["fold"].get("time", {})
     same = _same(reports[True], reports[False])
-    what = (f"{info['periods']:,} periods of {info['period_ns']:,} ns jumped over ({info['skipped_events']:,} of "
-            f"{reports[False]['stats']['events']:,} events)" if info.get("folded")
-            else f"not folded: {info.get('reason')}")
+    what = (f"{info.get('jumps', 1)} jump(s), the longest {info['periods']:,} periods of {info['period_ns']:,} ns "
+            f"({info['skipped_events']:,} of {reports[False]['stats']['events']:,} events jumped over)"
+            if info.get("folded") else f"not folded: {info.get('reason')}")
     plain, folded = min(cpu[False]), min(cpu[True])
     print(f"{case}: {what}; astra run user CPU {plain:.2f} s -> {folded:.2f} s with --time-fold "
           f"({plain / folded:.2f}x); event loop {min(loop[False]):.2f} s -> {min(loop[True]):.2f} s "

@@ -101,7 +101,7 @@ from astra_sim.compute import ReplayModel, RooflineModel
 from astra_sim.system.frontend import Message
 
 from astra_folding.time_collectives import CollectiveCanon, Incomparable, counters
-from astra_folding.time_anchor import p2p_period as _p2p_period
+from astra_folding.time_anchor import MAX_P2P_PERIOD, p2p_period as _p2p_period
 from astra_folding.time_inert import InertReceives
 from astra_folding.time_ties import RESET_TIMES
 from astra_folding.time_jump import (
@@ -314,17 +314,26 @@ class TimeFolder(JumpMixin):
             self.parents = {w.rank: _parent_counts(w.children) for w in self.workloads}
             self.root_recvs = {w.rank: {i for i, n in w.nodes.items() if n.type == T.COMM_RECV_NODE
                                         and not self.parents[w.rank].get(i)} for w in self.workloads}
-            self.inert_cache = InertReceives(self.matcher, self._preposted, [w.rank for w in self.workloads])
+            if self.every <= MAX_P2P_PERIOD:  # looks close together: keep them from look to look (InertReceives)
+                self.inert_cache = InertReceives(self.matcher, self._preposted, [w.rank for w in self.workloads])
 
     def _scan_log(self):
         """Note the children of the nodes finished since the last look (those with some parents finished)."""
         by_rank, touched, keys, symmetry = self.by_rank, self.touched, self._posted_keys, self.symmetry
-        for rank, node_id, _s, _e in self.log[self.scanned:]:
-            w = by_rank[rank]
-            touched[rank].update(w.children[node_id])
-            node = w.nodes[node_id]
-            if node.type in _P2P:  # its key may have changed in the matcher (InertReceives.update)
-                keys.add(_key(rank, node, symmetry))
+        rows = self.log[self.scanned:]
+        cache = self.inert_cache
+        if cache is not None and not cache.full and len(rows) > len(self.matcher._waiting) // 4:
+            cache.full = True  # more finished since than there are keys: a pass over every key costs less
+        if cache is None or cache.full:
+            for rank, node_id, _s, _e in rows:
+                touched[rank].update(by_rank[rank].children[node_id])
+        else:
+            for rank, node_id, _s, _e in rows:
+                w = by_rank[rank]
+                touched[rank].update(w.children[node_id])
+                node = w.nodes[node_id]
+                if node.type in _P2P:  # its key may have changed in the matcher (InertReceives.update)
+                    keys.add(_key(rank, node, symmetry))
         self.scanned = len(self.log)
 
     @staticmethod
@@ -358,12 +367,13 @@ class TimeFolder(JumpMixin):
         events = tuple((t - now, self._events(engine.buckets[t], self.width)) for t in sorted(engine.buckets))
         ranks = tuple(self._rank(w) for w in self.workloads)
         waiting = []
-        for w in self.workloads:  # the sends and receives running now (what _scan_log saw has finished)
+        for w in (self.workloads if self.inert_cache is not None else ()):  # the sends and receives running now
             nodes = w.nodes
             self._posted_keys.update(_key(w.rank, nodes[n], self.symmetry) for n in self._running[w.rank]
                                      if nodes[n].type in _P2P)
-        # the keys of messages that are not pre-posted receives (and rare others)
-        self._live = self.inert_cache.update(self._posted_keys)
+        # the keys of messages that are not pre-posted receives (and rare others); every key when looks are far apart
+        self._live = (self.inert_cache.update(self._posted_keys) if self.inert_cache is not None
+                      else list(self.matcher._waiting))
         self._posted_keys = set()
         for key in self._live:
             head = self.matcher._waiting[key]
@@ -408,7 +418,14 @@ class TimeFolder(JumpMixin):
     def inert_receives(self):
         """Per rank the pre-posted receives still waiting (:meth:`_preposted`): {rank: {node id: key}}, as the
         last look found them (:class:`InertReceives`; read, not changed)."""
-        return self.inert_cache.receives(self._live)
+        if self.inert_cache is not None:
+            return self.inert_cache.receives(self._live)
+        out = {w.rank: {} for w in self.workloads}
+        for key, head in self.matcher._waiting.items():
+            for m in ([head] if head.__class__ is Message else head):
+                if self._preposted(m):
+                    out[key[2]][m.recv_arg] = key
+        return out
 
     def _events(self, flat, width=2):
         return tuple(self._event(flat[i], flat[i + 1]) for i in range(0, len(flat), width))
@@ -554,7 +571,8 @@ class TimeFolder(JumpMixin):
                     skipped_ns=info.get("skipped_ns", 0) + repeats * period,
                     skipped_events=info.get("skipped_events", 0) + skipped)
         info.pop("reason", None)
-        self.inert_cache.after_jump(self._used, self.moved_keys)  # the jump rebuilt the matcher's waiting messages
+        if self.inert_cache is not None:  # the jump rebuilt the matcher's waiting messages
+            self.inert_cache.after_jump(self._used, self.moved_keys)
         self.snapshots = {}
         self.log = []
         self.kept = self.scanned = 0
@@ -739,7 +757,7 @@ class TimeFolder(JumpMixin):
         one on a channel the period looked up, but, from the cache (:class:`InertReceives`), on a channel whose
         tags step up only those whose range of periods is not empty (the others are skipped there too)."""
         cache = self.inert_cache
-        if inert is not cache.by_rank:  # a pre-posted receive shares its key with another message: all of them
+        if cache is None or inert is not cache.by_rank:  # not kept, or a pre-posted receive shares its key: all
             return [((src, dst, size), tag, y) for dst, keys in inert.items()
                     for y, (tag, src, _dst, size) in keys.items() if tags_of.get((src, dst, size))]
         out = []
@@ -794,5 +812,7 @@ def summary_line(info):
     """What the terminal says about a run folded in time (``info``: ``settings.fold.time``)."""
     from astra_sim.humanize import format_ns
 
+    jumps = info.get("jumps", 1)
+    more = f"; {jumps} jumps, {format_ns(info['skipped_ns'])} jumped over in all" if jumps > 1 else ""
     return (f"time folded: {info['periods']:,} repeats of {format_ns(info['period_ns'])} jumped over from "
-            f"{format_ns(info['from_ns'])} (--time-fold; without it every event is simulated)")
+            f"{format_ns(info['from_ns'])}{more} (--time-fold; without it every event is simulated)")
