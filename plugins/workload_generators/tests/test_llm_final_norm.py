@@ -62,7 +62,8 @@ def test_rms_norm_model_last_stage_only_forward_and_backward(tmp_path):
 def test_layer_norm_model_runs_native_layer_norm(tmp_path):
     nodes = _final(_stage_nodes(tmp_path, model_dims(**SMALL), micro_batches=1))
     assert [(n.attrs["label"], n.name) for n in nodes] == [
-        ("fwd.final_norm.mb0.ln", "aten::native_layer_norm"), ("bwd.final_norm.mb0.ln", "aten::native_layer_norm_backward")]
+        ("fwd.final_norm.mb0.ln", "aten::native_layer_norm"),
+        ("bwd.final_norm.mb0.ln", "aten::native_layer_norm_backward")]
     # + the bias (256) read: (2 x 65,536 + 2 x 256) x 2; backward + the bias and the fp32 mean: ... + 2 x 1,024
     assert [n.attrs["tensor_size"] for n in nodes] == [263_168, (3 * R * H + 2 * H) * 2 + 8 * R]
 
