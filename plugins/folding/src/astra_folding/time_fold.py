@@ -9,8 +9,8 @@ up to a second occurrence of one state, the repeats that follow are jumped over 
 reported as the simulated period's, moved on), and the rest (the cool-down) is simulated as usual.
 
 *What is compared.* At anchor points (the end of a nanosecond in which the first rank with sends or receives
-finished one; once per repeat of its trace's sends and receives, and within a budget of work per event
-simulated), the whole state is written canonically, with every time relative to now and every node id of
+finished one; once per so many of its sends and receives, :mod:`astra_folding.time_anchor`, and within a
+budget of work per event simulated; a run may jump several times), the whole state is written canonically, with every time relative to now and every node id of
 rank ``r`` relative to the number of nodes ``f_r`` it has finished:
 
 * the engine's pending events (time, then ``(fn, arg)`` in order): a system layer's batch of its tick, a node's
@@ -85,8 +85,8 @@ engine's events carry digests of their absolute scheduling histories, which its 
 them on is not shown to keep the check's answers), a network backend with its own state (congestion queues,
 flows, packets), rendezvous messages, a compute model not known to be a function of the node (any but
 ``replay``, ``roofline`` and ``gpu``; ``gpu`` with per-transfer float HBM shares), the reference log (it
-records every issue) or another observer of collective plans, an anchor rank whose sends and receives do not
-repeat over the middle third of its trace (no steady state: nothing is looked at), or a state that never
+records every issue) or another observer of collective plans, an anchor rank whose sends and receives have
+no long run of rows alike (no steady state: nothing is looked at), or a state that never
 repeated or could not be compared where it did (a native collective's packets in flight at every anchor).
 """
 
@@ -102,7 +102,7 @@ from astra_sim.system.frontend import Message
 
 from astra_folding.time_collectives import CollectiveCanon, Incomparable, counters
 from astra_folding.time_anchor import MAX_P2P_PERIOD, p2p_period as _p2p_period
-from astra_folding.time_inert import InertReceives
+from astra_folding.time_inert import InertReceives, to_check
 from astra_folding.time_ties import RESET_TIMES
 from astra_folding.time_jump import (
     ARRIVED, CALL_EVENTS, LAUNCH, NODE_DONE, TIMED_OUT, JumpMixin, channel, interval_marks, kernel_method, wrap_tag,
@@ -214,8 +214,8 @@ class TimeFolder(JumpMixin):
             self.info.update(folded=False, reason="no rank sends or receives: there is no pipeline to fold")
             return engine.run()
         if self.every is None:  # a repeat of the whole state repeats the anchor's sends and receives
-            self.info.update(folded=False, reason=f"rank {self.anchor}'s sends and receives do not repeat over the "
-                             "middle third of its trace: no steady state long enough to jump over")
+            self.info.update(folded=False, reason=f"rank {self.anchor}'s sends and receives do not repeat long enough "
+                             "anywhere in its trace: no steady state long enough to jump over")
             return engine.run()
         self.shared.record_node = self._record
         try:
@@ -725,7 +725,7 @@ class TimeFolder(JumpMixin):
         for tag, src, dst, size in looked_up:
             tags_of.setdefault((src, dst, size), set()).add(tag)
         bounds = {channel: (min(tags), max(tags)) for channel, tags in tags_of.items()}
-        for (src, dst, size), tag, y in self._inert_to_check(inert, tags_of, tag_steps, bounds, limit):
+        for (src, dst, size), tag, y in to_check(self.inert_cache, inert, tags_of, tag_steps, bounds, limit):
             tags = tags_of[(src, dst, size)]
             step = tag_steps.get((src, dst, size))  # a touched node looked the channel up: it has one
             if step is None:
@@ -751,24 +751,6 @@ class TimeFolder(JumpMixin):
                 j += 1
             limit = min(limit, j - 1)
         return limit
-
-    def _inert_to_check(self, inert, tags_of, tag_steps, bounds, limit):
-        """The pre-posted receives :meth:`_preposted_repeats` checks, as ((src, dst, size), tag, node id): every
-        one on a channel the period looked up, but, from the cache (:class:`InertReceives`), on a channel whose
-        tags step up only those whose range of periods is not empty (the others are skipped there too)."""
-        cache = self.inert_cache
-        if cache is None or inert is not cache.by_rank:  # not kept, or a pre-posted receive shares its key: all
-            return [((src, dst, size), tag, y) for dst, keys in inert.items()
-                    for y, (tag, src, _dst, size) in keys.items() if tags_of.get((src, dst, size))]
-        out = []
-        for channel in tags_of:
-            step = tag_steps.get(channel)
-            if step is not None and step > 0:
-                low, high = bounds[channel]
-                out += [(channel, tag, y) for tag, y in cache.candidates(channel, low, high, step, limit)]
-            else:
-                out += [(channel, tag, y) for tag, y in cache.by_channel.get(channel, {}).items()]
-        return out
 
 
 def _read_attrs(attrs):

@@ -120,5 +120,24 @@ class InertReceives:
         return out
 
 
+def to_check(cache, inert, tags_of, tag_steps, bounds, limit):
+    """The pre-posted receives :meth:`~astra_folding.time_fold.TimeFolder._preposted_repeats` checks, as ((src, dst,
+    size), tag, node id): every one on a channel the period looked up, but, from the ``cache`` (when looks keep
+    one), on a channel whose tags step up only those whose range of periods is not empty (the others are skipped
+    there too)."""
+    if cache is None or inert is not cache.by_rank:  # not kept, or a pre-posted receive shares its key: all
+        return [((src, dst, size), tag, y) for dst, keys in inert.items()
+                for y, (tag, src, _dst, size) in keys.items() if tags_of.get((src, dst, size))]
+    out = []
+    for channel in tags_of:
+        step = tag_steps.get(channel)
+        if step is not None and step > 0:
+            low, high = bounds[channel]
+            out += [(channel, tag, y) for tag, y in cache.candidates(channel, low, high, step, limit)]
+        else:
+            out += [(channel, tag, y) for tag, y in cache.by_channel.get(channel, {}).items()]
+    return out
+
+
 def _messages(head):
     return [head] if head.__class__ is Message else list(head)
