@@ -54,7 +54,9 @@ class LayerOps:
         applied after the layers, outside ``_checkpointed_forward``; NVIDIA/Megatron-LM core_r0.14.0 32ad5c89
         ``megatron/core/transformer/transformer_block.py``); torchtitan's ``Transformer.norm`` (``h = self.norm(h)
         if self.norm else h``, outside the blocks ``apply_ac`` wraps; pytorch/torchtitan 9dec370
-        ``torchtitan/models/llama/model.py``); Hugging Face's ``model.norm`` / GPT-2's ``ln_f``; MaxText's
+        ``torchtitan/models/llama/model.py``); Hugging Face's ``model.norm`` / GPT-2's ``ln_f`` (``hidden_states =
+        self.ln_f(hidden_states)`` after the blocks, gradient checkpointing wraps each block only; huggingface/
+        transformers 0010f602 ``src/transformers/models/gpt2/modeling_gpt2.py``); MaxText's
         ``decoder_norm`` (after the ``nn.remat``-ed layers; AI-Hypercomputer/maxtext b8bbe21c
         ``MaxText/layers/models.py``). Serving with ``--logits last``: vLLM's ``LlamaModel.forward`` ends with
         ``self.norm(hidden_states, residual)`` over every token of the batch and ``LogitsProcessor`` picks the
