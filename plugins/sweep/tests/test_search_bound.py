@@ -246,26 +246,18 @@ def test_bound_error_by_hand():
 
 
 @pytest.mark.slow
-def test_exhaustive_flag_simulates_every_layout(capsys):
-    """``--exhaustive``: no bound is computed and every layout that fits is ranked."""
-    flags = [a for a in SEARCH]
-    flags[flags.index("--tp") + 1], flags[flags.index("--pp") + 1] = "8", "1"
-    flags[flags.index("--vp") + 1] = "1"
-    assert main(flags + ["--exhaustive"]) == 0
-    printed = capsys.readouterr()
-    result = json.loads(printed.out)
-    assert result["pruned"] == [] and len(result["ranked"]) == 2 and "bounded" not in printed.err
-
-
-@pytest.mark.slow
-def test_a_rerun_resumes_its_points_and_keeps_them(tmp_path, capsys):
-    """--points of an earlier search: its layouts are resumed first (not simulated again) and stay in the file."""
+def test_exhaustive_flag_simulates_every_layout_and_a_rerun_resumes_its_points(tmp_path, capsys):
+    """``--exhaustive``: no bound is computed and every layout that fits is ranked. --points of that search: a
+    rerun resumes its layouts first (not simulated again) and they stay in the file. (One test, so the exhaustive
+    search runs once.)"""
     flags = [a for a in SEARCH]
     flags[flags.index("--tp") + 1], flags[flags.index("--pp") + 1] = "8", "1"
     flags[flags.index("--vp") + 1] = "1"
     points = tmp_path / "points.csv"
     assert main(flags + ["--exhaustive", "--points", str(points)]) == 0
-    first = json.loads(capsys.readouterr().out)
+    printed = capsys.readouterr()
+    first = json.loads(printed.out)
+    assert first["pruned"] == [] and len(first["ranked"]) == 2 and "bounded" not in printed.err
     before = points.read_text()
     assert main(flags + ["--points", str(points)]) == 0
     again = json.loads(capsys.readouterr().out)
