@@ -76,6 +76,8 @@ def _expected(node, groups):
     m = re.match(r"tp_ag\.bwd\..*\.(attn_in|mlp_in)\.regather$", name)
     if m:
         return EXPECTED_TE[("bwd", "regather", m[1])]
+    if re.match(r"tp_(ag|rs)\.(fwd|bwd)\.head\.mb\d+\.head_in(\.regather)?$", name):
+        return groups["tp"]  # the LM head's (Megatron's own ColumnParallelLinear): NCCL TP collectives
     if re.match(r"(send|recv)_(act|grad)", name):
         return groups["pp"]
     if name.startswith("amax."):
@@ -91,10 +93,10 @@ def test_without_the_options_no_node_has_the_attribute(tmp_path):
 
 
 def test_every_communication_node_carries_its_kinds_sms(tmp_path):
-    groups = {"dp": 8, "pp": 2, "amax": 1}
+    groups = {"dp": 8, "pp": 2, "amax": 1, "tp": 5}
     yaml_path = _write_yaml(tmp_path)
     prefix = _generate(tmp_path, "sms", "--tp-comm-overlap", "--tp-overlap-config", str(yaml_path),
-                       "--comm-sms", "dp=8, pp=2,amax=1")
+                       "--comm-sms", "dp=8, pp=2,amax=1,tp=5")
     nodes = _comm_nodes(prefix, 8)
     seen = set()
     for node in nodes:
@@ -103,7 +105,8 @@ def test_every_communication_node_carries_its_kinds_sms(tmp_path):
     # every kind was there: the four ring kinds, the re-gathers, pipeline, amax and DP collectives
     assert {"tp_send.ag", "tp_send.rs", "tp_recv.ag", "tp_ag.bwd", "amax.fwd"} <= seen
     assert any(s.startswith("dp_") for s in seen) and any(s.startswith("send_act") for s in seen)
-    # --comm-sms overrides the YAML; a TP key alone covers only the re-gathers (NCCL TP collectives)
+    # --comm-sms overrides the YAML; a TP key alone covers only the NCCL TP collectives (the layers' re-gathers
+    # and the LM head's gather, re-gather and reduce-scatter)
     prefix = _generate(tmp_path, "override", "--tp-comm-overlap", "--tp-overlap-config", str(yaml_path),
                        "--comm-sms", "proj_fprop=5")
     by_name = {n.name: n.attrs.get("comm_sms") for n in _comm_nodes(prefix, 8)}
@@ -114,7 +117,7 @@ def test_every_communication_node_carries_its_kinds_sms(tmp_path):
     assert {v for k, v in by_name.items() if k.startswith(("dp_", "send_act", "amax."))} == {None}  # no keys given
     prefix = _generate(tmp_path, "tp", "--tp-comm-overlap", "--comm-sms", "tp=7")
     with_sms = {n.name for n in _comm_nodes(prefix, 8) if "comm_sms" in n.attrs}
-    assert with_sms and all(name.endswith(".regather") for name in with_sms)
+    assert with_sms and all(name.endswith(".regather") or ".head." in name for name in with_sms)
 
 
 def test_without_overlap_tp_collectives_take_the_tp_key(tmp_path):

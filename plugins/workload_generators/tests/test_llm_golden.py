@@ -44,6 +44,11 @@ Then every case with element-wise nodes (all but unfused_scatter_gather and deep
 the stage that holds the LM head runs the model's final norm before it, forward and backward (``LayerOps.final_norm``,
 the layers' norm kind and rows); only the last stage's files changed, and with the final norm switched off every
 hash is the one before.
+Then the cases with sequence parallelism at TP 2 (gpt3_13b_preset, gpt_sp_overlap_fp8_vp_zero1, moe_ep_capacity,
+moe_imbalance_cp_ep, per_rank_files), on purpose (issue 36): the LM head all-gathers its s/TP input rows over TP before
+its GEMM, and in the backward Megatron re-gathers them for the weight gradient and reduce-scatters the input gradient
+(``LayerOps.head_gather`` / ``head_regather`` / ``head_grad_scatter``); only the last stage's files changed, and with
+those three switched off every hash is the one before.
 
 Regenerate (only when a change of the traces is intended)::
 

@@ -408,7 +408,11 @@ def test_tp_comm_overlap(tmp_path, tp, recompute, cp):
     for rank, nodes in enumerate(ranks):
         # the only TP collectives left are backward's re-gathers of the QKV / FC1 inputs for the weight
         # gradients (Transformer Engine's "bulk" overlap with the dgrad GEMM), 2 per layer and micro-batch
-        colls = [n for n in nodes if n.name.startswith(("tp_ag.", "tp_rs."))]
+        # (the LM head's, a Megatron ColumnParallelLinear outside Transformer Engine, stay NCCL collectives on the
+        # last stage: gather, re-gather and reduce-scatter per micro-batch, test_llm_head_sp.py)
+        colls = [n for n in nodes if n.name.startswith(("tp_ag.", "tp_rs.")) and ".head." not in n.name]
+        head = [n for n in nodes if n.name.startswith(("tp_ag.", "tp_rs.")) and ".head." in n.name]
+        assert len(head) == (3 * M if rank >= tp * cp else 0)
         assert len(colls) == 2 * layers_per_stage * M
         assert all(n.name.startswith("tp_ag.bwd.") and n.name.endswith(".regather") for n in colls)
         assert any(n.name.startswith(("tp_ag.", "tp_rs.")) and not n.name.endswith(".regather") for n in base[rank])
@@ -452,7 +456,8 @@ def test_tp_comm_overlap_fp8_gathers_move_fp8(tmp_path):
         for nodes in ranks:
             ag = [n.attrs["comm_size"] for n in nodes if n.name.startswith("tp_send.ag.")]
             rs = [n.attrs["comm_size"] for n in nodes if n.name.startswith("tp_send.rs.")]
-            regather = [n.attrs["comm_size"] for n in nodes if n.name.endswith(".regather")]
+            # (the layers'; the LM head's re-gather stays in --dtype, test_llm_head_sp.py)
+            regather = [n.attrs["comm_size"] for n in nodes if n.name.endswith(".regather") and ".head." not in n.name]
             assert len(ag) == len(rs) == 4 * L * (tp - 1) and len(regather) == 2 * L
             assert set(ag) == set(regather) == {elems * ag_bytes}  # (an all-gather's comm_size: one shard)
             assert set(rs) == {elems * BYTES}

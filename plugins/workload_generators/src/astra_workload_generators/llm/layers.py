@@ -74,6 +74,52 @@ class LayerOps:
             return None
         return self.layer_norm_bwd(f"bwd.final_norm.mb{mb}", deps)
 
+    # -- the LM head's sequence-parallel communication --------------------------------------------------------
+    def head_gather(self, mb, deps=()):
+        """Sequence parallelism (TP > 1): the LM head is a column-parallel linear (vocab split over TP) whose input
+        is the final norm's ``s/TP`` rows, so it all-gathers them over TP (all the rank's ``n x h`` rows) before its
+        GEMM, on the compute chain. Megatron-Core's ``output_layer`` is its own ``tensor_parallel.
+        ColumnParallelLinear`` (``sequence_parallel = config.sequence_parallel``, off at TP 1), whose
+        ``LinearWithGradAccumulationAndAsyncCommunication.forward`` runs ``dist_all_gather_func`` synchronously
+        before ``torch.matmul`` (NVIDIA/Megatron-LM core_r0.14.0 32ad5c89 ``megatron/core/models/gpt/gpt_model.py``,
+        ``megatron/core/tensor_parallel/layers.py``); it is not a Transformer Engine module (``tp_comm_buffer_name``
+        "Not used"), so ``--tp-comm-overlap``'s userbuffers never reach it: an NCCL all-gather in ``--dtype``
+        (no FP8 buffer) either way. torchtitan: ``"norm": SequenceParallel()`` then ``"output": ColwiseParallel(
+        input_layouts=Shard(1), ...)`` redistributes the norm's shard to ``Replicate`` (pytorch/torchtitan 9dec370
+        ``torchtitan/parallelisms/parallelize_llama.py``), the same all-gather; the output layer is neither
+        compiled (``apply_compile`` wraps the blocks only) nor Float8, so async TP does not reach it either.
+        ``None`` without sequence parallelism or at TP 1."""
+        if not self.cfg.sequence_parallel:
+            return None
+        return self._tp("ag", f"{self.fwd_tag}.head.mb{mb}.head_in", deps)
+
+    def head_regather(self, mb):
+        """Megatron's backward of the head re-gathers its saved ``s/TP``-row input for the weight gradient
+        (``dist_all_gather_func(..., async_op=True)`` launched before the input-gradient GEMM, waited before the
+        weight gradient; layers.py as in :meth:`head_gather`), like the layers' :meth:`_regather`, but in
+        ``--dtype`` and never a userbuffers overlap. Off the chain; ``[gather id]`` for the wgrad GEMM. None
+        (``[]``) without sequence parallelism, without a weight gradient (LoRA's frozen head), or with torchtitan,
+        whose DTensor autograd saves the redistributed (gathered) input of the output's matmul itself."""
+        cfg = self.cfg
+        if not cfg.sequence_parallel or cfg.tp == 1 or self.frozen or implied_framework(cfg) == "fsdp2":
+            return []
+        deps = [] if self.prev is None else [self.prev]
+        return [self.coll(f"tp_ag.bwd.head.mb{mb}.head_in.regather", T.ALL_GATHER, self.act_bytes, "tp", deps,
+                          chain=False)]
+
+    def head_grad_scatter(self, mb):
+        """The reduce-scatter of the head's input gradient (all ``n`` rows -> this rank's ``s/TP``), after its
+        input-gradient GEMM: Megatron launches it ``async_op=True`` right after that GEMM, before the weight
+        gradient, and waits for it at the backward's end (layers.py as in :meth:`head_gather`), so it runs beside
+        the wgrad GEMM: off the chain, after the dgrad (the current last node); the final norm's backward waits
+        for it. torchtitan: the ``Partial`` gradient of the replicated input back to ``Shard(1)``, a
+        reduce-scatter too. Returns ``[id]``, ``[]`` without sequence parallelism or at TP 1."""
+        cfg = self.cfg
+        if not cfg.sequence_parallel or cfg.tp == 1:
+            return []
+        return [self.coll(f"tp_rs.bwd.head.mb{mb}.head_in", T.REDUCE_SCATTER, self.act_bytes, "tp", [self.prev],
+                          chain=False)]
+
     def _composite_rms_norm(self, label, deps=()):
         """``--norm-kernel composite``: a Python RMSNorm in eager PyTorch, ``(x.float() * rsqrt(mean(x.float()**2)
         + eps)).type_as(x) * weight`` (torchtitan's ``RMSNorm``, Hugging Face's ``LlamaRMSNorm``): one kernel per op,

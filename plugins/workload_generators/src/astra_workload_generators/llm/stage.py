@@ -164,6 +164,8 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
                     # unit (torchtitan's FSDP root: embedding, norm and output)
                     if self.final_norm(mb, extra) is not None:
                         extra = []
+                    if self.head_gather(mb, extra) is not None:  # (sequence parallelism: its s/TP rows gathered)
+                        extra = []
                     rows = n
                     if cfg.logits == "last":  # serving: only each sequence's last position (and the chunk's) is sampled
                         rows = cfg.micro_batch_size + (1 if cfg.mode == "mixed" else 0)
@@ -195,11 +197,13 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
                     if cfg.ew:
                         self.loss_bwd(mb, n, vocab, deps + extra)
                         deps, extra = [], []
+                    gathered = self.head_regather(mb)  # (sequence parallelism: Megatron's re-gather, .layers)
                     self.mm(f"bwd.head.mb{mb}.dgrad", n, vocab, h, deps + extra, linear=False)
+                    scattered = self.head_grad_scatter(mb)  # (beside the wgrad GEMM)
                     if not self.frozen:
-                        self.mm(f"bwd.head.mb{mb}.wgrad", h, n, vocab, linear=False)
-                    self.final_norm_bwd(mb)  # (after the head's backward, before the last layer's)
-                    deps = []
+                        self.mm(f"bwd.head.mb{mb}.wgrad", h, n, vocab, gathered, linear=False)
+                    # (after the head's backward, before the last layer's)
+                    deps = [] if self.final_norm_bwd(mb, scattered) is not None else scattered
                     if sync:
                         self.grad_sync("head", params["head"][0], mb=smb)
                 for layer in reversed(layers):
