@@ -6,7 +6,7 @@ import math
 from collections import deque
 
 from astra_sim.errors import ConfigError
-from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, mypyc_attr
+from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, Algorithm, mypyc_attr
 from astra_sim.system.topology import ANTICLOCKWISE, CLOCKWISE, DIM_LOCAL
 
 from astra_collectives_native.ring import Ring
@@ -78,7 +78,7 @@ class HalvingDoubling(Ring):
         """Queue the packet's partner, release it, then move to the next partner (distance and size halve or
         double)."""
         self.packets.append((self.curr_sender, self.curr_receiver, size))
-        super().bundle(size, processed)
+        Algorithm.bundle(self, size, processed)
         self.rank_offset = int(self.rank_offset * self.offset_multiplier)
         self.msg_size = int(self.msg_size / self.offset_multiplier)
         if self.rank_offset == self.nodes_in_ring and self.com_type == ALL_REDUCE:

@@ -213,7 +213,7 @@ class Direct(Ring):
     def bundle(self, size, processed: bool) -> None:
         """Queue the packet's partners, release it, then move to the next peer."""
         self.packets.append((self.curr_sender, self.curr_receiver, size))
-        super().bundle(size, processed)
+        Algorithm.bundle(self, size, processed)
         topo, rank, direction = self.topo, self.rank, self.direction
         receiver = topo.get_receiver(self.curr_receiver, direction)
         if receiver == rank:
