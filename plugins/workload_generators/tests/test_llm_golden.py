@@ -49,6 +49,10 @@ moe_imbalance_cp_ep, per_rank_files), on purpose (issue 36): the LM head all-gat
 its GEMM, and in the backward Megatron re-gathers them for the weight gradient and reduce-scatters the input gradient
 (``LayerOps.head_gather`` / ``head_regather`` / ``head_grad_scatter``); only the last stage's files changed, and with
 those three switched off every hash is the one before.
+Then the Megatron training cases with sequence parallelism and without ``--tp-comm-overlap`` (gpt3_13b_preset,
+moe_imbalance_cp_ep, per_rank_files), on purpose (issue 36): a layer's QKV / FC1 input-gradient reduce-scatter is
+launched right after its dgrad GEMM, beside the wgrad GEMM, and the norm's backward waits for it
+(``LayerOps._dgrad_scatter``, Megatron-Core's async reduce-scatter); the same nodes, other dependencies.
 
 Regenerate (only when a change of the traces is intended)::
 

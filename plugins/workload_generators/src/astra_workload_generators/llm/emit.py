@@ -42,6 +42,8 @@ class NodeEmitter:
     ``in_memory``: each node is the :class:`~astra_sim.chakra.EtNode` its bytes read back as, not the bytes."""
 
     in_memory = False
+    #: ids the next node on the compute chain waits for (:meth:`wait_for`), whatever that node is
+    waits = ()
 
     @contextmanager
     def graphed(self):
@@ -67,6 +69,9 @@ class NodeEmitter:
         deps = list(deps)
         if chain and self.prev is not None:
             deps.insert(0, self.prev)
+        if chain and self.waits:
+            deps += [i for i in self.waits if i not in deps]
+            self.waits = ()
         if self.in_memory:  # the EtNode reading the bytes back gives (test_llm_in_memory compares them)
             item = memory_node(nid, name, type_, deps, duration, attrs, shapes, types, values)
         else:  # (encode_node: the bytes make_node(...)._raw has, written directly; test_llm_encode compares them)
@@ -76,6 +81,17 @@ class NodeEmitter:
         if chain:
             self.prev = nid
         return nid
+
+    def wait_for(self, ids):
+        """The compute stream waits for ``ids`` from here on (``handle.wait()`` on an asynchronous collective after
+        other kernels were queued beside it): the next node emitted on the compute chain depends on them."""
+        self.waits = tuple(self.waits) + tuple(ids)
+
+    def take_waits(self):
+        """The pending :meth:`wait_for` ids, for a node off the compute chain that must still wait for them (a
+        pipeline send of the chain's last output); they are consumed."""
+        out, self.waits = list(self.waits), ()
+        return out
 
     def comp(self, op, label, shapes, flops, elems, deps=(), extra=None, types=None, nbytes=None, values=None):
         """A compute node; ``elems`` counts ``--dtype`` elements (``tensor_size = elems * bytes`` unless

@@ -511,6 +511,7 @@ class LayerOps:
         if ew:  # the residual stream's gradient through the MLP branch's dropout (before any SP gather)
             self.dropout_bwd(lab + ".mlp_out", deps)
         overlap = cfg.tp_comm_overlap  # (the ring helpers: dgrad GEMMs in chunks, wgrad after)
+        scattered = []
         if overlap and not dims.is_moe_layer(layer):
             if self.fp8_cast(lab + ".fc2.dgrad", n, h, deps) is not None:  # FP8: the output gradient
                 deps = []
@@ -539,12 +540,16 @@ class LayerOps:
                 self.dense_act_bwd(lab + ".fc1", n, ff)
                 gathered = self._regather(lab + ".mlp_in") if self.needs_input("fc1") else []
                 self.mm(lab + ".fc1.dgrad", n, f1, h)
+                scattered = self._dgrad_scatter(lab + ".mlp_in")  # (Megatron: beside the wgrad GEMM)
                 self.lora_backward(lab, "fc1", gathered)
                 if not self.frozen:
                     self.fp8_transpose(lab + ".fc1.wgrad", n, h, gathered)
                     self.mm(lab + ".fc1.wgrad", h, n, f1, gathered)
                 self.bias_grad(lab + ".fc1", n, f1)
-            self._tp("rs" if sp else "ar", lab + ".mlp_in")
+            if not scattered:
+                self._tp("rs" if sp else "ar", lab + ".mlp_in")
+            else:
+                self.wait_for(scattered)  # (the norm's backward reads the scattered gradient)
         if ew:
             self.layer_norm_bwd(lab + ".ln2")
             self.residual_grad(lab + ".ln2")
@@ -579,12 +584,17 @@ class LayerOps:
             self.mm(lab + ".qkv.wgrad", h, n, qkv, gathered)
         else:
             self.mm(lab + ".qkv.dgrad", n, qkv, h, ring)
+            scattered = self._dgrad_scatter(lab + ".attn_in")  # (Megatron: beside the wgrad GEMM)
             self.lora_backward(lab, "qkv", gathered)
             if not self.frozen:
                 self.fp8_transpose(lab + ".qkv.wgrad", n, h, gathered)
                 self.mm(lab + ".qkv.wgrad", h, n, qkv, gathered)
             self.bias_grad(lab + ".qkv", n, qkv)
-            out = self._tp("rs" if sp else "ar", lab + ".attn_in")
+            if scattered:
+                self.wait_for(scattered)
+                out = scattered[0]
+            else:
+                out = self._tp("rs" if sp else "ar", lab + ".attn_in")
         if ew:
             self.layer_norm_bwd(lab + ".ln1")
             out = self.residual_grad(lab + ".ln1")
@@ -596,6 +606,28 @@ class LayerOps:
         if self.dims.mla:
             return b * self.mla_cache_bytes(positions)
         return 2 * b * positions * self.dims.head_dim * hkv * self.nbytes
+
+    def _dgrad_scatter(self, label):
+        """The sequence-parallel reduce-scatter of a column-parallel layer's (QKV's, FC1's) input gradient in a
+        Megatron training step without ``--tp-comm-overlap``, launched right after the input-gradient GEMM, before
+        the weight gradient, and waited for after it: Megatron-Core's ``LinearWithGradAccumulationAndAsyncCommunication
+        .backward`` runs ``grad_input = grad_output.matmul(weight)``, then ``dist_reduce_scatter_func(sub_grad_input,
+        grad_input, async_op=True)`` ("scheduled before the weight gradient computation"), the wgrad GEMM and the
+        bias gradient, and ``handle.wait()`` last (NVIDIA/Megatron-LM core_r0.14.0 32ad5c89
+        ``megatron/core/tensor_parallel/layers.py`` 487-613); Transformer Engine's ``_Linear`` / ``_LayerNormLinear``
+        backward likewise (``reduce_scatter_along_first_dim(dgrad, tp_group, async_op=True)`` after the dgrad GEMM,
+        ``dgrad_work.wait()`` after the wgrad GEMM, before the norm's backward; NVIDIA/TransformerEngine d0067d0
+        ``transformer_engine/pytorch/module/linear.py`` 1120-1130, 1350, ``layernorm_linear.py`` 900-910, 1128-1153).
+        Off the chain after the dgrad (the current last node); the caller makes the chain wait for it after the
+        wgrad (:meth:`wait_for`). ``[]`` (the caller keeps the reduction on the chain after the wgrad, as autograd
+        runs it) without sequence parallelism or at TP 1 (the same source runs a non-SP layer's all-reduce
+        asynchronously too, ``allreduce_dgrad``; Megatron-LM has done so since 16c90445 of 2021-09-02: not changed
+        here, open), for torchtitan / DeepSpeed / Hugging Face (autograd reduces after the matmul's backward, both
+        GEMMs), and without a weight gradient (LoRA's frozen base)."""
+        cfg = self.cfg
+        if not cfg.sequence_parallel or cfg.tp == 1 or self.frozen or not self.megatron_training:
+            return []
+        return [self.coll(f"tp_rs.{label}", T.REDUCE_SCATTER, self.act_bytes, "tp", [self.prev], chain=False)]
 
     def _regather(self, label, deps=()):
         """Sequence parallelism: Megatron-LM (and Transformer Engine) keep only this rank's shard of a

@@ -225,7 +225,8 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
                         self.lora_tp_sync(layer, smb)
                 self.fp8_amax(f"bwd{cs}.mb{mb}", len(layers), backward=True)
                 if not first:
-                    self.send(f"send_grad{cs}.mb{mb}", -1, 2 * (ch * M + mb) + 1, [self.prev])
+                    # (with the memory-bound nodes off, the first layer's last reduce-scatter is still pending)
+                    self.send(f"send_grad{cs}.mb{mb}", -1, 2 * (ch * M + mb) + 1, [self.prev] + self.take_waits())
                 else:
                     if cfg.iota_embed and not self.frozen:  # (the one-hot matmul's, .maxtext_step)
                         self.iota_embed_bwd(mb, vocab)
