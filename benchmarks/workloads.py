@@ -41,7 +41,7 @@ def _write_all(prefix, ranks, nodes, compact=False):
     """Every rank runs the same graph (the usual data-parallel case): one file per rank, or (``compact``)
     one trace and a manifest whose symmetry relates every rank (astra_workload_compact)."""
     from astra_sim.chakra import encode_et
-    from astra_sim.symmetry import BlockShift
+    from astra_folding.symmetry import BlockShift
     from astra_workload_compact import write_compact_workload
 
     data = encode_et(make_metadata(), nodes)

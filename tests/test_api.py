@@ -15,7 +15,7 @@ from astra_sim.cli import main
 from astra_sim.errors import ConfigError
 from astra_sim.report import read_report
 from astra_sim.spec import RunSpec
-from astra_sim.symmetry import BlockShift
+from astra_folding.symmetry import BlockShift
 from astra_workload_compact import write_compact_workload
 
 REPO = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@ import pytest
 import astra_sim
 from astra_sim.errors import ConfigError
 from astra_sim.platforms import fit_workload, get_platform
-from astra_sim.symmetry import BlockShift
+from astra_folding.symmetry import BlockShift
 from astra_sim.chakra import encode_et, make_metadata, make_node, types as T
 from astra_sim.spec import workload_ranks
 from astra_workload_compact import write_compact_workload

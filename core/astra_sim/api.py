@@ -185,7 +185,7 @@ class CompactWorkload(Protocol):
 
     path: str  #: the file errors name
     npus: int
-    symmetry: object  #: an :class:`astra_sim.symmetry.RankSymmetry`: the classes, which folding may use
+    symmetry: object  #: an :class:`astra_folding.symmetry.RankSymmetry`: the classes, which folding may use
     traces: dict  #: ``{representative rank: trace path}``
     comm_groups: str | None  #: its groups file, used when the run names none
 

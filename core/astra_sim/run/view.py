@@ -140,7 +140,7 @@ class RunView:
     # ------------------------------------------------------------ folding
     @property
     def symmetry(self):
-        """The :class:`astra_sim.symmetry.RankSymmetry` the run folds by, or None: every rank is simulated. A backend's
+        """The :class:`astra_folding.symmetry.RankSymmetry` the run folds by, or None (every rank simulated). Backend
         counts then cover the representatives only: multiply by ``symmetry.order``."""
         return self._sim.symmetry
 

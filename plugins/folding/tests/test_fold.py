@@ -17,7 +17,7 @@ from astra_sim import hookimpl
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.errors import AstraError
 from astra_sim.simulation import Simulation, simulate
-from astra_sim.symmetry import BlockShift, RankSymmetry, group_key, shift_image
+from astra_folding.symmetry import BlockShift, RankSymmetry, group_key, shift_image
 from astra_sim_testing import find_shared_dir, parity_cases, parity_kwargs
 
 COLLECTIVES = [T.ALL_REDUCE, T.ALL_GATHER, T.REDUCE_SCATTER, T.ALL_TO_ALL]

@@ -9,7 +9,7 @@ import types
 from hypothesis import given, settings, strategies as st
 
 from astra_folding.search import _named_ranks, split_by_dimensions, sub_shift_is_equivariant
-from astra_sim.symmetry import BlockShift, RankSymmetry
+from astra_folding.symmetry import BlockShift, RankSymmetry
 
 
 def _node(attrs):

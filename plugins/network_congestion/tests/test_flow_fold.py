@@ -15,7 +15,7 @@ from astra_sim import simulate
 from astra_sim.cli import main
 from astra_sim.engine import EventEngine
 from astra_sim.errors import FoldAbandoned
-from astra_sim.symmetry import BlockShift, RankSymmetry
+from astra_folding.symmetry import BlockShift, RankSymmetry
 from astra_network_analytical import parse_network_config
 from astra_network_congestion.builders import from_analytical
 from astra_network_congestion.flow import FlowNetwork

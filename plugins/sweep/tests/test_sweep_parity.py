@@ -31,7 +31,7 @@ class InProcess(Executor):
 def _all_reduce(prefix, ranks):
     """A compact trace: one all-reduce of SIZE_BYTES on ``ranks`` ranks (one class of symmetric ranks)."""
     from astra_sim.chakra import encode_et, make_metadata, make_node, types as T
-    from astra_sim.symmetry import BlockShift
+    from astra_folding.symmetry import BlockShift
     from astra_workload_compact import write_compact_workload
 
     node = make_node(0, "all_reduce", T.COMM_COLL_NODE,

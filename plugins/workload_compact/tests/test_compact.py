@@ -11,7 +11,7 @@ from astra_sim.chakra import encode_et, make_metadata, make_node, read_et, types
 from astra_sim.cli import main
 from astra_sim.errors import WorkloadError
 from astra_sim.simulation import simulate
-from astra_sim.symmetry import BlockShift
+from astra_folding.symmetry import BlockShift
 from astra_workload_compact import (
     expand_workload, read_compact_workload, read_rank_nodes, write_compact_workload,
 )

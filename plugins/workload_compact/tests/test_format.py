@@ -12,7 +12,7 @@ from astra_sim.cli import main
 from astra_sim.plugins import make_plugin_manager, registry_of
 from astra_sim.simulation import simulate
 from astra_sim.spec import workload_ranks
-from astra_sim.symmetry import BlockShift
+from astra_folding.symmetry import BlockShift
 from astra_workload_compact import read_compact_workload, read_rank_nodes, write_compact_workload
 from astra_workload_compact.plugin import CompactFormat
 

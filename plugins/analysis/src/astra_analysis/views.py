@@ -2,7 +2,7 @@
 reads.
 
 Every other rank of a folded run does what its class representative does with peers and communicator groups
-relabelled (:mod:`astra_sim.symmetry`), so :class:`RankView` serves it from the representative's spans: node ids and
+relabelled (:mod:`astra_folding.symmetry`), so :class:`RankView` serves it from the representative's spans: node ids and
 times are the representative's, peers are moved by the rank's offsets and groups are mapped to their images (the
 rule of ``docs/compact-workload.md``).
 """

@@ -29,7 +29,7 @@ declared inside traces.
 
 from __future__ import annotations
 
-from astra_sim.symmetry import EXACT, ROTATION, SET, BlockShift, RankSymmetry, group_key, shift_image  # noqa: F401
+from astra_folding.symmetry import EXACT, ROTATION, SET, BlockShift, RankSymmetry, group_key, shift_image  # noqa: F401
 
 #: ``pg_name`` values that mean the default all-NPU group (the workload layer's rule).
 _DEFAULT_PG = ("", "0", None)

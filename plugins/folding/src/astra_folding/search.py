@@ -240,7 +240,7 @@ def split_by_dimensions(shift, npus_per_dim):
 
 
 def _moved_array(symmetry, ranks, offsets, sign=1):
-    """:meth:`astra_sim.symmetry.RankSymmetry.moved` over a numpy array of ranks."""
+    """:meth:`astra_folding.symmetry.RankSymmetry.moved` over a numpy array of ranks."""
     ranks = ranks.copy()
     for s, k in zip(symmetry.shifts, offsets):
         if k:

@@ -47,7 +47,7 @@ from __future__ import annotations
 from collections import Counter
 
 from astra_sim.errors import FoldAbandoned
-from astra_sim.symmetry import BlockShift, shift_image
+from astra_folding.symmetry import BlockShift, shift_image
 
 
 class NotAutomorphism(Exception):

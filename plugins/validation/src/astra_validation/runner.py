@@ -7,7 +7,7 @@ import tempfile
 import time
 
 from astra_sim.chakra import encode_et, make_metadata, make_node, types as T
-from astra_sim.symmetry import BlockShift
+from astra_folding.symmetry import BlockShift
 from astra_workload_compact import write_compact_workload
 
 _COMM_TYPES = {"all_reduce": T.ALL_REDUCE, "all_gather": T.ALL_GATHER, "reduce_scatter": T.REDUCE_SCATTER,

@@ -16,7 +16,7 @@ Manifest (JSON)::
                  {"representative": 128, "trace": "g.class1.et"}],
      "comm_groups": "g.groups.json"}
 
-``symmetry`` lists block shifts of the rank number (:class:`astra_sim.symmetry.BlockShift`, the kernel's): shift ``k``
+``symmetry`` lists block shifts of the rank number (:class:`astra_folding.symmetry.BlockShift`): shift ``k``
 moves the digit ``(rank // stride) % radix`` one place on, cyclically inside blocks of ``block``
 consecutive values; the digits of different shifts do not overlap. Two ranks are in one class when shifts
 map one to the other; the class's representative is its smallest rank (every shifted digit at its block's

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from astra_sim.errors import ConfigError, WorkloadError
 from astra_sim.limits import MAX_TOTAL_NPUS
 from astra_sim.safeio import brief, load_json, write_bytes_atomic
-from astra_sim.symmetry import BlockShift, RankSymmetry
+from astra_folding.symmetry import BlockShift, RankSymmetry
 
 from astra_workload_compact.relabel import Relabeller
 

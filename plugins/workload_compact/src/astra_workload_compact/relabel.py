@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from astra_sim.chakra import EtNode
 from astra_sim.errors import WorkloadError
-from astra_sim.symmetry import group_key
+from astra_folding.symmetry import group_key
 
 #: Attributes that name ranks or communicators: the ones a relabelling changes.
 RANK_ATTRS = ("comm_src", "comm_dst")

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from astra_sim.chakra.reader import parse_node
 from astra_sim.chakra.writer import encode_varint, make_metadata
 from astra_sim.safeio import write_bytes_atomic
-from astra_sim.symmetry import RankSymmetry
+from astra_folding.symmetry import RankSymmetry
 from astra_workload_compact import hold_compact_workload, write_compact_workload
 
 from ..common import ensure_parent

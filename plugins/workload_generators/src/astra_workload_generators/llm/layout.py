@@ -10,7 +10,7 @@ not written and get no collectives.
 from __future__ import annotations
 
 from astra_sim.chakra.writer import make_node
-from astra_sim.symmetry import BlockShift
+from astra_folding.symmetry import BlockShift
 
 from .config import LlmConfig
 
@@ -135,7 +135,7 @@ def _dyn_bytes(key, rank, cfg, gids):
 
 def rank_symmetry(cfg: LlmConfig):
     """The relabellings of ranks that map every rank's trace onto another's (block shifts of the rank's digits,
-    :class:`astra_sim.symmetry.BlockShift`): the TP position, the CP position and the DP replica. With EP > 1
+    :class:`astra_folding.symmetry.BlockShift`): the TP position, the CP position and the DP replica. With EP > 1
     the DP index is ``e + EP*q`` (EP groups hold the q-th EP consecutive DP indices, expert-data-parallel groups
     one e): e and q are shifted apart; with ``--moe-expert-load`` each e computes its own experts' rows, so
     only q. Pipeline stages differ."""

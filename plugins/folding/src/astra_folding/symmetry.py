@@ -1,5 +1,6 @@
 """Rank symmetries: groups of rank relabellings (block shifts of the rank's digits) that leave a run's inputs
-invariant, as a compact workload declares them; finding and checking them is the astra-folding plugin's."""
+invariant, as a compact workload or a generator declares them. Import-light (no kernel import): workload plugins
+build these without loading the folding engine; finding and checking them is :mod:`astra_folding.search`'s."""
 
 from __future__ import annotations
 
