@@ -81,3 +81,38 @@ def test_nvls_tree_cap_counts_one_channel_per_head():
     best = predict("all_reduce", 8 << 30, 32, cfg, nodes=4)
     assert best[0][1:3] == ("ring", SIMPLE)
     assert best[1][1:3] == (NVLS_TREE, SIMPLE)
+
+
+def test_ring_bus_is_nccls_channels_times_speed():
+    # tuning.cc (v2.26.2-1 lines 250-253): busBw = nChannels x bw; the ring graph of 8 H100 with 8 NDR NICs: 8 x 48
+    from astra_gpu_model.nccl_graph import ring_bus
+
+    assert ring_bus(*ring_graph("hopper", 8, 50.0, 48.0, 18 * 20.6)) == pytest.approx(384.0)
+    assert ring_bus(*ring_graph("ampere", 8, 25.0, 24.0, 12 * 20.0)) == pytest.approx(192.0)
+
+
+def test_release_pick_ranks_the_ring_by_nccls_own_bus_bandwidth():
+    """32 H100 on 4 nodes, 256 MiB, NCCL 2.26's pick. Ring Simple as 2.26 ranks it: latency (8.4 + 56 x max(3.4, 3 x 1.0)
+    + 6 x 14) x 1.4 (the ring's plateau) = 395.92 us; algBw 8 x 48 x 32/62 = 198.19 GB/s: 268,435,456 / 198.19e3 =
+    1354.42 -> 1750.34 us. NVLSTree (2.26): 25 + 2 x 2 x 14 = 81 us + 268,435,456 / (8 x min(40, 48/2) x 5/6 = 160e3) =
+    1758.72 us. So 2.26 runs the ring (with the NVLink bound 370.8 the ring was 1798.5 and NVLSTree won). Master's pick
+    does not change (its NVLSTree is 1537.4 us), nor the ring's own time: the pick is timed with master's terms."""
+    from dataclasses import replace
+
+    from astra_gpu_model import nccl, nccl_tuning
+
+    raw = config_for_gpu("H100-SXM5-80GB", nic_gbps=50.0, calibrated=False, tuning=nccl_tuning.V2_26)
+    cands = {c[1:3]: c for c in predict("all_reduce", 256 * MIB, 32, raw, nodes=4)}
+    ring = cands[("ring", SIMPLE)]
+    assert ring[3] == pytest.approx((8.4 + 56 * 3.4 + 6 * 14.0) * 1.4)
+    assert ring[4] == pytest.approx(256 * MIB / (1000 * 8 * 48.0 * 32 / 62))
+    assert ring[0] == pytest.approx(1750.34, abs=0.01)
+    assert cands[(NVLS_TREE, SIMPLE)][0] == pytest.approx(81.0 + 256 * MIB / 160e3)
+    assert predict("all_reduce", 256 * MIB, 32, raw, nodes=4)[0][1:3] == ("ring", SIMPLE)
+    master = replace(raw, tuning=nccl_tuning.MASTER)
+    assert predict("all_reduce", 256 * MIB, 32, master, nodes=4)[0][1:3] == (NVLS_TREE, SIMPLE)
+    timed = nccl.collective_time_us("all_reduce", 256 * MIB, 32, replace(raw, calibrated=True), 4)
+    ring_master = {c[1:3]: c for c in predict("all_reduce", 256 * MIB, 32, master, nodes=4)}[("ring", SIMPLE)]
+    cal = replace(raw, calibrated=True).correction()
+    assert timed[1:] == ("ring", SIMPLE)
+    assert timed[0] == pytest.approx(cal.overhead_us + cal.latency_scale * ring_master[3] + ring_master[4])

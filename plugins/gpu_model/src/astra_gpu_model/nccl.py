@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, TimedCollective
 
 from astra_gpu_model import nccl_tuning
-from astra_gpu_model.nccl_graph import ring_graph, size_channels
+from astra_gpu_model.nccl_graph import ring_bus, ring_graph, size_channels
 
 LL, LL128, SIMPLE = "LL", "LL128", "Simple"
 PROTOCOLS = (LL, LL128, SIMPLE)
@@ -390,14 +390,17 @@ def predict(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
     link = cfg.link(n if nodes == 1 else ppn)
     bw_intra = intra_bandwidth(cfg, link, caps)
     hw = HW_LAT["pci" if link == "pcie" else "nvlink"]
+    ring_bw_bus = None
     if nodes > 1:
         # The ring/tree crosses its node's NICs: one per GPU, rail-optimised.
         bw_inter = cfg.nic_gbps * ppn
         bw_bus = bw_inter if ppn == 1 else min(bw_intra, bw_inter)
         if link == "nvswitch":  # NCCL's perChMax...Bw caps count its search's channels (nccl_graph.ring_graph: 8 on
             # 8 H100 with 8 NICs, one per NIC at the first speed the path allows), not the communicator's 16.
-            nch = ring_graph(cfg.arch, ppn, cfg.nic_gbps, cfg.pci_gbps, bw_intra,
-                             nccl_tuning.speed_array(cfg.arch, cfg.tuning))[0]
+            nch, speed = ring_graph(cfg.arch, ppn, cfg.nic_gbps, cfg.pci_gbps, bw_intra,
+                                    nccl_tuning.speed_array(cfg.arch, cfg.tuning))
+            if cfg.tuning != nccl_tuning.MASTER:  # a release's pick ranks its ring by NCCL's own busBw (8 x 48)
+                ring_bw_bus = ring_bus(nch, speed)
         ll_max = LL_MAX_MULTINODE[cfg.cpu][col - 1]
         net_overhead = NET_OVERHEAD_US[cfg.cpu]
     else:
@@ -442,7 +445,7 @@ def predict(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
                 continue
             if algo == NVLS and proto != SIMPLE:
                 continue
-            bus = bw_bus
+            bus = ring_bw_bus if algo == RING and ring_bw_bus else bw_bus
             if algo == RING and proto == LL:
                 bus = min(ll_max, 0.5 * bus)
             elif algo == RING and proto == LL128:
