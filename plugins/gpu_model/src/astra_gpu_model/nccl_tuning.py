@@ -50,6 +50,11 @@ BLACKWELL_226 = dict(ring_ll128=(2 * 36.7,) * 3, tree_ll128=(2 * 36.7, 2 * 36.7,
 NVLS_MAX_CHANNELS = 32
 
 
+#: What ``--nccl-version`` accepts, as its errors say it.
+ACCEPTED = ("2.26.x (2.26, 2.26.2 ... 2.26.6, v2.26.2-1: NCCL 2.26's tuning, tags v2.26.2-1 to v2.26.6-1) or master "
+            "(the default: NVIDIA/nccl 5067397); other releases' tuning was not read")
+
+
 def tuning_for_version(version):
     """The tuning a ``--nccl-version`` string names: ``None`` -> master's; ``2.26.x`` -> :data:`V2_26`. Other
     releases were not read: an error, not a guess."""
@@ -63,8 +68,23 @@ def tuning_for_version(version):
         return MASTER
     from astra_sim.errors import ConfigError
 
-    raise ConfigError(f"--nccl-version {version!r}: the model reproduces NCCL 2.26.x's choice (tags v2.26.2-1 to "
-                      "v2.26.6-1) and master's (the default); other releases' tuning was not read")
+    raise ConfigError(f"--nccl-version {version!r}: accepted: {ACCEPTED}")
+
+
+def version_arg(text):
+    """``--nccl-version``'s argparse type: the text as given, once :func:`tuning_for_version` knows it, so that a
+    release the model does not reproduce is refused where the option is parsed (``astra run``, a sweep's or search's
+    run options, a validation case's run words), not when the first collective across nodes is timed."""
+    from astra_sim.errors import ConfigError
+
+    try:
+        tuning_for_version(text)
+    except ConfigError:
+        import argparse
+
+        raise argparse.ArgumentTypeError(f"{text!r} is not a release the model reproduces; accepted: {ACCEPTED}") \
+            from None
+    return text
 
 
 def caps(arch_caps, arch, tuning, nodes):
@@ -132,5 +152,5 @@ def nvls_tree_terms(arch, ppn, nodes, nic_gbps, pci_gbps, bw_intra):
     return lat, channels * bw * NVLS_TREE_ALG_RATIO
 
 
-__all__ = ["MASTER", "V2_26", "TUNINGS", "tuning_for_version", "caps", "speed_array", "nvls_graph",
-           "nvls_tree_terms", "BLACKWELL_226", "SPEEDS_INTER_226"]
+__all__ = ["MASTER", "V2_26", "TUNINGS", "ACCEPTED", "tuning_for_version", "version_arg", "caps", "speed_array",
+           "nvls_graph", "nvls_tree_terms", "BLACKWELL_226", "SPEEDS_INTER_226"]
