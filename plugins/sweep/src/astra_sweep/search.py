@@ -73,6 +73,7 @@ def add_search_command(sub):
                         "docs/serving.md)")
     p.add_argument("--seq-len", type=positive_int, default=None, metavar="S", help="override the preset's")
     p.add_argument("--platform-collective", default="nccl", choices=("ring", "nccl"), help="default nccl")
+    _add_nccl_version(p)
     for flag, default, what in (("tp", None, "TP sizes (default: every divisor of the node size)"),
                                 ("pp", None, "PP sizes (default: every divisor of the layers)"),
                                 ("vp", "1,2,3,4,6,8,12", "virtual stages per pipeline rank"),
@@ -114,6 +115,18 @@ def add_search_command(sub):
     p.set_defaults(run_command=_cmd_search)
 
 
+def _add_nccl_version(p):
+    """``--nccl-version``, astra run's (the gpu_model plugin's), checked as it is there: the layouts run with it, and
+    the lower bound times their collectives with the same release's choice."""
+    try:
+        from astra_gpu_model.nccl_tuning import version_arg
+    except ImportError:
+        return
+    p.add_argument("--nccl-version", default=None, metavar="X.Y.Z", type=version_arg,
+                   help="as astra run's: the NCCL release whose tuning picks the algorithm and protocol across nodes "
+                        "(2.26.x; default: NCCL master's), in the simulated layouts and in their lower bounds")
+
+
 def _add_serving_arguments(p):
     """--serve's flags, from the serving plugin when it is installed."""
     try:
@@ -133,7 +146,7 @@ def _cmd_serve_search(args):
         from astra_serving.search import search_deployments
     except ImportError:
         raise ConfigError("astra search --serve needs the serving plugin (plugins/serving)") from None
-    for flag in ("global_batch", "seq_len", "points", "plot", "max_step_time_ms", "prices"):
+    for flag in ("global_batch", "seq_len", "points", "plot", "max_step_time_ms", "prices", "nccl_version"):
         if getattr(args, flag, None):
             raise ConfigError(f"--{flag.replace('_', '-')} is for training layouts, not --serve")
     if args.objective != "time":
@@ -448,7 +461,8 @@ def _bounds(fit, source, platform, args, executor):
     from .bound import BoundCache, pipeline_estimate
 
     started = time.perf_counter()
-    cache = BoundCache.for_platform(source, platform, args.gpus, nccl=args.platform_collective == "nccl")
+    cache = BoundCache.for_platform(source, platform, args.gpus, nccl=args.platform_collective == "nccl",
+                                    nccl_version=getattr(args, "nccl_version", None))
     cache.prefetch([cache.terms_layout(c) for c in fit], executor)
     out, whole = {}, {}
     for cfg in fit:
@@ -572,6 +586,8 @@ def _run_round(done, base, source, output, folder, args, state, executor, run_sw
     import yaml
 
     run = {"platform": args.platform, "platform-collective": args.platform_collective}
+    if getattr(args, "nccl_version", None):
+        run["nccl-version"] = args.nccl_version
     if not objective.needs_energy:
         # no breakdown: a layout's row needs its step, not where each rank's time went (about a tenth of a
         # point's time on GPT-3 175B), and the step is the same to the ns; the energy accounting needs it
