@@ -134,6 +134,9 @@ class LlmConfig:
     fp8_attention_backward: bool = True  # attention_dtype fp8: the backward in FP8 too (TE's NVTE_FP8_DPA_BWD=1)
     pipeline_embedding_layer: bool = False  # the embedding counts as one layer of the pipeline split (see .split)
     pipeline_loss_layer: bool = False  # the loss (LM head, cross entropy) counts as one layer of the split
+    defer_embedding_wgrad: bool = False  # Megatron's --defer-embedding-wgrad-compute: the LM head's wgrad GEMMs in
+    #                                      the pipeline drain (see .layers head_wgrad_deferred / drain_head_wgrads)
+    wgrad_deferral_limit: int = 0   # ... for at most this many head calls of the step (0: all, Megatron's default)
     lora_rank: int = 0              # LoRA: adapters of this rank, base weights frozen (0: full training; see .lora)
     lora_targets: tuple = ()        # LoRA: the linear layers with adapters (names of lora.LORA_TARGETS)
     lora_dropout: float = 0.0       # LoRA: the adapters' input dropout probability (0: none; see .lora)
@@ -292,6 +295,14 @@ def _check(dims: ModelDims, cfg: LlmConfig):
     if cfg.overlap_param_gather and (cfg.zero not in (1, 2) or cfg.inference):
         raise ConfigError("--overlap-param-gather is for training with --zero 1 or 2 (ZeRO-3 gathers every unit "
                           "anyway)")
+    if cfg.defer_embedding_wgrad and (cfg.inference or cfg.pp == 1 or implied_framework(cfg) != "megatron"):
+        raise ConfigError("--defer-embedding-wgrad-compute is Megatron's deferral of the LM head's weight gradient to "
+                          "the pipeline drain: a Megatron training step with --pp > 1 (Megatron-Core refuses it "
+                          "without pipeline parallelism)")
+    if not isinstance(cfg.wgrad_deferral_limit, int) or cfg.wgrad_deferral_limit < 0:
+        raise ConfigError(f"--wgrad-deferral-limit must be a non-negative integer, got {cfg.wgrad_deferral_limit!r}")
+    if cfg.wgrad_deferral_limit and not cfg.defer_embedding_wgrad:
+        raise ConfigError("--wgrad-deferral-limit needs --defer-embedding-wgrad-compute")
     if cfg.pp_scatter_gather and (cfg.tp == 1 or cfg.pp == 1 or cfg.sequence_parallel):
         raise ConfigError("--pp-scatter-gather needs --tp > 1 and --pp > 1, without --sequence-parallel (which "
                           "already splits the stage boundary over TP)")

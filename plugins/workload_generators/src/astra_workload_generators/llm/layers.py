@@ -75,7 +75,7 @@ class LayerOps:
         return self.layer_norm_bwd(f"bwd.final_norm.mb{mb}", deps)
 
     # -- the LM head's sequence-parallel communication --------------------------------------------------------
-    def head_gather(self, mb, deps=()):
+    def head_gather(self, mb, deps=(), site=None):
         """Sequence parallelism (TP > 1): the LM head is a column-parallel linear (vocab split over TP) whose input
         is the final norm's ``s/TP`` rows, so it all-gathers them over TP (all the rank's ``n x h`` rows) before its
         GEMM, on the compute chain. Megatron-Core's ``output_layer`` is its own ``tensor_parallel.
@@ -88,12 +88,14 @@ class LayerOps:
         input_layouts=Shard(1), ...)`` redistributes the norm's shard to ``Replicate`` (pytorch/torchtitan 9dec370
         ``torchtitan/parallelisms/parallelize_llama.py``), the same all-gather; the output layer is neither
         compiled (``apply_compile`` wraps the blocks only) nor Float8, so async TP does not reach it either.
-        ``None`` without sequence parallelism or at TP 1."""
+        ``None`` without sequence parallelism or at TP 1. ``site``: the head call's label part (default
+        ``head.mb<k>``; a multi-token-prediction module's ``mtp<d>.mb<k>.head``, which calls the same
+        ``output_layer``)."""
         if not self.cfg.sequence_parallel:
             return None
-        return self._tp("ag", f"{self.fwd_tag}.head.mb{mb}.head_in", deps)
+        return self._tp("ag", f"{self.fwd_tag}.{site or f'head.mb{mb}'}.head_in", deps)
 
-    def head_regather(self, mb):
+    def head_regather(self, mb, site=None):
         """Megatron's backward of the head re-gathers its saved ``s/TP``-row input for the weight gradient
         (``dist_all_gather_func(..., async_op=True)`` launched before the input-gradient GEMM, waited before the
         weight gradient; layers.py as in :meth:`head_gather`), like the layers' :meth:`_regather`, but in
@@ -104,10 +106,10 @@ class LayerOps:
         if not cfg.sequence_parallel or cfg.tp == 1 or self.frozen or implied_framework(cfg) == "fsdp2":
             return []
         deps = [] if self.prev is None else [self.prev]
-        return [self.coll(f"tp_ag.bwd.head.mb{mb}.head_in.regather", T.ALL_GATHER, self.act_bytes, "tp", deps,
-                          chain=False)]
+        return [self.coll(f"tp_ag.bwd.{site or f'head.mb{mb}'}.head_in.regather", T.ALL_GATHER, self.act_bytes,
+                          "tp", deps, chain=False)]
 
-    def head_grad_scatter(self, mb):
+    def head_grad_scatter(self, mb, site=None):
         """The reduce-scatter of the head's input gradient (all ``n`` rows -> this rank's ``s/TP``), after its
         input-gradient GEMM: Megatron launches it ``async_op=True`` right after that GEMM, before the weight
         gradient, and waits for it at the backward's end (layers.py as in :meth:`head_gather`), so it runs beside
@@ -117,8 +119,66 @@ class LayerOps:
         cfg = self.cfg
         if not cfg.sequence_parallel or cfg.tp == 1:
             return []
-        return [self.coll(f"tp_rs.bwd.head.mb{mb}.head_in", T.REDUCE_SCATTER, self.act_bytes, "tp", [self.prev],
-                          chain=False)]
+        return [self.coll(f"tp_rs.bwd.{site or f'head.mb{mb}'}.head_in", T.REDUCE_SCATTER, self.act_bytes, "tp",
+                          [self.prev], chain=False)]
+
+    def head_backward(self, mb, vocab, deps=(), site=None):
+        """One LM-head call's backward: the input-gradient GEMM and its reduce-scatter (:meth:`head_grad_scatter`),
+        and the weight gradient (with its re-gather, :meth:`head_regather`) now, or, with
+        ``--defer-embedding-wgrad-compute``, in the pipeline drain (:meth:`drain_head_wgrads`). Returns the
+        scatter's ``[id]`` (what the norm's backward after it waits for), ``[]`` without one."""
+        n, h = self.tokens, self.dims.hidden
+        site = site or f"head.mb{mb}"
+        defer = self._head_wgrad_deferred()
+        gathered = [] if defer else self.head_regather(mb, site)
+        self.mm(f"bwd.{site}.dgrad", n, vocab, h, deps, linear=False)
+        scattered = self.head_grad_scatter(mb, site)  # (beside the wgrad GEMM)
+        if defer:
+            self.deferred_head.append(site)
+        elif not self.frozen:
+            self.mm(f"bwd.{site}.wgrad", h, n, vocab, gathered, linear=False)
+        return scattered
+
+    def _head_wgrad_deferred(self):
+        """Whether this head call's weight gradient goes to the drain: Megatron-Core's ``ColumnParallelLinear`` of
+        the output layer, with ``defer_embedding_wgrad_compute``, hands its backward the model's
+        ``grad_output_buffer``; ``LinearWithGradAccumulationAndAsyncCommunication.backward`` appends the output
+        gradient and skips the re-gather and the wgrad GEMM (``wgrad_compute = False``) while
+        ``wgrad_deferral_limit == 0 or len(grad_output_buffer) < wgrad_deferral_limit``; past the limit the call
+        computes its own (NVIDIA/Megatron-LM core_r0.14.0 32ad5c89 ``megatron/core/tensor_parallel/layers.py``
+        440-520, 985-1020). Every call counts, the multi-token-prediction heads' too (they run the same
+        ``output_layer``)."""
+        cfg = self.cfg
+        if not cfg.defer_embedding_wgrad or self.frozen:
+            return False
+        return cfg.wgrad_deferral_limit == 0 or len(self.deferred_head) < cfg.wgrad_deferral_limit
+
+    def drain_head_wgrads(self, vocab):
+        """The deferred head weight gradients, after the stage's last backward (the pipeline drain, where the
+        last stage would idle while the earlier stages finish their backwards), before the gradients are
+        finalised and the optimizer runs: ``finish_embedding_wgrad_compute`` -> ``drain_embedding_wgrad_compute``
+        (Megatron-LM core_r0.14.0 32ad5c89 ``megatron/core/pipeline_parallel/schedules.py`` 681-695, 1897-1903,
+        2296-2301; ``megatron/core/utils.py`` 918-990). With sequence parallelism the first kept input is
+        all-gathered synchronously (on the chain); then for each call ``i`` the next input's all-gather is
+        launched asynchronously (double-buffered, after the previous wgrad on the compute stream and the previous
+        gather) and call ``i``'s wgrad GEMM runs beside it, waiting for its own gather. Without sequence
+        parallelism the GEMMs alone. The labels are the calls' own (``bwd.head.mb<k>.wgrad``,
+        ``tp_ag.bwd.head.mb<k>.head_in.regather``). Megatron launches this after the DP gradient reduction of
+        the last micro-batch was started (issue NVIDIA/Megatron-LM#1012): the generator's ``grad_sync`` of the
+        head likewise does not wait for the drain."""
+        sites, self.deferred_head = self.deferred_head, []
+        if not sites:
+            return
+        n, h = self.tokens, self.dims.hidden
+        sp = self.cfg.sequence_parallel and self.cfg.tp > 1
+        gathers = []
+        if sp:
+            gathers.append(self.coll(f"tp_ag.bwd.{sites[0]}.head_in.regather", T.ALL_GATHER, self.act_bytes, "tp"))
+        for i, site in enumerate(sites):
+            if sp and i + 1 < len(sites):
+                gathers.append(self.coll(f"tp_ag.bwd.{sites[i + 1]}.head_in.regather", T.ALL_GATHER,
+                                         self.act_bytes, "tp", [self.prev, gathers[-1]], chain=False))
+            self.mm(f"bwd.{site}.wgrad", h, n, vocab, [gathers[i]] if sp and i else [], linear=False)
 
     def _composite_rms_norm(self, label, deps=()):
         """``--norm-kernel composite``: a Python RMSNorm in eager PyTorch, ``(x.float() * rsqrt(mean(x.float()**2)

@@ -101,6 +101,8 @@ class LlmSpec:
     # ZeRO, recomputation
     zero: int = 0
     overlap_param_gather: bool = False
+    defer_embedding_wgrad_compute: bool = False  # the LM head's wgrad in the pipeline drain (Megatron)
+    wgrad_deferral_limit: int = 0       # head calls deferred at most (0: all)
     reshard_after_forward: bool | None = None  # None: on for --zero 3 training (FSDP2's and DeepSpeed's default)
     grad_sync_every_micro_batch: bool = False
     framework: str | None = None        # megatron | fsdp2 | deepspeed; None: implied by the flags
@@ -283,6 +285,8 @@ class LlmSpec:
                         attention=self.attention, causal=self.causal, dropout=self.dropout,
                         gemm_dtype=self.gemm_dtype, inference_elementwise=self.inference_elementwise,
                         overlap_param_gather=self.overlap_param_gather, tp_comm_overlap=self.tp_comm_overlap,
+                        defer_embedding_wgrad=self.defer_embedding_wgrad_compute,
+                        wgrad_deferral_limit=self.wgrad_deferral_limit,
                         reshard_after_forward=reshard, framework=self.framework, loss_dtype=self.loss_dtype,
                         grad_buffer=self.grad_buffer, fp8_params=self.fp8_params, dp_shard=self.dp_shard or 0,
                         fp8_activation_input=self.fp8_activation_input,
@@ -518,6 +522,15 @@ def _add_flags(p):
     p.add_argument("--overlap-param-gather", action="store_true",
                    help="ZeRO-1/2: all-gather the updated parameters at the start of the step (each layer's first "
                    "forward waits for its own) instead of after the optimizer (Megatron --overlap-param-gather)")
+    p.add_argument("--defer-embedding-wgrad-compute", action="store_true",
+                   help="Megatron-LM's --defer-embedding-wgrad-compute (NeMo's defer_embedding_wgrad_compute): the "
+                   "LM head's weight-gradient GEMMs (and, with --sequence-parallel, their input re-gathers) are not "
+                   "run in each micro-batch's backward but together in the pipeline drain, after the last stage's "
+                   "last backward. Needs --pp > 1 (default off, as Megatron's)")
+    p.add_argument("--wgrad-deferral-limit", type=int, metavar="N",
+                   help="with --defer-embedding-wgrad-compute: defer at most N of the step's LM-head calls, the "
+                   "rest compute their weight gradient in place (Megatron's --wgrad-deferral-limit; 0, the "
+                   "default: all)")
     p.add_argument("--tp-comm-overlap", action="store_true",
                    help="with --sequence-parallel: each TP all-gather / reduce-scatter runs as a ring of TP-1 "
                    "send/recv steps pipelined with TP row chunks of its GEMM (Transformer Engine userbuffers)")

@@ -70,6 +70,7 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
         self.comm_sms = dict(cfg.comm_sms)  # --comm-sms: key -> SMs (the comm_sms attribute)
         self.sm_margins = dict(cfg.sm_margins)  # TE overlap name -> its GEMMs' sm_margin
         self.deferred = []   # ZeRO-1/2 parameter all-gathers, issued after the optimizer
+        self.deferred_head = []  # --defer-embedding-wgrad-compute: head calls whose wgrad waits for the drain
         # DeepSpeed ZeRO-3 (.deepspeed_step): the open gradient bucket [(unit, elements)], the last node on its
         # reduce stream, buckets reduced so far
         self._ds_bucket, self._ds_stream, self._ds_buckets = [], None, 0
@@ -197,11 +198,8 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
                     if cfg.ew:
                         self.loss_bwd(mb, n, vocab, deps + extra)
                         deps, extra = [], []
-                    gathered = self.head_regather(mb)  # (sequence parallelism: Megatron's re-gather, .layers)
-                    self.mm(f"bwd.head.mb{mb}.dgrad", n, vocab, h, deps + extra, linear=False)
-                    scattered = self.head_grad_scatter(mb)  # (beside the wgrad GEMM)
-                    if not self.frozen:
-                        self.mm(f"bwd.head.mb{mb}.wgrad", h, n, vocab, gathered, linear=False)
+                    # (sequence parallelism: Megatron's re-gather and reduce-scatter; the wgrad maybe deferred)
+                    scattered = self.head_backward(mb, vocab, deps + extra)
                     # (after the head's backward, before the last layer's)
                     deps = [] if self.final_norm_bwd(mb, scattered) is not None else scattered
                     if sync:
@@ -237,6 +235,7 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
                         self._z3(units, "embedding", store, params, phase)
                     if sync:
                         self.grad_sync("embedding", params["embedding"][0], mb=smb, table=params)
+        self.drain_head_wgrads(vocab)  # (--defer-embedding-wgrad-compute: the last stage's pipeline drain)
         if self._deepspeed():  # DeepSpeed reduces its last gradient bucket at the backward's end
             self.ds_flush()
         if cfg.ew:
