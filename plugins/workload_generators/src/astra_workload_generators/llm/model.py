@@ -273,6 +273,33 @@ def layer_shards(dims: ModelDims, cfg: "LlmConfig", moe: bool = True):
             expert_layer_parameters(dims, moe) // cfg.ep // cfg.tp)
 
 
+def norm_weights(dims: ModelDims, width: int = 0) -> int:
+    """Elements of one norm over ``width`` (default the hidden size): RMSNorm's weight, or LayerNorm's weight and
+    bias (Megatron-Core's ``TENorm`` / Transformer Engine's ``LayerNorm`` has both, ``RMSNorm`` the weight only;
+    torch.nn.LayerNorm / RMSNorm, Hugging Face's ``LlamaRMSNorm`` and GPT-2's ``ln_1``/``ln_2``/``ln_f`` likewise).
+    Replicated on every TP rank (not sharded)."""
+    return (width or dims.hidden) * (1 if dims.rms_norm else 2)
+
+
+def layer_norm_parameters(dims: ModelDims) -> int:
+    """Per layer: the input and the pre-MLP norm (Megatron-Core ``TransformerLayer.input_layernorm`` /
+    ``pre_mlp_layernorm``, inside ``TELayerNormColumnParallelLinear`` as ``layer_norm_weight`` (+ ``_bias``) with
+    Transformer Engine; torchtitan ``attention_norm`` / ``ffn_norm``), and with MLA the latent query and key/value
+    norms (``MultiLatentAttention.q_layernorm`` over q_lora_rank when there is one, ``kv_layernorm`` over
+    kv_lora_rank; NVIDIA/Megatron-LM core_r0.14.0 32ad5c89 ``megatron/core/transformer/multi_latent_attention.py``
+    447-458, ``transformer_layer.py``)."""
+    per = 2 * norm_weights(dims)
+    if dims.mla:
+        per += norm_weights(dims, dims.kv_lora_rank)
+        per += norm_weights(dims, dims.q_lora_rank) if dims.q_lora_rank else 0
+    return per
+
+
+#: norms of a multi-token-prediction module besides its layer's: ``enorm``, ``hnorm`` and ``final_layernorm``
+#: (Megatron-Core core_r0.14.0 ``megatron/core/transformer/multi_token_prediction.py`` 438-477)
+MTP_MODULE_NORMS = 3
+
+
 def mtp_shards(dims: ModelDims, cfg: "LlmConfig"):
     """(dense, expert) parameters of one MTP module on one rank: its layer (like a layer after the model's last)
     and eh_proj (2h x h, whole on every TP rank). Training only (inference does not run them)."""
