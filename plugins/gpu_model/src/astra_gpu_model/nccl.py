@@ -620,16 +620,20 @@ _CONFIG_CACHE = {}
 
 
 def config_for_options(options):
-    """The :class:`NcclConfig` a run's collectives use, from its ``gpu`` (default H100), ``nccl_nic_gbps`` and
-    ``nccl_sharp`` options (one object per combination: what else prices a run's collectives, e.g. astra search's
-    lower bound, gets the same)."""
+    """The :class:`NcclConfig` a run's collectives use, from its ``gpu`` (default H100), ``nccl_nic_gbps``,
+    ``nccl_sharp``, ``nccl_version`` and ``nccl_nvls`` options (one object per combination: what else prices a run's
+    collectives, e.g. astra search's lower bound, gets the same). ``nccl_nvls`` "off" is NCCL_NVLS_ENABLE=0: no NVLS
+    nor NVLSTree (src/transport/nvls.cc v2.26.2-1 leaves nvlsSupport 0; enqueue.cc's cost table then skips both)."""
     name = options.get("gpu")
     nic = options.get("nccl_nic_gbps")
     sharp = bool(options.get("nccl_sharp"))
     tuning = nccl_tuning.tuning_for_version(options.get("nccl_version"))
-    key = (str(name), nic, sharp, tuning)
+    nvls_off = options.get("nccl_nvls") == "off"
+    key = (str(name), nic, sharp, tuning, nvls_off)
     if key not in _CONFIG_CACHE:
         overrides = {} if tuning == nccl_tuning.MASTER else {"tuning": tuning}
+        if nvls_off:
+            overrides["nvls"] = False
         if nic is not None:
             nic = float(nic)
             if not nic > 0:

@@ -161,6 +161,9 @@ def platform_run_options(parser):
     group.add_argument("--nccl-version", default=None, metavar="X.Y.Z", type=version_arg,
                        help="the NCCL release whose tuning model picks the algorithm and protocol across nodes "
                             "(2.26.x; default: NCCL master's, 5067397); the pick is timed with the model's terms")
+    group.add_argument("--nccl-nvls", default=None, choices=("on", "off"),
+                       help="NCCL_NVLS_ENABLE: off takes NVLink SHARP (NVLS) and NVLSTree out of NCCL's choice, as "
+                            "NCCL_NVLS_ENABLE=0 does; default on where the GPU has it (Hopper, Blackwell on NVSwitch)")
     from astra_gpu_model.scale_out import KINDS
 
     group.add_argument("--scale-out", default=None, choices=tuple(KINDS), metavar="KIND",
