@@ -82,11 +82,12 @@ def test_astra_validate_runs_the_short_new_machine_cases(tmp_path):
         assert row["error"] == (row["simulated_ns"] - row["measured_ns"]) / row["measured_ns"]
     # docs/validation.md, "The new machines": Blackwell's NVLS peak is fitted on other sources (NVIDIA/nccl#1807,
     # lixueduan.com) and NVLSTree runs across nodes, so one and two racks come within 5 % and two B200 nodes within
-    # 15 %; twenty racks stay a known miss (NCCL 2.26's NVLSTree past 2 nodes ran at half the 2-rack bandwidth).
+    # 15 %; twenty racks ran with NCCL_NVLS_ENABLE=0 (coreweave/nccl-tests 5ceab10; the case's --nccl-nvls off): NCCL
+    # 2.26 runs the tree there, +13.7 % (it was -50 % as NVLSTree).
     for name in ("nccl-allreduce-gb200-nvl72-1rack", "nccl-allreduce-gb200-nvl72-2racks"):
         assert abs(results[name]["error"]) < 0.05, (name, results[name]["error"])
     assert abs(results["nccl-allreduce-b200-2node"]["error"]) < 0.15
-    assert results["nccl-allreduce-gb200-nvl72-20racks"]["error"] < -0.3
+    assert abs(results["nccl-allreduce-gb200-nvl72-20racks"]["error"]) < 0.2
     # RCCL on MI300X: MSCCL all-pairs up to 16 MiB, the cdna3 calibration fitted on another published sweep
     # (hisohara/ai-scripts): the blog's three sizes within 10 %
     for name in ("rccl-allreduce-mi300x-8gpu-16g", "rccl-allreduce-mi300x-8gpu-64m", "rccl-allreduce-mi300x-8gpu-1m"):
