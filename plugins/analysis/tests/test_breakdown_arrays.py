@@ -78,3 +78,15 @@ def test_a_real_run_breaks_down_alike(gemm_then_all_reduce, monkeypatch):
     arrays = simulate(*gemm_then_all_reduce)
     assert [r.breakdown for r in arrays.ranks] == [r.breakdown for r in python.ranks]
     assert arrays.breakdown == python.breakdown
+
+
+def test_span_arrays_read_as_the_records(gemm_then_all_reduce, monkeypatch):
+    """Compute nodes read straight from a rank's span array (``_records``, no cached kind) break down as through
+    ``view.records()`` and ``kind_of``, to the ns."""
+    from astra_sim.simulation import simulate
+
+    fast = simulate(*gemm_then_all_reduce)
+    monkeypatch.setattr(breakdown, "_records", lambda view: (view.records(), False))
+    slow = simulate(*gemm_then_all_reduce)
+    assert [r.breakdown for r in fast.ranks] == [r.breakdown for r in slow.ranks]
+    assert fast.breakdown == slow.breakdown and fast.breakdown

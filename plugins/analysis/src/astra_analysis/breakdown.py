@@ -26,6 +26,8 @@ and ``in_switch_exposed_ns``.
 
 from __future__ import annotations
 
+from astra_sim.chakra.types import COMP_NODE
+
 from astra_analysis.views import K_COLL, K_COMPUTE, K_CPU, K_MEM, K_RECV, K_SEND
 
 COMPUTE_CLASSES = ("gemm", "attention", "elementwise", "other")
@@ -84,8 +86,19 @@ def rank_parts(view, arrays=None):
     kind_of = analysis.kind_of
     op_class = analysis.op_class
     comm_index = {}  # kind, communicator -> index (the same categories as index_of, looked up once per pair)
-    for node, start, end in view.records():
+    class_index = {}  # compute class -> index
+    records, nodes_known = _records(view)
+    for node, start, end in records:
         if end <= start:
+            continue
+        if nodes_known and node.type == COMP_NODE and not node.attrs.get("is_cpu_op"):  # views.node_kind's K_COMPUTE
+            cls = op_class(rep, node)
+            index = class_index.get(cls)
+            if index is None:
+                index = class_index[cls] = index_of((_C_COMPUTE, cls))
+            starts.append(start)
+            ends.append(end)
+            cats.append(index)
             continue
         kind, comm = kind_of(rep, node)
         if kind == K_COMPUTE:
@@ -114,6 +127,16 @@ def rank_parts(view, arrays=None):
     else:
         _sweep(parts, starts, ends, cats, cat_class, cat_key)
     return parts
+
+
+def _records(view):
+    """(``view.records()``, whether they are trace nodes): a :class:`~astra_analysis.views.RankView`'s read straight
+    from its span array (a C slice per column, no generator step per node: the breakdown reads every node of every
+    simulated rank), whose compute nodes need no cached kind (each is read once here)."""
+    spans, nodes = getattr(view, "spans", None), getattr(view, "nodes", None)
+    if spans is None or nodes is None:
+        return view.records(), False
+    return zip(map(nodes.__getitem__, spans[0::3]), spans[1::3], spans[2::3]), True
 
 
 def _sweep(parts, starts, ends, cats, cat_class, cat_key):
