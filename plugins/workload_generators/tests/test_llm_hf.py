@@ -160,6 +160,10 @@ def test_summary_json(capsys):
     assert out["params_total"] == params_total(dims) and out["params_active"] == params_active(dims)
     assert out["kv_cache_bytes_per_token"] == 2 * 48 * 4 * 128 * 2
     assert out["memory_peak_bytes"] > 0 and "weights" in out["memory"]
+    # issue 34: the JSON says its units, as every command's does; the memory parts (bytes) have no unit in their name
+    assert out["units"] == {"size": "bytes", "memory": "bytes", "params": "count", "flops": "flop",
+                            "seq_len": "tokens", "sliding_window": "tokens"}
+    assert all(isinstance(v, int) for v in out["memory"].values())
     # forward FLOPs per token: 2 x activated matmul weights (LM head included, embedding lookup not) + attention
     matmul = params_active(dims) - 151936 * 2048 - (2 * 48 + 1) * 2048
     assert out["flops_per_token"] == 2 * matmul + 2 * 48 * 4096 * (2 * 32 * 128)

@@ -8,6 +8,13 @@ from .memory import UNCERTAINTY, peak_memory
 from .memory_fit import first_fix, fixes, verdict
 from .model import ModelDims, activated_parameter_count, layer_parameters, parameter_count
 
+#: the unit of each group of ``--summary --json``'s numbers, as every command's JSON declares in ``units`` (the
+#: kernel's ``{"time": "ns", "size": "bytes"}``; there is no time here): ``size`` the ``*_bytes`` keys, ``memory``
+#: the per-part dict ``memory`` (whose keys name parts, not units), ``params`` the ``params_*`` counts, ``flops``
+#: the ``*flops_per_token`` FLOPs of one token; ``seq_len`` and ``sliding_window`` are positions (tokens).
+UNITS = {"size": "bytes", "memory": "bytes", "params": "count", "flops": "flop", "seq_len": "tokens",
+         "sliding_window": "tokens"}
+
 
 def _embedding_and_norms(dims: ModelDims) -> int:
     """What the matmul counts leave out: the input embedding (unless tied to the LM head) and the RMS/LayerNorm
@@ -61,7 +68,7 @@ def model_summary(dims: ModelDims, cfg: LlmConfig, hbm_bytes: int | None = None)
     """The summary as one JSON-able dict (``--summary --json``); ``hbm_bytes``: the device's memory, for the
     margin, the verdict and (when it does not fit) the one change that would make it fit."""
     peak = peak_memory(dims, cfg)
-    out = {"params_total": params_total(dims), "params_active": params_active(dims),
+    out = {"units": dict(UNITS), "params_total": params_total(dims), "params_active": params_active(dims),
            "flops_per_token": flops_per_token(dims), "train_flops_per_token": 3 * flops_per_token(dims),
            "kv_cache_bytes_per_token": kv_cache_bytes_per_token(dims, cfg.dtype),
            "kv_cache_bytes_per_sequence": kv_cache_bytes_per_sequence(dims, cfg.dtype),
