@@ -322,8 +322,6 @@ class TimeFolder(JumpMixin):
         by_rank, touched, keys, symmetry = self.by_rank, self.touched, self._posted_keys, self.symmetry
         rows = self.log[self.scanned:]
         cache = self.inert_cache
-        if cache is not None and not cache.full and len(rows) > len(self.matcher._waiting) // 4:
-            cache.full = True  # more finished since than there are keys: a pass over every key costs less
         if cache is None or cache.full:
             for rank, node_id, _s, _e in rows:
                 touched[rank].update(by_rank[rank].children[node_id])
@@ -334,6 +332,8 @@ class TimeFolder(JumpMixin):
                 node = w.nodes[node_id]
                 if node.type in _P2P:  # its key may have changed in the matcher (InertReceives.update)
                     keys.add(_key(rank, node, symmetry))
+            # over a quarter of the waiting keys to read: a full pass (in C) costs less (keys, not finished kernels)
+            cache.full = len(keys) > len(self.matcher._waiting) // 4
         self.scanned = len(self.log)
 
     @staticmethod
