@@ -52,13 +52,20 @@ class InertReceives:
                 if key in waiting and key not in known:
                     fresh.add(key)
         live = set()
-        for key in fresh:
+        preposted, by_rank, by_channel, order = self.preposted, self.by_rank, self.by_channel, self._sorted
+        for key in fresh:  # (the first look: every pre-posted receive, tens of thousands)
             head = waiting[key]
-            if head.__class__ is Message and self.preposted(head):
+            if head.__class__ is Message and preposted(head):
                 known[key] = head
-                self.by_rank[key[2]][head.recv_arg] = key
-                self.by_channel.setdefault(key[1:], {})[key[0]] = head.recv_arg
-                self._sorted.pop(key[1:], None)
+                arg = head.recv_arg
+                by_rank[key[2]][arg] = key
+                channel = key[1:]
+                tags = by_channel.get(channel)
+                if tags is None:
+                    tags = by_channel[channel] = {}
+                else:
+                    order.pop(channel, None)
+                tags[key[0]] = arg
             else:
                 live.add(key)
         if len(known) + len(live) != len(waiting):  # a change no poster since the last look made: look at every key
