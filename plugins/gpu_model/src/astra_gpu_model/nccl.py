@@ -128,7 +128,12 @@ def net_inter_lat(proto):
     return NET_PLUGIN_LATENCY_US * (2 if proto == SIMPLE else 1)
 
 
-#: treeCorrectionFactor[proto][log2(nBytes/64)], 64 B to 512 MB.
+#: treeCorrectionFactor[proto][log2(nBytes/64)] (master's 24 entries). The tree reads indices 0-22, 64 B to
+#: 512 MiB exclusive: ``algorithm == NCCL_ALGO_TREE && ... logSize < 23`` in ncclTopoGetAlgoTime (src/graph/tuning.cc,
+#: NVIDIA/nccl v2.26.2-1 line 538, master 5067397 line 640, and every tag read from v2.18.1-1 to v2.29.7-1; the table
+#: had 23 entries until v2.28.9-1). Index 23 is read only by NVLSTree on Blackwell with an x86 CPU (``logSize < 24``,
+#: from v2.29.2-1), which the model does not apply.
+TREE_CORRECTION_SIZES = 23
 TREE_CORRECTION = (
     (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0),
     (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0),
@@ -323,9 +328,9 @@ def predict(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
                     lat += 2 * math.log2(nodes) * (HW_LAT["net"][TREE][p] + net_inter_lat(proto))
             else:
                 lat = intra
-            if algo == TREE:
-                log_size = int(math.log2(n_bytes >> 6)) if n_bytes >= 64 else -1
-                if 0 <= log_size < 24:
+            if algo == TREE:  # NCCL's log2i(nBytes >> 6) (log2Down: -1 for 0), below TREE_CORRECTION_SIZES
+                log_size = (int(n_bytes) >> 6).bit_length() - 1
+                if 0 <= log_size < TREE_CORRECTION_SIZES:
                     alg_bw *= TREE_CORRECTION[p][log_size]
             bw_us = n_bytes / (1000.0 * alg_bw)
             out.append((lat + bw_us, algo, proto, lat, bw_us))
