@@ -126,10 +126,11 @@ def serving_family_errors(data):
 
 @functools.lru_cache(maxsize=1)
 def _registry_families():
-    """``{case name: family}`` of the registry's serving cases (read once per process)."""
+    """``{case name: family}`` of the registry's serving cases (read once per process; their words are not parsed:
+    ``astra serve`` asks for the families only)."""
     from astra_validation.registry import load_cases
 
-    return {c.name: c.serving_family for c in load_cases() if c.kind == "serving"}
+    return {c.name: c.serving_family for c in load_cases(check=False) if c.kind == "serving"}
 
 
 def serving_intervals(values, path=None):

@@ -97,14 +97,16 @@ class Case:
         return self.size_bytes * factor / (float(self.measured["bus_bandwidth_gbps"]) * 1e9)
 
 
-def load_cases(path=None):
+def load_cases(path=None, check=True):
     """Every case of the registry (``path``: another YAML file of the same layout). Without ``path``:
     ``cases/cases.yaml``, each of ``EXTRA_FILES`` beside it that exists, and the energy plugin's published power and
-    energy measurements (:func:`energy_cases`)."""
+    energy measurements (:func:`energy_cases`). ``check``: parse each case's command-line words as its run will
+    (:func:`check_words`); False for a reader that only wants names or metrics (it saves building the parsers)."""
     if path:
-        return _load_file(Path(path))
-    cases = _load_file(CASES_DIR / "cases.yaml")
-    extra = [case for name in EXTRA_FILES if (CASES_DIR / name).exists() for case in _load_file(CASES_DIR / name)]
+        return _load_file(Path(path), check)
+    cases = _load_file(CASES_DIR / "cases.yaml", check)
+    extra = [case for name in EXTRA_FILES if (CASES_DIR / name).exists()
+             for case in _load_file(CASES_DIR / name, check)]
     extra += energy_cases()
     names = {c.name for c in cases}
     for case in extra:
@@ -127,7 +129,7 @@ def energy_cases():
                  if c.uses_parameter_source else ()) for c in load_energy_cases()]
 
 
-def _load_file(path):
+def _load_file(path, check=True):
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
@@ -190,8 +192,46 @@ def _load_file(path):
             if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
                 raise ConfigError(f"{where}: 'size_bytes' must be a positive integer, got {size!r}")
             fields.update(collective=raw["collective"], size_bytes=size)
-        cases.append(Case(**fields))
+        case = Case(**fields)
+        if check:
+            check_words(case, path)
+        cases.append(case)
     return cases
+
+
+def check_words(case, path=None):
+    """Parse ``case``'s stored words with the parsers its run uses (``astra run``'s :class:`RunSpec` with the case's
+    platform and nodes, as :mod:`.runner` builds it; ``astra workload llm``'s :class:`LlmSpec`; ``astra serve``'s
+    ``ServeSpec``), so that an unknown flag or a refused value (``--nccl-version 9.9``) is a ConfigError when the
+    registry loads, naming the case, its file and the flag, not when the case runs. Parsing only: nothing is
+    resolved, read or simulated (a workload's ``--model`` file is read when the case runs). Words already parsed
+    in this process are not parsed again (an executor's task loads the registry for each case it runs)."""
+    words = (case.kind, case.platform, case.nodes, case.run, case.workload, case.serve)
+    if words in _CHECKED:
+        return
+    where = f"validation case {case.name!r}" + (f" ({path})" if path else "")
+    if case.kind in ("llm_step", "collective", "memory"):
+        from astra_sim.spec import RunSpec
+
+        # the runner's words: a placeholder trace prefix (parsing reads no file), the case's platform, nodes, run
+        RunSpec.from_argv(["--workload-configuration", "<case>", "--platform", case.platform, "--nodes",
+                           str(case.nodes), *case.run], where=f"{where}: run")
+    elif case.run:
+        raise ConfigError(f"{where}: 'run' is for llm_step, collective and memory cases; a {case.kind} case "
+                          f"would ignore it")
+    if case.workload:
+        from astra_workload_generators.llm import LlmSpec
+
+        LlmSpec.from_argv(case.workload, where=f"{where}: workload")
+    if case.serve:
+        from astra_serving import ServeSpec
+
+        ServeSpec.from_argv([*case.serve, "--platform", case.platform], where=f"{where}: serve")
+    _CHECKED.add(words)
+
+
+#: the words :func:`check_words` has parsed without an error in this process
+_CHECKED = set()
 
 
 def _provenance(raw, where, name):
