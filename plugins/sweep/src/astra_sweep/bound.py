@@ -490,7 +490,7 @@ class BoundCache:
     """Each layout's :class:`StepTerms` on one GPU, computed once per search (and once per machine on disk)."""
 
     def __init__(self, source, gpu, gpus_per_node, *, nccl=True, disk=True, nic_gbps=None, sharp=False,
-                 contention=None, board_power_w=None, nccl_version=None):
+                 contention=None, board_power_w=None, nccl_version=None, nccl_nvls=None):
         """``source``: the workload options naming the model (``{"preset": ...}`` or ``{"model": path}``, with
         ``seq-len`` / ``gemm-dtype`` when given); ``gpu``: the platform's GPU preset name or YAML; ``nccl``: the
         run times collectives with the NCCL model (``--platform-collective nccl``), so in-node ones count;
@@ -502,7 +502,9 @@ class BoundCache:
         ``gpu_board_power_w``: a rack tray's, above the preset's TDP), at which the run's gpu model takes its
         sustained GEMM clock; the bound's GEMMs must use the same clock, or they would be slower than the run's;
         ``nccl_version``: the run's ``--nccl-version``, whose tuning picks the (algorithm, protocol) pair across
-        nodes: the bound must time the pair the run times (another pair may be faster than the run's)."""
+        nodes: the bound must time the pair the run times (another pair may be faster than the run's);
+        ``nccl_nvls``: the run's ``--nccl-nvls`` (``"off"``: NCCL_NVLS_ENABLE=0, no NVLS nor NVLSTree in the choice),
+        for the same reason."""
         from types import SimpleNamespace
 
         from astra_gpu_model import GpuComputeModel
@@ -516,9 +518,10 @@ class BoundCache:
         self.model = GpuComputeModel(SimpleNamespace(options=options), gpu=gpu)
         self.nic_gbps, self.sharp = (float(nic_gbps) if nic_gbps else None), bool(sharp)
         self.nccl_version = None if nccl_version is None else str(nccl_version)
+        self.nccl_nvls = None if nccl_nvls is None else str(nccl_nvls)
         self.contention = contention
         run_options = {"gpu": gpu, "nccl_nic_gbps": self.nic_gbps, "nccl_sharp": self.sharp,
-                       "nccl_version": self.nccl_version}
+                       "nccl_version": self.nccl_version, "nccl_nvls": self.nccl_nvls}
         self.nccl = config_for_options(run_options) if nccl else None  # the run's own
         self.gpus_per_node = int(gpus_per_node)
         self.disk = _cache_dir() if disk else None
@@ -530,21 +533,23 @@ class BoundCache:
             with open(model_file, "rb") as handle:
                 model_digest = hashlib.sha256(handle.read()).hexdigest()
         self._salt = json.dumps([self.source, model_digest, self.model.describe(), bool(nccl), self.gpus_per_node,
-                                 self.nic_gbps, self.sharp, contention, self.nccl_version, TERMS_VERSION,
+                                 self.nic_gbps, self.sharp, contention, self.nccl_version, self.nccl_nvls,
+                                 TERMS_VERSION,
                                  _code_digest()],
                                 sort_keys=True,
                                 default=str)
 
     @classmethod
-    def for_platform(cls, source, platform, gpus, *, nccl=True, disk=True, nccl_version=None):
+    def for_platform(cls, source, platform, gpus, *, nccl=True, disk=True, nccl_version=None, nccl_nvls=None):
         """The cache of a search on ``gpus`` GPUs of ``platform`` (a GPU platform: its GPU, node size, and the
         NIC rate and SHARP its runs' NCCL model prices collectives across nodes with, and its measured contention
-        model and host launches, from its implied options); ``nccl_version``: the search's ``--nccl-version``."""
+        model and host launches, from its implied options); ``nccl_version``, ``nccl_nvls``: the search's
+        ``--nccl-version`` and ``--nccl-nvls``."""
         implied = platform.resolve(max(1, gpus // platform.gpus_per_node), {"platform_collective": "nccl"}).options
         return cls(source, platform.gpu, platform.gpus_per_node, nccl=nccl, disk=disk,
                    nic_gbps=implied.get("nccl_nic_gbps"), sharp=bool(implied.get("nccl_sharp")),
                    contention=contention_of(implied, platform.gpu), board_power_w=implied.get("gpu_board_power_w"),
-                   nccl_version=nccl_version)
+                   nccl_version=nccl_version, nccl_nvls=nccl_nvls)
 
     def terms(self, cfg):
         """The layout's :class:`StepTerms`, or None when the generator refuses its one- and two-micro-batch
@@ -609,7 +614,8 @@ class BoundCache:
         if not todo:
             return 0
         payload = executor.share((self.source, self.gpu, self.gpus_per_node, self.nccl is not None, self.nic_gbps,
-                                  self.sharp, self.contention, self.board_power_w, self.nccl_version))
+                                  self.sharp, self.contention, self.board_power_w, self.nccl_version,
+                                  self.nccl_nvls))
         tasks = [((key, shared), payload) for key, shared in todo.items()]
         for (key, _), found in executor.run(terms_task, tasks):
             if not isinstance(found, (StepTerms, type(None))):  # a worker that died: computed here instead
@@ -690,10 +696,10 @@ class BoundCache:
         peers and its communicator's earlier collectives): with ``--platform-collective nccl`` a communicator
         group's collective is one phase of :class:`astra_gpu_model.nccl.NcclCollective` over the group's ranks
         and the nodes they span, timed by ``collective_time_us`` with the run's NCCL configuration (the GPU, the
-        platform's NIC rate and SHARP, the run's ``--nccl-version``: ``self.nccl``). Counted when the group lies in
-        one node, or, given the workload's ``npus`` and the NIC rate, spans several nodes without being every rank
-        (the default group, and a group of every rank, run one phase per network dimension instead); 0 otherwise (a
-        lower bound needs no more)."""
+        platform's NIC rate and SHARP, the run's ``--nccl-version`` and ``--nccl-nvls``: ``self.nccl``). Counted
+        when the group lies in one node, or, given the workload's ``npus`` and the NIC rate, spans several nodes
+        without being every rank (the default group, and a group of every rank, run one phase per network dimension
+        instead); 0 otherwise (a lower bound needs no more)."""
         from astra_gpu_model.nccl import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, collective_time_us
         from astra_sim.chakra import types as T
 
@@ -772,10 +778,10 @@ def terms_task(task, payload):
     """An executor task of :meth:`BoundCache.prefetch`: (key, shared layout) -> its :class:`StepTerms` or None,
     computed in this worker (no disk: the search's process keeps them)."""
     _key, shared = task
-    source, gpu, gpus_per_node, nccl, nic_gbps, sharp, contention, board_power_w, nccl_version = payload
+    source, gpu, gpus_per_node, nccl, nic_gbps, sharp, contention, board_power_w, nccl_version, nccl_nvls = payload
     ident = json.dumps(payload, sort_keys=True, default=str)
     if ident not in _WORKER_CACHES:
         _WORKER_CACHES[ident] = BoundCache(source, gpu, gpus_per_node, nccl=nccl, disk=False, nic_gbps=nic_gbps,
                                            sharp=sharp, contention=contention, board_power_w=board_power_w,
-                                           nccl_version=nccl_version)
+                                           nccl_version=nccl_version, nccl_nvls=nccl_nvls)
     return compute_terms(_WORKER_CACHES[ident], shared)

@@ -116,8 +116,8 @@ def add_search_command(sub):
 
 
 def _add_nccl_version(p):
-    """``--nccl-version``, astra run's (the gpu_model plugin's), checked as it is there: the layouts run with it, and
-    the lower bound times their collectives with the same release's choice."""
+    """``--nccl-version`` and ``--nccl-nvls``, astra run's (the gpu_model plugin's), checked as they are there: the
+    layouts run with them, and the lower bound times their collectives with the same choice."""
     try:
         from astra_gpu_model.nccl_tuning import version_arg
     except ImportError:
@@ -125,6 +125,9 @@ def _add_nccl_version(p):
     p.add_argument("--nccl-version", default=None, metavar="X.Y.Z", type=version_arg,
                    help="as astra run's: the NCCL release whose tuning picks the algorithm and protocol across nodes "
                         "(2.26.x; default: NCCL master's), in the simulated layouts and in their lower bounds")
+    p.add_argument("--nccl-nvls", default=None, choices=("on", "off"),
+                   help="as astra run's: NCCL_NVLS_ENABLE (off: no NVLS nor NVLSTree in NCCL's choice), in the "
+                        "simulated layouts and in their lower bounds")
 
 
 def _add_serving_arguments(p):
@@ -146,7 +149,8 @@ def _cmd_serve_search(args):
         from astra_serving.search import search_deployments
     except ImportError:
         raise ConfigError("astra search --serve needs the serving plugin (plugins/serving)") from None
-    for flag in ("global_batch", "seq_len", "points", "plot", "max_step_time_ms", "prices", "nccl_version"):
+    for flag in ("global_batch", "seq_len", "points", "plot", "max_step_time_ms", "prices", "nccl_version",
+                 "nccl_nvls"):
         if getattr(args, flag, None):
             raise ConfigError(f"--{flag.replace('_', '-')} is for training layouts, not --serve")
     if args.objective != "time":
@@ -462,7 +466,8 @@ def _bounds(fit, source, platform, args, executor):
 
     started = time.perf_counter()
     cache = BoundCache.for_platform(source, platform, args.gpus, nccl=args.platform_collective == "nccl",
-                                    nccl_version=getattr(args, "nccl_version", None))
+                                    nccl_version=getattr(args, "nccl_version", None),
+                                    nccl_nvls=getattr(args, "nccl_nvls", None))
     cache.prefetch([cache.terms_layout(c) for c in fit], executor)
     out, whole = {}, {}
     for cfg in fit:
@@ -588,6 +593,8 @@ def _run_round(done, base, source, output, folder, args, state, executor, run_sw
     run = {"platform": args.platform, "platform-collective": args.platform_collective}
     if getattr(args, "nccl_version", None):
         run["nccl-version"] = args.nccl_version
+    if getattr(args, "nccl_nvls", None):
+        run["nccl-nvls"] = args.nccl_nvls
     if not objective.needs_energy:
         # no breakdown: a layout's row needs its step, not where each rank's time went (about a tenth of a
         # point's time on GPT-3 175B), and the step is the same to the ns; the energy accounting needs it
