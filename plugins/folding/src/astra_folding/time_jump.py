@@ -121,11 +121,13 @@ class JumpMixin:
             w.comm_ns += k * (after[2] - before[2])
             w.issued += k * (after[3] - before[3])
         matcher = self.matcher
-        waiting = {}
+        waiting, shared = {}, []  # (keys with more than one message: a list, then a deque)
         moved_keys = self.moved_keys = set()  # the keys of the messages moved (InertReceives.after_jump)
+        known = self.inert_cache.known if self.inert_cache is not None else {}  # lone pre-posted, as of this look
+        preposted = self._preposted
         for key, head in matcher._waiting.items():
             for m in ([head] if head.__class__ is Message else head):
-                if self._preposted(m):
+                if (m is head and known.get(key) is m) or preposted(m):  # (the cache: no call per receive)
                     if m.recv_arg in used[key[2]]:
                         continue  # finished or matched by the repeats
                     new_key = key
@@ -133,11 +135,19 @@ class JumpMixin:
                     self._move_message(m, dn, dtag)
                     new_key = m.key
                     moved_keys.add(new_key)
-                waiting.setdefault(new_key, []).append(m)
-        for key, messages in waiting.items():
+                got = waiting.get(new_key)
+                if got is None:
+                    waiting[new_key] = m
+                elif got.__class__ is list:
+                    got.append(m)
+                else:
+                    waiting[new_key] = [got, m]
+                    shared.append(new_key)
+        for key in shared:
+            messages = waiting[key]
             if len({m.posted for m in messages}) > 1:  # a send and a receive of one key would have met
                 raise FoldAbandoned("time folding left a send and a receive of one message unmatched")
-            waiting[key] = messages[0] if len(messages) == 1 else deque(messages)
+            waiting[key] = deque(messages)
         matcher._waiting = waiting
         matcher.messages += k * (acc_b[1] - acc_a[1])
         matcher.bytes += k * (acc_b[2] - acc_a[2])
