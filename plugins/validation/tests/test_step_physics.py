@@ -56,13 +56,14 @@ def test_nccl_peak_statements_average_per_pair_and_leave_a_source_out():
 
 
 def test_fsdp2_copies_each_gathered_unit_out_and_its_gradients_in_then_reduces_in_fp32(tmp_path):
-    # One Llama layer holds 256 x (256 + 128 + 128 + 256) + 3 x 256 x 512 = 589,824 parameters (bf16: 2 B each).
-    # FSDP2's copy-out reads and writes them once per gather (2 x 2 x 589,824 B); its copy-in reads the bf16
-    # gradients and writes them as fp32 (589,824 x (2 + 4) B); the reduce-scatter moves fp32 (4 x 589,824 B).
+    # One Llama layer holds 256 x (256 + 128 + 128 + 256) + 3 x 256 x 512 = 589,824 matmul parameters and its two
+    # LayerNorms' weights and biases (4 x 256): 590,848 (bf16: 2 B each). FSDP2's copy-out reads and writes them once
+    # per gather (2 x 2 x 590,848 B); its copy-in reads the bf16 gradients and writes them as fp32 (590,848 x
+    # (2 + 4) B); the reduce-scatter moves fp32 (4 x 590,848 B).
     cfg = LlmConfig(dp=2, zero=3, framework="fsdp2", micro_batches=2)
     generate_llm(model_dims(**LLAMA), cfg, tmp_path / "t")
     by_label = {n.attrs.get("label", n.name): n for n in read_rank_nodes(tmp_path / "t", 0)}
-    params = 589_824
+    params = 589_824 + 4 * 256
     for phase in ("fwd", "bwd"):  # gathered once per phase, reused by both micro-batches: one copy each
         assert by_label[f"fsdp_copy_out.l0.{phase}"].attrs["tensor_size"] == 2 * 2 * params
     assert sum(1 for label in by_label if label.startswith("fsdp_copy_out.l0.")) == 2

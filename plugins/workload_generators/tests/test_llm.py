@@ -127,7 +127,10 @@ def test_tp_volume(tmp_path, sp):
             head = 1 if rank >= tp * dp * (pp - 1) else 0
             assert vol[("tp", T.REDUCE_SCATTER)] == (4 * layers_per_stage + head) * M * act
             assert vol[("tp", T.ALL_GATHER)] == ((4 + 2) * layers_per_stage + 2 * head) * M * act
-            assert ("tp", T.ALL_REDUCE) not in vol
+            # and once a step the norms' gradients are all-reduced over TP before the optimizer (Megatron's
+            # finalize_model_grads; LayerNorm weight and bias, 2 x 256 each, two a layer, the final one with the head):
+            # fp32 main gradients (test_llm_norm_params.py)
+            assert vol[("tp", T.ALL_REDUCE)] == (2 * 512 * layers_per_stage + 512 * head) * 4
             by_id = {n.id: n for n in nodes}
             wgrads = [n for n in nodes if str(n.attrs.get("label", "")).endswith((".qkv.wgrad", ".fc1.wgrad"))]
             assert len(wgrads) == 2 * layers_per_stage * M
@@ -135,7 +138,7 @@ def test_tp_volume(tmp_path, sp):
                 regather = [by_id[i].name for i in w.data_deps if by_id[i].name.endswith(".regather")]
                 assert len(regather) == 1 and regather[0].startswith("tp_ag.")
         sizes = {(n.attrs["comm_type"], n.attrs["comm_size"]) for n in nodes
-                 if n.type == T.COMM_COLL_NODE and n.name.startswith("tp")}
+                 if n.type == T.COMM_COLL_NODE and n.name.startswith("tp") and n.name != "tp_ar.norm_grads"}
         # an all-gather's comm_size is this rank's shard of the activation, b*s*h/TP
         assert sizes == ({(T.REDUCE_SCATTER, act), (T.ALL_GATHER, act // tp)} if sp else {(T.ALL_REDUCE, act)})
 
@@ -229,9 +232,11 @@ def test_dp_and_zero_volume(tmp_path, zero):
     vocab_h = 1000 * 256
     for rank, nodes in enumerate(_read_all(tmp_path / "t", tp * pp * dp)):
         stage = rank // (tp * dp)
-        # stage parameters: its layers, plus the embedding (first) or LM head (last)
-        stage_params = (L // pp) * per_layer + vocab_h
-        expected = stage_params // tp * 2  # this rank's TP shard, bf16 gradients
+        # stage parameters: its layers, plus the embedding (first) or LM head (last); this rank's TP shard of
+        # them, and the norms' weights whole (LayerNorm: weight and bias, 2 x 256, two a layer; the final one with
+        # the head), bf16 gradients
+        norms = (L // pp) * 2 * 512 + (512 if stage == pp - 1 else 0)
+        expected = (((L // pp) * per_layer + vocab_h) // tp + norms) * 2
         vol = _by_group(nodes, groups, rank)
         if zero:
             assert vol[("dp", T.REDUCE_SCATTER)] == vol[("dp", T.ALL_GATHER)] == expected

@@ -78,6 +78,8 @@ def _expected(node, groups):
         return EXPECTED_TE[("bwd", "regather", m[1])]
     if re.match(r"tp_(ag|rs)\.(fwd|bwd)\.head\.mb\d+\.head_in(\.regather)?$", name):
         return groups["tp"]  # the LM head's (Megatron's own ColumnParallelLinear): NCCL TP collectives
+    if name == "tp_ar.norm_grads":  # (SP: the norms' gradients over TP, finalize_model_grads: NCCL)
+        return groups["tp"]
     if re.match(r"(send|recv)_(act|grad)", name):
         return groups["pp"]
     if name.startswith("amax."):
@@ -117,7 +119,8 @@ def test_every_communication_node_carries_its_kinds_sms(tmp_path):
     assert {v for k, v in by_name.items() if k.startswith(("dp_", "send_act", "amax."))} == {None}  # no keys given
     prefix = _generate(tmp_path, "tp", "--tp-comm-overlap", "--comm-sms", "tp=7")
     with_sms = {n.name for n in _comm_nodes(prefix, 8) if "comm_sms" in n.attrs}
-    assert with_sms and all(name.endswith(".regather") or ".head." in name for name in with_sms)
+    assert with_sms and all(name.endswith(".regather") or ".head." in name or name == "tp_ar.norm_grads"
+                            for name in with_sms)
 
 
 def test_without_overlap_tp_collectives_take_the_tp_key(tmp_path):

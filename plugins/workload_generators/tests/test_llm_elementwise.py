@@ -154,8 +154,10 @@ def test_optimizer_bytes_per_rank(tmp_path, tp, pp, dp, zero):
         rank = stage * tp * dp
         adam = [x for x in _nodes(tmp_path / "t", rank) if x.name == "aten::_fused_adam_"]
         assert len(adam) == 1
-        # params / TP / PP (+ embedding on the first stage, LM head on the last), / DP under ZeRO
+        # params / TP / PP (+ embedding on the first stage, LM head on the last), plus the norms' weights and
+        # biases whole (LayerNorm, 2 x 256, two a layer, the final one on the last stage), / DP under ZeRO
         params = (dims.layers // pp * layer_parameters(dims) + vh * ((stage == 0) + (stage == pp - 1))) // tp
+        params += dims.layers // pp * 2 * 512 + 512 * (stage == pp - 1)
         if zero:
             params = -(-params // dp)
         assert adam[0].inputs_shapes == repr([[[params]]] * 4)

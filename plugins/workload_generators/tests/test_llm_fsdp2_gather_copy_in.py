@@ -19,36 +19,38 @@ def _by_label(tmp_path, name, **kw):
 
 
 def test_each_gather_first_casts_and_copies_this_ranks_shard(tmp_path):
-    # one layer: 256 x (256 + 128 + 128 + 256) + 3 x 256 x 512 = 589,824 parameters; over DP 2 a shard of 294,912.
-    # The cast reads the fp32 shard and writes bf16 (294,912 x (4 + 2) = 1,769,472 B), the copy-in reads and
-    # writes bf16 (294,912 x (2 + 2) = 1,179,648 B): 10 B a shard element per gather
+    # one layer: 256 x (256 + 128 + 128 + 256) + 3 x 256 x 512 = 589,824 matmul parameters and its two LayerNorms'
+    # weights and biases (4 x 256): 590,848; over DP 2 a shard of 295,424. The cast reads the fp32 shard and
+    # writes bf16 (295,424 x (4 + 2) = 1,772,544 B), the copy-in reads and writes bf16 (295,424 x (2 + 2) =
+    # 1,181,696 B): 10 B a shard element per gather
     by = _by_label(tmp_path, "f", framework="fsdp2", micro_batches=2)
     for phase in ("fwd", "bwd"):  # (FSDP2 reshards after the forward: gathered again for the backward)
         cast, copy, gather = by[f"fsdp_ag_cast.l0.{phase}"], by[f"fsdp_ag_copy_in.l0.{phase}"], by[f"dp_ag.l0.{phase}"]
-        assert (cast.name, cast.attrs["tensor_size"]) == ("aten::copy_", 1_769_472)
-        assert (copy.name, copy.attrs["tensor_size"]) == ("aten::copy_", 1_179_648)
+        assert (cast.name, cast.attrs["tensor_size"]) == ("aten::copy_", 1_772_544)
+        assert (copy.name, copy.attrs["tensor_size"]) == ("aten::copy_", 1_181_696)
         # in order, the gather after its copy-in, the copy-in after the cast
         assert copy.id in gather.data_deps and cast.id in copy.data_deps
-    # fp32 training (no mixed precision): the copy into the buffer only, 294,912 x (4 + 4) = 2,359,296 B
+    # fp32 training (no mixed precision): the copy into the buffer only, 295,424 x (4 + 4) = 2,363,392 B
     fp32 = _by_label(tmp_path, "s", framework="fsdp2", dtype="fp32")
     assert "fsdp_ag_cast.l0.fwd" not in fp32
-    assert fp32["fsdp_ag_copy_in.l0.fwd"].attrs["tensor_size"] == 2_359_296
+    assert fp32["fsdp_ag_copy_in.l0.fwd"].attrs["tensor_size"] == 2_363_392
     # without --framework fsdp2 (the generic ZeRO-3 step) and without the memory-bound nodes: none
     for name, kw in (("z", {}), ("d", {"framework": "deepspeed"}), ("n", {"framework": "fsdp2", "elementwise": False})):
         assert not [label for label in _by_label(tmp_path, name, **kw) if label.startswith("fsdp_ag_")]
 
 
 def test_the_root_unit_is_gathered_once_and_reduced_at_the_backwards_end(tmp_path):
-    # torchtitan's fully_shard(model): the embedding (1000 x 256 = 256,000) and the LM head (256,000) form the root,
-    # 512,000 parameters: one all-gather (each rank's bf16 share of 512,000 x 2 B over DP 2 = 512,000 B), one
-    # copy-out (read and write 512,000 x 2 B = 2,048,000 B), one fp32 reduce-scatter (512,000 x 4 = 2,048,000 B)
+    # torchtitan's fully_shard(model): the embedding (1000 x 256 = 256,000), the final norm (LayerNorm's weight and
+    # bias, 512) and the LM head (256,000) form the root, 512,512 parameters: one all-gather (each rank's bf16 share
+    # of 512,512 x 2 B over DP 2 = 512,512 B), one copy-out (read and write 512,512 x 2 B = 2,050,048 B), one fp32
+    # reduce-scatter (512,512 x 4 = 2,050,048 B)
     nodes = read_rank_nodes(_gen(tmp_path, "r", framework="fsdp2"), 0)
     by = {n.attrs.get("label", n.name): n for n in nodes}
     labels = [n.attrs.get("label", n.name) for n in nodes]
-    assert by["dp_ag.root.fwd"].attrs["comm_size"] == 512_000
-    assert by["fsdp_copy_out.root.fwd"].attrs["tensor_size"] == 2_048_000
-    assert by["fsdp_ag_cast.root.fwd"].attrs["tensor_size"] == 256_000 * (4 + 2)  # (this rank's shard)
-    assert by["dp_rs.root"].attrs["comm_size"] == 2_048_000
+    assert by["dp_ag.root.fwd"].attrs["comm_size"] == 512_512
+    assert by["fsdp_copy_out.root.fwd"].attrs["tensor_size"] == 2_050_048
+    assert by["fsdp_ag_cast.root.fwd"].attrs["tensor_size"] == 256_256 * (4 + 2)  # (this rank's shard)
+    assert by["dp_rs.root"].attrs["comm_size"] == 2_050_048
     # nothing of the root gathered or reduced apart, and the reduce-scatter after the embedding's backward
     assert not [x for x in labels if x.startswith(("dp_ag.embedding", "dp_ag.head", "dp_rs.embedding", "dp_rs.head"))]
     assert labels.index("bwd.embedding.mb0") < labels.index("dp_rs.root")

@@ -53,6 +53,11 @@ Then the Megatron training cases with sequence parallelism and without ``--tp-co
 moe_imbalance_cp_ep, per_rank_files), on purpose (issue 36): a layer's QKV / FC1 input-gradient reduce-scatter is
 launched right after its dgrad GEMM, beside the wgrad GEMM, and the norm's backward waits for it
 (``LayerOps._dgrad_scatter``, Megatron-Core's async reduce-scatter); the same nodes, other dependencies.
+Then every training case with data parallelism or ZeRO (all but the inference cases and unfused_scatter_gather), on
+purpose (issue 36): the norms' weights (RMSNorm: h, LayerNorm: weight and bias, two a layer, the final norm with the
+LM head's unit) are parameters: their gradients join the DP reductions, the ZeRO / FSDP units and the optimizer's
+counts (``model.layer_norm_parameters``); with sequence parallelism Megatron all-reduces them over TP before the
+optimizer (``DataParallelOps.sp_norm_grad_all_reduce``).
 
 Regenerate (only when a change of the traces is intended)::
 

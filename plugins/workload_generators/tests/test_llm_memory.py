@@ -126,8 +126,10 @@ def test_full_replication_of_gpt3_175b_cannot_fit_anything():
 
     m = peak_memory(GPT3, LlmConfig(dp=1024, micro_batches=1))
     # every weight (embedding and LM head untied) x 18 bytes (Megatron-LM's bf16 row without the distributed
-    # optimizer: bf16 weights, fp32 main gradients, fp32 main weights and two moments): 3.2 TB on every GPU
-    assert m.weights + m.gradients + m.optimizer == 18 * (parameter_count(GPT3) + GPT3.vocab * GPT3.hidden)
+    # optimizer: bf16 weights, fp32 main gradients, fp32 main weights and two moments): 3.2 TB on every GPU; with
+    # the norms' weights and biases (LayerNorm: 2 h each, two a layer and the final one)
+    norms = (2 * GPT3.layers + 1) * 2 * GPT3.hidden
+    assert m.weights + m.gradients + m.optimizer == 18 * (parameter_count(GPT3) + GPT3.vocab * GPT3.hidden + norms)
     assert m.total > 2.7e12
 
 
@@ -349,7 +351,7 @@ def test_serving_keeps_the_logits_of_each_sequences_last_position_only():
 def test_hsdp_shards_within_its_group_and_prefetch_gathers_more_units():
     """FSDP2 HSDP (--dp-shard 8 of --dp 64) holds what FULL_SHARD over 8 GPUs holds; each unit prefetched beyond
     the default one adds one layer's bf16 weights."""
-    from astra_workload_generators.llm.model import layer_shards
+    from astra_workload_generators.llm.model import layer_norm_parameters, layer_shards
 
     dims = model_dims("llama3-8b", layers=4)
     fsdp = dict(zero=3, framework="fsdp2", reshard_after_forward=True)
@@ -357,7 +359,7 @@ def test_hsdp_shards_within_its_group_and_prefetch_gathers_more_units():
     full8 = stage_memory(dims, LlmConfig(dp=8, **fsdp), 0)
     assert (hsdp.weights, hsdp.gradients, hsdp.optimizer) == (full8.weights, full8.gradients, full8.optimizer)
     assert stage_memory(dims, LlmConfig(dp=64, **fsdp), 0).optimizer * 8 == pytest.approx(hsdp.optimizer, rel=1e-6)
-    layer = sum(layer_shards(dims, LlmConfig(dp=8), False))
+    layer = sum(layer_shards(dims, LlmConfig(dp=8), False)) + layer_norm_parameters(dims)  # (its two RMSNorms too)
     deeper = stage_memory(dims, LlmConfig(dp=8, fsdp_prefetch=3, **fsdp), 0)
     assert deeper.weights - full8.weights == 2 * layer * 2  # two more bf16 units
 

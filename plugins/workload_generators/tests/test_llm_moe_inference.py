@@ -111,6 +111,7 @@ def test_all_to_all_volume_and_ep_groups(tmp_path, ep):
         stage = (L // pp) * dense_layer + 1000 * h  # plus embedding (first) or LM head (last)
         experts = (L // pp) * expert_layer // ep
         router = (L // pp) * h * E  # replicated on every TP rank, synced over DP
+        router += (L // pp) * 4 * h + (2 * h if p == pp - 1 else 0)  # and so are the LayerNorms' weights and biases
         if ep == 1:
             assert vol == {dp_group: ((stage + experts) // tp + router) * BF16}
         elif dp // ep == 1:
@@ -498,12 +499,14 @@ def test_dense_first_layers_flops_all_to_alls_and_gradient_sync(tmp_path):
         assert any(".l1.mb0.experts" in n.attrs.get("label", "") for n in nodes) == (p == 0)
         ar = {n.name: n for n in nodes if n.type == T.COMM_COLL_NODE and n.attrs["comm_type"] == T.ALL_REDUCE
               and not n.name.startswith("tp")}
+        norms = 4 * h  # (each layer's two LayerNorms' weights and biases, whole on every TP rank)
         if p == 0:  # the dense layer's gradients: attention + FFN, TP-sharded, over the full DP group
             (l0,) = [n for name, n in ar.items() if name.endswith(".l0")]
-            assert l0.attrs["comm_size"] == (attn + 3 * h * F) // tp * BF16 and len(groups[l0.attrs["pg_name"]]) == dp
+            assert l0.attrs["comm_size"] == ((attn + 3 * h * F) // tp + norms) * BF16
+            assert len(groups[l0.attrs["pg_name"]]) == dp
             assert not any(name.endswith(".l0.experts") for name in ar)
         (l1,) = [n for name, n in ar.items() if name.endswith(f".l{2 * p + 1}")]
-        assert l1.attrs["comm_size"] == ((attn + 3 * h * f) // tp + h * E) * BF16  # attention + shared + router
+        assert l1.attrs["comm_size"] == ((attn + 3 * h * f) // tp + h * E + norms) * BF16  # + shared + router
     _sim(tmp_path, tmp_path / "t", cfg.npus)
 
 

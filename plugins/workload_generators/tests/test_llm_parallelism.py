@@ -29,6 +29,12 @@ def _layer_params():
     return 2 * H * H + 2 * H * KV * d + 3 * H * FFN  # Wq, Wo, Wk+Wv, gated FFN
 
 
+def _norms(stage, pp):
+    """The stage's norms' parameters, whole on every TP rank: each layer's two LayerNorms (weight and bias, 2 x H
+    each) and the final one on the last stage (test_llm_norm_params.py)."""
+    return L // pp * 4 * H + (2 * H if stage == pp - 1 else 0)
+
+
 def _flops(sequences):
     P = L * _layer_params() + VOCAB * H
     return 6 * P * sequences * S + 12 * L * S * S * H * sequences
@@ -69,7 +75,7 @@ def test_zero3_volume_and_reuse(tmp_path):
     for rank, nodes in enumerate(ranks):
         stage = rank // (tp * dp)
         stage_params = per_stage * _layer_params() + VOCAB * H  # + embedding (first) or LM head (last)
-        shard = stage_params // tp * BYTES
+        shard = (stage_params // tp + _norms(stage, pp)) * BYTES
         vol = _vol(nodes, groups, rank)
         # gathered once before forward and once before backward per step (reused by all M micro-batches),
         # gradients reduce-scattered once; no all-reduce, no post-step parameter all-gather
@@ -101,7 +107,7 @@ def test_zero3_reshard_after_forward_gathers_every_micro_batch(tmp_path, every):
     per_stage = L // pp
     for rank, nodes in enumerate(ranks):
         stage = rank // (tp * dp)
-        shard = (per_stage * _layer_params() + VOCAB * H) // tp * BYTES
+        shard = ((per_stage * _layer_params() + VOCAB * H) // tp + _norms(stage, pp)) * BYTES
         vol = _vol(nodes, groups, rank)
         assert vol[("dp", T.ALL_GATHER)] == 2 * M * shard
         assert vol[("dp", T.REDUCE_SCATTER)] == (M if every else 1) * shard
@@ -127,7 +133,7 @@ def test_grad_sync_every_micro_batch(tmp_path, zero):
                               grad_sync_every_micro_batch=True)
     _, _, once = _gen(tmp_path, "o", tp=tp, pp=pp, dp=dp, micro_batches=M, zero=zero)
     for rank, nodes in enumerate(ranks):
-        shard = (L // pp * _layer_params() + VOCAB * H) // tp * BYTES
+        shard = ((L // pp * _layer_params() + VOCAB * H) // tp + _norms(rank // (tp * dp), pp)) * BYTES
         vol, base = _vol(nodes, groups, rank), _vol(once[rank], groups, rank)
         if zero:  # reduce-scattered M times, the updated parameters gathered once
             assert vol[("dp", T.REDUCE_SCATTER)] == M * shard == M * base[("dp", T.REDUCE_SCATTER)]
@@ -210,8 +216,8 @@ def test_cp_ring_volume_and_grads(tmp_path, recompute):
         # TP collectives and PP activations carry the local sequence chunk s/CP
         tp_sizes = {n.attrs["comm_size"] for n in nodes if n.type == T.COMM_COLL_NODE and n.name.startswith("tp")}
         assert tp_sizes == {b * (S // cp) * H * BYTES}
-        # gradients all-reduced over DP x CP (the stage's params / TP)
-        assert vol[("dpcp", T.ALL_REDUCE)] == (per_stage * _layer_params() + VOCAB * H) // tp * BYTES
+        # gradients all-reduced over DP x CP (the stage's params / TP, and its norms')
+        assert vol[("dpcp", T.ALL_REDUCE)] == ((per_stage * _layer_params() + VOCAB * H) // tp + _norms(p, pp)) * BYTES
         for n in nodes:
             if n.name.startswith("dpcp"):
                 assert len(groups[n.attrs["pg_name"]]) == dp * cp

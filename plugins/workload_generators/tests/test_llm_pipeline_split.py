@@ -15,7 +15,7 @@ from astra_workload_compact import read_rank_nodes
 
 from astra_workload_generators.llm import LlmConfig, model_dims
 from astra_workload_generators.llm.memory import stage_memory
-from astra_workload_generators.llm.model import layer_shards, padded_vocab
+from astra_workload_generators.llm.model import layer_norm_parameters, layer_shards, padded_vocab
 from astra_workload_generators.llm.spec import LlmSpec
 from astra_workload_generators.llm.split import stage_layers
 
@@ -78,7 +78,7 @@ def test_memory_follows_the_split():
     dims = model_dims(**SMALL)
     cfg = LlmConfig(pp=4, micro_batches=4, pipeline_embedding_layer=True)
     first, second = stage_memory(dims, cfg, 0), stage_memory(dims, cfg, 1)
-    layer = sum(layer_shards(dims, cfg, False))
+    layer = sum(layer_shards(dims, cfg, False)) + layer_norm_parameters(dims)  # (its norms' weights too)
     embedding = padded_vocab(dims, 1) * 256
     # stage 0: embedding + 1 layer; stage 1: 2 layers (bf16 weights, 2 B each)
     assert first.weights == 2 * (embedding + layer)

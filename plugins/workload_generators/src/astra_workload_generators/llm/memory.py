@@ -6,7 +6,8 @@ with its source and the published peaks it is checked against (``cases/memory.ya
 The estimate per rank (bytes) is the sum of
 
 * **weights, gradients, optimizer states** of the parameters the rank holds (its stage's layers, TP-sharded;
-  the embedding on the first and the LM head on the last stage; its E/EP experts), as the framework keeps them
+  the embedding on the first and the LM head on the last stage; its E/EP experts; the norms' weights, whole on
+  every TP rank, and the final norm's on the last stage), as the framework keeps them
   (:mod:`.memory_terms`): Megatron-LM's bf16 weights, fp32 main gradients and fp32 main weights and moments (its
   distributed optimizer, ``--zero 1``, shards those over DP x CP); FSDP2's fp32 sharded parameters, gradients and
   moments plus the bf16 compute copies of the units gathered at a time; DeepSpeed's ZeRO stages (Rajbhandari et
@@ -61,7 +62,8 @@ from .memory_terms import (
 )
 from .blockscale import block_format, fp8_checkpoint_weight_bytes, low_precision_weight_bytes
 from .lora import adapter_parameters, frozen_input_elements
-from .model import ModelDims, _lengths, layer_shards, mtp_shards, padded_vocab
+from .model import (MTP_MODULE_NORMS, ModelDims, _lengths, layer_norm_parameters, layer_shards, mtp_shards,
+                    norm_weights, padded_vocab)
 from .routing import ep_loads, routed_rows
 from .schedule import pipeline_schedule
 from .split import stage_layers
@@ -277,21 +279,28 @@ def stage_memory(dims: ModelDims, cfg: LlmConfig, p: int) -> MemoryEstimate:
     # on different ranks each keeps a copy (Megatron's shared embedding on the first and last stage)
     holds_first, holds_last = (any(unit[k] for unit in units.values()) for k in (0, 1))
     one_table = dims.tied_embeddings and holds_first and holds_last
+    # the norms' weights (and LayerNorm's biases), whole on every TP rank, beside the linear weights: the model's
+    # parameters (.model layer_norm_parameters / norm_weights), in every framework's buffers and optimizer
+    norms, one = layer_norm_parameters(dims), norm_weights(dims)
     for first, last, layers in units.values():
         for i in layers:
             ld, le = layer_shards(dims, cfg, dims.is_moe_layer(i))
-            dense, expert, linear = dense + ld, expert + le, linear + ld + le
-            unit_sizes.append(ld + le)
+            dense, expert, linear = dense + ld + norms, expert + le, linear + ld + le
+            unit_sizes.append(ld + le + norms)
         for edge in (first, last and not one_table):
             if edge:
                 dense += vocab * dims.hidden
                 edges += vocab * dims.hidden
                 if framework != "fsdp2":  # (FSDP2 keeps the root, embedding and LM head, gathered apart)
                     unit_sizes.append(vocab * dims.hidden)
+        if last:  # the final norm (torchtitan: in the root unit with the embedding and the head)
+            dense += one
+            edges += one if framework == "fsdp2" else 0
         if last and dims.mtp_layers and not cfg.inference:  # the MTP modules' weights (not their activations)
             md, me = mtp_shards(dims, cfg)
             dense, expert = dense + dims.mtp_layers * md, expert + dims.mtp_layers * me
             linear += dims.mtp_layers * (md + me)
+            dense += dims.mtp_layers * (norms + MTP_MODULE_NORMS * one)
     params = dense + expert
     dp_group = (cfg.dp_shard or cfg.dp) * cfg.cp  # HSDP (--dp-shard): sharded within its shard group only
     edp_group = cfg.dp // cfg.ep * cfg.cp

@@ -13,7 +13,8 @@ from .hf_eager import HfEagerOps
 from .layers import LayerOps
 from .lora import LoraOps, adapter_parameters
 from .maxtext_step import MaxTextOps
-from .model import ModelDims, _lengths, layer_shards, mtp_shards, padded_vocab
+from .model import (MTP_MODULE_NORMS, ModelDims, _lengths, layer_norm_parameters, layer_shards, mtp_shards,
+                    norm_weights, padded_vocab)
 from .mla import MlaOps
 from .mtp import MtpOps
 from .moe import MoeOps
@@ -23,6 +24,11 @@ from .schedule import pipeline_schedule
 from .split import stage_layers
 from .torch_cp import TorchCpOps
 from .zero import DataParallelOps
+
+
+def _plus(shards, dense):
+    """``(dense, expert)`` with ``dense`` more dense parameters."""
+    return shards[0] + dense, shards[1]
 
 
 class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps, MtpOps, MoeOps, DataParallelOps,
@@ -104,13 +110,19 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
         # torchtitan's op-level selective checkpointing: part of each dense layer's forward again
         op_sac = cfg.recompute_selective and cfg.framework == "fsdp2" and not cfg.inference  # (given, not implied)
         # the parameters trained: {unit: (dense, expert) on this rank}; LoRA: the adapters only
-        params = {"embedding": (vocab * h, 0), "head": (vocab * h, 0)}
-        params.update({f"l{i}": layer_shards(dims, cfg, dims.is_moe_layer(i)) for i in range(dims.layers)})
+        # the parameters' gradients the step reduces include the norms' (whole on every TP rank: .model
+        # layer_norm_parameters; the final norm's with the head's unit, torchtitan's root), except under DeepSpeed
+        # ZeRO-3, which keeps them whole and gathers them apart (.deepspeed_step persistent_parameters)
+        norms = 0 if self._deepspeed() else layer_norm_parameters(dims)
+        final = 0 if self._deepspeed() else norm_weights(dims)
+        params = {"embedding": (vocab * h, 0), "head": (vocab * h + final, 0)}
+        params.update({f"l{i}": _plus(layer_shards(dims, cfg, dims.is_moe_layer(i)), norms)
+                       for i in range(dims.layers)})
         if self.frozen:
             params = {"embedding": (0, 0), "head": (0, 0)}
             params.update({f"l{i}": (adapter_parameters(dims, cfg), 0) for i in range(dims.layers)})
         mtp = dims.mtp_layers if not cfg.inference else 0  # (training only; see .mtp)
-        params.update({f"mtp{k}": mtp_shards(dims, cfg) for k in range(mtp)})
+        params.update({f"mtp{k}": _plus(mtp_shards(dims, cfg), norms + MTP_MODULE_NORMS * final) for k in range(mtp)})
         # ZeRO-3: (chunk, phase[, mb]) -> {unit: gather ids}; gathered once per step per phase and reused by the
         # micro-batches, or with --reshard-after-forward again for every micro-batch (labels .fwd|bwd.mb<k>)
         z3 = {}

@@ -6,6 +6,7 @@ from __future__ import annotations
 from astra_sim.chakra import types as T
 
 from .config import implied_framework
+from .model import MTP_MODULE_NORMS, layer_norm_parameters, norm_weights
 from .split import stage_layers
 
 
@@ -40,6 +41,8 @@ class DataParallelOps:
         f = "Tensor(float)"
         one = [((params,), f)]
         mega = self._megatron_optimizer()
+        if mega:
+            self.sp_norm_grad_all_reduce()
         deps = [self.megatron_grad_norm(params)] if mega else self.syncs
         node = self.ew("aten::_fused_adam_", "optimizer.adam", [one, one, one, one], deps)
         if mega:
@@ -73,6 +76,36 @@ class DataParallelOps:
             return None
         dtype = self.ttype if self.cfg.grad_buffer == "same" else "Tensor(float)"
         return self.ew("aten::zero_", "zero_grad_buffer", [((elements,), dtype)])
+
+    def stage_norm_elements(self):
+        """The norms' parameters on this rank: its layers' (every chunk; :func:`.model.layer_norm_parameters`), and
+        on the last virtual stage the final norm's and the MTP modules' (training)."""
+        dims, cfg, p, P, V = self.dims, self.cfg, self.p, self.cfg.pp, self.cfg.virtual_stages
+        split = stage_layers(dims.layers, cfg)
+        per_layer, one = layer_norm_parameters(dims), norm_weights(dims)
+        total = 0
+        for ch in range(V):
+            v = ch * P + p
+            total += len(split[v]) * per_layer
+            if v == P * V - 1:
+                total += one + (0 if cfg.inference else dims.mtp_layers * (per_layer + MTP_MODULE_NORMS * one))
+        return total
+
+    def sp_norm_grad_all_reduce(self):
+        """With sequence parallelism each TP rank's norm weights saw only its ``s/TP`` rows, so Megatron sums their
+        gradients over TP once the DP reduction is done, before the optimizer: ``finalize_model_grads`` ->
+        ``_allreduce_non_tensor_model_parallel_grads`` (every parameter marked ``sequence_parallel``, the norms'
+        weights and biases: one coalesced ``all_reduce`` over the TP group of the flattened main gradients; NVIDIA/
+        Megatron-LM core_r0.14.0 32ad5c89 ``megatron/core/distributed/finalize_model_grads.py`` 298-363, 410-437),
+        after ``finish_grad_sync`` (it waits for the step's gradient reductions). Main gradients in fp32, or in
+        --dtype with ``--grad-buffer same``. On the compute chain; ``None`` without sequence parallelism, at TP 1,
+        or with LoRA (frozen norms). ASSUMPTION: the row-parallel biases a biased model also marks are left out."""
+        cfg = self.cfg
+        if not cfg.sequence_parallel or cfg.tp == 1 or self.frozen:
+            return None
+        grad_bytes = self.nbytes if cfg.grad_buffer == "same" else 4
+        return self.coll("tp_ar.norm_grads", T.ALL_REDUCE, self.stage_norm_elements() * grad_bytes, "tp",
+                         self.syncs)
 
     def megatron_grad_norm(self, params):
         """Before Adam, over this rank's ``params`` shard: with gradients kept in ``--dtype`` (``--grad-buffer
