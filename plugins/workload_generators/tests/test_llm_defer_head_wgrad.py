@@ -109,3 +109,19 @@ def test_mtp_head_gathers_scatters_and_defers(tmp_path):
     last_layer_bwd = max(n.id for n in nodes if n.attrs.get("label", "").startswith("bwd.l"))
     for site in ("head.mb0", "mtp0.mb0.head", "head.mb1", "mtp0.mb1.head"):
         assert labels[f"bwd.{site}.wgrad"].id > last_layer_bwd
+
+
+def test_memory_keeps_the_deferred_inputs_and_logit_gradients():
+    """The last stage's buffers grow by each deferred call's input (SP: 128 rows x 256 x 2 B = 65,536 B) and its
+    logits' gradient (256 rows x 1000 / 2 x 2 B = 256,000 B): 4 calls = 1,286,144 B; limit 2: half; the first
+    stage and the default (off): nothing."""
+    from astra_workload_generators.llm.memory import stage_memory
+
+    dims = model_dims(**SMALL)
+    base = dict(micro_batches=4, micro_batch_size=2, pp=2, tp=2, sequence_parallel=True, dropout=False)
+
+    def buffers(stage, **kw):
+        return stage_memory(dims, LlmConfig(**base, **kw), stage).buffers
+    assert buffers(1, defer_embedding_wgrad=True) - buffers(1) == 4 * (65_536 + 256_000) == 1_286_144
+    assert buffers(1, defer_embedding_wgrad=True, wgrad_deferral_limit=2) - buffers(1) == 2 * 321_536
+    assert buffers(0, defer_embedding_wgrad=True) == buffers(0)

@@ -146,7 +146,7 @@ class LayerOps:
         gradient and skips the re-gather and the wgrad GEMM (``wgrad_compute = False``) while
         ``wgrad_deferral_limit == 0 or len(grad_output_buffer) < wgrad_deferral_limit``; past the limit the call
         computes its own (NVIDIA/Megatron-LM core_r0.14.0 32ad5c89 ``megatron/core/tensor_parallel/layers.py``
-        440-520, 985-1020). Every call counts, the multi-token-prediction heads' too (they run the same
+        487-530, 994-1020). Every call counts, the multi-token-prediction heads' too (they run the same
         ``output_layer``)."""
         cfg = self.cfg
         if not cfg.defer_embedding_wgrad or self.frozen:
@@ -158,7 +158,7 @@ class LayerOps:
         last stage would idle while the earlier stages finish their backwards), before the gradients are
         finalised and the optimizer runs: ``finish_embedding_wgrad_compute`` -> ``drain_embedding_wgrad_compute``
         (Megatron-LM core_r0.14.0 32ad5c89 ``megatron/core/pipeline_parallel/schedules.py`` 681-695, 1897-1903,
-        2296-2301; ``megatron/core/utils.py`` 918-990). With sequence parallelism the first kept input is
+        2296-2301; ``megatron/core/utils.py`` 918-998). With sequence parallelism the first kept input is
         all-gathered synchronously (on the chain); then for each call ``i`` the next input's all-gather is
         launched asynchronously (double-buffered, after the previous wgrad on the compute stream and the previous
         gather) and call ``i``'s wgrad GEMM runs beside it, waiting for its own gather. Without sequence

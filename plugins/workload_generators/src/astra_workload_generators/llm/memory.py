@@ -33,7 +33,8 @@ The estimate per rank (bytes) is the sum of
 * **logits and loss** (last stage): the LM head's output and the cross entropy's copies of it, per element of
   tokens x vocabulary/TP as the framework computes them (:data:`.memory_terms.LOGITS_BYTES`);
 * **buffers** the framework allocates beside the model states: FSDP2's unsharded gradients of the unit being
-  reduced, DeepSpeed's reduce bucket;
+  reduced, DeepSpeed's reduce bucket; with ``--defer-embedding-wgrad-compute`` the LM head's inputs and logit
+  gradients Megatron keeps for the pipeline drain (:func:`.memory_terms.deferred_head_bytes`);
 * **GEMM workspaces** (training): the cuBLAS workspaces PyTorch and Transformer Engine keep allocated
   (:func:`.memory_terms.gemm_workspace_bytes`);
 * **KV cache** (inference): every resident sequence's keys and values for the stage's layers;
@@ -58,7 +59,7 @@ from dataclasses import dataclass, field
 from .config import DTYPES, LlmConfig, implied_framework
 from .memory_terms import (
     CUDA_GRAPH_ACTIVATION_FRACTION, LOGITS_BYTES, RESERVE_FRACTION, WORKSPACE_BYTES, context_bytes,
-    gemm_workspace_bytes, logits_bytes, model_states, moe_dispatch_bytes, op_sac_layer_bytes,
+    deferred_head_bytes, gemm_workspace_bytes, logits_bytes, model_states, moe_dispatch_bytes, op_sac_layer_bytes,
 )
 from .blockscale import block_format, fp8_checkpoint_weight_bytes, low_precision_weight_bytes
 from .lora import adapter_parameters, frozen_input_elements
@@ -349,6 +350,7 @@ def stage_memory(dims: ModelDims, cfg: LlmConfig, p: int) -> MemoryEstimate:
     if any(last for _, last, _ in units.values()):
         q = _lengths(dims, cfg)[0] // cfg.cp
         logits = logits_bytes(framework, cfg, cfg.micro_batch_size * q, vocab)
+        buffers += deferred_head_bytes(cfg, dims, cfg.micro_batch_size * q, vocab)  # (kept for the drain)
     # the loss is over before the first layer is recomputed: the larger of the two transients counts
     activations += max(0, recomputing - logits)
     gemm = gemm_workspace_bytes(framework)

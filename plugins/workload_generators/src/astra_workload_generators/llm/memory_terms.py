@@ -78,6 +78,23 @@ def logits_bytes(framework: str, cfg, tokens: int, vocab_per_rank: int) -> int:
     return LOGITS_BYTES[framework] * tokens * vocab_per_rank
 
 
+def deferred_head_bytes(cfg, dims, tokens: int, vocab_per_rank: int) -> int:
+    """``--defer-embedding-wgrad-compute`` on the last stage: Megatron-Core keeps each deferred head call's input
+    (``embedding_activation_buffer.append(input_parallel)`` in ``ColumnParallelLinear.forward``: this rank's rows,
+    ``s/TP`` with sequence parallelism) and its output gradient (``grad_output_buffer.append(grad_output)`` in the
+    backward: the logits' gradient, ``tokens x vocab/TP`` in --dtype) until the pipeline drain consumes them
+    (NVIDIA/Megatron-LM core_r0.14.0 32ad5c89 ``megatron/core/tensor_parallel/layers.py`` 499-504, 994-1000;
+    ``megatron/core/utils.py`` 918-998): at the last backward all of them at once. ``min(calls, limit)`` calls
+    (``0``: every call; a step's calls are its micro-batches times one plus the MTP modules)."""
+    if not cfg.defer_embedding_wgrad:
+        return 0
+    calls = cfg.micro_batches * (1 + dims.mtp_layers)
+    kept = calls if cfg.wgrad_deferral_limit == 0 else min(calls, cfg.wgrad_deferral_limit)
+    nb = DTYPES[cfg.dtype][0]
+    rows = tokens // cfg.tp if cfg.sequence_parallel else tokens
+    return kept * nb * (rows * dims.hidden + tokens * vocab_per_rank)
+
+
 def gemm_workspace_bytes(framework: str) -> int:
     """cuBLAS workspaces of a training step: PyTorch's for the forward thread and for the autograd engine's
     backward thread (two cuBLAS handles on one stream), and under Megatron-LM Transformer Engine's own."""
