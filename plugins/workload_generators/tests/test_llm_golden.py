@@ -58,6 +58,10 @@ purpose (issue 36): the norms' weights (RMSNorm: h, LayerNorm: weight and bias, 
 LM head's unit) are parameters: their gradients join the DP reductions, the ZeRO / FSDP units and the optimizer's
 counts (``model.layer_norm_parameters``); with sequence parallelism Megatron all-reduces them over TP before the
 optimizer (``DataParallelOps.sp_norm_grad_all_reduce``).
+Then the Megatron case with ``--tp-comm-overlap`` (gpt_sp_overlap_fp8_vp_zero1), on purpose (issue 36): the QKV / FC1
+input gradient's reduce-scatter is Transformer Engine's default bulk overlap beside the wgrad GEMM (one
+reduce-scatter of the whole --dtype gradient after the whole dgrad GEMM, ``LayerOps._bulk_wgrad_scatter``), not a
+ring pipelined with dgrad chunks (TE's ``ub_overlap_rs_dgrad``, off by default in Megatron).
 
 Regenerate (only when a change of the traces is intended)::
 

@@ -413,21 +413,25 @@ def test_tp_comm_overlap(tmp_path, tp, recompute, cp):
     passes = 3 if recompute else 2  # forward, (recomputed forward), backward
     for rank, nodes in enumerate(ranks):
         # the only TP collectives left are backward's re-gathers of the QKV / FC1 inputs for the weight
-        # gradients (Transformer Engine's "bulk" overlap with the dgrad GEMM), 2 per layer and micro-batch
+        # gradients (Transformer Engine's "bulk" overlap with the dgrad GEMM) and the reduce-scatters of their
+        # input gradients (its "bulk" overlap with the wgrad GEMM), 4 per layer and micro-batch
         # (the LM head's, a Megatron ColumnParallelLinear outside Transformer Engine, stay NCCL collectives on the
-        # last stage: gather, re-gather and reduce-scatter per micro-batch, test_llm_head_sp.py)
+        # last stage: gather, re-gather and reduce-scatter per micro-batch, test_llm_head_sp.py; and with SP the
+        # norms' gradient all-reduce, test_llm_norm_params.py)
         colls = [n for n in nodes if n.name.startswith(("tp_ag.", "tp_rs.")) and ".head." not in n.name]
         head = [n for n in nodes if n.name.startswith(("tp_ag.", "tp_rs.")) and ".head." in n.name]
         assert len(head) == (3 * M if rank >= tp * cp else 0)
-        assert len(colls) == 2 * layers_per_stage * M
-        assert all(n.name.startswith("tp_ag.bwd.") and n.name.endswith(".regather") for n in colls)
+        assert len(colls) == 4 * layers_per_stage * M
+        assert all(n.name.startswith("tp_ag.bwd.") and n.name.endswith(".regather")
+                   or n.name.startswith("tp_rs.bwd.") and n.name.endswith((".attn_in", ".mlp_in")) for n in colls)
         assert any(n.name.startswith(("tp_ag.", "tp_rs.")) and not n.name.endswith(".regather") for n in base[rank])
         flops = lambda ns: sum(n.attrs.get("num_ops", 0) for n in ns if n.type == T.COMP_NODE)
         assert flops(nodes) == flops(base[rank])
         sends = [n for n in nodes if n.name.startswith("tp_send.")]
         recvs = [n for n in nodes if n.name.startswith("tp_recv.")]
-        # 4 rings (2 AG + 2 RS) per layer, pass and micro-batch, TP-1 steps each
-        assert len(sends) == len(recvs) == 4 * (tp - 1) * layers_per_stage * passes * M
+        # 4 rings (2 AG + 2 RS) per layer, forward pass and micro-batch, 2 AG rings (FC2's and the projection's
+        # dgrad) per layer in the backward, TP-1 steps each
+        assert len(sends) == len(recvs) == (4 * (passes - 1) + 2) * (tp - 1) * layers_per_stage * M
         t = rank % tp
         for n in sends:
             assert n.attrs["comm_size"] == shard and n.attrs["comm_src"] == rank
@@ -435,7 +439,7 @@ def test_tp_comm_overlap(tmp_path, tp, recompute, cp):
         for n in recvs:
             assert n.attrs["comm_dst"] == rank and n.attrs["comm_src"] == rank - t + (t - 1) % tp
         adds = [n for n in nodes if ".rs_add" in n.attrs.get("label", "")]
-        assert len(adds) == 2 * (tp - 1) * layers_per_stage * passes * M
+        assert len(adds) == 2 * (tp - 1) * layers_per_stage * (passes - 1) * M
         qkv = [n for n in nodes if n.attrs.get("label", "").startswith("fwd.l") and ".qkv.c" in n.attrs["label"]]
         assert len(qkv) == tp * layers_per_stage * M
     # each send is matched by exactly one receive (same src, dst, tag, size)
@@ -464,9 +468,11 @@ def test_tp_comm_overlap_fp8_gathers_move_fp8(tmp_path):
             rs = [n.attrs["comm_size"] for n in nodes if n.name.startswith("tp_send.rs.")]
             # (the layers'; the LM head's re-gather stays in --dtype, test_llm_head_sp.py)
             regather = [n.attrs["comm_size"] for n in nodes if n.name.endswith(".regather") and ".head." not in n.name]
-            assert len(ag) == len(rs) == 4 * L * (tp - 1) and len(regather) == 2 * L
+            # (the reduce-scatter rings are the forward's; the backward's are bulk reduce-scatters beside the wgrad)
+            bulk = [n.attrs["comm_size"] for n in nodes if n.name.startswith("tp_rs.bwd.") and ".head." not in n.name]
+            assert len(ag) == 4 * L * (tp - 1) and len(rs) == 2 * L * (tp - 1) and len(regather) == len(bulk) == 2 * L
             assert set(ag) == set(regather) == {elems * ag_bytes}  # (an all-gather's comm_size: one shard)
-            assert set(rs) == {elems * BYTES}
+            assert set(rs) == {elems * BYTES} and set(bulk) == {tp * elems * BYTES}  # (the whole --dtype gradient)
 
 
 def test_tp_comm_overlap_needs_sequence_parallel(tmp_path):

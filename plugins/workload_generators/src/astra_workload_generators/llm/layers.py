@@ -580,9 +580,10 @@ class LayerOps:
             self.mm(lab + ".fc2.wgrad", ff, n, h)
             self.dense_act_bwd(lab + ".fc1", n, ff)  # (FP8: the cast of its output is fused into it)
             gathered = self._regather(lab + ".mlp_in")
-            self.mm_rs(lab + ".fc1.dgrad", lab + ".mlp_in", n, f1, h)
+            scattered = self._bulk_wgrad_scatter(lab + ".fc1.dgrad", lab + ".mlp_in", n, f1, h)
             self.fp8_transpose(lab + ".fc1.wgrad", n, h, gathered)  # the LayerNorm output
             self.mm(lab + ".fc1.wgrad", h, n, f1, gathered)
+            self.wait_for(scattered)  # (Transformer Engine's bulk reduce-scatter, beside the wgrad)
         else:
             if sp and self._tp("ag", lab + ".mlp_out", deps) is not None:
                 deps = []
@@ -639,9 +640,11 @@ class LayerOps:
             self.mla_backward(lab, ring, gathered)
             out = self._tp("rs" if sp else "ar", lab + ".attn_in")
         elif overlap:
-            out = self.mm_rs(lab + ".qkv.dgrad", lab + ".attn_in", n, qkv, h, ring)
+            scattered = self._bulk_wgrad_scatter(lab + ".qkv.dgrad", lab + ".attn_in", n, qkv, h, ring)
             self.fp8_transpose(lab + ".qkv.wgrad", n, h, gathered)
             self.mm(lab + ".qkv.wgrad", h, n, qkv, gathered)
+            self.wait_for(scattered)
+            out = scattered[0] if scattered else self.prev
         else:
             self.mm(lab + ".qkv.dgrad", n, qkv, h, ring)
             scattered = self._dgrad_scatter(lab + ".attn_in")  # (Megatron: beside the wgrad GEMM)
@@ -666,6 +669,25 @@ class LayerOps:
         if self.dims.mla:
             return b * self.mla_cache_bytes(positions)
         return 2 * b * positions * self.dims.head_dim * hkv * self.nbytes
+
+    def _bulk_wgrad_scatter(self, mm_label, rs_label, m, k, n, deps=()):
+        """``--tp-comm-overlap``: a column-parallel layer's (QKV's, FC1's) input-gradient GEMM and its reduce-scatter.
+        In a Megatron step Transformer Engine's default is the bulk overlap with the weight gradient
+        (Megatron-Core ``tp_comm_bulk_wgrad = True``, ``tp_comm_overlap_rs_dgrad = False``: NVIDIA/Megatron-LM
+        core_r0.14.0 32ad5c89 ``megatron/core/model_parallel_config.py`` 166-186; NeMo's comm-overlap callback
+        leaves them): the dgrad GEMM runs whole, writing into the wgrad userbuffer, and the wgrad GEMM runs with
+        ``ub_type=RS, bulk_overlap=True``, the buffer reduce-scattered on the userbuffers' SMs beside it
+        (NVIDIA/TransformerEngine d0067d0 ``transformer_engine/pytorch/module/layernorm_linear.py`` 840-905,
+        1030-1050). Emitted as the whole dgrad GEMM, then the reduce-scatter in ``--dtype`` off the chain (its TE
+        name ``qkv_wgrad`` / ``fc1_wgrad`` for ``--comm-sms``); the caller makes the chain wait for it after the
+        wgrad (:meth:`wait_for`). Returns ``[id]``. torchtitan's AsyncTP (``--framework fsdp2``) keeps
+        :meth:`mm_rs`'s pipelined matmul-reduce-scatter (``[]``, its last node the chain's)."""
+        if not self.megatron_training:
+            self.mm_rs(mm_label, rs_label, m, k, n, deps)
+            return []
+        self.mm(mm_label, m, k, n, deps)
+        return [self.coll(f"tp_rs.{rs_label}", T.REDUCE_SCATTER, self.act_bytes, "tp", [self.prev], chain=False,
+                          overlap=_te_overlap(f"rs.{rs_label}"))]
 
     def _dgrad_scatter(self, label):
         """The sequence-parallel reduce-scatter of a column-parallel layer's (QKV's, FC1's) input gradient in a

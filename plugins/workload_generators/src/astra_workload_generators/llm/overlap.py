@@ -14,8 +14,8 @@ COMM_SMS_GROUPS = ("tp", "dp", "pp", "ep", "cp", "amax")
 
 #: Transformer Engine's userbuffers overlaps (``--tp-comm-overlap``), keyed by what the generator emits: (ring or
 #: re-gather, the activation it carries) -> TE's name for it. TE overlaps the backward reduce-scatter of the QKV / FC1
-#: input gradient ("bulk") with the weight-gradient GEMM and names it after that GEMM; the generator pipelines it
-#: with the dgrad GEMM chunks.
+#: input gradient ("bulk") with the weight-gradient GEMM and names it after that GEMM; so does the generator in a
+#: Megatron step (``LayerOps._bulk_wgrad_scatter``; torchtitan's AsyncTP pipelines it with the dgrad GEMM chunks).
 TE_OVERLAPS = {
     ("ag", "attn_in"): "qkv_fprop", ("ag", "mlp_in"): "fc1_fprop",
     ("ag", "mlp_out"): "fc2_dgrad", ("ag", "attn_out"): "proj_dgrad",
