@@ -80,13 +80,36 @@ def test_a_real_run_breaks_down_alike(gemm_then_all_reduce, monkeypatch):
     assert arrays.breakdown == python.breakdown
 
 
-def test_span_arrays_read_as_the_records(gemm_then_all_reduce, monkeypatch):
-    """Compute nodes read straight from a rank's span array (``_records``, no cached kind) break down as through
-    ``view.records()`` and ``kind_of``, to the ns."""
+def _sends_and_receives(tmp_path):
+    """Two ranks: kernels, sends and receives on the default group, a named one and none, a CPU op."""
+    from astra_sim.chakra import make_metadata, make_node, types as T, write_et
+    from astra_sim_testing import write_network_config, write_system_config
+
+    (tmp_path / "p").mkdir()
+    for rank in range(2):
+        kind, peer = (T.COMM_SEND_NODE, "comm_dst") if rank == 0 else (T.COMM_RECV_NODE, "comm_src")
+        nodes = [make_node(0, "aten::mm", T.COMP_NODE, attrs={"is_cpu_op": False}, duration_micros=3 + rank),
+                 make_node(1, "cpu", T.COMP_NODE, data_deps=[0], attrs={"is_cpu_op": True}, duration_micros=1)]
+        for i, pg in enumerate((None, "0", "")):
+            attrs = {peer: 1 - rank, "comm_tag": i, "comm_size": 4096 << i}
+            if pg is not None:
+                attrs["pg_name"] = pg
+            nodes.append(make_node(2 + i, f"p2p{i}", kind, data_deps=[1 + i], attrs=attrs))
+        write_et(tmp_path / "p" / f"w.{rank}.et", make_metadata(), nodes)
+    return (str(tmp_path / "p" / "w"), str(write_system_config(tmp_path / "sys.json")),
+            str(write_network_config(tmp_path / "net.yml", npus=(2,))))
+
+
+def test_span_arrays_read_as_the_records(gemm_then_all_reduce, tmp_path, monkeypatch):
+    """Compute nodes read straight from a rank's span array (``_records``, no cached kind) and sends and receives
+    asked of ``kind_of`` once per peer and group (``_kind``) break down as through ``view.records()`` and
+    ``kind_of`` for every node, to the ns."""
     from astra_sim.simulation import simulate
 
-    fast = simulate(*gemm_then_all_reduce)
+    cases = (gemm_then_all_reduce, _sends_and_receives(tmp_path))
+    fast = [simulate(*case) for case in cases]
     monkeypatch.setattr(breakdown, "_records", lambda view: (view.records(), False))
-    slow = simulate(*gemm_then_all_reduce)
-    assert [r.breakdown for r in fast.ranks] == [r.breakdown for r in slow.ranks]
-    assert fast.breakdown == slow.breakdown and fast.breakdown
+    for case, result in zip(cases, fast):
+        slow = simulate(*case)
+        assert [r.breakdown for r in result.ranks] == [r.breakdown for r in slow.ranks]
+        assert result.breakdown == slow.breakdown and result.breakdown

@@ -26,7 +26,7 @@ and ``in_switch_exposed_ns``.
 
 from __future__ import annotations
 
-from astra_sim.chakra.types import COMP_NODE
+from astra_sim.chakra.types import COMM_RECV_NODE, COMM_SEND_NODE, COMP_NODE
 
 from astra_analysis.views import K_COLL, K_COMPUTE, K_CPU, K_MEM, K_RECV, K_SEND
 
@@ -87,6 +87,7 @@ def rank_parts(view, arrays=None):
     op_class = analysis.op_class
     comm_index = {}  # kind, communicator -> index (the same categories as index_of, looked up once per pair)
     class_index = {}  # compute class -> index
+    kinds = {}  # what kind_of reads of a node -> its answer (see _kind)
     records, nodes_known = _records(view)
     for node, start, end in records:
         if end <= start:
@@ -100,7 +101,7 @@ def rank_parts(view, arrays=None):
             ends.append(end)
             cats.append(index)
             continue
-        kind, comm = kind_of(rep, node)
+        kind, comm = _kind(kind_of, kinds, rep, node) if nodes_known else kind_of(rep, node)
         if kind == K_COMPUTE:
             index = index_of((_C_COMPUTE, op_class(rep, node)))
         else:
@@ -137,6 +138,23 @@ def _records(view):
     if spans is None or nodes is None:
         return view.records(), False
     return zip(map(nodes.__getitem__, spans[0::3]), spans[1::3], spans[2::3]), True
+
+
+def _kind(kind_of, kinds, rep, node):
+    """``kind_of(rep, node)``, asked once per distinct value of what it reads (``views.node_kind``, ``node_group``,
+    the peer for ``pair_group``: type, ``is_cpu_op``, ``pg_name``, ``comm_dst`` or ``comm_src``, each with its class):
+    a rank's thousands of sends and receives name a few peers and groups."""
+    attrs, t = node.attrs, node.type
+    pg = attrs.get("pg_name")
+    peer = attrs.get("comm_dst") if t == COMM_SEND_NODE else attrs.get("comm_src") if t == COMM_RECV_NODE else None
+    key = (t, bool(attrs.get("is_cpu_op")), pg, pg.__class__, peer, peer.__class__)
+    try:
+        found = kinds.get(key)
+    except TypeError:  # (an unhashable value)
+        return kind_of(rep, node)
+    if found is None:
+        found = kinds[key] = kind_of(rep, node)
+    return found
 
 
 def _sweep(parts, starts, ends, cats, cat_class, cat_key):
