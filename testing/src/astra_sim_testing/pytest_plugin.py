@@ -72,3 +72,10 @@ def parity_dir(shared_dir):
     if not path.is_dir():
         pytest.skip("shared/parity not found")
     return path
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``slow`` run first (stable: each group keeps its order). ``make test`` spreads the suite over
+    two workers that steal work from each other; a long test that starts last keeps one worker busy while the other
+    idles, so the long ones go first and the short ones fill the end (CI runs the whole suite on two cores)."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
