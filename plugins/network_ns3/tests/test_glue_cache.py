@@ -204,21 +204,18 @@ needs_ns3 = pytest.mark.skipif(importlib.util.find_spec("ns3") is None, reason="
 @pytest.mark.slow
 @needs_ns3
 @needs_cxx
-def test_the_second_process_loads_the_glue_from_the_cache(tmp_path):
-    env = {"ASTRA_NS3_CACHE": str(tmp_path / "cache")}
+def test_the_real_glue_compiles_once_loads_from_the_cache_recompiles_when_changed_and_equals_cppyy(tmp_path):
+    """One test (each child imports ns-3 and a build compiles the real glue: the fewest of both for the four
+    checks). A second process loads the library the first built; a glue.cc with one comment added is another key,
+    compiled again, the same run; cppyy's JIT of the same glue gives the same run and flow completion times."""
+    cache = tmp_path / "cache"
+    env = {"ASTRA_NS3_CACHE": str(cache)}
     first, fct_first = run_child(tmp_path, env, "first")
     second, fct_second = run_child(tmp_path, env, "second")
     assert first["built"] is True and second["built"] is False and first["library"] == second["library"]
     assert first["finish_ns"] == second["finish_ns"] and fct_first == fct_second
     assert second["load_s"] < 3, second  # a library load, no compiler: well under a second on a quiet machine
 
-
-@pytest.mark.slow
-@needs_ns3
-@needs_cxx
-def test_a_changed_glue_is_compiled_again(tmp_path, monkeypatch):
-    cache = tmp_path / "cache"
-    first, _ = run_child(tmp_path, {"ASTRA_NS3_CACHE": str(cache)}, "first")
     # the same package with one comment added to glue.cc: another key, compiled again, the same run
     package = tmp_path / "pkg" / "astra_network_ns3"
     package.mkdir(parents=True)
@@ -227,21 +224,14 @@ def test_a_changed_glue_is_compiled_again(tmp_path, monkeypatch):
             package.joinpath(path.name).write_bytes(path.read_bytes())
     with package.joinpath("glue.cc").open("a", encoding="utf-8") as handle:
         handle.write("// a changed glue\n")
-    env = {"ASTRA_NS3_CACHE": str(cache), "PYTHONPATH": os.pathsep.join([str(tmp_path / "pkg"),
-                                                                        os.environ.get("PYTHONPATH", "")])}
-    changed, _ = run_child(tmp_path, env, "changed")
+    changed_env = {**env, "PYTHONPATH": os.pathsep.join([str(tmp_path / "pkg"), os.environ.get("PYTHONPATH", "")])}
+    changed, _ = run_child(tmp_path, changed_env, "changed")
     assert changed["built"] is True and changed["library"] != first["library"]
     assert changed["finish_ns"] == first["finish_ns"]
     assert len(list(cache.glob("glue-*.so"))) == 2
 
-
-@pytest.mark.slow
-@needs_ns3
-@needs_cxx
-def test_the_compiled_glue_and_cppyys_give_the_same_run(tmp_path):
-    compiled, fct_compiled = run_child(tmp_path, {"ASTRA_NS3_CACHE": str(tmp_path / "cache")}, "compiled")
     jit, fct_jit = run_child(tmp_path, {"ASTRA_NS3_GLUE": "cppyy"}, "cppyy")
-    assert jit["built"] is None and compiled["finish_ns"] == jit["finish_ns"] and fct_compiled == fct_jit
+    assert jit["built"] is None and first["finish_ns"] == jit["finish_ns"] and fct_first == fct_jit
 
 
 def test_the_ctypes_signatures_cover_every_type_of_the_api():
