@@ -38,7 +38,7 @@ def test_serve_search_finds_the_cheapest_deployment(tmp_path, capsys):
     out = tmp_path / "search.json"
     capsys.readouterr()
     code = main(["serve-search", "--model", "llama3-8b", "--platform", "hgx-h100", "--qps", "60", "--requests",
-                 "200", "--prompt-len", "1000", "--output-len", "100", "--slo-ttft", "80", "--tp", "1",
+                 "60", "--prompt-len", "1000", "--output-len", "100", "--slo-ttft", "80", "--tp", "1",
                  "--max-gpus", "4", "--disaggregate-ratios", "1:1", "-o", str(out)])
     data = json.loads(out.read_text())
     assert data["units"] == {"time": "ns", "size": "bytes"}
@@ -61,7 +61,7 @@ def test_astra_search_serve_finds_the_cheapest_deployment(tmp_path, capsys):
     answer on stdout (the progress goes to stderr)."""
     capsys.readouterr()
     code = main(["search", "--serve", "--model", "llama3-8b", "--platform", "hgx-h100", "--qps", "60",
-                 "--requests", "200", "--prompt-len", "1000", "--output-len", "100", "--slo-ttft-p99", "80", "--tp",
+                 "--requests", "100", "--prompt-len", "1000", "--output-len", "100", "--slo-ttft-p99", "80", "--tp",
                  "1", "--pp", "1,2", "--gpus", "4", "--disaggregate-ratios", "1:1", "--serve-arg=--frontend=none",
                  "--json"])
     printed = capsys.readouterr()
