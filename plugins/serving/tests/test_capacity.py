@@ -34,9 +34,11 @@ def test_budget_is_what_cuda_reports_times_the_utilization():
 
 
 def test_weights_are_the_models_parameters_in_16_bit_per_tp_rank():
-    assert LLAMA3_8B_PARAMS + 32 * 2 * 4096 + 4096 == 8_030_261_248
-    assert kv_capacity(_layout()).weights_bytes == 2 * LLAMA3_8B_PARAMS == 16_059_990_016
-    assert kv_capacity(_layout(tp=2)).weights_bytes == LLAMA3_8B_PARAMS  # TP 2: half of every matrix
+    norms = 32 * 2 * 4096 + 4096  # two RMSNorm weights a layer and the final norm (counted since 664c29e)
+    assert LLAMA3_8B_PARAMS + norms == 8_030_261_248  # Hugging Face's count of Llama 3 8B
+    assert kv_capacity(_layout()).weights_bytes == 2 * (LLAMA3_8B_PARAMS + norms) == 16_060_522_496
+    # TP 2: half of every matrix, the norms whole on each rank
+    assert kv_capacity(_layout(tp=2)).weights_bytes == LLAMA3_8B_PARAMS + 2 * norms
 
 
 def test_sampler_holds_the_gathered_logits_of_max_num_seqs_rows():
