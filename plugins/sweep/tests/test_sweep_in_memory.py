@@ -35,7 +35,10 @@ def _rows(tmp_path, name, **how):
     return sorted(({k: v for k, v in row.items() if k != "wall_s"} for row in rows), key=lambda r: r["point"])
 
 
-def test_held_rows_are_the_written_rows_in_process_and_in_workers(tmp_path, monkeypatch):
+def test_held_rows_are_the_written_rows_in_process_and_in_workers_and_beyond_the_budget(tmp_path, monkeypatch):
+    """Held in this process, in workers, and with a budget of one workload (a dropped layout generated again): the
+    rows of the sweep whose workloads are written. (One test, CI margin: the written sweep, the reference of both
+    checks, runs once.)"""
     import astra_workload_generators.llm as llm
 
     made = []
@@ -48,22 +51,15 @@ def test_held_rows_are_the_written_rows_in_process_and_in_workers(tmp_path, monk
     monkeypatch.setattr(llm, "generate_llm_workload", generate)
     assert not point._HELD_WORKLOADS  # forgotten with the sweep's cache
     workers = _rows(tmp_path, "workers", jobs=2)  # the base held here, every point's in its worker's own memory
+    with monkeypatch.context() as budget:
+        budget.setattr(point, "HELD_NODES", 1)  # keep only the most recent workload
+        made.clear()
+        budget.setattr(llm, "generate_llm_workload", lambda *a, **k: made.append(1) or generate(*a, **k))
+        small_budget = _rows(tmp_path, "small-budget", executor_object=InProcess())
+        assert len(made) == 4  # base 2, (2), 4, 2 again, 4 again: a dropped layout is generated again
     monkeypatch.setattr(point, "HOLD_LLM_WORKLOADS", False)
     written = _rows(tmp_path, "written", executor_object=InProcess())
     assert in_memory == written == workers
+    assert small_budget == written
     assert all(row["step_ns"] > 0 for row in written)
     assert len({row["step_ns"] for row in written}) > 1
-
-
-def test_held_workloads_beyond_the_budget_are_dropped(tmp_path, monkeypatch):
-    import astra_workload_generators.llm as llm
-
-    monkeypatch.setattr(point, "HELD_NODES", 1)  # keep only the most recent workload
-    made = []
-    generate = llm.generate_llm_workload
-    monkeypatch.setattr(llm, "generate_llm_workload", lambda *a, **k: made.append(1) or generate(*a, **k))
-    rows = _rows(tmp_path, "small-budget", executor_object=InProcess())
-    assert len(made) == 4  # base 2, (2), 4, 2 again, 4 again: a dropped layout is generated again
-    monkeypatch.setattr(llm, "generate_llm_workload", generate)
-    monkeypatch.setattr(point, "HOLD_LLM_WORKLOADS", False)
-    assert rows == _rows(tmp_path, "written", executor_object=InProcess())
