@@ -1,8 +1,27 @@
-"""``astra cluster SPEC.yaml [-o OUT.json] [--json]`` end to end."""
+"""``astra cluster SPEC.yaml [-o OUT.json] [--json]`` end to end: through the command's ``main`` in this process (CI
+margin: each ``astra`` process spent about half a second importing; the exit code and what is printed are main's),
+and once as the installed ``astra`` process (``--json``: stdout is the answer and nothing else)."""
 
 import json
 import re
 import subprocess
+from types import SimpleNamespace
+
+import pytest
+
+from astra_sim.cli import main
+
+
+@pytest.fixture
+def astra(capsys):
+    """``astra(*args)``: ``astra cluster ...`` run by the command's main here, as subprocess.run's result."""
+    def run(*args):
+        capsys.readouterr()
+        code = main(["cluster", *map(str, args)])
+        printed = capsys.readouterr()
+        return SimpleNamespace(returncode=code, stdout=printed.out, stderr=printed.err)
+
+    return run
 
 SPEC = """
 system: sys.json
@@ -20,10 +39,10 @@ horizon_h: 1
 """
 
 
-def test_cluster_writes_json_and_prints_human_units(ring, write_spec, astra_exe, tmp_path):
+def test_cluster_writes_json_and_prints_human_units(ring, write_spec, astra, astra_exe, tmp_path):
     spec = write_spec(ring, SPEC)
     out = tmp_path / "out.json"
-    done = subprocess.run([astra_exe, "cluster", spec, "-o", str(out)], capture_output=True, text=True)
+    done = astra(spec, "-o", str(out))
     assert done.returncode == 0, done.stderr
     report = json.loads(out.read_text())
     assert [row["job"] for row in report["corun"]["jobs"]] == ["a", "b"]
@@ -35,21 +54,21 @@ def test_cluster_writes_json_and_prints_human_units(ring, write_spec, astra_exe,
     assert json.loads(printed.stdout)["corun"] == report["corun"]
 
 
-def test_a_bad_spec_is_one_line_and_a_non_zero_exit(ring, write_spec, astra_exe):
+def test_a_bad_spec_is_one_line_and_a_non_zero_exit(ring, write_spec, astra):
     spec = write_spec(ring, SPEC.replace("scheduler", "x").replace("placement: fixed", "placement: nearest"))
-    done = subprocess.run([astra_exe, "cluster", spec], capture_output=True, text=True)
+    done = astra(spec)
     assert done.returncode != 0
     assert "key 'placement' must be one of" in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
-def test_a_job_too_big_for_the_cluster(ring, write_spec, astra_exe):
+def test_a_job_too_big_for_the_cluster(ring, write_spec, astra):
     spec = write_spec(ring, SPEC.replace("gpus: 4, steps: 20, place: [0, 2, 4, 6]", "gpus: 16, steps: 20")
                       .replace("placement: fixed", "placement: contiguous").replace(", place: [1, 3, 5, 7]", ""))
-    done = subprocess.run([astra_exe, "cluster", spec], capture_output=True, text=True)
+    done = astra(spec)
     assert done.returncode != 0 and "needs 16 GPUs; the cluster has 8" in done.stderr
 
 
-def test_an_output_folder_that_cannot_be_written_fails_before_any_simulation(ring, write_spec, astra_exe, tmp_path):
+def test_an_output_folder_that_cannot_be_written_fails_before_any_simulation(ring, write_spec, astra, tmp_path):
     """-o into a read-only folder, or under a file (a folder that cannot be made): one line, non-zero, and no
     simulation ran (the spec names traces that do not exist, which a simulation would report instead)."""
     import os
@@ -63,26 +82,25 @@ def test_an_output_folder_that_cannot_be_written_fails_before_any_simulation(rin
     locked.chmod(stat.S_IRUSR | stat.S_IXUSR)
     targets = [tmp_path / "a_file" / "out.json"] + ([] if os.geteuid() == 0 else [locked / "out.json"])
     for out in targets:
-        done = subprocess.run([astra_exe, "cluster", spec, "-o", str(out)], capture_output=True, text=True)
+        done = astra(spec, "-o", str(out))
         assert done.returncode != 0
         assert f"-o {out}: cannot" in done.stderr and len(done.stderr.strip().splitlines()) == 1
         assert "nowhere" not in done.stderr
     missing = tmp_path / "new" / "folder" / "out.json"  # a folder that can be made is made
-    done = subprocess.run([astra_exe, "cluster", write_spec(ring, SPEC), "-o", str(missing)], capture_output=True,
-                          text=True)
+    done = astra(write_spec(ring, SPEC), "-o", str(missing))
     assert done.returncode == 0 and missing.exists()
 
 
-def test_failed_links_and_cable_events_on_the_terminal(ring, write_spec, astra_exe):
+def test_failed_links_and_cable_events_on_the_terminal(ring, write_spec, astra):
     """(Two cables down at once would cut the ring in two: one run each.)"""
     failed = write_spec(ring, SPEC.replace("network_backend: flow",
                                            "network_backend: flow\nfailed_links: [[npu0, npu1]]"), "failed.yaml")
-    done = subprocess.run([astra_exe, "cluster", failed], capture_output=True, text=True)
+    done = astra(failed)
     assert done.returncode == 0, done.stderr
     assert "failed links (routed around): npu0-npu1" in done.stdout
     cable = "failures: {events: [{at_h: 0.0000001, link: [npu2, npu3], for_h: 0.0000001}]}"
     event = write_spec(ring, SPEC.replace("failures: {events: [{at_h: 0.0000001, node: 1}]}", cable), "event.yaml")
-    done = subprocess.run([astra_exe, "cluster", event], capture_output=True, text=True)
+    done = astra(event)
     assert done.returncode == 0, done.stderr
     assert "cables routed around: 1 down, 1 back" in done.stdout
 
@@ -104,10 +122,9 @@ horizon_h: 1
 """
 
 
-def test_failed_cable_on_analytical_jitter_and_shared_reads_end_to_end(ring, write_spec, astra_exe, tmp_path):
+def test_failed_cable_on_analytical_jitter_and_shared_reads_end_to_end(ring, write_spec, astra, tmp_path):
     out = tmp_path / "out.json"
-    done = subprocess.run([astra_exe, "cluster", write_spec(ring, ANALYTICAL), "-o", str(out)], capture_output=True,
-                          text=True)
+    done = astra(write_spec(ring, ANALYTICAL), "-o", str(out))
     assert done.returncode == 0, done.stderr
     assert "failed links (their dimensions' bandwidth lowered): npu0-npu1" in done.stdout
     assert "3 draws (per-op jitter sigma 0.05): step median" in done.stdout
@@ -116,7 +133,6 @@ def test_failed_cable_on_analytical_jitter_and_shared_reads_end_to_end(ring, wri
     rows = report["timeline"]["jobs"]
     # both stopped at once: 1 ms of restart, then 1 MB each read at half of 1 GB/s: 2 ms
     assert [row["restart_ns"] for row in rows] == [3_000_000, 3_000_000]
-    bad = subprocess.run([astra_exe, "cluster", write_spec(ring, ANALYTICAL.replace("npu1]]", "npu2]]"))],
-                         capture_output=True, text=True)
+    bad = astra(write_spec(ring, ANALYTICAL.replace("npu1]]", "npu2]]")))
     assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1
     assert "key 'failed_links': no link joins 'npu0' and 'npu2'" in bad.stderr
