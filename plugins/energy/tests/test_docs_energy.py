@@ -21,27 +21,55 @@ def test_layout_example_prints_what_the_page_shows(tmp_path):
     assert proc.stdout == shown
 
 
+#: the layouts of docs/energy.md's search: TP 2 with PP 1 (DP 4) or PP 2 (DP 2), or TP 8 (DP 1); micro-batches of 1
+#: or 2 sequences of 512 tokens; no ZeRO (the checks of --objective energy and cost and --max-step-time-ms on them
+#: were plugins/sweep/tests/test_search_objective.py's; one test with the page's search, CI margin)
+LAYOUTS = ["search", "--preset", "llama2-7b", "--gpus", "8", "--platform", "hgx-h100", "--global-batch", "8",
+           "--seq-len", "512", "--tp", "2,8", "--pp", "1,2", "--vp", "1", "--mbs", "1,2", "--zero", "0",
+           "--recompute", "none", "--jobs", "1", "--no-progress"]
+PRICES = Path(__file__).resolve().parents[3] / "examples" / "sweeps" / "gpu_prices.yaml"
+SYSTEM_W = 290  # hgx-h100's host, NVSwitch and NIC power per GPU on one node (docs/energy.md's table: 200+50+40)
+
+
+def _layout(row):
+    layout = row["layout"]
+    return layout["tp"], layout["pp"], layout["micro-batch-size"]
+
+
 @pytest.mark.slow
 def test_search_example_prints_what_the_page_shows(tmp_path, monkeypatch, capsys):
     """astra search --objective energy (six layouts' bounds, five simulations: 10-45 s): the page's table and its
-    worked numbers are the answer's."""
+    worked numbers are the answer's.
+
+    Then the same layouts (their points resumed) by cost and under --max-step-time-ms. On 8 H100s TP 2 PP 2 DP 2
+    with micro-batches of 2 is both the fastest and the least-energy layout (its pipeline leaves GPUs idle at 80 W
+    part of the step, and since Megatron's optimizer step around Adam is modelled, TP 2 DP 4's unsharded optimizer
+    costs it more than the pipeline's wait: docs/energy.md). Energy does not rank as the step does: PP 2 with
+    micro-batches of 1 is slower than TP 2 DP 4 with micro-batches of 2 but needs less energy, its GPUs drawing
+    less. TP 8 with micro-batches of 1 is never simulated: its lower bound on the IT energy is above the best, its
+    step's bound above the fastest step and above --max-step-time-ms 98, which ranks every other layout but the
+    fastest out."""
     import json
     import shlex
 
     from astra_sim.cli import main
+    from astra_sweep.objective import ROUNDING_SLACK_MJ_PER_GPU
 
     section = DOC.read_text(encoding="utf-8").split("## Example: the energy-optimal layout", 1)[1]
     section = section.split("## Example:", 1)[0]
     command = re.search(r"```sh\n(astra search .*?)```", section, re.S).group(1).replace("\\\n", " ")
     shown = re.search(r"```text\n(.*?)```", section, re.S).group(1)
     argv = shlex.split(command)[1:]
+    # the page's search is LAYOUTS' (but for --jobs) by energy, its points in points.csv
+    assert argv == [*LAYOUTS[:-3], "--objective", "energy", "--points", "points.csv", "-o", "least.json"], argv
     monkeypatch.chdir(tmp_path)
     assert main([*argv, "--no-progress"]) == 0
     answer = json.loads((tmp_path / "least.json").read_text())
     def timeless(text):  # the search says how long its simulations took
         return re.sub(r"\(\d+(?:\.\d+)? s\)", "(... s)", text)
 
-    assert timeless(shown.splitlines()[0]) in timeless(capsys.readouterr().out)
+    text = capsys.readouterr().out
+    assert timeless(shown.splitlines()[0]) in timeless(text)
     table = [line for line in shown.splitlines() if line.startswith("│ ")]
     assert len(table) == len(answer["ranked"])
     for line, row in zip(table, answer["ranked"]):  # the page's row i is the answer's: step, J, mJ/token, W
@@ -55,6 +83,52 @@ def test_search_example_prints_what_the_page_shows(tmp_path, monkeypatch, capsys
            f"{fastest['it_energy_mj'] / 1e3:.1f} J" in section
     (pruned,) = answer["pruned"]
     assert f"({pruned['bound_ns'] / 1e6:.1f} ms) = {8 * 370 * pruned['bound_ns'] / 1e9:.1f} J" in section
+
+    # --objective energy's answer
+    assert "least-energy layouts" in text and "IT mJ/" in text
+    assert answer["units"] == {"time": "ns", "size": "bytes", "energy": "mJ", "power": "W"}
+    assert answer["objective"] == "energy"
+    ranked = answer["ranked"]
+    for row in ranked:  # integer ns and mJ; energy per token = IT energy / the step's 8 x 512 tokens
+        assert isinstance(row["step_ns"], int) and isinstance(row["it_energy_mj"], int)
+        assert row["it_energy_per_token_mj"] == pytest.approx(row["it_energy_mj"] / 4096)
+        # the hand check: IT energy = GPUs x step x (GPU mean power + the system's 290 W per GPU)
+        assert row["it_energy_mj"] == pytest.approx(8 * row["step_ns"] * (row["mean_power_w_per_gpu"] + SYSTEM_W)
+                                                    / 1e6, abs=8)
+    assert [r["it_energy_mj"] for r in ranked] == sorted(r["it_energy_mj"] for r in ranked)
+    assert _layout(least) == (2, 2, 2) and _layout(fastest) == (2, 2, 2)
+    by_layout = {_layout(r): r for r in ranked}
+    slower, faster = by_layout[(2, 2, 1)], by_layout[(2, 1, 2)]
+    assert slower["step_ns"] > faster["step_ns"] and slower["it_energy_mj"] < faster["it_energy_mj"]
+    # why: the slower layout's power is lower by more than its step is longer
+    assert slower["mean_power_w_per_gpu"] + SYSTEM_W < (faster["mean_power_w_per_gpu"] + SYSTEM_W) * (
+        faster["step_ns"] / slower["step_ns"])
+    # pruned: a bound of at least the least energy over 8 x 370 W (idle GPU and system), plus the rounding slack
+    assert [_layout(p) for p in answer["pruned"]] == [(8, 1, 1)]
+    limit = (least["it_energy_mj"] + 8 * ROUNDING_SLACK_MJ_PER_GPU) * 1e6 / (8 * 370)
+    assert answer["pruned"][0]["bound_ns"] >= limit
+
+    points = str(tmp_path / "points.csv")
+    cost_json, bound_json = tmp_path / "cost.json", tmp_path / "bound.json"
+    # cost per token ranks as the step does (one price, GPU count and batch); the same points are resumed
+    assert main([*LAYOUTS, "--objective", "cost", "--prices", str(PRICES), "--points", points, "-o",
+                 str(cost_json)]) == 0
+    assert "$/M" in capsys.readouterr().out
+    cost = json.loads(cost_json.read_text())
+    assert cost["units"]["cost"] == "USD" and _layout(cost["ranked"][0]) == (2, 2, 2)
+    dollars = [r["usd_per_million_tokens"] for r in cost["ranked"]]
+    assert dollars == sorted(dollars) and [_layout(p) for p in cost["pruned"]] == [(8, 1, 1)]
+
+    # the step-time bound: the slower layouts are ranked out, TP 8 with micro-batches of 1 by its lower bound
+    assert main([*LAYOUTS, "--objective", "energy", "--max-step-time-ms", "98", "--points", points, "-o",
+                 str(bound_json)]) == 0
+    assert "5 layouts ranked out: slower than --max-step-time-ms 98 (1 of them by their lower bound, not " \
+           "simulated)" in capsys.readouterr().out
+    bound = json.loads(bound_json.read_text())
+    assert bound["max_step_ns"] == 98_000_000 and [_layout(r) for r in bound["ranked"]] == [(2, 2, 2)]
+    over = {_layout(o): o for o in bound["over_max_step_time"]}
+    assert all(o.get("step_ns", o.get("bound_ns")) > 98_000_000 for o in over.values()) and (8, 1, 1) in over
+    assert bound["pruned"] == []
 
 
 def test_power_cap_example_prints_what_the_page_shows(tmp_path):
