@@ -87,6 +87,20 @@ def version_arg(text):
     return text
 
 
+def add_release_arguments(group, applies=""):
+    """``--nccl-version`` and ``--nccl-nvls``, defined once: ``astra run``'s (the platform options) and ``astra
+    search``'s, which runs its layouts with them and prices their lower bounds with the same choice; ``applies``
+    ends each help text (where the flags act, when not only in the run)."""
+    group.add_argument("--nccl-version", default=None, metavar="X.Y.Z", type=version_arg,
+                       help="the NCCL release whose tuning model picks the algorithm and protocol across nodes "
+                            "(2.26.x; default: NCCL master's, 5067397); the pick is timed with the model's terms"
+                            + applies)
+    group.add_argument("--nccl-nvls", default=None, choices=("on", "off"),
+                       help="NCCL_NVLS_ENABLE: off takes NVLink SHARP (NVLS) and NVLSTree out of NCCL's choice, as "
+                            "NCCL_NVLS_ENABLE=0 does; default on where the GPU has it (Hopper, Blackwell on NVSwitch)"
+                            + applies)
+
+
 def caps(arch_caps, arch, tuning, nodes):
     """The per-architecture constants NCCL's choice reads (nccl.ARCH's entry ``arch_caps``), at ``tuning``."""
     if tuning == V2_26 and nodes > 1 and arch == "blackwell":
@@ -152,5 +166,5 @@ def nvls_tree_terms(arch, ppn, nodes, nic_gbps, pci_gbps, bw_intra):
     return lat, channels * bw * NVLS_TREE_ALG_RATIO
 
 
-__all__ = ["MASTER", "V2_26", "TUNINGS", "ACCEPTED", "tuning_for_version", "version_arg", "caps", "speed_array",
-           "nvls_graph", "nvls_tree_terms", "BLACKWELL_226", "SPEEDS_INTER_226"]
+__all__ = ["MASTER", "V2_26", "TUNINGS", "ACCEPTED", "tuning_for_version", "version_arg", "add_release_arguments",
+           "caps", "speed_array", "nvls_graph", "nvls_tree_terms", "BLACKWELL_226", "SPEEDS_INTER_226"]

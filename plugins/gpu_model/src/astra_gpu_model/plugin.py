@@ -156,14 +156,9 @@ def platform_run_options(parser):
                        help="NIC bandwidth per GPU (GB/s per direction) that the nccl collective uses when its "
                             "ranks span several nodes (scale-up domains = the network's first dimension); "
                             "--platform sets it; default 50 (400 Gb/s)")
-    from astra_gpu_model.nccl_tuning import version_arg
+    from astra_gpu_model.nccl_tuning import add_release_arguments
 
-    group.add_argument("--nccl-version", default=None, metavar="X.Y.Z", type=version_arg,
-                       help="the NCCL release whose tuning model picks the algorithm and protocol across nodes "
-                            "(2.26.x; default: NCCL master's, 5067397); the pick is timed with the model's terms")
-    group.add_argument("--nccl-nvls", default=None, choices=("on", "off"),
-                       help="NCCL_NVLS_ENABLE: off takes NVLink SHARP (NVLS) and NVLSTree out of NCCL's choice, as "
-                            "NCCL_NVLS_ENABLE=0 does; default on where the GPU has it (Hopper, Blackwell on NVSwitch)")
+    add_release_arguments(group)
     from astra_gpu_model.scale_out import KINDS
 
     group.add_argument("--scale-out", default=None, choices=tuple(KINDS), metavar="KIND",

@@ -119,15 +119,10 @@ def _add_nccl_version(p):
     """``--nccl-version`` and ``--nccl-nvls``, astra run's (the gpu_model plugin's), checked as they are there: the
     layouts run with them, and the lower bound times their collectives with the same choice."""
     try:
-        from astra_gpu_model.nccl_tuning import version_arg
+        from astra_gpu_model.nccl_tuning import add_release_arguments
     except ImportError:
         return
-    p.add_argument("--nccl-version", default=None, metavar="X.Y.Z", type=version_arg,
-                   help="as astra run's: the NCCL release whose tuning picks the algorithm and protocol across nodes "
-                        "(2.26.x; default: NCCL master's), in the simulated layouts and in their lower bounds")
-    p.add_argument("--nccl-nvls", default=None, choices=("on", "off"),
-                   help="as astra run's: NCCL_NVLS_ENABLE (off: no NVLS nor NVLSTree in NCCL's choice), in the "
-                        "simulated layouts and in their lower bounds")
+    add_release_arguments(p, "; in the simulated layouts and in their lower bounds")
 
 
 def _add_serving_arguments(p):
