@@ -192,7 +192,7 @@ def test_a_validation_case_gives_the_same_ns_both_ways(tmp_path, monkeypatch):
     prefix = str(tmp_path / "w")
     spec = LlmSpec.from_argv(case.workload, where="test").for_platform(case.platform)
     generate_llm_workload(spec, prefix, on_warning=lambda _line: None)  # the files, parsed by the run
-    assert held == run_spec(runner._run_spec(case, prefix, [])).max_finish_ns > 0
+    assert held == run_spec(runner.case_run_spec(case, prefix)).max_finish_ns > 0
 
 
 def test_a_sweep_point_gives_the_same_ns_both_ways(tmp_path):

@@ -200,8 +200,8 @@ def _load_file(path, check=True):
 
 
 def check_words(case, path=None):
-    """Parse ``case``'s stored words with the parsers its run uses (``astra run``'s :class:`RunSpec` with the case's
-    platform and nodes, as :mod:`.runner` builds it; ``astra workload llm``'s :class:`LlmSpec`; ``astra serve``'s
+    """Parse ``case``'s stored words with the parsers its run uses (``astra run``'s :class:`RunSpec` as
+    :func:`.runner.case_run_spec` builds it; ``astra workload llm``'s :class:`LlmSpec`; ``astra serve``'s
     ``ServeSpec``), so that an unknown flag or a refused value (``--nccl-version 9.9``) is a ConfigError when the
     registry loads, naming the case, its file and the flag, not when the case runs. Parsing only: nothing is
     resolved, read or simulated (a workload's ``--model`` file is read when the case runs). Words already parsed
@@ -211,11 +211,9 @@ def check_words(case, path=None):
         return
     where = f"validation case {case.name!r}" + (f" ({path})" if path else "")
     if case.kind in ("llm_step", "collective", "memory"):
-        from astra_sim.spec import RunSpec
+        from astra_validation.runner import case_run_spec
 
-        # the runner's words: a placeholder trace prefix (parsing reads no file), the case's platform, nodes, run
-        RunSpec.from_argv(["--workload-configuration", "<case>", "--platform", case.platform, "--nodes",
-                           str(case.nodes), *case.run], where=f"{where}: run")
+        case_run_spec(case, "<case>", where=f"{where}: run")  # a placeholder trace prefix: parsing reads no file
     elif case.run:
         raise ConfigError(f"{where}: 'run' is for llm_step, collective and memory cases; a {case.kind} case "
                           f"would ignore it")

@@ -14,12 +14,13 @@ _COMM_TYPES = {"all_reduce": T.ALL_REDUCE, "all_gather": T.ALL_GATHER, "reduce_s
                "all_to_all": T.ALL_TO_ALL}
 
 
-def _run_spec(case, prefix, steady):
-    """The case's ``astra run`` options (its platform, nodes and ``run`` words) as the kernel's RunSpec."""
+def case_run_spec(case, prefix, steady=(), where=None):
+    """The case's ``astra run`` options (its platform, nodes and ``run`` words) as the kernel's RunSpec; ``where``
+    names the case in an error (default its name; the registry's check adds its file)."""
     from astra_sim.spec import RunSpec
 
     return RunSpec.from_argv(["--workload-configuration", prefix, "--platform", case.platform, "--nodes",
-                              str(case.nodes), *steady, *case.run], where=f"validation case {case.name}: run")
+                              str(case.nodes), *steady, *case.run], where=where or f"validation case {case.name}: run")
 
 
 def run_case(case, workdir=None):
@@ -44,7 +45,7 @@ def run_case(case, workdir=None):
         gpus = case.nodes * get_platform(case.platform).gpus_per_node
         # nccl-tests time collectives back to back on the GPU: no host launch gap before them.
         steady = ["--host-launch-us", "0", "--host-sync-us", "0"] if case.kind == "collective" else []
-        run = _run_spec(case, prefix, steady)
+        run = case_run_spec(case, prefix, steady)
         if case.kind == "llm_step":
             from astra_workload_generators.llm import LlmSpec, generate_llm_workload
 
@@ -136,7 +137,7 @@ def _run_memory(case):
     spec = LlmSpec.from_argv(case.workload, where=f"validation case {case.name}: workload")
     # for the case's platform and run, as its step would be generated (its GPU: whether TE caches FP8 weight
     # transposes)
-    run = _run_spec(case, "memory", [])
+    run = case_run_spec(case, "memory")
     dims, cfg = spec.for_platform(case.platform, run.options).resolve(on_warning=lambda line: None)
     estimate = peak_memory(dims, cfg)
     attribute = next(a for a in MEMORY_MEASURES[case.measured_what] if hasattr(estimate, a))
