@@ -81,7 +81,6 @@ def ring_graph(arch, nics, nic_gbps, pci_gbps, nvlink_gbps=None, speeds=None):
     return channels, speed
 
 
-
 def ring_bus(channels, speed):
     """NCCL's own bus bandwidth (GB/s) of a ring across nodes, the figure its tuning model ranks the ring by:
     ``busBw = graphs[a]->nChannels * bw``, ``bw`` the ring graph's bwInter on > 2 nodes and bwIntra on <= 2, equal on a
@@ -89,6 +88,7 @@ def ring_bus(channels, speed):
     lines 250-253; master 5067397 the same). ``(channels, speed)``: :func:`ring_graph`'s. 8 H100 with 8 x 400 Gb/s
     NICs: 8 x 48 = 384 GB/s, the NVLink bound of 370.8 quantized upwards; the model times a ring with the latter."""
     return channels * speed
+
 
 #: What a ring or tree collective's channel count at run time depends on (src/enqueue.cc topoGetAlgoInfo, "Ring/Tree
 #: channel tuning", the same in NVIDIA/nccl v2.26.2-1 and master 5067397): a channel's threads (tuning.cc maxThreads:
@@ -114,5 +114,5 @@ def size_channels(algo, proto, n_bytes, n_ranks, channels):
     return nc
 
 
-__all__ = ["RING_MAX_CHANNELS", "SPEED_INTER", "ring_graph", "ring_bus", "search_speed", "speed_array", "size_channels",
-           "SIZE_MAX_THREADS", "SIZE_THREAD_THRESHOLD"]
+__all__ = ["RING_MAX_CHANNELS", "SPEED_INTER", "ring_graph", "ring_bus", "search_speed", "speed_array",
+           "size_channels", "SIZE_MAX_THREADS", "SIZE_THREAD_THRESHOLD"]

@@ -135,7 +135,7 @@ class LlmConfig:
     pipeline_embedding_layer: bool = False  # the embedding counts as one layer of the pipeline split (see .split)
     pipeline_loss_layer: bool = False  # the loss (LM head, cross entropy) counts as one layer of the split
     defer_embedding_wgrad: bool = False  # Megatron's --defer-embedding-wgrad-compute: the LM head's wgrad GEMMs in
-    #                                      the pipeline drain (see .layers head_wgrad_deferred / drain_head_wgrads)
+    #                                      the pipeline drain (see .layers _head_wgrad_deferred / drain_head_wgrads)
     wgrad_deferral_limit: int = 0   # ... for at most this many head calls of the step (0: all, Megatron's default)
     lora_rank: int = 0              # LoRA: adapters of this rank, base weights frozen (0: full training; see .lora)
     lora_targets: tuple = ()        # LoRA: the linear layers with adapters (names of lora.LORA_TARGETS)

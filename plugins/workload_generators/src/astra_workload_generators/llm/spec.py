@@ -533,7 +533,9 @@ def _add_flags(p):
                    "default: all)")
     p.add_argument("--tp-comm-overlap", action="store_true",
                    help="with --sequence-parallel: each TP all-gather / reduce-scatter runs as a ring of TP-1 "
-                   "send/recv steps pipelined with TP row chunks of its GEMM (Transformer Engine userbuffers)")
+                   "send/recv steps pipelined with TP row chunks of its GEMM (Transformer Engine userbuffers); in a "
+                   "Megatron step the backward's QKV/FC1 input-gradient reduce-scatter is TE's bulk one instead, "
+                   "beside the weight-gradient GEMM")
     p.add_argument("--comm-sms", metavar="KEY=N[,KEY=N...]",
                    help="SMs (NCCL CTAs) each kind of communication kernel occupies, written as the nodes' comm_sms "
                    "attribute: the gpu model's --gpu-contention leaves the rest to compute (nodes without it take "
