@@ -39,15 +39,18 @@ def _double_binary_tree(com_type, rank, tree, size, direction, window):
 @hookimpl
 def astra_register_collective_algorithms(registry):
     add = registry.collective_algorithm
-    # Ring and direct look only at ring neighbours (rotation-symmetric); halving-doubling pairs ranks by
-    # their index bits and the trees give ranks roles, so runs using those are not folded.
+    # Ring and direct look only at ring neighbours (rotation-symmetric); halving-doubling pairs the ring index i
+    # with i XOR 2^k (the reference's direction rule: + 2^k when bit k is 0, else - 2^k), which every flip of an
+    # index bit keeps ("xor"); the trees give ranks roles, so runs using them are not folded.
     add("ring", CollectiveAlgorithmSpec("ring", _ring, symmetry="rotation"), "ring per dimension")
     add("oneRing", CollectiveAlgorithmSpec("one", _ring, symmetry="rotation"), "one ring over all NPUs")
     add("direct", CollectiveAlgorithmSpec("ring", _direct, takes_window=True, symmetry="rotation"),
         "direct, window = suffix or n-1")
     add("oneDirect", CollectiveAlgorithmSpec("one", _direct, takes_window=True, symmetry="rotation"),
         "direct over all NPUs")
-    add("halvingDoubling", CollectiveAlgorithmSpec("ring", _halving_doubling), "recursive halving/doubling")
-    add("oneHalvingDoubling", CollectiveAlgorithmSpec("one", _halving_doubling), "halving/doubling over all NPUs")
+    add("halvingDoubling", CollectiveAlgorithmSpec("ring", _halving_doubling, symmetry="xor"),
+        "recursive halving/doubling")
+    add("oneHalvingDoubling", CollectiveAlgorithmSpec("one", _halving_doubling, symmetry="xor"),
+        "halving/doubling over all NPUs")
     add("doubleBinaryTree", CollectiveAlgorithmSpec("tree", _double_binary_tree, dimension_topology=tree_dimension),
         "double binary tree all-reduce")

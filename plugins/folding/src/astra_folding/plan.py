@@ -93,7 +93,7 @@ class FoldPlanner:
         self.canonical_groups = plan.canonical_groups or None
         reps = symmetry.representatives(total)
         self.info.update(simulated_ranks=len(reps), ranks_per_class=symmetry.order,
-                         generators=symmetry.describe(), notes=plan.notes)
+                         generators=symmetry.describe(), group=symmetry.summary(), notes=plan.notes)
         return reps
 
     def fold_engine(self, engine):

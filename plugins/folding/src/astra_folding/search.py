@@ -338,13 +338,24 @@ def shift_refuses(shift, npus_per_dim, dim_kinds, native, native_impls):
             if low % stride or (stride * count) % high:
                 return f"the digit is not aligned with network dimension {dim}"
             whole = low == stride and shift.radix == shift.block == count
-            return _dimension_refuses(dim, whole, dim_kinds[dim], native, native_impls, npus_per_dim)
+            flips = shift.radix == shift.block == 2 and _power_of_two(count) and _power_of_two(low // stride)
+            return _dimension_refuses(dim, (whole, flips, flips and _power_of_two(low)), dim_kinds[dim], native,
+                                      native_impls, npus_per_dim)
     return "the digit spans several network dimensions"
 
 
-def _dimension_refuses(dim, whole, kind, native, native_impls, npus_per_dim):
-    """Why a permutation of dimension ``dim``'s coordinates (``whole``: the rotation of the whole dimension)
-    would change the run (None if it would not)."""
+def _power_of_two(value):
+    return value > 0 and not value & (value - 1)
+
+
+def _dimension_refuses(dim, moves, kind, native, native_impls, npus_per_dim):
+    """Why a permutation of dimension ``dim``'s coordinates would change the run (None if it would not).
+
+    ``moves``: whether it is the rotation of the whole dimension, whether it flips one bit of the dimension's
+    coordinate (of a power-of-two dimension), and whether that bit is a bit of the rank too. A collective declaring
+    ``"xor"`` (halving-doubling: its partner is the index XOR a power of two) keeps every such flip of the index it
+    pairs by: ``(i ^ m) ^ d == (i ^ d) ^ m``."""
+    whole, flips, flips_rank = moves
     if kind == "rotation" and not whole:
         return "the network keeps its delays only under rotations of the whole dimension"
     if kind not in ("rotation", "any"):
@@ -359,8 +370,10 @@ def _dimension_refuses(dim, whole, kind, native, native_impls, npus_per_dim):
         if first.topology == "one":
             # One ring over every NPU in id order: only a rotation of the whole (only) dimension keeps it.
             alone = all(count == 1 for d, count in enumerate(npus_per_dim) if d != dim)
-            if symmetry == "any" or (symmetry == "rotation" and alone and whole):
+            if symmetry == "any" or (symmetry == "rotation" and alone and whole) or (symmetry == "xor" and flips_rank):
                 continue
+            if symmetry == "xor":
+                return f"the {what} algorithm pairs NPUs by their id's bits: only flips of one bit of the id keep it"
             return f"the {what} algorithm walks one ring over all NPUs (in id order)"
         if dim >= len(impls):
             continue
@@ -370,6 +383,12 @@ def _dimension_refuses(dim, whole, kind, native, native_impls, npus_per_dim):
         if symmetry == "rotation":
             if not whole:
                 return f"the {what} ring of the dimension needs the whole dimension rotated"
+            continue
+        if symmetry == "xor":
+            if not flips:
+                return (f"the {what} algorithm of the dimension pairs NPUs by their coordinate's bits: only flips of one "
+                        "bit keep it" + (", and a ring keeps its delays only under rotations of the whole dimension"
+                                         if kind == "rotation" else ""))
             continue
         return f"the {what} algorithm of the dimension declares no symmetry (it depends on rank positions)"
     return None

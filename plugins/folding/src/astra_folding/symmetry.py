@@ -66,6 +66,16 @@ class RankSymmetry:
     def describe(self):
         return [s.describe() for s in self.shifts]
 
+    def summary(self):
+        """The group in words for the report: a shift of radix 2 at a power-of-two stride flips one bit of the rank
+        (halving-doubling's symmetry: together they are ``rank XOR m``), the others rotate a digit."""
+        flips = [s for s in self.shifts if s.radix == s.block == 2 and not s.stride & (s.stride - 1)]
+        words = [f"rank XOR m, m any sum of {{{', '.join(str(s.stride) for s in flips)}}}"] if flips else []
+        words += [f"rotations of digit (rank // {s.stride}) % {s.radix}" + (f" in blocks of {s.block}"
+                                                                          if s.block < s.radix else "")
+                  for s in self.shifts if s not in flips]
+        return "; ".join(words) + f" ({self.order} ranks per class)"
+
 
 def shift_image(shift, rank):
     """The image of ``rank`` under one :class:`BlockShift` (one step)."""
