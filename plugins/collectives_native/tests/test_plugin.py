@@ -18,14 +18,15 @@ from astra_collectives_native import plugin
 MIB = 1 << 20
 BW, LAT = 100.0, 200.0
 
-#: name -> (topology, takes_window, symmetry): what the kernel's builtin registered before the move
+#: name -> (topology, takes_window, symmetry): what the kernel's builtin registered before the move (halving-doubling
+#: declares "xor" since issue 37: its partners are the index XOR 2^k)
 SPECS = {
     "ring": ("ring", False, "rotation"),
     "oneRing": ("one", False, "rotation"),
     "direct": ("ring", True, "rotation"),
     "oneDirect": ("one", True, "rotation"),
-    "halvingDoubling": ("ring", False, None),
-    "oneHalvingDoubling": ("one", False, None),
+    "halvingDoubling": ("ring", False, "xor"),
+    "oneHalvingDoubling": ("one", False, "xor"),
     "doubleBinaryTree": ("tree", False, None),
 }
 
