@@ -217,8 +217,8 @@ class CollectiveAlgorithmSpec:
     (``"tree"``, built by ``dimension_topology``). ``whole_group``: kept first on a subset group where several listed
     algorithms fall back to ``ring`` (the reference's rule), as it prices the group itself (``nccl``). ``symmetry``:
     the relabellings leaving what every rank does unchanged, so that a run may fold: ``"rotation"`` (it looks only at
-    ring neighbours), ``"any"`` (only at the group's size and shape), or None (rank positions matter: halving-doubling
-    partners, tree roles).
+    ring neighbours), ``"any"`` (only at the group's size and shape), ``"xor"`` (partners are the index XOR 2^k:
+    halving-doubling; flips of index bits keep it) or None (rank positions matter: tree roles).
     """
 
     topology: str
