@@ -21,9 +21,12 @@ Every real message into a representative is produced this way exactly once (``H`
 
 What keeps a run from folding (each is reported as the reason, and the run is simulated unfolded): a
 network backend with state shared between messages (link queues, flows), a remote memory shared between
-NPUs, a collective algorithm without a declared symmetry (halving-doubling, trees, custom collectives), a
-trace that differs from its image, communicator groups whose images are not groups, process groups
-declared inside traces.
+NPUs, a collective algorithm without a declared symmetry (trees, custom collectives), a trace that differs
+from its image, communicator groups whose images are not groups, process groups declared inside traces.
+
+Halving-doubling's partners are the ring index XOR ``2^k``: a shift of radix 2 (``block`` 2) flips one bit of a
+digit, and the flips of a power-of-two switch dimension's bits (its ``"xor"`` symmetry) generate the translations
+``index -> index XOR m``, which commute with every partner map and act freely.
 """
 
 
