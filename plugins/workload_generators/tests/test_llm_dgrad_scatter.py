@@ -47,10 +47,12 @@ def test_without_elementwise_nodes_the_next_gemm_waits(tmp_path):
     assert waiting and min(n.id for n in waiting) > labels["bwd.l1.mb0.qkv.wgrad"].id
 
 
-def test_torchtitan_and_non_sp_keep_the_reduction_after_the_wgrad(tmp_path):
-    """Autograd (torchtitan's DTensor) reduces after the matmul's backward; without SP the all-reduce stays after
-    the wgrad too (not changed here): both on the chain after the wgrad GEMM."""
-    for cfg, name in ((dict(framework="fsdp2", zero=3, dp=2), "tp_rs"), (dict(sequence_parallel=False), "tp_ar")):
-        labels, names = _nodes(tmp_path, **cfg)
-        red = names[f"{name}.bwd.l1.mb0.mlp_in"]
-        assert labels["bwd.l1.mb0.fc1.wgrad"].id in red.data_deps
+def test_torchtitan_keeps_the_reduction_after_the_wgrad_and_non_sp_all_reduces_beside_it(tmp_path):
+    """Autograd (torchtitan's DTensor) reduces after the matmul's backward: on the chain after the wgrad GEMM.
+    Without SP Megatron all-reduces the input gradient asynchronously, beside the wgrad GEMM, as it reduce-scatters
+    it with SP (``allreduce_dgrad``; timed by hand in test_async_tp_allreduce.py)."""
+    labels, names = _nodes(tmp_path, framework="fsdp2", zero=3, dp=2)
+    assert labels["bwd.l1.mb0.fc1.wgrad"].id in names["tp_rs.bwd.l1.mb0.mlp_in"].data_deps
+    labels, names = _nodes(tmp_path, sequence_parallel=False)
+    ar = names["tp_ar.bwd.l1.mb0.mlp_in"]
+    assert ar.data_deps == [labels["bwd.l1.mb0.fc1.dgrad"].id] and ar.id not in labels["bwd.l1.mb0.fc1.wgrad"].data_deps

@@ -52,7 +52,7 @@ those three switched off every hash is the one before.
 Then the Megatron training cases with sequence parallelism and without ``--tp-comm-overlap`` (gpt3_13b_preset,
 moe_imbalance_cp_ep, per_rank_files), on purpose (issue 36): a layer's QKV / FC1 input-gradient reduce-scatter is
 launched right after its dgrad GEMM, beside the wgrad GEMM, and the norm's backward waits for it
-(``LayerOps._dgrad_scatter``, Megatron-Core's async reduce-scatter); the same nodes, other dependencies.
+(``LayerOps._dgrad_reduce``, Megatron-Core's async reduce-scatter); the same nodes, other dependencies.
 Then every training case with data parallelism or ZeRO (all but the inference cases and unfused_scatter_gather), on
 purpose (issue 36): the norms' weights (RMSNorm: h, LayerNorm: weight and bias, two a layer, the final norm with the
 LM head's unit) are parameters: their gradients join the DP reductions, the ZeRO / FSDP units and the optimizer's
@@ -62,6 +62,11 @@ Then the Megatron case with ``--tp-comm-overlap`` (gpt_sp_overlap_fp8_vp_zero1),
 input gradient's reduce-scatter is Transformer Engine's default bulk overlap beside the wgrad GEMM (one
 reduce-scatter of the whole --dtype gradient after the whole dgrad GEMM, ``LayerOps._bulk_wgrad_scatter``), not a
 ring pipelined with dgrad chunks (TE's ``ub_overlap_rs_dgrad``, off by default in Megatron).
+Then the Megatron training cases at TP 2 without sequence parallelism (cp_causal_unfused, dense_tp_pp_dp,
+llama3_8b_preset, unfused_scatter_gather), on purpose (issue 36): a layer's QKV / FC1 input-gradient all-reduce is
+launched right after its dgrad GEMM, beside the wgrad GEMM, and the next compute node waits for it
+(``LayerOps._dgrad_reduce``, Megatron-Core's ``allreduce_dgrad`` ``async_op=True``); the same nodes, other
+dependencies.
 
 Regenerate (only when a change of the traces is intended)::
 

@@ -601,7 +601,7 @@ class LayerOps:
                 self.dense_act_bwd(lab + ".fc1", n, ff)
                 gathered = self._regather(lab + ".mlp_in") if self.needs_input("fc1") else []
                 self.mm(lab + ".fc1.dgrad", n, f1, h)
-                scattered = self._dgrad_scatter(lab + ".mlp_in")  # (Megatron: beside the wgrad GEMM)
+                scattered = self._dgrad_reduce(lab + ".mlp_in")  # (Megatron: beside the wgrad GEMM)
                 self.lora_backward(lab, "fc1", gathered)
                 if not self.frozen:
                     self.fp8_transpose(lab + ".fc1.wgrad", n, h, gathered)
@@ -610,7 +610,7 @@ class LayerOps:
             if not scattered:
                 self._tp("rs" if sp else "ar", lab + ".mlp_in")
             else:
-                self.wait_for(scattered)  # (the norm's backward reads the scattered gradient)
+                self.wait_for(scattered)  # (the norm's backward reads the reduced gradient)
         if ew:
             self.layer_norm_bwd(lab + ".ln2")
             self.residual_grad(lab + ".ln2")
@@ -647,7 +647,7 @@ class LayerOps:
             out = scattered[0] if scattered else self.prev
         else:
             self.mm(lab + ".qkv.dgrad", n, qkv, h, ring)
-            scattered = self._dgrad_scatter(lab + ".attn_in")  # (Megatron: beside the wgrad GEMM)
+            scattered = self._dgrad_reduce(lab + ".attn_in")  # (Megatron: beside the wgrad GEMM)
             self.lora_backward(lab, "qkv", gathered)
             if not self.frozen:
                 self.fp8_transpose(lab + ".qkv.wgrad", n, h, gathered)
@@ -689,27 +689,33 @@ class LayerOps:
         return [self.coll(f"tp_rs.{rs_label}", T.REDUCE_SCATTER, self.act_bytes, "tp", [self.prev], chain=False,
                           overlap=_te_overlap(f"rs.{rs_label}"))]
 
-    def _dgrad_scatter(self, label):
-        """The sequence-parallel reduce-scatter of a column-parallel layer's (QKV's, FC1's) input gradient in a
-        Megatron training step without ``--tp-comm-overlap``, launched right after the input-gradient GEMM, before
-        the weight gradient, and waited for after it: Megatron-Core's ``LinearWithGradAccumulationAndAsyncCommunication
-        .backward`` runs ``grad_input = grad_output.matmul(weight)``, then ``dist_reduce_scatter_func(sub_grad_input,
-        grad_input, async_op=True)`` ("scheduled before the weight gradient computation"), the wgrad GEMM and the
-        bias gradient, and ``handle.wait()`` last (NVIDIA/Megatron-LM core_r0.14.0 32ad5c89
-        ``megatron/core/tensor_parallel/layers.py`` 487-613); Transformer Engine's ``_Linear`` / ``_LayerNormLinear``
-        backward likewise (``reduce_scatter_along_first_dim(dgrad, tp_group, async_op=True)`` after the dgrad GEMM,
+    def _dgrad_reduce(self, label):
+        """The TP reduction of a column-parallel layer's (QKV's, FC1's) input gradient in a Megatron training step
+        without ``--tp-comm-overlap``: the reduce-scatter with sequence parallelism, else the all-reduce, launched
+        right after the input-gradient GEMM, before the weight gradient, and waited for after it.
+        Megatron-Core's ``LinearWithGradAccumulationAndAsyncCommunication.backward`` runs ``grad_input =
+        grad_output.matmul(weight)``, then, with ``allreduce_dgrad`` (``ColumnParallelLinear``: TP > 1 without
+        sequence parallelism), ``torch.distributed.all_reduce(grad_input, async_op=True)``, or with sequence
+        parallelism ``dist_reduce_scatter_func(sub_grad_input, grad_input, async_op=True)`` (both "scheduled before
+        the weight gradient computation", relying on ``CUDA_DEVICE_MAX_CONNECTIONS=1``, which Megatron-LM's
+        arguments.py asserts at TP > 1 before Blackwell), the wgrad GEMM and the bias gradient, and ``handle.wait()``
+        last (NVIDIA/Megatron-LM core_r0.14.0 32ad5c89 ``megatron/core/tensor_parallel/layers.py`` 487-618, 912-914);
+        Transformer Engine's ``_Linear`` / ``_LayerNormLinear`` backward likewise (``allreduce(dgrad, tp_group,
+        async_op=True)`` / ``reduce_scatter_along_first_dim(dgrad, tp_group, async_op=True)`` after the dgrad GEMM,
         ``dgrad_work.wait()`` after the wgrad GEMM, before the norm's backward; NVIDIA/TransformerEngine d0067d0
-        ``transformer_engine/pytorch/module/linear.py`` 1120-1130, 1350, ``layernorm_linear.py`` 900-910, 1128-1153).
-        Off the chain after the dgrad (the current last node); the caller makes the chain wait for it after the
-        wgrad (:meth:`wait_for`). ``[]`` (the caller keeps the reduction on the chain after the wgrad, as autograd
-        runs it) without sequence parallelism or at TP 1 (the same source runs a non-SP layer's all-reduce
-        asynchronously too, ``allreduce_dgrad``; Megatron-LM has done so since 16c90445 of 2021-09-02: not changed
-        here, open), for torchtitan / DeepSpeed / Hugging Face (autograd reduces after the matmul's backward, both
-        GEMMs), and without a weight gradient (LoRA's frozen base)."""
+        ``transformer_engine/pytorch/module/linear.py`` 1122-1132, 1350; ``layernorm_linear.py`` 900-910,
+        1128-1130). The all-reduce has run so in Megatron-LM since 3f652469 (2021-09-02, on unless
+        ``--no-async-tensor-model-parallel-allreduce``; that flag ignored since 5fffdfc7, 2024-04). Off the chain
+        after the dgrad (the current last node); the caller makes the chain wait for it after the wgrad
+        (:meth:`wait_for`). ``[]`` (the caller keeps the reduction on the chain after the wgrad, as autograd runs
+        it) at TP 1, for torchtitan / DeepSpeed / Hugging Face (autograd reduces after the matmul's backward, both
+        GEMMs), and without a weight gradient (LoRA's frozen base: ``LinearWithFrozenWeight`` all-reduces
+        synchronously)."""
         cfg = self.cfg
-        if not cfg.sequence_parallel or cfg.tp == 1 or self.frozen or not self.megatron_training:
+        if cfg.tp == 1 or self.frozen or not self.megatron_training:
             return []
-        return [self.coll(f"tp_rs.{label}", T.REDUCE_SCATTER, self.act_bytes, "tp", [self.prev], chain=False)]
+        kind, comm = ("rs", T.REDUCE_SCATTER) if cfg.sequence_parallel else ("ar", T.ALL_REDUCE)
+        return [self.coll(f"tp_{kind}.{label}", comm, self.act_bytes, "tp", [self.prev], chain=False)]
 
     def _regather(self, label, deps=()):
         """Sequence parallelism: Megatron-LM (and Transformer Engine) keep only this rank's shard of a
