@@ -20,7 +20,7 @@ _HOME = {
     "search": ("FoldPlan", "candidate_blocks", "check_declared_symmetry", "check_equivariant", "dimension_strides",
                "find_symmetry", "shift_refuses", "split_by_dimensions", "sub_shift_is_equivariant"),
     "signature": ("TraceSignature", "trace_signature"),
-    "symmetry": ("EXACT", "ROTATION", "SET", "BlockShift", "RankSymmetry", "group_key", "shift_image"),
+    "symmetry": ("EXACT", "ROTATION", "SET", "XOR", "BlockShift", "RankSymmetry", "group_key", "shift_image"),
     "groups": ("FoldRefused", "canonical_group_ids", "group_relabelling", "tags_stay_apart"),
 }
 _MODULE_OF = {name: module for module, names in _HOME.items() for name in names}
@@ -39,5 +39,5 @@ __all__ = [
     "FoldedEvents", "RankSymmetry", "TraceSignature", "canonical_group_ids", "candidate_blocks",
     "check_declared_symmetry", "check_equivariant", "dimension_strides", "find_symmetry", "group_key",
     "group_relabelling", "shift_image", "shift_refuses", "split_by_dimensions", "sub_shift_is_equivariant",
-    "tags_stay_apart", "trace_signature",
+    "tags_stay_apart", "trace_signature", "XOR",
 ]

@@ -32,7 +32,9 @@ digit, and the flips of a power-of-two switch dimension's bits (its ``"xor"`` sy
 
 from __future__ import annotations
 
-from astra_folding.symmetry import EXACT, ROTATION, SET, BlockShift, RankSymmetry, group_key, shift_image  # noqa: F401
+from astra_folding.symmetry import (  # noqa: F401
+    EXACT, ROTATION, SET, XOR, BlockShift, RankSymmetry, group_key, shift_image,
+)
 
 #: ``pg_name`` values that mean the default all-NPU group (the workload layer's rule).
 _DEFAULT_PG = ("", "0", None)

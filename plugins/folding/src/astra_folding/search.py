@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from astra_sim.chakra import types as T
 from astra_folding.groups import (
-    _DEFAULT_PG, EXACT, ROTATION, SET, BlockShift, FoldRefused, RankSymmetry, canonical_group_ids,
+    _DEFAULT_PG, EXACT, ROTATION, SET, XOR, BlockShift, FoldRefused, RankSymmetry, canonical_group_ids,
     group_relabelling, shift_image, tags_stay_apart,
 )
 
@@ -71,8 +71,14 @@ def check_equivariant(shift, signatures, groups, equivalence):
     return None
 
 
-_STRICTNESS = {EXACT: 0, ROTATION: 1, SET: 2}
-_EQUIVALENCE_OF = {"any": SET, "rotation": ROTATION}
+_EQUIVALENCE_OF = {"any": SET, "rotation": ROTATION, "xor": XOR}
+
+
+def _meet(first, second):
+    """The equivalence of member lists that keeps both (``rotation`` and ``xor`` together: ``exact``)."""
+    if first == second or second == SET:
+        return first
+    return second if first == SET else EXACT
 
 
 @dataclass
@@ -102,9 +108,7 @@ def _collective_needs(signatures, native_impls, group_impl):
         spec = group_impl(comm_type)
         if spec is None:
             continue
-        wanted = _EQUIVALENCE_OF.get(getattr(spec, "symmetry", None), EXACT)
-        if _STRICTNESS[wanted] < _STRICTNESS[equivalence]:
-            equivalence = wanted
+        equivalence = _meet(equivalence, _EQUIVALENCE_OF.get(getattr(spec, "symmetry", None), EXACT))
         messages = messages or getattr(spec, "exchanges_messages", True)
     return native, (equivalence, messages)
 
@@ -183,7 +187,8 @@ def check_declared_symmetry(declared, npus_per_dim, dim_kinds, signatures, group
     construction) that the network, the collective algorithms and the communicator groups keep too.
 
     A declared shift whose digit spans several network dimensions moves ranks across them (it does not keep
-    the network's delays); the shifts of its parts inside each dimension may: each is tried instead, and
+    the network's delays); the shifts of its parts inside each dimension may, or, where halving-doubling keeps no
+    rotation, the flips of a part's bits (:func:`bit_flips`): each is tried instead, and
     kept when the traces are equivariant under it too (:func:`sub_shift_is_equivariant`, which needs
     ``class_nodes``, each representative's nodes). ``signatures``: those of the class traces. Returns a
     :class:`FoldPlan` of the accepted shifts."""
@@ -208,14 +213,18 @@ def check_declared_symmetry(declared, npus_per_dim, dim_kinds, signatures, group
         parts = split_by_dimensions(shift, npus_per_dim) if class_nodes is not None else []
         kept = []
         for part in parts:
-            part_why = accept(part)
-            if part_why is None and not sub_shift_is_equivariant(part, shift, declared, class_nodes, groups, named):
-                part_why = "the traces are not equivariant under it"
-            if part_why is None:
-                kept.append(part)
+            # A part refused whole may keep flips of its bits (halving-doubling's "xor"): each is tried on its own.
+            for candidate in [part] if accept(part) is None else bit_flips(part):
+                part_why = accept(candidate)
+                if part_why is None and not sub_shift_is_equivariant(candidate, shift, declared, class_nodes, groups,
+                                                                     named):
+                    part_why = "the traces are not equivariant under it"
+                if part_why is None:
+                    kept.append(candidate)
         shifts.extend(kept)
         if kept:
-            notes.append(f"shift of digit (rank // {shift.stride}) % {shift.radix} spans network dimensions: "
+            how = "spans network dimensions" if len(parts) > 1 else f"not kept whole ({why})"
+            notes.append(f"shift of digit (rank // {shift.stride}) % {shift.radix} {how}: "
                          f"folded by its parts {[p.describe() for p in kept]}")
         else:
             notes.append(f"shift of digit (rank // {shift.stride}) % {shift.radix} not used: {why}")
@@ -237,6 +246,15 @@ def split_by_dimensions(shift, npus_per_dim):
     for part in parts:
         covered *= part.radix
     return parts if covered == shift.radix else []
+
+
+def bit_flips(shift):
+    """The flips of each bit of a whole-digit rotation's power-of-two digit (shifts of radix 2), least significant
+    first; none for other shifts."""
+    radix = shift.radix
+    if shift.block != radix or radix <= 2 or radix & (radix - 1):
+        return []
+    return [BlockShift(shift.stride << bit, 2, 2) for bit in range(radix.bit_length() - 1)]
 
 
 def _moved_array(symmetry, ranks, offsets, sign=1):

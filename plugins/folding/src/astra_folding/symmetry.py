@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 #: Equivalences of communicator member lists, weakest guarantee first (see ``group_key``).
-EXACT, ROTATION, SET = "exact", "rotation", "set"
+EXACT, ROTATION, XOR, SET = "exact", "rotation", "xor", "set"
 
 
 @dataclass(frozen=True)
@@ -86,13 +86,19 @@ def shift_image(shift, rank):
 
 def group_key(members, equivalence):
     """A hashable member list under ``equivalence``: ``exact`` as is, ``rotation`` from its smallest member (a ring is
-    the same from any start), ``set`` sorted."""
+    the same from any start), ``xor`` indexed XOR the smallest member's index (halving-doubling pairs index ``i``
+    with ``i XOR 2^k`` whatever index XOR ``m`` it starts from; power-of-two lengths only, else as is), ``set``
+    sorted."""
     if equivalence == SET:
         return tuple(sorted(members))
     if equivalence == ROTATION:
         start = members.index(min(members))
         return tuple(members[start:]) + tuple(members[:start])
+    count = len(members)
+    if equivalence == XOR and count and not count & (count - 1):
+        start = members.index(min(members))
+        return tuple(members[i ^ start] for i in range(count))
     return tuple(members)
 
 
-__all__ = ["EXACT", "ROTATION", "SET", "BlockShift", "RankSymmetry", "group_key", "shift_image"]
+__all__ = ["EXACT", "ROTATION", "SET", "XOR", "BlockShift", "RankSymmetry", "group_key", "shift_image"]
