@@ -234,9 +234,11 @@ def test_dp_and_zero_volume(tmp_path, zero):
         stage = rank // (tp * dp)
         # stage parameters: its layers, plus the embedding (first) or LM head (last); this rank's TP shard of
         # them, and the norms' weights whole (LayerNorm: weight and bias, 2 x 256, two a layer; the final one with
-        # the head), bf16 gradients
+        # the head), and on the first stage the learned position table whole (128 x 256: no rotary flag, Megatron's
+        # default learned_absolute), bf16 gradients
         norms = (L // pp) * 2 * 512 + (512 if stage == pp - 1 else 0)
-        expected = (((L // pp) * per_layer + vocab_h) // tp + norms) * 2
+        positions = 128 * 256 if stage == 0 else 0
+        expected = (((L // pp) * per_layer + vocab_h) // tp + norms + positions) * 2
         vol = _by_group(nodes, groups, rank)
         if zero:
             assert vol[("dp", T.REDUCE_SCATTER)] == vol[("dp", T.ALL_GATHER)] == expected

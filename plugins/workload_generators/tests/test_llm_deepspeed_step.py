@@ -93,9 +93,10 @@ def test_the_optimizer_step_runs_deepspeeds_passes_and_small_collectives(tmp_pat
         ("optimizer.ds_norm_all_reduce", 8), ("optimizer.ds_flatten_grads", 4 * p), ("optimizer.ds_grads_fp32", 6 * p),
         ("optimizer.ds_unscale", 8 * p), ("optimizer.adam", 28 * p), ("optimizer.ds_fp16_params", 6 * p)]
     gathers = sized[9:]
-    # per layer: LayerNorm 1 and 2 (weight, bias: 64 each), the QKV bias (192), the projection's (64), FC1's
-    # (256), FC2's (64); then the final LayerNorm's weight and bias
-    assert [size for _, size in gathers] == [64, 64, 64, 64, 192, 64, 256, 64] * 2 + [64, 64]
+    # first the learned position table (GPT-2's wpe: 32 x 64 = 2,048 elements, under the 1e5 threshold); per layer:
+    # LayerNorm 1 and 2 (weight, bias: 64 each), the QKV bias (192), the projection's (64), FC1's (256), FC2's (64);
+    # then the final LayerNorm's weight and bias
+    assert [size for _, size in gathers] == [2048] + [64, 64, 64, 64, 192, 64, 256, 64] * 2 + [64, 64]
     assert all(n.attrs["comm_type"] == T.ALL_GATHER for n in opt[9:])
     # one after the other, on the compute chain
     for a, b in zip(opt, opt[1:]):
@@ -103,11 +104,14 @@ def test_the_optimizer_step_runs_deepspeeds_passes_and_small_collectives(tmp_pat
 
 
 def test_persistent_parameters_follow_the_model_family():
-    # GPT-2: 8 small parameters a layer + the final LayerNorm's 2; Llama-style (gated): the two RMSNorm weights a
-    # layer + the final one; nothing of 1e5 elements or more (DeepSpeed partitions those)
+    # GPT-2: 8 small parameters a layer + the final LayerNorm's 2 (+ the position table on the first stage);
+    # Llama-style (gated: no linear biases; RMSNorm: no norm biases; rotary: no position table): the two RMSNorm
+    # weights a layer + the final one; nothing of 1e5 elements or more (DeepSpeed partitions those)
     gpt = model_dims(**GPT)
     assert len(persistent_parameters(gpt)) == 8 * 2 + 2
-    llama = model_dims(**{**GPT, "gated": True})
+    assert persistent_parameters(gpt, first=True)[0] == 32 * 64
+    llama = model_dims(**{**GPT, "gated": True, "rms_norm": True, "rotary": True})
+    assert persistent_parameters(llama, first=True) == [64] * 5
     assert persistent_parameters(llama) == [64] * 5
     wide = model_dims(**{**GPT, "hidden": 256, "heads": 4, "kv_heads": 4, "ffn_hidden": 100_000})
     assert 100_000 not in persistent_parameters(wide) and 256 in persistent_parameters(wide)
@@ -148,11 +152,11 @@ def test_without_memory_bound_nodes_the_buckets_are_still_reduced(tmp_path, monk
 
 def test_each_pipeline_stage_gathers_its_own_persistent_parameters(tmp_path):
     # PP 2 (DeepSpeed itself runs ZeRO-3 without a pipeline; the generator still splits): one layer a stage, 8 small
-    # parameters each, and the final LayerNorm's 2 on the last stage
+    # parameters each, the position table on the first stage and the final LayerNorm's 2 on the last
     cfg = LlmConfig(dp=2, pp=2, zero=3, framework="deepspeed", dtype="fp16")
     generate_llm(model_dims(**GPT), cfg, tmp_path / "pp")
     counts = []
     for rank in (0, 2):  # the first rank of each stage (ranks are DP-major within a stage)
         nodes = read_rank_nodes(tmp_path / "pp", rank)
         counts.append(len([n for n in nodes if _label(n).startswith("optimizer.ds_persistent_ag")]))
-    assert sorted(counts) == [8, 10]
+    assert sorted(counts) == [9, 10]

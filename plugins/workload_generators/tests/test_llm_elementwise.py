@@ -158,6 +158,9 @@ def test_optimizer_bytes_per_rank(tmp_path, tp, pp, dp, zero):
         # biases whole (LayerNorm, 2 x 256, two a layer, the final one on the last stage), / DP under ZeRO
         params = (dims.layers // pp * layer_parameters(dims) + vh * ((stage == 0) + (stage == pp - 1))) // tp
         params += dims.layers // pp * 2 * 512 + 512 * (stage == pp - 1)
+        # the linear biases (Megatron's add_bias_linear): QKV's 768 and FC1's 1,024 split over TP, the projection's
+        # and FC2's 256 whole; the learned position table (128 x 256) whole on the first stage
+        params += dims.layers // pp * ((768 + 1024) // tp + 2 * 256) + 128 * 256 * (stage == 0)
         if zero:
             params = -(-params // dp)
         assert adam[0].inputs_shapes == repr([[[params]]] * 4)

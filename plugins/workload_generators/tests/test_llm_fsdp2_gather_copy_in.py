@@ -40,17 +40,17 @@ def test_each_gather_first_casts_and_copies_this_ranks_shard(tmp_path):
 
 
 def test_the_root_unit_is_gathered_once_and_reduced_at_the_backwards_end(tmp_path):
-    # torchtitan's fully_shard(model): the embedding (1000 x 256 = 256,000), the final norm (LayerNorm's weight and
-    # bias, 512) and the LM head (256,000) form the root, 512,512 parameters: one all-gather (each rank's bf16 share
-    # of 512,512 x 2 B over DP 2 = 512,512 B), one copy-out (read and write 512,512 x 2 B = 2,050,048 B), one fp32
-    # reduce-scatter (512,512 x 4 = 2,050,048 B)
+    # torchtitan's fully_shard(model): the embedding (1000 x 256 = 256,000, and the learned position table, 128 x
+    # 256 = 32,768: no rotary flag), the final norm (LayerNorm's weight and bias, 512) and the LM head (256,000) form
+    # the root, 545,280 parameters: one all-gather (each rank's bf16 share of 545,280 x 2 B over DP 2 = 545,280 B),
+    # one copy-out (read and write 545,280 x 2 B = 2,181,120 B), one fp32 reduce-scatter (545,280 x 4 = 2,181,120 B)
     nodes = read_rank_nodes(_gen(tmp_path, "r", framework="fsdp2"), 0)
     by = {n.attrs.get("label", n.name): n for n in nodes}
     labels = [n.attrs.get("label", n.name) for n in nodes]
-    assert by["dp_ag.root.fwd"].attrs["comm_size"] == 512_512
-    assert by["fsdp_copy_out.root.fwd"].attrs["tensor_size"] == 2_050_048
-    assert by["fsdp_ag_cast.root.fwd"].attrs["tensor_size"] == 256_256 * (4 + 2)  # (this rank's shard)
-    assert by["dp_rs.root"].attrs["comm_size"] == 2_050_048
+    assert by["dp_ag.root.fwd"].attrs["comm_size"] == 545_280
+    assert by["fsdp_copy_out.root.fwd"].attrs["tensor_size"] == 2_181_120
+    assert by["fsdp_ag_cast.root.fwd"].attrs["tensor_size"] == 272_640 * (4 + 2)  # (this rank's shard)
+    assert by["dp_rs.root"].attrs["comm_size"] == 2_181_120
     # nothing of the root gathered or reduced apart, and the reduce-scatter after the embedding's backward
     assert not [x for x in labels if x.startswith(("dp_ag.embedding", "dp_ag.head", "dp_rs.embedding", "dp_rs.head"))]
     assert labels.index("bwd.embedding.mb0") < labels.index("dp_rs.root")

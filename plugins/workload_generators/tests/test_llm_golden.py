@@ -62,6 +62,14 @@ Then the Megatron case with ``--tp-comm-overlap`` (gpt_sp_overlap_fp8_vp_zero1),
 input gradient's reduce-scatter is Transformer Engine's default bulk overlap beside the wgrad GEMM (one
 reduce-scatter of the whole --dtype gradient after the whole dgrad GEMM, ``LayerOps._bulk_wgrad_scatter``), not a
 ring pipelined with dgrad chunks (TE's ``ub_overlap_rs_dgrad``, off by default in Megatron).
+Then the training cases with data parallelism or ZeRO whose dimensions say no rotary embedding or no gated FFN
+(cp_causal_unfused, dense_tp_pp_dp, gpt3_13b_preset, gpt_sp_overlap_fp8_vp_zero1, llama_gqa_recompute_zero3_reshard,
+moe_ep_capacity, moe_expert_load_fp8, moe_imbalance_cp_ep, per_rank_files), on purpose (issue 36): the learned
+position table (Megatron-LM's default ``learned_absolute``, ``seq_len x h``, whole on every TP rank) is a parameter of
+the embedding's unit, and a non-gated model's linear biases (Megatron's ``add_bias_linear``: QKV and FC1 split over TP,
+the projection's and FC2's whole, the latter in the SP norm-gradient all-reduce) are parameters of their layer
+(``model.embedding_shard``, ``model.bias_widths``, test_parameters_complete.py); with those two counted as zero every
+hash is the one before.
 Then the Megatron training cases at TP 2 without sequence parallelism (cp_causal_unfused, dense_tp_pp_dp,
 llama3_8b_preset, unfused_scatter_gather), on purpose (issue 36): a layer's QKV / FC1 input-gradient all-reduce is
 launched right after its dgrad GEMM, beside the wgrad GEMM, and the next compute node waits for it

@@ -165,7 +165,8 @@ def test_summary_json(capsys):
                             "seq_len": "tokens", "sliding_window": "tokens"}
     assert all(isinstance(v, int) for v in out["memory"].values())
     # forward FLOPs per token: 2 x activated matmul weights (LM head included, embedding lookup not) + attention
-    matmul = params_active(dims) - 151936 * 2048 - (2 * 48 + 1) * 2048
+    # (less the input embedding, the RMSNorms and each layer's q_norm / k_norm of head_dim 128)
+    matmul = params_active(dims) - 151936 * 2048 - (2 * 48 + 1) * 2048 - 48 * 2 * 128
     assert out["flops_per_token"] == 2 * matmul + 2 * 48 * 4096 * (2 * 32 * 128)
 
 

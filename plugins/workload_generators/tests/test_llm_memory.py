@@ -71,9 +71,10 @@ def test_zero_paper_figure_1():
     """7.5B parameters, 64-way data parallel, fp16 mixed precision with Adam (K = 12): 120 GB, 31.4 GB, 16.6 GB
     and 1.9 GB of model states per GPU for the baseline and ZeRO stages 1, 2 and 3 (Rajbhandari et al. 2020)."""
     from astra_workload_generators.llm import parameter_count
+    from astra_workload_generators.llm.model import total_parameters
 
     dims = ModelDims(layers=30, hidden=4096, heads=32, kv_heads=32, ffn_hidden=16384, vocab=64, seq_len=1024)
-    psi = parameter_count(dims)
+    psi = total_parameters(dims)  # (every parameter: the biases, norms and position table too)
     published = {0: 120, 1: 31.4, 2: 16.6, 3: 1.875}
     for zero, gb in published.items():
         # gradients reduced after each micro-batch (one here); ZeRO-3 frees gathered weights after use
@@ -81,7 +82,7 @@ def test_zero_paper_figure_1():
         m = stage_memory(dims, cfg, 0)
         states = m.weights + m.gradients + m.optimizer
         if zero == 3:  # less the two units (layers) and the prefetch bucket whole at a time while the step runs
-            states -= 2 * (2 * (psi - dims.vocab * dims.hidden) // dims.layers + DS_PREFETCH_BUCKET)
+            states -= 2 * (2 * (parameter_count(dims) - dims.vocab * dims.hidden) // dims.layers + DS_PREFETCH_BUCKET)
         assert states / psi * 7.5e9 / 1e9 == pytest.approx(gb, abs=0.06)
 
 
@@ -127,9 +128,12 @@ def test_full_replication_of_gpt3_175b_cannot_fit_anything():
     m = peak_memory(GPT3, LlmConfig(dp=1024, micro_batches=1))
     # every weight (embedding and LM head untied) x 18 bytes (Megatron-LM's bf16 row without the distributed
     # optimizer: bf16 weights, fp32 main gradients, fp32 main weights and two moments): 3.2 TB on every GPU; with
-    # the norms' weights and biases (LayerNorm: 2 h each, two a layer and the final one)
+    # the norms' weights and biases (LayerNorm: 2 h each, two a layer and the final one), the linear layers' biases
+    # (QKV 3h, projection h, FC1 4h, FC2 h: 9h a layer) and the learned position table (2048 x h)
     norms = (2 * GPT3.layers + 1) * 2 * GPT3.hidden
-    assert m.weights + m.gradients + m.optimizer == 18 * (parameter_count(GPT3) + GPT3.vocab * GPT3.hidden + norms)
+    biases, positions = GPT3.layers * 9 * GPT3.hidden, 2048 * GPT3.hidden
+    assert m.weights + m.gradients + m.optimizer == 18 * (parameter_count(GPT3) + GPT3.vocab * GPT3.hidden + norms
+                                                          + biases + positions)
     assert m.total > 2.7e12
 
 

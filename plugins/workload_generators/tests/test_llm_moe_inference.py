@@ -112,6 +112,7 @@ def test_all_to_all_volume_and_ep_groups(tmp_path, ep):
         experts = (L // pp) * expert_layer // ep
         router = (L // pp) * h * E  # replicated on every TP rank, synced over DP
         router += (L // pp) * 4 * h + (2 * h if p == pp - 1 else 0)  # and so are the LayerNorms' weights and biases
+        router += s * h if p == 0 else 0  # and the learned position table (no rotary flag), on the first stage
         if ep == 1:
             assert vol == {dp_group: ((stage + experts) // tp + router) * BF16}
         elif dp // ep == 1:

@@ -58,6 +58,7 @@ def test_sp_all_reduces_the_norm_grads_over_tp_before_the_optimizer(tmp_path):
 
 def test_memory_counts_the_norms(tmp_path):
     """Megatron, no parallelism: bf16 weights of every parameter, the 2 x 2 x 256 layer norms and the final 256
-    included: (2 x 589,824 + 2 x 1000 x 256 + 1,280) x 2 B."""
+    included, and (no rotary flag: Megatron's default learned absolute positions) the 128 x 256 position table:
+    (2 x 589,824 + 2 x 1000 x 256 + 1,280 + 32,768) x 2 B."""
     m = stage_memory(model_dims(**SMALL), LlmConfig(micro_batch_size=2, dropout=False), 0)
-    assert m.weights == (2 * LAYER + 2 * 1000 * 256 + 1280) * 2
+    assert m.weights == (2 * LAYER + 2 * 1000 * 256 + 1280 + 128 * 256) * 2

@@ -30,9 +30,10 @@ def _layer_params():
 
 
 def _norms(stage, pp):
-    """The stage's norms' parameters, whole on every TP rank: each layer's two LayerNorms (weight and bias, 2 x H
-    each) and the final one on the last stage (test_llm_norm_params.py)."""
-    return L // pp * 4 * H + (2 * H if stage == pp - 1 else 0)
+    """The stage's parameters whole on every TP rank: each layer's two LayerNorms (weight and bias, 2 x H each),
+    the final one on the last stage (test_llm_norm_params.py), and the learned position table (S x H: no rotary
+    flag, Megatron's default learned_absolute) on the first (the gated model has no linear biases)."""
+    return L // pp * 4 * H + (2 * H if stage == pp - 1 else 0) + (S * H if stage == 0 else 0)
 
 
 def _flops(sequences):

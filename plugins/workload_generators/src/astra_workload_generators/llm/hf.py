@@ -47,9 +47,9 @@ UNMODELLED = {
 APPROXIMATED = {
     "gpt_oss": ("attention sinks (one learned logit per head added to each softmax: no GEMM, not timed), the "
                 "clamped SwiGLU (swiglu_limit: its clamps are emitted with --bias-activation-fusion, else it is timed "
-                "as SwiGLU), and the attention and expert biases (not counted: "
-                "under 0.1 % of the parameters; in training the experts' fc2 bias is added per expert outside the "
-                "GEMM, as Megatron-Core does) are approximated"),
+                "as SwiGLU), and the attention and expert biases (counted as parameters; in training only the "
+                "experts' fc2 bias is timed, added per expert outside the GEMM, as Megatron-Core does) are "
+                "approximated"),
 }
 
 
@@ -249,6 +249,18 @@ def _read(r: _Reader, model_type):
     # other family's (LlamaRMSNorm, MistralRMSNorm, Qwen2/3RMSNorm, Phi3RMSNorm, MixtralRMSNorm, GptOssRMSNorm,
     # Qwen2Moe/Qwen3MoeRMSNorm, Gemma2/3RMSNorm, DeepseekV2/V3RMSNorm: their configs' rms_norm_eps)
     dims["rms_norm"] = family not in ("gpt2", "neox")
+    # the linear biases (huggingface/transformers v4.55.0): GPT-2's Conv1D and GPT-NeoX's linears have them (the
+    # non-gated default of ModelDims.linear_bias); Qwen2's and Qwen2-MoE's q/k/v_proj are bias=True, o_proj
+    # bias=False (models/qwen2/modeling_qwen2.py, qwen2_moe); GPT-OSS's q/k/v/o_proj bias=config.attention_bias
+    # and its experts' gate_up_proj_bias / down_proj_bias (models/gpt_oss/modeling_gpt_oss.py); Llama, Mistral,
+    # Mixtral, Phi-3, Qwen3, Gemma and DeepSeek have none (their attention_bias / mlp_bias false or absent: gated,
+    # the default of linear_bias)
+    if model_type in ("qwen2", "qwen2_moe"):
+        dims["qkv_bias"] = True
+    elif model_type == "gpt_oss":
+        dims["linear_bias"] = r.bool("attention_bias", True)
+    # query and key norms of head_dim (Qwen3Attention's and Qwen3MoeAttention's q_norm / k_norm, Gemma3Attention's)
+    dims["qk_norm"] = model_type in ("qwen3", "qwen3_moe", "gemma3_text")
     warnings = []
     if dims.get("moe_layer_freq", 1) > 1 and family == "qwen_moe":
         warnings.append(f"{r.path}: key 'decoder_sparse_step': MoE layers are modelled as layers 0, N, 2N, ... "
@@ -259,6 +271,10 @@ def _read(r: _Reader, model_type):
                             "max_window_layers is not modelled (attention is timed over the whole context)")
     elif family in ("llama", "mixtral", "gemma"):
         dims.update(_window(r, model_type, dims["layers"]))
+    if family in ("llama", "mixtral") and model_type not in ("gpt_oss", "qwen2") and (
+            r.bool("attention_bias", False) or r.bool("mlp_bias", False)):
+        warnings.append(f"{r.path}: keys 'attention_bias' / 'mlp_bias': a {model_type} model's linear biases are not "
+                        "modelled (neither counted nor timed)")
     for key, what in UNMODELLED.items():
         if d.get(key) not in (None, False, 0, [], {}):
             warnings.append(f"{r.path}: key {key!r}: {what}")

@@ -218,7 +218,7 @@ class LayerOps:
         bias-dropout-add (one kernel), else ``native_dropout`` of the branch output, then the in-place residual
         ``add_`` (without dropout: the ``add_`` alone)."""
         h, r = self.dims.hidden, self.ln_rows
-        bias = [] if self.dims.gated else [self._t(h)]
+        bias = [self._t(h)] if self.dims.has_linear_bias else []
         if self.cfg.dropout and self.cfg.bias_dropout_fusion and self.megatron_training:
             # Megatron's bias_dropout_fusion (on unless --no-bias-dropout-fusion; NVIDIA/Megatron-LM core_r0.14.0
             # megatron/core/fusions/fused_bias_dropout.py bias_dropout_add_fused_train, a jit_fuser function of
@@ -346,8 +346,8 @@ class LayerOps:
     def separate_bias_grads(self):
         """Whether a training step reduces each linear layer's bias gradient in a kernel of its own (an
         ``aten::sum`` of the ``[rows, out]`` output gradient over its rows, :meth:`bias_grad`). Only a model with
-        biased linears: a non-gated (GPT-2-style) model, the same **assumption** per family as
-        :func:`.deepspeed_step.persistent_parameters` (gated Llama-style models have none). Then:
+        biased linears (:attr:`.model.ModelDims.has_linear_bias`: by default a non-gated, GPT-2-style model; Qwen2's
+        Q/K/V-only biases are not emitted). Then:
 
         - ``--framework deepspeed`` (a Hugging Face model under eager autograd): GPT-2's ``Conv1D`` runs
           ``torch.addmm(self.bias, x, self.weight)`` (huggingface/transformers ``pytorch_utils.py``); autograd's
@@ -375,7 +375,7 @@ class LayerOps:
         - torchtitan (``--framework fsdp2``): its models' linears have no bias; MaxText's (also ``--zero 3``) are
           XLA's fusions: none."""
         cfg = self.cfg
-        if self.dims.gated or cfg.inference or not cfg.ew or self.frozen:
+        if not self.dims.has_linear_bias or cfg.inference or not cfg.ew or self.frozen:
             return False
         framework = implied_framework(cfg)
         if framework == "deepspeed":

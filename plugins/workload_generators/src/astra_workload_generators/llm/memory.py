@@ -63,8 +63,8 @@ from .memory_terms import (
 )
 from .blockscale import block_format, fp8_checkpoint_weight_bytes, low_precision_weight_bytes
 from .lora import adapter_parameters, frozen_input_elements
-from .model import (MTP_MODULE_NORMS, ModelDims, _lengths, layer_norm_parameters, layer_shards, mtp_shards,
-                    norm_weights, padded_vocab)
+from .model import (MTP_MODULE_NORMS, ModelDims, _lengths, embedding_shard, layer_norm_parameters, layer_shards,
+                    mtp_shards, norm_weights, padded_vocab)
 from .routing import ep_loads, routed_rows
 from .schedule import pipeline_schedule
 from .split import stage_layers
@@ -288,12 +288,12 @@ def stage_memory(dims: ModelDims, cfg: LlmConfig, p: int) -> MemoryEstimate:
             ld, le = layer_shards(dims, cfg, dims.is_moe_layer(i))
             dense, expert, linear = dense + ld + norms, expert + le, linear + ld + le
             unit_sizes.append(ld + le + norms)
-        for edge in (first, last and not one_table):
-            if edge:
-                dense += vocab * dims.hidden
-                edges += vocab * dims.hidden
+        for edge, table in ((first, embedding_shard(dims, cfg.tp)), (last and not one_table, vocab * dims.hidden)):
+            if edge:  # (the embedding's: with a learned position table, .model embedding_shard)
+                dense += table
+                edges += table
                 if framework != "fsdp2":  # (FSDP2 keeps the root, embedding and LM head, gathered apart)
-                    unit_sizes.append(vocab * dims.hidden)
+                    unit_sizes.append(table)
         if last:  # the final norm (torchtitan: in the root unit with the embedding and the head)
             dense += one
             edges += one if framework == "fsdp2" else 0

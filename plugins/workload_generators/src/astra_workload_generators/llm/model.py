@@ -90,6 +90,24 @@ class ModelDims:
     rms_norm: bool = False     # the layers' norms are RMSNorm (Llama, Mistral, Qwen, Gemma, DeepSeek, GPT-OSS, ...: a
     #                            Hugging Face config's model_type, see .hf; Megatron-LM's --normalization RMSNorm);
     #                            False: LayerNorm (GPT-2/3, GPT-NeoX; Megatron-LM's default)
+    linear_bias: bool | None = None  # the linear layers have biases: QKV, output projection, FC1, FC2 (and each
+    #                            expert's): Megatron-LM's add_bias_linear (default True; --disable-bias-linear), GPT-2/3,
+    #                            GPT-NeoX, GPT-OSS; None: a non-gated model has them, a gated (Llama-style) one not
+    #                            (the per-family assumption the generator made before it had this field)
+    qkv_bias: bool = False     # biases on Q, K and V only (Qwen2, Qwen1.5/2-MoE; Megatron-LM's --add-qkv-bias)
+    qk_norm: bool = False      # a norm of head_dim over each query and key head before attention (Qwen3's q_norm /
+    #                            k_norm, Gemma 3's; Megatron-Core's qk_layernorm)
+
+    @property
+    def has_linear_bias(self):
+        """:attr:`linear_bias`, or when not given: a non-gated (GPT-2-style) model has biases, a gated one not."""
+        return (not self.gated) if self.linear_bias is None else self.linear_bias
+
+    @property
+    def learned_positions(self):
+        """A learned absolute position embedding (GPT-2/3, Megatron-LM's default ``learned_absolute``): neither
+        rotary nor MLA's decoupled rotary keys."""
+        return not self.rotary and not self.mla
 
     @property
     def head_dim(self):
@@ -172,7 +190,11 @@ def model_dims(preset=None, base=None, **overrides) -> ModelDims:
                  "window_pattern"):
             if not isinstance(v, int) or v < 0:
                 raise ConfigError(f"{k} must be a non-negative integer, got {v!r}")
-        elif k not in ("gated", "tied_embeddings", "expert_bias", "glu_clamp", "rotary", "rms_norm") and (
+        elif k == "linear_bias":
+            if v is not None and not isinstance(v, bool):
+                raise ConfigError(f"linear_bias must be true, false or null, got {v!r}")
+        elif k not in ("gated", "tied_embeddings", "expert_bias", "glu_clamp", "rotary", "rms_norm", "qkv_bias",
+                       "qk_norm") and (
                 not isinstance(v, int) or v < 1):
             raise ConfigError(f"{k} must be a positive integer, got {v!r}")
     if dims.moe and dims.top_k > dims.experts:
@@ -263,14 +285,63 @@ def activated_layer_parameters(dims: ModelDims, moe: bool = True) -> int:
             + router_parameters(dims))
 
 
-def layer_shards(dims: ModelDims, cfg: "LlmConfig", moe: bool = True):
+def bias_widths(dims: ModelDims, moe: bool = True):
+    """One layer's linear biases, whole: ``(column, row, expert_column, expert_row)`` elements, where ``column``
+    are the column-parallel linears' (QKV, FC1, the shared experts' FC1: split over TP like their outputs),
+    ``row`` the row-parallel ones' (the output projection's and FC2's ``h`` each: whole on every TP rank), and
+    ``expert_*`` one routed expert's. Megatron-Core core_r0.14.0 32ad5c89 ``megatron/core/tensor_parallel/
+    layers.py``: ``ColumnParallelLinear``'s bias is ``output_size_per_partition`` long, ``RowParallelLinear``'s
+    ``output_size`` (marked ``sequence_parallel``); ``arguments.py``: ``--disable-bias-linear`` (``add_bias_linear``
+    default True, which also sets ``add_qkv_bias``), ``--add-qkv-bias``. A gated FC1 has a bias per half. MLA's
+    query/key/value projections count their outputs' widths (:func:`mla_projections`; no released MLA model has
+    biases). The shared experts are one MLP of ``shared_experts x moe_ffn`` (Megatron's ``SharedExpertMLP``): one FC2
+    bias."""
+    h = dims.hidden
+    qkv = (sum(n for _, _, n in mla_projections(dims)) if dims.mla
+           else dims.q_width + 2 * dims.kv_heads * dims.head_dim)
+    fc1 = _ffn_mats(dims) - 1  # FC1's outputs per unit of FFN width: 2 gated halves, or 1
+    layer_moe = dims.moe and moe
+    per_expert = (fc1 * dims.expert_ffn, h) if layer_moe and (dims.has_linear_bias or dims.expert_bias) else (0, 0)
+    if not dims.has_linear_bias:
+        return (qkv if dims.qkv_bias else 0), 0, *per_expert
+    if layer_moe:
+        shared = dims.shared_experts * dims.expert_ffn
+        return qkv + fc1 * shared, h + (h if shared else 0), *per_expert
+    return qkv + fc1 * dims.ffn_hidden, 2 * h, *per_expert
+
+
+def layer_bias_parameters(dims: ModelDims, moe: bool = True, activated: bool = False) -> int:
+    """One layer's linear biases, whole (:func:`bias_widths`): all experts', or (``activated``) the top-k's."""
+    col, row, ecol, erow = bias_widths(dims, moe)
+    experts = (dims.top_k if activated else dims.experts) if dims.moe and moe else 0
+    return col + row + experts * (ecol + erow)
+
+
+def layer_shards(dims: ModelDims, cfg: "LlmConfig", moe: bool = True, biases: bool = True):
     """(dense, expert) parameters of one layer on one rank: the dense part is TP-sharded (plus the replicated
-    router) and synced over DP; with EP > 1 this rank's E/EP experts (TP-sharded) are synced over expert-DP."""
+    router and row-parallel biases, :func:`bias_widths`) and synced over DP; with EP > 1 this rank's E/EP experts
+    (TP-sharded, their FC2 biases whole) are synced over expert-DP. The norms are apart
+    (:func:`layer_norm_parameters`); ``biases`` False leaves the biases out too (DeepSpeed ZeRO-3 keeps its small
+    parameters whole, :func:`.deepspeed_step.persistent_parameters`)."""
+    tp = cfg.tp
     router = router_parameters(dims, moe)
+    col, row, ecol, erow = bias_widths(dims, moe) if biases else (0, 0, 0, 0)
+    biases = col // tp + row
+    expert_biases = dims.experts * (ecol // tp + erow) if dims.moe and moe else 0
     if cfg.ep == 1:
-        return (dense_layer_parameters(dims, moe) + expert_layer_parameters(dims, moe)) // cfg.tp + router, 0
-    return (dense_layer_parameters(dims, moe) // cfg.tp + router,
-            expert_layer_parameters(dims, moe) // cfg.ep // cfg.tp)
+        return ((dense_layer_parameters(dims, moe) + expert_layer_parameters(dims, moe)) // tp + router + biases
+                + expert_biases, 0)
+    return (dense_layer_parameters(dims, moe) // tp + router + biases,
+            expert_layer_parameters(dims, moe) // cfg.ep // tp + expert_biases // cfg.ep)
+
+
+def sequence_parallel_biases(dims: ModelDims, moe: bool = True) -> int:
+    """One layer's biases that are whole on every TP rank and marked ``sequence_parallel`` (the row-parallel
+    ones of the dense part, :func:`bias_widths`): with sequence parallelism Megatron all-reduces their gradients
+    over TP with the norms' (``finalize_model_grads``; ``RowParallelLinear``: ``setattr(self.bias,
+    "sequence_parallel", self.sequence_parallel)``, core_r0.14.0 ``tensor_parallel/layers.py`` 1208). The experts'
+    are left out (expert-parallel linears: ``allreduce`` False)."""
+    return bias_widths(dims, moe)[1]
 
 
 def norm_weights(dims: ModelDims, width: int = 0) -> int:
@@ -287,11 +358,17 @@ def layer_norm_parameters(dims: ModelDims) -> int:
     Transformer Engine; torchtitan ``attention_norm`` / ``ffn_norm``), and with MLA the latent query and key/value
     norms (``MultiLatentAttention.q_layernorm`` over q_lora_rank when there is one, ``kv_layernorm`` over
     kv_lora_rank; NVIDIA/Megatron-LM core_r0.14.0 32ad5c89 ``megatron/core/transformer/multi_latent_attention.py``
-    447-458, ``transformer_layer.py``)."""
+    447-458, ``transformer_layer.py``), and with ``qk_norm`` the query and key norms of head_dim each (one weight
+    shared by the heads: Hugging Face's Qwen3 ``self.q_norm = Qwen3RMSNorm(self.head_dim, ...)``, ``k_norm`` the
+    same, huggingface/transformers v4.55.0 ``models/qwen3/modeling_qwen3.py`` ``Qwen3Attention``; Gemma 3's;
+    Megatron-Core's ``SelfAttention.q_layernorm`` / ``k_layernorm`` built with ``hidden_size=self.hidden_size_per_
+    attention_head`` when ``qk_layernorm``, core_r0.14.0 ``megatron/core/transformer/attention.py``)."""
     per = 2 * norm_weights(dims)
     if dims.mla:
         per += norm_weights(dims, dims.kv_lora_rank)
         per += norm_weights(dims, dims.q_lora_rank) if dims.q_lora_rank else 0
+    if dims.qk_norm:
+        per += 2 * norm_weights(dims, dims.head_dim)
     return per
 
 
@@ -300,21 +377,37 @@ def layer_norm_parameters(dims: ModelDims) -> int:
 MTP_MODULE_NORMS = 3
 
 
+def embedding_shard(dims: ModelDims, tp: int, small_apart: int = 0) -> int:
+    """The first stage's embedding parameters on one rank: the vocabulary-parallel table's ``vocab/TP x h``
+    (vocab padded to TP) and a learned position embedding's whole table (:func:`position_embedding_parameters`),
+    unless that table has fewer than ``small_apart`` elements (DeepSpeed ZeRO-3 keeps those whole, apart)."""
+    positions = position_embedding_parameters(dims)
+    return padded_vocab(dims, tp) // tp * dims.hidden + (positions if positions >= small_apart else 0)
+
+
+def eh_proj_parameters(dims: ModelDims) -> int:
+    """An MTP module's ``eh_proj`` (2h -> h, no bias), whole."""
+    return 2 * dims.hidden * dims.hidden
+
+
 def mtp_shards(dims: ModelDims, cfg: "LlmConfig"):
     """(dense, expert) parameters of one MTP module on one rank: its layer (like a layer after the model's last)
-    and eh_proj (2h x h, whole on every TP rank). Training only (inference does not run them)."""
+    and eh_proj split over TP by its outputs: a column-parallel linear (``MultiTokenPredictionLayer``'s spec
+    ``eh_proj=column_parallel_linear_impl``, built with ``gather_output=False, bias=False``; NVIDIA/Megatron-LM
+    core_r0.14.0 32ad5c89 ``megatron/core/transformer/multi_token_prediction.py`` 326, 457-467). Training only
+    (inference does not run them). The norms are apart (:data:`MTP_MODULE_NORMS`)."""
     dense, expert = layer_shards(dims, cfg, dims.is_moe_layer(dims.layers))
-    return dense + 2 * dims.hidden * dims.hidden, expert
+    return dense + eh_proj_parameters(dims) // cfg.tp, expert
 
 
 def mtp_training_flops(dims: ModelDims, sequences: int, tp: int = 1) -> int:
     """FLOPs of the MTP modules in a training step: 6 x tokens x (eh_proj + the layer's activated weights + the
-    LM head) + the layer's attention (eh_proj counted once; every TP rank computes it)."""
+    LM head) + the layer's attention (eh_proj split over TP like the layers' linears, :func:`mtp_shards`)."""
     s = dims.seq_len
     total = 0
     for k in range(dims.mtp_layers):
         layer = dims.layers + k
-        weights = 2 * dims.hidden ** 2 + activated_layer_parameters(dims, dims.is_moe_layer(layer)) \
+        weights = eh_proj_parameters(dims) + activated_layer_parameters(dims, dims.is_moe_layer(layer)) \
             + padded_vocab(dims, tp) * dims.hidden
         total += 6 * weights * s * sequences + 6 * s * dims.attn_keys(layer, s) * (dims.q_width + dims.o_width) \
             * sequences
@@ -335,6 +428,45 @@ def parameter_count(dims: ModelDims, tp: int = 1) -> int:
 def activated_parameter_count(dims: ModelDims, tp: int = 1) -> int:
     """Matmul parameters a token passes through (P of the 6*P*tokens rule; = parameter_count for dense models)."""
     return _over_layers(dims, activated_layer_parameters) + padded_vocab(dims, tp) * dims.hidden
+
+
+def position_embedding_parameters(dims: ModelDims) -> int:
+    """A learned absolute position embedding's table (:attr:`ModelDims.learned_positions`): ``seq_len x h``,
+    Megatron-Core's ``LanguageModelEmbedding.position_embeddings = torch.nn.Embedding(max_sequence_length,
+    hidden_size)`` (core_r0.14.0 ``megatron/core/models/common/embeddings/language_model_embedding.py``), GPT-2's
+    ``wpe`` (``n_positions x n_embd``). Whole on every TP rank, on the first stage. ASSUMPTION: the table is as
+    long as the model's context (Megatron's ``--max-position-embeddings`` may be longer)."""
+    return dims.seq_len * dims.hidden if dims.learned_positions else 0
+
+
+def model_parameters(dims: ModelDims, activated: bool = False) -> dict:
+    """Every parameter of the model as its checkpoint holds them, by kind (the vocabulary unpadded, the MTP
+    modules apart: :func:`mtp_parameters`); ``activated``: those one token passes through (the top-k experts').
+    The one count ``--summary`` reports and the per-rank shards (:func:`layer_shards`, :func:`layer_norm_
+    parameters`, :func:`position_embedding_parameters`) split: ``matmul`` the weights of the 6 x P x tokens
+    rule, ``embedding`` the input table unless tied to the LM head, ``norms`` every layer's
+    (:func:`layer_norm_parameters`) and the final one, ``biases`` the linear layers' (:func:`bias_widths`)."""
+    per_layer_bias = (lambda d, moe: layer_bias_parameters(d, moe, True)) if activated else layer_bias_parameters
+    return {"matmul": (activated_parameter_count if activated else parameter_count)(dims),
+            "embedding": 0 if dims.tied_embeddings else dims.vocab * dims.hidden,
+            "position_embedding": position_embedding_parameters(dims),
+            "norms": dims.layers * layer_norm_parameters(dims) + norm_weights(dims),
+            "biases": _over_layers(dims, per_layer_bias)}
+
+
+def total_parameters(dims: ModelDims, activated: bool = False) -> int:
+    """The sum of :func:`model_parameters` (a model card's count: every expert, the embeddings; MTP apart)."""
+    return sum(model_parameters(dims, activated).values())
+
+
+def mtp_parameters(dims: ModelDims) -> int:
+    """The multi-token-prediction modules' own parameters, whole: per module its layer (weights, biases, norms),
+    ``eh_proj`` and the ``enorm``, ``hnorm`` and final norm (:data:`MTP_MODULE_NORMS`); the embedding and the LM
+    head are the main model's (Megatron-Core shares them)."""
+    moe = dims.is_moe_layer(dims.layers)
+    one = (layer_parameters(dims, moe) + layer_bias_parameters(dims, moe) + layer_norm_parameters(dims)
+           + eh_proj_parameters(dims) + MTP_MODULE_NORMS * norm_weights(dims))
+    return dims.mtp_layers * one
 
 
 def training_flops(dims: ModelDims, sequences: int, tp: int = 1) -> int:

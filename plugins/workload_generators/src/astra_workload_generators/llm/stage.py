@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .attention import AttentionOps
 from .config import DTYPES, LlmConfig
-from .deepspeed_step import DeepSpeedStepOps
+from .deepspeed_step import PARAM_PERSISTENCE_THRESHOLD, DeepSpeedStepOps
 from .eager_step import EagerStepOps
 from .emit import NodeEmitter
 from .fp8 import Fp8Ops
@@ -13,8 +13,8 @@ from .hf_eager import HfEagerOps
 from .layers import LayerOps
 from .lora import LoraOps, adapter_parameters
 from .maxtext_step import MaxTextOps
-from .model import (MTP_MODULE_NORMS, ModelDims, _lengths, layer_norm_parameters, layer_shards, mtp_shards,
-                    norm_weights, padded_vocab)
+from .model import (MTP_MODULE_NORMS, ModelDims, _lengths, embedding_shard, layer_norm_parameters, layer_shards,
+                    mtp_shards, norm_weights, padded_vocab)
 from .mla import MlaOps
 from .mtp import MtpOps
 from .moe import MoeOps
@@ -115,9 +115,10 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
         # ZeRO-3, which keeps them whole and gathers them apart (.deepspeed_step persistent_parameters)
         norms = 0 if self._deepspeed() else layer_norm_parameters(dims)
         final = 0 if self._deepspeed() else norm_weights(dims)
-        params = {"embedding": (vocab * h, 0), "head": (vocab * h + final, 0)}
-        params.update({f"l{i}": _plus(layer_shards(dims, cfg, dims.is_moe_layer(i)), norms)
-                       for i in range(dims.layers)})
+        small = PARAM_PERSISTENCE_THRESHOLD if self._deepspeed() else 0  # (DeepSpeed's persistent parameters)
+        params = {"embedding": (embedding_shard(dims, cfg.tp, small), 0), "head": (vocab * h + final, 0)}
+        params.update({f"l{i}": _plus(layer_shards(dims, cfg, dims.is_moe_layer(i), biases=not self._deepspeed()),
+                                      norms) for i in range(dims.layers)})
         if self.frozen:
             params = {"embedding": (0, 0), "head": (0, 0)}
             params.update({f"l{i}": (adapter_parameters(dims, cfg), 0) for i in range(dims.layers)})

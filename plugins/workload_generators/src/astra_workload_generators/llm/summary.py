@@ -6,7 +6,7 @@ from __future__ import annotations
 from .config import DTYPES, LlmConfig
 from .memory import UNCERTAINTY, peak_memory
 from .memory_fit import first_fix, fixes, verdict
-from .model import ModelDims, activated_parameter_count, layer_parameters, parameter_count
+from .model import ModelDims, activated_parameter_count, mtp_parameters, total_parameters
 
 #: the unit of each group of ``--summary --json``'s numbers, as every command's JSON declares in ``units`` (the
 #: kernel's ``{"time": "ns", "size": "bytes"}``; there is no time here): ``size`` the ``*_bytes`` keys, ``memory``
@@ -16,27 +16,21 @@ UNITS = {"size": "bytes", "memory": "bytes", "params": "count", "flops": "flop",
          "sliding_window": "tokens"}
 
 
-def _embedding_and_norms(dims: ModelDims) -> int:
-    """What the matmul counts leave out: the input embedding (unless tied to the LM head) and the RMS/LayerNorm
-    weights (two per layer and a final one; QK-norms and biases are left out, < 0.1 %)."""
-    embedding = 0 if dims.tied_embeddings else dims.vocab * dims.hidden
-    return embedding + (2 * dims.layers + 1) * dims.hidden
-
-
 def params_total(dims: ModelDims) -> int:
-    """All parameters as a model card counts them (every expert, embeddings; MTP modules apart)."""
-    return parameter_count(dims) + _embedding_and_norms(dims)
+    """All parameters as a model card counts them (every expert, embeddings, norms, biases; MTP modules apart):
+    :func:`.model.total_parameters`, the count the per-rank shards split."""
+    return total_parameters(dims)
 
 
 def params_active(dims: ModelDims) -> int:
-    """Parameters one token passes through (routed top-k and shared experts, embeddings)."""
-    return activated_parameter_count(dims) + _embedding_and_norms(dims)
+    """Parameters one token passes through (routed top-k and shared experts, embeddings, norms, biases)."""
+    return total_parameters(dims, activated=True)
 
 
 def params_mtp(dims: ModelDims) -> int:
-    """DeepSeek-V3's multi-token-prediction modules: one layer each plus the 2h x h projection of its two inputs
-    (the embedding and the LM head are shared with the main model)."""
-    return dims.mtp_layers * (layer_parameters(dims, dims.moe) + 2 * dims.hidden * dims.hidden)
+    """DeepSeek-V3's multi-token-prediction modules (:func:`.model.mtp_parameters`: a layer, the 2h x h
+    projection of its two inputs and three norms each; the embedding and the LM head are the main model's)."""
+    return mtp_parameters(dims)
 
 
 def flops_per_token(dims: ModelDims) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from astra_sim.chakra import types as T
 
 from .config import implied_framework
-from .model import MTP_MODULE_NORMS, layer_norm_parameters, norm_weights
+from .model import MTP_MODULE_NORMS, layer_norm_parameters, norm_weights, sequence_parallel_biases
 from .split import stage_layers
 
 
@@ -78,17 +78,21 @@ class DataParallelOps:
         return self.ew("aten::zero_", "zero_grad_buffer", [((elements,), dtype)])
 
     def stage_norm_elements(self):
-        """The norms' parameters on this rank: its layers' (every chunk; :func:`.model.layer_norm_parameters`), and
-        on the last virtual stage the final norm's and the MTP modules' (training)."""
+        """The parameters on this rank that are whole on every TP rank and marked ``sequence_parallel``: the norms'
+        (its layers' in every chunk, :func:`.model.layer_norm_parameters`; on the last virtual stage the final
+        norm's and the MTP modules') and the row-parallel linears' biases (:func:`.model.sequence_parallel_biases`)."""
         dims, cfg, p, P, V = self.dims, self.cfg, self.p, self.cfg.pp, self.cfg.virtual_stages
         split = stage_layers(dims.layers, cfg)
         per_layer, one = layer_norm_parameters(dims), norm_weights(dims)
         total = 0
         for ch in range(V):
             v = ch * P + p
-            total += len(split[v]) * per_layer
+            total += sum(per_layer + sequence_parallel_biases(dims, dims.is_moe_layer(i)) for i in split[v])
+            if v == P * V - 1 and not cfg.inference and dims.mtp_layers:
+                mtp = per_layer + sequence_parallel_biases(dims, dims.is_moe_layer(dims.layers))
+                total += dims.mtp_layers * (mtp + MTP_MODULE_NORMS * one)
             if v == P * V - 1:
-                total += one + (0 if cfg.inference else dims.mtp_layers * (per_layer + MTP_MODULE_NORMS * one))
+                total += one
         return total
 
     def sp_norm_grad_all_reduce(self):
@@ -99,7 +103,8 @@ class DataParallelOps:
         Megatron-LM core_r0.14.0 32ad5c89 ``megatron/core/distributed/finalize_model_grads.py`` 298-363, 410-437),
         after ``finish_grad_sync`` (it waits for the step's gradient reductions). Main gradients in fp32, or in
         --dtype with ``--grad-buffer same``. On the compute chain; ``None`` without sequence parallelism, at TP 1,
-        or with LoRA (frozen norms). ASSUMPTION: the row-parallel biases a biased model also marks are left out."""
+        or with LoRA (frozen norms). The row-parallel biases a biased model also marks are in it (:meth:`stage_norm_
+        elements`)."""
         cfg = self.cfg
         if not cfg.sequence_parallel or cfg.tp == 1 or self.frozen:
             return None
