@@ -19,12 +19,13 @@ AR, RS, AG = T.ALL_REDUCE, T.REDUCE_SCATTER, T.ALL_GATHER
 
 
 def _case(folder, topology, npus, algorithms, comm_types=(AR, RS, AG), splits=4, chunks=1, size_bytes=1 << 20,
-          groups=None):
+          groups=None, bandwidth_gbps=None):
     """Every rank: compute, then each collective of ``comm_types`` in turn on the default group, or with ``groups``
     (``{id: members}``) on each group of the rank in turn."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "net.yml").write_text(f"topology: [ {', '.join(topology)} ]\nnpus_count: {list(npus)}\n"
-                                    f"bandwidth: {[50.0] * len(npus)}\nlatency: {[500.0] * len(npus)}\n")
+                                    f"bandwidth: {list(bandwidth_gbps or [50.0] * len(npus))}\n"
+                                    f"latency: {[500.0] * len(npus)}\n")
     system = {"preferred-dataset-splits": splits, "local-mem-bw": 50, "endpoint-delay": 10,
               "active-chunks-per-dimension": chunks}
     for key in ("all-reduce", "all-gather", "reduce-scatter"):
@@ -76,14 +77,16 @@ def test_halving_doubling_on_a_switch_folds_to_one_rank_and_says_by_what(tmp_pat
     assert report.stats["simulated_ranks"] == 1
 
 
-@pytest.mark.parametrize("topology,npus,algorithms", [
-    (("FullyConnected", "Switch"), (4, 8), ("halvingDoubling", "halvingDoubling")),
-    (("Ring", "Switch"), (4, 4), ("ring", "halvingDoubling")),  # the ring rotates, the switch's bits flip
-    (("Switch", "Switch"), (4, 4), ("oneHalvingDoubling",)),  # one ring over all NPUs: the rank's bits
+@pytest.mark.parametrize("topology,npus,algorithms,bandwidth_gbps", [
+    (("FullyConnected", "Switch"), (4, 8), ("halvingDoubling", "halvingDoubling"), None),
+    (("Switch", "Switch"), (4, 4), ("halvingDoubling", "halvingDoubling"), (50.0, 25.0)),
+    (("Ring", "Switch"), (4, 4), ("ring", "halvingDoubling"), None),  # the ring rotates, the switch's bits flip
+    (("Switch", "Switch"), (4, 4), ("oneHalvingDoubling",), None),  # one ring over all NPUs: the rank's bits
 ])
 @pytest.mark.parametrize("backend", ["analytical", "congestion"])
-def test_multi_dimensional_halving_doubling_folds_to_one_rank(tmp_path, topology, npus, algorithms, backend):
-    report = _both(_case(tmp_path, topology, npus, algorithms), backend)
+def test_multi_dimensional_halving_doubling_folds_to_one_rank(tmp_path, topology, npus, algorithms, bandwidth_gbps,
+                                                              backend):
+    report = _both(_case(tmp_path, topology, npus, algorithms, bandwidth_gbps=bandwidth_gbps), backend)
     assert report.settings["fold"]["simulated_ranks"] == 1, report.settings["fold"]
 
 
@@ -151,9 +154,10 @@ def test_a_ring_network_keeps_no_bit_flip_and_says_so(tmp_path):
 
 
 def test_a_tie_the_fold_cannot_order_falls_back_to_every_rank(tmp_path):
-    """Two switches of halving-doubling: rank 0 receives its two dimensions' messages at one nanosecond, scheduled
-    by histories that differ only in rank numbers (their order differs between members of a class): the fold is
-    abandoned and every rank simulated, with the same ns."""
+    """Two alike switches of halving-doubling (the same bandwidth and latency): rank 0 receives its two dimensions'
+    messages at one nanosecond, scheduled by histories that differ only in rank numbers (their order differs between
+    members of a class; two rings tie the same way): the fold is abandoned and every rank simulated, with the same
+    ns."""
     report = _both(_case(tmp_path, ("Switch", "Switch"), (4, 4), ("halvingDoubling", "halvingDoubling"),
                          comm_types=(AR,)), "analytical")
     assert report.settings["fold"]["simulated_ranks"] == 16
