@@ -14,7 +14,7 @@ finish time must be the same on every side (exit status 1 otherwise).
 * ``congestion-N`` (N = 256, 512, 1024): ``bench_scale.py``'s 20-layer data-parallel step (50 us compute,
   16 MiB all-reduces) on a 1-D Switch of N NPUs (50 GB/s, 500 ns; halving-doubling all-reduce, 4 splits) on the
   official congestion-aware binary (1-D only), against ``astra run --network-backend congestion`` folded and
-  ``--no-fold`` (halving-doubling declares no symmetry: nothing folds).
+  ``--no-fold`` (folded, one rank is simulated: halving-doubling keeps every flip of a switch coordinate's bits).
 * ``congestion-ring-N``: a 1 GiB all-reduce on a 1-D Ring of N NPUs (50 GB/s, 500 ns, ring algorithm, 4 splits),
   which the congestion backend folds to one rank.
 
