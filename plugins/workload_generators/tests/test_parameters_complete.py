@@ -135,3 +135,31 @@ def test_the_flops_rule_keeps_matmul_weights_only():
     dims = _shipped("gpt2")
     assert model_parameters(dims)["matmul"] == parameter_count(dims) == 12 * (4 * 768 * 768 + 2 * 768 * 3072) \
         + 50257 * 768
+
+
+def test_qk_norms_run_before_the_rotation(tmp_path):
+    """A Qwen3-style layer (qk_norm, RMSNorm, rotary) at TP 2, 1 x 32 tokens, 4 heads of 16 (2 key heads), bf16: after
+    the QKV GEMM one RMSNorm over this rank's 32 x 2 query rows of 16 and one over its 32 x 1 key rows, read and
+    written with the 16-wide weight (2,048 + 32 and 1,024 + 32 B), then RoPE; in the backward RoPE's first, then the
+    key's and the query's norm backward (gradient, input and output rows, fp32 rstd, weight)."""
+    dims = model_dims(layers=1, hidden=64, heads=4, kv_heads=2, ffn_hidden=128, vocab=128, seq_len=32, gated=True,
+                      rotary=True, rms_norm=True, qk_norm=True)
+    generate_llm(dims, LlmConfig(tp=2, micro_batches=1, micro_batch_size=1, dropout=False), tmp_path / "t")
+    nodes = read_rank_nodes(tmp_path / "t", 0)
+    labels = [n.attrs.get("label", n.name) for n in nodes]
+    by = dict(zip(labels, nodes))
+    q, k = by["fwd.l0.mb0.q_norm"], by["fwd.l0.mb0.k_norm"]
+    assert (q.name, q.attrs["tensor_size"], k.attrs["tensor_size"]) == ("aten::_fused_rms_norm", 2 * 2048 + 32,
+                                                                        2 * 1024 + 32)
+    assert labels.index("fwd.l0.mb0.qkv") < labels.index("fwd.l0.mb0.q_norm") < labels.index("fwd.l0.mb0.k_norm") \
+        < labels.index("fwd.l0.mb0.rope.q.rotate")
+    kb, qb = by["bwd.l0.mb0.k_norm"], by["bwd.l0.mb0.q_norm"]
+    assert (qb.name, qb.attrs["tensor_size"]) == ("aten::_fused_rms_norm_backward", 3 * 2048 + 64 * 4 + 32)
+    assert labels.index("bwd.l0.mb0.rope.q.rotate.bwd") < labels.index("bwd.l0.mb0.k_norm") < \
+        labels.index("bwd.l0.mb0.q_norm")
+    assert kb.attrs["tensor_size"] == 3 * 1024 + 32 * 4 + 32
+    # without qk_norm: none
+    generate_llm(model_dims(**{**dims.__dict__, "qk_norm": False}), LlmConfig(tp=2, micro_batches=1,
+                 micro_batch_size=1, dropout=False), tmp_path / "n")
+    plain = [n.attrs.get("label", "") for n in read_rank_nodes(tmp_path / "n", 0)]
+    assert not [label for label in plain if label.endswith(("q_norm", "k_norm"))]

@@ -91,9 +91,9 @@ class ModelDims:
     #                            Hugging Face config's model_type, see .hf; Megatron-LM's --normalization RMSNorm);
     #                            False: LayerNorm (GPT-2/3, GPT-NeoX; Megatron-LM's default)
     linear_bias: bool | None = None  # the linear layers have biases: QKV, output projection, FC1, FC2 (and each
-    #                            expert's): Megatron-LM's add_bias_linear (default True; --disable-bias-linear), GPT-2/3,
-    #                            GPT-NeoX, GPT-OSS; None: a non-gated model has them, a gated (Llama-style) one not
-    #                            (the per-family assumption the generator made before it had this field)
+    #                            expert's): Megatron-LM's add_bias_linear (default True; --disable-bias-linear),
+    #                            GPT-2/3, GPT-NeoX, GPT-OSS; None: a non-gated model has them, a gated (Llama-style)
+    #                            one not (the per-family assumption the generator made before it had this field)
     qkv_bias: bool = False     # biases on Q, K and V only (Qwen2, Qwen1.5/2-MoE; Megatron-LM's --add-qkv-bias)
     qk_norm: bool = False      # a norm of head_dim over each query and key head before attention (Qwen3's q_norm /
     #                            k_norm, Gemma 3's; Megatron-Core's qk_layernorm)

@@ -22,6 +22,16 @@ kernels over Q and K after the QKV projection.
 
 A complex64 tensor of ``d/2`` entries is written as its fp32 real view of ``d`` (the same bytes); the frequencies
 as one fp32 ``(1, s, 1, d)`` tensor broadcast over batch and heads.
+
+Before the rotation, a model with query/key norms (``dims.qk_norm``: Qwen3, Gemma 3) normalises each query and
+key head over its ``head_dim`` (:meth:`RopeOps.qk_norm_fwd`): Hugging Face's ``Qwen3Attention.forward`` runs
+``self.q_norm(self.q_proj(hidden_states).view(hidden_shape))`` and the same for the keys, then
+``apply_rotary_pos_emb`` (huggingface/transformers v4.55.0 ``models/qwen3/modeling_qwen3.py``); Megatron-Core's
+``SelfAttention.get_query_key_value_tensors`` applies ``q_layernorm`` / ``k_layernorm`` to the split query and key
+before ``forward`` rotates them (core_r0.14.0 32ad5c89 ``megatron/core/transformer/attention.py``); vLLM's Qwen3
+likewise (``q_norm`` / ``k_norm`` on the heads before ``rotary_emb``). One norm kernel per tensor each way, timed
+as the layers' norms are (:meth:`.layers.LayerOps.layer_norm`: ATen's fused RMSNorm, or LayerNorm with its bias) over
+``b x s x heads`` rows of ``head_dim``.
 """
 
 from __future__ import annotations
@@ -33,13 +43,46 @@ class RopeOps:
     """RoPE on Q and K (a stage-builder mixin)."""
 
     def rope_fwd(self, lab, b, s, hq, hkv, d, deps=()):
-        """The rotary embedding of this rank's ``b x s x hq x d`` queries and ``hkv``-head keys; the last node's id,
-        or None without ``--rope``."""
-        return self._rope(lab + ".rope", b, s, hq, hkv, d, ("float", "rotate", "type_as"), deps)
+        """The query/key norms (:meth:`qk_norm_fwd`), then the rotary embedding of this rank's ``b x s x hq x d``
+        queries and ``hkv``-head keys; the last node's id, or None without either."""
+        norm = self.qk_norm_fwd(lab, b, s, hq, hkv, d, deps)
+        rope = self._rope(lab + ".rope", b, s, hq, hkv, d, ("float", "rotate", "type_as"), () if norm else deps)
+        return norm if rope is None else rope
 
     def rope_bwd(self, lab, b, s, hq, hkv, d, deps=()):
-        """Its backward on the gradients of Q and K (the same kernels in reverse order)."""
-        return self._rope(lab + ".rope", b, s, hq, hkv, d, ("type_as.bwd", "rotate.bwd", "float.bwd"), deps)
+        """Its backward on the gradients of Q and K (the same kernels in reverse order, the norms' last)."""
+        rope = self._rope(lab + ".rope", b, s, hq, hkv, d, ("type_as.bwd", "rotate.bwd", "float.bwd"), deps)
+        norm = self.qk_norm_bwd(lab, b, s, hq, hkv, d, deps if rope is None else ())
+        return rope if norm is None else norm
+
+    def qk_norm_fwd(self, lab, b, s, hq, hkv, d, deps=()):
+        """``dims.qk_norm``: one norm of ``head_dim`` over this rank's query rows (``b x s x hq``) and one over its
+        key rows (``hkv`` heads), forward (with the layers' other norms: ``cfg.ew_forward``); the last id or None."""
+        if not (self.dims.qk_norm and self.cfg.ew_forward):
+            return None
+        rms, node = self.dims.rms_norm, None
+        for name, heads in (("q", hq), ("k", hkv)):
+            x = self._t(b * s * heads, d)
+            args = [x, self._t(d)] if rms else [x, self._t(d), self._t(d)]
+            node = self.ew("aten::_fused_rms_norm" if rms else "aten::native_layer_norm", f"{lab}.{name}_norm",
+                           args, deps)
+            deps = ()
+        return node
+
+    def qk_norm_bwd(self, lab, b, s, hq, hkv, d, deps=()):
+        """Their backward (training, ``cfg.ew``): ``_fused_rms_norm_backward`` / ``native_layer_norm_backward`` of
+        each, reading the gradient, the input and the fp32 statistics, as :meth:`.layers.LayerOps.layer_norm_bwd`."""
+        if not (self.dims.qk_norm and self.cfg.ew):
+            return None
+        rms, node, f = self.dims.rms_norm, None, "Tensor(float)"
+        for name, heads in (("k", hkv), ("q", hq)):
+            r = b * s * heads
+            stats = [((r, 1), f)] if rms else [((r, 1), f), ((r, 1), f)]
+            weights = [self._t(d)] if rms else [self._t(d), self._t(d)]
+            node = self.ew("aten::_fused_rms_norm_backward" if rms else "aten::native_layer_norm_backward",
+                           f"{lab}.{name}_norm", [self._t(r, d), self._t(r, d)] + stats + weights, deps)
+            deps = ()
+        return node
 
     def _rope(self, lab, b, s, hq, hkv, d, steps, deps):
         kind = rope_kernel(self.cfg, self.dims)
