@@ -2,7 +2,8 @@
 layer's (QKV's, FC1's) input gradient starts when the dgrad GEMM ends and runs beside the wgrad GEMM; the chain
 goes on at max(wgrad end, all-reduce end) (Megatron-Core core_r0.14.0 ``LinearWithGradAccumulationAndAsync
 Communication.backward``: ``all_reduce(grad_input, async_op=True)`` after the dgrad, ``handle.wait()`` after the
-wgrad; Transformer Engine d0067d0 ``_Linear`` / ``_LayerNormLinear`` likewise). By hand on a one-layer step at TP 2,
+wgrad; Transformer Engine d0067d0 ``_Linear`` / ``_LayerNormLinear`` likewise); so does the LM head's, Megatron's
+``output_layer`` being such a linear too. By hand on a one-layer step at TP 2,
 simulated on a 2-NPU analytical ring; the other frameworks keep autograd's order (reduction after both GEMMs)."""
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from astra_workload_generators.llm import LlmConfig, generate_llm, model_dims
 ONE_LAYER = dict(layers=1, hidden=256, heads=8, kv_heads=4, ffn_hidden=512, vocab=1000, seq_len=128, gated=True,
                  rms_norm=True)
 GRAD_BYTES = 256 * 256 * 2  # the input gradient, all-reduced whole: 131,072 B
-# FC1's dgrad and wgrad: 2 x 256 x 512 x 256 flop = 67,108,864 each; at 0.05 TFLOP/s 1342.18 us -> 1342 us
-SLOW_TFLOPS, FC1_GEMM_NS = 0.05, 1_342_000
+# FC1's dgrad and wgrad: 2 x 256 x 512 x 256 flop = 67,108,864 each; at 0.05 TFLOP/s 1342.18 us -> 1342 us; the
+# LM head's wgrad (500 of the 1000 vocabulary rows per TP rank): 2 x 256 x 256 x 500 = 65,536,000, 1310.72 -> 1311 us
+SLOW_TFLOPS, FC1_GEMM_NS, HEAD_WGRAD_NS = 0.05, 1_342_000, 1_311_000
 
 
 def _step(tmp_path, name="w", simulate_it=True, **cfg):
@@ -101,6 +103,21 @@ def test_wgrad_longer_than_the_all_reduce(slow_gemms):
     assert spans[nodes["tp_ar.bwd.l0.mb0.attn_in"].id][1] < qkv_wgrad[1] == finish
 
 
+def test_the_head_all_reduces_its_input_gradient_beside_its_wgrad(fast_gemms, slow_gemms):
+    """Megatron's output layer (a ColumnParallelLinear, ``allreduce_dgrad``): the all-reduce of the head's whole
+    input gradient (131,072 B) starts at the head's dgrad end; the last layer's backward starts at max(head wgrad
+    end, all-reduce end): the all-reduce's end with 1 us GEMMs, the wgrad's (dgrad end + 1311 us) with slow ones."""
+    for (nodes, spans, _), later in ((fast_gemms, "ar"), (slow_gemms, "wgrad")):
+        ar, dgrad, wgrad = (nodes[k] for k in ("tp_ar.bwd.head.mb0.head_in", "bwd.head.mb0.dgrad",
+                                                "bwd.head.mb0.wgrad"))
+        assert ar.attrs["comm_type"] == T.ALL_REDUCE and ar.attrs["comm_size"] == GRAD_BYTES
+        assert ar.data_deps == [dgrad.id] and wgrad.data_deps == [dgrad.id]
+        nxt = spans[nodes["bwd.l0.mb0.fc2.dgrad"].id][0]
+        assert spans[ar.id][0] == spans[dgrad.id][1] == spans[wgrad.id][0]
+        assert nxt == max(spans[ar.id][1], spans[wgrad.id][1]) == {"ar": spans[ar.id], "wgrad": spans[wgrad.id]}[later][1]
+    assert spans[wgrad.id][1] - spans[wgrad.id][0] == HEAD_WGRAD_NS
+
+
 @pytest.mark.parametrize("cfg", [dict(framework="fsdp2", zero=3, dp=2), dict(framework="deepspeed", zero=2, dp=2),
                                  dict(framework="deepspeed", zero=3, dp=2),
                                  dict(zero=3, dp=2, remat_policy="minimal_flash", iota_embed=True)],
@@ -111,3 +128,4 @@ def test_other_frameworks_reduce_after_both_gemms(tmp_path, cfg):
     nodes, _, _ = _step(tmp_path, simulate_it=False, **cfg)
     for site, gemm in (("mlp_in", "fc1"), ("attn_in", "qkv")):
         assert nodes[f"tp_ar.bwd.l0.mb0.{site}"].data_deps == [nodes[f"bwd.l0.mb0.{gemm}.wgrad"].id]
+    assert "tp_ar.bwd.head.mb0.head_in" not in nodes  # (their head's reduction is not emitted, as before)

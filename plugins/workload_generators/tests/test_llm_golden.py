@@ -74,7 +74,9 @@ Then the Megatron training cases at TP 2 without sequence parallelism (cp_causal
 llama3_8b_preset, unfused_scatter_gather), on purpose (issue 36): a layer's QKV / FC1 input-gradient all-reduce is
 launched right after its dgrad GEMM, beside the wgrad GEMM, and the next compute node waits for it
 (``LayerOps._dgrad_reduce``, Megatron-Core's ``allreduce_dgrad`` ``async_op=True``); the same nodes, other
-dependencies.
+dependencies. Then the same four cases, on purpose (issue 36): the LM head's input gradient is all-reduced over TP
+after its dgrad GEMM, beside its wgrad GEMM (``LayerOps.head_grad_scatter``: Megatron's ``output_layer`` is a
+``ColumnParallelLinear`` with ``allreduce_dgrad``); only the last stage's files changed.
 
 Regenerate (only when a change of the traces is intended)::
 

@@ -67,9 +67,13 @@ def test_megatron_gather_regather_and_reduce_scatter_by_hand(tmp_path):
     assert rs.id in bnorm.data_deps and wgrad.id in bnorm.data_deps
 
 
-def test_none_without_sequence_parallelism(tmp_path):
+def test_without_sequence_parallelism_megatron_only_all_reduces_the_input_gradient(tmp_path):
+    """No gather or re-gather without SP; Megatron's output layer (``allreduce_dgrad``) all-reduces the whole input
+    gradient after the dgrad, once a micro-batch (timed in test_async_tp_allreduce.py)."""
     _, _, _, nodes = _gen(tmp_path, sequence_parallel=False)
-    assert _head_comms(nodes) == {}
+    comms = _head_comms(nodes)
+    assert sorted(comms) == ["tp_ar.bwd.head.mb0.head_in", "tp_ar.bwd.head.mb1.head_in"]
+    assert all(c.attrs["comm_type"] == T.ALL_REDUCE and c.attrs["comm_size"] == GATHERED for c in comms.values())
 
 
 def test_torchtitan_gathers_and_scatters_without_a_regather(tmp_path):

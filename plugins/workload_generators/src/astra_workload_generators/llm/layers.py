@@ -110,23 +110,34 @@ class LayerOps:
                           "tp", deps, chain=False)]
 
     def head_grad_scatter(self, mb, site=None):
-        """The reduce-scatter of the head's input gradient (all ``n`` rows -> this rank's ``s/TP``), after its
-        input-gradient GEMM: Megatron launches it ``async_op=True`` right after that GEMM, before the weight
-        gradient, and waits for it at the backward's end (layers.py as in :meth:`head_gather`), so it runs beside
-        the wgrad GEMM: off the chain, after the dgrad (the current last node); the final norm's backward waits
-        for it. torchtitan: the ``Partial`` gradient of the replicated input back to ``Shard(1)``, a
-        reduce-scatter too. Returns ``[id]``, ``[]`` without sequence parallelism or at TP 1."""
+        """The TP reduction of the head's input gradient, after its input-gradient GEMM: with sequence parallelism
+        the reduce-scatter (all ``n`` rows -> this rank's ``s/TP``), without it, in a Megatron training step, the
+        all-reduce of all ``n`` rows. Megatron's ``output_layer`` is a ``ColumnParallelLinear`` (gpt_model.py
+        213-226) whose ``allreduce_dgrad`` is on at TP > 1 without sequence parallelism (layers.py 912-914); its
+        backward launches either reduction ``async_op=True`` right after that GEMM, before the weight gradient, and
+        waits for it at the backward's end (layers.py 534-553, 610-616; as in :meth:`head_gather`, and as
+        :meth:`_dgrad_reduce` for the layers'), so it runs beside the wgrad GEMM (with the wgrad deferred, nothing
+        is beside it): off the chain, after the dgrad (the current last node); the final norm's backward waits for
+        it. A frozen (LoRA) head all-reduces too (``LinearWithFrozenWeight``, synchronously: no wgrad to overlap).
+        torchtitan: the ``Partial`` gradient of the replicated input back to ``Shard(1)``, a reduce-scatter too.
+        Returns ``[id]``; ``[]`` at TP 1, and without sequence parallelism outside a Megatron training step (not
+        emitted there, as before)."""
         cfg = self.cfg
-        if not cfg.sequence_parallel or cfg.tp == 1:
+        if cfg.tp == 1:
             return []
-        return [self.coll(f"tp_rs.bwd.{site or f'head.mb{mb}'}.head_in", T.REDUCE_SCATTER, self.act_bytes, "tp",
-                          [self.prev], chain=False)]
+        site = site or f"head.mb{mb}"
+        if cfg.sequence_parallel:
+            return [self.coll(f"tp_rs.bwd.{site}.head_in", T.REDUCE_SCATTER, self.act_bytes, "tp", [self.prev],
+                              chain=False)]
+        if not self.megatron_training:
+            return []
+        return [self.coll(f"tp_ar.bwd.{site}.head_in", T.ALL_REDUCE, self.act_bytes, "tp", [self.prev], chain=False)]
 
     def head_backward(self, mb, vocab, deps=(), site=None):
-        """One LM-head call's backward: the input-gradient GEMM and its reduce-scatter (:meth:`head_grad_scatter`),
+        """One LM-head call's backward: the input-gradient GEMM and its TP reduction (:meth:`head_grad_scatter`),
         and the weight gradient (with its re-gather, :meth:`head_regather`) now, or, with
         ``--defer-embedding-wgrad-compute``, in the pipeline drain (:meth:`drain_head_wgrads`). Returns the
-        scatter's ``[id]`` (what the norm's backward after it waits for), ``[]`` without one."""
+        reduction's ``[id]`` (what the norm's backward after it waits for), ``[]`` without one."""
         n, h = self.tokens, self.dims.hidden
         site = site or f"head.mb{mb}"
         defer = self._head_wgrad_deferred()
