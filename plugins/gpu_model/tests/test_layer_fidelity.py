@@ -2,8 +2,11 @@
 layer.csv: four layers, forward and backward, one TP rank, eleven configurations of GPT-3 13B/175B and Llama-3
 8B/70B). The measured ``kernel_busy_us`` is the union of the step's kernels; the simulated one is the sum of
 the layers' compute nodes of a user's run (``astra workload llm ... --layers 4`` then ``astra run --platform
-hgx-h200``), its embedding, LM head, loss and optimizer left out as the measurement left them out. None of
-these numbers was fitted on (the GEMM model is fitted on Vidur's sweeps, the memory-bound rates on single ops).
+hgx-h200``), its embedding, LM head, loss and optimizer left out as the measurement left them out. The measurement
+ran one TP rank without communication (the calibration README), so the run has the gpu model's contention off
+(``--gpu-contention-model off``): the simulated step's TP and DP collectives, which since Megatron's asynchronous
+input-gradient all-reduce run beside the wgrad GEMMs, would otherwise slow kernels the measurement ran alone. None
+of these numbers was fitted on (the GEMM model is fitted on Vidur's sweeps, the memory-bound rates on single ops).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ def simulated_layer_us(tmp_path, row):
                  "--head-dim", "128", "--seq-len", row["seq"], "--vocab", "64", "--tp", str(tp), "--dp", str(8 // tp),
                  "--micro-batches", "1", "--micro-batch-size", row["batch"], "-o", prefix]) == 0
     assert main(["run", "--platform", "hgx-h200", "--workload-configuration", prefix, "--timeline", timeline,
-                 "-q"]) == 0
+                 "--gpu-contention-model", "off", "-q"]) == 0
     events = json.loads(Path(timeline).read_text())
     events = events["traceEvents"] if isinstance(events, dict) else events
     return sum(e["dur"] for e in events if e.get("ph") == "X" and e.get("pid") == 0 and e.get("cat") == "compute"
