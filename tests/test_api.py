@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
@@ -10,9 +11,11 @@ from pathlib import Path
 import pytest
 
 import astra_sim
+import astra_sim.simulation as simulation
 from astra_sim.chakra import encode_et, make_metadata, make_node, types as T
 from astra_sim.cli import main
 from astra_sim.errors import ConfigError
+from astra_sim.gcpause import gc_paused
 from astra_sim.report import read_report
 from astra_sim.spec import RunSpec
 from astra_folding.symmetry import BlockShift
@@ -149,3 +152,39 @@ def test_every_platform_states_its_device_memory():
     for name, platform in platforms().items():
         memory = platform.device_memory_bytes()
         assert isinstance(memory, int) and memory >= 16 << 30, name
+
+
+# The cyclic garbage collector is paused while a run builds, simulates and reports (astra_sim.gcpause), and is
+# left as the caller had it, error or not.
+def test_gc_paused_restores_the_collector_as_it_found_it():
+    assert gc.isenabled()
+    with gc_paused():
+        assert not gc.isenabled()
+        with gc_paused():  # nested
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(KeyError), gc_paused():
+        raise KeyError("inside")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()  # a caller that had it off keeps it off
+    finally:
+        gc.enable()
+
+
+def test_a_run_builds_and_simulates_with_the_collector_paused(tmp_path, monkeypatch):
+    seen = []
+    build_ranks = simulation.build_ranks
+
+    def watched(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return build_ranks(*args, **kwargs)
+
+    monkeypatch.setattr(simulation, "build_ranks", watched)
+    report = astra_sim.simulate(workload=all_reduce_workload(tmp_path / "ar", 8), platform="hgx-h100")
+    assert seen == [False] and report.max_finish_ns > 0
+    assert gc.isenabled()

@@ -19,8 +19,7 @@ def simulate(*args, **kwargs):
     ``simulate(workload, system, network, memory, comm_groups)``, or ``simulate(workload=PREFIX, platform="hgx-h100",
     nodes=2)``, plus any run option by name with its defaults (``gpu="B200"``, ``fold=False``). ``options={dest:
     value}`` is taken as is; ``plugins``/``block``/``extra_plugins``/``plugin_manager`` choose plugins;
-    ``on_warning(message)`` sees each warning; ``measure_memory=True`` records peak Python memory.
-    """
+    ``on_warning(message)`` sees each warning; ``measure_memory=True`` records peak Python memory."""
     from astra_sim.runner import make_spec, run_spec
 
     spec, pm, control = make_spec(args, kwargs)

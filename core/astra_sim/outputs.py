@@ -14,8 +14,7 @@ from astra_sim.errors import ConfigError, PluginError
 class OutputFormat:
     """One requested output of one run; override what you need. ``needs_every_rank``: None, or why the run must not
     fold. :meth:`start` runs before the first event (add observers, ``run.record_spans()``), :meth:`finish` after the
-    last event and checks, before ``astra_run_finish`` (write files, add report keys).
-    """
+    last event and checks, before ``astra_run_finish`` (write files, add report keys)."""
 
     needs_every_rank = None
 

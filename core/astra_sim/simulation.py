@@ -10,6 +10,7 @@ import tracemalloc
 from astra_sim import progress
 from astra_sim.chakra import ChakraError
 from astra_sim.errors import FoldAbandoned, PluginError, WorkloadError
+from astra_sim.gcpause import gc_paused
 from astra_sim.humanize import format_ns
 from astra_sim.limits import LONG_STEP_NS, MAX_TIME_NS, check_step, time_overflow
 from astra_sim.outputs import output_registry
@@ -200,7 +201,8 @@ class Simulation:
 
     def run(self, measure_memory=False):
         try:
-            return self._run(measure_memory)
+            with gc_paused():  # the build, the loop and the report make millions of acyclic objects
+                return self._run(measure_memory)
         except FoldAbandoned as exc:
             # Not exact folded: simulate every rank (a fresh run; this one's state is half-way).
             printed, say = set(self.warnings), self._on_warning

@@ -31,8 +31,7 @@ class EtNode:
     order (None for an unset oneof); of a repeated name the **first** is kept (ASTRA-sim's FeederV3), the others
     survive a round trip only while the node is unchanged. ``path``: its file (None when built), for messages.
     Private: ``_kinds``, interned ``(name, oneof member)`` pairs parallel to ``attrs``, and ``_raw``, the original
-    bytes to write it back byte for byte (None when not kept).
-    """
+    bytes to write it back byte for byte (None when not kept)."""
 
     __slots__ = (
         "id", "name", "type", "ctrl_deps", "data_deps", "duration_micros", "inputs_values", "attrs", "path",

@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import gc
 import os
 
 from google.protobuf.message import DecodeError
 
 from astra_sim import safeio
+from astra_sim.gcpause import gc_paused
 from astra_sim.safeio import GZIP_MAGIC
 
 from . import et_def_pb2 as pb
@@ -137,14 +137,8 @@ def parse_et(data: bytes, path="<bytes>", *, keep_raw: bool = True, shared: dict
         data = _gunzip(data, path)
         gzipped = True
 
-    # Millions of acyclic containers are made below; the cyclic GC would re-scan them over and over: pause it.
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused():
         return _parse_frames(data, path, keep_raw, gzipped, shared)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
 
 
 def _parse_frames(data, path, keep_raw, gzipped, shared=None):

@@ -4,27 +4,18 @@ fails either is simulated again unfolded (:class:`~astra_sim.errors.FoldAbandone
 
 from __future__ import annotations
 
-import gc
-
 from astra_sim.errors import DeadlockError, FoldAbandoned
 from astra_sim.unmatched import describe_unmatched, lines as unmatched_lines, unmatched_error, unmatched_warning
 
 
 def run_events(engine, workloads, folded, drive=None):
     """Start every simulated rank (in rank order) and run the engine (or ``drive()`` it) until no event is left."""
-    # Millions of short-lived acyclic objects: the cyclic collector would walk the large live heap over and over.
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        for workload in workloads:
-            if workload is not None:
-                if folded:
-                    engine.fold.start_rank(workload.rank)
-                workload.start()
-        (engine.run if drive is None else drive)()
-    finally:
-        if gc_was_enabled:
-            gc.enable()
+    for workload in workloads:
+        if workload is not None:
+            if folded:
+                engine.fold.start_rank(workload.rank)
+            workload.start()
+    (engine.run if drive is None else drive)()
 
 
 def check_all_finished(engine, workloads, matcher, folded):

@@ -3,12 +3,12 @@ group ids and peers appended, the groups file and the manifest."""
 
 from __future__ import annotations
 
-import gc
 import json
-from contextlib import contextmanager
+from contextlib import nullcontext
 
 from astra_sim.chakra.reader import parse_node
 from astra_sim.chakra.writer import encode_varint, make_metadata
+from astra_sim.gcpause import gc_paused
 from astra_sim.safeio import write_bytes_atomic
 from astra_folding.symmetry import RankSymmetry
 from astra_workload_compact import hold_compact_workload, write_compact_workload
@@ -69,7 +69,7 @@ def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True, per_ran
     classes = []
     # held nodes are a million small objects that cannot form cycles: the cyclic GC re-scanning them while they
     # are made took more than the making (13 of 23 CPU seconds of the MLPerf GPT-3 step), as in parse_et
-    with _gc_paused(in_memory):
+    with gc_paused() if in_memory else nullcontext():
         for p in range(cfg.pp):
             graphs = [_build(dims, cfg, p, e, in_memory) for e in range(per_ep)]
             # the stage's memory estimate travels in its traces' GlobalMetadata (astra run checks it against HBM)
@@ -121,19 +121,6 @@ def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True, per_ran
             "parameters": parameter_count(dims, cfg.tp), "classes": cfg.npus // symmetry.order,
             "activated_parameters": activated_parameter_count(dims, cfg.tp), "flops": flops,
             "memory": memory, "peak_memory_bytes": max(m.total for m in memory)}
-
-
-@contextmanager
-def _gc_paused(pause):
-    """The cyclic garbage collector paused inside (when ``pause``), as it was after."""
-    was_enabled = gc.isenabled()
-    if pause:
-        gc.disable()
-    try:
-        yield
-    finally:
-        if pause and was_enabled:
-            gc.enable()
 
 
 def _build(dims, cfg, stage, ep_index, in_memory):
