@@ -161,3 +161,23 @@ def test_bad_default_dtype_is_a_config_error():
 
     with pytest.raises(ConfigError, match="--gpu-default-dtype"):
         GpuComputeModel(Context())
+
+
+def test_nodes_of_one_op_are_timed_once_per_gpu_state():
+    """The per-node path is cached by the node's op (name, IOInfo, grouped GEMM, attention kernel): one entry per
+    distinct op however many nodes, each node the ns a fresh model gives it; a grouped GEMM of the same shapes is its
+    own entry, and a clock ratio (set_clock_ratios) clears the cache."""
+    model = GpuComputeModel(None)
+    nodes = [mm(i, 4096, 8192, 4096) for i in range(50)]
+    alone = GpuComputeModel(None).compute_time_ns(nodes[0], 0)
+    assert [model.compute_time_ns(n, 0) for n in nodes] == [alone] * 50
+    assert model.counts["op_shapes"] == 50
+    entries = len(model._cache)
+    assert entries == 2  # the op's seconds and the node's ns
+    grouped = mm(99, 4096, 8192, 4096)
+    grouped.attrs.update(grouped_gemm_dim="m", grouped_gemm_sizes=[1024, 3072, 0, 0])
+    grouped_ns = model.compute_time_ns(grouped, 0)
+    assert grouped_ns == GpuComputeModel(None).compute_time_ns(grouped, 0) != alone
+    assert model.compute_time_ns(nodes[1], 0) == alone and len(model._cache) == entries + 2
+    model.set_clock_ratios({"gemm": 0.5})
+    assert model.compute_time_ns(nodes[2], 0) > alone

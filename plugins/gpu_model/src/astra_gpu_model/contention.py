@@ -359,9 +359,17 @@ class Contention:
     def time_node(self, model, node, rank):
         """Time ``node`` with ``model`` on the whole or the contended GPU, piecewise over :meth:`segments` (it
         progresses at each state's rate while that state lasts); record the pieces it ran."""
-        segments = self.segments(rank)
-        margin = self.node_margin(node, rank)
         measured = self.mode == "measured"
+        margin = self.node_margin(node, rank)
+        nodes = self._nodes_in_flight(rank) if self._nodes_in_flight is not None else None
+        if not nodes and not margin:  # the common case, no communication and no margin: the whole GPU, one piece
+            duration = model._compute_time_ns(node, rank)
+            if duration is None:
+                return None
+            if duration:
+                self._record(model, node, rank, measured, duration, (((duration, None, 0.0), 0, duration),))
+            return duration
+        segments = self.segments(rank) if nodes else [(None, None)]
         full = model._compute_time_ns(node, rank) if measured else None  # the whole GPU's time
         durations = {}
 
@@ -382,22 +390,33 @@ class Contention:
         duration = pieces[-1][2] - start
         if any(sms is not None for (_d, sms, _s), _a, _b in pieces):
             self.contended_nodes += 1
-        if duration and self._engine is not None:
-            if measured:  # (only the measured model slows a collective beside running kernels: compute_busy_until)
-                running = self._running.get(rank)
-                if running is None:
-                    running = self._running[rank] = []
-                running[:] = [k for k in running if k[1] > start]  # bounded by the kernels running at once
-                running.append((start, start + duration))
-            nbytes = 0 if measured else self._bytes(model, node, rank)
-            intervals = self.compute.get(rank)
-            if intervals is None:
-                intervals = self.compute[rank] = _Intervals()
-            for (d, sms, share), a, b in pieces:
-                if b > a:
-                    hbm = min(1.0 - share, nbytes / (d * 1e-9 * self.gpu.hbm_bytes_per_s)) if nbytes and d else 0.0
-                    intervals.add(a, b, self.gpu.sm_count - (sms or 0), -1 if sms is None else sms, hbm)
+        if duration:
+            self._record(model, node, rank, measured, duration,
+                         [(timing, a - start, b - start) for timing, a, b in pieces])
         return duration
+
+    def _record(self, model, node, rank, measured, duration, pieces):
+        """Record a kernel issued now that runs ``duration`` ns (> 0) as ``pieces``: ``((duration on the state,
+        SMs taken or None, HBM share), from, to)``, in ns from now."""
+        engine = self._engine
+        if engine is None:
+            return
+        start = engine.now
+        if measured:  # (only the measured model slows a collective beside running kernels: compute_busy_until)
+            running = self._running.get(rank)
+            if running is None:
+                running = self._running[rank] = []
+            running[:] = [k for k in running if k[1] > start]  # bounded by the kernels running at once
+            running.append((start, start + duration))
+        nbytes = 0 if measured else self._bytes(model, node, rank)
+        intervals = self.compute.get(rank)
+        if intervals is None:
+            intervals = self.compute[rank] = _Intervals()
+        sm_count = self.gpu.sm_count
+        for (d, sms, share), a, b in pieces:
+            if b > a:
+                hbm = min(1.0 - share, nbytes / (d * 1e-9 * self.gpu.hbm_bytes_per_s)) if nbytes and d else 0.0
+                intervals.add(start + a, start + b, sm_count - (sms or 0), -1 if sms is None else sms, hbm)
 
     def compute_busy_until(self, rank):
         """When the last compute kernel of ``rank`` running now ends, or None: the one test of whether a collective
