@@ -4,7 +4,8 @@ goes on at max(wgrad end, all-reduce end) (Megatron-Core core_r0.14.0 ``LinearWi
 Communication.backward``: ``all_reduce(grad_input, async_op=True)`` after the dgrad, ``handle.wait()`` after the
 wgrad; Transformer Engine d0067d0 ``_Linear`` / ``_LayerNormLinear`` likewise); so does the LM head's, Megatron's
 ``output_layer`` being such a linear too. By hand on a one-layer step at TP 2,
-simulated on a 2-NPU analytical ring; the other frameworks keep autograd's order (reduction after both GEMMs)."""
+simulated on a 2-NPU analytical ring; the other frameworks keep autograd's order (reduction after both GEMMs), and
+so does Megatron with ``--no-async-tensor-model-parallel-allreduce`` (2021-09 .. 2024-04; before 3f652469 always)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import types
 import pytest
 
 from astra_sim import hookimpl
+from astra_sim.errors import ConfigError
 from astra_sim.chakra import types as T
 from astra_sim.simulation import simulate
 from astra_sim_testing import write_network_config, write_system_config
@@ -129,3 +131,39 @@ def test_other_frameworks_reduce_after_both_gemms(tmp_path, cfg):
     for site, gemm in (("mlp_in", "fc1"), ("attn_in", "qkv")):
         assert nodes[f"tp_ar.bwd.l0.mb0.{site}"].data_deps == [nodes[f"bwd.l0.mb0.{gemm}.wgrad"].id]
     assert "tp_ar.bwd.head.mb0.head_in" not in nodes  # (their head's reduction is not emitted, as before)
+
+
+@pytest.fixture(scope="module")
+def sync_gemms(tmp_path_factory):
+    """``--no-async-tensor-model-parallel-allreduce``, GEMMs at 0.05 TFLOP/s."""
+    return _step(tmp_path_factory.mktemp("sync"), tflops=SLOW_TFLOPS, async_tp_allreduce=False)
+
+
+def test_no_async_flag_all_reduces_after_the_wgrad(sync_gemms):
+    """Megatron-LM 3f652469 / cfd2e216 without ``async_tensor_model_parallel_allreduce``: the all-reduce is
+    ``copy_to_tensor_model_parallel_region``'s backward, after the matmul's (both GEMMs), for QKV, FC1 and the head
+    (``parallel_lm_logits``). By hand: FC1's all-reduce starts at its dgrad's end + 1342 us (the wgrad), the head's
+    at its dgrad's end + 1311 us, and the next GEMM starts at the all-reduce's end."""
+    nodes, spans, finish = sync_gemms
+    for site, gemm, wgrad_ns, nxt in (("l0.mb0.mlp_in", "l0.mb0.fc1", FC1_GEMM_NS, "l0.mb0.proj.dgrad"),
+                                      ("head.mb0.head_in", "head.mb0", HEAD_WGRAD_NS, "l0.mb0.fc2.dgrad"),
+                                      ("l0.mb0.attn_in", "l0.mb0.qkv", None, None)):
+        ar, dgrad, wgrad = (nodes[k] for k in (f"tp_ar.bwd.{site}", f"bwd.{gemm}.dgrad", f"bwd.{gemm}.wgrad"))
+        assert ar.attrs["comm_size"] == GRAD_BYTES and ar.data_deps == [wgrad.id]
+        assert spans[ar.id][0] == spans[wgrad.id][1]
+        if wgrad_ns:
+            assert spans[ar.id][0] == spans[dgrad.id][1] + wgrad_ns
+            assert spans[nodes[f"bwd.{nxt}"].id][0] == spans[ar.id][1]
+    assert finish == spans[nodes["tp_ar.bwd.l0.mb0.attn_in"].id][1]
+
+
+def test_no_async_flag_is_moot_with_sp_and_refused_elsewhere(tmp_path):
+    """With sequence parallelism Megatron set the flag off and reduce-scattered asynchronously anyway (cfd2e216
+    ``megatron/arguments.py`` 304-307): the same step either way. Outside a Megatron training step: refused."""
+    sp = dict(sequence_parallel=True, simulate_it=False)
+    on, _, _ = _step(tmp_path, "on", **sp)
+    off, _, _ = _step(tmp_path, "off", async_tp_allreduce=False, **sp)
+    assert {k: n.data_deps for k, n in on.items()} == {k: n.data_deps for k, n in off.items()}
+    assert on["tp_rs.bwd.l0.mb0.mlp_in"].data_deps == [on["bwd.l0.mb0.fc1.dgrad"].id]
+    with pytest.raises(ConfigError, match="no-async-tensor-model-parallel-allreduce"):
+        _step(tmp_path, "fsdp2", simulate_it=False, framework="fsdp2", zero=3, dp=2, async_tp_allreduce=False)

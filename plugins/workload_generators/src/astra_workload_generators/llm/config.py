@@ -104,6 +104,7 @@ class LlmConfig:
     bias_activation_fusion: bool = False  # MoE: the experts' activation as Megatron's fused weighted GLU kernels (.moe)
     bias_swiglu_fusion: bool = True  # Megatron training: the dense gated FFN's SwiGLU as one kernel each way (.layers)
     bias_dropout_fusion: bool = True  # Megatron training: bias + dropout + residual add as one kernel (.layers)
+    async_tp_allreduce: bool = True  # Megatron training without SP: QKV/FC1/head dgrad all-reduce beside the wgrad
     moe_router_dtype: str | None = None  # MoE: Megatron's router dtype, fp32 | fp64; None: the input's (--dtype)
     comm_sms: tuple = ()            # ((key, SMs), ...): comm_sms attribute per kind of communication (see --comm-sms)
     sm_margins: tuple = ()          # ((TE overlap name, SMs), ...): its GEMMs' sm_margin (TE's set_sm_margin)
@@ -392,6 +393,9 @@ def _check(dims: ModelDims, cfg: LlmConfig):
     if not cfg.bias_dropout_fusion and (cfg.inference or implied_framework(cfg) != "megatron"):
         raise ConfigError("--no-bias-dropout-fusion is Megatron-LM's flag (--framework megatron training); the other "
                           "frameworks run dropout and add unfused anyway")
+    if not cfg.async_tp_allreduce and (cfg.inference or implied_framework(cfg) != "megatron"):
+        raise ConfigError("--no-async-tensor-model-parallel-allreduce is Megatron-LM's flag (--framework megatron "
+                          "training); the other frameworks reduce after the weight gradient anyway")
     if cfg.fp8_activation_input and dims.gated and not cfg.bias_swiglu_fusion:
         raise ConfigError("--fp8-activation-input with --no-bias-swiglu-fusion: Megatron keeps the activation's "
                           "input in FP8 only inside its fused SwiGLU (bias_swiglu_impl's fp8_input_store)")

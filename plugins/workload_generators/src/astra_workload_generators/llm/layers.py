@@ -121,7 +121,8 @@ class LayerOps:
         it. A frozen (LoRA) head all-reduces too (``LinearWithFrozenWeight``, synchronously: no wgrad to overlap).
         torchtitan: the ``Partial`` gradient of the replicated input back to ``Shard(1)``, a reduce-scatter too.
         Returns ``[id]``; ``[]`` at TP 1, and without sequence parallelism outside a Megatron training step (not
-        emitted there, as before)."""
+        emitted there, as before), and with ``--no-async-tensor-model-parallel-allreduce`` (:meth:`head_backward`
+        emits it on the chain after the wgrad)."""
         cfg = self.cfg
         if cfg.tp == 1:
             return []
@@ -129,7 +130,7 @@ class LayerOps:
         if cfg.sequence_parallel:
             return [self.coll(f"tp_rs.bwd.{site}.head_in", T.REDUCE_SCATTER, self.act_bytes, "tp", [self.prev],
                               chain=False)]
-        if not self.megatron_training:
+        if not self.megatron_training or not cfg.async_tp_allreduce:
             return []
         return [self.coll(f"tp_ar.bwd.{site}.head_in", T.ALL_REDUCE, self.act_bytes, "tp", [self.prev], chain=False)]
 
@@ -137,7 +138,11 @@ class LayerOps:
         """One LM-head call's backward: the input-gradient GEMM and its TP reduction (:meth:`head_grad_scatter`),
         and the weight gradient (with its re-gather, :meth:`head_regather`) now, or, with
         ``--defer-embedding-wgrad-compute``, in the pipeline drain (:meth:`drain_head_wgrads`). Returns the
-        reduction's ``[id]`` (what the norm's backward after it waits for), ``[]`` without one."""
+        reduction's ``[id]`` (what the norm's backward after it waits for), ``[]`` without one. With
+        ``--no-async-tensor-model-parallel-allreduce`` (no sequence parallelism) the all-reduce runs on the chain
+        after the wgrad (or the dgrad, deferred or frozen), as ``copy_to_tensor_model_parallel_region``'s backward
+        after the matmul's: ``parallel_lm_logits`` without ``async_tensor_model_parallel_allreduce``
+        (NVIDIA/Megatron-LM cfd2e216 ``megatron/model/language_model.py`` 30-49; f559787d, 2021-03, always so)."""
         n, h = self.tokens, self.dims.hidden
         site = site or f"head.mb{mb}"
         defer = self._head_wgrad_deferred()
@@ -148,6 +153,8 @@ class LayerOps:
             self.deferred_head.append(site)
         elif not self.frozen:
             self.mm(f"bwd.{site}.wgrad", h, n, vocab, gathered, linear=False)
+        if not (self.cfg.async_tp_allreduce or self.cfg.sequence_parallel) and self.megatron_training:
+            self._tp("ar", f"bwd.{site}.head_in")
         return scattered
 
     def _head_wgrad_deferred(self):
@@ -721,9 +728,16 @@ class LayerOps:
         (:meth:`wait_for`). ``[]`` (the caller keeps the reduction on the chain after the wgrad, as autograd runs
         it) at TP 1, for torchtitan / DeepSpeed / Hugging Face (autograd reduces after the matmul's backward, both
         GEMMs), and without a weight gradient (LoRA's frozen base: ``LinearWithFrozenWeight`` all-reduces
-        synchronously)."""
+        synchronously). ``[]`` too with ``--no-async-tensor-model-parallel-allreduce`` without sequence parallelism
+        on Megatron's own linears (``async_grad_allreduce`` off: ``copy_to_tensor_model_parallel_region``'s
+        backward all-reduces after both GEMMs; NVIDIA/Megatron-LM 3f652469 ``megatron/mpu/layers.py`` 305-330,
+        cfd2e216 ``megatron/arguments.py`` 304-307: with sequence parallelism the flag is moot, its reduce-scatter
+        async anyway). Transformer Engine's linears (``--gemm-dtype`` FP8/FP4) never read it (5fffdfc7^
+        ``megatron/core/transformer/custom_layers/transformer_engine.py``): async as above."""
         cfg = self.cfg
         if cfg.tp == 1 or self.frozen or not self.megatron_training:
+            return []
+        if not (cfg.async_tp_allreduce or cfg.sequence_parallel) and cfg.gemm_dtype == "same":
             return []
         kind, comm = ("rs", T.REDUCE_SCATTER) if cfg.sequence_parallel else ("ar", T.ALL_REDUCE)
         return [self.coll(f"tp_{kind}.{label}", comm, self.act_bytes, "tp", [self.prev], chain=False)]

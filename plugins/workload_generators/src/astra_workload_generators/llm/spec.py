@@ -69,6 +69,7 @@ class LlmSpec:
     bias_activation_fusion: bool = False  # the experts' fused activation (see --bias-activation-fusion)
     bias_swiglu_fusion: bool = True     # Megatron training: the dense gated FFN's fused SwiGLU (--no-bias-swiglu-fusion)
     bias_dropout_fusion: bool = True    # Megatron training: the fused bias-dropout-add (--no-bias-dropout-fusion)
+    async_tensor_model_parallel_allreduce: bool = True  # (--no-async-tensor-model-parallel-allreduce)
     moe_router_dtype: str | None = None  # fp32 | fp64; None: --dtype (see --moe-router-dtype)
     # layout
     tp: int = 1
@@ -306,6 +307,7 @@ class LlmSpec:
                         bias_activation_fusion=self.bias_activation_fusion,
                         bias_swiglu_fusion=self.bias_swiglu_fusion,
                         bias_dropout_fusion=self.bias_dropout_fusion,
+                        async_tp_allreduce=self.async_tensor_model_parallel_allreduce,
                         moe_router_dtype=self.moe_router_dtype,
                         recompute_modules=(() if self.recompute_modules is None
                                            else parse_recompute_modules(self.recompute_modules)),
@@ -474,6 +476,12 @@ def _add_flags(p):
                    help="Megatron training with dropout: the residual stream's dropout and add as two kernels "
                    "(native_dropout, then add_), as Megatron-LM's --no-bias-dropout-fusion runs them. Default: "
                    "Megatron's fused bias-dropout-add, one kernel (the other frameworks: two anyway)")
+    p.add_argument("--no-async-tensor-model-parallel-allreduce", dest="async_tensor_model_parallel_allreduce",
+                   action="store_false",
+                   help="Megatron training at --tp > 1 without --sequence-parallel: the QKV/FC1 and LM-head input-"
+                   "gradient all-reduces run after the weight-gradient GEMM, as Megatron-LM did before 2021-09 and "
+                   "with this flag until 2024-04. Default: launched after the input-gradient GEMM, beside the wgrad. "
+                   "No effect with --sequence-parallel, and none on the layers with Transformer Engine's (FP8) linears")
     p.add_argument("--moe-router-dtype", choices=MOE_ROUTER_DTYPES, default=None,
                    help="MoE: Megatron's --moe-router-dtype, the router's logits and probabilities in fp32 or fp64 "
                    "(the probabilities' all-to-all carries 4 or 8 B a copy); default: the input's dtype (--dtype), "
