@@ -201,7 +201,12 @@ class GpuComputeModel:
         name = node.name
         if name.startswith("aten::"):
             io = node_io(node)
-            grouped, kernel = self._grouped(node), self._attention_kernel(node)
+            attrs = node.attrs
+            grouped = None if "grouped_gemm_dim" not in attrs and "grouped_gemm_sizes" not in attrs \
+                else self._grouped(node)
+            kernel = attrs.get("attention_kernel")
+            if kernel is not None and kernel not in ATTENTION_KERNELS:
+                kernel = self._attention_kernel(node)  # (warned about once; None)
             # all the time of a node timed by its own op depends on besides the GPU, whose cache holds it (_cache:
             # swapped with the GPU by contention, cleared by set_clock_ratios; one entry per distinct op)
             key = (name, io, grouped, kernel)

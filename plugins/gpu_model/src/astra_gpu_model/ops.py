@@ -445,21 +445,24 @@ def node_io(node):
     3. the node's serialized IOInfo, when it was read with ``read_et(..., keep_raw=True)`` (the kernel's
        Chakra loader reads with ``keep_raw=False``, so not during ``astra run``).
     """
-    shapes = getattr(node, "inputs_shapes", "") or ""
-    types = getattr(node, "inputs_types", "") or ""
-    values = getattr(node, "inputs_values", "") or ""
+    try:  # (an EtNode's fields; called for every node, twice: kept cheap)
+        shapes, types, values = node.inputs_shapes or "", node.inputs_types or "", node.inputs_values or ""
+    except AttributeError:
+        shapes = getattr(node, "inputs_shapes", "") or ""
+        types = getattr(node, "inputs_types", "") or ""
+        values = getattr(node, "inputs_values", "") or ""
     attrs = node.attrs
-    if not shapes:
+    if not shapes and not attrs.keys().isdisjoint(SHAPE_ATTRS):
         for key in SHAPE_ATTRS:
             if attrs.get(key):
                 shapes = attrs[key]
                 break
-    if not types:
+    if not types and not attrs.keys().isdisjoint(TYPE_ATTRS):
         for key in TYPE_ATTRS:
             if attrs.get(key):
                 types = attrs[key]
                 break
-    if not values:
+    if not values and not attrs.keys().isdisjoint(VALUE_ATTRS):
         for key in VALUE_ATTRS:
             if attrs.get(key):
                 values = attrs[key]
