@@ -360,7 +360,7 @@ class Contention:
         """Time ``node`` with ``model`` on the whole or the contended GPU, piecewise over :meth:`segments` (it
         progresses at each state's rate while that state lasts); record the pieces it ran."""
         measured = self.mode == "measured"
-        margin = self.node_margin(node, rank)
+        margin = self.node_margin(node, rank) if "sm_margin" in node.attrs else 0
         nodes = self._nodes_in_flight(rank) if self._nodes_in_flight is not None else None
         if not nodes and not margin:  # the common case, no communication and no margin: the whole GPU, one piece
             duration = model._compute_time_ns(node, rank)

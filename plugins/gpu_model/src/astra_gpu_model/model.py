@@ -240,6 +240,10 @@ class GpuComputeModel:
     def op_class(self, node, rank):
         """``gemm``, ``attention``, ``elementwise`` (memory-bound ops) or ``other`` (no GPU work) for a node the
         model reads by its op; None for the others (the kernel then classifies by name)."""
+        name = node.name
+        op = self._ops.get((name, node_io(node), False)) if name.startswith("aten::") else None
+        if op:  # (the breakdown asks for every node: an op classified before, looked up at once)
+            return _OP_CLASSES[op.kind]
         op = self._node_op(node, rank)
         return None if op is None else _OP_CLASSES[op.kind]
 
