@@ -374,7 +374,7 @@ class Contention:
                     running = self._running.get(rank)
                     if running is None:
                         running = self._running[rank] = []
-                    if running:
+                    if running and (len(running) > 1 or running[0][1] <= start):  # (most often one, running on)
                         running[:] = [k for k in running if k[1] > start]
                     running.append((start, end))
                     hbm = 0.0
