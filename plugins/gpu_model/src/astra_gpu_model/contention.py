@@ -367,24 +367,12 @@ class Contention:
             if duration is None:
                 return None
             engine = self._engine
-            if duration and engine is not None:  # (_record of one piece, inlined: the path of most nodes)
+            if duration and engine is not None:  # (one piece on the whole GPU: the path of most nodes)
                 start = engine.now
-                end = start + duration
-                if measured:
-                    running = self._running.get(rank)
-                    if running is None:
-                        running = self._running[rank] = []
-                    if running and (len(running) > 1 or running[0][1] <= start):  # (most often one, running on)
-                        running[:] = [k for k in running if k[1] > start]
-                    running.append((start, end))
-                    hbm = 0.0
-                else:
-                    nbytes = self._bytes(model, node, rank)
-                    hbm = min(1.0, nbytes / (duration * 1e-9 * self.gpu.hbm_bytes_per_s)) if nbytes else 0.0
-                intervals = self.compute.get(rank)
-                if intervals is None:
-                    intervals = self.compute[rank] = _Intervals()
-                intervals.add(start, end, self.gpu.sm_count, -1, hbm)
+                intervals = self._started(rank, start, duration, measured)
+                nbytes = 0 if measured else self._bytes(model, node, rank)
+                hbm = min(1.0, nbytes / (duration * 1e-9 * self.gpu.hbm_bytes_per_s)) if nbytes else 0.0
+                intervals.add(start, start + duration, self.gpu.sm_count, -1, hbm)
             return duration
         segments = self.segments(rank) if nodes else [(None, None)]
         full = model._compute_time_ns(node, rank) if measured else None  # the whole GPU's time
@@ -419,21 +407,29 @@ class Contention:
         if engine is None:
             return
         start = engine.now
-        if measured:  # (only the measured model slows a collective beside running kernels: compute_busy_until)
-            running = self._running.get(rank)
-            if running is None:
-                running = self._running[rank] = []
-            running[:] = [k for k in running if k[1] > start]  # bounded by the kernels running at once
-            running.append((start, start + duration))
+        intervals = self._started(rank, start, duration, measured)
         nbytes = 0 if measured else self._bytes(model, node, rank)
-        intervals = self.compute.get(rank)
-        if intervals is None:
-            intervals = self.compute[rank] = _Intervals()
         sm_count = self.gpu.sm_count
         for (d, sms, share), a, b in pieces:
             if b > a:
                 hbm = min(1.0 - share, nbytes / (d * 1e-9 * self.gpu.hbm_bytes_per_s)) if nbytes and d else 0.0
                 intervals.add(start + a, start + b, sm_count - (sms or 0), -1 if sms is None else sms, hbm)
+
+    def _started(self, rank, start, duration, measured):
+        """Note a kernel of ``rank`` running from ``start`` for ``duration`` ns among its running kernels (measured
+        model only: it alone slows a collective beside running kernels, :meth:`compute_busy_until`); returns the
+        rank's compute intervals, to record its pieces in."""
+        if measured:
+            running = self._running.get(rank)
+            if running is None:
+                running = self._running[rank] = []
+            if running and (len(running) > 1 or running[0][1] <= start):  # (bounded by the kernels running at once;
+                running[:] = [k for k in running if k[1] > start]         # most often one, still running)
+            running.append((start, start + duration))
+        intervals = self.compute.get(rank)
+        if intervals is None:
+            intervals = self.compute[rank] = _Intervals()
+        return intervals
 
     def compute_busy_until(self, rank):
         """When the last compute kernel of ``rank`` running now ends, or None: the one test of whether a collective

@@ -201,12 +201,7 @@ class GpuComputeModel:
         name = node.name
         if name.startswith("aten::"):
             io = node_io(node)
-            attrs = node.attrs
-            grouped = None if "grouped_gemm_dim" not in attrs and "grouped_gemm_sizes" not in attrs \
-                else self._grouped(node)
-            kernel = attrs.get("attention_kernel")
-            if kernel is not None and kernel not in ATTENTION_KERNELS:
-                kernel = self._attention_kernel(node)  # (warned about once; None)
+            grouped, kernel = self._grouped(node), self._attention_kernel(node)
             # all the time of a node timed by its own op depends on besides the GPU, whose cache holds it (_cache:
             # swapped with the GPU by contention, cleared by set_clock_ratios; one entry per distinct op)
             key = (name, io, grouped, kernel)
@@ -240,10 +235,6 @@ class GpuComputeModel:
     def op_class(self, node, rank):
         """``gemm``, ``attention``, ``elementwise`` (memory-bound ops) or ``other`` (no GPU work) for a node the
         model reads by its op; None for the others (the kernel then classifies by name)."""
-        name = node.name
-        op = self._ops.get((name, node_io(node), False)) if name.startswith("aten::") else None
-        if op:  # (the breakdown asks for every node: an op classified before, looked up at once)
-            return _OP_CLASSES[op.kind]
         op = self._node_op(node, rank)
         return None if op is None else _OP_CLASSES[op.kind]
 
