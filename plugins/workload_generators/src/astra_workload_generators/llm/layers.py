@@ -27,25 +27,34 @@ class LayerOps:
         Engine's ``LayerNormLinear`` / ``RMSNorm`` run their own kernels (``tex.layernorm_fwd`` / ``tex.rmsnorm_fwd``)
         and vLLM its ``rms_norm`` custom op: ASSUMPTION, timed as PyTorch's kernel of the same kind, whose rate and
         floor were measured (the gpu model's ``data/memops_fit.json`` / ``memops_floor.json``)."""
-        h, r = self.dims.hidden, self.ln_rows
         if self.cfg.norm_kernel == "composite":
             return self._composite_rms_norm(label + ".ln", deps)
-        if self.dims.rms_norm:
-            return self.ew("aten::_fused_rms_norm", label + ".ln", [self._t(r, h), self._t(h)], deps)
-        return self.ew("aten::native_layer_norm", label + ".ln", [self._t(r, h), self._t(h), self._t(h)], deps)
+        return self.norm_kernel(label + ".ln", self.ln_rows, self.dims.hidden, deps)
 
     def layer_norm_bwd(self, label, deps=()):
         """The norm's backward: ``native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight,
         bias, output_mask)``, or for RMSNorm ``_fused_rms_norm_backward(grad_out, input, normalized_shape, rstd,
         weight, output_mask)`` (derivatives.yaml as above): no mean, no bias; the statistics in fp32."""
-        h, r, f = self.dims.hidden, self.ln_rows, "Tensor(float)"
         if self.cfg.norm_kernel == "composite":
             return self._composite_rms_norm_bwd(label + ".ln", deps)
+        return self.norm_kernel_bwd(label + ".ln", self.ln_rows, self.dims.hidden, deps)
+
+    def norm_kernel(self, label, rows, width, deps=()):
+        """One fused norm kernel of the model's kind (``dims.rms_norm``) over ``rows x width``, as
+        :meth:`layer_norm` describes (also the query/key norms', :meth:`.rope.RopeOps.qk_norm_fwd`)."""
+        x, w = self._t(rows, width), self._t(width)
         if self.dims.rms_norm:
-            return self.ew("aten::_fused_rms_norm_backward", label + ".ln",
-                           [self._t(r, h), self._t(r, h), ((r, 1), f), self._t(h)], deps)
-        return self.ew("aten::native_layer_norm_backward", label + ".ln",
-                       [self._t(r, h), self._t(r, h), ((r, 1), f), ((r, 1), f), self._t(h), self._t(h)], deps)
+            return self.ew("aten::_fused_rms_norm", label, [x, w], deps)
+        return self.ew("aten::native_layer_norm", label, [x, w, self._t(width)], deps)
+
+    def norm_kernel_bwd(self, label, rows, width, deps=()):
+        """Its backward (:meth:`layer_norm_bwd`): the gradient and the input, the fp32 statistics, the weight
+        (and LayerNorm's bias)."""
+        f, g, x = "Tensor(float)", self._t(rows, width), self._t(rows, width)
+        if self.dims.rms_norm:
+            return self.ew("aten::_fused_rms_norm_backward", label, [g, x, ((rows, 1), f), self._t(width)], deps)
+        return self.ew("aten::native_layer_norm_backward", label,
+                       [g, x, ((rows, 1), f), ((rows, 1), f), self._t(width), self._t(width)], deps)
 
     def final_norm(self, mb, deps=()):
         """The model's final norm, between the last layer and the LM head, on the stage that holds the head:

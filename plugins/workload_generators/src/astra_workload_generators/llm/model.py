@@ -326,12 +326,12 @@ def layer_shards(dims: ModelDims, cfg: "LlmConfig", moe: bool = True, biases: bo
     tp = cfg.tp
     router = router_parameters(dims, moe)
     col, row, ecol, erow = bias_widths(dims, moe) if biases else (0, 0, 0, 0)
-    biases = col // tp + row
+    dense_biases = col // tp + row
     expert_biases = dims.experts * (ecol // tp + erow) if dims.moe and moe else 0
     if cfg.ep == 1:
-        return ((dense_layer_parameters(dims, moe) + expert_layer_parameters(dims, moe)) // tp + router + biases
-                + expert_biases, 0)
-    return (dense_layer_parameters(dims, moe) // tp + router + biases,
+        return ((dense_layer_parameters(dims, moe) + expert_layer_parameters(dims, moe)) // tp + router
+                + dense_biases + expert_biases, 0)
+    return (dense_layer_parameters(dims, moe) // tp + router + dense_biases,
             expert_layer_parameters(dims, moe) // cfg.ep // tp + expert_biases // cfg.ep)
 
 

@@ -60,12 +60,9 @@ class RopeOps:
         key rows (``hkv`` heads), forward (with the layers' other norms: ``cfg.ew_forward``); the last id or None."""
         if not (self.dims.qk_norm and self.cfg.ew_forward):
             return None
-        rms, node = self.dims.rms_norm, None
+        node = None
         for name, heads in (("q", hq), ("k", hkv)):
-            x = self._t(b * s * heads, d)
-            args = [x, self._t(d)] if rms else [x, self._t(d), self._t(d)]
-            node = self.ew("aten::_fused_rms_norm" if rms else "aten::native_layer_norm", f"{lab}.{name}_norm",
-                           args, deps)
+            node = self.norm_kernel(f"{lab}.{name}_norm", b * s * heads, d, deps)
             deps = ()
         return node
 
@@ -74,13 +71,9 @@ class RopeOps:
         each, reading the gradient, the input and the fp32 statistics, as :meth:`.layers.LayerOps.layer_norm_bwd`."""
         if not (self.dims.qk_norm and self.cfg.ew):
             return None
-        rms, node, f = self.dims.rms_norm, None, "Tensor(float)"
+        node = None
         for name, heads in (("k", hkv), ("q", hq)):
-            r = b * s * heads
-            stats = [((r, 1), f)] if rms else [((r, 1), f), ((r, 1), f)]
-            weights = [self._t(d)] if rms else [self._t(d), self._t(d)]
-            node = self.ew("aten::_fused_rms_norm_backward" if rms else "aten::native_layer_norm_backward",
-                           f"{lab}.{name}_norm", [self._t(r, d), self._t(r, d)] + stats + weights, deps)
+            node = self.norm_kernel_bwd(f"{lab}.{name}_norm", b * s * heads, d, deps)
             deps = ()
         return node
 
