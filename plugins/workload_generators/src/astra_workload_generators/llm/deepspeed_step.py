@@ -38,7 +38,7 @@ from __future__ import annotations
 from astra_sim.chakra import types as T
 
 from .memory_terms import DS_REDUCE_BUCKET
-from .model import position_embedding_parameters
+from .model import linear_bias_tensors, position_embedding_parameters
 from .split import stage_layers
 
 F32 = "Tensor(float)"
@@ -55,20 +55,15 @@ REDUCE_BUCKET_ELEMS = DS_REDUCE_BUCKET
 def persistent_parameters(dims, layers=None, final=True, first=False):
     """The sizes (elements) of the parameters ZeRO-3 keeps whole, one list entry each: per layer the two norms'
     weights, LayerNorm's biases (not RMSNorm's: ``dims.rms_norm``), the query and key norms (``dims.qk_norm``) and
-    the linear layers' biases (``dims.has_linear_bias``: QKV, projection, FC1, FC2 as Hugging Face's GPT-2 ``Conv1D``
-    has them; ``dims.qkv_bias``: QKV's only), as :func:`.model.layer_norm_parameters` and :func:`.model.bias_widths`
-    count them. Plus the final norm (``final``), and first a learned position table (``first``: GPT-2's ``wpe``,
+    the linear layers' biases (:func:`.model.linear_bias_tensors`: QKV, projection, FC1, FC2 as Hugging Face's GPT-2
+    ``Conv1D`` has them; QKV's only with ``dims.qkv_bias``), as :func:`.model.layer_norm_parameters` counts the norms. Plus the final norm (``final``), and first a learned position table (``first``: GPT-2's ``wpe``,
     :func:`.model.position_embedding_parameters`). Only those under ``PARAM_PERSISTENCE_THRESHOLD``. ``layers``: how
     many layers (default: the model's)."""
     h, d = dims.hidden, dims.head_dim
     norm = 1 if dims.rms_norm else 2  # (weight, or weight and bias)
     per_layer = [h, h] * norm + ([d, d] * norm if dims.qk_norm else [])
     final_norm = [h] * norm
-    qkv = dims.q_width + 2 * dims.kv_heads * d
-    if dims.has_linear_bias:
-        per_layer += [qkv, h, (2 if dims.gated else 1) * dims.ffn_hidden, h]
-    elif dims.qkv_bias:
-        per_layer += [qkv]
+    per_layer += [n for n, _ in linear_bias_tensors(dims, moe=False)]
     positions = [position_embedding_parameters(dims)] if first and dims.learned_positions else []
     sizes = positions + per_layer * (dims.layers if layers is None else layers) + (final_norm if final else [])
     return [n for n in sizes if n < PARAM_PERSISTENCE_THRESHOLD]

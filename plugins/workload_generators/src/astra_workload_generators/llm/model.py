@@ -285,6 +285,21 @@ def activated_layer_parameters(dims: ModelDims, moe: bool = True) -> int:
             + router_parameters(dims))
 
 
+def linear_bias_tensors(dims: ModelDims, moe: bool = True) -> list[tuple[int, bool]]:
+    """One layer's linear biases outside the routed experts, one entry per tensor in the layer's order (QKV, the
+    output projection, FC1, FC2; an MoE layer's FC1/FC2 are its shared experts', absent without them), each
+    ``(elements, column)``: whole, and whether its linear is column-parallel. The one rule :func:`bias_widths` sums
+    and DeepSpeed's persistent parameters list (:func:`.deepspeed_step.persistent_parameters`)."""
+    h = dims.hidden
+    qkv = (sum(n for _, _, n in mla_projections(dims)) if dims.mla
+           else dims.q_width + 2 * dims.kv_heads * dims.head_dim)
+    if not dims.has_linear_bias:
+        return [(qkv, True)] if dims.qkv_bias else []
+    fc1 = _ffn_mats(dims) - 1  # FC1's outputs per unit of FFN width: 2 gated halves, or 1
+    ffn = dims.shared_experts * dims.expert_ffn if dims.moe and moe else dims.ffn_hidden
+    return [(qkv, True), (h, False)] + ([(fc1 * ffn, True), (h, False)] if ffn else [])
+
+
 def bias_widths(dims: ModelDims, moe: bool = True):
     """One layer's linear biases, whole: ``(column, row, expert_column, expert_row)`` elements, where ``column``
     are the column-parallel linears' (QKV, FC1, the shared experts' FC1: split over TP like their outputs),
@@ -295,19 +310,14 @@ def bias_widths(dims: ModelDims, moe: bool = True):
     default True, which also sets ``add_qkv_bias``), ``--add-qkv-bias``. A gated FC1 has a bias per half. MLA's
     query/key/value projections count their outputs' widths (:func:`mla_projections`; no released MLA model has
     biases). The shared experts are one MLP of ``shared_experts x moe_ffn`` (Megatron's ``SharedExpertMLP``): one FC2
-    bias."""
-    h = dims.hidden
-    qkv = (sum(n for _, _, n in mla_projections(dims)) if dims.mla
-           else dims.q_width + 2 * dims.kv_heads * dims.head_dim)
-    fc1 = _ffn_mats(dims) - 1  # FC1's outputs per unit of FFN width: 2 gated halves, or 1
+    bias. The tensors themselves: :func:`linear_bias_tensors`."""
+    tensors = linear_bias_tensors(dims, moe)
+    column = sum(n for n, is_column in tensors if is_column)
+    row = sum(n for n, is_column in tensors if not is_column)
     layer_moe = dims.moe and moe
-    per_expert = (fc1 * dims.expert_ffn, h) if layer_moe and (dims.has_linear_bias or dims.expert_bias) else (0, 0)
-    if not dims.has_linear_bias:
-        return (qkv if dims.qkv_bias else 0), 0, *per_expert
-    if layer_moe:
-        shared = dims.shared_experts * dims.expert_ffn
-        return qkv + fc1 * shared, h + (h if shared else 0), *per_expert
-    return qkv + fc1 * dims.ffn_hidden, 2 * h, *per_expert
+    per_expert = ((_ffn_mats(dims) - 1) * dims.expert_ffn, dims.hidden) if layer_moe and (
+        dims.has_linear_bias or dims.expert_bias) else (0, 0)
+    return column, row, *per_expert
 
 
 def layer_bias_parameters(dims: ModelDims, moe: bool = True, activated: bool = False) -> int:
