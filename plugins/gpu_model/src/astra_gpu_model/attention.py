@@ -11,8 +11,12 @@ Asynchrony and Low-precision", arXiv:2407.08608 (v2), Figure 5 (c) and (d), forw
 mask, and Figure 6 (b), backward without it, all at head dimension 128, FP16/BF16, on an H100 80GB SXM5; TFLOP/s as
 the bars are labelled. Their setup (Sec. 4.1): batch x sequence = 16k tokens, hidden 2048 (16 heads of 128);
 FLOPs 4 x seqlen^2 x head_dim x heads, halved with the causal mask, x 2.5 for the backward -- the FLOPs
-``ops._attention`` counts. The head-dimension-128 rows are used at every head dimension (ASSUMPTION; FA2's
-forward without the mask at 8k reaches 322 TFLOP/s at head dim 64 and 324 at 256, Fig. 5(a) and (e), against 370).
+``ops._attention`` counts. The same figures' other panels time the other head dimensions (Fig. 5(a),(b) at 64,
+(e),(f) at 256, Fig. 6(a) the backward at 64; ``data/published_attention_hopper_head_dim.csv``, the source of each
+row named in it): :func:`kernel_tflops` interpolates them linearly in the head dimension (a head of 96: halfway
+between the 64 and 128 rows), clamped to the measured ones (below 64 the 64 rows, above 256 the 256 rows; the
+backward above 128 the 128 rows: Fig. 6's head-dim-256 panel was not found). A head whose values are narrower than
+its queries and keys (MLA: 192 and 128) is looked up at their mean (:func:`effective_head_dim`: 160).
 
 FP8 attention (a node whose Q, K, V are ``Float8_e4m3fn``: ``astra workload llm --attention-dtype fp8``) is timed
 from the same paper's FP8 forward figure (Figure 7: FlashAttention-3, cuDNN and Triton at head dimensions 64, 128
@@ -87,6 +91,36 @@ MEASURED_TFLOPS = {
     ("cudnn", True, False): (305, 408, 465, 499, 518, 516),
 }
 
+#: the same figures' rows at the other head dimensions (sources per row in its header and ``source`` column)
+HEAD_DIM_ATTENTION = "published_attention_hopper_head_dim.csv"
+#: the head dimension of :data:`MEASURED_TFLOPS`
+MEASURED_HEAD_DIM = 128
+
+
+@functools.lru_cache(maxsize=None)
+def measured_by_head_dim():
+    """``{(kernel, backward, causal): {head_dim: TFLOP/s at SEQ_LENS}}``: :data:`MEASURED_TFLOPS` at 128 and the rows
+    of :data:`HEAD_DIM_ATTENTION` (forward at 64 and 256, backward without the mask at 64)."""
+    table = {key: {MEASURED_HEAD_DIM: row} for key, row in MEASURED_TFLOPS.items()}
+    text = (resources.files("astra_gpu_model") / "data" / HEAD_DIM_ATTENTION).read_text(encoding="utf-8")
+    columns = ("tflops_512", "tflops_1k", "tflops_2k", "tflops_4k", "tflops_8k", "tflops_16k")
+    for r in csv.DictReader(line for line in text.splitlines() if not line.startswith("#")):
+        key = (r["kernel"], r["pass"] == "bwd", r["mask"] == "causal")
+        table[key][int(r["head_dim"])] = tuple(int(r[c]) for c in columns)
+    return table
+
+
+def effective_head_dim(head_dim, head_dim_v=0):
+    """The head dimension an attention is looked up at: the mean of its query/key and value widths, the square head
+    of the same FLOPs (``ops`` counts 2 x (d_qk + d_v) a query-key pair; the paper's 4 x d is that count at
+    d_qk = d_v = d); MLA's 192/128 -> 160. ASSUMPTION: the kernels' efficiency follows the FLOPs a pair (what the
+    tensor cores do between the softmax's fixed per-pair work), not the query/key width alone. 0 (unknown):
+    :data:`MEASURED_HEAD_DIM`."""
+    if not head_dim:
+        return MEASURED_HEAD_DIM
+    return (head_dim + (head_dim_v or head_dim)) / 2
+
+
 #: the H100 80GB SXM5's dense BF16/FP16 peak (NVIDIA H100 datasheet: 1,979 TFLOPS with sparsity); the paper's
 #: "740 TFLOPs/s, 75% of the theoretical maximum" is the same peak
 MEASURED_PEAK_TFLOPS = 989.4
@@ -141,25 +175,44 @@ def _interpolate(points, seq_len, lengths=SEQ_LENS):
     return points[-1]
 
 
-def kernel_tflops(kernel, backward, causal, seq_len):
-    """TFLOP/s of ``kernel`` on the H100 SXM5 at ``seq_len`` keys (the paper's shape). The paper has no causal
-    backward: ASSUMPTION, the backward loses to the mask what the forward loses at the same length
-    (backward x causal forward / forward): 286 TFLOP/s for FA2 at 8k. A check, not used: Dao-AILab/flash-attention
-    pull request #1791's benchmark_attn.py on a Hopper GPU measured FA2's causal backward at head dim 128 and 8k at
-    287.1 TFLOP/s (its forward 284.1)."""
+def _at_seq(kernel, backward, causal, seq_len, head_dim):
+    """TFLOP/s of the row measured at ``head_dim`` (a measured one), at ``seq_len``; the causal backward (not in the
+    paper): ASSUMPTION, at each head dimension the backward loses to the mask what the forward loses there."""
+    rows = measured_by_head_dim()
+    if backward and causal:
+        return (_interpolate(rows[(kernel, True, False)][head_dim], seq_len)
+                * _interpolate(rows[(kernel, False, True)][head_dim], seq_len)
+                / _interpolate(rows[(kernel, False, False)][head_dim], seq_len))
+    return _interpolate(rows[(kernel, backward, causal)][head_dim], seq_len)
+
+
+def kernel_tflops(kernel, backward, causal, seq_len, head_dim=MEASURED_HEAD_DIM):
+    """TFLOP/s of ``kernel`` on the H100 SXM5 at ``seq_len`` keys and ``head_dim`` (the paper's shape): the rows
+    measured at the head dimensions either side, each interpolated in log2(length), then linearly in the head
+    dimension; clamped to the measured head dimensions (64-256 forward, 64-128 backward). The paper has no causal
+    backward: ASSUMPTION, the backward loses to the mask what the forward loses at the same length and head
+    dimension (backward x causal forward / forward): 286 TFLOP/s for FA2 at 8k, head dim 128. A check, not used:
+    Dao-AILab/flash-attention pull request #1791's benchmark_attn.py on a Hopper GPU measured FA2's causal backward at
+    head dim 128 and 8k at 287.1 TFLOP/s (its forward 284.1)."""
     if kernel not in KERNELS:
         raise ValueError(f"attention kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
-    if backward and causal:
-        return (_interpolate(MEASURED_TFLOPS[(kernel, True, False)], seq_len)
-                * _interpolate(MEASURED_TFLOPS[(kernel, False, True)], seq_len)
-                / _interpolate(MEASURED_TFLOPS[(kernel, False, False)], seq_len))
-    return _interpolate(MEASURED_TFLOPS[(kernel, backward, causal)], seq_len)
+    dims = sorted(measured_by_head_dim()[(kernel, backward, False)])
+    dim = min(max(head_dim, dims[0]), dims[-1])
+    if dim in dims:
+        return _at_seq(kernel, backward, causal, seq_len, dim)
+    hi = next(d for d in dims if d > dim)
+    lo = dims[dims.index(hi) - 1]
+    t = (dim - lo) / (hi - lo)
+    low, high = (_at_seq(kernel, backward, causal, seq_len, d) for d in (lo, hi))
+    return low + t * (high - low)
 
 
-def kernel_efficiency(kernel, backward, causal, seq_len):
+def kernel_efficiency(kernel, backward, causal, seq_len, head_dim=MEASURED_HEAD_DIM):
     """The fraction of peak the model times ``kernel`` at (before its own wave quantisation): the measured TFLOP/s
-    over the H100 SXM5's peak, over the paper's wave utilisation."""
-    return kernel_tflops(kernel, backward, causal, seq_len) / MEASURED_PEAK_TFLOPS / measured_utilisation()
+    over the H100 SXM5's peak, over the paper's wave utilisation (the same 0.970 at every head dimension: 32 heads of
+    64 give 4096 blocks of 128 queries, 32 waves of 132 SMs; 8 of 256, 1024 blocks, 8 waves)."""
+    return (kernel_tflops(kernel, backward, causal, seq_len, head_dim) / MEASURED_PEAK_TFLOPS
+            / measured_utilisation())
 
 
 def _fp8_row(kernel, causal, head_dim):
@@ -364,4 +417,5 @@ __all__ = ["AMD_ATTENTION", "DECODE_FIT", "DECODE_FIT_GPU", "decode_fit", "decod
            "hopper_fp8_efficiency", "blackwell_efficiency", "published_attention", "published_efficiency",
            "FP8_MEASURED_TFLOPS", "KERNELS", "check_fp8_attention", "fp8_backward_kernel_efficiency",
            "fp8_efficiency", "fp8_kernel_efficiency", "fp8_kernel_tflops", "MEASURED_TFLOPS", "is_hopper",
-           "kernel_efficiency", "kernel_tflops", "measured_utilisation"]
+           "kernel_efficiency", "kernel_tflops", "measured_utilisation", "HEAD_DIM_ATTENTION",
+           "MEASURED_HEAD_DIM", "effective_head_dim", "measured_by_head_dim"]

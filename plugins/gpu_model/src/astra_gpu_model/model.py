@@ -29,8 +29,8 @@ from astra_sim.chakra import types as T
 from astra_sim.compute import node_work
 
 from astra_gpu_model.attention import (KERNELS as ATTENTION_KERNELS, amd_efficiency, blackwell_efficiency,
-                                       check_fp8_attention, decode_params, fp8_efficiency, is_hopper,
-                                       kernel_efficiency)
+                                       check_fp8_attention, decode_params, effective_head_dim, fp8_efficiency,
+                                       is_hopper, kernel_efficiency)
 from astra_gpu_model.gemm import gemm_time_s
 from astra_gpu_model.gpu import BLOCK_SCALED, DTYPE_BYTES, load_gpu
 from astra_gpu_model.grouped import group_shapes, grouped_gemm_time_s, grouped_params
@@ -433,8 +433,9 @@ class GpuComputeModel:
 
     def _attention_efficiency(self, op, kernel):
         """The fraction of peak an attention op runs at: the named kernel's published efficiency at the op's key
-        length on Hopper, cuDNN's published one on Blackwell (:func:`.attention.blackwell_efficiency`), else the
-        preset's ``attention_efficiency``; FP8 attention: :func:`.attention.fp8_efficiency`."""
+        length and head dimension on Hopper, cuDNN's published one on Blackwell
+        (:func:`.attention.blackwell_efficiency`), else the preset's ``attention_efficiency``; FP8 attention:
+        :func:`.attention.fp8_efficiency`."""
         if op.dtype == "fp8":
             return fp8_efficiency(self.gpu, kernel, op.causal, op.seq_k, op.head_dim, op.backward)
         if (op.dtype if op.dtype in DTYPE_BYTES else self.default_dtype) in ("bf16", "fp16"):
@@ -445,7 +446,8 @@ class GpuComputeModel:
                 return measured
         if kernel is None or not is_hopper(self.gpu):
             return self.gpu.attention_efficiency
-        return kernel_efficiency(kernel, op.backward, op.causal, op.seq_k)
+        return kernel_efficiency(kernel, op.backward, op.causal, op.seq_k,
+                                 effective_head_dim(op.head_dim, op.head_dim_v))
 
     def _memory_floor(self, name, launch):
         """Seconds a memory-bound kernel costs besides its bytes: on Hopper, the op's floor measured on the H200 in a
