@@ -118,7 +118,9 @@ def test_tp_volume(tmp_path, sp):
             # Megatron: 2 all-reduces forward + 2 backward per layer per micro-batch, and on the last stage the LM
             # head's input gradient (Megatron's output layer, allreduce_dgrad: test_async_tp_allreduce.py)
             head = 1 if rank >= tp * dp * (pp - 1) else 0
-            assert vol[("tp", T.ALL_REDUCE)] == (4 * layers_per_stage + head) * M * act
+            # and on the first stage the vocabulary-parallel embedding's output (test_embedding_tp.py)
+            emb = 1 if rank < tp * dp else 0
+            assert vol[("tp", T.ALL_REDUCE)] == (4 * layers_per_stage + head + emb) * M * act
             assert ("tp", T.ALL_GATHER) not in vol
         else:
             # sequence parallel: each all-reduce becomes reduce-scatter + all-gather of the same tensor; Megatron
@@ -127,12 +129,15 @@ def test_tp_volume(tmp_path, sp):
             # the last stage's LM head (a column-parallel linear): its input gathered in forward, again in backward
             # for its wgrad, and its input gradient reduce-scattered (test_llm_head_sp.py)
             head = 1 if rank >= tp * dp * (pp - 1) else 0
+            # the first stage's embedding (learned positions: Megatron all-reduces its output, splits it along the
+            # sequence, and all-gathers the gradient in backward; test_embedding_tp.py)
+            emb = 1 if rank < tp * dp else 0
             assert vol[("tp", T.REDUCE_SCATTER)] == (4 * layers_per_stage + head) * M * act
-            assert vol[("tp", T.ALL_GATHER)] == ((4 + 2) * layers_per_stage + 2 * head) * M * act
+            assert vol[("tp", T.ALL_GATHER)] == ((4 + 2) * layers_per_stage + 2 * head + emb) * M * act
             # and once a step the norms' gradients are all-reduced over TP before the optimizer (Megatron's
             # finalize_model_grads; LayerNorm weight and bias, 2 x 256 each, two a layer, the final one with the head):
             # fp32 main gradients (test_llm_norm_params.py)
-            assert vol[("tp", T.ALL_REDUCE)] == (2 * 512 * layers_per_stage + 512 * head) * 4
+            assert vol[("tp", T.ALL_REDUCE)] == (2 * 512 * layers_per_stage + 512 * head) * 4 + emb * M * act
             by_id = {n.id: n for n in nodes}
             wgrads = [n for n in nodes if str(n.attrs.get("label", "")).endswith((".qkv.wgrad", ".fc1.wgrad"))]
             assert len(wgrads) == 2 * layers_per_stage * M
@@ -142,7 +147,9 @@ def test_tp_volume(tmp_path, sp):
         sizes = {(n.attrs["comm_type"], n.attrs["comm_size"]) for n in nodes
                  if n.type == T.COMM_COLL_NODE and n.name.startswith("tp") and n.name != "tp_ar.norm_grads"}
         # an all-gather's comm_size is this rank's shard of the activation, b*s*h/TP
-        assert sizes == ({(T.REDUCE_SCATTER, act), (T.ALL_GATHER, act // tp)} if sp else {(T.ALL_REDUCE, act)})
+        embedding = {(T.ALL_REDUCE, act)} if sp and rank < tp * dp else set()
+        assert sizes == ({(T.REDUCE_SCATTER, act), (T.ALL_GATHER, act // tp)} | embedding if sp
+                         else {(T.ALL_REDUCE, act)})
 
 
 def test_pp_sends_and_receives(tmp_path):

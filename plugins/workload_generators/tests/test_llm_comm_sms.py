@@ -83,6 +83,8 @@ def _expected(node, groups):
         return groups["tp"]  # the LM head's (Megatron's own ColumnParallelLinear): NCCL TP collectives
     if name == "tp_ar.norm_grads":  # (SP: the norms' gradients over TP, finalize_model_grads: NCCL)
         return groups["tp"]
+    if re.match(r"tp_(ar|rs)\.fwd\.embedding\.mb\d+$|tp_ag\.bwd\.embedding\.mb\d+$", name):
+        return groups["tp"]  # (the vocabulary-parallel embedding, not a Transformer Engine module: NCCL)
     if re.match(r"(send|recv)_(act|grad)", name):
         return groups["pp"]
     if name.startswith("amax."):
@@ -123,7 +125,7 @@ def test_every_communication_node_carries_its_kinds_sms(tmp_path):
     prefix = _generate(tmp_path, "tp", "--tp-comm-overlap", "--comm-sms", "tp=7")
     with_sms = {n.name for n in _comm_nodes(prefix, 8) if "comm_sms" in n.attrs}
     assert with_sms and all(name.endswith(".regather") or ".head." in name or name == "tp_ar.norm_grads"
-                            or name.startswith("tp_rs.bwd.l") for name in with_sms)
+                            or name.startswith("tp_rs.bwd.l") or ".embedding." in name for name in with_sms)
     # (the bulk reduce-scatters, like the re-gathers, take the TP key when their TE names have none)
     assert [name for name in with_sms if name.startswith("tp_rs.bwd.l")]
 

@@ -77,6 +77,13 @@ launched right after its dgrad GEMM, beside the wgrad GEMM, and the next compute
 dependencies. Then the same four cases, on purpose (issue 36): the LM head's input gradient is all-reduced over TP
 after its dgrad GEMM, beside its wgrad GEMM (``LayerOps.head_grad_scatter``: Megatron's ``output_layer`` is a
 ``ColumnParallelLinear`` with ``allreduce_dgrad``); only the last stage's files changed.
+Then the Megatron training cases at TP 2 (cp_causal_unfused, dense_tp_pp_dp, gpt3_13b_preset,
+gpt_sp_overlap_fp8_vp_zero1, llama3_8b_preset, moe_imbalance_cp_ep, per_rank_files, unfused_scatter_gather), on
+purpose (issue 36): the vocabulary-parallel embedding's output is reduced over TP once a micro-batch before the
+first layer (an all-reduce; with sequence parallelism and rotary positions a reduce-scatter) and, with sequence
+parallelism, its gradient all-gathered before the embedding's weight gradient (``stage._EmbeddingTpOps``); only
+the first stage's files changed, and with those switched off every hash is the one before. (No case here has tied
+embeddings at PP > 1, whose gradient all-reduce over the embedding group came in the same change.)
 
 Regenerate (only when a change of the traces is intended)::
 

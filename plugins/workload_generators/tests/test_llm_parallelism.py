@@ -418,10 +418,16 @@ def test_tp_comm_overlap(tmp_path, tp, recompute, cp):
         # input gradients (its "bulk" overlap with the wgrad GEMM), 4 per layer and micro-batch
         # (the LM head's, a Megatron ColumnParallelLinear outside Transformer Engine, stay NCCL collectives on the
         # last stage: gather, re-gather and reduce-scatter per micro-batch, test_llm_head_sp.py; and with SP the
-        # norms' gradient all-reduce, test_llm_norm_params.py)
-        colls = [n for n in nodes if n.name.startswith(("tp_ag.", "tp_rs.")) and ".head." not in n.name]
+        # norms' gradient all-reduce, test_llm_norm_params.py; and the first stage's embedding, not a Transformer
+        # Engine module either: learned positions, its output all-reduced and its gradient all-gathered,
+        # test_embedding_tp.py)
+        colls = [n for n in nodes if n.name.startswith(("tp_ag.", "tp_rs.")) and ".head." not in n.name
+                 and ".embedding." not in n.name]
         head = [n for n in nodes if n.name.startswith(("tp_ag.", "tp_rs.")) and ".head." in n.name]
         assert len(head) == (3 * M if rank >= tp * cp else 0)
+        emb = [n.name for n in nodes if n.name.startswith(("tp_ag.", "tp_ar.")) and ".embedding." in n.name]
+        assert sorted(emb) == (sorted(f"tp_{k}.mb{mb}" for k in ("ag.bwd.embedding", "ar.fwd.embedding")
+                                      for mb in range(M)) if rank < tp * cp else [])
         assert len(colls) == 4 * layers_per_stage * M
         assert all(n.name.startswith("tp_ag.bwd.") and n.name.endswith(".regather")
                    or n.name.startswith("tp_rs.bwd.") and n.name.endswith((".attn_in", ".mlp_in")) for n in colls)

@@ -21,7 +21,7 @@ from .memory import memory_estimate, metadata_attrs
 from .layout import _dyn_bytes, comm_groups, rank_of, rank_symmetry
 from .model import ModelDims, activated_parameter_count, inference_flops, parameter_count, training_flops
 from .lora import lora_training_flops
-from .stage import _StageBuilder
+from .stage import _StageBuilder, embedding_group_used
 
 
 def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True, per_rank_files=False,
@@ -45,7 +45,7 @@ def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True, per_ran
         raise ValueError("generate_llm: in_memory holds a compact workload's class traces; per_rank_files writes "
                          "every rank's file")
     _check(dims, cfg)
-    gids, groups = comm_groups(cfg)
+    gids, groups = comm_groups(cfg, embedding=embedding_group_used(dims, cfg))
     prefix = str(prefix)
     if write:
         ensure_parent(prefix)

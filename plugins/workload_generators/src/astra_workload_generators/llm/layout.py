@@ -32,13 +32,16 @@ def cp_coords_of(cfg: LlmConfig, rank):
     return t, rest % cfg.cp, (rest // cfg.cp) % cfg.dp, rest // (cfg.cp * cfg.dp)
 
 
-def comm_groups(cfg: LlmConfig):
+def comm_groups(cfg: LlmConfig, embedding: bool = False):
     """{'tp': {(d, p): id}, 'dp': {(t, p): id}, 'pp': {(t, d): id}, 'ep': {(t, p, q): id},
     'edp': {(t, p, e): id}} and the JSON mapping {id: ranks}. EP groups (DP indices q*EP .. q*EP+EP-1) and
     expert-data-parallel groups (DP indices = e mod EP) follow the PP groups, only when EP > 1. With CP > 1 the
     tp/dp/pp/ep keys end with the CP index c, and 'cp' {(t, d, p)} and 'dpcp' {(t, p)} groups follow. FP8
-    training adds 'amax' {(p,)}: every rank of pipeline stage p (see _amax_reduction)."""
-    ids = {"tp": {}, "dp": {}, "pp": {}, "ep": {}, "edp": {}, "cp": {}, "dpcp": {}, "amax": {}}
+    training adds 'amax' {(p,)}: every rank of pipeline stage p (see _amax_reduction). ``embedding`` (the tied
+    word-embedding gradient's all-reduce, :func:`.stage.embedding_group_used`) adds last 'emb' {(t, d[, c])}:
+    Megatron's embedding group, the first and the last stage's ranks of each pipeline group
+    (``parallel_state.default_embedding_ranks``, Megatron-LM core_r0.14.0)."""
+    ids = {"tp": {}, "dp": {}, "pp": {}, "ep": {}, "edp": {}, "cp": {}, "dpcp": {}, "amax": {}, "emb": {}}
     groups = {}
 
     def add(kind, key, members):
@@ -92,6 +95,11 @@ def comm_groups(cfg: LlmConfig):
     if _amax_reduction(cfg):
         for p in range(cfg.pp):
             add("amax", (p,), [rank_of(cfg, t, d, p, c) for d in range(cfg.dp) for c in cps for t in range(cfg.tp)])
+    if embedding and cfg.pp > 1:
+        for d in range(cfg.dp):
+            for c in cps:
+                for t in range(cfg.tp):
+                    add("emb", k(t, d, c=c), [rank_of(cfg, t, d, 0, c), rank_of(cfg, t, d, cfg.pp - 1, c)])
     return ids, groups
 
 
@@ -118,6 +126,8 @@ def _dyn_bytes(key, rank, cfg, gids):
         attrs = {"pg_name": str(gids["edp"][(t, p, d % cfg.ep)])}
     elif key[0] == "amax":
         attrs = {"pg_name": str(gids["amax"][(p,)])}
+    elif key[0] == "emb":
+        attrs = {"pg_name": str(gids["emb"][(t, d) + cx])}
     elif key[0] in ("tpsend", "tprecv"):  # ring neighbour in the TP group (--tp-comm-overlap)
         peer = rank_of(cfg, (t + key[1]) % cfg.tp, d, p, c)
         src, dst = (rank, peer) if key[0] == "tpsend" else (peer, rank)

@@ -3,8 +3,10 @@ sends and receives, the gradient synchronisation and the optimizer."""
 
 from __future__ import annotations
 
+from astra_sim.chakra import types as T
+
 from .attention import AttentionOps
-from .config import DTYPES, LlmConfig
+from .config import DTYPES, LlmConfig, implied_framework
 from .deepspeed_step import PARAM_PERSISTENCE_THRESHOLD, DeepSpeedStepOps
 from .eager_step import EagerStepOps
 from .emit import NodeEmitter
@@ -31,8 +33,100 @@ def _plus(shards, dense):
     return shards[0] + dense, shards[1]
 
 
+def embedding_group_used(dims: ModelDims, cfg: LlmConfig) -> bool:
+    """Whether the step all-reduces the shared word-embedding gradient between the first and the last pipeline
+    stage (:meth:`_EmbeddingTpOps.embedding_grad_all_reduce`), so that the communicator groups include Megatron's
+    embedding group (:func:`.layout.comm_groups`): a Megatron training step (ZeRO < 3, with the optimizer step's
+    nodes, where the SP norm-gradient all-reduce of the same ``finalize_model_grads`` is emitted too) of a model
+    whose LM head shares the embedding's weights, at PP > 1, whose embedding is trained (not LoRA's frozen base)."""
+    return (dims.tied_embeddings and cfg.pp > 1 and not cfg.inference and cfg.ew and cfg.zero < 3
+            and not cfg.lora_rank and implied_framework(cfg) == "megatron")
+
+
+class _EmbeddingTpOps:
+    """The embedding's communication (a stage-builder mixin): its tensor-parallel reduction (forward) and the
+    gradient's gather (backward, sequence parallelism), and the tied word-embedding gradient's all-reduce."""
+
+    def _embedding_tp_kind(self):
+        """The forward reduction of the vocabulary-parallel embedding's output over TP: ``"ar"``, ``"rs"`` or None.
+
+        Megatron (LM, NeMo, Megatron-Bridge; :attr:`.layers.LayerOps.megatron_training`): ``VocabParallelEmbedding.
+        forward`` looks up this rank's ``vocab/TP`` rows (zeros elsewhere) and, with ``reduce_scatter_embeddings``,
+        runs ``reduce_scatter_to_sequence_parallel_region`` (a reduce-scatter along the sequence), else
+        ``reduce_from_tensor_model_parallel_region`` (an all-reduce); ``LanguageModelEmbedding`` sets
+        ``reduce_scatter_embeddings`` only with sequence parallelism and no learned absolute position embedding
+        (nor token types); with sequence parallelism and learned positions it all-reduces, adds the positions and
+        splits the sum along the sequence (``scatter_to_sequence_parallel_region``: no communication forward).
+        NVIDIA/Megatron-LM core_r0.14.0 32ad5c89 ``megatron/core/tensor_parallel/layers.py`` 262-295,
+        ``megatron/core/models/common/embeddings/language_model_embedding.py`` 48-53, 111-146; Megatron-LM of
+        2021-22 (the SC'21 rows) all-reduced the same way (cfd2e216 ``megatron/mpu/layers.py`` 180-199).
+        torchtitan (``--framework fsdp2``, implied by ``--zero 3``): ``"tok_embeddings": RowwiseParallel(
+        input_layouts=Replicate(), output_layouts=Shard(1))`` (pytorch/torchtitan 9dec370 ``torchtitan/
+        parallelisms/parallelize_llama.py`` 133-136): the table sharded by rows (``Shard(0)``), its ``Partial``
+        output redistributed to a sequence shard, "to shard -> reduce_scatter" (PyTorch ``torch/distributed/
+        tensor/parallel/style.py``, ``RowwiseParallel._prepare_output_fn``): a reduce-scatter with sequence
+        parallelism (torchtitan's only TP layout); without it nothing is emitted (not a torchtitan layout).
+        DeepSpeed (ZeRO of a Hugging Face model: no tensor parallelism in its step), MaxText's one-hot embedding
+        (``--iota-embed``: XLA's partitioning, not read) and inference: nothing (unchanged). None at TP 1."""
+        cfg = self.cfg
+        if cfg.tp == 1 or cfg.inference or cfg.iota_embed:
+            return None
+        framework = implied_framework(cfg)
+        if framework == "megatron":
+            if not cfg.sequence_parallel:
+                return "ar"
+            return "ar" if self.dims.learned_positions else "rs"
+        if framework == "fsdp2" and cfg.sequence_parallel:
+            return "rs"
+        return None
+
+    def embedding_tp_forward(self, mb, deps=()):
+        """The embedding output's TP reduction (:meth:`_embedding_tp_kind`) on this micro-batch's ``b x s/CP x h``
+        rows in ``--dtype`` (the all-reduce's buffer; the reduce-scatter's input, each rank keeping ``1/TP``, as
+        the layers' sequence-parallel reduce-scatters count it), on the compute chain after the lookup: the first
+        layer's first node waits for it. Returns its id, None where there is none."""
+        kind = self._embedding_tp_kind()
+        if kind is None:
+            return None
+        comm = T.ALL_REDUCE if kind == "ar" else T.REDUCE_SCATTER
+        return self.coll(f"tp_{kind}.{self.fwd_tag}.embedding.mb{mb}", comm, self.act_bytes, "tp", deps)
+
+    def embedding_grad_gather(self, mb):
+        """With sequence parallelism the gradient reaching the embedding is this rank's ``s/TP`` rows: the
+        backward of the forward's sequence split all-gathers it (Megatron: ``_ReduceScatterToSequenceParallel
+        Region.backward`` and ``_ScatterToSequenceParallelRegion.backward`` are ``_gather_along_first_dim``,
+        core_r0.14.0 ``megatron/core/tensor_parallel/mappings.py`` 276-293, 351-378; the all-reduce's backward is
+        the identity, 217-233. torchtitan: DTensor's ``Redistribute.backward`` takes the ``Shard(1)`` gradient
+        back to the ``Partial`` input's placement normalised to ``Replicate``, an all-gather), before the
+        embedding's weight gradient, on the compute chain. Not without a weight gradient (LoRA: autograd does
+        not reach a frozen embedding). Returns its id or None."""
+        if not self.cfg.sequence_parallel or self._embedding_tp_kind() is None or self.frozen:
+            return None
+        return self.coll(f"tp_ag.bwd.embedding.mb{mb}", T.ALL_GATHER, self.act_bytes, "tp")
+
+    def embedding_grad_all_reduce(self):
+        """Tied embeddings at PP > 1 (:func:`embedding_group_used`): the first stage's word embedding and the last
+        stage's LM head are copies of one weight, so after the DP reduction (and the SP norm-gradient
+        all-reduce) Megatron sums their gradients over the embedding group (the first and the last stage's ranks
+        of one pipeline): ``finalize_model_grads`` -> ``_allreduce_word_embedding_grads`` ->
+        ``torch.distributed.all_reduce(grad, group=embd_group)`` of the weight's whole main gradient (``vocab/TP x
+        h``, fp32, or --dtype with ``--grad-buffer same``) on the compute stream, before the optimizer
+        (NVIDIA/Megatron-LM core_r0.14.0 32ad5c89 ``megatron/core/distributed/finalize_model_grads.py`` 164-251,
+        421-436; the group: ``parallel_state.default_embedding_ranks``, the first and last of each pipeline
+        group; Megatron-LM of 2022 likewise, cfd2e216 ``megatron/training.py`` 448-470). The position
+        embedding's ``_allreduce_position_embedding_grads`` runs over ``default_position_embedding_ranks``, the
+        first stage alone: nothing. Emitted on those two stages only; returns its id or None."""
+        cfg = self.cfg
+        if not embedding_group_used(self.dims, cfg) or self.p not in (0, cfg.pp - 1):
+            return None
+        grad_bytes = self.nbytes if cfg.grad_buffer == "same" else 4
+        rows = padded_vocab(self.dims, cfg.tp) // cfg.tp
+        return self.coll("emb_ar.word_embedding_grads", T.ALL_REDUCE, rows * self.dims.hidden * grad_bytes, "emb",
+                         self.syncs)
+
+
 class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps, MtpOps, MoeOps, DataParallelOps,
-                    RopeOps, EagerStepOps, DeepSpeedStepOps, HfEagerOps, TorchCpOps, MaxTextOps):
+                    RopeOps, EagerStepOps, DeepSpeedStepOps, HfEagerOps, TorchCpOps, MaxTextOps, _EmbeddingTpOps):
     """The node graph of one pipeline stage, identical for every rank of the stage except for rank-specific
     attributes (``pg_name``, ``comm_src``/``comm_dst``), which are appended per rank as trailing attributes."""
 
@@ -159,14 +253,16 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
                         if first and i == 0:
                             extra += self._z3(units, "embedding", store, params, phase)
                         extra += self._z3(units, f"l{layer}", store, params, phase)
+                    lookup = deps + emb + (extra if cfg.zero == 3 else [])  # (what the embedding waits for)
                     if i == 0 and first and cfg.iota_embed:  # (MaxText's one-hot matmul, .maxtext_step)
-                        self.iota_embed_fwd(mb, vocab, deps + emb + (extra if cfg.zero == 3 else []))
-                        deps = emb = []
+                        self.iota_embed_fwd(mb, vocab, lookup)
+                        deps = emb = lookup = []
                     elif i == 0 and first and cfg.ew:  # the embedding lookup
                         idx = ((cfg.micro_batch_size, self.seq), "Tensor(long int)")
-                        self.ew("aten::embedding", f"fwd.embedding.mb{mb}", [self._t(vocab, h), idx],
-                                deps + emb + (extra if cfg.zero == 3 else []))
-                        deps = emb = []  # (the layer's first GEMM still names its ZeRO-3 gathers)
+                        self.ew("aten::embedding", f"fwd.embedding.mb{mb}", [self._t(vocab, h), idx], lookup)
+                        deps = emb = lookup = []  # (the layer's first GEMM still names its ZeRO-3 gathers)
+                    if i == 0 and first and self.embedding_tp_forward(mb, lookup) is not None:  # (TP > 1)
+                        deps = emb = []
                     with self.graphed():
                         self.layer_forward(layer, mb, (deps if i == 0 else []) + emb + extra)
                 self.fp8_amax(f"{self.fwd_tag}{cs}.mb{mb}", len(layers), backward=False)
@@ -239,6 +335,7 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
                     # (with the memory-bound nodes off, the first layer's last reduce-scatter is still pending)
                     self.send(f"send_grad{cs}.mb{mb}", -1, 2 * (ch * M + mb) + 1, [self.prev] + self.take_waits())
                 else:
+                    self.embedding_grad_gather(mb)  # (sequence parallelism: the s/TP rows' gradient gathered)
                     if cfg.iota_embed and not self.frozen:  # (the one-hot matmul's, .maxtext_step)
                         self.iota_embed_bwd(mb, vocab)
                     elif cfg.ew and not self.frozen:  # (the embedding's weight gradient)

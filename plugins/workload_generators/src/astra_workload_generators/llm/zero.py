@@ -43,6 +43,7 @@ class DataParallelOps:
         mega = self._megatron_optimizer()
         if mega:
             self.sp_norm_grad_all_reduce()
+            self.embedding_grad_all_reduce()  # (tied embeddings at PP > 1: .stage)
         deps = [self.megatron_grad_norm(params)] if mega else self.syncs
         node = self.ew("aten::_fused_adam_", "optimizer.adam", [one, one, one, one], deps)
         if mega:
