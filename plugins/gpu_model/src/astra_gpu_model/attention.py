@@ -28,7 +28,8 @@ backward, by sequence length (``data/published_attention_blackwell.csv``, NVIDIA
 ``benchmark/sdpa_benchmark_training``): :func:`blackwell_efficiency`. They are causal at head dimension 128; a
 non-causal node runs faster by the ratio NVIDIA measured without and with the mask on GB200 / GB300
 (``data/published_attention_blackwell_masks.csv``: :func:`blackwell_mask_ratio`); another head dimension is timed
-at the same rows (ASSUMPTION). A Blackwell node naming ``fa2``
+at the same rows (ASSUMPTION: those files are head dim 128; the same benchmark's dsv3 (192/128, causal) and gpt_oss
+(64, with a sliding window) rows of GB200/GB300 are not used). A Blackwell node naming ``fa2``
 or ``fa3`` keeps the preset's ``attention_efficiency`` (no measurement of those kernels on Blackwell is used).
 
 GB200 trays (platforms ``gb200-nvl72``, ``gb200-nvl72-64``: the B200 preset at a 1,200 W board) time attention at
@@ -115,7 +116,10 @@ def effective_head_dim(head_dim, head_dim_v=0):
     of the same FLOPs (``ops`` counts 2 x (d_qk + d_v) a query-key pair; the paper's 4 x d is that count at
     d_qk = d_v = d); MLA's 192/128 -> 160. ASSUMPTION: the kernels' efficiency follows the FLOPs a pair (what the
     tensor cores do between the softmax's fixed per-pair work), not the query/key width alone. 0 (unknown):
-    :data:`MEASURED_HEAD_DIM`."""
+    :data:`MEASURED_HEAD_DIM`. A check, not used: NVIDIA's cuDNN 9.19 on the H200 (NVIDIA/cudnn-frontend
+    benchmark/sdpa_benchmark_training/results/h200_919_only_cudnn/dsv3_20260227_034744.csv at afa9f7c0: 128 heads of
+    192/128, causal) runs MLA at 522 / 599 / 643 TFLOP/s at 2k / 4k / 8k, x1.08 / 1.01 / 1.00 its own head-dim-128
+    rows (:data:`HOPPER_ATTENTION`); the cuDNN rows here give x0.98 at 160, x0.97 at 192."""
     if not head_dim:
         return MEASURED_HEAD_DIM
     return (head_dim + (head_dim_v or head_dim)) / 2
