@@ -269,7 +269,7 @@ def check_fp8_attention(gpu, kernel, backward):
                           "(attention_kernel cudnn, Transformer Engine's FP8 DPA)")
 
 
-def fp8_efficiency(gpu, kernel, causal, seq_len, head_dim, backward=False):
+def fp8_efficiency(gpu, kernel, causal, seq_len, head_dim, backward=False, cudnn_version=None):
     """The fraction of the FP8 peak an FP8 attention runs at on ``gpu``: on a Blackwell GPU with published cuDNN
     measurements, theirs (:func:`blackwell_efficiency`: FP8 attention there is cuDNN's, whatever the node names);
     on the H200 and H100 SXM5, cuDNN's measured H200 rates (:func:`hopper_fp8_efficiency`; a forward naming fa3
@@ -279,7 +279,7 @@ def fp8_efficiency(gpu, kernel, causal, seq_len, head_dim, backward=False):
     with FP8 (Ada, AMD CDNA 3/4) the preset's ``attention_efficiency`` (ASSUMPTION: no FP8 attention measurement of
     those GPUs is used)."""
     arch = gpu.architecture.lower()
-    measured = blackwell_efficiency(gpu, "cudnn", "fp8", backward, seq_len, causal)
+    measured = blackwell_efficiency(gpu, "cudnn", "fp8", backward, seq_len, causal, cudnn_version)
     if measured is None:
         measured = hopper_fp8_efficiency(gpu, kernel, causal, backward, seq_len, head_dim)
     if measured is not None:
@@ -299,7 +299,8 @@ AMD_ATTENTION = "published_attention_amd.csv"
 BLACKWELL_ATTENTION = "published_attention_blackwell.csv"
 #: each benchmark's shape: batch 1, this many query heads (of dimension 128), so heads x s/128 thread blocks of 128
 #: queries (what its wave utilisation on the measured GPU is computed from)
-BENCH_HEADS = {HOPPER_ATTENTION: 64, AMD_ATTENTION: 64, BLACKWELL_ATTENTION: 128}
+BENCH_HEADS = {HOPPER_ATTENTION: 64, AMD_ATTENTION: 64, BLACKWELL_ATTENTION: 128,
+               "published_attention_blackwell_cudnn_9.10.2.csv": 128}  # cudnn_versions.MEASURED's older rows
 
 
 @functools.lru_cache(maxsize=None)
@@ -348,14 +349,20 @@ def amd_efficiency(gpu, causal, backward, seq_len):
     return published_efficiency(AMD_ATTENTION, gpu, "bf16", causal, backward, seq_len)
 
 
-def blackwell_efficiency(gpu, kernel, dtype, backward, seq_len, causal=True):
+def blackwell_efficiency(gpu, kernel, dtype, backward, seq_len, causal=True, cudnn_version=None):
     """The fraction of ``gpu``'s ``dtype`` (``bf16`` or ``fp8``) peak cuDNN's fused attention reaches on it, from
     NVIDIA's published measurements of that GPU (:data:`BLACKWELL_ATTENTION`, causal); without the mask those rows
     times :func:`blackwell_mask_ratio`. None where there are none (not Blackwell, no rows for the preset) or the node
-    names ``fa2`` / ``fa3``."""
+    names ``fa2`` / ``fa3``. ``cudnn_version`` (``--cudnn-version``): the rows measured at that cuDNN release, or the
+    newest measured below it (:func:`.cudnn_versions.attention_file`)."""
     if kernel not in (None, "cudnn") or not gpu.architecture.lower().startswith("blackwell"):
         return None
-    measured = published_efficiency(BLACKWELL_ATTENTION, gpu, dtype, True, backward, seq_len)
+    file = BLACKWELL_ATTENTION
+    if cudnn_version is not None:  # --cudnn-version: the rows measured at (or newest below) that release
+        from astra_gpu_model.cudnn_versions import attention_file
+
+        file = (attention_file(gpu.name, cudnn_version) or (file,))[0]
+    measured = published_efficiency(file, gpu, dtype, True, backward, seq_len)
     if measured is None or causal:
         return measured
     return measured * blackwell_mask_ratio(gpu, dtype, backward, seq_len)
