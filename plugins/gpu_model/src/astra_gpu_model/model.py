@@ -108,6 +108,7 @@ class GpuComputeModel:
 
             raise ConfigError(f"--gpu-kernel-gap-ns must be 0 or more, got {self.kernel_gap_ns}")
         self._warn = getattr(context, "warn", None) or (lambda message: None)
+        self.cudnn_version = self._cudnn_version(options.get("cudnn_version"))
         self._cache = {}
         self.clock_ratios = {}  # set_clock_ratios: a power limit's or clock lock's SM clock, per op kind
         # A sustained GEMM phase's rate over a burst-fitted one at the board's limit (power_clock): the platform's
@@ -431,15 +432,33 @@ class GpuComputeModel:
             return launch + max(t_c, t_m)
         raise ValueError(f"unknown op kind {op.kind!r}")
 
+    def _cudnn_version(self, version):
+        """``--cudnn-version``, checked against the preset's measured releases when the model is made (a release older
+        than all of them: ConfigError); says, once, which measured release times attention when it is not the one
+        asked, or that the preset's attention is not timed by release."""
+        if version is None:
+            return None
+        from astra_gpu_model.cudnn_versions import attention_file, known, parse
+
+        chosen = attention_file(self.gpu.name, version)
+        if chosen is None:
+            self._warn(f"gpu model: --cudnn-version {version}: {self.gpu.name}'s attention is not timed by cuDNN "
+                       f"release (measured: {known()}); no effect")
+        elif parse(chosen[1]) != parse(version):
+            self._warn(f"gpu model: --cudnn-version {version}: {self.gpu.name} attention timed at the rows measured "
+                       f"with cuDNN {chosen[1]}, the newest measured at or below it")
+        return version
+
     def _attention_efficiency(self, op, kernel):
         """The fraction of peak an attention op runs at: the named kernel's published efficiency at the op's key
         length and head dimension on Hopper, cuDNN's published one on Blackwell
         (:func:`.attention.blackwell_efficiency`), else the preset's ``attention_efficiency``; FP8 attention:
         :func:`.attention.fp8_efficiency`."""
         if op.dtype == "fp8":
-            return fp8_efficiency(self.gpu, kernel, op.causal, op.seq_k, op.head_dim, op.backward)
+            return fp8_efficiency(self.gpu, kernel, op.causal, op.seq_k, op.head_dim, op.backward, self.cudnn_version)
         if (op.dtype if op.dtype in DTYPE_BYTES else self.default_dtype) in ("bf16", "fp16"):
-            measured = blackwell_efficiency(self.gpu, kernel, "bf16", op.backward, op.seq_k, op.causal)
+            measured = blackwell_efficiency(self.gpu, kernel, "bf16", op.backward, op.seq_k, op.causal,
+                                            self.cudnn_version)
             if measured is None:
                 measured = amd_efficiency(self.gpu, op.causal, op.backward, op.seq_k)  # (None off AMD's measured GPUs)
             if measured is not None:

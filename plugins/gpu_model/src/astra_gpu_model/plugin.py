@@ -159,6 +159,9 @@ def platform_run_options(parser):
     from astra_gpu_model.nccl_tuning import add_release_arguments
 
     add_release_arguments(group)
+    from astra_gpu_model.cudnn_versions import add_cudnn_argument
+
+    add_cudnn_argument(group)
     from astra_gpu_model.scale_out import KINDS
 
     group.add_argument("--scale-out", default=None, choices=tuple(KINDS), metavar="KIND",
