@@ -7,7 +7,7 @@ software ran an older cuDNN; the same benchmark was published earlier on the B20
 same script, same GPU, only the software differs; ``data/published_attention_blackwell_cudnn_9.10.2.csv``).
 ``--cudnn-version`` times attention from the rows measured at that release, or at the newest measured release below
 it (the model says which, once); a release older than every measurement of the preset is refused, naming the ones
-measured. Not used, and why: GB300 at 9.17.0 (artifacts at b372d39c) was timed by another script (torch profiler
+measured. Not used, and why: GB300 at 9.17.0 (artifacts at b372d398) was timed by another script (torch profiler
 kernel times after an L2 flush, not CUDA events): 461 against 9.13.1's 176 TFLOP/s at 512 keys, more than a cuDNN
 release explains; the 2024 Hopper CSVs (cuDNN 9.1.0 / 9.4.0) name no GPU and another shape (16 heads). Other GPUs,
 and Hopper's attention, are not timed by release: there the option changes nothing.
