@@ -35,9 +35,12 @@ or ``fa3`` keeps the preset's ``attention_efficiency`` (no measurement of those 
 GB200 trays (platforms ``gb200-nvl72``, ``gb200-nvl72-64``: the B200 preset at a 1,200 W board) time attention at
 the B200 rows, on purpose (issue 36): those rows and the GB300 rows are cuDNN 9.13.1 (NGC 25.09, the MLPerf v5.1
 GB200 runs' ngc25.09), the GB200 rows cuDNN 9.17.0 (NGC 25.11). The same benchmark on one GPU, GB300, gains from
-9.13.1 to 9.17.0 alone (artifacts/sdpa_fp8_benchmark_results_NVIDIA_GB300.csv at 0b1577c8 and d48a60eb, 8k causal):
-BF16 1,716 -> 1,899 forward (x1.107), 1,150 -> 1,293 backward (x1.124); FP8 x1.237 / x0.925. GB200's rows lead
-B200's by x1.144 / x1.217 (BF16), x1.261 / x1.007 (FP8): most of it is the newer cuDNN. What is left (GB200 over
+9.13.1 to 9.17.0 (artifacts/sdpa_fp8_benchmark_results_NVIDIA_GB300.csv at 0b1577c8 and d48a60eb, 8k causal):
+BF16 1,716 -> 1,899 forward (x1.107), 1,150 -> 1,293 backward (x1.124); FP8 x1.237 / x0.925; but the benchmark's
+timing changed between those commits (CUDA events -> the torch profiler's kernel times after an L2 flush, b372d39),
+so not all of it is the newer cuDNN (at 512 keys BF16 forward moves x2.6, more than a release explains; the like-for-
+like B200 step 9.10.2 -> 9.13.1 is :mod:`.cudnn_versions`'). GB200's rows lead
+B200's by x1.144 / x1.217 (BF16), x1.261 / x1.007 (FP8): most of it the newer cuDNN and timing. What is left (GB200 over
 B200 after GB300's version gain: x1.03-1.05 forward, x1.04-1.09 backward from 4k up; x0.59-0.90 at 512-2k, which
 no hardware explains) does not separate the board from the software, so no GB200 factor is applied. Attention
 takes no board-power factor (``power_clock`` moves GEMMs only), so nothing is counted twice either way. GB300 trays
