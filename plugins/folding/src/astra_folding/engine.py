@@ -64,7 +64,7 @@ class FoldedEvents:
         self.engine = engine
         self.symmetry = symmetry
         self._identity = tuple(0 for _ in symmetry.shifts)
-        self._ties = {}  # rank -> (time, {history digest: [(history, op), ...]})
+        self._ties = {}  # rank -> [time, {history digest: [(history, op, issued), ...]}, the last of them to run]
         self._links = (-1, [])  # (now, [(taint cell, cell copied from it), ...]) for this nanosecond
         # The shifted digits, most significant first (for the order of two ranks under every relabelling).
         self._significance = sorted(symmetry.shifts, key=lambda sh: -sh.stride)
@@ -142,8 +142,10 @@ class FoldedEvents:
         record = (history, op, issued)
         entry = self._ties.get(rank)
         if entry is None or entry[0] != now:
-            self._ties[rank] = (now, {history.times: [record]})
+            self._ties[rank] = [now, {history.times: [record]}, record]
             return
+        last = entry[2]
+        entry[2] = record
         same = entry[1].get(history.times)
         if same is None:
             entry[1][history.times] = [record]
@@ -153,7 +155,7 @@ class FoldedEvents:
                 continue
             if not earlier.taint[0] and not history.taint[0] and self._ordered_alike(earlier, history):
                 continue
-            if earlier_op == op or _completions_commute(earlier_op, earlier_issued, op, owner):
+            if earlier_op == op or _completions_commute(earlier_op, earlier_issued, op, owner, last[0] is earlier):
                 self._taint(earlier.taint)
                 self._taint(history.taint)
                 continue
@@ -198,10 +200,10 @@ class FoldedEvents:
         return True
 
 
-def _completions_commute(earlier_op, earlier_issued, op, owner):
+def _completions_commute(earlier_op, earlier_issued, op, owner, adjacent):
     """Whether two node completions of one rank's workload (``RankWorkload._node_done``) leave the same state in
     either order (:func:`astra_folding.ties.completions_commute`); ``earlier_issued``: the workload's issue count
-    when the earlier one started."""
+    when the earlier one started; ``adjacent``: no other callback of the rank ran since the earlier one."""
     if owner is None or earlier_op.__class__ is not tuple or getattr(earlier_op[0], "__self__", None) is not owner:
         return False
     # Both are methods of ``owner`` (its __self__): the same one when their names are. By name, since a method of a
@@ -210,7 +212,7 @@ def _completions_commute(earlier_op, earlier_issued, op, owner):
         return False
     if getattr(earlier_op[0], "__name__", None) != "_node_done":
         return False
-    return completions_commute(owner, earlier_op[1], op[1], owner.issued - earlier_issued)
+    return completions_commute(owner, earlier_op[1], op[1], owner.issued - earlier_issued, adjacent)
 
 
 def _op_name(op):

@@ -8,18 +8,49 @@ from __future__ import annotations
 from astra_sim.workload.workload import NO_SLOT
 
 
-def completions_commute(workload, first_id, second_id, issued_by_first):
+def completions_commute(workload, first_id, second_id, issued_by_first, adjacent=False):
     """Whether completing nodes ``first_id`` and ``second_id`` of ``workload`` at one nanosecond gives the same
     state in either order. ``first_id`` has completed, issuing ``issued_by_first`` nodes; ``second_id`` is still
-    running.
+    running; ``adjacent``: no other callback of the rank ran between the two.
 
     It does when neither completion, coming first, lets the rank issue a node: then after both the ready nodes and
     the free slots are the same whichever came first. The first did not (nothing was issued); the second, first,
     would have had its own slot and children free but the first's slot busy and the first's children waiting. It
-    does too when the second, first, issues nodes that see the same state either way (:func:`_issues_alike`)."""
-    if issued_by_first or first_id not in workload.nodes or second_id not in workload.node_start_ns:
+    does too when the second, first, issues nodes that see the same state either way (:func:`_issues_alike`), and
+    when the second changes nothing in either order though the first issued a node (:func:`_second_inert`)."""
+    if first_id not in workload.nodes or second_id not in workload.node_start_ns:
         return False
+    if issued_by_first:
+        return adjacent and _second_inert(workload, first_id, second_id, issued_by_first)
     return _issues_nothing(workload, first_id, second_id) or _issues_alike(workload, first_id, second_id)
+
+
+def _second_inert(workload, first_id, second_id, issued_by_first):
+    """The second completion, in either order, only records its node: it holds no slot (a receive), does not move
+    the host clock, frees no child, and its pass over the ready nodes issues nothing, after the first (the state
+    now) and before it. Then the first's completion runs the same from either state (the second's pass only moves
+    the ids freed earlier into their heaps, which a pass reads alike).
+
+    AsyncTP's ring (``--tp-comm-overlap`` with fsdp2: a step's send and receive complete at one nanosecond): the
+    send's completion issues the next step's send on the slot it frees; the receive's child (the partial sums'
+    reduction) waits for the other steps' receives.
+
+    Before the first (state S0, not kept), the second's pass issues nothing when the first's single issued node
+    went onto the slot the first held: a node ready in S0 whose slot was free there (another slot: the first
+    held its own) would have been issued by the first's pass on that other slot, since a pass ends only when no
+    free slot holds a ready node (one it passed by while that slot was busy is set aside to the next pass, but a
+    slot free from the pass's start has its head taken). The node on the first's slot now is the first's issue:
+    that slot was the first's until it completed, and a slot holds one node at a time."""
+    if issued_by_first != 1 or workload.slot_of(second_id) != NO_SLOT or workload.moves_host_clock(second_id):
+        return False
+    first_slot = workload.slot_of(first_id)
+    if first_slot is None or first_slot == NO_SLOT or workload.slot_busy[first_slot] != 1:
+        return False
+    parents_left = workload.parents_left
+    if any(parents_left[c] < 2 for c in workload.children[second_id]):
+        return False
+    busy = workload.slot_busy
+    return not any(workload.could_issue(node_id, busy) for node_id in workload.waiting())
 
 
 def _issues_nothing(workload, first_id, second_id):
