@@ -107,11 +107,12 @@ def test_torchtitan_reduce_scatters_with_sp_only(tmp_path, sp):
         assert comms == {}
 
 
-def test_deepspeed_and_inference_have_none(tmp_path):
-    """DeepSpeed's ZeRO step (no TP of its own) and a serving step are unchanged."""
+def test_deepspeed_and_replicated_inference_have_none(tmp_path):
+    """DeepSpeed's ZeRO step (no TP of its own) and a serving step whose engine keeps the table whole
+    (--inference-embedding replicated) are unchanged; vLLM's default all-reduce: test_tied_embeddings.py."""
     _, _, nodes = _gen(tmp_path, name="ds", framework="deepspeed", zero=3, dp=2, sequence_parallel=True)
     assert _emb_comms(nodes) == {}
-    _, _, nodes = _gen(tmp_path, name="inf", mode="prefill", micro_batches=1)
+    _, _, nodes = _gen(tmp_path, name="inf", mode="prefill", micro_batches=1, inference_embedding="replicated")
     assert _emb_comms(nodes) == {}
 
 

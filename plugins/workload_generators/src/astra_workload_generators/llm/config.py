@@ -52,6 +52,10 @@ FP8_ATTENTION_BACKWARDS = ("on", "off")
 ROPE_KERNELS = ("none", "eager", "fused")
 #: --framework choices: whose memory semantics the estimate follows (docs/memory.md)
 FRAMEWORKS = ("megatron", "fsdp2", "deepspeed")
+#: --inference-embedding choices: how a serving engine holds the embedding table at TP > 1 (see
+#: .stage._EmbeddingTpOps._embedding_tp_kind): split by vocabulary rows, its output all-reduced (vLLM, SGLang), or
+#: whole on every TP rank, no collective (LMDeploy TurboMind v0.1, TensorRT-LLM without --use_parallel_embedding)
+INFERENCE_EMBEDDINGS = ("vocab-parallel", "replicated")
 #: --loss-dtype choices: the cross entropy upcasts the logits to fp32, or works on them in --dtype
 LOSS_DTYPES = ("fp32", "same")
 #: --grad-buffer choices (Megatron-LM/NeMo memory): fp32 main gradients, or gradients kept in --dtype
@@ -126,6 +130,7 @@ class LlmConfig:
     remat_policy: str | None = None  # MaxText's JAX remat policy "minimal_flash": element-wise ops again in the
     #                                 backward (.maxtext_step); None: none
     iota_embed: bool = False        # MaxText's use_iota_embed: the embedding as a one-hot matmul (.maxtext_step)
+    inference_embedding: str = "vocab-parallel"  # inference at TP > 1: INFERENCE_EMBEDDINGS (the output all-reduced)
     cuda_graphs: bool = False       # per-layer CUDA graphs: one host launch per layer pass; activations +20 % (memory)
     fp8_recipe: str = "delayed"     # --gemm-dtype fp8: Transformer Engine's delayed (amax history) or current scaling
     fp8_transpose: bool | None = None  # --gemm-dtype fp8: TE writes FP8 transposes (the GPU's FP8 GEMMs take only TN:
@@ -246,6 +251,9 @@ def _check(dims: ModelDims, cfg: LlmConfig):
                           "whose score matmuls the policy would recompute)")
     if cfg.iota_embed and cfg.inference:
         raise ConfigError("--iota-embed is for --mode train")
+    if cfg.inference_embedding not in INFERENCE_EMBEDDINGS:
+        raise ConfigError(f"--inference-embedding must be one of {', '.join(INFERENCE_EMBEDDINGS)}, got "
+                          f"{cfg.inference_embedding!r}")
     if cfg.recompute_selective and cfg.attention == "unfused":
         raise ConfigError("--recompute selective with --attention unfused is not emitted (the attention core's "
                           "recomputation); FlashAttention recomputes it anyway, so use --attention flash")

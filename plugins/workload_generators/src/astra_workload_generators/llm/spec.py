@@ -15,12 +15,13 @@ import argparse
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from dataclasses import replace as dataclass_replace
 
 from astra_sim.errors import ConfigError
 
 from .config import (ACTIVATION_KERNELS, ATTENTION_DTYPES, ATTENTION_KERNELS, ATTENTIONS, DTYPES,
-                     FP8_ATTENTION_BACKWARDS, FP8_RECIPES, FRAMEWORKS, GEMM_DTYPES, GRAD_BUFFERS, LOSS_DTYPES, MODES,
-                     NORM_KERNELS, ROPE_KERNELS, SOFTMAX_KERNELS, LlmConfig, check_config)
+                     FP8_ATTENTION_BACKWARDS, FP8_RECIPES, FRAMEWORKS, GEMM_DTYPES, GRAD_BUFFERS, INFERENCE_EMBEDDINGS,
+                     LOSS_DTYPES, MODES, NORM_KERNELS, ROPE_KERNELS, SOFTMAX_KERNELS, LlmConfig, check_config)
 from .fp8 import fp8_transpose_for, run_gpu
 from .lora import LORA_TARGETS, parse_lora_targets
 from .model import PRESETS, ModelDims, model_dims
@@ -52,6 +53,7 @@ class LlmSpec:
     window_pattern: int | None = None
     mtp_layers: int | None = None
     gated: bool | None = None
+    tie_embeddings: bool | None = None  # the LM head uses the embedding's weight; None: the model's (--tie-embeddings)
     # mixture of experts
     experts: int | None = None
     top_k: int | None = None
@@ -120,6 +122,7 @@ class LlmSpec:
     rope: str | None = None             # none | eager | fused (see --rope); None: by --framework
     remat_policy: str | None = None     # MaxText's remat policy: minimal_flash (see --remat-policy)
     iota_embed: bool = False            # MaxText's use_iota_embed (see --iota-embed)
+    inference_embedding: str = "vocab-parallel"  # vocab-parallel | replicated (see --inference-embedding)
     cp_rotate: str | None = None        # ring | allgather | alltoall (see --cp-rotate); None: by --framework
     cp_compile: bool = False            # PyTorch's CP under torch.compile (see --cp-compile)
     cuda_graphs: bool = False           # per-layer CUDA graphs (see --cuda-graphs)
@@ -241,6 +244,8 @@ class LlmSpec:
                           vocab=self.vocab, seq_len=self.seq_len, gated=self.gated, experts=self.experts,
                           top_k=self.top_k, moe_ffn=self.moe_ffn, shared_experts=self.shared_experts,
                           moe_dense_layers=self.moe_dense_layers, moe_layer_freq=self.moe_layer_freq)
+        if self.tie_embeddings is not None:  # (--tie-embeddings / --no-tie-embeddings: the model's default overridden)
+            dims = dataclass_replace(dims, tied_embeddings=self.tie_embeddings)
         mbs = self.micro_batch_size
         if self.batch_size is not None:
             if self.mode == "train":
@@ -294,6 +299,7 @@ class LlmSpec:
                         fsdp_prefetch=self.fsdp_prefetch,
                         norm_kernel=self.norm_kernel, attention_kernel=self.attention_kernel, rope=self.rope,
                         remat_policy=self.remat_policy, iota_embed=self.iota_embed,
+                        inference_embedding=self.inference_embedding,
                         activation_kernel=self.activation_kernel, softmax_kernel=self.softmax_kernel,
                         cuda_graphs=self.cuda_graphs, fp8_recipe=self.fp8_recipe,
                         fp8_transpose=fp8_transpose_for(self.platform, self.gpu),
@@ -436,6 +442,14 @@ def _add_flags(p):
                        help=f"{what} (overrides the preset)")
     p.add_argument("--gated", action=argparse.BooleanOptionalAction, default=None,
                    help="gated (SwiGLU, 3 matrices) FFN (default: the preset's; off without preset)")
+    p.add_argument("--tie-embeddings", action=argparse.BooleanOptionalAction, default=None,
+                   help="the LM head uses the input embedding's weight (Megatron-LM's default, Hugging Face's "
+                   "tie_word_embeddings): at PP 1 one parameter, reduced and updated once; at PP > 1 a copy on the "
+                   "first and the last stage whose gradients Megatron all-reduces between them. Default: the "
+                   "model's (--model: its config's tie_word_embeddings; --preset: the preset's; dimensions alone: "
+                   "untied). --no-tie-embeddings, or Megatron-LM's own --untie-embeddings-and-output-weights: untied")
+    p.add_argument("--untie-embeddings-and-output-weights", dest="tie_embeddings", action="store_false",
+                   default=None, help="Megatron-LM's name for --no-tie-embeddings")
     p.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel size")
     p.add_argument("--pp", type=positive_int, default=1, help="pipeline-parallel stages (1F1B)")
     p.add_argument("--dp", type=positive_int, default=1, help="data-parallel size")
@@ -690,6 +704,12 @@ def _add_flags(p):
                    "name 'context', which Transformer Engine's fused attention gives its output and softmax "
                    "statistics), so each layer's backward first runs its element-wise forward again: both norms, "
                    "the residual add, RoPE (with --rope) and the activation; instead of --recompute")
+    p.add_argument("--inference-embedding", choices=INFERENCE_EMBEDDINGS, default="vocab-parallel",
+                   help="--mode prefill/decode/mixed at TP > 1: how the serving engine holds the embedding table: "
+                   "vocab-parallel (default: vLLM's and SGLang's VocabParallelEmbedding, each TP rank's vocab/TP rows, "
+                   "the output all-reduced over TP before the first layer) or replicated (the whole table on every "
+                   "TP rank, no collective: LMDeploy TurboMind v0.1, TensorRT-LLM built without "
+                   "--use_parallel_embedding)")
     p.add_argument("--iota-embed", action="store_true",
                    help="MaxText's use_iota_embed: the embedding as a one-hot matmul (the tokens compared with an iota "
                    "of the vocabulary, one-hot [tokens, vocab] x [vocab, hidden]) and its weight gradient as the "

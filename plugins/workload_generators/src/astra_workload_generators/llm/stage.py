@@ -66,11 +66,28 @@ class _EmbeddingTpOps:
         output redistributed to a sequence shard, "to shard -> reduce_scatter" (PyTorch ``torch/distributed/
         tensor/parallel/style.py``, ``RowwiseParallel._prepare_output_fn``): a reduce-scatter with sequence
         parallelism (torchtitan's only TP layout); without it nothing is emitted (not a torchtitan layout).
-        DeepSpeed (ZeRO of a Hugging Face model: no tensor parallelism in its step), MaxText's one-hot embedding
-        (``--iota-embed``: XLA's partitioning, not read) and inference: nothing (unchanged). None at TP 1."""
+        DeepSpeed (ZeRO of a Hugging Face model: no tensor parallelism in its step) and MaxText's one-hot embedding
+        (``--iota-embed``: XLA's partitioning, not read): nothing. None at TP 1.
+
+        Inference (``--mode prefill/decode/mixed``, the serving steps) by ``--inference-embedding``:
+        ``vocab-parallel`` (default), an all-reduce of the step's ``tokens x h`` output: vLLM's
+        ``VocabParallelEmbedding.forward`` masks the rows outside this rank's vocabulary shard and returns
+        ``tensor_model_parallel_all_reduce(output_parallel)`` (vllm-project/vllm ``vllm/model_executor/layers/
+        vocab_parallel_embedding.py``, read at 00db0119, a V0 version of the v0.6.0 period; the all-reduce
+        returns its input at TP 1); SGLang's Llama embeds with a ``VocabParallelEmbedding`` adapted from vLLM's
+        (sgl-project/sglang ``python/sglang/srt/models/llama.py`` read at 00239548, later than the v0.3.0 of the
+        registry's SGLang rows: ASSUMPTION, the same at v0.3.0).
+        ``replicated``: nothing: LMDeploy TurboMind v0.1.0a1 keeps the whole ``vocab_size_padded x hidden`` table
+        on every TP rank and looks it up with no collective (InternLM/lmdeploy v0.1.0a1 9c46b27c
+        ``src/turbomind/models/llama/LlamaWeight.cc`` ``pre_decoder_embedding_table``, ``LlamaV2.cc``
+        ``embeddingLookup`` / ``contextDecode``); TensorRT-LLM's example build scripts leave the embedding whole
+        unless built with ``--use_parallel_embedding`` ("By default embedding parallelism is disabled", read in
+        the search index, not at the v0.5 tag)."""
         cfg = self.cfg
-        if cfg.tp == 1 or cfg.inference or cfg.iota_embed:
+        if cfg.tp == 1 or cfg.iota_embed:
             return None
+        if cfg.inference:
+            return "ar" if cfg.inference_embedding == "vocab-parallel" else None
         framework = implied_framework(cfg)
         if framework == "megatron":
             if not cfg.sequence_parallel:
@@ -123,6 +140,46 @@ class _EmbeddingTpOps:
         rows = padded_vocab(self.dims, cfg.tp) // cfg.tp
         return self.coll("emb_ar.word_embedding_grads", T.ALL_REDUCE, rows * self.dims.hidden * grad_bytes, "emb",
                          self.syncs)
+
+    def one_weight_head(self):
+        """Whether the LM head is the embedding's own weight on this rank: a tied model (``dims.tied_embeddings``,
+        ``--tie-embeddings``) at PP 1, where one rank holds both ends (at PP > 1 the first and last stage keep a
+        copy each, summed by :meth:`embedding_grad_all_reduce`). Then the step has ONE such parameter: its gradient
+        reduced once over DP, updated once, one ZeRO shard, held by the embedding's unit (the head's unit keeps
+        the final norm). Megatron: ``share_embeddings_and_output_weights`` leaves ``output_layer.weight`` None and
+        the head's GEMM takes ``shared_embedding_or_output_weight()``, the embedding's ``word_embeddings.weight``,
+        whose wgrad accumulates into that parameter's one ``main_grad`` in the DDP buffer (NVIDIA/Megatron-LM
+        core_r0.14.0 32ad5c89 ``megatron/core/models/gpt/gpt_model.py``, ``megatron/core/models/common/
+        language_module/language_module.py``); its bucket is ready when the parameter's one gradient-accumulation
+        hook fires, after the embedding's backward (the last use). DeepSpeed ZeRO-3: one ``param_group`` entry and
+        one ``grad_acc`` hook per parameter (microsoft/DeepSpeed v0.7.0 5fe9d610 ``deepspeed/runtime/zero/
+        stage3.py`` ``create_reduce_and_remove_grad_hooks``: reduced once, when autograd's one AccumulateGrad of
+        the shared leaf runs, after its last use). FSDP2: ``_get_managed_states`` skips a parameter already
+        visited, so the tied weight is one FSDP parameter of the root unit (torchtitan's root holds the token
+        embedding, the final norm and the output: :meth:`.zero.DataParallelOps._fsdp2_root`; PyTorch
+        ``torch/distributed/fsdp/_fully_shard/_fsdp_init.py``, read in the search index, not at a pinned
+        commit). Training only (inference reduces and updates nothing)."""
+        return self.dims.tied_embeddings and self.cfg.pp == 1 and not self.cfg.inference
+
+    def head_gathered(self, params, table):
+        """``params`` as the ZeRO-3 gathers fetch them (:meth:`.zero.DataParallelOps._z3`): the same, except that
+        with :meth:`one_weight_head` under DeepSpeed (and the generic ZeRO-3 step) the head's unit gathers the
+        ``table`` (``vocab/TP x h``) again. DeepSpeed fetches every parameter a module uses at that module
+        (``PartitionedParameterCoordinator.fetch_sub_module``: ``iter_params(current_submodule)``, gathered where
+        ``NOT_AVAILABLE``) and after the module releases it unless a module within ``stage3_max_reuse_distance``
+        (1e9 elements, ``runtime/zero/config.py``) of parameters ahead in the recorded trace uses it, or the
+        prefetcher (``stage3_prefetch_bucket_size``, 5e7) already scanned past its next use
+        (``__params_to_release``; v0.7.0 5fe9d610 ``deepspeed/runtime/zero/partitioned_param_coordinator.py``).
+        The word embedding's next use is the LM head after every layer (forward), and the embedding after every
+        layer's recompute and backward (backward): GPT-2 XL's 48 layers are 1.47e9 elements, past both bounds,
+        so the tied table is released after the embedding and gathered again for the head, and likewise in the
+        backward (ASSUMPTION: a model whose layers hold fewer elements than the reuse distance would keep it;
+        not modelled). The generic ZeRO-3 step gathers per module the same way (ASSUMPTION). FSDP2's root unit
+        holds the weight once, gathered once (``params`` as they are)."""
+        if not self.one_weight_head() or self.cfg.zero != 3 or self._fsdp2_root():
+            return params
+        dense, expert = params["head"]
+        return {**params, "head": (dense + table, expert)}
 
 
 class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps, MtpOps, MoeOps, DataParallelOps,
@@ -210,7 +267,11 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
         norms = 0 if self._deepspeed() else layer_norm_parameters(dims)
         final = 0 if self._deepspeed() else norm_weights(dims)
         small = PARAM_PERSISTENCE_THRESHOLD if self._deepspeed() else 0  # (DeepSpeed's persistent parameters)
-        params = {"embedding": (embedding_shard(dims, cfg.tp, small), 0), "head": (vocab * h + final, 0)}
+        # a tied LM head on the rank that holds the embedding (PP 1) is the embedding's own weight: one gradient
+        # reduction, one optimizer update, one shard (.one_weight_head); DeepSpeed still gathers it again for the
+        # head's module (gathered: what each unit's ZeRO-3 gather fetches)
+        head = 0 if self.one_weight_head() else vocab * h
+        params = {"embedding": (embedding_shard(dims, cfg.tp, small), 0), "head": (head + final, 0)}
         params.update({f"l{i}": _plus(layer_shards(dims, cfg, dims.is_moe_layer(i), biases=not self._deepspeed()),
                                       norms) for i in range(dims.layers)})
         if self.frozen:
@@ -218,6 +279,7 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
             params.update({f"l{i}": (adapter_parameters(dims, cfg), 0) for i in range(dims.layers)})
         mtp = dims.mtp_layers if not cfg.inference else 0  # (training only; see .mtp)
         params.update({f"mtp{k}": _plus(mtp_shards(dims, cfg), norms + MTP_MODULE_NORMS * final) for k in range(mtp)})
+        gathered = self.head_gathered(params, vocab * h)
         # ZeRO-3: (chunk, phase[, mb]) -> {unit: gather ids}; gathered once per step per phase and reused by the
         # micro-batches, or with --reshard-after-forward again for every micro-batch (labels .fwd|bwd.mb<k>)
         z3 = {}
@@ -251,8 +313,8 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
                         extra += pg[f"l{layer}"]
                     if gather:
                         if first and i == 0:
-                            extra += self._z3(units, "embedding", store, params, phase)
-                        extra += self._z3(units, f"l{layer}", store, params, phase)
+                            extra += self._z3(units, "embedding", store, gathered, phase)
+                        extra += self._z3(units, f"l{layer}", store, gathered, phase)
                     lookup = deps + emb + (extra if cfg.zero == 3 else [])  # (what the embedding waits for)
                     if i == 0 and first and cfg.iota_embed:  # (MaxText's one-hot matmul, .maxtext_step)
                         self.iota_embed_fwd(mb, vocab, lookup)
@@ -267,7 +329,7 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
                         self.layer_forward(layer, mb, (deps if i == 0 else []) + emb + extra)
                 self.fp8_amax(f"{self.fwd_tag}{cs}.mb{mb}", len(layers), backward=False)
                 if last:
-                    extra = self._z3(units, "head", store, params, phase) if gather else []
+                    extra = self._z3(units, "head", store, gathered, phase) if gather else []
                     if pg and mb == 0:
                         extra += pg["head"]
                     # the final norm, on every position (.layers final_norm); its weight is gathered with the head's
@@ -300,7 +362,7 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
                 sc = ch if p < P - 1 else ch + 1
                 deps = [] if last else self._pp_arrival(f"recv_grad{cs}.mb{mb}", +1, 2 * (sc * M + mb) + 1)
                 if last:
-                    extra = self._z3(units, "head", store, params, phase) if gather else []
+                    extra = self._z3(units, "head", store, gathered, phase) if gather else []
                     if mtp:
                         self.mtp_backward(mb, vocab, deps + extra, sync, smb, params)
                         deps, extra = [], []
@@ -315,7 +377,7 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
                         self.grad_sync("head", params["head"][0], mb=smb)
                 for layer in reversed(layers):
                     if gather:
-                        deps = deps + self._z3(units, f"l{layer}", store, params, phase)
+                        deps = deps + self._z3(units, f"l{layer}", store, gathered, phase)
                     with self.graphed():
                         if cfg.recompute:
                             self.layer_forward(layer, mb, deps, tag="recompute")
@@ -342,7 +404,7 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
                         idx = ((cfg.micro_batch_size, self.seq), "Tensor(long int)")
                         self.ew("aten::embedding_dense_backward", f"bwd.embedding.mb{mb}", [self._t(n, h), idx])
                     if gather:  # FSDP gathers every unit before its backward (the embedding's needs no weights)
-                        self._z3(units, "embedding", store, params, phase)
+                        self._z3(units, "embedding", store, gathered, phase)
                     if sync:
                         self.grad_sync("embedding", params["embedding"][0], mb=smb, table=params)
         self.drain_head_wgrads(vocab)  # (--defer-embedding-wgrad-compute: the last stage's pipeline drain)
