@@ -16,11 +16,14 @@ from .spec import ServeSpec
 
 def model_options(spec):
     """The ``astra workload llm`` options that name the spec's model and its precision; the step's element-wise
-    kernels always given (``--step-elementwise``), whatever the generator's default."""
+    kernels always given (``--step-elementwise``), whatever the generator's default; ``--embedding replicated``
+    as the generator's ``--inference-embedding``."""
     options = {"model": spec.model} if spec.model else {"preset": spec.preset}
     if spec.dtype:
         options["dtype"] = spec.dtype
     options["inference_elementwise"] = bool(spec.step_elementwise)
+    if getattr(spec, "embedding", "vocab-parallel") != "vocab-parallel":  # (the default's key unchanged)
+        options["inference_embedding"] = spec.embedding
     return options
 
 

@@ -110,6 +110,7 @@ class ServeSpec:
     frontend: str = "vllm"  # the request's path outside the engine step (frontend.py)
     first_token_from: str = "prefill"  # prefill (vLLM) | decode (TurboMind): engine.FIRST_TOKEN_FROM
     sampler: str = "vllm-v0"  # the sampler's kernels after each step (sampler.py): vllm-v0 | none
+    embedding: str = "vocab-parallel"  # the embedding table at TP > 1 (astra workload llm --inference-embedding)
     # step simulator
     bucket_ratio: float | None = None
     exact_shapes: bool = False
@@ -241,6 +242,12 @@ class ServeSpec:
                               "(default): vLLM V0's greedy Sampler.forward, six passes over the fp32 logits (to "
                               "float, temperature, softmax, log-softmax, the rows' gather, argmax), timed by the GPU "
                               "model; none: not timed (docs/serving.md)")
+        eng.add_argument("--embedding", default="vocab-parallel", choices=("vocab-parallel", "replicated"),
+                         help="the embedding table at TP > 1 (astra workload llm --inference-embedding): "
+                              "vocab-parallel (default; vLLM's and SGLang's VocabParallelEmbedding: each step "
+                              "all-reduces the embedding output over TP) or replicated (the whole table on every "
+                              "rank, no collective: LMDeploy TurboMind v0.1, TensorRT-LLM without "
+                              "--use_parallel_embedding)")
         sim = p.add_argument_group("step simulator")
         sim.add_argument("--bucket-ratio", type=positive_float, default=None, metavar="R",
                          help="ratio of the token-count grid of the batch-shape buckets (> 1; default sqrt 2; see "
