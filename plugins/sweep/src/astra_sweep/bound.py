@@ -490,7 +490,7 @@ class BoundCache:
     """Each layout's :class:`StepTerms` on one GPU, computed once per search (and once per machine on disk)."""
 
     def __init__(self, source, gpu, gpus_per_node, *, nccl=True, disk=True, nic_gbps=None, sharp=False,
-                 contention=None, board_power_w=None, nccl_version=None, nccl_nvls=None):
+                 contention=None, board_power_w=None, nccl_version=None, nccl_nvls=None, cudnn_version=None):
         """``source``: the workload options naming the model (``{"preset": ...}`` or ``{"model": path}``, with
         ``seq-len`` / ``gemm-dtype`` when given); ``gpu``: the platform's GPU preset name or YAML; ``nccl``: the
         run times collectives with the NCCL model (``--platform-collective nccl``), so in-node ones count;
@@ -504,7 +504,8 @@ class BoundCache:
         ``nccl_version``: the run's ``--nccl-version``, whose tuning picks the (algorithm, protocol) pair across
         nodes: the bound must time the pair the run times (another pair may be faster than the run's);
         ``nccl_nvls``: the run's ``--nccl-nvls`` (``"off"``: NCCL_NVLS_ENABLE=0, no NVLS nor NVLSTree in the choice),
-        for the same reason."""
+        for the same reason; ``cudnn_version``: the run's ``--cudnn-version``, whose rows time attention on
+        Blackwell (an older release's rows are not slower at every length, so the bound takes the run's)."""
         from types import SimpleNamespace
 
         from astra_gpu_model import GpuComputeModel
@@ -514,6 +515,9 @@ class BoundCache:
         self.gpu = gpu
         self.board_power_w = float(board_power_w) if board_power_w else None
         options = {"gpu_board_power_w": self.board_power_w} if self.board_power_w else {}
+        self.cudnn_version = None if cudnn_version is None else str(cudnn_version)
+        if self.cudnn_version:
+            options["cudnn_version"] = self.cudnn_version
         # its per-op cache is shared by every layout of the search
         self.model = GpuComputeModel(SimpleNamespace(options=options), gpu=gpu)
         self.nic_gbps, self.sharp = (float(nic_gbps) if nic_gbps else None), bool(sharp)
@@ -534,22 +538,23 @@ class BoundCache:
                 model_digest = hashlib.sha256(handle.read()).hexdigest()
         self._salt = json.dumps([self.source, model_digest, self.model.describe(), bool(nccl), self.gpus_per_node,
                                  self.nic_gbps, self.sharp, contention, self.nccl_version, self.nccl_nvls,
-                                 TERMS_VERSION,
+                                 self.cudnn_version, TERMS_VERSION,
                                  _code_digest()],
                                 sort_keys=True,
                                 default=str)
 
     @classmethod
-    def for_platform(cls, source, platform, gpus, *, nccl=True, disk=True, nccl_version=None, nccl_nvls=None):
+    def for_platform(cls, source, platform, gpus, *, nccl=True, disk=True, nccl_version=None, nccl_nvls=None,
+                     cudnn_version=None):
         """The cache of a search on ``gpus`` GPUs of ``platform`` (a GPU platform: its GPU, node size, and the
         NIC rate and SHARP its runs' NCCL model prices collectives across nodes with, and its measured contention
         model and host launches, from its implied options); ``nccl_version``, ``nccl_nvls``: the search's
-        ``--nccl-version`` and ``--nccl-nvls``."""
+        ``--nccl-version`` and ``--nccl-nvls``; ``cudnn_version``: its ``--cudnn-version``."""
         implied = platform.resolve(max(1, gpus // platform.gpus_per_node), {"platform_collective": "nccl"}).options
         return cls(source, platform.gpu, platform.gpus_per_node, nccl=nccl, disk=disk,
                    nic_gbps=implied.get("nccl_nic_gbps"), sharp=bool(implied.get("nccl_sharp")),
                    contention=contention_of(implied, platform.gpu), board_power_w=implied.get("gpu_board_power_w"),
-                   nccl_version=nccl_version, nccl_nvls=nccl_nvls)
+                   nccl_version=nccl_version, nccl_nvls=nccl_nvls, cudnn_version=cudnn_version)
 
     def terms(self, cfg):
         """The layout's :class:`StepTerms`, or None when the generator refuses its one- and two-micro-batch
@@ -615,7 +620,7 @@ class BoundCache:
             return 0
         payload = executor.share((self.source, self.gpu, self.gpus_per_node, self.nccl is not None, self.nic_gbps,
                                   self.sharp, self.contention, self.board_power_w, self.nccl_version,
-                                  self.nccl_nvls))
+                                  self.nccl_nvls, self.cudnn_version))
         tasks = [((key, shared), payload) for key, shared in todo.items()]
         for (key, _), found in executor.run(terms_task, tasks):
             if not isinstance(found, (StepTerms, type(None))):  # a worker that died: computed here instead
@@ -778,10 +783,12 @@ def terms_task(task, payload):
     """An executor task of :meth:`BoundCache.prefetch`: (key, shared layout) -> its :class:`StepTerms` or None,
     computed in this worker (no disk: the search's process keeps them)."""
     _key, shared = task
-    source, gpu, gpus_per_node, nccl, nic_gbps, sharp, contention, board_power_w, nccl_version, nccl_nvls = payload
+    (source, gpu, gpus_per_node, nccl, nic_gbps, sharp, contention, board_power_w, nccl_version, nccl_nvls,
+     cudnn_version) = payload
     ident = json.dumps(payload, sort_keys=True, default=str)
     if ident not in _WORKER_CACHES:
         _WORKER_CACHES[ident] = BoundCache(source, gpu, gpus_per_node, nccl=nccl, disk=False, nic_gbps=nic_gbps,
                                            sharp=sharp, contention=contention, board_power_w=board_power_w,
-                                           nccl_version=nccl_version, nccl_nvls=nccl_nvls)
+                                           nccl_version=nccl_version, nccl_nvls=nccl_nvls,
+                                           cudnn_version=cudnn_version)
     return compute_terms(_WORKER_CACHES[ident], shared)

@@ -116,13 +116,16 @@ def add_search_command(sub):
 
 
 def _add_nccl_version(p):
-    """``--nccl-version`` and ``--nccl-nvls``, astra run's (the gpu_model plugin's), checked as they are there: the
-    layouts run with them, and the lower bound times their collectives with the same choice."""
+    """``--nccl-version``, ``--nccl-nvls`` and ``--cudnn-version``, astra run's (the gpu_model plugin's), checked as
+    they are there: the layouts run with them, and the lower bound times their collectives and attention with the
+    same choice."""
     try:
+        from astra_gpu_model.cudnn_versions import add_cudnn_argument
         from astra_gpu_model.nccl_tuning import add_release_arguments
     except ImportError:
         return
     add_release_arguments(p, "; in the simulated layouts and in their lower bounds")
+    add_cudnn_argument(p)
 
 
 def _add_serving_arguments(p):
@@ -145,7 +148,7 @@ def _cmd_serve_search(args):
     except ImportError:
         raise ConfigError("astra search --serve needs the serving plugin (plugins/serving)") from None
     for flag in ("global_batch", "seq_len", "points", "plot", "max_step_time_ms", "prices", "nccl_version",
-                 "nccl_nvls"):
+                 "nccl_nvls", "cudnn_version"):
         if getattr(args, flag, None):
             raise ConfigError(f"--{flag.replace('_', '-')} is for training layouts, not --serve")
     if args.objective != "time":
@@ -462,7 +465,8 @@ def _bounds(fit, source, platform, args, executor):
     started = time.perf_counter()
     cache = BoundCache.for_platform(source, platform, args.gpus, nccl=args.platform_collective == "nccl",
                                     nccl_version=getattr(args, "nccl_version", None),
-                                    nccl_nvls=getattr(args, "nccl_nvls", None))
+                                    nccl_nvls=getattr(args, "nccl_nvls", None),
+                                    cudnn_version=getattr(args, "cudnn_version", None))
     cache.prefetch([cache.terms_layout(c) for c in fit], executor)
     out, whole = {}, {}
     for cfg in fit:
@@ -590,6 +594,8 @@ def _run_round(done, base, source, output, folder, args, state, executor, run_sw
         run["nccl-version"] = args.nccl_version
     if getattr(args, "nccl_nvls", None):
         run["nccl-nvls"] = args.nccl_nvls
+    if getattr(args, "cudnn_version", None):
+        run["cudnn-version"] = args.cudnn_version
     if not objective.needs_energy:
         # no breakdown: a layout's row needs its step, not where each rank's time went (about a tenth of a
         # point's time on GPT-3 175B), and the step is the same to the ns; the energy accounting needs it
