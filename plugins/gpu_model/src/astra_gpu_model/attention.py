@@ -393,6 +393,119 @@ def blackwell_mask_ratio(gpu, dtype, backward, seq_len):
     return _interpolate(none, seq_len, lengths) / _interpolate(causal, seq_len, lengths)
 
 
+#: NVIDIA's cuDNN measurements of attention with a sliding window (sources in its header)
+WINDOW_ATTENTION = "published_attention_window.csv"
+
+#: (kernel, backward) -> ((largest head dim, kBlockM, kBlockN), ...): the BF16 tiles FlashAttention runs a sliding
+#: window ("local") with on Hopper, no dropout or softcap, Dao-AILab/flash-attention at 0251105a. FA3 forward:
+#: hopper/tile_size.h tile_size_fwd_sm90 (is_local); FA3 backward: hopper/flash_bwd_launch_template.h
+#: run_mha_bwd_hdim{64,96,128,192,256}, Arch >= 90; FA2 (sm90 runs the sm80 code): csrc/flash_attn/src/
+#: flash_fwd_launch_template.h run_mha_fwd_hdim* (not sm8x, no dropout; 256: the H100's smem takes the 64 x 64 branch)
+#: and flash_bwd_launch_template.h run_mha_bwd_hdim* (max_smem_per_block >= 144 KB / 176 KB: the H100's).
+#: A head dimension is rounded up to the next instantiated one (static_switch.h HEADDIM_SWITCH); above 256: 256's.
+WINDOW_TILES = {
+    ("fa3", False): ((64, 192, 128), (96, 192, 128), (128, 128, 128), (192, 128, 96), (256, 128, 64)),
+    ("fa3", True): ((64, 128, 128), (96, 64, 128), (128, 64, 128), (192, 64, 96), (256, 64, 80)),
+    ("fa2", False): ((64, 128, 128), (96, 128, 64), (128, 128, 64), (192, 128, 64), (256, 64, 64)),
+    ("fa2", True): ((64, 128, 128), (96, 64, 128), (128, 64, 128), (192, 64, 64), (256, 64, 64)),
+}
+
+
+def window_tiles(kernel, backward, head_dim):
+    """``(kBlockM, kBlockN)`` of ``kernel`` (``fa2``/``fa3``) on a sliding window at ``head_dim`` (:data:`WINDOW_TILES`)."""
+    rows = WINDOW_TILES[(kernel, bool(backward))]
+    return next(((m, n) for dim, m, n in rows if head_dim <= dim), rows[-1][1:])
+
+
+def _div0(a, b):
+    """C's ``a / b`` on ints (toward zero), as block.h divides."""
+    return abs(a) // b * (1 if a >= 0 else -1)
+
+
+@functools.lru_cache(maxsize=256)
+def band_tiles(seq_len, window, block_m, block_n, backward=False):
+    """``(tiles, loop_len)`` FlashAttention executes a head of a band of ``seq_len`` queries over as many keys, each
+    query seeing ``window`` keys ending at its own (window_size = (window - 1, 0)). Forward: query tile m runs the key
+    tiles [n_min, n_max) of hopper/block.h ``get_n_block_min_max`` (FA2: flash_fwd_kernel.h lines 90-95, the same
+    range), whole tiles that touch the band, masked inside; backward: key tile n runs the query tiles of
+    ``get_m_block_min_max`` (FA2: flash_bwd_kernel.h lines 103-105, 318-320). ``loop_len``: the keys (backward:
+    queries) a tile's loop iterates on average, the length its rate is looked up at."""
+    s, left, right = seq_len, window - 1, 0
+    tiles = 0
+    if not backward:
+        blocks = -(-s // block_m)
+        for m in range(blocks):
+            n_max = min(-(-s // block_n), -(-((m + 1) * block_m + right) // block_n))
+            n_min = max(0, _div0(m * block_m - left, block_n))
+            tiles += max(0, n_max - n_min)
+        return tiles, tiles * block_n / blocks
+    blocks = -(-s // block_n)
+    for n in range(blocks):
+        m_max = min(-(-s // block_m), -(-((n + 1) * block_n + left) // block_m))
+        m_min = max(0, _div0(n * block_n - right, block_m))
+        tiles += max(0, m_max - m_min)
+    return tiles, tiles * block_m / blocks
+
+
+def band_pairs(seq_len, window):
+    """Query-key pairs a head of the band computes usefully (NVIDIA's benchmark_single_sdpa.py ``flops()``):
+    window (window + 1) / 2 + (s - window) window; a sequence no longer than the window: the causal triangle."""
+    if seq_len <= window:
+        return seq_len * (seq_len + 1) // 2
+    return window * (window + 1) // 2 + (seq_len - window) * window
+
+
+@functools.lru_cache(maxsize=None)
+def window_rows():
+    """``{(preset, window): {"fwd" | "bwd": (lengths, tflops), "heads": batch x heads}}`` from
+    :data:`WINDOW_ATTENTION`."""
+    text = (resources.files("astra_gpu_model") / "data" / WINDOW_ATTENTION).read_text(encoding="utf-8")
+    points = {}
+    for r in csv.DictReader(line for line in text.splitlines() if not line.startswith("#")):
+        s = int(r["seq_len"])
+        points.setdefault((r["preset"], int(r["window"])), []).append(
+            (s, float(r["fwd_tflops"]), float(r["bwd_tflops"]), int(r["batch"]) * int(r["heads"])))
+    table = {}
+    for key, rows in points.items():
+        rows.sort()
+        table[key] = {"fwd": ([r[0] for r in rows], [r[1] for r in rows]),
+                      "bwd": ([r[0] for r in rows], [r[2] for r in rows]), "heads": rows[0][3]}
+    return table
+
+
+def window_efficiency(gpu, window, backward, seq_len):
+    """The fraction of ``gpu``'s BF16 peak cuDNN reaches on a band of ``window`` keys over ``seq_len`` queries, in the
+    band's useful FLOPs (:func:`band_pairs`), from NVIDIA's measurement of that window on that GPU
+    (:data:`WINDOW_ATTENTION`; interpolated in log2 length, clamped to the measured 2k-32k), over the benchmark's
+    wave utilisation on the preset's SMs (batch x heads x s/128 thread blocks); None where there is none (another
+    window, another preset)."""
+    rows = window_rows().get((gpu.name, window))
+    peak = gpu.tensor_tflops.get("bf16")
+    if rows is None or not peak:
+        return None
+    lengths, tflops = rows["bwd" if backward else "fwd"]
+    ctas = rows["heads"] * -(-min(max(seq_len, lengths[0]), lengths[-1]) // 128)
+    utilisation = ctas / (-(-ctas // gpu.sm_count) * gpu.sm_count)
+    return _interpolate(tflops, seq_len, lengths) / peak / utilisation
+
+
+def band_work(gpu, kernel, backward, seq_len, window, head_dim, bf16=True):
+    """How a marked band (``attention_window``) is timed: ``("measured", pairs, efficiency)`` where NVIDIA measured
+    cuDNN at that window on ``gpu`` (BF16; ``pairs`` the useful ones a head, the efficiency in those terms), else
+    ``("tiles", pairs, loop_len)``: the executed pairs a head (tiles x kBlockM x kBlockN, :func:`band_tiles`) to be
+    timed at the kernel's dense rate without the mask at ``loop_len`` keys. FA2 and FA3 with their own tiles; cuDNN
+    without a measurement: FlashAttention-3's tiles (ASSUMPTION: cuDNN's tiles for a band are not published; NVIDIA's
+    GB200 window-128 rows, 0.28-0.30 of the window-1024 useful rate at 2k-16k, show at least that much waste).
+    ``bf16``: the node runs BF16/FP16 (the measurements' precision; FP8 takes the tiles)."""
+    if kernel == "cudnn" and bf16:
+        measured = window_efficiency(gpu, window, backward, seq_len)
+        if measured is not None:
+            return "measured", band_pairs(seq_len, window), measured
+    block_m, block_n = window_tiles("fa2" if kernel == "fa2" else "fa3", backward, head_dim)
+    tiles, loop_len = band_tiles(seq_len, window, block_m, block_n, backward)
+    return "tiles", tiles * block_m * block_n, loop_len
+
+
 #: measured paged decode attention's fitted fixed time and HBM rate per GPU (fit/fit_decode_attention.py)
 DECODE_FIT = "decode_attention_fit.json"
 #: the architecture (the preset's ``architecture`` up to its first space) -> the measured GPU whose fit it takes
@@ -432,4 +545,5 @@ __all__ = ["AMD_ATTENTION", "DECODE_FIT", "DECODE_FIT_GPU", "decode_fit", "decod
            "FP8_MEASURED_TFLOPS", "KERNELS", "check_fp8_attention", "fp8_backward_kernel_efficiency",
            "fp8_efficiency", "fp8_kernel_efficiency", "fp8_kernel_tflops", "MEASURED_TFLOPS", "is_hopper",
            "kernel_efficiency", "kernel_tflops", "measured_utilisation", "HEAD_DIM_ATTENTION",
-           "MEASURED_HEAD_DIM", "effective_head_dim", "measured_by_head_dim"]
+           "MEASURED_HEAD_DIM", "effective_head_dim", "measured_by_head_dim", "WINDOW_ATTENTION", "WINDOW_TILES",
+           "band_pairs", "band_tiles", "band_work", "window_efficiency", "window_rows", "window_tiles"]

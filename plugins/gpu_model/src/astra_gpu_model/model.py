@@ -24,11 +24,12 @@ from __future__ import annotations
 import functools
 import math
 from collections import Counter
+from dataclasses import replace
 
 from astra_sim.chakra import types as T
 from astra_sim.compute import node_work
 
-from astra_gpu_model.attention import (KERNELS as ATTENTION_KERNELS, amd_efficiency, blackwell_efficiency,
+from astra_gpu_model.attention import (KERNELS as ATTENTION_KERNELS, amd_efficiency, band_work, blackwell_efficiency,
                                        check_fp8_attention, decode_params, effective_head_dim, fp8_efficiency,
                                        is_hopper, kernel_efficiency)
 from astra_gpu_model.gemm import gemm_time_s
@@ -119,6 +120,7 @@ class GpuComputeModel:
         self._sustained = {}  # dtype -> power_clock.sustained_gemm_factor
         self._grouped_warned = False
         self._kernel_warned = False
+        self._window_warned = False
         self._ops = {}  # (name, IOInfo, launched) -> Op or False (op_class, node_details)
         # rank -> {id: EtNode}: lets a GPU kernel node find the CPU op that launched it.
         self._nodes_of = getattr(context, "rank_nodes", None)
@@ -202,13 +204,13 @@ class GpuComputeModel:
         name = node.name
         if name.startswith("aten::"):
             io = node_io(node)
-            grouped, kernel = self._grouped(node), self._attention_kernel(node)
+            grouped, kernel, window = self._grouped(node), self._attention_kernel(node), self._attention_window(node)
             # all the time of a node timed by its own op depends on besides the GPU, whose cache holds it (_cache:
             # swapped with the GPU by contention, cleared by set_clock_ratios; one entry per distinct op)
-            key = (name, io, grouped, kernel)
+            key = (name, io, grouped, kernel, window)
             ns = self._cache.get(key)
             if ns is None:
-                seconds = self._op_seconds(name, *io, False, grouped, kernel)
+                seconds = self._op_seconds(name, *io, False, grouped, kernel, window)
                 if seconds is not None:
                     ns = self._cache[key] = 0 if seconds == 0.0 else self._ns(seconds)
             if ns is not None:
@@ -346,15 +348,29 @@ class GpuComputeModel:
                        "attention_efficiency")
         return None
 
-    def _op_seconds(self, name, shapes, types, values, launched_kernel, grouped=None, kernel=None):
+    def _attention_window(self, node):
+        """The node's ``attention_window`` attribute (the keys a query sees in the band the node stands for: the LLM
+        generator's sliding-window layers), or None. Another value (not an int >= 1) is warned about once and
+        ignored."""
+        window = node.attrs.get("attention_window")
+        if window is None or (isinstance(window, int) and not isinstance(window, bool) and window >= 1):
+            return window
+        if not self._window_warned:
+            self._window_warned = True
+            self._warn(f"gpu model: node {node.id} ({node.name}): attention_window must be an integer >= 1, got "
+                       f"{window!r}; such nodes are timed as the block their shapes give")
+        return None
+
+    def _op_seconds(self, name, shapes, types, values, launched_kernel, grouped=None, kernel=None, window=None):
         """Seconds for ATen op ``name`` with these IOInfo strings, or None when they cannot be used
         (0.0: the op does no GPU work). ``grouped``: ``(dim, sizes)`` of a grouped GEMM (:meth:`_grouped`);
-        ``kernel``: the attention kernel the node names (:meth:`_attention_kernel`)."""
+        ``kernel``: the attention kernel the node names (:meth:`_attention_kernel`); ``window``: its band
+        (:meth:`_attention_window`)."""
         op_name = canonical_name(name)
         if op_name is None:
             return None
         needs_values = op_name in ATTENTION_OPS or op_name in CONV_OPS or op_name.startswith("_to")
-        key = (name, shapes, types, values if needs_values else None, launched_kernel, grouped, kernel)
+        key = (name, shapes, types, values if needs_values else None, launched_kernel, grouped, kernel, window)
         cached = self._cache.get(key)
         if cached is not None:
             return cached if cached >= 0 else None
@@ -373,6 +389,8 @@ class GpuComputeModel:
                            f"{sum(grouped[1])}, not to the GEMM's {grouped[0]} ({total}), or it is no single "
                            "GEMM; timed as one GEMM")
                 grouped = None
+        if window and op.kind == "attention":
+            op = replace(op, window=window)
         seconds = self.op_seconds(op, grouped, kernel)
         self._cache[key] = seconds
         return seconds
@@ -423,7 +441,9 @@ class GpuComputeModel:
         if op.kind == "attention":
             waves = -(-op.ctas // gpu.sm_count) if op.ctas else 1
             utilisation = op.ctas / (waves * gpu.sm_count) if op.ctas else 1.0
-            t_c = op.flops / (self._attention_efficiency(op, kernel) * peak * utilisation)
+            band = self._band(op, kernel, dtype) if op.window else None
+            flops, efficiency = band or (op.flops, self._attention_efficiency(op, kernel))
+            t_c = flops / (efficiency * peak * utilisation)
             decode = decode_params(gpu) if op.seq_q == 1 and not op.backward and dtype != "fp8" else None
             if decode is not None:  # paged decode attention: its measured fixed time + the cache at its rate
                 floor, rate = decode
@@ -467,6 +487,27 @@ class GpuComputeModel:
             return self.gpu.attention_efficiency
         return kernel_efficiency(kernel, op.backward, op.causal, op.seq_k,
                                  effective_head_dim(op.head_dim, op.head_dim_v))
+
+    def _band(self, op, kernel, dtype):
+        """``(FLOPs, efficiency)`` of an attention node marked as a band (``op.window``, :func:`.attention.band_work`):
+        the executed tiles of a named kernel on Hopper at its dense rate without the mask at the loop length, or
+        cuDNN's measured window rate on a Blackwell preset with cuDNN rows (a node naming ``cudnn`` or no kernel) or
+        where NVIDIA measured that window. None elsewhere (the preset's efficiency, AMD's aiter: whose band tiles
+        are not known): the node is the q x w block its shapes give, as before. The node's FLOP count (num_ops)
+        stays the model's; only the time moves."""
+        gpu = self.gpu
+        if is_hopper(gpu) and kernel in ATTENTION_KERNELS:
+            rule = kernel
+        elif blackwell_efficiency(gpu, kernel, "bf16", op.backward, op.seq_q) is not None:
+            rule = "cudnn"
+        else:
+            return None
+        how, pairs, value = band_work(gpu, rule, op.backward, op.seq_q, op.window, op.head_dim,
+                                      dtype in ("bf16", "fp16"))
+        flops = op.heads * pairs * 2.0 * (op.head_dim + (op.head_dim_v or op.head_dim)) * (2.5 if op.backward else 1)
+        if how == "measured":
+            return flops, value
+        return flops, self._attention_efficiency(replace(op, seq_k=max(1, round(value)), causal=False), kernel)
 
     def _memory_floor(self, name, launch):
         """Seconds a memory-bound kernel costs besides its bytes: on Hopper, the op's floor measured on the H200 in a

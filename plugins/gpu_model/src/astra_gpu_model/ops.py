@@ -100,6 +100,8 @@ class Op:
     backward: bool = False  # attention: the backward kernel
     head_dim: int = 0  # attention: the query/key head width (the FP8 kernel tables' head dimension)
     head_dim_v: int = 0  # attention: the value head width (MLA: narrower than head_dim; 0: head_dim)
+    heads: int = 0  # attention: batch x query heads
+    window: int = 0  # attention: the node's band of this many keys a query (attention_window attribute; 0: none)
 
 
 class OpError(ValueError):
@@ -354,7 +356,7 @@ def _attention(name, args, values, default_dtype):
         io = io * 2 + _numel(sq) * size  # + grad_out, dq, dk, dv
     ctas = b * h * max(1, -(-s_q // 128))
     return Op("attention", name, q[1], flops=flops, nbytes=float(io), ctas=ctas, out_bytes=size, seq_k=s_k,
-              seq_q=s_q, causal=causal, backward=backward, head_dim=d, head_dim_v=d_v)
+              seq_q=s_q, causal=causal, backward=backward, head_dim=d, head_dim_v=d_v, heads=b * h)
 
 
 def _memory(name, args, values, default_dtype):
