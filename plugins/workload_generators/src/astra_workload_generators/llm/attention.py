@@ -92,7 +92,7 @@ class AttentionOps:
         call is preceded by the cast of its Q, K, V to FP8 (:meth:`_fp8_attention_cast`), takes E4M3 operands and,
         under delayed scaling, is followed by the dequantize of its FP8 output."""
         dv = dv or d
-        extra = self._kernel_attr(extra)
+        extra = self._window_attr(self._kernel_attr(extra), q, layer)
         fp8 = self.cfg.attention_dtype == "fp8"
         node = None
         for j, (k, kf, causal) in enumerate(steps or self._attn_steps(q, layer)):
@@ -196,7 +196,7 @@ class AttentionOps:
             node = self.comp(ATTN_BWD, label, f"[[{b}, {hq}, {q}, {d}], [{b}, {hq}, {q}, {d}], "
                              f"[{b}, {hkv}, {k}, {d}], [{b}, {hkv}, {k}, {dv}]]",
                              4 * b * q * kf * (d + dv) * hq, elems,
-                             extra=self._kernel_attr(None, "cudnn" if fp8 else None),
+                             extra=self._window_attr(self._kernel_attr(None, "cudnn" if fp8 else None), q, layer),
                              types=[FP8_GRAD] + [FP8_FWD] * 3 if fp8 else None, nbytes=elems if fp8 else None,
                              values=f"[[], [], [], [], [], [], None, None, 0, 0, 0.0, {causal}, None, None]")
             if fp8:  # dQ, dK, dV come out in E5M2; TE hands --dtype back (Q, K, V were not FP8 tensors)
@@ -251,6 +251,15 @@ class AttentionOps:
         ``--attention-kernel`` or its framework's default; none named: no attribute)."""
         kernel = kernel or attention_kernel(self.cfg)
         return extra if kernel is None else dict(extra or {}, attention_kernel=kernel)
+
+    def _window_attr(self, extra, q, layer):
+        """``extra`` with ``attention_window`` (the window, keys a query sees) on a sliding-window layer's call of
+        more than one query (:meth:`_attn_steps`' band, emitted as a q x w block): the gpu model times the tiles the
+        kernel runs over the band from it. A decode step's single query (a true 1 x w block) and layers without a
+        window: no attribute (their traces unchanged)."""
+        if layer is None or q <= 1 or self.dims.attn_keys(layer, self.ctx) >= self.ctx:
+            return extra
+        return dict(extra or {}, attention_window=self.dims.window)
 
     def _cp_ring(self, label, layer, mb, phase, start):
         """Ring exchange over the CP group: CP-1 steps, each sending the chunk held (own K,V chunk first, then the
