@@ -27,8 +27,9 @@ ONE_LAYER = dict(layers=1, hidden=256, heads=8, kv_heads=4, ffn_hidden=512, voca
                  rms_norm=True)
 GRAD_BYTES = 256 * 256 * 2  # the input gradient, all-reduced whole: 131,072 B
 # FC1's dgrad and wgrad: 2 x 256 x 512 x 256 flop = 67,108,864 each; at 0.05 TFLOP/s 1342.18 us -> 1342 us; the
-# LM head's wgrad (500 of the 1000 vocabulary rows per TP rank): 2 x 256 x 256 x 500 = 65,536,000, 1310.72 -> 1311 us
-SLOW_TFLOPS, FC1_GEMM_NS, HEAD_WGRAD_NS = 0.05, 1_342_000, 1_311_000
+# LM head's wgrad (512 of the 1024 vocabulary rows per TP rank: Megatron pads 1000 to a multiple of 128 x TP 2):
+# 2 x 256 x 256 x 512 = 67,108,864, 1342 us as well
+SLOW_TFLOPS, FC1_GEMM_NS, HEAD_WGRAD_NS = 0.05, 1_342_000, 1_342_000
 
 
 def _step(tmp_path, name="w", simulate_it=True, **cfg):
@@ -108,7 +109,7 @@ def test_wgrad_longer_than_the_all_reduce(slow_gemms):
 def test_the_head_all_reduces_its_input_gradient_beside_its_wgrad(fast_gemms, slow_gemms):
     """Megatron's output layer (a ColumnParallelLinear, ``allreduce_dgrad``): the all-reduce of the head's whole
     input gradient (131,072 B) starts at the head's dgrad end; the last layer's backward starts at max(head wgrad
-    end, all-reduce end): the all-reduce's end with 1 us GEMMs, the wgrad's (dgrad end + 1311 us) with slow ones."""
+    end, all-reduce end): the all-reduce's end with 1 us GEMMs, the wgrad's (dgrad end + 1342 us) with slow ones."""
     for (nodes, spans, _), later in ((fast_gemms, "ar"), (slow_gemms, "wgrad")):
         ar, dgrad, wgrad = (nodes[k] for k in ("tp_ar.bwd.head.mb0.head_in", "bwd.head.mb0.dgrad",
                                                 "bwd.head.mb0.wgrad"))
@@ -143,7 +144,7 @@ def test_no_async_flag_all_reduces_after_the_wgrad(sync_gemms):
     """Megatron-LM 3f652469 / cfd2e216 without ``async_tensor_model_parallel_allreduce``: the all-reduce is
     ``copy_to_tensor_model_parallel_region``'s backward, after the matmul's (both GEMMs), for QKV, FC1 and the head
     (``parallel_lm_logits``). By hand: FC1's all-reduce starts at its dgrad's end + 1342 us (the wgrad), the head's
-    at its dgrad's end + 1311 us, and the next GEMM starts at the all-reduce's end."""
+    at its dgrad's end + 1342 us, and the next GEMM starts at the all-reduce's end."""
     nodes, spans, finish = sync_gemms
     for site, gemm, wgrad_ns, nxt in (("l0.mb0.mlp_in", "l0.mb0.fc1", FC1_GEMM_NS, "l0.mb0.proj.dgrad"),
                                       ("head.mb0.head_in", "head.mb0", HEAD_WGRAD_NS, "l0.mb0.fc2.dgrad"),

@@ -118,7 +118,7 @@ def test_deepspeed_and_replicated_inference_have_none(tmp_path):
 
 def test_tied_embedding_gradient_all_reduced_between_first_and_last_stage(tmp_path):
     """Tied embeddings at PP 2, TP 2, DP 2: after the DP reductions, one all-reduce of the word embedding's whole
-    fp32 main gradient, vocab/TP 500 x h 256 x 4 B = 512,000 B, over the embedding group {first-stage rank,
+    fp32 main gradient, vocab/TP 512 x h 256 x 4 B = 524,288 B (Megatron pads 1000 to 1024), over the embedding group {first-stage rank,
     last-stage rank} of its pipeline, on the compute chain before the optimizer's gradient norm; on both ends,
     once a step. Untied: no group and no all-reduce."""
     tied = dict(ROTARY, tied_embeddings=True)
@@ -127,7 +127,7 @@ def test_tied_embedding_gradient_all_reduced_between_first_and_last_stage(tmp_pa
         ar = [n for n in nodes if n.name.startswith("emb_ar.")]
         assert [n.name for n in ar] == ["emb_ar.word_embedding_grads"]
         ar = ar[0]
-        assert ar.attrs["comm_type"] == T.ALL_REDUCE and ar.attrs["comm_size"] == 500 * 256 * 4 == 512_000
+        assert ar.attrs["comm_type"] == T.ALL_REDUCE and ar.attrs["comm_size"] == 512 * 256 * 4 == 524_288
         cfg = LlmConfig(micro_batches=2, micro_batch_size=2, tp=2, pp=2, dp=2)
         assert sorted(groups[ar.attrs["pg_name"]]) == [rank_of(cfg, 0, 0, 0), rank_of(cfg, 0, 0, 1)]
         syncs = {n.id for n in nodes if n.name.startswith("dp_rs.")}

@@ -113,8 +113,8 @@ def test_mtp_head_gathers_scatters_and_defers(tmp_path):
 
 def test_memory_keeps_the_deferred_inputs_and_logit_gradients():
     """The last stage's buffers grow by each deferred call's input (SP: 128 rows x 256 x 2 B = 65,536 B) and its
-    logits' gradient (256 rows x 1000 / 2 x 2 B = 256,000 B): 4 calls = 1,286,144 B; limit 2: half; the first
-    stage and the default (off): nothing."""
+    logits' gradient (256 rows x 1024 / 2 x 2 B = 262,144 B: Megatron pads the vocabulary 1000 to a multiple of
+    128 x TP 2): 4 calls = 1,310,720 B; limit 2: half; the first stage and the default (off): nothing."""
     from astra_workload_generators.llm.memory import stage_memory
 
     dims = model_dims(**SMALL)
@@ -122,6 +122,6 @@ def test_memory_keeps_the_deferred_inputs_and_logit_gradients():
 
     def buffers(stage, **kw):
         return stage_memory(dims, LlmConfig(**base, **kw), stage).buffers
-    assert buffers(1, defer_embedding_wgrad=True) - buffers(1) == 4 * (65_536 + 256_000) == 1_286_144
-    assert buffers(1, defer_embedding_wgrad=True, wgrad_deferral_limit=2) - buffers(1) == 2 * 321_536
+    assert buffers(1, defer_embedding_wgrad=True) - buffers(1) == 4 * (65_536 + 262_144) == 1_310_720
+    assert buffers(1, defer_embedding_wgrad=True, wgrad_deferral_limit=2) - buffers(1) == 2 * 327_680
     assert buffers(0, defer_embedding_wgrad=True) == buffers(0)

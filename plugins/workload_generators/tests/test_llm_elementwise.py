@@ -14,7 +14,7 @@ from astra_sim.simulation import simulate
 from astra_sim_testing import write_network_config, write_system_config
 
 from astra_workload_generators.llm import (ADAM_BYTES_PER_PARAM, LlmConfig, generate_llm, layer_parameters,
-                                           model_dims, padded_vocab, training_flops)
+                                           model_dims, padded_vocab, training_flops, vocab_padding)
 
 GPT = dict(layers=4, hidden=256, heads=8, vocab=1000, seq_len=128, gated=False)       # ffn 4h, biases
 LLAMA = dict(layers=4, hidden=256, heads=8, kv_heads=4, ffn_hidden=512, vocab=1000, seq_len=128, gated=True)
@@ -60,7 +60,7 @@ def test_layer_nodes_and_shard_shapes(tmp_path, sp):
     assert counts["aten::gelu"] == counts["aten::gelu_backward"] == L
     assert counts["aten::_log_softmax"] == counts["aten::_log_softmax_backward_data"] == 1
     ce = next(x for x in nodes if x.name == "aten::_log_softmax")
-    assert ce.inputs_shapes == f"[[{n}, {padded_vocab(dims, 2) // 2}]]"
+    assert ce.inputs_shapes == f"[[{n}, {padded_vocab(dims, 2, 128 * 2) // 2}]]"  # (1000 -> 1024)
     assert counts["aten::embedding"] == counts["aten::embedding_dense_backward"] == 1
     assert counts["aten::_fused_adam_"] == 1
     # chain order: LN1 before the QKV GEMM, GeLU between FC1 and FC2, optimizer last
@@ -139,7 +139,7 @@ def test_unfused_attention(tmp_path):
     assert sum(x.name == "aten::bmm" for x in nodes) == dims.layers * 6  # 2 forward, 4 backward
     # same FLOPs as the flash-attention node
     generate_llm(dims, LlmConfig(tp=2, micro_batches=1, micro_batch_size=b), tmp_path / "f")
-    assert _comp_ops(tmp_path / "t", 2) == _comp_ops(tmp_path / "f", 2) == training_flops(dims, b, 2)
+    assert _comp_ops(tmp_path / "t", 2) == _comp_ops(tmp_path / "f", 2) == training_flops(dims, b, 2, 128 * 2)
     with pytest.raises(Exception):
         generate_llm(dims, LlmConfig(mode="decode", attention="unfused"), tmp_path / "x", write=False)
 
@@ -149,7 +149,7 @@ def test_optimizer_bytes_per_rank(tmp_path, tp, pp, dp, zero):
     dims = model_dims(**GPT)
     cfg = LlmConfig(tp=tp, pp=pp, dp=dp, zero=zero, micro_batches=2)
     generate_llm(dims, cfg, tmp_path / "t")
-    vh = padded_vocab(dims, tp) * dims.hidden
+    vh = padded_vocab(dims, tp, vocab_padding(cfg)) * dims.hidden
     for stage in range(pp):
         rank = stage * tp * dp
         adam = [x for x in _nodes(tmp_path / "t", rank) if x.name == "aten::_fused_adam_"]

@@ -88,6 +88,12 @@ Then the four inference cases, all at TP > 1 (decode_steps_moe, llama2_70b_decod
 prefill_cp_logits), on purpose (issue 36): a serving step all-reduces the embedding output over TP before the first
 layer (vLLM's ``VocabParallelEmbedding``, ``--inference-embedding vocab-parallel``, the default); with
 ``--inference-embedding replicated`` every hash is the one before.
+Then the Megatron training cases whose vocabulary is not a multiple of 128 x TP (cp_causal_unfused, dense_tp_pp_dp,
+gpt3_13b_preset, gpt_sp_overlap_fp8_vp_zero1, moe_expert_load_fp8, moe_imbalance_cp_ep, per_rank_files,
+unfused_scatter_gather: 1000 -> 1024, GPT-3's 50257 -> 50432 at TP 2), on purpose (issue 36): Megatron-LM pads
+the vocabulary to a multiple of ``--make-vocab-size-divisible-by`` (128) x TP (``model.vocab_padding``); with
+``--make-vocab-size-divisible-by 1`` every hash is the one before; the other cases (llama3_8b_preset's 128256 and
+deepseek_preset's 102400 are multiples already; ZeRO-2/3 and inference do not pad) are unchanged.
 
 Regenerate (only when a change of the traces is intended)::
 

@@ -113,7 +113,7 @@ def _comp_ops(prefix, npus):
 
 
 def test_qwen3_moe_training_flops_by_hand(tmp_path):
-    L, s, V = 2, 64, 1000
+    L, s, V = 2, 64, 1024  # (a multiple of 128 x TP: Megatron's vocabulary padding leaves it)
     dims = _dims("qwen3-30b-a3b", layers=L, seq_len=s, vocab=V)
     h, H, d, kv, E, k, f = 2048, 32, 128, 4, 128, 8, 768
     attn = h * (H * d + 2 * kv * d) + H * d * h
@@ -126,7 +126,7 @@ def test_mla_gemms_flops_and_cache_by_hand(tmp_path):
     """DeepSeek-V3's MLA, TP 2: q_a 7168->1536 and kv_a 7168->512+64 whole on each rank; q_b 1536->128*192 and
     kv_b 512->128*(128+128) split over TP; the output projection reads 128*128/2; attention with 192-wide
     queries/keys and 128-wide values; the decode KV cache is (512 + 64) x 2 bytes per position and layer."""
-    dims = _dims("deepseek-v3", layers=1, moe_dense_layers=0, seq_len=64, vocab=1000, mtp_layers=0)
+    dims = _dims("deepseek-v3", layers=1, moe_dense_layers=0, seq_len=64, vocab=1024, mtp_layers=0)
     generate_llm(dims, LlmConfig(tp=2), tmp_path / "d")
     nodes = read_rank_nodes(tmp_path / "d", 0)
     mm = {n.attrs["label"]: n.inputs_shapes for n in nodes if n.name == "aten::mm"}
@@ -145,7 +145,7 @@ def test_mla_gemms_flops_and_cache_by_hand(tmp_path):
     attn_params = h * 1536 + 1536 * H * 192 + h * 576 + 512 * H * 256 + H * 128 * h
     moe = h * 256 + (8 + 1) * 3 * h * 2048
     replicated = 6 * 64 * (h * 1536 + h * 576)  # q_a, kv_a and the router run on both TP ranks
-    expected = _hand_training_flops(1, 64, h, H, 192, 128, attn_params, moe, 1000) + replicated + 6 * 64 * h * 256
+    expected = _hand_training_flops(1, 64, h, H, 192, 128, attn_params, moe, 1024) + replicated + 6 * 64 * h * 256
     assert _comp_ops(tmp_path / "d", 2) == expected
     assert kv_cache_bytes_per_token(_dims("deepseek-v3")) == 61 * (512 + 64) * 2
     generate_llm(dims, LlmConfig(tp=2, mode="decode", prompt_len=100, decode_len=1), tmp_path / "dd")
@@ -267,7 +267,7 @@ def test_sliding_window_costs_s_times_w_by_hand(tmp_path):
     """Gemma 2 (layer 0 local, layer 1 global) with a 64-key window over 256 positions: the local layer's
     attention is a 256 x 64 band (timed as that block, not causal), the global one 256 x 256 causal; FLOPs
     6*P*s + 6*s*(64 + 256)*(2*H*d); decode reads a 64-position cache on the local layer."""
-    dims = _dims("gemma2-9b", layers=2, seq_len=256, vocab=1000, window=64)
+    dims = _dims("gemma2-9b", layers=2, seq_len=256, vocab=1024, window=64)  # (128 x 8: not padded further)
     assert [dims.is_local(i) for i in range(2)] == [True, False]
     generate_llm(dims, LlmConfig(), tmp_path / "g")
     nodes = read_rank_nodes(tmp_path / "g", 0)
@@ -277,7 +277,7 @@ def test_sliding_window_costs_s_times_w_by_hand(tmp_path):
     assert local.attrs["num_ops"] == 4 * 256 * 64 * 256 * 16 and "False, False" in local.inputs_values
     assert glob.attrs["num_ops"] == 4 * 256 * 256 * 256 * 16
     h, H, kv, d, f = 3584, 16, 8, 256, 14336
-    P = 2 * (h * (H * d + 2 * kv * d) + H * d * h + 3 * h * f) + 1000 * h
+    P = 2 * (h * (H * d + 2 * kv * d) + H * d * h + 3 * h * f) + 1024 * h
     assert _comp_ops(tmp_path / "g", 1) == 6 * P * 256 + 6 * 256 * (64 + 256) * 2 * H * d
     generate_llm(dims, LlmConfig(mode="decode", prompt_len=200), tmp_path / "gd")
     dec = [n for n in read_rank_nodes(tmp_path / "gd", 0) if n.name == "aten::_scaled_dot_product_flash_attention"]
@@ -298,7 +298,7 @@ def test_window_pattern_from_layer_types(tmp_path):
 def test_mtp_module_by_hand(tmp_path):
     """DeepSeek-V3's MTP module in training: eh_proj (2h -> h), one MoE layer with MLA and the shared LM head, forward
     and backward: 6 x tokens x those weights + the layer's attention; its gradients are reduced; decode has none."""
-    s, V = 64, 1000
+    s, V = 64, 1024  # (a multiple of 128: Megatron's vocabulary padding leaves it)
     with_mtp = _dims("deepseek-v3", layers=1, moe_dense_layers=0, seq_len=s, vocab=V)
     assert with_mtp.mtp_layers == 1
     without = _dims("deepseek-v3", layers=1, moe_dense_layers=0, seq_len=s, vocab=V, mtp_layers=0)

@@ -92,7 +92,7 @@ def _mm_flops(nodes, phase):
 
 def test_gemm_flops_by_hand(tmp_path):
     _, _, (nodes,) = _gen(tmp_path, lora_rank=R, lora_targets=ALL, elementwise=False)
-    n, V = S, padded_vocab(model_dims(**SMALL), 1)
+    n, V = S, padded_vocab(model_dims(**SMALL), 1, 128)
     base = 2 * n * (H * QKV + H * H + H * 2 * FFN + FFN * H)  # QKV, projection, FC1 (gated: 2 FFN), FC2
     adapters = 2 * n * _adapters()                            # x A and (x A) B of each target
     head = 2 * n * H * V
@@ -122,7 +122,7 @@ def test_step_flops_and_cli(tmp_path):
     summary = generate_llm(model_dims(**SMALL), LlmConfig(dp=2, pp=2, micro_batches=2, lora_rank=R,
                                                            lora_targets=("qkv", "fc2")), tmp_path / "m")
     tokens = 2 * 2 * S
-    P = L * (H * QKV + H * H + 3 * H * FFN) + padded_vocab(model_dims(**SMALL), 1) * H
+    P = L * (H * QKV + H * H + 3 * H * FFN) + padded_vocab(model_dims(**SMALL), 1, 128) * H
     attention = 6 * S * (S * L) * (H + H) * 4  # 6 x s x (keys summed over layers) x (q + o widths) x sequences
     assert summary["flops"] == 4 * P * tokens + 6 * L * _adapters(1, ("qkv", "fc2")) * tokens + attention
 

@@ -108,7 +108,7 @@ def test_all_to_all_volume_and_ep_groups(tmp_path, ep):
                 vol[tuple(groups[n.attrs["pg_name"]])] += n.attrs["comm_size"]
         dp_group = tuple(t + tp * dd + tp * dp * p for dd in range(dp))
         edp_group = tuple(t + tp * (q * ep + d % ep) + tp * dp * p for q in range(dp // ep))
-        stage = (L // pp) * dense_layer + 1000 * h  # plus embedding (first) or LM head (last)
+        stage = (L // pp) * dense_layer + 1024 * h  # plus embedding (first) or LM head (last): 1000 padded to 1024
         experts = (L // pp) * expert_layer // ep
         router = (L // pp) * h * E  # replicated on every TP rank, synced over DP
         router += (L // pp) * 4 * h + (2 * h if p == pp - 1 else 0)  # and so are the LayerNorms' weights and biases

@@ -35,10 +35,11 @@ def _nodes(tmp_path, **cfg):
 
 def test_dp_all_reduce_carries_the_norms(tmp_path):
     """DP 2, TP 2: a layer's all-reduce is its TP shard of the matmul weights plus its two whole RMSNorm weights,
-    (589,824 / 2 + 512) x 2 B = 590,848 B; the LM head's unit carries the final norm, (1000 / 2 x 256 + 256) x 2 B."""
+    (589,824 / 2 + 512) x 2 B = 590,848 B; the LM head's unit carries the final norm, (1024 / 2 x 256 + 256) x 2 B (Megatron pads the vocabulary 1000 to a
+    multiple of 128 x TP 2)."""
     names, _ = _nodes(tmp_path, dp=2, tp=2)
     assert names["dp_ar.l0"].attrs["comm_size"] == (LAYER // 2 + 512) * 2 == 590_848
-    assert names["dp_ar.head"].attrs["comm_size"] == (500 * 256 + 256) * 2 == 256_512
+    assert names["dp_ar.head"].attrs["comm_size"] == (512 * 256 + 256) * 2 == 262_656
 
 
 def test_sp_all_reduces_the_norm_grads_over_tp_before_the_optimizer(tmp_path):
@@ -59,6 +60,6 @@ def test_sp_all_reduces_the_norm_grads_over_tp_before_the_optimizer(tmp_path):
 def test_memory_counts_the_norms(tmp_path):
     """Megatron, no parallelism: bf16 weights of every parameter, the 2 x 2 x 256 layer norms and the final 256
     included, and (no rotary flag: Megatron's default learned absolute positions) the 128 x 256 position table:
-    (2 x 589,824 + 2 x 1000 x 256 + 1,280 + 32,768) x 2 B."""
+    (2 x 589,824 + 2 x 1024 x 256 + 1,280 + 32,768) x 2 B (Megatron pads the vocabulary 1000 to 1024)."""
     m = stage_memory(model_dims(**SMALL), LlmConfig(micro_batch_size=2, dropout=False), 0)
-    assert m.weights == (2 * LAYER + 2 * 1000 * 256 + 1280 + 128 * 256) * 2
+    assert m.weights == (2 * LAYER + 2 * 1024 * 256 + 1280 + 128 * 256) * 2

@@ -19,7 +19,8 @@ from astra_workload_generators.llm import LlmConfig, generate_llm, model_dims
 
 PLUGINS = ["network_analytical", "workload_generators"]
 # L, h, heads, kv, ffn, vocab, seq; gated
-L, H, HEADS, KV, FFN, VOCAB, S = 8, 256, 8, 4, 512, 1000, 128
+# VOCAB: a multiple of 128 x TP (TP <= 8), which Megatron's padding of the vocabulary leaves as it is
+L, H, HEADS, KV, FFN, VOCAB, S = 8, 256, 8, 4, 512, 1024, 128
 SMALL = dict(layers=L, hidden=H, heads=HEADS, kv_heads=KV, ffn_hidden=FFN, vocab=VOCAB, seq_len=S, gated=True)
 BYTES = 2  # bf16
 

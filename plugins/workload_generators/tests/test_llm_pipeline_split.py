@@ -79,7 +79,7 @@ def test_memory_follows_the_split():
     cfg = LlmConfig(pp=4, micro_batches=4, pipeline_embedding_layer=True)
     first, second = stage_memory(dims, cfg, 0), stage_memory(dims, cfg, 1)
     layer = sum(layer_shards(dims, cfg, False)) + layer_norm_parameters(dims)  # (its norms' weights too)
-    embedding = padded_vocab(dims, 1) * 256 + 128 * 256  # (and the learned position table: no rotary flag)
+    embedding = padded_vocab(dims, 1, 128) * 256 + 128 * 256  # (and the learned position table: no rotary flag)
     # stage 0: embedding + 1 layer; stage 1: 2 layers (bf16 weights, 2 B each)
     assert first.weights == 2 * (embedding + layer)
     assert second.weights == 2 * (2 * layer)

@@ -13,10 +13,10 @@ from astra_workload_compact import read_rank_nodes
 from astra_workload_generators.llm import LlmConfig, generate_llm, model_dims
 from astra_workload_generators.llm.spec import LlmSpec
 
-# h 256, vocab 1000 (500 rows a rank at TP 2), RMSNorm (the final norm: 256 weights), sequences of 128 tokens
+# h 256, vocab 1000 (Megatron pads it to 1024, a multiple of 128 x TP 2: 512 rows a rank), RMSNorm (the final norm: 256 weights), sequences of 128 tokens
 DIMS = dict(layers=2, hidden=256, heads=8, kv_heads=4, ffn_hidden=512, vocab=1000, seq_len=128, gated=True,
             rms_norm=True, rotary=True)
-TABLE = 500 * 256  # vocab/TP x h = 128,000 elements: the word embedding's shard on one TP rank
+TABLE = 512 * 256  # padded vocab/TP x h = 131,072 elements: the word embedding's shard on one TP rank
 FINAL = 256        # the final RMSNorm's weights (with the head's unit)
 ADAM_BYTES = 28    # .zero.ADAM_BYTES_PER_PARAM: the optimizer node's bytes per parameter
 
@@ -36,12 +36,12 @@ def _adam_params(nodes):
 
 
 def test_megatron_pp1_tied_head_is_reduced_and_updated_once(tmp_path):
-    """Megatron, PP 1, TP 2, DP 2, ZeRO 0, bf16: untied, the head's DP all-reduce carries its 128,000-row shard
-    and the final norm, (128,000 + 256) x 2 B = 256,512 B; tied, only the final norm's 256 x 2 = 512 B (the
-    shared weight's gradient goes with the embedding's unit, whose all-reduce is the same 256,000 B in both);
-    Adam updates 128,000 parameters fewer."""
+    """Megatron, PP 1, TP 2, DP 2, ZeRO 0, bf16: untied, the head's DP all-reduce carries its 131,072-element
+    shard and the final norm, (131,072 + 256) x 2 B = 262,656 B; tied, only the final norm's 256 x 2 = 512 B (the
+    shared weight's gradient goes with the embedding's unit, whose all-reduce is the same 262,144 B in both);
+    Adam updates 131,072 parameters fewer."""
     untied, tied = _nodes(tmp_path, "u", False), _nodes(tmp_path, "t", True)
-    assert _size(untied, "dp_ar.head") == (TABLE + FINAL) * 2 == 256_512
+    assert _size(untied, "dp_ar.head") == (TABLE + FINAL) * 2 == 262_656
     assert _size(tied, "dp_ar.head") == FINAL * 2 == 512
     assert _size(untied, "dp_ar.embedding") == _size(tied, "dp_ar.embedding") == TABLE * 2
     assert _adam_params(untied) - _adam_params(tied) == TABLE

@@ -79,7 +79,7 @@ from .memory import MemoryEstimate, layer_activation_bytes, memory_estimate, pea
 from .model import (
     PRESETS, ModelDims, activated_layer_parameters, activated_parameter_count, dense_layer_parameters,
     expert_layer_parameters, inference_flops, layer_parameters, layer_shards, model_dims, padded_vocab,
-    parameter_count, router_parameters, training_flops,
+    parameter_count, router_parameters, training_flops, vocab_padding, vocab_shard,
 )
 from .overlap import COMM_SMS_GROUPS, TE_OVERLAP_NAMES, TE_OVERLAPS, load_tp_overlap_sms, parse_comm_sms
 from .routing import ep_loads, expert_capacity, parse_expert_load, routed_rows
@@ -91,7 +91,8 @@ from .cli import add_llm_command
 __all__ = [
     "PRESETS", "ModelDims", "LlmConfig", "model_dims", "parameter_count", "activated_parameter_count",
     "training_flops", "inference_flops", "generate_llm", "rank_of", "coords_of", "cp_coords_of", "rank_symmetry",
-    "check_config", "comm_groups", "pipeline_schedule", "layer_shards", "padded_vocab", "layer_parameters",
+    "check_config", "comm_groups", "pipeline_schedule", "layer_shards", "padded_vocab", "vocab_padding",
+    "vocab_shard", "layer_parameters",
     "dense_layer_parameters", "expert_layer_parameters", "router_parameters", "activated_layer_parameters",
     "ATTENTIONS", "DTYPES", "GEMM_DTYPES", "MODES", "FP8_AMAX_HISTORY", "SCALED_MM", "COMM_SMS_GROUPS",
     "TE_OVERLAP_NAMES", "TE_OVERLAPS", "load_tp_overlap_sms", "parse_comm_sms", "ep_loads", "expert_capacity",

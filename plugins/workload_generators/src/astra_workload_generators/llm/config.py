@@ -109,6 +109,7 @@ class LlmConfig:
     bias_swiglu_fusion: bool = True  # Megatron training: the dense gated FFN's SwiGLU as one kernel each way (.layers)
     bias_dropout_fusion: bool = True  # Megatron training: bias + dropout + residual add as one kernel (.layers)
     async_tp_allreduce: bool = True  # Megatron training without SP: QKV/FC1/head dgrad all-reduce beside the wgrad
+    make_vocab_size_divisible_by: int = 128  # Megatron training: the vocabulary padded to this x TP (.model)
     moe_router_dtype: str | None = None  # MoE: Megatron's router dtype, fp32 | fp64; None: the input's (--dtype)
     comm_sms: tuple = ()            # ((key, SMs), ...): comm_sms attribute per kind of communication (see --comm-sms)
     sm_margins: tuple = ()          # ((TE overlap name, SMs), ...): its GEMMs' sm_margin (TE's set_sm_margin)
@@ -401,6 +402,12 @@ def _check(dims: ModelDims, cfg: LlmConfig):
     if not cfg.bias_dropout_fusion and (cfg.inference or implied_framework(cfg) != "megatron"):
         raise ConfigError("--no-bias-dropout-fusion is Megatron-LM's flag (--framework megatron training); the other "
                           "frameworks run dropout and add unfused anyway")
+    if not isinstance(cfg.make_vocab_size_divisible_by, int) or cfg.make_vocab_size_divisible_by < 1:
+        raise ConfigError(f"--make-vocab-size-divisible-by must be a positive integer, got "
+                          f"{cfg.make_vocab_size_divisible_by!r}")
+    if cfg.make_vocab_size_divisible_by != 128 and (cfg.inference or implied_framework(cfg) != "megatron"):
+        raise ConfigError("--make-vocab-size-divisible-by is Megatron-LM's flag (--framework megatron training); "
+                          "the other frameworks do not pad the vocabulary (inference: to a multiple of TP)")
     if not cfg.async_tp_allreduce and (cfg.inference or implied_framework(cfg) != "megatron"):
         raise ConfigError("--no-async-tensor-model-parallel-allreduce is Megatron-LM's flag (--framework megatron "
                           "training); the other frameworks reduce after the weight gradient anyway")

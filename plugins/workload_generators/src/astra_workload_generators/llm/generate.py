@@ -19,7 +19,8 @@ from .config import LlmConfig, _check
 from .encode import encode_memory_node, with_rank_attrs
 from .memory import memory_estimate, metadata_attrs
 from .layout import _dyn_bytes, comm_groups, rank_of, rank_symmetry
-from .model import ModelDims, activated_parameter_count, inference_flops, parameter_count, training_flops
+from .model import (ModelDims, activated_parameter_count, inference_flops, parameter_count, training_flops,
+                    vocab_padding)
 from .lora import lora_training_flops
 from .stage import _StageBuilder, embedding_group_used
 
@@ -61,7 +62,7 @@ def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True, per_ran
     elif cfg.lora_rank:
         flops = lora_training_flops(dims, cfg, sequences, cfg.tp)
     else:
-        flops = training_flops(dims, sequences, cfg.tp)
+        flops = training_flops(dims, sequences, cfg.tp, vocab_padding(cfg))
     step_attrs = step_metadata(dims, cfg, flops, model_name)
     nodes_per_stage = []
     per_ep = cfg.ep if cfg.moe_expert_load else 1
@@ -117,9 +118,10 @@ def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True, per_ran
         classes.sort()
         write_compact_workload(prefix, cfg.npus, symmetry.shifts, classes, comm_groups=f"{prefix}.groups.json",
                                generator="astra workload llm")
+    padding = vocab_padding(cfg)  # (the vocabulary padded as the framework pads it)
     return {"npus": cfg.npus, "nodes_per_stage": nodes_per_stage, "groups": len(groups),
-            "parameters": parameter_count(dims, cfg.tp), "classes": cfg.npus // symmetry.order,
-            "activated_parameters": activated_parameter_count(dims, cfg.tp), "flops": flops,
+            "parameters": parameter_count(dims, cfg.tp, padding), "classes": cfg.npus // symmetry.order,
+            "activated_parameters": activated_parameter_count(dims, cfg.tp, padding), "flops": flops,
             "memory": memory, "peak_memory_bytes": max(m.total for m in memory)}
 
 

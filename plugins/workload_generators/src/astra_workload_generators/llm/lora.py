@@ -94,11 +94,11 @@ def lora_training_flops(dims, cfg, sequences: int, tp: int = 1, forward: bool = 
     the adapters' 6 x parameters x tokens, and the attention's forward and backward (as in full training).
     ``forward``: the forward's share only (2PT, 2 x adapters x T, the attention's third), what full
     recomputation runs again."""
-    from .model import activated_parameter_count
+    from .model import activated_parameter_count, vocab_padding
 
     s = dims.seq_len
     tokens = sequences * s
-    base = activated_parameter_count(dims, tp)
+    base = activated_parameter_count(dims, tp, vocab_padding(cfg))
     adapters = dims.layers * adapter_parameters(dims, cfg, tp=1)
     attention = 2 * s * dims.attn_key_sum(s) * (dims.q_width + dims.o_width) * sequences
     if forward:

@@ -64,7 +64,7 @@ from .memory_terms import (
 from .blockscale import block_format, fp8_checkpoint_weight_bytes, low_precision_weight_bytes
 from .lora import adapter_parameters, frozen_input_elements
 from .model import (MTP_MODULE_NORMS, ModelDims, _lengths, embedding_shard, layer_norm_parameters, layer_shards,
-                    mtp_shards, norm_weights, padded_vocab)
+                    mtp_shards, norm_weights, vocab_padding, vocab_shard)
 from .routing import ep_loads, routed_rows
 from .schedule import pipeline_schedule
 from .split import stage_layers
@@ -273,7 +273,7 @@ def stage_memory(dims: ModelDims, cfg: LlmConfig, p: int) -> MemoryEstimate:
     nb = DTYPES[cfg.dtype][0]
     framework = implied_framework(cfg)
     units = _stage_units(dims, cfg, p)
-    vocab = padded_vocab(dims, cfg.tp) // cfg.tp
+    vocab = vocab_shard(dims, cfg.tp, vocab_padding(cfg))  # (the framework's padding: .model padded_vocab)
     dense = expert = linear = edges = 0
     unit_sizes = []
     # a tied LM head is the embedding's own weight when the rank holds both ends (PP 1, or interleaved chunks);
@@ -288,7 +288,8 @@ def stage_memory(dims: ModelDims, cfg: LlmConfig, p: int) -> MemoryEstimate:
             ld, le = layer_shards(dims, cfg, dims.is_moe_layer(i))
             dense, expert, linear = dense + ld + norms, expert + le, linear + ld + le
             unit_sizes.append(ld + le + norms)
-        for edge, table in ((first, embedding_shard(dims, cfg.tp)), (last and not one_table, vocab * dims.hidden)):
+        table_first = embedding_shard(dims, cfg.tp, padding=vocab_padding(cfg))
+        for edge, table in ((first, table_first), (last and not one_table, vocab * dims.hidden)):
             if edge:  # (the embedding's: with a learned position table, .model embedding_shard)
                 dense += table
                 edges += table
@@ -393,7 +394,7 @@ def _activation_peak(dims, cfg, p, units, framework):
                               else layer_activation_bytes(dims, cfg, mode, moe, i))
         return per_layer[key]
 
-    vocab = padded_vocab(dims, cfg.tp) // cfg.tp
+    vocab = vocab_shard(dims, cfg.tp, vocab_padding(cfg))
     div = cfg.tp if cfg.sequence_parallel else 1
     mask = 1 if cfg.dropout and not cfg.inference else 0
     chunk_bytes = {}

@@ -1,8 +1,9 @@
 """The transformer being generated: its dimensions (presets or given), parameter counts and FLOPs.
 
-Everything here depends on the model only (plus the TP degree where the vocabulary is padded, and the mode's
-sequence lengths): the parallel layout is :mod:`.layout`, the configuration of a run :mod:`.config`. A new
-source of model dimensions (a Hugging Face ``config.json``, say) should produce a :class:`ModelDims` here.
+Everything here depends on the model only (plus the TP degree and the step's padding of the vocabulary,
+:func:`vocab_padding`, and the mode's sequence lengths): the parallel layout is :mod:`.layout`, the
+configuration of a run :mod:`.config`. A new source of model dimensions (a Hugging Face ``config.json``, say)
+should produce a :class:`ModelDims` here.
 
 FLOPs (what the COMP nodes' ``num_ops`` add up to over all ranks, without recomputation)::
 
@@ -223,9 +224,55 @@ def model_dims(preset=None, base=None, **overrides) -> ModelDims:
     return dims
 
 
-def padded_vocab(dims: ModelDims, tp: int) -> int:
-    """The vocabulary padded up to a multiple of TP (so the LM head splits evenly)."""
-    return -(-dims.vocab // tp) * tp
+#: Megatron-LM pads the vocabulary to a multiple of ``--make-vocab-size-divisible-by`` (default 128) x TP
+#: (NVIDIA/Megatron-LM core_r0.14.0 32ad5c89 ``megatron/training/arguments.py`` 1476, ``megatron/training/
+#: tokenizer/tokenizer.py`` 115-128 ``_vocab_size_with_padding``; ``pretrain_gpt.py`` 183 builds the model with
+#: ``args.padded_vocab_size``); NeMo 2 the same (NVIDIA/NeMo v2.2.0 7192a2c9 ``nemo/collections/llm/gpt/model/
+#: base.py`` 176, 220-228 ``make_vocab_size_divisible_by: int = 128``, ``nemo/lightning/base.py`` 37-52
+#: ``get_vocab_size``: ``make_vocab_size_divisible_by * tensor_model_parallel_size``)
+MAKE_VOCAB_SIZE_DIVISIBLE_BY = 128
+
+
+def vocab_padding(cfg: "LlmConfig") -> int:
+    """The multiple a step pads the vocabulary to (:func:`padded_vocab`). A Megatron training step
+    (``config.implied_framework``): ``--make-vocab-size-divisible-by`` (:data:`MAKE_VOCAB_SIZE_DIVISIBLE_BY`) x TP,
+    as Megatron-LM and NeMo 2 do: GPT-2's 50257 becomes 50304 at TP 1, 50688 at TP 4, 51200 at TP 8; Llama 3's
+    128256 stays itself at TP 1 and 2 and becomes 129024 at TP 8. ``fsdp2`` and ``deepspeed``: 1, no padding:
+    torchtitan builds ``nn.Embedding(vocab_size, dim)`` and ``nn.Linear(dim, vocab_size)`` with the tokenizer's
+    ``n_words`` (pytorch/torchtitan 9dec370 ``train.py`` 106, ``torchtitan/models/llama/model.py`` 359, 378) and
+    shards them over TP as DTensors, unevenly where TP does not divide it (:func:`vocab_shard`); Hugging Face's
+    GPT-2 (the DeepSpeed case) ``nn.Embedding(config.vocab_size, ...)``; MaxText (written ``fsdp2``) its config's
+    ``vocab_size``. Inference: TP, the rule before (the serving step names no engine; vLLM pads to a multiple of
+    64 and asserts that TP divides that, ``DEFAULT_VOCAB_PADDING_SIZE``, ``pad_vocab_size`` and ``divide`` in
+    ``vllm/model_executor/layers/vocab_parallel_embedding.py`` read at 00db0119: the same shard for Llama 3's
+    vocabulary). Not expressed: Megatron-Bridge pads only a vocabulary taken from the tokenizer
+    (``should_pad_vocab``; NVIDIA-NeMo/Megatron-Bridge v0.2.0 717c62de ``src/megatron/bridge/training/setup.py``
+    432-465): a provider's explicit ``vocab_size`` (a Hugging Face import) is its own (``--vocab`` states it
+    there, with ``--make-vocab-size-divisible-by 1`` where TP divides it)."""
+    from .config import implied_framework  # (config imports this module)
+
+    if cfg.inference:
+        return cfg.tp
+    if implied_framework(cfg) == "megatron":
+        return cfg.make_vocab_size_divisible_by * cfg.tp
+    return 1
+
+
+def padded_vocab(dims: ModelDims, tp: int, padding: int | None = None) -> int:
+    """The rows of the embedding table and the LM head: the vocabulary padded up to a multiple of ``padding``
+    (:func:`vocab_padding`; None: of TP, for callers without a step). A vocabulary given already padded
+    (``--vocab 51200``) stays itself: padding twice changes nothing."""
+    multiple = tp if padding is None else padding
+    return -(-dims.vocab // multiple) * multiple
+
+
+def vocab_shard(dims: ModelDims, tp: int, padding: int | None = None) -> int:
+    """Vocabulary rows of one TP rank's embedding shard, LM head shard and logits: the padded vocabulary / TP
+    (:func:`padded_vocab`), or, where TP does not divide it (no padding: ``fsdp2``, ``deepspeed``), the largest
+    shard, ``ceil(vocab / TP)``: DTensor's ``Shard(0)`` splits as ``torch.chunk`` does (PyTorch
+    ``torch/distributed/tensor/placement_types.py`` ``Shard._split_tensor``), and the TP group waits for its
+    slowest rank."""
+    return -(-padded_vocab(dims, tp, padding) // tp)
 
 
 def _ffn_mats(dims: ModelDims) -> int:
@@ -387,12 +434,13 @@ def layer_norm_parameters(dims: ModelDims) -> int:
 MTP_MODULE_NORMS = 3
 
 
-def embedding_shard(dims: ModelDims, tp: int, small_apart: int = 0) -> int:
+def embedding_shard(dims: ModelDims, tp: int, small_apart: int = 0, padding: int | None = None) -> int:
     """The first stage's embedding parameters on one rank: the vocabulary-parallel table's ``vocab/TP x h``
-    (vocab padded to TP) and a learned position embedding's whole table (:func:`position_embedding_parameters`),
-    unless that table has fewer than ``small_apart`` elements (DeepSpeed ZeRO-3 keeps those whole, apart)."""
+    (:func:`vocab_shard`, padded to ``padding``) and a learned position embedding's whole table
+    (:func:`position_embedding_parameters`), unless that table has fewer than ``small_apart`` elements (DeepSpeed
+    ZeRO-3 keeps those whole, apart)."""
     positions = position_embedding_parameters(dims)
-    return padded_vocab(dims, tp) // tp * dims.hidden + (positions if positions >= small_apart else 0)
+    return vocab_shard(dims, tp, padding) * dims.hidden + (positions if positions >= small_apart else 0)
 
 
 def eh_proj_parameters(dims: ModelDims) -> int:
@@ -410,7 +458,7 @@ def mtp_shards(dims: ModelDims, cfg: "LlmConfig"):
     return dense + eh_proj_parameters(dims) // cfg.tp, expert
 
 
-def mtp_training_flops(dims: ModelDims, sequences: int, tp: int = 1) -> int:
+def mtp_training_flops(dims: ModelDims, sequences: int, tp: int = 1, padding: int | None = None) -> int:
     """FLOPs of the MTP modules in a training step: 6 x tokens x (eh_proj + the layer's activated weights + the
     LM head) + the layer's attention (eh_proj split over TP like the layers' linears, :func:`mtp_shards`)."""
     s = dims.seq_len
@@ -418,7 +466,7 @@ def mtp_training_flops(dims: ModelDims, sequences: int, tp: int = 1) -> int:
     for k in range(dims.mtp_layers):
         layer = dims.layers + k
         weights = eh_proj_parameters(dims) + activated_layer_parameters(dims, dims.is_moe_layer(layer)) \
-            + padded_vocab(dims, tp) * dims.hidden
+            + padded_vocab(dims, tp, padding) * dims.hidden
         total += 6 * weights * s * sequences + 6 * s * dims.attn_keys(layer, s) * (dims.q_width + dims.o_width) \
             * sequences
     return total
@@ -430,14 +478,15 @@ def _over_layers(dims: ModelDims, per_layer) -> int:
     return dims.moe_layers * per_layer(dims, True) + (dense * per_layer(dims, False) if dense else 0)
 
 
-def parameter_count(dims: ModelDims, tp: int = 1) -> int:
-    """Matmul parameters: all layers (all experts) plus the LM head (vocab padded to TP)."""
-    return _over_layers(dims, layer_parameters) + padded_vocab(dims, tp) * dims.hidden
+def parameter_count(dims: ModelDims, tp: int = 1, padding: int | None = None) -> int:
+    """Matmul parameters: all layers (all experts) plus the LM head (the vocabulary padded to ``padding``, the
+    step's :func:`vocab_padding`; None: to TP)."""
+    return _over_layers(dims, layer_parameters) + padded_vocab(dims, tp, padding) * dims.hidden
 
 
-def activated_parameter_count(dims: ModelDims, tp: int = 1) -> int:
+def activated_parameter_count(dims: ModelDims, tp: int = 1, padding: int | None = None) -> int:
     """Matmul parameters a token passes through (P of the 6*P*tokens rule; = parameter_count for dense models)."""
-    return _over_layers(dims, activated_layer_parameters) + padded_vocab(dims, tp) * dims.hidden
+    return _over_layers(dims, activated_layer_parameters) + padded_vocab(dims, tp, padding) * dims.hidden
 
 
 def position_embedding_parameters(dims: ModelDims) -> int:
@@ -479,12 +528,12 @@ def mtp_parameters(dims: ModelDims) -> int:
     return dims.mtp_layers * one
 
 
-def training_flops(dims: ModelDims, sequences: int, tp: int = 1) -> int:
+def training_flops(dims: ModelDims, sequences: int, tp: int = 1, padding: int | None = None) -> int:
     """6 * P_activated * tokens + 6 * L * s^2 * (heads*d + heads*v) * sequences (= 12*L*s^2*h when heads*d = h)."""
     s = dims.seq_len
-    return (6 * activated_parameter_count(dims, tp) * sequences * s
+    return (6 * activated_parameter_count(dims, tp, padding) * sequences * s
             + 6 * s * dims.attn_key_sum(s) * (dims.q_width + dims.o_width) * sequences
-            + mtp_training_flops(dims, sequences, tp))
+            + mtp_training_flops(dims, sequences, tp, padding))
 
 
 def inference_flops(dims: ModelDims, cfg: "LlmConfig") -> int:

@@ -72,6 +72,7 @@ class LlmSpec:
     bias_swiglu_fusion: bool = True     # Megatron training: the dense gated FFN's fused SwiGLU (--no-bias-swiglu-fusion)
     bias_dropout_fusion: bool = True    # Megatron training: the fused bias-dropout-add (--no-bias-dropout-fusion)
     async_tensor_model_parallel_allreduce: bool = True  # (--no-async-tensor-model-parallel-allreduce)
+    make_vocab_size_divisible_by: int = 128  # Megatron training: the vocabulary's padding multiple / TP
     moe_router_dtype: str | None = None  # fp32 | fp64; None: --dtype (see --moe-router-dtype)
     # layout
     tp: int = 1
@@ -314,6 +315,7 @@ class LlmSpec:
                         bias_swiglu_fusion=self.bias_swiglu_fusion,
                         bias_dropout_fusion=self.bias_dropout_fusion,
                         async_tp_allreduce=self.async_tensor_model_parallel_allreduce,
+                        make_vocab_size_divisible_by=self.make_vocab_size_divisible_by,
                         moe_router_dtype=self.moe_router_dtype,
                         recompute_modules=(() if self.recompute_modules is None
                                            else parse_recompute_modules(self.recompute_modules)),
@@ -496,6 +498,11 @@ def _add_flags(p):
                    "gradient all-reduces run after the weight-gradient GEMM, as Megatron-LM did before 2021-09 and "
                    "with this flag until 2024-04. Default: launched after the input-gradient GEMM, beside the wgrad. "
                    "No effect with --sequence-parallel, and none on the layers with Transformer Engine's (FP8) linears")
+    p.add_argument("--make-vocab-size-divisible-by", type=positive_int, default=128, metavar="N",
+                   help="Megatron training: the vocabulary (embedding table, LM head, logits) padded up to a "
+                   "multiple of N x TP, Megatron-LM's flag and default (NeMo 2's make_vocab_size_divisible_by "
+                   "too); 1: to a multiple of TP only. torchtitan, DeepSpeed and MaxText do not pad; inference "
+                   "pads to a multiple of TP")
     p.add_argument("--moe-router-dtype", choices=MOE_ROUTER_DTYPES, default=None,
                    help="MoE: Megatron's --moe-router-dtype, the router's logits and probabilities in fp32 or fp64 "
                    "(the probabilities' all-to-all carries 4 or 8 B a copy); default: the input's dtype (--dtype), "

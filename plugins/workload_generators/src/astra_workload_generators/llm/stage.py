@@ -16,7 +16,7 @@ from .layers import LayerOps
 from .lora import LoraOps, adapter_parameters
 from .maxtext_step import MaxTextOps
 from .model import (MTP_MODULE_NORMS, ModelDims, _lengths, embedding_shard, layer_norm_parameters, layer_shards,
-                    mtp_shards, norm_weights, padded_vocab)
+                    mtp_shards, norm_weights, vocab_padding, vocab_shard)
 from .mla import MlaOps
 from .mtp import MtpOps
 from .moe import MoeOps
@@ -137,7 +137,7 @@ class _EmbeddingTpOps:
         if not embedding_group_used(self.dims, cfg) or self.p not in (0, cfg.pp - 1):
             return None
         grad_bytes = self.nbytes if cfg.grad_buffer == "same" else 4
-        rows = padded_vocab(self.dims, cfg.tp) // cfg.tp
+        rows = vocab_shard(self.dims, cfg.tp, vocab_padding(cfg))
         return self.coll("emb_ar.word_embedding_grads", T.ALL_REDUCE, rows * self.dims.hidden * grad_bytes, "emb",
                          self.syncs)
 
@@ -255,7 +255,7 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
         dims, cfg, p, P = self.dims, self.cfg, self.p, self.cfg.pp
         V = cfg.virtual_stages
         split = stage_layers(dims.layers, cfg)
-        vocab = padded_vocab(dims, cfg.tp) // cfg.tp
+        vocab = vocab_shard(dims, cfg.tp, vocab_padding(cfg))  # (the framework's padding, .model)
         n, h = self.tokens, dims.hidden
         M = cfg.micro_batches
         # torchtitan's op-level selective checkpointing: part of each dense layer's forward again
@@ -271,7 +271,8 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
         # reduction, one optimizer update, one shard (.one_weight_head); DeepSpeed still gathers it again for the
         # head's module (gathered: what each unit's ZeRO-3 gather fetches)
         head = 0 if self.one_weight_head() else vocab * h
-        params = {"embedding": (embedding_shard(dims, cfg.tp, small), 0), "head": (head + final, 0)}
+        table = embedding_shard(dims, cfg.tp, small, vocab_padding(cfg))
+        params = {"embedding": (table, 0), "head": (head + final, 0)}
         params.update({f"l{i}": _plus(layer_shards(dims, cfg, dims.is_moe_layer(i), biases=not self._deepspeed()),
                                       norms) for i in range(dims.layers)})
         if self.frozen:
