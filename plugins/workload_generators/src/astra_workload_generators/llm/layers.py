@@ -663,9 +663,9 @@ class LayerOps:
         gathered = self._regather(lab + ".attn_in", ring) if self.needs_input("qkv") else []
         if not dims.mla and self.fp8_cast(lab + ".qkv.dgrad", n, qkv, ring) is not None:
             ring = []
-        if dims.mla:
-            self.mla_backward(lab, ring, gathered)
-            out = self._tp("rs" if sp else "ar", lab + ".attn_in")
+        if dims.mla:  # (Megatron without SP: each up-projection reduces its own input gradient, .mla)
+            out = self.prev if self.mla_backward(lab, ring, gathered) else self._tp("rs" if sp else "ar",
+                                                                                    lab + ".attn_in")
         elif overlap:
             scattered = self._bulk_wgrad_scatter(lab + ".qkv.dgrad", lab + ".attn_in", n, qkv, h, ring)
             self.fp8_transpose(lab + ".qkv.wgrad", n, h, gathered)
@@ -716,8 +716,9 @@ class LayerOps:
         return [self.coll(f"tp_rs.{rs_label}", T.REDUCE_SCATTER, self.act_bytes, "tp", [self.prev], chain=False,
                           overlap=_te_overlap(f"rs.{rs_label}"))]
 
-    def _dgrad_reduce(self, label):
-        """The TP reduction of a column-parallel layer's (QKV's, FC1's) input gradient in a Megatron training step
+    def _dgrad_reduce(self, label, size=None):
+        """The TP reduction of a column-parallel layer's (QKV's, FC1's; MLA's up-projections', .mla) input gradient
+        (``size`` bytes; default the ``tokens x h`` activation) in a Megatron training step
         without ``--tp-comm-overlap``: the reduce-scatter with sequence parallelism, else the all-reduce, launched
         right after the input-gradient GEMM, before the weight gradient, and waited for after it.
         Megatron-Core's ``LinearWithGradAccumulationAndAsyncCommunication.backward`` runs ``grad_input =
@@ -749,7 +750,8 @@ class LayerOps:
         if not (cfg.async_tp_allreduce or cfg.sequence_parallel) and cfg.gemm_dtype == "same":
             return []
         kind, comm = ("rs", T.REDUCE_SCATTER) if cfg.sequence_parallel else ("ar", T.ALL_REDUCE)
-        return [self.coll(f"tp_{kind}.{label}", comm, self.act_bytes, "tp", [self.prev], chain=False)]
+        size = self.act_bytes if size is None else size
+        return [self.coll(f"tp_{kind}.{label}", comm, size, "tp", [self.prev], chain=False)]
 
     def _regather(self, label, deps=()):
         """Sequence parallelism: Megatron-LM (and Transformer Engine) keep only this rank's shard of a
