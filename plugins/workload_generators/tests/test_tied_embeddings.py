@@ -150,3 +150,15 @@ def test_serving_step_none_at_tp1_and_bad_choice(tmp_path):
     from astra_sim.errors import ConfigError
     with pytest.raises(ConfigError, match="--inference-embedding"):
         LlmSpec(preset="gpt3-175b", inference_embedding="sharded").resolve()
+
+
+def test_astra_serve_passes_embedding_replicated_only():
+    """``astra serve --embedding replicated`` reaches the generator as ``inference_embedding``; the default adds
+    nothing to the model options (the layouts of vLLM-like runs keep their keys)."""
+    serving = pytest.importorskip("astra_serving.spec")
+    from astra_serving.deployment import model_options
+
+    base = {"model": "llama3-8b", "platform": "hgx-h100", "tp": 4, "qps": 1.0}
+    assert "inference_embedding" not in model_options(serving.ServeSpec.from_mapping(base))
+    spec = serving.ServeSpec.from_mapping({**base, "embedding": "replicated"})
+    assert model_options(spec)["inference_embedding"] == "replicated"
