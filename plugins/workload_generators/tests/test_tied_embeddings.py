@@ -13,7 +13,8 @@ from astra_workload_compact import read_rank_nodes
 from astra_workload_generators.llm import LlmConfig, generate_llm, model_dims
 from astra_workload_generators.llm.spec import LlmSpec
 
-# h 256, vocab 1000 (Megatron pads it to 1024, a multiple of 128 x TP 2: 512 rows a rank), RMSNorm (the final norm: 256 weights), sequences of 128 tokens
+# h 256, vocab 1000 (Megatron pads it to 1024, a multiple of 128 x TP 2: 512 rows a rank), RMSNorm (the final
+# norm: 256 weights), sequences of 128 tokens
 DIMS = dict(layers=2, hidden=256, heads=8, kv_heads=4, ffn_hidden=512, vocab=1000, seq_len=128, gated=True,
             rms_norm=True, rotary=True)
 TABLE = 512 * 256  # padded vocab/TP x h = 131,072 elements: the word embedding's shard on one TP rank
