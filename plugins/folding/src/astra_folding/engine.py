@@ -9,7 +9,7 @@ from heapq import heappop, heappush
 from astra_sim.errors import FoldAbandoned
 from astra_sim.workload.workload import RankWorkload
 
-from astra_folding.ties import completions_commute
+from astra_folding.ties import arrival_commutes, completions_commute
 
 
 class FoldTieBroken(FoldAbandoned):
@@ -58,7 +58,7 @@ class FoldedEvents:
     in the engine's buckets, and the engine's ``current`` is the history of the event running.
     """
 
-    __slots__ = ("engine", "symmetry", "_identity", "_ties", "_links", "_significance")
+    __slots__ = ("engine", "symmetry", "_identity", "_ties", "_links", "_significance", "watched")
 
     def __init__(self, engine, symmetry):
         self.engine = engine
@@ -68,6 +68,9 @@ class FoldedEvents:
         self._links = (-1, [])  # (now, [(taint cell, cell copied from it), ...]) for this nanosecond
         # The shifted digits, most significant first (for the order of two ranks under every relabelling).
         self._significance = sorted(symmetry.shifts, key=lambda sh: -sh.stride)
+        # (now, {message: [records of the callbacks tied after its arrival]}): unpaired arrivals whose tie holds
+        # only while those callbacks pair no receive with them (ties.arrival_commutes; the matcher checks)
+        self.watched = None
 
     @classmethod
     def fold(cls, engine, symmetry):
@@ -159,11 +162,36 @@ class FoldedEvents:
                 self._taint(earlier.taint)
                 self._taint(history.taint)
                 continue
+            if arrival_commutes(self, earlier_op, op, record):
+                continue  # the arrival schedules nothing: no other event's order depends on which came first
             raise FoldTieBroken(
                 f"rank {rank}: two events at {now} ns ({_op_name(earlier_op)}, {_op_name(op)}) were "
                 "scheduled at the same time by histories that differ only in rank numbering, so their order "
                 "may differ between ranks of a class")
         same.append(record)
+
+    def watch(self, message, record):
+        """The tie of ``message``'s unpaired arrival with the later callback ``record`` holds only if that callback
+        pairs no receive with it (:meth:`paired`)."""
+        now = self.engine.now
+        watched = self.watched
+        if watched is None or watched[0] != now:
+            watched = self.watched = (now, {})
+        watched[1].setdefault(message, []).append(record)
+
+    def paired(self, rank, message):
+        """A receive of ``rank`` is paired with ``message``, which has arrived: if that happens in a callback tied
+        after the arrival (:meth:`watch`), the other order would have paired it before the arrival (delivered
+        within the arrival, not by an event of its own): the order matters."""
+        watched = self.watched
+        if watched is None or watched[0] != self.engine.now or message not in watched[1]:
+            return
+        entry = self._ties.get(rank)
+        if entry is not None and entry[0] == watched[0] and any(r is entry[2] for r in watched[1][message]):
+            raise FoldTieBroken(
+                f"rank {rank}: a message arrived at {watched[0]} ns before its receive was posted, by a callback "
+                "scheduled at the same time (whose order may differ between ranks of a class): the receive "
+                "completes within the arrival in one order and as an event of its own in the other")
 
     def _taint(self, cell):
         """Mark a history's cell and the cells of its descendants that already ran at this nanosecond

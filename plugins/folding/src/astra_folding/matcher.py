@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from astra_sim.errors import SimulationError
-from astra_sim.system.frontend import SendRecvMatcher
+from astra_sim.system.frontend import Message, SendRecvMatcher
 
 
 class FoldedSendRecvMatcher(SendRecvMatcher):
@@ -35,6 +35,16 @@ class FoldedSendRecvMatcher(SendRecvMatcher):
             offsets = None
         message = self._post_send(key, src, dst, size, fn, arg)
         message.route = (src, offsets)
+
+    def _post_recv(self, key, dst, fn, arg):
+        fold = self.engine.fold
+        if fold.watched is not None:  # an unpaired arrival's tie at this nanosecond (ties.arrival_commutes)
+            head = self._waiting.get(key)
+            if head is not None and head.__class__ is not Message:
+                head = head[0]
+            if head is not None and head.posted and head.arrived:
+                fold.paired(dst, head)
+        super()._post_recv(key, dst, fn, arg)
 
     def _deliver_now(self, dst, fn, arg):
         self.engine.schedule(0, self._received_now, (dst, fn, arg))

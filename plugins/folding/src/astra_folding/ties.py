@@ -5,7 +5,27 @@ takes and whether a ready node would be issued (``slot_of``, ``could_issue``, ``
 
 from __future__ import annotations
 
+from astra_sim.system.frontend import Message
 from astra_sim.workload.workload import NO_SLOT
+
+
+def arrival_commutes(fold, earlier_op, op, record):
+    """Whether a message's arrival before its receive is posted (the tie check's op is the ``Message``: it only
+    sets ``arrived``) and another callback of its rank at one nanosecond leave the same state in either order.
+
+    The arrival reads and writes nothing but its message: the receive it finds is the one already paired with it
+    (pairing follows the order sends and receives are posted, not arrivals), and it found none. The other callback
+    reads the message only if it posts the receive paired with it: after the arrival that receive completes by an
+    event of its own (``_deliver_now``), before it within the arrival. So they commute unless the other callback
+    pairs a receive with the message. When the arrival came second, that callback has run and did not (the message
+    would have its receive); when it came first, the callback has yet to run, and the matcher asks the fold
+    (:meth:`~astra_folding.engine.FoldedEvents.paired`) whether it does, raising then."""
+    if op.__class__ is Message:
+        return op.recv_fn is None
+    if earlier_op.__class__ is Message and earlier_op.recv_fn is None:
+        fold.watch(earlier_op, record)
+        return True
+    return False
 
 
 def completions_commute(workload, first_id, second_id, issued_by_first, adjacent=False):
