@@ -113,9 +113,10 @@ def _stage(argv, p, tied):
 
 
 def test_a_tied_lm_head_is_held_once_on_a_rank_with_both_ends():
-    """A tied LM head is the embedding: PP 1 holds one table of 1000 x 64 fewer than an untied model; with PP 2 the
-    first and the last stage each hold a copy (Megatron's shared embedding), as untied."""
-    table = 1000 * 64
+    """A tied LM head is the embedding: PP 1 holds one table of 1024 x 64 fewer than an untied model (Megatron pads
+    the vocabulary 1000 to a multiple of 128); with PP 2 the first and the last stage each hold a copy (Megatron's
+    shared embedding), as untied."""
+    table = 1024 * 64
     pp1 = [*SMALL, "--dp", "1"]
     tied, untied = _stage(pp1, 0, True), _stage(pp1, 0, False)
     # bf16 weights 2, fp32 main gradients 4, fp32 main weights and two moments 12 bytes per parameter
