@@ -85,7 +85,7 @@ class _Workload:
         self.parents_left = {3: 2, 4: 1, 6: 0}
         self.node_start_ns = {1: 0, 5: 0}
         self.slot_busy = [0, 0, 1, 0]
-        self.slots = {0: 2, 1: NO_SLOT, 5: 2, 6: 2}
+        self.slots = {0: 2, 1: NO_SLOT, 3: 2, 5: 2, 6: 2}
         self.ready = {6}
         self.host_waits = set()
 

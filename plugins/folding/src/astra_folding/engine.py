@@ -9,7 +9,7 @@ from heapq import heappop, heappush
 from astra_sim.errors import FoldAbandoned
 from astra_sim.workload.workload import RankWorkload
 
-from astra_folding.ties import arrival_commutes, completions_commute
+from astra_folding.ties import arrival_commutes, completions_commute, why_not
 
 
 class FoldTieBroken(FoldAbandoned):
@@ -164,10 +164,11 @@ class FoldedEvents:
                 continue
             if arrival_commutes(self, earlier_op, op, record):
                 continue  # the arrival schedules nothing: no other event's order depends on which came first
+            why = _why_not(earlier_op, earlier_issued, op, owner, last[0] is earlier)
             raise FoldTieBroken(
                 f"rank {rank}: two events at {now} ns ({_op_name(earlier_op)}, {_op_name(op)}) were "
                 "scheduled at the same time by histories that differ only in rank numbering, so their order "
-                "may differ between ranks of a class")
+                "may differ between ranks of a class" + (f" ({why})" if why else ""))
         same.append(record)
 
     def watch(self, message, record):
@@ -241,6 +242,19 @@ def _completions_commute(earlier_op, earlier_issued, op, owner, adjacent):
     if getattr(earlier_op[0], "__name__", None) != "_node_done":
         return False
     return completions_commute(owner, earlier_op[1], op[1], owner.issued - earlier_issued, adjacent)
+
+
+def _why_not(earlier_op, earlier_issued, op, owner, adjacent):
+    """Why two node completions of ``owner`` were not shown to commute (:func:`astra_folding.ties.why_not`), or None
+    for other callbacks."""
+    if not isinstance(owner, RankWorkload) or earlier_op.__class__ is not tuple:
+        return None
+    if getattr(earlier_op[0], "__self__", None) is not owner or not all(
+            getattr(o[0], "__name__", None) == "_node_done" for o in (earlier_op, op)):
+        return None
+    if earlier_op[1] not in owner.nodes or op[1] not in owner.node_start_ns:
+        return None
+    return why_not(owner, earlier_op[1], op[1], owner.issued - earlier_issued, adjacent)
 
 
 def _op_name(op):

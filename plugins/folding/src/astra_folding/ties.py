@@ -5,6 +5,7 @@ takes and whether a ready node would be issued (``slot_of``, ``could_issue``, ``
 
 from __future__ import annotations
 
+from astra_sim.chakra import types as T
 from astra_sim.system.frontend import Message
 from astra_sim.workload.workload import NO_SLOT
 
@@ -41,11 +42,29 @@ def completions_commute(workload, first_id, second_id, issued_by_first, adjacent
     if first_id not in workload.nodes or second_id not in workload.node_start_ns:
         return False
     if issued_by_first:
-        return adjacent and _second_inert(workload, first_id, second_id, issued_by_first)
+        return adjacent and issued_by_first == 1 and (_second_inert(workload, first_id, second_id)
+                                                      or _issues_apart(workload, first_id, second_id))
     return _issues_nothing(workload, first_id, second_id) or _issues_alike(workload, first_id, second_id)
 
 
-def _second_inert(workload, first_id, second_id, issued_by_first):
+def why_not(workload, first_id, second_id, issued_by_first, adjacent):
+    """Why :func:`completions_commute` could not prove the tie (for the reason a fold was abandoned)."""
+    now = workload.shared.engine.now
+    if workload.slot_of(second_id) == NO_SLOT and workload.node_start_ns.get(second_id) == now and issued_by_first:
+        return ("the second is a receive posted at this nanosecond: it completes within its message's arrival in "
+                "one order and by an event of its own in the other")
+    if not issued_by_first:
+        return "the second, coming first, would issue nodes that the first's completion changes"
+    if not adjacent:
+        return "the first issued nodes, and other callbacks of the rank ran between the two"
+    host = workload.host
+    if host is not None and workload.host_clock + host[0] > now:
+        return ("both issue nodes while the host's launch clock is ahead of now: they take its launch times in the "
+                "order the completions ran")
+    return "both issue nodes, which may compete for a slot or be issued in another order"
+
+
+def _second_inert(workload, first_id, second_id):
     """The second completion, in either order, only records its node: it holds no slot (a receive), does not move
     the host clock, frees no child, and its pass over the ready nodes issues nothing, after the first (the state
     now) and before it. Then the first's completion runs the same from either state (the second's pass only moves
@@ -61,7 +80,7 @@ def _second_inert(workload, first_id, second_id, issued_by_first):
     free slot holds a ready node (one it passed by while that slot was busy is set aside to the next pass, but a
     slot free from the pass's start has its head taken). The node on the first's slot now is the first's issue:
     that slot was the first's until it completed, and a slot holds one node at a time."""
-    if issued_by_first != 1 or workload.slot_of(second_id) != NO_SLOT or workload.moves_host_clock(second_id):
+    if workload.slot_of(second_id) != NO_SLOT or workload.moves_host_clock(second_id):
         return False
     first_slot = workload.slot_of(first_id)
     if first_slot is None or first_slot == NO_SLOT or workload.slot_busy[first_slot] != 1:
@@ -71,6 +90,83 @@ def _second_inert(workload, first_id, second_id, issued_by_first):
         return False
     busy = workload.slot_busy
     return not any(workload.could_issue(node_id, busy) for node_id in workload.waiting())
+
+
+def _issues_apart(workload, first_id, second_id):
+    """A send's completion and a receive's, in either order, each issuing nodes on slots of its own: a send's (the
+    next send on the slot it frees) and kernels (the receive's children). Then each pass issues the same nodes in
+    either order, and only the order of the two issues differs, which nothing reads when the host's launch clock
+    stays at or before now (every launch at now, the clock moved on by the same sum) and neither completion moves it.
+
+    The first completion issued one node (``issued_by_first`` 1) and nothing is ready now on a free slot. A send
+    first (its slot ``s`` holds the node it issued, as in :func:`_second_inert`: nothing was ready before on a free
+    slot); the receive frees kernels, none on ``s``, that take time (timed at the end of the nanosecond, or replayed:
+    none completes within the pass). A receive first: the one node it issued is a kernel it freed on another slot
+    than the send's, no other node ready then on a free slot (none now but its freed children, counting the
+    kernel's slot free), none of its freed children on ``s``; the send frees no child and its pass issues the
+    lowest ready id of ``s``, a send. The kernels' and the send's dispatches read nothing the other writes (a kernel's
+    time depends on it alone or on all of the nanosecond), and the histories they schedule are marked as for any
+    commuting tie."""
+    if workload.moves_host_clock(first_id) or workload.moves_host_clock(second_id):
+        return False
+    first_slot, second_slot = workload.slot_of(first_id), workload.slot_of(second_id)
+    if first_slot is None or second_slot is None:
+        return False
+    nodes, children, parents_left, busy = workload.nodes, workload.children, workload.parents_left, workload.slot_busy
+    slot_of = workload.slot_of
+    waiting = workload.waiting()
+    launches = 0  # host launches the second's pass will make
+    if first_slot != NO_SLOT and second_slot == NO_SLOT:  # a send, then a receive
+        if busy[first_slot] != 1 or any(workload.could_issue(n, busy) for n in waiting):
+            return False
+        freed_slots = set()
+        for child in children[second_id]:
+            if parents_left[child] != 1:
+                continue
+            slot = slot_of(child)
+            if slot is None or slot == first_slot:
+                return False
+            node = nodes[child]
+            if node.type != T.COMP_NODE or node.attrs.get("cuda_graph") is not None:
+                return False
+            if not busy[slot]:
+                freed_slots.add(slot)
+        if not freed_slots:
+            return False  # nothing issued: _second_inert's case
+        shared = workload.shared
+        if not (workload.time_at_end_of_ns or shared.system_config.replay_only
+                or getattr(shared.compute_model, "name", None) == "replay"):
+            return False  # a kernel might complete within the pass (no time: roofline's empty tensors)
+        launches = len(freed_slots)
+    elif first_slot == NO_SLOT and second_slot != NO_SLOT:  # a receive, then a send
+        if busy[second_slot] != 1 or any(parents_left[c] < 2 for c in children[second_id]):
+            return False
+        freed = {c for c in children[first_id] if parents_left[c] == 0}
+        started = workload.node_start_ns
+        kernel = [c for c in freed if c in started]
+        if len(kernel) != 1:
+            return False
+        kernel_slot = slot_of(kernel[0])
+        if (nodes[kernel[0]].type != T.COMP_NODE or kernel_slot in (None, NO_SLOT, second_slot)
+                or busy[kernel_slot] != 1 or nodes[kernel[0]].attrs.get("cuda_graph") is not None
+                or started[kernel[0]] != workload.shared.engine.now):
+            return False
+        before = list(busy)
+        before[kernel_slot] = 0
+        if any(slot_of(c) == second_slot for c in freed):
+            return False
+        if any(workload.could_issue(n, before) for n in waiting - freed):
+            return False
+        on_slot = [n for n in waiting if slot_of(n) == second_slot]
+        if on_slot:
+            nxt = nodes[min(on_slot)]
+            if nxt.type != T.COMM_SEND_NODE or nxt.attrs.get("cuda_graph") is not None:
+                return False
+            launches = 1
+    else:
+        return False
+    host = workload.host
+    return host is None or workload.host_clock + host[0] * launches <= workload.shared.engine.now
 
 
 def _issues_nothing(workload, first_id, second_id):
