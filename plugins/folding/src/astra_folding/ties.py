@@ -100,8 +100,10 @@ def _issues_apart(workload, first_id, second_id):
 
     The first completion issued one node (``issued_by_first`` 1) and nothing is ready now on a free slot. A send
     first (its slot ``s`` holds the node it issued, as in :func:`_second_inert`: nothing was ready before on a free
-    slot); the receive frees kernels, none on ``s``, that take time (timed at the end of the nanosecond, or replayed:
-    none completes within the pass). A receive first: the one node it issued is a kernel it freed on another slot
+    slot); the receive frees nodes, none on ``s``: kernels that take time (timed at the end of the nanosecond, or
+    replayed: none completes within the pass), receives (posted at once in either order; each a host launch) and, on
+    per-communicator streams with closed-form network delays, sends to other destinations than ``s``'s
+    (:func:`_sends_apart`); those whose slot is free are issued, the others wait in either order. A receive first: the one node it issued is a kernel it freed on another slot
     than the send's, no other node ready then on a free slot (none now but its freed children, counting the
     kernel's slot free), none of its freed children on ``s``; the send frees no child and its pass issues the
     lowest ready id of ``s``, a send. The kernels' and the send's dispatches read nothing the other writes (a kernel's
@@ -119,25 +121,32 @@ def _issues_apart(workload, first_id, second_id):
     if first_slot != NO_SLOT and second_slot == NO_SLOT:  # a send, then a receive
         if busy[first_slot] != 1 or any(workload.could_issue(n, busy) for n in waiting):
             return False
-        freed_slots = set()
+        freed_slots, receives, sends, freed = set(), 0, False, False
         for child in children[second_id]:
             if parents_left[child] != 1:
                 continue
+            freed = True
             slot = slot_of(child)
             if slot is None or slot == first_slot:
                 return False
             node = nodes[child]
-            if node.type != T.COMP_NODE or node.attrs.get("cuda_graph") is not None:
+            if node.attrs.get("cuda_graph") is not None:
                 return False
-            if not busy[slot]:
-                freed_slots.add(slot)
-        if not freed_slots:
-            return False  # nothing issued: _second_inert's case
+            if node.type == T.COMM_RECV_NODE:
+                receives += 1  # posted at once, whatever the order
+            elif node.type == T.COMP_NODE or (node.type == T.COMM_SEND_NODE and slot > NO_SLOT):
+                sends = sends or node.type == T.COMM_SEND_NODE
+                if not busy[slot]:
+                    freed_slots.add(slot)
+            else:
+                return False
+        if not freed or (sends and not _sends_apart(workload, first_slot, children[second_id])):
+            return False  # (frees nothing: _second_inert's case)
         shared = workload.shared
-        if not (workload.time_at_end_of_ns or shared.system_config.replay_only
-                or getattr(shared.compute_model, "name", None) == "replay"):
+        if freed_slots and not (workload.time_at_end_of_ns or shared.system_config.replay_only
+                                or getattr(shared.compute_model, "name", None) == "replay"):
             return False  # a kernel might complete within the pass (no time: roofline's empty tensors)
-        launches = len(freed_slots)
+        launches = len(freed_slots) + receives
     elif first_slot == NO_SLOT and second_slot != NO_SLOT:  # a receive, then a send
         if busy[second_slot] != 1 or any(parents_left[c] < 2 for c in children[second_id]):
             return False
@@ -167,6 +176,20 @@ def _issues_apart(workload, first_id, second_id):
         return False
     host = workload.host
     return host is None or workload.host_clock + host[0] * launches <= workload.shared.engine.now
+
+
+def _sends_apart(workload, first_slot, candidates):
+    """Sends freed by the receive go out beside the send's next one in either order: the network's delays are a
+    closed form (no link state that the order of two sends could change), and no freed send goes to the
+    destination of the first's slot (a matcher key in common would pair the other way)."""
+    if getattr(workload.shared.matcher, "_delay", None) is None or workload.comm_slots is None:
+        return False
+    keys = [key for key, slot in workload.comm_slots.items() if slot == first_slot]
+    if len(keys) != 1:
+        return False
+    nodes = workload.nodes
+    return not any(nodes[c].type == T.COMM_SEND_NODE and nodes[c].attrs.get("comm_dst") == keys[0][1]
+                   for c in candidates)
 
 
 def _issues_nothing(workload, first_id, second_id):
