@@ -145,7 +145,7 @@ class FoldedEvents:
         record = (history, op, issued)
         entry = self._ties.get(rank)
         if entry is None or entry[0] != now:
-            self._ties[rank] = [now, {history.times: [record]}, record]
+            self._ties[rank] = [now, {history.times: [record]}, record, None]
             return
         last = entry[2]
         entry[2] = record
@@ -159,6 +159,8 @@ class FoldedEvents:
             if not earlier.taint[0] and not history.taint[0] and self._ordered_alike(earlier, history):
                 continue
             if earlier_op == op or _completions_commute(earlier_op, earlier_issued, op, owner, last[0] is earlier):
+                if earlier_op != op:
+                    self._one_swap(entry, history.times, rank, now)
                 self._taint(earlier.taint)
                 self._taint(history.taint)
                 continue
@@ -170,6 +172,22 @@ class FoldedEvents:
                 "scheduled at the same time by histories that differ only in rank numbering, so their order "
                 "may differ between ranks of a class" + (f" ({why})" if why else ""))
         same.append(record)
+
+    @staticmethod
+    def _one_swap(entry, times, rank, now):
+        """A commute proven from the workload's state (:func:`astra_folding.ties.completions_commute`) holds for two
+        completions swapped in the state the folded run is in. With a third that may also move (a second such
+        swap in the group), other orders pass through states that proof never saw (three completions, each pair
+        commuting here, can free a kernel before or after another): the fold is abandoned."""
+        swapped = entry[3]
+        if swapped is None:
+            swapped = entry[3] = set()
+        elif times in swapped:
+            raise FoldTieBroken(
+                f"rank {rank}: three or more node completions at {now} ns were scheduled at the same time by "
+                "histories that differ only in rank numbering: a commute proven for two of them in one state "
+                "need not hold in the orders a third allows")
+        swapped.add(times)
 
     def watch(self, message, record):
         """The tie of ``message``'s unpaired arrival with the later callback ``record`` holds only if that callback
