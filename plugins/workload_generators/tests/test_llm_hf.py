@@ -127,7 +127,8 @@ def test_mla_gemms_flops_and_cache_by_hand(tmp_path):
     kv_b 512->128*(128+128) split over TP; the output projection reads 128*128/2; attention with 192-wide
     queries/keys and 128-wide values; the decode KV cache is (512 + 64) x 2 bytes per position and layer."""
     dims = _dims("deepseek-v3", layers=1, moe_dense_layers=0, seq_len=64, vocab=1024, mtp_layers=0)
-    generate_llm(dims, LlmConfig(tp=2), tmp_path / "d")
+    # (a DeepSpeed step: Megatron-Core refuses MoE at TP > 1 without sequence parallelism, which splits the rows)
+    generate_llm(dims, LlmConfig(tp=2, framework="deepspeed"), tmp_path / "d")
     nodes = read_rank_nodes(tmp_path / "d", 0)
     mm = {n.attrs["label"]: n.inputs_shapes for n in nodes if n.name == "aten::mm"}
     assert mm["fwd.l0.mb0.q_a"] == "[[64, 7168], [7168, 1536]]"
@@ -243,10 +244,11 @@ def test_any_json_config_loads_or_is_a_config_error(tmp_path, data):
 ])
 @pytest.mark.parametrize("mode", ["train", "decode"])
 def test_qwen3_moe_and_deepseek_v3_simulate_on_hgx_h100(tmp_path, model, extra, mode):
-    """A training step and a decode step of a few layers, TP 2 x EP 4 on one HGX H100 node."""
+    """A training step (sequence-parallel: Megatron-Core refuses MoE at TP > 1 without it) and a decode step of a
+    few layers, TP 2 x EP 4 on one HGX H100 node."""
     pytest.importorskip("astra_gpu_model")
-    steps = ["--micro-batches", "2"] if mode == "train" else ["--mode", "decode", "--batch-size", "8",
-                                                              "--prompt-len", "200", "--decode-len", "4"]
+    steps = ["--micro-batches", "2", "--sequence-parallel"] if mode == "train" else [
+        "--mode", "decode", "--batch-size", "8", "--prompt-len", "200", "--decode-len", "4"]
     prefix = str(tmp_path / "w")
     assert main(["workload", "llm", "--model", model, *extra, "--seq-len", "256", "--tp", "2", "--dp", "4",
                  "--ep", "4", *steps, "-o", prefix]) == 0

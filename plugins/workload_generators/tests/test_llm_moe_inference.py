@@ -61,7 +61,7 @@ def test_mixtral_preset_and_training_flops(tmp_path):
     dims = model_dims("mixtral-8x7b")
     assert (dims.layers, dims.hidden, dims.heads, dims.kv_heads, dims.ffn_hidden, dims.experts, dims.top_k,
             dims.vocab, dims.seq_len, dims.gated) == (32, 4096, 32, 8, 14336, 8, 2, 32000, 4096, True)
-    cfg = LlmConfig(tp=2, pp=2, dp=2, ep=2, micro_batches=2, micro_batch_size=1)
+    cfg = LlmConfig(tp=2, pp=2, dp=2, ep=2, micro_batches=2, micro_batch_size=1, sequence_parallel=True)
     generate_llm(dims, cfg, tmp_path / "t")
     P = _activated(x["L"], x["h"], x["heads"], x["kv"], x["f"], x["k"], x["vocab"])
     assert abs(P - 12.9e9) / 12.9e9 < 0.02  # Mixtral's published ~12.9B active (incl. 0.13B embedding)
@@ -84,7 +84,7 @@ def test_small_moe_with_shared_experts_flops(tmp_path):
 @pytest.mark.parametrize("ep", [1, 2, 4])
 def test_all_to_all_volume_and_ep_groups(tmp_path, ep):
     tp, pp, dp, M, b = 2, 2, 4, 2, 2
-    cfg = LlmConfig(tp=tp, pp=pp, dp=dp, ep=ep, micro_batches=M, micro_batch_size=b)
+    cfg = LlmConfig(tp=tp, pp=pp, dp=dp, ep=ep, micro_batches=M, micro_batch_size=b, sequence_parallel=True)
     generate_llm(model_dims(**SMALL_MOE), cfg, tmp_path / "t")
     groups = json.loads((tmp_path / "t.groups.json").read_text())
     h, s, k, L, E, f = 256, 128, 2, 4, 8, 128
@@ -133,7 +133,7 @@ def test_all_to_all_volume_and_ep_groups(tmp_path, ep):
 ])
 def test_capacity_factor_sets_all_to_all_bytes_and_expert_rows(tmp_path, factor, pad, copies):
     tp, dp, ep, M, b = 2, 4, 4, 2, 2
-    cfg = LlmConfig(tp=tp, dp=dp, ep=ep, micro_batches=M, micro_batch_size=b,
+    cfg = LlmConfig(tp=tp, dp=dp, ep=ep, micro_batches=M, micro_batch_size=b, sequence_parallel=True,
                     moe_capacity_factor=factor, moe_pad_to_capacity=pad)
     generate_llm(model_dims(**SMALL_MOE), cfg, tmp_path / "t")
     h, f, L = 256, 128, 4
@@ -215,7 +215,7 @@ def test_moe_simulates(tmp_path):
     assert main(["workload", "llm", "--layers", "4", "--hidden", "256", "--heads", "8", "--kv-heads", "4",
                  "--vocab", "1000", "--seq-len", "128", "--gated", "--experts", "8", "--top-k", "2",
                  "--moe-ffn", "128", "--shared-experts", "1", "--tp", "2", "--pp", "2", "--dp", "2", "--ep", "2",
-                 "--micro-batches", "3", "--zero", "1", "--recompute", "-o", str(prefix)]) == 0
+                 "--sequence-parallel", "--micro-batches", "3", "--zero", "1", "--recompute", "-o", str(prefix)]) == 0
     _sim(tmp_path, prefix, 8)
 
 
@@ -280,9 +280,11 @@ def test_errors(tmp_path):
 @pytest.mark.parametrize("sp", [False, True])
 def test_router_gemms_on_this_ranks_tokens(tmp_path, sp):
     """Router (gate) per MoE layer and micro-batch: forward [rows, h] x [h, E], backward dgrad and wgrad; rows =
-    the micro-batch's tokens, split over TP with sequence parallelism."""
+    the micro-batch's tokens, split over TP with sequence parallelism. (Without it a DeepSpeed step: Megatron-Core
+    refuses MoE at TP > 1 without sequence parallelism.)"""
     tp, b, s, h, E, L = 2, 2, 128, 256, 8, 4
-    cfg = LlmConfig(tp=tp, pp=1, dp=2, ep=2, micro_batches=1, micro_batch_size=b, sequence_parallel=sp)
+    cfg = LlmConfig(tp=tp, pp=1, dp=2, ep=2, micro_batches=1, micro_batch_size=b, sequence_parallel=sp,
+                    framework=None if sp else "deepspeed")
     generate_llm(model_dims(**SMALL_MOE), cfg, tmp_path / "t")
     rows = b * s // tp if sp else b * s
     for nodes in _read_all(tmp_path / "t", cfg.npus):
@@ -479,7 +481,7 @@ def test_deepseek_moe_16b_preset_matches_the_published_sizes():
 def test_dense_first_layers_flops_all_to_alls_and_gradient_sync(tmp_path):
     tp, pp, dp, ep, M, b = 2, 2, 4, 4, 2, 1
     moe = dict(SMALL_MOE, moe_dense_layers=1)
-    cfg = LlmConfig(tp=tp, pp=pp, dp=dp, ep=ep, micro_batches=M, micro_batch_size=b)
+    cfg = LlmConfig(tp=tp, pp=pp, dp=dp, ep=ep, micro_batches=M, micro_batch_size=b, sequence_parallel=True)
     generate_llm(model_dims(**moe), cfg, tmp_path / "t")
     ranks = _read_all(tmp_path / "t", cfg.npus)
     h, s, k, E, f, F, V = 256, 128, 2, 8, 128, 512, 1000

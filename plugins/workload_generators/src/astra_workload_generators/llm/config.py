@@ -235,6 +235,22 @@ def implied_framework(cfg: LlmConfig) -> str:
     return {3: "fsdp2", 2: "deepspeed"}.get(cfg.zero, "megatron")
 
 
+def _check_megatron_moe_sp(dims: ModelDims, cfg: LlmConfig):
+    """A Megatron training step refuses what Megatron-Core refuses: an MoE layer in training at TP > 1 without
+    sequence parallelism (any token dispatcher: ``MoELayer.forward``, megatron/core/transformer/moe/moe_layer.py
+    258-262 at core_r0.14.0), which covers EP > 1 with TP > 1 without it (model_parallel_config.py 388-393).
+    Other frameworks and inference are not Megatron-Core's training step and keep the layout."""
+    if not dims.moe or cfg.tp == 1 or cfg.sequence_parallel or cfg.inference:
+        return
+    if implied_framework(cfg) != "megatron":
+        return
+    ep = f" --ep {cfg.ep}" if cfg.ep > 1 else ""
+    raise ConfigError(f"a mixture-of-experts model ({dims.experts} experts) at --tp {cfg.tp}{ep} without "
+                      "--sequence-parallel: Megatron-Core refuses MoE layers in training at TP > 1 without sequence "
+                      "parallelism; add --sequence-parallel (or give --framework fsdp2 / deepspeed, or --mode "
+                      "prefill / decode / mixed)")
+
+
 def _check(dims: ModelDims, cfg: LlmConfig):
     for name in ("tp", "pp", "dp", "micro_batches", "micro_batch_size", "ep", "cp", "virtual_stages"):
         v = getattr(cfg, name)
@@ -451,6 +467,7 @@ def _check(dims: ModelDims, cfg: LlmConfig):
         raise ConfigError(f"experts {dims.experts} are not divisible by --ep {cfg.ep}")
     if dims.moe and dims.expert_ffn % cfg.tp:
         raise ConfigError(f"expert ffn {dims.expert_ffn} is not divisible by --tp {cfg.tp}")
+    _check_megatron_moe_sp(dims, cfg)
     c = cfg.moe_capacity_factor
     if c is not None:
         if not dims.moe:
