@@ -15,7 +15,8 @@ chooses. Cases:
   layer a kernel whose time grows with the rank's second coordinate (so only the first dimension is symmetric: a
   fold by ``k``), an all-reduce of every rank and a send/receive to the next rank of the first dimension; ``48``:
   every rank alike.
-* ``moe``: ``astra workload llm`` (a small Mixtral, TP k, DP 8, EP 8, 4 micro-batches) on ``--platform hgx-h100``
+* ``moe``: ``astra workload llm`` (a small Mixtral, TP k with sequence parallelism (Megatron-Core refuses MoE at TP > 1
+  without it; measured without it until session 47), DP 8, EP 8, 4 micro-batches) on ``--platform hgx-h100``
   with a Zipf expert load (``moe_expert_load="zipf:1.2:7"``): EP ranks differ, TP ranks do not (a fold by the TP
   size); ``full``: balanced routing.
 * ``pipeline``: a dense GPT-3 13B step (PP 4, DP k, 32 micro-batches) on ``--platform hgx-h100``: the stages differ,
@@ -101,7 +102,7 @@ def moe_case(folder, order, layers):
 
     tp = 4 if order == "full" else order
     spec = LlmSpec(preset="mixtral-8x7b", layers=layers, seq_len=1024, tp=tp, dp=8, ep=8, micro_batches=4,
-                   moe_expert_load=None if order == "full" else "zipf:1.2:7")
+                   sequence_parallel=True, moe_expert_load=None if order == "full" else "zipf:1.2:7")
     prefix = os.path.join(folder, "m")
     generate_llm_workload(spec, prefix)
     return dict(workload=prefix, platform="hgx-h100", comm_groups=prefix + ".groups.json")
