@@ -141,6 +141,115 @@ class _EmbeddingTpOps:
         return self.coll("emb_ar.word_embedding_grads", T.ALL_REDUCE, rows * self.dims.hidden * grad_bytes, "emb",
                          self.syncs)
 
+    def _embedding_kernels(self):
+        """Whether the memory-bound kernels of Megatron's embedding around the lookup are emitted: a Megatron
+        training step (:attr:`.layers.LayerOps.megatron_training`) with the memory-bound nodes on (``cfg.ew``)."""
+        return self.cfg.ew and self.megatron_training and not self.cfg.iota_embed
+
+    def _out_of_shard_rows(self):
+        """Rows of this micro-batch whose token lies outside this rank's ``vocab/TP`` shard: ``n - n/TP``
+        (ASSUMPTION: the token ids spread evenly over the TP shards of the vocabulary)."""
+        n = self.tokens
+        return n - n // self.cfg.tp
+
+    def embedding_input_mask(self, mb, deps=()):
+        """At TP > 1, before the lookup, ``VocabParallelEmbedding.forward`` masks the ids outside this rank's
+        shard (NVIDIA/Megatron-LM core_r0.14.0 32ad5c89 ``megatron/core/tensor_parallel/layers.py`` 268-273):
+        ``input_ < start`` and ``input_ >= end`` (bool), their ``|``, ``input_.clone() - start`` and
+        ``masked_input[input_mask] = 0``: six small kernels on the ``b x s/CP`` int64 ids (launch-bound).
+        Returns whether they were emitted (the lookup then follows them on the chain)."""
+        if not self._embedding_kernels() or self.cfg.tp == 1:
+            return False
+        ids = ((self.tokens,), "Tensor(long int)")
+        mask = ((self.tokens,), "Tensor(bool)")
+        lab = f"fwd.embedding.mb{mb}.input_mask"
+        self.ew("aten::lt", lab + ".lt", [ids], deps)
+        self.ew("aten::ge", lab + ".ge", [ids])
+        self.ew("aten::bitwise_or", lab + ".or", [mask, mask])
+        self.ew("aten::clone", lab + ".clone", [ids])
+        self.ew("aten::sub", lab + ".sub", [ids])
+        self.ew("aten::index_put_", lab + ".zero", [ids, mask])
+        return True
+
+    def embedding_output_mask(self, mb):
+        """At TP > 1, after the lookup, ``output_parallel[input_mask, :] = 0.0`` (core_r0.14.0
+        ``tensor_parallel/layers.py`` 283-284): an ``index_put_`` with a boolean index, whose ``nonzero`` reads the
+        mask, then a scattered write of zeros into the :meth:`_out_of_shard_rows` rows of ``h`` (timed as the
+        fill of those rows, what the kernel writes)."""
+        if not self._embedding_kernels() or self.cfg.tp == 1:
+            return
+        lab = f"fwd.embedding.mb{mb}.output_mask"
+        self.ew("aten::nonzero", lab + ".nonzero", [((self.tokens,), "Tensor(bool)")])
+        self.ew("aten::fill_", lab + ".rows", [self._t(self._out_of_shard_rows(), self.dims.hidden)])
+
+    def _transpose_copy(self, label):
+        """``[b, s, h] -> [s, b, h]``: ``transpose(0, 1).contiguous()``, one copy of the ``b x s/CP x h`` rows."""
+        b, h = self.cfg.micro_batch_size, self.dims.hidden
+        s = self.tokens // b
+        return self.ew("aten::copy_", label, [self._t(b, s, h), self._t(s, b, h)])
+
+    def embedding_before_reduction(self, mb):
+        """With ``reduce_scatter_embeddings`` (sequence parallelism without learned positions, the ``"rs"`` kind
+        of :meth:`_embedding_tp_kind`) the ``[b s h] -> [s b h]`` copy happens inside ``VocabParallelEmbedding``,
+        before the reduce-scatter (core_r0.14.0 ``tensor_parallel/layers.py`` 286-291)."""
+        if self._embedding_kernels() and self._embedding_tp_kind() == "rs":
+            self._transpose_copy(f"fwd.embedding.mb{mb}.transpose")
+
+    def embedding_after_reduction(self, mb):
+        """``LanguageModelEmbedding.forward`` after the word embeddings (core_r0.14.0 ``megatron/core/models/
+        common/embeddings/language_model_embedding.py`` 111-148): with learned absolute positions (GPT-2/3) the
+        position table's lookup of the ``[b, s]`` position ids and the add; unless ``reduce_scatter_embeddings``
+        the ``[b s h] -> [s b h]`` ``transpose(0, 1).contiguous()`` copy (120); with sequence parallelism
+        ``clone_scatter_output_in_embedding`` (default True, ``transformer_config.py`` 601) clones this rank's
+        ``s/TP`` shard (143-144); then the embedding dropout (``hidden_dropout``, on the ``s/TP`` rows with SP).
+        Megatron-LM of 2021 (f559787d, the SC'21 rows) ran the same kernels, the dropout before the transpose:
+        ``megatron/mpu/layers.py`` 178-198 (the masks), ``megatron/model/language_model.py`` 187-199 (positions,
+        dropout), ``megatron/model/transformer.py`` 608-615 (the first stage's transpose). Returns whether
+        anything was emitted."""
+        if not self._embedding_kernels():
+            return False
+        cfg, h, n = self.cfg, self.dims.hidden, self.tokens
+        lab = f"fwd.embedding.mb{mb}"
+        if self.dims.learned_positions:
+            pos = ((cfg.micro_batch_size, n // cfg.micro_batch_size), "Tensor(long int)")
+            self.ew("aten::embedding", lab + ".positions", [self._t(self.dims.seq_len, h), pos])
+            self.ew("aten::add", lab + ".positions.add", [self._t(n, h), self._t(n, h)])
+        if self._embedding_tp_kind() != "rs":
+            self._transpose_copy(lab + ".transpose")
+        if cfg.sequence_parallel:
+            self.ew("aten::clone", lab + ".sp_clone", [self._t(self.ln_rows, h)])
+        if cfg.dropout:
+            self.ew("aten::native_dropout", lab + ".dropout", [self._t(self.ln_rows, h)])
+        return True
+
+    def embedding_bwd_before_gather(self, mb):
+        """The embedding dropout's backward, on this rank's rows (the ``s/TP`` shard with sequence parallelism,
+        before :meth:`embedding_grad_gather`); the SP clone's backward is the identity."""
+        if self._embedding_kernels() and not self.frozen:
+            self.dropout_bwd(f"bwd.embedding.mb{mb}")
+
+    def embedding_bwd_kernels(self, mb):
+        """Before the lookups' weight gradients: the transpose's backward hands ``embedding_dense_backward`` a
+        ``[b, s, h]`` view of the ``[s, b, h]`` gradient, which it makes contiguous (PyTorch ``aten/src/ATen/
+        native/cuda/Embedding.cu`` ``embedding_dense_backward_cuda``: ``grad_.contiguous()``, read in the search
+        index, not at a pinned commit): one copy for the word embedding and, with learned positions, one for the
+        position table's, whose gradient follows (``embedding_dense_backward`` of the ``s x h`` table). At TP > 1
+        the output mask's backward (PyTorch ``tools/autograd/derivatives.yaml`` ``_index_put_impl_``: ``self:
+        grad.index_put(indices, zeros_like(values))``, read in the search index): a clone of the gradient and
+        the zeros written into the :meth:`_out_of_shard_rows`. Not with a frozen (LoRA) embedding."""
+        if not self._embedding_kernels() or self.frozen:
+            return
+        cfg, h, n = self.cfg, self.dims.hidden, self.tokens
+        lab = f"bwd.embedding.mb{mb}"
+        if self.dims.learned_positions:
+            self._transpose_copy(lab + ".positions.contiguous")
+            pos = ((cfg.micro_batch_size, n // cfg.micro_batch_size), "Tensor(long int)")
+            self.ew("aten::embedding_dense_backward", lab + ".positions", [self._t(n, h), pos])
+        if cfg.tp > 1:
+            self.ew("aten::clone", lab + ".output_mask.clone", [self._t(n, h)])
+            self.ew("aten::fill_", lab + ".output_mask.rows", [self._t(self._out_of_shard_rows(), h)])
+        self._transpose_copy(lab + ".contiguous")
+
     def one_weight_head(self):
         """Whether the LM head is the embedding's own weight on this rank: a tied model (``dims.tied_embeddings``,
         ``--tie-embeddings``) at PP 1, where one rank holds both ends (at PP > 1 the first and last stage keep a
@@ -321,10 +430,16 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
                         self.iota_embed_fwd(mb, vocab, lookup)
                         deps = emb = lookup = []
                     elif i == 0 and first and cfg.ew:  # the embedding lookup
+                        if self.embedding_input_mask(mb, lookup):  # (Megatron, TP > 1: the ids' mask first)
+                            lookup = []
                         idx = ((cfg.micro_batch_size, self.seq), "Tensor(long int)")
                         self.ew("aten::embedding", f"fwd.embedding.mb{mb}", [self._t(vocab, h), idx], lookup)
+                        self.embedding_output_mask(mb)
+                        self.embedding_before_reduction(mb)
                         deps = emb = lookup = []  # (the layer's first GEMM still names its ZeRO-3 gathers)
                     if i == 0 and first and self.embedding_tp_forward(mb, lookup) is not None:  # (TP > 1)
+                        deps = emb = []
+                    if i == 0 and first and self.embedding_after_reduction(mb):  # (Megatron's kernels after it)
                         deps = emb = []
                     with self.graphed():
                         self.layer_forward(layer, mb, (deps if i == 0 else []) + emb + extra)
@@ -398,7 +513,9 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
                     # (with the memory-bound nodes off, the first layer's last reduce-scatter is still pending)
                     self.send(f"send_grad{cs}.mb{mb}", -1, 2 * (ch * M + mb) + 1, [self.prev] + self.take_waits())
                 else:
+                    self.embedding_bwd_before_gather(mb)  # (Megatron: the embedding dropout's backward)
                     self.embedding_grad_gather(mb)  # (sequence parallelism: the s/TP rows' gradient gathered)
+                    self.embedding_bwd_kernels(mb)  # (Megatron: the transpose's, positions' and mask's backward)
                     if cfg.iota_embed and not self.frozen:  # (the one-hot matmul's, .maxtext_step)
                         self.iota_embed_bwd(mb, vocab)
                     elif cfg.ew and not self.frozen:  # (the embedding's weight gradient)
