@@ -60,3 +60,13 @@ def test_cli_refuses_with_one_line(tmp_path, capsys):
     assert err[-1].startswith("astra: error: a mixture-of-experts model (8 experts) at --tp 2 --ep 2 without "
                               "--sequence-parallel") and "add --sequence-parallel" in err[-1]
     assert not (tmp_path / "w.0.et").exists()
+
+
+def test_search_enumerates_moe_at_tp_only_with_sp():
+    """``astra search`` gives every TP > 1 layout sequence parallelism, so none of its MoE layouts is refused
+    for this; every TP it can take on 8 GPUs per node stays in the list."""
+    search = pytest.importorskip("astra_sweep.search")
+    choices = dict(cp=[1], mbs=[1], vp=[1], zero=[0, 1, 3], recompute=["none"])
+    layouts, _ = search.enumerate_layouts(MOE, 8, 8, 8, choices)
+    assert {cfg.tp for cfg, _ in layouts} == {1, 2, 4}  # (4 kv heads: TP 8 is refused for that)
+    assert all(cfg.sequence_parallel for cfg, _ in layouts if cfg.tp > 1)
