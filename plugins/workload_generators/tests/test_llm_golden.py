@@ -94,6 +94,12 @@ unfused_scatter_gather: 1000 -> 1024, GPT-3's 50257 -> 50432 at TP 2), on purpos
 the vocabulary to a multiple of ``--make-vocab-size-divisible-by`` (128) x TP (``model.vocab_padding``); with
 ``--make-vocab-size-divisible-by 1`` every hash is the one before; the other cases (llama3_8b_preset's 128256 and
 deepseek_preset's 102400 are multiples already; ZeRO-2/3 and inference do not pad) are unchanged.
+Then the Megatron training cases with memory-bound nodes (cp_causal_unfused, dense_tp_pp_dp, gpt3_13b_preset,
+gpt_sp_overlap_fp8_vp_zero1, llama3_8b_preset, moe_expert_load_fp8, moe_imbalance_cp_ep, per_rank_files), on
+purpose (issue 36): Megatron's memory-bound kernels around the embedding (the ids' mask and the out-of-shard rows'
+zeros at TP > 1, the learned positions' lookup and add, the ``[b s h] -> [s b h]`` copy, the SP shard's clone, the
+embedding dropout, and their backward; ``stage._EmbeddingTpOps._embedding_kernels``); only the first stage's files
+changed, and with those kernels switched off every hash is the one before.
 
 Regenerate (only when a change of the traces is intended)::
 
