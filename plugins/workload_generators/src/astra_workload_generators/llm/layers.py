@@ -139,9 +139,19 @@ class LayerOps:
         if cfg.sequence_parallel:
             return [self.coll(f"tp_rs.bwd.{site}.head_in", T.REDUCE_SCATTER, self.act_bytes, "tp", [self.prev],
                               chain=False)]
-        if not self.megatron_training or not cfg.async_tp_allreduce:
+        if self._head_input_all_reduce() != "async":
             return []
         return [self.coll(f"tp_ar.bwd.{site}.head_in", T.ALL_REDUCE, self.act_bytes, "tp", [self.prev], chain=False)]
+
+    def _head_input_all_reduce(self):
+        """How a Megatron training step all-reduces the head's input gradient without sequence parallelism at
+        TP > 1: ``"async"`` beside the wgrad (:meth:`head_grad_scatter`), ``"sync"`` on the chain after it with
+        ``--no-async-tensor-model-parallel-allreduce`` (:meth:`head_backward`); None otherwise (TP 1, SP: the
+        reduce-scatter, other frameworks: none)."""
+        cfg = self.cfg
+        if cfg.tp == 1 or cfg.sequence_parallel or not self.megatron_training:
+            return None
+        return "async" if cfg.async_tp_allreduce else "sync"
 
     def head_backward(self, mb, vocab, deps=(), site=None):
         """One LM-head call's backward: the input-gradient GEMM and its TP reduction (:meth:`head_grad_scatter`),
@@ -162,7 +172,7 @@ class LayerOps:
             self.deferred_head.append(site)
         elif not self.frozen:
             self.mm(f"bwd.{site}.wgrad", h, n, vocab, gathered, linear=False)
-        if not (self.cfg.async_tp_allreduce or self.cfg.sequence_parallel) and self.megatron_training:
+        if self._head_input_all_reduce() == "sync":
             self._tp("ar", f"bwd.{site}.head_in")
         return scattered
 
