@@ -6,13 +6,17 @@ as long as their messages (so that ties are common), each compared with ``--no-f
 from __future__ import annotations
 
 import json
+import os
 import random
+import sys
 
 from astra_folding import plan
 from astra_folding.engine import FoldedEvents
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
-from astra_sim.errors import AstraError
 from astra_sim.simulation import simulate
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # (pytest imports test modules by path here)
+from test_fold import _outcome  # noqa: E402  (every rank's numbers and breakdown, and the critical path)
 
 #: bytes that a 1 GiB/s link carries in just over 1 us: a message of k times this takes k us on one hop
 US_BYTES = 1074
@@ -61,17 +65,6 @@ def _pairs_after_a_tied_arrival(rank, npus):
             _recv(4, (rank - 1) % npus, 1, 3, deps=[1]), _recv(5, (rank - 2) % npus, 3, 2),
             _kernel(6, 5, deps=[4]), _kernel(7, 1, deps=[5]), _send(8, (rank + 1) % npus, 5, 4, deps=[7]),
             _recv(9, (rank - 1) % npus, 5, 4)]
-
-
-def _outcome(args, kwargs, fold):
-    """Every rank's numbers and breakdown, and the critical path (as test_fold's random cases compare them)."""
-    try:
-        report = simulate(*args, fold=fold, critical_path=True, **kwargs)
-    except AstraError as exc:
-        return ("error", type(exc).__name__), None
-    ranks = [(r.rank, r.finish_ns, r.compute_ns, r.exposed_comm_ns, r.cpu_ns, r.comm_ns, r.nodes, r.breakdown)
-             for r in report.ranks]
-    return (ranks, report.critical_path), report
 
 
 def _cpu(node_id, us, deps=()):
