@@ -81,7 +81,7 @@ Then the Megatron training cases at TP 2 (cp_causal_unfused, dense_tp_pp_dp, gpt
 gpt_sp_overlap_fp8_vp_zero1, llama3_8b_preset, moe_imbalance_cp_ep, per_rank_files, unfused_scatter_gather), on
 purpose (issue 36): the vocabulary-parallel embedding's output is reduced over TP once a micro-batch before the
 first layer (an all-reduce; with sequence parallelism and rotary positions a reduce-scatter) and, with sequence
-parallelism, its gradient all-gathered before the embedding's weight gradient (``stage._EmbeddingTpOps``); only
+parallelism, its gradient all-gathered before the embedding's weight gradient (``embedding.EmbeddingOps``); only
 the first stage's files changed, and with those switched off every hash is the one before. (No case here has tied
 embeddings at PP > 1, whose gradient all-reduce over the embedding group came in the same change.)
 Then the four inference cases, all at TP > 1 (decode_steps_moe, llama2_70b_decode_preset, mixed_chunk,
@@ -98,7 +98,7 @@ Then the Megatron training cases with memory-bound nodes (cp_causal_unfused, den
 gpt_sp_overlap_fp8_vp_zero1, llama3_8b_preset, moe_expert_load_fp8, moe_imbalance_cp_ep, per_rank_files), on
 purpose (issue 36): Megatron's memory-bound kernels around the embedding (the ids' mask and the out-of-shard rows'
 zeros at TP > 1, the learned positions' lookup and add, the ``[b s h] -> [s b h]`` copy, the SP shard's clone, the
-embedding dropout, and their backward; ``stage._EmbeddingTpOps._embedding_kernels``); only the first stage's files
+embedding dropout, and their backward; ``embedding.EmbeddingOps._embedding_kernels``); only the first stage's files
 changed, and with those kernels switched off every hash is the one before.
 
 Regenerate (only when a change of the traces is intended)::

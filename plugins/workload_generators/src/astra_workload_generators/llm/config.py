@@ -53,7 +53,7 @@ ROPE_KERNELS = ("none", "eager", "fused")
 #: --framework choices: whose memory semantics the estimate follows (docs/memory.md)
 FRAMEWORKS = ("megatron", "fsdp2", "deepspeed")
 #: --inference-embedding choices: how a serving engine holds the embedding table at TP > 1 (see
-#: .stage._EmbeddingTpOps._embedding_tp_kind): split by vocabulary rows, its output all-reduced (vLLM, SGLang), or
+#: .embedding.EmbeddingOps._embedding_tp_kind): split by vocabulary rows, its output all-reduced (vLLM, SGLang), or
 #: whole on every TP rank, no collective (LMDeploy TurboMind v0.1, TensorRT-LLM without --use_parallel_embedding)
 INFERENCE_EMBEDDINGS = ("vocab-parallel", "replicated")
 #: --loss-dtype choices: the cross entropy upcasts the logits to fp32, or works on them in --dtype

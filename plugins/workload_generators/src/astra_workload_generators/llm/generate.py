@@ -22,7 +22,8 @@ from .layout import _dyn_bytes, comm_groups, rank_of, rank_symmetry
 from .model import (ModelDims, activated_parameter_count, inference_flops, parameter_count, training_flops,
                     vocab_padding)
 from .lora import lora_training_flops
-from .stage import _StageBuilder, embedding_group_used
+from .embedding import embedding_group_used
+from .stage import _StageBuilder
 
 
 def generate_llm(dims: ModelDims, cfg: LlmConfig, prefix, *, write=True, per_rank_files=False,

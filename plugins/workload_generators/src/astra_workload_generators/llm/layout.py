@@ -38,7 +38,7 @@ def comm_groups(cfg: LlmConfig, embedding: bool = False):
     expert-data-parallel groups (DP indices = e mod EP) follow the PP groups, only when EP > 1. With CP > 1 the
     tp/dp/pp/ep keys end with the CP index c, and 'cp' {(t, d, p)} and 'dpcp' {(t, p)} groups follow. FP8
     training adds 'amax' {(p,)}: every rank of pipeline stage p (see _amax_reduction). ``embedding`` (the tied
-    word-embedding gradient's all-reduce, :func:`.stage.embedding_group_used`) adds last 'emb' {(t, d[, c])}:
+    word-embedding gradient's all-reduce, :func:`.embedding.embedding_group_used`) adds last 'emb' {(t, d[, c])}:
     Megatron's embedding group, the first and the last stage's ranks of each pipeline group
     (``parallel_state.default_embedding_ranks``, Megatron-LM core_r0.14.0)."""
     ids = {"tp": {}, "dp": {}, "pp": {}, "ep": {}, "edp": {}, "cp": {}, "dpcp": {}, "amax": {}, "emb": {}}
