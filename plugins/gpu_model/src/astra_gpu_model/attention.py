@@ -430,21 +430,23 @@ def band_tiles(seq_len, window, block_m, block_n, backward=False):
     range), whole tiles that touch the band, masked inside; backward: key tile n runs the query tiles of
     ``get_m_block_min_max`` (FA2: flash_bwd_kernel.h lines 103-105, 318-320). ``loop_len``: the keys (backward:
     queries) a tile's loop iterates on average, the length its rate is looked up at."""
-    s, left, right = seq_len, window - 1, 0
+    left = window - 1  # (keys before a query; none after it: right = 0)
+    if backward:  # key tiles over the query tiles they meet: the forward's range with the tiles and sides swapped
+        return _tile_ranges(seq_len, block_n, block_m, 0, left)
+    return _tile_ranges(seq_len, block_m, block_n, left, 0)
+
+
+def _tile_ranges(seq_len, outer, inner, before, after):
+    """``(tiles, loop_len)``: for each tile of ``outer`` rows, the ``inner`` tiles its band reaches, ``before`` rows
+    ahead of it and ``after`` past it (block.h's ``[max(0, (i outer - before) / inner), min(ceil(s / inner),
+    ceil(((i + 1) outer + after) / inner)))``), summed; ``loop_len`` the inner rows a tile iterates on average."""
+    blocks = -(-seq_len // outer)
     tiles = 0
-    if not backward:
-        blocks = -(-s // block_m)
-        for m in range(blocks):
-            n_max = min(-(-s // block_n), -(-((m + 1) * block_m + right) // block_n))
-            n_min = max(0, _div0(m * block_m - left, block_n))
-            tiles += max(0, n_max - n_min)
-        return tiles, tiles * block_n / blocks
-    blocks = -(-s // block_n)
-    for n in range(blocks):
-        m_max = min(-(-s // block_m), -(-((n + 1) * block_n + left) // block_m))
-        m_min = max(0, _div0(n * block_n - right, block_m))
-        tiles += max(0, m_max - m_min)
-    return tiles, tiles * block_m / blocks
+    for i in range(blocks):
+        hi = min(-(-seq_len // inner), -(-((i + 1) * outer + after) // inner))
+        lo = max(0, _div0(i * outer - before, inner))
+        tiles += max(0, hi - lo)
+    return tiles, tiles * inner / blocks
 
 
 def band_pairs(seq_len, window):
