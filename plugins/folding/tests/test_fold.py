@@ -233,14 +233,7 @@ def _outcome(args, kwargs, fold):
 RANDOM_CASES = 200
 
 
-@pytest.fixture
-def fold_whenever_possible(monkeypatch):
-    """The exactness tests fold every symmetry they find, even a fold by 2 or 3 that the planner's cost rule
-    declines by default (it is tested in test_fold_cost.py): 13 of the random cases below fold only by 2 or 3."""
-    from astra_folding import plan
-
-    monkeypatch.setattr(plan, "FOLDED_EVENT_COST", 0)
-    monkeypatch.setattr(plan, "FOLDED_EVENT_COST_PRICED", 0)
+# (fold_whenever_possible, conftest.py: 13 of the random cases below fold only by 2 or 3)
 
 
 def test_random_symmetric_cases_fold_exactly(tmp_path, fold_whenever_possible):

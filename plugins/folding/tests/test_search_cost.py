@@ -42,13 +42,6 @@ def _both_ways(monkeypatch, args, kwargs):
     return lazy, whole
 
 
-@pytest.fixture
-def fold_whenever_possible(monkeypatch):
-    """Every symmetry found is taken (the cost rule would decline folds by 2 and 3: the search is tested here)."""
-    monkeypatch.setattr(plan, "FOLDED_EVENT_COST", 0)
-    monkeypatch.setattr(plan, "FOLDED_EVENT_COST_PRICED", 0)
-
-
 @pytest.mark.parametrize("asymmetric", [False, True])
 def test_random_cases_get_the_same_decision_as_whole_signatures(tmp_path, monkeypatch, fold_whenever_possible,
                                                                 asymmetric):

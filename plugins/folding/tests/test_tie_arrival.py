@@ -10,7 +10,6 @@ import os
 import random
 import sys
 
-from astra_folding import plan
 from astra_folding.engine import FoldedEvents
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.simulation import simulate
@@ -177,9 +176,7 @@ def tie_case(rng, folder):
     return args, kwargs
 
 
-def test_random_tie_programs_fold_to_the_ns(tmp_path, monkeypatch):
-    monkeypatch.setattr(plan, "FOLDED_EVENT_COST", 0)  # fold by 2 and 3 too (test_fold's fold_whenever_possible)
-    monkeypatch.setattr(plan, "FOLDED_EVENT_COST_PRICED", 0)
+def test_random_tie_programs_fold_to_the_ns(tmp_path, fold_whenever_possible):
     rng = random.Random(47)
     folded = 0
     for case in range(30):
