@@ -242,6 +242,18 @@ def _phase_work(name, dry):
                 gemm()
             return attn()
         return fn, 1.0, "pairs/s"
+    if name.startswith("gemm:"):  # gemm:DTYPE:M:N:K, C = A @ B^T with A [M, K], B [N, K] (nn.Linear's layout)
+        _, dtype, m, n, k = name.split(":")
+        m, n, k = (int(x) if not dry else 64 for x in (m, n, k))
+        if dtype == "fp8":
+            a = (torch.randn(m, k, device=DEV) * 0.5).to(torch.float8_e4m3fn)
+            b = (torch.randn(n, k, device=DEV) * 0.5).to(torch.float8_e4m3fn)
+            one = torch.tensor(1.0, device=DEV)
+            return (lambda: torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16),
+                    2 * m * n * k / 1e12, "TFLOP/s")
+        a = torch.randn(m, k, device=DEV, dtype=torch.bfloat16 if CUDA else torch.float32)
+        b = torch.randn(n, k, device=DEV, dtype=a.dtype)
+        return (lambda: a @ b.t()), 2 * m * n * k / 1e12, "TFLOP/s"
     if name == "hbm_copy":
         elems = (1 << 30) if not dry else (1 << 16)
         src = torch.randn(elems, device=DEV, dtype=torch.bfloat16 if CUDA else torch.float32)
@@ -250,8 +262,8 @@ def _phase_work(name, dry):
     raise ValueError(name)
 
 
-def run_phase(name, seconds, chunk_rows, sampler, dry):
-    """Run ``name`` back to back for ``seconds`` in ~100 ms chunks; a summary of its first and last seconds."""
+def run_phase(name, seconds, chunk_rows, sampler, dry, chunk_s=0.1):
+    """Run ``name`` back to back for ``seconds`` in ~``chunk_s`` chunks; a summary of its first and last seconds."""
     fn, work, unit = _phase_work(name, dry)
     fn()
     sync()
@@ -259,7 +271,7 @@ def run_phase(name, seconds, chunk_rows, sampler, dry):
     fn()
     sync()
     per_call = max(time.perf_counter() - t0, 1e-6)
-    calls = max(1, int(0.1 / per_call))
+    calls = max(1, int(chunk_s / per_call))
     sampler.phase = name
     start = time.perf_counter()
     chunks = []
@@ -309,6 +321,7 @@ def _summarise(name, unit, work, chunks, samples, start):
     tail = [c for c in chunks if c[0] >= tail_from]
     tail_s = [s for s in samples if s["t_s"] >= tail_from]
     out = {"phase": name, "unit": unit, "seconds": round(span, 1), "chunks": len(chunks),
+           "rate_first_chunk": rate(chunks[:1]), "rate_first_0.1s": rate([c for c in chunks if c[0] <= start + 0.1]),
            "rate_first_2s": rate(head), "rate_last": rate(tail), "last_window_s": round(chunks[-1][0] - tail_from, 1)
            if chunks else 0,
            "power_w_last": _mean(s["power_w"] for s in tail_s), "sm_mhz_first_2s":
@@ -323,7 +336,7 @@ def _summarise(name, unit, work, chunks, samples, start):
         out["energy_w_last"] = joules / seconds if seconds > 0 else None
         done = rate(tail)
         out["joules_per_unit_last"] = (joules / seconds) / done if done and seconds > 0 else None
-    log(f"sustained {name}: first 2 s {_num(out['rate_first_2s'])} {unit} at {_num(out['sm_mhz_first_2s'])} MHz; "
+    log(f"sustained {name}: first chunk {_num(out['rate_first_chunk'])}, first 2 s {_num(out['rate_first_2s'])} {unit} at {_num(out['sm_mhz_first_2s'])} MHz; "
         f"last {out['last_window_s']} s {_num(out['rate_last'])} {unit} at {_num(out['sm_mhz_last'])} MHz, "
         f"{_num(out['power_w_last'])} W")
     return out
@@ -333,6 +346,13 @@ PHASES = [("idle", 8), ("gemm_bf16", 80), ("idle", 8), ("attn_ring_flash", 50), 
           ("idle", 6), ("hbm_copy", 25), ("idle", 4)]
 #: the second run's (``--phases run2``): cuDNN's ring block alone, then the GEMM + attention mix
 PHASES_RUN2 = [("idle", 5), ("attn_ring_cudnn", 40), ("idle", 6), ("mix_gemm_attn", 45), ("idle", 4)]
+#: the third run's (``--phases run3``): LLM-shaped GEMMs (Llama 3.1 8B's at 32k tokens, GPT-3 175B's at TP 8, a
+#: small one), each after an idle gap, in 20 ms chunks: the burst at the boost clock and the settled rate, per shape
+PHASES_RUN3 = [(name, 9) for name in (
+    "gemm:bf16:32768:14336:4096", "gemm:fp8:32768:14336:4096", "gemm:bf16:32768:6144:4096",
+    "gemm:fp8:32768:4096:14336", "gemm:bf16:8192:6144:12288", "gemm:bf16:4096:4096:4096",
+    "gemm:bf16:16384:16384:16384")]
+PHASES_RUN3 = [p for name in PHASES_RUN3 for p in (("idle", 4), name)]
 
 
 def measure_sustained(outdir, deadline, dry, info, phases=PHASES):
@@ -359,7 +379,7 @@ def measure_sustained(outdir, deadline, dry, info, phases=PHASES):
             time.sleep(seconds)
             continue
         try:
-            summaries.append(run_phase(name, seconds, chunks, sampler, dry))
+            summaries.append(run_phase(name, seconds, chunks, sampler, dry, 0.02 if name.startswith("gemm:") else 0.1))
         except Exception:  # noqa: BLE001 - record and go on to the next phase
             sampler.phase = "idle"
             summaries.append({"phase": name, "status": "error: " + traceback.format_exc()[-500:]})
@@ -381,7 +401,7 @@ def main(argv=None):
     ap.add_argument("--attention-s", type=float, default=130.0, help="of which for the long-attention section")
     ap.add_argument("--dry-run", action="store_true", help="tiny shapes and seconds (CPU works, without NVML)")
     ap.add_argument("--only", default="", help="attention_long or sustained (default both)")
-    ap.add_argument("--phases", default="run1", choices=("run1", "run2"), help="which sustained phases")
+    ap.add_argument("--phases", default="run1", choices=("run1", "run2", "run3"), help="which sustained phases")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     start = time.perf_counter()
@@ -408,7 +428,8 @@ def main(argv=None):
         t0 = time.perf_counter()
         try:
             info["sustained"] = measure_sustained(args.out, deadline, args.dry_run, info,
-                                                  PHASES if args.phases == "run1" else PHASES_RUN2)
+                                                  {"run1": PHASES, "run2": PHASES_RUN2,
+                                                   "run3": PHASES_RUN3}[args.phases])
             status = "ok"
         except Exception:  # noqa: BLE001
             status = "error: " + traceback.format_exc()[-600:]
