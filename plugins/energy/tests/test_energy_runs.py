@@ -29,14 +29,15 @@ def gemm_case(tmp_path, n=N):
 
 
 def test_a_capped_compute_bound_gemm_by_hand(tmp_path):
-    """450 W on an H100 (idle 80 W, GEMM 700 W, alpha 1.32): the GEMM runs at r = (370/620)^(1/1.32) = 0.6763 of
-    the clock, so its compute time grows by 1/r and it draws 450 W: energy per FLOP x 450 / (700 r) = 0.9505
-    (a little less: the launch cost does not stretch)."""
+    """450 W on an H100 (idle 81.9 W, GEMM 992.7 W at the boost clock, alpha 1.32): the GEMM is capped at the 700 W
+    TDP too, so it runs at r = (368.1/618.1)^(1/1.32) = 0.6753 of the clock it runs at there (its boost power
+    cancels), its compute time grows by 1/r and it draws 450 W instead of 700 W: energy per FLOP x 450 / (700 r) =
+    0.9520 (a little less: the launch cost does not stretch)."""
     prefix, system, network = gemm_case(tmp_path)
     free = simulate(prefix, system, network, plugins=PLUGINS, compute_model="gpu")
     capped = simulate(prefix, system, network, plugins=PLUGINS, compute_model="gpu", options={"power_limit_w": 450})
-    r = (370 / 620) ** (1 / 1.32)
-    assert r == pytest.approx(0.6763, abs=1e-4)
+    r = (368.1 / 618.1) ** (1 / 1.32)
+    assert r == pytest.approx(0.6753, abs=1e-4)
     launch_ns = GpuComputeModel(None, "H100").gpu.gemm.launch_us * 1000
     t0, t1 = free.max_finish_ns, capped.max_finish_ns
     # the FLOP rate falls by r; the small HBM term of the GEMM model does not scale, and at the slower rate the
@@ -45,14 +46,17 @@ def test_a_capped_compute_bound_gemm_by_hand(tmp_path):
     assert (t1 - launch_ns) == pytest.approx((t0 - launch_ns) / r, rel=8e-3)
     flops = 2 * 2 * N ** 3  # two ranks
     e0, e1 = free.stats["energy"], capped.stats["energy"]
-    assert e0["class_power_w"]["gemm"] == 700 and e1["class_power_w"]["gemm"] == pytest.approx(450)
+    assert e0["class_power_w"]["gemm"] == pytest.approx(700) and e1["class_power_w"]["gemm"] == pytest.approx(450)
     assert e0["gpu_energy_mj"] == 2 * round(700 * t0 / 1e6)
     assert e1["gpu_energy_mj"] == 2 * round(450 * t1 / 1e6)
     per_flop0, per_flop1 = e0["gpu_energy_mj"] / flops, e1["gpu_energy_mj"] / flops
     assert per_flop1 < per_flop0
     assert per_flop1 / per_flop0 == pytest.approx(450 / (700 * r), rel=1e-2)
-    assert 450 / (700 * r) == pytest.approx(0.9505, abs=1e-4)
-    assert e1["clock_mhz"]["gemm"] == pytest.approx(1980 * r)
+    assert 450 / (700 * r) == pytest.approx(0.9520, abs=1e-4)
+    # the absolute clocks: 1476 MHz at 700 W (992.7 W at 1980 MHz capped to 700), 996 MHz at 450 W
+    at_tdp = (618.1 / (992.7 - 81.9)) ** (1 / 1.32)
+    assert e0["clock_mhz"]["gemm"] == pytest.approx(1980 * at_tdp, rel=1e-4)
+    assert e1["clock_mhz"]["gemm"] == pytest.approx(1980 * at_tdp * r, rel=1e-4)
     assert capped.settings["gpu_model"]["clock_ratios"]["gemm"] == pytest.approx(r)
     assert "clock_ratios" not in free.settings["gpu_model"]
     assert e1["time_clock_ratio"]["gemm"] == pytest.approx(r)
@@ -63,10 +67,14 @@ def test_a_clock_lock_slows_compute_and_lowers_power(tmp_path):
     free = simulate(prefix, system, network, plugins=PLUGINS, compute_model="gpu")
     locked = simulate(prefix, system, network, plugins=PLUGINS, compute_model="gpu", options={"gpu_clock_mhz": 990})
     launch_ns = GpuComputeModel(None, "H100").gpu.gemm.launch_us * 1000
-    # half the clock, half the FLOP rate: nearly twice the time (the GEMM model's HBM term does not scale)
+    # half the boost clock; unlocked at the 700 W TDP the GEMM runs at 1476 MHz (its 992.7 W boost power capped),
+    # so the FLOP rate falls to 990 / 1476 (the GEMM model's HBM term does not scale)
+    at_tdp = free.stats["energy"]["clock_ratio"]["gemm"]
+    assert 1980 * at_tdp == pytest.approx(1980 * (618.1 / (992.7 - 81.9)) ** (1 / 1.32), rel=1e-4)
     slowdown = (locked.max_finish_ns - launch_ns) / (free.max_finish_ns - launch_ns)
-    assert 1.95 < slowdown <= 2.0
-    assert locked.stats["energy"]["class_power_w"]["gemm"] == pytest.approx(80 + 620 * 0.5 ** 1.32)
+    assert slowdown == pytest.approx(at_tdp / 0.5, rel=1e-2)
+    assert locked.stats["energy"]["class_power_w"]["gemm"] == pytest.approx(81.9 + (992.7 - 81.9) * 0.5 ** 1.32,
+                                                                            rel=1e-4)
     assert locked.stats["energy"]["gpu_clock_lock_mhz"] == 990
 
 
@@ -83,8 +91,9 @@ def test_other_plugins_find_the_class_powers_in_plugin_state(tmp_path):
     prefix, system, network = gemm_case(tmp_path, n=256)
     simulate(prefix, system, network, plugins=PLUGINS, extra_plugins=[Watcher()], compute_model="gpu",
              options={"power_limit_w": 450})
-    assert seen["gemm"] == pytest.approx(450) and seen["idle"] == 80
-    assert seen["elementwise"] == seen["other"] == pytest.approx(301)
+    assert seen["gemm"] == pytest.approx(450) and seen["idle"] == 81.9
+    # a saturated memory-bound kernel (572 W at the boost clock) is capped at 450 W too; comm (210 W) is not
+    assert seen["elementwise"] == seen["other"] == pytest.approx(450) and seen["comm"] == pytest.approx(210)
 
 
 def test_memory_bound_work_barely_slows_under_a_cap():
@@ -163,7 +172,9 @@ def test_cli_flags_end_to_end(tmp_path, capsys):
     e = json.loads(out.read_text())["stats"]["energy"]
     assert e["power_limit_w"] == 500 and e["gpu_clock_lock_mhz"] == 1800 and e["pue"] == 1.2
     assert e["class_power_w"]["gemm"] == pytest.approx(500)
-    assert e["clock_mhz"]["memory"] == pytest.approx(1800)
+    assert e["clock_mhz"]["comm"] == pytest.approx(1800)  # the lock (210 W is under the limit)
+    # memory (572 W at the boost clock) settles under the lock at 500 W
+    assert e["clock_mhz"]["memory"] == pytest.approx(1980 * (418.1 / 490.1) ** (1 / 1.32))
     capsys.readouterr()
     rc = astra_main(["run", "--workload-configuration", prefix, "--system-configuration", str(system),
                      "--network-configuration", str(network), "--compute-model", "gpu", "--gpu-clock-mhz", "5000"])

@@ -41,7 +41,7 @@ def test_llm_step_timeline_integrates_to_the_step_energy(tmp_path):
     names = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M"}
     assert names == {0: "cluster power (all GPUs)", 1: "ranks 0-7 power, each"}
     cluster = [(round(e["ts"] * 1000), e["args"]["W"]) for e in events if e["ph"] == "C" and e["pid"] == 0]
-    assert max(w for _, w in cluster) == 8 * 700 and cluster[-1][1] == 8 * 80
+    assert max(w for _, w in cluster) == pytest.approx(8 * 700) and cluster[-1][1] == pytest.approx(8 * 81.9)
     energy = report.stats["energy"]["gpu_energy_mj"]
     # the lane shows the highest-power activity; the breakdown's parts give the same energy here
     assert integral_mj(cluster, report.max_finish_ns) == pytest.approx(energy, rel=1e-3)

@@ -1,9 +1,11 @@
 """Fit the clock-power exponent ``alpha`` on ``clock_power.fit_points``; check it on ``clock_power.check_points``.
 
 A fit point says: GPU ``gpu`` capped at ``power_limit_w`` ran a compute-bound load at ``relative_throughput`` of
-its uncapped speed, i.e. at that clock ratio ``r``. The model says the GEMM class then draws the limit::
+its speed at the TDP, i.e. at that clock ratio ``r`` to the clock it ran at there. The model says the GEMM class
+draws the cap at the one clock and ``P_T = min(P_gemm, TDP)`` at the other (a GEMM whose boost power exceeds the
+TDP is already capped at it: the measured H200's, 992.7 W)::
 
-    L = P_idle + (P_gemm - P_idle) * r ** alpha   =>   ln y = alpha ln r,  y = (L - P_idle) / (P_gemm - P_idle)
+    L - P_idle = (P_T - P_idle) * r ** alpha   =>   ln y = alpha ln r,  y = (L - P_idle) / (P_T - P_idle)
 
 so ``alpha`` is the least-squares slope through the origin of ``ln y`` on ``ln r``. Check points never enter the
 fit (docs/validation.md's rule: a constant is judged on cases it was not fitted on). Each names the op class whose
@@ -27,7 +29,8 @@ def fit_alpha(points) -> float:
     num = den = 0.0
     for point in points:
         power = gpu_power(point["gpu"])
-        y = (point["power_limit_w"] - power.idle_w) / (power.class_w["gemm"] - power.idle_w)
+        at_tdp = min(power.class_w["gemm"], power.tdp_w)
+        y = (point["power_limit_w"] - power.idle_w) / (at_tdp - power.idle_w)
         r = point["relative_throughput"]
         if not (0 < y < 1 and 0 < r < 1):
             raise ValueError(f"fit point {point}: limit must lie between idle and GEMM power, throughput in (0, 1)")

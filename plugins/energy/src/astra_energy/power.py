@@ -4,8 +4,10 @@ The clock-power curve (``data/power.json``, ``clock_power``)::
 
     P(class, f) = P_idle + (P_class - P_idle) * (f / f_max) ** alpha
 
-``P_class`` is what the class draws fully busy at the maximum clock with no limit (a fraction of the TDP per class,
-``class_fraction_of_tdp``). Under a power limit ``L`` a class whose ``P_class`` exceeds ``L`` runs at the clock
+``P_class`` is what the class draws fully busy at the maximum clock with no limit: a fraction of the TDP per class
+(``class_fraction_of_tdp``), or, for a GPU that names a ``class_power`` measurement (``measured_class_power``: the
+H200 SXM's, and the GH100 SXM boards' by ASSUMPTION), the power each class was measured to settle at under the limit,
+moved to the maximum clock by the same curve (:func:`boost_power_w`). Under a power limit ``L`` a class whose ``P_class`` exceeds ``L`` runs at the clock
 where ``P = L``; a clock lock caps ``f`` too (``nvidia-smi -lgc``), and the limit still applies. Without a flag the
 limit is the board's default: its TDP, or a lower ``default_power_limit_w`` where the machine ships with one (Grand
 Teton's H100s run at 500 W of 700). The gpu compute model's rates were calibrated on GPUs at their TDP, so its times
@@ -83,6 +85,30 @@ class GpuPower:
                               "(and above 0)")
 
 
+def boost_power_w(settled_w: float, settled_clock_mhz: float, max_clock_mhz: float, idle_w: float,
+                  alpha: float) -> float:
+    """What a class measured drawing ``settled_w`` at ``settled_clock_mhz`` would draw at the maximum clock: the
+    clock-power curve solved for ``P_class`` (the algebra of ``power_clock.gemm_boost_power_w``); a point at the
+    maximum clock is its own boost power."""
+    ratio = settled_clock_mhz / max_clock_mhz
+    if not 0 < ratio <= 1 or settled_w <= idle_w:
+        raise ValueError(f"settled point {settled_w} W at {settled_clock_mhz} MHz: needs idle < power and "
+                         f"0 < clock <= {max_clock_mhz} MHz")
+    return idle_w + (settled_w - idle_w) / ratio ** alpha
+
+
+def measured_class_w(name: str) -> dict:
+    """``{class: watts at the maximum clock}`` of measurement ``name`` (``measured_class_power``), from each class's
+    settled point, with the measurement's own idle power and maximum clock."""
+    data = power_data()
+    entry = data["measured_class_power"][name]
+    alpha = float(data["clock_power"]["alpha"])
+    points = entry["points"]
+    return {cls: boost_power_w(points[point]["settled_w"], points[point]["settled_clock_mhz"],
+                               entry["max_clock_mhz"], entry["idle_w"], alpha)
+            for cls, point in entry["classes"].items()}
+
+
 def known_gpus() -> list:
     return sorted(power_data()["gpus"])
 
@@ -94,7 +120,7 @@ def gpu_power(name: str) -> GpuPower | None:
         return None
     default = entry.get("default_power_limit_w")
     return _build(name, float(entry["tdp_w"]), float(entry["idle_w"]), float(entry["max_clock_mhz"]),
-                  None if default is None else float(default))
+                  None if default is None else float(default), entry.get("class_power"))
 
 
 def gpu_power_of(spec) -> GpuPower | None:
@@ -107,12 +133,15 @@ def gpu_power_of(spec) -> GpuPower | None:
     return _build(spec.name, float(spec.tdp_w), idle, float(spec.boost_clock_mhz))
 
 
-def _build(name, tdp, idle, clock, default_limit=None):
+def _build(name, tdp, idle, clock, default_limit=None, class_power=None):
     data = power_data()
     fractions = data["class_fraction_of_tdp"]
     class_w = {cls: fractions[cls] * tdp for cls in CLASSES if cls != "idle"}
+    if class_power is not None:  # measured classes replace the fractions; the rest (gemm_fp32, comm) keep them
+        class_w.update(measured_class_w(class_power))
     return GpuPower(name=name, tdp_w=tdp, idle_w=idle, max_clock_mhz=clock, class_w=class_w,
                     alpha=float(data["clock_power"]["alpha"]), default_limit_w=default_limit)
 
 
-__all__ = ["CLASSES", "GpuPower", "gpu_power", "gpu_power_of", "known_gpus", "power_data"]
+__all__ = ["CLASSES", "GpuPower", "boost_power_w", "gpu_power", "gpu_power_of", "known_gpus", "measured_class_w",
+           "power_data"]
