@@ -1,7 +1,7 @@
 """``astra search --cudnn-version``: the layouts run with that cuDNN release's attention rows (astra run's option,
 the gpu_model plugin's), and their lower bound's gpu model times attention with the same rows, so the bound stays
 below the run it bounds (an older release's rows are not slower at every length: B200 FP8 backward at 2k keys runs
-589 TFLOP/s at 9.10.2 against 556 at 9.13.1). On Blackwell only; a training-layout option (refused with --serve)."""
+589 TFLOP/s at 9.10.2 against 556 at 9.13.1). On Blackwell only; with --serve, astra serve's --cudnn-version for every candidate."""
 
 from __future__ import annotations
 
@@ -34,9 +34,20 @@ def test_a_search_on_b200_runs_and_bounds_with_the_release(tiny, search_in_proce
     assert answer["bound_error"]["max"] == round(bound_old / step, 4) <= 1
 
 
-def test_serve_refuses_it(capsys):
+def test_serve_takes_it_for_every_candidate(capsys, monkeypatch):
+    """astra search --serve --cudnn-version: every candidate is astra serve with --cudnn-version (a serving door too,
+    issue 36); a release older than every B200 measurement is astra serve's one-line error, before anything runs."""
+    import astra_serving.search as serving_search
     from astra_sim.cli import main
 
-    code = main(["search", "--serve", "--model", "llama3-8b", "--platform", "hgx-b200", "--cudnn-version", "9.10.2"])
-    assert code != 0
-    assert "--cudnn-version is for training layouts, not --serve" in capsys.readouterr().err
+    seen = []
+    monkeypatch.setattr(serving_search, "run_candidate",
+                        lambda task, _payload=None: seen.append(task["spec"].cudnn_version) or ("skipped", "test"))
+    words = ["search", "--serve", "--model", "llama3-8b", "--platform", "hgx-b200", "--qps", "1",
+             "--slo-ttft-p99", "500", "--tp", "8"]
+    assert main(words + ["--cudnn-version", "9.10.2"]) == 1  # every candidate skipped here: no answer
+    assert seen and set(seen) == {"9.10.2"}
+    capsys.readouterr()
+    code = main(words + ["--cudnn-version", "9.9"])
+    err = capsys.readouterr().err
+    assert code != 0 and "--cudnn-version 9.9: no B200 attention was measured" in err

@@ -44,6 +44,48 @@ def async_output(spec):
     return spec.pp == 1 and spec.cuda_graphs == "vllm" if value is None else bool(value)
 
 
+def run_options(spec):
+    """The ``astra run`` options of every step: the spec's ``run`` (``--run-arg``) with ``--cudnn-version`` in it, as
+    ``astra run --cudnn-version`` takes it; the two saying different releases is a ConfigError."""
+    run = dict(spec.run)
+    version = getattr(spec, "cudnn_version", None)
+    if version is not None:
+        given = run.get("cudnn_version", run.get("cudnn-version"))
+        if given is not None and str(given) != str(version):
+            raise ConfigError(f"--cudnn-version {version} and --run-arg=--cudnn-version={given} name two cuDNN "
+                              "releases; give one")
+        run.pop("cudnn-version", None)
+        run["cudnn_version"] = str(version)
+    return run
+
+
+#: the gpu model's notes on a --cudnn-version already said in this process (a QPS sweep or a search resolves its
+#: deployment once per rate or candidate; astra run says them once per run)
+_CUDNN_SAID = set()
+
+
+def check_cudnn_version(run, platform):
+    """``--cudnn-version`` (the steps' run option) checked before any step, as ``astra run`` checks it: the gpu model
+    of the steps' GPU is made with it, so a release older than every measurement of that GPU is the same one-line
+    ConfigError, and its notes (timed at an older measured release; not timed by release on this GPU) are the same
+    warnings, said once (the steps' own warnings are dropped: one per simulated shape)."""
+    version = run.get("cudnn_version", run.get("cudnn-version"))
+    gpu_of = getattr(platform, "gpu_of", None)
+    if version is None or gpu_of is None or (run.get("compute_model") or "gpu") != "gpu":
+        return
+    from types import SimpleNamespace
+
+    from astra_gpu_model.model import GpuComputeModel
+    from astra_sim.cliutil import warning
+
+    notes = []
+    GpuComputeModel(SimpleNamespace(options={"gpu": gpu_of(run), "cudnn_version": str(version)}, warn=notes.append))
+    for note in notes:
+        if note not in _CUDNN_SAID:
+            _CUDNN_SAID.add(note)
+            warning(note)
+
+
 @dataclass
 class ResolvedServe:
     """A spec made concrete, before any request or step: the platform, one replica's layout, its KV cache, the
@@ -68,8 +110,9 @@ def resolve(spec):
     if spec.qps is not None and spec.trace:
         raise ConfigError("give --qps (generated requests) or --trace, not both")
     platform = get_platform(spec.platform, _pm())
-    layout = Layout(model_options(spec), platform.name, tp=spec.tp, pp=spec.pp, ep=spec.ep, run=dict(spec.run),
+    layout = Layout(model_options(spec), platform.name, tp=spec.tp, pp=spec.pp, ep=spec.ep, run=run_options(spec),
                     gpus_per_node=platform.gpus_per_node)
+    check_cudnn_version(layout.run, platform)
     layout.dp  # checks the layout tiles whole nodes
     if spec.nodes is not None and spec.nodes != layout.nodes:
         raise ConfigError(f"--nodes {spec.nodes}: a replica of TP {spec.tp} x PP {spec.pp} x EP {spec.ep} = "
@@ -213,6 +256,7 @@ def serve(spec):
         "gpus": replicas * layout.gpus, "gpus_per_replica": layout.gpus, "virtual_engines": virtual_engines,
         "nodes_per_replica": layout.nodes, "replicas": replicas, "tp": spec.tp, "pp": spec.pp, "ep": spec.ep,
         "disaggregate": spec.disaggregate, "router": spec.router, "description": description,
+        "cudnn_version": layout.run.get("cudnn_version"),
         "engine": {"max_num_seqs": spec.max_num_seqs, "max_num_batched_tokens": spec.max_num_batched_tokens,
                    "chunked_prefill": not spec.no_chunked_prefill, "policy": spec.policy,
                    "preemption": spec.preemption, "prefix_caching": spec.prefix_caching,

@@ -81,6 +81,9 @@ def add_search_command(sub):
     add_output_flags(p, "every candidate's numbers and the answer")
     add_executor_flags(p)
     add_serving_search_arguments(p)
+    from astra_gpu_model.cudnn_versions import add_cudnn_argument
+
+    add_cudnn_argument(p)  # astra search --serve's and astra serve's: every candidate's steps run with it
     p.set_defaults(run_command=_cmd_serve_search)
 
 
@@ -217,8 +220,12 @@ def search_deployments(args, executor=None):
     base = ServeSpec.from_mapping(
         {("model" if args.model else "preset"): args.model or args.preset, "platform": args.platform,
          "qps": args.qps, "requests": args.requests, "prompt_len": args.prompt_len, "output_len": args.output_len,
-         "seed": args.seed, "router": args.router, **{slo_key(m, p): ms for m, p, ms in slos}},
+         "seed": args.seed, "router": args.router, **{slo_key(m, p): ms for m, p, ms in slos},
+         **({"cudnn_version": args.cudnn_version} if getattr(args, "cudnn_version", None) else {})},
         where="astra search --serve", flags=args.serve_arg)
+    from .deployment import check_cudnn_version, run_options
+
+    check_cudnn_version(run_options(base), platform)  # a release no measurement of the GPU reaches: before any run
     first = f"{slos[0][0]}_{percentile_label(slos[0][1])}_ns"  # the answer's tie-break and the progress lines
     shown_slos = ", ".join(f"{SLO_METRICS[m]} {percentile_label(p)} <= {ms:g} ms" for m, p, ms in slos)
     shown = sys.stderr if getattr(args, "json", False) else sys.stdout

@@ -116,6 +116,7 @@ class ServeSpec:
     exact_shapes: bool = False
     no_cache: bool = False  # the persistent step cache (stepcache.py) is neither read nor written
     step_elementwise: bool = True
+    cudnn_version: str | None = None  # astra run's --cudnn-version for every step (Blackwell's cuDNN attention rows)
     run: dict = field(default_factory=dict)
     # SLOs and files the run writes
     slos: tuple = ()  # percentile SLOs: ((metric, percentile, target ms), ...), e.g. (("ttft", 99, 500.0),)
@@ -260,6 +261,9 @@ class ServeSpec:
                          help="steps include each layer's norms, residual adds and activation (astra workload llm "
                          "--inference-elementwise; default on: a serving engine runs them; --no-step-elementwise: "
                          "GEMMs, attention, KV writes and collectives only)")
+        from astra_gpu_model.cudnn_versions import add_cudnn_argument
+
+        add_cudnn_argument(sim)  # astra run's option, its type and help: every step runs with it (deployment.resolve)
         sim.add_argument("--run-arg", action="append", default=[], metavar="FLAG",
                          help="an astra run flag for every simulated step (repeatable, e.g. "
                          "--run-arg=--gpu-memory-op-rates=off; a mapping's run: {option: value} says the same)")

@@ -148,7 +148,7 @@ def _cmd_serve_search(args):
     except ImportError:
         raise ConfigError("astra search --serve needs the serving plugin (plugins/serving)") from None
     for flag in ("global_batch", "seq_len", "points", "plot", "max_step_time_ms", "prices", "nccl_version",
-                 "nccl_nvls", "cudnn_version"):
+                 "nccl_nvls"):  # --cudnn-version is astra serve's too: every candidate's steps run with it
         if getattr(args, flag, None):
             raise ConfigError(f"--{flag.replace('_', '-')} is for training layouts, not --serve")
     if args.objective != "time":
