@@ -9,7 +9,9 @@ Data: ``astra_gpu_model.power_clock.SUSTAINED_GEMM``, stas00/ml-engineering's MA
 (soaked, power-saturated) rows with their power, clock and MSMF shape (branch ``fast-mamf``, commit 082816f,
 ``compute/accelerator/README.md``). For a burst-fitted preset (``sustained_gemm``) the factor is MSMF / MAMF moved to
 the board's limit by the DVFS law; for a per-layer fit (``sustained_gemm_cap``) it is the sustained rate at the
-board's limit over the model's own rate at MSMF's shape, at most 1. Presets with neither print nothing.
+board's limit over the model's own rate, at each measured shape (MSMF's and the H200 runs of
+``calibration/nvidia-h200-2026-11-30``), the median of those, at most 1; the table's model and sustained columns
+are MSMF's shape's. Presets with neither print nothing.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ def rows():
         silicon = gpu.sustained_gemm or gpu.sustained_gemm_cap
         if silicon is None:
             continue
-        rule = "burst x MSMF/MAMF" if gpu.sustained_gemm else "cap at MSMF"
+        rule = "burst x MSMF/MAMF" if gpu.sustained_gemm else "cap, median of measured shapes"
         for (measured, gemm_class), point in SUSTAINED_GEMM.items():
             if measured != silicon or gemm_class not in gpu.tensor_tflops:
                 continue

@@ -220,7 +220,7 @@ class _Context:
 def test_the_compute_model_times_nodes_marked_grouped():
     ctx = _Context()
     model = GpuComputeModel(ctx)
-    # the H100's BF16 GEMMs run at the sustained cap (power_clock.sustained_gemm_factor, 0.94856 at its 700 W):
+    # the H100's BF16 GEMMs run at the sustained cap (power_clock.sustained_gemm_factor, 0.91821 at its 700 W):
     # the helpers below time them at that fraction of the peak
     factor = sustained_gemm_factor(model.gpu, "bf16", model.board_power_w)
     peaks = model.gpu.tensor_tflops

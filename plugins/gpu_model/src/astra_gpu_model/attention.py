@@ -196,13 +196,20 @@ def _at_seq(kernel, backward, causal, seq_len, head_dim):
 def kernel_tflops(kernel, backward, causal, seq_len, head_dim=MEASURED_HEAD_DIM):
     """TFLOP/s of ``kernel`` on the H100 SXM5 at ``seq_len`` keys and ``head_dim`` (the paper's shape): the rows
     measured at the head dimensions either side, each interpolated in log2(length), then linearly in the head
-    dimension; clamped to the measured head dimensions (64-256 forward, 64-128 backward). The paper has no causal
+    dimension; clamped to the measured head dimensions (64-256 forward, 64-128 backward); times
+    :func:`long_factor` (FA2 and cuDNN from 8k keys on: the H200's long-sequence measurement). The paper has no causal
     backward: ASSUMPTION, the backward loses to the mask what the forward loses at the same length and head
     dimension (backward x causal forward / forward): 286 TFLOP/s for FA2 at 8k, head dim 128. A check, not used:
     Dao-AILab/flash-attention pull request #1791's benchmark_attn.py on a Hopper GPU measured FA2's causal backward at
-    head dim 128 and 8k at 287.1 TFLOP/s (its forward 284.1)."""
+    head dim 128 and 8k at 287.1 TFLOP/s (its forward 284.1). From 16k keys the measured causal backward replaces it
+    (:data:`LONG_ATTENTION`: FA2 318-323 TFLOP/s at 16k-128k, where the assumption gave 291)."""
     if kernel not in KERNELS:
         raise ValueError(f"attention kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
+    return _paper_tflops(kernel, backward, causal, seq_len, head_dim) * long_factor(kernel, backward, causal, seq_len)
+
+
+def _paper_tflops(kernel, backward, causal, seq_len, head_dim):
+    """The FlashAttention-3 paper's rows of :func:`kernel_tflops` (no long-sequence factor)."""
     dims = sorted(measured_by_head_dim()[(kernel, backward, False)])
     dim = min(max(head_dim, dims[0]), dims[-1])
     if dim in dims:
@@ -212,6 +219,51 @@ def kernel_tflops(kernel, backward, causal, seq_len, head_dim=MEASURED_HEAD_DIM)
     t = (dim - lo) / (hi - lo)
     low, high = (_at_seq(kernel, backward, causal, seq_len, d) for d in (lo, hi))
     return low + t * (high - low)
+
+
+#: FA2 (SDPA flash) and cuDNN 9.19 BF16 attention measured on this project's H200 at 16k-128k keys, head dim 128, at
+#: the 700 W limit (plugins/gpu_model/calibration/nvidia-h200-2026-11-30/attention_long.csv, distilled by
+#: fit/check_attention_long.py; the file's header has the rule and the clocks)
+LONG_ATTENTION = "measured_attention_hopper_long.csv"
+#: the paper's bars are used up to this many keys; the measurement from :data:`LONG_FROM` on; log-linear between
+PAPER_UNTIL, LONG_FROM = 8192, 16384
+
+
+@functools.lru_cache(maxsize=None)
+def long_rows():
+    """``{(kernel, backward, causal): (lengths, TFLOP/s in full waves)}`` from :data:`LONG_ATTENTION` (each shape's
+    measured rate over its wave utilisation on the H200's 132 SMs, the median over the shapes)."""
+    text = (resources.files("astra_gpu_model") / "data" / LONG_ATTENTION).read_text(encoding="utf-8")
+    points = {}
+    for r in csv.DictReader(line for line in text.splitlines() if not line.startswith("#")):
+        key = (r["kernel"], r["pass"] == "bwd", r["mask"] == "causal")
+        points.setdefault(key, []).append((int(r["seq_k"]), float(r["tflops_full_waves"])))
+    return {key: tuple(zip(*sorted(p))) for key, p in points.items()}
+
+
+def long_factor(kernel, backward, causal, seq_len):
+    """How much faster (> 1) or slower FA2 and cuDNN BF16 attention run at ``seq_len`` keys than the paper's rows at
+    head dim 128 say (their 16k bar clamped above, the causal backward ASSUMPTION): 1 up to 8k keys; from 16k the
+    H200's measured TFLOP/s (:data:`LONG_ATTENTION`, log2-interpolated, clamped to its lengths: 128k causal, 32k
+    without the mask) over the paper's; between 8k and 16k, log-linear from the paper's 8k rate to the measured 16k
+    one. 1 for FA3 (not measured). The factor is taken at head dim 128 and applied at every head dimension
+    (ASSUMPTION: the long-sequence change is the head dimension's too; the file's head-dim-64 rows, not used, check it:
+    FA2 within 1-9 %, cuDNN within 6-21 %, see fit/check_attention_long.py). Why it differs: the causal backward loses
+    nothing to the mask at these lengths (FA2 318-323 TFLOP/s against 291 assumed), cuDNN 9.19 is faster than the
+    paper's 2024 cuDNN (forward 555-684 against 539-595), FA2's forward without the mask is slower (344-356 against
+    370)."""
+    rows = long_rows().get((kernel, bool(backward), bool(causal)))
+    if rows is None or seq_len <= PAPER_UNTIL:
+        return 1.0
+    lengths, tflops = rows
+    paper = _paper_tflops(kernel, backward, causal, seq_len, MEASURED_HEAD_DIM)
+    # the measured rate in the paper's terms: in full waves, times the paper's own wave utilisation
+    measured = [t * measured_utilisation() for t in tflops]
+    if seq_len >= LONG_FROM:
+        return _interpolate(measured, seq_len, lengths) / paper
+    start = _paper_tflops(kernel, backward, causal, PAPER_UNTIL, MEASURED_HEAD_DIM)
+    t = math.log2(seq_len / PAPER_UNTIL) / math.log2(LONG_FROM / PAPER_UNTIL)
+    return (start + t * (_interpolate(measured, LONG_FROM, lengths) - start)) / paper
 
 
 def kernel_efficiency(kernel, backward, causal, seq_len, head_dim=MEASURED_HEAD_DIM):
@@ -548,4 +600,5 @@ __all__ = ["AMD_ATTENTION", "DECODE_FIT", "DECODE_FIT_GPU", "decode_fit", "decod
            "fp8_efficiency", "fp8_kernel_efficiency", "fp8_kernel_tflops", "MEASURED_TFLOPS", "is_hopper",
            "kernel_efficiency", "kernel_tflops", "measured_utilisation", "HEAD_DIM_ATTENTION",
            "MEASURED_HEAD_DIM", "effective_head_dim", "measured_by_head_dim", "WINDOW_ATTENTION", "WINDOW_TILES",
-           "band_pairs", "band_tiles", "band_work", "window_efficiency", "window_rows", "window_tiles"]
+           "band_pairs", "band_tiles", "band_work", "window_efficiency", "window_rows", "window_tiles", "LONG_ATTENTION",
+           "long_factor", "long_rows"]

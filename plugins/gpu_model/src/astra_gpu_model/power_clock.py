@@ -15,10 +15,13 @@ phase is slower than the fit by the measured ratio (``sustained_gemm``). The Hop
 per-layer timings (short kernels; FP8's scale on DeepGEMM's H800 block-scaled table), neither a validated burst nor a
 soaked phase: at the MSMF shapes the model gives 753.6 BF16 and 1,261.9 FP8 TFLOP/s, between the H200's sustained rates
 (708.5 and 1,288.7 at ~693 W; 714.8 and 1,300.2 moved to its 700 W limit) and its bursts (841.9, 1,491.9). So the rule
-there is a cap (``sustained_gemm_cap``): the model's rate at the shape MSMF measured may not exceed the sustained rate
-at the board's limit, per GEMM class, and the factor that enforces it applies to every GEMM of the class (BF16 0.9485 at
-700 W; FP8 sits 3 % under and is left: a power limit slows a kernel, it does not speed a slower one up). A GEMM the
-memory bounds (a decode step's) barely moves: its time is HBM's. The Ampere presets (Vidur, LLMCompass) and the other
+there is a cap (``sustained_gemm_cap``): the model's rate at a measured shape may not exceed the sustained rate there
+at the board's limit, per GEMM class, and the factor that enforces it applies to every GEMM of the class. MSMF's shape
+is the best of a search; a lent H200 at its 700 W limit measured six more (``calibration/nvidia-h200-2026-11-30``:
+LLM shapes and squares, settled at 0.84-0.86 of their bursts within 100 ms), where the model sits 5-12 % above the
+sustained rates. So the factor is the median over the measured shapes (BF16 0.915 on the H200 at 700 W over seven,
+FP8 0.986 over four; MSMF's shape alone gave 0.9485 and 1: a power limit slows a kernel, it does not speed a slower
+one up, so a factor stays at most 1). A GEMM the memory bounds (a decode step's) barely moves: its time is HBM's. The Ampere presets (Vidur, LLMCompass) and the other
 Hopper boards (PCIe, NVL, H20) have no sustained measurement of their silicon and limit, nor do the AMD parts: nothing
 is applied to them (the A100 model at 8192^3, 237 TFLOP/s, is under a randn cuBLAS run on a 400 W A100, 257: Horace He,
 thonking.ai "Strangely, Matrix Multiplications on GPUs Run Faster When Given 'Predictable' Data!").
@@ -65,6 +68,9 @@ class SustainedGemm:
     source: str
     #: MSMF's shape (M, N, K): where a per-layer fit's rate is capped (:func:`sustained_gemm_factor`)
     shape: tuple = ()
+    #: more shapes measured sustained on the same silicon and limit (:class:`ShapePoint`): a cap takes the median over
+    #: all of them, since MSMF's shape is the best of a search and overstates the rate at the shapes a step runs
+    more: tuple = ()
 
     @property
     def rate_ratio(self) -> float:
@@ -80,9 +86,38 @@ class SustainedGemm:
         burst."""
         return self.burst_tflops * sustained_rate_ratio(self, board_power_w, alpha)
 
+    def shape_points(self) -> tuple:
+        """Every measured shape: MSMF's (this pair's own) and :attr:`more`."""
+        return (ShapePoint(self.shape, self.sustained_tflops, self.sustained_w, self.source), *self.more)
+
+
+@dataclass(frozen=True)
+class ShapePoint:
+    """One GEMM shape's sustained rate at a board's limit, and the power it drew there."""
+
+    shape: tuple  # (M, N, K)
+    sustained_tflops: float
+    sustained_w: float
+    source: str
+
+    def tflops_at(self, pair: SustainedGemm, board_power_w: float, alpha: float = ALPHA) -> float:
+        """This shape's sustained rate moved to limit ``board_power_w`` by the DVFS law (idle and the sustained over
+        burst bound from ``pair``, the silicon's headline pair)."""
+        gain = ((board_power_w - pair.idle_w) / (self.sustained_w - pair.idle_w)) ** (1.0 / alpha)
+        return self.sustained_tflops * min(gain, 1.0 / pair.rate_ratio)
+
 
 _MSMF = ("stas00/ml-engineering fast-mamf 082816f, compute/accelerator/README.md MAMF/MSMF table (torch 2.13.0+cu130, "
          "one GPU, siblings idle): ")
+_H200_RUNS = ("plugins/gpu_model/calibration/nvidia-h200-2026-11-30 (one H200 SXM at its 700 W limit, torch 2.11.0+cu130, "
+              "cuBLAS 13.1.0; fit/measure_gpu_sustained.py): ")
+
+
+def _h200_measured(rows, run):
+    return tuple(ShapePoint(shape, tflops, watts, _H200_RUNS + f"{run}, phase gemm {shape}, settled rate")
+                 for shape, tflops, watts in rows)
+
+
 #: (silicon, GEMM class) -> the measured pair. GEMM class: ``bf16`` (BF16/FP16/TF32 inputs) or ``fp8`` (FP8, MXFP8,
 #: FP4: ASSUMPTION for the block-scaled formats, which have no sustained measurement).
 SUSTAINED_GEMM = {
@@ -97,11 +132,18 @@ SUSTAINED_GEMM = {
     ("H200-SXM", "bf16"): SustainedGemm(841.9, 708.5, 693.0, 1465.0, 1980.0, 700.0,
                                         _MSMF + "'NVIDIA H200 SXM | 841.9 | 708.5 | 989 ... MAMF ~176 W @ 1980 MHz; "
                                         "MSMF 708.5 @ 8192x8448x20480, ~693 W @ 1465 MHz'",
-                                        shape=(8192, 8448, 20480)),
+                                        shape=(8192, 8448, 20480), more=(
+        *_h200_measured([((8192, 8192, 8192), 662.6, 691.5)], "sustained_chunks.csv (run 1)"),
+        *_h200_measured([((32768, 14336, 4096), 663.6, 692.0), ((32768, 6144, 4096), 665.3, 691.5),
+                         ((8192, 6144, 12288), 679.4, 693.1), ((4096, 4096, 4096), 652.8, 691.4),
+                         ((16384, 16384, 16384), 670.3, 691.5)], "sustained_chunks-run3.csv (run 3)"))),
     ("H200-SXM", "fp8"): SustainedGemm(1491.9, 1288.7, 693.0, 1374.0, 1980.0, 700.0,
                                        _MSMF + "'NVIDIA H200 SXM | 1491.9 | 1288.7 | 1979 ... MAMF ~172 W @ 1980 MHz; "
                                        "MSMF 1288.7 @ 8448x8192x16384, ~693 W @ 1374 MHz'",
-                                       shape=(8448, 8192, 16384)),
+                                       shape=(8448, 8192, 16384), more=(
+        *_h200_measured([((8192, 8192, 8192), 1200.3, 692.3)], "sustained_chunks.csv (run 1)"),
+        *_h200_measured([((32768, 14336, 4096), 1192.3, 691.9), ((32768, 4096, 14336), 1207.7, 693.6)],
+                        "sustained_chunks-run3.csv (run 3)"))),
 }
 
 #: Which presets name a pair: ``sustained_gemm`` (burst fits, :class:`astra_gpu_model.gpu.GpuSpec`): B200 its own; B300
@@ -166,11 +208,22 @@ def model_tflops_at_shape(gpu, gemm_class: str, shape) -> float:
 
 
 def cap_reference_tflops(gpu) -> dict:
-    """``{GEMM class: the model's TFLOP/s at MSMF's shape}`` for a preset with ``sustained_gemm_cap`` (its whole
-    board, as it loads), for the classes measured and rated on it."""
-    return {gemm_class: model_tflops_at_shape(gpu, gemm_class, point.shape)
+    """``{GEMM class: (the model's TFLOP/s at each measured shape, in :meth:`SustainedGemm.shape_points` order)}`` for
+    a preset with ``sustained_gemm_cap`` (its whole board, as it loads), for the classes measured and rated on it."""
+    return {gemm_class: tuple(model_tflops_at_shape(gpu, gemm_class, p.shape) for p in point.shape_points())
             for (silicon, gemm_class), point in SUSTAINED_GEMM.items()
             if silicon == gpu.sustained_gemm_cap and gemm_class in gpu.tensor_tflops}
+
+
+def _median(values):
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
+
+
+def cap_ratio(point: SustainedGemm, model_tflops: tuple, board_w: float) -> float:
+    """The median over the measured shapes of (sustained rate at limit ``board_w`` / the model's rate there)."""
+    return _median(p.tflops_at(point, board_w) / model for p, model in zip(point.shape_points(), model_tflops))
 
 
 def sustained_gemm_factor(gpu, dtype: str, board_w: float | None) -> float:
@@ -178,8 +231,9 @@ def sustained_gemm_factor(gpu, dtype: str, board_w: float | None) -> float:
     limit ``board_w``. A burst fit (the preset's ``sustained_gemm`` names the measured pair): the measured sustained
     over burst ratio at that limit. A per-layer fit (``sustained_gemm_cap``): the fit's rate at the shape MSMF
     measured may not exceed the sustained rate there, so ``min(1, sustained rate at the limit / the model's rate
-    at that shape)``, one factor per GEMM class (a fit below the sustained rate is left: a power limit slows a
-    kernel, it does not speed one up). Else 1."""
+    at that shape)``, the median over every shape measured on that silicon (:meth:`SustainedGemm.shape_points`), one
+    factor per GEMM class (a fit below the sustained rate is left: a power limit slows a kernel, it does not speed one
+    up). Else 1."""
     gemm_class = _GEMM_CLASS.get(dtype)
     if gemm_class is None or not board_w:
         return 1.0
@@ -189,9 +243,9 @@ def sustained_gemm_factor(gpu, dtype: str, board_w: float | None) -> float:
     if model_tflops is None:
         return 1.0
     point = SUSTAINED_GEMM[(gpu.sustained_gemm_cap, gemm_class)]
-    return min(1.0, point.sustained_tflops_at(float(board_w)) / model_tflops)
+    return min(1.0, cap_ratio(point, model_tflops, float(board_w)))
 
 
-__all__ = ["ALPHA", "SUSTAINED_GEMM", "SustainedGemm",
-           "board_power_w", "cap_reference_tflops", "gemm_boost_power_w", "model_tflops_at_shape",
+__all__ = ["ALPHA", "SUSTAINED_GEMM", "ShapePoint", "SustainedGemm",
+           "board_power_w", "cap_ratio", "cap_reference_tflops", "gemm_boost_power_w", "model_tflops_at_shape",
            "settled_clock_ratio", "sustained_gemm_factor", "sustained_rate_ratio"]
