@@ -29,6 +29,7 @@ LAYOUTS = ["search", "--preset", "llama2-7b", "--gpus", "8", "--platform", "hgx-
            "--recompute", "none", "--jobs", "1", "--no-progress"]
 PRICES = Path(__file__).resolve().parents[3] / "examples" / "sweeps" / "gpu_prices.yaml"
 SYSTEM_W = 290  # hgx-h100's host, NVSwitch and NIC power per GPU on one node (docs/energy.md's table: 200+50+40)
+FLOOR_W = 81.9 + SYSTEM_W  # and the H100's idle power (data/power.json): what every GPU draws at least
 
 
 def _layout(row):
@@ -42,7 +43,7 @@ def test_search_example_prints_what_the_page_shows(tmp_path, monkeypatch, capsys
     worked numbers are the answer's.
 
     Then the same layouts (their points resumed) by cost and under --max-step-time-ms. On 8 H100s TP 2 PP 2 DP 2
-    with micro-batches of 2 is both the fastest and the least-energy layout (its pipeline leaves GPUs idle at 80 W
+    with micro-batches of 2 is both the fastest and the least-energy layout (its pipeline leaves GPUs idle at 81.9 W
     part of the step, and since Megatron's optimizer step around Adam is modelled, TP 2 DP 4's unsharded optimizer
     costs it more than the pipeline's wait: docs/energy.md). Energy does not rank as the step does: PP 2 with
     micro-batches of 1 is slower than TP 2 DP 4 with micro-batches of 2 but needs less energy, its GPUs drawing
@@ -82,7 +83,7 @@ def test_search_example_prints_what_the_page_shows(tmp_path, monkeypatch, capsys
     assert f"8 x {fastest['step_ns'] / 1e6:.1f} ms x ({fastest['mean_power_w_per_gpu']:.0f} + 290) W = " \
            f"{fastest['it_energy_mj'] / 1e3:.1f} J" in section
     (pruned,) = answer["pruned"]
-    assert f"({pruned['bound_ns'] / 1e6:.1f} ms) = {8 * 370 * pruned['bound_ns'] / 1e9:.1f} J" in section
+    assert f"({pruned['bound_ns'] / 1e6:.1f} ms) = {8 * FLOOR_W * pruned['bound_ns'] / 1e9:.1f} J" in section
 
     # --objective energy's answer
     assert "least-energy layouts" in text and "IT mJ/" in text
@@ -103,9 +104,9 @@ def test_search_example_prints_what_the_page_shows(tmp_path, monkeypatch, capsys
     # why: the slower layout's power is lower by more than its step is longer
     assert slower["mean_power_w_per_gpu"] + SYSTEM_W < (faster["mean_power_w_per_gpu"] + SYSTEM_W) * (
         faster["step_ns"] / slower["step_ns"])
-    # pruned: a bound of at least the least energy over 8 x 370 W (idle GPU and system), plus the rounding slack
+    # pruned: a bound of at least the least energy over 8 x 371.9 W (idle GPU and system), plus the rounding slack
     assert [_layout(p) for p in answer["pruned"]] == [(8, 1, 1)]
-    limit = (least["it_energy_mj"] + 8 * ROUNDING_SLACK_MJ_PER_GPU) * 1e6 / (8 * 370)
+    limit = (least["it_energy_mj"] + 8 * ROUNDING_SLACK_MJ_PER_GPU) * 1e6 / (8 * FLOOR_W)
     assert answer["pruned"][0]["bound_ns"] >= limit
 
     points = str(tmp_path / "points.csv")

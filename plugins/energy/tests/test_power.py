@@ -219,3 +219,26 @@ def test_the_gpu_models_dvfs_exponent_is_this_plugins_fit():
 
     data = json.loads((Path(astra_energy.__file__).parent / "data" / "power.json").read_text())
     assert data["clock_power"]["alpha"] == ALPHA
+
+
+def test_the_measured_points_are_the_calibration_files_settled_windows():
+    """power.json's H200 points are the CSVs' settled windows (fit/check_h200_sustained.py re-derives them), and the
+    check script's mix numbers hold: each kernel at its own settled rate sums to 136.5 ms against 140.4 measured."""
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "fit" / "check_h200_sustained.py"
+    spec = importlib.util.spec_from_file_location("check_h200_sustained", script)
+    check_script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check_script)
+    phases = check_script.settled()
+    points = power_data()["measured_class_power"]["H200-SXM-2026-11-30"]["points"]
+    for name, point in points.items():
+        assert phases[name]["power_w"] == pytest.approx(point["settled_w"], abs=0.05), name
+        assert phases[name]["sm_mhz"] == pytest.approx(point["settled_clock_mhz"], abs=0.05), name
+    gemm_ms = 2 * 8192 ** 3 / (phases["gemm_bf16"]["rate"] * 1e12) * 1e3
+    fa2_ms = 3.5 * check_script.RING_FWD_FLOPS / (phases["attn_ring_flash"]["rate"] * 1e12) * 1e3
+    assert 24 * gemm_ms + fa2_ms == pytest.approx(136.5, abs=0.05)
+    assert 1e3 / phases["mix_gemm_attn"]["rate"] == pytest.approx(140.4, abs=0.05)
+    # joules per unit of work are J per TFLOP (the energy counter's watts over TFLOP/s), not per PFLOP
+    assert phases["gemm_bf16"]["joules_per_unit"] == pytest.approx(1.046, abs=0.001)
