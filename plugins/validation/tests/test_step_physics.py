@@ -156,10 +156,11 @@ def test_torchtitans_eager_loss_repeat_kv_and_foreach_adamw_as_the_gpu_model_cou
 
 
 def test_grand_teton_runs_at_its_500_w_default_limit(tmp_path):
-    # torchtitan's Grand Teton H100s run at the default 500 W of a 700 W TDP: GEMMs settle at
-    # (420 / 620) ** (1 / 1.32) = 0.74450 of the clock the SXM5 rates were calibrated at; --power-limit-w 700 gives
-    # them back. One 8k x 8k x 8k-sized layer: a launch (4.3 us) is 0.3 % of each GEMM, so the GEMM time ratio is
-    # 1 / 0.74450 = 1.3432 within 0.5 %.
+    # torchtitan's Grand Teton H100s run at the default 500 W of a 700 W TDP: GEMMs (992.7 W at the boost clock,
+    # astra_energy's H200 measurement) are capped at both limits and settle at (418.1 / 618.1) ** (1 / 1.32) = 0.74367
+    # of the clock the SXM5 rates were calibrated at (idle 81.9 W); --power-limit-w 700 gives them back. One
+    # 8k x 8k x 8k-sized layer: a launch (4.3 us) is 0.3 % of each GEMM, so the GEMM time ratio is
+    # 1 / 0.74367 = 1.3447 within 0.5 %.
     import json
 
     from astra_sim.cli import main
@@ -175,8 +176,11 @@ def test_grand_teton_runs_at_its_500_w_default_limit(tmp_path):
         parts[name] = report["breakdown"]["parts"]
         ratios[name] = (report["stats"]["energy"]["power_limit_w"], report["stats"]["energy"]["time_clock_ratio"])
     assert ratios["default"][0] == 500 and ratios["700"][0] == 700
-    assert ratios["default"][1]["gemm"] == pytest.approx((420 / 620) ** (1 / 1.32))
+    assert ratios["default"][1]["gemm"] == pytest.approx((418.1 / 618.1) ** (1 / 1.32))
     assert ratios["700"][1]["gemm"] == 1.0
     slow = parts["default"]["compute:gemm"] / parts["700"]["compute:gemm"]
-    assert slow == pytest.approx(1 / 0.74450, rel=0.005)
-    assert parts["default"]["compute:elementwise"] == parts["700"]["compute:elementwise"]  # memory-bound: 301 W
+    assert slow == pytest.approx(1 / 0.74367, rel=0.005)
+    # memory-bound ops: a saturated one draws 572 W (the H200's HBM copy), so at 500 W their SM-side rates run at
+    # (418.1 / 490.1) ** (1 / 1.32) = 0.8866; their HBM time does not scale, so they barely slow
+    elementwise = parts["default"]["compute:elementwise"] / parts["700"]["compute:elementwise"]
+    assert 1.0 <= elementwise < 1.02
