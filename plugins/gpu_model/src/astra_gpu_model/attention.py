@@ -196,20 +196,15 @@ def _at_seq(kernel, backward, causal, seq_len, head_dim):
 def kernel_tflops(kernel, backward, causal, seq_len, head_dim=MEASURED_HEAD_DIM):
     """TFLOP/s of ``kernel`` on the H100 SXM5 at ``seq_len`` keys and ``head_dim`` (the paper's shape): the rows
     measured at the head dimensions either side, each interpolated in log2(length), then linearly in the head
-    dimension; clamped to the measured head dimensions (64-256 forward, 64-128 backward); times
-    :func:`long_factor` (FA2 and cuDNN from 8k keys on: the H200's long-sequence measurement). The paper has no causal
+    dimension; clamped to the measured head dimensions (64-256 forward, 64-128 backward). The paper has no causal
     backward: ASSUMPTION, the backward loses to the mask what the forward loses at the same length and head
     dimension (backward x causal forward / forward): 286 TFLOP/s for FA2 at 8k, head dim 128. A check, not used:
     Dao-AILab/flash-attention pull request #1791's benchmark_attn.py on a Hopper GPU measured FA2's causal backward at
-    head dim 128 and 8k at 287.1 TFLOP/s (its forward 284.1). From 16k keys the measured causal backward replaces it
-    (:data:`LONG_ATTENTION`: FA2 318-323 TFLOP/s at 16k-128k, where the assumption gave 291)."""
+    head dim 128 and 8k at 287.1 TFLOP/s (its forward 284.1). The model times FA2 and cuDNN past 8k keys at these
+    rows times :func:`long_factor` (:func:`kernel_efficiency`): from 16k the H200's measured causal backward replaces
+    the assumption (FA2 318-323 TFLOP/s at 16k-128k, where it gives 291)."""
     if kernel not in KERNELS:
         raise ValueError(f"attention kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
-    return _paper_tflops(kernel, backward, causal, seq_len, head_dim) * long_factor(kernel, backward, causal, seq_len)
-
-
-def _paper_tflops(kernel, backward, causal, seq_len, head_dim):
-    """The FlashAttention-3 paper's rows of :func:`kernel_tflops` (no long-sequence factor)."""
     dims = sorted(measured_by_head_dim()[(kernel, backward, False)])
     dim = min(max(head_dim, dims[0]), dims[-1])
     if dim in dims:
@@ -256,22 +251,23 @@ def long_factor(kernel, backward, causal, seq_len):
     if rows is None or seq_len <= PAPER_UNTIL:
         return 1.0
     lengths, tflops = rows
-    paper = _paper_tflops(kernel, backward, causal, seq_len, MEASURED_HEAD_DIM)
+    paper = kernel_tflops(kernel, backward, causal, seq_len)
     # the measured rate in the paper's terms: in full waves, times the paper's own wave utilisation
     measured = [t * measured_utilisation() for t in tflops]
     if seq_len >= LONG_FROM:
         return _interpolate(measured, seq_len, lengths) / paper
-    start = _paper_tflops(kernel, backward, causal, PAPER_UNTIL, MEASURED_HEAD_DIM)
+    start = kernel_tflops(kernel, backward, causal, PAPER_UNTIL)
     t = math.log2(seq_len / PAPER_UNTIL) / math.log2(LONG_FROM / PAPER_UNTIL)
     return (start + t * (_interpolate(measured, LONG_FROM, lengths) - start)) / paper
 
 
 def kernel_efficiency(kernel, backward, causal, seq_len, head_dim=MEASURED_HEAD_DIM):
     """The fraction of peak the model times ``kernel`` at (before its own wave quantisation): the measured TFLOP/s
-    over the H100 SXM5's peak, over the paper's wave utilisation (the same 0.970 at every head dimension: 32 heads of
-    64 give 4096 blocks of 128 queries, 32 waves of 132 SMs; 8 of 256, 1024 blocks, 8 waves)."""
-    return (kernel_tflops(kernel, backward, causal, seq_len, head_dim) / MEASURED_PEAK_TFLOPS
-            / measured_utilisation())
+    (:func:`kernel_tflops` x :func:`long_factor`) over the H100 SXM5's peak, over the paper's wave utilisation (the
+    same 0.970 at every head dimension: 32 heads of 64 give 4096 blocks of 128 queries, 32 waves of 132 SMs; 8 of
+    256, 1024 blocks, 8 waves)."""
+    return (kernel_tflops(kernel, backward, causal, seq_len, head_dim) * long_factor(kernel, backward, causal, seq_len)
+            / MEASURED_PEAK_TFLOPS / measured_utilisation())
 
 
 def _fp8_row(kernel, causal, head_dim):
