@@ -1,14 +1,22 @@
 """A folded run's tie check proves a commute from the workload's state for two completions swapped in that state
 (:func:`astra_folding.ties.completions_commute`); a third completion of the same group that may move too reaches
-orders whose states that proof never saw. At most one such swap per group (``FoldedEvents._one_swap``)."""
+orders whose states that proof never saw. A second such swap in one group abandons the fold unless the whole group
+is shown to reach one state in every order (``engine._group_inert``). The hand case below (foldtie's seed 63, case
+145) is caught by the pairwise check since its second pair shares a child (``ties._issues_alike``), and by the
+group rule too without that guard."""
 
 from __future__ import annotations
 
 import json
+import os
+import sys
 
-from astra_folding.engine import FoldedEvents
+from astra_folding import engine, ties
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.simulation import simulate
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # (pytest imports test modules by path here)
+from test_tie_group_rule import _issues_alike_without_the_shared_child_guard  # noqa: E402
 
 
 def _four_completions(tmp_path, npus=6):
@@ -40,10 +48,19 @@ def test_a_second_state_proven_swap_in_one_group_abandons_the_fold(tmp_path, mon
     unfolded = [r.finish_ns for r in simulate(*args, fold=False).ranks]
     assert unfolded == [4004] + [4309] * 5
     folded = simulate(*args)
-    assert folded.settings["fold"]["reason"].startswith("folding abandoned: rank 0: three or more node completions")
+    assert folded.settings["fold"]["reason"].endswith("(the second, coming first, would issue nodes that the first's "
+                                                      "completion changes)")
     assert [r.finish_ns for r in folded.ranks] == unfolded
-    # Pairwise commutes alone keep the fold and give every rank the representative's 4,004 ns: wrong.
-    monkeypatch.setattr(FoldedEvents, "_one_swap", staticmethod(lambda *a: None))
+    # Without the shared-child guard the pairs commute: the group rule abandons (a pass issues a kernel early).
+    monkeypatch.setattr(ties, "_issues_alike", _issues_alike_without_the_shared_child_guard)
     folded = simulate(*args)
-    assert folded.settings["fold"]["simulated_ranks"] == 1
-    assert [r.finish_ns for r in folded.ranks] != unfolded
+    assert folded.settings["fold"]["reason"].startswith("folding abandoned: rank 0: three or more node completions")
+    assert folded.settings["fold"]["reason"].endswith("(a pass before the last of them would issue a node in some order)")
+    assert [r.finish_ns for r in folded.ranks] == unfolded
+    # Pairwise commutes alone, or the group rule without its check of the states (ties.group_commutes), keep the
+    # fold and give every rank the representative's 4,004 ns: wrong.
+    for mutation in (lambda *a: None, lambda entry, same, record, owner: None if owner.issued == same[0][2] else "x"):
+        monkeypatch.setattr(engine, "_group_inert", mutation)
+        folded = simulate(*args)
+        assert folded.settings["fold"]["simulated_ranks"] == 1
+        assert [r.finish_ns for r in folded.ranks] != unfolded

@@ -9,7 +9,7 @@ from heapq import heappop, heappush
 from astra_sim.errors import FoldAbandoned
 from astra_sim.workload.workload import RankWorkload
 
-from astra_folding.ties import arrival_commutes, completions_commute, why_not
+from astra_folding.ties import arrival_commutes, completions_commute, group_commutes, why_not
 
 
 class FoldTieBroken(FoldAbandoned):
@@ -142,25 +142,30 @@ class FoldedEvents:
         self.engine.current = history
         owner = getattr(op[0], "__self__", None) if op.__class__ is tuple else None
         issued = getattr(owner, "issued", None)
-        record = (history, op, issued)
         entry = self._ties.get(rank)
         if entry is None or entry[0] != now:
-            self._ties[rank] = [now, {history.times: [record]}, record, None]
+            record = (history, op, issued, 0)
+            # [now, {history digest: [records]}, the last record, digests with a swap, callbacks not a workload's,
+            #  the last record whose group _group_inert passed]
+            self._ties[rank] = [now, {history.times: [record]}, record, None, int(issued is None), None]
             return
+        if issued is None:
+            entry[4] += 1
+        record = (history, op, issued, entry[4])  # (..., how many callbacks not a workload's ran before it)
         last = entry[2]
         entry[2] = record
         same = entry[1].get(history.times)
         if same is None:
             entry[1][history.times] = [record]
             return
-        for earlier, earlier_op, earlier_issued in same:
+        for earlier, earlier_op, earlier_issued, _ in same:
             if earlier.rel == history.rel and not earlier.taint[0] and not history.taint[0]:
                 continue
             if not earlier.taint[0] and not history.taint[0] and self._ordered_alike(earlier, history):
                 continue
             if earlier_op == op or _completions_commute(earlier_op, earlier_issued, op, owner, last[0] is earlier):
                 if earlier_op != op:
-                    self._one_swap(entry, history.times, rank, now)
+                    self._one_swap(entry, same, record, owner, rank, now)
                 self._taint(earlier.taint)
                 self._taint(history.taint)
                 continue
@@ -174,19 +179,27 @@ class FoldedEvents:
         same.append(record)
 
     @staticmethod
-    def _one_swap(entry, times, rank, now):
+    def _one_swap(entry, same, record, owner, rank, now):
         """A commute proven from the workload's state (:func:`astra_folding.ties.completions_commute`) holds for two
         completions swapped in the state the folded run is in. With a third that may also move (a second such
         swap in the group), other orders pass through states that proof never saw (three completions, each pair
-        commuting here, can free a kernel before or after another): the fold is abandoned."""
+        commuting here, can free a kernel before or after another): the fold is abandoned, unless the whole group
+        is shown to reach one state in every order (:func:`_group_inert`)."""
         swapped = entry[3]
+        times = record[0].times
         if swapped is None:
             swapped = entry[3] = set()
         elif times in swapped:
+            if entry[5] is record:
+                return  # shown for this member and those before it (against another of them)
+            why = _group_inert(entry, same, record, owner)
+            if why is None:
+                entry[5] = record
+                return
             raise FoldTieBroken(
                 f"rank {rank}: three or more node completions at {now} ns were scheduled at the same time by "
                 "histories that differ only in rank numbering: a commute proven for two of them in one state "
-                "need not hold in the orders a third allows")
+                f"need not hold in the orders a third allows ({why})")
         swapped.add(times)
 
     def watch(self, message, record):
@@ -245,6 +258,27 @@ class FoldedEvents:
             if a != b:
                 return a // shift.block != b // shift.block
         return True
+
+
+def _group_inert(entry, same, record, owner):
+    """None when every order of a group of tied node completions of ``owner`` (``same``, then ``record`` about to
+    run) reaches one state, only the last pass issuing nodes; else why not. Every callback of the rank since the
+    group's first member is a completion of ``owner``'s nodes (``entry[4]``, the count of other callbacks, has not
+    moved: the members and any completion between them, which keep their places), none issued a node
+    (``owner.issued`` unchanged), and :func:`astra_folding.ties.group_commutes` shows that in every order a pass
+    before the last has nothing to issue."""
+    first = same[0]
+    if not isinstance(owner, RankWorkload) or not all(
+            r[1].__class__ is tuple and getattr(r[1][0], "__self__", None) is owner
+            and getattr(r[1][0], "__name__", None) == "_node_done" for r in (*same, record)):
+        return "not all of them are node completions of the rank"
+    if first[3] != entry[4]:
+        return "other callbacks of the rank ran between them"
+    if owner.issued != first[2]:
+        return "some of them issued nodes"
+    if not group_commutes(owner, [r[1][1] for r in same], record[1][1]):
+        return "a pass before the last of them would issue a node in some order"
+    return None
 
 
 def _completions_commute(earlier_op, earlier_issued, op, owner, adjacent):

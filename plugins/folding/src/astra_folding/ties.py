@@ -212,10 +212,12 @@ def _issues_nothing(workload, first_id, second_id):
 
 def _issues_alike(workload, first_id, second_id):
     """The second completion, coming first, issues nodes; they see the same state as after both: the first freed
-    no children, holds no slot they use and did not move the host clock. (A compute model that reads the
-    communication in flight times nodes at the end of the nanosecond, after both.)"""
+    no children, holds no slot they use and did not move the host clock, and no child the second frees now is the
+    first's too (coming first, the second would leave it to the first: ``test_tie_groups``'s shared child). (A
+    compute model that reads the communication in flight times nodes at the end of the nanosecond, after both.)"""
     children, parents_left = workload.children, workload.parents_left
-    if any(parents_left[c] == 0 for c in children[first_id]):
+    second_children = children[second_id]
+    if any(parents_left[c] == 0 or (parents_left[c] == 1 and c in second_children) for c in children[first_id]):
         return False
     if workload.moves_host_clock(first_id):
         return False
@@ -227,5 +229,45 @@ def _issues_alike(workload, first_id, second_id):
     for node_id in candidates:
         slot = workload.slot_of(node_id)
         if slot is None or (slot == first_slot and slot != NO_SLOT):
+            return False
+    return True
+
+
+def group_commutes(workload, done_ids, node_id):
+    """Whether every order of a group of tied completions of ``workload``'s nodes (``done_ids``, which have run,
+    and running node ``node_id``, about to) ends in one state, with a pass that issues nothing after each but the
+    last. The caller (``engine._group_inert``) has checked that only completions of the rank ran since the group's
+    first member and that none issued a node.
+
+    A completion frees its slot (a receive holds none), counts down its children's parents (those at zero join the
+    ready nodes, a set: a pass moves them into id heaps) and may move the host's clock to a maximum: each of these
+    commutes. A pass issues a node exactly when a ready node's slot is free (nothing issued, nothing is set aside).
+    Call A the state after all the completions since the group's first member and this one. Whatever order the
+    members run in (the other completions keep their places, this one's place is the group's last), a pass before
+    the last runs in a state that lacks at least one member ``m``: it has no more ready nodes (a child is freed
+    only by its last parent) and no fewer busy slots than A without ``m`` (``m``'s slot busy, ``m``'s children
+    that only ``m`` holds back not ready), which this checks has nothing to issue, for every member. So every
+    order issues nothing before the last pass, which then runs in A, as the folded run's does (issuing the same
+    nodes, whose histories the tie check marks)."""
+    if node_id not in workload.node_start_ns:
+        return False
+    slot_of, children, parents_left = workload.slot_of, workload.children, workload.parents_left
+    slot = slot_of(node_id)
+    if slot is None:
+        return False
+    busy = list(workload.slot_busy)  # in A
+    if slot != NO_SLOT:
+        busy[slot] -= 1
+    freed_now = {c for c in children[node_id] if parents_left[c] == 1}
+    ready = workload.waiting() | freed_now  # in A
+    for member in (*done_ids, node_id):
+        member_slot = slot_of(member)
+        if member_slot is None:
+            return False
+        held_back = freed_now if member == node_id else {c for c in children[member] if c in ready}
+        lacking = list(busy)
+        if member_slot != NO_SLOT:
+            lacking[member_slot] += 1
+        if any(workload.could_issue(n, lacking) for n in ready - held_back):
             return False
     return True
