@@ -106,7 +106,8 @@ def _issues_apart(workload, first_id, second_id):
     (:func:`_sends_apart`); those whose slot is free are issued, the others wait in either order. A receive first: the one node it issued is a kernel it freed on another slot
     than the send's, no other node ready then on a free slot (none now but its freed children, counting the
     kernel's slot free), none of its freed children on ``s``; the send frees no child and its pass issues the
-    lowest ready id of ``s``, a send. The kernels' and the send's dispatches read nothing the other writes (a kernel's
+    lowest ready id of ``s``, a send. The receive frees no node that waited for the send too
+    (:func:`_frees_a_child_of`). The kernels' and the send's dispatches read nothing the other writes (a kernel's
     time depends on it alone or on all of the nanosecond), and the histories they schedule are marked as for any
     commuting tie."""
     if workload.moves_host_clock(first_id) or workload.moves_host_clock(second_id):
@@ -122,6 +123,8 @@ def _issues_apart(workload, first_id, second_id):
         if busy[first_slot] != 1 or any(workload.could_issue(n, busy) for n in waiting):
             return False
         freed_slots, receives, sends, freed = set(), 0, False, False
+        if _frees_a_child_of(workload, first_id, second_id):
+            return False
         for child in children[second_id]:
             if parents_left[child] != 1:
                 continue
@@ -178,6 +181,14 @@ def _issues_apart(workload, first_id, second_id):
     return host is None or workload.host_clock + host[0] * launches <= workload.shared.engine.now
 
 
+def _frees_a_child_of(workload, first_id, second_id):
+    """Whether the second completion frees a node that waited for the first too. Coming first, it would not: the
+    first's pass would issue it, and beside what the second frees alone it can take a slot in another order
+    (``test_tie_group_rule``: the kernel that needs both ends and the kernel that needs the receive swap places)."""
+    first_children, parents_left = workload.children[first_id], workload.parents_left
+    return any(parents_left[c] == 1 and c in first_children for c in workload.children[second_id])
+
+
 def _sends_apart(workload, first_slot, candidates):
     """Sends freed by the receive go out beside the send's next one in either order: the network's delays are a
     closed form (no link state that the order of two sends could change), and no freed send goes to the
@@ -213,11 +224,10 @@ def _issues_nothing(workload, first_id, second_id):
 def _issues_alike(workload, first_id, second_id):
     """The second completion, coming first, issues nodes; they see the same state as after both: the first freed
     no children, holds no slot they use and did not move the host clock, and no child the second frees now is the
-    first's too (coming first, the second would leave it to the first: ``test_tie_groups``'s shared child). (A
-    compute model that reads the communication in flight times nodes at the end of the nanosecond, after both.)"""
+    first's too (:func:`_frees_a_child_of`). (A compute model that reads the communication in flight times nodes at
+    the end of the nanosecond, after both.)"""
     children, parents_left = workload.children, workload.parents_left
-    second_children = children[second_id]
-    if any(parents_left[c] == 0 or (parents_left[c] == 1 and c in second_children) for c in children[first_id]):
+    if any(parents_left[c] == 0 for c in children[first_id]) or _frees_a_child_of(workload, first_id, second_id):
         return False
     if workload.moves_host_clock(first_id):
         return False
