@@ -49,10 +49,10 @@ def _comp_ops(ranks):
     return sum(n.attrs["num_ops"] for nodes in ranks for n in nodes if n.type == T.COMP_NODE)
 
 
-def _spec_dims(spec, rotary=False, rms_norm=False):
+def _spec_dims(spec, rotary=False, rms_norm=False, tied=False):
     L, h, heads, kv, ffn, vocab, s, gated = spec
     return model_dims(layers=L, hidden=h, heads=heads, kv_heads=kv, ffn_hidden=ffn, vocab=vocab, seq_len=s,
-                      gated=gated, rotary=rotary, rms_norm=rms_norm)
+                      gated=gated, rotary=rotary, rms_norm=rms_norm, tied_embeddings=tied)
 
 
 @pytest.mark.parametrize("preset,spec,cfg", [
@@ -66,9 +66,9 @@ def test_flops_per_step(tmp_path, preset, spec, cfg):
     expected = _expected_flops(spec, cfg.dp * cfg.micro_batches * cfg.micro_batch_size)
     assert abs(total - expected) / expected < 0.01
     # Presets match the published numbers (Llama's positions are rotary and its norms RMSNorm, GPT-3's learned and
-    # LayerNorm)
+    # LayerNorm; GPT-3's LM head is its embedding, Llama's its own)
     llama = preset.startswith("llama")
-    assert _spec_dims(spec, rotary=llama, rms_norm=llama) == model_dims(preset)
+    assert _spec_dims(spec, rotary=llama, rms_norm=llama, tied=not llama) == model_dims(preset)
 
 
 def test_gpt3_175b_parameters():

@@ -4,6 +4,8 @@ schedule's factor) and the ZeRO paper's Figure 1 (7.5B parameters on 64 GPUs), a
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -126,16 +128,18 @@ def test_full_replication_of_gpt3_175b_cannot_fit_anything():
     from astra_workload_generators.llm import padded_vocab, parameter_count
 
     m = peak_memory(GPT3, LlmConfig(dp=1024, micro_batches=1))
-    # every weight (embedding and LM head untied) x 18 bytes (Megatron-LM's bf16 row without the distributed
-    # optimizer: bf16 weights, fp32 main gradients, fp32 main weights and two moments): 3.2 TB on every GPU; with
-    # the norms' weights and biases (LayerNorm: 2 h each, two a layer and the final one), the linear layers' biases
-    # (QKV 3h, projection h, FC1 4h, FC2 h: 9h a layer) and the learned position table (2048 x h); the vocabulary
-    # padded to a multiple of 128 (Megatron-LM: 50257 -> 50304)
+    # every weight (GPT-3 ties its embedding and LM head: one table, counted in parameter_count's LM head) x 18
+    # bytes (Megatron-LM's bf16 row without the distributed optimizer: bf16 weights, fp32 main gradients, fp32 main
+    # weights and two moments): 3.1 TB on every GPU; with the norms' weights and biases (LayerNorm: 2 h each, two a
+    # layer and the final one), the linear layers' biases (QKV 3h, projection h, FC1 4h, FC2 h: 9h a layer) and the
+    # learned position table (2048 x h); the vocabulary padded to a multiple of 128 (Megatron-LM: 50257 -> 50304)
     norms = (2 * GPT3.layers + 1) * 2 * GPT3.hidden
     biases, positions = GPT3.layers * 9 * GPT3.hidden, 2048 * GPT3.hidden
-    assert m.weights + m.gradients + m.optimizer == 18 * (parameter_count(GPT3, 1, 128) + padded_vocab(GPT3, 1, 128)
-                                                          * GPT3.hidden + norms
-                                                          + biases + positions)
+    assert GPT3.tied_embeddings
+    assert m.weights + m.gradients + m.optimizer == 18 * (parameter_count(GPT3, 1, 128) + norms + biases + positions)
+    untied = peak_memory(replace(GPT3, tied_embeddings=False), LlmConfig(dp=1024, micro_batches=1))
+    assert (untied.weights + untied.gradients + untied.optimizer) - (m.weights + m.gradients + m.optimizer) == (
+        18 * padded_vocab(GPT3, 1, 128) * GPT3.hidden)  # untied: a second table of the padded vocabulary
     assert m.total > 2.7e12
 
 

@@ -99,8 +99,8 @@ def test_untied_and_inference_unchanged_by_the_tie(tmp_path):
 
 
 @pytest.mark.parametrize("words, tied", [
-    (["--preset", "gpt3-175b"], False),
-    (["--preset", "gpt3-175b", "--tie-embeddings"], True),
+    (["--preset", "gpt3-175b"], True),  # GPT-3 ties, as its config file of the same name (model.PRESETS)
+    (["--preset", "gpt3-175b", "--no-tie-embeddings"], False),
     (["--model", "gpt2"], True),
     (["--model", "gpt2", "--untie-embeddings-and-output-weights"], False),
     (["--model", "gpt2", "--no-tie-embeddings"], False),
@@ -114,8 +114,8 @@ def test_the_flag_overrides_the_models_default(words, tied):
 
 
 def test_the_flag_in_a_mapping():
-    spec = LlmSpec.from_mapping({"preset": "gpt3-175b", "tie_embeddings": True})
-    assert spec.resolve()[0].tied_embeddings is True
+    spec = LlmSpec.from_mapping({"preset": "gpt3-175b", "tie_embeddings": False})
+    assert spec.resolve()[0].tied_embeddings is False
     assert LlmSpec.from_mapping({"model": "gpt2", "tie-embeddings": False}).resolve(
         on_warning=lambda line: None)[0].tied_embeddings is False
 

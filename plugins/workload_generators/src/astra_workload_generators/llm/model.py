@@ -29,12 +29,17 @@ if TYPE_CHECKING:
 
 
 # Published dimensions. gpt3-13b uses hidden 5120 (Megatron; the GPT-3 paper's 5140 is not divisible by its
-# 40 heads). Llama's ffn_hidden is the SwiGLU inner size.
+# 40 heads). Llama's ffn_hidden is the SwiGLU inner size. GPT-3 ties its LM head to the token embedding, as the
+# shipped configs of the same name do (GPT-2 format: tie_word_embeddings defaults true): Brown et al. 2020, 2.1, "the
+# same model and architecture as GPT-2", whose LM head is the embedding table (openai/gpt-2 122c55a5 src/model.py:
+# logits = tf.matmul(h_flat, wte, transpose_b=True)); Megatron-LM's GPT ties unless
+# --untie-embeddings-and-output-weights (megatron/training/arguments.py, action='store_true'), NeMo's GPTConfig
+# share_embeddings_and_output_weights = True (v2.2.0, gpt/model/base.py 175).
 PRESETS = {
     "gpt3-175b": dict(layers=96, hidden=12288, heads=96, kv_heads=96, ffn_hidden=49152, vocab=50257, seq_len=2048,
-                      gated=False),
+                      gated=False, tied_embeddings=True),
     "gpt3-13b": dict(layers=40, hidden=5120, heads=40, kv_heads=40, ffn_hidden=20480, vocab=50257, seq_len=2048,
-                     gated=False),
+                     gated=False, tied_embeddings=True),
     "llama2-7b": dict(layers=32, hidden=4096, heads=32, kv_heads=32, ffn_hidden=11008, vocab=32000, seq_len=4096,
                       gated=True, rotary=True, rms_norm=True),
     "llama2-70b": dict(layers=80, hidden=8192, heads=64, kv_heads=8, ffn_hidden=28672, vocab=32000, seq_len=4096,
