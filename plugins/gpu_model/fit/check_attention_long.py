@@ -56,29 +56,30 @@ def measured_rows(path=CSV):
         return [r for r in csv.DictReader(f) if r["status"] == "ok"]
 
 
-#: the distillation rule of ``data/measured_attention_hopper_long.csv`` (attention.LONG_ATTENTION): rows at head dim
-#: 128, at least the FlashAttention-3 paper's 2,048 thread blocks of 128 queries (the regime of the rows they extend;
-#: the model quantises smaller grids itself), keys from 16k (the paper's last bar) up
-TABLE_HEAD_DIM, TABLE_MIN_CTAS, TABLE_MIN_KEYS = 128, 2048, 16384
+#: the distillation rule of ``data/measured_attention_hopper_long.csv`` (attention.LONG_ATTENTION): rows of at least
+#: the FlashAttention-3 paper's 2,048 thread blocks of 128 queries (the regime of the rows they extend; the model
+#: quantises smaller grids itself), keys from 16k (the paper's last bar) up, at each head dimension measured (64, 128)
+TABLE_MIN_CTAS, TABLE_MIN_KEYS = 2048, 16384
 
 
 def long_table(rows, sm_count=132):
-    """``[(kernel, pass, mask, seq_k, median TFLOP/s, median TFLOP/s in full waves, shapes)]``: the rule above, the
-    median of the shapes measured at each (kernel, pass, mask, key length); in full waves: each shape's TFLOP/s over
-    its wave utilisation on the H200's ``sm_count`` SMs (thread blocks / (waves x SMs); e.g. 32 heads of 32k queries,
-    8,192 blocks in 63 waves: 0.985), the rate the model's own wave quantisation starts from."""
+    """``[(kernel, pass, mask, head_dim, seq_k, median TFLOP/s, median TFLOP/s in full waves, shapes)]``: the rule
+    above, the median of the shapes measured at each (kernel, pass, mask, head dimension, key length); in full waves:
+    each shape's TFLOP/s over its wave utilisation on the H200's ``sm_count`` SMs (thread blocks / (waves x SMs);
+    e.g. 32 heads of 32k queries, 8,192 blocks in 63 waves: 0.985), the rate the model's own wave quantisation starts
+    from."""
     groups = {}
     for r in rows:
         b, hq, sq, sk = (int(r[c]) for c in ("batch", "heads_q", "seq_q", "seq_kv"))
         ctas = b * hq * -(-sq // 128)
-        if int(r["head_dim"]) != TABLE_HEAD_DIM or ctas < TABLE_MIN_CTAS or sk < TABLE_MIN_KEYS:
+        if ctas < TABLE_MIN_CTAS or sk < TABLE_MIN_KEYS:
             continue
-        key = (KERNEL[r["backend"]], r["pass"], "causal" if r["causal"] == "True" else "none", sk)
+        key = (KERNEL[r["backend"]], r["pass"], "causal" if r["causal"] == "True" else "none", int(r["head_dim"]), sk)
         utilisation = ctas / (-(-ctas // sm_count) * sm_count)
         groups.setdefault(key, []).append((float(r["tflops"]), float(r["tflops"]) / utilisation,
                                            f"h{hq}/{r['heads_kv']} q{sq // 1024}k"))
-    return [(*key, statistics.median(v[0] for v in vs), statistics.median(v[1] for v in vs), "; ".join(v[2] for v in vs))
-            for key, vs in sorted(groups.items())]
+    return [(*key, statistics.median(v[0] for v in vs), statistics.median(v[1] for v in vs),
+             "; ".join(v[2] for v in vs)) for key, vs in sorted(groups.items())]
 
 
 TABLE_HEADER = """\
@@ -87,9 +88,10 @@ TABLE_HEADER = """\
 # plugins/gpu_model/fit/measure_gpu_sustained.py; torch 2.11.0+cu130, cuDNN 9.19.0, driver 580.159.04; batch 1, eager
 # with CUDA events, 1 warm-up + 3 timed calls, median; backward = (forward + backward) - forward). Calibration data
 # (a kernel measurement), not a validation case. Written by plugins/gpu_model/fit/check_attention_long.py --write-table
-# (its long_table: head dim 128, at least 2,048 thread blocks of 128 queries, keys from 16k; the median TFLOP/s of the
-# shapes measured at each kernel, pass, mask and key length; `tflops_full_waves`: the median of each shape's TFLOP/s
-# over its wave utilisation on 132 SMs, what the model uses; `shapes`: each shape's query/KV heads and queries).
+# (its long_table: at least 2,048 thread blocks of 128 queries, keys from 16k; the median TFLOP/s of the shapes
+# measured at each kernel, pass, mask, head dimension and key length; `tflops_full_waves`: the median of each shape's
+# TFLOP/s over its wave utilisation on 132 SMs, what the model uses; `shapes`: each shape's query/KV heads and
+# queries).
 # TFLOP/s as the file gives them: 4 x b x s_q x s_k x heads x dim (causal: s (s + 1) / 2 pairs), x 2.5 backward --
 # ops._attention's count. Clocks: the FA2 rows ran near the boost clock (the FA2 ring block sustained for 50 s
 # settles at 1,957 MHz, 678 W), the cuDNN rows at the board's power cap (its ring block settles at 1,672 MHz, 691 W,
@@ -102,9 +104,9 @@ def write_table(rows, path):
     """Write :func:`long_table` of ``rows`` to ``path`` under :data:`TABLE_HEADER`."""
     with open(path, "w", encoding="utf-8", newline="") as f:
         f.write(TABLE_HEADER)
-        f.write("kernel,pass,mask,seq_k,tflops,tflops_full_waves,shapes\n")
-        for kernel, way, mask, sk, tflops, full, shapes in long_table(rows):
-            f.write(f"{kernel},{way},{mask},{sk},{tflops:.1f},{full:.1f},{shapes}\n")
+        f.write("kernel,pass,mask,head_dim,seq_k,tflops,tflops_full_waves,shapes\n")
+        for kernel, way, mask, dim, sk, tflops, full, shapes in long_table(rows):
+            f.write(f"{kernel},{way},{mask},{dim},{sk},{tflops:.1f},{full:.1f},{shapes}\n")
 
 
 def compare(rows, gpus):
@@ -132,9 +134,9 @@ def main(argv=None):
     for r, model in table:
         t = float(r["time_us"]) * 1e-3
         cells = " | ".join(f"{model[g] * 1e3:,.2f} | {model[g] * 1e3 / t:.3f}" for g in gpus)
-        print(f"| {r['set']} | {KERNEL[r['backend']]} | {r['pass']} | {r['heads_q']}/{r['heads_kv']} | {r['head_dim']} | "
-              f"{int(r['seq_q']) // 1024}k x {int(r['seq_kv']) // 1024}k | {r['causal'][0]} | {t:,.2f} | "
-              f"{float(r['tflops']):.0f} | {float(r['spread']):.3f} | {cells} | "
+        print(f"| {r['set']} | {KERNEL[r['backend']]} | {r['pass']} | {r['heads_q']}/{r['heads_kv']} | "
+              f"{r['head_dim']} | {int(r['seq_q']) // 1024}k x {int(r['seq_kv']) // 1024}k | {r['causal'][0]} | "
+              f"{t:,.2f} | {float(r['tflops']):.0f} | {float(r['spread']):.3f} | {cells} | "
               f"{'yes' if abs(model[gpus[0]] * 1e3 / t - 1) > float(r['spread']) else ''} |")
         for g in gpus:
             ratios.setdefault((g, KERNEL[r["backend"]], r["pass"]), []).append(model[g] * 1e3 / t)

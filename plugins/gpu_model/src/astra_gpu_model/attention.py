@@ -216,8 +216,8 @@ def kernel_tflops(kernel, backward, causal, seq_len, head_dim=MEASURED_HEAD_DIM)
     return low + t * (high - low)
 
 
-#: FA2 (SDPA flash) and cuDNN 9.19 BF16 attention measured on this project's H200 at 16k-128k keys, head dim 128, at
-#: the 700 W limit (plugins/gpu_model/calibration/nvidia-h200-2026-11-30/attention_long.csv, distilled by
+#: FA2 (SDPA flash) and cuDNN 9.19 BF16 attention measured on this project's H200 at 16k-128k keys, head dims 64 and
+#: 128, at the 700 W limit (plugins/gpu_model/calibration/nvidia-h200-2026-11-30/attention_long.csv, distilled by
 #: fit/check_attention_long.py; the file's header has the rule and the clocks)
 LONG_ATTENTION = "measured_attention_hopper_long.csv"
 #: the paper's bars are used up to this many keys; the measurement from :data:`LONG_FROM` on; log-linear between
@@ -226,37 +226,51 @@ PAPER_UNTIL, LONG_FROM = 8192, 16384
 
 @functools.lru_cache(maxsize=None)
 def long_rows():
-    """``{(kernel, backward, causal): (lengths, TFLOP/s in full waves)}`` from :data:`LONG_ATTENTION` (each shape's
-    measured rate over its wave utilisation on the H200's 132 SMs, the median over the shapes)."""
+    """``{(kernel, backward, causal, head_dim): (lengths, TFLOP/s in full waves)}`` from :data:`LONG_ATTENTION` (each
+    shape's measured rate over its wave utilisation on the H200's 132 SMs, the median over the shapes)."""
     text = (resources.files("astra_gpu_model") / "data" / LONG_ATTENTION).read_text(encoding="utf-8")
     points = {}
     for r in csv.DictReader(line for line in text.splitlines() if not line.startswith("#")):
-        key = (r["kernel"], r["pass"] == "bwd", r["mask"] == "causal")
+        key = (r["kernel"], r["pass"] == "bwd", r["mask"] == "causal", int(r["head_dim"]))
         points.setdefault(key, []).append((int(r["seq_k"]), float(r["tflops_full_waves"])))
     return {key: tuple(zip(*sorted(p))) for key, p in points.items()}
 
 
-def long_factor(kernel, backward, causal, seq_len):
-    """How much faster (> 1) or slower FA2 and cuDNN BF16 attention run at ``seq_len`` keys than the paper's rows at
-    head dim 128 say (their 16k bar clamped above, the causal backward ASSUMPTION): 1 up to 8k keys; from 16k the
-    H200's measured TFLOP/s (:data:`LONG_ATTENTION`, log2-interpolated, clamped to its lengths: 128k causal, 32k
-    without the mask) over the paper's; between 8k and 16k, log-linear from the paper's 8k rate to the measured 16k
-    one. 1 for FA3 (not measured). The factor is taken at head dim 128 and applied at every head dimension
-    (ASSUMPTION: the long-sequence change is the head dimension's too; the file's head-dim-64 rows, not used, check it:
-    FA2 within 1-9 %, cuDNN within 6-21 %, see fit/check_attention_long.py). Why it differs: the causal backward loses
-    nothing to the mask at these lengths (FA2 318-323 TFLOP/s against 291 assumed), cuDNN 9.19 is faster than the
-    paper's 2024 cuDNN (forward 555-684 against 539-595), FA2's forward without the mask is slower (344-356 against
-    370)."""
-    rows = long_rows().get((kernel, bool(backward), bool(causal)))
-    if rows is None or seq_len <= PAPER_UNTIL:
+def long_factor(kernel, backward, causal, seq_len, head_dim=MEASURED_HEAD_DIM):
+    """How much faster (> 1) or slower FA2 and cuDNN BF16 attention run at ``seq_len`` keys than the paper's rows
+    (:func:`kernel_tflops`: their 16k bar clamped above, the causal backward ASSUMPTION) say: 1 up to 8k keys; from 16k
+    the H200's measured TFLOP/s (:data:`LONG_ATTENTION`, log2-interpolated, clamped to its lengths) over the paper's;
+    between 8k and 16k, log-linear from the paper's 8k rate to the measured 16k one. By head dimension: the factor of
+    each measured one (128; 64 causal only), linear between, clamped outside (below 64: 64's; above 128, and 64
+    without the mask: 128's, ASSUMPTION). 1 for FA3 (not measured). Why the rates differ (head dim 128): the causal
+    backward loses nothing to the mask at these lengths (FA2 318-323 TFLOP/s against the 291 assumed), cuDNN 9.19 at
+    the power cap is faster than the paper's 2024 cuDNN (forward 555-684 against 539-595), FA2's forward without the
+    mask is slower (344-356 against 370)."""
+    if seq_len <= PAPER_UNTIL:
         return 1.0
-    lengths, tflops = rows
-    paper = kernel_tflops(kernel, backward, causal, seq_len)
+    rows = long_rows()
+    dims = sorted(d for (k, b, c, d) in rows if (k, b, c) == (kernel, bool(backward), bool(causal)))
+    if not dims:
+        return 1.0
+    dim = min(max(head_dim, dims[0]), dims[-1])
+    if dim in dims:
+        return _long_factor_at(kernel, backward, causal, seq_len, dim)
+    hi = next(d for d in dims if d > dim)
+    lo = dims[dims.index(hi) - 1]
+    t = (dim - lo) / (hi - lo)
+    low, high = (_long_factor_at(kernel, backward, causal, seq_len, d) for d in (lo, hi))
+    return low + t * (high - low)
+
+
+def _long_factor_at(kernel, backward, causal, seq_len, head_dim):
+    """:func:`long_factor` at a measured head dimension (``seq_len`` above :data:`PAPER_UNTIL`)."""
+    lengths, tflops = long_rows()[(kernel, bool(backward), bool(causal), head_dim)]
     # the measured rate in the paper's terms: in full waves, times the paper's own wave utilisation
     measured = [t * measured_utilisation() for t in tflops]
+    paper = kernel_tflops(kernel, backward, causal, seq_len, head_dim)
     if seq_len >= LONG_FROM:
         return _interpolate(measured, seq_len, lengths) / paper
-    start = kernel_tflops(kernel, backward, causal, PAPER_UNTIL)
+    start = kernel_tflops(kernel, backward, causal, PAPER_UNTIL, head_dim)
     t = math.log2(seq_len / PAPER_UNTIL) / math.log2(LONG_FROM / PAPER_UNTIL)
     return (start + t * (_interpolate(measured, LONG_FROM, lengths) - start)) / paper
 
@@ -266,8 +280,8 @@ def kernel_efficiency(kernel, backward, causal, seq_len, head_dim=MEASURED_HEAD_
     (:func:`kernel_tflops` x :func:`long_factor`) over the H100 SXM5's peak, over the paper's wave utilisation (the
     same 0.970 at every head dimension: 32 heads of 64 give 4096 blocks of 128 queries, 32 waves of 132 SMs; 8 of
     256, 1024 blocks, 8 waves)."""
-    return (kernel_tflops(kernel, backward, causal, seq_len, head_dim) * long_factor(kernel, backward, causal, seq_len)
-            / MEASURED_PEAK_TFLOPS / measured_utilisation())
+    return (kernel_tflops(kernel, backward, causal, seq_len, head_dim)
+            * long_factor(kernel, backward, causal, seq_len, head_dim) / MEASURED_PEAK_TFLOPS / measured_utilisation())
 
 
 def _fp8_row(kernel, causal, head_dim):
