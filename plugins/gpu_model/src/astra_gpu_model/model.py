@@ -471,7 +471,8 @@ class GpuComputeModel:
 
     def _attention_efficiency(self, op, kernel):
         """The fraction of peak an attention op runs at: the named kernel's published efficiency at the op's key
-        length and head dimension on Hopper, cuDNN's published one on Blackwell
+        length and head dimension on Hopper (FA2 and cuDNN past 8k keys at the H200's own measurement:
+        :func:`.attention.long_factor`), cuDNN's published one on Blackwell
         (:func:`.attention.blackwell_efficiency`), else the preset's ``attention_efficiency``; FP8 attention:
         :func:`.attention.fp8_efficiency`."""
         if op.dtype == "fp8":
