@@ -120,14 +120,18 @@ def test_llm_step_energy_adds_up_and_is_declared(tmp_path):
     assert e["gpu_energy_mj"] == sum(e["by_part_mj"].values()) == e["by_component_mj"]["gpu"]
     assert e["it_energy_mj"] == sum(e["by_component_mj"].values())
     assert e["facility_energy_mj"] == round(e["it_energy_mj"] * 1.58)
-    # each rank's parts at their class's power, recomputed from the report's breakdown
+    # each rank's parts at their class's power, recomputed from the report's breakdown; memory-bound ops (elementwise)
+    # at their achieved HBM bandwidth's share of the copy's power, between idle and the class (astra_energy.utilisation)
     watts = e["class_power_w"]
     classes = {"compute:gemm": "gemm", "compute:attention": "attention", "compute:elementwise": "memory",
                "idle": "idle"}
     for part, mj in e["by_part_mj"].items():
         cls = "comm" if part.startswith("exposed") else classes.get(part, "idle")
         ns = sum(r.breakdown["parts"].get(part, 0) for r in report.ranks)
-        assert abs(mj - watts[cls] * ns / 1e6) <= len(report.ranks), part
+        if part == "compute:elementwise":
+            assert watts["idle"] * ns / 1e6 < mj < watts[cls] * ns / 1e6
+        else:
+            assert abs(mj - watts[cls] * ns / 1e6) <= len(report.ranks), part
     tokens = report.stats["throughput"]["tokens_per_step"]
     assert e["gpu_energy_per_token_mj"] == pytest.approx(e["gpu_energy_mj"] / tokens)
     assert 80 < e["mean_power_w_per_gpu"] < 700 and e["peak_power_w_per_gpu"] == 700

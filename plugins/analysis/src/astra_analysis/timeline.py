@@ -188,15 +188,18 @@ def write_chrome_trace(request, analysis, report):
 def power_steps(analysis, rep, records, watts, end_ns):
     """``[(t_ns, W), ...]`` of one rank from 0 to ``end_ns`` (the last entry at ``end_ns``): at each instant the
     watts of the highest-power activity among its ``records`` (compute by op class, collectives and sends at
-    ``comm``, remote memory at ``elementwise``), else ``idle``; receive waits and CPU ops idle the GPU."""
+    ``comm``, remote memory at ``elementwise``; a compute node at ``watts["node"](rep, node, ns, op_class)`` where the
+    energy plugin gives one), else ``idle``; receive waits and CPU ops idle the GPU."""
     idle = watts["idle"]
+    node_w = watts.get("node")  # the energy plugin's per-node power, where a kernel's is not its class's
     changes = []
     for node, start, end in records:
         if end <= start:
             continue
         kind = analysis.kind_of(rep, node)[0]
         if kind == K_COMPUTE:
-            w = watts.get(analysis.op_class(rep, node), watts["other"])
+            op_class = analysis.op_class(rep, node)
+            w = node_w(rep, node, end - start, op_class) if node_w is not None else watts.get(op_class, watts["other"])
         elif kind in (K_COLL, K_SEND):
             w = watts["comm"]
         elif kind == K_MEM:

@@ -36,40 +36,55 @@ def millijoules(milliwatts: int, ns: int) -> int:
     return (milliwatts * ns + _PJ_PER_MJ // 2) // _PJ_PER_MJ
 
 
-def rank_energy(parts: dict, step_ns: int, finish_ns: int, class_mw: dict, gemm_class="gemm") -> dict:
-    """``{part: mJ}`` of one rank over the step (its parts, and the wait from its finish to the step's end)."""
+def part_mw(part: str, class_mw: dict, gemm_class="gemm", own_mw=None) -> int:
+    """The power of ``part`` (milliwatts): its own where ``own_mw`` (:mod:`astra_energy.utilisation`) has it, else
+    its class's."""
+    if own_mw:
+        mw = own_mw.get(part)
+        if mw is not None:
+            return mw
+    return class_mw[part_class(part, gemm_class)]
+
+
+def rank_energy(parts: dict, step_ns: int, finish_ns: int, class_mw: dict, gemm_class="gemm", own_mw=None) -> dict:
+    """``{part: mJ}`` of one rank over the step (its parts, and the wait from its finish to the step's end);
+    ``own_mw``: parts whose power is not their class's (``{part: mW}``)."""
     out = {}
     for part, ns in parts.items():
         if ns:
-            out[part] = millijoules(class_mw[part_class(part, gemm_class)], ns)
+            out[part] = millijoules(part_mw(part, class_mw, gemm_class, own_mw), ns)
     if step_ns > finish_ns:
         out["wait_for_step_end"] = millijoules(class_mw["idle"], step_ns - finish_ns)
     return out
 
 
-def rank_peak_mw(parts: dict, class_mw: dict, gemm_class="gemm") -> int:
+def rank_peak_mw(parts: dict, class_mw: dict, gemm_class="gemm", own_mw=None) -> int:
     """The highest power of any phase the rank ran (milliwatts)."""
-    return max((class_mw[part_class(part, gemm_class)] for part, ns in parts.items() if ns), default=class_mw["idle"])
+    return max((part_mw(part, class_mw, gemm_class, own_mw) for part, ns in parts.items() if ns),
+               default=class_mw["idle"])
 
 
-def step_energy(ranks, step_ns: int, class_mw: dict, gemm_class="gemm") -> dict:
+def step_energy(ranks, step_ns: int, class_mw: dict, gemm_class="gemm", own_mw=None) -> dict:
     """The GPUs' energy over one step: ``gpu_energy_mj`` (sum over ranks), ``by_part_mj`` (summed over ranks, adds
     up to it exactly), ``peak_mw`` (each rank's highest phase power, summed: every GPU at its peak at once) and the
-    per-rank extremes. ``ranks``: ``(parts, finish_ns)`` per rank; ranks sharing one ``parts`` dict are computed
-    once."""
+    per-rank extremes. ``ranks``: ``(parts, finish_ns)`` per rank; ranks sharing one ``parts`` dict (and one
+    ``own_mw`` entry) are computed once. ``own_mw``: ``{rank index: {part: mW}}``, parts whose power is not their
+    class's (:mod:`astra_energy.utilisation`)."""
     by_part = {}
     total = 0
     peak_sum = 0
     peak_gpu = 0
     per_rank = []
     cache = {}
-    for parts, finish_ns in ranks:
-        key = (id(parts), finish_ns)
+    for index, (parts, finish_ns) in enumerate(ranks):
+        own = own_mw.get(index) if own_mw else None
+        key = (id(parts), finish_ns, id(own))
         hit = cache.get(key)
         if hit is None:
-            energy = rank_energy(parts, step_ns, finish_ns, class_mw, gemm_class)
-            hit = cache[key] = (energy, sum(energy.values()), rank_peak_mw(parts, class_mw, gemm_class), parts)
-        energy, rank_total, peak, _ = hit
+            energy = rank_energy(parts, step_ns, finish_ns, class_mw, gemm_class, own)
+            hit = cache[key] = (energy, sum(energy.values()), rank_peak_mw(parts, class_mw, gemm_class, own), parts,
+                                own)
+        energy, rank_total, peak, _, _ = hit
         for part, mj in energy.items():
             by_part[part] = by_part.get(part, 0) + mj
         total += rank_total
@@ -80,4 +95,4 @@ def step_energy(ranks, step_ns: int, class_mw: dict, gemm_class="gemm") -> dict:
             "max_rank_energy_mj": max(per_rank, default=0), "min_rank_energy_mj": min(per_rank, default=0)}
 
 
-__all__ = ["PART_CLASSES", "part_class", "millijoules", "rank_energy", "rank_peak_mw", "step_energy"]
+__all__ = ["PART_CLASSES", "part_class", "part_mw", "millijoules", "rank_energy", "rank_peak_mw", "step_energy"]

@@ -72,7 +72,7 @@ def astra_run_start(run):
             raise ConfigError("--power-limit-w / --gpu-clock-mhz need the gpu compute model (--compute-model gpu or a "
                               "GPU --platform): it scales the compute rates with the clock")
         return
-    from astra_energy.power import gpu_power_of  # (only a run on the gpu model has energy)
+    from astra_energy.power import CLASSES, gpu_power_of  # (only a run on the gpu model has energy)
 
     power = gpu_power_of(model.gpu)
     if power is None:  # no preset with power data, and a GPU YAML without tdp_w and boost_clock_mhz: no stats.energy
@@ -94,6 +94,12 @@ def astra_run_start(run):
     # For other plugins (a timeline's power lane): watts by the breakdown's compute classes, comm and idle.
     op_class_power_w = {"gemm": watts[gemm_class], "attention": watts["attention"], "elementwise": watts["memory"],
                         "other": watts["memory"], "comm": watts["comm"], "idle": watts["idle"]}
+    from astra_energy.utilisation import NodePower
+
+    class_w = {cls: power.watts(cls, power.settled_clock_ratio(cls, limit, clock)) for cls in CLASSES}
+    node_power = NodePower(model, power, class_w, gemm_class)
+    if node_power.active:  # a compute node's own power (memory-bound kernels by their bandwidth, launch gaps idle)
+        op_class_power_w["node"] = node_power.watts
     run.plugin_state[_STATE] = {"power": power, "limit": limit, "clock": clock, "time_ratios": ratios,
                                 "op_class_power_w": op_class_power_w}
 
@@ -117,10 +123,13 @@ def astra_run_finish(run, report):
     name, per_node = _platform(run)
     system = system_power(name, per_node)
     pue = run.options.get("pue") or default_pue()
+    from astra_energy.utilisation import NodePower, part_watts
+
+    gemm_class = _gemm_class(model, dtype)
     report.stats["energy"] = energy_stats(
         report, state["power"], system, pue=pue, power_limit_w=state["limit"], clock_mhz=state["clock"],
-        gemm_class=_gemm_class(model, dtype), tokens=throughput.get("tokens_per_step", 0),
-        mode=throughput.get("mode"))
+        gemm_class=gemm_class, tokens=throughput.get("tokens_per_step", 0), mode=throughput.get("mode"),
+        part_watts=lambda class_w: part_watts(run, NodePower(model, state["power"], class_w, gemm_class)))
 
 
 @hookimpl

@@ -47,6 +47,8 @@ class GpuPower:
     class_w: dict = field(default_factory=dict)
     alpha: float = 1.0
     default_limit_w: float | None = None  # the board's default limit where it is below the TDP (None: the TDP)
+    #: the memory class's measured saturated copy rate over the HBM peak (None: the memory power is no copy's)
+    copy_fraction_of_peak: float | None = None
 
     @property
     def default_limit(self) -> float:
@@ -137,11 +139,24 @@ def _build(name, tdp, idle, clock, default_limit=None, class_power=None):
     data = power_data()
     fractions = data["class_fraction_of_tdp"]
     class_w = {cls: fractions[cls] * tdp for cls in CLASSES if cls != "idle"}
+    copy_fraction = None
     if class_power is not None:  # measured classes replace the fractions; the rest (gemm_fp32, comm) keep them
         class_w.update(measured_class_w(class_power))
+        copy_fraction = copy_fraction_of_peak(class_power)
     return GpuPower(name=name, tdp_w=tdp, idle_w=idle, max_clock_mhz=clock, class_w=class_w,
-                    alpha=float(data["clock_power"]["alpha"]), default_limit_w=default_limit)
+                    alpha=float(data["clock_power"]["alpha"]), default_limit_w=default_limit,
+                    copy_fraction_of_peak=copy_fraction)
 
 
-__all__ = ["CLASSES", "GpuPower", "boost_power_w", "gpu_power", "gpu_power_of", "known_gpus", "measured_class_w",
+def copy_fraction_of_peak(name: str) -> float | None:
+    """The measured copy's rate over its board's HBM peak for measurement ``name``'s memory class (None: its memory
+    point states no rate): where a memory-bound kernel draws the whole memory class power."""
+    entry = power_data()["measured_class_power"][name]
+    point = entry["points"].get(entry["classes"].get("memory", ""), {})
+    if "rate_bytes_per_s" not in point:
+        return None
+    return float(point["rate_bytes_per_s"]) / float(point["peak_hbm_bytes_per_s"])
+
+
+__all__ = ["CLASSES", "GpuPower", "boost_power_w", "copy_fraction_of_peak", "gpu_power", "gpu_power_of", "known_gpus", "measured_class_w",
            "power_data"]

@@ -42,8 +42,9 @@ METRICS = (
 
 
 def energy_stats(report, power, system, *, pue, power_limit_w=None, clock_mhz=None, gemm_class="gemm", tokens=0,
-                 mode=None) -> dict:
-    """The report's ``stats.energy`` (see :data:`METRICS`)."""
+                 mode=None, part_watts=None) -> dict:
+    """The report's ``stats.energy`` (see :data:`METRICS`). ``part_watts(class_w)``: ``{rank: {part: W}}``, the
+    compute parts whose power is not their class's (:func:`astra_energy.utilisation.part_watts`), or None."""
     from astra_energy.power import CLASSES  # (not at import: metrics registration needs no power data)
 
     ratios = {cls: power.settled_clock_ratio(cls, power_limit_w, clock_mhz) for cls in CLASSES}
@@ -51,7 +52,11 @@ def energy_stats(report, power, system, *, pue, power_limit_w=None, clock_mhz=No
     class_mw = {cls: int(round(w * 1000)) for cls, w in class_w.items()}
     step_ns = report.max_finish_ns
     gpus = len(report.ranks)
-    step = step_energy([(r.breakdown["parts"], r.finish_ns) for r in report.ranks], step_ns, class_mw, gemm_class)
+    own_w = part_watts(class_w) if part_watts is not None else None
+    own_mw = {rank: {part: int(round(w * 1000)) for part, w in parts.items()} for rank, parts in own_w.items()} \
+        if own_w else None
+    step = step_energy([(r.breakdown["parts"], r.finish_ns) for r in report.ranks], step_ns, class_mw, gemm_class,
+                       own_mw)
     per_node = min(system.gpus_per_node, gpus) or 1
     nodes = math.ceil(gpus / per_node)
     beside_w = system.components_w(nodes)
