@@ -69,10 +69,26 @@ def test_a_child_of_both_completions_abandons_the_fold(tmp_path, monkeypatch, pr
     folded = simulate(*args)
     assert folded.settings["fold"]["reason"].startswith("folding abandoned: rank 0: two events at 1000 ns")
     assert [r.finish_ns for r in folded.ranks] == unfolded
-    # Without ties._frees_a_child_of the fold stays and gives every rank the representative's order: wrong.
-    monkeypatch.setattr(ties, "_frees_a_child_of", lambda *a: False)
+    # Without ties._shared_children the fold stays and gives every rank the representative's order: wrong.
+    monkeypatch.setattr(ties, "_shared_children", lambda *a: set())
     folded = simulate(*args)
     assert folded.settings["fold"]["simulated_ranks"] == 1 and [r.finish_ns for r in folded.ranks] == [8000] * 4
+
+
+def _kernel_left_to_the_send(rank, npus):
+    """As above, but the receive frees only the kernel that needs the send too: whichever completes last issues it,
+    beside nothing that could take its slot, and the fold stays (``ties._issues_apart``)."""
+    right, left = (rank + 1) % npus, (rank - 1) % npus
+    return [_send(0, right, 1, 1), _recv(1, left, 1, 1), _send(2, right, 2, 1), _recv(3, left, 2, 1),
+            _kernel(4, 3, deps=[0, 1]), _kernel(5, 1, deps=[3]),
+            _send(6, right, 3, 2, deps=[5]), _recv(7, left, 3, 2), _kernel(8, 1, deps=[7])]
+
+
+def test_a_kernel_that_needs_both_alone_keeps_the_fold(tmp_path, fold_whenever_possible):
+    args = _write(tmp_path, _kernel_left_to_the_send, 4, "Ring", {"comm-streams": "per-communicator"})
+    result, report = _outcome(args, {}, fold=True)
+    assert report.settings["fold"]["simulated_ranks"] == 1
+    assert result == _outcome(args, {}, fold=False)[0]
 
 
 def group_program(rng, npus):

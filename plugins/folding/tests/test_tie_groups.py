@@ -47,7 +47,7 @@ def test_a_second_state_proven_swap_in_one_group_abandons_the_fold(tmp_path, mon
                                                       "completion changes)")
     assert [r.finish_ns for r in folded.ranks] == unfolded
     # Without the shared-child guard the pairs commute: the group rule abandons (a pass issues a kernel early).
-    monkeypatch.setattr(ties, "_frees_a_child_of", lambda *a: False)
+    monkeypatch.setattr(ties, "_shared_children", lambda *a: set())
     folded = simulate(*args)
     assert folded.settings["fold"]["reason"].startswith("folding abandoned: rank 0: three or more node completions")
     assert folded.settings["fold"]["reason"].endswith("(a pass before the last of them would issue a node in some "

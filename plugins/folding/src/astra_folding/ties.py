@@ -106,8 +106,8 @@ def _issues_apart(workload, first_id, second_id):
     (:func:`_sends_apart`); those whose slot is free are issued, the others wait in either order. A receive first: the one node it issued is a kernel it freed on another slot
     than the send's, no other node ready then on a free slot (none now but its freed children, counting the
     kernel's slot free), none of its freed children on ``s``; the send frees no child and its pass issues the
-    lowest ready id of ``s``, a send. The receive frees no node that waited for the send too
-    (:func:`_frees_a_child_of`). The kernels' and the send's dispatches read nothing the other writes (a kernel's
+    lowest ready id of ``s``, a send. A node the receive frees that waited for the send too must be a kernel, and
+    the only kernel it frees (:func:`_shared_children`). The kernels' and the send's dispatches read nothing the other writes (a kernel's
     time depends on it alone or on all of the nanosecond), and the histories they schedule are marked as for any
     commuting tie."""
     if workload.moves_host_clock(first_id) or workload.moves_host_clock(second_id):
@@ -123,8 +123,7 @@ def _issues_apart(workload, first_id, second_id):
         if busy[first_slot] != 1 or any(workload.could_issue(n, busy) for n in waiting):
             return False
         freed_slots, receives, sends, freed = set(), 0, False, False
-        if _frees_a_child_of(workload, first_id, second_id):
-            return False
+        left_to_send = _shared_children(workload, first_id, second_id)
         for child in children[second_id]:
             if parents_left[child] != 1:
                 continue
@@ -135,6 +134,8 @@ def _issues_apart(workload, first_id, second_id):
             node = nodes[child]
             if node.attrs.get("cuda_graph") is not None:
                 return False
+            if left_to_send and (node.type == T.COMP_NODE) != (child in left_to_send):
+                return False  # a shared node not a kernel, or a kernel beside one (see _shared_children)
             if node.type == T.COMM_RECV_NODE:
                 receives += 1  # posted at once, whatever the order
             elif node.type == T.COMP_NODE or (node.type == T.COMM_SEND_NODE and slot > NO_SLOT):
@@ -181,12 +182,17 @@ def _issues_apart(workload, first_id, second_id):
     return host is None or workload.host_clock + host[0] * launches <= workload.shared.engine.now
 
 
-def _frees_a_child_of(workload, first_id, second_id):
-    """Whether the second completion frees a node that waited for the first too. Coming first, it would not: the
-    first's pass would issue it, and beside what the second frees alone it can take a slot in another order
-    (``test_tie_group_rule``: the kernel that needs both ends and the kernel that needs the receive swap places)."""
+def _shared_children(workload, first_id, second_id):
+    """The nodes the second completion frees that waited for the first too. Coming first, the second would not free
+    them: the first's pass would issue them, after the second's nodes (``test_tie_group_rule``: a kernel that needs
+    both and one that needs the receive alone take the compute slot in the other order).
+
+    :func:`_issues_apart` allows them when they are kernels and the receive frees no other kernel: then each
+    is alone on its slot among the freed nodes (so it is issued, or waits, in either order), and only its dispatch
+    moves after the receive's other nodes (receives and sends, which are not in the kernels' completion batches
+    whose order is their dispatch order); :func:`_issues_alike` never (the second would issue it)."""
     first_children, parents_left = workload.children[first_id], workload.parents_left
-    return any(parents_left[c] == 1 and c in first_children for c in workload.children[second_id])
+    return {c for c in workload.children[second_id] if parents_left[c] == 1 and c in first_children}
 
 
 def _sends_apart(workload, first_slot, candidates):
@@ -224,10 +230,10 @@ def _issues_nothing(workload, first_id, second_id):
 def _issues_alike(workload, first_id, second_id):
     """The second completion, coming first, issues nodes; they see the same state as after both: the first freed
     no children, holds no slot they use and did not move the host clock, and no child the second frees now is the
-    first's too (:func:`_frees_a_child_of`). (A compute model that reads the communication in flight times nodes at
+    first's too (:func:`_shared_children`). (A compute model that reads the communication in flight times nodes at
     the end of the nanosecond, after both.)"""
     children, parents_left = workload.children, workload.parents_left
-    if any(parents_left[c] == 0 for c in children[first_id]) or _frees_a_child_of(workload, first_id, second_id):
+    if any(parents_left[c] == 0 for c in children[first_id]) or _shared_children(workload, first_id, second_id):
         return False
     if workload.moves_host_clock(first_id):
         return False
