@@ -182,7 +182,12 @@ def main(argv=None):
 
     print("\n3. energy per unit of work: measured (the energy counter) / the class power at its settled clock over the "
           "measured rate / astra run on H200-SXM (4 copies in a chain)")
-    runs = {"gemm_bf16": ([gemm_op], 2 * N ** 3), "attn_ring_flash": (attention_ops, 3.5 * RING_FWD_FLOPS)}
+    # the copy: measure_gpu_sustained's dst.copy_(src) of 2^30 bf16 elements, bytes read + written (its TB/s);
+    # astra run charges it by the bandwidth it reaches (astra_energy.utilisation)
+    copy = {"name": "aten::copy_", "is_cpu_op": False, "inputs_shapes": f"[[{1 << 30}], [{1 << 30}]]",
+            "inputs_types": "['Tensor(c10::BFloat16)', 'Tensor(c10::BFloat16)']"}
+    runs = {"gemm_bf16": ([gemm_op], 2 * N ** 3), "attn_ring_flash": (attention_ops, 3.5 * RING_FWD_FLOPS),
+            "hbm_copy": ([copy], 2 * 2 * (1 << 30))}
     for phase in ("gemm_bf16", "gemm_fp8", "attn_ring_flash", "attn_ring_cudnn", "hbm_copy"):
         got = phases[phase]
         cls = class_of.get(phase)
@@ -195,9 +200,9 @@ def main(argv=None):
         if phase in runs:
             ops, flops = runs[phase]
             seconds, joules = simulate_chain(ops)
-            tflop = 4 * flops / 1e12
-            line += (f"   astra run {joules / tflop:6.3f} at {tflop / seconds:6.1f} TFLOP/s "
-                     f"({pct(joules / tflop, got['joules_per_unit'])})")
+            tera = 4 * flops / 1e12  # TFLOP, or TB for the copy
+            line += (f"   astra run {joules / tera:6.3f} at {tera / seconds:6.{2 if phase == 'hbm_copy' else 1}f} "
+                     f"{got['unit']} ({pct(joules / tera, got['joules_per_unit'])})")
         print(line)
 
     from astra_gpu_model.gpu import load_gpu
