@@ -254,6 +254,21 @@ def _phase_work(name, dry):
         a = torch.randn(m, k, device=DEV, dtype=torch.bfloat16 if CUDA else torch.float32)
         b = torch.randn(n, k, device=DEV, dtype=a.dtype)
         return (lambda: a @ b.t()), 2 * m * n * k / 1e12, "TFLOP/s"
+    if name.startswith("decode:"):  # decode:B:HQ:HKV:SKV, one query a sequence against a KV cache (flash SDPA)
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        _, b, hq, hkv, skv = name.split(":")
+        b, hq, hkv, skv = (int(x) if not dry else 2 for x in (b, hq, hkv, skv))
+        dt = torch.bfloat16 if CUDA else torch.float32
+        q = torch.randn(b, hq, 1, 128, device=DEV, dtype=dt)
+        k = torch.randn(b, hkv, skv, 128, device=DEV, dtype=dt)
+        v = torch.randn(b, hkv, skv, 128, device=DEV, dtype=dt)
+        backend = SDPBackend.FLASH_ATTENTION if CUDA else SDPBackend.MATH
+        gqa = {"enable_gqa": True} if hq != hkv else {}
+
+        def fn():
+            with sdpa_kernel([backend]), torch.no_grad():
+                return F.scaled_dot_product_attention(q, k, v, **gqa)
+        return fn, 2 * k.numel() * k.element_size() / 1e12, "TB/s (KV read)"
     if name == "hbm_copy":
         elems = (1 << 30) if not dry else (1 << 16)
         src = torch.randn(elems, device=DEV, dtype=torch.bfloat16 if CUDA else torch.float32)
@@ -353,6 +368,13 @@ PHASES_RUN3 = [(name, 9) for name in (
     "gemm:fp8:32768:4096:14336", "gemm:bf16:8192:6144:12288", "gemm:bf16:4096:4096:4096",
     "gemm:bf16:16384:16384:16384")]
 PHASES_RUN3 = [p for name in PHASES_RUN3 for p in (("idle", 4), name)]
+#: the fourth run's (``--phases run4``): memory-bound kernels' power, by how much of HBM they use: bf16 GEMMs of a
+#: decode step (M tokens x 8192 x 8192: the weights streamed once a call) and flash decode attention (one query a
+#: sequence, Llama 3 8B's 32/8 heads) at a few batches
+PHASES_RUN4 = [p for name in (
+    "gemm:bf16:1:8192:8192", "gemm:bf16:16:8192:8192", "gemm:bf16:64:8192:8192", "gemm:bf16:128:8192:8192",
+    "gemm:bf16:512:8192:8192", "decode:8:32:8:8192", "decode:64:32:8:8192", "decode:64:32:8:1024")
+    for p in (("idle", 3), (name, 8))]
 
 
 def measure_sustained(outdir, deadline, dry, info, phases=PHASES):
@@ -401,7 +423,7 @@ def main(argv=None):
     ap.add_argument("--attention-s", type=float, default=130.0, help="of which for the long-attention section")
     ap.add_argument("--dry-run", action="store_true", help="tiny shapes and seconds (CPU works, without NVML)")
     ap.add_argument("--only", default="", help="attention_long or sustained (default both)")
-    ap.add_argument("--phases", default="run1", choices=("run1", "run2", "run3"), help="which sustained phases")
+    ap.add_argument("--phases", default="run1", choices=("run1", "run2", "run3", "run4"), help="which sustained phases")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     start = time.perf_counter()
@@ -429,7 +451,7 @@ def main(argv=None):
         try:
             info["sustained"] = measure_sustained(args.out, deadline, args.dry_run, info,
                                                   {"run1": PHASES, "run2": PHASES_RUN2,
-                                                   "run3": PHASES_RUN3}[args.phases])
+                                                   "run3": PHASES_RUN3, "run4": PHASES_RUN4}[args.phases])
             status = "ok"
         except Exception:  # noqa: BLE001
             status = "error: " + traceback.format_exc()[-600:]
