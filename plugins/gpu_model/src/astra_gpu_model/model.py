@@ -25,6 +25,7 @@ import functools
 import math
 from collections import Counter
 from dataclasses import replace
+from typing import NamedTuple
 
 from astra_sim.chakra import types as T
 from astra_sim.compute import node_work
@@ -49,6 +50,17 @@ DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 GRAPH_KERNEL_GAP_NS = 376
 #: Op.kind -> the breakdown's compute class
 _OP_CLASSES = {"gemm": "gemm", "attention": "attention", "memory": "elementwise", "none": "other"}
+
+
+class OpBound(NamedTuple):
+    """:meth:`GpuComputeModel.op_bound`: which resource bounds an op's time; its tensor and HBM times (seconds, at the
+    run's clocks, launch and fixed costs apart), the HBM bytes it moves and its FLOPs (a GEMM's ``2 M N K batch``)."""
+
+    bound: str  # "memory" | "compute"
+    compute_s: float
+    memory_s: float
+    hbm_bytes: float
+    flops: float
 
 
 @functools.lru_cache(maxsize=None)
@@ -269,6 +281,12 @@ class GpuComputeModel:
                     out["efficiency"] = round(num_ops / seconds / peak, 4)
         return out
 
+    def node_op(self, node, rank):
+        """The :class:`astra_gpu_model.ops.Op` the model times ``node`` by (its own ATen op, else the CPU op that
+        launched it), or None (a node timed by ``num_ops`` / ``tensor_size`` or replayed). Public for the energy plugin
+        (with :meth:`op_bound`: a kernel's power by its work)."""
+        return self._node_op(node, rank)
+
     def _node_op(self, node, rank):
         """The :class:`Op` the model times ``node`` by (its own ATen op, else its launcher's), or None."""
         if node.name.startswith("aten::"):
@@ -425,19 +443,7 @@ class GpuComputeModel:
         rate = self._rate_dtype(dtype)
         peak = gpu.peak_flops(rate) * self.clock_ratios.get(op.kind, 1.0)
         if op.kind == "gemm":
-            peak *= self._sustained_factor(dtype if dtype in BLOCK_SCALED else rate)
-            gemm_params = gpu.gemm_params(dtype if dtype in BLOCK_SCALED else rate)  # a block-scaled format: its own
-            if grouped is not None:
-                fit = grouped_params()
-                return grouped_gemm_time_s(group_shapes(op.m, op.n, op.k, *grouped), peak_flops=peak,
-                                           sm_count=gpu.sm_count, hbm_bytes_per_s=gpu.hbm_bytes_per_s,
-                                           in_bytes=DTYPE_BYTES.get(dtype, 2), out_bytes=op.out_bytes,
-                                           params=gemm_params, tiles=gpu.gemm_tiles, group_us=fit.group_us,
-                                           stream_bytes_per_s=fit.stream_rate(gpu.sm_count, gpu.boost_clock_mhz))
-            return gemm_time_s(op.m, op.n, op.k, op.batch, peak_flops=peak, sm_count=gpu.sm_count,
-                               hbm_bytes_per_s=gpu.hbm_bytes_per_s, in_bytes=DTYPE_BYTES.get(dtype, 2),
-                               out_bytes=op.out_bytes, params=gemm_params, tiles=gpu.gemm_tiles,
-                               schedule=gpu.gemm_schedule)
+            return self._gemm_seconds(op, dtype, rate, peak, grouped)
         if op.kind == "attention":
             waves = -(-op.ctas // gpu.sm_count) if op.ctas else 1
             utilisation = op.ctas / (waves * gpu.sm_count) if op.ctas else 1.0
@@ -451,6 +457,56 @@ class GpuComputeModel:
             t_m = op.nbytes / bw
             return launch + max(t_c, t_m)
         raise ValueError(f"unknown op kind {op.kind!r}")
+
+    def _gemm_seconds(self, op, dtype, rate, peak, grouped, detail=False):
+        """:meth:`op_seconds` of a GEMM (``peak``: the dtype's peak at the run's clock); ``detail``: with the chosen
+        configuration's ``compute_s`` / ``memory_s`` and its HBM rate (``hbm_rate``), for :meth:`op_bound`."""
+        gpu = self.gpu
+        peak *= self._sustained_factor(dtype if dtype in BLOCK_SCALED else rate)
+        gemm_params = gpu.gemm_params(dtype if dtype in BLOCK_SCALED else rate)  # a block-scaled format: its own
+        if grouped is not None:
+            fit = grouped_params()
+            stream = fit.stream_rate(gpu.sm_count, gpu.boost_clock_mhz)
+            out = grouped_gemm_time_s(group_shapes(op.m, op.n, op.k, *grouped), peak_flops=peak,
+                                      sm_count=gpu.sm_count, hbm_bytes_per_s=gpu.hbm_bytes_per_s,
+                                      in_bytes=DTYPE_BYTES.get(dtype, 2), out_bytes=op.out_bytes,
+                                      params=gemm_params, tiles=gpu.gemm_tiles, group_us=fit.group_us,
+                                      stream_bytes_per_s=stream, detail=detail)
+            bw = gemm_params.hbm_efficiency * gpu.hbm_bytes_per_s
+            bw = bw if stream is None else min(bw, stream)
+        else:
+            out = gemm_time_s(op.m, op.n, op.k, op.batch, peak_flops=peak, sm_count=gpu.sm_count,
+                              hbm_bytes_per_s=gpu.hbm_bytes_per_s, in_bytes=DTYPE_BYTES.get(dtype, 2),
+                              out_bytes=op.out_bytes, params=gemm_params, tiles=gpu.gemm_tiles,
+                              schedule=gpu.gemm_schedule, detail=detail)
+            bw = gemm_params.hbm_efficiency * gpu.hbm_bytes_per_s
+        if detail:
+            out[1]["hbm_rate"] = bw
+        return out
+
+    def op_bound(self, op, grouped=None):
+        """What bounds ``op``'s time on this GPU at the run's clocks, as :meth:`op_seconds` times it: an
+        :class:`OpBound`, or None for an op the model does not split so (attention, an op with no GPU work).
+        A GEMM is ``memory``-bound when its chosen configuration's HBM time exceeds its tensor time (a decode step's
+        GEMMs, which stream their weights); a memory-bound op always is. Public for the energy plugin, which charges
+        a memory-bound kernel by the bytes it moves (``astra_energy.utilisation``). ``grouped``: as :meth:`op_seconds`
+        (a grouped GEMM whose sizes do not add up to its dimension is taken as one GEMM, as it is timed)."""
+        if op.kind == "memory":
+            rate = self._memory_rate(op.name, self.gpu.gemm.hbm_efficiency * self.gpu.hbm_bytes_per_s)
+            return OpBound("memory", 0.0, op.nbytes / rate, float(op.nbytes), 0.0)
+        if op.kind != "gemm":
+            return None
+        if grouped is not None and (op.batch != 1 or sum(grouped[1]) != (op.m if grouped[0] == "m" else op.k)):
+            grouped = None
+        dtype = op.dtype if op.dtype in DTYPE_BYTES else self.default_dtype
+        rate = self._rate_dtype(dtype)
+        peak = self.gpu.peak_flops(rate) * self.clock_ratios.get("gemm", 1.0)
+        info = self._gemm_seconds(op, dtype, rate, peak, grouped, detail=True)[1]
+        if info.get("empty"):
+            return OpBound("compute", 0.0, 0.0, 0.0, 0.0)
+        compute_s, memory_s = info["compute_s"], info["memory_s"]
+        return OpBound("memory" if memory_s > compute_s else "compute", compute_s, memory_s,
+                       memory_s * info["hbm_rate"], 2.0 * op.m * op.n * op.k * op.batch)
 
     def _cudnn_version(self, version):
         """``--cudnn-version``, checked against the preset's measured releases when the model is made (a release older
@@ -549,4 +605,4 @@ class GpuComputeModel:
         return params.launch_us * 1e-6 + max(t_c, t_m)
 
 
-__all__ = ["GpuComputeModel"]
+__all__ = ["GpuComputeModel", "OpBound"]
