@@ -49,6 +49,8 @@ class GpuPower:
     default_limit_w: float | None = None  # the board's default limit where it is below the TDP (None: the TDP)
     #: the memory class's measured saturated copy rate over the HBM peak (None: the memory power is no copy's)
     copy_fraction_of_peak: float | None = None
+    #: ``{dtype: the GEMM class's measured settled rate over the dense peak}`` (empty: no measured rate)
+    gemm_rate_fraction_of_peak: dict = field(default_factory=dict)
 
     @property
     def default_limit(self) -> float:
@@ -139,13 +141,14 @@ def _build(name, tdp, idle, clock, default_limit=None, class_power=None):
     data = power_data()
     fractions = data["class_fraction_of_tdp"]
     class_w = {cls: fractions[cls] * tdp for cls in CLASSES if cls != "idle"}
-    copy_fraction = None
+    copy_fraction, gemm_fractions = None, {}
     if class_power is not None:  # measured classes replace the fractions; the rest (gemm_fp32, comm) keep them
         class_w.update(measured_class_w(class_power))
         copy_fraction = copy_fraction_of_peak(class_power)
+        gemm_fractions = gemm_rate_fraction_of_peak(class_power)
     return GpuPower(name=name, tdp_w=tdp, idle_w=idle, max_clock_mhz=clock, class_w=class_w,
                     alpha=float(data["clock_power"]["alpha"]), default_limit_w=default_limit,
-                    copy_fraction_of_peak=copy_fraction)
+                    copy_fraction_of_peak=copy_fraction, gemm_rate_fraction_of_peak=gemm_fractions)
 
 
 def copy_fraction_of_peak(name: str) -> float | None:
@@ -158,5 +161,16 @@ def copy_fraction_of_peak(name: str) -> float | None:
     return float(point["rate_bytes_per_s"]) / float(point["peak_hbm_bytes_per_s"])
 
 
-__all__ = ["CLASSES", "GpuPower", "boost_power_w", "copy_fraction_of_peak", "gpu_power", "gpu_power_of", "known_gpus", "measured_class_w",
+def gemm_rate_fraction_of_peak(name: str) -> dict:
+    """``{dtype: settled rate over the dense peak}`` of measurement ``name``'s GEMM points (``gemm_rates``): the
+    throughput the GEMM class's power buys, against which a memory-bound GEMM's tensor share is counted."""
+    entry = power_data()["measured_class_power"][name]
+    out = {}
+    for dtype, point in entry.get("gemm_rates", {}).items():
+        point = entry["points"][point]
+        out[dtype] = float(point["rate_flops_per_s"]) / float(point["peak_flops_per_s"])
+    return out
+
+
+__all__ = ["CLASSES", "GpuPower", "boost_power_w", "copy_fraction_of_peak", "gemm_rate_fraction_of_peak", "gpu_power", "gpu_power_of", "known_gpus", "measured_class_w",
            "power_data"]

@@ -1,17 +1,32 @@
-"""A compute part's power from its kernels: memory-bound kernels by the HBM bandwidth they achieve, and the gaps
-between kernels at the idle power.
+"""A compute part's power from its kernels: memory-bound kernels by the HBM bandwidth they achieve (and a
+memory-bound GEMM by its tensor work too), and the gaps between kernels at the idle power.
 
 The class powers (:mod:`astra_energy.power`) are what a saturated kernel draws: for the GH100 boards the memory
-class is an HBM copy at 4.25 TB/s (572 W). A memory-bound kernel that moves its bytes at a fraction ``u`` of that
-copy's rate draws::
+class is an HBM copy at 4.25 TB/s (572 W). A memory-bound op (the gpu model's elementwise ops) that moves its bytes at
+a fraction ``u`` of that copy's rate draws::
 
     P = P_idle + (P_memory - P_idle) * u,    u = min(1, bytes / (busy_s * copy_rate))
 
 ASSUMPTION: HBM's and the memory pipeline's power scale with the bytes moved per second, and the two measured ends
-(idle 81.9 W, the copy's 572 W) are its endpoints. It applies to the gpu model's memory-bound ops (elementwise) and
-to decode attention (one query a sequence, forward: the KV cache read once, an HBM stream), where the GPU's memory
-class is a measured copy (``GpuPower.copy_fraction_of_peak``; other GPUs' memory power is a decode-step average,
-which already holds partial use). Every other kernel draws its class power while busy.
+(idle 81.9 W, the copy's 572 W) are its endpoints. A GEMM the gpu model times by its HBM traffic
+(``GpuComputeModel.op_bound``: a decode step's GEMMs, streaming their weights) adds its tensor work's share of the
+GEMM class, at most the class::
+
+    P = P_idle + min(P_gemm - P_idle, (P_memory - P_idle) * u + (P_gemm - P_idle) * c),
+    c = FLOPs / (busy_s * the GEMM class's settled rate, by dtype, at the run's GEMM clock)
+
+the energy-roofline's sum of a per-byte and a per-FLOP energy above a constant power (Choi, Bedard, Fowler, Vuduc,
+"A roofline model of energy", IPDPS 2013, doi:10.1109/IPDPS.2013.77, Sec. II: E = W eps_flop + Q eps_mem + pi_0 T), with both energies from the
+H200's saturated phases (the copy: 115.4 pJ a byte; the bf16 GEMM at 700 W: 0.93 pJ a FLOP). Checked, not fitted, on
+the H200's run-4 GEMMs (M x 8192 x 8192 bf16, ``fit/check_h200_sustained.py``): at the measured rates M 1 527 W
+(535.6 measured), 16: 588 (586.7), 64: 696 (695.2), 128: the cap (694.2); the larger of the two shares alone, not
+their sum, would miss M 16-128 by 10-32 %. A compute-bound GEMM and every attention kernel draw their class power,
+decode attention included: PyTorch's flash decode (SDPA, 32/8 heads, 1k-8k keys) drew the 700 W cap at 2.3-3.6 TB/s
+on the H200 (run 4). ASSUMPTION: a serving engine's paged decode kernel draws as much (FlashInfer's default decode
+kernel runs on CUDA cores, not tensor cores, and nothing measures its power). Only where the GPU's memory class is a
+measured copy (``GpuPower.copy_fraction_of_peak``) and the GEMM's dtype has a measured class rate
+(``GpuPower.gemm_rate_fraction_of_peak``: bf16, fp16 as bf16, fp8); other GPUs' memory power is a decode-step
+average, which already holds partial use.
 
 A node's time holds the gpu model's ``kernel_gap_ns`` (``--gpu-kernel-gap-ns``: astra serve's CUDA-graph steps,
 376 ns a kernel), the GPU's idle time between two kernels (the source measures it outside the GPU-busy union):
@@ -34,7 +49,15 @@ class NodePower:
         self.gap_ns = int(getattr(model, "kernel_gap_ns", 0) or 0)
         fraction = power.copy_fraction_of_peak
         self.copy_rate = fraction * model.gpu.hbm_bytes_per_s if fraction else None
-        self.node_op = getattr(model, "_node_op", None) if self.copy_rate is not None else None
+        # the gpu model's public accessors (astra_gpu_model.model); a model without them charges class powers
+        self.node_op = getattr(model, "node_op", None) if self.copy_rate is not None else None
+        self.op_bound = getattr(model, "op_bound", None)
+        self.default_dtype = getattr(model, "default_dtype", "bf16")
+        # the GEMM class's settled rate by dtype at the run's GEMM clock (a power limit slows both alike)
+        clock = getattr(model, "clock_ratios", {}).get("gemm", 1.0)
+        self.gemm_rate = {dtype: f * model.gpu.peak_flops(dtype) * clock
+                          for dtype, f in (power.gemm_rate_fraction_of_peak or {}).items()}
+        self._bounds = {}  # Op -> (HBM bytes, FLOPs) of a memory-bound GEMM, or None
         self.idle_w = class_w["idle"]
         self.memory_dyn_w = class_w["memory"] - self.idle_w
         self.dyn_w = {cls: class_w[part_class("compute:" + cls, gemm_class)] - self.idle_w
@@ -45,16 +68,35 @@ class NodePower:
         """Whether any node's power can differ from its class's."""
         return bool(self.gap_ns) or self.node_op is not None
 
+    def _memory_bound_gemm(self, op):
+        """``(HBM bytes, FLOPs, the class's rate)`` of a GEMM the gpu model times by its HBM traffic, else None."""
+        if op in self._bounds:
+            return self._bounds[op]
+        out = None
+        rate = self.gemm_rate.get(op.dtype if op.dtype in ("bf16", "fp16", "fp8") else self.default_dtype)
+        if rate and self.op_bound is not None:
+            bound = self.op_bound(op)
+            if bound is not None and bound.bound == "memory" and bound.hbm_bytes > 0:
+                out = (bound.hbm_bytes, bound.flops, rate)
+        self._bounds[op] = out
+        return out
+
     def above_idle_w(self, rep, node, ns: int, op_class: str):
         """``(W above idle, differs from the class's)`` of compute ``node`` of ``op_class`` running ``ns``."""
         busy = max(0, ns - self.gap_ns)
         changed = busy < ns
-        if self.node_op is not None:
+        if self.node_op is not None and busy:
             op = self.node_op(node, rep)
-            if op is not None and op.nbytes > 0 and (
-                    op.kind == "memory" or (op.kind == "attention" and op.seq_q == 1 and not op.backward)):
-                used = min(1.0, op.nbytes * 1e9 / (busy * self.copy_rate)) if busy else 0.0
+            if op is not None and op.kind == "memory" and op.nbytes > 0:
+                used = min(1.0, op.nbytes * 1e9 / (busy * self.copy_rate))
                 return self.memory_dyn_w * used * busy / ns, True
+            gemm = self._memory_bound_gemm(op) if op is not None and op.kind == "gemm" else None
+            if gemm is not None and op_class == "gemm":
+                nbytes, flops, rate = gemm
+                used = min(1.0, nbytes * 1e9 / (busy * self.copy_rate))
+                share = flops * 1e9 / (busy * rate)
+                cap = self.dyn_w["gemm"]
+                return min(cap, self.memory_dyn_w * used + cap * share) * busy / ns, True
         return self.dyn_w.get(op_class, self.dyn_w["other"]) * busy / ns, changed
 
     def watts(self, rep, node, ns: int, op_class: str) -> float:
