@@ -15,7 +15,11 @@ Reads ``plugins/gpu_model/calibration/nvidia-h200-2026-11-30`` (one H200 SXM at 
    against the class power at the settled clock over the measured rate, and against ``astra run`` with the energy
    plugin on a trace of one op repeated (bf16 GEMM 8192^3; the FA2 ring block's forward);
 4. the GEMM: the settled 8192^3 bf16 rate against the gpu model's H200 rate there, with its sustained cap
-   (``astra_gpu_model.power_clock``), and MSMF's published sustained point.
+   (``astra_gpu_model.power_clock``), and MSMF's published sustained point;
+5. run 4's memory-bound kernels (``device-run4.json``'s summaries: the last 2.7 s of 8 s phases): decode-sized bf16
+   GEMMs (M x 8192 x 8192) and flash decode attention, measured power against the rule of
+   ``astra_energy.utilisation`` at the measured rates (bandwidth share + tensor share, at most the class; beside the
+   bandwidth share alone), and against ``astra run`` on the kernel (its time and its power).
 
 Nothing is fitted here: the class powers come from the same phases' settled points (so table 1's "law at the
 measured power" reproduces them by construction; the clock at the 700 W limit and the mix are the checks).
@@ -41,6 +45,7 @@ N = 8192
 RING = {"heads": 32, "sq": 32768, "skv": 16384, "d": 128}
 RING_FWD_FLOPS = 4 * RING["heads"] * RING["sq"] * RING["skv"] * RING["d"]
 GEMMS_PER_PAIR = 24
+REPEAT4 = 40  # run 4's kernels in astra run: copies in a chain (the energy's whole mJ a small share of it)
 
 
 def _rows(path):
@@ -219,7 +224,72 @@ def main(argv=None):
     print(f"   MSMF (power_clock.SUSTAINED_GEMM): {msmf.sustained_tflops} at {msmf.shape}, "
           f"{msmf.sustained_clock_mhz:.0f} MHz, {msmf.sustained_w:.0f} W; moved to 700 W: "
           f"{msmf.sustained_tflops_at(700):.1f}")
+    run4(cal)
     return 0
+
+
+def _decode_op(batch, skv, hq=32, hkv=8, d=128):
+    """run 4's flash decode as a trace node: one query a sequence, ``hq`` query heads over ``hkv`` KV heads."""
+    bf16 = "'Tensor(c10::BFloat16)'"
+    q, kv = f"[{batch}, {hq}, 1, {d}]", f"[{batch}, {hkv}, {skv}, {d}]"
+    return {"name": "aten::_scaled_dot_product_flash_attention", "is_cpu_op": False,
+            "inputs_shapes": f"[{q}, {kv}, {kv}]", "inputs_types": f"[{bf16}, {bf16}, {bf16}]",
+            "inputs_values": "[[], [], [], 0.0, False, False]"}
+
+
+def run4(cal: Path = CAL):
+    """Table 5: run 4's rows, measured against the rule and against ``astra run``."""
+    power = gpu_power("H200-SXM")
+    idle, copy = power.idle_w, power.copy_fraction_of_peak * 4.8e12
+    gemm_w, memory_w = power.watts("gemm", power.settled_clock_ratio("gemm")), power.class_w["memory"]
+    attention_w = power.watts("attention", power.settled_clock_ratio("attention"))
+    class_rate = power.gemm_rate_fraction_of_peak["bf16"] * 989.4e12
+    rows = {e["phase"]: e for e in json.loads((cal / "device-run4.json").read_text())["sustained"]}
+    from astra_gpu_model.model import GpuComputeModel
+    from astra_gpu_model.ops import Op
+
+    gpu_model = GpuComputeModel(gpu="H200-SXM")  # which GEMMs it times by their HBM traffic (op_bound)
+    bf16 = "'Tensor(c10::BFloat16)'"
+    print(f"\n5. run 4 (device-run4.json, last 2.7 s of 8 s): measured W; the rule at the measured rates: idle {idle} + "
+          f"min({gemm_w - idle:.1f}, {memory_w - idle:.1f} x bytes/s over the copy's {copy / 1e12:.3f} TB/s + "
+          f"{gemm_w - idle:.1f} x FLOP/s over the class's {class_rate / 1e12:.1f} TFLOP/s); astra run (H200-SXM, "
+          f"{REPEAT4} copies in a chain): its time a call and its power")
+    print(f"   {'kernel':28s} {'TB/s':>5s} {'meas W':>7s} {'MHz':>5s} {'reason':>6s} {'bandwidth':>16s} "
+          f"{'rule':>16s} {'astra us':>9s} {'meas us':>8s} {'astra W':>16s}")
+    for phase, row in rows.items():
+        measured = row["power_w_last"]
+        if phase.startswith("gemm:"):
+            _, _, m, n, k = phase.split(":")
+            m, n, k = int(m), int(n), int(k)
+            flops, nbytes = 2.0 * m * n * k, 2.0 * (m * k + n * k + m * n)
+            seconds = flops / (row["rate_last"] * 1e12)
+            bandwidth = idle + (memory_w - idle) * min(1.0, nbytes / seconds / copy)
+            rule = idle + min(gemm_w - idle, (bandwidth - idle) + (gemm_w - idle) * flops / seconds / class_rate)
+            if gpu_model.op_bound(Op("gemm", "aten::mm", "bf16", m=m, n=n, k=k)).bound != "memory":
+                rule = bandwidth = gemm_w
+            op = {"name": "aten::mm", "is_cpu_op": False, "inputs_shapes": f"[[{m}, {k}], [{k}, {n}]]",
+                  "inputs_types": f"[{bf16}, {bf16}]"}
+            name = f"bf16 GEMM {m} x {n} x {k}"
+        else:
+            _, b, hq, hkv, skv = phase.split(":")
+            b, hq, hkv, skv = int(b), int(hq), int(hkv), int(skv)
+            nbytes = 2.0 * 2 * b * hkv * skv * 128  # the KV cache read once (the phase's TB/s)
+            seconds = nbytes / (row["rate_last"] * 1e12)
+            bandwidth = idle + (memory_w - idle) * min(1.0, nbytes / seconds / copy)
+            rule = attention_w  # decode attention: the attention class
+            op = _decode_op(b, skv, hq, hkv)
+            name = f"flash decode b{b} {hq}/{hkv} {skv // 1024}k"
+        sim_s, sim_j = simulate_chain([op], repeat=REPEAT4)
+        sim_w = sim_j / sim_s
+        rate = nbytes / seconds / 1e12
+
+        def pct(x):
+            return f"{100 * (x / measured - 1):+5.1f}%"
+        print(f"   {name:28s} {rate:5.2f} {measured:7.1f} {row['sm_mhz_last']:5.0f} {row['event_reasons_last'][0]:>6s} "
+              f"{bandwidth:7.1f} {pct(bandwidth)} {rule:7.1f} {pct(rule)} {sim_s / REPEAT4 * 1e6:9.1f} "
+              f"{seconds * 1e6:8.1f} {sim_w:7.1f} {pct(sim_w)}")
+    print("   (a GEMM the gpu model times as compute-bound (M 512) and decode attention: their class; astra run's time is "
+          "the gpu model's, its power holds the kernel's fixed time)")
 
 
 if __name__ == "__main__":
