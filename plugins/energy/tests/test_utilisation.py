@@ -78,6 +78,10 @@ def test_a_memory_bound_gemm_draws_its_bandwidth_plus_its_tensor_share(m):
     assert got == pytest.approx(measured_w, rel=0.016)  # within 1.6 % of the measured settled power
     # the larger of the two shares alone (no sum) would miss M 16 by -9.7 % and M 64 by -30 %
     assert abs(81.9 + 490.1 * nbytes / seconds / COPY - measured_w) / measured_w > (0.09 if m > 1 else 0.02)
+    # an fp32 GEMM (no measured class rate) keeps the class
+    fp32 = NodePower(model(Op(kind="gemm", name="mm", dtype="fp32", m=m, n=8192, k=8192), bound=bound),
+                     gpu_power("H200-SXM"), CLASS_W)
+    assert fp32.watts(0, None, ns, "gemm") == pytest.approx(700.0)
     # under a limit the class's rate and power fall together: half the clock, the class at 350 W
     slow = NodePower(model(Op(kind="gemm", name="mm", m=m, n=8192, k=8192), bound=bound, clock=0.5),
                      gpu_power("H200-SXM"), dict(CLASS_W, gemm=350.0))

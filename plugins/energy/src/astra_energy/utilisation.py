@@ -52,7 +52,6 @@ class NodePower:
         # the gpu model's public accessors (astra_gpu_model.model); a model without them charges class powers
         self.node_op = getattr(model, "node_op", None) if self.copy_rate is not None else None
         self.op_bound = getattr(model, "op_bound", None)
-        self.default_dtype = getattr(model, "default_dtype", "bf16")
         # the GEMM class's settled rate by dtype at the run's GEMM clock (a power limit slows both alike)
         clock = getattr(model, "clock_ratios", {}).get("gemm", 1.0)
         self.gemm_rate = {dtype: f * model.gpu.peak_flops(dtype) * clock
@@ -73,7 +72,7 @@ class NodePower:
         if op in self._bounds:
             return self._bounds[op]
         out = None
-        rate = self.gemm_rate.get(op.dtype if op.dtype in ("bf16", "fp16", "fp8") else self.default_dtype)
+        rate = self.gemm_rate.get(op.dtype)  # a dtype without a measured class rate (fp32, block-scaled): the class
         if rate and self.op_bound is not None:
             bound = self.op_bound(op)
             if bound is not None and bound.bound == "memory" and bound.hbm_bytes > 0:
