@@ -41,7 +41,7 @@ def test_release_chosen_at_or_below():
     assert cudnn_versions.attention_file("B200", "9.12") == (OLD, "9.10.2")  # newest measured below
     for newer in ("9.13.1", "9.13.1.26", "91301", "9.17"):
         assert cudnn_versions.attention_file("B200", newer) == (BLACKWELL_ATTENTION, "9.13.1")
-    assert cudnn_versions.attention_file("H100", "9.10.2") is None  # not timed by release
+    assert cudnn_versions.attention_file("H800-SXM5-80GB", "9.10.2") is None  # not timed by release
 
 
 def test_efficiency_at_9_10_2_by_hand():
@@ -79,7 +79,7 @@ def test_says_which_release_and_where_it_does_nothing():
     said = []
     _model("9.10.2", warnings=said)
     assert said == []
-    _model("9.13.1", gpu="H100", warnings=said)
+    _model("9.13.1", gpu="H800", warnings=said)  # Hopper, but not H100 SXM5 / H200: no release measured
     assert len(said) == 1 and "no effect" in said[0]
 
 

@@ -75,12 +75,13 @@ def test_the_gpu_models_notes_are_said_once(monkeypatch, capsys):
     monkeypatch.setattr(deployment, "_CUDNN_SAID", set())
     _spec("hgx-b200", cudnn_version="9.12").resolve()
     _spec("hgx-b200", cudnn_version="9.12").resolve()
-    _spec("hgx-h200", cudnn_version="9.10.2").resolve()
+    _spec("dgx-a100", cudnn_version="9.10.2").resolve()  # (the H200 is timed by release since hoppercudnn)
     lines = capsys.readouterr().err.splitlines()
     assert lines == ["astra: warning: gpu model: --cudnn-version 9.12: B200 attention timed at the rows measured with "
                      "cuDNN 9.10.2, the newest measured at or below it",
-                     "astra: warning: gpu model: --cudnn-version 9.10.2: H200-SXM's attention is not timed by cuDNN "
-                     "release (measured: B200 9.10.2, 9.13.1; B300 9.13.1; GB200 9.17.0); no effect"]
+                     "astra: warning: gpu model: --cudnn-version 9.10.2: A100-SXM4-80GB's attention is not timed by "
+                     "cuDNN release (measured: B200 9.10.2, 9.13.1; B300 9.13.1; GB200 9.17.0; H100-SXM5-80GB 9.1.1, "
+                     "9.19.0; H200-SXM 9.1.1, 9.19.0); no effect"]
 
 
 def test_every_door_gives_the_steps_the_same_run_option():

@@ -282,13 +282,42 @@ def _long_factor_at(kernel, backward, causal, seq_len, head_dim):
     return (start + t * (_interpolate(measured, LONG_FROM, lengths) - start)) / paper
 
 
-def kernel_efficiency(kernel, backward, causal, seq_len, head_dim=MEASURED_HEAD_DIM):
+def hopper_cudnn_factor(table, backward, causal, seq_len, head_dim=MEASURED_HEAD_DIM):
+    """How much faster (> 1) the cuDNN release ``table`` (:mod:`.cudnn_versions`' Hopper state) runs than the paper's
+    bars (:func:`kernel_tflops`, the causal backward its ASSUMPTION): 1 at :data:`.cudnn_versions.HOPPER_PAPER` (the
+    paper's own cuDNN 9.1.1); at :data:`.cudnn_versions.HOPPER_919` the measured TFLOP/s (in the paper's wave terms)
+    over the paper's at each measured key length, log2-interpolated, clamped outside the measured lengths (2k-128k
+    causal; without the mask only 16k-32k was measured: ASSUMPTION, shorter keys keep 16k's factor, e.g. forward x1.14,
+    backward x0.98). By head dimension as :func:`long_factor` (128 and, causal, 64 measured; linear between, clamped)."""
+    from astra_gpu_model.cudnn_versions import HOPPER_PAPER, hopper_rows
+
+    if table == HOPPER_PAPER:
+        return 1.0
+    rows = hopper_rows(table)
+    dims = sorted(d for (b, c, d) in rows if (b, c) == (bool(backward), bool(causal)))
+    dim = min(max(head_dim, dims[0]), dims[-1])
+    at = {}
+    for d in {max(x for x in dims if x <= dim), min(x for x in dims if x >= dim)}:
+        lengths, tflops = rows[(bool(backward), bool(causal), d)]
+        factors = [t * measured_utilisation() / kernel_tflops("cudnn", backward, causal, n, d)
+                   for n, t in zip(lengths, tflops)]
+        at[d] = _interpolate(factors, seq_len, lengths)
+    lo, hi = min(at), max(at)
+    return at[lo] if lo == hi else at[lo] + (dim - lo) / (hi - lo) * (at[hi] - at[lo])
+
+
+def kernel_efficiency(kernel, backward, causal, seq_len, head_dim=MEASURED_HEAD_DIM, cudnn_table=None):
     """The fraction of peak the model times ``kernel`` at (before its own wave quantisation): the measured TFLOP/s
     (:func:`kernel_tflops` x :func:`long_factor`) over the H100 SXM5's peak, over the paper's wave utilisation (the
     same 0.970 at every head dimension: 32 heads of 64 give 4096 blocks of 128 queries, 32 waves of 132 SMs; 8 of
-    256, 1024 blocks, 8 waves)."""
-    return (kernel_tflops(kernel, backward, causal, seq_len, head_dim)
-            * long_factor(kernel, backward, causal, seq_len, head_dim) / MEASURED_PEAK_TFLOPS / measured_utilisation())
+    256, 1024 blocks, 8 waves). ``cudnn_table`` (``--cudnn-version`` on the H100 SXM5 / H200:
+    :func:`.cudnn_versions.hopper_table`): cuDNN at that release, :func:`hopper_cudnn_factor` for :func:`long_factor`."""
+    if kernel == "cudnn" and cudnn_table is not None:
+        factor = hopper_cudnn_factor(cudnn_table, backward, causal, seq_len, head_dim)
+    else:
+        factor = long_factor(kernel, backward, causal, seq_len, head_dim)
+    return (kernel_tflops(kernel, backward, causal, seq_len, head_dim) * factor / MEASURED_PEAK_TFLOPS
+            / measured_utilisation())
 
 
 def _fp8_row(kernel, causal, head_dim):
@@ -618,4 +647,4 @@ __all__ = ["AMD_ATTENTION", "DECODE_FIT", "DECODE_FIT_GPU", "decode_fit", "decod
            "kernel_efficiency", "kernel_tflops", "measured_utilisation", "HEAD_DIM_ATTENTION",
            "MEASURED_HEAD_DIM", "effective_head_dim", "measured_by_head_dim", "WINDOW_ATTENTION", "WINDOW_TILES",
            "band_pairs", "band_tiles", "band_work", "window_efficiency", "window_rows", "window_tiles", "LONG_ATTENTION",
-           "long_factor", "long_rows"]
+           "long_factor", "long_rows", "hopper_cudnn_factor"]

@@ -1,4 +1,4 @@
-"""Which cuDNN release's measurements time attention on Blackwell (``--cudnn-version X.Y[.Z]``).
+"""Which cuDNN release's measurements time attention on Blackwell and on the H100 SXM5 / H200 (``--cudnn-version X.Y[.Z]``).
 
 :func:`.attention.blackwell_efficiency` times cuDNN's fused attention from NVIDIA's published runs of one benchmark
 (NVIDIA/cudnn-frontend ``benchmark/sdpa_benchmark_training``), each at the cuDNN its run printed: B200 and GB300
@@ -15,18 +15,28 @@ and Hopper's attention, are not timed by release: there the option changes nothi
 
 from __future__ import annotations
 
+import functools
+
 from astra_sim.errors import ConfigError
 
 #: the preset -> {cuDNN release measured: the table of its rows}; the first table is the default
 #: (attention.BLACKWELL_ATTENTION's rows of that preset)
 DEFAULT_FILE = "published_attention_blackwell.csv"
-MEASURED = {
+BLACKWELL = {
     "B200": {(9, 13, 1): DEFAULT_FILE, (9, 10, 2): "published_attention_blackwell_cudnn_9.10.2.csv"},
     "B300": {(9, 13, 1): DEFAULT_FILE},
     "GB200": {(9, 17, 0): DEFAULT_FILE},
 }
-#: every table (the default's and the versioned ones), for the benchmark's shape (attention.BENCH_HEADS)
-FILES = tuple(sorted({f for rows in MEASURED.values() for f in rows.values()}))
+#: Hopper's states: the FlashAttention-3 paper's bars (no file: ``attention.MEASURED_TFLOPS``) and cuDNN 9.19.0's rows
+HOPPER_PAPER = "fa3-paper-2024"
+HOPPER_919 = "measured_attention_hopper_cudnn_9.19.0.csv"
+HOPPER = {preset: {(9, 1, 1): HOPPER_PAPER, (9, 19, 0): HOPPER_919} for preset in ("H100-SXM5-80GB", "H200-SXM")}
+MEASURED = {**BLACKWELL, **HOPPER}
+#: every Blackwell table (the default's and the versioned ones), for the benchmark's shape (attention.BENCH_HEADS)
+FILES = tuple(sorted({f for rows in BLACKWELL.values() for f in rows.values()}))
+#: the calibration run the 9.19.0 rows up to 8k keys come from, and :func:`short_table`'s rule
+SHORT_SOURCE = "plugins/gpu_model/calibration/nvidia-h200-2026-11-26/attention.csv"
+MIN_CTAS, SMS = 2048, 132
 
 
 def _text(version):
@@ -70,9 +80,10 @@ def version_arg(text):
 def add_cudnn_argument(group):
     """``--cudnn-version``, one of the GPU platform options of ``astra run``."""
     group.add_argument("--cudnn-version", default=None, metavar="X.Y.Z", type=version_arg,
-                       help="the cuDNN release the run used: cuDNN attention on Blackwell is timed from NVIDIA's rows "
-                            "measured at it, or at the newest measured release below it (measured: " + known()
-                            + "); default: the newest rows of each GPU; other GPUs: no effect")
+                       help="the cuDNN release the run used: cuDNN attention on Blackwell, the H100 SXM5 and the H200 is "
+                            "timed from the rows measured at it, or at the newest measured release below it (measured: "
+                            + known() + "; Hopper 9.1.1 = the FlashAttention-3 paper's bars); default: each GPU's "
+                            "default rows; other GPUs: no effect")
 
 
 def attention_file(preset, version):
@@ -91,5 +102,58 @@ def attention_file(preset, version):
     return rows[chosen], _text(chosen)
 
 
-__all__ = ["DEFAULT_FILE", "MEASURED", "FILES", "known", "parse", "version_arg", "add_cudnn_argument",
+def short_table(text):
+    """The 9.19.0 rows up to 8k keys from :data:`SHORT_SOURCE`'s text, by the long table's rule
+    (``fit/check_attention_long.py``'s ``long_table``): cuDNN training rows of at least :data:`MIN_CTAS` thread blocks
+    of 128 queries (the FA3 paper's count), each shape's TFLOP/s over its wave utilisation on 132 SMs, the median over
+    the shapes at each (pass, mask, head dimension, key length). ``[(pass, mask, head_dim, seq_k, tflops_full_waves,
+    shapes)]``, sorted."""
+    import csv
+    import statistics
+
+    groups = {}
+    for r in csv.DictReader(line for line in text.splitlines() if not line.startswith("#")):
+        if r["backend"] != "cudnn" or r["kind"] != "train" or r["status"] != "ok":
+            continue
+        ctas = int(r["batch"]) * int(r["heads_q"]) * -(-int(r["seq_q"]) // 128)
+        if ctas < MIN_CTAS:
+            continue
+        utilisation = ctas / (-(-ctas // SMS) * SMS)
+        key = (r["pass"], "causal" if r["causal"] == "True" else "none", int(r["head_dim"]), int(r["seq_kv"]))
+        groups.setdefault(key, []).append((float(r["tflops"]) / utilisation,
+                                           f"b{r['batch']} h{r['heads_q']}/{r['heads_kv']}"))
+    return [(*key, round(statistics.median(t for t, _ in shapes), 1), "; ".join(n for _, n in shapes))
+            for key, shapes in sorted(groups.items())]
+
+
+@functools.lru_cache(maxsize=None)
+def hopper_rows(file=HOPPER_919):
+    """``{(backward, causal, head_dim): ((lengths...), (TFLOP/s in full waves...))}``: cuDNN 9.19.0 on the H200, the
+    rows of ``file`` (up to 8k keys) and the cuDNN rows of ``attention.LONG_ATTENTION`` (16k-128k)."""
+    import csv
+    from importlib import resources
+
+    from astra_gpu_model.attention import long_rows
+
+    text = (resources.files("astra_gpu_model") / "data" / file).read_text(encoding="utf-8")
+    points = {}
+    for r in csv.DictReader(line for line in text.splitlines() if not line.startswith("#")):
+        key = (r["pass"] == "bwd", r["mask"] == "causal", int(r["head_dim"]))
+        points.setdefault(key, {})[int(r["seq_k"])] = float(r["tflops_full_waves"])
+    for (kernel, backward, causal, dim), (lengths, tflops) in long_rows().items():
+        if kernel == "cudnn":
+            points.setdefault((backward, causal, dim), {}).update(zip(lengths, tflops))
+    return {key: tuple(zip(*sorted(p.items()))) for key, p in points.items()}
+
+
+def hopper_table(preset, version):
+    """The Hopper state ``--cudnn-version version`` selects on ``preset`` (:data:`HOPPER_PAPER` or
+    :data:`HOPPER_919`); None without the option or off :data:`HOPPER`'s presets (Hopper's default then)."""
+    if version is None or preset not in HOPPER:
+        return None
+    return attention_file(preset, version)[0]
+
+
+__all__ = ["DEFAULT_FILE", "MEASURED", "FILES", "BLACKWELL", "HOPPER", "HOPPER_PAPER", "HOPPER_919", "SHORT_SOURCE",
+           "short_table", "hopper_rows", "hopper_table", "known", "parse", "version_arg", "add_cudnn_argument",
            "attention_file"]

@@ -542,8 +542,11 @@ class GpuComputeModel:
                 return measured
         if kernel is None or not is_hopper(self.gpu):
             return self.gpu.attention_efficiency
+        from astra_gpu_model.cudnn_versions import hopper_table  # --cudnn-version on the H100 SXM5 / H200
+
         return kernel_efficiency(kernel, op.backward, op.causal, op.seq_k,
-                                 effective_head_dim(op.head_dim, op.head_dim_v))
+                                 effective_head_dim(op.head_dim, op.head_dim_v),
+                                 hopper_table(self.gpu.name, self.cudnn_version))
 
     def _band(self, op, kernel, dtype):
         """``(FLOPs, efficiency)`` of an attention node marked as a band (``op.window``, :func:`.attention.band_work`):
