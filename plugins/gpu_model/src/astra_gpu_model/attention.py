@@ -288,7 +288,8 @@ def hopper_cudnn_factor(table, backward, causal, seq_len, head_dim=MEASURED_HEAD
     paper's own cuDNN 9.1.1); at :data:`.cudnn_versions.HOPPER_919` the measured TFLOP/s (in the paper's wave terms)
     over the paper's at each measured key length, log2-interpolated, clamped outside the measured lengths (2k-128k
     causal; without the mask only 16k-32k was measured: ASSUMPTION, shorter keys keep 16k's factor, e.g. forward x1.14,
-    backward x0.98). By head dimension as :func:`long_factor` (128 and, causal, 64 measured; linear between, clamped)."""
+    backward x0.98). By head dimension as :func:`long_factor` (128 and, causal, 64 measured; linear between,
+    clamped)."""
     from astra_gpu_model.cudnn_versions import HOPPER_PAPER, hopper_rows
 
     if table == HOPPER_PAPER:
@@ -311,7 +312,8 @@ def kernel_efficiency(kernel, backward, causal, seq_len, head_dim=MEASURED_HEAD_
     (:func:`kernel_tflops` x :func:`long_factor`) over the H100 SXM5's peak, over the paper's wave utilisation (the
     same 0.970 at every head dimension: 32 heads of 64 give 4096 blocks of 128 queries, 32 waves of 132 SMs; 8 of
     256, 1024 blocks, 8 waves). ``cudnn_table`` (``--cudnn-version`` on the H100 SXM5 / H200:
-    :func:`.cudnn_versions.hopper_table`): cuDNN at that release, :func:`hopper_cudnn_factor` for :func:`long_factor`."""
+    :func:`.cudnn_versions.hopper_table`): cuDNN at that release, :func:`hopper_cudnn_factor` in place of
+    :func:`long_factor`."""
     if kernel == "cudnn" and cudnn_table is not None:
         factor = hopper_cudnn_factor(cudnn_table, backward, causal, seq_len, head_dim)
     else:

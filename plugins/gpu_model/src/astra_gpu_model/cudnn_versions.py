@@ -1,4 +1,5 @@
-"""Which cuDNN release's measurements time attention on Blackwell and on the H100 SXM5 / H200 (``--cudnn-version X.Y[.Z]``).
+"""Which cuDNN release's measurements time attention on Blackwell and on the H100 SXM5 / H200
+(``--cudnn-version X.Y[.Z]``).
 
 :func:`.attention.blackwell_efficiency` times cuDNN's fused attention from NVIDIA's published runs of one benchmark
 (NVIDIA/cudnn-frontend ``benchmark/sdpa_benchmark_training``), each at the cuDNN its run printed: B200 and GB300
@@ -9,8 +10,28 @@ same script, same GPU, only the software differs; ``data/published_attention_bla
 it (the model says which, once); a release older than every measurement of the preset is refused, naming the ones
 measured. Not used, and why: GB300 at 9.17.0 (artifacts at b372d398) was timed by another script (torch profiler
 kernel times after an L2 flush, not CUDA events): 461 against 9.13.1's 176 TFLOP/s at 512 keys, more than a cuDNN
-release explains; the 2024 Hopper CSVs (cuDNN 9.1.0 / 9.4.0) name no GPU and another shape (16 heads). Other GPUs,
-and Hopper's attention, are not timed by release: there the option changes nothing.
+release explains; the 2024 Hopper CSVs (cuDNN 9.1.0 / 9.4.0) name no GPU and another shape (16 heads).
+
+Hopper (presets H100-SXM5-80GB and H200-SXM: the same SMs, clocks, tensor rates and 700 W limit), cuDNN attention (a
+node naming ``cudnn``), two measured releases:
+
+- **9.1.1** (the "2024, FlashAttention-3 paper" state): the paper's bars (``attention.MEASURED_TFLOPS`` and the head
+  dimension rows), every length, clamped at 16k keys where they end. arXiv:2407.08608, Appendix C.1 "System and
+  libraries": "CUDA 12.3, cuDNN 9.1.1.17, CUTLASS 3.5, FlashAttention 2.5.8, Triton nightly
+  3.0.0.post20240424212437, PyTorch 2.3.0", an H100 80GB SXM5 (700 W), "we fix the GPU clock speed to 1830MHz"
+  (the PDF of 2024-07-16 whose abstract gives 740 TFLOPs/s, as v2 does).
+- **9.19.0**: this project's H200 (torch 2.11.0+cu130, cuDNN 9.19.0 in both runs): 2k-8k keys from
+  ``calibration/nvidia-h200-2026-11-26/attention.csv`` (training shapes, CUDA-graph replays, causal; :func:`short_table`
+  writes :data:`HOPPER_919`) and 16k-128k keys from ``calibration/nvidia-h200-2026-11-30/attention_long.csv``
+  (``attention.LONG_ATTENTION``'s cuDNN rows). :func:`.attention.hopper_cudnn_factor` times it.
+
+Without the option Hopper keeps what it had (the paper's bars up to 8k keys, the 9.19.0 measurement from 16k:
+``attention.long_factor``), which is neither release alone. FlashAttention-2 and -3 are not cuDNN: the option does
+not move them. FP8 attention (cuDNN's): at 9.1.1 the paper's Figure 7 (``attention.fp8_efficiency``), from 9.19.0
+NVIDIA's H200 rows (cuDNN 9.19.1), as without the option. Clocks, as measured, not rescaled: the paper's at a fixed
+1,830 MHz, the 2k-8k rows near the boost clock (1,920-1,965 MHz read at the run's end), the 16k+ cuDNN rows at the
+700 W cap (1,672-1,683 MHz). Other GPUs (and the other Hopper presets) are not timed by release: there the option
+changes nothing.
 """
 
 from __future__ import annotations
@@ -80,9 +101,9 @@ def version_arg(text):
 def add_cudnn_argument(group):
     """``--cudnn-version``, one of the GPU platform options of ``astra run``."""
     group.add_argument("--cudnn-version", default=None, metavar="X.Y.Z", type=version_arg,
-                       help="the cuDNN release the run used: cuDNN attention on Blackwell, the H100 SXM5 and the H200 is "
-                            "timed from the rows measured at it, or at the newest measured release below it (measured: "
-                            + known() + "; Hopper 9.1.1 = the FlashAttention-3 paper's bars); default: each GPU's "
+                       help="the cuDNN release the run used: cuDNN attention on Blackwell, the H100 SXM5 and the H200 "
+                            "is timed from the rows measured at it, or at the newest measured release below it "
+                            "(measured: " + known() + "; Hopper 9.1.1 = the FlashAttention-3 paper's bars); default: each GPU's "
                             "default rows; other GPUs: no effect")
 
 
