@@ -103,8 +103,8 @@ def add_cudnn_argument(group):
     group.add_argument("--cudnn-version", default=None, metavar="X.Y.Z", type=version_arg,
                        help="the cuDNN release the run used: cuDNN attention on Blackwell, the H100 SXM5 and the H200 "
                             "is timed from the rows measured at it, or at the newest measured release below it "
-                            "(measured: " + known() + "; Hopper 9.1.1 = the FlashAttention-3 paper's bars); default: each GPU's "
-                            "default rows; other GPUs: no effect")
+                            "(measured: " + known() + "; Hopper 9.1.1 = the FlashAttention-3 paper's bars); default: "
+                            "each GPU's default rows; other GPUs: no effect")
 
 
 def attention_file(preset, version):
