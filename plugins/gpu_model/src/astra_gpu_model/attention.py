@@ -380,14 +380,13 @@ def fp8_efficiency(gpu, kernel, causal, seq_len, head_dim, backward=False, cudnn
     its FP8 peak) the forward at Figure 7's rate of ``kernel`` (``cudnn``, else FlashAttention-3's), the backward at
     :func:`fp8_backward_kernel_efficiency` (cuDNN's, whatever the node names: the only FP8 backward); on another GPU
     with FP8 (Ada, AMD CDNA 3/4) the preset's ``attention_efficiency`` (ASSUMPTION: no FP8 attention measurement of
-    those GPUs is used). ``--cudnn-version`` below 9.19 on the H100 SXM5 / H200 (:mod:`.cudnn_versions`' 9.1.1 state,
-    the cuDNN of the paper's Appendix C.1) times FP8 as the other Hopper GPUs are, at Figure 7; NVIDIA's H200 rows are
-    cuDNN 9.19.1 (taken from 9.19.0 on: ASSUMPTION, one patch release apart)."""
-    from astra_gpu_model.cudnn_versions import HOPPER_PAPER, hopper_table
-
+    those GPUs is used). On the H100 SXM5 / H200 ``--cudnn-version`` does not move FP8 attention: NVIDIA's H200 rows
+    (cuDNN 9.19.1) are the only FP8 backward measured, and the paper's cuDNN 9.1.1 (Figure 7) has no FP8 backward and
+    no causal head-dim-128 panel, so a 9.1.1 state would be mostly ASSUMPTION (its backward 838 TFLOP/s at 8k without
+    the mask, where 9.19.1 measures 636)."""
     arch = gpu.architecture.lower()
     measured = blackwell_efficiency(gpu, "cudnn", "fp8", backward, seq_len, causal, cudnn_version)
-    if measured is None and hopper_table(gpu.name, cudnn_version) != HOPPER_PAPER:  # 9.1.1: Fig. 7's own cuDNN
+    if measured is None:
         measured = hopper_fp8_efficiency(gpu, kernel, causal, backward, seq_len, head_dim)
     if measured is not None:
         return measured

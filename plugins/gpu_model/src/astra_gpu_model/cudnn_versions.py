@@ -27,8 +27,8 @@ node naming ``cudnn``), two measured releases:
 
 Without the option Hopper keeps what it had (the paper's bars up to 8k keys, the 9.19.0 measurement from 16k:
 ``attention.long_factor``), which is neither release alone. FlashAttention-2 and -3 are not cuDNN: the option does
-not move them. FP8 attention (cuDNN's): at 9.1.1 the paper's Figure 7 (``attention.fp8_efficiency``), from 9.19.0
-NVIDIA's H200 rows (cuDNN 9.19.1), as without the option. Clocks, as measured, not rescaled: the paper's at a fixed
+not move them. FP8 attention stays at NVIDIA's H200 rows (cuDNN 9.19.1) at every
+release (``attention.fp8_efficiency``: the paper has no FP8 backward). Clocks, as measured, not rescaled: the paper's at a fixed
 1,830 MHz, the 2k-8k rows near the boost clock (1,920-1,965 MHz read at the run's end), the 16k+ cuDNN rows at the
 700 W cap (1,672-1,683 MHz). Other GPUs (and the other Hopper presets) are not timed by release: there the option
 changes nothing.
@@ -51,7 +51,8 @@ BLACKWELL = {
 #: Hopper's states: the FlashAttention-3 paper's bars (no file: ``attention.MEASURED_TFLOPS``) and cuDNN 9.19.0's rows
 HOPPER_PAPER = "fa3-paper-2024"
 HOPPER_919 = "measured_attention_hopper_cudnn_9.19.0.csv"
-HOPPER = {preset: {(9, 1, 1): HOPPER_PAPER, (9, 19, 0): HOPPER_919} for preset in ("H100-SXM5-80GB", "H200-SXM")}
+HOPPER = {preset: {(9, 1, 1): HOPPER_PAPER, (9, 19, 0): HOPPER_919}
+          for preset in ("H100-SXM5-80GB", "H200-SXM")}
 MEASURED = {**BLACKWELL, **HOPPER}
 #: every Blackwell table (the default's and the versioned ones), for the benchmark's shape (attention.BENCH_HEADS)
 FILES = tuple(sorted({f for rows in BLACKWELL.values() for f in rows.values()}))
