@@ -213,13 +213,19 @@ def kernel_tflops(kernel, backward, causal, seq_len, head_dim=MEASURED_HEAD_DIM)
     if kernel not in KERNELS:
         raise ValueError(f"attention kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
     dims = sorted(measured_by_head_dim()[(kernel, backward, False)])
+    return _by_head_dim(dims, head_dim, lambda d: _at_seq(kernel, backward, causal, seq_len, d))
+
+
+def _by_head_dim(dims, head_dim, at):
+    """``at(d)`` at ``head_dim``: at a measured head dimension (``dims``, sorted) itself, linear between the two either
+    side, clamped to the measured ones outside."""
     dim = min(max(head_dim, dims[0]), dims[-1])
     if dim in dims:
-        return _at_seq(kernel, backward, causal, seq_len, dim)
+        return at(dim)
     hi = next(d for d in dims if d > dim)
     lo = dims[dims.index(hi) - 1]
     t = (dim - lo) / (hi - lo)
-    low, high = (_at_seq(kernel, backward, causal, seq_len, d) for d in (lo, hi))
+    low, high = at(lo), at(hi)
     return low + t * (high - low)
 
 
@@ -259,14 +265,7 @@ def long_factor(kernel, backward, causal, seq_len, head_dim=MEASURED_HEAD_DIM):
     dims = sorted(d for (k, b, c, d) in rows if (k, b, c) == (kernel, bool(backward), bool(causal)))
     if not dims:
         return 1.0
-    dim = min(max(head_dim, dims[0]), dims[-1])
-    if dim in dims:
-        return _long_factor_at(kernel, backward, causal, seq_len, dim)
-    hi = next(d for d in dims if d > dim)
-    lo = dims[dims.index(hi) - 1]
-    t = (dim - lo) / (hi - lo)
-    low, high = (_long_factor_at(kernel, backward, causal, seq_len, d) for d in (lo, hi))
-    return low + t * (high - low)
+    return _by_head_dim(dims, head_dim, lambda d: _long_factor_at(kernel, backward, causal, seq_len, d))
 
 
 def _long_factor_at(kernel, backward, causal, seq_len, head_dim):
