@@ -21,9 +21,9 @@ its queries and keys (MLA: 192 and 128) is looked up at their mean (:func:`effec
 Past 8k keys FA2 and cuDNN are timed at this project's own H200 measurement of 16k-128k tokens and of context
 parallelism's ring blocks (``data/measured_attention_hopper_long.csv`` from
 ``plugins/gpu_model/calibration/nvidia-h200-2026-11-30/attention_long.csv``: PyTorch 2.11's SDPA flash and cuDNN 9.19,
-at the 700 W limit): :func:`long_factor`. The paper's bars are bursts (its benchmark sleeps 1 s "to avoid residual
-power throttling" before each timing, Dao-AILab/flash-attention hopper/benchmark_attn.py at dfe1a59e); at these
-lengths FA2 stays near the boost clock, cuDNN runs at the power cap.
+at the 700 W limit): :func:`long_factor`. The paper's bars were taken at a clock fixed at 1,830 MHz (its Appendix
+C.1), each after a 1 s rest "to avoid residual power throttling" (Dao-AILab/flash-attention hopper/benchmark_attn.py
+at dfe1a59e); at these lengths FA2 stays near the boost clock, cuDNN runs at the power cap.
 
 FP8 attention (a node whose Q, K, V are ``Float8_e4m3fn``: ``astra workload llm --attention-dtype fp8``) is timed
 from the same paper's FP8 forward figure (Figure 7: FlashAttention-3, cuDNN and Triton at head dimensions 64, 128
