@@ -149,7 +149,8 @@ def test_h200_and_h100_time_fp8_attention_at_nvidias_measured_h200_cudnn_rates()
 
 def test_the_measured_hopper_rows_interpolate_in_log_length_and_clamp():
     """Between 4k (causal backward 471) and 8k (430): 5.8k is halfway in log2, 450.5 TFLOP/s before utilisation;
-    below 2k the 2k row, above 32k the 32k row; above head dim 128 the figures' path (None)."""
+    below 2k the 2k row, above 32k the 32k row (from 16k keys at the 700 W cap: attention.hopper_fp8_cap_factor);
+    above head dim 128 the figures' path (None)."""
     from astra_gpu_model.attention import hopper_fp8_efficiency
     from astra_gpu_model.gpu import load_gpu
 
@@ -162,6 +163,6 @@ def test_the_measured_hopper_rows_interpolate_in_log_length_and_clamp():
     low = hopper_fp8_efficiency(gpu, None, True, True, 512, 128)
     assert low == pytest.approx(393 / 1978.9 / (1024 / (8 * 132)))  # the 2k row (393), its 1,024 blocks
     assert hopper_fp8_efficiency(gpu, None, False, False, 1 << 20, 128) == pytest.approx(
-        1062 / 1978.9 / (16384 / (125 * 132)))  # the 32k row (1,062)
+        1062 / 1.179704 / 1978.9 / (16384 / (125 * 132)))  # the 32k row (1,062), its forward at the cap
     assert hopper_fp8_efficiency(gpu, None, True, True, 8192, 192) is None
     assert hopper_fp8_efficiency(load_gpu("H800-SXM5-80GB"), None, True, True, 8192, 128) is None
