@@ -102,9 +102,10 @@ def test_the_command_line_flag(tmp_path, capsys):
 def test_astra_run_fp8_attention_saves_its_forward_share_at_a_long_sequence(tmp_path, capsys):
     """End to end on an HGX H100 at 16k tokens (cuDNN): the FP8 step is shorter than the bf16 one by exactly what the
     gpu model saves on the forward attention nodes, net of the casts (attention is on the critical path), and the
-    FP8 forward attention runs in well under the bf16 time (NVIDIA's FP8 rows, ~1,005 TFLOP/s at 16k, against this
-    project's measured cuDNN 9.19 bf16 causal forward, 667 over full waves at the 700 W cap: about 0.66 of the time,
-    0.74 with the casts); the backward kept in bf16 (--fp8-attention-backward off)."""
+    FP8 forward attention runs in well under the bf16 time (NVIDIA's FP8 row, causal 16k: 1,010 TFLOP/s, over its
+    8,192 blocks in 63 waves of 132 SMs 1,025, at the 700 W cap / 1.1797 (attention.HOPPER_BURST_OVER_CAP) 869, against
+    this project's measured cuDNN 9.19 bf16 causal forward, 667.3 over full waves at the cap: 0.77 of the time, 0.85
+    with the casts); the backward kept in bf16 (--fp8-attention-backward off)."""
     gpu_model = pytest.importorskip("astra_gpu_model.model")
     model = gpu_model.GpuComputeModel(None, "H100")
     base = ["workload", "llm", "--layers", "2", "--hidden", "1024", "--heads", "8", "--kv-heads", "8",
@@ -122,7 +123,7 @@ def test_astra_run_fp8_attention_saves_its_forward_share_at_a_long_sequence(tmp_
                    if n.name == FWD or ".attn.fp8_" in (n.attrs.get("label") or "")]
         attention[name] = sum(model.compute_time_ns(n, 0) for n in forward)
     saved = attention["bf16"] - attention["fp8"]
-    assert attention["fp8"] < 0.8 * attention["bf16"]
+    assert attention["fp8"] < 0.9 * attention["bf16"]
     assert steps["bf16"] - steps["fp8"] == pytest.approx(saved, rel=0.01)
 
 
