@@ -678,4 +678,5 @@ __all__ = ["AMD_ATTENTION", "DECODE_FIT", "DECODE_FIT_GPU", "decode_fit", "decod
            "kernel_efficiency", "kernel_tflops", "measured_utilisation", "HEAD_DIM_ATTENTION",
            "MEASURED_HEAD_DIM", "effective_head_dim", "measured_by_head_dim", "WINDOW_ATTENTION", "WINDOW_TILES",
            "band_pairs", "band_tiles", "band_work", "window_efficiency", "window_rows", "window_tiles", "LONG_ATTENTION",
-           "long_factor", "long_rows", "hopper_cudnn_factor", "HOPPER_BURST_OVER_CAP", "hopper_fp8_cap_factor"]
+           "long_factor", "long_rows", "hopper_cudnn_factor", "HOPPER_BURST_OVER_CAP",
+           "hopper_fp8_cap_factor"]
