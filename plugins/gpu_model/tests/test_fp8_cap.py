@@ -3,7 +3,6 @@ their BF16 rows lose to the cap against this project's (``fit/check_fp8_cap.py``
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -16,10 +15,9 @@ PLUGIN = Path(__file__).resolve().parents[1]
 
 
 def _check_script():
-    spec = importlib.util.spec_from_file_location("check_fp8_cap", PLUGIN / "fit" / "check_fp8_cap.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from astra_sim_testing import load_script
+
+    return load_script(PLUGIN / "fit" / "check_fp8_cap.py")
 
 
 def test_the_ratio_is_the_rule_applied_to_both_measurements():
