@@ -28,11 +28,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parents[1] / "src"))  # run from a checkout without installing
 
+from astra_gpu_model import attention  # noqa: E402
 from astra_gpu_model.model import GpuComputeModel  # noqa: E402
 from astra_gpu_model.ops import classify  # noqa: E402
 
 CSV = HERE.parents[1] / "calibration" / "nvidia-h200-2026-11-30" / "attention_long.csv"
-KERNEL = {"flash": "fa2", "cudnn": "cudnn"}
+KERNEL = attention.SDPA_KERNELS
 BF16 = "'Tensor(c10::BFloat16)'"
 
 
@@ -59,27 +60,18 @@ def measured_rows(path=CSV):
 #: the distillation rule of ``data/measured_attention_hopper_long.csv`` (attention.LONG_ATTENTION): rows of at least
 #: the FlashAttention-3 paper's 2,048 thread blocks of 128 queries (the regime of the rows they extend; the model
 #: quantises smaller grids itself), keys from 16k (the paper's last bar) up, at each head dimension measured (64, 128)
-TABLE_MIN_CTAS, TABLE_MIN_KEYS = 2048, 16384
+TABLE_MIN_CTAS, TABLE_MIN_KEYS = attention.TABLE_MIN_CTAS, 16384
 
 
 def long_table(rows, sm_count=132):
     """``[(kernel, pass, mask, head_dim, seq_k, median TFLOP/s, median TFLOP/s in full waves, shapes)]``: the rule
-    above, the median of the shapes measured at each (kernel, pass, mask, head dimension, key length); in full waves:
-    each shape's TFLOP/s over its wave utilisation on the H200's ``sm_count`` SMs (thread blocks / (waves x SMs);
-    e.g. 32 heads of 32k queries, 8,192 blocks in 63 waves: 0.985), the rate the model's own wave quantisation starts
-    from."""
-    groups = {}
-    for r in rows:
-        b, hq, sq, sk = (int(r[c]) for c in ("batch", "heads_q", "seq_q", "seq_kv"))
-        ctas = b * hq * -(-sq // 128)
-        if ctas < TABLE_MIN_CTAS or sk < TABLE_MIN_KEYS:
-            continue
-        key = (KERNEL[r["backend"]], r["pass"], "causal" if r["causal"] == "True" else "none", int(r["head_dim"]), sk)
-        utilisation = ctas / (-(-ctas // sm_count) * sm_count)
-        groups.setdefault(key, []).append((float(r["tflops"]), float(r["tflops"]) / utilisation,
-                                           f"h{hq}/{r['heads_kv']} q{sq // 1024}k"))
-    return [(*key, statistics.median(v[0] for v in vs), statistics.median(v[1] for v in vs),
-             "; ".join(v[2] for v in vs)) for key, vs in sorted(groups.items())]
+    above (:func:`astra_gpu_model.attention.measured_table`), the median of the shapes measured at each (kernel, pass,
+    mask, head dimension, key length); in full waves: each shape's TFLOP/s over its wave utilisation on the H200's
+    ``sm_count`` SMs (e.g. 32 heads of 32k queries, 8,192 blocks in 63 waves: 0.985), the rate the model's own wave
+    quantisation starts from."""
+    def label(r):
+        return f"h{r['heads_q']}/{r['heads_kv']} q{int(r['seq_q']) // 1024}k"
+    return attention.measured_table(rows, label, min_keys=TABLE_MIN_KEYS, min_ctas=TABLE_MIN_CTAS, sm_count=sm_count)
 
 
 TABLE_HEADER = """\

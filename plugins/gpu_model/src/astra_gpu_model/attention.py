@@ -110,14 +110,19 @@ HEAD_DIM_ATTENTION = "published_attention_hopper_head_dim.csv"
 MEASURED_HEAD_DIM = 128
 
 
+def data_rows(file):
+    """The rows of the package's table ``data/FILE`` (its ``#`` lines are the header comment), as dicts."""
+    text = (resources.files("astra_gpu_model") / "data" / file).read_text(encoding="utf-8")
+    return list(csv.DictReader(line for line in text.splitlines() if not line.startswith("#")))
+
+
 @functools.lru_cache(maxsize=None)
 def measured_by_head_dim():
     """``{(kernel, backward, causal): {head_dim: TFLOP/s at SEQ_LENS}}``: :data:`MEASURED_TFLOPS` at 128 and the rows
     of :data:`HEAD_DIM_ATTENTION` (forward at 64 and 256, backward without the mask at 64)."""
     table = {key: {MEASURED_HEAD_DIM: row} for key, row in MEASURED_TFLOPS.items()}
-    text = (resources.files("astra_gpu_model") / "data" / HEAD_DIM_ATTENTION).read_text(encoding="utf-8")
     columns = ("tflops_512", "tflops_1k", "tflops_2k", "tflops_4k", "tflops_8k", "tflops_16k")
-    for r in csv.DictReader(line for line in text.splitlines() if not line.startswith("#")):
+    for r in data_rows(HEAD_DIM_ATTENTION):
         key = (r["kernel"], r["pass"] == "bwd", r["mask"] == "causal")
         table[key][int(r["head_dim"])] = tuple(int(r[c]) for c in columns)
     return table
@@ -243,12 +248,41 @@ PAPER_UNTIL, LONG_FROM = 8192, 16384
 def long_rows():
     """``{(kernel, backward, causal, head_dim): (lengths, TFLOP/s in full waves)}`` from :data:`LONG_ATTENTION` (each
     shape's measured rate over its wave utilisation on the H200's 132 SMs, the median over the shapes)."""
-    text = (resources.files("astra_gpu_model") / "data" / LONG_ATTENTION).read_text(encoding="utf-8")
     points = {}
-    for r in csv.DictReader(line for line in text.splitlines() if not line.startswith("#")):
+    for r in data_rows(LONG_ATTENTION):
         key = (r["kernel"], r["pass"] == "bwd", r["mask"] == "causal", int(r["head_dim"]))
         points.setdefault(key, []).append((int(r["seq_k"]), float(r["tflops_full_waves"])))
     return {key: tuple(zip(*sorted(p))) for key, p in points.items()}
+
+
+#: SDPA's backend names -> the model's kernel names
+SDPA_KERNELS = {"flash": "fa2", "cudnn": "cudnn"}
+#: the rule's smallest grid: the FlashAttention-3 paper's 2,048 thread blocks of 128 queries (the regime of the rows the
+#: measurements extend; the model quantises smaller grids itself)
+TABLE_MIN_CTAS = 2048
+
+
+def measured_table(rows, label, min_keys=0, min_ctas=TABLE_MIN_CTAS, sm_count=132):
+    """The rule that distils a measurement run's SDPA rows (``measure_gpu*.py``'s attention CSVs) into the model's
+    tables (:data:`LONG_ATTENTION`, ``cudnn_versions.HOPPER_919``): rows of at least ``min_ctas`` thread blocks of 128
+    queries and ``min_keys`` keys, grouped by (kernel, pass, mask, head dimension, key length), each group's median
+    TFLOP/s and the median of each shape's TFLOP/s over its wave utilisation on ``sm_count`` SMs (thread blocks /
+    (waves x SMs): the rate the model's own wave quantisation starts from). ``[(kernel, pass, mask, head_dim, seq_k,
+    TFLOP/s, TFLOP/s in full waves, "; "-joined label(row) of the shapes)]``, sorted."""
+    import statistics
+
+    groups = {}
+    for r in rows:
+        b, hq, sq, sk = (int(r[c]) for c in ("batch", "heads_q", "seq_q", "seq_kv"))
+        ctas = b * hq * -(-sq // 128)
+        if ctas < min_ctas or sk < min_keys:
+            continue
+        key = (SDPA_KERNELS[r["backend"]], r["pass"], "causal" if r["causal"] == "True" else "none",
+               int(r["head_dim"]), sk)
+        utilisation = ctas / (-(-ctas // sm_count) * sm_count)
+        groups.setdefault(key, []).append((float(r["tflops"]), float(r["tflops"]) / utilisation, label(r)))
+    return [(*key, statistics.median(v[0] for v in vs), statistics.median(v[1] for v in vs),
+             "; ".join(v[2] for v in vs)) for key, vs in sorted(groups.items())]
 
 
 def long_factor(kernel, backward, causal, seq_len, head_dim=MEASURED_HEAD_DIM):
@@ -297,15 +331,13 @@ def hopper_cudnn_factor(table, backward, causal, seq_len, head_dim=MEASURED_HEAD
         return 1.0
     rows = hopper_rows(table)
     dims = sorted(d for (b, c, d) in rows if (b, c) == (bool(backward), bool(causal)))
-    dim = min(max(head_dim, dims[0]), dims[-1])
-    at = {}
-    for d in {max(x for x in dims if x <= dim), min(x for x in dims if x >= dim)}:
+
+    def at(d):
         lengths, tflops = rows[(bool(backward), bool(causal), d)]
         factors = [t * measured_utilisation() / kernel_tflops("cudnn", backward, causal, n, d)
                    for n, t in zip(lengths, tflops)]
-        at[d] = _interpolate(factors, seq_len, lengths)
-    lo, hi = min(at), max(at)
-    return at[lo] if lo == hi else at[lo] + (dim - lo) / (hi - lo) * (at[hi] - at[lo])
+        return _interpolate(factors, seq_len, lengths)
+    return _by_head_dim(dims, head_dim, at)
 
 
 def kernel_efficiency(kernel, backward, causal, seq_len, head_dim=MEASURED_HEAD_DIM, cudnn_table=None):
@@ -414,9 +446,8 @@ BENCH_HEADS = {HOPPER_ATTENTION: 64, AMD_ATTENTION: 64, BLACKWELL_ATTENTION: 128
 def published_attention(file, gpu_column="preset"):
     """``{GPU: {(precision, causal, "fwd" | "bwd"): (lengths, tflops)}}`` from the shipped table ``file``, its GPUs
     named by column ``gpu_column`` (``preset``, or ``measured_on`` in :data:`BLACKWELL_MASKS`)."""
-    text = (resources.files("astra_gpu_model") / "data" / file).read_text(encoding="utf-8")
     table = {}
-    for r in csv.DictReader(line for line in text.splitlines() if not line.startswith("#")):
+    for r in data_rows(file):
         for way in ("fwd", "bwd"):
             key = (r.get("precision", "bf16"), r.get("mask", "causal") == "causal", way)
             table.setdefault(r[gpu_column], {}).setdefault(key, []).append((int(r["seq_len"]),
@@ -590,9 +621,8 @@ def band_pairs(seq_len, window):
 def window_rows():
     """``{(preset, window): {"fwd" | "bwd": (lengths, tflops), "heads": batch x heads}}`` from
     :data:`WINDOW_ATTENTION`."""
-    text = (resources.files("astra_gpu_model") / "data" / WINDOW_ATTENTION).read_text(encoding="utf-8")
     points = {}
-    for r in csv.DictReader(line for line in text.splitlines() if not line.startswith("#")):
+    for r in data_rows(WINDOW_ATTENTION):
         s = int(r["seq_len"])
         points.setdefault((r["preset"], int(r["window"])), []).append(
             (s, float(r["fwd_tflops"]), float(r["bwd_tflops"]), int(r["batch"]) * int(r["heads"])))
@@ -679,4 +709,4 @@ __all__ = ["AMD_ATTENTION", "DECODE_FIT", "DECODE_FIT_GPU", "decode_fit", "decod
            "MEASURED_HEAD_DIM", "effective_head_dim", "measured_by_head_dim", "WINDOW_ATTENTION", "WINDOW_TILES",
            "band_pairs", "band_tiles", "band_work", "window_efficiency", "window_rows", "window_tiles", "LONG_ATTENTION",
            "long_factor", "long_rows", "hopper_cudnn_factor", "HOPPER_BURST_OVER_CAP",
-           "hopper_fp8_cap_factor"]
+           "hopper_fp8_cap_factor", "data_rows", "measured_table", "SDPA_KERNELS", "TABLE_MIN_CTAS"]

@@ -56,9 +56,8 @@ HOPPER = {preset: {(9, 1, 1): HOPPER_PAPER, (9, 19, 0): HOPPER_919}
 MEASURED = {**BLACKWELL, **HOPPER}
 #: every Blackwell table (the default's and the versioned ones), for the benchmark's shape (attention.BENCH_HEADS)
 FILES = tuple(sorted({f for rows in BLACKWELL.values() for f in rows.values()}))
-#: the calibration run the 9.19.0 rows up to 8k keys come from, and :func:`short_table`'s rule
+#: the calibration run the 9.19.0 rows up to 8k keys come from (:func:`short_table`)
 SHORT_SOURCE = "plugins/gpu_model/calibration/nvidia-h200-2026-11-26/attention.csv"
-MIN_CTAS, SMS = 2048, 132
 
 
 def _text(version):
@@ -126,40 +125,28 @@ def attention_file(preset, version):
 
 def short_table(text):
     """The 9.19.0 rows up to 8k keys from :data:`SHORT_SOURCE`'s text, by the long table's rule
-    (``fit/check_attention_long.py``'s ``long_table``): cuDNN training rows of at least :data:`MIN_CTAS` thread blocks
-    of 128 queries (the FA3 paper's count), each shape's TFLOP/s over its wave utilisation on 132 SMs, the median over
-    the shapes at each (pass, mask, head dimension, key length). ``[(pass, mask, head_dim, seq_k, tflops_full_waves,
-    shapes)]``, sorted."""
+    (:func:`.attention.measured_table`, as ``fit/check_attention_long.py``'s ``long_table``): the cuDNN training rows
+    of at least the FA3 paper's 2,048 thread blocks, each shape's TFLOP/s over its wave utilisation on 132 SMs, the
+    median over the shapes at each (pass, mask, head dimension, key length). ``[(pass, mask, head_dim, seq_k,
+    tflops_full_waves, shapes)]``, sorted."""
     import csv
-    import statistics
 
-    groups = {}
-    for r in csv.DictReader(line for line in text.splitlines() if not line.startswith("#")):
-        if r["backend"] != "cudnn" or r["kind"] != "train" or r["status"] != "ok":
-            continue
-        ctas = int(r["batch"]) * int(r["heads_q"]) * -(-int(r["seq_q"]) // 128)
-        if ctas < MIN_CTAS:
-            continue
-        utilisation = ctas / (-(-ctas // SMS) * SMS)
-        key = (r["pass"], "causal" if r["causal"] == "True" else "none", int(r["head_dim"]), int(r["seq_kv"]))
-        groups.setdefault(key, []).append((float(r["tflops"]) / utilisation,
-                                           f"b{r['batch']} h{r['heads_q']}/{r['heads_kv']}"))
-    return [(*key, round(statistics.median(t for t, _ in shapes), 1), "; ".join(n for _, n in shapes))
-            for key, shapes in sorted(groups.items())]
+    from astra_gpu_model.attention import measured_table
+
+    rows = [r for r in csv.DictReader(line for line in text.splitlines() if not line.startswith("#"))
+            if r["backend"] == "cudnn" and r["kind"] == "train" and r["status"] == "ok"]
+    return [(way, mask, dim, sk, round(full, 1), shapes) for _, way, mask, dim, sk, _, full, shapes
+            in measured_table(rows, label=lambda r: f"b{r['batch']} h{r['heads_q']}/{r['heads_kv']}")]
 
 
 @functools.lru_cache(maxsize=None)
 def hopper_rows(file=HOPPER_919):
     """``{(backward, causal, head_dim): ((lengths...), (TFLOP/s in full waves...))}``: cuDNN 9.19.0 on the H200, the
     rows of ``file`` (up to 8k keys) and the cuDNN rows of ``attention.LONG_ATTENTION`` (16k-128k)."""
-    import csv
-    from importlib import resources
+    from astra_gpu_model.attention import data_rows, long_rows
 
-    from astra_gpu_model.attention import long_rows
-
-    text = (resources.files("astra_gpu_model") / "data" / file).read_text(encoding="utf-8")
     points = {}
-    for r in csv.DictReader(line for line in text.splitlines() if not line.startswith("#")):
+    for r in data_rows(file):
         key = (r["pass"] == "bwd", r["mask"] == "causal", int(r["head_dim"]))
         points.setdefault(key, {})[int(r["seq_k"])] = float(r["tflops_full_waves"])
     for (kernel, backward, causal, dim), (lengths, tflops) in long_rows().items():
