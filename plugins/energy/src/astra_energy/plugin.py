@@ -89,14 +89,13 @@ def astra_run_start(run):
               "memory": power.time_clock_ratio("memory", limit, clock)}
     if capped or any(r != 1.0 for r in ratios.values()):  # (a board whose default limit is below its TDP)
         model.set_clock_ratios(ratios)
-    watts = {cls: power.watts(cls, power.settled_clock_ratio(cls, limit, clock))
-             for cls in (gemm_class, "attention", "memory", "comm", "idle")}
+    class_w = {cls: power.watts(cls, power.settled_clock_ratio(cls, limit, clock)) for cls in CLASSES}
     # For other plugins (a timeline's power lane): watts by the breakdown's compute classes, comm and idle.
-    op_class_power_w = {"gemm": watts[gemm_class], "attention": watts["attention"], "elementwise": watts["memory"],
-                        "other": watts["memory"], "comm": watts["comm"], "idle": watts["idle"]}
+    op_class_power_w = {"gemm": class_w[gemm_class], "attention": class_w["attention"],
+                        "elementwise": class_w["memory"], "other": class_w["memory"], "comm": class_w["comm"],
+                        "idle": class_w["idle"]}
     from astra_energy.utilisation import NodePower
 
-    class_w = {cls: power.watts(cls, power.settled_clock_ratio(cls, limit, clock)) for cls in CLASSES}
     node_power = NodePower(model, power, class_w, gemm_class)
     if node_power.active:  # a compute node's own power (memory-bound kernels by their bandwidth, launch gaps idle)
         op_class_power_w["node"] = node_power.watts

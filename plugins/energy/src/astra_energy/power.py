@@ -172,5 +172,5 @@ def gemm_rate_fraction_of_peak(name: str) -> dict:
     return out
 
 
-__all__ = ["CLASSES", "GpuPower", "boost_power_w", "copy_fraction_of_peak", "gemm_rate_fraction_of_peak", "gpu_power", "gpu_power_of", "known_gpus", "measured_class_w",
-           "power_data"]
+__all__ = ["CLASSES", "GpuPower", "boost_power_w", "copy_fraction_of_peak", "gemm_rate_fraction_of_peak", "gpu_power",
+           "gpu_power_of", "known_gpus", "measured_class_w", "power_data"]
