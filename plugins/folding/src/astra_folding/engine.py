@@ -268,9 +268,7 @@ def _group_inert(entry, same, record, owner):
     (``owner.issued`` unchanged), and :func:`astra_folding.ties.group_commutes` shows that in every order a pass
     before the last has nothing to issue."""
     first = same[0]
-    if not isinstance(owner, RankWorkload) or not all(
-            r[1].__class__ is tuple and getattr(r[1][0], "__self__", None) is owner
-            and getattr(r[1][0], "__name__", None) == "_node_done" for r in (*same, record)):
+    if not all(_node_done_of(owner, r[1]) for r in (*same, record)):
         return "not all of them are node completions of the rank"
     if first[3] != entry[4]:
         return "other callbacks of the rank ran between them"
@@ -281,17 +279,19 @@ def _group_inert(entry, same, record, owner):
     return None
 
 
+def _node_done_of(owner, op):
+    """Whether the tie-checked callback ``op`` is a node completion of ``owner``, a rank's workload
+    (``RankWorkload._node_done`` bound to it). By name, since a method of a mypyc-compiled class
+    (tools/compile_core.py) has no __func__."""
+    return (isinstance(owner, RankWorkload) and op.__class__ is tuple
+            and getattr(op[0], "__self__", None) is owner and getattr(op[0], "__name__", None) == "_node_done")
+
+
 def _completions_commute(earlier_op, earlier_issued, op, owner, adjacent):
     """Whether two node completions of one rank's workload (``RankWorkload._node_done``) leave the same state in
     either order (:func:`astra_folding.ties.completions_commute`); ``earlier_issued``: the workload's issue count
     when the earlier one started; ``adjacent``: no other callback of the rank ran since the earlier one."""
-    if owner is None or earlier_op.__class__ is not tuple or getattr(earlier_op[0], "__self__", None) is not owner:
-        return False
-    # Both are methods of ``owner`` (its __self__): the same one when their names are. By name, since a method of a
-    # mypyc-compiled class (tools/compile_core.py) has no __func__.
-    if not isinstance(owner, RankWorkload) or getattr(op[0], "__name__", None) != "_node_done":
-        return False
-    if getattr(earlier_op[0], "__name__", None) != "_node_done":
+    if not (_node_done_of(owner, earlier_op) and _node_done_of(owner, op)):
         return False
     return completions_commute(owner, earlier_op[1], op[1], owner.issued - earlier_issued, adjacent)
 
@@ -299,10 +299,7 @@ def _completions_commute(earlier_op, earlier_issued, op, owner, adjacent):
 def _why_not(earlier_op, earlier_issued, op, owner, adjacent):
     """Why two node completions of ``owner`` were not shown to commute (:func:`astra_folding.ties.why_not`), or None
     for other callbacks."""
-    if not isinstance(owner, RankWorkload) or earlier_op.__class__ is not tuple:
-        return None
-    if getattr(earlier_op[0], "__self__", None) is not owner or not all(
-            getattr(o[0], "__name__", None) == "_node_done" for o in (earlier_op, op)):
+    if not (_node_done_of(owner, earlier_op) and _node_done_of(owner, op)):
         return None
     if earlier_op[1] not in owner.nodes or op[1] not in owner.node_start_ns:
         return None
