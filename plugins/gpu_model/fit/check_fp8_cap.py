@@ -24,14 +24,16 @@ Shapes of NVIDIA's not measured here (other heads or lengths) are listed but not
 
 from __future__ import annotations
 
-import csv
 import importlib.util
 import statistics
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve()
-PUBLISHED = HERE.parents[1] / "src" / "astra_gpu_model" / "data" / "published_attention_hopper.csv"
+sys.path.insert(0, str(HERE.parents[1] / "src"))  # run from a checkout without installing
+
+from astra_gpu_model import attention  # noqa: E402
+
 #: NVIDIA's benchmark shape (the file's header: config llama3.1)
 BATCH, HEADS_Q, HEADS_KV, HEAD_DIM = 1, 64, 8, 128
 #: the key lengths this project measured at the cap (attention.LONG_FROM up to 128k)
@@ -45,11 +47,10 @@ def _long_script():
     return module
 
 
-def published_bf16(path=PUBLISHED):
+def published_bf16():
     """``{(pass, causal, seq_len): TFLOP/s}``: NVIDIA's measured BF16 rows (the H200 preset's; the H100 SXM5 repeats
-    them)."""
-    with open(path, newline="", encoding="utf-8") as f:
-        rows = [r for r in csv.DictReader(line for line in f if not line.startswith("#"))]
+    them) of ``attention.HOPPER_ATTENTION``."""
+    rows = attention.data_rows(attention.HOPPER_ATTENTION)
     return {(way, r["mask"] == "causal", int(r["seq_len"])): float(r[f"{way}_tflops"])
             for r in rows if r["preset"] == "H200-SXM" and r["precision"] == "bf16" for way in ("fwd", "bwd")}
 
