@@ -33,7 +33,7 @@ import traceback
 import torch
 import torch.nn.functional as F
 
-from measure_gpu import CUDA, DEV, LOG_LINES, Rows, device_info, log, sync
+from measure_common import CUDA, DEV, LOG_LINES, Rows, device_info, log, sync
 
 # ----------------------------------------------------------------------------------------------- long attention
 
