@@ -14,7 +14,7 @@ from astra_sim.chakra import types as T
 from astra_compute_systolic.cycles import compute_cycles
 from astra_compute_systolic.geometry import Layer
 from astra_compute_systolic.model import SystolicArray, SystolicComputeModel
-from astra_compute_systolic.platforms import PRESETS, VMEM_OVER_HBM, get_preset
+from astra_compute_systolic.platforms import PRESETS, VMEM_OVER_HBM, generate, get_preset
 
 BF16 = "Tensor(c10::BFloat16)"
 
@@ -119,3 +119,30 @@ def test_v6e_8192_cubed_gemm_against_googles_measurement():
     assert 805 < tflops < 816                                  # 815.7 at the array's cycles
     measured_ns = 1_328_756.094
     assert abs(ns / measured_ns - 1) < 0.03                    # 1.4 % slower than Google's kernel
+
+
+def test_v6e_memory_bound_ops_stream_at_googles_measured_copy_rate():
+    """Memory-bound ops (and the GEMMs' HBM floor) on v6e run at Google's measured copy, not the page's 1638 GB/s:
+    tpu-recipes ``microbenchmarks/README.md`` at 2a33362, a 33,554,432 B bf16 copy in 0.049359414 ms (median, the
+    kernel's time from the trace), read + write counted: 2 x 33,554,432 / 49,359.414 ns = 1359.596 GB/s."""
+    v6e = get_preset("tpu-v6e")
+    assert 2 * 33_554_432 / 49_359.414 == pytest.approx(1359.596, abs=0.001)
+    assert (v6e.hbm_gbps, v6e.stream_gbps) == (1638.0, 1359.6)
+    assert generate("tpu-v6e")["options"]["systolic_hbm_gbps"] == 1359.6
+    n = v6e.numbers()
+    assert (n["hbm_bandwidth_gbps"], n["hbm_stream_gbps"]) == (1638.0, 1359.6)
+    assert "2a33362" in n["sources"]["hbm_stream"] and "hbm_stream" not in n["assumptions"]
+    # the feed keeps the scaling book's ratio to the nominal bandwidth: 22 x 1638, unchanged
+    assert n["vmem_to_mxu_gbps"] == 22 * 1638.0
+    # an add of two bf16 1000 x 1000 tensors: 3 x 2,000,000 B = 6,000,000 B / 1359.6 B/ns = 4413.06 -> 4414 ns
+    # (at the nominal 1638 B/ns: 3663.00 -> 3664 ns)
+    model = SystolicComputeModel(array=SystolicArray(v6e.config(), v6e.ghz),
+                                 hbm_gbps=generate("tpu-v6e")["options"]["systolic_hbm_gbps"])
+    add = make_node(6, "aten::add", T.COMP_NODE, attrs={"is_cpu_op": False},
+                    inputs_shapes=str([[1000, 1000], [1000, 1000]]), inputs_types=str([BF16, BF16]))
+    assert model.compute_time_ns(add, 0) == 4414
+    assert _v6e_model().compute_time_ns(add, 0) == 3664
+    # no other chip has a published copy measurement: they stream at their nominal bandwidth
+    for name in ("tpu-v3", "tpu-v4", "tpu-v5p"):
+        preset = get_preset(name)
+        assert preset.stream_gbps == preset.hbm_gbps == generate(name)["options"]["systolic_hbm_gbps"]
