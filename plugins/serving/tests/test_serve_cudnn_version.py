@@ -94,3 +94,18 @@ def test_every_door_gives_the_steps_the_same_run_option():
     assert by_flag.key() == by_run_arg.key() != ServeSpec.from_argv(LONE).resolve().layout.key()
     with pytest.raises(ConfigError, match="two cuDNN releases"):
         ServeSpec.from_argv(LONE + ["--cudnn-version", "9.13.1", "--run-arg=--cudnn-version=9.10.2"]).resolve()
+
+
+def test_a_python_run_mapping_with_dashes_is_one_key():
+    """``ServeSpec(run={"cudnn-version": ...})`` (the Python API, where no parser normalises the key) gives the steps
+    the flag's run option under its one name, so the check, the step cache and the report read one key; a dashed key
+    naming another release than the flag is the same error."""
+    import dataclasses
+
+    base = ServeSpec.from_argv(LONE)
+    by_flag = ServeSpec.from_argv(LONE + ["--cudnn-version", "9.10.2"])
+    by_python = dataclasses.replace(base, run={"cudnn-version": "9.10.2"})
+    assert deployment.run_options(by_python) == deployment.run_options(by_flag) == {"cudnn_version": "9.10.2"}
+    assert by_python.resolve().layout.key() == by_flag.resolve().layout.key()
+    with pytest.raises(ConfigError, match="two cuDNN releases"):
+        deployment.run_options(dataclasses.replace(by_flag, run={"cudnn-version": "9.13.1"}))

@@ -46,15 +46,16 @@ def async_output(spec):
 
 def run_options(spec):
     """The ``astra run`` options of every step: the spec's ``run`` (``--run-arg``) with ``--cudnn-version`` in it, as
-    ``astra run --cudnn-version`` takes it; the two saying different releases is a ConfigError."""
-    run = dict(spec.run)
+    ``astra run --cudnn-version`` takes it; the two saying different releases is a ConfigError. Keys are the run
+    options' names with underscores (a Python ``ServeSpec(run=...)`` may spell them with dashes, as
+    ``check_run_options`` accepts them), so every reader looks up ``cudnn_version`` alone."""
+    run = {str(key).replace("-", "_"): value for key, value in spec.run.items()}
     version = getattr(spec, "cudnn_version", None)
     if version is not None:
-        given = run.get("cudnn_version", run.get("cudnn-version"))
+        given = run.get("cudnn_version")
         if given is not None and str(given) != str(version):
             raise ConfigError(f"--cudnn-version {version} and --run-arg=--cudnn-version={given} name two cuDNN "
                               "releases; give one")
-        run.pop("cudnn-version", None)
         run["cudnn_version"] = str(version)
     return run
 
@@ -68,8 +69,8 @@ def check_cudnn_version(run, platform):
     """``--cudnn-version`` (the steps' run option) checked before any step, as ``astra run`` checks it: the gpu model
     of the steps' GPU is made with it, so a release older than every measurement of that GPU is the same one-line
     ConfigError, and its notes (timed at an older measured release; not timed by release on this GPU) are the same
-    warnings, said once (the steps' own warnings are dropped: one per simulated shape)."""
-    version = run.get("cudnn_version", run.get("cudnn-version"))
+    warnings, said once (the steps' own warnings are dropped: one per simulated shape). ``run``: run_options's."""
+    version = run.get("cudnn_version")
     gpu_of = getattr(platform, "gpu_of", None)
     if version is None or gpu_of is None or (run.get("compute_model") or "gpu") != "gpu":
         return
