@@ -32,8 +32,10 @@ def _bytes(nodes):
 
 
 def test_one_layers_fp8_bytes_on_hopper_and_blackwell(tmp_path):
-    hopper = _te_nodes(tmp_path, "hopper", fp8_transpose=True)
-    blackwell = _te_nodes(tmp_path, "blackwell", fp8_transpose=False)
+    # (TE's fused activation, --te-op-fuser: its SwiGLU writes FC2's FP8 input and FC1's FP8 output gradient;
+    # Megatron-Core's own activation and TE's separate casts: test_llm_smalldense_mlp_casts.py)
+    hopper = _te_nodes(tmp_path, "hopper", fp8_transpose=True, te_op_fuser=True)
+    blackwell = _te_nodes(tmp_path, "blackwell", fp8_transpose=False, te_op_fuser=True)
     # Delayed scaling, bf16 weights, n = 128 tokens. Hopper: every cast reads 2 B and writes the FP8 copy and its
     # transpose (1 + 1 B): the four weights 589,824 x 4 = 2,359,296; the projection's input 128 x 256 x 4 = 131,072;
     # the backward's output-gradient casts fc2 and proj 128 x 256 x 4 = 131,072 each, QKV 128 x 512 x 4 = 262,144;

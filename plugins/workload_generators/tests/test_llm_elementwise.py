@@ -297,10 +297,10 @@ def test_fp8_gemms_faster_on_h100(tmp_path):
 
 @pytest.mark.parametrize("overlap", [False, True])
 def test_fp8_transformer_engine_kernels(tmp_path, overlap):
-    """--gemm-dtype fp8 with element-wise nodes: TE's cast+transpose before the projection (forward) and before
-    every dgrad except FC1's (its cast is fused into the GeLU backward), FP8 transposes of the LayerNorm / GeLU
-    outputs for the wgrads, and at the end of every chunk's forward and backward an amax all-reduce over the
-    stage's TP x DP ranks plus one amax/scale update."""
+    """--gemm-dtype fp8 with element-wise nodes: TE's cast+transpose before the projection and FC2 (forward:
+    Megatron's GeLU writes bf16) and before every dgrad, FP8 transposes of the LayerNorm outputs for the wgrads,
+    and at the end of every chunk's forward and backward an amax all-reduce over the stage's TP x DP ranks plus
+    one amax/scale update. (``--te-op-fuser``, TE's fused GeLU: test_llm_smalldense_mlp_casts.py.)"""
     dims = model_dims(**GPT)
     L, M, tp, dp = dims.layers, 2, 2, 2
     kw = dict(tp=tp, dp=dp, micro_batches=M, sequence_parallel=True, tp_comm_overlap=overlap)
@@ -310,8 +310,8 @@ def test_fp8_transformer_engine_kernels(tmp_path, overlap):
     te = lambda prefix: Counter(n.name for n in _nodes(prefix) if n.name.startswith("transformer_engine::"))
     assert te(tmp_path / "bf16") == Counter() and te(tmp_path / "bare") == Counter()
     # (+ each layer's four bf16 weights cast once a step, on micro-batch 0: test_small_weight_quantize.py)
-    assert te(tmp_path / "fp8") == {"transformer_engine::cast_transpose": 4 * L * M + 4 * L,
-                                    "transformer_engine::fp8_transpose": 3 * L * M,
+    assert te(tmp_path / "fp8") == {"transformer_engine::cast_transpose": 6 * L * M + 4 * L,
+                                    "transformer_engine::fp8_transpose": 2 * L * M,
                                     "transformer_engine::amax_and_scale_update": 2 * M}
     assert _comp_ops(tmp_path / "bf16", 4) == _comp_ops(tmp_path / "fp8", 4)  # no FLOPs added
     nodes = _nodes(tmp_path / "fp8")
@@ -319,7 +319,8 @@ def test_fp8_transformer_engine_kernels(tmp_path, overlap):
     cast = _by_label(nodes, "fwd.l0.mb0.proj.fp8_cast")  # the attention output, bf16 in, two FP8 copies out
     assert (cast.inputs_shapes, cast.attrs["tensor_size"]) == (f"[[{n}, {h // tp}]]", n * h // tp * (2 + 1 + 1))
     assert _by_label(nodes, "bwd.l0.mb0.qkv.dgrad.fp8_cast").attrs["tensor_size"] == n * 3 * h // tp * 4
-    assert _by_label(nodes, "bwd.l0.mb0.fc2.wgrad.fp8_transpose").attrs["tensor_size"] == 2 * n * ff // tp
+    assert _by_label(nodes, "fwd.l0.mb0.fc2.fp8_cast").attrs["tensor_size"] == 4 * n * ff // tp  # (its transpose)
+    assert _by_label(nodes, "bwd.l0.mb0.fc1.dgrad.fp8_cast").attrs["tensor_size"] == 4 * n * ff // tp
     wgrad = _by_label(nodes, "bwd.l0.mb0.fc1.wgrad")
     assert _by_label(nodes, "bwd.l0.mb0.fc1.wgrad.fp8_transpose").id in wgrad.data_deps  # the chain: transpose first
     amax = [x for x in nodes if x.name.startswith("amax.")]

@@ -108,6 +108,10 @@ a copy whose gradients are all-reduced over the embedding group (a new group in 
 Regenerate (only when a change of the traces is intended)::
 
     .venv/bin/python plugins/workload_generators/tests/test_llm_golden.py
+Then the Megatron FP8 training cases with a dense FFN (gpt_sp_overlap_fp8_vp_zero1, moe_expert_load_fp8), on purpose
+(issue 36): Megatron-Core's MLP runs its own activation between Transformer Engine's FC1 and FC2, so FC2 casts its
+input in forward and FC1 its output gradient in backward (``Fp8Ops.fp8_mlp_casts_apart``); with ``--te-op-fuser``
+(TE's fused activation) every hash is the one before.
 """
 
 from __future__ import annotations

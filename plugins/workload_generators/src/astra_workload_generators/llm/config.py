@@ -108,6 +108,7 @@ class LlmConfig:
     bias_activation_fusion: bool = False  # MoE: the experts' activation as Megatron's fused weighted GLU kernels (.moe)
     bias_swiglu_fusion: bool = True  # Megatron training: the dense gated FFN's SwiGLU as one kernel each way (.layers)
     bias_dropout_fusion: bool = True  # Megatron training: bias + dropout + residual add as one kernel (.layers)
+    te_op_fuser: bool = False       # Megatron training: TE's op fuser runs the MLP, its FP8 casts fused (.layers)
     async_tp_allreduce: bool = True  # Megatron training without SP: QKV/FC1/head dgrad all-reduce beside the wgrad
     make_vocab_size_divisible_by: int = 128  # Megatron training: the vocabulary padded to this x TP (.model)
     moe_router_dtype: str | None = None  # MoE: Megatron's router dtype, fp32 | fp64; None: the input's (--dtype)
@@ -418,6 +419,9 @@ def _check(dims: ModelDims, cfg: LlmConfig):
     if not cfg.bias_dropout_fusion and (cfg.inference or implied_framework(cfg) != "megatron"):
         raise ConfigError("--no-bias-dropout-fusion is Megatron-LM's flag (--framework megatron training); the other "
                           "frameworks run dropout and add unfused anyway")
+    if cfg.te_op_fuser and (cfg.inference or implied_framework(cfg) != "megatron"):
+        raise ConfigError("--te-op-fuser is Megatron-Core's use_transformer_engine_op_fuser (--framework megatron "
+                          "training)")
     if not isinstance(cfg.make_vocab_size_divisible_by, int) or cfg.make_vocab_size_divisible_by < 1:
         raise ConfigError(f"--make-vocab-size-divisible-by must be a positive integer, got "
                           f"{cfg.make_vocab_size_divisible_by!r}")

@@ -139,6 +139,21 @@ class Fp8Ops:
         not known (None: Hopper's layout, the generator's behaviour without a platform). False on Blackwell."""
         return self.cfg.fp8_transpose is not False
 
+    @property
+    def fp8_mlp_casts_apart(self):
+        """Megatron-Core's dense MLP with Transformer Engine's modules (the TE layer spec's
+        ``TELayerNormColumnParallelLinear`` FC1 and ``TERowParallelLinear`` FC2 around Megatron's own activation:
+        Megatron-LM core_r0.11.0 ``transformer/mlp.py`` ``MLP.forward``, ``bias_swiglu_impl`` / ``bias_gelu_impl``
+        return a ``--dtype`` tensor). So FC2 casts its input (TE v2.2 ``module/linear.py`` ``_Linear.forward``:
+        ``inputmat = input_quantizer(inputmat)``) and FC1 its output gradient in backward
+        (``grad_output_preprocess`` with ``ctx.grad_output_quantizer``): one TE cast each, as the projection's.
+        Not with ``--te-op-fuser`` (TE's ``ops`` activation takes the next op's quantizer, v2.7
+        ``ops/basic/activation.py``: ``self._activation_forward_impl(x, next_op_input_quantizer)``, and the
+        previous op's in backward), nor outside a Megatron training step with per-tensor FP8."""
+        cfg = self.cfg
+        return (self.te_fp8 and not cfg.te_op_fuser and not cfg.inference
+                and implied_framework(cfg) == "megatron")
+
     def fp8_cast(self, label, rows, cols, deps=()):
         """TE's fused cast + transpose of a ``rows x cols`` GEMM operand to FP8 before an FP8 linear layer:
         read once in ``--dtype``, written as FP8 and as its FP8 transpose (Hopper's FP8 GEMMs take only the
@@ -166,6 +181,16 @@ class Fp8Ops:
         if not self.fp8_current:
             return None
         return self._cast_to_fp8(label, rows, cols, 2, deps)
+
+    def fp8_act_cast(self, label, rows, cols, deps=()):
+        """Current scaling only, where Transformer Engine's activation takes the GEMM's quantizer (TE's fused MLP,
+        ``--te-op-fuser``): the activation (or its backward) writes ``--dtype`` with its amax fused in, then one
+        cast reads it once (TE v2.7 ``csrc/extensions/activation.cpp`` ``activation_helper`` /
+        ``dactivation_helper``: ``create_hp_tensor_with_amax``, then ``quantize_with_amax``). Under delayed
+        scaling the activation writes FP8 itself and nothing is emitted."""
+        if not self.fp8_current:
+            return None
+        return self._cast_to_fp8(label, rows, cols, 1, deps)
 
     def fp8_transpose(self, label, rows, cols, deps=()):
         """TE's transpose of an FP8 operand that was cast without one (a LayerNorm or GeLU output, cast inside

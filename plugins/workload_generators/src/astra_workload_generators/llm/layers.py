@@ -563,7 +563,12 @@ class LayerOps:
             self.fp8_norm_cast(lab + ".fc1", self.ln_rows, h)
             self.lora_forward(lab + ".fc1", "fc1", self.ag_mm(lab + ".mlp_in", lab + ".fc1", n, h, f1))
             self.dense_act_fwd(lab + ".fc1", n, dims.ffn_hidden // tp)
-            self.fp8_norm_cast(lab + ".fc2", n, dims.ffn_hidden // tp)  # (the GeLU / SwiGLU output)
+            if self.fp8_mlp_casts_apart:  # (Megatron's activation wrote --dtype: FC2's own cast)
+                self.fp8_cast(lab + ".fc2", n, dims.ffn_hidden // tp)
+            elif self.cfg.te_op_fuser:  # (TE's fused activation: cast inside it, under current scaling after it)
+                self.fp8_act_cast(lab + ".fc2", n, dims.ffn_hidden // tp)
+            else:  # (another framework's FP8 linears: under current scaling the amax, then the cast)
+                self.fp8_norm_cast(lab + ".fc2", n, dims.ffn_hidden // tp)
             self.mm_rs(lab + ".fc2", lab + ".mlp_out", n, dims.ffn_hidden // tp, h, lora="fc2")
         if ew:
             self.dropout_add(lab + ".mlp_out")
@@ -593,6 +598,22 @@ class LayerOps:
         self.mm(lab + ".w3", n, h, dims.ffn_hidden // tp)
         self.act_fwd(lab + ".fc1", n, dims.ffn_hidden // tp)
 
+    def fc2_input_transpose(self, lab, rows, ff):
+        """The FP8 transpose of FC2's input for its weight gradient where the activation cast it in forward
+        without one (TE's fused activation, delayed scaling, Hopper); FC2's own cast wrote it already
+        (:attr:`fp8_mlp_casts_apart`)."""
+        if not self.fp8_mlp_casts_apart:
+            self.fp8_transpose(lab + ".fc2.wgrad", rows, ff)
+
+    def fc1_grad_cast(self, lab, rows, f1):
+        """FC1's output gradient cast to FP8 by FC1 itself after Megatron's activation backward wrote it in
+        ``--dtype`` (:attr:`fp8_mlp_casts_apart`); TE's fused activation backward writes FP8 itself, under
+        current scaling through one cast after it (:meth:`fp8_act_cast`)."""
+        if self.fp8_mlp_casts_apart:
+            self.fp8_cast(lab + ".fc1.dgrad", rows, f1)
+        elif self.cfg.te_op_fuser and self.cfg.ew:
+            self.fp8_act_cast(lab + ".fc1.dgrad", rows, f1)
+
     def layer_backward(self, layer, mb, deps=()):
         dims, cfg, tp = self.dims, self.cfg, self.cfg.tp
         h, d, b, s, n = dims.hidden, dims.head_dim, cfg.micro_batch_size, dims.seq_len, self.tokens
@@ -613,9 +634,10 @@ class LayerOps:
             if self.fp8_cast(lab + ".fc2.dgrad", n, h, deps) is not None:  # FP8: the output gradient
                 deps = []
             self.ag_mm(lab + ".mlp_out", lab + ".fc2.dgrad", n, h, ff, deps)
-            self.fp8_transpose(lab + ".fc2.wgrad", n, ff)  # the GeLU output, cast in forward
+            self.fc2_input_transpose(lab, n, ff)
             self.mm(lab + ".fc2.wgrad", ff, n, h)
-            self.dense_act_bwd(lab + ".fc1", n, ff)  # (FP8: the cast of its output is fused into it)
+            self.dense_act_bwd(lab + ".fc1", n, ff)
+            self.fc1_grad_cast(lab, n, f1)
             gathered = self._regather(lab + ".mlp_in")
             scattered = self._bulk_wgrad_scatter(lab + ".fc1.dgrad", lab + ".mlp_in", n, f1, h)
             self.fp8_transpose(lab + ".fc1.wgrad", n, h, gathered)  # the LayerNorm output
@@ -632,10 +654,11 @@ class LayerOps:
                 self.mm(lab + ".fc2.dgrad", n, h, ff, deps)
                 self.lora_backward(lab, "fc2")
                 if not self.frozen:
-                    self.fp8_transpose(lab + ".fc2.wgrad", n, ff)
+                    self.fc2_input_transpose(lab, n, ff)
                     self.mm(lab + ".fc2.wgrad", ff, n, h)
                 self.bias_grad(lab + ".fc2", self.ln_rows, h)  # (the residual stream's rows: SP's shard)
                 self.dense_act_bwd(lab + ".fc1", n, ff)
+                self.fc1_grad_cast(lab, n, f1)
                 gathered = self._regather(lab + ".mlp_in") if self.needs_input("fc1") else []
                 self.mm(lab + ".fc1.dgrad", n, f1, h)
                 scattered = self._dgrad_reduce(lab + ".mlp_in")  # (Megatron: beside the wgrad GEMM)

@@ -71,6 +71,7 @@ class LlmSpec:
     bias_activation_fusion: bool = False  # the experts' fused activation (see --bias-activation-fusion)
     bias_swiglu_fusion: bool = True     # Megatron training: the dense gated FFN's fused SwiGLU (--no-bias-swiglu-fusion)
     bias_dropout_fusion: bool = True    # Megatron training: the fused bias-dropout-add (--no-bias-dropout-fusion)
+    te_op_fuser: bool = False           # Megatron training: TE's operation fuser runs the MLP (--te-op-fuser)
     async_tensor_model_parallel_allreduce: bool = True  # (--no-async-tensor-model-parallel-allreduce)
     make_vocab_size_divisible_by: int = 128  # Megatron training: the vocabulary's padding multiple / TP
     moe_router_dtype: str | None = None  # fp32 | fp64; None: --dtype (see --moe-router-dtype)
@@ -313,7 +314,7 @@ class LlmSpec:
                         moe_dispatcher=self.moe_dispatcher, moe_grouped_gemm=self.moe_grouped_gemm,
                         bias_activation_fusion=self.bias_activation_fusion,
                         bias_swiglu_fusion=self.bias_swiglu_fusion,
-                        bias_dropout_fusion=self.bias_dropout_fusion,
+                        bias_dropout_fusion=self.bias_dropout_fusion, te_op_fuser=self.te_op_fuser,
                         async_tp_allreduce=self.async_tensor_model_parallel_allreduce,
                         make_vocab_size_divisible_by=self.make_vocab_size_divisible_by,
                         moe_router_dtype=self.moe_router_dtype,
@@ -492,6 +493,11 @@ def _add_flags(p):
                    help="Megatron training with dropout: the residual stream's dropout and add as two kernels "
                    "(native_dropout, then add_), as Megatron-LM's --no-bias-dropout-fusion runs them. Default: "
                    "Megatron's fused bias-dropout-add, one kernel (the other frameworks: two anyway)")
+    p.add_argument("--te-op-fuser", action="store_true",
+                   help="Megatron training, FP8: the dense MLP as Transformer Engine's operation fuser runs it "
+                   "(Megatron's use_transformer_engine_op_fuser, MLPerf's USE_TE_OPS): the activation writes FP8 "
+                   "for FC2 and its backward FP8 for FC1 itself. Default: Megatron-Core's TE spec, whose FC2 "
+                   "casts its input and FC1 its output gradient (one TE cast each)")
     p.add_argument("--no-async-tensor-model-parallel-allreduce", dest="async_tensor_model_parallel_allreduce",
                    action="store_false",
                    help="Megatron training at --tp > 1 without --sequence-parallel: the QKV/FC1 and LM-head input-"
