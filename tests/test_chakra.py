@@ -725,3 +725,26 @@ def test_read_shares_repeated_strings_across_nodes():
     assert all(ka is kb for ka, kb in zip(a.attrs, b.attrs))
     assert a.attrs["pg_name"] is b.attrs["pg_name"] == "7"
     assert [n.attrs["num_ops"] for n in (a, b, c)] == [1024, 1025, 1026]
+
+
+def test_read_decodes_each_attribute_once_with_protobuf_merge_rules():
+    # The reader decodes each distinct attribute / IOInfo's bytes once per file (issue 37); what protobuf does
+    # with the wire stays: a singular `inputs` given twice is merged field by field, a repeated attribute name
+    # keeps its first value, every node owns its list values, a corrupt attribute is a corrupt node.
+    from astra_sim.chakra import encode_varint, parse_node
+
+    m = et_def_pb2.Node(id=3, name="n", type=COMP_NODE)
+    m.inputs.values, m.inputs.shapes = "v1", "s1"
+    m.attr.add(name="x", int64_val=5)
+    m.attr.add(name="l").int64_list.values.extend([1, 2])
+    m.attr.add(name="x", int64_val=7)
+    second = et_def_pb2.Node()
+    second.inputs.values, second.inputs.types = "v2", "t2"
+    raw = m.SerializeToString() + second.SerializeToString()
+    frame = encode_varint(len(raw)) + raw
+    a, b = parse_et(encode_et(make_metadata(), []) + frame + frame, keep_raw=False).nodes
+    assert (a.inputs_values, a.inputs_shapes, a.inputs_types) == ("v2", "s1", "t2")
+    assert a.attrs == {"x": 5, "l": [1, 2]} and a._kinds == (("x", "int64_val"), ("l", "int64_list"))
+    assert a.attrs["l"] is not b.attrs["l"]
+    with pytest.raises(ChakraError, match="not a valid Node"):
+        parse_node(et_def_pb2.Node(id=1).SerializeToString() + b"\x52\x03\xff\xff\xff")
