@@ -30,9 +30,9 @@ ATTENTIONS = ("flash", "unfused")
 
 #: --norm-kernel choices: a norm is one fused kernel, or eager PyTorch's composite RMSNorm (LayerOps.layer_norm)
 NORM_KERNELS = ("fused", "composite")
-#: --activation-kernel choices: a GeLU FFN's activation as one fused kernel each way, or Hugging Face's gelu_new as
-#: eager PyTorch runs it (.hf_eager)
-ACTIVATION_KERNELS = ("fused", "eager")
+#: --activation-kernel choices: a GeLU FFN's activation as one fused kernel each way, Hugging Face's gelu_new as
+#: eager PyTorch runs it (.hf_eager), or NeMo's eager squared ReLU (.eager_act)
+ACTIVATION_KERNELS = ("fused", "eager", "squared-relu")
 #: --softmax-kernel choices: the unfused attention's scale, masks and softmax as Megatron's one fused kernel, or as
 #: Hugging Face's eager ops (.hf_eager)
 SOFTMAX_KERNELS = ("fused", "eager")
@@ -347,9 +347,10 @@ def _check(dims: ModelDims, cfg: LlmConfig):
     if cfg.activation_kernel not in ACTIVATION_KERNELS:
         raise ConfigError(f"--activation-kernel must be one of {', '.join(ACTIVATION_KERNELS)}, got "
                           f"{cfg.activation_kernel!r}")
-    if cfg.activation_kernel == "eager" and dims.gated:
-        raise ConfigError("--activation-kernel eager is Hugging Face's gelu_new of a GeLU FFN; a gated (SwiGLU) FFN's "
-                          "SiLU runs as one kernel")
+    if cfg.activation_kernel != "fused" and dims.gated:
+        what = "Hugging Face's gelu_new" if cfg.activation_kernel == "eager" else "NeMo's squared ReLU"
+        raise ConfigError(f"--activation-kernel {cfg.activation_kernel} is {what} of a GeLU-like (non-gated) FFN; a "
+                          "gated (SwiGLU) FFN's SiLU runs as one kernel")
     if cfg.softmax_kernel not in SOFTMAX_KERNELS:
         raise ConfigError(f"--softmax-kernel must be one of {', '.join(SOFTMAX_KERNELS)}, got {cfg.softmax_kernel!r}")
     if cfg.softmax_kernel == "eager" and cfg.attention != "unfused":

@@ -291,8 +291,8 @@ class LayerOps:
         if self.dims.gated:
             self.ew("aten::silu", label + ".silu", [self._t(rows, cols)])
             self.ew("aten::mul", label + ".mul", [self._t(rows, cols), self._t(rows, cols)])
-        elif self.cfg.activation_kernel == "eager":  # Hugging Face's gelu_new, eight kernels (.hf_eager)
-            self.gelu_new_fwd(label + ".gelu", rows, cols)
+        elif self.cfg.activation_kernel != "fused":  # gelu_new's eight kernels, squared ReLU's two (.eager_act)
+            self.eager_act_fwd(label, rows, cols)
         else:
             self.ew("aten::gelu", label + ".gelu", [self._t(rows, cols), self._t(cols)])
 
@@ -303,8 +303,8 @@ class LayerOps:
             self.ew("aten::mul", label + ".mul.dup", [self._t(rows, cols), self._t(rows, cols)])
             self.ew("aten::mul", label + ".mul.dgate", [self._t(rows, cols), self._t(rows, cols)])
             self.ew("aten::silu_backward", label + ".silu", [self._t(rows, cols), self._t(rows, cols)])
-        elif self.cfg.activation_kernel == "eager":
-            self.gelu_new_bwd(label + ".gelu", rows, cols)
+        elif self.cfg.activation_kernel != "fused":
+            self.eager_act_bwd(label, rows, cols)
         else:
             self.ew("aten::gelu_backward", label + ".gelu", [self._t(rows, cols), self._t(rows, cols)])
 

@@ -679,9 +679,10 @@ def _add_flags(p):
                    "x*x, mean, rsqrt, x*r, the cast back, the weight), and autograd's kernels for its backward "
                    "(torchtitan's norm_type = \"rmsnorm\" without torch.compile, Hugging Face's LlamaRMSNorm)")
     p.add_argument("--activation-kernel", choices=ACTIVATION_KERNELS, default="fused",
-                   help="a GeLU FFN's activation: fused (default; bias and GeLU one kernel each way), or eager: Hugging "
+                   help="a GeLU FFN's activation: fused (default; bias and GeLU one kernel each way), eager: Hugging "
                    "Face's gelu_new (NewGELUActivation, GPT-2's activation_function) as eager PyTorch runs it, eight "
-                   "kernels forward and autograd's eleven backward")
+                   "kernels forward and autograd's eleven backward, or squared-relu: NeMo's Nemotron activation "
+                   "(pow(relu(x), 2), eager: two kernels forward, autograd's four backward)")
     p.add_argument("--softmax-kernel", choices=SOFTMAX_KERNELS, default="fused",
                    help="with --attention unfused: fused (default; Megatron's scale-mask-softmax), or eager: Hugging "
                    "Face's GPT-2 attention, the scale, the causal mask (where) and the padding mask (add) each its own "

@@ -11,6 +11,7 @@ from .embedding import EmbeddingOps
 from .emit import NodeEmitter
 from .fp8 import Fp8Ops
 from .hf_eager import HfEagerOps
+from .eager_act import EagerActOps
 from .layers import LayerOps
 from .lora import LoraOps, adapter_parameters
 from .maxtext_step import MaxTextOps
@@ -33,7 +34,8 @@ def _plus(shards, dense):
 
 
 class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps, MtpOps, MoeOps, DataParallelOps,
-                    RopeOps, EagerStepOps, DeepSpeedStepOps, HfEagerOps, TorchCpOps, MaxTextOps, EmbeddingOps):
+                    RopeOps, EagerStepOps, DeepSpeedStepOps, HfEagerOps, EagerActOps, TorchCpOps, MaxTextOps,
+                    EmbeddingOps):
     """The node graph of one pipeline stage, identical for every rank of the stage except for rank-specific
     attributes (``pg_name``, ``comm_src``/``comm_dst``), which are appended per rank as trailing attributes."""
 
