@@ -155,3 +155,23 @@ def test_multi_step_runs_deliver_when_their_first_step_returns(fixed_timer, grap
     times, engine = run(True)
     assert times == expected
     assert engine.iterations == 5
+
+
+def test_arrivals_during_a_run_share_one_prefill_and_a_later_one_goes_first(fixed_timer):
+    """vLLM v0.6.0's admission under multi-step, read at the release (PyPI vllm==0.6.0): ``step_async`` calls
+    ``schedule()`` only when the run has no steps left (``_has_remaining_steps``), ``_schedule_default`` admits every
+    waiting prompt that fits into one prefill batch and runs decodes only in a pass that admitted none, and an eager
+    prefill's call returns when it ends. A (100 + 9 tokens) at 0; B and C (100 + 3) at 13 and 14 ms, inside A's first
+    run; D (100 + 3) at 27 ms, inside B and C's prefill. 4 scheduler steps, CUDA graphs, 1 ms a pass. By hand: [1, 11]
+    A's prefill; [12, 20] A's run (A's first token at 12, the run's start); [21, 31] B's and C's prefill, one batch;
+    [32, 42] D's prefill before any decode (B's and C's first tokens leave when it ends, 42); [43, 51] the run of all
+    four (D's first token at its start, 43; every one finishes in it); the extra step [52, 54] delivers the
+    finishes at its start, 52."""
+    config = EngineConfig(async_output=True, num_scheduler_steps=4, cuda_graph_sizes=(1, 2, 4, 8),
+                          separate_prefills=True, host_ns_per_schedule=MS)
+    engine = Engine(0, fixed_timer(), BlockManager(1000, 16), config, 1000)
+    reqs = [Request(0, 0, 100, 9), Request(1, 13 * MS, 100, 3), Request(2, 14 * MS, 100, 3),
+            Request(3, 27 * MS, 100, 3)]
+    Cluster([engine]).run(reqs)
+    assert [(r.first_token_ns // MS, r.finish_ns // MS) for r in reqs] == [(12, 52), (42, 52), (42, 52), (43, 52)]
+    assert engine.iterations == 6 and engine.tokens_prefilled == 400  # three prefill batches, B and C's one
