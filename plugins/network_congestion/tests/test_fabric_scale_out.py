@@ -31,4 +31,4 @@ def test_ndr_json_has_every_source(capsys):
 def test_errors(capsys):
     assert main(["fabric", "rail", "--platform", "hgx-h100", "--nodes", "4", "--scale-out", "ib-hdr"]) != 0
     assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
-        "--scale-out: unknown scale-out kind 'ib-hdr'; expected one of ib-ndr, ib-xdr, spectrum-x, roce")
+        "--scale-out: unknown scale-out kind 'ib-hdr'; expected one of ib-ndr, ib-xdr, spectrum-x, roce, efa, efa-p5en")

@@ -123,9 +123,10 @@ NET_OVERHEAD_US = {"intel": 1.0, "amd": 2.0}
 NET_PLUGIN_LATENCY_US = 0.0
 
 
-def net_inter_lat(proto):
-    """What NCCL adds to a network step's hwLatencies[NET] for ``proto``: the plugin's latency, twice for Simple."""
-    return NET_PLUGIN_LATENCY_US * (2 if proto == SIMPLE else 1)
+def net_inter_lat(proto, plugin_us=None):
+    """What NCCL adds to a network step's hwLatencies[NET] for ``proto``: the plugin's latency (``plugin_us``; None:
+    :data:`NET_PLUGIN_LATENCY_US`, NCCL's own transports), twice for Simple."""
+    return (NET_PLUGIN_LATENCY_US if plugin_us is None else plugin_us) * (2 if proto == SIMPLE else 1)
 
 
 #: treeCorrectionFactor[proto][log2(nBytes/64)] (master's 24 entries). The tree reads indices 0-22, 64 B to
@@ -176,6 +177,11 @@ class NcclConfig:
     #: Whose tuning model picks the pair across nodes (``--nccl-version``, :mod:`astra_gpu_model.nccl_tuning`); the
     #: picked pair is timed with master's terms either way.
     tuning: str = nccl_tuning.MASTER
+    #: The network plugin's reported latency (µs, NCCL's ``graph->latencyInter``), where a plugin other than NCCL's own
+    #: IB/RoCE/socket transports reports one (``--scale-out efa``: aws-ofi-nccl's 75 µs on p5). None: those transports'
+    #: :data:`NET_PLUGIN_LATENCY_US`. It enters NCCL's *choice* only (:func:`_chosen`): the plugin states it to steer
+    #: NCCL's tuner, not as a measured latency.
+    net_latency_us: float | None = None
 
     def link(self, n, nodes=1):
         """The path a ring of ``n`` ranks on ``nodes`` nodes is bounded by."""
@@ -270,17 +276,19 @@ def predict(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
         if algo == NVLS_TREE:
             if (cfg.arch in NVLS_TREE_ARCHS and cfg.nvls and nodes > 1 and ppn > 1 and coll == ALL_REDUCE
                     and link == "nvswitch"):
+                # tuning.cc: intraLat + 2 log2i(nNodes) x interLat, whose plugin latency counts twice (Simple)
+                plugin = net_inter_lat(SIMPLE, cfg.net_latency_us)
                 alg_bw = nvls_tree_bus(cfg, bw_intra, ppn, nodes) * n / nsteps
-                lat = hw[NVLS_TREE][2] + 2 * math.log2(nodes) * HW_LAT["net"][NVLS_TREE][2]
+                lat = hw[NVLS_TREE][2] + 2 * math.log2(nodes) * (HW_LAT["net"][NVLS_TREE][2] + plugin)
                 if cfg.tuning != nccl_tuning.MASTER:
                     lat, alg_bw = nccl_tuning.nvls_tree_terms(cfg.arch, ppn, nodes, cfg.nic_gbps, cfg.pci_gbps,
-                                                              bw_intra)
+                                                              bw_intra, plugin)
                 bw_us = n_bytes / (1000.0 * alg_bw)
                 out.append((lat + bw_us, NVLS_TREE, SIMPLE, lat, bw_us))
             continue
         if algo == PAT:
             if cfg.pat and nodes == n and coll in (ALL_GATHER, REDUCE_SCATTER):
-                lat, alg_bw = pat_terms(n, bw_bus)
+                lat, alg_bw = pat_terms(n, bw_bus, cfg.net_latency_us)
                 bw_us = n_bytes / (1000.0 * alg_bw)
                 out.append((lat + bw_us, PAT, SIMPLE, lat, bw_us))
             continue
@@ -317,7 +325,7 @@ def predict(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
             if algo == RING:
                 lat = BASE_LAT[RING][p] + nsteps * intra
                 if nodes > 1:
-                    inter = HW_LAT["net"][TREE if ppn == 1 else RING][p] + net_inter_lat(proto)
+                    inter = HW_LAT["net"][TREE if ppn == 1 else RING][p] + net_inter_lat(proto, cfg.net_latency_us)
                     overhead = net_overhead * (3 if proto == SIMPLE else 1)
                     lat = BASE_LAT[RING][p] + (nsteps - n_inter) * max(intra, overhead) + n_inter * inter
                     if proto == SIMPLE and coll == ALL_REDUCE and n_bytes / (nch * n) >= 64:
@@ -325,7 +333,7 @@ def predict(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
             elif algo == TREE:
                 lat = BASE_LAT[TREE][p] + 2 * (ppn - 1) * intra
                 if nodes > 1:
-                    lat += 2 * math.log2(nodes) * (HW_LAT["net"][TREE][p] + net_inter_lat(proto))
+                    lat += 2 * math.log2(nodes) * (HW_LAT["net"][TREE][p] + net_inter_lat(proto, cfg.net_latency_us))
             else:
                 lat = intra
             if algo == TREE:  # NCCL's log2i(nBytes >> 6) (log2Down: -1 for 0), below TREE_CORRECTION_SIZES
@@ -353,12 +361,12 @@ def _allpairs_protocol(coll, n_bytes, n, cfg, nodes):
     return next((proto for low, high, proto in MSCCL_ALLPAIRS_WINDOWS if low <= n_bytes <= high), None)
 
 
-def pat_terms(n, bw_bus):
+def pat_terms(n, bw_bus, plugin_us=None):
     """``(lat_us, alg_bw)`` of NCCL's PAT all-gather / reduce-scatter over ``n`` nodes of one rank each (Simple only):
     log2(n) network steps, which is why it beats the ring's n - 1 steps at scale for small sizes, but at 0.75 of the
     bus bandwidth, so the ring wins again past a size that grows with ``n``. The network latency is the one the ring
     pays per step at one rank per node (the tree's net Simple latency, plus the plugin's: :func:`net_inter_lat`)."""
-    inter = HW_LAT["net"][TREE][2] + net_inter_lat(SIMPLE)
+    inter = HW_LAT["net"][TREE][2] + net_inter_lat(SIMPLE, plugin_us)
     lat = PAT_BASE_LAT_US + (int(n).bit_length() - 1) * inter / PAT_LOG_STEP_DIVISOR + n * PAT_PER_RANK_US
     return lat, bw_bus * PAT_BUS_SHARE
 
@@ -507,11 +515,14 @@ def collective_time_us(coll, n_bytes, n, cfg: NcclConfig, nodes=1, ctas=None):
 
 
 def _chosen(coll, n_bytes, n, cfg: NcclConfig, nodes):
-    """The candidate NCCL runs: the pair ``cfg.tuning``'s model picks, with master's latency and bandwidth terms."""
+    """The candidate NCCL runs: the pair ``cfg.tuning``'s model picks (with the plugin's latency, ``net_latency_us``),
+    with master's latency and bandwidth terms and NCCL's own transports' plugin latency (a plugin's figure is a
+    tuning input: aws-ofi-nccl sets 75 µs on p5 because "NCCL's internal tuner choices work better with this value",
+    src/platform-aws.cpp at 2daf7d30)."""
     pick = predict(coll, n_bytes, n, cfg, nodes)[0]
-    if cfg.tuning == nccl_tuning.MASTER or n <= 1:
+    if (cfg.tuning == nccl_tuning.MASTER and cfg.net_latency_us is None) or n <= 1:
         return pick
-    master = predict(coll, n_bytes, n, replace(cfg, tuning=nccl_tuning.MASTER), nodes)
+    master = predict(coll, n_bytes, n, replace(cfg, tuning=nccl_tuning.MASTER, net_latency_us=None), nodes)
     return next(c for c in master if c[1:3] == pick[1:3])
 
 
@@ -626,7 +637,7 @@ _CONFIG_CACHE = {}
 
 def config_for_options(options):
     """The :class:`NcclConfig` a run's collectives use, from its ``gpu`` (default H100), ``nccl_nic_gbps``,
-    ``nccl_sharp``, ``nccl_version`` and ``nccl_nvls`` options (one object per combination: what else prices a run's
+    ``nccl_sharp``, ``nccl_version``, ``nccl_nvls`` and ``nccl_net_latency_us`` (``--scale-out``'s) options (one object per combination: what else prices a run's
     collectives, e.g. astra search's lower bound, gets the same). ``nccl_nvls`` "off" is NCCL_NVLS_ENABLE=0: no NVLS
     nor NVLSTree (src/transport/nvls.cc v2.26.2-1 leaves nvlsSupport 0; enqueue.cc's cost table then skips both)."""
     name = options.get("gpu")
@@ -634,11 +645,19 @@ def config_for_options(options):
     sharp = bool(options.get("nccl_sharp"))
     tuning = nccl_tuning.tuning_for_version(options.get("nccl_version"))
     nvls_off = options.get("nccl_nvls") == "off"
-    key = (str(name), nic, sharp, tuning, nvls_off)
+    plugin = options.get("nccl_net_latency_us")  # a --scale-out kind's plugin latency (scale_out.ScaleOutKind)
+    plugin = None if plugin is None or float(plugin) == NET_PLUGIN_LATENCY_US else float(plugin)
+    key = (str(name), nic, sharp, tuning, nvls_off, plugin)
     if key not in _CONFIG_CACHE:
         overrides = {} if tuning == nccl_tuning.MASTER else {"tuning": tuning}
         if nvls_off:
             overrides["nvls"] = False
+        if plugin is not None:
+            if not (math.isfinite(plugin) and plugin >= 0):
+                from astra_sim.errors import ConfigError
+
+                raise ConfigError(f"nccl_net_latency_us must be >= 0 us, got {plugin}")
+            overrides["net_latency_us"] = plugin
         if nic is not None:
             nic = float(nic)
             if not nic > 0:

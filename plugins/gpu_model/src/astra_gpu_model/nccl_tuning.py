@@ -155,14 +155,16 @@ def nvls_graph(speeds, heads, nic_gbps, pci_gbps, nvlink_gbps):
     return n, intra, inter
 
 
-def nvls_tree_terms(arch, ppn, nodes, nic_gbps, pci_gbps, bw_intra):
+def nvls_tree_terms(arch, ppn, nodes, nic_gbps, pci_gbps, bw_intra, plugin_us=0.0):
     """``(lat_us, alg_bw)`` NCCL 2.26's model gives an NVLSTree all-reduce across ``nodes`` nodes of ``ppn`` GPUs:
-    ``lat = hwLat[NVLINK] + 2 log2i(nNodes) hwLat[NET]`` = 25 + 2 log2i(nodes) x 14 us, and ``nChannels x
+    ``lat = hwLat[NVLINK] + 2 log2i(nNodes) interLat`` = 25 + 2 log2i(nodes) x (14 + ``plugin_us``) us (interLat is
+    hwLat[NET] plus the net plugin's latency, twice for Simple: ``plugin_us`` is that sum, tuning.cc v2.26.2-1 lines
+    301-304 and 340), and ``nChannels x
     min(bwIntra, nNodes <= 2 ? bwInter : bwInter / 2) x 5/6`` on its NVLS graph (:func:`nvls_graph`). 4 x 8 H100:
     8 x min(40, 48 / 2) x 5/6 = 160 GB/s; 2 nodes: 8 x 40 x 5/6 = 266.7 GB/s."""
     channels, intra, inter = nvls_graph(speed_array(arch, V2_26), ppn, nic_gbps, pci_gbps, bw_intra)
     bw = min(intra, inter if nodes <= 2 else inter / 2.0)
-    lat = NVLS_TREE_NVLINK_LAT_US + 2 * (int(nodes).bit_length() - 1) * NVLS_TREE_NET_LAT_US[V2_26]
+    lat = NVLS_TREE_NVLINK_LAT_US + 2 * (int(nodes).bit_length() - 1) * (NVLS_TREE_NET_LAT_US[V2_26] + plugin_us)
     return lat, channels * bw * NVLS_TREE_ALG_RATIO
 
 

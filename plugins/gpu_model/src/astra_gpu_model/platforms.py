@@ -645,6 +645,8 @@ def resolve_gpu_platform(platform: Platform, nodes: int, options: dict) -> Platf
     if scale is not None:
         implied["nccl_nic_gbps"] = scale.nccl_gb_per_s()
         implied["scale_out_applied"] = scale.kind.name
+        if scale.kind.nccl_net_latency_us:  # the kind's NCCL network plugin reports a latency (EFA: aws-ofi-nccl)
+            implied["nccl_net_latency_us"] = scale.kind.nccl_net_latency_us
     if explicit_gpu(options) is not None:  # an explicit --gpu wins over the platform's GPU (Platform.gpu_of)
         implied["gpu"] = explicit_gpu(options)
     if options.get("nccl_nic_gbps") is not None:  # so does an explicit --nccl-nic-gbps
@@ -716,8 +718,10 @@ def resolve_gpu_platform(platform: Platform, nodes: int, options: dict) -> Platf
                f"{scale.flow_ecmp()})" if options.get("fabric") is not None else "")
             + f"; NCCL's model {scale.nccl_gb_per_s():g} GB/s (line x under load)"
             + (" but --nccl-nic-gbps given wins" if options.get("nccl_nic_gbps") is not None else "")
-            + f"; one-way {info['one_way_latency_ns']} ns; assumed: {', '.join(info['assumptions'])} (astra fabric "
-            "--scale-out gives each source)")
+            + f"; one-way {info['one_way_latency_ns']} ns"
+            + (f"; NCCL's network plugin reports {info['nccl_net_latency_us']:g} us, which NCCL's choice of algorithm "
+               "and protocol adds to every network step (twice for Simple)" if info["nccl_net_latency_us"] else "")
+            + f"; assumed: {', '.join(info['assumptions'])} (astra fabric --scale-out gives each source)")
     if platform.grace_memory is not None:
         grace = platform.grace_memory
         defaults["remote_memory"] = (

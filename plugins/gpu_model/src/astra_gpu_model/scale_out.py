@@ -1,4 +1,4 @@
-"""Scale-out fabric kinds as data: ``astra run --platform NAME --scale-out ib-ndr|ib-xdr|roce|spectrum-x``.
+"""Scale-out fabric kinds as data: ``astra run --platform NAME --scale-out ib-ndr|ib-xdr|roce|spectrum-x|efa|efa-p5en``.
 
 Without ``--scale-out`` a platform's scale-out is the generic model (``platforms.FABRIC_HOP_LATENCY_NS``, the NIC's
 line rate, no congestion), as before. With it, the kind gives the run's scale-out four numbers:
@@ -16,7 +16,9 @@ Where they go: the analytical network's scale-out dimension gets ``line x achiev
 ``latency / 2`` per hop (a Switch transfer is two hops); with ``--fabric`` (flow/congestion build the leaves and
 spines and route over them) it gets ``line x achievable`` only, and the routing decides: ``--flow-ecmp hash`` for
 ECMP (collisions happen in the simulation), ``split`` for adaptive routing. NCCL's model gets ``line x (under load)``:
-its own protocol factors and calibration already stand for the achievable share (``nccl.NIC_EFFICIENCY``).
+its own protocol factors and calibration already stand for the achievable share (``nccl.NIC_EFFICIENCY``), and the
+latency the kind's NCCL network plugin reports (``nccl_net_latency_us``: 0 for NCCL's own InfiniBand/RoCE transport;
+aws-ofi-nccl's 75 or 35 us on EFA), which enters NCCL's choice of algorithm and protocol, not the time.
 
 Every number names its source; a source that starts with ``ASSUMPTION`` is not a published or measured figure and is
 listed as such (``astra platforms --json``, ``astra fabric --scale-out``, the run's ``platform_defaults``).
@@ -80,6 +82,12 @@ class ScaleOutKind:
     #: a leaf switch's ports by port speed (Gb/s): (switch, ports)
     leaf_ports: dict
     sources: dict
+    #: the latency NCCL's network plugin reports (µs, NCCL's ``graph->latencyInter``): NCCL's tuning adds it to every
+    #: network step, twice for Simple, and so does its choice here (``nccl.NcclConfig.net_latency_us``); 0 for NCCL's
+    #: own InfiniBand/RoCE transport (``props->latency = 0``)
+    nccl_net_latency_us: float = 0.0
+    nccl_net_latency_source: str = ("NCCL's own InfiniBand/RoCE transport: 'props->latency = 0; // Not set' "
+                                    "(NVIDIA/nccl src/transport/net_ib.cc v2.26.2-1, net_ib/init.cc 5067397)")
 
     def line_rate(self, platform_gbit_per_s) -> float:
         return float(self.line_gbit_per_s if self.line_gbit_per_s is not None else platform_gbit_per_s)
@@ -97,6 +105,15 @@ class ScaleOutKind:
         """The names of this kind's numbers that rest on an assumption."""
         return [key for key, text in self.sources.items() if str(text).lstrip().upper().startswith("ASSUMPTION")]
 
+
+#: aws-ofi-nccl, the network plugin NCCL runs over AWS's EFA (src/platform-aws.cpp at 2daf7d30, 2026-08): each
+#: platform's ``.latency``, which the plugin reports to NCCL as the net device's latency (src/nccl_ofi_net.cpp
+#: ``props->latency``), "Empirical testing on P5 had shown that NCCL's internal tuner choices work better with this
+#: value"
+AWS_OFI_SOURCE = "aws/aws-ofi-nccl src/platform-aws.cpp at 2daf7d30"
+_EFA_ASSUMED = ("ASSUMPTION: AWS publishes no EFA switch latency, leaf size nor throughput under load; taken as "
+                "ib-ndr's (" + NDR_SWITCH_LATENCY_SOURCE + ") and Spectrum-X's adaptive routing (EFA's SRD sprays "
+                "packets over paths)")
 
 _IB_LOADED = ("ASSUMPTION: InfiniBand's adaptive routing keeps what NVIDIA publishes for Spectrum-X, which brings "
               "it to Ethernet (0.95; " + COLOSSUS_SOURCE + "); no published InfiniBand figure under AI load was found")
@@ -138,6 +155,17 @@ KINDS = {k.name: k for k in (
          "switch_latency_ns": _ETH_LATENCY,
          "leaf_ports": "ASSUMPTION: a 51.2 Tb/s switch as Spectrum-4 (" + SPECTRUM4_PORTS_SOURCE + ")",
          "loaded_share": COLOSSUS_SOURCE + ": 0.60 ('standard' Ethernet's ECMP flow collisions)"}),
+    *(ScaleOutKind(
+        name, f"AWS Elastic Fabric Adapter ({machines}) through the aws-ofi-nccl plugin, which reports "
+        f"{latency:g} us of network latency to NCCL's tuner", None, NDR_SWITCH_LATENCY_NS, 0.95, "adaptive",
+        {400.0: ("an EFA fabric switch (ASSUMPTION)", 64), 800.0: ("an EFA fabric switch (ASSUMPTION)", 64)},
+        {"line_gbit_per_s": f"the platform's NIC ({machines}: {rate})",
+         "switch_latency_ns": _EFA_ASSUMED, "leaf_ports": _EFA_ASSUMED, "loaded_share": _EFA_ASSUMED},
+        latency, f"{AWS_OFI_SOURCE}: platform '{entry}' .latency = {latency:g}")
+      for name, machines, rate, entry, latency in (
+          ("efa", "p5.48xlarge / p5e: 8 H100 / H200, EFAv2", "3200 Gb/s a node, 400 a GPU", "p5/p5e", 75.0),
+          ("efa-p5en", "p5en / p6-b200: 8 H200 / B200, EFAv3", "3200 Gb/s a node, 400 a GPU", "p5en/p6-b200",
+           35.0))),
 )}
 
 
@@ -204,9 +232,11 @@ class ScaleOut:
             "switch_latency_ns": kind.switch_latency_ns, "switches_crossed": self.switches,
             "endpoint_latency_ns": ENDPOINT_LATENCY_NS, "one_way_latency_ns": self.one_way_latency_ns(),
             "routing": kind.routing, "flow_ecmp": self.flow_ecmp(),
+            "nccl_net_latency_us": kind.nccl_net_latency_us,
             "assumptions": ["endpoint_latency_ns"] + kind.assumptions(),
             "sources": {**kind.sources, "nic_achievable_share": NIC_ACHIEVABLE_SOURCE,
-                        "endpoint_latency_ns": ENDPOINT_LATENCY_SOURCE},
+                        "endpoint_latency_ns": ENDPOINT_LATENCY_SOURCE,
+                        "nccl_net_latency_us": kind.nccl_net_latency_source},
         }
 
 
