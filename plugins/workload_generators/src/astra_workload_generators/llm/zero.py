@@ -6,7 +6,8 @@ from __future__ import annotations
 from astra_sim.chakra import types as T
 
 from .config import implied_framework
-from .model import MTP_MODULE_NORMS, layer_norm_parameters, norm_weights, sequence_parallel_biases
+from .model import (MTP_MODULE_NORMS, dense_layer_parameters, expert_layer_parameters, layer_norm_parameters,
+                    norm_weights, sequence_parallel_biases)
 from .split import stage_layers
 
 
@@ -187,12 +188,13 @@ class DataParallelOps:
         elif cfg.zero:
             rs = self.coll(f"{group}_rs.{label}", T.REDUCE_SCATTER, size, group, [self.prev], chain=False)
             self.syncs.append(rs)
+            gathered = self.param_gather_bytes(label.split(".")[0], params, group != self.dgroup)
             if cfg.overlap_param_gather or not last:  # (overlapped: gathered at the next step's start)
                 pass
             elif cfg.ew:  # the updated shards are gathered after the optimizer step
-                self.deferred.append((ag_label, size, group))
+                self.deferred.append((ag_label, gathered, group))
             else:
-                self.coll(ag_label, T.ALL_GATHER, size, group, [rs], chain=False)
+                self.coll(ag_label, T.ALL_GATHER, gathered, group, [rs], chain=False)
         else:
             self.syncs.append(self.coll(f"{group}_ar.{label}", T.ALL_REDUCE, size, group, [self.prev],
                                         chain=False))
@@ -307,11 +309,30 @@ class DataParallelOps:
             for group, n in ((self.dgroup, dense), ("edp", expert)):
                 if n and self._group_size(group) > 1:
                     label = unit if group == self.dgroup else f"{unit}.experts"
-                    prev = [self.coll(f"{group}_ag.{label}", T.ALL_GATHER, n * self.nbytes, group, prev,
-                                      chain=False)]
+                    size = self.param_gather_bytes(unit, n, group != self.dgroup)
+                    prev = [self.coll(f"{group}_ag.{label}", T.ALL_GATHER, size, group, prev, chain=False)]
                     ids += prev
             out[unit] = ids
         return out
+
+    def param_gather_bytes(self, unit, params, experts=False):
+        """Bytes of ZeRO-1/2's all-gather of ``params`` updated parameters of ``unit``: ``--dtype`` each, but with
+        ``--fp8-params`` (per-tensor FP8) a layer's linear weights are Transformer Engine ``Float8Tensor``s, which
+        Megatron-Core's distributed optimizer keeps in a uint8 parameter buffer and gathers as such (core_r0.11.0
+        ``distributed/distributed_data_parallel.py``: ``if is_float8tensor(param): param_dtype = torch.uint8``;
+        NeMo v2.2.0 ``MegatronMixedPrecision``: ``fp8_params`` sets ``fp8_param_gather = True``): 1 B each. The
+        norms, biases, router, embedding and LM head stay in ``--dtype``. ``experts``: the expert-DP gather (all
+        linear weights)."""
+        cfg = self.cfg
+        if not (cfg.fp8_params and cfg.gemm_dtype == "fp8") or self.frozen or not unit.startswith("l"):
+            return params * self.nbytes
+        if experts:
+            return params
+        moe = self.dims.is_moe_layer(int(unit[1:]))
+        linear = dense_layer_parameters(self.dims, moe) + (expert_layer_parameters(self.dims, moe) if cfg.ep == 1
+                                                             else 0)
+        linear = min(params, linear // cfg.tp)
+        return linear + (params - linear) * self.nbytes
 
     def optimizer_params(self, params, sharded=True):
         """Parameters this rank updates: its stage's units (layers; embedding on the first, LM head on the last
