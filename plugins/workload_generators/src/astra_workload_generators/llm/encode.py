@@ -201,7 +201,55 @@ def _int_rule(name):
 def memory_attrs(attrs):
     """``(attrs, kinds)`` of a node whose ``attrs`` :func:`encode_node` writes, as the reader gives them back
     (``EtNode.attrs`` and ``EtNode._kinds``): the oneof member choose_kind picks, the value converted to it. A value
-    no member takes is make_node's ChakraError."""
+    no member takes is make_node's ChakraError.
+
+    The members depend on the names and the value classes only, but for ints outside the range of the member 0
+    takes: attributes of one shape (a generator makes a million nodes of a few dozen) take their plan
+    (:func:`_attrs_plan`), and only ints out of its ranges, or classes other than str, int and bool, go the way
+    of :func:`_memory_attrs`, one attribute at a time."""
+    key = (tuple(attrs), tuple(map(type, attrs.values())))
+    plan = _ATTR_PLANS.get(key)
+    if plan is None:
+        plan = _cached(_ATTR_PLANS, key, _attrs_plan(*key))
+    if plan:
+        kinds, ranges, to_int = plan
+        for name, low, high in ranges:
+            if not low <= attrs[name] <= high:
+                return _memory_attrs(attrs)
+        out = dict(attrs)
+        for name in to_int:
+            out[name] = int(out[name])
+        return out, kinds
+    return _memory_attrs(attrs)
+
+
+_ATTR_PLANS = {}  # (names, value classes) -> (kinds, (name, low, high) of each int, bools stored as ints), or False
+
+
+def _attrs_plan(names, classes):
+    """What :func:`_memory_attrs` does with attributes ``names`` of ``classes`` whose ints lie in the ranges: the kinds
+    tuple, the ranges to check and the names of bools an integer member takes (False: a class it converts)."""
+    flat, ranges, to_int = [], [], []
+    for name, cls in zip(names, classes):
+        if cls is str:
+            kind = "string_val"
+        elif cls is int:
+            kind, low, high = _INT_RULES.get(name) or _int_rule(name)
+            ranges.append((name, low, high))
+        elif cls is bool:
+            kind = _BOOL_KINDS.get(name) or _cached(_BOOL_KINDS, name, choose_kind(name, True, None, "<generated node>"))
+            if kind != "bool_val":
+                to_int.append(name)
+        else:
+            return False
+        flat += (name, kind)
+    flat = tuple(flat)
+    kinds = _KIND_TUPLES.get(flat) or _cached(_KIND_TUPLES, flat, tuple(zip(flat[::2], flat[1::2])))
+    return kinds, tuple(ranges), tuple(to_int)
+
+
+def _memory_attrs(attrs):
+    """:func:`memory_attrs` one attribute at a time (every case)."""
     out = {}
     flat = []  # name, member, name, member, ...: the key of the kinds tuple (cheaper to hash than pairs)
     rules, bools = _INT_RULES, _BOOL_KINDS
