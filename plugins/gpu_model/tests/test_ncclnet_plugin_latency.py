@@ -86,3 +86,40 @@ def test_options_and_the_efa_scale_out_kind():
     assert "nccl_net_latency_us" not in h100.resolve(2, {"scale_out": "ib-ndr"}).options
     assert "reports 75 us" in h100.resolve(2, {"scale_out": "efa"}).defaults["scale_out"]
     assert nccl.NET_PLUGIN_LATENCY_US == 0.0
+
+
+# ----------------------------------------------------------------------------- NCCL_ALGO / NCCL_PROTO (--nccl-algo/-proto)
+def test_nccl_env_lists_parse_as_nccl_does():
+    """NCCL's parseList (src/graph/tuning.cc v2.26.2-1 l. 33-110): a list enables only its names, ``^`` disables them,
+    a ``function:`` entry replaces that function's list, names and functions match case-insensitively."""
+    from astra_gpu_model.nccl_tuning import ENV_ALGOS, ENV_PROTOS, parse_enable_list
+
+    ring_tree = parse_enable_list("Ring,tree", ENV_ALGOS, "--nccl-algo")
+    assert ring_tree["AllReduce"] == {"Ring", "Tree"} and ring_tree["AllGather"] == {"Ring", "Tree"}
+    assert parse_enable_list("^LL128", ENV_PROTOS, "--nccl-proto")["AllReduce"] == {"LL", "Simple"}
+    mixed = parse_enable_list("LL,Simple;allreduce:^LL", ENV_PROTOS, "--nccl-proto")
+    assert mixed["AllReduce"] == {"LL128", "Simple"} and mixed["ReduceScatter"] == {"LL", "Simple"}
+    for bad in ("LLX", "Simple;LL", "alltoall:Simple"):
+        with pytest.raises(ConfigError):
+            parse_enable_list(bad, ENV_PROTOS, "--nccl-proto")
+
+
+def test_nccl_algo_and_proto_restrict_the_choice():
+    """2 x 8 H100, NCCL's own terms. GCP's A3 Mega profile (Ring,Tree; Simple; NVLS off): at 1 KiB the tree Simple,
+    latency 8.4 + 2 x (7 x 4.0 + log2(2) x 14.0) = 92.4 us, against the ring Simple's 8.4 + 28 x max(3.4, 3 x 1.0) +
+    2 x 14.0 = 131.6 (1 KiB / (16 x 16) < 64 B: no x1.4). ^LL128 at 1 MiB: the fastest pair left of NCCL's list
+    (tree LL128 without it). An all-gather with only the tree has no pair: NCCL's error."""
+    raw = _raw(nvls=False, algo_env="Ring,Tree", proto_env="Simple")
+    pick = predict(ALL_REDUCE, 1024, 16, raw, 2)
+    assert [c[1:3] for c in pick] == [(TREE, SIMPLE), (RING, SIMPLE)]
+    assert pick[0][3] == pytest.approx(92.4) and pick[1][3] == pytest.approx(131.6)
+    full = predict(ALL_REDUCE, MIB, 16, _raw(), 2)
+    assert full[0][1:3] == (TREE, LL128)
+    assert predict(ALL_REDUCE, MIB, 16, _raw(proto_env="^LL128"), 2)[0] == min(c for c in full if c[2] != LL128)
+    from astra_gpu_model.nccl import ALL_GATHER
+
+    with pytest.raises(ConfigError, match="no algorithm/protocol"):
+        predict(ALL_GATHER, MIB, 16, _raw(algo_env="Tree"), 2)
+    cfg = config_for_options({"gpu": "H100-SXM5-80GB", "nccl_algo": "Ring,Tree", "nccl_proto": "Simple"})
+    assert (cfg.algo_env, cfg.proto_env) == ("Ring,Tree", "Simple")
+    assert config_for_options({"gpu": "H100-SXM5-80GB"}).algo_env is None

@@ -182,6 +182,10 @@ class NcclConfig:
     #: :data:`NET_PLUGIN_LATENCY_US`. It enters NCCL's *choice* only (:func:`_chosen`): the plugin states it to steer
     #: NCCL's tuner, not as a measured latency.
     net_latency_us: float | None = None
+    #: NCCL_ALGO and NCCL_PROTO as the run sets them (``--nccl-algo``, ``--nccl-proto``; NCCL's syntax): the pairs
+    #: NCCL's choice may pick (:func:`enabled_pairs`); None: every one.
+    algo_env: str | None = None
+    proto_env: str | None = None
 
     def link(self, n, nodes=1):
         """The path a ring of ``n`` ranks on ``nodes`` nodes is bounded by."""
@@ -343,6 +347,8 @@ def predict(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
             bw_us = n_bytes / (1000.0 * alg_bw)
             out.append((lat + bw_us, algo, proto, lat, bw_us))
     out.sort()
+    if (cfg.algo_env or cfg.proto_env) and coll in _ENV_FUNC:
+        out = _enabled(out, coll, cfg)
     window = _allpairs_protocol(coll, n_bytes, n, cfg, nodes)
     if window is not None:
         # MSCCL replaces RCCL's choice in its windows: the ring's bandwidth of that protocol (the same bytes per
@@ -352,6 +358,31 @@ def predict(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
         lat = BASE_LAT[RING][p] + 2 * hw[RING][p]
         return [(lat + ring[4], MSCCL_ALLPAIRS, window, lat, ring[4])]
     return out
+
+
+#: the model's collectives and algorithms by NCCL's names (nccl_tuning.ENV_FUNCS / ENV_ALGOS); CollNet is NCCL's
+#: CollNetDirect or CollNetChain (the model has one CollNet).
+_ENV_FUNC = {ALL_REDUCE: "AllReduce", ALL_GATHER: "AllGather", REDUCE_SCATTER: "ReduceScatter"}
+_ENV_ALGO = {TREE: ("Tree",), RING: ("Ring",), COLLNET: ("CollNetDirect", "CollNetChain"), NVLS: ("NVLS",),
+             NVLS_TREE: ("NVLSTree",), PAT: ("PAT",)}
+
+
+def _enabled(cands, coll, cfg: NcclConfig):
+    """The candidates NCCL_ALGO / NCCL_PROTO leave (tuning.cc v2.26.2-1 l. 364-374: algoEnable, protoEnable); none
+    left is NCCL's "no algorithm/protocol available" error (enqueue.cc topoGetAlgoInfo): a ConfigError."""
+    func = _ENV_FUNC[coll]
+    algos = nccl_tuning.parse_enable_list(cfg.algo_env or ",".join(nccl_tuning.ENV_ALGOS), nccl_tuning.ENV_ALGOS,
+                                          "--nccl-algo")[func]
+    protos = nccl_tuning.parse_enable_list(cfg.proto_env or ",".join(nccl_tuning.ENV_PROTOS), nccl_tuning.ENV_PROTOS,
+                                           "--nccl-proto")[func]
+    left = [c for c in cands if c[2] in protos and set(_ENV_ALGO[c[1]]) & algos]
+    if not left:
+        from astra_sim.errors import ConfigError
+
+        raise ConfigError(f"NCCL has no algorithm/protocol for {func} with --nccl-algo {cfg.algo_env!r} "
+                          f"--nccl-proto {cfg.proto_env!r} (candidates: "
+                          f"{', '.join(f'{a}/{p}' for _, a, p, _, _ in cands)})")
+    return left
 
 
 def _allpairs_protocol(coll, n_bytes, n, cfg, nodes):
@@ -637,7 +668,8 @@ _CONFIG_CACHE = {}
 
 def config_for_options(options):
     """The :class:`NcclConfig` a run's collectives use, from its ``gpu`` (default H100), ``nccl_nic_gbps``,
-    ``nccl_sharp``, ``nccl_version``, ``nccl_nvls`` and ``nccl_net_latency_us`` (``--scale-out``'s) options (one object per combination: what else prices a run's
+    ``nccl_sharp``, ``nccl_version``, ``nccl_nvls``, ``nccl_algo``, ``nccl_proto`` and ``nccl_net_latency_us``
+    (``--scale-out``'s) options (one object per combination: what else prices a run's
     collectives, e.g. astra search's lower bound, gets the same). ``nccl_nvls`` "off" is NCCL_NVLS_ENABLE=0: no NVLS
     nor NVLSTree (src/transport/nvls.cc v2.26.2-1 leaves nvlsSupport 0; enqueue.cc's cost table then skips both)."""
     name = options.get("gpu")
@@ -647,9 +679,15 @@ def config_for_options(options):
     nvls_off = options.get("nccl_nvls") == "off"
     plugin = options.get("nccl_net_latency_us")  # a --scale-out kind's plugin latency (scale_out.ScaleOutKind)
     plugin = None if plugin is None or float(plugin) == NET_PLUGIN_LATENCY_US else float(plugin)
-    key = (str(name), nic, sharp, tuning, nvls_off, plugin)
+    algo_env, proto_env = options.get("nccl_algo"), options.get("nccl_proto")  # NCCL_ALGO, NCCL_PROTO
+    key = (str(name), nic, sharp, tuning, nvls_off, plugin, algo_env, proto_env)
     if key not in _CONFIG_CACHE:
         overrides = {} if tuning == nccl_tuning.MASTER else {"tuning": tuning}
+        for field, text, elems in (("algo_env", algo_env, nccl_tuning.ENV_ALGOS),
+                                   ("proto_env", proto_env, nccl_tuning.ENV_PROTOS)):
+            if text:
+                nccl_tuning.parse_enable_list(text, elems, f"--nccl-{field[:-4]}")  # refused here, not when timed
+                overrides[field] = str(text)
         if nvls_off:
             overrides["nvls"] = False
         if plugin is not None:

@@ -25,6 +25,7 @@ Only choices across nodes follow the release: one node's (NVLS's own terms also 
 
 from __future__ import annotations
 
+import functools
 import math
 
 #: The model's own constants: NVIDIA/nccl master 5067397.
@@ -168,5 +169,76 @@ def nvls_tree_terms(arch, ppn, nodes, nic_gbps, pci_gbps, bw_intra, plugin_us=0.
     return lat, channels * bw * NVLS_TREE_ALG_RATIO
 
 
+# ---------------------------------------------------------------------------------------------- NCCL_ALGO, NCCL_PROTO
+#: NCCL's names (src/init.cc v2.26.2-1 l. 42-44: ncclFuncStr, ncclAlgoStr, ncclProtoStr), matched case-insensitively.
+ENV_FUNCS = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")
+ENV_ALGOS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
+ENV_PROTOS = ("LL", "LL128", "Simple")
+
+
+@functools.lru_cache(maxsize=128)
+def parse_enable_list(text, elems, what):
+    """``{function: frozenset of enabled elements}`` from an NCCL_ALGO / NCCL_PROTO string, as NCCL's ``parseList``
+    reads it (src/graph/tuning.cc v2.26.2-1 l. 33-110; master the same): ``;``-separated entries, the first may lack
+    a ``function:`` prefix and then applies to every function, a later one replaces its function's list; a list is
+    ``,``-separated names, all others disabled, or after ``^`` the names disabled and all others enabled. An unknown
+    name or function is NCCL's ncclInvalidUsage: a ConfigError here."""
+    from astra_sim.errors import ConfigError
+
+    enabled = {f: frozenset(elems) for f in ENV_FUNCS}
+    for i, entry in enumerate(str(text).split(";")):
+        prefix, sep, items = entry.partition(":")
+        if not sep:
+            if i:
+                raise ConfigError(f"{what} {text!r}: all entries except the first must have a function prefix")
+            prefix, items = None, entry
+        funcs = [f for f in ENV_FUNCS if prefix is None or f.lower() == prefix.strip().lower()]
+        if not funcs:
+            raise ConfigError(f"{what} {text!r}: unknown function {prefix!r} (NCCL's: {', '.join(ENV_FUNCS)})")
+        negate = items.startswith("^")
+        names = set()
+        for item in (items[1:] if negate else items).split(","):
+            name = next((e for e in elems if e.lower() == item.strip().lower()), None)
+            if name is None:
+                raise ConfigError(f"{what} {text!r}: unknown element {item!r} (NCCL's: {', '.join(elems)})")
+            names.add(name)
+        for f in funcs:
+            enabled[f] = frozenset(set(elems) - names if negate else names)
+    return enabled
+
+
+def env_arg(elems, what):
+    """An argparse type: the NCCL_ALGO / NCCL_PROTO text as given, once :func:`parse_enable_list` accepts it."""
+
+    def check(text):
+        from astra_sim.errors import ConfigError
+
+        try:
+            parse_enable_list(text, elems, what)
+        except ConfigError as err:
+            import argparse
+
+            raise argparse.ArgumentTypeError(str(err)) from None
+        return text
+
+    return check
+
+
+def add_env_arguments(group):
+    """``--nccl-algo`` and ``--nccl-proto`` (astra run's GPU platform options): NCCL_ALGO and NCCL_PROTO as a run
+    sets them, which restrict the pairs NCCL's choice may pick (tuning.cc v2.26.2-1 l. 364-374: algoEnable /
+    protoEnable). GCP's A3 Mega (GPUDirect-TCPXO) profile sets NCCL_ALGO=Ring,Tree NCCL_PROTO=Simple
+    NCCL_NVLS_ENABLE=0 (google/nccl-plugin-gpudirect-tcpxo tcpxo_scripts/nccl-env-profile-simple.sh at 04815d1)."""
+    group.add_argument("--nccl-algo", default=None, metavar="LIST", type=env_arg(ENV_ALGOS, "--nccl-algo"),
+                       help="NCCL_ALGO: the algorithms NCCL may pick (e.g. Ring,Tree; ^NVLSTree; "
+                            "allreduce:ring), NCCL's syntax and names; default: all")
+    group.add_argument("--nccl-proto", default=None, metavar="LIST", type=env_arg(ENV_PROTOS, "--nccl-proto"),
+                       help="NCCL_PROTO: the protocols NCCL may pick (LL, LL128, Simple; ^LL128; "
+                            "allreduce:Simple), NCCL's syntax; default: all. NCCL itself turns LL128 off across "
+                            "nodes where the GPU reaches its NIC through the CPU (tuning.cc: typeInter > PXN): "
+                            "^LL128 says so")
+
+
 __all__ = ["MASTER", "V2_26", "TUNINGS", "ACCEPTED", "tuning_for_version", "version_arg", "add_release_arguments",
-           "caps", "speed_array", "nvls_graph", "nvls_tree_terms", "BLACKWELL_226", "SPEEDS_INTER_226"]
+           "caps", "speed_array", "nvls_graph", "nvls_tree_terms", "BLACKWELL_226", "SPEEDS_INTER_226",
+           "ENV_FUNCS", "ENV_ALGOS", "ENV_PROTOS", "parse_enable_list", "env_arg", "add_env_arguments"]

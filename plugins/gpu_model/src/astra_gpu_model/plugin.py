@@ -156,9 +156,10 @@ def platform_run_options(parser):
                        help="NIC bandwidth per GPU (GB/s per direction) that the nccl collective uses when its "
                             "ranks span several nodes (scale-up domains = the network's first dimension); "
                             "--platform sets it; default 50 (400 Gb/s)")
-    from astra_gpu_model.nccl_tuning import add_release_arguments
+    from astra_gpu_model.nccl_tuning import add_env_arguments, add_release_arguments
 
     add_release_arguments(group)
+    add_env_arguments(group)
     from astra_gpu_model.cudnn_versions import add_cudnn_argument
 
     add_cudnn_argument(group)
