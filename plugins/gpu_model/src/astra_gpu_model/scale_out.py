@@ -158,7 +158,7 @@ KINDS = {k.name: k for k in (
     *(ScaleOutKind(
         name, f"AWS Elastic Fabric Adapter ({machines}) through the aws-ofi-nccl plugin, which reports "
         f"{latency:g} us of network latency to NCCL's tuner", None, NDR_SWITCH_LATENCY_NS, 0.95, "adaptive",
-        {400.0: ("an EFA fabric switch (ASSUMPTION)", 64), 800.0: ("an EFA fabric switch (ASSUMPTION)", 64)},
+        {400.0: ("an EFA fabric switch", 64), 800.0: ("an EFA fabric switch", 64)},
         {"line_gbit_per_s": f"the platform's NIC ({machines}: {rate})",
          "switch_latency_ns": _EFA_ASSUMED, "leaf_ports": _EFA_ASSUMED, "loaded_share": _EFA_ASSUMED},
         latency, f"{AWS_OFI_SOURCE}: platform '{entry}' .latency = {latency:g}")
