@@ -112,6 +112,7 @@ class LlmConfig:
     async_tp_allreduce: bool = True  # Megatron training without SP: QKV/FC1/head dgrad all-reduce beside the wgrad
     make_vocab_size_divisible_by: int = 128  # Megatron training: the vocabulary padded to this x TP (.model)
     moe_router_dtype: str | None = None  # MoE: Megatron's router dtype, fp32 | fp64; None: the input's (--dtype)
+    moe_force_load_balancing: bool = False  # MoE: Megatron's random router logits, the experts' rows spread (.routing)
     comm_sms: tuple = ()            # ((key, SMs), ...): comm_sms attribute per kind of communication (see --comm-sms)
     sm_margins: tuple = ()          # ((TE overlap name, SMs), ...): its GEMMs' sm_margin (TE's set_sm_margin)
     logits: str = "all"             # inference: LM head on "all" positions, or the "last" of each sequence (serving)

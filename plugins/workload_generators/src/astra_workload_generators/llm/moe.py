@@ -92,6 +92,13 @@ def check_moe_kernels(dims, cfg):
                               f"{cfg.moe_router_dtype!r}")
         if not dims.moe:
             raise ConfigError("--moe-router-dtype needs a mixture-of-experts model (--experts)")
+    if getattr(cfg, "moe_force_load_balancing", False):
+        if not dims.moe:
+            raise ConfigError("--moe-force-load-balancing needs a mixture-of-experts model (--experts)")
+        if cfg.moe_capacity_factor is not None or cfg.moe_expert_load or cfg.moe_imbalance != 1:
+            raise ConfigError("--moe-force-load-balancing is the random router's dropless spread; "
+                              "--moe-capacity-factor, --moe-expert-load and --moe-imbalance are other models of the "
+                              "routing (give one)")
     if cfg.bias_activation_fusion and not (dims.moe and dims.gated):
         raise ConfigError("--bias-activation-fusion is emitted for a mixture-of-experts model with gated experts "
                           "(Megatron's TEGroupedMLP fuses SwiGLU and quick-GeGLU only; the dense FFN is not changed "

@@ -161,14 +161,66 @@ def split_evenly(total: int, parts: int):
     return tuple(base + 1 if i < extra else base for i in range(parts))
 
 
+def _binomial_quantiles(trials: int, p: float, probs):
+    """The smallest k with P(X <= k) >= q for each q of ``probs`` (ascending), X ~ Binomial(trials, p): the
+    probability mass summed from lgamma terms over mean +- 12 standard deviations (wider than any double can
+    tell apart from 1), so no term underflows to a wrong CDF."""
+    mean, sd = trials * p, math.sqrt(trials * p * (1 - p))
+    lo, hi = max(0, math.floor(mean - 12 * sd) - 1), min(trials, math.ceil(mean + 12 * sd) + 1)
+    head = math.lgamma(trials + 1)
+    logs = [head - math.lgamma(k + 1) - math.lgamma(trials - k + 1) + k * math.log(p) + (trials - k) * math.log1p(-p)
+            for k in range(lo, hi + 1)]
+    top = max(logs)
+    mass = [math.exp(x - top) for x in logs]
+    total = sum(mass)
+    out, cdf, k = [], 0.0, lo - 1
+    for q in probs:
+        while cdf < q * total and k < hi:
+            k += 1
+            cdf += mass[k - lo]
+        out.append(max(k, 0))
+    return out
+
+
+def random_routing_rows(rows: int, local_experts: int, experts: int, top_k: int):
+    """``--moe-force-load-balancing``: token copies of each of a rank's ``local_experts`` experts when the router's
+    logits are random (Megatron-Core's ``moe_router_force_load_balancing``: ``RandomSTE`` replaces them with
+    ``logits.clone().normal_()``, NVIDIA/Megatron-LM 2a75ac12 ``megatron/core/transformer/moe/moe_utils.py``,
+    ``router.py`` ``TopKRouter.forward``), which Megatron-Bridge's benchmark recipes set: each token's top-k of E
+    i.i.d. normal logits is a uniformly random set of k experts, so an expert gets each of the EP group's tokens with
+    probability k / E, and its copies are Binomial(T, k / E), T = ``rows x E / (local_experts x top_k)`` the group's
+    tokens (balanced mean ``rows / local_experts``). The local experts get that law's quantiles at
+    ``(i + 0.5) / local_experts`` (a deterministic stand-in for one draw: the spread the GEMMs see, whose tile
+    counts step at multiples of the tile, where the even split may sit exactly), then +-1 row at a time from the
+    middle expert outwards until they add up to ``rows`` (the all-to-all bytes stay the mean's), in ascending
+    order."""
+    if local_experts < 2 or rows <= 0:
+        return split_evenly(rows, local_experts)
+    p = top_k / experts
+    trials = round(rows * experts / (local_experts * top_k))
+    out = _binomial_quantiles(trials, p, [(i + 0.5) / local_experts for i in range(local_experts)])
+    middle = sorted(range(local_experts), key=lambda i: (abs(2 * i - (local_experts - 1)), i))
+    step = 0
+    while sum(out) != rows:
+        i = middle[step % local_experts]
+        delta = 1 if sum(out) < rows else -1
+        if out[i] + delta >= 0:
+            out[i] += delta
+        step += 1
+    return tuple(sorted(out))
+
+
 def local_expert_rows(dims: ModelDims, cfg: "LlmConfig", tokens: int, moe_index: int, ep_index: int,
                       rows: int):
     """Token copies each of EP rank ``ep_index``'s E/EP experts computes in MoE layer ``moe_index``, adding
     up to ``rows`` (what the rank's grouped expert GEMMs carry): with ``--moe-expert-load``, EP x the copies
-    every rank sends to that expert (:func:`expert_copies`); otherwise ``rows`` split evenly
-    (:func:`split_evenly`: balanced routing, a capacity factor, or the ``--moe-imbalance`` straggler whose
-    experts are all equally busy)."""
+    every rank sends to that expert (:func:`expert_copies`); with ``--moe-force-load-balancing`` the random
+    router's spread (:func:`random_routing_rows`); otherwise ``rows`` split evenly (:func:`split_evenly`:
+    balanced routing, a capacity factor, or the ``--moe-imbalance`` straggler whose experts are all equally
+    busy)."""
     per_rank = dims.experts // cfg.ep
+    if getattr(cfg, "moe_force_load_balancing", False):
+        return random_routing_rows(rows, per_rank, dims.experts, dims.top_k)
     if not cfg.moe_expert_load:
         return split_evenly(rows, per_rank)
     per_expert = expert_copies(dims, cfg, tokens, moe_index)

@@ -75,6 +75,7 @@ class LlmSpec:
     async_tensor_model_parallel_allreduce: bool = True  # (--no-async-tensor-model-parallel-allreduce)
     make_vocab_size_divisible_by: int = 128  # Megatron training: the vocabulary's padding multiple / TP
     moe_router_dtype: str | None = None  # fp32 | fp64; None: --dtype (see --moe-router-dtype)
+    moe_force_load_balancing: bool = False  # random router logits (see --moe-force-load-balancing)
     # layout
     tp: int = 1
     pp: int = 1
@@ -317,7 +318,7 @@ class LlmSpec:
                         bias_dropout_fusion=self.bias_dropout_fusion, te_op_fuser=self.te_op_fuser,
                         async_tp_allreduce=self.async_tensor_model_parallel_allreduce,
                         make_vocab_size_divisible_by=self.make_vocab_size_divisible_by,
-                        moe_router_dtype=self.moe_router_dtype,
+                        moe_router_dtype=self.moe_router_dtype, moe_force_load_balancing=self.moe_force_load_balancing,
                         recompute_modules=(() if self.recompute_modules is None
                                            else parse_recompute_modules(self.recompute_modules)),
                         comm_sms=tuple(sorted(comm_sms.items())), sm_margins=tuple(sorted(margins.items())))
@@ -509,6 +510,10 @@ def _add_flags(p):
                    "multiple of N x TP, Megatron-LM's flag and default (NeMo 2's make_vocab_size_divisible_by "
                    "too); 1: to a multiple of TP only. torchtitan, DeepSpeed and MaxText do not pad; inference "
                    "pads to a multiple of TP")
+    p.add_argument("--moe-force-load-balancing", action="store_true",
+                   help="MoE: Megatron's --moe-router-force-load-balancing (random router logits, as NVIDIA's "
+                   "benchmark recipes run): each expert's token copies spread as the random top-k gives them "
+                   "(Binomial), not split evenly; the all-to-all bytes stay the mean's")
     p.add_argument("--moe-router-dtype", choices=MOE_ROUTER_DTYPES, default=None,
                    help="MoE: Megatron's --moe-router-dtype, the router's logits and probabilities in fp32 or fp64 "
                    "(the probabilities' all-to-all carries 4 or 8 B a copy); default: the input's dtype (--dtype), "
