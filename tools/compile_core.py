@@ -43,7 +43,8 @@ MARKER = "COMPILED.json"
 #: mypyc_attr(allow_interpreted_subclasses) (other plugins subclass them); the engine's attributes, the link queues'
 #: and the hot ones of Sys and the matcher are typed (native ints and containers), the rest compiles untyped; the
 #: ring's packets reach Sys and the matcher through typed references (native calls), while an int that only goes to
-#: Python calls stays untyped (typed, it is boxed anew for each: +2 % instructions on congestion-ring-128). Left
+#: Python calls stays untyped (typed, it is boxed anew for each: +2 % instructions on congestion-ring-128); a ring's
+#: matcher channels (astra_collectives_native.channel) match its messages natively. Left
 #: out: astra_sim.system.topology: it compiles (``--module``), but once halvingDoubling finds its partner in one step
 #: it gains nothing measurable (congestion-ring-256: the same CPU seconds).
 DEFAULT_MODULES = (
@@ -54,6 +55,7 @@ DEFAULT_MODULES = (
     "astra_sim.workload.workload",
     "astra_folding.matcher",
     "astra_collectives_native.ring",
+    "astra_collectives_native.channel",
     "astra_collectives_native.halving_doubling",
     "astra_collectives_native.double_binary_tree",
     "astra_network_congestion.links",

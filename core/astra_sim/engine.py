@@ -2,7 +2,7 @@
 
 Events are ``(fn, arg)`` pairs in one list per distinct time, with a heap of the times; an event scheduled for now
 while now's list runs joins that batch (the reference's event-queue semantics). Collectives make many ranks act at
-one instant, so bucketing by time keeps heap traffic low.
+one instant, so bucketing by time keeps heap traffic low (and run() keeps the last bucket scheduled into: ``_hot``).
 """
 
 from heapq import heappop, heappush
@@ -12,7 +12,7 @@ from typing import Any
 class EventEngine:
     """Single global event queue; ``now`` is the current time in ns."""
 
-    __slots__ = ("now", "buckets", "times", "events_run", "_end_of_ns", "current", "fold")
+    __slots__ = ("now", "buckets", "times", "events_run", "_end_of_ns", "current", "fold", "_hot_ns", "_hot")
 
     def __init__(self) -> None:  # typed (int times, typed containers) for tools/compile_core.py's mypyc
         self.now: int = 0
@@ -25,6 +25,10 @@ class EventEngine:
         # A folded run's event order (astra_folding's FoldedEvents), set before anything is scheduled (use_fold):
         # the backends, built before the fold is decided, keep this engine.
         self.fold: Any = None
+        # The bucket and time the last schedule went to (-1: none; -2: not in run(), whose loop drops it before it
+        # deletes a bucket; a time fold's own loop runs without it): most events go to the last one's time.
+        self._hot_ns: int = -2
+        self._hot: list[Any] = []
 
     def use_fold(self, fold):
         """Hand this empty engine's event order to a folded run's ``fold``, whose ``schedule_at`` and ``run`` replace
@@ -35,19 +39,27 @@ class EventEngine:
 
     def schedule(self, delay_ns: int, fn: Any, arg: Any = None) -> None:
         """Run ``fn(arg)`` ``delay_ns`` (an int >= 0) after now."""
+        time_ns = self.now + delay_ns
+        if time_ns == self._hot_ns:  # (>= now: a negative delay misses it)
+            hot = self._hot
+            hot.append(fn)
+            hot.append(arg)
+            return
         if delay_ns < 0:
             raise ValueError(f"cannot schedule {delay_ns} ns in the past")
-        time_ns = self.now + delay_ns
         if self.fold is not None:
             self.fold.schedule_at(time_ns, fn, arg)
             return
         bucket = self.buckets.get(time_ns)
         if bucket is None:
-            self.buckets[time_ns] = [fn, arg]
+            bucket = self.buckets[time_ns] = [fn, arg]
             heappush(self.times, time_ns)
         else:
             bucket.append(fn)
             bucket.append(arg)
+        if self._hot_ns != -2:
+            self._hot_ns = time_ns
+            self._hot = bucket
 
     def schedule_at(self, time_ns: int, fn: Any, arg: Any = None) -> None:
         """Run ``fn(arg)`` at absolute time ``time_ns`` (>= now)."""
@@ -105,19 +117,25 @@ class EventEngine:
         times = self.times
         buckets = self.buckets
         count = self._run_end_of_ns() if self._end_of_ns else 0  # deferred before the first event (rank starts)
-        while times:
-            if until_ns is not None and times[0] > until_ns:
-                break
-            self.now = time_ns = heappop(times)
-            bucket = buckets[time_ns]
-            i = 0
-            # The bucket may grow while it runs (events for "now").
-            while i < len(bucket):
-                bucket[i](bucket[i + 1])
-                i += 2
-            count += i >> 1
-            del buckets[time_ns]
-            if self._end_of_ns:
-                count += self._run_end_of_ns()
+        self._hot_ns = -1
+        try:
+            while times:
+                if until_ns is not None and times[0] > until_ns:
+                    break
+                self.now = time_ns = heappop(times)
+                bucket = buckets[time_ns]
+                i = 0
+                # The bucket may grow while it runs (events for "now").
+                while i < len(bucket):
+                    bucket[i](bucket[i + 1])
+                    i += 2
+                count += i >> 1
+                self._hot_ns = -1  # (it may be this bucket)
+                del buckets[time_ns]
+                if self._end_of_ns:
+                    count += self._run_end_of_ns()
+        finally:
+            self._hot_ns = -2
+            self._hot = []
         self.events_run += count
         return count

@@ -45,10 +45,14 @@ class Algorithm:
     #: the rank's system layer, typed: compiled, every packet's ``register_event`` is a native call (issue 37); None
     #: where the stream's ``sys`` is a stand-in (tests): then the cached bound method ``_register``
     _sys_layer: Sys | None
+    #: the last reduction's size and delay (an algorithm reduces one size over and over; the delay is a float formula)
+    _reduced_size: int
+    _reduced_ns: int
 
     __slots__ = (
         "stream", "sys", "com_type", "data_size", "final_data_size", "_sys_layer",
         "_send", "_recv", "_register", "_tag", "_bus_delay", "_general", "_received", "_reduce",
+        "_reduced_size", "_reduced_ns",
     )
 
     def bind(self, stream):
@@ -66,6 +70,7 @@ class Algorithm:
         self._general = self.run_general
         self._received = self.run_received
         self._reduce = self._reduce_then_general
+        self._reduced_size, self._reduced_ns = -1, 0
 
     def bundle(self, size, processed: bool) -> None:
         """A packet bundle: endpoint delay, the reduction if ``processed``, then General."""
@@ -81,11 +86,14 @@ class Algorithm:
             sys.register_event(self._general, None, self._bus_delay)
 
     def _reduce_then_general(self, size: int) -> None:
+        if size != self._reduced_size:
+            self._reduced_ns = self.sys.reduction_delay_ns(size)
+            self._reduced_size = size
         sys = self._sys_layer
         if sys is None:
-            self._register(self._general, None, self.sys.reduction_delay_ns(size))
+            self._register(self._general, None, self._reduced_ns)
         else:
-            sys.register_event(self._general, None, sys.reduction_delay_ns(size))
+            sys.register_event(self._general, None, self._reduced_ns)
 
     def finish(self) -> None:
         """This phase is over: the stream moves on.

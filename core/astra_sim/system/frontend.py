@@ -41,10 +41,11 @@ class Message:
 class SendRecvMatcher:
     """Matches sends and receives and delivers messages through the network backend."""
 
-    __slots__ = ("engine", "network", "_delay", "_delays", "_waiting", "messages", "bytes", "_arrived_fn", "_keys")
+    __slots__ = ("engine", "network", "_delay", "_delays", "_waiting", "messages", "bytes", "_arrived_fn", "channels")
     engine: EventEngine
     _delays: dict[tuple, int]
     _waiting: dict[tuple, Any]  # a Message or a deque of them
+    channels: dict[tuple, Any]
     messages: int
     bytes: int
 
@@ -57,7 +58,8 @@ class SendRecvMatcher:
         self._arrived_fn = self._arrived
         # key -> the unmatched Message, or a deque of them (see send()).
         self._waiting = {}
-        self._keys = {}  # key -> itself: the one tuple shared_key hands every poster of that key
+        # key -> what holds its messages instead of _waiting while a ring posts it (astra_collectives_native.channel)
+        self.channels = {}
         self.messages = 0
         self.bytes = 0
 
@@ -75,6 +77,8 @@ class SendRecvMatcher:
         head = waiting.get(key)
         # ``waiting[key]``: one unmatched Message or, rarely, a deque of them, all sends or all receives
         if head is None:
+            if self.channels and key in self.channels:
+                return self.channels[key].send(self, fn, arg)
             message = waiting[key] = Message(key, True, fn, arg, None, None)
         elif head.__class__ is Message:
             if head.posted:
@@ -104,25 +108,25 @@ class SendRecvMatcher:
         path = (src, dst, size)
         delay = self._delays.get(path)
         if delay is None:
-            delay = self._delay(src, dst, size)
-            if delay.__class__ is not int or delay < 0:
-                raise SimulationError(
-                    f"network backend returned {delay!r} ns for {size} bytes {src} -> {dst}; "
-                    "delays must be integer nanoseconds >= 0"
-                )
-            self._delays[path] = delay
+            delay = self.closed_form_ns(src, dst, size)
         self.engine.schedule(delay, self._arrived_fn, message)
         return message
 
-    def shared_key(self, tag, src, dst, size) -> tuple:
-        """``(tag, src, dst, size)`` as one tuple shared by every caller: an algorithm that posts a key many times
-        (a ring's every step) passes it to ``_post_send``/``_post_recv``, and the dict finds it by identity."""
-        key = (tag, src, dst, size)
-        return self._keys.setdefault(key, key)
-
-    def drop_key(self, key) -> None:
-        """A poster is done with a shared key (the one still posting it keeps its tuple)."""
-        self._keys.pop(key, None)
+    def closed_form_ns(self, src, dst, size) -> int:
+        """The stateless network's delay from ``src`` to ``dst`` (checked, memoised), or -1: it has none."""
+        if self._delay is None:
+            return -1
+        delay = self._delays.get((src, dst, size))
+        if delay is not None:
+            return delay
+        delay = self._delay(src, dst, size)
+        if delay.__class__ is not int or delay < 0:
+            raise SimulationError(
+                f"network backend returned {delay!r} ns for {size} bytes {src} -> {dst}; "
+                "delays must be integer nanoseconds >= 0"
+            )
+        self._delays[(src, dst, size)] = delay
+        return delay
 
     def recv(self, src, dst, size, tag, fn, arg) -> None:
         """Post a receive at ``dst``; ``fn(arg)`` runs when the matching message arrives."""
@@ -132,6 +136,9 @@ class SendRecvMatcher:
         waiting = self._waiting
         head = waiting.get(key)
         if head is None:
+            if self.channels and key in self.channels:
+                self.channels[key].recv(self, fn, arg)
+                return
             waiting[key] = Message(key, False, None, None, fn, arg)
             return
         if head.__class__ is Message:
@@ -168,7 +175,8 @@ class SendRecvMatcher:
     def unmatched(self):
         """The messages still waiting, as :class:`Unmatched`, in the order their keys were first posted."""
         out = []
-        for (tag, src, dst, size), head in self._waiting.items():
+        heads = [*self._waiting.items(), *((key, c.head) for key, c in self.channels.items() if c.head is not None)]
+        for (tag, src, dst, size), head in heads:
             for message in ([head] if head.__class__ is Message else head):
                 if not message.posted:
                     what = "receive posted, no send"

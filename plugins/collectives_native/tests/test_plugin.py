@@ -106,19 +106,19 @@ def test_cli_blocked_is_a_one_line_error(case, capsys):
 
 
 @pytest.mark.parametrize("backend", ["analytical", "congestion"])
-def test_an_unfolded_ring_posts_under_shared_keys_and_drops_them(case, backend, monkeypatch):
-    """Issue 37: a ring posts every step under one matcher key per direction (``SendRecvMatcher.shared_key``), the
-    same tuple on the sender's and the receiver's side, and drops them when its phase ends; the ns are the hand-counted
-    ones on either backend (one hop per message: the congestion backend's link is never busy here)."""
-    from astra_sim.system.frontend import SendRecvMatcher
+def test_an_unfolded_ring_posts_on_shared_channels_and_releases_them(case, backend, monkeypatch):
+    """Issue 37: a ring posts every step on one matcher channel per direction (astra_collectives_native.channel), the
+    same object on the sender's and the receiver's side, and gives them back when its phase ends; the ns are the
+    hand-counted ones on either backend (one hop per message: the congestion backend's link is never busy here)."""
+    from astra_collectives_native import channel, ring
 
-    handed, dropped = [], []
-    shared_key, drop_key = SendRecvMatcher.shared_key, SendRecvMatcher.drop_key
-    monkeypatch.setattr(SendRecvMatcher, "shared_key",
-                        lambda self, *a: handed.append(shared_key(self, *a)) or handed[-1])
-    monkeypatch.setattr(SendRecvMatcher, "drop_key", lambda self, key: dropped.append(key) or drop_key(self, key))
+    handed, released, matchers = [], [], []
+    monkeypatch.setattr(ring, "open_channel", lambda m, *a: matchers.append(m) or handed.append(
+        channel.open_channel(m, *a)) or handed[-1])
+    monkeypatch.setattr(ring, "close_channel", lambda m, c: released.append(c) or channel.close_channel(m, c))
     report = simulate(*case, network_backend=backend, fold=False)
     assert {rank.finish_ns for rank in report.ranks} == {ring_all_reduce_ns()}
-    # 4 ranks x 4 chunks, a send key and a receive key each; rank r's send key is rank r+1's receive key (one tuple)
-    assert len(handed) == 32 and len({id(key) for key in handed}) == 16
-    assert {id(key) for key in dropped} == {id(key) for key in handed}
+    # 4 ranks x 4 chunks, a send channel and a receive channel each; rank r's send channel is rank r+1's receive one
+    assert len(handed) == 32 and len({id(c) for c in handed}) == 16
+    assert sorted(id(c) for c in released) == sorted(id(c) for c in handed)
+    assert all(c.users == 0 for c in handed) and not matchers[0].channels and not matchers[0]._waiting

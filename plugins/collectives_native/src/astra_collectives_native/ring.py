@@ -8,6 +8,8 @@ from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, RED
 from astra_sim.system.frontend import SendRecvMatcher
 from astra_sim.system.topology import DIM_LOCAL
 
+from astra_collectives_native.channel import Channel, close_channel, open_channel
+
 #: Memory-bus delay on a communicator-group ("local") ring, in ns (the
 #: reference's "Fast" transmission), instead of endpoint-delay.
 LOCAL_RING_DELAY_NS = 10
@@ -29,15 +31,16 @@ class Ring(Algorithm):
         "rank", "topo", "direction", "nodes_in_ring", "curr_receiver", "curr_sender",
         "parallel_reduce", "stream_count", "msg_size", "zero_latency_packets",
         "non_zero_latency_packets", "toggle", "free_packets", "total_received", "queued", "packets", "fast",
-        "_matcher", "_send_key", "_recv_key",
+        "_matcher", "_send_on", "_recv_on",
     )
     #: the rank's matcher, typed: compiled, every packet's calls into it are native calls (issue 37); None where it
     #: is a stand-in (tests) or the sends go through a rendezvous: then the cached bound methods
     _matcher: SendRecvMatcher | None
-    #: the matcher's keys of this ring's sends and receives, one tuple each shared with the peers that post them
-    #: (``SendRecvMatcher.shared_key``): no tuple built, hashed twice or compared per message; None: the plain calls
-    _send_key: tuple | None
-    _recv_key: tuple | None
+    #: the matcher's channels of this ring's sends and receives, each shared with the peer that posts the other side
+    #: (:mod:`astra_collectives_native.channel`): no tuple built nor dict looked up per message, the delay known;
+    #: None: the plain calls
+    _send_on: Channel | None
+    _recv_on: Channel | None
     #: typed for mypyc (tools/compile_core.py): native ints for the counters of every packet (not the ranks, the
     #: message size, nor Algorithm's tag and bus delay: they only go to Python calls, and a native int is boxed again
     #: for every one)
@@ -95,11 +98,11 @@ class Ring(Algorithm):
         matcher = getattr(self._send, "__self__", None)
         both = isinstance(matcher, SendRecvMatcher) and getattr(self._recv, "__self__", None) is matcher
         self._matcher = matcher if both else None
-        self._send_key = self._recv_key = None
-        # shared keys: the kernel's own matcher (a folded run's relabels sends), a ring (its partners stay), sizes > 0
+        self._send_on = self._recv_on = None
+        # channels: the kernel's own matcher (a folded run's relabels sends), a ring (its partners stay), sizes > 0
         if both and type(matcher) is SendRecvMatcher and type(self) is Ring and self.msg_size > 0:
-            self._send_key = matcher.shared_key(self._tag, self.rank, self.curr_receiver, self.msg_size)
-            self._recv_key = matcher.shared_key(self._tag, self.curr_sender, self.rank, self.msg_size)
+            self._send_on = open_channel(matcher, self._tag, self.rank, self.curr_receiver, self.msg_size)
+            self._recv_on = open_channel(matcher, self._tag, self.curr_sender, self.rank, self.msg_size)
         if self.fast:
             self._bus_delay = LOCAL_RING_DELAY_NS
 
@@ -151,10 +154,11 @@ class Ring(Algorithm):
         """Send the next packet to its receiver and post the matching receive (a subclass's packet as queued)."""
         rank = self.rank
         m = self._matcher
-        key = self._send_key
-        if key is not None and m is not None:
-            m._post_send(key, rank, self.curr_receiver, self.msg_size, None, None)
-            m._post_recv(self._recv_key, rank, self._received, None)
+        send_on = self._send_on
+        recv_on = self._recv_on
+        if send_on is not None and recv_on is not None and m is not None:
+            send_on.send(m, None, None)
+            recv_on.recv(m, self._received, None)
         else:
             if self.packets:
                 src, dst, size = self.packets.popleft()
@@ -171,13 +175,16 @@ class Ring(Algorithm):
         self.free_packets -= 1
 
     def end(self) -> None:
-        """The last packet is back: drop what is left and the shared keys, and finish."""
+        """The last packet is back: drop what is left, give the channels back, and finish."""
         self.packets.clear()
         self.queued = 0
         m = self._matcher
-        if self._send_key is not None and m is not None:
-            m.drop_key(self._send_key)
-            m.drop_key(self._recv_key)
+        send_on = self._send_on
+        recv_on = self._recv_on
+        if send_on is not None and recv_on is not None and m is not None:
+            self._send_on = self._recv_on = None
+            close_channel(m, send_on)
+            close_channel(m, recv_on)
         self.finish()
 
 
