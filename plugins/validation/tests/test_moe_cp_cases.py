@@ -43,6 +43,8 @@ def test_the_cases_load_are_sourced_checks_and_cover_both_regimes():
     assert all(int(_flag(c, "--ep")) > 1 for c in moe)
     # both recipes set bias_activation_fusion (gpt_oss_bridge.py; perf_recipes/qwen/h100/qwen3_moe.py at 067f987d)
     assert all("--bias-activation-fusion" in c.workload for c in moe)
+    # both set moe_router_force_load_balancing True (perf_recipes/{gpt_oss,qwen}/h100/*.py at 067f987d)
+    assert all("--moe-force-load-balancing" in c.workload for c in moe)
     assert {c.source_id for c in moe} == {"NVIDIA-NeMo/Megatron-Bridge performance-summary"}
     cp = [cases[n] for n in LONG_CONTEXT if _flag(cases[n], "--cp")]
     assert len(cp) >= 2 and all(int(_flag(c, "--cp")) > 1 and int(_flag(c, "--seq-len")) >= 16384 for c in cp)
