@@ -208,7 +208,6 @@ def serve(spec):
                               preemption=spec.preemption, swap_bytes_per_s=spec.swap_gbps * 1e9, role=role,
                               num_scheduler_steps=spec.num_scheduler_steps,
                               separate_prefills=spec.separate_prefills, async_output=async_output(spec),
-                              max_prefill_seqs=spec.max_prefill_seqs,
                               first_token_from_decode=spec.first_token_from == "decode",
                               host_ns_per_schedule=int(round(spec.host_us_per_schedule * 1000)),
                               host_ns_per_seq=int(round(host_us_per_seq(spec) * 1000)),
@@ -263,7 +262,7 @@ def serve(spec):
                    "chunked_prefill": not spec.no_chunked_prefill, "policy": spec.policy,
                    "preemption": spec.preemption, "prefix_caching": spec.prefix_caching,
                    "num_scheduler_steps": spec.num_scheduler_steps,
-                   "separate_prefills": spec.separate_prefills, "max_prefill_seqs": spec.max_prefill_seqs,
+                   "separate_prefills": spec.separate_prefills,
                    "host_ns_per_seq": int(round(host_us_per_seq(spec) * 1000)),
                    "host_ns_per_schedule": int(round(spec.host_us_per_schedule * 1000)),
                    "cuda_graphs": spec.cuda_graphs, "async_output": async_output(spec),
@@ -276,8 +275,7 @@ def serve(spec):
         report["kv_cache"]["prefix_hit_rate"] = sum(e.blocks.hits for e in engines) / looked if looked else 0.0
     iterations = sum(e.iterations for e in engines)
     report["limits"] = {k: sum(e.limited[k] for e in engines) / max(1, iterations)
-                        for k in ("max_num_seqs", "token_budget", "kv_cache")
-                        + (("max_prefill_seqs",) if spec.max_prefill_seqs else ())}
+                        for k in ("max_num_seqs", "token_budget", "kv_cache")}
     report["replicas"] = [{"index": e.index, "replica": e.replica, "virtual_engine": e.virtual_engine,
                            "role": e.config.role, "iterations": e.iterations,
                            "busy_fraction": e.busy_ns / max(1, max(r.finish_ns for r in requests)),

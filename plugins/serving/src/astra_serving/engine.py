@@ -78,7 +78,6 @@ class EngineConfig:
     host_ns_per_seq: int = 0        # host time of one scheduler pass per scheduled sequence
     cuda_graph_sizes: tuple = ()    # decode-only batches run as CUDA graphs of these sizes (() = eager, no padding)
     separate_prefills: bool = False  # a batch admitting waiting prompts runs them alone (vLLM V0, no chunking)
-    max_prefill_seqs: int = 0       # waiting prompts one iteration may admit (0: no limit), see MAX_PREFILL_SEQS_TURBOMIND
     async_output: bool = False      # tokens delivered when the next step's call returns (vLLM V0's async output)
     first_token_from_decode: bool = False  # a prompt's last position waits for a decode step (TurboMind), see below
     sampler: object = None          # rows -> the sampler's GPU time (int ns) after each step (sampler.py); None: none
@@ -112,15 +111,6 @@ HOST_US_PER_SEQ_VLLM060 = 42.0
 HOST_US_PER_STEP_TRTLLM_PYTHON = 549.0
 #: named values of ``--host-us-per-schedule`` (published runtimes' per-step host time, us)
 HOST_US_PER_SCHEDULE_PRESETS = {"trtllm-python": HOST_US_PER_STEP_TRTLLM_PYTHON}
-#: LMDeploy TurboMind v0.1.0a1 prefills each new prompt as its own sub-batch (``--max-prefill-seqs 1``): its
-#: ``LlamaBatch::ContextDecode`` (src/turbomind/models/llama/LlamaBatch.cc at tag v0.1.0a1, 9c46b27c) keeps a prompt in
-#: the current sub-batch only while the sub-batch's input tokens and its (largest context x size) stay within
-#: ``max_context_token_num``, else starts a new sub-batch with it, and runs the sub-batches one after another before
-#: the iteration's decode step (``InternalThreadEntry``: ContextDecode, then Generate); the converter writes
-#: ``max_context_token_num = 1`` into every model's config.ini (lmdeploy/turbomind/deploy/target_model/base.py,
-#: ``TurbomindModelConfig``; docs/en/turbomind_config.md shows it for llama-2-7b-chat), so no two prompts share one.
-#: Here each prefill is its own iteration (with ``separate_prefills``: prompts first, alone), the same GPU work.
-MAX_PREFILL_SEQS_TURBOMIND = 1
 #: Where a prompt's first token is sampled (``--first-token-from``). vLLM and TensorRT-LLM sample it from the
 #: prefill's last position ("prefill", the default). LMDeploy's TurboMind (v0.1.0a1, the registry's LMDeploy rows)
 #: prefills the prompt but its last token and computes that token in the next decode step, which samples the
@@ -245,8 +235,6 @@ class Engine:
         self.tokens_decoded = 0
         # iterations that left work waiting because of each limit: what bounds the throughput
         self.limited = {"max_num_seqs": 0, "token_budget": 0, "kv_cache": 0}
-        if config.max_prefill_seqs:
-            self.limited["max_prefill_seqs"] = 0
         #: keep the decoding head of the running list as a lazy group (the module doc); False: the plain loop
         self.lazy_decodes = True
         self._lazy = 0         # the group: self.running[:self._lazy]
@@ -525,12 +513,7 @@ class Engine:
         (budget left, what blocked the head of the queue or ``blocked``)."""
         cfg, blocks, waiting, running = self.config, self.blocks, self.waiting, self.running
         chunked, most = cfg.chunked_prefill, cfg.max_num_seqs
-        room = cfg.max_prefill_seqs or len(waiting)  # how many waiting prompts this iteration may still admit
         while waiting and budget > 0 and len(running) < most:
-            if room <= 0:
-                blocked = "max_prefill_seqs"
-                break
-            room -= 1
             seq = waiting[0][2]
             req = seq.req
             matched, cached = False, 0

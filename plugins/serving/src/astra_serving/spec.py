@@ -103,7 +103,6 @@ class ServeSpec:
     prefix_caching: bool = False
     num_scheduler_steps: int = 1
     separate_prefills: bool = False
-    max_prefill_seqs: int = 0  # waiting prompts an iteration may admit (0: no limit); 1: TurboMind v0.1's
     host_us_per_seq: float | None = None
     host_us_per_schedule: float = 0.0
     cuda_graphs: str = "vllm"
@@ -131,8 +130,7 @@ class ServeSpec:
         """``astra serve``'s options (the command adds its output flags: -o/--output, --json, --requests-csv, -q):
         the shared model flags (``add_model_flags``) and ``--platform`` (``add_platform_flags``); ``--nodes`` is
         per replica here."""
-        from astra_sim.cliutil import (add_platform_flags, non_negative_float, non_negative_int, positive_float,
-                                       positive_int)
+        from astra_sim.cliutil import add_platform_flags, non_negative_float, positive_float, positive_int
         from astra_workload_generators.llm.spec import add_model_flags
 
         from .capacity import KV_CACHE_DTYPE_BYTES
@@ -213,10 +211,6 @@ class ServeSpec:
         eng.add_argument("--separate-prefills", action="store_true",
                          help="a batch that admits waiting prompts runs them alone, without the running sequences' "
                               "decodes (vLLM V0's default scheduler, as v0.6.0 runs without chunked prefill)")
-        eng.add_argument("--max-prefill-seqs", type=non_negative_int, default=0, metavar="N",
-                         help="at most N waiting prompts admitted per iteration (default 0: no limit); 1 with "
-                              "--separate-prefills: every prompt prefilled alone, as LMDeploy TurboMind v0.1 runs "
-                              "its max_context_token_num = 1 (docs/serving.md)")
         eng.add_argument("--host-us-per-seq", type=non_negative_float, default=None, metavar="US",
                          help="host time of a scheduler pass per scheduled sequence (scheduling, input preparation; "
                               "once per multi-step run); default 42, vLLM v0.6.0's (docs/serving.md)")
