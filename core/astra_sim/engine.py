@@ -65,16 +65,7 @@ class EventEngine:
         """Run ``fn(arg)`` at absolute time ``time_ns`` (>= now)."""
         if time_ns < self.now:
             raise ValueError(f"cannot schedule at {time_ns} ns, before now ({self.now} ns)")
-        if self.fold is not None:
-            self.fold.schedule_at(time_ns, fn, arg)
-            return
-        bucket = self.buckets.get(time_ns)
-        if bucket is None:
-            self.buckets[time_ns] = [fn, arg]
-            heappush(self.times, time_ns)
-        else:
-            bucket.append(fn)
-            bucket.append(arg)
+        self.schedule(time_ns - self.now, fn, arg)
 
     def at_end_of_ns(self, fn: Any, arg: Any = None) -> None:
         """Run ``fn(arg)`` after every event of now, those they schedule included: a decision that must not depend on
