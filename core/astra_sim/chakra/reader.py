@@ -4,9 +4,7 @@
 from __future__ import annotations
 
 import os
-from operator import itemgetter
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
 from astra_sim import safeio
@@ -17,7 +15,6 @@ from . import et_def_pb2 as pb
 from .attrs import attrs_from_proto
 from .errors import ChakraError
 from .node import EtFile, EtNode
-from .types import ATTR_LIST_KINDS
 
 __all__ = ["read_et", "read_metadata", "parse_et", "parse_node", "GZIP_MAGIC"]
 
@@ -158,7 +155,11 @@ def _parse_frames(data, path, keep_raw, gzipped, shared=None):
         raise ChakraError(f"{path}: byte offset {off}: the first message is not a valid GlobalMetadata ({exc}); "
                           f"not a Chakra ET file, or corrupt", path=path, offset=off) from None
 
-    decode = _NodeDecoder(path, keep_raw).node
+    from_string = pb.Node.FromString
+    kind_cache = {}
+    strings = {}  # one object per distinct name / shape / type string of the file
+    intern = strings.setdefault
+    new_node = EtNode
     append = nodes.append
     index = 0
     known = shared.get if shared is not None else None
@@ -171,10 +172,17 @@ def _parse_frames(data, path, keep_raw, gzipped, shared=None):
                 append(node)
                 continue
         try:
-            node = decode(raw)
+            m = from_string(raw)
         except DecodeError as exc:
             raise ChakraError(f"{path}: byte offset {off}: message #{index} is not a valid Node ({exc}); "
                               f"the file is corrupt", path=path, offset=off) from None
+        attrs, kinds = attrs_from_proto(m.attr, strings)
+        kinds = kind_cache.setdefault(kinds, kinds)
+        inputs = m.inputs
+        name, values, shapes, types = m.name, inputs.values, inputs.shapes, inputs.types
+        node = new_node(m.id, intern(name, name), m.type, list(m.ctrl_deps), list(m.data_deps), m.duration_micros,
+                        intern(values, values), attrs, path, kinds, raw if keep_raw else None,
+                        intern(shapes, shapes), intern(types, types))
         append(node)
         if shared is not None:
             shared[raw] = node
@@ -184,117 +192,10 @@ def _parse_frames(data, path, keep_raw, gzipped, shared=None):
 def parse_node(raw: bytes, path=None, *, keep_raw: bool = True) -> EtNode:
     """One serialized Node (without its length prefix) -> :class:`EtNode`."""
     try:
-        return _NodeDecoder(path, keep_raw).node(raw)
+        m = pb.Node.FromString(raw)
     except DecodeError as exc:
         raise ChakraError(f"{path if path is not None else '<memory>'}: not a valid Node ({exc})",
                           path=path) from None
-
-
-def _split_node_class():
-    """``Node`` with ``inputs`` and ``attr`` read as repeated ``bytes``: et_def.proto's descriptor, changed in a
-    private pool. Both are length-delimited on the wire, so every input parses as before (a repeated singular
-    ``inputs`` is merged below as protobuf merges it), but each distinct attribute or IOInfo is then decoded once
-    per file instead of once per node: attributes repeat on most nodes (``is_cpu_op``, ``comm_sms``, sizes), and
-    reading them through protobuf's Python objects was most of the reading (issue 37)."""
-    proto = descriptor_pb2.FileDescriptorProto()
-    pb.DESCRIPTOR.CopyToProto(proto)
-    (node,) = (message for message in proto.message_type if message.name == "Node")
-    for field in node.field:
-        if field.name in ("inputs", "attr"):
-            field.type = descriptor_pb2.FieldDescriptorProto.TYPE_BYTES
-            field.label = descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED
-            field.ClearField("type_name")
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(proto)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{proto.package}.Node"))
-
-
-_SPLIT_NODE_FROM = _split_node_class().FromString
-_PAIR, _KIND = itemgetter(0), itemgetter(1)
-_LIST_KINDS = frozenset(ATTR_LIST_KINDS)
-
-
-class _AttrCache(dict):
-    """An AttributeProto's bytes -> ``((name, value), (name, oneof member))``, decoded on first sight (a list
-    value is decoded for every node: each node owns its list)."""
-
-    __slots__ = ("strings",)
-
-    def __init__(self, strings):
-        super().__init__()
-        self.strings = strings
-
-    def __missing__(self, raw):
-        a = pb.AttributeProto.FromString(raw)
-        intern = self.strings.setdefault
-        name = a.name
-        name = intern(name, name)
-        kind = a.WhichOneof("value")
-        value = None
-        if kind is not None:
-            value = getattr(a, kind)
-            if kind in _LIST_KINDS:
-                return (name, list(value.values)), (name, kind)
-            if kind == "string_val":
-                value = intern(value, value)
-        entry = self[raw] = (name, value), intern((name, kind), (name, kind))
-        return entry
-
-
-class _InputsCache(dict):
-    """An IOInfo's bytes -> ``(values, shapes, types)``, decoded on first sight."""
-
-    __slots__ = ("strings",)
-
-    def __init__(self, strings):
-        super().__init__()
-        self.strings = strings
-
-    def __missing__(self, raw):
-        io = pb.IOInfo.FromString(raw)
-        intern = self.strings.setdefault
-        entry = self[raw] = tuple(intern(text, text) for text in (io.values, io.shapes, io.types))
-        return entry
-
-
-_NO_INPUTS = ("", "", "")
-
-
-class _NodeDecoder:
-    """Serialized Nodes of one file -> :class:`EtNode` s, with one object per distinct string (traces repeat names,
-    shapes and attribute values on every node: a million copies cost tens of megabytes) and each distinct attribute
-    and IOInfo decoded once. A protobuf DecodeError passes through."""
-
-    __slots__ = ("path", "keep_raw", "strings", "attrs", "inputs", "kinds")
-
-    def __init__(self, path, keep_raw):
-        self.path = path
-        self.keep_raw = keep_raw
-        self.strings = {}
-        self.attrs = _AttrCache(self.strings)
-        self.inputs = _InputsCache(self.strings)
-        self.kinds = {}  # one tuple per distinct attribute-kind sequence
-
-    def node(self, raw):
-        m = _SPLIT_NODE_FROM(raw)
-        entries = list(map(self.attrs.__getitem__, m.attr[:]))  # (a slice is one C call: faster than iterating)
-        attrs = dict(map(_PAIR, entries))
-        if len(attrs) == len(entries):
-            kinds = tuple(map(_KIND, entries))
-        else:  # a repeated name: the first wins (FeederV3)
-            attrs, kinds = {}, []
-            for (name, value), kind in entries:
-                if name not in attrs:
-                    attrs[name] = value
-                    kinds.append(kind)
-            kinds = tuple(kinds)
-        kinds = self.kinds.setdefault(kinds, kinds)
-        inputs = m.inputs
-        if not inputs:
-            values, shapes, types = _NO_INPUTS
-        else:  # a singular message given twice is merged, as parsing their concatenation merges it
-            values, shapes, types = self.inputs[inputs[0] if len(inputs) == 1 else b"".join(inputs)]
-        name = m.name
-        return EtNode(m.id, self.strings.setdefault(name, name), m.type, m.ctrl_deps[:], m.data_deps[:],
-                      m.duration_micros, values, attrs, self.path, kinds, raw if self.keep_raw else None, shapes,
-                      types)
+    attrs, kinds = attrs_from_proto(m.attr)
+    return EtNode(m.id, m.name, m.type, list(m.ctrl_deps), list(m.data_deps), m.duration_micros,
+                  m.inputs.values, attrs, path, kinds, raw if keep_raw else None, m.inputs.shapes, m.inputs.types)
