@@ -727,10 +727,10 @@ def test_read_shares_repeated_strings_across_nodes():
     assert [n.attrs["num_ops"] for n in (a, b, c)] == [1024, 1025, 1026]
 
 
-def test_read_decodes_each_attribute_once_with_protobuf_merge_rules():
-    # The reader decodes each distinct attribute / IOInfo's bytes once per file (issue 37); what protobuf does
-    # with the wire stays: a singular `inputs` given twice is merged field by field, a repeated attribute name
-    # keeps its first value, every node owns its list values, a corrupt attribute is a corrupt node.
+def test_read_keeps_protobuf_merge_rules():
+    # What protobuf does with the wire, which any faster decoding must keep: a singular `inputs` given twice is
+    # merged field by field, a repeated attribute name keeps its first value (FeederV3), every node owns its list
+    # values, a corrupt attribute is a corrupt node.
     from astra_sim.chakra import encode_varint, parse_node
 
     m = et_def_pb2.Node(id=3, name="n", type=COMP_NODE)
