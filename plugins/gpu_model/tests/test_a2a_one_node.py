@@ -2,15 +2,15 @@
 
 Hand-computed against NVIDIA's sources: a rank's part for itself is a copy inside the GPU (``selfSend`` in
 ``addP2pToPlan``, src/enqueue.cc at NVIDIA/nccl 5067397), so (n - 1) / n of the buffer crosses NVLink, which is what
-nccl-tests' busBw counts (busBw = algBw x (n - 1) / n, S. Jeaugey, NVIDIA/nccl-tests#130); a send takes LL up to
-NCCL_P2P_LL_THRESHOLD (16 KiB) per peer, else Simple, never LL128 (same file); and on H100 the non-all-reduce
-operations show "an effective NVLink bandwidth of 370GB/s" as busBw (S. Jeaugey, NVIDIA/nccl-tests#212).
+nccl-tests' busBw counts (busBw = algBw x (n - 1) / n, S. Jeaugey, NVIDIA/nccl-tests#130); a send runs LL or Simple, never LL128 (same
+file); and on H100 the non-all-reduce operations show "an effective NVLink bandwidth of 370GB/s" as busBw
+(S. Jeaugey, NVIDIA/nccl-tests#212).
 """
 
 import pytest
 
 from astra_gpu_model.nccl import (
-    ALL_TO_ALL, LL, P2P_LL_THRESHOLD, SIMPLE, alltoall_protocol, collective_time_us, config_for_gpu,
+    ALL_TO_ALL, LL, P2P_LL_THRESHOLD, P2P_PROTOCOLS, SIMPLE, collective_time_us, config_for_gpu,
 )
 
 MIB = 1 << 20
@@ -25,13 +25,16 @@ def _h100(**kw):
     return config_for_gpu("H100-SXM5-80GB", **kw)
 
 
-def test_the_protocol_is_the_send_receive_rule():
-    assert P2P_LL_THRESHOLD == 16384
-    assert alltoall_protocol(8 * 16384, 8) == LL  # 16 KiB a peer
-    assert alltoall_protocol(8 * 16384 + 8, 8) == SIMPLE  # 16385 B a peer
-    assert alltoall_protocol(8 * MIB, 8) == SIMPLE  # 1 MiB a peer: Simple, not the ring's LL128
-    for size, proto in ((8 * 16384, LL), (8 * MIB, SIMPLE), (94_400_000, SIMPLE)):
-        assert collective_time_us(ALL_TO_ALL, size, 8, _h100())[2] == proto
+def test_never_ll128():
+    """NCCL's sends run LL or Simple, never LL128: at 16 MiB on 8 H100 (2 MiB a peer) the ring tuning's LL128 pick is
+    gone, Simple's 91.8 µs runs; LL stays where it is the faster (128 KiB, 16 KiB a peer: NCCL's LL too)."""
+    assert P2P_PROTOCOLS == (LL, SIMPLE) and P2P_LL_THRESHOLD == 16384
+    cfg = _h100()
+    protos = {collective_time_us(ALL_TO_ALL, 1 << k, 8, cfg)[2] for k in range(10, 34)}
+    assert protos <= {LL, SIMPLE}
+    assert collective_time_us(ALL_TO_ALL, 8 * P2P_LL_THRESHOLD, 8, cfg)[2] == LL
+    assert collective_time_us(ALL_TO_ALL, 16 * MIB, 8, cfg)[1:] == ("ring", SIMPLE)
+    assert collective_time_us(ALL_TO_ALL, 16 * MIB, 8, cfg)[0] == pytest.approx(91.8, abs=0.05)
 
 
 def test_seven_eighths_cross_nvlink_uncalibrated():

@@ -225,7 +225,7 @@ def config_for_gpu(name=None, **overrides):
 
 def _nsteps(coll, n):
     """The ring's steps, ``n / nsteps`` its bus-to-algorithm bandwidth. An all-to-all moves ``(n - 1) / n`` of its
-    buffer over the links: its part for itself is a local copy (:func:`alltoall_protocol`), so ``n - 1`` too."""
+    buffer over the links: its part for itself is a local copy (:data:`P2P_LL_THRESHOLD`), so ``n - 1`` too."""
     if coll == ALL_REDUCE:
         return 2 * (n - 1)
     if coll in (ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL):
@@ -349,9 +349,8 @@ def predict(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
             bw_us = n_bytes / (1000.0 * alg_bw)
             out.append((lat + bw_us, algo, proto, lat, bw_us))
     out.sort()
-    if coll == ALL_TO_ALL:  # NCCL's send/receive picks its protocol by size, not by NCCL's tuning model
-        proto = alltoall_protocol(n_bytes, n)
-        out = [c for c in out if c[2] == proto] or out
+    if coll == ALL_TO_ALL:  # NCCL's sends and receives run LL or Simple, never LL128 (:data:`P2P_PROTOCOLS`)
+        out = [c for c in out if c[2] in P2P_PROTOCOLS] or out
     if (cfg.algo_env or cfg.proto_env) and coll in _ENV_FUNC:
         out = _enabled(out, coll, cfg)
     window = _allpairs_protocol(coll, n_bytes, n, cfg, nodes)
@@ -412,25 +411,19 @@ def pat_terms(n, bw_bus, plugin_us=None):
 #: scheduled in rounds of peer deltas that interleave the nodes (``p2pSchedule``, src/init.cc; NVIDIA/nccl at
 #: 5067397). Its choice label here; NCCL's tuning model has no all-to-all term of its own.
 P2P = "p2p"
-#: NCCL_P2P_LL_THRESHOLD's default (bytes; src/enqueue.cc ``NCCL_PARAM(P2pLLThreshold, "P2P_LL_THRESHOLD", 16384)``,
-#: NVIDIA/nccl 5067397; the parameter exists from v2.14.3-1): a send or receive uses LL when its bytes are at most
-#: this (v2.14.3-1 to v2.18.6-1: ``bytes <= ncclParamP2pLLThreshold()``) or its channels x this (master), else
-#: Simple; never LL128.
+#: The protocols of NCCL's sends and receives, so of its all-to-all: ``addP2pToPlan`` (src/enqueue.cc, NVIDIA/nccl
+#: 5067397) sets ``protocol = protoLL ? NCCL_PROTO_LL : NCCL_PROTO_SIMPLE``, never LL128. NCCL takes LL when a send's
+#: bytes are at most NCCL_P2P_LL_THRESHOLD (16 KiB; v2.14.3-1 to v2.18.6-1) or its channels x 16 KiB (master), which
+#: on one node is LL up to 16 KiB a peer (:data:`P2P_LL_THRESHOLD`). The model keeps the faster of the two by its own
+#: terms instead: the ring's latency it times them with (n - 1 hops, 36.5 µs calibrated for Simple on 8 H100) is
+#: not a latency of concurrent sends, and no measured one-node all-to-all table was found to size one.
+P2P_PROTOCOLS = (LL, SIMPLE)
+#: NCCL_P2P_LL_THRESHOLD's default (bytes; src/enqueue.cc ``NCCL_PARAM(P2pLLThreshold, "P2P_LL_THRESHOLD", 16384)``
+#: from v2.14.3-1 to 5067397). A rank's part for itself (``selfSend`` in ``addP2pToPlan``) has no connection and no
+#: proxy operation: a copy inside the GPU, so an all-to-all moves (n - 1) / n of its buffer over NVLink
+#: (:func:`_nsteps`), as nccl-tests counts it: busBw = algBw x (n - 1) / n, "since 1/n of the data is local"
+#: (S. Jeaugey, NVIDIA/nccl-tests#130).
 P2P_LL_THRESHOLD = 16384
-
-
-def alltoall_protocol(n_bytes, n):
-    """The protocol of a one-node all-to-all's sends: LL when each peer's ``n_bytes / n`` is at most
-    :data:`P2P_LL_THRESHOLD`, else Simple.
-
-    NCCL's ``addP2pToPlan`` (src/enqueue.cc at 5067397) gives a send of ``bytes`` ``min(nChannelsMin, ceil(bytes /
-    minPartSize))`` channels, ``minPartSize`` = the NVLink chunk (NCCL_P2P_NVL_CHUNKSIZE, 512 KiB, src/init.cc) / 8 =
-    64 KiB on one node, and takes LL when ``bytes <= nChannels x 16 KiB``: up to 64 KiB that is one channel, so LL
-    up to 16 KiB; past 64 KiB each channel carries at least 32 KiB, so Simple. A send to itself
-    (``selfSend``) has no proxy operations and no connection: a copy inside the GPU, so only ``(n - 1) / n`` of the
-    buffer crosses NVLink, as nccl-tests counts it (busBw = algBw x (n - 1) / n, "since 1/n of the data is local",
-    S. Jeaugey, NVIDIA/nccl-tests#130)."""
-    return LL if n_bytes // max(n, 1) <= P2P_LL_THRESHOLD else SIMPLE
 
 
 def alltoall_across_nodes_us(n_bytes, n, cfg: NcclConfig, nodes):
