@@ -28,14 +28,9 @@ class Message:
     posted: bool
 
     def __init__(self, key, posted, send_fn, send_arg, recv_fn, recv_arg):
-        self.key = key
+        self.key, self.posted, self.arrived = key, posted, False  # posted: a send was posted for it
         self.route = None  # folded runs: (real sender, offsets of the real receiver)
-        self.posted = posted  # a send was posted for it
-        self.send_fn = send_fn
-        self.send_arg = send_arg
-        self.recv_fn = recv_fn
-        self.recv_arg = recv_arg
-        self.arrived = False
+        self.send_fn, self.send_arg, self.recv_fn, self.recv_arg = send_fn, send_arg, recv_fn, recv_arg
 
 
 class SendRecvMatcher:

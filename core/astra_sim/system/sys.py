@@ -37,14 +37,10 @@ class DataSet:
 
     def __init__(self, total_streams, creation_ns, node_id=-1):
         self.node_id = node_id  # the collective's trace node (timelines label its phases with it)
-        self.total_streams = total_streams
-        self.finished_streams = 0
-        self.notifier = None
-        self.creation_ns = creation_ns
-        self.active = True
+        self.total_streams, self.finished_streams, self.creation_ns = total_streams, 0, creation_ns
+        self.notifier, self.active = None, True
         # streams whose last phase is a running TimedCollective, and the latest of their ends (end_ns)
-        self.timed_streams = 0
-        self.timed_end_ns = 0
+        self.timed_streams, self.timed_end_ns = 0, 0
 
     def end_ns(self):
         """The collective's end once every chunk runs its last phase as a :class:`TimedCollective` (NCCL's model,
@@ -101,33 +97,22 @@ class QueueLevel:
 
     def __init__(self, start, count):
         self.queues = list(range(start, start + count))
-        self.allocator = 0
-        self.first_allocator = 0
-        self.last_allocator = count // 2
+        self.allocator, self.first_allocator, self.last_allocator = 0, 0, count // 2
 
     def next_queue(self):
-        queues = self.queues
-        n = len(queues)
-        direction = ANTICLOCKWISE if (n > 1 and self.allocator >= n // 2) else CLOCKWISE
-        queue = queues[self.allocator]
-        self.allocator += 1
-        if self.allocator >= n:
-            self.allocator = 0
-        return queue, direction
+        queues, n, i = self.queues, len(self.queues), self.allocator
+        self.allocator = i + 1 if i + 1 < n else 0
+        return queues[i], ANTICLOCKWISE if (n > 1 and i >= n // 2) else CLOCKWISE
 
     def next_queue_first(self):
-        queue = self.queues[self.first_allocator]
-        self.first_allocator += 1
-        if self.first_allocator >= len(self.queues) // 2:
-            self.first_allocator = 0
-        return queue, CLOCKWISE
+        i = self.first_allocator
+        self.first_allocator = i + 1 if i + 1 < len(self.queues) // 2 else 0
+        return self.queues[i], CLOCKWISE
 
     def next_queue_last(self):
-        queue = self.queues[self.last_allocator]
-        self.last_allocator += 1
-        if self.last_allocator >= len(self.queues):
-            self.last_allocator = len(self.queues) // 2
-        return queue, ANTICLOCKWISE
+        i = self.last_allocator
+        self.last_allocator = i + 1 if i + 1 < len(self.queues) else len(self.queues) // 2
+        return self.queues[i], ANTICLOCKWISE
 
 
 class CommunicatorGroup:
@@ -177,11 +162,9 @@ class Sys:
         self.priority_counter = 0
         self._topologies = {}
         queues_per_dim = shared.queues_per_dim
-        self.levels = []
-        start = 0
-        for count in queues_per_dim:
-            self.levels.append(QueueLevel(start, count))
-            start += count
+        starts = [sum(queues_per_dim[:d]) for d in range(len(queues_per_dim) + 1)]
+        self.levels = [QueueLevel(start, count) for start, count in zip(starts, queues_per_dim)]
+        start = starts[-1]
         self.active_streams = [[] for _ in range(start)]
         self.running_streams = [0] * start
         self.queue_threshold = math.ceil(shared.system_config.active_chunks_per_dimension / queues_per_dim[0])
@@ -254,10 +237,8 @@ class Sys:
         """Write + two reads of ``size`` bytes at local-mem-bw, truncated separately."""
         bw = self.local_mem_bw
         if bw <= 0:
-            raise ConfigError(
-                f"{self.shared.system_config.path}: 'local-mem-bw' must be > 0 (GB/s): "
-                "collectives that reduce data need it"
-            )
+            path = self.shared.system_config.path
+            raise ConfigError(f"{path}: 'local-mem-bw' must be > 0 (GB/s): collectives that reduce data need it")
         return 3 * int(size / bw * 1e9)
 
     def native_send(self, dst, size, tag, fn, arg):
@@ -269,19 +250,13 @@ class Sys:
     def _rendezvous_send(self, src, dst, size, tag, fn, arg):
         """Wait for the receiver's 8 KiB handshake, then send for real."""
         matcher = self.shared.matcher
-
-        def handshake_done(_arg):
-            matcher.send(src, dst, size, tag, fn, arg)
-
+        handshake_done = lambda _arg: matcher.send(src, dst, size, tag, fn, arg)  # noqa: E731
         matcher.recv(dst, src, RENDEZVOUS_BYTES, tag + RENDEZVOUS_TAG_BASE, handshake_done, None)
 
     def _rendezvous_recv(self, src, dst, size, tag, fn, arg):
         """Send the 8 KiB handshake; post the real receive once it has arrived."""
         matcher = self.shared.matcher
-
-        def handshake_done(_arg):
-            matcher.recv(src, dst, size, tag, fn, arg)
-
+        handshake_done = lambda _arg: matcher.recv(src, dst, size, tag, fn, arg)  # noqa: E731
         matcher.send(dst, src, RENDEZVOUS_BYTES, tag + RENDEZVOUS_TAG_BASE, handshake_done, None)
 
     # ------------------------------------------------------------ collectives
@@ -339,13 +314,11 @@ class Sys:
 
     def get_priority(self, explicit_priority):
         policy = self.shared.system_config.scheduling_policy
-        if policy == "LIFO":
-            self.priority_counter += 1
-            return self.priority_counter - 1
-        if policy == "FIFO":
-            self.priority_counter -= 1
-            return self.priority_counter + 1
-        return explicit_priority
+        step = 1 if policy == "LIFO" else -1 if policy == "FIFO" else 0
+        if not step:
+            return explicit_priority
+        self.priority_counter += step
+        return self.priority_counter - step
 
     def generate_collective(self, com_type, size, involved_dims, group, explicit_priority, notifier, node_id=-1):
         """Create the streams of one collective; ``notifier(elapsed_ns)`` runs when it ends."""
@@ -364,32 +337,25 @@ class Sys:
             involved_dims = group_dims
         splits = self.shared.system_config.preferred_dataset_splits
         if splits <= 0:
-            raise ConfigError(
-                f"{self.shared.system_config.path}: 'preferred-dataset-splits' must be set to a "
-                "positive number of chunks per collective"
-            )
+            raise ConfigError(f"{self.shared.system_config.path}: 'preferred-dataset-splits' must be set to a "
+                              "positive number of chunks per collective")
         chunk_size = size // splits
         if com_type != ALL_GATHER and self.shared.total_npus > chunk_size:
             chunk_size = self.shared.total_npus
             size = splits * chunk_size
         if chunk_size == 0:
-            raise SimulationError(
-                f"an all-gather of {size} bytes cannot be split into {splits} chunks "
-                "('preferred-dataset-splits'); each chunk would be empty"
-            )
+            raise SimulationError(f"an all-gather of {size} bytes cannot be split into {splits} chunks "
+                                  "('preferred-dataset-splits'); each chunk would be empty")
         dataset = DataSet(math.ceil(size / chunk_size), self.engine.now, node_id)
         dataset.notifier = notifier
         priority = self.get_priority(explicit_priority)
         ndims = topology.num_dimensions()
 
         def active(dim):
-            if topology.nodes_in_dimension(dim) == 1:
-                return False
-            if involved_dims is None:
-                return True
             # Dimensions past the end of involved_dim are not involved (the reference reads past its vector there,
             # which in practice gives False).
-            return dim < len(involved_dims) and bool(involved_dims[dim])
+            return topology.nodes_in_dimension(dim) != 1 and (
+                involved_dims is None or (dim < len(involved_dims) and bool(involved_dims[dim])))
 
         def add_phase(phases, d, kind, allocate, size):
             """Append a chunk's phase in dimension ``d`` (queue from ``allocate``); returns the next phase's size."""
@@ -403,24 +369,17 @@ class Sys:
         local_bw_aware = self.shared.system_config.collective_optimization == "localBWAware"
         while size > 0:
             count += 1
-            dim_mapper = list(range(ndims))
-            if com_type == ALL_GATHER:
-                dim_mapper.reverse()
+            dim_mapper = list(range(ndims))[::-1] if com_type == ALL_GATHER else list(range(ndims))
             size = 0 if chunk_size > size else size - chunk_size
             remain = chunk_size
             phases = deque()
             if com_type != ALL_REDUCE or not local_bw_aware:
-                for dim in range(ndims):
-                    d = dim_mapper[dim]
+                for d in dim_mapper:
                     if active(d):
                         remain = add_phase(phases, d, com_type, levels[d].next_queue, remain)
             else:
-                last_active_dim = 0
-                for dim in range(ndims):
-                    if active(dim_mapper[dim]):
-                        last_active_dim = dim
-                for dim in range(last_active_dim):
-                    d = dim_mapper[dim]
+                last_active_dim = max((dim for dim in range(ndims) if active(dim_mapper[dim])), default=0)
+                for d in dim_mapper[:last_active_dim]:
                     if active(d):
                         remain = add_phase(phases, d, REDUCE_SCATTER, levels[d].next_queue_first, remain)
                 dim = last_active_dim
@@ -429,12 +388,9 @@ class Sys:
                 d = dim_mapper[dim]
                 if active(d):
                     remain = add_phase(phases, d, ALL_REDUCE, levels[d].next_queue_first, remain)
-                dim -= 1
-                while dim >= 0:
-                    d = dim_mapper[dim]
+                for d in reversed(dim_mapper[:dim]):
                     if active(d):
                         remain = add_phase(phases, d, ALL_GATHER, levels[d].next_queue_last, remain)
-                    dim -= 1
             if not phases:
                 dataset.active = False
                 break
@@ -506,15 +462,9 @@ class Sys:
 
     # ------------------------------------------------------------ scheduling
     def _insert_stream(self, queue: list[Stream], stream: Stream) -> None:
-        i = 0
-        n = len(queue)
-        priority = stream.priority
-        while i < n:
-            other = queue[i]
-            if other.initialized or other.priority >= priority:
-                i += 1
-                continue
-            break
+        i, n, priority = 0, len(queue), stream.priority
+        while i < n and (queue[i].initialized or queue[i].priority >= priority):
+            i += 1
         queue.insert(i, stream)
 
     def _start_waiting(self, vnet: int) -> None:
