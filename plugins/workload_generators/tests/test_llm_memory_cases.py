@@ -181,11 +181,16 @@ def test_the_verdict_has_a_near_miss_band():
     assert verdict(int(100 * (1 + UNCERTAINTY)) + 1, 100) == "oom"
 
 
+#: the GPU frameworks' memory estimate on each TPU case, pinned: "oom" is a known miss (the case ran)
+TPU_VERDICTS = {"maxtext-v6e-256-gpt3-175b": "oom", "maxtext-v6e-256-llama2-70b": "fits"}
+
+
 @pytest.mark.parametrize("case", TPU_TRAINING, ids=[c["name"] for c in TPU_TRAINING])
-def test_a_tpu_case_is_a_known_miss_of_the_gpu_estimate(case):
+def test_the_gpu_estimate_on_each_tpu_case_is_pinned(case):
     """MaxText's GPT-3 175B on v6e-256 ran in 32 GiB a chip; the GPU frameworks' estimate gives about 56 GB (10.9 GB of
-    FSDP2 buffers, 4.9 GB of allocator reserve and 1 GiB of CUDA context among them). Pinned so that a change to
-    either side is seen; the day an XLA estimate exists this becomes an acceptance test."""
+    FSDP2 buffers, 4.9 GB of allocator reserve and 1 GiB of CUDA context among them): a known miss. Its Llama 2 70B
+    sibling (2 x 4096 tokens a chip) fits. Pinned so that a change to either side is seen (a new TPU case must be
+    added here); the day an XLA estimate exists this becomes an acceptance test."""
     dims, cfg = _resolve(case["workload"])
     capacity = get_platform(case["platform"]).device_memory_bytes()
-    assert verdict(peak_memory(dims, cfg).total, capacity) == "oom"
+    assert verdict(peak_memory(dims, cfg).total, capacity) == TPU_VERDICTS[case["name"]]
