@@ -28,9 +28,14 @@ class Message:
     posted: bool
 
     def __init__(self, key, posted, send_fn, send_arg, recv_fn, recv_arg):
-        self.key, self.posted, self.arrived = key, posted, False  # posted: a send was posted for it
+        self.key = key
         self.route = None  # folded runs: (real sender, offsets of the real receiver)
-        self.send_fn, self.send_arg, self.recv_fn, self.recv_arg = send_fn, send_arg, recv_fn, recv_arg
+        self.posted = posted  # a send was posted for it
+        self.send_fn = send_fn
+        self.send_arg = send_arg
+        self.recv_fn = recv_fn
+        self.recv_arg = recv_arg
+        self.arrived = False
 
 
 class SendRecvMatcher:
@@ -173,12 +178,8 @@ class SendRecvMatcher:
         heads = [*self._waiting.items(), *((key, c.head) for key, c in self.channels.items() if c.head is not None)]
         for (tag, src, dst, size), head in heads:
             for message in ([head] if head.__class__ is Message else head):
-                if not message.posted:
-                    what = "receive posted, no send"
-                elif message.arrived:
-                    what = "arrived, never received"
-                else:
-                    what = "in flight, no receive posted"
+                what = ("receive posted, no send" if not message.posted else "arrived, never received"
+                        if message.arrived else "in flight, no receive posted")
                 out.append(Unmatched(tag, src, dst, size, what, message))
         return out
 

@@ -171,12 +171,8 @@ class Sys:
         # comm-streams per-communicator: group id -> its own QueueLevel per dimension
         self.group_levels = {} if shared.system_config.comm_streams == "per-communicator" else None
         self.collectives = {}  # trace node id -> DataSet of its running collective (collective_end_ns)
-        if shared.rendezvous:
-            self.msg_send = self._rendezvous_send
-            self.msg_recv = self._rendezvous_recv
-        else:
-            self.msg_send = shared.matcher.send
-            self.msg_recv = shared.matcher.recv
+        self.msg_send, self.msg_recv = ((self._rendezvous_send, self._rendezvous_recv) if shared.rendezvous
+                                        else (shared.matcher.send, shared.matcher.recv))
 
     # ------------------------------------------------------------ events
     @property
@@ -378,7 +374,7 @@ class Sys:
                     if active(d):
                         remain = add_phase(phases, d, com_type, levels[d].next_queue, remain)
             else:
-                last_active_dim = max((dim for dim in range(ndims) if active(dim_mapper[dim])), default=0)
+                last_active_dim = max([dim for dim in range(ndims) if active(dim_mapper[dim])] or [0])
                 for d in dim_mapper[:last_active_dim]:
                     if active(d):
                         remain = add_phase(phases, d, REDUCE_SCATTER, levels[d].next_queue_first, remain)
