@@ -4,6 +4,7 @@ two-phase, as in pytest: ``-p/--plugin`` values first, then the full command lin
 from __future__ import annotations
 
 import argparse
+import atexit
 import gc
 import json
 import os
@@ -107,6 +108,8 @@ def _plugin_selection(argv):
 
 def main(argv=None):
     started = time.monotonic()  # the command's start: loading the plugins is waiting too (the progress line)
+    if argv is None:  # the astra command, not an in-process caller: freeze the heap at exit (atexit runs before the
+        atexit.register(gc.freeze)  # interpreter's last cyclic collection, which then skips all the run kept)
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv == ["--version"]:  # answered before any plugin loads: scripts call it to probe the install
         print(f"astra-sim-py {__version__}")
@@ -123,15 +126,6 @@ def main(argv=None):
         return getattr(exc, "exit_code", 130)
     except BrokenPipeError:
         return _stdout_closed()
-
-
-def console_main():
-    """The ``astra`` command: :func:`main`, then the heap frozen (``gc.freeze``), so that the interpreter's exit does
-    not run one last cyclic collection over every object the run kept (0.05 s on a 256-GPU step, 2.5 s on the MLPerf
-    validation case). Only for a process that ends next: in-process callers (tests, the Python API) use main()."""
-    code = main()
-    gc.freeze()
-    return code
 
 
 def _stdout_closed():
@@ -323,4 +317,4 @@ def _interrupted(stop, run, args, early, written=False):
 
 
 if __name__ == "__main__":
-    sys.exit(console_main())
+    sys.exit(main())
