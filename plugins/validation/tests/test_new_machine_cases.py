@@ -109,12 +109,15 @@ def test_astra_validate_runs_the_cheap_newest_machine_steps(tmp_path):
     # the GB parts' steps come within 8 %, but GB200's Megatron-Bridge 8B row (14 % fast, like the HGX B200 row) and
     # the GB300 rack: since the GEMM tile sets and the published FP8 ceiling of the B300 preset (docs/validation.md,
     # "GEMM tile sets and the published maximum achievable rate") it is 12.5 % slow, a known miss (7.6 % since its CP
-    # step without the mask runs at NVIDIA's measured cuDNN no-mask rate, attention.blackwell_mask_ratio)
+    # step without the mask runs at NVIDIA's measured cuDNN no-mask rate, attention.blackwell_mask_ratio). Since
+    # session 49 the racks' FP8 parameters are gathered in 1 byte (Megatron's fp8_param_gather, their configs'
+    # --fp8-params) and their TE op fuser is stated: the GB300 rack +6.9 -> +3.9 %, the GB200 rack -5.5 -> -8.2 % (its
+    # exposed data-parallel gathers halved)
     assert abs(error["mlperf-v5.1-llama31-8b-mi355x-fp8"]) < 0.05
     for name in ("megatron-bridge-gb300-llama3-8b-fp8", "mlperf-v5.1-llama31-8b-gb300-8gpu-fp4",
-                 "mlperf-v5.1-llama31-8b-gb200-8gpu-fp4", "mlperf-v5.1-llama31-8b-gb200-rack-fp8"):
+                 "mlperf-v5.1-llama31-8b-gb200-8gpu-fp4", "mlperf-v5.1-llama31-8b-gb300-rack-fp8"):
         assert abs(error[name]) < 0.08, (name, error[name])
-    assert 0.05 < error["mlperf-v5.1-llama31-8b-gb300-rack-fp8"] < 0.20
+    assert -0.12 < error["mlperf-v5.1-llama31-8b-gb200-rack-fp8"] < -0.05
     assert -0.20 < error["megatron-bridge-gb200-llama3-8b-fp8"] < -0.08
     # the known miss: the HGX B300 steps (FP4 and FP8) are 11-14 % fast with their GEMMs at the sustained rate of
     # their 1,100 W boards (astra_gpu_model.power_clock; 16-18 % at the burst rate they were fitted on), B200's FP4
