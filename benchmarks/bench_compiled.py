@@ -145,7 +145,8 @@ def main():
             same = finishes["pure"] == finishes["compiled"]
             ok &= same
             pure, comp = best["pure"], best["compiled"]
-            print(f"{case:<11} pure loop {pure['loop']:6.2f} s, all {pure['cpu']:6.2f} s | compiled "
+            other = f"against {args.against}" if args.against else "pure"  # --against names a tree of its own
+            print(f"{case:<11} {other} loop {pure['loop']:6.2f} s, all {pure['cpu']:6.2f} s | compiled "
                   f"({'loaded' if comp['compiled'] else 'NOT LOADED'}) loop {comp['loop']:6.2f} s, all "
                   f"{comp['cpu']:6.2f} s | loop {pure['loop'] / comp['loop']:.2f}x, all "
                   f"{pure['cpu'] / comp['cpu']:.2f}x; finish times {'identical' if same else 'DIFFERENT'}", flush=True)
