@@ -123,8 +123,12 @@ class TimedCollective(Algorithm):
         n = max(1, int(getattr(topo, "nodes_in_ring", 1)))
         self.nodes_in_ring = n
         self.data_size = data_size
-        self.final_data_size = (data_size * n if com_type == ALL_GATHER else data_size // n
-                                if com_type == REDUCE_SCATTER else data_size)
+        if com_type == ALL_GATHER:
+            self.final_data_size = data_size * n
+        elif com_type == REDUCE_SCATTER:
+            self.final_data_size = data_size // n
+        else:
+            self.final_data_size = data_size
         self.time_ns = None
 
     @property

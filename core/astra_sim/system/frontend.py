@@ -178,8 +178,12 @@ class SendRecvMatcher:
         heads = [*self._waiting.items(), *((key, c.head) for key, c in self.channels.items() if c.head is not None)]
         for (tag, src, dst, size), head in heads:
             for message in ([head] if head.__class__ is Message else head):
-                what = ("receive posted, no send" if not message.posted else "arrived, never received"
-                        if message.arrived else "in flight, no receive posted")
+                if not message.posted:
+                    what = "receive posted, no send"
+                elif message.arrived:
+                    what = "arrived, never received"
+                else:
+                    what = "in flight, no receive posted"
                 out.append(Unmatched(tag, src, dst, size, what, message))
         return out
 

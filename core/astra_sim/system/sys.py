@@ -25,7 +25,6 @@ from astra_sim.system.topology import (
 )
 
 
-
 class DataSet:
     """All chunks of one collective; tells the workload when the last one ends."""
 
@@ -35,10 +34,14 @@ class DataSet:
 
     def __init__(self, total_streams, creation_ns, node_id=-1):
         self.node_id = node_id  # the collective's trace node (timelines label its phases with it)
-        self.total_streams, self.finished_streams, self.creation_ns = total_streams, 0, creation_ns
-        self.notifier, self.active = None, True
+        self.total_streams = total_streams
+        self.finished_streams = 0
+        self.notifier = None
+        self.creation_ns = creation_ns
+        self.active = True
         # streams whose last phase is a running TimedCollective, and the latest of their ends (end_ns)
-        self.timed_streams, self.timed_end_ns = 0, 0
+        self.timed_streams = 0
+        self.timed_end_ns = 0
 
     def end_ns(self):
         """The collective's end once every chunk runs its last phase as a :class:`TimedCollective` (NCCL's model,
@@ -216,13 +219,19 @@ class Sys:
     def _rendezvous_send(self, src, dst, size, tag, fn, arg):
         """Wait for the receiver's 8 KiB handshake, then send for real."""
         matcher = self.shared.matcher
-        handshake_done = lambda _arg: matcher.send(src, dst, size, tag, fn, arg)  # noqa: E731
+
+        def handshake_done(_arg):
+            matcher.send(src, dst, size, tag, fn, arg)
+
         matcher.recv(dst, src, RENDEZVOUS_BYTES, tag + RENDEZVOUS_TAG_BASE, handshake_done, None)
 
     def _rendezvous_recv(self, src, dst, size, tag, fn, arg):
         """Send the 8 KiB handshake; post the real receive once it has arrived."""
         matcher = self.shared.matcher
-        handshake_done = lambda _arg: matcher.recv(src, dst, size, tag, fn, arg)  # noqa: E731
+
+        def handshake_done(_arg):
+            matcher.recv(src, dst, size, tag, fn, arg)
+
         matcher.send(dst, src, RENDEZVOUS_BYTES, tag + RENDEZVOUS_TAG_BASE, handshake_done, None)
 
     # ------------------------------------------------------------ collectives
@@ -280,11 +289,13 @@ class Sys:
 
     def get_priority(self, explicit_priority):
         policy = self.shared.system_config.scheduling_policy
-        step = 1 if policy == "LIFO" else -1 if policy == "FIFO" else 0
-        if not step:
-            return explicit_priority
-        self.priority_counter += step
-        return self.priority_counter - step
+        if policy == "LIFO":
+            self.priority_counter += 1
+            return self.priority_counter - 1
+        if policy == "FIFO":
+            self.priority_counter -= 1
+            return self.priority_counter + 1
+        return explicit_priority
 
     def generate_collective(self, com_type, size, involved_dims, group, explicit_priority, notifier, node_id=-1):
         """Create the streams of one collective; ``notifier(elapsed_ns)`` runs when it ends."""
