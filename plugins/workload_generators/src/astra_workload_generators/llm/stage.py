@@ -6,12 +6,12 @@ from __future__ import annotations
 from .attention import AttentionOps
 from .config import DTYPES, LlmConfig
 from .deepspeed_step import PARAM_PERSISTENCE_THRESHOLD, DeepSpeedStepOps
+from .eager_act import EagerActOps
 from .eager_step import EagerStepOps
 from .embedding import EmbeddingOps
 from .emit import NodeEmitter
 from .fp8 import Fp8Ops
 from .hf_eager import HfEagerOps
-from .eager_act import EagerActOps
 from .layers import LayerOps
 from .lora import LoraOps, adapter_parameters
 from .maxtext_step import MaxTextOps
