@@ -80,6 +80,12 @@ def test_flash_attention_flops_and_causality():
     ("aten::gelu", "[[8, 512, 4096], []]", f"[{BF}, 'String']", 2 * 8 * 512 * 4096 * 2),
     ("aten::native_layer_norm", "[[8, 512, 4096], [[]], [4096], [4096], []]",
      f"[{BF}, 'GenericList[Int]', {BF}, {BF}, 'Double']", (2 * 8 * 512 * 4096 + 2 * 4096) * 2),
+    # Transformer Engine's norm with an FP8 output (the last tensor, the input's shape): read x, w, b, write 1 B
+    ("aten::native_layer_norm", "[[8192, 4096], [4096], [4096], [8192, 4096]]",
+     f"[{BF}, {BF}, {BF}, 'Tensor(c10::Float8_e4m3fn)']", 8192 * 4096 * 2 + 2 * 4096 * 2 + 8192 * 4096 * 1),
+    ("aten::_fused_rms_norm", "[[8192, 4096], [4096], [8192, 4096]]",
+     f"[{BF}, {BF}, 'Tensor(c10::Float8_e4m3fn)']", 8192 * 4096 * 2 + 4096 * 2 + 8192 * 4096),
+    ("aten::_fused_rms_norm", "[[8192, 4096], [4096]]", f"[{BF}, {BF}]", 2 * 8192 * 4096 * 2 + 4096 * 2),
     ("aten::sum", "[[4096, 1024], [[]], [], []]", f"[{FP32}, 'GenericList[Int]', 'Bool', 'None']", 4096 * 1024 * 4),
     ("aten::copy_", "[[1024, 1024], [1024, 1024], []]", f"[{BF}, {FP32}, 'Bool']", 1024 * 1024 * (2 + 4)),
     ("aten::fill_", "[[1024, 1024], []]", f"[{BF}, 'Double']", 1024 * 1024 * 2),

@@ -74,6 +74,12 @@ REDUCTION_OPS = {"sum", "mean", "amax", "amin", "max", "min", "norm", "linalg_ve
 FUSED_ADAM_OPS = {"_fused_adam_", "_fused_adamw_"}
 #: the tensor-list arguments a fused Adam writes: params, exp_avgs, exp_avg_sqs
 FUSED_ADAM_WRITTEN = (0, 2, 3)
+#: Norms whose trace may list the output they write as their last tensor argument (the input's shape, in its own
+#: dtype): Transformer Engine's ``layernorm_fwd`` / ``rmsnorm_fwd`` take the output tensor and write it as FP8 where
+#: the recipe's quantizer allows (TE v2.0-v2.8 ``pytorch/csrc/extensions/normalization.cpp``; astra workload llm
+#: lists it so, :mod:`astra_workload_generators.llm.norms`). Such an argument is written, not read; without one the
+#: output is the input's size (the broadcast rule).
+NORM_OUT_OPS = {"native_layer_norm", "_fused_rms_norm", "rms_norm", "layer_norm"}
 #: Ops that only write their first argument.
 FILL_OPS = {"fill_", "zero_", "zeros_like", "ones_like", "full_like", "normal_", "uniform_", "bernoulli_",
             "random_"}
@@ -380,6 +386,9 @@ def _memory(name, args, values, default_dtype):
         nbytes = read + first_bytes  # in place (also _foreach_*_ / _fused_*_): write the first argument back
     elif name == "cat" or name == "stack":
         nbytes = 2 * read
+    elif name in NORM_OUT_OPS and len(tensors) > 1 and tensors[-1][0] == first[0]:
+        # the norm's output, listed last in its own dtype: written once (counted in read), never read
+        return Op("memory", name, first[1], nbytes=float(read), out_bytes=tensors[-1][2])
     elif isinstance(first_arg, list):
         nbytes = read + first_bytes  # _foreach_* (out of place): one output per element of the first list
     elif name == "embedding":
