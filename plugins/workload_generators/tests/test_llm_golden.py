@@ -112,6 +112,10 @@ Then the Megatron FP8 training cases with a dense FFN (gpt_sp_overlap_fp8_vp_zer
 (issue 36): Megatron-Core's MLP runs its own activation between Transformer Engine's FC1 and FC2, so FC2 casts its
 input in forward and FC1 its output gradient in backward (``Fp8Ops.fp8_mlp_casts_apart``); with ``--te-op-fuser``
 (TE's fused activation) every hash is the one before.
+Then the Megatron FP8 training cases (gpt_sp_overlap_fp8_vp_zero1, moe_expert_load_fp8, delayed scaling), on purpose
+(issue 36): Transformer Engine's norm before the QKV and dense FC1 GEMMs writes their FP8 input itself, listed as the
+norm's last argument (``Fp8Ops.norm_writes_fp8``, ``NormOps.layer_norm``); MoE layers' pre-MLP norm and the final
+norm are unchanged.
 """
 
 from __future__ import annotations

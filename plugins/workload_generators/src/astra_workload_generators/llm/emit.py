@@ -30,6 +30,9 @@ FUSED_ADAM = ("_fused_adam_", "_fused_adamw_")
 FUSED_ADAM_WRITTEN = (0, 2, 3)
 #: concatenations: read every piece and write the joined tensor (the gpu model's count of cat and stack)
 CONCATS = ("cat", "stack")
+#: norms whose output, listed as their last argument (the input's shape), is written in its own dtype and not read
+#: (the gpu model's ``NORM_OUT_OPS``: Transformer Engine's norm writing an FP8 GEMM input, :mod:`.norms`)
+NORM_OUT = ("native_layer_norm", "_fused_rms_norm", "rms_norm", "layer_norm")
 
 
 #: Bandwidth used only for the nodes' ``duration_micros`` (replay); the gpu model times them from their shapes.
@@ -179,7 +182,8 @@ class NodeEmitter:
                 shapes.append(list(a[0]))
                 types.append(a[1])
                 tensors.append(a)
-        size = {"Tensor(float)": 4, "Tensor(double)": 8, "Tensor(long int)": 8, "Tensor(bool)": 1}
+        size = {"Tensor(float)": 4, "Tensor(double)": 8, "Tensor(long int)": 8, "Tensor(bool)": 1, FP8_FWD: 1,
+                FP8_GRAD: 1}
 
         def nb(t):
             sh, ty = t
@@ -199,6 +203,8 @@ class NodeEmitter:
             nbytes = read + sum(nb(t) for i in FUSED_ADAM_WRITTEN if i < len(lists) for t in lists[i])
         elif name in CONCATS:  # reads its pieces, writes them all once more (joined)
             nbytes = 2 * read
+        elif name in NORM_OUT and len(tensors) > 1 and tensors[-1][0] == first[0][0]:
+            nbytes = read  # a norm's output listed last in its own dtype (FP8): written, never read
         elif name.endswith("_"):
             nbytes = read + sum(nb(t) for t in first)
         elif name == "embedding":

@@ -154,6 +154,33 @@ class Fp8Ops:
         return (self.te_fp8 and not cfg.te_op_fuser and not cfg.inference
                 and implied_framework(cfg) == "megatron")
 
+    @property
+    def te_norm_linear(self):
+        """The layers' QKV and dense FC1 are Transformer Engine's ``LayerNormLinear`` (Megatron-Core's TE layer spec,
+        ``TELayerNormColumnParallelLinear``; TE's ``ops`` RMSNorm / LayerNorm with ``--te-op-fuser``): the norm
+        before them is TE's, and TE hands it the linear's input quantizer. A Megatron training step with the fused
+        norm kernel (no other framework's norm was read)."""
+        cfg = self.cfg
+        return implied_framework(cfg) == "megatron" and not cfg.inference and cfg.norm_kernel != "composite"
+
+    @property
+    def norm_writes_fp8(self):
+        """Delayed scaling (per-tensor, a ``Float8Quantizer``): TE's norm kernel writes the linear's FP8 input itself,
+        1 B an element, no cast after it. ``LayerNormLinear`` passes the input quantizer to the norm unless it returns
+        the norm's output (TE v2.2 ``module/layernorm_linear.py``: ``with_quantized_norm = fp8 and not
+        return_layernorm_output and not return_layernorm_output_gathered``; ``apply_normalization(..., input_quantizer
+        if with_quantized_norm else None, ...)``; the same at v2.8), with sequence parallelism too (the FP8 rows
+        are all-gathered); ``layernorm_fwd`` / ``rmsnorm_fwd`` then run the fused kernel for it: v2.2-v2.7
+        ``csrc/extensions/normalization.cpp`` ``else if (IsFloat8Quantizers(...)) { // Always used fused kernel for
+        FP8 delayed scaling  force_unfused_kernel = false; }``, v2.8 ``Impl::FULLY_FUSED`` (v2.0 / v2.1: the
+        quantizer's tensor is the kernel's output). Not under current scaling (v2.2-v2.6: the norm writes
+        ``--dtype``, then ``nvte_compute_amax`` and the cast read it twice; v2.7 / v2.8: the amax is fused into the
+        norm, ``create_hp_tensor_with_amax`` / ``Impl::FUSED_NORM_AMAX_FP8``, and ``quantize_with_amax`` reads it once:
+        :meth:`fp8_norm_cast`), nor MXFP8 (unfused unless ``NVTE_NORM_FWD_USE_CUDNN`` on whole 128 x 128 tiles: the
+        block path's own quantize, :meth:`block_quantize`), nor NVFP4 (v2.8: unfused with the forward input's
+        Hadamard transform, the recipe's default)."""
+        return self.te_fp8 and not self.fp8_current and self.te_norm_linear
+
     def fp8_cast(self, label, rows, cols, deps=()):
         """TE's fused cast + transpose of a ``rows x cols`` GEMM operand to FP8 before an FP8 linear layer:
         read once in ``--dtype``, written as FP8 and as its FP8 transpose (Hopper's FP8 GEMMs take only the
@@ -176,11 +203,14 @@ class Fp8Ops:
     def fp8_norm_cast(self, label, rows, cols, deps=()):
         """Current scaling only: a LayerNorm's or GeLU's output cannot be cast inside that kernel (its scale needs
         its own amax), so it is written in ``--dtype``, then read for its amax and read again to be written as FP8
-        and as its transpose (which the backward then reuses: no :meth:`fp8_transpose`). Under delayed scaling the
-        kernel writes FP8 itself and nothing is emitted."""
+        and as its transpose (which the backward then reuses: no :meth:`fp8_transpose`). Transformer Engine's own
+        norm (:attr:`te_norm_linear`) computes the amax as it writes (TE v2.7 ``csrc/extensions/normalization.cpp``
+        ``create_hp_tensor_with_amax`` then ``quantize_with_amax``; v2.8 ``Impl::FUSED_NORM_AMAX_FP8``; ASSUMPTION: a
+        current-scaling step runs TE 2.7 or later, as the registry's do, NeMo 25.11 and MLPerf v5.1): read once.
+        Under delayed scaling the kernel writes FP8 itself and nothing is emitted (:attr:`norm_writes_fp8`)."""
         if not self.fp8_current:
             return None
-        return self._cast_to_fp8(label, rows, cols, 2, deps)
+        return self._cast_to_fp8(label, rows, cols, 1 if self.te_norm_linear else 2, deps)
 
     def fp8_act_cast(self, label, rows, cols, deps=()):
         """Current scaling only, where Transformer Engine's activation takes the GEMM's quantizer (TE's fused MLP,

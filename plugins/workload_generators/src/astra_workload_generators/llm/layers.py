@@ -415,7 +415,7 @@ class LayerOps(NormOps):
         deps = list(deps)
         ew = cfg.ew_forward
         if ew:  # deps stay on the first GEMM too (ZeRO-3 gathers; already ordered by the chain)
-            self.layer_norm(lab + ".ln1", deps)
+            self.layer_norm(lab + ".ln1", deps, linear_input=not dims.mla)  # (TE's LayerNormLinear: QKV)
         if dims.mla:
             qkv_node = self.mla_forward(lab, deps)
         else:
@@ -455,7 +455,7 @@ class LayerOps(NormOps):
         self.mm_rs(lab + ".proj", lab + ".attn_out", n, ow, h, lora="proj")
         if ew:
             self.dropout_add(lab + ".attn_out")
-            self.layer_norm(lab + ".ln2")
+            self.layer_norm(lab + ".ln2", linear_input=not dims.is_moe_layer(layer))  # (dense: FC1's)
         if dims.is_moe_layer(layer):
             if sp:
                 self._tp("ag", lab + ".mlp_in")

@@ -3,11 +3,13 @@ before the LM head, one fused kernel each or eager PyTorch's composite RMSNorm, 
 
 from __future__ import annotations
 
+from .fp8 import FP8_FWD
+
 
 class NormOps:
     """The norms (a stage-builder mixin, the base of :class:`.layers.LayerOps`)."""
 
-    def layer_norm(self, label, deps=()):
+    def layer_norm(self, label, deps=(), linear_input=False):
         """The layer's norm on this rank's ``r x h`` rows, one fused kernel: the model's own kind
         (``dims.rms_norm``). LayerNorm is ATen's ``native_layer_norm(input, normalized_shape, weight, bias, eps)``;
         RMSNorm is ``_fused_rms_norm(input, normalized_shape, weight, eps)``, the op ``torch.nn.functional.rms_norm``
@@ -16,10 +18,16 @@ class NormOps:
         the same rows read and written without the bias (and without the mean it does not compute). Transformer
         Engine's ``LayerNormLinear`` / ``RMSNorm`` run their own kernels (``tex.layernorm_fwd`` / ``tex.rmsnorm_fwd``)
         and vLLM its ``rms_norm`` custom op: ASSUMPTION, timed as PyTorch's kernel of the same kind, whose rate and
-        floor were measured (the gpu model's ``data/memops_fit.json`` / ``memops_floor.json``)."""
+        floor were measured (the gpu model's ``data/memops_fit.json`` / ``memops_floor.json``).
+
+        ``linear_input``: the norm is the one Transformer Engine's ``LayerNormLinear`` runs before the layer's QKV or
+        dense FC1 GEMM; where it writes that GEMM's FP8 input itself (:attr:`.fp8.Fp8Ops.norm_writes_fp8`: delayed
+        scaling) its output is listed last as an FP8 tensor, written 1 B an element instead of 2 (the gpu model's
+        ``ops.NORM_OUT_OPS``)."""
         if self.cfg.norm_kernel == "composite":
             return self._composite_rms_norm(label + ".ln", deps)
-        return self.norm_kernel(label + ".ln", self.ln_rows, self.dims.hidden, deps)
+        out = FP8_FWD if linear_input and self.norm_writes_fp8 else None
+        return self.norm_kernel(label + ".ln", self.ln_rows, self.dims.hidden, deps, out)
 
     def layer_norm_bwd(self, label, deps=()):
         """The norm's backward: ``native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight,
@@ -29,13 +37,15 @@ class NormOps:
             return self._composite_rms_norm_bwd(label + ".ln", deps)
         return self.norm_kernel_bwd(label + ".ln", self.ln_rows, self.dims.hidden, deps)
 
-    def norm_kernel(self, label, rows, width, deps=()):
+    def norm_kernel(self, label, rows, width, deps=(), out=None):
         """One fused norm kernel of the model's kind (``dims.rms_norm``) over ``rows x width``, as
-        :meth:`layer_norm` describes (also the query/key norms', :meth:`.rope.RopeOps.qk_norm_fwd`)."""
+        :meth:`layer_norm` describes (also the query/key norms', :meth:`.rope.RopeOps.qk_norm_fwd`). ``out``: the
+        type of the output where it is not ``--dtype`` (an FP8 GEMM input), listed as the last argument."""
         x, w = self._t(rows, width), self._t(width)
+        written = [] if out is None else [((rows, width), out)]
         if self.dims.rms_norm:
-            return self.ew("aten::_fused_rms_norm", label, [x, w], deps)
-        return self.ew("aten::native_layer_norm", label, [x, w, self._t(width)], deps)
+            return self.ew("aten::_fused_rms_norm", label, [x, w] + written, deps)
+        return self.ew("aten::native_layer_norm", label, [x, w, self._t(width)] + written, deps)
 
     def norm_kernel_bwd(self, label, rows, width, deps=()):
         """Its backward (:meth:`layer_norm_bwd`): the gradient and the input, the fp32 statistics, the weight
