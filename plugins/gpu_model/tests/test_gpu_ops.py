@@ -41,6 +41,28 @@ def test_gemm_shapes(name, shapes, types, expect):
     assert (o.m, o.n, o.k, o.batch, o.dtype) == expect
 
 
+E4M3, E5M2 = "'Tensor(c10::Float8_e4m3fn)'", "'Tensor(c10::Float8_e5m2)'"
+
+
+@pytest.mark.parametrize("name, shapes, types, out_bytes", [
+    # a weight gradient accumulated into an fp32 main_grad (cuBLAS beta = 1): C read and D written, 4 + 4 B
+    ("aten::addmm", "[[1024, 4096], [1024, 8192], [8192, 4096]]", f"[{FP32}, {BF}, {BF}]", 8),
+    ("aten::_scaled_mm", "[[1024, 8192], [8192, 4096], [], [], [1024, 4096]]",
+     f"[{E4M3}, {E5M2}, {FP32}, {FP32}, {FP32}]", 8),
+    # the first micro-batch writes main_grad without reading it: D listed last, 4 B
+    ("aten::mm", "[[1024, 8192], [8192, 4096], [1024, 4096]]", f"[{BF}, {BF}, {FP32}]", 4),
+    ("aten::_scaled_mm", "[[1024, 8192], [8192, 4096], [], [], [], [1024, 4096]]",
+     f"[{E4M3}, {E5M2}, {FP32}, {FP32}, 'None', {FP32}]", 4),
+    # as before: a bias vector, no buffer, FP8's bf16 output
+    ("aten::addmm", "[[4096], [1024, 8192], [8192, 4096]]", f"[{BF}, {BF}, {BF}]", 2),
+    ("aten::mm", "[[1024, 8192], [8192, 4096]]", f"[{BF}, {BF}]", 2),
+    ("aten::_scaled_mm", "[[1024, 8192], [8192, 4096], [], []]", f"[{E4M3}, {E5M2}, {FP32}, {FP32}]", 2),
+])
+def test_gemm_output_buffer_bytes(name, shapes, types, out_bytes):
+    o = op(name, shapes, types)
+    assert (o.kind, o.m, o.n, o.k, o.out_bytes) == ("gemm", 1024, 4096, 8192, out_bytes)
+
+
 def test_convolution_is_an_implicit_gemm():
     o = op("aten::convolution", "[[32, 64, 56, 56], [128, 64, 3, 3], [128], [[], []], [[], []], [[], []], [], "
            "[[], []], []]", f"[{HALF}, {HALF}, {HALF}, 'GenericList[Int,Int]', 'GenericList[Int,Int]', "

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # Which names are GEMMs, convolutions and attention is the kernel's (astra_sim.ops); re-exported for this package.
 from astra_sim.ops import ATTENTION_OPS as ATTENTION_NAMES
@@ -273,7 +273,41 @@ def _gemm(name, args, values, default_dtype):
     if name == "_scaled_mm":
         out_size = 2  # bf16 output is the common case
         dtype, a, b = _scaled_format(a, b, tensors[2:4])
-    return _gemm_from_operands(name, a, b, dtype, out_size)
+    op = _gemm_from_operands(name, a, b, dtype, out_size)
+    written = _output_bytes(name, ts, op.batch * op.m * op.n)
+    return op if written is None else replace(op, out_bytes=written)
+
+
+#: Where a GEMM's accumulator C (``D = A @ B + C``, cuBLAS's beta = 1) is listed: ``addmm``'s / ``baddbmm``'s
+#: ``self``, ``_scaled_mm``'s ``bias``. One of the output's whole shape is read and D written in its dtype, each
+#: element twice its size (a broadcast bias vector is not: negligible, as before). A Megatron training step's
+#: gradient-accumulation fusion runs each weight-gradient GEMM so, into the fp32 ``main_grad``: Transformer Engine's
+#: ``general_gemm(..., out=main_grad, out_dtype=main_grad.dtype, accumulate=True)`` (TE v2.2-v2.8
+#: ``pytorch/module/linear.py``), Megatron-Core's ``wgrad_gemm_accum_fp32`` (core_r0.14.0
+#: ``megatron/core/tensor_parallel/layers.py`` 553-570); astra workload llm lists them so. ASSUMPTION: beta is not
+#: read (``inputs.values`` of GEMMs are not parsed): a traced ``addmm`` with beta = 0 over a whole C is counted as
+#: reading it.
+ACCUMULATOR_ARG = {"addmm": 0, "baddbmm": 0, "_scaled_mm": 4}
+#: The first position an output buffer D may be listed at (``mm(self, mat2, *, out)``; ``_scaled_mm``'s after its
+#: positional arguments up to the bias): one of the output's whole shape, last, is written in its dtype and not read
+#: (TE's first micro-batch, ``accumulate=False``, still writes ``main_grad``'s dtype).
+OUT_ARG_FROM = {"mm": 2, "bmm": 2, "_scaled_mm": 5}
+
+
+def _output_bytes(name, ts, elements):
+    """Bytes a GEMM's output element costs where its node lists C or D (:data:`ACCUMULATOR_ARG`,
+    :data:`OUT_ARG_FROM`), else None (the operands' or bf16, as before)."""
+
+    def whole(t):
+        return t is not None and not isinstance(t, list) and _numel(t[0]) == elements
+
+    c = ACCUMULATOR_ARG.get(name)
+    if c is not None and c < len(ts) and whole(ts[c]):
+        return 2 * ts[c][2]
+    d = OUT_ARG_FROM.get(name)
+    if d is not None and len(ts) > d and whole(ts[-1]):
+        return ts[-1][2]
+    return None
 
 
 def _scaled_format(a, b, scales):
