@@ -327,12 +327,11 @@ class Sys:
         dataset.notifier = notifier
         priority = self.get_priority(explicit_priority)
         ndims = topology.num_dimensions()
-
-        def active(dim):
-            # Dimensions past the end of involved_dim are not involved (the reference reads past its vector there,
-            # which in practice gives False).
-            return topology.nodes_in_dimension(dim) != 1 and (
-                involved_dims is None or (dim < len(involved_dims) and bool(involved_dims[dim])))
+        # The dimensions the collective runs in, asked once, not per chunk. Those past the end of involved_dim are not
+        # involved (the reference reads past its vector there, which in practice gives False).
+        active = [topology.nodes_in_dimension(dim) != 1 and (
+            involved_dims is None or (dim < len(involved_dims) and bool(involved_dims[dim]))) for dim in range(ndims)]
+        dim_mapper = list(range(ndims))[::-1] if com_type == ALL_GATHER else list(range(ndims))
 
         def add_phase(phases, d, kind, allocate, size):
             """Append a chunk's phase in dimension ``d`` (queue from ``allocate``); returns the next phase's size."""
@@ -346,27 +345,26 @@ class Sys:
         local_bw_aware = self.shared.system_config.collective_optimization == "localBWAware"
         while size > 0:
             count += 1
-            dim_mapper = list(range(ndims))[::-1] if com_type == ALL_GATHER else list(range(ndims))
             size = 0 if chunk_size > size else size - chunk_size
             remain = chunk_size
             phases = deque()
             if com_type != ALL_REDUCE or not local_bw_aware:
                 for d in dim_mapper:
-                    if active(d):
+                    if active[d]:
                         remain = add_phase(phases, d, com_type, levels[d].next_queue, remain)
             else:
-                last_active_dim = max([dim for dim in range(ndims) if active(dim_mapper[dim])] or [0])
+                last_active_dim = max([dim for dim in range(ndims) if active[dim_mapper[dim]]] or [0])
                 for d in dim_mapper[:last_active_dim]:
-                    if active(d):
+                    if active[d]:
                         remain = add_phase(phases, d, REDUCE_SCATTER, levels[d].next_queue_first, remain)
                 dim = last_active_dim
-                while dim > 0 and not active(dim_mapper[dim]):
+                while dim > 0 and not active[dim_mapper[dim]]:
                     dim -= 1
                 d = dim_mapper[dim]
-                if active(d):
+                if active[d]:
                     remain = add_phase(phases, d, ALL_REDUCE, levels[d].next_queue_first, remain)
                 for d in reversed(dim_mapper[:dim]):
-                    if active(d):
+                    if active[d]:
                         remain = add_phase(phases, d, ALL_GATHER, levels[d].next_queue_last, remain)
             if not phases:
                 dataset.active = False
