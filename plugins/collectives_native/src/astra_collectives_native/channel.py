@@ -98,9 +98,10 @@ def open_channel(m: SendRecvMatcher, tag: Any, src: Any, dst: Any, size: Any) ->
     """The channel of ``(tag, src, dst, size)`` (size > 0), opened (taking over the key's waiting messages) by the
     first ring that asks; every ring that asks gives it back with :func:`close_channel`."""
     key = (tag, src, dst, size)
-    channel = m.channels.get(key)
+    channel: Channel | None = m.channels.get(key)  # (typed: compiled, its fields are read natively)
     if channel is None:
-        channel = m.channels[key] = Channel(key, m._waiting.pop(key, None), m.closed_form_ns(src, dst, size))
+        waiting = m._waiting.pop(key, None) if m._waiting else None  # (mostly empty: no key hashed)
+        channel = m.channels[key] = Channel(key, waiting, m.closed_form_ns(src, dst, size))
     channel.users += 1
     return channel
 

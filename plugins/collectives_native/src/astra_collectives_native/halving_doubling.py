@@ -77,7 +77,9 @@ class HalvingDoubling(Ring):
     def bundle(self, size, processed: bool) -> None:
         """Queue the packet's partner, release it, then move to the next partner (distance and size halve or
         double)."""
-        self.packets.append((self.curr_sender, self.curr_receiver, size))
+        packets = self.packets
+        assert packets is not None  # (only a Ring's is None)
+        packets.append((self.curr_sender, self.curr_receiver, size))
         Algorithm.bundle(self, size, processed)
         self.rank_offset = int(self.rank_offset * self.offset_multiplier)
         self.msg_size = int(self.msg_size / self.offset_multiplier)
@@ -93,3 +95,8 @@ class HalvingDoubling(Ring):
         step = self.rank_offset if direction == CLOCKWISE else -self.rank_offset
         topo = self.topo
         return topo.members[(topo.index_in_ring + step) % self.nodes_in_ring]
+
+
+def make_halving_doubling(com_type, rank, topo, size, direction, window):
+    """The plugin's factory, compiled with the class (see ring.make_ring)."""
+    return HalvingDoubling(com_type, rank, topo, size)

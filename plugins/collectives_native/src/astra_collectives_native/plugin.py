@@ -7,21 +7,9 @@ from astra_sim.api import CollectiveAlgorithmSpec
 from astra_sim.errors import ConfigError
 
 from astra_collectives_native.double_binary_tree import DoubleBinaryTree
-from astra_collectives_native.halving_doubling import HalvingDoubling
-from astra_collectives_native.ring import Direct, Ring
+from astra_collectives_native.halving_doubling import make_halving_doubling
+from astra_collectives_native.ring import make_direct, make_ring
 from astra_collectives_native.tree_topology import tree_dimension
-
-
-def _ring(com_type, rank, topo, size, direction, window):
-    return Ring(com_type, rank, topo, size, direction)
-
-
-def _direct(com_type, rank, topo, size, direction, window):
-    return Direct(com_type, rank, topo, size, direction, window)
-
-
-def _halving_doubling(com_type, rank, topo, size, direction, window):
-    return HalvingDoubling(com_type, rank, topo, size)
 
 
 def _double_binary_tree(com_type, rank, tree, size, direction, window):
@@ -42,15 +30,15 @@ def astra_register_collective_algorithms(registry):
     # Ring and direct look only at ring neighbours (rotation-symmetric); halving-doubling pairs the ring index i
     # with i XOR 2^k (the reference's direction rule: + 2^k when bit k is 0, else - 2^k), which every flip of an
     # index bit keeps ("xor"); the trees give ranks roles, so runs using them are not folded.
-    add("ring", CollectiveAlgorithmSpec("ring", _ring, symmetry="rotation"), "ring per dimension")
-    add("oneRing", CollectiveAlgorithmSpec("one", _ring, symmetry="rotation"), "one ring over all NPUs")
-    add("direct", CollectiveAlgorithmSpec("ring", _direct, takes_window=True, symmetry="rotation"),
+    add("ring", CollectiveAlgorithmSpec("ring", make_ring, symmetry="rotation"), "ring per dimension")
+    add("oneRing", CollectiveAlgorithmSpec("one", make_ring, symmetry="rotation"), "one ring over all NPUs")
+    add("direct", CollectiveAlgorithmSpec("ring", make_direct, takes_window=True, symmetry="rotation"),
         "direct, window = suffix or n-1")
-    add("oneDirect", CollectiveAlgorithmSpec("one", _direct, takes_window=True, symmetry="rotation"),
+    add("oneDirect", CollectiveAlgorithmSpec("one", make_direct, takes_window=True, symmetry="rotation"),
         "direct over all NPUs")
-    add("halvingDoubling", CollectiveAlgorithmSpec("ring", _halving_doubling, symmetry="xor"),
+    add("halvingDoubling", CollectiveAlgorithmSpec("ring", make_halving_doubling, symmetry="xor"),
         "recursive halving/doubling")
-    add("oneHalvingDoubling", CollectiveAlgorithmSpec("one", _halving_doubling, symmetry="xor"),
+    add("oneHalvingDoubling", CollectiveAlgorithmSpec("one", make_halving_doubling, symmetry="xor"),
         "halving/doubling over all NPUs")
     add("doubleBinaryTree", CollectiveAlgorithmSpec("tree", _double_binary_tree, dimension_topology=tree_dimension),
         "double binary tree all-reduce")

@@ -24,7 +24,7 @@ class Ring(Algorithm):
     is released at once, each send takes one step off ``stream_count``), so
     they are not kept. Every packet of a ring has the same sender, receiver and size, so a count of the packets
     waiting to be sent is kept (``queued``), not a copy of each; its subclasses, whose partners or sizes move,
-    queue each packet's ``(sender, receiver, size)`` in ``packets``.
+    queue each packet's ``(sender, receiver, size)`` in ``packets`` (None in a ring: no deque made per phase).
     """
 
     __slots__ = (
@@ -53,7 +53,7 @@ class Ring(Algorithm):
     queued: int
     toggle: bool
     fast: bool
-    packets: deque
+    packets: deque | None
 
     def __init__(self, com_type, rank, topo, data_size, direction):
         self.com_type = com_type
@@ -91,7 +91,7 @@ class Ring(Algorithm):
             self.final_data_size = data_size
             self.msg_size = data_size // n
         self.queued = 0
-        self.packets = deque()
+        self.packets = None
 
     def bind(self, stream):
         super().bind(stream)
@@ -160,8 +160,9 @@ class Ring(Algorithm):
             send_on.send(m, None, None)
             recv_on.recv(m, self._received, None)
         else:
-            if self.packets:
-                src, dst, size = self.packets.popleft()
+            packets = self.packets
+            if packets:
+                src, dst, size = packets.popleft()
             else:
                 src, dst, size = self.curr_sender, self.curr_receiver, self.msg_size
             if m is None:
@@ -176,7 +177,8 @@ class Ring(Algorithm):
 
     def end(self) -> None:
         """The last packet is back: drop what is left, give the channels back, and finish."""
-        self.packets.clear()
+        if self.packets is not None:
+            self.packets.clear()
         self.queued = 0
         m = self._matcher
         send_on = self._send_on
@@ -197,6 +199,7 @@ class Direct(Ring):
 
     def __init__(self, com_type, rank, topo, data_size, direction, window):
         super().__init__(com_type, rank, topo, data_size, direction)
+        self.packets = deque()
         n = self.nodes_in_ring
         self.middle_point = n - 1
         self.parallel_reduce = n - 1 if window == -1 else min(window, n - 1)
@@ -219,7 +222,9 @@ class Direct(Ring):
 
     def bundle(self, size, processed: bool) -> None:
         """Queue the packet's partners, release it, then move to the next peer."""
-        self.packets.append((self.curr_sender, self.curr_receiver, size))
+        packets = self.packets
+        assert packets is not None  # (only a Ring's is None)
+        packets.append((self.curr_sender, self.curr_receiver, size))
         Algorithm.bundle(self, size, processed)
         topo, rank, direction = self.topo, self.rank, self.direction
         receiver = topo.get_receiver(self.curr_receiver, direction)
@@ -235,3 +240,13 @@ class Direct(Ring):
         if self.topo.dimension != DIM_LOCAL:
             return self.parallel_reduce
         return (self.nodes_in_ring - 1) * self.parallel_reduce
+
+
+# The factories the plugin registers, here rather than in plugin.py: compiled with their classes
+# (tools/compile_core.py), the system layer's call for every phase constructs the algorithm natively.
+def make_ring(com_type, rank, topo, size, direction, window):
+    return Ring(com_type, rank, topo, size, direction)
+
+
+def make_direct(com_type, rank, topo, size, direction, window):
+    return Direct(com_type, rank, topo, size, direction, window)
