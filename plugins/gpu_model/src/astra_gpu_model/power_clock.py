@@ -26,6 +26,19 @@ Hopper boards (PCIe, NVL, H20) have no sustained measurement of their silicon an
 is applied to them (the A100 model at 8192^3, 237 TFLOP/s, is under a randn cuBLAS run on a 400 W A100, 257: Horace He,
 thonking.ai "Strangely, Matrix Multiplications on GPUs Run Faster When Given 'Predictable' Data!").
 
+**A full board** (:data:`FULL_BOARD`). MSMF is measured on one GPU with its siblings idle; the same benchmark run
+on all eight GPUs of the board at once settles lower, since they share the board's power and cooling budget (the
+same commit's ``compute/accelerator/benchmarks/README.md``, "What we measured: alone vs all-8 concurrent", BF16,
+torch 2.13.0+cu130: B200 1,455.7 alone against a mean of 1,426.4 over 8 GPUs x 5 rounds, -2.0 %, with a 10.4 %
+spread across the GPUs). A training job fills its boards, so a burst-fitted preset's factor takes the all-eight
+mean on the sustained rate before it is moved to a limit and bounded by the burst (bursts were not slowed by busy
+siblings, so a limit that lets the boost clock hold is not). ASSUMPTIONS: FP8 (and the block-scaled formats) settle
+as BF16 does (the FP8 MSMF draws the same ~990 W, not measured all-eight); a job on part of a board is priced as a
+full one; the mean, not the slowest GPU that a synchronous step waits for, so this is the smaller bound of the
+effect. The H200's all-eight mean (698.6 against 702.9, -0.6 %) is not applied to the Hopper cap: it is inside the
+alone measurement's own run-to-run range (1.4 %, against the B200's -2.0 % over a 1.1 % range), and six of the cap's
+seven shapes are the lent H200's runs, whose siblings' load was not recorded.
+
 **The DVFS law** (the energy plugin's, docs/energy.md, ``astra_energy`` data/power.json ``clock_power``)::
 
     P(f) = P_idle + (P_boost - P_idle) * (f / f_max) ** ALPHA
@@ -146,6 +159,40 @@ SUSTAINED_GEMM = {
                         "sustained_chunks-run3.csv (run 3)"))),
 }
 
+
+@dataclass(frozen=True)
+class FullBoard:
+    """One silicon's sustained rate with every GPU of its board busy, against one GPU with idle siblings."""
+
+    alone_tflops: float
+    all_busy_tflops: float
+    source: str
+
+    @property
+    def ratio(self) -> float:
+        """The all-busy mean over the alone rate."""
+        return self.all_busy_tflops / self.alone_tflops
+
+
+_ALL8 = ("stas00/ml-engineering fast-mamf 082816f, compute/accelerator/benchmarks/README.md, 'What we measured: alone "
+         "vs all-8 concurrent' (mamf-finder --search auto, BF16, torch 2.13.0+cu130): ")
+
+#: silicon -> its full-board measurement (:class:`FullBoard`): the mean MSMF over all eight GPUs of the board running
+#: at once (8 GPUs x 5 rounds, n = 40) over GPU0 alone (n = 5). Applied to a burst-fitted preset naming that silicon's
+#: pair (``sustained_gemm``: B200, and B300 and GB200, ASSUMPTION as their pair is), every GEMM class (FP8:
+#: ASSUMPTION); not to the Hopper cap (the module docstring says why).
+FULL_BOARD = {
+    "B200": FullBoard(1455.7, 1426.4, _ALL8 + "'B200 bf16 ... GPU0 alone (n=5) | 1455.7 ... All 8 GPUs x 5 rounds "
+                                              "(n=40) | 1426.4 (-2.0%) | 10.4%'"),
+}
+
+
+def full_board_ratio(silicon: str | None) -> float:
+    """The sustained rate's all-eight-busy mean over its alone rate for ``silicon`` (1 where none is measured)."""
+    board = FULL_BOARD.get(silicon)
+    return board.ratio if board is not None else 1.0
+
+
 #: Which presets name a pair: ``sustained_gemm`` (burst fits, :class:`astra_gpu_model.gpu.GpuSpec`): B200 its own; B300
 #: and GB200 B200's (ASSUMPTION: the same BF16/FP8 peaks and bursts, no sustained measurement of their own).
 #: ``sustained_gemm_cap`` (per-layer fits): H200 SXM its own; H100 SXM5, H800 SXM5 and Grand Teton's H100 96 GB H200's
@@ -171,14 +218,16 @@ def gemm_boost_power_w(point: SustainedGemm, alpha: float = ALPHA) -> float:
     return point.idle_w + (point.sustained_w - point.idle_w) / clock ** alpha
 
 
-def sustained_rate_ratio(point: SustainedGemm, board_power_w: float, alpha: float = ALPHA) -> float:
-    """A sustained GEMM phase's rate over the burst rate at limit ``board_power_w``: the measured ratio, moved to that
-    limit by the DVFS law (the rate follows the settled clock), at most 1."""
+def sustained_rate_ratio(point: SustainedGemm, board_power_w: float, alpha: float = ALPHA,
+                         full_board: float = 1.0) -> float:
+    """A sustained GEMM phase's rate over the burst rate at limit ``board_power_w``: the measured ratio (times
+    ``full_board``, :func:`full_board_ratio`, for a board whose GPUs are all busy), moved to that limit by the DVFS
+    law (the rate follows the settled clock), at most 1."""
     idle = point.idle_w
     if board_power_w <= idle:
         raise ValueError(f"board power {board_power_w:g} W: must be above the idle power ({idle:g} W)")
     gain = ((board_power_w - idle) / (point.sustained_w - idle)) ** (1.0 / alpha)
-    return min(1.0, point.rate_ratio * gain)
+    return min(1.0, point.rate_ratio * full_board * gain)
 
 
 def board_power_w(gpu, platform=None) -> float | None:
@@ -233,12 +282,13 @@ def sustained_gemm_factor(gpu, dtype: str, board_w: float | None) -> float:
     measured may not exceed the sustained rate there, so ``min(1, sustained rate at the limit / the model's rate
     at that shape)``, the median over every shape measured on that silicon (:meth:`SustainedGemm.shape_points`), one
     factor per GEMM class (a fit below the sustained rate is left: a power limit slows a kernel, it does not speed one
-    up). Else 1."""
+    up). A burst fit's sustained rate is a full board's (:func:`full_board_ratio`, :data:`FULL_BOARD`). Else 1."""
     gemm_class = _GEMM_CLASS.get(dtype)
     if gemm_class is None or not board_w:
         return 1.0
     if gpu.sustained_gemm is not None:
-        return sustained_rate_ratio(SUSTAINED_GEMM[(gpu.sustained_gemm, gemm_class)], float(board_w))
+        return sustained_rate_ratio(SUSTAINED_GEMM[(gpu.sustained_gemm, gemm_class)], float(board_w),
+                                    full_board=full_board_ratio(gpu.sustained_gemm))
     model_tflops = (getattr(gpu, "sustained_cap_tflops", None) or {}).get(gemm_class)
     if model_tflops is None:
         return 1.0
@@ -246,6 +296,6 @@ def sustained_gemm_factor(gpu, dtype: str, board_w: float | None) -> float:
     return min(1.0, cap_ratio(point, model_tflops, float(board_w)))
 
 
-__all__ = ["ALPHA", "SUSTAINED_GEMM", "ShapePoint", "SustainedGemm",
+__all__ = ["ALPHA", "FULL_BOARD", "FullBoard", "SUSTAINED_GEMM", "ShapePoint", "SustainedGemm", "full_board_ratio",
            "board_power_w", "cap_ratio", "cap_reference_tflops", "gemm_boost_power_w", "model_tflops_at_shape",
            "settled_clock_ratio", "sustained_gemm_factor", "sustained_rate_ratio"]
