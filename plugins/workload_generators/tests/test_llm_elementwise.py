@@ -89,8 +89,8 @@ def test_gated_cp_shapes_and_no_elementwise(tmp_path):
         f"[[{n}, 256], [{n}, 256], [{n}, 256]]"  # no bias; the fused bias-dropout-add's mask
     generate_llm(dims, LlmConfig(tp=2, cp=2, micro_batches=1, elementwise=False), tmp_path / "o")
     names = {x.name for x in _nodes(tmp_path / "o") if x.type == T.COMP_NODE}
-    assert names == {"aten::mm", "aten::_scaled_dot_product_flash_attention",
-                     "aten::_scaled_dot_product_flash_attention_backward"}
+    assert names == {"aten::mm", "aten::addmm", "aten::_scaled_dot_product_flash_attention",
+                     "aten::_scaled_dot_product_flash_attention_backward"}  # (addmm: wgrads into main_grad)
     # inference: the forward's element-wise nodes by default (issue 34), none with inference_elementwise=False
     generate_llm(dims, LlmConfig(tp=2, mode="prefill"), tmp_path / "p")
     assert "aten::native_layer_norm" in {x.name for x in _nodes(tmp_path / "p")}
@@ -192,7 +192,7 @@ def test_gpu_model_consistent_bytes(tmp_path):
         if x.type != T.COMP_NODE:
             continue
         op = ops.classify(x.name, *ops.node_io(x))
-        if x.name in ("aten::mm", "aten::bmm"):
+        if x.name in ("aten::mm", "aten::bmm", "aten::addmm"):
             assert op.kind == "gemm"
         else:
             assert op.kind == "memory", x.name
@@ -259,8 +259,9 @@ def test_fp8_gemms(tmp_path):
     kinds = Counter()
     for x in nodes:
         lab = x.attrs.get("label", "")
-        if x.type != T.COMP_NODE or lab not in twin or twin[lab].name != "aten::mm":
-            continue  # (Transformer Engine's casts and amax updates: test_fp8_transformer_engine_kernels)
+        if x.type != T.COMP_NODE or lab not in twin or twin[lab].name != "aten::mm" or lab.endswith(".wgrad"):
+            continue  # (TE's casts and amax updates: test_fp8_transformer_engine_kernels; the weight gradients
+            # into main_grad: test_llm_wgrad_main_grad.py)
         if ".router" in lab or ".head" in lab:
             assert x.name == "aten::mm" and x.inputs_types == twin[lab].inputs_types, lab
             kinds["bf16"] += 1

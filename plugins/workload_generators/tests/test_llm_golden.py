@@ -116,6 +116,12 @@ Then the Megatron FP8 training cases (gpt_sp_overlap_fp8_vp_zero1, moe_expert_lo
 (issue 36): Transformer Engine's norm before the QKV and dense FC1 GEMMs writes their FP8 input itself, listed as the
 norm's last argument (``Fp8Ops.norm_writes_fp8``, ``NormOps.layer_norm``); MoE layers' pre-MLP norm and the final
 norm are unchanged.
+Then every Megatron training case (cp_causal_unfused, deepseek_preset, dense_tp_pp_dp, gpt3_13b_preset,
+gpt_sp_overlap_fp8_vp_zero1, llama3_8b_preset, moe_expert_load_fp8, moe_imbalance_cp_ep, per_rank_files,
+unfused_scatter_gather), on purpose (issue 36): each weight-gradient GEMM writes its parameter's ``main_grad``
+(gradient-accumulation fusion: ``NodeEmitter._grad_buffer``), listed on the node: Transformer Engine's linears write
+it on micro-batch 0 (without --recompute) and accumulate into it after (``aten::addmm`` / ``_scaled_mm`` with C), the
+LM head accumulates on every micro-batch; the inference, ZeRO-2 and ZeRO-3 cases are unchanged.
 """
 
 from __future__ import annotations
