@@ -164,9 +164,10 @@ class NodeEmitter:
         - Megatron's own ``ColumnParallelLinear`` (the LM head, ``linear=False``): ``wgrad_gemm_accum_fp32`` /
           ``_fp16`` into ``main_grad`` on every micro-batch (``tensor_parallel/layers.py`` 553-570).
 
-        Not the router's or LoRA's adapters' weights (``F.linear`` under autograd: a gradient of their own, added
-        apart, not emitted), nor another framework's step (FSDP2 / DeepSpeed / eager: autograd writes a fresh
-        gradient). ASSUMPTION: NeMo's and Megatron-Bridge's steps keep the fusion on (Megatron-Bridge enables it
+        Not the router's weight (``RouterGatingLinearFunction.backward`` returns a gradient of its own, added to
+        ``main_grad`` apart, not emitted: ``transformer/moe/moe_utils.py`` 914-975), nor LoRA's adapters (NeMo's
+        ``ParallelLinearAdapter`` takes the model's config: not read through, left as they were), nor another
+        framework's step (FSDP2 / DeepSpeed / eager: autograd writes a fresh gradient). ASSUMPTION: NeMo's and Megatron-Bridge's steps keep the fusion on (Megatron-Bridge enables it
         wherever TE imports, ``utils/fusions.py`` at 067f987d), and so do the 2021 Megatron-LM rows (SC'21:
         f559787d had no fusion and accumulated the fp16 ``.grad`` through autograd, a separate add not emitted)."""
         cfg = self.cfg
