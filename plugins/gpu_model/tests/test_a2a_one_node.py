@@ -73,3 +73,13 @@ def test_two_ranks_send_half():
     """2 ranks: half the buffer is the rank's own; 1 GiB / 2 at 370.8 GB/s + 8.4 + 3.4 µs."""
     t = collective_time_us(ALL_TO_ALL, GIB, 2, _h100(calibrated=False))[0]
     assert t == pytest.approx(8.4 + 3.4 + GIB / 2 / (H100_BW_INTRA * 1e3))
+
+
+def test_blackwell_borrows_hoppers_calibration():
+    """8 B200 (no published all-to-all sweep: nccl.py's note): NCCL's Blackwell link, 900 x 40.1 / 50 = 721.8 GB/s,
+    seven eighths of 256 MiB over it, at Hopper's fitted ring/Simple factor 0.71584 with its overhead 2.3225 us and
+    latency scale 1.06154 on the ring's 8.4 + 7 x 3.4 us."""
+    size = 256 * MIB
+    time_us, algo, proto = collective_time_us(ALL_TO_ALL, size, 8, config_for_gpu("B200"))
+    hand = 2.3225 + 1.06154 * SIMPLE_LAT_8 + size / (1000 * 721.8 * 8 / 7) / 0.71584
+    assert (algo, proto) == ("ring", SIMPLE) and time_us == pytest.approx(hand, rel=1e-9)

@@ -424,6 +424,16 @@ P2P_PROTOCOLS = (LL, SIMPLE)
 #: (:func:`_nsteps`), as nccl-tests counts it: busBw = algBw x (n - 1) / n, "since 1/n of the data is local"
 #: (S. Jeaugey, NVIDIA/nccl-tests#130).
 P2P_LL_THRESHOLD = 16384
+# On Blackwell the one-node all-to-all (the ring stand-in above) takes NCCL's own Blackwell constants, its link
+# (40.1 GB/s x 18 = 721.8 GB/s on B200) and LL cap (llMaxBws 2 x 141.0, src/graph/tuning.cc v2.27.7-1), but
+# Hopper's calibration (:data:`~astra_gpu_model.nccl_calibration.BORROWED_FIT`: the factors fitted on H100 rings up to
+# 64 MB, nvswitch/ring/Simple 0.716 and LL 0.536, the 2.32 us overhead and the 1.06 latency scale, for every size:
+# Blackwell's own factors past 64 MB are NVLS's only). No source gives a Blackwell value: NCCL's tuning model has no
+# all-to-all or send/receive term (it tunes the collectives; ``addP2pToPlan`` picks LL or Simple
+# by size alone; tuning.cc names no all-to-all, send or receive at v2.23.4-1 or v2.27.7-1), and no published
+# all-to-all sweep of 8 B200 / GB200 was found (searched in session 50: nccl-tests issues, web pages and blogs;
+# coreweave/nccl-tests' README at cb86553 shows all-reduce only). So the borrowed factor stays:
+# 8 B200 move 256 MiB in 491 us (busBw 478 GB/s), 8 H100 in 734 us.
 
 
 def alltoall_across_nodes_us(n_bytes, n, cfg: NcclConfig, nodes):
