@@ -178,8 +178,8 @@ class Sys:
     def register_event(self, fn, arg, delay_ns: int) -> None:
         """Run ``fn(arg)`` after ``delay_ns``, batched per tick like the reference: the first event of a tick
         schedules the one engine event that runs the batch."""
-        engine = self.engine  # typed: compiled, engine.schedule is a native call (the ticks stay boxed: dict keys)
-        tick = engine.now + delay_ns
+        engine = self.engine  # typed: compiled, engine.schedule is a native call
+        tick: object = engine.now + delay_ns  # (compiled: boxed once for the dict and the engine, not at each use)
         batch = self._pending.get(tick)
         if batch is None:
             self._pending[tick] = [fn, arg]
