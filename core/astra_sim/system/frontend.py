@@ -80,7 +80,7 @@ class SendRecvMatcher:
             if self.channels and key in self.channels:
                 return self.channels[key].send(self, fn, arg)
             message = waiting[key] = Message(key, True, fn, arg, None, None)
-        elif head.__class__ is Message:
+        elif type(head) is Message:
             if head.posted:
                 message = Message(key, True, fn, arg, None, None)
                 waiting[key] = deque((head, message))
@@ -141,7 +141,7 @@ class SendRecvMatcher:
                 return
             waiting[key] = Message(key, False, None, None, fn, arg)
             return
-        if head.__class__ is Message:
+        if type(head) is Message:
             if not head.posted:
                 waiting[key] = deque((head, Message(key, False, None, None, fn, arg)))
                 return

@@ -39,7 +39,7 @@ class Channel:
         message: Message
         if head is None:
             message = self.head = Message(self.key, True, fn, arg, None, None)
-        elif head.__class__ is Message:
+        elif type(head) is Message:
             message = head  # (typed: compiled, its fields are read natively)
             if message.posted:
                 message = Message(self.key, True, fn, arg, None, None)
@@ -74,7 +74,7 @@ class Channel:
         if head is None:
             self.head = Message(self.key, False, None, None, fn, arg)
             return
-        if head.__class__ is Message:
+        if type(head) is Message:
             message = head
             if not message.posted:
                 self.head = deque((head, Message(self.key, False, None, None, fn, arg)))
