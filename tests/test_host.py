@@ -9,6 +9,7 @@ import pytest
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.errors import ConfigError
 from astra_sim.simulation import simulate
+from astra_sim.workload.workload import RankWorkload
 
 
 def _chain(tmp_path, us, count=20, npus=2, p2p=False, cpu=False, graphs=None):
@@ -62,8 +63,10 @@ def test_the_host_waits_for_transfers_that_say_so(tmp_path):
     args = _chain(tmp_path, us=100, count=3, p2p=True)
     base = simulate(*args, options={"host_launch_us": 1})
     synced = simulate(*args, options={"host_launch_us": 1, "host_sync_us": 50})
-    # after the transfers the host waits 50 us more, then launches the last kernel (1 us)
-    assert synced.max_finish_ns == base.max_finish_ns + 50_000
+    # the host walks the trace in order and waits after each op marked host_waits: it launches the send, waits for
+    # it and 50 us more, launches the receive, waits for it and 50 us more, then launches the last kernel (1 us).
+    # (A batch that the host waits for once, Megatron's batch_isend_irecv then its waits, marks only its last op.)
+    assert synced.max_finish_ns == base.max_finish_ns + 2 * 50_000
     assert [r.finish_ns for r in simulate(*args, options={"host_launch_us": 1, "host_sync_us": 50},
                                           fold=False).ranks] == [r.finish_ns for r in synced.ranks]
 
@@ -108,3 +111,104 @@ def test_the_host_waits_for_a_collective_or_kernel_that_says_so(tmp_path):
         assert synced.max_finish_ns == plain.max_finish_ns + 50_000, kind
         assert simulate(*args, options={"host_launch_us": 1, "host_sync_us": 50}, fold=False).max_finish_ns == \
             synced.max_finish_ns
+
+
+def _two_ranks(tmp_path, rank0, rank1):
+    (tmp_path / "net.yml").write_text("topology: [ Switch ]\nnpus_count: [ 2 ]\nbandwidth: [ 50 ]\nlatency: [ 500 ]\n")
+    (tmp_path / "sys.json").write_text(json.dumps({"all-reduce-implementation": ["ring"],
+                                                   "preferred-dataset-splits": 1}))
+    write_et(f"{tmp_path}/t.0.et", make_metadata(), rank0)
+    write_et(f"{tmp_path}/t.1.et", make_metadata(), rank1)
+    return str(tmp_path / "t"), str(tmp_path / "sys.json"), str(tmp_path / "net.yml")
+
+
+_GPU = {"is_cpu_op": False}
+_P2P = {"is_cpu_op": False, "comm_size": 1024}
+
+
+def _kernels(count, us, first=0, after=None, **extra):
+    return [make_node(first + i, f"k{first + i}", T.COMP_NODE, duration_micros=us, attrs={**_GPU, **extra},
+                      data_deps=[first + i - 1] if i else ([] if after is None else [after])) for i in range(count)]
+
+
+def test_the_host_launches_in_trace_order(tmp_path):
+    """Rank 1's trace: 5 chained kernels of 100 us, then 20 receives without parents (the LLM generator's pipeline
+    receives: all ready at 0). The host (10 us a launch) walks the trace in id order, as Megatron posts a receive at
+    its place in the schedule: kernels at 10 .. 50 us, which run back to back from 10 us, to 510 us (the receives,
+    launched at 60 .. 250 us, find their 1 KiB messages sent by rank 0's host at 10 .. 200 us). A host in issue order
+    launched k0 at 10 us, then the 20 receives at 20 .. 210 us, and k1 only at 220 us: 620 us."""
+    sends = [make_node(i, f"send{i}", T.COMM_SEND_NODE, attrs={**_P2P, "comm_dst": 1, "comm_tag": 5 + i})
+             for i in range(20)]
+    receives = [make_node(i, f"recv{i}", T.COMM_RECV_NODE, attrs={**_P2P, "comm_src": 0, "comm_tag": i})
+                for i in range(5, 25)]
+    args = _two_ranks(tmp_path, sends, _kernels(5, 100) + receives)
+    report = simulate(*args, options={"host_launch_us": 10})
+    assert report.ranks[1].finish_ns == 10_000 + 5 * 100_000
+    assert [r.finish_ns for r in simulate(*args, options={"host_launch_us": 10}, fold=False).ranks] == \
+        [r.finish_ns for r in report.ranks]
+
+
+def test_a_held_receive_and_an_issue_at_one_nanosecond_launch_in_id_order(tmp_path):
+    """Rank 1: kernel k0 (20 us), then receive r1 (no parents: held from the start), then kernel k2 after k0. The
+    host (10 us a launch) launches k0 at 10, r1 at 20 and k2 at 30 us; k0 ends at 30 us, when k2 is issued: the wake
+    of r1 came at 20 us, and k2 starts at 30 us, so the rank ends at 30 + 5 us. Rank 0's send (launched at 10 us)
+    gets there first; the receive completes on arrival. A root whose launch falls on the nanosecond of an issue
+    (host 15 us: k0 at 15 us ends at 35 us, r1 at 30 us, k2 at 45 us) is launched first too."""
+    send = [make_node(0, "send", T.COMM_SEND_NODE, attrs={**_P2P, "comm_dst": 1, "comm_tag": 1})]
+    rank1 = [make_node(0, "k0", T.COMP_NODE, duration_micros=20, attrs=_GPU),
+             make_node(1, "r1", T.COMM_RECV_NODE, attrs={**_P2P, "comm_src": 0, "comm_tag": 1}),
+             make_node(2, "k2", T.COMP_NODE, data_deps=[0], duration_micros=5, attrs=_GPU)]
+    args = _two_ranks(tmp_path, send, rank1)
+    assert simulate(*args, options={"host_launch_us": 10}).ranks[1].finish_ns == 35_000
+    assert simulate(*args, options={"host_launch_us": 15}).ranks[1].finish_ns == 50_000
+    # a kernel issued at the very nanosecond of a held receive's launch: k0 of 10 us at 10 us ends at 20 us, when r1
+    # is launched (its wake) and k2 issued (launched at 30 us): r1 first (id order), k2 at 30 us, the rank at 35 us
+    rank1[0] = make_node(0, "k0", T.COMP_NODE, duration_micros=10, attrs=_GPU)
+    args = _two_ranks(tmp_path, send, rank1)
+    for fold in (True, False):
+        assert simulate(*args, options={"host_launch_us": 10}, fold=fold).ranks[1].finish_ns == 35_000
+
+
+def test_a_host_that_waits_launches_no_held_op_beyond_the_wait(tmp_path):
+    """Rank 1: kernel k0 (100 us, host_waits), then receive r1 without parents, then kernel k2 after k0 and r1. The
+    host (1 us a launch, 50 us of sync) launches k0 at 1 us and waits for it: k0 ends at 101 us, the host launches
+    r1 at 151 + 1 us (the message, sent at 1 us, waits), k2 at 153 us: the rank ends at 153 + 10 us. Without the
+    wait, r1 is launched at 2 us and k2 at 101 us: 111 us."""
+    send = [make_node(0, "send", T.COMM_SEND_NODE, attrs={**_P2P, "comm_dst": 1, "comm_tag": 1})]
+
+    def rank1(waits):
+        return [make_node(0, "k0", T.COMP_NODE, duration_micros=100, attrs={**_GPU, "host_waits": waits}),
+                make_node(1, "r1", T.COMM_RECV_NODE, attrs={**_P2P, "comm_src": 0, "comm_tag": 1}),
+                make_node(2, "k2", T.COMP_NODE, data_deps=[0, 1], duration_micros=10, attrs=_GPU)]
+    options = {"host_launch_us": 1, "host_sync_us": 50}
+    args = _two_ranks(tmp_path, send, rank1(True))
+    assert simulate(*args, options=options).ranks[1].finish_ns == 163_000
+    assert simulate(*args, options=options, fold=False).ranks[1].finish_ns == 163_000
+    args = _two_ranks(tmp_path, send, rank1(False))
+    assert simulate(*args, options=options).ranks[1].finish_ns == 111_000
+
+
+def test_a_held_op_due_at_the_nanosecond_of_a_later_ops_issue_is_launched_first(tmp_path, monkeypatch):
+    """The host launches in id order also within a nanosecond. Rank 1 (host: launches free, 20 us of sync): a
+    replayed broadcast b0 (30 us), kernel k1 (10 us, host_waits), receive r2 (no parents), kernel k3 after b0. b0
+    and k1 are launched at 0; the host waits for k1 (10 us) and 20 us more: r2 and k3 are launched at 30 us. b0's
+    completion at 30 us (an event older than r2's wake-up) issues k3, due at once: r2, due too and before it in the
+    trace, is dispatched first."""
+    send = [make_node(0, "send", T.COMM_SEND_NODE, attrs={**_P2P, "comm_dst": 1, "comm_tag": 1})]
+    rank1 = [make_node(0, "b0", T.COMM_COLL_NODE, duration_micros=30, attrs={**_GPU, "comm_type": T.BROADCAST,
+                                                                             "comm_size": 1024}),
+             make_node(1, "k1", T.COMP_NODE, duration_micros=10, attrs={**_GPU, "host_waits": True}),
+             make_node(2, "r2", T.COMM_RECV_NODE, attrs={**_P2P, "comm_src": 0, "comm_tag": 1}),
+             make_node(3, "k3", T.COMP_NODE, data_deps=[0], duration_micros=5, attrs=_GPU)]
+    args = _two_ranks(tmp_path, send, rank1)
+    launched = []
+    plain = RankWorkload._launch
+
+    def spy(self, item):
+        if self.rank == 1:
+            launched.append((self.shared.engine.now, item[0].id))
+        return plain(self, item)
+    monkeypatch.setattr(RankWorkload, "_launch", spy)
+    options = {"host_launch_us": 0, "host_sync_us": 20}
+    assert simulate(*args, options=options).ranks[1].finish_ns == 35_000
+    assert launched == [(0, 0), (0, 1), (30_000, 2), (30_000, 3)]

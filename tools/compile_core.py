@@ -54,6 +54,7 @@ DEFAULT_MODULES = (
     "astra_sim.system.collectives",
     "astra_sim.system.topology",
     "astra_sim.workload.workload",
+    "astra_sim.workload.host",
     "astra_folding.matcher",
     "astra_collectives_native.ring",
     "astra_collectives_native.channel",

@@ -16,6 +16,7 @@ from astra_sim.chakra import ChakraError, types as T
 from astra_sim.errors import AstraError, WorkloadError
 from astra_sim.system.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER
 from astra_sim.system.sys import CommunicatorGroup
+from astra_sim.workload.host import Host
 
 _COLLECTIVES = {
     T.ALL_REDUCE: ALL_REDUCE,
@@ -72,14 +73,12 @@ class RankWorkload:
             for group_id, npus in groups.items():
                 self.comm_groups[group_id] = CommunicatorGroup(group_id, npus, rank, stream_ids.get(group_id))
         self.issued = 0
-        # The host (host_launch_us / host_sync_us) launches one GPU op per host_launch_ns, in order, ahead of the
-        # GPU; it waits for an op marked host_waits (Megatron syncs after pipeline transfers and on MoE token
-        # counts), then host_sync_ns more. Traces with CPU ops time the host themselves and do not get it.
-        self.host = shared.host_issue
-        if self.host is not None and any(n.attrs.get("is_cpu_op") for n in self.nodes.values()):
-            self.host = None
-        self.host_clock = 0
-        self.host_graph = 0  # the last CUDA graph launched (node attribute cuda_graph)
+        # The host (host_launch_us / host_sync_us, :mod:`astra_sim.workload.host`) launches the GPU ops in trace
+        # order; traces with CPU ops time the host themselves and do not get it.
+        host = shared.host_issue
+        if host is not None and any(n.attrs.get("is_cpu_op") for n in self.nodes.values()):
+            host = None
+        self.host = None if host is None else Host(host, self.nodes, _GPU_OPS)
         #: COMP nodes are timed at the end of their nanosecond (the model reads the communication beside them)
         self.time_at_end_of_ns = reads_comm_in_flight(shared.compute_model)
         self.issue_log = None  # a list of the issued node ids, in order, when --astra-sim-log needs them
@@ -125,7 +124,14 @@ class RankWorkload:
 
     # ------------------------------------------------------------ issue loop
     def start(self):
+        host = self.host
+        if host is not None:
+            host.starting = True  # the GPU ops issued now wait out of the engine (Host.held)
         self._issue_ready()
+        if host is not None:
+            host.starting = False
+            host.held.sort()
+            self._host_due(self.shared.engine.now)
         self._check_finished()
 
     def _issue_ready(self):
@@ -200,19 +206,64 @@ class RankWorkload:
         self.issued += 1
         if self.issue_log is not None:
             self.issue_log.append(node.id)
-        if self.host is not None and slot != _CPU and node.type in _GPU_OPS:
-            launched = self.host_clock
-            graph = node.attrs.get("cuda_graph")  # a CUDA graph (numbered in trace order) is launched once
-            if graph is None or graph > self.host_graph:
-                launched += self.host[0]
-                self.host_clock = launched
-                if graph is not None:
-                    self.host_graph = graph
-            if launched > now:  # the host has not launched it yet: it starts then, its stream held meanwhile
-                self.node_start_ns[node.id] = launched
-                self.sys.register_event(self._launch, (node, slot), launched - now)
-                return
+        host = self.host
+        if host is not None and slot != _CPU and node.type in _GPU_OPS:
+            if host.starting:
+                return host.held.append(node.id)
+            launched = host.launch_of(node.id)
+            if launched is None:  # the host waits (host_waits) before it reaches this op
+                host.pending[node.id] = slot
+            else:
+                self._host_launch(node, slot, launched, now)
+            return
         self._launch((node, slot))
+
+    def _host_launch(self, node, slot, launched, now):
+        """Dispatch ``node`` at its launch: later (its stream held meanwhile), or now, after the held ops before it
+        that are due (the host launches in id order, also within a nanosecond)."""
+        self.node_start_ns[node.id] = max(launched, now)
+        if launched > now:
+            return self.sys.register_event(self._launch, (node, slot), launched - now)
+        host = self.host
+        if host.held_next < len(host.held) and host.held[host.held_next] < node.id:
+            self._host_due(now, node.id)
+        self._launch((node, slot))
+
+    def _host_wake(self, _op):
+        """The rank's wake-up event: the host launches the held op ``_op`` (and any other due)."""
+        self.host.wake = None
+        self._host_due(self.shared.engine.now)
+
+    def _host_due(self, now, below=None):
+        """Dispatch the held ops the host has launched by now (those below id ``below``), in id order; then the
+        wake-up event for the next, unless one is pending or the host waits before it."""
+        host = self.host
+        held = host.held
+        while host.held_next < len(held) and (below is None or held[host.held_next] < below):
+            op, launched = host.next_held()
+            if launched is None:
+                return
+            if launched > now:
+                if host.wake is None:
+                    host.wake = op
+                    self.sys.register_event(self._host_wake, op, launched - now)
+                return
+            host.held_next += 1
+            del host.at[op]
+            self.node_start_ns[op] = now
+            self._launch((self.nodes[op], self._slot(self.nodes[op])))
+
+    def _host_resume(self):
+        """The op the host waited for (host_waits) completed: it launches the ops issued meanwhile, in id order."""
+        host, now = self.host, self.shared.engine.now
+        host.resume(now)
+        for op in sorted(host.pending):
+            launched = host.launch_of(op)
+            if launched is None:
+                break
+            self._host_launch(self.nodes[op], host.pending.pop(op), launched, now)
+        if host.wake is None:
+            self._host_due(now)
 
     def _launch(self, item):
         node, slot = item
@@ -423,8 +474,8 @@ class RankWorkload:
     def _node_done(self, node_id):
         if self.finish_ns is not None:
             return
-        if self.host is not None and self.moves_host_clock(node_id):
-            self.host_clock = max(self.host_clock, self.shared.engine.now + self.host[1])
+        if self.host is not None and node_id == self.host.blocked:
+            self._host_resume()
         self._release(self.nodes[node_id])
         self._finish_node(node_id)
         self._issue_ready()

@@ -1,7 +1,7 @@
 """A folded run's tie between a send's completion that issues the next send on its slot and a receive's completion
 that frees a kernel (:func:`astra_folding.ties._issues_apart`): both issue, on slots of their own, and the order of
-the two issues matters only to the host's launch clock. The fold stays when every launch is at or before now, and
-is abandoned when the host runs behind (its launches then swap between the two orders)."""
+the two issues matters only where the host has not launched them yet. The fold stays when every launch is at or
+before now, and is abandoned when one is still ahead (its event's place would follow the order of the two)."""
 
 from __future__ import annotations
 
@@ -42,11 +42,13 @@ def test_a_send_issuing_its_next_send_beside_a_receive_freeing_a_kernel_keeps_th
     assert simulate(*args).settings["fold"]["reason"].startswith("folding abandoned: rank 0:")
 
 
-def test_the_host_launch_clock_keeps_the_fold_only_when_every_launch_is_due(tmp_path):
-    """The host launches one op a us (the receives at 1 and 2 us, the first send at 3): with 1 MiB messages (about
-    21 us) it is idle at the tie and the fold stays; with 4 KiB ones the tie comes at 3.1 us, before the host's
-    next launch (4 us): the next send and the kernel take the launches at 4 and 5 us in the order their completions
-    ran, and the fold is abandoned (the ranks finish differently unfolded)."""
+def test_the_host_keeps_the_fold_only_when_every_launch_is_due(tmp_path):
+    """The host launches one op a us in trace order (the receives at 1 and 2 us, the first send at 3, the second at
+    4, the kernel at 5): with 1 MiB messages (about 21 us) every launch is due at the tie and the fold stays; with
+    4 KiB ones the tie comes at 3.1 us, before the launches of the next send (4 us) and of the kernel (5 us): their
+    launch events would take their places among their nanoseconds' in the order the completions ran, and the fold
+    is abandoned (conservatively: launches in trace order are the same in either order, and here the ranks finish
+    alike unfolded; a host in issue order gave the two issues its launches in the order they came)."""
     host = {"options": {"host_launch_us": 1}}
     for size, keeps in ((1 << 20, True), (4096, False)):
         folder = tmp_path / str(size)
@@ -56,4 +58,5 @@ def test_the_host_launch_clock_keeps_the_fold_only_when_every_launch_is_due(tmp_
         unfolded = simulate(*args, fold=False, **host)
         assert _finishes(folded) == _finishes(unfolded)
         assert ("reason" not in folded.settings["fold"]) == keeps, folded.settings["fold"]
-        assert len({r.finish_ns for r in unfolded.ranks}) == (1 if keeps else 2)
+        if not keeps:
+            assert "the host may not have launched by now" in folded.settings["fold"]["reason"]

@@ -5,6 +5,8 @@ takes and whether a ready node would be issued (``slot_of``, ``could_issue``, ``
 
 from __future__ import annotations
 
+from bisect import bisect_right
+
 from astra_sim.chakra import types as T
 from astra_sim.system.frontend import Message
 from astra_sim.workload.workload import NO_SLOT
@@ -57,10 +59,9 @@ def why_not(workload, first_id, second_id, issued_by_first, adjacent):
         return "the second, coming first, would issue nodes that the first's completion changes"
     if not adjacent:
         return "the first issued nodes, and other callbacks of the rank ran between the two"
-    host = workload.host
-    if host is not None and workload.host_clock + host[0] > now:
-        return ("both issue nodes while the host's launch clock is ahead of now: they take its launch times in the "
-                "order the completions ran")
+    if workload.host is not None:
+        return ("both issue nodes, which the host may not have launched by now: their launch events would take "
+                "their places in the order the completions ran")
     return "both issue nodes, which may compete for a slot or be issued in another order"
 
 
@@ -95,8 +96,8 @@ def _second_inert(workload, first_id, second_id):
 def _issues_apart(workload, first_id, second_id):
     """A send's completion and a receive's, in either order, each issuing nodes on slots of its own: a send's (the
     next send on the slot it frees) and kernels (the receive's children). Then each pass issues the same nodes in
-    either order, and only the order of the two issues differs, which nothing reads when the host's launch clock
-    stays at or before now (every launch at now, the clock moved on by the same sum) and neither completion moves it.
+    either order, and only the order of the two issues differs, which nothing reads when the host has launched every
+    one of them by now (each dispatched at its issue: :func:`_launched`) and neither completion moves it.
 
     The first completion issued one node (``issued_by_first`` 1) and nothing is ready now on a free slot. A send
     first (its slot ``s`` holds the node it issued, as in :func:`_second_inert`: nothing was ready before on a free
@@ -118,7 +119,7 @@ def _issues_apart(workload, first_id, second_id):
     nodes, children, parents_left, busy = workload.nodes, workload.children, workload.parents_left, workload.slot_busy
     slot_of = workload.slot_of
     waiting = workload.waiting()
-    launches = 0  # host launches the second's pass will make
+    issued = []  # the nodes issued by either (the host must have launched them by now)
     if first_slot != NO_SLOT and second_slot == NO_SLOT:  # a send, then a receive
         if busy[first_slot] != 1 or any(workload.could_issue(n, busy) for n in waiting):
             return False
@@ -150,7 +151,8 @@ def _issues_apart(workload, first_id, second_id):
         if freed_slots and not (workload.time_at_end_of_ns or shared.system_config.replay_only
                                 or getattr(shared.compute_model, "name", None) == "replay"):
             return False  # a kernel might complete within the pass (no time: roofline's empty tensors)
-        launches = len(freed_slots) + receives
+        issued = [c for c in children[second_id] if parents_left[c] == 1]
+        issued += [n for n in (workload.comm_running or ()) if slot_of(n) == first_slot]  # the first's
     elif first_slot == NO_SLOT and second_slot != NO_SLOT:  # a receive, then a send
         if busy[second_slot] != 1 or any(parents_left[c] < 2 for c in children[second_id]):
             return False
@@ -175,11 +177,34 @@ def _issues_apart(workload, first_id, second_id):
             nxt = nodes[min(on_slot)]
             if nxt.type != T.COMM_SEND_NODE or nxt.attrs.get("cuda_graph") is not None:
                 return False
-            launches = 1
+            issued = [nxt.id]
     else:
         return False
+    return _launched(workload, issued)
+
+
+def _launched(workload, ids):
+    """Whether the host (if any) has launched by now each op of ``ids``, issued now or by the second's pass: then
+    each is dispatched at its issue, in either order. The host launches in trace order whatever the issue order
+    (:mod:`astra_sim.workload.host`), so only a launch still ahead matters: its event takes its place among its
+    nanosecond's in the order the completions ran."""
     host = workload.host
-    return host is None or workload.host_clock + host[0] * launches <= workload.shared.engine.now
+    if host is None:
+        return True
+    now, started, ops = workload.shared.engine.now, workload.node_start_ns, host.ops
+    for op in ids:
+        if op in started:  # issued: dispatched now, or waiting for its launch or for the host
+            if started[op] > now or op in host.pending:
+                return False
+        elif op in host.at:
+            if host.at[op] > now:
+                return False
+        elif not host.passed(op):  # the walk to it: one launch an op at most, no wait before it
+            end = bisect_right(ops, op)
+            if (host.blocked is not None or host.clock + (end - host.next) * host.launch_ns > now
+                    or any(ops[i] in host.waits for i in range(host.next, end - 1))):
+                return False
+    return True
 
 
 def _shared_children(workload, first_id, second_id):

@@ -20,12 +20,11 @@ rank ``r`` relative to the number of nodes ``f_r`` it has finished:
   every stream in its queues with its phases and dataset, written relative by
   :mod:`astra_folding.time_collectives`, whose docstring says why its stream counters need not be compared) and
   its workload (ready nodes in heap order, busy slots, running nodes with their start times, the nodes with some
-  but not all parents finished and their counts, the host's clock relative to now, or that the host is behind,
-  see below);
+  but not all parents finished and their counts, and its host's walk, or that the host is behind, see below);
 * the matcher's waiting messages (ends, size, which node sent or will receive them, arrived or not), the tag
   taken relative to that node's ``comm_tag``;
 * but not the receives without parents still waiting for their message (a trace may post them all at the
-  start, as the LLM generator does): they are the trace's future. The jump checks instead that every one the
+  start, as the LLM generator does; with a host, once it has posted them all): they are the trace's future. The jump checks instead that every one the
   repeats finish is still waiting, and that every one a repeat's send or receive could find (its key one
   step on from a key the period looked up) is the image of one the period touched; their start times are
   their own.
@@ -64,12 +63,9 @@ records, an interval per kernel timed and per collective or send finished, and i
 kernels, are the period's images: they are replayed per rank (``_repeat_intervals``), ``k`` times moved by
 ``j P``.
 
-*A host behind its GPU* (``host_launch_us``, every ``--platform`` run's default): the host's clock advances by
-one launch per GPU op, so a host faster than its GPU falls behind by more every period and its clock is
-never the same relative to now. Once it would have launched every node the rank has left by now (at most
-one launch each) and no node left makes it wait (``host_waits``), it can delay no launch again and nothing
-reads its clock: the state says so instead of holding the clock, and the jump moves the clock on by ``k``
-times its change over the period, which is what the repeats' launches add.
+*A host* (``host_launch_us``, every ``--platform`` run's default) launches the GPU ops in trace order: its
+position, clock and what waits for it are compared, or that it is behind its GPU; the ops it holds from the start
+(the receives without parents) are the trace's, posted at its launches (:mod:`astra_folding.time_host`).
 
 *The jump.* The repeats' finished nodes are reported: when nothing but the span recorder observes finished
 nodes (the breakdown, timelines and the critical path read spans), in bulk: each rank's spans get the
@@ -102,10 +98,11 @@ from astra_sim.system.frontend import Message
 
 from astra_folding.time_collectives import CollectiveCanon, Incomparable, counters
 from astra_folding.time_anchor import MAX_P2P_PERIOD, p2p_period as _p2p_period
+from astra_folding import time_host
 from astra_folding.time_inert import InertReceives, to_check
 from astra_folding.time_ties import RESET_TIMES
 from astra_folding.time_jump import (
-    ARRIVED, CALL_EVENTS, LAUNCH, NODE_DONE, TIMED_OUT, JumpMixin, channel, interval_marks, kernel_method, wrap_tag,
+    ARRIVED, CALL_EVENTS, LAUNCH, NODE_DONE, TIMED_OUT, WAKE, JumpMixin, channel, interval_marks, kernel_method, wrap_tag,
 )
 
 #: compute models whose time for a node depends on the node only and that keep no per-node records
@@ -125,8 +122,6 @@ MAX_LOG = 1 << 21
 LOOK_WORK_PER_EVENT = 1
 LOOK_WORK_FLOOR = 50_000
 _P2P = (T.COMM_SEND_NODE, T.COMM_RECV_NODE)
-#: a host far enough behind its GPU never to delay a launch again (TimeFolder._host_behind)
-_HOST_BEHIND = "behind"
 def _is_gpu_model(sim):
     """Whether the run times its kernels with the gpu plugin's model (``--compute-model gpu``): see
     :func:`_gpu_name_key` for what it reads of a node."""
@@ -201,7 +196,7 @@ class TimeFolder(JumpMixin):
         self._live = ()  # the matcher's keys the last look found not all pre-posted (see _canonical)
         self._posted_keys = set()  # the keys sends and receives finished since the last look looked up (_scan_log)
         self.scanned = 0  # how much of the log _scan_log has seen
-        self.host_waits = {}  # rank -> whether a node of its trace makes its host wait (see _host_behind)
+        self.posting = None  # the ranks whose receives without parents are pre-posted (time_host.posts_all)
         self.symmetry = sim.symmetry  # ranks folded by symmetry: see _histories
         self.width = 2 if self.engine.fold is None else 3  # an engine event: fn, arg (and its history)
 
@@ -309,11 +304,20 @@ class TimeFolder(JumpMixin):
 
     def _trace_facts(self):
         """Per rank each node's number of parents, and the receives without any (issued at the start, they wait
-        for their message: see :meth:`_preposted`): worked out at the first look."""
+        for their message: see :meth:`_preposted`; with a host, only once it has posted them all): worked out at
+        the first look."""
         if self.parents is None:
             self.parents = {w.rank: _parent_counts(w.children) for w in self.workloads}
-            self.root_recvs = {w.rank: {i for i, n in w.nodes.items() if n.type == T.COMM_RECV_NODE
-                                        and not self.parents[w.rank].get(i)} for w in self.workloads}
+            self.all_roots = {w.rank: {i for i, n in w.nodes.items() if n.type == T.COMM_RECV_NODE
+                                       and not self.parents[w.rank].get(i)} for w in self.workloads}
+        posting = frozenset(w.rank for w in self.workloads if time_host.posts_all(w))
+        if posting != self.posting:  # (once per rank whose host posts its last held op: start the looks again)
+            if self.posting is not None:
+                self._scan_log()
+                self.snapshots, self.log = {}, []
+                self.kept = self.scanned = 0
+            self.posting = posting
+            self.root_recvs = {r: roots if r in posting else set() for r, roots in self.all_roots.items()}
             if self.every <= MAX_P2P_PERIOD:  # looks close together: keep them from look to look (InertReceives)
                 self.inert_cache = InertReceives(self.matcher, self._preposted, [w.rank for w in self.workloads])
 
@@ -342,8 +346,9 @@ class TimeFolder(JumpMixin):
 
     def _accumulators(self):
         m = self.matcher
-        return ({w.rank: (w.compute_ns, w.cpu_ns, w.comm_ns, w.issued, w.host_clock,
-                          counters(self.systems[w.rank], w)) for w in self.workloads},
+        return ({w.rank: (w.compute_ns, w.cpu_ns, w.comm_ns, w.issued, w.host and w.host.clock,
+                          counters(self.systems[w.rank], w), w.host and time_host.position(w))
+                 for w in self.workloads},
                 m.messages, m.bytes, None if self.gpu is None else dict(self.gpu.counts),
                 None if self.contention is None else interval_marks(self.contention))
 
@@ -384,28 +389,6 @@ class TimeFolder(JumpMixin):
         self.work += (len(self._tags) + len(self._live) + sum(len(r) for r in self._refs.values())
                       + len(self.matcher._waiting) // 32 + sum(len(w.node_start_ns) for w in self.workloads) // 32)
         return (events, histories, ranks, tuple(waiting)), self._refs, self._tags
-
-    def _host_behind(self, w):
-        """Whether the host that launches the rank's kernels (``host_launch_us``) is behind its GPU (its clock at or
-        before now) and no node of the trace makes it wait (``host_waits``). Its clock then only adds one launch per
-        GPU op, and a launch is delayed only when the clock passes the op's issue time: the state holds
-        :data:`_HOST_BEHIND` instead of the clock, a jump moves the clock on by ``k`` times its change over the
-        period (its drift: launches, not time), and :meth:`_host_keeps_behind` makes sure, before a jump, that no
-        launch of the period or of its repeats was or would be delayed."""
-        waits = self.host_waits.get(w.rank)
-        if waits is None:
-            waits = self.host_waits[w.rank] = any(n.attrs.get("host_waits") for n in w.nodes.values())
-        return not waits and w.host_clock <= self._now
-
-    def _host_keeps_behind(self, w, t_a, t_b, clock_a):
-        """Whether a host behind at A and B (:meth:`_host_behind`) delays no launch of the period or its repeats:
-        it would launch every node left by now (B), or its clock at B is at or before ``t_a`` and moved on less than
-        the period. Then each repeat's launches are at most its clock at B plus ``j`` times that change, at or
-        before ``t_a + j P``, the repeat's start: never past an op's issue (the period's launches likewise)."""
-        clock = w.host_clock
-        if clock + (len(w.nodes) - w.issued) * w.host[0] <= t_b:
-            return True
-        return clock <= t_a and clock - clock_a <= t_b - t_a
 
     def _preposted(self, m):
         """Whether ``m`` is a receive without parents still waiting for its send. A trace may post all its
@@ -466,6 +449,8 @@ class TimeFolder(JumpMixin):
             return ("tick", owner.rank, arg - self._now)
         if func is LAUNCH:
             return ("launch", owner.rank, self._node(owner.rank, arg[0].id), arg[1])
+        if func is WAKE:
+            return ("wake", owner.rank, self._node(owner.rank, arg))
         if func is ARRIVED:
             return ("arrive", self._message(arg))
         if func is TIMED_OUT:
@@ -498,6 +483,8 @@ class TimeFolder(JumpMixin):
         sys = self.systems[rank]
         node = self._node
         roots = self.root_recvs[rank]
+        if w.host is not None and rank not in self.posting:  # held ops: the trace's (time_host)
+            roots = roots | time_host.undispatched(w)
         running = w.node_start_ns
         touched = self.touched[rank]
         left = w.parents_left
@@ -516,7 +503,7 @@ class TimeFolder(JumpMixin):
             tuple(sorted((node(rank, n), running[n] - now)
                          for n in self._running.setdefault(rank, running.keys() - roots))),
             tuple(sorted(node(rank, n) for n in w.comm_running)) if w.comm_running else (),
-            None if w.host is None else (_HOST_BEHIND if self._host_behind(w) else w.host_clock - now, w.host_graph),
+            None if w.host is None else time_host.state(w, node, now),
             tuple(w.comm_groups), partial,
         )
 
@@ -540,13 +527,18 @@ class TimeFolder(JumpMixin):
         inert = self.inert_receives()
         self._now = t_b
         for w in self.workloads:
-            if w.host is not None and self._host_behind(w) and not self._host_keeps_behind(
-                    w, t_a, t_b, acc_a[0][w.rank][4]):
+            if w.host is None:
+                continue
+            if not time_host.behind(w, t_b):  # the ops its walk passed over the period: the repeats pass theirs
+                time_host.walked(w, touched[w.rank], acc_a[0][w.rank][6], acc_b[0][w.rank][6])
+            elif not time_host.keeps_behind(w, t_a, t_b, shift[w.rank]):
                 self.reason = (f"the state repeated after {period:,} ns but rank {w.rank}'s host, behind its GPU, is "
                                "not far enough behind to launch every repeat's kernels in time")
                 return None
         try:
             repeats, tag_steps = self._repeats(touched, shift)
+            for w in self.workloads:
+                repeats = time_host.held_repeats(w, touched[w.rank], shift[w.rank], repeats, self.parents[w.rank])
             if repeats:
                 repeats = self._preposted_repeats(repeats, touched, shift, tag_steps, inert, self.log[log_a:log_b])
         except Incomparable as exc:
@@ -713,10 +705,11 @@ class TimeFolder(JumpMixin):
         for rank, ids in touched.items():
             w = self.by_rank[rank]
             nodes, starts, left, waiting = w.nodes, w.node_start_ns, w.parents_left, None
+            held = time_host.undispatched(w) if w.host is not None and rank not in self.posting else ()
             for node_id in ids:
                 key = _key(rank, nodes.get(node_id), self.symmetry)
-                if key is None or starts.get(node_id, now) > now or left.get(node_id, 0) > 0:
-                    continue  # not a send or receive, or waiting for its launch or its parents
+                if key is None or starts.get(node_id, now) > now or left.get(node_id, 0) > 0 or node_id in held:
+                    continue  # not a send or receive, or waiting for its launch (held too) or its parents
                 if waiting is None:
                     waiting = w.waiting()
                 if node_id not in waiting:  # (a ready node waits for its slot)

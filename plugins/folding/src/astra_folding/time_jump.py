@@ -19,13 +19,15 @@ from astra_sim.system.frontend import COLLECTIVE_TAG_BASE, NATIVE_TAG_BASE, Mess
 from astra_sim.system.sys import Sys
 from astra_sim.workload.workload import RankWorkload
 
+from astra_folding import time_host
 from astra_folding.matcher import FoldedSendRecvMatcher
 from astra_folding.time_collectives import move_contention, move_system
 
 #: the kernel's methods a compared state may hold as events, by (class, name): a method of a mypyc-compiled class
 #: (tools/compile_core.py) has no __func__ to compare
-NODE_DONE, LAUNCH, CALL_EVENTS, ARRIVED, TIMED_OUT = "done", "launch", "tick", "arrive", "timed out"
+NODE_DONE, LAUNCH, CALL_EVENTS, ARRIVED, TIMED_OUT, WAKE = "done", "launch", "tick", "arrive", "timed out", "wake"
 KERNEL_METHODS = {(RankWorkload, "_node_done"): NODE_DONE, (RankWorkload, "_launch"): LAUNCH,
+                  (RankWorkload, "_host_wake"): WAKE,
                   (Sys, "_call_events"): CALL_EVENTS, (Sys, "_call_events_folded"): CALL_EVENTS,
                   (SendRecvMatcher, "_arrived"): ARRIVED, (FoldedSendRecvMatcher, "_arrived"): ARRIVED}
 
@@ -100,9 +102,11 @@ class JumpMixin:
             w.fresh = [n + d for n in w.fresh]
             w.ready = [[n + d for n in heap] for heap in w.ready]  # a heap moved by a constant stays a heap
             old, roots, waiting = w.node_start_ns, self.root_recvs[rank], inert[rank]
-            running = {}
+            held = () if w.host is None else time_host.move(w, k, dt, d, engine.now)  # (held at B: not moved)
+            # those still held after the jump, first as in the run (the others ran in the repeats: moved, or finished)
+            running = {n: old[n] for n in w.host.held[w.host.held_next:]} if held else {}
             for n, start in old.items():
-                if n not in waiting:
+                if n not in waiting and n not in held:
                     running[n + d] = old[n + d] if n in roots else start + dt
                     if n in roots:
                         used[rank].add(n + d)
@@ -113,8 +117,6 @@ class JumpMixin:
             if w.comm_running:
                 w.comm_running = {n + d for n in w.comm_running}
             before, after = acc_a[0][rank], acc_b[0][rank]
-            if w.host is not None:  # P when compared; its own drift when behind (see _host_behind)
-                w.host_clock += k * (after[4] - before[4])
             move_system(sys, w, k, dt, d, before[5], after[5])
             w.compute_ns += k * (after[0] - before[0])
             w.cpu_ns += k * (after[1] - before[1])
@@ -265,6 +267,8 @@ class JumpMixin:
             elif func is LAUNCH:
                 w = fn.__self__
                 arg = (w.nodes[arg[0].id + dn[w.rank]], arg[1])
+            elif func is WAKE:
+                arg += dn[fn.__self__.rank]
             elif func is ARRIVED:
                 self._move_message(arg, dn, dtag)
             # TIMED_OUT (the only other kind a compared state holds): its stream and dataset move with the system
