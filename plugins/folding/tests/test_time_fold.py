@@ -256,8 +256,8 @@ def test_the_host_launch_model_folds_to_the_ns(tmp_path, launch_us):
 @pytest.mark.parametrize("launch_us", [1, 6])
 def test_a_host_behind_its_gpu_is_not_compared_by_its_clock_and_the_run_folds_to_the_ns(tmp_path, launch_us):
     """A host that launches faster than the GPU runs falls further behind every period (its clock is not the same
-    relative to now, and these runs never repeated before): once it can delay no launch it is left out of the
-    compared state, and a jump moves its clock on by its own drift."""
+    relative to now, and these runs never repeated before): once it has posted its held receives and can delay no
+    launch it is left out of the compared state, and a jump leaves it where it is (its walk goes on from there)."""
     info = check_exact(write_pipeline(tmp_path, 4, 48, layers=4), host_launch_us=launch_us, host_sync_us=0)
     assert info["folded"] is True, info
 
