@@ -119,9 +119,8 @@ norm are unchanged.
 Then every Megatron training case (cp_causal_unfused, deepseek_preset, dense_tp_pp_dp, gpt3_13b_preset,
 gpt_sp_overlap_fp8_vp_zero1, llama3_8b_preset, moe_expert_load_fp8, moe_imbalance_cp_ep, per_rank_files,
 unfused_scatter_gather), on purpose (issue 36): each weight-gradient GEMM writes its parameter's ``main_grad``
-(gradient-accumulation fusion: ``NodeEmitter._grad_buffer``), listed on the node: Transformer Engine's linears write
-it on micro-batch 0 (without --recompute) and accumulate into it after (``aten::addmm`` / ``_scaled_mm`` with C), the
-LM head accumulates on every micro-batch; the inference, ZeRO-2 and ZeRO-3 cases are unchanged.
+(gradient-accumulation fusion: ``NodeEmitter._grad_buffer``), accumulating into it on every micro-batch, C listed on
+the node (``aten::addmm``'s self, ``_scaled_mm``'s bias); the inference, ZeRO-2 and ZeRO-3 cases are unchanged.
 """
 
 from __future__ import annotations
