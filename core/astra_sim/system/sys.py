@@ -297,7 +297,7 @@ class Sys:
             return self.priority_counter + 1
         return explicit_priority
 
-    def generate_collective(self, com_type, size, involved_dims, group, explicit_priority, notifier, node_id=-1):
+    def generate_collective(self, com_type: str, size, involved_dims, group, explicit_priority, notifier, node_id=-1):
         """Create the streams of one collective; ``notifier(elapsed_ns)`` runs when it ends."""
         if group is not None and self.shared.plan_observers:
             for observe in self.shared.plan_observers:

@@ -55,7 +55,7 @@ class Ring(Algorithm):
     fast: bool
     packets: deque | None
 
-    def __init__(self, com_type, rank, topo, data_size, direction):
+    def __init__(self, com_type: str, rank, topo, data_size, direction):  # (str: compiled, its tests are native)
         self.com_type = com_type
         self.rank = rank
         self.topo = topo
