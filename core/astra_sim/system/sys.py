@@ -180,9 +180,9 @@ class Sys:
         schedules the one engine event that runs the batch."""
         engine = self.engine  # typed: compiled, engine.schedule is a native call
         tick: object = engine.now + delay_ns  # (compiled: boxed once for the dict and the engine, not at each use)
-        batch = self._pending.get(tick)
-        if batch is None:
-            self._pending[tick] = [fn, arg]
+        new = [fn, arg]
+        batch = self._pending.setdefault(tick, new)  # (one lookup: on the scale cases 98 % open a batch)
+        if batch is new:
             engine.schedule(delay_ns, self._call_events_fn, tick)
         else:
             batch.append(fn)
