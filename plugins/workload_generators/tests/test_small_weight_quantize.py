@@ -1,8 +1,8 @@
 """Transformer Engine quantizes a linear layer's weight held in --dtype once a step, on the first micro-batch's
 forward (Megatron-Core passes ``is_first_microbatch``; TE caches the quantized workspace for the others): one
 memory-bound node before each first-micro-batch forward GEMM, its bytes those of an input's cast of the same shape.
-Nothing with --fp8-params (FP8 weights), in inference, or outside a Megatron step (FSDP2/torchtitan quantizes its
-own way)."""
+Nothing with --fp8-params (FP8 weights), in inference, or outside a Megatron step (FSDP2/torchtitan: torchao casts
+each weight at every forward, --fp8-recipe tensorwise)."""
 
 from __future__ import annotations
 
@@ -75,8 +75,13 @@ def test_tp_overlap_chunks_share_one_weight_cast(tmp_path):
 
 def test_no_weight_quantization_in_inference_or_outside_megatron(tmp_path):
     assert _weight_nodes(tmp_path, "bf16")[1] == {}
-    assert _weight_nodes(tmp_path, "fsdp2", gemm_dtype="fp8", zero=3, framework="fsdp2")[1] == {}
-    assert _weight_nodes(tmp_path, "zero3", gemm_dtype="fp8", zero=3)[1] == {}  # (--zero 3 implies FSDP2)
+    # an FSDP2 step under TE's recipes: no TE weight workspace (torchao's own casts: test_llm_fp8_tensorwise.py)
+    assert _weight_nodes(tmp_path, "fsdp2", gemm_dtype="fp8", zero=3, framework="fsdp2", fp8_recipe="delayed")[1] == {}
+    assert _weight_nodes(tmp_path, "zero3", gemm_dtype="fp8", zero=3, fp8_recipe="current")[1] == {}
+    # its default, torchao's tensorwise: each weight cast at every micro-batch's forward (3 here), 6 B an element
+    _, torchao = _weight_nodes(tmp_path, "tensorwise", gemm_dtype="fp8", zero=3)
+    assert sorted(torchao) == sorted(f"fwd.l0.mb{mb}.{w}.weight.fp8_cast" for mb in range(3) for w in WEIGHTS)
+    assert {n.attrs["tensor_size"] for label, n in torchao.items() if ".qkv." in label} == {512 * 256 * 6}
     assert _weight_nodes(tmp_path, "noew", gemm_dtype="fp8", elementwise=False)[1] == {}
     assert _weight_nodes(tmp_path, "prefill", gemm_dtype="fp4", mode="prefill", dp=1, zero=0,
                          micro_batches=1)[1] == {}

@@ -39,8 +39,10 @@ SOFTMAX_KERNELS = ("fused", "eager")
 #: --attention-kernel choices: the flash attention kernel the gpu model times (astra_gpu_model.attention)
 ATTENTION_KERNELS = ("fa2", "fa3", "cudnn")
 #: --fp8-recipe choices: Transformer Engine's DelayedScaling (scales from an amax history: a LayerNorm or GeLU casts
-#: its output to FP8 itself) or Float8CurrentScaling (each tensor's own amax first: a separate amax pass and cast)
-FP8_RECIPES = ("delayed", "current")
+#: its output to FP8 itself) or Float8CurrentScaling (each tensor's own amax first: a separate amax pass and cast), or
+#: torchao's Float8Linear with dynamic tensorwise scaling (torchtitan's Float8; .fp8.Fp8Ops.fp8_tensorwise), the
+#: default of an FSDP2 training step (:func:`default_fp8_recipe`)
+FP8_RECIPES = ("delayed", "current", "tensorwise")
 #: --attention-dtype choices: the flash attention's operand type, the step's --dtype ("same") or FP8 E4M3 (Transformer
 #: Engine's fp8_dpa forward: Q, K, V cast to FP8 first; see .attention)
 ATTENTION_DTYPES = ("same", "fp8")
@@ -135,7 +137,8 @@ class LlmConfig:
     iota_embed: bool = False        # MaxText's use_iota_embed: the embedding as a one-hot matmul (.maxtext_step)
     inference_embedding: str = "vocab-parallel"  # inference at TP > 1: INFERENCE_EMBEDDINGS (the output all-reduced)
     cuda_graphs: bool = False       # per-layer CUDA graphs: one host launch per layer pass; activations +20 % (memory)
-    fp8_recipe: str = "delayed"     # --gemm-dtype fp8: Transformer Engine's delayed (amax history) or current scaling
+    fp8_recipe: str | None = None   # --gemm-dtype fp8: Transformer Engine's delayed (amax history) or current scaling,
+    #                                 or torchao's tensorwise; None: default_fp8_recipe() (set in __post_init__)
     fp8_transpose: bool | None = None  # --gemm-dtype fp8: TE writes FP8 transposes (the GPU's FP8 GEMMs take only TN:
     #                                 Hopper) or not (False: Blackwell); None: no platform given, casts with transposes
     #                                 but none for FP8 weights (.fp8.fp8_transpose_for)
@@ -149,6 +152,10 @@ class LlmConfig:
     lora_rank: int = 0              # LoRA: adapters of this rank, base weights frozen (0: full training; see .lora)
     lora_targets: tuple = ()        # LoRA: the linear layers with adapters (names of lora.LORA_TARGETS)
     lora_dropout: float = 0.0       # LoRA: the adapters' input dropout probability (0: none; see .lora)
+
+    def __post_init__(self):
+        if self.fp8_recipe is None:
+            object.__setattr__(self, "fp8_recipe", default_fp8_recipe(self))
 
     @property
     def npus(self):
@@ -235,6 +242,16 @@ def implied_framework(cfg: LlmConfig) -> str:
     if cfg.framework:
         return cfg.framework
     return {3: "fsdp2", 2: "deepspeed"}.get(cfg.zero, "megatron")
+
+
+def default_fp8_recipe(cfg: LlmConfig) -> str:
+    """The FP8 recipe a step runs when ``--fp8-recipe`` is not given: torchao's dynamic tensorwise scaling in an FSDP2
+    training step with ``--gemm-dtype fp8`` (torchtitan's Float8: pytorch/torchtitan 9dec370 ``torchtitan/float8.py``
+    swaps every ``nn.Linear`` but the output head for torchao's ``Float8Linear``, ``scaling_type_*`` default
+    "dynamic" in ``config_manager.py``), else Transformer Engine's delayed scaling (Megatron-LM / NeMo)."""
+    if cfg.gemm_dtype == "fp8" and not cfg.inference and implied_framework(cfg) == "fsdp2":
+        return "tensorwise"
+    return "delayed"
 
 
 def _check_megatron_moe_sp(dims: ModelDims, cfg: LlmConfig):
@@ -412,7 +429,11 @@ def _check(dims: ModelDims, cfg: LlmConfig):
     if cfg.fp8_recipe not in FP8_RECIPES:
         raise ConfigError(f"--fp8-recipe must be one of {', '.join(FP8_RECIPES)}, got {cfg.fp8_recipe!r}")
     if cfg.fp8_recipe != "delayed" and cfg.gemm_dtype != "fp8":
-        raise ConfigError("--fp8-recipe current needs --gemm-dtype fp8 (the recipe scales the FP8 GEMMs' operands)")
+        raise ConfigError(f"--fp8-recipe {cfg.fp8_recipe} needs --gemm-dtype fp8 (the recipe scales the FP8 GEMMs' "
+                          "operands)")
+    if cfg.fp8_recipe == "tensorwise" and (cfg.inference or implied_framework(cfg) != "fsdp2"):
+        raise ConfigError("--fp8-recipe tensorwise is torchao's Float8Linear as torchtitan trains with it (--framework "
+                          "fsdp2 training); Megatron-LM / NeMo steps take Transformer Engine's delayed or current")
     if cfg.fp8_activation_input and (cfg.gemm_dtype != "fp8" or cfg.inference or implied_framework(cfg) != "megatron"):
         raise ConfigError("--fp8-activation-input is Megatron-LM/NeMo training memory with --gemm-dtype fp8")
     if not cfg.bias_swiglu_fusion and (cfg.inference or implied_framework(cfg) != "megatron"):

@@ -1,6 +1,7 @@
 """FP8 GEMMs as Transformer Engine runs them: E4M3/E5M2 operand types, the casts and transposes it adds
-around the linear layers, and the amax reductions and scale updates at the end of each FP8 region; and the
-quantization of a block-scaled GEMM's input (``--gemm-dtype fp4 | mxfp8 | mxfp6 | mxfp4``, :mod:`.blockscale`)."""
+around the linear layers, and the amax reductions and scale updates at the end of each FP8 region; torchao's
+Float8Linear casts in an FSDP2 (torchtitan) step (``--fp8-recipe tensorwise``); and the quantization of a
+block-scaled GEMM's input (``--gemm-dtype fp4 | mxfp8 | mxfp6 | mxfp4``, :mod:`.blockscale`)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,16 @@ TE_AMAX_UPDATE = "transformer_engine::amax_and_scale_update"
 #: the kernel quantizing a block-scaled GEMM's input (Transformer Engine's MXFP8/NVFP4 quantize): not an ATen op,
 #: timed from ``tensor_size`` (memory-bound)
 TE_QUANTIZE = "transformer_engine::quantize"
+
+
+#: torchao's dynamic tensorwise cast to float8 (``--fp8-recipe tensorwise``, :attr:`Fp8Ops.fp8_tensorwise`): under
+#: torch.compile an Inductor kernel, not an ATen op, so the gpu model times it from ``tensor_size`` (memory-bound)
+TORCHAO_CAST = "torchao::float8_cast"
+
+
+#: a torchao Float8Linear's forward GEMM whose weight it casts (``fwd.l<i>.mb<k>.<name>`` or ``recompute....``, the
+#: whole GEMM or the first chunk of a TP-overlapped one); op-level SAC's recomputed wk / wo / w3 are not matched
+_TORCHAO_FORWARD = re.compile(r"^(fwd|recompute)\.l\d+\.mb\d+\.(qkv|proj|fc1|fc2)(\.c0)?$")
 
 
 #: TE's DelayedScaling amax history length (its default, and MLPerf v3.1 GPT-3's FP8_AMAX_HISTORY)
@@ -129,6 +140,23 @@ class Fp8Ops:
         return self.cfg.gemm_dtype == "fp8" and self.cfg.ew
 
     @property
+    def fp8_tensorwise(self):
+        """``--fp8-recipe tensorwise`` (an FSDP2 training step's default): torchao's ``Float8Linear`` with dynamic
+        tensorwise scaling, as torchtitan swaps it in for every linear but the output head (pytorch/torchtitan 9dec370
+        ``torchtitan/float8.py``, ``module_filter_fn=lambda mod, fqn: fqn != "output"``). Per linear, pytorch/ao
+        eab345c ``torchao/float8/float8_linear.py`` ``Float8Linear.forward`` casts the input
+        (``hp_tensor_to_float8_dynamic``: ``tensor_to_scale`` = an amax over it, then the scaled cast) and the weight
+        (``get_weight_scale`` then ``cast_weight_to_float8_t``) at every forward, and ``NoopFwToFloat8BwDynamic``
+        casts the output gradient to E5M2 at every backward; no amax history (torchtitan syncs amaxes only for
+        delayed scaling). Their bytes are torchao's own roofline for the compiled step (``torchao/float8/
+        roofline_utils.py`` ``get_tensor_memory_traffic_bytes`` "dynamic", used by ``get_float8_mem_sympy``): each
+        cast reads ``--dtype`` once and writes FP8 twice, row- and column-major, so the backward's GEMMs need no
+        transpose (``gi_fp8_weight_mem = 0``, ``gw_fp8_input_t_mem = 0``); an input's and an output gradient's amax
+        is fused into the kernel that writes it (``fuse_with_prev=True``), a weight's is a read of its own
+        (``fuse_with_prev=False``)."""
+        return self.te_fp8 and self.cfg.fp8_recipe == "tensorwise"
+
+    @property
     def fp8_current(self):
         """``--fp8-recipe current``: Transformer Engine's Float8CurrentScaling (each tensor scaled by its own amax)."""
         return self.te_fp8 and self.cfg.fp8_recipe == "current"
@@ -151,6 +179,8 @@ class Fp8Ops:
         ``ops/basic/activation.py``: ``self._activation_forward_impl(x, next_op_input_quantizer)``, and the
         previous op's in backward), nor outside a Megatron training step with per-tensor FP8."""
         cfg = self.cfg
+        if self.fp8_tensorwise:  # (torchao: FC2 casts its input, FC1 its output gradient, as every Float8Linear)
+            return True
         return (self.te_fp8 and not cfg.te_op_fuser and not cfg.inference
                 and implied_framework(cfg) == "megatron")
 
@@ -190,7 +220,22 @@ class Fp8Ops:
         Memory-bound."""
         if not self.te_fp8:
             return None
+        if self.fp8_tensorwise:
+            return self._torchao_cast(label, rows, cols, deps)
         return self._cast_to_fp8(label, rows, cols, 2 if self.fp8_current else 1, deps)
+
+    def _torchao_cast(self, label, rows, cols, deps):
+        """torchao's dynamic cast of a linear's ``rows x cols`` input or output gradient (:attr:`fp8_tensorwise`):
+        read once in ``--dtype``, written as FP8 row- and column-major (roofline_utils "dynamic" kernel 3:
+        ``BYTES_PER_EL_BF16 * numel + 2 * BYTES_PER_EL_FLOAT8 * numel``), its amax fused into the kernel before it
+        under torch.compile (``fuse_with_prev=True``). ASSUMPTION: a step with eager PyTorch's composite norm
+        (``--norm-kernel composite``: torchtitan without torch.compile, whose rows have no Float8) reads it once
+        more for the amax (kernel 1, ``fuse_with_prev=False``). ASSUMPTION: torch.compile's extra FP8 read of the
+        two-layout cast (pytorch/pytorch#130015, roofline_utils ``model_torch_compile_limitations``, which its
+        benchmark computes as a worst case beside the case without it) is not added. Memory-bound."""
+        reads = 2 if self.cfg.norm_kernel == "composite" else 1
+        nbytes = rows * cols * (reads * self.nbytes + 2)
+        return self._te(TORCHAO_CAST, label + ".fp8_cast", rows, cols, self.ttype, nbytes, deps)
 
     def _cast_to_fp8(self, label, rows, cols, reads, deps):
         """TE's cast of a ``rows x cols`` ``--dtype`` tensor read ``reads`` times: written as FP8 and its FP8
@@ -207,7 +252,10 @@ class Fp8Ops:
         norm (:attr:`te_norm_linear`) computes the amax as it writes (TE v2.7 ``csrc/extensions/normalization.cpp``
         ``create_hp_tensor_with_amax`` then ``quantize_with_amax``; v2.8 ``Impl::FUSED_NORM_AMAX_FP8``; ASSUMPTION: a
         current-scaling step runs TE 2.7 or later, as the registry's do, NeMo 25.11 and MLPerf v5.1): read once.
-        Under delayed scaling the kernel writes FP8 itself and nothing is emitted (:attr:`norm_writes_fp8`)."""
+        Under delayed scaling the kernel writes FP8 itself and nothing is emitted (:attr:`norm_writes_fp8`).
+        torchao's tensorwise scaling: the linear's own cast (:meth:`_torchao_cast`)."""
+        if self.fp8_tensorwise:
+            return self._torchao_cast(label, rows, cols, deps)
         if not self.fp8_current:
             return None
         return self._cast_to_fp8(label, rows, cols, 1 if self.te_norm_linear else 2, deps)
@@ -227,8 +275,8 @@ class Fp8Ops:
         that kernel under delayed scaling), for the weight-gradient GEMM: read and write ``rows x cols`` bytes.
         Current scaling made the transpose with the cast (:meth:`fp8_norm_cast`): nothing. Nothing on a GPU whose FP8
         GEMMs take any layout (Blackwell: the wgrad GEMM reads the FP8 copy itself)."""
-        if not self.te_fp8 or self.fp8_current or not self.fp8_transposes:
-            return None
+        if not self.te_fp8 or self.fp8_current or self.fp8_tensorwise or not self.fp8_transposes:
+            return None  # (tensorwise: the cast wrote the column-major copy, :meth:`_torchao_cast`)
         return self._te(TE_FP8_TRANSPOSE, label + ".fp8_transpose", rows, cols, FP8_FWD, 2 * rows * cols, deps)
 
     def block_quantize(self, fmt, label, rows, cols, deps=()):
@@ -249,8 +297,9 @@ class Fp8Ops:
         and TE quantizes the weight into its cached workspace on that one and reuses it on the others
         (``Linear``: ``get_weight_workspace(..., cache_name="weight", update_workspace=is_first_microbatch)``),
         row-wise for the forward and column-wise for the input-gradient GEMM. So: before the first micro-batch's
-        forward GEMM (``label`` = ``fwd.<unit>.mb0.<name>``), in a Megatron training step (no other framework's
-        step), with element-wise nodes on. ``fmt`` None: an FP8 weight cast as :meth:`fp8_cast` casts an input
+        forward GEMM (``label`` = ``fwd.<unit>.mb0.<name>``), in a Megatron training step, with element-wise nodes
+        on. An FSDP2 step under ``--fp8-recipe tensorwise`` casts each weight at every forward instead
+        (:meth:`_torchao_weight_cast`); under TE's recipes it gets none. ``fmt`` None: an FP8 weight cast as :meth:`fp8_cast` casts an input
         (under current scaling its own amax first), nothing with ``--fp8-params`` (the weights are FP8 already);
         a block format as :meth:`block_quantize` quantizes an input (NVFP4: the amax first), nothing for MXFP8
         with ``--fp8-params`` (held in MXFP8). Memory-bound.
@@ -264,6 +313,8 @@ class Fp8Ops:
         step's frozen base (no optimizer step resets it), nor on Blackwell (``update_usage`` keeps no transpose
         there), nor without a platform (None: as before the generator knew its GPU)."""
         cfg = self.cfg
+        if fmt is None and self.fp8_tensorwise:
+            return self._torchao_weight_cast(label, rows, cols, deps)
         if cfg.inference or not cfg.ew or implied_framework(cfg) != "megatron" or not _FIRST_FORWARD.match(label):
             return None
         label = label.removesuffix(".c0")  # (a TP-overlapped GEMM's weight: once, whole)
@@ -278,6 +329,20 @@ class Fp8Ops:
             return None
         return self.block_quantize(fmt, label + ".weight", rows, cols, deps)
 
+    def _torchao_weight_cast(self, label, rows, cols, deps):
+        """torchao's cast of a Float8Linear's ``rows x cols`` weight (:attr:`fp8_tensorwise`) at every forward of
+        every micro-batch, the full activation checkpointing's recomputed forward too (``Float8Linear.forward`` keeps
+        no cast weight between calls): the amax read, then the scaled cast read again and written row- and
+        column-major (roofline_utils "dynamic", ``fuse_with_prev=False``: ``2 * numel`` + ``2 * numel + 2 *
+        numel`` bytes for bf16). After FSDP2's all-gather in ``--dtype`` (torchtitan's
+        ``enable_fsdp_float8_all_gather`` off: the registry's rows do not state it on). ASSUMPTION: a TP-sharded
+        weight's amax all-reduce (a DTensor's, a few bytes) is not emitted. Memory-bound."""
+        if not _TORCHAO_FORWARD.match(label):
+            return None
+        label = label.removesuffix(".c0")  # (an AsyncTP-chunked GEMM's weight: once, whole)
+        return self._te(TORCHAO_CAST, label + ".weight.fp8_cast", rows, cols, self.ttype,
+                        rows * cols * (2 * self.nbytes + 2), deps)
+
     def _te(self, op, label, rows, cols, ttype, nbytes, deps):
         return self._memory_node(op, label, nbytes, f"[[{rows}, {cols}]]", f"[{ttype!r}]", deps)
 
@@ -285,8 +350,8 @@ class Fp8Ops:
         """The end of an FP8 region (one model chunk's forward or backward): TE all-reduces (max) the amaxes of
         its FP8 tensors over the amax group, on the compute stream, then updates the amax histories and scales
         (one kernel over ``FP8_AMAX_HISTORY`` x tensors fp32 values)."""
-        if self.cfg.gemm_dtype != "fp8" or self.cfg.inference or self.cfg.fp8_recipe == "current":
-            return  # (current scaling keeps no amax history: each cast read its tensor's own amax)
+        if self.cfg.gemm_dtype != "fp8" or self.cfg.inference or self.cfg.fp8_recipe in ("current", "tensorwise"):
+            return  # (current and tensorwise scaling keep no amax history: each cast read its tensor's own amax)
         linears = 4 * layers  # QKV, projection, FC1, FC2 (MoE experts: counted as one FC1/FC2 pair)
         tensors = linears * (FP8_AMAX_BWD if backward else FP8_AMAX_FWD)
         if _amax_reduction(self.cfg):

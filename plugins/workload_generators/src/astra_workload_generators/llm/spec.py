@@ -129,7 +129,7 @@ class LlmSpec:
     cp_rotate: str | None = None        # ring | allgather | alltoall (see --cp-rotate); None: by --framework
     cp_compile: bool = False            # PyTorch's CP under torch.compile (see --cp-compile)
     cuda_graphs: bool = False           # per-layer CUDA graphs (see --cuda-graphs)
-    fp8_recipe: str = "delayed"         # delayed | current FP8 scaling (see --fp8-recipe)
+    fp8_recipe: str | None = None       # delayed | current | tensorwise FP8 scaling; None: the framework's
     attention_dtype: str = "same"       # same | fp8: the flash attention forward's operands (see --attention-dtype)
     fp8_attention_backward: str = "on"  # on | off: an FP8 attention's backward in FP8 (see --fp8-attention-backward)
     recompute: str | None = None        # None, "full" or "selective"
@@ -733,12 +733,15 @@ def _add_flags(p):
                    help="MaxText's use_iota_embed: the embedding as a one-hot matmul (the tokens compared with an iota "
                    "of the vocabulary, one-hot [tokens, vocab] x [vocab, hidden]) and its weight gradient as the "
                    "transposed matmul, instead of a lookup and its scatter-add")
-    p.add_argument("--fp8-recipe", choices=FP8_RECIPES, default="delayed",
-                   help="with --gemm-dtype fp8, Transformer Engine's scaling recipe: delayed (DelayedScaling, the "
-                   "default: scales from an amax history, a LayerNorm or GeLU writes its output in FP8 itself) or "
-                   "current (Float8CurrentScaling, e.g. Megatron-Bridge's bf16_with_fp8_current_scaling_mixed: each "
-                   "tensor's own amax is read first, so every cast reads its input twice and the LayerNorm and GeLU "
-                   "outputs get their own amax-and-cast kernel; no amax history)")
+    p.add_argument("--fp8-recipe", choices=FP8_RECIPES, default=None,
+                   help="with --gemm-dtype fp8, the scaling recipe: Transformer Engine's delayed (DelayedScaling, the "
+                   "default outside FSDP2: scales from an amax history, a LayerNorm or GeLU writes its output in FP8 "
+                   "itself) or current (Float8CurrentScaling, e.g. Megatron-Bridge's "
+                   "bf16_with_fp8_current_scaling_mixed: each tensor's own amax is read first, so every cast reads its "
+                   "input twice and the LayerNorm and GeLU outputs get their own amax-and-cast kernel; no amax "
+                   "history), or torchao's tensorwise (Float8Linear with dynamic scaling, torchtitan's Float8; the "
+                   "default of an FSDP2 training step: every linear's input and weight cast at each forward, its "
+                   "output gradient at each backward, each cast writing both layouts; no amax history)")
     p.add_argument("--platform", default=None, metavar="NAME",
                    help="the registered platform (`astra platforms`) the step is generated for; its GPU's compute "
                    "capability decides where Transformer Engine writes FP8 transposes (--gemm-dtype fp8): with each "
