@@ -121,6 +121,11 @@ gpt_sp_overlap_fp8_vp_zero1, llama3_8b_preset, moe_expert_load_fp8, moe_imbalanc
 unfused_scatter_gather), on purpose (issue 36): each weight-gradient GEMM writes its parameter's ``main_grad``
 (gradient-accumulation fusion: ``NodeEmitter._grad_buffer``), accumulating into it on every micro-batch, C listed on
 the node (``aten::addmm``'s self, ``_scaled_mm``'s bias); the inference, ZeRO-2 and ZeRO-3 cases are unchanged.
+Then the Megatron case with ``--tp-comm-overlap`` (gpt_sp_overlap_fp8_vp_zero1), on purpose (issue 36): Transformer
+Engine's bulk overlaps as ``CommOverlapBase::bulk_overlap`` orders them: the QKV input's re-gather after the output
+gradient's FP8 cast, and the QKV / FC1 bulk reduce-scatter after the re-gather and Hopper's FP8 transpose, launched
+with the wgrad GEMM (``LayerOps._bulk_wgrad_scatter``, test_llm_bulk_overlap.py); the same nodes, other order and
+dependencies; every other case is unchanged.
 """
 
 from __future__ import annotations

@@ -541,8 +541,9 @@ class LayerOps(NormOps):
             self.dense_act_bwd(lab + ".fc1", n, ff)
             self.fc1_grad_cast(lab, n, f1)
             gathered = self._regather(lab + ".mlp_in")
-            scattered = self._bulk_wgrad_scatter(lab + ".fc1.dgrad", lab + ".mlp_in", n, f1, h)
+            bulk = self._bulk_dgrad(lab + ".fc1.dgrad", lab + ".mlp_in", n, f1, h)
             self.fp8_transpose(lab + ".fc1.wgrad", n, h, gathered)  # the LayerNorm output
+            scattered = self._bulk_wgrad_scatter(lab + ".mlp_in", gathered) if bulk else []
             self.mm(lab + ".fc1.wgrad", h, n, f1, gathered)
             self.wait_for(scattered)  # (Transformer Engine's bulk reduce-scatter, beside the wgrad)
         else:
@@ -595,15 +596,19 @@ class LayerOps(NormOps):
         rope = self.rope_bwd(lab, b, q, hq, hkv, d)  # (--rope: dQ and dK back through the rotation)
         attn = attn if rope is None else rope
         ring = [attn] if self.torch_cp else self._cp_ring(lab + ".dkv", layer, mb, 2, attn)  # dK, dV home
-        gathered = self._regather(lab + ".attn_in", ring) if self.needs_input("qkv") else []
-        if not dims.mla and self.fp8_cast(lab + ".qkv.dgrad", n, qkv, ring) is not None:
+        # (Transformer Engine casts the output gradient before it launches the input's re-gather: grad_output_preprocess
+        # ahead of gather_along_first_dim, or of the bulk all-gather the dgrad GEMM launches: _regather)
+        cast = not dims.mla and self.fp8_cast(lab + ".qkv.dgrad", n, qkv, ring) is not None
+        gathered = self._regather(lab + ".attn_in", [] if cast else ring) if self.needs_input("qkv") else []
+        if cast:
             ring = []
         if dims.mla:  # (Megatron without SP: each up-projection reduces its own input gradient, .mla)
             out = self.prev if self.mla_backward(lab, ring, gathered) else self._tp("rs" if sp else "ar",
                                                                                     lab + ".attn_in")
         elif overlap:
-            scattered = self._bulk_wgrad_scatter(lab + ".qkv.dgrad", lab + ".attn_in", n, qkv, h, ring)
+            bulk = self._bulk_dgrad(lab + ".qkv.dgrad", lab + ".attn_in", n, qkv, h, ring)
             self.fp8_transpose(lab + ".qkv.wgrad", n, h, gathered)
+            scattered = self._bulk_wgrad_scatter(lab + ".attn_in", gathered) if bulk else []
             self.mm(lab + ".qkv.wgrad", h, n, qkv, gathered)
             self.wait_for(scattered)
             out = scattered[0] if scattered else self.prev
@@ -632,23 +637,35 @@ class LayerOps(NormOps):
             return b * self.mla_cache_bytes(positions)
         return 2 * b * positions * self.dims.head_dim * hkv * self.nbytes
 
-    def _bulk_wgrad_scatter(self, mm_label, rs_label, m, k, n, deps=()):
-        """``--tp-comm-overlap``: a column-parallel layer's (QKV's, FC1's) input-gradient GEMM and its reduce-scatter.
-        In a Megatron step Transformer Engine's default is the bulk overlap with the weight gradient
+    def _bulk_dgrad(self, mm_label, rs_label, m, k, n, deps=()):
+        """``--tp-comm-overlap``: a column-parallel layer's (QKV's, FC1's) input-gradient GEMM, whose reduce-scatter
+        follows. In a Megatron step Transformer Engine's default is the bulk overlap with the weight gradient
         (Megatron-Core ``tp_comm_bulk_wgrad = True``, ``tp_comm_overlap_rs_dgrad = False``: NVIDIA/Megatron-LM
         core_r0.14.0 32ad5c89 ``megatron/core/model_parallel_config.py`` 166-186; NeMo's comm-overlap callback
         leaves them): the dgrad GEMM runs whole, writing into the wgrad userbuffer, and the wgrad GEMM runs with
-        ``ub_type=RS, bulk_overlap=True``, the buffer reduce-scattered on the userbuffers' SMs beside it
-        (NVIDIA/TransformerEngine d0067d0 ``transformer_engine/pytorch/module/layernorm_linear.py`` 840-905,
-        1030-1050). Emitted as the whole dgrad GEMM, then the reduce-scatter in ``--dtype`` off the chain (its TE
-        name ``qkv_wgrad`` / ``fc1_wgrad`` for ``--comm-sms``); the caller makes the chain wait for it after the
-        wgrad (:meth:`wait_for`). Returns ``[id]``. torchtitan's AsyncTP (``--framework fsdp2``) keeps
-        :meth:`mm_rs`'s pipelined matmul-reduce-scatter (``[]``, its last node the chain's)."""
+        ``ub_type=RS, bulk_overlap=True``, the buffer reduce-scattered beside it (:meth:`_bulk_wgrad_scatter`;
+        NVIDIA/TransformerEngine v2.1 ``transformer_engine/pytorch/module/layernorm_mlp.py`` 779-875,
+        ``layernorm_linear.py`` 504-660). Emitted here: the whole dgrad GEMM; True when the reduce-scatter is still
+        to come. torchtitan's AsyncTP (``--framework fsdp2``) keeps :meth:`mm_rs`'s pipelined matmul-reduce-scatter
+        (False: its last node the chain's)."""
         if not self.megatron_training:
             self.mm_rs(mm_label, rs_label, m, k, n, deps)
-            return []
+            return False
         self.mm(mm_label, m, k, n, deps)
-        return [self.coll(f"tp_rs.{rs_label}", T.REDUCE_SCATTER, self.act_bytes, "tp", [self.prev], chain=False,
+        return True
+
+    def _bulk_wgrad_scatter(self, rs_label, gathered=()):
+        """Transformer Engine's bulk reduce-scatter of the input gradient beside the weight-gradient GEMM (after
+        :meth:`_bulk_dgrad`; emit it just before the wgrad GEMM), in ``--dtype`` off the chain (its TE name
+        ``qkv_wgrad`` / ``fc1_wgrad`` for ``--comm-sms``). ``CommOverlapBase::bulk_overlap`` records its start on
+        the main stream at the wgrad GEMM's launch, and the main stream waited, right after the dgrad GEMM's launch,
+        for that GEMM's bulk all-gather (the re-gather, :meth:`_regather`: ``cudaStreamWaitEvent(stream_main,
+        _stop_comm)``; NVIDIA/TransformerEngine v2.1 ``transformer_engine/common/comm_gemm_overlap/
+        comm_gemm_overlap.cpp`` 251-299), then for Hopper's FP8 transpose of the gathered input
+        (``_create_transpose``, layernorm_mlp.py 831-841): so it waits for the chain's last node and for
+        ``gathered``. The caller makes the chain wait for it after the wgrad (:meth:`wait_for`). Returns ``[id]``."""
+        deps = list(gathered) + ([] if self.prev is None else [self.prev])
+        return [self.coll(f"tp_rs.{rs_label}", T.REDUCE_SCATTER, self.act_bytes, "tp", deps, chain=False,
                           overlap=_te_overlap(f"rs.{rs_label}"))]
 
     def _dgrad_reduce(self, label, size=None):
@@ -692,7 +709,15 @@ class LayerOps(NormOps):
         """Sequence parallelism: Megatron-LM (and Transformer Engine) keep only this rank's shard of a
         column-parallel layer's input (QKV, FC1) and all-gather it again in backward for the weight gradient,
         launched just before the input-gradient GEMM so that it overlaps it. Off the compute chain; returns
-        ``[gather id]`` for the wgrad GEMM to wait on (``[]`` without sequence parallelism)."""
+        ``[gather id]`` for the wgrad GEMM to wait on (``[]`` without sequence parallelism). With
+        ``--tp-comm-overlap`` it is Transformer Engine's bulk all-gather (``qkv_dgrad`` / ``fc1_dgrad``, on
+        ``num_sm`` SMs, the GEMM on all of them unless ``set_sm_margin``): ``CommOverlapBase::bulk_overlap``
+        starts it on its stream when the main stream reaches the dgrad GEMM (after the output gradient's cast) and
+        makes the main stream wait for it right after launching that GEMM (NVIDIA/TransformerEngine v2.1
+        ``transformer_engine/common/comm_gemm_overlap/comm_gemm_overlap.cpp`` 251-299), so whatever follows the
+        dgrad GEMM waits for it (:meth:`_bulk_wgrad_scatter` too). Not emitted: the local shard's copy into the
+        userbuffer before it (``copy_into_buffer``'s ``cudaMemcpyAsync`` on the same stream, ``tokens / TP x h``
+        bytes)."""
         if not self.cfg.sequence_parallel or self.cfg.tp == 1:
             return []
         deps = list(deps) + ([] if self.prev is None else [self.prev])
