@@ -119,8 +119,12 @@ norm are unchanged.
 Then every Megatron training case (cp_causal_unfused, deepseek_preset, dense_tp_pp_dp, gpt3_13b_preset,
 gpt_sp_overlap_fp8_vp_zero1, llama3_8b_preset, moe_expert_load_fp8, moe_imbalance_cp_ep, per_rank_files,
 unfused_scatter_gather), on purpose (issue 36): each weight-gradient GEMM writes its parameter's ``main_grad``
-(gradient-accumulation fusion: ``NodeEmitter._grad_buffer``), accumulating into it on every micro-batch, C listed on
-the node (``aten::addmm``'s self, ``_scaled_mm``'s bias); the inference, ZeRO-2 and ZeRO-3 cases are unchanged.
+(gradient-accumulation fusion: ``NodeEmitter._grad_buffer``), listed on the node: Transformer Engine's linears write
+it on micro-batch 0 (without --recompute) and accumulate into it after (``aten::addmm`` / ``_scaled_mm`` with C), the
+LM head accumulates on every micro-batch; the inference, ZeRO-2 and ZeRO-3 cases are unchanged. (For a while
+micro-batch 0 was emitted accumulating too, for astra search's bound, which extrapolated from one and two
+micro-batches; it extrapolates from two and three now, ``astra_sweep.bound.BoundCache.terms_layout``, and these ten
+cases were renewed back, on purpose.)
 Then the Megatron case with ``--tp-comm-overlap`` (gpt_sp_overlap_fp8_vp_zero1), on purpose (issue 36): Transformer
 Engine's bulk overlaps as ``CommOverlapBase::bulk_overlap`` orders them: the QKV input's re-gather after the output
 gradient's FP8 cast, and the QKV / FC1 bulk reduce-scatter after the re-gather and Hopper's FP8 transpose, launched

@@ -111,8 +111,8 @@ def test_cublas_streams_one_gemm_per_local_expert(tmp_path):
         assert eval(n.inputs_shapes) == [[64, 256], [256, 1024]] and "grouped_gemm_sizes" not in n.attrs
         assert n.attrs["tensor_size"] == (64 * 256 + 256 * 1024 + 64 * 1024) * 2
     wgrad = [n for name, n in _layer(tmp_path / "w", "bwd") if name == "experts.fc1.wgrad"]
-    # (each accumulated into its expert's fp32 main_grad, listed first: addmm's C)
-    assert [eval(n.inputs_shapes) for n in wgrad] == [[[256, 1024], [256, 64], [64, 1024]]] * 4
+    # (each written into its expert's fp32 main_grad, listed last: one micro-batch, TE's first)
+    assert [eval(n.inputs_shapes) for n in wgrad] == [[[256, 64], [64, 1024], [256, 1024]]] * 4
     assert sum(n.attrs["num_ops"] for n in wgrad) == 2 * 256 * 256 * 1024
 
 

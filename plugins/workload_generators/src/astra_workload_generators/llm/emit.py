@@ -3,6 +3,7 @@ collective or a send/receive, appended to a stage's graph with its rank-specific
 
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from functools import lru_cache
 
@@ -17,6 +18,8 @@ from .fp8 import FP8_FWD, FP8_GRAD, SCALED_MM
 MM = "aten::mm"
 #: a GEMM that adds its product to a matrix C (``self``): a weight gradient accumulated into ``main_grad``
 ADDMM = "aten::addmm"
+#: the micro-batch of a backward node's label (``bwd.l3.mb2.qkv.wgrad``, ``bwd.head.mb0.wgrad``)
+_MICRO_BATCH = re.compile(r"\.mb(\d+)\.")
 #: reductions: ``tensor_size`` is the bytes of their arguments, read once, as the gpu model counts them (its
 #: ``REDUCTION_OPS``, the same names; astra_gpu_model/ops.py ``_memory``); a builder that wants the (not negligible)
 #: output's write counted lists the output as a further argument (read the input, write the output). Before issue 36
@@ -131,9 +134,9 @@ class NodeEmitter:
         if fmt is not None:
             return self._block_mm(fmt, label, m, k, n, deps, extra, grouped)
         fp8 = linear and self.cfg.gemm_dtype == "fp8"
-        ctype = self._grad_buffer(label, linear)
-        if ctype is not None:
-            return self._wgrad_mm(label, m, k, n, deps, extra, grouped, fp8, ctype)
+        buffer = self._grad_buffer(label, linear)
+        if buffer is not None:
+            return self._wgrad_mm(label, m, k, n, deps, extra, grouped, fp8, *buffer)
         out = 2 if fp8 else 1  # the output's bytes per operand byte (FP8: bf16 output)
         extra, weights, outputs = _grouped(grouped, extra, k * n, out * m * n)
         if not fp8:
@@ -145,52 +148,57 @@ class NodeEmitter:
                          types=[a, b, "Tensor(float)", "Tensor(float)"], nbytes=m * k + weights + outputs)
 
     def _grad_buffer(self, label, linear):
-        """The type of the ``main_grad`` a Megatron training step's weight-gradient GEMM accumulates into, else
-        None. Megatron's ``gradient_accumulation_fusion`` (on by default: ``--no-gradient-accumulation-fusion`` turns
-        it off, NVIDIA/Megatron-LM core_r0.14.0 ``megatron/training/arguments.py`` 1998-2002) has each GEMM write its
+        """``(type, accumulate)`` of the buffer a Megatron training step's weight-gradient GEMM writes, else None.
+        Megatron's ``gradient_accumulation_fusion`` (on by default: ``--no-gradient-accumulation-fusion`` turns it
+        off, NVIDIA/Megatron-LM core_r0.14.0 ``megatron/training/arguments.py`` 1998-2002) has each GEMM write its
         parameter's ``main_grad`` in the gradient buffer (fp32, or ``--dtype`` with ``--grad-buffer same``):
 
         - Transformer Engine's linears (``linear``; ``fuse_wgrad_accumulation=config.gradient_accumulation_fusion``,
           ``extensions/transformer_engine.py`` 354, 525, 1088) call ``general_gemm(..., out=main_grad,
           out_dtype=main_grad.dtype, accumulate=fuse_wgrad_accumulation and not is_first_microbatch)`` (TE v2.2
           ``module/linear.py`` 532-538, 640-648; the same in ``layernorm_linear.py``, ``grouped_linear.py`` and at
-          v2.8): later micro-batches read and add (cuBLAS beta = 1); the first of the step writes it without
-          reading (``is_first_microbatch`` True on a module's first forward only, ``TELinear.forward`` 382-386;
-          with ``--recompute`` the backward's forward is the recomputation, and it reads there too).
+          v2.8): the first micro-batch writes it, later ones read and add (cuBLAS beta = 1). Megatron passes
+          ``is_first_microbatch`` True only to a module's first forward of the step (``TELinear.forward`` 382-386
+          sets it False after): with ``--recompute`` (full) the backward's forward is the recomputation, so every
+          micro-batch accumulates.
         - Megatron's own ``ColumnParallelLinear`` (the LM head, ``linear=False``): ``wgrad_gemm_accum_fp32`` /
           ``_fp16`` into ``main_grad`` on every micro-batch (``tensor_parallel/layers.py`` 553-570).
 
-        Every micro-batch is emitted accumulating, the first too (one read of each weight's gradient a step more
-        than TE makes without ``--recompute``): a step's micro-batches stay the same graph, which astra search's
-        lower bound extrapolates from one and two micro-batches (``astra_sweep/bound.py``); with the first one
-        cheaper, the two-micro-batch step's last backward (in the pipeline's drain) would cost more than the
-        one-micro-batch step's, and the extrapolation would pass the simulated step. Not the router's weight
-        (``RouterGatingLinearFunction.backward`` returns a gradient of its own, added to ``main_grad`` apart, not
-        emitted: ``transformer/moe/moe_utils.py`` 914-975), nor LoRA's adapters (NeMo's ``ParallelLinearAdapter``
-        takes the model's config: not read through, left as they were), nor another framework's step (FSDP2 /
-        DeepSpeed / eager: autograd writes a fresh gradient). ASSUMPTION: NeMo's and Megatron-Bridge's steps keep
-        the fusion on (Megatron-Bridge enables it wherever TE imports, ``utils/fusions.py`` at 067f987d), and so do
-        the 2021 Megatron-LM rows (SC'21: f559787d had no fusion and accumulated the fp16 ``.grad`` through
-        autograd, a separate add not emitted)."""
+        Not the router's weight (``RouterGatingLinearFunction.backward`` returns a gradient of its own, added to
+        ``main_grad`` apart, not emitted: ``transformer/moe/moe_utils.py`` 914-975), nor LoRA's adapters (NeMo's
+        ``ParallelLinearAdapter`` takes the model's config: not read through, left as they were), nor another
+        framework's step (FSDP2 / DeepSpeed / eager: autograd writes a fresh gradient). ASSUMPTION: NeMo's and Megatron-Bridge's steps keep the fusion on (Megatron-Bridge enables it
+        wherever TE imports, ``utils/fusions.py`` at 067f987d), and so do the 2021 Megatron-LM rows (SC'21:
+        f559787d had no fusion and accumulated the fp16 ``.grad`` through autograd, a separate add not emitted)."""
         cfg = self.cfg
         if not label.endswith(".wgrad") or cfg.inference or implied_framework(cfg) != "megatron":
             return None
         if not linear and "head" not in label.split("."):
             return None
-        return self.ttype if cfg.grad_buffer == "same" else "Tensor(float)"
+        mb = _MICRO_BATCH.search(label)
+        first = linear and mb is not None and mb.group(1) == "0" and not cfg.recompute
+        return (self.ttype if cfg.grad_buffer == "same" else "Tensor(float)"), not first
 
-    def _wgrad_mm(self, label, m, k, n, deps, extra, grouped, fp8, ctype):
-        """A weight-gradient GEMM accumulating into ``main_grad`` (:meth:`_grad_buffer`), C listed where the gpu
-        model reads it (``addmm``'s ``self``, ``_scaled_mm``'s ``bias``): read and written, twice its size an
-        element."""
+    def _wgrad_mm(self, label, m, k, n, deps, extra, grouped, fp8, ctype, accumulate):
+        """A weight-gradient GEMM into ``main_grad`` (:meth:`_grad_buffer`): accumulating, C listed where the gpu
+        model reads it (``addmm``'s ``self``, ``_scaled_mm``'s ``bias``: read and written, twice its size an
+        element); the first micro-batch's, the output buffer listed last (written in its type, not read)."""
         extra, weights, outputs = _grouped(grouped, extra, k * n, m * n)
-        written = outputs * (4 if ctype == "Tensor(float)" else self.nbytes) * 2
+        csize = 4 if ctype == "Tensor(float)" else self.nbytes
+        written = outputs * csize * (2 if accumulate else 1)
         if not fp8:
-            return self.comp(ADDMM, label, f"[[{m}, {n}], [{m}, {k}], [{k}, {n}]]", 2 * m * k * n, 0, deps, extra,
-                             types=[ctype, self.ttype, self.ttype], nbytes=(m * k + weights) * self.nbytes + written)
-        return self.comp(SCALED_MM, label, f"[[{m}, {k}], [{k}, {n}], [], [], [{m}, {n}]]", 2 * m * k * n, 0, deps,
-                         extra, types=[FP8_FWD, FP8_GRAD, "Tensor(float)", "Tensor(float)", ctype],
-                         nbytes=m * k + weights + written)
+            operands = (m * k + weights) * self.nbytes
+            if accumulate:
+                return self.comp(ADDMM, label, f"[[{m}, {n}], [{m}, {k}], [{k}, {n}]]", 2 * m * k * n, 0, deps,
+                                 extra, types=[ctype, self.ttype, self.ttype], nbytes=operands + written)
+            return self.comp(MM, label, f"[[{m}, {k}], [{k}, {n}], [{m}, {n}]]", 2 * m * k * n, 0, deps, extra,
+                             types=[self.ttype, self.ttype, ctype], nbytes=operands + written)
+        scales = [FP8_FWD, FP8_GRAD, "Tensor(float)", "Tensor(float)"]
+        if accumulate:
+            return self.comp(SCALED_MM, label, f"[[{m}, {k}], [{k}, {n}], [], [], [{m}, {n}]]", 2 * m * k * n, 0,
+                             deps, extra, types=scales + [ctype], nbytes=m * k + weights + written)
+        return self.comp(SCALED_MM, label, f"[[{m}, {k}], [{k}, {n}], [], [], [], [{m}, {n}]]", 2 * m * k * n, 0,
+                         deps, extra, types=scales + ["None", ctype], nbytes=m * k + weights + written)
 
     def _block_mm(self, fmt, label, m, k, n, deps, extra, grouped):
         """A block-scaled linear-layer GEMM (:mod:`.blockscale`): ``aten::_scaled_mm`` on ``fmt`` operands (E2M1
@@ -207,11 +215,12 @@ class NodeEmitter:
         ks = -(-k // fmt.block)  # scales along K
         types = [fmt.element_type, fmt.element_type, fmt.scale_type, fmt.scale_type]
         shapes, written = f"[[{m}, {kp}], [{kp}, {n}], [{m}, {ks}], [{ks}, {n}]", 2 * outputs
-        ctype = self._grad_buffer(label, True)  # (into main_grad: C as :meth:`_wgrad_mm` lists it)
-        if ctype is not None:
-            written = outputs * (4 if ctype == "Tensor(float)" else self.nbytes) * 2
-            shapes += f", [{m}, {n}]"
-            types += [ctype]
+        buffer = self._grad_buffer(label, True)  # (into main_grad: as :meth:`_wgrad_mm` lists it)
+        if buffer is not None:
+            ctype, accumulate = buffer
+            written = outputs * (4 if ctype == "Tensor(float)" else self.nbytes) * (2 if accumulate else 1)
+            shapes += f", [{m}, {n}]" if accumulate else f", [], [{m}, {n}]"
+            types += [ctype] if accumulate else ["None", ctype]
         nbytes = low_precision_weight_bytes(fmt, m * k) + low_precision_weight_bytes(fmt, weights) + written
         return self.comp(SCALED_MM, label, shapes + "]", 2 * m * k * n, 0, deps, extra, types=types, nbytes=nbytes)
 
