@@ -41,18 +41,22 @@ def _direct(cache, cfg):
     ranks = cache._compute(_options(cfg), cfg.micro_batches)
     edged = cfg.virtual_stages == 1
     return max(max(compute, longest, compute + edge if edged else 0, serial if edged else 0)
-               for compute, longest, edge, _fill, _drain, serial, _post in ranks.values())
+               for compute, longest, edge, _fill, _drain, serial, _post, _gap in ranks.values())
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(micro_batches=6), dict(virtual_stages=2, micro_batches=4),
                                 dict(tp=4, dp=1, micro_batch_size=2, recompute=True),
-                                dict(tp=2, pp=4, dp=1, micro_batches=12)])
+                                dict(tp=2, pp=4, dp=1, micro_batches=12), dict(micro_batches=1)])
 def test_terms_extrapolate_to_the_layout(kw, tmp_path):
-    """Two small generations (m = 1, 2, VP 1) give the layout's own bound: linear in m (the pipeline's edge
-    too), the same for any VP (without the edge)."""
+    """Two small generations (m = 2, 3, VP 1) give the layout's own bound: linear in m (the pipeline's edge
+    too), the same for any VP (without the edge); m = 1 is its own. The first micro-batch's compute is cheaper
+    (TE writes main_grad without reading it) except with --recompute."""
     cache = BoundCache(SOURCE, "h100-sxm", 8, disk=False)
     cfg = _cfg(**kw)
-    assert cache.terms(cfg).bound_ns(cfg.micro_batches, cfg.virtual_stages) == _direct(cache, cfg)
+    terms = cache.terms(cfg)
+    assert terms.bound_ns(cfg.micro_batches, cfg.virtual_stages) == _direct(cache, cfg)
+    gaps = set(terms.first_gap_ns.values())
+    assert gaps == {0} if kw.get("recompute") or cfg.micro_batches == 1 else min(gaps) > 0
 
 
 def test_interleaved_bound_by_its_own_chunks():
@@ -154,6 +158,9 @@ def test_interleaved_bound_by_hand():
                        drain_ns={0: 0, 1: 8, 2: 20, 3: 33})
     cfg = _cfg(tp=1, pp=2, dp=1, virtual_stages=2, micro_batches=4)
     assert interleaved_bound_ns(cfg, stages, 4) == max(0 + 4 * 20 + 0, 6 + 4 * 25 + 8) == 114
+    # the first micro-batch's gap (it writes main_grad without reading it), each chunk's stage's, comes off once
+    gapped = StepTerms(**{**stages.__dict__, "first_gap_ns": {0: 1, 1: 2, 2: 0, 3: 3}})
+    assert interleaved_bound_ns(cfg, gapped, 4) == max(0 + 4 * 20 - 1 + 0, 6 + 4 * 25 - 5 + 8) == 109
     partial = StepTerms({}, {}, compute_per_micro_batch_ns={0: 10, 1: 11, 2: 10}, chain_per_micro_batch_ns={0: 9},
                         fill_ns={0: 0}, drain_ns={0: 0})
     assert interleaved_bound_ns(cfg, partial, 4) is None  # stage 3 missing: no bound

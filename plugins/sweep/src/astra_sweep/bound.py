@@ -14,12 +14,13 @@ cost. Point-to-point transfers count 0; host launches and other contention can o
 representative ranks' traces are joined at their sends and receives (:func:`pipeline_edges`): a rank's compute
 cannot start before the first micro-batch has come through the earlier stages, and the step cannot end before the
 last backward has gone back through them, so without virtual stages the bound also holds the rank's compute plus
-that fill and drain (its ``pipeline_*`` terms, linear in ``m`` too). The bound is the
-busiest rank's ``fixed + m x per_micro_batch``: the sums are linear in the micro-batch count ``m`` (every
-micro-batch is the same graph, chained in schedule order; the optimizer and the step's other fixed work come
-once), so two small generations (``m`` = 1 and 2, VP 1) give both terms, whatever ``m`` the layout has; virtual
-stages regroup a rank's layers into chunks without changing them. An interleaved layout's own fill and drain come
-from the same layout with ``pp x virtual_stages`` whole stages (:func:`interleaved_bound_ns`, which says why).
+that fill and drain (its ``pipeline_*`` terms, linear in ``m`` too). The bound is the busiest rank's ``fixed + m x
+per_micro_batch``: the sums are linear in the micro-batch count ``m`` (every micro-batch after the first is the same
+graph, chained in schedule order; the optimizer and the step's other fixed work come once), so two small generations
+give both terms, whatever ``m`` the layout has: ``m`` = 2 and 3 (VP 1; the first micro-batch is no later one's
+graph: :meth:`BoundCache.terms_layout`), or ``m`` = 1 alone. Virtual stages regroup a rank's layers into chunks
+without changing them. An interleaved layout's own fill and drain come from the same layout with ``pp x
+virtual_stages`` whole stages (:func:`interleaved_bound_ns`, which says why).
 tests/test_search_bound.py holds these claims against direct generation, and the bound against simulation;
 tests/test_search_bound_interleaved.py the interleaved bound against simulation on random layouts.
 
@@ -40,12 +41,15 @@ import hashlib
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field, replace
 
 from astra_sim.errors import AstraError
 
+#: micro-batch 0 or 1 in a node's label (``bwd.l3.mb1.qkv.wgrad``): :meth:`BoundCache._graph`'s gaps
+_MICRO_BATCH = re.compile(r"\.mb([01])\.")
 #: bumped when what the terms measure changes: the disk cache's entries of another version are not read
-TERMS_VERSION = 7
+TERMS_VERSION = 8
 
 
 @dataclass(frozen=True)
@@ -54,11 +58,12 @@ class StepTerms:
     ``fixed_ns`` once per step, ``per_micro_batch_ns`` per micro-batch (each rank class's representative, by
     rank); its compute with the pipeline's edge (:func:`pipeline_edges`; valid without virtual stages) as
     ``pipeline_fixed_ns`` and ``pipeline_per_micro_batch_ns``; for :func:`interleaved_bound_ns`, each rank's compute
-    per micro-batch and, in the one-micro-batch generation, its ``fill_ns`` (the longest path before its first
+    per micro-batch and, in the first generation, its ``fill_ns`` (the longest path before its first
     compute node) and ``drain_ns`` (the longest path after its last send to a lower rank, its backward's); the
     serial work of its communicators (:func:`communicator_bounds`; valid without virtual stages) as
     ``slot_fixed_ns`` and ``slot_per_micro_batch_ns``, and ``post_ns``, the most collective time one communicator
-    runs after the rank's last compute node (:func:`communicator_bounds`, for :func:`interleaved_bound_ns`)."""
+    runs after the rank's last compute node (:func:`communicator_bounds`, for :func:`interleaved_bound_ns`), and
+    ``first_gap_ns``, how much less its first micro-batch's compute costs than a later one's."""
 
     fixed_ns: dict
     per_micro_batch_ns: dict
@@ -71,6 +76,7 @@ class StepTerms:
     slot_fixed_ns: dict = field(default_factory=dict)
     slot_per_micro_batch_ns: dict = field(default_factory=dict)
     post_ns: dict = field(default_factory=dict)
+    first_gap_ns: dict = field(default_factory=dict)
 
     def bound_ns(self, micro_batches, virtual_stages=1):
         """The busiest rank's: a lower bound on the simulated step (int ns). With virtual stages (or 0: none
@@ -352,7 +358,7 @@ def beside_collectives(graph, info, contention):
     graph_key = {node_id: key for node_id, _, _, _, key in graph}
     out = {}
     for p, g in zip(chain, chain[1:]):
-        name, _, margin = info[g]
+        name, _, margin = info[g][:3]
         if deps_of[g] != (p,) or margin or not cost_of[g]:
             continue
         overlap = max((d if c > g else d - (g - c) * contention.host_launch_ns
@@ -403,10 +409,11 @@ def interleaved_bound_ns(cfg, stages, micro_batches):
       after it run the same nodes; their once-only work, over one chunk's parameters, is no more than a rank's
       over all its chunks');
     * ``S`` runs one node at a time on the GPU-compute slot, and costs ``micro_batches`` times the sum over the
-      rank's chunks ``c`` of stage ``c x P + q``'s compute per micro-batch; and the nodes of its micro-batches
-      are chained (each waits for the one before), compute and in-node collectives alike, so from the first to
-      the last they take at least ``micro_batches`` times the sum of those stages' longest path per micro-batch
-      (the chain's, as the whole-stage terms count it, :class:`BoundCache`).
+      rank's chunks ``c`` of stage ``c x P + q``'s compute per micro-batch, less the first micro-batch's gap
+      (``first_gap_ns``: no ``main_grad`` read); and the nodes of its micro-batches are chained (each waits for the
+      one before), compute and in-node collectives alike, so from the first to the last they take at least
+      ``micro_batches`` times the sum of those stages' longest path per micro-batch (the chain's, as the whole-stage
+      terms count it, :class:`BoundCache`), less the same gap (the chain passes the first micro-batch's nodes once).
 
     * after every node of ``S`` the rank still runs its optimizer (chained after ``S``) and then, one at a time
       on its data-parallel communicator, the parameter all-gathers of every one of its chunks' layers (ZeRO-1/2):
@@ -427,9 +434,9 @@ def interleaved_bound_ns(cfg, stages, micro_batches):
     by_stage = {}
     for rank, compute in stages.compute_per_micro_batch_ns.items():
         here = (compute, stages.chain_per_micro_batch_ns.get(rank, 0), stages.fill_ns.get(rank, 0),
-                stages.drain_ns.get(rank, 0), stages.post_ns.get(rank, 0))
+                stages.drain_ns.get(rank, 0), stages.post_ns.get(rank, 0), -stages.first_gap_ns.get(rank, 0))
         u = rank // per_stage
-        # several representatives of a stage: the least of each term holds for all of them
+        # several representatives of a stage: the least of each term (the largest gap) holds for all of them
         by_stage[u] = here if u not in by_stage else tuple(map(min, by_stage[u], here))
     if set(by_stage) != set(range(P * V)):
         return None
@@ -438,14 +445,14 @@ def interleaved_bound_ns(cfg, stages, micro_batches):
         chunks = [by_stage[c * P + q] for c in range(V)]
         per_mb = max(sum(c[0] for c in chunks), sum(c[1] for c in chunks))
         after = max(by_stage[q][3], sum(c[4] for c in chunks))
-        out = max(out, by_stage[q][2] + micro_batches * per_mb + after)
+        out = max(out, by_stage[q][2] + micro_batches * per_mb + sum(c[5] for c in chunks) + after)
     return int(out)
 
 
 #: StepTerms' fields, as the disk cache keeps them
 _FIELDS = ("fixed_ns", "per_micro_batch_ns", "pipeline_fixed_ns", "pipeline_per_micro_batch_ns",
            "compute_per_micro_batch_ns", "chain_per_micro_batch_ns", "fill_ns", "drain_ns", "slot_fixed_ns",
-           "slot_per_micro_batch_ns", "post_ns")
+           "slot_per_micro_batch_ns", "post_ns", "first_gap_ns")
 
 
 def pipeline_estimate(terms, cfg):
@@ -557,8 +564,8 @@ class BoundCache:
                    nccl_version=nccl_version, nccl_nvls=nccl_nvls, cudnn_version=cudnn_version)
 
     def terms(self, cfg):
-        """The layout's :class:`StepTerms`, or None when the generator refuses its one- and two-micro-batch
-        versions (then the layout is simulated whatever its bound)."""
+        """The layout's :class:`StepTerms`, or None when the generator refuses :meth:`terms_layout`'s
+        generations (then the layout is simulated whatever its bound)."""
         return self._terms(self.terms_layout(cfg))
 
     def virtual_stage_terms(self, cfg):
@@ -570,25 +577,31 @@ class BoundCache:
 
     @staticmethod
     def terms_layout(cfg):
-        """The one-micro-batch, whole-stage layout :meth:`terms` generates (with one more micro-batch)."""
-        return replace(cfg, micro_batches=1, virtual_stages=1)
+        """What :meth:`terms` generates: (whole-stage layout, micro-batch counts). A Megatron step's micro-batches
+        are one graph from the second on (the first writes its weight gradients without reading ``main_grad``:
+        ``NodeEmitter._grad_buffer``), so ``m >= 2`` extrapolates from 2 and 3 (from 1 and 2 the slope, which
+        has the drain's dearer last backward, passes the step); ``m = 1`` is its own generation."""
+        counts = (1,) if cfg.micro_batches == 1 else (2, 3)
+        return replace(cfg, micro_batches=counts[0], virtual_stages=1), counts
 
     @staticmethod
     def virtual_stage_layout(cfg):
-        """The layout :meth:`virtual_stage_terms` generates: ``pp x virtual_stages`` whole stages, one micro-batch
-        (and two); None without virtual stages or with ZeRO-3 (:func:`interleaved_bound_ns`)."""
+        """What :meth:`virtual_stage_terms` generates: ``pp x virtual_stages`` whole stages, two micro-batches
+        and three (as :meth:`terms_layout`); None without virtual stages or with ZeRO-3
+        (:func:`interleaved_bound_ns`)."""
         if cfg.virtual_stages == 1 or cfg.zero == 3:
             return None
-        return replace(cfg, pp=cfg.pp * cfg.virtual_stages, virtual_stages=1, micro_batches=1)
+        return replace(cfg, pp=cfg.pp * cfg.virtual_stages, virtual_stages=1, micro_batches=2), (2, 3)
 
-    def _key(self, shared):
+    def _key(self, plan):
         from .search import _options
 
-        return hashlib.sha256((self._salt + json.dumps([_options(shared), (1, 2)], sort_keys=True, default=str)
+        layout, counts = plan
+        return hashlib.sha256((self._salt + json.dumps([_options(layout), counts], sort_keys=True, default=str)
                                ).encode()).hexdigest()
 
     def _terms(self, shared):
-        """Terms from generations of ``shared`` with one and two micro-batches, linear from one to the next: from
+        """Terms from the generations of plan ``shared`` (:meth:`terms_layout`), linear from one to the next: from
         memory, else from disk, else computed here."""
         key = self._key(shared)
         if key not in self.memory:
@@ -602,7 +615,7 @@ class BoundCache:
         return self.memory[key]
 
     def prefetch(self, layouts, executor):
-        """Compute the terms of ``layouts`` (the shared layouts of :meth:`terms_layout` /
+        """Compute the terms of ``layouts`` (the plans of :meth:`terms_layout` /
         :meth:`virtual_stage_layout`) that neither memory nor disk holds, side by side on ``executor``'s workers
         (each generates and reads its own traces), and keep them; returns how many were computed. The terms do not
         depend on where they were computed."""
@@ -632,11 +645,11 @@ class BoundCache:
         return len(todo)
 
     def _compute(self, options, micro_batches):
-        """{rank: (compute ns, longest path ns, edge ns, fill ns, drain ns, serial ns, post ns)} of the layout
-        generated with ``micro_batches``: the GPU-compute slot's sum, the rank's longest chain of dependencies with
-        compute and collectives at their costs, the pipeline's edge (:func:`pipeline_edges`), the fill and drain
-        (:func:`fill_and_drain`) and its communicators' serial work (:func:`communicator_bounds`) over the
-        representative ranks' traces."""
+        """{rank: (compute ns, longest path ns, edge ns, fill ns, drain ns, serial ns, post ns, gap ns)} of the
+        layout generated with ``micro_batches``: the GPU-compute slot's sum, the rank's longest chain of
+        dependencies with compute and collectives at their costs, the pipeline's edge (:func:`pipeline_edges`), the
+        fill and drain (:func:`fill_and_drain`) and its communicators' serial work (:func:`communicator_bounds`)
+        over the representative ranks' traces, and its first micro-batch's compute gap (:meth:`_graph`)."""
         from astra_workload_compact import read_compact_workload
         from astra_workload_generators.llm import LlmSpec, generate_llm_workload
 
@@ -654,7 +667,8 @@ class BoundCache:
                 groups = json.load(handle)
             workload = read_compact_workload(prefix)
             across = workload.npus if whole_nodes else None
-            graphs = {int(rank): self._graph(path, int(rank), groups, across)
+            gaps = {}
+            graphs = {int(rank): self._graph(path, int(rank), groups, across, gaps)
                       for rank, path in workload.traces.items()}
         paths = _paths(graphs)
         edges = pipeline_edges(graphs, paths)
@@ -667,19 +681,21 @@ class BoundCache:
                 finish[node_id] = max((finish[d] for d in deps if d in finish), default=0) + cost
             compute = sum(cost for _, cost, is_compute, _, _ in graph if is_compute)
             out[rank] = (compute, int(max(finish.values(), default=0)), edges.get(rank, 0), *ends.get(rank, (0, 0)),
-                         *slots.get(rank, (0, 0)))
+                         *slots.get(rank, (0, 0)), gaps.get(rank, 0))
         return out
 
-    def _graph(self, path, rank, groups, npus=None):
+    def _graph(self, path, rank, groups, npus=None, gaps=None):
         """A rank's trace as [(node id, cost ns, on the GPU-compute slot, deps, key)] in file order; the key is
         ("send" | "recv", src, dst, tag) for point-to-point nodes, ("coll", communicator) for collectives, else
-        None. ``npus``: the workload's ranks, when collectives across nodes count (:meth:`_collective_ns`)."""
+        None. ``npus``: the workload's ranks, when collectives across nodes count (:meth:`_collective_ns`);
+        ``gaps[rank]``: its compute labelled micro-batch 1 (``.mb1.``) less micro-batch 0's, when it has a 1."""
         from astra_sim.chakra import types as T
         from astra_workload_compact import trace_nodes
 
         graph, info = [], {}
         for node in trace_nodes(path):  # (the nodes read_et(path, keep_raw=False) gives, held or parsed)
-            info[node.id] = (node.name, node.attrs.get("comm_sms"), "sm_margin" in node.attrs)
+            info[node.id] = (node.name, node.attrs.get("comm_sms"), "sm_margin" in node.attrs,
+                             node.attrs.get("label", ""))
             cost, is_compute, key = 0, False, None
             if node.type == T.COMP_NODE and not node.attrs.get("is_cpu_op"):  # CPU ops use the CPU slot
                 cost, is_compute = int(self.model.compute_time_ns(node, rank) or 0), True
@@ -694,6 +710,12 @@ class BoundCache:
         raised = beside_collectives(graph, info, self.contention)
         if raised:
             graph = [(i, raised.get(i, c), *rest) for i, c, *rest in graph]
+        if gaps is not None:
+            by_mb = {"0": 0}
+            for node_id, cost, on_slot, _, _ in graph:
+                mb = _MICRO_BATCH.search(info[node_id][3]) if on_slot else None
+                by_mb[mb and mb.group(1)] = by_mb.get(mb and mb.group(1), 0) + cost
+            gaps[rank] = by_mb["1"] - by_mb["0"] if "1" in by_mb else 0
         return graph
 
     def _collective_ns(self, node, groups, npus=None):
@@ -747,32 +769,34 @@ class BoundCache:
             pass
 
 
-def compute_terms(cache, shared):
-    """The :class:`StepTerms` of ``shared`` from its generations with one and two micro-batches (None when the
-    generator refuses either): a rank's terms are its longest path where that exceeds its compute in both, else its
-    compute; its compute with the pipeline's edge (which grows by the same amount with each micro-batch); its
-    compute and longest path per micro-batch; the fill and drain of the one-micro-batch generation; its
-    communicators' serial work, linear from one generation to the next as the edge is; the work after its last
-    compute node, of the one-micro-batch generation."""
+def compute_terms(cache, plan):
+    """The :class:`StepTerms` of ``plan`` (:meth:`BoundCache.terms_layout`), linear through its two generations
+    (one: no slope; None when the generator refuses one): a rank's terms are its longest path where that exceeds
+    its compute in both, else its compute; its compute with the pipeline's edge; its compute and longest path per
+    micro-batch; its communicators' serial work; and of the first generation, the fill and drain, the work after
+    its last compute node and the first micro-batch's compute gap (:meth:`BoundCache._compute`)."""
     from .search import _options
 
-    options = _options(shared)
+    layout, counts = plan
     try:
-        one, two = (cache._compute(options, m) for m in (1, 2))
+        runs = [cache._compute(_options(layout), m) for m in counts]
     except AstraError:
         return None
+    one, two = runs * 2 if len(runs) == 1 else runs
     if set(one) != set(two):
         return None
+    a = counts[0]  # a line through (a, x) and (a + 1, y): fixed x - a (y - x), per micro-batch y - x
     i = {r: 1 if one[r][1] > one[r][0] and two[r][1] > two[r][0] else 0 for r in one}
     edged = {r: (one[r][0] + one[r][2], two[r][0] + two[r][2]) for r in one}
-    return StepTerms({r: 2 * one[r][i[r]] - two[r][i[r]] for r in one},
+    return StepTerms({r: (a + 1) * one[r][i[r]] - a * two[r][i[r]] for r in one},
                      {r: two[r][i[r]] - one[r][i[r]] for r in one},
-                     {r: 2 * a - b for r, (a, b) in edged.items()}, {r: b - a for r, (a, b) in edged.items()},
+                     {r: (a + 1) * x - a * y for r, (x, y) in edged.items()},
+                     {r: y - x for r, (x, y) in edged.items()},
                      {r: two[r][0] - one[r][0] for r in one}, {r: two[r][1] - one[r][1] for r in one},
                      {r: one[r][3] for r in one},
                      {r: one[r][4] for r in one},
-                     {r: 2 * one[r][5] - two[r][5] for r in one}, {r: two[r][5] - one[r][5] for r in one},
-                     {r: one[r][6] for r in one})
+                     {r: (a + 1) * one[r][5] - a * two[r][5] for r in one}, {r: two[r][5] - one[r][5] for r in one},
+                     {r: one[r][6] for r in one}, {r: max(0, one[r][7]) for r in one})
 
 
 #: a worker process's caches by their settings (a worker computes many layouts' terms with one compute model)
@@ -780,9 +804,9 @@ _WORKER_CACHES = {}
 
 
 def terms_task(task, payload):
-    """An executor task of :meth:`BoundCache.prefetch`: (key, shared layout) -> its :class:`StepTerms` or None,
+    """An executor task of :meth:`BoundCache.prefetch`: (key, plan) -> its :class:`StepTerms` or None,
     computed in this worker (no disk: the search's process keeps them)."""
-    _key, shared = task
+    _key, plan = task
     (source, gpu, gpus_per_node, nccl, nic_gbps, sharp, contention, board_power_w, nccl_version, nccl_nvls,
      cudnn_version) = payload
     ident = json.dumps(payload, sort_keys=True, default=str)
@@ -791,4 +815,4 @@ def terms_task(task, payload):
                                            sharp=sharp, contention=contention, board_power_w=board_power_w,
                                            nccl_version=nccl_version, nccl_nvls=nccl_nvls,
                                            cudnn_version=cudnn_version)
-    return compute_terms(_WORKER_CACHES[ident], shared)
+    return compute_terms(_WORKER_CACHES[ident], plan)
