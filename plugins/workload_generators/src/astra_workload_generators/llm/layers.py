@@ -644,9 +644,10 @@ class LayerOps(NormOps):
         core_r0.14.0 32ad5c89 ``megatron/core/model_parallel_config.py`` 166-186; NeMo's comm-overlap callback
         leaves them): the dgrad GEMM runs whole, writing into the wgrad userbuffer, and the wgrad GEMM runs with
         ``ub_type=RS, bulk_overlap=True``, the buffer reduce-scattered beside it (:meth:`_bulk_wgrad_scatter`;
-        NVIDIA/TransformerEngine v2.1 ``transformer_engine/pytorch/module/layernorm_mlp.py`` 779-875,
-        ``layernorm_linear.py`` 504-660). Emitted here: the whole dgrad GEMM; True when the reduce-scatter is still
-        to come. torchtitan's AsyncTP (``--framework fsdp2``) keeps :meth:`mm_rs`'s pipelined matmul-reduce-scatter
+        NVIDIA/TransformerEngine v2.1 ``transformer_engine/pytorch/module/layernorm_linear.py`` 504-660: Megatron-
+        Core's QKV and FC1 are ``TELayerNormColumnParallelLinear``; ``layernorm_mlp.py`` 779-875 likewise, TE's own
+        MLP under ``--te-op-fuser``). Emitted here: the whole dgrad GEMM; True when the reduce-scatter is still to
+        come. torchtitan's AsyncTP (``--framework fsdp2``) keeps :meth:`mm_rs`'s pipelined matmul-reduce-scatter
         (False: its last node the chain's)."""
         if not self.megatron_training:
             self.mm_rs(mm_label, rs_label, m, k, n, deps)
@@ -662,7 +663,8 @@ class LayerOps(NormOps):
         for that GEMM's bulk all-gather (the re-gather, :meth:`_regather`: ``cudaStreamWaitEvent(stream_main,
         _stop_comm)``; NVIDIA/TransformerEngine v2.1 ``transformer_engine/common/comm_gemm_overlap/
         comm_gemm_overlap.cpp`` 251-299), then for Hopper's FP8 transpose of the gathered input
-        (``_create_transpose``, layernorm_mlp.py 831-841): so it waits for the chain's last node and for
+        (``_create_transpose``, layernorm_linear.py 611-630, layernorm_mlp.py 831-841): so it waits for the chain's
+        last node and for
         ``gathered``. The caller makes the chain wait for it after the wgrad (:meth:`wait_for`). Returns ``[id]``."""
         deps = list(gathered) + ([] if self.prev is None else [self.prev])
         return [self.coll(f"tp_rs.{rs_label}", T.REDUCE_SCATTER, self.act_bytes, "tp", deps, chain=False,
