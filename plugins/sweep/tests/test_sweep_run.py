@@ -133,7 +133,11 @@ axes:
     by_backend = {(r["run.network-backend"], r["workload.llm.micro-batches"]): r["status"] for r in rows}
     assert by_backend[("analytical", 2)] == "ok"
     assert by_backend[("nosuchbackend", 2)].startswith("error: no network backend named 'nosuchbackend'")
-    assert by_backend[("analytical", 8000)].startswith("error: timed out after 20 s")
+    # the point's own alarm answers at 20 s; on a machine loaded past its cores the worker may not get to answer
+    # within the pool's grace, and the pool kills it (astra_sim.executors: "killed after 30 s without an answer"):
+    # either way the hanging point is recorded as an error and the sweep goes on
+    hung = by_backend[("analytical", 8000)]
+    assert hung.startswith(("error: timed out after 20 s", "error: killed after 30 s without an answer")), hung
     assert "3 points: 1 ok, 0 infeasible, 2 errors" in capsys.readouterr().out
 
 
