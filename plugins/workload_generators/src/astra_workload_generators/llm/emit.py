@@ -179,13 +179,16 @@ class NodeEmitter:
         first = linear and mb is not None and mb.group(1) == "0" and not cfg.recompute
         return (self.ttype if cfg.grad_buffer == "same" else "Tensor(float)"), not first
 
+    def _main_grad_bytes(self, elements, ctype, accumulate):
+        """Bytes a weight-gradient GEMM moves in ``main_grad``: written, and read first when it accumulates."""
+        return elements * (4 if ctype == "Tensor(float)" else self.nbytes) * (2 if accumulate else 1)
+
     def _wgrad_mm(self, label, m, k, n, deps, extra, grouped, fp8, ctype, accumulate):
         """A weight-gradient GEMM into ``main_grad`` (:meth:`_grad_buffer`): accumulating, C listed where the gpu
         model reads it (``addmm``'s ``self``, ``_scaled_mm``'s ``bias``: read and written, twice its size an
         element); the first micro-batch's, the output buffer listed last (written in its type, not read)."""
         extra, weights, outputs = _grouped(grouped, extra, k * n, m * n)
-        csize = 4 if ctype == "Tensor(float)" else self.nbytes
-        written = outputs * csize * (2 if accumulate else 1)
+        written = self._main_grad_bytes(outputs, ctype, accumulate)
         if not fp8:
             operands = (m * k + weights) * self.nbytes
             if accumulate:
@@ -218,7 +221,7 @@ class NodeEmitter:
         buffer = self._grad_buffer(label, True)  # (into main_grad: as :meth:`_wgrad_mm` lists it)
         if buffer is not None:
             ctype, accumulate = buffer
-            written = outputs * (4 if ctype == "Tensor(float)" else self.nbytes) * (2 if accumulate else 1)
+            written = self._main_grad_bytes(outputs, ctype, accumulate)
             shapes += f", [{m}, {n}]" if accumulate else f", [], [{m}, {n}]"
             types += [ctype] if accumulate else ["None", ctype]
         nbytes = low_precision_weight_bytes(fmt, m * k) + low_precision_weight_bytes(fmt, weights) + written
