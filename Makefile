@@ -11,6 +11,8 @@ install: $(STAMP)
 
 # Step 4 builds the 21 local projects with the hatchling of step 3 (--no-build-isolation): pip would otherwise make a
 # throw-away environment and install hatchling into it twice per project (42 times; 129 s -> 47 s for the whole install).
+# ns3 (the range plugins/network_ns3/pyproject.toml asks for) is installed in step 3 with pip's build isolation: with pip
+# 26 its cppyy-backend and CPyCppyy sdists fail under --no-build-isolation (cppyy-cling, their build dependency, absent).
 $(STAMP): pyproject.toml testing/pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS))
 	@echo "make install [1/4]: a virtual environment in $(VENV)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,6 +21,9 @@ $(STAMP): pyproject.toml testing/pyproject.toml $(addsuffix /pyproject.toml,$(PL
 	@echo "make install [3/4]: the build backend (hatchling, editables) and the test tools (pytest, pytest-xdist, hypothesis,"
 	@echo "                    HolisticTraceAnalysis, mypy's mypyc)"
 	$(BIN)/python -m pip install -q hatchling editables pytest pytest-xdist hypothesis holistictraceanalysis mypy
+	@echo "                    and ns-3's cppyy, whose backend and CPyCppyy come as sources only: they build in pip's own"
+	@echo "                    isolated environment (with cppyy-cling, their build dependency), which step 4 turns off (1-2 min)"
+	$(BIN)/python -m pip install -q "ns3>=3.44,<3.45"
 	@echo "make install [4/4]: the kernel and its $(words $(PLUGINS)) plugins with their dependencies (numpy, pandas, dask and"
 	@echo "                    ns-3, about 1.4 GB installed: 3-5 minutes the first time; pip names each package)"
 	$(BIN)/python -m pip install --progress-bar off --no-build-isolation -e . -e testing $(addprefix -e ,$(PLUGINS))
