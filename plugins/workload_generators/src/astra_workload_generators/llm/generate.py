@@ -168,8 +168,10 @@ def step_metadata(dims, cfg, flops, model_name=None):
             # what the step is, for titles (astra plot): the model as named (--model / --preset) and the layout
             "layout": layout_text(cfg), **({"model_name": str(model_name)} if model_name else {}),
             # the GPU layout Transformer Engine's FP8 casts were written for (astra run warns on another GPU's
-            # platform): with transposes (Hopper, or no platform given) or without (Blackwell)
-            **({"te_fp8_transposes": cfg.fp8_transpose is not False} if cfg.gemm_dtype == "fp8" and cfg.ew else {})}
+            # platform): with transposes (Hopper, or no platform given) or without (Blackwell); none for torchao's
+            # tensorwise casts, which write both layouts on every GPU (no TE)
+            **({"te_fp8_transposes": cfg.fp8_transpose is not False}
+               if cfg.gemm_dtype == "fp8" and cfg.ew and cfg.fp8_recipe != "tensorwise" else {})}
 
 
 def _compute_dtype(cfg):

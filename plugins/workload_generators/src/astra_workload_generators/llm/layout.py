@@ -105,8 +105,11 @@ def comm_groups(cfg: LlmConfig, embedding: bool = False):
 
 def _amax_reduction(cfg):
     """FP8 training reduces the amaxes over the ranks of a pipeline stage (Megatron-core's amax reduction group:
-    TP x DP x CP) after every forward and backward of a model chunk."""
-    return cfg.gemm_dtype == "fp8" and not cfg.inference and cfg.tp * cfg.dp * cfg.cp > 1
+    TP x DP x CP) after every forward and backward of a model chunk. Not torchao's tensorwise recipe (``--fp8-recipe
+    tensorwise``): each cast takes its own tensor's amax and keeps no history to reduce (pytorch/ao eab345c
+    ``float8_linear.py``; torchtitan 9dec370 syncs amaxes only under delayed scaling)."""
+    return (cfg.gemm_dtype == "fp8" and not cfg.inference and cfg.fp8_recipe != "tensorwise"
+            and cfg.tp * cfg.dp * cfg.cp > 1)
 
 
 def _dyn_bytes(key, rank, cfg, gids):
