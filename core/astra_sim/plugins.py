@@ -25,23 +25,9 @@ BUILTIN = "builtin"
 #: path (the same ns); analysis computes every breakdown; workload_compact reads what `astra workload llm` writes.
 DEFAULT_PLUGINS = ("collectives_native", "folding", "analysis", "workload_compact")
 
-ROLES = (
-    "workload_format",
-    "collective_algorithm",
-    "compute_model",
-    "network_backend",
-    "memory_backend",
-    "platform",
-)
-
-_REGISTRATION_HOOKS = {
-    "workload_format": "astra_register_workload_formats",
-    "collective_algorithm": "astra_register_collective_algorithms",
-    "compute_model": "astra_register_compute_models",
-    "network_backend": "astra_register_network_backends",
-    "memory_backend": "astra_register_memory_backends",
-    "platform": "astra_register_platforms",
-}
+ROLES = ("workload_format", "collective_algorithm", "compute_model", "network_backend", "memory_backend", "platform")
+#: each role's registration hook: ``astra_register_<role>s``
+_REGISTRATION_HOOKS = {role: f"astra_register_{role}s" for role in ROLES}
 
 
 @dataclass
