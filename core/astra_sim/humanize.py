@@ -34,11 +34,6 @@ def _four(value):
     return f"{value:.0f}"
 
 
-def format_share(part, whole):
-    """``part`` as a percentage of ``whole`` (one decimal)."""
-    return f"{100.0 * part / whole:.1f}%" if whole else "-"
-
-
 def rank_ranges(ranks):
     """``[0, 1, 2, 3, 8, 10, 11]`` -> ``'0-3,8,10-11'`` (sorted, duplicates ignored)."""
     out = []

@@ -456,10 +456,15 @@ def part_label(name):
     return f"{kind.replace('_', ' ')}: {what}" if what else name.replace("_", " ")
 
 
+def format_share(part, whole):
+    """``part`` as a percentage of ``whole`` (one decimal), for the summary tables' share column."""
+    return f"{100.0 * part / whole:.1f}%" if whole else "-"
+
+
 def summary_table(report):
     """Where the slowest rank's time went (``report.breakdown``), as ``astra run``'s summary shows it after the rank
     table (``(title, columns, rows)``, for ``report.summary_tables``): its parts with their share of its finish."""
-    from astra_sim.humanize import format_ns, format_share, parse_rank_ranges
+    from astra_sim.humanize import format_ns, parse_rank_ranges
     from astra_sim.termtable import Column
 
     b = report.breakdown

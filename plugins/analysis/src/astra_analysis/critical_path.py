@@ -269,8 +269,8 @@ def critical_path(analysis, report):
 def summary_table(c):
     """The critical path ``c`` as ``astra run``'s summary shows it (``(title, columns, rows)``): by kind, by layer,
     then the top items (indented)."""
-    from astra_sim.humanize import format_ns, format_share
-    from astra_analysis.breakdown import part_label
+    from astra_analysis.breakdown import format_share, part_label
+    from astra_sim.humanize import format_ns
     from astra_sim.termtable import Column
 
     length = c["length_ns"]
