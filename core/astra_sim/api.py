@@ -126,8 +126,6 @@ class CommAwareCompute(Protocol):
 
 
 # ------------------------------------------------------------------ one helper per optional capability
-
-
 def delay_function(network):
     """``network.delay_ns`` for a :class:`StatelessNetwork`, else None."""
     return network.delay_ns if isinstance(network, StatelessNetwork) else None

@@ -84,9 +84,8 @@ class NoRemoteMemory:
     def issue(self, rank, is_store, size_bytes, fn, arg):
         from astra_sim.errors import ConfigError
 
-        raise ConfigError(
-            "MEM_LOAD/MEM_STORE nodes need a remote-memory backend (install the memory_analytical plugin)"
-        )
+        raise ConfigError("MEM_LOAD/MEM_STORE nodes need a remote-memory backend (install the memory_analytical "
+                          "plugin)")
 
 
 @hookimpl

@@ -18,15 +18,9 @@ from astra_sim.errors import AstraError
 
 
 def _plugin_option(parser):
-    parser.add_argument(
-        "-p",
-        "--plugin",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="load only the named plugin (repeatable); -p no:NAME blocks one. "
-        "Default: every installed plugin, or $ASTRA_PLUGINS (comma-separated)",
-    )
+    parser.add_argument("-p", "--plugin", action="append", default=[], metavar="NAME",
+                        help="load only the named plugin (repeatable); -p no:NAME blocks one. "
+                             "Default: every installed plugin, or $ASTRA_PLUGINS (comma-separated)")
 
 
 def _add_run_arguments(run):
@@ -56,10 +50,8 @@ def build_parser(pm=None, plugin_commands=True):
     quarter of a short ``astra run``'s start-up)."""
     from astra_sim.spec import call_parser_hook
 
-    parser = argparse.ArgumentParser(
-        prog="astra",
-        description="astra-sim-py: simulate distributed ML workloads (Chakra traces) on modelled systems.",
-    )
+    parser = argparse.ArgumentParser(prog="astra", description="astra-sim-py: simulate distributed ML workloads "
+                                                               "(Chakra traces) on modelled systems.")
     parser.add_argument("--version", action="version", version=f"astra-sim-py {__version__}")
     _plugin_option(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

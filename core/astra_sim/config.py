@@ -117,9 +117,7 @@ def parse_system_config(path, injection_scale=1.0, data=None):
     cfg.replay_only = _flag(path, data, "replay-only")
     cfg.comm_streams = _choice(path, data, "comm-streams", COMM_STREAMS, "single")
     if _flag(path, data, "model-shared-bus"):
-        raise ConfigError(
-            f"{path}: 'model-shared-bus: 1' (the LogGP shared-bus model) is not supported; set it to 0"
-        )
+        raise ConfigError(f"{path}: 'model-shared-bus: 1' (the LogGP shared-bus model) is not supported; set it to 0")
     for com_type, key in COLLECTIVE_KEYS.items():
         if key in data:
             value = data[key]
@@ -167,7 +165,7 @@ def parse_comm_groups(path):
             raise ConfigError(f"{path}: group id {key!r} is not an integer") from None
         if group_id <= 0:
             raise ConfigError(f"{path}: group id {key!r} must be > 0 (0 is the default all-NPU group)")
-        if not isinstance(members, list) or not members or not all(isinstance(m, int) and not isinstance(m, bool) for m in members):
+        if not isinstance(members, list) or not members or any(type(m) is not int for m in members):
             raise ConfigError(f"{path}: group {key!r} must be a non-empty list of NPU ids, got {brief(members)}")
         if len(set(members)) != len(members):
             raise ConfigError(f"{path}: group {key!r} lists an NPU twice: {brief(members)}")

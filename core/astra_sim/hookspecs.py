@@ -11,8 +11,6 @@ hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 
 
 # ---------------------------------------------------------------- bootstrap
-
-
 @hookspec
 def astra_add_run_options(parser):
     """Add options to ``astra run``'s parser, after plugin selection and before the full parse; they reach backends as
@@ -26,8 +24,6 @@ def astra_register_commands(subparsers):
 
 
 # ---------------------------------------------------------------- registration
-
-
 @hookspec
 def astra_register_workload_formats(registry):
     """``registry.workload_format(name, fmt)``: a trace format object (:class:`astra_sim.api.WorkloadFormat`)."""
@@ -89,8 +85,6 @@ def astra_fold_planner(setup, catalogue, requested, refused):
 
 
 # ---------------------------------------------------------------- run lifecycle
-
-
 @hookspec
 def astra_run_start(run):
     """Once per run, built (traces read, the fold decided), before its first event. ``run`` is a read-only

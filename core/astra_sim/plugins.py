@@ -117,9 +117,8 @@ def available_plugins():
     found = {}
     for ep in _entry_points():
         if ep.name in found:
-            raise PluginError(
-                f"plugin name {ep.name!r} is declared by two distributions: {_dist(found[ep.name])} and {_dist(ep)}"
-            )
+            raise PluginError(f"plugin name {ep.name!r} is declared by two distributions: {_dist(found[ep.name])} "
+                              f"and {_dist(ep)}")
         found[ep.name] = ep
     return found
 
@@ -171,16 +170,13 @@ def make_plugin_manager(select=None, block=(), extra_plugins=()):
         try:
             module = ep.load()
         except Exception as exc:  # a broken plugin must not look like a kernel crash
-            raise PluginError(
-                f"plugin {name!r} (distribution {_dist(ep)}, entry point {ep.value}) "
-                f"failed to import: {exc}; use -p no:{name} to skip it"
-            ) from exc
+            raise PluginError(f"plugin {name!r} (distribution {_dist(ep)}, entry point {ep.value}) "
+                              f"failed to import: {exc}; use -p no:{name} to skip it") from exc
         try:
             pm.register(module, name=name)
         except pluggy.PluginValidationError as exc:
-            raise PluginError(
-                f"plugin {name!r} (distribution {_dist(ep)}) is invalid: {exc}; use -p no:{name} to skip it"
-            ) from None
+            raise PluginError(f"plugin {name!r} (distribution {_dist(ep)}) is invalid: {exc}; "
+                              f"use -p no:{name} to skip it") from None
     try:
         for impl_plugin in list(extra_plugins):
             pm.register(impl_plugin)

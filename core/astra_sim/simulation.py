@@ -42,32 +42,11 @@ def _built(name, before, doc=None):
 class Simulation:
     """One simulation run (the kernel's own object; hooks get :attr:`view`, ranks a SharedContext)."""
 
-    def __init__(
-        self,
-        workload,
-        system,
-        network,
-        memory=None,
-        comm_groups=None,
-        *,
-        network_backend="analytical",
-        memory_backend=None,
-        compute_model=None,
-        workload_format=None,
-        num_queues_per_dim=1,
-        injection_scale=1.0,
-        rendezvous=False,
-        plugins=None,
-        block=(),
-        extra_plugins=(),
-        options=None,
-        plugin_manager=None,
-        fold=True,
-        on_warning=None,
-        allow_unmatched=False,
-        breakdown=True,
-        **output_options,
-    ):
+    def __init__(self, workload, system, network, memory=None, comm_groups=None, *, network_backend="analytical",
+                 memory_backend=None, compute_model=None, workload_format=None, num_queues_per_dim=1,
+                 injection_scale=1.0, rendezvous=False, plugins=None, block=(), extra_plugins=(), options=None,
+                 plugin_manager=None, fold=True, on_warning=None, allow_unmatched=False, breakdown=True,
+                 **output_options):
         # Keywords such as timeline=, critical_path=, astra_sim_log= are run options an output format reads.
         self.pm = plugin_manager_for(plugins, block, extra_plugins, plugin_manager)
         outputs = output_registry(self.pm)

@@ -149,7 +149,6 @@ class EtFile:
 
 
 # ------------------------------------------------ typed getters (ASTRA-sim FeederV3's get_attr<T>(name[, default]))
-
 def attr_kind(node, key):
     """The oneof member name of ``node``'s attribute ``key`` (None if absent or unknown)."""
     kinds = node._kinds

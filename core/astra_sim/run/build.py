@@ -85,9 +85,8 @@ class RunSetup:
         for group_id, npus in (self.comm_groups or {}).items():
             bad = [n for n in npus if not 0 <= n < total]
             if bad:
-                raise ConfigError(
-                    f"{self.comm_group_path}: group {group_id} names NPUs {bad} but the network has {total} NPUs"
-                )
+                raise ConfigError(f"{self.comm_group_path}: group {group_id} names NPUs {bad} but the network "
+                                  f"has {total} NPUs")
 
     def _detect_format(self):
         found = [name for name in self.registry.names("workload_format")
@@ -97,11 +96,9 @@ class RunSetup:
                                 f"--workload-format {found[0]}|{found[1]}, or remove the files of the one not meant")
         if found:
             return found[0]
-        raise WorkloadError(
-            f"workload {self.workload_prefix!r}: no trace found (for Chakra, expected files "
-            f"{self.workload_prefix}.0.et ... {self.workload_prefix}.<N-1>.et; a compact "
-            f"{self.workload_prefix}.workload.json needs the workload_compact plugin)"
-        )
+        raise WorkloadError(f"workload {self.workload_prefix!r}: no trace found (for Chakra, expected files "
+                            f"{self.workload_prefix}.0.et ... {self.workload_prefix}.<N-1>.et; a compact "
+                            f"{self.workload_prefix}.workload.json needs the workload_compact plugin)")
 
 
 def host_issue(options):
@@ -255,8 +252,7 @@ def _check_rank_count(setup, workload_format, warn):
     total, prefix = setup.total_npus, setup.workload_prefix
     extra = beyond(prefix, total) if beyond is not None else 0
     if extra:
-        warn(
-            f"workload {prefix} has traces for {total + extra} ranks ({prefix}.0.et .. {prefix}.{total + extra - 1}.et) "
-            f"but the network {setup.network_config_path} has {total} NPUs: ranks {total}..{total + extra - 1} "
-            f"are not simulated (as in the reference); give the network {total + extra} NPUs to run them all"
-        )
+        warn(f"workload {prefix} has traces for {total + extra} ranks ({prefix}.0.et .. "
+             f"{prefix}.{total + extra - 1}.et) but the network {setup.network_config_path} has {total} NPUs: ranks "
+             f"{total}..{total + extra - 1} are not simulated (as in the reference); give the network "
+             f"{total + extra} NPUs to run them all")

@@ -64,10 +64,8 @@ class CollectiveCatalogue:
         if not names:
             raise ConfigError(f"{cfg.path}: the workload has a {com_type.replace('_', '-')} but {key!r} is not set")
         if len(names) > len(self.npus_per_dim):
-            raise ConfigError(
-                f"{cfg.path}: {key!r} lists {len(names)} algorithms but the network has "
-                f"{len(self.npus_per_dim)} dimension(s); give at most one per dimension"
-            )
+            raise ConfigError(f"{cfg.path}: {key!r} lists {len(names)} algorithms but the network has "
+                              f"{len(self.npus_per_dim)} dimension(s); give at most one per dimension")
         impls = [self.algorithm_spec(name) for name in names]
         self._impls[com_type] = impls
         return impls
@@ -83,12 +81,10 @@ class CollectiveCatalogue:
         names = self.system_config.implementations.get(com_type, [])
         which = "dimension 0" if len(kinds) == 1 else f"dimensions 0-{len(kinds) - 1}"
         example = names + [names[-1]] * (len(dims) - len(names))
-        self._warn(
-            f"{self.config_path}: {key!r} lists {len(kinds)} algorithm(s) for a {len(dims)}-dimensional "
-            f"network ({' x '.join(map(str, dims))} NPUs), so every {com_type.replace('_', '-')} over all NPUs "
-            f"runs in {which} only, among {covered} of the {self.total_npus} NPUs (as in the reference); "
-            f"list one per dimension, e.g. {example}, or a one* algorithm to span every NPU"
-        )
+        self._warn(f"{self.config_path}: {key!r} lists {len(kinds)} algorithm(s) for a {len(dims)}-dimensional "
+                   f"network ({' x '.join(map(str, dims))} NPUs), so every {com_type.replace('_', '-')} over all NPUs "
+                   f"runs in {which} only, among {covered} of the {self.total_npus} NPUs (as in the reference); "
+                   f"list one per dimension, e.g. {example}, or a one* algorithm to span every NPU")
 
     def by_comm_type(self):
         """``native_impls`` and ``group_impl`` by Chakra comm_type (as the fold planner reads traces): the default
@@ -145,10 +141,9 @@ class CollectiveCatalogue:
             if spec.topology == "custom" and spec.factory.matches(path):
                 return spec.factory
         known = [n for n, r in self._entries.items() if r.factory.topology == "custom"]
-        raise ConfigError(
-            f"{self.system_config.path}: no installed plugin reads the custom collective {path!r} "
-            f"(custom formats installed: {', '.join(known) or 'none; install plugins/collectives_msccl'})"
-        )
+        installed = ", ".join(known) or "none; install plugins/collectives_msccl"
+        raise ConfigError(f"{self.system_config.path}: no installed plugin reads the custom collective {path!r} "
+                          f"(custom formats installed: {installed})")
 
     def _per_node_custom(self):
         if self._per_node is None:
