@@ -89,24 +89,13 @@ def node_to_proto(node: EtNode, *, reencode: bool = False) -> pb.Node:
     return m
 
 
-def _node_unchanged(node: EtNode, raw: bytes) -> bool:
-    m = pb.Node.FromString(raw)
-    if (m.id != node.id or m.name != node.name or m.type != node.type
-            or m.duration_micros != node.duration_micros or m.inputs.values != node.inputs_values
-            or m.inputs.shapes != node.inputs_shapes or m.inputs.types != node.inputs_types
-            or list(m.ctrl_deps) != list(node.ctrl_deps) or list(m.data_deps) != list(node.data_deps)):
-        return False
-    attrs, kinds = attrs_from_proto(m.attr)
-    return (list(attrs.items()) == list(node.attrs.items())
-            and (node._kinds is None or tuple(node._kinds) == kinds))
-
-
 def _encode_node(node, reencode: bool) -> bytes:
     if isinstance(node, EtNode):
+        m = node_to_proto(node, reencode=reencode)
         raw = node._raw
-        if raw is not None and not reencode and _node_unchanged(node, raw):
-            return raw
-        return node_to_proto(node, reencode=reencode).SerializeToString()
+        if raw is not None and not reencode and m == pb.Node.FromString(raw):
+            return raw  # unchanged: its own bytes, even where protobuf would encode it otherwise
+        return m.SerializeToString()
     if isinstance(node, pb.Node):
         return node.SerializeToString()
     raise ChakraError(f"cannot write {type(node).__name__} {node!r} as a Chakra node "
