@@ -88,11 +88,10 @@ def _plugin_selection(argv):
         elif arg.startswith("-p") and len(arg) > 2:
             values.append(arg[2:])
         i += 1
-    if not values and os.environ.get("ASTRA_PLUGINS") is not None:
-        env = os.environ["ASTRA_PLUGINS"]
-        values = [v for v in env.split(",") if v.strip()] or [""]
-        if values == [""]:
-            return [], []
+    if not values and "ASTRA_PLUGINS" in os.environ:
+        values = os.environ["ASTRA_PLUGINS"].split(",")
+        if not any(value.strip() for value in values):
+            return [], []  # set but empty: no plugin beyond the default ones
     from astra_sim.plugins import parse_plugin_args
 
     return parse_plugin_args(values)

@@ -105,9 +105,9 @@ def fit_workload(platform, nodes, ranks, options):
     elif ranks % per_node == 0:
         return platform, ranks // per_node
     elif ranks > per_node:
+        below = ranks // per_node
         raise ConfigError(f"the workload's {ranks} ranks are not whole {name} nodes of {per_node} devices: generate it "
-                          f"for {ranks // per_node} or {ranks // per_node + 1} nodes ({ranks // per_node * per_node} or "
-                          f"{(ranks // per_node + 1) * per_node} ranks)")
+                          f"for {below} or {below + 1} nodes ({below * per_node} or {(below + 1) * per_node} ranks)")
     try:  # fewer ranks than one node: a partial node
         return platform.variant(gpus_per_node=ranks), 1
     except ConfigError as exc:

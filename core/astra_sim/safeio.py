@@ -90,9 +90,7 @@ def gunzip(data: bytes, path, what="", limit=None, error=None) -> bytes:
     limit = MAX_INPUT_BYTES if limit is None else limit
     name = os.fspath(path)
     kind = f"gzip-compressed {what or 'file'}"
-    if error is None:
-        def error(message, offset):
-            return ConfigError(message)
+    error = error or (lambda message, offset: ConfigError(message))
     out = []
     total = 0
     pos = 0

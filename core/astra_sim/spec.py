@@ -22,8 +22,7 @@ IGNORED_REFERENCE_FLAGS = ("--logging-configuration", "--logging-folder", "--com
 
 #: ``astra run`` options that say how to show or write the result, not what to simulate (not part of a spec).
 OUTPUT_DESTS = ("report_json", "quiet", "max_table_ranks", "partial_report", "plugin", "command", "json", "output",
-                "per_rank",
-                "logging_configuration", "logging_folder", "comm_scale", "compute_scale")
+                "per_rank", *(flag[2:].replace("-", "_") for flag in IGNORED_REFERENCE_FLAGS))
 
 #: RunSpec field -> ``astra run`` option dest (where the names differ)
 _DESTS = {"workload": "workload_configuration", "system": "system_configuration",

@@ -15,17 +15,12 @@ def rank_rows(ranks):
     """Ranks with identical numbers as one row each: ``(ranks text, first RankReport)``, by first rank."""
     groups = {}
     for r in ranks:
-        key = tuple(getattr(r, f) for f in _RANK_FIELDS)
-        groups.setdefault(key, []).append(r)
+        groups.setdefault(tuple(getattr(r, f) for f in _RANK_FIELDS), []).append(r)
     rows = []
-    for members in groups.values():
-        ids = [r.rank for r in members]
-        text = rank_ranges(ids) if len(ids) > 1 else str(ids[0])
-        if len(ids) > 1:
-            text += f" x{len(ids)}"
-        rows.append((members[0].rank, text, members[0]))
-    rows.sort()
-    return [(text, first) for _, text, first in rows]
+    for members in sorted(groups.values(), key=lambda members: members[0].rank):
+        count = f" x{len(members)}" if len(members) > 1 else ""
+        rows.append((rank_ranges(r.rank for r in members) + count, members[0]))
+    return rows
 
 
 def print_summary(report, max_rows, stderr=False):
