@@ -109,16 +109,53 @@ def test_cli_blocked_is_a_one_line_error(case, capsys):
 def test_an_unfolded_ring_posts_on_shared_channels_and_releases_them(case, backend, monkeypatch):
     """Issue 37: a ring posts every step on one matcher channel per direction (astra_collectives_native.channel), the
     same object on the sender's and the receiver's side, and gives them back when its phase ends; the ns are the
-    hand-counted ones on either backend (one hop per message: the congestion backend's link is never busy here)."""
-    from astra_collectives_native import channel, ring
+    hand-counted ones on either backend (one hop per message: the congestion backend's link is never busy here).
 
-    handed, released, matchers = [], [], []
-    monkeypatch.setattr(ring, "open_channel", lambda m, *a: matchers.append(m) or handed.append(
-        channel.open_channel(m, *a)) or handed[-1])
-    monkeypatch.setattr(ring, "close_channel", lambda m, c: released.append(c) or channel.close_channel(m, c))
+    Watched from interpreted code only, so that it holds under a compiled tree too (tools/compile_core.py binds
+    ``open_channel`` into the compiled ring): the plugin's factory (read when the registry is built) records each
+    ring, and the matcher's ``channels`` dict records what opens and closes (mypyc writes a dict subclass through
+    its methods); each ring's two channels are read, once set, when the next ring is made or a channel opens or
+    closes."""
+    from astra_sim.run import build
+    from astra_sim.system.frontend import SendRecvMatcher
+
+    from astra_collectives_native import ring
+
+    rings, seen, opened, closed, matchers = [], {}, [], [], []
+
+    def look():
+        for r in rings:
+            if id(r) not in seen and r._send_on is not None and r._recv_on is not None:
+                seen[id(r)] = (r._send_on, r._recv_on)
+
+    class Channels(dict):
+        def __setitem__(self, key, channel):
+            look()
+            opened.append(channel)
+            super().__setitem__(key, channel)
+
+        def __delitem__(self, key):
+            look()
+            closed.append((self[key], self[key].users))
+            super().__delitem__(key)
+
+    def matcher(engine, network):
+        m = SendRecvMatcher(engine, network)
+        m.channels = Channels()
+        matchers.append(m)
+        return m
+
+    monkeypatch.setattr(build, "SendRecvMatcher", matcher)
+    monkeypatch.setattr(plugin, "make_ring", lambda *a: look() or rings.append(ring.make_ring(*a)) or rings[-1])
     report = simulate(*case, network_backend=backend, fold=False)
     assert {rank.finish_ns for rank in report.ranks} == {ring_all_reduce_ns()}
     # 4 ranks x 4 chunks, a send channel and a receive channel each; rank r's send channel is rank r+1's receive one
-    assert len(handed) == 32 and len({id(c) for c in handed}) == 16
-    assert sorted(id(c) for c in released) == sorted(id(c) for c in handed)
-    assert all(c.users == 0 for c in handed) and not matchers[0].channels and not matchers[0]._waiting
+    assert len(rings) == 16 and len(seen) == 16
+    sends, recvs = [s for s, _ in seen.values()], [r for _, r in seen.values()]
+    assert len({id(c) for c in sends}) == 16 and {id(c) for c in sends} == {id(c) for c in recvs}
+    assert all(s is not r and s.key[1] == rank.rank and r.key[2] == rank.rank
+               for rank, (s, r) in zip(rings, (seen[id(x)] for x in rings)))
+    # each opened once (the second ring shares it), closed once when neither uses it, its messages all matched
+    assert sorted(id(c) for c in opened) == sorted(id(c) for c in sends)
+    assert sorted(id(c) for c, _ in closed) == sorted(id(c) for c in sends) and {u for _, u in closed} == {0}
+    assert len(matchers) == 1 and not matchers[0].channels and not matchers[0]._waiting
