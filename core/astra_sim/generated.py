@@ -16,6 +16,7 @@ import shutil
 import socket
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 #: The ``astra run`` inputs a plugin may generate, by option name (any of its ``options`` too).
 CONFIG_KEYS = ("system_configuration", "network_configuration", "remote_memory_configuration",
@@ -40,13 +41,13 @@ class GeneratedFile:
 
 def write_generated(files, directory):
     """``{key: GeneratedFile}`` written atomically into ``directory`` -> ``{key: path}`` (kept: ``--output``)."""
-    from pathlib import Path
-
     from astra_sim.safeio import write_text_atomic
 
     paths = {}
     for key, generated in files.items():
-        path = Path(directory) / generated.name
+        path = Path(directory) / (os.path.basename(generated.name) or key)
+        if str(path) in paths.values():  # two generated files of one name
+            path = path.with_name(f"{len(paths)}-{path.name}")
         write_text_atomic(path, generated.text)
         paths[key] = str(path)
     return paths
@@ -59,15 +60,7 @@ def materialized(files):
         yield {}
         return
     with private_folder("astra-run-") as folder:
-        paths = {}
-        for key, generated in files.items():
-            path = os.path.join(folder, os.path.basename(generated.name) or key)
-            if os.path.exists(path):  # two generated files of one name
-                path = os.path.join(folder, f"{len(paths)}-{os.path.basename(path)}")
-            with open(path, "w", encoding="utf-8") as handle:
-                handle.write(generated.text)
-            paths[key] = path
-        yield paths
+        yield write_generated(files, folder)
 
 
 @contextlib.contextmanager
