@@ -6,18 +6,14 @@ node / byte offset). The protobuf bindings :mod:`astra_sim.chakra.et_def_pb2` co
 
 from . import et_def_pb2, types
 from .errors import ChakraError
-from .node import (
-    MISSING, EtFile, EtNode, attr_kind, get_bool, get_bool_list, get_float, get_int, get_str, get_str_list,
-)
+from .node import MISSING, EtFile, EtNode, attr_kind, get_bool, get_bool_list, get_float, get_int, get_str, get_str_list
 from .reader import GZIP_MAGIC, parse_et, parse_node, read_et, read_metadata
 from .types import *  # noqa: F401,F403  (plain int constants)
 from .types import __all__ as _types_all
 from .writer import encode_et, encode_varint, make_metadata, make_node, node_to_proto, write_et
 
-__all__ = [
-    "ChakraError", "EtFile", "EtNode", "MISSING",
-    "read_et", "read_metadata", "parse_et", "parse_node", "write_et", "encode_et", "encode_varint", "node_to_proto",
-    "make_node", "make_metadata",
-    "get_int", "get_bool", "get_bool_list", "get_float", "get_str", "get_str_list", "attr_kind",
-    "GZIP_MAGIC", "et_def_pb2", "types",
-] + list(_types_all)
+__all__ = ["ChakraError", "EtFile", "EtNode", "MISSING",
+           "read_et", "read_metadata", "parse_et", "parse_node", "write_et", "encode_et", "encode_varint",
+           "node_to_proto", "make_node", "make_metadata",
+           "get_int", "get_bool", "get_bool_list", "get_float", "get_str", "get_str_list", "attr_kind",
+           "GZIP_MAGIC", "et_def_pb2", "types", *_types_all]

@@ -5,10 +5,8 @@ from __future__ import annotations
 from .errors import ChakraError, where
 from .types import node_type_name
 
-__all__ = [
-    "MISSING", "EtNode", "EtFile",
-    "get_int", "get_bool", "get_bool_list", "get_float", "get_str", "get_str_list", "attr_kind",
-]
+__all__ = ["MISSING", "EtNode", "EtFile",
+           "get_int", "get_bool", "get_bool_list", "get_float", "get_str", "get_str_list", "attr_kind"]
 
 
 class _Missing:
@@ -33,11 +31,8 @@ class EtNode:
     Private: ``_kinds``, interned ``(name, oneof member)`` pairs parallel to ``attrs``, and ``_raw``, the original
     bytes to write it back byte for byte (None when not kept)."""
 
-    __slots__ = (
-        "id", "name", "type", "ctrl_deps", "data_deps", "duration_micros", "inputs_values", "attrs", "path",
-        "inputs_shapes", "inputs_types",
-        "_kinds", "_raw",
-    )
+    __slots__ = ("id", "name", "type", "ctrl_deps", "data_deps", "duration_micros", "inputs_values", "attrs", "path",
+                 "inputs_shapes", "inputs_types", "_kinds", "_raw")
 
     def __init__(self, id, name="", type=0, ctrl_deps=None, data_deps=None, duration_micros=0,
                  inputs_values="", attrs=None, path=None, _kinds=None, _raw=None,

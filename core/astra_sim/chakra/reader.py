@@ -63,16 +63,7 @@ def read_metadata(path) -> dict:
     except OSError as exc:
         raise ChakraError(f"{name}: cannot read Chakra ET file: {exc.strerror or exc}", path=name) from None
     first = next(_frames(head, name), None)
-    if first is None:
-        return {}
-    off, s, e = first
-    metadata = pb.GlobalMetadata()
-    try:
-        metadata.ParseFromString(head[s:e])
-    except DecodeError as exc:
-        raise ChakraError(f"{name}: byte offset {off}: the first message is not a valid GlobalMetadata ({exc})",
-                          path=name, offset=off) from None
-    return attrs_from_proto(metadata.attr)[0]
+    return {} if first is None else attrs_from_proto(_metadata(head, first, name).attr)[0]
 
 
 def _gunzip(data: bytes, path) -> bytes:
@@ -124,6 +115,18 @@ def _frames(data: bytes, path):
         index += 1
 
 
+def _metadata(data, frame, path):
+    """The GlobalMetadata of the file's first frame."""
+    off, s, e = frame
+    metadata = pb.GlobalMetadata()
+    try:
+        metadata.ParseFromString(data[s:e])
+    except DecodeError as exc:
+        raise ChakraError(f"{path}: byte offset {off}: the first message is not a valid GlobalMetadata ({exc}); "
+                          f"not a Chakra ET file, or corrupt", path=path, offset=off) from None
+    return metadata
+
+
 def parse_et(data: bytes, path="<bytes>", *, keep_raw: bool = True, shared: dict | None = None) -> EtFile:
     """Parse the bytes of a Chakra ET file (:func:`read_et`); ``path`` names it in messages.
 
@@ -147,13 +150,7 @@ def _parse_frames(data, path, keep_raw, gzipped, shared=None):
     first = next(frames, None)
     if first is None:
         return EtFile(path, None, nodes, gzipped)
-    off, s, e = first
-    metadata = pb.GlobalMetadata()
-    try:
-        metadata.ParseFromString(data[s:e])
-    except DecodeError as exc:
-        raise ChakraError(f"{path}: byte offset {off}: the first message is not a valid GlobalMetadata ({exc}); "
-                          f"not a Chakra ET file, or corrupt", path=path, offset=off) from None
+    metadata = _metadata(data, first, path)
 
     from_string = pb.Node.FromString
     kind_cache = {}
