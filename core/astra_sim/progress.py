@@ -46,15 +46,12 @@ def hold():
         current.held -= 1
 
 
-def enabled_by_environment():
-    return os.environ.get("ASTRA_PROGRESS", "1").strip().lower() not in ("0", "false", "no", "off")
-
-
 @contextlib.contextmanager
 def activity(command, enabled=True, stream=None, delay_s=DELAY_S, interval_s=None, since=None):
     """Show ``command``'s progress while the block runs; ``since``: its start (plugin loading counts as waiting)."""
     global _current
-    if not enabled or not enabled_by_environment() or _current is not None:
+    silenced = os.environ.get("ASTRA_PROGRESS", "1").strip().lower() in ("0", "false", "no", "off")
+    if not enabled or silenced or _current is not None:
         yield None
         return
     if interval_s is None:
