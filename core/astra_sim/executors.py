@@ -286,7 +286,3 @@ def make_executor(jobs=None, dask=None, executor=None, pm=None) -> Executor:
         raise PluginError(f"executor {name!r} (plugin {registry.entries[name].plugin!r}) made {made!r}; "
                           "expected an astra_sim.executors.Executor (run, share, broadcast, close)")
     return made
-
-
-__all__ = ["Executor", "ExecutorFailure", "Stopped", "stop_on_signals", "LocalPool", "ExecutorRegistry",
-           "executor_registry", "executors", "make_executor", "register_builtin_executors"]

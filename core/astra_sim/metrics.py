@@ -149,7 +149,3 @@ def metrics_table(document, registry=None):
         if found:
             rows.append((found[0].key, ".".join(path), value, found[0].unit))
     return rows
-
-
-__all__ = ["Metric", "MetricRegistry", "KERNEL_METRICS", "UNITS", "metric_registry", "report_numbers", "undeclared",
-           "metrics_table"]

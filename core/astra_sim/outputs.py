@@ -92,6 +92,3 @@ def check_writable_folder(folder, what):
         return
     if space.f_bavail == 0:
         raise ConfigError(f"{what}: the folder {folder} is on a full disk (no free space left)")
-
-
-__all__ = ["OutputFormat", "OutputRegistry", "output_registry", "output_formats", "check_writable_folder"]

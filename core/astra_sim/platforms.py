@@ -128,7 +128,3 @@ def get_platform(name, pm=None) -> Platform:
         raise ConfigError(f"unknown --platform {name!r}{hint}; known platforms: "
                           f"{', '.join(known) or 'none (install plugins/gpu_model)'} (see `astra platforms`)")
     return known[key]
-
-
-__all__ = ["Platform", "PlatformSetup", "check_nodes", "fit_workload", "get_platform",
-           "platforms"]

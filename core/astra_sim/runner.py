@@ -109,6 +109,3 @@ def make_spec(args, kwargs):
     if raw_options:
         spec.options.update(raw_options)
     return spec, pm, control
-
-
-__all__ = ["Run", "run_spec", "make_spec"]

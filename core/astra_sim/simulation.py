@@ -269,6 +269,3 @@ def simulate(*args, **kwargs):
     from astra_sim import simulate as _simulate
 
     return _simulate(*args, **kwargs)
-
-
-__all__ = ["Simulation", "simulate"]

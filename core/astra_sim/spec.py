@@ -282,6 +282,3 @@ def call_parser_hook(pm, name, **kwargs):
         from astra_sim.errors import PluginError
 
         raise PluginError(f"a plugin's {name} failed: {exc}") from None
-
-
-__all__ = ["RunSpec", "ResolvedRun", "run_parser", "parse_bool", "workload_ranks"]
