@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import gc
+import itertools
 import json
 import os
 import signal
@@ -76,18 +77,14 @@ def build_parser(pm=None, plugin_commands=True):
 def _plugin_selection(argv):
     """First phase: find every -p/--plugin value anywhere on the command line."""
     values = []
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg in ("-p", "--plugin") and i + 1 < len(argv):
-            values.append(argv[i + 1])
-            i += 2
-            continue
-        if arg.startswith("--plugin="):
+    words = iter(argv)
+    for arg in words:
+        if arg in ("-p", "--plugin"):
+            values.extend(itertools.islice(words, 1))  # the next word, when there is one
+        elif arg.startswith("--plugin="):
             values.append(arg.split("=", 1)[1])
         elif arg.startswith("-p") and len(arg) > 2:
             values.append(arg[2:])
-        i += 1
     if not values and "ASTRA_PLUGINS" in os.environ:
         values = os.environ["ASTRA_PLUGINS"].split(",")
         if not any(value.strip() for value in values):
@@ -169,12 +166,10 @@ def _main(argv, started=None):
 
 def _command_word(argv):
     """The command ``argv`` names (its first word that is not an option or a -p/--plugin value), or None."""
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg in ("-p", "--plugin"):
-            skip = True
+    words = iter(argv)
+    for arg in words:
+        if arg in ("-p", "--plugin"):
+            next(words, None)  # its value
         elif not arg.startswith("-"):
             return arg
     return None
