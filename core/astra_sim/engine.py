@@ -12,7 +12,8 @@ from typing import Any
 class EventEngine:
     """Single global event queue; ``now`` is the current time in ns."""
 
-    __slots__ = ("now", "buckets", "times", "events_run", "_end_of_ns", "current", "fold", "_hot_ns", "_hot")
+    __slots__ = ("now", "buckets", "times", "events_run", "_end_of_ns", "current", "fold", "_hot_ns", "_hot",
+                 "_hot2_ns", "_hot2")
 
     def __init__(self) -> None:  # typed (int times, typed containers) for tools/compile_core.py's mypyc
         self.now: int = 0
@@ -25,10 +26,13 @@ class EventEngine:
         # A folded run's event order (astra_folding's FoldedEvents), set before anything is scheduled (use_fold):
         # the backends, built before the fold is decided, keep this engine.
         self.fold: Any = None
-        # The bucket and time the last schedule went to (-1: none; -2: not in run(), whose loop drops it before it
-        # deletes a bucket; a time fold's own loop runs without it): most events go to the last one's time.
+        # The buckets and times the last two schedules to distinct times went to (-1: none; -2: not in run(), whose
+        # loop drops the one it deletes; a time fold's own loop runs without them): most events go to one of them
+        # (a collective's ranks act alike; a congestion link's arrival and free alternate).
         self._hot_ns: int = -2
         self._hot: list[Any] = []
+        self._hot2_ns: int = -2
+        self._hot2: list[Any] = []
 
     def use_fold(self, fold):
         """Hand this empty engine's event order to a folded run's ``fold``, whose ``schedule_at`` and ``run`` replace
@@ -40,8 +44,13 @@ class EventEngine:
     def schedule(self, delay_ns: int, fn: Any, arg: Any = None) -> None:
         """Run ``fn(arg)`` ``delay_ns`` (an int >= 0) after now."""
         time_ns = self.now + delay_ns
-        if time_ns == self._hot_ns:  # (>= now: a negative delay misses it)
+        if time_ns == self._hot_ns:  # (>= now: a negative delay misses them)
             hot = self._hot
+            hot.append(fn)
+            hot.append(arg)
+            return
+        if time_ns == self._hot2_ns:
+            hot = self._hot2
             hot.append(fn)
             hot.append(arg)
             return
@@ -58,6 +67,7 @@ class EventEngine:
             bucket.append(fn)
             bucket.append(arg)
         if self._hot_ns != -2:
+            self._hot2_ns, self._hot2 = self._hot_ns, self._hot
             self._hot_ns = time_ns
             self._hot = bucket
 
@@ -108,7 +118,7 @@ class EventEngine:
         times = self.times
         buckets = self.buckets
         count = self._run_end_of_ns() if self._end_of_ns else 0  # deferred before the first event (rank starts)
-        self._hot_ns = -1
+        self._hot_ns = self._hot2_ns = -1
         try:
             while times:
                 if until_ns is not None and times[0] > until_ns:
@@ -121,12 +131,15 @@ class EventEngine:
                     bucket[i](bucket[i + 1])
                     i += 2
                 count += i >> 1
-                self._hot_ns = -1  # (it may be this bucket)
+                if self._hot_ns == time_ns:  # (one of them may be this bucket)
+                    self._hot_ns = -1
+                elif self._hot2_ns == time_ns:
+                    self._hot2_ns = -1
                 del buckets[time_ns]
                 if self._end_of_ns:
                     count += self._run_end_of_ns()
         finally:
-            self._hot_ns = -2
-            self._hot = []
+            self._hot_ns = self._hot2_ns = -2
+            self._hot = self._hot2 = []
         self.events_run += count
         return count
