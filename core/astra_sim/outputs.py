@@ -51,12 +51,8 @@ class OutputRegistry:
 
     def requested(self, options, total_npus):
         """``[(name, OutputFormat)]`` the options ask for, in name order (ConfigErrors: before the run)."""
-        out = []
-        for name in sorted(self.entries):
-            made = self.entries[name].factory(options, total_npus)
-            if made is not None:
-                out.append((name, made))
-        return out
+        made = [(name, self.entries[name].factory(options, total_npus)) for name in sorted(self.entries)]
+        return [(name, output) for name, output in made if output is not None]
 
 
 def output_registry(pm) -> OutputRegistry:

@@ -131,16 +131,9 @@ def _dist(ep, field="name"):
 
 def parse_plugin_args(values):
     """Split ``-p`` values into (selected names or None for all, blocked names)."""
-    selected, blocked = [], []
-    for value in values or ():
-        for item in str(value).split(","):
-            item = item.strip()
-            if not item:
-                continue
-            if item.startswith("no:"):
-                blocked.append(item[3:])
-            else:
-                selected.append(item)
+    items = [item.strip() for value in values or () for item in str(value).split(",") if item.strip()]
+    selected = [item for item in items if not item.startswith("no:")]
+    blocked = [item[len("no:"):] for item in items if item.startswith("no:")]
     return (selected or None), blocked
 
 
