@@ -129,19 +129,21 @@ def test_astra_serve_flag_end_to_end(tmp_path):
 
 @pytest.mark.parametrize("graphs, expected", [
     # a multi-step run launched as a CUDA graph returns at once: the last batch's tokens leave at its start
-    ((1, 2, 4, 8), [(12 * MS, 31 * MS), (32 * MS, 41 * MS)]),
+    ((1, 2, 4, 8), [(12 * MS, 31 * MS), (32 * MS, 40 * MS)]),
     # eager steps return when they end (the one-step rule)
-    ((), [(14 * MS, 31 * MS), (34 * MS, 43 * MS)]),
+    ((), [(14 * MS, 31 * MS), (34 * MS, 40 * MS)]),
 ])
 def test_multi_step_runs_deliver_when_their_first_step_returns(fixed_timer, graphs, expected):
     """vLLM v0.6.0 (engine.py's module doc): the callback that hands the last step's tokens to their streams runs
     inside the next step's execute_model, which returns at once for a multi-step run's first step launched as a CUDA
     graph and when it ends otherwise. A (100 + 5 tokens) at 0, B (100 + 2) at 13 ms; 4 scheduler steps, admitted
     prompts alone, 1 ms of host time a pass. By hand: [1, 11] A's prefill; [12, 20] A's 4-step run (A's first token
-    leaves at 12 with graphs, at the end of the run's first step, 14, without; A finishes in the run); [21, 31] B's
-    prefill, eager (A's finish leaves when it ends, 31); [32, 40] B's decode run, 4 steps although B needs one token
-    (vLLM's run has all its steps; B's first token at 32 or 34); nothing else runs: B's extra decode step [41, 43]
-    (its finish at 41 or 43). Without async output each token leaves when its own step (or run) ends."""
+    leaves at 12 with graphs, at the end of the run's first step, 14, without; A finishes at the run's last step);
+    [21, 31] B's prefill, eager (A's finish leaves when it ends, 31); [32, 40] B's decode run, 4 steps although B
+    needs one token (vLLM's run has all its steps; B's first token at 32 or 34); B's last token comes at the run's
+    first step, so its finish is handed to its stream during the run and leaves when the run's last call returns,
+    40 (no request enters meanwhile), and no extra step runs. Without async output each token leaves when its own
+    step (or run) ends."""
     def run(async_output):
         config = EngineConfig(async_output=async_output, num_scheduler_steps=4, cuda_graph_sizes=graphs,
                               separate_prefills=True, host_ns_per_schedule=MS)
@@ -154,7 +156,7 @@ def test_multi_step_runs_deliver_when_their_first_step_returns(fixed_timer, grap
     assert plain == [(11 * MS, 20 * MS), (31 * MS, 40 * MS)]
     times, engine = run(True)
     assert times == expected
-    assert engine.iterations == 5
+    assert engine.iterations == 4
 
 
 def test_arrivals_during_a_run_share_one_prefill_and_a_later_one_goes_first(fixed_timer):
@@ -165,13 +167,33 @@ def test_arrivals_during_a_run_share_one_prefill_and_a_later_one_goes_first(fixe
     run; D (100 + 3) at 27 ms, inside B and C's prefill. 4 scheduler steps, CUDA graphs, 1 ms a pass. By hand: [1, 11]
     A's prefill; [12, 20] A's run (A's first token at 12, the run's start); [21, 31] B's and C's prefill, one batch;
     [32, 42] D's prefill before any decode (B's and C's first tokens leave when it ends, 42); [43, 51] the run of all
-    four (D's first token at its start, 43; every one finishes in it); the extra step [52, 54] delivers the
-    finishes at its start, 52."""
+    four (D's first token at its start, 43; B, C and D take their last token at its second step, so they leave when
+    the run's last call returns, 51; A at its last step); the extra step [52, 54] delivers A's finish at its start,
+    52."""
     config = EngineConfig(async_output=True, num_scheduler_steps=4, cuda_graph_sizes=(1, 2, 4, 8),
                           separate_prefills=True, host_ns_per_schedule=MS)
     engine = Engine(0, fixed_timer(), BlockManager(1000, 16), config, 1000)
     reqs = [Request(0, 0, 100, 9), Request(1, 13 * MS, 100, 3), Request(2, 14 * MS, 100, 3),
             Request(3, 27 * MS, 100, 3)]
     Cluster([engine]).run(reqs)
-    assert [(r.first_token_ns // MS, r.finish_ns // MS) for r in reqs] == [(12, 52), (42, 52), (42, 52), (43, 52)]
+    assert [(r.first_token_ns // MS, r.finish_ns // MS) for r in reqs] == [(12, 52), (42, 51), (42, 51), (43, 51)]
     assert engine.iterations == 6 and engine.tokens_prefilled == 400  # three prefill batches, B and C's one
+
+
+@pytest.mark.parametrize("graphs", [(1, 2, 4, 8), ()])
+def test_a_finish_inside_a_run_leaves_when_the_run_ends(fixed_timer, graphs):
+    """vLLM v0.6.0 (engine.py's module doc): a sequence that ends before its multi-step run's last step gets its
+    RequestOutput from the run's last call (``_final_process_outputs`` -> ``_process_model_outputs(is_last_step=
+    False)`` -> the callback), so it leaves when that call returns, the run's end, and no extra step runs for it.
+    A (100 + 2 tokens) at 0, B (100 + 2) at 16 ms, inside A's run; 4 scheduler steps, 1 ms a pass. By hand: [1, 11]
+    A's prefill; [12, 20] A's run (A's first token at 12 with graphs, at its first step's end, 14, without; its last
+    token at that first step, its finish at 20); [21, 31] B's prefill; [32, 40] B's run (B's first token at 32 or
+    34, its finish at 40)."""
+    config = EngineConfig(async_output=True, num_scheduler_steps=4, cuda_graph_sizes=graphs,
+                          separate_prefills=True, host_ns_per_schedule=MS)
+    engine = Engine(0, fixed_timer(), BlockManager(1000, 16), config, 1000)
+    reqs = [Request(0, 0, 100, 2), Request(1, 16 * MS, 100, 2)]
+    Cluster([engine]).run(reqs)
+    late = 0 if graphs else 2 * MS
+    assert [(r.first_token_ns, r.finish_ns) for r in reqs] == [(12 * MS + late, 20 * MS), (32 * MS + late, 40 * MS)]
+    assert engine.iterations == 4  # two prefills, two runs: no extra step

@@ -50,9 +50,17 @@ sequences (vLLM's scheduler: "With async postprocessor, an extra decode run is d
 and delivers by the same rule. So TTFT and E2E grow by one step (one-step engines) or by the next pass's host time
 (a prompt followed by a multi-step run), and TPOT stays. The finished sequences' extra slot in a step that runs
 anyway is not added (one decode row); their KV blocks are freed when they sample their last token. A multi-step
-run's tokens, a finish inside the run included, are delivered by the rule above with the next batch (#8050 may send
-a finish inside the run one step after its last token: then E2E here is late by the rest of the run). Off with
-pipeline parallelism and for a prefill replica (its KV transfer starts when the step ends).
+run's last step's tokens are delivered by the rule above with the next batch. A sequence that samples its last
+token at step k of a run of n > k steps leaves when the run ends: v0.6.0's last step
+(``MultiStepModelRunner._final_process_outputs``, vllm/worker/multi_step_model_runner.py) pythonizes each earlier
+step's output as it ends and hands it to ``_process_model_outputs(is_last_step=False)``, which creates the
+``RequestOutput`` of every sequence it finishes and passes them to the callback at once (vllm/engine/llm_engine.py:
+"if finished_now and self.process_request_outputs_callback is not None"), in the worker thread, so they reach their
+streams during that call, whose return is the run's end; such a sequence waits for no extra step. Not modelled (the
+same for every delivery above): ``AsyncStream.put`` is ``asyncio.Queue.put_nowait`` from that thread, which
+schedules the stream's reader without waking the RPC server's uvloop (vllm/entrypoints/openai/rpc/server.py); a
+request entering the engine process wakes it, so a token handed over during a long call can leave before the call
+returns. Off with pipeline parallelism and for a prefill replica (its KV transfer starts when the step ends).
 """
 
 from __future__ import annotations
@@ -250,6 +258,7 @@ class Engine:
         self.decode_first = config.first_token_from_decode and config.role != "prefill"
         self._undelivered = None  # (first, finished) sequences of the last iteration, delivered as the next ends
         self._last_end = 0        # when the last iteration ended
+        self._inside = []  # async output: the sequences the last multi-step run finished before its last step
 
     # ------------------------------------------------------------------ queue
     def _key(self, seq, front=False):
@@ -640,11 +649,17 @@ class Engine:
         when its next batch's first step call returns (``Batch.deliver_ns``, :meth:`_deliver`), and returns two
         empty lists."""
         first, done = self._complete(batch)
+        inside, self._inside = self._inside, []
         if not self.async_output:
             return first, done
         if self._undelivered is not None:
             self._deliver(batch.deliver_ns)
         self._last_end = now
+        if inside:  # finished before the run's last step: they leave when the run's last call returns (module doc)
+            for seq in inside:
+                seq.req.finish_ns = now
+            early = {id(seq) for seq in inside}
+            done = [seq for seq in done if id(seq) not in early]
         if first or done:
             self._undelivered = (first, done)
         return [], []
@@ -681,6 +696,8 @@ class Engine:
                 if seq.generated >= (1 if prefill_role else req.output_tokens):
                     self._finish(seq)
                     done.append(seq)
+                    if multi and k < batch.steps:  # its last token before the run's last step
+                        self._inside.append(seq)
         if self._lazy < len(self.running):
             self._join()
         return first, done
