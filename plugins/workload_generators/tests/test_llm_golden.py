@@ -105,6 +105,12 @@ and as the shipped config of the same name does (``model.PRESETS``); at PP 2 the
 a copy whose gradients are all-reduced over the embedding group (a new group in the groups file); with
 ``--no-tie-embeddings`` every hash is the one before.
 
+Then llama3_8b_preset, on purpose (issue 36): Megatron-Core's unfused QKV split copies the grouped query
+(``query.reshape``), Transformer Engine copies the value once RoPE has written new queries and keys
+(``get_qkv_layout``'s ``.contiguous()``), and ``SplitAlongDim``'s backward concatenates dQ, dK, dV
+(``RopeOps.qkv_split_fwd`` / ``qkv_split_value`` / ``qkv_split_bwd``); it is the only Megatron training case of a
+rotary or grouped-query model, every other hash is the one before.
+
 Regenerate (only when a change of the traces is intended)::
 
     .venv/bin/python plugins/workload_generators/tests/test_llm_golden.py

@@ -596,6 +596,8 @@ class LayerOps(NormOps):
         rope = self.rope_bwd(lab, b, q, hq, hkv, d)  # (--rope: dQ and dK back through the rotation)
         attn = attn if rope is None else rope
         ring = [attn] if self.torch_cp else self._cp_ring(lab + ".dkv", layer, mb, 2, attn)  # dK, dV home
+        split = self.qkv_split_bwd(lab, b, q, hq, hkv, d, ring)  # (Megatron: dQ, dK, dV joined for the QKV GEMM)
+        ring = ring if split is None else [split]
         # (Transformer Engine casts the output gradient before it launches the input's re-gather: grad_output_preprocess
         # ahead of gather_along_first_dim, or of the bulk all-gather the dgrad GEMM launches: _regather)
         cast = not dims.mla and self.fp8_cast(lab + ".qkv.dgrad", n, qkv, ring) is not None
