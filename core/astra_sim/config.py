@@ -58,9 +58,7 @@ def _choice(path, data, key, allowed, default):
 
 
 def _flag(path, data, key):
-    if key not in data:
-        return False
-    value = data[key]
+    value = data.get(key, False)
     if isinstance(value, (bool, int, float)):
         return value != 0
     raise ConfigError(f"{path}: key {key!r} must be 0 or 1, got {brief(value)}")

@@ -5,6 +5,7 @@ simulated rank)."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from astra_sim.api import RunContext
 from astra_sim.config import ignored_key_messages, parse_comm_groups, parse_memory_config, parse_system_config
@@ -135,17 +136,15 @@ class Unfolded:
         return range(self.total_npus)
 
 
+@dataclass(slots=True)
 class BuiltRanks:
     """What :func:`build_ranks` made (a folded run's non-representatives: None)."""
 
-    __slots__ = ("systems", "workloads", "shared", "matcher", "traces_parsed")
-
-    def __init__(self, systems, workloads, shared, matcher, traces_parsed):
-        self.systems = systems
-        self.workloads = workloads
-        self.shared = shared
-        self.matcher = matcher
-        self.traces_parsed = traces_parsed
+    systems: list
+    workloads: list
+    shared: SharedContext
+    matcher: object
+    traces_parsed: int
 
 
 def build_ranks(setup, workload_format, catalogue, folding, *, warn, record_node, rank_finished):
@@ -221,10 +220,7 @@ def _read_compact(setup, workload_format, folding, warn):
     if compact.npus != setup.total_npus:
         raise WorkloadError(f"{compact.path}: the workload has {compact.npus} NPUs but the network has "
                             f"{setup.total_npus}")
-    load = workload_format.load_trace
-    class_nodes = {}
-    for rep, path in compact.traces.items():
-        class_nodes[rep] = load(path)
+    class_nodes = {rep: workload_format.load_trace(path) for rep, path in compact.traces.items()}
     declared = compact.symmetry
     simulated = folding.plan_compact(compact, class_nodes)
     relabeller = compact.relabeller(setup.comm_groups)
