@@ -8,7 +8,7 @@ import os
 
 from astra_sim import hookimpl
 from astra_sim.compute import ReplayModel, RooflineModel
-from astra_sim.errors import WorkloadError
+from astra_sim.errors import ConfigError, WorkloadError
 
 
 class ChakraFormat:
@@ -82,8 +82,6 @@ class NoRemoteMemory:
         pass
 
     def issue(self, rank, is_store, size_bytes, fn, arg):
-        from astra_sim.errors import ConfigError
-
         raise ConfigError("MEM_LOAD/MEM_STORE nodes need a remote-memory backend (install the memory_analytical "
                           "plugin)")
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import math
 
+from astra_sim.errors import ConfigError
+
 
 def number(kind=int, minimum=None, exclusive=False, what="a number"):
     """An argparse ``type``: ``kind(text)`` at least ``minimum`` (above it when ``exclusive``); ``what`` names it."""
@@ -85,8 +87,6 @@ def option_names(parser):
 
 def option_argv(parser, name, value, where="option"):
     """The words of option ``name`` = ``value`` (None: not given), checked; a ConfigError names ``where``."""
-    from astra_sim.errors import ConfigError
-
     action = option_action(parser, name)
     if action is None:
         hint = did_you_mean(str(name).replace("_", "-"), option_names(parser))
@@ -134,8 +134,6 @@ def parse_or_raise(parser, argv, where="options"):
     """``parser.parse_args(argv)``; what argparse refuses is a ConfigError naming ``where`` (not a SystemExit)."""
     import contextlib
     import io
-
-    from astra_sim.errors import ConfigError
 
     err = io.StringIO()
     try:

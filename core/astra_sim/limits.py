@@ -11,7 +11,7 @@ import math
 import os
 from dataclasses import dataclass
 
-from astra_sim.errors import ConfigError
+from astra_sim.errors import ConfigError, SimulationError
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,5 @@ def check_step(rank, node, start_ns, end_ns, warn):
 
 def time_overflow(where):
     """The SimulationError of a time past :data:`MAX_TIME_NS` at ``where`` (a node, a phase)."""
-    from astra_sim.errors import SimulationError
-
     return SimulationError(f"{where} ends after {MAX_TIME_NS:,} ns (2^63-1, 292 years), the latest time a report "
                            "holds: a duration, size, bandwidth or latency that times it is out of range")

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, fields
 
+from astra_sim.errors import ConfigError
+from astra_sim.humanize import parse_rank_ranges, rank_ranges
+
 
 @dataclass
 class RankReport:
@@ -145,8 +148,6 @@ def _grouped(items):
 
 def _classes(ranks):
     """The compact layout's ``rank_classes``: one entry per distinct rank record, its ranks as ranges."""
-    from astra_sim.humanize import rank_ranges
-
     records, anonymous = [], {}
     for rank in ranks:
         record = _rank_dict(rank)
@@ -171,8 +172,6 @@ def _rank_table(value, rank_keys):
 
 def _compact_stats(stats, ranks):
     """``stats`` with every per-rank table as ``{"rank_classes": [{"ranks": "0-7", "value": ...}]}``."""
-    from astra_sim.humanize import rank_ranges
-
     rank_keys = {str(r.rank) for r in ranks}
     out = {}
     for key, value in stats.items():
@@ -185,9 +184,6 @@ def _compact_stats(stats, ranks):
 
 def read_report(source, where=None):
     """A report's JSON (a path or the dict) in the per-rank layout, whichever layout it was written in."""
-    from astra_sim.errors import ConfigError
-    from astra_sim.humanize import parse_rank_ranges
-
     where = where or (source if not isinstance(source, dict) else "the report")
     if not isinstance(source, dict):
         try:

@@ -5,6 +5,7 @@ run reads them; the report records them inline, with what the platform implied.
 
 from __future__ import annotations
 
+from astra_sim.errors import ConfigError
 from astra_sim.spec import RunSpec
 
 #: ``simulate()`` keywords that say how to run, not what (they are not RunSpec fields or run options)
@@ -80,7 +81,6 @@ def run_spec(spec: RunSpec, pm=None, on_warning=None, measure_memory=False):
 
 def make_spec(args, kwargs):
     """``(spec, pm, control keywords)`` of :func:`astra_sim.simulate`'s arguments."""
-    from astra_sim.errors import ConfigError
     from astra_sim.plugins import plugin_manager_for
 
     kwargs = dict(kwargs)

@@ -9,7 +9,7 @@ import tracemalloc
 
 from astra_sim import progress
 from astra_sim.chakra import ChakraError
-from astra_sim.errors import FoldAbandoned, PluginError, WorkloadError
+from astra_sim.errors import ConfigError, FoldAbandoned, PluginError, WorkloadError
 from astra_sim.gcpause import gc_paused
 from astra_sim.humanize import format_ns
 from astra_sim.limits import LONG_STEP_NS, MAX_TIME_NS, check_step, time_overflow
@@ -255,8 +255,6 @@ def _with_output_options(options, given, outputs):
     known = outputs.option_names()
     unknown = sorted(k for k in given if k not in known)
     if unknown:
-        from astra_sim.errors import ConfigError
-
         formats = ", ".join(outputs.names()) or "none"
         raise ConfigError(f"Simulation(): no output format reads {', '.join(unknown)} (registered output formats: "
                           f"{formats}; timelines, the critical path and the reference log are the astra-analysis "

@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from astra_sim.cliutil import non_negative_float, platform_names, positive_int
-from astra_sim.errors import ConfigError
+from astra_sim.errors import ConfigError, PluginError
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -279,6 +279,4 @@ def call_parser_hook(pm, name, **kwargs):
     try:
         getattr(pm.hook, name)(**kwargs)
     except argparse.ArgumentError as exc:
-        from astra_sim.errors import PluginError
-
         raise PluginError(f"a plugin's {name} failed: {exc}") from None
