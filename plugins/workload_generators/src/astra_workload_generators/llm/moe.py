@@ -43,7 +43,7 @@ from __future__ import annotations
 from astra_sim.chakra import types as T
 from astra_sim.errors import ConfigError
 
-from .routing import ep_loads, local_expert_rows
+from .routing import busiest_rank_rows, ep_loads, local_expert_rows
 
 #: --moe-dispatcher: the expert exchange alone, or Megatron-Core's alltoall token dispatcher (fused permutes)
 MOE_DISPATCHERS = ("exchange", "alltoall")
@@ -121,7 +121,9 @@ class MoeOps:
     """Mixture-of-experts layers (a stage-builder mixin)."""
 
     def _a2a(self, label, layer, deps=()):
-        """An expert all-to-all (EP > 1; returns whether there is one). Balanced routing: ``a2a_bytes`` per rank.
+        """An expert all-to-all (EP > 1; returns whether there is one). Balanced routing: ``a2a_bytes`` per rank;
+        under ``--moe-force-load-balancing`` the busiest rank's rows (:meth:`busiest_rows`: the receiver that
+        finishes the dispatch last, the sender that finishes the combine last).
         With ``--moe-expert-load`` it is an all-to-all-v: rank e sends ``loads[j]`` token copies to EP rank j
         (:func:`ep_loads`) and gets ``loads[e]`` from each in the dispatch, the reverse in the combine. Its time
         is set by the busiest receiver (dispatch) or sender (combine), whose EP - 1 messages all carry
@@ -130,7 +132,8 @@ class MoeOps:
         cfg = self.cfg
         if cfg.ep == 1:
             return False
-        size = self.a2a_bytes
+        rows = self.busiest_rows()
+        size = self.a2a_bytes if rows == self.routed else rows * self.dims.hidden * self.nbytes
         if cfg.moe_expert_load:
             size = cfg.ep * max(self.ep_loads(layer)) * self.dims.hidden * self.nbytes
         self.coll(f"ep_a2a.{label}", T.ALL_TO_ALL, size, "ep", deps)
@@ -145,10 +148,22 @@ class MoeOps:
 
     def expert_rows(self, layer):
         """Token copies this rank's experts compute in ``layer``: :func:`routed_rows` (balanced routing, or the
-        --moe-imbalance straggler), or with --moe-expert-load EP x its share from every rank."""
+        --moe-imbalance straggler), the busiest rank's under --moe-force-load-balancing (:meth:`busiest_rows`), or
+        with --moe-expert-load EP x its share from every rank."""
         if not self.cfg.moe_expert_load:
-            return self.routed
+            return self.busiest_rows()
         return self.cfg.ep * self.ep_loads(layer)[self.e]
+
+    def busiest_rows(self):
+        """The token copies the busiest EP rank's experts compute (and receive in the dispatch, send back in the
+        combine), which every rank of the group waits for: :func:`busiest_rank_rows` under
+        ``--moe-force-load-balancing`` in training with EP > 1 (the random router's spread over the ranks), else
+        the rank's own ``routed``. (Decode and prefill are left at the mean: the law's normal limit needs many
+        tokens, a training micro-batch's thousands.)"""
+        dims, cfg = self.dims, self.cfg
+        if not getattr(cfg, "moe_force_load_balancing", False) or cfg.inference or cfg.ep < 2:
+            return self.routed
+        return busiest_rank_rows(self.routed, dims.experts // cfg.ep, dims.experts, dims.top_k, cfg.ep)
 
     def expert_groups(self, layer):
         """Token copies each of this rank's E/EP experts computes in ``layer`` (:func:`local_expert_rows`),
@@ -249,7 +264,7 @@ class MoeOps:
         """The dispatcher's second all-to-all: the routing probabilities of the token copies (:attr:`prob_bytes`
         each)."""
         if self.cfg.moe_dispatcher == "alltoall":
-            self.coll(f"ep_a2a.{label}.probs", T.ALL_TO_ALL, self.routed * self.prob_bytes, "ep")
+            self.coll(f"ep_a2a.{label}.probs", T.ALL_TO_ALL, self.busiest_rows() * self.prob_bytes, "ep")
 
     # -- GPT-OSS's expert biases (Megatron-Core TEGroupedMLP, linear_fc2 skip_bias_add=True: _apply_bias) ------
     def _bias_groups(self, layer):
