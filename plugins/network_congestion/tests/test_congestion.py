@@ -208,6 +208,29 @@ def test_report_carries_description_and_link_stats(tmp_path):
     assert stats["bytes_on_links"] == 16 * 56 * 32768
 
 
+@pytest.mark.parametrize("latency", [500.0, 0.0])
+def test_a_queue_counts_what_waits_after_the_nanoseconds_frees(tmp_path, latency):
+    """Two messages reach link npu0 -> npu1 in the nanosecond its first message frees it (their event runs before the
+    free): one of them waits after it, so max_queue is 1, not 2. With no latency the first message (0 -> 2) also
+    starts its next hop in that nanosecond, just before the free (links.LinkQueues keeps the link's free time on the
+    chunk it serves; that hop overwrites it only then, unread)."""
+    net, engine = network(tmp_path, latency=(latency,))
+    hop = SER if latency == 0.0 else HOP
+    arrived = {}
+
+    def send(messages):
+        for name, src, dst in messages:
+            net.send(src, dst, MIB, lambda n: arrived.__setitem__(n, engine.now), name)
+
+    engine.schedule(SER, send, [("m2", 0, 1), ("m3", 0, 1)])  # (booked before m1's free: it runs first)
+    send([("m1", 0, 1 if latency else 2)])
+    engine.run()
+    first = hop if latency else 2 * SER  # (0 -> 2: two hops of trunc(m/B) each)
+    assert arrived == {"m1": first, "m2": SER + hop, "m3": 2 * SER + hop}
+    rows = {(r["src"], r["dst"]): r for r in net.stats()["links"]}
+    assert rows[("npu0", "npu1")]["max_queue"] == 1 and rows[("npu0", "npu1")]["messages"] == 3
+
+
 def test_stats_count_messages_bytes_busy_time_and_queues(tmp_path):
     net, engine = network(tmp_path)
     deliver(net, engine, [(0, 2, MIB), (0, 1, MIB), (0, 1, 1000)])

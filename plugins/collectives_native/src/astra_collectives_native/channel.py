@@ -17,10 +17,8 @@ from astra_sim.system.frontend import Message, SendRecvMatcher
 class Channel:
     """The messages of one key while rings post it (``users`` of them), and its delay (-1: the network's send)."""
 
-    __slots__ = ("key", "src", "dst", "size", "head", "users", "delay")
-    src: int
-    dst: int
-    size: int
+    __slots__ = ("key", "src", "dst", "size", "size_object", "head", "users", "delay")
+    size: int  # (typed for the matcher's byte count; src, dst and size_object go to Python calls unboxed)
     users: int
     delay: int
 
@@ -28,7 +26,7 @@ class Channel:
         self.key = key
         self.src = key[1]
         self.dst = key[2]
-        self.size = key[3]
+        self.size = self.size_object = key[3]
         self.head: Any = head
         self.users = 0
         self.delay = delay
@@ -64,7 +62,7 @@ class Channel:
         if self.delay >= 0:
             m.engine.schedule(self.delay, m._arrived_fn, message)
         else:
-            m.network.send(self.src, self.dst, self.size, m._arrived_fn, message)
+            m.network.send(self.src, self.dst, self.size_object, m._arrived_fn, message)
         return message
 
     def recv(self, m: SendRecvMatcher, fn: Any, arg: Any) -> None:
