@@ -44,10 +44,10 @@ def test_one_local_expert_or_no_rows_split_evenly():
 
 
 def test_the_generated_expert_gemms_carry_the_spread(tmp_path):
-    """The fixture: Binomial(256, 1/4) (mean 64, sd 6.93); its quantiles at 1/8, 3/8, 5/8, 7/8 are 56, 62, 66, 72
-    (the exact CDF, from math.comb: P(X <= 55) = 0.109 < 1/8 <= P(X <= 56) = 0.139, and so on; the normal law gives
-    56.0, 61.8, 66.2, 72.0), sum 256: no adjustment. One cuBLAS GEMM per local expert carries those rows (fc1
-    forward ``[rows, 256] x [256, 1024]``); the all-to-all still carries the rank's mean 256 copies."""
+    """The fixture: the busiest of the two EP ranks has 264 copies (test_llm_moe51_straggler); Binomial(264, 1/4)'s
+    quantiles at 1/8, 3/8, 5/8, 7/8 are 58, 64, 68, 74 (exact CDF, from math.comb), sum 264: no adjustment. One
+    cuBLAS GEMM per local expert carries those rows (fc1 forward ``[rows, 256] x [256, 1024]``); the all-to-all
+    carries the busiest rank's 264 copies, which every rank waits for at the combine."""
     dims = model_dims(**MOE)
     cfg = dict(dp=2, ep=2, moe_grouped_gemm="cublas-streams")
     generate_llm(dims, LlmConfig(**cfg, moe_force_load_balancing=True), tmp_path / "r")
@@ -66,9 +66,9 @@ def test_the_generated_expert_gemms_carry_the_spread(tmp_path):
     spread, a2a = fc1_rows_and_a2a(tmp_path / "r")
     even, a2a_even = fc1_rows_and_a2a(tmp_path / "e")
     # tensor_size = (rows x 256 (input) + 256 x 1024 (weight) + rows x 1024 (output)) x 2 B (bf16)
-    assert spread == [2 * (r * 256 + 256 * 1024 + r * 1024) for r in (56, 62, 66, 72)]
+    assert spread == [2 * (r * 256 + 256 * 1024 + r * 1024) for r in (58, 64, 68, 74)]
     assert even == [2 * (64 * 256 + 256 * 1024 + 64 * 1024)] * 4
-    assert a2a == a2a_even == [256 * 256 * 2]
+    assert a2a == [264 * 256 * 2] and a2a_even == [256 * 256 * 2]
 
 
 def test_the_flag_and_its_refusals():
