@@ -136,7 +136,7 @@ class Sys:
     """The system layer of one rank."""
 
     __slots__ = (
-        "shared", "rank", "engine", "endpoint_delay_ns", "local_mem_bw", "_pending",
+        "shared", "rank", "engine", "endpoint_delay_ns", "local_mem_bw", "_pending", "_spare",
         "_call_events_fn", "num_streams", "priority_counter", "_topologies", "levels",
         "active_streams", "running_streams", "queue_threshold", "msg_send", "msg_recv", "group_levels",
         "collectives",
@@ -146,6 +146,7 @@ class Sys:
     # hundreds of future ticks (a scan made the MLPerf GPT-3 step 1.85x slower). Not dict[int]: compiled, each lookup
     # would box the tick anew
     _pending: dict[object, list]
+    _spare: list | None  # a run batch's list of two, reused by the next (not a list made and freed per batch)
     active_streams: list[list[Stream]]
     running_streams: list[int]
     queue_threshold: int
@@ -157,6 +158,7 @@ class Sys:
         self.endpoint_delay_ns = shared.system_config.endpoint_delay_ns
         self.local_mem_bw = shared.system_config.local_mem_bw_bytes_per_s
         self._pending = {}
+        self._spare = None
         self._call_events_fn = self._call_events if shared.symmetry is None else self._call_events_folded
         self.num_streams = 0
         self.priority_counter = 0
@@ -180,7 +182,12 @@ class Sys:
         schedules the one engine event that runs the batch."""
         engine = self.engine  # typed: compiled, engine.schedule is a native call
         tick: object = engine.now + delay_ns  # (compiled: boxed once for the dict and the engine, not at each use)
-        new = [fn, arg]
+        new = self._spare
+        if new is None:
+            new = [fn, arg]
+        else:
+            self._spare = None
+            new[0], new[1] = fn, arg
         batch = self._pending.setdefault(tick, new)  # (one lookup: on the scale cases 98 % open a batch)
         if batch is new:
             engine.schedule(delay_ns, self._call_events_fn, tick)
@@ -200,6 +207,9 @@ class Sys:
             batch[i](batch[i + 1])
             i += 2
         del self._pending[tick]
+        if i == 2:
+            batch[0] = batch[1] = None
+            self._spare = batch
 
     # ------------------------------------------------------------ packets
     def reduction_delay_ns(self, size: int) -> int:
