@@ -98,7 +98,7 @@ from astra_sim.system.frontend import Message
 
 from astra_folding.time_collectives import CollectiveCanon, Incomparable, counters
 from astra_folding.time_anchor import MAX_P2P_PERIOD, p2p_period as _p2p_period
-from astra_folding import time_host
+from astra_folding import time_ahead, time_host
 from astra_folding.time_inert import InertReceives, to_check
 from astra_folding.time_ties import RESET_TIMES
 from astra_folding.time_jump import (
@@ -197,6 +197,9 @@ class TimeFolder(JumpMixin):
         self._posted_keys = set()  # the keys sends and receives finished since the last look looked up (_scan_log)
         self.scanned = 0  # how much of the log _scan_log has seen
         self.posting = None  # the ranks whose receives without parents are pre-posted (time_host.posts_all)
+        self.ahead_now = frozenset()  # the ranks whose host is ahead of its GPU (time_ahead), of them
+        self.walks = {}  # per rank whose host was ahead: its walk (time_ahead.Walk)
+        self.tick_logs = {}  # per rank whose host holds ops: its GPU's batches (time_ahead.TickLog)
         self.symmetry = sim.symmetry  # ranks folded by symmetry: see _histories
         self.width = 2 if self.engine.fold is None else 3  # an engine event: fn, arg (and its history)
 
@@ -213,6 +216,7 @@ class TimeFolder(JumpMixin):
                              "anywhere in its trace: no steady state long enough to jump over")
             return engine.run()
         self.shared.record_node = self._record
+        self.tick_logs = time_ahead.install(self)
         try:
             times, buckets = engine.times, engine.buckets
             count = engine._run_end_of_ns() if engine._end_of_ns else 0
@@ -239,6 +243,7 @@ class TimeFolder(JumpMixin):
                     count += self._at_anchor(count)
         finally:
             self.shared.record_node = self.record
+            time_ahead.uninstall(self, self.tick_logs)
         engine.events_run += count
         self.info.pop("_most", None)
         if "periods" not in self.info:
@@ -310,12 +315,19 @@ class TimeFolder(JumpMixin):
             self.parents = {w.rank: _parent_counts(w.children) for w in self.workloads}
             self.all_roots = {w.rank: {i for i, n in w.nodes.items() if n.type == T.COMM_RECV_NODE
                                        and not self.parents[w.rank].get(i)} for w in self.workloads}
-        posting = frozenset(w.rank for w in self.workloads if time_host.posts_all(w))
-        if posting != self.posting:  # (once per rank whose host posts its last held op: start the looks again)
+        ahead = frozenset(w.rank for w in self.workloads if w.host is not None and time_host.ahead(w))
+        posting = frozenset(w.rank for w in self.workloads if time_host.posts_all(w)) | ahead
+        for rank in ahead - self.walks.keys():
+            self.walks[rank] = time_ahead.Walk(self.by_rank[rank])
+        if self.tick_logs and len(posting - ahead) == len(self.workloads):  # no host holds ops: nothing to follow
+            time_ahead.uninstall(self, self.tick_logs)
+        if posting != self.posting or ahead != self.ahead_now:  # (a host ahead or done posting: look again)
+            self.ahead_now = ahead
             if self.posting is not None:
                 self._scan_log()
                 self.snapshots, self.log = {}, []
                 self.kept = self.scanned = 0
+                time_ahead.clear(self.tick_logs)
             self.posting = posting
             self.root_recvs = {r: roots if r in posting else set() for r, roots in self.all_roots.items()}
             if self.every <= MAX_P2P_PERIOD:  # looks close together: keep them from look to look (InertReceives)
@@ -369,7 +381,7 @@ class TimeFolder(JumpMixin):
         self._seen = {}
         self._running = {}  # per rank its running nodes but the pre-posted receives (see _rank)
         histories = self._histories() if self.width == 3 else None
-        events = tuple((t - now, self._events(engine.buckets[t], self.width)) for t in sorted(engine.buckets))
+        events = tuple((t - now, e) for t in sorted(engine.buckets) if (e := self._events(engine.buckets[t], self.width)))
         ranks = tuple(self._rank(w) for w in self.workloads)
         waiting = []
         for w in (self.workloads if self.inert_cache is not None else ()):  # the sends and receives running now
@@ -411,7 +423,8 @@ class TimeFolder(JumpMixin):
         return out
 
     def _events(self, flat, width=2):
-        return tuple(self._event(flat[i], flat[i + 1]) for i in range(0, len(flat), width))
+        events = (self._event(flat[i], flat[i + 1]) for i in range(0, len(flat), width))
+        return tuple(e for e in events if e is not None)  # (None: the wake-up of a host ahead, time_ahead)
 
     def _histories(self):
         """A folded run's pending events' histories (:class:`~astra_folding.engine.EventHistory`), written for
@@ -427,6 +440,8 @@ class TimeFolder(JumpMixin):
             for i in range(2, len(bucket), 3):
                 history = bucket[i]
                 history.times = RESET_TIMES
+                if self.ahead_now and time_ahead.wake_event(self, bucket[i - 2], bucket[i - 1]):
+                    continue  # a host ahead's wake-up (time_ahead)
                 cell = cells.setdefault(id(history.taint), len(cells))
                 out.append((history.root, history.rel, history.taint[0], cell))
         return tuple(out)
@@ -446,6 +461,8 @@ class TimeFolder(JumpMixin):
         if func is NODE_DONE:
             return ("done", owner.rank, self._node(owner.rank, arg))
         if func is CALL_EVENTS:
+            if owner.rank in self.ahead_now and time_ahead.wake_event(self, fn, arg):
+                return None  # a host ahead's wake-up alone: not compared (time_ahead)
             return ("tick", owner.rank, arg - self._now)
         if func is LAUNCH:
             return ("launch", owner.rank, self._node(owner.rank, arg[0].id), arg[1])
@@ -483,7 +500,7 @@ class TimeFolder(JumpMixin):
         sys = self.systems[rank]
         node = self._node
         roots = self.root_recvs[rank]
-        if w.host is not None and rank not in self.posting:  # held ops: the trace's (time_host)
+        if w.host is not None and (rank not in self.posting or rank in self.ahead_now):  # held: the trace's
             roots = roots | time_host.undispatched(w)
         running = w.node_start_ns
         touched = self.touched[rank]
@@ -491,7 +508,8 @@ class TimeFolder(JumpMixin):
         for child in [c for c in touched if left[c] == 0]:
             touched.discard(child)
         partial = tuple(sorted((node(rank, c), left[c]) for c in touched))
-        batches = tuple((tick - now, self._events(sys._pending[tick])) for tick in sorted(sys._pending))
+        batches = tuple((tick - now, self._events(sys._pending[tick])) for tick in sorted(sys._pending)
+                        if rank not in self.ahead_now or not time_ahead.wake_only(sys, tick, w))
         levels = tuple((lv.allocator, lv.first_allocator, lv.last_allocator) for lv in sys.levels)
         group_levels = (tuple((g, tuple((lv.allocator, lv.first_allocator, lv.last_allocator) for lv in lvs))
                               for g, lvs in sys.group_levels.items()) if sys.group_levels else None)
@@ -526,8 +544,9 @@ class TimeFolder(JumpMixin):
             ids.update(self.by_rank[rank].children[node_id])
         inert = self.inert_receives()
         self._now = t_b
+        ahead = self.ahead_now
         for w in self.workloads:
-            if w.host is None:
+            if w.host is None or w.rank in ahead:  # (a host ahead is run forward: time_ahead)
                 continue
             if not time_host.behind(w, t_b):  # the ops its walk passed over the period: the repeats pass theirs
                 time_host.walked(w, touched[w.rank], acc_a[0][w.rank][6], acc_b[0][w.rank][6])
@@ -535,12 +554,24 @@ class TimeFolder(JumpMixin):
                 self.reason = (f"the state repeated after {period:,} ns but rank {w.rank}'s host, behind its GPU, is "
                                "not far enough behind to launch every repeat's kernels in time")
                 return None
+        early = ahead and time_ahead.early(self, ahead, period, shift, touched, t_a)
+        if early:
+            self.reason = f"the state repeated after {period:,} ns but {early}"
+            return None
         try:
             repeats, tag_steps = self._repeats(touched, shift)
             for w in self.workloads:
                 repeats = time_host.held_repeats(w, touched[w.rank], shift[w.rank], repeats, self.parents[w.rank])
             if repeats:
-                repeats = self._preposted_repeats(repeats, touched, shift, tag_steps, inert, self.log[log_a:log_b])
+                repeats = self._preposted_repeats(repeats, touched, shift, tag_steps,
+                                                  time_ahead.candidates(self, inert, ahead), self.log[log_a:log_b])
+            lands = None
+            if repeats and ahead:
+                repeats, lands = time_ahead.plan(self, ahead, repeats, period, shift, touched, self.log[log_a:log_b],
+                                                 inert, t_a, t_b)
+                if not repeats:
+                    self.reason = f"the state repeated after {period:,} ns but {lands}"
+                    return None
         except Incomparable as exc:
             self.reason = f"the state repeated after {period:,} ns but the trace does not: {exc}"
             return None
@@ -548,14 +579,17 @@ class TimeFolder(JumpMixin):
             self.reason = f"the state repeated after {period:,} ns but the trace does not repeat further"
             return None
         skipped = repeats * (count_b - count_a)
-        return skipped, repeats, period, shift, tag_steps, log_a, log_b, acc_a, acc_b, inert, skipped, self.work - work
+        if lands:  # (a host ahead's wake-ups over the repeats are not the period's)
+            skipped += time_ahead.events_skipped(self, lands, repeats, t_a, t_b)
+        return (skipped, repeats, period, shift, tag_steps, log_a, log_b, acc_a, acc_b, inert, lands, skipped,
+                self.work - work)
 
-    def _take_jump(self, repeats, period, shift, tag_steps, log_a, log_b, acc_a, acc_b, inert, skipped):
+    def _take_jump(self, repeats, period, shift, tag_steps, log_a, log_b, acc_a, acc_b, inert, lands, skipped):
         """Jump over the repeats :meth:`_plan_jump` found; ``settings.fold.time`` adds them up over the run's
         jumps (``period_ns``, ``periods`` and ``from_ns``: the jump that skipped the most events). Returns the
         events skipped."""
         t_b = self.engine.now
-        self._jump(repeats, period, shift, tag_steps, self.log[log_a:log_b], acc_a, acc_b, inert)
+        self._jump(repeats, period, shift, tag_steps, self.log[log_a:log_b], acc_a, acc_b, inert, lands)
         info = self.info
         if skipped > info.get("_most", 0):
             info.update(period_ns=period, periods=repeats, from_ns=t_b, _most=skipped)
@@ -568,6 +602,7 @@ class TimeFolder(JumpMixin):
         self.snapshots = {}
         self.log = []
         self.kept = self.scanned = 0
+        time_ahead.clear(self.tick_logs)
         return skipped
 
     def _signature(self, rank, node_id):
@@ -705,7 +740,8 @@ class TimeFolder(JumpMixin):
         for rank, ids in touched.items():
             w = self.by_rank[rank]
             nodes, starts, left, waiting = w.nodes, w.node_start_ns, w.parents_left, None
-            held = time_host.undispatched(w) if w.host is not None and rank not in self.posting else ()
+            held = (time_host.undispatched(w) if w.host is not None and (rank not in self.posting or rank in self.ahead_now)
+                    else ())
             for node_id in ids:
                 key = _key(rank, nodes.get(node_id), self.symmetry)
                 if key is None or starts.get(node_id, now) > now or left.get(node_id, 0) > 0 or node_id in held:

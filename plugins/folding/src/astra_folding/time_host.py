@@ -32,6 +32,8 @@ from astra_sim.chakra import types as T
 
 #: a host far enough behind its GPU never to delay a launch again (see the module docstring)
 BEHIND = "behind"
+#: a host ahead of its GPU, posting its held receives early: not compared, run forward at a jump (time_ahead)
+AHEAD = "ahead"
 
 
 def posts_all(w):
@@ -47,6 +49,14 @@ def behind(w, now):
             and host.next > host.last_wait and host.clock <= now)
 
 
+def ahead(w):
+    """Whether the host of ``w`` may be :data:`AHEAD`: it waits for nothing and its wake-up posts its next held op
+    (:mod:`astra_folding.time_ahead` checks at the jump that the GPU never waits for it)."""
+    host = w.host
+    return (host.blocked is None and not host.pending and host.wake is not None and host.held_next < len(host.held)
+            and host.wake == host.held[host.held_next])
+
+
 def undispatched(w):
     """The held ops not dispatched yet (a new set)."""
     host = w.host
@@ -58,10 +68,12 @@ def state(w, node, now):
     host, rank = w.host, w.rank
     if behind(w, now):
         return BEHIND
-    ahead = tuple(sorted((node(rank, n), t - now) for n, t in host.at.items() if t > now))
+    if ahead(w):
+        return AHEAD
+    ahead_at = tuple(sorted((node(rank, n), t - now) for n, t in host.at.items() if t > now))
     return (None if host.next == 0 else node(rank, host.ops[host.next - 1]),
             None if host.blocked is not None or host.next == len(host.ops) else host.clock - now, host.graph,
-            None if host.blocked is None else node(rank, host.blocked), ahead,
+            None if host.blocked is None else node(rank, host.blocked), ahead_at,
             tuple(sorted(node(rank, n) for n in host.pending)), None if host.wake is None else node(rank, host.wake))
 
 

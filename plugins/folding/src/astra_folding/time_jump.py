@@ -76,9 +76,16 @@ def interval_marks(contention):
 class JumpMixin:
     """Moves a :class:`~astra_folding.time_fold.TimeFolder`'s run on by ``k`` periods (its ``_jump``)."""
 
-    def _jump(self, k, period, shift, tag_steps, log, acc_a, acc_b, inert):
-        """Report the ``k`` repeats' nodes, then move the state by ``σ^k`` (see the module docstring)."""
+    def _jump(self, k, period, shift, tag_steps, log, acc_a, acc_b, inert, lands=None):
+        """Report the ``k`` repeats' nodes, then move the state by ``σ^k`` (see the module docstring); ``lands``: per
+        rank whose host is ahead, where its walk is after them (:mod:`astra_folding.time_ahead`)."""
+        from astra_folding import time_ahead
+
         used = {w.rank: set() for w in self.workloads}  # pre-posted receives the repeats finish or match
+        lands = lands or {}
+        if lands:  # (before the report: the held receives posted over the repeats start at their launch)
+            time_ahead.start_times(self, lands)
+            taken = time_ahead.take_wakes(self, lands, self.engine.buckets)
         bulk = self._in_bulk(k, period, log)
         if bulk:
             self._report_in_bulk(k, period, shift, log, used)
@@ -102,7 +109,10 @@ class JumpMixin:
             w.fresh = [n + d for n in w.fresh]
             w.ready = [[n + d for n in heap] for heap in w.ready]  # a heap moved by a constant stays a heap
             old, roots, waiting = w.node_start_ns, self.root_recvs[rank], inert[rank]
-            held = () if w.host is None else time_host.move(w, k, dt, d, engine.now)  # (held at B: not moved)
+            if rank in lands:  # a host ahead: where its walk is then
+                held = time_ahead.land(self, rank, lands[rank], engine.now + dt)
+            else:
+                held = () if w.host is None else time_host.move(w, k, dt, d, engine.now)  # (held at B: not moved)
             # those still held after the jump, first as in the run (the others ran in the repeats: moved, or finished)
             running = {n: old[n] for n in w.host.held[w.host.held_next:]} if held else {}
             for n, start in old.items():
@@ -113,6 +123,9 @@ class JumpMixin:
             for n in [n for n in old if n in waiting]:  # (in the rank's own order)
                 if n not in used[rank]:
                     running[n] = old[n]
+            for n, start in lands[rank][0] if rank in lands else ():  # posted over the repeats, not used by them
+                if n not in used[rank]:
+                    running[n] = start
             w.node_start_ns = running
             if w.comm_running:
                 w.comm_running = {n + d for n in w.comm_running}
@@ -160,6 +173,9 @@ class JumpMixin:
             self._repeat_intervals(k, period, acc_a[4], acc_b[4], bulk)
             move_contention(self.contention, dt)
         engine.now += dt
+        for rank, found in lands.items():  # the receives it posted over the repeats, and its wake-up
+            time_ahead.post(self, rank, found, used[rank])
+            time_ahead.register_wake(self, rank, found, taken)
 
     def _report_each(self, k, period, shift, log, used):
         """Report every repeat's nodes one by one (``record_node``, in the unfolded run's order) and free their
