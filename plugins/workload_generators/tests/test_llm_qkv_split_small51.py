@@ -80,3 +80,26 @@ def test_fused_qkv_rope_makes_no_copy(tmp_path):
     by_label = {n.attrs.get("label"): n for n in nodes}
     assert by_label["fwd.l0.mb0.rope.qkv.rotate"].attrs["tensor_size"] == 2 * qkv + S * D * 4 == 540_672
     assert by_label["bwd.l0.mb0.rope.qkv.rotate.bwd"].attrs["tensor_size"] == 540_672
+
+
+def test_context_parallel_cat_waits_for_dk_dv_to_come_home(tmp_path):
+    # CP 2: the cat joins the final dK and dV, so it comes after the ring's receives, and the QKV GEMMs after it
+    split, nodes = _split(tmp_path, "cp", cp=2, dp=1)
+    cat = split["bwd.l0.mb0.qkv_split.bwd"]
+    recvs = [n.id for n in nodes if n.name.startswith("cp_recv.bwd.l0.mb0.dkv")]
+    assert recvs and set(recvs) <= _ancestors(nodes, cat.id)
+    dgrad = next(n for n in nodes if n.attrs.get("label") == "bwd.l0.mb0.qkv.dgrad")
+    assert cat.id in _ancestors(nodes, dgrad.id)
+
+
+def _ancestors(nodes, node_id):
+    """Every node ``node_id`` waits for, through data and control dependencies."""
+    by_id = {n.id: n for n in nodes}
+    seen, todo = set(), [node_id]
+    while todo:
+        node = by_id[todo.pop()]
+        for dep in [*node.data_deps, *(getattr(node, "ctrl_deps", None) or [])]:
+            if dep not in seen and dep in by_id:
+                seen.add(dep)
+                todo.append(dep)
+    return seen
