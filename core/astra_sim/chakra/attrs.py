@@ -7,8 +7,6 @@ import math
 from .errors import ChakraError
 from .types import ATTR_KINDS, ATTR_LIST_KINDS, CONVENTIONAL_ATTR_KINDS, INT_KINDS
 
-__all__ = ["attrs_from_proto", "fill_attr", "choose_kind", "kind_fits"]
-
 _LIST_KINDS = frozenset(ATTR_LIST_KINDS)
 _KIND_SET = frozenset(ATTR_KINDS)
 _INT_RANGES = {**{kind + bits: (-(1 << (int(bits) - 1)), (1 << (int(bits) - 1)) - 1)

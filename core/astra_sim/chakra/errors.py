@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from astra_sim.errors import AstraError
 
-__all__ = ["ChakraError", "where"]
-
 
 class ChakraError(AstraError):
     """A problem with a Chakra trace file or node; the message names the file (``<memory>`` for built nodes), then the

@@ -5,9 +5,6 @@ from __future__ import annotations
 from .errors import ChakraError, where
 from .types import node_type_name
 
-__all__ = ["MISSING", "EtNode", "EtFile",
-           "get_int", "get_bool", "get_bool_list", "get_float", "get_str", "get_str_list", "attr_kind"]
-
 
 class _Missing:
     __slots__ = ()

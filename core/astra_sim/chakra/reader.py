@@ -16,8 +16,6 @@ from .attrs import attrs_from_proto
 from .errors import ChakraError
 from .node import EtFile, EtNode
 
-__all__ = ["read_et", "read_metadata", "parse_et", "parse_node", "GZIP_MAGIC"]
-
 _MAX_VARINT_BYTES = 10
 
 

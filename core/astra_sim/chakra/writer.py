@@ -11,8 +11,6 @@ from .errors import ChakraError, where as _where
 from .node import EtNode
 from .types import DEFAULT_VERSION, NODE_TYPE_VALUES
 
-__all__ = ["write_et", "encode_et", "node_to_proto", "make_node", "make_metadata", "encode_varint", "SMALL_VARINTS"]
-
 
 def encode_varint(n: int) -> bytes:
     """Base-128 varint, least-significant group first (the frame-length encoding)."""
