@@ -16,10 +16,9 @@ def number(kind=int, minimum=None, exclusive=False, what="a number"):
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {what}{bound}, got {text!r}") from None
-        if isinstance(value, float) and not math.isfinite(value):
-            raise argparse.ArgumentTypeError(f"expected {what}{bound}, got {text!r}")
-        if minimum is not None and (value <= minimum if exclusive else value < minimum):
+            value = None
+        finite = value is not None and (not isinstance(value, float) or math.isfinite(value))
+        if not finite or minimum is not None and (value <= minimum if exclusive else value < minimum):
             raise argparse.ArgumentTypeError(f"expected {what}{bound}, got {text!r}")
         return value
 

@@ -147,9 +147,7 @@ def inline_settings(settings, files, paths=None):
     own key, and wherever else the settings name its temporary path (``paths``, from :func:`materialized`)."""
     inline = {key: {"generated_by": generated.origin, "file": generated.name, "content": generated.content()}
               for key, generated in files.items()}
-    for key, value in inline.items():
-        if key in settings:
-            settings[key] = value
+    settings.update({key: value for key, value in inline.items() if key in settings})
     by_path = {path: inline[key] for key, path in (paths or {}).items()}
     if by_path:
         _replace_paths(settings, by_path)
