@@ -51,7 +51,7 @@ ATTENTION_DTYPES = ("same", "fp8")
 FP8_ATTENTION_BACKWARDS = ("on", "off")
 #: --rope choices: no rotary embedding nodes, eager PyTorch's complex-number RoPE (three kernels per tensor) or one
 #: fused kernel per tensor (Transformer Engine / Megatron --apply-rope-fusion); see .rope
-ROPE_KERNELS = ("none", "eager", "fused")
+ROPE_KERNELS = ("none", "eager", "fused", "fused-qkv")
 #: --framework choices: whose memory semantics the estimate follows (docs/memory.md)
 FRAMEWORKS = ("megatron", "fsdp2", "deepspeed")
 #: --inference-embedding choices: how a serving engine holds the embedding table at TP > 1 (see

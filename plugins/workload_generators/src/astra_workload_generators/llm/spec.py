@@ -713,7 +713,10 @@ def _add_flags(p):
                    "apply_rotary_emb as torchtitan writes it: q.float(), the complex product, the cast back, three "
                    "memory-bound kernels per tensor each way), fused (training: one kernel per tensor each way, "
                    "Transformer Engine's fused RoPE, Megatron's apply_rope_fusion; inference: vLLM's in-place "
-                   "rotary_embedding, one kernel on Q and K per layer) or none; default: none for a model without "
+                   "rotary_embedding, one kernel on Q and K per layer), fused-qkv (training: Transformer Engine's "
+                   "apply_fused_qkv_rotary_pos_emb, Megatron's fused_single_qkv_rope, MLPerf's FUSED_QKV_ROPE: one "
+                   "kernel each way over the whole QKV output and none of Megatron's QKV-split copies) or none; "
+                   "default: none for a model without "
                    "RoPE (GPT-2/3, dimensions given without --model or --preset) or with MLA, eager with "
                    "--framework fsdp2, fused for a rotary model's Megatron training step or inference step (the "
                    "engine taken to be vLLM-like), else none (DeepSpeed)")
