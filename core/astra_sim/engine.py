@@ -26,9 +26,8 @@ class EventEngine:
         # A folded run's event order (astra_folding's FoldedEvents), set before anything is scheduled (use_fold):
         # the backends, built before the fold is decided, keep this engine.
         self.fold: Any = None
-        # The buckets and times the last two schedules to distinct times went to (-1: none; -2: not in run(), whose
-        # loop drops the one it deletes; a time fold's own loop runs without them): most events go to one of them
-        # (a collective's ranks act alike; a congestion link's arrival and free alternate).
+        # The buckets of the last two distinct times scheduled to (-1: none; -2: not in run(), which drops them as it
+        # deletes a bucket): most events go to one (ranks act alike; a congestion link's arrival and free alternate).
         self._hot_ns: int = -2
         self._hot: list[Any] = []
         self._hot2_ns: int = -2
@@ -45,31 +44,25 @@ class EventEngine:
         """Run ``fn(arg)`` ``delay_ns`` (an int >= 0) after now."""
         time_ns = self.now + delay_ns
         if time_ns == self._hot_ns:  # (>= now: a negative delay misses them)
-            hot = self._hot
-            hot.append(fn)
-            hot.append(arg)
-            return
-        if time_ns == self._hot2_ns:
-            hot = self._hot2
-            hot.append(fn)
-            hot.append(arg)
-            return
-        if delay_ns < 0:
-            raise ValueError(f"cannot schedule {delay_ns} ns in the past")
-        if self.fold is not None:
-            self.fold.schedule_at(time_ns, fn, arg)
-            return
-        bucket = self.buckets.get(time_ns)
-        if bucket is None:
-            bucket = self.buckets[time_ns] = [fn, arg]
-            heappush(self.times, time_ns)
+            bucket = self._hot
+        elif time_ns == self._hot2_ns:
+            bucket = self._hot2
         else:
-            bucket.append(fn)
-            bucket.append(arg)
-        if self._hot_ns != -2:
-            self._hot2_ns, self._hot2 = self._hot_ns, self._hot
-            self._hot_ns = time_ns
-            self._hot = bucket
+            if delay_ns < 0:
+                raise ValueError(f"cannot schedule {delay_ns} ns in the past")
+            if self.fold is not None:
+                self.fold.schedule_at(time_ns, fn, arg)
+                return
+            new = self.buckets.get(time_ns)
+            if new is None:
+                new = self.buckets[time_ns] = []
+                heappush(self.times, time_ns)
+            bucket = new
+            if self._hot_ns != -2:
+                self._hot2_ns, self._hot2 = self._hot_ns, self._hot
+                self._hot_ns, self._hot = time_ns, bucket
+        bucket.append(fn)
+        bucket.append(arg)
 
     def schedule_at(self, time_ns: int, fn: Any, arg: Any = None) -> None:
         """Run ``fn(arg)`` at absolute time ``time_ns`` (>= now)."""
@@ -131,10 +124,7 @@ class EventEngine:
                     bucket[i](bucket[i + 1])
                     i += 2
                 count += i >> 1
-                if self._hot_ns == time_ns:  # (one of them may be this bucket)
-                    self._hot_ns = -1
-                elif self._hot2_ns == time_ns:
-                    self._hot2_ns = -1
+                self._hot_ns = self._hot2_ns = -1  # (one of them may be this bucket)
                 del buckets[time_ns]
                 if self._end_of_ns:
                     count += self._run_end_of_ns()

@@ -15,14 +15,15 @@ from astra_sim.system.frontend import Message, SendRecvMatcher
 
 
 class Channel:
-    """The messages of one key while rings post it (``users`` of them), and its delay (-1: the network's send)."""
+    """The messages of one key while rings post it (``users`` of them), and its delay (-1: the network's send, read
+    when the channel opens: a backend sets its ``send`` before the run, as the congestion one does for a timeline)."""
 
-    __slots__ = ("key", "src", "dst", "size", "size_object", "head", "users", "delay")
+    __slots__ = ("key", "src", "dst", "size", "size_object", "head", "users", "delay", "network_send")
     size: int  # (typed for the matcher's byte count; src, dst and size_object go to Python calls unboxed)
     users: int
     delay: int
 
-    def __init__(self, key: tuple, head: Any, delay: int) -> None:
+    def __init__(self, key: tuple, head: Any, delay: int, network_send: Any) -> None:
         self.key = key
         self.src = key[1]
         self.dst = key[2]
@@ -30,6 +31,7 @@ class Channel:
         self.head: Any = head
         self.users = 0
         self.delay = delay
+        self.network_send = network_send
 
     def send(self, m: SendRecvMatcher, fn: Any, arg: Any) -> Message:
         """``m.send`` of this key (``SendRecvMatcher._post_send`` with this slot instead of the dict's)."""
@@ -62,7 +64,7 @@ class Channel:
         if self.delay >= 0:
             m.engine.schedule(self.delay, m._arrived_fn, message)
         else:
-            m.network.send(self.src, self.dst, self.size_object, m._arrived_fn, message)
+            self.network_send(self.src, self.dst, self.size_object, m._arrived_fn, message)
         return message
 
     def recv(self, m: SendRecvMatcher, fn: Any, arg: Any) -> None:
@@ -99,7 +101,8 @@ def open_channel(m: SendRecvMatcher, tag: Any, src: Any, dst: Any, size: Any) ->
     channel: Channel | None = m.channels.get(key)  # (typed: compiled, its fields are read natively)
     if channel is None:
         waiting = m._waiting.pop(key, None) if m._waiting else None  # (mostly empty: no key hashed)
-        channel = m.channels[key] = Channel(key, waiting, m.closed_form_ns(src, dst, size))
+        delay = m.closed_form_ns(src, dst, size)
+        channel = m.channels[key] = Channel(key, waiting, delay, m.network.send if delay < 0 else None)
     channel.users += 1
     return channel
 
