@@ -52,7 +52,7 @@ class TickLog:
     the GPU's events joined (``hazards``) and those of a wake-up alone (``wakes``: the events a jump skips count
     them), then runs the batch."""
 
-    __slots__ = ("sys", "w", "rank", "fn", "wake", "done", "ticks", "opened", "hazards", "wakes")
+    __slots__ = ("sys", "w", "rank", "fn", "wake", "done", "ticks", "opened", "hazards", "wakes", "arrivals")
 
     def __init__(self, sys, w):
         self.sys, self.w, self.rank, self.fn = sys, w, sys.rank, sys._call_events_fn
@@ -61,29 +61,59 @@ class TickLog:
         self.opened = []
         self.hazards = []
         self.wakes = []
+        self.arrivals = []  # (ArrivalLog)
 
     def _call_events(self, tick):
         batch = self.sys._pending[tick]
         first = batch[0]
-        if first == self.wake:
-            (self.hazards if len(batch) > 2 else self.wakes).append(tick)
+        if first == self.wake and len(batch) == 2:
+            self.wakes.append(tick)
         else:
+            if first == self.wake:
+                self.hazards.append(tick)
             self.ticks.append(tick)  # (a node's completion is registered at its start, in its nanosecond)
             self.opened.append(self.w.node_start_ns.get(batch[1], tick) if first == self.done else tick)
         self.fn(tick)
 
 
+class ArrivalLog:
+    """Stands in for the matcher's arrival callback (``_arrived_fn``) while a host may be ahead: records the time of
+    each message's arrival in the :class:`TickLog` of its sender and of its receiver (``arrivals``), then delivers
+    it. An arrival is the one event of a rank's outside its batches whose place in a nanosecond a batch moved to a
+    wake-up's place can cross (:func:`_landing`)."""
+
+    __slots__ = ("engine", "logs", "fn")
+
+    def __init__(self, matcher, logs):
+        self.engine, self.logs, self.fn = matcher.engine, logs, matcher._arrived_fn
+
+    def _arrived(self, message):
+        logs, now = self.logs, self.engine.now
+        log = logs.get(message.key[2])  # (a folded run keys it by its receiver's representative's view)
+        if log is not None:
+            log.arrivals.append(now)
+        if message.send_fn is not None:
+            log = logs.get(message.send_fn.__self__.rank)
+            if log is not None:
+                log.arrivals.append(now)
+        self.fn(message)
+
+
 KERNEL_METHODS[(TickLog, "_call_events")] = CALL_EVENTS
+KERNEL_METHODS[(ArrivalLog, "_arrived")] = ARRIVED
 
 
 def install(folder):
-    """Record the GPU's batches of every rank whose host holds ops (:class:`TickLog`); {rank: TickLog}."""
+    """Record the GPU's batches and the arrivals of every rank whose host holds ops (:class:`TickLog`,
+    :class:`ArrivalLog`); {rank: TickLog}."""
     logs = {}
     for w in folder.workloads:
         if w.host is not None and w.host.held_next < len(w.host.held):
             sys = folder.systems[w.rank]
             logs[w.rank] = log = TickLog(sys, w)
             sys._call_events_fn = log._call_events
+    if logs:
+        folder.matcher._arrived_fn = ArrivalLog(folder.matcher, logs)._arrived
     return logs
 
 
@@ -91,16 +121,17 @@ def uninstall(folder, logs):
     """Give the ranks their own batch runner back (batches already pending keep the log's: it runs them alike)."""
     for rank, log in logs.items():
         folder.systems[rank]._call_events_fn = log.fn
+    arrived = folder.matcher._arrived_fn
+    if logs and isinstance(getattr(arrived, "__self__", None), ArrivalLog):
+        folder.matcher._arrived_fn = arrived.__self__.fn
     logs.clear()
 
 
 def clear(logs):
     """Forget the ticks recorded (the finished-node log and the snapshots were dropped)."""
     for log in logs.values():
-        log.ticks.clear()
-        log.opened.clear()
-        log.hazards.clear()
-        log.wakes.clear()
+        for ticks in (log.ticks, log.opened, log.hazards, log.wakes, log.arrivals):
+            ticks.clear()
 
 
 def wake_only(sys, tick, w):
@@ -161,9 +192,10 @@ def candidates(folder, inert, ahead):
     return out
 
 
-def plan(folder, ahead, k, period, shift, touched, log, inert, t_a, t_b):
+def plan(folder, ahead, k, period, shift, log, inert, t_a, t_b, probe=False):
     """The most repeats (``k`` at most) the ranks whose host is ahead allow (the module docstring's checks), and
-    per such rank what :func:`land` needs; (0, reason) when none."""
+    per such rank what :func:`land` needs; (0, reason) when none. ``probe``: only what the first repeat needs
+    whatever the number of repeats (:func:`early`)."""
     engine = folder.engine
     landing = {}
     for rank in ahead:
@@ -171,14 +203,16 @@ def plan(folder, ahead, k, period, shift, touched, log, inert, t_a, t_b):
         host, walk, ticks = w.host, folder.walks[rank], folder.tick_logs.get(rank)
         if ticks is None:
             return 0, f"rank {rank}'s host was not followed"
-        if bisect_right(ticks.hazards, t_b) > bisect_right(ticks.hazards, t_a):
-            return 0, f"rank {rank}'s wake-up opened a batch of the system layer that the GPU's events joined"
+        arrivals = _between(ticks.arrivals, t_a, t_b)
+        if any(t in arrivals for t in ticks.hazards[bisect_right(ticks.hazards, t_a):bisect_right(ticks.hazards, t_b)]):
+            return 0, (f"rank {rank}'s wake-up opened a batch of the system layer that the GPU's events joined, beside "
+                       "an arrival")
         d = shift[rank]
         held_set = walk.held_set
         b_wake = host.held[host.held_next]
         if not wake_only(folder.systems[rank], host.at[b_wake], w):
             return 0, f"rank {rank}'s wake-up shares its batch with the GPU's events"
-        y = _last_issued(walk, touched[rank], host)
+        y = _last_issued(walk, w, log)
         limit = _launched_in_time(walk, host, y, d, k, period, t_a)  # 1: no op waits for its launch
         if limit < 1:
             return 0, f"rank {rank}'s host is not far enough ahead of its GPU: an op would wait for its launch"
@@ -201,19 +235,20 @@ def plan(folder, ahead, k, period, shift, touched, log, inert, t_a, t_b):
             return 0, f"rank {rank}'s host would post a receive as its message arrives"
     # 3 and 4, and the landing, from the largest k down
     for kk in range(k, 0, -1):
-        found = _landing(folder, landing, kk, period, t_a, t_b, engine)
+        found = _landing(folder, landing, kk, period, t_a, t_b, engine, probe)
         if isinstance(found, dict):
             return kk, found
         reason = found
     return 0, reason
 
 
-def _last_issued(walk, touched, host):
-    """The index in the walk of the largest op the period touched that is not held (every op it issued is at or
-    below it)."""
-    held_set = walk.held_set
-    gpu = [n for n in touched if n not in held_set]
-    return walk.index(max(gpu)) if gpu else host.next - 1
+def _last_issued(walk, w, log):
+    """The index in the walk of the largest node not held that the period finished or that runs at B: every op the
+    period issued is one of them."""
+    held_set, rank = walk.held_set, w.rank
+    issued = [n for r, n, _s, _e in log if r == rank and n not in held_set]
+    issued += [n for n in w.node_start_ns.keys() - held_set]
+    return walk.index(max(issued)) if issued else w.host.next - 1
 
 
 def _launched_in_time(walk, host, y, d, k, period, t_a):
@@ -224,19 +259,14 @@ def _launched_in_time(walk, host, y, d, k, period, t_a):
     return k
 
 
-def early(folder, ahead, period, shift, touched, t_a):
-    """Why a jump from A is refused before the trace is compared (check 1 on the period and its first repeat, which
-    costs little), or None."""
-    for rank in ahead:
-        w = folder.by_rank[rank]
-        walk = folder.walks[rank]
-        if _launched_in_time(walk, w.host, _last_issued(walk, touched[rank], w.host), shift[rank], 1, period,
-                             t_a) < 1:
-            return f"rank {rank}'s host is not far enough ahead of its GPU: an op would wait for its launch"
-    return None
+def early(folder, ahead, period, shift, log, inert, t_a, t_b):
+    """Why no jump from A to B can be taken, from the checks on the period and its first repeat (which every number
+    of repeats needs, and which cost little beside comparing the trace), or None."""
+    repeats, found = plan(folder, ahead, 1, period, shift, log, inert, t_a, t_b, probe=True)
+    return None if repeats else found
 
 
-def _landing(folder, landing, k, period, t_a, t_b, engine):
+def _landing(folder, landing, k, period, t_a, t_b, engine, probe=False):
     """Per rank the host at ``t_B + k P`` (see :func:`land`), or why the jump cannot land there."""
     t_l = t_b + k * period
     out = {}
@@ -263,25 +293,30 @@ def _landing(folder, landing, k, period, t_a, t_b, engine):
         ticks = tick_log.ticks
         lo, hi = bisect_right(ticks, t_a), bisect_right(ticks, t_b)
         gpu_ticks = dict(zip(ticks[lo:hi], tick_log.opened[lo:hi]))
+        arrivals = _between(tick_log.arrivals, t_a, t_b)
         i_b = host.held_next
         for x, (h, t) in enumerate(posts):  # a wake-up is registered at the launch before it (the last wake-up's)
             if x and posts[x - 1][1] == t:
                 continue  # posted by the same wake-up
             j = -(-(t - t_b) // period)
             opened = gpu_ticks.get(t - j * period)
-            if opened is not None:  # harmless when the GPU's batch was opened first (the wake-up joins it)
+            if opened is not None and t - j * period in arrivals:  # (harmless without an arrival of the rank there)
                 if x == 0 and i_b == 0:
                     return f"rank {rank}'s first wake-up would share a tick with the GPU's events"
                 registered = posts[x - 1][1] if x else walk.launch(host, walk.index(held[i_b - 1]))
-                if opened + j * period >= registered:
-                    return f"rank {rank}'s wake-up at {t:,} ns would open a batch the GPU's events join"
+                if opened + j * period >= registered:  # (harmless when the GPU's batch was first: the wake-up joins)
+                    return (f"rank {rank}'s wake-up at {t:,} ns would open a batch the GPU's events join, beside an "
+                            "arrival")
+        if probe:
+            continue
         for n in in_flight:  # matched at B: its image is posted by the landing
             if walk.launch(host, walk.index(n + k * d)) > t_l:
                 return f"rank {rank}'s host would post a receive matched at the landing after it"
         bucket = engine.buckets.get(t_star - k * period) if star is not None else None
         if bucket is not None and not _apart(folder, bucket, rank):
             return f"rank {rank}'s wake-up would share its nanosecond ({t_star:,} ns) with events of its rank"
-        out[rank] = (posts, i, star, i_star, t_star)
+        alone = len({t for _h, t in posts if t - -(-(t - t_b) // period) * period not in gpu_ticks})
+        out[rank] = (posts, i, star, i_star, t_star, alone)
     return out
 
 
@@ -292,6 +327,11 @@ def wake_event(folder, fn, arg):
         return False
     rank = fn.__self__.rank
     return rank in folder.ahead_now and wake_only(folder.systems[rank], arg, folder.by_rank[rank])
+
+
+def _between(times, t_a, t_b):
+    """The times of a sorted list in ``t_a < t <= t_b``, as a set."""
+    return set(times[bisect_right(times, t_a):bisect_right(times, t_b)])
 
 
 def _apart(folder, bucket, rank):
@@ -319,12 +359,13 @@ def _apart(folder, bucket, rank):
 
 
 def events_skipped(folder, lands, k, t_a, t_b):
-    """The engine events the repeats run beyond ``k`` times the period's: each rank's wake-ups over them (one event
-    a launch time, none sharing a tick with the GPU's batches) less ``k`` times those alone over the period."""
+    """The engine events the repeats run beyond ``k`` times the period's: each rank's wake-ups alone in their batch
+    over them (one a launch time, but at a tick of the GPU's batches, moved) less ``k`` times those over the
+    period."""
     extra = 0
-    for rank, (posts, *_rest) in lands.items():
+    for rank, (*_rest, alone) in lands.items():
         wakes = folder.tick_logs[rank].wakes
-        extra += len({t for _h, t in posts}) - k * (bisect_right(wakes, t_b) - bisect_right(wakes, t_a))
+        extra += alone - k * (bisect_right(wakes, t_b) - bisect_right(wakes, t_a))
     return extra
 
 
@@ -365,7 +406,7 @@ def land(folder, rank, found, t_l):
     w = folder.by_rank[rank]
     host = w.host
     walk = folder.walks[rank]
-    posts, i, star, i_star, t_star = found
+    posts, i, star, i_star, t_star, _alone = found
     held_b = time_host.undispatched(w)
     launch = walk.launch
     first = i_star
@@ -400,7 +441,7 @@ def post(folder, rank, found, used):
 
 def register_wake(folder, rank, found, taken):
     """The host's wake-up at its shifted time, the one event of its nanosecond (:func:`plan` checked none other)."""
-    _posts, _i, star, _i_star, t_star = found
+    _posts, _i, star, _i_star, t_star, _alone = found
     if star is None:
         return  # it has posted every held op
     fn, history, wake = taken[rank]

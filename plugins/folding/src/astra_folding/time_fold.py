@@ -99,10 +99,11 @@ from astra_sim.system.frontend import Message
 from astra_folding.time_collectives import CollectiveCanon, Incomparable, counters
 from astra_folding.time_anchor import MAX_P2P_PERIOD, p2p_period as _p2p_period
 from astra_folding import time_ahead, time_host
-from astra_folding.time_inert import InertReceives, to_check
+from astra_folding.time_inert import InertReceives, preposted_repeats
 from astra_folding.time_ties import RESET_TIMES
 from astra_folding.time_jump import (
-    ARRIVED, CALL_EVENTS, LAUNCH, NODE_DONE, TIMED_OUT, WAKE, JumpMixin, channel, interval_marks, kernel_method, wrap_tag,
+    ARRIVED, CALL_EVENTS, LAUNCH, NODE_DONE, TIMED_OUT, WAKE, JumpMixin, channel, interval_marks, kernel_method,
+    message_key as _key,
 )
 
 #: compute models whose time for a node depends on the node only and that keep no per-node records
@@ -321,8 +322,8 @@ class TimeFolder(JumpMixin):
             self.walks[rank] = time_ahead.Walk(self.by_rank[rank])
         if self.tick_logs and len(posting - ahead) == len(self.workloads):  # no host holds ops: nothing to follow
             time_ahead.uninstall(self, self.tick_logs)
-        if posting != self.posting or ahead != self.ahead_now:  # (a host ahead or done posting: look again)
-            self.ahead_now = ahead
+        self.ahead_now = ahead  # (a state with a host ahead compares unequal to one without: no new start)
+        if posting != self.posting:  # (a host ahead or done posting: look again)
             if self.posting is not None:
                 self._scan_log()
                 self.snapshots, self.log = {}, []
@@ -381,7 +382,8 @@ class TimeFolder(JumpMixin):
         self._seen = {}
         self._running = {}  # per rank its running nodes but the pre-posted receives (see _rank)
         histories = self._histories() if self.width == 3 else None
-        events = tuple((t - now, e) for t in sorted(engine.buckets) if (e := self._events(engine.buckets[t], self.width)))
+        events = tuple((t - now, e) for t in sorted(engine.buckets)
+                       if (e := self._events(engine.buckets[t], self.width)))
         ranks = tuple(self._rank(w) for w in self.workloads)
         waiting = []
         for w in (self.workloads if self.inert_cache is not None else ()):  # the sends and receives running now
@@ -534,6 +536,12 @@ class TimeFolder(JumpMixin):
         period = t_b - t_a
         work = self.work
         shift = {r: f_b[r] - f_a[r] for r in f_b}
+        ahead = self.ahead_now
+        inert = self.inert_receives()
+        early = ahead and time_ahead.early(self, ahead, period, shift, self.log[log_a:log_b], inert, t_a, t_b)
+        if early:  # (before the trace is compared: a host ahead of its GPU too little refuses most periods)
+            self.reason = f"the state repeated after {period:,} ns but {early}"
+            return None
         # the nodes the period touched: those named by the state at A and at B (its own and its images' are
         # the same relative to the finished counts), those it finished, and their children
         touched = {r: {f_a[r] + rel for rel in rels} | {f_b[r] + rel for rel in rels} for r, rels in refs.items()}
@@ -542,9 +550,7 @@ class TimeFolder(JumpMixin):
             ids = touched[rank]
             ids.add(node_id)
             ids.update(self.by_rank[rank].children[node_id])
-        inert = self.inert_receives()
         self._now = t_b
-        ahead = self.ahead_now
         for w in self.workloads:
             if w.host is None or w.rank in ahead:  # (a host ahead is run forward: time_ahead)
                 continue
@@ -554,21 +560,17 @@ class TimeFolder(JumpMixin):
                 self.reason = (f"the state repeated after {period:,} ns but rank {w.rank}'s host, behind its GPU, is "
                                "not far enough behind to launch every repeat's kernels in time")
                 return None
-        early = ahead and time_ahead.early(self, ahead, period, shift, touched, t_a)
-        if early:
-            self.reason = f"the state repeated after {period:,} ns but {early}"
-            return None
         try:
             repeats, tag_steps = self._repeats(touched, shift)
             for w in self.workloads:
                 repeats = time_host.held_repeats(w, touched[w.rank], shift[w.rank], repeats, self.parents[w.rank])
             if repeats:
-                repeats = self._preposted_repeats(repeats, touched, shift, tag_steps,
+                repeats = preposted_repeats(self, repeats, touched, shift, tag_steps,
                                                   time_ahead.candidates(self, inert, ahead), self.log[log_a:log_b])
             lands = None
             if repeats and ahead:
-                repeats, lands = time_ahead.plan(self, ahead, repeats, period, shift, touched, self.log[log_a:log_b],
-                                                 inert, t_a, t_b)
+                repeats, lands = time_ahead.plan(self, ahead, repeats, period, shift, self.log[log_a:log_b], inert,
+                                                 t_a, t_b)
                 if not repeats:
                     self.reason = f"the state repeated after {period:,} ns but {lands}"
                     return None
@@ -723,64 +725,6 @@ class TimeFolder(JumpMixin):
                     return 0, {}
         return limit, tag_steps
 
-    def _preposted_repeats(self, limit, touched, shift, tag_steps, inert, log):
-        """How many repeats the pre-posted receives allow: every pre-posted receive a repeat's node finishes or
-        matches must be waiting now (posted at the start, not yet used), and a pre-posted receive that a repeat's
-        send or receive looks up (its key is a key the period looked up, moved) must be the image of a node the
-        period touched, with the same signature: then every lookup of the repeats finds what the period's found,
-        moved. Returns ``limit`` or fewer.
-
-        The keys the period looked up are taken as those of the touched sends and receives dispatched by now (B):
-        every node the period dispatched is touched (finished since A, or running at B), and a node not dispatched
-        yet (not issued, or waiting for its host's launch) looks its key up in a repeat, as the image of one the
-        period dispatched: counting it too would ask a pre-posted receive that a repeat finds to be the image of
-        one touched one period too late."""
-        now = self.engine.now
-        looked_up = set()
-        for rank, ids in touched.items():
-            w = self.by_rank[rank]
-            nodes, starts, left, waiting = w.nodes, w.node_start_ns, w.parents_left, None
-            held = (time_host.undispatched(w) if w.host is not None and (rank not in self.posting or rank in self.ahead_now)
-                    else ())
-            for node_id in ids:
-                key = _key(rank, nodes.get(node_id), self.symmetry)
-                if key is None or starts.get(node_id, now) > now or left.get(node_id, 0) > 0 or node_id in held:
-                    continue  # not a send or receive, or waiting for its launch (held too) or its parents
-                if waiting is None:
-                    waiting = w.waiting()
-                if node_id not in waiting:  # (a ready node waits for its slot)
-                    looked_up.add(key)
-        tags_of = {}
-        for tag, src, dst, size in looked_up:
-            tags_of.setdefault((src, dst, size), set()).add(tag)
-        bounds = {channel: (min(tags), max(tags)) for channel, tags in tags_of.items()}
-        for (src, dst, size), tag, y in to_check(self.inert_cache, inert, tags_of, tag_steps, bounds, limit):
-            tags = tags_of[(src, dst, size)]
-            step = tag_steps.get((src, dst, size))  # a touched node looked the channel up: it has one
-            if step is None:
-                return 0
-            if step > 0 and tag - limit * step >= 0:  # no wrap: only the j that land between the period's tags
-                low, high = bounds[(src, dst, size)]
-                steps = range(max(1, -((high - tag) // step)), min(limit, (tag - low) // step) + 1)
-            else:
-                steps = range(1, limit + 1)
-            hits = [j for j in steps if wrap_tag(tag - j * step) in tags]
-            for j in hits:
-                x = y - j * shift[dst]
-                if x not in touched[dst] or not self._alike(dst, x, y, j * step):
-                    limit = j - 1
-                    break
-        running = {w.rank: w.node_start_ns for w in self.workloads}
-        ends = [(rank, n) for rank, n, _s, _e in log if n in self.root_recvs[rank]]
-        ends += [(w.rank, n) for w in self.workloads  # (set operations in C: the trace posts thousands at the start)
-                 for n in (w.node_start_ns.keys() & self.root_recvs[w.rank]) - inert[w.rank].keys()]
-        for rank, n in ends:
-            j = 1
-            while j <= limit and n + j * shift[rank] in running[rank]:
-                j += 1
-            limit = min(limit, j - 1)
-        return limit
-
 
 def _read_attrs(attrs):
     """A node's attributes that the simulation reads (all but :data:`UNREAD_ATTRS` and ``comm_tag``)."""
@@ -802,13 +746,6 @@ def _moved_evenly(before, after):
         if ca != cb or steps.setdefault(ca, y - x) != y - x:
             return False
     return True
-
-
-def _key(rank, node, symmetry=None):
-    """The matcher's key (tag, src, dst, size) a send or receive node of ``rank`` looks up, or None."""
-    if node is None or node.type not in _P2P:
-        return None
-    return (wrap_tag(node.attrs.get("comm_tag", 0)),) + channel(rank, node, symmetry)
 
 
 def _parent_counts(children):

@@ -11,6 +11,9 @@ from itertools import filterfalse
 
 from astra_sim.system.frontend import Message
 
+from astra_folding import time_host
+from astra_folding.time_jump import message_key, wrap_tag
+
 
 class InertReceives:
     """The lone pre-posted receive waiting under each key of the matcher, per rank and per channel. A message waits
@@ -148,3 +151,62 @@ def to_check(cache, inert, tags_of, tag_steps, bounds, limit):
 
 def _messages(head):
     return [head] if head.__class__ is Message else list(head)
+
+
+def preposted_repeats(folder, limit, touched, shift, tag_steps, inert, log):
+    """How many repeats the pre-posted receives allow (``folder``: the :class:`~astra_folding.time_fold.TimeFolder`):
+    every pre-posted receive a repeat's node finishes or matches must be waiting now (posted at the start, not yet
+    used), and a pre-posted receive that a repeat's send or receive looks up (its key is a key the period looked
+    up, moved) must be the image of a node the period touched, with the same signature: then every lookup of the
+    repeats finds what the period's found, moved. Returns ``limit`` or fewer.
+
+    The keys the period looked up are taken as those of the touched sends and receives dispatched by now (B):
+    every node the period dispatched is touched (finished since A, or running at B), and a node not dispatched
+    yet (not issued, or waiting for its host's launch) looks its key up in a repeat, as the image of one the
+    period dispatched: counting it too would ask a pre-posted receive that a repeat finds to be the image of
+    one touched one period too late."""
+    now = folder.engine.now
+    looked_up = set()
+    for rank, ids in touched.items():
+        w = folder.by_rank[rank]
+        nodes, starts, left, waiting = w.nodes, w.node_start_ns, w.parents_left, None
+        held = (time_host.undispatched(w)
+                if w.host is not None and (rank not in folder.posting or rank in folder.ahead_now) else ())
+        for node_id in ids:
+            key = message_key(rank, nodes.get(node_id), folder.symmetry)
+            if key is None or starts.get(node_id, now) > now or left.get(node_id, 0) > 0 or node_id in held:
+                continue  # not a send or receive, or waiting for its launch (held too) or its parents
+            if waiting is None:
+                waiting = w.waiting()
+            if node_id not in waiting:  # (a ready node waits for its slot)
+                looked_up.add(key)
+    tags_of = {}
+    for tag, src, dst, size in looked_up:
+        tags_of.setdefault((src, dst, size), set()).add(tag)
+    bounds = {channel: (min(tags), max(tags)) for channel, tags in tags_of.items()}
+    for (src, dst, size), tag, y in to_check(folder.inert_cache, inert, tags_of, tag_steps, bounds, limit):
+        tags = tags_of[(src, dst, size)]
+        step = tag_steps.get((src, dst, size))  # a touched node looked the channel up: it has one
+        if step is None:
+            return 0
+        if step > 0 and tag - limit * step >= 0:  # no wrap: only the j that land between the period's tags
+            low, high = bounds[(src, dst, size)]
+            steps = range(max(1, -((high - tag) // step)), min(limit, (tag - low) // step) + 1)
+        else:
+            steps = range(1, limit + 1)
+        hits = [j for j in steps if wrap_tag(tag - j * step) in tags]
+        for j in hits:
+            x = y - j * shift[dst]
+            if x not in touched[dst] or not folder._alike(dst, x, y, j * step):
+                limit = j - 1
+                break
+    running = {w.rank: w.node_start_ns for w in folder.workloads}
+    ends = [(rank, n) for rank, n, _s, _e in log if n in folder.root_recvs[rank]]
+    ends += [(w.rank, n) for w in folder.workloads  # (set operations in C: the trace posts thousands at the start)
+             for n in (w.node_start_ns.keys() & folder.root_recvs[w.rank]) - inert[w.rank].keys()]
+    for rank, n in ends:
+        j = 1
+        while j <= limit and n + j * shift[rank] in running[rank]:
+            j += 1
+        limit = min(limit, j - 1)
+    return limit

@@ -66,6 +66,13 @@ def channel(rank, node, symmetry=None):
     return None
 
 
+def message_key(rank, node, symmetry=None):
+    """The matcher's key (tag, src, dst, size) a send or receive node of ``rank`` looks up, or None."""
+    if node is None or node.type not in (T.COMM_SEND_NODE, T.COMM_RECV_NODE):
+        return None
+    return (wrap_tag(node.attrs.get("comm_tag", 0)),) + channel(rank, node, symmetry)
+
+
 def interval_marks(contention):
     """How far the gpu model's contention records are: (contended kernels, per rank its compute intervals, per
     rank its communication intervals)."""
