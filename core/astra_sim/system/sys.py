@@ -40,8 +40,7 @@ class DataSet:
         self.creation_ns = creation_ns
         self.active = True
         # streams whose last phase is a running TimedCollective, and the latest of their ends (end_ns)
-        self.timed_streams = 0
-        self.timed_end_ns = 0
+        self.timed_streams = self.timed_end_ns = 0
 
     def end_ns(self):
         """The collective's end once every chunk runs its last phase as a :class:`TimedCollective` (NCCL's model,
@@ -58,10 +57,8 @@ class DataSet:
 class Stream:
     """One chunk of a collective moving through its phases."""
 
-    __slots__ = (
-        "sys", "stream_id", "tag", "priority", "phases", "dataset", "current_queue_id",
-        "initialized", "algorithm",
-    )
+    __slots__ = ("sys", "stream_id", "tag", "priority", "phases", "dataset", "current_queue_id", "initialized",
+                 "algorithm")
     sys: Sys
     phases: deque
     dataset: DataSet
@@ -135,12 +132,9 @@ class CommunicatorGroup:
 class Sys:
     """The system layer of one rank."""
 
-    __slots__ = (
-        "shared", "rank", "engine", "endpoint_delay_ns", "local_mem_bw", "_pending", "_spare",
-        "_call_events_fn", "num_streams", "priority_counter", "_topologies", "levels",
-        "active_streams", "running_streams", "queue_threshold", "msg_send", "msg_recv", "group_levels",
-        "collectives",
-    )
+    __slots__ = ("shared", "rank", "engine", "endpoint_delay_ns", "local_mem_bw", "_pending", "_spare",
+                 "_call_events_fn", "num_streams", "priority_counter", "_topologies", "levels", "active_streams",
+                 "running_streams", "queue_threshold", "msg_send", "msg_recv", "group_levels", "collectives")
     engine: EventEngine
     # pending batches, tick -> [fn, arg, ...]. A dict, not a scanned list: a pipeline rank with the host model holds
     # hundreds of future ticks (a scan made the MLPerf GPT-3 step 1.85x slower). Not dict[int]: compiled, each lookup
