@@ -34,8 +34,7 @@ class EventEngine:
         self._hot2: list[Any] = []
 
     def use_fold(self, fold):
-        """Hand this empty engine's event order to a folded run's ``fold``, whose ``schedule_at`` and ``run`` replace
-        its own (each event carries its history, for the fold's exactness check)."""
+        """Hand this empty engine's event order to a folded run's ``fold`` (its ``schedule_at`` and ``run``)."""
         if self.times or self._end_of_ns:
             raise ValueError("an engine can only be folded before anything is scheduled")
         self.fold = fold
@@ -55,12 +54,15 @@ class EventEngine:
                 return
             new = self.buckets.get(time_ns)
             if new is None:
-                new = self.buckets[time_ns] = []
+                new = self.buckets[time_ns] = [fn, arg]  # (made with its event: most buckets hold one or two)
                 heappush(self.times, time_ns)
-            bucket = new
+            else:
+                new.append(fn)
+                new.append(arg)
             if self._hot_ns != -2:
                 self._hot2_ns, self._hot2 = self._hot_ns, self._hot
-                self._hot_ns, self._hot = time_ns, bucket
+                self._hot_ns, self._hot = time_ns, new
+            return
         bucket.append(fn)
         bucket.append(arg)
 
@@ -71,9 +73,8 @@ class EventEngine:
         self.schedule(time_ns - self.now, fn, arg)
 
     def at_end_of_ns(self, fn: Any, arg: Any = None) -> None:
-        """Run ``fn(arg)`` after every event of now, those they schedule included: a decision that must not depend on
-        the order of one nanosecond's events (what runs beside a kernel) waits for all of them. ``fn`` runs with the
-        deferring event's :attr:`current` (a folded run's history)."""
+        """Run ``fn(arg)`` after every event of now, those they schedule included (a decision that must not depend on
+        their order: what runs beside a kernel), with the deferring event's :attr:`current` (a folded run's history)."""
         self._end_of_ns += (fn, arg, self.current)
 
     def pending(self) -> int:
@@ -124,7 +125,10 @@ class EventEngine:
                     bucket[i](bucket[i + 1])
                     i += 2
                 count += i >> 1
-                self._hot_ns = self._hot2_ns = -1  # (one of them may be this bucket)
+                if self._hot_ns == time_ns:  # (one of them may be this bucket)
+                    self._hot_ns = -1
+                elif self._hot2_ns == time_ns:
+                    self._hot2_ns = -1
                 del buckets[time_ns]
                 if self._end_of_ns:
                     count += self._run_end_of_ns()
