@@ -65,7 +65,9 @@ kernels, are the period's images: they are replayed per rank (``_repeat_interval
 
 *A host* (``host_launch_us``, every ``--platform`` run's default) launches the GPU ops in trace order: its
 position, clock and what waits for it are compared, or that it is behind its GPU; the ops it holds from the start
-(the receives without parents) are the trace's, posted at its launches (:mod:`astra_folding.time_host`).
+(the receives without parents) are the trace's, posted at its launches (:mod:`astra_folding.time_host`). A host
+ahead of its GPU, posting them early, is not compared and is run forward at the jump
+(:mod:`astra_folding.time_ahead`, whose checks keep the GPU side blind to it).
 
 *The jump.* The repeats' finished nodes are reported: when nothing but the span recorder observes finished
 nodes (the breakdown, timelines and the critical path read spans), in bulk: each rank's spans get the

@@ -15,6 +15,9 @@ While held ops are left, the receives without parents that the host has posted a
 their launch, a position of the host's); once it has posted them all they are pre-posted, as without a host:
 posted before the state, at their own times (:func:`posts_all`).
 
+*Ahead.* A host that still holds ops and waits for nothing says :data:`AHEAD` instead of all of the above:
+:mod:`astra_folding.time_ahead` runs it forward at a jump.
+
 *Behind.* A host faster than its GPU falls behind by more every period: its clock is never the same relative to
 now. Once it has dispatched every held op, waits for no op and no op left makes it wait (``host_waits``), and its
 clock is at or before now, the state says :data:`BEHIND` instead; a jump from A to B needs its clock at B at or
