@@ -48,7 +48,7 @@ def test_search_example_prints_what_the_page_shows(tmp_path, monkeypatch, capsys
     costs it more than the pipeline's wait: docs/energy.md). Energy does not rank as the step does: PP 2 with
     micro-batches of 1 is slower than TP 2 DP 4 with micro-batches of 2 but needs less energy, its GPUs drawing
     less. TP 8 with micro-batches of 1 is never simulated: its lower bound on the IT energy is above the best, its
-    step's bound above the fastest step and above --max-step-time-ms 99.5, which ranks every other layout but the
+    step's bound above the fastest step and above --max-step-time-ms 100, which ranks every other layout but the
     fastest out."""
     import json
     import shlex
@@ -121,14 +121,14 @@ def test_search_example_prints_what_the_page_shows(tmp_path, monkeypatch, capsys
     assert dollars == sorted(dollars) and [_layout(p) for p in cost["pruned"]] == [(8, 1, 1)]
 
     # the step-time bound: the slower layouts are ranked out, TP 8 with micro-batches of 1 by its lower bound
-    assert main([*LAYOUTS, "--objective", "energy", "--max-step-time-ms", "99.5", "--points", points, "-o",
+    assert main([*LAYOUTS, "--objective", "energy", "--max-step-time-ms", "100", "--points", points, "-o",
                  str(bound_json)]) == 0
-    assert "5 layouts ranked out: slower than --max-step-time-ms 99.5 (1 of them by their lower bound, not " \
+    assert "5 layouts ranked out: slower than --max-step-time-ms 100 (1 of them by their lower bound, not " \
            "simulated)" in capsys.readouterr().out
     bound = json.loads(bound_json.read_text())
-    assert bound["max_step_ns"] == 99_500_000 and [_layout(r) for r in bound["ranked"]] == [(2, 2, 2)]
+    assert bound["max_step_ns"] == 100_000_000 and [_layout(r) for r in bound["ranked"]] == [(2, 2, 2)]
     over = {_layout(o): o for o in bound["over_max_step_time"]}
-    assert all(o.get("step_ns", o.get("bound_ns")) > 99_500_000 for o in over.values()) and (8, 1, 1) in over
+    assert all(o.get("step_ns", o.get("bound_ns")) > 100_000_000 for o in over.values()) and (8, 1, 1) in over
     assert bound["pruned"] == []
 
 
