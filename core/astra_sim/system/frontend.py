@@ -60,8 +60,7 @@ class SendRecvMatcher:
         self._waiting = {}
         # key -> what holds its messages instead of _waiting while a ring posts it (astra_collectives_native.channel)
         self.channels = {}
-        self.messages = 0
-        self.bytes = 0
+        self.messages = self.bytes = 0
 
     def send(self, src, dst, size, tag, fn, arg) -> None:
         """Post a send; ``fn(arg)`` (if fn is not None) runs when the message has arrived at ``dst``."""

@@ -34,11 +34,8 @@ class DataSet:
 
     def __init__(self, total_streams, creation_ns, node_id=-1):
         self.node_id = node_id  # the collective's trace node (timelines label its phases with it)
-        self.total_streams = total_streams
-        self.finished_streams = 0
-        self.notifier = None
-        self.creation_ns = creation_ns
-        self.active = True
+        self.total_streams, self.finished_streams, self.notifier = total_streams, 0, None
+        self.creation_ns, self.active = creation_ns, True
         # streams whose last phase is a running TimedCollective, and the latest of their ends (end_ns)
         self.timed_streams = self.timed_end_ns = 0
 
@@ -119,8 +116,7 @@ class CommunicatorGroup:
     __slots__ = ("group_id", "npus", "position", "num_streams", "plans")
 
     def __init__(self, group_id, npus, rank, stream_base_id=None):
-        self.group_id = group_id
-        self.npus = list(npus)
+        self.group_id, self.npus = group_id, list(npus)
         ordered = sorted(npus)
         self.position = ordered.index(rank) if rank in ordered else -1
         # Stream ids (message tags) count from the group id; a folded run counts all groups of one class from one id
@@ -132,15 +128,18 @@ class CommunicatorGroup:
 class Sys:
     """The system layer of one rank."""
 
-    __slots__ = ("shared", "rank", "engine", "endpoint_delay_ns", "local_mem_bw", "_pending", "_spare",
-                 "_call_events_fn", "num_streams", "priority_counter", "_topologies", "levels", "active_streams",
-                 "running_streams", "queue_threshold", "msg_send", "msg_recv", "group_levels", "collectives")
+    __slots__ = ("shared", "rank", "engine", "endpoint_delay_ns", "local_mem_bw", "_pending", "_spare", "_last_tick",
+                 "_last_batch", "_call_events_fn", "num_streams", "priority_counter", "_topologies", "levels",
+                 "active_streams", "running_streams", "queue_threshold", "msg_send", "msg_recv", "group_levels",
+                 "collectives")
     engine: EventEngine
     # pending batches, tick -> [fn, arg, ...]. A dict, not a scanned list: a pipeline rank with the host model holds
     # hundreds of future ticks (a scan made the MLPerf GPT-3 step 1.85x slower). Not dict[int]: compiled, each lookup
     # would box the tick anew
     _pending: dict[object, list]
     _spare: list | None  # a run batch's list of two, reused by the next (not a list made and freed per batch)
+    _last_tick: object  # the tick object and list of the batch opened last: mostly the next to run (found by identity)
+    _last_batch: list
     active_streams: list[list[Stream]]
     running_streams: list[int]
     queue_threshold: int
@@ -152,7 +151,7 @@ class Sys:
         self.endpoint_delay_ns = shared.system_config.endpoint_delay_ns
         self.local_mem_bw = shared.system_config.local_mem_bw_bytes_per_s
         self._pending = {}
-        self._spare = None
+        self._spare, self._last_tick, self._last_batch = None, None, []
         self._call_events_fn = self._call_events if shared.symmetry is None else self._call_events_folded
         self.num_streams = 0
         self.priority_counter = 0
@@ -183,6 +182,7 @@ class Sys:
             new[0], new[1] = fn, arg
         batch = self._pending.setdefault(tick, new)  # (one lookup: on the scale cases 98 % open a batch)
         if batch is new:
+            self._last_tick, self._last_batch = tick, new
             engine.schedule(delay_ns, self._call_events_fn, tick)
         else:
             batch.append(fn)
@@ -194,7 +194,7 @@ class Sys:
         self._call_events(tick)
 
     def _call_events(self, tick) -> None:
-        batch = self._pending[tick]
+        batch = self._last_batch if tick is self._last_tick else self._pending[tick]
         i = 0
         while i < len(batch):  # (events for this tick registered while it runs join it)
             batch[i](batch[i + 1])
