@@ -198,6 +198,9 @@ def plan(folder, ahead, k, period, shift, log, inert, t_a, t_b, probe=False):
     whatever the number of repeats (:func:`early`)."""
     engine = folder.engine
     landing = {}
+    rows = {}  # the period's finished nodes per rank
+    for row in log:
+        rows.setdefault(row[0], []).append(row)
     for rank in ahead:
         w = folder.by_rank[rank]
         host, walk, ticks = w.host, folder.walks[rank], folder.tick_logs.get(rank)
@@ -212,12 +215,12 @@ def plan(folder, ahead, k, period, shift, log, inert, t_a, t_b, probe=False):
         b_wake = host.held[host.held_next]
         if not wake_only(folder.systems[rank], host.at[b_wake], w):
             return 0, f"rank {rank}'s wake-up shares its batch with the GPU's events"
-        y = _last_issued(walk, w, log)
+        y = _last_issued(walk, w, rows.get(rank, ()))
         limit = _launched_in_time(walk, host, y, d, k, period, t_a)  # 1: no op waits for its launch
         if limit < 1:
             return 0, f"rank {rank}'s host is not far enough ahead of its GPU: an op would wait for its launch"
         # 2: held receives posted before their messages arrive
-        ends = [(n, s, e) for r, n, s, e in log if r == rank and n in held_set]
+        ends = [(n, s, e) for _r, n, s, e in rows.get(rank, ()) if n in held_set]
         for n, s, e in ends:
             if s >= e or w.nodes[n].type != T.COMM_RECV_NODE:
                 return 0, f"rank {rank}'s host posted a receive as its message arrived or after"
@@ -242,11 +245,11 @@ def plan(folder, ahead, k, period, shift, log, inert, t_a, t_b, probe=False):
     return 0, reason
 
 
-def _last_issued(walk, w, log):
+def _last_issued(walk, w, rows):
     """The index in the walk of the largest node not held that the period finished or that runs at B: every op the
     period issued is one of them."""
-    held_set, rank = walk.held_set, w.rank
-    issued = [n for r, n, _s, _e in log if r == rank and n not in held_set]
+    held_set = walk.held_set
+    issued = [n for _r, n, _s, _e in rows if n not in held_set]
     issued += [n for n in w.node_start_ns.keys() - held_set]
     return walk.index(max(issued)) if issued else w.host.next - 1
 
