@@ -1,12 +1,12 @@
 """Issue 37's time-folding bar on the MLPerf Training v3.1 GPT-3 175B layout (``bench_mlperf_gpt3.py``'s workload:
 TP 4, PP 8, 12 virtual stages, DP 16 on 64 ``hgx-h100`` nodes, 512 ranks folded by symmetry to 8), ``astra run
---time-fold`` at 16 and 32 micro-batches: this checkout against an earlier one (``--baseline DIR``, e.g. ``git
+--time-fold`` at 16, 32 and 64 micro-batches: this checkout against an earlier one (``--baseline DIR``, e.g. ``git
 archive COMMIT core plugins testing | tar -x -C DIR``), and against the same run without ``--time-fold``
 (``--plain``), alternated. Prints the user CPU of each whole ``astra run`` (min of ``--rounds``), what was jumped
 over, and whether every report is the same as the baseline's and the plain run's (every number but the run's own
 timings and ``settings.fold.time``).
 
-    python benchmarks/bench_mlperf_time_fold.py [--micro-batches 16,32] [--baseline DIR] [--this DIR] [--plain]
+    python benchmarks/bench_mlperf_time_fold.py [--micro-batches 16,32,64] [--baseline DIR] [--this DIR] [--plain]
                                                 [--rounds N]
 """
 
@@ -48,7 +48,7 @@ def _comparable(report):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--micro-batches", default="16,32")
+    parser.add_argument("--micro-batches", default="16,32,64")
     parser.add_argument("--baseline", help="an earlier checkout's root, run beside this one")
     parser.add_argument("--this", help="run this tree's sources (a checkout's root) instead of the installed ones")
     parser.add_argument("--plain", action="store_true", help="also run this checkout without --time-fold")
