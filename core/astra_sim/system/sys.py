@@ -182,7 +182,8 @@ class Sys:
             new[0], new[1] = fn, arg
         batch = self._pending.setdefault(tick, new)  # (one lookup: on the scale cases 98 % open a batch)
         if batch is new:
-            self._last_tick, self._last_batch = tick, new
+            if delay_ns + engine.now > 256:  # (CPython shares the ints up to 256: their identity is not this batch's)
+                self._last_tick, self._last_batch = tick, new
             engine.schedule(delay_ns, self._call_events_fn, tick)
         else:
             batch.append(fn)
