@@ -95,3 +95,28 @@ def test_random_pipelines_with_a_host_ahead_give_the_same_numbers_folded_in_time
         if model != "replay":
             _as_aten_ops(args[0], stages)
         check_exact(args, no_fold_run=False, **options)
+
+
+def test_messages_take_time_asks_the_network_for_every_held_receive():
+    """The guard of the landing's ordering argument: every held receive's message must take at least 1 ns."""
+    walk = SimpleNamespace(keys={5: (7, 1, 0, 8), 9: (8, 2, 0, 0)})
+    asked = []
+
+    def delay(src, dst, size):
+        asked.append((src, dst, size))
+        return 0 if size == 0 else 40
+
+    assert time_ahead.messages_take_time(walk, delay) is False
+    assert sorted(asked) == [(1, 0, 8), (2, 0, 0)]
+    assert time_ahead.messages_take_time(walk, lambda src, dst, size: 1) is True
+    assert time_ahead.messages_take_time(SimpleNamespace(keys={}), delay) is True  # nothing held: nothing to order
+
+
+def test_a_host_with_zero_ns_messages_is_not_run_ahead(tmp_path, landed):
+    """1-byte messages on a network with no latency arrive in the nanosecond they are sent (50 bytes a ns): such
+    a host is never run forward (messages_take_time), and the run folds in time as the run without --time-fold
+    to the ns."""
+    args = write_pipeline(tmp_path, 4, 64, 1, 4, size=1)
+    (tmp_path / "net.yml").write_text("topology: [ Ring ]\nnpus_count: [4]\nbandwidth: [50]\nlatency: [0]\n")
+    check_exact(args, host_launch_us=5)
+    assert not landed

@@ -176,6 +176,13 @@ class Walk:
         return bisect_left(self.waits, lo) < bisect_right(self.waits, hi)
 
 
+def messages_take_time(walk, delay):
+    """Whether every held receive's message takes at least 1 ns on the network (``delay``: its closed-form
+    ``delay_ns``). The landing's ordering argument rests on it (ranks meet only through messages, which take time);
+    a rank with a zero-ns message is not run ahead: its host stays compared, as a host behind its GPU."""
+    return all(delay(src, dst, size or 0) > 0 for _tag, src, dst, size in walk.keys.values())
+
+
 def candidates(folder, inert, ahead):
     """The receives a repeat's lookup may find: the pre-posted ones waiting (``inert``) and, per rank whose host is
     ahead, the held receives it has not posted yet (it may post them before a repeat looks them up)."""

@@ -201,7 +201,7 @@ class TimeFolder(JumpMixin):
         self.scanned = 0  # how much of the log _scan_log has seen
         self.posting = None  # the ranks whose receives without parents are pre-posted (time_host.posts_all)
         self.ahead_now = frozenset()  # the ranks whose host is ahead of its GPU (time_ahead), of them
-        self.walks = {}  # per rank whose host was ahead: its walk (time_ahead.Walk)
+        self.walks = {}  # per rank whose host was ahead: its walk (time_ahead.Walk; None: not run ahead)
         self.tick_logs = {}  # per rank whose host holds ops: its GPU's batches (time_ahead.TickLog)
         self.symmetry = sim.symmetry  # ranks folded by symmetry: see _histories
         self.width = 2 if self.engine.fold is None else 3  # an engine event: fn, arg (and its history)
@@ -321,7 +321,10 @@ class TimeFolder(JumpMixin):
         ahead = frozenset(w.rank for w in self.workloads if w.host is not None and time_host.ahead(w))
         posting = frozenset(w.rank for w in self.workloads if time_host.posts_all(w)) | ahead
         for rank in ahead - self.walks.keys():
-            self.walks[rank] = time_ahead.Walk(self.by_rank[rank])
+            walk = time_ahead.Walk(self.by_rank[rank])
+            timed = time_ahead.messages_take_time(walk, delay_function(self.sim.network))
+            self.walks[rank] = walk if timed else None
+        ahead = frozenset(rank for rank in ahead if self.walks[rank] is not None)
         if self.tick_logs and len(posting - ahead) == len(self.workloads):  # no host holds ops: nothing to follow
             time_ahead.uninstall(self, self.tick_logs)
         self.ahead_now = ahead  # (a state with a host ahead compares unequal to one without: no new start)
