@@ -221,3 +221,27 @@ def test_is_last_now_is_false_while_something_waits_for_the_end_of_ns():
     engine.schedule(1, probe, "y")
     engine.run()
     assert seen == [False, False]
+
+
+def test_two_alternating_times_keep_each_times_fifo_order():
+    """Issue 37: run() keeps the buckets of the last two distinct times scheduled into (a congestion link's arrival
+    and free alternate); events of one time still run in the order they were scheduled."""
+    engine = EventEngine()
+    ran = []
+
+    def start(k):
+        ran.append(("start", k, engine.now))
+        engine.schedule(30, ran.append, ("arrive", k))   # two times, alternating
+        engine.schedule(20, ran.append, ("free", k))
+        if k == 0:
+            engine.schedule(20, lambda _: engine.schedule(0, ran.append, ("late", 0)), None)
+
+    for k in range(3):
+        engine.schedule(0, start, k)
+    engine.run()
+    frees = [e for e in ran if e[0] == "free"]
+    arrivals = [e for e in ran if e[0] == "arrive"]
+    assert frees == [("free", 0), ("free", 1), ("free", 2)]
+    assert arrivals == [("arrive", 0), ("arrive", 1), ("arrive", 2)]
+    assert ran.index(("late", 0)) == ran.index(("free", 2)) + 1  # (joined time 20's running bucket, at its end)
+    assert ran[-3:] == arrivals and engine.now == 30 and not engine.buckets and engine._hot_ns == -2
