@@ -108,5 +108,6 @@ def test_kernel_modules_stay_small_and_the_kernel_does_not_grow():
     # hand-rolled helpers and wrappers became stdlib calls and chakra.types read the schema's enums (session 44);
     # 7,984 once the rank symmetries moved to the folding plugin (astra_folding.symmetry, session 45); 8,122 for the
     # host that launches in trace order (astra_sim.workload.host: its walk, the held ops' wake-up, session 50); 7,934
-    # once format_share moved to astra_analysis, duplicated loops became one and stray __all__ lists went (session 51).
-    assert sum(sizes.values()) <= 7_934, sum(sizes.values())
+    # once format_share moved to astra_analysis, duplicated loops became one and stray __all__ lists went (session 51);
+    # 7,916 after the event loop's session-51 work (no net lines) and the Chakra reader's one unreadable-file error.
+    assert sum(sizes.values()) <= 7_916, sum(sizes.values())

@@ -639,6 +639,14 @@ def test_missing_file():
         read_et("/nonexistent/dir/nope.et")
 
 
+def test_a_name_with_a_nul_byte_is_a_chakra_error_not_a_bare_value_error():
+    from astra_sim.chakra.reader import read_metadata
+
+    for read in (read_et, read_metadata):
+        with pytest.raises(ChakraError, match="cannot read Chakra ET file: embedded null byte"):
+            read("trace\x00.et")
+
+
 # ---------------------------------------------------------------------------------------------------------
 # getters
 # ---------------------------------------------------------------------------------------------------------

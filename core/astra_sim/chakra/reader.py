@@ -36,8 +36,8 @@ def read_et(path, *, keep_raw: bool = True) -> EtFile:
                 raise ChakraError(f"{name}: Chakra ET file of {size:,} bytes, more than the {limit:,} accepted "
                                   "(ASTRA_MAX_INPUT_BYTES raises the limit)", path=name)
             data = f.read(limit + 1)
-    except OSError as exc:
-        raise ChakraError(f"{name}: cannot read Chakra ET file: {exc.strerror or exc}", path=name) from None
+    except (OSError, ValueError) as exc:
+        raise _unreadable(name, exc) from None
     if len(data) > limit:
         raise ChakraError(f"{name}: Chakra ET file larger than the {limit:,} bytes accepted", path=name)
     return parse_et(data, name, keep_raw=keep_raw)
@@ -58,10 +58,15 @@ def read_metadata(path) -> dict:
                     _, _, end = next(frames)
                 except ChakraError:  # a metadata frame longer than the first read
                     head += f.read(safeio.MAX_INPUT_BYTES)
-    except OSError as exc:
-        raise ChakraError(f"{name}: cannot read Chakra ET file: {exc.strerror or exc}", path=name) from None
+    except (OSError, ValueError) as exc:
+        raise _unreadable(name, exc) from None
     first = next(_frames(head, name), None)
     return {} if first is None else attrs_from_proto(_metadata(head, first, name).attr)[0]
+
+
+def _unreadable(name, exc) -> ChakraError:
+    """A file that cannot be opened or read (a ValueError: its name holds a NUL byte)."""
+    return ChakraError(f"{name}: cannot read Chakra ET file: {getattr(exc, 'strerror', None) or exc}", path=name)
 
 
 def _gunzip(data: bytes, path) -> bytes:
