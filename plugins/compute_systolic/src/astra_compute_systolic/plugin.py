@@ -1,14 +1,21 @@
 """Hooks: the ``systolic`` compute model, its run options, TPU platforms, and the commands."""
 
+import sys
+
 from astra_sim import hookimpl
+
+
+def _systolic_model(context):
+    """The compute model, its module (SCALE-sim's cycles) imported only by a run that uses it."""
+    from astra_compute_systolic.model import SystolicComputeModel
+
+    return SystolicComputeModel(context)
 
 
 @hookimpl
 def astra_register_compute_models(registry):
-    from astra_compute_systolic.model import SystolicComputeModel
-
     registry.compute_model(
-        "systolic", SystolicComputeModel,
+        "systolic", _systolic_model,
         "GEMM / conv / attention COMP nodes on a systolic array with SCALE-sim's cycles (--systolic-config FILE.cfg "
         "or --platform tpu-v3/tpu-v4); memory-bound ops over --systolic-hbm-gbps; else num_ops or duration_micros",
     )
@@ -64,10 +71,10 @@ def astra_register_commands(subparsers):
 
 @hookimpl
 def astra_run_finish(run, report):
-    from astra_compute_systolic.model import SystolicComputeModel
-
+    # (a run without the systolic model never imported it: the model's module is read only when it is loaded)
+    loaded = sys.modules.get("astra_compute_systolic.model")
     model = run.compute_model
-    if isinstance(model, SystolicComputeModel):
+    if loaded is not None and isinstance(model, loaded.SystolicComputeModel):
         symmetry = run.symmetry   # a folded run timed one rank per class (the folding plugin)
         counts = model.stats()
         if symmetry is not None:

@@ -1,9 +1,19 @@
 """GPU descriptions and the ``gpu`` compute model for astra-sim-py."""
 
+from importlib import import_module
+
 from astra_gpu_model.gemm import GemmParams, gemm_time_s
 from astra_gpu_model.gpu import DEFAULT_GPU, GpuSpec, load_gpu, preset_names
-from astra_gpu_model.model import GpuComputeModel
-from astra_gpu_model.ops import Op, classify
+
+#: names loaded on first use (PEP 562), so that a run without the gpu model does not import it
+_LAZY = {"GpuComputeModel": "model", "Op": "ops", "classify": "ops"}
+
+
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'astra_gpu_model' has no attribute {name!r}")
+    return getattr(import_module(f"astra_gpu_model.{_LAZY[name]}"), name)
+
 
 __all__ = ["GpuSpec", "load_gpu", "preset_names", "DEFAULT_GPU", "GpuComputeModel", "GemmParams", "gemm_time_s",
            "Op", "classify"]

@@ -34,12 +34,11 @@ from astra_gpu_model.attention import (KERNELS as ATTENTION_KERNELS, amd_efficie
                                        check_fp8_attention, decode_params, effective_head_dim, fp8_efficiency,
                                        is_hopper, kernel_efficiency)
 from astra_gpu_model.gemm import gemm_time_s
-from astra_gpu_model.gpu import BLOCK_SCALED, DTYPE_BYTES, load_gpu
+from astra_gpu_model.gpu import BLOCK_SCALED, DTYPE_BYTES, DTYPES, load_gpu
 from astra_gpu_model.grouped import group_shapes, grouped_gemm_time_s, grouped_params
 from astra_gpu_model.ops import ATTENTION_OPS, CONV_OPS, OpError, canonical_name, classify, node_io
 from astra_gpu_model.power_clock import sustained_gemm_factor
 
-DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 #: The GPU's idle time between two consecutive kernels of a replayed CUDA graph (ns; ``--gpu-kernel-gap-ns``, which
 #: astra serve's graph steps set to it). Source: sgl-project/sglang-omni issue #760 (2026-06-14, "decode-only nsys
 #: split", a steady decode step replayed as a CUDA graph, nsys --cuda-graph-trace=node): "1065 graph nodes/step",

@@ -1,16 +1,29 @@
 """Registers the ``gpu`` compute model and its ``astra run`` options."""
 
+import sys
+
 from astra_sim import hookimpl
 
-from astra_gpu_model.gpu import DEFAULT_GPU, preset_names
-from astra_gpu_model.model import DTYPES, GpuComputeModel
+from astra_gpu_model.gpu import DEFAULT_GPU, DTYPES, preset_names
+
+
+def _gpu_model(context):
+    """The compute model, its module imported only by a run that uses it."""
+    from astra_gpu_model.model import GpuComputeModel
+
+    return GpuComputeModel(context)
+
+
+def _is_gpu_model(model):
+    loaded = sys.modules.get("astra_gpu_model.model")  # (not imported: no run made one)
+    return loaded is not None and isinstance(model, loaded.GpuComputeModel)
 
 
 @hookimpl
 def astra_register_compute_models(registry):
     registry.compute_model(
         "gpu",
-        GpuComputeModel,
+        _gpu_model,
         "GPU COMP nodes from op + shapes (GEMM tiles/waves, attention, HBM-bound ops) on a described GPU "
         "(--gpu); else num_ops/tensor_size at achievable rates; else duration_micros",
     )
@@ -69,7 +82,7 @@ def astra_run_start(run):
 
         if isinstance(contention, Contention):  # kernels slowed only until the running collectives' known ends
             contention.bind_run(run)
-    if isinstance(model, GpuComputeModel):
+    if _is_gpu_model(model):
         from astra_gpu_model.capacity import check
 
         # a GPU whose GEMM efficiencies are borrowed says so in the terminal and the report's warnings
@@ -84,7 +97,7 @@ def astra_run_start(run):
 @hookimpl
 def astra_run_finish(run, report):
     model = run.compute_model
-    if isinstance(model, GpuComputeModel):
+    if _is_gpu_model(model):
         # A folded run (the folding plugin) timed the class representatives only: every rank of a class
         # did what its representative did.
         symmetry = run.symmetry
