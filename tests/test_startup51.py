@@ -1,6 +1,6 @@
-"""Start-up (issue 37, session 51): the gpu and systolic compute models are imported only by a run that uses them
-(their plugins register a factory that imports the model; the run hooks find the model's class in ``sys.modules``).
-Measured on the 256-NPU congestion-aware Ring, compiled, bytecode cached: 0.368 -> 0.358 s CPU (median of 10)."""
+"""Start-up (issue 37, session 51): the gpu and systolic compute models, NCCL's and the load-store collectives and the
+GPU platforms are imported only by a run that uses them (their plugins register factories that import the module;
+the run hooks find the model's class in ``sys.modules``; the run options' choices live in ``astra_gpu_model.gpu``)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import sys
 from astra_sim.chakra import encode_et, make_metadata, make_node, types as T
 from astra_sim_testing import system_config
 
-MODELS = ["astra_gpu_model.model", "astra_gpu_model.ops", "astra_compute_systolic.model",
-          "astra_compute_systolic.cycles"]
+MODELS = ["astra_gpu_model.model", "astra_gpu_model.ops", "astra_gpu_model.nccl", "astra_gpu_model.loadstore",
+          "astra_gpu_model.platforms", "astra_compute_systolic.model", "astra_compute_systolic.cycles"]
 
 SCRIPT = """
 import json, sys
@@ -25,7 +25,7 @@ print(json.dumps({"code": code, "loaded": [m for m in json.loads(sys.argv[1]) if
 """
 
 
-def _run(tmp_path, *flags):
+def _run(tmp_path, *flags, algorithm="ring"):
     node = make_node(0, "all_reduce", T.COMM_COLL_NODE,
                      attrs={"is_cpu_op": False, "comm_type": T.ALL_REDUCE, "comm_size": 1 << 20})
     gemm = make_node(1, "gemm", T.COMP_NODE, data_deps=[0], attrs={"num_ops": 10**9, "tensor_size": 1 << 20,
@@ -33,8 +33,9 @@ def _run(tmp_path, *flags):
     data = encode_et(make_metadata(), [node, gemm])
     for rank in range(8):
         (tmp_path / f"w.{rank}.et").write_bytes(data)
-    (tmp_path / "net.yml").write_text("topology: [ Ring ]\nnpus_count: [ 8 ]\nbandwidth: [ 50.0 ]\nlatency: [ 500.0 ]\n")
-    (tmp_path / "sys.json").write_text(json.dumps(system_config(dims=1)))
+    (tmp_path / "net.yml").write_text("topology: [ Ring ]\nnpus_count: [ 8 ]\nbandwidth: [ 50.0 ]\n"
+                                      "latency: [ 500.0 ]\n")
+    (tmp_path / "sys.json").write_text(json.dumps(system_config(dims=1, algorithm=algorithm)))
     argv = ["run", f"--output={tmp_path / 'r.json'}", "-q", f"--workload-configuration={tmp_path / 'w'}",
             f"--system-configuration={tmp_path / 'sys.json'}", f"--network-configuration={tmp_path / 'net.yml'}",
             "--network-backend=congestion", *flags]
@@ -56,3 +57,10 @@ def test_the_gpu_model_still_loads_and_reports_when_chosen(tmp_path):
     assert "astra_gpu_model.model" in result["loaded"]
     assert "gpu_model" in result["settings"]  # (run_finish found the model)
     assert len(set(result["finish"])) == 1 and result["finish"][0] > 0
+
+
+def test_nccl_still_loads_when_a_system_config_names_it(tmp_path):
+    result = _run(tmp_path, "--compute-model=gpu")
+    nccl = _run(tmp_path, "--compute-model=gpu", algorithm="nccl")
+    assert "astra_gpu_model.nccl" in nccl["loaded"] and "astra_gpu_model.loadstore" not in nccl["loaded"]
+    assert nccl["finish"] != result["finish"]  # (NCCL's model timed the all-reduce, not the ring)

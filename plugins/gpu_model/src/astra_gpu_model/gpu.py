@@ -40,8 +40,10 @@ BLOCK_SCALED = {"nvfp4": ("fp4", 16, 0.5), "mxfp8": ("fp8", 32, 1.0), "mxfp6": (
                 "mxfp4": ("fp4", 32, 0.5)}
 #: the ``astra workload llm --gemm-dtype`` value that writes each format (for the refusal's hint)
 BLOCK_SCALED_FLAGS = {"nvfp4": "fp4", "mxfp8": "mxfp8", "mxfp6": "mxfp6", "mxfp4": "mxfp4"}
-#: ``--gpu-default-dtype``'s choices (here, not in model.py: the run options need them without the model)
+#: ``--gpu-default-dtype``'s and ``--platform-collective``'s choices (here, not in model.py and platforms.py: the run
+#: options need them without the model or the platforms)
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+COLLECTIVES = ("ring", "nccl")
 #: Data types the model knows, their element size in bytes (a block-scaled format's with its share of a scale:
 #: NVFP4 0.5 + 1/16, MXFP8 1 + 1/32, MXFP6 0.75 + 1/32, MXFP4 0.5 + 1/32).
 DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1,

@@ -37,6 +37,7 @@ from astra_gpu_model.nccl_calibration import (  # step 2's calibration, re-expor
     load_calibration, peak_busbw,
 )
 from astra_gpu_model.nccl_graph import ring_bus, ring_graph, size_channels
+from astra_gpu_model.scale_out import NIC_ACHIEVABLE
 
 LL, LL128, SIMPLE = "LL", "LL128", "Simple"
 PROTOCOLS = (LL, LL128, SIMPLE)
@@ -107,8 +108,9 @@ PAT_BUS_SHARE = 0.75
 #: "NVLS and COLLNET_DIRECT search must have ngpus heads at most").
 NVLS_MAX_HEADS = 32
 #: The share of a NIC's line rate a stream across nodes gets: "We usually consider 24GB/s is the peak performance
-#: per 200G NIC (12 GB/s for 100G NICs)" (S. Jeaugey, NVIDIA, NVIDIA/nccl-tests#119, 2022-11-17): 24 / 25.
-NIC_EFFICIENCY = 24.0 / 25.0
+#: per 200G NIC (12 GB/s for 100G NICs)" (S. Jeaugey, NVIDIA, NVIDIA/nccl-tests#119, 2022-11-17): 24 / 25
+#: (defined in scale_out.py as NIC_ACHIEVABLE).
+NIC_EFFICIENCY = NIC_ACHIEVABLE
 #: llMaxBws across nodes is indexed by the CPU, not the GPU: row 0 Intel, row 1 AMD (dossier §4.1).
 LL_MAX_MULTINODE = {"intel": (39.0, 20.4), "amd": (22.5, 19.0)}
 #: NCCL's netOverhead (µs) per CPU vendor, ×3 for Simple.

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from astra_sim.errors import ConfigError
 from astra_sim.platforms import Platform as _Platform, PlatformSetup, check_nodes
 
-from astra_gpu_model.gpu import load_gpu
+from astra_gpu_model.gpu import COLLECTIVES, load_gpu
 from astra_gpu_model.grace_memory import GB200_GRACE, GB300_GRACE, GraceMemory
 
 GIB = 1 << 30
@@ -477,8 +477,6 @@ PLATFORMS = {
         ),
     )
 }
-
-COLLECTIVES = ("ring", "nccl")
 
 
 def platform_names():

@@ -1,10 +1,11 @@
 """Registers the ``gpu`` compute model and its ``astra run`` options."""
 
 import sys
+from importlib import import_module
 
 from astra_sim import hookimpl
 
-from astra_gpu_model.gpu import DEFAULT_GPU, DTYPES, preset_names
+from astra_gpu_model.gpu import COLLECTIVES, DEFAULT_GPU, DTYPES, preset_names
 
 
 def _gpu_model(context):
@@ -118,12 +119,23 @@ def astra_run_finish(run, report):
             report.stats["gpu_utilization"] = utilization
 
 
+def _imported_at_first_use(module, name):
+    """A collective factory whose module (NCCL's model, the load-store models) a run imports only when it makes one."""
+    found = []
+
+    def factory(com_type, rank, topo, data_size, direction, window):
+        if not found:
+            found.append(getattr(import_module(f"astra_gpu_model.{module}"), name))
+        return found[0](com_type, rank, topo, data_size, direction, window)
+
+    return factory
+
+
 @hookimpl
 def astra_register_collective_algorithms(registry):
     from astra_sim.api import CollectiveAlgorithmSpec
 
-    from astra_gpu_model.nccl import nccl_factory
-
+    nccl_factory = _imported_at_first_use("nccl", "nccl_factory")
     # NCCL's and the load-store models' times depend only on the group's size and the nodes it spans, both
     # unchanged by any relabelling that keeps the network's dimensions: symmetry "any".
     registry.collective_algorithm(
@@ -131,8 +143,9 @@ def astra_register_collective_algorithms(registry):
         "NCCL tuning model (ring/tree/NVLS x LL/LL128/Simple, fastest predicted), one wait per chunk; GPU from --gpu",
     )
 
-    from astra_gpu_model.loadstore import direct_factory, nvls_factory, oneshot_factory, twoshot_factory
-
+    oneshot_factory, twoshot_factory, nvls_factory, direct_factory = (
+        _imported_at_first_use("loadstore", name) for name in ("oneshot_factory", "twoshot_factory", "nvls_factory",
+                                                               "direct_factory"))
     registry.collective_algorithm(
         "ls_oneshot", CollectiveAlgorithmSpec("one", oneshot_factory, symmetry="any", exchanges_messages=False),
         "load-store one-shot all-reduce (every GPU loads all peers' buffers over NVLink), cache-line model; --gpu",
@@ -154,8 +167,6 @@ def astra_register_collective_algorithms(registry):
 # ------------------------------------------------------------------------------ platforms (--platform)
 @hookimpl(specname="astra_add_run_options")
 def platform_run_options(parser):
-    from astra_gpu_model.platforms import COLLECTIVES
-
     group = parser.add_argument_group(
         "GPU platforms (--platform dgx-a100, hgx-h100, ...)",
         "A GPU platform is simulated as it is: compute is timed on its GPU by the gpu compute model and "
