@@ -42,7 +42,9 @@ from astra_sim.errors import FoldAbandoned
 from astra_sim.system.frontend import Message
 
 from astra_folding import time_host
-from astra_folding.time_jump import ARRIVED, CALL_EVENTS, KERNEL_METHODS, TIMED_OUT, WAKE, kernel_method, wrap_tag
+from astra_folding.time_jump import (
+    ARRIVED, CALL_EVENTS, KERNEL_METHODS, TIMED_OUT, WAKE, kernel_method, message_key,
+)
 
 
 class TickLog:
@@ -159,9 +161,8 @@ class Walk:
         self.waits = sorted(i for i, op in enumerate(host.ops) if op in host.waits)
         self.held_set = frozenset(host.held)
         nodes = w.nodes
-        self.keys = {h: (wrap_tag(nodes[h].attrs.get("comm_tag", 0)), nodes[h].attrs.get("comm_src"), w.rank,
-                         nodes[h].attrs.get("comm_size"))
-                     for h in host.held if nodes[h].type == T.COMM_RECV_NODE}  # the matcher's (time_fold._key)
+        self.keys = {h: message_key(w.rank, nodes[h]) for h in host.held
+                     if nodes[h].type == T.COMM_RECV_NODE}  # the matcher's keys of its held receives
 
     def index(self, op):
         """The index of the last op of the walk at or below node ``op``."""
@@ -214,7 +215,7 @@ def plan(folder, ahead, k, period, shift, log, inert, t_a, t_b, probe=False):
         if ticks is None:
             return 0, f"rank {rank}'s host was not followed"
         arrivals = _between(ticks.arrivals, t_a, t_b)
-        if any(t in arrivals for t in ticks.hazards[bisect_right(ticks.hazards, t_a):bisect_right(ticks.hazards, t_b)]):
+        if _between(ticks.hazards, t_a, t_b) & arrivals:
             return 0, (f"rank {rank}'s wake-up opened a batch of the system layer that the GPU's events joined, beside "
                        "an arrival")
         d = shift[rank]
