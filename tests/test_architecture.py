@@ -109,5 +109,7 @@ def test_kernel_modules_stay_small_and_the_kernel_does_not_grow():
     # 7,984 once the rank symmetries moved to the folding plugin (astra_folding.symmetry, session 45); 8,122 for the
     # host that launches in trace order (astra_sim.workload.host: its walk, the held ops' wake-up, session 50); 7,934
     # once format_share moved to astra_analysis, duplicated loops became one and stray __all__ lists went (session 51);
-    # 7,916 after the event loop's session-51 work (no net lines) and the Chakra reader's one unreadable-file error.
-    assert sum(sizes.values()) <= 7_916, sum(sizes.values())
+    # 7,916 after the event loop's session-51 work (no net lines) and the Chakra reader's one unreadable-file error;
+    # 7,929 once DataSet's, CommunicatorGroup's and default_system_config's packed assignments, written on fewer lines
+    # only for this count, were one statement a line again.
+    assert sum(sizes.values()) <= 7_929, sum(sizes.values())

@@ -82,8 +82,9 @@ class NoRemoteMemory:
         pass
 
     def issue(self, rank, is_store, size_bytes, fn, arg):
-        raise ConfigError("MEM_LOAD/MEM_STORE nodes need a remote-memory backend (install the memory_analytical "
-                          "plugin)")
+        raise ConfigError(
+            "MEM_LOAD/MEM_STORE nodes need a remote-memory backend (install the memory_analytical plugin)"
+        )
 
 
 @hookimpl

@@ -184,9 +184,16 @@ def parse_memory_config(path):
 def default_system_config(dims=1, algorithm="ring", **overrides):
     """The reference's usual system configuration (shared/parity/configs/sys_ring_1d.json) with ``algorithm`` on
     ``dims`` dimensions for every collective (what platforms start from); overrides take underscores: local_mem_bw."""
-    config = {"scheduling-policy": "LIFO", "endpoint-delay": 10, "active-chunks-per-dimension": 1,
-              "preferred-dataset-splits": 4, "collective-optimization": "localBWAware", "local-mem-bw": 1600,
-              "roofline-enabled": 0, "peak-perf": 900}
+    config = {
+        "scheduling-policy": "LIFO",
+        "endpoint-delay": 10,
+        "active-chunks-per-dimension": 1,
+        "preferred-dataset-splits": 4,
+        "collective-optimization": "localBWAware",
+        "local-mem-bw": 1600,
+        "roofline-enabled": 0,
+        "peak-perf": 900,
+    }
     for key in COLLECTIVE_KEYS.values():
         config[key] = [algorithm] * dims
     for key, value in overrides.items():

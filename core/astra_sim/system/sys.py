@@ -34,10 +34,14 @@ class DataSet:
 
     def __init__(self, total_streams, creation_ns, node_id=-1):
         self.node_id = node_id  # the collective's trace node (timelines label its phases with it)
-        self.total_streams, self.finished_streams, self.notifier = total_streams, 0, None
-        self.creation_ns, self.active = creation_ns, True
+        self.total_streams = total_streams
+        self.finished_streams = 0
+        self.notifier = None
+        self.creation_ns = creation_ns
+        self.active = True
         # streams whose last phase is a running TimedCollective, and the latest of their ends (end_ns)
-        self.timed_streams = self.timed_end_ns = 0
+        self.timed_streams = 0
+        self.timed_end_ns = 0
 
     def end_ns(self):
         """The collective's end once every chunk runs its last phase as a :class:`TimedCollective` (NCCL's model,
@@ -116,7 +120,8 @@ class CommunicatorGroup:
     __slots__ = ("group_id", "npus", "position", "num_streams", "plans")
 
     def __init__(self, group_id, npus, rank, stream_base_id=None):
-        self.group_id, self.npus = group_id, list(npus)
+        self.group_id = group_id
+        self.npus = list(npus)
         ordered = sorted(npus)
         self.position = ordered.index(rank) if rank in ordered else -1
         # Stream ids (message tags) count from the group id; a folded run counts all groups of one class from one id
