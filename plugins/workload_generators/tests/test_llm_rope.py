@@ -96,6 +96,12 @@ def test_bad_combinations_are_config_errors():
         LlmSpec.from_argv(["--model", "deepseek-v2-lite", "--rope", "eager"]).resolve(on_warning=lambda line: None)
     with pytest.raises(ConfigError, match="--rope"):
         LlmSpec.from_argv(["--preset", "gpt3-13b", "--rope", "sometimes"])
+    with pytest.raises(ConfigError, match="--rope: multi-head latent attention"):
+        LlmSpec.from_argv(["--model", "deepseek-v2-lite", "--rope", "fused-qkv"]).resolve(on_warning=lambda line: None)
+    for other in (["--framework", "fsdp2"], ["--mode", "decode"]):  # TE's fused QKV RoPE: Megatron training only
+        with pytest.raises(ConfigError, match="--rope fused-qkv is Transformer Engine's fused QKV RoPE"):
+            LlmSpec.from_argv(["--preset", "llama3-8b", "--rope", "fused-qkv", *other]).resolve()
+    LlmSpec.from_argv(["--preset", "llama3-8b", "--rope", "fused-qkv"]).resolve()  # a Megatron step takes it
 
 
 def test_the_command_line_flags(tmp_path, capsys):

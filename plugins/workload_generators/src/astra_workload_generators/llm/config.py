@@ -396,9 +396,12 @@ def _check(dims: ModelDims, cfg: LlmConfig):
                           "cache, which is not modelled; use --mode train or prefill")
     if cfg.rope is not None and cfg.rope not in ROPE_KERNELS:
         raise ConfigError(f"--rope must be one of {', '.join(ROPE_KERNELS)}, got {cfg.rope!r}")
-    if cfg.rope in ("eager", "fused") and dims.mla:
+    if cfg.rope in ("eager", "fused", "fused-qkv") and dims.mla:
         raise ConfigError("--rope: multi-head latent attention's rotary part (rope_dim) is not modelled; use "
                           "--rope none")
+    if cfg.rope == "fused-qkv" and (cfg.inference or implied_framework(cfg) != "megatron"):
+        raise ConfigError("--rope fused-qkv is Transformer Engine's fused QKV RoPE in a Megatron training step; use "
+                          "--rope fused (or eager) here")
     if cfg.loss_dtype not in LOSS_DTYPES:
         raise ConfigError(f"--loss-dtype must be one of {', '.join(LOSS_DTYPES)}, got {cfg.loss_dtype!r}")
     if cfg.framework == "fsdp2" and cfg.zero != 3 and not cfg.inference:
