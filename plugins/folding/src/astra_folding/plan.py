@@ -3,12 +3,8 @@ collectives keep (:mod:`astra_folding.search`), and what the report says about i
 
 from __future__ import annotations
 
-from astra_sim.api import LinkFoldingNetwork, is_foldable, symmetry_dims
-from astra_folding.engine import FoldedEvents
-from astra_folding.matcher import FoldedSendRecvMatcher
-from astra_folding.search import check_declared_symmetry, find_symmetry
-from astra_folding.signature import LazySignature, NodeCache
-from astra_folding.groups import FoldRefused
+# The search, the folded engine and the matcher load when a run tries to fold: every run makes a planner, and one
+# with --no-fold (or refused up front) needs none of them.
 
 #: The folded engine's cost per event over the unfolded engine's: a folded event also carries its history for the
 #: exactness check (:mod:`astra_folding.engine`) and its messages are mirrored (:mod:`astra_folding.matcher`). The
@@ -73,6 +69,8 @@ class FoldPlanner:
             reason = self.refused or "folding disabled (--no-fold)"
             self.info.update(simulated_ranks=total, reason=reason)
             return everyone
+        from astra_folding.groups import FoldRefused
+
         try:
             plan = make_plan()
         except FoldRefused as exc:
@@ -99,6 +97,8 @@ class FoldPlanner:
     def fold_engine(self, engine):
         """Hand the (empty) engine's event order to the folded run's :class:`FoldedEvents` (the backends keep their
         reference to the engine, made before the fold was decided)."""
+        from astra_folding.engine import FoldedEvents
+
         FoldedEvents.fold(engine, self.symmetry)
 
     def time_fold_driver(self, sim):
@@ -119,12 +119,18 @@ class FoldPlanner:
     def make_matcher(self, engine, network):
         """The folded run's send/receive matcher (messages to non-simulated ranks are mirrored). A network whose
         messages share links learns the symmetry first (:class:`astra_sim.api.LinkFoldingNetwork`)."""
+        from astra_sim.api import LinkFoldingNetwork
+        from astra_folding.matcher import FoldedSendRecvMatcher
+
         if isinstance(network, LinkFoldingNetwork):
             network.fold_links(self.symmetry)
         return FoldedSendRecvMatcher(engine, network, self.symmetry)
 
     # ------------------------------------------------------------ the search
     def _find(self, traces):
+        from astra_folding.search import find_symmetry
+        from astra_folding.signature import LazySignature, NodeCache
+
         kinds = self._preconditions()
         signatures = []
         cache = NodeCache()  # ranks share node objects (parse_et(shared=...)): each is read once
@@ -140,6 +146,9 @@ class FoldPlanner:
                              group_impl)
 
     def _declared(self, compact, class_nodes):
+        from astra_folding.search import check_declared_symmetry
+        from astra_folding.signature import LazySignature, NodeCache
+
         kinds = self._preconditions()
         cache = NodeCache()  # only what the traces tell of their collectives is read: classes are equivariant
         signatures = [LazySignature(nodes, cache) for nodes in class_nodes.values()]
@@ -151,6 +160,9 @@ class FoldPlanner:
 
     def _preconditions(self):
         """The network's per-dimension symmetry kinds; FoldRefused when the backends cannot fold at all."""
+        from astra_sim.api import is_foldable, symmetry_dims
+        from astra_folding.groups import FoldRefused
+
         setup = self.setup
         kinds = symmetry_dims(setup.network)
         if kinds is None:
@@ -167,6 +179,9 @@ class FoldPlanner:
         return kinds
 
     def _check_memory(self, signatures):
+        from astra_sim.api import is_foldable
+        from astra_folding.groups import FoldRefused
+
         setup = self.setup
         if any(sig.uses_memory for sig in signatures) and not is_foldable(setup.memory):
             raise FoldRefused(f"remote memory ({setup.memory_backend_name}, "
