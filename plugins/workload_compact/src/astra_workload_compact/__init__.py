@@ -40,17 +40,20 @@ from astra_workload_compact.manifest import (
     FORMAT, MANIFEST_SUFFIX, VERSION, CompactWorkload, is_compact, manifest_path, read_compact_workload, roles_path,
     write_compact_workload,
 )
-from astra_workload_compact.memory import ensure_written, hold_compact_workload, trace_nodes
-from astra_workload_compact.relabel import RANK_ATTRS, Relabeller
+
+#: names loaded on first use (PEP 562): a run that reads no compact workload needs neither held traces (memory) nor the
+#: relabeller (which loads the Chakra reader), and a run reads the manifest only, never the expansion
+_LAZY = {"ensure_written": "memory", "hold_compact_workload": "memory", "trace_nodes": "memory",
+         "RANK_ATTRS": "relabel", "Relabeller": "relabel", "expand_workload": "expand", "read_rank_nodes": "expand"}
 
 
 def __getattr__(name):
-    # the expansion (per-rank files from a manifest) loads on first use: a run reads the manifest only
-    if name in ("expand_workload", "read_rank_nodes"):
-        from astra_workload_compact import expand
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'astra_workload_compact' has no attribute {name!r}")
+    from importlib import import_module
 
-        return getattr(expand, name)
-    raise AttributeError(f"module 'astra_workload_compact' has no attribute {name!r}")
+    return getattr(import_module(f"astra_workload_compact.{module}"), name)
 
 __all__ = ["CompactWorkload", "FORMAT", "MANIFEST_SUFFIX", "RANK_ATTRS", "Relabeller", "VERSION", "ensure_written",
            "expand_workload", "hold_compact_workload", "is_compact", "manifest_path", "read_compact_workload",

@@ -11,9 +11,8 @@ from dataclasses import dataclass
 from astra_sim.errors import ConfigError, WorkloadError
 from astra_sim.limits import MAX_TOTAL_NPUS
 from astra_sim.safeio import brief, load_json, write_bytes_atomic
-from astra_folding.symmetry import BlockShift, RankSymmetry
 
-from astra_workload_compact.relabel import Relabeller
+# (the symmetry and the relabeller load when a manifest is read: every run asks whether its workload is compact)
 
 FORMAT = "astra-sim-compact-workload"
 VERSION = 1
@@ -37,6 +36,8 @@ class CompactWorkload:
     def relabeller(self, groups):
         """The :class:`~astra_workload_compact.relabel.Relabeller` that turns a class trace into another rank's,
         with communicator ids mapped through ``groups`` (``{id: [NPU, ...]}``: the run's groups)."""
+        from astra_workload_compact.relabel import Relabeller
+
         return Relabeller(self.symmetry, groups, self.path)
 
 
@@ -46,6 +47,8 @@ def is_compact(prefix):
 
 def read_compact_workload(prefix):
     """Read and check ``PREFIX.workload.json``; every problem is a WorkloadError naming the file and key."""
+    from astra_folding.symmetry import BlockShift, RankSymmetry
+
     path = manifest_path(prefix)
     try:
         data = load_json(path, "compact workload manifest")

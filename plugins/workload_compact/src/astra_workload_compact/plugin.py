@@ -10,7 +10,6 @@ from astra_sim import hookimpl
 from astra_sim.errors import WorkloadError
 
 from astra_workload_compact.manifest import is_compact, read_compact_workload
-from astra_workload_compact.memory import held_nodes
 
 
 class _ParsedTraces:
@@ -78,6 +77,8 @@ class CompactFormat:
         """The nodes of one class trace (a Chakra ET file), parsed once per process while it is unchanged; a trace
         this process generated and holds (:mod:`astra_workload_compact.memory`) is not parsed at all."""
         from astra_sim.chakra import ChakraError, parse_et
+
+        from astra_workload_compact.memory import held_nodes  # (held traces: only a compact workload has them)
 
         if not os.path.exists(path):
             raise WorkloadError(f"workload file {path} does not exist")
