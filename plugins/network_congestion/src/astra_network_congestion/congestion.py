@@ -16,9 +16,24 @@ Without contention a message takes ``sum over hops of trunc(L + m / B)``.
 from __future__ import annotations
 
 from astra_sim.errors import ConfigError
+from astra_sim.safeio import read_text
 
 from astra_network_congestion.graph import SWITCH
 from astra_network_congestion.links import LinkQueues
+
+#: the top-level keys that make a network file an InfraGraph one (:func:`astra_network_congestion.infragraph._kind_of`)
+INFRAGRAPH_KEYS = ("infrastructure", "devices", "instances")
+
+
+def _may_be_infragraph(path):
+    """False when ``path``'s text cannot be an InfraGraph file, told without parsing it: a YAML mapping has one of
+    :data:`INFRAGRAPH_KEYS` only where the key's name is in the text, or where a double-quoted scalar's escapes (a
+    backslash) spell it. True when the text cannot be read: the InfraGraph check then decides, as it always did."""
+    try:
+        text = read_text(path)
+    except ConfigError:
+        return True
+    return "\\" in text or any(key in text for key in INFRAGRAPH_KEYS)
 
 
 class CongestionNetwork:
@@ -90,10 +105,12 @@ class CongestionNetwork:
         path = context.network_config_path
         if path is None:
             raise ConfigError("the congestion network backend needs a network configuration file")
-        try:
-            from astra_network_congestion.infragraph import is_infragraph_config, load_network_graph
-        except ImportError:  # pragma: no cover - the InfraGraph support is optional here
-            is_infragraph_config = None
+        is_infragraph_config = None
+        if _may_be_infragraph(path):  # (the analytical YAML is parsed once, and the InfraGraph support not imported)
+            try:
+                from astra_network_congestion.infragraph import is_infragraph_config, load_network_graph
+            except ImportError:  # pragma: no cover - the InfraGraph support is optional here
+                pass
         if is_infragraph_config is not None and is_infragraph_config(path):
             if (getattr(context, "options", None) or {}).get("fabric") is not None:
                 raise ConfigError(f"--fabric builds the network from the analytical YAML (e.g. --platform's), "
@@ -101,8 +118,6 @@ class CongestionNetwork:
             graph = load_network_graph(path, context)
             description = {"routing": "shortest path (fewest hops, lowest link index first), no transit through NPUs"}
             return cls(graph, context.engine, shortest_path_router(graph), None, description)
-        from astra_network_congestion.fabrics import build_fabric, fabric_from_options
-
         config = parse_network_config(path, getattr(context, "warn", None))
         description = {
             "topology": list(config.topology),
@@ -111,7 +126,11 @@ class CongestionNetwork:
             "latency_ns": list(config.latency_ns),
             "routing": "dimension-ordered (dim 0 first); Ring: shorter direction, clockwise on ties",
         }
-        fabric = fabric_from_options(getattr(context, "options", None))  # --fabric: rail / multi-plane
+        fabric = None
+        if (getattr(context, "options", None) or {}).get("fabric") is not None:  # --fabric: rail / multi-plane
+            from astra_network_congestion.fabrics import build_fabric, fabric_from_options
+
+            fabric = fabric_from_options(context.options)
         if fabric is not None:
             built = build_fabric(config, fabric)
             graph, route_fn = built.graph, built.route_fn

@@ -203,6 +203,7 @@ def _read_named(wrapper, key, path, what):
 
 
 def _kind_of(data):
+    # (congestion.INFRAGRAPH_KEYS lists these keys: a network file whose text names none is not parsed here)
     if not isinstance(data, dict):
         return None
     if "infrastructure" in data:
