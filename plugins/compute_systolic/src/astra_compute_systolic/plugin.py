@@ -21,15 +21,20 @@ def astra_register_compute_models(registry):
     )
 
 
+def _torus_factory(com_type, rank, topo, data_size, direction, window):
+    """The torus collective, its module imported by the first run that uses it."""
+    from astra_compute_systolic.torus import torus_factory
+
+    return torus_factory(com_type, rank, topo, data_size, direction, window)
+
+
 @hookimpl
 def astra_register_collective_algorithms(registry):
     from astra_sim.api import CollectiveAlgorithmSpec
 
-    from astra_compute_systolic.torus import torus_factory
-
     # The time depends on the group's size per torus axis only: any permutation of an axis' coordinates keeps it.
     registry.collective_algorithm(
-        "torus", CollectiveAlgorithmSpec("one", torus_factory, whole_group=True, symmetry="any",
+        "torus", CollectiveAlgorithmSpec("one", _torus_factory, whole_group=True, symmetry="any",
                                          exchanges_messages=False),
         "a TPU slice's ICI torus: every axis the group spans at once, each a bidirectional ring (the scaling "
         "book's cost rule); link rate and hop latency from --platform tpu-*",
