@@ -10,10 +10,17 @@ from .node import MISSING, EtFile, EtNode, attr_kind, get_bool, get_bool_list, g
 from .reader import GZIP_MAGIC, parse_et, parse_node, read_et, read_metadata
 from .types import *  # noqa: F401,F403  (plain int constants)
 from .types import __all__ as _types_all
-from .writer import encode_et, encode_varint, make_metadata, make_node, node_to_proto, write_et
 
-__all__ = ["ChakraError", "EtFile", "EtNode", "MISSING",
-           "read_et", "read_metadata", "parse_et", "parse_node", "write_et", "encode_et", "encode_varint",
-           "node_to_proto", "make_node", "make_metadata",
+#: the writer's names, imported when first asked for (PEP 562): a run reads traces and never writes one
+_WRITER = ("write_et", "encode_et", "encode_varint", "node_to_proto", "make_node", "make_metadata")
+__all__ = ["ChakraError", "EtFile", "EtNode", "MISSING", "read_et", "read_metadata", "parse_et", "parse_node", *_WRITER,
            "get_int", "get_bool", "get_bool_list", "get_float", "get_str", "get_str_list", "attr_kind",
            "GZIP_MAGIC", "et_def_pb2", "types", *_types_all]
+
+
+def __getattr__(name):
+    if name not in _WRITER:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from . import writer
+
+    return getattr(writer, name)
