@@ -37,28 +37,34 @@ def test_ring_graph_by_hand():
     assert ring_graph("blackwell", 8, 100.0, 100.0, 18 * 40.1) == (16, 48.0)
 
 
-def _raw_h100():
-    return config_for_gpu("H100-SXM5-80GB", nic_gbps=50.0, calibrated=False)
+def _raw_h100(tree_pattern=None):
+    return config_for_gpu("H100-SXM5-80GB", nic_gbps=50.0, calibrated=False, tree_pattern=tree_pattern)
 
 
 def test_tree_caps_count_the_search_channels_on_four_nodes():
     """32 H100 on 4 nodes, 4 MiB, tree LL128: bus = min(0.92 x min(370.8, 400) = 341.14, 8 channels x perChMaxTreeBw
-    36.0 = 288) = 288, then min(288 x 120/128 = 270, 8 x perChMaxTreeLL128Bw 29.0 = 232) = 232; no x0.85 (a balanced
-    tree: 8 GPUs per node); algBw 232 / 2 = 116, x treeCorrectionFactor[LL128][log2(4 MiB / 64) = 16] = 0.8 -> 92.8
-    GB/s; 4,194,304 B / 92.8 GB/s = 45.197 us. Latency 14 + 2 x (7 x 1.25 + log2(4) x 8.5) = 65.5 us.
+    36.0 = 288) = 288, then min(288 x 120/128 = 270, 8 x perChMaxTreeLL128Bw 29.0 = 232) = 232; no x0.85 on a
+    balanced tree graph (``tree_pattern="balanced"``; the default 8-rail node's x0.85: test_tree_pattern_nccl52.py);
+    algBw 232 / 2 = 116, x treeCorrectionFactor[LL128][log2(4 MiB / 64) = 16] = 0.8 -> 92.8 GB/s; 4,194,304 B /
+    92.8 GB/s = 45.197 us. Latency 14 + 2 x (7 x 1.25 + log2(4) x 8.5) = 65.5 us.
     (With the communicator's 16 channels the caps were 576 and 464, the bus 0.85 x 347.6 = 295.5: 35.5 us.)"""
-    c = {x[1:3]: x for x in predict("all_reduce", 4 * MIB, 32, _raw_h100(), nodes=4)}
+    cfg = _raw_h100("balanced")
+    c = {x[1:3]: x for x in predict("all_reduce", 4 * MIB, 32, cfg, nodes=4)}
     assert c[(TREE, LL128)][4] == pytest.approx(4 * MIB / (1000 * 116.0 * 0.8))
     assert c[(TREE, LL128)][3] == pytest.approx(65.5)
-    assert predict("all_reduce", 4 * MIB, 32, _raw_h100(), nodes=4)[0][1:3] == (TREE, LL128)
+    assert predict("all_reduce", 4 * MIB, 32, cfg, nodes=4)[0][1:3] == (TREE, LL128)
 
 
-def test_tree_ll_takes_the_tree_cap_first_and_no_pattern_factor_on_full_nodes():
+def test_tree_ll_takes_the_tree_cap_first_and_the_pattern_factor_after_it():
     """16 H100 on 2 nodes, 64 KiB, tree LL: min(0.92 x 370.8 = 341.14, 8 x 41.4 = 331.2) = 331.2, then min(331.2 / 3.8
     = 87.16, llMaxBw 39.0 (Intel, 2 nodes)) = 39.0; algBw 19.5 x treeCorrectionFactor[LL][log2(1024) = 10] = 0.6 ->
-    11.7 GB/s: 65,536 / 11.7 = 5.6014 us (the former x0.85 gave 6.590 us)."""
-    c = {x[1:3]: x for x in predict("all_reduce", 64 << 10, 16, _raw_h100(), nodes=2)}
+    11.7 GB/s: 65,536 / 11.7 = 5.6014 us on a balanced tree graph; on the 8-rail node's NCCL_TOPO_PATTERN_TREE graph
+    (the default, nccl_graph.tree_pattern) x0.85 after the caps: 9.945 GB/s, 6.590 us."""
+    c = {x[1:3]: x for x in predict("all_reduce", 64 << 10, 16, _raw_h100("balanced"), nodes=2)}
     assert c[(TREE, LL)][4] == pytest.approx((64 << 10) / (1000 * 39.0 / 2 * 0.6))
+    c = {x[1:3]: x for x in predict("all_reduce", 64 << 10, 16, _raw_h100(), nodes=2)}
+    assert c[(TREE, LL)][4] == pytest.approx((64 << 10) / (1000 * 39.0 * 0.85 / 2 * 0.6))
+    assert c[(TREE, LL)][4] == pytest.approx(6.590, abs=0.001)
 
 
 def test_one_gpu_per_node_keeps_the_tree_pattern_factor():

@@ -36,7 +36,9 @@ from astra_gpu_model.nccl_calibration import (  # step 2's calibration, re-expor
     SIMPLE_PROTOCOL_SHARE, NcclCalibration, PeakStatement, beyond_fit_efficiency, calibration_override,
     load_calibration, peak_busbw,
 )
-from astra_gpu_model.nccl_graph import ring_bus, ring_graph, size_channels
+from astra_gpu_model.nccl_graph import (
+    TREE_PATTERN_SHARE, TREE_PATTERN_TREE, TREE_PATTERNS, ring_bus, ring_graph, size_channels, tree_pattern,
+)
 from astra_gpu_model.scale_out import NIC_ACHIEVABLE
 
 LL, LL128, SIMPLE = "LL", "LL128", "Simple"
@@ -188,6 +190,10 @@ class NcclConfig:
     #: NCCL's choice may pick (:func:`enabled_pairs`); None: every one.
     algo_env: str | None = None
     proto_env: str | None = None
+    #: The pattern of NCCL's tree graph across nodes (:func:`astra_gpu_model.nccl_graph.tree_pattern`): ``"tree"``
+    #: (each NIC's PCIe switch holds one GPU, the 8-rail HGX layout) or ``"balanced"`` (a second GPU reaches each NIC
+    #: at the same PCIe distance); None: derived from the architecture and the node.
+    tree_pattern: str | None = None
 
     def link(self, n, nodes=1):
         """The path a ring of ``n`` ranks on ``nodes`` nodes is bounded by."""
@@ -316,15 +322,14 @@ def predict(coll, n_bytes, n, cfg: NcclConfig, nodes=1):
                 bus = min(0.92 * bus, nch * caps["ring_ll128"][col])
             elif algo == TREE:
                 # tuning.cc: the 0.92 and perChMaxTreeBw cap hold for every protocol of an all-reduce tree, then LL
-                # and LL128 their own; x0.85 only for NCCL_TOPO_PATTERN_TREE, which the search uses on one GPU per
-                # node (search.cc: "if (ngpus == 1) ... pattern = NCCL_TOPO_PATTERN_TREE"; else a balanced tree)
+                # and LL128 their own; x0.85 where the tree graph's pattern is NCCL_TOPO_PATTERN_TREE (tree_pattern)
                 bus = min(0.92 * bw_bus, nch * caps["tree"][col])
                 if proto == LL:
                     bus = min(bus / 3.8, ll_max)
                 elif proto == LL128:
                     bus = min(bus * (7 / 9 if nodes == 1 else 120 / 128), nch * caps["tree_ll128"][col])
-                if ppn == 1:
-                    bus *= 0.85
+                if tree_pattern(cfg.arch, ppn, nodes, link, cfg.tree_pattern) == TREE_PATTERN_TREE:
+                    bus *= TREE_PATTERN_SHARE
             elif algo == NVLS:
                 bus = bw_intra * caps["nvls_eff"] * (nch - 1) / nch
                 bus *= 2 if coll == ALL_REDUCE else (n - 1) / n
@@ -697,7 +702,8 @@ _CONFIG_CACHE = {}
 
 def config_for_options(options):
     """The :class:`NcclConfig` a run's collectives use, from its ``gpu`` (default H100), ``nccl_nic_gbps``,
-    ``nccl_sharp``, ``nccl_version``, ``nccl_nvls``, ``nccl_algo``, ``nccl_proto`` and ``nccl_net_latency_us``
+    ``nccl_sharp``, ``nccl_version``, ``nccl_nvls``, ``nccl_algo``, ``nccl_proto``, ``nccl_tree_pattern`` and
+    ``nccl_net_latency_us``
     (``--scale-out``'s) options (one object per combination: what else prices a run's
     collectives, e.g. astra search's lower bound, gets the same). ``nccl_nvls`` "off" is NCCL_NVLS_ENABLE=0: no NVLS
     nor NVLSTree (src/transport/nvls.cc v2.26.2-1 leaves nvlsSupport 0; enqueue.cc's cost table then skips both)."""
@@ -709,9 +715,17 @@ def config_for_options(options):
     plugin = options.get("nccl_net_latency_us")  # a --scale-out kind's plugin latency (scale_out.ScaleOutKind)
     plugin = None if plugin is None or float(plugin) == NET_PLUGIN_LATENCY_US else float(plugin)
     algo_env, proto_env = options.get("nccl_algo"), options.get("nccl_proto")  # NCCL_ALGO, NCCL_PROTO
-    key = (str(name), nic, sharp, tuning, nvls_off, plugin, algo_env, proto_env)
+    pattern = options.get("nccl_tree_pattern")  # the tree graph's pattern across nodes (tree_pattern)
+    key = (str(name), nic, sharp, tuning, nvls_off, plugin, algo_env, proto_env, pattern)
     if key not in _CONFIG_CACHE:
         overrides = {} if tuning == nccl_tuning.MASTER else {"tuning": tuning}
+        if pattern is not None:
+            if pattern not in TREE_PATTERNS:
+                from astra_sim.errors import ConfigError
+
+                raise ConfigError(f"nccl_tree_pattern must be one of {', '.join(TREE_PATTERNS)}, "
+                                  f"got {pattern!r}")
+            overrides["tree_pattern"] = pattern
         for field, text, elems in (("algo_env", algo_env, nccl_tuning.ENV_ALGOS),
                                    ("proto_env", proto_env, nccl_tuning.ENV_PROTOS)):
             if text:

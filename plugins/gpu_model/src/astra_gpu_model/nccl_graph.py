@@ -114,5 +114,53 @@ def size_channels(algo, proto, n_bytes, n_ranks, channels):
     return nc
 
 
+#: NCCL's tree graph patterns (src/include/graph.h: NCCL_TOPO_PATTERN_BALANCED_TREE 1, NCCL_TOPO_PATTERN_TREE 3).
+TREE_PATTERN_BALANCED, TREE_PATTERN_TREE = "balanced", "tree"
+TREE_PATTERNS = (TREE_PATTERN_BALANCED, TREE_PATTERN_TREE)
+#: ``if (a == NCCL_ALGO_TREE && comm->maxTreePattern == NCCL_TOPO_PATTERN_TREE) busBw *= .85;`` (src/graph/tuning.cc,
+#: NVIDIA/nccl v2.26.2-1 line 261, master 5067397 line 336): every protocol of the tree, in NCCL's choice and here.
+TREE_PATTERN_SHARE = 0.85
+#: Architectures whose search falls back to NCCL_TOPO_PATTERN_TREE where no balanced tree is found (``ccMin >= 90``).
+TREE_FALLBACK_ARCHS = ("hopper", "blackwell")
+#: The most GPUs of an HGX board (x86 host, PCIe switches, one NIC per GPU). A larger NVLink domain is a rack of Grace
+#: superchips (GB200/GB300 NVL72: the ConnectX-7s hang off the Grace CPUs' PCIe, two GPUs per Grace, NCCL 2.27.3's
+#: notes: "On C2C platforms use GDRDMA on NICs which are connected to the CPUs"), where both GPUs of a superchip reach
+#: its NICs at the same path type and the balanced tree is found: ASSUMPTION for every domain of more than 8 GPUs.
+HGX_BOARD_GPUS = 8
+
+
+def tree_pattern(arch, ppn, nodes, link, override=None):
+    """The pattern of NCCL's tree graph across ``nodes`` nodes of ``ppn`` GPUs (None on one node, where it is not read).
+
+    NCCL's search (src/graph/search.cc ncclTopoCompute, NVIDIA/nccl v2.26.2-1 lines 978 and 1053-1057; master
+    5067397 lines 1215-1218) starts the tree graph as NCCL_TOPO_PATTERN_BALANCED_TREE: a channel enters a node through
+    NIC n into GPU a and leaves through NIC n from GPU a *and* a second GPU b, each at half the speed. It follows
+    every path at the narrowest PCIe type first (``typeInter`` = the GPUs' shortest path to a NIC, PIX on an HGX
+    node), and both GPUs must reach NIC n at that type (ncclTopoFollowPath: ``path->type > type`` fails). Where each
+    NIC shares its PCIe switch with one GPU only (the 8-rail HGX layout: one ConnectX-7 per GPU in the NVIDIA DGX
+    H100 User Guide's "Network Modules" table; an 8-GPU node's ``nvidia-smi topo -mp``, GPU0-NIC0 PIX and GPU0-NIC1
+    NODE, each GPU PIX to its own NIC only, deepseek-ai/DeepEP#60) no balanced channel exists there, and before
+    widening the path type the search tries "a simpler tree" (``if (ccMin >= 90 && pattern ==
+    NCCL_TOPO_PATTERN_BALANCED_TREE) pattern = NCCL_TOPO_PATTERN_TREE``): every NIC channel in and out of one GPU,
+    which finds one channel per NIC at the first speed, the ring's count, and ends the search (``nChannels ==
+    maxChannels``). One GPU per node is always NCCL_TOPO_PATTERN_TREE (``if (ngpus == 1)``).
+
+    So: ``"tree"`` at one GPU per node, and on a Hopper or Blackwell (``arch``) NVSwitch (``link``) board of at most
+    :data:`HGX_BOARD_GPUS` with one NIC per GPU (the model's node); ``"balanced"`` elsewhere (Ampere has no fallback;
+    an NVL72 rack's Grace superchips share their NICs between two GPUs) and where ``override``
+    (NcclConfig.tree_pattern) says a second GPU reaches each NIC at the same PCIe distance (two GPUs and their NIC on
+    one switch: NVIDIA/nccl#1197's H100-class node, NCCL 2.19.4, logs the tree graph "Pattern 1 ... type NVL/PIX")."""
+    if nodes <= 1:
+        return None
+    if ppn == 1:
+        return TREE_PATTERN_TREE
+    if override is not None:
+        return override
+    if arch in TREE_FALLBACK_ARCHS and link == "nvswitch" and ppn <= HGX_BOARD_GPUS:
+        return TREE_PATTERN_TREE
+    return TREE_PATTERN_BALANCED
+
+
 __all__ = ["RING_MAX_CHANNELS", "SPEED_INTER", "ring_graph", "ring_bus", "search_speed", "speed_array",
-           "size_channels", "SIZE_MAX_THREADS", "SIZE_THREAD_THRESHOLD"]
+           "size_channels", "SIZE_MAX_THREADS", "SIZE_THREAD_THRESHOLD", "tree_pattern", "TREE_PATTERNS",
+           "TREE_PATTERN_BALANCED", "TREE_PATTERN_TREE", "TREE_PATTERN_SHARE", "TREE_FALLBACK_ARCHS", "HGX_BOARD_GPUS"]
