@@ -89,3 +89,16 @@ def test_an_nvl72_rack_keeps_the_balanced_tree():
     assert nccl_graph.tree_pattern("blackwell", 72, 20, "nvswitch") == "balanced"
     assert nccl_graph.tree_pattern("blackwell", 64, 2, "nvswitch") == "balanced"
     assert nccl_graph.tree_pattern("blackwell", 8, 2, "nvswitch") == "tree"
+
+
+def test_the_run_flag_reaches_the_model():
+    """``astra run --nccl-tree-pattern balanced``: the run's option, so its NCCL config's pattern."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    nccl_tuning.add_env_arguments(parser)
+    args = parser.parse_args(["--nccl-tree-pattern", "balanced"])
+    assert config_for_options({"gpu": H100, **vars(args)}).tree_pattern == "balanced"
+    assert config_for_options({"gpu": H100, **vars(parser.parse_args([]))}).tree_pattern is None
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--nccl-tree-pattern", "split"])

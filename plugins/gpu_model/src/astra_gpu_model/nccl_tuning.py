@@ -227,8 +227,9 @@ def env_arg(elems, what):
 def add_env_arguments(group):
     """``--nccl-algo`` and ``--nccl-proto`` (astra run's GPU platform options): NCCL_ALGO and NCCL_PROTO as a run
     sets them, which restrict the pairs NCCL's choice may pick (tuning.cc v2.26.2-1 l. 364-374: algoEnable /
-    protoEnable). GCP's A3 Mega (GPUDirect-TCPXO) profile sets NCCL_ALGO=Ring,Tree NCCL_PROTO=Simple
-    NCCL_NVLS_ENABLE=0 (google/nccl-plugin-gpudirect-tcpxo tcpxo_scripts/nccl-env-profile-simple.sh at 04815d1)."""
+    protoEnable); and ``--nccl-tree-pattern``, the node's PCIe layout as NCCL's tree search sees it. GCP's A3 Mega
+    (GPUDirect-TCPXO) profile sets NCCL_ALGO=Ring,Tree NCCL_PROTO=Simple NCCL_NVLS_ENABLE=0
+    (google/nccl-plugin-gpudirect-tcpxo tcpxo_scripts/nccl-env-profile-simple.sh at 04815d1)."""
     group.add_argument("--nccl-algo", default=None, metavar="LIST", type=env_arg(ENV_ALGOS, "--nccl-algo"),
                        help="NCCL_ALGO: the algorithms NCCL may pick (e.g. Ring,Tree; ^NVLSTree; "
                             "allreduce:ring), NCCL's syntax and names; default: all")
@@ -237,6 +238,11 @@ def add_env_arguments(group):
                             "allreduce:Simple), NCCL's syntax; default: all. NCCL itself turns LL128 off across "
                             "nodes where the GPU reaches its NIC through the CPU (tuning.cc: typeInter > PXN): "
                             "^LL128 says so")
+    group.add_argument("--nccl-tree-pattern", default=None, choices=("balanced", "tree"),
+                       help="the pattern NCCL's topology search gives the tree graph across nodes: tree (each NIC's "
+                            "PCIe switch holds one GPU, the 8-rail HGX board: NCCL's x0.85 on the tree) or balanced "
+                            "(a second GPU shares each NIC's switch); default: tree on Hopper/Blackwell NVSwitch "
+                            "boards of up to 8 GPUs, balanced elsewhere (nccl_graph.tree_pattern)")
 
 
 __all__ = ["MASTER", "V2_26", "TUNINGS", "ACCEPTED", "tuning_for_version", "version_arg", "add_release_arguments",
