@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from astra_folding import plan, signature
+from astra_folding import signature
 from astra_folding.signature import trace_signature
 from astra_sim.chakra import make_metadata, make_node, types as T, write_et
 from astra_sim.errors import AstraError
@@ -37,7 +37,7 @@ def _both_ways(monkeypatch, args, kwargs):
     """(the decision with lazy signatures, the decision with every trace digested whole)."""
     lazy = _fold_info(args, kwargs)
     with monkeypatch.context() as patched:
-        patched.setattr(plan, "LazySignature", lambda nodes, digests: trace_signature(nodes))
+        patched.setattr(signature, "LazySignature", lambda nodes, digests: trace_signature(nodes))
         whole = _fold_info(args, kwargs)
     return lazy, whole
 
@@ -111,7 +111,7 @@ def test_a_run_whose_ranks_all_differ_digests_a_node_per_rank(tmp_path, monkeypa
     assert 2 <= len(digested) <= ranks
     digested.clear()
     with monkeypatch.context() as patched:
-        patched.setattr(plan, "LazySignature", lambda nodes, digests: trace_signature(nodes))
+        patched.setattr(signature, "LazySignature", lambda nodes, digests: trace_signature(nodes))
         assert _fold_info(args, kwargs) == info
     assert len(digested) == ranks * (kernels + 2)  # digested whole: every node of every rank
 
