@@ -98,6 +98,7 @@ class LlmConfig:
     overlap_param_gather: bool = False  # ZeRO-1/2: gather updated parameters at the step's start, overlapping it
     reshard_after_forward: bool = False  # ZeRO-3: gather each unit before every micro-batch's forward and backward
     grad_sync_every_micro_batch: bool = False  # reduce gradients after every micro-batch's backward, not the last only
+    check_nan_in_grad: bool = False  # Megatron DDP check_for_nan_in_grad: each bucket's grad norm before its reduction
     tp_comm_overlap: bool = False   # SP: TP all-gathers / reduce-scatters as rings pipelined with GEMM chunks
     moe_capacity_factor: float | None = None  # MoE: expert capacity = ceil(tokens*top_k/E * C); None: dropless
     moe_pad_to_capacity: bool = False  # MoE: pad every expert's input to its capacity
@@ -464,6 +465,9 @@ def _check(dims: ModelDims, cfg: LlmConfig):
         raise ConfigError("--fp8-params needs --gemm-dtype fp8 or mxfp8 (the FP8 weights are the GEMMs' operands)")
     if cfg.grad_sync_every_micro_batch and cfg.inference:
         raise ConfigError("--grad-sync-every-micro-batch is for --mode train")
+    if cfg.check_nan_in_grad and (cfg.inference or implied_framework(cfg) != "megatron" or cfg.zero == 3):
+        raise ConfigError("--check-nan-in-grad is Megatron-Core DDP's check_for_nan_in_grad (--framework megatron "
+                          "training, --zero 0-2): FSDP2 and DeepSpeed check their gradients their own way")
     if cfg.tp_comm_overlap and not (cfg.sequence_parallel and cfg.tp > 1):
         raise ConfigError("--tp-comm-overlap needs --sequence-parallel and --tp > 1 (it overlaps the sequence-"
                           "parallel all-gathers and reduce-scatters with their GEMMs)")

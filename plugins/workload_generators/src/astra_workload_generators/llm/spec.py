@@ -111,6 +111,7 @@ class LlmSpec:
     wgrad_deferral_limit: int = 0       # head calls deferred at most (0: all)
     reshard_after_forward: bool | None = None  # None: on for --zero 3 training (FSDP2's and DeepSpeed's default)
     grad_sync_every_micro_batch: bool = False
+    check_nan_in_grad: bool = False
     framework: str | None = None        # megatron | fsdp2 | deepspeed; None: implied by the flags
     loss_dtype: str = "fp32"            # fp32 | same: the precision the loss works on the logits in (memory)
     grad_buffer: str = "fp32"           # fp32 | same: Megatron/NeMo's gradient buffer dtype (memory)
@@ -309,6 +310,7 @@ class LlmSpec:
                         attention_dtype=self.attention_dtype,
                         fp8_attention_backward=self.fp8_attention_backward == "on",
                         grad_sync_every_micro_batch=self.grad_sync_every_micro_batch,
+                        check_nan_in_grad=self.check_nan_in_grad,
                         moe_capacity_factor=self.moe_capacity_factor,
                         moe_pad_to_capacity=self.moe_pad_to_capacity, moe_imbalance=self.moe_imbalance,
                         moe_expert_load=load, logits=self.logits, pp_scatter_gather=self.pp_scatter_gather,
@@ -605,6 +607,8 @@ def _add_flags(p):
     p.add_argument("--grad-sync-every-micro-batch", action="store_true",
                    help="reduce the gradients after every micro-batch's backward (all-reduce, or reduce-scatter with "
                    "--zero; DDP/FSDP without no_sync, DeepSpeed) instead of after the last one only")
+    p.add_argument("--check-nan-in-grad", action="store_true",
+                   help="Megatron DDP's check_for_nan_in_grad: an L2 norm of each gradient bucket before its reduction")
     p.add_argument("--cp", type=positive_int, default=1,
                    help="context-parallel size, training and prefill (sequence split; K/V exchanged as --cp-rotate "
                    "says; "

@@ -186,7 +186,8 @@ class DataParallelOps:
             self.syncs.append(self.coll(f"{group}_rs.{label}", T.REDUCE_SCATTER, size, group, [self.prev],
                                         chain=False))
         elif cfg.zero:
-            rs = self.coll(f"{group}_rs.{label}", T.REDUCE_SCATTER, size, group, [self.prev], chain=False)
+            rs = self.coll(f"{group}_rs.{label}", T.REDUCE_SCATTER, size, group, [self.nan_check(label, params)],
+                           chain=False)
             self.syncs.append(rs)
             gathered = self.param_gather_bytes(label.split(".")[0], params, group != self.dgroup)
             if cfg.overlap_param_gather or not last:  # (overlapped: gathered at the next step's start)
@@ -196,8 +197,21 @@ class DataParallelOps:
             else:
                 self.coll(ag_label, T.ALL_GATHER, gathered, group, [rs], chain=False)
         else:
-            self.syncs.append(self.coll(f"{group}_ar.{label}", T.ALL_REDUCE, size, group, [self.prev],
-                                        chain=False))
+            self.syncs.append(self.coll(f"{group}_ar.{label}", T.ALL_REDUCE, size, group,
+                                        [self.nan_check(label, params)], chain=False))
+
+    def nan_check(self, label, params):
+        """``--check-nan-in-grad``: Megatron-Core DDP's ``check_for_nan_in_grad`` (``_ParamAndGradBucketGroup.
+        start_grad_sync`` -> ``check_for_nan_in_grad``: ``bucket.grad_data.norm(p=2)`` per bucket, core_r0.11
+        ``megatron/core/distributed/param_and_grad_buffer.py`` 153-167, 268-269) on the compute stream just before
+        the bucket's reduction: one read of the ``params`` gradients in the buffer's dtype (bf16 with ``--grad-buffer
+        same``, else fp32). Its result goes to the rerun state machine, which returns at once when it is DISABLED
+        (the default, ``rerun_state_machine.py`` 171-178, 463-464): no host wait. Returns the node the reduction
+        waits on (the compute chain's last node without the flag)."""
+        if not self.cfg.check_nan_in_grad:
+            return self.prev
+        grad_type = self.ttype if self.cfg.grad_buffer == "same" else "Tensor(float)"
+        return self.ew("aten::linalg_vector_norm", f"nan_check.{label}", [((params,), grad_type)])
 
     def _gather(self, label, dense, expert):
         """ZeRO-3: all-gather a unit's parameter shards (dense over DP(xCP), experts over expert-DP), off the
