@@ -78,20 +78,40 @@ def test_googles_v6e_256_psum_by_hand():
     assert ns == pytest.approx(3_018_547.2)
 
 
+def test_v6e_ici_is_timed_at_its_measured_payload_rate():
+    """The same psum at the measured payload rate (marin-community/marin#6736: a v6e-8 ppermute, 'bytes / 86.8
+    GB/s'): 1,207,418,880 B at 2 axes x 2 directions x 86.8 = 347.2 B/ns = 3,477,588.94 ns (-32.1 % against the
+    measured 5.121 ms, from -41.1 % at the nominal 400 B/ns). The platform hands the torus rule that rate, the
+    generated network's rings carry it (86.8e9 / 2**30 = 80.838799 GiB/s), and the nominal figure stays in the
+    platform's numbers."""
+    v6e = get_preset("tpu-v6e")
+    assert v6e.ici_link_gbps == 86.8 and v6e.ici_gbps_per_link == 100.0
+    assert generate(v6e, 1)["options"]["tpu_ici_gbps_per_link"] == 86.8
+    ns = torus_time_ns(ALL_REDUCE, 606_076_928, [16, 16], v6e.ici_link_gbps, v6e.ici_hop_latency_ns)
+    assert ns == pytest.approx(3_477_588.94, abs=0.01)
+    assert "bandwidth: [ 80.838799, 80.838799 ]" in generate(v6e, 1)["network_configuration"].text
+    n = v6e.numbers()
+    assert n["scaleup_gb_per_s_per_direction"] == 100.0 and n["ici_payload_gb_per_s_per_direction"] == 86.8
+    assert "marin-community/marin#6736" in n["sources"]["ici_payload"]
+    # a preset with no published payload measurement keeps its nominal link rate
+    assert get_preset("tpu-v4").ici_link_gbps == 50.0
+
+
 def test_one_slice_uses_torus_and_several_slices_keep_the_ring():
     one = json.loads(generate("tpu-v6e", 1)["system_configuration"].text)
     assert one["all-gather-implementation"] == ["torus", "torus"]
     two = json.loads(generate("tpu-v5p", 2, "4x4x4")["system_configuration"].text)
     assert two["all-gather-implementation"] == ["ring"] * 4
-    assert generate("tpu-v6e", 1)["options"]["tpu_ici_gbps_per_link"] == 100.0
+    assert generate("tpu-v6e", 1)["options"]["tpu_ici_gbps_per_link"] == 86.8   # the measured payload rate
 
 
 def test_an_all_reduce_on_a_v6e_4x4_runs_at_the_rule(tmp_path):
-    # 64 MiB over 16 chips on 2 axes: 2 x 67,108,864 x 15/16 = 125,829,120 B at 400 B/ns = 314,572.8 ns; the kernel
-    # splits it into 4 chunks run one after the other (the system config's preferred-dataset-splits), each timed alone
+    # 64 MiB over 16 chips on 2 axes: 2 x 67,108,864 x 15/16 = 125,829,120 B at 2 x 2 x 86.8 = 347.2 B/ns (the
+    # measured payload rate) = 362,411.06 ns; the kernel splits it into 4 chunks run one after the other (the system
+    # config's preferred-dataset-splits), each timed alone
     prefix = all_reduce_trace(tmp_path, 16, 64 << 20)
     report = simulate(workload=prefix, platform="tpu-v6e", tpu_topology="4x4")
-    assert report.max_finish_ns == pytest.approx(314_572.8, abs=100)
+    assert report.max_finish_ns == pytest.approx(362_411.06, abs=100)
     assert report.settings["platform_defaults"]["collective"].startswith("torus (implied by --platform tpu-v6e")
 
 

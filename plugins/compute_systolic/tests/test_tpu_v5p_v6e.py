@@ -42,7 +42,7 @@ def test_v6e_numbers_from_googles_page():
 def test_networks_are_the_tori():
     v5p = yaml.safe_load(generate("tpu-v5p", 2, "4x4x8")["network_configuration"].text)
     assert v5p["topology"] == ["Ring", "Ring", "Ring", "Switch"] and v5p["npus_count"] == [4, 4, 8, 2]
-    assert v5p["bandwidth"][:3] == [pytest.approx(100e9 / GIB)] * 3
+    assert v5p["bandwidth"][:3] == [pytest.approx(86.3e9 / GIB)] * 3   # the measured payload rate (marin#6736)
     assert v5p["bandwidth"][3] == pytest.approx(50e9 / 8 / GIB)
     v6e = yaml.safe_load(generate("tpu-v6e", 1)["network_configuration"].text)
     assert v6e["topology"] == ["Ring", "Ring"] and v6e["npus_count"] == [16, 16]
@@ -52,8 +52,9 @@ def test_faster_ici_makes_a_v5p_all_reduce_faster_than_v4(tmp_path):
     prefix = all_reduce_trace(tmp_path, 64, 64 << 20)
     v4 = simulate(workload=prefix, platform="tpu-v4").max_finish_ns
     v5p = simulate(workload=prefix, platform="tpu-v5p").max_finish_ns
-    # the same 4x4x4 torus, links of 100 instead of 50 GB/s per direction: a bandwidth-bound all-reduce halves
-    assert v5p / v4 == pytest.approx(0.5, rel=0.05)
+    # the same 4x4x4 torus, links of 86.3 (v5p's measured payload rate; 100 nominal) instead of 50 GB/s per
+    # direction: a bandwidth-bound all-reduce takes 50 / 86.3 = 0.579 of v4's time
+    assert v5p / v4 == pytest.approx(50 / 86.3, rel=0.05)
 
 
 def test_small_llm_step_on_a_v6e_slice(tmp_path):

@@ -65,6 +65,7 @@ class TpuPreset(Platform):
     sram_kib: tuple                 # (ifmap, filter, ofmap) KiB
     sources: dict
     hbm_stream_gbps: float | None = None  # decimal GB/s a memory-bound pass streams at, measured (None: hbm_gbps)
+    ici_payload_gbps: float | None = None  # decimal GB/s of payload one link carries a direction, measured (None: nominal)
 
     family = "tpu"
 
@@ -138,6 +139,13 @@ class TpuPreset(Platform):
         return self.hbm_stream_gbps if self.hbm_stream_gbps is not None else self.hbm_gbps
 
     @property
+    def ici_link_gbps(self) -> float:
+        """The rate ICI transfers are timed at, decimal GB/s per link and direction: the measured payload rate where
+        one is published (``ici_payload_gbps``), else the nominal link rate. A link's signalling rate is not its
+        payload rate (packet headers, flow control), as HBM's datasheet figure is not its copy rate (``stream_gbps``)."""
+        return self.ici_payload_gbps if self.ici_payload_gbps is not None else self.ici_gbps_per_link
+
+    @property
     def vmem_gbps(self) -> float:
         """VMEM's bandwidth to the MXUs, decimal GB/s: ``VMEM_OVER_HBM`` x HBM's (the scaling book's ratio)."""
         return VMEM_OVER_HBM * self.hbm_gbps
@@ -169,6 +177,7 @@ class TpuPreset(Platform):
             "scaleup_technology": f"ICI {len(topo)}D torus",
             "scaleup_gb_per_s_per_direction": self.ici_gbps_per_link,
             "scaleup_gib_per_s_per_direction": round(self.ici_gbps_per_link * 1e9 / GIB, 6),
+            "ici_payload_gb_per_s_per_direction": self.ici_link_gbps,  # what the simulation times ICI transfers at
             "nic": "DCN", "nic_gbit_per_s_per_gpu": self.dcn_gbit_per_chip,
             "hbm_bandwidth_gbps": self.hbm_gbps, "hbm_stream_gbps": self.stream_gbps, "hbm_capacity_gib": self.hbm_gib,
             "bf16_tflops": self.peak_bf16_tflops, "clock_ghz": float(self.ghz),
@@ -196,6 +205,14 @@ _LAT = ("Austin et al., 'How to Scale Your Model', part 3 'Sharded Matrices' (ja
         "at 0819a7d): 'Each hop over an ICI link has some intrinsic overhead regardless of the data volume. This "
         "is typically around 1us' (tpus.md, Question 5: 'the per-hop latency for TPU v5e is 1us'); one figure for "
         "TPUs, applied to each preset; Google publishes no per-hop latency (500 ns, unsourced, before 2026-11-30)")
+_ICI_PAYLOAD = ("marin-community/marin#6736 (comment 'TPU ppermute payload sweep update', 2026-06-28, an agent-run "
+                "experiment posted by dlwh): a barriered lax.ppermute of 1 KiB to 64 MiB a device in a "
+                "lax.fori_loop, repeat-count slopes, 'Large-payload fit: time = 2.29 us + bytes / 86.8 GB/s' "
+                "(v6e-8) and 'time = 4.55 us + bytes / 86.3 GB/s' (v5p-8); both chips' links are 100 GB/s a "
+                "direction nominal, so the payload is 86-87 % of it. Corroborated by the scaling book's table "
+                "(tpus.md at 0819a7d): 9e10 one-way a link for v5p and v6e, 90 %. ASSUMPTION: each device's "
+                "payload crosses one link one way (a neighbour shift; the comment does not give the permutation), "
+                "and the rate holds with every link of a chip busy")
 #: One ICI hop (ns): the scaling book's typical figure (``_LAT``).
 ICI_HOP_NS = 1000.0
 #: A third of v6e's 128 MiB of VMEM (jax's tpu_info), KiB: each of its SCALE-sim scratchpads.
@@ -259,7 +276,9 @@ PRESETS = {
                 "dcn": CLOUD_V5P + "'Data center network (DCN) bandwidth per chip (Gbps) 50'",
                 "ici_latency": _LAT, "array": _MODEL, "sram": _SRAM + " (as tpu-v4)", "sram_bandwidth": _SPLIT,
                 "vmem": TPU_INFO + "TPU v5p 'vmem_capacity_bytes=64 * 1024 * 1024' (2 TensorCores: 128 MiB a chip)",
+                "ici_payload": _ICI_PAYLOAD + " (v5p: 86.3 GB/s)",
             },
+            ici_payload_gbps=86.3,
         ),
         TpuPreset(
             "tpu-v6e", "TPU v6e (Trillium): 1 TensorCore x 2 MXUs (256x256), 32 GB HBM, ICI 2D torus",
@@ -284,8 +303,8 @@ PRESETS = {
                                                  "interconnect (ICI) bandwidth 3584 Gbps' (112 GB/s a port, "
                                                  "superseded), then '3200 Gbps' (v5e: 1600), one direction: 4 x 100 "
                                                  "GB/s; 'All-reduce bandwidth per Pod 102.4 TB/s' is 256 x 4 x 100 "
-                                                 "GB/s. The scaling book's table (tpus.md at 0819a7d) gives 9e10 "
-                                                 "one-way a link (not used: Google's page is the chip's source)",
+                                                 "GB/s: the signalling rate; transfers are timed at the measured "
+                                                 "payload rate ('ici_payload')",
                 "dcn": CLOUD_V6E + "(the revision that lists hosts) 'Per-host NIC configuration 4 x 200 Gbps NIC', "
                                    "'Chips per host 8', 'Data center network bandwidth per Pod 25.6 Tbps': "
                                    "800 / 8 = 25,600 / 256 = 100 Gb/s per chip",
@@ -302,8 +321,10 @@ PRESETS = {
                               "time from the trace, read + write counted (benchmark_hbm.py: 'tensor_size * 2'): "
                               "83.0 % of the page's 1638; one size published (32 MiB), taken as the rate of every "
                               "memory-bound pass",
+                "ici_payload": _ICI_PAYLOAD + " (v6e: 86.8 GB/s)",
             },
             hbm_stream_gbps=1359.6,
+            ici_payload_gbps=86.8,
         ),
     )
 }
@@ -339,7 +360,7 @@ def network_yaml(preset: TpuPreset, topology, nodes: int) -> str:
     numbers = preset.numbers(nodes, topology)
     dims = list(topology)
     topo = ["Ring"] * len(dims)
-    bw = [numbers["scaleup_gib_per_s_per_direction"]] * len(dims)
+    bw = [round(preset.ici_link_gbps * 1e9 / GIB, 6)] * len(dims)  # the payload rate (``ici_link_gbps``)
     lat = [preset.ici_hop_latency_ns] * len(dims)
     route = ""
     if nodes > 1:
@@ -398,7 +419,7 @@ def generate(name, nodes=1, topology=None, directory=None) -> dict:
                     # memory-bound ops and the GEMMs' HBM floor: the measured stream rate where published
                     "systolic_hbm_gbps": preset.stream_gbps,
                     # what the torus collective prices the ICI with (decimal GB/s per link and direction; ns)
-                    "tpu_ici_gbps_per_link": preset.ici_gbps_per_link, "tpu_ici_hop_ns": preset.ici_hop_latency_ns},
+                    "tpu_ici_gbps_per_link": preset.ici_link_gbps, "tpu_ici_hop_ns": preset.ici_hop_latency_ns},
     }
 
 
