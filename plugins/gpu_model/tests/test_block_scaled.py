@@ -71,7 +71,7 @@ def test_gemm_time_by_hand():
     nv = _scaled_mm(m, k, n, FP4, E4M3, 2, 16)
     assert b200.fp4_gemm_scale == 0.788
     params = replace(b200.gemm, compute_efficiency=b200.gemm.compute_efficiency * b200.fp4_gemm_scale)
-    # at the sustained rate of a long GEMM phase on the 1,000 W board (power_clock: 0.821082 of the burst-fitted peak)
+    # at the sustained rate of a long GEMM phase on the 1,000 W board (power_clock: 0.801597 of the burst-fitted peak)
     peak = 9000e12 * sustained_gemm_factor(b200, "nvfp4", 1000.0)
     expected = gemm_time_s(m, n, k, 1, peak_flops=peak, sm_count=148, hbm_bytes_per_s=8000e9,
                            in_bytes=0.5625, out_bytes=2, params=params, tiles=b200.gemm_tiles)

@@ -9,7 +9,7 @@ from astra_sim.platforms import get_platform
 from astra_gpu_model.gpu import load_gpu
 from astra_gpu_model.model import GpuComputeModel
 from astra_gpu_model.ops import Op
-from astra_gpu_model.power_clock import (FULL_BOARD, SUSTAINED_GEMM, board_power_w, full_board_ratio,
+from astra_gpu_model.power_clock import (FULL_BOARD, SUSTAINED_GEMM, SustainedGemm, board_power_w, full_board_ratio,
                                          gemm_boost_power_w, model_tflops_at_shape, settled_clock_ratio,
                                          sustained_gemm_factor, sustained_rate_ratio)
 
@@ -17,19 +17,50 @@ B200_BF16 = SUSTAINED_GEMM[("B200", "bf16")]
 B200_FP8 = SUSTAINED_GEMM[("B200", "fp8")]
 
 
+def test_the_rate_curve_passes_through_both_measured_points():
+    # 1 / rate = a / clock + b: a = (1 / 1456.3 - 1 / 1770.9) / (1 / 1339 - 1 / 1965)
+    #   = (6.866717e-4 - 5.646846e-4) / (7.468260e-4 - 5.089059e-4) = 1.219871e-4 / 2.379201e-4 = 0.5127231;
+    # b = 1 / 1770.9 - 0.5127231 / 1965 = 5.646846e-4 - 2.609278e-4 = 3.037568e-4
+    slope, fixed = B200_BF16.clock_curve()
+    assert (slope, fixed) == (pytest.approx(0.5127231, rel=1e-6), pytest.approx(3.037568e-4, rel=1e-5))
+    assert B200_BF16.tflops_at_clock(1965.0) == pytest.approx(1770.9, rel=1e-9)
+    assert B200_BF16.tflops_at_clock(1339.0) == pytest.approx(1456.3, rel=1e-9)
+    assert B200_BF16.clock_at_tflops(1456.3) == pytest.approx(1339.0, rel=1e-9)
+    # FP8: a = (1 / 2795.7 - 1 / 3435.2) / (1 / 1331 - 1 / 1965) = 6.65883e-5 / 2.424089e-4 = 0.2746939,
+    # b = 1 / 3435.2 - 0.2746939 / 1965 = 2.911039e-4 - 1.397933e-4 = 1.513106e-4
+    assert B200_FP8.clock_curve() == (pytest.approx(0.2746939, rel=1e-5), pytest.approx(1.513106e-4, rel=1e-5))
+    # not proportional: half the time at the boost clock is the clock-independent part, 3.037568e-4 x 1770.9 = 0.538
+    assert fixed * 1770.9 == pytest.approx(0.538, abs=1e-3)
+    # a point the curve was not built on: GB200's maximum clock, 2,062 MHz (the same silicon; stas00/ml-engineering
+    # 744d01e clock table) gives 1 / (0.5127231 / 2062 + 3.037568e-4) = 1 / 5.524085e-4 = 1810.3 TFLOP/s, against
+    # GB200's MAMF row 1,822 (another torch); the proportional rule gave 1770.9 x 2062 / 1965 = 1858.3
+    assert B200_BF16.tflops_at_clock(2062.0) == pytest.approx(1810.3, abs=0.1)
+    # a rate falling faster than its clock would need a negative clock-independent part: (1 / 500 - 1 / 1000) /
+    # (1 / 1500 - 1 / 2000) = 6, 1 / 1000 - 6 / 2000 = -0.002
+    with pytest.raises(ValueError, match="fall less than in proportion"):
+        SustainedGemm(1000.0, 500.0, 900.0, 1500.0, 2000.0, 1000.0, "made up").clock_curve()
+
+
 def test_measured_ratio_at_the_measured_board():
-    # 1456.3 / 1770.9 = 0.822350; idle 0.14 x 1000 = 140 W; (1000 - 140) / (994 - 140) = 860 / 854 = 1.0070258,
-    # ln = 0.0070012, / 1.32 = 0.0053040, exp = 1.0053181: 0.822350 x 1.0053181 = 0.826723
+    # 1456.3 / 1770.9 = 0.822350 at the measured 994 W; idle 0.14 x 1000 = 140 W; at 1000 W the clock moves by
+    # (1000 - 140) / (994 - 140) = 860 / 854 = 1.0070258, ln = 0.0070012, / 1.32 = 0.0053040, exp = 1.0053181:
+    # 1339 x 1.0053181 = 1346.121 MHz, 1 / (0.5127231 / 1346.121 + 3.037568e-4) = 1 / 6.846461e-4 = 1460.609,
+    # / 1770.9 = 0.824783 (the proportional rule gave 0.822350 x 1.0053181 = 0.826723)
     assert B200_BF16.rate_ratio == pytest.approx(0.822350, rel=1e-5)
-    assert sustained_rate_ratio(B200_BF16, 1000.0) == pytest.approx(0.826723, rel=1e-5)
+    assert sustained_rate_ratio(B200_BF16, 994.0) == pytest.approx(B200_BF16.rate_ratio, rel=1e-12)
+    assert sustained_rate_ratio(B200_BF16, 1000.0) == pytest.approx(0.824783, rel=1e-5)
 
 
 def test_a_higher_board_limit_raises_the_sustained_rate_up_to_the_burst():
-    # GB200's 1,200 W: 1060 / 854 = 1.2412178, ln = 0.2160937, / 1.32 = 0.1637074, exp = 1.1778694;
-    # 0.822350 x 1.1778694 = 0.968621
-    assert sustained_rate_ratio(B200_BF16, 1200.0) == pytest.approx(0.968621, rel=1e-5)
-    # GB300's 1,400 W: (1260 / 854) ** (1 / 1.32) = 1.3424 -> 0.822350 x 1.3424 = 1.104 > 1: the burst rate
-    assert sustained_rate_ratio(B200_BF16, 1400.0) == 1.0
+    # GB200's 1,200 W: 1060 / 854 = 1.2412178, ln = 0.2160937, / 1.32 = 0.1637074, exp = 1.1778694: 1339 x 1.1778694 =
+    # 1577.167 MHz, 1 / (0.5127231 / 1577.167 + 3.037568e-4) = 1 / 6.288478e-4 = 1590.210, / 1770.9 = 0.897967 (the
+    # proportional rule: 0.822350 x 1.1778694 = 0.968621)
+    assert sustained_rate_ratio(B200_BF16, 1200.0) == pytest.approx(0.897967, rel=1e-5)
+    # GB300's 1,400 W: (1260 / 854) ** (1 / 1.32) = 1.342652, 1797.811 MHz, 1 / (2.851917e-4 + 3.037568e-4) = 1697.94,
+    # / 1770.9 = 0.958800: below the burst (the proportional rule reached it, 1.104 > 1)
+    assert sustained_rate_ratio(B200_BF16, 1400.0) == pytest.approx(0.958800, rel=1e-5)
+    # the boost clock holds from the GEMM's boost power on (1556.9 W, below): the burst rate
+    assert sustained_rate_ratio(B200_BF16, 1557.0) == 1.0
     with pytest.raises(ValueError, match="above the idle power"):
         sustained_rate_ratio(B200_BF16, 100.0)
 
@@ -51,22 +82,29 @@ def test_a_full_board_settles_below_one_gpu_alone():
     # such measurement
     assert FULL_BOARD["B200"].ratio == pytest.approx(0.979872, rel=1e-5)
     assert full_board_ratio("H200-SXM") == full_board_ratio("MI300X") == full_board_ratio(None) == 1.0
-    # B200 BF16 at 1,000 W: 0.822350 x 0.979872 = 0.805798, x the DVFS gain 1.0053181 = 0.810083 (alone: 0.826723)
-    assert sustained_rate_ratio(B200_BF16, 1000.0, full_board=0.979872) == pytest.approx(0.810083, rel=1e-5)
-    # GB300's 1,400 W lets the boost clock hold: 0.822350 x 0.979872 x 1.3424 = 1.082 -> the burst, 1, busy or not
-    assert sustained_rate_ratio(B200_BF16, 1400.0, full_board=0.979872) == 1.0
+    # B200 BF16 at 1,000 W: 1456.3 x 0.979872 = 1426.987 TFLOP/s, on the curve at 0.5127231 / (1 / 1426.987 -
+    # 3.037568e-4) = 0.5127231 / 3.970205e-4 = 1291.427 MHz; x the DVFS gain 1.0053181 = 1298.295 MHz,
+    # 1 / (3.949200e-4 + 3.037568e-4) = 1431.277, / 1770.9 = 0.808220 (alone: 0.824783)
+    assert sustained_rate_ratio(B200_BF16, 1000.0, full_board=0.979872) == pytest.approx(0.808220, rel=1e-5)
+    # GB300's 1,400 W: 1291.427 x 1.342652 = 1733.944 MHz, 1 / (2.956974e-4 + 3.037568e-4) = 1668.18, 0.941997
+    assert sustained_rate_ratio(B200_BF16, 1400.0, full_board=0.979872) == pytest.approx(0.941997, rel=1e-5)
+    # where the boost clock holds, busy siblings do not slow the burst: at 1,700 W (1560 / 854) ** (1 / 1.32) = 1.57851,
+    # 1291.427 x 1.57851 = 2038.5 MHz > 1965
+    assert sustained_rate_ratio(B200_BF16, 1700.0, full_board=0.979872) == 1.0
 
 
 def test_the_factor_applies_only_to_burst_fitted_presets(tmp_path):
     b200 = load_gpu("B200")
-    # the full board's (test_a_full_board_settles_below_one_gpu_alone): 0.810083
-    assert sustained_gemm_factor(b200, "bf16", 1000.0) == pytest.approx(0.810083, rel=1e-5)
-    # FP8 (and the block-scaled formats): 2795.7 / 3435.2 = 0.813839, x 0.979872 (BF16's full board: ASSUMPTION) =
-    # 0.797458; 860 / 850 = 1.0117647, ln = 0.0116960, / 1.32 = 0.0088606, exp = 1.0089000 -> 0.804555
+    # the full board's (test_a_full_board_settles_below_one_gpu_alone): 0.808220
+    assert sustained_gemm_factor(b200, "bf16", 1000.0) == pytest.approx(0.808220, rel=1e-5)
+    # FP8 (and the block-scaled formats): 2795.7 x 0.979872 (BF16's full board: ASSUMPTION) = 2739.428 TFLOP/s at
+    # 0.2746939 / (3.650397e-4 - 1.513106e-4) = 1285.243 MHz; 860 / 850 = 1.0117647, ln = 0.0116960, / 1.32 =
+    # 0.0088606, exp = 1.0089000 -> 1296.682 MHz, 1 / (2.118441e-4 + 1.513106e-4) = 2753.645, / 3435.2 = 0.801597
     for dtype in ("fp8", "nvfp4", "mxfp8"):
-        assert sustained_gemm_factor(b200, dtype, 1000.0) == pytest.approx(0.804555, rel=1e-5)
-    # B300 at 1,200 W, B200's pair and board: 0.822350 x 0.979872 x 1.1778694 = 0.949133
-    assert sustained_gemm_factor(load_gpu("B300"), "bf16", 1200.0) == pytest.approx(0.949133, rel=1e-5)
+        assert sustained_gemm_factor(b200, dtype, 1000.0) == pytest.approx(0.801597, rel=1e-5)
+    # B300 at 1,200 W, B200's pair and board: 1291.427 x 1.1778694 = 1521.132 MHz, 1 / (3.370674e-4 + 3.037568e-4)
+    # = 1560.488, / 1770.9 = 0.881183
+    assert sustained_gemm_factor(load_gpu("B300"), "bf16", 1200.0) == pytest.approx(0.881183, rel=1e-5)
     # no sustained measurement of the GPU or its die: untouched (the Hopper SXM parts are capped, below)
     for name in ("A100-SXM4-80GB", "MI300X", "MI355X", "L40S", "H100-PCIe-80GB", "H100-NVL-94GB", "H20"):
         assert load_gpu(name).sustained_gemm is None and load_gpu(name).sustained_gemm_cap is None
@@ -102,11 +140,11 @@ def test_the_model_slows_a_compute_bound_gemm_by_the_factor():
     # the options each platform implies (resolve_gpu_platform: a rack tray's gpu_board_power_w)
     rack_w = get_platform("gb200-nvl72").board_power_w
     hgx, rack = _model("B200", platform="hgx-b200"), _model("B200", platform="gb200-nvl72", gpu_board_power_w=rack_w)
-    # compute-bound: the time follows 1 / factor, 0.949133 / 0.810083 = 1.171639 (the full board cancels; memory 0.1 %)
-    assert hgx.op_seconds(gemm) / rack.op_seconds(gemm) == pytest.approx(1.171639, rel=2e-3)
+    # compute-bound: the time follows 1 / factor, 0.881183 / 0.808220 = 1.090277 (memory 0.1 %)
+    assert hgx.op_seconds(gemm) / rack.op_seconds(gemm) == pytest.approx(1.090277, rel=2e-3)
     assert hgx.describe()["sustained_gemm"] == {"board_power_w": 1000.0,
-                                                "factor": {"bf16": pytest.approx(0.810083, rel=1e-5),
-                                                           "fp8": pytest.approx(0.804555, rel=1e-5)}}
+                                                "factor": {"bf16": pytest.approx(0.808220, rel=1e-5),
+                                                           "fp8": pytest.approx(0.801597, rel=1e-5)}}
     # under --power-limit-w the energy plugin scales from the TDP, so the factor is the TDP's
     assert _model("B200", platform="gb200-nvl72", gpu_board_power_w=rack_w, power_limit_w=900.0).board_power_w == 1000.0
     a100 = _model("A100")
@@ -228,7 +266,7 @@ def test_the_check_script_lists_each_rule():
     assert rule == "cap, median of measured shapes" and limit == 700 and burst == 841.9
     assert (model, sustained, factor) == (pytest.approx(753.59, rel=2e-4), pytest.approx(714.806, rel=1e-5),
                                           pytest.approx(0.91529, rel=2e-4))
-    assert rows[("B200", "bf16")][1] == "burst x MSMF/MAMF" and rows[("B200", "bf16")][7] == pytest.approx(0.810083,
+    assert rows[("B200", "bf16")][1] == "burst x MSMF/MAMF" and rows[("B200", "bf16")][7] == pytest.approx(0.808220,
                                                                                                           rel=1e-5)
     assert {r[0] for r in rows.values()} == {"B200", "B300", "GB200", "H100-SXM-96GB-HBM2e", "H100-SXM5-80GB",
                                             "H200-SXM", "H800-SXM5-80GB"}

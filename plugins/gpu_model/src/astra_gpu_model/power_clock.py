@@ -44,10 +44,27 @@ seven shapes are the lent H200's runs, whose siblings' load was not recorded.
     P(f) = P_idle + (P_boost - P_idle) * (f / f_max) ** ALPHA
 
 dynamic power C V^2 f with the voltage rising with the clock, one exponent for both. Under a limit L a phase whose
-P_boost exceeds L settles at f / f_max = ((L - P_idle) / (P_boost - P_idle)) ** (1 / ALPHA). A GEMM's rate is
-proportional to its settled clock, so between two limits of one GPU it scales by ((L - P_idle) / (L0 - P_idle)) **
-(1 / ALPHA), P_boost cancelling: one measured sustained point (L0, its rate) gives the rate at any other limit, capped
-at the burst rate (the clock cannot pass the boost).
+P_boost exceeds L settles at f / f_max = ((L - P_idle) / (P_boost - P_idle)) ** (1 / ALPHA). Between two limits of
+one GPU the settled clock scales by ((L - P_idle) / (L0 - P_idle)) ** (1 / ALPHA), P_boost cancelling: one measured
+sustained point (L0, its clock) gives the clock at any other limit, at most the boost clock.
+
+**A GEMM's rate against its clock** (:meth:`SustainedGemm.clock_curve`). The rate is not proportional to the SM
+clock: the measured pairs lose much less rate than clock. B200 BF16: MSMF runs at 1,339 / 1,965 = 0.681 of the boost
+clock and 1,456.3 / 1,770.9 = 0.822 of the burst rate (FP8: 0.677 and 0.814); the H200 pair 0.740 and 0.842. The
+same holds for one shape on one board, where no search over shapes enters: this repository's lent H200 (calibration/
+nvidia-h200-2026-11-30, README "Sustained load") ran bf16 8192^3 at 779 TFLOP/s at 1,980 MHz in its first chunk and
+662.6 settled at 1,461 MHz (clock 0.738, rate 0.851), fp8 1,369 at 1,980 and 1,200.3 at 1,327 (0.670, 0.877). So the
+rate follows ``1 / rate = a / f + b``: a part of a GEMM's time that the SM clock sets (``a / f``) and a part that it
+does not (``b``: HBM's clock stays put under a power limit, 3,201 MHz in every sample of those runs), the two
+constants taken through the pair's two measured points (the burst at the boost clock, the sustained rate at its
+settled clock). It reproduces both points, where the proportional rule, anchored at the sustained point, reached the
+burst rate already at 1,339 / 0.822 = 1,628 MHz, far below the boost clock the burst was measured at. Check
+on a point not used: B200's curve at GB200's 2,062 MHz maximum clock (the same silicon) gives 1,810 BF16 and 3,515
+FP8 TFLOP/s against GB200's MAMF rows 1,822 and 3,615.6 (the proportional rule: 1,858 and 3,605; those rows ran on
+another torch, which alone moves B200's row by 1.5 %, so the check does not tell the two apart). ASSUMPTION: the two
+parts add (no overlap that changes with the clock); the pair's two points are different shapes (MAMF's and MSMF's
+best), which the model's own GEMM rates put 1.7 % (BF16) and 1.1 % (FP8) apart at one clock, far below the 21 %
+(BF16) the points differ in rate per clock.
 
 Reuse by the energy plugin: :func:`gemm_boost_power_w` is the power a sustained GEMM would draw at the boost clock
 (1,557 W for B200 BF16, not the TDP that ``class_fraction_of_tdp.gemm = 1.0`` assumes), and
@@ -94,10 +111,34 @@ class SustainedGemm:
     def idle_w(self) -> float:
         return IDLE_FRACTION * self.limit_w
 
+    def clock_curve(self) -> tuple:
+        """``(a, b)`` of ``1 / rate = a / clock + b`` (TFLOP/s, MHz) through the burst at the boost clock and the
+        sustained rate at its settled clock: ``a / clock`` the part of a GEMM's time the SM clock sets, ``b`` the rest
+        (the module docstring gives the evidence). Both must be positive: a rate that fell faster than its clock would
+        need a negative part."""
+        slope = ((1.0 / self.sustained_tflops - 1.0 / self.burst_tflops)
+                 / (1.0 / self.sustained_clock_mhz - 1.0 / self.boost_clock_mhz))
+        fixed = 1.0 / self.burst_tflops - slope / self.boost_clock_mhz
+        if slope <= 0.0 or fixed <= 0.0:
+            raise ValueError(f"{self.source}: the rate must fall less than in proportion to the clock "
+                             f"(a = {slope:g}, b = {fixed:g})")
+        return slope, fixed
+
+    def tflops_at_clock(self, clock_mhz: float) -> float:
+        """The GEMM rate at SM clock ``clock_mhz`` on :meth:`clock_curve`."""
+        slope, fixed = self.clock_curve()
+        return 1.0 / (slope / clock_mhz + fixed)
+
+    def clock_at_tflops(self, tflops: float) -> float:
+        """The SM clock at which :meth:`clock_curve` gives ``tflops`` (below the curve's limit ``1 / b``)."""
+        slope, fixed = self.clock_curve()
+        return slope / (1.0 / tflops - fixed)
+
     def sustained_tflops_at(self, board_power_w: float, alpha: float = ALPHA) -> float:
-        """The sustained rate at limit ``board_power_w``: the measured one moved there by the DVFS law, at most the
-        burst."""
-        return self.burst_tflops * sustained_rate_ratio(self, board_power_w, alpha)
+        """The sustained rate at limit ``board_power_w`` as the Hopper cap moves its measured points (MSMF's shape's,
+        :meth:`ShapePoint.tflops_at`: the rate in proportion to the DVFS law's clock, at most the burst). A burst fit's
+        factor takes :func:`sustained_rate_ratio`'s curve instead."""
+        return self.shape_points()[0].tflops_at(self, board_power_w, alpha)
 
     def shape_points(self) -> tuple:
         """Every measured shape: MSMF's (this pair's own) and :attr:`more`."""
@@ -115,7 +156,9 @@ class ShapePoint:
 
     def tflops_at(self, pair: SustainedGemm, board_power_w: float, alpha: float = ALPHA) -> float:
         """This shape's sustained rate moved to limit ``board_power_w`` by the DVFS law (idle and the sustained over
-        burst bound from ``pair``, the silicon's headline pair)."""
+        burst bound from ``pair``, the silicon's headline pair), in proportion to the clock: the Hopper cap's rule. Its
+        points were measured at 691-694 W and move to the 700 W limit by at most 0.9 %, where
+        :meth:`SustainedGemm.clock_curve` would give about half that; kept, so that the Hopper steps do not move."""
         gain = ((board_power_w - pair.idle_w) / (self.sustained_w - pair.idle_w)) ** (1.0 / alpha)
         return self.sustained_tflops * min(gain, 1.0 / pair.rate_ratio)
 
@@ -220,14 +263,18 @@ def gemm_boost_power_w(point: SustainedGemm, alpha: float = ALPHA) -> float:
 
 def sustained_rate_ratio(point: SustainedGemm, board_power_w: float, alpha: float = ALPHA,
                          full_board: float = 1.0) -> float:
-    """A sustained GEMM phase's rate over the burst rate at limit ``board_power_w``: the measured ratio (times
-    ``full_board``, :func:`full_board_ratio`, for a board whose GPUs are all busy), moved to that limit by the DVFS
-    law (the rate follows the settled clock), at most 1."""
+    """A sustained GEMM phase's rate over the burst rate at limit ``board_power_w``. The measured sustained rate (times
+    ``full_board``, :func:`full_board_ratio`, for a board whose GPUs are all busy) sits at a clock on the pair's
+    :meth:`SustainedGemm.clock_curve`; the DVFS law moves that clock to the limit (at most the boost clock, where the
+    burst holds), and the curve gives the rate there."""
     idle = point.idle_w
     if board_power_w <= idle:
         raise ValueError(f"board power {board_power_w:g} W: must be above the idle power ({idle:g} W)")
     gain = ((board_power_w - idle) / (point.sustained_w - idle)) ** (1.0 / alpha)
-    return min(1.0, point.rate_ratio * full_board * gain)
+    clock_mhz = point.clock_at_tflops(point.sustained_tflops * full_board) * gain
+    if clock_mhz >= point.boost_clock_mhz:
+        return 1.0
+    return min(1.0, point.tflops_at_clock(clock_mhz) / point.burst_tflops)
 
 
 def board_power_w(gpu, platform=None) -> float | None:
