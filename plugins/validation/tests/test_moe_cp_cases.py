@@ -76,7 +76,7 @@ def test_long_context_steps_run_and_the_cp_miss_grows_with_the_cp_degree(tmp_pat
     # CP degree (the per-GPU attention FLOPs double each row; measured, the step grows faster than they do)
     assert abs(ref) < 0.10 and abs(cp2) < 0.10, (ref, cp2)
     assert -0.36 < cp4 < -0.16, cp4
-    assert -0.42 < cp8 < -0.22, cp8
+    assert -0.42 < cp8 < -0.18, cp8  # -22.7 -> -21.6 %: the forward timed on CP index 0 (session 53)
     assert cp8 < cp4 < cp2
 
 

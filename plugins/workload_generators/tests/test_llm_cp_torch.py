@@ -80,22 +80,26 @@ def test_allgather_forward(tmp_path, b):
         steps = [n for n in _labelled(nodes, lab + ".cp") if n.name == FWD]
         assert [n.attrs["label"] for n in steps] == [f"{lab}.cp0", f"{lab}.cp1"]
         assert f"[{b}, {HEADS}, {q}, {D}]" in steps[0].inputs_shapes and "True" in steps[0].inputs_values
-        assert f"[{b}, {HEADS}, {m}, {D}]" in steps[1].inputs_shapes and "False" in steps[1].inputs_values
+        # CP index 0's step 1 (i > rank): the second half of its queries against all q keys received
+        assert steps[1].inputs_shapes == f"[[{b}, {HEADS}, {m}, {D}], [{b}, {HEADS}, {q}, {D}], [{b}, {HEADS}, {q}, {D}]]"
+        assert "False" in steps[1].inputs_values
         assert ag.id in steps[1].data_deps  # step 1 waits for the gather (its first use)
         # the local causal block on the head-tail chunks plus q x m pairs: with the other rank, the whole triangle
         assert sum(_flops(n) for n in steps) == 2 * b * HEADS * (q * (q + 1) // 2 + q * m) * 2 * D
         assert cp * (q * (q + 1) // 2 + q * m) == S * (S + 1) // 2
-        # _SDPAMerger: each block output cast to fp32 (2 + 4 bytes an element); step 1 merged in fp32
-        out = b * HEADS * q * D
+        # _SDPAMerger: each block output cast to fp32 (2 + 4 bytes an element); step 1 merged in fp32 on the half
+        # of the output it computed (partial), then _partial_update's torch.cat of the kept and merged halves
+        out, half = b * HEADS * q * D, b * HEADS * m * D
         for j in range(cp):
             (cast,) = _labelled(nodes, f"{lab}.cp{j}.out_to_f32")
-            assert _bytes(cast) == out * 6
+            assert _bytes(cast) == (out if j == 0 else half) * 6
         merge = _labelled(nodes, f"{lab}.cp1.merge.")
-        assert len(merge) == 8 and not _labelled(nodes, f"{lab}.cp0.merge.")
+        assert len(merge) == 10 and not _labelled(nodes, f"{lab}.cp0.merge.")
         big = {n.attrs["label"].rsplit(".", 1)[1]: _bytes(n) for n in merge}
-        assert big["out_diff"] == big["out"] == 3 * out * 4  # out - block_out: two fp32 reads, one write
-        assert big["scale"] == b * HEADS * q * 4 + 2 * out * 4  # sigmoid (b x h x q x 1) x diff
-        assert big["lse_diff"] == 3 * b * HEADS * q * 4
+        assert big["out_diff"] == big["out"] == 3 * half * 4  # out - block_out: two fp32 reads, one write
+        assert big["scale"] == b * HEADS * m * 4 + 2 * half * 4  # sigmoid (b x h x q/2 x 1) x diff
+        assert big["lse_diff"] == 3 * b * HEADS * m * 4
+        assert big["out_cat"] == 2 * out * 4 and big["lse_cat"] == 2 * b * HEADS * q * 4  # both halves read, joined
         (back,) = _labelled(nodes, f"{lab}.out_to_dtype")
         assert _bytes(back) == out * 6
         # key/value.contiguous(), and the cat of K and V before every exchange but the last
@@ -192,8 +196,9 @@ def test_compiled_waits_where_issued_and_fuses(tmp_path, cp):
     for j in range(1, cp):
         fused = _labelled(nodes, f"{lab}.cp{j}.merge.")
         assert [n.attrs["label"].rsplit(".", 1)[1] for n in fused] == ["out", "lse"]
-        # read the fp32 output, the bf16 block and both LSEs, write the fp32 output
-        assert _bytes(fused[0]) == out * (4 + 2 + 4) + 2 * b * HEADS * q * 4
+        # CP index 0 (i > rank): read the fp32 output, the bf16 half block and both half LSEs, write the whole fp32
+        # output (the merged half and the kept one: _partial_update's cat fused in)
+        assert _bytes(fused[0]) == out * 4 + (out // 2) * 2 + 2 * b * HEADS * m * 4 + out * 4
     assert not _labelled(nodes, f"{lab}.cp0.out_to_f32") and not _labelled(nodes, "bwd.l0.mb0.attn.dq_zeros")
     bwd = "bwd.l0.mb0.attn"
     recvs = _named(nodes, f"cp_recv.{bwd}.dkv.")

@@ -67,16 +67,20 @@ def test_every_later_step_is_cp2s_step(traces):
 
 
 def test_later_step_by_hand(traces):
-    """One step after the first: q x q/2 non-causal flash (4 b q (q/2) D h FLOPs; 2.5x that backward), the fused
-    fp32 merge, the fp32 dK/dV accumulation and its permute, the dQ accumulation."""
+    """One step after the first: non-causal flash of 4 b q (q/2) D h FLOPs (forward q/2 x q, CP index 0's; backward
+    q x q/2, the last rank's: 2.5x), the fused fp32 merge, the fp32 dK/dV accumulation and its permute, the dQ
+    accumulation."""
     out, lse, kv = HEADS * Q * D, HEADS * Q, HEADS * Q * 2 * D
     nodes = traces[4][0]
     fwd = dict((r[0], r) for r in _step(nodes, "fwd.l0.mb0.attn", 2))
     assert fwd[FWD][2] == 4 * Q * (Q // 2) * D * HEADS == 2_097_152
-    assert fwd[FWD][1] == 2 * (out + HEADS * (Q // 2) * 2 * D) + 2 * out == 98_304  # q, k, v read, out written
+    # the forward is CP index 0's (i > rank): q/2 queries and all q keys, values read, q/2 outputs written
+    assert fwd[FWD][1] == 2 * (out // 2 + kv) + 2 * (out // 2) == 98_304  # as many bytes as the last rank's
     merges = [r for r in _step(nodes, "fwd.l0.mb0.attn", 2) if r[0] == "aten::sub"]
-    # read fp32 out, bf16 block, both LSEs; write fp32 out -- and the LSE's own kernel
-    assert sorted(r[1] for r in merges) == [3 * lse * 4, out * (4 + 2 + 4) + 2 * lse * 4] == [6_144, 167_936]
+    # read fp32 out, the bf16 half block, both half LSEs, write fp32 out (the cat fused in); the LSE's kernel reads
+    # the whole LSE and the block's half and writes the whole LSE
+    assert sorted(r[1] for r in merges) == [(lse + lse // 2 + lse) * 4, out * 4 + out + lse * 4 + out * 4] \
+        == [5_120, 149_504]
     bwd = _step(nodes, "bwd.l0.mb0.attn", 2)
     (flash,) = [r for r in bwd if r[0] == BWD]
     assert flash[2] == 2.5 * fwd[FWD][2]

@@ -38,9 +38,15 @@ torchtitan compiles each block): functional collectives traced are waited for wh
 wait_tensor(self)``; Inductor's ``reorder_for_compute_comm_overlap`` is off by default), so each exchange is exposed;
 the K/V cats nobody sends are dead code; each step's merge is one fused kernel over the fp32 output (read it, the bf16
 block and the LSEs, write it) plus one over the LSE, the zeros fold into the first accumulations, and each backward
-step's dK/dV accumulation and cat are one kernel (ASSUMPTION: Inductor's pointwise fusion, not read from a trace). ASSUMPTION (symmetric trace): every rank is timed as the last CP
-rank, whose every step after the first takes the ``i <= rank`` branch (all queries x half the keys, full-size
-merges); the other branch does the same FLOPs and moves about as many bytes.
+step's dK/dV accumulation and cat are one kernel (ASSUMPTION: Inductor's pointwise fusion, not read from a trace).
+
+Whose steps (one symmetric trace for every rank): the slowest rank's at each point where the ranks wait for each
+other. The forward (and its recomputation) is CP index 0's, whose every step after the first takes the ``i > rank``
+branch (the second half of the queries against all received keys, merged into half of the output, then
+``_partial_update``'s cats): nothing inside a pass waits for another rank after the step-0 all-gather, and the next
+layer's all-gather waits for the slowest; FlashAttention-2 runs that wide block 4.7 % slower than the last rank's
+(:meth:`_fwd_block`, measured on the H200). The backward is the last rank's (``i <= rank``: all queries x half the
+keys, the slower branch backward): each step's dK/dV permute makes neighbours wait for each other.
 """
 
 from __future__ import annotations
@@ -124,28 +130,49 @@ class TorchCpOps:
         lab = lab + ".attn"
         self._contiguous_kv(lab, b, hk, q, d, dv, deps)
         extra = self._kernel_attr(None)
-        out, lse, block = self._f32(b, hq, q, dv), self._f32(b, hq, q, 1), self._t(b, hq, q, dv)
+        out, lse = self._f32(b, hq, q, dv), self._f32(b, hq, q, 1)
         for j, (k, kf, causal), wait in self._steps_with_kv(lab, layer, mb, phase, b, hk, q, d, dv):
             label = f"{lab}.cp{j}"
-            self.comp(ATTN, label, f"[[{b}, {hq}, {q}, {d}], [{b}, {hk}, {k}, {d}], [{b}, {hk}, {k}, {dv}]]",
-                      2 * b * q * kf * (d + dv) * hq, b * (d + dv) * (q * hq + k * hk), wait, extra=extra,
+            rows, k = self._fwd_block(q, k)
+            half = rows < q  # CP index 0's partial step: the merge updates the second half of out and lse
+            self.comp(ATTN, label, f"[[{b}, {hq}, {rows}, {d}], [{b}, {hk}, {k}, {d}], [{b}, {hk}, {k}, {dv}]]",
+                      2 * b * q * kf * (d + dv) * hq, b * (d + dv) * (rows * hq + k * hk), wait, extra=extra,
                       values=f"[[], [], [], 0.0, {causal}, False]")
-            if cfg.cp_compile:  # one fused kernel for the output's merge, one for the LSE's (the casts inlined)
-                if j > 0:
-                    self.ew("aten::sub", label + ".merge.out", [out, block, lse, lse])
-                    self.ew("aten::sub", label + ".merge.lse", [lse, lse])
+            part, part_lse, block = self._f32(b, hq, rows, dv), self._f32(b, hq, rows, 1), self._t(b, hq, rows, dv)
+            if cfg.cp_compile:  # one fused kernel for the output's merge, one for the LSE's (the casts inlined;
+                if j > 0:       # partial: the torch.cat of _partial_update fused in, the whole fp32 tensor written)
+                    self.ew("aten::sub", label + ".merge.out", [out, block, part_lse, part_lse])
+                    self.ew("aten::sub", label + ".merge.lse", [lse, part_lse])
                 continue
-            self.ew("aten::copy_", label + ".out_to_f32", [out, block])  # convert_to_f32
+            self.ew("aten::copy_", label + ".out_to_f32", [part, block])  # convert_to_f32
             if j > 0:  # _SDPAMerger._merge_one
-                self.ew("aten::sub", label + ".merge.lse_diff", [lse, lse])
-                self.ew("aten::sigmoid", label + ".merge.sigmoid", [lse])
-                self.ew("aten::sub", label + ".merge.out_diff", [out, out])
-                self.ew("aten::mul", label + ".merge.scale", [lse, out])
-                self.ew("aten::sub", label + ".merge.out", [out, out])
-                self.ew("aten::sub", label + ".merge.lse_diff2", [lse, lse])
-                self.ew("aten::log_sigmoid_forward", label + ".merge.logsigmoid", [lse])
-                self.ew("aten::sub", label + ".merge.lse", [lse, lse])
+                self.ew("aten::sub", label + ".merge.lse_diff", [part_lse, part_lse])
+                self.ew("aten::sigmoid", label + ".merge.sigmoid", [part_lse])
+                self.ew("aten::sub", label + ".merge.out_diff", [part, part])
+                self.ew("aten::mul", label + ".merge.scale", [part_lse, part])
+                self.ew("aten::sub", label + ".merge.out", [part, part])
+                self.ew("aten::sub", label + ".merge.lse_diff2", [part_lse, part_lse])
+                self.ew("aten::log_sigmoid_forward", label + ".merge.logsigmoid", [part_lse])
+                self.ew("aten::sub", label + ".merge.lse", [part_lse, part_lse])
+                if half:  # _partial_update: torch.cat of the kept and the merged halves, LSE and output
+                    self.ew("aten::cat", label + ".merge.lse_cat", [[part_lse, part_lse]])
+                    self.ew("aten::cat", label + ".merge.out_cat", [[part, part]])
         return self.ew("aten::copy_", lab + ".out_to_dtype", [self._t(b, hq, q, dv), out])
+
+    def _fwd_block(self, q, k):
+        """``(queries, keys)`` a forward ring step is timed at: the forward is timed on CP index 0, the rank whose
+        forward is the slowest, since nothing in a pass waits for the other ranks until the next layer's K/V
+        all-gather (or, with ``alltoall``, each step's permute). Its every step after the first takes
+        ``_templated_ring_attention``'s ``i > rank`` branch: the second half of its queries against all ``q``
+        received keys (``query.chunk(2, dim=2)[1]``), where the last rank runs all ``q`` queries against ``q/2``
+        keys. The same FLOPs, but FlashAttention-2 runs the wide block slower: 25.58 against 24.43 ms on the H200
+        (calibration/nvidia-h200-2026-11-30/attention_long.csv: 16k x 32k and 32k x 16k, 32 heads of 128, not
+        causal; the backward the other way round, 69.05 against 71.01 ms, so the backward stays timed on the last
+        rank, whose branch is the slower there and whose step the dK/dV permute makes every rank wait for). Step 0
+        and a non-causal ring (``k == q``) are the same on every rank."""
+        if k < q:
+            return q // 2, q
+        return q, k
 
     def torch_cp_bwd(self, lab, layer, mb, b, hq, hkv, q, d, dv):
         """One layer's context-parallel SDPA backward (module docstring); returns the cast of the dK/dV that came
