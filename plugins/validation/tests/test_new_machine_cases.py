@@ -112,13 +112,14 @@ def test_astra_validate_runs_the_cheap_newest_machine_steps(tmp_path):
     # step without the mask runs at NVIDIA's measured cuDNN no-mask rate, attention.blackwell_mask_ratio). Since
     # session 49 the racks' FP8 parameters are gathered in 1 byte (Megatron's fp8_param_gather, their configs'
     # --fp8-params) and their TE op fuser is stated: the GB300 rack +6.9 -> +3.9 %, the GB200 rack -5.5 -> -8.2 % (its
-    # exposed data-parallel gathers halved)
+    # exposed data-parallel gathers halved). Since session 53 a GEMM's rate moves with its clock on a curve, not in
+    # proportion (power_clock.SustainedGemm.clock_curve): the 1,200 W GB200 trays' GEMMs run at 0.881 of the burst,
+    # not 0.949, and the GB200 rows come within 8 % (the rack -7.5 -> -4.6 %, Megatron-Bridge's 8B -10.5 -> -7.0 %)
     assert abs(error["mlperf-v5.1-llama31-8b-mi355x-fp8"]) < 0.05
     for name in ("megatron-bridge-gb300-llama3-8b-fp8", "mlperf-v5.1-llama31-8b-gb300-8gpu-fp4",
-                 "mlperf-v5.1-llama31-8b-gb200-8gpu-fp4", "mlperf-v5.1-llama31-8b-gb300-rack-fp8"):
+                 "mlperf-v5.1-llama31-8b-gb200-8gpu-fp4", "mlperf-v5.1-llama31-8b-gb300-rack-fp8",
+                 "mlperf-v5.1-llama31-8b-gb200-rack-fp8", "megatron-bridge-gb200-llama3-8b-fp8"):
         assert abs(error[name]) < 0.08, (name, error[name])
-    assert -0.12 < error["mlperf-v5.1-llama31-8b-gb200-rack-fp8"] < -0.05
-    assert -0.20 < error["megatron-bridge-gb200-llama3-8b-fp8"] < -0.08
     # the known miss: the HGX B300 steps (FP4 and FP8) are 11-14 % fast with their GEMMs at the sustained rate of
     # their 1,100 W boards (astra_gpu_model.power_clock; 16-18 % at the burst rate they were fitted on), B200's FP4
     # step 4 % (12 %)
@@ -133,9 +134,10 @@ def test_astra_validate_runs_the_cheap_newest_machine_steps(tmp_path):
     gb300, b300 = (results[f"mlperf-v5.1-llama31-8b-{m}"] for m in ("gb300-8gpu-fp4", "b300-fp4"))
     assert 1.02 * gb300["simulated_ns"] < b300["simulated_ns"] < 1.1 * gb300["simulated_ns"]
     assert b300["measured_ns"] > 1.1 * gb300["measured_ns"]
-    # likewise GB200 and HGX B200 (the B200 preset, 1,200 W against 1,000 W): measured 12 % apart, simulated 7 %
+    # likewise GB200 and HGX B200 (the B200 preset, 1,200 W against 1,000 W): measured 12 % apart (other submitters),
+    # simulated 4 % (7 % before session 53's rate-clock curve; Megatron-Bridge's one-recipe pair measures 2.9 %)
     gb200, b200 = (results[f"mlperf-v5.1-llama31-8b-{m}"] for m in ("gb200-8gpu-fp4", "b200-fp4"))
-    assert 1.04 * gb200["simulated_ns"] < b200["simulated_ns"] < 1.1 * gb200["simulated_ns"]
+    assert 1.02 * gb200["simulated_ns"] < b200["simulated_ns"] < 1.1 * gb200["simulated_ns"]
     assert b200["measured_ns"] > 1.1 * gb200["measured_ns"]
 
 
