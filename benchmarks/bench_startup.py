@@ -8,15 +8,17 @@ analytical backend) and ``congestion-ring-256`` (the congestion backend); each r
 ``--before DIR`` times a second checkout (a ``git worktree`` of an older commit) in the same rounds, the two sides
 alternated: its ``core`` and ``plugins/*/src`` go first on ``PYTHONPATH``, so this environment's interpreter, packages
 and entry points run the older code; this checkout's own folders then go on ``PYTHONPATH`` too, since every import
-searches those 20-odd folders first (about 6 % more instructions on the 256-NPU Ring run). Every round runs every command once per side; each figure is the median over
-``--repeats`` rounds (wall and CPU: user + system of the child). Both sides' reports must give every rank the same
-finish (exit status 1 otherwise). By default the bytecode is cached (``PYTHONPYCACHEPREFIX`` in a temporary folder,
-``PYTHONDONTWRITEBYTECODE`` unset, one untimed round first), as an installed package runs; ``--no-bytecode-cache``
-keeps the environment's setting (this checkout's shell sets ``PYTHONDONTWRITEBYTECODE``: every module compiled from
-source in every run). ``--instructions`` also counts each command's instructions once per side (valgrind's
-cachegrind, whole process): the figure that a busy machine does not move. ``--top N`` prints the N imports with the most self time in the last side's median import.
+searches those 20-odd folders first (about 6 % more instructions on the 256-NPU Ring run). Every round runs every
+command once per side; each figure is the median over ``--repeats`` rounds (wall and CPU: user + system of the
+child). Both sides' reports must give every rank the same finish (exit status 1 otherwise). By default the bytecode
+is cached (``PYTHONPYCACHEPREFIX`` in a temporary folder, ``PYTHONDONTWRITEBYTECODE`` unset, one untimed round
+first), as an installed package runs; ``--no-bytecode-cache`` keeps the environment's setting (this checkout's shell
+sets ``PYTHONDONTWRITEBYTECODE``: every module compiled from source in every run). ``--instructions`` also counts
+each command's instructions once per side (valgrind's cachegrind, the whole process): the figure a busy machine
+does not move. ``--top N`` lists the N imports with the most self time (the first case, this checkout, medians).
 
-    python benchmarks/bench_startup.py [--before DIR] [--repeats 7] [--no-bytecode-cache] [--instructions] [--top 25] [CASE ...]
+    python benchmarks/bench_startup.py [--before DIR] [--repeats 7] [--no-bytecode-cache] [--instructions]
+        [--top 25] [CASE ...]
 """
 
 from __future__ import annotations
