@@ -87,6 +87,7 @@ class LlmConfig:
     cp: int = 1                     # context parallelism (sequence split over CP ranks; training, prefill)
     cp_rotate: str | None = None    # ring | allgather | alltoall: the CP K/V exchange (.torch_cp); None: cp_rotate()
     cp_compile: bool = False        # allgather | alltoall: the ring attention compiled (torch.compile, .torch_cp)
+    torch_compile: bool = False     # fsdp2: torchtitan's training.compile (each block compiled: RoPE, SwiGLU fused)
     virtual_stages: int = 1         # interleaved 1F1B: model chunks per pipeline rank (training only)
     elementwise: bool = True        # training: emit norms, activations, dropout, residual adds, CE, optimizer
     attention: str = "flash"        # flash (one fused node) | unfused (bmm + softmax + dropout + bmm; training)
@@ -227,8 +228,8 @@ def rope_kernel(cfg: LlmConfig, dims=None) -> str:
         return cfg.rope
     if dims is not None and dims.mla:
         return "none"
-    if cfg.framework == "fsdp2":
-        return "eager"
+    if cfg.framework == "fsdp2":  # (--torch-compile: Inductor fuses apply_rotary_emb, one kernel per tensor)
+        return "fused" if cfg.torch_compile else "eager"
     if dims is None or not dims.rotary or not cfg.ew_forward:
         return "none"
     if cfg.inference or implied_framework(cfg) == "megatron":
@@ -363,6 +364,11 @@ def _check(dims: ModelDims, cfg: LlmConfig):
         raise ConfigError(f"--framework must be one of {', '.join(FRAMEWORKS)}, got {cfg.framework!r}")
     if cfg.norm_kernel not in NORM_KERNELS:
         raise ConfigError(f"--norm-kernel must be one of {', '.join(NORM_KERNELS)}, got {cfg.norm_kernel!r}")
+    if cfg.torch_compile and (cfg.framework != "fsdp2" or cfg.inference):
+        raise ConfigError("--torch-compile is torchtitan's training.compile: it needs a --framework fsdp2 training step")
+    if cfg.torch_compile and cfg.norm_kernel == "composite":
+        raise ConfigError("--torch-compile compiles the norm into one kernel: --norm-kernel composite is the eager "
+                          "Python RMSNorm")
     if cfg.activation_kernel not in ACTIVATION_KERNELS:
         raise ConfigError(f"--activation-kernel must be one of {', '.join(ACTIVATION_KERNELS)}, got "
                           f"{cfg.activation_kernel!r}")

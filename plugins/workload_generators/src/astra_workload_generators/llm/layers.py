@@ -245,8 +245,11 @@ class LayerOps(NormOps):
         core_r0.14.0 32ad5c89 ``megatron/training/arguments.py``: ``--no-bias-swiglu-fusion`` is ``store_false``,
         and ``--swiglu`` sets ``TransformerConfig.bias_activation_fusion`` from it; NeMo's ``LlamaConfig`` and
         Megatron-Bridge's Llama bridge set ``bias_activation_fusion=True`` too). Only in a Megatron training step:
-        torchtitan and Hugging Face run ``F.silu(w1(x)) * w3(x)``, two kernels, and DeepSpeed runs the model's."""
-        return self.dims.gated and self.cfg.bias_swiglu_fusion and self.megatron_training
+        torchtitan and Hugging Face run ``F.silu(w1(x)) * w3(x)``, two kernels, and DeepSpeed runs the model's.
+        torchtitan under ``--torch-compile`` (a training step) runs it as one Inductor kernel each way, with the same
+        bytes (the w1 and w3 outputs are two tensors there, not fc1's halves; read and written alike)."""
+        compiled = self.cfg.torch_compile and not self.cfg.inference
+        return self.dims.gated and ((self.cfg.bias_swiglu_fusion and self.megatron_training) or compiled)
 
     def _fused_swiglu_fwd(self, label, rows, cols):
         """The dense gated FFN's activation as Megatron-Core runs it by default (``MLP.forward`` with
@@ -498,7 +501,7 @@ class LayerOps(NormOps):
             self.dropout_add(lab + ".attn_out")
             self.layer_norm(lab + ".ln2")
         self.mm(lab + ".w3", n, h, dims.ffn_hidden // tp)
-        self.act_fwd(lab + ".fc1", n, dims.ffn_hidden // tp)
+        self.dense_act_fwd(lab + ".fc1", n, dims.ffn_hidden // tp)  # (--torch-compile: one fused kernel)
 
     def fc2_input_transpose(self, lab, rows, ff):
         """The FP8 transpose of FC2's input for its weight gradient where the activation cast it in forward

@@ -129,6 +129,7 @@ class LlmSpec:
     inference_embedding: str = "vocab-parallel"  # vocab-parallel | replicated (see --inference-embedding)
     cp_rotate: str | None = None        # ring | allgather | alltoall (see --cp-rotate); None: by --framework
     cp_compile: bool = False            # PyTorch's CP under torch.compile (see --cp-compile)
+    torch_compile: bool = False         # torchtitan's training.compile (see --torch-compile)
     cuda_graphs: bool = False           # per-layer CUDA graphs (see --cuda-graphs)
     fp8_recipe: str | None = None       # delayed | current | tensorwise FP8 scaling; None: the framework's
     attention_dtype: str = "same"       # same | fp8: the flash attention forward's operands (see --attention-dtype)
@@ -287,7 +288,7 @@ class LlmSpec:
                         dtype=self.dtype, tflops=self.tflops, ep=self.ep, mode=self.mode,
                         prompt_len=self.prompt_len, decode_len=self.decode_len, decode_steps=self.decode_steps,
                         prefill_chunk=self.prefill_chunk or 0, prefill_done=self.prefill_done, cp=self.cp,
-                        cp_rotate=self.cp_rotate, cp_compile=self.cp_compile,
+                        cp_rotate=self.cp_rotate, cp_compile=self.cp_compile, torch_compile=self.torch_compile,
                         virtual_stages=self.virtual_stages,
                         pipeline_embedding_layer=self.pipeline_embedding_layer,
                         pipeline_loss_layer=self.pipeline_loss_layer, lora_rank=self.lora_rank or 0,
@@ -625,6 +626,13 @@ def _add_flags(p):
                    "waited for where it is issued (functional collectives under tracing; Inductor does not move "
                    "the waits by default), the merges and accumulations fused into one kernel per step; default: "
                    "eager (each exchange waited for at its first use)")
+    p.add_argument("--torch-compile", action="store_true",
+                   help="with --framework fsdp2: torchtitan's training.compile (apply_compile: each TransformerBlock "
+                   "compiled by torch.compile, fullgraph): Inductor fuses each chain of element-wise ops between two "
+                   "GEMM or attention calls, so RoPE is one kernel per tensor each way (as --rope fused) and SwiGLU "
+                   "silu(w1 x) * w3 x one kernel each way (read both halves, write the product; backward: read the "
+                   "gradient and both halves, write both gradients); the norm is one kernel (--norm-kernel fused); "
+                   "default: eager PyTorch")
     p.add_argument("--virtual-stages", type=positive_int, default=1, metavar="V",
                    help="interleaved 1F1B: model chunks per pipeline rank (micro-batches a multiple of --pp)")
     p.add_argument("--lora-rank", type=positive_int, metavar="R",
