@@ -348,8 +348,8 @@ class LayerOps(NormOps):
         ``[m,k] x [k,n]``. With
         ``--tp-comm-overlap`` (Transformer Engine's userbuffers): the GEMM runs in TP row chunks; chunk 0 on the
         local shard while a ring passes the other shards along, chunk j as soon as shard j arrived."""
-        if not self.cfg.tp_comm_overlap:
-            if self.cfg.sequence_parallel and self._tp("ag", ag_label, deps) is not None:
+        if not self.cfg.tp_comm_overlap:  # (torchao's Float8 TP: the gather in FP8, see stage.ag_bytes)
+            if self.cfg.sequence_parallel and self._tp("ag", ag_label, deps, self.ag_bytes) is not None:
                 deps = []
             return self.mm(mm_label, m, k, n, deps)
         tp = self.cfg.tp
@@ -399,12 +399,22 @@ class LayerOps(NormOps):
         return node
 
     # -- the model ------------------------------------------------------------------------------------------
-    def _tp(self, kind, label, deps=()):
-        """A TP collective: kind 'ar' (all-reduce), 'ag' (all-gather) or 'rs' (reduce-scatter)."""
+    def _tp(self, kind, label, deps=(), size=None):
+        """A TP collective: kind 'ar' (all-reduce), 'ag' (all-gather) or 'rs' (reduce-scatter) of ``size`` bytes
+        (default the ``tokens x h`` activation in ``--dtype``)."""
         if self.cfg.tp == 1:
             return None
         comm = {"ar": T.ALL_REDUCE, "ag": T.ALL_GATHER, "rs": T.REDUCE_SCATTER}[kind]
-        return self.coll(f"tp_{kind}.{label}", comm, self.act_bytes, "tp", deps)
+        return self.coll(f"tp_{kind}.{label}", comm, self.act_bytes if size is None else size, "tp", deps)
+
+    @property
+    def fp8_grad_cast_first(self):
+        """torchao's Float8RowwiseParallel (torchtitan's TP plan with Float8, 9dec370 ``apply_tp``): its
+        ``NoopFwToFloat8BwDynamic`` runs after the output's redistribute, so in backward the output gradient is cast
+        to FP8 on this rank's sequence-parallel shard before the all-gather (pytorch/ao eab345c
+        ``float8/float8_tensor_parallel.py``): the cast reads ``tokens / TP`` rows, not the gathered ``tokens``."""
+        cfg = self.cfg
+        return self.fp8_tensorwise and cfg.sequence_parallel and cfg.tp > 1
 
     def layer_forward(self, layer, mb, deps=(), tag=None):
         dims, cfg, tp = self.dims, self.cfg, self.cfg.tp
@@ -535,8 +545,9 @@ class LayerOps(NormOps):
             self.dropout_bwd(lab + ".mlp_out", deps)
         overlap = cfg.tp_comm_overlap  # (the ring helpers: dgrad GEMMs in chunks, wgrad after)
         scattered = []
+        rows = self.ln_rows if self.fp8_grad_cast_first else n  # (torchao: the shard cast before the gather)
         if overlap and not dims.is_moe_layer(layer):
-            if self.fp8_cast(lab + ".fc2.dgrad", n, h, deps) is not None:  # FP8: the output gradient
+            if self.fp8_cast(lab + ".fc2.dgrad", rows, h, deps) is not None:  # FP8: the output gradient
                 deps = []
             self.ag_mm(lab + ".mlp_out", lab + ".fc2.dgrad", n, h, ff, deps)
             self.fc2_input_transpose(lab, n, ff)
@@ -550,12 +561,15 @@ class LayerOps(NormOps):
             self.mm(lab + ".fc1.wgrad", h, n, f1, gathered)
             self.wait_for(scattered)  # (Transformer Engine's bulk reduce-scatter, beside the wgrad)
         else:
-            if sp and self._tp("ag", lab + ".mlp_out", deps) is not None:
+            first = self.fp8_grad_cast_first and not dims.is_moe_layer(layer)
+            if first and self.fp8_cast(lab + ".fc2.dgrad", self.ln_rows, h, deps) is not None:
+                deps = []
+            if sp and self._tp("ag", lab + ".mlp_out", deps, self.ag_bytes if first else None) is not None:
                 deps = []
             if dims.is_moe_layer(layer):
                 self.moe_backward(lab, layer, deps)
             else:
-                if self.fp8_cast(lab + ".fc2.dgrad", n, h, deps) is not None:
+                if not first and self.fp8_cast(lab + ".fc2.dgrad", n, h, deps) is not None:
                     deps = []
                 self.mm(lab + ".fc2.dgrad", n, h, ff, deps)
                 self.lora_backward(lab, "fc2")
@@ -581,7 +595,7 @@ class LayerOps(NormOps):
             self.layer_norm_bwd(lab + ".ln2")
             self.residual_grad(lab + ".ln2")
             self.dropout_bwd(lab + ".attn_out")
-        self.fp8_cast(lab + ".proj.dgrad", n, h)
+        self.fp8_cast(lab + ".proj.dgrad", rows, h)
         self.ag_mm(lab + ".attn_out", lab + ".proj.dgrad", n, h, dims.o_width // tp)
         self.lora_backward(lab, "proj")
         if not self.frozen:

@@ -59,7 +59,10 @@ class _StageBuilder(NodeEmitter, Fp8Ops, AttentionOps, LayerOps, LoraOps, MlaOps
         # --tp-comm-overlap with FP8 GEMMs: Transformer Engine's userbuffers all-gather the FP8 GEMM inputs (its
         # default FP8 buffers: qkv/fc1 fprop, proj/fc2 dgrad rings, qkv/fc1 bulk re-gathers), 1 byte per element;
         # the reduce-scatters stay in --dtype
-        fp8_ag = cfg.gemm_dtype == "fp8" and cfg.tp_comm_overlap
+        # torchao's Float8ColwiseParallel / PrepareFloat8ModuleInput (torchtitan's TP plan with Float8, 9dec370
+        # apply_tp) cast the SP shard to FP8 before the all-gather, and Float8RowwiseParallel casts the output
+        # gradient before its backward all-gather (pytorch/ao eab345c float8/float8_tensor_parallel.py): FP8 too
+        fp8_ag = cfg.gemm_dtype == "fp8" and (cfg.tp_comm_overlap or cfg.fp8_recipe == "tensorwise")
         self.ag_bytes = self.tokens * dims.hidden * (1 if fp8_ag else self.nbytes)
         # pipeline p2p: with sequence parallelism the stage boundary's activation is already split over TP (each
         # TP rank sends its s/TP rows, as Megatron does); without it every TP rank sends the whole b*s*h
