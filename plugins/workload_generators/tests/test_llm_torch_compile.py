@@ -1,8 +1,8 @@
 """``--torch-compile``: torchtitan's ``training.compile`` (pytorch/torchtitan 9dec370 ``parallelize_llama.py``
 ``apply_compile``: each TransformerBlock compiled with ``fullgraph=True``). Inductor fuses each chain of point-wise
-ops between two extern kernels (GEMM, SDPA) into one kernel, so RoPE (``apply_rotary_emb``: the cast to fp32, the
-complex product, the cast back) is one kernel per tensor each way, and SwiGLU (``F.silu(w1(x)) * w3(x)``) one kernel
-each way. Bytes by hand on a one-layer Llama (the gpu model's count: every tensor read or written once)."""
+ops between two extern kernels (GEMM, SDPA) into one kernel, so SwiGLU (``F.silu(w1(x)) * w3(x)``) is one kernel each
+way; RoPE (``apply_rotary_emb``) keeps its three kernels per tensor, its complex product falling back to ATen. Bytes
+by hand on a one-layer Llama (the gpu model's count: every tensor read or written once)."""
 
 from __future__ import annotations
 
@@ -42,18 +42,17 @@ def test_compiled_op_sac_recomputes_the_fused_swiglu(tmp_path):
     assert "recompute.l0.mb0.fc1.silu" not in compiled
 
 
-def test_compiled_rope_is_one_kernel_per_tensor_each_way(tmp_path):
+def test_compiled_rope_stays_three_kernels_per_tensor(tmp_path):
+    # Inductor generates no code for complex ops (pytorch/torchtitan#15: "Torchinductor does not support code
+    # generation for complex operators"): the complex product falls back to ATen, and the casts around it stay apart
     eager, compiled = _sizes(tmp_path, "e"), _sizes(tmp_path, "c", torch_compile=True)
     freqs = N * D * 4  # fp32 (1, s, 1, d): 128 x 32 x 4 = 16,384
-    # eager queries (8 heads): q.float() 2 + 4 B, the complex product 4 + 4 B (+ freqs), .type_as 4 + 2 B an element
+    # queries (8 heads): q.float() 2 + 4 B, the complex product 4 + 4 B (+ freqs), .type_as 4 + 2 B an element
     q = N * 8 * D  # 32,768 elements
-    assert (eager["fwd.l0.mb0.rope.q.float"], eager["fwd.l0.mb0.rope.q.rotate"],
-            eager["fwd.l0.mb0.rope.q.type_as"]) == (6 * q, 8 * q + freqs, 6 * q) == (196_608, 278_528, 196_608)
-    # compiled: read bf16 and the frequencies, write bf16: 4 x 32,768 + 16,384 = 147,456; keys (4 heads): 81,920
-    assert compiled["fwd.l0.mb0.rope.q.rotate"] == 4 * q + freqs == 147_456
-    assert compiled["fwd.l0.mb0.rope.k.rotate"] == 4 * N * 4 * D + freqs == 81_920
-    assert compiled["bwd.l0.mb0.rope.q.rotate.bwd"] == 147_456
-    assert not [k for k in compiled if ".rope." in k and k.endswith((".float", ".type_as", ".float.bwd"))]
+    for sizes in (eager, compiled):
+        assert (sizes["fwd.l0.mb0.rope.q.float"], sizes["fwd.l0.mb0.rope.q.rotate"],
+                sizes["fwd.l0.mb0.rope.q.type_as"]) == (6 * q, 8 * q + freqs, 6 * q) == (196_608, 278_528, 196_608)
+        assert sizes["bwd.l0.mb0.rope.q.rotate.bwd"] == 278_528
 
 
 def test_torch_compile_is_torchtitans_and_compiles_the_norm():

@@ -87,7 +87,7 @@ class LlmConfig:
     cp: int = 1                     # context parallelism (sequence split over CP ranks; training, prefill)
     cp_rotate: str | None = None    # ring | allgather | alltoall: the CP K/V exchange (.torch_cp); None: cp_rotate()
     cp_compile: bool = False        # allgather | alltoall: the ring attention compiled (torch.compile, .torch_cp)
-    torch_compile: bool = False     # fsdp2: torchtitan's training.compile (each block compiled: RoPE, SwiGLU fused)
+    torch_compile: bool = False     # fsdp2: torchtitan's training.compile (each block compiled: SwiGLU fused)
     virtual_stages: int = 1         # interleaved 1F1B: model chunks per pipeline rank (training only)
     elementwise: bool = True        # training: emit norms, activations, dropout, residual adds, CE, optimizer
     attention: str = "flash"        # flash (one fused node) | unfused (bmm + softmax + dropout + bmm; training)
@@ -228,8 +228,8 @@ def rope_kernel(cfg: LlmConfig, dims=None) -> str:
         return cfg.rope
     if dims is not None and dims.mla:
         return "none"
-    if cfg.framework == "fsdp2":  # (--torch-compile: Inductor fuses apply_rotary_emb, one kernel per tensor)
-        return "fused" if cfg.torch_compile else "eager"
+    if cfg.framework == "fsdp2":  # (--torch-compile too: Inductor falls back to ATen for complex ops, .rope)
+        return "eager"
     if dims is None or not dims.rotary or not cfg.ew_forward:
         return "none"
     if cfg.inference or implied_framework(cfg) == "megatron":

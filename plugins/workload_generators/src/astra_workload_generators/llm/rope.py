@@ -7,6 +7,10 @@ kernels over Q and K after the QKV projection.
   The reshapes and views launch nothing, so each tensor costs three kernels: the cast to fp32, the complex product
   and the cast back; autograd's backward runs the same three on the gradient (the cast back's backward casts the
   gradient to fp32, the product's multiplies it by the conjugate frequencies, the cast's casts it back).
+  torchtitan's compiled block (``--torch-compile``) runs the same three: TorchInductor generates no code for
+  complex operators and falls back to ATen for the product ("Torchinductor does not support code generation for
+  complex operators", ``torch/_inductor/lowering.py``, reported on this very RoPE in pytorch/torchtitan#15), so the
+  casts before and after it stay kernels of their own.
 - ``fused`` in training: one kernel per tensor each way, reading the tensor and the frequencies and writing the
   result in ``--dtype`` (Transformer Engine's ``fused_apply_rotary_pos_emb``, which Megatron-LM's
   ``apply_rotary_pos_emb(t, freqs, config)`` in ``megatron/core/models/common/embeddings/rope_utils.py`` calls on

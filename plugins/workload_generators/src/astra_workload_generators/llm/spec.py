@@ -629,10 +629,10 @@ def _add_flags(p):
     p.add_argument("--torch-compile", action="store_true",
                    help="with --framework fsdp2: torchtitan's training.compile (apply_compile: each TransformerBlock "
                    "compiled by torch.compile, fullgraph): Inductor fuses each chain of element-wise ops between two "
-                   "GEMM or attention calls, so RoPE is one kernel per tensor each way (as --rope fused) and SwiGLU "
-                   "silu(w1 x) * w3 x one kernel each way (read both halves, write the product; backward: read the "
-                   "gradient and both halves, write both gradients); the norm is one kernel (--norm-kernel fused); "
-                   "default: eager PyTorch")
+                   "GEMM or attention calls, so SwiGLU silu(w1 x) * w3 x is one kernel each way (read both halves, "
+                   "write the product; backward: read the gradient and both halves, write both gradients) and the "
+                   "norm one kernel (--norm-kernel fused); RoPE stays eager's three kernels per tensor (its complex "
+                   "product falls back to ATen: Inductor generates no code for complex ops); default: eager PyTorch")
     p.add_argument("--virtual-stages", type=positive_int, default=1, metavar="V",
                    help="interleaved 1F1B: model chunks per pipeline rank (micro-batches a multiple of --pp)")
     p.add_argument("--lora-rank", type=positive_int, metavar="R",
