@@ -8,8 +8,7 @@ import json
 import subprocess
 import sys
 
-from astra_sim.chakra import encode_et, make_metadata, make_node, types as T
-from astra_sim_testing import system_config
+from astra_sim_testing import small_congestion_run_argv
 
 MODELS = ["astra_gpu_model.model", "astra_gpu_model.ops", "astra_gpu_model.nccl", "astra_gpu_model.loadstore",
           "astra_gpu_model.platforms", "astra_compute_systolic.model", "astra_compute_systolic.cycles"]
@@ -26,19 +25,7 @@ print(json.dumps({"code": code, "loaded": [m for m in json.loads(sys.argv[1]) if
 
 
 def _run(tmp_path, *flags, algorithm="ring"):
-    node = make_node(0, "all_reduce", T.COMM_COLL_NODE,
-                     attrs={"is_cpu_op": False, "comm_type": T.ALL_REDUCE, "comm_size": 1 << 20})
-    gemm = make_node(1, "gemm", T.COMP_NODE, data_deps=[0], attrs={"num_ops": 10**9, "tensor_size": 1 << 20,
-                                                                    "duration_micros": 5})
-    data = encode_et(make_metadata(), [node, gemm])
-    for rank in range(8):
-        (tmp_path / f"w.{rank}.et").write_bytes(data)
-    (tmp_path / "net.yml").write_text("topology: [ Ring ]\nnpus_count: [ 8 ]\nbandwidth: [ 50.0 ]\n"
-                                      "latency: [ 500.0 ]\n")
-    (tmp_path / "sys.json").write_text(json.dumps(system_config(dims=1, algorithm=algorithm)))
-    argv = ["run", f"--output={tmp_path / 'r.json'}", "-q", f"--workload-configuration={tmp_path / 'w'}",
-            f"--system-configuration={tmp_path / 'sys.json'}", f"--network-configuration={tmp_path / 'net.yml'}",
-            "--network-backend=congestion", *flags]
+    argv = small_congestion_run_argv(tmp_path, *flags, algorithm=algorithm)
     out = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(MODELS), *argv], capture_output=True, text=True,
                          check=True, timeout=120)
     result = json.loads(out.stdout.strip().splitlines()[-1])

@@ -57,6 +57,21 @@ def write_case(directory, nodes, npus=2, name="trace", **system_overrides):
     return str(prefix), system, network
 
 
+def small_congestion_run_argv(directory, *flags, algorithm="ring"):
+    """``astra run``'s argv for a small case written into ``directory``: 8 ranks on a Ring, each a 1 MiB all-reduce
+    then a GEMM, on the congestion backend, its report at ``directory/r.json`` (the start-up tests' case)."""
+    from astra_sim.chakra import make_node, types
+
+    all_reduce = make_node(0, "all_reduce", types.COMM_COLL_NODE,
+                           attrs={"is_cpu_op": False, "comm_type": types.ALL_REDUCE, "comm_size": 1 << 20})
+    gemm = make_node(1, "gemm", types.COMP_NODE, data_deps=[0],
+                     attrs={"num_ops": 10**9, "tensor_size": 1 << 20, "duration_micros": 5})
+    prefix, system, network = write_case(directory, [all_reduce, gemm], npus=8, algorithm=algorithm)
+    return ["run", f"--output={Path(directory) / 'r.json'}", "-q", f"--workload-configuration={prefix}",
+            f"--system-configuration={system}", f"--network-configuration={network}", "--network-backend=congestion",
+            *flags]
+
+
 def all_reduce_trace(directory, npus, size_bytes, name="ar"):
     """Every rank's trace ``directory/name/t.<rank>.et``: one all-reduce of ``size_bytes``; returns the prefix."""
     from astra_sim.chakra import make_metadata, make_node, types, write_et
