@@ -55,7 +55,7 @@ RECORDED = {"allreduce-4096": (8.20, 8.04, 10_540_204), "training-1024": (18.79,
             "congestion-ring-512": (3.04, 3.03, 44_009_404), "congestion-ring-1024": (17.51, 17.46, 46_129_156)}
 
 
-def _inputs(case, folder):
+def case_inputs(case, folder):
     """Write the case's inputs; return (prefix, system, network, memory, reference mode)."""
     import workloads
     from astra_sim_testing import write_network_config, write_system_config
@@ -76,7 +76,9 @@ def _inputs(case, folder):
     return prefix, system, network, memory, "aware"
 
 
-def _timed(args, env=None, cwd=None):
+def timed(args, env=None, cwd=None):
+    """Run ``args`` to completion: (the completed process, wall s, the child's user + system CPU s); exits on a
+    failure with its output's tail (bench_startup.py times its commands with it too)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     out = subprocess.run(args, capture_output=True, text=True, env=env, cwd=cwd)
@@ -84,15 +86,33 @@ def _timed(args, env=None, cwd=None):
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if out.returncode:
         raise SystemExit(f"{' '.join(args[:2])} ... failed ({out.returncode}):\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
-    return out.stdout, wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return out, wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def run_args(prefix, system, network, memory, backend, report):
+    """``astra run``'s arguments for a case's inputs on ``backend``, its report at ``report``."""
+    return ["run", "--workload-configuration", prefix, "--system-configuration", system, "--network-configuration",
+            network, "--remote-memory-configuration", memory, "--network-backend", backend, "-q", "-o", report]
+
+
+def child_env(bytecode=None, paths=()):
+    """This environment for an astra-sim-py child: its bytecode cached in ``bytecode`` (``PYTHONPYCACHEPREFIX``,
+    ``PYTHONDONTWRITEBYTECODE`` unset) when given, ``paths`` first on ``PYTHONPATH``."""
+    env = dict(os.environ)
+    if bytecode:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = bytecode
+    if paths:
+        env["PYTHONPATH"] = os.pathsep.join([*paths, *filter(None, [env.get("PYTHONPATH")])])
+    return env
 
 
 def _reference(binary, prefix, system, network, memory):
     # run in the case's folder: the reference writes its log/ folder into the working directory
-    stdout, wall, cpu = _timed([binary, f"--workload-configuration={prefix}", f"--system-configuration={system}",
+    out, wall, cpu = timed([binary, f"--workload-configuration={prefix}", f"--system-configuration={system}",
                                 f"--network-configuration={network}", f"--remote-memory-configuration={memory}"],
                                cwd=os.path.dirname(prefix))
-    finish = {int(m.group(1)): int(m.group(2)) for m in LINE.finditer(stdout)}
+    finish = {int(m.group(1)): int(m.group(2)) for m in LINE.finditer(out.stdout)}
     return [finish[r] for r in sorted(finish)], wall, cpu
 
 
@@ -100,18 +120,10 @@ def _astra(prefix, system, network, memory, folder, backend, fold, path, bytecod
     from astra_sim.report import read_report
 
     report = os.path.join(folder, "report.json")
-    args = [ASTRA, "run", "--workload-configuration", prefix, "--system-configuration", system,
-            "--network-configuration", network, "--remote-memory-configuration", memory,
-            "--network-backend", backend, "-q", "-o", report]
+    args = [ASTRA, *run_args(prefix, system, network, memory, backend, report)]
     if not fold:
         args.append("--no-fold")
-    env = dict(os.environ)
-    if bytecode:
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
-        env["PYTHONPYCACHEPREFIX"] = bytecode
-    if path:
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (path, env.get("PYTHONPATH")) if p)
-    _, wall, cpu = _timed(args, env)
+    _, wall, cpu = timed(args, child_env(bytecode, [path] if path else []))
     return [r["finish_ns"] for r in read_report(report)["ranks"]], wall, cpu
 
 
@@ -141,7 +153,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="bench_reference_") as tmp:
         for case in args.cases:
             folder = os.path.join(tmp, case)
-            prefix, system, network, memory, mode = _inputs(case, folder)
+            prefix, system, network, memory, mode = case_inputs(case, folder)
             recorded = not os.access(binaries[mode], os.X_OK)
             if recorded and not args.recorded:
                 print(f"{case}: skipped, no {binaries[mode]}")

@@ -27,49 +27,28 @@ import argparse
 import glob
 import os
 import re
-import resource
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from bench_reference import ASTRA, case_inputs, child_env, run_args, timed  # noqa: E402 (its cases and timing)
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CASES = ("allreduce-4096", "training-1024", "congestion-ring-256")
-ASTRA = os.path.join(os.path.dirname(sys.executable), "astra")
 IMPORT_LINE = re.compile(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)")
-
-
-def _timed(args, env):
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    out = subprocess.run(args, capture_output=True, text=True, env=env)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if out.returncode:
-        raise SystemExit(f"{' '.join(args[:3])} ... failed ({out.returncode}):\n{out.stderr[-2000:]}")
-    return out, wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def _env(tree, bytecode):
     """The environment of one side: ``tree``'s sources first on the path (None: the installed checkout)."""
-    env = dict(os.environ)
-    if bytecode:
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
-        env["PYTHONPYCACHEPREFIX"] = bytecode
-    if tree:
-        paths = [os.path.join(tree, "core"), *sorted(glob.glob(os.path.join(tree, "plugins", "*", "src")))]
-        env["PYTHONPATH"] = os.pathsep.join([*paths, *filter(None, [env.get("PYTHONPATH")])])
-    return env
+    paths = [os.path.join(tree, "core"), *sorted(glob.glob(os.path.join(tree, "plugins", "*", "src")))] if tree else []
+    return child_env(bytecode, paths)
 
 
-def _run_args(case, inputs, report):
+def _run_args(inputs, report):
     prefix, system, network, memory, mode = inputs
-    return ["run", "--workload-configuration", prefix, "--system-configuration", system, "--network-configuration",
-            network, "--remote-memory-configuration", memory, "--network-backend",
-            "analytical" if mode == "unaware" else "congestion", "-q", "-o", report]
+    return run_args(prefix, system, network, memory, "analytical" if mode == "unaware" else "congestion", report)
 
 
 def _imports(stderr):
@@ -84,7 +63,7 @@ def _imports(stderr):
 
 def _instructions(command, env):
     """The whole process's instructions (valgrind's cachegrind, no cache simulation)."""
-    out, _, _ = _timed(["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+    out, _, _ = timed(["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
                         *command], env)
     return int(re.search(r"I\s+refs:\s+([\d,]+)", out.stderr).group(1).replace(",", ""))
 
@@ -101,7 +80,6 @@ def main():
     bad = [c for c in args.cases if c not in CASES]
     if bad:
         parser.error(f"unknown case(s) {', '.join(bad)}; expected some of {', '.join(CASES)}")
-    import bench_reference
     from astra_sim.report import read_report
 
     print(f"load: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
@@ -110,18 +88,18 @@ def main():
         bytecode = None if args.no_bytecode_cache else os.path.join(tmp, "pycache")
         sides = {"before": _env(os.path.abspath(args.before), bytecode)} if args.before else {}
         sides["now"] = _env(REPO if args.before else None, bytecode)
-        inputs = {case: bench_reference._inputs(case, os.path.join(tmp, case)) for case in args.cases}
+        inputs = {case: case_inputs(case, os.path.join(tmp, case)) for case in args.cases}
         report = os.path.join(tmp, "report.json")
         commands = {"astra --version": [ASTRA, "--version"]}
         for case in args.cases:
-            commands[f"{case} run"] = [ASTRA, *_run_args(case, inputs[case], report)]
+            commands[f"{case} run"] = [ASTRA, *_run_args(inputs[case], report)]
             commands[f"{case} imports"] = [sys.executable, "-X", "importtime", ASTRA,
-                                           *_run_args(case, inputs[case], report)]
+                                           *_run_args(inputs[case], report)]
         walls, cpus, imports, own, finishes = {}, {}, {}, {}, {}
         for repeat in range(args.repeats + (bytecode is not None)):
             for label, command in commands.items():
                 for side, env in sides.items():
-                    out, wall, cpu = _timed(command, env)
+                    out, wall, cpu = timed(command, env)
                     if label.endswith(" run"):
                         finish = [r["finish_ns"] for r in read_report(report)["ranks"]]
                         finishes.setdefault(label, {}).setdefault(side, finish)
