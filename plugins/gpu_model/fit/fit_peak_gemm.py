@@ -10,7 +10,9 @@ Data: ``astra_gpu_model/data/published_peak_gemm.csv`` (fit data: the stas00/ml-
 max-achievable FLOPs blog, torchao's and flashinfer's Blackwell benchmarks; each row names its source). Method:
 ``astra_gpu_model.calibration.fit_peak_efficiency`` with each preset's own tile set (``gemm_tiles``), which holds
 every dtype's best modelled shape to the published maximum. Only the lines marked
-``# fitted: calibration.fit_peak_efficiency('NAME')`` are rewritten.
+``# fitted: calibration.fit_peak_efficiency('NAME')`` are rewritten, and the lines of other presets marked
+``# copied: calibration.fit_peak_efficiency('NAME')`` (a preset without a published measurement of that format that
+assumes NAME's fitted value: written with it, so that a refit of NAME cannot leave a stale copy behind).
 """
 
 from __future__ import annotations
@@ -46,6 +48,24 @@ def rewrite(name, fit):
     return path, text
 
 
+def rewrite_copies(name, fit):
+    """``{path: text}`` of every preset whose lines marked ``# copied: calibration.fit_peak_efficiency('NAME')``
+    change when set to ``fit``'s values."""
+    out = {}
+    for path in sorted(PRESETS.glob("*.yaml")):
+        text = path.read_text()
+        changed = text
+        for key in KEYS:
+            if fit.get(key) is None:
+                continue
+            pattern = re.compile(rf"^(  {key}: )[0-9.]+(\s+# copied: calibration\.fit_peak_efficiency\('{name}'\).*)$",
+                                 re.MULTILINE)
+            changed = pattern.sub(lambda m: f"{m.group(1)}{fit[key]}{m.group(2)}", changed)
+        if changed != text:
+            out[path] = changed
+    return out
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="rewrite the presets' fitted lines")
@@ -58,6 +78,8 @@ def main(argv=None):
         if args.write:
             path, text = rewrite(name, fit)
             write_text_atomic(path, text)
+            for copy_path, copy_text in rewrite_copies(name, fit).items():
+                write_text_atomic(copy_path, copy_text)
         gpu = load_gpu(name)
         for p in (p for p in points if p["gpu"] == name):
             if not args.write:  # the preset's own values, as a run uses them
