@@ -394,23 +394,29 @@ def labelled(parts, view):
 
 def breakdowns(analysis):
     """Every rank's breakdown (JSON), computed once per simulated rank and relabelled for the others.
-    Ranks whose breakdowns come out equal share one dict (:func:`summary` groups them by it)."""
+    Ranks whose breakdowns come out equal share one dict (:func:`summary` groups them by it). A rank's view is made
+    only when its communicators' groups are new: per rank, only its representative and its groups' images."""
     from astra_analysis.views import RankView
 
-    by_rep = {}
+    symmetry = analysis.symmetry
+    by_rep = {}  # representative -> (its parts, their communicator keys, its own key, whether a key is a group)
     by_groups = {}
     by_value = {}
     out = []
     for rank in range(analysis.total):
-        view = RankView(analysis, rank)
-        parts = by_rep.get(view.rep)
-        if parts is None:
-            parts = by_rep[view.rep] = rank_parts(view)
-        keys = sorted(set(parts.busy) | set(parts.exposed) | set(parts.recv_wait) | set(parts.in_switch_busy))
-        key = (view.rep, tuple(view.group(k) for k in keys))
+        rep = symmetry.representative(rank) if symmetry is not None else rank
+        known = by_rep.get(rep)
+        if known is None:  # (ranks go up: a class's first rank is its representative)
+            parts = rank_parts(RankView(analysis, rep))
+            keys = sorted(set(parts.busy) | set(parts.exposed) | set(parts.recv_wait) | set(parts.in_switch_busy))
+            known = by_rep[rep] = (parts, keys, (rep, tuple(keys)), any(k is not None and k > 0 for k in keys))
+        parts, keys, key, groups = known
+        if groups and rank != rep:  # (as RankView.group: the world, p2p and None keys are every rank's)
+            offsets = symmetry.offsets(rank)
+            key = (rep, tuple(k if k is None else analysis.group_image(k, offsets) for k in keys))
         result = by_groups.get(key)
         if result is None:
-            result = labelled(parts, view)
+            result = labelled(parts, RankView(analysis, rank))
             result = by_groups[key] = by_value.setdefault(repr(result), result)
         out.append(result)
     return out
@@ -423,12 +429,17 @@ def summary(per_rank, finish_ns):
     slowest = max(range(len(per_rank)), key=lambda r: (finish_ns[r], -r))
     classes = {}
     order = []
+    shared = {}  # id(a rank's breakdown) -> its class's ranks: ranks sharing one dict compare their parts once
     for rank, result in enumerate(per_rank):
-        key = tuple(result["parts"].items())
-        if key not in classes:
-            classes[key] = []
-            order.append(key)
-        classes[key].append(rank)
+        ranks = shared.get(id(result))
+        if ranks is None:
+            key = tuple(result["parts"].items())
+            ranks = classes.get(key)
+            if ranks is None:
+                ranks = classes[key] = []
+                order.append(key)
+            shared[id(result)] = ranks
+        ranks.append(rank)
     from astra_sim.humanize import rank_ranges
 
     groups = []
