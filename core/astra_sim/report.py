@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, fields
+from operator import attrgetter
 
 from astra_sim.errors import ConfigError
 from astra_sim.humanize import parse_rank_ranges, rank_ranges
@@ -34,6 +35,8 @@ def _rank_dict(rank):
 
 #: what every report's numbers are in (JSON keeps integer ns everywhere; terminals show human units)
 UNITS = {"time": "ns", "size": "bytes"}
+#: a rank's numbers (every field but ``rank`` and ``breakdown``) as one tuple: with its breakdown's id, a record's key
+_NUMBERS = attrgetter(*(f.name for f in fields(RankReport) if f.name not in ("rank", "breakdown")))
 
 
 @dataclass
@@ -148,18 +151,21 @@ def _grouped(items):
 
 def _classes(ranks):
     """The compact layout's ``rank_classes``: one entry per distinct rank record, its ranks as ranges."""
-    records, anonymous = [], {}
-    for rank in ranks:
-        record = _rank_dict(rank)
-        del record["rank"]
-        breakdown = record.get("breakdown")
-        if breakdown is not None and breakdown.get("communicators"):
-            # without the group ids, which differ from rank to rank, so that symmetric ranks share one entry
-            shared = anonymous.get(id(breakdown))
-            if shared is None:
-                shared = anonymous[id(breakdown)] = {**breakdown, "communicators": [
-                    {k: v for k, v in c.items() if k != "groups"} for c in breakdown["communicators"]]}
-            record["breakdown"] = shared
+    records, anonymous, made = [], {}, {}
+    for rank in ranks:  # ranks with the same numbers and breakdown object: one record, built and serialised once
+        key = (_NUMBERS(rank), id(rank.breakdown))
+        record = made.get(key)
+        if record is None:
+            record = made[key] = _rank_dict(rank)
+            del record["rank"]
+            breakdown = record.get("breakdown")
+            if breakdown is not None and breakdown.get("communicators"):
+                # without the group ids, which differ from rank to rank, so that symmetric ranks share one entry
+                shared = anonymous.get(id(breakdown))
+                if shared is None:
+                    shared = anonymous[id(breakdown)] = {**breakdown, "communicators": [
+                        {k: v for k, v in c.items() if k != "groups"} for c in breakdown["communicators"]]}
+                record["breakdown"] = shared
         records.append((rank.rank, record))
     return [{"ranks": rank_ranges(members), "count": len(members), **record}
             for members, record in _grouped(records)]
