@@ -26,15 +26,16 @@ class ChakraFormat:
         return self.ranks_beyond(prefix, 0) or None
 
     def rank_digest(self, prefix, rank):
-        """``(path, hash of its bytes)``: byte-identical ranks share one parse; the bytes are kept for ``load_rank``."""
+        """``(path, key)``: byte-identical ranks share one parse; the key is a small file's bytes, else their hash
+        (hashing costs more than the dict's own hash below a kilobyte); the bytes are kept for ``load_rank``."""
         path = f"{prefix}.{rank}.et"
         try:
-            with open(path, "rb") as f:
+            with open(path, "rb", buffering=0) as f:  # one read of the whole file, no buffer object to make
                 data = f.read()
         except OSError:
             return None  # load_rank reports it
         self._last_read = (path, data)
-        return path, hashlib.sha256(data).digest()
+        return path, data if len(data) <= 1024 else hashlib.sha256(data).digest()
 
     def ranks_beyond(self, prefix, npus):
         """How many rank files follow the network's last rank (``<prefix>.<npus>.et``, ...)."""
