@@ -1,15 +1,10 @@
 """astra-sim-py: a Python simulator of distributed machine-learning systems. The kernel owns the event engine, Chakra
 I/O and the workload and system layers; every backend comes from a plugin (entry-point group ``astra_sim.plugins``)."""
 
-import pluggy
-
 __version__ = "0.1.0"
 
 #: pluggy project name; every hook is called ``astra_*``.
 PROJECT_NAME = "astra"
-
-#: Marker for plugin hook implementations: ``@hookimpl def astra_register_...``.
-hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
 def simulate(*args, **kwargs):
@@ -34,6 +29,11 @@ def get_platform(name):
 
 
 def __getattr__(name):
+    if name == "hookimpl":  # the marker of plugin hooks (``@hookimpl def astra_register_...``), made at first use:
+        import pluggy  # ``astra --version`` does not import pluggy
+
+        globals()["hookimpl"] = marker = pluggy.HookimplMarker(PROJECT_NAME)
+        return marker
     if name in ("RunSpec", "ResolvedRun"):
         from astra_sim import spec
 
