@@ -2,11 +2,12 @@
 
 from importlib import import_module
 
-from astra_gpu_model.gemm import GemmParams, gemm_time_s
-from astra_gpu_model.gpu import DEFAULT_GPU, GpuSpec, load_gpu, preset_names
+from astra_gpu_model.names import DEFAULT_GPU, preset_names
 
-#: names loaded on first use (PEP 562), so that a run without the gpu model does not import it
-_LAZY = {"GpuComputeModel": "model", "Op": "ops", "classify": "ops"}
+#: names loaded on first use (PEP 562), so that a run without the gpu model imports neither the model nor the GPU
+#: description (importing the plugin's module imports this package first)
+_LAZY = {"GpuComputeModel": "model", "Op": "ops", "classify": "ops", "GpuSpec": "gpu", "load_gpu": "gpu",
+         "GemmParams": "gemm", "gemm_time_s": "gemm"}
 
 
 def __getattr__(name):

@@ -29,6 +29,8 @@ from astra_sim.limits import check_number
 from astra_sim.safeio import brief
 
 from astra_gpu_model.gemm import DATA_PARALLEL, DEFAULT_TILES, SCHEDULES, GemmParams
+# (the run options' names, re-exported: names.py holds them so that building the parser does not import this module)
+from astra_gpu_model.names import COLLECTIVES, DEFAULT_GPU, DTYPES, preset_dir, preset_names  # noqa: F401
 
 #: Block-scaled GEMM formats (``aten::_scaled_mm`` with block scales, :mod:`astra_gpu_model.ops`): the
 #: ``tensor_tflops`` key each runs at, the elements sharing one 1-byte scale, and an element's bytes. NVFP4: E2M1 with
@@ -40,10 +42,6 @@ BLOCK_SCALED = {"nvfp4": ("fp4", 16, 0.5), "mxfp8": ("fp8", 32, 1.0), "mxfp6": (
                 "mxfp4": ("fp4", 32, 0.5)}
 #: the ``astra workload llm --gemm-dtype`` value that writes each format (for the refusal's hint)
 BLOCK_SCALED_FLAGS = {"nvfp4": "fp4", "mxfp8": "mxfp8", "mxfp6": "mxfp6", "mxfp4": "mxfp4"}
-#: ``--gpu-default-dtype``'s and ``--platform-collective``'s choices (here, not in model.py and platforms.py: the run
-#: options need them without the model or the platforms)
-DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
-COLLECTIVES = ("ring", "nccl")
 #: Data types the model knows, their element size in bytes (a block-scaled format's with its share of a scale:
 #: NVFP4 0.5 + 1/16, MXFP8 1 + 1/32, MXFP6 0.75 + 1/32, MXFP4 0.5 + 1/32).
 DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1,
@@ -88,7 +86,6 @@ PRESET_ALIASES = {
     "a100-40gb": "A100-SXM4-40GB", "h100-pcie": "H100-PCIe-80GB", "h100-nvl": "H100-NVL-94GB", "h20": "H20",
     "h100-96gb": "H100-SXM-96GB-HBM2e", "h800": "H800-SXM5-80GB",
 }
-DEFAULT_GPU = "H100-SXM5-80GB"
 
 
 @dataclass
@@ -246,15 +243,6 @@ class GpuSpec:
 
 
 # ------------------------------------------------------------------------------------------- loading
-def preset_dir():
-    return resources.files("astra_gpu_model") / "presets"
-
-
-def preset_names():
-    """The shipped presets (file stems), sorted."""
-    return sorted(p.name[:-5] for p in preset_dir().iterdir() if p.name.endswith(".yaml"))
-
-
 def fitted_parameters():
     """The checked-in fit (``data/gemm_fit.json``): ``{"families": {family: {"params": ...}}, ...}``."""
     text = (resources.files("astra_gpu_model") / "data" / "gemm_fit.json").read_text()

@@ -5,7 +5,7 @@ from importlib import import_module
 
 from astra_sim import hookimpl
 
-from astra_gpu_model.gpu import COLLECTIVES, DEFAULT_GPU, DTYPES, preset_names
+from astra_gpu_model.names import COLLECTIVES, DEFAULT_GPU, DTYPES, SCALE_OUT_KINDS, preset_names
 
 
 def _gpu_model(context):
@@ -187,12 +187,11 @@ def platform_run_options(parser):
     from astra_gpu_model.cudnn_versions import add_cudnn_argument
 
     add_cudnn_argument(group)
-    from astra_gpu_model.scale_out import KINDS
-
-    group.add_argument("--scale-out", default=None, choices=tuple(KINDS), metavar="KIND",
-                       help=f"the scale-out fabric's technology ({', '.join(KINDS)}): its NIC rate, achievable share, "
-                            "share under load past one leaf switch and per-switch latency (sourced, or marked "
-                            "ASSUMPTION: astra fabric --scale-out); default: the generic model (line rate, no load)")
+    group.add_argument("--scale-out", default=None, choices=SCALE_OUT_KINDS, metavar="KIND",
+                       help=f"the scale-out fabric's technology ({', '.join(SCALE_OUT_KINDS)}): its NIC rate, "
+                            "achievable share, share under load past one leaf switch and per-switch latency "
+                            "(sourced, or marked ASSUMPTION: astra fabric --scale-out); default: the generic model "
+                            "(line rate, no load)")
 
 
 @hookimpl

@@ -1,0 +1,24 @@
+"""The names ``astra run``'s options offer: dtypes, collectives, the default GPU, the shipped presets and the
+scale-out kinds. Kept apart from the GPU description (gpu.py, gemm.py) and the scale-out kinds themselves
+(scale_out.py) so that building the parser imports none of them: a run that does not use the gpu model skips about
+2 % of its instructions. gpu.py re-exports these; tests/test_startup54.py checks the kinds against scale_out.KINDS."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+#: ``--gpu-default-dtype``'s and ``--platform-collective``'s choices
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+COLLECTIVES = ("ring", "nccl")
+DEFAULT_GPU = "H100-SXM5-80GB"
+#: ``--scale-out``'s choices: :data:`astra_gpu_model.scale_out.KINDS`' names, in its order
+SCALE_OUT_KINDS = ("ib-ndr", "ib-xdr", "spectrum-x", "roce", "efa", "efa-p5en")
+
+
+def preset_dir():
+    return resources.files("astra_gpu_model") / "presets"
+
+
+def preset_names():
+    """The shipped presets (file stems), sorted."""
+    return sorted(p.name[:-5] for p in preset_dir().iterdir() if p.name.endswith(".yaml"))
