@@ -94,12 +94,12 @@ def test_a_small_trace_is_its_own_digest_and_a_large_one_is_hashed(tmp_path):
     from astra_sim.builtin import ChakraFormat
 
     prefix = tmp_path / "t"
-    contents = [b"small", b"small", b"other", b"x" * 4096, b"x" * 4096, b"y" * 4096]
+    contents = [b"small", b"small", b"other", b"x" * 5000, b"x" * 5000, b"y" * 5000]
     for rank, data in enumerate(contents):
         (tmp_path / f"t.{rank}.et").write_bytes(data)
     chakra = ChakraFormat()
     keys = [chakra.rank_digest(str(prefix), rank)[1] for rank in range(len(contents))]
     assert keys[0] == keys[1] == b"small" and keys[2] == b"other"
-    assert keys[3] == keys[4] != keys[5] and len(keys[3]) == 32  # (sha256 past 1 KiB)
-    assert chakra._last_read == (f"{prefix}.5.et", b"y" * 4096)  # (kept for load_rank's parse)
+    assert keys[3] == keys[4] != keys[5] and len(keys[3]) == 32  # (sha256 past 4 KiB)
+    assert chakra._last_read == (f"{prefix}.5.et", b"y" * 5000)  # (kept for load_rank's parse)
     assert chakra.rank_digest(str(prefix), 99) is None

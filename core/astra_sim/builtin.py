@@ -26,8 +26,8 @@ class ChakraFormat:
         return self.ranks_beyond(prefix, 0) or None
 
     def rank_digest(self, prefix, rank):
-        """``(path, key)``: byte-identical ranks share one parse; the key is a small file's bytes, else their hash
-        (hashing costs more than the dict's own hash below a kilobyte); the bytes are kept for ``load_rank``."""
+        """``(path, key)``: byte-identical ranks share one parse; the key is a trace's bytes up to 4 KiB (cheaper than
+        a hash, and held only while the ranks are read), a larger one's sha256; the bytes are kept for ``load_rank``."""
         path = f"{prefix}.{rank}.et"
         try:
             with open(path, "rb", buffering=0) as f:  # one read of the whole file, no buffer object to make
@@ -35,7 +35,7 @@ class ChakraFormat:
         except OSError:
             return None  # load_rank reports it
         self._last_read = (path, data)
-        return path, data if len(data) <= 1024 else hashlib.sha256(data).digest()
+        return path, data if len(data) <= 4096 else hashlib.sha256(data).digest()
 
     def ranks_beyond(self, prefix, npus):
         """How many rank files follow the network's last rank (``<prefix>.<npus>.et``, ...)."""
