@@ -76,15 +76,25 @@ def test_hundred_platform_runs_leave_the_temp_dir_as_it_was(tmp_path, monkeypatc
     assert systolic["file"] == "tpu-v3.cfg" and "ArrayHeight" in systolic["content"]
 
 
-def _start(tmp_path, *extra):
-    env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"))
+def _start(tmp_path, *extra, quiet=True):
+    env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"), ASTRA_PROGRESS="1", ASTRA_PROGRESS_DELAY_S="0",
+               ASTRA_PROGRESS_INTERVAL_S="0.2")
     env.pop("ASTRA_PLUGINS", None)
     (tmp_path / "tmp").mkdir(exist_ok=True)
     prefix = all_reduces(tmp_path, 3000, name="long")
     return subprocess.Popen([str(ASTRA), "run", "--platform", "hgx-h100", "--platform-collective", "ring",
                              "--workload-configuration", prefix,
-                             "--no-fold", "-q", *extra], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                             "--no-fold", *(["-q"] if quiet else []), *extra], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _wait_until_simulating(proc):
+    """Read the run's progress lines until its event loop runs (a loaded machine may still be starting up after
+    seconds, when an interrupt writes no partial report: there is no run yet)."""
+    for line in proc.stderr:
+        if "simulating" in line:
+            return
+    raise AssertionError("the run ended before it was simulating; make it longer")
 
 
 def _stop(proc, signum, after_s=2.5):
@@ -111,8 +121,9 @@ def test_a_signal_stops_a_long_run_within_a_second_without_a_report(tmp_path, si
 
 def test_partial_report_only_when_asked_and_marked_incomplete(tmp_path):
     report = tmp_path / "report.json"
-    proc = _start(tmp_path, "--report-json", str(report), "--partial-report")
-    rc, took, err = _stop(proc, signal.SIGTERM)
+    proc = _start(tmp_path, "--report-json", str(report), "--partial-report", quiet=False)
+    _wait_until_simulating(proc)
+    rc, took, err = _stop(proc, signal.SIGTERM, after_s=0.5)
     assert rc == 143 and took < 1.0, (rc, took, err)
     assert "partial report (complete: false) written" in err
     data = read_report(report)

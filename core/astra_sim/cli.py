@@ -297,7 +297,7 @@ def _interrupted(stop, run, args, early, written=False):
         _write_report(partial, args.report_json, args.per_rank)
         print(f"astra: {what}; partial report (complete: false) written to {args.report_json}", file=sys.stderr)
     else:
-        hint = " (--partial-report writes what is known so far)" if args.report_json else ""
+        hint = " (--partial-report writes what is known so far)" if args.report_json and not args.partial_report else ""
         print(f"astra: {what}; no report written{hint}", file=sys.stderr)
     return stop.exit_code
 
