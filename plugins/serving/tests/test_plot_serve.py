@@ -79,13 +79,16 @@ def test_astra_search_serve_finds_the_cheapest_deployment(tmp_path, capsys):
 
 def test_astra_search_serve_runs_each_gpu_count_side_by_side_with_the_same_rows(tmp_path, capsys):
     """--jobs 2: each GPU count's candidates on astra-sweep's local pool; the candidates and the answer are the
-    serial search's."""
-    argv = ["search", "--serve", "--model", "llama3-8b", "--platform", "hgx-h100", "--qps", "60", "--requests", "80",
-            "--prompt-len", "1000", "--output-len", "40", "--slo-ttft-p90", "80", "--tp", "1,2", "--gpus", "4"]
+    serial search's. TP 1 with a 1:1 prefill/decode split gives two candidates at 2 and at 4 GPUs (half the batch
+    shapes of TP 1 and 2; the same requests as the alias's test above, whose shapes the step cache may hold)."""
+    argv = ["search", "--serve", "--model", "llama3-8b", "--platform", "hgx-h100", "--qps", "60", "--requests", "60",
+            "--prompt-len", "1000", "--output-len", "100", "--slo-ttft-p90", "80", "--tp", "1", "--gpus", "4",
+            "--disaggregate-ratios", "1:1"]
     serial, pooled = tmp_path / "serial.json", tmp_path / "pooled.json"
     assert main(argv + ["-o", str(serial)]) == main(argv + ["--jobs", "2", "--output", str(pooled)])
     a, b = json.loads(serial.read_text()), json.loads(pooled.read_text())
     assert a == b and len(a["candidates"]) >= 3
+    assert sum(c["gpus"] == 2 for c in a["candidates"]) == 2  # the pool had two candidates of one count to run
 
 
 def test_search_serve_candidates_tile_the_node():
