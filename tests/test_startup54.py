@@ -103,3 +103,5 @@ def test_a_small_trace_is_its_own_digest_and_a_large_one_is_hashed(tmp_path):
     assert keys[3] == keys[4] != keys[5] and len(keys[3]) == 32  # (sha256 past 4 KiB)
     assert chakra._last_read == (f"{prefix}.5.et", b"y" * 5000)  # (kept for load_rank's parse)
     assert chakra.rank_digest(str(prefix), 99) is None
+    (tmp_path / "t.7.et").mkdir()  # (opens, then fails to read: load_rank reports it, as for a missing file)
+    assert chakra.rank_digest(str(prefix), 7) is None
