@@ -292,8 +292,15 @@ def load_gpu_file(path, *, fit=None) -> GpuSpec:
     return _build(_read_yaml(path, str(path)), str(path), path=str(path), fit=fit)
 
 
+#: parsed GPU descriptions by their text: a serving run times hundreds of batch shapes, each resolving its platform's
+#: GPU about ten times, and PyYAML's pure-Python parse of the same preset was half of that run's CPU
+_PARSED = {}
+
+
 def _read_yaml(path, where):
-    """A GPU description (bounded, UTF-8, safe YAML); every failure a ConfigError naming ``where``."""
+    """A GPU description (bounded, UTF-8, safe YAML); every failure a ConfigError naming ``where``. A text parsed
+    before is not parsed again (the file is read each time, so an edit is always seen); each caller gets its own
+    copy."""
     import os
 
     from astra_sim.safeio import parse_yaml, read_text
@@ -302,10 +309,13 @@ def _read_yaml(path, where):
         text = read_text(path, "GPU description")
     else:  # a preset inside a zipped package (importlib.resources)
         text = path.read_text(encoding="utf-8")
+    if text in _PARSED:
+        return copy.deepcopy(_PARSED[text])
     data = parse_yaml(text, where)
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: a GPU description must be a YAML mapping (key: value), "
                           f"got {type(data).__name__}")
+    _PARSED[text] = copy.deepcopy(data)
     return data
 
 
