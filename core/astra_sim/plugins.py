@@ -96,9 +96,9 @@ _ENTRY_POINTS = {}
 
 
 def _entry_points():
-    """The installed plugins' entry points, read again only when a ``sys.path`` folder changed (an install does):
-    reading every distribution's metadata takes milliseconds, and the Python API asks on every run."""
-    stamp = tuple(_mtime_ns(path) for path in sys.path)
+    """The installed plugins' entry points, read again only when a ``sys.path`` folder but the current one ('': a
+    script writes its files there) changed (an install does): reading them takes ms, and each API run asks."""
+    stamp = tuple(_mtime_ns(path) for path in sys.path if path)
     if _ENTRY_POINTS.get("stamp") != stamp:
         _ENTRY_POINTS["points"] = list(importlib.metadata.entry_points(group=GROUP))
         _ENTRY_POINTS["stamp"] = stamp
