@@ -38,3 +38,25 @@ def test_an_edited_file_is_parsed_again(tmp_path, monkeypatch):
     # at once, the same size: a modification time may not have moved, the text has
     mine.write_text(text.replace(f"sm_count: {before}", f"sm_count: {before - 2}"), encoding="utf-8")
     assert gpu.load_gpu(str(mine)).sm_count == before - 2 and len(calls) == 2
+
+
+def test_a_preset_is_built_once_and_each_caller_gets_its_own_copy(monkeypatch):
+    """load_gpu's presets (gpu._built_preset): built again only when a file they are built from reads differently;
+    a ``fit`` (the fit script's) always builds."""
+    monkeypatch.setattr(gpu, "_BUILT", {})
+    built = []
+    real = gpu._build
+
+    def build(data, where, path=None, fit=None):
+        built.append(where)
+        return real(data, where, path=path, fit=fit)
+
+    monkeypatch.setattr(gpu, "_build", build)
+    first = gpu.load_gpu("h100")
+    first.tensor_tflops["bf16"] = 1.0  # a caller's change stays its own
+    second = gpu.load_gpu("H100-SXM5-80GB")
+    assert len(built) == 1 and second.tensor_tflops["bf16"] == 989.4 and second is not first
+    gpu.load_gpu("h100", fit=gpu.fitted_parameters()["families"])
+    assert len(built) == 2
+    gpu.load_gpu("A100-SXM4-80GB")
+    assert len(built) == 3

@@ -272,7 +272,9 @@ def load_gpu(name_or_path=None, *, fit=None) -> GpuSpec:
     preset = _resolve_preset(name_or_path)
     if preset is not None:
         path = preset_dir() / f"{preset}.yaml"
-        return _build(_read_yaml(path, f"preset {preset}"), f"preset {preset} ({path})", fit=fit)
+        if fit is not None:
+            return _build(_read_yaml(path, f"preset {preset}"), f"preset {preset} ({path})", fit=fit)
+        return copy.deepcopy(_built_preset(preset, path))
     path = Path(str(name_or_path))
     if not path.exists():
         if path.suffix.lower() in (".yaml", ".yml", ".json") or "/" in str(name_or_path):
@@ -285,6 +287,25 @@ def load_gpu(name_or_path=None, *, fit=None) -> GpuSpec:
             f"{', '.join(preset_names())}"
         )
     return load_gpu_file(path, fit=fit)
+
+
+#: built presets by the texts they are built from (the preset's, its base's, the checked-in fit's): a serving run
+#: resolves its GPU about ten times per batch shape, each build about 5 ms; callers get copies
+_BUILT = {}
+
+
+def _built_preset(preset, path):
+    """The preset's GpuSpec, built again only when one of the files it is built from reads differently."""
+    text = path.read_text(encoding="utf-8")
+    base = _read_yaml(path, f"preset {preset}").get("base")
+    base_preset = _resolve_preset(base) if isinstance(base, str) else None
+    base_text = (preset_dir() / f"{base_preset}.yaml").read_text(encoding="utf-8") if base_preset else ""
+    fit_text = (resources.files("astra_gpu_model") / "data" / "gemm_fit.json").read_text()
+    key = (str(path), text, base_text, fit_text)
+    spec = _BUILT.get(key)
+    if spec is None:
+        spec = _BUILT[key] = _build(_read_yaml(path, f"preset {preset}"), f"preset {preset} ({path})")
+    return spec
 
 
 def load_gpu_file(path, *, fit=None) -> GpuSpec:
