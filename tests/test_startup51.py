@@ -1,6 +1,7 @@
 """Start-up (issue 37, session 51): the gpu and systolic compute models, NCCL's and the load-store collectives and the
 GPU platforms are imported only by a run that uses them (their plugins register factories that import the module;
-the run hooks find the model's class in ``sys.modules``; the run options' choices live in ``astra_gpu_model.gpu``)."""
+the run hooks find the model's class in ``sys.modules``; the run options' choices live in
+``astra_gpu_model.names`` since session 54)."""
 
 from __future__ import annotations
 
