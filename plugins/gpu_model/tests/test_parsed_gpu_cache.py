@@ -60,3 +60,14 @@ def test_a_preset_is_built_once_and_each_caller_gets_its_own_copy(monkeypatch):
     assert len(built) == 2
     gpu.load_gpu("A100-SXM4-80GB")
     assert len(built) == 3
+
+
+def test_the_parsed_texts_kept_are_bounded(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu, "_PARSED", {})
+    monkeypatch.setattr(gpu, "_PARSED_MAX", 3)
+    text = (gpu.preset_dir() / "H100-SXM5-80GB.yaml").read_text(encoding="utf-8")
+    for i in range(7):
+        mine = tmp_path / f"gpu{i}.yaml"
+        mine.write_text(text.replace("name: H100-SXM5-80GB", f"name: variant-{i}"), encoding="utf-8")
+        assert gpu.load_gpu(str(mine)).name == f"variant-{i}"
+        assert len(gpu._PARSED) <= 3

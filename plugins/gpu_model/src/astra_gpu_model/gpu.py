@@ -314,8 +314,10 @@ def load_gpu_file(path, *, fit=None) -> GpuSpec:
 
 
 #: parsed GPU descriptions by their text: a serving run times hundreds of batch shapes, each resolving its platform's
-#: GPU about ten times, and PyYAML's pure-Python parse of the same preset was half of that run's CPU
+#: GPU about ten times, and PyYAML's pure-Python parse of the same preset was half of that run's CPU. At most
+#: :data:`_PARSED_MAX` texts are kept (a sweep over many GPU files must not grow a worker without bound)
 _PARSED = {}
+_PARSED_MAX = 64
 
 
 def _read_yaml(path, where):
@@ -336,6 +338,8 @@ def _read_yaml(path, where):
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: a GPU description must be a YAML mapping (key: value), "
                           f"got {type(data).__name__}")
+    if len(_PARSED) >= _PARSED_MAX:
+        _PARSED.clear()
     _PARSED[text] = copy.deepcopy(data)
     return data
 
