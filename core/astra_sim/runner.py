@@ -13,15 +13,15 @@ CONTROL_KEYWORDS = ("plugins", "block", "extra_plugins", "plugin_manager", "on_w
 
 
 class Run:
-    """One spec being simulated: :meth:`execute` gives its report, :meth:`partial_report` what an interrupt left."""
+    """One spec being simulated (``resolved``: its ``spec.resolve(pm)`` made earlier, e.g. a serving run's steps')."""
 
-    def __init__(self, spec: RunSpec, pm=None, on_warning=None):
+    def __init__(self, spec: RunSpec, pm=None, on_warning=None, resolved=None):
         from astra_sim.plugins import plugin_manager_for
 
         self.spec = spec
         self.pm = plugin_manager_for(plugin_manager=pm)
         self.on_warning = on_warning
-        self.resolved = spec.resolve(self.pm)
+        self.resolved = spec.resolve(self.pm) if resolved is None else resolved
         self.simulation = None
         self.paths = {}
 
@@ -74,9 +74,9 @@ class Run:
         return report
 
 
-def run_spec(spec: RunSpec, pm=None, on_warning=None, measure_memory=False):
-    """Simulate ``spec`` and return its report."""
-    return Run(spec, pm, on_warning).execute(measure_memory)
+def run_spec(spec: RunSpec, pm=None, on_warning=None, measure_memory=False, resolved=None):
+    """Simulate ``spec`` and return its report (``resolved``: see :class:`Run`)."""
+    return Run(spec, pm, on_warning, resolved).execute(measure_memory)
 
 
 def make_spec(args, kwargs):

@@ -39,6 +39,8 @@ same step.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import math
 import os
@@ -159,6 +161,23 @@ class Layout:
         from astra_gpu_model.model import GRAPH_KERNEL_GAP_NS
 
         return spec.replace(host_launch_us=0.0, gpu_kernel_gap_ns=GRAPH_KERNEL_GAP_NS)
+
+    def resolved(self, spec, pm):
+        """``spec.resolve(pm)`` (the platform's generated files, the options and defaults it implies), made once per
+        spec but its workload and the workload's rank count, what a resolution reads (about 10 ms of each new
+        shape's run, issue 37); each step gets its own copy of the options and defaults."""
+        from astra_sim.spec import workload_ranks
+
+        key = ([(f.name, getattr(spec, f.name)) for f in dataclasses.fields(spec) if f.name != "workload"],
+               workload_ranks(spec.workload, pm, spec.workload_format))
+        known = self.__dict__.setdefault("_resolved", [])  # [(key, resolved)]: a spec's options are not hashable
+        found = next((resolved for k, resolved in known if k == key), None)
+        if found is None:
+            found = spec.resolve(pm)
+            known.append((key, found))
+        return dataclasses.replace(found, spec=spec, configs=dict(found.configs), generated=dict(found.generated),
+                                   options=copy.deepcopy(found.options),
+                                   platform_defaults=copy.deepcopy(found.platform_defaults))
 
 
 def stage_times(report, pp):
@@ -375,7 +394,8 @@ class StepTimer:
             try:
                 # held in memory for the run just below (issue 37: no encode and parse back; the same ns)
                 generate_llm_workload(spec, prefix, on_warning=_quiet, in_memory=True)
-                report = run_spec(self.layout.run_spec(prefix, graph), _pm(), on_warning=_quiet)
+                run = self.layout.run_spec(prefix, graph)
+                report = run_spec(run, _pm(), on_warning=_quiet, resolved=self.layout.resolved(run, _pm()))
             except AstraError as exc:
                 raise type(exc)(f"astra serve: the step of {prefill} prefill tokens and {decode} decode sequences "
                                 f"(context {context}): {exc}") from None
