@@ -394,8 +394,8 @@ class StepTimer:
             try:
                 # held in memory for the run just below (issue 37: no encode and parse back; the same ns)
                 generate_llm_workload(spec, prefix, on_warning=_quiet, in_memory=True)
-                run = self.layout.run_spec(prefix, graph)
-                report = run_spec(run, _pm(), on_warning=_quiet, resolved=self.layout.resolved(run, _pm()))
+                run, pm = self.layout.run_spec(prefix, graph), _pm()
+                report = run_spec(run, pm, on_warning=_quiet, resolved=self.layout.resolved(run, pm))
             except AstraError as exc:
                 raise type(exc)(f"astra serve: the step of {prefill} prefill tokens and {decode} decode sequences "
                                 f"(context {context}): {exc}") from None
