@@ -172,11 +172,11 @@ class Platform(_Platform):
         as measured; every option the user gave explicitly wins (``defaults`` says which)."""
         return resolve_gpu_platform(self, nodes, options)
 
-    def scaleup_gb_per_s(self) -> float:
+    def scaleup_gb_per_s(self, gpu=None) -> float:
         """Per-GPU scale-up bandwidth per direction, decimal GB/s (from the GPU preset): a PCIe card's node
         (``scaleup.topology: pairwise``) is its PCIe switch, ``scaleup.pcie_gbps``; its NVLink-bridged pairs are
-        NCCL's model's (``nccl.config_for_gpu``)."""
-        gpu = load_gpu(self.gpu)
+        NCCL's model's (``nccl.config_for_gpu``). ``gpu``: the platform's GpuSpec where the caller loaded it."""
+        gpu = load_gpu(self.gpu) if gpu is None else gpu
         if gpu.scaleup_topology == "pairwise":
             return float(gpu.scaleup["pcie_gbps"])
         bw = gpu.scaleup_bandwidth_gbps
@@ -186,7 +186,7 @@ class Platform(_Platform):
 
     def numbers(self, nodes: int = 1) -> dict:
         gpu = load_gpu(self.gpu)
-        scaleup = self.scaleup_gb_per_s()
+        scaleup = self.scaleup_gb_per_s(gpu)  # (one load: a serving run describes the platform once per new shape)
         nic_bytes = self.nic_gbit_per_gpu * 1e9 / 8
         return {
             "name": self.name,
