@@ -67,6 +67,9 @@ def astra_add_run_options(parser):
     group.add_argument("--allow-oom", action="store_true",
                        help="a rank whose estimated peak memory (the generator's, in the trace's metadata) exceeds "
                             "the GPU's HBM is a warning, not an error")
+    group.add_argument("--no-gpu-utilization", action="store_true",
+                       help="leave the report's stats.gpu_utilization out (--gpu-contention's per-rank SM and HBM "
+                            "busy time: astra serve's steps, which read only their time and energy)")
 
 
 @hookimpl
@@ -111,7 +114,7 @@ def astra_run_finish(run, report):
         if symmetry is not None:
             counts = {how: n * symmetry.order for how, n in counts.items()}
         report.stats["gpu_model_nodes"] = counts
-        if model.contention is not None:
+        if model.contention is not None and not run.options.get("no_gpu_utilization"):
             simulated = [r for r in report.ranks if symmetry is None or symmetry.is_representative(r.rank)]
             utilization = model.contention.summary({r.rank: r.finish_ns for r in simulated})
             if symmetry is not None:
