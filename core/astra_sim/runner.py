@@ -13,7 +13,7 @@ CONTROL_KEYWORDS = ("plugins", "block", "extra_plugins", "plugin_manager", "on_w
 
 
 class Run:
-    """One spec being simulated (``resolved``: its ``spec.resolve(pm)`` made earlier, e.g. a serving run's steps')."""
+    """One spec simulated: :meth:`execute`, :meth:`partial_report`; ``resolved``: a ``spec.resolve(pm)`` made before."""
 
     def __init__(self, spec: RunSpec, pm=None, on_warning=None, resolved=None):
         from astra_sim.plugins import plugin_manager_for
