@@ -8,6 +8,7 @@ import stat
 
 import pytest
 
+from astra_sim import safeio
 from astra_sim.errors import ConfigError
 from astra_sim.safeio import write_bytes_atomic, write_text_atomic
 from astra_sim.safeio import gunzip, load_json, parse_json, parse_yaml, read_bytes
@@ -68,3 +69,23 @@ def test_write_bytes_atomic_makes_folders_and_keeps_the_usual_permissions(tmp_pa
     os.umask(mask)
     assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~mask
     assert os.listdir(target.parent) == ["r.json"]
+
+
+def test_parse_yaml_once_parses_a_text_once_gives_copies_and_keeps_a_bounded_number(monkeypatch):
+    """safeio.parse_yaml_once (the GPU and network readers' parse): each caller its own copy, errors not kept and
+    naming the file, at most _PARSED_YAML_MAX texts."""
+    monkeypatch.setattr(safeio, "_PARSED_YAML", {})
+    calls = []
+    real = safeio.parse_yaml
+    monkeypatch.setattr(safeio, "parse_yaml", lambda text, path, what="": calls.append(path) or real(text, path, what))
+    first = safeio.parse_yaml_once("a: [1, 2]\n", "x.yaml")
+    first["a"].append(3)
+    assert safeio.parse_yaml_once("a: [1, 2]\n", "y.yaml") == {"a": [1, 2]} and calls == ["x.yaml"]
+    for _ in range(2):
+        with pytest.raises(ConfigError, match="bad.yaml"):
+            safeio.parse_yaml_once("a: [1,\n", "bad.yaml")
+    assert calls == ["x.yaml", "bad.yaml", "bad.yaml"]
+    monkeypatch.setattr(safeio, "_PARSED_YAML_MAX", 3)
+    for i in range(7):
+        assert safeio.parse_yaml_once(f"n: {i}\n", f"{i}.yaml") == {"n": i}
+        assert len(safeio._PARSED_YAML) <= 3

@@ -7,6 +7,7 @@ YAML uses PyYAML's *safe* loader; other formats build on :func:`read_bytes` (``a
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import json
 import os
@@ -237,6 +238,22 @@ def parse_yaml(text, path, what=""):
         raise _depth_error(path, what) from None
     except (ValueError, OverflowError, TypeError) as exc:  # e.g. a timestamp or number PyYAML cannot build
         raise ConfigError(f"{_named(path, what)}: unreadable value: {exc}") from None
+
+
+#: texts :func:`parse_yaml_once` parsed, at most ``_PARSED_YAML_MAX`` (cleared when full)
+_PARSED_YAML = {}
+_PARSED_YAML_MAX = 64
+
+
+def parse_yaml_once(text, path, what=""):
+    """:func:`parse_yaml`, a text parsed before not parsed again; each caller gets its own copy. For readers that see
+    the same file many times in one process (a serving run's batch shapes each resolve its GPU and network files)."""
+    if text not in _PARSED_YAML:
+        data = parse_yaml(text, path, what)
+        if len(_PARSED_YAML) >= _PARSED_YAML_MAX:
+            _PARSED_YAML.clear()
+        _PARSED_YAML[text] = data
+    return copy.deepcopy(_PARSED_YAML[text])
 
 
 def load_yaml(path, what="", limit=None):

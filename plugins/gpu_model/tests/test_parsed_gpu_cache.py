@@ -1,4 +1,4 @@
-"""A GPU description parsed once per text (astra_gpu_model.gpu._read_yaml): a serving run resolves its
+"""A GPU description parsed once per text (astra_gpu_model.gpu._read_yaml, on astra_sim.safeio.parse_yaml_once): a serving run resolves its
 platform's GPU about ten times per batch shape it simulates, and parsing the preset's YAML was half of its CPU."""
 
 import astra_sim.safeio as safeio
@@ -18,7 +18,7 @@ def _counting(monkeypatch):
 
 
 def test_an_unchanged_preset_is_parsed_once_and_each_caller_gets_its_own_copy(monkeypatch):
-    monkeypatch.setattr(gpu, "_PARSED", {})
+    monkeypatch.setattr(safeio, "_PARSED_YAML", {})
     calls = _counting(monkeypatch)
     first, second = gpu.load_gpu("H100-SXM5-80GB"), gpu.load_gpu("h100")
     assert len(calls) == 1 and first == second
@@ -29,7 +29,7 @@ def test_an_unchanged_preset_is_parsed_once_and_each_caller_gets_its_own_copy(mo
 
 
 def test_an_edited_file_is_parsed_again(tmp_path, monkeypatch):
-    monkeypatch.setattr(gpu, "_PARSED", {})
+    monkeypatch.setattr(safeio, "_PARSED_YAML", {})
     calls = _counting(monkeypatch)
     text = (gpu.preset_dir() / "H100-SXM5-80GB.yaml").read_text(encoding="utf-8")
     mine = tmp_path / "my-gpu.yaml"
@@ -61,13 +61,3 @@ def test_a_preset_is_built_once_and_each_caller_gets_its_own_copy(monkeypatch):
     gpu.load_gpu("A100-SXM4-80GB")
     assert len(built) == 3
 
-
-def test_the_parsed_texts_kept_are_bounded(tmp_path, monkeypatch):
-    monkeypatch.setattr(gpu, "_PARSED", {})
-    monkeypatch.setattr(gpu, "_PARSED_MAX", 3)
-    text = (gpu.preset_dir() / "H100-SXM5-80GB.yaml").read_text(encoding="utf-8")
-    for i in range(7):
-        mine = tmp_path / f"gpu{i}.yaml"
-        mine.write_text(text.replace("name: H100-SXM5-80GB", f"name: variant-{i}"), encoding="utf-8")
-        assert gpu.load_gpu(str(mine)).name == f"variant-{i}"
-        assert len(gpu._PARSED) <= 3

@@ -297,14 +297,15 @@ _BUILT = {}
 def _built_preset(preset, path):
     """The preset's GpuSpec, built again only when one of the files it is built from reads differently."""
     text = path.read_text(encoding="utf-8")
-    base = _read_yaml(path, f"preset {preset}").get("base")
+    data = _yaml_mapping(text, f"preset {preset}")
+    base = data.get("base")
     base_preset = _resolve_preset(base) if isinstance(base, str) else None
     base_text = (preset_dir() / f"{base_preset}.yaml").read_text(encoding="utf-8") if base_preset else ""
     fit_text = (resources.files("astra_gpu_model") / "data" / "gemm_fit.json").read_text()
     key = (str(path), text, base_text, fit_text)
     spec = _BUILT.get(key)
     if spec is None:
-        spec = _BUILT[key] = _build(_read_yaml(path, f"preset {preset}"), f"preset {preset} ({path})")
+        spec = _BUILT[key] = _build(data, f"preset {preset} ({path})")
     return spec
 
 
@@ -313,34 +314,28 @@ def load_gpu_file(path, *, fit=None) -> GpuSpec:
     return _build(_read_yaml(path, str(path)), str(path), path=str(path), fit=fit)
 
 
-#: parsed GPU descriptions by their text: a serving run times hundreds of batch shapes, each resolving its platform's
-#: GPU about ten times, and PyYAML's pure-Python parse of the same preset was half of that run's CPU. At most
-#: :data:`_PARSED_MAX` texts are kept (a sweep over many GPU files must not grow a worker without bound)
-_PARSED = {}
-_PARSED_MAX = 64
-
-
 def _read_yaml(path, where):
-    """A GPU description (bounded, UTF-8, safe YAML); every failure a ConfigError naming ``where``. A text parsed
-    before is not parsed again (the file is read each time, so an edit is always seen); each caller gets its own
-    copy."""
+    """A GPU description (bounded, UTF-8, safe YAML); every failure a ConfigError naming ``where``."""
     import os
 
-    from astra_sim.safeio import parse_yaml, read_text
+    from astra_sim.safeio import read_text
 
     if isinstance(path, os.PathLike):
         text = read_text(path, "GPU description")
     else:  # a preset inside a zipped package (importlib.resources)
         text = path.read_text(encoding="utf-8")
-    if text in _PARSED:
-        return copy.deepcopy(_PARSED[text])
-    data = parse_yaml(text, where)
+    return _yaml_mapping(text, where)
+
+
+def _yaml_mapping(text, where):
+    """``text`` as a GPU description's mapping, parsed once per text (a serving run resolves its GPU about ten times
+    per batch shape; PyYAML's pure-Python parse of the same preset was half of that run's CPU); a caller's own copy."""
+    from astra_sim.safeio import parse_yaml_once
+
+    data = parse_yaml_once(text, where)
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: a GPU description must be a YAML mapping (key: value), "
                           f"got {type(data).__name__}")
-    if len(_PARSED) >= _PARSED_MAX:
-        _PARSED.clear()
-    _PARSED[text] = copy.deepcopy(data)
     return data
 
 

@@ -11,7 +11,6 @@ up and the bytes stream through once at the slowest crossed dimension's bandwidt
 
 from __future__ import annotations
 
-import copy
 import difflib
 import os
 import re
@@ -19,7 +18,7 @@ from dataclasses import dataclass, replace
 
 from astra_sim.errors import ConfigError
 from astra_sim.limits import MAX_TOTAL_NPUS, check_number
-from astra_sim.safeio import brief, parse_yaml, read_text
+from astra_sim.safeio import brief, parse_yaml_once, read_text
 
 TOPOLOGIES = ("Ring", "FullyConnected", "Switch")
 #: ``cross_dimension_route`` values: the reference's rule, and routing through every differing dimension.
@@ -67,28 +66,11 @@ SWITCH_KEYS = {
 _SWITCH_LIMITS = {"switch_reduction_latency": "latency", "switch_reduction_bandwidth": "bandwidth"}
 
 
-#: parsed network texts, by text: a serving run reads its platform's same generated file once per new batch shape
-#: (0.8 ms a parse with PyYAML's Python loader, issue 37); bounded, and each caller gets its own copy
-_PARSED = {}
-_PARSED_MAX = 64
-
-
-def _load_network_yaml(path):
-    """``load_yaml(path, "network configuration")``, a text parsed before not parsed again (the file is read each
-    time, so an edit is always seen)."""
-    text = read_text(path, "network configuration")
-    if text not in _PARSED:
-        data = parse_yaml(text, os.fspath(path), "network configuration")
-        if len(_PARSED) >= _PARSED_MAX:
-            _PARSED.clear()
-        _PARSED[text] = data
-    return copy.deepcopy(_PARSED[text])
-
-
 def parse_network_config(path, warn=None):
     """Read the reference's network YAML, with errors naming the file and key; ``warn(message)``
     hears of keys nothing reads (a misspelt optional key would otherwise keep its default)."""
-    data = _load_network_yaml(path)
+    # parsed once per text: a serving run reads its platform's same generated file once per new batch shape
+    data = parse_yaml_once(read_text(path, "network configuration"), os.fspath(path), "network configuration")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping with keys topology, npus_count, bandwidth, latency")
     lists = {}
