@@ -3,15 +3,19 @@ chosen by name per role; two plugins registering one name for a role is an error
 
 from __future__ import annotations
 
-import importlib.metadata
+import contextlib
+import importlib
+import json
 import os
 import sys
+import zlib
+from collections import namedtuple
 from dataclasses import dataclass, field
-from functools import partialmethod
+from functools import partialmethod, reduce
 
 import pluggy
 
-from astra_sim import PROJECT_NAME, hookspecs
+from astra_sim import PROJECT_NAME, hookspecs, safeio
 from astra_sim.errors import PluginError
 
 #: Entry-point group every plugin distribution declares.
@@ -95,14 +99,46 @@ class Registry:
 _ENTRY_POINTS = {}
 
 
+PluginDist = namedtuple("PluginDist", "name version")  # the distribution declaring a plugin
+
+
+class PluginEntry(namedtuple("PluginEntry", "name value dist")):
+    """An entry point as kept on disk: loading it needs no ``importlib.metadata`` (importing it and scanning every
+    distribution cost about 90 ms of each command's start-up). ``value``: "module" or "module:attribute"."""
+
+    def load(self):
+        module, _, attribute = self.value.partition(":")
+        return reduce(getattr, filter(None, attribute.strip().split(".")), importlib.import_module(module.strip()))
+
+
 def _entry_points():
     """The installed plugins' entry points, read again only when a ``sys.path`` folder but the current one ('': a
-    script writes its files there) changed (an install does): reading them takes ms, and each API run asks."""
-    stamp = tuple(_mtime_ns(path) for path in sys.path if path)
+    script writes its files there) changed (an install does), here and on disk for the next process."""
+    stamp = tuple((path, _mtime_ns(path)) for path in sys.path if path)
     if _ENTRY_POINTS.get("stamp") != stamp:
-        _ENTRY_POINTS["points"] = list(importlib.metadata.entry_points(group=GROUP))
+        _ENTRY_POINTS["points"] = _cached_entry_points(stamp)
         _ENTRY_POINTS["stamp"] = stamp
     return list(_ENTRY_POINTS["points"])
+
+
+def _cached_entry_points(stamp):
+    """From ``$XDG_CACHE_HOME/astra-sim/entry-points/`` (a file per Python environment) when written under ``stamp``,
+    else from ``importlib.metadata`` and written there; ``ASTRA_CACHE=0`` reads the metadata every time."""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = os.path.join(cache, "astra-sim", "entry-points", f"{zlib.crc32(sys.prefix.encode()):08x}.json")
+    use = os.environ.get("ASTRA_CACHE") != "0"
+    with contextlib.suppress(Exception):  # none written yet, or one this code cannot read
+        kept = safeio.load_json(path) if use else {}
+        if kept.get("stamp") == [list(item) for item in stamp]:
+            return [PluginEntry(name, value, PluginDist(*dist)) for name, value, dist in kept["points"]]
+    import importlib.metadata
+
+    points = [PluginEntry(ep.name, ep.value, PluginDist(_dist(ep), _dist(ep, "version")))
+              for ep in importlib.metadata.entry_points(group=GROUP)]
+    with contextlib.suppress(Exception):  # a read-only home or a full disk costs only the cache
+        if use:
+            safeio.write_text_atomic(path, json.dumps({"stamp": stamp, "points": points}))
+    return points
 
 
 def _mtime_ns(path):
