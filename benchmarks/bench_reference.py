@@ -23,7 +23,8 @@ finish time must be the same on every side (exit status 1 otherwise).
 Without the binaries, ``--recorded`` runs astra-sim-py's sides alone and sets them beside the C++ times recorded in
 the README's table (``RECORDED``: that build, this machine type, 2026-11-30; not re-run, so the load differs): every
 side's per-rank finish times must agree, and their maximum must be the one the reference printed. ``--unfolded``
-leaves out the folded runs of the congestion cases. ``--bytecode-cache DIR`` runs astra-sim-py's sides with their
+leaves out the folded runs of the congestion cases, ``--no-pure`` (with ``--compiled``) the pure-Python runs.
+``--bytecode-cache DIR`` runs astra-sim-py's sides with their
 bytecode cached in DIR (``PYTHONPYCACHEPREFIX``, ``PYTHONDONTWRITEBYTECODE`` unset) after one untimed round, as an
 installed package runs: without it a checkout whose environment sets ``PYTHONDONTWRITEBYTECODE`` compiles every
 module it imports from source in every run (about 0.1 s of CPU, a sixth of the 256-NPU congestion Ring's).
@@ -139,6 +140,8 @@ def main():
     parser.add_argument("--unfolded", action="store_true", help="leave out the congestion cases' folded runs")
     parser.add_argument("--bytecode-cache", default="", metavar="DIR",
                         help="cache astra-sim-py's bytecode in DIR and time it after one untimed round")
+    parser.add_argument("--no-pure", action="store_true",
+                        help="with --compiled: leave out the pure-Python sides (minutes each on the scale cases)")
     args = parser.parse_args()
     bad = [c for c in args.cases if c not in CASES]
     if bad:
@@ -161,7 +164,7 @@ def main():
             backend = "analytical" if mode == "unaware" else "congestion"
             sides = {} if recorded else {"C++": lambda: _reference(binaries[mode], prefix, system, network, memory)}
             for label, path in (("pure", ""), ("compiled", args.compiled)):
-                if label == "compiled" and not path:
+                if (label == "compiled" and not path) or (label == "pure" and args.no_pure and args.compiled):
                     continue
                 folds = (False,) if mode == "unaware" or args.unfolded else (True, False)
                 for fold in folds:

@@ -62,6 +62,7 @@ def _clean_env():
         env.pop(name, None)
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     env["PIP_NO_INPUT"] = "1"
+    env["ASTRA_CACHE"] = "0"  # the throw-away environment's plugin list is not kept in ~/.cache (a file per environment)
     return env
 
 
