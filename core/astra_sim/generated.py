@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,7 +76,7 @@ def private_folder(prefix):
 
 _RECLAIMED = set()
 #: this machine, in leftovers' names: a pid means something only on its machine (an NFS or shared TMPDIR)
-_HOST = hashlib.blake2b(socket.gethostname().encode(), digest_size=3).hexdigest()
+_HOST = hashlib.blake2b(os.uname().nodename.encode(), digest_size=3).hexdigest()  # (gethostname without socket)
 
 
 def owned(prefix):
