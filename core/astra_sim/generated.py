@@ -15,7 +15,6 @@ import re
 import shutil
 import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 #: The ``astra run`` inputs a plugin may generate, by option name (any of its ``options`` too).
 CONFIG_KEYS = ("system_configuration", "network_configuration", "remote_memory_configuration",
@@ -44,11 +43,11 @@ def write_generated(files, directory):
 
     paths = {}
     for key, generated in files.items():
-        path = Path(directory) / (os.path.basename(generated.name) or key)
-        if str(path) in paths.values():  # two generated files of one name
-            path = path.with_name(f"{len(paths)}-{path.name}")
+        path = os.path.join(os.path.normpath(directory), os.path.basename(generated.name) or key)
+        if path in paths.values():  # two generated files of one name
+            path = os.path.join(os.path.dirname(path), f"{len(paths)}-{os.path.basename(path)}")
         write_text_atomic(path, generated.text)
-        paths[key] = str(path)
+        paths[key] = path
     return paths
 
 
