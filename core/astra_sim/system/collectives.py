@@ -87,10 +87,10 @@ class Algorithm:
             sys.register_event(self._general, None, self._bus_delay)
 
     def _reduce_then_general(self, size: int) -> None:
+        sys = self._sys_layer  # (typed: compiled, a native call; halving-doubling's size changes at every step)
         if size != self._reduced_size:
-            self._reduced_ns = self.sys.reduction_delay_ns(size)
+            self._reduced_ns = self.sys.reduction_delay_ns(size) if sys is None else sys.reduction_delay_ns(size)
             self._reduced_size = size
-        sys = self._sys_layer
         if sys is None:
             self._register(self._general, None, self._reduced_ns)
         else:

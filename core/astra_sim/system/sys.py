@@ -213,7 +213,7 @@ class Sys:
     # ------------------------------------------------------------ packets
     def reduction_delay_ns(self, size: int) -> int:
         """Write + two reads of ``size`` bytes at local-mem-bw, truncated separately."""
-        bw = self.local_mem_bw
+        bw: float = self.local_mem_bw  # (typed: compiled, native float arithmetic)
         if bw <= 0:
             path = self.shared.system_config.path
             raise ConfigError(f"{path}: 'local-mem-bw' must be > 0 (GB/s): collectives that reduce data need it")

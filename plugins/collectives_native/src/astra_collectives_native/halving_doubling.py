@@ -16,9 +16,12 @@ from astra_collectives_native.ring import Ring
 class HalvingDoubling(Ring):
     """Recursive halving (reduce-scatter) then doubling (all-gather) along the ring index."""
 
-    __slots__ = ("rank_offset", "offset_multiplier")
+    __slots__ = ("rank_offset", "offset_multiplier", "index_in_ring", "members")
     rank_offset: int  # typed for mypyc (tools/compile_core.py), as Ring's counters
     offset_multiplier: float
+    #: the topology's ring index and members, read once: compiled, every packet's partner is found without two
+    #: generic attribute reads on the untyped ``topo`` (``members`` a property)
+    index_in_ring: int
 
     def __init__(self, com_type, rank, topo, data_size):
         # Ring.__init__ is not reused: the sizes and counts differ.
@@ -33,6 +36,8 @@ class HalvingDoubling(Ring):
                 "(its partner pattern cannot pair the others; the reference hangs)"
             )
         self.nodes_in_ring = n
+        self.index_in_ring = topo.index_in_ring
+        self.members = topo.members
         self.parallel_reduce = 1
         self.total_received = 0
         self.free_packets = 0
@@ -67,7 +72,7 @@ class HalvingDoubling(Ring):
     def specify_direction(self) -> int:
         if self.rank_offset == 0:
             return CLOCKWISE
-        if (self.topo.index_in_ring // self.rank_offset) % 2 == 0:
+        if (self.index_in_ring // self.rank_offset) % 2 == 0:
             return CLOCKWISE
         return ANTICLOCKWISE
 
@@ -81,20 +86,21 @@ class HalvingDoubling(Ring):
         assert packets is not None  # (only a Ring's is None)
         packets.append((self.curr_sender, self.curr_receiver, size))
         Algorithm.bundle(self, size, processed)
+        msg_size: int = self.msg_size  # (typed: compiled, native arithmetic; Ring keeps the attribute untyped)
         self.rank_offset = int(self.rank_offset * self.offset_multiplier)
-        self.msg_size = int(self.msg_size / self.offset_multiplier)
+        msg_size = int(msg_size / self.offset_multiplier)
         if self.rank_offset == self.nodes_in_ring and self.com_type == ALL_REDUCE:
             self.offset_multiplier = 0.5
             self.rank_offset = int(self.rank_offset * self.offset_multiplier)
-            self.msg_size = int(self.msg_size / self.offset_multiplier)
+            msg_size = int(msg_size / self.offset_multiplier)
+        self.msg_size = msg_size
         self.curr_receiver = self.curr_sender = self.partner(self.specify_direction())
 
     def partner(self, direction: int) -> int:
         """The NPU ``rank_offset`` steps from this rank along the ring in ``direction``: ``get_receiver`` applied
         ``rank_offset`` times, as one index step (the walk made a 256-NPU all-reduce O(N) per message)."""
         step = self.rank_offset if direction == CLOCKWISE else -self.rank_offset
-        topo = self.topo
-        return topo.members[(topo.index_in_ring + step) % self.nodes_in_ring]
+        return self.members[(self.index_in_ring + step) % self.nodes_in_ring]
 
 
 def make_halving_doubling(com_type, rank, topo, size, direction, window):

@@ -41,9 +41,10 @@ class Ring(Algorithm):
     #: None: the plain calls
     _send_on: Channel | None
     _recv_on: Channel | None
-    #: typed for mypyc (tools/compile_core.py): native ints for the counters of every packet (not the ranks, the
-    #: message size, nor Algorithm's tag and bus delay: they only go to Python calls, and a native int is boxed again
-    #: for every one)
+    #: typed for mypyc (tools/compile_core.py): native ints for the ring's size (halving-doubling's partner index)
+    #: and the counters of every packet (not the ranks, the message size, nor Algorithm's tag and bus delay: they only
+    #: go to Python calls, and a native int is boxed again for every one)
+    nodes_in_ring: int
     parallel_reduce: int
     stream_count: int
     zero_latency_packets: int
