@@ -84,8 +84,8 @@ class SendRecvMatcher:
                 message = Message(key, True, fn, arg, None, None)
                 waiting[key] = deque((head, message))
             else:
-                del waiting[key]
                 message = head
+                del waiting[message.key]  # (the dict's own key object: found by identity, no tuples compared)
                 message.posted = True
                 message.send_fn = fn
                 message.send_arg = arg
@@ -100,12 +100,12 @@ class SendRecvMatcher:
             message.send_fn = fn
             message.send_arg = arg
         self.messages += 1
-        self.bytes += size
+        nbytes: int = size  # (typed: compiled, a native add; size itself goes on to Python calls as it came)
+        self.bytes += nbytes
         if self._delay is None:
             self.network.send(src, dst, size, self._arrived_fn, message)
             return message
-        path = (src, dst, size)
-        delay = self._delays.get(path)
+        delay = self._delays.get((src, dst, size))
         if delay is None:
             delay = self.closed_form_ns(src, dst, size)
         self.engine.schedule(delay, self._arrived_fn, message)
@@ -144,8 +144,8 @@ class SendRecvMatcher:
             if not head.posted:
                 waiting[key] = deque((head, Message(key, False, None, None, fn, arg)))
                 return
-            del waiting[key]
             message = head
+            del waiting[message.key]  # (as in _post_send)
         elif not head[0].posted:
             head.append(Message(key, False, None, None, fn, arg))
             return
