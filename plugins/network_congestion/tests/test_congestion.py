@@ -129,6 +129,18 @@ def test_different_sizes_keep_fifo_order(tmp_path):
     assert deliver(net, engine, [(0, 1, MIB), (0, 1, 1024)]) == [HOP, SER + small]
 
 
+def test_a_sender_whose_receivers_change_counts_on_the_same_routes(tmp_path):
+    """Halving-doubling's partners change at every step: links.LinkQueues finds the hops of a (sender, receiver,
+    size) seen before by one int (its last-message slot holds another receiver), and counts on the same lists."""
+    net, engine = network(tmp_path, topology=("Switch",))
+    # npu0 -> switch serializes all four (SER apart); each switch -> npu link is free when its message gets there.
+    assert deliver(net, engine, [(0, 1, MIB), (0, 2, MIB), (0, 1, MIB), (0, 2, MIB)]) == [
+        2 * HOP, SER + 2 * HOP, 2 * SER + 2 * HOP, 3 * SER + 2 * HOP]
+    rows = {(r["src"], r["dst"]): r["messages"] for r in net.stats()["links"]}
+    sw = "d0.g0.switch"
+    assert rows == {("npu0", sw): 4, (sw, "npu1"): 2, (sw, "npu2"): 2}
+
+
 def test_ring_of_two_has_one_link_per_direction(tmp_path):
     net, engine = network(tmp_path, npus=(2,))
     assert net.describe()["links"] == 2

@@ -44,7 +44,7 @@ class LinkQueues:
     """
 
     __slots__ = ("engine", "busy", "queues", "serving", "max_queue", "cache", "make_hops", "link_load", "_arrive",
-                 "_free", "last_dst", "last_size", "last_hops")
+                 "_free", "last_dst", "last_size", "last_hops", "by_key")
 
     def __init__(self, network: Any, engine: EventEngine, n_links: int, link_load: Any = None) -> None:
         self.engine = engine
@@ -58,28 +58,39 @@ class LinkQueues:
         self.cache: dict[tuple[int, int, int], list[int]] = network._hops
         self.make_hops: Callable[[int, int, int], list[int]] = network._make_hops
         self.link_load = link_load
-        # per sender, the receiver and size of its last message and their hops: a ring sends the same chunk to the
-        # same neighbour at every step, found here without a (src, dst, size) tuple built, hashed and compared
+        # per sender, the receiver and size of its last new message and their hops: a ring sends the same chunk to
+        # the same neighbour at every step, found here without a (src, dst, size) tuple built, hashed and compared
         n_ranks = len(network.graph.rank_node)
         self.last_dst: list[int] = [-1] * n_ranks
         self.last_size: list[int] = [-1] * n_ranks
         self.last_hops: list[Any] = [None] * n_ranks
+        # the hops of every (sender, receiver, size) sent by one int, ``(size * ranks + dst) * ranks + src``: a
+        # sender whose receivers change (halving-doubling's partners) finds them without a tuple built, hashed and
+        # compared (the same lists as the network's cache, whose first item counts the messages)
+        self.by_key: dict[int, list[int]] = {}
         # the bound methods the engine calls, made once (not per event)
         self._arrive: Callable[[Chunk], None] = self.arrive
         self._free: Callable[[int], None] = self.free
 
     def send(self, src: int, dst: int, size: int, fn: Any, arg: Any) -> None:
         """Route ``size`` bytes from rank ``src`` to rank ``dst``; ``fn(arg)`` runs on arrival."""
-        known = 0 <= src < len(self.last_dst)
+        n = len(self.last_dst)
+        known = 0 <= src < n
         if known and self.last_dst[src] == dst and self.last_size[src] == size:
             hops: list[int] = self.last_hops[src]
         else:
-            cached = self.cache.get((src, dst, size))
-            hops = self.make_hops(src, dst, size) if cached is None else cached
-            if known:
-                self.last_dst[src] = dst
-                self.last_size[src] = size
-                self.last_hops[src] = hops
+            key = (size * n + dst) * n + src if known and 0 <= dst < n and size >= 0 else -1
+            found = self.by_key.get(key) if key >= 0 else None
+            if found is not None:
+                hops = found  # (the sender's last message is left as it was: its receivers change)
+            else:
+                cached = self.cache.get((src, dst, size))
+                hops = self.make_hops(src, dst, size) if cached is None else cached
+                if key >= 0:
+                    self.by_key[key] = hops
+                    self.last_dst[src] = dst
+                    self.last_size[src] = size
+                    self.last_hops[src] = hops
         hops[0] = hops[0] + 1  # (not +=: compiled, a generic in-place add)
         self.arrive(Chunk(hops, fn, arg))
 
