@@ -7,17 +7,17 @@ zero-delay event).
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from astra_sim.api import delay_function
 from astra_sim.engine import EventEngine
 from astra_sim.errors import SimulationError
 
-# Tag spaces, as in the reference: native send/recv, collectives, rendezvous.
-NATIVE_TAG_BASE = 0
-COLLECTIVE_TAG_BASE = 500_000_000
-RENDEZVOUS_TAG_BASE = 1_000_000_000
-RENDEZVOUS_BYTES = 8192
+# Tag spaces, as in the reference: native send/recv, collectives, rendezvous (Final: a compiled module inlines them).
+NATIVE_TAG_BASE: Final = 0
+COLLECTIVE_TAG_BASE: Final = 500_000_000
+RENDEZVOUS_TAG_BASE: Final = 1_000_000_000
+RENDEZVOUS_BYTES: Final = 8192
 
 
 class Message:

@@ -15,10 +15,7 @@ from astra_sim.system.collectives import (
     ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, GROUP_FALLBACK_ALGORITHM, REDUCE_SCATTER, TimedCollective,
 )
 from astra_sim.system.frontend import (
-    COLLECTIVE_TAG_BASE,
-    NATIVE_TAG_BASE,
-    RENDEZVOUS_BYTES,
-    RENDEZVOUS_TAG_BASE,
+    COLLECTIVE_TAG_BASE, NATIVE_TAG_BASE, RENDEZVOUS_BYTES, RENDEZVOUS_TAG_BASE,
 )
 from astra_sim.system.topology import (
     ANTICLOCKWISE, CLOCKWISE, DIM_LOCAL, GeneralComplexTopology, RingTopology, differing_dims,

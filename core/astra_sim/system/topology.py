@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Final  # (compiled, a Final constant is inlined, not looked up in the module's globals)
 
 from astra_sim.system.collectives import mypyc_attr
 
-CLOCKWISE = 0
-ANTICLOCKWISE = 1
+CLOCKWISE: Final = 0
+ANTICLOCKWISE: Final = 1
 
 #: Ring dimension kinds: native dims vs. communicator-group ("local") rings.
-DIM_NATIVE = 0
-DIM_LOCAL = 1
+DIM_NATIVE: Final = 0
+DIM_LOCAL: Final = 1
 
 
 def coordinates(npu, npus_per_dim):
