@@ -24,5 +24,8 @@ def preset_dir():
 def preset_names():
     """The shipped presets (file stems), sorted: read from the package's folder (every run's ``--help`` text lists
     them; ``importlib.resources``, which :func:`preset_dir` needs, costs a run that uses no GPU 2-3 % of its start-up)."""
-    return sorted(name[:-5] for name in os.listdir(os.path.join(os.path.dirname(__file__), "presets"))
-                  if name.endswith(".yaml"))
+    try:
+        names = os.listdir(os.path.join(os.path.dirname(__file__), "presets"))
+    except OSError:  # a zipped package: only importlib.resources sees inside it, as gpu._read_yaml expects
+        names = [entry.name for entry in preset_dir().iterdir()]
+    return sorted(name[:-5] for name in names if name.endswith(".yaml"))
